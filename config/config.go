@@ -1,0 +1,153 @@
+// Package config loads and validates the shardis configuration.
+//
+// A configuration is a YAML file, optionally overridden by environment
+// variables with the SHARDIS_ prefix (see [Load] for the mapping). Loading
+// never half-succeeds: [Load] either returns a fully defaulted and validated
+// *[Config] or an error listing every problem found, each naming the key
+// path and the offending value.
+package config
+
+import (
+	"time"
+)
+
+// Config is the whole shardis configuration. A Config returned by [Load] or
+// [Parse] is validated and has every default applied; treat it as read-only
+// after that (it is shared by the router, the inventory and the service).
+type Config struct {
+	// Service configures `shardis serve`.
+	Service Service `koanf:"service"`
+	// Nodes maps a node name to its Redis endpoint. Names are the identity of
+	// a node on the hash ring and in its stamp: renaming a node moves keys.
+	Nodes map[string]Node `koanf:"nodes"`
+	// Servers maps a first-level server key (order, product, inventory …) to
+	// its routing policy and second-level route keys.
+	Servers map[string]Server `koanf:"servers"`
+	// Health configures the heartbeat and reconnect scheduler.
+	Health Health `koanf:"health"`
+	// Breaker configures the per-node circuit breaker.
+	Breaker Breaker `koanf:"breaker"`
+	// Inventory configures the inventory service built on the router.
+	Inventory Inventory `koanf:"inventory"`
+}
+
+// Service configures the RPC listener of `shardis serve`.
+type Service struct {
+	// Listen is the host:port the service listens on.
+	// default: 127.0.0.1:7400
+	Listen string `koanf:"listen"`
+}
+
+// Node is one standalone Redis endpoint.
+type Node struct {
+	// Addr is the node's host:port. Required; unique across nodes.
+	Addr string `koanf:"addr"`
+	// Username is the ACL user name; empty means the default user.
+	Username string `koanf:"username"`
+	// Password is the AUTH password; empty means no AUTH.
+	Password string `koanf:"password"`
+	// DB is the logical database index.
+	// default: 0
+	DB int `koanf:"db"`
+	// Weight is the node's share of the ring relative to other nodes of
+	// the same route (virtual points per weight unit). Must be >= 1.
+	// default: 1
+	Weight int `koanf:"weight"`
+}
+
+// OnNodeDown policies for [Server.OnNodeDown].
+const (
+	// OnNodeDownFail returns an error for a key whose home node is down:
+	// keys never move silently. Right for data that lives on one node
+	// (stock, counters).
+	OnNodeDownFail = "fail"
+	// OnNodeDownNext falls through to the next candidate on the ring,
+	// cache-style: right when any node can rebuild the value.
+	OnNodeDownNext = "next"
+)
+
+// Server is a first-level server key: its route keys and node-down policy.
+type Server struct {
+	// OnNodeDown is what happens to a key whose home node is down or whose
+	// breaker is open: "fail" or "next".
+	// default: fail
+	OnNodeDown string `koanf:"on_node_down"`
+	// Routes maps a second-level route key to the names of its nodes. The
+	// order of names does not matter: placement is by consistent hashing.
+	Routes map[string][]string `koanf:"routes"`
+}
+
+// Health configures the ping/reconnect scheduler.
+type Health struct {
+	// Heartbeat is how often every UP node is probed.
+	// default: 500ms
+	Heartbeat time.Duration `koanf:"heartbeat"`
+	// Timeout is the dial/read/write timeout of a probe, and the dial
+	// timeout of node connections.
+	// default: 300ms
+	Timeout time.Duration `koanf:"timeout"`
+	// Backoff lists the delays between reconnect probes of a DOWN node; the
+	// last one repeats. Each delay gets ±10 % jitter.
+	// default: [500ms, 1s, 2s, 4s, 8s]
+	Backoff []time.Duration `koanf:"backoff"`
+}
+
+// Breaker configures the per-node circuit breaker.
+type Breaker struct {
+	// Failures is the number of consecutive command failures that opens a
+	// node's breaker. Must be >= 1.
+	// default: 5
+	Failures int `koanf:"failures"`
+	// OpenTimeout is how long an open breaker rejects commands before it
+	// lets one half-open trial through.
+	// default: 1s
+	OpenTimeout time.Duration `koanf:"open_timeout"`
+}
+
+// Inventory configures the inventory service.
+type Inventory struct {
+	// Server is the first-level server key whose routes hold SKUs.
+	// default: inventory
+	Server string `koanf:"server"`
+	// ReservationTTL is how long a reservation is held before the
+	// reconciler cancels it, when Reserve gives no TTL.
+	// default: 10m
+	ReservationTTL time.Duration `koanf:"reservation_ttl"`
+	// MaxReservationTTL caps a per-order TTL given to Reserve.
+	// default: 1h
+	MaxReservationTTL time.Duration `koanf:"max_reservation_ttl"`
+	// ReconcileInterval is how often the reconciler scans for expired parts.
+	// default: 1s
+	ReconcileInterval time.Duration `koanf:"reconcile_interval"`
+	// RedoQueues is the number of redo-log queues (sorted sets) per node.
+	// default: 50
+	RedoQueues int `koanf:"redo_queues"`
+}
+
+// Default returns a Config holding every default and no nodes or servers.
+// It is the starting point [Load] decodes onto.
+func Default() Config {
+	return Config{
+		Service: Service{Listen: "127.0.0.1:7400"},
+		Health: Health{
+			Heartbeat: 500 * time.Millisecond,
+			Timeout:   300 * time.Millisecond,
+			Backoff: []time.Duration{500 * time.Millisecond, time.Second,
+				2 * time.Second, 4 * time.Second, 8 * time.Second},
+		},
+		Breaker: Breaker{Failures: 5, OpenTimeout: time.Second},
+		Inventory: Inventory{
+			Server:            "inventory",
+			ReservationTTL:    10 * time.Minute,
+			MaxReservationTTL: time.Hour,
+			ReconcileInterval: time.Second,
+			RedoQueues:        50,
+		},
+	}
+}
+
+// defaultNode is the value a node entry is decoded onto.
+func defaultNode() Node { return Node{Weight: 1} }
+
+// defaultServer is the value a server entry is decoded onto.
+func defaultServer() Server { return Server{OnNodeDown: OnNodeDownFail} }

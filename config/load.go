@@ -1,0 +1,133 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/rawbytes"
+	"github.com/knadh/koanf/v2"
+)
+
+// EnvPrefix is the prefix of environment variables that override the file.
+const EnvPrefix = "SHARDIS_"
+
+// keyDelim separates key levels inside koanf. It is a byte no YAML key of
+// ours contains, so node and route names may hold dots.
+const keyDelim = "\x1f"
+
+// Problem is one thing wrong with a configuration.
+type Problem struct {
+	// Path is the key path, e.g. "servers.inventory.routes.clothes[1]".
+	Path string
+	// Value is the offending value as written, or nil when the key itself
+	// is the problem.
+	Value any
+	// Msg says what is wrong.
+	Msg string
+}
+
+// String formats the problem as "path: msg (got value)".
+func (p Problem) String() string {
+	if p.Value == nil {
+		return p.Path + ": " + p.Msg
+	}
+	return fmt.Sprintf("%s: %s (got %q)", p.Path, p.Msg, fmt.Sprint(p.Value))
+}
+
+// Problems is every problem found in a configuration. It is the error type
+// returned by [Load], [Parse] and [Config.Validate]; it is never empty when
+// returned as an error.
+type Problems []Problem
+
+// Error lists all problems, one per line.
+func (ps Problems) Error() string {
+	lines := make([]string, len(ps))
+	for i, p := range ps {
+		lines[i] = "  " + p.String()
+	}
+	return fmt.Sprintf("invalid configuration (%d problems):\n%s", len(ps), strings.Join(lines, "\n"))
+}
+
+func (ps *Problems) add(path string, value any, msg string) {
+	*ps = append(*ps, Problem{Path: path, Value: value, Msg: msg})
+}
+
+// Load reads the YAML file at path, applies SHARDIS_* environment overrides
+// from the process environment, applies defaults and validates the result.
+// See [Parse] for the environment mapping.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(data, os.Environ())
+}
+
+// Parse is [Load] on YAML bytes and an explicit environment (KEY=VALUE
+// strings, as os.Environ returns; nil means none).
+//
+// Environment mapping: strip SHARDIS_, lower-case, and read a double
+// underscore as a level separator, so single underscores stay part of a key:
+//
+//	SHARDIS_SERVICE__LISTEN=0.0.0.0:7400            service.listen
+//	SHARDIS_HEALTH__HEARTBEAT=250ms                 health.heartbeat
+//	SHARDIS_BREAKER__OPEN_TIMEOUT=2s                breaker.open_timeout
+//	SHARDIS_NODES__N1__PASSWORD=secret              nodes.n1.password
+//	SHARDIS_HEALTH__BACKOFF=500ms,1s,5s             lists are comma-separated
+//	SHARDIS_SERVERS__INVENTORY__ROUTES__CLOTHES=n1,n2
+//
+// Names reached through the environment are lower-case. An override of an
+// unknown key is an error like any other unknown key.
+func Parse(yamlData []byte, environ []string) (*Config, error) {
+	k := koanf.New(keyDelim)
+	if err := k.Load(rawbytes.Provider(yamlData), yaml.Parser()); err != nil {
+		return nil, fmt.Errorf("config: parse YAML: %w", err)
+	}
+	envProvider := env.Provider(keyDelim, env.Opt{
+		Prefix:        EnvPrefix,
+		EnvironFunc:   func() []string { return environ },
+		TransformFunc: envKey,
+	})
+	if err := k.Load(envProvider, nil); err != nil {
+		return nil, fmt.Errorf("config: environment: %w", err)
+	}
+	cfg := Default()
+	var problems Problems
+	decoder{problems: &problems}.decodeStruct("", k.Raw(), reflectValue(&cfg))
+	// A value that failed to decode kept its default; do not report the
+	// same path a second time from the semantic checks.
+	bad := map[string]bool{}
+	for _, p := range problems {
+		bad[p.Path] = true
+	}
+	for _, p := range cfg.problems() {
+		if !bad[p.Path] {
+			problems = append(problems, p)
+		}
+	}
+	if len(problems) > 0 {
+		return nil, problems
+	}
+	return &cfg, nil
+}
+
+// envKey maps SHARDIS_A__B_C=v to the koanf key a␟b_c.
+func envKey(k, v string) (string, any) {
+	k = strings.ToLower(strings.TrimPrefix(k, EnvPrefix))
+	if k == "" {
+		return "", nil
+	}
+	return strings.ReplaceAll(k, "__", keyDelim), v
+}
+
+// IsProblems reports whether err is (or wraps) a [Problems] list, and
+// returns it.
+func IsProblems(err error) (Problems, bool) {
+	var ps Problems
+	ok := errors.As(err, &ps)
+	return ps, ok
+}

@@ -1,0 +1,157 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"reflect"
+	"strconv"
+	"time"
+)
+
+// MaxRouteNodes is the largest number of nodes one route may list (the
+// ring's member limit).
+const MaxRouteNodes = 256
+
+// MaxWeight is the largest node weight accepted.
+const MaxWeight = 100
+
+// Validate checks a Config built by hand (Load and Parse already call it).
+// It returns nil or a [Problems] error listing everything wrong.
+func (c *Config) Validate() error {
+	if ps := c.problems(); len(ps) > 0 {
+		return ps
+	}
+	return nil
+}
+
+func (c *Config) problems() Problems {
+	var ps Problems
+	checkAddr(&ps, "service.listen", c.Service.Listen)
+
+	if len(c.Nodes) == 0 {
+		ps.add("nodes", nil, "at least one node is required")
+	}
+	addrs := map[string]string{}
+	for _, name := range sortedKeys(c.Nodes) {
+		n := c.Nodes[name]
+		p := "nodes." + name
+		checkName(&ps, p, name)
+		if n.Addr == "" {
+			ps.add(p+".addr", nil, "required (host:port)")
+		} else if checkAddr(&ps, p+".addr", n.Addr) {
+			if other, dup := addrs[n.Addr]; dup {
+				ps.add(p+".addr", n.Addr, "same address as node "+other)
+			}
+			addrs[n.Addr] = name
+		}
+		if n.DB < 0 {
+			ps.add(p+".db", n.DB, "must be >= 0")
+		}
+		if n.Weight < 1 || n.Weight > MaxWeight {
+			ps.add(p+".weight", n.Weight, fmt.Sprintf("must be between 1 and %d", MaxWeight))
+		}
+	}
+
+	if len(c.Servers) == 0 {
+		ps.add("servers", nil, "at least one server key is required")
+	}
+	for _, sname := range sortedKeys(c.Servers) {
+		s := c.Servers[sname]
+		p := "servers." + sname
+		checkName(&ps, p, sname)
+		if s.OnNodeDown != OnNodeDownFail && s.OnNodeDown != OnNodeDownNext {
+			ps.add(p+".on_node_down", s.OnNodeDown, `must be "fail" or "next"`)
+		}
+		if len(s.Routes) == 0 {
+			ps.add(p+".routes", nil, "at least one route key is required")
+		}
+		for _, rname := range sortedKeys(s.Routes) {
+			rp := p + ".routes." + rname
+			checkName(&ps, rp, rname)
+			nodes := s.Routes[rname]
+			if len(nodes) == 0 {
+				ps.add(rp, nil, "empty route: list at least one node")
+			}
+			if len(nodes) > MaxRouteNodes {
+				ps.add(rp, len(nodes), fmt.Sprintf("at most %d nodes per route", MaxRouteNodes))
+			}
+			seen := map[string]bool{}
+			for i, n := range nodes {
+				ip := rp + "[" + strconv.Itoa(i) + "]"
+				if _, ok := c.Nodes[n]; !ok {
+					ps.add(ip, n, "unknown node")
+				}
+				if seen[n] {
+					ps.add(ip, n, "node listed twice in the route")
+				}
+				seen[n] = true
+			}
+		}
+	}
+
+	positive(&ps, "health.heartbeat", c.Health.Heartbeat)
+	positive(&ps, "health.timeout", c.Health.Timeout)
+	if len(c.Health.Backoff) == 0 {
+		ps.add("health.backoff", nil, "at least one delay is required")
+	}
+	for i, d := range c.Health.Backoff {
+		positive(&ps, "health.backoff["+strconv.Itoa(i)+"]", d)
+	}
+	if c.Breaker.Failures < 1 {
+		ps.add("breaker.failures", c.Breaker.Failures, "must be >= 1")
+	}
+	positive(&ps, "breaker.open_timeout", c.Breaker.OpenTimeout)
+
+	inv := c.Inventory
+	if inv.Server == "" {
+		ps.add("inventory.server", nil, "required")
+	}
+	positive(&ps, "inventory.reservation_ttl", inv.ReservationTTL)
+	positive(&ps, "inventory.max_reservation_ttl", inv.MaxReservationTTL)
+	if inv.MaxReservationTTL > 0 && inv.MaxReservationTTL < inv.ReservationTTL {
+		ps.add("inventory.max_reservation_ttl", inv.MaxReservationTTL,
+			"must be >= inventory.reservation_ttl ("+inv.ReservationTTL.String()+")")
+	}
+	positive(&ps, "inventory.reconcile_interval", inv.ReconcileInterval)
+	if inv.RedoQueues < 1 || inv.RedoQueues > 1024 {
+		ps.add("inventory.redo_queues", inv.RedoQueues, "must be between 1 and 1024")
+	}
+	return ps
+}
+
+// checkName requires names usable as node identities and in Redis keys.
+func checkName(ps *Problems, path, name string) {
+	if name == "" || len(name) > 64 {
+		ps.add(path, name, "name must be 1 to 64 characters")
+		return
+	}
+	for _, r := range name {
+		ok := r == '-' || r == '_' || r == '.' || (r >= '0' && r <= '9') ||
+			(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
+		if !ok {
+			ps.add(path, name, "name may hold only letters, digits, '-', '_' and '.'")
+			return
+		}
+	}
+}
+
+func checkAddr(ps *Problems, path, addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		ps.add(path, addr, "want host:port")
+		return false
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		ps.add(path, addr, "port must be 1-65535")
+		return false
+	}
+	return true
+}
+
+func positive(ps *Problems, path string, d time.Duration) {
+	if d <= 0 {
+		ps.add(path, d.String(), "must be a positive duration")
+	}
+}
+
+func reflectValue(c *Config) reflect.Value { return reflect.ValueOf(c).Elem() }

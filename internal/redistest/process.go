@@ -1,0 +1,223 @@
+package redistest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// process is one spawned redis-server. done is closed by the waiter
+// goroutine once the process has exited and been reaped; that goroutine
+// ends with it.
+type process struct {
+	pid     int
+	done    chan struct{}
+	waitErr error // valid after done is closed
+}
+
+// exited reports whether the process has exited.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// signal sends sig to the process's whole process group (pgid == pid
+// because of Setpgid), so children forked by redis are hit too.
+func (p *process) signal(sig syscall.Signal) {
+	_ = syscall.Kill(-p.pid, sig)
+}
+
+// startError describes a redis-server that exited or never answered.
+type startError struct {
+	addrInUse bool
+	msg       string
+}
+
+func (e *startError) Error() string { return e.msg }
+
+// isAddrInUse reports whether err says redis could not bind its port.
+func isAddrInUse(err error) bool {
+	var se *startError
+	return errors.As(err, &se) && se.addrInUse
+}
+
+func (s *Server) logPath() string    { return filepath.Join(s.dir, "redis.log") }
+func (s *Server) stderrPath() string { return filepath.Join(s.dir, "redis.stderr") }
+
+// args returns the redis-server command line for s.
+func (s *Server) args() []string {
+	a := []string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--dir", s.dir,
+		"--save", "",
+		"--daemonize", "no",
+		"--protected-mode", "no",
+		"--logfile", s.logPath(),
+	}
+	if s.opts.AOF {
+		a = append(a, "--appendonly", "yes", "--appendfsync", "always")
+	}
+	if s.opts.Password != "" {
+		a = append(a, "--requirepass", s.opts.Password)
+	}
+	return append(a, s.opts.Args...)
+}
+
+// spawn starts redis-server on s.port and waits until it answers PING.
+// On failure the process is killed and reaped and a *startError returned.
+func (s *Server) spawn() (*process, error) {
+	var logOffset int64
+	if fi, err := os.Stat(s.logPath()); err == nil {
+		logOffset = fi.Size()
+	}
+	// Output before the logfile is opened (e.g. config errors) goes here.
+	out, err := os.Create(s.stderrPath())
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", s.stderrPath(), err)
+	}
+	cmd := exec.Command(s.bin, s.args()...)
+	cmd.Dir = s.dir
+	cmd.Stdout = out // *os.File: passed directly, no copying goroutine
+	cmd.Stderr = out
+	cmd.SysProcAttr = sysProcAttr()
+	err = cmd.Start()
+	_ = out.Close()
+	if err != nil {
+		return nil, fmt.Errorf("exec %s: %w", s.bin, err)
+	}
+	p := &process{pid: cmd.Process.Pid, done: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.done)
+	}()
+
+	if err := s.waitReady(p); err != nil {
+		p.signal(syscall.SIGKILL)
+		<-p.done
+		return nil, s.describe(err, p, logOffset)
+	}
+	return p, nil
+}
+
+// waitReady polls until p answers PING on s.Addr(), p exits, or
+// startTimeout passes.
+func (s *Server) waitReady(p *process) error {
+	c := redis.NewClient(&redis.Options{
+		Addr:                     s.Addr(),
+		Password:                 s.opts.Password,
+		Protocol:                 2,
+		DialTimeout:              200 * time.Millisecond,
+		ReadTimeout:              500 * time.Millisecond,
+		WriteTimeout:             500 * time.Millisecond,
+		MaxRetries:               -1,
+		PoolSize:                 1,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+	defer c.Close()
+
+	deadline := time.NewTimer(startTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	lastErr := errors.New("no probe completed")
+	for {
+		select {
+		case <-p.done:
+			return fmt.Errorf("redis-server exited before answering PING: %v", p.waitErr)
+		case <-deadline.C:
+			return fmt.Errorf("redis-server did not answer PING within %v (last error: %v)", startTimeout, lastErr)
+		case <-tick.C:
+		}
+		if lastErr = s.probe(c, p.pid); lastErr == nil {
+			return nil
+		}
+	}
+}
+
+// probe checks once that the redis-server with the given pid answers on
+// s.Addr(). A LOADING reply or a different server on the port is an error.
+func (s *Server) probe(c *redis.Client, pid int) error {
+	conn, err := net.DialTimeout("tcp", s.Addr(), 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	_ = conn.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("PING: %w", err)
+	}
+	// Make sure the answer came from our process, not from another
+	// server that grabbed the port first.
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return fmt.Errorf("INFO: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			if v != strconv.Itoa(pid) {
+				return fmt.Errorf("port %d is served by another redis-server (pid %s, ours %d)", s.port, v, pid)
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// describe wraps err with the tail of this run's log and stderr output.
+func (s *Server) describe(err error, p *process, logOffset int64) error {
+	logTail := readTail(s.logPath(), logOffset)
+	errTail := strings.TrimSpace(readTail(s.stderrPath(), 0))
+	inUse := strings.Contains(logTail, "Address already in use") ||
+		strings.Contains(errTail, "Address already in use")
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (pid %d, addr %s, dir %s)", err, p.pid, s.Addr(), s.dir)
+	if errTail != "" {
+		fmt.Fprintf(&b, "\n--- stdout/stderr ---\n%s", errTail)
+	}
+	if logTail == "" {
+		logTail = "(empty)"
+	}
+	fmt.Fprintf(&b, "\n--- tail of %s ---\n%s", s.logPath(), logTail)
+	return &startError{addrInUse: inUse, msg: b.String()}
+}
+
+// readTail returns the last 20 lines of path starting at offset, or a
+// note why it could not be read.
+func readTail(path string, offset int64) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return ""
+		}
+		return fmt.Sprintf("(reading %s: %v)", path, err)
+	}
+	if offset > 0 && offset <= int64(len(data)) {
+		data = data[offset:]
+	}
+	data = bytes.TrimRight(data, "\n")
+	lines := bytes.Split(data, []byte("\n"))
+	if len(lines) > 20 {
+		lines = lines[len(lines)-20:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}

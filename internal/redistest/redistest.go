@@ -1,0 +1,265 @@
+// Package redistest spawns real redis-server processes on free loopback
+// ports for integration tests.
+//
+// Every server is started in its own process group, bound to 127.0.0.1, and
+// uses a t.TempDir() as its working directory. A t.Cleanup registered by Start
+// SIGKILLs the whole process group (also when the test failed or the server is
+// paused), so no redis-server outlives its test. On Linux the process is
+// also SIGKILLed by the kernel if the test binary dies without running its
+// cleanups (panic, -timeout, kill -9).
+//
+// Failures (redis-server missing, server not coming up) are reported with
+// t.Fatalf on the testing.TB passed to Start, so methods that can fail
+// (Restart) must be called from that test's goroutine or one of its subtests
+// that shares its lifetime.
+package redistest
+
+import (
+	"net"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// startTimeout bounds how long Start and Restart wait for PING.
+	startTimeout = 10 * time.Second
+	// stopTimeout is how long Stop waits after SIGTERM before SIGKILL.
+	stopTimeout = 5 * time.Second
+	// startAttempts is how many ports Start tries when a port is taken.
+	startAttempts = 5
+	// restartBusyTimeout is how long Restart retries a busy port.
+	restartBusyTimeout = 5 * time.Second
+)
+
+// notFoundMsg is the fatal message when redis-server is not installed.
+const notFoundMsg = "redis-server not found in PATH; run `make test`, which installs it"
+
+// Options configures Start. Zero value: no persistence, no password.
+type Options struct {
+	// AOF enables append-only persistence with appendfsync always, so data
+	// written before a Kill (kill -9) survives a Restart.
+	AOF bool
+	// Password, if non-empty, is set as requirepass; Client and the
+	// readiness probe authenticate with it.
+	Password string
+	// Args are extra redis-server arguments appended after the harness's
+	// own, e.g. {"--maxmemory", "1mb"}.
+	Args []string
+}
+
+// Server is one redis-server process started for a test. Its port and
+// directory are fixed for its lifetime; the process behind it can be
+// killed, stopped, paused and restarted. All methods are safe for
+// concurrent use.
+type Server struct {
+	t    testing.TB
+	bin  string
+	opts Options
+	port int
+	dir  string
+
+	mu     sync.Mutex
+	proc   *process // current process; nil before the first start
+	paused bool
+}
+
+// Start starts a redis-server configured by opts on a free loopback port
+// with a fresh t.TempDir() as its directory, and returns once it answers
+// PING. It fails the test with t.Fatalf if redis-server is not in PATH or
+// does not come up within 10s (the message includes the tail of its log).
+// If the chosen port turns out to be taken, Start retries with another
+// port, up to 5 times. A t.Cleanup stops the server (SIGKILL) when the test
+// ends.
+func Start(t testing.TB, opts Options) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal(notFoundMsg)
+	}
+	s := &Server{t: t, bin: bin, opts: opts, dir: t.TempDir()}
+	t.Cleanup(s.cleanup)
+
+	var lastErr error
+	for attempt := 0; attempt < startAttempts; attempt++ {
+		s.port = FreePort(t)
+		p, err := s.spawn()
+		if err == nil {
+			s.mu.Lock()
+			s.proc = p
+			s.mu.Unlock()
+			return s
+		}
+		lastErr = err
+		if !isAddrInUse(err) {
+			break
+		}
+	}
+	t.Fatalf("redistest: starting redis-server: %v", lastErr)
+	return nil
+}
+
+// StartN starts n independent servers with the same opts (see Start) and
+// returns them in start order. Each has its own port and directory.
+func StartN(t testing.TB, n int, opts Options) []*Server {
+	t.Helper()
+	servers := make([]*Server, n)
+	for i := range servers {
+		servers[i] = Start(t, opts)
+	}
+	return servers
+}
+
+// FreePort returns a loopback TCP port that was free at the time of the
+// call (it listens on 127.0.0.1:0 and closes the listener). Another process
+// may grab the port before the caller binds it. It fails the test if no
+// port can be obtained.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("redistest: finding a free port: %v", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		t.Fatalf("redistest: closing probe listener: %v", err)
+	}
+	return port
+}
+
+// Addr returns the server's address, "127.0.0.1:PORT". It never changes.
+func (s *Server) Addr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// Port returns the server's TCP port. It never changes, also across Restart.
+func (s *Server) Port() int { return s.port }
+
+// Dir returns the server's working and data directory (a t.TempDir()); the
+// log is Dir()/redis.log and AOF files live below it.
+func (s *Server) Dir() string { return s.dir }
+
+// Running reports whether the redis-server process is alive (a paused
+// process counts as running).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc != nil && !s.proc.exited()
+}
+
+// Kill sends SIGKILL to the server's process group and waits until the
+// process has exited, like kill -9 (without AOF all data is lost). It is idempotent
+// and a no-op if the server is not running.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.killLocked()
+}
+
+// Stop shuts the server down gracefully: SIGTERM (resuming it if paused),
+// then waits for it to exit, sending SIGKILL after 5s. It is idempotent and
+// a no-op if the server is not running.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil || s.proc.exited() {
+		return
+	}
+	s.proc.signal(syscall.SIGTERM)
+	if s.paused {
+		s.proc.signal(syscall.SIGCONT)
+		s.paused = false
+	}
+	select {
+	case <-s.proc.done:
+	case <-time.After(stopTimeout):
+		s.killLocked()
+	}
+}
+
+// Restart starts redis-server again on the same port and directory (so AOF
+// data is kept) and returns once it answers PING, authenticating if a
+// password is set. If the server is still running it is killed first. If
+// the port is briefly busy it retries for up to 5s. Failures are reported
+// with t.Fatalf on the TB given to Start.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.killLocked()
+
+	deadline := time.Now().Add(restartBusyTimeout)
+	for {
+		p, err := s.spawn()
+		if err == nil {
+			s.proc = p
+			return
+		}
+		if !isAddrInUse(err) || time.Now().After(deadline) {
+			s.t.Fatalf("redistest: restarting redis-server on %s: %v", s.Addr(), err)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Pause freezes the server's process group with SIGSTOP: connections stay
+// open but nothing is answered until Resume. It is a no-op if the server is
+// not running or already paused. Kill, Stop and cleanup handle paused servers.
+func (s *Server) Pause() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil || s.proc.exited() || s.paused {
+		return
+	}
+	s.proc.signal(syscall.SIGSTOP)
+	s.paused = true
+}
+
+// Resume continues a server frozen by Pause with SIGCONT. It is a no-op if
+// the server is not running or not paused.
+func (s *Server) Resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil || s.proc.exited() || !s.paused {
+		return
+	}
+	s.proc.signal(syscall.SIGCONT)
+	s.paused = false
+}
+
+// Client returns a go-redis client for the server (authenticating with
+// Options.Password), with go-redis default timeouts. The client is closed
+// by a t.Cleanup on the given t. It keeps working across Restart.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.opts.Password})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// killLocked SIGKILLs the current process group and waits for exit.
+// s.mu must be held.
+func (s *Server) killLocked() {
+	if s.proc == nil || s.proc.exited() {
+		s.paused = false
+		return
+	}
+	s.proc.signal(syscall.SIGKILL)
+	// SIGKILL terminates stopped processes too; SIGCONT is belt and braces.
+	s.proc.signal(syscall.SIGCONT)
+	<-s.proc.done
+	s.paused = false
+}
+
+// cleanup is registered with t.Cleanup and always kills the server.
+func (s *Server) cleanup() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.killLocked()
+}

@@ -1,0 +1,81 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+)
+
+var (
+	// ErrDown is wrapped by the [*Error] a command gets while its node is
+	// DOWN. The command never reached the network.
+	ErrDown = errors.New("node is down")
+	// ErrBreakerOpen is wrapped by the [*Error] a command gets while its
+	// node's breaker is open (or half-open with its trial in flight). The
+	// command never reached the network.
+	ErrBreakerOpen = errors.New("circuit breaker is open")
+	// ErrIdentity is wrapped by a probe error when the node's stamp names
+	// another node (ports swapped, wrong host) or cannot be read or written.
+	ErrIdentity = errors.New("node identity mismatch")
+	// ErrUnknownRoute is returned by [Node.SetRouteEnabled] for a route the
+	// node does not serve.
+	ErrUnknownRoute = errors.New("unknown route")
+)
+
+// errExcluded marks an outcome the breaker must not count either way.
+var errExcluded = errors.New("excluded")
+
+// errFailure marks an outcome the breaker counts as a failure.
+var errFailure = errors.New("failure")
+
+// Error is the error of a command the node refused, or of a failed probe.
+// It names the node; errors.Is matches the wrapped sentinel ([ErrDown],
+// [ErrBreakerOpen], [ErrIdentity]) or cause.
+type Error struct {
+	Node string // configured node name
+	Addr string // host:port
+	Err  error
+}
+
+// Error returns "node NAME (ADDR): cause".
+func (e *Error) Error() string { return "node " + e.Node + " (" + e.Addr + "): " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// IsFailure reports whether err, returned by a command run with ctx, says
+// the node itself failed: a network error, a timeout the caller did not
+// ask for, or a reply meaning the node cannot serve (LOADING, BUSY,
+// MASTERDOWN). These are not failures: nil, redis.Nil, errors the node
+// replied with on purpose (script errors, WRONGTYPE, NOSCRIPT, OOM …),
+// the caller's own cancellation or deadline, and a refusal by this package
+// ([ErrDown], [ErrBreakerOpen]).
+func IsFailure(ctx context.Context, err error) bool {
+	switch {
+	case err == nil, errors.Is(err, redis.Nil):
+		return false
+	case errors.Is(err, ErrDown), errors.Is(err, ErrBreakerOpen):
+		return false
+	case ctx.Err() != nil, errors.Is(err, context.Canceled):
+		return false
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		msg := rerr.Error()
+		return strings.HasPrefix(msg, "LOADING") || strings.HasPrefix(msg, "BUSY") ||
+			strings.HasPrefix(msg, "MASTERDOWN")
+	}
+	return true
+}
+
+// breakerErr maps a gobreaker refusal to ours.
+func (n *Node) refusal(cause error) *Error {
+	return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: cause}
+}
+
+func isBreakerRefusal(err error) bool {
+	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)
+}

@@ -1,0 +1,76 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// hook admits every command of the node's client through the state gate
+// and the breaker, and reports the outcome.
+type hook struct{ n *Node }
+
+func (h hook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return next(ctx, network, addr)
+	}
+}
+
+func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		done, err := h.n.admit()
+		if err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		err = next(ctx, cmd)
+		h.n.record(ctx, done, err)
+		return err
+	}
+}
+
+func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		done, err := h.n.admit()
+		if err != nil {
+			for _, cmd := range cmds {
+				cmd.SetErr(err)
+			}
+			return err
+		}
+		err = next(ctx, cmds)
+		h.n.record(ctx, done, err)
+		return err
+	}
+}
+
+// admit lets a command through, or refuses it at once.
+func (n *Node) admit() (func(error), error) {
+	if State(n.state.Load()) != StateUp {
+		return nil, n.refusal(fmt.Errorf("%w: %v", ErrDown, n.DownReason()))
+	}
+	done, err := n.cb.Load().Allow()
+	if err != nil {
+		if isBreakerRefusal(err) {
+			return nil, n.refusal(ErrBreakerOpen)
+		}
+		return nil, n.refusal(err)
+	}
+	return done, nil
+}
+
+// record reports a command's outcome to the breaker and, on a node
+// failure, to OnFailure.
+func (n *Node) record(ctx context.Context, done func(error), err error) {
+	switch {
+	case IsFailure(ctx, err):
+		done(errFailure)
+		n.opts.OnFailure()
+	case err != nil && ctx.Err() != nil:
+		done(errExcluded) // the caller gave up: says nothing about the node
+	default:
+		done(nil) // the node answered, maybe with an error reply
+	}
+}

@@ -1,0 +1,314 @@
+// Package node wraps one standalone Redis endpoint: its go-redis client, its
+// UP/DOWN state, its per-route enable flags, its identity stamp and a circuit
+// breaker that every command passes through.
+//
+// A Node holds no policy: it does not probe itself and does not pick itself.
+// The health scheduler flips its state with [Node.SetUp] and [Node.SetDown]
+// after [Node.Probe]; the router chooses among nodes with [Node.Usable] and
+// [Node.RouteEnabled]. Package node imports nothing of shardis.
+package node
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/sony/gobreaker/v2"
+)
+
+// State is a node's availability as last established by a probe.
+type State int32
+
+const (
+	// StateDown means the node must not be used: its last probe failed, or
+	// it has not been probed yet (the zero value).
+	StateDown State = iota
+	// StateUp means the node's last probe succeeded.
+	StateUp
+)
+
+// String returns "up" or "down".
+func (s State) String() string {
+	if s == StateUp {
+		return "up"
+	}
+	return "down"
+}
+
+// RouteKey names a second-level route of a first-level server key.
+type RouteKey struct {
+	Server string
+	Route  string
+}
+
+// String returns "server/route".
+func (k RouteKey) String() string { return k.Server + "/" + k.Route }
+
+// Options configures [New]. Name and Addr are required; every other zero
+// value means its default.
+type Options struct {
+	// Name is the node's configured name: its ring identity and the name
+	// written into its stamp.
+	Name string
+	// Addr is host:port.
+	Addr string
+	// Username and Password authenticate (ACL user, requirepass).
+	Username, Password string
+	// DB is the logical database.
+	DB int
+	// TLSConfig enables TLS to the node when non-nil.
+	TLSConfig *tls.Config
+	// Routes lists the (server, route) pairs the node serves. Each starts
+	// enabled; [Node.SetRouteEnabled] on any other pair is an error.
+	Routes []RouteKey
+	// DialTimeout bounds connecting to the node.
+	// default: 300ms
+	DialTimeout time.Duration
+	// CommandTimeout is the read and write timeout of commands. A caller's
+	// context deadline, when shorter, wins.
+	// default: 1s
+	CommandTimeout time.Duration
+	// ProbeTimeout bounds one [Node.Probe].
+	// default: 300ms
+	ProbeTimeout time.Duration
+	// PoolSize is the connection pool size.
+	// default: go-redis's default, 10 per GOMAXPROCS
+	PoolSize int
+	// BreakerFailures is the number of consecutive failed commands that
+	// opens the breaker.
+	// default: 5
+	BreakerFailures int
+	// BreakerOpenTimeout is how long the breaker stays open before it lets
+	// one half-open trial through.
+	// default: 1s
+	BreakerOpenTimeout time.Duration
+	// OnFailure, when set, is called after every command that failed with a
+	// node failure (see [IsFailure]). It runs on the caller's goroutine and
+	// must return quickly (the health scheduler's Trigger does).
+	OnFailure func()
+	// Logger receives identity and breaker events.
+	// default: slog.Default()
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 300 * time.Millisecond
+	}
+	if o.CommandTimeout <= 0 {
+		o.CommandTimeout = time.Second
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = 300 * time.Millisecond
+	}
+	if o.BreakerFailures <= 0 {
+		o.BreakerFailures = 5
+	}
+	if o.BreakerOpenTimeout <= 0 {
+		o.BreakerOpenTimeout = time.Second
+	}
+	if o.OnFailure == nil {
+		o.OnFailure = func() {}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+type breaker = gobreaker.TwoStepCircuitBreaker[struct{}]
+
+// Node is one Redis endpoint. All methods are safe for concurrent use.
+type Node struct {
+	opts   Options
+	log    *slog.Logger
+	client *redis.Client // guarded by the hook: every command is admitted first
+	probe  *redis.Client // one connection, no hook: probes bypass state and breaker
+
+	state     atomic.Int32              // a State
+	cb        atomic.Pointer[breaker]   // replaced by a closed one on DOWN→UP
+	openUntil atomic.Int64              // unix nanos the breaker opened until; 0 = closed
+	routes    map[RouteKey]*atomic.Bool // immutable map; flags are live
+	downErr   atomic.Pointer[error]     // why the node is DOWN; nil when UP
+	ident     identity                  // stamp bookkeeping, own lock
+	closeOnce sync.Once
+}
+
+// New returns a Node in [StateDown] (not yet probed). It does not connect:
+// go-redis dials lazily, and the first [Node.Probe] establishes state.
+func New(opts Options) (*Node, error) {
+	if opts.Name == "" || opts.Addr == "" {
+		return nil, errors.New("node: Name and Addr are required")
+	}
+	opts.setDefaults()
+	n := &Node{opts: opts, log: opts.Logger.With("node", opts.Name, "addr", opts.Addr)}
+	n.routes = make(map[RouteKey]*atomic.Bool, len(opts.Routes))
+	for _, rk := range opts.Routes {
+		f := new(atomic.Bool)
+		f.Store(true)
+		n.routes[rk] = f
+	}
+	base := redis.Options{
+		Addr:                     opts.Addr,
+		Username:                 opts.Username,
+		Password:                 opts.Password,
+		DB:                       opts.DB,
+		TLSConfig:                opts.TLSConfig,
+		Protocol:                 2,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		DialTimeout:              opts.DialTimeout,
+		DialerRetries:            1,
+		ReadTimeout:              opts.CommandTimeout,
+		WriteTimeout:             opts.CommandTimeout,
+		ContextTimeoutEnabled:    true,
+		MaxRetries:               -1, // never replay a command: scripts and INCR are not idempotent
+		PoolSize:                 opts.PoolSize,
+		PoolTimeout:              opts.CommandTimeout,
+	}
+	n.client = redis.NewClient(&base)
+	n.client.AddHook(hook{n})
+
+	probe := base
+	probe.PoolSize = 1
+	probe.MaxIdleConns = 1
+	probe.DialTimeout = opts.ProbeTimeout
+	probe.ReadTimeout = opts.ProbeTimeout
+	probe.WriteTimeout = opts.ProbeTimeout
+	probe.PoolTimeout = opts.ProbeTimeout
+	n.probe = redis.NewClient(&probe)
+
+	n.cb.Store(n.newBreaker())
+	n.setDownErr(errors.New("not probed yet"))
+	return n, nil
+}
+
+// Name returns the configured name.
+func (n *Node) Name() string { return n.opts.Name }
+
+// Addr returns host:port.
+func (n *Node) Addr() string { return n.opts.Addr }
+
+// Client returns the node's go-redis client. Every command, pipeline and
+// script run on it is admitted by the node first: while the node is DOWN or
+// its breaker is open it fails at once with an [*Error]. Commands are never
+// retried by the client (a network error may or may not have applied a
+// write; the caller decides). Do not Close it: [Node.Close] does.
+func (n *Node) Client() *redis.Client { return n.client }
+
+// State returns the node's current state.
+func (n *Node) State() State { return State(n.state.Load()) }
+
+// DownReason returns why the node is DOWN, or nil when it is UP.
+func (n *Node) DownReason() error {
+	if p := n.downErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Usable reports whether a command would be admitted now: the node is UP
+// and its breaker is closed, half-open, or open past its timeout (so the
+// half-open trial can happen). It is cheap and lock-free.
+func (n *Node) Usable() bool {
+	if State(n.state.Load()) != StateUp {
+		return false
+	}
+	until := n.openUntil.Load()
+	return until == 0 || time.Now().UnixNano() >= until
+}
+
+// RouteEnabled reports whether the node takes new traffic for the route.
+// A route the node does not serve reports false.
+func (n *Node) RouteEnabled(rk RouteKey) bool {
+	f, ok := n.routes[rk]
+	return ok && f.Load()
+}
+
+// SetRouteEnabled enables or drains one route on this node, live, without
+// touching its other routes. It returns [ErrUnknownRoute] for a route the
+// node does not serve.
+func (n *Node) SetRouteEnabled(rk RouteKey, enabled bool) error {
+	f, ok := n.routes[rk]
+	if !ok {
+		return fmt.Errorf("%w: node %s does not serve %s", ErrUnknownRoute, n.opts.Name, rk)
+	}
+	if f.Swap(enabled) != enabled {
+		n.log.Info("route flag changed", "route", rk.String(), "enabled", enabled)
+	}
+	return nil
+}
+
+// Routes returns the routes the node serves and whether each is enabled,
+// in no particular order.
+func (n *Node) Routes() map[RouteKey]bool {
+	out := make(map[RouteKey]bool, len(n.routes))
+	for rk, f := range n.routes {
+		out[rk] = f.Load()
+	}
+	return out
+}
+
+// SetUp marks the node UP and reports whether that changed its state. On a
+// DOWN→UP change the breaker is replaced by a closed one: the probe just
+// proved the node answers.
+func (n *Node) SetUp() bool {
+	if State(n.state.Swap(int32(StateUp))) == StateUp {
+		return false
+	}
+	n.cb.Store(n.newBreaker())
+	n.openUntil.Store(0)
+	n.downErr.Store(nil)
+	return true
+}
+
+// SetDown marks the node DOWN for reason and reports whether that changed
+// its state. Commands fail at once from now on.
+func (n *Node) SetDown(reason error) bool {
+	n.setDownErr(reason)
+	return State(n.state.Swap(int32(StateDown))) != StateDown
+}
+
+func (n *Node) setDownErr(reason error) {
+	if reason == nil {
+		reason = errors.New("marked down")
+	}
+	n.downErr.Store(&reason)
+}
+
+// BreakerState returns "closed", "half-open" or "open".
+func (n *Node) BreakerState() string { return n.cb.Load().State().String() }
+
+// Close closes both clients. Commands after Close fail with redis.ErrClosed.
+// It is idempotent.
+func (n *Node) Close() error {
+	var err error
+	n.closeOnce.Do(func() {
+		err = errors.Join(n.client.Close(), n.probe.Close())
+	})
+	return err
+}
+
+func (n *Node) newBreaker() *breaker {
+	failures := uint32(n.opts.BreakerFailures)
+	return gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        n.opts.Name,
+		Timeout:     n.opts.BreakerOpenTimeout,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
+		IsExcluded:  func(err error) bool { return errors.Is(err, errExcluded) },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			switch to {
+			case gobreaker.StateOpen:
+				n.openUntil.Store(time.Now().Add(n.opts.BreakerOpenTimeout).UnixNano())
+			case gobreaker.StateClosed:
+				n.openUntil.Store(0)
+			}
+			n.log.Warn("breaker state changed", "from", from.String(), "to", to.String())
+		},
+	})
+}

@@ -1,0 +1,280 @@
+// Package router routes keys to standalone Redis nodes.
+//
+// A configuration maps first-level server keys (order, product, inventory …)
+// and their second-level route keys (clothes, electronics …) onto sets of
+// nodes. Each (server, route) pair is a [Set] with its own consistent-hash
+// [Ring]; a key goes to the first node of its ring walk that is UP and
+// enabled for the route. What happens when that home node is down is the
+// server's policy: "fail" returns an error wrapping [ErrUnavailable] (keys
+// never move silently), "next" falls through to the next candidate.
+//
+// The [Router] owns policy; [node] wraps one endpoint and [health] probes
+// them. Create one Router per process with [New], share it, and [Router.Close]
+// it on shutdown.
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/health"
+	"github.com/shardis/shardis/node"
+)
+
+var (
+	// ErrUnavailable is wrapped by the error of a key that no usable node
+	// can serve: its home node is DOWN or its breaker is open (policy
+	// "fail"), or every node of the set is (policy "next").
+	ErrUnavailable = errors.New("no node available")
+	// ErrUnknownRoute is wrapped by the error for a (server, route) pair the
+	// configuration does not define.
+	ErrUnknownRoute = errors.New("unknown server or route")
+	// ErrUnknownNode is wrapped by the error for a node name the
+	// configuration does not define.
+	ErrUnknownNode = errors.New("unknown node")
+)
+
+// Options configures [New]. The zero value works.
+type Options struct {
+	// Logger receives node state changes, breaker changes and identity
+	// problems.
+	// default: slog.Default()
+	Logger *slog.Logger
+	// OnStateChange, when set, is called with every node state change after
+	// it is logged, outside any lock, in order per node. It must not block
+	// for long.
+	OnStateChange func(health.Event)
+	// Clock drives the health scheduler.
+	// default: the real clock
+	Clock health.Clock
+}
+
+// Router routes keys of configured (server, route) sets to nodes. It is
+// safe for concurrent use; its sets and nodes are fixed at [New].
+type Router struct {
+	cfg   *config.Config
+	log   *slog.Logger
+	opts  Options
+	nodes map[string]*node.Node // immutable after New
+	names []string              // sorted node names
+	sets  map[node.RouteKey]*Set
+	sched *health.Scheduler
+}
+
+// New builds a router from a validated configuration, connects to every
+// node and waits until each has been probed once or ctx is done, whichever
+// comes first (a node not probed by then stays DOWN until its first probe
+// answers). Unreachable nodes are not an error: they are DOWN and probed
+// on the backoff list. New fails only on an invalid configuration.
+func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error) {
+	if cfg == nil {
+		return nil, errors.New("router: nil config")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	r := &Router{
+		cfg: cfg, log: opts.Logger, opts: opts,
+		nodes: make(map[string]*node.Node, len(cfg.Nodes)),
+		sets:  map[node.RouteKey]*Set{},
+	}
+
+	routesOf := map[string][]node.RouteKey{}
+	for sname, srv := range cfg.Servers {
+		for rname, members := range srv.Routes {
+			for _, m := range members {
+				routesOf[m] = append(routesOf[m], node.RouteKey{Server: sname, Route: rname})
+			}
+		}
+	}
+	// The scheduler is created after the nodes; OnFailure reaches it
+	// through this holder, set before any command can run.
+	var sched *health.Scheduler
+	for name, nc := range cfg.Nodes {
+		name := name
+		n, err := node.New(node.Options{
+			Name: name, Addr: nc.Addr, Username: nc.Username, Password: nc.Password, DB: nc.DB,
+			Routes:             routesOf[name],
+			DialTimeout:        cfg.Health.Timeout,
+			ProbeTimeout:       cfg.Health.Timeout,
+			BreakerFailures:    cfg.Breaker.Failures,
+			BreakerOpenTimeout: cfg.Breaker.OpenTimeout,
+			OnFailure:          func() { sched.Trigger(name) },
+			Logger:             opts.Logger,
+		})
+		if err != nil {
+			r.closeNodes()
+			return nil, fmt.Errorf("router: node %s: %w", name, err)
+		}
+		r.nodes[name] = n
+		r.names = append(r.names, name)
+	}
+	sort.Strings(r.names)
+
+	for sname, srv := range cfg.Servers {
+		for rname, members := range srv.Routes {
+			set, err := newSet(node.RouteKey{Server: sname, Route: rname}, srv.OnNodeDown, members, cfg, r.nodes)
+			if err != nil {
+				r.closeNodes()
+				return nil, err
+			}
+			r.sets[set.key] = set
+		}
+	}
+
+	targets := make([]health.Target, 0, len(r.names))
+	for _, name := range r.names {
+		targets = append(targets, r.nodes[name])
+	}
+	sched = health.New(targets, health.Settings{
+		Heartbeat: cfg.Health.Heartbeat,
+		Backoff:   cfg.Health.Backoff,
+		OnChange:  r.onChange,
+		Clock:     opts.Clock,
+	})
+	r.sched = sched
+	select {
+	case <-sched.Ready():
+	case <-ctx.Done():
+	}
+	return r, nil
+}
+
+func (r *Router) onChange(ev health.Event) {
+	if ev.Up {
+		r.log.Info("node up", "node", ev.Target)
+	} else {
+		r.log.Warn("node down", "node", ev.Target, "err", ev.Err, "failed_probes", ev.FailedProbes)
+	}
+	if r.opts.OnStateChange != nil {
+		r.opts.OnStateChange(ev)
+	}
+}
+
+// Config returns the configuration the router was built from. Do not
+// modify it.
+func (r *Router) Config() *config.Config { return r.cfg }
+
+// Set returns the node set of a (server, route) pair, or an error wrapping
+// [ErrUnknownRoute]. Holding the *Set saves a map lookup per key.
+func (r *Router) Set(server, route string) (*Set, error) {
+	s := r.sets[node.RouteKey{Server: server, Route: route}]
+	if s == nil {
+		return nil, r.unknownRoute(server, route)
+	}
+	return s, nil
+}
+
+func (r *Router) unknownRoute(server, route string) error {
+	if _, ok := r.cfg.Servers[server]; !ok {
+		return fmt.Errorf("%w: server %q is not configured", ErrUnknownRoute, server)
+	}
+	return fmt.Errorf("%w: server %q has no route %q", ErrUnknownRoute, server, route)
+}
+
+// Pick returns the node a key of (server, route) goes to now; see [Set.Pick].
+func (r *Router) Pick(server, route, key string) (*node.Node, error) {
+	s, err := r.Set(server, route)
+	if err != nil {
+		return nil, err
+	}
+	return s.Pick(key)
+}
+
+// Client returns the go-redis client of the node a key of (server, route)
+// goes to now, to run any command, pipeline or script on. Commands on it
+// are not retried and fail at once while that node is DOWN or its breaker
+// is open. Do not Close it.
+func (r *Router) Client(server, route, key string) (*redis.Client, error) {
+	n, err := r.Pick(server, route, key)
+	if err != nil {
+		return nil, err
+	}
+	return n.Client(), nil
+}
+
+// Node returns a node by name, or an error wrapping [ErrUnknownNode].
+func (r *Router) Node(name string) (*node.Node, error) {
+	n := r.nodes[name]
+	if n == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownNode, name)
+	}
+	return n, nil
+}
+
+// Nodes returns every node, sorted by name. The slice is a copy.
+func (r *Router) Nodes() []*node.Node {
+	out := make([]*node.Node, len(r.names))
+	for i, name := range r.names {
+		out[i] = r.nodes[name]
+	}
+	return out
+}
+
+// SetRouteEnabled drains (enabled=false) or re-enables one route on one
+// node, live: new keys of that route skip the node, other routes are
+// untouched. Keys whose home was the drained node move to their next
+// candidate whatever the server's on_node_down policy, because draining
+// is a decision, not a failure.
+func (r *Router) SetRouteEnabled(nodeName, server, route string, enabled bool) error {
+	n, err := r.Node(nodeName)
+	if err != nil {
+		return err
+	}
+	if _, ok := r.sets[node.RouteKey{Server: server, Route: route}]; !ok {
+		return r.unknownRoute(server, route)
+	}
+	return n.SetRouteEnabled(node.RouteKey{Server: server, Route: route}, enabled)
+}
+
+// NodeStatus is a snapshot of one node for status displays.
+type NodeStatus struct {
+	Name         string
+	Addr         string
+	State        node.State
+	DownReason   error // nil when UP
+	Breaker      string
+	FailedProbes int
+	Incarnation  string
+	Routes       map[node.RouteKey]bool // route → enabled
+}
+
+// Status returns a snapshot of every node, sorted by name.
+func (r *Router) Status() []NodeStatus {
+	out := make([]NodeStatus, 0, len(r.names))
+	for _, name := range r.names {
+		n := r.nodes[name]
+		failed, _, _ := r.sched.Status(name)
+		out = append(out, NodeStatus{
+			Name: name, Addr: n.Addr(), State: n.State(), DownReason: n.DownReason(),
+			Breaker: n.BreakerState(), FailedProbes: failed, Incarnation: n.Incarnation(),
+			Routes: n.Routes(),
+		})
+	}
+	return out
+}
+
+// Close stops the health scheduler and closes every node's clients. It
+// waits for in-flight probes; commands still running on node clients fail
+// with redis.ErrClosed. Close leaks no goroutine and is idempotent.
+func (r *Router) Close() error {
+	r.sched.Close()
+	return r.closeNodes()
+}
+
+func (r *Router) closeNodes() error {
+	var errs []error
+	for _, n := range r.nodes {
+		errs = append(errs, n.Close())
+	}
+	return errors.Join(errs...)
+}

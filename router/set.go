@@ -1,0 +1,95 @@
+package router
+
+import (
+	"fmt"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/node"
+)
+
+// Set is the node set of one (server, route) pair: a consistent-hash ring
+// over its nodes and the server's node-down policy. It is immutable and
+// safe for concurrent use; node state and route flags are read live.
+type Set struct {
+	key      node.RouteKey
+	failFast bool
+	ring     *Ring
+	nodes    []*node.Node // indexed like the ring's members
+}
+
+func newSet(key node.RouteKey, policy string, members []string, cfg *config.Config, nodes map[string]*node.Node) (*Set, error) {
+	ms := make([]Member, len(members))
+	ns := make([]*node.Node, len(members))
+	for i, name := range members {
+		ms[i] = Member{Name: name, Weight: cfg.Nodes[name].Weight}
+		ns[i] = nodes[name]
+	}
+	ring, err := NewRing(ms)
+	if err != nil {
+		return nil, fmt.Errorf("router: %s: %w", key, err)
+	}
+	return &Set{key: key, failFast: policy != config.OnNodeDownNext, ring: ring, nodes: ns}, nil
+}
+
+// Key returns the set's (server, route) pair.
+func (s *Set) Key() node.RouteKey { return s.key }
+
+// Nodes returns the set's nodes in configuration order. Do not modify the
+// slice.
+func (s *Set) Nodes() []*node.Node { return s.nodes }
+
+// Ring returns the set's ring.
+func (s *Set) Ring() *Ring { return s.ring }
+
+// Pick returns the node a key goes to now: the first node of the key's ring
+// walk that is enabled for the route (drained nodes are skipped) and
+// usable (UP, breaker not open). With policy "fail" only the first enabled
+// node is considered: if it is not usable the error wraps [ErrUnavailable]
+// and the node's own error ([node.ErrDown] or [node.ErrBreakerOpen]). With
+// "next" the walk goes on. Pick does not allocate unless it fails.
+func (s *Set) Pick(key string) (*node.Node, error) {
+	w := s.ring.Walk(key)
+	var home *node.Node
+	for i, ok := w.Next(); ok; i, ok = w.Next() {
+		n := s.nodes[i]
+		if !n.RouteEnabled(s.key) {
+			continue
+		}
+		if n.Usable() {
+			return n, nil
+		}
+		if home == nil {
+			home = n
+		}
+		if s.failFast {
+			break
+		}
+	}
+	return nil, s.unavailable(key, home)
+}
+
+func (s *Set) unavailable(key string, home *node.Node) error {
+	if home == nil {
+		return fmt.Errorf("%w: %s key %q: every node has the route drained", ErrUnavailable, s.key, key)
+	}
+	reason := node.ErrDown
+	if home.State() == node.StateUp {
+		reason = node.ErrBreakerOpen
+	}
+	if s.failFast {
+		return fmt.Errorf("%w: %s key %q: home node %s: %w (policy fail)", ErrUnavailable, s.key, key, home.Name(), reason)
+	}
+	return fmt.Errorf("%w: %s key %q: no usable node, first was %s: %w", ErrUnavailable, s.key, key, home.Name(), reason)
+}
+
+// Candidates returns every node of the set in the key's preference order
+// (the ring walk), whatever their state. It is the failover order, and the
+// order in which the inventory takes stock from nodes.
+func (s *Set) Candidates(key string) []*node.Node {
+	idx := s.ring.Candidates(key)
+	out := make([]*node.Node, len(idx))
+	for i, j := range idx {
+		out[i] = s.nodes[j]
+	}
+	return out
+}
