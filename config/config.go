@@ -122,6 +122,12 @@ type Inventory struct {
 	// RedoQueues is the number of redo-log queues (sorted sets) per node.
 	// default: 50
 	RedoQueues int `koanf:"redo_queues"`
+	// Retention is how long settled orders, settled parts and tombstones
+	// are kept (the idempotency and anti-hanging window), and how old a
+	// settled redo-log entry may grow before it is trimmed without a
+	// consumer's acknowledgement. Must exceed max_reservation_ttl.
+	// default: 168h
+	Retention time.Duration `koanf:"retention"`
 }
 
 // Default returns a Config holding every default and no nodes or servers.
@@ -142,6 +148,7 @@ func Default() Config {
 			MaxReservationTTL: time.Hour,
 			ReconcileInterval: time.Second,
 			RedoQueues:        50,
+			Retention:         7 * 24 * time.Hour,
 		},
 	}
 }

@@ -113,6 +113,12 @@ func (c *Config) problems() Problems {
 			"must be >= inventory.reservation_ttl ("+inv.ReservationTTL.String()+")")
 	}
 	positive(&ps, "inventory.reconcile_interval", inv.ReconcileInterval)
+	if inv.Retention > 0 && inv.Retention <= inv.MaxReservationTTL {
+		ps.add("inventory.retention", inv.Retention.String(),
+			"must exceed inventory.max_reservation_ttl ("+inv.MaxReservationTTL.String()+")")
+	} else {
+		positive(&ps, "inventory.retention", inv.Retention)
+	}
 	if inv.RedoQueues < 1 || inv.RedoQueues > 1024 {
 		ps.add("inventory.redo_queues", inv.RedoQueues, "must be between 1 and 1024")
 	}

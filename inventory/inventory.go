@@ -1,0 +1,254 @@
+// Package inventory reserves stock across standalone Redis nodes.
+//
+// A SKU belongs to a route of the inventory server key; its stock is split
+// over the route's nodes so a hot SKU spreads over several Redis processes.
+// Each node keeps three counters per SKU (available, reserved, confirmed),
+// changed only by Lua scripts that also keep the state of every part (one
+// deduction on one node) in the same atomic step: the part record is the
+// TCC fence. Every reserve appends the part to a redo log (a sorted set per
+// queue with gap-free offsets) that a database sync consumer can replay.
+//
+// An order's outcome is decided by its order record on the order's home
+// node (consistent hashing over all nodes of the inventory server): begin,
+// commit, confirm, cancel and expiry are compare-and-set steps on that one
+// key, and parts follow the decision. Parts that cannot be settled at once
+// (their node is down) go to a [Deferrer]; every pending part carries a
+// deadline, so the reconciler in package rollback settles whatever is left
+// by the decision recorded for its order. Nothing is lost when a process
+// dies at any point: the worst case is stock held until the reservation
+// deadline.
+package inventory
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
+)
+
+// Limits on requests. Larger inputs are refused with [ErrInvalid].
+const (
+	// MaxIDLen is the longest order, SKU, route or user id, in bytes.
+	MaxIDLen = 128
+	// MaxItems is the most items one order may hold.
+	MaxItems = 100
+	// MaxQuantity is the largest quantity of one item or one LoadStock.
+	MaxQuantity = 1_000_000_000
+)
+
+var (
+	// ErrInvalid is wrapped by errors for malformed requests; the message
+	// names the field.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrInsufficientStock is wrapped when an item cannot be met; the
+	// message names the SKU.
+	ErrInsufficientStock = errors.New("insufficient stock")
+	// ErrLimitExceeded is wrapped when an order would take a user past the
+	// SKU's per-user limit.
+	ErrLimitExceeded = errors.New("per-user limit exceeded")
+	// ErrUnavailable is router.ErrUnavailable: no node could serve (a node
+	// needed is down, answered with an error, or timed out).
+	ErrUnavailable = router.ErrUnavailable
+	// ErrNotFound is wrapped by Confirm of an order never reserved.
+	ErrNotFound = errors.New("order not found")
+	// ErrCancelled is wrapped when an order id was cancelled (or tombstoned
+	// by a cancel that came before any reserve): it cannot be reserved or
+	// confirmed.
+	ErrCancelled = errors.New("order cancelled")
+	// ErrExpired is wrapped by Confirm of an order whose reservation ran
+	// past its deadline (its stock was or will be returned).
+	ErrExpired = errors.New("reservation expired")
+	// ErrConfirmed is wrapped by Cancel of a confirmed order.
+	ErrConfirmed = errors.New("order already confirmed")
+	// ErrOrderMismatch is wrapped by Reserve of an order id already used
+	// with other items or another user.
+	ErrOrderMismatch = errors.New("order id reused with different items")
+	// ErrInProgress is wrapped by Confirm of an order whose Reserve is
+	// still running. Retry later.
+	ErrInProgress = errors.New("reservation in progress")
+	// ErrCorrupt is wrapped when a node holds a value the scripts cannot
+	// read (a counter that is not an integer): nothing was changed.
+	ErrCorrupt = errors.New("corrupt value on node")
+)
+
+// Options configures [New]. The zero value works.
+type Options struct {
+	// Deferrer receives settle work for parts whose node could not be
+	// reached. Package rollback's Queue is the usual one.
+	// default: none (the reconciler still settles such parts after their
+	// deadline)
+	Deferrer Deferrer
+	// AttemptLease is how long a Reserve attempt owns its order before
+	// another attempt may take the order over.
+	// default: 10s
+	AttemptLease time.Duration
+	// Logger receives rollback and corruption reports.
+	// default: slog.Default()
+	Logger *slog.Logger
+}
+
+// Deferrer takes settle work that could not be done now. Enqueue must not
+// block for long; it is called from request paths.
+type Deferrer interface {
+	Enqueue(Settle)
+}
+
+// Settle is deferred work: settle these parts of one order on one node.
+type Settle struct {
+	Node    string
+	Action  Action
+	OrderID string
+	PartIDs []string
+}
+
+// Action is what a settle does to pending parts.
+type Action string
+
+const (
+	// Confirm moves pending parts to confirmed.
+	Confirm Action = "confirm"
+	// Cancel moves pending parts to cancelled and returns their stock.
+	Cancel Action = "cancel"
+)
+
+// Inventory is the inventory service over a router. It is safe for
+// concurrent use and holds no state of its own beyond configuration: every
+// instance over the same nodes sees the same orders.
+type Inventory struct {
+	r       *router.Router
+	cfg     config.Inventory
+	opts    Options
+	log     *slog.Logger
+	homes   *router.Ring // order home ring over all inventory nodes
+	members []*node.Node // indexed like homes
+	routes  map[string]*router.Set
+}
+
+// New builds the inventory over r, using r.Config().Inventory. The
+// inventory server key must be configured.
+func New(r *router.Router, opts Options) (*Inventory, error) {
+	cfg := r.Config()
+	srv, ok := cfg.Servers[cfg.Inventory.Server]
+	if !ok {
+		return nil, fmt.Errorf("inventory: server key %q (inventory.server) is not configured under servers", cfg.Inventory.Server)
+	}
+	if opts.AttemptLease <= 0 {
+		opts.AttemptLease = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	inv := &Inventory{r: r, cfg: cfg.Inventory, opts: opts, log: opts.Logger, routes: map[string]*router.Set{}}
+	seen := map[string]bool{}
+	var names []string
+	for route, members := range srv.Routes {
+		set, err := r.Set(cfg.Inventory.Server, route)
+		if err != nil {
+			return nil, err
+		}
+		inv.routes[route] = set
+		for _, m := range members {
+			if !seen[m] {
+				seen[m] = true
+				names = append(names, m)
+			}
+		}
+	}
+	sort.Strings(names)
+	ms := make([]router.Member, len(names))
+	for i, name := range names {
+		ms[i] = router.Member{Name: name, Weight: cfg.Nodes[name].Weight}
+		n, err := r.Node(name)
+		if err != nil {
+			return nil, err
+		}
+		inv.members = append(inv.members, n)
+	}
+	ring, err := router.NewRing(ms)
+	if err != nil {
+		return nil, err
+	}
+	inv.homes = ring
+	return inv, nil
+}
+
+// Nodes returns every node of the inventory server, sorted by name.
+func (inv *Inventory) Nodes() []*node.Node { return append([]*node.Node(nil), inv.members...) }
+
+// orderHome returns the node holding an order's record. It never fails
+// over: an order's decision lives on one node.
+func (inv *Inventory) orderHome(orderID string) (*node.Node, error) {
+	n := inv.members[inv.homes.Home("order:"+orderID)]
+	if !n.Usable() {
+		return nil, fmt.Errorf("%w: order %q: its home node %s is unavailable: %v", ErrUnavailable, orderID, n.Name(), n.DownReason())
+	}
+	return n, nil
+}
+
+func (inv *Inventory) set(route string) (*router.Set, error) {
+	s := inv.routes[route]
+	if s == nil {
+		return nil, fmt.Errorf("%w: route_key %q is not a route of server %q", ErrInvalid, route, inv.cfg.Server)
+	}
+	return s, nil
+}
+
+func (inv *Inventory) defer_(s Settle) {
+	if inv.opts.Deferrer != nil && len(s.PartIDs) > 0 {
+		inv.opts.Deferrer.Enqueue(s)
+	}
+}
+
+func checkID(field, v string) error {
+	if v == "" {
+		return fmt.Errorf("%w: %s is empty", ErrInvalid, field)
+	}
+	if len(v) > MaxIDLen {
+		return fmt.Errorf("%w: %s is %d bytes, at most %d", ErrInvalid, field, len(v), MaxIDLen)
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] == 0x7f {
+			return fmt.Errorf("%w: %s holds a control byte at %d", ErrInvalid, field, i)
+		}
+	}
+	return nil
+}
+
+func checkQty(field string, q int64) error {
+	if q <= 0 || q > MaxQuantity {
+		return fmt.Errorf("%w: %s is %d, want 1..%d", ErrInvalid, field, q, MaxQuantity)
+	}
+	return nil
+}
+
+// nodeErr classifies an error of a script run on n: identity and corrupt
+// values are reported as such, anything else means the node could not
+// serve.
+func nodeErr(n *node.Node, err error) error {
+	msg := err.Error()
+	switch {
+	case contains(msg, "SHARDIS_CORRUPT"):
+		return fmt.Errorf("%w: node %s: %v", ErrCorrupt, n.Name(), err)
+	case contains(msg, "SHARDIS_IDENTITY"):
+		return fmt.Errorf("%w: node %s: %w: %v", ErrUnavailable, n.Name(), node.ErrIdentity, err)
+	}
+	return fmt.Errorf("%w: node %s: %w", ErrUnavailable, n.Name(), err)
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+func seconds(d time.Duration) int64 { return int64(d / time.Second) }

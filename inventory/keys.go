@@ -1,0 +1,51 @@
+package inventory
+
+import (
+	"strconv"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/shardis/shardis/node"
+)
+
+// Key layout on every node. Route and SKU are part of stock keys so two
+// routes may use the same SKU ids. All keys of one node live on that node:
+// scripts span SKUs, so Redis Cluster hash tags would not help here.
+const (
+	keyPending    = "inv:pending"      // zset: part id → deadline (ms)
+	keyRedoOffset = "inv:redo:offsets" // hash: redo queue key → last offset
+	keyRedoAcked  = "inv:redo:acked"   // hash: redo queue key → acknowledged offset
+)
+
+var stampKey = node.StampKey
+
+func stockKey(route, sku string) string { return "inv:stock:" + route + ":" + sku }
+
+func quotaKey(route, sku, user string) string {
+	return "inv:quota:" + route + ":" + sku + ":" + user
+}
+
+func partKey(partID string) string { return "inv:part:" + partID }
+
+func orderKey(orderID string) string { return "inv:order:" + orderID }
+
+// RedoLogKey returns the key of redo-log queue q (0-based) on every node.
+func RedoLogKey(q int) string { return "inv:redo:" + strconv.Itoa(q) }
+
+// redoQueue returns the queue of a SKU: xxhash(route:sku) mod queues.
+func (inv *Inventory) redoQueue(route, sku string) string {
+	h := xxhash.Sum64String(route + ":" + sku)
+	return RedoLogKey(int(h % uint64(inv.cfg.RedoQueues)))
+}
+
+// stockPartID names the part of item i of one attempt. It is the same on
+// every node the item is split over; (node, part id) is unique.
+func stockPartID(orderID, token string, item int) string {
+	return orderID + "|" + token + "|" + strconv.Itoa(item)
+}
+
+// quotaPartID names the per-user quota part of one (route, sku) of one
+// attempt.
+func quotaPartID(orderID, token, route, sku string) string {
+	return orderID + "|" + token + "|q|" + route + "|" + sku
+}

@@ -1,0 +1,213 @@
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shardis/shardis/node"
+)
+
+// OrderStatus is an order's state as Confirm and Cancel report it.
+type OrderStatus int
+
+const (
+	// StatusUnspecified is the zero value: no status.
+	StatusUnspecified OrderStatus = iota
+	// StatusReserved means stock is held, awaiting Confirm or Cancel.
+	StatusReserved
+	// StatusConfirmed means the stock is sold.
+	StatusConfirmed
+	// StatusCancelled means the stock was (or is being) returned.
+	StatusCancelled
+)
+
+// String returns "reserved", "confirmed", "cancelled" or "unspecified".
+func (s OrderStatus) String() string {
+	switch s {
+	case StatusReserved:
+		return "reserved"
+	case StatusConfirmed:
+		return "confirmed"
+	case StatusCancelled:
+		return "cancelled"
+	}
+	return "unspecified"
+}
+
+// Outcome is the result of Confirm or Cancel.
+type Outcome struct {
+	OrderID string
+	Status  OrderStatus
+	// PendingParts counts parts whose node could not be reached: they are
+	// settled when it comes back (deferred queue, then the reconciler).
+	PendingParts int
+	// Reason is "tombstone" for a Cancel of an order never reserved, and
+	// "expired" for an order that ran past its deadline.
+	Reason string
+}
+
+// orderRecord is the order script's reply.
+type orderRecord struct {
+	status   string
+	token    string
+	deadline time.Time
+	parts    []part
+	reason   string
+	wait     time.Duration
+}
+
+// orderOp runs one step of the order state machine on the home node.
+func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID, op, token string, args ...any) (orderRecord, error) {
+	argv := append([]any{home.Name(), op, token}, args...)
+	raw, err := orderScript.Run(ctx, home.Client(), []string{stampKey, orderKey(orderID)}, argv...).Slice()
+	if err != nil {
+		return orderRecord{}, nodeErr(home, err)
+	}
+	if len(raw) != 6 {
+		return orderRecord{}, fmt.Errorf("%w: order script returned %v", ErrUnavailable, raw)
+	}
+	var rec orderRecord
+	rec.status, _ = raw[0].(string)
+	rec.token, _ = raw[1].(string)
+	dl, _ := raw[2].(int64)
+	rec.deadline = time.UnixMilli(dl)
+	blob, _ := raw[3].(string)
+	rec.reason, _ = raw[4].(string)
+	wait, _ := raw[5].(int64)
+	rec.wait = time.Duration(wait) * time.Millisecond
+	if blob != "" {
+		if err := json.Unmarshal([]byte(blob), &rec.parts); err != nil {
+			return orderRecord{}, fmt.Errorf("%w: node %s: order %q holds unreadable parts: %v", ErrCorrupt, home.Name(), orderID, err)
+		}
+	}
+	return rec, nil
+}
+
+// Confirm moves a reserved order to confirmed, then every part. It is
+// idempotent. Errors wrap [ErrNotFound] (never reserved, or its Reserve
+// failed), [ErrCancelled], [ErrExpired] (past its deadline: the order is
+// cancelled instead), [ErrInProgress], or [ErrUnavailable] (the order's
+// home node is down). Parts on unreachable nodes are confirmed later; the
+// Outcome counts them.
+func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, error) {
+	if err := checkID("order_id", orderID); err != nil {
+		return Outcome{}, err
+	}
+	home, err := inv.orderHome(orderID)
+	if err != nil {
+		return Outcome{}, err
+	}
+	rec, err := inv.orderOp(ctx, home, orderID, "confirm", "", seconds(inv.cfg.Retention))
+	if err != nil {
+		return Outcome{}, err
+	}
+	switch rec.status {
+	case "confirmed":
+		pending := inv.settleParts(ctx, orderID, Confirm, rec.parts)
+		return Outcome{OrderID: orderID, Status: StatusConfirmed, PendingParts: pending}, nil
+	case "missing":
+		return Outcome{}, fmt.Errorf("%w: order %q", ErrNotFound, orderID)
+	case "failed":
+		return Outcome{}, fmt.Errorf("%w: order %q: its reservation failed", ErrNotFound, orderID)
+	case "reserving":
+		return Outcome{}, fmt.Errorf("%w: order %q", ErrInProgress, orderID)
+	case "cancelled":
+		if rec.reason == "expired" {
+			inv.settleParts(ctx, orderID, Cancel, rec.parts)
+			return Outcome{}, fmt.Errorf("%w: order %q passed its deadline %s", ErrExpired, orderID, rec.deadline.UTC().Format(time.RFC3339))
+		}
+		return Outcome{}, fmt.Errorf("%w: order %q (%s)", ErrCancelled, orderID, rec.reason)
+	}
+	return Outcome{}, fmt.Errorf("%w: order %q: unexpected state %q", ErrUnavailable, orderID, rec.status)
+}
+
+// Cancel cancels an order and returns its stock and per-user quota. It is
+// idempotent. Cancel of an order never reserved records a tombstone, so a
+// later Reserve of that order id is refused. Cancel of a confirmed order
+// wraps [ErrConfirmed]. Parts on unreachable nodes are cancelled when they
+// come back; the Outcome counts them.
+func (inv *Inventory) Cancel(ctx context.Context, orderID string) (Outcome, error) {
+	if err := checkID("order_id", orderID); err != nil {
+		return Outcome{}, err
+	}
+	home, err := inv.orderHome(orderID)
+	if err != nil {
+		return Outcome{}, err
+	}
+	rec, err := inv.orderOp(ctx, home, orderID, "cancel", "", seconds(inv.cfg.Retention))
+	if err != nil {
+		return Outcome{}, err
+	}
+	switch rec.status {
+	case "cancelled":
+		pending := inv.settleParts(ctx, orderID, Cancel, rec.parts)
+		return Outcome{OrderID: orderID, Status: StatusCancelled, PendingParts: pending, Reason: rec.reason}, nil
+	case "confirmed":
+		return Outcome{}, fmt.Errorf("%w: order %q", ErrConfirmed, orderID)
+	}
+	return Outcome{}, fmt.Errorf("%w: order %q: unexpected state %q", ErrUnavailable, orderID, rec.status)
+}
+
+// settleParts settles parts, one script per node, nodes concurrently. Parts
+// whose node cannot be reached go to the Deferrer. It returns how many
+// parts were not settled now.
+func (inv *Inventory) settleParts(ctx context.Context, orderID string, action Action, parts []part) int {
+	byNode := map[string][]string{}
+	for _, p := range parts {
+		byNode[p.Node] = append(byNode[p.Node], p.ID)
+	}
+	var (
+		mu      sync.Mutex
+		pending int
+		wg      sync.WaitGroup
+	)
+	for name, ids := range byNode {
+		wg.Add(1)
+		go func(name string, ids []string) {
+			defer wg.Done()
+			s := Settle{Node: name, Action: action, OrderID: orderID, PartIDs: ids}
+			if _, err := inv.SettleNow(ctx, s); err != nil {
+				inv.log.Warn("settle deferred", "node", name, "order", orderID, "action", string(action), "parts", len(ids), "err", err)
+				inv.defer_(s)
+				mu.Lock()
+				pending += len(ids)
+				mu.Unlock()
+			}
+		}(name, ids)
+	}
+	wg.Wait()
+	return pending
+}
+
+// SettleNow settles parts of one order on one node now and returns each
+// part's result ("done", "already", "tombstoned", "missing" or
+// "conflict:<state>"). It is idempotent: a part changes state at most once.
+// An error means nothing is known to have changed; retry it later.
+func (inv *Inventory) SettleNow(ctx context.Context, s Settle) ([]string, error) {
+	n, err := inv.r.Node(s.Node)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, 2+len(s.PartIDs))
+	keys = append(keys, stampKey, keyPending)
+	args := make([]any, 0, 4+len(s.PartIDs))
+	args = append(args, n.Name(), string(s.Action), seconds(inv.cfg.Retention), s.OrderID)
+	for _, id := range s.PartIDs {
+		keys = append(keys, partKey(id))
+		args = append(args, id)
+	}
+	res, err := settleScript.Run(ctx, n.Client(), keys, args...).StringSlice()
+	if err != nil {
+		return nil, nodeErr(n, err)
+	}
+	for i, r := range res {
+		if len(r) > 9 && r[:9] == "conflict:" {
+			inv.log.Error("part settle conflict", "node", n.Name(), "order", s.OrderID, "part", s.PartIDs[i],
+				"action", string(s.Action), "state", r[9:])
+		}
+	}
+	return res, nil
+}

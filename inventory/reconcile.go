@@ -1,0 +1,150 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/node"
+)
+
+// pendingScript reads or adjusts a node's index of pending parts.
+// KEYS: 1 stamp, 2 pending index. ARGV: 1 node name, 2 op, then:
+//
+//	due    3 limit: pending parts whose deadline passed, with
+//	       {id, order, token, state, deadline} each.
+//	later  3 part id, 4 new deadline ms: move a part's deadline (only if
+//	       it is still indexed).
+//	drop   3 part id: unindex a part that is not pending.
+var pendingScript = redis.NewScript(identityCheck + `
+local op = ARGV[2]
+if op == 'due' then
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+  local out = {}
+  for _, id in ipairs(ids) do
+    local f = redis.call('HMGET', 'inv:part:' .. id, 'order', 'token', 'state', 'deadline')
+    out[#out + 1] = {id, f[1] or '', f[2] or '', f[3] or '', tonumber(f[4]) or 0}
+  end
+  return out
+elseif op == 'later' then
+  return redis.call('ZADD', KEYS[2], 'XX', tonumber(ARGV[4]), ARGV[3])
+elseif op == 'drop' then
+  if redis.call('HGET', 'inv:part:' .. ARGV[3], 'state') == 'pending' then return 0 end
+  return redis.call('ZREM', KEYS[2], ARGV[3])
+end
+return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))
+`)
+
+// PendingPart is a pending part past its deadline on a node.
+type PendingPart struct {
+	Node     string
+	PartID   string
+	OrderID  string
+	Token    string // the Reserve attempt that took it
+	State    string // "pending" unless the index is stale
+	Deadline time.Time
+}
+
+// Resolution is what [Inventory.ResolveExpired] did with a part.
+type Resolution string
+
+const (
+	// Cancelled: the part was cancelled now (its order was cancelled,
+	// expired, failed, or never recorded it).
+	Cancelled Resolution = "cancelled"
+	// Confirmed: the part was confirmed now (its order was confirmed).
+	Confirmed Resolution = "confirmed"
+	// AlreadySettled: another process settled it first.
+	AlreadySettled Resolution = "already"
+	// Postponed: its order is not decided yet; the part's deadline was
+	// moved to the order's.
+	Postponed Resolution = "postponed"
+)
+
+// DueParts returns up to limit pending parts of n whose deadline has
+// passed, by n's clock.
+func (inv *Inventory) DueParts(ctx context.Context, n *node.Node, limit int) ([]PendingPart, error) {
+	raw, err := pendingScript.Run(ctx, n.Client(), []string{stampKey, keyPending}, n.Name(), "due", limit).Slice()
+	if err != nil {
+		return nil, nodeErr(n, err)
+	}
+	out := make([]PendingPart, 0, len(raw))
+	for _, v := range raw {
+		t, ok := v.([]any)
+		if !ok || len(t) != 5 {
+			return nil, fmt.Errorf("%w: node %s: malformed pending entry %v", ErrCorrupt, n.Name(), v)
+		}
+		p := PendingPart{Node: n.Name()}
+		p.PartID, _ = t[0].(string)
+		p.OrderID, _ = t[1].(string)
+		p.Token, _ = t[2].(string)
+		p.State, _ = t[3].(string)
+		dl, _ := t[4].(int64)
+		p.Deadline = time.UnixMilli(dl)
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// ResolveExpired settles one expired part by the decision recorded for its
+// order: confirmed by the same attempt → confirm; still reserved or being
+// reserved by that attempt → postpone to the order's deadline; anything
+// else (cancelled, expired, failed, superseded or missing) → cancel. The
+// order's expiry itself is decided first, by compare-and-set on the order
+// record, so a racing Confirm either wins (the part is confirmed) or loses
+// (Confirm reports ErrExpired). Safe to run from several processes at
+// once: each part changes state at most once.
+func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolution, error) {
+	n, err := inv.r.Node(p.Node)
+	if err != nil {
+		return "", err
+	}
+	if p.State != "pending" {
+		err := pendingScript.Run(ctx, n.Client(), []string{stampKey, keyPending}, n.Name(), "drop", p.PartID).Err()
+		if err != nil {
+			return "", nodeErr(n, err)
+		}
+		return AlreadySettled, nil
+	}
+	action := Cancel
+	if p.OrderID != "" {
+		home, err := inv.orderHome(p.OrderID)
+		if err != nil {
+			return "", err
+		}
+		rec, err := inv.orderOp(ctx, home, p.OrderID, "expire", "", seconds(inv.cfg.Retention))
+		if err != nil {
+			return "", err
+		}
+		if rec.token == p.Token {
+			switch rec.status {
+			case "confirmed":
+				action = Confirm
+			case "reserved", "reserving":
+				until := rec.deadline
+				if rec.status == "reserving" {
+					until = time.Now().Add(rec.wait)
+				}
+				err := pendingScript.Run(ctx, n.Client(), []string{stampKey, keyPending}, n.Name(), "later",
+					p.PartID, until.Add(partGrace).UnixMilli()).Err()
+				if err != nil {
+					return "", nodeErr(n, err)
+				}
+				return Postponed, nil
+			}
+		}
+	}
+	res, err := inv.SettleNow(ctx, Settle{Node: p.Node, Action: action, OrderID: p.OrderID, PartIDs: []string{p.PartID}})
+	if err != nil {
+		return "", err
+	}
+	if res[0] != "done" {
+		return AlreadySettled, nil
+	}
+	if action == Confirm {
+		return Confirmed, nil
+	}
+	return Cancelled, nil
+}

@@ -1,0 +1,168 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redoScript reads, acknowledges and trims a node's redo log.
+// KEYS: 1 stamp, 2 acked hash, then queue keys. ARGV: 1 node name, 2 op:
+//
+//	read  3 after offset, 4 limit (KEYS[3] is the queue): entries with
+//	      offset > after, each {offset, part id, order, sku, qty, state, at}.
+//	ack   3 offset (KEYS[3]): raise the acknowledged offset; never lowers it.
+//	trim  3 max age ms, 4 batch: from the head of each queue, remove entries
+//	      whose part is settled (or gone) and that are acknowledged or older
+//	      than max age; stop at the first that is not. Returns the count.
+//
+// Trimming only ever removes a prefix, so the offsets left stay gap-free.
+var redoScript = redis.NewScript(identityCheck + `
+local op = ARGV[2]
+if op == 'read' then
+  local e = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[3], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[4]))
+  local out = {}
+  for i = 1, #e, 2 do
+    local f = redis.call('HMGET', 'inv:part:' .. e[i], 'order', 'sku', 'qty', 'state', 'at')
+    out[#out + 1] = {tonumber(e[i + 1]), e[i], f[1] or '', f[2] or '', tonumber(f[3]) or 0, f[4] or 'expired', tonumber(f[5]) or 0}
+  end
+  return out
+elseif op == 'ack' then
+  local cur = tonumber(redis.call('HGET', KEYS[2], KEYS[3])) or 0
+  local off = tonumber(ARGV[3])
+  if off > cur then redis.call('HSET', KEYS[2], KEYS[3], off) return off end
+  return cur
+elseif op == 'trim' then
+  local maxAge, batch, removed = tonumber(ARGV[3]), tonumber(ARGV[4]), 0
+  for k = 3, #KEYS do
+    local acked = tonumber(redis.call('HGET', KEYS[2], KEYS[k])) or 0
+    local e = redis.call('ZRANGE', KEYS[k], 0, batch - 1, 'WITHSCORES')
+    for i = 1, #e, 2 do
+      local f = redis.call('HMGET', 'inv:part:' .. e[i], 'state', 'at')
+      local settled = f[1] == false or f[1] == 'confirmed' or f[1] == 'cancelled'
+      local old = f[1] == false or (tonumber(f[2]) or 0) + maxAge <= now
+      if not settled or not (tonumber(e[i + 1]) <= acked or old) then break end
+      redis.call('ZREM', KEYS[k], e[i])
+      removed = removed + 1
+    end
+  end
+  return removed
+end
+return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))
+`)
+
+// RedoEntry is one deduction in a redo log.
+type RedoEntry struct {
+	Offset   int64
+	PartID   string
+	OrderID  string
+	SKU      string
+	Quantity int64
+	// State is the part's state now: "pending", "confirmed", "cancelled",
+	// or "expired" when its record outlived inventory.retention.
+	State string
+	// At is when the deduction was made, by the node's clock.
+	At time.Time
+}
+
+// ReadRedoLog returns up to limit entries of queue (0 ≤ queue <
+// inventory.redo_queues) on node with offset > after, in offset order. A
+// consumer replays them and resumes from the last offset it saw;
+// offsets are gap-free per (node, queue).
+func (inv *Inventory) ReadRedoLog(ctx context.Context, nodeName string, queue int, after int64, limit int) ([]RedoEntry, error) {
+	if queue < 0 || queue >= inv.cfg.RedoQueues {
+		return nil, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, queue, inv.cfg.RedoQueues-1)
+	}
+	if limit <= 0 || limit > 10000 {
+		return nil, fmt.Errorf("%w: limit %d, want 1..10000", ErrInvalid, limit)
+	}
+	n, err := inv.r.Node(nodeName)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	raw, err := redoScript.Run(ctx, n.Client(), []string{stampKey, keyRedoAcked, RedoLogKey(queue)},
+		n.Name(), "read", after, limit).Slice()
+	if err != nil {
+		return nil, nodeErr(n, err)
+	}
+	out := make([]RedoEntry, 0, len(raw))
+	for _, v := range raw {
+		t, ok := v.([]any)
+		if !ok || len(t) != 7 {
+			return nil, fmt.Errorf("%w: node %s: malformed redo entry %v", ErrCorrupt, nodeName, v)
+		}
+		var e RedoEntry
+		e.Offset, _ = t[0].(int64)
+		e.PartID, _ = t[1].(string)
+		e.OrderID, _ = t[2].(string)
+		e.SKU, _ = t[3].(string)
+		e.Quantity, _ = t[4].(int64)
+		e.State, _ = t[5].(string)
+		at, _ := t[6].(int64)
+		e.At = time.UnixMilli(at)
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// AckRedoLog records that a consumer has durably applied queue's entries up
+// to offset on node, allowing them to be trimmed once settled. It never
+// lowers an acknowledgement; it returns the acknowledged offset.
+func (inv *Inventory) AckRedoLog(ctx context.Context, nodeName string, queue int, offset int64) (int64, error) {
+	if queue < 0 || queue >= inv.cfg.RedoQueues {
+		return 0, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, queue, inv.cfg.RedoQueues-1)
+	}
+	n, err := inv.r.Node(nodeName)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	v, err := redoScript.Run(ctx, n.Client(), []string{stampKey, keyRedoAcked, RedoLogKey(queue)},
+		n.Name(), "ack", offset).Int64()
+	if err != nil {
+		return 0, nodeErr(n, err)
+	}
+	return v, nil
+}
+
+// TrimRedoLog removes, from the head of every queue on node, up to batch
+// entries per queue whose part is settled and that are acknowledged or
+// older than maxAge. It returns how many it removed. Only a prefix is ever
+// removed, so what remains stays gap-free.
+func (inv *Inventory) TrimRedoLog(ctx context.Context, nodeName string, maxAge time.Duration, batch int) (int, error) {
+	n, err := inv.r.Node(nodeName)
+	if err != nil {
+		return 0, err
+	}
+	keys := []string{stampKey, keyRedoAcked}
+	for q := 0; q < inv.cfg.RedoQueues; q++ {
+		keys = append(keys, RedoLogKey(q))
+	}
+	v, err := redoScript.Run(ctx, n.Client(), keys, n.Name(), "trim", ms(maxAge), batch).Int()
+	if err != nil {
+		return 0, nodeErr(n, err)
+	}
+	return v, nil
+}
+
+// RedoLogLen returns the number of entries in every queue of node.
+func (inv *Inventory) RedoLogLen(ctx context.Context, nodeName string) (int64, error) {
+	n, err := inv.r.Node(nodeName)
+	if err != nil {
+		return 0, err
+	}
+	pipe := n.Client().Pipeline()
+	cmds := make([]*redis.IntCmd, inv.cfg.RedoQueues)
+	for q := range cmds {
+		cmds[q] = pipe.ZCard(ctx, RedoLogKey(q))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, nodeErr(n, err)
+	}
+	var total int64
+	for _, c := range cmds {
+		total += c.Val()
+	}
+	return total, nil
+}

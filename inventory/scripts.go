@@ -1,0 +1,303 @@
+package inventory
+
+import "github.com/redis/go-redis/v9"
+
+// Every script starts by checking the node's identity stamp (KEYS[1],
+// node.StampKey) against ARGV[1]: a script never changes a node that is
+// not the node the caller means. Scripts validate everything before the
+// first write, because Redis does not undo the writes of a script that
+// fails halfway.
+
+const identityCheck = `
+local stamped = redis.call('HGET', KEYS[1], 'name')
+if stamped ~= ARGV[1] then
+  return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(stamped) .. ', expected ' .. ARGV[1])
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function int(v, what)
+  if v == false or v == nil then return 0 end
+  local n = tonumber(v)
+  if n == nil or n ~= math.floor(n) then
+    return nil, redis.error_reply('SHARDIS_CORRUPT ' .. what .. ' holds ' .. tostring(v) .. ', not an integer')
+  end
+  return n
+end
+`
+
+// reserveScript takes stock for the parts of one attempt on one node.
+//
+// KEYS: 1 stamp, 2 pending index, 3 redo offsets, then per part: part key,
+// counter key (stock hash for kind s, quota counter for kind q), and redo
+// queue key (kind s) or stock hash holding the limit (kind q).
+// ARGV: 1 node name, 2 order id, 3 attempt token, 4 part deadline (ms),
+// then per part: part id, kind, sku, want, item index, queue.
+//
+// Per part it returns {state, qty, offset, limit}: state "pending" (taken
+// now), "none" (nothing available, nothing written), "nolimit" (quota part
+// of a SKU without a per-user limit), "limit" (quota exceeded; qty = units
+// held), or the state of a part that already exists (the fence: a retry
+// returns what was taken; a cancel that came first left "cancelled").
+var reserveScript = redis.NewScript(identityCheck + `
+local deadline = tonumber(ARGV[4])
+local np = (#KEYS - 3) / 3
+local plan = {}
+local avail = {}
+for i = 0, np - 1 do
+  local pk, ck, xk = KEYS[4 + i * 3], KEYS[5 + i * 3], KEYS[6 + i * 3]
+  local a = 5 + i * 6
+  local p = {pk = pk, ck = ck, xk = xk, id = ARGV[a], kind = ARGV[a + 1], sku = ARGV[a + 2],
+             want = tonumber(ARGV[a + 3]), item = ARGV[a + 4], queue = ARGV[a + 5]}
+  local st = redis.call('HGET', pk, 'state')
+  if st then
+    local f = redis.call('HMGET', pk, 'qty', 'offset')
+    p.out = {st, tonumber(f[1]) or 0, tonumber(f[2]) or 0, 0}
+  elseif p.kind == 's' then
+    local s = redis.call('HMGET', ck, 'available', 'limit')
+    local err
+    if avail[ck] == nil then
+      avail[ck], err = int(s[1], ck .. ' available')
+      if err then return err end
+    end
+    local limit
+    limit, err = int(s[2], ck .. ' limit')
+    if err then return err end
+    local take = math.min(avail[ck], p.want)
+    if take > 0 then
+      avail[ck] = avail[ck] - take
+      p.take = take
+      p.out = {'pending', take, 0, limit}
+    else
+      p.out = {'none', 0, 0, limit}
+    end
+  else
+    local limit, err = int(redis.call('HGET', xk, 'limit'), xk .. ' limit')
+    if err then return err end
+    local held
+    held, err = int(redis.call('GET', ck), ck)
+    if err then return err end
+    if limit <= 0 then
+      p.out = {'nolimit', 0, 0, 0}
+    elseif held + p.want > limit then
+      p.out = {'limit', held, 0, limit}
+    else
+      p.take = p.want
+      p.out = {'pending', p.want, 0, limit}
+    end
+  end
+  plan[#plan + 1] = p
+end
+local out = {}
+for _, p in ipairs(plan) do
+  if p.take then
+    local off = 0
+    if p.kind == 's' then
+      redis.call('HINCRBY', p.ck, 'available', -p.take)
+      redis.call('HINCRBY', p.ck, 'reserved', p.take)
+      off = redis.call('HINCRBY', KEYS[3], p.xk, 1)
+      redis.call('ZADD', p.xk, off, p.id)
+      p.out[3] = off
+    else
+      redis.call('INCRBY', p.ck, p.take)
+    end
+    redis.call('HSET', p.pk, 'state', 'pending', 'kind', p.kind, 'order', ARGV[2], 'token', ARGV[3],
+      'sku', p.sku, 'qty', p.take, 'item', p.item, 'counter', p.ck, 'redo', p.kind == 's' and p.xk or '',
+      'offset', off, 'deadline', deadline, 'at', now)
+    redis.call('ZADD', KEYS[2], deadline, p.id)
+  end
+  out[#out + 1] = p.out
+end
+return out
+`)
+
+// settleScript moves parts of one node from pending to confirmed or
+// cancelled, each at most once (compare-and-set on the part state).
+//
+// KEYS: 1 stamp, 2 pending index, then one part key per part.
+// ARGV: 1 node name, 2 action ("confirm" or "cancel"), 3 retention
+// seconds of settled parts, 4 order id, then one part id per part.
+//
+// Per part it returns "done" (moved now), "already" (was in the target
+// state), "tombstoned" (cancel of a part that does not exist: a reserve
+// arriving later takes nothing), "missing" (confirm of a part that does
+// not exist) or "conflict:<state>".
+var settleScript = redis.NewScript(identityCheck + `
+local action = ARGV[2]
+local target = action == 'confirm' and 'confirmed' or 'cancelled'
+local retention = tonumber(ARGV[3])
+local out = {}
+local todo = {}
+for i = 3, #KEYS do
+  local pk = KEYS[i]
+  local f = redis.call('HMGET', pk, 'state', 'kind', 'qty', 'counter')
+  local st = f[1]
+  if not st then
+    out[#out + 1] = action == 'cancel' and 'tombstoned' or 'missing'
+    if action == 'cancel' then todo[#todo + 1] = {pk = pk, tomb = true} end
+  elseif st == 'pending' then
+    local q, err = int(f[3], pk .. ' qty')
+    if err then return err end
+    if f[2] == 's' then
+      local r
+      r, err = int(redis.call('HGET', f[4], 'reserved'), f[4] .. ' reserved')
+      if err then return err end
+      if r < q then
+        return redis.error_reply('SHARDIS_CORRUPT ' .. f[4] .. ' reserved is ' .. r .. ', part ' .. pk .. ' holds ' .. q)
+      end
+    end
+    todo[#todo + 1] = {pk = pk, id = ARGV[i + 2], kind = f[2], q = q, ck = f[4]}
+    out[#out + 1] = 'done'
+  elseif st == target then
+    out[#out + 1] = 'already'
+  else
+    out[#out + 1] = 'conflict:' .. st
+  end
+end
+for _, p in ipairs(todo) do
+  if p.tomb then
+    redis.call('HSET', p.pk, 'state', 'cancelled', 'qty', 0, 'order', ARGV[4], 'tombstone', 1, 'at', now)
+  else
+    if p.kind == 's' then
+      redis.call('HINCRBY', p.ck, 'reserved', -p.q)
+      redis.call('HINCRBY', p.ck, action == 'confirm' and 'confirmed' or 'available', p.q)
+    elseif action == 'cancel' then
+      if redis.call('DECRBY', p.ck, p.q) <= 0 then redis.call('DEL', p.ck) end
+    end
+    redis.call('HSET', p.pk, 'state', target, 'settled_at', now)
+    redis.call('ZREM', KEYS[2], p.id)
+  end
+  redis.call('EXPIRE', p.pk, retention)
+end
+return out
+`)
+
+// orderScript is the order record's state machine on the order's home node.
+//
+// KEYS: 1 stamp, 2 order key. ARGV: 1 node name, 2 op, 3 token, then
+// op-specific arguments. Returns {status, token, deadline, parts, reason,
+// wait_ms}; what the caller does with it depends on op:
+//
+//	begin   ARGV 4 lease ms, 5 digest, 6 user, 7 ttl ms, 8 retention s.
+//	        A free order (missing or failed) becomes "reserving" under the
+//	        caller's token: status "begin". A reserving order whose lease
+//	        ran out is taken over the same way. Otherwise the record as is
+//	        ("reserving" with wait_ms, "reserved", "confirmed",
+//	        "cancelled"), or "mismatch" when the digest differs.
+//	commit  ARGV 4 parts JSON, 5 retention s. reserving+token → reserved.
+//	        Otherwise "lost" with the current status as reason.
+//	fail    reserving+token → failed (the attempt gave up and rolled back).
+//	confirm reserved → confirmed, or → cancelled/"expired" past the deadline.
+//	cancel  reserved/reserving/failed → cancelled; missing → tombstone.
+//	expire  (reconciler) reserved past deadline → cancelled/"expired";
+//	        reserving past lease → failed. Returns the record either way.
+var orderScript = redis.NewScript(identityCheck + `
+local key, op, token = KEYS[2], ARGV[2], ARGV[3]
+local f = redis.call('HMGET', key, 'status', 'token', 'deadline', 'parts', 'reason', 'lease', 'digest')
+local status, cur, deadline, parts, reason = f[1], f[2] or '', tonumber(f[3]) or 0, f[4] or '', f[5] or ''
+local lease = tonumber(f[6]) or 0
+local function record(st, why)
+  return {st, cur, deadline, parts, why or reason, math.max(lease - now, 0)}
+end
+local function final(st, why, retention)
+  redis.call('HSET', key, 'status', st, 'reason', why, 'decided_at', now)
+  redis.call('EXPIRE', key, retention)
+  status, reason = st, why
+end
+if op == 'begin' then
+  if status == 'reserving' then
+    if f[7] ~= ARGV[5] then return record('mismatch') end
+    if lease > now then return record('reserving') end
+    -- the attempt's lease ran out: take over under a new token
+  elseif status and status ~= 'failed' then
+    if status ~= 'cancelled' and f[7] and f[7] ~= ARGV[5] then return record('mismatch') end
+    return record(status)
+  end
+  deadline = now + tonumber(ARGV[7])
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'status', 'reserving', 'token', token, 'lease', now + tonumber(ARGV[4]),
+    'digest', ARGV[5], 'user', ARGV[6], 'deadline', deadline, 'created', now)
+  redis.call('EXPIRE', key, tonumber(ARGV[8]))
+  cur, parts, reason = token, '', ''
+  return record('begin')
+elseif op == 'commit' then
+  if status ~= 'reserving' or cur ~= token then return record('lost', tostring(status)) end
+  redis.call('HSET', key, 'status', 'reserved', 'parts', ARGV[4], 'reserved_at', now)
+  redis.call('EXPIRE', key, tonumber(ARGV[5]))
+  parts = ARGV[4]
+  return record('reserved')
+elseif op == 'fail' then
+  if status == 'reserving' and cur == token then
+    redis.call('HSET', key, 'status', 'failed', 'decided_at', now)
+    return record('failed')
+  end
+  return record(status or 'missing')
+end
+local retention = tonumber(ARGV[4])
+if op == 'confirm' then
+  if not status then return record('missing') end
+  if status == 'reserved' then
+    if now >= deadline then final('cancelled', 'expired', retention) else final('confirmed', 'confirmed', retention) end
+  end
+  return record(status)
+elseif op == 'cancel' then
+  if not status then
+    redis.call('HSET', key, 'status', 'cancelled', 'reason', 'tombstone', 'decided_at', now)
+    redis.call('EXPIRE', key, retention)
+    return record('cancelled', 'tombstone')
+  end
+  if status == 'reserved' or status == 'reserving' or status == 'failed' then
+    final('cancelled', 'cancelled', retention)
+  end
+  return record(status)
+elseif op == 'expire' then
+  if status == 'reserved' and now >= deadline then
+    final('cancelled', 'expired', retention)
+  elseif status == 'reserving' and lease <= now then
+    redis.call('HSET', key, 'status', 'failed', 'decided_at', now)
+    status = 'failed'
+  end
+  return record(status or 'missing')
+end
+return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))
+`)
+
+// loadScript adds stock to one node and sets the SKU's per-user limit.
+// KEYS: 1 stamp, 2 stock hash. ARGV: 1 node name, 2 quantity to add (may
+// be 0), 3 per-user limit (-1 = leave as is). Returns {available,
+// reserved, confirmed, loaded, limit}.
+var loadScript = redis.NewScript(identityCheck + `
+local f = redis.call('HMGET', KEYS[2], 'available', 'reserved', 'confirmed', 'loaded', 'limit')
+local v = {}
+for i, what in ipairs({'available', 'reserved', 'confirmed', 'loaded', 'limit'}) do
+  local n, err = int(f[i], KEYS[2] .. ' ' .. what)
+  if err then return err end
+  v[i] = n
+end
+local add, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
+if v[1] + add > 9007199254740000 or v[4] + add > 9007199254740000 then
+  return redis.error_reply('SHARDIS_RANGE stock would exceed 2^53')
+end
+if add > 0 then
+  v[1] = redis.call('HINCRBY', KEYS[2], 'available', add)
+  v[4] = redis.call('HINCRBY', KEYS[2], 'loaded', add)
+end
+if limit >= 0 then
+  redis.call('HSET', KEYS[2], 'limit', limit)
+  v[5] = limit
+end
+return v
+`)
+
+// stockScript reads one node's counters of a SKU.
+// KEYS: 1 stamp, 2 stock hash. ARGV: 1 node name.
+// Returns {available, reserved, confirmed, loaded, limit}.
+var stockScript = redis.NewScript(identityCheck + `
+local f = redis.call('HMGET', KEYS[2], 'available', 'reserved', 'confirmed', 'loaded', 'limit')
+local v = {}
+for i, what in ipairs({'available', 'reserved', 'confirmed', 'loaded', 'limit'}) do
+  local n, err = int(f[i], KEYS[2] .. ' ' .. what)
+  if err then return err end
+  v[i] = n
+end
+return v
+`)

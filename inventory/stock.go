@@ -1,0 +1,167 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/shardis/shardis/node"
+)
+
+// StockLevel is a SKU's counters summed over its route's nodes.
+type StockLevel struct {
+	SKU       string
+	Available int64
+	Reserved  int64
+	Confirmed int64
+	// Loaded is everything ever added by LoadStock on reachable nodes:
+	// Available+Reserved+Confirmed == Loaded on each node, always.
+	Loaded int64
+	// Limit is the per-user limit (0 = none), as the first reachable node
+	// holding the SKU reports it.
+	Limit int64
+	// Nodes has one entry per node of the route, in configuration order.
+	Nodes []NodeStock
+}
+
+// NodeStock is one node's counters of a SKU.
+type NodeStock struct {
+	Node      string
+	Reachable bool
+	// Err says why the node is not reachable (nil when it is).
+	Err       error
+	Available int64
+	Reserved  int64
+	Confirmed int64
+	Loaded    int64
+	Limit     int64
+}
+
+// LoadStock adds qty units of sku to route, split evenly over the route's
+// enabled, usable nodes (the remainder goes to the first nodes in the ring
+// order of sku), and sets the per-user limit (units one user may hold
+// reserved plus confirmed; 0 = none) on every node of the route. With a
+// limit, every node of the route must be reachable, so no node can miss
+// it. It returns the stock after loading.
+//
+// LoadStock is not idempotent: retrying after an error may add twice (the
+// error says which nodes took their share; GetStock shows the totals).
+func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, perUserLimit int64) (StockLevel, error) {
+	if err := checkID("sku_id", sku); err != nil {
+		return StockLevel{}, err
+	}
+	if err := checkQty("quantity", qty); err != nil {
+		return StockLevel{}, err
+	}
+	if perUserLimit < 0 || perUserLimit > MaxQuantity {
+		return StockLevel{}, fmt.Errorf("%w: per_user_limit is %d, want 0..%d", ErrInvalid, perUserLimit, MaxQuantity)
+	}
+	set, err := inv.set(route)
+	if err != nil {
+		return StockLevel{}, err
+	}
+	rk := set.Key()
+	var targets []*node.Node
+	for _, n := range set.Candidates(sku) {
+		if n.RouteEnabled(rk) && n.Usable() {
+			targets = append(targets, n)
+		}
+	}
+	if len(targets) == 0 {
+		return StockLevel{}, fmt.Errorf("%w: route %q has no enabled, usable node", ErrUnavailable, route)
+	}
+	if perUserLimit > 0 {
+		for _, n := range set.Nodes() {
+			if !n.Usable() {
+				return StockLevel{}, fmt.Errorf("%w: a per-user limit must reach every node of route %q; node %s is unavailable",
+					ErrUnavailable, route, n.Name())
+			}
+		}
+	}
+	share := map[string]int64{}
+	k := int64(len(targets))
+	for i, n := range targets {
+		share[n.Name()] = qty / k
+		if int64(i) < qty%k {
+			share[n.Name()]++
+		}
+	}
+	limitArg := perUserLimit // every load sets the limit; 0 removes it
+	key := stockKey(route, sku)
+	var (
+		mu     sync.Mutex
+		failed []string
+		wg     sync.WaitGroup
+	)
+	for _, n := range set.Nodes() {
+		add, isTarget := share[n.Name()]
+		if !isTarget && !n.Usable() {
+			continue
+		}
+		wg.Add(1)
+		go func(n *node.Node, add int64) {
+			defer wg.Done()
+			err := loadScript.Run(ctx, n.Client(), []string{stampKey, key}, n.Name(), add, limitArg).Err()
+			if err != nil {
+				mu.Lock()
+				failed = append(failed, fmt.Sprintf("%s (share %d): %v", n.Name(), add, nodeErr(n, err)))
+				mu.Unlock()
+			}
+		}(n, add)
+	}
+	wg.Wait()
+	level, gerr := inv.GetStock(ctx, route, sku)
+	if len(failed) > 0 {
+		return level, fmt.Errorf("%w: load of %s/%s failed on %d node(s): %v", ErrUnavailable, route, sku, len(failed), failed)
+	}
+	return level, gerr
+}
+
+// GetStock returns the SKU's counters on every node of route. An
+// unreachable node is flagged in its NodeStock, not an error; a node
+// holding a corrupt value is an error wrapping [ErrCorrupt].
+func (inv *Inventory) GetStock(ctx context.Context, route, sku string) (StockLevel, error) {
+	if err := checkID("sku_id", sku); err != nil {
+		return StockLevel{}, err
+	}
+	set, err := inv.set(route)
+	if err != nil {
+		return StockLevel{}, err
+	}
+	nodes := set.Nodes()
+	out := StockLevel{SKU: sku, Nodes: make([]NodeStock, len(nodes))}
+	key := stockKey(route, sku)
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func(i int, n *node.Node) {
+			defer wg.Done()
+			ns := NodeStock{Node: n.Name()}
+			v, err := stockScript.Run(ctx, n.Client(), []string{stampKey, key}, n.Name()).Int64Slice()
+			if err == nil && len(v) != 5 {
+				err = fmt.Errorf("unexpected reply %v", v)
+			}
+			if err != nil {
+				ns.Err = nodeErr(n, err)
+			} else {
+				ns.Reachable = true
+				ns.Available, ns.Reserved, ns.Confirmed, ns.Loaded, ns.Limit = v[0], v[1], v[2], v[3], v[4]
+			}
+			out.Nodes[i] = ns
+		}(i, n)
+	}
+	wg.Wait()
+	for _, ns := range out.Nodes {
+		if ns.Err != nil && contains(ns.Err.Error(), "SHARDIS_CORRUPT") {
+			return out, ns.Err
+		}
+		out.Available += ns.Available
+		out.Reserved += ns.Reserved
+		out.Confirmed += ns.Confirmed
+		out.Loaded += ns.Loaded
+		if out.Limit == 0 && ns.Reachable {
+			out.Limit = ns.Limit
+		}
+	}
+	return out, nil
+}
