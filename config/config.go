@@ -36,6 +36,31 @@ type Service struct {
 	// Listen is the host:port the service listens on.
 	// default: 127.0.0.1:7400
 	Listen string `koanf:"listen"`
+	// AuthToken, when set, is required on every RPC as
+	// "Authorization: Bearer <token>". /healthz and /metrics stay open.
+	// default: "" (no authentication)
+	AuthToken string `koanf:"auth_token"`
+	// TLS serves HTTPS (HTTP/2 over TLS) when cert_file and key_file are
+	// set; with client_ca_file, clients must present a certificate signed
+	// by it (mutual TLS).
+	// default: plaintext HTTP/2 (h2c)
+	TLS ServiceTLS `koanf:"tls"`
+	// MaxBodyBytes is the largest request body accepted; larger ones are
+	// refused with resource_exhausted.
+	// default: 1048576 (1 MiB)
+	MaxBodyBytes int `koanf:"max_body_bytes"`
+	// ShutdownTimeout bounds the wait for in-flight calls on SIGINT/SIGTERM.
+	// default: 10s
+	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"`
+}
+
+// ServiceTLS configures TLS on the service listener.
+type ServiceTLS struct {
+	// CertFile and KeyFile are the PEM server certificate and key.
+	CertFile string `koanf:"cert_file"`
+	KeyFile  string `koanf:"key_file"`
+	// ClientCAFile, when set, requires and verifies client certificates.
+	ClientCAFile string `koanf:"client_ca_file"`
 }
 
 // Node is one standalone Redis endpoint.
@@ -134,7 +159,7 @@ type Inventory struct {
 // It is the starting point [Load] decodes onto.
 func Default() Config {
 	return Config{
-		Service: Service{Listen: "127.0.0.1:7400"},
+		Service: Service{Listen: "127.0.0.1:7400", MaxBodyBytes: 1 << 20, ShutdownTimeout: 10 * time.Second},
 		Health: Health{
 			Heartbeat: 500 * time.Millisecond,
 			Timeout:   300 * time.Millisecond,

@@ -49,7 +49,11 @@ func (ps Problems) Error() string {
 	for i, p := range ps {
 		lines[i] = "  " + p.String()
 	}
-	return fmt.Sprintf("invalid configuration (%d problems):\n%s", len(ps), strings.Join(lines, "\n"))
+	noun := "problems"
+	if len(ps) == 1 {
+		noun = "problem"
+	}
+	return fmt.Sprintf("invalid configuration (%d %s):\n%s", len(ps), noun, strings.Join(lines, "\n"))
 }
 
 func (ps *Problems) add(path string, value any, msg string) {

@@ -27,6 +27,15 @@ func (c *Config) Validate() error {
 func (c *Config) problems() Problems {
 	var ps Problems
 	checkAddr(&ps, "service.listen", c.Service.Listen)
+	if c.Service.MaxBodyBytes < 1024 || c.Service.MaxBodyBytes > 64<<20 {
+		ps.add("service.max_body_bytes", c.Service.MaxBodyBytes, "must be between 1024 and 67108864")
+	}
+	positive(&ps, "service.shutdown_timeout", c.Service.ShutdownTimeout)
+	if t := c.Service.TLS; (t.CertFile == "") != (t.KeyFile == "") {
+		ps.add("service.tls", nil, "cert_file and key_file go together")
+	} else if t.ClientCAFile != "" && t.CertFile == "" {
+		ps.add("service.tls.client_ca_file", t.ClientCAFile, "needs cert_file and key_file")
+	}
 
 	if len(c.Nodes) == 0 {
 		ps.add("nodes", nil, "at least one node is required")
@@ -80,8 +89,7 @@ func (c *Config) problems() Problems {
 				ip := rp + "[" + strconv.Itoa(i) + "]"
 				if _, ok := c.Nodes[n]; !ok {
 					ps.add(ip, n, "unknown node")
-				}
-				if seen[n] {
+				} else if seen[n] {
 					ps.add(ip, n, "node listed twice in the route")
 				}
 				seen[n] = true

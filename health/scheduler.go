@@ -59,6 +59,9 @@ type Settings struct {
 	// on a scheduler goroutine and outside any lock. It must not block for
 	// long: the next probe of that target waits for it.
 	OnChange func(Event)
+	// OnProbe, when set, is called after every probe with its duration and
+	// error (for metrics), on the probe's goroutine, outside any lock.
+	OnProbe func(target string, d time.Duration, err error)
 	// Clock is the source of time.
 	// default: the real clock
 	Clock Clock
@@ -125,7 +128,8 @@ func New(targets []Target, set Settings) *Scheduler {
 	return s
 }
 
-// Ready returns a channel closed once every target has been probed once.
+// Ready returns a channel closed once every target has been probed once,
+// or once the scheduler is closed.
 func (s *Scheduler) Ready() <-chan struct{} { return s.ready }
 
 // Trigger asks for an immediate probe of an UP target (a command to it just
@@ -161,7 +165,8 @@ func (s *Scheduler) Status(name string) (failedProbes int, next time.Time, ok bo
 }
 
 // Close stops the scheduler and waits for in-flight probes (they are
-// canceled). No event is delivered after Close returns. Idempotent.
+// canceled). No event is delivered after Close returns. Idempotent. Do not
+// call it from OnChange: it waits for the goroutine OnChange runs on.
 func (s *Scheduler) Close() {
 	s.mu.Lock()
 	already := s.closed
@@ -172,6 +177,12 @@ func (s *Scheduler) Close() {
 	}
 	<-s.done
 	s.wg.Wait()
+	s.mu.Lock()
+	if s.pending > 0 {
+		s.pending = 0
+		close(s.ready) // nobody waits forever on a closed scheduler
+	}
+	s.mu.Unlock()
 }
 
 func (s *Scheduler) poke() {
@@ -187,17 +198,15 @@ func (s *Scheduler) loop() {
 	for {
 		s.mu.Lock()
 		now := s.set.Clock.Now()
-		for len(s.queue) > 0 && !s.queue[0].due.After(now) && !s.queue[0].inflight {
-			e := s.queue[0]
+		for len(s.queue) > 0 && !s.queue[0].due.After(now) && s.ctx.Err() == nil {
+			// Out of the heap while in flight; the probe pushes it back.
+			e := heap.Pop(&s.queue).(*entry)
 			e.inflight = true
-			// Park it far away while in flight; finish reschedules it.
-			e.due = now.Add(24 * time.Hour)
-			heap.Fix(&s.queue, 0)
 			s.wg.Add(1)
 			go s.probe(e)
 		}
-		var sleep time.Duration = time.Hour
-		if len(s.queue) > 0 && !s.queue[0].inflight {
+		sleep := time.Hour
+		if len(s.queue) > 0 {
 			sleep = s.queue[0].due.Sub(now)
 		}
 		s.mu.Unlock()
@@ -217,9 +226,13 @@ func (s *Scheduler) loop() {
 // probe runs one probe of e and applies the outcome.
 func (s *Scheduler) probe(e *entry) {
 	defer s.wg.Done()
+	start := s.set.Clock.Now()
 	err := e.target.Probe(s.ctx)
 	if s.ctx.Err() != nil {
 		return // closing: the outcome says nothing about the target
+	}
+	if s.set.OnProbe != nil {
+		s.set.OnProbe(e.target.Name(), s.set.Clock.Now().Sub(start), err)
 	}
 	var changed bool
 	if err == nil {
@@ -249,7 +262,7 @@ func (s *Scheduler) probe(e *entry) {
 		e.due = now.Add(s.backoff(failures))
 	}
 	e.inflight = false
-	heap.Fix(&s.queue, e.index)
+	heap.Push(&s.queue, e)
 	if !e.probed {
 		e.probed = true
 		s.pending--

@@ -227,8 +227,21 @@ func start(t *testing.T, clk *fakeClock, set Settings, targets ...*fakeTarget) *
 		ts[i] = f
 	}
 	h.s = New(ts, set)
-	t.Cleanup(h.s.Close)
+	t.Cleanup(func() { closeWithin(t, h.s, 5*time.Second) })
 	return h
+}
+
+// closeWithin closes s, failing the test instead of hanging when Close does
+// not return in time (a deadlocked scheduler).
+func closeWithin(t *testing.T, s *Scheduler, d time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { s.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Errorf("Close did not return within %v", d)
+	}
 }
 
 // isIdle reports whether the scheduler is asleep with nothing to do: no
@@ -390,7 +403,25 @@ func TestStartProbesAllTargetsAndReady(t *testing.T) {
 			return ctx.Err()
 		}
 	})
-	h := start(t, clk, Settings{Heartbeat: time.Second}, a, b, c, slow)
+	// OnChange of a first probe runs before Ready closes, so that a caller
+	// woken by Ready sees every first event.
+	var sp atomic.Pointer[Scheduler]
+	published := make(chan struct{})
+	var earlyReady atomic.Int32
+	rec := &recorder{}
+	onChange := func(e Event) {
+		<-published
+		select {
+		case <-sp.Load().Ready():
+			earlyReady.Add(1)
+		default:
+		}
+		rec.OnChange(e)
+	}
+	h := start(t, clk, Settings{Heartbeat: time.Second, OnChange: onChange}, a, b, c, slow)
+	h.rec = rec
+	sp.Store(h.s)
+	close(published)
 	t.Cleanup(release)
 
 	for _, f := range []*fakeTarget{a, b, c, slow} {
@@ -409,6 +440,9 @@ func TestStartProbesAllTargetsAndReady(t *testing.T) {
 	recv(t, h.s.Ready(), "Ready after every first probe")
 	// Ready closing happens after the events of the first probes were
 	// delivered: no waiting needed.
+	if n := earlyReady.Load(); n != 0 {
+		t.Fatalf("%d first-probe events delivered after Ready closed, want 0", n)
+	}
 	evs := h.rec.all()
 	if got, want := len(evs), 3; got != want {
 		t.Fatalf("got %d events %+v, want %d (UP for a, b, slow; none for c, which stays DOWN)", got, evs, want)
@@ -951,7 +985,7 @@ func TestZeroSettingsDefaults(t *testing.T) {
 	down := newTarget("down", clk, results(nil, errProbe))
 	// Only the clock is set: OnChange nil, Heartbeat and Backoff defaults.
 	s := New([]Target{up, down}, Settings{Clock: clk})
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { closeWithin(t, s, 5*time.Second) })
 	h := &harness{t: t, clk: clk, s: s, rec: &recorder{}}
 	recv(t, s.Ready(), "Ready")
 

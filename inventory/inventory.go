@@ -120,6 +120,7 @@ const (
 // concurrent use and holds no state of its own beyond configuration: every
 // instance over the same nodes sees the same orders.
 type Inventory struct {
+	stats   counters
 	r       *router.Router
 	cfg     config.Inventory
 	opts    Options
@@ -200,6 +201,7 @@ func (inv *Inventory) set(route string) (*router.Set, error) {
 
 func (inv *Inventory) defer_(s Settle) {
 	if inv.opts.Deferrer != nil && len(s.PartIDs) > 0 {
+		inv.stats.deferred.Add(int64(len(s.PartIDs)))
 		inv.opts.Deferrer.Enqueue(s)
 	}
 }

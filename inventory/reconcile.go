@@ -37,6 +37,10 @@ end
 return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))
 `)
 
+// homeRetry is how long a part whose order home is unreachable waits
+// before the reconciler looks at it again.
+const homeRetry = 2 * time.Second
+
 // PendingPart is a pending part past its deadline on a node.
 type PendingPart struct {
 	Node     string
@@ -94,7 +98,8 @@ func (inv *Inventory) DueParts(ctx context.Context, n *node.Node, limit int) ([]
 // else (cancelled, expired, failed, superseded or missing) → cancel. The
 // order's expiry itself is decided first, by compare-and-set on the order
 // record, so a racing Confirm either wins (the part is confirmed) or loses
-// (Confirm reports ErrExpired). Safe to run from several processes at
+// (Confirm reports ErrExpired). When the order's home node is unreachable
+// the part is postponed and the error returned. Safe to run from several processes at
 // once: each part changes state at most once.
 func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolution, error) {
 	n, err := inv.r.Node(p.Node)
@@ -112,7 +117,13 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 	if p.OrderID != "" {
 		home, err := inv.orderHome(p.OrderID)
 		if err != nil {
-			return "", err
+			// The decision is out of reach: look again later, so parts
+			// of reachable orders behind this one are not held up.
+			if lerr := pendingScript.Run(ctx, n.Client(), []string{stampKey, keyPending}, n.Name(), "later",
+				p.PartID, time.Now().Add(homeRetry).UnixMilli()).Err(); lerr != nil {
+				return "", nodeErr(n, lerr)
+			}
+			return Postponed, err
 		}
 		rec, err := inv.orderOp(ctx, home, p.OrderID, "expire", "", seconds(inv.cfg.Retention))
 		if err != nil {

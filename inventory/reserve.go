@@ -80,6 +80,12 @@ const partGrace = time.Second
 // cancelled, or tombstoned by a Cancel that came first, is refused with
 // [ErrCancelled]; reuse with different items with [ErrOrderMismatch].
 func (inv *Inventory) Reserve(ctx context.Context, orderID string, items []Item, userID string, ttl time.Duration) (Reservation, error) {
+	res, err := inv.reserve(ctx, orderID, items, userID, ttl)
+	inv.stats.reserve(err)
+	return res, err
+}
+
+func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item, userID string, ttl time.Duration) (Reservation, error) {
 	if err := inv.checkReserve(orderID, items, userID); err != nil {
 		return Reservation{}, err
 	}
@@ -193,7 +199,9 @@ func (inv *Inventory) existing(orderID string, rec orderRecord) (Reservation, er
 func (inv *Inventory) abandon(ctx context.Context, home *node.Node, orderID, token string, parts, unknown []part) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	pending := inv.settleParts(ctx, orderID, Cancel, append(parts, unknown...))
+	all := append(parts, unknown...)
+	inv.stats.rolledBack.Add(int64(len(all)))
+	pending := inv.settleParts(ctx, orderID, Cancel, all)
 	if pending > 0 {
 		inv.log.Warn("reserve rollback deferred", "order", orderID, "pending_parts", pending)
 	}

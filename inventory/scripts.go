@@ -18,7 +18,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function int(v, what)
   if v == false or v == nil then return 0 end
   local n = tonumber(v)
-  if n == nil or n ~= math.floor(n) then
+  if n == nil or n ~= math.floor(n) or (type(v) == 'string' and v ~= '0' and not string.match(v, '^%-?[1-9]%d*$')) then
     return nil, redis.error_reply('SHARDIS_CORRUPT ' .. what .. ' holds ' .. tostring(v) .. ', not an integer')
   end
   return n
@@ -41,6 +41,7 @@ end
 var reserveScript = redis.NewScript(identityCheck + `
 local deadline = tonumber(ARGV[4])
 local np = (#KEYS - 3) / 3
+redis.call('ZCARD', KEYS[2]) -- fails now, before any write, if the index is not a sorted set
 local plan = {}
 local avail = {}
 for i = 0, np - 1 do
@@ -53,12 +54,17 @@ for i = 0, np - 1 do
     local f = redis.call('HMGET', pk, 'qty', 'offset')
     p.out = {st, tonumber(f[1]) or 0, tonumber(f[2]) or 0, 0}
   elseif p.kind == 's' then
-    local s = redis.call('HMGET', ck, 'available', 'limit')
+    redis.call('ZCARD', xk) -- the redo queue must be a sorted set
+    local s = redis.call('HMGET', ck, 'available', 'limit', 'reserved')
     local err
     if avail[ck] == nil then
       avail[ck], err = int(s[1], ck .. ' available')
       if err then return err end
     end
+    local _, rerr = int(s[3], ck .. ' reserved')
+    if rerr then return rerr end
+    local _, oerr = int(redis.call('HGET', KEYS[3], p.xk), KEYS[3] .. ' ' .. p.xk)
+    if oerr then return oerr end
     local limit
     limit, err = int(s[2], ck .. ' limit')
     if err then return err end
@@ -127,6 +133,7 @@ local target = action == 'confirm' and 'confirmed' or 'cancelled'
 local retention = tonumber(ARGV[3])
 local out = {}
 local todo = {}
+redis.call('ZCARD', KEYS[2]) -- fails now, before any write, if the index is not a sorted set
 for i = 3, #KEYS do
   local pk = KEYS[i]
   local f = redis.call('HMGET', pk, 'state', 'kind', 'qty', 'counter')
@@ -144,6 +151,12 @@ for i = 3, #KEYS do
       if r < q then
         return redis.error_reply('SHARDIS_CORRUPT ' .. f[4] .. ' reserved is ' .. r .. ', part ' .. pk .. ' holds ' .. q)
       end
+      local to = action == 'confirm' and 'confirmed' or 'available'
+      local _, terr = int(redis.call('HGET', f[4], to), f[4] .. ' ' .. to)
+      if terr then return terr end
+    elseif action == 'cancel' then
+      local _, cerr = int(redis.call('GET', f[4]), f[4])
+      if cerr then return cerr end
     end
     todo[#todo + 1] = {pk = pk, id = ARGV[i + 2], kind = f[2], q = q, ck = f[4]}
     out[#out + 1] = 'done'
@@ -235,6 +248,11 @@ end
 local retention = tonumber(ARGV[4])
 if op == 'confirm' then
   if not status then return record('missing') end
+  if status == 'reserving' and lease <= now then
+    -- the attempt died without committing: it failed
+    redis.call('HSET', key, 'status', 'failed', 'decided_at', now)
+    return record('failed')
+  end
   if status == 'reserved' then
     if now >= deadline then final('cancelled', 'expired', retention) else final('confirmed', 'confirmed', retention) end
   end

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
@@ -59,7 +60,7 @@ func IsFailure(ctx context.Context, err error) bool {
 		return false
 	case errors.Is(err, ErrDown), errors.Is(err, ErrBreakerOpen):
 		return false
-	case ctx.Err() != nil, errors.Is(err, context.Canceled):
+	case callerGaveUp(ctx), errors.Is(err, context.Canceled):
 		return false
 	}
 	var rerr redis.Error
@@ -69,6 +70,19 @@ func IsFailure(ctx context.Context, err error) bool {
 			strings.HasPrefix(msg, "MASTERDOWN")
 	}
 	return true
+}
+
+// callerGaveUp reports whether ctx is canceled or past its deadline. The
+// deadline is checked against the clock, not only through ctx.Err(): with
+// ContextTimeoutEnabled go-redis sets the connection deadline to the
+// context's, so a read can time out a moment before the context's own timer
+// has fired and ctx.Err() is still nil.
+func callerGaveUp(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // breakerErr maps a gobreaker refusal to ours.

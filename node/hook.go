@@ -18,14 +18,27 @@ func (h hook) DialHook(next redis.DialHook) redis.DialHook {
 	}
 }
 
+// admittedKey marks the context of an admitted command. go-redis runs the
+// handshake of a new connection (HELLO, and SELECT/CLIENT SETNAME in a
+// pipeline) through the same hooks, with the command's context: those
+// nested commands belong to the admitted command and must neither be
+// admitted again (a half-open breaker would refuse them, failing its own
+// trial) nor counted a second time.
+type admittedKey struct{}
+
+func admitted(ctx context.Context) bool { return ctx.Value(admittedKey{}) != nil }
+
 func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if admitted(ctx) {
+			return next(ctx, cmd)
+		}
 		done, err := h.n.admit()
 		if err != nil {
 			cmd.SetErr(err)
 			return err
 		}
-		err = next(ctx, cmd)
+		err = next(context.WithValue(ctx, admittedKey{}, true), cmd)
 		h.n.record(ctx, done, err)
 		return err
 	}
@@ -33,6 +46,9 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if admitted(ctx) {
+			return next(ctx, cmds)
+		}
 		done, err := h.n.admit()
 		if err != nil {
 			for _, cmd := range cmds {
@@ -40,7 +56,7 @@ func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 			}
 			return err
 		}
-		err = next(ctx, cmds)
+		err = next(context.WithValue(ctx, admittedKey{}, true), cmds)
 		h.n.record(ctx, done, err)
 		return err
 	}
@@ -68,7 +84,7 @@ func (n *Node) record(ctx context.Context, done func(error), err error) {
 	case IsFailure(ctx, err):
 		done(errFailure)
 		n.opts.OnFailure()
-	case err != nil && ctx.Err() != nil:
+	case err != nil && callerGaveUp(ctx):
 		done(errExcluded) // the caller gave up: says nothing about the node
 	default:
 		done(nil) // the node answered, maybe with an error reply

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -56,9 +57,14 @@ func (n *Node) Incarnation() string {
 func (n *Node) Probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, n.opts.ProbeTimeout)
 	defer cancel()
-	res, err := stampScript.Run(ctx, n.probe, []string{StampKey},
+	probe := n.probeClient()
+	res, err := stampScript.Run(ctx, probe, []string{StampKey},
 		n.opts.Name, newIncarnation(), strconv.FormatInt(time.Now().UnixMilli(), 10)).Slice()
 	if err != nil {
+		var reply redis.Error
+		if !errors.As(err, &reply) {
+			n.resetProbe(probe) // the connection failed, not the node's script
+		}
 		return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: %w", err)}
 	}
 	if len(res) != 3 {

@@ -92,6 +92,10 @@ type Options struct {
 	// node failure (see [IsFailure]). It runs on the caller's goroutine and
 	// must return quickly (the health scheduler's Trigger does).
 	OnFailure func()
+	// Observe, when set, is called after every command or pipeline that
+	// reached the network, with its duration and whether it was a node
+	// failure (for latency metrics). It runs on the caller's goroutine.
+	Observe func(d time.Duration, failure bool)
 	// Logger receives identity and breaker events.
 	// default: slog.Default()
 	Logger *slog.Logger
@@ -128,7 +132,13 @@ type Node struct {
 	opts   Options
 	log    *slog.Logger
 	client *redis.Client // guarded by the hook: every command is admitted first
-	probe  *redis.Client // one connection, no hook: probes bypass state and breaker
+	// probe is a one-connection client without the hook: probes bypass
+	// state and breaker. It is replaced after a probe failed on the
+	// connection (see resetProbe); probeOpts is its template.
+	probeMu     sync.Mutex
+	probe       *redis.Client // guarded by probeMu
+	probeOpts   redis.Options
+	probeClosed bool // guarded by probeMu
 
 	state     atomic.Int32              // a State
 	cb        atomic.Pointer[breaker]   // replaced by a closed one on DOWN→UP
@@ -181,6 +191,7 @@ func New(opts Options) (*Node, error) {
 	probe.ReadTimeout = opts.ProbeTimeout
 	probe.WriteTimeout = opts.ProbeTimeout
 	probe.PoolTimeout = opts.ProbeTimeout
+	n.probeOpts = probe
 	n.probe = redis.NewClient(&probe)
 
 	n.cb.Store(n.newBreaker())
@@ -289,7 +300,11 @@ func (n *Node) BreakerState() string { return n.cb.Load().State().String() }
 func (n *Node) Close() error {
 	var err error
 	n.closeOnce.Do(func() {
-		err = errors.Join(n.client.Close(), n.probe.Close())
+		n.probeMu.Lock()
+		n.probeClosed = true
+		probe := n.probe
+		n.probeMu.Unlock()
+		err = errors.Join(n.client.Close(), probe.Close())
 	})
 	return err
 }
@@ -311,4 +326,29 @@ func (n *Node) newBreaker() *breaker {
 			n.log.Warn("breaker state changed", "from", from.String(), "to", to.String())
 		},
 	})
+}
+
+// probeClient returns the current probe client.
+func (n *Node) probeClient() *redis.Client {
+	n.probeMu.Lock()
+	defer n.probeMu.Unlock()
+	return n.probe
+}
+
+// resetProbe replaces the probe client old after a probe failed on the
+// connection. go-redis stops dialing a pool once PoolSize dials in a row
+// failed (one, for the probe) and returns the last dial error instead
+// until a background redial, retried only once a second, succeeds: kept,
+// the client would report a restarted node as unreachable for up to a
+// second more than the backoff says. A fresh client dials at once.
+func (n *Node) resetProbe(old *redis.Client) {
+	n.probeMu.Lock()
+	if n.probeClosed || n.probe != old {
+		n.probeMu.Unlock()
+		return
+	}
+	opts := n.probeOpts
+	n.probe = redis.NewClient(&opts)
+	n.probeMu.Unlock()
+	_ = old.Close()
 }

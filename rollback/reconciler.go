@@ -196,6 +196,9 @@ func (r *Reconciler) node(ctx context.Context, n *node.Node, trim bool) int {
 			res, err := r.inv.ResolveExpired(ctx, p)
 			if err != nil {
 				failed++
+				if res == inventory.Postponed {
+					progress++ // moved out of the way; the pass goes on
+				}
 				continue
 			}
 			switch res {

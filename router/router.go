@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -50,6 +51,13 @@ type Options struct {
 	// it is logged, outside any lock, in order per node. It must not block
 	// for long.
 	OnStateChange func(health.Event)
+	// OnProbe, when set, is called after every health probe of a node with
+	// its duration and error (for metrics). It must be cheap.
+	OnProbe func(node string, d time.Duration, err error)
+	// ObserveCommand, when set, is called after every command that reached
+	// a node, with its duration and whether it was a node failure. It runs
+	// on the caller's goroutine and must be cheap (a histogram observe).
+	ObserveCommand func(node string, d time.Duration, failure bool)
 	// Clock drives the health scheduler.
 	// default: the real clock
 	Clock health.Clock
@@ -109,6 +117,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 			BreakerFailures:    cfg.Breaker.Failures,
 			BreakerOpenTimeout: cfg.Breaker.OpenTimeout,
 			OnFailure:          func() { sched.Trigger(name) },
+			Observe:            observer(opts.ObserveCommand, name),
 			Logger:             opts.Logger,
 		})
 		if err != nil {
@@ -139,6 +148,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 		Heartbeat: cfg.Health.Heartbeat,
 		Backoff:   cfg.Health.Backoff,
 		OnChange:  r.onChange,
+		OnProbe:   opts.OnProbe,
 		Clock:     opts.Clock,
 	})
 	r.sched = sched
@@ -147,6 +157,13 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 	case <-ctx.Done():
 	}
 	return r, nil
+}
+
+func observer(f func(string, time.Duration, bool), name string) func(time.Duration, bool) {
+	if f == nil {
+		return nil
+	}
+	return func(d time.Duration, failure bool) { f(name, d, failure) }
 }
 
 func (r *Router) onChange(ev health.Event) {

@@ -19,6 +19,7 @@ var version = ""
 const usage = `usage: shardis <command> [flags]
 
 commands:
+  serve     run the inventory and admin services (--config FILE)
   route     print the node each key routes to (from the config alone)
   version   print the version
 `
@@ -40,6 +41,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "route":
 		err = cmdRoute(args[1:], stdin, stdout, stderr)
+	case "serve":
+		err = cmdServe(args[1:], stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "shardis", versionString())
 	case "help", "-h", "--help":

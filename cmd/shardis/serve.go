@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/service"
+)
+
+func cmdServe(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "config file (required)")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	jsonLogs := fs.Bool("log-json", false, "log JSON lines instead of text")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *cfgPath == "" {
+		return fmt.Errorf("%w: serve needs --config FILE", errUsage)
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, *level)
+	}
+	hopts := &slog.HandlerOptions{Level: lvl}
+	var handler slog.Handler = slog.NewTextHandler(os.Stderr, hopts)
+	if *jsonLogs {
+		handler = slog.NewJSONHandler(os.Stderr, hopts)
+	}
+	log := slog.New(handler)
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	startCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	srv, err := service.Start(startCtx, cfg, log)
+	cancel()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: finishing in-flight calls", "timeout", cfg.Service.ShutdownTimeout)
+	case err := <-srv.Done():
+		return fmt.Errorf("serve: %w", err)
+	}
+	stop()
+	sctx, scancel := context.WithTimeout(context.Background(), cfg.Service.ShutdownTimeout)
+	defer scancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}

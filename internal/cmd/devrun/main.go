@@ -1,0 +1,201 @@
+// Command devrun is `make run`: it starts three local redis-server nodes
+// (AOF on, data under .run/), starts `shardis serve` with the example
+// configuration, loads a little demo stock, prints curl commands to try,
+// and on Ctrl-C stops everything it started.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/redisproc"
+	v1 "github.com/shardis/shardis/proto/shardis/v1"
+	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "make run:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfgPath := flag.String("config", "config/example.yaml", "service configuration")
+	bin := flag.String("bin", "bin/shardis", "shardis binary")
+	data := flag.String("data", ".run", "data folder (git-ignored)")
+	flag.Parse()
+
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(cfg.Nodes))
+	for name := range cfg.Nodes {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range append(names, "service") {
+		addr := cfg.Service.Listen
+		if name != "service" {
+			addr = cfg.Nodes[name].Addr
+		}
+		if err := portFree(addr); err != nil {
+			return fmt.Errorf("%s needs %s, which is busy (another `make run`?): %w", name, addr, err)
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	var nodes []*redisproc.Server
+	defer func() {
+		for _, n := range nodes {
+			_ = n.Stop()
+		}
+		fmt.Println("stopped every redis-server this run started")
+	}()
+	for _, name := range names {
+		_, port, _ := net.SplitHostPort(cfg.Nodes[name].Addr)
+		p, _ := strconv.Atoi(port)
+		dir, _ := filepath.Abs(filepath.Join(*data, name))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		srv, err := redisproc.Start(redisproc.Options{Port: p, Dir: dir, AOF: true, KillWithParent: true})
+		if err != nil {
+			return fmt.Errorf("node %s: %w", name, err)
+		}
+		nodes = append(nodes, srv)
+		fmt.Printf("redis-server %s on %s (AOF, data in %s)\n", name, srv.Addr(), dir)
+	}
+
+	cmd := exec.Command(*bin, "serve", "--config", *cfgPath)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", *bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+			fmt.Println("stopped shardis serve")
+		}
+	}()
+
+	base := "http://" + cfg.Service.Listen
+	if err := waitHealthy(ctx, base, exited); err != nil {
+		return err
+	}
+	if err := loadDemo(ctx, base, cfg.Service.AuthToken); err != nil {
+		return err
+	}
+	printTryIt(base)
+	select {
+	case <-ctx.Done():
+		fmt.Println("\nCtrl-C: stopping")
+		return nil
+	case err := <-exited:
+		return fmt.Errorf("shardis serve exited: %v", err)
+	}
+}
+
+func portFree(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return ln.Close()
+}
+
+func waitHealthy(ctx context.Context, base string, exited <-chan error) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-exited:
+			return fmt.Errorf("shardis serve exited before it was healthy: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return errors.New("shardis serve did not answer /healthz within 20s")
+}
+
+func loadDemo(ctx context.Context, base, token string) error {
+	client := shardisv1connect.NewInventoryServiceClient(http.DefaultClient, base)
+	demo := []*v1.LoadStockRequest{
+		{RouteKey: "clothes", SkuId: "tshirt-red", Quantity: 100, PerUserLimit: 2},
+		{RouteKey: "electronics", SkuId: "phone-x", Quantity: 30},
+		{RouteKey: "books", SkuId: "novel-1", Quantity: 20},
+	}
+	for _, m := range demo {
+		req := connect.NewRequest(m)
+		if token != "" {
+			req.Header().Set("Authorization", "Bearer "+token)
+		}
+		res, err := client.LoadStock(ctx, req)
+		if err != nil {
+			return fmt.Errorf("load demo stock %s/%s: %w", m.RouteKey, m.SkuId, err)
+		}
+		fmt.Printf("loaded %d x %s/%s (available now %d)\n", m.Quantity, m.RouteKey, m.SkuId, res.Msg.Stock.Available)
+	}
+	return nil
+}
+
+func printTryIt(base string) {
+	post := func(method, body string) string {
+		return fmt.Sprintf("curl -s -X POST -H 'Content-Type: application/json' -d '%s' %s/shardis.v1.%s", body, base, method)
+	}
+	fmt.Printf(`
+shardis is up on %s. Try:
+
+  %s
+  %s
+  %s
+  %s
+  %s
+  %s
+  curl -s %s/metrics | grep ^shardis_
+
+Or the CLI: bin/shardis status; bin/shardis stock get --route clothes --sku tshirt-red
+Ctrl-C stops the service and the three redis-server nodes.
+`, base,
+		post("AdminService/ListNodes", `{}`),
+		post("InventoryService/GetStock", `{"routeKey":"clothes","skuId":"tshirt-red"}`),
+		post("InventoryService/Reserve", `{"orderId":"demo-1","userId":"alice","items":[{"routeKey":"clothes","skuId":"tshirt-red","quantity":"2"},{"routeKey":"electronics","skuId":"phone-x","quantity":"1"}]}`),
+		post("InventoryService/Confirm", `{"orderId":"demo-1"}`),
+		post("InventoryService/Cancel", `{"orderId":"demo-2"}`),
+		post("AdminService/SetRouteEnabled", `{"node":"n1","server":"inventory","route":"clothes","enabled":false}`),
+		base)
+}

@@ -1,0 +1,173 @@
+// Package metrics exposes shardis's Prometheus metrics. Counters the
+// libraries keep themselves (inventory and reconciler stats, node state)
+// are read at scrape time; latencies are observed through router hooks.
+package metrics
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/rollback"
+	"github.com/shardis/shardis/router"
+)
+
+// Metrics owns a registry with every shardis metric. Create it before the
+// router (its hooks go into router.Options), then Bind the rest.
+type Metrics struct {
+	// Registry holds every collector; serve it with promhttp.HandlerFor.
+	Registry *prometheus.Registry
+
+	commandSeconds  *prometheus.HistogramVec
+	commandFailures *prometheus.CounterVec
+	probeFailures   *prometheus.CounterVec
+	probeSeconds    *prometheus.HistogramVec
+	stateChanges    *prometheus.CounterVec
+
+	mu  sync.Mutex // guards the bound sources
+	r   *router.Router
+	inv *inventory.Inventory
+	rec *rollback.Reconciler
+}
+
+// New returns Metrics with a fresh registry (Go and process collectors
+// included).
+func New() *Metrics {
+	m := &Metrics{Registry: prometheus.NewRegistry()}
+	m.commandSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "shardis_command_duration_seconds",
+		Help:    "Duration of Redis commands and pipelines that reached a node.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	}, []string{"node"})
+	m.commandFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardis_command_failures_total",
+		Help: "Commands that failed because of the node (network, timeout, LOADING/BUSY).",
+	}, []string{"node"})
+	m.probeFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardis_probe_failures_total",
+		Help: "Health probes that failed.",
+	}, []string{"node"})
+	m.probeSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "shardis_probe_duration_seconds",
+		Help:    "Duration of health probes.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	}, []string{"node"})
+	m.stateChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardis_node_state_changes_total",
+		Help: "Node state changes, by new state.",
+	}, []string{"node", "state"})
+	m.Registry.MustRegister(m.commandSeconds, m.commandFailures, m.probeFailures, m.probeSeconds, m.stateChanges,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}), (*collector)(m))
+	return m
+}
+
+// ObserveCommand is a router.Options.ObserveCommand hook.
+func (m *Metrics) ObserveCommand(nodeName string, d time.Duration, failure bool) {
+	m.commandSeconds.WithLabelValues(nodeName).Observe(d.Seconds())
+	if failure {
+		m.commandFailures.WithLabelValues(nodeName).Inc()
+	}
+}
+
+// OnProbe is a router.Options.OnProbe hook.
+func (m *Metrics) OnProbe(nodeName string, d time.Duration, err error) {
+	m.probeSeconds.WithLabelValues(nodeName).Observe(d.Seconds())
+	if err != nil {
+		m.probeFailures.WithLabelValues(nodeName).Inc()
+	}
+}
+
+// OnStateChange counts a node state change.
+func (m *Metrics) OnStateChange(nodeName string, up bool) {
+	state := "down"
+	if up {
+		state = "up"
+	}
+	m.stateChanges.WithLabelValues(nodeName, state).Inc()
+}
+
+// Bind sets the sources read at scrape time. Any may be nil.
+func (m *Metrics) Bind(r *router.Router, inv *inventory.Inventory, rec *rollback.Reconciler) {
+	m.mu.Lock()
+	m.r, m.inv, m.rec = r, inv, rec
+	m.mu.Unlock()
+}
+
+// collector reads library state at scrape time.
+type collector Metrics
+
+var (
+	descNodeUp      = prometheus.NewDesc("shardis_node_up", "1 when the node is UP, 0 when DOWN.", []string{"node"}, nil)
+	descBreaker     = prometheus.NewDesc("shardis_node_breaker_state", "Breaker state: 0 closed, 1 half-open, 2 open.", []string{"node"}, nil)
+	descFailedProbe = prometheus.NewDesc("shardis_node_consecutive_failed_probes", "Consecutive failed probes of the node.", []string{"node"}, nil)
+	descReserve     = prometheus.NewDesc("shardis_reservations_total", "Reserve calls by outcome.", []string{"outcome"}, nil)
+	descRolledBack  = prometheus.NewDesc("shardis_parts_rolled_back_total", "Parts cancelled by failed Reserve calls.", nil, nil)
+	descDeferred    = prometheus.NewDesc("shardis_parts_deferred_total", "Parts whose settle was deferred because their node was unreachable.", nil, nil)
+	descQueue       = prometheus.NewDesc("shardis_deferred_parts", "Deferred parts waiting for their node.", nil, nil)
+	descReconciled  = prometheus.NewDesc("shardis_reconciler_parts_total", "Expired parts the reconciler settled, by action.", []string{"action"}, nil)
+	descRedoLen     = prometheus.NewDesc("shardis_redo_log_entries", "Entries in all redo-log queues of the node.", []string{"node"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descNodeUp, descBreaker, descFailedProbe, descReserve, descRolledBack,
+		descDeferred, descQueue, descReconciled, descRedoLen} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	r, inv, rec := c.r, c.inv, c.rec
+	c.mu.Unlock()
+	if r != nil {
+		for _, st := range r.Status() {
+			up := 0.0
+			if st.State == node.StateUp {
+				up = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descNodeUp, prometheus.GaugeValue, up, st.Name)
+			ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, breakerValue(st.Breaker), st.Name)
+			ch <- prometheus.MustNewConstMetric(descFailedProbe, prometheus.GaugeValue, float64(st.FailedProbes), st.Name)
+		}
+	}
+	if inv != nil {
+		s := inv.Stats()
+		for outcome, n := range s.Reservations {
+			ch <- prometheus.MustNewConstMetric(descReserve, prometheus.CounterValue, float64(n), outcome)
+		}
+		ch <- prometheus.MustNewConstMetric(descRolledBack, prometheus.CounterValue, float64(s.PartsRolledBack))
+		ch <- prometheus.MustNewConstMetric(descDeferred, prometheus.CounterValue, float64(s.PartsDeferred))
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		for _, n := range inv.Nodes() {
+			if !n.Usable() {
+				continue
+			}
+			if k, err := inv.RedoLogLen(ctx, n.Name()); err == nil {
+				ch <- prometheus.MustNewConstMetric(descRedoLen, prometheus.GaugeValue, float64(k), n.Name())
+			}
+		}
+	}
+	if rec != nil {
+		s := rec.Stats()
+		ch <- prometheus.MustNewConstMetric(descReconciled, prometheus.CounterValue, float64(s.Cancelled), "cancelled")
+		ch <- prometheus.MustNewConstMetric(descReconciled, prometheus.CounterValue, float64(s.Confirmed), "confirmed")
+		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(s.QueueLength))
+	}
+}
+
+func breakerValue(s string) float64 {
+	switch s {
+	case "open":
+		return 2
+	case "half-open":
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,212 @@
+// Package service implements the shardis RPC services (Connect, gRPC and
+// gRPC-Web on one port) over the router and the inventory, and the HTTP
+// server around them.
+package service
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
+	v1 "github.com/shardis/shardis/proto/shardis/v1"
+	"github.com/shardis/shardis/router"
+)
+
+// Handlers implements shardisv1connect.InventoryServiceHandler and
+// AdminServiceHandler. Safe for concurrent use.
+type Handlers struct {
+	Router    *router.Router
+	Inventory *inventory.Inventory
+}
+
+// LoadStock implements InventoryService.LoadStock.
+func (h *Handlers) LoadStock(ctx context.Context, req *connect.Request[v1.LoadStockRequest]) (*connect.Response[v1.LoadStockResponse], error) {
+	m := req.Msg
+	level, err := h.Inventory.LoadStock(ctx, m.RouteKey, m.SkuId, m.Quantity, m.PerUserLimit)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&v1.LoadStockResponse{Stock: stockLevel(level)}), nil
+}
+
+// GetStock implements InventoryService.GetStock.
+func (h *Handlers) GetStock(ctx context.Context, req *connect.Request[v1.GetStockRequest]) (*connect.Response[v1.GetStockResponse], error) {
+	level, err := h.Inventory.GetStock(ctx, req.Msg.RouteKey, req.Msg.SkuId)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&v1.GetStockResponse{Stock: stockLevel(level)}), nil
+}
+
+// Reserve implements InventoryService.Reserve.
+func (h *Handlers) Reserve(ctx context.Context, req *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error) {
+	m := req.Msg
+	if m.TtlSeconds < 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("ttl_seconds is negative"))
+	}
+	if len(m.Items) > inventory.MaxItems {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("items: too many items"))
+	}
+	items := make([]inventory.Item, len(m.Items))
+	for i, it := range m.Items {
+		items[i] = inventory.Item{Route: it.RouteKey, SKU: it.SkuId, Quantity: it.Quantity}
+	}
+	res, err := h.Inventory.Reserve(ctx, m.OrderId, items, m.UserId, time.Duration(m.TtlSeconds)*time.Second)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	out := &v1.ReserveResponse{OrderId: res.OrderID, DeadlineUnixMs: res.Deadline.UnixMilli()}
+	for _, r := range res.Receipts {
+		out.Receipts = append(out.Receipts, &v1.Receipt{
+			ItemIndex: int32(r.ItemIndex), SkuId: r.SKU, Quantity: r.Quantity,
+			Node: r.Node, RedoLog: r.RedoLog, Offset: r.Offset,
+		})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// Confirm implements InventoryService.Confirm.
+func (h *Handlers) Confirm(ctx context.Context, req *connect.Request[v1.ConfirmRequest]) (*connect.Response[v1.ConfirmResponse], error) {
+	out, err := h.Inventory.Confirm(ctx, req.Msg.OrderId)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&v1.ConfirmResponse{
+		OrderId: out.OrderID, Status: v1.OrderStatus(out.Status), PendingParts: int32(out.PendingParts),
+	}), nil
+}
+
+// Cancel implements InventoryService.Cancel.
+func (h *Handlers) Cancel(ctx context.Context, req *connect.Request[v1.CancelRequest]) (*connect.Response[v1.CancelResponse], error) {
+	out, err := h.Inventory.Cancel(ctx, req.Msg.OrderId)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&v1.CancelResponse{
+		OrderId: out.OrderID, Status: v1.OrderStatus(out.Status), PendingParts: int32(out.PendingParts), Reason: out.Reason,
+	}), nil
+}
+
+// ListNodes implements AdminService.ListNodes.
+func (h *Handlers) ListNodes(_ context.Context, _ *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error) {
+	out := &v1.ListNodesResponse{}
+	for _, st := range h.Router.Status() {
+		out.Nodes = append(out.Nodes, nodeInfo(st))
+	}
+	return connect.NewResponse(out), nil
+}
+
+// SetRouteEnabled implements AdminService.SetRouteEnabled.
+func (h *Handlers) SetRouteEnabled(_ context.Context, req *connect.Request[v1.SetRouteEnabledRequest]) (*connect.Response[v1.SetRouteEnabledResponse], error) {
+	m := req.Msg
+	if err := h.Router.SetRouteEnabled(m.Node, m.Server, m.Route, m.Enabled); err != nil {
+		return nil, rpcError(err)
+	}
+	for _, st := range h.Router.Status() {
+		if st.Name == m.Node {
+			return connect.NewResponse(&v1.SetRouteEnabledResponse{Node: nodeInfo(st)}), nil
+		}
+	}
+	return nil, connect.NewError(connect.CodeInternal, errors.New("node vanished"))
+}
+
+// ReadRedoLog implements AdminService.ReadRedoLog.
+func (h *Handlers) ReadRedoLog(ctx context.Context, req *connect.Request[v1.ReadRedoLogRequest]) (*connect.Response[v1.ReadRedoLogResponse], error) {
+	m := req.Msg
+	limit := int(m.Limit)
+	if limit == 0 {
+		limit = 100
+	}
+	entries, err := h.Inventory.ReadRedoLog(ctx, m.Node, int(m.Queue), m.AfterOffset, limit)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	out := &v1.ReadRedoLogResponse{Node: m.Node, Queue: m.Queue, RedoLog: inventory.RedoLogKey(int(m.Queue))}
+	for _, e := range entries {
+		out.Entries = append(out.Entries, &v1.RedoEntry{
+			Offset: e.Offset, PartId: e.PartID, OrderId: e.OrderID, SkuId: e.SKU,
+			Quantity: e.Quantity, State: e.State, AtUnixMs: e.At.UnixMilli(),
+		})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// AckRedoLog implements AdminService.AckRedoLog.
+func (h *Handlers) AckRedoLog(ctx context.Context, req *connect.Request[v1.AckRedoLogRequest]) (*connect.Response[v1.AckRedoLogResponse], error) {
+	m := req.Msg
+	acked, err := h.Inventory.AckRedoLog(ctx, m.Node, int(m.Queue), m.Offset)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&v1.AckRedoLogResponse{AckedOffset: acked}), nil
+}
+
+func stockLevel(l inventory.StockLevel) *v1.StockLevel {
+	out := &v1.StockLevel{SkuId: l.SKU, Available: l.Available, Reserved: l.Reserved, Confirmed: l.Confirmed,
+		Loaded: l.Loaded, PerUserLimit: l.Limit}
+	for _, n := range l.Nodes {
+		ns := &v1.NodeStock{Node: n.Node, Reachable: n.Reachable, Available: n.Available,
+			Reserved: n.Reserved, Confirmed: n.Confirmed, Loaded: n.Loaded}
+		if n.Err != nil {
+			ns.Error = n.Err.Error()
+		}
+		out.Nodes = append(out.Nodes, ns)
+	}
+	return out
+}
+
+func nodeInfo(st router.NodeStatus) *v1.NodeInfo {
+	info := &v1.NodeInfo{Name: st.Name, Addr: st.Addr, Breaker: st.Breaker, FailedProbes: int32(st.FailedProbes),
+		Incarnation: st.Incarnation, State: v1.NodeState_NODE_STATE_DOWN}
+	if st.State == node.StateUp {
+		info.State = v1.NodeState_NODE_STATE_UP
+	}
+	if st.DownReason != nil {
+		info.DownReason = st.DownReason.Error()
+	}
+	for rk, enabled := range st.Routes {
+		info.Routes = append(info.Routes, &v1.RouteStatus{Server: rk.Server, Route: rk.Route, Enabled: enabled})
+	}
+	sortRoutes(info.Routes)
+	return info
+}
+
+func sortRoutes(rs []*v1.RouteStatus) {
+	for i := 1; i < len(rs); i++ {
+		for j := i; j > 0 && (rs[j].Server+"/"+rs[j].Route) < (rs[j-1].Server+"/"+rs[j-1].Route); j-- {
+			rs[j], rs[j-1] = rs[j-1], rs[j]
+		}
+	}
+}
+
+// rpcError maps library errors to Connect codes; the message keeps the
+// library's text, which names the field, SKU, order or node.
+func rpcError(err error) error {
+	code := connect.CodeInternal
+	switch {
+	case errors.Is(err, context.Canceled):
+		code = connect.CodeCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = connect.CodeDeadlineExceeded
+	case errors.Is(err, inventory.ErrInvalid), errors.Is(err, router.ErrUnknownRoute),
+		errors.Is(err, router.ErrUnknownNode), errors.Is(err, node.ErrUnknownRoute):
+		code = connect.CodeInvalidArgument
+	case errors.Is(err, inventory.ErrNotFound):
+		code = connect.CodeNotFound
+	case errors.Is(err, inventory.ErrInsufficientStock), errors.Is(err, inventory.ErrLimitExceeded),
+		errors.Is(err, inventory.ErrCancelled), errors.Is(err, inventory.ErrExpired),
+		errors.Is(err, inventory.ErrConfirmed), errors.Is(err, inventory.ErrOrderMismatch):
+		code = connect.CodeFailedPrecondition
+	case errors.Is(err, inventory.ErrInProgress):
+		code = connect.CodeAborted
+	case errors.Is(err, inventory.ErrCorrupt):
+		code = connect.CodeInternal
+	case errors.Is(err, router.ErrUnavailable):
+		code = connect.CodeUnavailable
+	}
+	return connect.NewError(code, err)
+}

@@ -1,0 +1,228 @@
+package service
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/health"
+	"github.com/shardis/shardis/internal/metrics"
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
+	"github.com/shardis/shardis/rollback"
+	"github.com/shardis/shardis/router"
+)
+
+// Server is a running `shardis serve`: router, inventory, reconciler,
+// metrics and the HTTP listener.
+type Server struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	Router  *router.Router
+	Inv     *inventory.Inventory
+	Rec     *rollback.Reconciler
+	Queue   *rollback.Queue
+	Metrics *metrics.Metrics
+	http    *http.Server
+	ln      net.Listener
+	served  chan error
+}
+
+// Start builds everything from cfg, listens on cfg.Service.Listen (an
+// address with port 0 picks a free port; see Addr) and serves in the
+// background until Shutdown.
+func Start(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{cfg: cfg, log: log, Metrics: metrics.New(), Queue: rollback.NewQueue(), served: make(chan error, 1)}
+	var rec atomic.Pointer[rollback.Reconciler]
+	r, err := router.New(ctx, cfg, router.Options{
+		Logger:         log,
+		ObserveCommand: s.Metrics.ObserveCommand,
+		OnProbe:        s.Metrics.OnProbe,
+		OnStateChange: func(ev health.Event) {
+			s.Metrics.OnStateChange(ev.Target, ev.Up)
+			if p := rec.Load(); p != nil && ev.Up {
+				p.NodeUp(ev.Target)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.Router = r
+	s.Inv, err = inventory.New(r, inventory.Options{Deferrer: s.Queue, Logger: log})
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	s.Rec = rollback.New(s.Inv, s.Queue, rollback.Settings{Interval: cfg.Inventory.ReconcileInterval, Logger: log})
+	rec.Store(s.Rec)
+	s.Rec.Start()
+	s.Metrics.Bind(r, s.Inv, s.Rec)
+
+	tlsCfg, err := serverTLS(cfg.Service.TLS)
+	if err != nil {
+		s.closeLibs()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Service.Listen)
+	if err != nil {
+		s.closeLibs()
+		return nil, fmt.Errorf("service.listen %s: %w", cfg.Service.Listen, err)
+	}
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	}
+	s.ln = ln
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(true)
+	protocols.SetUnencryptedHTTP2(tlsCfg == nil)
+	s.http = &http.Server{
+		Handler:           s.handler(),
+		Protocols:         protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	go func() { s.served <- s.http.Serve(ln) }()
+	log.Info("shardis serving", "addr", s.Addr(), "tls", tlsCfg != nil, "auth", cfg.Service.AuthToken != "")
+	return s, nil
+}
+
+// Addr returns the address the service listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Done returns a channel that receives the serve error (nil after a clean
+// Shutdown) once the listener stops.
+func (s *Server) Done() <-chan error { return s.served }
+
+// Shutdown stops accepting calls, waits for in-flight calls (up to ctx),
+// then stops the reconciler and closes node clients.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.http.Shutdown(ctx)
+	s.closeLibs()
+	return err
+}
+
+func (s *Server) closeLibs() {
+	if s.Rec != nil {
+		s.Rec.Close()
+	}
+	if s.Router != nil {
+		s.Router.Close()
+	}
+}
+
+func (s *Server) handler() http.Handler {
+	h := &Handlers{Router: s.Router, Inventory: s.Inv}
+	opts := []connect.HandlerOption{
+		connect.WithReadMaxBytes(s.cfg.Service.MaxBodyBytes),
+		connect.WithInterceptors(logInterceptor(s.log), authInterceptor(s.cfg.Service.AuthToken)),
+	}
+	mux := http.NewServeMux()
+	mux.Handle(shardisv1connect.NewInventoryServiceHandler(h, opts...))
+	mux.Handle(shardisv1connect.NewAdminServiceHandler(h, opts...))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		up := 0
+		nodes := s.Router.Nodes()
+		for _, n := range nodes {
+			if n.Usable() {
+				up++
+			}
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintf(w, "ok: %d/%d nodes up\n", up, len(nodes))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}))
+	max := int64(s.cfg.Service.MaxBodyBytes)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Refuse what claims to be too big before reading it; connect
+		// enforces the same limit on what is actually read.
+		if r.ContentLength > max {
+			http.Error(w, fmt.Sprintf("request body is %d bytes, limit %d", r.ContentLength, max), http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, max+1024)
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// authInterceptor requires "Authorization: Bearer <token>" when token is
+// set, compared in constant time. The token never reaches a log.
+func authInterceptor(token string) connect.Interceptor {
+	want := []byte("Bearer " + token)
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if token != "" {
+				got := []byte(req.Header().Get("Authorization"))
+				if subtle.ConstantTimeCompare(got, want) != 1 {
+					return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("missing or wrong bearer token"))
+				}
+			}
+			return next(ctx, req)
+		}
+	})
+}
+
+// logInterceptor logs every call's procedure, code and duration.
+func logInterceptor(log *slog.Logger) connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			start := time.Now()
+			res, err := next(ctx, req)
+			proc := req.Spec().Procedure[strings.LastIndex(req.Spec().Procedure, "/")+1:]
+			if err != nil {
+				code := connect.CodeOf(err)
+				level := slog.LevelInfo
+				if code == connect.CodeInternal || code == connect.CodeUnavailable {
+					level = slog.LevelWarn
+				}
+				log.Log(ctx, level, "rpc", "method", proc, "code", code.String(), "err", err.Error(), "duration", time.Since(start))
+			} else {
+				log.Debug("rpc", "method", proc, "code", "ok", "duration", time.Since(start))
+			}
+			return res, err
+		}
+	})
+}
+
+func serverTLS(t config.ServiceTLS) (*tls.Config, error) {
+	if t.CertFile == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("service.tls: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	if t.ClientCAFile != "" {
+		pem, err := os.ReadFile(t.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("service.tls.client_ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("service.tls.client_ca_file %s: no PEM certificate found", t.ClientCAFile)
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}

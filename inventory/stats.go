@@ -1,0 +1,68 @@
+package inventory
+
+import (
+	"errors"
+	"sync/atomic"
+)
+
+// Stats counts what an Inventory did since New; every field is cumulative.
+type Stats struct {
+	// Reservations counts Reserve calls by outcome: "ok", "insufficient",
+	// "limit", "unavailable", "cancelled", "mismatch", "invalid", "error".
+	Reservations map[string]int64
+	// PartsRolledBack counts parts cancelled by a failed Reserve (taken
+	// parts and tombstones for unknown outcomes).
+	PartsRolledBack int64
+	// PartsDeferred counts parts handed to the Deferrer.
+	PartsDeferred int64
+}
+
+var outcomes = []string{"ok", "insufficient", "limit", "unavailable", "cancelled", "mismatch", "invalid", "error"}
+
+type counters struct {
+	reservations [8]atomic.Int64 // indexed like outcomes
+	rolledBack   atomic.Int64
+	deferred     atomic.Int64
+}
+
+// Stats returns the cumulative counters. Safe for concurrent use.
+func (inv *Inventory) Stats() Stats {
+	s := Stats{Reservations: make(map[string]int64, len(outcomes))}
+	for i, o := range outcomes {
+		s.Reservations[o] = inv.stats.reservations[i].Load()
+	}
+	s.PartsRolledBack = inv.stats.rolledBack.Load()
+	s.PartsDeferred = inv.stats.deferred.Load()
+	return s
+}
+
+// OutcomeOf returns the Stats.Reservations label of a Reserve error.
+func OutcomeOf(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrInsufficientStock):
+		return "insufficient"
+	case errors.Is(err, ErrLimitExceeded):
+		return "limit"
+	case errors.Is(err, ErrInvalid):
+		return "invalid"
+	case errors.Is(err, ErrCancelled):
+		return "cancelled"
+	case errors.Is(err, ErrOrderMismatch):
+		return "mismatch"
+	case errors.Is(err, ErrUnavailable):
+		return "unavailable"
+	}
+	return "error"
+}
+
+func (c *counters) reserve(err error) {
+	o := OutcomeOf(err)
+	for i, name := range outcomes {
+		if name == o {
+			c.reservations[i].Add(1)
+			return
+		}
+	}
+}
