@@ -26,7 +26,7 @@ func (c *Config) Validate() error {
 
 func (c *Config) problems() Problems {
 	var ps Problems
-	checkAddr(&ps, "service.listen", c.Service.Listen)
+	checkAddr(&ps, "service.listen", c.Service.Listen, true)
 	if c.Service.MaxBodyBytes < 1024 || c.Service.MaxBodyBytes > 64<<20 {
 		ps.add("service.max_body_bytes", c.Service.MaxBodyBytes, "must be between 1024 and 67108864")
 	}
@@ -47,7 +47,7 @@ func (c *Config) problems() Problems {
 		checkName(&ps, p, name)
 		if n.Addr == "" {
 			ps.add(p+".addr", nil, "required (host:port)")
-		} else if checkAddr(&ps, p+".addr", n.Addr) {
+		} else if checkAddr(&ps, p+".addr", n.Addr, false) {
 			if other, dup := addrs[n.Addr]; dup {
 				ps.add(p+".addr", n.Addr, "same address as node "+other)
 			}
@@ -149,13 +149,14 @@ func checkName(ps *Problems, path, name string) {
 	}
 }
 
-func checkAddr(ps *Problems, path, addr string) bool {
+// checkAddr requires host:port; port 0 (any free port) only when anyPort.
+func checkAddr(ps *Problems, path, addr string, anyPort bool) bool {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || host == "" {
 		ps.add(path, addr, "want host:port")
 		return false
 	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 || (p == 0 && !anyPort) {
 		ps.add(path, addr, "port must be 1-65535")
 		return false
 	}

@@ -61,6 +61,10 @@ type part struct {
 // between nodes, parts are examined after their order's deadline.
 const partGrace = time.Second
 
+// commitTimeout bounds the commit step, which ignores the caller's
+// cancellation.
+const commitTimeout = 2 * time.Second
+
 // Reserve takes every item of an order, all or nothing, and holds it for
 // ttl (0 = inventory.reservation_ttl; capped by max_reservation_ttl).
 //
@@ -115,8 +119,18 @@ func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item,
 		inv.abandon(ctx, home, orderID, token, parts, unknown)
 		return Reservation{}, err
 	}
+	if err := ctx.Err(); err != nil {
+		// The caller gave up before the commit: undo now rather than hold
+		// the stock until the attempt's lease runs out.
+		inv.abandon(ctx, home, orderID, token, parts, nil)
+		return Reservation{}, fmt.Errorf("order %q: %w", orderID, err)
+	}
 	blob, _ := json.Marshal(parts)
-	rec, err = inv.orderOp(ctx, home, orderID, "commit", token, string(blob), seconds(inv.cfg.Retention))
+	// The commit runs to completion even if the caller cancels now, so its
+	// outcome is known whenever the node answers.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	rec, err = inv.orderOp(cctx, home, orderID, "commit", token, string(blob), seconds(inv.cfg.Retention))
 	if err != nil {
 		// Unknown outcome: committed or not, the parts are safe. A retry
 		// returns the receipts if it committed; otherwise the lease runs

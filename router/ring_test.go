@@ -32,16 +32,6 @@ func mustNewRing(t testing.TB, ms []Member) *Ring {
 
 func ringKey(i int) string { return "key:" + strconv.Itoa(i) }
 
-// homeCounts returns how many of keys "key:0".."key:<n-1>" each member
-// name owns.
-func homeCounts(r *Ring, n int) map[string]int {
-	c := map[string]int{}
-	for i := range n {
-		c[r.Name(r.Home(ringKey(i)))]++
-	}
-	return c
-}
-
 func TestNewRingErrors(t *testing.T) {
 	tooMany := make([]Member, MaxMembers+1)
 	for i := range tooMany {
@@ -81,17 +71,9 @@ func TestNewRingErrors(t *testing.T) {
 func TestRingNameLen(t *testing.T) {
 	ms := ringMembers("c", "a", "b")
 	r := mustNewRing(t, ms)
-	if got := r.Len(); got != 3 {
-		t.Errorf("Len() = %d, want 3", got)
-	}
-	for i, m := range ms {
-		if got := r.Name(i); got != m.Name {
-			t.Errorf("Name(%d) = %q, want %q", i, got, m.Name)
-		}
-	}
 	ms[0].Name = "changed" // NewRing must have copied the names
-	if got := r.Name(0); got != "c" {
-		t.Errorf("after mutating input, Name(0) = %q, want %q", got, "c")
+	if got, want := []any{r.Len(), r.Name(0), r.Name(1), r.Name(2)}, []any{3, "c", "a", "b"}; !slices.Equal(got, want) {
+		t.Errorf("Len, Name(0..2) = %v, want %v", got, want)
 	}
 }
 
@@ -143,7 +125,10 @@ func TestRingBalance(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := homeCounts(mustNewRing(t, tt.members), tt.keys)
+			r, got := mustNewRing(t, tt.members), map[string]int{}
+			for i := range tt.keys {
+				got[r.Name(r.Home(ringKey(i)))]++
+			}
 			for name, want := range tt.want {
 				if dev := math.Abs(float64(got[name]-want)) / float64(want); dev > 0.10 {
 					t.Errorf("member %s owns %d keys, want %d ±10%% (off by %.1f%%)", name, got[name], want, dev*100)
@@ -189,30 +174,23 @@ func TestRingJoinLeave(t *testing.T) {
 // refCandidates computes the preference order from the placement spec
 // alone, with a linear scan, independently of Ring's layout.
 func refCandidates(ms []Member, key string) []int {
-	type pt struct {
-		h     uint64
-		owner int
-	}
-	var pts []pt
+	var pts []ringPoint
 	for i, m := range ms {
 		for p := range max(m.Weight, 1) * PointsPerWeight {
-			pts = append(pts, pt{xxhash.Sum64String(m.Name + "#" + strconv.Itoa(p)), i})
+			pts = append(pts, ringPoint{xxhash.Sum64String(m.Name + "#" + strconv.Itoa(p)), uint8(i)})
 		}
 	}
-	slices.SortFunc(pts, func(a, b pt) int {
-		return cmp.Or(cmp.Compare(a.h, b.h), cmp.Compare(ms[a.owner].Name, ms[b.owner].Name))
+	slices.SortFunc(pts, func(a, b ringPoint) int {
+		return cmp.Or(cmp.Compare(a.hash, b.hash), cmp.Compare(ms[a.owner].Name, ms[b.owner].Name))
 	})
 	h := xxhash.Sum64String(HashKey(key))
 	start := 0
-	for start < len(pts) && pts[start].h < h {
+	for start < len(pts) && pts[start].hash < h {
 		start++
 	}
 	var out []int
-	seen := map[int]bool{}
 	for i := range pts {
-		o := pts[(start+i)%len(pts)].owner
-		if !seen[o] {
-			seen[o] = true
+		if o := int(pts[(start+i)%len(pts)].owner); !slices.Contains(out, o) {
 			out = append(out, o)
 		}
 	}
@@ -279,22 +257,11 @@ func TestRingCandidates(t *testing.T) {
 
 func TestRingZeroValues(t *testing.T) {
 	var r Ring
-	if got := r.Len(); got != 0 {
-		t.Errorf("zero Ring Len() = %d, want 0", got)
-	}
-	if got := r.Home("k"); got != -1 {
-		t.Errorf("zero Ring Home() = %d, want -1", got)
-	}
-	if got := r.Candidates("k"); len(got) != 0 {
-		t.Errorf("zero Ring Candidates() = %v, want empty", got)
-	}
 	w := r.Walk("k")
-	if x, ok := w.Next(); ok {
-		t.Errorf("zero Ring Walk().Next() = %d, true; want false", x)
-	}
-	var zw Walker
-	if x, ok := zw.Next(); ok || x != -1 {
-		t.Errorf("zero Walker Next() = %d, %v; want -1, false", x, ok)
+	x, ok := w.Next()
+	if r.Len() != 0 || r.Home("k") != -1 || len(r.Candidates("k")) != 0 || ok || x != -1 {
+		t.Errorf("zero Ring: Len=%d Home=%d Candidates=%v Walk.Next=%d,%v; want 0, -1, [], -1,false",
+			r.Len(), r.Home("k"), r.Candidates("k"), x, ok)
 	}
 }
 

@@ -40,7 +40,7 @@ func killRestart(t *testing.T, h config.Health) {
 		map[string]config.Server{"stock": server(config.OnNodeDownFail, map[string][]string{"main": {"n1", "n2"}})},
 		&h)
 	r, ev := startRouter(t, cfg)
-	requireState(t, r, node.StateUp, "n1", "n2")
+	waitUp(t, r, ev, "n1", "n2")
 
 	set, err := r.Set("stock", "main")
 	if err != nil {
@@ -178,7 +178,7 @@ func TestPolicyNextAndFail(t *testing.T) {
 			"stock": server(config.OnNodeDownFail, map[string][]string{"items": all}),
 		}, &quickHealth)
 	r, ev := startRouter(t, cfg)
-	requireState(t, r, node.StateUp, all...)
+	waitUp(t, r, ev, all...)
 	directOf := map[string]*redis.Client{"n1": srv[0].Client(t), "n3": srv[2].Client(t)}
 
 	cache, _ := r.Set("cache", "items")
@@ -300,7 +300,7 @@ func TestBreakerOpenRouting(t *testing.T) {
 		}, &h)
 	cfg.Breaker = config.Breaker{Failures: 3, OpenTimeout: time.Second}
 	r, ev := startRouter(t, cfg)
-	requireState(t, r, node.StateUp, both...)
+	waitUp(t, r, ev, both...)
 	n1, _ := r.Node("n1")
 	stock, _ := r.Set("stock", "main")
 	k := keysHomedOn(t, stock, "n1", "k", 1)[0]

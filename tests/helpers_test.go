@@ -38,10 +38,13 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 const slack = 150 * time.Millisecond
 
 // fastHealth is the health configuration of the timing test with short
-// settings: its bounds are derived from these values.
+// settings: its bounds are derived from these values. The probe timeout
+// is 250ms rather than 100ms so the first probe (dial, HELLO, script load)
+// does not time out on a loaded machine running the whole package under
+// -race; a killed node is detected by "connection refused" anyway.
 var fastHealth = config.Health{
 	Heartbeat: 100 * time.Millisecond,
-	Timeout:   100 * time.Millisecond,
+	Timeout:   250 * time.Millisecond,
 	Backoff:   []time.Duration{100 * time.Millisecond, 200 * time.Millisecond},
 }
 
@@ -196,6 +199,18 @@ func status(t testing.TB, r *router.Router, name string) router.NodeStatus {
 	}
 	t.Fatalf("node %s not in router status", name)
 	return router.NodeStatus{}
+}
+
+// waitUp waits up to 5s for every named node to be UP: a first probe
+// that timed out on a loaded machine is retried on the backoff list.
+func waitUp(t testing.TB, r *router.Router, ev *events, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		if status(t, r, name).State != node.StateUp {
+			t.Logf("node %s not UP after New (%v); waiting", name, status(t, r, name).DownReason)
+			ev.wait(name, true, 5*time.Second)
+		}
+	}
 }
 
 // requireState fails the test unless every named node has state want.

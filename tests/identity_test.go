@@ -21,8 +21,8 @@ func TestSwappedPortsAreRefused(t *testing.T) {
 	srv := redistest.StartN(t, 2, redistest.Options{})
 	routes := map[string]config.Server{"order": server(config.OnNodeDownFail, map[string][]string{"eu": {"n1", "n2"}})}
 
-	first, _ := startRouter(t, newConfig(t, map[string]string{"n1": srv[0].Addr(), "n2": srv[1].Addr()}, routes, &quickHealth))
-	requireState(t, first, node.StateUp, "n1", "n2")
+	first, fev := startRouter(t, newConfig(t, map[string]string{"n1": srv[0].Addr(), "n2": srv[1].Addr()}, routes, &quickHealth))
+	waitUp(t, first, fev, "n1", "n2")
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestForeignStampIsRefused(t *testing.T) {
 		map[string]config.Server{"order": server(config.OnNodeDownFail, map[string][]string{"eu": {"n1", "n2"}})},
 		&quickHealth)
 	r, ev := startRouter(t, cfg)
-	requireState(t, r, node.StateUp, "n1")
+	waitUp(t, r, ev, "n1")
 	st := status(t, r, "n2")
 	t.Logf("n2: state %v, reason: %v", st.State, st.DownReason)
 	if st.State != node.StateDown || !errors.Is(st.DownReason, node.ErrIdentity) {
@@ -121,7 +121,7 @@ func TestDataLossNewIncarnation(t *testing.T) {
 		map[string]config.Server{"order": server(config.OnNodeDownFail, map[string][]string{"eu": {"n1", "n2"}})},
 		&quickHealth)
 	r, ev := startRouter(t, cfg)
-	requireState(t, r, node.StateUp, "n1", "n2")
+	waitUp(t, r, ev, "n1", "n2")
 	direct := srv[0].Client(t)
 	before, err := direct.HGetAll(ctx, node.StampKey).Result()
 	if err != nil {

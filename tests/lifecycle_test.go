@@ -45,7 +45,7 @@ func TestCloseLeaksNoGoroutines(t *testing.T) {
 
 	before := stableGoroutines()
 	r, ev := startRouter(t, cfg)
-	requireState(t, r, node.StateUp, "n1", "n2")
+	waitUp(t, r, ev, "n1", "n2")
 	for i, k := range keys("order", 200) {
 		c, err := r.Client("order", "eu", k)
 		if err != nil {

@@ -25,8 +25,8 @@ func TestDrainRoute(t *testing.T) {
 		map[string]config.Server{"product": server(config.OnNodeDownFail,
 			map[string][]string{"clothes": all, "electronics": all})},
 		&quickHealth)
-	r, _ := startRouter(t, cfg)
-	requireState(t, r, node.StateUp, all...)
+	r, ev := startRouter(t, cfg)
+	waitUp(t, r, ev, all...)
 	drained := srv[1].Client(t)
 
 	clothes, _ := r.Set("product", "clothes")
@@ -192,7 +192,8 @@ func TestPipelinesAndScripts(t *testing.T) {
 		map[string]string{"n1": srv[0].Addr(), "n2": srv[1].Addr()},
 		map[string]config.Server{"order": server(config.OnNodeDownFail, map[string][]string{"eu": {"n1", "n2"}})},
 		&quickHealth)
-	r, _ := startRouter(t, cfg)
+	r, ev := startRouter(t, cfg)
+	waitUp(t, r, ev, "n1", "n2")
 	direct := map[string]*redis.Client{"n1": srv[0].Client(t), "n2": srv[1].Client(t)}
 	set, _ := r.Set("order", "eu")
 	incrBy := redis.NewScript(`

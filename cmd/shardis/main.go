@@ -22,6 +22,18 @@ commands:
   serve     run the inventory and admin services (--config FILE)
   route     print the node each key routes to (from the config alone)
   version   print the version
+
+client commands (talk to a running service; --addr, --token, --timeout, --json):
+  status    list nodes: state, breaker, routes
+  stock     load or get a SKU's stock (stock load|get --route R --sku S ...)
+  reserve   reserve an order's items (--order O ROUTE:SKU:QTY...)
+  confirm   confirm a reserved order
+  cancel    cancel an order
+  drain     disable a route on a node (NODE SERVER ROUTE)
+  undrain   re-enable a route on a node (NODE SERVER ROUTE)
+  redo-log  read a node's redo-log queue (--node N --queue Q [--follow])
+
+Run "shardis COMMAND -h" for a command's flags.
 `
 
 // errUsage marks a command-line mistake: exit status 2.
@@ -43,6 +55,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdRoute(args[1:], stdin, stdout, stderr)
 	case "serve":
 		err = cmdServe(args[1:], stderr)
+	case "status", "stock", "reserve", "confirm", "cancel", "drain", "undrain", "redo-log":
+		err = cmdClient(args[0], args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "shardis", versionString())
 	case "help", "-h", "--help":

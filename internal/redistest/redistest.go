@@ -1,5 +1,6 @@
 // Package redistest spawns real redis-server processes on free loopback
-// ports for integration tests.
+// ports for integration tests. It is a thin testing.TB wrapper over
+// internal/redisproc, which does the process management.
 //
 // Every server is started in its own process group, bound to 127.0.0.1, and
 // uses a t.TempDir() as its working directory. A t.Cleanup registered by Start
@@ -11,30 +12,17 @@
 // Failures (redis-server missing, server not coming up) are reported with
 // t.Fatalf on the testing.TB passed to Start, so methods that can fail
 // (Restart) must be called from that test's goroutine or one of its subtests
-// that shares its lifetime.
+// that shares its lifetime. Signal delivery failures in Kill, Stop, Pause
+// and Resume (which do not happen in practice) are reported with t.Errorf.
 package redistest
 
 import (
-	"net"
-	"os/exec"
-	"strconv"
-	"sync"
-	"syscall"
+	"errors"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-const (
-	// startTimeout bounds how long Start and Restart wait for PING.
-	startTimeout = 10 * time.Second
-	// stopTimeout is how long Stop waits after SIGTERM before SIGKILL.
-	stopTimeout = 5 * time.Second
-	// startAttempts is how many ports Start tries when a port is taken.
-	startAttempts = 5
-	// restartBusyTimeout is how long Restart retries a busy port.
-	restartBusyTimeout = 5 * time.Second
+	"github.com/shardis/shardis/internal/redisproc"
 )
 
 // notFoundMsg is the fatal message when redis-server is not installed.
@@ -59,14 +47,8 @@ type Options struct {
 // concurrent use.
 type Server struct {
 	t    testing.TB
-	bin  string
 	opts Options
-	port int
-	dir  string
-
-	mu     sync.Mutex
-	proc   *process // current process; nil before the first start
-	paused bool
+	srv  *redisproc.Server
 }
 
 // Start starts a redis-server configured by opts on a free loopback port
@@ -78,30 +60,23 @@ type Server struct {
 // ends.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
+	dir := t.TempDir() // before t.Cleanup below: removed after the kill
+	srv, err := redisproc.Start(redisproc.Options{
+		Dir:            dir,
+		AOF:            opts.AOF,
+		Password:       opts.Password,
+		Args:           opts.Args,
+		KillWithParent: true,
+	})
+	if errors.Is(err, redisproc.ErrNotFound) {
 		t.Fatal(notFoundMsg)
 	}
-	s := &Server{t: t, bin: bin, opts: opts, dir: t.TempDir()}
-	t.Cleanup(s.cleanup)
-
-	var lastErr error
-	for attempt := 0; attempt < startAttempts; attempt++ {
-		s.port = FreePort(t)
-		p, err := s.spawn()
-		if err == nil {
-			s.mu.Lock()
-			s.proc = p
-			s.mu.Unlock()
-			return s
-		}
-		lastErr = err
-		if !isAddrInUse(err) {
-			break
-		}
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("redistest: starting redis-server: %v", lastErr)
-	return nil
+	s := &Server{t: t, opts: opts, srv: srv}
+	t.Cleanup(s.cleanup)
+	return s
 }
 
 // StartN starts n independent servers with the same opts (see Start) and
@@ -121,66 +96,36 @@ func StartN(t testing.TB, n int, opts Options) []*Server {
 // port can be obtained.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := redisproc.FreePort()
 	if err != nil {
-		t.Fatalf("redistest: finding a free port: %v", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		t.Fatalf("redistest: closing probe listener: %v", err)
+		t.Fatalf("redistest: %v", err)
 	}
 	return port
 }
 
 // Addr returns the server's address, "127.0.0.1:PORT". It never changes.
-func (s *Server) Addr() string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-}
+func (s *Server) Addr() string { return s.srv.Addr() }
 
 // Port returns the server's TCP port. It never changes, also across Restart.
-func (s *Server) Port() int { return s.port }
+func (s *Server) Port() int { return s.srv.Port() }
 
 // Dir returns the server's working and data directory (a t.TempDir()); the
 // log is Dir()/redis.log and AOF files live below it.
-func (s *Server) Dir() string { return s.dir }
+func (s *Server) Dir() string { return s.srv.Dir() }
 
 // Running reports whether the redis-server process is alive (a paused
 // process counts as running).
-func (s *Server) Running() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.proc != nil && !s.proc.exited()
-}
+func (s *Server) Running() bool { return s.srv.Running() }
 
 // Kill sends SIGKILL to the server's process group and waits until the
 // process has exited, like kill -9 (without AOF all data is lost). It is idempotent
 // and a no-op if the server is not running.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.killLocked()
-}
+func (s *Server) Kill() { s.report(s.srv.Kill()) }
 
 // Stop shuts the server down gracefully: SIGTERM (resuming it if paused),
 // then waits for it to exit, sending SIGKILL after 5s. It is idempotent and
 // a no-op if the server is not running.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil || s.proc.exited() {
-		return
-	}
-	s.proc.signal(syscall.SIGTERM)
-	if s.paused {
-		s.proc.signal(syscall.SIGCONT)
-		s.paused = false
-	}
-	select {
-	case <-s.proc.done:
-	case <-time.After(stopTimeout):
-		s.killLocked()
-	}
-}
+func (s *Server) Stop() { s.report(s.srv.Stop()) }
 
 // Restart starts redis-server again on the same port and directory (so AOF
 // data is kept) and returns once it answers PING, authenticating if a
@@ -189,49 +134,19 @@ func (s *Server) Stop() {
 // with t.Fatalf on the TB given to Start.
 func (s *Server) Restart() {
 	s.t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.killLocked()
-
-	deadline := time.Now().Add(restartBusyTimeout)
-	for {
-		p, err := s.spawn()
-		if err == nil {
-			s.proc = p
-			return
-		}
-		if !isAddrInUse(err) || time.Now().After(deadline) {
-			s.t.Fatalf("redistest: restarting redis-server on %s: %v", s.Addr(), err)
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := s.srv.Restart(); err != nil {
+		s.t.Fatal(err)
 	}
 }
 
 // Pause freezes the server's process group with SIGSTOP: connections stay
 // open but nothing is answered until Resume. It is a no-op if the server is
 // not running or already paused. Kill, Stop and cleanup handle paused servers.
-func (s *Server) Pause() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil || s.proc.exited() || s.paused {
-		return
-	}
-	s.proc.signal(syscall.SIGSTOP)
-	s.paused = true
-}
+func (s *Server) Pause() { s.report(s.srv.Pause()) }
 
 // Resume continues a server frozen by Pause with SIGCONT. It is a no-op if
 // the server is not running or not paused.
-func (s *Server) Resume() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil || s.proc.exited() || !s.paused {
-		return
-	}
-	s.proc.signal(syscall.SIGCONT)
-	s.paused = false
-}
+func (s *Server) Resume() { s.report(s.srv.Resume()) }
 
 // Client returns a go-redis client for the server (authenticating with
 // Options.Password), with go-redis default timeouts. The client is closed
@@ -243,23 +158,17 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 	return c
 }
 
-// killLocked SIGKILLs the current process group and waits for exit.
-// s.mu must be held.
-func (s *Server) killLocked() {
-	if s.proc == nil || s.proc.exited() {
-		s.paused = false
-		return
+// report fails the test (without stopping it) if err is not nil.
+func (s *Server) report(err error) {
+	if err != nil {
+		s.t.Helper()
+		s.t.Errorf("redistest: %v", err)
 	}
-	s.proc.signal(syscall.SIGKILL)
-	// SIGKILL terminates stopped processes too; SIGCONT is belt and braces.
-	s.proc.signal(syscall.SIGCONT)
-	<-s.proc.done
-	s.paused = false
 }
 
-// cleanup is registered with t.Cleanup and always kills the server.
+// cleanup is registered with t.Cleanup and always kills the server, then
+// closes it (the t.TempDir() is removed by the testing package).
 func (s *Server) cleanup() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.killLocked()
+	s.report(s.srv.Kill())
+	s.report(s.srv.Close())
 }

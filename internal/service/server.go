@@ -22,6 +22,7 @@ import (
 	"github.com/shardis/shardis/health"
 	"github.com/shardis/shardis/internal/metrics"
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
 	"github.com/shardis/shardis/rollback"
 	"github.com/shardis/shardis/router"
@@ -49,6 +50,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, 
 	if log == nil {
 		log = slog.Default()
 	}
+	node.RouteRedisLogs(log)
 	s := &Server{cfg: cfg, log: log, Metrics: metrics.New(), Queue: rollback.NewQueue(), served: make(chan error, 1)}
 	var rec atomic.Pointer[rollback.Reconciler]
 	r, err := router.New(ctx, cfg, router.Options{

@@ -1,4 +1,4 @@
-package redistest
+package redisproc
 
 import (
 	"bytes"
@@ -38,9 +38,14 @@ func (p *process) exited() bool {
 }
 
 // signal sends sig to the process's whole process group (pgid == pid
-// because of Setpgid), so children forked by redis are hit too.
-func (p *process) signal(sig syscall.Signal) {
-	_ = syscall.Kill(-p.pid, sig)
+// because of Setpgid), so children forked by redis are hit too. A group
+// that no longer exists (ESRCH: the process exited meanwhile) is not an
+// error.
+func (p *process) signal(sig syscall.Signal) error {
+	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("redisproc: sending %v to redis-server pid %d: %w", sig, p.pid, err)
+	}
+	return nil
 }
 
 // startError describes a redis-server that exited or never answered.
@@ -96,7 +101,7 @@ func (s *Server) spawn() (*process, error) {
 	cmd.Dir = s.dir
 	cmd.Stdout = out // *os.File: passed directly, no copying goroutine
 	cmd.Stderr = out
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = sysProcAttr(s.opts.KillWithParent)
 	err = cmd.Start()
 	_ = out.Close()
 	if err != nil {
@@ -109,7 +114,7 @@ func (s *Server) spawn() (*process, error) {
 	}()
 
 	if err := s.waitReady(p); err != nil {
-		p.signal(syscall.SIGKILL)
+		_ = p.signal(syscall.SIGKILL)
 		<-p.done
 		return nil, s.describe(err, p, logOffset)
 	}
@@ -117,7 +122,7 @@ func (s *Server) spawn() (*process, error) {
 }
 
 // waitReady polls until p answers PING on s.Addr(), p exits, or
-// startTimeout passes.
+// s.opts.ReadyTimeout passes.
 func (s *Server) waitReady(p *process) error {
 	c := redis.NewClient(&redis.Options{
 		Addr:                     s.Addr(),
@@ -133,7 +138,7 @@ func (s *Server) waitReady(p *process) error {
 	})
 	defer c.Close()
 
-	deadline := time.NewTimer(startTimeout)
+	deadline := time.NewTimer(s.opts.ReadyTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -143,7 +148,7 @@ func (s *Server) waitReady(p *process) error {
 		case <-p.done:
 			return fmt.Errorf("redis-server exited before answering PING: %v", p.waitErr)
 		case <-deadline.C:
-			return fmt.Errorf("redis-server did not answer PING within %v (last error: %v)", startTimeout, lastErr)
+			return fmt.Errorf("redis-server did not answer PING within %v (last error: %v)", s.opts.ReadyTimeout, lastErr)
 		case <-tick.C:
 		}
 		if lastErr = s.probe(c, p.pid); lastErr == nil {

@@ -1,0 +1,447 @@
+package main
+
+// Client subcommands: they call a running `shardis serve` over Connect.
+// Every one shares the flags and the connection set up by client.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	v1 "github.com/shardis/shardis/proto/shardis/v1"
+	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
+)
+
+const (
+	defaultAddr    = "http://127.0.0.1:7400"
+	tokenEnv       = "SHARDIS_TOKEN"
+	followInterval = time.Second
+)
+
+// clientCommand is one subcommand that calls the service.
+type clientCommand struct {
+	synopsis string // the usage line after "shardis "
+	help     string
+	run      func(ctx context.Context, c *client, args []string) error
+}
+
+// clientCommands is keyed by command name ("stock load" for subcommands).
+var clientCommands = map[string]clientCommand{
+	"status": {"status [flags]",
+		"Lists every node: state, breaker, failed probes and routes (drained ones marked).", cmdStatus},
+	"stock load": {"stock load [flags] --route R --sku S --qty N [--limit L]",
+		"Adds N units of a SKU, split over the route's enabled nodes, and prints the stock.", cmdStockLoad},
+	"stock get": {"stock get [flags] --route R --sku S",
+		"Prints a SKU's totals and per-node counters.", cmdStockGet},
+	"reserve": {"reserve [flags] --order O [--user U] [--ttl 30s] ROUTE:SKU:QTY...",
+		"Reserves every item of an order, all or nothing (e.g. clothes:tshirt-1:2).", cmdReserve},
+	"confirm": {"confirm [flags] ORDER", "Confirms a reserved order.", cmdConfirm},
+	"cancel": {"cancel [flags] ORDER",
+		"Cancels an order; an order never reserved gets a tombstone.", cmdCancel},
+	"drain": {"drain [flags] NODE SERVER ROUTE",
+		"Disables one route on one node (no new stock or reservations there).", cmdDrain},
+	"undrain": {"undrain [flags] NODE SERVER ROUTE", "Re-enables one route on one node.", cmdUndrain},
+	"redo-log": {"redo-log [flags] --node N --queue Q [--after OFFSET] [--limit 100] [--follow]",
+		"Prints one redo-log queue of a node; Q is a number or a receipt's redo log name.", cmdRedoLog},
+}
+
+// cmdClient runs a client subcommand until it ends or SIGINT/SIGTERM.
+func cmdClient(name string, args []string, stdout, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runClient(ctx, name, args, stdout, stderr)
+}
+
+// runClient runs a client subcommand bounded by ctx.
+func runClient(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	if name == "stock" {
+		if len(args) == 0 || (args[0] != "load" && args[0] != "get") {
+			fmt.Fprintln(stderr, "usage: shardis stock load|get [flags]")
+			return fmt.Errorf("%w: stock needs a subcommand: load or get", errUsage)
+		}
+		name, args = name+" "+args[0], args[1:]
+	}
+	cmd, ok := clientCommands[name]
+	if !ok {
+		return fmt.Errorf("%w: unknown command %q", errUsage, name)
+	}
+	c := newClient(cmd, stdout, stderr)
+	defer c.close()
+	return cmd.run(ctx, c, args)
+}
+
+// client holds the common flags of a client subcommand and, once parsed,
+// the service clients.
+type client struct {
+	fs       *flag.FlagSet
+	synopsis string
+	stderr   io.Writer
+	addr     string
+	token    string
+	timeout  time.Duration
+	out      printer
+	http     *http.Client
+	inv      shardisv1connect.InventoryServiceClient
+	admin    shardisv1connect.AdminServiceClient
+}
+
+func newClient(cmd clientCommand, stdout, stderr io.Writer) *client {
+	c := &client{synopsis: cmd.synopsis, stderr: stderr, out: printer{w: stdout}}
+	c.fs = flag.NewFlagSet(strings.Fields(cmd.synopsis)[0], flag.ContinueOnError)
+	c.fs.SetOutput(stderr)
+	c.fs.StringVar(&c.addr, "addr", defaultAddr, "service `URL` or host:port")
+	c.fs.StringVar(&c.token, "token", "", "bearer `token` (default $"+tokenEnv+")")
+	c.fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "deadline of each call")
+	c.fs.BoolVar(&c.out.json, "json", false, "print responses as proto3 JSON, one object per line")
+	c.fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: shardis %s\n%s\nFlags come before arguments.\n", cmd.synopsis, cmd.help)
+		c.fs.PrintDefaults()
+	}
+	return c
+}
+
+// usageErr prints the synopsis and returns a usage error (exit status 2).
+func (c *client) usageErr(format string, args ...any) error {
+	fmt.Fprintf(c.stderr, "usage: shardis %s\n", c.synopsis)
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+}
+
+// parse parses args (flags first), checks that between minArgs and maxArgs
+// (-1: any number) arguments remain, and connects. It returns the arguments.
+func (c *client) parse(args []string, minArgs, maxArgs int) ([]string, error) {
+	if err := c.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	rest := c.fs.Args()
+	if len(rest) < minArgs || (maxArgs >= 0 && len(rest) > maxArgs) {
+		for _, a := range rest {
+			if strings.HasPrefix(a, "-") {
+				return nil, c.usageErr("flag %s after the arguments: flags come first", a)
+			}
+		}
+		return nil, c.usageErr("%s: wrong number of arguments (%d)", c.fs.Name(), len(rest))
+	}
+	tokenSet := false
+	c.fs.Visit(func(f *flag.Flag) { tokenSet = tokenSet || f.Name == "token" })
+	if !tokenSet {
+		c.token = os.Getenv(tokenEnv)
+	}
+	if c.timeout <= 0 {
+		return nil, c.usageErr("--timeout must be positive, got %v", c.timeout)
+	}
+	base, err := baseURL(c.addr)
+	if err != nil {
+		return nil, c.usageErr("%v", err)
+	}
+	c.http = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	opts := []connect.ClientOption{connect.WithInterceptors(bearer(c.token))}
+	c.inv = shardisv1connect.NewInventoryServiceClient(c.http, base, opts...)
+	c.admin = shardisv1connect.NewAdminServiceClient(c.http, base, opts...)
+	return rest, nil
+}
+
+// require returns a usage error naming the first of the flags that was
+// not given.
+func (c *client) require(names ...string) error {
+	set := map[string]bool{}
+	c.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, n := range names {
+		if !set[n] {
+			return c.usageErr("%s needs --%s", c.fs.Name(), n)
+		}
+	}
+	return nil
+}
+
+func (c *client) close() {
+	if c.http != nil {
+		c.http.CloseIdleConnections()
+	}
+}
+
+// baseURL turns --addr into the service's base URL.
+func baseURL(addr string) (string, error) {
+	raw := addr
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("--addr %q: want http://host:port, https://host:port or host:port", addr)
+	}
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// bearer adds "Authorization: Bearer <token>" to every call when token is set.
+func bearer(token string) connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if token != "" {
+				req.Header().Set("Authorization", "Bearer "+token)
+			}
+			return next(ctx, req)
+		}
+	})
+}
+
+// rpcError is a failed call; it reads "<code>: <message>".
+type rpcError struct {
+	code connect.Code
+	msg  string
+}
+
+func (e *rpcError) Error() string {
+	if e.msg == "" {
+		return e.code.String()
+	}
+	return e.code.String() + ": " + e.msg
+}
+
+// transient reports whether err is a call failure worth retrying.
+func transient(err error) bool {
+	var re *rpcError
+	return errors.As(err, &re) && (re.code == connect.CodeUnavailable ||
+		re.code == connect.CodeDeadlineExceeded || re.code == connect.CodeAborted)
+}
+
+// call makes one RPC bounded by --timeout; it fails with an *rpcError.
+func call[Req, Res any](ctx context.Context, c *client,
+	fn func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), req *Req) (*Res, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	res, err := fn(ctx, connect.NewRequest(req))
+	if err != nil {
+		msg := err.Error()
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			msg = ce.Message()
+		}
+		return nil, &rpcError{code: connect.CodeOf(err), msg: msg}
+	}
+	return res.Msg, nil
+}
+
+func cmdStatus(ctx context.Context, c *client, args []string) error {
+	if _, err := c.parse(args, 0, 0); err != nil {
+		return err
+	}
+	res, err := call(ctx, c, c.admin.ListNodes, &v1.ListNodesRequest{})
+	if err != nil {
+		return err
+	}
+	return c.out.emit(res, func(w io.Writer) { writeNodes(w, res.Nodes) })
+}
+
+// stockFlags declares --route and --sku.
+func stockFlags(c *client) (route, sku *string) {
+	return c.fs.String("route", "", "second-level route `key` (required)"),
+		c.fs.String("sku", "", "SKU `id` (required)")
+}
+
+func cmdStockLoad(ctx context.Context, c *client, args []string) error {
+	route, sku := stockFlags(c)
+	qty := c.fs.Int64("qty", 0, "units to add, split over the route's nodes (required)")
+	limit := c.fs.Int64("limit", 0, "per-user limit; every load sets it, 0 removes it")
+	if _, err := c.parse(args, 0, 0); err != nil {
+		return err
+	}
+	if err := c.require("route", "sku", "qty"); err != nil {
+		return err
+	}
+	res, err := call(ctx, c, c.inv.LoadStock, &v1.LoadStockRequest{
+		RouteKey: *route, SkuId: *sku, Quantity: *qty, PerUserLimit: *limit})
+	if err != nil {
+		return err
+	}
+	return c.out.emit(res, func(w io.Writer) { writeStock(w, res.Stock) })
+}
+
+func cmdStockGet(ctx context.Context, c *client, args []string) error {
+	route, sku := stockFlags(c)
+	if _, err := c.parse(args, 0, 0); err != nil {
+		return err
+	}
+	if err := c.require("route", "sku"); err != nil {
+		return err
+	}
+	res, err := call(ctx, c, c.inv.GetStock, &v1.GetStockRequest{RouteKey: *route, SkuId: *sku})
+	if err != nil {
+		return err
+	}
+	return c.out.emit(res, func(w io.Writer) { writeStock(w, res.Stock) })
+}
+
+func cmdReserve(ctx context.Context, c *client, args []string) error {
+	order := c.fs.String("order", "", "order `id` (required)")
+	user := c.fs.String("user", "", "user `id`, for per-user limits")
+	ttl := c.fs.Duration("ttl", 0, "how long the reservation is held, whole seconds (default: the service's)")
+	rest, err := c.parse(args, 1, -1)
+	if err != nil {
+		return err
+	}
+	if err := c.require("order"); err != nil {
+		return err
+	}
+	if *ttl < 0 || *ttl%time.Second != 0 || *ttl > time.Duration(1<<31-1)*time.Second {
+		return c.usageErr("--ttl %v: want whole seconds, not negative", *ttl)
+	}
+	req := &v1.ReserveRequest{OrderId: *order, UserId: *user, TtlSeconds: int32(*ttl / time.Second)}
+	for _, arg := range rest {
+		it, err := parseItem(arg)
+		if err != nil {
+			return c.usageErr("%v", err)
+		}
+		req.Items = append(req.Items, it)
+	}
+	res, err := call(ctx, c, c.inv.Reserve, req)
+	if err != nil {
+		return err
+	}
+	return c.out.emit(res, func(w io.Writer) { writeReservation(w, res) })
+}
+
+// parseItem parses ROUTE:SKU:QTY; the SKU may itself contain colons.
+func parseItem(s string) (*v1.Item, error) {
+	route, tail, ok1 := strings.Cut(s, ":")
+	i := strings.LastIndexByte(tail, ':')
+	if !ok1 || i < 0 || route == "" || i == 0 {
+		return nil, fmt.Errorf("item %q: want ROUTE:SKU:QTY, e.g. clothes:tshirt-1:2", s)
+	}
+	qty, err := strconv.ParseInt(tail[i+1:], 10, 64)
+	if err != nil || qty <= 0 {
+		return nil, fmt.Errorf("item %q: quantity %q is not a positive integer", s, tail[i+1:])
+	}
+	return &v1.Item{RouteKey: route, SkuId: tail[:i], Quantity: qty}, nil
+}
+
+func cmdConfirm(ctx context.Context, c *client, args []string) error {
+	rest, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	res, err := call(ctx, c, c.inv.Confirm, &v1.ConfirmRequest{OrderId: rest[0]})
+	if err != nil {
+		return err
+	}
+	return c.out.emit(res, func(w io.Writer) {
+		writeOutcome(w, res.OrderId, res.Status, res.PendingParts, "")
+	})
+}
+
+func cmdCancel(ctx context.Context, c *client, args []string) error {
+	rest, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	res, err := call(ctx, c, c.inv.Cancel, &v1.CancelRequest{OrderId: rest[0]})
+	if err != nil {
+		return err
+	}
+	return c.out.emit(res, func(w io.Writer) {
+		writeOutcome(w, res.OrderId, res.Status, res.PendingParts, res.Reason)
+	})
+}
+
+func cmdDrain(ctx context.Context, c *client, args []string) error {
+	return setRouteEnabled(ctx, c, args, false)
+}
+
+func cmdUndrain(ctx context.Context, c *client, args []string) error {
+	return setRouteEnabled(ctx, c, args, true)
+}
+
+func setRouteEnabled(ctx context.Context, c *client, args []string, enabled bool) error {
+	rest, err := c.parse(args, 3, 3)
+	if err != nil {
+		return err
+	}
+	res, err := call(ctx, c, c.admin.SetRouteEnabled, &v1.SetRouteEnabledRequest{
+		Node: rest[0], Server: rest[1], Route: rest[2], Enabled: enabled})
+	if err != nil {
+		return err
+	}
+	return c.out.emit(res, func(w io.Writer) { writeNodeRoutes(w, res.Node, rest[1], rest[2], enabled) })
+}
+
+func cmdRedoLog(ctx context.Context, c *client, args []string) error {
+	nodeName := c.fs.String("node", "", "node `name` (required)")
+	queueArg := c.fs.String("queue", "", "queue `number`, or a redo log name such as inv:redo:7 (required)")
+	after := c.fs.Int64("after", 0, "print entries with an offset greater than this")
+	limit := c.fs.Int("limit", 100, "entries per call")
+	follow := c.fs.Bool("follow", false, "keep polling every second for new entries until interrupted")
+	if _, err := c.parse(args, 0, 0); err != nil {
+		return err
+	}
+	if err := c.require("node", "queue"); err != nil {
+		return err
+	}
+	q := *queueArg
+	if i := strings.LastIndexByte(q, ':'); i >= 0 {
+		q = q[i+1:]
+	}
+	queue, err := strconv.ParseInt(q, 10, 32)
+	if err != nil {
+		return c.usageErr("--queue %q: want a queue number or a redo log name ending in :NUMBER", *queueArg)
+	}
+	if *limit < 0 || *limit > 1<<31-1 {
+		return c.usageErr("--limit %d: out of range", *limit)
+	}
+	req := &v1.ReadRedoLogRequest{Node: *nodeName, Queue: int32(queue), AfterOffset: *after, Limit: int32(*limit)}
+	var (
+		tbl     redoTable
+		polled  bool   // a call succeeded: later transient errors are retried
+		lastErr string // the last error reported while retrying
+	)
+	for {
+		res, err := call(ctx, c, c.admin.ReadRedoLog, req)
+		switch {
+		case err != nil && *follow && ctx.Err() != nil:
+			return nil // interrupted
+		case err != nil && *follow && polled && transient(err):
+			if err.Error() != lastErr {
+				fmt.Fprintf(c.stderr, "shardis: %v (retrying every %v)\n", err, followInterval)
+				lastErr = err.Error()
+			}
+		case err != nil:
+			return err
+		default:
+			polled, lastErr = true, ""
+			if !*follow || len(res.Entries) > 0 {
+				if err := c.out.emit(res, func(w io.Writer) { tbl.write(w, res, req.AfterOffset) }); err != nil {
+					return err
+				}
+			}
+			for _, e := range res.Entries {
+				req.AfterOffset = max(req.AfterOffset, e.Offset)
+			}
+		}
+		if !*follow {
+			return nil
+		}
+		if err == nil && *limit > 0 && len(res.Entries) >= *limit {
+			continue // a full page: more may be waiting
+		}
+		t := time.NewTimer(followInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
