@@ -78,7 +78,32 @@ type Node struct {
 	// the same route (virtual points per weight unit). Must be >= 1.
 	// default: 1
 	Weight int `koanf:"weight"`
+	// TLS configures TLS to the node. It is on when Enabled is true or any
+	// other field is set.
+	// default: off
+	TLS NodeTLS `koanf:"tls"`
 }
+
+// NodeTLS configures TLS from shardis to one Redis node.
+type NodeTLS struct {
+	// Enabled turns TLS on with the system's roots when nothing else is set.
+	Enabled bool `koanf:"enabled"`
+	// CAFile is a PEM bundle of the CAs that sign the node's certificate;
+	// empty means the system roots.
+	CAFile string `koanf:"ca_file"`
+	// CertFile and KeyFile are a PEM client certificate and key, for nodes
+	// that require client certificates (tls-auth-clients yes).
+	CertFile string `koanf:"cert_file"`
+	KeyFile  string `koanf:"key_file"`
+	// ServerName overrides the name verified in the node's certificate;
+	// default: the host of addr.
+	ServerName string `koanf:"server_name"`
+	// InsecureSkipVerify disables certificate verification. For tests only.
+	InsecureSkipVerify bool `koanf:"insecure_skip_verify"`
+}
+
+// On reports whether TLS is configured.
+func (t NodeTLS) On() bool { return t != NodeTLS{} }
 
 // OnNodeDown policies for [Server.OnNodeDown].
 const (

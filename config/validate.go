@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"os"
 	"reflect"
 	"strconv"
 	"time"
@@ -55,6 +56,16 @@ func (c *Config) problems() Problems {
 		}
 		if n.DB < 0 {
 			ps.add(p+".db", n.DB, "must be >= 0")
+		}
+		if (n.TLS.CertFile == "") != (n.TLS.KeyFile == "") {
+			ps.add(p+".tls", nil, "cert_file and key_file go together")
+		}
+		for _, f := range []struct{ key, path string }{{"ca_file", n.TLS.CAFile}, {"cert_file", n.TLS.CertFile}, {"key_file", n.TLS.KeyFile}} {
+			if f.path != "" {
+				if _, err := os.Stat(f.path); err != nil {
+					ps.add(p+".tls."+f.key, f.path, "cannot read the file")
+				}
+			}
 		}
 		if n.Weight < 1 || n.Weight > MaxWeight {
 			ps.add(p+".weight", n.Weight, fmt.Sprintf("must be between 1 and %d", MaxWeight))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -14,7 +15,11 @@ type hook struct{ n *Node }
 
 func (h hook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return next(ctx, network, addr)
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			h.n.client.dialFailed.Store(true)
+		}
+		return conn, err
 	}
 }
 
@@ -38,8 +43,9 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			cmd.SetErr(err)
 			return err
 		}
+		start := time.Now()
 		err = next(context.WithValue(ctx, admittedKey{}, true), cmd)
-		h.n.record(ctx, done, err)
+		h.n.record(ctx, done, err, start)
 		return err
 	}
 }
@@ -56,8 +62,9 @@ func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 			}
 			return err
 		}
+		start := time.Now()
 		err = next(context.WithValue(ctx, admittedKey{}, true), cmds)
-		h.n.record(ctx, done, err)
+		h.n.record(ctx, done, err, start)
 		return err
 	}
 }
@@ -79,9 +86,13 @@ func (n *Node) admit() (func(error), error) {
 
 // record reports a command's outcome to the breaker and, on a node
 // failure, to OnFailure.
-func (n *Node) record(ctx context.Context, done func(error), err error) {
+func (n *Node) record(ctx context.Context, done func(error), err error, start time.Time) {
+	failure := IsFailure(ctx, err)
+	if n.opts.Observe != nil {
+		n.opts.Observe(time.Since(start), failure)
+	}
 	switch {
-	case IsFailure(ctx, err):
+	case failure:
 		done(errFailure)
 		n.opts.OnFailure()
 	case err != nil && callerGaveUp(ctx):

@@ -131,7 +131,7 @@ type breaker = gobreaker.TwoStepCircuitBreaker[struct{}]
 type Node struct {
 	opts   Options
 	log    *slog.Logger
-	client *redis.Client // guarded by the hook: every command is admitted first
+	client *clients // hooked clients: every command is admitted first
 	// probe is a one-connection client without the hook: probes bypass
 	// state and breaker. It is replaced after a probe failed on the
 	// connection (see resetProbe); probeOpts is its template.
@@ -181,8 +181,7 @@ func New(opts Options) (*Node, error) {
 		PoolSize:                 opts.PoolSize,
 		PoolTimeout:              opts.CommandTimeout,
 	}
-	n.client = redis.NewClient(&base)
-	n.client.AddHook(hook{n})
+	n.client = newClients(n, base)
 
 	probe := base
 	probe.PoolSize = 1
@@ -210,7 +209,11 @@ func (n *Node) Addr() string { return n.opts.Addr }
 // its breaker is open it fails at once with an [*Error]. Commands are never
 // retried by the client (a network error may or may not have applied a
 // write; the caller decides). Do not Close it: [Node.Close] does.
-func (n *Node) Client() *redis.Client { return n.client }
+//
+// Fetch it per use rather than keeping it: when the node comes back after
+// failed dials it gets a fresh client (go-redis's pool would refuse to dial
+// for up to a second), and the old one is closed a little later.
+func (n *Node) Client() *redis.Client { return n.client.get() }
 
 // State returns the node's current state.
 func (n *Node) State() State { return State(n.state.Load()) }
@@ -275,6 +278,7 @@ func (n *Node) SetUp() bool {
 	n.cb.Store(n.newBreaker())
 	n.openUntil.Store(0)
 	n.downErr.Store(nil)
+	n.client.renewIfDialFailed()
 	return true
 }
 
@@ -304,7 +308,7 @@ func (n *Node) Close() error {
 		n.probeClosed = true
 		probe := n.probe
 		n.probeMu.Unlock()
-		err = errors.Join(n.client.Close(), probe.Close())
+		err = errors.Join(n.client.close(), probe.Close())
 	})
 	return err
 }

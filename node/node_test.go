@@ -592,18 +592,14 @@ func (timeoutErr) Error() string   { return "i/o timeout" }
 func (timeoutErr) Timeout() bool   { return true }
 func (timeoutErr) Temporary() bool { return true }
 
-// Dial failures while a dead node still counts as UP must not keep the
-// client from dialing once the node is back.
-//
-// Known issue, skipped until fixed: go-redis (v9.23) stops dialing once
-// PoolSize dials in a row failed, returns the last dial error instead, and
-// only a background redial retried once a second resets that. The node's
-// client is handed out by Client(), so it cannot simply be replaced the
-// way the probe client is. Measured: commands fail with "connection
-// refused" for ~1s after the server is back.
+// Dial failures while a dead node still counted as UP must not keep the
+// client from dialing once the node is back. go-redis (v9.23) stops dialing
+// once PoolSize dials in a row failed and only a background redial, retried
+// once a second, resets that; so the node renews its client on DOWN→UP.
+// The scheduler's part is played by hand: a failed probe marks the node
+// DOWN, a successful one after the restart marks it UP.
 func TestClientDialsRightAfterRestart(t *testing.T) {
 	t.Parallel()
-	t.Skip("known issue: go-redis pool refuses to dial for up to 1s after PoolSize failed dials; see comment")
 	ctx := context.Background()
 	s := redistest.Start(t, redistest.Options{AOF: true})
 	n := newNode(t, node.Options{Name: "n1", Addr: s.Addr(), BreakerFailures: 1000}, nil)
@@ -617,7 +613,16 @@ func TestClientDialsRightAfterRestart(t *testing.T) {
 			t.Fatal("GET on a killed server succeeded")
 		}
 	}
+	if err := n.Probe(ctx); err == nil {
+		t.Fatal("probe of a killed server succeeded")
+	} else {
+		n.SetDown(err)
+	}
 	s.Restart()
+	if err := n.Probe(ctx); err != nil {
+		t.Fatalf("probe after restart: %v", err)
+	}
+	n.SetUp()
 	start := time.Now()
 	err := n.Client().Get(ctx, "k").Err()
 	for err != nil && time.Since(start) < 3*time.Second {

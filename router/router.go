@@ -108,9 +108,14 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 	// through this holder, set before any command can run.
 	var sched *health.Scheduler
 	for name, nc := range cfg.Nodes {
-		name := name
+		tlsCfg, err := nodeTLS(name, nc)
+		if err != nil {
+			r.closeNodes()
+			return nil, fmt.Errorf("router: %w", err)
+		}
 		n, err := node.New(node.Options{
 			Name: name, Addr: nc.Addr, Username: nc.Username, Password: nc.Password, DB: nc.DB,
+			TLSConfig:          tlsCfg,
 			Routes:             routesOf[name],
 			DialTimeout:        cfg.Health.Timeout,
 			ProbeTimeout:       cfg.Health.Timeout,

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
@@ -51,8 +52,10 @@ var clientCommands = map[string]clientCommand{
 	"cancel": {"cancel [flags] ORDER",
 		"Cancels an order; an order never reserved gets a tombstone.", cmdCancel},
 	"drain": {"drain [flags] NODE SERVER ROUTE",
-		"Disables one route on one node (no new stock or reservations there).", cmdDrain},
-	"undrain": {"undrain [flags] NODE SERVER ROUTE", "Re-enables one route on one node.", cmdUndrain},
+		"Disables one route on one node (no new stock or reservations there).",
+		func(ctx context.Context, c *client, args []string) error { return setRouteEnabled(ctx, c, args, false) }},
+	"undrain": {"undrain [flags] NODE SERVER ROUTE", "Re-enables one route on one node.",
+		func(ctx context.Context, c *client, args []string) error { return setRouteEnabled(ctx, c, args, true) }},
 	"redo-log": {"redo-log [flags] --node N --queue Q [--after OFFSET] [--limit 100] [--follow]",
 		"Prints one redo-log queue of a node; Q is a number or a receipt's redo log name.", cmdRedoLog},
 }
@@ -118,9 +121,10 @@ func (c *client) usageErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
 }
 
-// parse parses args (flags first), checks that between minArgs and maxArgs
-// (-1: any number) arguments remain, and connects. It returns the arguments.
-func (c *client) parse(args []string, minArgs, maxArgs int) ([]string, error) {
+// parse parses args (flags first), checks that the required flags were
+// given and that between minArgs and maxArgs (-1: any number) arguments
+// remain, and connects. It returns the arguments.
+func (c *client) parse(args []string, minArgs, maxArgs int, required ...string) ([]string, error) {
 	if err := c.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -136,9 +140,14 @@ func (c *client) parse(args []string, minArgs, maxArgs int) ([]string, error) {
 		}
 		return nil, c.usageErr("%s: wrong number of arguments (%d)", c.fs.Name(), len(rest))
 	}
-	tokenSet := false
-	c.fs.Visit(func(f *flag.Flag) { tokenSet = tokenSet || f.Name == "token" })
-	if !tokenSet {
+	set := map[string]bool{}
+	c.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, n := range required {
+		if !set[n] {
+			return nil, c.usageErr("%s needs --%s", c.fs.Name(), n)
+		}
+	}
+	if !set["token"] {
 		c.token = os.Getenv(tokenEnv)
 	}
 	if c.timeout <= 0 {
@@ -153,19 +162,6 @@ func (c *client) parse(args []string, minArgs, maxArgs int) ([]string, error) {
 	c.inv = shardisv1connect.NewInventoryServiceClient(c.http, base, opts...)
 	c.admin = shardisv1connect.NewAdminServiceClient(c.http, base, opts...)
 	return rest, nil
-}
-
-// require returns a usage error naming the first of the flags that was
-// not given.
-func (c *client) require(names ...string) error {
-	set := map[string]bool{}
-	c.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for _, n := range names {
-		if !set[n] {
-			return c.usageErr("%s needs --%s", c.fs.Name(), n)
-		}
-	}
-	return nil
 }
 
 func (c *client) close() {
@@ -199,26 +195,6 @@ func bearer(token string) connect.Interceptor {
 	})
 }
 
-// rpcError is a failed call; it reads "<code>: <message>".
-type rpcError struct {
-	code connect.Code
-	msg  string
-}
-
-func (e *rpcError) Error() string {
-	if e.msg == "" {
-		return e.code.String()
-	}
-	return e.code.String() + ": " + e.msg
-}
-
-// transient reports whether err is a call failure worth retrying.
-func transient(err error) bool {
-	var re *rpcError
-	return errors.As(err, &re) && (re.code == connect.CodeUnavailable ||
-		re.code == connect.CodeDeadlineExceeded || re.code == connect.CodeAborted)
-}
-
 // call makes one RPC bounded by --timeout; it fails with an *rpcError.
 func call[Req, Res any](ctx context.Context, c *client,
 	fn func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), req *Req) (*Res, error) {
@@ -236,15 +212,26 @@ func call[Req, Res any](ctx context.Context, c *client,
 	return res.Msg, nil
 }
 
+// show makes one call and prints its response.
+func show[Req, Res any, PRes interface {
+	*Res
+	proto.Message
+}](ctx context.Context, c *client,
+	fn func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), req *Req,
+	human func(w io.Writer, res PRes)) error {
+	res, err := call(ctx, c, fn, req)
+	if err != nil {
+		return err
+	}
+	return c.out.emit(PRes(res), func(w io.Writer) { human(w, res) })
+}
+
 func cmdStatus(ctx context.Context, c *client, args []string) error {
 	if _, err := c.parse(args, 0, 0); err != nil {
 		return err
 	}
-	res, err := call(ctx, c, c.admin.ListNodes, &v1.ListNodesRequest{})
-	if err != nil {
-		return err
-	}
-	return c.out.emit(res, func(w io.Writer) { writeNodes(w, res.Nodes) })
+	return show(ctx, c, c.admin.ListNodes, &v1.ListNodesRequest{},
+		func(w io.Writer, res *v1.ListNodesResponse) { writeNodes(w, res.Nodes) })
 }
 
 // stockFlags declares --route and --sku.
@@ -257,44 +244,29 @@ func cmdStockLoad(ctx context.Context, c *client, args []string) error {
 	route, sku := stockFlags(c)
 	qty := c.fs.Int64("qty", 0, "units to add, split over the route's nodes (required)")
 	limit := c.fs.Int64("limit", 0, "per-user limit; every load sets it, 0 removes it")
-	if _, err := c.parse(args, 0, 0); err != nil {
+	if _, err := c.parse(args, 0, 0, "route", "sku", "qty"); err != nil {
 		return err
 	}
-	if err := c.require("route", "sku", "qty"); err != nil {
-		return err
-	}
-	res, err := call(ctx, c, c.inv.LoadStock, &v1.LoadStockRequest{
-		RouteKey: *route, SkuId: *sku, Quantity: *qty, PerUserLimit: *limit})
-	if err != nil {
-		return err
-	}
-	return c.out.emit(res, func(w io.Writer) { writeStock(w, res.Stock) })
+	return show(ctx, c, c.inv.LoadStock, &v1.LoadStockRequest{
+		RouteKey: *route, SkuId: *sku, Quantity: *qty, PerUserLimit: *limit},
+		func(w io.Writer, res *v1.LoadStockResponse) { writeStock(w, res.Stock) })
 }
 
 func cmdStockGet(ctx context.Context, c *client, args []string) error {
 	route, sku := stockFlags(c)
-	if _, err := c.parse(args, 0, 0); err != nil {
+	if _, err := c.parse(args, 0, 0, "route", "sku"); err != nil {
 		return err
 	}
-	if err := c.require("route", "sku"); err != nil {
-		return err
-	}
-	res, err := call(ctx, c, c.inv.GetStock, &v1.GetStockRequest{RouteKey: *route, SkuId: *sku})
-	if err != nil {
-		return err
-	}
-	return c.out.emit(res, func(w io.Writer) { writeStock(w, res.Stock) })
+	return show(ctx, c, c.inv.GetStock, &v1.GetStockRequest{RouteKey: *route, SkuId: *sku},
+		func(w io.Writer, res *v1.GetStockResponse) { writeStock(w, res.Stock) })
 }
 
 func cmdReserve(ctx context.Context, c *client, args []string) error {
 	order := c.fs.String("order", "", "order `id` (required)")
 	user := c.fs.String("user", "", "user `id`, for per-user limits")
 	ttl := c.fs.Duration("ttl", 0, "how long the reservation is held, whole seconds (default: the service's)")
-	rest, err := c.parse(args, 1, -1)
+	rest, err := c.parse(args, 1, -1, "order")
 	if err != nil {
-		return err
-	}
-	if err := c.require("order"); err != nil {
 		return err
 	}
 	if *ttl < 0 || *ttl%time.Second != 0 || *ttl > time.Duration(1<<31-1)*time.Second {
@@ -308,11 +280,8 @@ func cmdReserve(ctx context.Context, c *client, args []string) error {
 		}
 		req.Items = append(req.Items, it)
 	}
-	res, err := call(ctx, c, c.inv.Reserve, req)
-	if err != nil {
-		return err
-	}
-	return c.out.emit(res, func(w io.Writer) { writeReservation(w, res) })
+	return show(ctx, c, c.inv.Reserve, req,
+		func(w io.Writer, res *v1.ReserveResponse) { writeReservation(w, res) })
 }
 
 // parseItem parses ROUTE:SKU:QTY; the SKU may itself contain colons.
@@ -334,13 +303,10 @@ func cmdConfirm(ctx context.Context, c *client, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := call(ctx, c, c.inv.Confirm, &v1.ConfirmRequest{OrderId: rest[0]})
-	if err != nil {
-		return err
-	}
-	return c.out.emit(res, func(w io.Writer) {
-		writeOutcome(w, res.OrderId, res.Status, res.PendingParts, "")
-	})
+	return show(ctx, c, c.inv.Confirm, &v1.ConfirmRequest{OrderId: rest[0]},
+		func(w io.Writer, res *v1.ConfirmResponse) {
+			writeOutcome(w, res.OrderId, res.Status, res.PendingParts, "")
+		})
 }
 
 func cmdCancel(ctx context.Context, c *client, args []string) error {
@@ -348,21 +314,10 @@ func cmdCancel(ctx context.Context, c *client, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := call(ctx, c, c.inv.Cancel, &v1.CancelRequest{OrderId: rest[0]})
-	if err != nil {
-		return err
-	}
-	return c.out.emit(res, func(w io.Writer) {
-		writeOutcome(w, res.OrderId, res.Status, res.PendingParts, res.Reason)
-	})
-}
-
-func cmdDrain(ctx context.Context, c *client, args []string) error {
-	return setRouteEnabled(ctx, c, args, false)
-}
-
-func cmdUndrain(ctx context.Context, c *client, args []string) error {
-	return setRouteEnabled(ctx, c, args, true)
+	return show(ctx, c, c.inv.Cancel, &v1.CancelRequest{OrderId: rest[0]},
+		func(w io.Writer, res *v1.CancelResponse) {
+			writeOutcome(w, res.OrderId, res.Status, res.PendingParts, res.Reason)
+		})
 }
 
 func setRouteEnabled(ctx context.Context, c *client, args []string, enabled bool) error {
@@ -370,12 +325,11 @@ func setRouteEnabled(ctx context.Context, c *client, args []string, enabled bool
 	if err != nil {
 		return err
 	}
-	res, err := call(ctx, c, c.admin.SetRouteEnabled, &v1.SetRouteEnabledRequest{
-		Node: rest[0], Server: rest[1], Route: rest[2], Enabled: enabled})
-	if err != nil {
-		return err
-	}
-	return c.out.emit(res, func(w io.Writer) { writeNodeRoutes(w, res.Node, rest[1], rest[2], enabled) })
+	return show(ctx, c, c.admin.SetRouteEnabled, &v1.SetRouteEnabledRequest{
+		Node: rest[0], Server: rest[1], Route: rest[2], Enabled: enabled},
+		func(w io.Writer, res *v1.SetRouteEnabledResponse) {
+			writeNodeRoutes(w, res.Node, rest[1], rest[2], enabled)
+		})
 }
 
 func cmdRedoLog(ctx context.Context, c *client, args []string) error {
@@ -384,10 +338,7 @@ func cmdRedoLog(ctx context.Context, c *client, args []string) error {
 	after := c.fs.Int64("after", 0, "print entries with an offset greater than this")
 	limit := c.fs.Int("limit", 100, "entries per call")
 	follow := c.fs.Bool("follow", false, "keep polling every second for new entries until interrupted")
-	if _, err := c.parse(args, 0, 0); err != nil {
-		return err
-	}
-	if err := c.require("node", "queue"); err != nil {
+	if _, err := c.parse(args, 0, 0, "node", "queue"); err != nil {
 		return err
 	}
 	q := *queueArg

@@ -22,8 +22,9 @@ import (
 )
 
 // startService starts 3 redis nodes (n1..n3) and a service routing
-// inventory/clothes over them; it returns the service's address.
-func startService(t *testing.T, token string) string {
+// inventory/clothes over them; it returns the service's address and the
+// nodes.
+func startService(t *testing.T, token string) (string, []*redistest.Server) {
 	t.Helper()
 	t.Setenv(tokenEnv, "")
 	redis := redistest.StartN(t, 3, redistest.Options{})
@@ -56,7 +57,7 @@ func startService(t *testing.T, token string) string {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return srv.Addr()
+	return srv.Addr(), redis
 }
 
 // syncBuffer is a bytes.Buffer safe to write and read concurrently.
@@ -125,6 +126,18 @@ func decodeLine[M proto.Message](t *testing.T, line string, m M) M {
 	return m
 }
 
+// fails runs shardis and fails the test unless it exits with code and
+// stderr contains want.
+func fails(t *testing.T, code int, want string, args ...string) string {
+	t.Helper()
+	got, out, errOut := cli(t, args...)
+	if got != code || !strings.Contains(errOut, want) {
+		t.Fatalf("shardis %s: exit %d, stdout %q, stderr %q; want exit %d with %q",
+			strings.Join(args, " "), got, out, errOut, code, want)
+	}
+	return errOut
+}
+
 func mustContain(t *testing.T, out string, want ...string) {
 	t.Helper()
 	for _, w := range want {
@@ -135,15 +148,12 @@ func mustContain(t *testing.T, out string, want ...string) {
 }
 
 func TestClientCommands(t *testing.T) {
-	addr := startService(t, "")
+	addr, redis := startService(t, "")
 	url := "http://" + addr
 
 	// status
 	out := ok(t, addr, "status")
-	mustContain(t, out, "NAME", "FAILED_PROBES", "ROUTES", "inventory/clothes")
-	for _, n := range []string{"n1", "n2", "n3"} {
-		mustContain(t, out, n+" ")
-	}
+	mustContain(t, out, "NAME", "FAILED_PROBES", "ROUTES", "inventory/clothes", "\nn1 ", "\nn3 ")
 	if strings.Count(out, " UP ") != 3 {
 		t.Fatalf("want 3 nodes UP:\n%s", out)
 	}
@@ -192,8 +202,9 @@ func TestClientCommands(t *testing.T) {
 	mustContain(t, out, "available 5, reserved 3, confirmed 2, loaded 10")
 
 	// cancel: a reserved order, then an unknown one (tombstone)
-	out = ok(t, addr, "cancel", "o2")
-	mustContain(t, out, "order o2: cancelled")
+	if out = ok(t, addr, "cancel", "o2"); out != "order o2: cancelled\n" {
+		t.Fatalf("cancel: %q", out)
+	}
 	st := okJSON(t, addr, &v1.GetStockResponse{}, "stock", "get", "--route", "clothes", "--sku", "tshirt-1")
 	if st.Stock.Available != 8 || st.Stock.Reserved != 0 || st.Stock.Confirmed != 2 {
 		t.Fatalf("stock after cancel: %v", st)
@@ -208,14 +219,8 @@ func TestClientCommands(t *testing.T) {
 	}
 
 	// RPC errors: code and message, exit 1
-	code, _, errOut := cli(t, "reserve", "--addr", addr, "--order", "ghost", "clothes:tshirt-1:1")
-	if code != 1 || !strings.HasPrefix(errOut, "shardis: failed_precondition: ") {
-		t.Fatalf("reserve of a tombstoned order: exit %d, %q", code, errOut)
-	}
-	code, _, errOut = cli(t, "stock", "get", "--addr", addr, "--route", "nope", "--sku", "x")
-	if code != 1 || !strings.HasPrefix(errOut, "shardis: invalid_argument: ") || !strings.Contains(errOut, "nope") {
-		t.Fatalf("unknown route: exit %d, %q", code, errOut)
-	}
+	fails(t, 1, "shardis: failed_precondition: ", "reserve", "--addr", addr, "--order", "ghost", "clothes:tshirt-1:1")
+	fails(t, 1, `shardis: invalid_argument: `, "stock", "get", "--addr", addr, "--route", "nope", "--sku", "x")
 
 	// drain / undrain
 	out = ok(t, addr, "drain", "n1", "inventory", "clothes")
@@ -232,10 +237,7 @@ func TestClientCommands(t *testing.T) {
 	if out := ok(t, addr, "status"); strings.Contains(out, "drained") {
 		t.Fatalf("still drained:\n%s", out)
 	}
-	code, _, errOut = cli(t, "drain", "--addr", addr, "n9", "inventory", "clothes")
-	if code != 1 || !strings.Contains(errOut, "invalid_argument") {
-		t.Fatalf("drain unknown node: exit %d, %q", code, errOut)
-	}
+	fails(t, 1, "shardis: invalid_argument: ", "drain", "--addr", addr, "n9", "inventory", "clothes")
 
 	// redo-log lists o2's entries at their offsets
 	var rc *v1.Receipt
@@ -259,6 +261,19 @@ func TestClientCommands(t *testing.T) {
 	mustContain(t, out, fmt.Sprintf("no entries after offset %d", last))
 
 	t.Run("follow", func(t *testing.T) { testFollow(t, addr, rc.Node, rc.RedoLog, last) })
+
+	// A dead node: partial stock totals, DOWN with its reason.
+	redis[2].Kill()
+	out = ok(t, addr, "stock", "get", "--route", "clothes", "--sku", "tshirt-1")
+	mustContain(t, out, "totals are partial: 1 of 3 nodes unreachable", "\nn3    no ", "\nn3: ")
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(out, "n3 DOWN: "); {
+		if time.Now().After(deadline) {
+			t.Fatalf("n3 not reported DOWN:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+		out = ok(t, addr, "status")
+	}
+	mustContain(t, out, " DOWN ", redis[2].Addr())
 }
 
 // testFollow follows a redo log, makes a new entry appear on it and stops
@@ -325,44 +340,30 @@ func waitFor(t *testing.T, b *syncBuffer, want string) {
 
 func TestClientAuth(t *testing.T) {
 	const secret = "s3cret-token"
-	addr := startService(t, secret)
-
-	code, out, errOut := cli(t, "status", "--addr", addr, "--token", "wrong-token")
-	if code != 1 || out != "" || !strings.HasPrefix(errOut, "shardis: unauthenticated: ") {
-		t.Fatalf("wrong token: exit %d, stdout %q, stderr %q", code, out, errOut)
-	}
+	addr, _ := startService(t, secret)
+	errOut := fails(t, 1, "shardis: unauthenticated: ", "status", "--addr", addr, "--token", "wrong-token")
 	if strings.Contains(errOut, "wrong-token") {
 		t.Fatalf("token printed: %q", errOut)
 	}
-	if code, _, errOut = cli(t, "status", "--addr", addr); code != 1 || !strings.Contains(errOut, "unauthenticated") {
-		t.Fatalf("no token: exit %d, %q", code, errOut)
-	}
+	fails(t, 1, "shardis: unauthenticated: ", "status", "--addr", addr)
 	ok(t, addr, "status", "--token", secret)
 	t.Setenv(tokenEnv, secret)
-	out = ok(t, addr, "status")
-	mustContain(t, out, "n1")
-	if strings.Contains(out, secret) {
-		t.Fatal("token printed")
+	if out := ok(t, addr, "status"); !strings.Contains(out, "n1") || strings.Contains(out, secret) {
+		t.Fatalf("status with $%s: %q", tokenEnv, out)
 	}
 	// An explicit --token wins over the environment.
-	if code, _, _ := cli(t, "status", "--addr", addr, "--token", "other"); code != 1 {
-		t.Fatalf("--token other with a valid $%s: exit %d, want 1", tokenEnv, code)
-	}
-	// The help text shows where the token comes from, never its value.
-	code, _, errOut = cli(t, "status", "-h")
-	if code != 0 || strings.Contains(errOut, secret) || !strings.Contains(errOut, "$"+tokenEnv) {
-		t.Fatalf("status -h: exit %d, %q", code, errOut)
+	fails(t, 1, "unauthenticated", "status", "--addr", addr, "--token", "other")
+	// The help text says where the token comes from, never its value.
+	if errOut := fails(t, 0, "$"+tokenEnv, "status", "-h"); strings.Contains(errOut, secret) {
+		t.Fatalf("token printed: %q", errOut)
 	}
 }
 
 func TestClientUnavailable(t *testing.T) {
 	t.Setenv(tokenEnv, "")
-	port := redistest.FreePort(t) // nothing listens there
 	start := time.Now()
-	code, out, errOut := cli(t, "status", "--addr", fmt.Sprintf("127.0.0.1:%d", port))
-	if code != 1 || out != "" || !strings.HasPrefix(errOut, "shardis: unavailable: ") {
-		t.Fatalf("closed port: exit %d, stdout %q, stderr %q", code, out, errOut)
-	}
+	// Nothing listens on a free port.
+	fails(t, 1, "shardis: unavailable: ", "status", "--addr", fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t)))
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("closed port took %v", d)
 	}
@@ -371,38 +372,32 @@ func TestClientUnavailable(t *testing.T) {
 func TestClientUsage(t *testing.T) {
 	t.Setenv(tokenEnv, "")
 	for _, tc := range []struct {
-		args []string
-		code int
-		want string
+		code       int
+		want, args string
 	}{
-		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{[]string{"reserve", "--order", "o", "clothes:tshirt-1:2", "clothes-tshirt"}, 2, `item "clothes-tshirt"`},
-		{[]string{"reserve", "--order", "o", "clothes:tshirt-1:zero"}, 2, `item "clothes:tshirt-1:zero"`},
-		{[]string{"reserve", "--order", "o", "clothes::1"}, 2, `item "clothes::1"`},
-		{[]string{"reserve", "clothes:a:1"}, 2, "needs --order"},
-		{[]string{"reserve", "--order", "o"}, 2, "wrong number of arguments"},
-		{[]string{"reserve", "--order", "o", "--ttl", "1500ms", "c:s:1"}, 2, "--ttl"},
-		{[]string{"stock"}, 2, "load or get"},
-		{[]string{"stock", "put"}, 2, "load or get"},
-		{[]string{"stock", "load", "--route", "r", "--sku", "s"}, 2, "needs --qty"},
-		{[]string{"stock", "get", "--nope"}, 2, "not defined"},
-		{[]string{"confirm"}, 2, "wrong number of arguments"},
-		{[]string{"cancel", "o1", "--json"}, 2, "flags come first"},
-		{[]string{"drain", "n1", "inventory"}, 2, "wrong number of arguments"},
-		{[]string{"status", "--addr", "ftp://host:1"}, 2, "--addr"},
-		{[]string{"status", "--timeout", "0s"}, 2, "--timeout"},
-		{[]string{"redo-log", "--node", "n1"}, 2, "needs --queue"},
-		{[]string{"redo-log", "--node", "n1", "--queue", "x"}, 2, `--queue "x"`},
-		{[]string{"confirm", "-h"}, 0, "usage: shardis confirm"},
+		{2, `unknown command "frobnicate"`, "frobnicate"},
+		{2, `item "clothes-tshirt"`, "reserve --order o clothes:tshirt-1:2 clothes-tshirt"},
+		{2, `item "clothes:tshirt-1:zero"`, "reserve --order o clothes:tshirt-1:zero"},
+		{2, `item "clothes::1"`, "reserve --order o clothes::1"},
+		{2, "needs --order", "reserve clothes:a:1"},
+		{2, "wrong number of arguments", "reserve --order o"},
+		{2, "--ttl", "reserve --order o --ttl 1500ms c:s:1"},
+		{2, "load or get", "stock"},
+		{2, "load or get", "stock put"},
+		{2, "needs --qty", "stock load --route r --sku s"},
+		{2, "not defined", "stock get --nope"},
+		{2, "wrong number of arguments", "confirm"},
+		{2, "flags come first", "cancel o1 --json"},
+		{2, "wrong number of arguments", "drain n1 inventory"},
+		{2, "--addr", "status --addr ftp://host:1"},
+		{2, "--timeout", "status --timeout 0s"},
+		{2, "needs --queue", "redo-log --node n1"},
+		{2, `--queue "x"`, "redo-log --node n1 --queue x"},
+		{0, "usage: shardis confirm", "confirm -h"},
 	} {
-		code, _, errOut := cli(t, tc.args...)
-		if code != tc.code || !strings.Contains(errOut, tc.want) {
-			t.Errorf("shardis %s: exit %d, stderr %q; want exit %d with %q",
-				strings.Join(tc.args, " "), code, errOut, tc.code, tc.want)
-		}
+		fails(t, tc.code, tc.want, strings.Fields(tc.args)...)
 	}
-	code, out, _ := cli(t, "help")
-	if code != 0 || !strings.Contains(out, "redo-log") {
+	if code, out, _ := cli(t, "help"); code != 0 || !strings.Contains(out, "redo-log") {
 		t.Errorf("help: exit %d, %q", code, out)
 	}
 }
@@ -420,21 +415,12 @@ func TestParseItem(t *testing.T) {
 }
 
 func TestBaseURL(t *testing.T) {
-	for in, want := range map[string]string{
-		"127.0.0.1:7400":          "http://127.0.0.1:7400",
-		"localhost:7400":          "http://localhost:7400",
-		"http://h:1/":             "http://h:1",
-		"https://h:1/prefix":      "https://h:1/prefix",
-		"[::1]:7400":              "http://[::1]:7400",
-		"http://127.0.0.1:7400/x": "http://127.0.0.1:7400/x",
-	} {
-		if got, err := baseURL(in); err != nil || got != want {
+	for in, want := range map[string]string{"127.0.0.1:7400": "http://127.0.0.1:7400",
+		"localhost:1": "http://localhost:1", "http://h:1/": "http://h:1", "https://h:1/p": "https://h:1/p",
+		"[::1]:7400": "http://[::1]:7400", "ftp://h:1": "", "http://": "", "": ""} {
+		got, err := baseURL(in)
+		if got != want || (err == nil) != (want != "") {
 			t.Errorf("baseURL(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"ftp://h:1", "http://", ""} {
-		if _, err := baseURL(in); err == nil {
-			t.Errorf("baseURL(%q): no error", in)
 		}
 	}
 }

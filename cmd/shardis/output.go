@@ -1,17 +1,20 @@
 package main
 
 // Output of the client subcommands: aligned tables for people, or one
-// proto3 JSON object per line (--json) for scripts.
+// proto3 JSON object per line (--json) for scripts; errors read
+// "<code>: <message>".
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -44,6 +47,26 @@ func (p printer) emit(m proto.Message, human func(w io.Writer)) error {
 	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
 	human(tw)
 	return tw.Flush()
+}
+
+// rpcError is a failed call; it reads "<code>: <message>".
+type rpcError struct {
+	code connect.Code
+	msg  string
+}
+
+func (e *rpcError) Error() string {
+	if e.msg == "" {
+		return e.code.String()
+	}
+	return e.code.String() + ": " + e.msg
+}
+
+// transient reports whether err is a call failure worth retrying.
+func transient(err error) bool {
+	var re *rpcError
+	return errors.As(err, &re) && (re.code == connect.CodeUnavailable ||
+		re.code == connect.CodeDeadlineExceeded || re.code == connect.CodeAborted)
 }
 
 // enumName turns NODE_STATE_UP into "UP" or ORDER_STATUS_CONFIRMED into
