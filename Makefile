@@ -36,7 +36,7 @@ test: deps-redis vet
 
 ## unit: the fast tests of pure logic only (no Redis).
 unit:
-	$(GO) test -count=1 ./config/ ./router/ ./health/
+	$(GO) test -count=1 -run '^Test' ./config/ ./router/ ./health/
 
 ## run: three local redis-server nodes + shardis serve on 127.0.0.1:7400, demo stock; Ctrl-C stops all.
 run: deps-redis build

@@ -66,12 +66,14 @@ type syncBuffer struct {
 	b  bytes.Buffer
 }
 
+// Write appends p.
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
+// String returns what was written so far.
 func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -403,11 +405,10 @@ func TestClientUsage(t *testing.T) {
 }
 
 func TestParseItem(t *testing.T) {
-	it, err := parseItem("clothes:ns:sku:7")
-	if err != nil || it.RouteKey != "clothes" || it.SkuId != "ns:sku" || it.Quantity != 7 {
+	if it, err := parseItem("clothes:ns:sku:7"); err != nil || it.RouteKey != "clothes" || it.SkuId != "ns:sku" || it.Quantity != 7 {
 		t.Fatalf("parseItem: %v %v", it, err)
 	}
-	for _, in := range []string{"", "a", "a:b", ":b:1", "a::1", "a:b:-1", "a:b:0", "a:b:"} {
+	for _, in := range append(strings.Fields("a a:b :b:1 a::1 a:b:-1 a:b:0 a:b:"), "") {
 		if _, err := parseItem(in); err == nil {
 			t.Errorf("parseItem(%q): no error", in)
 		}

@@ -55,6 +55,7 @@ type rpcError struct {
 	msg  string
 }
 
+// Error returns "<code>: <message>".
 func (e *rpcError) Error() string {
 	if e.msg == "" {
 		return e.code.String()

@@ -1,0 +1,114 @@
+package inventory_test
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/router"
+)
+
+// benchInventory starts three redis-server nodes n1..n3 (no persistence)
+// and returns an inventory over them with these routes of the "inventory"
+// server: "all" over the three nodes, and "r1", "r2", "r3" on one node
+// each, so the items of a 3-item order over r1..r3 live on three nodes.
+// Every SKU in skus is loaded on every route with 10⁹ units, so the
+// benchmarks never run out of stock.
+func benchInventory(b *testing.B, skus ...string) *inventory.Inventory {
+	b.Helper()
+	srvs := redistest.StartN(b, 3, redistest.Options{})
+	cfg := config.Default()
+	cfg.Nodes = map[string]config.Node{}
+	names := []string{"n1", "n2", "n3"}
+	for i, s := range srvs {
+		cfg.Nodes[names[i]] = config.Node{Addr: s.Addr(), Weight: 1}
+	}
+	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: map[string][]string{
+		"all": names, "r1": {"n1"}, "r2": {"n2"}, "r3": {"n3"},
+	}}}
+	log := slog.New(slog.DiscardHandler)
+	ctx := context.Background()
+	r, err := router.New(ctx, &cfg, router.Options{Logger: log})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = r.Close() })
+	inv, err := inventory.New(r, inventory.Options{Logger: log})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, route := range []string{"all", "r1", "r2", "r3"} {
+		for _, sku := range skus {
+			if _, err := inv.LoadStock(ctx, route, sku, inventory.MaxQuantity, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return inv
+}
+
+// benchReserve reserves one order per iteration, each with a new order id
+// (building it is one of the reported allocations), without a user (no
+// per-user quota part). Run with -benchmem, or read allocs/op: they are
+// the allocations of the whole Reserve call, go-redis included.
+func benchReserve(b *testing.B, inv *inventory.Inventory, items []inventory.Item) {
+	ctx := context.Background()
+	buf := []byte("bench-")
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		id := string(strconv.AppendInt(buf[:6], int64(i), 10))
+		i++
+		if _, err := inv.Reserve(ctx, id, items, "", 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReserve1Item reserves 1 unit of a SKU whose stock is split over
+// three nodes: begin on the order's home node, one reserve script on the
+// item's first candidate node, commit.
+func BenchmarkReserve1Item(b *testing.B) {
+	inv := benchInventory(b, "sku-1")
+	benchReserve(b, inv, []inventory.Item{{Route: "all", SKU: "sku-1", Quantity: 1}})
+}
+
+// BenchmarkReserve3Items reserves one unit each of three SKUs on three
+// different nodes (routes r1, r2, r3): begin, three reserve scripts run
+// concurrently, commit.
+func BenchmarkReserve3Items(b *testing.B) {
+	inv := benchInventory(b, "sku-1", "sku-2", "sku-3")
+	benchReserve(b, inv, []inventory.Item{
+		{Route: "r1", SKU: "sku-1", Quantity: 1},
+		{Route: "r2", SKU: "sku-2", Quantity: 1},
+		{Route: "r3", SKU: "sku-3", Quantity: 1},
+	})
+}
+
+// BenchmarkReserve1ItemParallel is BenchmarkReserve1Item from GOMAXPROCS*8
+// goroutines at once: the throughput side, where the nodes' CPU, not the
+// round trips, is the limit.
+func BenchmarkReserve1ItemParallel(b *testing.B) {
+	inv := benchInventory(b, "sku-1")
+	items := []inventory.Item{{Route: "all", SKU: "sku-1", Quantity: 1}}
+	ctx := context.Background()
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		buf := []byte("benchp-")
+		for pb.Next() {
+			id := string(strconv.AppendInt(buf[:7], seq.Add(1), 10))
+			if _, err := inv.Reserve(ctx, id, items, "", 0); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
