@@ -239,6 +239,10 @@ func nodeErr(n *node.Node, err error) error {
 	case contains(msg, "SHARDIS_IDENTITY"):
 		return fmt.Errorf("%w: node %s: %w: %v", ErrUnavailable, n.Name(), node.ErrIdentity, err)
 	}
+	var named *node.Error
+	if errors.As(err, &named) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err) // already names the node
+	}
 	return fmt.Errorf("%w: node %s: %w", ErrUnavailable, n.Name(), err)
 }
 

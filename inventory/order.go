@@ -44,8 +44,9 @@ type Outcome struct {
 	// PendingParts counts parts whose node could not be reached: they are
 	// settled when it comes back (deferred queue, then the reconciler).
 	PendingParts int
-	// Reason is "tombstone" for a Cancel of an order never reserved, and
-	// "expired" for an order that ran past its deadline.
+	// Reason, for Cancel: "cancelled"; "expired" when the order ran past
+	// its deadline first; "tombstone" when it was never reserved (a later
+	// Reserve of the id is refused).
 	Reason string
 }
 

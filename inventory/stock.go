@@ -40,9 +40,10 @@ type NodeStock struct {
 // LoadStock adds qty units of sku to route, split evenly over the route's
 // enabled, usable nodes (the remainder goes to the first nodes in the ring
 // order of sku), and sets the per-user limit (units one user may hold
-// reserved plus confirmed; 0 = none) on every node of the route. With a
-// limit, every node of the route must be reachable, so no node can miss
-// it. It returns the stock after loading.
+// reserved plus confirmed) on every node of the route: perUserLimit > 0
+// sets it, 0 removes it, < 0 keeps the current one (restocking). Setting a
+// limit needs every node of the route reachable, so no node can miss it.
+// It returns the stock after loading.
 //
 // LoadStock is not idempotent: retrying after an error may add twice (the
 // error says which nodes took their share; GetStock shows the totals).
@@ -53,8 +54,11 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 	if err := checkQty("quantity", qty); err != nil {
 		return StockLevel{}, err
 	}
-	if perUserLimit < 0 || perUserLimit > MaxQuantity {
-		return StockLevel{}, fmt.Errorf("%w: per_user_limit is %d, want 0..%d", ErrInvalid, perUserLimit, MaxQuantity)
+	if perUserLimit > MaxQuantity {
+		return StockLevel{}, fmt.Errorf("%w: per_user_limit is %d, at most %d", ErrInvalid, perUserLimit, MaxQuantity)
+	}
+	if perUserLimit < 0 {
+		perUserLimit = -1 // the script's "leave as is"
 	}
 	set, err := inv.set(route)
 	if err != nil {
@@ -86,7 +90,7 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 			share[n.Name()]++
 		}
 	}
-	limitArg := perUserLimit // every load sets the limit; 0 removes it
+	limitArg := perUserLimit
 	key := stockKey(route, sku)
 	var (
 		mu     sync.Mutex

@@ -72,7 +72,7 @@ func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 // admit lets a command through, or refuses it at once.
 func (n *Node) admit() (func(error), error) {
 	if State(n.state.Load()) != StateUp {
-		return nil, n.refusal(fmt.Errorf("%w: %v", ErrDown, n.DownReason()))
+		return nil, n.refusal(fmt.Errorf("%w: %v", ErrDown, n.downText()))
 	}
 	done, err := n.cb.Load().Allow()
 	if err != nil {

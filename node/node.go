@@ -289,6 +289,17 @@ func (n *Node) SetDown(reason error) bool {
 	return State(n.state.Swap(int32(StateDown))) != StateDown
 }
 
+// downText is the DOWN reason without the node's own name, which the
+// refusal around it already carries.
+func (n *Node) downText() string {
+	reason := n.DownReason()
+	var e *Error
+	if errors.As(reason, &e) && e.Node == n.opts.Name {
+		return e.Err.Error()
+	}
+	return fmt.Sprint(reason)
+}
+
 func (n *Node) setDownErr(reason error) {
 	if reason == nil {
 		reason = errors.New("marked down")

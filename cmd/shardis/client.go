@@ -243,7 +243,7 @@ func stockFlags(c *client) (route, sku *string) {
 func cmdStockLoad(ctx context.Context, c *client, args []string) error {
 	route, sku := stockFlags(c)
 	qty := c.fs.Int64("qty", 0, "units to add, split over the route's nodes (required)")
-	limit := c.fs.Int64("limit", 0, "per-user limit; every load sets it, 0 removes it")
+	limit := c.fs.Int64("limit", -1, "per-user limit: units one user may hold; 0 removes it, -1 (default) keeps the current one")
 	if _, err := c.parse(args, 0, 0, "route", "sku", "qty"); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ package service
 import (
 	"context"
 	"errors"
+	"sort"
 	"time"
 
 	"connectrpc.com/connect"
@@ -126,6 +127,9 @@ func (h *Handlers) ReadRedoLog(ctx context.Context, req *connect.Request[v1.Read
 		return nil, rpcError(err)
 	}
 	out := &v1.ReadRedoLogResponse{Node: m.Node, Queue: m.Queue, RedoLog: inventory.RedoLogKey(int(m.Queue))}
+	if n, err := h.Router.Node(m.Node); err == nil {
+		out.Incarnation = n.Incarnation()
+	}
 	for _, e := range entries {
 		out.Entries = append(out.Entries, &v1.RedoEntry{
 			Offset: e.Offset, PartId: e.PartID, OrderId: e.OrderID, SkuId: e.SKU,
@@ -176,11 +180,12 @@ func nodeInfo(st router.NodeStatus) *v1.NodeInfo {
 }
 
 func sortRoutes(rs []*v1.RouteStatus) {
-	for i := 1; i < len(rs); i++ {
-		for j := i; j > 0 && (rs[j].Server+"/"+rs[j].Route) < (rs[j-1].Server+"/"+rs[j-1].Route); j-- {
-			rs[j], rs[j-1] = rs[j-1], rs[j]
+	sort.Slice(rs, func(i, j int) bool {
+		if rs[i].Server != rs[j].Server {
+			return rs[i].Server < rs[j].Server
 		}
-	}
+		return rs[i].Route < rs[j].Route
+	})
 }
 
 // rpcError maps library errors to Connect codes; the message keeps the

@@ -128,11 +128,13 @@ func (NodeState) EnumDescriptor() ([]byte, []int) {
 }
 
 type LoadStockRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RouteKey      string                 `protobuf:"bytes,1,opt,name=route_key,json=routeKey,proto3" json:"route_key,omitempty"`
-	SkuId         string                 `protobuf:"bytes,2,opt,name=sku_id,json=skuId,proto3" json:"sku_id,omitempty"`
-	Quantity      int64                  `protobuf:"varint,3,opt,name=quantity,proto3" json:"quantity,omitempty"`
-	PerUserLimit  int64                  `protobuf:"varint,4,opt,name=per_user_limit,json=perUserLimit,proto3" json:"per_user_limit,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	RouteKey string                 `protobuf:"bytes,1,opt,name=route_key,json=routeKey,proto3" json:"route_key,omitempty"`
+	SkuId    string                 `protobuf:"bytes,2,opt,name=sku_id,json=skuId,proto3" json:"sku_id,omitempty"`
+	Quantity int64                  `protobuf:"varint,3,opt,name=quantity,proto3" json:"quantity,omitempty"`
+	// Units one user may hold reserved plus confirmed: > 0 sets it, 0 removes
+	// it, < 0 keeps the current limit (restocking).
+	PerUserLimit  int64 `protobuf:"varint,4,opt,name=per_user_limit,json=perUserLimit,proto3" json:"per_user_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -945,7 +947,8 @@ type CancelResponse struct {
 	OrderId      string                 `protobuf:"bytes,1,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
 	Status       OrderStatus            `protobuf:"varint,2,opt,name=status,proto3,enum=shardis.v1.OrderStatus" json:"status,omitempty"`
 	PendingParts int32                  `protobuf:"varint,3,opt,name=pending_parts,json=pendingParts,proto3" json:"pending_parts,omitempty"`
-	// "tombstone" when the order was never reserved.
+	// "cancelled", "expired" (ran past its deadline before the cancel), or
+	// "tombstone" (never reserved: a later Reserve of this id is refused).
 	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1523,11 +1526,15 @@ func (x *RedoEntry) GetAtUnixMs() int64 {
 }
 
 type ReadRedoLogResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Queue         int32                  `protobuf:"varint,2,opt,name=queue,proto3" json:"queue,omitempty"`
-	RedoLog       string                 `protobuf:"bytes,3,opt,name=redo_log,json=redoLog,proto3" json:"redo_log,omitempty"`
-	Entries       []*RedoEntry           `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Node    string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Queue   int32                  `protobuf:"varint,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	RedoLog string                 `protobuf:"bytes,3,opt,name=redo_log,json=redoLog,proto3" json:"redo_log,omitempty"`
+	Entries []*RedoEntry           `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
+	// The node's stamp incarnation. When it changes, the node lost its data
+	// (restart without persistence) and offsets started again from 1: a
+	// consumer must resynchronize instead of resuming.
+	Incarnation   string `protobuf:"bytes,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1588,6 +1595,13 @@ func (x *ReadRedoLogResponse) GetEntries() []*RedoEntry {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *ReadRedoLogResponse) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
 }
 
 type AckRedoLogRequest struct {
@@ -1801,12 +1815,13 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\bquantity\x18\x05 \x01(\x03R\bquantity\x12\x14\n" +
 	"\x05state\x18\x06 \x01(\tR\x05state\x12\x1c\n" +
 	"\n" +
-	"at_unix_ms\x18\a \x01(\x03R\batUnixMs\"\x8b\x01\n" +
+	"at_unix_ms\x18\a \x01(\x03R\batUnixMs\"\xad\x01\n" +
 	"\x13ReadRedoLogResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\x05R\x05queue\x12\x19\n" +
 	"\bredo_log\x18\x03 \x01(\tR\aredoLog\x12/\n" +
-	"\aentries\x18\x04 \x03(\v2\x15.shardis.v1.RedoEntryR\aentries\"U\n" +
+	"\aentries\x18\x04 \x03(\v2\x15.shardis.v1.RedoEntryR\aentries\x12 \n" +
+	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"U\n" +
 	"\x11AckRedoLogRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\x05R\x05queue\x12\x16\n" +
