@@ -40,7 +40,8 @@ unit:
 
 ## run: three local redis-server nodes + shardis serve on 127.0.0.1:7400, demo stock; Ctrl-C stops all.
 run: deps-redis build
-	$(GO) run ./internal/cmd/devrun --config config/example.yaml --bin $(BIN)
+	@$(GO) build -o bin/devrun ./internal/cmd/devrun
+	@bin/devrun --config config/example.yaml --bin $(BIN)
 
 ## drill: kill -9 a node under order load, restart it, report detection/recovery and check invariants.
 drill: deps-redis

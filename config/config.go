@@ -178,6 +178,12 @@ type Inventory struct {
 	// consumer's acknowledgement. Must exceed max_reservation_ttl.
 	// default: 168h
 	Retention time.Duration `koanf:"retention"`
+	// RedoMaxAge is how old a settled redo-log entry may grow before the
+	// reconciler trims it even though no consumer acknowledged it (AckRedoLog
+	// lets a consumer trim sooner). It keeps the redo log from becoming a
+	// big key when nobody consumes it.
+	// default: 24h
+	RedoMaxAge time.Duration `koanf:"redo_max_age"`
 }
 
 // Default returns a Config holding every default and no nodes or servers.
@@ -199,6 +205,7 @@ func Default() Config {
 			ReconcileInterval: time.Second,
 			RedoQueues:        50,
 			Retention:         7 * 24 * time.Hour,
+			RedoMaxAge:        24 * time.Hour,
 		},
 	}
 }

@@ -73,7 +73,8 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, 
 		r.Close()
 		return nil, err
 	}
-	s.Rec = rollback.New(s.Inv, s.Queue, rollback.Settings{Interval: cfg.Inventory.ReconcileInterval, Logger: log})
+	s.Rec = rollback.New(s.Inv, s.Queue, rollback.Settings{
+		Interval: cfg.Inventory.ReconcileInterval, TrimAge: cfg.Inventory.RedoMaxAge, Logger: log})
 	rec.Store(s.Rec)
 	s.Rec.Start()
 	s.Metrics.Bind(r, s.Inv, s.Rec)

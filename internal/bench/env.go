@@ -1,0 +1,236 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/redisproc"
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
+)
+
+// Server keys and routes of the benchmark configuration.
+const (
+	kvServer  = "bench" // router throughput: route kvRoute over every node
+	kvRoute   = "kv"
+	invServer = "inventory" // config.Default's inventory.server
+	routeAll  = "all"       // inventory route over every node
+)
+
+// nodeNames are the benchmark's node names, in configuration order.
+var nodeNames = []string{"n1", "n2", "n3"}
+
+// singleRoutes are inventory routes of one node each: routeOf[i] lives on
+// nodeNames[i], so a 3-item order over them touches three nodes.
+var singleRoutes = []string{"r1", "r2", "r3"}
+
+// clientOptions returns the go-redis options every baseline client of the
+// benchmark uses: the options shardis gives its node clients (node.New),
+// so the comparison is between routing layers, not client settings. The
+// pool size is go-redis's default (10 per GOMAXPROCS), as for shardis's
+// nodes.
+func clientOptions(addr string, timeout time.Duration) *redis.Options {
+	return &redis.Options{
+		Addr:                     addr,
+		Protocol:                 2,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		DialTimeout:              timeout,
+		DialerRetries:            1,
+		ReadTimeout:              time.Second,
+		WriteTimeout:             time.Second,
+		ContextTimeoutEnabled:    true,
+		MaxRetries:               -1,
+		PoolTimeout:              time.Second,
+	}
+}
+
+// Cluster is three redis-server nodes and everything the benchmark routes
+// over them: the shardis router and inventory, a direct go-redis client
+// per node, a go-redis Ring and a twemproxy.
+type Cluster struct {
+	Servers []*redisproc.Server // like nodeNames
+	Addrs   []string
+	Cfg     *config.Config
+	Router  *router.Router
+	Inv     *inventory.Inventory
+	Log     *slog.Logger
+
+	Direct     []*redis.Client // like nodeNames
+	HandRing   *router.Ring    // members like nodeNames: picks Direct[i] by hand
+	Ring       *redis.Ring
+	Twemproxy  *Twemproxy
+	TwemClient *redis.Client
+	Admin      []*redis.Client // plain clients for setup (flush, preload)
+}
+
+// BenchConfig returns the shardis configuration of the benchmark over
+// addrs (like nodeNames): config.Default() (health and breaker defaults)
+// with the key-value route and the inventory routes.
+func BenchConfig(addrs []string) *config.Config {
+	cfg := config.Default()
+	cfg.Service.Listen = "127.0.0.1:0"
+	cfg.Nodes = map[string]config.Node{}
+	for i, name := range nodeNames {
+		cfg.Nodes[name] = config.Node{Addr: addrs[i], Weight: 1}
+	}
+	inv := map[string][]string{routeAll: nodeNames}
+	for i, r := range singleRoutes {
+		inv[r] = []string{nodeNames[i]}
+	}
+	cfg.Servers = map[string]config.Server{
+		kvServer:  {OnNodeDown: config.OnNodeDownFail, Routes: map[string][]string{kvRoute: nodeNames}},
+		invServer: {OnNodeDown: config.OnNodeDownFail, Routes: inv},
+	}
+	return &cfg
+}
+
+// StartCluster starts the nodes (aof: append-only file with appendfsync
+// always, as in the drill), the router and the inventory; withBaselines
+// adds the direct clients, the go-redis Ring and twemproxy.
+func StartCluster(ctx context.Context, aof, withBaselines bool, log *slog.Logger) (c *Cluster, err error) {
+	c = &Cluster{Log: log}
+	defer func() {
+		if err != nil {
+			c.Close()
+			c = nil
+		}
+	}()
+	for range nodeNames {
+		s, err := redisproc.Start(redisproc.Options{AOF: aof, KillWithParent: true})
+		if err != nil {
+			return c, err
+		}
+		c.Servers = append(c.Servers, s)
+		c.Addrs = append(c.Addrs, s.Addr())
+	}
+	c.Cfg = BenchConfig(c.Addrs)
+	if err := c.Cfg.Validate(); err != nil {
+		return c, err
+	}
+	for _, a := range c.Addrs {
+		c.Admin = append(c.Admin, redis.NewClient(&redis.Options{Addr: a, Protocol: 2, DisableIdentity: true,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+			ReadTimeout:              30 * time.Second, PoolSize: 4}))
+	}
+	if c.Router, err = router.New(ctx, c.Cfg, router.Options{Logger: log}); err != nil {
+		return c, err
+	}
+	for _, n := range c.Router.Nodes() {
+		if n.State() != node.StateUp {
+			return c, fmt.Errorf("node %s is not up after the first probe: %v", n.Name(), n.DownReason())
+		}
+	}
+	if c.Inv, err = inventory.New(c.Router, inventory.Options{Logger: log}); err != nil {
+		return c, err
+	}
+	if !withBaselines {
+		return c, nil
+	}
+
+	members := make([]router.Member, len(nodeNames))
+	addrMap := map[string]string{}
+	for i, name := range nodeNames {
+		members[i] = router.Member{Name: name, Weight: c.Cfg.Nodes[name].Weight}
+		c.Direct = append(c.Direct, redis.NewClient(clientOptions(c.Addrs[i], c.Cfg.Health.Timeout)))
+		addrMap[name] = c.Addrs[i]
+	}
+	if c.HandRing, err = router.NewRing(members); err != nil {
+		return c, err
+	}
+	base := clientOptions("", c.Cfg.Health.Timeout)
+	c.Ring = redis.NewRing(&redis.RingOptions{
+		Addrs:                 addrMap,
+		Protocol:              base.Protocol,
+		DisableIdentity:       base.DisableIdentity,
+		DialTimeout:           base.DialTimeout,
+		DialerRetries:         base.DialerRetries,
+		ReadTimeout:           base.ReadTimeout,
+		WriteTimeout:          base.WriteTimeout,
+		ContextTimeoutEnabled: base.ContextTimeoutEnabled,
+		MaxRetries:            base.MaxRetries,
+		PoolTimeout:           base.PoolTimeout,
+		NewClient: func(o *redis.Options) *redis.Client {
+			o.MaintNotificationsConfig = base.MaintNotificationsConfig
+			return redis.NewClient(o)
+		},
+	})
+	if c.Twemproxy, err = StartTwemproxy(nodeNames, c.Addrs); err != nil {
+		return c, err
+	}
+	// One client replaces the three: it gets the three pools' connections
+	// (3 × go-redis's default), so twemproxy sees as many concurrent
+	// requests as the nodes do in the other variants.
+	topt := clientOptions(c.Twemproxy.Addr(), c.Cfg.Health.Timeout)
+	topt.PoolSize = 3 * 10 * goMaxProcs()
+	c.TwemClient = redis.NewClient(topt)
+	return c, nil
+}
+
+// Close stops everything StartCluster started. It is idempotent.
+func (c *Cluster) Close() {
+	if c == nil {
+		return
+	}
+	if c.TwemClient != nil {
+		_ = c.TwemClient.Close()
+		c.TwemClient = nil
+	}
+	if c.Twemproxy != nil {
+		c.Twemproxy.Kill()
+		c.Twemproxy = nil
+	}
+	if c.Ring != nil {
+		_ = c.Ring.Close()
+		c.Ring = nil
+	}
+	for _, d := range c.Direct {
+		_ = d.Close()
+	}
+	c.Direct = nil
+	if c.Router != nil {
+		_ = c.Router.Close()
+		c.Router = nil
+	}
+	for _, a := range c.Admin {
+		_ = a.Close()
+	}
+	c.Admin = nil
+	for _, s := range c.Servers {
+		_ = s.Kill()
+		_ = s.Close()
+	}
+	c.Servers = nil
+}
+
+// Reset empties every node but keeps its shardis identity stamp, in one
+// MULTI per node so no script ever sees a node without its stamp (which
+// would be reported as data loss): FLUSHALL ASYNC and re-writing the stamp
+// happen atomically. Benchmark variants start from the same, empty state.
+func (c *Cluster) Reset(ctx context.Context) error {
+	var errs []error
+	for i, a := range c.Admin {
+		stamp, err := a.HGetAll(ctx, node.StampKey).Result()
+		if err != nil {
+			return fmt.Errorf("%s: %w", nodeNames[i], err)
+		}
+		if len(stamp) == 0 {
+			return fmt.Errorf("%s: node has no shardis stamp", nodeNames[i])
+		}
+		_, err = a.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.FlushAllAsync(ctx)
+			p.HSet(ctx, node.StampKey, stamp)
+			return nil
+		})
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

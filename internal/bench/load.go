@@ -1,0 +1,219 @@
+package bench
+
+import (
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Worker is the per-goroutine state handed to an operation: its index, a
+// private random source and a private counter (for unique ids). It is
+// never shared between goroutines.
+type Worker struct {
+	ID  int
+	Rng *rand.Rand
+	Seq int64
+	Buf []byte // scratch space for building ids without fmt
+}
+
+// Op is one operation of a load run. It runs on its worker's goroutine; an
+// error counts as a failed operation (its latency is not recorded).
+type Op func(w *Worker) error
+
+// Sample is the outcome of one load run: one variant, one round.
+type Sample struct {
+	Ops      int64         // operations that succeeded
+	Errors   int64         // operations that failed
+	Elapsed  time.Duration // from the start barrier until every worker stopped
+	P50      time.Duration
+	P99      time.Duration
+	FirstErr error
+}
+
+// OpsPerSec is the run's throughput of successful operations.
+func (s Sample) OpsPerSec() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.Ops) / s.Elapsed.Seconds()
+}
+
+// Load runs closed-loop load: conc goroutines each run op back to back for
+// dur. Latency is recorded per goroutine (no shared state on the hot path)
+// and merged afterwards.
+type Load struct {
+	conc    int
+	workers []*Worker
+	lat     [][]int64 // per worker, nanoseconds; reused across runs
+	epoch   uint64
+}
+
+// NewLoad returns a load driver for conc goroutines. seed makes the key
+// choices reproducible.
+func NewLoad(conc int, seed uint64) *Load {
+	l := &Load{conc: conc, workers: make([]*Worker, conc), lat: make([][]int64, conc)}
+	for i := range l.workers {
+		l.workers[i] = &Worker{ID: i, Rng: rand.New(rand.NewPCG(seed, uint64(i))), Buf: make([]byte, 0, 64)}
+		l.lat[i] = make([]int64, 0, 1<<14)
+	}
+	return l
+}
+
+// Run runs op for dur on every goroutine and returns the sample.
+func (l *Load) Run(dur time.Duration, op Op) Sample {
+	l.epoch++
+	var (
+		stop  atomic.Bool
+		errs  atomic.Int64
+		first atomic.Pointer[error]
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+	)
+	for i, w := range l.workers {
+		l.lat[i] = l.lat[i][:0]
+		wg.Add(1)
+		go func(i int, w *Worker) {
+			defer wg.Done()
+			lat := l.lat[i]
+			<-start
+			for !stop.Load() {
+				t0 := time.Now()
+				err := op(w)
+				d := time.Since(t0)
+				if err != nil {
+					errs.Add(1)
+					first.CompareAndSwap(nil, &err)
+					continue
+				}
+				lat = append(lat, int64(d))
+			}
+			l.lat[i] = lat
+		}(i, w)
+	}
+	t0 := time.Now()
+	timer := time.AfterFunc(dur, func() { stop.Store(true) })
+	close(start)
+	wg.Wait()
+	timer.Stop()
+	elapsed := time.Since(t0)
+
+	s := Sample{Elapsed: elapsed, Errors: errs.Load()}
+	if p := first.Load(); p != nil {
+		s.FirstErr = *p
+	}
+	all := mergeLatencies(l.lat)
+	s.Ops = int64(len(all))
+	s.P50, s.P99 = percentile(all, 0.50), percentile(all, 0.99)
+	return s
+}
+
+func mergeLatencies(per [][]int64) []int64 {
+	n := 0
+	for _, p := range per {
+		n += len(p)
+	}
+	all := make([]int64, 0, n)
+	for _, p := range per {
+		all = append(all, p...)
+	}
+	slices.Sort(all)
+	return all
+}
+
+// percentile returns the q-quantile (nearest rank) of sorted latencies.
+func percentile(sorted []int64, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.5) - 1
+	i = max(0, min(i, len(sorted)-1))
+	return time.Duration(sorted[i])
+}
+
+// Series collects the samples of one variant over the rounds.
+type Series struct {
+	Name    string
+	Samples []Sample
+}
+
+// Add appends a sample.
+func (s *Series) Add(x Sample) { s.Samples = append(s.Samples, x) }
+
+// Ops returns the median throughput over the rounds.
+func (s *Series) Ops() float64 {
+	return medianF(mapS(s.Samples, Sample.OpsPerSec))
+}
+
+// P50 returns the median over the rounds of each round's p50.
+func (s *Series) P50() time.Duration {
+	return medianD(mapS(s.Samples, func(x Sample) time.Duration { return x.P50 }))
+}
+
+// P99 returns the median over the rounds of each round's p99.
+func (s *Series) P99() time.Duration {
+	return medianD(mapS(s.Samples, func(x Sample) time.Duration { return x.P99 }))
+}
+
+// Errors returns the failed operations over all rounds, and the first
+// error seen.
+func (s *Series) Errors() (int64, error) {
+	var n int64
+	var first error
+	for _, x := range s.Samples {
+		n += x.Errors
+		if first == nil {
+			first = x.FirstErr
+		}
+	}
+	return n, first
+}
+
+// PairedRatio returns the median over the rounds of num's throughput over
+// den's in the same round: a paired comparison, so drift of the machine
+// between rounds cancels out. num and den must have the same rounds.
+func PairedRatio(num, den []*Series) float64 {
+	var ratios []float64
+	for r := range num[0].Samples {
+		var a, b float64
+		for _, s := range num {
+			a += s.Samples[r].OpsPerSec()
+		}
+		for _, s := range den {
+			b += s.Samples[r].OpsPerSec()
+		}
+		if b > 0 {
+			ratios = append(ratios, a/b)
+		}
+	}
+	return medianF(ratios)
+}
+
+func mapS[T any](xs []Sample, f func(Sample) T) []T {
+	out := make([]T, len(xs))
+	for i, x := range xs {
+		out[i] = f(x)
+	}
+	return out
+}
+
+func medianF(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func medianD(xs []time.Duration) time.Duration {
+	f := make([]float64, len(xs))
+	for i, x := range xs {
+		f[i] = float64(x)
+	}
+	return time.Duration(medianF(f))
+}
