@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -132,6 +133,13 @@ func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item,
 	defer cancel()
 	rec, err = inv.orderOp(cctx, home, orderID, "commit", token, string(blob), seconds(inv.cfg.Retention))
 	if err != nil {
+		if !outcomeUnknown(err) {
+			// Refused before the network, or answered with an error reply
+			// (OOM …): the commit did not apply. Return the parts now
+			// rather than hold them until their deadline.
+			inv.abandon(ctx, home, orderID, token, parts, nil)
+			return Reservation{}, fmt.Errorf("order %q: commit refused: %w", orderID, err)
+		}
 		// Unknown outcome: committed or not, the parts are safe. A retry
 		// returns the receipts if it committed; otherwise the lease runs
 		// out and the reconciler cancels the parts after their deadline.
@@ -360,12 +368,32 @@ func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline 
 		}
 		it := items[i]
 		if st.usable == 0 {
-			return taken, unknown, fmt.Errorf("%w: items[%d] %s/%s: no enabled, usable node in the route", ErrUnavailable, i, it.Route, it.SKU)
+			return taken, unknown, fmt.Errorf("%w: items[%d] %s/%s: no enabled, usable node in the route (%s)",
+				ErrUnavailable, i, it.Route, it.SKU, describeNodes(st.set))
 		}
 		return taken, unknown, fmt.Errorf("%w: items[%d] sku %s (route %s): wanted %d, %d available on %d usable node(s)",
 			ErrInsufficientStock, i, it.SKU, it.Route, it.Quantity, it.Quantity-st.need, st.usable)
 	}
 	return taken, unknown, nil
+}
+
+// describeNodes says why each node of a set cannot take stock, e.g.
+// "n1 down, n2 drained".
+func describeNodes(set *router.Set) string {
+	var parts []string
+	for _, n := range set.Nodes() {
+		switch {
+		case !n.RouteEnabled(set.Key()):
+			parts = append(parts, n.Name()+" drained")
+		case n.State() != node.StateUp:
+			parts = append(parts, n.Name()+" down")
+		case !n.Usable():
+			parts = append(parts, n.Name()+" breaker open")
+		default:
+			parts = append(parts, n.Name()+" up")
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func indexOfRoute(items []Item, route string) int {

@@ -104,7 +104,13 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, 
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	go func() { s.served <- s.http.Serve(ln) }()
+	go func() {
+		err := s.http.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		s.served <- err
+	}()
 	log.Info("shardis serving", "addr", s.Addr(), "tls", tlsCfg != nil, "auth", cfg.Service.AuthToken != "")
 	return s, nil
 }
@@ -155,11 +161,19 @@ func (s *Server) handler() http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}))
 	max := int64(s.cfg.Service.MaxBodyBytes)
+	ew := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Refuse what claims to be too big before reading it; connect
-		// enforces the same limit on what is actually read.
+		// enforces the same limit on what is actually read. RPC clients
+		// get resource_exhausted in their own protocol, as they do when
+		// the body has no declared length.
 		if r.ContentLength > max {
-			http.Error(w, fmt.Sprintf("request body is %d bytes, limit %d", r.ContentLength, max), http.StatusRequestEntityTooLarge)
+			msg := fmt.Sprintf("request body is %d bytes, limit %d", r.ContentLength, max)
+			if ew.IsSupported(r) {
+				_ = ew.Write(w, r, connect.NewError(connect.CodeResourceExhausted, errors.New(msg)))
+				return
+			}
+			http.Error(w, msg, http.StatusRequestEntityTooLarge)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, max+1024)
