@@ -8,6 +8,7 @@
 package config
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -104,6 +105,26 @@ type NodeTLS struct {
 
 // On reports whether TLS is configured.
 func (t NodeTLS) On() bool { return t != NodeTLS{} }
+
+// String formats the node with its password redacted, so %v and %+v of a
+// Node never print a secret.
+func (n Node) String() string {
+	pw := ""
+	if n.Password != "" {
+		pw = "<redacted>"
+	}
+	return fmt.Sprintf("{Addr:%s Username:%s Password:%s DB:%d Weight:%d TLS:%+v}", n.Addr, n.Username, pw, n.DB, n.Weight, n.TLS)
+}
+
+// String formats the service settings with the auth token redacted.
+func (s Service) String() string {
+	tok := ""
+	if s.AuthToken != "" {
+		tok = "<redacted>"
+	}
+	return fmt.Sprintf("{Listen:%s AuthToken:%s TLS:%+v MaxBodyBytes:%d ShutdownTimeout:%v}",
+		s.Listen, tok, s.TLS, s.MaxBodyBytes, s.ShutdownTimeout)
+}
 
 // OnNodeDown policies for [Server.OnNodeDown].
 const (

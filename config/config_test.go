@@ -513,7 +513,7 @@ servrs:
 		{
 			name: "number for a string",
 			yaml: serversOK + "nodes: {n1: {addr: 127.0.0.1:7001, password: 1234}, n2: {addr: 127.0.0.1:7002}}",
-			path: "nodes.n1.password", msg: "quote the value", bad: "1234",
+			path: "nodes.n1.password", msg: "quote the value", bad: "<redacted>",
 		},
 		{
 			name: "list of lists for a route",

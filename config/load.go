@@ -57,7 +57,15 @@ func (ps Problems) Error() string {
 }
 
 func (ps *Problems) add(path string, value any, msg string) {
+	if value != nil && isSecret(path) {
+		value = "<redacted>" // the problem names the key; the secret never reaches a log
+	}
 	*ps = append(*ps, Problem{Path: path, Value: value, Msg: msg})
+}
+
+// isSecret reports whether a key path holds a credential.
+func isSecret(path string) bool {
+	return strings.HasSuffix(path, ".password") || path == "service.auth_token"
 }
 
 // Load reads the YAML file at path, applies SHARDIS_* environment overrides

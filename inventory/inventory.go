@@ -234,7 +234,7 @@ func checkQty(field string, q int64) error {
 func nodeErr(n *node.Node, err error) error {
 	msg := err.Error()
 	switch {
-	case contains(msg, "SHARDIS_CORRUPT"):
+	case contains(msg, "SHARDIS_CORRUPT"), contains(msg, "WRONGTYPE"):
 		return fmt.Errorf("%w: node %s: %v", ErrCorrupt, n.Name(), err)
 	case contains(msg, "SHARDIS_IDENTITY"):
 		return fmt.Errorf("%w: node %s: %w: %v", ErrUnavailable, n.Name(), node.ErrIdentity, err)

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -156,7 +157,7 @@ func (inv *Inventory) GetStock(ctx context.Context, route, sku string) (StockLev
 	}
 	wg.Wait()
 	for _, ns := range out.Nodes {
-		if ns.Err != nil && contains(ns.Err.Error(), "SHARDIS_CORRUPT") {
+		if ns.Err != nil && errors.Is(ns.Err, ErrCorrupt) {
 			return out, ns.Err
 		}
 		out.Available += ns.Available

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,13 +18,19 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/shardis/shardis/internal/redisproc"
 	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/router"
 )
 
 // secServerName is the DNS name in every server certificate the tests
@@ -207,6 +215,8 @@ func secProbeRedisTLS(t testing.TB) error {
 	return nil
 }
 
+// The helpers below are shared by hostile_test.go and security_test.go.
+
 // secBuffer is a bytes.Buffer safe for concurrent writes and reads: the
 // sink of a captured slog handler.
 type secBuffer struct {
@@ -230,4 +240,161 @@ func (s *secBuffer) String() string {
 func secLogger() (*slog.Logger, *secBuffer) {
 	buf := &secBuffer{}
 	return slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
+}
+
+// hostileRing is the order home ring the inventory builds over nodes of
+// weight 1 (names sorted).
+func hostileRing(t testing.TB, names []string) *router.Ring {
+	t.Helper()
+	names = append([]string(nil), names...)
+	sort.Strings(names)
+	ms := make([]router.Member, len(names))
+	for i, name := range names {
+		ms[i] = router.Member{Name: name, Weight: 1}
+	}
+	ring, err := router.NewRing(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ring
+}
+
+// hostileInvariant checks, for every node of route r except the down
+// ones (which must be unreachable), that available + reserved +
+// confirmed == loaded and nothing is negative, and that the reachable
+// nodes hold loaded units in all.
+func hostileInvariant(t testing.TB, inv *inventory.Inventory, sku string, loaded int64, down ...string) inventory.StockLevel {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	lvl, err := inv.GetStock(ctx, "r", sku)
+	if err != nil {
+		t.Fatalf("invariant %s: GetStock: %v", sku, err)
+	}
+	for _, ns := range lvl.Nodes {
+		isDown := false
+		for _, d := range down {
+			isDown = isDown || d == ns.Node
+		}
+		switch {
+		case isDown && ns.Reachable:
+			t.Errorf("invariant %s: node %s is reachable, want down", sku, ns.Node)
+		case !isDown && !ns.Reachable:
+			t.Errorf("invariant %s: node %s unreachable: %v", sku, ns.Node, ns.Err)
+		case ns.Available < 0 || ns.Reserved < 0 || ns.Confirmed < 0:
+			t.Errorf("invariant %s: node %s has a negative counter: %+v", sku, ns.Node, ns)
+		case ns.Available+ns.Reserved+ns.Confirmed != ns.Loaded:
+			t.Errorf("invariant %s: node %s: %d+%d+%d != loaded %d", sku, ns.Node, ns.Available, ns.Reserved, ns.Confirmed, ns.Loaded)
+		}
+	}
+	if lvl.Loaded != loaded || lvl.Available+lvl.Reserved+lvl.Confirmed != loaded {
+		t.Errorf("invariant %s: %+v, want %d loaded and accounted for", sku, lvl, loaded)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	return lvl
+}
+
+// hostileCounters returns node c's counters of sku (route r), a missing
+// field as 0, a read error as its text.
+func hostileCounters(c *redis.Client, sku string) string {
+	v, err := c.HMGet(context.Background(), "inv:stock:r:"+sku, "available", "reserved", "confirmed", "loaded").Result()
+	if err != nil {
+		return err.Error()
+	}
+	for i := range v {
+		if v[i] == nil {
+			v[i] = "0"
+		}
+	}
+	return fmt.Sprint(v...)
+}
+
+// hostileWantErr fails the test unless err wraps target and mentions every
+// fragment.
+func hostileWantErr(t testing.TB, what string, err, target error, fragments ...string) {
+	t.Helper()
+	if err == nil || (target != nil && !errors.Is(err, target)) {
+		t.Fatalf("%s: err = %v, want %v", what, err, target)
+	}
+	for _, f := range fragments {
+		if !strings.Contains(err.Error(), f) {
+			t.Fatalf("%s: err = %q, want it to mention %q", what, err, f)
+		}
+	}
+	t.Logf("%s: %v", what, err)
+}
+
+// hostileFake listens on a loopback port and answers like no Redis does:
+// "http" replies a 400 and closes, "silent" reads and never answers,
+// "liar" answers +OK to everything. It returns the address.
+func hostileFake(t testing.TB, mode string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn // guarded by mu
+	closed := false      // guarded by mu
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		closed = true
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			if closed {
+				c.Close()
+			}
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				buf := make([]byte, 4096)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						return
+					}
+					switch mode {
+					case "http":
+						io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+						return
+					case "liar":
+						io.WriteString(c, "+OK\r\n")
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// hostileSnap returns every node's counters of the SKUs and the size of
+// its pending-part index.
+func hostileSnap(direct map[string]*redis.Client, skus ...string) map[string]string {
+	out := map[string]string{}
+	for name, c := range direct {
+		for _, sku := range skus {
+			out[name] += hostileCounters(c, sku) + " "
+		}
+		out[name] += fmt.Sprint(c.ZCard(context.Background(), "inv:pending").Val())
+	}
+	return out
 }
