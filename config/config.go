@@ -205,6 +205,12 @@ type Inventory struct {
 	// big key when nobody consumes it.
 	// default: 24h
 	RedoMaxAge time.Duration `koanf:"redo_max_age"`
+	// AttemptLease is how long one Reserve attempt owns its order before a
+	// retry of the same order id may take it over. A retry arriving while
+	// the first attempt still runs waits for it (up to the retry's own
+	// deadline); one arriving after a crashed attempt waits out the lease.
+	// default: 10s
+	AttemptLease time.Duration `koanf:"attempt_lease"`
 }
 
 // Default returns a Config holding every default and no nodes or servers.
@@ -227,6 +233,7 @@ func Default() Config {
 			RedoQueues:        50,
 			Retention:         7 * 24 * time.Hour,
 			RedoMaxAge:        24 * time.Hour,
+			AttemptLease:      10 * time.Second,
 		},
 	}
 }

@@ -139,6 +139,7 @@ func (c *Config) problems() Problems {
 		positive(&ps, "inventory.retention", inv.Retention)
 	}
 	positive(&ps, "inventory.redo_max_age", inv.RedoMaxAge)
+	positive(&ps, "inventory.attempt_lease", inv.AttemptLease)
 	if inv.RedoQueues < 1 || inv.RedoQueues > 1024 {
 		ps.add("inventory.redo_queues", inv.RedoQueues, "must be between 1 and 1024")
 	}

@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/node"
@@ -85,7 +86,7 @@ type Options struct {
 	Deferrer Deferrer
 	// AttemptLease is how long a Reserve attempt owns its order before
 	// another attempt may take the order over.
-	// default: 10s
+	// default: inventory.attempt_lease from the router's configuration
 	AttemptLease time.Duration
 	// Logger receives rollback and corruption reports.
 	// default: slog.Default()
@@ -137,6 +138,9 @@ func New(r *router.Router, opts Options) (*Inventory, error) {
 	srv, ok := cfg.Servers[cfg.Inventory.Server]
 	if !ok {
 		return nil, fmt.Errorf("inventory: server key %q (inventory.server) is not configured under servers", cfg.Inventory.Server)
+	}
+	if opts.AttemptLease <= 0 {
+		opts.AttemptLease = cfg.Inventory.AttemptLease
 	}
 	if opts.AttemptLease <= 0 {
 		opts.AttemptLease = 10 * time.Second
@@ -217,6 +221,11 @@ func checkID(field, v string) error {
 		if v[i] < 0x20 || v[i] == 0x7f {
 			return fmt.Errorf("%w: %s holds a control byte at %d", ErrInvalid, field, i)
 		}
+	}
+	// Parts are kept in the order record as JSON, which cannot carry
+	// invalid UTF-8: such ids would come back altered.
+	if !utf8.ValidString(v) {
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, field)
 	}
 	return nil
 }

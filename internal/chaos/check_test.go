@@ -1,0 +1,131 @@
+package chaos
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/router"
+)
+
+// fixture is a small consistent end state: order c0-1 (user u1, 2 units
+// of a/lim) confirmed, order c0-2 (1 unit) cancelled, order c0-3 never
+// reserved because a Cancel came first.
+func fixture(t *testing.T) (*state, []*order, []SKU, *router.Ring) {
+	t.Helper()
+	names := []string{"n1", "n2", "n3"}
+	homes, err := router.NewRing([]router.Member{{Name: "n1", Weight: 1}, {Name: "n2", Weight: 1}, {Name: "n3", Weight: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &state{names: names, nodes: map[string]*nodeState{}}
+	for _, n := range names {
+		st.nodes[n] = &nodeState{name: n, stock: map[string]map[string]string{}, parts: map[string]map[string]string{},
+			orders: map[string]map[string]string{}, quota: map[string]string{}, redo: map[string][]redis.Z{},
+			redoOffsets: map[string]string{}}
+		// As LoadStock leaves a node: reserved and confirmed appear with
+		// the first reserve.
+		st.nodes[n].stock["inv:stock:a:lim"] = map[string]string{"available": "0", "loaded": "0", "limit": "4"}
+	}
+	n1, n2 := st.nodes["n1"], st.nodes["n2"]
+	n1.stock["inv:stock:a:lim"] = map[string]string{"available": "8", "reserved": "0", "confirmed": "2", "loaded": "10", "limit": "4"}
+	n1.parts["c0-1|t1|0"] = map[string]string{"state": "confirmed", "kind": "s", "order": "c0-1", "token": "t1", "sku": "lim",
+		"qty": "2", "item": "0", "counter": "inv:stock:a:lim", "redo": "inv:redo:5", "offset": "1"}
+	n1.parts["c0-2|t2|0"] = map[string]string{"state": "cancelled", "kind": "s", "order": "c0-2", "token": "t2", "sku": "lim",
+		"qty": "1", "item": "0", "counter": "inv:stock:a:lim", "redo": "inv:redo:5", "offset": "2"}
+	n1.redo["inv:redo:5"] = []redis.Z{{Score: 1, Member: "c0-1|t1|0"}, {Score: 2, Member: "c0-2|t2|0"}}
+	n1.redoOffsets["inv:redo:5"] = "2"
+	n2.parts["c0-1|t1|q|a|lim"] = map[string]string{"state": "confirmed", "kind": "q", "order": "c0-1", "token": "t1", "sku": "lim",
+		"qty": "2", "item": "-1", "counter": "inv:quota:a:lim:u1"}
+	n2.quota["inv:quota:a:lim:u1"] = "2"
+	rparts, _ := json.Marshal([]recPart{
+		{ID: "c0-1|t1|0", Node: "n1", Kind: "s", Item: 0, Route: "a", SKU: "lim", Qty: 2, Redo: "inv:redo:5", Offset: 1},
+		{ID: "c0-1|t1|q|a|lim", Node: "n2", Kind: "q", Item: -1, Route: "a", SKU: "lim", Qty: 2},
+	})
+	home := func(id string) *nodeState { return st.nodes[homes.Name(homes.Home("order:"+id))] }
+	home("c0-1").orders["c0-1"] = map[string]string{"status": "confirmed", "token": "t1", "user": "u1", "parts": string(rparts)}
+	rparts2, _ := json.Marshal([]recPart{{ID: "c0-2|t2|0", Node: "n1", Kind: "s", Item: 0, Route: "a", SKU: "lim", Qty: 1, Redo: "inv:redo:5", Offset: 2}})
+	home("c0-2").orders["c0-2"] = map[string]string{"status": "cancelled", "token": "t2", "parts": string(rparts2)}
+	home("c0-3").orders["c0-3"] = map[string]string{"status": "cancelled", "reason": "tombstone"}
+
+	orders := []*order{
+		{ID: "c0-1", User: "u1", Items: []item{{"a", "lim", 2}}, reserveOK: 1, confirmIssued: true, confirmedBy: "Confirm was ok",
+			receipts: []receipt{{Item: 0, SKU: "lim", Qty: 2, Node: "n1", Redo: "inv:redo:5", Offset: 1}}},
+		{ID: "c0-2", Items: []item{{"a", "lim", 1}}, reserveOK: 1, cancelledBy: "Cancel was ok",
+			receipts: []receipt{{Item: 0, SKU: "lim", Qty: 1, Node: "n1", Redo: "inv:redo:5", Offset: 2}}},
+		{ID: "c0-3", Items: []item{{"a", "lim", 1}}, cancelledBy: "Cancel before any Reserve was ok", notHeld: "refused"},
+	}
+	return st, orders, []SKU{{Route: "a", SKU: "lim", Loaded: 10, Limit: 4}}, homes
+}
+
+func TestCheckConsistentState(t *testing.T) {
+	st, orders, skus, homes := fixture(t)
+	rep := newReport(Options{})
+	check(rep, st, orders, skus, homes)
+	if !rep.OK() {
+		t.Fatalf("violations in a consistent state: %+v", rep.Violations)
+	}
+}
+
+func TestCheckFindsViolations(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(st *state, orders []*order)
+		want   []string
+	}{
+		{"stock created", func(st *state, _ []*order) { st.nodes["n1"].stock["inv:stock:a:lim"]["available"] = "9" },
+			[]string{"stock-balance"}},
+		{"unreadable counter", func(st *state, _ []*order) { st.nodes["n3"].stock["inv:stock:a:lim"]["reserved"] = "x" },
+			[]string{"stock-balance", "stock-negative"}},
+		{"negative counter", func(st *state, _ []*order) {
+			f := st.nodes["n2"].stock["inv:stock:a:lim"]
+			f["available"], f["confirmed"] = "-1", "1"
+		}, []string{"stock-negative", "stock-vs-parts"}},
+		{"part left pending", func(st *state, _ []*order) {
+			n1 := st.nodes["n1"]
+			n1.parts["c0-2|t2|0"]["state"] = "pending"
+			n1.stock["inv:stock:a:lim"]["available"], n1.stock["inv:stock:a:lim"]["reserved"] = "7", "1"
+			n1.pending = []redis.Z{{Score: 1, Member: "c0-2|t2|0"}}
+		}, []string{"pending-after-heal", "seen-not-held"}},
+		{"cancelled order confirmed", func(st *state, _ []*order) {
+			n1 := st.nodes["n1"]
+			n1.parts["c0-2|t2|0"]["state"] = "confirmed"
+			n1.stock["inv:stock:a:lim"]["available"], n1.stock["inv:stock:a:lim"]["confirmed"] = "7", "3"
+		}, []string{"mixed-outcome", "seen-not-held"}},
+		{"confirmed order lost", func(st *state, _ []*order) {
+			for _, ns := range st.nodes {
+				if r := ns.orders["c0-1"]; r != nil {
+					r["status"] = "cancelled"
+				}
+			}
+		}, []string{"seen-confirmed", "mixed-outcome"}},
+		{"never confirmed", func(_ *state, orders []*order) {
+			orders[0].confirmIssued, orders[0].confirmedBy = false, ""
+		}, []string{"never-confirmed"}},
+		{"redo gap", func(st *state, _ []*order) {
+			st.nodes["n1"].redo["inv:redo:5"] = []redis.Z{{Score: 2, Member: "c0-2|t2|0"}}
+		}, []string{"redo-log"}},
+		{"quota over limit", func(st *state, _ []*order) { st.nodes["n2"].quota["inv:quota:a:lim:u1"] = "5" },
+			[]string{"user-limit", "quota-balance"}},
+		{"receipts differ", func(_ *state, orders []*order) { orders[0].receipts[0].Offset = 7 },
+			[]string{"seen-reserved"}},
+		{"contradiction", func(_ *state, orders []*order) { orders[1].claimConfirmed("Confirm was ok") },
+			[]string{"client-contradiction"}},
+		{"stranger", func(st *state, _ []*order) {
+			st.nodes["n3"].parts["x-1|t|0"] = map[string]string{"state": "cancelled", "order": "x-1", "tombstone": "1"}
+		}, []string{"unknown-order"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, orders, skus, homes := fixture(t)
+			tc.mutate(st, orders)
+			rep := newReport(Options{})
+			check(rep, st, orders, skus, homes)
+			for _, k := range tc.want {
+				if rep.ViolationCounts[k] == 0 {
+					t.Errorf("no %s violation; got %+v", k, rep.Violations)
+				}
+			}
+		})
+	}
+}

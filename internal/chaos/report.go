@@ -1,0 +1,274 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is the outcome of a run.
+type Report struct {
+	Seed     int64
+	Duration time.Duration
+	Clients  int
+	Nodes    int
+
+	// Ops counts client calls: operation → outcome ("ok" or a Connect
+	// code such as "unavailable") → calls.
+	Ops map[string]map[string]int64
+	// Timeline lists the faults injected, in order.
+	Timeline []Fault
+	// SKUs is what the run loaded; Stock what the nodes held at the end.
+	SKUs  []SKU
+	Stock []SKUResult
+	// Orders counts the order ids the clients used; Statuses their final
+	// order-record status; Known what the clients knew of them.
+	Orders   int
+	Statuses map[string]int
+	Known    map[string]int
+	// LimitPairs counts the (SKU, user) pairs whose per-user limit was
+	// checked, LimitReached those whose user holds exactly the limit.
+	LimitPairs, LimitReached int
+	// RedoEntries counts the redo-log entries checked.
+	RedoEntries int64
+	// Violations lists the first violations of each kind;
+	// ViolationCounts counts them all.
+	Violations      []Violation
+	ViolationCounts map[string]int
+	// Notes are unexpected but allowed observations (internal errors,
+	// stray keys).
+	Notes []string
+
+	LoadTook, HealTook, Elapsed time.Duration
+
+	mu sync.Mutex
+}
+
+// Violation is one broken invariant.
+type Violation struct {
+	Kind   string
+	Detail string
+}
+
+// SKUResult is one SKU's totals over its nodes at the end.
+type SKUResult struct {
+	SKU
+	Available, Reserved, Confirmed, LoadedOnNodes int64
+	OK                                            bool
+}
+
+// maxPerKind is how many violations of one kind the report keeps.
+const maxPerKind = 20
+
+func newReport(o Options) *Report {
+	return &Report{Seed: o.Seed, Duration: o.Duration, Clients: o.Clients, Nodes: o.Nodes,
+		Ops: map[string]map[string]int64{}, Statuses: map[string]int{}, Known: map[string]int{},
+		ViolationCounts: map[string]int{}}
+}
+
+// OK reports whether the run found no violation.
+func (r *Report) OK() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ViolationCounts) == 0
+}
+
+func (r *Report) violate(kind, format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ViolationCounts[kind]++
+	if r.ViolationCounts[kind] <= maxPerKind {
+		r.Violations = append(r.Violations, Violation{Kind: kind, Detail: fmt.Sprintf(format, args...)})
+	}
+}
+
+func (r *Report) note(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.Notes) < 50 {
+		r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *Report) addFault(f Fault) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.Timeline = append(r.Timeline, f)
+}
+
+func (r *Report) addOp(op, code string, n int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.Ops[op]
+	if m == nil {
+		m = map[string]int64{}
+		r.Ops[op] = m
+	}
+	m[code] += n
+}
+
+func (r *Report) addStatus(s string) { r.Statuses[s]++ }
+func (r *Report) addKnown(s string)  { r.Known[s]++ }
+
+func (r *Report) totalOps() int64 {
+	var n int64
+	for _, m := range r.Ops {
+		for _, v := range m {
+			n += v
+		}
+	}
+	return n
+}
+
+var opOrder = []string{
+	"reserve", "reserve-dup", "reserve-retry", "reserve-replay", "reserve-after-cancel", "reserve-invalid",
+	"confirm", "confirm-retry", "confirm-again",
+	"cancel", "cancel-retry", "cancel-unknown", "cancel-unknown-retry", "cancel-first", "cancel-after-confirm",
+}
+
+var codeOrder = []string{
+	"ok", "failed_precondition", "not_found", "invalid_argument", "aborted",
+	"unavailable", "deadline_exceeded", "canceled", "internal", "unknown",
+}
+
+// ordered returns keys in the order of pref, then the others sorted.
+func ordered[V any](m map[string]V, pref []string) []string {
+	var out, rest []string
+	for _, k := range pref {
+		if _, ok := m[k]; ok {
+			out = append(out, k)
+		}
+	}
+	for k := range m {
+		if !slices.Contains(pref, k) {
+			rest = append(rest, k)
+		}
+	}
+	sort.Strings(rest)
+	return append(out, rest...)
+}
+
+// Print writes the report's tables and verdict.
+func (r *Report) Print(w io.Writer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fmt.Fprintf(w, "\n== chaos report: seed %d, %v load, %d clients, %d nodes; load %v, heal %v, total %v ==\n",
+		r.Seed, r.Duration, r.Clients, r.Nodes, r.LoadTook.Round(time.Millisecond), r.HealTook.Round(time.Millisecond), r.Elapsed.Round(time.Millisecond))
+
+	codes := map[string]bool{}
+	for _, m := range r.Ops {
+		for c := range m {
+			codes[c] = true
+		}
+	}
+	cols := ordered(codes, codeOrder)
+	fmt.Fprintf(w, "\noperations (calls by outcome, as the clients saw them):\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "op\t%s\ttotal\t\n", strings.Join(cols, "\t"))
+	totals := map[string]int64{}
+	var all int64
+	for _, op := range ordered(r.Ops, opOrder) {
+		var sum int64
+		fmt.Fprintf(tw, "%s\t", op)
+		for _, c := range cols {
+			n := r.Ops[op][c]
+			sum += n
+			totals[c] += n
+			fmt.Fprintf(tw, "%d\t", n)
+		}
+		all += sum
+		fmt.Fprintf(tw, "%d\t\n", sum)
+	}
+	fmt.Fprintf(tw, "total\t")
+	for _, c := range cols {
+		fmt.Fprintf(tw, "%d\t", totals[c])
+	}
+	fmt.Fprintf(tw, "%d\t\n", all)
+	tw.Flush()
+
+	fmt.Fprintf(w, "\nfaults injected:\n")
+	kinds, counts := faultCounts(r.Timeline)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "kind\tcount\ttotal time\ttargets\n")
+	total := 0
+	for _, k := range kinds {
+		var d time.Duration
+		targets := map[string]int{}
+		for _, f := range r.Timeline {
+			if f.Kind == k {
+				d += f.Hold
+				targets[f.Target]++
+			}
+		}
+		var ts []string
+		for _, t := range ordered(targets, nil) {
+			ts = append(ts, fmt.Sprintf("%s×%d", t, targets[t]))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%v\t%s\n", k, counts[k], d.Round(10*time.Millisecond), strings.Join(ts, " "))
+		total += counts[k]
+	}
+	fmt.Fprintf(tw, "total\t%d\t\t\n", total)
+	tw.Flush()
+	for _, f := range r.Timeline {
+		if f.Err != "" {
+			fmt.Fprintf(w, "  fault error: %s\n", f)
+		}
+	}
+
+	fmt.Fprintf(w, "\norders: %d order ids\n", r.Orders)
+	fmt.Fprintf(w, "  final status on the nodes:")
+	for _, s := range ordered(r.Statuses, []string{"confirmed", "cancelled", "failed", "reserving", "missing", "reserved"}) {
+		fmt.Fprintf(w, " %s %d,", s, r.Statuses[s])
+	}
+	fmt.Fprintf(w, "\n  what the clients knew:")
+	for _, s := range ordered(r.Known, nil) {
+		fmt.Fprintf(w, " %s %d,", s, r.Known[s])
+	}
+	fmt.Fprintln(w)
+
+	fmt.Fprintf(w, "\nstock at the end (every node of the route):\n")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "sku\tloaded\tavailable\treserved\tconfirmed\tper-user limit\tinvariants\t\n")
+	for _, s := range r.Stock {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", s.SKU, s.Loaded, s.Available, s.Reserved, s.Confirmed, s.Limit, verdict(s.OK))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "per-user limits: %d (sku, user) pairs checked, %d at their limit\n", r.LimitPairs, r.LimitReached)
+	fmt.Fprintf(w, "redo log: %d entries checked\n", r.RedoEntries)
+
+	if len(r.Notes) > 0 {
+		fmt.Fprintf(w, "\nnotes:\n")
+		for _, n := range r.Notes {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
+	}
+	if len(r.ViolationCounts) == 0 {
+		fmt.Fprintf(w, "\nPASS: no violation (seed %d)\n", r.Seed)
+		return
+	}
+	n := 0
+	for _, c := range r.ViolationCounts {
+		n += c
+	}
+	fmt.Fprintf(w, "\nFAIL: %d violations (seed %d)\n", n, r.Seed)
+	for _, k := range ordered(r.ViolationCounts, nil) {
+		fmt.Fprintf(w, "  %s: %d\n", k, r.ViolationCounts[k])
+		for _, v := range r.Violations {
+			if v.Kind == k {
+				fmt.Fprintf(w, "    %s\n", v.Detail)
+			}
+		}
+	}
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "hold"
+	}
+	return "VIOLATED"
+}

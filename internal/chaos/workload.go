@@ -1,0 +1,497 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	v1 "github.com/shardis/shardis/proto/shardis/v1"
+)
+
+// SKU is one SKU the run loads, and what it loaded.
+type SKU struct {
+	Route, SKU string
+	Loaded     int64
+	Limit      int64 // per-user limit; 0 = none
+}
+
+func (s SKU) String() string { return s.Route + "/" + s.SKU }
+
+type item struct {
+	Route, SKU string
+	Qty        int64
+}
+
+type receipt struct {
+	Item   int
+	SKU    string
+	Qty    int64
+	Node   string
+	Redo   string
+	Offset int64
+}
+
+// order is what the clients know about one order id.
+type order struct {
+	ID     string
+	Client int
+	User   string
+	Items  []item
+	TTL    int32
+
+	mu            sync.Mutex // concurrent duplicate reserves
+	reserveCalls  int
+	reserveOK     int
+	receipts      []receipt // of the first successful Reserve
+	confirmIssued bool
+	// Terminal claims: what a client was told that can never change.
+	confirmedBy string // Confirm ok, or Cancel refused because confirmed
+	cancelledBy string // Cancel ok, or Confirm refused (cancelled, expired)
+	// notHeld is a claim that holds until the next Reserve of the order:
+	// every Reserve call of the last round was refused, or Confirm said
+	// the order does not exist.
+	notHeld string
+	// contradictions are client-visible answers that cannot both be true.
+	contradictions []string
+}
+
+func (o *order) contradict(format string, args ...any) {
+	o.contradictions = append(o.contradictions, fmt.Sprintf(format, args...))
+}
+
+func (o *order) claimConfirmed(why string) {
+	if o.cancelledBy != "" {
+		o.contradict("%s, but earlier %s", why, o.cancelledBy)
+	}
+	if o.confirmedBy == "" {
+		o.confirmedBy = why
+	}
+}
+
+func (o *order) claimCancelled(why string) {
+	if o.confirmedBy != "" {
+		o.contradict("%s, but earlier %s", why, o.confirmedBy)
+	}
+	if o.cancelledBy == "" {
+		o.cancelledBy = why
+	}
+}
+
+func (o *order) decided() bool { return o.confirmedBy != "" || o.cancelledBy != "" }
+
+// workload is the clients of a run.
+type workload struct {
+	c     *cluster
+	opts  Options
+	skus  []SKU
+	users int
+
+	ops     atomic.Int64
+	nOrders atomic.Int64
+	clients []*client
+	orders  []*order // after run
+}
+
+type client struct {
+	w      *workload
+	id     int
+	rng    *rand.Rand
+	n      int
+	ops    map[string]map[string]int64
+	orders []*order
+	recent []*order
+	errs   []string // first messages of unexpected codes
+}
+
+func newWorkload(c *cluster, opts Options, skus []SKU) *workload {
+	w := &workload{c: c, opts: opts, skus: skus, users: 40 + 8*opts.Clients}
+	for i := range opts.Clients {
+		w.clients = append(w.clients, &client{w: w, id: i, rng: rngFor(opts.Seed, 0x636c69+uint64(i)),
+			ops: map[string]map[string]int64{}})
+	}
+	return w
+}
+
+// pick chooses the SKU of an item: mostly plentiful stock, sometimes a
+// SKU with a per-user limit or a scarce one.
+func (w *workload) pick(rng *rand.Rand) SKU {
+	var want func(SKU) bool
+	switch r := rng.IntN(100); {
+	case r < 12:
+		want = func(s SKU) bool { return s.Loaded < 1_000_000 }
+	case r < 32:
+		want = func(s SKU) bool { return s.Limit > 0 }
+	default:
+		want = func(s SKU) bool { return s.Loaded >= 1_000_000 && s.Limit == 0 }
+	}
+	var from []SKU
+	for _, s := range w.skus {
+		if want(s) {
+			from = append(from, s)
+		}
+	}
+	return from[rng.IntN(len(from))]
+}
+
+func (w *workload) orderCount() int64 { return w.nOrders.Load() }
+func (w *workload) opCount() int64    { return w.ops.Load() }
+
+func (w *workload) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, cl := range w.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				cl.step(ctx)
+				if w.opts.Think > 0 {
+					time.Sleep(time.Duration(cl.rng.Int64N(int64(w.opts.Think))))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, cl := range w.clients {
+		w.orders = append(w.orders, cl.orders...)
+	}
+}
+
+// merge adds the clients' operation counts to the report.
+func (w *workload) merge(rep *Report) {
+	for _, cl := range w.clients {
+		for op, codes := range cl.ops {
+			for code, n := range codes {
+				rep.addOp(op, code, n)
+			}
+		}
+		for _, e := range cl.errs {
+			rep.note("%s", e)
+		}
+	}
+	rep.Orders = len(w.orders)
+}
+
+// step runs one client action: mostly a new order, sometimes a replay of
+// an earlier order id, a cancel before the reserve, or an invalid request.
+func (cl *client) step(ctx context.Context) {
+	r := cl.rng.IntN(100)
+	switch {
+	case r < 6 && len(cl.recent) > 0:
+		o := cl.recent[cl.rng.IntN(len(cl.recent))]
+		cl.reserve(ctx, o, "reserve-replay", 1)
+		if !o.decided() && o.reserveOK > 0 {
+			cl.decide(ctx, o)
+		}
+	case r < 9:
+		o := cl.newOrder(true)
+		if code, _ := cl.cancel(o, "cancel-first"); code == "ok" {
+			o.claimCancelled("Cancel before any Reserve was ok")
+		}
+		cl.reserve(ctx, o, "reserve-after-cancel", 1)
+	case r < 10:
+		o := cl.newOrder(false)
+		o.Items = append(o.Items, item{Route: "no-such-route", SKU: "big", Qty: 1})
+		cl.reserve(ctx, o, "reserve-invalid", 1)
+	default:
+		o := cl.newOrder(true)
+		dup := 1
+		if cl.rng.IntN(10) == 0 {
+			dup = 2 // a concurrent duplicate of the same order id
+		}
+		res := cl.reserve(ctx, o, "reserve", dup)
+		for try := 0; res == "unknown" && try < 2 && ctx.Err() == nil; try++ {
+			time.Sleep(time.Duration(100+cl.rng.IntN(200)) * time.Millisecond)
+			res = cl.reserve(ctx, o, "reserve-retry", 1)
+		}
+		switch {
+		case res == "ok":
+			cl.decide(ctx, o)
+		case res == "unknown" && cl.rng.IntN(2) == 0:
+			cl.cancelLoop(ctx, o, "cancel-unknown")
+		}
+	}
+}
+
+// newOrder makes a new order id with random items; replayable orders may
+// be reserved again later.
+func (cl *client) newOrder(replayable bool) *order {
+	cl.n++
+	w := cl.w
+	o := &order{ID: fmt.Sprintf("c%d-%d", cl.id, cl.n), Client: cl.id}
+	if cl.rng.IntN(4) != 0 {
+		o.User = fmt.Sprintf("u%d", cl.rng.IntN(w.users))
+	}
+	if cl.rng.IntN(5) == 0 {
+		o.TTL = 1
+	}
+	n := 1
+	switch r := cl.rng.IntN(100); {
+	case r >= 85:
+		n = 3
+	case r >= 50:
+		n = 2
+	}
+	for range n {
+		s := w.pick(cl.rng)
+		q := 1 + cl.rng.Int64N(3)
+		if s.Limit > 0 {
+			q = 1 + cl.rng.Int64N(2)
+		}
+		o.Items = append(o.Items, item{Route: s.Route, SKU: s.SKU, Qty: q})
+	}
+	cl.orders = append(cl.orders, o)
+	w.nOrders.Add(1)
+	if !replayable {
+		return o
+	}
+	if len(cl.recent) < 64 {
+		cl.recent = append(cl.recent, o)
+	} else {
+		cl.recent[cl.rng.IntN(len(cl.recent))] = o
+	}
+	return o
+}
+
+// decide confirms (60%), cancels (25%) or abandons (15%) a reserved order.
+func (cl *client) decide(ctx context.Context, o *order) {
+	switch r := cl.rng.IntN(100); {
+	case r < 60:
+		if cl.confirmLoop(ctx, o) {
+			if cl.rng.IntN(10) == 0 {
+				if code, _ := cl.confirm(o, "confirm-again"); code == "ok" {
+					o.claimConfirmed("a second Confirm was ok")
+				} else if code == "failed_precondition" || code == "not_found" {
+					o.contradict("a second Confirm after Confirm ok answered %s", code)
+				}
+			}
+			if cl.rng.IntN(20) == 0 {
+				switch code, _ := cl.cancel(o, "cancel-after-confirm"); code {
+				case "ok":
+					o.claimCancelled("Cancel after Confirm was ok")
+				case "failed_precondition":
+					o.claimConfirmed("Cancel refused: already confirmed")
+				}
+			}
+		}
+	case r < 85:
+		cl.cancelLoop(ctx, o, "cancel")
+	}
+}
+
+// call runs one RPC with the client timeout and counts its outcome.
+func (cl *client) call(op string, f func(context.Context) error) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cl.w.opts.ClientTimeout)
+	defer cancel()
+	err := f(ctx)
+	code := "ok"
+	if err != nil {
+		code = connect.CodeOf(err).String()
+	}
+	cl.count(op, code)
+	if code == "internal" || code == "unknown" || (code == "invalid_argument" && op != "reserve-invalid") {
+		if len(cl.errs) < 5 {
+			cl.errs = append(cl.errs, fmt.Sprintf("%s answered %s: %v", op, code, err))
+		}
+	}
+	return code, err
+}
+
+func (cl *client) count(op, code string) {
+	m := cl.ops[op]
+	if m == nil {
+		m = map[string]int64{}
+		cl.ops[op] = m
+	}
+	m[code]++
+	cl.w.ops.Add(1)
+}
+
+func refused(code string) bool { return code == "failed_precondition" || code == "invalid_argument" }
+
+// reserve runs n concurrent Reserve calls of o and returns "ok" if one
+// succeeded, "refused" if every one was refused, else "unknown".
+func (cl *client) reserve(_ context.Context, o *order, op string, n int) string {
+	req := &v1.ReserveRequest{OrderId: o.ID, UserId: o.User, TtlSeconds: o.TTL}
+	for _, it := range o.Items {
+		req.Items = append(req.Items, &v1.Item{RouteKey: it.Route, SkuId: it.SKU, Quantity: it.Qty})
+	}
+	inv, _ := cl.w.c.rpc()
+	o.mu.Lock()
+	o.notHeld = ""
+	o.mu.Unlock()
+	type result struct {
+		code string
+		res  *v1.ReserveResponse
+	}
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	var countMu sync.Mutex
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), cl.w.opts.ClientTimeout)
+			defer cancel()
+			res, err := inv.Reserve(ctx, connect.NewRequest(req))
+			code := "ok"
+			if err != nil {
+				code = connect.CodeOf(err).String()
+			}
+			countMu.Lock()
+			opName := op
+			if i > 0 {
+				opName = op + "-dup"
+			}
+			cl.count(opName, code)
+			if code == "internal" || code == "unknown" || (code == "invalid_argument" && op != "reserve-invalid") {
+				if len(cl.errs) < 5 {
+					cl.errs = append(cl.errs, fmt.Sprintf("%s answered %s: %v", opName, code, err))
+				}
+			}
+			countMu.Unlock()
+			results[i] = result{code: code}
+			if err == nil {
+				results[i].res = res.Msg
+			}
+		}()
+	}
+	wg.Wait()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.reserveCalls += n
+	anyOK, allRefused := false, true
+	for _, r := range results {
+		switch {
+		case r.code == "ok":
+			anyOK = true
+			allRefused = false
+			o.reserveOK++
+			got := receiptsOf(r.res)
+			if o.receipts == nil {
+				o.receipts = got
+			} else if !slices.Equal(o.receipts, got) {
+				o.contradict("Reserve returned receipts %v, an earlier Reserve %v", got, o.receipts)
+			}
+			if o.cancelledBy != "" {
+				o.contradict("Reserve was ok after %s", o.cancelledBy)
+			}
+		case refused(r.code):
+			if o.confirmedBy != "" {
+				o.contradict("Reserve answered %s after %s", r.code, o.confirmedBy)
+			}
+		default:
+			allRefused = false
+		}
+	}
+	switch {
+	case anyOK:
+		return "ok"
+	case allRefused:
+		o.notHeld = "every Reserve of its last round was refused"
+		return "refused"
+	}
+	return "unknown"
+}
+
+func receiptsOf(res *v1.ReserveResponse) []receipt {
+	out := make([]receipt, 0, len(res.Receipts))
+	for _, r := range res.Receipts {
+		out = append(out, receipt{Item: int(r.ItemIndex), SKU: r.SkuId, Qty: r.Quantity, Node: r.Node, Redo: r.RedoLog, Offset: r.Offset})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Item != out[j].Item {
+			return out[i].Item < out[j].Item
+		}
+		return out[i].Node < out[j].Node
+	})
+	return out
+}
+
+func (cl *client) confirm(o *order, op string) (string, error) {
+	inv, _ := cl.w.c.rpc()
+	o.confirmIssued = true
+	return cl.call(op, func(ctx context.Context) error {
+		_, err := inv.Confirm(ctx, connect.NewRequest(&v1.ConfirmRequest{OrderId: o.ID}))
+		return err
+	})
+}
+
+func (cl *client) cancel(o *order, op string) (string, error) {
+	inv, _ := cl.w.c.rpc()
+	return cl.call(op, func(ctx context.Context) error {
+		_, err := inv.Cancel(ctx, connect.NewRequest(&v1.CancelRequest{OrderId: o.ID}))
+		return err
+	})
+}
+
+// confirmLoop confirms until the answer is definite (up to 4 tries) and
+// reports whether the order was confirmed.
+func (cl *client) confirmLoop(ctx context.Context, o *order) bool {
+	op := "confirm"
+	for try := 0; try < 4; try++ {
+		code, err := cl.confirm(o, op)
+		switch code {
+		case "ok":
+			o.claimConfirmed("Confirm was ok")
+			return true
+		case "failed_precondition":
+			o.claimCancelled("Confirm refused (" + shortErr(err) + ")")
+			return false
+		case "not_found":
+			if o.reserveOK > 0 {
+				o.contradict("Confirm answered not_found after Reserve was ok")
+			} else {
+				o.notHeld = "Confirm answered not_found"
+			}
+			return false
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		op = "confirm-retry"
+		time.Sleep(time.Duration(50+cl.rng.IntN(150)) * time.Millisecond)
+	}
+	return false
+}
+
+// cancelLoop cancels until the answer is definite (up to 4 tries).
+func (cl *client) cancelLoop(ctx context.Context, o *order, op string) {
+	for try := 0; try < 4; try++ {
+		code, _ := cl.cancel(o, op)
+		switch code {
+		case "ok":
+			o.claimCancelled("Cancel was ok")
+			return
+		case "failed_precondition":
+			o.claimConfirmed("Cancel refused: already confirmed")
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if !strings.HasSuffix(op, "-retry") {
+			op += "-retry"
+		}
+		time.Sleep(time.Duration(50+cl.rng.IntN(150)) * time.Millisecond)
+	}
+}
+
+func shortErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	var ce *connect.Error
+	if e, ok := err.(*connect.Error); ok {
+		ce = e
+		return ce.Message()
+	}
+	return err.Error()
+}
