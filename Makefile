@@ -10,7 +10,7 @@ BUF_VERSION            := v1.50.0
 PROTOC_GEN_GO_VERSION  := v1.36.12
 CONNECT_GEN_VERSION    := v1.21.1
 
-.PHONY: all build test vet unit run drill bench generate deps-redis clean
+.PHONY: all build test vet unit run drill bench bench-quick generate deps-redis deps-bench clean
 
 all: build
 
@@ -33,10 +33,30 @@ vet:
 ## test: vet plus every test with the race detector, against real redis-server processes.
 test: deps-redis vet
 	$(GO) test -race -count=1 -timeout 12m ./...
+	$(MAKE) fuzz FUZZTIME=3s
 
 ## unit: the fast tests of pure logic only (no Redis).
 unit:
 	$(GO) test -count=1 -run '^Test' ./config/ ./router/ ./health/
+
+## fuzz: every fuzz target for FUZZTIME each (default 3s), one after another; the
+## inventory and service ones against real redis-server processes. A finding is
+## written to the package's testdata/fuzz, which plain go test re-runs.
+## FUZZPARALLEL caps the fuzz workers (each starts its own nodes).
+.PHONY: fuzz
+FUZZTIME     ?= 3s
+FUZZPARALLEL ?= 4
+FUZZ_TARGETS := config:FuzzParse router:FuzzHashKey router:FuzzRing \
+	internal/service:FuzzReserveRequest internal/service:FuzzLoadStock \
+	inventory:FuzzScriptArgs inventory:FuzzCorruptValue inventory:FuzzRedoRead
+fuzz: deps-redis
+	@failed=""; for t in $(FUZZ_TARGETS); do \
+		pkg=./$${t%%:*}/; name=$${t##*:}; \
+		echo "$(GO) test -run '^\$$' -fuzz '^$$name\$$' -fuzztime $(FUZZTIME) $$pkg"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s \
+			-parallel $(FUZZPARALLEL) $$pkg || failed="$$failed $$name"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed"; exit 1; fi
 
 ## run: three local redis-server nodes + shardis serve on 127.0.0.1:7400, demo stock; Ctrl-C stops all.
 run: deps-redis build
@@ -47,9 +67,32 @@ run: deps-redis build
 drill: deps-redis
 	$(GO) run ./internal/cmd/drill
 
-## bench: Go benchmarks of the routing hot path.
-bench:
+## chaos: seeded randomized run: clients + kill -9/SIGSTOP/drain/service restart, then every invariant
+## checked; exits 1 on a violation. SEED=n replays a run (default: time-based), DURATION=60s (longer: e.g. 10m), CLIENTS=8.
+.PHONY: chaos
+chaos: deps-redis
+	$(GO) run ./internal/cmd/chaos $(if $(SEED),--seed $(SEED)) --duration $(or $(DURATION),60s) --clients $(or $(CLIENTS),8)
+
+## deps-bench: install nutcracker (twemproxy, the proxy baseline of the benchmarks) when it is missing.
+deps-bench:
+	@if ! command -v nutcracker >/dev/null 2>&1 && [ ! -x /usr/sbin/nutcracker ]; then \
+		echo "nutcracker not found: installing it from Debian's packages"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nutcracker >/dev/null; \
+	fi
+	@PATH="$$PATH:/usr/sbin" nutcracker --version 2>&1 | head -1
+
+## bench: Go benchmarks of the routing hot path and of one reserve, then the full
+## suite (a few minutes: router vs go-redis/Ring/twemproxy, inventory vs the seed,
+## RPC, failover), which rewrites BENCHMARKS.md. Its last line is a JSON summary.
+bench: deps-redis deps-bench
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=1s ./router/
+	$(GO) test -run '^$$' -bench Reserve -benchmem -benchtime=1s ./inventory/
+	PATH="$$PATH:/usr/sbin" $(GO) run ./internal/cmd/bench --out BENCHMARKS.md
+
+## bench-quick: the same suite shortened (under two minutes); prints a JSON summary as its last line.
+bench-quick: deps-redis deps-bench
+	@PATH="$$PATH:/usr/sbin" $(GO) run ./internal/cmd/bench --quick
 
 ## generate: regenerate the protobuf and Connect code (tools installed with go install into bin/tools).
 generate:

@@ -34,6 +34,9 @@ func (d decoder) decodeStruct(path string, raw any, v reflect.Value) {
 	}
 	for _, key := range sortedKeys(m) {
 		p := join(path, key)
+		if p == "" {
+			p = `""` // an empty top-level key ("": in YAML, SHARDIS___X): still name it
+		}
 		i, ok := fields[key]
 		if !ok {
 			d.problems.add(p, nil, "unknown key (known: "+strings.Join(sortedKeys(fields), ", ")+")")

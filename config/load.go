@@ -99,6 +99,9 @@ func Parse(yamlData []byte, environ []string) (*Config, error) {
 	if err := k.Load(rawbytes.Provider(yamlData), yaml.Parser()); err != nil {
 		return nil, fmt.Errorf("config: parse YAML: %w", err)
 	}
+	if ps := envConflicts(environ); len(ps) > 0 {
+		return nil, ps
+	}
 	envProvider := env.Provider(keyDelim, env.Opt{
 		Prefix:        EnvPrefix,
 		EnvironFunc:   func() []string { return environ },
@@ -134,6 +137,32 @@ func envKey(k, v string) (string, any) {
 		return "", nil
 	}
 	return strings.ReplaceAll(k, "__", keyDelim), v
+}
+
+// envConflicts reports overrides that give a key both a value and
+// sub-keys (SHARDIS_HEALTH=1 with SHARDIS_HEALTH__HEARTBEAT=1s): koanf would
+// resolve them in map order, differently from run to run.
+func envConflicts(environ []string) Problems {
+	keys := map[string]string{} // dotted key path → variable name
+	for _, kv := range environ {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, EnvPrefix) {
+			continue
+		}
+		if k, _ := envKey(name, ""); k != "" {
+			keys[strings.ReplaceAll(k, keyDelim, ".")] = name
+		}
+	}
+	var ps Problems
+	for _, k := range sortedKeys(keys) {
+		for parent := k; strings.Contains(parent, "."); {
+			parent = parent[:strings.LastIndex(parent, ".")]
+			if v, ok := keys[parent]; ok {
+				ps.add(parent, nil, fmt.Sprintf("environment sets both %s and %s: a key holds a value or sub-keys, not both", v, keys[k]))
+			}
+		}
+	}
+	return ps
 }
 
 // IsProblems reports whether err is (or wraps) a [Problems] list, and

@@ -21,8 +21,11 @@ var stampKey = node.StampKey
 
 func stockKey(route, sku string) string { return "inv:stock:" + route + ":" + sku }
 
+// quotaKey names the units a user holds of a SKU. Route names cannot hold
+// ':', but SKU and user ids can: the SKU's length keeps ("X", ":9") and
+// ("X:", "9") apart.
 func quotaKey(route, sku, user string) string {
-	return "inv:quota:" + route + ":" + sku + ":" + user
+	return "inv:quota:" + route + ":" + strconv.Itoa(len(sku)) + ":" + sku + ":" + user
 }
 
 func partKey(partID string) string { return "inv:part:" + partID }

@@ -107,12 +107,19 @@ func (inv *Inventory) ReadRedoLog(ctx context.Context, nodeName string, queue in
 	return out, nil
 }
 
+// maxRedoOffset is the largest offset the scripts hold exactly (Lua
+// numbers are doubles).
+const maxRedoOffset = 1 << 53
+
 // AckRedoLog records that a consumer has durably applied queue's entries up
 // to offset on node, allowing them to be trimmed once settled. It never
 // lowers an acknowledgement; it returns the acknowledged offset.
 func (inv *Inventory) AckRedoLog(ctx context.Context, nodeName string, queue int, offset int64) (int64, error) {
 	if queue < 0 || queue >= inv.cfg.RedoQueues {
 		return 0, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, queue, inv.cfg.RedoQueues-1)
+	}
+	if offset > maxRedoOffset {
+		return 0, fmt.Errorf("%w: offset %d, at most %d", ErrInvalid, offset, int64(maxRedoOffset))
 	}
 	n, err := inv.r.Node(nodeName)
 	if err != nil {
