@@ -279,11 +279,9 @@ end
 return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))
 `)
 
-// loadScript adds stock to one node and sets the SKU's per-user limit.
-// KEYS: 1 stamp, 2 stock hash. ARGV: 1 node name, 2 quantity to add (may
-// be 0), 3 per-user limit (-1 = leave as is). Returns {available,
-// reserved, confirmed, loaded, limit}.
-var loadScript = redis.NewScript(identityCheck + `
+// readStock reads and validates the counters of the stock hash KEYS[2]
+// into v = {available, reserved, confirmed, loaded, limit}.
+const readStock = `
 local f = redis.call('HMGET', KEYS[2], 'available', 'reserved', 'confirmed', 'loaded', 'limit')
 local v = {}
 for i, what in ipairs({'available', 'reserved', 'confirmed', 'loaded', 'limit'}) do
@@ -291,6 +289,13 @@ for i, what in ipairs({'available', 'reserved', 'confirmed', 'loaded', 'limit'})
   if err then return err end
   v[i] = n
 end
+`
+
+// loadScript adds stock to one node and sets the SKU's per-user limit.
+// KEYS: 1 stamp, 2 stock hash. ARGV: 1 node name, 2 quantity to add (may
+// be 0), 3 per-user limit (-1 = leave as is). Returns {available,
+// reserved, confirmed, loaded, limit}.
+var loadScript = redis.NewScript(identityCheck + readStock + `
 local add, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
 if v[1] + add > 9007199254740000 or v[4] + add > 9007199254740000 then
   return redis.error_reply('SHARDIS_RANGE stock would exceed 2^53')
@@ -309,13 +314,6 @@ return v
 // stockScript reads one node's counters of a SKU.
 // KEYS: 1 stamp, 2 stock hash. ARGV: 1 node name.
 // Returns {available, reserved, confirmed, loaded, limit}.
-var stockScript = redis.NewScript(identityCheck + `
-local f = redis.call('HMGET', KEYS[2], 'available', 'reserved', 'confirmed', 'loaded', 'limit')
-local v = {}
-for i, what in ipairs({'available', 'reserved', 'confirmed', 'loaded', 'limit'}) do
-  local n, err = int(f[i], KEYS[2] .. ' ' .. what)
-  if err then return err end
-  v[i] = n
-end
+var stockScript = redis.NewScript(identityCheck + readStock + `
 return v
 `)
