@@ -112,3 +112,29 @@ func BenchmarkReserve1ItemParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkReserve3ItemsParallel is BenchmarkReserve3Items from
+// GOMAXPROCS*8 goroutines at once.
+func BenchmarkReserve3ItemsParallel(b *testing.B) {
+	inv := benchInventory(b, "sku-1", "sku-2", "sku-3")
+	items := []inventory.Item{
+		{Route: "r1", SKU: "sku-1", Quantity: 1},
+		{Route: "r2", SKU: "sku-2", Quantity: 1},
+		{Route: "r3", SKU: "sku-3", Quantity: 1},
+	}
+	ctx := context.Background()
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		buf := []byte("benchp-")
+		for pb.Next() {
+			id := string(strconv.AppendInt(buf[:7], seq.Add(1), 10))
+			if _, err := inv.Reserve(ctx, id, items, "", 0); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

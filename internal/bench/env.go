@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -70,6 +74,19 @@ type Cluster struct {
 	Twemproxy  *Twemproxy
 	TwemClient *redis.Client
 	Admin      []*redis.Client // plain clients for setup (flush, preload)
+	Meter      *CPUMeter       // CPU of other processes (see runRounds)
+}
+
+// Pids returns the pids of the cluster's redis-servers and twemproxy.
+func (c *Cluster) Pids() []int {
+	var out []int
+	for _, s := range c.Servers {
+		out = append(out, s.Pid())
+	}
+	if c.Twemproxy != nil {
+		out = append(out, c.Twemproxy.Pid())
+	}
+	return out
 }
 
 // BenchConfig returns the shardis configuration of the benchmark over
@@ -98,6 +115,7 @@ func BenchConfig(addrs []string) *config.Config {
 // adds the direct clients, the go-redis Ring and twemproxy.
 func StartCluster(ctx context.Context, aof, withBaselines bool, log *slog.Logger) (c *Cluster, err error) {
 	c = &Cluster{Log: log}
+	c.Meter = NewCPUMeter(c.Pids)
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -171,6 +189,7 @@ func StartCluster(ctx context.Context, aof, withBaselines bool, log *slog.Logger
 	// requests as the nodes do in the other variants.
 	topt := clientOptions(c.Twemproxy.Addr(), c.Cfg.Health.Timeout)
 	topt.PoolSize = 3 * 10 * goMaxProcs()
+	topt.Dialer = TwemproxyDialer(topt.DialTimeout)
 	c.TwemClient = redis.NewClient(topt)
 	return c, nil
 }
@@ -233,4 +252,115 @@ func (c *Cluster) Reset(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// waitUsable waits until every node of r is usable (UP, breaker not
+// open), up to limit.
+func waitUsable(nodes []*node.Node, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		var down []string
+		for _, n := range nodes {
+			if !n.Usable() {
+				down = append(down, n.Name())
+			}
+		}
+		if len(down) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nodes %v not usable after %v", down, limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// retrySetup runs a setup step, and on failure (a node marked DOWN or its
+// breaker opened by an overloaded machine) waits until every node is
+// usable and tries again, three times in all.
+func retrySetup(nodes []*node.Node, f func() error) error {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if err = waitUsable(nodes, 15*time.Second); err != nil {
+			continue
+		}
+		if err = f(); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+// procCPU is the CPU time used so far by this process, the redis-servers
+// and twemproxy.
+type procCPU struct{ client, server, proxy uint64 }
+
+func (c *Cluster) procCPU() procCPU {
+	p := procCPU{client: procTicks(os.Getpid())}
+	for _, s := range c.Servers {
+		p.server += procTicks(s.Pid())
+	}
+	if c.Twemproxy != nil {
+		p.proxy = procTicks(c.Twemproxy.Pid())
+	}
+	return p
+}
+
+func ticks(n uint64) time.Duration { return time.Duration(n) * time.Second / clockTicks }
+
+// measure runs a load and adds to the sample the CPU time every process
+// used and the commands the nodes executed.
+func (c *Cluster) measure(l *Load, d time.Duration, op Op) Sample {
+	ctx := context.Background()
+	a0 := c.commandStats(ctx)
+	var ma, mb runtime.MemStats
+	runtime.ReadMemStats(&ma)
+	a := c.procCPU()
+	fa := c.Meter.Snap()
+	s := l.Run(d, op)
+	c.Meter.Note(Foreign(fa, c.Meter.Snap()))
+	b := c.procCPU()
+	runtime.ReadMemStats(&mb)
+	b0 := c.commandStats(ctx)
+	s.Mallocs = int64(mb.Mallocs - ma.Mallocs)
+	s.ClientCPU, s.ServerCPU, s.ProxyCPU = ticks(b.client-a.client), ticks(b.server-a.server), ticks(b.proxy-a.proxy)
+	s.Scripts, s.ScriptExec, s.Commands = b0.scripts-a0.scripts, time.Duration(b0.scriptUsec-a0.scriptUsec)*time.Microsecond,
+		b0.commands-a0.commands
+	return s
+}
+
+// cmdStats sums INFO commandstats over the nodes: script calls (EVAL,
+// EVALSHA) and the time spent running them, and every other command
+// (those that scripts call are counted there too). INFO itself is left
+// out.
+type cmdStats struct{ scripts, scriptUsec, commands int64 }
+
+func (c *Cluster) commandStats(ctx context.Context) cmdStats {
+	var st cmdStats
+	for _, a := range c.Admin {
+		info, err := a.Info(ctx, "commandstats").Result()
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
+				continue
+			}
+			script := name == "cmdstat_eval" || name == "cmdstat_evalsha"
+			for _, kv := range strings.Split(rest, ",") {
+				k, v, _ := strings.Cut(kv, "=")
+				n, _ := strconv.ParseInt(v, 10, 64)
+				switch {
+				case k == "calls" && script:
+					st.scripts += n
+				case k == "calls":
+					st.commands += n
+				case k == "usec" && script:
+					st.scriptUsec += n
+				}
+			}
+		}
+	}
+	return st
 }

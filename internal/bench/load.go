@@ -29,7 +29,26 @@ type Sample struct {
 	Elapsed  time.Duration // from the start barrier until every worker stopped
 	P50      time.Duration
 	P99      time.Duration
-	FirstErr error
+	FirstErr string // the first failure's message
+	// CPU time the processes used during the run (see Cluster.measure):
+	// this process (the clients), the redis-servers, twemproxy.
+	ClientCPU, ServerCPU, ProxyCPU time.Duration
+	// Scripts the nodes ran (EVAL, EVALSHA: one round trip each), the
+	// time they spent running them, and the other commands they executed
+	// (including those the scripts called), from INFO commandstats.
+	Scripts    int64
+	ScriptExec time.Duration
+	Commands   int64
+	// Mallocs counts this process's heap allocations during the run.
+	Mallocs int64
+}
+
+// PerOp returns CPU time per successful operation.
+func (s Sample) PerOp(d time.Duration) time.Duration {
+	if s.Ops == 0 {
+		return 0
+	}
+	return d / time.Duration(s.Ops)
 }
 
 // OpsPerSec is the run's throughput of successful operations.
@@ -47,7 +66,6 @@ type Load struct {
 	conc    int
 	workers []*Worker
 	lat     [][]int64 // per worker, nanoseconds; reused across runs
-	epoch   uint64
 }
 
 // NewLoad returns a load driver for conc goroutines. seed makes the key
@@ -63,7 +81,6 @@ func NewLoad(conc int, seed uint64) *Load {
 
 // Run runs op for dur on every goroutine and returns the sample.
 func (l *Load) Run(dur time.Duration, op Op) Sample {
-	l.epoch++
 	var (
 		stop  atomic.Bool
 		errs  atomic.Int64
@@ -101,7 +118,7 @@ func (l *Load) Run(dur time.Duration, op Op) Sample {
 
 	s := Sample{Elapsed: elapsed, Errors: errs.Load()}
 	if p := first.Load(); p != nil {
-		s.FirstErr = *p
+		s.FirstErr = (*p).Error()
 	}
 	all := mergeLatencies(l.lat)
 	s.Ops = int64(len(all))
@@ -156,14 +173,38 @@ func (s *Series) P99() time.Duration {
 	return medianD(mapS(s.Samples, func(x Sample) time.Duration { return x.P99 }))
 }
 
+// CPUPerOp returns the medians over the rounds of the client, server and
+// proxy CPU time per operation.
+func (s *Series) CPUPerOp() (client, server, proxy time.Duration) {
+	return medianD(mapS(s.Samples, func(x Sample) time.Duration { return x.PerOp(x.ClientCPU) })),
+		medianD(mapS(s.Samples, func(x Sample) time.Duration { return x.PerOp(x.ServerCPU) })),
+		medianD(mapS(s.Samples, func(x Sample) time.Duration { return x.PerOp(x.ProxyCPU) }))
+}
+
+// ServerPerOp returns the medians over the rounds of the scripts, the
+// script execution time and the other commands per operation.
+func (s *Series) ServerPerOp() (scripts float64, exec time.Duration, commands float64) {
+	per := func(n int64, ops int64) float64 { return float64(n) / float64(max(ops, 1)) }
+	return medianF(mapS(s.Samples, func(x Sample) float64 { return per(x.Scripts, x.Ops) })),
+		medianD(mapS(s.Samples, func(x Sample) time.Duration { return x.PerOp(x.ScriptExec) })),
+		medianF(mapS(s.Samples, func(x Sample) float64 { return per(x.Commands, x.Ops) }))
+}
+
+// AllocsPerOp returns the median over the rounds of this process's heap
+// allocations per operation (the load driver itself allocates nothing per
+// operation once its latency buffers have grown).
+func (s *Series) AllocsPerOp() float64 {
+	return medianF(mapS(s.Samples, func(x Sample) float64 { return float64(x.Mallocs) / float64(max(x.Ops, 1)) }))
+}
+
 // Errors returns the failed operations over all rounds, and the first
-// error seen.
-func (s *Series) Errors() (int64, error) {
+// failure's message.
+func (s *Series) Errors() (int64, string) {
 	var n int64
-	var first error
+	var first string
 	for _, x := range s.Samples {
 		n += x.Errors
-		if first == nil {
+		if first == "" {
 			first = x.FirstErr
 		}
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -94,7 +95,7 @@ func spawnTwemproxy(bin, dir string, port, stats int, names, addrs []string) (*T
 	go func() { _ = cmd.Wait(); close(t.done) }()
 
 	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1,
-		DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second, PoolSize: 1})
+		Dialer: TwemproxyDialer(200 * time.Millisecond), ReadTimeout: time.Second, PoolSize: 1})
 	defer c.Close()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -142,6 +143,55 @@ func (t *Twemproxy) Kill() {
 func (t *Twemproxy) killProc() {
 	_ = syscall.Kill(-t.cmd.Process.Pid, syscall.SIGKILL)
 	<-t.done
+}
+
+// TwemproxyDialer returns a go-redis Dialer for twemproxy. go-redis v9
+// opens every connection with HELLO (even for Protocol 2), a command
+// twemproxy 0.5 does not know: it closes the connection, so the client
+// never gets one (go-redis issue #2616). The dialer answers that one HELLO
+// itself with an error reply, as an old Redis would, and go-redis goes on
+// with RESP2; every later byte passes through untouched, and the
+// connection still exposes its socket (syscall.Conn) to go-redis's pool
+// health checks like a plain TCP connection does.
+func TwemproxyDialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: timeout, KeepAlive: 5 * time.Minute}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &helloShim{TCPConn: c.(*net.TCPConn)}, nil
+	}
+}
+
+type helloShim struct {
+	*net.TCPConn
+	checked bool
+	pending []byte
+}
+
+var helloCmd = []byte("$5\r\nhello\r\n")
+
+func (c *helloShim) Write(b []byte) (int, error) {
+	if !c.checked {
+		c.checked = true
+		// "*<n>\r\n$5\r\nhello\r\n…": HELLO is always the first command.
+		if i := bytes.Index(b, []byte("\r\n")); len(b) > 0 && b[0] == '*' && i > 0 &&
+			len(b) >= i+2+len(helloCmd) && bytes.EqualFold(b[i+2:i+2+len(helloCmd)], helloCmd) {
+			c.pending = []byte("-ERR unknown command 'HELLO'\r\n")
+			return len(b), nil
+		}
+	}
+	return c.TCPConn.Write(b)
+}
+
+func (c *helloShim) Read(b []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(b, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
+	return c.TCPConn.Read(b)
 }
 
 func tail(s string, n int) string {

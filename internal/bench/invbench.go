@@ -1,0 +1,255 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
+)
+
+// Inventory variants, in the order they run within a round.
+const (
+	VarInv1  = "shardis 1 item (library)"
+	VarInv3  = "shardis 3 items on 3 nodes (library)"
+	VarSeed3 = "seed baseline 3 items on 3 nodes (EVAL per item)"
+	VarHot3  = "hot SKU split over 3 nodes (shardis, 1 item)"
+	VarHot1  = "hot SKU on 1 node (shardis, 1 item)"
+)
+
+// InvResult holds the inventory series by variant, and the allocation
+// benchmarks of one reserve.
+type InvResult struct {
+	Conc, SKUs int
+	Variants   []string
+	Series     map[string]*Series
+	Allocs     []AllocResult
+	Rounds     RoundStats
+}
+
+// AllocResult is a sequential (one goroutine) benchmark of one order.
+type AllocResult struct {
+	Name        string
+	NsPerOp     float64
+	AllocsPerOp int64
+	BytesPerOp  int64
+}
+
+// invWorkload is one inventory variant: how to prepare the nodes and how
+// to place one order.
+type invWorkload struct {
+	name  string
+	setup func(ctx context.Context) error
+	op    Op
+}
+
+// orderID builds a unique order id in the worker's scratch buffer: one
+// allocation (the string), the same for every variant.
+func orderID(w *Worker, prefix byte) string {
+	w.Seq++
+	b := append(w.Buf[:0], prefix)
+	b = strconv.AppendInt(b, int64(w.ID), 10)
+	b = append(b, '-')
+	b = strconv.AppendInt(b, w.Seq, 10)
+	w.Buf = b
+	return string(b)
+}
+
+// invWorkloads returns the inventory variants over c. Every SKU holds 10⁹
+// units (split over its route's nodes), so no order runs short: these are
+// the costs of the success path.
+func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWorkload, error) {
+	inv := c.Inv
+	load := func(route string, skus ...string) error {
+		for _, s := range skus {
+			if _, err := inv.LoadStock(ctx, route, s, inventory.MaxQuantity, 0); err != nil {
+				return fmt.Errorf("load %s/%s: %w", route, s, err)
+			}
+		}
+		return nil
+	}
+	skuNames := func(prefix string) []string {
+		out := make([]string, nSKU)
+		for i := range out {
+			out[i] = prefix + strconv.Itoa(i)
+		}
+		return out
+	}
+	one := skuNames("s-")
+	// Seed SKU ids are numbers (the seed's queue is sku % 50); shardis
+	// uses the same ids for its 3-item orders.
+	three := make([][]string, len(singleRoutes))
+	queue := map[string]string{}
+	for r := range singleRoutes {
+		three[r] = make([]string, nSKU)
+		for k := range three[r] {
+			num := (r+1)*1000 + k
+			three[r][k] = strconv.Itoa(num)
+			queue[three[r][k]] = seedQueue(num)
+		}
+	}
+	routeNodes := make([][]*node.Node, len(singleRoutes))
+	for r, route := range singleRoutes {
+		set, err := c.Router.Set(invServer, route)
+		if err != nil {
+			return nil, err
+		}
+		routeNodes[r] = set.Nodes()
+	}
+	items1 := make([][]inventory.Item, nSKU)
+	for k, s := range one {
+		items1[k] = []inventory.Item{{Route: routeAll, SKU: s, Quantity: 1}}
+	}
+	hot3 := []inventory.Item{{Route: routeAll, SKU: "hot", Quantity: 1}}
+	hot1 := []inventory.Item{{Route: singleRoutes[0], SKU: "hot", Quantity: 1}}
+	reserve := func(w *Worker, items []inventory.Item) error {
+		_, err := inv.Reserve(ctx, orderID(w, 'o'), items, "", 0)
+		return err
+	}
+	return map[string]invWorkload{
+		VarInv1: {VarInv1, func(ctx context.Context) error { return load(routeAll, one...) },
+			func(w *Worker) error { return reserve(w, items1[w.Rng.IntN(nSKU)]) }},
+		VarInv3: {VarInv3, func(ctx context.Context) error {
+			for r, route := range singleRoutes {
+				if err := load(route, three[r]...); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, func(w *Worker) error {
+			items := make([]inventory.Item, len(singleRoutes))
+			for r, route := range singleRoutes {
+				items[r] = inventory.Item{Route: route, SKU: three[r][w.Rng.IntN(nSKU)], Quantity: 1}
+			}
+			return reserve(w, items)
+		}},
+		VarSeed3: {VarSeed3, func(ctx context.Context) error {
+			for r := range singleRoutes {
+				for _, s := range three[r] {
+					for _, n := range routeNodes[r] {
+						if err := loadSeedStock(ctx, n, s, inventory.MaxQuantity); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			return nil
+		}, func(w *Worker) error {
+			items := make([]SeedItem, len(singleRoutes))
+			for r := range singleRoutes {
+				items[r] = SeedItem{Nodes: routeNodes[r], SKU: three[r][w.Rng.IntN(nSKU)], Qty: 1}
+			}
+			return SeedOrder(ctx, orderID(w, 's'), items, func(s string) string { return queue[s] })
+		}},
+		VarHot3: {VarHot3, func(ctx context.Context) error { return load(routeAll, "hot") },
+			func(w *Worker) error { return reserve(w, hot3) }},
+		VarHot1: {VarHot1, func(ctx context.Context) error { return load(singleRoutes[0], "hot") },
+			func(w *Worker) error { return reserve(w, hot1) }},
+	}, nil
+}
+
+// RunInventory measures orders/s and latency of every inventory variant,
+// interleaved in rounds. Before every run the nodes are emptied and the
+// variant's stock loaded, so every run starts from the same state.
+func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)) (*InvResult, error) {
+	if err := c.Reset(ctx); err != nil {
+		return nil, err
+	}
+	var nodes []*node.Node
+	for _, route := range singleRoutes {
+		set, _ := c.Router.Set(invServer, route)
+		nodes = append(nodes, set.Nodes()[0])
+	}
+	if err := retrySetup(c.Router.Nodes(), func() error {
+		if err := c.Reset(ctx); err != nil {
+			return err
+		}
+		return checkSeed(ctx, nodes)
+	}); err != nil {
+		return nil, err
+	}
+	wl, err := invWorkloads(ctx, c, p.SKUs)
+	if err != nil {
+		return nil, err
+	}
+	variants := []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1}
+	res := &InvResult{Conc: p.Conc, SKUs: p.SKUs, Variants: variants, Series: map[string]*Series{}}
+	for _, v := range variants {
+		res.Series[v] = &Series{Name: v}
+	}
+	load := NewLoad(p.Conc, 2)
+	nodesAll := c.Router.Nodes()
+	run := func(v string, d time.Duration) (Sample, error) {
+		err := retrySetup(nodesAll, func() error {
+			if err := c.Reset(ctx); err != nil {
+				return err
+			}
+			return wl[v].setup(ctx)
+		})
+		if err != nil {
+			return Sample{}, err
+		}
+		return c.measure(load, d, wl[v].op), nil
+	}
+	for _, v := range variants {
+		if _, err := run(v, p.Warmup); err != nil {
+			return nil, err
+		}
+	}
+	st, err := runRounds(p, c.Meter, progress, "inventory", func(int) (func(), string, error) {
+		got := map[string]Sample{}
+		for _, v := range variants {
+			s, err := run(v, p.Round)
+			if err != nil {
+				return nil, "", err
+			}
+			got[v] = s
+		}
+		return func() {
+				for v, s := range got {
+					res.Series[v].Add(s)
+				}
+			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f",
+				got[VarInv1].OpsPerSec(), got[VarInv3].OpsPerSec(), got[VarSeed3].OpsPerSec(),
+				got[VarHot3].OpsPerSec(), got[VarHot1].OpsPerSec()), nil
+	})
+	res.Rounds = st
+	if err != nil {
+		return res, err
+	}
+
+	// Allocations and sequential latency of one order (one goroutine).
+	for _, v := range []string{VarInv1, VarInv3, VarSeed3} {
+		waitQuiet(c.Meter, p.MaxForeign, p.QuietWait, progress)
+		err := retrySetup(nodesAll, func() error {
+			if err := c.Reset(ctx); err != nil {
+				return err
+			}
+			return wl[v].setup(ctx)
+		})
+		if err != nil {
+			return nil, err
+		}
+		w := NewLoad(1, 3).workers[0]
+		var opErr error
+		br := testing.Benchmark(func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := wl[v].op(w); err != nil {
+					opErr = err
+					b.SkipNow()
+				}
+			}
+		})
+		if opErr != nil {
+			return nil, fmt.Errorf("allocation benchmark %s: %w", v, opErr)
+		}
+		res.Allocs = append(res.Allocs, AllocResult{Name: v,
+			NsPerOp:     float64(br.T.Nanoseconds()) / float64(max(br.N, 1)),
+			AllocsPerOp: br.AllocsPerOp(), BytesPerOp: br.AllocedBytesPerOp()})
+	}
+	return res, nil
+}

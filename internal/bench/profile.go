@@ -1,0 +1,159 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ProfileResult is the CPU profile of this process (the client side)
+// while it ran the 3-item reserve load, read back with `go tool pprof`.
+type ProfileResult struct {
+	Path     string        // the profile file
+	Duration time.Duration // of the load
+	Orders   float64       // orders/s during the profile
+	Lines    []ProfileLine // selected functions, by cumulative share
+	Top      []ProfileLine // the top functions by flat share
+	Err      string        // why the profile could not be read back (go tool missing)
+}
+
+// ProfileLine is one function's share of the profile's samples.
+type ProfileLine struct {
+	Name      string
+	What      string // what it stands for, for the report
+	Flat, Cum float64
+	Missing   bool // no sample fell in it
+}
+
+// Reread reads the profile file again (if it is still there), e.g. when
+// the report is rendered from saved results by a newer version.
+func (pr *ProfileResult) Reread() {
+	if _, err := os.Stat(pr.Path); err != nil {
+		return
+	}
+	lines, top, err := readProfile(pr.Path)
+	if err != nil {
+		return
+	}
+	pr.Lines, pr.Top, pr.Err = lines, top, ""
+}
+
+// profileFocus lists the functions the report shows, with what each one
+// stands for on the reserve path.
+var profileFocus = []struct{ name, what string }{
+	{"github.com/shardis/shardis/inventory.(*Inventory).Reserve", "Reserve, everything it does on the client"},
+	{"github.com/shardis/shardis/inventory.(*Inventory).orderOp", "order-record steps (begin, commit): script call and reply decoding"},
+	{"github.com/shardis/shardis/inventory.(*Inventory).runBatches.func1", "the goroutine per node batch running the reserve script"},
+	{"github.com/redis/go-redis/v9.(*Script).Run", "go-redis script calls (EVALSHA), network I/O included"},
+	{"syscall.write", "socket writes"},
+	{"syscall.read", "socket reads"},
+	{"encoding/json.Unmarshal", "JSON decoding (the commit reply echoes the parts blob, decoded though unused)"},
+	{"encoding/json.Marshal", "JSON encoding of the parts for the commit"},
+	{"runtime.newproc", "starting goroutines (one per node batch per order)"},
+	{"runtime.copystack", "stack growth of goroutines"},
+	{"runtime.schedule", "goroutine scheduling"},
+	{"runtime.mallocgc", "allocation"},
+	{"runtime.gcBgMarkWorker", "garbage collection"},
+	{"github.com/shardis/shardis/inventory.(*Inventory).take", "building batches and merging replies (take, without the calls)"},
+	{"github.com/shardis/shardis/inventory.(*Inventory).checkReserve", "request validation"},
+}
+
+// ProfileReserve takes a CPU profile of this process during d of the
+// 3-item reserve load and reads it back with `go tool pprof`.
+func ProfileReserve(ctx context.Context, c *Cluster, p Plan, d time.Duration, dir string) (*ProfileResult, error) {
+	wl, err := invWorkloads(ctx, c, p.SKUs)
+	if err != nil {
+		return nil, err
+	}
+	if err := retrySetup(c.Router.Nodes(), func() error {
+		if err := c.Reset(ctx); err != nil {
+			return err
+		}
+		return wl[VarInv3].setup(ctx)
+	}); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	res := &ProfileResult{Path: filepath.Join(dir, "reserve3.cpu.pprof"), Duration: d}
+	f, err := os.Create(res.Path)
+	if err != nil {
+		return nil, err
+	}
+	load := NewLoad(p.Conc, 6)
+	load.Run(p.Warmup, wl[VarInv3].op)
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	s := load.Run(d, wl[VarInv3].op)
+	pprof.StopCPUProfile()
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	res.Orders = s.OpsPerSec()
+	var rerr error
+	res.Lines, res.Top, rerr = readProfile(res.Path)
+	if rerr != nil {
+		res.Err = rerr.Error()
+	}
+	return res, nil
+}
+
+// readProfile runs `go tool pprof -top -cum` on the profile and picks the
+// focus functions (absent ones get Missing) and the top ten by flat share.
+func readProfile(path string) (focus, top []ProfileLine, err error) {
+	// Go CPU profiles carry their symbols: no binary needed.
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=100000", "-nodefraction=0", "-edgefraction=0", path).Output()
+	if err != nil {
+		return nil, nil, fmt.Errorf("go tool pprof: %w", err)
+	}
+	byName := map[string]ProfileLine{}
+	var all []ProfileLine
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		// flat flat% sum% cum cum% name
+		f := strings.Fields(sc.Text())
+		if len(f) < 6 || !strings.HasSuffix(f[1], "%") || !strings.HasSuffix(f[4], "%") {
+			continue
+		}
+		flat, err1 := strconv.ParseFloat(strings.TrimSuffix(f[1], "%"), 64)
+		cum, err2 := strconv.ParseFloat(strings.TrimSuffix(f[4], "%"), 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		l := ProfileLine{Name: strings.Join(f[5:], " "), Flat: flat, Cum: cum}
+		l.Name = strings.TrimSuffix(l.Name, " (inline)")
+		byName[l.Name] = l
+		all = append(all, l)
+	}
+	for _, pf := range profileFocus {
+		l, ok := byName[pf.name]
+		if !ok {
+			l = ProfileLine{Name: pf.name, Missing: true}
+		}
+		l.What = pf.what
+		focus = append(focus, l)
+	}
+	// Top ten by flat share.
+	for len(top) < 10 && len(all) > 0 {
+		best := 0
+		for i, l := range all {
+			if l.Flat > all[best].Flat {
+				best = i
+			}
+		}
+		top = append(top, all[best])
+		all = append(all[:best], all[best+1:]...)
+	}
+	return focus, top, nil
+}

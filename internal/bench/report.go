@@ -1,0 +1,251 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// fmtOps formats a throughput with thousands separators.
+func fmtOps(x float64) string {
+	n := int64(x + 0.5)
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// fmtDur formats a latency: µs below 1 ms, ms with one decimal above.
+func fmtDur(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "–"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%d µs", d.Microseconds())
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// fmtCPU formats CPU time per operation in µs.
+func fmtCPU(d time.Duration) string {
+	if d <= 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
+}
+
+func fmtMs(d time.Duration) string {
+	return fmt.Sprintf("%d ms", d.Round(time.Millisecond).Milliseconds())
+}
+
+func yes(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**missed**"
+}
+
+// MachineTable renders the machine description.
+func MachineTable(m Machine) string {
+	var b strings.Builder
+	b.WriteString("| | |\n| --- | --- |\n")
+	fmt.Fprintf(&b, "| date | %s |\n", m.Date.Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(&b, "| CPU | %s, %d cores (GOMAXPROCS %d) |\n", m.CPU, m.Cores, m.GOMAXPROCS)
+	fmt.Fprintf(&b, "| OS | %s |\n", m.Kernel)
+	fmt.Fprintf(&b, "| Go | %s |\n", m.Go)
+	fmt.Fprintf(&b, "| Redis | redis-server %s |\n", m.Redis)
+	fmt.Fprintf(&b, "| twemproxy | %s |\n", m.Twemproxy)
+	return b.String()
+}
+
+// TargetsTable renders every target with its measured value.
+func TargetsTable(r *Results, s Summary) string {
+	var b strings.Builder
+	b.WriteString("| target | measured | |\n| --- | --- | --- |\n")
+	row := func(target, measured, key string) {
+		ok, present := s.Targets[key]
+		if !present {
+			return
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", target, measured, yes(ok))
+	}
+	row("router ≥ 0.95 × hand-routed go-redis (GET+SET ops/s)", fmt.Sprintf("%.3f", s.RouterVsDirect), "router_vs_direct>=0.95")
+	row("router ≥ 0.97 × go-redis Ring", fmt.Sprintf("%.3f", s.RouterVsRing), "router_vs_ring>=0.97")
+	row("router ≥ 1.2 × twemproxy", fmt.Sprintf("%.3f", s.RouterVsTwemproxy), "router_vs_twemproxy>=1.2")
+	row("routing one key < 250 ns, 0 allocs", fmt.Sprintf("%.1f ns, %d allocs", s.RouteLookupNs, s.RouteLookupAllocs), "route_lookup<250ns,0allocs")
+	row("3-item orders ≥ 2 × the seed baseline", fmt.Sprintf("%.3f", s.Inventory3ItemVsSeed), "inventory_3item_vs_seed>=2")
+	row("failure detected within 1 s (default settings)", fmt.Sprintf("%.0f ms (worst cycle)", s.DetectMs), "detect<=1s")
+	row("recovery noticed within 2 s of the node accepting connections", fmt.Sprintf("%.0f ms (worst cycle, default backoff)", s.RecoverMs), "recover<=2s")
+	return b.String()
+}
+
+// RouterTable renders the router-throughput section.
+func RouterTable(rr *RouterResult) string {
+	var b strings.Builder
+	b.WriteString("| client | GET ops/s | GET p50 | GET p99 | SET ops/s | SET p50 | SET p99 | GET+SET vs direct | GET CPU/op: client + redis + proxy | GET allocs/op |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, v := range rr.Variants {
+		g, s := rr.Get("GET", v), rr.Get("SET", v)
+		cl, sv, px := g.CPUPerOp()
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %.3f | %s + %s + %s | %.1f |\n", v,
+			fmtOps(g.Ops()), fmtDur(g.P50()), fmtDur(g.P99()),
+			fmtOps(s.Ops()), fmtDur(s.P50()), fmtDur(s.P99()), rr.Ratio(v, VarDirect),
+			fmtCPU(cl), fmtCPU(sv), fmtCPU(px), g.AllocsPerOp())
+	}
+	b.WriteString(failures(func(yield func(string, *Series) bool) {
+		for _, op := range []string{"GET", "SET"} {
+			for _, v := range rr.Variants {
+				if !yield(op+" "+v, rr.Get(op, v)) {
+					return
+				}
+			}
+		}
+	}))
+	fmt.Fprintf(&b, "\nRatios of the router (`Router.Client`), GET+SET ops/s: **b/a = %.3f** (vs hand-routed go-redis), "+
+		"**b/c = %.3f** (vs go-redis Ring), **b/d = %.3f** (vs twemproxy).\n",
+		rr.Ratio(VarRouter, VarDirect), rr.Ratio(VarRouter, VarRing), rr.Ratio(VarRouter, VarTwemproxy))
+	return b.String()
+}
+
+// LookupTable renders the routing-cost section.
+func LookupTable(ls []LookupResult) string {
+	var b strings.Builder
+	b.WriteString("| lookup (3-node ring, 1024 keys cycled) | ns/op | allocs/op | B/op |\n| --- | ---: | ---: | ---: |\n")
+	for _, l := range ls {
+		fmt.Fprintf(&b, "| `%s` | %.1f | %d | %d |\n", l.Name, l.NsPerOp, l.AllocsPerOp, l.BytesPerOp)
+	}
+	return b.String()
+}
+
+// InventoryTable renders the inventory section.
+func InventoryTable(ir *InvResult) string {
+	var b strings.Builder
+	b.WriteString("| workload | orders/s | p50 | p99 | CPU/order: client | CPU/order: redis (3 nodes) | scripts/order | script run time/order | commands in scripts/order |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, v := range ir.Variants {
+		s := ir.Series[v]
+		cl, sv, _ := s.CPUPerOp()
+		scripts, exec, cmds := s.ServerPerOp()
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %.2f | %s | %.1f |\n", v, fmtOps(s.Ops()), fmtDur(s.P50()), fmtDur(s.P99()),
+			fmtCPU(cl), fmtCPU(sv), scripts, fmtCPU(exec), cmds)
+	}
+	b.WriteString(failures(seriesOf(ir.Variants, ir.Series)))
+	fmt.Fprintf(&b, "\n3-item orders, shardis / seed baseline (paired per round): **%.3f**. "+
+		"Hot SKU split over 3 nodes / on 1 node: **%.3f**.\n",
+		PairedRatio([]*Series{ir.Series[VarInv3]}, []*Series{ir.Series[VarSeed3]}),
+		PairedRatio([]*Series{ir.Series[VarHot3]}, []*Series{ir.Series[VarHot1]}))
+	if len(ir.Allocs) > 0 {
+		b.WriteString("\nOne order at a time (one goroutine, `testing.Benchmark`; allocations of the whole call, go-redis included, plus building the order id and items):\n\n")
+		b.WriteString("| order | latency | allocs/op | B/op |\n| --- | ---: | ---: | ---: |\n")
+		for _, a := range ir.Allocs {
+			fmt.Fprintf(&b, "| %s | %s | %d | %d |\n", a.Name, fmtDur(time.Duration(a.NsPerOp)), a.AllocsPerOp, a.BytesPerOp)
+		}
+	}
+	return b.String()
+}
+
+// RPCTable renders the RPC-overhead section.
+func RPCTable(rp *RPCResult) string {
+	var b strings.Builder
+	b.WriteString("| 1-item reserve | orders/s | p50 | p99 | CPU/order: client + service | CPU/order: redis |\n| --- | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, v := range rp.Variants {
+		s := rp.Series[v]
+		cl, sv, _ := s.CPUPerOp()
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", v, fmtOps(s.Ops()), fmtDur(s.P50()), fmtDur(s.P99()), fmtCPU(cl), fmtCPU(sv))
+	}
+	b.WriteString(failures(seriesOf(rp.Variants, rp.Series)))
+	fmt.Fprintf(&b, "\nRPC / library (paired per round): **%.3f**.\n",
+		PairedRatio([]*Series{rp.Series[VarRPC]}, []*Series{rp.Series[VarLib]}))
+	return b.String()
+}
+
+// FailoverTable renders the failover section.
+func FailoverTable(f *FailoverResult) string {
+	var b strings.Builder
+	b.WriteString("| cycle | marked DOWN after kill -9 | marked UP after it accepted connections | healthy-key GET p99 before → during | p50 before → during | healthy-key GETs/s before → during | healthy-key errors | dead-node GETs refused (p99) | healthy-node state changes | other processes' CPU |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, c := range f.Cycles {
+		if !c.Load {
+			fmt.Fprintf(&b, "| %s | %s | %s | – | – | – | – | – | %d | %.0f%% |\n", c.Label(), fmtMs(c.Detect), fmtMs(c.Recover), c.OtherEvents, 100*c.Foreign)
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s → %s | %s → %s | %s → %s | %d | %s (%s) | %d | %.0f%% |\n", c.Label(),
+			fmtMs(c.Detect), fmtMs(c.Recover), fmtDur(c.P99Before), fmtDur(c.P99During),
+			fmtDur(c.P50Before), fmtDur(c.P50During), fmtOps(c.OpsBefore), fmtOps(c.OpsDuring),
+			c.HealthyErrors, fmtOps(float64(c.VictimFailed)), fmtDur(c.VictimFailedSlowP99), c.OtherEvents, 100*c.Foreign)
+	}
+	return b.String()
+}
+
+// Tables renders every section that ran, for the terminal and the report.
+func Tables(r *Results) string {
+	var b strings.Builder
+	s := Summarize(r)
+	b.WriteString("## Targets\n\n" + TargetsTable(r, s))
+	if r.Router != nil {
+		fmt.Fprintf(&b, "\n## 1. Router throughput\n\n%d goroutines, %s keys, %d-byte values, GET and SET of random keys; "+
+			"medians of %d rounds of %v per variant.\n\n", r.Router.Conc, fmtOps(float64(r.Router.Keys)), r.Router.ValueSize,
+			r.Plan.Rounds, r.Plan.Round)
+		b.WriteString(roundsNote(r.Router.Rounds) + "\n" + RouterTable(r.Router))
+	}
+	if len(r.Lookups) > 0 {
+		b.WriteString("\n## 2. Routing cost\n\n" + LookupTable(r.Lookups))
+	}
+	if r.Inventory != nil {
+		fmt.Fprintf(&b, "\n## 3. Inventory\n\n%d concurrent clients, each SKU with 10⁹ units, quantity 1 per item, no user (no per-user quota part); "+
+			"orders pick from %d SKUs per route (except the hot-SKU runs); medians of %d rounds of %v.\n\n",
+			r.Inventory.Conc, r.Inventory.SKUs, r.Plan.Rounds, r.Plan.Round)
+		b.WriteString(roundsNote(r.Inventory.Rounds) + "\n" + InventoryTable(r.Inventory))
+	}
+	if r.RPC != nil {
+		fmt.Fprintf(&b, "\n## 4. RPC overhead\n\n%d concurrent clients; medians of %d rounds of %v.\n\n", r.RPC.Conc, r.Plan.Rounds, r.Plan.Round)
+		b.WriteString(roundsNote(r.RPC.Rounds) + "\n" + RPCTable(r.RPC))
+	}
+	if r.Failover != nil {
+		fmt.Fprintf(&b, "\n## 5. Failover\n\nkill -9 of %s (AOF nodes), %d goroutines of GETs through `Router.Client` when under load; "+
+			"health settings are the defaults (heartbeat 500ms, timeout 300ms, backoff 500ms, 1s, 2s, 4s, 8s) unless the cycle says otherwise.\n\n",
+			r.Failover.Victim, r.Failover.Conc)
+		b.WriteString(FailoverTable(r.Failover))
+	}
+	return b.String()
+}
+
+func seriesOf(variants []string, m map[string]*Series) func(func(string, *Series) bool) {
+	return func(yield func(string, *Series) bool) {
+		for _, v := range variants {
+			if !yield(v, m[v]) {
+				return
+			}
+		}
+	}
+}
+
+// failures lists the series that had failed operations (they count in no
+// throughput or latency figure), or says there were none.
+func failures(all func(func(string, *Series) bool)) string {
+	var b strings.Builder
+	for name, s := range all {
+		if n, first := s.Errors(); n > 0 {
+			fmt.Fprintf(&b, "- %s: %d failed (first: %s)\n", name, n, first)
+		}
+	}
+	if b.Len() == 0 {
+		return "\nFailed operations: none.\n"
+	}
+	return "\nFailed operations (not counted in throughput or latency):\n\n" + b.String()
+}
+
+func roundsNote(st RoundStats) string {
+	s := fmt.Sprintf("Other processes on the machine used a median %.0f%% of its CPU during the kept rounds (each round counted by its most disturbed run)", 100*st.MedianForeign())
+	if st.Discarded > 0 {
+		s += fmt.Sprintf("; %d round(s) in which they used more than %.0f%% were discarded and re-run", st.Discarded, 100*st.MaxForeign)
+	}
+	return s + ".\n"
+}

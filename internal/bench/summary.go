@@ -1,0 +1,101 @@
+package bench
+
+import (
+	"math"
+	"time"
+)
+
+// Summary is the one-line JSON object `make bench-quick` ends with. Ratios
+// are medians of per-round ratios of GET+SET (router) or orders/s.
+type Summary struct {
+	Plan string `json:"plan"`
+
+	RouterVsDirect    float64 `json:"router_vs_direct"`
+	RouterVsRing      float64 `json:"router_vs_ring"`
+	RouterVsTwemproxy float64 `json:"router_vs_twemproxy"`
+	SetPickVsDirect   float64 `json:"setpick_vs_direct,omitempty"`
+	RouterGetOps      float64 `json:"router_get_ops"`
+	RouterSetOps      float64 `json:"router_set_ops"`
+
+	RouteLookupNs     float64 `json:"route_lookup_ns"`
+	RouteLookupAllocs int64   `json:"route_lookup_allocs"`
+	SetPickNs         float64 `json:"set_pick_ns"`
+
+	Inventory1ItemOps    float64 `json:"inventory_1item_ops"`
+	Inventory3ItemOps    float64 `json:"inventory_3item_ops"`
+	Seed3ItemOps         float64 `json:"seed_3item_ops"`
+	Inventory3ItemVsSeed float64 `json:"inventory_3item_vs_seed"`
+	HotSplitVsSingle     float64 `json:"hot_split3_vs_single"`
+	Reserve1ItemAllocs   int64   `json:"reserve_1item_allocs"`
+	Reserve3ItemAllocs   int64   `json:"reserve_3item_allocs"`
+
+	RPCVsLibrary float64 `json:"rpc_vs_library"`
+	RPCOps       float64 `json:"rpc_1item_ops"`
+
+	DetectMs  float64 `json:"detect_ms"`
+	RecoverMs float64 `json:"recover_ms"`
+
+	Targets map[string]bool `json:"targets_met"`
+}
+
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
+
+func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Millisecond)*10) / 10 }
+
+// Summarize computes the summary of a run. Sections that did not run are
+// left at zero.
+func Summarize(r *Results) Summary {
+	s := Summary{Plan: r.Plan.Name, Targets: map[string]bool{}}
+	if rr := r.Router; rr != nil {
+		s.RouterVsDirect = round3(rr.Ratio(VarRouter, VarDirect))
+		s.RouterVsRing = round3(rr.Ratio(VarRouter, VarRing))
+		s.RouterVsTwemproxy = round3(rr.Ratio(VarRouter, VarTwemproxy))
+		if rr.Series["GET"][VarSetPick] != nil {
+			s.SetPickVsDirect = round3(rr.Ratio(VarSetPick, VarDirect))
+		}
+		s.RouterGetOps = math.Round(rr.Get("GET", VarRouter).Ops())
+		s.RouterSetOps = math.Round(rr.Get("SET", VarRouter).Ops())
+		s.Targets["router_vs_direct>=0.95"] = s.RouterVsDirect >= 0.95
+		s.Targets["router_vs_ring>=0.97"] = s.RouterVsRing >= 0.97
+		s.Targets["router_vs_twemproxy>=1.2"] = s.RouterVsTwemproxy >= 1.2
+	}
+	if len(r.Lookups) > 0 {
+		s.RouteLookupNs = math.Round(r.Lookups[0].NsPerOp*10) / 10
+		s.RouteLookupAllocs = r.Lookups[0].AllocsPerOp
+		s.SetPickNs = math.Round(r.Lookups[1].NsPerOp*10) / 10
+		s.Targets["route_lookup<250ns,0allocs"] = s.RouteLookupNs < 250 && s.RouteLookupAllocs == 0
+	}
+	if ir := r.Inventory; ir != nil {
+		s.Inventory1ItemOps = math.Round(ir.Series[VarInv1].Ops())
+		s.Inventory3ItemOps = math.Round(ir.Series[VarInv3].Ops())
+		s.Seed3ItemOps = math.Round(ir.Series[VarSeed3].Ops())
+		s.Inventory3ItemVsSeed = round3(PairedRatio([]*Series{ir.Series[VarInv3]}, []*Series{ir.Series[VarSeed3]}))
+		s.HotSplitVsSingle = round3(PairedRatio([]*Series{ir.Series[VarHot3]}, []*Series{ir.Series[VarHot1]}))
+		for _, a := range ir.Allocs {
+			switch a.Name {
+			case VarInv1:
+				s.Reserve1ItemAllocs = a.AllocsPerOp
+			case VarInv3:
+				s.Reserve3ItemAllocs = a.AllocsPerOp
+			}
+		}
+		s.Targets["inventory_3item_vs_seed>=2"] = s.Inventory3ItemVsSeed >= 2
+	}
+	if rp := r.RPC; rp != nil {
+		s.RPCVsLibrary = round3(PairedRatio([]*Series{rp.Series[VarRPC]}, []*Series{rp.Series[VarLib]}))
+		s.RPCOps = math.Round(rp.Series[VarRPC].Ops())
+	}
+	if f := r.Failover; f != nil && len(f.Cycles) > 0 {
+		var detect, recover time.Duration
+		for _, c := range f.Cycles {
+			detect = max(detect, c.Detect)
+			if c.Backoff == nil {
+				recover = max(recover, c.Recover)
+			}
+		}
+		s.DetectMs, s.RecoverMs = ms(detect), ms(recover)
+		s.Targets["detect<=1s"] = detect <= time.Second
+		s.Targets["recover<=2s"] = recover <= 2*time.Second
+	}
+	return s
+}
