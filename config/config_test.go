@@ -27,7 +27,7 @@ servers:
 health:
   heartbeat: 500ms
   timeout: 300ms
-  backoff: [500ms, 1s, 2s, 4s, 8s]
+  backoff: [500ms, 1s, 1.5s]
 breaker:
   failures: 5
   open_timeout: 1s
@@ -78,7 +78,7 @@ func exampleConfig() Config {
 			Heartbeat: 500 * time.Millisecond,
 			Timeout:   300 * time.Millisecond,
 			Backoff: []time.Duration{500 * time.Millisecond, time.Second,
-				2 * time.Second, 4 * time.Second, 8 * time.Second},
+				1500 * time.Millisecond},
 		},
 		Breaker: Breaker{Failures: 5, OpenTimeout: time.Second},
 		Inventory: Inventory{

@@ -28,7 +28,7 @@ servers:
 	// Output:
 	// 1 2
 	// fail [n1 n2]
-	// 250ms [500ms 1s 2s 4s 8s]
+	// 250ms [500ms 1s 1.5s]
 }
 
 func ExampleParse_problems() {

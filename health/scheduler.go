@@ -53,7 +53,7 @@ type Settings struct {
 	Heartbeat time.Duration
 	// Backoff lists the delays between probes of a DOWN target; the last
 	// repeats. Each delay gets ±10 % jitter.
-	// default: [500ms, 1s, 2s, 4s, 8s]
+	// default: [500ms, 1s, 1.5s]
 	Backoff []time.Duration
 	// OnChange, when set, receives every state change, in order per target,
 	// on a scheduler goroutine and outside any lock. It must not block for
@@ -68,8 +68,7 @@ type Settings struct {
 }
 
 // DefaultBackoff is the backoff list used when [Settings.Backoff] is empty.
-var DefaultBackoff = []time.Duration{500 * time.Millisecond, time.Second,
-	2 * time.Second, 4 * time.Second, 8 * time.Second}
+var DefaultBackoff = []time.Duration{500 * time.Millisecond, time.Second, 1500 * time.Millisecond}
 
 // Scheduler probes targets. Its methods are safe for concurrent use.
 type Scheduler struct {

@@ -999,10 +999,10 @@ func TestZeroSettingsDefaults(t *testing.T) {
 	if down.IsUp() {
 		t.Fatal("down is UP after a failed probe")
 	}
-	if len(DefaultBackoff) != 5 {
-		t.Fatalf("DefaultBackoff = %v, want 5 delays", DefaultBackoff)
+	if len(DefaultBackoff) != 3 {
+		t.Fatalf("DefaultBackoff = %v, want 3 delays", DefaultBackoff)
 	}
-	for i, d := range []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 8 * time.Second} {
+	for i, d := range []time.Duration{500 * time.Millisecond, time.Second, 1500 * time.Millisecond, 1500 * time.Millisecond} {
 		if failed, _ := h.status("down"); failed != i+1 {
 			t.Fatalf("Status failedProbes = %d, want %d", failed, i+1)
 		}

@@ -211,23 +211,32 @@ func (inv *Inventory) defer_(s Settle) {
 }
 
 func checkID(field, v string) error {
+	if p := idProblem(v); p != "" {
+		return fmt.Errorf("%w: %s %s", ErrInvalid, field, p)
+	}
+	return nil
+}
+
+// idProblem says what is wrong with an id, or "" when nothing is. It does
+// not allocate for a good id.
+func idProblem(v string) string {
 	if v == "" {
-		return fmt.Errorf("%w: %s is empty", ErrInvalid, field)
+		return "is empty"
 	}
 	if len(v) > MaxIDLen {
-		return fmt.Errorf("%w: %s is %d bytes, at most %d", ErrInvalid, field, len(v), MaxIDLen)
+		return fmt.Sprintf("is %d bytes, at most %d", len(v), MaxIDLen)
 	}
 	for i := 0; i < len(v); i++ {
 		if v[i] < 0x20 || v[i] == 0x7f {
-			return fmt.Errorf("%w: %s holds a control byte at %d", ErrInvalid, field, i)
+			return fmt.Sprintf("holds a control byte at %d", i)
 		}
 	}
 	// Parts are kept in the order record as JSON, which cannot carry
 	// invalid UTF-8: such ids would come back altered.
 	if !utf8.ValidString(v) {
-		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, field)
+		return "is not valid UTF-8"
 	}
-	return nil
+	return ""
 }
 
 func checkQty(field string, q int64) error {

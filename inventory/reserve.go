@@ -175,11 +175,11 @@ func (inv *Inventory) checkReserve(orderID string, items []Item, userID string) 
 		if _, err := inv.set(it.Route); err != nil {
 			return fmt.Errorf("items[%d]: %w", i, err)
 		}
-		if err := checkID(fmt.Sprintf("items[%d].sku_id", i), it.SKU); err != nil {
-			return err
+		if p := idProblem(it.SKU); p != "" {
+			return fmt.Errorf("%w: items[%d].sku_id %s", ErrInvalid, i, p)
 		}
-		if err := checkQty(fmt.Sprintf("items[%d].quantity", i), it.Quantity); err != nil {
-			return err
+		if q := it.Quantity; q <= 0 || q > MaxQuantity {
+			return fmt.Errorf("%w: items[%d].quantity is %d, want 1..%d", ErrInvalid, i, q, MaxQuantity)
 		}
 	}
 	return nil
@@ -422,18 +422,19 @@ type batchResult struct {
 // runBatches runs one reserve script per node, concurrently.
 func (inv *Inventory) runBatches(ctx context.Context, orderID, token string, deadline time.Time, batches map[*node.Node][]partReq) []batchResult {
 	out := make([]batchResult, 0, len(batches))
+	if len(batches) == 1 { // one node: no goroutine needed
+		for n, reqs := range batches {
+			out = append(out, runBatch(ctx, n, orderID, token, deadline, reqs))
+		}
+		return out
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for n, reqs := range batches {
 		wg.Add(1)
 		go func(n *node.Node, reqs []partReq) {
 			defer wg.Done()
-			res := batchResult{reqs: reqs}
-			res.replies, res.err = reserveOn(ctx, n, orderID, token, deadline, reqs)
-			if res.err != nil {
-				res.unknown = outcomeUnknown(res.err)
-				res.err = nodeErr(n, res.err)
-			}
+			res := runBatch(ctx, n, orderID, token, deadline, reqs)
 			mu.Lock()
 			out = append(out, res)
 			mu.Unlock()
@@ -441,6 +442,16 @@ func (inv *Inventory) runBatches(ctx context.Context, orderID, token string, dea
 	}
 	wg.Wait()
 	return out
+}
+
+func runBatch(ctx context.Context, n *node.Node, orderID, token string, deadline time.Time, reqs []partReq) batchResult {
+	res := batchResult{reqs: reqs}
+	res.replies, res.err = reserveOn(ctx, n, orderID, token, deadline, reqs)
+	if res.err != nil {
+		res.unknown = outcomeUnknown(res.err)
+		res.err = nodeErr(n, res.err)
+	}
+	return res
 }
 
 func reserveOn(ctx context.Context, n *node.Node, orderID, token string, deadline time.Time, reqs []partReq) ([]reply, error) {

@@ -236,7 +236,7 @@ elseif op == 'commit' then
   if status ~= 'reserving' or cur ~= token then return record('lost', tostring(status)) end
   redis.call('HSET', key, 'status', 'reserved', 'parts', ARGV[4], 'reserved_at', now)
   redis.call('EXPIRE', key, tonumber(ARGV[5]))
-  parts = ARGV[4]
+  parts = '' -- the caller has them: do not send them back
   return record('reserved')
 elseif op == 'fail' then
   if status == 'reserving' and cur == token then

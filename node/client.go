@@ -21,15 +21,15 @@ type clients struct {
 	opts       redis.Options
 	dialFailed atomic.Bool // set by the dial hook
 
+	cur     atomic.Pointer[redis.Client] // swapped under mu, read lock-free
 	mu      sync.Mutex
-	cur     *redis.Client                 // guarded by mu
 	retired map[*redis.Client]*time.Timer // guarded by mu; closed by their timer or by close
 	closed  bool                          // guarded by mu
 }
 
 func newClients(n *Node, opts redis.Options) *clients {
 	c := &clients{n: n, opts: opts, retired: map[*redis.Client]*time.Timer{}}
-	c.cur = c.build()
+	c.cur.Store(c.build())
 	return c
 }
 
@@ -40,11 +40,7 @@ func (c *clients) build() *redis.Client {
 	return cl
 }
 
-func (c *clients) get() *redis.Client {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cur
-}
+func (c *clients) get() *redis.Client { return c.cur.Load() }
 
 // renewIfDialFailed replaces the client when dials failed since the last
 // renewal. Called on DOWN→UP.
@@ -59,8 +55,7 @@ func (c *clients) renewIfDialFailed() {
 		_ = fresh.Close()
 		return
 	}
-	old := c.cur
-	c.cur = fresh
+	old := c.cur.Swap(fresh)
 	c.retired[old] = time.AfterFunc(2*c.n.opts.CommandTimeout+time.Second, func() {
 		c.mu.Lock()
 		_, ok := c.retired[old]
@@ -76,7 +71,7 @@ func (c *clients) renewIfDialFailed() {
 func (c *clients) close() error {
 	c.mu.Lock()
 	c.closed = true
-	errs := []error{c.cur.Close()}
+	errs := []error{c.cur.Load().Close()}
 	for old, t := range c.retired {
 		t.Stop()
 		errs = append(errs, old.Close())

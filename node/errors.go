@@ -62,6 +62,8 @@ func IsFailure(ctx context.Context, err error) bool {
 		return false
 	case callerGaveUp(ctx), errors.Is(err, context.Canceled):
 		return false
+	case errors.Is(err, redis.ErrPoolTimeout):
+		return false // every connection busy: the client is saturated, not the node
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {

@@ -23,19 +23,24 @@ func (h hook) DialHook(next redis.DialHook) redis.DialHook {
 	}
 }
 
-// admittedKey marks the context of an admitted command. go-redis runs the
-// handshake of a new connection (HELLO, and SELECT/CLIENT SETNAME in a
-// pipeline) through the same hooks, with the command's context: those
-// nested commands belong to the admitted command and must neither be
-// admitted again (a half-open breaker would refuse them, failing its own
-// trial) nor counted a second time.
-type admittedKey struct{}
-
-func admitted(ctx context.Context) bool { return ctx.Value(admittedKey{}) != nil }
+// handshake reports whether a command is part of go-redis's connection
+// setup (HELLO, AUTH, SELECT, CLIENT SETNAME). go-redis runs those through
+// the hooks too, inside the command that needed a new connection: they
+// belong to a command already admitted and must neither be admitted again
+// (a half-open breaker would refuse them, failing its own trial) nor be
+// counted twice. Matching by name costs no allocation, unlike marking the
+// context of every admitted command.
+func handshake(name string) bool {
+	switch name {
+	case "hello", "auth", "select", "client":
+		return true
+	}
+	return false
+}
 
 func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if admitted(ctx) {
+		if handshake(cmd.Name()) {
 			return next(ctx, cmd)
 		}
 		done, err := h.n.admit()
@@ -43,8 +48,11 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			cmd.SetErr(err)
 			return err
 		}
-		start := time.Now()
-		err = next(context.WithValue(ctx, admittedKey{}, true), cmd)
+		var start time.Time
+		if h.n.opts.Observe != nil {
+			start = time.Now()
+		}
+		err = next(ctx, cmd)
 		h.n.record(ctx, done, err, start)
 		return err
 	}
@@ -52,7 +60,7 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if admitted(ctx) {
+		if len(cmds) > 0 && handshake(cmds[0].Name()) {
 			return next(ctx, cmds)
 		}
 		done, err := h.n.admit()
@@ -62,8 +70,11 @@ func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 			}
 			return err
 		}
-		start := time.Now()
-		err = next(context.WithValue(ctx, admittedKey{}, true), cmds)
+		var start time.Time
+		if h.n.opts.Observe != nil {
+			start = time.Now()
+		}
+		err = next(ctx, cmds)
 		h.n.record(ctx, done, err, start)
 		return err
 	}

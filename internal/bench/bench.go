@@ -75,7 +75,9 @@ func FullPlan() Plan {
 			{Load: false, Outage: time.Second},
 			{Load: false, Outage: time.Second},
 			{Load: false, Outage: time.Second},
-			{Load: true, Outage: 8 * time.Second, Backoff: []time.Duration{500 * time.Millisecond, time.Second, 1500 * time.Millisecond}},
+			// The backoff shardis shipped with before its cap came down to 1.5s:
+			// fewer dials to a dead node, slower recovery after long outages.
+			{Load: true, Outage: 8 * time.Second, Backoff: []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}},
 		},
 	}
 }

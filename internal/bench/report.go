@@ -210,8 +210,8 @@ func Tables(r *Results) string {
 	}
 	if r.Failover != nil {
 		fmt.Fprintf(&b, "\n## 5. Failover\n\nkill -9 of %s (AOF nodes), %d goroutines of GETs through `Router.Client` when under load; "+
-			"health settings are the defaults (heartbeat 500ms, timeout 300ms, backoff 500ms, 1s, 2s, 4s, 8s) unless the cycle says otherwise.\n\n",
-			r.Failover.Victim, r.Failover.Conc)
+			"health settings are the defaults (heartbeat 500ms, timeout 300ms, backoff %s) unless the cycle says otherwise.\n\n",
+			r.Failover.Victim, r.Failover.Conc, defaultBackoff())
 		b.WriteString(FailoverTable(r.Failover))
 	}
 	return b.String()
