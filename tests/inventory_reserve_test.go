@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -385,7 +386,7 @@ func invQuota(t testing.TB, c *invCluster, route, sku, user string) int64 {
 	ctx := invCtx(t, 5*time.Second)
 	var sum int64
 	for name, cl := range c.clients {
-		v, err := cl.Get(ctx, "inv:quota:"+route+":"+sku+":"+user).Int64()
+		v, err := cl.Get(ctx, "inv:quota:"+route+":"+strconv.Itoa(len(sku))+":"+sku+":"+user).Int64()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			t.Fatalf("node %s: quota: %v", name, err)
 		}

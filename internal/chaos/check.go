@@ -498,7 +498,7 @@ func checkLimits(rep *Report, st *state, views map[string]*orderView, skus []SKU
 			if f["kind"] != "q" {
 				continue
 			}
-			k := strings.TrimPrefix(f["counter"], "inv:quota:")
+			k := quotaID(f["counter"])
 			s := quotaParts[k]
 			if s == nil {
 				s = &qsum{}
@@ -513,7 +513,7 @@ func checkLimits(rep *Report, st *state, views map[string]*orderView, skus []SKU
 			}
 		}
 		for k, val := range ns.quota {
-			counters[strings.TrimPrefix(k, "inv:quota:")] += atoi(val)
+			counters[quotaID(k)] += atoi(val)
 		}
 	}
 	keys := map[string]bool{}
@@ -649,4 +649,18 @@ func checkRedoRead(rep *Report, ns *nodeState, got map[string][]*v1.RedoEntry) {
 			}
 		}
 	}
+}
+
+// quotaID turns a quota counter key, inv:quota:ROUTE:LEN(SKU):SKU:USER,
+// into "ROUTE:SKU:USER". A key it cannot parse is returned as it is, so it
+// shows up in the report instead of being dropped.
+func quotaID(key string) string {
+	rest, ok := strings.CutPrefix(key, "inv:quota:")
+	route, rest, ok2 := strings.Cut(rest, ":")
+	lenStr, rest, ok3 := strings.Cut(rest, ":")
+	n, err := strconv.Atoi(lenStr)
+	if !ok || !ok2 || !ok3 || err != nil || n < 0 || n+1 > len(rest) || rest[n] != ':' {
+		return key
+	}
+	return route + ":" + rest[:n] + ":" + rest[n+1:]
 }

@@ -37,8 +37,8 @@ func fixture(t *testing.T) (*state, []*order, []SKU, *router.Ring) {
 	n1.redo["inv:redo:5"] = []redis.Z{{Score: 1, Member: "c0-1|t1|0"}, {Score: 2, Member: "c0-2|t2|0"}}
 	n1.redoOffsets["inv:redo:5"] = "2"
 	n2.parts["c0-1|t1|q|a|lim"] = map[string]string{"state": "confirmed", "kind": "q", "order": "c0-1", "token": "t1", "sku": "lim",
-		"qty": "2", "item": "-1", "counter": "inv:quota:a:lim:u1"}
-	n2.quota["inv:quota:a:lim:u1"] = "2"
+		"qty": "2", "item": "-1", "counter": "inv:quota:a:3:lim:u1"}
+	n2.quota["inv:quota:a:3:lim:u1"] = "2"
 	rparts, _ := json.Marshal([]recPart{
 		{ID: "c0-1|t1|0", Node: "n1", Kind: "s", Item: 0, Route: "a", SKU: "lim", Qty: 2, Redo: "inv:redo:5", Offset: 1},
 		{ID: "c0-1|t1|q|a|lim", Node: "n2", Kind: "q", Item: -1, Route: "a", SKU: "lim", Qty: 2},
@@ -106,7 +106,7 @@ func TestCheckFindsViolations(t *testing.T) {
 		{"redo gap", func(st *state, _ []*order) {
 			st.nodes["n1"].redo["inv:redo:5"] = []redis.Z{{Score: 2, Member: "c0-2|t2|0"}}
 		}, []string{"redo-log"}},
-		{"quota over limit", func(st *state, _ []*order) { st.nodes["n2"].quota["inv:quota:a:lim:u1"] = "5" },
+		{"quota over limit", func(st *state, _ []*order) { st.nodes["n2"].quota["inv:quota:a:3:lim:u1"] = "5" },
 			[]string{"user-limit", "quota-balance"}},
 		{"receipts differ", func(_ *state, orders []*order) { orders[0].receipts[0].Offset = 7 },
 			[]string{"seen-reserved"}},
