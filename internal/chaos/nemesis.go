@@ -175,30 +175,26 @@ func (n *nemesis) record(f Fault) {
 func (n *nemesis) at() time.Duration { return time.Since(n.c.t0) }
 
 func (n *nemesis) kill(ctx context.Context, node string, hold time.Duration) {
-	f := Fault{At: n.at(), Kind: FaultKill, Target: node}
 	p := n.c.procs[node]
-	start := time.Now()
-	if err := p.Kill(); err != nil {
-		f.Err = err.Error()
-	}
-	sleepCtx(ctx, hold)
-	if err := p.Restart(); err != nil {
-		f.Err = "restart: " + err.Error()
-	}
-	f.Hold = time.Since(start)
-	n.record(f)
+	n.outage(ctx, FaultKill, node, hold, p.Kill, p.Restart, "restart: ")
 }
 
 func (n *nemesis) pause(ctx context.Context, node string, hold time.Duration) {
-	f := Fault{At: n.at(), Kind: FaultPause, Target: node}
 	p := n.c.procs[node]
+	n.outage(ctx, FaultPause, node, hold, p.Pause, p.Resume, "resume: ")
+}
+
+// outage breaks node with begin, holds it for hold, heals it with end and
+// records the fault.
+func (n *nemesis) outage(ctx context.Context, kind, node string, hold time.Duration, begin, end func() error, endWhat string) {
+	f := Fault{At: n.at(), Kind: kind, Target: node}
 	start := time.Now()
-	if err := p.Pause(); err != nil {
+	if err := begin(); err != nil {
 		f.Err = err.Error()
 	}
 	sleepCtx(ctx, hold)
-	if err := p.Resume(); err != nil {
-		f.Err = "resume: " + err.Error()
+	if err := end(); err != nil {
+		f.Err = endWhat + err.Error()
 	}
 	f.Hold = time.Since(start)
 	n.record(f)
