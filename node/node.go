@@ -143,6 +143,7 @@ type Node struct {
 	state     atomic.Int32              // a State
 	cb        atomic.Pointer[breaker]   // replaced by a closed one on DOWN→UP
 	openUntil atomic.Int64              // unix nanos the breaker opened until; 0 = closed
+	failing   atomic.Bool               // a failure was reported since the breaker last saw a success
 	routes    map[RouteKey]*atomic.Bool // immutable map; flags are live
 	downErr   atomic.Pointer[error]     // why the node is DOWN; nil when UP
 	ident     identity                  // stamp bookkeeping, own lock
@@ -277,6 +278,7 @@ func (n *Node) SetUp() bool {
 	}
 	n.cb.Store(n.newBreaker())
 	n.openUntil.Store(0)
+	n.failing.Store(false)
 	n.downErr.Store(nil)
 	n.client.renewIfDialFailed()
 	return true
