@@ -80,7 +80,7 @@ func reading(r *Results, s Summary) string {
 		predA := float64(ca+sa) / float64(max(cb+sb, 1))
 		predC := float64(cc+sc) / float64(max(cb+sb, 1))
 		t += fmt.Sprintf("Per GET, client plus nodes, the router spent %s of CPU against %s for hand-routed go-redis and %s for Ring; "+
-			"the difference is the node hook (state check, breaker admission, a context value, a clock read: %.1f allocations per GET against %.1f) and the route lookup (%.0f ns, no allocation, a mutex in `Node.Client()` included). "+
+			"the difference is the node hook (an atomic state check; the breaker is consulted only while it is open or a failure is pending: %.1f allocations per GET against %.1f) and the route lookup (%.0f ns, no allocation, `Node.Client()` an atomic load). "+
 			"On a machine this saturated, throughput follows CPU per operation, which predicts %.2f× hand-routed go-redis and %.2f× Ring: ",
 			fmtCPU(cb+sb), fmtCPU(ca+sa), fmtCPU(cc+sc), bb.AllocsPerOp(), a.AllocsPerOp(), s.RouteLookupNs, predA, predC)
 		t += compareClause("hand-routed go-redis", s.RouterVsDirect, predA, 0.95) + "; " + compareClause("Ring", s.RouterVsRing, predC, 0.97) + ". "
@@ -232,14 +232,12 @@ func misses(r *Results, s Summary) string {
 		fmt.Fprintf(&b, "- **Router vs hand-routed go-redis / Ring** (%.3f / %.3f, targets 0.95 / 0.97). Per GET the router's client side spent %s of CPU against %s by hand and %s for Ring, "+
 			"the nodes %s, %s and %s; by CPU per operation alone the router would run at %.3f× hand-routed go-redis and %.3f× Ring. "+
 			"A CPU profile of the router path (`go test -run '^$' -bench Get/router -cpuprofile cpu.prof ./internal/bench/`) "+
-			"shows the node hook (`node.admit` and `node.record`: an atomic state load, gobreaker's mutex twice, a `context.WithValue`, a clock read for the latency observer) "+
-			"and `Node.Client()` (a mutex per call, guarding the client's renewal after dial failures) at a few percent of the client's CPU, "+
-			"and it costs %.1f allocations per GET against %.1f for plain go-redis (the context value and gobreaker's `done` closure); the rest is go-redis and the socket system calls, the same for every variant. ",
+			"shows the node hook (`node.admit` and `node.record`: atomic loads of the node state and breaker flags; gobreaker is entered only while the breaker is open or a failure is pending) "+
+			"and `Node.Client()` (an atomic load) at a small share of the client's CPU, "+
+			"and it costs %.1f allocations per GET against %.1f for plain go-redis; the rest is go-redis and the socket system calls, the same for every variant. ",
 			s.RouterVsDirect, s.RouterVsRing, fmtCPU(cb), fmtCPU(ca), fmtCPU(cc), fmtCPU(sb), fmtCPU(sa), fmtCPU(sc), predA, predC, bb.AllocsPerOp(), a.AllocsPerOp())
 		if (s.RouterVsDirect < 0.95 && predA < 0.95) || (s.RouterVsRing < 0.97 && predC < 0.97) {
-			b.WriteString("That extra CPU is the miss. Removing it is in `node/` (not changed here): admit without gobreaker's mutex while the breaker is closed (an atomic counter of consecutive failures), " +
-				"avoid the per-command `context.WithValue` that marks a command as admitted (it exists for the handshake commands go-redis runs through the same hook when it opens a connection), " +
-				"and hold the current client in an `atomic.Pointer` instead of behind a mutex. ")
+			b.WriteString("That extra CPU is the miss: it is what the node hook adds per command on top of go-redis. ")
 		}
 		if (s.RouterVsDirect < 0.95 && predA >= 0.95) || (s.RouterVsRing < 0.97 && predC >= 0.97) {
 			b.WriteString("Where the measured ratio is below what the CPU predicts, the rest is round-to-round variation: ratios between clients doing the same work vary by a few percent " +
