@@ -1,0 +1,281 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
+)
+
+// This file holds the reserve rounds: which node each item's parts go to,
+// one script per node per round, and how the replies are read.
+
+// itemState tracks one item across rounds.
+type itemState struct {
+	set    *router.Set
+	cands  []*node.Node
+	pos    int
+	need   int64
+	usable int
+}
+
+type partReq struct {
+	part
+	queue string // redo queue key (stock) or stock key holding the limit (quota)
+	ck    string // counter key: stock hash or quota counter
+}
+
+// take runs the reserve rounds. It returns the parts taken, the parts whose
+// outcome is unknown (their node failed mid-call), and the first error.
+func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline time.Time, items []Item, userID string) (taken, unknown []part, err error) {
+	states := make([]itemState, len(items))
+	for i, it := range items {
+		set, _ := inv.set(it.Route)
+		rk := set.Key()
+		st := itemState{set: set, need: it.Quantity}
+		for _, n := range set.Candidates(orderID + it.SKU) {
+			if n.RouteEnabled(rk) && n.Usable() {
+				st.cands = append(st.cands, n)
+			}
+		}
+		st.usable = len(st.cands)
+		states[i] = st
+	}
+
+	batches := map[*node.Node][]partReq{}
+	// Per-user quota: one part per (route, sku) on the node that owns the
+	// user in that route. It never fails over, or the limit would split.
+	type rs struct{ route, sku string }
+	quotaDown := map[rs]string{}
+	if userID != "" {
+		want := map[rs]int64{}
+		var order []rs
+		for _, it := range items {
+			k := rs{it.Route, it.SKU}
+			if _, ok := want[k]; !ok {
+				order = append(order, k)
+			}
+			want[k] += it.Quantity
+		}
+		for _, k := range order {
+			set := states[indexOfRoute(items, k.route)].set
+			n := set.Nodes()[set.Ring().Home("user:"+userID)]
+			if !n.Usable() {
+				quotaDown[k] = n.Name()
+				continue
+			}
+			batches[n] = append(batches[n], partReq{
+				part:  part{ID: quotaPartID(orderID, token, k.route, k.sku), Node: n.Name(), Kind: "q", Item: -1, Route: k.route, SKU: k.sku, Qty: want[k]},
+				queue: stockKey(k.route, k.sku), ck: quotaKey(k.route, k.sku, userID),
+			})
+		}
+	}
+
+	limited := map[rs]bool{}
+	for {
+		for i := range states {
+			st := &states[i]
+			if st.need <= 0 || st.pos >= len(st.cands) {
+				continue
+			}
+			n := st.cands[st.pos]
+			st.pos++
+			it := items[i]
+			batches[n] = append(batches[n], partReq{
+				part:  part{ID: stockPartID(orderID, token, i), Node: n.Name(), Kind: "s", Item: i, Route: it.Route, SKU: it.SKU, Qty: st.need},
+				queue: inv.redoQueue(it.Route, it.SKU), ck: stockKey(it.Route, it.SKU),
+			})
+		}
+		if len(batches) == 0 {
+			break
+		}
+		results := inv.runBatches(ctx, orderID, token, deadline, batches)
+		batches = map[*node.Node][]partReq{}
+		for _, res := range results {
+			if res.err != nil {
+				if err == nil {
+					err = res.err
+				}
+				if res.unknown {
+					for _, r := range res.reqs {
+						unknown = append(unknown, r.part)
+					}
+				}
+				continue
+			}
+			for j, r := range res.reqs {
+				rep := res.replies[j]
+				switch {
+				case rep.state == "pending":
+					p := r.part
+					p.Qty = rep.qty
+					if p.Kind == "s" {
+						p.Redo, p.Offset = r.queue, rep.offset
+						states[p.Item].need -= rep.qty
+					}
+					taken = append(taken, p)
+				case rep.state == "limit":
+					if err == nil {
+						err = fmt.Errorf("%w: user %q holds %d of %s/%s, limit %d, order wants %d",
+							ErrLimitExceeded, userID, rep.qty, r.Route, r.SKU, rep.limit, r.Qty)
+					}
+				case rep.state == "none", rep.state == "nolimit":
+				default:
+					if err == nil {
+						err = fmt.Errorf("%w: node %s: part %s is already %s", ErrUnavailable, r.Node, r.ID, rep.state)
+					}
+				}
+				if r.Kind == "s" && rep.limit > 0 && userID != "" {
+					limited[rs{r.Route, r.SKU}] = true
+				}
+			}
+		}
+		if err != nil {
+			return taken, unknown, err
+		}
+	}
+	for k, name := range quotaDown {
+		if limited[k] {
+			return taken, unknown, fmt.Errorf("%w: %s/%s has a per-user limit and node %s, which keeps user %q's quota, is unavailable",
+				ErrUnavailable, k.route, k.sku, name, userID)
+		}
+	}
+	for i, st := range states {
+		if st.need <= 0 {
+			continue
+		}
+		it := items[i]
+		if st.usable == 0 {
+			return taken, unknown, fmt.Errorf("%w: items[%d] %s/%s: no enabled, usable node in the route (%s)",
+				ErrUnavailable, i, it.Route, it.SKU, describeNodes(st.set))
+		}
+		return taken, unknown, fmt.Errorf("%w: items[%d] sku %s (route %s): wanted %d, %d available on %d usable node(s)",
+			ErrInsufficientStock, i, it.SKU, it.Route, it.Quantity, it.Quantity-st.need, st.usable)
+	}
+	return taken, unknown, nil
+}
+
+// describeNodes says why each node of a set cannot take stock, e.g.
+// "n1 down, n2 drained".
+func describeNodes(set *router.Set) string {
+	var parts []string
+	for _, n := range set.Nodes() {
+		switch {
+		case !n.RouteEnabled(set.Key()):
+			parts = append(parts, n.Name()+" drained")
+		case n.State() != node.StateUp:
+			parts = append(parts, n.Name()+" down")
+		case !n.Usable():
+			parts = append(parts, n.Name()+" breaker open")
+		default:
+			parts = append(parts, n.Name()+" up")
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func indexOfRoute(items []Item, route string) int {
+	for i, it := range items {
+		if it.Route == route {
+			return i
+		}
+	}
+	return 0
+}
+
+type reply struct {
+	state  string
+	qty    int64
+	offset int64
+	limit  int64
+}
+
+type batchResult struct {
+	reqs    []partReq
+	replies []reply
+	err     error
+	unknown bool // the call may have run: its parts need tombstones
+}
+
+// runBatches runs one reserve script per node, concurrently.
+func (inv *Inventory) runBatches(ctx context.Context, orderID, token string, deadline time.Time, batches map[*node.Node][]partReq) []batchResult {
+	out := make([]batchResult, 0, len(batches))
+	if len(batches) == 1 { // one node: no goroutine needed
+		for n, reqs := range batches {
+			out = append(out, runBatch(ctx, n, orderID, token, deadline, reqs))
+		}
+		return out
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for n, reqs := range batches {
+		wg.Add(1)
+		go func(n *node.Node, reqs []partReq) {
+			defer wg.Done()
+			res := runBatch(ctx, n, orderID, token, deadline, reqs)
+			mu.Lock()
+			out = append(out, res)
+			mu.Unlock()
+		}(n, reqs)
+	}
+	wg.Wait()
+	return out
+}
+
+func runBatch(ctx context.Context, n *node.Node, orderID, token string, deadline time.Time, reqs []partReq) batchResult {
+	res := batchResult{reqs: reqs}
+	res.replies, res.err = reserveOn(ctx, n, orderID, token, deadline, reqs)
+	if res.err != nil {
+		res.unknown = outcomeUnknown(res.err)
+		res.err = nodeErr(n, res.err)
+	}
+	return res
+}
+
+func reserveOn(ctx context.Context, n *node.Node, orderID, token string, deadline time.Time, reqs []partReq) ([]reply, error) {
+	keys := make([]string, 0, 3+3*len(reqs))
+	keys = append(keys, stampKey, keyPending, keyRedoOffset)
+	args := make([]any, 0, 4+6*len(reqs))
+	args = append(args, n.Name(), orderID, token, deadline.UnixMilli())
+	for _, r := range reqs {
+		keys = append(keys, partKey(r.ID), r.ck, r.queue)
+		args = append(args, r.ID, r.Kind, r.SKU, r.Qty, strconv.Itoa(r.Item), r.queue)
+	}
+	raw, err := reserveScript.Run(ctx, n.Client(), keys, args...).Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) != len(reqs) {
+		return nil, fmt.Errorf("reserve script returned %d results for %d parts", len(raw), len(reqs))
+	}
+	out := make([]reply, len(raw))
+	for i, v := range raw {
+		t, ok := v.([]any)
+		if !ok || len(t) != 4 {
+			return nil, fmt.Errorf("reserve script: malformed result %v", v)
+		}
+		out[i].state, _ = t[0].(string)
+		out[i].qty, _ = t[1].(int64)
+		out[i].offset, _ = t[2].(int64)
+		out[i].limit, _ = t[3].(int64)
+	}
+	return out, nil
+}
+
+// outcomeUnknown reports whether a failed call may have run on the node.
+// A refusal before the network, or an error reply, means it did not.
+func outcomeUnknown(err error) bool {
+	if errors.Is(err, node.ErrDown) || errors.Is(err, node.ErrBreakerOpen) {
+		return false
+	}
+	var rerr redis.Error
+	return !errors.As(err, &rerr)
+}
