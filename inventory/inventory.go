@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -149,14 +150,43 @@ func New(r *router.Router, opts Options) (*Inventory, error) {
 		opts.Logger = slog.Default()
 	}
 	inv := &Inventory{r: r, cfg: cfg.Inventory, opts: opts, log: opts.Logger, routes: map[string]*router.Set{}}
-	seen := map[string]bool{}
-	var names []string
-	for route, members := range srv.Routes {
+	for route := range srv.Routes {
 		set, err := r.Set(cfg.Inventory.Server, route)
 		if err != nil {
 			return nil, err
 		}
 		inv.routes[route] = set
+	}
+	names := homeNames(cfg)
+	for _, name := range names {
+		n, err := r.Node(name)
+		if err != nil {
+			return nil, err
+		}
+		inv.members = append(inv.members, n)
+	}
+	ring, err := router.ConfigRing(cfg, names)
+	if err != nil {
+		return nil, err
+	}
+	inv.homes = ring
+	return inv, nil
+}
+
+// HomeRing returns the ring that places order records: every node of the
+// inventory server, sorted by name, with its configured weight. Member i
+// of the ring is the i-th name in sorted order. Tools that look orders up
+// on the nodes directly use it to find an order's home: ring.Name(
+// ring.Home("order:"+orderID)).
+func HomeRing(cfg *config.Config) (*router.Ring, error) {
+	return router.ConfigRing(cfg, homeNames(cfg))
+}
+
+// homeNames returns the nodes of the inventory server, sorted and unique.
+func homeNames(cfg *config.Config) []string {
+	seen := map[string]bool{}
+	var names []string
+	for _, members := range cfg.Servers[cfg.Inventory.Server].Routes {
 		for _, m := range members {
 			if !seen[m] {
 				seen[m] = true
@@ -165,21 +195,7 @@ func New(r *router.Router, opts Options) (*Inventory, error) {
 		}
 	}
 	sort.Strings(names)
-	ms := make([]router.Member, len(names))
-	for i, name := range names {
-		ms[i] = router.Member{Name: name, Weight: cfg.Nodes[name].Weight}
-		n, err := r.Node(name)
-		if err != nil {
-			return nil, err
-		}
-		inv.members = append(inv.members, n)
-	}
-	ring, err := router.NewRing(ms)
-	if err != nil {
-		return nil, err
-	}
-	inv.homes = ring
-	return inv, nil
+	return names
 }
 
 // Nodes returns every node of the inventory server, sorted by name.
@@ -252,9 +268,9 @@ func checkQty(field string, q int64) error {
 func nodeErr(n *node.Node, err error) error {
 	msg := err.Error()
 	switch {
-	case contains(msg, "SHARDIS_CORRUPT"), contains(msg, "WRONGTYPE"):
+	case strings.Contains(msg, "SHARDIS_CORRUPT"), strings.Contains(msg, "WRONGTYPE"):
 		return fmt.Errorf("%w: node %s: %v", ErrCorrupt, n.Name(), err)
-	case contains(msg, "SHARDIS_IDENTITY"):
+	case strings.Contains(msg, "SHARDIS_IDENTITY"):
 		return fmt.Errorf("%w: node %s: %w: %v", ErrUnavailable, n.Name(), node.ErrIdentity, err)
 	}
 	var named *node.Error
@@ -262,15 +278,6 @@ func nodeErr(n *node.Node, err error) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err) // already names the node
 	}
 	return fmt.Errorf("%w: node %s: %w", ErrUnavailable, n.Name(), err)
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }

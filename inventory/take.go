@@ -66,7 +66,7 @@ func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline 
 			want[k] += it.Quantity
 		}
 		for _, k := range order {
-			set := states[indexOfRoute(items, k.route)].set
+			set, _ := inv.set(k.route) // validated by checkReserve
 			n := set.Nodes()[set.Ring().Home("user:"+userID)]
 			if !n.Usable() {
 				quotaDown[k] = n.Name()
@@ -180,15 +180,6 @@ func describeNodes(set *router.Set) string {
 		}
 	}
 	return strings.Join(parts, ", ")
-}
-
-func indexOfRoute(items []Item, route string) int {
-	for i, it := range items {
-		if it.Route == route {
-			return i
-		}
-	}
-	return 0
 }
 
 type reply struct {

@@ -3,6 +3,7 @@ package rollback
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -165,7 +166,7 @@ func (r *Reconciler) runNodes(ctx context.Context, names []string) int {
 	pass := r.passes.Add(1)
 	failed := 0
 	for _, n := range r.inv.Nodes() {
-		if !contains(names, n.Name()) || !n.Usable() {
+		if !slices.Contains(names, n.Name()) || !n.Usable() {
 			continue
 		}
 		failed += r.node(ctx, n, pass%int64(r.set.TrimEvery) == 0)
@@ -223,13 +224,4 @@ func (r *Reconciler) node(ctx context.Context, n *node.Node, trim bool) int {
 		r.trimmed.Add(int64(k))
 	}
 	return failed
-}
-
-func contains(names []string, name string) bool {
-	for _, n := range names {
-		if n == name {
-			return true
-		}
-	}
-	return false
 }

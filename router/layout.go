@@ -16,6 +16,18 @@ type Layout struct {
 	rings map[node.RouteKey]*Ring
 }
 
+// ConfigRing builds the ring of the named nodes of cfg, each with its
+// configured weight. Every ring shardis derives from a configuration (route
+// sets, the offline layout, the inventory's order homes) is built here, so
+// two processes with the same configuration place keys alike.
+func ConfigRing(cfg *config.Config, names []string) (*Ring, error) {
+	ms := make([]Member, len(names))
+	for i, name := range names {
+		ms[i] = Member{Name: name, Weight: cfg.Nodes[name].Weight}
+	}
+	return NewRing(ms)
+}
+
 // NewLayout validates cfg and builds the ring of every (server, route).
 func NewLayout(cfg *config.Config) (*Layout, error) {
 	if err := cfg.Validate(); err != nil {
@@ -24,11 +36,7 @@ func NewLayout(cfg *config.Config) (*Layout, error) {
 	l := &Layout{cfg: cfg, rings: map[node.RouteKey]*Ring{}}
 	for sname, srv := range cfg.Servers {
 		for rname, members := range srv.Routes {
-			ms := make([]Member, len(members))
-			for i, name := range members {
-				ms[i] = Member{Name: name, Weight: cfg.Nodes[name].Weight}
-			}
-			ring, err := NewRing(ms)
+			ring, err := ConfigRing(cfg, members)
 			if err != nil {
 				return nil, fmt.Errorf("router: %s/%s: %w", sname, rname, err)
 			}

@@ -18,13 +18,11 @@ type Set struct {
 }
 
 func newSet(key node.RouteKey, policy string, members []string, cfg *config.Config, nodes map[string]*node.Node) (*Set, error) {
-	ms := make([]Member, len(members))
 	ns := make([]*node.Node, len(members))
 	for i, name := range members {
-		ms[i] = Member{Name: name, Weight: cfg.Nodes[name].Weight}
 		ns[i] = nodes[name]
 	}
-	ring, err := NewRing(ms)
+	ring, err := ConfigRing(cfg, members)
 	if err != nil {
 		return nil, fmt.Errorf("router: %s: %w", key, err)
 	}

@@ -154,14 +154,13 @@ func StartCluster(ctx context.Context, aof, withBaselines bool, log *slog.Logger
 		return c, nil
 	}
 
-	members := make([]router.Member, len(nodeNames))
 	addrMap := map[string]string{}
 	for i, name := range nodeNames {
-		members[i] = router.Member{Name: name, Weight: c.Cfg.Nodes[name].Weight}
 		c.Direct = append(c.Direct, redis.NewClient(clientOptions(c.Addrs[i], c.Cfg.Health.Timeout)))
 		addrMap[name] = c.Addrs[i]
 	}
-	if c.HandRing, err = router.NewRing(members); err != nil {
+	// The same ring the router builds, member i = nodeNames[i] = Direct[i].
+	if c.HandRing, err = router.ConfigRing(c.Cfg, nodeNames); err != nil {
 		return c, err
 	}
 	base := clientOptions("", c.Cfg.Health.Timeout)

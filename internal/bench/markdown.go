@@ -55,7 +55,7 @@ func method(r *Results) string {
 		"of connections, so the proxy sees as many concurrent requests as the nodes do otherwise. go-redis v9 opens every connection with `HELLO`, " +
 		"which twemproxy does not know (it closes the connection; go-redis issue #2616): the benchmark's dialer answers that one `HELLO` with an error reply, " +
 		"as an old Redis would, and go-redis continues in RESP2; later bytes pass through untouched.\n")
-	b.WriteString("- (a) picks the node with `router.NewRing` over the same members and calls that node's go-redis client; (b) is `Router.Client(server, route, key)` " +
+	b.WriteString("- (a) picks the node with `router.ConfigRing` (the ring the router builds) over the same members and calls that node's go-redis client; (b) is `Router.Client(server, route, key)` " +
 		"(and `Set.Pick` on a held `*Set`); (c) is `redis.NewRing` over the three addresses (its own rendezvous hashing); (d) one go-redis client to twemproxy. " +
 		"Every key is preloaded on every node, so every variant's GETs hit 100-byte values whatever its hashing.\n")
 	b.WriteString("- Inventory runs through the library (no RPC), quantity 1 per item, no user id (no per-user quota part), every SKU with 10⁹ units. " +

@@ -19,6 +19,7 @@ import (
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redisproc"
 	"github.com/shardis/shardis/internal/service"
+	"github.com/shardis/shardis/inventory"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
 	"github.com/shardis/shardis/router"
@@ -37,7 +38,7 @@ type cluster struct {
 	procs  map[string]*redisproc.Server // by node name
 	cfg    *config.Config
 	routes map[string][]string // route → node names
-	homes  *router.Ring        // order home ring, as the inventory builds it
+	homes  *router.Ring        // order home ring: inventory.HomeRing
 	httpc  *http.Client
 
 	mu     sync.Mutex
@@ -98,11 +99,7 @@ func startCluster(opts Options, log *slog.Logger, out io.Writer) (c *cluster, er
 	}
 	c.cfg = &cfg
 
-	ms := make([]router.Member, len(c.names))
-	for i, name := range c.names {
-		ms[i] = router.Member{Name: name, Weight: cfg.Nodes[name].Weight}
-	}
-	if c.homes, err = router.NewRing(ms); err != nil {
+	if c.homes, err = inventory.HomeRing(c.cfg); err != nil {
 		return nil, err
 	}
 	c.httpc = &http.Client{Transport: &http.Transport{
@@ -111,7 +108,7 @@ func startCluster(opts Options, log *slog.Logger, out io.Writer) (c *cluster, er
 		MaxIdleConnsPerHost: 2 * (opts.Clients + 4),
 		IdleConnTimeout:     30 * time.Second,
 	}}
-	for i, name := range c.names {
+	for _, name := range c.names {
 		fmt.Fprintf(out, "  node %s %s (AOF appendfsync always) routes:", name, c.procs[name].Addr())
 		for _, r := range []string{"a", "b", "c"} {
 			for _, m := range c.routes[r] {
@@ -121,7 +118,6 @@ func startCluster(opts Options, log *slog.Logger, out io.Writer) (c *cluster, er
 			}
 		}
 		fmt.Fprintln(out)
-		_ = i
 	}
 	if err := c.startService(); err != nil {
 		return nil, err
