@@ -80,7 +80,8 @@ func exampleConfig() Config {
 			Backoff: []time.Duration{500 * time.Millisecond, time.Second,
 				1500 * time.Millisecond},
 		},
-		Breaker: Breaker{Failures: 5, OpenTimeout: time.Second},
+		Breaker:  Breaker{Failures: 5, OpenTimeout: time.Second},
+		Pipeline: Pipeline{Enabled: true, MaxBatch: 200},
 		Inventory: Inventory{
 			Server:            "inventory",
 			ReservationTTL:    10 * time.Minute,
@@ -177,6 +178,7 @@ servers:
     routes: {eu: [n1], us: [n1]}
 health: {heartbeat: 1s, timeout: 2s, backoff: [3s]}
 breaker: {failures: 1, open_timeout: 4s}
+pipeline: {enabled: false, max_batch: 50}
 inventory:
   server: order
   reservation_ttl: 5m
@@ -196,8 +198,9 @@ inventory:
 		Servers: map[string]Server{
 			"order": {OnNodeDown: "next", Routes: map[string][]string{"eu": {"n1"}, "us": {"n1"}}},
 		},
-		Health:  Health{Heartbeat: time.Second, Timeout: 2 * time.Second, Backoff: []time.Duration{3 * time.Second}},
-		Breaker: Breaker{Failures: 1, OpenTimeout: 4 * time.Second},
+		Health:   Health{Heartbeat: time.Second, Timeout: 2 * time.Second, Backoff: []time.Duration{3 * time.Second}},
+		Breaker:  Breaker{Failures: 1, OpenTimeout: 4 * time.Second},
+		Pipeline: Pipeline{Enabled: false, MaxBatch: 50},
 		Inventory: Inventory{
 			Server:            "order",
 			ReservationTTL:    5 * time.Minute,
@@ -940,7 +943,7 @@ func TestValidate(t *testing.T) {
 			"breaker.failures", "breaker.open_timeout", "health.backoff", "health.heartbeat",
 			"health.timeout", "inventory.attempt_lease", "inventory.max_reservation_ttl", "inventory.reconcile_interval", "inventory.redo_max_age",
 			"inventory.redo_queues", "inventory.reservation_ttl", "inventory.retention",
-			"inventory.server", "nodes", "servers", "service.listen", "service.max_body_bytes", "service.shutdown_timeout",
+			"inventory.server", "nodes", "pipeline.max_batch", "servers", "service.listen", "service.max_body_bytes", "service.shutdown_timeout",
 		}},
 		{"empty policy", func(c *Config) {
 			c.Servers["inventory"] = Server{Routes: c.Servers["inventory"].Routes}
