@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -67,14 +68,46 @@ func (p *pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return err
 		}
 		p.n.pipelined.Add(1)
-		if err := ap.Submit(ctx, shadow).WaitContext(ctx); err != nil && ctx.Err() != nil && err == ctx.Err() {
-			cmd.SetErr(err) // abandoned: the shadow may still run; its reply is dropped
+		fut := ap.Submit(ctx, shadow)
+		// Wait no longer than the caller wants, nor than the command
+		// timeout a command sent on its own would wait for.
+		wctx, cancel := context.WithTimeout(ctx, p.n.opts.CommandTimeout)
+		err := fut.WaitContext(wctx)
+		cancel()
+		if err != nil && wctx.Err() != nil && err == wctx.Err() {
+			// Abandoned: the shadow may still run; its reply is dropped
+			// and its outcome is unknown, as for a timed-out command.
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			} else {
+				err = &pipelineTimeout{node: p.n.opts.Name, after: p.n.opts.CommandTimeout}
+			}
+			cmd.SetErr(err)
 			return err
 		}
 		copyReply(cmd, shadow)
 		return cmd.Err()
 	}
 }
+
+// pipelineTimeout is the error of a pipelined command whose batch did not
+// answer within the command timeout. Like a network timeout it says the
+// command may or may not have run; the batch itself is counted against the
+// node (once) when it fails.
+type pipelineTimeout struct {
+	node  string
+	after time.Duration
+}
+
+func (e *pipelineTimeout) Error() string {
+	return "node " + e.node + ": pipelined command: no reply within " + e.after.String() + " (i/o timeout)"
+}
+
+// Timeout reports true: the error is a timeout (net.Error).
+func (e *pipelineTimeout) Timeout() bool { return true }
+
+// Temporary reports true (net.Error).
+func (e *pipelineTimeout) Temporary() bool { return true }
 
 // pipelinable reports whether a command may share a connection with others.
 func pipelinable(name string) bool {
