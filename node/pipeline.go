@@ -24,11 +24,15 @@ import (
 //     hook), so a DOWN node still refuses at once;
 //   - a batch never mixes two nodes: every client has its own pipeliner;
 //   - the caller's context bounds its call: a command waits for its batch
-//     only until ctx is done, then returns ctx.Err() (the command may still
-//     run: its outcome is unknown, exactly as for a timed-out command on
-//     the ordinary path). The batch writes into a shadow command of the
-//     same type, copied into the caller's command only when the caller is
-//     still waiting, so an abandoned wait never races with the batch.
+//     only until ctx is done or the command timeout passed, then returns
+//     ctx.Err() or a timeout error (the command may still run: its outcome
+//     is unknown, exactly as for a timed-out command on the ordinary path).
+//     The batch writes into a shadow command of the same type, copied into
+//     the caller's command only when the caller is still waiting, so an
+//     abandoned wait never races with the batch. A context that can never
+//     be done (context.Background) needs no shadow: the command itself
+//     rides the pipeline and its caller waits for the batch, which fails
+//     on the node's own read and write timeouts.
 //
 // Commands that cannot share a connection stay on the ordinary path:
 // connection-scoped ones (WATCH, MULTI/EXEC, SELECT, CLIENT, HELLO, AUTH,
@@ -59,6 +63,12 @@ func (p *pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if !busy || ap == nil || !p.n.Usable() || !pipelinable(cmd.Name()) {
 			return next(ctx, cmd)
 		}
+		if ctx.Done() == nil {
+			// Nothing can end the caller's wait early: the command itself
+			// rides the pipeline (no shadow, no timer).
+			p.n.pipelined.Add(1)
+			return ap.Submit(ctx, cmd).Wait()
+		}
 		shadow := shadowOf(ctx, cmd)
 		if shadow == nil {
 			return next(ctx, cmd)
@@ -71,9 +81,13 @@ func (p *pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		fut := ap.Submit(ctx, shadow)
 		// Wait no longer than the caller wants, nor than the command
 		// timeout a command sent on its own would wait for.
-		wctx, cancel := context.WithTimeout(ctx, p.n.opts.CommandTimeout)
+		wctx := ctx
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > p.n.opts.CommandTimeout {
+			var cancel context.CancelFunc
+			wctx, cancel = context.WithTimeout(ctx, p.n.opts.CommandTimeout)
+			defer cancel()
+		}
 		err := fut.WaitContext(wctx)
-		cancel()
 		if err != nil && wctx.Err() != nil && err == wctx.Err() {
 			// Abandoned: the shadow may still run; its reply is dropped
 			// and its outcome is unknown, as for a timed-out command.

@@ -51,14 +51,21 @@ func hammer(conc, count int, f func(g, i int) error) error {
 	return <-errs
 }
 
-// Concurrent callers share round trips, and every caller gets its own reply.
+// Concurrent callers share round trips, and every caller gets its own reply,
+// with contexts that can end (replies copied from shadow commands) and with
+// ones that cannot (the commands themselves ride the pipeline).
 func TestPipelineSharesRoundTripsKeepsReplies(t *testing.T) {
 	t.Parallel()
 	var trips atomic.Int64
 	_, n := pipelinedNode(t, node.Options{Observe: func(time.Duration, bool) { trips.Add(1) }}, nil)
-	ctx := context.Background()
+	cancellable, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	const conc, count = 32, 100
 	err := hammer(conc, count, func(g, i int) error {
+		ctx := context.Background()
+		if g%2 == 1 {
+			ctx = cancellable
+		}
 		key, val := fmt.Sprintf("k%d", g), fmt.Sprintf("v%d-%d", g, i)
 		if err := n.Client().Set(ctx, key, val, 0).Err(); err != nil {
 			return err
