@@ -754,6 +754,8 @@ func TestParseEnvProblems(t *testing.T) {
 			"servers.inventory.routes.clothes[1]", "n9", false},
 		{"bad policy", []string{"SHARDIS_SERVERS__INVENTORY__ON_NODE_DOWN=retry"}, "servers.inventory.on_node_down", "retry", false},
 		{"scalar over a section", []string{"SHARDIS_HEALTH=1s"}, "health", "1s", false},
+		{"CLI variables are not overrides but a bad key still is", []string{"SHARDIS_TOKEN=t", "SHARDIS_URL=http://x", "SHARDIS_HEALTH__HEARTBEET=1s"},
+			"health.heartbeet", "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -768,6 +770,10 @@ func TestParseEnvProblems(t *testing.T) {
 			}
 			if len(ps) != 1 {
 				t.Errorf("got %d problems, want 1:\n%v", len(ps), err)
+			}
+			if want := tt.environ[len(tt.environ)-1][:strings.Index(tt.environ[len(tt.environ)-1], "=")]; p.Env != want ||
+				!strings.Contains(err.Error(), want) {
+				t.Errorf("%s: problem names variable %q (error %q), want %q", p.Path, p.Env, err, want)
 			}
 			switch {
 			case tt.emptyOK:
@@ -784,6 +790,18 @@ func TestParseEnvProblems(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The CLI's own variables (SHARDIS_TOKEN, SHARDIS_URL) are not
+// configuration overrides: a config loads with them set.
+func TestParseIgnoresCLIVariables(t *testing.T) {
+	cfg, err := Parse([]byte(exampleYAML), []string{"SHARDIS_TOKEN=secret", "SHARDIS_URL=http://127.0.0.1:7400", "SHARDIS_ADDR=x"})
+	if err != nil {
+		t.Fatalf("Parse with SHARDIS_TOKEN and SHARDIS_URL set: %v", err)
+	}
+	if cfg.Service.AuthToken != "" {
+		t.Errorf("SHARDIS_TOKEN became service.auth_token %q", cfg.Service.AuthToken)
 	}
 }
 
