@@ -38,6 +38,12 @@ type Reservation struct {
 	// Deadline is when an unconfirmed reservation expires, by the order
 	// home node's clock.
 	Deadline time.Time
+	// TTL is the hold time applied: the ttl asked for, or
+	// inventory.reservation_ttl for 0, capped by max_reservation_ttl.
+	TTL time.Duration
+	// TTLCapped is true when the ttl asked for exceeded
+	// inventory.max_reservation_ttl and TTL is the cap.
+	TTLCapped bool
 }
 
 // part is one deduction as the order record keeps it.
@@ -82,21 +88,32 @@ const commitTimeout = 2 * time.Second
 func (inv *Inventory) Reserve(ctx context.Context, orderID string, items []Item, userID string, ttl time.Duration) (Reservation, error) {
 	res, err := inv.reserve(ctx, orderID, items, userID, ttl)
 	inv.stats.reserve(err)
+	if err == nil {
+		res.TTL, res.TTLCapped = inv.effectiveTTL(ttl)
+	}
 	return res, err
+}
+
+// effectiveTTL returns the hold time Reserve applies for ttl (≥ 0) and
+// whether it was capped.
+func (inv *Inventory) effectiveTTL(ttl time.Duration) (time.Duration, bool) {
+	switch {
+	case ttl == 0:
+		return inv.cfg.ReservationTTL, false
+	case ttl > inv.cfg.MaxReservationTTL:
+		return inv.cfg.MaxReservationTTL, true
+	}
+	return ttl, false
 }
 
 func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item, userID string, ttl time.Duration) (Reservation, error) {
 	if err := inv.checkReserve(orderID, items, userID); err != nil {
 		return Reservation{}, err
 	}
-	switch {
-	case ttl < 0:
+	if ttl < 0 {
 		return Reservation{}, fmt.Errorf("%w: ttl is negative (%v)", ErrInvalid, ttl)
-	case ttl == 0:
-		ttl = inv.cfg.ReservationTTL
-	case ttl > inv.cfg.MaxReservationTTL:
-		ttl = inv.cfg.MaxReservationTTL
 	}
+	ttl, _ = inv.effectiveTTL(ttl)
 	home, err := inv.orderHome(orderID)
 	if err != nil {
 		return Reservation{}, err

@@ -27,6 +27,7 @@ type Metrics struct {
 	probeFailures   *prometheus.CounterVec
 	probeSeconds    *prometheus.HistogramVec
 	stateChanges    *prometheus.CounterVec
+	rpc             *rpcMetrics
 
 	mu  sync.Mutex // guards the bound sources
 	r   *router.Router
@@ -60,6 +61,7 @@ func New() *Metrics {
 		Name: "shardis_node_state_changes_total",
 		Help: "Node state changes, by new state.",
 	}, []string{"node", "state"})
+	m.rpc = newRPCMetrics(m.Registry)
 	m.Registry.MustRegister(m.commandSeconds, m.commandFailures, m.probeFailures, m.probeSeconds, m.stateChanges,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}), (*collector)(m))
 	return m
@@ -90,8 +92,18 @@ func (m *Metrics) OnStateChange(nodeName string, up bool) {
 	m.stateChanges.WithLabelValues(nodeName, state).Inc()
 }
 
-// Bind sets the sources read at scrape time. Any may be nil.
+// Bind sets the sources read at scrape time. Any may be nil. The failure
+// counters of every node of r are created at 0, so an alert on their rate
+// works before the first failure.
 func (m *Metrics) Bind(r *router.Router, inv *inventory.Inventory, rec *rollback.Reconciler) {
+	if r != nil {
+		for _, n := range r.Nodes() {
+			m.commandFailures.WithLabelValues(n.Name())
+			m.probeFailures.WithLabelValues(n.Name())
+			m.stateChanges.WithLabelValues(n.Name(), "up")
+			m.stateChanges.WithLabelValues(n.Name(), "down")
+		}
+	}
 	m.mu.Lock()
 	m.r, m.inv, m.rec = r, inv, rec
 	m.mu.Unlock()

@@ -125,7 +125,6 @@ var connectStatus = map[string]int{
 	"failed_precondition": 400,
 	"not_found":           404,
 	"aborted":             409,
-	"resource_exhausted":  429,
 	"unavailable":         503,
 }
 

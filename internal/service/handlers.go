@@ -6,7 +6,9 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -50,7 +52,8 @@ func (h *Handlers) Reserve(ctx context.Context, req *connect.Request[v1.ReserveR
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("ttl_seconds is negative"))
 	}
 	if len(m.Items) > inventory.MaxItems {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("items: too many items"))
+		return nil, connect.NewError(connect.CodeInvalidArgument,
+			fmt.Errorf("items: %d items, at most %d per order", len(m.Items), inventory.MaxItems))
 	}
 	items := make([]inventory.Item, len(m.Items))
 	for i, it := range m.Items {
@@ -60,7 +63,8 @@ func (h *Handlers) Reserve(ctx context.Context, req *connect.Request[v1.ReserveR
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	out := &v1.ReserveResponse{OrderId: res.OrderID, DeadlineUnixMs: res.Deadline.UnixMilli()}
+	out := &v1.ReserveResponse{OrderId: res.OrderID, DeadlineUnixMs: res.Deadline.UnixMilli(),
+		TtlSeconds: int64(res.TTL / time.Second), TtlCapped: res.TTLCapped}
 	for _, r := range res.Receipts {
 		out.Receipts = append(out.Receipts, &v1.Receipt{
 			ItemIndex: int32(r.ItemIndex), SkuId: r.SKU, Quantity: r.Quantity,
@@ -213,5 +217,33 @@ func rpcError(err error) error {
 	case errors.Is(err, router.ErrUnavailable):
 		code = connect.CodeUnavailable
 	}
-	return connect.NewError(code, err)
+	return connect.NewError(code, trimSentinel(err, code))
 }
+
+// trimSentinel drops a leading sentinel text that only repeats the code
+// ("invalid argument: queue 99" under invalid_argument, which clients print
+// as "invalid_argument: invalid argument: queue 99"). errors.Is still sees
+// the original error.
+func trimSentinel(err error, code connect.Code) error {
+	var prefix string
+	switch code {
+	case connect.CodeInvalidArgument:
+		prefix = inventory.ErrInvalid.Error() + ": "
+	case connect.CodeUnavailable:
+		prefix = router.ErrUnavailable.Error() + ": "
+	default:
+		return err
+	}
+	if msg := err.Error(); strings.HasPrefix(msg, prefix) {
+		return trimmed{msg: msg[len(prefix):], err: err}
+	}
+	return err
+}
+
+type trimmed struct {
+	msg string
+	err error
+}
+
+func (t trimmed) Error() string { return t.msg }
+func (t trimmed) Unwrap() error { return t.err }

@@ -739,8 +739,15 @@ type ReserveResponse struct {
 	Receipts []*Receipt             `protobuf:"bytes,2,rep,name=receipts,proto3" json:"receipts,omitempty"`
 	// Unix milliseconds after which an unconfirmed reservation expires.
 	DeadlineUnixMs int64 `protobuf:"varint,3,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The hold time applied, in seconds: the request's ttl_seconds, or
+	// inventory.reservation_ttl when it gave none, capped by
+	// inventory.max_reservation_ttl.
+	TtlSeconds int64 `protobuf:"varint,4,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// True when the request asked for more than inventory.max_reservation_ttl
+	// and ttl_seconds is the cap.
+	TtlCapped     bool `protobuf:"varint,5,opt,name=ttl_capped,json=ttlCapped,proto3" json:"ttl_capped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReserveResponse) Reset() {
@@ -792,6 +799,20 @@ func (x *ReserveResponse) GetDeadlineUnixMs() int64 {
 		return x.DeadlineUnixMs
 	}
 	return 0
+}
+
+func (x *ReserveResponse) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+func (x *ReserveResponse) GetTtlCapped() bool {
+	if x != nil {
+		return x.TtlCapped
+	}
+	return false
 }
 
 type ConfirmRequest struct {
@@ -1760,11 +1781,15 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\bquantity\x18\x03 \x01(\x03R\bquantity\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x19\n" +
 	"\bredo_log\x18\x05 \x01(\tR\aredoLog\x12\x16\n" +
-	"\x06offset\x18\x06 \x01(\x03R\x06offset\"\x87\x01\n" +
+	"\x06offset\x18\x06 \x01(\x03R\x06offset\"\xc7\x01\n" +
 	"\x0fReserveResponse\x12\x19\n" +
 	"\border_id\x18\x01 \x01(\tR\aorderId\x12/\n" +
 	"\breceipts\x18\x02 \x03(\v2\x13.shardis.v1.ReceiptR\breceipts\x12(\n" +
-	"\x10deadline_unix_ms\x18\x03 \x01(\x03R\x0edeadlineUnixMs\"+\n" +
+	"\x10deadline_unix_ms\x18\x03 \x01(\x03R\x0edeadlineUnixMs\x12\x1f\n" +
+	"\vttl_seconds\x18\x04 \x01(\x03R\n" +
+	"ttlSeconds\x12\x1d\n" +
+	"\n" +
+	"ttl_capped\x18\x05 \x01(\bR\tttlCapped\"+\n" +
 	"\x0eConfirmRequest\x12\x19\n" +
 	"\border_id\x18\x01 \x01(\tR\aorderId\"\x82\x01\n" +
 	"\x0fConfirmResponse\x12\x19\n" +

@@ -1,0 +1,111 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shardis/shardis/inventory"
+)
+
+// RPC metrics: every call by procedure and code, its latency, and the
+// outcome of Confirm and Cancel.
+
+var rpcCodes = []string{"ok", "canceled", "unknown", "invalid_argument", "deadline_exceeded", "not_found",
+	"already_exists", "permission_denied", "resource_exhausted", "failed_precondition", "aborted",
+	"out_of_range", "unimplemented", "internal", "unavailable", "data_loss", "unauthenticated"}
+
+// settleOutcomes are the outcome labels of shardis_order_settles_total.
+var settleOutcomes = []string{"confirmed", "cancelled", "expired", "already_confirmed", "already_cancelled",
+	"not_found", "in_progress", "unavailable", "invalid", "error"}
+
+type rpcMetrics struct {
+	requests *prometheus.CounterVec
+	seconds  *prometheus.HistogramVec
+	settles  *prometheus.CounterVec
+}
+
+func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
+	m := &rpcMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardis_rpc_requests_total",
+			Help: "RPC calls by procedure (Service/Method) and Connect code.",
+		}, []string{"procedure", "code"}),
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "shardis_rpc_duration_seconds",
+			Help:    "Duration of RPC calls by procedure.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"procedure"}),
+		settles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardis_order_settles_total",
+			Help: "Confirm and Cancel calls by op (confirm, cancel) and outcome.",
+		}, []string{"op", "outcome"}),
+	}
+	reg.MustRegister(m.requests, m.seconds, m.settles)
+	for _, op := range []string{"confirm", "cancel"} {
+		for _, o := range settleOutcomes {
+			m.settles.WithLabelValues(op, o)
+		}
+	}
+	return m
+}
+
+// RPCInterceptor counts every call by procedure and code, observes its
+// latency, and records the outcome of Confirm and Cancel.
+func (m *Metrics) RPCInterceptor() connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			start := time.Now()
+			res, err := next(ctx, req)
+			proc := strings.TrimPrefix(req.Spec().Procedure, "/shardis.v1.")
+			code := "ok"
+			if err != nil {
+				code = connect.CodeOf(err).String()
+			}
+			m.rpc.requests.WithLabelValues(proc, code).Inc()
+			m.rpc.seconds.WithLabelValues(proc).Observe(time.Since(start).Seconds())
+			switch proc {
+			case "InventoryService/Confirm":
+				m.rpc.settles.WithLabelValues("confirm", settleOutcome(err, "confirmed")).Inc()
+			case "InventoryService/Cancel":
+				m.rpc.settles.WithLabelValues("cancel", settleOutcome(err, "cancelled")).Inc()
+			}
+			return res, err
+		}
+	})
+}
+
+// PreCreateRPC makes the per-procedure counters exist at 0 for procs.
+func (m *Metrics) PreCreateRPC(procs []string) {
+	for _, p := range procs {
+		for _, c := range []string{"ok", "invalid_argument", "failed_precondition", "not_found", "unavailable", "internal"} {
+			m.rpc.requests.WithLabelValues(strings.TrimPrefix(p, "/shardis.v1."), c)
+		}
+	}
+}
+
+func settleOutcome(err error, ok string) string {
+	switch {
+	case err == nil:
+		return ok
+	case errors.Is(err, inventory.ErrExpired):
+		return "expired"
+	case errors.Is(err, inventory.ErrConfirmed):
+		return "already_confirmed"
+	case errors.Is(err, inventory.ErrCancelled):
+		return "already_cancelled"
+	case errors.Is(err, inventory.ErrNotFound):
+		return "not_found"
+	case errors.Is(err, inventory.ErrInProgress):
+		return "in_progress"
+	case errors.Is(err, inventory.ErrInvalid):
+		return "invalid"
+	case errors.Is(err, inventory.ErrUnavailable):
+		return "unavailable"
+	}
+	return "error"
+}

@@ -1,0 +1,114 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
+	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
+)
+
+// Liveness and readiness.
+//
+// GET /healthz is liveness: 200 while the process serves HTTP at all,
+// whatever the nodes do (restarting the process would not help them).
+// GET /readyz is readiness: 200 when every route of the inventory server
+// has at least one enabled, usable node, 503 otherwise, with the routes
+// that cannot serve named in the body. The standard grpc.health.v1.Health
+// service answers the same: SERVING for "" and the two shardis services
+// when ready, NOT_SERVING otherwise. Both stay unauthenticated (probes),
+// like /metrics; they name routes and nodes, nothing else.
+
+// unready returns "" when the service can serve, or why it cannot.
+func (s *Server) unready() string {
+	inv := s.cfg.Inventory.Server
+	srv, ok := s.cfg.Servers[inv]
+	if !ok {
+		return "inventory server " + inv + " is not configured"
+	}
+	var bad []string
+	for route := range srv.Routes {
+		set, err := s.Router.Set(inv, route)
+		if err != nil {
+			bad = append(bad, route+": "+err.Error())
+			continue
+		}
+		usable := false
+		for _, n := range set.Nodes() {
+			if n.Usable() && n.RouteEnabled(set.Key()) {
+				usable = true
+				break
+			}
+		}
+		if !usable {
+			var why []string
+			for _, n := range set.Nodes() {
+				state := "down"
+				switch {
+				case !n.RouteEnabled(set.Key()):
+					state = "drained"
+				case n.Usable():
+					state = "up"
+				case n.DownReason() == nil:
+					state = "breaker open"
+				}
+				why = append(why, n.Name()+" "+state)
+			}
+			bad = append(bad, fmt.Sprintf("route %s/%s has no usable node (%s)", inv, route, strings.Join(why, ", ")))
+		}
+	}
+	sort.Strings(bad)
+	return strings.Join(bad, "; ")
+}
+
+func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if why := s.unready(); why != "" {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "not ready: %s\n", why)
+		return
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+// healthChecker answers grpc.health.v1.Health from readiness.
+type healthChecker struct{ s *Server }
+
+func (h healthChecker) Check(_ context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
+	switch req.Service {
+	case "", shardisv1connect.InventoryServiceName, shardisv1connect.AdminServiceName:
+	default:
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown service %q", req.Service))
+	}
+	if h.s.unready() != "" {
+		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
+	}
+	return &grpchealth.CheckResponse{Status: grpchealth.StatusServing}, nil
+}
+
+// mountProbes adds /healthz, /readyz, gRPC health and reflection to mux.
+func (s *Server) mountProbes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		up := 0
+		nodes := s.Router.Nodes()
+		for _, n := range nodes {
+			if n.Usable() {
+				up++
+			}
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintf(w, "ok: %d/%d nodes up (liveness; see /readyz for readiness)\n", up, len(nodes))
+	})
+	mux.HandleFunc("GET /readyz", s.serveReady)
+	mux.Handle(grpchealth.NewHandler(healthChecker{s}))
+	reflector := grpcreflect.NewStaticReflector(shardisv1connect.InventoryServiceName, shardisv1connect.AdminServiceName,
+		grpchealth.HealthV1ServiceName)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+}
