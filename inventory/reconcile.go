@@ -18,6 +18,11 @@ import (
 //	later  3 part id, 4 new deadline ms: move a part's deadline (only if
 //	       it is still indexed).
 //	drop   3 part id: unindex a part that is not pending.
+//	stuck  3 part id, 4 reason: set a part aside (see [Inventory.SetAside]):
+//	       move it from the pending index to the stuck index, with its
+//	       reason. Returns 1, or 0 when it was not indexed as pending.
+//	retry  3 part id: move a stuck part back to the pending index, due
+//	       now. Returns 1, or 0 when it was not stuck.
 var pendingScript = redis.NewScript(identityCheck + `
 local op = ARGV[2]
 if op == 'due' then
@@ -33,6 +38,16 @@ elseif op == 'later' then
 elseif op == 'drop' then
   if redis.call('HGET', 'inv:part:' .. ARGV[3], 'state') == 'pending' then return 0 end
   return redis.call('ZREM', KEYS[2], ARGV[3])
+elseif op == 'stuck' then
+  if redis.call('ZREM', KEYS[2], ARGV[3]) == 0 then return 0 end
+  redis.call('ZADD', 'inv:stuck', now, ARGV[3])
+  redis.call('HSET', 'inv:stuck:why', ARGV[3], ARGV[4])
+  return 1
+elseif op == 'retry' then
+  if redis.call('ZREM', 'inv:stuck', ARGV[3]) == 0 then return 0 end
+  redis.call('HDEL', 'inv:stuck:why', ARGV[3])
+  redis.call('ZADD', KEYS[2], now, ARGV[3])
+  return 1
 end
 return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))
 `)

@@ -133,6 +133,10 @@ func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline 
 						err = fmt.Errorf("%w: node %s: part %s is already %s", ErrUnavailable, r.Node, r.ID, rep.state)
 					}
 				}
+				if r.Kind == "s" && rep.limit > 0 && userID == "" && err == nil {
+					err = fmt.Errorf("%w: items[%d] sku %s (route %s) has a per-user limit of %d: an order of it needs user_id",
+						ErrInvalid, r.Item, r.SKU, r.Route, rep.limit)
+				}
 				if r.Kind == "s" && rep.limit > 0 && userID != "" {
 					limited[rs{r.Route, r.SKU}] = true
 				}
