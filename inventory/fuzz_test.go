@@ -544,7 +544,7 @@ func FuzzCorruptValue(f *testing.F) {
 				queue: queue, ck: stockKey(route, sku)}
 		}
 		deadline := time.Now().Add(time.Hour)
-		rep, err := reserveOn(ctx, n, order, token, deadline, []partReq{partReqFor(stockPartID(order, token, 0))})
+		rep, err := inv.reserveOn(ctx, n, order, token, deadline, []partReq{partReqFor(stockPartID(order, token, 0))})
 		if err != nil || len(rep) != 1 || rep[0].state != "pending" || rep[0].qty != 1 {
 			t.Fatalf("reserve script = %+v, %v", rep, err)
 		}
@@ -563,7 +563,7 @@ func FuzzCorruptValue(f *testing.F) {
 		before := fzNodeSnapshot(t, raw, keys...)
 		corrupt := func(what string, err error) {
 			t.Helper()
-			if err == nil || !strings.Contains(err.Error(), "SHARDIS_CORRUPT") || !errors.Is(nodeErr(n, err), ErrCorrupt) {
+			if err == nil || !strings.Contains(err.Error(), "SHARDIS_CORRUPT") || !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("%s with %s = %q: got %v, want a SHARDIS_CORRUPT error", what, field, value, err)
 			}
 			if after := fzNodeSnapshot(t, raw, keys...); !reflect.DeepEqual(after, before) {
@@ -572,11 +572,13 @@ func FuzzCorruptValue(f *testing.F) {
 		}
 
 		// Scripts that read every field.
-		corrupt("stock script", stockScript.Run(ctx, n.Client(), []string{stampKey, key}, n.Name()).Err())
-		corrupt("load script", loadScript.Run(ctx, n.Client(), []string{stampKey, key}, n.Name(), 5, 7).Err())
+		_, err = inv.run(ctx, n, stockScript, []string{key})
+		corrupt("stock script", err)
+		_, err = inv.run(ctx, n, loadScript, []string{key}, 5, 7)
+		corrupt("load script", err)
 		// The reserve script reads available, reserved and limit.
 		if field == "available" || field == "reserved" || field == "limit" {
-			_, err := reserveOn(ctx, n, order, "tok2", deadline, []partReq{partReqFor(stockPartID(order, "tok2", 0))})
+			_, err := inv.reserveOn(ctx, n, order, "tok2", deadline, []partReq{partReqFor(stockPartID(order, "tok2", 0))})
 			corrupt("reserve script", err)
 		}
 		// Settling reads reserved, and the counter the units go to.

@@ -24,7 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -76,6 +76,11 @@ var (
 	// ErrCorrupt is wrapped when a node holds a value the scripts cannot
 	// read (a counter that is not an integer): nothing was changed.
 	ErrCorrupt = errors.New("corrupt value on node")
+	// ErrTopology is wrapped (together with [ErrUnavailable]) when a node
+	// is at another topology epoch than this instance: the instance runs
+	// with an older or newer configuration than the nodes and must not act
+	// on them. Nothing was changed.
+	ErrTopology = errors.New("topology epoch mismatch")
 )
 
 // Options configures [New]. The zero value works.
@@ -130,7 +135,13 @@ type Inventory struct {
 	homes   *router.Ring // order home ring over all inventory nodes
 	members []*node.Node // indexed like homes
 	routes  map[string]*router.Set
+	// topoEpoch is the topology epoch this instance acts at: every script
+	// refuses a node at another epoch (see lua.go).
+	topoEpoch atomic.Int64
 }
+
+// epoch returns the topology epoch this instance acts at.
+func (inv *Inventory) epoch() int64 { return inv.topoEpoch.Load() }
 
 // New builds the inventory over r, using r.Config().Inventory. The
 // inventory server key must be configured.
@@ -260,24 +271,6 @@ func checkQty(field string, q int64) error {
 		return fmt.Errorf("%w: %s is %d, want 1..%d", ErrInvalid, field, q, MaxQuantity)
 	}
 	return nil
-}
-
-// nodeErr classifies an error of a script run on n: identity and corrupt
-// values are reported as such, anything else means the node could not
-// serve.
-func nodeErr(n *node.Node, err error) error {
-	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "SHARDIS_CORRUPT"), strings.Contains(msg, "WRONGTYPE"):
-		return fmt.Errorf("%w: node %s: %v", ErrCorrupt, n.Name(), err)
-	case strings.Contains(msg, "SHARDIS_IDENTITY"):
-		return fmt.Errorf("%w: node %s: %w: %v", ErrUnavailable, n.Name(), node.ErrIdentity, err)
-	}
-	var named *node.Error
-	if errors.As(err, &named) {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err) // already names the node
-	}
-	return fmt.Errorf("%w: node %s: %w", ErrUnavailable, n.Name(), err)
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }

@@ -62,13 +62,17 @@ type orderRecord struct {
 
 // orderOp runs one step of the order state machine on the home node.
 func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID, op, token string, args ...any) (orderRecord, error) {
-	argv := append([]any{home.Name(), op, token}, args...)
-	raw, err := orderScript.Run(ctx, home.Client(), []string{stampKey, orderKey(orderID)}, argv...).Slice()
+	argv := append([]any{op, token}, args...)
+	v, err := inv.run(ctx, home, orderScript, []string{orderKey(orderID)}, argv...)
 	if err != nil {
-		return orderRecord{}, nodeErr(home, err)
+		return orderRecord{}, err
+	}
+	raw, err := asSlice(home, orderScript, v)
+	if err != nil {
+		return orderRecord{}, err
 	}
 	if len(raw) != 6 {
-		return orderRecord{}, fmt.Errorf("%w: order script returned %v", ErrUnavailable, raw)
+		return orderRecord{}, malformed(home, orderScript, v)
 	}
 	var rec orderRecord
 	rec.status, _ = raw[0].(string)
@@ -192,17 +196,24 @@ func (inv *Inventory) SettleNow(ctx context.Context, s Settle) ([]string, error)
 	if err != nil {
 		return nil, err
 	}
-	keys := make([]string, 0, 2+len(s.PartIDs))
-	keys = append(keys, stampKey, keyPending)
-	args := make([]any, 0, 4+len(s.PartIDs))
-	args = append(args, n.Name(), string(s.Action), seconds(inv.cfg.Retention), s.OrderID)
+	keys := make([]string, 0, 1+len(s.PartIDs))
+	keys = append(keys, keyPending)
+	args := make([]any, 0, 3+len(s.PartIDs))
+	args = append(args, string(s.Action), seconds(inv.cfg.Retention), s.OrderID)
 	for _, id := range s.PartIDs {
 		keys = append(keys, partKey(id))
 		args = append(args, id)
 	}
-	res, err := settleScript.Run(ctx, n.Client(), keys, args...).StringSlice()
+	v, err := inv.run(ctx, n, settleScript, keys, args...)
 	if err != nil {
-		return nil, nodeErr(n, err)
+		return nil, err
+	}
+	res, err := asStrings(n, settleScript, v)
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != len(s.PartIDs) {
+		return nil, malformed(n, settleScript, v)
 	}
 	for i, r := range res {
 		if len(r) > 9 && r[:9] == "conflict:" {

@@ -5,48 +5,49 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/shardis/shardis/node"
 )
 
-// pendingScript reads or adjusts a node's index of pending parts.
-// KEYS: 1 stamp, 2 pending index. ARGV: 1 node name, 2 op, then:
+// pendingDueScript lists pending parts of a node whose deadline passed.
+// KEYS: 1 stamp, 2 pending index. ARGV: 4 limit. Returns up to limit
+// entries {id, order, token, state, deadline}.
+var pendingDueScript = newScript("pending-due", false, `
+local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
+local out = {}
+for _, id in ipairs(ids) do
+  local f = redis.call('HMGET', 'inv:part:' .. id, 'order', 'token', 'state', 'deadline')
+  out[#out + 1] = {id, f[1] or '', f[2] or '', f[3] or '', tonumber(f[4]) or 0}
+end
+return out
+`)
+
+// pendingAdjustScript adjusts a node's index of pending parts.
+// KEYS: 1 stamp, 2 pending index. ARGV: 4 op, then:
 //
-//	due    3 limit: pending parts whose deadline passed, with
-//	       {id, order, token, state, deadline} each.
-//	later  3 part id, 4 new deadline ms: move a part's deadline (only if
+//	later  5 part id, 6 new deadline ms: move a part's deadline (only if
 //	       it is still indexed).
-//	drop   3 part id: unindex a part that is not pending.
-//	stuck  3 part id, 4 reason: set a part aside (see [Inventory.SetAside]):
+//	drop   5 part id: unindex a part that is not pending.
+//	stuck  5 part id, 6 reason: set a part aside (see [Inventory.SetAside]):
 //	       move it from the pending index to the stuck index, with its
 //	       reason. Returns 1, or 0 when it was not indexed as pending.
-//	retry  3 part id: move a stuck part back to the pending index, due
+//	retry  5 part id: move a stuck part back to the pending index, due
 //	       now. Returns 1, or 0 when it was not stuck.
-var pendingScript = redis.NewScript(identityCheck + `
-local op = ARGV[2]
-if op == 'due' then
-  local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
-  local out = {}
-  for _, id in ipairs(ids) do
-    local f = redis.call('HMGET', 'inv:part:' .. id, 'order', 'token', 'state', 'deadline')
-    out[#out + 1] = {id, f[1] or '', f[2] or '', f[3] or '', tonumber(f[4]) or 0}
-  end
-  return out
-elseif op == 'later' then
-  return redis.call('ZADD', KEYS[2], 'XX', tonumber(ARGV[4]), ARGV[3])
+var pendingAdjustScript = newScript("pending-adjust", true, `
+local op = ARGV[4]
+if op == 'later' then
+  return redis.call('ZADD', KEYS[2], 'XX', tonumber(ARGV[6]), ARGV[5])
 elseif op == 'drop' then
-  if redis.call('HGET', 'inv:part:' .. ARGV[3], 'state') == 'pending' then return 0 end
-  return redis.call('ZREM', KEYS[2], ARGV[3])
+  if redis.call('HGET', 'inv:part:' .. ARGV[5], 'state') == 'pending' then return 0 end
+  return redis.call('ZREM', KEYS[2], ARGV[5])
 elseif op == 'stuck' then
-  if redis.call('ZREM', KEYS[2], ARGV[3]) == 0 then return 0 end
-  redis.call('ZADD', 'inv:stuck', now, ARGV[3])
-  redis.call('HSET', 'inv:stuck:why', ARGV[3], ARGV[4])
+  if redis.call('ZREM', KEYS[2], ARGV[5]) == 0 then return 0 end
+  redis.call('ZADD', 'inv:stuck', now, ARGV[5])
+  redis.call('HSET', 'inv:stuck:why', ARGV[5], ARGV[6])
   return 1
 elseif op == 'retry' then
-  if redis.call('ZREM', 'inv:stuck', ARGV[3]) == 0 then return 0 end
-  redis.call('HDEL', 'inv:stuck:why', ARGV[3])
-  redis.call('ZADD', KEYS[2], now, ARGV[3])
+  if redis.call('ZREM', 'inv:stuck', ARGV[5]) == 0 then return 0 end
+  redis.call('HDEL', 'inv:stuck:why', ARGV[5])
+  redis.call('ZADD', KEYS[2], now, ARGV[5])
   return 1
 end
 return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))
@@ -85,9 +86,13 @@ const (
 // DueParts returns up to limit pending parts of n whose deadline has
 // passed, by n's clock.
 func (inv *Inventory) DueParts(ctx context.Context, n *node.Node, limit int) ([]PendingPart, error) {
-	raw, err := pendingScript.Run(ctx, n.Client(), []string{stampKey, keyPending}, n.Name(), "due", limit).Slice()
+	v, err := inv.run(ctx, n, pendingDueScript, []string{keyPending}, limit)
 	if err != nil {
-		return nil, nodeErr(n, err)
+		return nil, err
+	}
+	raw, err := asSlice(n, pendingDueScript, v)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]PendingPart, 0, len(raw))
 	for _, v := range raw {
@@ -122,9 +127,8 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 		return "", err
 	}
 	if p.State != "pending" {
-		err := pendingScript.Run(ctx, n.Client(), []string{stampKey, keyPending}, n.Name(), "drop", p.PartID).Err()
-		if err != nil {
-			return "", nodeErr(n, err)
+		if _, err := inv.run(ctx, n, pendingAdjustScript, []string{keyPending}, "drop", p.PartID); err != nil {
+			return "", err
 		}
 		return AlreadySettled, nil
 	}
@@ -134,9 +138,9 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 		if err != nil {
 			// The decision is out of reach: look again later, so parts
 			// of reachable orders behind this one are not held up.
-			if lerr := pendingScript.Run(ctx, n.Client(), []string{stampKey, keyPending}, n.Name(), "later",
-				p.PartID, time.Now().Add(homeRetry).UnixMilli()).Err(); lerr != nil {
-				return "", nodeErr(n, lerr)
+			if _, lerr := inv.run(ctx, n, pendingAdjustScript, []string{keyPending}, "later",
+				p.PartID, time.Now().Add(homeRetry).UnixMilli()); lerr != nil {
+				return "", lerr
 			}
 			return Postponed, err
 		}
@@ -153,10 +157,9 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 				if rec.status == "reserving" {
 					until = time.Now().Add(rec.wait)
 				}
-				err := pendingScript.Run(ctx, n.Client(), []string{stampKey, keyPending}, n.Name(), "later",
-					p.PartID, until.Add(partGrace).UnixMilli()).Err()
-				if err != nil {
-					return "", nodeErr(n, err)
+				if _, err := inv.run(ctx, n, pendingAdjustScript, []string{keyPending}, "later",
+					p.PartID, until.Add(partGrace).UnixMilli()); err != nil {
+					return "", err
 				}
 				return Postponed, nil
 			}

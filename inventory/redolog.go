@@ -4,48 +4,51 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// redoScript reads, acknowledges and trims a node's redo log.
-// KEYS: 1 stamp, 2 acked hash, then queue keys. ARGV: 1 node name, 2 op:
+// redoReadScript reads one redo-log queue.
+// KEYS: 1 stamp, 2 acked hash, 3 queue. ARGV: 4 after offset, 5 limit.
+// Returns entries with offset > after, each {offset, part id, order, sku,
+// qty, state, at}.
+var redoReadScript = newScript("redo-read", false, `
+local e = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[4], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[5]))
+local out = {}
+for i = 1, #e, 2 do
+  local f = redis.call('HMGET', 'inv:part:' .. e[i], 'order', 'sku', 'qty', 'state', 'at')
+  out[#out + 1] = {tonumber(e[i + 1]), e[i], f[1] or '', f[2] or '', tonumber(f[3]) or 0, f[4] or 'expired', tonumber(f[5]) or 0}
+end
+return out
+`)
+
+// redoWriteScript acknowledges and trims a node's redo log.
+// KEYS: 1 stamp, 2 acked hash, then queue keys. ARGV: 4 op:
 //
-//	read  3 after offset, 4 limit (KEYS[3] is the queue): entries with
-//	      offset > after, each {offset, part id, order, sku, qty, state, at}.
-//	ack   3 offset (KEYS[3]): raise the acknowledged offset; never lowers it.
+//	ack   5 offset (KEYS[3]): raise the acknowledged offset; never lowers it.
 //	      Returns the acknowledged offset. An offset past the queue's head
 //	      (the last offset handed out, in inv:redo:offsets) is refused with
 //	      SHARDIS_RANGE naming both.
-//	trim  3 max age ms, 4 batch: from the head of each queue, remove entries
+//	trim  5 max age ms, 6 batch: from the head of each queue, remove entries
 //	      whose part is settled (or gone) and that are acknowledged or, when
 //	      max age > 0, older than max age; stop at the first that is not.
 //	      Returns the count.
 //
 // Trimming only ever removes a prefix, so the offsets left stay gap-free.
-var redoScript = redis.NewScript(identityCheck + `
-local op = ARGV[2]
-if op == 'read' then
-  local e = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[3], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[4]))
-  local out = {}
-  for i = 1, #e, 2 do
-    local f = redis.call('HMGET', 'inv:part:' .. e[i], 'order', 'sku', 'qty', 'state', 'at')
-    out[#out + 1] = {tonumber(e[i + 1]), e[i], f[1] or '', f[2] or '', tonumber(f[3]) or 0, f[4] or 'expired', tonumber(f[5]) or 0}
-  end
-  return out
-elseif op == 'ack' then
+var redoWriteScript = newScript("redo-write", true, `
+local op = ARGV[4]
+if op == 'ack' then
   local cur = tonumber(redis.call('HGET', KEYS[2], KEYS[3])) or 0
   local head = tonumber(redis.call('HGET', 'inv:redo:offsets', KEYS[3])) or 0
-  local off = tonumber(ARGV[3])
+  local off = tonumber(ARGV[5])
   if off > head then
-    return redis.error_reply('SHARDIS_RANGE ack offset ' .. ARGV[3] .. ' is past the head of ' .. KEYS[3] .. ' (last offset handed out ' .. head .. ')')
+    return redis.error_reply('SHARDIS_RANGE ack offset ' .. ARGV[5] .. ' is past the head of ' .. KEYS[3] .. ' (last offset handed out ' .. head .. ')')
   end
   if off > cur then redis.call('HSET', KEYS[2], KEYS[3], off) return off end
   return cur
 elseif op == 'trim' then
-  local maxAge, batch, removed = tonumber(ARGV[3]), tonumber(ARGV[4]), 0
+  local maxAge, batch, removed = tonumber(ARGV[5]), tonumber(ARGV[6]), 0
   for k = 3, #KEYS do
     local acked = tonumber(redis.call('HGET', KEYS[2], KEYS[k])) or 0
     local e = redis.call('ZRANGE', KEYS[k], 0, batch - 1, 'WITHSCORES')
@@ -92,10 +95,13 @@ func (inv *Inventory) ReadRedoLog(ctx context.Context, nodeName string, queue in
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	raw, err := redoScript.Run(ctx, n.Client(), []string{stampKey, keyRedoAcked, RedoLogKey(queue)},
-		n.Name(), "read", after, limit).Slice()
+	v, err := inv.run(ctx, n, redoReadScript, []string{keyRedoAcked, RedoLogKey(queue)}, after, limit)
 	if err != nil {
-		return nil, nodeErr(n, err)
+		return nil, err
+	}
+	raw, err := asSlice(n, redoReadScript, v)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]RedoEntry, 0, len(raw))
 	for _, v := range raw {
@@ -138,16 +144,11 @@ func (inv *Inventory) AckRedoLog(ctx context.Context, nodeName string, queue int
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	v, err := redoScript.Run(ctx, n.Client(), []string{stampKey, keyRedoAcked, RedoLogKey(queue)},
-		n.Name(), "ack", offset).Int64()
+	v, err := inv.run(ctx, n, redoWriteScript, []string{keyRedoAcked, RedoLogKey(queue)}, "ack", offset)
 	if err != nil {
-		if strings.Contains(err.Error(), "SHARDIS_RANGE") {
-			return 0, fmt.Errorf("%w: node %s queue %d: %v", ErrInvalid, n.Name(), queue,
-				strings.TrimPrefix(err.Error(), "SHARDIS_RANGE "))
-		}
-		return 0, nodeErr(n, err)
+		return 0, err
 	}
-	return v, nil
+	return asInt64(n, redoWriteScript, v)
 }
 
 // RedoUnacked returns how many redo-log entries of node, over all its
@@ -191,15 +192,16 @@ func (inv *Inventory) TrimRedoLog(ctx context.Context, nodeName string, maxAge t
 	if err != nil {
 		return 0, err
 	}
-	keys := []string{stampKey, keyRedoAcked}
+	keys := []string{keyRedoAcked}
 	for q := 0; q < inv.cfg.RedoQueues; q++ {
 		keys = append(keys, RedoLogKey(q))
 	}
-	v, err := redoScript.Run(ctx, n.Client(), keys, n.Name(), "trim", ms(maxAge), batch).Int()
+	v, err := inv.run(ctx, n, redoWriteScript, keys, "trim", ms(maxAge), batch)
 	if err != nil {
-		return 0, nodeErr(n, err)
+		return 0, err
 	}
-	return v, nil
+	removed, err := asInt64(n, redoWriteScript, v)
+	return int(removed), err
 }
 
 // RedoLogLen returns the number of entries in every queue of node.

@@ -1,37 +1,17 @@
 package inventory
 
-import "github.com/redis/go-redis/v9"
-
-// Every script starts by checking the node's identity stamp (KEYS[1],
-// node.StampKey) against ARGV[1]: a script never changes a node that is
-// not the node the caller means. Scripts validate everything before the
-// first write, because Redis does not undo the writes of a script that
-// fails halfway.
-
-const identityCheck = `
-local stamped = redis.call('HGET', KEYS[1], 'name')
-if stamped ~= ARGV[1] then
-  return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(stamped) .. ', expected ' .. ARGV[1])
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function int(v, what)
-  if v == false or v == nil then return 0 end
-  local n = tonumber(v)
-  if n == nil or n ~= math.floor(n) or (type(v) == 'string' and v ~= '0' and not string.match(v, '^%-?[1-9]%d*$')) then
-    return nil, redis.error_reply('SHARDIS_CORRUPT ' .. what .. ' holds ' .. tostring(v) .. ', not an integer')
-  end
-  return n
-end
-`
+// The scripts of the reserve/settle/order life cycle and of stock loading.
+// They run behind the shared prelude of lua.go: KEYS[1] is the stamp hash
+// and ARGV[1..3] the header, so every script's own arguments start at
+// ARGV[4]. Each reply is the body's; lua.go wraps it.
 
 // reserveScript takes stock for the parts of one attempt on one node.
 //
 // KEYS: 1 stamp, 2 pending index, 3 redo offsets, then per part: part key,
 // counter key (stock hash for kind s, quota counter for kind q), and redo
 // queue key (kind s) or stock hash holding the limit (kind q).
-// ARGV: 1 node name, 2 order id, 3 attempt token, 4 part deadline (ms),
-// then per part: part id, kind, sku, want, item index, queue.
+// ARGV: 4 order id, 5 attempt token, 6 part deadline (ms), then per part:
+// part id, kind, sku, want, item index, queue.
 //
 // Per part it returns {state, qty, offset, limit}: state "pending" (taken
 // now; a quota part is taken, and counted, even when the SKU has no
@@ -39,15 +19,15 @@ end
 // (nothing available, nothing written), "limit" (quota exceeded; qty =
 // units held), or the state of a part that already exists (the fence: a retry
 // returns what was taken; a cancel that came first left "cancelled").
-var reserveScript = redis.NewScript(identityCheck + `
-local deadline = tonumber(ARGV[4])
+var reserveScript = newScript("reserve", true, `
+local deadline = tonumber(ARGV[6])
 local np = (#KEYS - 3) / 3
 redis.call('ZCARD', KEYS[2]) -- fails now, before any write, if the index is not a sorted set
 local plan = {}
 local avail = {}
 for i = 0, np - 1 do
   local pk, ck, xk = KEYS[4 + i * 3], KEYS[5 + i * 3], KEYS[6 + i * 3]
-  local a = 5 + i * 6
+  local a = 7 + i * 6
   local p = {pk = pk, ck = ck, xk = xk, id = ARGV[a], kind = ARGV[a + 1], sku = ARGV[a + 2],
              want = tonumber(ARGV[a + 3]), item = ARGV[a + 4], queue = ARGV[a + 5]}
   local st = redis.call('HGET', pk, 'state')
@@ -87,7 +67,7 @@ for i = 0, np - 1 do
       -- counted even without a limit, so a limit set later sees it
       p.take = p.want
       p.out = {'pending', p.want, 0, 0}
-    elseif held >= limit or held + p.want > limit then
+    elseif held + p.want > limit then
       p.out = {'limit', held, 0, limit}
     else
       p.take = p.want
@@ -109,7 +89,7 @@ for _, p in ipairs(plan) do
     else
       redis.call('INCRBY', p.ck, p.take)
     end
-    redis.call('HSET', p.pk, 'state', 'pending', 'kind', p.kind, 'order', ARGV[2], 'token', ARGV[3],
+    redis.call('HSET', p.pk, 'state', 'pending', 'kind', p.kind, 'order', ARGV[4], 'token', ARGV[5],
       'sku', p.sku, 'qty', p.take, 'item', p.item, 'counter', p.ck, 'redo', p.kind == 's' and p.xk or '',
       'offset', off, 'deadline', deadline, 'at', now)
     redis.call('ZADD', KEYS[2], deadline, p.id)
@@ -123,17 +103,17 @@ return out
 // cancelled, each at most once (compare-and-set on the part state).
 //
 // KEYS: 1 stamp, 2 pending index, then one part key per part.
-// ARGV: 1 node name, 2 action ("confirm" or "cancel"), 3 retention
-// seconds of settled parts, 4 order id, then one part id per part.
+// ARGV: 4 action ("confirm" or "cancel"), 5 retention seconds of
+// settled parts, 6 order id, then one part id per part.
 //
 // Per part it returns "done" (moved now), "already" (was in the target
 // state), "tombstoned" (cancel of a part that does not exist: a reserve
 // arriving later takes nothing), "missing" (confirm of a part that does
 // not exist) or "conflict:<state>".
-var settleScript = redis.NewScript(identityCheck + `
-local action = ARGV[2]
+var settleScript = newScript("settle", true, `
+local action = ARGV[4]
 local target = action == 'confirm' and 'confirmed' or 'cancelled'
-local retention = tonumber(ARGV[3])
+local retention = tonumber(ARGV[5])
 local out = {}
 local todo = {}
 redis.call('ZCARD', KEYS[2]) -- fails now, before any write, if the index is not a sorted set
@@ -161,7 +141,7 @@ for i = 3, #KEYS do
       local _, cerr = int(redis.call('GET', f[4]), f[4])
       if cerr then return cerr end
     end
-    todo[#todo + 1] = {pk = pk, id = ARGV[i + 2], kind = f[2], q = q, ck = f[4]}
+    todo[#todo + 1] = {pk = pk, id = ARGV[i + 4], kind = f[2], q = q, ck = f[4]}
     out[#out + 1] = 'done'
   elseif st == target then
     out[#out + 1] = 'already'
@@ -171,7 +151,7 @@ for i = 3, #KEYS do
 end
 for _, p in ipairs(todo) do
   if p.tomb then
-    redis.call('HSET', p.pk, 'state', 'cancelled', 'qty', 0, 'order', ARGV[4], 'tombstone', 1, 'at', now)
+    redis.call('HSET', p.pk, 'state', 'cancelled', 'qty', 0, 'order', ARGV[6], 'tombstone', 1, 'at', now)
   else
     if p.kind == 's' then
       redis.call('HINCRBY', p.ck, 'reserved', -p.q)
@@ -189,25 +169,25 @@ return out
 
 // orderScript is the order record's state machine on the order's home node.
 //
-// KEYS: 1 stamp, 2 order key. ARGV: 1 node name, 2 op, 3 token, then
-// op-specific arguments. Returns {status, token, deadline, parts, reason,
+// KEYS: 1 stamp, 2 order key. ARGV: 4 op, 5 token, then op-specific
+// arguments. Returns {status, token, deadline, parts, reason,
 // wait_ms}; what the caller does with it depends on op:
 //
-//	begin   ARGV 4 lease ms, 5 digest, 6 user, 7 ttl ms, 8 retention s.
+//	begin   ARGV 6 lease ms, 7 digest, 8 user, 9 ttl ms, 10 retention s.
 //	        A free order (missing or failed) becomes "reserving" under the
 //	        caller's token: status "begin". A reserving order whose lease
 //	        ran out is taken over the same way. Otherwise the record as is
 //	        ("reserving" with wait_ms, "reserved", "confirmed",
 //	        "cancelled"), or "mismatch" when the digest differs.
-//	commit  ARGV 4 parts JSON, 5 retention s. reserving+token → reserved.
+//	commit  ARGV 6 parts JSON, 7 retention s. reserving+token → reserved.
 //	        Otherwise "lost" with the current status as reason.
 //	fail    reserving+token → failed (the attempt gave up and rolled back).
 //	confirm reserved → confirmed, or → cancelled/"expired" past the deadline.
 //	cancel  reserved/reserving/failed → cancelled; missing → tombstone.
 //	expire  (reconciler) reserved past deadline → cancelled/"expired";
 //	        reserving past lease → failed. Returns the record either way.
-var orderScript = redis.NewScript(identityCheck + `
-local key, op, token = KEYS[2], ARGV[2], ARGV[3]
+var orderScript = newScript("order", true, `
+local key, op, token = KEYS[2], ARGV[4], ARGV[5]
 local f = redis.call('HMGET', key, 'status', 'token', 'deadline', 'parts', 'reason', 'lease', 'digest')
 local status, cur, deadline, parts, reason = f[1], f[2] or '', tonumber(f[3]) or 0, f[4] or '', f[5] or ''
 local lease = tonumber(f[6]) or 0
@@ -221,24 +201,24 @@ local function final(st, why, retention)
 end
 if op == 'begin' then
   if status == 'reserving' then
-    if f[7] ~= ARGV[5] then return record('mismatch') end
+    if f[7] ~= ARGV[7] then return record('mismatch') end
     if lease > now then return record('reserving') end
     -- the attempt's lease ran out: take over under a new token
   elseif status and status ~= 'failed' then
-    if status ~= 'cancelled' and f[7] and f[7] ~= ARGV[5] then return record('mismatch') end
+    if status ~= 'cancelled' and f[7] and f[7] ~= ARGV[7] then return record('mismatch') end
     return record(status)
   end
-  deadline = now + tonumber(ARGV[7])
+  deadline = now + tonumber(ARGV[9])
   redis.call('DEL', key)
-  redis.call('HSET', key, 'status', 'reserving', 'token', token, 'lease', now + tonumber(ARGV[4]),
-    'digest', ARGV[5], 'user', ARGV[6], 'deadline', deadline, 'created', now)
-  redis.call('EXPIRE', key, tonumber(ARGV[8]))
+  redis.call('HSET', key, 'status', 'reserving', 'token', token, 'lease', now + tonumber(ARGV[6]),
+    'digest', ARGV[7], 'user', ARGV[8], 'deadline', deadline, 'created', now)
+  redis.call('EXPIRE', key, tonumber(ARGV[10]))
   cur, parts, reason = token, '', ''
   return record('begin')
 elseif op == 'commit' then
   if status ~= 'reserving' or cur ~= token then return record('lost', tostring(status)) end
-  redis.call('HSET', key, 'status', 'reserved', 'parts', ARGV[4], 'reserved_at', now)
-  redis.call('EXPIRE', key, tonumber(ARGV[5]))
+  redis.call('HSET', key, 'status', 'reserved', 'parts', ARGV[6], 'reserved_at', now)
+  redis.call('EXPIRE', key, tonumber(ARGV[7]))
   parts = '' -- the caller has them: do not send them back
   return record('reserved')
 elseif op == 'fail' then
@@ -248,7 +228,7 @@ elseif op == 'fail' then
   end
   return record(status or 'missing')
 end
-local retention = tonumber(ARGV[4])
+local retention = tonumber(ARGV[6])
 if op == 'confirm' then
   if not status then return record('missing') end
   if status == 'reserving' and lease <= now then
@@ -295,11 +275,11 @@ end
 `
 
 // loadScript adds stock to one node and sets the SKU's per-user limit.
-// KEYS: 1 stamp, 2 stock hash. ARGV: 1 node name, 2 quantity to add (may
-// be 0), 3 per-user limit (-1 = leave as is). Returns {available,
+// KEYS: 1 stamp, 2 stock hash. ARGV: 4 quantity to add (may be 0), 5
+// per-user limit (-1 = leave as is). Returns {available,
 // reserved, confirmed, loaded, limit}.
-var loadScript = redis.NewScript(identityCheck + readStock + `
-local add, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
+var loadScript = newScript("load", true, readStock+`
+local add, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
 if v[1] + add > 9007199254740000 or v[4] + add > 9007199254740000 then
   return redis.error_reply('SHARDIS_RANGE stock would exceed 2^53')
 end
@@ -315,8 +295,8 @@ return v
 `)
 
 // stockScript reads one node's counters of a SKU.
-// KEYS: 1 stamp, 2 stock hash. ARGV: 1 node name.
+// KEYS: 1 stamp, 2 stock hash. ARGV: the header only.
 // Returns {available, reserved, confirmed, loaded, limit}.
-var stockScript = redis.NewScript(identityCheck + readStock + `
+var stockScript = newScript("stock", false, readStock+`
 return v
 `)

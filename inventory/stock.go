@@ -114,10 +114,9 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 		wg.Add(1)
 		go func(n *node.Node, add int64) {
 			defer wg.Done()
-			err := loadScript.Run(ctx, n.Client(), []string{stampKey, key}, n.Name(), add, limitArg).Err()
-			if err != nil {
+			if _, err := inv.run(ctx, n, loadScript, []string{key}, add, limitArg); err != nil {
 				mu.Lock()
-				failed = append(failed, fmt.Sprintf("%s (share %d): %v", n.Name(), add, nodeErr(n, err)))
+				failed = append(failed, fmt.Sprintf("%s (share %d): %v", n.Name(), add, err))
 				mu.Unlock()
 			}
 		}(n, add)
@@ -150,12 +149,16 @@ func (inv *Inventory) GetStock(ctx context.Context, route, sku string) (StockLev
 		go func(i int, n *node.Node) {
 			defer wg.Done()
 			ns := NodeStock{Node: n.Name()}
-			v, err := stockScript.Run(ctx, n.Client(), []string{stampKey, key}, n.Name()).Int64Slice()
+			raw, err := inv.run(ctx, n, stockScript, []string{key})
+			var v []int64
+			if err == nil {
+				v, err = asInt64s(n, stockScript, raw)
+			}
 			if err == nil && len(v) != 5 {
-				err = fmt.Errorf("unexpected reply %v", v)
+				err = malformed(n, stockScript, raw)
 			}
 			if err != nil {
-				ns.Err = nodeErr(n, err)
+				ns.Err = err
 			} else {
 				ns.Reachable = true
 				ns.Available, ns.Reserved, ns.Confirmed, ns.Loaded, ns.Limit = v[0], v[1], v[2], v[3], v[4]

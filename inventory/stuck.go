@@ -38,10 +38,11 @@ type StuckPart struct {
 }
 
 // Unsettleable reports whether err, returned while settling a part, will
-// come back on every retry until someone repairs data: a corrupt value
-// ([ErrCorrupt]), or a script that failed on the node (a Lua runtime error
-// or an unknown operation). Unreachable nodes, timeouts, a node loading its
-// data or busy, and identity or epoch refusals are transient: false.
+// come back on every retry until someone repairs data: a corrupt value or
+// malformed reply ([ErrCorrupt]), or a script that failed on the node (a
+// Lua runtime error, an unknown operation). Unreachable nodes, timeouts,
+// other error replies (a node loading its data, busy, out of memory, at
+// its client limit) and identity or epoch refusals are transient: false.
 func Unsettleable(err error) bool {
 	if err == nil {
 		return false
@@ -54,7 +55,8 @@ func Unsettleable(err error) bool {
 		return false
 	}
 	msg := rerr.Error()
-	return strings.HasPrefix(msg, "ERR ") || strings.HasPrefix(msg, "SHARDIS_BADOP")
+	return strings.HasPrefix(msg, "ERR user_script") || strings.HasPrefix(msg, "ERR Error running script") ||
+		strings.HasPrefix(msg, "SHARDIS_BADOP")
 }
 
 // SetAside moves an expired part out of its node's pending index into the
@@ -66,11 +68,12 @@ func (inv *Inventory) SetAside(ctx context.Context, p PendingPart, reason string
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	v, err := pendingScript.Run(ctx, n.Client(), []string{stampKey, keyPending}, n.Name(), "stuck", p.PartID, reason).Int()
+	v, err := inv.run(ctx, n, pendingAdjustScript, []string{keyPending}, "stuck", p.PartID, reason)
 	if err != nil {
-		return false, nodeErr(n, err)
+		return false, err
 	}
-	return v == 1, nil
+	moved, err := asInt64(n, pendingAdjustScript, v)
+	return moved == 1, err
 }
 
 // RetryStuck moves a stuck part of node back into its pending index, due
@@ -84,11 +87,12 @@ func (inv *Inventory) RetryStuck(ctx context.Context, nodeName, partID string) (
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	v, err := pendingScript.Run(ctx, n.Client(), []string{stampKey, keyPending}, n.Name(), "retry", partID).Int()
+	v, err := inv.run(ctx, n, pendingAdjustScript, []string{keyPending}, "retry", partID)
 	if err != nil {
-		return false, nodeErr(n, err)
+		return false, err
 	}
-	return v == 1, nil
+	moved, err := asInt64(n, pendingAdjustScript, v)
+	return moved == 1, err
 }
 
 // StuckParts returns up to limit (1..10000) parts set aside on node, the

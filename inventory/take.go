@@ -127,7 +127,7 @@ func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline 
 						err = fmt.Errorf("%w: user %q holds %d of %s/%s, limit %d, order wants %d",
 							ErrLimitExceeded, userID, rep.qty, r.Route, r.SKU, rep.limit, r.Qty)
 					}
-				case rep.state == "none", rep.state == "nolimit":
+				case rep.state == "none":
 				default:
 					if err == nil {
 						err = fmt.Errorf("%w: node %s: part %s is already %s", ErrUnavailable, r.Node, r.ID, rep.state)
@@ -205,7 +205,7 @@ func (inv *Inventory) runBatches(ctx context.Context, orderID, token string, dea
 	out := make([]batchResult, 0, len(batches))
 	if len(batches) == 1 { // one node: no goroutine needed
 		for n, reqs := range batches {
-			out = append(out, runBatch(ctx, n, orderID, token, deadline, reqs))
+			out = append(out, inv.runBatch(ctx, n, orderID, token, deadline, reqs))
 		}
 		return out
 	}
@@ -215,7 +215,7 @@ func (inv *Inventory) runBatches(ctx context.Context, orderID, token string, dea
 		wg.Add(1)
 		go func(n *node.Node, reqs []partReq) {
 			defer wg.Done()
-			res := runBatch(ctx, n, orderID, token, deadline, reqs)
+			res := inv.runBatch(ctx, n, orderID, token, deadline, reqs)
 			mu.Lock()
 			out = append(out, res)
 			mu.Unlock()
@@ -225,37 +225,40 @@ func (inv *Inventory) runBatches(ctx context.Context, orderID, token string, dea
 	return out
 }
 
-func runBatch(ctx context.Context, n *node.Node, orderID, token string, deadline time.Time, reqs []partReq) batchResult {
+func (inv *Inventory) runBatch(ctx context.Context, n *node.Node, orderID, token string, deadline time.Time, reqs []partReq) batchResult {
 	res := batchResult{reqs: reqs}
-	res.replies, res.err = reserveOn(ctx, n, orderID, token, deadline, reqs)
+	res.replies, res.err = inv.reserveOn(ctx, n, orderID, token, deadline, reqs)
 	if res.err != nil {
 		res.unknown = outcomeUnknown(res.err)
-		res.err = nodeErr(n, res.err)
 	}
 	return res
 }
 
-func reserveOn(ctx context.Context, n *node.Node, orderID, token string, deadline time.Time, reqs []partReq) ([]reply, error) {
-	keys := make([]string, 0, 3+3*len(reqs))
-	keys = append(keys, stampKey, keyPending, keyRedoOffset)
-	args := make([]any, 0, 4+6*len(reqs))
-	args = append(args, n.Name(), orderID, token, deadline.UnixMilli())
+func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, token string, deadline time.Time, reqs []partReq) ([]reply, error) {
+	keys := make([]string, 0, 2+3*len(reqs))
+	keys = append(keys, keyPending, keyRedoOffset)
+	args := make([]any, 0, 3+6*len(reqs))
+	args = append(args, orderID, token, deadline.UnixMilli())
 	for _, r := range reqs {
 		keys = append(keys, partKey(r.ID), r.ck, r.queue)
 		args = append(args, r.ID, r.Kind, r.SKU, r.Qty, strconv.Itoa(r.Item), r.queue)
 	}
-	raw, err := reserveScript.Run(ctx, n.Client(), keys, args...).Slice()
+	v, err := inv.run(ctx, n, reserveScript, keys, args...)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := asSlice(n, reserveScript, v)
 	if err != nil {
 		return nil, err
 	}
 	if len(raw) != len(reqs) {
-		return nil, fmt.Errorf("reserve script returned %d results for %d parts", len(raw), len(reqs))
+		return nil, malformed(n, reserveScript, v)
 	}
 	out := make([]reply, len(raw))
-	for i, v := range raw {
-		t, ok := v.([]any)
+	for i, e := range raw {
+		t, ok := e.([]any)
 		if !ok || len(t) != 4 {
-			return nil, fmt.Errorf("reserve script: malformed result %v", v)
+			return nil, malformed(n, reserveScript, v)
 		}
 		out[i].state, _ = t[0].(string)
 		out[i].qty, _ = t[1].(int64)

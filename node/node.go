@@ -147,6 +147,7 @@ type Node struct {
 	routes    map[RouteKey]*atomic.Bool // immutable map; flags are live
 	downErr   atomic.Pointer[error]     // why the node is DOWN; nil when UP
 	ident     identity                  // stamp bookkeeping, own lock
+	maxSeq    atomic.Int64              // highest write sequence acknowledged to this process
 	closeOnce sync.Once
 }
 

@@ -1,0 +1,203 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/node"
+)
+
+// This file is the one way the inventory runs a Lua script on a node: the
+// shared prelude every script starts with, the header arguments it reads,
+// the reply envelope, and the mapping of script errors to typed errors.
+//
+// Every script is called with KEYS[1] = the node's stamp hash
+// (node.StampKey) and three header arguments:
+//
+//	ARGV[1] the node's configured name: a script never changes a node that
+//	        is not the node the caller means (SHARDIS_IDENTITY otherwise);
+//	ARGV[2] the caller's topology epoch: it must equal the stamp hash's
+//	        `epoch` field (missing = 0), or the script refuses with
+//	        SHARDIS_EPOCH before reading anything else;
+//	ARGV[3] reserved ("").
+//
+// A script's own keys start at KEYS[2] and its own arguments at ARGV[4].
+// The prelude defines `now` (the node's clock, ms) and `int(v, what)` (a
+// strict integer parse returning n, or nil and an error reply).
+//
+// A write script advances the stamp hash's `seq` field once per call that
+// did not fail; every script replies {seq, body reply}, and [Inventory.run]
+// hands the seq of a write script to [node.Node.ObserveSeq], so this
+// process knows the highest write sequence each node acknowledged (the
+// witness that detects a node coming back with older data).
+//
+// Scripts validate everything before their first write, because Redis does
+// not undo the writes of a script that fails halfway: an error reply means
+// the script changed nothing.
+
+const prelude = `
+local meta = redis.call('HMGET', KEYS[1], 'name', 'epoch', 'seq')
+if meta[1] ~= ARGV[1] then
+  return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(meta[1]) .. ', expected ' .. ARGV[1])
+end
+if (tonumber(meta[2]) or 0) ~= tonumber(ARGV[2]) then
+  return redis.error_reply('SHARDIS_EPOCH node ' .. ARGV[1] .. ' is at topology epoch ' .. tostring(meta[2] or 0) ..
+    ', the caller at ' .. ARGV[2])
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function int(v, what)
+  if v == false or v == nil then return 0 end
+  local n = tonumber(v)
+  if n == nil or n ~= math.floor(n) or (type(v) == 'string' and v ~= '0' and not string.match(v, '^%-?[1-9]%d*$')) then
+    return nil, redis.error_reply('SHARDIS_CORRUPT ' .. what .. ' holds ' .. tostring(v) .. ', not an integer')
+  end
+  return n
+end
+local function body()
+`
+
+const epilogueRead = `
+end
+local r = body()
+if type(r) == 'table' and r.err then return r end
+return {tonumber(meta[3]) or 0, r}
+`
+
+const epilogueWrite = `
+end
+local r = body()
+if type(r) == 'table' and r.err then return r end
+return {redis.call('HINCRBY', KEYS[1], 'seq', 1), r}
+`
+
+// luaScript is one inventory script: its body wrapped in the prelude.
+type luaScript struct {
+	name  string
+	write bool
+	s     *redis.Script
+}
+
+// newScript wraps body (Lua, see the file comment for what it may use) in
+// the prelude. write says whether the script may change the node.
+func newScript(name string, write bool, body string) *luaScript {
+	src := prelude + body + epilogueRead
+	if write {
+		src = prelude + body + epilogueWrite
+	}
+	return &luaScript{name: name, write: write, s: redis.NewScript(src)}
+}
+
+// run runs s on n with keys (after the stamp hash) and args (after the
+// header), and returns the body's reply. Errors are mapped by scriptErr.
+func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys []string, args ...any) (any, error) {
+	k := make([]string, 0, len(keys)+1)
+	k = append(k, stampKey)
+	k = append(k, keys...)
+	a := make([]any, 0, len(args)+3)
+	a = append(a, n.Name(), inv.epoch(), "")
+	a = append(a, args...)
+	raw, err := s.s.Run(ctx, n.Client(), k, a...).Slice()
+	if err != nil {
+		return nil, nodeErr(n, err)
+	}
+	if len(raw) != 2 {
+		return nil, fmt.Errorf("%w: node %s: %s script: reply %v is not {seq, reply}", ErrCorrupt, n.Name(), s.name, raw)
+	}
+	seq, ok := raw[0].(int64)
+	if !ok {
+		return nil, fmt.Errorf("%w: node %s: %s script: write sequence %v is not an integer", ErrCorrupt, n.Name(), s.name, raw[0])
+	}
+	if s.write {
+		n.ObserveSeq(seq)
+	}
+	return raw[1], nil
+}
+
+// nodeErr maps an error of a script (or command) on n to the inventory's
+// typed errors, in one place.
+// Error replies are classified by their first word (the scripts' own
+// SHARDIS_* codes, and WRONGTYPE from a command inside a script); anything
+// else means the node could not serve. The original error stays wrapped,
+// so [outcomeUnknown] still tells an error reply from a network failure.
+func nodeErr(n *node.Node, err error) error {
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		code, _, _ := strings.Cut(reply.Error(), " ")
+		switch code {
+		case "SHARDIS_CORRUPT", "WRONGTYPE":
+			return fmt.Errorf("%w: node %s: %w", ErrCorrupt, n.Name(), err)
+		case "SHARDIS_IDENTITY":
+			return fmt.Errorf("%w: node %s: %w: %w", ErrUnavailable, n.Name(), node.ErrIdentity, err)
+		case "SHARDIS_EPOCH":
+			return fmt.Errorf("%w: %w: %w", ErrUnavailable, ErrTopology, err)
+		case "SHARDIS_RANGE":
+			return fmt.Errorf("%w: node %s: %w", ErrInvalid, n.Name(), err)
+		case "SHARDIS_BADOP":
+			return fmt.Errorf("inventory: internal error: node %s: %w", n.Name(), err)
+		}
+	}
+	var named *node.Error
+	if errors.As(err, &named) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err) // already names the node
+	}
+	return fmt.Errorf("%w: node %s: %w", ErrUnavailable, n.Name(), err)
+}
+
+// Reply readers: a script's body reply, checked for its shape.
+
+func asSlice(n *node.Node, s *luaScript, v any) ([]any, error) {
+	out, ok := v.([]any)
+	if !ok && v != nil {
+		return nil, malformed(n, s, v)
+	}
+	return out, nil
+}
+
+func asStrings(n *node.Node, s *luaScript, v any) ([]string, error) {
+	raw, err := asSlice(n, s, v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(raw))
+	for i, x := range raw {
+		str, ok := x.(string)
+		if !ok {
+			return nil, malformed(n, s, v)
+		}
+		out[i] = str
+	}
+	return out, nil
+}
+
+func asInt64s(n *node.Node, s *luaScript, v any) ([]int64, error) {
+	raw, err := asSlice(n, s, v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(raw))
+	for i, x := range raw {
+		num, ok := x.(int64)
+		if !ok {
+			return nil, malformed(n, s, v)
+		}
+		out[i] = num
+	}
+	return out, nil
+}
+
+func asInt64(n *node.Node, s *luaScript, v any) (int64, error) {
+	num, ok := v.(int64)
+	if !ok {
+		return 0, malformed(n, s, v)
+	}
+	return num, nil
+}
+
+func malformed(n *node.Node, s *luaScript, v any) error {
+	return fmt.Errorf("%w: node %s: %s script: malformed reply %v", ErrCorrupt, n.Name(), s.name, v)
+}
