@@ -101,7 +101,8 @@ func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline 
 		batches = map[*node.Node][]partReq{}
 		for _, res := range results {
 			if res.err != nil {
-				if err == nil {
+				// A corrupt node is reported whatever else went wrong.
+				if err == nil || (errors.Is(res.err, ErrCorrupt) && !errors.Is(err, ErrCorrupt)) {
 					err = res.err
 				}
 				if res.unknown {
