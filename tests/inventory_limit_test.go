@@ -149,9 +149,16 @@ func TestInvLimitsAndAcks(t *testing.T) {
 				t.Errorf("node %s limit %d after a refused change, want 2 (unchanged)", ns.Node, ns.Limit)
 			}
 		}
-		// Restocking without a limit change still works.
+		// Restocking without a limit change still works: limit kept, or
+		// the limit every reachable node holds already.
 		if _, err := c.inv.LoadStock(ctx, "r", "lim-down", 6, -1); err != nil {
 			t.Errorf("restock (limit kept) with n3 down: %v", err)
+		}
+		if _, err := c.inv.LoadStock(ctx, "r", "lim-down", 6, 2); err != nil {
+			t.Errorf("restock with the same limit 2 with n3 down: %v", err)
+		}
+		if _, err := c.inv.LoadStock(ctx, "r", "lim-new", 6, 0); err != nil {
+			t.Errorf("load of a new SKU without a limit with n3 down: %v", err)
 		}
 		c.srv["n3"].Restart()
 		c.waitUsable("n3", 5*time.Second)
