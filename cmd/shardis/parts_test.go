@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,6 +48,10 @@ func TestClientPartsAndRedoAck(t *testing.T) {
 		t.Fatalf("stuck parts %v: want p-1's part on %s with the corrupt counter as reason", stuck.Parts, rc.Node)
 	}
 	mustContain(t, ok(t, addr, "parts", "stuck", "--node", rc.Node), p.PartId, "not an integer")
+	mustContain(t, metricsText(t, addr),
+		`shardis_stuck_parts{node="`+rc.Node+`"} 1`,
+		`shardis_reconciler_parts_total{action="set_aside"} 1`,
+		`shardis_redo_unacked_entries{node="`+rc.Node+`"} 1`)
 
 	cl.HSet(ctx, "inv:stock:clothes:cap", "reserved", "1")
 	mustContain(t, ok(t, addr, "parts", "retry", rc.Node, p.PartId), "pending again")
@@ -67,7 +73,27 @@ func TestClientPartsAndRedoAck(t *testing.T) {
 		t.Fatalf("redo-log ack %s: acked %d", off, ack.AckedOffset)
 	}
 	past := strconv.FormatInt(rc.Offset+1000, 10)
+	mustContain(t, metricsText(t, addr), `shardis_redo_unacked_entries{node="`+rc.Node+`"} 0`)
 	fails(t, 1, "past the head", "redo-log", "ack", "--addr", addr, "--node", rc.Node, "--queue", rc.RedoLog, past)
 	fails(t, 2, "OFFSET", "redo-log", "ack", "--addr", addr, "--node", rc.Node, "--queue", rc.RedoLog, "x")
 	fails(t, 2, "stuck or retry", "parts")
+}
+
+// metricsText returns the service's /metrics page.
+func metricsText(t *testing.T, addr string) string {
+	t.Helper()
+	base, err := baseURL(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %d %v", res.StatusCode, err)
+	}
+	return string(b)
 }
