@@ -77,6 +77,14 @@ func TestClientPartsAndRedoAck(t *testing.T) {
 	fails(t, 1, "past the head", "redo-log", "ack", "--addr", addr, "--node", rc.Node, "--queue", rc.RedoLog, past)
 	fails(t, 2, "OFFSET", "redo-log", "ack", "--addr", addr, "--node", rc.Node, "--queue", rc.RedoLog, "x")
 	fails(t, 2, "stuck or retry", "parts")
+
+	// Every node shows its own per-user limit.
+	ok(t, addr, "stock", "load", "--route", "clothes", "--sku", "lim", "--qty", "3", "--limit", "2")
+	for _, ns := range okJSON(t, addr, &v1.GetStockResponse{}, "stock", "get", "--route", "clothes", "--sku", "lim").Stock.Nodes {
+		if ns.PerUserLimit != 2 {
+			t.Errorf("node %s per-user limit %d, want 2", ns.Node, ns.PerUserLimit)
+		}
+	}
 }
 
 // metricsText returns the service's /metrics page.

@@ -430,14 +430,17 @@ func (x *StockLevel) GetPerUserLimit() int64 {
 }
 
 type NodeStock struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Reachable     bool                   `protobuf:"varint,2,opt,name=reachable,proto3" json:"reachable,omitempty"`
-	Available     int64                  `protobuf:"varint,3,opt,name=available,proto3" json:"available,omitempty"`
-	Reserved      int64                  `protobuf:"varint,4,opt,name=reserved,proto3" json:"reserved,omitempty"`
-	Confirmed     int64                  `protobuf:"varint,5,opt,name=confirmed,proto3" json:"confirmed,omitempty"`
-	Loaded        int64                  `protobuf:"varint,6,opt,name=loaded,proto3" json:"loaded,omitempty"`
-	Error         string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Node      string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Reachable bool                   `protobuf:"varint,2,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	Available int64                  `protobuf:"varint,3,opt,name=available,proto3" json:"available,omitempty"`
+	Reserved  int64                  `protobuf:"varint,4,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	Confirmed int64                  `protobuf:"varint,5,opt,name=confirmed,proto3" json:"confirmed,omitempty"`
+	Loaded    int64                  `protobuf:"varint,6,opt,name=loaded,proto3" json:"loaded,omitempty"`
+	Error     string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// This node's per-user limit of the SKU (0 = none). Limit changes reach
+	// every node or none; a node a change failed on shows it here.
+	PerUserLimit  int64 `protobuf:"varint,8,opt,name=per_user_limit,json=perUserLimit,proto3" json:"per_user_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -519,6 +522,13 @@ func (x *NodeStock) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *NodeStock) GetPerUserLimit() int64 {
+	if x != nil {
+		return x.PerUserLimit
+	}
+	return 0
 }
 
 type Item struct {
@@ -2041,7 +2051,7 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\tconfirmed\x18\x04 \x01(\x03R\tconfirmed\x12+\n" +
 	"\x05nodes\x18\x05 \x03(\v2\x15.shardis.v1.NodeStockR\x05nodes\x12\x16\n" +
 	"\x06loaded\x18\x06 \x01(\x03R\x06loaded\x12$\n" +
-	"\x0eper_user_limit\x18\a \x01(\x03R\fperUserLimit\"\xc3\x01\n" +
+	"\x0eper_user_limit\x18\a \x01(\x03R\fperUserLimit\"\xe9\x01\n" +
 	"\tNodeStock\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1c\n" +
 	"\treachable\x18\x02 \x01(\bR\treachable\x12\x1c\n" +
@@ -2049,7 +2059,8 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\breserved\x18\x04 \x01(\x03R\breserved\x12\x1c\n" +
 	"\tconfirmed\x18\x05 \x01(\x03R\tconfirmed\x12\x16\n" +
 	"\x06loaded\x18\x06 \x01(\x03R\x06loaded\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error\"V\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12$\n" +
+	"\x0eper_user_limit\x18\b \x01(\x03R\fperUserLimit\"V\n" +
 	"\x04Item\x12\x1b\n" +
 	"\troute_key\x18\x01 \x01(\tR\brouteKey\x12\x15\n" +
 	"\x06sku_id\x18\x02 \x01(\tR\x05skuId\x12\x1a\n" +
