@@ -60,6 +60,10 @@ func (r *Reconciler) node(ctx context.Context, n *node.Node) int {
 	for _, s := range r.queue.take(n.Name()) {
 		if _, err := r.inv.SettleNow(ctx, s); err != nil {
 			r.queue.Enqueue(s)
+			if failed == 0 && ctx.Err() == nil { // once per pass: the rest likely fail alike
+				r.log.Warn("reconciler: deferred settle failed, kept for a later pass", "node", n.Name(),
+					"order", s.OrderID, "action", s.Action, "err", err)
+			}
 			failed++
 			continue
 		}
@@ -82,6 +86,9 @@ func (r *Reconciler) node(ctx context.Context, n *node.Node) int {
 	if r.nodeN[n.Name()].Add(1)%int64(r.set.TrimEvery) == 0 {
 		k, err := r.inv.TrimRedoLog(ctx, n.Name(), r.set.TrimAge, 200)
 		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("reconciler: trimming the redo log", "node", n.Name(), "err", err)
+			}
 			failed++
 		}
 		r.trimmed.Add(int64(k))
