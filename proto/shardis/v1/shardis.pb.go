@@ -133,7 +133,9 @@ type LoadStockRequest struct {
 	SkuId    string                 `protobuf:"bytes,2,opt,name=sku_id,json=skuId,proto3" json:"sku_id,omitempty"`
 	Quantity int64                  `protobuf:"varint,3,opt,name=quantity,proto3" json:"quantity,omitempty"`
 	// Units one user may hold reserved plus confirmed: > 0 sets it, 0 removes
-	// it, < 0 keeps the current limit (restocking).
+	// it, < 0 keeps the current limit (restocking). A change needs every node
+	// of the route usable, or nothing changes and the error names the nodes
+	// that are not; a limit every reachable node already holds is no change.
 	PerUserLimit  int64 `protobuf:"varint,4,opt,name=per_user_limit,json=perUserLimit,proto3" json:"per_user_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
