@@ -28,6 +28,8 @@ type Config struct {
 	Health Health `koanf:"health"`
 	// Breaker configures the per-node circuit breaker.
 	Breaker Breaker `koanf:"breaker"`
+	// Pipeline configures auto-pipelining of every node's client.
+	Pipeline Pipeline `koanf:"pipeline"`
 	// Inventory configures the inventory service built on the router.
 	Inventory Inventory `koanf:"inventory"`
 }
@@ -176,6 +178,18 @@ type Breaker struct {
 	OpenTimeout time.Duration `koanf:"open_timeout"`
 }
 
+// Pipeline configures auto-pipelining: concurrent commands to one node
+// share a pipeline (one write, one read) instead of one round trip each;
+// a command that finds its node's client idle is sent at once.
+type Pipeline struct {
+	// Enabled turns auto-pipelining on for every node.
+	// default: true
+	Enabled bool `koanf:"enabled"`
+	// MaxBatch is the target number of commands per pipeline (1..10000).
+	// default: 200
+	MaxBatch int `koanf:"max_batch"`
+}
+
 // Inventory configures the inventory service.
 type Inventory struct {
 	// Server is the first-level server key whose routes hold SKUs.
@@ -226,7 +240,8 @@ func Default() Config {
 			Timeout:   300 * time.Millisecond,
 			Backoff:   []time.Duration{500 * time.Millisecond, time.Second, 1500 * time.Millisecond},
 		},
-		Breaker: Breaker{Failures: 5, OpenTimeout: time.Second},
+		Breaker:  Breaker{Failures: 5, OpenTimeout: time.Second},
+		Pipeline: Pipeline{Enabled: true, MaxBatch: 200},
 		Inventory: Inventory{
 			Server:            "inventory",
 			ReservationTTL:    10 * time.Minute,

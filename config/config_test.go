@@ -80,7 +80,8 @@ func exampleConfig() Config {
 			Backoff: []time.Duration{500 * time.Millisecond, time.Second,
 				1500 * time.Millisecond},
 		},
-		Breaker: Breaker{Failures: 5, OpenTimeout: time.Second},
+		Breaker:  Breaker{Failures: 5, OpenTimeout: time.Second},
+		Pipeline: Pipeline{Enabled: true, MaxBatch: 200},
 		Inventory: Inventory{
 			Server:            "inventory",
 			ReservationTTL:    10 * time.Minute,
@@ -177,6 +178,7 @@ servers:
     routes: {eu: [n1], us: [n1]}
 health: {heartbeat: 1s, timeout: 2s, backoff: [3s]}
 breaker: {failures: 1, open_timeout: 4s}
+pipeline: {enabled: false, max_batch: 50}
 inventory:
   server: order
   reservation_ttl: 5m
@@ -196,8 +198,9 @@ inventory:
 		Servers: map[string]Server{
 			"order": {OnNodeDown: "next", Routes: map[string][]string{"eu": {"n1"}, "us": {"n1"}}},
 		},
-		Health:  Health{Heartbeat: time.Second, Timeout: 2 * time.Second, Backoff: []time.Duration{3 * time.Second}},
-		Breaker: Breaker{Failures: 1, OpenTimeout: 4 * time.Second},
+		Health:   Health{Heartbeat: time.Second, Timeout: 2 * time.Second, Backoff: []time.Duration{3 * time.Second}},
+		Breaker:  Breaker{Failures: 1, OpenTimeout: 4 * time.Second},
+		Pipeline: Pipeline{Enabled: false, MaxBatch: 50},
 		Inventory: Inventory{
 			Server:            "order",
 			ReservationTTL:    5 * time.Minute,
@@ -751,6 +754,8 @@ func TestParseEnvProblems(t *testing.T) {
 			"servers.inventory.routes.clothes[1]", "n9", false},
 		{"bad policy", []string{"SHARDIS_SERVERS__INVENTORY__ON_NODE_DOWN=retry"}, "servers.inventory.on_node_down", "retry", false},
 		{"scalar over a section", []string{"SHARDIS_HEALTH=1s"}, "health", "1s", false},
+		{"CLI variables are not overrides but a bad key still is", []string{"SHARDIS_TOKEN=t", "SHARDIS_URL=http://x", "SHARDIS_HEALTH__HEARTBEET=1s"},
+			"health.heartbeet", "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -765,6 +770,10 @@ func TestParseEnvProblems(t *testing.T) {
 			}
 			if len(ps) != 1 {
 				t.Errorf("got %d problems, want 1:\n%v", len(ps), err)
+			}
+			if want := tt.environ[len(tt.environ)-1][:strings.Index(tt.environ[len(tt.environ)-1], "=")]; p.Env != want ||
+				!strings.Contains(err.Error(), want) {
+				t.Errorf("%s: problem names variable %q (error %q), want %q", p.Path, p.Env, err, want)
 			}
 			switch {
 			case tt.emptyOK:
@@ -781,6 +790,18 @@ func TestParseEnvProblems(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The CLI's own variables (SHARDIS_TOKEN, SHARDIS_URL) are not
+// configuration overrides: a config loads with them set.
+func TestParseIgnoresCLIVariables(t *testing.T) {
+	cfg, err := Parse([]byte(exampleYAML), []string{"SHARDIS_TOKEN=secret", "SHARDIS_URL=http://127.0.0.1:7400", "SHARDIS_ADDR=x"})
+	if err != nil {
+		t.Fatalf("Parse with SHARDIS_TOKEN and SHARDIS_URL set: %v", err)
+	}
+	if cfg.Service.AuthToken != "" {
+		t.Errorf("SHARDIS_TOKEN became service.auth_token %q", cfg.Service.AuthToken)
 	}
 }
 
@@ -940,7 +961,7 @@ func TestValidate(t *testing.T) {
 			"breaker.failures", "breaker.open_timeout", "health.backoff", "health.heartbeat",
 			"health.timeout", "inventory.attempt_lease", "inventory.max_reservation_ttl", "inventory.reconcile_interval",
 			"inventory.redo_queues", "inventory.reservation_ttl", "inventory.retention",
-			"inventory.server", "nodes", "servers", "service.listen", "service.max_body_bytes", "service.shutdown_timeout",
+			"inventory.server", "nodes", "pipeline.max_batch", "servers", "service.listen", "service.max_body_bytes", "service.shutdown_timeout",
 		}},
 		{"empty policy", func(c *Config) {
 			c.Servers["inventory"] = Server{Routes: c.Servers["inventory"].Routes}

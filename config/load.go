@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"strings"
 
 	"github.com/knadh/koanf/parsers/yaml"
@@ -28,14 +29,22 @@ type Problem struct {
 	Value any
 	// Msg says what is wrong.
 	Msg string
+	// Env names the environment variable the value came from, or "" when
+	// it came from the file or the defaults.
+	Env string
 }
 
-// String formats the problem as "path: msg (got value)".
+// String formats the problem as "path: msg (got value)", with
+// " (from VARIABLE)" after the path when an environment variable set it.
 func (p Problem) String() string {
-	if p.Value == nil {
-		return p.Path + ": " + p.Msg
+	path := p.Path
+	if p.Env != "" {
+		path += " (from " + p.Env + ")"
 	}
-	return fmt.Sprintf("%s: %s (got %q)", p.Path, p.Msg, fmt.Sprint(p.Value))
+	if p.Value == nil {
+		return path + ": " + p.Msg
+	}
+	return fmt.Sprintf("%s: %s (got %q)", path, p.Msg, fmt.Sprint(p.Value))
 }
 
 // Problems is every problem found in a configuration. It is the error type
@@ -82,8 +91,11 @@ func Load(path string) (*Config, error) {
 // Parse is [Load] on YAML bytes and an explicit environment (KEY=VALUE
 // strings, as os.Environ returns; nil means none).
 //
-// Environment mapping: strip SHARDIS_, lower-case, and read a double
-// underscore as a level separator, so single underscores stay part of a key:
+// Environment mapping: only SHARDIS_ variables whose name holds a double
+// underscore are overrides (so SHARDIS_TOKEN or SHARDIS_URL, which the CLI
+// and scripts use, are left alone: every key has at least two levels).
+// Strip SHARDIS_, lower-case, and read a double underscore as a level
+// separator, so single underscores stay part of a key:
 //
 //	SHARDIS_SERVICE__LISTEN=0.0.0.0:7400            service.listen
 //	SHARDIS_HEALTH__HEARTBEAT=250ms                 health.heartbeat
@@ -93,13 +105,14 @@ func Load(path string) (*Config, error) {
 //	SHARDIS_SERVERS__INVENTORY__ROUTES__CLOTHES=n1,n2
 //
 // Names reached through the environment are lower-case. An override of an
-// unknown key is an error like any other unknown key.
+// unknown key is an error like any other unknown key; a problem with a
+// value from the environment names the variable (Problem.Env).
 func Parse(yamlData []byte, environ []string) (*Config, error) {
 	k := koanf.New(keyDelim)
 	if err := k.Load(rawbytes.Provider(yamlData), yaml.Parser()); err != nil {
 		return nil, fmt.Errorf("config: parse YAML: %w", err)
 	}
-	if ps := envConflicts(environ); len(ps) > 0 {
+	if ps := append(envConflicts(environ), envMisspelt(environ)...); len(ps) > 0 {
 		return nil, ps
 	}
 	envProvider := env.Provider(keyDelim, env.Opt{
@@ -125,25 +138,44 @@ func Parse(yamlData []byte, environ []string) (*Config, error) {
 		}
 	}
 	if len(problems) > 0 {
+		vars := envVars(environ)
+		for i := range problems {
+			problems[i].Env = envSource(vars, problems[i].Path)
+		}
 		return nil, problems
 	}
 	return &cfg, nil
 }
 
-// envKey maps SHARDIS_A__B_C=v to the koanf key a␟b_c.
+// envSource returns the variable that set path or one of its parents.
+func envSource(vars map[string]string, path string) string {
+	for p := path; p != ""; {
+		if v, ok := vars[p]; ok {
+			return v
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			return ""
+		}
+		p = p[:i]
+	}
+	return ""
+}
+
+// envKey maps SHARDIS_A__B_C=v to the koanf key a␟b_c, and a variable
+// without a double underscore (not an override) to "", which koanf skips.
 func envKey(k, v string) (string, any) {
 	k = strings.ToLower(strings.TrimPrefix(k, EnvPrefix))
-	if k == "" {
+	if !strings.Contains(k, "__") {
 		return "", nil
 	}
 	return strings.ReplaceAll(k, "__", keyDelim), v
 }
 
-// envConflicts reports overrides that give a key both a value and
-// sub-keys (SHARDIS_HEALTH=1 with SHARDIS_HEALTH__HEARTBEAT=1s): koanf would
-// resolve them in map order, differently from run to run.
-func envConflicts(environ []string) Problems {
-	keys := map[string]string{} // dotted key path → variable name
+// envVars maps the dotted key path of every override in environ to the
+// variable's name.
+func envVars(environ []string) map[string]string {
+	keys := map[string]string{}
 	for _, kv := range environ {
 		name, _, ok := strings.Cut(kv, "=")
 		if !ok || !strings.HasPrefix(name, EnvPrefix) {
@@ -153,6 +185,14 @@ func envConflicts(environ []string) Problems {
 			keys[strings.ReplaceAll(k, keyDelim, ".")] = name
 		}
 	}
+	return keys
+}
+
+// envConflicts reports overrides that give a key both a value and
+// sub-keys (SHARDIS_HEALTH__X=1 with SHARDIS_HEALTH__X__Y=1s): koanf would
+// resolve them in map order, differently from run to run.
+func envConflicts(environ []string) Problems {
+	keys := envVars(environ)
 	var ps Problems
 	for _, k := range sortedKeys(keys) {
 		for parent := k; strings.Contains(parent, "."); {
@@ -163,6 +203,44 @@ func envConflicts(environ []string) Problems {
 		}
 	}
 	return ps
+}
+
+// envMisspelt reports SHARDIS_ variables without a double underscore that
+// name a configuration section (SHARDIS_BREAKER_OPEN_TIMEOUT for
+// SHARDIS_BREAKER__OPEN_TIMEOUT, SHARDIS_HEALTH=1s): they would otherwise be
+// ignored. Other such variables (SHARDIS_TOKEN, SHARDIS_URL) are not the
+// configuration's and are left alone.
+func envMisspelt(environ []string) Problems {
+	var ps Problems
+	for _, kv := range environ {
+		name, val, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, EnvPrefix) || strings.Contains(name, "__") {
+			continue
+		}
+		key := strings.ToLower(strings.TrimPrefix(name, EnvPrefix))
+		for _, sec := range sections() {
+			switch {
+			case key == sec:
+				ps = append(ps, Problem{Path: key, Value: val, Env: name,
+					Msg: "a section is not set from one variable: name a key, e.g. " + EnvPrefix + strings.ToUpper(sec) + "__<KEY>"})
+			case strings.HasPrefix(key, sec+"_"):
+				ps = append(ps, Problem{Path: key, Env: name,
+					Msg: "not an override: levels are separated by a double underscore, e.g. " +
+						EnvPrefix + strings.ToUpper(sec) + "__" + strings.ToUpper(key[len(sec)+1:])})
+			}
+		}
+	}
+	return ps
+}
+
+// sections returns the top-level keys of a configuration.
+func sections() []string {
+	t := reflect.TypeOf(Config{})
+	out := make([]string, 0, t.NumField())
+	for i := 0; i < t.NumField(); i++ {
+		out = append(out, t.Field(i).Tag.Get("koanf"))
+	}
+	return out
 }
 
 // IsProblems reports whether err is (or wraps) a [Problems] list, and

@@ -120,6 +120,9 @@ func (c *Config) problems() Problems {
 		ps.add("breaker.failures", c.Breaker.Failures, "must be >= 1")
 	}
 	positive(&ps, "breaker.open_timeout", c.Breaker.OpenTimeout)
+	if c.Pipeline.MaxBatch < 1 || c.Pipeline.MaxBatch > 10000 {
+		ps.add("pipeline.max_batch", c.Pipeline.MaxBatch, "must be 1..10000")
+	}
 
 	inv := c.Inventory
 	if inv.Server == "" {

@@ -23,21 +23,57 @@ type clients struct {
 
 	cur     atomic.Pointer[redis.Client] // swapped under mu, read lock-free
 	mu      sync.Mutex
-	retired map[*redis.Client]*time.Timer // guarded by mu; closed by their timer or by close
-	closed  bool                          // guarded by mu
+	retired map[*redis.Client]*time.Timer   // guarded by mu; closed by their timer or by close
+	inner   map[*redis.Client]*redis.Client // guarded by mu; a client's pipeliner client
+	closed  bool                            // guarded by mu
 }
 
 func newClients(n *Node, opts redis.Options) *clients {
-	c := &clients{n: n, opts: opts, retired: map[*redis.Client]*time.Timer{}}
+	c := &clients{n: n, opts: opts, retired: map[*redis.Client]*time.Timer{}, inner: map[*redis.Client]*redis.Client{}}
 	c.cur.Store(c.build())
 	return c
 }
 
+// build returns a new hooked client. With auto-pipelining on, the client's
+// outermost hook hands commands to a pipeliner built on a second, inner
+// client that has only the node's hook: the pipeliner runs some commands
+// through its client's process hooks itself, which must not lead back
+// into the redirect.
 func (c *clients) build() *redis.Client {
 	opts := c.opts
 	cl := redis.NewClient(&opts)
+	if c.n.opts.Pipeline == nil {
+		cl.AddHook(hook{c.n})
+		return cl
+	}
+	p := &pipeliner{n: c.n}
+	cl.AddHook(p) // outermost: the node's hook sees pipelined commands as batches
 	cl.AddHook(hook{c.n})
+	inOpts := c.opts
+	inner := redis.NewClient(&inOpts)
+	inner.AddHook(hook{c.n})
+	cfg := *c.n.opts.Pipeline
+	ap, err := inner.AsyncAutoPipelineWithOptions(&cfg)
+	if err != nil {
+		c.n.log.Error("auto-pipelining off: bad pipeline options", "err", err)
+		_ = inner.Close()
+		return cl
+	}
+	p.ap.Store(ap)
+	c.mu.Lock()
+	c.inner[cl] = inner
+	c.mu.Unlock()
 	return cl
+}
+
+// closeClient closes cl and its pipeliner client. Called with mu held.
+func (c *clients) closeClient(cl *redis.Client) error {
+	err := cl.Close()
+	if in := c.inner[cl]; in != nil {
+		delete(c.inner, cl)
+		err = errors.Join(err, in.Close())
+	}
+	return err
 }
 
 func (c *clients) get() *redis.Client { return c.cur.Load() }
@@ -58,12 +94,11 @@ func (c *clients) renewIfDialFailed() {
 	old := c.cur.Swap(fresh)
 	c.retired[old] = time.AfterFunc(2*c.n.opts.CommandTimeout+time.Second, func() {
 		c.mu.Lock()
-		_, ok := c.retired[old]
-		delete(c.retired, old)
-		c.mu.Unlock()
-		if ok {
-			_ = old.Close()
+		if _, ok := c.retired[old]; ok {
+			delete(c.retired, old)
+			_ = c.closeClient(old)
 		}
+		c.mu.Unlock()
 	})
 	c.mu.Unlock()
 }
@@ -71,10 +106,10 @@ func (c *clients) renewIfDialFailed() {
 func (c *clients) close() error {
 	c.mu.Lock()
 	c.closed = true
-	errs := []error{c.cur.Load().Close()}
+	errs := []error{c.closeClient(c.cur.Load())}
 	for old, t := range c.retired {
 		t.Stop()
-		errs = append(errs, old.Close())
+		errs = append(errs, c.closeClient(old))
 	}
 	c.retired = nil
 	c.mu.Unlock()

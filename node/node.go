@@ -96,6 +96,11 @@ type Options struct {
 	// reached the network, with its duration and whether it was a node
 	// failure (for latency metrics). It runs on the caller's goroutine.
 	Observe func(d time.Duration, failure bool)
+	// Pipeline, when non-nil, turns on auto-pipelining of the node's client
+	// with these go-redis options (see pipeline.go): concurrent commands
+	// share one pipeline per node, a lone command is sent at once.
+	// default: nil (off); the router turns it on from the configuration
+	Pipeline *redis.AutoPipelineOptions
 	// Logger receives identity and breaker events.
 	// default: slog.Default()
 	Logger *slog.Logger
@@ -148,6 +153,7 @@ type Node struct {
 	downErr   atomic.Pointer[error]     // why the node is DOWN; nil when UP
 	ident     identity                  // stamp bookkeeping, own lock
 	maxSeq    atomic.Int64              // highest write sequence acknowledged to this process
+	pipelined atomic.Int64              // commands that rode a shared pipeline (pipeline.go)
 	closeOnce sync.Once
 }
 

@@ -121,6 +121,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 			ProbeTimeout:       cfg.Health.Timeout,
 			BreakerFailures:    cfg.Breaker.Failures,
 			BreakerOpenTimeout: cfg.Breaker.OpenTimeout,
+			Pipeline:           pipelineOptions(cfg.Pipeline),
 			OnFailure:          func() { sched.Trigger(name) },
 			Observe:            observer(opts.ObserveCommand, name),
 			Logger:             opts.Logger,
@@ -162,6 +163,17 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 	case <-ctx.Done():
 	}
 	return r, nil
+}
+
+// pipelineOptions turns the pipeline configuration into go-redis's
+// auto-pipeliner options, nil when auto-pipelining is off.
+func pipelineOptions(p config.Pipeline) *redis.AutoPipelineOptions {
+	if !p.Enabled {
+		return nil
+	}
+	o := redis.DefaultAutoPipelineOptions()
+	o.MaxBatchSize = p.MaxBatch
+	return o
 }
 
 func observer(f func(string, time.Duration, bool), name string) func(time.Duration, bool) {

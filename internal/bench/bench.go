@@ -51,7 +51,7 @@ type Plan struct {
 	ProfileFor time.Duration
 
 	// Sections, when not empty, limits the run to these sections:
-	// "lookup", "router", "inventory", "rpc", "failover".
+	// "lookup", "router", "latency", "inventory", "rpc", "failover".
 	Sections []string
 }
 
@@ -102,6 +102,7 @@ type Results struct {
 	Took      time.Duration
 	Lookups   []LookupResult
 	Router    *RouterResult
+	Latency   *LatencyResult
 	Inventory *InvResult
 	RPC       *RPCResult
 	Failover  *FailoverResult
@@ -129,6 +130,11 @@ func Run(ctx context.Context, p Plan, log *slog.Logger, progress func(string)) (
 	}
 	if p.runs("router") {
 		if res.Router, err = RunRouter(ctx, c, p, progress); err != nil {
+			return res, err
+		}
+	}
+	if p.runs("latency") {
+		if res.Latency, err = RunSingleCaller(ctx, c, p, progress); err != nil {
 			return res, err
 		}
 	}

@@ -149,6 +149,7 @@ func BenchmarkGet(b *testing.B) {
 		get  func(key string) error
 	}{
 		{"direct", func(key string) error { return c.Direct[c.HandRing.Home(key)].Get(ctx, key).Err() }},
+		{"directap", func(key string) error { return c.DirectAP[c.HandRing.Home(key)].Get(ctx, key).Err() }},
 		{"router", func(key string) error {
 			cl, err := c.Router.Client(kvServer, kvRoute, key)
 			if err != nil {

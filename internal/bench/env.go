@@ -68,13 +68,18 @@ type Cluster struct {
 	Inv     *inventory.Inventory
 	Log     *slog.Logger
 
-	Direct     []*redis.Client // like nodeNames
-	HandRing   *router.Ring    // members like nodeNames: picks Direct[i] by hand
-	Ring       *redis.Ring
-	Twemproxy  *Twemproxy
-	TwemClient *redis.Client
-	Admin      []*redis.Client // plain clients for setup (flush, preload)
-	Meter      *CPUMeter       // CPU of other processes (see runRounds)
+	Direct   []*redis.Client        // like nodeNames
+	DirectAP []*redis.AutoPipeliner // Direct[i]'s go-redis auto-pipeliner (blocking face)
+	HandRing *router.Ring           // members like nodeNames: picks Direct[i] by hand
+	// PlainRouter and PlainInv are the router and inventory of the same
+	// build and nodes with auto-pipelining off (single-caller latency).
+	PlainRouter *router.Router
+	PlainInv    *inventory.Inventory
+	Ring        *redis.Ring
+	Twemproxy   *Twemproxy
+	TwemClient  *redis.Client
+	Admin       []*redis.Client // plain clients for setup (flush, preload)
+	Meter       *CPUMeter       // CPU of other processes (see runRounds)
 }
 
 // Pids returns the pids of the cluster's redis-servers and twemproxy.
@@ -154,9 +159,23 @@ func StartCluster(ctx context.Context, aof, withBaselines bool, log *slog.Logger
 		return c, nil
 	}
 
+	plain := *c.Cfg
+	plain.Pipeline.Enabled = false
+	if c.PlainRouter, err = router.New(ctx, &plain, router.Options{Logger: log}); err != nil {
+		return c, err
+	}
+	if c.PlainInv, err = inventory.New(c.PlainRouter, inventory.Options{Logger: log}); err != nil {
+		return c, err
+	}
 	addrMap := map[string]string{}
 	for i, name := range nodeNames {
-		c.Direct = append(c.Direct, redis.NewClient(clientOptions(c.Addrs[i], c.Cfg.Health.Timeout)))
+		d := redis.NewClient(clientOptions(c.Addrs[i], c.Cfg.Health.Timeout))
+		ap, err := d.AutoPipeline()
+		if err != nil {
+			return c, fmt.Errorf("go-redis AutoPipeline: %w", err)
+		}
+		c.Direct = append(c.Direct, d)
+		c.DirectAP = append(c.DirectAP, ap)
 		addrMap[name] = c.Addrs[i]
 	}
 	// The same ring the router builds, member i = nodeNames[i] = Direct[i].
@@ -211,9 +230,13 @@ func (c *Cluster) Close() {
 		c.Ring = nil
 	}
 	for _, d := range c.Direct {
-		_ = d.Close()
+		_ = d.Close() // closes its auto-pipeliner too
 	}
-	c.Direct = nil
+	c.Direct, c.DirectAP = nil, nil
+	if c.PlainRouter != nil {
+		_ = c.PlainRouter.Close()
+		c.PlainRouter, c.PlainInv = nil, nil
+	}
 	if c.Router != nil {
 		_ = c.Router.Close()
 		c.Router = nil

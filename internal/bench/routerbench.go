@@ -13,6 +13,7 @@ import (
 // Router-throughput variants, in the order they run within a round.
 const (
 	VarDirect    = "direct go-redis (hand-routed)"
+	VarDirectAP  = "direct go-redis AutoPipeline (hand-routed)"
 	VarRouter    = "shardis Router.Client"
 	VarSetPick   = "shardis Set.Pick"
 	VarRing      = "go-redis Ring"
@@ -89,8 +90,9 @@ func RunRouter(ctx context.Context, c *Cluster, p Plan, progress func(string)) (
 	// pick returns the client of each variant for a key.
 	type picker func(key string) (redis.Cmdable, error)
 	pickers := map[string]picker{
-		VarDirect: func(key string) (redis.Cmdable, error) { return c.Direct[c.HandRing.Home(key)], nil },
-		VarRouter: func(key string) (redis.Cmdable, error) { return c.Router.Client(kvServer, kvRoute, key) },
+		VarDirect:   func(key string) (redis.Cmdable, error) { return c.Direct[c.HandRing.Home(key)], nil },
+		VarDirectAP: func(key string) (redis.Cmdable, error) { return c.DirectAP[c.HandRing.Home(key)], nil },
+		VarRouter:   func(key string) (redis.Cmdable, error) { return c.Router.Client(kvServer, kvRoute, key) },
 		VarSetPick: func(key string) (redis.Cmdable, error) {
 			n, err := set.Pick(key)
 			if err != nil {
@@ -101,9 +103,9 @@ func RunRouter(ctx context.Context, c *Cluster, p Plan, progress func(string)) (
 		VarRing:      func(string) (redis.Cmdable, error) { return c.Ring, nil },
 		VarTwemproxy: func(string) (redis.Cmdable, error) { return c.TwemClient, nil },
 	}
-	variants := []string{VarDirect, VarRouter, VarRing, VarTwemproxy}
+	variants := []string{VarDirect, VarDirectAP, VarRouter, VarRing, VarTwemproxy}
 	if p.SetPick {
-		variants = []string{VarDirect, VarRouter, VarSetPick, VarRing, VarTwemproxy}
+		variants = []string{VarDirect, VarDirectAP, VarRouter, VarSetPick, VarRing, VarTwemproxy}
 	}
 	ops := map[string]func(pick picker) Op{
 		"GET": func(pick picker) Op {
@@ -159,8 +161,8 @@ func RunRouter(ctx context.Context, c *Cluster, p Plan, progress func(string)) (
 			}
 		}
 		g := got["GET"]
-		return commit, fmt.Sprintf("GET ops/s router %.0f, direct %.0f, ring %.0f, twemproxy %.0f",
-			g[VarRouter].OpsPerSec(), g[VarDirect].OpsPerSec(), g[VarRing].OpsPerSec(), g[VarTwemproxy].OpsPerSec()), nil
+		return commit, fmt.Sprintf("GET ops/s router %.0f, direct %.0f, direct auto-pipelined %.0f, ring %.0f, twemproxy %.0f",
+			g[VarRouter].OpsPerSec(), g[VarDirect].OpsPerSec(), g[VarDirectAP].OpsPerSec(), g[VarRing].OpsPerSec(), g[VarTwemproxy].OpsPerSec()), nil
 	})
 	res.Rounds = st
 	if err != nil {

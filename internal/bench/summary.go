@@ -13,9 +13,15 @@ type Summary struct {
 	RouterVsDirect    float64 `json:"router_vs_direct"`
 	RouterVsRing      float64 `json:"router_vs_ring"`
 	RouterVsTwemproxy float64 `json:"router_vs_twemproxy"`
-	SetPickVsDirect   float64 `json:"setpick_vs_direct,omitempty"`
-	RouterGetOps      float64 `json:"router_get_ops"`
-	RouterSetOps      float64 `json:"router_set_ops"`
+	// RouterVsDirectAP compares with hand-routed go-redis using its own
+	// AutoPipeline(): the best a go-redis user could hand-write.
+	RouterVsDirectAP float64 `json:"router_vs_direct_autopipelined"`
+	// SingleCallerLatencyRatio is p50 latency of one goroutine with
+	// auto-pipelining on / off (same build), worst of GET and 1-item reserve.
+	SingleCallerLatencyRatio float64 `json:"single_caller_latency_ratio"`
+	SetPickVsDirect          float64 `json:"setpick_vs_direct,omitempty"`
+	RouterGetOps             float64 `json:"router_get_ops"`
+	RouterSetOps             float64 `json:"router_set_ops"`
 
 	RouteLookupNs     float64 `json:"route_lookup_ns"`
 	RouteLookupAllocs int64   `json:"route_lookup_allocs"`
@@ -55,9 +61,15 @@ func Summarize(r *Results) Summary {
 		}
 		s.RouterGetOps = math.Round(rr.Get("GET", VarRouter).Ops())
 		s.RouterSetOps = math.Round(rr.Get("SET", VarRouter).Ops())
-		s.Targets["router_vs_direct>=0.95"] = s.RouterVsDirect >= 0.95
-		s.Targets["router_vs_ring>=0.97"] = s.RouterVsRing >= 0.97
-		s.Targets["router_vs_twemproxy>=1.2"] = s.RouterVsTwemproxy >= 1.2
+		s.RouterVsDirectAP = round3(rr.Ratio(VarRouter, VarDirectAP))
+		s.Targets["router_vs_direct>=3.0"] = s.RouterVsDirect >= 3.0
+		s.Targets["router_vs_ring>=3.0"] = s.RouterVsRing >= 3.0
+		s.Targets["router_vs_twemproxy>=3.0"] = s.RouterVsTwemproxy >= 3.0
+		s.Targets["router_vs_direct_autopipelined>=0.95"] = s.RouterVsDirectAP >= 0.95
+	}
+	if lr := r.Latency; lr != nil {
+		s.SingleCallerLatencyRatio = round3(lr.Worst())
+		s.Targets["single_caller_latency_ratio<=1.10"] = s.SingleCallerLatencyRatio <= 1.10
 	}
 	if len(r.Lookups) > 0 {
 		s.RouteLookupNs = math.Round(r.Lookups[0].NsPerOp*10) / 10

@@ -1,0 +1,202 @@
+package node
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Auto-pipelining.
+//
+// With Options.Pipeline set, the node's client shares writes and reads
+// between concurrent callers: a command that finds another command of the
+// same client still in flight is handed to go-redis's auto-pipeliner
+// (its deferred face, Client.AsyncAutoPipelineWithOptions), which sends the commands queued by then
+// as one pipeline on one connection. A command that finds the client idle
+// is sent at once on the ordinary pool, so a lone caller pays nothing for
+// the pipeliner's hand-off between goroutines (as rueidis does).
+//
+// The node's semantics hold on both paths:
+//   - the state gate and the breaker admit a pipelined batch once and count
+//     a failed batch as one node failure (ProcessPipelineHook of the node's
+//     hook), so a DOWN node still refuses at once;
+//   - a batch never mixes two nodes: every client has its own pipeliner;
+//   - the caller's context bounds its call: a command waits for its batch
+//     only until ctx is done or the command timeout passed, then returns
+//     ctx.Err() or a timeout error (the command may still run: its outcome
+//     is unknown, exactly as for a timed-out command on the ordinary path).
+//     The batch writes into a shadow command of the same type, copied into
+//     the caller's command only when the caller is still waiting, so an
+//     abandoned wait never races with the batch. A context that can never
+//     be done (context.Background) needs no shadow: the command itself
+//     rides the pipeline and its caller waits for the batch, which fails
+//     on the node's own read and write timeouts.
+//
+// Commands that cannot share a connection stay on the ordinary path:
+// connection-scoped ones (WATCH, MULTI/EXEC, SELECT, CLIENT, HELLO, AUTH,
+// the subscribe family, MONITOR), blocking ones (BLPOP & co., WAIT,
+// WAITAOF, XREAD/XREADGROUP), and commands whose reply type the shadow
+// cannot carry. Pipelines and transactions built by the caller
+// (Pipelined, TxPipelined) never go through the pipeliner either.
+
+// pipeliner redirects one client's commands; it is the client's outermost
+// hook, so the node's own hook sees pipelined commands only as batches.
+type pipeliner struct {
+	n        *Node
+	ap       atomic.Pointer[redis.AutoPipeliner] // set once the client exists
+	inflight atomic.Int64                        // commands of this client under way
+}
+
+func (p *pipeliner) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (p *pipeliner) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (p *pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		busy := p.inflight.Add(1) > 1
+		defer p.inflight.Add(-1)
+		ap := p.ap.Load()
+		if !busy || ap == nil || !p.n.Usable() || !pipelinable(cmd.Name()) {
+			return next(ctx, cmd)
+		}
+		if ctx.Done() == nil {
+			// Nothing can end the caller's wait early: the command itself
+			// rides the pipeline (no shadow, no timer).
+			p.n.pipelined.Add(1)
+			return ap.Submit(ctx, cmd).Wait()
+		}
+		shadow := shadowOf(ctx, cmd)
+		if shadow == nil {
+			return next(ctx, cmd)
+		}
+		if err := ctx.Err(); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		p.n.pipelined.Add(1)
+		fut := ap.Submit(ctx, shadow)
+		// Wait no longer than the caller wants, nor than the command
+		// timeout a command sent on its own would wait for.
+		wctx := ctx
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > p.n.opts.CommandTimeout {
+			var cancel context.CancelFunc
+			wctx, cancel = context.WithTimeout(ctx, p.n.opts.CommandTimeout)
+			defer cancel()
+		}
+		err := fut.WaitContext(wctx)
+		if err != nil && wctx.Err() != nil && err == wctx.Err() {
+			// Abandoned: the shadow may still run; its reply is dropped
+			// and its outcome is unknown, as for a timed-out command.
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			} else {
+				err = &pipelineTimeout{node: p.n.opts.Name, after: p.n.opts.CommandTimeout}
+			}
+			cmd.SetErr(err)
+			return err
+		}
+		copyReply(cmd, shadow)
+		return cmd.Err()
+	}
+}
+
+// pipelineTimeout is the error of a pipelined command whose batch did not
+// answer within the command timeout. Like a network timeout it says the
+// command may or may not have run; the batch itself is counted against the
+// node (once) when it fails.
+type pipelineTimeout struct {
+	node  string
+	after time.Duration
+}
+
+func (e *pipelineTimeout) Error() string {
+	return "node " + e.node + ": pipelined command: no reply within " + e.after.String() + " (i/o timeout)"
+}
+
+// Timeout reports true: the error is a timeout (net.Error).
+func (e *pipelineTimeout) Timeout() bool { return true }
+
+// Temporary reports true (net.Error).
+func (e *pipelineTimeout) Temporary() bool { return true }
+
+// pipelinable reports whether a command may share a connection with others.
+func pipelinable(name string) bool {
+	switch name {
+	case "watch", "unwatch", "multi", "exec", "discard",
+		"hello", "auth", "select", "client", "reset", "quit", "readonly", "readwrite",
+		"subscribe", "psubscribe", "ssubscribe", "unsubscribe", "punsubscribe", "sunsubscribe", "monitor",
+		"blpop", "brpop", "brpoplpush", "blmove", "blmpop", "bzpopmin", "bzpopmax", "bzmpop",
+		"wait", "waitaof", "xread", "xreadgroup", "migrate", "sync", "psync", "shutdown", "debug":
+		return false
+	}
+	return true
+}
+
+// shadowOf returns a fresh command of cmd's type with its arguments, or nil
+// when the type is not one the shadow can carry.
+func shadowOf(ctx context.Context, cmd redis.Cmder) redis.Cmder {
+	args := cmd.Args()
+	switch cmd.(type) {
+	case *redis.Cmd:
+		return redis.NewCmd(ctx, args...)
+	case *redis.StringCmd:
+		return redis.NewStringCmd(ctx, args...)
+	case *redis.StatusCmd:
+		return redis.NewStatusCmd(ctx, args...)
+	case *redis.IntCmd:
+		return redis.NewIntCmd(ctx, args...)
+	case *redis.BoolCmd:
+		return redis.NewBoolCmd(ctx, args...)
+	case *redis.FloatCmd:
+		return redis.NewFloatCmd(ctx, args...)
+	case *redis.SliceCmd:
+		return redis.NewSliceCmd(ctx, args...)
+	case *redis.StringSliceCmd:
+		return redis.NewStringSliceCmd(ctx, args...)
+	case *redis.IntSliceCmd:
+		return redis.NewIntSliceCmd(ctx, args...)
+	case *redis.BoolSliceCmd:
+		return redis.NewBoolSliceCmd(ctx, args...)
+	case *redis.MapStringStringCmd:
+		return redis.NewMapStringStringCmd(ctx, args...)
+	}
+	return nil
+}
+
+// copyReply moves the shadow's reply into cmd (same concrete type, see
+// shadowOf).
+func copyReply(cmd, shadow redis.Cmder) {
+	switch c := cmd.(type) {
+	case *redis.Cmd:
+		c.SetVal(shadow.(*redis.Cmd).Val())
+	case *redis.StringCmd:
+		c.SetVal(shadow.(*redis.StringCmd).Val())
+	case *redis.StatusCmd:
+		c.SetVal(shadow.(*redis.StatusCmd).Val())
+	case *redis.IntCmd:
+		c.SetVal(shadow.(*redis.IntCmd).Val())
+	case *redis.BoolCmd:
+		c.SetVal(shadow.(*redis.BoolCmd).Val())
+	case *redis.FloatCmd:
+		c.SetVal(shadow.(*redis.FloatCmd).Val())
+	case *redis.SliceCmd:
+		c.SetVal(shadow.(*redis.SliceCmd).Val())
+	case *redis.StringSliceCmd:
+		c.SetVal(shadow.(*redis.StringSliceCmd).Val())
+	case *redis.IntSliceCmd:
+		c.SetVal(shadow.(*redis.IntSliceCmd).Val())
+	case *redis.BoolSliceCmd:
+		c.SetVal(shadow.(*redis.BoolSliceCmd).Val())
+	case *redis.MapStringStringCmd:
+		c.SetVal(shadow.(*redis.MapStringStringCmd).Val())
+	}
+	cmd.SetErr(shadow.Err())
+}
+
+// Pipelined returns how many commands of the node's clients rode a shared
+// pipeline (as opposed to being sent on their own) since the node was made.
+func (n *Node) Pipelined() int64 { return n.pipelined.Load() }

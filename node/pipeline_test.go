@@ -1,0 +1,263 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/node"
+)
+
+// pipelinedNode starts a server and an UP node with auto-pipelining on.
+func pipelinedNode(t *testing.T, opts node.Options, failures *atomic.Int32) (*redistest.Server, *node.Node) {
+	t.Helper()
+	s := redistest.Start(t, redistest.Options{})
+	opts.Name, opts.Addr = "n1", s.Addr()
+	opts.Pipeline = redis.DefaultAutoPipelineOptions()
+	n := newNode(t, opts, failures)
+	if err := n.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n.SetUp()
+	return s, n
+}
+
+// hammer runs f from conc goroutines, each count times, and returns the
+// first error.
+func hammer(conc, count int, f func(g, i int) error) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, conc)
+	for g := 0; g < conc; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < count; i++ {
+				if err := f(g, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// Concurrent callers share round trips, and every caller gets its own reply,
+// with contexts that can end (replies copied from shadow commands) and with
+// ones that cannot (the commands themselves ride the pipeline).
+func TestPipelineSharesRoundTripsKeepsReplies(t *testing.T) {
+	t.Parallel()
+	var trips atomic.Int64
+	_, n := pipelinedNode(t, node.Options{Observe: func(time.Duration, bool) { trips.Add(1) }}, nil)
+	cancellable, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const conc, count = 32, 100
+	err := hammer(conc, count, func(g, i int) error {
+		ctx := context.Background()
+		if g%2 == 1 {
+			ctx = cancellable
+		}
+		key, val := fmt.Sprintf("k%d", g), fmt.Sprintf("v%d-%d", g, i)
+		if err := n.Client().Set(ctx, key, val, 0).Err(); err != nil {
+			return err
+		}
+		got, err := n.Client().Get(ctx, key).Result()
+		if err != nil {
+			return err
+		}
+		if got != val {
+			return fmt.Errorf("GET %s = %q, want %q (a reply went to the wrong caller)", key, got, val)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := int64(2 * conc * count)
+	t.Logf("%d commands, %d pipelined, %d round trips", cmds, n.Pipelined(), trips.Load())
+	if n.Pipelined() == 0 || trips.Load() >= cmds {
+		t.Errorf("pipelined %d of %d commands in %d round trips: want some pipelined and fewer round trips than commands",
+			n.Pipelined(), cmds, trips.Load())
+	}
+}
+
+// A lone caller never waits for the pipeliner.
+func TestPipelineLoneCallerGoesDirect(t *testing.T) {
+	t.Parallel()
+	_, n := pipelinedNode(t, node.Options{}, nil)
+	ctx := context.Background()
+	for i := 0; i < 200; i++ {
+		if err := n.Client().Set(ctx, "k", i, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := n.Pipelined(); got != 0 {
+		t.Errorf("a single goroutine's commands: %d pipelined, want 0 (sent at once)", got)
+	}
+}
+
+// While the node is DOWN, concurrent commands are refused at once.
+func TestPipelineDownRefusesAtOnce(t *testing.T) {
+	t.Parallel()
+	_, n := pipelinedNode(t, node.Options{}, nil)
+	n.SetDown(errors.New("drill"))
+	ctx := context.Background()
+	start := time.Now()
+	err := hammer(16, 50, func(int, int) error {
+		if err := n.Client().Get(ctx, "k").Err(); !errors.Is(err, node.ErrDown) {
+			return fmt.Errorf("GET on a DOWN node: %v, want ErrDown", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 800 refusals: no network wait (a probe timeout alone would be 300ms).
+	if d := time.Since(start); d > 250*time.Millisecond {
+		t.Errorf("800 refusals took %v: commands waited for something", d)
+	}
+}
+
+// A batch that fails on the network counts as one node failure, not one
+// per command.
+func TestPipelineFailedBatchCountsOnce(t *testing.T) {
+	t.Parallel()
+	var failures atomic.Int32
+	s, n := pipelinedNode(t, node.Options{CommandTimeout: 300 * time.Millisecond, BreakerFailures: 1000}, &failures)
+	ctx := context.Background()
+	if err := n.Client().Ping(ctx).Err(); err != nil { // warm the pools
+		t.Fatal(err)
+	}
+	s.Pause()
+	defer s.Resume()
+	const conc = 32
+	var failed atomic.Int32
+	_ = hammer(conc, 1, func(int, int) error {
+		if err := n.Client().Get(ctx, "k").Err(); err != nil && node.IsFailure(ctx, err) {
+			failed.Add(1)
+		}
+		return nil
+	})
+	// A caller stops waiting at the command timeout; its batch is counted
+	// when the batch itself fails, which may be a little later.
+	direct := int32(conc) - int32(n.Pipelined())
+	for deadline := time.Now().Add(5 * time.Second); failures.Load() < direct+1 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("%d commands failed, %d node failures counted, %d pipelined", failed.Load(), failures.Load(), n.Pipelined())
+	if failed.Load() != conc {
+		t.Fatalf("%d of %d commands on a frozen node failed, want all", failed.Load(), conc)
+	}
+	if n.Pipelined() == 0 {
+		t.Fatal("no command was pipelined: the test did not exercise batches")
+	}
+	// The commands sent on their own count once each; each batch once.
+	if failures.Load() >= int32(conc) || failures.Load() < direct+1 {
+		t.Errorf("%d node failures for %d failed commands (%d sent on their own): want one per batch",
+			failures.Load(), conc, direct)
+	}
+}
+
+// A pipelined command returns when its caller's deadline passes, not when
+// the node's command timeout does.
+func TestPipelineHonoursCallerDeadline(t *testing.T) {
+	t.Parallel()
+	s, n := pipelinedNode(t, node.Options{CommandTimeout: 3 * time.Second, BreakerFailures: 1000}, nil)
+	ctx := context.Background()
+	if err := n.Client().Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Pause()
+	defer s.Resume()
+	// A command already under way makes the next one take the pipeline.
+	busy := make(chan error, 1)
+	go func() { busy <- n.Client().Get(ctx, "held").Err() }()
+	deadline := time.Now().Add(3 * time.Second)
+	for n.Pipelined() == 0 && time.Now().Before(deadline) {
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		start := time.Now()
+		err := n.Client().Get(short, "k").Err()
+		took := time.Since(start)
+		cancel()
+		var ne interface{ Timeout() bool }
+		if !errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &ne) && ne.Timeout()) {
+			t.Fatalf("GET with a 100ms deadline on a frozen node: %v, want a deadline error", err)
+		}
+		if took > time.Second {
+			t.Fatalf("GET with a 100ms deadline took %v (node command timeout 3s)", took)
+		}
+	}
+	if n.Pipelined() == 0 {
+		t.Fatal("no command was pipelined")
+	}
+	s.Resume()
+	if err := <-busy; err != nil && !node.IsFailure(ctx, err) {
+		t.Logf("held command: %v", err)
+	}
+}
+
+// WATCH/MULTI/EXEC stay on their own connection while other callers keep
+// the pipeline busy: optimistic increments are never lost.
+func TestPipelineKeepsTransactions(t *testing.T) {
+	t.Parallel()
+	_, n := pipelinedNode(t, node.Options{}, nil)
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var bg sync.WaitGroup
+	for i := 0; i < 8; i++ { // keep the pipeline busy
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					_ = n.Client().Get(ctx, "other").Err()
+				}
+			}
+		}()
+	}
+	var committed atomic.Int64
+	err := hammer(8, 50, func(int, int) error {
+		for {
+			err := n.Client().Watch(ctx, func(tx *redis.Tx) error {
+				v, err := tx.Get(ctx, "counter").Int64()
+				if err != nil && !errors.Is(err, redis.Nil) {
+					return err
+				}
+				_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+					p.Set(ctx, "counter", v+1, 0)
+					return nil
+				})
+				return err
+			}, "counter")
+			if errors.Is(err, redis.TxFailedErr) {
+				continue
+			}
+			if err == nil {
+				committed.Add(1)
+			}
+			return err
+		}
+	})
+	close(stop)
+	bg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := n.Client().Get(ctx, "counter").Int64()
+	if err != nil || got != committed.Load() {
+		t.Errorf("counter = %d (%v) after %d committed increments", got, err, committed.Load())
+	}
+	t.Logf("%d pipelined commands alongside %d transactions", n.Pipelined(), committed.Load())
+}
