@@ -214,11 +214,13 @@ type Inventory struct {
 	// consumer's acknowledgement. Must exceed max_reservation_ttl.
 	// default: 168h
 	Retention time.Duration `koanf:"retention"`
-	// RedoMaxAge is how old a settled redo-log entry may grow before the
-	// reconciler trims it even though no consumer acknowledged it (AckRedoLog
-	// lets a consumer trim sooner). It keeps the redo log from becoming a
-	// big key when nobody consumes it.
-	// default: 24h
+	// RedoMaxAge, when > 0, is how old a settled redo-log entry may grow
+	// before the reconciler trims it even though no consumer acknowledged
+	// it (an explicit opt-in: a consumer down longer than this loses those
+	// entries). 0 never trims an unacknowledged entry: settled entries are
+	// trimmed once acknowledged (AckRedoLog), and the unacknowledged backlog
+	// is the metric shardis_redo_unacked_entries.
+	// default: 0 (never)
 	RedoMaxAge time.Duration `koanf:"redo_max_age"`
 	// AttemptLease is how long one Reserve attempt owns its order before a
 	// retry of the same order id may take it over. A retry arriving while
@@ -247,7 +249,7 @@ func Default() Config {
 			ReconcileInterval: time.Second,
 			RedoQueues:        50,
 			Retention:         7 * 24 * time.Hour,
-			RedoMaxAge:        24 * time.Hour,
+			RedoMaxAge:        0,
 			AttemptLease:      10 * time.Second,
 		},
 	}

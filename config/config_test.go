@@ -89,7 +89,7 @@ func exampleConfig() Config {
 			ReconcileInterval: time.Second,
 			RedoQueues:        50,
 			Retention:         168 * time.Hour,
-			RedoMaxAge:        24 * time.Hour,
+			RedoMaxAge:        0,
 			AttemptLease:      10 * time.Second,
 		},
 	}
@@ -208,7 +208,7 @@ inventory:
 			ReconcileInterval: 250 * time.Millisecond,
 			RedoQueues:        1024,
 			Retention:         6 * time.Minute,
-			RedoMaxAge:        24 * time.Hour,
+			RedoMaxAge:        0,
 			AttemptLease:      10 * time.Second,
 		},
 	}
@@ -959,7 +959,7 @@ func TestValidate(t *testing.T) {
 		{"defaults alone", func(c *Config) { *c = Default() }, []string{"nodes", "servers"}},
 		{"zero Config", func(c *Config) { *c = Config{} }, []string{
 			"breaker.failures", "breaker.open_timeout", "health.backoff", "health.heartbeat",
-			"health.timeout", "inventory.attempt_lease", "inventory.max_reservation_ttl", "inventory.reconcile_interval", "inventory.redo_max_age",
+			"health.timeout", "inventory.attempt_lease", "inventory.max_reservation_ttl", "inventory.reconcile_interval",
 			"inventory.redo_queues", "inventory.reservation_ttl", "inventory.retention",
 			"inventory.server", "nodes", "pipeline.max_batch", "servers", "service.listen", "service.max_body_bytes", "service.shutdown_timeout",
 		}},

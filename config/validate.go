@@ -141,7 +141,9 @@ func (c *Config) problems() Problems {
 	} else {
 		positive(&ps, "inventory.retention", inv.Retention)
 	}
-	positive(&ps, "inventory.redo_max_age", inv.RedoMaxAge)
+	if inv.RedoMaxAge < 0 {
+		ps.add("inventory.redo_max_age", inv.RedoMaxAge.String(), "must be >= 0 (0 = never trim unacknowledged entries)")
+	}
 	positive(&ps, "inventory.attempt_lease", inv.AttemptLease)
 	if inv.RedoQueues < 1 || inv.RedoQueues > 1024 {
 		ps.add("inventory.redo_queues", inv.RedoQueues, "must be between 1 and 1024")

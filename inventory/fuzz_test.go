@@ -305,6 +305,8 @@ func FuzzScriptArgs(f *testing.F) {
 		switch {
 		case !valid:
 			wantErr = ErrInvalid
+		case user == "" && effLimit > 0: // a limited SKU needs a user
+			wantErr = ErrInvalid
 		case user != "" && effLimit > 0 && want > effLimit:
 			wantErr = ErrLimitExceeded
 		case want > loaded:
@@ -336,7 +338,7 @@ func FuzzScriptArgs(f *testing.F) {
 			t.Fatalf("after Reserve of %d: totals %+v (loaded %d)", want, total, loaded)
 		}
 		quota := int64(0)
-		if user != "" && effLimit > 0 {
+		if user != "" { // counted with or without a limit
 			quota = want
 		}
 		if held := env.quotaHeld(t, route, sku, user); user != "" && held != quota {
@@ -533,7 +535,7 @@ func FuzzCorruptValue(f *testing.F) {
 			t.Fatal(err)
 		}
 		raw := env.raw[n.Name()]
-		if _, err := inv.LoadStock(ctx, route, sku, 30, 10); err != nil {
+		if _, err := inv.LoadStock(ctx, route, sku, 30, 30); err != nil { // a limit the 29-unit Reserve below fits
 			t.Fatal(err)
 		}
 		// A pending part on n, taken by the reserve script directly.
@@ -610,7 +612,7 @@ func FuzzCorruptValue(f *testing.F) {
 				}
 			}
 			// 29 units: every node must be asked, n included.
-			_, err := inv.Reserve(ctx, pfx+"o2", []Item{{Route: route, SKU: sku, Quantity: 29}}, "", 0)
+			_, err := inv.Reserve(ctx, pfx+"o2", []Item{{Route: route, SKU: sku, Quantity: 29}}, "fz-user", 0)
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("Reserve with %s = %q on %s: %v, want ErrCorrupt", field, value, n.Name(), err)
 			}

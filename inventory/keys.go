@@ -13,6 +13,8 @@ import (
 // scripts span SKUs, so Redis Cluster hash tags would not help here.
 const (
 	keyPending    = "inv:pending"      // zset: part id → deadline (ms)
+	keyStuck      = "inv:stuck"        // zset: part id set aside → when (ms); the pending script names it too
+	keyStuckWhy   = "inv:stuck:why"    // hash: part id set aside → reason; the pending script names it too
 	keyRedoOffset = "inv:redo:offsets" // hash: redo queue key → last offset
 	keyRedoAcked  = "inv:redo:acked"   // hash: redo queue key → acknowledged offset
 )

@@ -27,6 +27,11 @@ return out
 //	later  5 part id, 6 new deadline ms: move a part's deadline (only if
 //	       it is still indexed).
 //	drop   5 part id: unindex a part that is not pending.
+//	stuck  5 part id, 6 reason: set a part aside (see [Inventory.SetAside]):
+//	       move it from the pending index to the stuck index, with its
+//	       reason. Returns 1, or 0 when it was not indexed as pending.
+//	retry  5 part id: move a stuck part back to the pending index, due
+//	       now. Returns 1, or 0 when it was not stuck.
 var pendingAdjustScript = newScript("pending-adjust", true, `
 local op = ARGV[4]
 if op == 'later' then
@@ -34,6 +39,16 @@ if op == 'later' then
 elseif op == 'drop' then
   if redis.call('HGET', 'inv:part:' .. ARGV[5], 'state') == 'pending' then return 0 end
   return redis.call('ZREM', KEYS[2], ARGV[5])
+elseif op == 'stuck' then
+  if redis.call('ZREM', KEYS[2], ARGV[5]) == 0 then return 0 end
+  redis.call('ZADD', 'inv:stuck', now, ARGV[5])
+  redis.call('HSET', 'inv:stuck:why', ARGV[5], ARGV[6])
+  return 1
+elseif op == 'retry' then
+  if redis.call('ZREM', 'inv:stuck', ARGV[5]) == 0 then return 0 end
+  redis.call('HDEL', 'inv:stuck:why', ARGV[5])
+  redis.call('ZADD', KEYS[2], now, ARGV[5])
+  return 1
 end
 return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))
 `)

@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,16 +27,24 @@ return out
 // KEYS: 1 stamp, 2 acked hash, then queue keys. ARGV: 4 op:
 //
 //	ack   5 offset (KEYS[3]): raise the acknowledged offset; never lowers it.
+//	      Returns the acknowledged offset. An offset past the queue's head
+//	      (the last offset handed out, in inv:redo:offsets) is refused with
+//	      SHARDIS_RANGE naming both.
 //	trim  5 max age ms, 6 batch: from the head of each queue, remove entries
-//	      whose part is settled (or gone) and that are acknowledged or older
-//	      than max age; stop at the first that is not. Returns the count.
+//	      whose part is settled (or gone) and that are acknowledged or, when
+//	      max age > 0, older than max age; stop at the first that is not.
+//	      Returns the count.
 //
 // Trimming only ever removes a prefix, so the offsets left stay gap-free.
 var redoWriteScript = newScript("redo-write", true, `
 local op = ARGV[4]
 if op == 'ack' then
   local cur = tonumber(redis.call('HGET', KEYS[2], KEYS[3])) or 0
+  local head = tonumber(redis.call('HGET', 'inv:redo:offsets', KEYS[3])) or 0
   local off = tonumber(ARGV[5])
+  if off > head then
+    return redis.error_reply('SHARDIS_RANGE ack offset ' .. ARGV[5] .. ' is past the head of ' .. KEYS[3] .. ' (last offset handed out ' .. head .. ')')
+  end
   if off > cur then redis.call('HSET', KEYS[2], KEYS[3], off) return off end
   return cur
 elseif op == 'trim' then
@@ -46,7 +55,7 @@ elseif op == 'trim' then
     for i = 1, #e, 2 do
       local f = redis.call('HMGET', 'inv:part:' .. e[i], 'state', 'at')
       local settled = f[1] == false or f[1] == 'confirmed' or f[1] == 'cancelled'
-      local old = f[1] == false or (tonumber(f[2]) or 0) + maxAge <= now
+      local old = maxAge > 0 and (f[1] == false or (tonumber(f[2]) or 0) + maxAge <= now)
       if not settled or not (tonumber(e[i + 1]) <= acked or old) then break end
       redis.call('ZREM', KEYS[k], e[i])
       removed = removed + 1
@@ -120,7 +129,10 @@ const maxRedoOffset = 1 << 53
 
 // AckRedoLog records that a consumer has durably applied queue's entries up
 // to offset on node, allowing them to be trimmed once settled. It never
-// lowers an acknowledgement; it returns the acknowledged offset.
+// lowers an acknowledgement; it returns the acknowledged offset. An offset
+// past the queue's head (the last offset handed out) is refused with
+// [ErrInvalid] naming both: acknowledging entries nobody read yet would let
+// them be trimmed unseen.
 func (inv *Inventory) AckRedoLog(ctx context.Context, nodeName string, queue int, offset int64) (int64, error) {
 	if queue < 0 || queue >= inv.cfg.RedoQueues {
 		return 0, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, queue, inv.cfg.RedoQueues-1)
@@ -139,9 +151,41 @@ func (inv *Inventory) AckRedoLog(ctx context.Context, nodeName string, queue int
 	return asInt64(n, redoWriteScript, v)
 }
 
+// RedoUnacked returns how many redo-log entries of node, over all its
+// queues, no consumer has acknowledged yet: for each queue, the last
+// offset handed out minus the acknowledged offset.
+func (inv *Inventory) RedoUnacked(ctx context.Context, nodeName string) (int64, error) {
+	n, err := inv.r.Node(nodeName)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	pipe := n.Client().Pipeline()
+	heads := pipe.HGetAll(ctx, keyRedoOffset)
+	acked := pipe.HGetAll(ctx, keyRedoAcked)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, nodeErr(n, err)
+	}
+	var total int64
+	for q, h := range heads.Val() {
+		head, err := strconv.ParseInt(h, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%w: node %s: %s %s holds %q, not an integer", ErrCorrupt, n.Name(), keyRedoOffset, q, h)
+		}
+		var a int64
+		if s, ok := acked.Val()[q]; ok {
+			if a, err = strconv.ParseInt(s, 10, 64); err != nil {
+				return 0, fmt.Errorf("%w: node %s: %s %s holds %q, not an integer", ErrCorrupt, n.Name(), keyRedoAcked, q, s)
+			}
+		}
+		total += max(head-a, 0)
+	}
+	return total, nil
+}
+
 // TrimRedoLog removes, from the head of every queue on node, up to batch
-// entries per queue whose part is settled and that are acknowledged or
-// older than maxAge. It returns how many it removed. Only a prefix is ever
+// entries per queue whose part is settled and that are acknowledged or,
+// when maxAge > 0, older than maxAge (maxAge 0 never trims an
+// unacknowledged entry). It returns how many it removed. Only a prefix is ever
 // removed, so what remains stays gap-free.
 func (inv *Inventory) TrimRedoLog(ctx context.Context, nodeName string, maxAge time.Duration, batch int) (int, error) {
 	n, err := inv.r.Node(nodeName)

@@ -14,9 +14,10 @@ package inventory
 // part id, kind, sku, want, item index, queue.
 //
 // Per part it returns {state, qty, offset, limit}: state "pending" (taken
-// now), "none" (nothing available, nothing written), "nolimit" (quota part
-// of a SKU without a per-user limit), "limit" (quota exceeded; qty = units
-// held), or the state of a part that already exists (the fence: a retry
+// now; a quota part is taken, and counted, even when the SKU has no
+// limit, so a limit set later counts what the user already holds), "none"
+// (nothing available, nothing written), "limit" (quota exceeded; qty =
+// units held), or the state of a part that already exists (the fence: a retry
 // returns what was taken; a cancel that came first left "cancelled").
 var reserveScript = newScript("reserve", true, `
 local deadline = tonumber(ARGV[6])
@@ -63,7 +64,9 @@ for i = 0, np - 1 do
     held, err = int(redis.call('GET', ck), ck)
     if err then return err end
     if limit <= 0 then
-      p.out = {'nolimit', 0, 0, 0}
+      -- counted even without a limit, so a limit set later sees it
+      p.take = p.want
+      p.out = {'pending', p.want, 0, 0}
     elseif held + p.want > limit then
       p.out = {'limit', held, 0, limit}
     else

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/shardis/shardis/node"
@@ -42,8 +43,12 @@ type NodeStock struct {
 // enabled, usable nodes (the remainder goes to the first nodes in the ring
 // order of sku), and sets the per-user limit (units one user may hold
 // reserved plus confirmed) on every node of the route: perUserLimit > 0
-// sets it, 0 removes it, < 0 keeps the current one (restocking). Setting a
-// limit needs every node of the route reachable, so no node can miss it.
+// sets it, 0 removes it, < 0 keeps the current one (restocking). Changing
+// the limit needs every node of the route usable, so no node can miss it:
+// otherwise nothing is changed and the error names the nodes that are not
+// (a perUserLimit every reachable node already holds is no change, and
+// loads like a restock). A node that fails during the call is named in the
+// error (its limit may differ until the call is repeated).
 // It returns the stock after loading.
 //
 // LoadStock is not idempotent: retrying after an error may add twice (the
@@ -75,12 +80,16 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 	if len(targets) == 0 {
 		return StockLevel{}, fmt.Errorf("%w: route %q has no enabled, usable node", ErrUnavailable, route)
 	}
-	if perUserLimit > 0 {
+	if perUserLimit >= 0 {
+		var down []string
 		for _, n := range set.Nodes() {
 			if !n.Usable() {
-				return StockLevel{}, fmt.Errorf("%w: a per-user limit must reach every node of route %q; node %s is unavailable",
-					ErrUnavailable, route, n.Name())
+				down = append(down, n.Name())
 			}
+		}
+		if len(down) > 0 && !inv.limitIs(ctx, route, sku, perUserLimit) {
+			return StockLevel{}, fmt.Errorf("%w: a per-user limit change (to %d) must reach every node of route %q; unavailable: %s (nothing changed)",
+				ErrUnavailable, perUserLimit, route, strings.Join(down, ", "))
 		}
 	}
 	share := map[string]int64{}
@@ -119,6 +128,28 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 		return level, fmt.Errorf("%w: load of %s/%s failed on %d node(s): %v", ErrUnavailable, route, sku, len(failed), failed)
 	}
 	return level, gerr
+}
+
+// limitIs reports whether every node of route that answers holds limit as
+// sku's per-user limit (a SKU a node does not hold has limit 0). Limit
+// changes reach every node or none (LoadStock), so a node that does not
+// answer holds it too, unless a change failed on it midway, which
+// LoadStock reported.
+func (inv *Inventory) limitIs(ctx context.Context, route, sku string, limit int64) bool {
+	lvl, err := inv.GetStock(ctx, route, sku)
+	if err != nil {
+		return false
+	}
+	seen := false
+	for _, ns := range lvl.Nodes {
+		if ns.Reachable {
+			seen = true
+			if ns.Limit != limit {
+				return false
+			}
+		}
+	}
+	return seen
 }
 
 // GetStock returns the SKU's counters on every node of route. An

@@ -101,7 +101,8 @@ func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline 
 		batches = map[*node.Node][]partReq{}
 		for _, res := range results {
 			if res.err != nil {
-				if err == nil {
+				// A corrupt node is reported whatever else went wrong.
+				if err == nil || (errors.Is(res.err, ErrCorrupt) && !errors.Is(err, ErrCorrupt)) {
 					err = res.err
 				}
 				if res.unknown {
@@ -127,11 +128,15 @@ func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline 
 						err = fmt.Errorf("%w: user %q holds %d of %s/%s, limit %d, order wants %d",
 							ErrLimitExceeded, userID, rep.qty, r.Route, r.SKU, rep.limit, r.Qty)
 					}
-				case rep.state == "none", rep.state == "nolimit":
+				case rep.state == "none":
 				default:
 					if err == nil {
 						err = fmt.Errorf("%w: node %s: part %s is already %s", ErrUnavailable, r.Node, r.ID, rep.state)
 					}
+				}
+				if r.Kind == "s" && rep.limit > 0 && userID == "" && err == nil {
+					err = fmt.Errorf("%w: items[%d] sku %s (route %s) has a per-user limit of %d: an order of it needs user_id",
+						ErrInvalid, r.Item, r.SKU, r.Route, rep.limit)
 				}
 				if r.Kind == "s" && rep.limit > 0 && userID != "" {
 					limited[rs{r.Route, r.SKU}] = true

@@ -4,6 +4,11 @@
 // deadline has passed by the decision recorded for their order
 // ([Reconciler]).
 //
+// The reconciler works nodes concurrently and, across instances, one
+// instance per node at a time (the node's lease, [LeaseKey]); a part it
+// cannot settle is set aside on its node (see inventory.StuckPart) instead
+// of holding up the others.
+//
 // The queue lives in memory and may be lost with the process; nothing
 // depends on it for correctness, only for speed: every pending part carries
 // a deadline, and the reconciler of any instance settles it after that.

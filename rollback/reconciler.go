@@ -21,12 +21,29 @@ type Settings struct {
 	// reads at most 20 batches per node.
 	// default: 200
 	Batch int
-	// TrimEvery runs a redo-log trim every that many passes (0 = default).
+	// Nodes is how many nodes are worked at once. A node whose previous
+	// pass is still running is skipped by the next tick, so one slow node
+	// never holds up the others.
+	// default: 4
+	Nodes int
+	// Workers is how many due parts of one node are settled at once (each
+	// needs its order's home node, which may be slow).
+	// default: 16
+	Workers int
+	// Lease is how long a background pass holds a node's lease
+	// (inv:reconcile:lease on the node): while one instance holds it,
+	// other instances skip the node, so several instances share the work
+	// instead of repeating it. It is released when the pass ends; it only
+	// runs out when an instance dies mid-pass.
+	// default: 3 × Interval, at least 1s
+	Lease time.Duration
+	// TrimEvery runs a redo-log trim every that many passes of a node (0 =
+	// default).
 	// default: 30
 	TrimEvery int
-	// TrimAge is the age past which settled redo-log entries are trimmed
-	// without a consumer's acknowledgement.
-	// default: 24h
+	// TrimAge, when > 0, also trims settled redo-log entries older than it
+	// that no consumer acknowledged. 0 never trims an unacknowledged entry.
+	// default: 0 (never)
 	TrimAge time.Duration
 	// Logger receives errors and what each pass did.
 	// default: slog.Default()
@@ -40,13 +57,20 @@ type Stats struct {
 	Postponed   int64 // parts whose order was not decided yet
 	Deferred    int64 // deferred settles completed
 	Errors      int64 // failed steps (retried on a later pass)
+	SetAside    int64 // parts set aside as stuck (see inventory.StuckPart)
 	Passes      int64
+	Skipped     int64 // node passes skipped: another instance held the lease
 	Trimmed     int64 // redo-log entries trimmed
 	QueueLength int   // deferred parts waiting now
 }
 
 // Reconciler settles deferred and expired parts on every node of an
 // inventory, every Interval and right away for a node that comes back.
+// Nodes are worked concurrently (at most Settings.Nodes at once), each by
+// at most one pass of this process at a time and, for background passes,
+// by one instance at a time (the node's lease). A part that cannot be
+// settled is set aside on its node (inventory.Inventory.SetAside) and
+// logged once, so it never blocks other parts.
 // Several reconcilers (processes) may run over the same nodes: every part
 // changes state at most once. Methods are safe for concurrent use.
 type Reconciler struct {
@@ -54,13 +78,18 @@ type Reconciler struct {
 	queue *Queue
 	set   Settings
 	log   *slog.Logger
+	id    string // this reconciler's lease token
 
-	wake   chan string // node names to reconcile now
-	stop   chan struct{}
-	done   chan struct{}
-	passMu sync.Mutex // serializes passes
+	wake    chan string // node names to reconcile now
+	stop    chan struct{}
+	done    chan struct{}
+	sem     chan struct{}            // bounds nodes worked at once
+	nodeMu  map[string]*sync.Mutex   // one pass per node at a time; fixed after New
+	nodeN   map[string]*atomic.Int64 // passes per node (trim cadence); fixed after New
+	running sync.WaitGroup           // background node passes
 
 	cancelled, confirmed, postponed, deferred, errs, passes, trimmed atomic.Int64
+	setAside, skipped                                                atomic.Int64
 	startOnce, closeOnce                                             sync.Once
 }
 
@@ -73,11 +102,20 @@ func New(inv *inventory.Inventory, queue *Queue, set Settings) *Reconciler {
 	if set.Batch <= 0 {
 		set.Batch = 200
 	}
+	if set.Nodes <= 0 {
+		set.Nodes = 4
+	}
+	if set.Workers <= 0 {
+		set.Workers = 16
+	}
+	if set.Lease <= 0 {
+		set.Lease = max(3*set.Interval, time.Second)
+	}
 	if set.TrimEvery <= 0 {
 		set.TrimEvery = 30
 	}
-	if set.TrimAge <= 0 {
-		set.TrimAge = 24 * time.Hour
+	if set.TrimAge < 0 {
+		set.TrimAge = 0
 	}
 	if set.Logger == nil {
 		set.Logger = slog.Default()
@@ -85,10 +123,16 @@ func New(inv *inventory.Inventory, queue *Queue, set Settings) *Reconciler {
 	if queue == nil {
 		queue = NewQueue()
 	}
-	return &Reconciler{
-		inv: inv, queue: queue, set: set, log: set.Logger,
+	r := &Reconciler{
+		inv: inv, queue: queue, set: set, log: set.Logger, id: leaseToken(),
 		wake: make(chan string, 64), stop: make(chan struct{}), done: make(chan struct{}),
+		sem: make(chan struct{}, set.Nodes), nodeMu: map[string]*sync.Mutex{}, nodeN: map[string]*atomic.Int64{},
 	}
+	for _, n := range inv.Nodes() {
+		r.nodeMu[n.Name()] = &sync.Mutex{}
+		r.nodeN[n.Name()] = &atomic.Int64{}
+	}
+	return r
 }
 
 // Start runs passes in the background until Close. Idempotent.
@@ -105,7 +149,7 @@ func (r *Reconciler) NodeUp(name string) {
 	}
 }
 
-// Close stops the background loop and waits for a pass in progress.
+// Close stops the background loop and waits for passes in progress.
 // Idempotent; safe to call without Start.
 func (r *Reconciler) Close() {
 	r.closeOnce.Do(func() {
@@ -115,6 +159,7 @@ func (r *Reconciler) Close() {
 		if started {
 			<-r.done
 		}
+		r.running.Wait()
 	})
 }
 
@@ -122,8 +167,9 @@ func (r *Reconciler) Close() {
 func (r *Reconciler) Stats() Stats {
 	return Stats{
 		Cancelled: r.cancelled.Load(), Confirmed: r.confirmed.Load(), Postponed: r.postponed.Load(),
-		Deferred: r.deferred.Load(), Errors: r.errs.Load(), Passes: r.passes.Load(),
-		Trimmed: r.trimmed.Load(), QueueLength: r.queue.Len(),
+		Deferred: r.deferred.Load(), Errors: r.errs.Load(), SetAside: r.setAside.Load(),
+		Passes: r.passes.Load(), Skipped: r.skipped.Load(), Trimmed: r.trimmed.Load(),
+		QueueLength: r.queue.Len(),
 	}
 }
 
@@ -142,86 +188,69 @@ func (r *Reconciler) loop() {
 		case <-r.stop:
 			return
 		case name := <-r.wake:
-			r.runNodes(ctx, []string{name})
+			r.dispatch(ctx, []string{name})
 		case <-t.C:
-			r.RunOnce(ctx)
+			r.dispatch(ctx, r.names())
 		}
 	}
 }
 
-// RunOnce makes one pass over every usable node: deferred settles, due
-// parts, and (every TrimEvery passes) a redo-log trim. It returns the
-// number of steps that failed (they are retried on a later pass).
-func (r *Reconciler) RunOnce(ctx context.Context) int {
+func (r *Reconciler) names() []string {
 	var names []string
 	for _, n := range r.inv.Nodes() {
 		names = append(names, n.Name())
 	}
-	return r.runNodes(ctx, names)
+	return names
 }
 
-func (r *Reconciler) runNodes(ctx context.Context, names []string) int {
-	r.passMu.Lock()
-	defer r.passMu.Unlock()
-	pass := r.passes.Add(1)
-	failed := 0
+// dispatch starts a background pass, under the node's lease, on every
+// named usable node whose previous pass has ended. It does not wait.
+func (r *Reconciler) dispatch(ctx context.Context, names []string) {
 	for _, n := range r.inv.Nodes() {
-		if !slices.Contains(names, n.Name()) || !n.Usable() {
+		mu := r.nodeMu[n.Name()]
+		if mu == nil || !slices.Contains(names, n.Name()) || !n.Usable() || !mu.TryLock() {
 			continue
 		}
-		failed += r.node(ctx, n, pass%int64(r.set.TrimEvery) == 0)
+		r.running.Add(1)
+		go func(n *node.Node) {
+			defer r.running.Done()
+			defer mu.Unlock()
+			select {
+			case r.sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			defer func() { <-r.sem }()
+			r.errs.Add(int64(r.leased(ctx, n)))
+		}(n)
 	}
-	r.errs.Add(int64(failed))
-	return failed
 }
 
-// node reconciles one node and returns the number of failed steps.
-func (r *Reconciler) node(ctx context.Context, n *node.Node, trim bool) int {
-	failed := 0
-	for _, s := range r.queue.take(n.Name()) {
-		if _, err := r.inv.SettleNow(ctx, s); err != nil {
-			r.queue.Enqueue(s)
-			failed++
+// RunOnce makes one pass over every usable node, concurrently, and waits
+// for it: deferred settles, due parts, and (every TrimEvery passes of a
+// node) a redo-log trim. A node's background pass in progress is waited
+// for first. RunOnce ignores other instances' leases (it is for driving a
+// reconciler by hand). It returns the number of steps that failed (they
+// are retried on a later pass).
+func (r *Reconciler) RunOnce(ctx context.Context) int {
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for _, n := range r.inv.Nodes() {
+		mu := r.nodeMu[n.Name()]
+		if mu == nil || !n.Usable() {
 			continue
 		}
-		r.deferred.Add(int64(len(s.PartIDs)))
+		wg.Add(1)
+		go func(n *node.Node) {
+			defer wg.Done()
+			mu.Lock()
+			defer mu.Unlock()
+			r.sem <- struct{}{}
+			defer func() { <-r.sem }()
+			failed.Add(int64(r.node(ctx, n)))
+		}(n)
 	}
-	for range 20 {
-		due, err := r.inv.DueParts(ctx, n, r.set.Batch)
-		if err != nil {
-			r.log.Warn("reconciler: reading due parts", "node", n.Name(), "err", err)
-			return failed + 1
-		}
-		progress := 0
-		for _, p := range due {
-			res, err := r.inv.ResolveExpired(ctx, p)
-			if err != nil {
-				failed++
-				if res == inventory.Postponed {
-					progress++ // moved out of the way; the pass goes on
-				}
-				continue
-			}
-			switch res {
-			case inventory.Cancelled:
-				r.cancelled.Add(1)
-			case inventory.Confirmed:
-				r.confirmed.Add(1)
-			case inventory.Postponed:
-				r.postponed.Add(1)
-			}
-			progress++
-		}
-		if len(due) < r.set.Batch || progress == 0 {
-			break
-		}
-	}
-	if trim {
-		k, err := r.inv.TrimRedoLog(ctx, n.Name(), r.set.TrimAge, 200)
-		if err != nil {
-			failed++
-		}
-		r.trimmed.Add(int64(k))
-	}
-	return failed
+	wg.Wait()
+	r.errs.Add(failed.Load())
+	return int(failed.Load())
 }

@@ -58,6 +58,12 @@ var clientCommands = map[string]clientCommand{
 		func(ctx context.Context, c *client, args []string) error { return setRouteEnabled(ctx, c, args, true) }},
 	"redo-log": {"redo-log [flags] --node N --queue Q [--after OFFSET] [--limit 100] [--follow]",
 		"Prints one redo-log queue of a node; Q is a number or a receipt's redo log name.", cmdRedoLog},
+	"redo-log ack": {"redo-log ack [flags] --node N --queue Q OFFSET",
+		"Records that a consumer applied queue Q of node N up to OFFSET (at most the last offset handed out), so settled entries up to it can be trimmed.", cmdRedoLogAck},
+	"parts stuck": {"parts stuck [flags] [--node N] [--limit 1000]",
+		"Lists parts the reconciler set aside because they cannot be settled, with the reason.", cmdPartsStuck},
+	"parts retry": {"parts retry [flags] NODE PART_ID",
+		"Puts a stuck part back in its node's pending index (after repairing its data); the reconciler settles it.", cmdPartsRetry},
 }
 
 // cmdClient runs a client subcommand until it ends or SIGINT/SIGTERM.
@@ -74,6 +80,16 @@ func runClient(ctx context.Context, name string, args []string, stdout, stderr i
 			fmt.Fprintln(stderr, "usage: shardis stock load|get [flags]")
 			return fmt.Errorf("%w: stock needs a subcommand: load or get", errUsage)
 		}
+		name, args = name+" "+args[0], args[1:]
+	}
+	if name == "parts" {
+		if len(args) == 0 || (args[0] != "stuck" && args[0] != "retry") {
+			fmt.Fprintln(stderr, "usage: shardis parts stuck|retry [flags]")
+			return fmt.Errorf("%w: parts needs a subcommand: stuck or retry", errUsage)
+		}
+		name, args = name+" "+args[0], args[1:]
+	}
+	if name == "redo-log" && len(args) > 0 && args[0] == "ack" {
 		name, args = name+" "+args[0], args[1:]
 	}
 	cmd, ok := clientCommands[name]
@@ -341,18 +357,14 @@ func cmdRedoLog(ctx context.Context, c *client, args []string) error {
 	if _, err := c.parse(args, 0, 0, "node", "queue"); err != nil {
 		return err
 	}
-	q := *queueArg
-	if i := strings.LastIndexByte(q, ':'); i >= 0 {
-		q = q[i+1:]
-	}
-	queue, err := strconv.ParseInt(q, 10, 32)
+	queue, err := parseQueue(c, *queueArg)
 	if err != nil {
-		return c.usageErr("--queue %q: want a queue number or a redo log name ending in :NUMBER", *queueArg)
+		return err
 	}
 	if *limit < 0 || *limit > 1<<31-1 {
 		return c.usageErr("--limit %d: out of range", *limit)
 	}
-	req := &v1.ReadRedoLogRequest{Node: *nodeName, Queue: int32(queue), AfterOffset: *after, Limit: int32(*limit)}
+	req := &v1.ReadRedoLogRequest{Node: *nodeName, Queue: queue, AfterOffset: *after, Limit: int32(*limit)}
 	var (
 		tbl     redoTable
 		polled  bool   // a call succeeded: later transient errors are retried

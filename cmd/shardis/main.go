@@ -31,7 +31,10 @@ client commands (talk to a running service; --addr, --token, --timeout, --json):
   cancel    cancel an order
   drain     disable a route on a node (NODE SERVER ROUTE)
   undrain   re-enable a route on a node (NODE SERVER ROUTE)
-  redo-log  read a node's redo-log queue (--node N --queue Q [--follow])
+  redo-log  read a node's redo-log queue (--node N --queue Q [--follow]);
+            redo-log ack --node N --queue Q OFFSET records a consumer's progress
+  parts     parts stuck lists parts the reconciler set aside (cannot be settled);
+            parts retry NODE PART_ID retries one after its data was repaired
 
 Run "shardis COMMAND -h" for a command's flags.
 `
@@ -55,7 +58,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdRoute(args[1:], stdin, stdout, stderr)
 	case "serve":
 		err = cmdServe(args[1:], stderr)
-	case "status", "stock", "reserve", "confirm", "cancel", "drain", "undrain", "redo-log":
+	case "status", "stock", "reserve", "confirm", "cancel", "drain", "undrain", "redo-log", "parts":
 		err = cmdClient(args[0], args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "shardis", versionString())

@@ -11,8 +11,9 @@ import (
 // Per-user limit and redo-log checks of the final state.
 
 // checkLimits checks per-user limits two ways: the units of each limited
-// SKU in a user's confirmed orders, and each quota counter against the
-// quota parts it counts.
+// SKU in a user's confirmed orders, and each quota counter (kept for every
+// SKU an order with a user took, limited or not) against the quota parts
+// it counts.
 func checkLimits(rep *Report, st *state, views map[string]*orderView, skus []SKU) {
 	limits := map[string]int64{} // "route:sku" → limit
 	for _, s := range skus {
@@ -92,7 +93,11 @@ func checkLimits(rep *Report, st *state, views map[string]*orderView, skus []SKU
 		}
 		rep.LimitPairs++
 		if limit == 0 {
-			rep.violate("user-limit", "%s: quota kept for a SKU without a limit (counter %d, parts %d)", k, counters[k], qp.held)
+			// Counted without a limit too (so a limit set later sees
+			// what users hold): the counter must match its parts.
+			if counters[k] != qp.held {
+				rep.violate("quota-balance", "quota counter %s (no limit) is %d, its pending and confirmed quota parts hold %d", k, counters[k], qp.held)
+			}
 			continue
 		}
 		if c := confirmed[k]; c > limit {

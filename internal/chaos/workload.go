@@ -244,6 +244,9 @@ func (cl *client) newOrder(replayable bool) *order {
 		q := 1 + cl.rng.Int64N(3)
 		if s.Limit > 0 {
 			q = 1 + cl.rng.Int64N(2)
+			if o.User == "" { // a limited SKU is refused without a user
+				o.User = fmt.Sprintf("u%d", cl.rng.IntN(w.users))
+			}
 		}
 		o.Items = append(o.Items, item{Route: s.Route, SKU: s.SKU, Qty: q})
 	}

@@ -120,14 +120,18 @@ var (
 	descRolledBack  = prometheus.NewDesc("shardis_parts_rolled_back_total", "Parts cancelled by failed Reserve calls.", nil, nil)
 	descDeferred    = prometheus.NewDesc("shardis_parts_deferred_total", "Parts whose settle was deferred because their node was unreachable.", nil, nil)
 	descQueue       = prometheus.NewDesc("shardis_deferred_parts", "Deferred parts waiting for their node.", nil, nil)
-	descReconciled  = prometheus.NewDesc("shardis_reconciler_parts_total", "Expired parts the reconciler settled, by action.", []string{"action"}, nil)
+	descReconciled  = prometheus.NewDesc("shardis_reconciler_parts_total", "Expired parts the reconciler settled (cancelled, confirmed) or set aside as stuck (set_aside), by action.", []string{"action"}, nil)
 	descRedoLen     = prometheus.NewDesc("shardis_redo_log_entries", "Entries in all redo-log queues of the node.", []string{"node"}, nil)
+	descRedoUnacked = prometheus.NewDesc("shardis_redo_unacked_entries",
+		"Redo-log entries of the node (all queues) no consumer has acknowledged (AckRedoLog): the database-sync backlog.", []string{"node"}, nil)
+	descStuck = prometheus.NewDesc("shardis_stuck_parts",
+		"Parts set aside on the node because they cannot be settled (shardis parts stuck).", []string{"node"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descNodeUp, descBreaker, descFailedProbe, descReserve, descRolledBack,
-		descDeferred, descQueue, descReconciled, descRedoLen} {
+		descDeferred, descQueue, descReconciled, descRedoLen, descRedoUnacked, descStuck} {
 		ch <- d
 	}
 }
@@ -164,12 +168,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			if k, err := inv.RedoLogLen(ctx, n.Name()); err == nil {
 				ch <- prometheus.MustNewConstMetric(descRedoLen, prometheus.GaugeValue, float64(k), n.Name())
 			}
+			if k, err := inv.RedoUnacked(ctx, n.Name()); err == nil {
+				ch <- prometheus.MustNewConstMetric(descRedoUnacked, prometheus.GaugeValue, float64(k), n.Name())
+			}
+			if k, err := inv.StuckCount(ctx, n.Name()); err == nil {
+				ch <- prometheus.MustNewConstMetric(descStuck, prometheus.GaugeValue, float64(k), n.Name())
+			}
 		}
 	}
 	if rec != nil {
 		s := rec.Stats()
 		ch <- prometheus.MustNewConstMetric(descReconciled, prometheus.CounterValue, float64(s.Cancelled), "cancelled")
 		ch <- prometheus.MustNewConstMetric(descReconciled, prometheus.CounterValue, float64(s.Confirmed), "confirmed")
+		ch <- prometheus.MustNewConstMetric(descReconciled, prometheus.CounterValue, float64(s.SetAside), "set_aside")
 		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(s.QueueLength))
 	}
 }

@@ -224,6 +224,19 @@ func FuzzReserveRequest(f *testing.F) {
 				onlyFresh = false
 			}
 		}
+		// An order without a user of a SKU with a per-user limit (this
+		// iteration's SKU, or a fixed one with a limit) is refused.
+		if valid && req.UserId == "" {
+			for _, it := range req.Items {
+				limited := it.RouteKey == "clothes" && it.SkuId == sku
+				for _, x := range fuzzFixed {
+					limited = limited || (x.limit > 0 && it.RouteKey == x.route && it.SkuId == x.sku)
+				}
+				if limited {
+					valid = false
+				}
+			}
+		}
 		switch {
 		case !valid && code != "invalid_argument":
 			t.Fatalf("malformed request %q answered %d %s %q, want invalid_argument", body, status, code, out)

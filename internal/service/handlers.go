@@ -158,7 +158,7 @@ func stockLevel(l inventory.StockLevel) *v1.StockLevel {
 		Loaded: l.Loaded, PerUserLimit: l.Limit}
 	for _, n := range l.Nodes {
 		ns := &v1.NodeStock{Node: n.Node, Reachable: n.Reachable, Available: n.Available,
-			Reserved: n.Reserved, Confirmed: n.Confirmed, Loaded: n.Loaded}
+			Reserved: n.Reserved, Confirmed: n.Confirmed, Loaded: n.Loaded, PerUserLimit: n.Limit}
 		if n.Err != nil {
 			ns.Error = n.Err.Error()
 		}

@@ -133,7 +133,9 @@ type LoadStockRequest struct {
 	SkuId    string                 `protobuf:"bytes,2,opt,name=sku_id,json=skuId,proto3" json:"sku_id,omitempty"`
 	Quantity int64                  `protobuf:"varint,3,opt,name=quantity,proto3" json:"quantity,omitempty"`
 	// Units one user may hold reserved plus confirmed: > 0 sets it, 0 removes
-	// it, < 0 keeps the current limit (restocking).
+	// it, < 0 keeps the current limit (restocking). A change needs every node
+	// of the route usable, or nothing changes and the error names the nodes
+	// that are not; a limit every reachable node already holds is no change.
 	PerUserLimit  int64 `protobuf:"varint,4,opt,name=per_user_limit,json=perUserLimit,proto3" json:"per_user_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -430,14 +432,17 @@ func (x *StockLevel) GetPerUserLimit() int64 {
 }
 
 type NodeStock struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Reachable     bool                   `protobuf:"varint,2,opt,name=reachable,proto3" json:"reachable,omitempty"`
-	Available     int64                  `protobuf:"varint,3,opt,name=available,proto3" json:"available,omitempty"`
-	Reserved      int64                  `protobuf:"varint,4,opt,name=reserved,proto3" json:"reserved,omitempty"`
-	Confirmed     int64                  `protobuf:"varint,5,opt,name=confirmed,proto3" json:"confirmed,omitempty"`
-	Loaded        int64                  `protobuf:"varint,6,opt,name=loaded,proto3" json:"loaded,omitempty"`
-	Error         string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Node      string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Reachable bool                   `protobuf:"varint,2,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	Available int64                  `protobuf:"varint,3,opt,name=available,proto3" json:"available,omitempty"`
+	Reserved  int64                  `protobuf:"varint,4,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	Confirmed int64                  `protobuf:"varint,5,opt,name=confirmed,proto3" json:"confirmed,omitempty"`
+	Loaded    int64                  `protobuf:"varint,6,opt,name=loaded,proto3" json:"loaded,omitempty"`
+	Error     string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// This node's per-user limit of the SKU (0 = none). Limit changes reach
+	// every node or none; a node a change failed on shows it here.
+	PerUserLimit  int64 `protobuf:"varint,8,opt,name=per_user_limit,json=perUserLimit,proto3" json:"per_user_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -519,6 +524,13 @@ func (x *NodeStock) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *NodeStock) GetPerUserLimit() int64 {
+	if x != nil {
+		return x.PerUserLimit
+	}
+	return 0
 }
 
 type Item struct {
@@ -1729,6 +1741,313 @@ func (x *AckRedoLogResponse) GetAckedOffset() int64 {
 	return 0
 }
 
+type ListStuckPartsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty: every node.
+	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// Most parts returned per node (1..10000; 0 = 1000).
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListStuckPartsRequest) Reset() {
+	*x = ListStuckPartsRequest{}
+	mi := &file_shardis_v1_shardis_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStuckPartsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStuckPartsRequest) ProtoMessage() {}
+
+func (x *ListStuckPartsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardis_v1_shardis_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStuckPartsRequest.ProtoReflect.Descriptor instead.
+func (*ListStuckPartsRequest) Descriptor() ([]byte, []int) {
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ListStuckPartsRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ListStuckPartsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type StuckPart struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Node    string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	PartId  string                 `protobuf:"bytes,2,opt,name=part_id,json=partId,proto3" json:"part_id,omitempty"`
+	OrderId string                 `protobuf:"bytes,3,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	SkuId   string                 `protobuf:"bytes,4,opt,name=sku_id,json=skuId,proto3" json:"sku_id,omitempty"`
+	// Units the part holds reserved on its node.
+	Quantity int64 `protobuf:"varint,5,opt,name=quantity,proto3" json:"quantity,omitempty"`
+	// The part's state now: "pending" unless its order was settled since, or "missing".
+	State       string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	SinceUnixMs int64  `protobuf:"varint,7,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	// The error that set it aside.
+	Reason        string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StuckPart) Reset() {
+	*x = StuckPart{}
+	mi := &file_shardis_v1_shardis_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StuckPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StuckPart) ProtoMessage() {}
+
+func (x *StuckPart) ProtoReflect() protoreflect.Message {
+	mi := &file_shardis_v1_shardis_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StuckPart.ProtoReflect.Descriptor instead.
+func (*StuckPart) Descriptor() ([]byte, []int) {
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *StuckPart) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *StuckPart) GetPartId() string {
+	if x != nil {
+		return x.PartId
+	}
+	return ""
+}
+
+func (x *StuckPart) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+func (x *StuckPart) GetSkuId() string {
+	if x != nil {
+		return x.SkuId
+	}
+	return ""
+}
+
+func (x *StuckPart) GetQuantity() int64 {
+	if x != nil {
+		return x.Quantity
+	}
+	return 0
+}
+
+func (x *StuckPart) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *StuckPart) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *StuckPart) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ListStuckPartsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Parts []*StuckPart           `protobuf:"bytes,1,rep,name=parts,proto3" json:"parts,omitempty"`
+	// Nodes that could not be read, each "name: error".
+	Unreachable   []string `protobuf:"bytes,2,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListStuckPartsResponse) Reset() {
+	*x = ListStuckPartsResponse{}
+	mi := &file_shardis_v1_shardis_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStuckPartsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStuckPartsResponse) ProtoMessage() {}
+
+func (x *ListStuckPartsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardis_v1_shardis_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStuckPartsResponse.ProtoReflect.Descriptor instead.
+func (*ListStuckPartsResponse) Descriptor() ([]byte, []int) {
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListStuckPartsResponse) GetParts() []*StuckPart {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+func (x *ListStuckPartsResponse) GetUnreachable() []string {
+	if x != nil {
+		return x.Unreachable
+	}
+	return nil
+}
+
+type RetryStuckPartRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	PartId        string                 `protobuf:"bytes,2,opt,name=part_id,json=partId,proto3" json:"part_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryStuckPartRequest) Reset() {
+	*x = RetryStuckPartRequest{}
+	mi := &file_shardis_v1_shardis_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryStuckPartRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryStuckPartRequest) ProtoMessage() {}
+
+func (x *RetryStuckPartRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardis_v1_shardis_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryStuckPartRequest.ProtoReflect.Descriptor instead.
+func (*RetryStuckPartRequest) Descriptor() ([]byte, []int) {
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RetryStuckPartRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *RetryStuckPartRequest) GetPartId() string {
+	if x != nil {
+		return x.PartId
+	}
+	return ""
+}
+
+type RetryStuckPartResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the part was not stuck (already retried, or never set aside).
+	Retried       bool `protobuf:"varint,1,opt,name=retried,proto3" json:"retried,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryStuckPartResponse) Reset() {
+	*x = RetryStuckPartResponse{}
+	mi := &file_shardis_v1_shardis_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryStuckPartResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryStuckPartResponse) ProtoMessage() {}
+
+func (x *RetryStuckPartResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardis_v1_shardis_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryStuckPartResponse.ProtoReflect.Descriptor instead.
+func (*RetryStuckPartResponse) Descriptor() ([]byte, []int) {
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RetryStuckPartResponse) GetRetried() bool {
+	if x != nil {
+		return x.Retried
+	}
+	return false
+}
+
 var File_shardis_v1_shardis_proto protoreflect.FileDescriptor
 
 const file_shardis_v1_shardis_proto_rawDesc = "" +
@@ -1755,7 +2074,7 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\tconfirmed\x18\x04 \x01(\x03R\tconfirmed\x12+\n" +
 	"\x05nodes\x18\x05 \x03(\v2\x15.shardis.v1.NodeStockR\x05nodes\x12\x16\n" +
 	"\x06loaded\x18\x06 \x01(\x03R\x06loaded\x12$\n" +
-	"\x0eper_user_limit\x18\a \x01(\x03R\fperUserLimit\"\xc3\x01\n" +
+	"\x0eper_user_limit\x18\a \x01(\x03R\fperUserLimit\"\xe9\x01\n" +
 	"\tNodeStock\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1c\n" +
 	"\treachable\x18\x02 \x01(\bR\treachable\x12\x1c\n" +
@@ -1763,7 +2082,8 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\breserved\x18\x04 \x01(\x03R\breserved\x12\x1c\n" +
 	"\tconfirmed\x18\x05 \x01(\x03R\tconfirmed\x12\x16\n" +
 	"\x06loaded\x18\x06 \x01(\x03R\x06loaded\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error\"V\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12$\n" +
+	"\x0eper_user_limit\x18\b \x01(\x03R\fperUserLimit\"V\n" +
 	"\x04Item\x12\x1b\n" +
 	"\troute_key\x18\x01 \x01(\tR\brouteKey\x12\x15\n" +
 	"\x06sku_id\x18\x02 \x01(\tR\x05skuId\x12\x1a\n" +
@@ -1852,7 +2172,27 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\x05queue\x18\x02 \x01(\x05R\x05queue\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x03R\x06offset\"7\n" +
 	"\x12AckRedoLogResponse\x12!\n" +
-	"\facked_offset\x18\x01 \x01(\x03R\vackedOffset*~\n" +
+	"\facked_offset\x18\x01 \x01(\x03R\vackedOffset\"A\n" +
+	"\x15ListStuckPartsRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\xd8\x01\n" +
+	"\tStuckPart\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
+	"\apart_id\x18\x02 \x01(\tR\x06partId\x12\x19\n" +
+	"\border_id\x18\x03 \x01(\tR\aorderId\x12\x15\n" +
+	"\x06sku_id\x18\x04 \x01(\tR\x05skuId\x12\x1a\n" +
+	"\bquantity\x18\x05 \x01(\x03R\bquantity\x12\x14\n" +
+	"\x05state\x18\x06 \x01(\tR\x05state\x12\"\n" +
+	"\rsince_unix_ms\x18\a \x01(\x03R\vsinceUnixMs\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\"g\n" +
+	"\x16ListStuckPartsResponse\x12+\n" +
+	"\x05parts\x18\x01 \x03(\v2\x15.shardis.v1.StuckPartR\x05parts\x12 \n" +
+	"\vunreachable\x18\x02 \x03(\tR\vunreachable\"D\n" +
+	"\x15RetryStuckPartRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
+	"\apart_id\x18\x02 \x01(\tR\x06partId\"2\n" +
+	"\x16RetryStuckPartResponse\x12\x18\n" +
+	"\aretried\x18\x01 \x01(\bR\aretried*~\n" +
 	"\vOrderStatus\x12\x1c\n" +
 	"\x18ORDER_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15ORDER_STATUS_RESERVED\x10\x01\x12\x1a\n" +
@@ -1867,13 +2207,15 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\bGetStock\x12\x1b.shardis.v1.GetStockRequest\x1a\x1c.shardis.v1.GetStockResponse\x12B\n" +
 	"\aReserve\x12\x1a.shardis.v1.ReserveRequest\x1a\x1b.shardis.v1.ReserveResponse\x12B\n" +
 	"\aConfirm\x12\x1a.shardis.v1.ConfirmRequest\x1a\x1b.shardis.v1.ConfirmResponse\x12?\n" +
-	"\x06Cancel\x12\x19.shardis.v1.CancelRequest\x1a\x1a.shardis.v1.CancelResponse2\xd1\x02\n" +
+	"\x06Cancel\x12\x19.shardis.v1.CancelRequest\x1a\x1a.shardis.v1.CancelResponse2\x83\x04\n" +
 	"\fAdminService\x12H\n" +
 	"\tListNodes\x12\x1c.shardis.v1.ListNodesRequest\x1a\x1d.shardis.v1.ListNodesResponse\x12Z\n" +
 	"\x0fSetRouteEnabled\x12\".shardis.v1.SetRouteEnabledRequest\x1a#.shardis.v1.SetRouteEnabledResponse\x12N\n" +
 	"\vReadRedoLog\x12\x1e.shardis.v1.ReadRedoLogRequest\x1a\x1f.shardis.v1.ReadRedoLogResponse\x12K\n" +
 	"\n" +
-	"AckRedoLog\x12\x1d.shardis.v1.AckRedoLogRequest\x1a\x1e.shardis.v1.AckRedoLogResponseB7Z5github.com/shardis/shardis/proto/shardis/v1;shardisv1b\x06proto3"
+	"AckRedoLog\x12\x1d.shardis.v1.AckRedoLogRequest\x1a\x1e.shardis.v1.AckRedoLogResponse\x12W\n" +
+	"\x0eListStuckParts\x12!.shardis.v1.ListStuckPartsRequest\x1a\".shardis.v1.ListStuckPartsResponse\x12W\n" +
+	"\x0eRetryStuckPart\x12!.shardis.v1.RetryStuckPartRequest\x1a\".shardis.v1.RetryStuckPartResponseB7Z5github.com/shardis/shardis/proto/shardis/v1;shardisv1b\x06proto3"
 
 var (
 	file_shardis_v1_shardis_proto_rawDescOnce sync.Once
@@ -1888,7 +2230,7 @@ func file_shardis_v1_shardis_proto_rawDescGZIP() []byte {
 }
 
 var file_shardis_v1_shardis_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_shardis_v1_shardis_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_shardis_v1_shardis_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_shardis_v1_shardis_proto_goTypes = []any{
 	(OrderStatus)(0),                // 0: shardis.v1.OrderStatus
 	(NodeState)(0),                  // 1: shardis.v1.NodeState
@@ -1917,6 +2259,11 @@ var file_shardis_v1_shardis_proto_goTypes = []any{
 	(*ReadRedoLogResponse)(nil),     // 24: shardis.v1.ReadRedoLogResponse
 	(*AckRedoLogRequest)(nil),       // 25: shardis.v1.AckRedoLogRequest
 	(*AckRedoLogResponse)(nil),      // 26: shardis.v1.AckRedoLogResponse
+	(*ListStuckPartsRequest)(nil),   // 27: shardis.v1.ListStuckPartsRequest
+	(*StuckPart)(nil),               // 28: shardis.v1.StuckPart
+	(*ListStuckPartsResponse)(nil),  // 29: shardis.v1.ListStuckPartsResponse
+	(*RetryStuckPartRequest)(nil),   // 30: shardis.v1.RetryStuckPartRequest
+	(*RetryStuckPartResponse)(nil),  // 31: shardis.v1.RetryStuckPartResponse
 }
 var file_shardis_v1_shardis_proto_depIdxs = []int32{
 	6,  // 0: shardis.v1.LoadStockResponse.stock:type_name -> shardis.v1.StockLevel
@@ -1931,29 +2278,34 @@ var file_shardis_v1_shardis_proto_depIdxs = []int32{
 	19, // 9: shardis.v1.NodeInfo.routes:type_name -> shardis.v1.RouteStatus
 	18, // 10: shardis.v1.SetRouteEnabledResponse.node:type_name -> shardis.v1.NodeInfo
 	23, // 11: shardis.v1.ReadRedoLogResponse.entries:type_name -> shardis.v1.RedoEntry
-	2,  // 12: shardis.v1.InventoryService.LoadStock:input_type -> shardis.v1.LoadStockRequest
-	4,  // 13: shardis.v1.InventoryService.GetStock:input_type -> shardis.v1.GetStockRequest
-	9,  // 14: shardis.v1.InventoryService.Reserve:input_type -> shardis.v1.ReserveRequest
-	12, // 15: shardis.v1.InventoryService.Confirm:input_type -> shardis.v1.ConfirmRequest
-	14, // 16: shardis.v1.InventoryService.Cancel:input_type -> shardis.v1.CancelRequest
-	16, // 17: shardis.v1.AdminService.ListNodes:input_type -> shardis.v1.ListNodesRequest
-	20, // 18: shardis.v1.AdminService.SetRouteEnabled:input_type -> shardis.v1.SetRouteEnabledRequest
-	22, // 19: shardis.v1.AdminService.ReadRedoLog:input_type -> shardis.v1.ReadRedoLogRequest
-	25, // 20: shardis.v1.AdminService.AckRedoLog:input_type -> shardis.v1.AckRedoLogRequest
-	3,  // 21: shardis.v1.InventoryService.LoadStock:output_type -> shardis.v1.LoadStockResponse
-	5,  // 22: shardis.v1.InventoryService.GetStock:output_type -> shardis.v1.GetStockResponse
-	11, // 23: shardis.v1.InventoryService.Reserve:output_type -> shardis.v1.ReserveResponse
-	13, // 24: shardis.v1.InventoryService.Confirm:output_type -> shardis.v1.ConfirmResponse
-	15, // 25: shardis.v1.InventoryService.Cancel:output_type -> shardis.v1.CancelResponse
-	17, // 26: shardis.v1.AdminService.ListNodes:output_type -> shardis.v1.ListNodesResponse
-	21, // 27: shardis.v1.AdminService.SetRouteEnabled:output_type -> shardis.v1.SetRouteEnabledResponse
-	24, // 28: shardis.v1.AdminService.ReadRedoLog:output_type -> shardis.v1.ReadRedoLogResponse
-	26, // 29: shardis.v1.AdminService.AckRedoLog:output_type -> shardis.v1.AckRedoLogResponse
-	21, // [21:30] is the sub-list for method output_type
-	12, // [12:21] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	28, // 12: shardis.v1.ListStuckPartsResponse.parts:type_name -> shardis.v1.StuckPart
+	2,  // 13: shardis.v1.InventoryService.LoadStock:input_type -> shardis.v1.LoadStockRequest
+	4,  // 14: shardis.v1.InventoryService.GetStock:input_type -> shardis.v1.GetStockRequest
+	9,  // 15: shardis.v1.InventoryService.Reserve:input_type -> shardis.v1.ReserveRequest
+	12, // 16: shardis.v1.InventoryService.Confirm:input_type -> shardis.v1.ConfirmRequest
+	14, // 17: shardis.v1.InventoryService.Cancel:input_type -> shardis.v1.CancelRequest
+	16, // 18: shardis.v1.AdminService.ListNodes:input_type -> shardis.v1.ListNodesRequest
+	20, // 19: shardis.v1.AdminService.SetRouteEnabled:input_type -> shardis.v1.SetRouteEnabledRequest
+	22, // 20: shardis.v1.AdminService.ReadRedoLog:input_type -> shardis.v1.ReadRedoLogRequest
+	25, // 21: shardis.v1.AdminService.AckRedoLog:input_type -> shardis.v1.AckRedoLogRequest
+	27, // 22: shardis.v1.AdminService.ListStuckParts:input_type -> shardis.v1.ListStuckPartsRequest
+	30, // 23: shardis.v1.AdminService.RetryStuckPart:input_type -> shardis.v1.RetryStuckPartRequest
+	3,  // 24: shardis.v1.InventoryService.LoadStock:output_type -> shardis.v1.LoadStockResponse
+	5,  // 25: shardis.v1.InventoryService.GetStock:output_type -> shardis.v1.GetStockResponse
+	11, // 26: shardis.v1.InventoryService.Reserve:output_type -> shardis.v1.ReserveResponse
+	13, // 27: shardis.v1.InventoryService.Confirm:output_type -> shardis.v1.ConfirmResponse
+	15, // 28: shardis.v1.InventoryService.Cancel:output_type -> shardis.v1.CancelResponse
+	17, // 29: shardis.v1.AdminService.ListNodes:output_type -> shardis.v1.ListNodesResponse
+	21, // 30: shardis.v1.AdminService.SetRouteEnabled:output_type -> shardis.v1.SetRouteEnabledResponse
+	24, // 31: shardis.v1.AdminService.ReadRedoLog:output_type -> shardis.v1.ReadRedoLogResponse
+	26, // 32: shardis.v1.AdminService.AckRedoLog:output_type -> shardis.v1.AckRedoLogResponse
+	29, // 33: shardis.v1.AdminService.ListStuckParts:output_type -> shardis.v1.ListStuckPartsResponse
+	31, // 34: shardis.v1.AdminService.RetryStuckPart:output_type -> shardis.v1.RetryStuckPartResponse
+	24, // [24:35] is the sub-list for method output_type
+	13, // [13:24] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_shardis_v1_shardis_proto_init() }
@@ -1967,7 +2319,7 @@ func file_shardis_v1_shardis_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardis_v1_shardis_proto_rawDesc), len(file_shardis_v1_shardis_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -64,6 +64,12 @@ const (
 	AdminServiceReadRedoLogProcedure = "/shardis.v1.AdminService/ReadRedoLog"
 	// AdminServiceAckRedoLogProcedure is the fully-qualified name of the AdminService's AckRedoLog RPC.
 	AdminServiceAckRedoLogProcedure = "/shardis.v1.AdminService/AckRedoLog"
+	// AdminServiceListStuckPartsProcedure is the fully-qualified name of the AdminService's
+	// ListStuckParts RPC.
+	AdminServiceListStuckPartsProcedure = "/shardis.v1.AdminService/ListStuckParts"
+	// AdminServiceRetryStuckPartProcedure is the fully-qualified name of the AdminService's
+	// RetryStuckPart RPC.
+	AdminServiceRetryStuckPartProcedure = "/shardis.v1.AdminService/RetryStuckPart"
 )
 
 // InventoryServiceClient is a client for the shardis.v1.InventoryService service.
@@ -260,6 +266,14 @@ type AdminServiceClient interface {
 	ReadRedoLog(context.Context, *connect.Request[v1.ReadRedoLogRequest]) (*connect.Response[v1.ReadRedoLogResponse], error)
 	// AckRedoLog records a consumer's progress so settled entries can be trimmed.
 	AckRedoLog(context.Context, *connect.Request[v1.AckRedoLogRequest]) (*connect.Response[v1.AckRedoLogResponse], error)
+	// ListStuckParts lists the parts the reconciler set aside because they
+	// cannot be settled (a corrupt or deleted stock counter, a script that
+	// fails on them), with the reason, on one node or every node.
+	ListStuckParts(context.Context, *connect.Request[v1.ListStuckPartsRequest]) (*connect.Response[v1.ListStuckPartsResponse], error)
+	// RetryStuckPart puts a stuck part back in its node's pending index, due
+	// now, once its data was repaired; the reconciler settles it (or sets it
+	// aside again with the error it still meets).
+	RetryStuckPart(context.Context, *connect.Request[v1.RetryStuckPartRequest]) (*connect.Response[v1.RetryStuckPartResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the shardis.v1.AdminService service. By default, it
@@ -297,6 +311,18 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("AckRedoLog")),
 			connect.WithClientOptions(opts...),
 		),
+		listStuckParts: connect.NewClient[v1.ListStuckPartsRequest, v1.ListStuckPartsResponse](
+			httpClient,
+			baseURL+AdminServiceListStuckPartsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListStuckParts")),
+			connect.WithClientOptions(opts...),
+		),
+		retryStuckPart: connect.NewClient[v1.RetryStuckPartRequest, v1.RetryStuckPartResponse](
+			httpClient,
+			baseURL+AdminServiceRetryStuckPartProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RetryStuckPart")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -306,6 +332,8 @@ type adminServiceClient struct {
 	setRouteEnabled *connect.Client[v1.SetRouteEnabledRequest, v1.SetRouteEnabledResponse]
 	readRedoLog     *connect.Client[v1.ReadRedoLogRequest, v1.ReadRedoLogResponse]
 	ackRedoLog      *connect.Client[v1.AckRedoLogRequest, v1.AckRedoLogResponse]
+	listStuckParts  *connect.Client[v1.ListStuckPartsRequest, v1.ListStuckPartsResponse]
+	retryStuckPart  *connect.Client[v1.RetryStuckPartRequest, v1.RetryStuckPartResponse]
 }
 
 // ListNodes calls shardis.v1.AdminService.ListNodes.
@@ -328,6 +356,16 @@ func (c *adminServiceClient) AckRedoLog(ctx context.Context, req *connect.Reques
 	return c.ackRedoLog.CallUnary(ctx, req)
 }
 
+// ListStuckParts calls shardis.v1.AdminService.ListStuckParts.
+func (c *adminServiceClient) ListStuckParts(ctx context.Context, req *connect.Request[v1.ListStuckPartsRequest]) (*connect.Response[v1.ListStuckPartsResponse], error) {
+	return c.listStuckParts.CallUnary(ctx, req)
+}
+
+// RetryStuckPart calls shardis.v1.AdminService.RetryStuckPart.
+func (c *adminServiceClient) RetryStuckPart(ctx context.Context, req *connect.Request[v1.RetryStuckPartRequest]) (*connect.Response[v1.RetryStuckPartResponse], error) {
+	return c.retryStuckPart.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the shardis.v1.AdminService service.
 type AdminServiceHandler interface {
 	// ListNodes returns every node's state, breaker and route flags.
@@ -338,6 +376,14 @@ type AdminServiceHandler interface {
 	ReadRedoLog(context.Context, *connect.Request[v1.ReadRedoLogRequest]) (*connect.Response[v1.ReadRedoLogResponse], error)
 	// AckRedoLog records a consumer's progress so settled entries can be trimmed.
 	AckRedoLog(context.Context, *connect.Request[v1.AckRedoLogRequest]) (*connect.Response[v1.AckRedoLogResponse], error)
+	// ListStuckParts lists the parts the reconciler set aside because they
+	// cannot be settled (a corrupt or deleted stock counter, a script that
+	// fails on them), with the reason, on one node or every node.
+	ListStuckParts(context.Context, *connect.Request[v1.ListStuckPartsRequest]) (*connect.Response[v1.ListStuckPartsResponse], error)
+	// RetryStuckPart puts a stuck part back in its node's pending index, due
+	// now, once its data was repaired; the reconciler settles it (or sets it
+	// aside again with the error it still meets).
+	RetryStuckPart(context.Context, *connect.Request[v1.RetryStuckPartRequest]) (*connect.Response[v1.RetryStuckPartResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -371,6 +417,18 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("AckRedoLog")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceListStuckPartsHandler := connect.NewUnaryHandler(
+		AdminServiceListStuckPartsProcedure,
+		svc.ListStuckParts,
+		connect.WithSchema(adminServiceMethods.ByName("ListStuckParts")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceRetryStuckPartHandler := connect.NewUnaryHandler(
+		AdminServiceRetryStuckPartProcedure,
+		svc.RetryStuckPart,
+		connect.WithSchema(adminServiceMethods.ByName("RetryStuckPart")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/shardis.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceListNodesProcedure:
@@ -381,6 +439,10 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceReadRedoLogHandler.ServeHTTP(w, r)
 		case AdminServiceAckRedoLogProcedure:
 			adminServiceAckRedoLogHandler.ServeHTTP(w, r)
+		case AdminServiceListStuckPartsProcedure:
+			adminServiceListStuckPartsHandler.ServeHTTP(w, r)
+		case AdminServiceRetryStuckPartProcedure:
+			adminServiceRetryStuckPartHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -404,4 +466,12 @@ func (UnimplementedAdminServiceHandler) ReadRedoLog(context.Context, *connect.Re
 
 func (UnimplementedAdminServiceHandler) AckRedoLog(context.Context, *connect.Request[v1.AckRedoLogRequest]) (*connect.Response[v1.AckRedoLogResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardis.v1.AdminService.AckRedoLog is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListStuckParts(context.Context, *connect.Request[v1.ListStuckPartsRequest]) (*connect.Response[v1.ListStuckPartsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardis.v1.AdminService.ListStuckParts is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RetryStuckPart(context.Context, *connect.Request[v1.RetryStuckPartRequest]) (*connect.Response[v1.RetryStuckPartResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardis.v1.AdminService.RetryStuckPart is not implemented"))
 }

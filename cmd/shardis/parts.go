@@ -1,0 +1,90 @@
+package main
+
+// The stuck-part and redo-log acknowledgement subcommands.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "github.com/shardis/shardis/proto/shardis/v1"
+)
+
+// parseQueue reads a --queue value: a number or a redo log name such as
+// inv:redo:7.
+func parseQueue(c *client, arg string) (int32, error) {
+	q := arg
+	if i := strings.LastIndexByte(q, ':'); i >= 0 {
+		q = q[i+1:]
+	}
+	queue, err := strconv.ParseInt(q, 10, 32)
+	if err != nil {
+		return 0, c.usageErr("--queue %q: want a queue number or a redo log name ending in :NUMBER", arg)
+	}
+	return int32(queue), nil
+}
+
+func cmdRedoLogAck(ctx context.Context, c *client, args []string) error {
+	nodeName := c.fs.String("node", "", "node `name` (required)")
+	queueArg := c.fs.String("queue", "", "queue `number`, or a redo log name such as inv:redo:7 (required)")
+	rest, err := c.parse(args, 1, 1, "node", "queue")
+	if err != nil {
+		return err
+	}
+	queue, err := parseQueue(c, *queueArg)
+	if err != nil {
+		return err
+	}
+	offset, err := strconv.ParseInt(rest[0], 10, 64)
+	if err != nil || offset < 0 {
+		return c.usageErr("OFFSET %q: want a non-negative integer", rest[0])
+	}
+	return show(ctx, c, c.admin.AckRedoLog, &v1.AckRedoLogRequest{Node: *nodeName, Queue: queue, Offset: offset},
+		func(w io.Writer, res *v1.AckRedoLogResponse) {
+			fmt.Fprintf(w, "node %s queue %d acknowledged up to offset %d\n", *nodeName, queue, res.AckedOffset)
+		})
+}
+
+func cmdPartsStuck(ctx context.Context, c *client, args []string) error {
+	nodeName := c.fs.String("node", "", "only this node `name` (default every node)")
+	limit := c.fs.Int("limit", 1000, "most parts per node (1..10000)")
+	if _, err := c.parse(args, 0, 0); err != nil {
+		return err
+	}
+	if *limit < 1 || *limit > 10000 {
+		return c.usageErr("--limit %d: want 1..10000", *limit)
+	}
+	return show(ctx, c, c.admin.ListStuckParts, &v1.ListStuckPartsRequest{Node: *nodeName, Limit: int32(*limit)},
+		func(w io.Writer, res *v1.ListStuckPartsResponse) {
+			if len(res.Parts) == 0 {
+				fmt.Fprintln(w, "no stuck parts")
+			} else {
+				fmt.Fprintln(w, "NODE\tPART\tORDER\tSKU\tQTY\tSTATE\tSINCE\tREASON")
+				for _, p := range res.Parts {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Node, p.PartId, p.OrderId, p.SkuId,
+						p.Quantity, p.State, time.UnixMilli(p.SinceUnixMs).UTC().Format(time.RFC3339), p.Reason)
+				}
+			}
+			for _, u := range res.Unreachable {
+				fmt.Fprintf(w, "unreachable: %s\n", u)
+			}
+		})
+}
+
+func cmdPartsRetry(ctx context.Context, c *client, args []string) error {
+	rest, err := c.parse(args, 2, 2)
+	if err != nil {
+		return err
+	}
+	return show(ctx, c, c.admin.RetryStuckPart, &v1.RetryStuckPartRequest{Node: rest[0], PartId: rest[1]},
+		func(w io.Writer, res *v1.RetryStuckPartResponse) {
+			if res.Retried {
+				fmt.Fprintf(w, "part %s on %s is pending again, due now\n", rest[1], rest[0])
+			} else {
+				fmt.Fprintf(w, "part %s on %s is not stuck (already retried, or never set aside)\n", rest[1], rest[0])
+			}
+		})
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/shardis/shardis/proto/shardis/v1"
+)
+
+// A part whose SKU counter is corrupt is set aside by the service's
+// reconciler: `parts stuck` lists it with the reason, `parts retry` puts
+// it back once repaired, and it settles. `redo-log ack` records progress
+// and refuses an offset past the queue's head.
+func TestClientPartsAndRedoAck(t *testing.T) {
+	addr, nodes := startService(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ok(t, addr, "stock", "load", "--route", "clothes", "--sku", "cap", "--qty", "30")
+	res := okJSON(t, addr, &v1.ReserveResponse{}, "reserve", "--order", "p-1", "--ttl", "1s", "clothes:cap:1")
+	rc := res.Receipts[0]
+	var bad int
+	for i := range nodes {
+		if "n"+strconv.Itoa(i+1) == rc.Node {
+			bad = i
+		}
+	}
+	cl := nodes[bad].Client(t)
+	cl.HSet(ctx, "inv:stock:clothes:cap", "reserved", "x")
+
+	var stuck *v1.ListStuckPartsResponse
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		stuck = okJSON(t, addr, &v1.ListStuckPartsResponse{}, "parts", "stuck")
+		if len(stuck.Parts) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no stuck part listed 20s after a 1s reservation over a corrupt counter")
+		}
+	}
+	p := stuck.Parts[0]
+	if len(stuck.Parts) != 1 || p.Node != rc.Node || p.OrderId != "p-1" || p.SkuId != "cap" || p.Quantity != 1 ||
+		!strings.Contains(p.Reason, "inv:stock:clothes:cap reserved") {
+		t.Fatalf("stuck parts %v: want p-1's part on %s with the corrupt counter as reason", stuck.Parts, rc.Node)
+	}
+	mustContain(t, ok(t, addr, "parts", "stuck", "--node", rc.Node), p.PartId, "not an integer")
+	mustContain(t, metricsText(t, addr),
+		`shardis_stuck_parts{node="`+rc.Node+`"} 1`,
+		`shardis_reconciler_parts_total{action="set_aside"} 1`,
+		`shardis_redo_unacked_entries{node="`+rc.Node+`"} 1`)
+
+	cl.HSet(ctx, "inv:stock:clothes:cap", "reserved", "1")
+	mustContain(t, ok(t, addr, "parts", "retry", rc.Node, p.PartId), "pending again")
+	mustContain(t, ok(t, addr, "parts", "retry", rc.Node, p.PartId), "not stuck")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		st := okJSON(t, addr, &v1.GetStockResponse{}, "stock", "get", "--route", "clothes", "--sku", "cap")
+		left := okJSON(t, addr, &v1.ListStuckPartsResponse{}, "parts", "stuck")
+		if st.Stock.Reserved == 0 && st.Stock.Available == 30 && len(left.Parts) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after repair and retry: stock %v, stuck %v", st.Stock, left.Parts)
+		}
+	}
+
+	off := strconv.FormatInt(rc.Offset, 10)
+	ack := okJSON(t, addr, &v1.AckRedoLogResponse{}, "redo-log", "ack", "--node", rc.Node, "--queue", rc.RedoLog, off)
+	if ack.AckedOffset != rc.Offset {
+		t.Fatalf("redo-log ack %s: acked %d", off, ack.AckedOffset)
+	}
+	past := strconv.FormatInt(rc.Offset+1000, 10)
+	mustContain(t, metricsText(t, addr), `shardis_redo_unacked_entries{node="`+rc.Node+`"} 0`)
+	fails(t, 1, "past the head", "redo-log", "ack", "--addr", addr, "--node", rc.Node, "--queue", rc.RedoLog, past)
+	fails(t, 2, "OFFSET", "redo-log", "ack", "--addr", addr, "--node", rc.Node, "--queue", rc.RedoLog, "x")
+	fails(t, 2, "stuck or retry", "parts")
+
+	// Every node shows its own per-user limit.
+	ok(t, addr, "stock", "load", "--route", "clothes", "--sku", "lim", "--qty", "3", "--limit", "2")
+	for _, ns := range okJSON(t, addr, &v1.GetStockResponse{}, "stock", "get", "--route", "clothes", "--sku", "lim").Stock.Nodes {
+		if ns.PerUserLimit != 2 {
+			t.Errorf("node %s per-user limit %d, want 2", ns.Node, ns.PerUserLimit)
+		}
+	}
+}
+
+// metricsText returns the service's /metrics page.
+func metricsText(t *testing.T, addr string) string {
+	t.Helper()
+	base, err := baseURL(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %d %v", res.StatusCode, err)
+	}
+	return string(b)
+}

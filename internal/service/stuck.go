@@ -1,0 +1,73 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	"github.com/shardis/shardis/inventory"
+	v1 "github.com/shardis/shardis/proto/shardis/v1"
+)
+
+// ListStuckParts implements AdminService.ListStuckParts: the parts set
+// aside on one node (req.Node) or on every node, read concurrently. A node
+// that cannot be read is listed in Unreachable, not an error, unless it is
+// the one node asked for.
+func (h *Handlers) ListStuckParts(ctx context.Context, req *connect.Request[v1.ListStuckPartsRequest]) (*connect.Response[v1.ListStuckPartsResponse], error) {
+	m := req.Msg
+	limit := int(m.Limit)
+	if limit == 0 {
+		limit = 1000
+	}
+	if m.Node != "" {
+		parts, err := h.Inventory.StuckParts(ctx, m.Node, limit)
+		if err != nil {
+			return nil, rpcError(err)
+		}
+		return connect.NewResponse(&v1.ListStuckPartsResponse{Parts: stuckParts(parts)}), nil
+	}
+	if limit < 0 || limit > 10000 {
+		return nil, rpcError(fmt.Errorf("%w: limit %d, want 1..10000", inventory.ErrInvalid, limit))
+	}
+	nodes := h.Inventory.Nodes()
+	found := make([][]inventory.StuckPart, len(nodes))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			found[i], errs[i] = h.Inventory.StuckParts(ctx, n.Name(), limit)
+		}()
+	}
+	wg.Wait()
+	out := &v1.ListStuckPartsResponse{}
+	for i, n := range nodes {
+		if errs[i] != nil {
+			out.Unreachable = append(out.Unreachable, n.Name()+": "+errs[i].Error())
+			continue
+		}
+		out.Parts = append(out.Parts, stuckParts(found[i])...)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// RetryStuckPart implements AdminService.RetryStuckPart.
+func (h *Handlers) RetryStuckPart(ctx context.Context, req *connect.Request[v1.RetryStuckPartRequest]) (*connect.Response[v1.RetryStuckPartResponse], error) {
+	ok, err := h.Inventory.RetryStuck(ctx, req.Msg.Node, req.Msg.PartId)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&v1.RetryStuckPartResponse{Retried: ok}), nil
+}
+
+func stuckParts(ps []inventory.StuckPart) []*v1.StuckPart {
+	out := make([]*v1.StuckPart, len(ps))
+	for i, p := range ps {
+		out[i] = &v1.StuckPart{Node: p.Node, PartId: p.PartID, OrderId: p.OrderID, SkuId: p.SKU,
+			Quantity: p.Quantity, State: p.State, SinceUnixMs: p.Since.UnixMilli(), Reason: p.Reason}
+	}
+	return out
+}

@@ -1,0 +1,165 @@
+package rollback
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
+)
+
+// LeaseKey is the key, on every inventory node, of the lease a background
+// reconciler pass holds on that node (a string: the holder's token, with
+// a TTL of Settings.Lease). Instances that find it held skip the node.
+const LeaseKey = "inv:reconcile:lease"
+
+// releaseScript deletes the lease only if the caller still holds it.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+func leaseToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// leased runs one pass over n if this reconciler gets n's lease, and
+// releases it afterwards. It returns the number of failed steps.
+func (r *Reconciler) leased(ctx context.Context, n *node.Node) int {
+	ok, err := n.Client().SetNX(ctx, LeaseKey, r.id, r.set.Lease).Result()
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("reconciler: taking the node lease", "node", n.Name(), "err", err)
+		}
+		return 1
+	}
+	if !ok {
+		r.skipped.Add(1)
+		return 0
+	}
+	defer func() {
+		// A fresh context: the pass's may be cancelled by Close, and a
+		// lease left behind would only delay other instances by Lease.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.set.Lease)
+		defer cancel()
+		_ = releaseScript.Run(rctx, n.Client(), []string{LeaseKey}, r.id).Err()
+	}()
+	return r.node(ctx, n)
+}
+
+// node reconciles one node and returns the number of failed steps.
+func (r *Reconciler) node(ctx context.Context, n *node.Node) int {
+	r.passes.Add(1)
+	failed := 0
+	for _, s := range r.queue.take(n.Name()) {
+		if _, err := r.inv.SettleNow(ctx, s); err != nil {
+			r.queue.Enqueue(s)
+			if failed == 0 && ctx.Err() == nil { // once per pass: the rest likely fail alike
+				r.log.Warn("reconciler: deferred settle failed, kept for a later pass", "node", n.Name(),
+					"order", s.OrderID, "action", s.Action, "err", err)
+			}
+			failed++
+			continue
+		}
+		r.deferred.Add(int64(len(s.PartIDs)))
+	}
+	for range 20 {
+		due, err := r.inv.DueParts(ctx, n, r.set.Batch)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("reconciler: reading due parts", "node", n.Name(), "err", err)
+			}
+			return failed + 1
+		}
+		f, progress := r.resolve(ctx, due)
+		failed += f
+		if len(due) < r.set.Batch || progress == 0 || ctx.Err() != nil {
+			break
+		}
+	}
+	if r.nodeN[n.Name()].Add(1)%int64(r.set.TrimEvery) == 0 {
+		k, err := r.inv.TrimRedoLog(ctx, n.Name(), r.set.TrimAge, 200)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("reconciler: trimming the redo log", "node", n.Name(), "err", err)
+			}
+			failed++
+		}
+		r.trimmed.Add(int64(k))
+	}
+	return failed
+}
+
+// resolve settles due parts, Settings.Workers at a time. A part that
+// cannot be settled is set aside. It returns the failed steps and the
+// parts that left the pending index's due range (progress).
+func (r *Reconciler) resolve(ctx context.Context, due []inventory.PendingPart) (failed, progress int) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	work := make(chan inventory.PendingPart)
+	for range min(r.set.Workers, len(due)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				f, moved := r.resolveOne(ctx, p)
+				mu.Lock()
+				failed += f
+				if moved {
+					progress++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, p := range due {
+		work <- p
+	}
+	close(work)
+	wg.Wait()
+	return failed, progress
+}
+
+// resolveOne settles one due part; moved reports whether it left the due
+// range of the pending index.
+func (r *Reconciler) resolveOne(ctx context.Context, p inventory.PendingPart) (failed int, moved bool) {
+	res, err := r.inv.ResolveExpired(ctx, p)
+	if err == nil {
+		switch res {
+		case inventory.Cancelled:
+			r.cancelled.Add(1)
+		case inventory.Confirmed:
+			r.confirmed.Add(1)
+		case inventory.Postponed:
+			r.postponed.Add(1)
+		}
+		return 0, true
+	}
+	if res == inventory.Postponed {
+		return 1, true // moved out of the way; the pass goes on
+	}
+	if !inventory.Unsettleable(err) {
+		if ctx.Err() == nil {
+			r.log.Warn("reconciler: settling an expired part", "node", p.Node, "part", p.PartID, "order", p.OrderID, "err", err)
+		}
+		return 1, false
+	}
+	ok, aerr := r.inv.SetAside(ctx, p, err.Error())
+	if aerr != nil {
+		r.log.Warn("reconciler: setting aside a part that cannot be settled", "node", p.Node, "part", p.PartID,
+			"order", p.OrderID, "reason", err, "err", aerr)
+		return 1, false
+	}
+	if ok {
+		r.setAside.Add(1)
+		r.log.Error("reconciler: part set aside, it cannot be settled until its data is repaired (shardis parts stuck / shardis parts retry)",
+			"node", p.Node, "part", p.PartID, "order", p.OrderID, "reason", err)
+	}
+	return 0, true
+}
