@@ -28,6 +28,8 @@ type Config struct {
 	Health Health `koanf:"health"`
 	// Breaker configures the per-node circuit breaker.
 	Breaker Breaker `koanf:"breaker"`
+	// Client configures every node's go-redis client.
+	Client Client `koanf:"client"`
 	// Pipeline configures auto-pipelining of every node's client.
 	Pipeline Pipeline `koanf:"pipeline"`
 	// Inventory configures the inventory service built on the router.
@@ -178,6 +180,18 @@ type Breaker struct {
 	OpenTimeout time.Duration `koanf:"open_timeout"`
 }
 
+// Client configures the go-redis client of every node.
+type Client struct {
+	// CommandTimeout is the read and write timeout of commands (a caller's
+	// shorter context deadline wins).
+	// default: 1s
+	CommandTimeout time.Duration `koanf:"command_timeout"`
+	// PoolSize is the connection pool size per node; 0 means go-redis's
+	// default (10 per GOMAXPROCS).
+	// default: 0
+	PoolSize int `koanf:"pool_size"`
+}
+
 // Pipeline configures auto-pipelining: concurrent commands to one node
 // share a pipeline (one write, one read) instead of one round trip each;
 // a command that finds its node's client idle is sent at once.
@@ -241,6 +255,7 @@ func Default() Config {
 			Backoff:   []time.Duration{500 * time.Millisecond, time.Second, 1500 * time.Millisecond},
 		},
 		Breaker:  Breaker{Failures: 5, OpenTimeout: time.Second},
+		Client:   Client{CommandTimeout: time.Second},
 		Pipeline: Pipeline{Enabled: true, MaxBatch: 200},
 		Inventory: Inventory{
 			Server:            "inventory",

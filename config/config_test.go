@@ -81,6 +81,7 @@ func exampleConfig() Config {
 				1500 * time.Millisecond},
 		},
 		Breaker:  Breaker{Failures: 5, OpenTimeout: time.Second},
+		Client:   Client{CommandTimeout: time.Second},
 		Pipeline: Pipeline{Enabled: true, MaxBatch: 200},
 		Inventory: Inventory{
 			Server:            "inventory",
@@ -179,6 +180,7 @@ servers:
 health: {heartbeat: 1s, timeout: 2s, backoff: [3s]}
 breaker: {failures: 1, open_timeout: 4s}
 pipeline: {enabled: false, max_batch: 50}
+client: {command_timeout: 3s, pool_size: 7}
 inventory:
   server: order
   reservation_ttl: 5m
@@ -200,6 +202,7 @@ inventory:
 		},
 		Health:   Health{Heartbeat: time.Second, Timeout: 2 * time.Second, Backoff: []time.Duration{3 * time.Second}},
 		Breaker:  Breaker{Failures: 1, OpenTimeout: 4 * time.Second},
+		Client:   Client{CommandTimeout: 3 * time.Second, PoolSize: 7},
 		Pipeline: Pipeline{Enabled: false, MaxBatch: 50},
 		Inventory: Inventory{
 			Server:            "order",
@@ -793,6 +796,30 @@ func TestParseEnvProblems(t *testing.T) {
 	}
 }
 
+// A router needs only nodes, servers, health, breaker, client and pipeline:
+// ValidateRouter does not ask for the service or the inventory.
+func TestValidateRouterOnlyChecksRouterSections(t *testing.T) {
+	c := Config{
+		Nodes:    map[string]Node{"n1": {Addr: "127.0.0.1:7001", Weight: 1}},
+		Servers:  map[string]Server{"cache": {OnNodeDown: OnNodeDownNext, Routes: map[string][]string{"s": {"n1"}}}},
+		Health:   Health{Heartbeat: time.Second, Timeout: time.Second, Backoff: []time.Duration{time.Second}},
+		Breaker:  Breaker{Failures: 5, OpenTimeout: time.Second},
+		Client:   Client{CommandTimeout: time.Second},
+		Pipeline: Pipeline{Enabled: true, MaxBatch: 200},
+	}
+	if err := c.ValidateRouter(); err != nil {
+		t.Fatalf("ValidateRouter of a router-only config: %v", err)
+	}
+	if err := c.Validate(); err == nil {
+		t.Fatal("Validate of a config without service/inventory passed; want their problems")
+	}
+	c.Client.PoolSize = -1
+	ps, ok := IsProblems(c.ValidateRouter())
+	if !ok || len(ps) != 1 || ps[0].Path != "client.pool_size" {
+		t.Fatalf("ValidateRouter with pool_size -1: %v, want one problem at client.pool_size", ps)
+	}
+}
+
 // The CLI's own variables (SHARDIS_TOKEN, SHARDIS_URL) are not
 // configuration overrides: a config loads with them set.
 func TestParseIgnoresCLIVariables(t *testing.T) {
@@ -958,7 +985,7 @@ func TestValidate(t *testing.T) {
 		}, nil},
 		{"defaults alone", func(c *Config) { *c = Default() }, []string{"nodes", "servers"}},
 		{"zero Config", func(c *Config) { *c = Config{} }, []string{
-			"breaker.failures", "breaker.open_timeout", "health.backoff", "health.heartbeat",
+			"breaker.failures", "breaker.open_timeout", "client.command_timeout", "health.backoff", "health.heartbeat",
 			"health.timeout", "inventory.attempt_lease", "inventory.max_reservation_ttl", "inventory.reconcile_interval",
 			"inventory.redo_queues", "inventory.reservation_ttl", "inventory.retention",
 			"inventory.server", "nodes", "pipeline.max_batch", "servers", "service.listen", "service.max_body_bytes", "service.shutdown_timeout",

@@ -6,6 +6,7 @@ import (
 	"os"
 	"reflect"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -23,6 +24,33 @@ func (c *Config) Validate() error {
 		return ps
 	}
 	return nil
+}
+
+// ValidateRouter is [Config.Validate] for what a router uses: nodes,
+// servers, health, breaker, client and pipeline. An embedder that builds a
+// router without the service or the inventory need not configure them.
+func (c *Config) ValidateRouter() error {
+	var ps Problems
+	for _, p := range c.problems() {
+		if routerSection(p.Path) {
+			ps = append(ps, p)
+		}
+	}
+	if len(ps) > 0 {
+		return ps
+	}
+	return nil
+}
+
+// routerSection reports whether a problem path belongs to a section the
+// router uses.
+func routerSection(path string) bool {
+	for _, sec := range []string{"nodes", "servers", "health", "breaker", "client", "pipeline"} {
+		if path == sec || strings.HasPrefix(path, sec+".") {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Config) problems() Problems {
@@ -120,6 +148,10 @@ func (c *Config) problems() Problems {
 		ps.add("breaker.failures", c.Breaker.Failures, "must be >= 1")
 	}
 	positive(&ps, "breaker.open_timeout", c.Breaker.OpenTimeout)
+	positive(&ps, "client.command_timeout", c.Client.CommandTimeout)
+	if c.Client.PoolSize < 0 || c.Client.PoolSize > 10000 {
+		ps.add("client.pool_size", c.Client.PoolSize, "must be 0 (go-redis's default) .. 10000")
+	}
 	if c.Pipeline.MaxBatch < 1 || c.Pipeline.MaxBatch > 10000 {
 		ps.add("pipeline.max_batch", c.Pipeline.MaxBatch, "must be 1..10000")
 	}

@@ -42,6 +42,9 @@ func newClients(n *Node, opts redis.Options) *clients {
 func (c *clients) build() *redis.Client {
 	opts := c.opts
 	cl := redis.NewClient(&opts)
+	for _, h := range c.n.opts.Hooks {
+		cl.AddHook(h)
+	}
 	if c.n.opts.Pipeline == nil {
 		cl.AddHook(hook{c.n})
 		return cl

@@ -96,6 +96,11 @@ type Options struct {
 	// reached the network, with its duration and whether it was a node
 	// failure (for latency metrics). It runs on the caller's goroutine.
 	Observe func(d time.Duration, failure bool)
+	// Hooks are added to every client the node builds (also after an
+	// outage), before its own hooks: they see every command and pipeline
+	// the caller issues, whether it is sent on its own or auto-pipelined.
+	// default: none
+	Hooks []redis.Hook
 	// Pipeline, when non-nil, turns on auto-pipelining of the node's client
 	// with these go-redis options (see pipeline.go): concurrent commands
 	// share one pipeline per node, a lone command is sent at once.

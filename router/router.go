@@ -61,6 +61,11 @@ type Options struct {
 	// Clock drives the health scheduler.
 	// default: the real clock
 	Clock health.Clock
+	// Hooks are added to every go-redis client of every node, including
+	// the clients a node builds anew after an outage, outermost: they see
+	// every command and pipeline callers issue (e.g. redisotel tracing).
+	// default: none
+	Hooks []redis.Hook
 }
 
 // Router routes keys of configured (server, route) sets to nodes. It is
@@ -84,7 +89,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 	if cfg == nil {
 		return nil, errors.New("router: nil config")
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.ValidateRouter(); err != nil {
 		return nil, err
 	}
 	if opts.Logger == nil {
@@ -122,6 +127,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 			BreakerFailures:    cfg.Breaker.Failures,
 			BreakerOpenTimeout: cfg.Breaker.OpenTimeout,
 			Pipeline:           pipelineOptions(cfg.Pipeline),
+			Hooks:              opts.Hooks,
+			CommandTimeout:     cfg.Client.CommandTimeout,
+			PoolSize:           cfg.Client.PoolSize,
 			OnFailure:          func() { sched.Trigger(name) },
 			Observe:            observer(opts.ObserveCommand, name),
 			Logger:             opts.Logger,
