@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -24,7 +23,6 @@ import (
 	"github.com/shardis/shardis/health"
 	"github.com/shardis/shardis/internal/metrics"
 	"github.com/shardis/shardis/inventory"
-	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
 	"github.com/shardis/shardis/rollback"
 	"github.com/shardis/shardis/router"
@@ -52,34 +50,20 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, 
 	if log == nil {
 		log = slog.Default()
 	}
-	node.RouteRedisLogs(log)
-	s := &Server{cfg: cfg, log: log, Metrics: metrics.New(), Queue: rollback.NewQueue(), served: make(chan error, 1)}
-	var rec atomic.Pointer[rollback.Reconciler]
-	r, err := router.New(ctx, cfg, router.Options{
-		Logger:         log,
-		ObserveCommand: s.Metrics.ObserveCommand,
-		OnProbe:        s.Metrics.OnProbe,
-		OnStateChange: func(ev health.Event) {
-			s.Metrics.OnStateChange(ev.Target, ev.Up)
-			if p := rec.Load(); p != nil && ev.Up {
-				p.NodeUp(ev.Target)
-			}
+	s := &Server{cfg: cfg, log: log, Metrics: metrics.New(), served: make(chan error, 1)}
+	st, err := rollback.Open(ctx, cfg, rollback.OpenOptions{
+		Logger: log,
+		Router: router.Options{
+			ObserveCommand: s.Metrics.ObserveCommand,
+			OnProbe:        s.Metrics.OnProbe,
+			OnStateChange:  func(ev health.Event) { s.Metrics.OnStateChange(ev.Target, ev.Up) },
 		},
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.Router = r
-	s.Inv, err = inventory.New(r, inventory.Options{Deferrer: s.Queue, Logger: log})
-	if err != nil {
-		r.Close()
-		return nil, err
-	}
-	s.Rec = rollback.New(s.Inv, s.Queue, rollback.Settings{
-		Interval: cfg.Inventory.ReconcileInterval, TrimAge: cfg.Inventory.RedoMaxAge, Logger: log})
-	rec.Store(s.Rec)
-	s.Rec.Start()
-	s.Metrics.Bind(r, s.Inv, s.Rec)
+	s.Router, s.Inv, s.Queue, s.Rec = st.Router, st.Inventory, st.Queue, st.Reconciler
+	s.Metrics.Bind(s.Router, s.Inv, s.Rec)
 
 	tlsCfg, err := serverTLS(cfg.Service.TLS)
 	if err != nil {
