@@ -78,6 +78,14 @@ func (n *Node) Probe(ctx context.Context) error {
 			ErrIdentity, StampKey, name, n.opts.Name))
 	}
 
+	if err := n.syncDrains(ctx, probe); err != nil {
+		var reply redis.Error
+		if !errors.As(err, &reply) {
+			n.resetProbe(probe)
+		}
+		return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: reading %s: %w", DrainKey, err)}
+	}
+
 	n.ident.mu.Lock()
 	prev := n.ident.incarnation
 	n.ident.incarnation = inc

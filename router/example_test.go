@@ -119,10 +119,10 @@ func ExampleRouter_Pick() {
 	home, _ := r.Pick("order", "clothes", "user:42")
 	other := map[string]string{"n1": "n2", "n2": "n1"}[home.Name()]
 
-	_ = r.SetRouteEnabled(home.Name(), "order", "clothes", false)
+	_ = r.SetRouteEnabled(context.Background(), home.Name(), "order", "clothes", false)
 	moved, _ := r.Pick("order", "clothes", "user:42")
 	fmt.Println("drained home: moved to the other node:", moved.Name() == other)
-	_ = r.SetRouteEnabled(home.Name(), "order", "clothes", true)
+	_ = r.SetRouteEnabled(context.Background(), home.Name(), "order", "clothes", true)
 
 	home.SetDown(errors.New("simulated outage")) // what a failed probe does
 	_, err = r.Pick("order", "clothes", "user:42")

@@ -266,8 +266,11 @@ func (r *Router) Nodes() []*node.Node {
 // node, live: new keys of that route skip the node, other routes are
 // untouched. Keys whose home was the drained node move to their next
 // candidate whatever the server's on_node_down policy, because draining
-// is a decision, not a failure.
-func (r *Router) SetRouteEnabled(nodeName, server, route string, enabled bool) error {
+// is a decision, not a failure. The drain is recorded on the node itself
+// (node.DrainKey), so every router over that node applies it within one
+// heartbeat and it outlives restarts; it fails, changing nothing, while
+// the node cannot be written.
+func (r *Router) SetRouteEnabled(ctx context.Context, nodeName, server, route string, enabled bool) error {
 	n, err := r.Node(nodeName)
 	if err != nil {
 		return err
@@ -275,7 +278,7 @@ func (r *Router) SetRouteEnabled(nodeName, server, route string, enabled bool) e
 	if _, ok := r.sets[node.RouteKey{Server: server, Route: route}]; !ok {
 		return r.unknownRoute(server, route)
 	}
-	return n.SetRouteEnabled(node.RouteKey{Server: server, Route: route}, enabled)
+	return n.PersistRouteEnabled(ctx, node.RouteKey{Server: server, Route: route}, enabled)
 }
 
 // NodeStatus is a snapshot of one node for status displays.

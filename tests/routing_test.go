@@ -57,7 +57,7 @@ func TestDrainRoute(t *testing.T) {
 	t.Logf("before drain: n2 is home of %d/2000 clothes keys and %d/2000 electronics keys",
 		count(cBefore, "n2"), count(eBefore, "n2"))
 
-	if err := r.SetRouteEnabled("n2", "product", "clothes", false); err != nil {
+	if err := r.SetRouteEnabled(context.Background(), "n2", "product", "clothes", false); err != nil {
 		t.Fatalf("SetRouteEnabled(n2, product, clothes, false): %v", err)
 	}
 	if st := status(t, r, "n2"); st.Routes[clothes.Key()] || !st.Routes[electronics.Key()] || st.State != node.StateUp {
@@ -129,7 +129,7 @@ func TestDrainRoute(t *testing.T) {
 
 	// Draining the route on every node leaves it unavailable.
 	for _, name := range []string{"n1", "n3"} {
-		if err := r.SetRouteEnabled(name, "product", "clothes", false); err != nil {
+		if err := r.SetRouteEnabled(context.Background(), name, "product", "clothes", false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -137,7 +137,7 @@ func TestDrainRoute(t *testing.T) {
 		t.Errorf("Pick with the route drained everywhere: err = %v, want ErrUnavailable", err)
 	}
 	for _, name := range all {
-		if err := r.SetRouteEnabled(name, "product", "clothes", true); err != nil {
+		if err := r.SetRouteEnabled(context.Background(), name, "product", "clothes", true); err != nil {
 			t.Fatalf("re-enabling clothes on %s: %v", name, err)
 		}
 	}
@@ -173,7 +173,7 @@ func TestSetRouteEnabledErrors(t *testing.T) {
 		{"n1", "order", "us", router.ErrUnknownRoute},
 		{"n2", "order", "eu", node.ErrUnknownRoute}, // n2 does not serve order/eu
 	} {
-		if err := r.SetRouteEnabled(tc.node, tc.server, tc.route, false); !errors.Is(err, tc.want) {
+		if err := r.SetRouteEnabled(context.Background(), tc.node, tc.server, tc.route, false); !errors.Is(err, tc.want) {
 			t.Errorf("SetRouteEnabled(%s, %s, %s) = %v, want %v", tc.node, tc.server, tc.route, err, tc.want)
 		}
 	}

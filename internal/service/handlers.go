@@ -106,9 +106,9 @@ func (h *Handlers) ListNodes(_ context.Context, _ *connect.Request[v1.ListNodesR
 }
 
 // SetRouteEnabled implements AdminService.SetRouteEnabled.
-func (h *Handlers) SetRouteEnabled(_ context.Context, req *connect.Request[v1.SetRouteEnabledRequest]) (*connect.Response[v1.SetRouteEnabledResponse], error) {
+func (h *Handlers) SetRouteEnabled(ctx context.Context, req *connect.Request[v1.SetRouteEnabledRequest]) (*connect.Response[v1.SetRouteEnabledResponse], error) {
 	m := req.Msg
-	if err := h.Router.SetRouteEnabled(m.Node, m.Server, m.Route, m.Enabled); err != nil {
+	if err := h.Router.SetRouteEnabled(ctx, m.Node, m.Server, m.Route, m.Enabled); err != nil {
 		return nil, rpcError(err)
 	}
 	for _, st := range h.Router.Status() {

@@ -1,0 +1,53 @@
+package node
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Drains are stored on the node they drain, in the hash DrainKey (field
+// "server/route", value "1"), so they are shared by every process over the
+// node and survive restarts of those processes. [Node.PersistRouteEnabled]
+// writes the hash, then the local flag; every probe reads the hash and
+// applies it to the local flags, so other processes see a drain within
+// one heartbeat. A node that lost its data forgets its drains with it.
+
+// DrainKey is the hash on every node that lists its drained routes.
+const DrainKey = "shardis:drain"
+
+// PersistRouteEnabled drains (enabled=false) or re-enables one route on
+// this node for every process over it: it records the decision on the node
+// itself, then flips the local flag. It fails, changing nothing, when the
+// route is not one the node serves ([ErrUnknownRoute]) or the node cannot
+// be written (DOWN, unreachable): a drain nobody else would see is not
+// applied.
+func (n *Node) PersistRouteEnabled(ctx context.Context, rk RouteKey, enabled bool) error {
+	if _, ok := n.routes[rk]; !ok {
+		return fmt.Errorf("%w: node %s does not serve %s", ErrUnknownRoute, n.opts.Name, rk)
+	}
+	var err error
+	if enabled {
+		err = n.Client().HDel(ctx, DrainKey, rk.String()).Err()
+	} else {
+		err = n.Client().HSet(ctx, DrainKey, rk.String(), "1").Err()
+	}
+	if err != nil {
+		return fmt.Errorf("node %s: recording the drain of %s on the node: %w", n.opts.Name, rk, err)
+	}
+	return n.SetRouteEnabled(rk, enabled)
+}
+
+// syncDrains reads the node's drain hash on the probe connection and
+// applies it to the local route flags.
+func (n *Node) syncDrains(ctx context.Context, probe *redis.Client) error {
+	drained, err := probe.HGetAll(ctx, DrainKey).Result()
+	if err != nil {
+		return err
+	}
+	for rk := range n.routes {
+		_ = n.SetRouteEnabled(rk, drained[rk.String()] == "")
+	}
+	return nil
+}
