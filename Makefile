@@ -101,5 +101,6 @@ generate:
 	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(CONNECT_GEN_VERSION)
 	cd proto && PATH=$(TOOLS):$$PATH buf generate
 
+## clean: remove built binaries and the data of `make run` (.run/).
 clean:
-	rm -rf bin
+	rm -rf bin .run

@@ -56,8 +56,10 @@ var (
 	// ErrUnavailable is router.ErrUnavailable: no node could serve (a node
 	// needed is down, answered with an error, or timed out).
 	ErrUnavailable = router.ErrUnavailable
-	// ErrNotFound is wrapped by Confirm of an order never reserved.
-	ErrNotFound = errors.New("order not found")
+	// ErrNotFound is wrapped by Confirm of an order that holds no
+	// reservation: never reserved, or its last Reserve attempt failed and
+	// took nothing.
+	ErrNotFound = errors.New("order not reserved")
 	// ErrCancelled is wrapped when an order id was cancelled (or tombstoned
 	// by a cancel that came before any reserve): it cannot be reserved or
 	// confirmed.

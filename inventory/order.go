@@ -114,9 +114,9 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 		pending := inv.settleParts(ctx, orderID, Confirm, rec.parts)
 		return Outcome{OrderID: orderID, Status: StatusConfirmed, PendingParts: pending}, nil
 	case "missing":
-		return Outcome{}, fmt.Errorf("%w: order %q", ErrNotFound, orderID)
+		return Outcome{}, fmt.Errorf("%w: order %q was never reserved", ErrNotFound, orderID)
 	case "failed":
-		return Outcome{}, fmt.Errorf("%w: order %q: its reservation failed", ErrNotFound, orderID)
+		return Outcome{}, fmt.Errorf("%w: order %q: its last Reserve attempt failed and took nothing (Reserve it again)", ErrNotFound, orderID)
 	case "reserving":
 		return Outcome{}, fmt.Errorf("%w: order %q", ErrInProgress, orderID)
 	case "cancelled":

@@ -283,7 +283,7 @@ func TestSvcErrorCodes(t *testing.T) {
 
 	// not_found; aborted (an attempt still holds the order: its record, made by hand)
 	_, err = e.confirm("f-unknown")
-	svcWantCode(t, "Confirm of an unknown order", err, connect.CodeNotFound, "order not found", `"f-unknown"`)
+	svcWantCode(t, "Confirm of an unknown order", err, connect.CodeNotFound, "order not reserved", `"f-unknown"`, "never reserved")
 	now := time.Now().UnixMilli()
 	if err := e.clients[e.home("f-busy")].HSet(ctx, "inv:order:f-busy", "status", "reserving", "token", "t",
 		"lease", now+60_000, "deadline", now+600_000, "digest", "d").Err(); err != nil {

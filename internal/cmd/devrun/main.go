@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redisproc"
@@ -113,7 +114,7 @@ func run() error {
 	if err := loadDemo(ctx, base, cfg.Service.AuthToken); err != nil {
 		return err
 	}
-	printTryIt(base)
+	printTryIt(base, cfg.Inventory.RedoQueues)
 	select {
 	case <-ctx.Done():
 		fmt.Println("\nCtrl-C: stopping")
@@ -134,7 +135,7 @@ func portFree(addr string) error {
 func waitHealthy(ctx context.Context, base string, exited <-chan error) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		resp, err := http.Get(base + "/healthz")
+		resp, err := http.Get(base + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -149,9 +150,12 @@ func waitHealthy(ctx context.Context, base string, exited <-chan error) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	return errors.New("shardis serve did not answer /healthz within 20s")
+	return errors.New("shardis serve was not ready (/readyz) within 20s")
 }
 
+// loadDemo loads the demo stock once: LoadStock adds, and the nodes keep
+// their data (AOF under .run/) from one `make run` to the next, so a SKU
+// that was ever loaded is left as it is.
 func loadDemo(ctx context.Context, base, token string) error {
 	client := shardisv1connect.NewInventoryServiceClient(http.DefaultClient, base)
 	demo := []*v1.LoadStockRequest{
@@ -159,11 +163,25 @@ func loadDemo(ctx context.Context, base, token string) error {
 		{RouteKey: "electronics", SkuId: "phone-x", Quantity: 30},
 		{RouteKey: "books", SkuId: "novel-1", Quantity: 20},
 	}
-	for _, m := range demo {
-		req := connect.NewRequest(m)
+	auth := func(h http.Header) {
 		if token != "" {
-			req.Header().Set("Authorization", "Bearer "+token)
+			h.Set("Authorization", "Bearer "+token)
 		}
+	}
+	for _, m := range demo {
+		get := connect.NewRequest(&v1.GetStockRequest{RouteKey: m.RouteKey, SkuId: m.SkuId})
+		auth(get.Header())
+		cur, err := client.GetStock(ctx, get)
+		if err != nil {
+			return fmt.Errorf("read demo stock %s/%s: %w", m.RouteKey, m.SkuId, err)
+		}
+		if st := cur.Msg.Stock; st.Loaded > 0 {
+			fmt.Printf("demo stock %s/%s already loaded (%d loaded, %d available, %d confirmed): left as it is; `make clean` starts afresh\n",
+				m.RouteKey, m.SkuId, st.Loaded, st.Available, st.Confirmed)
+			continue
+		}
+		req := connect.NewRequest(m)
+		auth(req.Header())
 		res, err := client.LoadStock(ctx, req)
 		if err != nil {
 			return fmt.Errorf("load demo stock %s/%s: %w", m.RouteKey, m.SkuId, err)
@@ -173,29 +191,34 @@ func loadDemo(ctx context.Context, base, token string) error {
 	return nil
 }
 
-func printTryIt(base string) {
-	post := func(method, body string) string {
-		return fmt.Sprintf("curl -s -X POST -H 'Content-Type: application/json' -d '%s' %s/shardis.v1.%s", body, base, method)
+// printTryIt prints the README's commands, in an order that works on a
+// fresh run and again on the next one (every call is idempotent).
+func printTryIt(base string, redoQueues int) {
+	fmt.Printf("\nshardis is up on %s (readiness: curl -s %s/readyz). Try, in this order:\n\n", base, base)
+	for _, c := range tryIt(redoQueues) {
+		fmt.Printf("  curl -s -H 'Content-Type: application/json' -d '%s' %s/shardis.v1.%s\n", c.body, base, c.method)
 	}
-	fmt.Printf(`
-shardis is up on %s. Try:
-
-  %s
-  %s
-  %s
-  %s
-  %s
-  %s
-  curl -s %s/metrics | grep ^shardis_
+	fmt.Printf(`  curl -s %s/metrics | grep ^shardis_
 
 Or the CLI: bin/shardis status; bin/shardis stock get --route clothes --sku tshirt-red
-Ctrl-C stops the service and the three redis-server nodes.
-`, base,
-		post("AdminService/ListNodes", `{}`),
-		post("InventoryService/GetStock", `{"routeKey":"clothes","skuId":"tshirt-red"}`),
-		post("InventoryService/Reserve", `{"orderId":"demo-1","userId":"alice","items":[{"routeKey":"clothes","skuId":"tshirt-red","quantity":"2"},{"routeKey":"electronics","skuId":"phone-x","quantity":"1"}]}`),
-		post("InventoryService/Confirm", `{"orderId":"demo-1"}`),
-		post("InventoryService/Cancel", `{"orderId":"demo-2"}`),
-		post("AdminService/SetRouteEnabled", `{"node":"n1","server":"inventory","route":"clothes","enabled":false}`),
-		base)
+Ctrl-C stops the service and the three redis-server nodes; `+"`make clean`"+` deletes their data.
+`, base)
+}
+
+type call struct{ method, body string }
+
+// tryIt is the README's command list (the README shows the same calls).
+func tryIt(redoQueues int) []call {
+	q := xxhash.Sum64String("clothes:tshirt-red") % uint64(redoQueues) // the redo queue of clothes/tshirt-red
+	return []call{
+		{"InventoryService/GetStock", `{"routeKey":"clothes","skuId":"tshirt-red"}`},
+		{"InventoryService/Reserve", `{"orderId":"o-1","userId":"alice","ttlSeconds":300,"items":[{"routeKey":"clothes","skuId":"tshirt-red","quantity":"2"}]}`},
+		{"InventoryService/Confirm", `{"orderId":"o-1"}`},
+		{"InventoryService/Cancel", `{"orderId":"o-2"}`},
+		{"AdminService/ListNodes", `{}`},
+		{"AdminService/SetRouteEnabled", `{"node":"n1","server":"inventory","route":"clothes","enabled":false}`},
+		{"AdminService/SetRouteEnabled", `{"node":"n1","server":"inventory","route":"clothes","enabled":true}`},
+		{"AdminService/ReadRedoLog", fmt.Sprintf(`{"node":"n1","queue":%d,"afterOffset":"0","limit":100}`, q)},
+		{"AdminService/AckRedoLog", fmt.Sprintf(`{"node":"n1","queue":%d,"offset":"0"}`, q)},
+	}
 }
