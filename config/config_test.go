@@ -1106,3 +1106,10 @@ func TestIsProblems(t *testing.T) {
 		})
 	}
 }
+
+// The shipped example configuration (make run, README) loads as it is.
+func TestExampleFileLoads(t *testing.T) {
+	if _, err := Load("example.yaml"); err != nil {
+		t.Fatalf("config/example.yaml: %v", err)
+	}
+}
