@@ -163,7 +163,11 @@ func (c *invCluster) reconciler(inv *inventory.Inventory, q *rollback.Queue, s r
 	if inv == nil {
 		inv, q = c.inv, c.q
 	}
-	s.Logger = invDiscard
+	if s.Logger == nil {
+		// Warnings and errors reach the test log, so a failed step shows
+		// its cause.
+		s.Logger = slog.New(slog.NewTextHandler(tWriter{c.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	rec := rollback.New(inv, q, s)
 	c.recMu.Lock()
 	c.recs = append(c.recs, rec)
