@@ -30,32 +30,44 @@ deps-redis:
 vet:
 	$(GO) vet ./...
 
-## test: vet plus every test with the race detector, against real redis-server processes.
+## test: vet plus every test with the race detector, against real redis-server processes
+## (every fuzz target's seed corpus runs as a plain test), then a short fuzz of the pure
+## targets (fuzz-quick, about 30 s). make fuzz fuzzes all eight for longer.
 test: deps-redis vet
 	$(GO) test -race -count=1 -timeout 12m ./...
-	$(MAKE) fuzz FUZZTIME=3s
+	$(MAKE) fuzz-quick
 
 ## unit: the fast tests of pure logic only (no Redis).
 unit:
 	$(GO) test -count=1 -run '^Test' ./config/ ./router/ ./health/
 
-## fuzz: every fuzz target for FUZZTIME each (default 3s), one after another; the
+## fuzz: every fuzz target for FUZZTIME each (default 30s), one after another; the
 ## inventory and service ones against real redis-server processes. A finding is
-## written to the package's testdata/fuzz, which plain go test re-runs.
-## FUZZPARALLEL caps the fuzz workers (each starts its own nodes).
-.PHONY: fuzz
-FUZZTIME     ?= 3s
+## written to the package's testdata/fuzz, which plain go test re-runs. Each target
+## first builds an instrumented binary and replays its corpus (a few seconds under
+## Redis), so FUZZTIME below ~10s can end in "context deadline exceeded" before
+## fuzzing starts. FUZZPARALLEL caps the fuzz workers (each starts its own nodes).
+## fuzz-quick: the three pure targets (no Redis) for 3s each, as make test runs them.
+.PHONY: fuzz fuzz-quick
+FUZZTIME     ?= 30s
 FUZZPARALLEL ?= 4
-FUZZ_TARGETS := config:FuzzParse router:FuzzHashKey router:FuzzRing \
+PURE_FUZZ    := config:FuzzParse router:FuzzHashKey router:FuzzRing
+FUZZ_TARGETS := $(PURE_FUZZ) \
 	internal/service:FuzzReserveRequest internal/service:FuzzLoadStock \
 	inventory:FuzzScriptArgs inventory:FuzzCorruptValue inventory:FuzzRedoRead
 fuzz: deps-redis
-	@failed=""; for t in $(FUZZ_TARGETS); do \
+	@$(MAKE) --no-print-directory fuzz-run TARGETS="$(FUZZ_TARGETS)" FT=$(FUZZTIME)
+fuzz-quick:
+	@$(MAKE) --no-print-directory fuzz-run TARGETS="$(PURE_FUZZ)" FT=3s
+.PHONY: fuzz-run
+fuzz-run:
+	@start=$$(date +%s); failed=""; for t in $(TARGETS); do \
 		pkg=./$${t%%:*}/; name=$${t##*:}; \
-		echo "$(GO) test -run '^\$$' -fuzz '^$$name\$$' -fuzztime $(FUZZTIME) $$pkg"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s \
+		echo "$(GO) test -run '^\$$' -fuzz '^$$name\$$' -fuzztime $(FT) $$pkg"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FT) -fuzzminimizetime 10s \
 			-parallel $(FUZZPARALLEL) $$pkg || failed="$$failed $$name"; \
 	done; \
+	echo "fuzz: $(words $(TARGETS)) targets in $$(( $$(date +%s) - start ))s"; \
 	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed"; exit 1; fi
 
 ## run: three local redis-server nodes + shardis serve on 127.0.0.1:7400, demo stock; Ctrl-C stops all.

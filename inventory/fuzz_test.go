@@ -791,7 +791,22 @@ func FuzzRedoRead(f *testing.F) {
 				t.Fatalf("acknowledged offset of %s on %s is %q", qk, nodeName, prevRaw)
 			}
 		}
+		headRaw, err := raw.HGet(ctx, keyRedoOffset, qk).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		head, _ := strconv.ParseInt(headRaw, 10, 64)
 		got, err := inv.AckRedoLog(ctx, nodeName, queue, ackOffset)
+		if ackOffset > head {
+			// Past the last offset handed out: refused, nothing stored.
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("AckRedoLog(%q, %d, %d) past the head %d: %v, want ErrInvalid", nodeName, queue, ackOffset, head, err)
+			}
+			if now, _ := raw.HGet(ctx, keyRedoAcked, qk).Result(); now != prevRaw {
+				t.Fatalf("a refused ack changed the acknowledged offset %q → %q", prevRaw, now)
+			}
+			return
+		}
 		if err != nil {
 			t.Fatalf("AckRedoLog(%q, %d, %d): %v", nodeName, queue, ackOffset, err)
 		}
