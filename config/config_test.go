@@ -1113,3 +1113,10 @@ func TestExampleFileLoads(t *testing.T) {
 		t.Fatalf("config/example.yaml: %v", err)
 	}
 }
+
+// The configuration docker/compose.yaml mounts loads as it is.
+func TestDockerConfigLoads(t *testing.T) {
+	if _, err := Load("../docker/shardis.yaml"); err != nil {
+		t.Fatalf("docker/shardis.yaml: %v", err)
+	}
+}
