@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/sony/gobreaker/v2"
 )
 
 // hook admits every command of the node's client through the state gate
@@ -44,7 +43,7 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if handshake(cmd.Name()) {
 			return next(ctx, cmd)
 		}
-		done, err := h.n.admit()
+		g, done, err := h.n.admit()
 		if err != nil {
 			cmd.SetErr(err)
 			return err
@@ -54,7 +53,7 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			start = time.Now()
 		}
 		err = next(ctx, cmd)
-		h.n.record(ctx, done, err, start)
+		h.n.record(ctx, g, done, err, start)
 		return err
 	}
 }
@@ -64,7 +63,7 @@ func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 		if len(cmds) > 0 && handshake(cmds[0].Name()) {
 			return next(ctx, cmds)
 		}
-		done, err := h.n.admit()
+		g, done, err := h.n.admit()
 		if err != nil {
 			for _, cmd := range cmds {
 				cmd.SetErr(err)
@@ -76,62 +75,51 @@ func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 			start = time.Now()
 		}
 		err = next(ctx, cmds)
-		h.n.record(ctx, done, err, start)
+		h.n.record(ctx, g, done, err, start)
 		return err
 	}
 }
 
-// admit lets a command through, or refuses it at once. While the breaker
-// is closed and no failure is pending (the common case), it does not touch
-// the breaker at all (two mutex round trips, two clock reads and a closure
-// per command otherwise): with no failure since the last success, a
-// success would change nothing in it. It returns a nil done func then.
-func (n *Node) admit() (func(error), error) {
+// admit lets a command through, or refuses it at once, and returns the
+// breaker generation it was admitted under (its outcome is reported there,
+// never to a newer one). While the breaker is closed and no failure is
+// pending (the common case), it does not touch the breaker at all (two
+// mutex round trips, two clock reads and a closure per command otherwise):
+// with no failure since the last success, a success would change nothing
+// in it. It returns a nil done func then.
+func (n *Node) admit() (*guard, func(error), error) {
 	if State(n.state.Load()) != StateUp {
-		return nil, n.refusal(fmt.Errorf("%w: %v", ErrDown, n.downText()))
+		return nil, nil, n.refusal(fmt.Errorf("%w: %v", ErrDown, n.downText()))
 	}
-	if n.openUntil.Load() == 0 && !n.failing.Load() {
-		return nil, nil
+	g := n.guard.Load()
+	if g.fast() {
+		return g, nil, nil
 	}
-	done, err := n.cb.Load().Allow()
+	done, err := g.cb.Allow()
 	if err != nil {
 		if isBreakerRefusal(err) {
-			return nil, n.refusal(ErrBreakerOpen)
+			return nil, nil, n.refusal(ErrBreakerOpen)
 		}
-		return nil, n.refusal(err)
+		return nil, nil, n.refusal(err)
 	}
-	return done, nil
+	return g, done, nil
 }
 
-// record reports a command's outcome to the breaker and, on a node
-// failure, to OnFailure.
-func (n *Node) record(ctx context.Context, done func(error), err error, start time.Time) {
+// record reports a command's outcome to the breaker generation it was
+// admitted under and, on a node failure, to OnFailure.
+func (n *Node) record(ctx context.Context, g *guard, done func(error), err error, start time.Time) {
 	failure := IsFailure(ctx, err)
 	if n.opts.Observe != nil {
 		n.opts.Observe(time.Since(start), failure)
 	}
-	if done == nil { // admitted on the fast path: report failures only
-		if failure {
-			n.failing.Store(true)
-			if d, err := n.cb.Load().Allow(); err == nil {
-				d(errFailure)
-			}
-			n.opts.OnFailure()
-		}
-		return
-	}
 	switch {
 	case failure:
-		n.failing.Store(true)
-		done(errFailure)
+		g.fail(done)
 		n.opts.OnFailure()
+	case done == nil: // admitted on the fast path: nothing to report
 	case err != nil && callerGaveUp(ctx):
 		done(errExcluded) // the caller gave up: says nothing about the node
 	default:
-		done(nil) // the node answered, maybe with an error reply
-		cb := n.cb.Load()
-		if cb.State() == gobreaker.StateClosed && cb.Counts().ConsecutiveFailures == 0 {
-			n.failing.Store(false) // back to the fast path
-		}
+		g.succeed(done) // the node answered, maybe with an error reply
 	}
 }

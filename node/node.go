@@ -19,7 +19,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
-	"github.com/sony/gobreaker/v2"
 )
 
 // State is a node's availability as last established by a probe.
@@ -135,8 +134,6 @@ func (o *Options) setDefaults() {
 	}
 }
 
-type breaker = gobreaker.TwoStepCircuitBreaker[struct{}]
-
 // Node is one Redis endpoint. All methods are safe for concurrent use.
 type Node struct {
 	opts   Options
@@ -151,9 +148,7 @@ type Node struct {
 	probeClosed bool // guarded by probeMu
 
 	state     atomic.Int32              // a State
-	cb        atomic.Pointer[breaker]   // replaced by a closed one on DOWN→UP
-	openUntil atomic.Int64              // unix nanos the breaker opened until; 0 = closed
-	failing   atomic.Bool               // a failure was reported since the breaker last saw a success
+	guard     atomic.Pointer[guard]     // the current breaker generation; a fresh one on DOWN→UP (breaker.go)
 	routes    map[RouteKey]*atomic.Bool // immutable map; flags are live
 	downErr   atomic.Pointer[error]     // why the node is DOWN; nil when UP
 	ident     identity                  // stamp bookkeeping, own lock
@@ -206,7 +201,7 @@ func New(opts Options) (*Node, error) {
 	n.probeOpts = probe
 	n.probe = redis.NewClient(&probe)
 
-	n.cb.Store(n.newBreaker())
+	n.guard.Store(n.newGuard())
 	n.setDownErr(errors.New("not probed yet"))
 	return n, nil
 }
@@ -246,8 +241,7 @@ func (n *Node) Usable() bool {
 	if State(n.state.Load()) != StateUp {
 		return false
 	}
-	until := n.openUntil.Load()
-	return until == 0 || time.Now().UnixNano() >= until
+	return n.guard.Load().usable()
 }
 
 // RouteEnabled reports whether the node takes new traffic for the route.
@@ -288,9 +282,7 @@ func (n *Node) SetUp() bool {
 	if State(n.state.Swap(int32(StateUp))) == StateUp {
 		return false
 	}
-	n.cb.Store(n.newBreaker())
-	n.openUntil.Store(0)
-	n.failing.Store(false)
+	n.guard.Store(n.newGuard())
 	n.downErr.Store(nil)
 	n.client.renewIfDialFailed()
 	return true
@@ -322,7 +314,7 @@ func (n *Node) setDownErr(reason error) {
 }
 
 // BreakerState returns "closed", "half-open" or "open".
-func (n *Node) BreakerState() string { return n.cb.Load().State().String() }
+func (n *Node) BreakerState() string { return n.guard.Load().cb.State().String() }
 
 // Close closes both clients. Commands after Close fail with redis.ErrClosed.
 // It is idempotent.
@@ -336,25 +328,6 @@ func (n *Node) Close() error {
 		err = errors.Join(n.client.close(), probe.Close())
 	})
 	return err
-}
-
-func (n *Node) newBreaker() *breaker {
-	failures := uint32(n.opts.BreakerFailures)
-	return gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:        n.opts.Name,
-		Timeout:     n.opts.BreakerOpenTimeout,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
-		IsExcluded:  func(err error) bool { return errors.Is(err, errExcluded) },
-		OnStateChange: func(_ string, from, to gobreaker.State) {
-			switch to {
-			case gobreaker.StateOpen:
-				n.openUntil.Store(time.Now().Add(n.opts.BreakerOpenTimeout).UnixNano())
-			case gobreaker.StateClosed:
-				n.openUntil.Store(0)
-			}
-			n.log.Warn("breaker state changed", "from", from.String(), "to", to.String())
-		},
-	})
 }
 
 // probeClient returns the current probe client.
