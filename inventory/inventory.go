@@ -78,6 +78,11 @@ var (
 	// ErrCorrupt is wrapped when a node holds a value the scripts cannot
 	// read (a counter that is not an integer): nothing was changed.
 	ErrCorrupt = errors.New("corrupt value on node")
+	// ErrDataLoss is wrapped by Confirm when the order is confirmed but a
+	// part it recorded no longer exists on its node: that node lost data
+	// (restarted empty or from an older snapshot). The order stays
+	// confirmed; the error names the parts.
+	ErrDataLoss = errors.New("data loss")
 	// ErrTopology is wrapped (together with [ErrUnavailable]) when a node
 	// is at another topology epoch than this instance: the instance runs
 	// with an older or newer configuration than the nodes and must not act

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -111,7 +112,13 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 	}
 	switch rec.status {
 	case "confirmed":
-		pending := inv.settleParts(ctx, orderID, Confirm, rec.parts)
+		pending, missing := inv.settleParts(ctx, orderID, Confirm, rec.parts)
+		if len(missing) > 0 {
+			inv.log.Error("DATA LOSS: confirmed order has parts missing on their nodes", "order", orderID, "parts", missing)
+			return Outcome{OrderID: orderID, Status: StatusConfirmed, PendingParts: pending},
+				fmt.Errorf("%w: order %q is confirmed, but its part(s) %v no longer exist on their node: the node lost data (see SECURITY.md)",
+					ErrDataLoss, orderID, missing)
+		}
 		return Outcome{OrderID: orderID, Status: StatusConfirmed, PendingParts: pending}, nil
 	case "missing":
 		return Outcome{}, fmt.Errorf("%w: order %q was never reserved", ErrNotFound, orderID)
@@ -121,7 +128,7 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 		return Outcome{}, fmt.Errorf("%w: order %q", ErrInProgress, orderID)
 	case "cancelled":
 		if rec.reason == "expired" {
-			inv.settleParts(ctx, orderID, Cancel, rec.parts)
+			_, _ = inv.settleParts(ctx, orderID, Cancel, rec.parts)
 			return Outcome{}, fmt.Errorf("%w: order %q passed its deadline %s", ErrExpired, orderID, rec.deadline.UTC().Format(time.RFC3339))
 		}
 		return Outcome{}, fmt.Errorf("%w: order %q (%s)", ErrCancelled, orderID, rec.reason)
@@ -148,7 +155,7 @@ func (inv *Inventory) Cancel(ctx context.Context, orderID string) (Outcome, erro
 	}
 	switch rec.status {
 	case "cancelled":
-		pending := inv.settleParts(ctx, orderID, Cancel, rec.parts)
+		pending, _ := inv.settleParts(ctx, orderID, Cancel, rec.parts)
 		return Outcome{OrderID: orderID, Status: StatusCancelled, PendingParts: pending, Reason: rec.reason}, nil
 	case "confirmed":
 		return Outcome{}, fmt.Errorf("%w: order %q", ErrConfirmed, orderID)
@@ -158,33 +165,42 @@ func (inv *Inventory) Cancel(ctx context.Context, orderID string) (Outcome, erro
 
 // settleParts settles parts, one script per node, nodes concurrently. Parts
 // whose node cannot be reached go to the Deferrer. It returns how many
-// parts were not settled now.
-func (inv *Inventory) settleParts(ctx context.Context, orderID string, action Action, parts []part) int {
+// parts were not settled now, and the parts a confirm found missing on
+// their node ("node/part"): a part of a decided order that does not exist
+// is data its node lost.
+func (inv *Inventory) settleParts(ctx context.Context, orderID string, action Action, parts []part) (pending int, missing []string) {
 	byNode := map[string][]string{}
 	for _, p := range parts {
 		byNode[p.Node] = append(byNode[p.Node], p.ID)
 	}
 	var (
-		mu      sync.Mutex
-		pending int
-		wg      sync.WaitGroup
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
 	for name, ids := range byNode {
 		wg.Add(1)
 		go func(name string, ids []string) {
 			defer wg.Done()
 			s := Settle{Node: name, Action: action, OrderID: orderID, PartIDs: ids}
-			if _, err := inv.SettleNow(ctx, s); err != nil {
+			res, err := inv.SettleNow(ctx, s)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
 				inv.log.Warn("settle deferred", "node", name, "order", orderID, "action", string(action), "parts", len(ids), "err", err)
 				inv.defer_(s)
-				mu.Lock()
 				pending += len(ids)
-				mu.Unlock()
+				return
+			}
+			for i, r := range res {
+				if r == "missing" {
+					missing = append(missing, name+"/"+ids[i])
+				}
 			}
 		}(name, ids)
 	}
 	wg.Wait()
-	return pending
+	sort.Strings(missing)
+	return pending, missing
 }
 
 // SettleNow settles parts of one order on one node now and returns each

@@ -235,7 +235,7 @@ func (inv *Inventory) abandon(ctx context.Context, home *node.Node, orderID, tok
 	defer cancel()
 	all := append(parts, unknown...)
 	inv.stats.rolledBack.Add(int64(len(all)))
-	pending := inv.settleParts(ctx, orderID, Cancel, all)
+	pending, _ := inv.settleParts(ctx, orderID, Cancel, all)
 	if pending > 0 {
 		inv.log.Warn("reserve rollback deferred", "order", orderID, "pending_parts", pending)
 	}

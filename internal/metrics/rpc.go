@@ -21,7 +21,7 @@ var rpcCodes = []string{"ok", "canceled", "unknown", "invalid_argument", "deadli
 
 // settleOutcomes are the outcome labels of shardis_order_settles_total.
 var settleOutcomes = []string{"confirmed", "cancelled", "expired", "already_confirmed", "already_cancelled",
-	"not_found", "in_progress", "unavailable", "invalid", "error"}
+	"not_found", "in_progress", "unavailable", "invalid", "data_loss", "error"}
 
 type rpcMetrics struct {
 	requests *prometheus.CounterVec
@@ -92,6 +92,8 @@ func settleOutcome(err error, ok string) string {
 	switch {
 	case err == nil:
 		return ok
+	case errors.Is(err, inventory.ErrDataLoss):
+		return "data_loss"
 	case errors.Is(err, inventory.ErrExpired):
 		return "expired"
 	case errors.Is(err, inventory.ErrConfirmed):

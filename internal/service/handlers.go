@@ -214,6 +214,8 @@ func rpcError(err error) error {
 		code = connect.CodeAborted
 	case errors.Is(err, inventory.ErrCorrupt):
 		code = connect.CodeInternal
+	case errors.Is(err, inventory.ErrDataLoss):
+		code = connect.CodeDataLoss
 	case errors.Is(err, router.ErrUnavailable):
 		code = connect.CodeUnavailable
 	}
