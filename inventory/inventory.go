@@ -223,10 +223,27 @@ func (inv *Inventory) Nodes() []*node.Node { return append([]*node.Node(nil), in
 // over: an order's decision lives on one node.
 func (inv *Inventory) orderHome(orderID string) (*node.Node, error) {
 	n := inv.members[inv.homes.Home("order:"+orderID)]
-	if !n.Usable() {
-		return nil, fmt.Errorf("%w: order %q: its home node %s is unavailable: %v", ErrUnavailable, orderID, n.Name(), n.DownReason())
+	if !usable(n) {
+		return nil, fmt.Errorf("%w: order %q: its home node %s is unavailable: %v", ErrUnavailable, orderID, n.Name(), unusableReason(n))
 	}
 	return n, nil
+}
+
+// usable reports whether the inventory may use n now: it admits commands
+// and its maxmemory-policy cannot evict keys (inventory data must never be
+// dropped by Redis; the node's settings are read at first contact and on
+// every reconnect).
+func usable(n *node.Node) bool { return n.Usable() && !n.Evicts() }
+
+// unusableReason says why usable(n) is false.
+func unusableReason(n *node.Node) string {
+	if s, _ := n.Settings(); s.Evicts() {
+		return "maxmemory-policy " + s.MaxmemoryPolicy + " can evict keys: not used for inventory data (set noeviction)"
+	}
+	if err := n.DownReason(); err != nil {
+		return err.Error()
+	}
+	return "breaker open"
 }
 
 func (inv *Inventory) set(route string) (*router.Set, error) {

@@ -42,7 +42,7 @@ func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline 
 		rk := set.Key()
 		st := itemState{set: set, need: it.Quantity}
 		for _, n := range set.Candidates(orderID + it.SKU) {
-			if n.RouteEnabled(rk) && n.Usable() {
+			if n.RouteEnabled(rk) && usable(n) {
 				st.cands = append(st.cands, n)
 			}
 		}
@@ -68,7 +68,7 @@ func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline 
 		for _, k := range order {
 			set, _ := inv.set(k.route) // validated by checkReserve
 			n := set.Nodes()[set.Ring().Home("user:"+userID)]
-			if !n.Usable() {
+			if !usable(n) {
 				quotaDown[k] = n.Name()
 				continue
 			}
@@ -178,7 +178,10 @@ func describeNodes(set *router.Set) string {
 			parts = append(parts, n.Name()+" drained")
 		case n.State() != node.StateUp:
 			parts = append(parts, n.Name()+" down")
-		case !n.Usable():
+		case n.Evicts():
+			s, _ := n.Settings()
+			parts = append(parts, n.Name()+" refused: maxmemory-policy "+s.MaxmemoryPolicy+" can evict keys")
+		case !usable(n):
 			parts = append(parts, n.Name()+" breaker open")
 		default:
 			parts = append(parts, n.Name()+" up")

@@ -78,6 +78,9 @@ func (n *Node) Probe(ctx context.Context) error {
 			ErrIdentity, StampKey, name, n.opts.Name))
 	}
 
+	if n.State() != StateUp || n.settings.Load() == nil {
+		n.readSettings(ctx, probe) // first contact and every reconnect
+	}
 	if err := n.syncDrains(ctx, probe); err != nil {
 		var reply redis.Error
 		if !errors.As(err, &reply) {

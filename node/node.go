@@ -95,6 +95,11 @@ type Options struct {
 	// reached the network, with its duration and whether it was a node
 	// failure (for latency metrics). It runs on the caller's goroutine.
 	Observe func(d time.Duration, failure bool)
+	// Critical marks a node that holds data which must not be lost (the
+	// inventory's): unsafe eviction or persistence settings are logged as
+	// warnings at first contact and on every reconnect.
+	// default: false
+	Critical bool
 	// Hooks are added to every client the node builds (also after an
 	// outage), before its own hooks: they see every command and pipeline
 	// the caller issues, whether it is sent on its own or auto-pipelined.
@@ -154,6 +159,7 @@ type Node struct {
 	ident     identity                  // stamp bookkeeping, own lock
 	maxSeq    atomic.Int64              // highest write sequence acknowledged to this process
 	pipelined atomic.Int64              // commands that rode a shared pipeline (pipeline.go)
+	settings  atomic.Pointer[Settings]  // eviction and persistence settings (settings.go); nil until read
 	closeOnce sync.Once
 }
 

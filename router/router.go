@@ -78,6 +78,9 @@ type Router struct {
 	names []string              // sorted node names
 	sets  map[node.RouteKey]*Set
 	sched *health.Scheduler
+	// critical marks the nodes of the inventory server (data that must not
+	// be lost); immutable after New.
+	critical map[string]bool
 }
 
 // New builds a router from a validated configuration, connects to every
@@ -109,6 +112,14 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 			}
 		}
 	}
+	// Nodes of the inventory server hold data that must not be lost.
+	critical := map[string]bool{}
+	for _, members := range cfg.Servers[cfg.Inventory.Server].Routes {
+		for _, m := range members {
+			critical[m] = true
+		}
+	}
+	r.critical = critical
 	// The scheduler is created after the nodes; OnFailure reaches it
 	// through this holder, set before any command can run.
 	var sched *health.Scheduler
@@ -126,6 +137,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 			ProbeTimeout:       cfg.Health.Timeout,
 			BreakerFailures:    cfg.Breaker.Failures,
 			BreakerOpenTimeout: cfg.Breaker.OpenTimeout,
+			Critical:           critical[name],
 			Pipeline:           pipelineOptions(cfg.Pipeline),
 			Hooks:              opts.Hooks,
 			CommandTimeout:     cfg.Client.CommandTimeout,
@@ -291,6 +303,11 @@ type NodeStatus struct {
 	FailedProbes int
 	Incarnation  string
 	Routes       map[node.RouteKey]bool // route → enabled
+	// Settings are the node's eviction and persistence settings (zero
+	// until read); Warning says what is unsafe about them for a node of
+	// the inventory server, or that a node evicts ("" otherwise).
+	Settings node.Settings
+	Warning  string
 }
 
 // Status returns a snapshot of every node, sorted by name.
@@ -299,11 +316,20 @@ func (r *Router) Status() []NodeStatus {
 	for _, name := range r.names {
 		n := r.nodes[name]
 		failed, _, _ := r.sched.Status(name)
-		out = append(out, NodeStatus{
+		st := NodeStatus{
 			Name: name, Addr: n.Addr(), State: n.State(), DownReason: n.DownReason(),
 			Breaker: n.BreakerState(), FailedProbes: failed, Incarnation: n.Incarnation(),
 			Routes: n.Routes(),
-		})
+		}
+		if set, ok := n.Settings(); ok {
+			st.Settings = set
+			if r.critical[name] {
+				st.Warning = set.Warning()
+			} else if set.Evicts() {
+				st.Warning = "maxmemory-policy " + set.MaxmemoryPolicy + " can evict keys"
+			}
+		}
+		out = append(out, st)
 	}
 	return out
 }

@@ -118,6 +118,9 @@ func writeNodes(w io.Writer, nodes []*v1.NodeInfo) {
 		if n.DownReason != "" {
 			reasons = append(reasons, fmt.Sprintf("%s DOWN: %s\n", n.Name, n.DownReason))
 		}
+		if n.Warning != "" {
+			reasons = append(reasons, fmt.Sprintf("%s WARNING: %s\n", n.Name, n.Warning))
+		}
 	}
 	if len(reasons) > 0 {
 		// A line without tabs ends the aligned block.

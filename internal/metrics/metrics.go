@@ -114,6 +114,8 @@ type collector Metrics
 
 var (
 	descNodeUp      = prometheus.NewDesc("shardis_node_up", "1 when the node is UP, 0 when DOWN.", []string{"node"}, nil)
+	descEvicting    = prometheus.NewDesc("shardis_node_evicting", "1 when the node's maxmemory-policy can evict keys (not used for inventory data).", []string{"node"}, nil)
+	descDurable     = prometheus.NewDesc("shardis_node_persistence_safe", "1 when the node runs AOF with appendfsync always, 0 otherwise or unknown.", []string{"node"}, nil)
 	descBreaker     = prometheus.NewDesc("shardis_node_breaker_state", "Breaker state: 0 closed, 1 half-open, 2 open.", []string{"node"}, nil)
 	descFailedProbe = prometheus.NewDesc("shardis_node_consecutive_failed_probes", "Consecutive failed probes of the node.", []string{"node"}, nil)
 	descReserve     = prometheus.NewDesc("shardis_reservations_total", "Reserve calls by outcome.", []string{"outcome"}, nil)
@@ -130,7 +132,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descNodeUp, descBreaker, descFailedProbe, descReserve, descRolledBack,
+	for _, d := range []*prometheus.Desc{descNodeUp, descEvicting, descDurable, descBreaker, descFailedProbe, descReserve, descRolledBack,
 		descDeferred, descQueue, descReconciled, descRedoLen, descRedoUnacked, descStuck} {
 		ch <- d
 	}
@@ -148,6 +150,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				up = 1
 			}
 			ch <- prometheus.MustNewConstMetric(descNodeUp, prometheus.GaugeValue, up, st.Name)
+			ch <- prometheus.MustNewConstMetric(descEvicting, prometheus.GaugeValue, b2f(st.Settings.Evicts()), st.Name)
+			ch <- prometheus.MustNewConstMetric(descDurable, prometheus.GaugeValue, b2f(st.Settings.Durable()), st.Name)
 			ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, breakerValue(st.Breaker), st.Name)
 			ch <- prometheus.MustNewConstMetric(descFailedProbe, prometheus.GaugeValue, float64(st.FailedProbes), st.Name)
 		}
@@ -190,6 +194,13 @@ func breakerValue(s string) float64 {
 	case "open":
 		return 2
 	case "half-open":
+		return 1
+	}
+	return 0
+}
+
+func b2f(b bool) float64 {
+	if b {
 		return 1
 	}
 	return 0

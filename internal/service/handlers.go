@@ -169,7 +169,8 @@ func stockLevel(l inventory.StockLevel) *v1.StockLevel {
 
 func nodeInfo(st router.NodeStatus) *v1.NodeInfo {
 	info := &v1.NodeInfo{Name: st.Name, Addr: st.Addr, Breaker: st.Breaker, FailedProbes: int32(st.FailedProbes),
-		Incarnation: st.Incarnation, State: v1.NodeState_NODE_STATE_DOWN}
+		Incarnation: st.Incarnation, State: v1.NodeState_NODE_STATE_DOWN, Warning: st.Warning,
+		MaxmemoryPolicy: st.Settings.MaxmemoryPolicy, Appendonly: st.Settings.AppendOnly, Appendfsync: st.Settings.AppendFsync}
 	if st.State == node.StateUp {
 		info.State = v1.NodeState_NODE_STATE_UP
 	}

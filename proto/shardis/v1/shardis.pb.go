@@ -1126,17 +1126,27 @@ func (x *ListNodesResponse) GetNodes() []*NodeInfo {
 }
 
 type NodeInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
-	State         NodeState              `protobuf:"varint,3,opt,name=state,proto3,enum=shardis.v1.NodeState" json:"state,omitempty"`
-	Breaker       string                 `protobuf:"bytes,4,opt,name=breaker,proto3" json:"breaker,omitempty"`
-	FailedProbes  int32                  `protobuf:"varint,5,opt,name=failed_probes,json=failedProbes,proto3" json:"failed_probes,omitempty"`
-	Routes        []*RouteStatus         `protobuf:"bytes,6,rep,name=routes,proto3" json:"routes,omitempty"`
-	DownReason    string                 `protobuf:"bytes,7,opt,name=down_reason,json=downReason,proto3" json:"down_reason,omitempty"`
-	Incarnation   string                 `protobuf:"bytes,8,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Addr         string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	State        NodeState              `protobuf:"varint,3,opt,name=state,proto3,enum=shardis.v1.NodeState" json:"state,omitempty"`
+	Breaker      string                 `protobuf:"bytes,4,opt,name=breaker,proto3" json:"breaker,omitempty"`
+	FailedProbes int32                  `protobuf:"varint,5,opt,name=failed_probes,json=failedProbes,proto3" json:"failed_probes,omitempty"`
+	Routes       []*RouteStatus         `protobuf:"bytes,6,rep,name=routes,proto3" json:"routes,omitempty"`
+	DownReason   string                 `protobuf:"bytes,7,opt,name=down_reason,json=downReason,proto3" json:"down_reason,omitempty"`
+	Incarnation  string                 `protobuf:"bytes,8,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// What is unsafe about the node's eviction or persistence settings for
+	// inventory data ("" when nothing is, or for a node outside the
+	// inventory server that does not evict). An evicting node is not used
+	// for inventory routes.
+	Warning string `protobuf:"bytes,9,opt,name=warning,proto3" json:"warning,omitempty"`
+	// The node's maxmemory-policy, appendonly and appendfsync settings as
+	// read at first contact and on every reconnect ("" when unknown).
+	MaxmemoryPolicy string `protobuf:"bytes,10,opt,name=maxmemory_policy,json=maxmemoryPolicy,proto3" json:"maxmemory_policy,omitempty"`
+	Appendonly      string `protobuf:"bytes,11,opt,name=appendonly,proto3" json:"appendonly,omitempty"`
+	Appendfsync     string `protobuf:"bytes,12,opt,name=appendfsync,proto3" json:"appendfsync,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *NodeInfo) Reset() {
@@ -1221,6 +1231,34 @@ func (x *NodeInfo) GetDownReason() string {
 func (x *NodeInfo) GetIncarnation() string {
 	if x != nil {
 		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetWarning() string {
+	if x != nil {
+		return x.Warning
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetMaxmemoryPolicy() string {
+	if x != nil {
+		return x.MaxmemoryPolicy
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetAppendonly() string {
+	if x != nil {
+		return x.Appendonly
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetAppendfsync() string {
+	if x != nil {
+		return x.Appendfsync
 	}
 	return ""
 }
@@ -2125,7 +2163,7 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x12\n" +
 	"\x10ListNodesRequest\"?\n" +
 	"\x11ListNodesResponse\x12*\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x14.shardis.v1.NodeInfoR\x05nodes\"\x92\x02\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x14.shardis.v1.NodeInfoR\x05nodes\"\x99\x03\n" +
 	"\bNodeInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12+\n" +
@@ -2135,7 +2173,14 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\x06routes\x18\x06 \x03(\v2\x17.shardis.v1.RouteStatusR\x06routes\x12\x1f\n" +
 	"\vdown_reason\x18\a \x01(\tR\n" +
 	"downReason\x12 \n" +
-	"\vincarnation\x18\b \x01(\tR\vincarnation\"U\n" +
+	"\vincarnation\x18\b \x01(\tR\vincarnation\x12\x18\n" +
+	"\awarning\x18\t \x01(\tR\awarning\x12)\n" +
+	"\x10maxmemory_policy\x18\n" +
+	" \x01(\tR\x0fmaxmemoryPolicy\x12\x1e\n" +
+	"\n" +
+	"appendonly\x18\v \x01(\tR\n" +
+	"appendonly\x12 \n" +
+	"\vappendfsync\x18\f \x01(\tR\vappendfsync\"U\n" +
 	"\vRouteStatus\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\x12\x14\n" +
 	"\x05route\x18\x02 \x01(\tR\x05route\x12\x18\n" +

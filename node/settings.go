@@ -1,0 +1,99 @@
+package node
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Settings is what a node's CONFIG says about eviction and persistence,
+// read at first contact and again on every reconnect (DOWN→UP). A field is
+// "" when the node did not say (CONFIG refused by ACL or renamed).
+type Settings struct {
+	MaxmemoryPolicy string // noeviction, allkeys-lru, volatile-ttl …
+	AppendOnly      string // yes | no
+	AppendFsync     string // always | everysec | no
+}
+
+// Evicts reports whether the node may drop keys under memory pressure:
+// any maxmemory-policy but noeviction. volatile-* policies count too:
+// inventory part and order records carry TTLs. Unknown settings do not.
+func (s Settings) Evicts() bool { return s.MaxmemoryPolicy != "" && s.MaxmemoryPolicy != "noeviction" }
+
+// Durable reports whether every write the node acknowledges is on disk
+// first: AOF with appendfsync always.
+func (s Settings) Durable() bool { return s.AppendOnly == "yes" && s.AppendFsync == "always" }
+
+// Warning describes what is unsafe about the settings for data that must
+// not be lost, or "" when nothing is.
+func (s Settings) Warning() string {
+	var w string
+	if s.Evicts() {
+		w = "maxmemory-policy " + s.MaxmemoryPolicy + " can evict keys"
+	}
+	if !s.Durable() {
+		if w != "" {
+			w += "; "
+		}
+		switch {
+		case s.AppendOnly == "":
+			w += "persistence unknown (CONFIG GET refused)"
+		case s.AppendOnly != "yes":
+			w += "no AOF (appendonly no): acknowledged writes since the last snapshot are lost on a crash"
+		default:
+			w += "appendfsync " + s.AppendFsync + ": up to a second of acknowledged writes can be lost on a crash"
+		}
+	}
+	return w
+}
+
+// Settings returns the node's settings as last read, and whether they were
+// read at all.
+func (n *Node) Settings() (Settings, bool) {
+	p := n.settings.Load()
+	if p == nil {
+		return Settings{}, false
+	}
+	return *p, true
+}
+
+// Evicts reports whether the node's maxmemory-policy can drop keys (see
+// [Settings.Evicts]); false until the settings were read.
+func (n *Node) Evicts() bool {
+	s, _ := n.Settings()
+	return s.Evicts()
+}
+
+// readSettings reads the settings on the probe connection and logs what is
+// unsafe about them when Options.Critical is set (or when they evict).
+func (n *Node) readSettings(ctx context.Context, probe *redis.Client) {
+	var s Settings
+	vals, err := probe.Do(ctx, "config", "get", "maxmemory-policy", "appendonly", "appendfsync").Slice()
+	if err == nil {
+		for i := 0; i+1 < len(vals); i += 2 {
+			k, _ := vals[i].(string)
+			v, _ := vals[i+1].(string)
+			switch k {
+			case "maxmemory-policy":
+				s.MaxmemoryPolicy = v
+			case "appendonly":
+				s.AppendOnly = v
+			case "appendfsync":
+				s.AppendFsync = v
+			}
+		}
+	} else {
+		n.log.Warn("cannot read the node's eviction and persistence settings (CONFIG GET)", "err", err)
+	}
+	prev := n.settings.Swap(&s)
+	if prev != nil && *prev == s {
+		return
+	}
+	switch w := s.Warning(); {
+	case w == "":
+	case n.opts.Critical:
+		n.log.Warn("node settings are unsafe for inventory data", "warning", w)
+	case s.Evicts():
+		n.log.Warn("node can evict keys", "maxmemory_policy", s.MaxmemoryPolicy)
+	}
+}
