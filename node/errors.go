@@ -21,6 +21,15 @@ var (
 	// ErrIdentity is wrapped by a probe error when the node's stamp names
 	// another node (ports swapped, wrong host) or cannot be read or written.
 	ErrIdentity = errors.New("node identity mismatch")
+	// ErrRolledBack is wrapped by a probe error when the node's data went
+	// back in time: its write sequence is below one witnessed before, or its
+	// stamp is of an older incarnation or generation. The node stays DOWN
+	// until an operator accepts its data ([Node.Accept]).
+	ErrRolledBack = errors.New("node data rolled back")
+	// ErrDataLost is wrapped by a probe error when the node has no stamp
+	// although other nodes witnessed it: it restarted empty. It is not
+	// re-stamped; it stays DOWN until an operator accepts it.
+	ErrDataLost = errors.New("node lost its data")
 	// ErrUnknownRoute is returned by [Node.SetRouteEnabled] for a route the
 	// node does not serve.
 	ErrUnknownRoute = errors.New("unknown route")

@@ -15,24 +15,30 @@ import (
 
 // StampKey is the hash on every node that records which node it is:
 // fields name (configured node name), incarnation (random id, new each time
-// the node is found without a stamp) and stamped_at (unix ms).
+// the node is stamped or accepted), stamped_at (unix ms), seq (the write
+// sequence every inventory write script advances) and gen (the acceptance
+// generation, raised by `shardis node accept`; missing = 0).
 const StampKey = "shardis:node"
 
-// stampScript reads the stamp, writing a fresh one when it is missing.
-// Returns {name, incarnation, created(0|1)}.
+// stampScript reads the stamp, writing a fresh one when it is missing and
+// ARGV[4] is "1" (nobody witnessed the node before). Returns {name,
+// incarnation, created(0|1), seq, gen}; name "" when the stamp is missing
+// and was not written.
 var stampScript = redis.NewScript(`
-local name = redis.call('HGET', KEYS[1], 'name')
-if not name then
+local f = redis.call('HMGET', KEYS[1], 'name', 'incarnation', 'seq', 'gen')
+if not f[1] then
+  if ARGV[4] ~= '1' then return {'', '', 0, 0, 0} end
   redis.call('HSET', KEYS[1], 'name', ARGV[1], 'incarnation', ARGV[2], 'stamped_at', ARGV[3])
-  return {ARGV[1], ARGV[2], 1}
+  return {ARGV[1], ARGV[2], 1, 0, 0}
 end
-return {name, redis.call('HGET', KEYS[1], 'incarnation') or '', 0}
+return {f[1], f[2] or '', 0, tonumber(f[3]) or 0, tonumber(f[4]) or 0}
 `)
 
-// identity remembers the incarnation this process last saw on the node.
+// identity remembers what this process last saw of the node's stamp.
 type identity struct {
 	mu          sync.Mutex
 	incarnation string // guarded by mu; "" until the first successful probe
+	gen         int64  // guarded by mu
 }
 
 // Incarnation returns the node's stamp incarnation as last seen by a probe,
@@ -43,23 +49,60 @@ func (n *Node) Incarnation() string {
 	return n.ident.incarnation
 }
 
+// Mark returns what this process knows of the node's writes: the stamp's
+// generation and incarnation as last seen by a probe, and the highest
+// write sequence acknowledged to this process ([Node.ObserveSeq]). ok is
+// false before the first successful probe.
+func (n *Node) Mark() (m Mark, ok bool) {
+	n.ident.mu.Lock()
+	defer n.ident.mu.Unlock()
+	if n.ident.incarnation == "" {
+		return Mark{}, false
+	}
+	return Mark{Gen: n.ident.gen, Incarnation: n.ident.incarnation, Seq: n.MaxSeq()}, true
+}
+
 // Probe checks that the node answers and is the node it is configured to
-// be, bounded by the probe timeout. It runs on a dedicated connection that
-// bypasses the state gate and the breaker, and changes no state itself:
-// the caller (the health scheduler) calls [Node.SetUp] or [Node.SetDown].
+// be, bounded by the probe timeout, with the data it is known to have. It
+// runs on a dedicated connection that bypasses the state gate and the
+// breaker, and changes no state itself: the caller (the health scheduler)
+// calls [Node.SetUp] or [Node.SetDown].
 //
-// On first contact it stamps the node with its name and a random
-// incarnation. A stamp naming another node is an [ErrIdentity] error. A
-// node found without a stamp after one was seen has lost its data: Probe
-// logs that loudly and re-stamps it with a new incarnation (the node is
-// usable, but what it held is gone). Probe is safe to call concurrently
-// (probes serialize on the single probe connection).
+// A stamp naming another node is an [ErrIdentity] error. On first contact
+// and on every reconnect the probe also asks Options.Witnesses for the
+// highest mark other nodes witnessed of this one; on every probe it
+// compares with what this process saw acknowledged. A node whose data went
+// back (its stamp's sequence is below a witnessed one, or its incarnation
+// or generation differs from the witnessed) is refused with
+// [ErrRolledBack]; one found without a stamp while peers witnessed it, with
+// [ErrDataLost] (it is not re-stamped). Both stay refused, whichever
+// process probes and after every process restarted, until an operator
+// accepts the node's current data ([Node.Accept], `shardis node accept`).
+// A node nobody witnessed is stamped on first contact. Probe is safe to
+// call concurrently (probes serialize on the single probe connection).
 func (n *Node) Probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, n.opts.ProbeTimeout)
 	defer cancel()
 	probe := n.probeClient()
+	reconnect := n.State() != StateUp
+	// What was acknowledged before the stamp is read: the node's sequence
+	// can only be at least that (a write acknowledged during the read may
+	// be past the sequence the read returns).
+	ackedBefore := n.MaxSeq()
+	var seen Mark
+	var witnessed bool
+	if reconnect && n.opts.Critical && n.opts.Witnesses != nil {
+		seen, witnessed = n.opts.Witnesses.Witnessed(ctx, n.opts.Name)
+	}
+	// Stamp a missing stamp only on a node nobody is known to have seen:
+	// not witnessed by peers and, for a node whose data must be kept, not
+	// seen by this process either.
+	allow := "1"
+	if witnessed || (n.opts.Critical && n.Incarnation() != "") {
+		allow = "0"
+	}
 	res, err := stampScript.Run(ctx, probe, []string{StampKey},
-		n.opts.Name, newIncarnation(), strconv.FormatInt(time.Now().UnixMilli(), 10)).Slice()
+		n.opts.Name, newIncarnation(), strconv.FormatInt(time.Now().UnixMilli(), 10), allow).Slice()
 	if err != nil {
 		var reply redis.Error
 		if !errors.As(err, &reply) {
@@ -67,18 +110,53 @@ func (n *Node) Probe(ctx context.Context) error {
 		}
 		return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: %w", err)}
 	}
-	if len(res) != 3 {
+	if len(res) != 5 {
 		return n.refusal(fmt.Errorf("%w: unexpected stamp reply %v", ErrIdentity, res))
 	}
 	name, _ := res[0].(string)
 	inc, _ := res[1].(string)
 	created, _ := res[2].(int64)
+	seq, _ := res[3].(int64)
+	gen, _ := res[4].(int64)
+	if name == "" {
+		if !witnessed {
+			seen, _ = n.Mark()
+		}
+		return n.refusal(fmt.Errorf("%w: %s is missing, but incarnation %s was seen up to write %d: "+
+			"the node restarted empty; accept its data with `shardis node accept %s`", ErrDataLost, StampKey,
+			seen.Incarnation, seen.Seq, n.opts.Name))
+	}
 	if name != n.opts.Name {
 		return n.refusal(fmt.Errorf("%w: %s is stamped as node %q, configured as %q (ports swapped?)",
 			ErrIdentity, StampKey, name, n.opts.Name))
 	}
+	stamp := Mark{Gen: gen, Incarnation: inc, Seq: seq}
+	if witnessed {
+		if err := behind(stamp, seen, "other nodes witnessed"); err != nil {
+			return n.refusal(fmt.Errorf("%w: %v; accept its data with `shardis node accept %s`", ErrRolledBack, err, n.opts.Name))
+		}
+	}
+	n.ident.mu.Lock()
+	prev, prevGen := n.ident.incarnation, n.ident.gen
+	if gen > prevGen {
+		n.maxSeq.Store(seq) // accepted: a new generation starts from its own sequence
+	}
+	local := Mark{Gen: prevGen, Incarnation: prev, Seq: ackedBefore}
+	if !n.opts.Critical && prev != "" && prev != inc {
+		// A node without data that must be kept (a cache) may come back
+		// empty: say so and use it.
+		n.log.Error("NODE LOST ITS DATA: stamp was missing, node re-stamped with a new incarnation",
+			"previous_incarnation", prev, "incarnation", inc)
+	} else if prev != "" && gen <= prevGen {
+		if err := behind(stamp, local, "this process saw acknowledged"); err != nil {
+			n.ident.mu.Unlock()
+			return n.refusal(fmt.Errorf("%w: %v; accept its data with `shardis node accept %s`", ErrRolledBack, err, n.opts.Name))
+		}
+	}
+	n.ident.incarnation, n.ident.gen = inc, gen
+	n.ident.mu.Unlock()
 
-	if n.State() != StateUp || n.settings.Load() == nil {
+	if reconnect || n.settings.Load() == nil {
 		n.readSettings(ctx, probe) // first contact and every reconnect
 	}
 	if err := n.syncDrains(ctx, probe); err != nil {
@@ -88,19 +166,25 @@ func (n *Node) Probe(ctx context.Context) error {
 		}
 		return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: reading %s: %w", DrainKey, err)}
 	}
-
-	n.ident.mu.Lock()
-	prev := n.ident.incarnation
-	n.ident.incarnation = inc
-	n.ident.mu.Unlock()
-	switch {
-	case prev == "" && created == 1:
+	if prev == "" && created == 1 {
 		n.log.Info("node stamped", "incarnation", inc)
-	case prev != "" && prev != inc:
-		// Missing stamp (created by us) or a stamp another instance wrote
-		// after finding it missing: either way the data set was lost.
-		n.log.Error("NODE LOST ITS DATA: stamp was missing, node re-stamped with a new incarnation",
-			"previous_incarnation", prev, "incarnation", inc)
+	}
+	return nil
+}
+
+// behind says how stamp is behind mark (what was seen elsewhere), or nil
+// when it is not.
+func behind(stamp, mark Mark, who string) error {
+	switch {
+	case mark.Gen > stamp.Gen:
+		return fmt.Errorf("its stamp is of generation %d, %s generation %d", stamp.Gen, who, mark.Gen)
+	case mark.Gen < stamp.Gen:
+		return nil // accepted since
+	case mark.Incarnation != stamp.Incarnation:
+		return fmt.Errorf("its stamp is incarnation %s, %s incarnation %s", stamp.Incarnation, who, mark.Incarnation)
+	case mark.Seq > stamp.Seq:
+		return fmt.Errorf("its write sequence is %d, %s up to %d: it came back with older data (restored snapshot, lost writes)",
+			stamp.Seq, who, mark.Seq)
 	}
 	return nil
 }

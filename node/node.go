@@ -95,6 +95,10 @@ type Options struct {
 	// reached the network, with its duration and whether it was a node
 	// failure (for latency metrics). It runs on the caller's goroutine.
 	Observe func(d time.Duration, failure bool)
+	// Witnesses, when set, gives probes the marks other nodes witnessed of
+	// this node (witness.go): a node whose data went back is refused.
+	// default: nil (only what this process saw is checked)
+	Witnesses Witnesses
 	// Critical marks a node that holds data which must not be lost (the
 	// inventory's): unsafe eviction or persistence settings are logged as
 	// warnings at first contact and on every reconnect.

@@ -78,6 +78,7 @@ type Router struct {
 	names []string              // sorted node names
 	sets  map[node.RouteKey]*Set
 	sched *health.Scheduler
+	wit   *witnesses
 	// critical marks the nodes of the inventory server (data that must not
 	// be lost); immutable after New.
 	critical map[string]bool
@@ -120,6 +121,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 		}
 	}
 	r.critical = critical
+	r.wit = newWitnesses(r)
 	// The scheduler is created after the nodes; OnFailure reaches it
 	// through this holder, set before any command can run.
 	var sched *health.Scheduler
@@ -138,6 +140,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 			BreakerFailures:    cfg.Breaker.Failures,
 			BreakerOpenTimeout: cfg.Breaker.OpenTimeout,
 			Critical:           critical[name],
+			Witnesses:          r.wit,
 			Pipeline:           pipelineOptions(cfg.Pipeline),
 			Hooks:              opts.Hooks,
 			CommandTimeout:     cfg.Client.CommandTimeout,
@@ -178,6 +181,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 		Clock:     opts.Clock,
 	})
 	r.sched = sched
+	go r.wit.run(cfg.Health.Heartbeat)
 	select {
 	case <-sched.Ready():
 	case <-ctx.Done():
@@ -208,6 +212,7 @@ func (r *Router) onChange(ev health.Event) {
 		r.log.Info("node up", "node", ev.Target)
 	} else {
 		r.log.Warn("node down", "node", ev.Target, "err", ev.Err, "failed_probes", ev.FailedProbes)
+		r.wit.nodeDown(ev.Target)
 	}
 	if r.opts.OnStateChange != nil {
 		r.opts.OnStateChange(ev)
@@ -339,6 +344,7 @@ func (r *Router) Status() []NodeStatus {
 // with redis.ErrClosed. Close leaks no goroutine and is idempotent.
 func (r *Router) Close() error {
 	r.sched.Close()
+	r.wit.close()
 	return r.closeNodes()
 }
 

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -174,6 +175,26 @@ func (c *invCluster) reconciler(inv *inventory.Inventory, q *rollback.Queue, s r
 	c.recMu.Unlock()
 	c.t.Cleanup(rec.Close)
 	return rec
+}
+
+// acceptNode does what an operator does for a node that came back empty or
+// with older data (`shardis node accept`): it waits until the node is
+// refused for it, then accepts its data.
+func (c *invCluster) acceptNode(name string) {
+	c.t.Helper()
+	n, _ := c.r.Node(name)
+	deadline := time.Now().Add(10 * time.Second)
+	for !errors.Is(n.DownReason(), node.ErrDataLost) && !errors.Is(n.DownReason(), node.ErrRolledBack) {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("node %s was not refused for lost data within 10s (state %v, reason %v)", name, n.State(), n.DownReason())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.r.AcceptNode(ctx, name); err != nil {
+		c.t.Fatalf("AcceptNode(%s): %v", name, err)
+	}
 }
 
 // home returns the name of an order's home node.

@@ -160,7 +160,8 @@ func TestInvLimitsAndAcks(t *testing.T) {
 		if _, err := c.inv.LoadStock(ctx, "r", "lim-new", 6, 0); err != nil {
 			t.Errorf("load of a new SKU without a limit with n3 down: %v", err)
 		}
-		c.srv["n3"].Restart()
+		c.srv["n3"].Restart() // n3 had no AOF: it comes back empty and is refused until accepted
+		c.acceptNode("n3")
 		c.waitUsable("n3", 5*time.Second)
 	})
 }

@@ -60,7 +60,9 @@ func newSvcEnv(t *testing.T, o svcOpts) *svcEnv {
 		cfg.Service.MaxBodyBytes = o.maxBody
 	}
 	cfg.Nodes = map[string]config.Node{}
-	for i, s := range redistest.StartN(t, 3, redistest.Options{}) {
+	// AOF: nodes the tests kill come back with their data (a node that
+	// comes back empty is refused until accepted).
+	for i, s := range redistest.StartN(t, 3, redistest.Options{AOF: true}) {
 		name := fmt.Sprintf("n%d", i+1)
 		e.names = append(e.names, name)
 		e.redis[name], e.clients[name] = s, s.Client(t)

@@ -62,6 +62,8 @@ var clientCommands = map[string]clientCommand{
 		"Records that a consumer applied queue Q of node N up to OFFSET (at most the last offset handed out), so settled entries up to it can be trimmed.", cmdRedoLogAck},
 	"parts stuck": {"parts stuck [flags] [--node N] [--limit 1000]",
 		"Lists parts the reconciler set aside because they cannot be settled, with the reason.", cmdPartsStuck},
+	"node accept": {"node accept [flags] NODE",
+		"Accepts the data of an inventory node refused for coming back empty or with older data (new incarnation; what it lost stays lost).", cmdNodeAccept},
 	"parts retry": {"parts retry [flags] NODE PART_ID",
 		"Puts a stuck part back in its node's pending index (after repairing its data); the reconciler settles it.", cmdPartsRetry},
 }
@@ -86,6 +88,13 @@ func runClient(ctx context.Context, name string, args []string, stdout, stderr i
 		if len(args) == 0 || (args[0] != "stuck" && args[0] != "retry") {
 			fmt.Fprintln(stderr, "usage: shardis parts stuck|retry [flags]")
 			return fmt.Errorf("%w: parts needs a subcommand: stuck or retry", errUsage)
+		}
+		name, args = name+" "+args[0], args[1:]
+	}
+	if name == "node" {
+		if len(args) == 0 || args[0] != "accept" {
+			fmt.Fprintln(stderr, "usage: shardis node accept [flags] NODE")
+			return fmt.Errorf("%w: node needs a subcommand: accept", errUsage)
 		}
 		name, args = name+" "+args[0], args[1:]
 	}

@@ -92,7 +92,7 @@ func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
 // before arguments).
 func withFlags(args []string, flags ...string) []string {
 	n := 1
-	if args[0] == "stock" || args[0] == "parts" || (args[0] == "redo-log" && len(args) > 1 && args[1] == "ack") {
+	if args[0] == "stock" || args[0] == "parts" || args[0] == "node" || (args[0] == "redo-log" && len(args) > 1 && args[1] == "ack") {
 		n = 2
 	}
 	out := append([]string{}, args[:n]...)

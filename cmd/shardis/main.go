@@ -58,7 +58,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdRoute(args[1:], stdin, stdout, stderr)
 	case "serve":
 		err = cmdServe(args[1:], stderr)
-	case "status", "stock", "reserve", "confirm", "cancel", "drain", "undrain", "redo-log", "parts":
+	case "status", "stock", "reserve", "confirm", "cancel", "drain", "undrain", "redo-log", "parts", "node":
 		err = cmdClient(args[0], args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "shardis", versionString())

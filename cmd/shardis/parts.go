@@ -88,3 +88,15 @@ func cmdPartsRetry(ctx context.Context, c *client, args []string) error {
 			}
 		})
 }
+
+func cmdNodeAccept(ctx context.Context, c *client, args []string) error {
+	rest, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	return show(ctx, c, c.admin.AcceptNode, &v1.AcceptNodeRequest{Node: rest[0]},
+		func(w io.Writer, res *v1.AcceptNodeResponse) {
+			fmt.Fprintf(w, "node %s accepted: incarnation %s, generation %d, write sequence %d\n",
+				res.Node, res.Incarnation, res.Generation, res.Seq)
+		})
+}

@@ -105,3 +105,46 @@ func metricsText(t *testing.T, addr string) string {
 	}
 	return string(b)
 }
+
+// `node accept` brings back a node that restarted empty: the status shows
+// it refused with the command to run, accept gives it a new incarnation,
+// and it serves again.
+func TestClientNodeAccept(t *testing.T) {
+	addr, nodes := startService(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ok(t, addr, "stock", "load", "--route", "clothes", "--sku", "acc", "--qty", "30")
+	ok(t, addr, "reserve", "--order", "acc-1", "clothes:acc:1")
+	// Wait until a peer witnessed n1, then wipe it and restart it empty.
+	peer := nodes[1].Client(t)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if v, _ := peer.HGet(ctx, "shardis:witness", "n1").Result(); v != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("n1 never witnessed on n2")
+		}
+	}
+	nodes[0].Kill()
+	nodes[0].Restart() // no AOF: empty
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out := ok(t, addr, "status")
+		if strings.Contains(out, "node lost its data") && strings.Contains(out, "shardis node accept n1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never showed n1 refused for lost data:\n%s", out)
+		}
+	}
+	mustContain(t, ok(t, addr, "node", "accept", "n1"), "node n1 accepted", "incarnation")
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if st := okJSON(t, addr, &v1.ListNodesResponse{}, "status"); st.Nodes[0].State == v1.NodeState_NODE_STATE_UP {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("n1 not UP after accept")
+		}
+	}
+	fails(t, 1, "invalid_argument", "node", "accept", "--addr", addr, "n9")
+	fails(t, 2, "accept", "node")
+}

@@ -96,6 +96,15 @@ func (h *Handlers) Cancel(ctx context.Context, req *connect.Request[v1.CancelReq
 	}), nil
 }
 
+// AcceptNode implements AdminService.AcceptNode.
+func (h *Handlers) AcceptNode(ctx context.Context, req *connect.Request[v1.AcceptNodeRequest]) (*connect.Response[v1.AcceptNodeResponse], error) {
+	m, err := h.Router.AcceptNode(ctx, req.Msg.Node)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&v1.AcceptNodeResponse{Node: req.Msg.Node, Generation: m.Gen, Incarnation: m.Incarnation, Seq: m.Seq}), nil
+}
+
 // ListNodes implements AdminService.ListNodes.
 func (h *Handlers) ListNodes(_ context.Context, _ *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error) {
 	out := &v1.ListNodesResponse{}
@@ -202,6 +211,8 @@ func rpcError(err error) error {
 		code = connect.CodeCanceled
 	case errors.Is(err, context.DeadlineExceeded):
 		code = connect.CodeDeadlineExceeded
+	case errors.Is(err, router.ErrNotWitnessed):
+		code = connect.CodeFailedPrecondition
 	case errors.Is(err, inventory.ErrInvalid), errors.Is(err, router.ErrUnknownRoute),
 		errors.Is(err, router.ErrUnknownNode), errors.Is(err, node.ErrUnknownRoute):
 		code = connect.CodeInvalidArgument

@@ -2086,6 +2086,119 @@ func (x *RetryStuckPartResponse) GetRetried() bool {
 	return false
 }
 
+type AcceptNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcceptNodeRequest) Reset() {
+	*x = AcceptNodeRequest{}
+	mi := &file_shardis_v1_shardis_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcceptNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcceptNodeRequest) ProtoMessage() {}
+
+func (x *AcceptNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardis_v1_shardis_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcceptNodeRequest.ProtoReflect.Descriptor instead.
+func (*AcceptNodeRequest) Descriptor() ([]byte, []int) {
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *AcceptNodeRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+type AcceptNodeResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Node        string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Generation  int64                  `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Incarnation string                 `protobuf:"bytes,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// The node's write sequence, kept across the accept.
+	Seq           int64 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcceptNodeResponse) Reset() {
+	*x = AcceptNodeResponse{}
+	mi := &file_shardis_v1_shardis_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcceptNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcceptNodeResponse) ProtoMessage() {}
+
+func (x *AcceptNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardis_v1_shardis_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcceptNodeResponse.ProtoReflect.Descriptor instead.
+func (*AcceptNodeResponse) Descriptor() ([]byte, []int) {
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *AcceptNodeResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *AcceptNodeResponse) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *AcceptNodeResponse) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *AcceptNodeResponse) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 var File_shardis_v1_shardis_proto protoreflect.FileDescriptor
 
 const file_shardis_v1_shardis_proto_rawDesc = "" +
@@ -2237,7 +2350,16 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
 	"\apart_id\x18\x02 \x01(\tR\x06partId\"2\n" +
 	"\x16RetryStuckPartResponse\x12\x18\n" +
-	"\aretried\x18\x01 \x01(\bR\aretried*~\n" +
+	"\aretried\x18\x01 \x01(\bR\aretried\"'\n" +
+	"\x11AcceptNodeRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\"|\n" +
+	"\x12AcceptNodeResponse\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03R\n" +
+	"generation\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\tR\vincarnation\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x03R\x03seq*~\n" +
 	"\vOrderStatus\x12\x1c\n" +
 	"\x18ORDER_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15ORDER_STATUS_RESERVED\x10\x01\x12\x1a\n" +
@@ -2252,7 +2374,7 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\bGetStock\x12\x1b.shardis.v1.GetStockRequest\x1a\x1c.shardis.v1.GetStockResponse\x12B\n" +
 	"\aReserve\x12\x1a.shardis.v1.ReserveRequest\x1a\x1b.shardis.v1.ReserveResponse\x12B\n" +
 	"\aConfirm\x12\x1a.shardis.v1.ConfirmRequest\x1a\x1b.shardis.v1.ConfirmResponse\x12?\n" +
-	"\x06Cancel\x12\x19.shardis.v1.CancelRequest\x1a\x1a.shardis.v1.CancelResponse2\x83\x04\n" +
+	"\x06Cancel\x12\x19.shardis.v1.CancelRequest\x1a\x1a.shardis.v1.CancelResponse2\xd0\x04\n" +
 	"\fAdminService\x12H\n" +
 	"\tListNodes\x12\x1c.shardis.v1.ListNodesRequest\x1a\x1d.shardis.v1.ListNodesResponse\x12Z\n" +
 	"\x0fSetRouteEnabled\x12\".shardis.v1.SetRouteEnabledRequest\x1a#.shardis.v1.SetRouteEnabledResponse\x12N\n" +
@@ -2260,7 +2382,9 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\n" +
 	"AckRedoLog\x12\x1d.shardis.v1.AckRedoLogRequest\x1a\x1e.shardis.v1.AckRedoLogResponse\x12W\n" +
 	"\x0eListStuckParts\x12!.shardis.v1.ListStuckPartsRequest\x1a\".shardis.v1.ListStuckPartsResponse\x12W\n" +
-	"\x0eRetryStuckPart\x12!.shardis.v1.RetryStuckPartRequest\x1a\".shardis.v1.RetryStuckPartResponseB7Z5github.com/shardis/shardis/proto/shardis/v1;shardisv1b\x06proto3"
+	"\x0eRetryStuckPart\x12!.shardis.v1.RetryStuckPartRequest\x1a\".shardis.v1.RetryStuckPartResponse\x12K\n" +
+	"\n" +
+	"AcceptNode\x12\x1d.shardis.v1.AcceptNodeRequest\x1a\x1e.shardis.v1.AcceptNodeResponseB7Z5github.com/shardis/shardis/proto/shardis/v1;shardisv1b\x06proto3"
 
 var (
 	file_shardis_v1_shardis_proto_rawDescOnce sync.Once
@@ -2275,7 +2399,7 @@ func file_shardis_v1_shardis_proto_rawDescGZIP() []byte {
 }
 
 var file_shardis_v1_shardis_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_shardis_v1_shardis_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_shardis_v1_shardis_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_shardis_v1_shardis_proto_goTypes = []any{
 	(OrderStatus)(0),                // 0: shardis.v1.OrderStatus
 	(NodeState)(0),                  // 1: shardis.v1.NodeState
@@ -2309,6 +2433,8 @@ var file_shardis_v1_shardis_proto_goTypes = []any{
 	(*ListStuckPartsResponse)(nil),  // 29: shardis.v1.ListStuckPartsResponse
 	(*RetryStuckPartRequest)(nil),   // 30: shardis.v1.RetryStuckPartRequest
 	(*RetryStuckPartResponse)(nil),  // 31: shardis.v1.RetryStuckPartResponse
+	(*AcceptNodeRequest)(nil),       // 32: shardis.v1.AcceptNodeRequest
+	(*AcceptNodeResponse)(nil),      // 33: shardis.v1.AcceptNodeResponse
 }
 var file_shardis_v1_shardis_proto_depIdxs = []int32{
 	6,  // 0: shardis.v1.LoadStockResponse.stock:type_name -> shardis.v1.StockLevel
@@ -2335,19 +2461,21 @@ var file_shardis_v1_shardis_proto_depIdxs = []int32{
 	25, // 21: shardis.v1.AdminService.AckRedoLog:input_type -> shardis.v1.AckRedoLogRequest
 	27, // 22: shardis.v1.AdminService.ListStuckParts:input_type -> shardis.v1.ListStuckPartsRequest
 	30, // 23: shardis.v1.AdminService.RetryStuckPart:input_type -> shardis.v1.RetryStuckPartRequest
-	3,  // 24: shardis.v1.InventoryService.LoadStock:output_type -> shardis.v1.LoadStockResponse
-	5,  // 25: shardis.v1.InventoryService.GetStock:output_type -> shardis.v1.GetStockResponse
-	11, // 26: shardis.v1.InventoryService.Reserve:output_type -> shardis.v1.ReserveResponse
-	13, // 27: shardis.v1.InventoryService.Confirm:output_type -> shardis.v1.ConfirmResponse
-	15, // 28: shardis.v1.InventoryService.Cancel:output_type -> shardis.v1.CancelResponse
-	17, // 29: shardis.v1.AdminService.ListNodes:output_type -> shardis.v1.ListNodesResponse
-	21, // 30: shardis.v1.AdminService.SetRouteEnabled:output_type -> shardis.v1.SetRouteEnabledResponse
-	24, // 31: shardis.v1.AdminService.ReadRedoLog:output_type -> shardis.v1.ReadRedoLogResponse
-	26, // 32: shardis.v1.AdminService.AckRedoLog:output_type -> shardis.v1.AckRedoLogResponse
-	29, // 33: shardis.v1.AdminService.ListStuckParts:output_type -> shardis.v1.ListStuckPartsResponse
-	31, // 34: shardis.v1.AdminService.RetryStuckPart:output_type -> shardis.v1.RetryStuckPartResponse
-	24, // [24:35] is the sub-list for method output_type
-	13, // [13:24] is the sub-list for method input_type
+	32, // 24: shardis.v1.AdminService.AcceptNode:input_type -> shardis.v1.AcceptNodeRequest
+	3,  // 25: shardis.v1.InventoryService.LoadStock:output_type -> shardis.v1.LoadStockResponse
+	5,  // 26: shardis.v1.InventoryService.GetStock:output_type -> shardis.v1.GetStockResponse
+	11, // 27: shardis.v1.InventoryService.Reserve:output_type -> shardis.v1.ReserveResponse
+	13, // 28: shardis.v1.InventoryService.Confirm:output_type -> shardis.v1.ConfirmResponse
+	15, // 29: shardis.v1.InventoryService.Cancel:output_type -> shardis.v1.CancelResponse
+	17, // 30: shardis.v1.AdminService.ListNodes:output_type -> shardis.v1.ListNodesResponse
+	21, // 31: shardis.v1.AdminService.SetRouteEnabled:output_type -> shardis.v1.SetRouteEnabledResponse
+	24, // 32: shardis.v1.AdminService.ReadRedoLog:output_type -> shardis.v1.ReadRedoLogResponse
+	26, // 33: shardis.v1.AdminService.AckRedoLog:output_type -> shardis.v1.AckRedoLogResponse
+	29, // 34: shardis.v1.AdminService.ListStuckParts:output_type -> shardis.v1.ListStuckPartsResponse
+	31, // 35: shardis.v1.AdminService.RetryStuckPart:output_type -> shardis.v1.RetryStuckPartResponse
+	33, // 36: shardis.v1.AdminService.AcceptNode:output_type -> shardis.v1.AcceptNodeResponse
+	25, // [25:37] is the sub-list for method output_type
+	13, // [13:25] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -2364,7 +2492,7 @@ func file_shardis_v1_shardis_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardis_v1_shardis_proto_rawDesc), len(file_shardis_v1_shardis_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

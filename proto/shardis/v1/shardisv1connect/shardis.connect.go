@@ -70,6 +70,8 @@ const (
 	// AdminServiceRetryStuckPartProcedure is the fully-qualified name of the AdminService's
 	// RetryStuckPart RPC.
 	AdminServiceRetryStuckPartProcedure = "/shardis.v1.AdminService/RetryStuckPart"
+	// AdminServiceAcceptNodeProcedure is the fully-qualified name of the AdminService's AcceptNode RPC.
+	AdminServiceAcceptNodeProcedure = "/shardis.v1.AdminService/AcceptNode"
 )
 
 // InventoryServiceClient is a client for the shardis.v1.InventoryService service.
@@ -274,6 +276,11 @@ type AdminServiceClient interface {
 	// now, once its data was repaired; the reconciler settles it (or sets it
 	// aside again with the error it still meets).
 	RetryStuckPart(context.Context, *connect.Request[v1.RetryStuckPartRequest]) (*connect.Response[v1.RetryStuckPartResponse], error)
+	// Accepts the current data of an inventory node refused for having come
+	// back empty or with older data: a new incarnation (a new redo-log
+	// generation) at a higher generation, told to every reachable peer. What
+	// the node lost stays lost.
+	AcceptNode(context.Context, *connect.Request[v1.AcceptNodeRequest]) (*connect.Response[v1.AcceptNodeResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the shardis.v1.AdminService service. By default, it
@@ -323,6 +330,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("RetryStuckPart")),
 			connect.WithClientOptions(opts...),
 		),
+		acceptNode: connect.NewClient[v1.AcceptNodeRequest, v1.AcceptNodeResponse](
+			httpClient,
+			baseURL+AdminServiceAcceptNodeProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("AcceptNode")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -334,6 +347,7 @@ type adminServiceClient struct {
 	ackRedoLog      *connect.Client[v1.AckRedoLogRequest, v1.AckRedoLogResponse]
 	listStuckParts  *connect.Client[v1.ListStuckPartsRequest, v1.ListStuckPartsResponse]
 	retryStuckPart  *connect.Client[v1.RetryStuckPartRequest, v1.RetryStuckPartResponse]
+	acceptNode      *connect.Client[v1.AcceptNodeRequest, v1.AcceptNodeResponse]
 }
 
 // ListNodes calls shardis.v1.AdminService.ListNodes.
@@ -366,6 +380,11 @@ func (c *adminServiceClient) RetryStuckPart(ctx context.Context, req *connect.Re
 	return c.retryStuckPart.CallUnary(ctx, req)
 }
 
+// AcceptNode calls shardis.v1.AdminService.AcceptNode.
+func (c *adminServiceClient) AcceptNode(ctx context.Context, req *connect.Request[v1.AcceptNodeRequest]) (*connect.Response[v1.AcceptNodeResponse], error) {
+	return c.acceptNode.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the shardis.v1.AdminService service.
 type AdminServiceHandler interface {
 	// ListNodes returns every node's state, breaker and route flags.
@@ -384,6 +403,11 @@ type AdminServiceHandler interface {
 	// now, once its data was repaired; the reconciler settles it (or sets it
 	// aside again with the error it still meets).
 	RetryStuckPart(context.Context, *connect.Request[v1.RetryStuckPartRequest]) (*connect.Response[v1.RetryStuckPartResponse], error)
+	// Accepts the current data of an inventory node refused for having come
+	// back empty or with older data: a new incarnation (a new redo-log
+	// generation) at a higher generation, told to every reachable peer. What
+	// the node lost stays lost.
+	AcceptNode(context.Context, *connect.Request[v1.AcceptNodeRequest]) (*connect.Response[v1.AcceptNodeResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -429,6 +453,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("RetryStuckPart")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceAcceptNodeHandler := connect.NewUnaryHandler(
+		AdminServiceAcceptNodeProcedure,
+		svc.AcceptNode,
+		connect.WithSchema(adminServiceMethods.ByName("AcceptNode")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/shardis.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceListNodesProcedure:
@@ -443,6 +473,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceListStuckPartsHandler.ServeHTTP(w, r)
 		case AdminServiceRetryStuckPartProcedure:
 			adminServiceRetryStuckPartHandler.ServeHTTP(w, r)
+		case AdminServiceAcceptNodeProcedure:
+			adminServiceAcceptNodeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -474,4 +506,8 @@ func (UnimplementedAdminServiceHandler) ListStuckParts(context.Context, *connect
 
 func (UnimplementedAdminServiceHandler) RetryStuckPart(context.Context, *connect.Request[v1.RetryStuckPartRequest]) (*connect.Response[v1.RetryStuckPartResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardis.v1.AdminService.RetryStuckPart is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) AcceptNode(context.Context, *connect.Request[v1.AcceptNodeRequest]) (*connect.Response[v1.AcceptNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardis.v1.AdminService.AcceptNode is not implemented"))
 }

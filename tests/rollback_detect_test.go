@@ -1,0 +1,124 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
+)
+
+// rollbackEnv is three RDB-only nodes (no AOF) under one inventory route.
+func rollbackEnv(t *testing.T) ([]*redistest.Server, *config.Config) {
+	t.Helper()
+	srv := redistest.StartN(t, 3, redistest.Options{})
+	cfg := newConfig(t, map[string]string{"n1": srv[0].Addr(), "n2": srv[1].Addr(), "n3": srv[2].Addr()},
+		map[string]config.Server{"inventory": server(config.OnNodeDownFail, map[string][]string{"r": {"n1", "n2", "n3"}})},
+		&quickHealth)
+	return srv, cfg
+}
+
+// reserveSome places n one-unit orders (writes on every node).
+func reserveSome(t *testing.T, inv *inventory.Inventory, prefix string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := 0; i < n; i++ {
+		if _, err := inv.Reserve(ctx, prefix+string(rune('a'+i)), []inventory.Item{invItem("r", "rb", 1)}, "", 0); err != nil {
+			t.Fatalf("Reserve: %v", err)
+		}
+	}
+}
+
+// waitRefused waits until name is DOWN with a reason wrapping want.
+func waitRefused(t *testing.T, r *router.Router, name string, want error) {
+	t.Helper()
+	n, _ := r.Node(name)
+	waitFor(t, 10*time.Second, name+" refused with "+want.Error(), func() bool {
+		return n.State() == node.StateDown && errors.Is(n.DownReason(), want)
+	})
+	// It stays refused: every probe checks again.
+	time.Sleep(3 * quickHealth.Heartbeat)
+	if n.State() != node.StateDown || !errors.Is(n.DownReason(), want) {
+		t.Fatalf("%s: %v (%v) after more probes, want still refused with %v", name, n.State(), n.DownReason(), want)
+	}
+}
+
+// A node restarted from an older RDB snapshot is refused (its write
+// sequence is behind what its peers witnessed), also by an instance started
+// afterwards, until accepted; accepting gives it a new incarnation (issue
+// 9, item 2). Before, it came back UP as if nothing happened.
+func TestNodeRestoredFromOlderSnapshotRefused(t *testing.T) {
+	t.Parallel()
+	srv, cfg := rollbackEnv(t)
+	r1, _ := startRouter(t, cfg)
+	inv, err := inventory.New(r1, inventory.Options{Logger: invDiscard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := inv.LoadStock(ctx, "r", "rb", 300, 0); err != nil {
+		t.Fatal(err)
+	}
+	reserveSome(t, inv, "before-", 6)
+	if err := srv[0].Client(t).Save(ctx).Err(); err != nil { // the snapshot n1 will come back from
+		t.Fatal(err)
+	}
+	reserveSome(t, inv, "after-", 12) // acknowledged, lost by n1's crash
+	n1, _ := r1.Node("n1")
+	before := n1.Incarnation()
+	srv[0].Kill()
+	srv[0].Restart() // loads the older dump.rdb
+	waitRefused(t, r1, "n1", node.ErrRolledBack)
+
+	// Every instance restarted: the witnesses are on n1's peers.
+	r1.Close()
+	r2, _ := startRouter(t, cfg)
+	waitRefused(t, r2, "n1", node.ErrRolledBack)
+
+	m, err := r2.AcceptNode(ctx, "n1")
+	if err != nil {
+		t.Fatalf("AcceptNode: %v", err)
+	}
+	n1b, _ := r2.Node("n1")
+	waitFor(t, 10*time.Second, "n1 UP after accept", func() bool { return n1b.Usable() })
+	if n1b.Incarnation() == before || m.Incarnation != n1b.Incarnation() || m.Gen < 1 {
+		t.Errorf("after accept: incarnation %s (was %s), mark %+v; want a new incarnation at generation >= 1", n1b.Incarnation(), before, m)
+	}
+}
+
+// A node wiped while every instance was down is not stamped as new: its
+// peers witnessed it, so it is refused with ErrDataLost and keeps no stamp.
+func TestWipedNodeRefusedAfterAllInstancesRestart(t *testing.T) {
+	t.Parallel()
+	srv, cfg := rollbackEnv(t)
+	r1, _ := startRouter(t, cfg)
+	inv, err := inventory.New(r1, inventory.Options{Logger: invDiscard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := inv.LoadStock(ctx, "r", "rb", 30, 0); err != nil {
+		t.Fatal(err)
+	}
+	reserveSome(t, inv, "w-", 3)
+	peer := srv[1].Client(t)
+	waitFor(t, 5*time.Second, "a peer holds n1's mark", func() bool {
+		v, err := peer.HGet(ctx, node.WitnessKey, "n1").Result()
+		return err == nil && v != ""
+	})
+	r1.Close()
+	if err := srv[0].Client(t).FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := startRouter(t, cfg)
+	waitRefused(t, r2, "n1", node.ErrDataLost)
+	if n, _ := srv[0].Client(t).Exists(ctx, node.StampKey).Result(); n != 0 {
+		t.Errorf("the wiped node was stamped anew although its peers witnessed it")
+	}
+}
