@@ -25,6 +25,13 @@ import (
 // raised (same generation and incarnation: a higher sequence; a higher
 // generation: replaced), and only [Node.Accept] raises the generation.
 //
+// Accept is two steps: stamp the node (new incarnation, generation G+1),
+// then raise its mark on every peer. A crash between them is safe: a probe
+// then finds peers at generation G and the stamp at G+1, which is ahead of
+// every witness ("accepted since"), so the node is used; the next mark
+// written of it raises the peers to G+1. Accepting twice only raises the
+// generation again.
+//
 // What it cannot see: writes acknowledged after the last mark that
 // reached a peer, when every process that saw them died with the node
 // (marks are written when the node goes DOWN, and every heartbeat); a node

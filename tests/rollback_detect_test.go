@@ -122,3 +122,44 @@ func TestWipedNodeRefusedAfterAllInstancesRestart(t *testing.T) {
 		t.Errorf("the wiped node was stamped anew although its peers witnessed it")
 	}
 }
+
+// Crash point of an accept: the node is stamped at a new generation but no
+// peer was told (the accepting process died). A probe trusts the stamp,
+// which is ahead of every witness: the node serves, and the next marks
+// raise the peers to the new generation.
+func TestAcceptCrashBeforePeersTold(t *testing.T) {
+	t.Parallel()
+	srv, cfg := rollbackEnv(t)
+	r1, _ := startRouter(t, cfg)
+	inv, err := inventory.New(r1, inventory.Options{Logger: invDiscard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := inv.LoadStock(ctx, "r", "rb", 30, 0); err != nil {
+		t.Fatal(err)
+	}
+	reserveSome(t, inv, "c-", 3)
+	peer := srv[1].Client(t)
+	waitFor(t, 5*time.Second, "a peer holds n1's mark", func() bool {
+		v, _ := peer.HGet(ctx, node.WitnessKey, "n1").Result()
+		return v != ""
+	})
+	r1.Close()
+	srv[0].Client(t).FlushAll(ctx) // wiped while every instance is down
+	r2, _ := startRouter(t, cfg)
+	waitRefused(t, r2, "n1", node.ErrDataLost)
+
+	// Step one of an accept only, as if the process died before telling peers.
+	n1, _ := r2.Node("n1")
+	seen, _ := node.ParseMark(peer.HGet(ctx, node.WitnessKey, "n1").Val())
+	if _, err := n1.Accept(ctx, seen.Gen+1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "n1 UP with peers still at the old generation", func() bool { return n1.Usable() })
+	// r2's witness writer raises the peers at its next heartbeat.
+	waitFor(t, 5*time.Second, "peers raised to the new generation", func() bool {
+		m, err := node.ParseMark(peer.HGet(ctx, node.WitnessKey, "n1").Val())
+		return err == nil && m.Gen == seen.Gen+1
+	})
+}
