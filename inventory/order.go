@@ -179,8 +179,10 @@ func (inv *Inventory) settleParts(ctx context.Context, orderID string, action Ac
 	)
 	for name, ids := range byNode {
 		if _, err := inv.r.Node(name); err != nil {
-			// The node left the topology, which `shardis topology apply`
-			// allows only once it holds no pending part: these are settled.
+			// The node left the topology: `shardis topology apply`
+			// settles its parts by their orders' decisions after their
+			// deadlines (apply_migrate.go).
+			pending += len(ids)
 			continue
 		}
 		wg.Add(1)

@@ -49,8 +49,8 @@ import (
 // ([ApplyTopology]):
 //
 //  1. Check: every node of the old and new topology answers and is at the
-//     current token; nodes that leave hold no pending part (drain them
-//     first); nodes that join get the per-user limits of their routes.
+//     current token; nodes that join get the per-user limits of their
+//     routes.
 //  2. Bump: each node, by compare-and-set on its token, moves to
 //     "E+1:fp(new)" with prev = the old topology and phase "migrating".
 //     From the first node bumped, old-configuration instances are refused
@@ -59,7 +59,11 @@ import (
 //  3. Migrate: every order record (tombstones included) whose home moved
 //     is moved (below); every quota counter whose home moved and that no
 //     pending part still counts is transferred exactly once; a leaving
-//     node's stock is transferred to its route.
+//     node's stock is transferred to its route once it holds no reserved
+//     units. No instance of the new topology reaches a leaving node, so the
+//     apply itself settles the leaving nodes' pending parts, each after its
+//     deadline, by its order's decision (as the reconciler does); until
+//     then Confirm and Cancel count them in PendingParts.
 //  4. Stable: phase "stable" on every node. Instances stop consulting the
 //     previous topology.
 //

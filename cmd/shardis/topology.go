@@ -25,8 +25,9 @@ topology is the one applied.
 
 Moves the inventory nodes to the topology (routes, nodes, weights of the
 inventory server) of NEW, as SECURITY.md and README describe: every node of
-the old and new topology must be up; nodes that leave must be drained and
-hold no pending parts; --from OLD gives the addresses of nodes that leave.
+the old and new topology must be up; --from OLD gives the addresses of nodes
+that leave (drain them first: their pending parts are settled by the apply
+after their deadlines, and their stock moves once nothing is reserved).
 Running it again resumes an interrupted apply. It talks to the nodes
 directly, not to a service.
 `
@@ -97,6 +98,9 @@ func cmdTopology(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "from: %s\nto:   %s\n", rep.From, rep.To)
 	fmt.Fprintf(stdout, "joined: %s\nleft:   %s\n", list(rep.Joined), list(rep.Left))
+	if rep.LeftPending > 0 {
+		fmt.Fprintf(stdout, "leaving nodes held %d pending parts: the apply settles them after their deadlines\n", rep.LeftPending)
+	}
 	if !*dry {
 		fmt.Fprintf(stdout, "limits copied %d, orders moved %d, quota counters moved %d, stock moved %d, parts settled %d\n",
 			rep.LimitsCopied, rep.OrdersMoved, rep.QuotasMoved, rep.StockMoved, rep.PartsSettled)
