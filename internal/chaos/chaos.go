@@ -259,8 +259,14 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	}
 	st.svcRedo = svcRedo
 	c.mu.Lock()
-	homes := c.homes
+	homes, seen := c.homes, c.homesSeen
 	c.mu.Unlock()
+	n.mu.Lock()
+	lost := n.lost
+	n.mu.Unlock()
+	rep.mu.Lock()
+	rep.excuse = exposed(lost, w.orders, st, seen, opts.ReservationTTL)
+	rep.mu.Unlock()
 	check(rep, st, w.orders, skus, homes)
 	for name, inc := range incarnations {
 		if now := st.nodes[name].incarnation; now != inc {

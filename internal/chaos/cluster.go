@@ -44,6 +44,8 @@ type cluster struct {
 	cfg    *config.Config
 	routes map[string][]string // route → node names
 	homes  *router.Ring        // order home ring: inventory.HomeRing
+	// homesSeen is every order home ring of the run, first to last.
+	homesSeen []*router.Ring
 	srv    *service.Server // nil while the service is down
 	addr   string          // last address served; kept while the service restarts
 	inv    shardisv1connect.InventoryServiceClient
@@ -105,6 +107,7 @@ func startCluster(opts Options, log *slog.Logger, out io.Writer) (c *cluster, er
 	if c.homes, err = inventory.HomeRing(c.cfg); err != nil {
 		return nil, err
 	}
+	c.homesSeen = []*router.Ring{c.homes}
 	c.httpc = &http.Client{Transport: &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
 		MaxIdleConns:        4 * (opts.Clients + 4),

@@ -22,7 +22,7 @@ const (
 	FaultLongPause = "sigstop>lease"
 )
 
-var faultKinds = []string{FaultKill, FaultPause, FaultDrain, FaultRestart, FaultTopology}
+var faultKinds = []string{FaultKill, FaultPause, FaultDrain, FaultRestart, FaultTopology, FaultRollback}
 
 // Fault is one fault the nemesis injected.
 type Fault struct {
@@ -53,7 +53,8 @@ type nemesis struct {
 	mu      sync.Mutex
 	drained map[string]drain // route → its current drain
 	gen     int
-	frozen  string // node under a long pause, if any
+	frozen  string       // node under a long pause, if any
+	lost    []lossWindow // nodes rolled back to an older snapshot and accepted
 	wg      sync.WaitGroup
 }
 
@@ -98,7 +99,7 @@ func (n *nemesis) run(ctx context.Context) {
 		if i < len(first) {
 			kind = first[i]
 		} else {
-			switch w := n.rng.IntN(12); {
+			switch w := n.rng.IntN(13); {
 			case w < 3:
 				kind = FaultKill
 			case w < 6:
@@ -109,6 +110,8 @@ func (n *nemesis) run(ctx context.Context) {
 				kind = FaultRestart
 			case w < 11:
 				kind = FaultTopology
+			case w < 12:
+				kind = FaultRollback
 			default:
 				kind = FaultLongPause
 				if n.opts.Duration < 30*time.Second {
@@ -136,6 +139,8 @@ func (n *nemesis) run(ctx context.Context) {
 			hold = uniform(n.rng, 200*time.Millisecond, time.Second)
 		case FaultLongPause:
 			hold = uniform(n.rng, attemptLease+time.Second, attemptLease+3*time.Second)
+		case FaultRollback:
+			hold = uniform(n.rng, time.Second, 3*time.Second)
 		}
 		if !sleepCtx(ctx, gap) {
 			return
@@ -165,6 +170,8 @@ func (n *nemesis) run(ctx context.Context) {
 			n.drain(ctx, route, drainNode, hold)
 		case FaultTopology:
 			n.topologyChange(ctx)
+		case FaultRollback:
+			n.rollback(ctx, node, hold)
 		case FaultRestart:
 			if overlap {
 				n.rollService(hold)

@@ -99,6 +99,7 @@ func (n *nemesis) topologyChange(ctx context.Context) {
 	c.mu.Lock()
 	prev := c.srv
 	c.cfg, c.routes, c.homes = &next, routes, homes
+	c.homesSeen = append(c.homesSeen, homes)
 	c.srv, c.addr = srv, srv.Addr()
 	c.inv, c.admin = newClients(c.httpc, c.addr)
 	c.mu.Unlock()
