@@ -21,8 +21,8 @@ type exposure struct {
 	nodes  map[string]bool // accepted after a rollback: a new incarnation is expected
 }
 
-// exposed finds the orders whose client calls overlapped a lost window
-// (widened by the reservation TTL, as decisions follow calls) and that
+// exposed finds the orders whose client calls, or the expiry that may
+// follow the last one within a reservation TTL, overlapped a lost window and that
 // touch the node: a receipt, a part, or a record home there in any
 // topology of the run; and the users of those orders or with quota data
 // on the node.
@@ -52,6 +52,15 @@ func exposed(lost []lossWindow, orders []*order, st *state, homes []*router.Ring
 				e.users[u[strings.LastIndex(u, ":")+1:]] = true
 			}
 		}
+		// Orders whose record (on any node) lists a part on the node:
+		// quota parts are in no client's receipts.
+		for _, other := range st.nodes {
+			for id, f := range other.orders {
+				if strings.Contains(f["parts"], `"n":"`+w.node+`"`) {
+					ids[id] = true
+				}
+			}
+		}
 		onNode[w.node] = ids
 	}
 	for _, o := range orders {
@@ -59,7 +68,9 @@ func exposed(lost []lossWindow, orders []*order, st *state, homes []*router.Ring
 		first, last := o.first, o.last
 		o.mu.Unlock()
 		for _, w := range lost {
-			if first.IsZero() || last.Before(w.from.Add(-time.Second)) || first.After(w.to.Add(ttl+2*time.Second)) {
+			// The reconciler decides an order up to a TTL after its
+			// last call.
+			if first.IsZero() || last.Add(ttl+2*time.Second).Before(w.from) || first.After(w.to) {
 				continue
 			}
 			touches := onNode[w.node][o.ID]
