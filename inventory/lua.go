@@ -109,10 +109,21 @@ func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys 
 	raw, err := s.s.Run(ctx, n.Client(), k, a...).Slice()
 	if err != nil {
 		err = nodeErr(n, err)
-		if errors.Is(err, ErrTopology) {
-			inv.staleTopology()
+		if !errors.Is(err, ErrTopology) {
+			return nil, err
 		}
-		return nil, err
+		// Refused before anything was read or written: reread the nodes
+		// (a new or accepted node gets its record; another topology makes
+		// this instance refuse) and run it once more at the token read.
+		inv.staleTopology()
+		v2 := inv.resync(ctx, inv.topo.cur.Load())
+		if v2.refuse() != nil {
+			return nil, err
+		}
+		a[1] = v2.token
+		if raw, err = s.s.Run(ctx, n.Client(), k, a...).Slice(); err != nil {
+			return nil, nodeErr(n, err)
+		}
 	}
 	if len(raw) != 2 {
 		return nil, fmt.Errorf("%w: node %s: %s script: reply %v is not {seq, reply}", ErrCorrupt, n.Name(), s.name, raw)

@@ -289,8 +289,8 @@ end
 
 // loadScript adds stock to one node and sets the SKU's per-user limit.
 // KEYS: 1 stamp, 2 stock hash. ARGV: 4 quantity to add (may be 0), 5
-// per-user limit (-1 = leave as is). Returns {available,
-// reserved, confirmed, loaded, limit}.
+// per-user limit (-1 = leave as is), 6 the limit's version (limits.go).
+// Returns {available, reserved, confirmed, loaded, limit}.
 var loadScript = newScript("load", true, readStock+`
 local add, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
 if v[1] + add > 9007199254740000 or v[4] + add > 9007199254740000 then
@@ -301,7 +301,7 @@ if add > 0 then
   v[4] = redis.call('HINCRBY', KEYS[2], 'loaded', add)
 end
 if limit >= 0 then
-  redis.call('HSET', KEYS[2], 'limit', limit)
+  redis.call('HSET', KEYS[2], 'limit', limit, 'limit_ver', ARGV[6])
   v[5] = limit
 end
 return v

@@ -48,7 +48,8 @@ type NodeStock struct {
 // otherwise nothing is changed and the error names the nodes that are not
 // (a perUserLimit every reachable node already holds is no change, and
 // loads like a restock). A node that fails during the call is named in the
-// error (its limit may differ until the call is repeated).
+// error; a limit change it missed is recorded on the nodes that took it and
+// reaches it when it returns (the reconciler's ConvergeLimits, limits.go).
 // It returns the stock after loading.
 //
 // LoadStock is not idempotent: retrying after an error may add twice (the
@@ -100,11 +101,12 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 			share[n.Name()]++
 		}
 	}
-	limitArg := perUserLimit
+	limitArg, ver := perUserLimit, limitVersion()
 	key := stockKey(route, sku)
 	var (
 		mu     sync.Mutex
 		failed []string
+		took   []*node.Node
 		wg     sync.WaitGroup
 	)
 	for _, n := range set.Nodes() {
@@ -115,17 +117,28 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 		wg.Add(1)
 		go func(n *node.Node, add int64) {
 			defer wg.Done()
-			if _, err := inv.run(ctx, n, loadScript, []string{key}, add, limitArg); err != nil {
-				mu.Lock()
+			_, err := inv.run(ctx, n, loadScript, []string{key}, add, limitArg, ver)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
 				failed = append(failed, fmt.Sprintf("%s (share %d): %v", n.Name(), add, err))
-				mu.Unlock()
+				return
 			}
+			took = append(took, n)
 		}(n, add)
 	}
 	wg.Wait()
+	if len(failed) > 0 && perUserLimit >= 0 {
+		inv.recordLimitTodo(context.WithoutCancel(ctx), took, route, sku, perUserLimit, ver)
+	}
 	level, gerr := inv.GetStock(ctx, route, sku)
 	if len(failed) > 0 {
-		return level, fmt.Errorf("%w: load of %s/%s failed on %d node(s): %v", ErrUnavailable, route, sku, len(failed), failed)
+		what := ""
+		if perUserLimit >= 0 {
+			what = fmt.Sprintf("; the per-user limit %d reached %d of %d nodes, the others take it when they return (reconciler)",
+				perUserLimit, len(took), len(set.Nodes()))
+		}
+		return level, fmt.Errorf("%w: load of %s/%s failed on %d node(s): %v%s", ErrUnavailable, route, sku, len(failed), failed, what)
 	}
 	return level, gerr
 }

@@ -83,6 +83,12 @@ func (r *Reconciler) node(ctx context.Context, n *node.Node) int {
 			break
 		}
 	}
+	if _, err := r.inv.ConvergeLimits(ctx, n.Name()); err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("reconciler: finishing per-user limit changes", "node", n.Name(), "err", err)
+		}
+		failed++
+	}
 	if r.nodeN[n.Name()].Add(1)%int64(r.set.TrimEvery) == 0 {
 		k, err := r.inv.TrimRedoLog(ctx, n.Name(), r.set.TrimAge, 200)
 		if err != nil {

@@ -50,7 +50,7 @@ func TestChaosShort(t *testing.T) {
 	if !kinds[chaos.FaultKill] && !kinds[chaos.FaultPause] {
 		t.Errorf("no node was killed or paused: faults %v", rep.Timeline)
 	}
-	for _, k := range []string{chaos.FaultKill, chaos.FaultPause, chaos.FaultDrain, chaos.FaultRestart} {
+	for _, k := range []string{chaos.FaultKill, chaos.FaultPause, chaos.FaultDrain, chaos.FaultRestart, chaos.FaultTopology, chaos.FaultRollback} {
 		if !kinds[k] {
 			t.Logf("note: fault %q was not injected in this run", k)
 		}

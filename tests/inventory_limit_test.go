@@ -164,6 +164,51 @@ func TestInvLimitsAndAcks(t *testing.T) {
 		c.acceptNode("n3")
 		c.waitUsable("n3", 5*time.Second)
 	})
+
+	// A limit change that fails on one node during the call names it, and
+	// reaches it by itself once the node can take it (the reconciler).
+	t.Run("limit-change-converges", func(t *testing.T) {
+		ctx := invCtx(t, 20*time.Second)
+		c.load("r", "lim-conv", 30, 2)
+		// n3's stock key of the SKU turns unreadable: its script fails.
+		if err := c.clients["n3"].Set(ctx, "inv:stock:r:lim-conv", "garbage", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := c.inv.LoadStock(ctx, "r", "lim-conv", 3, 5)
+		if !errors.Is(err, inventory.ErrUnavailable) || !strings.Contains(err.Error(), "n3") ||
+			!strings.Contains(err.Error(), "reached 2 of 3 nodes") {
+			t.Fatalf("limit change failing on n3 = %v; want ErrUnavailable naming n3 and saying 2 of 3 nodes took it", err)
+		}
+		rec := c.reconciler(nil, nil, rollback.Settings{Interval: 50 * time.Millisecond})
+		rec.Start()
+		// Still unreadable: the change waits.
+		time.Sleep(300 * time.Millisecond)
+		if v, _ := c.clients["n1"].HGet(ctx, "inv:limits:todo", "inv:stock:r:lim-conv").Result(); v == "" {
+			if v2, _ := c.clients["n2"].HGet(ctx, "inv:limits:todo", "inv:stock:r:lim-conv").Result(); v2 == "" {
+				t.Fatal("no node recorded the pending limit change")
+			}
+		}
+		// Repaired by hand (its share is lost with the garbage): n3 takes
+		// the limit by itself.
+		if err := c.clients["n3"].Del(ctx, "inv:stock:r:lim-conv").Err(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			lim, _ := c.clients["n3"].HGet(ctx, "inv:stock:r:lim-conv", "limit").Int64()
+			left := 0
+			for _, name := range c.names {
+				left += int(c.clients[name].HLen(ctx, "inv:limits:todo").Val())
+			}
+			if lim == 5 && left == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("n3 limit %d, %d pending limit changes left after 5s; want 5 and none", lim, left)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
 }
 
 // invQueueOf returns the redo queue number of a receipt.

@@ -30,14 +30,14 @@ const invServer = "inventory"
 
 // cluster is the run's redis-server nodes and the in-process service.
 type cluster struct {
-	opts   Options
-	log    *slog.Logger
-	out    io.Writer
-	t0     time.Time
-	names  []string                     // n1..nN and the spare, sorted
-	spare  string                       // the node the topology nemesis adds to and removes from route a
-	procs  map[string]*redisproc.Server // by node name
-	httpc  *http.Client
+	opts  Options
+	log   *slog.Logger
+	out   io.Writer
+	t0    time.Time
+	names []string                     // n1..nN and the spare, sorted
+	spare string                       // the node the topology nemesis adds to and removes from route a
+	procs map[string]*redisproc.Server // by node name
+	httpc *http.Client
 
 	mu sync.Mutex
 	// cfg, routes and homes change with the topology nemesis (topology.go).
@@ -46,11 +46,11 @@ type cluster struct {
 	homes  *router.Ring        // order home ring: inventory.HomeRing
 	// homesSeen is every order home ring of the run, first to last.
 	homesSeen []*router.Ring
-	srv    *service.Server // nil while the service is down
-	addr   string          // last address served; kept while the service restarts
-	inv    shardisv1connect.InventoryServiceClient
-	admin  shardisv1connect.AdminServiceClient
-	direct map[string]*redis.Client // direct clients for healing and checks, made on first use
+	srv       *service.Server // nil while the service is down
+	addr      string          // last address served; kept while the service restarts
+	inv       shardisv1connect.InventoryServiceClient
+	admin     shardisv1connect.AdminServiceClient
+	direct    map[string]*redis.Client // direct clients for healing and checks, made on first use
 }
 
 // layout returns the routes over nodes n1..nN: "a" on every node, "b" on

@@ -1,0 +1,115 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shardis/shardis/node"
+)
+
+// Per-user limit changes that did not reach every node of a route.
+//
+// LoadStock changes a SKU's limit on every node of its route, each with a
+// version (the caller's clock, ms). When a node fails during the call,
+// the nodes that took the change record it in `inv:limits:todo` (stock key
+// → "limit:version:route"), and the error names the nodes that still
+// differ. The reconciler (rollback) calls ConvergeLimits on every pass:
+// a node whose limit version is older takes the newer limit (a limit is
+// only ever replaced by one of a higher version, so two racing changes end
+// at the later one everywhere), and the record is dropped once every node
+// of the route holds it.
+
+const keyLimitsTodo = "inv:limits:todo"
+
+// limitSyncScript raises a stock hash's limit to a newer version. KEYS: 2
+// stock hash. ARGV: 4 limit, 5 version. Returns the version the node held
+// before.
+var limitSyncScript = newScript("limit-sync", true, `
+local v, err = int(redis.call('HGET', KEYS[2], 'limit_ver'), KEYS[2] .. ' limit_ver')
+if err then return err end
+if v < tonumber(ARGV[5]) then
+  redis.call('HSET', KEYS[2], 'limit', ARGV[4], 'limit_ver', ARGV[5])
+end
+return v
+`)
+
+// limitTodoScript records (ARGV 4 = "stock key", 5 = "limit:version:route")
+// or drops (ARGV 5 = "") a pending limit change. KEYS: 2 the todo hash.
+var limitTodoScript = newScript("limit-todo", true, `
+if ARGV[5] == '' then return redis.call('HDEL', KEYS[2], ARGV[4]) end
+local cur = redis.call('HGET', KEYS[2], ARGV[4])
+if cur then
+  local cv = tonumber(string.match(cur, '^[^:]*:([^:]*):'))
+  local nv = tonumber(string.match(ARGV[5], '^[^:]*:([^:]*):'))
+  if cv and nv and cv >= nv then return 0 end
+end
+return redis.call('HSET', KEYS[2], ARGV[4], ARGV[5])
+`)
+
+// limitVersion is the version of a limit change made now.
+func limitVersion() int64 { return time.Now().UnixMilli() }
+
+// recordLimitTodo records a partial limit change on the nodes that took it.
+func (inv *Inventory) recordLimitTodo(ctx context.Context, took []*node.Node, route, sku string, limit, ver int64) {
+	val := strconv.FormatInt(limit, 10) + ":" + strconv.FormatInt(ver, 10) + ":" + route
+	for _, n := range took {
+		if _, err := inv.run(ctx, n, limitTodoScript, []string{keyLimitsTodo}, stockKey(route, sku), val); err != nil {
+			inv.log.Warn("could not record a partial limit change; repeat the LoadStock", "node", n.Name(), "route", route, "sku", sku, "err", err)
+		}
+	}
+}
+
+// ConvergeLimits finishes limit changes recorded on node name that did not
+// reach every node of their route (see the file comment). It returns how
+// many changes are still incomplete (a node of the route is unavailable).
+func (inv *Inventory) ConvergeLimits(ctx context.Context, name string) (int, error) {
+	n, err := inv.r.Node(name)
+	if err != nil {
+		return 0, err
+	}
+	todo, err := n.Client().HGetAll(ctx, keyLimitsTodo).Result()
+	if err != nil {
+		return 0, fmt.Errorf("%w: node %s: %v", ErrUnavailable, name, err)
+	}
+	left := 0
+	for key, val := range todo {
+		parts := strings.SplitN(val, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		limit, e1 := strconv.ParseInt(parts[0], 10, 64)
+		ver, e2 := strconv.ParseInt(parts[1], 10, 64)
+		set := inv.routes[parts[2]]
+		if e1 != nil || e2 != nil || set == nil {
+			inv.log.Warn("dropping an unreadable pending limit change", "node", name, "key", key, "value", val)
+			_, _ = inv.run(ctx, n, limitTodoScript, []string{keyLimitsTodo}, key, "")
+			continue
+		}
+		done := true
+		for _, m := range set.Nodes() {
+			if !usable(m) {
+				done = false
+				continue
+			}
+			prev, err := inv.run(ctx, m, limitSyncScript, []string{key}, limit, ver)
+			if err != nil {
+				done = false
+				continue
+			}
+			if pv, _ := prev.(int64); pv < ver {
+				inv.log.Info("per-user limit change reached a node that missed it", "node", m.Name(), "key", key, "limit", limit)
+			}
+		}
+		if !done {
+			left++
+			continue
+		}
+		if _, err := inv.run(ctx, n, limitTodoScript, []string{keyLimitsTodo}, key, ""); err != nil {
+			left++
+		}
+	}
+	return left, nil
+}
