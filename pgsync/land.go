@@ -163,7 +163,7 @@ func (w *worker) reportRewound(q inventory.RedoQueueRead) {
 	w.s.m.setRewound(w.node, q.Queue, true)
 	p := w.pos[q.Queue]
 	w.s.log.Error("REDO LOG WENT BACK: the queue no longer holds what was landed at the committed position; "+
-		"queue paused (nothing is landed or acknowledged past it) until the node is accepted with `shardis node accept`",
+		"queue paused (nothing is landed or acknowledged past it) until it matches again or the node is accepted with `shardis node accept` (a new incarnation, a new position)",
 		"node", w.node, "incarnation", w.inc, "queue", q.Queue, "position", p.off, "part_at_position", p.part, "head", q.Head)
 }
 

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Metrics are the sync's Prometheus metrics. Every per-node series of the
@@ -140,4 +141,42 @@ func (m *Metrics) clearRewound(node string) {
 	defer m.mu.Unlock()
 	delete(m.rewoundQ, node)
 	m.rewound.WithLabelValues(node).Set(0)
+}
+
+// Landed returns how many entries were landed, over every node.
+func (m *Metrics) Landed() float64 { return sumOf(m.landed) }
+
+// Settled returns how many landed pending parts were updated to a settled
+// state, over every node and state.
+func (m *Metrics) Settled() float64 { return sumOf(m.settled) }
+
+// Rewound returns how many queues of node are paused as gone back.
+func (m *Metrics) Rewound(node string) float64 { return sumOf(m.rewound.MustCurryWith(prometheus.Labels{"node": node})) }
+
+// NewIncarnations returns how many new incarnations of node were seen.
+func (m *Metrics) NewIncarnations(node string) float64 {
+	return sumOf(m.incarnations.MustCurryWith(prometheus.Labels{"node": node}))
+}
+
+// Trimmed returns how many entries were trimmed before they landed, over
+// every node.
+func (m *Metrics) Trimmed() float64 { return sumOf(m.trimmed) }
+
+// Lost returns how many landed pending parts were found lost, over every
+// node.
+func (m *Metrics) Lost() float64 { return sumOf(m.lost) }
+
+// sumOf adds up the counters and gauges c collects.
+func sumOf(c prometheus.Collector) float64 {
+	ch := make(chan prometheus.Metric, 16)
+	go func() { c.Collect(ch); close(ch) }()
+	var total float64
+	for mt := range ch {
+		var d dto.Metric
+		if mt.Write(&d) != nil {
+			continue
+		}
+		total += d.GetCounter().GetValue() + d.GetGauge().GetValue()
+	}
+	return total
 }
