@@ -312,3 +312,7 @@ func (inv *Inventory) PartStates(ctx context.Context, nodeName string, partIDs [
 	}
 	return inc, out, nil
 }
+
+// RedoQueues returns the number of redo-log queues per node
+// (inventory.redo_queues): queues are 0..RedoQueues()-1.
+func (inv *Inventory) RedoQueues() int { return inv.cfg.RedoQueues }

@@ -151,7 +151,9 @@ func (m *Metrics) Landed() float64 { return sumOf(m.landed) }
 func (m *Metrics) Settled() float64 { return sumOf(m.settled) }
 
 // Rewound returns how many queues of node are paused as gone back.
-func (m *Metrics) Rewound(node string) float64 { return sumOf(m.rewound.MustCurryWith(prometheus.Labels{"node": node})) }
+func (m *Metrics) Rewound(node string) float64 {
+	return sumOf(m.rewound.MustCurryWith(prometheus.Labels{"node": node}))
+}
 
 // NewIncarnations returns how many new incarnations of node were seen.
 func (m *Metrics) NewIncarnations(node string) float64 {
