@@ -18,12 +18,17 @@ import (
 // current incarnation (unless it is in oldIncarnations: a row of an
 // incarnation the node left); no row may name a part the node does not
 // hold, except rows of old incarnations; the database's confirmed and
-// pending totals per SKU must equal the nodes' confirmed and reserved
-// counters; and every position must be at its queue's head. skus lists the
+// pending totals per SKU over the nodes' current incarnations must equal
+// the nodes' confirmed and reserved counters; and every position must be at its queue's head. skus lists the
 // (route, sku) pairs to total.
 func (e *env) mismatches(ctx context.Context, skus [][2]string, oldIncarnations map[string]bool) ([]string, error) {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	type total struct{ confirmed, pending int64 }
+	totals := map[[2]string]*total{} // rows of the nodes' current incarnations
+	for _, s := range skus {
+		totals[s] = &total{}
+	}
 	for _, name := range e.names {
 		n, err := e.stack.Router.Node(name)
 		if err != nil {
@@ -51,6 +56,14 @@ func (e *env) mismatches(ctx context.Context, skus [][2]string, oldIncarnations 
 			}
 		}
 		for id, r := range rows {
+			if t := totals[[2]string{r.route, r.sku}]; t != nil && r.inc == inc {
+				switch r.state {
+				case "confirmed":
+					t.confirmed += r.qty
+				case "pending":
+					t.pending += r.qty
+				}
+			}
 			if _, ok := parts[id]; !ok && !oldIncarnations[r.inc] {
 				add("%s: row of part %s (%+v) names a part the node does not hold", name, id, r)
 			}
@@ -80,13 +93,7 @@ func (e *env) mismatches(ctx context.Context, skus [][2]string, oldIncarnations 
 		if err != nil {
 			return nil, err
 		}
-		var confirmed, pending int64
-		if err := e.pool.QueryRow(ctx, `SELECT
-  coalesce(sum(quantity) FILTER (WHERE state = 'confirmed'), 0),
-  coalesce(sum(quantity) FILTER (WHERE state = 'pending'), 0)
-FROM stock_movements WHERE route = $1 AND sku = $2`, rs[0], rs[1]).Scan(&confirmed, &pending); err != nil {
-			return nil, err
-		}
+		confirmed, pending := totals[rs].confirmed, totals[rs].pending
 		if confirmed != lvl.Confirmed || pending != lvl.Reserved {
 			add("%s/%s: database confirmed %d pending %d, nodes confirmed %d reserved %d",
 				rs[0], rs[1], confirmed, pending, lvl.Confirmed, lvl.Reserved)
