@@ -142,7 +142,9 @@ FROM stock_movements`).Scan(&p50, &p99, &pmax); err != nil {
 	return res, nil
 }
 
-func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)).Round(time.Millisecond) }
+func secs(s float64) time.Duration {
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond)
+}
 
 // waitLanded waits until the committed positions add up to the nodes' redo
 // heads, and returns that total (every part handed out).
