@@ -79,7 +79,9 @@ func Open(ctx context.Context, cfg *config.Config, opts OpenOptions) (*Stack, er
 	if err != nil {
 		return nil, fmt.Errorf("sync.dsn: %w", err) // pgx masks the password
 	}
-	pc.MaxConns = int32(max(4, 2*len(cfg.Nodes)+2))
+	// Two workers per node each hold at most one connection at a time;
+	// beyond 32 they take turns rather than crowd the server.
+	pc.MaxConns = int32(max(4, min(32, 2*len(cfg.Nodes)+2)))
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("pgsync: %w", err)

@@ -41,6 +41,13 @@ func (w *worker) settleLoop(ctx context.Context) {
 			}
 			continue
 		}
+		if scanned < 0 { // another instance holds this node's settle pass
+			from, still = settleKey{}, 0
+			if !sleep(ctx, w.s.set.SettleInterval) {
+				return
+			}
+			continue
+		}
 		still += pending
 		if scanned < settleChunk {
 			w.s.m.unsettled.WithLabelValues(w.node).Set(float64(still))
@@ -54,8 +61,8 @@ func (w *worker) settleLoop(ctx context.Context) {
 
 // settleStep re-checks up to settleChunk landed pending parts after from,
 // in one transaction under the node's settle lock (another instance that
-// holds it does this pass). It moves from past them and returns how many
-// it scanned and how many are still pending.
+// holds it does this pass: then scanned is -1). It moves from past them
+// and returns how many it scanned and how many are still pending.
 func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pending int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, w.s.set.StepTimeout)
 	defer cancel()
@@ -75,7 +82,7 @@ func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pend
 		return fail(stageDB, err)
 	}
 	if !mine {
-		return 0, 0, nil
+		return -1, 0, nil
 	}
 	type row struct {
 		key  settleKey
