@@ -96,7 +96,7 @@ func newEnv(t *testing.T, aof bool) *env {
 	}
 	sort.Strings(e.names)
 	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: testRoutes}}
-	cfg.Health = config.Health{Heartbeat: 100 * time.Millisecond, Timeout: 200 * time.Millisecond,
+	cfg.Health = config.Health{Heartbeat: 100 * time.Millisecond, Timeout: 500 * time.Millisecond,
 		Backoff: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}}
 	cfg.Inventory.ReservationTTL = 2 * time.Second
 	cfg.Inventory.ReconcileInterval = 100 * time.Millisecond
@@ -116,7 +116,7 @@ func newEnv(t *testing.T, aof bool) *env {
 	yml := "nodes:\n" + nodesYAML.String() + `servers:
   inventory:
     routes: {all: [n1, n2, n3], one: [n2]}
-health: {heartbeat: 100ms, timeout: 200ms, backoff: [100ms, 200ms]}
+health: {heartbeat: 100ms, timeout: 500ms, backoff: [100ms, 200ms]}
 inventory: {redo_queues: 8}
 sync: {dsn: "` + cfg.Sync.DSN + `", listen: "", poll_interval: 20ms, settle_interval: 100ms, retry_backoff: 100ms, batch: 200}
 `
