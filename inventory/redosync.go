@@ -55,18 +55,22 @@ type RedoQueueRead struct {
 	// head is below After, or the entry at After holds another part. The
 	// node went back in time without a new incarnation; Entries is empty.
 	Rewound bool
-	// Entries are in offset order. The first one's offset is After+1
-	// unless entries past the cursor were trimmed before the consumer read
-	// them (inventory.redo_max_age, or another consumer's acknowledgement).
+	// Entries are in offset order, from After+Trimmed+1 on.
 	Entries []RedoEntry
+	// Trimmed counts the offsets right past the cursor whose entries were
+	// trimmed before this read (inventory.redo_max_age, or another
+	// consumer's acknowledgement): they cannot be read any more. 0 when
+	// the queue was not read (the limit was reached on earlier queues).
+	Trimmed int64
 }
 
 // redoBatchScript reads several queues of a node.
 // KEYS: 1 stamp, 2 offsets hash, 3 acked hash, then one queue key per
 // cursor. ARGV: 4 incarnation expected ("" = any), 5 most entries in
 // all, then per cursor: after, part id at after.
-// Returns {incarnation, gen, per cursor {head, acked, rewound, entries}},
-// with no queues when the incarnation differs.
+// Returns {incarnation, gen, per cursor {head, acked, rewound, entries,
+// trimmed}}, with no queues when the incarnation differs; trimmed counts
+// the offsets past the cursor with no entry (trimmed), for a queue read.
 var redoBatchScript = newScript("redo-batch", false, redoEntryLua+`
 local st = redis.call('HMGET', KEYS[1], 'incarnation', 'gen')
 local inc, gen = st[1] or '', tonumber(st[2]) or 0
@@ -88,15 +92,16 @@ for k = 4, #KEYS do
     local at = redis.call('ZRANGEBYSCORE', key, after, after)
     if #at > 0 and at[1] ~= pid then rewound = 1 end
   end
-  local entries = {}
+  local entries, trimmed = {}, 0
   if rewound == 0 and head > after and left > 0 then
     local e = redis.call('ZRANGEBYSCORE', key, '(' .. after, '+inf', 'WITHSCORES', 'LIMIT', 0, left)
     for i = 1, #e, 2 do
       entries[#entries + 1] = redoEntry(e[i], e[i + 1])
     end
     left = left - #entries
+    if #e > 0 then trimmed = tonumber(e[2]) - after - 1 else trimmed = head - after end
   end
-  out[#out + 1] = {head, acked, rewound, entries}
+  out[#out + 1] = {head, acked, rewound, entries, trimmed}
 end
 return {inc, gen, out}
 `)
@@ -147,7 +152,7 @@ func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation s
 	b.Queues = make([]RedoQueueRead, len(queues))
 	for i, q := range queues {
 		t, ok := q.([]any)
-		if !ok || len(t) != 4 {
+		if !ok || len(t) != 5 {
 			return RedoBatch{}, malformed(n, redoBatchScript, v)
 		}
 		r := RedoQueueRead{Queue: cursors[i].Queue}
@@ -155,6 +160,7 @@ func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation s
 		r.Acked, _ = t[1].(int64)
 		rew, _ := t[2].(int64)
 		r.Rewound = rew == 1
+		r.Trimmed, _ = t[4].(int64)
 		entries, _ := t[3].([]any)
 		r.Entries = make([]RedoEntry, 0, len(entries))
 		for _, e := range entries {

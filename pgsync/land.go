@@ -120,12 +120,12 @@ func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 			delete(w.rewound, q.Queue)
 			m.setRewound(w.node, q.Queue, false)
 		}
-		if len(q.Entries) > 0 {
+		if len(q.Entries) > 0 || q.Trimmed > 0 {
 			work = append(work, q)
 			total += len(q.Entries)
 		}
 	}
-	if total == 0 {
+	if len(work) == 0 {
 		return false, nil
 	}
 	if err := w.land(ctx, work); err != nil {

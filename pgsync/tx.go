@@ -85,24 +85,30 @@ func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead) error
 			w.pos[r.Queue] = db[r.Queue] // moved by another instance: read again from there
 			continue
 		}
-		if first := r.Entries[0].Offset; first > w.pos[r.Queue].off+1 {
-			trimmed[r.Queue] = [2]int64{w.pos[r.Queue].off + 1, first - 1}
+		after := w.pos[r.Queue].off
+		if r.Trimmed > 0 {
+			// Gone before they could be read: the position moves past
+			// them (reported below), or it would wait for them forever.
+			trimmed[r.Queue] = [2]int64{after + 1, after + r.Trimmed}
 		}
+		last := cursor{off: after + r.Trimmed}
 		for _, e := range r.Entries {
 			mv.add(r.Queue, e)
+			last = cursor{off: e.Offset, part: e.PartID}
 		}
-		last := r.Entries[len(r.Entries)-1]
-		next[r.Queue] = cursor{off: last.Offset, part: last.PartID}
+		next[r.Queue] = last
 		pq = append(pq, int32(r.Queue))
-		poff = append(poff, last.Offset)
-		ppart = append(ppart, last.PartID)
+		poff = append(poff, last.off)
+		ppart = append(ppart, last.part)
 	}
 	if len(next) == 0 {
 		return tx.Commit(ctx) // releases the locks
 	}
-	if _, err := tx.Exec(ctx, sqlInsert, w.node, w.inc, mv.queue, mv.off, mv.part, mv.order, mv.route, mv.sku,
-		mv.qty, mv.state, mv.at, mv.settled); err != nil {
-		return err
+	if len(mv.off) > 0 {
+		if _, err := tx.Exec(ctx, sqlInsert, w.node, w.inc, mv.queue, mv.off, mv.part, mv.order, mv.route, mv.sku,
+			mv.qty, mv.state, mv.at, mv.settled); err != nil {
+			return err
+		}
 	}
 	if _, err := tx.Exec(ctx, sqlAdvance, w.node, w.inc, pq, poff, ppart); err != nil {
 		return err

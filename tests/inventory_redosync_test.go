@@ -164,6 +164,22 @@ func TestInvRedoBatch(t *testing.T) {
 		t.Errorf("ack 1 after 2: %v %v, want 2 kept", got, err)
 	}
 
+	// Settled, acknowledged entries are trimmed: a read from before them
+	// says how many are gone.
+	if n, err := c.inv.TrimRedoLog(ctx, "n1", 0, 100); err != nil || n != 2 {
+		t.Fatalf("TrimRedoLog: %d %v, want the 2 settled acknowledged entries of queue %d", n, err, qa)
+	}
+	if b, err := c.inv.ReadRedoBatch(ctx, "n1", inc, cur(0, ""), 100); err != nil {
+		t.Fatal(err)
+	} else if q := b.Queues[0]; q.Trimmed != 2 || len(q.Entries) != 0 || q.Rewound {
+		t.Errorf("read from 0 after the trim: %+v, want 2 trimmed, no entries", q)
+	}
+	if b, err := c.inv.ReadRedoBatch(ctx, "n1", inc, cur(1, first.PartID), 100); err != nil {
+		t.Fatal(err)
+	} else if q := b.Queues[0]; q.Trimmed != 1 || q.Rewound {
+		t.Errorf("read from 1 after the trim: %+v, want 1 trimmed (the part at the cursor is gone: not rewound)", q)
+	}
+
 	// Part states, read in one step.
 	ids := []string{byOrder["o1"].PartID, byOrder["o2"].PartID, byOrder["o3"].PartID, "never|x|0"}
 	gotInc, st, err := c.inv.PartStates(ctx, "n1", ids)
