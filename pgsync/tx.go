@@ -104,6 +104,20 @@ func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead) error
 	if len(next) == 0 {
 		return tx.Commit(ctx) // releases the locks
 	}
+	// Of the trimmed offsets, those with a row were landed before (a
+	// position set back): only the others are lost to the database.
+	missing := map[int]int64{}
+	for q, r := range trimmed {
+		var have int64
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM stock_movements
+WHERE node = $1 AND incarnation = $2 AND queue = $3 AND redo_offset BETWEEN $4 AND $5`,
+			w.node, w.inc, q, r[0], r[1]).Scan(&have); err != nil {
+			return err
+		}
+		if n := r[1] - r[0] + 1 - have; n > 0 {
+			missing[q] = n
+		}
+	}
 	if len(mv.off) > 0 {
 		if _, err := tx.Exec(ctx, sqlInsert, w.node, w.inc, mv.queue, mv.off, mv.part, mv.order, mv.route, mv.sku,
 			mv.qty, mv.state, mv.at, mv.settled); err != nil {
@@ -130,11 +144,11 @@ func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead) error
 			delay.Observe(now.Sub(at.Time).Seconds())
 		}
 	}
-	for q, r := range trimmed {
-		n := r[1] - r[0] + 1
+	for q, n := range missing {
+		r := trimmed[q]
 		m.trimmed.WithLabelValues(w.node).Add(float64(n))
-		w.s.log.Error("redo-log entries were trimmed before they landed (inventory.redo_max_age, or another consumer acknowledged them): "+
-			"they are not in the database", "node", w.node, "incarnation", w.inc, "queue", q, "from", r[0], "to", r[1], "entries", n)
+		w.s.log.Error("redo-log entries were trimmed before they landed (inventory.redo_max_age, another consumer acknowledged them, or the database was restored from an older backup): "+
+			"they are not in the database", "node", w.node, "incarnation", w.inc, "queue", q, "from", r[0], "to", r[1], "missing_entries", n)
 	}
 	for _, r := range work {
 		if c, ok := next[r.Queue]; ok {
