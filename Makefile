@@ -43,7 +43,7 @@ deps-pg:
 vet:
 	$(GO) vet ./...
 
-## test: vet plus every test with the race detector, against real redis-server processes
+## test: vet plus every test with the race detector, against real redis-server and PostgreSQL processes
 ## (every fuzz target's seed corpus runs as a plain test), then a short fuzz of the pure
 ## targets (fuzz-quick, about 30 s). make fuzz fuzzes all eight for longer.
 test: deps-redis deps-pg vet
@@ -83,7 +83,8 @@ fuzz-run:
 	echo "fuzz: $(words $(TARGETS)) targets in $$(( $$(date +%s) - start ))s"; \
 	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed"; exit 1; fi
 
-## run: three local redis-server nodes + shardis serve on 127.0.0.1:7400, demo stock; Ctrl-C stops all.
+## run: three local redis-server nodes, a local PostgreSQL (.run/pg, 127.0.0.1:7432), shardis serve on
+## 127.0.0.1:7400 and shardis sync landing deductions in PostgreSQL, demo stock; Ctrl-C stops all.
 run: deps-redis deps-pg build
 	@$(GO) build -o bin/devrun ./internal/cmd/devrun
 	@bin/devrun --config config/example.yaml --bin $(BIN)
