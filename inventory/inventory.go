@@ -20,6 +20,7 @@
 package inventory
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -142,17 +143,22 @@ type Inventory struct {
 	homes   *router.Ring // order home ring over all inventory nodes
 	members []*node.Node // indexed like homes
 	routes  map[string]*router.Set
-	// topoEpoch is the topology epoch this instance acts at: every script
-	// refuses a node at another epoch (see lua.go).
-	topoEpoch atomic.Int64
+	// topo is the topology epoch this instance acts at (topology.go).
+	topo topoState
 }
 
-// epoch returns the topology epoch this instance acts at.
-func (inv *Inventory) epoch() int64 { return inv.topoEpoch.Load() }
+type atomicView = atomic.Pointer[view]
 
 // New builds the inventory over r, using r.Config().Inventory. The
 // inventory server key must be configured.
 func New(r *router.Router, opts Options) (*Inventory, error) {
+	return newInventory(r, opts, false)
+}
+
+// newInventory is New; with noInit the instance never initialises the
+// nodes' topology records and reads them only when first used (the
+// topology tool).
+func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, error) {
 	cfg := r.Config()
 	srv, ok := cfg.Servers[cfg.Inventory.Server]
 	if !ok {
@@ -188,6 +194,15 @@ func New(r *router.Router, opts Options) (*Inventory, error) {
 		return nil, err
 	}
 	inv.homes = ring
+	inv.topo.self = TopologyOf(cfg)
+	inv.topo.noInit = noInit
+	inv.topo.fp = inv.topo.self.Fingerprint()
+	inv.topo.cur.Store(&view{notReady: errTopologyUnread})
+	if !noInit {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		inv.resync(ctx, inv.topo.cur.Load())
+	}
 	return inv, nil
 }
 

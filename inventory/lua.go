@@ -20,9 +20,10 @@ import (
 //
 //	ARGV[1] the node's configured name: a script never changes a node that
 //	        is not the node the caller means (SHARDIS_IDENTITY otherwise);
-//	ARGV[2] the caller's topology epoch: it must equal the stamp hash's
-//	        `epoch` field (missing = 0), or the script refuses with
-//	        SHARDIS_EPOCH before reading anything else;
+//	ARGV[2] the caller's topology epoch token ("E:fingerprint", see
+//	        topology.go): it must equal the stamp hash's `epoch` field, or
+//	        the script refuses with SHARDIS_EPOCH before reading anything
+//	        else;
 //	ARGV[3] reserved ("").
 //
 // A script's own keys start at KEYS[2] and its own arguments at ARGV[4].
@@ -44,8 +45,8 @@ local meta = redis.call('HMGET', KEYS[1], 'name', 'epoch', 'seq')
 if meta[1] ~= ARGV[1] then
   return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(meta[1]) .. ', expected ' .. ARGV[1])
 end
-if (tonumber(meta[2]) or 0) ~= tonumber(ARGV[2]) then
-  return redis.error_reply('SHARDIS_EPOCH node ' .. ARGV[1] .. ' is at topology epoch ' .. tostring(meta[2] or 0) ..
+if (meta[2] or '') ~= ARGV[2] then
+  return redis.error_reply('SHARDIS_EPOCH node ' .. ARGV[1] .. ' is at topology ' .. tostring(meta[2] or 'none') ..
     ', the caller at ' .. ARGV[2])
 end
 local t = redis.call('TIME')
@@ -95,15 +96,23 @@ func newScript(name string, write bool, body string) *luaScript {
 // run runs s on n with keys (after the stamp hash) and args (after the
 // header), and returns the body's reply. Errors are mapped by scriptErr.
 func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys []string, args ...any) (any, error) {
+	v := inv.topology(ctx)
+	if err := v.refuse(); err != nil {
+		return nil, err
+	}
 	k := make([]string, 0, len(keys)+1)
 	k = append(k, stampKey)
 	k = append(k, keys...)
 	a := make([]any, 0, len(args)+3)
-	a = append(a, n.Name(), inv.epoch(), "")
+	a = append(a, n.Name(), v.token, "")
 	a = append(a, args...)
 	raw, err := s.s.Run(ctx, n.Client(), k, a...).Slice()
 	if err != nil {
-		return nil, nodeErr(n, err)
+		err = nodeErr(n, err)
+		if errors.Is(err, ErrTopology) {
+			inv.staleTopology()
+		}
+		return nil, err
 	}
 	if len(raw) != 2 {
 		return nil, fmt.Errorf("%w: node %s: %s script: reply %v is not {seq, reply}", ErrCorrupt, n.Name(), s.name, raw)

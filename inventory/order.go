@@ -102,7 +102,7 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 	if err := checkID("order_id", orderID); err != nil {
 		return Outcome{}, err
 	}
-	home, err := inv.orderHome(orderID)
+	home, err := inv.homeFor(ctx, orderID)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -145,7 +145,7 @@ func (inv *Inventory) Cancel(ctx context.Context, orderID string) (Outcome, erro
 	if err := checkID("order_id", orderID); err != nil {
 		return Outcome{}, err
 	}
-	home, err := inv.orderHome(orderID)
+	home, err := inv.homeFor(ctx, orderID)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -178,6 +178,13 @@ func (inv *Inventory) settleParts(ctx context.Context, orderID string, action Ac
 		wg sync.WaitGroup
 	)
 	for name, ids := range byNode {
+		if _, err := inv.r.Node(name); err != nil {
+			// The node left the topology: `shardis topology apply`
+			// settles its parts by their orders' decisions after their
+			// deadlines (apply_migrate.go).
+			pending += len(ids)
+			continue
+		}
 		wg.Add(1)
 		go func(name string, ids []string) {
 			defer wg.Done()

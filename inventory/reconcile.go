@@ -134,7 +134,7 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 	}
 	action := Cancel
 	if p.OrderID != "" {
-		home, err := inv.orderHome(p.OrderID)
+		home, err := inv.homeFor(ctx, p.OrderID)
 		if err != nil {
 			// The decision is out of reach: look again later, so parts
 			// of reachable orders behind this one are not held up.

@@ -114,7 +114,7 @@ func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item,
 		return Reservation{}, fmt.Errorf("%w: ttl is negative (%v)", ErrInvalid, ttl)
 	}
 	ttl, _ = inv.effectiveTTL(ttl)
-	home, err := inv.orderHome(orderID)
+	home, err := inv.homeFor(ctx, orderID)
 	if err != nil {
 		return Reservation{}, err
 	}

@@ -11,13 +11,16 @@ package inventory
 // counter key (stock hash for kind s, quota counter for kind q), and redo
 // queue key (kind s) or stock hash holding the limit (kind q).
 // ARGV: 4 order id, 5 attempt token, 6 part deadline (ms), then per part:
-// part id, kind, sku, want, item index, queue.
+// part id, kind, sku, want, item index, and for kind s the redo queue, for
+// kind q the units the user's previous quota node still counts while the
+// topology migrates (-1 unknown; migrate.go).
 //
 // Per part it returns {state, qty, offset, limit}: state "pending" (taken
 // now; a quota part is taken, and counted, even when the SKU has no
 // limit, so a limit set later counts what the user already holds), "none"
 // (nothing available, nothing written), "limit" (quota exceeded; qty =
-// units held), or the state of a part that already exists (the fence: a retry
+// units held), "elsewhere" (limited, and the units the user's previous
+// quota node counts are unknown), or the state of a part that already exists (the fence: a retry
 // returns what was taken; a cancel that came first left "cancelled").
 var reserveScript = newScript("reserve", true, `
 local deadline = tonumber(ARGV[6])
@@ -63,12 +66,15 @@ for i = 0, np - 1 do
     local held
     held, err = int(redis.call('GET', ck), ck)
     if err then return err end
+    local other = tonumber(p.queue) or 0
     if limit <= 0 then
       -- counted even without a limit, so a limit set later sees it
       p.take = p.want
       p.out = {'pending', p.want, 0, 0}
-    elseif held + p.want > limit then
-      p.out = {'limit', held, 0, limit}
+    elseif other < 0 then
+      p.out = {'elsewhere', 0, 0, limit}
+    elseif held + other + p.want > limit then
+      p.out = {'limit', held + other, 0, limit}
     else
       p.take = p.want
       p.out = {'pending', p.want, 0, limit}
@@ -186,9 +192,16 @@ return out
 //	cancel  reserved/reserving/failed → cancelled; missing → tombstone.
 //	expire  (reconciler) reserved past deadline → cancelled/"expired";
 //	        reserving past lease → failed. Returns the record either way.
+//
+// A record marked moved (topology.go) is treated as absent and dropped.
 var orderScript = newScript("order", true, `
 local key, op, token = KEYS[2], ARGV[4], ARGV[5]
-local f = redis.call('HMGET', key, 'status', 'token', 'deadline', 'parts', 'reason', 'lease', 'digest')
+local f = redis.call('HMGET', key, 'status', 'token', 'deadline', 'parts', 'reason', 'lease', 'digest', 'moved')
+if f[8] then
+  -- moved to another node by a topology change (migrate.go): dead here
+  redis.call('DEL', key)
+  f = {}
+end
 local status, cur, deadline, parts, reason = f[1], f[2] or '', tonumber(f[3]) or 0, f[4] or '', f[5] or ''
 local lease = tonumber(f[6]) or 0
 local function record(st, why)

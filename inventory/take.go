@@ -31,6 +31,9 @@ type partReq struct {
 	part
 	queue string // redo queue key (stock) or stock key holding the limit (quota)
 	ck    string // counter key: stock hash or quota counter
+	// elsewhere (quota) is what the user's previous quota node still
+	// counts while the topology migrates (-1: unknown), see migrate.go.
+	elsewhere int64
 }
 
 // take runs the reserve rounds. It returns the parts taken, the parts whose
@@ -65,6 +68,7 @@ func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline 
 			}
 			want[k] += it.Quantity
 		}
+		v := inv.topology(ctx)
 		for _, k := range order {
 			set, _ := inv.set(k.route) // validated by checkReserve
 			n := set.Nodes()[set.Ring().Home("user:"+userID)]
@@ -75,6 +79,7 @@ func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline 
 			batches[n] = append(batches[n], partReq{
 				part:  part{ID: quotaPartID(orderID, token, k.route, k.sku), Node: n.Name(), Kind: "q", Item: -1, Route: k.route, SKU: k.sku, Qty: want[k]},
 				queue: stockKey(k.route, k.sku), ck: quotaKey(k.route, k.sku, userID),
+				elsewhere: inv.quotaElsewhere(ctx, v, k.route, k.sku, userID, n.Name()),
 			})
 		}
 	}
@@ -127,6 +132,11 @@ func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline 
 					if err == nil {
 						err = fmt.Errorf("%w: user %q holds %d of %s/%s, limit %d, order wants %d",
 							ErrLimitExceeded, userID, rep.qty, r.Route, r.SKU, rep.limit, r.Qty)
+					}
+				case rep.state == "elsewhere":
+					if err == nil {
+						err = fmt.Errorf("%w: %w: %s/%s has a per-user limit and user %q's quota is being moved by a topology change from a node that cannot be read now; retry",
+							ErrUnavailable, ErrTopology, r.Route, r.SKU, userID)
 					}
 				case rep.state == "none":
 				default:
@@ -245,7 +255,11 @@ func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, toke
 	args = append(args, orderID, token, deadline.UnixMilli())
 	for _, r := range reqs {
 		keys = append(keys, partKey(r.ID), r.ck, r.queue)
-		args = append(args, r.ID, r.Kind, r.SKU, r.Qty, strconv.Itoa(r.Item), r.queue)
+		last := any(r.queue)
+		if r.Kind == "q" {
+			last = r.elsewhere
+		}
+		args = append(args, r.ID, r.Kind, r.SKU, r.Qty, strconv.Itoa(r.Item), last)
 	}
 	v, err := inv.run(ctx, n, reserveScript, keys, args...)
 	if err != nil {

@@ -122,9 +122,16 @@ func newInvCluster(t testing.TB, o invOpts) *invCluster {
 // ends. UP events of its router wake the cluster's reconcilers.
 func (c *invCluster) newInventory(t testing.TB, q *rollback.Queue) (*router.Router, *inventory.Inventory) {
 	t.Helper()
+	return c.newInventoryFor(t, c.cfg, q)
+}
+
+// newInventoryFor is newInventory with another configuration of the same
+// nodes (another topology).
+func (c *invCluster) newInventoryFor(t testing.TB, cfg *config.Config, q *rollback.Queue) (*router.Router, *inventory.Inventory) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, err := router.New(ctx, c.cfg, router.Options{
+	r, err := router.New(ctx, cfg, router.Options{
 		Logger: invDiscard,
 		OnStateChange: func(ev health.Event) {
 			if !ev.Up {

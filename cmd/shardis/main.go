@@ -23,6 +23,9 @@ commands:
   sync      land the redo log in PostgreSQL (--config FILE [--migrate]);
             sync migrate creates the schema, sync status prints lag per node and queue
   route     print the node each key routes to (from the config alone)
+  topology  topology show --config F: each node's topology epoch and phase;
+            topology apply --config NEW [--from OLD]: move the inventory nodes to a
+            new membership (add/remove nodes) safely, with orders in flight
   version   print the version
 
 client commands (talk to a running service; --addr, --token, --timeout, --json):
@@ -62,6 +65,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdServe(args[1:], stderr)
 	case "sync":
 		err = cmdSync(args[1:], stdout, stderr)
+	case "topology":
+		err = cmdTopology(args[1:], stdout, stderr)
 	case "status", "stock", "reserve", "confirm", "cancel", "drain", "undrain", "redo-log", "parts", "node":
 		err = cmdClient(args[0], args[1:], stdout, stderr)
 	case "version", "--version", "-v":

@@ -50,7 +50,8 @@ type Options struct {
 	// Clients is the number of concurrent order clients.
 	// default: 8
 	Clients int
-	// Nodes is the number of redis-server nodes (at least 3).
+	// Nodes is the number of redis-server nodes (3..8), plus one spare
+	// that the topology nemesis adds to route a and removes again.
 	// default: 3
 	Nodes int
 	// Out receives the header, the fault timeline as it happens and
@@ -95,8 +96,8 @@ func (o *Options) defaults() error {
 	if o.Nodes == 0 {
 		o.Nodes = 3
 	}
-	if o.Nodes < 3 || o.Nodes > 9 {
-		return fmt.Errorf("chaos: Nodes is %d, want 3..9", o.Nodes)
+	if o.Nodes < 3 || o.Nodes > 8 {
+		return fmt.Errorf("chaos: Nodes is %d, want 3..8 (a spare node is added)", o.Nodes)
 	}
 	if o.Out == nil {
 		o.Out = io.Discard
@@ -257,7 +258,16 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 		return rep, err
 	}
 	st.svcRedo = svcRedo
-	check(rep, st, w.orders, skus, c.homes)
+	c.mu.Lock()
+	homes, seen := c.homes, c.homesSeen
+	c.mu.Unlock()
+	n.mu.Lock()
+	lost := n.lost
+	n.mu.Unlock()
+	rep.mu.Lock()
+	rep.excuse = exposed(lost, w.orders, st, seen, opts.ReservationTTL)
+	rep.mu.Unlock()
+	check(rep, st, w.orders, skus, homes)
 	for name, inc := range incarnations {
 		if now := st.nodes[name].incarnation; now != inc {
 			rep.violate("data-loss", "node %s: stamp incarnation %q at start, %q at the end: the node lost its data (AOF)", name, inc, now)

@@ -27,6 +27,7 @@ type nodeState struct {
 	redoOffsets map[string]string            // inv:redo:offsets
 	pending     []redis.Z                    // inv:pending
 	other       []string                     // keys nobody expects
+	xfers       []string                     // unfinished topology transfer records
 }
 
 type state struct {
@@ -81,6 +82,10 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 				cmds[i] = pipe.HGetAll(ctx, k)
 			case strings.HasPrefix(k, "inv:quota:"):
 				cmds[i] = pipe.Get(ctx, k)
+			case strings.HasPrefix(k, "inv:xfer:in:"):
+				// a destination's memory of an applied transfer (topology)
+			case strings.HasPrefix(k, "inv:xfer:"):
+				ns.xfers = append(ns.xfers, k)
 			default:
 				ns.other = append(ns.other, k)
 			}
@@ -194,6 +199,9 @@ func check(rep *Report, st *state, orders []*order, skus []SKU, homes *router.Ri
 	for _, name := range st.names {
 		ns := st.nodes[name]
 		for id, f := range ns.orders {
+			if f["moved"] != "" {
+				continue // a record moved away by a topology change: dead here
+			}
 			v := view(id)
 			v.recOn = append(v.recOn, name)
 			if v.rec == nil || homes.Name(homes.Home("order:"+id)) == name {
@@ -238,6 +246,9 @@ func check(rep *Report, st *state, orders []*order, skus []SKU, homes *router.Ri
 		}
 		for _, k := range ns.other {
 			rep.note("node %s holds unexpected key %s", name, k)
+		}
+		for _, k := range ns.xfers {
+			rep.violate("topology-transfer", "node %s: transfer record %s left after the topology change finished", name, k)
 		}
 	}
 }

@@ -34,14 +34,18 @@ type cluster struct {
 	log    *slog.Logger
 	out    io.Writer
 	t0     time.Time
-	names  []string                     // n1..nN, sorted
+	names  []string                     // n1..nN and the spare, sorted
+	spare  string                       // the node the topology nemesis adds to and removes from route a
 	procs  map[string]*redisproc.Server // by node name
+	httpc  *http.Client
+
+	mu sync.Mutex
+	// cfg, routes and homes change with the topology nemesis (topology.go).
 	cfg    *config.Config
 	routes map[string][]string // route → node names
 	homes  *router.Ring        // order home ring: inventory.HomeRing
-	httpc  *http.Client
-
-	mu     sync.Mutex
+	// homesSeen is every order home ring of the run, first to last.
+	homesSeen []*router.Ring
 	srv    *service.Server // nil while the service is down
 	addr   string          // last address served; kept while the service restarts
 	inv    shardisv1connect.InventoryServiceClient
@@ -70,7 +74,7 @@ func startCluster(opts Options, log *slog.Logger, out io.Writer) (c *cluster, er
 	cfg := config.Default()
 	cfg.Service.Listen = "127.0.0.1:0"
 	cfg.Nodes = map[string]config.Node{}
-	for i := 1; i <= opts.Nodes; i++ {
+	for i := 1; i <= opts.Nodes+1; i++ { // the last one is the spare
 		name := fmt.Sprintf("n%d", i)
 		po := redisproc.Options{AOF: true, KillWithParent: true}
 		if opts.Dir != "" {
@@ -84,8 +88,9 @@ func startCluster(opts Options, log *slog.Logger, out io.Writer) (c *cluster, er
 		c.procs[name] = s
 		cfg.Nodes[name] = config.Node{Addr: s.Addr(), Weight: 1}
 	}
+	c.spare = c.names[len(c.names)-1]
+	c.routes = layout(c.names[:opts.Nodes])
 	sort.Strings(c.names)
-	c.routes = layout(c.names)
 	cfg.Servers = map[string]config.Server{invServer: {OnNodeDown: config.OnNodeDownFail, Routes: c.routes}}
 	cfg.Health = config.Health{
 		Heartbeat: 200 * time.Millisecond,
@@ -102,13 +107,18 @@ func startCluster(opts Options, log *slog.Logger, out io.Writer) (c *cluster, er
 	if c.homes, err = inventory.HomeRing(c.cfg); err != nil {
 		return nil, err
 	}
+	c.homesSeen = []*router.Ring{c.homes}
 	c.httpc = &http.Client{Transport: &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
 		MaxIdleConns:        4 * (opts.Clients + 4),
 		MaxIdleConnsPerHost: 2 * (opts.Clients + 4),
 		IdleConnTimeout:     30 * time.Second,
 	}}
+	fmt.Fprintf(out, "  node %s %s (AOF appendfsync always) spare: joins and leaves route a (topology change)\n", c.spare, c.procs[c.spare].Addr())
 	for _, name := range c.names {
+		if name == c.spare {
+			continue
+		}
 		fmt.Fprintf(out, "  node %s %s (AOF appendfsync always) routes:", name, c.procs[name].Addr())
 		for _, r := range []string{"a", "b", "c"} {
 			for _, m := range c.routes[r] {
@@ -135,15 +145,14 @@ func (c *cluster) since() string {
 func (c *cluster) startService() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	srv, err := service.Start(ctx, c.cfg, c.log)
+	srv, err := service.Start(ctx, c.config(), c.log)
 	if err != nil {
 		return fmt.Errorf("chaos: starting the service: %w", err)
 	}
 	c.mu.Lock()
 	c.srv = srv
 	c.addr = srv.Addr()
-	c.inv = shardisv1connect.NewInventoryServiceClient(c.httpc, "http://"+c.addr)
-	c.admin = shardisv1connect.NewAdminServiceClient(c.httpc, "http://"+c.addr)
+	c.inv, c.admin = newClients(c.httpc, c.addr)
 	c.mu.Unlock()
 	return nil
 }
@@ -281,7 +290,10 @@ func (c *cluster) healAll() error {
 		}
 		fmt.Fprintf(c.out, "%s heal: started the service\n", c.since())
 	}
-	for route, members := range c.routes {
+	if err := c.finishTopology(); err != nil {
+		return err
+	}
+	for route, members := range c.layoutNow() {
 		for _, name := range members {
 			if err := c.setRoute(name, route, true, 20); err != nil {
 				return fmt.Errorf("chaos: heal: undrain %s on %s: %w", route, name, err)
@@ -388,7 +400,7 @@ func (c *cluster) redoViaService() (map[string]map[string][]*v1.RedoEntry, error
 	_, admin := c.rpc()
 	for _, name := range c.names {
 		out[name] = map[string][]*v1.RedoEntry{}
-		for q := 0; q < c.cfg.Inventory.RedoQueues; q++ {
+		for q := 0; q < c.config().Inventory.RedoQueues; q++ {
 			var after int64
 			for {
 				var res *connect.Response[v1.ReadRedoLogResponse]

@@ -22,7 +22,7 @@ const (
 	FaultLongPause = "sigstop>lease"
 )
 
-var faultKinds = []string{FaultKill, FaultPause, FaultDrain, FaultRestart}
+var faultKinds = []string{FaultKill, FaultPause, FaultDrain, FaultRestart, FaultTopology, FaultRollback}
 
 // Fault is one fault the nemesis injected.
 type Fault struct {
@@ -53,7 +53,8 @@ type nemesis struct {
 	mu      sync.Mutex
 	drained map[string]drain // route → its current drain
 	gen     int
-	frozen  string // node under a long pause, if any
+	frozen  string       // node under a long pause, if any
+	lost    []lossWindow // nodes rolled back to an older snapshot and accepted
 	wg      sync.WaitGroup
 }
 
@@ -98,7 +99,7 @@ func (n *nemesis) run(ctx context.Context) {
 		if i < len(first) {
 			kind = first[i]
 		} else {
-			switch w := n.rng.IntN(11); {
+			switch w := n.rng.IntN(13); {
 			case w < 3:
 				kind = FaultKill
 			case w < 6:
@@ -107,6 +108,10 @@ func (n *nemesis) run(ctx context.Context) {
 				kind = FaultDrain
 			case w < 10:
 				kind = FaultRestart
+			case w < 11:
+				kind = FaultTopology
+			case w < 12:
+				kind = FaultRollback
 			default:
 				kind = FaultLongPause
 				if n.opts.Duration < 30*time.Second {
@@ -119,7 +124,7 @@ func (n *nemesis) run(ctx context.Context) {
 		node := n.c.names[n.rng.IntN(len(n.c.names))]
 		routes := []string{"a", "b", "c"}
 		route := routes[n.rng.IntN(len(routes))]
-		members := n.c.routes[route]
+		members := n.c.layoutNow()[route]
 		drainNode := members[n.rng.IntN(len(members))]
 		overlap := n.rng.IntN(2) == 0
 		var hold time.Duration
@@ -134,6 +139,8 @@ func (n *nemesis) run(ctx context.Context) {
 			hold = uniform(n.rng, 200*time.Millisecond, time.Second)
 		case FaultLongPause:
 			hold = uniform(n.rng, attemptLease+time.Second, attemptLease+3*time.Second)
+		case FaultRollback:
+			hold = uniform(n.rng, time.Second, 3*time.Second)
 		}
 		if !sleepCtx(ctx, gap) {
 			return
@@ -148,6 +155,10 @@ func (n *nemesis) run(ctx context.Context) {
 		if kind == FaultLongPause && frozen != "" {
 			kind, hold = FaultPause, min(hold, n.opts.ClientTimeout*3)
 		}
+		if kind == FaultTopology && (frozen != "" || n.routeDrained("a")) {
+			// A change needs every node, and route a's drain flags whole.
+			kind, hold = FaultPause, n.opts.ClientTimeout*3/2
+		}
 		switch kind {
 		case FaultKill:
 			n.kill(ctx, node, hold)
@@ -157,6 +168,10 @@ func (n *nemesis) run(ctx context.Context) {
 			n.longPause(ctx, node, hold)
 		case FaultDrain:
 			n.drain(ctx, route, drainNode, hold)
+		case FaultTopology:
+			n.topologyChange(ctx)
+		case FaultRollback:
+			n.rollback(ctx, node, hold)
 		case FaultRestart:
 			if overlap {
 				n.rollService(hold)
@@ -328,4 +343,12 @@ func faultCounts(faults []Fault) ([]string, map[string]int) {
 	}
 	sort.Strings(kinds)
 	return kinds, counts
+}
+
+// routeDrained reports whether a background drain of route holds now.
+func (n *nemesis) routeDrained(route string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, ok := n.drained[route]
+	return ok
 }

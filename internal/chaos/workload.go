@@ -61,6 +61,20 @@ type order struct {
 	notHeld string
 	// contradictions are client-visible answers that cannot both be true.
 	contradictions []string
+	// first and last are when a client call on the order began and
+	// ended, first to last (a node's lost writes may touch it).
+	first, last time.Time
+}
+
+// touch records a call on o now.
+func (o *order) touch() {
+	now := time.Now()
+	o.mu.Lock()
+	if o.first.IsZero() {
+		o.first = now
+	}
+	o.last = now
+	o.mu.Unlock()
 }
 
 func (o *order) contradict(format string, args ...any) {
@@ -327,6 +341,8 @@ func (cl *client) reserve(_ context.Context, o *order, op string, n int) string 
 		req.Items = append(req.Items, &v1.Item{RouteKey: it.Route, SkuId: it.SKU, Quantity: it.Qty})
 	}
 	inv, _ := cl.w.c.rpc()
+	o.touch()
+	defer o.touch()
 	o.mu.Lock()
 	o.notHeld = ""
 	o.mu.Unlock()
@@ -420,6 +436,8 @@ func receiptsOf(res *v1.ReserveResponse) []receipt {
 
 func (cl *client) confirm(o *order, op string) (string, error) {
 	inv, _ := cl.w.c.rpc()
+	o.touch()
+	defer o.touch()
 	o.confirmIssued = true
 	return cl.call(op, func(ctx context.Context) error {
 		_, err := inv.Confirm(ctx, connect.NewRequest(&v1.ConfirmRequest{OrderId: o.ID}))
@@ -429,6 +447,8 @@ func (cl *client) confirm(o *order, op string) (string, error) {
 
 func (cl *client) cancel(o *order, op string) (string, error) {
 	inv, _ := cl.w.c.rpc()
+	o.touch()
+	defer o.touch()
 	return cl.call(op, func(ctx context.Context) error {
 		_, err := inv.Cancel(ctx, connect.NewRequest(&v1.CancelRequest{OrderId: o.ID}))
 		return err

@@ -128,12 +128,19 @@ var (
 		"Redo-log entries of the node (all queues) no consumer has acknowledged (AckRedoLog): the database-sync backlog.", []string{"node"}, nil)
 	descStuck = prometheus.NewDesc("shardis_stuck_parts",
 		"Parts set aside on the node because they cannot be settled (shardis parts stuck).", []string{"node"}, nil)
+	descTopoEpoch = prometheus.NewDesc("shardis_topology_epoch",
+		"The inventory nodes' topology epoch as this instance last read it (0: unknown).", nil, nil)
+	descTopoReady = prometheus.NewDesc("shardis_topology_ready",
+		"1 when this instance acts at the nodes' topology; 0 when its configuration is another topology (it refuses inventory calls).", nil, nil)
+	descTopoMigrating = prometheus.NewDesc("shardis_topology_migrating",
+		"1 while a topology change is still moving order records or counters (shardis topology apply not finished).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descNodeUp, descEvicting, descDurable, descBreaker, descFailedProbe, descReserve, descRolledBack,
-		descDeferred, descQueue, descReconciled, descRedoLen, descRedoUnacked, descStuck} {
+		descDeferred, descQueue, descReconciled, descRedoLen, descRedoUnacked, descStuck,
+		descTopoEpoch, descTopoReady, descTopoMigrating} {
 		ch <- d
 	}
 }
@@ -165,6 +172,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDeferred, prometheus.CounterValue, float64(s.PartsDeferred))
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
+		ts := inv.TopologyStatus(ctx)
+		ch <- prometheus.MustNewConstMetric(descTopoEpoch, prometheus.GaugeValue, float64(ts.Epoch))
+		ch <- prometheus.MustNewConstMetric(descTopoReady, prometheus.GaugeValue, b2f(ts.Ready))
+		ch <- prometheus.MustNewConstMetric(descTopoMigrating, prometheus.GaugeValue, b2f(ts.Ready && ts.Phase == inventory.PhaseMigrating))
 		for _, n := range inv.Nodes() {
 			if !n.Usable() {
 				continue

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
@@ -19,8 +20,9 @@ import (
 // GET /healthz is liveness: 200 while the process serves HTTP at all,
 // whatever the nodes do (restarting the process would not help them).
 // GET /readyz is readiness: 200 when every route of the inventory server
-// has at least one enabled, usable node, 503 otherwise, with the routes
-// that cannot serve named in the body. The standard grpc.health.v1.Health
+// has at least one enabled, usable node and the instance acts at the
+// nodes' topology (inventory.TopologyStatus), 503 otherwise, with the
+// routes that cannot serve, or the topology mismatch, named in the body. The standard grpc.health.v1.Health
 // service answers the same: SERVING for "" and the two shardis services
 // when ready, NOT_SERVING otherwise. Both stay unauthenticated (probes),
 // like /metrics; they name routes and nodes, nothing else.
@@ -33,6 +35,11 @@ func (s *Server) unready() string {
 		return "inventory server " + inv + " is not configured"
 	}
 	var bad []string
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if ts := s.Inv.TopologyStatus(ctx); !ts.Ready {
+		bad = append(bad, "topology: "+ts.Reason)
+	}
 	for route := range srv.Routes {
 		set, err := s.Router.Set(inv, route)
 		if err != nil {

@@ -23,7 +23,7 @@ func main() {
 	seed := flag.Int64("seed", 0, "random seed (default: time-based; printed first so the run can be replayed)")
 	duration := flag.Duration("duration", 60*time.Second, "load and fault-injection time; healing and checks add ~5-25s")
 	clients := flag.Int("clients", 8, "concurrent order clients")
-	nodes := flag.Int("nodes", 3, "redis-server nodes (3..9)")
+	nodes := flag.Int("nodes", 3, "redis-server nodes (3..8; a spare node is added for topology changes)")
 	ttl := flag.Duration("ttl", 3*time.Second, "inventory.reservation_ttl (whole seconds)")
 	clientTimeout := flag.Duration("client-timeout", time.Second, "timeout of every client RPC (pauses last 1.5-3 times longer)")
 	gapMin := flag.Duration("gap-min", time.Second, "shortest healthy gap between two faults")

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/inventory"
+)
+
+const topologyUsage = `usage: shardis topology show --config FILE
+       shardis topology apply --config NEW [--from OLD] [--wait D] [--dry-run] [--json]
+
+show prints each node's topology epoch and phase, and whether FILE's
+topology is the one applied.
+
+Moves the inventory nodes to the topology (routes, nodes, weights of the
+inventory server) of NEW, as SECURITY.md and README describe: every node of
+the old and new topology must be up; --from OLD gives the addresses of nodes
+that leave (drain them first: their pending parts are settled by the apply
+after their deadlines, and their stock moves once nothing is reserved).
+Running it again resumes an interrupted apply. It talks to the nodes
+directly, not to a service.
+`
+
+func cmdTopology(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "show" {
+		return cmdTopologyShow(args[1:], stdout, stderr)
+	}
+	if len(args) == 0 || args[0] != "apply" {
+		fmt.Fprint(stderr, topologyUsage)
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			return flag.ErrHelp
+		}
+		return fmt.Errorf("%w: topology needs the subcommand show or apply", errUsage)
+	}
+	fs := flag.NewFlagSet("topology apply", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "configuration with the new topology (required)")
+	fromPath := fs.String("from", "", "configuration now applied (for the addresses of nodes that leave)")
+	wait := fs.Duration("wait", 0, "how long to wait for pending parts that hold counters (default 1m; then it stops, still migrating, and a rerun finishes)")
+	dry := fs.Bool("dry-run", false, "check and report without writing")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	fs.Usage = func() { fmt.Fprint(stderr, topologyUsage); fs.PrintDefaults() }
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *cfgPath == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: topology apply needs --config and no other arguments", errUsage)
+	}
+	to, err := config.Load(*cfgPath)
+	if err != nil {
+		return err
+	}
+	opts := inventory.ApplyOptions{To: to, Wait: *wait, DryRun: *dry,
+		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	if *fromPath != "" {
+		if opts.From, err = config.Load(*fromPath); err != nil {
+			return err
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	rep, err := inventory.ApplyTopology(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	switch {
+	case rep.AlreadyApplied:
+		fmt.Fprintf(stdout, "topology already applied at epoch %d: %s\n", rep.ToEpoch, rep.To)
+		return nil
+	case *dry:
+		fmt.Fprintf(stdout, "dry run: epoch %d → %d\n", rep.FromEpoch, rep.ToEpoch)
+	default:
+		fmt.Fprintf(stdout, "applied: epoch %d → %d (%s) in %v\n", rep.FromEpoch, rep.ToEpoch, rep.Phase, time.Since(start).Round(time.Millisecond))
+	}
+	if rep.Phase == inventory.PhaseMigrating && !*dry {
+		fmt.Fprintf(stdout, "still migrating: %d counters wait for pending parts (orders not yet confirmed or cancelled); run this command again later to finish\n", rep.Waiting)
+	}
+	fmt.Fprintf(stdout, "from: %s\nto:   %s\n", rep.From, rep.To)
+	fmt.Fprintf(stdout, "joined: %s\nleft:   %s\n", list(rep.Joined), list(rep.Left))
+	if rep.LeftPending > 0 {
+		fmt.Fprintf(stdout, "leaving nodes held %d pending parts: the apply settles them after their deadlines\n", rep.LeftPending)
+	}
+	if !*dry {
+		fmt.Fprintf(stdout, "limits copied %d, orders moved %d, quota counters moved %d, stock moved %d, parts settled %d\n",
+			rep.LimitsCopied, rep.OrdersMoved, rep.QuotasMoved, rep.StockMoved, rep.PartsSettled)
+	}
+	return nil
+}
+
+func list(s []string) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	return strings.Join(s, " ")
+}
+
+func cmdTopologyShow(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("topology show", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "configuration (required)")
+	fs.Usage = func() { fmt.Fprint(stderr, topologyUsage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *cfgPath == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: topology show needs --config and no other arguments", errUsage)
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	recs, errs, err := inventory.ReadTopology(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	mine := inventory.TopologyOf(cfg)
+	fmt.Fprintf(stdout, "configuration: %s (fingerprint %s)\n", mine, mine.Fingerprint())
+	var newest inventory.TopologyRecord
+	for _, r := range recs {
+		switch {
+		case errs[r.Node] != nil:
+			fmt.Fprintf(stdout, "%-12s unreadable: %v\n", r.Node, errs[r.Node])
+		case r.Epoch == 0:
+			fmt.Fprintf(stdout, "%-12s no topology record\n", r.Node)
+		default:
+			fmt.Fprintf(stdout, "%-12s epoch %d %-9s %s\n", r.Node, r.Epoch, r.Phase, r.Current)
+		}
+		if r.Epoch > newest.Epoch {
+			newest = r
+		}
+	}
+	switch {
+	case newest.Epoch == 0:
+		fmt.Fprintln(stdout, "no node has a topology record: the first instance started initialises them")
+	case newest.Current.Fingerprint() == mine.Fingerprint():
+		fmt.Fprintf(stdout, "this configuration is the applied topology (epoch %d, %s)\n", newest.Epoch, newest.Phase)
+	default:
+		fmt.Fprintf(stdout, "this configuration is NOT the applied topology (epoch %d: %s): instances with it refuse to act\n", newest.Epoch, newest.Current)
+	}
+	return nil
+}

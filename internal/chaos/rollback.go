@@ -1,0 +1,169 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	v1 "github.com/shardis/shardis/proto/shardis/v1"
+)
+
+// The rollback nemesis: a node restarts from an older copy of its data,
+// as after restoring a backup or losing writes not yet on disk. It copies
+// the node's AOF, lets clients run, kills the node, puts the copy back and
+// restarts it. Shardis must refuse the node (DOWN, "rolled back") until an
+// operator accepts it; the nemesis then accepts it (AcceptNode), as the
+// operator would. What the node lost is lost: the checker excuses
+// violations of orders and users whose data lived on that node while it
+// was rolled back (Report.Excused), and checks everything else as usual.
+
+// FaultRollback is a restart from an older snapshot, then AcceptNode.
+const FaultRollback = "restart from older snapshot"
+
+// lossWindow is a node whose writes between from and to were lost.
+type lossWindow struct {
+	node     string
+	from, to time.Time
+}
+
+func (n *nemesis) rollback(ctx context.Context, name string, hold time.Duration) {
+	c := n.c
+	f := Fault{At: n.at(), Kind: FaultRollback, Target: name}
+	start := time.Now()
+	defer func() {
+		f.Hold = time.Since(start)
+		n.record(f)
+	}()
+	p := c.procs[name]
+	aof := filepath.Join(p.Dir(), "appendonlydir")
+	snap := filepath.Join(p.Dir(), fmt.Sprintf("snapshot-%d", time.Now().UnixNano()))
+	if err := copyDir(aof, snap); err != nil {
+		f.Err = "snapshot: " + err.Error()
+		return
+	}
+	from := time.Now()
+	sleepCtx(ctx, hold)
+	seqAt := func() int64 {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		v, _ := c.directClient(name).HGet(cctx, "shardis:node", "seq").Int64()
+		return v
+	}
+	before := seqAt()
+	if err := p.Kill(); err != nil {
+		f.Err = "kill: " + err.Error()
+		return
+	}
+	lost := lossWindow{node: name, from: from}
+	if err := os.RemoveAll(aof); err != nil {
+		f.Err = err.Error()
+	} else if err := os.Rename(snap, aof); err != nil {
+		f.Err = err.Error()
+	}
+	if err := p.Restart(); err != nil {
+		f.Err = "restart: " + err.Error()
+		return
+	}
+	after := seqAt()
+	if after >= before {
+		f.Target += " (nothing written meanwhile)"
+		return
+	}
+	f.Target += fmt.Sprintf(" (write seq %d→%d)", before, after)
+	// It must be refused, by reason, before anything else happens.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, reason := c.nodeState(name)
+		if st == v1.NodeState_NODE_STATE_DOWN && strings.Contains(reason, "rolled back") {
+			break
+		}
+		if st == v1.NodeState_NODE_STATE_UP {
+			n.rep.violate("rollback-undetected", "node %s came back from an older snapshot (write seq %d, was %d) and was UP: %s", name, after, before, reason)
+			break
+		}
+		if time.Now().After(deadline) {
+			f.Err = fmt.Sprintf("not refused within 15s (state %v, reason %q)", st, reason)
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for try := 0; ; try++ {
+		_, admin := c.rpc()
+		actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := admin.AcceptNode(actx, connect.NewRequest(&v1.AcceptNodeRequest{Node: name}))
+		cancel()
+		if err == nil {
+			break
+		}
+		if try == 20 {
+			f.Err = "accept: " + err.Error()
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	lost.to = time.Now()
+	n.mu.Lock()
+	n.lost = append(n.lost, lost)
+	n.mu.Unlock()
+}
+
+// nodeState asks the service for a node's state and down reason.
+func (c *cluster) nodeState(name string) (v1.NodeState, string) {
+	_, admin := c.rpc()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	res, err := admin.ListNodes(ctx, connect.NewRequest(&v1.ListNodesRequest{}))
+	if err != nil {
+		return v1.NodeState_NODE_STATE_UNSPECIFIED, err.Error()
+	}
+	for _, nd := range res.Msg.Nodes {
+		if nd.Name == name {
+			return nd.State, nd.DownReason
+		}
+	}
+	return v1.NodeState_NODE_STATE_UNSPECIFIED, "not listed"
+}
+
+// copyDir copies the regular files of src into a new directory dst, the
+// manifest of a multi-part AOF first.
+func copyDir(src, dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for i, e := range ents {
+		if strings.HasSuffix(e.Name(), ".manifest") && i != 0 {
+			ents[0], ents[i] = ents[i], ents[0]
+		}
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		in, err := os.Open(filepath.Join(src, e.Name()))
+		if err != nil {
+			return err
+		}
+		out, err := os.Create(filepath.Join(dst, e.Name()))
+		if err == nil {
+			_, err = io.Copy(out, in)
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+		}
+		in.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/service"
+	"github.com/shardis/shardis/inventory"
+)
+
+// The topology nemesis: the spare node joins route "a" (or leaves it
+// again) while clients run, the way an operator does it: start a service
+// with the new configuration (not ready until applied), run `shardis
+// topology apply`, move the clients to the new service, stop the old
+// one. Order records, tombstones and quota counters move; an old-topology
+// service is refused from the first node moved.
+
+// FaultTopology is a topology change: "+n5" joins route a, "-n5" leaves it.
+const FaultTopology = "topology change"
+
+// config returns the configuration of the current topology.
+func (c *cluster) config() *config.Config {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg
+}
+
+// layoutNow returns the current routes.
+func (c *cluster) layoutNow() map[string][]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.routes
+}
+
+// topologyChange moves the spare into route a, or out of it.
+func (n *nemesis) topologyChange(ctx context.Context) {
+	c := n.c
+	f := Fault{At: n.at(), Kind: FaultTopology}
+	start := time.Now()
+	defer func() {
+		f.Hold = time.Since(start)
+		n.record(f)
+	}()
+	old := c.config()
+	routes := map[string][]string{}
+	for r, ms := range old.Servers[invServer].Routes {
+		routes[r] = append([]string(nil), ms...)
+	}
+	leaving := slices.Contains(routes["a"], c.spare)
+	if leaving {
+		routes["a"] = slices.DeleteFunc(routes["a"], func(s string) bool { return s == c.spare })
+		f.Target = "-" + c.spare
+		// Drain it first, so it takes no new stock meanwhile.
+		if err := c.setRoute(c.spare, "a", false, 10); err != nil {
+			f.Err = "drain: " + err.Error()
+			return
+		}
+	} else {
+		routes["a"] = append(routes["a"], c.spare)
+		f.Target = "+" + c.spare
+	}
+	next := *old
+	next.Servers = map[string]config.Server{invServer: {OnNodeDown: old.Servers[invServer].OnNodeDown, Routes: routes}}
+	if err := next.Validate(); err != nil {
+		f.Err = err.Error()
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	srv, err := service.Start(sctx, &next, c.log)
+	cancel()
+	if err != nil {
+		f.Err = "start: " + err.Error()
+		return
+	}
+	rep, err := applyWithRetry(&next, old, 3*time.Second, 20)
+	if err != nil {
+		// Not moved (a check failed before any node moved) or half moved:
+		// a later apply (the next change, or healing) finishes it.
+		f.Err = "apply: " + err.Error()
+	}
+	if rep.ToEpoch == 0 || (err != nil && !nodesAt(&next)) {
+		_ = shutdown(srv)
+		return
+	}
+	if rep.Phase == inventory.PhaseMigrating {
+		f.Target += " (migrating)"
+	}
+	homes, herr := inventory.HomeRing(&next)
+	if herr != nil {
+		f.Err = herr.Error()
+	}
+	c.mu.Lock()
+	prev := c.srv
+	c.cfg, c.routes, c.homes = &next, routes, homes
+	c.homesSeen = append(c.homesSeen, homes)
+	c.srv, c.addr = srv, srv.Addr()
+	c.inv, c.admin = newClients(c.httpc, c.addr)
+	c.mu.Unlock()
+	if err := shutdown(prev); err != nil && f.Err == "" {
+		f.Err = "shutdown: " + err.Error()
+	}
+}
+
+// applyWithRetry runs `topology apply`, retrying while a node is down
+// (another fault may be under way).
+func applyWithRetry(to, from *config.Config, wait time.Duration, tries int) (inventory.ApplyReport, error) {
+	var rep inventory.ApplyReport
+	var err error
+	for i := 0; i < tries; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), wait+20*time.Second)
+		rep, err = inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: to, From: from, Wait: wait, Logger: discard})
+		cancel()
+		if err == nil {
+			return rep, nil
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return rep, err
+}
+
+// nodesAt reports whether the nodes' newest topology is cfg's.
+func nodesAt(cfg *config.Config) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	recs, _, err := inventory.ReadTopology(ctx, cfg)
+	if err != nil {
+		return false
+	}
+	var newest inventory.TopologyRecord
+	for _, r := range recs {
+		if r.Epoch > newest.Epoch {
+			newest = r
+		}
+	}
+	return newest.Epoch > 0 && newest.Current.Fingerprint() == inventory.TopologyOf(cfg).Fingerprint()
+}
+
+// finishTopology finishes a topology change still migrating (healing):
+// pending parts that hold counters settle within a reservation TTL.
+func (c *cluster) finishTopology() error {
+	cfg := c.config()
+	wait := c.opts.ReservationTTL + 5*time.Second
+	rep, err := applyWithRetry(cfg, nil, wait, 6)
+	if err != nil {
+		return fmt.Errorf("chaos: heal: finishing the topology change: %w", err)
+	}
+	if rep.Phase != inventory.PhaseStable {
+		return fmt.Errorf("chaos: heal: topology still migrating after %v: %d counters held by pending parts", wait, rep.Waiting)
+	}
+	if !rep.AlreadyApplied {
+		fmt.Fprintf(c.out, "%s heal: finished the topology change (%d quota counters moved)\n", c.since(), rep.QuotasMoved)
+	}
+	return nil
+}
+
+var discard = slog.New(slog.DiscardHandler)
+
+func newClients(h *http.Client, addr string) (shardisv1connect.InventoryServiceClient, shardisv1connect.AdminServiceClient) {
+	return shardisv1connect.NewInventoryServiceClient(h, "http://"+addr), shardisv1connect.NewAdminServiceClient(h, "http://"+addr)
+}

@@ -1,0 +1,284 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
+)
+
+// migrate runs steps 3 and 4 of topology.go at token tok: settle what
+// leaving nodes still hold, move order records, transfer quota counters
+// and leaving nodes' stock, then mark every node stable. When counters are
+// still held by pending parts after opts.Wait, it returns with the phase
+// still migrating (Waiting counts them).
+func (a *applier) migrate(ctx context.Context, tok string) (ApplyReport, error) {
+	v := a.inv.resync(ctx, a.inv.topo.cur.Load())
+	if err := v.refuse(); err != nil {
+		return a.rep, err
+	}
+	if v.token != tok {
+		return a.rep, fmt.Errorf("%w: %w: the nodes moved on to %s while applying %s", ErrUnavailable, ErrTopology, v.token, tok)
+	}
+	if v.migrating() {
+		if err := a.moveOrders(ctx, v); err != nil {
+			return a.rep, err
+		}
+		deadline := time.Now().Add(a.opts.Wait)
+		for {
+			busy, err := a.moveCounters(ctx)
+			if err != nil {
+				return a.rep, err
+			}
+			if err := a.settleLeaving(ctx); err != nil {
+				return a.rep, err
+			}
+			if busy == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				// Safe to leave: instances keep consulting the previous
+				// topology until a later apply finishes.
+				a.rep.Phase, a.rep.Waiting = PhaseMigrating, busy
+				a.log.Warn("topology: still migrating: counters wait for pending parts; run `shardis topology apply` again later to finish",
+					"counters", busy, "waited", a.opts.Wait)
+				return a.rep, nil
+			}
+			a.log.Info("topology: waiting for pending parts before moving counters", "counters", busy)
+			select {
+			case <-ctx.Done():
+				return a.rep, ctx.Err()
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
+	for _, name := range union(a.rep.From.Nodes(), a.to.Nodes()) {
+		n, err := a.node(name)
+		if err != nil {
+			return a.rep, err
+		}
+		if err := writeRecord(ctx, n, tok, tok, a.rep.ToEpoch, a.to, nil, PhaseStable); err != nil {
+			return a.rep, err
+		}
+	}
+	a.rep.Phase = PhaseStable
+	a.log.Info("topology: applied", "epoch", a.rep.ToEpoch, "orders_moved", a.rep.OrdersMoved,
+		"quotas_moved", a.rep.QuotasMoved, "stock_moved", a.rep.StockMoved)
+	return a.rep, nil
+}
+
+// moveOrders sweeps every old member (leaving ones first) for order
+// records whose home moved, and moves them.
+func (a *applier) moveOrders(ctx context.Context, v *view) error {
+	names := append(append([]string(nil), a.rep.Left...), a.rep.From.Nodes()...)
+	done := map[string]bool{}
+	for _, name := range names {
+		if done[name] {
+			continue
+		}
+		done[name] = true
+		n, err := a.node(name)
+		if err != nil {
+			return err
+		}
+		keys, err := scan(ctx, n, "inv:order:*")
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			id := k[len("inv:order:"):]
+			if v.prevNames[v.prevHomes.Home("order:"+id)] != name {
+				continue // not homed here in the previous epoch
+			}
+			home := a.inv.members[a.inv.homes.Home("order:"+id)]
+			if home.Name() == name {
+				continue
+			}
+			if err := a.inv.moveOrder(ctx, v, id, name, home); err != nil {
+				return fmt.Errorf("moving order %q from %s to %s: %w", id, name, home.Name(), err)
+			}
+			a.rep.OrdersMoved++
+		}
+	}
+	return nil
+}
+
+// moveCounters transfers quota counters whose home moved and leaving
+// nodes' stock. It returns how many could not move yet because pending
+// parts still count them.
+func (a *applier) moveCounters(ctx context.Context) (busy int, err error) {
+	leaving := map[string]bool{}
+	for _, n := range a.rep.Left {
+		leaving[n] = true
+	}
+	for route, oldMs := range a.rep.From.Routes {
+		newMs, ok := a.to.Routes[route]
+		if !ok {
+			a.log.Warn("topology: route removed: its counters stay on its old nodes", "route", route)
+			continue
+		}
+		ring, err := router.NewRing(newMs)
+		if err != nil {
+			return 0, err
+		}
+		if sameMembers(oldMs, newMs) {
+			continue
+		}
+		for _, m := range oldMs {
+			n, err := a.node(m.Name)
+			if err != nil {
+				return 0, err
+			}
+			b, err := a.moveQuotas(ctx, route, n, ring)
+			if err != nil {
+				return 0, err
+			}
+			busy += b
+			if leaving[m.Name] {
+				b, err := a.moveStock(ctx, route, n, ring)
+				if err != nil {
+					return 0, err
+				}
+				busy += b
+			}
+		}
+	}
+	return busy, nil
+}
+
+func (a *applier) moveQuotas(ctx context.Context, route string, n *node.Node, ring *router.Ring) (busy int, err error) {
+	held, err := pendingQuotaCounters(ctx, n)
+	if err != nil {
+		return 0, err
+	}
+	keys, err := scan(ctx, n, "inv:quota:"+route+":*")
+	if err != nil {
+		return 0, err
+	}
+	for _, k := range keys {
+		_, user, ok := parseQuotaKey(route, k)
+		if !ok {
+			a.log.Warn("topology: unreadable quota key left in place", "node", n.Name(), "key", k)
+			continue
+		}
+		home := ring.Name(ring.Home("user:" + user))
+		if home == n.Name() {
+			continue
+		}
+		if held[k] {
+			busy++
+			continue
+		}
+		dst, err := a.node(home)
+		if err != nil {
+			return 0, err
+		}
+		moved, err := a.inv.transfer(ctx, xferQuota, xferID(a.rep.ToEpoch, xferQuota, k), k, n, dst)
+		if err != nil {
+			return 0, fmt.Errorf("moving %s from %s to %s: %w", k, n.Name(), home, err)
+		}
+		if moved > 0 {
+			a.rep.QuotasMoved++
+		}
+	}
+	return busy, nil
+}
+
+func (a *applier) moveStock(ctx context.Context, route string, n *node.Node, ring *router.Ring) (busy int, err error) {
+	keys, err := scan(ctx, n, "inv:stock:"+route+":*")
+	if err != nil {
+		return 0, err
+	}
+	for _, k := range keys {
+		sku := k[len("inv:stock:"+route+":"):]
+		dst, err := a.node(ring.Name(ring.Home(sku)))
+		if err != nil {
+			return 0, err
+		}
+		moved, err := a.inv.transfer(ctx, xferStock, xferID(a.rep.ToEpoch, xferStock, k), k, n, dst)
+		var rerr redis.Error
+		if errors.As(err, &rerr) && len(rerr.Error()) > 12 && rerr.Error()[:12] == "SHARDIS_BUSY" {
+			busy++
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("moving %s from %s to %s: %w", k, n.Name(), dst.Name(), err)
+		}
+		if moved != 0 {
+			a.rep.StockMoved++
+		}
+	}
+	return busy, nil
+}
+
+// settleLeaving settles the due pending parts of leaving nodes (no
+// instance of the new topology reconciles them).
+func (a *applier) settleLeaving(ctx context.Context) error {
+	for _, name := range a.rep.Left {
+		n, err := a.node(name)
+		if err != nil {
+			return err
+		}
+		due, err := a.inv.DueParts(ctx, n, 500)
+		if err != nil {
+			return err
+		}
+		for _, p := range due {
+			res, err := a.inv.ResolveExpired(ctx, p)
+			if err != nil {
+				return fmt.Errorf("settling part %s on leaving node %s: %w", p.PartID, name, err)
+			}
+			if res == Confirmed || res == Cancelled {
+				a.rep.PartsSettled++
+			}
+		}
+	}
+	return nil
+}
+
+// pendingQuotaCounters returns the quota counters that pending parts on n
+// still count.
+func pendingQuotaCounters(ctx context.Context, n *node.Node) (map[string]bool, error) {
+	ids, err := n.Client().ZRange(ctx, keyPending, 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: node %s: %v", ErrUnavailable, n.Name(), err)
+	}
+	out := map[string]bool{}
+	const batch = 500
+	for i := 0; i < len(ids); i += batch {
+		pipe := n.Client().Pipeline()
+		var cmds []*redis.SliceCmd
+		for _, id := range ids[i:min(i+batch, len(ids))] {
+			cmds = append(cmds, pipe.HMGet(ctx, partKey(id), "kind", "counter"))
+		}
+		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+			return nil, fmt.Errorf("%w: node %s: %v", ErrUnavailable, n.Name(), err)
+		}
+		for _, c := range cmds {
+			v := c.Val()
+			if len(v) == 2 && v[0] == "q" {
+				if k, ok := v[1].(string); ok {
+					out[k] = true
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func sameMembers(a, b []router.Member) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,272 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/shardis/shardis/node"
+)
+
+// This file moves what a topology change relocates: order records (on
+// touch, and by [ApplyTopology]'s sweep), and counters (quota counters
+// whose home moved, a leaving node's stock) by transfer records. The rules
+// that make each step safe are in topology.go.
+
+// orderMoveOutScript marks an order record moved (data kept, frozen) and
+// returns it. KEYS: 2 order key. ARGV: 4 the epoch token of the move.
+// Returns {"none"} (no live record, or only a dead mark of an older
+// epoch), or {"moved", pttl ms, flat fields}.
+var orderMoveOutScript = newScript("order-move-out", true, `
+local key = KEYS[2]
+if redis.call('EXISTS', key) == 0 then return {'none'} end
+local mark = redis.call('HGET', key, 'moved')
+if mark and mark ~= ARGV[4] then return {'none'} end
+if not mark then redis.call('HSET', key, 'moved', ARGV[4]) end
+return {'moved', redis.call('PTTL', key), redis.call('HGETALL', key)}
+`)
+
+// orderInstallScript writes a moved record unless the key holds a live
+// one. KEYS: 2 order key. ARGV: 4 pttl ms, then field, value pairs.
+// Returns "installed" or "exists".
+var orderInstallScript = newScript("order-install", true, `
+local key = KEYS[2]
+if redis.call('EXISTS', key) == 1 and not redis.call('HGET', key, 'moved') then return 'exists' end
+redis.call('DEL', key)
+for i = 5, #ARGV - 1, 2 do
+  if ARGV[i] ~= 'moved' then redis.call('HSET', key, ARGV[i], ARGV[i + 1]) end
+end
+local pttl = tonumber(ARGV[4])
+if pttl and pttl > 0 then redis.call('PEXPIRE', key, pttl) end
+return 'installed'
+`)
+
+// quotaReadScript reads a quota counter. KEYS: 2 counter. Returns it.
+var quotaReadScript = newScript("quota-read", false, `
+local v, err = int(redis.call('GET', KEYS[2]), KEYS[2])
+if err then return err end
+return v
+`)
+
+// crashAt, when set (by tests only), is asked at each crash point of the
+// topology protocol ("bump", "move-out", "xfer-out", "xfer-in"); when it
+// returns true the step stops there with errCrashed, as if the process
+// died between two scripts.
+var crashAt func(point string) bool
+
+var errCrashed = errors.New("inventory: crash injected")
+
+func crash(point string) bool { return crashAt != nil && crashAt(point) }
+
+// homeFor returns the node that decides an order, after moving its record
+// there when the topology is migrating and the record's home moved.
+func (inv *Inventory) homeFor(ctx context.Context, orderID string) (*node.Node, error) {
+	v := inv.topology(ctx)
+	if err := v.refuse(); err != nil {
+		return nil, err
+	}
+	home, err := inv.orderHome(orderID)
+	if err != nil {
+		return nil, err
+	}
+	if !v.migrating() {
+		return home, nil
+	}
+	prevName := v.prevNames[v.prevHomes.Home("order:"+orderID)]
+	if prevName == home.Name() {
+		return home, nil
+	}
+	if err := inv.moveOrder(ctx, v, orderID, prevName, home); err != nil {
+		return nil, err
+	}
+	return home, nil
+}
+
+// moveOrder moves order X's record from the node named from to dest (see
+// topology.go). It is idempotent and safe to run concurrently.
+func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from string, dest *node.Node) error {
+	src, err := inv.r.Node(from)
+	if err != nil {
+		return fmt.Errorf("%w: %w: order %q: its record is being moved off node %s, which left the topology; retry when `shardis topology apply` has finished",
+			ErrUnavailable, ErrTopology, orderID, from)
+	}
+	if !usable(src) {
+		return fmt.Errorf("%w: order %q: its record is being moved from node %s, which is unavailable: %s",
+			ErrUnavailable, orderID, from, unusableReason(src))
+	}
+	out, err := inv.run(ctx, src, orderMoveOutScript, []string{orderKey(orderID)}, v.token)
+	if err != nil {
+		return err
+	}
+	raw, err := asSlice(src, orderMoveOutScript, out)
+	if err != nil || len(raw) == 0 {
+		return malformed(src, orderMoveOutScript, out)
+	}
+	if s, _ := raw[0].(string); s == "none" {
+		return nil
+	}
+	if len(raw) != 3 {
+		return malformed(src, orderMoveOutScript, out)
+	}
+	if crash("move-out") {
+		return errCrashed
+	}
+	pttl, _ := raw[1].(int64)
+	flat, _ := raw[2].([]any)
+	args := append([]any{pttl}, flat...)
+	_, err = inv.run(ctx, dest, orderInstallScript, []string{orderKey(orderID)}, args...)
+	return err
+}
+
+// quotaElsewhere returns, while migrating, what the user's previous quota
+// node of a route still counts for (route, sku), so a reserve counts it
+// too: 0 when the home did not move, -1 when it cannot be read.
+func (inv *Inventory) quotaElsewhere(ctx context.Context, v *view, route, sku, userID, curHome string) int64 {
+	if !v.migrating() {
+		return 0
+	}
+	ring := v.prevRoute[route]
+	if ring == nil {
+		return 0 // a new route: no counter can exist elsewhere
+	}
+	prev := ring.Name(ring.Home("user:" + userID))
+	if prev == curHome {
+		return 0
+	}
+	n, err := inv.r.Node(prev)
+	if err != nil || !usable(n) {
+		return -1
+	}
+	out, err := inv.run(ctx, n, quotaReadScript, []string{quotaKey(route, sku, userID)})
+	if err != nil {
+		return -1
+	}
+	held, err := asInt64(n, quotaReadScript, out)
+	if err != nil {
+		return -1
+	}
+	return held
+}
+
+// Transfers move counters between nodes exactly once: out records the
+// amount on the source (the counter is left as is), in adds it on the
+// destination once per transfer id, done subtracts it on the source and
+// drops the record. Between in and done the units count on both nodes
+// (an order may be refused, never oversold); an interrupted transfer is
+// finished by running it again with the same id.
+
+// xferKind is what a transfer moves.
+type xferKind string
+
+const (
+	xferQuota xferKind = "quota" // a per-user quota counter (string)
+	xferStock xferKind = "stock" // a stock hash's available, confirmed, loaded
+)
+
+// xferOutScript records a transfer. KEYS: 2 counter, 3 transfer record.
+// ARGV: 4 kind, 5 destination node. Returns {available or quota,
+// confirmed, loaded}; all 0 when there is nothing to move. A stock hash
+// with reserved units refuses (SHARDIS_BUSY).
+var xferOutScript = newScript("xfer-out", true, `
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  local f = redis.call('HMGET', KEYS[3], 'a', 'c', 'l')
+  return {tonumber(f[1]), tonumber(f[2]), tonumber(f[3])}
+end
+local a, c, l = 0, 0, 0
+local err
+if ARGV[4] == 'quota' then
+  a, err = int(redis.call('GET', KEYS[2]), KEYS[2])
+  if err then return err end
+else
+  local f = redis.call('HMGET', KEYS[2], 'available', 'confirmed', 'loaded', 'reserved')
+  local r
+  a, err = int(f[1], KEYS[2] .. ' available') if err then return err end
+  c, err = int(f[2], KEYS[2] .. ' confirmed') if err then return err end
+  l, err = int(f[3], KEYS[2] .. ' loaded') if err then return err end
+  r, err = int(f[4], KEYS[2] .. ' reserved') if err then return err end
+  if r ~= 0 then return redis.error_reply('SHARDIS_BUSY ' .. KEYS[2] .. ' still has ' .. r .. ' reserved units') end
+end
+if a == 0 and c == 0 and l == 0 then return {0, 0, 0} end
+redis.call('HSET', KEYS[3], 'a', a, 'c', c, 'l', l, 'kind', ARGV[4], 'key', KEYS[2], 'dest', ARGV[5])
+return {a, c, l}
+`)
+
+// xferInScript applies a transfer once. KEYS: 2 counter, 3 applied
+// marker. ARGV: 4 kind, 5 available/quota, 6 confirmed, 7 loaded,
+// 8 marker ttl s. Returns "done" or "already".
+var xferInScript = newScript("xfer-in", true, `
+if redis.call('EXISTS', KEYS[3]) == 1 then return 'already' end
+local a, c, l = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+if ARGV[4] == 'quota' then
+  local _, err = int(redis.call('GET', KEYS[2]), KEYS[2])
+  if err then return err end
+  redis.call('INCRBY', KEYS[2], a)
+else
+  for _, what in ipairs({'available', 'confirmed', 'loaded'}) do
+    local _, err = int(redis.call('HGET', KEYS[2], what), KEYS[2] .. ' ' .. what)
+    if err then return err end
+  end
+  redis.call('HINCRBY', KEYS[2], 'available', a)
+  redis.call('HINCRBY', KEYS[2], 'confirmed', c)
+  redis.call('HINCRBY', KEYS[2], 'loaded', l)
+end
+redis.call('SET', KEYS[3], '1', 'EX', tonumber(ARGV[8]))
+return 'done'
+`)
+
+// xferDoneScript ends a transfer on its source. KEYS: 2 counter, 3
+// transfer record. Returns "done" or "none".
+var xferDoneScript = newScript("xfer-done", true, `
+local f = redis.call('HMGET', KEYS[3], 'a', 'c', 'l', 'kind')
+if not f[4] then return 'none' end
+local a, c, l = tonumber(f[1]), tonumber(f[2]), tonumber(f[3])
+if f[4] == 'quota' then
+  if redis.call('DECRBY', KEYS[2], a) <= 0 then redis.call('DEL', KEYS[2]) end
+else
+  redis.call('HINCRBY', KEYS[2], 'available', -a)
+  redis.call('HINCRBY', KEYS[2], 'confirmed', -c)
+  redis.call('HINCRBY', KEYS[2], 'loaded', -l)
+end
+redis.call('DEL', KEYS[3])
+return 'done'
+`)
+
+// xferMarkerTTL is how long a destination remembers an applied transfer:
+// longer than any interrupted apply is expected to wait for its rerun.
+const xferMarkerTTL = 30 * 24 * 3600
+
+// transfer moves counter key from src to dst exactly once under id. It
+// returns the units moved (available or quota).
+func (inv *Inventory) transfer(ctx context.Context, kind xferKind, id, key string, src, dst *node.Node) (int64, error) {
+	rec, marker := "inv:xfer:"+id, "inv:xfer:in:"+id
+	out, err := inv.run(ctx, src, xferOutScript, []string{key, rec}, string(kind), dst.Name())
+	if err != nil {
+		return 0, err
+	}
+	v, err := asInt64s(src, xferOutScript, out)
+	if err != nil || len(v) != 3 {
+		return 0, malformed(src, xferOutScript, out)
+	}
+	if v[0] == 0 && v[1] == 0 && v[2] == 0 {
+		return 0, nil
+	}
+	if crash("xfer-out") {
+		return 0, errCrashed
+	}
+	if _, err := inv.run(ctx, dst, xferInScript, []string{key, marker}, string(kind), v[0], v[1], v[2], xferMarkerTTL); err != nil {
+		return 0, err
+	}
+	if crash("xfer-in") {
+		return 0, errCrashed
+	}
+	if _, err := inv.run(ctx, src, xferDoneScript, []string{key, rec}); err != nil {
+		return 0, err
+	}
+	return v[0], nil
+}
+
+// xferID names the transfer of key at an epoch.
+func xferID(epoch int64, kind xferKind, key string) string {
+	return strconv.FormatInt(epoch, 10) + "|" + string(kind) + "|" + key
+}

@@ -1,0 +1,180 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/router"
+)
+
+// Crash points of the topology protocol (topology.go, migrate.go), one by
+// one against real nodes: crashAt stops `topology apply` at a point, as a
+// process dying between two scripts would; then the next actor (a new
+// instance, a rerun of the apply) must finish with every invariant intact.
+
+type migrateEnv struct {
+	t        *testing.T
+	ctx      context.Context
+	old, new *config.Config
+	clients  map[string]*redis.Client
+	order    string // reserved and confirmed through the old topology; its home moves to n4
+	tomb     string // cancelled before any reserve; its home moves to n4
+	user     string // holds 2 of "lim" (limit 2); its quota home moves to n4
+	userPrev string // the user's quota node in the old topology
+}
+
+func newMigrateEnv(t *testing.T) *migrateEnv {
+	srvs := redistest.StartN(t, 4, redistest.Options{})
+	base := config.Default()
+	base.Nodes = map[string]config.Node{}
+	e := &migrateEnv{t: t, clients: map[string]*redis.Client{}}
+	for i, s := range srvs {
+		name := fmt.Sprintf("n%d", i+1)
+		base.Nodes[name] = config.Node{Addr: s.Addr(), Weight: 1}
+		e.clients[name] = s.Client(t)
+	}
+	with := func(members ...string) *config.Config {
+		c := base
+		c.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: map[string][]string{"r": members}}}
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		return &c
+	}
+	e.old, e.new = with("n1", "n2", "n3"), with("n1", "n2", "n3", "n4")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	e.ctx = ctx
+	oh, _ := HomeRing(e.old)
+	nh, _ := HomeRing(e.new)
+	moved := func(prefix string) string {
+		for i := 0; ; i++ {
+			id := fmt.Sprintf("%s-%d", prefix, i)
+			if nh.Name(nh.Home("order:"+id)) == "n4" && oh.Name(oh.Home("order:"+id)) != "n4" {
+				return id
+			}
+		}
+	}
+	e.order, e.tomb = moved("o"), moved("t")
+	oq, _ := router.NewRing(TopologyOf(e.old).Routes["r"])
+	nq, _ := router.NewRing(TopologyOf(e.new).Routes["r"])
+	for i := 0; e.user == ""; i++ {
+		u := fmt.Sprintf("u-%d", i)
+		if nq.Name(nq.Home("user:"+u)) == "n4" {
+			e.user, e.userPrev = u, oq.Name(oq.Home("user:"+u))
+		}
+	}
+	old := e.open(e.old)
+	if _, err := old.LoadStock(ctx, "r", "lim", 90, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Reserve(ctx, e.order, []Item{{Route: "r", SKU: "lim", Quantity: 2}}, e.user, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Confirm(ctx, e.order); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Cancel(ctx, e.tomb); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *migrateEnv) open(cfg *config.Config) *Inventory {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := router.New(ctx, cfg, router.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = r.Close() })
+	inv, err := New(r, Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return inv
+}
+
+func (e *migrateEnv) apply() (ApplyReport, error) {
+	return ApplyTopology(e.ctx, ApplyOptions{To: e.new, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+}
+
+// check verifies through a new instance what the old topology decided:
+// the order is confirmed, the tombstone refuses a reserve, the user is at
+// the limit. A refusal for the topology (a node not yet moved) is allowed
+// only when partial is true.
+func (e *migrateEnv) check(what string, partial bool) {
+	e.t.Helper()
+	inv := e.open(e.new)
+	ok := func(op string, err error, want error) {
+		e.t.Helper()
+		if want == nil && err == nil || want != nil && errors.Is(err, want) {
+			return
+		}
+		if partial && errors.Is(err, ErrTopology) {
+			return
+		}
+		e.t.Errorf("%s: %s = %v, want %v", what, op, err, want)
+	}
+	out, err := inv.Confirm(e.ctx, e.order)
+	ok("Confirm of the confirmed order", err, nil)
+	if err == nil && out.Status != StatusConfirmed {
+		e.t.Errorf("%s: Confirm of the confirmed order = %+v", what, out)
+	}
+	_, err = inv.Reserve(e.ctx, e.tomb, []Item{{Route: "r", SKU: "lim", Quantity: 1}}, "someone", time.Minute)
+	ok("Reserve of the tombstoned order", err, ErrCancelled)
+	_, err = inv.Reserve(e.ctx, "more-"+e.user, []Item{{Route: "r", SKU: "lim", Quantity: 1}}, e.user, time.Minute)
+	ok("Reserve past the user's limit", err, ErrLimitExceeded)
+}
+
+// finished checks the end state after a complete apply: the user's
+// counter is exactly 2, on n4 only, and no transfer record is left.
+func (e *migrateEnv) finished(what string) {
+	e.t.Helper()
+	rep, err := e.apply()
+	if err != nil || rep.Phase != PhaseStable {
+		e.t.Fatalf("%s: rerun of the apply = %+v, %v; want stable", what, rep, err)
+	}
+	e.check(what+", after the rerun", false)
+	k := quotaKey("r", "lim", e.user)
+	if v, err := e.clients["n4"].Get(e.ctx, k).Int64(); err != nil || v != 2 {
+		e.t.Errorf("%s: %s on n4 = %d, %v; want 2", what, k, v, err)
+	}
+	if n, _ := e.clients[e.userPrev].Exists(e.ctx, k).Result(); n != 0 {
+		v, _ := e.clients[e.userPrev].Get(e.ctx, k).Result()
+		e.t.Errorf("%s: %s still on %s (%s)", what, k, e.userPrev, v)
+	}
+	for name, c := range e.clients {
+		if keys, _ := c.Keys(e.ctx, "inv:xfer:[0-9]*").Result(); len(keys) > 0 {
+			e.t.Errorf("%s: transfer records left on %s: %v", what, name, keys)
+		}
+	}
+}
+
+func TestTopologyCrashPoints(t *testing.T) {
+	for _, point := range []string{"bump", "move-out", "xfer-out", "xfer-in"} {
+		t.Run(point, func(t *testing.T) {
+			e := newMigrateEnv(t)
+			crashAt = func(p string) bool { return p == point }
+			_, err := e.apply()
+			crashAt = nil
+			if !errors.Is(err, errCrashed) {
+				t.Fatalf("apply with a crash at %s = %v, want the injected crash", point, err)
+			}
+			e.check("after a crash at "+point, point == "bump")
+			e.finished("crash at " + point)
+		})
+	}
+	t.Run("none", func(t *testing.T) {
+		e := newMigrateEnv(t)
+		e.finished("no crash")
+	})
+}

@@ -1,0 +1,422 @@
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
+)
+
+// Topology epochs: how membership changes stay single-decision.
+//
+// Where an order record lives (the home ring over every inventory node)
+// and where a user's quota counter lives (each route's ring) depend on the
+// inventory server's membership: its routes, their nodes and weights, the
+// [Topology]. A configuration that adds or removes a node moves some of
+// them. Two instances that place the same order on two nodes could both
+// decide it, so every node records which topology it belongs to and every
+// script refuses a caller that acts under another one.
+//
+// State on every inventory node (written only by topology scripts):
+//
+//	shardis:node     field epoch = the epoch token "E:fingerprint"
+//	shardis:topology epoch, token, current (Topology JSON), prev (the
+//	                 Topology of epoch E-1, or ""), prev_token, phase
+//	                 ("migrating" or "stable")
+//
+// The rule: an instance acts only at the token of the nodes' newest
+// record, and only when that record's topology is exactly the one its own
+// configuration implies (same routes, nodes and weights). The prelude of
+// every script (lua.go) compares the caller's token with the node's and
+// refuses with SHARDIS_EPOCH otherwise, atomically with the script's
+// reads and writes. So at any moment at most one topology can act on a
+// node, and an instance with an older (or not yet applied) configuration
+// changes nothing anywhere: it answers [ErrTopology], reports not ready,
+// and adopts the nodes' topology by itself once it matches (it rereads
+// the nodes when a script is refused, and while it is not ready).
+//
+// Epochs only move forward, and only by `shardis topology apply`
+// ([ApplyTopology]):
+//
+//  1. Check: every node of the old and new topology answers and is at the
+//     current token; nodes that join get the per-user limits of their
+//     routes.
+//  2. Bump: each node, by compare-and-set on its token, moves to
+//     "E+1:fp(new)" with prev = the old topology and phase "migrating".
+//     From the first node bumped, old-configuration instances are refused
+//     there; an order that spans nodes at both epochs fails cleanly
+//     (no part is taken at the wrong epoch, see lua.go).
+//  3. Migrate: every order record (tombstones included) whose home moved
+//     is moved (below); every quota counter whose home moved and that no
+//     pending part still counts is transferred exactly once; a leaving
+//     node's stock is transferred to its route once it holds no reserved
+//     units. No instance of the new topology reaches a leaving node, so the
+//     apply itself settles the leaving nodes' pending parts, each after its
+//     deadline, by its order's decision (as the reconciler does); until
+//     then Confirm and Cancel count them in PendingParts.
+//  4. Stable: phase "stable" on every node. Instances stop consulting the
+//     previous topology.
+//
+// An interrupted apply is resumed by running it again; every step is
+// idempotent.
+//
+// Moving an order record (migrate.go). While the phase is "migrating", an
+// instance that needs order X whose home moved from A (prev) to B (new)
+// first runs "move out" on A: a record there is marked moved (its data
+// kept, frozen: nothing acts on a moved record) and returned; then
+// "install" on B writes it unless B already holds a live record. Only
+// then does it act on B. Why no order is decided twice: after the bump no
+// script at the old token runs anywhere, so A's record can only change by
+// being marked moved; B acts only after the install, and the install never
+// overwrites a live record, so every mover installs the same frozen data
+// and the first one wins. A record that did not exist on A when B was
+// checked cannot appear on A later (no one may create it there at E+1).
+// A moved mark left from an older epoch is dead: install overwrites it and
+// the order script treats it as absent.
+//
+// Quota counters follow the same idea with a transfer record
+// (migrate.go): out (record the amount on the source), in (add it on the
+// destination once per transfer id), done (subtract it on the source).
+// Between in and done the units count twice, which can only refuse an
+// order, never oversell. While migrating, a reserve counts what the
+// user's previous quota node still holds as well (read before the
+// reserve; it can only fall, since nothing takes quota there any more).
+//
+// Stock needs no move: a joining node starts empty (load stock onto it);
+// a leaving node's counters are transferred to its route's home of the
+// SKU by the same transfer records.
+
+// Topology is the inventory server's membership: the nodes of each route
+// with their weights. It decides where order records and per-user quota
+// counters live. The zero value has no routes.
+type Topology struct {
+	// Routes maps a route key to its members, sorted by name.
+	Routes map[string][]router.Member `json:"routes"`
+}
+
+// TopologyOf returns the topology cfg's inventory server implies.
+func TopologyOf(cfg *config.Config) Topology {
+	t := Topology{Routes: map[string][]router.Member{}}
+	for route, members := range cfg.Servers[cfg.Inventory.Server].Routes {
+		ms := make([]router.Member, 0, len(members))
+		for _, m := range members {
+			ms = append(ms, router.Member{Name: m, Weight: cfg.Nodes[m].Weight})
+		}
+		sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
+		t.Routes[route] = ms
+	}
+	return t
+}
+
+// Fingerprint returns a stable 64-bit hash of the topology, in hex.
+func (t Topology) Fingerprint() string {
+	b, _ := json.Marshal(t) // map keys are sorted by encoding/json
+	return strconv.FormatUint(xxhash.Sum64(b), 16)
+}
+
+// Nodes returns the names of every member of every route, sorted, unique.
+func (t Topology) Nodes() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, ms := range t.Routes {
+		for _, m := range ms {
+			if !seen[m.Name] {
+				seen[m.Name] = true
+				out = append(out, m.Name)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// weights returns each member's weight (the first route's, as
+// configurations give one weight per node).
+func (t Topology) weights() map[string]int {
+	w := map[string]int{}
+	for _, ms := range t.Routes {
+		for _, m := range ms {
+			w[m.Name] = m.Weight
+		}
+	}
+	return w
+}
+
+// homeRing builds the order home ring of t: every member, sorted by name.
+func (t Topology) homeRing() (*router.Ring, []string, error) {
+	names := t.Nodes()
+	w := t.weights()
+	ms := make([]router.Member, len(names))
+	for i, n := range names {
+		ms[i] = router.Member{Name: n, Weight: w[n]}
+	}
+	r, err := router.NewRing(ms)
+	return r, names, err
+}
+
+// String describes t for messages, e.g. "clothes=[n1 n2] food=[n3]".
+func (t Topology) String() string {
+	routes := make([]string, 0, len(t.Routes))
+	for r := range t.Routes {
+		routes = append(routes, r)
+	}
+	sort.Strings(routes)
+	var b strings.Builder
+	for i, r := range routes {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(r + "=[")
+		for j, m := range t.Routes[r] {
+			if j > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(m.Name)
+			if m.Weight != 1 {
+				b.WriteString("*" + strconv.Itoa(m.Weight))
+			}
+		}
+		b.WriteByte(']')
+	}
+	return b.String()
+}
+
+// Phase is where a topology epoch is in its change.
+type Phase string
+
+const (
+	// PhaseMigrating: records and counters may still sit where the
+	// previous topology put them; instances consult both.
+	PhaseMigrating Phase = "migrating"
+	// PhaseStable: everything is where the current topology puts it.
+	PhaseStable Phase = "stable"
+)
+
+// epochToken is what the prelude compares: "E:fingerprint".
+func epochToken(epoch int64, fp string) string { return strconv.FormatInt(epoch, 10) + ":" + fp }
+
+// TopologyRecord is one node's topology record.
+type TopologyRecord struct {
+	Node    string
+	Epoch   int64 // 0: the node has no record
+	Token   string
+	Current Topology
+	Prev    *Topology // nil when there was no previous epoch
+	Phase   Phase
+}
+
+// TopologyStatus is what an instance knows of the topology.
+type TopologyStatus struct {
+	// Epoch and Phase are the nodes' newest record's (0 and "" when no
+	// node could be read).
+	Epoch int64
+	Phase Phase
+	// Fingerprint is the fingerprint of this instance's configuration.
+	Fingerprint string
+	// Ready is true when this instance acts at the nodes' epoch.
+	Ready bool
+	// Reason says why not, when not Ready.
+	Reason string
+}
+
+// view is an immutable snapshot of what an instance acts on.
+type view struct {
+	token     string
+	epoch     int64
+	phase     Phase
+	notReady  error // nil when the instance may act
+	prevHomes *router.Ring
+	prevNames []string
+	prevRoute map[string]*router.Ring // route → ring of the previous epoch
+	read      time.Time
+}
+
+func (v *view) migrating() bool {
+	return v.notReady == nil && v.phase == PhaseMigrating && v.prevHomes != nil
+}
+
+// topoState holds the instance's view and serialises rereads.
+type topoState struct {
+	mu   sync.Mutex // held while rereading the nodes
+	cur  atomicView
+	self Topology
+	fp   string
+	// noInit: never write a first record (set before first use).
+	noInit bool
+}
+
+// resyncEvery bounds how often a not-ready or refused instance rereads the
+// nodes, and how long a migrating view lives before it is reread.
+const resyncEvery = 250 * time.Millisecond
+
+// errTopologyUnread is the view before the nodes were read.
+var errTopologyUnread = fmt.Errorf("%w: %w: topology not read from the nodes yet", ErrUnavailable, ErrTopology)
+
+// topology returns the current view, rereading the nodes first when the
+// view is not ready or migrating and older than resyncEvery.
+func (inv *Inventory) topology(ctx context.Context) *view {
+	v := inv.topo.cur.Load()
+	if (v.notReady == nil && v.phase == PhaseStable) || time.Since(v.read) < resyncEvery {
+		return v
+	}
+	return inv.resync(ctx, v)
+}
+
+// staleTopology marks the view for a reread at the next call (a script was
+// refused with SHARDIS_EPOCH).
+func (inv *Inventory) staleTopology() {
+	v := *inv.topo.cur.Load()
+	v.read = time.Time{}
+	if v.notReady == nil {
+		v.phase = PhaseMigrating // forces a reread without refusing
+	}
+	inv.topo.cur.Store(&v)
+}
+
+// resync rereads the nodes unless another caller did since old was read.
+func (inv *Inventory) resync(ctx context.Context, old *view) *view {
+	inv.topo.mu.Lock()
+	defer inv.topo.mu.Unlock()
+	if v := inv.topo.cur.Load(); v != old {
+		return v
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	v := inv.readView(ctx)
+	inv.topo.cur.Store(v)
+	if v.notReady != nil && (old.notReady == nil || old.notReady.Error() != v.notReady.Error()) {
+		inv.log.Error("inventory: not acting on the nodes", "reason", v.notReady)
+	} else if v.notReady == nil && (old.notReady != nil || old.token != v.token || old.phase != v.phase) {
+		inv.log.Info("inventory: topology", "epoch", v.epoch, "phase", string(v.phase), "topology", inv.topo.self.String())
+	}
+	return v
+}
+
+// TopologyStatus reports the instance's view of the topology, rereading
+// the nodes when it is not ready.
+func (inv *Inventory) TopologyStatus(ctx context.Context) TopologyStatus {
+	v := inv.topology(ctx)
+	st := TopologyStatus{Epoch: v.epoch, Phase: v.phase, Fingerprint: inv.topo.fp, Ready: v.notReady == nil}
+	if v.notReady != nil {
+		st.Reason = v.notReady.Error()
+	}
+	return st
+}
+
+// readView reads every reachable member's record and decides the view.
+// Members without a record are given the current one when this
+// instance's topology is the nodes' (a new or accepted node); when no
+// member has any record, the reachable ones are initialised at epoch 1
+// with this instance's topology.
+func (inv *Inventory) readView(ctx context.Context) *view {
+	now := time.Now()
+	recs, unread := inv.readRecords(ctx, inv.members)
+	var newest *TopologyRecord
+	for i := range recs {
+		if newest == nil || recs[i].Epoch > newest.Epoch {
+			newest = &recs[i]
+		}
+	}
+	notReady := func(format string, a ...any) *view {
+		return &view{read: now, notReady: fmt.Errorf("%w: %w: "+format, append([]any{ErrUnavailable, ErrTopology}, a...)...)}
+	}
+	if newest == nil {
+		return notReady("no inventory node could be read (%s)", strings.Join(unread, "; "))
+	}
+	if newest.Epoch == 0 && inv.topo.noInit {
+		return notReady("no node has a topology record")
+	}
+	if newest.Epoch == 0 {
+		tok := epochToken(1, inv.topo.fp)
+		for _, r := range recs {
+			if err := inv.writeRecord(ctx, r.Node, "", tok, 1, inv.topo.self, nil, PhaseStable); err != nil {
+				return notReady("initialising the topology on %s: %v", r.Node, err)
+			}
+		}
+		return inv.readView(ctx)
+	}
+	if newest.Current.Fingerprint() != inv.topo.fp {
+		if newest.Prev != nil && newest.Prev.Fingerprint() == inv.topo.fp {
+			return notReady("this instance's configuration is the previous topology (epoch %d); the nodes moved to epoch %d (%s): restart it with the new configuration",
+				newest.Epoch-1, newest.Epoch, newest.Current)
+		}
+		return notReady("this instance's configuration (%s) is not the nodes' topology at epoch %d (%s): run `shardis topology apply --config` with it, or restart with the applied configuration",
+			inv.topo.self, newest.Epoch, newest.Current)
+	}
+	for _, r := range recs {
+		switch {
+		case r.Epoch == 0 && !inv.topo.noInit:
+			if err := inv.writeRecord(ctx, r.Node, "", newest.Token, newest.Epoch, newest.Current, newest.Prev, newest.Phase); err != nil {
+				inv.log.Warn("inventory: could not give a node the topology record", "node", r.Node, "err", err)
+			}
+		case r.Token != newest.Token:
+			inv.log.Error("inventory: node is at another topology epoch: it refuses this instance until `shardis topology apply` is run again",
+				"node", r.Node, "node_epoch", r.Epoch, "epoch", newest.Epoch)
+		}
+	}
+	v := &view{token: newest.Token, epoch: newest.Epoch, phase: newest.Phase, read: now}
+	for _, r := range recs {
+		if r.Token == newest.Token && r.Phase == PhaseStable {
+			v.phase = PhaseStable // stable is written only once everything moved
+		}
+	}
+	if v.phase == PhaseMigrating && newest.Prev != nil {
+		var err error
+		if v.prevHomes, v.prevNames, err = newest.Prev.homeRing(); err != nil {
+			return notReady("previous topology: %v", err)
+		}
+		v.prevRoute = map[string]*router.Ring{}
+		for route, ms := range newest.Prev.Routes {
+			if v.prevRoute[route], err = router.NewRing(ms); err != nil {
+				return notReady("previous topology route %s: %v", route, err)
+			}
+		}
+	}
+	return v
+}
+
+// readRecords reads the records of nodes, skipping unusable ones (their
+// names and reasons are returned).
+func (inv *Inventory) readRecords(ctx context.Context, nodes []*node.Node) (recs []TopologyRecord, unread []string) {
+	for _, n := range nodes {
+		if !n.Usable() {
+			unread = append(unread, n.Name()+": "+unusableReason(n))
+			continue
+		}
+		r, err := readRecord(ctx, n)
+		if err != nil {
+			unread = append(unread, n.Name()+": "+err.Error())
+			continue
+		}
+		recs = append(recs, r)
+	}
+	return recs, unread
+}
+
+// writeRecord writes a topology record on the named node (see
+// topoWriteScript).
+func (inv *Inventory) writeRecord(ctx context.Context, name, expect, token string, epoch int64, cur Topology, prev *Topology, phase Phase) error {
+	n, err := inv.r.Node(name)
+	if err != nil {
+		return err
+	}
+	return writeRecord(ctx, n, expect, token, epoch, cur, prev, phase)
+}
+
+// errNoTopology is returned by run when the instance may not act.
+func (v *view) refuse() error {
+	if v.notReady != nil {
+		return v.notReady
+	}
+	return nil
+}

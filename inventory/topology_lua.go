@@ -1,0 +1,119 @@
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/node"
+)
+
+// The topology scripts. They run without the prelude of lua.go (they are
+// what changes the token the prelude checks), but check the node's
+// identity the same way: KEYS[1] is the stamp hash, KEYS[2] the topology
+// record, ARGV[1] the node's configured name.
+
+// keyTopology is the topology record hash on every inventory node.
+const keyTopology = "shardis:topology"
+
+// topoReadScript returns {stamp epoch token, record fields as a flat list}.
+var topoReadScript = redis.NewScript(`
+local name = redis.call('HGET', KEYS[1], 'name')
+if name ~= ARGV[1] then
+  return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(name) .. ', expected ' .. ARGV[1])
+end
+return {redis.call('HGET', KEYS[1], 'epoch') or '', redis.call('HGETALL', KEYS[2])}
+`)
+
+// topoWriteScript moves a node to a token by compare-and-set.
+// ARGV: 2 expected token ("" = the node has none), 3 new token, 4 epoch,
+// 5 current topology JSON, 6 previous topology JSON (""), 7 phase.
+// Writing the token the node already has only moves its phase from
+// migrating to stable (never back). Replies "ok", or SHARDIS_EPOCH when
+// the node is at another token.
+var topoWriteScript = redis.NewScript(`
+local name = redis.call('HGET', KEYS[1], 'name')
+if name ~= ARGV[1] then
+  return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(name) .. ', expected ' .. ARGV[1])
+end
+local cur = redis.call('HGET', KEYS[1], 'epoch') or ''
+if cur == ARGV[3] then
+  if ARGV[7] == 'stable' then redis.call('HSET', KEYS[2], 'phase', 'stable') end
+  return 'ok'
+end
+if cur ~= ARGV[2] then
+  return redis.error_reply('SHARDIS_EPOCH node ' .. ARGV[1] .. ' is at topology ' .. (cur == '' and 'none' or cur) ..
+    ', expected ' .. (ARGV[2] == '' and 'none' or ARGV[2]))
+end
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'epoch', ARGV[3])
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'epoch', ARGV[4], 'token', ARGV[3], 'current', ARGV[5], 'prev', ARGV[6],
+  'phase', ARGV[7], 'at', t[1])
+return 'ok'
+`)
+
+// readRecord reads n's topology record (Epoch 0 when it has none).
+func readRecord(ctx context.Context, n *node.Node) (TopologyRecord, error) {
+	raw, err := topoReadScript.Run(ctx, n.Client(), []string{stampKey, keyTopology}, n.Name()).Slice()
+	if err != nil {
+		return TopologyRecord{}, nodeErr(n, err)
+	}
+	rec := TopologyRecord{Node: n.Name()}
+	if len(raw) != 2 {
+		return rec, fmt.Errorf("%w: node %s: topology read: malformed reply %v", ErrCorrupt, n.Name(), raw)
+	}
+	rec.Token, _ = raw[0].(string)
+	flat, _ := raw[1].([]any)
+	f := map[string]string{}
+	for i := 0; i+1 < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		f[k] = v
+	}
+	if rec.Token == "" {
+		return rec, nil
+	}
+	bad := func(what string, err error) (TopologyRecord, error) {
+		return rec, fmt.Errorf("%w: node %s: %s %s: %v", ErrCorrupt, n.Name(), keyTopology, what, err)
+	}
+	if f["token"] != rec.Token {
+		return bad("token", fmt.Errorf("record token %q differs from the stamp's %q", f["token"], rec.Token))
+	}
+	if rec.Epoch, err = strconv.ParseInt(f["epoch"], 10, 64); err != nil || rec.Epoch < 1 {
+		return bad("epoch", fmt.Errorf("%q is not an epoch", f["epoch"]))
+	}
+	if err := json.Unmarshal([]byte(f["current"]), &rec.Current); err != nil {
+		return bad("current", err)
+	}
+	if f["prev"] != "" {
+		rec.Prev = new(Topology)
+		if err := json.Unmarshal([]byte(f["prev"]), rec.Prev); err != nil {
+			return bad("prev", err)
+		}
+	}
+	rec.Phase = Phase(f["phase"])
+	if rec.Phase != PhaseMigrating && rec.Phase != PhaseStable {
+		return bad("phase", fmt.Errorf("%q is not a phase", f["phase"]))
+	}
+	return rec, nil
+}
+
+// writeRecord runs topoWriteScript on n.
+func writeRecord(ctx context.Context, n *node.Node, expect, token string, epoch int64, cur Topology, prev *Topology, phase Phase) error {
+	cj, _ := json.Marshal(cur)
+	pj := ""
+	if prev != nil {
+		b, _ := json.Marshal(prev)
+		pj = string(b)
+	}
+	err := topoWriteScript.Run(ctx, n.Client(), []string{stampKey, keyTopology},
+		n.Name(), expect, token, epoch, string(cj), pj, string(phase)).Err()
+	if err != nil {
+		return nodeErr(n, err)
+	}
+	return nil
+}
