@@ -1,6 +1,6 @@
 # shardis — see README.md. `make run` and `make test` work on a machine that
-# has only Go: they install redis-server from Debian's packages when it is
-# missing (as root, or through sudo).
+# has only Go: they install redis-server and PostgreSQL from Debian's
+# packages when they are missing (as root, or through sudo).
 
 GO        ?= go
 BIN       := bin/shardis
@@ -10,7 +10,7 @@ BUF_VERSION            := v1.50.0
 PROTOC_GEN_GO_VERSION  := v1.36.12
 CONNECT_GEN_VERSION    := v1.21.1
 
-.PHONY: all build test vet unit run drill bench bench-quick generate deps-redis deps-bench clean
+.PHONY: all build test vet unit run drill bench bench-quick generate deps-redis deps-pg deps-bench clean
 
 all: build
 
@@ -27,13 +27,26 @@ deps-redis:
 	fi
 	@redis-server --version
 
+## deps-pg: install PostgreSQL (Debian's postgresql package: initdb, postgres) when it is
+## missing. The tests, `make run` and the benchmark start their own servers on loopback
+## ports (internal/pgproc); the package's own cluster is not used.
+PG_FOUND = $(firstword $(wildcard /usr/lib/postgresql/*/bin/postgres) $(shell command -v postgres 2>/dev/null))
+deps-pg:
+	@if [ -z "$(PG_FOUND)" ] && [ -z "$$SHARDIS_PG_BIN" ]; then \
+		echo "PostgreSQL not found: installing it from Debian's packages"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends postgresql >/dev/null; \
+	fi
+	@p="$${SHARDIS_PG_BIN:+$$SHARDIS_PG_BIN/postgres}"; [ -n "$$p" ] || p=$$(ls -d /usr/lib/postgresql/*/bin/postgres 2>/dev/null | sort -V | tail -1); \
+		[ -n "$$p" ] || p=$$(command -v postgres); "$$p" --version
+
 vet:
 	$(GO) vet ./...
 
-## test: vet plus every test with the race detector, against real redis-server processes
+## test: vet plus every test with the race detector, against real redis-server and PostgreSQL processes
 ## (every fuzz target's seed corpus runs as a plain test), then a short fuzz of the pure
 ## targets (fuzz-quick, about 30 s). make fuzz fuzzes all eight for longer.
-test: deps-redis vet
+test: deps-redis deps-pg vet
 	$(GO) test -race -count=1 -timeout 12m ./...
 	$(MAKE) fuzz-quick
 
@@ -70,8 +83,9 @@ fuzz-run:
 	echo "fuzz: $(words $(TARGETS)) targets in $$(( $$(date +%s) - start ))s"; \
 	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed"; exit 1; fi
 
-## run: three local redis-server nodes + shardis serve on 127.0.0.1:7400, demo stock; Ctrl-C stops all.
-run: deps-redis build
+## run: three local redis-server nodes, a local PostgreSQL (.run/pg, 127.0.0.1:7432), shardis serve on
+## 127.0.0.1:7400 and shardis sync landing deductions in PostgreSQL, demo stock; Ctrl-C stops all.
+run: deps-redis deps-pg build
 	@$(GO) build -o bin/devrun ./internal/cmd/devrun
 	@bin/devrun --config config/example.yaml --bin $(BIN)
 
@@ -97,13 +111,13 @@ deps-bench:
 ## bench: Go benchmarks of the routing hot path and of one reserve, then the full
 ## suite (a few minutes: router vs go-redis/Ring/twemproxy, inventory vs the seed,
 ## RPC, failover), which rewrites BENCHMARKS.md. Its last line is a JSON summary.
-bench: deps-redis deps-bench
+bench: deps-redis deps-pg deps-bench
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=1s ./router/
 	$(GO) test -run '^$$' -bench Reserve -benchmem -benchtime=1s ./inventory/
 	PATH="$$PATH:/usr/sbin" $(GO) run ./internal/cmd/bench --out BENCHMARKS.md
 
 ## bench-quick: the same suite shortened (under two minutes); prints a JSON summary as its last line.
-bench-quick: deps-redis deps-bench
+bench-quick: deps-redis deps-pg deps-bench
 	@PATH="$$PATH:/usr/sbin" $(GO) run ./internal/cmd/bench --quick
 
 ## generate: regenerate the protobuf and Connect code (tools installed with go install into bin/tools).

@@ -34,6 +34,9 @@ type Config struct {
 	Pipeline Pipeline `koanf:"pipeline"`
 	// Inventory configures the inventory service built on the router.
 	Inventory Inventory `koanf:"inventory"`
+	// Sync configures `shardis sync`, the redo-log consumer that lands
+	// deductions in PostgreSQL.
+	Sync Sync `koanf:"sync"`
 }
 
 // Service configures the RPC listener of `shardis serve`.
@@ -267,6 +270,7 @@ func Default() Config {
 			RedoMaxAge:        0,
 			AttemptLease:      10 * time.Second,
 		},
+		Sync: defaultSync(),
 	}
 }
 

@@ -93,6 +93,8 @@ func exampleConfig() Config {
 			RedoMaxAge:        0,
 			AttemptLease:      10 * time.Second,
 		},
+		Sync: Sync{Listen: "127.0.0.1:7401", Batch: 1000, PollInterval: 100 * time.Millisecond,
+			SettleInterval: time.Second, RetryBackoff: time.Second},
 	}
 }
 
@@ -188,6 +190,13 @@ inventory:
   reconcile_interval: 250ms
   redo_queues: 1024
   retention: 6m
+sync:
+  dsn: postgres://shardis@db.internal:5432/shardis?sslmode=require
+  listen: ""
+  batch: 10000
+  poll_interval: 20ms
+  settle_interval: 250ms
+  retry_backoff: 3s
 `), nil)
 	if err != nil {
 		t.Fatalf("Parse: got error %v, want nil", err)
@@ -214,6 +223,8 @@ inventory:
 			RedoMaxAge:        0,
 			AttemptLease:      10 * time.Second,
 		},
+		Sync: Sync{DSN: "postgres://shardis@db.internal:5432/shardis?sslmode=require", Listen: "", Batch: 10000,
+			PollInterval: 20 * time.Millisecond, SettleInterval: 250 * time.Millisecond, RetryBackoff: 3 * time.Second},
 	}
 	if !reflect.DeepEqual(*got, want) {
 		t.Errorf("Parse:\n got %+v\nwant %+v", *got, want)
@@ -695,6 +706,10 @@ func TestParseEnv(t *testing.T) {
 			func(c *Config) {
 				c.Servers["order"] = Server{OnNodeDown: "fail", Routes: map[string][]string{"eu": {"n1"}}}
 			}},
+		{"sync DSN with a password", []string{"SHARDIS_SYNC__DSN=postgres://shardis:Pa55@127.0.0.1:5432/shardis"},
+			func(c *Config) { c.Sync.DSN = "postgres://shardis:Pa55@127.0.0.1:5432/shardis" }},
+		{"sync durations", []string{"SHARDIS_SYNC__POLL_INTERVAL=50ms", "SHARDIS_SYNC__BATCH=200"},
+			func(c *Config) { c.Sync.PollInterval, c.Sync.Batch = 50*time.Millisecond, 200 }},
 		{"value containing '='", []string{"SHARDIS_NODES__N1__PASSWORD=a=b"},
 			func(c *Config) { c.Nodes["n1"] = Node{Addr: "127.0.0.1:7001", Password: "a=b", Weight: 1} }},
 		{"unrelated variables are ignored", []string{
@@ -756,6 +771,9 @@ func TestParseEnvProblems(t *testing.T) {
 		{"route naming an unknown node", []string{"SHARDIS_SERVERS__INVENTORY__ROUTES__CLOTHES=n1,n9"},
 			"servers.inventory.routes.clothes[1]", "n9", false},
 		{"bad policy", []string{"SHARDIS_SERVERS__INVENTORY__ON_NODE_DOWN=retry"}, "servers.inventory.on_node_down", "retry", false},
+		{"sync key typo", []string{"SHARDIS_SYNC__DNS=postgres://x@h/db"}, "sync.dns", "", false},
+		{"sync section without double underscore", []string{"SHARDIS_SYNC_DSN=postgres://x@h/db"}, "sync_dsn", "", false},
+		{"bad sync batch", []string{"SHARDIS_SYNC__BATCH=0"}, "sync.batch", "0", false},
 		{"scalar over a section", []string{"SHARDIS_HEALTH=1s"}, "health", "1s", false},
 		{"CLI variables are not overrides but a bad key still is", []string{"SHARDIS_TOKEN=t", "SHARDIS_URL=http://x", "SHARDIS_HEALTH__HEARTBEET=1s"},
 			"health.heartbeet", "", false},
@@ -989,6 +1007,7 @@ func TestValidate(t *testing.T) {
 			"health.timeout", "inventory.attempt_lease", "inventory.max_reservation_ttl", "inventory.reconcile_interval",
 			"inventory.redo_queues", "inventory.reservation_ttl", "inventory.retention",
 			"inventory.server", "nodes", "pipeline.max_batch", "servers", "service.listen", "service.max_body_bytes", "service.shutdown_timeout",
+			"sync.batch", "sync.poll_interval", "sync.retry_backoff", "sync.settle_interval",
 		}},
 		{"empty policy", func(c *Config) {
 			c.Servers["inventory"] = Server{Routes: c.Servers["inventory"].Routes}

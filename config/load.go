@@ -74,7 +74,7 @@ func (ps *Problems) add(path string, value any, msg string) {
 
 // isSecret reports whether a key path holds a credential.
 func isSecret(path string) bool {
-	return strings.HasSuffix(path, ".password") || path == "service.auth_token"
+	return strings.HasSuffix(path, ".password") || path == "service.auth_token" || path == "sync.dsn"
 }
 
 // Load reads the YAML file at path, applies SHARDIS_* environment overrides

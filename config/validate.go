@@ -180,6 +180,7 @@ func (c *Config) problems() Problems {
 	if inv.RedoQueues < 1 || inv.RedoQueues > 1024 {
 		ps.add("inventory.redo_queues", inv.RedoQueues, "must be between 1 and 1024")
 	}
+	c.syncProblems(&ps)
 	return ps
 }
 

@@ -155,6 +155,10 @@ func nodeErr(n *node.Node, err error) error {
 			return fmt.Errorf("%w: node %s: %w: %w", ErrUnavailable, n.Name(), node.ErrIdentity, err)
 		case "SHARDIS_EPOCH":
 			return fmt.Errorf("%w: %w: %w", ErrUnavailable, ErrTopology, err)
+		case "SHARDIS_INCARNATION":
+			return fmt.Errorf("%w: node %s: %w", ErrIncarnation, n.Name(), err)
+		case "SHARDIS_REWOUND":
+			return fmt.Errorf("%w: node %s: %w", ErrRewound, n.Name(), err)
 		case "SHARDIS_RANGE":
 			return fmt.Errorf("%w: node %s: %w", ErrInvalid, n.Name(), err)
 		case "SHARDIS_BADOP":

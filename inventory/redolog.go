@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -11,17 +12,27 @@ import (
 
 // redoReadScript reads one redo-log queue.
 // KEYS: 1 stamp, 2 acked hash, 3 queue. ARGV: 4 after offset, 5 limit.
-// Returns entries with offset > after, each {offset, part id, order, sku,
-// qty, state, at}.
-var redoReadScript = newScript("redo-read", false, `
+// Returns entries with offset > after, each in the form redoEntryLua
+// builds.
+var redoReadScript = newScript("redo-read", false, redoEntryLua+`
 local e = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[4], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[5]))
 local out = {}
 for i = 1, #e, 2 do
-  local f = redis.call('HMGET', 'inv:part:' .. e[i], 'order', 'sku', 'qty', 'state', 'at')
-  out[#out + 1] = {tonumber(e[i + 1]), e[i], f[1] or '', f[2] or '', tonumber(f[3]) or 0, f[4] or 'expired', tonumber(f[5]) or 0}
+  out[#out + 1] = redoEntry(e[i], e[i + 1])
 end
 return out
 `)
+
+// redoEntryLua defines redoEntry(part id, offset): one redo entry as
+// {offset, part id, order, sku, qty, state, at, settled_at, counter key},
+// read from the part's record; state "expired" when the record is gone.
+const redoEntryLua = `
+local function redoEntry(id, off)
+  local f = redis.call('HMGET', 'inv:part:' .. id, 'order', 'sku', 'qty', 'state', 'at', 'settled_at', 'counter')
+  return {tonumber(off), id, f[1] or '', f[2] or '', tonumber(f[3]) or 0, f[4] or 'expired', tonumber(f[5]) or 0,
+    tonumber(f[6]) or 0, f[7] or ''}
+end
+`
 
 // redoWriteScript acknowledges and trims a node's redo log.
 // KEYS: 1 stamp, 2 acked hash, then queue keys. ARGV: 4 op:
@@ -78,6 +89,12 @@ type RedoEntry struct {
 	State string
 	// At is when the deduction was made, by the node's clock.
 	At time.Time
+	// SettledAt is when the part was confirmed or cancelled, by the
+	// node's clock; zero while it is pending or when its record is gone.
+	SettledAt time.Time
+	// Route is the route key of the SKU; "" when the part's record is
+	// gone.
+	Route string
 }
 
 // ReadRedoLog returns up to limit entries of queue (0 ≤ queue <
@@ -105,22 +122,38 @@ func (inv *Inventory) ReadRedoLog(ctx context.Context, nodeName string, queue in
 	}
 	out := make([]RedoEntry, 0, len(raw))
 	for _, v := range raw {
-		t, ok := v.([]any)
-		if !ok || len(t) != 7 {
-			return nil, fmt.Errorf("%w: node %s: malformed redo entry %v", ErrCorrupt, nodeName, v)
+		e, err := parseRedoEntry(nodeName, v)
+		if err != nil {
+			return nil, err
 		}
-		var e RedoEntry
-		e.Offset, _ = t[0].(int64)
-		e.PartID, _ = t[1].(string)
-		e.OrderID, _ = t[2].(string)
-		e.SKU, _ = t[3].(string)
-		e.Quantity, _ = t[4].(int64)
-		e.State, _ = t[5].(string)
-		at, _ := t[6].(int64)
-		e.At = time.UnixMilli(at)
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// parseRedoEntry reads one entry built by redoEntryLua.
+func parseRedoEntry(nodeName string, v any) (RedoEntry, error) {
+	t, ok := v.([]any)
+	if !ok || len(t) != 9 {
+		return RedoEntry{}, fmt.Errorf("%w: node %s: malformed redo entry %v", ErrCorrupt, nodeName, v)
+	}
+	var e RedoEntry
+	e.Offset, _ = t[0].(int64)
+	e.PartID, _ = t[1].(string)
+	e.OrderID, _ = t[2].(string)
+	e.SKU, _ = t[3].(string)
+	e.Quantity, _ = t[4].(int64)
+	e.State, _ = t[5].(string)
+	at, _ := t[6].(int64)
+	e.At = time.UnixMilli(at)
+	if settled, _ := t[7].(int64); settled > 0 {
+		e.SettledAt = time.UnixMilli(settled)
+	}
+	counter, _ := t[8].(string)
+	if rest, ok := strings.CutPrefix(counter, "inv:stock:"); ok {
+		e.Route, _, _ = strings.Cut(rest, ":") // route names hold no ':'
+	}
+	return e, nil
 }
 
 // maxRedoOffset is the largest offset the scripts hold exactly (Lua

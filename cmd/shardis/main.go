@@ -20,6 +20,8 @@ const usage = `usage: shardis <command> [flags]
 
 commands:
   serve     run the inventory and admin services (--config FILE)
+  sync      land the redo log in PostgreSQL (--config FILE [--migrate]);
+            sync migrate creates the schema, sync status prints lag per node and queue
   route     print the node each key routes to (from the config alone)
   topology  topology show --config F: each node's topology epoch and phase;
             topology apply --config NEW [--from OLD]: move the inventory nodes to a
@@ -61,6 +63,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdRoute(args[1:], stdin, stdout, stderr)
 	case "serve":
 		err = cmdServe(args[1:], stderr)
+	case "sync":
+		err = cmdSync(args[1:], stdout, stderr)
 	case "topology":
 		err = cmdTopology(args[1:], stdout, stderr)
 	case "status", "stock", "reserve", "confirm", "cancel", "drain", "undrain", "redo-log", "parts", "node":

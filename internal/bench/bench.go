@@ -50,8 +50,13 @@ type Plan struct {
 	ProfileDir string
 	ProfileFor time.Duration
 
+	// SyncFor is how long the sync section reserves at full rate with the
+	// sync running; SyncBacklog how long it reserves without, for the
+	// backlog the sync then drains.
+	SyncFor, SyncBacklog time.Duration
+
 	// Sections, when not empty, limits the run to these sections:
-	// "lookup", "router", "latency", "inventory", "rpc", "failover".
+	// "lookup", "router", "latency", "inventory", "rpc", "sync", "failover".
 	Sections []string
 }
 
@@ -66,6 +71,7 @@ func FullPlan() Plan {
 		Rounds: 5, Round: 2 * time.Second, Warmup: 500 * time.Millisecond, SetPick: true, SKUs: 16,
 		MaxForeign: 0.10, QuietWait: 20 * time.Second, MaxDiscards: 5,
 		ProfileDir: "bin/bench", ProfileFor: 5 * time.Second,
+		SyncFor: 10 * time.Second, SyncBacklog: 3 * time.Second,
 		FailoverKeys: 30_000, FailoverWarmup: 500 * time.Millisecond, FailoverBefore: 1500 * time.Millisecond,
 		Failover: []FailoverSpec{
 			{Load: true, Outage: time.Second},
@@ -89,6 +95,7 @@ func QuickPlan() Plan {
 		Name: "quick", Conc: 64, Keys: 100_000, ValueSize: 100,
 		Rounds: 3, Round: 700 * time.Millisecond, Warmup: 300 * time.Millisecond, SKUs: 16,
 		MaxForeign: 0.10, QuietWait: time.Second, MaxDiscards: 1,
+		SyncFor: 4 * time.Second, SyncBacklog: 1500 * time.Millisecond,
 		FailoverKeys: 30_000, FailoverWarmup: 300 * time.Millisecond, FailoverBefore: time.Second,
 		Failover: []FailoverSpec{{Load: true, Outage: 2 * time.Second}},
 	}
@@ -105,6 +112,7 @@ type Results struct {
 	Latency   *LatencyResult
 	Inventory *InvResult
 	RPC       *RPCResult
+	Sync      *SyncResult
 	Failover  *FailoverResult
 	Profile   *ProfileResult
 }
@@ -152,6 +160,11 @@ func Run(ctx context.Context, p Plan, log *slog.Logger, progress func(string)) (
 	}
 	if p.runs("rpc") {
 		if res.RPC, err = RunRPC(ctx, c, p, progress); err != nil {
+			return res, err
+		}
+	}
+	if p.runs("sync") {
+		if res.Sync, err = RunSync(ctx, c, p, progress); err != nil {
 			return res, err
 		}
 	}

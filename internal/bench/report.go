@@ -83,6 +83,8 @@ func TargetsTable(r *Results, s Summary) string {
 	row("one caller's p50 latency with auto-pipelining ≤ 1.10 × without", fmt.Sprintf("%.3f (worst of GET, 1-item reserve)", s.SingleCallerLatencyRatio), "single_caller_latency_ratio<=1.10")
 	row("routing one key < 250 ns, 0 allocs", fmt.Sprintf("%.1f ns, %d allocs", s.RouteLookupNs, s.RouteLookupAllocs), "route_lookup<250ns,0allocs")
 	row("3-item orders ≥ 2 × the seed baseline", fmt.Sprintf("%.3f", s.Inventory3ItemVsSeed), "inventory_3item_vs_seed>=2")
+	row("shardis sync keeps up with the full reserve rate (drain ≤ 1 s, lag p99 ≤ 1 s)",
+		fmt.Sprintf("%.0f parts/s landed, lag p99 %.0f ms", s.SyncLandedPerSec, s.SyncLagP99Ms), "sync_keeps_up")
 	row("failure detected within 1 s (default settings)", fmt.Sprintf("%.0f ms (worst cycle)", s.DetectMs), "detect<=1s")
 	row("recovery noticed within 2 s of the node accepting connections", fmt.Sprintf("%.0f ms (worst cycle, default backoff)", s.RecoverMs), "recover<=2s")
 	return b.String()
@@ -226,6 +228,12 @@ func Tables(r *Results) string {
 	if r.RPC != nil {
 		fmt.Fprintf(&b, "\n## 4. RPC overhead\n\n%d concurrent clients; medians of %d rounds of %v.\n\n", r.RPC.Conc, r.Plan.Rounds, r.Plan.Round)
 		b.WriteString(roundsNote(r.RPC.Rounds) + "\n" + RPCTable(r.RPC))
+	}
+	if r.Sync != nil {
+		fmt.Fprintf(&b, "\n## 4b. Database sync\n\n`shardis sync` (package pgsync, shipped settings: batch 1000, poll 100ms) landing the redo log in a local PostgreSQL "+
+			"(fsync on) while %d clients reserve 1-item orders at full rate for %v; lag is from the deduction to its landing transaction; "+
+			"then a backlog reserved with no sync running is landed.\n\n", r.Sync.Conc, r.Sync.Window)
+		b.WriteString(SyncTable(r.Sync))
 	}
 	if r.Failover != nil {
 		fmt.Fprintf(&b, "\n## 5. Failover\n\nkill -9 of %s (AOF nodes), %d goroutines of GETs through `Router.Client` when under load; "+

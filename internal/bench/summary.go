@@ -38,6 +38,17 @@ type Summary struct {
 	RPCVsLibrary float64 `json:"rpc_vs_library"`
 	RPCOps       float64 `json:"rpc_1item_ops"`
 
+	// SyncLandedPerSec is parts landed per second while the inventory
+	// reserved at full rate (window + drain); SyncBacklogPerSec the rate a
+	// backlog was landed at; SyncLagP99Ms the p99 from deduction to
+	// landing; SyncKeepsUp whether the sync drained within 1 s of the load
+	// stopping with p99 lag ≤ 1 s.
+	SyncReserveOps    float64 `json:"sync_reserve_ops,omitempty"`
+	SyncLandedPerSec  float64 `json:"sync_landed_per_s,omitempty"`
+	SyncBacklogPerSec float64 `json:"sync_backlog_landed_per_s,omitempty"`
+	SyncLagP99Ms      float64 `json:"sync_lag_p99_ms,omitempty"`
+	SyncKeepsUp       *bool   `json:"sync_keeps_up,omitempty"`
+
 	DetectMs  float64 `json:"detect_ms"`
 	RecoverMs float64 `json:"recover_ms"`
 
@@ -96,6 +107,15 @@ func Summarize(r *Results) Summary {
 	if rp := r.RPC; rp != nil {
 		s.RPCVsLibrary = round3(PairedRatio([]*Series{rp.Series[VarRPC]}, []*Series{rp.Series[VarLib]}))
 		s.RPCOps = math.Round(rp.Series[VarRPC].Ops())
+	}
+	if sr := r.Sync; sr != nil {
+		s.SyncReserveOps = math.Round(sr.ReserveOps)
+		s.SyncLandedPerSec = math.Round(sr.LandedPerSec)
+		s.SyncBacklogPerSec = math.Round(sr.BacklogPerSec)
+		s.SyncLagP99Ms = ms(sr.LagP99)
+		keeps := sr.KeepsUp
+		s.SyncKeepsUp = &keeps
+		s.Targets["sync_keeps_up"] = keeps
 	}
 	if f := r.Failover; f != nil && len(f.Cycles) > 0 {
 		var detect, recover time.Duration

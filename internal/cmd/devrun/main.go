@@ -1,7 +1,9 @@
 // Command devrun is `make run`: it starts three local redis-server nodes
-// (AOF on, data under .run/), starts `shardis serve` with the example
-// configuration, loads a little demo stock, prints curl commands to try,
-// and on Ctrl-C stops everything it started.
+// (AOF on, data under .run/), a local PostgreSQL (data under .run/pg, on
+// the loopback port of the configuration's sync.dsn), `shardis serve`
+// and `shardis sync` with the example configuration, loads a little demo
+// stock, prints commands to try, and on Ctrl-C stops everything it
+// started.
 package main
 
 import (
@@ -11,12 +13,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,6 +28,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/pgproc"
 	"github.com/shardis/shardis/internal/redisproc"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
@@ -51,10 +56,18 @@ func run() error {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	for _, name := range append(names, "service") {
-		addr := cfg.Service.Listen
-		if name != "service" {
-			addr = cfg.Nodes[name].Addr
+	pgAddr, dsn, err := localDSN(cfg.Sync.DSN)
+	if err != nil {
+		return err
+	}
+	addrs := map[string]string{"service": cfg.Service.Listen, "postgresql": pgAddr, "sync metrics": cfg.Sync.Listen}
+	for _, name := range names {
+		addrs[name] = cfg.Nodes[name].Addr
+	}
+	for _, name := range append(names, "service", "postgresql", "sync metrics") {
+		addr := addrs[name]
+		if addr == "" {
+			continue
 		}
 		if err := portFree(addr); err != nil {
 			return fmt.Errorf("%s needs %s, which is busy (another `make run`?): %w", name, addr, err)
@@ -86,6 +99,20 @@ func run() error {
 		fmt.Printf("redis-server %s on %s (AOF, data in %s)\n", name, srv.Addr(), dir)
 	}
 
+	pg, err := startPG(ctx, *data, pgAddr)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = pg.Stop()
+		fmt.Println("stopped postgres")
+	}()
+	stopSync, err := startSync(*bin, *cfgPath, dsn)
+	if err != nil {
+		return err
+	}
+	defer stopSync()
+
 	cmd := exec.Command(*bin, "serve", "--config", *cfgPath)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -114,7 +141,7 @@ func run() error {
 	if err := loadDemo(ctx, base, cfg.Service.AuthToken); err != nil {
 		return err
 	}
-	printTryIt(base, cfg.Inventory.RedoQueues)
+	printTryIt(base, cfg.Inventory.RedoQueues, *cfgPath, dsn, cfg.Sync.Listen)
 	select {
 	case <-ctx.Done():
 		fmt.Println("\nCtrl-C: stopping")
@@ -192,8 +219,9 @@ func loadDemo(ctx context.Context, base, token string) error {
 }
 
 // printTryIt prints the README's commands, in an order that works on a
-// fresh run and again on the next one (every call is idempotent).
-func printTryIt(base string, redoQueues int) {
+// fresh run and again on the next one (every call is idempotent), then
+// how to watch the deductions land in PostgreSQL.
+func printTryIt(base string, redoQueues int, cfgPath, dsn, syncListen string) {
 	fmt.Printf("\nshardis is up on %s (readiness: curl -s %s/readyz). Try, in this order:\n\n", base, base)
 	for _, c := range tryIt(redoQueues) {
 		fmt.Printf("  curl -s -H 'Content-Type: application/json' -d '%s' %s/shardis.v1.%s\n", c.body, base, c.method)
@@ -201,8 +229,81 @@ func printTryIt(base string, redoQueues int) {
 	fmt.Printf(`  curl -s %s/metrics | grep ^shardis_
 
 Or the CLI: bin/shardis status; bin/shardis stock get --route clothes --sku tshirt-red
-Ctrl-C stops the service and the three redis-server nodes; `+"`make clean`"+` deletes their data.
-`, base)
+
+shardis sync lands every deduction in PostgreSQL (%s). Watch them land:
+  export SHARDIS_SYNC__DSN='%s'
+  psql "$SHARDIS_SYNC__DSN" -c '%s'
+  bin/shardis sync status --config %s
+  curl -s http://%s/metrics | grep ^shardis_sync_
+
+Ctrl-C stops the service, the sync, PostgreSQL and the three redis-server nodes; `+"`make clean`"+` deletes their data.
+`, base, config.RedactDSN(dsn), dsn, movementsQuery, cfgPath, syncListen)
+}
+
+// movementsQuery is the psql query make run prints.
+const movementsQuery = "SELECT node, queue, redo_offset, order_id, sku, quantity, state, reserved_at, settled_at FROM stock_movements ORDER BY landed_at"
+
+// devPassword is the password of the local PostgreSQL's superuser
+// shardis; it reaches `shardis sync` as SHARDIS_SYNC__DSN, the way a real
+// password should (not in the configuration file).
+const devPassword = "shardis-dev"
+
+// localDSN checks that dsn (sync.dsn) names a PostgreSQL on this machine
+// and returns its address and the DSN with the local password.
+func localDSN(dsn string) (addr, withPassword string, err error) {
+	u, err := url.Parse(dsn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Hostname() != "127.0.0.1" || u.Port() == "" {
+		return "", "", fmt.Errorf("sync.dsn %q: make run needs a postgres:// URL on 127.0.0.1 with a port", config.RedactDSN(dsn))
+	}
+	if u.User.Username() != "shardis" || strings.Trim(u.Path, "/") != "shardis" {
+		return "", "", fmt.Errorf("sync.dsn %q: make run creates user shardis and database shardis", config.RedactDSN(dsn))
+	}
+	u.User = url.UserPassword("shardis", devPassword)
+	return u.Host, u.String(), nil
+}
+
+// startPG starts (initialising on first use) the PostgreSQL under
+// data/pg and creates the database.
+func startPG(ctx context.Context, data, addr string) (*pgproc.Server, error) {
+	_, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	dir, _ := filepath.Abs(filepath.Join(data, "pg"))
+	pg, err := pgproc.Start(pgproc.Options{Dir: dir, Port: p, Password: devPassword, Durable: true, KillWithParent: true})
+	if err != nil {
+		return nil, fmt.Errorf("postgresql: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := pg.CreateDatabase(cctx, "shardis"); err != nil {
+		_ = pg.Stop()
+		return nil, err
+	}
+	fmt.Printf("postgres on %s (data in %s)\n", pg.Addr(), dir)
+	return pg, nil
+}
+
+// startSync starts `shardis sync --migrate` with the DSN (and its
+// password) in SHARDIS_SYNC__DSN; the returned func stops it.
+func startSync(bin, cfgPath, dsn string) (func(), error) {
+	cmd := exec.Command(bin, "sync", "--config", cfgPath, "--migrate")
+	cmd.Env = append(os.Environ(), "SHARDIS_SYNC__DSN="+dsn)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s sync: %w", bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	return func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		fmt.Println("stopped shardis sync")
+	}, nil
 }
 
 type call struct{ method, body string }

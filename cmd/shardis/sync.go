@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/pgsync"
+)
+
+const syncUsage = `usage: shardis sync [flags]            land the redo log in PostgreSQL until SIGINT/SIGTERM
+       shardis sync migrate [flags]    create or migrate the schema, then exit
+       shardis sync status [flags]     print per node and queue: head, landed, lag, pending parts
+
+The database is sync.dsn (or SHARDIS_SYNC__DSN). See README.md, "shardis sync".
+`
+
+// cmdSync runs `shardis sync` and its subcommands.
+func cmdSync(args []string, stdout, stderr io.Writer) error {
+	sub := ""
+	if len(args) > 0 && (args[0] == "migrate" || args[0] == "status") {
+		sub, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("sync "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "config file (required)")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	jsonOut := fs.Bool("log-json", false, "log JSON lines instead of text")
+	migrate := fs.Bool("migrate", false, "create or migrate the schema before landing")
+	asJSON := fs.Bool("json", false, "status: print JSON")
+	all := fs.Bool("all", false, "status: list every queue, not only those with lag or pending parts")
+	timeout := fs.Duration("timeout", 10*time.Second, "status and migrate: give up after this long")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, syncUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *cfgPath == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: sync needs --config FILE and no arguments", errUsage)
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, *level)
+	}
+	hopts := &slog.HandlerOptions{Level: lvl}
+	var handler slog.Handler = slog.NewTextHandler(stderr, hopts)
+	if *jsonOut {
+		handler = slog.NewJSONHandler(stderr, hopts)
+	}
+	log := slog.New(handler)
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		return err
+	}
+	if err := cfg.ValidateSync(); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	switch sub {
+	case "migrate":
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		st, err := pgsync.Open(ctx, cfg, pgsync.OpenOptions{Logger: log, Migrate: true})
+		if err != nil {
+			return err
+		}
+		st.Close()
+		fmt.Fprintf(stdout, "sync schema at version %d\n", pgsync.SchemaVersion)
+		return nil
+	case "status":
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		return syncStatus(ctx, cfg, log, stdout, *asJSON, *all)
+	}
+	return runSync(ctx, cfg, log, *migrate)
+}
+
+// runSync lands until ctx is done, serving /metrics and /healthz on
+// sync.listen meanwhile.
+func runSync(ctx context.Context, cfg *config.Config, log *slog.Logger, migrate bool) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var srv *http.Server
+	if cfg.Sync.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.Sync.Listen)
+		if err != nil {
+			return fmt.Errorf("sync.listen %s: %w", cfg.Sync.Listen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+		log.Info("sync metrics", "addr", ln.Addr().String())
+	}
+	st, err := pgsync.Open(ctx, cfg, pgsync.OpenOptions{Logger: log, Registerer: reg, Migrate: migrate})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting for the database
+		}
+		return err
+	}
+	st.Syncer.Start()
+	log.Info("shardis sync landing the redo log", "nodes", len(cfg.Nodes), "queues", cfg.Inventory.RedoQueues,
+		"database", config.RedactDSN(cfg.Sync.DSN))
+	<-ctx.Done()
+	log.Info("shutting down: the batch in flight is rolled back and landed again on the next start")
+	st.Close()
+	log.Info("stopped")
+	return nil
+}
+
+// syncStatus prints what the sync landed of every node.
+func syncStatus(ctx context.Context, cfg *config.Config, log *slog.Logger, w io.Writer, asJSON, all bool) error {
+	st, err := pgsync.Open(ctx, cfg, pgsync.OpenOptions{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	nodes, err := pgsync.Status(ctx, st.Inventory, st.Pool)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		return enc.Encode(nodes)
+	}
+	writeSyncStatus(w, nodes, all)
+	return nil
+}
+
+// writeSyncStatus prints the node table, then the queues with lag or
+// pending parts (every queue with all), then earlier incarnations.
+func writeSyncStatus(out io.Writer, nodes []pgsync.NodeStatus, all bool) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NODE\tINCARNATION\tGEN\tLAG\tPENDING\tQUEUES")
+	for _, n := range nodes {
+		if n.Err != "" {
+			fmt.Fprintf(w, "%s\t%s\t-\t-\t-\terror: %s\n", n.Node, orDash(n.Incarnation), n.Err)
+			continue
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\n", n.Node, n.Incarnation, n.Generation, n.Lag, n.Pending, len(n.Queues))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "NODE\tQUEUE\tHEAD\tACKED\tLANDED\tLAG\tPENDING")
+	for _, n := range nodes {
+		for _, q := range n.Queues {
+			if !all && q.Lag == 0 && q.Pending == 0 && !q.Rewound {
+				continue
+			}
+			note := ""
+			if q.Rewound {
+				note = "\tWENT BACK: paused"
+			}
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d%s\n", n.Node, q.Queue, q.Head, q.Acked, q.Landed, q.Lag, q.Pending, note)
+		}
+	}
+	_ = w.Flush()
+	for _, n := range nodes {
+		if len(n.Incarnations) < 2 {
+			continue
+		}
+		var parts []string
+		for _, inc := range n.Incarnations {
+			cur := ""
+			if inc.Incarnation == n.Incarnation {
+				cur = ", current"
+			}
+			parts = append(parts, fmt.Sprintf("%s (generation %d, first seen %s, %d rows, %d pending%s)",
+				inc.Incarnation, inc.Generation, inc.FirstSeen.UTC().Format(time.RFC3339), inc.Rows, inc.Pending, cur))
+		}
+		fmt.Fprintf(out, "\n%s incarnations: %s\n", n.Node, strings.Join(parts, "; "))
+	}
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/pgtest"
+	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/pgsync"
+)
+
+// shardis sync migrate, sync (landing, with /metrics) and sync status
+// against a running service's nodes and a real PostgreSQL; the password
+// of the DSN comes from SHARDIS_SYNC__DSN.
+func TestSyncCommands(t *testing.T) {
+	addr, nodes := startService(t, "")
+	pg := pgtest.Start(t, "pw-0f-sync")
+	metricsPort := redistest.FreePort(t)
+	var yml strings.Builder
+	yml.WriteString("nodes:\n")
+	for i, n := range nodes {
+		fmt.Fprintf(&yml, "  n%d: {addr: %s}\n", i+1, n.Addr())
+	}
+	fmt.Fprintf(&yml, `servers:
+  inventory: {routes: {clothes: [n1, n2, n3]}}
+sync: {dsn: "postgres://shardis@%s/shardis?sslmode=disable", listen: "127.0.0.1:%d", poll_interval: 20ms, settle_interval: 100ms}
+`, pg.Addr(), metricsPort)
+	cfgPath := filepath.Join(t.TempDir(), "sync.yaml")
+	if err := os.WriteFile(cfgPath, []byte(yml.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SHARDIS_SYNC__DSN", pg.URL()) // with the password
+
+	cli := func(args ...string) (int, string, string) {
+		var out, errb strings.Builder
+		code := run(args, strings.NewReader(""), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	if code, _, errOut := cli("sync", "status", "--config", cfgPath); code != 1 || !strings.Contains(errOut, "--migrate") {
+		t.Fatalf("status before the schema exists: exit %d, %q; want 1 naming --migrate", code, errOut)
+	}
+	if code, out, errOut := cli("sync", "migrate", "--config", cfgPath); code != 0 || !strings.Contains(out, "version 1") {
+		t.Fatalf("sync migrate: exit %d, %q %q", code, out, errOut)
+	}
+	if code, _, errOut := cli("sync", "--config"); code != 2 {
+		t.Errorf("sync without a config file: exit %d (%s), want 2", code, errOut)
+	}
+	for _, args := range [][]string{
+		{"stock", "load", "--addr", addr, "--route", "clothes", "--sku", "tee", "--qty", "90"},
+		{"reserve", "--addr", addr, "--order", "o-1", "clothes:tee:2"},
+		{"reserve", "--addr", addr, "--order", "o-2", "clothes:tee:5"},
+		{"confirm", "--addr", addr, "o-1"},
+	} {
+		if code, out, errOut := cli(args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s %s", args, code, out, errOut)
+		}
+	}
+
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(cfg.Sync.DSN, "pw-0f-sync") {
+		t.Fatalf("SHARDIS_SYNC__DSN did not override sync.dsn")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runSync(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), false) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runSync: %v", err)
+		}
+	}()
+
+	var status []pgsync.NodeStatus
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		code, out, errOut := cli("sync", "status", "--json", "--config", cfgPath)
+		if code != 0 {
+			t.Fatalf("sync status: exit %d: %s", code, errOut)
+		}
+		if err := json.Unmarshal([]byte(out), &status); err != nil {
+			t.Fatalf("sync status --json: %v: %q", err, out)
+		}
+		var lag, pending int64
+		for _, n := range status {
+			lag += n.Lag
+			pending += n.Pending
+		}
+		if lag == 0 && pending > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sync status never showed everything landed with o-2 pending: %s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	code, out, _ := cli("sync", "status", "--config", cfgPath)
+	if code != 0 || !strings.Contains(out, "NODE  QUEUE  HEAD  ACKED  LANDED  LAG  PENDING") || !strings.Contains(out, "INCARNATION") {
+		t.Errorf("sync status: exit %d:\n%s", code, out)
+	}
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"shardis_sync_landed_parts_total", "shardis_sync_lag_entries", "shardis_sync_database_up 1"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

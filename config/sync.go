@@ -1,0 +1,150 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Sync configures `shardis sync`, the consumer that lands every redo-log
+// deduction in PostgreSQL (package pgsync). Only `shardis sync` needs it:
+// [Config.Validate] checks the values that are set, [Config.ValidateSync]
+// also requires the DSN.
+type Sync struct {
+	// DSN is the PostgreSQL connection string, as a URL
+	// (postgres://user:password@host:5432/db?sslmode=disable) or in
+	// key=value form (host=… user=… dbname=…). It usually holds a
+	// password: set it with SHARDIS_SYNC__DSN rather than in the file.
+	// Required by `shardis sync`.
+	// default: "" (none)
+	DSN string `koanf:"dsn"`
+	// Listen is the host:port of the sync's /metrics and /healthz; ""
+	// serves neither.
+	// default: 127.0.0.1:7401
+	Listen string `koanf:"listen"`
+	// Batch is the most redo-log entries one node's transaction lands
+	// (1..10000); a node with more waiting runs the next batch at once.
+	// default: 1000
+	Batch int `koanf:"batch"`
+	// PollInterval is how often a node whose redo log had nothing new is
+	// read again.
+	// default: 100ms
+	PollInterval time.Duration `koanf:"poll_interval"`
+	// SettleInterval is how often parts landed while pending are checked
+	// on their node again, until they are confirmed or cancelled.
+	// default: 1s
+	SettleInterval time.Duration `koanf:"settle_interval"`
+	// RetryBackoff is the wait after a failure (PostgreSQL or the node
+	// unreachable) before a node is tried again. Nothing is skipped: the
+	// next try resumes from the last committed position.
+	// default: 1s
+	RetryBackoff time.Duration `koanf:"retry_backoff"`
+}
+
+// String formats the sync settings with the DSN's password redacted.
+func (s Sync) String() string {
+	return fmt.Sprintf("{DSN:%s Listen:%s Batch:%d PollInterval:%v SettleInterval:%v RetryBackoff:%v}",
+		RedactDSN(s.DSN), s.Listen, s.Batch, s.PollInterval, s.SettleInterval, s.RetryBackoff)
+}
+
+// RedactDSN returns dsn with its password replaced by "<redacted>", in
+// either the URL or the key=value form, for logs and error messages.
+func RedactDSN(dsn string) string {
+	if dsn == "" {
+		return ""
+	}
+	if isURLDSN(dsn) {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "<unparsable DSN redacted>"
+		}
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "redacted")
+		}
+		q := u.Query()
+		if q.Has("password") {
+			q.Set("password", "redacted")
+			u.RawQuery = q.Encode()
+		}
+		return strings.Replace(u.String(), ":redacted@", ":<redacted>@", 1)
+	}
+	fields := strings.Fields(dsn)
+	for i, f := range fields {
+		if k, _, ok := strings.Cut(f, "="); ok && strings.TrimSpace(k) == "password" {
+			fields[i] = "password=<redacted>"
+		}
+	}
+	return strings.Join(fields, " ")
+}
+
+func isURLDSN(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+// defaultSync holds the sync defaults.
+func defaultSync() Sync {
+	return Sync{
+		Listen:         "127.0.0.1:7401",
+		Batch:          1000,
+		PollInterval:   100 * time.Millisecond,
+		SettleInterval: time.Second,
+		RetryBackoff:   time.Second,
+	}
+}
+
+// syncProblems checks the sync section's values (the DSN only when set).
+func (c *Config) syncProblems(ps *Problems) {
+	s := c.Sync
+	if s.DSN != "" {
+		if msg := dsnProblem(s.DSN); msg != "" {
+			ps.add("sync.dsn", s.DSN, msg)
+		}
+	}
+	if s.Listen != "" {
+		checkAddr(ps, "sync.listen", s.Listen, true)
+	}
+	if s.Batch < 1 || s.Batch > 10000 {
+		ps.add("sync.batch", s.Batch, "must be 1..10000")
+	}
+	positive(ps, "sync.poll_interval", s.PollInterval)
+	positive(ps, "sync.settle_interval", s.SettleInterval)
+	positive(ps, "sync.retry_backoff", s.RetryBackoff)
+}
+
+// dsnProblem says what is wrong with a DSN's form, or "".
+func dsnProblem(dsn string) string {
+	if isURLDSN(dsn) {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "not a valid postgres:// URL"
+		}
+		if u.Host == "" && !u.Query().Has("host") {
+			return "the URL names no host"
+		}
+		return ""
+	}
+	if strings.Contains(dsn, "://") {
+		return "want a postgres:// or postgresql:// URL, or key=value pairs"
+	}
+	for _, f := range strings.Fields(dsn) {
+		if k, _, ok := strings.Cut(f, "="); !ok || k == "" {
+			return "want a postgres:// or postgresql:// URL, or key=value pairs"
+		}
+	}
+	return ""
+}
+
+// ValidateSync is [Config.Validate] for `shardis sync`: everything
+// Validate checks (the sync reads the inventory's nodes and queues), and
+// sync.dsn must be set.
+func (c *Config) ValidateSync() error {
+	ps := c.problems()
+	if c.Sync.DSN == "" {
+		ps.add("sync.dsn", nil, "required by shardis sync (set it in the file or with SHARDIS_SYNC__DSN)")
+	}
+	if len(ps) > 0 {
+		return ps
+	}
+	return nil
+}

@@ -1,0 +1,324 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// What a database consumer of the redo log needs beyond ReadRedoLog and
+// AckRedoLog (package pgsync is one): every queue of a node in one round
+// trip, tied to the node's incarnation so that offsets of two
+// incarnations are never mixed, a check that the node did not go back in
+// time under the consumer's position, an acknowledgement that only
+// applies to the incarnation it was meant for, and the current state of
+// parts landed while pending.
+
+var (
+	// ErrIncarnation is wrapped by [Inventory.AckRedoBatch] when the node
+	// is no longer at the incarnation the acknowledgement was for (it was
+	// accepted with new data since): nothing was acknowledged.
+	ErrIncarnation = errors.New("node incarnation changed")
+	// ErrRewound is wrapped by [Inventory.AckRedoBatch] when the entry at
+	// an acknowledged offset holds another part than the consumer landed
+	// there: the node went back in time under the same incarnation.
+	ErrRewound = errors.New("redo log went back under the consumer's position")
+)
+
+// RedoCursor is a consumer's position in one queue: every entry up to
+// After was landed, and the entry at After was PartID ("" when After is
+// 0 or the part is not known).
+type RedoCursor struct {
+	Queue  int
+	After  int64
+	PartID string
+}
+
+// RedoBatch is one read of several queues of a node.
+type RedoBatch struct {
+	// Incarnation and Generation are the node's stamp when it was read.
+	Incarnation string
+	Generation  int64
+	// Queues is one result per cursor, in the cursors' order; empty when
+	// the node was not at the incarnation asked for.
+	Queues []RedoQueueRead
+}
+
+// RedoQueueRead is what one queue held past a cursor.
+type RedoQueueRead struct {
+	Queue int
+	// Head is the last offset the queue handed out; Acked the offset a
+	// consumer acknowledged.
+	Head, Acked int64
+	// Rewound reports that the queue no longer matches the cursor: its
+	// head is below After, or the entry at After holds another part. The
+	// node went back in time without a new incarnation; Entries is empty.
+	Rewound bool
+	// Entries are in offset order, from After+Trimmed+1 on.
+	Entries []RedoEntry
+	// Trimmed counts the offsets right past the cursor whose entries were
+	// trimmed before this read (inventory.redo_max_age, or another
+	// consumer's acknowledgement): they cannot be read any more. 0 when
+	// the queue was not read (the limit was reached on earlier queues).
+	Trimmed int64
+}
+
+// redoBatchScript reads several queues of a node.
+// KEYS: 1 stamp, 2 offsets hash, 3 acked hash, then one queue key per
+// cursor. ARGV: 4 incarnation expected ("" = any), 5 most entries in
+// all, then per cursor: after, part id at after.
+// Returns {incarnation, gen, per cursor {head, acked, rewound, entries,
+// trimmed}}, with no queues when the incarnation differs; trimmed counts
+// the offsets past the cursor with no entry (trimmed), for a queue read.
+var redoBatchScript = newScript("redo-batch", false, redoEntryLua+`
+local st = redis.call('HMGET', KEYS[1], 'incarnation', 'gen')
+local inc, gen = st[1] or '', tonumber(st[2]) or 0
+if ARGV[4] ~= '' and ARGV[4] ~= inc then return {inc, gen, {}} end
+local left = tonumber(ARGV[5])
+local out = {}
+for k = 4, #KEYS do
+  local a = 6 + (k - 4) * 2
+  local key, after, pid = KEYS[k], tonumber(ARGV[a]), ARGV[a + 1]
+  local head, err = int(redis.call('HGET', KEYS[2], key), KEYS[2] .. ' ' .. key)
+  if err then return err end
+  local acked
+  acked, err = int(redis.call('HGET', KEYS[3], key), KEYS[3] .. ' ' .. key)
+  if err then return err end
+  local rewound = 0
+  if after > head then
+    rewound = 1
+  elseif after > 0 and pid ~= '' then
+    local at = redis.call('ZRANGEBYSCORE', key, after, after)
+    if #at > 0 and at[1] ~= pid then rewound = 1 end
+  end
+  local entries, trimmed = {}, 0
+  if rewound == 0 and head > after and left > 0 then
+    local e = redis.call('ZRANGEBYSCORE', key, '(' .. after, '+inf', 'WITHSCORES', 'LIMIT', 0, left)
+    for i = 1, #e, 2 do
+      entries[#entries + 1] = redoEntry(e[i], e[i + 1])
+    end
+    left = left - #entries
+    if #e > 0 then trimmed = tonumber(e[2]) - after - 1 else trimmed = head - after end
+  end
+  out[#out + 1] = {head, acked, rewound, entries, trimmed}
+end
+return {inc, gen, out}
+`)
+
+// ReadRedoBatch reads, in one atomic step on node, every queue named by
+// cursors past its cursor, at most limit entries in all (queues earlier in
+// cursors first: rotate them for fairness). When incarnation is not ""
+// and the node is at another one, it returns the node's incarnation and
+// no queues: the cursors belong to the old incarnation and must not be
+// applied to the new one.
+func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation string, cursors []RedoCursor, limit int) (RedoBatch, error) {
+	if limit <= 0 || limit > 10000 {
+		return RedoBatch{}, fmt.Errorf("%w: limit %d, want 1..10000", ErrInvalid, limit)
+	}
+	n, err := inv.r.Node(nodeName)
+	if err != nil {
+		return RedoBatch{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	keys := make([]string, 0, 2+len(cursors))
+	keys = append(keys, keyRedoOffset, keyRedoAcked)
+	args := make([]any, 0, 2+2*len(cursors))
+	args = append(args, incarnation, limit)
+	for _, c := range cursors {
+		if c.Queue < 0 || c.Queue >= inv.cfg.RedoQueues {
+			return RedoBatch{}, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, c.Queue, inv.cfg.RedoQueues-1)
+		}
+		if c.After < 0 || c.After > maxRedoOffset {
+			return RedoBatch{}, fmt.Errorf("%w: queue %d: offset %d, want 0..%d", ErrInvalid, c.Queue, c.After, int64(maxRedoOffset))
+		}
+		keys = append(keys, RedoLogKey(c.Queue))
+		args = append(args, c.After, c.PartID)
+	}
+	v, err := inv.run(ctx, n, redoBatchScript, keys, args...)
+	if err != nil {
+		return RedoBatch{}, err
+	}
+	raw, err := asSlice(n, redoBatchScript, v)
+	if err != nil || len(raw) != 3 {
+		return RedoBatch{}, malformed(n, redoBatchScript, v)
+	}
+	var b RedoBatch
+	b.Incarnation, _ = raw[0].(string)
+	b.Generation, _ = raw[1].(int64)
+	queues, ok := raw[2].([]any)
+	if !ok || (len(queues) != 0 && len(queues) != len(cursors)) {
+		return RedoBatch{}, malformed(n, redoBatchScript, v)
+	}
+	b.Queues = make([]RedoQueueRead, len(queues))
+	for i, q := range queues {
+		t, ok := q.([]any)
+		if !ok || len(t) != 5 {
+			return RedoBatch{}, malformed(n, redoBatchScript, v)
+		}
+		r := RedoQueueRead{Queue: cursors[i].Queue}
+		r.Head, _ = t[0].(int64)
+		r.Acked, _ = t[1].(int64)
+		rew, _ := t[2].(int64)
+		r.Rewound = rew == 1
+		r.Trimmed, _ = t[4].(int64)
+		entries, _ := t[3].([]any)
+		r.Entries = make([]RedoEntry, 0, len(entries))
+		for _, e := range entries {
+			entry, err := parseRedoEntry(nodeName, e)
+			if err != nil {
+				return RedoBatch{}, err
+			}
+			r.Entries = append(r.Entries, entry)
+		}
+		b.Queues[i] = r
+	}
+	return b, nil
+}
+
+// redoAckBatchScript acknowledges several queues of a node for one
+// incarnation. KEYS: 1 stamp, 2 offsets hash, 3 acked hash, then one
+// queue key per ack. ARGV: 4 incarnation, then per ack: offset, part id at
+// offset. Everything is checked before anything is written.
+var redoAckBatchScript = newScript("redo-ack-batch", true, `
+local inc = redis.call('HGET', KEYS[1], 'incarnation') or ''
+if inc ~= ARGV[4] then
+  return redis.error_reply('SHARDIS_INCARNATION node is at incarnation ' .. inc .. ', the acknowledgement is for ' .. ARGV[4])
+end
+for k = 4, #KEYS do
+  local a = 5 + (k - 4) * 2
+  local key, off, pid = KEYS[k], tonumber(ARGV[a]), ARGV[a + 1]
+  local head, err = int(redis.call('HGET', KEYS[2], key), KEYS[2] .. ' ' .. key)
+  if err then return err end
+  if off > head then
+    return redis.error_reply('SHARDIS_RANGE ack offset ' .. ARGV[a] .. ' is past the head of ' .. key .. ' (last offset handed out ' .. head .. ')')
+  end
+  local _, aerr = int(redis.call('HGET', KEYS[3], key), KEYS[3] .. ' ' .. key)
+  if aerr then return aerr end
+  if pid ~= '' then
+    local at = redis.call('ZRANGEBYSCORE', key, off, off)
+    if #at > 0 and at[1] ~= pid then
+      return redis.error_reply('SHARDIS_REWOUND ' .. key .. ' offset ' .. ARGV[a] .. ' holds part ' .. at[1] .. ', the consumer landed ' .. pid)
+    end
+  end
+end
+local out = {}
+for k = 4, #KEYS do
+  local off = tonumber(ARGV[5 + (k - 4) * 2])
+  local cur = tonumber(redis.call('HGET', KEYS[3], KEYS[k])) or 0
+  if off > cur then redis.call('HSET', KEYS[3], KEYS[k], off) cur = off end
+  out[#out + 1] = cur
+end
+return out
+`)
+
+// AckRedoBatch records, for the incarnation a consumer read, that it
+// durably landed each cursor's queue up to the cursor's offset (whose
+// entry was PartID), so settled entries up to there may be trimmed. It
+// never lowers an acknowledgement and returns the acknowledged offsets,
+// like the cursors. Nothing is acknowledged, and the error wraps
+// [ErrIncarnation], when the node is at another incarnation; [ErrRewound]
+// when an entry at a cursor holds another part; [ErrInvalid] when an
+// offset is past its queue's head.
+func (inv *Inventory) AckRedoBatch(ctx context.Context, nodeName, incarnation string, acks []RedoCursor) ([]int64, error) {
+	if incarnation == "" {
+		return nil, fmt.Errorf("%w: empty incarnation", ErrInvalid)
+	}
+	if len(acks) == 0 {
+		return nil, nil
+	}
+	n, err := inv.r.Node(nodeName)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	keys := make([]string, 0, 2+len(acks))
+	keys = append(keys, keyRedoOffset, keyRedoAcked)
+	args := make([]any, 0, 1+2*len(acks))
+	args = append(args, incarnation)
+	for _, c := range acks {
+		if c.Queue < 0 || c.Queue >= inv.cfg.RedoQueues {
+			return nil, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, c.Queue, inv.cfg.RedoQueues-1)
+		}
+		if c.After < 0 || c.After > maxRedoOffset {
+			return nil, fmt.Errorf("%w: queue %d: offset %d, want 0..%d", ErrInvalid, c.Queue, c.After, int64(maxRedoOffset))
+		}
+		keys = append(keys, RedoLogKey(c.Queue))
+		args = append(args, c.After, c.PartID)
+	}
+	v, err := inv.run(ctx, n, redoAckBatchScript, keys, args...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := asInt64s(n, redoAckBatchScript, v)
+	if err == nil && len(out) != len(acks) {
+		err = malformed(n, redoAckBatchScript, v)
+	}
+	return out, err
+}
+
+// PartState is a part's record on its node now.
+type PartState struct {
+	// State is "pending", "confirmed" or "cancelled"; "" when the node
+	// holds no record of the part (it outlived inventory.retention, or the
+	// node lost it).
+	State string
+	// SettledAt is when it was confirmed or cancelled (node clock); zero
+	// while pending.
+	SettledAt time.Time
+}
+
+// partStatesScript reads parts' states. KEYS: 1 stamp. ARGV: 4.. part ids.
+// Returns {incarnation, per part {state, settled_at}}.
+var partStatesScript = newScript("part-states", false, `
+local out = {}
+for i = 4, #ARGV do
+  local f = redis.call('HMGET', 'inv:part:' .. ARGV[i], 'state', 'settled_at')
+  out[#out + 1] = {f[1] or '', tonumber(f[2]) or 0}
+end
+return {redis.call('HGET', KEYS[1], 'incarnation') or '', out}
+`)
+
+// PartStates returns the state of each part (like partIDs) on node, read
+// in one atomic step, and the node's incarnation at that moment. At most
+// 10000 parts per call.
+func (inv *Inventory) PartStates(ctx context.Context, nodeName string, partIDs []string) (string, []PartState, error) {
+	if len(partIDs) > 10000 {
+		return "", nil, fmt.Errorf("%w: %d parts, at most 10000 per call", ErrInvalid, len(partIDs))
+	}
+	n, err := inv.r.Node(nodeName)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	args := make([]any, len(partIDs))
+	for i, id := range partIDs {
+		args[i] = id
+	}
+	v, err := inv.run(ctx, n, partStatesScript, nil, args...)
+	if err != nil {
+		return "", nil, err
+	}
+	raw, err := asSlice(n, partStatesScript, v)
+	if err != nil || len(raw) != 2 {
+		return "", nil, malformed(n, partStatesScript, v)
+	}
+	inc, _ := raw[0].(string)
+	list, ok := raw[1].([]any)
+	if !ok && raw[1] != nil || len(list) != len(partIDs) {
+		return "", nil, malformed(n, partStatesScript, v)
+	}
+	out := make([]PartState, len(list))
+	for i, x := range list {
+		t, ok := x.([]any)
+		if !ok || len(t) != 2 {
+			return "", nil, malformed(n, partStatesScript, v)
+		}
+		out[i].State, _ = t[0].(string)
+		if ms, _ := t[1].(int64); ms > 0 {
+			out[i].SettledAt = time.UnixMilli(ms)
+		}
+	}
+	return inc, out, nil
+}
+
+// RedoQueues returns the number of redo-log queues per node
+// (inventory.redo_queues): queues are 0..RedoQueues()-1.
+func (inv *Inventory) RedoQueues() int { return inv.cfg.RedoQueues }

@@ -1,0 +1,50 @@
+// Package pgsync lands the inventory's redo log in PostgreSQL: every
+// deduction (part) exactly once, in offset order per (node, queue), with
+// its current state. It is what `shardis sync` runs.
+//
+// # What it writes
+//
+// stock_movements holds one row per part: node, incarnation, queue,
+// redo_offset, part_id, order_id, route, sku, quantity, state (pending,
+// confirmed, cancelled; expired when the part's record outlived
+// inventory.retention before it was read; lost when its node lost it and
+// was accepted with a new incarnation), reserved_at and settled_at (node
+// clock), landed_at and updated_at. The primary key is (node,
+// incarnation, queue, redo_offset), so a replay is a no-op, and (node,
+// part_id) is unique, so a part is one row even when a node restored
+// from a snapshot hands it out again under a new incarnation.
+// sync_positions holds the committed position per (node, incarnation,
+// queue); sync_incarnations every incarnation seen per node;
+// shardis_sync_schema the schema version ([Migrate]).
+//
+// # Guarantees
+//
+//   - One transaction per batch writes the rows and the positions; the
+//     node's redo log is acknowledged (so Redis may trim it) only after the
+//     commit, and the acknowledgement names the incarnation and the part
+//     at the offset, so it never applies to other data. A sync killed at
+//     any point resumes from the committed position: entries between the
+//     commit and the acknowledgement are landed already and acknowledged
+//     on restart.
+//   - A part landed while pending is re-checked on its node every
+//     settle_interval until it is confirmed or cancelled; the row is
+//     updated, never duplicated. States only move forward.
+//   - A node at a new incarnation (it lost data and `shardis node accept`
+//     took it back) gets positions of its own from offset 0; the change is
+//     logged and counted (shardis_sync_new_incarnations_total). Pending
+//     parts of the old incarnation that the node no longer holds become
+//     lost.
+//   - A node that went back under the committed position without a new
+//     incarnation (what rollback detection cannot see) pauses that queue,
+//     logged and counted (shardis_sync_rewound_queues), instead of
+//     skipping entries.
+//   - A database or node outage pauses the affected nodes (nothing is
+//     acknowledged, nothing skipped); each retries after retry_backoff.
+//   - Several instances may run: each (node, queue) is landed under a
+//     transaction-scoped PostgreSQL advisory lock and its position re-read
+//     under it, and each node's settle pass under another.
+//
+// It uses github.com/jackc/pgx/v5 (pgxpool), the standard PostgreSQL
+// driver for Go: maintained, no cgo, native arrays for the unnest-based
+// batch statements.
+package pgsync

@@ -1,0 +1,294 @@
+package pgsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/shardis/shardis/inventory"
+)
+
+// cursor is a committed position in one queue: the last offset landed
+// and the part that was at it.
+type cursor struct {
+	off  int64
+	part string
+}
+
+// worker lands one node's redo log. Its fields belong to the landing
+// goroutine; the settle goroutine uses only s, node and key.
+type worker struct {
+	s    *Syncer
+	node string
+	key  int32
+
+	inc     string         // the incarnation positions belong to; "" = read it first
+	gen     int64          // its acceptance generation
+	pos     []cursor       // per queue, as committed (or as another instance committed)
+	owed    map[int]cursor // committed but not yet acknowledged in Redis
+	rot     int            // first queue of the next read (fairness)
+	rewound map[int]bool   // queues reported as gone back, paused
+
+	redis, db, ack, settle streak
+}
+
+func newWorker(s *Syncer, node string) *worker {
+	w := &worker{s: s, node: node, key: lockKey(node), rewound: map[int]bool{}}
+	log := s.log.With("node", node)
+	w.redis = streak{log: log, what: "reading the redo log"}
+	w.db = streak{log: log, what: "landing in PostgreSQL"}
+	w.ack = streak{log: log, what: "acknowledging landed entries"}
+	w.settle = streak{log: log, what: "re-checking pending parts"}
+	return w
+}
+
+// landLoop lands until ctx is done: at once while batches come back full,
+// every poll interval when idle, after the retry backoff on failure.
+func (w *worker) landLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		more, err := w.landStep(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			if !sleep(ctx, w.s.set.RetryBackoff) {
+				return
+			}
+		case !more:
+			if !sleep(ctx, w.s.set.PollInterval) {
+				return
+			}
+		}
+	}
+}
+
+// landStep reads every queue once and lands what it found in one
+// transaction, then acknowledges it. It reports whether more is waiting.
+func (w *worker) landStep(ctx context.Context) (more bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, w.s.set.StepTimeout)
+	defer cancel()
+	inv, m := w.s.inv, w.s.m
+	if w.inc == "" {
+		b, err := inv.ReadRedoBatch(ctx, w.node, "", nil, 1)
+		if err == nil && b.Incarnation == "" {
+			err = fmt.Errorf("node %s has no incarnation stamp yet", w.node)
+		}
+		if err != nil {
+			return false, w.failRedis(err)
+		}
+		if err := w.adopt(ctx, b.Incarnation, b.Generation); err != nil {
+			return false, w.failDB(err)
+		}
+	}
+	if len(w.owed) > 0 {
+		w.payAcks(ctx)
+		if w.inc == "" {
+			return true, nil // the node changed incarnation under the acks
+		}
+	}
+	cursors := make([]inventory.RedoCursor, w.s.queues)
+	for i := range cursors {
+		q := (w.rot + i) % w.s.queues
+		cursors[i] = inventory.RedoCursor{Queue: q, After: w.pos[q].off, PartID: w.pos[q].part}
+	}
+	w.rot = (w.rot + 1) % w.s.queues
+	b, err := inv.ReadRedoBatch(ctx, w.node, w.inc, cursors, w.s.set.Batch)
+	if err != nil {
+		return false, w.failRedis(err)
+	}
+	w.redis.ok()
+	if b.Incarnation != w.inc {
+		w.s.log.Warn("node is at another incarnation (it lost data and was accepted): its redo log starts a new position; "+
+			"the old incarnation's rows stay as landed", "node", w.node, "old_incarnation", w.inc, "incarnation", b.Incarnation)
+		w.inc, w.owed = "", nil
+		m.clearRewound(w.node)
+		clear(w.rewound)
+		return true, nil
+	}
+	var work []inventory.RedoQueueRead
+	total := 0
+	for _, q := range b.Queues {
+		m.setLag(w.node, q.Queue, q.Head-w.pos[q.Queue].off)
+		if q.Rewound {
+			w.reportRewound(q)
+			continue
+		}
+		if w.rewound[q.Queue] {
+			delete(w.rewound, q.Queue)
+			m.setRewound(w.node, q.Queue, false)
+		}
+		if len(q.Entries) > 0 || q.Trimmed > 0 {
+			work = append(work, q)
+			total += len(q.Entries)
+		}
+	}
+	if len(work) == 0 {
+		return false, nil
+	}
+	if err := w.land(ctx, work); err != nil {
+		return false, w.failDB(err)
+	}
+	w.db.ok("incarnation", w.inc)
+	m.dbUp.Set(1)
+	w.payAcks(ctx)
+	return total >= w.s.set.Batch, nil
+}
+
+func (w *worker) failRedis(err error) error {
+	w.s.m.errors.WithLabelValues(w.node, stageRedis).Inc()
+	w.redis.fail(err)
+	return err
+}
+
+func (w *worker) failDB(err error) error {
+	w.s.m.errors.WithLabelValues(w.node, stageDB).Inc()
+	w.s.m.dbUp.Set(0)
+	w.db.fail(err, "incarnation", w.inc)
+	return err
+}
+
+// reportRewound pauses a queue whose node went back under the committed
+// position without a new incarnation (what rollback detection could not
+// see): landing past it would skip the entries that now hold its
+// offsets. It stays paused until the node is accepted with a new
+// incarnation (`shardis node accept`), which starts a new position.
+func (w *worker) reportRewound(q inventory.RedoQueueRead) {
+	if w.rewound[q.Queue] {
+		return
+	}
+	w.rewound[q.Queue] = true
+	w.s.m.setRewound(w.node, q.Queue, true)
+	p := w.pos[q.Queue]
+	w.s.log.Error("REDO LOG WENT BACK: the queue no longer holds what was landed at the committed position; "+
+		"queue paused (nothing is landed or acknowledged past it) until it matches again or the node is accepted with `shardis node accept` (a new incarnation, a new position)",
+		"node", w.node, "incarnation", w.inc, "queue", q.Queue, "position", p.off, "part_at_position", p.part, "head", q.Head)
+}
+
+// adopt makes inc the worker's incarnation: it records the incarnation
+// (reporting one that follows another), loads its committed positions
+// and owes an acknowledgement of each (a sync killed between a commit and
+// its acknowledgement left them behind; acknowledging is idempotent).
+func (w *worker) adopt(ctx context.Context, inc string, gen int64) error {
+	pos := make([]cursor, w.s.queues)
+	var inserted bool
+	var previous []string
+	err := pgx.BeginFunc(ctx, w.s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO sync_incarnations (node, incarnation, generation) VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING`, w.node, inc, gen)
+		if err != nil {
+			return err
+		}
+		if inserted = tag.RowsAffected() == 1; inserted {
+			rows, _ := tx.Query(ctx, `SELECT incarnation FROM sync_incarnations WHERE node = $1 AND incarnation <> $2
+ORDER BY first_seen`, w.node, inc)
+			if previous, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+				return err
+			}
+		}
+		rows, _ := tx.Query(ctx, `SELECT queue, redo_offset, part_id FROM sync_positions WHERE node = $1 AND incarnation = $2`, w.node, inc)
+		var q int32
+		var c cursor
+		_, err = pgx.ForEachRow(rows, []any{&q, &c.off, &c.part}, func() error {
+			if int(q) < len(pos) {
+				pos[q] = c
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("loading the positions of node %s incarnation %s: %w", w.node, inc, err)
+	}
+	switch {
+	case inserted && len(previous) > 0:
+		w.s.m.incarnations.WithLabelValues(w.node).Inc()
+		w.s.log.Warn("NEW INCARNATION: the node lost data and was accepted; its redo log is landed from a new position, "+
+			"never merged into the old one (rows of parts it still holds keep their first landing and follow their state)",
+			"node", w.node, "incarnation", inc, "generation", gen, "previous_incarnations", strings.Join(previous, ","))
+	case inserted:
+		w.s.log.Info("landing a node's redo log", "node", w.node, "incarnation", inc, "generation", gen)
+	}
+	w.inc, w.gen, w.pos = inc, gen, pos
+	w.owed = map[int]cursor{}
+	for q, c := range pos {
+		if c.off > 0 {
+			w.owed[q] = c
+		}
+	}
+	w.s.m.generation.WithLabelValues(w.node).Set(float64(gen))
+	return nil
+}
+
+// payAcks acknowledges what was committed. A failure leaves the debt for
+// the next step: the entries are in the database, Redis only keeps them
+// longer.
+func (w *worker) payAcks(ctx context.Context) {
+	acks := make([]inventory.RedoCursor, 0, len(w.owed))
+	for q, c := range w.owed {
+		acks = append(acks, inventory.RedoCursor{Queue: q, After: c.off, PartID: c.part})
+	}
+	_, err := w.s.inv.AckRedoBatch(ctx, w.node, w.inc, acks)
+	switch {
+	case err == nil:
+		clear(w.owed)
+		w.ack.ok()
+		return
+	case errors.Is(err, inventory.ErrIncarnation):
+		w.inc, w.owed = "", nil // re-read the incarnation; nothing of the new one was landed
+		return
+	case errors.Is(err, inventory.ErrRewound) || errors.Is(err, inventory.ErrInvalid):
+		// One queue went back: acknowledge the others one by one and
+		// pause it.
+		for _, a := range acks {
+			_, err := w.s.inv.AckRedoBatch(ctx, w.node, w.inc, []inventory.RedoCursor{a})
+			if err == nil {
+				delete(w.owed, a.Queue)
+			} else if errors.Is(err, inventory.ErrRewound) || errors.Is(err, inventory.ErrInvalid) {
+				delete(w.owed, a.Queue)
+				w.reportRewound(inventory.RedoQueueRead{Queue: a.Queue, Rewound: true})
+			}
+		}
+		return
+	}
+	w.s.m.errors.WithLabelValues(w.node, stageAck).Inc()
+	w.ack.fail(err)
+}
+
+// movement is one row of stock_movements to write, by column.
+type movements struct {
+	queue   []int32
+	off     []int64
+	part    []string
+	order   []string
+	route   []string
+	sku     []string
+	qty     []int64
+	state   []string
+	at      []pgtype.Timestamptz
+	settled []pgtype.Timestamptz
+}
+
+func (mv *movements) add(q int, e inventory.RedoEntry) {
+	mv.queue = append(mv.queue, int32(q))
+	mv.off = append(mv.off, e.Offset)
+	mv.part = append(mv.part, e.PartID)
+	mv.order = append(mv.order, e.OrderID)
+	mv.route = append(mv.route, e.Route)
+	mv.sku = append(mv.sku, e.SKU)
+	mv.qty = append(mv.qty, e.Quantity)
+	mv.state = append(mv.state, e.State)
+	mv.at = append(mv.at, ts(e.At))
+	mv.settled = append(mv.settled, ts(e.SettledAt))
+}
+
+// ts is a nullable timestamp: NULL for the zero time and the epoch (a
+// part record that was gone when read).
+func ts(t time.Time) pgtype.Timestamptz {
+	if t.IsZero() || t.UnixMilli() == 0 {
+		return pgtype.Timestamptz{}
+	}
+	return pgtype.Timestamptz{Time: t, Valid: true}
+}

@@ -1,0 +1,184 @@
+package pgsync
+
+import (
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// Metrics are the sync's Prometheus metrics. Every per-node series of the
+// configured nodes exists from the start (counters at 0), so rate alerts
+// work before the first event.
+type Metrics struct {
+	landed       *prometheus.CounterVec
+	settled      *prometheus.CounterVec
+	lag          *prometheus.GaugeVec
+	delay        *prometheus.HistogramVec
+	errors       *prometheus.CounterVec
+	dbUp         prometheus.Gauge
+	incarnations *prometheus.CounterVec
+	generation   *prometheus.GaugeVec
+	trimmed      *prometheus.CounterVec
+	rewound      *prometheus.GaugeVec
+	unsettled    *prometheus.GaugeVec
+	lost         *prometheus.CounterVec
+
+	mu       sync.Mutex
+	rewoundQ map[string]map[int]bool // node → queues paused because they went back
+}
+
+// Error stages of shardis_sync_errors_total.
+const (
+	stageRedis  = "redis"  // reading the redo log or part states
+	stageDB     = "db"     // PostgreSQL
+	stageAck    = "ack"    // acknowledging in Redis after a commit
+	stageSettle = "settle" // re-checking pending parts
+)
+
+// NewMetrics creates the metrics and registers them with reg (nil: not
+// registered, e.g. in tests that run several syncers).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{rewoundQ: map[string]map[int]bool{}}
+	m.landed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardis_sync_landed_parts_total",
+		Help: "Redo-log entries landed in PostgreSQL (committed, then acknowledged), by node.",
+	}, []string{"node"})
+	m.settled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardis_sync_settled_parts_total",
+		Help: "Landed pending parts updated to their settled state (confirmed, cancelled, lost, expired), by node and state.",
+	}, []string{"node", "state"})
+	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "shardis_sync_lag_entries",
+		Help: "Redo-log entries of the queue not landed yet: the queue's head minus the committed position (current incarnation).",
+	}, []string{"node", "queue"})
+	m.delay = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "shardis_sync_landing_delay_seconds",
+		Help:    "Time from a deduction (node clock) to the commit of its row.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"node"})
+	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardis_sync_errors_total",
+		Help: "Failed steps by node and stage (redis, db, ack, settle); each is retried from the committed position.",
+	}, []string{"node", "stage"})
+	m.dbUp = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "shardis_sync_database_up",
+		Help: "1 when the last PostgreSQL step succeeded, 0 while the database fails (the sync is paused).",
+	})
+	m.incarnations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardis_sync_new_incarnations_total",
+		Help: "Incarnations of the node first seen after an earlier one (the node lost data and was accepted): a new position was started.",
+	}, []string{"node"})
+	m.generation = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "shardis_sync_node_generation",
+		Help: "Acceptance generation of the node's current incarnation, as the sync reads it.",
+	}, []string{"node"})
+	m.trimmed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardis_sync_trimmed_unlanded_entries_total",
+		Help: "Redo-log entries trimmed before the sync read them (inventory.redo_max_age, or another consumer's acknowledgement): never landed.",
+	}, []string{"node"})
+	m.rewound = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "shardis_sync_rewound_queues",
+		Help: "Queues of the node paused because the node went back under the committed position without a new incarnation.",
+	}, []string{"node"})
+	m.unsettled = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "shardis_sync_unsettled_parts",
+		Help: "Landed parts still pending (re-checked every settle_interval), as of the last full pass.",
+	}, []string{"node"})
+	m.lost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardis_sync_lost_parts_total",
+		Help: "Landed pending parts whose node no longer holds them under a new incarnation (state lost).",
+	}, []string{"node"})
+	if reg != nil {
+		reg.MustRegister(m.landed, m.settled, m.lag, m.delay, m.errors, m.dbUp, m.incarnations, m.generation,
+			m.trimmed, m.rewound, m.unsettled, m.lost)
+	}
+	return m
+}
+
+// init creates the series of one node at 0.
+func (m *Metrics) initNode(node string) {
+	m.landed.WithLabelValues(node)
+	for _, st := range []string{"confirmed", "cancelled", "lost", "expired"} {
+		m.settled.WithLabelValues(node, st)
+	}
+	for _, st := range []string{stageRedis, stageDB, stageAck, stageSettle} {
+		m.errors.WithLabelValues(node, st)
+	}
+	m.incarnations.WithLabelValues(node)
+	m.trimmed.WithLabelValues(node)
+	m.rewound.WithLabelValues(node)
+	m.unsettled.WithLabelValues(node)
+	m.lost.WithLabelValues(node)
+}
+
+func (m *Metrics) setLag(node string, queue int, lag int64) {
+	m.lag.WithLabelValues(node, strconv.Itoa(queue)).Set(float64(max(lag, 0)))
+}
+
+// setRewound records whether a queue is paused as rewound and updates the
+// node's count.
+func (m *Metrics) setRewound(node string, queue int, on bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	qs := m.rewoundQ[node]
+	if qs == nil {
+		qs = map[int]bool{}
+		m.rewoundQ[node] = qs
+	}
+	if on {
+		qs[queue] = true
+	} else {
+		delete(qs, queue)
+	}
+	m.rewound.WithLabelValues(node).Set(float64(len(qs)))
+}
+
+// clearRewound forgets a node's paused queues (a new incarnation).
+func (m *Metrics) clearRewound(node string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.rewoundQ, node)
+	m.rewound.WithLabelValues(node).Set(0)
+}
+
+// Landed returns how many entries were landed, over every node.
+func (m *Metrics) Landed() float64 { return sumOf(m.landed) }
+
+// Settled returns how many landed pending parts were updated to a settled
+// state, over every node and state.
+func (m *Metrics) Settled() float64 { return sumOf(m.settled) }
+
+// Rewound returns how many queues of node are paused as gone back.
+func (m *Metrics) Rewound(node string) float64 {
+	return sumOf(m.rewound.MustCurryWith(prometheus.Labels{"node": node}))
+}
+
+// NewIncarnations returns how many new incarnations of node were seen.
+func (m *Metrics) NewIncarnations(node string) float64 {
+	return sumOf(m.incarnations.MustCurryWith(prometheus.Labels{"node": node}))
+}
+
+// Trimmed returns how many entries were trimmed before they landed, over
+// every node.
+func (m *Metrics) Trimmed() float64 { return sumOf(m.trimmed) }
+
+// Lost returns how many landed pending parts were found lost, over every
+// node.
+func (m *Metrics) Lost() float64 { return sumOf(m.lost) }
+
+// sumOf adds up the counters and gauges c collects.
+func sumOf(c prometheus.Collector) float64 {
+	ch := make(chan prometheus.Metric, 16)
+	go func() { c.Collect(ch); close(ch) }()
+	var total float64
+	for mt := range ch {
+		var d dto.Metric
+		if mt.Write(&d) != nil {
+			continue
+		}
+		total += d.GetCounter().GetValue() + d.GetGauge().GetValue()
+	}
+	return total
+}

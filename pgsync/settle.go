@@ -1,0 +1,159 @@
+package pgsync
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// settleChunk is how many landed pending parts one settle step re-checks.
+const settleChunk = 1000
+
+// settleKey orders landed rows of a node: the pass walks them in
+// (incarnation, queue, offset) order.
+type settleKey struct {
+	inc   string
+	queue int32
+	off   int64
+}
+
+// The statements of a settle step.
+const (
+	sqlPending = `SELECT incarnation, queue, redo_offset, part_id FROM stock_movements
+WHERE node = $1 AND state = 'pending' AND (incarnation, queue, redo_offset) > ($2, $3, $4)
+ORDER BY incarnation, queue, redo_offset LIMIT $5`
+	sqlSettle = `UPDATE stock_movements m SET state = u.state, settled_at = u.settled, updated_at = now()
+FROM unnest($2::text[], $3::int[], $4::bigint[], $5::text[], $6::timestamptz[]) AS u(inc, q, off, state, settled)
+WHERE m.node = $1 AND m.incarnation = u.inc AND m.queue = u.q AND m.redo_offset = u.off AND m.state = 'pending'`
+)
+
+// settleLoop re-checks the node's landed pending parts until ctx is done:
+// a pass walks all of them in chunks, then waits settle_interval.
+func (w *worker) settleLoop(ctx context.Context) {
+	var from settleKey
+	var still int64
+	for ctx.Err() == nil {
+		scanned, pending, err := w.settleStep(ctx, &from)
+		if err != nil {
+			if ctx.Err() != nil || !sleep(ctx, w.s.set.RetryBackoff) {
+				return
+			}
+			continue
+		}
+		if scanned < 0 { // another instance holds this node's settle pass
+			from, still = settleKey{}, 0
+			if !sleep(ctx, w.s.set.SettleInterval) {
+				return
+			}
+			continue
+		}
+		still += pending
+		if scanned < settleChunk {
+			w.s.m.unsettled.WithLabelValues(w.node).Set(float64(still))
+			from, still = settleKey{}, 0
+			if !sleep(ctx, w.s.set.SettleInterval) {
+				return
+			}
+		}
+	}
+}
+
+// settleStep re-checks up to settleChunk landed pending parts after from,
+// in one transaction under the node's settle lock (another instance that
+// holds it does this pass: then scanned is -1). It moves from past them
+// and returns how many it scanned and how many are still pending.
+func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pending int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, w.s.set.StepTimeout)
+	defer cancel()
+	m := w.s.m
+	fail := func(stage string, err error) (int64, int64, error) {
+		m.errors.WithLabelValues(w.node, stage).Inc()
+		w.settle.fail(err)
+		return 0, 0, err
+	}
+	tx, err := w.s.pool.Begin(ctx)
+	if err != nil {
+		return fail(stageDB, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var mine bool
+	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1, -1)", w.key).Scan(&mine); err != nil {
+		return fail(stageDB, err)
+	}
+	if !mine {
+		return -1, 0, nil
+	}
+	type row struct {
+		key  settleKey
+		part string
+	}
+	var list []row
+	var r row
+	rows, _ := tx.Query(ctx, sqlPending, w.node, from.inc, from.queue, from.off, settleChunk)
+	if _, err := pgx.ForEachRow(rows, []any{&r.key.inc, &r.key.queue, &r.key.off, &r.part}, func() error {
+		list = append(list, r)
+		return nil
+	}); err != nil {
+		return fail(stageDB, err)
+	}
+	if len(list) == 0 {
+		return 0, 0, tx.Commit(ctx)
+	}
+	ids := make([]string, len(list))
+	for i, r := range list {
+		ids[i] = r.part
+	}
+	nodeInc, states, err := w.s.inv.PartStates(ctx, w.node, ids)
+	if err != nil {
+		return fail(stageSettle, err)
+	}
+	var (
+		incs, st []string
+		qs       []int32
+		offs     []int64
+		settled  []pgtype.Timestamptz
+		lost     int
+	)
+	for i, s := range states {
+		state := s.State
+		switch state {
+		case "pending":
+			pending++
+			continue
+		case "":
+			// The node holds no record of it: under a newer incarnation
+			// the node lost it; under the same one it outlived
+			// inventory.retention before it could be re-checked.
+			state = "expired"
+			if list[i].key.inc != nodeInc {
+				state = "lost"
+				lost++
+			}
+		}
+		incs = append(incs, list[i].key.inc)
+		qs = append(qs, list[i].key.queue)
+		offs = append(offs, list[i].key.off)
+		st = append(st, state)
+		settled = append(settled, ts(s.SettledAt))
+	}
+	if len(st) > 0 {
+		if _, err := tx.Exec(ctx, sqlSettle, w.node, incs, qs, offs, st, settled); err != nil {
+			return fail(stageDB, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fail(stageDB, err)
+	}
+	w.settle.ok()
+	for _, s := range st {
+		m.settled.WithLabelValues(w.node, s).Inc()
+	}
+	if lost > 0 {
+		m.lost.WithLabelValues(w.node).Add(float64(lost))
+		w.s.log.Error("landed pending parts are gone from their node, which is at a new incarnation: state set to lost",
+			"node", w.node, "incarnation", nodeInc, "parts", lost)
+	}
+	*from = list[len(list)-1].key
+	return int64(len(list)), pending, nil
+}

@@ -1,0 +1,134 @@
+package pgsync
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shardis/shardis/inventory"
+)
+
+// NodeStatus is the sync's view of one node: its current incarnation as
+// the node reports it, the queues with anything in them, and every
+// incarnation the database holds rows of.
+type NodeStatus struct {
+	Node        string `json:"node"`
+	Incarnation string `json:"incarnation"`
+	Generation  int64  `json:"generation"`
+	// Err says why the node or the database could not be read ("" when
+	// they could).
+	Err string `json:"error,omitempty"`
+	// Lag is the sum of the queues' lag; Pending the sum of their landed
+	// parts still pending.
+	Lag     int64         `json:"lag"`
+	Pending int64         `json:"pending"`
+	Queues  []QueueStatus `json:"queues"`
+	// Incarnations lists what the database landed of each incarnation,
+	// oldest first.
+	Incarnations []IncarnationStatus `json:"incarnations"`
+}
+
+// QueueStatus is one queue of a node's current incarnation.
+type QueueStatus struct {
+	Queue int `json:"queue"`
+	// Head is the last offset handed out; Acked what the node holds as
+	// acknowledged; Landed the committed position.
+	Head   int64 `json:"head"`
+	Acked  int64 `json:"acked"`
+	Landed int64 `json:"landed"`
+	// Lag is Head - Landed: entries not landed yet.
+	Lag int64 `json:"lag"`
+	// Pending counts landed parts still pending (re-checked until settled).
+	Pending int64 `json:"pending"`
+	// Rewound is set when the queue went back under the landed position
+	// (the sync pauses it).
+	Rewound bool `json:"rewound,omitempty"`
+}
+
+// IncarnationStatus is what the database holds of one incarnation.
+type IncarnationStatus struct {
+	Incarnation string    `json:"incarnation"`
+	Generation  int64     `json:"generation"`
+	FirstSeen   time.Time `json:"first_seen"`
+	Rows        int64     `json:"rows"`
+	Pending     int64     `json:"pending"`
+}
+
+// Status reads, for every node of inv, the redo log's heads from the node
+// and the positions and rows from the database. A node or a database that
+// cannot be read gives a NodeStatus with Err set; Status fails only when
+// ctx does.
+func Status(ctx context.Context, inv *inventory.Inventory, pool *pgxpool.Pool) ([]NodeStatus, error) {
+	var out []NodeStatus
+	for _, n := range inv.Nodes() {
+		st := NodeStatus{Node: n.Name()}
+		if err := nodeStatus(ctx, inv, pool, &st); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			st.Err = err.Error()
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+func nodeStatus(ctx context.Context, inv *inventory.Inventory, pool *pgxpool.Pool, st *NodeStatus) error {
+	rows, _ := pool.Query(ctx, `SELECT i.incarnation, i.generation, i.first_seen,
+  (SELECT count(*) FROM stock_movements m WHERE m.node = i.node AND m.incarnation = i.incarnation),
+  (SELECT count(*) FROM stock_movements m WHERE m.node = i.node AND m.incarnation = i.incarnation AND m.state = 'pending')
+FROM sync_incarnations i WHERE i.node = $1 ORDER BY i.first_seen`, st.Node)
+	var err error
+	st.Incarnations, err = pgx.CollectRows(rows, pgx.RowToStructByPos[IncarnationStatus])
+	if err != nil {
+		return err
+	}
+	b, err := inv.ReadRedoBatch(ctx, st.Node, "", nil, 1)
+	if err != nil {
+		return err
+	}
+	st.Incarnation, st.Generation = b.Incarnation, b.Generation
+	landed := map[int]cursor{}
+	pending := map[int]int64{}
+	rows, _ = pool.Query(ctx, `SELECT queue, redo_offset, part_id FROM sync_positions WHERE node = $1 AND incarnation = $2`,
+		st.Node, st.Incarnation)
+	var q int32
+	var c cursor
+	if _, err := pgx.ForEachRow(rows, []any{&q, &c.off, &c.part}, func() error {
+		landed[int(q)] = c
+		return nil
+	}); err != nil {
+		return err
+	}
+	rows, _ = pool.Query(ctx, `SELECT queue, count(*) FROM stock_movements
+WHERE node = $1 AND incarnation = $2 AND state = 'pending' GROUP BY queue`, st.Node, st.Incarnation)
+	var cnt int64
+	if _, err := pgx.ForEachRow(rows, []any{&q, &cnt}, func() error {
+		pending[int(q)] = cnt
+		return nil
+	}); err != nil {
+		return err
+	}
+	cursors := make([]inventory.RedoCursor, inv.RedoQueues())
+	for i := range cursors {
+		cursors[i] = inventory.RedoCursor{Queue: i, After: landed[i].off, PartID: landed[i].part}
+	}
+	b, err = inv.ReadRedoBatch(ctx, st.Node, st.Incarnation, cursors, 1)
+	if err != nil {
+		return err
+	}
+	for _, r := range b.Queues {
+		qs := QueueStatus{Queue: r.Queue, Head: r.Head, Acked: r.Acked, Landed: landed[r.Queue].off,
+			Pending: pending[r.Queue], Rewound: r.Rewound}
+		qs.Lag = max(qs.Head-qs.Landed, 0)
+		if qs.Head == 0 && qs.Landed == 0 && qs.Pending == 0 {
+			continue
+		}
+		st.Lag += qs.Lag
+		st.Pending += qs.Pending
+		st.Queues = append(st.Queues, qs)
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+package pgsync
+
+import (
+	"context"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/inventory"
+)
+
+// Settings configures a [Syncer]. Zero fields take the defaults of the
+// configuration's sync section.
+type Settings struct {
+	// Batch is the most redo-log entries one node's transaction lands.
+	// default: 1000
+	Batch int
+	// PollInterval is how often a node with nothing new is read again.
+	// default: 100ms
+	PollInterval time.Duration
+	// SettleInterval is how often landed pending parts are re-checked.
+	// default: 1s
+	SettleInterval time.Duration
+	// RetryBackoff is the wait after a failed step.
+	// default: 1s
+	RetryBackoff time.Duration
+	// StepTimeout bounds one step (a read, a transaction, an
+	// acknowledgement), so a hung database or node cannot stall a worker.
+	// default: 15s
+	StepTimeout time.Duration
+	// Logger receives new incarnations, failures and recoveries.
+	// default: slog.Default()
+	Logger *slog.Logger
+	// Metrics receives the sync's metrics.
+	// default: NewMetrics(nil) (not registered anywhere)
+	Metrics *Metrics
+}
+
+// SettingsFrom returns the settings of a configuration's sync section.
+func SettingsFrom(c config.Sync) Settings {
+	return Settings{Batch: c.Batch, PollInterval: c.PollInterval, SettleInterval: c.SettleInterval, RetryBackoff: c.RetryBackoff}
+}
+
+func (s *Settings) defaults() {
+	if s.Batch <= 0 {
+		s.Batch = 1000
+	}
+	s.Batch = min(s.Batch, 10000)
+	if s.PollInterval <= 0 {
+		s.PollInterval = 100 * time.Millisecond
+	}
+	if s.SettleInterval <= 0 {
+		s.SettleInterval = time.Second
+	}
+	if s.RetryBackoff <= 0 {
+		s.RetryBackoff = time.Second
+	}
+	if s.StepTimeout <= 0 {
+		s.StepTimeout = 15 * time.Second
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	if s.Metrics == nil {
+		s.Metrics = NewMetrics(nil)
+	}
+}
+
+// Syncer lands the redo log of every inventory node in PostgreSQL: per
+// node, one goroutine lands new entries (one transaction per batch, then
+// the acknowledgement) and one re-checks landed pending parts until they
+// settle. Several syncers (processes) over the same nodes and database
+// are safe: each queue is landed under a PostgreSQL advisory lock, and
+// positions are re-read under it.
+type Syncer struct {
+	inv    *inventory.Inventory
+	pool   *pgxpool.Pool
+	set    Settings
+	log    *slog.Logger
+	m      *Metrics
+	queues int
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// New returns a syncer over inv's nodes writing to pool. The schema must
+// be at [SchemaVersion] ([Migrate]). Start starts it.
+func New(inv *inventory.Inventory, pool *pgxpool.Pool, set Settings) *Syncer {
+	set.defaults()
+	s := &Syncer{inv: inv, pool: pool, set: set, log: set.Logger, m: set.Metrics,
+		queues: inv.RedoQueues()}
+	for _, n := range inv.Nodes() {
+		s.m.initNode(n.Name())
+	}
+	return s
+}
+
+// Start starts the workers; it is a no-op when started already or closed.
+func (s *Syncer) Start() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return
+	}
+	s.started = true
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	for _, n := range s.inv.Nodes() {
+		w := newWorker(s, n.Name())
+		s.wg.Add(2)
+		go func() { defer s.wg.Done(); w.landLoop(ctx) }()
+		go func() { defer s.wg.Done(); w.settleLoop(ctx) }()
+	}
+}
+
+// Close stops the workers and waits for them. What was committed stays;
+// a batch in flight is rolled back (it is landed again by the next run).
+// Idempotent; the syncer cannot be started again.
+func (s *Syncer) Close() {
+	s.mu.Lock()
+	s.started = true
+	cancel := s.cancel
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	s.wg.Wait()
+}
+
+// lockKey is the first key of a node's advisory locks (the second is the
+// queue, or -1 for the settle pass). Two node names that hash alike only
+// share locks, which serialises them: harmless.
+func lockKey(node string) int32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte("shardis-sync/" + node))
+	return int32(h.Sum32())
+}
+
+// sleep waits d or until ctx is done; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// streak logs the first failure of a run of failures and the recovery
+// after it, so an outage gives two lines, not one per retry.
+type streak struct {
+	log   *slog.Logger
+	what  string
+	fails int
+	since time.Time
+}
+
+func (s *streak) fail(err error, attrs ...any) {
+	if s.fails == 0 {
+		s.since = time.Now()
+		s.log.Warn(s.what+" failed: paused, retrying from the committed position", append(attrs, "err", err)...)
+	}
+	s.fails++
+}
+
+func (s *streak) ok(attrs ...any) {
+	if s.fails > 0 {
+		s.log.Info(s.what+" resumed", append(attrs, "failures", s.fails, "after", time.Since(s.since).Round(time.Millisecond))...)
+		s.fails = 0
+	}
+}

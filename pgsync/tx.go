@@ -1,0 +1,159 @@
+package pgsync
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardis/shardis/inventory"
+)
+
+// The statements of one landing transaction.
+const (
+	// sqlLockQueues takes the advisory lock of every queue it can; a queue
+	// another instance is landing right now is left to it.
+	sqlLockQueues = `SELECT q FROM unnest($2::int[]) AS q WHERE pg_try_advisory_xact_lock($1, q)`
+	// sqlPositions re-reads the committed positions under the locks.
+	sqlPositions = `SELECT queue, redo_offset, part_id FROM sync_positions
+WHERE node = $1 AND incarnation = $2 AND queue = ANY($3::int[])`
+	// sqlInsert lands entries. A part already landed (a replay, or a part
+	// a restored node still holds under a new incarnation) keeps its row:
+	// only its state moves forward.
+	sqlInsert = `INSERT INTO stock_movements
+  (node, incarnation, queue, redo_offset, part_id, order_id, route, sku, quantity, state, reserved_at, settled_at)
+SELECT $1, $2, u.queue, u.off, u.part, u.ord, u.route, u.sku, u.qty, u.state, u.at, u.settled
+FROM unnest($3::int[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::bigint[], $10::text[],
+            $11::timestamptz[], $12::timestamptz[]) AS u(queue, off, part, ord, route, sku, qty, state, at, settled)
+ON CONFLICT (node, part_id) DO UPDATE SET state = EXCLUDED.state, settled_at = EXCLUDED.settled_at, updated_at = now()
+WHERE (stock_movements.state IN ('pending', 'lost', 'expired') AND EXCLUDED.state IN ('confirmed', 'cancelled'))
+   OR (stock_movements.state = 'pending' AND EXCLUDED.state IN ('lost', 'expired'))`
+	// sqlAdvance moves the positions, in the same transaction.
+	sqlAdvance = `INSERT INTO sync_positions (node, incarnation, queue, redo_offset, part_id)
+SELECT $1, $2, u.q, u.off, u.part FROM unnest($3::int[], $4::bigint[], $5::text[]) AS u(q, off, part)
+ON CONFLICT (node, incarnation, queue) DO UPDATE
+SET redo_offset = EXCLUDED.redo_offset, part_id = EXCLUDED.part_id, updated_at = now()`
+)
+
+// land writes the entries of work in one transaction with the new
+// positions of their queues, for the queues whose lock it gets and whose
+// committed position is still the worker's (another instance may have
+// moved it: the worker takes the database's position and reads again).
+// Only after the commit does it move the worker's positions and owe the
+// acknowledgements.
+func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead) error {
+	queues := make([]int32, len(work))
+	for i, q := range work {
+		queues[i] = int32(q.Queue)
+	}
+	tx, err := w.s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
+	rows, _ := tx.Query(ctx, sqlLockQueues, w.key, queues)
+	lockedList, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return err
+	}
+	locked := map[int]bool{}
+	for _, q := range lockedList {
+		locked[int(q)] = true
+	}
+	db := map[int]cursor{}
+	rows, _ = tx.Query(ctx, sqlPositions, w.node, w.inc, lockedList)
+	var q int32
+	var c cursor
+	if _, err := pgx.ForEachRow(rows, []any{&q, &c.off, &c.part}, func() error {
+		db[int(q)] = c
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	var mv movements
+	var pq []int32
+	var poff []int64
+	var ppart []string
+	next := map[int]cursor{}
+	trimmed := map[int][2]int64{}
+	for _, r := range work {
+		if !locked[r.Queue] {
+			continue
+		}
+		if db[r.Queue] != w.pos[r.Queue] {
+			w.pos[r.Queue] = db[r.Queue] // moved by another instance: read again from there
+			continue
+		}
+		after := w.pos[r.Queue].off
+		if r.Trimmed > 0 {
+			// Gone before they could be read: the position moves past
+			// them (reported below), or it would wait for them forever.
+			trimmed[r.Queue] = [2]int64{after + 1, after + r.Trimmed}
+		}
+		last := cursor{off: after + r.Trimmed}
+		for _, e := range r.Entries {
+			mv.add(r.Queue, e)
+			last = cursor{off: e.Offset, part: e.PartID}
+		}
+		next[r.Queue] = last
+		pq = append(pq, int32(r.Queue))
+		poff = append(poff, last.off)
+		ppart = append(ppart, last.part)
+	}
+	if len(next) == 0 {
+		return tx.Commit(ctx) // releases the locks
+	}
+	// Of the trimmed offsets, those with a row were landed before (a
+	// position set back): only the others are lost to the database.
+	missing := map[int]int64{}
+	for q, r := range trimmed {
+		var have int64
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM stock_movements
+WHERE node = $1 AND incarnation = $2 AND queue = $3 AND redo_offset BETWEEN $4 AND $5`,
+			w.node, w.inc, q, r[0], r[1]).Scan(&have); err != nil {
+			return err
+		}
+		if n := r[1] - r[0] + 1 - have; n > 0 {
+			missing[q] = n
+		}
+	}
+	if len(mv.off) > 0 {
+		if _, err := tx.Exec(ctx, sqlInsert, w.node, w.inc, mv.queue, mv.off, mv.part, mv.order, mv.route, mv.sku,
+			mv.qty, mv.state, mv.at, mv.settled); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, sqlAdvance, w.node, w.inc, pq, poff, ppart); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+
+	now := time.Now()
+	for q, c := range next {
+		w.pos[q] = c
+		w.owed[q] = c
+	}
+	m := w.s.m
+	m.landed.WithLabelValues(w.node).Add(float64(len(mv.off)))
+	delay := m.delay.WithLabelValues(w.node)
+	for _, at := range mv.at {
+		if at.Valid {
+			delay.Observe(now.Sub(at.Time).Seconds())
+		}
+	}
+	for q, n := range missing {
+		r := trimmed[q]
+		m.trimmed.WithLabelValues(w.node).Add(float64(n))
+		w.s.log.Error("redo-log entries were trimmed before they landed (inventory.redo_max_age, another consumer acknowledged them, or the database was restored from an older backup): "+
+			"they are not in the database", "node", w.node, "incarnation", w.inc, "queue", q, "from", r[0], "to", r[1], "missing_entries", n)
+	}
+	for _, r := range work {
+		if c, ok := next[r.Queue]; ok {
+			m.setLag(w.node, r.Queue, r.Head-c.off)
+		}
+	}
+	return nil
+}
