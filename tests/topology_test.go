@@ -405,3 +405,21 @@ func errKind(err error) string {
 	}
 	return "other"
 }
+
+// A service whose configuration is not the nodes' topology is not ready,
+// and says why; it refuses inventory calls.
+func TestTopologySvcNotReady(t *testing.T) {
+	e := newSvcEnv(t, svcOpts{routes: map[string][]string{"clothes": {"n1", "n2", "n3"}}})
+	other := *e.cfg
+	other.Service.Listen = "127.0.0.1:0"
+	other.Servers = map[string]config.Server{invServer: {OnNodeDown: config.OnNodeDownFail,
+		Routes: map[string][]string{"clothes": {"n1", "n2"}}}}
+	srv := svcStart(t, &other)
+	code, body := svcGet(t, "http://"+srv.Addr()+"/readyz")
+	if code != 503 || !strings.Contains(body, "topology") || !strings.Contains(body, "topology apply") {
+		t.Fatalf("/readyz of a service with another topology: %d %q, want 503 naming the topology", code, body)
+	}
+	if code, body := svcGet(t, e.base+"/readyz"); code != 200 {
+		t.Fatalf("/readyz of the service at the nodes' topology: %d %q", code, body)
+	}
+}
