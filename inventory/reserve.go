@@ -72,7 +72,9 @@ const commitTimeout = 2 * time.Second
 //
 // Each item is taken from its route's nodes in Candidates(orderID+sku)
 // order, up to what each node has, so an item may be split across nodes;
-// drained and unusable nodes are skipped. Nodes work concurrently, one
+// drained and unusable nodes are skipped. An order whose items' first
+// nodes are all its home node, and which that node can meet in full, is
+// reserved by one script there (local.go). Nodes work concurrently, one
 // round trip per node per round. If an item cannot be met, a node fails,
 // or the per-user limit would be exceeded, every part already taken is
 // cancelled (a part whose outcome is unknown gets a tombstone, so a
@@ -117,6 +119,9 @@ func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item,
 	home, err := inv.homeFor(ctx, orderID)
 	if err != nil {
 		return Reservation{}, err
+	}
+	if res, ok, err := inv.reserveLocal(ctx, home, orderID, items, userID, ttl); ok {
+		return res, err
 	}
 	token := newToken()
 	rec, err := inv.begin(ctx, home, orderID, token, digestOf(items, userID), userID, ttl)

@@ -15,6 +15,9 @@ type Stats struct {
 	PartsRolledBack int64
 	// PartsDeferred counts parts handed to the Deferrer.
 	PartsDeferred int64
+	// LocalReservations counts orders reserved by one script on their
+	// home node (local.go).
+	LocalReservations int64
 }
 
 var outcomes = []string{"ok", "insufficient", "limit", "unavailable", "cancelled", "mismatch", "invalid", "error"}
@@ -23,6 +26,7 @@ type counters struct {
 	reservations [8]atomic.Int64 // indexed like outcomes
 	rolledBack   atomic.Int64
 	deferred     atomic.Int64
+	local        atomic.Int64
 }
 
 // Stats returns the cumulative counters. Safe for concurrent use.
@@ -33,6 +37,7 @@ func (inv *Inventory) Stats() Stats {
 	}
 	s.PartsRolledBack = inv.stats.rolledBack.Load()
 	s.PartsDeferred = inv.stats.deferred.Load()
+	s.LocalReservations = inv.stats.local.Load()
 	return s
 }
 

@@ -32,6 +32,16 @@ func newSet(key node.RouteKey, policy string, members []string, cfg *config.Conf
 // Key returns the set's (server, route) pair.
 func (s *Set) Key() node.RouteKey { return s.key }
 
+// Contains reports whether n is a member of the set.
+func (s *Set) Contains(n *node.Node) bool {
+	for _, m := range s.nodes {
+		if m == n {
+			return true
+		}
+	}
+	return false
+}
+
 // Nodes returns the set's nodes in configuration order. Do not modify the
 // slice.
 func (s *Set) Nodes() []*node.Node { return s.nodes }

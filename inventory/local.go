@@ -1,0 +1,200 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
+)
+
+// One-script reservations.
+//
+// An order whose items all have the order's home node as their first
+// choice (the first enabled, usable node of Candidates(orderID+sku)), and
+// which that node can meet in full, needs no other node: its record and its
+// parts are written by one script, atomically (localScript), instead of
+// begin → take → commit. (Offering every item to the home node first would
+// make this the common case; it changes where stock is taken from and is
+// not done yet.) The script takes anything only when the order is free (no
+// record, or a failed attempt) and every part can be met in full there;
+// otherwise it writes nothing and the order takes the general path, which
+// handles existing records, splits and refusals. Being one script, it has
+// no intermediate state: a crash before it runs leaves nothing, after it
+// the order is reserved; a timeout is an unknown outcome that a retry of
+// the order id resolves (it finds the record), and a Cancel that comes
+// first leaves a tombstone the script respects.
+//
+// Per-user quota parts take this path only when the user's quota node is
+// the home node too and the topology is stable.
+
+// localScript reserves a whole order on its home node in one step.
+//
+// KEYS: 1 stamp, 2 order key, 3 pending index, 4 redo offsets, then per
+// part: part key, counter key, and redo queue (kind s) or stock hash
+// holding the limit (kind q).
+// ARGV: 4 token, 5 digest, 6 user, 7 ttl ms, 8 retention s, 9 order id,
+// 10 part grace ms, then per part: id, kind, sku, want, item, route, queue.
+// Returns {"fallback"} (nothing written), or {"reserved", deadline ms,
+// offset per part}.
+var localScript = newScript("reserve-local", true, `
+local key = KEYS[2]
+local f = redis.call('HMGET', key, 'status', 'moved')
+if f[1] and not f[2] and f[1] ~= 'failed' then return {'fallback'} end
+redis.call('ZCARD', KEYS[3]) -- the pending index must be a sorted set
+local np = (#KEYS - 4) / 3
+local avail, held = {}, {}
+local plan = {}
+for i = 0, np - 1 do
+  local a = 11 + i * 7
+  local p = {pk = KEYS[5 + i * 3], ck = KEYS[6 + i * 3], xk = KEYS[7 + i * 3], id = ARGV[a], kind = ARGV[a + 1],
+             sku = ARGV[a + 2], want = tonumber(ARGV[a + 3]), item = tonumber(ARGV[a + 4]), route = ARGV[a + 5]}
+  if redis.call('EXISTS', p.pk) == 1 then return {'fallback'} end
+  local err
+  if p.kind == 's' then
+    redis.call('ZCARD', p.xk)
+    local s = redis.call('HMGET', p.ck, 'available', 'limit', 'reserved')
+    if avail[p.ck] == nil then
+      avail[p.ck], err = int(s[1], p.ck .. ' available')
+      if err then return err end
+    end
+    local _, rerr = int(s[3], p.ck .. ' reserved')
+    if rerr then return rerr end
+    local limit
+    limit, err = int(s[2], p.ck .. ' limit')
+    if err then return err end
+    if avail[p.ck] < p.want or (limit > 0 and ARGV[6] == '') then return {'fallback'} end
+    avail[p.ck] = avail[p.ck] - p.want
+  else
+    local limit
+    limit, err = int(redis.call('HGET', p.xk, 'limit'), p.xk .. ' limit')
+    if err then return err end
+    if held[p.ck] == nil then
+      held[p.ck], err = int(redis.call('GET', p.ck), p.ck)
+      if err then return err end
+    end
+    if limit > 0 and held[p.ck] + p.want > limit then return {'fallback'} end
+    held[p.ck] = held[p.ck] + p.want
+  end
+  plan[#plan + 1] = p
+end
+local deadline = now + tonumber(ARGV[7])
+local pdl = deadline + tonumber(ARGV[10])
+local parts, out = {}, {'reserved', deadline}
+for _, p in ipairs(plan) do
+  local off = 0
+  if p.kind == 's' then
+    redis.call('HINCRBY', p.ck, 'available', -p.want)
+    redis.call('HINCRBY', p.ck, 'reserved', p.want)
+    off = redis.call('HINCRBY', KEYS[4], p.xk, 1)
+    redis.call('ZADD', p.xk, off, p.id)
+  else
+    redis.call('INCRBY', p.ck, p.want)
+  end
+  redis.call('HSET', p.pk, 'state', 'pending', 'kind', p.kind, 'order', ARGV[9], 'token', ARGV[4],
+    'sku', p.sku, 'qty', p.want, 'item', p.item, 'counter', p.ck, 'redo', p.kind == 's' and p.xk or '',
+    'offset', off, 'deadline', pdl, 'at', now)
+  redis.call('ZADD', KEYS[3], pdl, p.id)
+  local j = {p = p.id, n = ARGV[1], k = p.kind, i = p.item, r = p.route, s = p.sku, q = p.want}
+  if p.kind == 's' then j.l, j.o = p.xk, off end
+  parts[#parts + 1] = j
+  out[#out + 1] = off
+end
+redis.call('DEL', key)
+redis.call('HSET', key, 'status', 'reserved', 'token', ARGV[4], 'digest', ARGV[5], 'user', ARGV[6],
+  'deadline', deadline, 'created', now, 'reserved_at', now, 'parts', cjson.encode(parts))
+redis.call('EXPIRE', key, tonumber(ARGV[8]))
+return out
+`)
+
+// reserveLocal tries the one-script path (see the file comment). ok is
+// false when the order must take the general path; then nothing was
+// written.
+func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID string, items []Item, userID string, ttl time.Duration) (res Reservation, ok bool, err error) {
+	token := newToken()
+	var reqs []partReq
+	for i, it := range items {
+		set, _ := inv.set(it.Route)
+		if firstChoice(set, orderID+it.SKU) != home {
+			return Reservation{}, false, nil
+		}
+		reqs = append(reqs, partReq{
+			part:  part{ID: stockPartID(orderID, token, i), Node: home.Name(), Kind: "s", Item: i, Route: it.Route, SKU: it.SKU, Qty: it.Quantity},
+			queue: inv.redoQueue(it.Route, it.SKU), ck: stockKey(it.Route, it.SKU),
+		})
+	}
+	if userID != "" {
+		if inv.topology(ctx).phase != PhaseStable {
+			return Reservation{}, false, nil
+		}
+		type rs struct{ route, sku string }
+		idx := map[rs]int{}
+		for _, it := range items {
+			k := rs{it.Route, it.SKU}
+			if j, seen := idx[k]; seen {
+				reqs[j].Qty += it.Quantity
+				continue
+			}
+			set, _ := inv.set(it.Route)
+			if set.Nodes()[set.Ring().Home("user:"+userID)] != home {
+				return Reservation{}, false, nil
+			}
+			idx[k] = len(reqs)
+			reqs = append(reqs, partReq{
+				part:  part{ID: quotaPartID(orderID, token, it.Route, it.SKU), Node: home.Name(), Kind: "q", Item: -1, Route: it.Route, SKU: it.SKU, Qty: it.Quantity},
+				queue: stockKey(it.Route, it.SKU), ck: quotaKey(it.Route, it.SKU, userID),
+			})
+		}
+	}
+	keys := make([]string, 0, 3+3*len(reqs))
+	keys = append(keys, orderKey(orderID), keyPending, keyRedoOffset)
+	args := make([]any, 0, 7+7*len(reqs))
+	args = append(args, token, digestOf(items, userID), userID, ms(ttl), seconds(inv.cfg.Retention), orderID, ms(partGrace))
+	for _, r := range reqs {
+		keys = append(keys, partKey(r.ID), r.ck, r.queue)
+		args = append(args, r.ID, r.Kind, r.SKU, r.Qty, strconv.Itoa(r.Item), r.Route, r.queue)
+	}
+	v, err := inv.run(ctx, home, localScript, keys, args...)
+	if err != nil {
+		if outcomeUnknown(err) {
+			return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id: %w", ErrUnavailable, orderID, err)
+		}
+		return Reservation{}, true, err
+	}
+	raw, err := asSlice(home, localScript, v)
+	if err != nil || len(raw) == 0 {
+		return Reservation{}, true, malformed(home, localScript, v)
+	}
+	if s, _ := raw[0].(string); s != "reserved" {
+		return Reservation{}, false, nil
+	}
+	if len(raw) != 2+len(reqs) {
+		return Reservation{}, true, malformed(home, localScript, v)
+	}
+	dl, _ := raw[1].(int64)
+	var parts []part
+	for i, r := range reqs {
+		p := r.part
+		if p.Kind == "s" {
+			p.Redo = r.queue
+			p.Offset, _ = raw[2+i].(int64)
+		}
+		parts = append(parts, p)
+	}
+	inv.stats.local.Add(1)
+	return Reservation{OrderID: orderID, Receipts: receipts(parts), Deadline: time.UnixMilli(dl)}, true, nil
+}
+
+// firstChoice returns the node the general path would take an item from
+// first: the first enabled, usable candidate (nil if none).
+func firstChoice(set *router.Set, key string) *node.Node {
+	rk := set.Key()
+	for _, n := range set.Candidates(key) {
+		if n.RouteEnabled(rk) && usable(n) {
+			return n
+		}
+	}
+	return nil
+}
