@@ -92,6 +92,8 @@ func exampleConfig() Config {
 			Retention:         168 * time.Hour,
 			RedoMaxAge:        0,
 			AttemptLease:      10 * time.Second,
+			Durability:        DurabilityNone,
+			DurabilityTimeout: 500 * time.Millisecond,
 		},
 	}
 }
@@ -213,6 +215,8 @@ inventory:
 			Retention:         6 * time.Minute,
 			RedoMaxAge:        0,
 			AttemptLease:      10 * time.Second,
+			Durability:        DurabilityNone,
+			DurabilityTimeout: 500 * time.Millisecond,
 		},
 	}
 	if !reflect.DeepEqual(*got, want) {
