@@ -59,7 +59,8 @@ type Group struct {
 	Name      string
 	Data      []*Server // Data[0] started as the master
 	Sentinels []*Server
-	password  string
+	// Password is the data servers' requirepass ("" = none).
+	Password string
 }
 
 // StartGroup starts a master, its replicas and the sentinels, and returns
@@ -85,7 +86,7 @@ func StartGroup(opts GroupOptions) (*Group, error) {
 	if opts.FailoverTimeout <= 0 {
 		opts.FailoverTimeout = 2 * time.Second
 	}
-	g := &Group{Name: opts.Name, password: opts.Password}
+	g := &Group{Name: opts.Name, Password: opts.Password}
 	ok := false
 	defer func() {
 		if !ok {
@@ -195,7 +196,7 @@ func (g *Group) Master(ctx context.Context) (string, error) {
 
 // Info returns INFO section of the data server at addr.
 func (g *Group) info(ctx context.Context, addr, section string) (map[string]string, error) {
-	c := groupClient(addr, g.password)
+	c := groupClient(addr, g.Password)
 	defer c.Close()
 	raw, err := c.Info(ctx, section).Result()
 	if err != nil {
@@ -350,7 +351,7 @@ func (g *Group) Rejoin(ctx context.Context, addr string) error {
 			return err
 		}
 	}
-	c := groupClient(addr, g.password)
+	c := groupClient(addr, g.Password)
 	defer c.Close()
 	host, port, _ := net.SplitHostPort(master)
 	if err := c.Do(ctx, "replicaof", host, port).Err(); err != nil {
