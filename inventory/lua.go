@@ -33,7 +33,9 @@ import (
 // did not fail; every script replies {seq, body reply}, and [Inventory.run]
 // hands the seq of a write script to [node.Node.ObserveSeq], so this
 // process knows the highest write sequence each node acknowledged (the
-// witness that detects a node coming back with older data).
+// witness that detects a node coming back with older data). With
+// inventory.durability replica or aof a write script is acknowledged only
+// once a replica (or the AOFs) has it (durability.go).
 //
 // Scripts validate everything before their first write, because Redis does
 // not undo the writes of a script that fails halfway: an error reply means
@@ -101,7 +103,13 @@ func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys 
 	a := make([]any, 0, len(args)+3)
 	a = append(a, n.Name(), inv.epoch(), "")
 	a = append(a, args...)
-	raw, err := s.s.Run(ctx, n.Client(), k, a...).Slice()
+	var raw []any
+	var err error
+	if s.write && inv.durable() {
+		raw, err = inv.runDurable(ctx, n, s, k, a) // durability.go
+	} else {
+		raw, err = s.s.Run(ctx, n.Client(), k, a...).Slice()
+	}
 	if err != nil {
 		return nil, nodeErr(n, err)
 	}
