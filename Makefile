@@ -10,7 +10,7 @@ BUF_VERSION            := v1.50.0
 PROTOC_GEN_GO_VERSION  := v1.36.12
 CONNECT_GEN_VERSION    := v1.21.1
 
-.PHONY: all build test vet unit run drill bench bench-quick generate deps-redis deps-bench clean
+.PHONY: all build test vet unit run drill drill-sentinel bench bench-quick generate deps-redis deps-sentinel deps-bench clean
 
 all: build
 
@@ -27,13 +27,23 @@ deps-redis:
 	fi
 	@redis-server --version
 
+## deps-sentinel: install redis-sentinel (Debian package redis-sentinel) when it is missing;
+## the Sentinel tests, drills, chaos topology and benchmarks start real sentinels.
+deps-sentinel: deps-redis
+	@if ! command -v redis-sentinel >/dev/null 2>&1; then \
+		echo "redis-sentinel not found: installing it from Debian's packages"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends redis-sentinel >/dev/null; \
+	fi
+	@redis-sentinel --version
+
 vet:
 	$(GO) vet ./...
 
-## test: vet plus every test with the race detector, against real redis-server processes
+## test: vet plus every test with the race detector, against real redis-server (and redis-sentinel) processes
 ## (every fuzz target's seed corpus runs as a plain test), then a short fuzz of the pure
 ## targets (fuzz-quick, about 30 s). make fuzz fuzzes all eight for longer.
-test: deps-redis vet
+test: deps-redis deps-sentinel vet
 	$(GO) test -race -count=1 -timeout 12m ./...
 	$(MAKE) fuzz-quick
 
@@ -78,6 +88,12 @@ run: deps-redis build
 ## drill: kill -9 a node under order load, restart it, report detection/recovery and check invariants.
 drill: deps-redis
 	$(GO) run ./internal/cmd/drill
+
+## drill-sentinel: per shard a master, a replica and three sentinels; kill -9 a master under order
+## load, report time to DOWN and to UP on the promoted replica, orders by code, check invariants.
+## DURABILITY=none|replica (default replica).
+drill-sentinel: deps-sentinel
+	$(GO) run ./internal/cmd/drill-sentinel --durability $(or $(DURABILITY),replica)
 
 ## chaos: seeded randomized run: clients + kill -9/SIGSTOP/drain/service restart, then every invariant
 ## checked; exits 1 on a violation. SEED=n replays a run (default: time-based), DURATION=60s (longer: e.g. 10m), CLIENTS=8.
