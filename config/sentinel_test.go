@@ -229,3 +229,15 @@ func TestSentinelPasswordRedactedInProblems(t *testing.T) {
 		t.Errorf("sentinel password not redacted: %v", err)
 	}
 }
+
+// The Sentinel configuration the compose file's "sentinel" profile mounts
+// loads as it is.
+func TestDockerSentinelConfigLoads(t *testing.T) {
+	cfg, err := Load("../docker/shardis-sentinel.yaml")
+	if err != nil {
+		t.Fatalf("docker/shardis-sentinel.yaml: %v", err)
+	}
+	if !cfg.Nodes["a"].Sentinel.On() || cfg.Inventory.Durability != DurabilityReplica {
+		t.Errorf("docker/shardis-sentinel.yaml: node a %+v, durability %q; want a Sentinel node, replica", cfg.Nodes["a"], cfg.Inventory.Durability)
+	}
+}
