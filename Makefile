@@ -97,9 +97,12 @@ drill-sentinel: deps-sentinel
 
 ## chaos: seeded randomized run: clients + kill -9/SIGSTOP/drain/service restart, then every invariant
 ## checked; exits 1 on a violation. SEED=n replays a run (default: time-based), DURATION=60s (longer: e.g. 10m), CLIENTS=8.
+## SENTINEL=1: every node a Sentinel group (master, replica, 3 sentinels), durability replica, and the
+## nemesis kills (kill -9 master) and pauses masters; DURABILITY=none|replica overrides.
 .PHONY: chaos
-chaos: deps-redis
-	$(GO) run ./internal/cmd/chaos $(if $(SEED),--seed $(SEED)) --duration $(or $(DURATION),60s) --clients $(or $(CLIENTS),8)
+chaos: deps-redis $(if $(SENTINEL),deps-sentinel)
+	$(GO) run ./internal/cmd/chaos $(if $(SEED),--seed $(SEED)) --duration $(or $(DURATION),60s) --clients $(or $(CLIENTS),8) \
+		$(if $(SENTINEL),--sentinel) $(if $(DURABILITY),--durability $(DURABILITY))
 
 ## deps-bench: install nutcracker (twemproxy, the proxy baseline of the benchmarks) when it is missing.
 deps-bench:

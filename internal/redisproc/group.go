@@ -328,6 +328,59 @@ func (g *Group) WaitPromoted(ctx context.Context, old string, limit time.Duratio
 	}
 }
 
+// WaitStableMaster waits, up to limit, until every running sentinel names
+// the same master, flags it plainly "master" (not subjectively or
+// objectively down, no failover in progress) and that server reports role
+// master; it returns its address. Rejoin after it does not race a
+// failover the sentinels are still carrying out.
+func (g *Group) WaitStableMaster(ctx context.Context, limit time.Duration) (string, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		addr, err := g.stableMaster(cctx)
+		cancel()
+		if err == nil {
+			return addr, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return "", fmt.Errorf("redisproc: group %s: no stable master within %v: %w", g.Name, limit, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (g *Group) stableMaster(ctx context.Context) (string, error) {
+	addr := ""
+	for _, s := range g.Sentinels {
+		if !s.Running() {
+			continue
+		}
+		c := groupClient(s.Addr(), "")
+		m, err := c.Do(ctx, "sentinel", "master", g.Name).Result()
+		_ = c.Close()
+		if err != nil {
+			return "", fmt.Errorf("sentinel %s: %w", s.Addr(), err)
+		}
+		f := flat(m)
+		a := net.JoinHostPort(f["ip"], f["port"])
+		if f["flags"] != "master" {
+			return "", fmt.Errorf("sentinel %s flags master %s as %s", s.Addr(), a, f["flags"])
+		}
+		if addr != "" && a != addr {
+			return "", fmt.Errorf("sentinels name %s and %s", addr, a)
+		}
+		addr = a
+	}
+	mi, err := g.info(ctx, addr, "replication")
+	if err != nil {
+		return "", fmt.Errorf("master %s: %w", addr, err)
+	}
+	if mi["role"] != "master" {
+		return "", fmt.Errorf("master %s reports role %s", addr, mi["role"])
+	}
+	return addr, nil
+}
+
 // Rejoin brings a former master back as a replica of the current master,
 // as an operator would: it restarts the server at addr when it is not
 // running (with its AOF data when the group has AOF; its data is replaced
