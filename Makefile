@@ -116,13 +116,13 @@ deps-bench:
 ## bench: Go benchmarks of the routing hot path and of one reserve, then the full
 ## suite (a few minutes: router vs go-redis/Ring/twemproxy, inventory vs the seed,
 ## RPC, failover), which rewrites BENCHMARKS.md. Its last line is a JSON summary.
-bench: deps-redis deps-bench
+bench: deps-redis deps-sentinel deps-bench
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=1s ./router/
 	$(GO) test -run '^$$' -bench Reserve -benchmem -benchtime=1s ./inventory/
 	PATH="$$PATH:/usr/sbin" $(GO) run ./internal/cmd/bench --out BENCHMARKS.md
 
 ## bench-quick: the same suite shortened (under two minutes); prints a JSON summary as its last line.
-bench-quick: deps-redis deps-bench
+bench-quick: deps-redis deps-sentinel deps-bench
 	@PATH="$$PATH:/usr/sbin" $(GO) run ./internal/cmd/bench --quick
 
 ## generate: regenerate the protobuf and Connect code (tools installed with go install into bin/tools).

@@ -51,7 +51,8 @@ type Plan struct {
 	ProfileFor time.Duration
 
 	// Sections, when not empty, limits the run to these sections:
-	// "lookup", "router", "latency", "inventory", "rpc", "failover".
+	// "lookup", "router", "latency", "inventory", "rpc", "failover",
+	// "durability".
 	Sections []string
 }
 
@@ -107,6 +108,9 @@ type Results struct {
 	RPC       *RPCResult
 	Failover  *FailoverResult
 	Profile   *ProfileResult
+	// Durability is the cost of inventory.durability replica over a
+	// Sentinel group (durability.go).
+	Durability *DurabilityResult
 }
 
 // Run runs every section of the plan. progress receives one line per
@@ -160,6 +164,11 @@ func Run(ctx context.Context, p Plan, log *slog.Logger, progress func(string)) (
 	c.Close()
 	if p.runs("failover") {
 		if res.Failover, err = RunFailover(ctx, p, log, progress); err != nil {
+			return res, err
+		}
+	}
+	if p.runs("durability") {
+		if res.Durability, err = RunDurability(ctx, p, log, progress); err != nil {
 			return res, err
 		}
 	}
