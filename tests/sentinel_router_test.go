@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,6 +50,7 @@ func TestSentinelRouterFailoverUnderLoad(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	before := stableGoroutines()
 	r, ev := startRouter(t, &cfg)
 	waitUp(t, r, ev, "s1", "n2")
 	set, _ := r.Set("cache", "r")
@@ -159,6 +161,22 @@ func TestSentinelRouterFailoverUnderLoad(t *testing.T) {
 	direct := g.Client(t, promoted)
 	if n, err := direct.Exists(ctx, aKeys...).Result(); err != nil || n != int64(len(aKeys)) {
 		t.Errorf("promoted master holds %d of %d seeded keys (%v)", n, len(aKeys), err)
+	}
+
+	// Close leaks nothing: the failover clients' sentinel subscriptions,
+	// the replica read client and the clients retired at the failover.
+	if err := r.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	after := runtime.NumGoroutine()
+	for deadline := time.Now().Add(3 * time.Second); after > before && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		after = runtime.NumGoroutine()
+	}
+	if after > before {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Errorf("goroutines after Close = %d, want %d (before New)\n%s", after, before, buf)
 	}
 }
 
