@@ -47,27 +47,35 @@ func (c *cluster) startGroups(names []string) (map[string]config.Node, error) {
 }
 
 // master returns the server a node's data is on now: the node's process,
-// or its group's current master (nil when the sentinels do not agree).
+// or its group's current master (nil when no majority of the sentinels
+// names one within a few seconds, e.g. in the middle of a failover).
 func (c *cluster) master(name string) *redisproc.Server {
 	g := c.groups[name]
 	if g == nil {
 		return c.procs[name]
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	addr, err := g.Master(ctx)
-	if err != nil {
-		return nil
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		addr, err := g.Master(ctx)
+		cancel()
+		if err == nil {
+			return g.ByAddr(addr)
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return g.ByAddr(addr)
 }
 
-// nodeAddr returns where a node's data is now (see master).
+// nodeAddr returns where a node's data is now (see master); for a group
+// whose master cannot be told, the server that started as its master (its
+// reads then fail or are stale, and the checks say so).
 func (c *cluster) nodeAddr(name string) string {
 	if s := c.master(name); s != nil {
 		return s.Addr()
 	}
-	return c.procs[name].Addr() // a standalone node; a group without a master has none
+	return c.groups[name].Data[0].Addr()
 }
 
 // killMaster is the FaultKillMaster of node's group.

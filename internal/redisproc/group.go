@@ -56,8 +56,12 @@ type GroupOptions struct {
 // and the sentinels that monitor it. Which data server is the master
 // changes with failovers; ask [Group.Master].
 type Group struct {
-	Name      string
-	Data      []*Server // Data[0] started as the master
+	// Name is the master group's name the sentinels monitor.
+	Name string
+	// Data are the data servers; Data[0] started as the master, the
+	// others as its replicas.
+	Data []*Server
+	// Sentinels are the sentinel processes.
 	Sentinels []*Server
 	// Password is the data servers' requirepass ("" = none).
 	Password string
@@ -194,7 +198,7 @@ func (g *Group) Master(ctx context.Context) (string, error) {
 	return "", fmt.Errorf("redisproc: group %s: no majority of sentinels names one master (votes %v): %w", g.Name, votes, errors.Join(errs...))
 }
 
-// Info returns INFO section of the data server at addr.
+// info returns an INFO section of the data server at addr as a map.
 func (g *Group) info(ctx context.Context, addr, section string) (map[string]string, error) {
 	c := groupClient(addr, g.Password)
 	defer c.Close()
