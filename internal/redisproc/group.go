@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -43,9 +44,13 @@ type GroupOptions struct {
 	AOF      bool
 	Password string
 	Args     []string
-	// Dir is a base directory: the servers get Dir/server-N and
-	// Dir/sentinel-N. "" gives each its own temporary directory, removed
-	// by Close.
+	// Dir is a base directory: the data servers get Dir/server-N. ""
+	// gives each its own temporary directory, removed by Close. The
+	// sentinels always run in temporary directories (removed by Close) on
+	// /dev/shm when it is writable: a sentinel rewrites and fsyncs its
+	// configuration file on every state change, and on a disk loaded by
+	// other work (AOF fsyncs of many test servers) that fsync can stall it
+	// past down-after and make it see a healthy master as down.
 	Dir string
 	// KillWithParent is passed to every process (see Options).
 	KillWithParent bool
@@ -130,7 +135,7 @@ func StartGroup(opts GroupOptions) (*Group, error) {
 		conf = append(conf, fmt.Sprintf("sentinel auth-pass %s %s", opts.Name, opts.Password))
 	}
 	for i := 0; i < opts.Sentinels; i++ {
-		s, err := Start(Options{Dir: sub("sentinel", i), SentinelConf: strings.Join(conf, "\n"),
+		s, err := Start(Options{TempRoot: shmDir(), SentinelConf: strings.Join(conf, "\n"),
 			KillWithParent: opts.KillWithParent})
 		if err != nil {
 			return nil, fmt.Errorf("redisproc: group %s: sentinel %d: %w", opts.Name, i, err)
@@ -142,6 +147,32 @@ func StartGroup(opts GroupOptions) (*Group, error) {
 	}
 	ok = true
 	return g, nil
+}
+
+// shmDir returns /dev/shm when a directory can be made there, else "" (the
+// default temporary directory).
+func shmDir() string {
+	d, err := os.MkdirTemp("/dev/shm", "redisproc-probe-*")
+	if err != nil {
+		return ""
+	}
+	_ = os.Remove(d)
+	return "/dev/shm"
+}
+
+// Logs returns the last lines (up to n) of every process's log, one
+// section per process, for a test that failed.
+func (g *Group) Logs(n int) string {
+	var b strings.Builder
+	for _, s := range append(append([]*Server(nil), g.Data...), g.Sentinels...) {
+		data, _ := os.ReadFile(s.logPath())
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(lines) > n {
+			lines = lines[len(lines)-n:]
+		}
+		fmt.Fprintf(&b, "--- %s (%s) ---\n%s\n", s.Addr(), s.logPath(), strings.Join(lines, "\n"))
+	}
+	return b.String()
 }
 
 // SentinelAddrs returns the sentinels' addresses.

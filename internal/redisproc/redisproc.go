@@ -58,6 +58,10 @@ type Options struct {
 	// is made absolute, created (with parents, mode 0o755) if missing, and
 	// never removed by this package.
 	Dir string
+	// TempRoot is where Start creates the temporary directory when Dir is
+	// "".
+	// default: os.TempDir()
+	TempRoot string
 	// AOF enables append-only persistence with appendfsync always, so data
 	// written before a Kill (kill -9) survives a Restart.
 	AOF bool
@@ -121,7 +125,7 @@ func Start(opts Options) (*Server, error) {
 	}
 	s := &Server{bin: bin, opts: opts}
 	if opts.Dir == "" {
-		if s.dir, err = os.MkdirTemp("", "redisproc-*"); err != nil {
+		if s.dir, err = os.MkdirTemp(opts.TempRoot, "redisproc-*"); err != nil {
 			return nil, fmt.Errorf("redisproc: creating data dir: %w", err)
 		}
 		s.ownsDir = true

@@ -45,6 +45,9 @@ func StartGroup(t testing.TB, opts GroupOptions) *Group {
 	}
 	tg := &Group{t: t, g: g}
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs of group %s:\n%s", g.Name, g.Logs(40))
+		}
 		for _, s := range append(append([]*redisproc.Server(nil), g.Sentinels...), g.Data...) {
 			if err := s.Kill(); err != nil {
 				t.Errorf("redistest: %v", err)
