@@ -173,6 +173,11 @@ func (n *Node) Probe(ctx context.Context) error {
 	n.ident.incarnation, n.ident.gen = inc, gen
 	n.ident.mu.Unlock()
 
+	if reconnect && n.IsSentinel() {
+		if err := n.sentinelsAgree(ctx, n.MasterAddr()); err != nil {
+			return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: %w", err)}
+		}
+	}
 	if reconnect || n.settings.Load() == nil {
 		n.readSettings(ctx, probe) // first contact and every reconnect
 	}

@@ -3,7 +3,9 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -38,7 +40,10 @@ import (
 // (INFO replication inside the stamp script): a demoted master still
 // reachable on an old connection is refused ([ErrNotMaster]) and the probe
 // re-dials through the sentinels. A READONLY reply to a command counts as
-// a node failure for the same reason.
+// a node failure for the same reason. A reconnect probe (DOWN→UP)
+// succeeds only once every configured sentinel that answers names the
+// master it reached (sentinelsAgree): the node's clients each ask a
+// sentinel of their own, so until then some would still dial the old one.
 
 // ErrNotMaster is wrapped by a probe error of a Sentinel node when the
 // server reached is not (or no longer) the group's master: the sentinels
@@ -113,6 +118,61 @@ func (n *Node) factory(o redis.Options, replica bool) func() *redis.Client {
 			PipelineWriteBufferSize: o.PipelineWriteBufferSize,
 		})
 	}
+}
+
+// sentinelsAgree asks every configured sentinel, concurrently, which
+// server is the group's master, and returns nil when every sentinel that
+// answered names addr (and at least one answered). During a failover the
+// sentinels disagree for a moment (the leader names the promoted replica
+// first; the others learn it from its announcements), and each of the
+// node's clients asks a sentinel of its own: a node declared UP while
+// some still name the old master would send part of its commands there.
+func (n *Node) sentinelsAgree(ctx context.Context, addr string) error {
+	s := n.opts.Sentinel
+	type answer struct {
+		sentinel, master string
+		err              error
+	}
+	answers := make(chan answer, len(s.Addrs))
+	for _, a := range s.Addrs {
+		go func(a string) {
+			c := redis.NewSentinelClient(&redis.Options{
+				Addr: a, Username: s.Username, Password: s.Password, TLSConfig: n.opts.TLSConfig,
+				Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
+				DialTimeout: n.opts.ProbeTimeout, ReadTimeout: n.opts.ProbeTimeout, WriteTimeout: n.opts.ProbeTimeout,
+				ContextTimeoutEnabled: true,
+			})
+			defer c.Close()
+			v, err := c.GetMasterAddrByName(ctx, s.Master).Result()
+			if err == nil && len(v) != 2 {
+				err = fmt.Errorf("reply %v", v)
+			}
+			if err != nil {
+				answers <- answer{sentinel: a, err: err}
+				return
+			}
+			answers <- answer{sentinel: a, master: net.JoinHostPort(v[0], v[1])}
+		}(a)
+	}
+	var others []string
+	answered := 0
+	for range s.Addrs {
+		a := <-answers
+		if a.err != nil {
+			continue
+		}
+		answered++
+		if a.master != addr {
+			others = append(others, a.sentinel+" names "+a.master)
+		}
+	}
+	switch {
+	case answered == 0:
+		return fmt.Errorf("no sentinel of %v answered", s.Addrs)
+	case len(others) > 0:
+		return fmt.Errorf("the sentinels do not agree yet on the master of %s (%s reached; %s)", s.Master, addr, strings.Join(others, ", "))
+	}
+	return nil
 }
 
 // addrHook records the remote address of every connection the probe
