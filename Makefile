@@ -10,7 +10,7 @@ BUF_VERSION            := v1.50.0
 PROTOC_GEN_GO_VERSION  := v1.36.12
 CONNECT_GEN_VERSION    := v1.21.1
 
-.PHONY: all build test vet unit run drill bench bench-quick generate deps-redis deps-pg deps-bench clean
+.PHONY: all build test vet unit run drill drill-sentinel bench bench-quick generate deps-redis deps-pg deps-sentinel deps-bench clean
 
 all: build
 
@@ -40,13 +40,23 @@ deps-pg:
 	@p="$${SHARDIS_PG_BIN:+$$SHARDIS_PG_BIN/postgres}"; [ -n "$$p" ] || p=$$(ls -d /usr/lib/postgresql/*/bin/postgres 2>/dev/null | sort -V | tail -1); \
 		[ -n "$$p" ] || p=$$(command -v postgres); "$$p" --version
 
+## deps-sentinel: install redis-sentinel (Debian package redis-sentinel) when it is missing;
+## the Sentinel tests, drills, chaos topology and benchmarks start real sentinels.
+deps-sentinel: deps-redis
+	@if ! command -v redis-sentinel >/dev/null 2>&1; then \
+		echo "redis-sentinel not found: installing it from Debian's packages"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends redis-sentinel >/dev/null; \
+	fi
+	@redis-sentinel --version
+
 vet:
 	$(GO) vet ./...
 
-## test: vet plus every test with the race detector, against real redis-server and PostgreSQL processes
+## test: vet plus every test with the race detector, against real redis-server, redis-sentinel and PostgreSQL processes
 ## (every fuzz target's seed corpus runs as a plain test), then a short fuzz of the pure
 ## targets (fuzz-quick, about 30 s). make fuzz fuzzes all eight for longer.
-test: deps-redis deps-pg vet
+test: deps-redis deps-pg deps-sentinel vet
 	$(GO) test -race -count=1 -timeout 12m ./...
 	$(MAKE) fuzz-quick
 
@@ -93,11 +103,20 @@ run: deps-redis deps-pg build
 drill: deps-redis
 	$(GO) run ./internal/cmd/drill
 
+## drill-sentinel: per shard a master, a replica and three sentinels; kill -9 a master under order
+## load, report time to DOWN and to UP on the promoted replica, orders by code, check invariants.
+## DURABILITY=none|replica (default replica).
+drill-sentinel: deps-sentinel
+	$(GO) run ./internal/cmd/drill-sentinel --durability $(or $(DURABILITY),replica)
+
 ## chaos: seeded randomized run: clients + kill -9/SIGSTOP/drain/service restart, then every invariant
 ## checked; exits 1 on a violation. SEED=n replays a run (default: time-based), DURATION=60s (longer: e.g. 10m), CLIENTS=8.
+## SENTINEL=1: every node a Sentinel group (master, replica, 3 sentinels), durability replica, and the
+## nemesis kills (kill -9 master) and pauses masters; DURABILITY=none|replica overrides.
 .PHONY: chaos
-chaos: deps-redis
-	$(GO) run ./internal/cmd/chaos $(if $(SEED),--seed $(SEED)) --duration $(or $(DURATION),60s) --clients $(or $(CLIENTS),8)
+chaos: deps-redis $(if $(SENTINEL),deps-sentinel)
+	$(GO) run ./internal/cmd/chaos $(if $(SEED),--seed $(SEED)) --duration $(or $(DURATION),60s) --clients $(or $(CLIENTS),8) \
+		$(if $(SENTINEL),--sentinel) $(if $(DURABILITY),--durability $(DURABILITY))
 
 ## deps-bench: install nutcracker (twemproxy, the proxy baseline of the benchmarks) when it is missing.
 deps-bench:
@@ -111,13 +130,13 @@ deps-bench:
 ## bench: Go benchmarks of the routing hot path and of one reserve, then the full
 ## suite (a few minutes: router vs go-redis/Ring/twemproxy, inventory vs the seed,
 ## RPC, failover), which rewrites BENCHMARKS.md. Its last line is a JSON summary.
-bench: deps-redis deps-pg deps-bench
+bench: deps-redis deps-pg deps-sentinel deps-bench
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=1s ./router/
 	$(GO) test -run '^$$' -bench Reserve -benchmem -benchtime=1s ./inventory/
 	PATH="$$PATH:/usr/sbin" $(GO) run ./internal/cmd/bench --out BENCHMARKS.md
 
 ## bench-quick: the same suite shortened (under two minutes); prints a JSON summary as its last line.
-bench-quick: deps-redis deps-pg deps-bench
+bench-quick: deps-redis deps-pg deps-sentinel deps-bench
 	@PATH="$$PATH:/usr/sbin" $(GO) run ./internal/cmd/bench --quick
 
 ## generate: regenerate the protobuf and Connect code (tools installed with go install into bin/tools).

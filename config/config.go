@@ -71,13 +71,29 @@ type ServiceTLS struct {
 	ClientCAFile string `koanf:"client_ca_file"`
 }
 
-// Node is one standalone Redis endpoint.
+// Node is one Redis endpoint: a standalone server (Addr) or a master group
+// managed by Redis Sentinel (Sentinel). Exactly one of the two is set.
 type Node struct {
-	// Addr is the node's host:port. Required; unique across nodes.
+	// Addr is the node's host:port. Required unless Sentinel is set; unique
+	// across nodes.
 	Addr string `koanf:"addr"`
-	// Username is the ACL user name; empty means the default user.
+	// Sentinel makes the node a Sentinel-managed master group: shardis asks
+	// the sentinels for the group's current master and follows its
+	// promotions. Everything else about the node (its name on the ring,
+	// routes, weight, breaker, identity stamp) is unchanged.
+	// default: off (a standalone node at Addr)
+	Sentinel Sentinel `koanf:"sentinel"`
+	// ReadFrom is where the router's read path (Router.ReadClient) sends
+	// commands: "master", or "replica_preferred" (a replica of the group
+	// when the sentinels list a healthy one, else the master; Sentinel
+	// nodes only). Writes, Router.Client and the inventory always use the
+	// master.
+	// default: master ("" means master)
+	ReadFrom string `koanf:"read_from"`
+	// Username is the ACL user name of the data node(s); empty means the
+	// default user.
 	Username string `koanf:"username"`
-	// Password is the AUTH password; empty means no AUTH.
+	// Password is the AUTH password of the data node(s); empty means no AUTH.
 	Password string `koanf:"password"`
 	// DB is the logical database index.
 	// default: 0
@@ -90,6 +106,41 @@ type Node struct {
 	// other field is set.
 	// default: off
 	TLS NodeTLS `koanf:"tls"`
+}
+
+// ReadFrom values of [Node.ReadFrom].
+const (
+	// ReadFromMaster sends reads to the master, like writes.
+	ReadFromMaster = "master"
+	// ReadFromReplicaPreferred sends the router's reads to a replica of a
+	// Sentinel group when one is listed healthy, else to the master.
+	ReadFromReplicaPreferred = "replica_preferred"
+)
+
+// Sentinel configures a node that is a Sentinel-managed master group.
+type Sentinel struct {
+	// Master is the group's name as the sentinels know it (the name in
+	// `sentinel monitor NAME …`). Required with the block.
+	Master string `koanf:"master"`
+	// Addrs is a seed list of the sentinels' host:port (more are discovered
+	// from them). At least one.
+	Addrs []string `koanf:"addrs"`
+	// Username and Password authenticate to the sentinels (their ACL user
+	// and requirepass), not to the data nodes: those use the node's own
+	// username and password.
+	Username string `koanf:"username"`
+	Password string `koanf:"password"`
+	// TLS configures TLS to the sentinels and to the group's data nodes
+	// alike (go-redis dials both with one TLS configuration); the node's
+	// own tls key must stay empty. server_name defaults to the host of the
+	// address dialed.
+	// default: off
+	TLS NodeTLS `koanf:"tls"`
+}
+
+// On reports whether any sentinel key is set.
+func (s Sentinel) On() bool {
+	return s.Master != "" || len(s.Addrs) > 0 || s.Username != "" || s.Password != "" || s.TLS.On()
 }
 
 // NodeTLS configures TLS from shardis to one Redis node.
@@ -113,14 +164,26 @@ type NodeTLS struct {
 // On reports whether TLS is configured.
 func (t NodeTLS) On() bool { return t != NodeTLS{} }
 
-// String formats the node with its password redacted, so %v and %+v of a
+// String formats the node with its passwords redacted, so %v and %+v of a
 // Node never print a secret.
 func (n Node) String() string {
-	pw := ""
-	if n.Password != "" {
-		pw = "<redacted>"
+	if n.Sentinel.On() {
+		return fmt.Sprintf("{Sentinel:%v ReadFrom:%s Username:%s Password:%s DB:%d Weight:%d TLS:%+v}",
+			n.Sentinel, n.ReadFrom, n.Username, redact(n.Password), n.DB, n.Weight, n.TLS)
 	}
-	return fmt.Sprintf("{Addr:%s Username:%s Password:%s DB:%d Weight:%d TLS:%+v}", n.Addr, n.Username, pw, n.DB, n.Weight, n.TLS)
+	return fmt.Sprintf("{Addr:%s Username:%s Password:%s DB:%d Weight:%d TLS:%+v}", n.Addr, n.Username, redact(n.Password), n.DB, n.Weight, n.TLS)
+}
+
+// String formats the sentinel settings with the password redacted.
+func (s Sentinel) String() string {
+	return fmt.Sprintf("{Master:%s Addrs:%v Username:%s Password:%s TLS:%+v}", s.Master, s.Addrs, s.Username, redact(s.Password), s.TLS)
+}
+
+func redact(secret string) string {
+	if secret == "" {
+		return ""
+	}
+	return "<redacted>"
 }
 
 // String formats the service settings with the auth token redacted.
@@ -245,7 +308,33 @@ type Inventory struct {
 	// deadline); one arriving after a crashed attempt waits out the lease.
 	// default: 10s
 	AttemptLease time.Duration `koanf:"attempt_lease"`
+	// Durability is when a write script of the inventory (reserve, commit,
+	// confirm, cancel, settle, stock load …) counts as done: "none" when
+	// the master ran it; "replica" when at least one replica also has it
+	// (the script is followed on its connection by WAIT 1
+	// durability_timeout); "aof" when it is fsynced to the master's AOF
+	// and to one replica's (WAITAOF 1 1, Redis >= 7.2: refused at startup
+	// on older nodes). A write not acknowledged in time is an unknown
+	// outcome, handled like a timeout. See README "HA shards".
+	// default: none ("" means none)
+	Durability string `koanf:"durability"`
+	// DurabilityTimeout is the WAIT / WAITAOF timeout of durability
+	// replica and aof. It must be below client.command_timeout (the WAIT
+	// reply has to arrive within the read timeout).
+	// default: 500ms
+	DurabilityTimeout time.Duration `koanf:"durability_timeout"`
 }
+
+// Durability levels of [Inventory.Durability].
+const (
+	// DurabilityNone acknowledges a write once the master ran it.
+	DurabilityNone = "none"
+	// DurabilityReplica acknowledges a write once one replica has it (WAIT).
+	DurabilityReplica = "replica"
+	// DurabilityAOF acknowledges a write once it is fsynced to the
+	// master's AOF and to one replica's (WAITAOF, Redis >= 7.2).
+	DurabilityAOF = "aof"
+)
 
 // Default returns a Config holding every default and no nodes or servers.
 // It is the starting point [Load] decodes onto.
@@ -269,6 +358,8 @@ func Default() Config {
 			Retention:         7 * 24 * time.Hour,
 			RedoMaxAge:        0,
 			AttemptLease:      10 * time.Second,
+			Durability:        DurabilityNone,
+			DurabilityTimeout: 500 * time.Millisecond,
 		},
 		Sync: defaultSync(),
 	}

@@ -70,31 +70,40 @@ func (c *Config) problems() Problems {
 		ps.add("nodes", nil, "at least one node is required")
 	}
 	addrs := map[string]string{}
+	groups := map[string]string{} // "master@sentinel addr" → node name
 	for _, name := range sortedKeys(c.Nodes) {
 		n := c.Nodes[name]
 		p := "nodes." + name
 		checkName(&ps, p, name)
-		if n.Addr == "" {
-			ps.add(p+".addr", nil, "required (host:port)")
-		} else if checkAddr(&ps, p+".addr", n.Addr, false) {
+		switch {
+		case n.Sentinel.On() && n.Addr != "":
+			ps.add(p, nil, "set addr (a standalone node) or sentinel (a Sentinel master group), not both")
+		case n.Sentinel.On():
+			checkSentinel(&ps, p+".sentinel", name, n.Sentinel, groups)
+		case n.Addr == "":
+			ps.add(p+".addr", nil, "required (host:port), or a sentinel block for a Sentinel master group")
+		case checkAddr(&ps, p+".addr", n.Addr, false):
 			if other, dup := addrs[n.Addr]; dup {
 				ps.add(p+".addr", n.Addr, "same address as node "+other)
 			}
 			addrs[n.Addr] = name
 		}
+		switch n.ReadFrom {
+		case "", ReadFromMaster:
+		case ReadFromReplicaPreferred:
+			if !n.Sentinel.On() {
+				ps.add(p+".read_from", n.ReadFrom, "replica_preferred needs a sentinel block: a standalone node has no replicas to read from")
+			}
+		default:
+			ps.add(p+".read_from", n.ReadFrom, `must be "master" or "replica_preferred"`)
+		}
 		if n.DB < 0 {
 			ps.add(p+".db", n.DB, "must be >= 0")
 		}
-		if (n.TLS.CertFile == "") != (n.TLS.KeyFile == "") {
-			ps.add(p+".tls", nil, "cert_file and key_file go together")
+		if n.Sentinel.On() && n.TLS.On() {
+			ps.add(p+".tls", nil, "with sentinel, set sentinel.tls: go-redis dials the sentinels and the group's nodes with one TLS configuration")
 		}
-		for _, f := range []struct{ key, path string }{{"ca_file", n.TLS.CAFile}, {"cert_file", n.TLS.CertFile}, {"key_file", n.TLS.KeyFile}} {
-			if f.path != "" {
-				if _, err := os.Stat(f.path); err != nil {
-					ps.add(p+".tls."+f.key, f.path, "cannot read the file")
-				}
-			}
-		}
+		checkTLS(&ps, p+".tls", n.TLS)
 		if n.Weight < 1 || n.Weight > MaxWeight {
 			ps.add(p+".weight", n.Weight, fmt.Sprintf("must be between 1 and %d", MaxWeight))
 		}
@@ -181,7 +190,73 @@ func (c *Config) problems() Problems {
 		ps.add("inventory.redo_queues", inv.RedoQueues, "must be between 1 and 1024")
 	}
 	c.syncProblems(&ps)
+	switch inv.Durability {
+	case "", DurabilityNone:
+	case DurabilityReplica, DurabilityAOF:
+		checkDurabilityTimeout(&ps, inv.DurabilityTimeout, c.Client.CommandTimeout)
+	default:
+		ps.add("inventory.durability", inv.Durability, `must be "none", "replica" or "aof"`)
+	}
 	return ps
+}
+
+// checkDurabilityTimeout requires a WAIT timeout below the command timeout.
+func checkDurabilityTimeout(ps *Problems, d, commandTimeout time.Duration) {
+	if d <= 0 {
+		positive(ps, "inventory.durability_timeout", d)
+	} else if commandTimeout > 0 && d >= commandTimeout {
+		ps.add("inventory.durability_timeout", d.String(),
+			"must be below client.command_timeout ("+commandTimeout.String()+"): the WAIT reply has to arrive within the read timeout")
+	}
+}
+
+// checkSentinel checks the sentinel block of node name at path p, and that
+// no other node (recorded in groups) names the same master group.
+func checkSentinel(ps *Problems, p, name string, s Sentinel, groups map[string]string) {
+	if s.Master == "" {
+		ps.add(p+".master", nil, "required: the master group's name as the sentinels know it")
+	} else {
+		checkName(ps, p+".master", s.Master)
+	}
+	if len(s.Addrs) == 0 {
+		ps.add(p+".addrs", nil, "at least one sentinel host:port is required")
+	}
+	seen := map[string]bool{}
+	for i, a := range s.Addrs {
+		ip := p + ".addrs[" + strconv.Itoa(i) + "]"
+		if !checkAddr(ps, ip, a, false) {
+			continue
+		}
+		if seen[a] {
+			ps.add(ip, a, "sentinel listed twice")
+		}
+		seen[a] = true
+		if s.Master == "" {
+			continue
+		}
+		key := s.Master + "@" + a
+		if other, dup := groups[key]; dup && other != name {
+			ps.add(p+".master", s.Master, "same master group (same sentinel "+a+") as node "+other)
+			continue
+		}
+		groups[key] = name
+	}
+	checkTLS(ps, p+".tls", s.TLS)
+}
+
+// checkTLS checks a TLS block at path p: the certificate and key go
+// together and every named file can be read.
+func checkTLS(ps *Problems, p string, t NodeTLS) {
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		ps.add(p, nil, "cert_file and key_file go together")
+	}
+	for _, f := range []struct{ key, path string }{{"ca_file", t.CAFile}, {"cert_file", t.CertFile}, {"key_file", t.KeyFile}} {
+		if f.path != "" {
+			if _, err := os.Stat(f.path); err != nil {
+				ps.add(p+"."+f.key, f.path, "cannot read the file")
+			}
+		}
+	}
 }
 
 // checkName requires names usable as node identities and in Redis keys.

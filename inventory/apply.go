@@ -113,7 +113,7 @@ func (a *applier) node(name string) (*node.Node, error) {
 		return nil, fmt.Errorf("node %s is in the current topology but not in --config: pass --from with a configuration that gives its address: %w", name, err)
 	}
 	if !n.Usable() {
-		return nil, fmt.Errorf("%w: node %s is unavailable (%s): every node of both topologies must answer", ErrUnavailable, name, unusableReason(n))
+		return nil, fmt.Errorf("%w: node %s is unavailable (%s): every node of both topologies must answer", ErrUnavailable, name, a.inv.unusableReason(n))
 	}
 	return n, nil
 }
@@ -433,7 +433,11 @@ func ReadTopology(ctx context.Context, cfg *config.Config) ([]TopologyRecord, ma
 	errs := map[string]error{}
 	for _, n := range r.Nodes() {
 		if !n.Usable() {
-			errs[n.Name()] = fmt.Errorf("%w: %s", ErrUnavailable, unusableReason(n))
+			reason := "breaker open"
+			if err := n.DownReason(); err != nil {
+				reason = err.Error()
+			}
+			errs[n.Name()] = fmt.Errorf("%w: %s", ErrUnavailable, reason)
 			out = append(out, TopologyRecord{Node: n.Name()})
 			continue
 		}

@@ -150,7 +150,9 @@ type Inventory struct {
 type atomicView = atomic.Pointer[view]
 
 // New builds the inventory over r, using r.Config().Inventory. The
-// inventory server key must be configured.
+// inventory server key must be configured. With inventory.durability aof
+// it fails when a node of the inventory reports a Redis older than 7.2
+// (no WAITAOF), naming the node and its version.
 func New(r *router.Router, opts Options) (*Inventory, error) {
 	return newInventory(r, opts, false)
 }
@@ -194,6 +196,9 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 		return nil, err
 	}
 	inv.homes = ring
+	if err := checkAOFVersions(cfg.Inventory.Durability, inv.members); err != nil {
+		return nil, fmt.Errorf("inventory: %w", err)
+	}
 	inv.topo.self = TopologyOf(cfg)
 	inv.topo.noInit = noInit
 	inv.topo.fp = inv.topo.self.Fingerprint()
@@ -238,22 +243,31 @@ func (inv *Inventory) Nodes() []*node.Node { return append([]*node.Node(nil), in
 // over: an order's decision lives on one node.
 func (inv *Inventory) orderHome(orderID string) (*node.Node, error) {
 	n := inv.members[inv.homes.Home("order:"+orderID)]
-	if !usable(n) {
-		return nil, fmt.Errorf("%w: order %q: its home node %s is unavailable: %v", ErrUnavailable, orderID, n.Name(), unusableReason(n))
+	if !inv.usable(n) {
+		return nil, fmt.Errorf("%w: order %q: its home node %s is unavailable: %v", ErrUnavailable, orderID, n.Name(), inv.unusableReason(n))
 	}
 	return n, nil
 }
 
-// usable reports whether the inventory may use n now: it admits commands
-// and its maxmemory-policy cannot evict keys (inventory data must never be
+// usable reports whether the inventory may use n now: it admits commands,
+// its maxmemory-policy cannot evict keys (inventory data must never be
 // dropped by Redis; the node's settings are read at first contact and on
-// every reconnect).
-func usable(n *node.Node) bool { return n.Usable() && !n.Evicts() }
+// every reconnect), and it can give the configured durability.
+func (inv *Inventory) usable(n *node.Node) bool {
+	if !n.Usable() || n.Evicts() {
+		return false
+	}
+	_, old := inv.tooOld(n)
+	return !old
+}
 
-// unusableReason says why usable(n) is false.
-func unusableReason(n *node.Node) string {
+// unusableReason says why inv.usable(n) is false.
+func (inv *Inventory) unusableReason(n *node.Node) string {
 	if s, _ := n.Settings(); s.Evicts() {
 		return "maxmemory-policy " + s.MaxmemoryPolicy + " can evict keys: not used for inventory data (set noeviction)"
+	}
+	if why, old := inv.tooOld(n); old {
+		return why
 	}
 	if err := n.DownReason(); err != nil {
 		return err.Error()

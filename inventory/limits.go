@@ -90,7 +90,7 @@ func (inv *Inventory) ConvergeLimits(ctx context.Context, name string) (int, err
 		}
 		done := true
 		for _, m := range set.Nodes() {
-			if !usable(m) {
+			if !inv.usable(m) {
 				done = false
 				continue
 			}

@@ -117,7 +117,7 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 	var reqs []partReq
 	for i, it := range items {
 		set, _ := inv.set(it.Route)
-		if firstChoice(set, orderID+it.SKU) != home {
+		if inv.firstChoice(set, orderID+it.SKU) != home {
 			return Reservation{}, false, nil
 		}
 		reqs = append(reqs, partReq{
@@ -189,10 +189,10 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 
 // firstChoice returns the node the general path would take an item from
 // first: the first enabled, usable candidate (nil if none).
-func firstChoice(set *router.Set, key string) *node.Node {
+func (inv *Inventory) firstChoice(set *router.Set, key string) *node.Node {
 	rk := set.Key()
 	for _, n := range set.Candidates(key) {
-		if n.RouteEnabled(rk) && usable(n) {
+		if n.RouteEnabled(rk) && inv.usable(n) {
 			return n
 		}
 	}

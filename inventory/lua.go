@@ -34,7 +34,9 @@ import (
 // did not fail; every script replies {seq, body reply}, and [Inventory.run]
 // hands the seq of a write script to [node.Node.ObserveSeq], so this
 // process knows the highest write sequence each node acknowledged (the
-// witness that detects a node coming back with older data).
+// witness that detects a node coming back with older data). With
+// inventory.durability replica or aof a write script is acknowledged only
+// once a replica (or the AOFs) has it (durability.go).
 //
 // Scripts validate everything before their first write, because Redis does
 // not undo the writes of a script that fails halfway: an error reply means
@@ -106,7 +108,13 @@ func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys 
 	a := make([]any, 0, len(args)+3)
 	a = append(a, n.Name(), v.token, "")
 	a = append(a, args...)
-	raw, err := s.s.Run(ctx, n.Client(), k, a...).Slice()
+	exec := func() ([]any, error) {
+		if s.write && inv.durable() {
+			return inv.runDurable(ctx, n, s, k, a) // durability.go
+		}
+		return s.s.Run(ctx, n.Client(), k, a...).Slice()
+	}
+	raw, err := exec()
 	if err != nil {
 		err = nodeErr(n, err)
 		if !errors.Is(err, ErrTopology) {
@@ -121,7 +129,7 @@ func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys 
 			return nil, err
 		}
 		a[1] = v2.token
-		if raw, err = s.s.Run(ctx, n.Client(), k, a...).Slice(); err != nil {
+		if raw, err = exec(); err != nil {
 			return nil, nodeErr(n, err)
 		}
 	}

@@ -91,9 +91,9 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 		return fmt.Errorf("%w: %w: order %q: its record is being moved off node %s, which left the topology; retry when `shardis topology apply` has finished",
 			ErrUnavailable, ErrTopology, orderID, from)
 	}
-	if !usable(src) {
+	if !inv.usable(src) {
 		return fmt.Errorf("%w: order %q: its record is being moved from node %s, which is unavailable: %s",
-			ErrUnavailable, orderID, from, unusableReason(src))
+			ErrUnavailable, orderID, from, inv.unusableReason(src))
 	}
 	out, err := inv.run(ctx, src, orderMoveOutScript, []string{orderKey(orderID)}, v.token)
 	if err != nil {
@@ -135,7 +135,7 @@ func (inv *Inventory) quotaElsewhere(ctx context.Context, v *view, route, sku, u
 		return 0
 	}
 	n, err := inv.r.Node(prev)
-	if err != nil || !usable(n) {
+	if err != nil || !inv.usable(n) {
 		return -1
 	}
 	out, err := inv.run(ctx, n, quotaReadScript, []string{quotaKey(route, sku, userID)})

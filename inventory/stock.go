@@ -74,7 +74,7 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 	rk := set.Key()
 	var targets []*node.Node
 	for _, n := range set.Candidates(sku) {
-		if n.RouteEnabled(rk) && usable(n) {
+		if n.RouteEnabled(rk) && inv.usable(n) {
 			targets = append(targets, n)
 		}
 	}
@@ -84,7 +84,7 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 	if perUserLimit >= 0 {
 		var down []string
 		for _, n := range set.Nodes() {
-			if !usable(n) {
+			if !inv.usable(n) {
 				down = append(down, n.Name())
 			}
 		}
@@ -111,7 +111,7 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 	)
 	for _, n := range set.Nodes() {
 		add, isTarget := share[n.Name()]
-		if !isTarget && !usable(n) {
+		if !isTarget && !inv.usable(n) {
 			continue
 		}
 		wg.Add(1)

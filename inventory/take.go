@@ -45,7 +45,7 @@ func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline 
 		rk := set.Key()
 		st := itemState{set: set, need: it.Quantity}
 		for _, n := range set.Candidates(orderID + it.SKU) {
-			if n.RouteEnabled(rk) && usable(n) {
+			if n.RouteEnabled(rk) && inv.usable(n) {
 				st.cands = append(st.cands, n)
 			}
 		}
@@ -72,7 +72,7 @@ func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline 
 		for _, k := range order {
 			set, _ := inv.set(k.route) // validated by checkReserve
 			n := set.Nodes()[set.Ring().Home("user:"+userID)]
-			if !usable(n) {
+			if !inv.usable(n) {
 				quotaDown[k] = n.Name()
 				continue
 			}
@@ -170,7 +170,7 @@ func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline 
 		it := items[i]
 		if st.usable == 0 {
 			return taken, unknown, fmt.Errorf("%w: items[%d] %s/%s: no enabled, usable node in the route (%s)",
-				ErrUnavailable, i, it.Route, it.SKU, describeNodes(st.set))
+				ErrUnavailable, i, it.Route, it.SKU, inv.describeNodes(st.set))
 		}
 		return taken, unknown, fmt.Errorf("%w: items[%d] sku %s (route %s): wanted %d, %d available on %d usable node(s)",
 			ErrInsufficientStock, i, it.SKU, it.Route, it.Quantity, it.Quantity-st.need, st.usable)
@@ -180,7 +180,7 @@ func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline 
 
 // describeNodes says why each node of a set cannot take stock, e.g.
 // "n1 down, n2 drained".
-func describeNodes(set *router.Set) string {
+func (inv *Inventory) describeNodes(set *router.Set) string {
 	var parts []string
 	for _, n := range set.Nodes() {
 		switch {
@@ -191,10 +191,14 @@ func describeNodes(set *router.Set) string {
 		case n.Evicts():
 			s, _ := n.Settings()
 			parts = append(parts, n.Name()+" refused: maxmemory-policy "+s.MaxmemoryPolicy+" can evict keys")
-		case !usable(n):
+		case !n.Usable():
 			parts = append(parts, n.Name()+" breaker open")
 		default:
-			parts = append(parts, n.Name()+" up")
+			if why, old := inv.tooOld(n); old {
+				parts = append(parts, n.Name()+" refused: "+why)
+			} else {
+				parts = append(parts, n.Name()+" up")
+			}
 		}
 	}
 	return strings.Join(parts, ", ")
@@ -287,8 +291,13 @@ func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, toke
 }
 
 // outcomeUnknown reports whether a failed call may have run on the node.
-// A refusal before the network, or an error reply, means it did not.
+// A refusal before the network, or an error reply, means it did not; a
+// write the durability level did not see acknowledged ([ErrNotDurable])
+// ran on the master and may or may not survive a failover.
 func outcomeUnknown(err error) bool {
+	if errors.Is(err, ErrNotDurable) {
+		return true // ran on the master, not acknowledged by a replica
+	}
 	if errors.Is(err, node.ErrDown) || errors.Is(err, node.ErrBreakerOpen) {
 		return false
 	}

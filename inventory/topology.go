@@ -390,7 +390,7 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 func (inv *Inventory) readRecords(ctx context.Context, nodes []*node.Node) (recs []TopologyRecord, unread []string) {
 	for _, n := range nodes {
 		if !n.Usable() {
-			unread = append(unread, n.Name()+": "+unusableReason(n))
+			unread = append(unread, n.Name()+": "+inv.unusableReason(n))
 			continue
 		}
 		r, err := readRecord(ctx, n)

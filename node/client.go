@@ -18,8 +18,8 @@ import (
 // commands still running on it have timed out.
 type clients struct {
 	n          *Node
-	opts       redis.Options
-	dialFailed atomic.Bool // set by the dial hook
+	mk         func() *redis.Client // a new unhooked client (node.factory)
+	dialFailed atomic.Bool          // set by the dial hook
 
 	cur     atomic.Pointer[redis.Client] // swapped under mu, read lock-free
 	mu      sync.Mutex
@@ -28,8 +28,8 @@ type clients struct {
 	closed  bool                            // guarded by mu
 }
 
-func newClients(n *Node, opts redis.Options) *clients {
-	c := &clients{n: n, opts: opts, retired: map[*redis.Client]*time.Timer{}, inner: map[*redis.Client]*redis.Client{}}
+func newClients(n *Node, mk func() *redis.Client) *clients {
+	c := &clients{n: n, mk: mk, retired: map[*redis.Client]*time.Timer{}, inner: map[*redis.Client]*redis.Client{}}
 	c.cur.Store(c.build())
 	return c
 }
@@ -40,8 +40,7 @@ func newClients(n *Node, opts redis.Options) *clients {
 // through its client's process hooks itself, which must not lead back
 // into the redirect.
 func (c *clients) build() *redis.Client {
-	opts := c.opts
-	cl := redis.NewClient(&opts)
+	cl := c.mk()
 	for _, h := range c.n.opts.Hooks {
 		cl.AddHook(h)
 	}
@@ -52,8 +51,7 @@ func (c *clients) build() *redis.Client {
 	p := &pipeliner{n: c.n}
 	cl.AddHook(p) // outermost: the node's hook sees pipelined commands as batches
 	cl.AddHook(hook{c.n})
-	inOpts := c.opts
-	inner := redis.NewClient(&inOpts)
+	inner := c.mk()
 	inner.AddHook(hook{c.n})
 	cfg := *c.n.opts.Pipeline
 	ap, err := inner.AsyncAutoPipelineWithOptions(&cfg)
@@ -81,10 +79,11 @@ func (c *clients) closeClient(cl *redis.Client) error {
 
 func (c *clients) get() *redis.Client { return c.cur.Load() }
 
-// renewIfDialFailed replaces the client when dials failed since the last
-// renewal. Called on DOWN→UP.
-func (c *clients) renewIfDialFailed() {
-	if !c.dialFailed.Swap(false) {
+// renew replaces the client when dials failed since the last renewal, or
+// always when force is set (a Sentinel group, whose master may have
+// changed). Called on DOWN→UP.
+func (c *clients) renew(force bool) {
+	if !c.dialFailed.Swap(false) && !force {
 		return
 	}
 	fresh := c.build()

@@ -105,10 +105,45 @@ func (n *Node) admit() (*guard, func(error), error) {
 	return g, done, nil
 }
 
+// admitRead admits a command of the replica read client: refused at once
+// while the node is DOWN or its breaker is open, like any command, but it
+// takes no breaker trial (its outcome is not reported there).
+func (n *Node) admitRead() error {
+	if State(n.state.Load()) != StateUp {
+		return n.refusal(fmt.Errorf("%w: %v", ErrDown, n.downText()))
+	}
+	if !n.guard.Load().usable() {
+		return n.refusal(ErrBreakerOpen)
+	}
+	return nil
+}
+
+// observeRead runs a replica read and reports its duration to Observe. A
+// replica's failure is not the master's: nothing else is told.
+func (n *Node) observeRead(ctx context.Context, run func() error) error {
+	if n.opts.Observe == nil {
+		return run()
+	}
+	start := time.Now()
+	err := run()
+	n.opts.Observe(time.Since(start), IsFailure(ctx, err))
+	return err
+}
+
+// failed reports whether err is a node failure of this node: [IsFailure],
+// and for a Sentinel node also a READONLY reply (the server reached was
+// demoted: the group's master moved).
+func (n *Node) failed(ctx context.Context, err error) bool {
+	if IsFailure(ctx, err) {
+		return true
+	}
+	return n.opts.Sentinel != nil && err != nil && redis.IsReadOnlyError(err)
+}
+
 // record reports a command's outcome to the breaker generation it was
 // admitted under and, on a node failure, to OnFailure.
 func (n *Node) record(ctx context.Context, g *guard, done func(error), err error, start time.Time) {
-	failure := IsFailure(ctx, err)
+	failure := n.failed(ctx, err)
 	if n.opts.Observe != nil {
 		n.opts.Observe(time.Since(start), failure)
 	}

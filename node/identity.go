@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,8 +24,13 @@ const StampKey = "shardis:node"
 // stampScript reads the stamp, writing a fresh one when it is missing and
 // ARGV[4] is "1" (nobody witnessed the node before). Returns {name,
 // incarnation, created(0|1), seq, gen}; name "" when the stamp is missing
-// and was not written.
+// and was not written. With ARGV[5] "1" (a Sentinel node) it first
+// refuses, with SHARDIS_REPLICA, a server that is not a master.
 var stampScript = redis.NewScript(`
+if ARGV[5] == '1' then
+  local role = string.match(redis.call('INFO', 'replication'), 'role:(%a+)')
+  if role ~= 'master' then return redis.error_reply('SHARDIS_REPLICA role:' .. tostring(role)) end
+end
 local f = redis.call('HMGET', KEYS[1], 'name', 'incarnation', 'seq', 'gen')
 if not f[1] then
   if ARGV[4] ~= '1' then return {'', '', 0, 0, 0} end
@@ -101,10 +107,21 @@ func (n *Node) Probe(ctx context.Context) error {
 	if witnessed || (n.opts.Critical && n.Incarnation() != "") {
 		allow = "0"
 	}
+	masterOnly := "0"
+	if n.IsSentinel() {
+		masterOnly = "1"
+	}
 	res, err := stampScript.Run(ctx, probe, []string{StampKey},
-		n.opts.Name, newIncarnation(), strconv.FormatInt(time.Now().UnixMilli(), 10), allow).Slice()
+		n.opts.Name, newIncarnation(), strconv.FormatInt(time.Now().UnixMilli(), 10), allow, masterOnly).Slice()
 	if err != nil {
 		var reply redis.Error
+		if errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "SHARDIS_REPLICA") {
+			// A demoted master on an old connection: dial through the
+			// sentinels again.
+			n.resetProbe(probe)
+			return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: %w (%s at %s)", ErrNotMaster,
+				strings.TrimPrefix(reply.Error(), "SHARDIS_REPLICA "), n.MasterAddr())}
+		}
 		if !errors.As(err, &reply) {
 			n.resetProbe(probe) // the connection failed, not the node's script
 		}
@@ -156,6 +173,11 @@ func (n *Node) Probe(ctx context.Context) error {
 	n.ident.incarnation, n.ident.gen = inc, gen
 	n.ident.mu.Unlock()
 
+	if reconnect && n.IsSentinel() {
+		if err := n.sentinelsAgree(ctx, n.MasterAddr()); err != nil {
+			return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: %w", err)}
+		}
+	}
 	if reconnect || n.settings.Load() == nil {
 		n.readSettings(ctx, probe) // first contact and every reconnect
 	}

@@ -49,15 +49,22 @@ type RouteKey struct {
 // String returns "server/route".
 func (k RouteKey) String() string { return k.Server + "/" + k.Route }
 
-// Options configures [New]. Name and Addr are required; every other zero
-// value means its default.
+// Options configures [New]. Name, and Addr or Sentinel, are required;
+// every other zero value means its default.
 type Options struct {
 	// Name is the node's configured name: its ring identity and the name
 	// written into its stamp.
 	Name string
-	// Addr is host:port.
+	// Addr is host:port of a standalone node. For a Sentinel node it is
+	// only the name shown in errors and logs.
+	// default: "sentinel:" + Sentinel.Master for a Sentinel node
 	Addr string
-	// Username and Password authenticate (ACL user, requirepass).
+	// Sentinel, when set, makes the node a Sentinel-managed master group
+	// (sentinel.go): every client follows the group's current master.
+	// default: nil (a standalone node at Addr)
+	Sentinel *SentinelOptions
+	// Username and Password authenticate to the data node(s) (ACL user,
+	// requirepass).
 	Username, Password string
 	// DB is the logical database.
 	DB int
@@ -150,11 +157,15 @@ type Node struct {
 	client *clients // hooked clients: every command is admitted first
 	// probe is a one-connection client without the hook: probes bypass
 	// state and breaker. It is replaced after a probe failed on the
-	// connection (see resetProbe); probeOpts is its template.
+	// connection (see resetProbe); newProbe builds it.
 	probeMu     sync.Mutex
 	probe       *redis.Client // guarded by probeMu
-	probeOpts   redis.Options
+	newProbe    func() *redis.Client
 	probeClosed bool // guarded by probeMu
+
+	newReadClient func() *redis.Client // the replica read client's factory (sentinel.go)
+	read          readClient
+	masterAddr    atomic.Pointer[string] // where the probe last connected (sentinel.go)
 
 	state     atomic.Int32              // a State
 	guard     atomic.Pointer[guard]     // the current breaker generation; a fresh one on DOWN→UP (breaker.go)
@@ -170,8 +181,16 @@ type Node struct {
 // New returns a Node in [StateDown] (not yet probed). It does not connect:
 // go-redis dials lazily, and the first [Node.Probe] establishes state.
 func New(opts Options) (*Node, error) {
+	if s := opts.Sentinel; s != nil {
+		if s.Master == "" || len(s.Addrs) == 0 {
+			return nil, fmt.Errorf("node %s: Sentinel needs Master and at least one of Addrs", opts.Name)
+		}
+		if opts.Addr == "" {
+			opts.Addr = "sentinel:" + s.Master
+		}
+	}
 	if opts.Name == "" || opts.Addr == "" {
-		return nil, errors.New("node: Name and Addr are required")
+		return nil, errors.New("node: Name and Addr (or Sentinel) are required")
 	}
 	opts.setDefaults()
 	n := &Node{opts: opts, log: opts.Logger.With("node", opts.Name, "addr", opts.Addr)}
@@ -199,7 +218,8 @@ func New(opts Options) (*Node, error) {
 		PoolSize:                 opts.PoolSize,
 		PoolTimeout:              opts.CommandTimeout,
 	}
-	n.client = newClients(n, base)
+	n.client = newClients(n, n.factory(base, false))
+	n.newReadClient = n.factory(base, true)
 
 	probe := base
 	probe.PoolSize = 1
@@ -208,8 +228,14 @@ func New(opts Options) (*Node, error) {
 	probe.ReadTimeout = opts.ProbeTimeout
 	probe.WriteTimeout = opts.ProbeTimeout
 	probe.PoolTimeout = opts.ProbeTimeout
-	n.probeOpts = probe
-	n.probe = redis.NewClient(&probe)
+	probe.PipelinePoolSize = -1 // the probe's pipelines share its one connection
+	mkProbe := n.factory(probe, false)
+	n.newProbe = func() *redis.Client {
+		c := mkProbe()
+		c.AddHook(addrHook{n})
+		return c
+	}
+	n.probe = n.newProbe()
 
 	n.guard.Store(n.newGuard())
 	n.setDownErr(errors.New("not probed yet"))
@@ -219,7 +245,9 @@ func New(opts Options) (*Node, error) {
 // Name returns the configured name.
 func (n *Node) Name() string { return n.opts.Name }
 
-// Addr returns host:port.
+// Addr returns host:port of a standalone node, or the name given to a
+// Sentinel node ("sentinel:MASTER" by default; see [Node.MasterAddr] for
+// where its master is).
 func (n *Node) Addr() string { return n.opts.Addr }
 
 // Client returns the node's go-redis client. Every command, pipeline and
@@ -294,7 +322,9 @@ func (n *Node) SetUp() bool {
 	}
 	n.guard.Store(n.newGuard())
 	n.downErr.Store(nil)
-	n.client.renewIfDialFailed()
+	// A Sentinel group's master may have changed while it was DOWN: no
+	// pooled connection to a former master may survive.
+	n.client.renew(n.IsSentinel())
 	return true
 }
 
@@ -335,7 +365,7 @@ func (n *Node) Close() error {
 		n.probeClosed = true
 		probe := n.probe
 		n.probeMu.Unlock()
-		err = errors.Join(n.client.close(), probe.Close())
+		err = errors.Join(n.client.close(), probe.Close(), n.closeRead())
 	})
 	return err
 }
@@ -359,8 +389,7 @@ func (n *Node) resetProbe(old *redis.Client) {
 		n.probeMu.Unlock()
 		return
 	}
-	opts := n.probeOpts
-	n.probe = redis.NewClient(&opts)
+	n.probe = n.newProbe()
 	n.probeMu.Unlock()
 	_ = old.Close()
 }

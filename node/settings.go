@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -13,6 +15,22 @@ type Settings struct {
 	MaxmemoryPolicy string // noeviction, allkeys-lru, volatile-ttl …
 	AppendOnly      string // yes | no
 	AppendFsync     string // always | everysec | no
+	Version         string // redis_version of INFO server, e.g. 7.0.15
+}
+
+// AtLeast reports whether Version is major.minor or newer; false when the
+// version is unknown.
+func (s Settings) AtLeast(major, minor int) bool {
+	parts := strings.SplitN(s.Version, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || (ma == major && mi >= minor)
 }
 
 // Evicts reports whether the node may drop keys under memory pressure:
@@ -84,6 +102,13 @@ func (n *Node) readSettings(ctx context.Context, probe *redis.Client) {
 		}
 	} else {
 		n.log.Warn("cannot read the node's eviction and persistence settings (CONFIG GET)", "err", err)
+	}
+	if info, err := probe.Info(ctx, "server").Result(); err == nil {
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+				s.Version = v
+			}
+		}
 	}
 	prev := n.settings.Swap(&s)
 	if prev != nil && *prev == s {

@@ -133,6 +133,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 		}
 		n, err := node.New(node.Options{
 			Name: name, Addr: nc.Addr, Username: nc.Username, Password: nc.Password, DB: nc.DB,
+			Sentinel:           sentinelOptions(nc),
 			TLSConfig:          tlsCfg,
 			Routes:             routesOf[name],
 			DialTimeout:        cfg.Health.Timeout,
@@ -187,6 +188,20 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 	case <-ctx.Done():
 	}
 	return r, nil
+}
+
+// sentinelOptions returns the Sentinel settings of a node, nil for a
+// standalone node.
+func sentinelOptions(nc config.Node) *node.SentinelOptions {
+	if !nc.Sentinel.On() {
+		return nil
+	}
+	s := nc.Sentinel
+	return &node.SentinelOptions{
+		Master: s.Master, Addrs: append([]string(nil), s.Addrs...),
+		Username: s.Username, Password: s.Password,
+		ReadFromReplicas: nc.ReadFrom == config.ReadFromReplicaPreferred,
+	}
 }
 
 // pipelineOptions turns the pipeline configuration into go-redis's
@@ -261,6 +276,21 @@ func (r *Router) Client(server, route, key string) (*redis.Client, error) {
 	return n.Client(), nil
 }
 
+// ReadClient is [Router.Client] for the read path: the client of the
+// key's node (the same node Client picks) that honours the node's
+// read_from. For a Sentinel node with read_from replica_preferred it sends
+// commands to a replica of the group when one is healthy (reads may lag
+// the master: replication is asynchronous), otherwise the master; for
+// every other node it is the node's client. Do not write through it and
+// do not Close it.
+func (r *Router) ReadClient(server, route, key string) (*redis.Client, error) {
+	n, err := r.Pick(server, route, key)
+	if err != nil {
+		return nil, err
+	}
+	return n.ReadClient(), nil
+}
+
 // Node returns a node by name, or an error wrapping [ErrUnknownNode].
 func (r *Router) Node(name string) (*node.Node, error) {
 	n := r.nodes[name]
@@ -300,7 +330,9 @@ func (r *Router) SetRouteEnabled(ctx context.Context, nodeName, server, route st
 
 // NodeStatus is a snapshot of one node for status displays.
 type NodeStatus struct {
-	Name         string
+	Name string
+	// Addr is host:port of a standalone node; for a Sentinel node
+	// "sentinel:MASTER (master HOST:PORT)", the master as last connected.
 	Addr         string
 	State        node.State
 	DownReason   error // nil when UP
@@ -321,8 +353,12 @@ func (r *Router) Status() []NodeStatus {
 	for _, name := range r.names {
 		n := r.nodes[name]
 		failed, _, _ := r.sched.Status(name)
+		addr := n.Addr()
+		if m := n.MasterAddr(); n.IsSentinel() && m != "" {
+			addr += " (master " + m + ")"
+		}
 		st := NodeStatus{
-			Name: name, Addr: n.Addr(), State: n.State(), DownReason: n.DownReason(),
+			Name: name, Addr: addr, State: n.State(), DownReason: n.DownReason(),
 			Breaker: n.BreakerState(), FailedProbes: failed, Incarnation: n.Incarnation(),
 			Routes: n.Routes(),
 		}

@@ -11,31 +11,37 @@ import (
 )
 
 // nodeTLS builds the TLS configuration of a node, or nil when TLS is off.
+// A Sentinel node's comes from sentinel.tls and serves the sentinels and
+// the group's data nodes alike; its server name, unless set, is the host
+// of each address dialed (crypto/tls fills it in per connection).
 func nodeTLS(name string, n config.Node) (*tls.Config, error) {
-	t := n.TLS
+	t, path := n.TLS, "nodes."+name+".tls"
+	if n.Sentinel.On() {
+		t, path = n.Sentinel.TLS, "nodes."+name+".sentinel.tls"
+	}
 	if !t.On() {
 		return nil, nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
-	if cfg.ServerName == "" {
+	if cfg.ServerName == "" && !n.Sentinel.On() {
 		host, _, _ := net.SplitHostPort(n.Addr)
 		cfg.ServerName = host
 	}
 	if t.CAFile != "" {
 		pem, err := os.ReadFile(t.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("nodes.%s.tls.ca_file: %w", name, err)
+			return nil, fmt.Errorf("%s.ca_file: %w", path, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("nodes.%s.tls.ca_file %s: no PEM certificate found", name, t.CAFile)
+			return nil, fmt.Errorf("%s.ca_file %s: no PEM certificate found", path, t.CAFile)
 		}
 		cfg.RootCAs = pool
 	}
 	if t.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("nodes.%s.tls: client certificate: %w", name, err)
+			return nil, fmt.Errorf("%s: client certificate: %w", path, err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}

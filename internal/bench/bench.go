@@ -56,7 +56,8 @@ type Plan struct {
 	SyncFor, SyncBacklog time.Duration
 
 	// Sections, when not empty, limits the run to these sections:
-	// "lookup", "router", "latency", "inventory", "rpc", "sync", "failover".
+	// "lookup", "router", "latency", "inventory", "rpc", "sync", "failover",
+	// "durability".
 	Sections []string
 }
 
@@ -115,6 +116,9 @@ type Results struct {
 	Sync      *SyncResult
 	Failover  *FailoverResult
 	Profile   *ProfileResult
+	// Durability is the cost of inventory.durability replica over a
+	// Sentinel group (durability.go).
+	Durability *DurabilityResult
 }
 
 // Run runs every section of the plan. progress receives one line per
@@ -173,6 +177,11 @@ func Run(ctx context.Context, p Plan, log *slog.Logger, progress func(string)) (
 	c.Close()
 	if p.runs("failover") {
 		if res.Failover, err = RunFailover(ctx, p, log, progress); err != nil {
+			return res, err
+		}
+	}
+	if p.runs("durability") {
+		if res.Durability, err = RunDurability(ctx, p, log, progress); err != nil {
 			return res, err
 		}
 	}

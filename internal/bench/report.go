@@ -241,6 +241,12 @@ func Tables(r *Results) string {
 			r.Failover.Victim, r.Failover.Conc, defaultBackoff())
 		b.WriteString(FailoverTable(r.Failover))
 	}
+	if d := r.Durability; d != nil {
+		fmt.Fprintf(&b, "\n## 6. Durability replica\n\nOne Sentinel group (a master, one replica, three sentinels, no persistence), "+
+			"%d goroutines of 1-item reserves through the library, `inventory.durability` none and replica (every write script followed by "+
+			"`WAIT 1` on its connection: three per order); medians of %d rounds of %v.\n\n", d.Conc, r.Plan.Rounds, r.Plan.Round)
+		b.WriteString(roundsNote(d.Rounds) + "\n" + DurabilityTable(d))
+	}
 	return b.String()
 }
 

@@ -52,6 +52,14 @@ type Summary struct {
 	DetectMs  float64 `json:"detect_ms"`
 	RecoverMs float64 `json:"recover_ms"`
 
+	// DurabilityReplicaVsNone is 1-item reserves/s with
+	// inventory.durability replica over none, on one Sentinel group.
+	DurabilityReplicaVsNone float64 `json:"durability_replica_vs_none,omitempty"`
+	DurabilityNoneOps       float64 `json:"durability_none_ops,omitempty"`
+	DurabilityReplicaOps    float64 `json:"durability_replica_ops,omitempty"`
+	DurabilityNoneP99Ms     float64 `json:"durability_none_p99_ms,omitempty"`
+	DurabilityReplicaP99Ms  float64 `json:"durability_replica_p99_ms,omitempty"`
+
 	Targets map[string]bool `json:"targets_met"`
 }
 
@@ -128,6 +136,13 @@ func Summarize(r *Results) Summary {
 		s.DetectMs, s.RecoverMs = ms(detect), ms(recover)
 		s.Targets["detect<=1s"] = detect <= time.Second
 		s.Targets["recover<=2s"] = recover <= 2*time.Second
+	}
+	if d := r.Durability; d != nil {
+		s.DurabilityReplicaVsNone = round3(d.Ratio())
+		s.DurabilityNoneOps = math.Round(d.Series[VarDurNone].Ops())
+		s.DurabilityReplicaOps = math.Round(d.Series[VarDurReplica].Ops())
+		s.DurabilityNoneP99Ms = ms(d.Series[VarDurNone].P99())
+		s.DurabilityReplicaP99Ms = ms(d.Series[VarDurReplica].P99())
 	}
 	return s
 }

@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
+	"github.com/shardis/shardis/config"
 )
 
 // attemptLease is inventory.Options.AttemptLease as the service uses it
@@ -84,6 +86,14 @@ type Options struct {
 	// after healing.
 	// default: ReservationTTL + attempt lease (10s) + 20s
 	HealTimeout time.Duration
+	// Sentinel runs every node as a Sentinel master group (a master, a
+	// replica, three sentinels; sentinel.go), and the nemesis kills and
+	// pauses masters instead of standalone nodes.
+	// default: false (standalone nodes)
+	Sentinel bool
+	// Durability is inventory.durability: "none" or "replica".
+	// default: replica with Sentinel, none without
+	Durability string
 }
 
 func (o *Options) defaults() error {
@@ -128,7 +138,28 @@ func (o *Options) defaults() error {
 	if o.HealTimeout <= 0 {
 		o.HealTimeout = o.ReservationTTL + attemptLease + 20*time.Second
 	}
+	if o.Durability == "" {
+		o.Durability = o.defaultDurability()
+	}
+	if o.Durability != config.DurabilityNone && o.Durability != config.DurabilityReplica {
+		return fmt.Errorf("chaos: Durability is %q, want none or replica", o.Durability)
+	}
 	return nil
+}
+
+func (o Options) defaultDurability() string {
+	if o.Sentinel {
+		return config.DurabilityReplica
+	}
+	return config.DurabilityNone
+}
+
+// topology describes the nodes of a run for its header.
+func (o Options) topology() string {
+	if o.Sentinel {
+		return fmt.Sprintf("%d Sentinel groups (master+replica+3 sentinels), durability %s", o.Nodes, o.Durability)
+	}
+	return fmt.Sprintf("%d nodes, durability %s", o.Nodes, o.Durability)
 }
 
 // ReplayCommand returns the command line that replays a run with these
@@ -146,6 +177,12 @@ func (o Options) ReplayCommand() string {
 	}
 	if o.FaultGapMin != time.Second || o.FaultGapMax != 3*time.Second {
 		cmd += fmt.Sprintf(" --gap-min %v --gap-max %v", o.FaultGapMin, o.FaultGapMax)
+	}
+	if o.Sentinel {
+		cmd += " --sentinel"
+	}
+	if o.Durability != "" && o.Durability != o.defaultDurability() {
+		cmd += " --durability " + o.Durability
 	}
 	return cmd
 }
@@ -169,8 +206,8 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	start := time.Now()
 	rep = newReport(opts)
 	out := &syncWriter{w: opts.Out}
-	fmt.Fprintf(out, "chaos: seed %d, duration %v, %d clients, %d nodes, ttl %v, client timeout %v, fault gaps %v-%v\n  replay: %s\n",
-		opts.Seed, opts.Duration, opts.Clients, opts.Nodes, opts.ReservationTTL, opts.ClientTimeout,
+	fmt.Fprintf(out, "chaos: seed %d, duration %v, %d clients, %s, ttl %v, client timeout %v, fault gaps %v-%v\n  replay: %s\n",
+		opts.Seed, opts.Duration, opts.Clients, opts.topology(), opts.ReservationTTL, opts.ClientTimeout,
 		opts.FaultGapMin, opts.FaultGapMax, opts.ReplayCommand())
 
 	var svcLog *slog.Logger

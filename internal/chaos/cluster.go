@@ -30,14 +30,15 @@ const invServer = "inventory"
 
 // cluster is the run's redis-server nodes and the in-process service.
 type cluster struct {
-	opts  Options
-	log   *slog.Logger
-	out   io.Writer
-	t0    time.Time
-	names []string                     // n1..nN and the spare, sorted
-	spare string                       // the node the topology nemesis adds to and removes from route a
-	procs map[string]*redisproc.Server // by node name
-	httpc *http.Client
+	opts   Options
+	log    *slog.Logger
+	out    io.Writer
+	t0     time.Time
+	names  []string                     // n1..nN and the spare, sorted
+	spare  string                       // the node the topology nemesis adds to and removes from route a
+	procs  map[string]*redisproc.Server // by node name (standalone nodes)
+	groups map[string]*redisproc.Group  // by node name (Options.Sentinel; sentinel.go)
+	httpc  *http.Client
 
 	mu sync.Mutex
 	// cfg, routes and homes change with the topology nemesis (topology.go).
@@ -50,7 +51,7 @@ type cluster struct {
 	addr      string          // last address served; kept while the service restarts
 	inv       shardisv1connect.InventoryServiceClient
 	admin     shardisv1connect.AdminServiceClient
-	direct    map[string]*redis.Client // direct clients for healing and checks, made on first use
+	direct    map[string]*redis.Client // direct clients by address, for healing and checks, made on first use
 }
 
 // layout returns the routes over nodes n1..nN: "a" on every node, "b" on
@@ -74,7 +75,15 @@ func startCluster(opts Options, log *slog.Logger, out io.Writer) (c *cluster, er
 	cfg := config.Default()
 	cfg.Service.Listen = "127.0.0.1:0"
 	cfg.Nodes = map[string]config.Node{}
-	for i := 1; i <= opts.Nodes+1; i++ { // the last one is the spare
+	for i := 1; opts.Sentinel && i <= opts.Nodes; i++ {
+		c.names = append(c.names, fmt.Sprintf("n%d", i))
+	}
+	if opts.Sentinel {
+		if cfg.Nodes, err = c.startGroups(c.names); err != nil {
+			return nil, err
+		}
+	}
+	for i := 1; !opts.Sentinel && i <= opts.Nodes+1; i++ { // the last one is the spare
 		name := fmt.Sprintf("n%d", i)
 		po := redisproc.Options{AOF: true, KillWithParent: true}
 		if opts.Dir != "" {
@@ -88,7 +97,9 @@ func startCluster(opts Options, log *slog.Logger, out io.Writer) (c *cluster, er
 		c.procs[name] = s
 		cfg.Nodes[name] = config.Node{Addr: s.Addr(), Weight: 1}
 	}
-	c.spare = c.names[len(c.names)-1]
+	if !opts.Sentinel {
+		c.spare = c.names[len(c.names)-1]
+	}
 	c.routes = layout(c.names[:opts.Nodes])
 	sort.Strings(c.names)
 	cfg.Servers = map[string]config.Server{invServer: {OnNodeDown: config.OnNodeDownFail, Routes: c.routes}}
@@ -99,6 +110,7 @@ func startCluster(opts Options, log *slog.Logger, out io.Writer) (c *cluster, er
 	}
 	cfg.Inventory.ReservationTTL = opts.ReservationTTL
 	cfg.Inventory.ReconcileInterval = opts.ReconcileInterval
+	cfg.Inventory.Durability = opts.Durability
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("chaos: configuration: %w", err)
 	}
@@ -114,12 +126,19 @@ func startCluster(opts Options, log *slog.Logger, out io.Writer) (c *cluster, er
 		MaxIdleConnsPerHost: 2 * (opts.Clients + 4),
 		IdleConnTimeout:     30 * time.Second,
 	}}
-	fmt.Fprintf(out, "  node %s %s (AOF appendfsync always) spare: joins and leaves route a (topology change)\n", c.spare, c.procs[c.spare].Addr())
+	if c.spare != "" {
+		fmt.Fprintf(out, "  node %s %s (AOF appendfsync always) spare: joins and leaves route a (topology change)\n", c.spare, c.procs[c.spare].Addr())
+	}
 	for _, name := range c.names {
 		if name == c.spare {
 			continue
 		}
-		fmt.Fprintf(out, "  node %s %s (AOF appendfsync always) routes:", name, c.procs[name].Addr())
+		if g := c.groups[name]; g != nil {
+			fmt.Fprintf(out, "  node %s: Sentinel group %s, master %s, replica %s, sentinels %v (AOF appendfsync always) routes:",
+				name, g.Name, g.Data[0].Addr(), g.Data[1].Addr(), g.SentinelAddrs())
+		} else {
+			fmt.Fprintf(out, "  node %s %s (AOF appendfsync always) routes:", name, c.procs[name].Addr())
+		}
 		for _, r := range []string{"a", "b", "c"} {
 			for _, m := range c.routes[r] {
 				if m == name {
@@ -205,22 +224,23 @@ func (c *cluster) rpc() (shardisv1connect.InventoryServiceClient, shardisv1conne
 	return c.inv, c.admin
 }
 
-// directClient returns a plain go-redis client of a node, bypassing the
-// service.
+// directClient returns a plain go-redis client of a node (of its group's
+// current master), bypassing the service.
 func (c *cluster) directClient(name string) *redis.Client {
+	addr := c.nodeAddr(name)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.direct == nil {
 		c.direct = map[string]*redis.Client{}
 	}
-	if cl := c.direct[name]; cl != nil {
+	if cl := c.direct[addr]; cl != nil {
 		return cl
 	}
 	cl := redis.NewClient(&redis.Options{
-		Addr: c.procs[name].Addr(), Protocol: 2, DisableIdentity: true,
+		Addr: addr, Protocol: 2, DisableIdentity: true,
 		DialTimeout: time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
 	})
-	c.direct[name] = cl
+	c.direct[addr] = cl
 	return cl
 }
 
@@ -272,8 +292,14 @@ func (c *cluster) incarnations() (map[string]string, error) {
 // if it is down, re-enables every route on every node and waits until the
 // service sees every node UP with a closed breaker.
 func (c *cluster) healAll() error {
+	if err := c.healGroups(); err != nil {
+		return err
+	}
 	for _, name := range c.names {
 		p := c.procs[name]
+		if p == nil {
+			continue // a Sentinel group: healGroups
+		}
 		if err := p.Resume(); err != nil {
 			return err
 		}
@@ -383,8 +409,15 @@ func (c *cluster) close() error {
 	c.direct = nil
 	c.mu.Unlock()
 	for _, name := range c.names {
-		if err := c.procs[name].Close(); err != nil {
-			errs = append(errs, fmt.Errorf("chaos: stopping %s: %w", name, err))
+		if p := c.procs[name]; p != nil {
+			if err := p.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("chaos: stopping %s: %w", name, err))
+			}
+		}
+	}
+	for name, g := range c.groups {
+		if err := g.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("chaos: stopping the group of %s: %w", name, err))
 		}
 	}
 	if c.httpc != nil {

@@ -93,6 +93,7 @@ func (n *nemesis) run(ctx context.Context) {
 	// all; then weighted choices.
 	first := append([]string(nil), faultKinds...)
 	n.rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
+	// With Sentinel groups the same draws kill and pause masters.
 	for i := 0; ; i++ {
 		gap := uniform(n.rng, n.opts.FaultGapMin, n.opts.FaultGapMax)
 		kind := ""
@@ -155,17 +156,33 @@ func (n *nemesis) run(ctx context.Context) {
 		if kind == FaultLongPause && frozen != "" {
 			kind, hold = FaultPause, min(hold, n.opts.ClientTimeout*3)
 		}
+		if (kind == FaultTopology || kind == FaultRollback) && n.opts.Sentinel {
+			// Standalone nodes only: the spare and AOF copies are theirs.
+			kind, hold = FaultPause, n.opts.ClientTimeout*3/2
+		}
 		if kind == FaultTopology && (frozen != "" || n.routeDrained("a")) {
 			// A change needs every node, and route a's drain flags whole.
 			kind, hold = FaultPause, n.opts.ClientTimeout*3/2
 		}
 		switch kind {
 		case FaultKill:
-			n.kill(ctx, node, hold)
+			if n.opts.Sentinel {
+				n.killMaster(ctx, node, hold)
+			} else {
+				n.kill(ctx, node, hold)
+			}
 		case FaultPause:
-			n.pause(ctx, node, hold)
+			if n.opts.Sentinel {
+				n.pauseMaster(ctx, FaultPause, node, hold)
+			} else {
+				n.pause(ctx, node, hold)
+			}
 		case FaultLongPause:
-			n.longPause(ctx, node, hold)
+			if n.opts.Sentinel {
+				n.longPauseMaster(ctx, node, hold)
+			} else {
+				n.longPause(ctx, node, hold)
+			}
 		case FaultDrain:
 			n.drain(ctx, route, drainNode, hold)
 		case FaultTopology:

@@ -17,6 +17,9 @@ type Report struct {
 	Duration time.Duration
 	Clients  int
 	Nodes    int
+	// Topology says what the nodes were (standalone or Sentinel groups)
+	// and the inventory durability.
+	Topology string
 
 	// Ops counts client calls: operation → outcome ("ok" or a Connect
 	// code such as "unavailable") → calls.
@@ -71,7 +74,7 @@ type SKUResult struct {
 const maxPerKind = 20
 
 func newReport(o Options) *Report {
-	return &Report{Seed: o.Seed, Duration: o.Duration, Clients: o.Clients, Nodes: o.Nodes,
+	return &Report{Seed: o.Seed, Duration: o.Duration, Clients: o.Clients, Nodes: o.Nodes, Topology: o.topology(),
 		Ops: map[string]map[string]int64{}, Statuses: map[string]int{}, Known: map[string]int{},
 		ViolationCounts: map[string]int{}}
 }
@@ -172,8 +175,8 @@ func ordered[V any](m map[string]V, pref []string) []string {
 func (r *Report) Print(w io.Writer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	fmt.Fprintf(w, "\n== chaos report: seed %d, %v load, %d clients, %d nodes; load %v, heal %v, total %v ==\n",
-		r.Seed, r.Duration, r.Clients, r.Nodes, r.LoadTook.Round(time.Millisecond), r.HealTook.Round(time.Millisecond), r.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(w, "\n== chaos report: seed %d, %v load, %d clients, %s; load %v, heal %v, total %v ==\n",
+		r.Seed, r.Duration, r.Clients, r.Topology, r.LoadTook.Round(time.Millisecond), r.HealTook.Round(time.Millisecond), r.Elapsed.Round(time.Millisecond))
 
 	codes := map[string]bool{}
 	for _, m := range r.Ops {

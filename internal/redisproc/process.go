@@ -62,12 +62,17 @@ func isAddrInUse(err error) bool {
 	return errors.As(err, &se) && se.addrInUse
 }
 
-func (s *Server) logPath() string    { return filepath.Join(s.dir, "redis.log") }
-func (s *Server) stderrPath() string { return filepath.Join(s.dir, "redis.stderr") }
+func (s *Server) logPath() string          { return filepath.Join(s.dir, "redis.log") }
+func (s *Server) stderrPath() string       { return filepath.Join(s.dir, "redis.stderr") }
+func (s *Server) sentinelConfPath() string { return filepath.Join(s.dir, "sentinel.conf") }
 
-// args returns the redis-server command line for s.
+// args returns the redis-server (or redis-sentinel) command line for s.
 func (s *Server) args() []string {
-	a := []string{
+	var a []string
+	if s.opts.SentinelConf != "" {
+		a = append(a, s.sentinelConfPath()) // a sentinel's config file comes first
+	}
+	a = append(a,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--dir", s.dir,
@@ -75,8 +80,8 @@ func (s *Server) args() []string {
 		"--daemonize", "no",
 		"--protected-mode", "no",
 		"--logfile", s.logPath(),
-	}
-	if s.opts.AOF {
+	)
+	if s.opts.AOF && s.opts.SentinelConf == "" {
 		a = append(a, "--appendonly", "yes", "--appendfsync", "always")
 	}
 	if s.opts.Password != "" {

@@ -58,6 +58,10 @@ type Options struct {
 	// is made absolute, created (with parents, mode 0o755) if missing, and
 	// never removed by this package.
 	Dir string
+	// TempRoot is where Start creates the temporary directory when Dir is
+	// "".
+	// default: os.TempDir()
+	TempRoot string
 	// AOF enables append-only persistence with appendfsync always, so data
 	// written before a Kill (kill -9) survives a Restart.
 	AOF bool
@@ -73,6 +77,12 @@ type Options struct {
 	// ReadyTimeout bounds how long Start and Restart wait for the server to
 	// answer PING. 0 means 10s.
 	ReadyTimeout time.Duration
+	// SentinelConf, when non-empty, runs a Redis Sentinel instead of a
+	// server: these lines (`sentinel monitor …`, `sentinel
+	// down-after-milliseconds …`) are written to Dir/sentinel.conf, which
+	// the sentinel then owns and rewrites (it is not rewritten on
+	// Restart), and Bin defaults to "redis-sentinel". AOF is ignored.
+	SentinelConf string
 	// KillWithParent asks the kernel (Linux Pdeathsig) to SIGKILL the
 	// server when the OS thread that started it exits, in practice when the
 	// parent process dies, even by kill -9. Do not combine it with starting
@@ -103,6 +113,9 @@ type Server struct {
 // ErrNotFound, with an installation hint, if the binary is missing, and
 // otherwise includes the tail of the server's log and stderr output.
 func Start(opts Options) (*Server, error) {
+	if opts.SentinelConf != "" && opts.Bin == "" {
+		opts.Bin = "redis-sentinel"
+	}
 	bin, err := lookBin(opts.Bin)
 	if err != nil {
 		return nil, err
@@ -112,7 +125,7 @@ func Start(opts Options) (*Server, error) {
 	}
 	s := &Server{bin: bin, opts: opts}
 	if opts.Dir == "" {
-		if s.dir, err = os.MkdirTemp("", "redisproc-*"); err != nil {
+		if s.dir, err = os.MkdirTemp(opts.TempRoot, "redisproc-*"); err != nil {
 			return nil, fmt.Errorf("redisproc: creating data dir: %w", err)
 		}
 		s.ownsDir = true
@@ -125,6 +138,14 @@ func Start(opts Options) (*Server, error) {
 		}
 	}
 
+	if opts.SentinelConf != "" {
+		if err := os.WriteFile(s.sentinelConfPath(), []byte(opts.SentinelConf+"\n"), 0o644); err != nil {
+			if s.ownsDir {
+				_ = os.RemoveAll(s.dir)
+			}
+			return nil, fmt.Errorf("redisproc: writing %s: %w", s.sentinelConfPath(), err)
+		}
+	}
 	attempts := 1
 	if opts.Port == 0 {
 		attempts = startAttempts
@@ -162,6 +183,9 @@ func lookBin(bin string) (string, error) {
 	}
 	path, err := exec.LookPath(bin)
 	if err != nil {
+		if bin == "redis-sentinel" {
+			return "", fmt.Errorf("redisproc: %w: redis-sentinel is not in PATH; install it (`make deps-sentinel`, Debian package redis-sentinel)", ErrNotFound)
+		}
 		return "", fmt.Errorf("redisproc: %w: Options.Bin %q: %v", ErrNotFound, bin, err)
 	}
 	return path, nil

@@ -30,6 +30,8 @@ func main() {
 	gapMax := flag.Duration("gap-max", 3*time.Second, "longest healthy gap between two faults")
 	dir := flag.String("dir", "", "keep the nodes' data and logs in DIR/n1, DIR/n2 … (default: temporary, removed)")
 	svcLog := flag.String("service-log", "", "write the service's logs to this file")
+	sentinel := flag.Bool("sentinel", false, "every node a Sentinel group (master, replica, 3 sentinels); the nemesis kills and pauses masters")
+	durability := flag.String("durability", "", "inventory.durability: none or replica (default: replica with --sentinel, none without)")
 	flag.Parse()
 	if *seed == 0 {
 		*seed = time.Now().UnixNano() % 1_000_000_000
@@ -38,7 +40,7 @@ func main() {
 	opts := chaos.Options{
 		Seed: *seed, Duration: *duration, Clients: *clients, Nodes: *nodes,
 		ReservationTTL: *ttl, ClientTimeout: *clientTimeout, FaultGapMin: *gapMin, FaultGapMax: *gapMax,
-		Dir: *dir, Out: os.Stdout,
+		Dir: *dir, Out: os.Stdout, Sentinel: *sentinel, Durability: *durability,
 	}
 	if *svcLog != "" {
 		f, err := os.Create(*svcLog)

@@ -1,0 +1,178 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/node"
+)
+
+// Durability of acknowledged writes (inventory.durability).
+//
+// Redis replication is asynchronous: a master acknowledges a script before
+// any replica has it, and a failover that promotes a replica loses what
+// the replica had not received. With durability "replica" every write
+// script is sent together with `WAIT 1 <durability_timeout>` as one
+// pipeline on one connection of the node's client (a plain pipeline, not
+// MULTI: WAIT waits for the writes of its own connection, so the script
+// and the WAIT must share it). The pipeline bypasses the auto-pipeliner
+// (explicit pipelines never ride it) and passes the node's hook like any
+// pipeline: a DOWN node or an open breaker refuses it at once, a network
+// failure counts once. The call is acknowledged only when WAIT reports a
+// replica; otherwise the script ran on the master but its outcome is
+// unknown (the master may die before a replica gets it): the error wraps
+// [ErrNotDurable] and [ErrUnavailable], and the callers treat it exactly
+// like a timeout (tombstones for reserve parts, "commit outcome unknown",
+// deferred settles, the reconciler). The node's write sequence is
+// recorded as acknowledged ([node.Node.ObserveSeq]) only once WAIT
+// confirmed it, so a promotion that loses an unacknowledged write is not
+// mistaken for a rollback.
+//
+// Durability "aof" uses `WAITAOF 1 1 <timeout>` instead: acknowledged once
+// the write is fsynced to the master's AOF and to one replica's. WAITAOF
+// exists from Redis 7.2: [New] refuses to start when a node of the
+// inventory reports an older version, and a node found older later (a
+// downgrade, a promoted replica of another version) is not used.
+//
+// What none of this does: make Redis strongly consistent. WAIT only
+// says a replica received the write; Sentinel may still promote a replica
+// that did not (it prefers the most advanced reachable one, and with one
+// replica there is no choice), a replica that acknowledged may itself
+// die, and the old master keeps accepting writes during a partition until
+// it is demoted. See README "HA shards (Sentinel)".
+
+// ErrNotDurable is wrapped (with [ErrUnavailable]) when a write script ran
+// on a node's master but no replica (durability replica) or AOF (aof)
+// acknowledged it within inventory.durability_timeout: its outcome is
+// unknown, like a timeout's.
+var ErrNotDurable = errors.New("write not acknowledged by a replica in time")
+
+// aofMinMajor and aofMinMinor are the first Redis version with WAITAOF.
+const aofMinMajor, aofMinMinor = 7, 2
+
+// durable reports whether write scripts wait for a replica or an AOF.
+func (inv *Inventory) durable() bool {
+	return inv.cfg.Durability == config.DurabilityReplica || inv.cfg.Durability == config.DurabilityAOF
+}
+
+// checkAOFVersions returns an error naming every inventory node whose
+// Redis is known to be too old for durability aof.
+func checkAOFVersions(durability string, nodes []*node.Node) error {
+	if durability != config.DurabilityAOF {
+		return nil
+	}
+	var old []string
+	for _, n := range nodes {
+		if s, ok := n.Settings(); ok && !s.AtLeast(aofMinMajor, aofMinMinor) {
+			old = append(old, fmt.Sprintf("node %s runs Redis %s", n.Name(), versionOf(s)))
+		}
+	}
+	if len(old) == 0 {
+		return nil
+	}
+	return fmt.Errorf("inventory.durability aof needs WAITAOF, which Redis has from %d.%d: %s; upgrade, or use durability replica",
+		aofMinMajor, aofMinMinor, strings.Join(old, ", "))
+}
+
+// tooOld reports whether durability aof cannot be had from n (its Redis
+// predates WAITAOF), and says why.
+func (inv *Inventory) tooOld(n *node.Node) (string, bool) {
+	if inv.cfg.Durability != config.DurabilityAOF {
+		return "", false
+	}
+	s, ok := n.Settings()
+	if !ok || s.AtLeast(aofMinMajor, aofMinMinor) {
+		return "", false
+	}
+	return fmt.Sprintf("Redis %s has no WAITAOF (needs %d.%d for inventory.durability aof)", versionOf(s), aofMinMajor, aofMinMinor), true
+}
+
+func versionOf(s node.Settings) string {
+	if s.Version == "" {
+		return "of unknown version"
+	}
+	return s.Version
+}
+
+// runDurable runs a write script followed by WAIT (or WAITAOF) in one
+// pipeline on one connection and returns the script's reply, or an error:
+// the script's own (as without durability), or one wrapping
+// [ErrNotDurable] when the script ran but was not acknowledged.
+func (inv *Inventory) runDurable(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any) ([]any, error) {
+	c := n.Client()
+	ev, wait := inv.evalWait(ctx, c, s, false, keys, args)
+	if err := ev.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		// Not in the node's script cache (a promoted replica, a restarted
+		// or flushed node): nothing ran; send the source.
+		ev, wait = inv.evalWait(ctx, c, s, true, keys, args)
+	}
+	if err := ev.Err(); err != nil {
+		return nil, err
+	}
+	raw, err := ev.Slice()
+	if err != nil {
+		return nil, err
+	}
+	acked, werr := inv.acks(wait)
+	if werr != nil || !acked {
+		what := "WAIT 1"
+		if inv.cfg.Durability == config.DurabilityAOF {
+			what = "WAITAOF 1 1"
+		}
+		cause := "no replica acknowledged it"
+		if werr != nil {
+			cause = werr.Error()
+		}
+		// Not %w of werr: an error reply of WAIT must not read as "the
+		// script did not run" (outcomeUnknown).
+		return nil, fmt.Errorf("%w: the %s script ran on the master, then %s %dms: %s; its outcome is unknown",
+			ErrNotDurable, s.name, what, inv.cfg.DurabilityTimeout.Milliseconds(), cause)
+	}
+	return raw, nil
+}
+
+// evalWait sends the script (by SHA, or its source) and the wait command
+// as one pipeline.
+func (inv *Inventory) evalWait(ctx context.Context, c *redis.Client, s *luaScript, source bool, keys []string, args []any) (*redis.Cmd, *redis.Cmd) {
+	p := c.Pipeline()
+	var ev *redis.Cmd
+	if source {
+		ev = s.s.Eval(ctx, p, keys, args...)
+	} else {
+		ev = s.s.EvalSha(ctx, p, keys, args...)
+	}
+	ms := inv.cfg.DurabilityTimeout.Milliseconds()
+	var wait *redis.Cmd
+	if inv.cfg.Durability == config.DurabilityAOF {
+		wait = p.Do(ctx, "waitaof", 1, 1, ms)
+	} else {
+		wait = p.Do(ctx, "wait", 1, ms)
+	}
+	_, _ = p.Exec(ctx) // errors are on the commands
+	return ev, wait
+}
+
+// acks reads a WAIT (replicas) or WAITAOF ([local, replicas]) reply:
+// whether the write is acknowledged as the durability level wants.
+func (inv *Inventory) acks(wait *redis.Cmd) (bool, error) {
+	if inv.cfg.Durability == config.DurabilityAOF {
+		v, err := wait.Int64Slice()
+		if err != nil {
+			return false, err
+		}
+		if len(v) != 2 {
+			return false, fmt.Errorf("WAITAOF replied %v", v)
+		}
+		return v[0] >= 1 && v[1] >= 1, nil
+	}
+	v, err := wait.Int64()
+	if err != nil {
+		return false, err
+	}
+	return v >= 1, nil
+}

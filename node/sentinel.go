@@ -1,0 +1,279 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Sentinel master groups.
+//
+// A node with Options.Sentinel set is a master group managed by Redis
+// Sentinel instead of one standalone server. Every client the node builds
+// (the hooked client, the auto-pipeliner's client, the probe client and the
+// replica read client) is a go-redis failover client
+// (redis.NewFailoverClient): it asks the sentinels for the group's master
+// at every dial and drops its connections to a former master when the
+// sentinels announce a switch. Everything else is the same as for a
+// standalone node: the name, routes, breaker, identity stamp, pipelining
+// and metrics belong to the group, whichever server is its master.
+//
+// Failover, as the node sees it: the master dies, commands fail on the
+// network (node failures), the health scheduler probes, the probe cannot
+// reach a master (the sentinels still name the dead one until they agree it
+// is down) and the node goes DOWN: commands are refused at once. Reconnect
+// probes follow the backoff; once the sentinels have promoted a replica the
+// probe dials it, finds the stamp that replication carried over (the same
+// name, incarnation and write sequence, so it is recognised as the same
+// node; one whose data is behind what was acknowledged is refused as
+// rolled back, like a standalone node restored from an old snapshot), and
+// the node is UP again. On every DOWN→UP of a group the hooked client is
+// replaced by a fresh one, so no pooled connection to a former master
+// survives.
+//
+// A probe of a group also checks that the server it reached is a master
+// (INFO replication inside the stamp script): a demoted master still
+// reachable on an old connection is refused ([ErrNotMaster]) and the probe
+// re-dials through the sentinels. A READONLY reply to a command counts as
+// a node failure for the same reason. A reconnect probe (DOWN→UP)
+// succeeds only once every configured sentinel that answers names the
+// master it reached (sentinelsAgree): the node's clients each ask a
+// sentinel of their own, so until then some would still dial the old one.
+
+// ErrNotMaster is wrapped by a probe error of a Sentinel node when the
+// server reached is not (or no longer) the group's master: the sentinels
+// are switching masters.
+var ErrNotMaster = errors.New("server reached is a replica, not the master")
+
+// SentinelOptions makes a node a Sentinel-managed master group.
+type SentinelOptions struct {
+	// Master is the group's name as the sentinels know it.
+	Master string
+	// Addrs is a seed list of sentinel host:port addresses.
+	Addrs []string
+	// Username and Password authenticate to the sentinels. The data
+	// nodes use Options.Username and Options.Password.
+	Username, Password string
+	// ReadFromReplicas makes [Node.ReadClient] prefer a replica of the
+	// group (go-redis ReplicaOnly: a random replica the sentinels list as
+	// healthy, else the master).
+	// default: false (ReadClient is Client)
+	ReadFromReplicas bool
+}
+
+// IsSentinel reports whether the node is a Sentinel master group.
+func (n *Node) IsSentinel() bool { return n.opts.Sentinel != nil }
+
+// MasterAddr returns the address of the server the node's probe last
+// connected to: for a Sentinel node, the group's master as of the last
+// (re)connection; for a standalone node, its address. "" before the first
+// connection.
+func (n *Node) MasterAddr() string {
+	if p := n.masterAddr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// factory returns a function that builds an unhooked go-redis client with
+// the options o: a plain client for a standalone node, a failover client
+// for a Sentinel group (replica: one that prefers replicas).
+func (n *Node) factory(o redis.Options, replica bool) func() *redis.Client {
+	s := n.opts.Sentinel
+	if s == nil {
+		return func() *redis.Client {
+			c := o
+			return redis.NewClient(&c)
+		}
+	}
+	return func() *redis.Client {
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName:              s.Master,
+			SentinelAddrs:           append([]string(nil), s.Addrs...),
+			SentinelUsername:        s.Username,
+			SentinelPassword:        s.Password,
+			ReplicaOnly:             replica,
+			Username:                o.Username,
+			Password:                o.Password,
+			DB:                      o.DB,
+			TLSConfig:               o.TLSConfig,
+			Protocol:                o.Protocol,
+			DisableIdentity:         o.DisableIdentity,
+			DialTimeout:             o.DialTimeout,
+			DialerRetries:           o.DialerRetries,
+			ReadTimeout:             o.ReadTimeout,
+			WriteTimeout:            o.WriteTimeout,
+			ContextTimeoutEnabled:   o.ContextTimeoutEnabled,
+			MaxRetries:              o.MaxRetries,
+			PoolSize:                o.PoolSize,
+			PoolTimeout:             o.PoolTimeout,
+			MaxIdleConns:            o.MaxIdleConns,
+			PipelinePoolSize:        o.PipelinePoolSize,
+			PipelineReadBufferSize:  o.PipelineReadBufferSize,
+			PipelineWriteBufferSize: o.PipelineWriteBufferSize,
+		})
+	}
+}
+
+// sentinelsAgree asks every configured sentinel, concurrently, which
+// server is the group's master, and returns nil when every sentinel that
+// answered names addr (and at least one answered). During a failover the
+// sentinels disagree for a moment (the leader names the promoted replica
+// first; the others learn it from its announcements), and each of the
+// node's clients asks a sentinel of its own: a node declared UP while
+// some still name the old master would send part of its commands there.
+func (n *Node) sentinelsAgree(ctx context.Context, addr string) error {
+	s := n.opts.Sentinel
+	type answer struct {
+		sentinel, master string
+		err              error
+	}
+	answers := make(chan answer, len(s.Addrs))
+	for _, a := range s.Addrs {
+		go func(a string) {
+			c := redis.NewSentinelClient(&redis.Options{
+				Addr: a, Username: s.Username, Password: s.Password, TLSConfig: n.opts.TLSConfig,
+				Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
+				DialTimeout: n.opts.ProbeTimeout, ReadTimeout: n.opts.ProbeTimeout, WriteTimeout: n.opts.ProbeTimeout,
+				ContextTimeoutEnabled: true,
+			})
+			defer c.Close()
+			v, err := c.GetMasterAddrByName(ctx, s.Master).Result()
+			if err == nil && len(v) != 2 {
+				err = fmt.Errorf("reply %v", v)
+			}
+			if err != nil {
+				answers <- answer{sentinel: a, err: err}
+				return
+			}
+			answers <- answer{sentinel: a, master: net.JoinHostPort(v[0], v[1])}
+		}(a)
+	}
+	var others []string
+	answered := 0
+	for range s.Addrs {
+		a := <-answers
+		if a.err != nil {
+			continue
+		}
+		answered++
+		if a.master != addr {
+			others = append(others, a.sentinel+" names "+a.master)
+		}
+	}
+	switch {
+	case answered == 0:
+		return fmt.Errorf("no sentinel of %v answered", s.Addrs)
+	case len(others) > 0:
+		return fmt.Errorf("the sentinels do not agree yet on the master of %s (%s reached; %s)", s.Master, addr, strings.Join(others, ", "))
+	}
+	return nil
+}
+
+// addrHook records the remote address of every connection the probe
+// client dials: for a failover client the dial hook's addr argument is a
+// placeholder, the connection knows where it went.
+type addrHook struct{ n *Node }
+
+func (h addrHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err == nil && conn != nil && conn.RemoteAddr() != nil {
+			a := conn.RemoteAddr().String()
+			if prev := h.n.masterAddr.Swap(&a); h.n.IsSentinel() && (prev == nil || *prev != a) {
+				h.n.log.Info("connected to the group's master", "master", a)
+			}
+		}
+		return conn, err
+	}
+}
+
+func (h addrHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h addrHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// readClient is the replica read client of a Sentinel node with
+// ReadFromReplicas, built on first use.
+type readClient struct {
+	once sync.Once
+	c    *redis.Client
+}
+
+// ReadClient returns the client of the router's read path. For a Sentinel
+// node with ReadFromReplicas it is a client that sends every command to a
+// replica of the group (one the sentinels list as healthy, chosen at
+// dial; the master when none is); otherwise it is [Node.Client]. Replica
+// reads may lag the master (replication is asynchronous) and may come from
+// a replica that is about to be promoted or demoted. The state gate
+// admits them like any command (refused at once while the node is DOWN or
+// its breaker is open), but their failures say nothing about the master:
+// they are observed, not counted against the breaker. Do not write
+// through it and do not Close it.
+func (n *Node) ReadClient() *redis.Client {
+	if n.opts.Sentinel == nil || !n.opts.Sentinel.ReadFromReplicas {
+		return n.Client()
+	}
+	n.read.once.Do(func() {
+		cl := n.newReadClient()
+		for _, h := range n.opts.Hooks {
+			cl.AddHook(h)
+		}
+		cl.AddHook(readHook{n})
+		n.read.c = cl
+	})
+	if n.read.c == nil {
+		return n.Client() // closed before first use: fails with redis.ErrClosed
+	}
+	return n.read.c
+}
+
+// closeRead closes the read client if it was built.
+func (n *Node) closeRead() error {
+	var err error
+	n.read.once.Do(func() {}) // no client is built after Close
+	if n.read.c != nil {
+		err = n.read.c.Close()
+	}
+	return err
+}
+
+// readHook admits the read client's commands through the node's state
+// gate without counting their outcome against the breaker.
+type readHook struct{ n *Node }
+
+func (h readHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h readHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if handshake(cmd.Name()) {
+			return next(ctx, cmd)
+		}
+		if err := h.n.admitRead(); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		return h.n.observeRead(ctx, func() error { return next(ctx, cmd) })
+	}
+}
+
+func (h readHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && handshake(cmds[0].Name()) {
+			return next(ctx, cmds)
+		}
+		if err := h.n.admitRead(); err != nil {
+			for _, cmd := range cmds {
+				cmd.SetErr(err)
+			}
+			return err
+		}
+		return h.n.observeRead(ctx, func() error { return next(ctx, cmds) })
+	}
+}
