@@ -57,7 +57,7 @@ type Plan struct {
 
 	// Sections, when not empty, limits the run to these sections:
 	// "lookup", "router", "latency", "inventory", "rpc", "sync", "failover",
-	// "durability".
+	// "durability", "cache".
 	Sections []string
 }
 
@@ -119,6 +119,9 @@ type Results struct {
 	// Durability is the cost of inventory.durability replica over a
 	// Sentinel group (durability.go).
 	Durability *DurabilityResult
+	// Cache is the read-path cache against a hand-written fill
+	// (cachebench.go).
+	Cache *CacheResult
 }
 
 // Run runs every section of the plan. progress receives one line per
@@ -182,6 +185,11 @@ func Run(ctx context.Context, p Plan, log *slog.Logger, progress func(string)) (
 	}
 	if p.runs("durability") {
 		if res.Durability, err = RunDurability(ctx, p, log, progress); err != nil {
+			return res, err
+		}
+	}
+	if p.runs("cache") {
+		if res.Cache, err = RunCache(ctx, p, log, progress); err != nil {
 			return res, err
 		}
 	}

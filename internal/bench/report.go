@@ -247,6 +247,12 @@ func Tables(r *Results) string {
 			"`WAIT 1` on its connection: three per order); medians of %d rounds of %v.\n\n", d.Conc, r.Plan.Rounds, r.Plan.Round)
 		b.WriteString(roundsNote(d.Rounds) + "\n" + DurabilityTable(d))
 	}
+	if c := r.Cache; c != nil {
+		fmt.Fprintf(&b, "\n## 7. Read-path cache\n\nThree redis-server nodes, one route; %d goroutines reading 10 000 keys with a Zipf law "+
+			"(s = 1.1), 5 %% of operations writes (cache.Invalidate, or DEL for the hand-written fill); the 10 hottest keys keep 3 replicas "+
+			"through cache.Get; medians of %d rounds of %v.\n\n", c.Conc, r.Plan.Rounds, r.Plan.Round)
+		b.WriteString(roundsNote(c.Rounds) + "\n" + CacheTable(c))
+	}
 	return b.String()
 }
 

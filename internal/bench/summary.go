@@ -60,6 +60,14 @@ type Summary struct {
 	DurabilityNoneP99Ms     float64 `json:"durability_none_p99_ms,omitempty"`
 	DurabilityReplicaP99Ms  float64 `json:"durability_replica_p99_ms,omitempty"`
 
+	// CacheHotkeySpread is max/min of the nodes' shares of a 3-replica
+	// hot key's reads; CacheLoaderCallsPerMissStorm the loader calls of
+	// 200 concurrent Gets of one missing key over 3 instances.
+	CacheHotkeySpread            float64 `json:"cache_hotkey_spread,omitempty"`
+	CacheLoaderCallsPerMissStorm *int64  `json:"cache_loader_calls_per_miss_storm,omitempty"`
+	CacheGetOps                  float64 `json:"cache_get_ops,omitempty"`
+	CachePlainOps                float64 `json:"cache_plain_fill_ops,omitempty"`
+
 	Targets map[string]bool `json:"targets_met"`
 }
 
@@ -143,6 +151,13 @@ func Summarize(r *Results) Summary {
 		s.DurabilityReplicaOps = math.Round(d.Series[VarDurReplica].Ops())
 		s.DurabilityNoneP99Ms = ms(d.Series[VarDurNone].P99())
 		s.DurabilityReplicaP99Ms = ms(d.Series[VarDurReplica].P99())
+	}
+	if c := r.Cache; c != nil {
+		s.CacheHotkeySpread = round3(c.HotSpread)
+		n := c.StormLoads[VarCacheGet]
+		s.CacheLoaderCallsPerMissStorm = &n
+		s.CacheGetOps = math.Round(c.Series[VarCacheGet].Ops())
+		s.CachePlainOps = math.Round(c.Series[VarCachePlain].Ops())
 	}
 	return s
 }

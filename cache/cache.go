@@ -1,0 +1,465 @@
+// Package cache is a read-through cache over a shardis router: the read
+// path guards of the design seeds (000, 001, 004) on a sharded router.
+//
+// Get(key, loader) returns the cached value, or fills a miss by calling
+// the loader, guarded so that a flash sale's read flood cannot reach the
+// database:
+//
+//   - Single flight across instances. Concurrent misses of a key in one
+//     process share one fill (in-process single flight); across processes a
+//     gate key (SET NX PX on the key's node, seed 000 §2.1) lets exactly one
+//     caller run the loader while the others poll the key for up to
+//     Options.FillWait and then get ErrFilling.
+//   - Negative caching. A loader that returns ErrNotFound leaves a marker
+//     for Options.NegativeTTL; Get answers ErrNotFound from it without the
+//     loader, never an empty value.
+//   - TTL jitter. Every value lives TTL ± Jitter·TTL, drawn uniformly, so keys
+//     filled together do not expire together.
+//   - Hot-key replicas. Options.Replicas(key) = n keeps n copies on n
+//     distinct nodes of the route (copy 0 is the key on its own node; copy i
+//     is placed by hashing key#i, skipping nodes already used); reads pick a
+//     random usable copy and fail over to the others, so a hot key's reads
+//     spread over several Redis processes and survive one node's loss.
+//     Writes and invalidations touch every copy.
+//   - L1. With Options.L1Size > 0 each instance keeps a bounded in-process
+//     LRU (l1.go: a small own implementation — a map and a list, no
+//     dependency — since only Get/Add/Remove/Purge with a size bound are
+//     needed). Set and Invalidate publish the key on Redis pub/sub; every
+//     instance subscribes on every node of the route and drops the key
+//     from its L1 (invalidate.go). Pub/sub was picked over server-assisted
+//     tracking (CLIENT TRACKING) because it works with the router's RESP2
+//     clients and plain connections, and one channel per route serves
+//     every instance; the cost, that a message published while an instance
+//     is disconnected is lost, is covered by dropping that instance's whole
+//     L1 whenever a subscription breaks or is made again.
+//   - Loader rate limit. With Options.LoaderRate > 0 a token bucket in Redis
+//     (bucket.go, one Lua script, on the node that owns the bucket's key)
+//     caps loader calls per second across all instances; over it Get
+//     returns ErrThrottled without calling the loader, and with
+//     Options.Backfill the miss is queued on a Redis stream for a Backfiller
+//     (backfill.go) to fill later.
+//   - Node down. With on_node_down: fail a key's copies on a down node are
+//     not read; when no copy is usable Get fails at once with an error
+//     wrapping router.ErrUnavailable, or, with Options.FallbackToLoader,
+//     calls the loader (still rate limited) without caching.
+//
+// What it does not promise: a value is as fresh as its TTL or the last Set
+// or Invalidate; a Set racing a fill may be overwritten by the fill's
+// older value until the TTL; L1 copies may be stale for the time an
+// invalidation takes to arrive (measured under 100 ms on loopback) and, if
+// a publish is lost while the subscription looks healthy, until L1TTL.
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
+)
+
+var (
+	// ErrNotFound is returned by Get when the loader said the key does
+	// not exist (now, or recently: a negative marker); loaders return it
+	// to say so.
+	ErrNotFound = errors.New("cache: not found")
+	// ErrThrottled is returned by Get when a miss would exceed the loader
+	// rate limit; the loader was not called.
+	ErrThrottled = errors.New("cache: loader rate limit reached")
+	// ErrFilling is returned by Get when another caller (another instance)
+	// is filling the key and it did not appear within Options.FillWait.
+	ErrFilling = errors.New("cache: key is being filled")
+)
+
+// Loader loads a key's value from the system of record. It returns
+// ErrNotFound when the key does not exist.
+type Loader func(ctx context.Context, key string) ([]byte, error)
+
+// Options configures New. The zero value works.
+type Options struct {
+	// TTL is how long a value lives. default: 5m
+	TTL time.Duration
+	// Jitter is the fraction of TTL added or removed at random.
+	// default: 0.1 (values live 0.9·TTL..1.1·TTL); must be in [0, 1)
+	Jitter float64
+	// NegativeTTL is how long a "not found" marker lives. default: 30s
+	NegativeTTL time.Duration
+	// FillLease is how long a filler holds a key's gate. default: 5s
+	FillLease time.Duration
+	// FillWait is how long a caller waits for another instance's fill
+	// before ErrFilling. default: 1s
+	FillWait time.Duration
+	// Replicas returns how many copies a key keeps (1..nodes of the
+	// route; values out of range are clamped). default: 1 for every key
+	Replicas func(key string) int
+	// L1Size bounds the in-process cache, in entries. default: 0 (off)
+	L1Size int
+	// L1TTL bounds how long an entry stays in L1. default: TTL
+	L1TTL time.Duration
+	// LoaderRate is the loader calls per second allowed across all
+	// instances of this (server, route, Name). default: 0 (no limit)
+	LoaderRate float64
+	// LoaderBurst is the bucket's size. default: max(1, LoaderRate)
+	LoaderBurst int
+	// Backfill queues throttled misses on a Redis stream for a
+	// Backfiller. default: false
+	Backfill bool
+	// FallbackToLoader makes Get call the loader (without caching) when
+	// no copy of the key is on a usable node. default: false (fail fast)
+	FallbackToLoader bool
+	// Name separates caches sharing a route (key prefix of gates,
+	// buckets, channels and streams). default: "default"
+	Name string
+	// Logger receives subscription and backfill problems.
+	// default: slog.Default()
+	Logger *slog.Logger
+}
+
+// Cache is a read-through cache over one (server, route) of a router. It
+// is safe for concurrent use. Close it to stop its subscriptions.
+type Cache struct {
+	set    *router.Set
+	opts   Options
+	log    *slog.Logger
+	prefix string // "shardis:cache:<name>:"
+	l1     *l1Cache
+	flight flightGroup
+	stats  counters
+	sub    *subscriber
+	mu     sync.Mutex
+	rng    *rand.Rand // guarded by mu
+}
+
+// New builds a cache over r's (server, route).
+func New(r *router.Router, server, route string, opts Options) (*Cache, error) {
+	set, err := r.Set(server, route)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Jitter < 0 || opts.Jitter >= 1 {
+		return nil, fmt.Errorf("cache: Jitter is %v, want 0 <= Jitter < 1", opts.Jitter)
+	}
+	if opts.LoaderRate < 0 {
+		return nil, fmt.Errorf("cache: LoaderRate is %v, want >= 0", opts.LoaderRate)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&opts.TTL, 5*time.Minute)
+	def(&opts.NegativeTTL, 30*time.Second)
+	def(&opts.FillLease, 5*time.Second)
+	def(&opts.FillWait, time.Second)
+	def(&opts.L1TTL, opts.TTL)
+	if opts.Jitter == 0 {
+		opts.Jitter = 0.1
+	}
+	if opts.LoaderBurst <= 0 {
+		opts.LoaderBurst = max(1, int(opts.LoaderRate))
+	}
+	if opts.Name == "" {
+		opts.Name = "default"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	c := &Cache{set: set, opts: opts, log: opts.Logger,
+		prefix: "shardis:cache:" + opts.Name + ":" + server + ":" + route + ":",
+		rng:    rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	c.stats.reads = map[string]*atomic.Int64{}
+	for _, n := range set.Nodes() {
+		c.stats.reads[n.Name()] = new(atomic.Int64)
+	}
+	if opts.L1Size > 0 {
+		c.l1 = newL1(opts.L1Size)
+		c.sub = startSubscriber(c)
+	}
+	return c, nil
+}
+
+// Close stops the invalidation subscriptions. It is idempotent.
+func (c *Cache) Close() {
+	if c.sub != nil {
+		c.sub.close()
+	}
+}
+
+// Value encoding: one type byte, then the value.
+const (
+	kindValue    = 'v'
+	kindNegative = 'n'
+)
+
+// copies returns the nodes of a key's copies and their key names: copy 0
+// is the key on its own node, copy i (key#i) the first node of key#i's
+// ring walk not used by an earlier copy.
+func (c *Cache) copies(key string) ([]*node.Node, []string) {
+	n := 1
+	if c.opts.Replicas != nil {
+		n = c.opts.Replicas(key)
+	}
+	n = max(1, min(n, len(c.set.Nodes())))
+	if n == 1 { // the common case: no allocation for the walk
+		return []*node.Node{c.set.Nodes()[c.set.Ring().Home(key)]}, []string{key}
+	}
+	nodes := make([]*node.Node, 0, n)
+	names := make([]string, 0, n)
+	used := map[*node.Node]bool{}
+	for i := 0; i < n; i++ {
+		name := key
+		if i > 0 {
+			name = key + "#" + strconv.Itoa(i)
+		}
+		for _, cand := range c.set.Candidates(name) {
+			if !used[cand] {
+				used[cand] = true
+				nodes = append(nodes, cand)
+				names = append(names, name)
+				break
+			}
+		}
+	}
+	return nodes, names
+}
+
+func (c *Cache) jittered(d time.Duration) time.Duration {
+	c.mu.Lock()
+	f := 1 + c.opts.Jitter*(2*c.rng.Float64()-1)
+	c.mu.Unlock()
+	return time.Duration(float64(d) * f)
+}
+
+var one = []int{0}
+
+func (c *Cache) shuffle(n int) []int {
+	if n == 1 {
+		return one
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rng.Perm(n)
+}
+
+// read reads a key from a random usable copy, failing over to the others.
+// found is false on a miss; err wraps router.ErrUnavailable when no copy
+// could be read.
+func (c *Cache) read(ctx context.Context, key string) (val []byte, found bool, err error) {
+	nodes, names := c.copies(key)
+	var lastErr error
+	for _, i := range c.shuffle(len(nodes)) {
+		n := nodes[i]
+		if !n.Usable() {
+			continue
+		}
+		b, err := n.Client().Get(ctx, c.prefix+"k:"+names[i]).Bytes()
+		if err == redis.Nil {
+			return nil, false, nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, false, ctx.Err()
+			}
+			lastErr = err
+			continue
+		}
+		c.stats.nodeReads(n.Name())
+		return b, true, nil
+	}
+	if lastErr == nil {
+		lastErr = errors.New("no copy on a usable node")
+	}
+	return nil, false, fmt.Errorf("%w: cache key %q: %w", router.ErrUnavailable, key, lastErr)
+}
+
+// write stores an encoded value on every copy with its own jittered ttl.
+func (c *Cache) write(ctx context.Context, key string, enc []byte, ttl time.Duration) error {
+	nodes, names := c.copies(key)
+	var errs []error
+	for i, n := range nodes {
+		if !n.Usable() {
+			continue
+		}
+		if err := n.Client().Set(ctx, c.prefix+"k:"+names[i], enc, c.jittered(ttl)).Err(); err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", n.Name(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// decode turns a stored value into Get's result.
+func decode(b []byte) ([]byte, error) {
+	if len(b) > 0 && b[0] == kindNegative {
+		return nil, ErrNotFound
+	}
+	if len(b) == 0 || b[0] != kindValue {
+		return nil, fmt.Errorf("cache: stored value of unknown kind %q", b)
+	}
+	return b[1:], nil
+}
+
+// Get returns key's value: from L1, from Redis, or filled by loader (see
+// the package comment). Errors: ErrNotFound, ErrThrottled, ErrFilling,
+// one wrapping router.ErrUnavailable, or the loader's own error.
+func (c *Cache) Get(ctx context.Context, key string, loader Loader) ([]byte, error) {
+	if c.l1 != nil {
+		if enc, ok := c.l1.get(key); ok {
+			c.stats.l1Hits.Add(1)
+			return decode(enc)
+		}
+	}
+	enc, found, err := c.read(ctx, key)
+	if err != nil {
+		if c.opts.FallbackToLoader && errors.Is(err, router.ErrUnavailable) {
+			return c.loadUncached(ctx, key, loader)
+		}
+		return nil, err
+	}
+	if found {
+		c.hit(key, enc)
+		return decode(enc)
+	}
+	c.stats.misses.Add(1)
+	enc, err = c.flight.do(key, func() ([]byte, error) { return c.fill(ctx, key, loader, c.opts.Backfill) })
+	if err != nil {
+		return nil, err
+	}
+	return decode(enc)
+}
+
+func (c *Cache) hit(key string, enc []byte) {
+	if len(enc) > 0 && enc[0] == kindNegative {
+		c.stats.negativeHits.Add(1)
+	} else {
+		c.stats.hits.Add(1)
+	}
+	if c.l1 != nil {
+		c.l1.add(key, enc, c.opts.L1TTL)
+	}
+}
+
+// fill runs one instance's fill of a miss: take the gate or wait for the
+// holder's value. queue says whether a throttled miss goes to the
+// backfill stream.
+func (c *Cache) fill(ctx context.Context, key string, loader Loader, queue bool) ([]byte, error) {
+	nodes, _ := c.copies(key)
+	gateNode := nodes[0]
+	for _, n := range nodes {
+		if n.Usable() {
+			gateNode = n
+			break
+		}
+	}
+	token := strconv.FormatUint(rand.Uint64(), 36)
+	gate := c.prefix + "g:" + key
+	ok, err := gateNode.Client().SetNX(ctx, gate, token, c.opts.FillLease).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: cache key %q: gate on node %s: %w", router.ErrUnavailable, key, gateNode.Name(), err)
+	}
+	if !ok {
+		return c.waitFill(ctx, key)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = releaseGate.Run(rctx, gateNode.Client(), []string{gate}, token).Err()
+	}()
+	// Another instance may have filled it between our read and the gate.
+	if enc, found, err := c.read(ctx, key); err == nil && found {
+		return enc, nil
+	}
+	if err := c.allowLoad(ctx, key, queue); err != nil {
+		return nil, err
+	}
+	c.stats.fills.Add(1)
+	val, err := loader(ctx, key)
+	var enc []byte
+	ttl := c.opts.TTL
+	switch {
+	case errors.Is(err, ErrNotFound):
+		enc, ttl = []byte{kindNegative}, c.opts.NegativeTTL
+	case err != nil:
+		return nil, err
+	default:
+		enc = append([]byte{kindValue}, val...)
+	}
+	if werr := c.write(ctx, key, enc, ttl); werr != nil {
+		c.log.Warn("cache: storing a filled value", "key", key, "err", werr)
+	}
+	if c.l1 != nil {
+		c.l1.add(key, enc, c.opts.L1TTL)
+	}
+	return enc, nil
+}
+
+var releaseGate = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// waitFill polls the key while another instance fills it.
+func (c *Cache) waitFill(ctx context.Context, key string) ([]byte, error) {
+	deadline := time.Now().Add(c.opts.FillWait)
+	for {
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		enc, found, err := c.read(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			return enc, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: %q (waited %v)", ErrFilling, key, c.opts.FillWait)
+		}
+	}
+}
+
+// loadUncached calls the loader for a key none of whose copies is usable.
+func (c *Cache) loadUncached(ctx context.Context, key string, loader Loader) ([]byte, error) {
+	if err := c.allowLoad(ctx, key, false); err != nil {
+		return nil, err
+	}
+	c.stats.fills.Add(1)
+	return loader(ctx, key)
+}
+
+// Set stores a value in every copy of key and drops it from every
+// instance's L1.
+func (c *Cache) Set(ctx context.Context, key string, val []byte) error {
+	if err := c.write(ctx, key, append([]byte{kindValue}, val...), c.opts.TTL); err != nil {
+		return err
+	}
+	return c.invalidateL1(ctx, key)
+}
+
+// Invalidate deletes every copy of key and drops it from every
+// instance's L1.
+func (c *Cache) Invalidate(ctx context.Context, key string) error {
+	nodes, names := c.copies(key)
+	var errs []error
+	for i, n := range nodes {
+		if err := n.Client().Del(ctx, c.prefix+"k:"+names[i]).Err(); err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", n.Name(), err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return c.invalidateL1(ctx, key)
+}

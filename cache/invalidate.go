@@ -1,0 +1,115 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/node"
+)
+
+// L1 invalidation over Redis pub/sub: Set and Invalidate publish the key
+// on the route's channel on one node; every instance subscribes on every
+// node of the route (so a publish on any node reaches it) and drops the
+// key from its L1. Whenever a subscription is made (again) or breaks, the
+// instance drops its whole L1: messages published meanwhile are lost.
+
+func (c *Cache) channel() string { return c.prefix + "inv" }
+
+// invalidateL1 drops key from this instance's L1 and publishes it for the
+// others.
+func (c *Cache) invalidateL1(ctx context.Context, key string) error {
+	if c.l1 != nil {
+		c.l1.remove(key)
+	}
+	nodes, _ := c.copies(key)
+	var pub *node.Node
+	for _, n := range append(nodes, c.set.Nodes()...) {
+		if n.Usable() {
+			pub = n
+			break
+		}
+	}
+	if pub == nil {
+		return fmt.Errorf("cache: invalidating %q: no usable node to publish on", key)
+	}
+	if err := pub.Client().Publish(ctx, c.channel(), key).Err(); err != nil {
+		return fmt.Errorf("cache: invalidating %q on node %s: %w", key, pub.Name(), err)
+	}
+	return nil
+}
+
+// subscriber keeps one subscription per node of the route.
+type subscriber struct {
+	c      *Cache
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+func startSubscriber(c *Cache) *subscriber {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &subscriber{c: c, cancel: cancel}
+	for _, n := range c.set.Nodes() {
+		s.wg.Add(1)
+		go s.loop(ctx, n)
+	}
+	return s
+}
+
+func (s *subscriber) close() {
+	s.once.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+	})
+}
+
+// loop subscribes on n until ctx ends, again after every break (and when
+// the node's client is replaced after an outage).
+func (s *subscriber) loop(ctx context.Context, n *node.Node) {
+	defer s.wg.Done()
+	for ctx.Err() == nil {
+		if n.Usable() {
+			s.session(ctx, n)
+			s.c.l1.purge()
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *subscriber) session(ctx context.Context, n *node.Node) {
+	cl := n.Client()
+	ps := cl.Subscribe(ctx, s.c.channel())
+	defer ps.Close()
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, 500*time.Millisecond)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil && n.Client() == cl && n.Usable() {
+				continue
+			}
+			if ctx.Err() == nil {
+				s.c.log.Debug("cache: invalidation subscription broke; L1 dropped", "node", n.Name(), "err", err)
+			}
+			return
+		}
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			s.c.l1.purge() // (re)subscribed: anything published before is lost to us
+		case *redis.Message:
+			s.c.l1.remove(m.Payload)
+			s.c.stats.invalidations.Add(1)
+		}
+	}
+}
