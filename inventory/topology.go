@@ -213,6 +213,9 @@ type TopologyRecord struct {
 	Current Topology
 	Prev    *Topology // nil when there was no previous epoch
 	Phase   Phase
+	// Lost is true when the node's stamp names Token but its record is
+	// gone; the other fields but Node and Token are unknown.
+	Lost bool
 }
 
 // TopologyStatus is what an instance knows of the topology.
@@ -321,8 +324,14 @@ func (inv *Inventory) TopologyStatus(ctx context.Context) TopologyStatus {
 func (inv *Inventory) readView(ctx context.Context) *view {
 	now := time.Now()
 	recs, unread := inv.readRecords(ctx, inv.members)
+	if inv.repairLost(ctx, recs) {
+		recs, unread = inv.readRecords(ctx, inv.members)
+	}
 	var newest *TopologyRecord
 	for i := range recs {
+		if recs[i].Lost {
+			continue
+		}
 		if newest == nil || recs[i].Epoch > newest.Epoch {
 			newest = &recs[i]
 		}
@@ -355,6 +364,8 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 	}
 	for _, r := range recs {
 		switch {
+		case r.Lost:
+			inv.log.Error("inventory: node lost its topology record and no node can restore it", "node", r.Node, "token", r.Token)
 		case r.Epoch == 0 && !inv.topo.noInit:
 			if err := inv.writeRecord(ctx, r.Node, "", newest.Token, newest.Epoch, newest.Current, newest.Prev, newest.Phase); err != nil {
 				inv.log.Warn("inventory: could not give a node the topology record", "node", r.Node, "err", err)
@@ -419,4 +430,43 @@ func (v *view) refuse() error {
 		return v.notReady
 	}
 	return nil
+}
+
+// repairLost writes the record again on nodes that lost it (Lost): from a
+// node holding the same token, or, when none does, from this instance's
+// own topology if the token's fingerprint is this topology's (the token
+// proves it; written as stable: a migration under way when every node
+// lost its record is not resumed, run topology apply again). It reports
+// whether it wrote anything.
+func (inv *Inventory) repairLost(ctx context.Context, recs []TopologyRecord) bool {
+	wrote := false
+	for _, r := range recs {
+		if !r.Lost {
+			continue
+		}
+		var src *TopologyRecord
+		for i := range recs {
+			if !recs[i].Lost && recs[i].Token == r.Token {
+				src = &recs[i]
+				break
+			}
+		}
+		epochStr, fp, _ := strings.Cut(r.Token, ":")
+		epoch, err := strconv.ParseInt(epochStr, 10, 64)
+		switch {
+		case src != nil:
+			err = inv.writeRecord(ctx, r.Node, r.Token, r.Token, src.Epoch, src.Current, src.Prev, src.Phase)
+		case err == nil && fp == inv.topo.fp && !inv.topo.noInit:
+			err = inv.writeRecord(ctx, r.Node, r.Token, r.Token, epoch, inv.topo.self, nil, PhaseStable)
+		default:
+			continue
+		}
+		if err != nil {
+			inv.log.Warn("inventory: could not restore a node's topology record", "node", r.Node, "err", err)
+			continue
+		}
+		inv.log.Warn("inventory: restored a node's lost topology record", "node", r.Node, "token", r.Token)
+		wrote = true
+	}
+	return wrote
 }

@@ -32,7 +32,8 @@ return {redis.call('HGET', KEYS[1], 'epoch') or '', redis.call('HGETALL', KEYS[2
 // ARGV: 2 expected token ("" = the node has none), 3 new token, 4 epoch,
 // 5 current topology JSON, 6 previous topology JSON (""), 7 phase.
 // Writing the token the node already has only moves its phase from
-// migrating to stable (never back). Replies "ok", or SHARDIS_EPOCH when
+// migrating to stable (never back), or writes the record again when it
+// was lost. Replies "ok", or SHARDIS_EPOCH when
 // the node is at another token.
 var topoWriteScript = redis.NewScript(`
 local name = redis.call('HGET', KEYS[1], 'name')
@@ -40,11 +41,11 @@ if name ~= ARGV[1] then
   return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(name) .. ', expected ' .. ARGV[1])
 end
 local cur = redis.call('HGET', KEYS[1], 'epoch') or ''
-if cur == ARGV[3] then
+if cur == ARGV[3] and redis.call('EXISTS', KEYS[2]) == 1 then
   if ARGV[7] == 'stable' then redis.call('HSET', KEYS[2], 'phase', 'stable') end
   return 'ok'
 end
-if cur ~= ARGV[2] then
+if cur ~= ARGV[2] and cur ~= ARGV[3] then
   return redis.error_reply('SHARDIS_EPOCH node ' .. ARGV[1] .. ' is at topology ' .. (cur == '' and 'none' or cur) ..
     ', expected ' .. (ARGV[2] == '' and 'none' or ARGV[2]))
 end
@@ -75,6 +76,12 @@ func readRecord(ctx context.Context, n *node.Node) (TopologyRecord, error) {
 		f[k] = v
 	}
 	if rec.Token == "" {
+		return rec, nil
+	}
+	if len(f) == 0 {
+		// The stamp names an epoch but the record is gone (deleted by
+		// hand, or a flush that kept the stamp): readView repairs it.
+		rec.Lost = true
 		return rec, nil
 	}
 	bad := func(what string, err error) (TopologyRecord, error) {

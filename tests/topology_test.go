@@ -423,3 +423,36 @@ func TestTopologySvcNotReady(t *testing.T) {
 		t.Fatalf("/readyz of the service at the nodes' topology: %d %q", code, body)
 	}
 }
+
+// A node whose topology record was deleted (its stamp still names the
+// epoch) gets it back from its peers, or, when every node lost it, from an
+// instance whose configuration the stamp's fingerprint names.
+func TestTopologyLostRecordRestored(t *testing.T) {
+	c := newInvCluster(t, invOpts{})
+	ctx := invCtx(t, 10*time.Second)
+	c.load("r", "s", 30, 0)
+	if err := c.clients["n2"].Del(ctx, "shardis:topology").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, inv := c.newInventory(t, nil)
+	if st := inv.TopologyStatus(ctx); !st.Ready {
+		t.Fatalf("instance with one node's record deleted: %+v", st)
+	}
+	if n, _ := c.clients["n2"].Exists(ctx, "shardis:topology").Result(); n != 1 {
+		t.Fatal("n2's record was not restored from its peers")
+	}
+	for _, name := range c.names {
+		if err := c.clients[name].Del(ctx, "shardis:topology").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, inv = c.newInventory(t, nil)
+	if _, err := inv.Reserve(ctx, "after-loss", []inventory.Item{invItem("r", "s", 1)}, "", time.Minute); err != nil {
+		t.Fatalf("Reserve after every record was deleted: %v", err)
+	}
+	for _, name := range c.names {
+		if n, _ := c.clients[name].Exists(ctx, "shardis:topology").Result(); n != 1 {
+			t.Fatalf("%s's record was not restored", name)
+		}
+	}
+}
