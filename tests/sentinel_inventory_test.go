@@ -30,7 +30,12 @@ type invFailover struct {
 	mu        sync.Mutex
 	reserved  []string // orders whose Reserve was acknowledged
 	confirmed []string // orders whose Confirm was acknowledged
-	failed    map[string]int
+	// unsure are reserved orders whose Confirm failed: its outcome may be
+	// unknown (the decision may be on the node with its parts still
+	// reserved), so the client retries it after the failover, as
+	// Confirm's contract asks.
+	unsure []string
+	failed map[string]int
 }
 
 const (
@@ -103,6 +108,8 @@ func (f *invFailover) load(stop <-chan struct{}, wg *sync.WaitGroup) {
 					if i%2 == 0 {
 						if _, err = f.st.Inventory.Confirm(ctx, id); err == nil {
 							f.record(&f.confirmed, id)
+						} else {
+							f.record(&f.unsure, id)
 						}
 					}
 				}
@@ -119,6 +126,35 @@ func (f *invFailover) load(stop <-chan struct{}, wg *sync.WaitGroup) {
 				}
 			}
 		}()
+	}
+}
+
+// retryConfirms retries every Confirm that failed under load until it has
+// an answer: a success is an acknowledged confirmation; any other definite
+// answer leaves the order as it is.
+func (f *invFailover) retryConfirms() {
+	f.t.Helper()
+	f.mu.Lock()
+	unsure := append([]string(nil), f.unsure...)
+	f.mu.Unlock()
+	for _, id := range unsure {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err := f.st.Inventory.Confirm(ctx, id)
+			cancel()
+			if err == nil {
+				f.record(&f.confirmed, id)
+				break
+			}
+			if !errors.Is(err, inventory.ErrUnavailable) {
+				break
+			}
+			if time.Now().After(deadline) {
+				f.t.Fatalf("Confirm %s still unavailable 10s after the failover: %v", id, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }
 
@@ -191,6 +227,7 @@ func TestSentinelInventoryDurabilityReplica(t *testing.T) {
 	f.g.Rejoin(f.old, 20*time.Second)
 	time.Sleep(500 * time.Millisecond)
 	stop()
+	f.retryConfirms()
 	f.mu.Lock()
 	reserved, confirmed := append([]string(nil), f.reserved...), append([]string(nil), f.confirmed...)
 	t.Logf("acknowledged: %d reservations, %d confirmations; failed: %v", len(reserved), len(confirmed), f.failed)
