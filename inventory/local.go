@@ -7,18 +7,17 @@ import (
 	"time"
 
 	"github.com/shardis/shardis/node"
-	"github.com/shardis/shardis/router"
 )
 
 // One-script reservations.
 //
 // An order whose items all have the order's home node as their first
-// choice (the first enabled, usable node of Candidates(orderID+sku)), and
-// which that node can meet in full, needs no other node: its record and its
-// parts are written by one script, atomically (localScript), instead of
-// begin → take → commit. (Offering every item to the home node first would
-// make this the common case; it changes where stock is taken from and is
-// not done yet.) The script takes anything only when the order is free (no
+// choice (itemCandidates offers every item to the home node first when the
+// item's route has it and it is enabled and usable there), and which that
+// node can meet in full, needs no other node: its record and its parts are
+// written by one script, atomically (localScript), instead of
+// begin → take → commit. With every route on every node this is every
+// order whose home node holds the stock. The script takes anything only when the order is free (no
 // record, or a failed attempt) and every part can be met in full there;
 // otherwise it writes nothing and the order takes the general path, which
 // handles existing records, splits and refusals. Being one script, it has
@@ -117,7 +116,7 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 	var reqs []partReq
 	for i, it := range items {
 		set, _ := inv.set(it.Route)
-		if inv.firstChoice(set, orderID+it.SKU) != home {
+		if c := inv.itemCandidates(set, home, orderID, it.SKU); len(c) == 0 || c[0] != home {
 			return Reservation{}, false, nil
 		}
 		reqs = append(reqs, partReq{
@@ -185,16 +184,4 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 	}
 	inv.stats.local.Add(1)
 	return Reservation{OrderID: orderID, Receipts: receipts(parts), Deadline: time.UnixMilli(dl)}, true, nil
-}
-
-// firstChoice returns the node the general path would take an item from
-// first: the first enabled, usable candidate (nil if none).
-func (inv *Inventory) firstChoice(set *router.Set, key string) *node.Node {
-	rk := set.Key()
-	for _, n := range set.Candidates(key) {
-		if n.RouteEnabled(rk) && inv.usable(n) {
-			return n
-		}
-	}
-	return nil
 }

@@ -70,11 +70,12 @@ const commitTimeout = 2 * time.Second
 // Reserve takes every item of an order, all or nothing, and holds it for
 // ttl (0 = inventory.reservation_ttl; capped by max_reservation_ttl).
 //
-// Each item is taken from its route's nodes in Candidates(orderID+sku)
-// order, up to what each node has, so an item may be split across nodes;
-// drained and unusable nodes are skipped. An order whose items' first
-// nodes are all its home node, and which that node can meet in full, is
-// reserved by one script there (local.go). Nodes work concurrently, one
+// Each item is taken from its route's nodes, the order's home node first
+// when the route has it, then in Candidates(orderID+sku) order, up to what
+// each node has, so an item may be split across nodes; drained and
+// unusable nodes are skipped. An order whose items' first nodes are all
+// its home node, and which that node can meet in full, is reserved by one
+// script there (local.go). Nodes work concurrently, one
 // round trip per node per round. If an item cannot be met, a node fails,
 // or the per-user limit would be exceeded, every part already taken is
 // cancelled (a part whose outcome is unknown gets a tombstone, so a
@@ -132,7 +133,7 @@ func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item,
 		return inv.existing(orderID, rec)
 	}
 
-	parts, unknown, err := inv.take(ctx, orderID, token, rec.deadline.Add(partGrace), items, userID)
+	parts, unknown, err := inv.take(ctx, home, orderID, token, rec.deadline.Add(partGrace), items, userID)
 	if err != nil {
 		inv.abandon(ctx, home, orderID, token, parts, unknown)
 		return Reservation{}, err

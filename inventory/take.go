@@ -38,17 +38,11 @@ type partReq struct {
 
 // take runs the reserve rounds. It returns the parts taken, the parts whose
 // outcome is unknown (their node failed mid-call), and the first error.
-func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline time.Time, items []Item, userID string) (taken, unknown []part, err error) {
+func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token string, deadline time.Time, items []Item, userID string) (taken, unknown []part, err error) {
 	states := make([]itemState, len(items))
 	for i, it := range items {
 		set, _ := inv.set(it.Route)
-		rk := set.Key()
-		st := itemState{set: set, need: it.Quantity}
-		for _, n := range set.Candidates(orderID + it.SKU) {
-			if n.RouteEnabled(rk) && inv.usable(n) {
-				st.cands = append(st.cands, n)
-			}
-		}
+		st := itemState{set: set, need: it.Quantity, cands: inv.itemCandidates(set, home, orderID, it.SKU)}
 		st.usable = len(st.cands)
 		states[i] = st
 	}
@@ -176,6 +170,28 @@ func (inv *Inventory) take(ctx context.Context, orderID, token string, deadline 
 			ErrInsufficientStock, i, it.SKU, it.Route, it.Quantity, it.Quantity-st.need, st.usable)
 	}
 	return taken, unknown, nil
+}
+
+// itemCandidates returns the nodes an item of an order is taken from, in
+// order: the enabled, usable nodes of set, the order's home node first when
+// it is one of them (so an order its home node can meet needs no other
+// node, see local.go), then the rest in Candidates(orderID+sku) order. The
+// home node is spread uniformly over the nodes by order id, so stock is
+// still drawn evenly from every node of the route.
+func (inv *Inventory) itemCandidates(set *router.Set, home *node.Node, orderID, sku string) []*node.Node {
+	rk := set.Key()
+	var out []*node.Node
+	for _, n := range set.Candidates(orderID + sku) {
+		if !n.RouteEnabled(rk) || !inv.usable(n) {
+			continue
+		}
+		if n == home {
+			out = append([]*node.Node{n}, out...)
+			continue
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // describeNodes says why each node of a set cannot take stock, e.g.

@@ -150,7 +150,14 @@ func (e *hostileEnv) order(prefix, sku, first, home string) string {
 	}
 	for i := 0; i < 100000; i++ {
 		id := fmt.Sprintf("%s-%d", prefix, i)
-		if match(first, set.Candidates(id + sku)[0].Name()) && match(home, e.homes.Name(e.homes.Home("order:"+id))) {
+		h := e.homes.Name(e.homes.Home("order:" + id))
+		f := set.Candidates(id + sku)[0].Name()
+		for _, n := range set.Nodes() {
+			if n.Name() == h {
+				f = h // the home node is offered every item first
+			}
+		}
+		if match(first, f) && match(home, h) {
 			return id
 		}
 	}

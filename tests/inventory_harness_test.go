@@ -216,6 +216,19 @@ func (c *invCluster) first(route, orderID, sku string) string {
 	if err != nil {
 		c.t.Fatalf("route %s: %v", route, err)
 	}
+	return c.firstOf(set, orderID, sku)
+}
+
+// firstOf mirrors the inventory's choice: an item goes first to its
+// order's home node when the route has it (all nodes enabled and usable),
+// else to the first of Candidates(orderID+sku).
+func (c *invCluster) firstOf(set *router.Set, orderID, sku string) string {
+	home := c.home(orderID)
+	for _, n := range set.Nodes() {
+		if n.Name() == home {
+			return home
+		}
+	}
 	return set.Candidates(orderID + sku)[0].Name()
 }
 
