@@ -53,7 +53,14 @@ func hostileStart(t testing.TB, nodes map[string]config.Node, h config.Health) *
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	cfg.Servers = map[string]config.Server{invServer: {OnNodeDown: config.OnNodeDownFail, Routes: map[string][]string{"r": names}}}
+	// Besides "r" over every node, "only-<name>" keeps a SKU's stock on one
+	// node, so an order can have its part there and its record elsewhere
+	// (items go to the order's home node first when their route has it).
+	routes := map[string][]string{"r": names}
+	for _, name := range names {
+		routes["only-"+name] = []string{name}
+	}
+	cfg.Servers = map[string]config.Server{invServer: {OnNodeDown: config.OnNodeDownFail, Routes: routes}}
 	cfg.Health = h
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
@@ -167,7 +174,12 @@ func (e *hostileEnv) order(prefix, sku, first, home string) string {
 
 // reserve reserves qty of sku (route r) for order id.
 func (e *hostileEnv) reserve(id, sku string, qty int64) error {
-	_, err := e.inv.Reserve(e.ctx, id, []inventory.Item{invItem("r", sku, qty)}, "", time.Minute)
+	return e.reserveOn("r", id, sku, qty)
+}
+
+// reserveOn reserves qty of route's sku for order id.
+func (e *hostileEnv) reserveOn(route, id, sku string, qty int64) error {
+	_, err := e.inv.Reserve(e.ctx, id, []inventory.Item{invItem(route, sku, qty)}, "", time.Minute)
 	return err
 }
 
@@ -181,8 +193,13 @@ func (e *hostileEnv) must(what string, err error) {
 
 func (e *hostileEnv) load(sku string, qty int64) {
 	e.t.Helper()
-	_, err := e.inv.LoadStock(e.ctx, "r", sku, qty, 0)
-	e.must("LoadStock "+sku, err)
+	e.loadOn("r", sku, qty)
+}
+
+func (e *hostileEnv) loadOn(route, sku string, qty int64) {
+	e.t.Helper()
+	_, err := e.inv.LoadStock(e.ctx, route, sku, qty, 0)
+	e.must("LoadStock "+route+"/"+sku, err)
 }
 
 func (e *hostileEnv) cancel(id string) inventory.Outcome {
@@ -326,8 +343,12 @@ func TestHostileOutOfMemory(t *testing.T) {
 	e := hostileStart(t, nodes, hostileHealth)
 	ctx, fc := e.ctx, direct[full]
 	e.load("om", loaded)
-	held := e.order("om-held", "om", full, "!"+full)
-	e.must("Reserve", e.reserve(held, "om", 2))
+	// om3's stock is on the full node only: its orders below have their
+	// part there and their record on a healthy home.
+	pinned := "only-" + full
+	e.loadOn(pinned, "om3", loaded)
+	held := e.order("om-held", "om", "", "!"+full)
+	e.must("Reserve", e.reserveOn(pinned, held, "om3", 2))
 
 	// Fill the node: maxmemory 1 MiB above what it uses, then 64 KiB values
 	// until it refuses one. Then lower maxmemory to 90 % of what it uses,
@@ -349,12 +370,12 @@ func TestHostileOutOfMemory(t *testing.T) {
 	}
 	e.must("CONFIG SET", fc.ConfigSet(ctx, "maxmemory", fmt.Sprint(used()*9/10)).Err())
 
-	before := hostileSnap(direct, "om")
-	err := e.reserve(e.order("om-b", "om", full, "!"+full), "om", 2)
+	before := hostileSnap(direct, "om", pinned+":om3")
+	err := e.reserveOn(pinned, e.order("om-b", "om", "", "!"+full), "om3", 2)
 	hostileWantErr(t, "Reserve taking from the full node", err, inventory.ErrUnavailable, "node "+full, "OOM")
-	err = e.reserve(e.order("om-c", "om", "!"+full, full), "om", 2)
+	err = e.reserve(e.order("om-c", "om", "", full), "om", 2)
 	hostileWantErr(t, "Reserve of an order homed on the full node", err, inventory.ErrUnavailable, "node "+full, "OOM")
-	if after := hostileSnap(direct, "om"); !reflect.DeepEqual(after, before) {
+	if after := hostileSnap(direct, "om", pinned+":om3"); !reflect.DeepEqual(after, before) {
 		t.Fatalf("failed reserves changed stock:\nbefore %v\nafter  %v", before, after)
 	}
 	time.Sleep(3 * hostileHealth.Heartbeat) // a few probes of the full node
@@ -367,22 +388,25 @@ func TestHostileOutOfMemory(t *testing.T) {
 	if out := e.cancel(held); out.Status != inventory.StatusCancelled || out.PendingParts != 1 {
 		t.Fatalf("Cancel %s while %s is full: %+v, want cancelled with its part there deferred", held, full, out)
 	}
-	if lvl := hostileInvariant(t, e.inv, "om", loaded); lvl.Reserved != 2 {
+	if lvl := hostileInvariantOn(t, e.inv, pinned, "om3", loaded); lvl.Reserved != 2 {
 		t.Fatalf("stock %+v, want the 2 units held until the node can write", lvl)
 	}
 	e.must("CONFIG SET", fc.ConfigSet(ctx, "maxmemory", "0").Err())
-	for deadline := time.Now().Add(5 * time.Second); hostileInvariant(t, e.inv, "om", loaded).Reserved != 0; {
+	for deadline := time.Now().Add(5 * time.Second); hostileInvariantOn(t, e.inv, pinned, "om3", loaded).Reserved != 0; {
 		if time.Now().After(deadline) {
 			t.Fatalf("held units not returned after memory was freed (reconciler %+v)", e.rec.Stats())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	retry := e.order("om-b", "om", full, "!"+full)
-	e.must("Reserve retried after memory was freed", e.reserve(retry, "om", 2))
+	retry := e.order("om-b", "om", "", "!"+full)
+	e.must("Reserve retried after memory was freed", e.reserveOn(pinned, retry, "om3", 2))
 	e.cancel(retry)
 	checkNoPending(t, direct, nil)
 	if lvl := hostileInvariant(t, e.inv, "om", loaded); lvl.Available != loaded {
 		t.Fatalf("final stock %+v, want all %d available", lvl, loaded)
+	}
+	if lvl := hostileInvariantOn(t, e.inv, pinned, "om3", loaded); lvl.Available != loaded {
+		t.Fatalf("final stock of om3 %+v, want all %d available", lvl, loaded)
 	}
 }
 
@@ -405,7 +429,11 @@ func TestHostileSlowNode(t *testing.T) {
 	e.must("Reserve", e.reserve("sl-conf", "sl", 3))
 	_, err := e.inv.Confirm(ctx, "sl-conf")
 	e.must("Confirm", err)
-	oa := e.order("sl-a", "sl", slow, "!"+slow)
+	// sl3's stock is on the slow node only: oa has its part there and its
+	// record on a healthy home; ob avoids the slow node.
+	pinned := "only-" + slow
+	e.loadOn(pinned, "sl3", loaded)
+	oa := e.order("sl-a", "sl", "", "!"+slow)
 	ob := e.order("sl-b", "sl", "!"+slow, "!"+slow)
 
 	sleeper := redis.NewClient(&redis.Options{Addr: nodes[slow].Addr, ReadTimeout: 5 * time.Second})
@@ -419,7 +447,7 @@ func TestHostileSlowNode(t *testing.T) {
 	}
 
 	start := time.Now()
-	err = e.reserve(oa, "sl", 2)
+	err = e.reserveOn(pinned, oa, "sl3", 2)
 	hostileWantErr(t, "Reserve on the sleeping node", err, inventory.ErrUnavailable, "node "+slow, "timeout")
 	if took := time.Since(start); took > 1800*time.Millisecond {
 		t.Fatalf("Reserve on the sleeping node took %v, want the 1s command timeout", took)
@@ -443,5 +471,8 @@ func TestHostileSlowNode(t *testing.T) {
 	checkNoPending(t, direct, nil)
 	if lvl := hostileInvariant(t, e.inv, "sl", loaded); lvl.Confirmed != 3 || lvl.Available != loaded-3 {
 		t.Fatalf("final stock %+v, want 3 confirmed and the rest available", lvl)
+	}
+	if lvl := hostileInvariantOn(t, e.inv, pinned, "sl3", loaded); lvl.Available != loaded {
+		t.Fatalf("final stock of sl3 %+v, want all %d available", lvl, loaded)
 	}
 }

@@ -23,30 +23,36 @@ func TestInvNodeKilled(t *testing.T) {
 	c := newInvCluster(t, invOpts{aof: true, routes: map[string][]string{
 		"all":  {"n1", "n2", "n3"},
 		"pair": {"n1", "n2"},
+		// solo keeps its stock on the doomed node only, so an order of it
+		// can have its part there and its record elsewhere (every item
+		// goes to the order's home node first when its route has it).
+		"solo": {"n3"},
 	}})
 	const (
 		dead       = "n3"
 		pairLoaded = 5000
 		allLoaded  = 3000
+		soloLoaded = 100
 		ttl        = 1500 * time.Millisecond
 	)
 	ctx := invCtx(t, 60*time.Second)
 	c.load("pair", "k-pair", pairLoaded, 0)
 	c.load("all", "k-all", allLoaded, 0)
+	c.load("solo", "k-solo", soloLoaded, 0)
 	rec := c.reconciler(nil, nil, rollback.Settings{Interval: 100 * time.Millisecond})
 	rec.Start()
 
 	var (
 		mu       sync.Mutex
 		orders   []string
-		units    = map[string][2]int64{} // order → units of k-pair, k-all
+		units    = map[string][3]int64{} // order → units of k-pair, k-all, k-solo
 		lastRes  time.Time
 		failures invCounter
 	)
-	record := func(id string, pair, all int64) {
+	record := func(id string, u [3]int64) {
 		mu.Lock()
 		orders = append(orders, id)
-		units[id] = [2]int64{pair, all}
+		units[id] = u
 		lastRes = time.Now()
 		mu.Unlock()
 	}
@@ -61,13 +67,13 @@ func TestInvNodeKilled(t *testing.T) {
 	)
 	for i := 0; i < 12; i++ {
 		id := c.orderIDWith(fmt.Sprintf("pre%d", i), func(id string) bool {
-			return c.first("all", id, "k-all") == dead && (c.home(id) == dead) == (i%4 == 3)
+			return (c.home(id) == dead) == (i%4 == 3)
 		})
-		res, err := c.inv.Reserve(ctx, id, []inventory.Item{invItem("all", "k-all", 4)}, "", preTTL)
+		res, err := c.inv.Reserve(ctx, id, []inventory.Item{invItem("solo", "k-solo", 4)}, "", preTTL)
 		if err != nil {
 			t.Fatalf("Reserve %s: %v", id, err)
 		}
-		record(id, 0, 4)
+		record(id, [3]int64{0, 0, 4})
 		preDeadline = res.Deadline
 		pre = append(pre, id)
 	}
@@ -98,7 +104,7 @@ func TestInvNodeKilled(t *testing.T) {
 				}
 				wasDown := down.Load()
 				_, err := c.inv.Reserve(ctx, id, items, "", ttl)
-				record(id, 1, all)
+				record(id, [3]int64{1, all, 0})
 				if err != nil {
 					failures.add("reserve")
 					switch {
@@ -197,11 +203,12 @@ func TestInvNodeKilled(t *testing.T) {
 	}
 
 	status := invCheckDecisions(t, c, all)
-	var confPair, confAll int64
+	var conf [3]int64
 	for _, id := range all {
 		if status[id] == "confirmed" {
-			confPair += units[id][0]
-			confAll += units[id][1]
+			for k := range conf {
+				conf[k] += units[id][k]
+			}
 		}
 	}
 	for i, id := range pre {
@@ -216,7 +223,7 @@ func TestInvNodeKilled(t *testing.T) {
 	for _, s := range []struct {
 		route, sku  string
 		loaded, con int64
-	}{{"pair", "k-pair", pairLoaded, confPair}, {"all", "k-all", allLoaded, confAll}} {
+	}{{"pair", "k-pair", pairLoaded, conf[0]}, {"all", "k-all", allLoaded, conf[1]}, {"solo", "k-solo", soloLoaded, conf[2]}} {
 		lvl := checkInvariant(t, c.inv, s.route, s.sku, s.loaded)
 		if lvl.Reserved != 0 || lvl.Confirmed != s.con {
 			t.Errorf("%s: %+v, want reserved 0 and confirmed %d", s.sku, lvl, s.con)
@@ -235,7 +242,10 @@ func TestInvNodePaused(t *testing.T) {
 	// the caller's 400ms deadline.
 	h := config.Health{Heartbeat: 300 * time.Millisecond, Timeout: 200 * time.Millisecond,
 		Backoff: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}}
-	c := newInvCluster(t, invOpts{health: &h})
+	// solo keeps its stock on the paused node only: an order of it has its
+	// part there whatever its home (every item goes to the order's home
+	// node first when its route has it).
+	c := newInvCluster(t, invOpts{health: &h, routes: map[string][]string{"r": {"n1", "n2", "n3"}, "solo": {"n3"}}})
 	const (
 		paused = "n3"
 		loaded = 30
@@ -243,6 +253,7 @@ func TestInvNodePaused(t *testing.T) {
 	)
 	ctx := invCtx(t, 30*time.Second)
 	c.load("r", "p", loaded, 0)
+	c.load("solo", "p", loaded, 0)
 	if _, err := c.inv.Reserve(ctx, "p-conf", []inventory.Item{invItem("r", "p", 4)}, "", time.Minute); err != nil {
 		t.Fatalf("Reserve p-conf: %v", err)
 	}
@@ -252,7 +263,7 @@ func TestInvNodePaused(t *testing.T) {
 
 	// oa's stock comes from the paused node first, its record lives
 	// elsewhere; ob's record lives on the paused node; oc avoids it.
-	oa := c.orderIDWith("p-a", func(id string) bool { return c.first("r", id, "p") == paused && c.home(id) != paused })
+	oa := c.orderIDWith("p-a", func(id string) bool { return c.first("solo", id, "p") == paused && c.home(id) != paused })
 	ob := c.orderIDWith("p-b", func(id string) bool { return c.home(id) == paused })
 	oc := c.orderIDWith("p-c", func(id string) bool { return c.first("r", id, "p") != paused && c.home(id) != paused })
 	orders := []string{"p-conf", oa, ob, oc}
@@ -271,7 +282,11 @@ func TestInvNodePaused(t *testing.T) {
 			}
 			rctx, cancel := context.WithTimeout(ctx, d)
 			defer cancel()
-			_, errs[i] = c.inv.Reserve(rctx, id, []inventory.Item{invItem("r", "p", 2)}, "", ttl)
+			route := "r"
+			if id == oa {
+				route = "solo"
+			}
+			_, errs[i] = c.inv.Reserve(rctx, id, []inventory.Item{invItem(route, "p", 2)}, "", ttl)
 		}()
 	}
 	wg.Wait()
@@ -311,6 +326,9 @@ func TestInvNodePaused(t *testing.T) {
 	lvl := checkInvariant(t, c.inv, "r", "p", loaded)
 	if lvl.Available != loaded-4 || lvl.Reserved != 0 || lvl.Confirmed != 4 {
 		t.Fatalf("stock %+v: want available %d, reserved 0, confirmed 4", lvl, loaded-4)
+	}
+	if lvl := checkInvariant(t, c.inv, "solo", "p", loaded); lvl.Available != loaded {
+		t.Fatalf("solo stock %+v: want all %d available", lvl, loaded)
 	}
 }
 

@@ -265,9 +265,15 @@ func hostileRing(t testing.TB, names []string) *router.Ring {
 // nodes hold loaded units in all.
 func hostileInvariant(t testing.TB, inv *inventory.Inventory, sku string, loaded int64, down ...string) inventory.StockLevel {
 	t.Helper()
+	return hostileInvariantOn(t, inv, "r", sku, loaded, down...)
+}
+
+// hostileInvariantOn is hostileInvariant for route's sku.
+func hostileInvariantOn(t testing.TB, inv *inventory.Inventory, route, sku string, loaded int64, down ...string) inventory.StockLevel {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	lvl, err := inv.GetStock(ctx, "r", sku)
+	lvl, err := inv.GetStock(ctx, route, sku)
 	if err != nil {
 		t.Fatalf("invariant %s: GetStock: %v", sku, err)
 	}
@@ -296,10 +302,13 @@ func hostileInvariant(t testing.TB, inv *inventory.Inventory, sku string, loaded
 	return lvl
 }
 
-// hostileCounters returns node c's counters of sku (route r), a missing
+// hostileCounters returns node c's counters of sku (route r, or "route:sku"), a missing
 // field as 0, a read error as its text.
 func hostileCounters(c *redis.Client, sku string) string {
-	v, err := c.HMGet(context.Background(), "inv:stock:r:"+sku, "available", "reserved", "confirmed", "loaded").Result()
+	if !strings.Contains(sku, ":") {
+		sku = "r:" + sku // route r unless named
+	}
+	v, err := c.HMGet(context.Background(), "inv:stock:"+sku, "available", "reserved", "confirmed", "loaded").Result()
 	if err != nil {
 		return err.Error()
 	}

@@ -213,14 +213,39 @@ func TestTopologyRemoveNode(t *testing.T) {
 	// One order keeps a pending part on n4 (2 s hold) when the apply
 	// starts: no instance of the new topology reaches n4, so the apply
 	// settles it after its deadline by the order's decision.
+	// Its record lives on n1 and its part on n4: items go to the order's
+	// home node first, so n1 is drained for the reserve and the part goes
+	// to the next candidate, n4.
+	set, err := c.r.Set(invServer, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var holdID string
 	for i := 0; holdID == ""; i++ {
 		id := fmt.Sprintf("h-%d", i)
-		if c.first("r", id, "s") == "n4" {
-			holdID = id
+		if c.home(id) != "n1" {
+			continue
+		}
+		for _, n := range set.Candidates(id + "s") {
+			if n.Name() != "n1" {
+				if n.Name() == "n4" {
+					holdID = id
+				}
+				break
+			}
 		}
 	}
-	if _, err := c.inv.Reserve(ctx, holdID, []inventory.Item{invItem("r", "s", 1)}, "", 2*time.Second); err != nil {
+	if err := c.r.SetRouteEnabled(ctx, "n1", invServer, "r", false); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.inv.Reserve(ctx, holdID, []inventory.Item{invItem("r", "s", 1)}, "", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Receipts) != 1 || res.Receipts[0].Node != "n4" {
+		t.Fatalf("receipts of %s = %+v, want its part on n4", holdID, res.Receipts)
+	}
+	if err := c.r.SetRouteEnabled(ctx, "n1", invServer, "r", true); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.r.SetRouteEnabled(ctx, "n4", invServer, "r", false); err != nil {
