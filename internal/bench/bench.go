@@ -32,6 +32,9 @@ type Plan struct {
 	Warmup    time.Duration // one unmeasured run per variant first
 	SetPick   bool          // also measure the router through a held *Set
 	SKUs      int           // inventory: SKUs per route the orders pick from
+	// RoundTripOrders is how many orders of each shape the inventory
+	// section counts sequential round trips over (0 = none).
+	RoundTripOrders int
 	// MaxForeign is the share of the machine's CPU other processes may
 	// use during a round before the round is discarded and re-run.
 	MaxForeign float64
@@ -44,6 +47,9 @@ type Plan struct {
 	FailoverWarmup time.Duration // load before the measured window
 	FailoverBefore time.Duration // the "before" window, just before the kill
 	Failover       []FailoverSpec
+	// OutageWindow is how long the outage section counts orders after
+	// killing a node under order load.
+	OutageWindow time.Duration
 
 	// ProfileDir, when set, is where a CPU profile of this process during
 	// ProfileFor of 3-item reserve load is written and read back.
@@ -57,7 +63,7 @@ type Plan struct {
 
 	// Sections, when not empty, limits the run to these sections:
 	// "lookup", "router", "latency", "inventory", "rpc", "sync", "failover",
-	// "durability", "cache".
+	// "outage", "durability", "cache".
 	Sections []string
 }
 
@@ -70,10 +76,12 @@ func FullPlan() Plan {
 	return Plan{
 		Name: "full", Conc: 64, Keys: 100_000, ValueSize: 100,
 		Rounds: 5, Round: 2 * time.Second, Warmup: 500 * time.Millisecond, SetPick: true, SKUs: 16,
-		MaxForeign: 0.10, QuietWait: 20 * time.Second, MaxDiscards: 5,
+		RoundTripOrders: 501,
+		MaxForeign:      0.10, QuietWait: 20 * time.Second, MaxDiscards: 5,
 		ProfileDir: "bin/bench", ProfileFor: 5 * time.Second,
 		SyncFor: 10 * time.Second, SyncBacklog: 3 * time.Second,
 		FailoverKeys: 30_000, FailoverWarmup: 500 * time.Millisecond, FailoverBefore: 1500 * time.Millisecond,
+		OutageWindow: 3 * time.Second,
 		Failover: []FailoverSpec{
 			{Load: true, Outage: time.Second},
 			{Load: true, Outage: 2 * time.Second},
@@ -95,10 +103,12 @@ func QuickPlan() Plan {
 	return Plan{
 		Name: "quick", Conc: 64, Keys: 100_000, ValueSize: 100,
 		Rounds: 3, Round: 700 * time.Millisecond, Warmup: 300 * time.Millisecond, SKUs: 16,
-		MaxForeign: 0.10, QuietWait: time.Second, MaxDiscards: 1,
+		RoundTripOrders: 201,
+		MaxForeign:      0.10, QuietWait: time.Second, MaxDiscards: 1,
 		SyncFor: 4 * time.Second, SyncBacklog: 1500 * time.Millisecond,
 		FailoverKeys: 30_000, FailoverWarmup: 300 * time.Millisecond, FailoverBefore: time.Second,
-		Failover: []FailoverSpec{{Load: true, Outage: 2 * time.Second}},
+		Failover:     []FailoverSpec{{Load: true, Outage: 2 * time.Second}},
+		OutageWindow: 2 * time.Second,
 	}
 }
 
@@ -115,7 +125,9 @@ type Results struct {
 	RPC       *RPCResult
 	Sync      *SyncResult
 	Failover  *FailoverResult
-	Profile   *ProfileResult
+	// Outage is order success while a node is down (outage.go).
+	Outage  *OutageResult
+	Profile *ProfileResult
 	// Durability is the cost of inventory.durability replica over a
 	// Sentinel group (durability.go).
 	Durability *DurabilityResult
@@ -180,6 +192,11 @@ func Run(ctx context.Context, p Plan, log *slog.Logger, progress func(string)) (
 	c.Close()
 	if p.runs("failover") {
 		if res.Failover, err = RunFailover(ctx, p, log, progress); err != nil {
+			return res, err
+		}
+	}
+	if p.runs("outage") {
+		if res.Outage, err = RunOutage(ctx, p, log, progress); err != nil {
 			return res, err
 		}
 	}

@@ -18,7 +18,13 @@ const (
 	VarSeed3 = "seed baseline 3 items on 3 nodes (EVAL per item)"
 	VarHot3  = "hot SKU split over 3 nodes (shardis, 1 item)"
 	VarHot1  = "hot SKU on 1 node (shardis, 1 item)"
+	// VarSeedHot1 is the seed baseline's shape on VarHot1's node and
+	// workload: one SKU, stock on n1 only, 1-item orders of quantity 1.
+	VarSeedHot1 = "seed baseline hot SKU on 1 node (EVAL per item)"
 )
+
+// seedHotSKU is the seed's id of the hot SKU (its ids are numbers).
+const seedHotSKU = 7777
 
 // InvResult holds the inventory series by variant, and the allocation
 // benchmarks of one reserve.
@@ -28,6 +34,20 @@ type InvResult struct {
 	Series     map[string]*Series
 	Allocs     []AllocResult
 	Rounds     RoundStats
+	// RoundTrips is the sequential round trips of one Reserve, counted
+	// (roundtrips.go); nil when the plan counts none.
+	RoundTrips *RoundTripResult
+}
+
+// HotVsSeed returns the hot-SKU-on-one-node orders/s of shardis over the
+// seed baseline's, paired per round, or 0 when the run has no seed
+// hot-SKU series (results saved before it existed).
+func (ir *InvResult) HotVsSeed() float64 {
+	h, s := ir.Series[VarHot1], ir.Series[VarSeedHot1]
+	if h == nil || s == nil || len(h.Samples) != len(s.Samples) || len(s.Samples) == 0 {
+		return 0
+	}
+	return PairedRatio([]*Series{h}, []*Series{s})
 }
 
 // AllocResult is a sequential (one goroutine) benchmark of one order.
@@ -105,6 +125,9 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 	}
 	hot3 := []inventory.Item{{Route: routeAll, SKU: "hot", Quantity: 1}}
 	hot1 := []inventory.Item{{Route: singleRoutes[0], SKU: "hot", Quantity: 1}}
+	seedHot := strconv.Itoa(seedHotSKU)
+	seedHotItems := []SeedItem{{Nodes: routeNodes[0], SKU: seedHot, Qty: 1}}
+	seedHotQueue := seedQueue(seedHotSKU)
 	reserve := func(w *Worker, items []inventory.Item) error {
 		_, err := inv.Reserve(ctx, orderID(w, 'o'), items, "", 0)
 		return err
@@ -148,6 +171,16 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 			func(w *Worker) error { return reserve(w, hot3) }},
 		VarHot1: {VarHot1, func(ctx context.Context) error { return load(singleRoutes[0], "hot") },
 			func(w *Worker) error { return reserve(w, hot1) }},
+		VarSeedHot1: {VarSeedHot1, func(ctx context.Context) error {
+			for _, n := range routeNodes[0] {
+				if err := loadSeedStock(ctx, n, seedHot, inventory.MaxQuantity); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, func(w *Worker) error {
+			return SeedOrder(ctx, orderID(w, 's'), seedHotItems, func(string) string { return seedHotQueue })
+		}},
 	}, nil
 }
 
@@ -175,7 +208,7 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 	if err != nil {
 		return nil, err
 	}
-	variants := []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1}
+	variants := []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarSeedHot1}
 	res := &InvResult{Conc: p.Conc, SKUs: p.SKUs, Variants: variants, Series: map[string]*Series{}}
 	for _, v := range variants {
 		res.Series[v] = &Series{Name: v}
@@ -212,9 +245,9 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 				for v, s := range got {
 					res.Series[v].Add(s)
 				}
-			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f",
+			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f, seed hot 1 node %.0f",
 				got[VarInv1].OpsPerSec(), got[VarInv3].OpsPerSec(), got[VarSeed3].OpsPerSec(),
-				got[VarHot3].OpsPerSec(), got[VarHot1].OpsPerSec()), nil
+				got[VarHot3].OpsPerSec(), got[VarHot1].OpsPerSec(), got[VarSeedHot1].OpsPerSec()), nil
 	})
 	res.Rounds = st
 	if err != nil {
@@ -250,6 +283,18 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 		res.Allocs = append(res.Allocs, AllocResult{Name: v,
 			NsPerOp:     float64(br.T.Nanoseconds()) / float64(max(br.N, 1)),
 			AllocsPerOp: br.AllocsPerOp(), BytesPerOp: br.AllocedBytesPerOp()})
+	}
+
+	// Sequential round trips of one reserve, counted by a hook.
+	if p.RoundTripOrders > 0 {
+		waitQuiet(c.Meter, p.MaxForeign, p.QuietWait, progress)
+		if res.RoundTrips, err = RunRoundTrips(ctx, c, p.RoundTripOrders, c.Log); err != nil {
+			return res, err
+		}
+		for _, sh := range res.RoundTrips.Shapes {
+			progress(fmt.Sprintf("round trips of one reserve, %s: median %d, max %d over %d orders (%v)",
+				sh.Name, sh.Median, sh.Max, sh.Orders, sh.Hist))
+		}
 	}
 	return res, nil
 }

@@ -2,9 +2,10 @@ package bench
 
 import (
 	"fmt"
-	"github.com/shardis/shardis/config"
 	"strings"
 	"time"
+
+	"github.com/shardis/shardis/config"
 )
 
 // Markdown renders the whole report (BENCHMARKS.md): machine, method,
@@ -62,7 +63,8 @@ func method(r *Results) string {
 		"3-item orders take one item from each of the routes r1, r2, r3, which live on n1, n2, n3. The seed baseline (`internal/bench/seed.go`) " +
 		"reproduces the Java seed's deduction: per item one `EVAL` with the whole script text (no SHA), tried on the route's nodes in order; items one after another; " +
 		"on failure one rollback `EVAL` per deducted item, one after another. Its scripts keep the seed's data layout and steps with its bugs fixed " +
-		"(stock check, redo-log offset, `ZADD` of the redo entry; the rollback gives the units back and removes the entry), and are checked at the start of every run. It calls the same node clients as shardis (same pools, same hook), so only the shape and the scripts differ.\n")
+		"(stock check, redo-log offset, `ZADD` of the redo entry; the rollback gives the units back and removes the entry), and are checked at the start of every run. It calls the same node clients as shardis (same pools, same hook), so only the shape and the scripts differ. " +
+		"The hot-SKU rows put every order on one SKU: shardis's on route r1 (stock on n1 only), the seed's on n1.\n")
 	return b.String()
 }
 
@@ -134,6 +136,7 @@ func reading(r *Results, s Summary) string {
 			t += fmt.Sprintf("Splitting a hot SKU over three nodes gave %.2f× the throughput of keeping it on one: no gain here, because three redis-servers cannot run in parallel on %d shared cores (and every order's record still goes to any of the three nodes); the split pays when each node has its own CPU, which this machine cannot show. ",
 				h, r.Machine.Cores)
 		}
+		t += ordersReading(ir, s)
 		parts = append(parts, t)
 	}
 	if rp := r.RPC; rp != nil {
@@ -145,6 +148,9 @@ func reading(r *Results, s Summary) string {
 	}
 	if f := r.Failover; f != nil && len(f.Cycles) > 0 {
 		parts = append(parts, failoverReading(f, s))
+	}
+	if o := r.Outage; o != nil && o.Started > 0 {
+		parts = append(parts, outageReading(o))
 	}
 	return strings.Join(parts, "")
 }
@@ -265,6 +271,7 @@ func misses(r *Results, s Summary) string {
 			"  No change to `inventory/` was made here (it is not this benchmark's to change); what could be trimmed without losing a guarantee is listed under the profile.\n",
 			s.Inventory3ItemVsSeed, n3, k3, fmtCPU(e3), fmtCPU(s3), fmtCPU(c3), ns, ks, fmtCPU(es), fmtCPU(ss), fmtCPU(cs), 2)
 	}
+	b.WriteString(ordersMisses(r, s))
 	if f := r.Failover; f != nil && !s.Targets["detect<=1s"] {
 		fmt.Fprintf(&b, "- **Detection** (%.0f ms): see the failover table; the cycle's other processes' CPU share says whether the machine was starved.\n", s.DetectMs)
 	}

@@ -83,10 +83,26 @@ func TargetsTable(r *Results, s Summary) string {
 	row("one caller's p50 latency with auto-pipelining ≤ 1.10 × without", fmt.Sprintf("%.3f (worst of GET, 1-item reserve)", s.SingleCallerLatencyRatio), "single_caller_latency_ratio<=1.10")
 	row("routing one key < 250 ns, 0 allocs", fmt.Sprintf("%.1f ns, %d allocs", s.RouteLookupNs, s.RouteLookupAllocs), "route_lookup<250ns,0allocs")
 	row("3-item orders ≥ 2 × the seed baseline", fmt.Sprintf("%.3f", s.Inventory3ItemVsSeed), "inventory_3item_vs_seed>=2")
+	row("hot SKU on one node ≥ 2 × the seed baseline (1-item orders, orders/s)", fmt.Sprintf("%.3f", s.InventoryHotVsSeed), "inventory_hot_sku_vs_seed>=2")
+	if ir := r.Inventory; ir != nil {
+		for _, x := range []struct{ shape, key, what string }{
+			{RTShape1, "reserve_round_trips_1item==1", "a 1-item reserve"},
+			{RTShape3, "reserve_round_trips_3item==1", "a 3-item reserve"},
+		} {
+			if sh := ir.RoundTrips.Shape(x.shape); sh != nil {
+				row(x.what+" takes 1 sequential round trip (stock on every node)",
+					fmt.Sprintf("median %d, max %d (%d orders, counted)", sh.Median, sh.Max, sh.Orders), x.key)
+			}
+		}
+	}
 	row("shardis sync keeps up with the full reserve rate (drain ≤ 1 s, lag p99 ≤ 1 s)",
 		fmt.Sprintf("%.0f parts/s landed, lag p99 %.0f ms", s.SyncLandedPerSec, s.SyncLagP99Ms), "sync_keeps_up")
 	row("failure detected within 1 s (default settings)", fmt.Sprintf("%.0f ms (worst cycle)", s.DetectMs), "detect<=1s")
 	row("recovery noticed within 2 s of the node accepting connections", fmt.Sprintf("%.0f ms (worst cycle, default backoff)", s.RecoverMs), "recover<=2s")
+	if o := r.Outage; o != nil && o.Started > 0 {
+		row("≥ 99 % of orders started while one node is down succeed (stock on every node)",
+			fmt.Sprintf("%.3f (%d of %d)", o.Share(), o.OK, o.Started), "orders_ok_during_outage>=0.99")
+	}
 	return b.String()
 }
 
@@ -157,12 +173,18 @@ func InventoryTable(ir *InvResult) string {
 		"Hot SKU split over 3 nodes / on 1 node: **%.3f**.\n",
 		PairedRatio([]*Series{ir.Series[VarInv3]}, []*Series{ir.Series[VarSeed3]}),
 		PairedRatio([]*Series{ir.Series[VarHot3]}, []*Series{ir.Series[VarHot1]}))
+	if h := ir.HotVsSeed(); h > 0 {
+		fmt.Fprintf(&b, "Hot SKU on 1 node, shardis / seed baseline on the same node (paired per round): **%.3f**.\n", h)
+	}
 	if len(ir.Allocs) > 0 {
 		b.WriteString("\nOne order at a time (one goroutine, `testing.Benchmark`; allocations of the whole call, go-redis included, plus building the order id and items):\n\n")
 		b.WriteString("| order | latency | allocs/op | B/op |\n| --- | ---: | ---: | ---: |\n")
 		for _, a := range ir.Allocs {
 			fmt.Fprintf(&b, "| %s | %s | %d | %d |\n", a.Name, fmtDur(time.Duration(a.NsPerOp)), a.AllocsPerOp, a.BytesPerOp)
 		}
+	}
+	if ir.RoundTrips != nil {
+		b.WriteString(RoundTripTable(ir.RoundTrips))
 	}
 	return b.String()
 }
@@ -240,6 +262,12 @@ func Tables(r *Results) string {
 			"health settings are the defaults (heartbeat 500ms, timeout 300ms, backoff %s) unless the cycle says otherwise.\n\n",
 			r.Failover.Victim, r.Failover.Conc, defaultBackoff())
 		b.WriteString(FailoverTable(r.Failover))
+	}
+	if o := r.Outage; o != nil {
+		fmt.Fprintf(&b, "\n## 5b. Orders during an outage\n\nThree redis-server nodes (no persistence), %d goroutines of 1-item reserves through the library, "+
+			"each SKU's 10⁹ units split over all three nodes (so every order can be met by the healthy two); kill -9 of %s, which stays down; "+
+			"orders started in the %v after the kill are counted. Default health settings.\n\n", o.Conc, o.Victim, o.Window)
+		b.WriteString(OutageTable(o))
 	}
 	if d := r.Durability; d != nil {
 		fmt.Fprintf(&b, "\n## 6. Durability replica\n\nOne Sentinel group (a master, one replica, three sentinels, no persistence), "+

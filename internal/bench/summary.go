@@ -34,6 +34,15 @@ type Summary struct {
 	HotSplitVsSingle     float64 `json:"hot_split3_vs_single"`
 	Reserve1ItemAllocs   int64   `json:"reserve_1item_allocs"`
 	Reserve3ItemAllocs   int64   `json:"reserve_3item_allocs"`
+	// InventoryHotVsSeed is orders/s of 1-item orders on one SKU whose
+	// stock lives on one node, shardis over the seed's shape on the same
+	// node, paired per round.
+	InventoryHotVsSeed float64 `json:"inventory_hot_sku_vs_seed,omitempty"`
+	// ReserveRoundTrips1Item and ReserveRoundTrips3Item are the median
+	// sequential round trips of one successful Reserve (stock on every
+	// node), counted by a go-redis hook, one order at a time.
+	ReserveRoundTrips1Item int `json:"reserve_round_trips_1item,omitempty"`
+	ReserveRoundTrips3Item int `json:"reserve_round_trips_3item,omitempty"`
 
 	RPCVsLibrary float64 `json:"rpc_vs_library"`
 	RPCOps       float64 `json:"rpc_1item_ops"`
@@ -51,6 +60,10 @@ type Summary struct {
 
 	DetectMs  float64 `json:"detect_ms"`
 	RecoverMs float64 `json:"recover_ms"`
+
+	// OrdersOKDuringOutage is the share of 1-item orders (stock on every
+	// node) started while one of three nodes was killed that succeeded.
+	OrdersOKDuringOutage *float64 `json:"orders_ok_during_outage,omitempty"`
 
 	// DurabilityReplicaVsNone is 1-item reserves/s with
 	// inventory.durability replica over none, on one Sentinel group.
@@ -119,6 +132,18 @@ func Summarize(r *Results) Summary {
 			}
 		}
 		s.Targets["inventory_3item_vs_seed>=2"] = s.Inventory3ItemVsSeed >= 2
+		if h := ir.HotVsSeed(); h > 0 {
+			s.InventoryHotVsSeed = round3(h)
+			s.Targets["inventory_hot_sku_vs_seed>=2"] = s.InventoryHotVsSeed >= 2
+		}
+		if sh := ir.RoundTrips.Shape(RTShape1); sh != nil {
+			s.ReserveRoundTrips1Item = sh.Median
+			s.Targets["reserve_round_trips_1item==1"] = sh.Median == 1
+		}
+		if sh := ir.RoundTrips.Shape(RTShape3); sh != nil {
+			s.ReserveRoundTrips3Item = sh.Median
+			s.Targets["reserve_round_trips_3item==1"] = sh.Median == 1
+		}
 	}
 	if rp := r.RPC; rp != nil {
 		s.RPCVsLibrary = round3(PairedRatio([]*Series{rp.Series[VarRPC]}, []*Series{rp.Series[VarLib]}))
@@ -144,6 +169,11 @@ func Summarize(r *Results) Summary {
 		s.DetectMs, s.RecoverMs = ms(detect), ms(recover)
 		s.Targets["detect<=1s"] = detect <= time.Second
 		s.Targets["recover<=2s"] = recover <= 2*time.Second
+	}
+	if o := r.Outage; o != nil && o.Started > 0 {
+		share := round3(o.Share())
+		s.OrdersOKDuringOutage = &share
+		s.Targets["orders_ok_during_outage>=0.99"] = o.Share() >= 0.99
 	}
 	if d := r.Durability; d != nil {
 		s.DurabilityReplicaVsNone = round3(d.Ratio())

@@ -1,0 +1,233 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardis/shardis/health"
+	"github.com/shardis/shardis/internal/redisproc"
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/router"
+)
+
+// OutageResult is the outcome of the outage section: 1-item orders whose
+// SKU has stock on every node, placed by Conc goroutines through the
+// library while node Victim is killed with SIGKILL and stays down.
+type OutageResult struct {
+	Conc   int
+	Victim string
+	// Window is how long orders were counted from the kill (the node
+	// stays down throughout); Detect is from the kill until the router
+	// marked the node DOWN.
+	Window, Detect time.Duration
+	// Started and OK count the orders started within the window and those
+	// of them that succeeded. Every one qualifies: its SKU has stock on
+	// the two healthy nodes.
+	Started, OK int64
+	// StartedBeforeDetect and OKBeforeDetect are the part of them started
+	// before the router marked the victim DOWN.
+	StartedBeforeDetect, OKBeforeDetect int64
+	// FailedHomeOnVictim counts the failed orders whose record's home
+	// node (the order home ring, as inventory.New builds it) was the
+	// victim.
+	FailedHomeOnVictim int64
+	// Unavailable and OtherErrors split the failures: wrapping
+	// inventory.ErrUnavailable, or anything else. FirstErr is the first
+	// failure's message; HomeErr the first of an order whose home was the
+	// victim, placed after the victim was marked DOWN.
+	Unavailable, OtherErrors int64
+	FirstErr, HomeErr        string
+	// OpsBefore is orders/s in the second before the kill, OpsDuring
+	// successful orders/s within the window.
+	OpsBefore, OpsDuring float64
+}
+
+// Share returns OK / Started (0 with no order started).
+func (o *OutageResult) Share() float64 {
+	if o.Started == 0 {
+		return 0
+	}
+	return float64(o.OK) / float64(o.Started)
+}
+
+type orderRecord struct {
+	at         int64 // start, ns since the load began
+	ok         bool
+	homeVictim bool
+	unavail    bool
+}
+
+// RunOutage starts three redis-server nodes, a router with the
+// benchmark's configuration (default health settings) and an inventory,
+// loads 10⁹ units of p.SKUs SKUs on the route over every node (split over
+// the nodes), puts p.Conc goroutines of 1-item orders on it, kills node
+// n1 with SIGKILL after p.FailoverWarmup+p.FailoverBefore and counts the
+// orders started in the p.OutageWindow that follows.
+func RunOutage(ctx context.Context, p Plan, log *slog.Logger, progress func(string)) (*OutageResult, error) {
+	var servers []*redisproc.Server
+	defer func() {
+		for _, s := range servers {
+			_ = s.Kill()
+			_ = s.Close()
+		}
+	}()
+	var addrs []string
+	for range nodeNames {
+		s, err := redisproc.Start(redisproc.Options{KillWithParent: true})
+		if err != nil {
+			return nil, err
+		}
+		servers = append(servers, s)
+		addrs = append(addrs, s.Addr())
+	}
+	cfg := BenchConfig(addrs)
+	var downAt atomic.Int64
+	t0 := time.Now()
+	r, err := router.New(ctx, cfg, router.Options{Logger: log, OnStateChange: func(ev health.Event) {
+		if ev.Target == nodeNames[0] && !ev.Up {
+			downAt.CompareAndSwap(0, int64(time.Since(t0)))
+		}
+	}})
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	if err := waitUsable(r.Nodes(), 15*time.Second); err != nil {
+		return nil, err
+	}
+	inv, err := inventory.New(r, inventory.Options{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	skus := make([]string, p.SKUs)
+	for k := range skus {
+		skus[k] = "o-" + strconv.Itoa(k)
+		lvl, err := inv.LoadStock(ctx, routeAll, skus[k], inventory.MaxQuantity, 0)
+		if err != nil {
+			return nil, err
+		}
+		with := 0
+		for _, ns := range lvl.Nodes {
+			if ns.Available > 0 {
+				with++
+			}
+		}
+		if with != len(nodeNames) {
+			return nil, fmt.Errorf("outage: %s has stock on %d nodes, want every node", skus[k], with)
+		}
+	}
+	// The order home ring, as inventory.New builds it: to tell which
+	// failed orders had their record on the dead node.
+	var homeNames []string
+	for _, n := range inv.Nodes() {
+		homeNames = append(homeNames, n.Name())
+	}
+	homes, err := router.ConfigRing(cfg, homeNames)
+	if err != nil {
+		return nil, err
+	}
+	victimHome := -1
+	for i, name := range homeNames {
+		if name == nodeNames[0] {
+			victimHome = i
+		}
+	}
+
+	var (
+		stop     atomic.Bool
+		wg       sync.WaitGroup
+		recs     = make([][]orderRecord, p.Conc)
+		firstErr atomic.Pointer[string]
+		homeErr  atomic.Pointer[string]
+		workers  = NewLoad(p.Conc, 13).workers
+	)
+	for i, w := range workers {
+		wg.Add(1)
+		go func(i int, w *Worker) {
+			defer wg.Done()
+			out := make([]orderRecord, 0, 1<<14)
+			for !stop.Load() {
+				id := orderID(w, 'x')
+				items := []inventory.Item{{Route: routeAll, SKU: skus[w.Rng.IntN(len(skus))], Quantity: 1}}
+				at := int64(time.Since(t0))
+				_, err := inv.Reserve(ctx, id, items, "", 0)
+				rec := orderRecord{at: at, ok: err == nil}
+				if err != nil {
+					rec.homeVictim = homes.Home("order:"+id) == victimHome
+					rec.unavail = errors.Is(err, inventory.ErrUnavailable)
+					msg := err.Error()
+					firstErr.CompareAndSwap(nil, &msg)
+					if d := downAt.Load(); rec.homeVictim && d != 0 && at > d {
+						homeErr.CompareAndSwap(nil, &msg)
+					}
+				}
+				out = append(out, rec)
+			}
+			recs[i] = out
+		}(i, w)
+	}
+	time.Sleep(p.FailoverWarmup + p.FailoverBefore)
+	kill := int64(time.Since(t0))
+	killErr := servers[0].Kill()
+	if killErr == nil {
+		time.Sleep(p.OutageWindow)
+	}
+	stop.Store(true)
+	wg.Wait()
+	if killErr != nil {
+		return nil, killErr
+	}
+	res := &OutageResult{Conc: p.Conc, Victim: nodeNames[0], Window: p.OutageWindow}
+	down := downAt.Load()
+	if down == 0 {
+		return nil, fmt.Errorf("outage: node %s was not marked DOWN within %v of its kill", nodeNames[0], p.OutageWindow)
+	}
+	res.Detect = time.Duration(down - kill)
+	end := kill + int64(p.OutageWindow)
+	var before int64
+	for _, rs := range recs {
+		for _, o := range rs {
+			switch {
+			case o.at >= kill-int64(p.FailoverBefore) && o.at < kill && o.ok:
+				before++
+			case o.at >= kill && o.at < end:
+				res.Started++
+				if o.at < down {
+					res.StartedBeforeDetect++
+				}
+				if o.ok {
+					res.OK++
+					if o.at < down {
+						res.OKBeforeDetect++
+					}
+					continue
+				}
+				if o.homeVictim {
+					res.FailedHomeOnVictim++
+				}
+				if o.unavail {
+					res.Unavailable++
+				} else {
+					res.OtherErrors++
+				}
+			}
+		}
+	}
+	if e := firstErr.Load(); e != nil {
+		res.FirstErr = *e
+	}
+	if e := homeErr.Load(); e != nil {
+		res.HomeErr = *e
+	}
+	res.OpsBefore = float64(before) / p.FailoverBefore.Seconds()
+	res.OpsDuring = float64(res.OK) / p.OutageWindow.Seconds()
+	progress(fmt.Sprintf("outage: %d of %d orders started while %s was down succeeded (%.3f); DOWN after %v; %d failures had their home on %s",
+		res.OK, res.Started, res.Victim, res.Share(), res.Detect.Round(time.Millisecond), res.FailedHomeOnVictim, res.Victim))
+	return res, nil
+}

@@ -1,0 +1,137 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// RoundTripTable renders the counted sequential round trips of one
+// reserve, one row per order shape.
+func RoundTripTable(rt *RoundTripResult) string {
+	var b strings.Builder
+	b.WriteString("\nSequential round trips of one successful reserve, counted: a go-redis hook installed on every node client (`router.Options.Hooks`, outermost, " +
+		"so it sees commands whether or not they are auto-pipelined) records when each command or pipeline of the reserve was handed to go-redis and when it returned; " +
+		"intervals that overlap ran in parallel, and the count is the longest chain of intervals each starting after the previous one ended. " +
+		"One order at a time from one goroutine, nothing else running, auto-pipelining on, after a warm-up (scripts cached, connections open):\n\n")
+	b.WriteString("| order | orders | median | max | orders by round trips | commands/order |\n| --- | ---: | ---: | ---: | --- | ---: |\n")
+	for _, sh := range rt.Shapes {
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %s | %.2f |\n", sh.Name, sh.Orders, sh.Median, sh.Max, histString(sh.Hist), sh.CommandsPerOrder)
+	}
+	return b.String()
+}
+
+// histString formats a round-trips histogram as "1: 63, 3: 138".
+func histString(h map[int]int) string {
+	var ks []int
+	for k := range h {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	parts := make([]string, len(ks))
+	for i, k := range ks {
+		parts[i] = fmt.Sprintf("%d: %d", k, h[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// OutageTable renders the outage section.
+func OutageTable(o *OutageResult) string {
+	var b strings.Builder
+	b.WriteString("| orders started while the node was down | succeeded | share | of them started before it was marked DOWN (succeeded) | failed with their home on the dead node | failed: ErrUnavailable / other | orders/s before → during | marked DOWN after |\n")
+	b.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	fmt.Fprintf(&b, "| %s | %s | %.3f | %s (%s) | %s | %s / %s | %s → %s | %s |\n",
+		fmtOps(float64(o.Started)), fmtOps(float64(o.OK)), o.Share(), fmtOps(float64(o.StartedBeforeDetect)), fmtOps(float64(o.OKBeforeDetect)),
+		fmtOps(float64(o.FailedHomeOnVictim)), fmtOps(float64(o.Unavailable)), fmtOps(float64(o.OtherErrors)),
+		fmtOps(o.OpsBefore), fmtOps(o.OpsDuring), fmtMs(o.Detect))
+	if o.HomeErr != "" {
+		fmt.Fprintf(&b, "\nAn order whose home is the dead node, once it is marked DOWN: `%s`.", o.HomeErr)
+	}
+	if o.FirstErr != "" {
+		fmt.Fprintf(&b, "\nThe first failure: `%s`.", o.FirstErr)
+	}
+	if o.HomeErr != "" || o.FirstErr != "" {
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// ordersReading is the report's reading of the hot-SKU-vs-seed row and of
+// the counted round trips.
+func ordersReading(ir *InvResult, s Summary) string {
+	t := ""
+	if h := ir.HotVsSeed(); h > 0 {
+		hs, ss := ir.Series[VarHot1], ir.Series[VarSeedHot1]
+		nh, _, _ := hs.ServerPerOp()
+		ns, _, _ := ss.ServerPerOp()
+		ch, sh, _ := hs.CPUPerOp()
+		cs, sss, _ := ss.CPUPerOp()
+		t += fmt.Sprintf("With every order on one SKU whose stock lives on one node, shardis ran %s orders/s against the seed shape's %s on the same node: %.2f× (target ≥ 2×). "+
+			"Per order shardis ran %.2f scripts and spent %s of client and %s of node CPU; the seed ran %.2f and spent %s and %s. ",
+			fmtOps(hs.Ops()), fmtOps(ss.Ops()), h, nh, fmtCPU(ch), fmtCPU(sh), ns, fmtCPU(cs), fmtCPU(sss))
+	}
+	if rt := ir.RoundTrips; rt != nil {
+		var rows []string
+		for _, sh := range rt.Shapes {
+			rows = append(rows, fmt.Sprintf("%s: median %d, max %d (%s)", sh.Name, sh.Median, sh.Max, histString(sh.Hist)))
+		}
+		t += "Counted round trips of one reserve, one order at a time: " + strings.Join(rows, "; ") + ". "
+		if g := rt.Shape(RTShapeGeneral); g != nil && g.Median >= 3 {
+			t += "The general-path row shows the counter can tell: begin on the order's home node, the item scripts in parallel, commit on the home node are three sequential steps. "
+		}
+		for _, sh := range rt.Shapes {
+			if sh.Max > sh.Median {
+				t += "A count above the median means some of one round's parallel scripts did not overlap at all: on two busy cores a node's goroutine can start only after another node's reply came back, and the hook counts what happened, not what was intended. "
+				break
+			}
+		}
+	}
+	return t
+}
+
+// outageReading is the report's reading of the outage section.
+func outageReading(o *OutageResult) string {
+	failed := o.Started - o.OK
+	return fmt.Sprintf("With %s killed and every SKU stocked on the two healthy nodes as well, %.3f of the %s orders started during the next %v succeeded (%s of %s). "+
+		"Of the %s that failed, %s had their order record's home on the dead node: the home is chosen by hashing the order id over every inventory node, "+
+		"and Reserve refuses with ErrUnavailable when it is down, wherever the stock is. The node was marked DOWN %s after the kill. ",
+		o.Victim, o.Share(), fmtOps(float64(o.Started)), o.Window, fmtOps(float64(o.OK)), fmtOps(float64(o.Started)),
+		fmtOps(float64(failed)), fmtOps(float64(o.FailedHomeOnVictim)), fmtMs(o.Detect))
+}
+
+// ordersMisses explains the missed round-trip, hot-SKU and outage targets
+// with the run's own figures.
+func ordersMisses(r *Results, s Summary) string {
+	var b strings.Builder
+	if ir := r.Inventory; ir != nil {
+		for _, x := range []struct{ shape, key string }{{RTShape1, "reserve_round_trips_1item==1"}, {RTShape3, "reserve_round_trips_3item==1"}} {
+			sh := ir.RoundTrips.Shape(x.shape)
+			if ok, present := s.Targets[x.key]; !present || ok || sh == nil {
+				continue
+			}
+			fmt.Fprintf(&b, "- **Round trips, %s** (median %d, target 1). %d of %d orders took one round trip (%s). "+
+				"A reserve is one script only when every item's first choice of node is the order's home node and the home can meet the whole order (`inventory/local.go`); "+
+				"otherwise it is begin on the home node, the item scripts, commit: three sequential round trips. The first choice is `Candidates(orderID+sku)`'s first usable node, "+
+				"so with stock on every one of three nodes an item's first choice is the order's home for about a third of orders, and all three items' for about one in 27.\n",
+				x.shape, sh.Median, sh.Hist[1], sh.Orders, histString(sh.Hist))
+		}
+		if ok, present := s.Targets["inventory_hot_sku_vs_seed>=2"]; present && !ok {
+			hs, ss := ir.Series[VarHot1], ir.Series[VarSeedHot1]
+			nh, eh, kh := hs.ServerPerOp()
+			ns, es, ks := ss.ServerPerOp()
+			ch, sh, _ := hs.CPUPerOp()
+			cs, sss, _ := ss.CPUPerOp()
+			fmt.Fprintf(&b, "- **Hot SKU vs the seed** (%.3f, target 2). Every order is one item on one node, so the seed's shape costs it nothing: one `EVAL` per order. "+
+				"Per order shardis ran %.2f scripts (%.1f commands in them, %s of script time) against the seed's %.2f (%.1f, %s), and spent %s + %s of client + node CPU against %s + %s. "+
+				"Most orders' home is another node than the one with the stock, so they take begin → reserve → commit on two nodes; the order record, part record and pending entry are the work the seed does not do.\n",
+				s.InventoryHotVsSeed, nh, kh, fmtCPU(eh), ns, ks, fmtCPU(es), fmtCPU(ch), fmtCPU(sh), fmtCPU(cs), fmtCPU(sss))
+		}
+	}
+	if o := r.Outage; o != nil && o.Started > 0 && o.Share() < 0.99 {
+		other := o.Started - o.OK - o.FailedHomeOnVictim
+		fmt.Fprintf(&b, "- **Orders during an outage** (%.3f, target 0.99). %s of the %s failed orders had their record's home on the dead node; an order's record lives on one node chosen by hashing its id, "+
+			"so about a third of orders fail while any one of three nodes is down, although the healthy nodes hold their stock. The other %s failed around the kill, before or while the router marked the node DOWN (after %s).\n",
+			o.Share(), fmtOps(float64(o.FailedHomeOnVictim)), fmtOps(float64(o.Started-o.OK)), fmtOps(float64(other)), fmtMs(o.Detect))
+	}
+	return b.String()
+}
