@@ -210,7 +210,10 @@ const (
 // Server is a first-level server key: its route keys and node-down policy.
 type Server struct {
 	// OnNodeDown is what happens to a key whose home node is down or whose
-	// breaker is open: "fail" or "next".
+	// breaker is open: "fail" or "next". It governs keys picked through
+	// the router; the inventory's server ignores it (stock fails over to
+	// any usable node of the route, order records and quota counters
+	// never move).
 	// default: fail
 	OnNodeDown string `koanf:"on_node_down"`
 	// Routes maps a second-level route key to the names of its nodes. The
