@@ -145,6 +145,8 @@ type Inventory struct {
 	routes  map[string]*router.Set
 	// topo is the topology epoch this instance acts at (topology.go).
 	topo topoState
+	// bg tracks one-round reservations' commits (staged_reserve.go).
+	bg background
 }
 
 type atomicView = atomic.Pointer[view]

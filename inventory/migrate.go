@@ -50,9 +50,10 @@ return v
 `)
 
 // crashAt, when set (by tests only), is asked at each crash point of the
-// topology protocol ("bump", "move-out", "xfer-out", "xfer-in"); when it
-// returns true the step stops there with errCrashed, as if the process
-// died between two scripts.
+// topology protocol ("bump", "move-out", "xfer-out", "xfer-in") and of
+// one-round reservations ("staged:…", staged_reserve.go); when it returns
+// true the step stops there with errCrashed, as if the process died
+// between two scripts.
 var crashAt func(point string) bool
 
 var errCrashed = errors.New("inventory: crash injected")

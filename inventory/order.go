@@ -107,6 +107,13 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 		return Outcome{}, err
 	}
 	rec, err := inv.orderOp(ctx, home, orderID, "confirm", "", seconds(inv.cfg.Retention))
+	if err == nil && rec.status == "staging" {
+		// A one-round reservation not committed yet: decide it (without
+		// cutting short an attempt whose lease runs), then confirm.
+		if _, err = inv.resolveStaged(ctx, home, orderID, rec, rec.wait == 0); err == nil {
+			rec, err = inv.orderOp(ctx, home, orderID, "confirm", "", seconds(inv.cfg.Retention))
+		}
+	}
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -150,6 +157,13 @@ func (inv *Inventory) Cancel(ctx context.Context, orderID string) (Outcome, erro
 		return Outcome{}, err
 	}
 	rec, err := inv.orderOp(ctx, home, orderID, "cancel", "", seconds(inv.cfg.Retention))
+	if err == nil && rec.status == "staging" {
+		// A one-round reservation not committed yet: decide it (a part
+		// still on its way is prevented), then cancel.
+		if _, err = inv.resolveStaged(ctx, home, orderID, rec, true); err == nil {
+			rec, err = inv.orderOp(ctx, home, orderID, "cancel", "", seconds(inv.cfg.Retention))
+		}
+	}
 	if err != nil {
 		return Outcome{}, err
 	}

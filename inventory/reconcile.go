@@ -144,7 +144,14 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 			}
 			return Postponed, err
 		}
-		rec, err := inv.orderOp(ctx, home, p.OrderID, "expire", "", seconds(inv.cfg.Retention))
+		rec, err := inv.orderOp(ctx, home, p.OrderID, "expire", p.Token, seconds(inv.cfg.Retention))
+		if err == nil && rec.status == "staging" {
+			// Decide the staged order first (long past its lease), then
+			// read its decision.
+			if _, err = inv.resolveStaged(ctx, home, p.OrderID, rec, true); err == nil {
+				rec, err = inv.orderOp(ctx, home, p.OrderID, "expire", p.Token, seconds(inv.cfg.Retention))
+			}
+		}
 		if err != nil {
 			return "", err
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -124,6 +125,22 @@ func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item,
 	if res, ok, err := inv.reserveLocal(ctx, home, orderID, items, userID, ttl); ok {
 		return res, err
 	}
+	res, ok, serr := inv.reserveStaged(ctx, home, orderID, items, userID, ttl)
+	if ok {
+		return res, serr
+	}
+	res, err = inv.reserveGeneral(ctx, home, orderID, items, userID, ttl)
+	if err != nil && serr != nil {
+		// Say why the first choices were not enough too (a node that timed
+		// out there is down by now, and the general path only says so).
+		err = fmt.Errorf("%w; the one-round attempt before it: %v", err, serr)
+	}
+	return res, err
+}
+
+// reserveGeneral is the general path: begin on the home node, the reserve
+// rounds (take.go), commit.
+func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, orderID string, items []Item, userID string, ttl time.Duration) (Reservation, error) {
 	token := newToken()
 	rec, err := inv.begin(ctx, home, orderID, token, digestOf(items, userID), userID, ttl)
 	if err != nil {
@@ -204,12 +221,22 @@ func (inv *Inventory) checkReserve(orderID string, items []Item, userID string) 
 }
 
 // begin opens an attempt on the order record, waiting while another
-// attempt holds it.
+// attempt holds it. A staged record (staged.go) is decided first: while
+// its attempt's lease runs only by finding every part, after it by
+// preventing the missing ones.
 func (inv *Inventory) begin(ctx context.Context, home *node.Node, orderID, token, digest, userID string, ttl time.Duration) (orderRecord, error) {
 	for {
 		rec, err := inv.orderOp(ctx, home, orderID, "begin", token,
 			ms(inv.opts.AttemptLease), digest, userID, ms(ttl), seconds(inv.cfg.Retention))
-		if err != nil || rec.status != "reserving" {
+		if err == nil && rec.status == "staging" {
+			_, err = inv.resolveStaged(ctx, home, orderID, rec, rec.wait == 0)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, errStagedInFlight) {
+				return rec, err
+			}
+		} else if err != nil || rec.status != "reserving" {
 			return rec, err
 		}
 		wait := min(rec.wait, 20*time.Millisecond) + time.Millisecond

@@ -185,13 +185,27 @@ return out
 //	        ran out is taken over the same way. Otherwise the record as is
 //	        ("reserving" with wait_ms, "reserved", "confirmed",
 //	        "cancelled"), or "mismatch" when the digest differs.
-//	commit  ARGV 6 parts JSON, 7 retention s. reserving+token → reserved.
-//	        Otherwise "lost" with the current status as reason.
-//	fail    reserving+token → failed (the attempt gave up and rolled back).
+//	stage   ARGV 6..10 as begin, 11 the promised parts JSON. Like begin,
+//	        but the free order becomes "staging" with its parts promised
+//	        (staged.go): status "staged".
+//	commit  ARGV 6 parts JSON, 7 retention s. reserving+token or
+//	        staging+token → reserved. Otherwise "lost" with the current
+//	        status as reason.
+//	fail    reserving+token or staging+token → failed (the attempt gave up,
+//	        or a recovery found a promised part missing).
 //	confirm reserved → confirmed, or → cancelled/"expired" past the deadline.
 //	cancel  reserved/reserving/failed → cancelled; missing → tombstone.
-//	expire  (reconciler) reserved past deadline → cancelled/"expired";
-//	        reserving past lease → failed. Returns the record either way.
+//	expire  (reconciler, ARGV 5 the due part's token) reserved past
+//	        deadline → cancelled/"expired"; reserving past lease → failed;
+//	        missing → failed under the part's token (a stale stage or
+//	        begin of that token is refused afterwards). Returns the record
+//	        either way.
+//	read    the record as it is ("missing" when there is none).
+//
+// A "staging" record is never taken over, confirmed, cancelled or expired
+// here: every op but commit and fail returns it as it is ("staging", with
+// its promised parts and wait_ms), and the caller decides it first
+// (staged.go: resolveStaged), then repeats the op.
 //
 // A record marked moved (topology.go) is treated as absent and dropped.
 var orderScript = newScript("order", true, `
@@ -212,7 +226,11 @@ local function final(st, why, retention)
   redis.call('EXPIRE', key, retention)
   status, reason = st, why
 end
-if op == 'begin' then
+if status == 'staging' and op ~= 'commit' and op ~= 'fail' then
+  if (op == 'begin' or op == 'stage') and f[7] ~= ARGV[7] then return record('mismatch') end
+  return record('staging')
+end
+if op == 'begin' or op == 'stage' then
   if status == 'reserving' then
     if f[7] ~= ARGV[7] then return record('mismatch') end
     if lease > now then return record('reserving') end
@@ -220,27 +238,33 @@ if op == 'begin' then
   elseif status and status ~= 'failed' then
     if status ~= 'cancelled' and f[7] and f[7] ~= ARGV[7] then return record('mismatch') end
     return record(status)
+  elseif status == 'failed' and cur == token then
+    -- a stale copy of an attempt already decided failed (see expire)
+    return record('failed')
   end
   deadline = now + tonumber(ARGV[9])
+  lease = now + tonumber(ARGV[6])
   redis.call('DEL', key)
-  redis.call('HSET', key, 'status', 'reserving', 'token', token, 'lease', now + tonumber(ARGV[6]),
+  redis.call('HSET', key, 'status', op == 'stage' and 'staging' or 'reserving', 'token', token, 'lease', lease,
     'digest', ARGV[7], 'user', ARGV[8], 'deadline', deadline, 'created', now)
+  if op == 'stage' then redis.call('HSET', key, 'parts', ARGV[11]) end
   redis.call('EXPIRE', key, tonumber(ARGV[10]))
   cur, parts, reason = token, '', ''
-  return record('begin')
+  return record(op == 'stage' and 'staged' or 'begin')
 elseif op == 'commit' then
-  if status ~= 'reserving' or cur ~= token then return record('lost', tostring(status)) end
+  if (status ~= 'reserving' and status ~= 'staging') or cur ~= token then return record('lost', tostring(status)) end
   redis.call('HSET', key, 'status', 'reserved', 'parts', ARGV[6], 'reserved_at', now)
   redis.call('EXPIRE', key, tonumber(ARGV[7]))
   parts = '' -- the caller has them: do not send them back
   return record('reserved')
 elseif op == 'fail' then
-  if status == 'reserving' and cur == token then
+  if (status == 'reserving' or status == 'staging') and cur == token then
     redis.call('HSET', key, 'status', 'failed', 'decided_at', now)
     return record('failed')
   end
   return record(status or 'missing')
 end
+if op == 'read' then return record(status or 'missing') end
 local retention = tonumber(ARGV[6])
 if op == 'confirm' then
   if not status then return record('missing') end
@@ -264,6 +288,15 @@ elseif op == 'cancel' then
   end
   return record(status)
 elseif op == 'expire' then
+  if not status and token ~= '' then
+    -- A part of attempt token is due and its order has no record: the
+    -- attempt's stage or begin never landed. Record its failure, so a stale
+    -- copy arriving later cannot stage it (staged.go).
+    redis.call('HSET', key, 'status', 'failed', 'token', token, 'reason', 'no record', 'decided_at', now)
+    redis.call('EXPIRE', key, retention)
+    cur, reason = token, 'no record'
+    return record('failed')
+  end
   if status == 'reserved' and now >= deadline then
     final('cancelled', 'expired', retention)
   elseif status == 'reserving' and lease <= now then

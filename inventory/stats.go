@@ -18,6 +18,12 @@ type Stats struct {
 	// LocalReservations counts orders reserved by one script on their
 	// home node (local.go).
 	LocalReservations int64
+	// StagedReservations counts orders reserved in one round by a staged
+	// record and parallel takes (staged.go); StagedFallbacks those whose
+	// round could not be done in full and took the general path;
+	// StagedRecovered staged orders a reader found reserved and committed
+	// itself (its attempt did not, or not yet).
+	StagedReservations, StagedFallbacks, StagedRecovered int64
 }
 
 var outcomes = []string{"ok", "insufficient", "limit", "unavailable", "cancelled", "mismatch", "invalid", "error"}
@@ -27,6 +33,8 @@ type counters struct {
 	rolledBack   atomic.Int64
 	deferred     atomic.Int64
 	local        atomic.Int64
+
+	staged, stagedFallback, stagedRecovered atomic.Int64
 }
 
 // Stats returns the cumulative counters. Safe for concurrent use.
@@ -38,6 +46,9 @@ func (inv *Inventory) Stats() Stats {
 	s.PartsRolledBack = inv.stats.rolledBack.Load()
 	s.PartsDeferred = inv.stats.deferred.Load()
 	s.LocalReservations = inv.stats.local.Load()
+	s.StagedReservations = inv.stats.staged.Load()
+	s.StagedFallbacks = inv.stats.stagedFallback.Load()
+	s.StagedRecovered = inv.stats.stagedRecovered.Load()
 	return s
 }
 

@@ -97,5 +97,6 @@ func Open(ctx context.Context, cfg *config.Config, opts OpenOptions) (*Stack, er
 // It is idempotent.
 func (s *Stack) Close() error {
 	s.Reconciler.Close()
+	s.Inventory.Close()
 	return s.Router.Close()
 }

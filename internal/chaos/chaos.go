@@ -224,6 +224,9 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 		if cerr := c.close(); cerr != nil && err == nil {
 			err = cerr
 		}
+		c.mu.Lock()
+		rep.Paths = c.paths
+		c.mu.Unlock()
 	}()
 	c.t0 = start
 	skus, err := c.loadStock(opts)

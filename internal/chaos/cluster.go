@@ -41,6 +41,9 @@ type cluster struct {
 	httpc  *http.Client
 
 	mu sync.Mutex
+	// paths tallies the reserve paths of every service instance stopped
+	// so far (inventory.Stats), guarded by mu.
+	paths map[string]int64
 	// cfg, routes and homes change with the topology nemesis (topology.go).
 	cfg    *config.Config
 	routes map[string][]string // route → node names
@@ -183,7 +186,7 @@ func (c *cluster) stopService() error {
 	srv := c.srv
 	c.srv = nil
 	c.mu.Unlock()
-	return shutdown(srv)
+	return c.shutdown(srv)
 }
 
 // swapService starts a new service instance, points the clients at it
@@ -198,10 +201,22 @@ func (c *cluster) swapService() (*service.Server, error) {
 	return old, nil
 }
 
-func shutdown(srv *service.Server) error {
+// shutdown stops a service instance after adding its reserve-path
+// counters to the cluster's tally.
+func (c *cluster) shutdown(srv *service.Server) error {
 	if srv == nil {
 		return nil
 	}
+	st := srv.Inv.Stats()
+	c.mu.Lock()
+	if c.paths == nil {
+		c.paths = map[string]int64{}
+	}
+	c.paths["local"] += st.LocalReservations
+	c.paths["staged"] += st.StagedReservations
+	c.paths["staged_fallback"] += st.StagedFallbacks
+	c.paths["staged_recovered"] += st.StagedRecovered
+	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	err := srv.Shutdown(ctx)

@@ -340,7 +340,7 @@ func (n *nemesis) rollService(overlap time.Duration) {
 		n.drained = map[string]drain{}
 		n.mu.Unlock()
 		time.Sleep(overlap)
-		if err := shutdown(old); err != nil {
+		if err := n.c.shutdown(old); err != nil {
 			f.Err = "shutdown: " + err.Error()
 		}
 	}

@@ -21,6 +21,11 @@ type Report struct {
 	// and the inventory durability.
 	Topology string
 
+	// Paths counts successful Reserve calls of every service instance by
+	// fast path ("local", "staged"), and one-round attempts that fell back
+	// to the general path or were committed by a later reader.
+	Paths map[string]int64
+
 	// Ops counts client calls: operation → outcome ("ok" or a Connect
 	// code such as "unavailable") → calls.
 	Ops map[string]map[string]int64
@@ -239,8 +244,12 @@ func (r *Report) Print(w io.Writer) {
 	}
 
 	fmt.Fprintf(w, "\norders: %d order ids\n", r.Orders)
+	if len(r.Paths) > 0 {
+		fmt.Fprintf(w, "  reserve paths (every service instance): local %d, staged %d, staged then general %d, staged committed by a reader %d\n",
+			r.Paths["local"], r.Paths["staged"], r.Paths["staged_fallback"], r.Paths["staged_recovered"])
+	}
 	fmt.Fprintf(w, "  final status on the nodes:")
-	for _, s := range ordered(r.Statuses, []string{"confirmed", "cancelled", "failed", "reserving", "missing", "reserved"}) {
+	for _, s := range ordered(r.Statuses, []string{"confirmed", "cancelled", "failed", "reserving", "staging", "missing", "reserved"}) {
 		fmt.Fprintf(w, " %s %d,", s, r.Statuses[s])
 	}
 	fmt.Fprintf(w, "\n  what the clients knew:")

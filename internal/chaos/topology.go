@@ -86,7 +86,7 @@ func (n *nemesis) topologyChange(ctx context.Context) {
 		f.Err = "apply: " + err.Error()
 	}
 	if rep.ToEpoch == 0 || (err != nil && !nodesAt(&next)) {
-		_ = shutdown(srv)
+		_ = c.shutdown(srv)
 		return
 	}
 	if rep.Phase == inventory.PhaseMigrating {
@@ -103,7 +103,7 @@ func (n *nemesis) topologyChange(ctx context.Context) {
 	c.srv, c.addr = srv, srv.Addr()
 	c.inv, c.admin = newClients(c.httpc, c.addr)
 	c.mu.Unlock()
-	if err := shutdown(prev); err != nil && f.Err == "" {
+	if err := c.shutdown(prev); err != nil && f.Err == "" {
 		f.Err = "shutdown: " + err.Error()
 	}
 }

@@ -121,6 +121,8 @@ var (
 	descReserve     = prometheus.NewDesc("shardis_reservations_total", "Reserve calls by outcome.", []string{"outcome"}, nil)
 	descRolledBack  = prometheus.NewDesc("shardis_parts_rolled_back_total", "Parts cancelled by failed Reserve calls.", nil, nil)
 	descDeferred    = prometheus.NewDesc("shardis_parts_deferred_total", "Parts whose settle was deferred because their node was unreachable.", nil, nil)
+	descReservePath = prometheus.NewDesc("shardis_reserve_fast_path_total",
+		"Reserve calls by fast path: local (one script on the order's home node), staged (one round: staged record and parallel takes), staged_fallback (a one-round attempt rolled back, then the general path), staged_recovered (staged orders a reader committed).", []string{"path"}, nil)
 	descQueue       = prometheus.NewDesc("shardis_deferred_parts", "Deferred parts waiting for their node.", nil, nil)
 	descReconciled  = prometheus.NewDesc("shardis_reconciler_parts_total", "Expired parts the reconciler settled (cancelled, confirmed) or set aside as stuck (set_aside), by action.", []string{"action"}, nil)
 	descRedoLen     = prometheus.NewDesc("shardis_redo_log_entries", "Entries in all redo-log queues of the node.", []string{"node"}, nil)
@@ -138,7 +140,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descNodeUp, descEvicting, descDurable, descBreaker, descFailedProbe, descReserve, descRolledBack,
+	for _, d := range []*prometheus.Desc{descNodeUp, descEvicting, descDurable, descBreaker, descFailedProbe, descReserve, descReservePath, descRolledBack,
 		descDeferred, descQueue, descReconciled, descRedoLen, descRedoUnacked, descStuck,
 		descTopoEpoch, descTopoReady, descTopoMigrating} {
 		ch <- d
@@ -170,6 +172,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descRolledBack, prometheus.CounterValue, float64(s.PartsRolledBack))
 		ch <- prometheus.MustNewConstMetric(descDeferred, prometheus.CounterValue, float64(s.PartsDeferred))
+		for path, n := range map[string]int64{"local": s.LocalReservations, "staged": s.StagedReservations,
+			"staged_fallback": s.StagedFallbacks, "staged_recovered": s.StagedRecovered} {
+			ch <- prometheus.MustNewConstMetric(descReservePath, prometheus.CounterValue, float64(n), path)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		ts := inv.TopologyStatus(ctx)

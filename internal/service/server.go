@@ -120,6 +120,9 @@ func (s *Server) closeLibs() {
 	if s.Rec != nil {
 		s.Rec.Close()
 	}
+	if s.Inv != nil {
+		s.Inv.Close()
+	}
 	if s.Router != nil {
 		s.Router.Close()
 	}

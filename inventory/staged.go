@@ -1,0 +1,250 @@
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/shardis/shardis/node"
+)
+
+// One-round reservations (a parallel commit, after CockroachDB's).
+//
+// An order that its home node cannot meet alone (local.go), but whose items'
+// first-choice nodes can each meet in full, is reserved in one round: at
+// once, the home node stages the order's record and every node takes its
+// parts under the attempt's token. Reserve answers as soon as that round
+// succeeded; the record is made "reserved" right after (the commit), off
+// the caller's path.
+//
+// States of a staged record (orderScript):
+//
+//	staging(token, promised parts) ──commit──▶ reserved ──▶ the usual life cycle
+//	                               └──fail────▶ failed (parts cancelled)
+//
+// The promised parts are fixed when the record is staged: node, part id,
+// kind, SKU, quantity. The rule:
+//
+//	A staged order is reserved iff every promised part exists on its node,
+//	pending under the order's token with the promised quantity.
+//
+// Who moves what:
+//   - Only the attempt takes parts, once per part id (the reserve script
+//     never overwrites an existing part key), and only in its one round.
+//   - A probe (probeScript) reads promised parts; in "prevent" mode it
+//     writes a tombstone for each absent one in the same script, so that
+//     part can never be taken afterwards.
+//   - The decision is one compare-and-set on the record: commit
+//     (staging+token → reserved) or fail (staging+token → failed). Commit is
+//     written only after every promised part was seen pending with its
+//     quantity (by the attempt's own take replies, or by a probe). Fail is
+//     written only by the attempt when it did not see all of its takes
+//     succeed (so it never answered success), or after a probe found a
+//     promised part prevented, short, or settled.
+//   - Parts of a staged order are cancelled only after a fail (or a later
+//     cancel or expiry) is recorded; they are confirmed only after a
+//     confirm is.
+//
+// Why every interleaving decides once, and never loses an acknowledged
+// reservation: a present part stays pending until the record is decided,
+// and a prevented part never becomes present, so "all present" and "one
+// prevented, short or settled" exclude each other; the compare-and-set
+// picks the first of the attempt's own fail and a recovery's commit, and
+// the loser follows the record. Once all of the attempt's takes succeeded
+// no probe can find a part missing, so every decision is commit: the
+// attempt may answer success before its commit lands. A retry of the
+// order id, Confirm, Cancel, the reconciler and a topology move all meet
+// "staging" and decide it first (resolveStaged), then act on the decided
+// record. While the attempt's lease runs, Reserve retries and Confirm only
+// inspect (an absent part may still be on its way: "in progress"); Cancel,
+// expiry and anything after the lease prevent.
+//
+// Crash points (inventory/staged_test.go stops an attempt at each): before
+// the round (nothing written), after the stage only, after some takes,
+// after every take and before the commit, after the commit. Each ends with
+// every part settled once by the one recorded decision.
+//
+// The staged path needs a stable topology (no record of the order can be
+// on a previous home) and at least one item whose first choice is not the
+// home node; anything it cannot do in full (a short node, a refused part,
+// an existing record) is rolled back, decided as failed, and the order
+// takes the general path (begin → take → commit) in the same call.
+
+// probeScript reads promised parts of one staged order on one node.
+//
+// KEYS: 1 stamp, then one part key per part. ARGV: 4 mode ("inspect" or
+// "prevent"), 5 order id, 6 retention s of a tombstone.
+// Per part it returns {state, token, qty, offset}: the part's fields, or
+// {"prevented", "", 0, 0} (prevent: a tombstone was written, so the part
+// can never be taken) or {"absent", "", 0, 0} (inspect).
+var probeScript = newScript("probe", true, `
+local out = {}
+for i = 2, #KEYS do
+  local f = redis.call('HMGET', KEYS[i], 'state', 'token', 'qty', 'offset')
+  if f[1] then
+    out[#out + 1] = {f[1], f[2] or '', tonumber(f[3]) or 0, tonumber(f[4]) or 0}
+  elseif ARGV[4] == 'prevent' then
+    redis.call('HSET', KEYS[i], 'state', 'cancelled', 'qty', 0, 'order', ARGV[5], 'tombstone', 1, 'at', now)
+    redis.call('EXPIRE', KEYS[i], tonumber(ARGV[6]))
+    out[#out + 1] = {'prevented', '', 0, 0}
+  else
+    out[#out + 1] = {'absent', '', 0, 0}
+  end
+end
+return out
+`)
+
+// stagedVerdict is what a probe of every promised part shows.
+type stagedVerdict int
+
+const (
+	// verdictReserved: every promised part is pending under the token
+	// with its quantity.
+	verdictReserved stagedVerdict = iota
+	// verdictFailed: a part was prevented, is short, or is settled.
+	verdictFailed
+	// verdictInFlight: a part is absent (inspect mode): the attempt may
+	// still be taking it.
+	verdictInFlight
+)
+
+// errStagedInFlight is returned by resolveStaged when the attempt of a
+// staged order may still be running.
+var errStagedInFlight = errors.New("the order's reserve attempt is still running")
+
+// resolveStaged decides a staging record (see the file comment) and
+// returns the record after the decision. prevent is false only while the
+// attempt's lease may still run and the caller must not cut it short;
+// then an absent part gives errStagedInFlight.
+func (inv *Inventory) resolveStaged(ctx context.Context, home *node.Node, orderID string, rec orderRecord, prevent bool) (orderRecord, error) {
+	verdict, parts, err := inv.probeStaged(ctx, orderID, rec, prevent)
+	if err != nil {
+		return orderRecord{}, err
+	}
+	switch verdict {
+	case verdictInFlight:
+		return orderRecord{}, fmt.Errorf("%w: order %q: %w", ErrInProgress, orderID, errStagedInFlight)
+	case verdictReserved:
+		blob, _ := json.Marshal(parts)
+		got, err := inv.orderOp(ctx, home, orderID, "commit", rec.token, string(blob), seconds(inv.cfg.Retention))
+		if err != nil {
+			return orderRecord{}, err
+		}
+		if got.status == "reserved" {
+			inv.stats.stagedRecovered.Add(1)
+		}
+		return inv.orderOp(ctx, home, orderID, "read", "")
+	}
+	if err := inv.failStaged(ctx, home, orderID, rec.token, rec.parts); err != nil {
+		return orderRecord{}, err
+	}
+	return inv.orderOp(ctx, home, orderID, "read", "")
+}
+
+// probeStaged probes every promised part of rec, nodes concurrently, and
+// returns the verdict and, for verdictReserved, the parts with their redo
+// offsets.
+func (inv *Inventory) probeStaged(ctx context.Context, orderID string, rec orderRecord, prevent bool) (stagedVerdict, []part, error) {
+	byNode := map[string][]int{}
+	for i, p := range rec.parts {
+		byNode[p.Node] = append(byNode[p.Node], i)
+	}
+	mode := "inspect"
+	if prevent {
+		mode = "prevent"
+	}
+	type probed struct {
+		state, token string
+		qty, offset  int64
+	}
+	seen := make([]probed, len(rec.parts))
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		firstErr error
+	)
+	for name, idx := range byNode {
+		n, err := inv.r.Node(name)
+		if err != nil {
+			return 0, nil, fmt.Errorf("%w: order %q: promised part on node %s, which is not in the topology: %w", ErrUnavailable, orderID, name, err)
+		}
+		wg.Add(1)
+		go func(n *node.Node, idx []int) {
+			defer wg.Done()
+			keys := make([]string, len(idx))
+			for j, i := range idx {
+				keys[j] = partKey(rec.parts[i].ID)
+			}
+			v, err := inv.run(ctx, n, probeScript, keys, mode, orderID, seconds(inv.cfg.Retention))
+			var raw []any
+			if err == nil {
+				raw, err = asSlice(n, probeScript, v)
+			}
+			if err == nil && len(raw) != len(idx) {
+				err = malformed(n, probeScript, v)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			for j, i := range idx {
+				t, ok := raw[j].([]any)
+				if !ok || len(t) != 4 {
+					firstErr = malformed(n, probeScript, v)
+					return
+				}
+				seen[i].state, _ = t[0].(string)
+				seen[i].token, _ = t[1].(string)
+				seen[i].qty, _ = t[2].(int64)
+				seen[i].offset, _ = t[3].(int64)
+			}
+		}(n, idx)
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, nil, firstErr
+	}
+	verdict := verdictReserved
+	for i, s := range seen {
+		p := rec.parts[i]
+		switch {
+		case s.state == "absent":
+			if verdict == verdictReserved {
+				verdict = verdictInFlight
+			}
+		case s.state != "pending" || s.token != rec.token || s.qty != p.Qty:
+			verdict = verdictFailed
+		}
+	}
+	if verdict != verdictReserved {
+		return verdict, nil, nil
+	}
+	parts := append([]part(nil), rec.parts...)
+	for i := range parts {
+		parts[i].Offset = seen[i].offset
+	}
+	return verdictReserved, parts, nil
+}
+
+// failStaged records the failure of a staged attempt, then cancels its
+// parts (tombstones for absent ones). If the record was decided otherwise
+// first (a recovery committed it), nothing is cancelled.
+func (inv *Inventory) failStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part) error {
+	rec, err := inv.orderOp(ctx, home, orderID, "fail", token)
+	if err != nil {
+		return err
+	}
+	if rec.status != "failed" || rec.token != token {
+		return nil // decided otherwise first: follow the record
+	}
+	if pending, _ := inv.settleParts(ctx, orderID, Cancel, parts); pending > 0 {
+		inv.log.Warn("staged reserve rollback deferred", "order", orderID, "pending_parts", pending)
+	}
+	return nil
+}

@@ -1,0 +1,267 @@
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shardis/shardis/node"
+)
+
+// reserveStaged tries the one-round path (staged.go). ok is false when the
+// order must take the general path; then nothing of this attempt is left
+// that could ever be reserved (its parts are cancelled or being cancelled),
+// and err, if not nil, is the node failure that stopped the round.
+func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderID string, items []Item, userID string, ttl time.Duration) (res Reservation, ok bool, err error) {
+	if inv.topology(ctx).phase != PhaseStable {
+		return Reservation{}, false, nil
+	}
+	token := newToken()
+	batches, promised, ok := inv.planStaged(home, orderID, token, items, userID)
+	if !ok {
+		return Reservation{}, false, nil
+	}
+	if crash("staged:before") {
+		return Reservation{}, true, errCrashed
+	}
+	blob, _ := json.Marshal(promised)
+	// Part deadlines by this process's clock; partGrace covers the skew to
+	// the home node's, and the reconciler postpones a part whose order is
+	// still reserved (reconcile.go).
+	deadline := time.Now().Add(ttl + partGrace)
+	noStage, onlyStage, someTakes := crash("staged:takes-only"), crash("staged:stage-only"), crash("staged:some-takes")
+	var (
+		wg       sync.WaitGroup
+		stageRec orderRecord
+		stageErr = errCrashed
+	)
+	if !noStage {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stageRec, stageErr = inv.orderOp(ctx, home, orderID, "stage", token,
+				ms(inv.opts.AttemptLease), digestOf(items, userID), userID, ms(ttl), seconds(inv.cfg.Retention), string(blob))
+		}()
+	}
+	if onlyStage {
+		batches = nil
+	} else if someTakes {
+		for n := range batches {
+			delete(batches, n) // leave one node out
+			break
+		}
+	}
+	results := inv.runBatches(ctx, orderID, token, deadline, batches)
+	wg.Wait()
+	if noStage || onlyStage || someTakes {
+		return Reservation{}, true, errCrashed
+	}
+
+	taken, allTaken, unknown, roundErr := stagedTakes(results, len(promised), userID)
+	if stageErr == nil && stageRec.status == "staging" && stageRec.token == token {
+		stageRec.status = "staged" // our own stage, answered twice
+	}
+	switch {
+	case stageErr != nil && outcomeUnknown(stageErr):
+		// The record may be staged under this token: only a decision on it
+		// may cancel parts. Whoever meets the order next decides it.
+		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id: %w", ErrUnavailable, orderID, stageErr)
+	case stageErr != nil || stageRec.status != "staged":
+		// Refused before the network, or the order already has a record:
+		// no record names this token, so no one can reserve its parts.
+		inv.abandonUnstaged(ctx, orderID, append(taken, unknown...))
+		if stageErr != nil {
+			return Reservation{}, true, stageErr
+		}
+		switch stageRec.status {
+		case "reserved", "confirmed", "cancelled", "mismatch":
+			// A retry of a decided order: answer from its record.
+			res, err := inv.existing(orderID, stageRec)
+			return res, true, err
+		}
+		inv.stats.stagedFallback.Add(1)
+		return Reservation{}, false, nil
+	case allTaken:
+		if crash("staged:before-commit") {
+			return Reservation{}, true, errCrashed
+		}
+		inv.commitStaged(ctx, home, orderID, token, taken)
+		inv.stats.staged.Add(1)
+		return Reservation{OrderID: orderID, Receipts: receipts(taken), Deadline: stageRec.deadline}, true, nil
+	}
+	// Staged, but not every part was taken: decide failed, then roll back.
+	inv.stats.rolledBack.Add(int64(len(promised)))
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	rec, err := inv.orderOp(cctx, home, orderID, "fail", token)
+	if err != nil {
+		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id: %w", ErrUnavailable, orderID, err)
+	}
+	if rec.status != "failed" || rec.token != token {
+		// Decided otherwise first: a reader found every part (an unknown
+		// take had landed) and committed it.
+		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown (it is %s now), retry Reserve with the same order id", ErrUnavailable, orderID, rec.status)
+	}
+	if pending, _ := inv.settleParts(cctx, orderID, Cancel, promised); pending > 0 {
+		inv.log.Warn("staged reserve rollback deferred", "order", orderID, "pending_parts", pending)
+	}
+	inv.stats.stagedFallback.Add(1)
+	if err := ctx.Err(); err != nil {
+		if roundErr != nil {
+			return Reservation{}, true, roundErr
+		}
+		return Reservation{}, true, fmt.Errorf("order %q: %w", orderID, err)
+	}
+	return Reservation{}, false, roundErr
+}
+
+// planStaged places each item on its first choice (the home node first,
+// see itemCandidates) and each per-user quota on the user's quota node.
+// ok is false when some item has no usable node, a quota node is not
+// usable, or every part would be on the home node (local.go's case).
+func (inv *Inventory) planStaged(home *node.Node, orderID, token string, items []Item, userID string) (map[*node.Node][]partReq, []part, bool) {
+	batches := map[*node.Node][]partReq{}
+	var promised []part
+	away := false
+	add := func(n *node.Node, r partReq) {
+		batches[n] = append(batches[n], r)
+		promised = append(promised, r.part)
+		away = away || n != home
+	}
+	for i, it := range items {
+		set, _ := inv.set(it.Route)
+		c := inv.itemCandidates(set, home, orderID, it.SKU)
+		if len(c) == 0 {
+			return nil, nil, false
+		}
+		q := inv.redoQueue(it.Route, it.SKU)
+		add(c[0], partReq{
+			part:  part{ID: stockPartID(orderID, token, i), Node: c[0].Name(), Kind: "s", Item: i, Route: it.Route, SKU: it.SKU, Qty: it.Quantity, Redo: q},
+			queue: q, ck: stockKey(it.Route, it.SKU),
+		})
+	}
+	if userID != "" {
+		type rs struct{ route, sku string }
+		want := map[rs]int64{}
+		var order []rs
+		for _, it := range items {
+			k := rs{it.Route, it.SKU}
+			if _, seen := want[k]; !seen {
+				order = append(order, k)
+			}
+			want[k] += it.Quantity
+		}
+		for _, k := range order {
+			set, _ := inv.set(k.route)
+			n := set.Nodes()[set.Ring().Home("user:"+userID)]
+			if !inv.usable(n) {
+				return nil, nil, false
+			}
+			add(n, partReq{
+				part:  part{ID: quotaPartID(orderID, token, k.route, k.sku), Node: n.Name(), Kind: "q", Item: -1, Route: k.route, SKU: k.sku, Qty: want[k]},
+				queue: stockKey(k.route, k.sku), ck: quotaKey(k.route, k.sku, userID),
+			})
+		}
+	}
+	return batches, promised, away
+}
+
+// stagedTakes reads the round's take replies: the parts taken (with their
+// redo offsets), whether every one of the want promised parts was taken in
+// full, the parts whose outcome is unknown, and the first node failure.
+func stagedTakes(results []batchResult, want int, userID string) (taken []part, all bool, unknown []part, firstErr error) {
+	all = true
+	n := 0
+	for _, res := range results {
+		if res.err != nil {
+			all = false
+			if firstErr == nil {
+				firstErr = res.err
+			}
+			if res.unknown {
+				for _, r := range res.reqs {
+					unknown = append(unknown, r.part)
+				}
+			}
+			continue
+		}
+		for j, r := range res.reqs {
+			rep := res.replies[j]
+			if rep.state != "pending" {
+				all = false
+				continue
+			}
+			p := r.part
+			if p.Kind == "s" {
+				p.Offset = rep.offset
+			}
+			if rep.qty != p.Qty || (p.Kind == "s" && rep.limit > 0 && userID == "") {
+				all = false // short, or a limited SKU without a user: the general path says why
+			}
+			p.Qty = rep.qty
+			taken = append(taken, p)
+			n++
+		}
+	}
+	return taken, all && n == want, unknown, firstErr
+}
+
+// abandonUnstaged cancels the parts of an attempt whose record was never
+// staged (tombstones for unknown outcomes).
+func (inv *Inventory) abandonUnstaged(ctx context.Context, orderID string, parts []part) {
+	if len(parts) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	inv.stats.rolledBack.Add(int64(len(parts)))
+	if pending, _ := inv.settleParts(ctx, orderID, Cancel, parts); pending > 0 {
+		inv.log.Warn("staged reserve rollback deferred", "order", orderID, "pending_parts", pending)
+	}
+}
+
+// commitStaged makes a staged order's record "reserved" off the caller's
+// path (synchronously once Close was called). A commit that does not land
+// is harmless: whoever meets the record next finds every part and commits
+// it (resolveStaged).
+func (inv *Inventory) commitStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part) {
+	blob, _ := json.Marshal(parts)
+	commit := func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+		defer cancel()
+		if _, err := inv.orderOp(cctx, home, orderID, "commit", token, string(blob), seconds(inv.cfg.Retention)); err != nil {
+			inv.log.Debug("staged commit did not land; the next reader of the order commits it", "order", orderID, "err", err)
+		}
+	}
+	inv.bg.Lock()
+	if inv.bg.closed {
+		inv.bg.Unlock()
+		commit()
+		return
+	}
+	inv.bg.wg.Add(1)
+	inv.bg.Unlock()
+	go func() {
+		defer inv.bg.wg.Done()
+		commit()
+	}()
+}
+
+// background tracks the commits running off the callers' paths.
+type background struct {
+	sync.Mutex // guards closed and wg.Add
+	closed     bool
+	wg         sync.WaitGroup
+}
+
+// Close waits for the commits of one-round reservations still running in
+// the background (at most a few seconds); later ones run on the caller's
+// path. Call it before closing the router. The Inventory stays usable.
+func (inv *Inventory) Close() {
+	inv.bg.Lock()
+	inv.bg.closed = true
+	inv.bg.Unlock()
+	inv.bg.wg.Wait()
+}

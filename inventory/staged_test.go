@@ -1,0 +1,317 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/router"
+)
+
+// One-round reservations (staged.go) against real nodes: an attempt is
+// stopped at each crash point, then each kind of actor that may meet the
+// order next (a retry of the order id, Confirm, Cancel, the reconciler
+// after the deadline) finishes it; every part must end settled once by
+// the one recorded decision, and the stock must add up.
+
+type stagedEnv struct {
+	t       *testing.T
+	ctx     context.Context
+	inv     *Inventory
+	r       *router.Router
+	clients map[string]*redis.Client
+}
+
+const (
+	stagedLease = 300 * time.Millisecond
+	stagedTTL   = 700 * time.Millisecond
+	stagedStock = 1000
+)
+
+// Routes a, b, c live on one node each, so an order of a+b+c is staged
+// whatever its home node.
+func newStagedEnv(t *testing.T) *stagedEnv {
+	srvs := redistest.StartN(t, 3, redistest.Options{})
+	cfg := config.Default()
+	cfg.Nodes = map[string]config.Node{}
+	e := &stagedEnv{t: t, clients: map[string]*redis.Client{}}
+	for i, s := range srvs {
+		name := fmt.Sprintf("n%d", i+1)
+		cfg.Nodes[name] = config.Node{Addr: s.Addr(), Weight: 1}
+		e.clients[name] = s.Client(t)
+	}
+	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail,
+		Routes: map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	e.ctx = ctx
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer rcancel()
+	r, err := router.New(rctx, &cfg, router.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.r = r
+	t.Cleanup(func() { _ = r.Close() })
+	e.inv, err = New(r, Options{Logger: slog.New(slog.DiscardHandler), AttemptLease: stagedLease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.inv.Close)
+	for _, rt := range []string{"a", "b", "c"} {
+		if _, err := e.inv.LoadStock(ctx, rt, "s", stagedStock, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+func stagedItems() []Item {
+	return []Item{{Route: "a", SKU: "s", Quantity: 1}, {Route: "b", SKU: "s", Quantity: 2}, {Route: "c", SKU: "s", Quantity: 3}}
+}
+
+// reserveAt runs one Reserve stopped at point ("" for none).
+func (e *stagedEnv) reserveAt(point, id string) (Reservation, error) {
+	crashAt = func(p string) bool { return p == point }
+	defer func() { crashAt = nil }()
+	return e.inv.Reserve(e.ctx, id, stagedItems(), "", stagedTTL)
+}
+
+// expireAll runs the reconciler's step on every due part of every node
+// until none is left pending (parts of decided orders after their
+// deadlines).
+func (e *stagedEnv) expireAll() {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := 0
+		for _, n := range e.inv.Nodes() {
+			due, err := e.inv.DueParts(e.ctx, n, 100)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			for _, p := range due {
+				if _, err := e.inv.ResolveExpired(e.ctx, p); err != nil {
+					e.t.Fatalf("ResolveExpired %+v: %v", p, err)
+				}
+			}
+			c, _ := e.clients[n.Name()].ZCard(e.ctx, keyPending).Result()
+			left += int(c)
+		}
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%d parts still pending 10s later", left)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// verify checks one order: its record's status is want (any of), every
+// part of the token it names follows it (confirmed iff the order is
+// confirmed; cancelled otherwise, or pending while it is reserved), and
+// every other part of the order id is cancelled.
+func (e *stagedEnv) verify(id string, want ...string) string {
+	e.t.Helper()
+	home, _ := e.inv.orderHome(id)
+	f, _ := e.clients[home.Name()].HMGet(e.ctx, orderKey(id), "status", "token").Result()
+	status, _ := f[0].(string)
+	token, _ := f[1].(string)
+	if status == "" {
+		status = "missing"
+	}
+	ok := false
+	for _, w := range want {
+		ok = ok || w == status
+	}
+	if !ok {
+		e.t.Errorf("order %s is %s, want %v", id, status, want)
+	}
+	for name, c := range e.clients {
+		keys, _ := c.Keys(e.ctx, partKey(id+"|*")).Result()
+		for _, k := range keys {
+			p, _ := c.HGetAll(e.ctx, k).Result()
+			mine := token != "" && strings.Contains(k, token)
+			var wantState string
+			switch {
+			case mine && status == "confirmed":
+				wantState = "confirmed"
+			case mine && status == "reserved":
+				wantState = "pending"
+			default:
+				wantState = "cancelled"
+			}
+			if p["state"] != wantState {
+				e.t.Errorf("order %s (%s, token %s): part %s on %s is %s, want %s", id, status, token, k, name, p["state"], wantState)
+			}
+		}
+	}
+	return status
+}
+
+// stock checks every node's counters add up.
+func (e *stagedEnv) stock() {
+	e.t.Helper()
+	for _, rt := range []string{"a", "b", "c"} {
+		lvl, err := e.inv.GetStock(e.ctx, rt, "s")
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if lvl.Available < 0 || lvl.Reserved < 0 || lvl.Available+lvl.Reserved+lvl.Confirmed != stagedStock {
+			e.t.Errorf("route %s: %+v does not add up to %d", rt, lvl, stagedStock)
+		}
+	}
+}
+
+var stagedPoints = []string{"", "staged:before", "staged:stage-only", "staged:takes-only", "staged:some-takes", "staged:before-commit"}
+
+// afterCrash is what each point leaves, once the lease ran out, for an
+// actor that only reads: is the order reserved (every part taken)?
+var stagedReserved = map[string]bool{"": true, "staged:before-commit": true}
+
+func TestStagedCrashPoints(t *testing.T) {
+	e := newStagedEnv(t)
+	for _, point := range stagedPoints {
+		name := strings.TrimPrefix(point, "staged:")
+		if name == "" {
+			name = "none"
+		}
+		t.Run(name, func(t *testing.T) {
+			e.t = t
+			// Retry of the same order id: ends reserved (by the crashed
+			// attempt if it was complete, else by the retry), then confirmed.
+			id := "retry-" + name
+			if _, err := e.reserveAt(point, id); (err != nil) != (point != "") {
+				t.Fatalf("Reserve stopped at %q: %v", point, err)
+			}
+			res, err := e.inv.Reserve(e.ctx, id, stagedItems(), "", stagedTTL)
+			if err != nil || len(res.Receipts) != 3 {
+				t.Fatalf("retry after %q: %+v, %v", point, res, err)
+			}
+			if out, err := e.inv.Confirm(e.ctx, id); err != nil || out.Status != StatusConfirmed {
+				t.Fatalf("Confirm after the retry: %+v, %v", out, err)
+			}
+
+			// Confirm alone: confirmed iff the attempt took every part.
+			id = "confirm-" + name
+			_, _ = e.reserveAt(point, id)
+			time.Sleep(stagedLease + 50*time.Millisecond)
+			out, err := e.inv.Confirm(e.ctx, id)
+			if stagedReserved[point] {
+				if err != nil || out.Status != StatusConfirmed {
+					t.Fatalf("Confirm of a complete attempt (%q): %+v, %v", point, out, err)
+				}
+			} else if !errors.Is(err, ErrNotFound) {
+				t.Fatalf("Confirm of an incomplete attempt (%q): %+v, %v; want ErrNotFound", point, out, err)
+			}
+
+			// Cancel alone, at once (an attempt cut short by it).
+			id = "cancel-" + name
+			_, _ = e.reserveAt(point, id)
+			if out, err := e.inv.Cancel(e.ctx, id); err != nil || out.Status != StatusCancelled {
+				t.Fatalf("Cancel after %q: %+v, %v", point, out, err)
+			}
+			if _, err := e.inv.Reserve(e.ctx, id, stagedItems(), "", stagedTTL); !errors.Is(err, ErrCancelled) {
+				t.Fatalf("Reserve after Cancel (%q): %v, want ErrCancelled", point, err)
+			}
+
+			// Nobody but the reconciler, after the deadline.
+			id = "expire-" + name
+			_, _ = e.reserveAt(point, id)
+			time.Sleep(stagedTTL + partGrace + 100*time.Millisecond)
+			e.expireAll()
+
+			if !stagedReserved[point] {
+				// An incomplete attempt: whatever the reconciler left
+				// (a staged record without parts is due to no one) is
+				// decided failed by the next reader.
+				if _, err := e.inv.Confirm(e.ctx, id); !errors.Is(err, ErrNotFound) {
+					t.Fatalf("Confirm of an incomplete attempt after its deadline (%q): %v; want ErrNotFound", point, err)
+				}
+			}
+			e.expireAll() // the leftovers of the attempts above
+			e.verify("retry-"+name, "confirmed")
+			if stagedReserved[point] {
+				e.verify("confirm-"+name, "confirmed")
+			} else {
+				e.verify("confirm-"+name, "failed", "missing")
+			}
+			e.verify("cancel-"+name, "cancelled")
+			if stagedReserved[point] {
+				e.verify("expire-"+name, "cancelled")
+			} else {
+				e.verify("expire-"+name, "failed", "missing")
+			}
+			e.stock()
+		})
+	}
+}
+
+// Concurrent retries of one order id and a Cancel racing them: one
+// decision, every part following it, the stock adding up.
+func TestStagedRaces(t *testing.T) {
+	e := newStagedEnv(t)
+	for i := 0; i < 20; i++ {
+		id := fmt.Sprintf("race-%d", i)
+		var (
+			wg  sync.WaitGroup
+			mu  sync.Mutex
+			oks int
+		)
+		for w := 0; w < 3; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := e.inv.Reserve(e.ctx, id, stagedItems(), "", stagedTTL); err == nil {
+					mu.Lock()
+					oks++
+					mu.Unlock()
+				}
+			}()
+		}
+		if i%2 == 0 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				time.Sleep(time.Duration(i%5) * 200 * time.Microsecond)
+				_, _ = e.inv.Cancel(e.ctx, id)
+			}()
+		}
+		wg.Wait()
+		if i%2 == 1 && oks != 3 {
+			t.Errorf("order %s: %d of 3 concurrent retries succeeded, want all", id, oks)
+		}
+		if i%2 == 1 {
+			if _, err := e.inv.Confirm(e.ctx, id); err != nil {
+				t.Errorf("Confirm %s: %v", id, err)
+			}
+		}
+	}
+	time.Sleep(stagedTTL + partGrace + 100*time.Millisecond)
+	e.expireAll()
+	for i := 0; i < 20; i++ {
+		id := fmt.Sprintf("race-%d", i)
+		if i%2 == 1 {
+			e.verify(id, "confirmed")
+		} else {
+			e.verify(id, "cancelled")
+		}
+	}
+	e.stock()
+	if s := e.inv.Stats(); s.StagedReservations == 0 {
+		t.Errorf("no order took the staged path: %+v", s)
+	}
+}
