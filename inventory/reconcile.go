@@ -147,10 +147,17 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 		rec, err := inv.orderOp(ctx, home, p.OrderID, "expire", p.Token, seconds(inv.cfg.Retention))
 		if err == nil && rec.status == "staging" {
 			// Decide the staged order first (long past its lease), then
-			// read its decision.
-			if _, err = inv.resolveStaged(ctx, home, p.OrderID, rec, true); err == nil {
-				rec, err = inv.orderOp(ctx, home, p.OrderID, "expire", p.Token, seconds(inv.cfg.Retention))
+			// read its decision. A node of another promised part that
+			// cannot be reached puts this part off, like an unreachable
+			// home, so parts behind it are not held up.
+			if _, err = inv.resolveStaged(ctx, home, p.OrderID, rec, true); err != nil {
+				if _, lerr := inv.run(ctx, n, pendingAdjustScript, []string{keyPending}, "later",
+					p.PartID, time.Now().Add(homeRetry).UnixMilli()); lerr != nil {
+					return "", lerr
+				}
+				return Postponed, err
 			}
+			rec, err = inv.orderOp(ctx, home, p.OrderID, "expire", p.Token, seconds(inv.cfg.Retention))
 		}
 		if err != nil {
 			return "", err
