@@ -25,6 +25,7 @@ import (
 
 type stagedEnv struct {
 	t       *testing.T
+	srvs    []*redistest.Server
 	ctx     context.Context
 	inv     *Inventory
 	r       *router.Router
@@ -43,7 +44,7 @@ func newStagedEnv(t *testing.T) *stagedEnv {
 	srvs := redistest.StartN(t, 3, redistest.Options{})
 	cfg := config.Default()
 	cfg.Nodes = map[string]config.Node{}
-	e := &stagedEnv{t: t, clients: map[string]*redis.Client{}}
+	e := &stagedEnv{t: t, srvs: srvs, clients: map[string]*redis.Client{}}
 	for i, s := range srvs {
 		name := fmt.Sprintf("n%d", i+1)
 		cfg.Nodes[name] = config.Node{Addr: s.Addr(), Weight: 1}
@@ -314,4 +315,53 @@ func TestStagedRaces(t *testing.T) {
 	if s := e.inv.Stats(); s.StagedReservations == 0 {
 		t.Errorf("no order took the staged path: %+v", s)
 	}
+}
+
+// A staged order whose other part's node is down when its part here is due:
+// the reconciler cannot decide it, puts the part off (so parts behind it
+// are not held up) and decides it once the node is back.
+func TestStagedExpiryWithPartNodeDown(t *testing.T) {
+	e := newStagedEnv(t)
+	var id string
+	for i := 0; id == ""; i++ {
+		// Its record on a node that stays up: only a part is out of reach.
+		if h, _ := e.inv.orderHome(fmt.Sprintf("down-%d", i)); h.Name() != "n3" {
+			id = fmt.Sprintf("down-%d", i)
+		}
+	}
+	if _, err := e.reserveAt("staged:before-commit", id); !errors.Is(err, errCrashed) {
+		t.Fatalf("Reserve stopped before the commit: %v", err)
+	}
+	time.Sleep(stagedTTL + partGrace + 100*time.Millisecond)
+	e.srvs[2].Pause() // n3 holds the order's item on route c
+	defer e.srvs[2].Resume()
+	n1, _ := e.r.Node("n1")
+	due, err := e.inv.DueParts(e.ctx, n1, 10)
+	if err != nil || len(due) != 1 {
+		t.Fatalf("due parts on n1: %v, %v; want the order's one", due, err)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 3*time.Second)
+	res, err := e.inv.ResolveExpired(ctx, due[0])
+	cancel()
+	if res != Postponed || err == nil {
+		t.Fatalf("ResolveExpired with n3 frozen = %q, %v; want postponed with the error", res, err)
+	}
+	if again, _ := e.inv.DueParts(e.ctx, n1, 10); len(again) != 0 {
+		t.Fatalf("the part is still due after being put off: %v", again)
+	}
+	e.srvs[2].Resume()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p, _ := e.clients["n1"].ZScore(e.ctx, keyPending, due[0].PartID).Result()
+		if time.UnixMilli(int64(p)).Before(time.Now()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the part was not due again within 10s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.expireAll()
+	e.verify(id, "cancelled")
+	e.stock()
 }
