@@ -185,9 +185,6 @@ return out
 //	        ran out is taken over the same way. Otherwise the record as is
 //	        ("reserving" with wait_ms, "reserved", "confirmed",
 //	        "cancelled"), or "mismatch" when the digest differs.
-//	stage   ARGV 6..10 as begin, 11 the promised parts JSON. Like begin,
-//	        but the free order becomes "staging" with its parts promised
-//	        (staged.go): status "staged".
 //	commit  ARGV 6 parts JSON, 7 retention s. reserving+token or
 //	        staging+token → reserved. Otherwise "lost" with the current
 //	        status as reason.
@@ -197,8 +194,8 @@ return out
 //	cancel  reserved/reserving/failed → cancelled; missing → tombstone.
 //	expire  (reconciler, ARGV 5 the due part's token) reserved past
 //	        deadline → cancelled/"expired"; reserving past lease → failed;
-//	        missing → failed under the part's token (a stale stage or
-//	        begin of that token is refused afterwards). Returns the record
+//	        missing → failed under the part's token (a stale stage of
+//	        that token, stageTakeScript, is refused afterwards). Returns the record
 //	        either way.
 //	read    the record as it is ("missing" when there is none).
 //
@@ -227,10 +224,10 @@ local function final(st, why, retention)
   status, reason = st, why
 end
 if status == 'staging' and op ~= 'commit' and op ~= 'fail' then
-  if (op == 'begin' or op == 'stage') and f[7] ~= ARGV[7] then return record('mismatch') end
+  if op == 'begin' and f[7] ~= ARGV[7] then return record('mismatch') end
   return record('staging')
 end
-if op == 'begin' or op == 'stage' then
+if op == 'begin' then
   if status == 'reserving' then
     if f[7] ~= ARGV[7] then return record('mismatch') end
     if lease > now then return record('reserving') end
@@ -245,12 +242,11 @@ if op == 'begin' or op == 'stage' then
   deadline = now + tonumber(ARGV[9])
   lease = now + tonumber(ARGV[6])
   redis.call('DEL', key)
-  redis.call('HSET', key, 'status', op == 'stage' and 'staging' or 'reserving', 'token', token, 'lease', lease,
+  redis.call('HSET', key, 'status', 'reserving', 'token', token, 'lease', lease,
     'digest', ARGV[7], 'user', ARGV[8], 'deadline', deadline, 'created', now)
-  if op == 'stage' then redis.call('HSET', key, 'parts', ARGV[11]) end
   redis.call('EXPIRE', key, tonumber(ARGV[10]))
   cur, parts, reason = token, '', ''
-  return record(op == 'stage' and 'staged' or 'begin')
+  return record('begin')
 elseif op == 'commit' then
   if (status ~= 'reserving' and status ~= 'staging') or cur ~= token then return record('lost', tostring(status)) end
   redis.call('HSET', key, 'status', 'reserved', 'parts', ARGV[6], 'reserved_at', now)

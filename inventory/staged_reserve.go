@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -32,17 +33,18 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	// still reserved (reconcile.go).
 	deadline := time.Now().Add(ttl + partGrace)
 	noStage, onlyStage, someTakes := crash("staged:takes-only"), crash("staged:stage-only"), crash("staged:some-takes")
+	homeReqs := batches[home]
+	delete(batches, home)
 	var (
 		wg       sync.WaitGroup
-		stageRec orderRecord
+		staged   stageReply
 		stageErr = errCrashed
 	)
 	if !noStage {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stageRec, stageErr = inv.orderOp(ctx, home, orderID, "stage", token,
-				ms(inv.opts.AttemptLease), digestOf(items, userID), userID, ms(ttl), seconds(inv.cfg.Retention), string(blob))
+			staged, stageErr = inv.stageTake(ctx, home, orderID, token, deadline, ttl, digestOf(items, userID), userID, string(blob), homeReqs)
 		}()
 	}
 	if onlyStage {
@@ -59,27 +61,32 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		return Reservation{}, true, errCrashed
 	}
 
-	taken, allTaken, unknown, roundErr := stagedTakes(results, len(promised), userID)
-	if stageErr == nil && stageRec.status == "staging" && stageRec.token == token {
-		stageRec.status = "staged" // our own stage, answered twice
+	taken, allTaken, unknown, roundErr := stagedTakes(results, len(promised)-len(homeReqs), userID)
+	if stageErr == nil && staged.status == "staged" {
+		for i, r := range homeReqs {
+			p := r.part
+			if p.Kind == "s" {
+				p.Offset = staged.offsets[i]
+			}
+			taken = append(taken, p)
+		}
 	}
 	switch {
+	case stageErr == nil && staged.status == "existing" && staged.token == token:
+		// Our own stage, run twice (node clients never replay commands,
+		// so this is defensive): its outcome is the record's.
+		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id", ErrUnavailable, orderID)
 	case stageErr != nil && outcomeUnknown(stageErr):
 		// The record may be staged under this token: only a decision on it
 		// may cancel parts. Whoever meets the order next decides it.
 		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id: %w", ErrUnavailable, orderID, stageErr)
-	case stageErr != nil || stageRec.status != "staged":
-		// Refused before the network, or the order already has a record:
-		// no record names this token, so no one can reserve its parts.
+	case stageErr != nil || staged.status != "staged":
+		// Refused before the network, short on the home node, or the order
+		// already has a record: no record names this token, so no one can
+		// reserve its parts (the home node took none).
 		inv.abandonUnstaged(ctx, orderID, append(taken, unknown...))
 		if stageErr != nil {
 			return Reservation{}, true, stageErr
-		}
-		switch stageRec.status {
-		case "reserved", "confirmed", "cancelled", "mismatch":
-			// A retry of a decided order: answer from its record.
-			res, err := inv.existing(orderID, stageRec)
-			return res, true, err
 		}
 		inv.stats.stagedFallback.Add(1)
 		return Reservation{}, false, nil
@@ -89,7 +96,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		}
 		inv.commitStaged(ctx, home, orderID, token, taken)
 		inv.stats.staged.Add(1)
-		return Reservation{OrderID: orderID, Receipts: receipts(taken), Deadline: stageRec.deadline}, true, nil
+		return Reservation{OrderID: orderID, Receipts: receipts(taken), Deadline: staged.deadline}, true, nil
 	}
 	// Staged, but not every part was taken: decide failed, then roll back.
 	inv.stats.rolledBack.Add(int64(len(promised)))
@@ -115,6 +122,53 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		return Reservation{}, true, fmt.Errorf("order %q: %w", orderID, err)
 	}
 	return Reservation{}, false, roundErr
+}
+
+// stageReply is stageTakeScript's reply.
+type stageReply struct {
+	status   string // "staged", "existing" or "short"
+	deadline time.Time
+	offsets  []int64 // per home part: its redo offset (0 for quota parts)
+	token    string  // "existing": the record's token
+}
+
+// stageTake stages the order's record on its home node with the home
+// node's parts, all or nothing (stageTakeScript).
+func (inv *Inventory) stageTake(ctx context.Context, home *node.Node, orderID, token string, partDeadline time.Time, ttl time.Duration, digest, userID, promised string, reqs []partReq) (stageReply, error) {
+	keys := make([]string, 0, 3+3*len(reqs))
+	keys = append(keys, keyPending, keyRedoOffset, orderKey(orderID))
+	args := make([]any, 0, 9+6*len(reqs))
+	args = append(args, orderID, token, partDeadline.UnixMilli(), ms(inv.opts.AttemptLease), digest, userID, ms(ttl),
+		seconds(inv.cfg.Retention), promised)
+	for _, r := range reqs {
+		keys = append(keys, partKey(r.ID), r.ck, r.queue)
+		args = append(args, r.ID, r.Kind, r.SKU, r.Qty, strconv.Itoa(r.Item), r.queue)
+	}
+	v, err := inv.run(ctx, home, stageTakeScript, keys, args...)
+	if err != nil {
+		return stageReply{}, err
+	}
+	raw, err := asSlice(home, stageTakeScript, v)
+	if err != nil || len(raw) == 0 {
+		return stageReply{}, malformed(home, stageTakeScript, v)
+	}
+	var out stageReply
+	out.status, _ = raw[0].(string)
+	switch {
+	case out.status == "staged" && len(raw) == 2+len(reqs):
+		dl, _ := raw[1].(int64)
+		out.deadline = time.UnixMilli(dl)
+		for _, o := range raw[2:] {
+			off, _ := o.(int64)
+			out.offsets = append(out.offsets, off)
+		}
+	case out.status == "existing" && len(raw) == 3:
+		out.token, _ = raw[2].(string)
+	case out.status == "short" && len(raw) == 1:
+	default:
+		return stageReply{}, malformed(home, stageTakeScript, v)
+	}
+	return out, nil
 }
 
 // planStaged places each item on its first choice (the home node first,
