@@ -283,7 +283,9 @@ func (inv *Inventory) abandonUnstaged(ctx context.Context, orderID string, parts
 func (inv *Inventory) commitStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part) {
 	blob, _ := json.Marshal(parts)
 	commit := func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+		// Off the caller's path: nothing of the caller's context (its
+		// values included) is carried over.
+		cctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 		defer cancel()
 		if _, err := inv.orderOp(cctx, home, orderID, "commit", token, string(blob), seconds(inv.cfg.Retention)); err != nil {
 			inv.log.Debug("staged commit did not land; the next reader of the order commits it", "order", orderID, "err", err)

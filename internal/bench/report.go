@@ -88,9 +88,10 @@ func TargetsTable(r *Results, s Summary) string {
 		for _, x := range []struct{ shape, key, what string }{
 			{RTShape1, "reserve_round_trips_1item==1", "a 1-item reserve"},
 			{RTShape3, "reserve_round_trips_3item==1", "a 3-item reserve"},
+			{RTShapeStaged, "reserve_round_trips_3item==1", "a 3-item reserve on three one-node routes"},
 		} {
 			if sh := ir.RoundTrips.Shape(x.shape); sh != nil {
-				row(x.what+" takes 1 sequential round trip (stock on every node)",
+				row(x.what+" takes 1 sequential round trip",
 					fmt.Sprintf("median %d, max %d (%d orders, counted)", sh.Median, sh.Max, sh.Orders), x.key)
 			}
 		}

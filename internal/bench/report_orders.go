@@ -76,8 +76,8 @@ func ordersReading(ir *InvResult, s Summary) string {
 			rows = append(rows, fmt.Sprintf("%s: median %d, max %d (%s)", sh.Name, sh.Median, sh.Max, histString(sh.Hist)))
 		}
 		t += "Counted round trips of one reserve, one order at a time: " + strings.Join(rows, "; ") + ". "
-		if g := rt.Shape(RTShapeGeneral); g != nil && g.Median >= 3 {
-			t += "The general-path row shows the counter can tell: begin on the order's home node, the item scripts in parallel, commit on the home node are three sequential steps. "
+		if g := rt.Shape(RTShapeSplit); g != nil && g.Median >= 3 {
+			t += fmt.Sprintf("The split row shows the counter can tell: the one-script attempt on the home node, then begin, the item rounds and commit of the general path are %d sequential steps. ", g.Median)
 		}
 		for _, sh := range rt.Shapes {
 			if sh.Max > sh.Median {
@@ -110,9 +110,8 @@ func ordersMisses(r *Results, s Summary) string {
 				continue
 			}
 			fmt.Fprintf(&b, "- **Round trips, %s** (median %d, target 1). %d of %d orders took one round trip (%s). "+
-				"A reserve is one script only when every item's first choice of node is the order's home node and the home can meet the whole order (`inventory/local.go`); "+
-				"otherwise it is begin on the home node, the item scripts, commit: three sequential round trips. The first choice is `Candidates(orderID+sku)`'s first usable node, "+
-				"so with stock on every one of three nodes an item's first choice is the order's home for about a third of orders, and all three items' for about one in 27.\n",
+				"A reserve is one script when its home node can meet the whole order (`inventory/local.go`) and one round when every item's first node can meet its part (`inventory/staged.go`); "+
+				"otherwise it is begin on the home node, the item scripts, commit: three sequential round trips or more.\n",
 				x.shape, sh.Median, sh.Hist[1], sh.Orders, histString(sh.Hist))
 		}
 		if ok, present := s.Targets["inventory_hot_sku_vs_seed>=2"]; present && !ok {

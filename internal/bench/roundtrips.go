@@ -21,9 +21,12 @@ const (
 	RTShape1 = "1 item, stock on every node"
 	// RTShape3 is a 3-item order, three SKUs of the route over every node.
 	RTShape3 = "3 items, stock on every node"
-	// RTShapeGeneral is a 3-item order over the one-node routes r1, r2,
-	// r3: no node can meet it alone, so it takes the general path.
-	RTShapeGeneral = "3 items on r1, r2, r3 (no node meets the order alone: general path)"
+	// RTShapeStaged is a 3-item order over the one-node routes r1, r2,
+	// r3: no node can meet it alone, so it takes the one-round staged path.
+	RTShapeStaged = "3 items on r1, r2, r3 (one node each: one-round staged path)"
+	// RTShapeSplit is a 1-item order for more than any node holds: the
+	// one-script attempt falls back to the general path, which splits it.
+	RTShapeSplit = "1 item more than a node holds (one-script attempt, then the general path splits it)"
 )
 
 // Interval is one command or pipeline as a node client's hook saw it:
@@ -192,6 +195,12 @@ func RunRoundTrips(ctx context.Context, c *Cluster, n int, log *slog.Logger) (*R
 	if err != nil {
 		return nil, err
 	}
+	// The split SKU holds splitPer units on each node; each split order
+	// wants one more and is cancelled once counted, so the stock stays.
+	const splitPer = 10
+	if _, err := inv.LoadStock(ctx, routeAll, "rt-split", splitPer*int64(len(c.Router.Nodes())), 0); err != nil {
+		return nil, err
+	}
 	w := NewLoad(1, 11).workers[0]
 	shapes := []struct {
 		name  string
@@ -208,12 +217,15 @@ func RunRoundTrips(ctx context.Context, c *Cluster, n int, log *slog.Logger) (*R
 			}
 			return out
 		}},
-		{RTShapeGeneral, func() []inventory.Item {
+		{RTShapeStaged, func() []inventory.Item {
 			out := make([]inventory.Item, len(singleRoutes))
 			for ri, route := range singleRoutes {
 				out[ri] = inventory.Item{Route: route, SKU: sku("rt"+strconv.Itoa(ri+1)+"-", w.Rng.IntN(nSKU)), Quantity: 1}
 			}
 			return out
+		}},
+		{RTShapeSplit, func() []inventory.Item {
+			return []inventory.Item{{Route: routeAll, SKU: "rt-split", Quantity: splitPer + 1}}
 		}},
 	}
 	// Warm-up: every shape's orders until each script is cached and each
@@ -221,7 +233,11 @@ func RunRoundTrips(ctx context.Context, c *Cluster, n int, log *slog.Logger) (*R
 	// NOSCRIPT, or a dial, is not the steady state this counts).
 	for _, sh := range shapes {
 		for range 30 {
-			if _, err := inv.Reserve(ctx, orderID(w, 'w'), sh.items(), "", 0); err != nil {
+			id := orderID(w, 'w')
+			if _, err := inv.Reserve(ctx, id, sh.items(), "", 0); err != nil {
+				return nil, fmt.Errorf("round trips warm-up (%s): %w", sh.name, err)
+			}
+			if _, err := inv.Cancel(ctx, id); err != nil {
 				return nil, fmt.Errorf("round trips warm-up (%s): %w", sh.name, err)
 			}
 		}
@@ -234,13 +250,17 @@ func RunRoundTrips(ctx context.Context, c *Cluster, n int, log *slog.Logger) (*R
 		for range n {
 			items := sh.items()
 			t := &rtTrace{}
-			if _, err := inv.Reserve(context.WithValue(ctx, rtTraceKey{}, t), orderID(w, 't'), items, "", 0); err != nil {
+			id := orderID(w, 't')
+			if _, err := inv.Reserve(context.WithValue(ctx, rtTraceKey{}, t), id, items, "", 0); err != nil {
 				return nil, fmt.Errorf("round trips (%s): %w", sh.name, err)
 			}
 			t.mu.Lock()
 			k := SequentialRoundTrips(t.iv)
 			cmds += len(t.iv)
 			t.mu.Unlock()
+			if _, err := inv.Cancel(ctx, id); err != nil { // returns the stock (not counted)
+				return nil, fmt.Errorf("round trips (%s): %w", sh.name, err)
+			}
 			if k == 0 {
 				return nil, fmt.Errorf("round trips (%s): the hook saw no command of a successful Reserve", sh.name)
 			}

@@ -39,8 +39,10 @@ type Summary struct {
 	// node, paired per round.
 	InventoryHotVsSeed float64 `json:"inventory_hot_sku_vs_seed,omitempty"`
 	// ReserveRoundTrips1Item and ReserveRoundTrips3Item are the median
-	// sequential round trips of one successful Reserve (stock on every
-	// node), counted by a go-redis hook, one order at a time.
+	// sequential round trips of one successful Reserve, counted by a
+	// go-redis hook, one order at a time: 1 item with stock on every node;
+	// for 3 items the worse of stock on every node and one item on each of
+	// three one-node routes (the one-round staged path).
 	ReserveRoundTrips1Item int `json:"reserve_round_trips_1item,omitempty"`
 	ReserveRoundTrips3Item int `json:"reserve_round_trips_3item,omitempty"`
 
@@ -142,7 +144,10 @@ func Summarize(r *Results) Summary {
 		}
 		if sh := ir.RoundTrips.Shape(RTShape3); sh != nil {
 			s.ReserveRoundTrips3Item = sh.Median
-			s.Targets["reserve_round_trips_3item==1"] = sh.Median == 1
+			if st := ir.RoundTrips.Shape(RTShapeStaged); st != nil && st.Median > sh.Median {
+				s.ReserveRoundTrips3Item = st.Median
+			}
+			s.Targets["reserve_round_trips_3item==1"] = s.ReserveRoundTrips3Item == 1
 		}
 	}
 	if rp := r.RPC; rp != nil {
