@@ -29,6 +29,84 @@ import (
 // Per-user quota parts take this path only when the user's quota node is
 // the home node too and the topology is stable.
 
+// takeWhole is the Lua that localScript and stageTakeScript share: it
+// takes a set of parts on one node all or nothing.
+//
+// plan_parts(kb, ab, user, offsets) reads the parts whose KEYS start at kb (part
+// key, counter key, and redo queue (kind s) or stock hash holding the
+// limit (kind q), per part, to the end of KEYS) and whose ARGV start at ab
+// (id, kind, sku, want, item, route, queue per part). It returns the plan,
+// or nil when some part cannot be met in full (it exists already, stock is
+// short, a limited SKU has no user, a quota would be exceeded), or nil and
+// an error reply for a corrupt value (a counter, or a queue's last offset
+// in the redo offsets hash). It writes nothing.
+//
+// write_parts(plan, pending, offsets, order, token, pdl) takes every
+// planned part (pending under token until pdl) and returns the redo offset
+// of each (0 for quota parts).
+const takeWhole = `
+local function plan_parts(kb, ab, user, offsets)
+  local np = (#KEYS - kb + 1) / 3
+  local avail, held, plan = {}, {}, {}
+  for i = 0, np - 1 do
+    local a = ab + i * 7
+    local p = {pk = KEYS[kb + i * 3], ck = KEYS[kb + 1 + i * 3], xk = KEYS[kb + 2 + i * 3], id = ARGV[a], kind = ARGV[a + 1],
+               sku = ARGV[a + 2], want = tonumber(ARGV[a + 3]), item = tonumber(ARGV[a + 4]), route = ARGV[a + 5]}
+    if redis.call('EXISTS', p.pk) == 1 then return nil end
+    local err
+    if p.kind == 's' then
+      redis.call('ZCARD', p.xk) -- the redo queue must be a sorted set
+      local s = redis.call('HMGET', p.ck, 'available', 'limit', 'reserved')
+      if avail[p.ck] == nil then
+        avail[p.ck], err = int(s[1], p.ck .. ' available')
+        if err then return nil, err end
+      end
+      local _, rerr = int(s[3], p.ck .. ' reserved')
+      if rerr then return nil, rerr end
+      local _, oerr = int(redis.call('HGET', offsets, p.xk), offsets .. ' ' .. p.xk)
+      if oerr then return nil, oerr end
+      local limit
+      limit, err = int(s[2], p.ck .. ' limit')
+      if err then return nil, err end
+      if avail[p.ck] < p.want or (limit > 0 and user == '') then return nil end
+      avail[p.ck] = avail[p.ck] - p.want
+    else
+      local limit
+      limit, err = int(redis.call('HGET', p.xk, 'limit'), p.xk .. ' limit')
+      if err then return nil, err end
+      if held[p.ck] == nil then
+        held[p.ck], err = int(redis.call('GET', p.ck), p.ck)
+        if err then return nil, err end
+      end
+      if limit > 0 and held[p.ck] + p.want > limit then return nil end
+      held[p.ck] = held[p.ck] + p.want
+    end
+    plan[#plan + 1] = p
+  end
+  return plan
+end
+local function write_parts(plan, pending, offsets, order, token, pdl)
+  local offs = {}
+  for _, p in ipairs(plan) do
+    local off = 0
+    if p.kind == 's' then
+      redis.call('HINCRBY', p.ck, 'available', -p.want)
+      redis.call('HINCRBY', p.ck, 'reserved', p.want)
+      off = redis.call('HINCRBY', offsets, p.xk, 1)
+      redis.call('ZADD', p.xk, off, p.id)
+    else
+      redis.call('INCRBY', p.ck, p.want)
+    end
+    redis.call('HSET', p.pk, 'state', 'pending', 'kind', p.kind, 'order', order, 'token', token,
+      'sku', p.sku, 'qty', p.want, 'item', p.item, 'counter', p.ck, 'redo', p.kind == 's' and p.xk or '',
+      'offset', off, 'deadline', pdl, 'at', now)
+    redis.call('ZADD', pending, pdl, p.id)
+    offs[#offs + 1] = off
+  end
+  return offs
+end
+`
+
 // localScript reserves a whole order on its home node in one step.
 //
 // KEYS: 1 stamp, 2 order key, 3 pending index, 4 redo offsets, then per
@@ -38,68 +116,22 @@ import (
 // 10 part grace ms, then per part: id, kind, sku, want, item, route, queue.
 // Returns {"fallback"} (nothing written), or {"reserved", deadline ms,
 // offset per part}.
-var localScript = newScript("reserve-local", true, `
+var localScript = newScript("reserve-local", true, takeWhole+`
 local key = KEYS[2]
 local f = redis.call('HMGET', key, 'status', 'moved')
 if f[1] and not f[2] and f[1] ~= 'failed' then return {'fallback'} end
 redis.call('ZCARD', KEYS[3]) -- the pending index must be a sorted set
-local np = (#KEYS - 4) / 3
-local avail, held = {}, {}
-local plan = {}
-for i = 0, np - 1 do
-  local a = 11 + i * 7
-  local p = {pk = KEYS[5 + i * 3], ck = KEYS[6 + i * 3], xk = KEYS[7 + i * 3], id = ARGV[a], kind = ARGV[a + 1],
-             sku = ARGV[a + 2], want = tonumber(ARGV[a + 3]), item = tonumber(ARGV[a + 4]), route = ARGV[a + 5]}
-  if redis.call('EXISTS', p.pk) == 1 then return {'fallback'} end
-  local err
-  if p.kind == 's' then
-    redis.call('ZCARD', p.xk)
-    local s = redis.call('HMGET', p.ck, 'available', 'limit', 'reserved')
-    if avail[p.ck] == nil then
-      avail[p.ck], err = int(s[1], p.ck .. ' available')
-      if err then return err end
-    end
-    local _, rerr = int(s[3], p.ck .. ' reserved')
-    if rerr then return rerr end
-    local limit
-    limit, err = int(s[2], p.ck .. ' limit')
-    if err then return err end
-    if avail[p.ck] < p.want or (limit > 0 and ARGV[6] == '') then return {'fallback'} end
-    avail[p.ck] = avail[p.ck] - p.want
-  else
-    local limit
-    limit, err = int(redis.call('HGET', p.xk, 'limit'), p.xk .. ' limit')
-    if err then return err end
-    if held[p.ck] == nil then
-      held[p.ck], err = int(redis.call('GET', p.ck), p.ck)
-      if err then return err end
-    end
-    if limit > 0 and held[p.ck] + p.want > limit then return {'fallback'} end
-    held[p.ck] = held[p.ck] + p.want
-  end
-  plan[#plan + 1] = p
-end
+local plan, err = plan_parts(5, 11, ARGV[6], KEYS[4])
+if err then return err end
+if not plan then return {'fallback'} end
 local deadline = now + tonumber(ARGV[7])
-local pdl = deadline + tonumber(ARGV[10])
+local offs = write_parts(plan, KEYS[3], KEYS[4], ARGV[9], ARGV[4], deadline + tonumber(ARGV[10]))
 local parts, out = {}, {'reserved', deadline}
-for _, p in ipairs(plan) do
-  local off = 0
-  if p.kind == 's' then
-    redis.call('HINCRBY', p.ck, 'available', -p.want)
-    redis.call('HINCRBY', p.ck, 'reserved', p.want)
-    off = redis.call('HINCRBY', KEYS[4], p.xk, 1)
-    redis.call('ZADD', p.xk, off, p.id)
-  else
-    redis.call('INCRBY', p.ck, p.want)
-  end
-  redis.call('HSET', p.pk, 'state', 'pending', 'kind', p.kind, 'order', ARGV[9], 'token', ARGV[4],
-    'sku', p.sku, 'qty', p.want, 'item', p.item, 'counter', p.ck, 'redo', p.kind == 's' and p.xk or '',
-    'offset', off, 'deadline', pdl, 'at', now)
-  redis.call('ZADD', KEYS[3], pdl, p.id)
+for i, p in ipairs(plan) do
   local j = {p = p.id, n = ARGV[1], k = p.kind, i = p.item, r = p.route, s = p.sku, q = p.want}
-  if p.kind == 's' then j.l, j.o = p.xk, off end
+  if p.kind == 's' then j.l, j.o = p.xk, offs[i] end
   parts[#parts + 1] = j
-  out[#out + 1] = off
+  out[#out + 1] = offs[i]
 end
 redis.call('DEL', key)
 redis.call('HSET', key, 'status', 'reserved', 'token', ARGV[4], 'digest', ARGV[5], 'user', ARGV[6],
@@ -128,23 +160,11 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 		if inv.topology(ctx).phase != PhaseStable {
 			return Reservation{}, false, nil
 		}
-		type rs struct{ route, sku string }
-		idx := map[rs]int{}
-		for _, it := range items {
-			k := rs{it.Route, it.SKU}
-			if j, seen := idx[k]; seen {
-				reqs[j].Qty += it.Quantity
-				continue
-			}
-			set, _ := inv.set(it.Route)
-			if set.Nodes()[set.Ring().Home("user:"+userID)] != home {
+		for _, q := range inv.quotaParts(orderID, token, items, userID) {
+			if q.node != home {
 				return Reservation{}, false, nil
 			}
-			idx[k] = len(reqs)
-			reqs = append(reqs, partReq{
-				part:  part{ID: quotaPartID(orderID, token, it.Route, it.SKU), Node: home.Name(), Kind: "q", Item: -1, Route: it.Route, SKU: it.SKU, Qty: it.Quantity},
-				queue: stockKey(it.Route, it.SKU), ck: quotaKey(it.Route, it.SKU, userID),
-			})
+			reqs = append(reqs, q.req)
 		}
 	}
 	keys := make([]string, 0, 3+3*len(reqs))

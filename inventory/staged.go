@@ -82,14 +82,15 @@ import (
 // holding the limit (kind q).
 // ARGV: 4 order id, 5 token, 6 part deadline ms, 7 lease ms, 8 digest,
 // 9 user, 10 ttl ms, 11 retention s, 12 promised parts JSON, then per part
-// as reserveScript: id, kind, sku, want, item, queue (or, kind q, what a
-// previous quota node counts: unused, the path needs a stable topology).
+// as localScript: id, kind, sku, want, item, route, queue (takeWhole; the
+// path needs a stable topology, so no quota is counted on a previous
+// node).
 //
 // Returns {"staged", deadline ms, offset per part}, or, writing nothing,
 // {"existing", status, token} (the order has a record: the general path
 // handles it) or {"short"} (a part cannot be met in full, or a limited SKU
 // has no user).
-var stageTakeScript = newScript("stage-take", true, `
+var stageTakeScript = newScript("stage-take", true, takeWhole+`
 local key = KEYS[4]
 local f = redis.call('HMGET', key, 'status', 'token', 'moved')
 if f[3] then
@@ -99,64 +100,16 @@ if f[3] then
 end
 if f[1] and not (f[1] == 'failed' and f[2] ~= ARGV[5]) then return {'existing', f[1], f[2] or ''} end
 redis.call('ZCARD', KEYS[2]) -- the pending index must be a sorted set
-local np = (#KEYS - 4) / 3
-local avail, held, plan = {}, {}, {}
-for i = 0, np - 1 do
-  local a = 13 + i * 6
-  local p = {pk = KEYS[5 + i * 3], ck = KEYS[6 + i * 3], xk = KEYS[7 + i * 3], id = ARGV[a], kind = ARGV[a + 1],
-             sku = ARGV[a + 2], want = tonumber(ARGV[a + 3]), item = ARGV[a + 4]}
-  if redis.call('EXISTS', p.pk) == 1 then return {'short'} end
-  local err
-  if p.kind == 's' then
-    redis.call('ZCARD', p.xk) -- the redo queue must be a sorted set
-    local s = redis.call('HMGET', p.ck, 'available', 'limit', 'reserved')
-    if avail[p.ck] == nil then
-      avail[p.ck], err = int(s[1], p.ck .. ' available')
-      if err then return err end
-    end
-    local _, rerr = int(s[3], p.ck .. ' reserved')
-    if rerr then return rerr end
-    local _, oerr = int(redis.call('HGET', KEYS[3], p.xk), KEYS[3] .. ' ' .. p.xk)
-    if oerr then return oerr end
-    local limit
-    limit, err = int(s[2], p.ck .. ' limit')
-    if err then return err end
-    if avail[p.ck] < p.want or (limit > 0 and ARGV[9] == '') then return {'short'} end
-    avail[p.ck] = avail[p.ck] - p.want
-  else
-    local limit
-    limit, err = int(redis.call('HGET', p.xk, 'limit'), p.xk .. ' limit')
-    if err then return err end
-    if held[p.ck] == nil then
-      held[p.ck], err = int(redis.call('GET', p.ck), p.ck)
-      if err then return err end
-    end
-    if limit > 0 and held[p.ck] + p.want > limit then return {'short'} end
-    held[p.ck] = held[p.ck] + p.want
-  end
-  plan[#plan + 1] = p
-end
+local plan, err = plan_parts(5, 13, ARGV[9], KEYS[3])
+if err then return err end
+if not plan then return {'short'} end
 local deadline = now + tonumber(ARGV[10])
 redis.call('DEL', key)
 redis.call('HSET', key, 'status', 'staging', 'token', ARGV[5], 'lease', now + tonumber(ARGV[7]), 'digest', ARGV[8],
   'user', ARGV[9], 'deadline', deadline, 'created', now, 'parts', ARGV[12])
 redis.call('EXPIRE', key, tonumber(ARGV[11]))
-local pdl = tonumber(ARGV[6])
 local out = {'staged', deadline}
-for _, p in ipairs(plan) do
-  local off = 0
-  if p.kind == 's' then
-    redis.call('HINCRBY', p.ck, 'available', -p.want)
-    redis.call('HINCRBY', p.ck, 'reserved', p.want)
-    off = redis.call('HINCRBY', KEYS[3], p.xk, 1)
-    redis.call('ZADD', p.xk, off, p.id)
-  else
-    redis.call('INCRBY', p.ck, p.want)
-  end
-  redis.call('HSET', p.pk, 'state', 'pending', 'kind', p.kind, 'order', ARGV[4], 'token', ARGV[5],
-    'sku', p.sku, 'qty', p.want, 'item', p.item, 'counter', p.ck, 'redo', p.kind == 's' and p.xk or '',
-    'offset', off, 'deadline', pdl, 'at', now)
-  redis.call('ZADD', KEYS[2], pdl, p.id)
+for _, off in ipairs(write_parts(plan, KEYS[2], KEYS[3], ARGV[4], ARGV[5], tonumber(ARGV[6]))) do
   out[#out + 1] = off
 end
 return out

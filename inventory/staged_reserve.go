@@ -137,12 +137,12 @@ type stageReply struct {
 func (inv *Inventory) stageTake(ctx context.Context, home *node.Node, orderID, token string, partDeadline time.Time, ttl time.Duration, digest, userID, promised string, reqs []partReq) (stageReply, error) {
 	keys := make([]string, 0, 3+3*len(reqs))
 	keys = append(keys, keyPending, keyRedoOffset, orderKey(orderID))
-	args := make([]any, 0, 9+6*len(reqs))
+	args := make([]any, 0, 9+7*len(reqs))
 	args = append(args, orderID, token, partDeadline.UnixMilli(), ms(inv.opts.AttemptLease), digest, userID, ms(ttl),
 		seconds(inv.cfg.Retention), promised)
 	for _, r := range reqs {
 		keys = append(keys, partKey(r.ID), r.ck, r.queue)
-		args = append(args, r.ID, r.Kind, r.SKU, r.Qty, strconv.Itoa(r.Item), r.queue)
+		args = append(args, r.ID, r.Kind, r.SKU, r.Qty, strconv.Itoa(r.Item), r.Route, r.queue)
 	}
 	v, err := inv.run(ctx, home, stageTakeScript, keys, args...)
 	if err != nil {
@@ -197,26 +197,11 @@ func (inv *Inventory) planStaged(home *node.Node, orderID, token string, items [
 		})
 	}
 	if userID != "" {
-		type rs struct{ route, sku string }
-		want := map[rs]int64{}
-		var order []rs
-		for _, it := range items {
-			k := rs{it.Route, it.SKU}
-			if _, seen := want[k]; !seen {
-				order = append(order, k)
-			}
-			want[k] += it.Quantity
-		}
-		for _, k := range order {
-			set, _ := inv.set(k.route)
-			n := set.Nodes()[set.Ring().Home("user:"+userID)]
-			if !inv.usable(n) {
+		for _, q := range inv.quotaParts(orderID, token, items, userID) {
+			if !inv.usable(q.node) {
 				return nil, nil, false
 			}
-			add(n, partReq{
-				part:  part{ID: quotaPartID(orderID, token, k.route, k.sku), Node: n.Name(), Kind: "q", Item: -1, Route: k.route, SKU: k.sku, Qty: want[k]},
-				queue: stockKey(k.route, k.sku), ck: quotaKey(k.route, k.sku, userID),
-			})
+			add(q.node, q.req)
 		}
 	}
 	return batches, promised, away

@@ -53,28 +53,14 @@ func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token 
 	type rs struct{ route, sku string }
 	quotaDown := map[rs]string{}
 	if userID != "" {
-		want := map[rs]int64{}
-		var order []rs
-		for _, it := range items {
-			k := rs{it.Route, it.SKU}
-			if _, ok := want[k]; !ok {
-				order = append(order, k)
-			}
-			want[k] += it.Quantity
-		}
 		v := inv.topology(ctx)
-		for _, k := range order {
-			set, _ := inv.set(k.route) // validated by checkReserve
-			n := set.Nodes()[set.Ring().Home("user:"+userID)]
-			if !inv.usable(n) {
-				quotaDown[k] = n.Name()
+		for _, q := range inv.quotaParts(orderID, token, items, userID) {
+			if !inv.usable(q.node) {
+				quotaDown[rs{q.req.Route, q.req.SKU}] = q.node.Name()
 				continue
 			}
-			batches[n] = append(batches[n], partReq{
-				part:  part{ID: quotaPartID(orderID, token, k.route, k.sku), Node: n.Name(), Kind: "q", Item: -1, Route: k.route, SKU: k.sku, Qty: want[k]},
-				queue: stockKey(k.route, k.sku), ck: quotaKey(k.route, k.sku, userID),
-				elsewhere: inv.quotaElsewhere(ctx, v, k.route, k.sku, userID, n.Name()),
-			})
+			q.req.elsewhere = inv.quotaElsewhere(ctx, v, q.req.Route, q.req.SKU, userID, q.node.Name())
+			batches[q.node] = append(batches[q.node], q.req)
 		}
 	}
 
@@ -190,6 +176,39 @@ func (inv *Inventory) itemCandidates(set *router.Set, home *node.Node, orderID, 
 			continue
 		}
 		out = append(out, n)
+	}
+	return out
+}
+
+// quotaPart is one per-user quota part of an order and the node that
+// counts it.
+type quotaPart struct {
+	node *node.Node
+	req  partReq
+}
+
+// quotaParts returns an order's per-user quota parts: one per (route,
+// sku), in the order of first appearance, for the units the order wants
+// of it, on the node that owns the user in that route
+// (Home("user:"+userID)); it never fails over, or the limit would split.
+// The routes must be valid (checkReserve).
+func (inv *Inventory) quotaParts(orderID, token string, items []Item, userID string) []quotaPart {
+	type rs struct{ route, sku string }
+	idx := map[rs]int{}
+	var out []quotaPart
+	for _, it := range items {
+		k := rs{it.Route, it.SKU}
+		if j, seen := idx[k]; seen {
+			out[j].req.Qty += it.Quantity
+			continue
+		}
+		set, _ := inv.set(it.Route)
+		n := set.Nodes()[set.Ring().Home("user:"+userID)]
+		idx[k] = len(out)
+		out = append(out, quotaPart{node: n, req: partReq{
+			part:  part{ID: quotaPartID(orderID, token, it.Route, it.SKU), Node: n.Name(), Kind: "q", Item: -1, Route: it.Route, SKU: it.SKU, Qty: it.Quantity},
+			queue: stockKey(it.Route, it.SKU), ck: quotaKey(it.Route, it.SKU, userID),
+		}})
 	}
 	return out
 }
