@@ -44,10 +44,15 @@ func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 func TestEmbedRouterOnlyConfigHooksSurviveOutage(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{})
+	// A slow heartbeat: the kill is found by a command (whose dial fails),
+	// not by a probe that would mark the node DOWN before any command
+	// dialed; reconnects stay quick.
+	h := quickHealth
+	h.Heartbeat = 5 * time.Second
 	cfg := &config.Config{
 		Nodes:    map[string]config.Node{"n1": {Addr: srv.Addr(), Weight: 1}},
 		Servers:  map[string]config.Server{"cache": server(config.OnNodeDownFail, map[string][]string{"s": {"n1"}})},
-		Health:   quickHealth,
+		Health:   h,
 		Breaker:  config.Breaker{Failures: 5, OpenTimeout: time.Second},
 		Client:   config.Client{CommandTimeout: 700 * time.Millisecond, PoolSize: 3},
 		Pipeline: config.Pipeline{Enabled: true, MaxBatch: 100},
@@ -80,8 +85,10 @@ func TestEmbedRouterOnlyConfigHooksSurviveOutage(t *testing.T) {
 	n, _ := r.Node("n1")
 	old := n.Client()
 	srv.Kill()
-	// Commands until the node is DOWN: some fail to dial, which makes the
-	// node build a fresh client when it comes back.
+	// Once the kill has closed the pooled connections, a command finds
+	// them dead, dials, and fails to dial: that makes the node build a
+	// fresh client when it comes back.
+	time.Sleep(100 * time.Millisecond)
 	waitFor(t, 5*time.Second, "n1 DOWN", func() bool { _ = n.Client().Get(ctx, "k").Err(); return !n.Usable() })
 	srv.Restart()
 	waitFor(t, 10*time.Second, "n1 UP", func() bool { return n.Usable() })
