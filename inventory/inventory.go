@@ -9,9 +9,13 @@
 // queue with gap-free offsets) that a database sync consumer can replay.
 //
 // An order's outcome is decided by its order record on the order's home
-// node (consistent hashing over all nodes of the inventory server): begin,
-// commit, confirm, cancel and expiry are compare-and-set steps on that one
-// key, and parts follow the decision. Parts that cannot be settled at once
+// node (consistent hashing over all nodes of the inventory server): begin
+// (or stage), commit, confirm, cancel and expiry are compare-and-set steps
+// on that one key, and parts follow the decision. Reserve takes one of
+// three paths: one script on the home node when it can meet the whole
+// order (local.go), one round over the items' first nodes with a staged
+// record (staged.go, whose comment holds the protocol's states and safety
+// rule), or the general begin → take → commit (reserve.go, take.go). Parts that cannot be settled at once
 // (their node is down) go to a [Deferrer]; every pending part carries a
 // deadline, so the reconciler in package rollback settles whatever is left
 // by the decision recorded for its order. Nothing is lost when a process
