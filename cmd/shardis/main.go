@@ -22,7 +22,8 @@ commands:
   serve     run the inventory and admin services (--config FILE)
   sync      land the redo log in PostgreSQL (--config FILE [--migrate]);
             sync migrate creates the schema, sync status prints lag per node and queue
-  route     print the node each key routes to (from the config alone)
+  route     print the node each key routes to, or with --orders the node holding
+            each order's record (from the config alone)
   topology  topology show --config F: each node's topology epoch and phase;
             topology apply --config NEW [--from OLD]: move the inventory nodes to a
             new membership (add/remove nodes) safely, with orders in flight

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/router"
 )
 
@@ -18,8 +19,10 @@ func cmdRoute(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	cfgPath := fs.String("config", "", "config file (required)")
 	server := fs.String("server", "", "first-level server key (required)")
 	route := fs.String("route", "", "second-level route key (required)")
+	orders := fs.Bool("orders", false, "the keys are order ids: print the node that holds each order's record (its home under this configuration; --server and --route are not used)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: shardis route --config FILE --server S --route R [KEY...]")
+		fmt.Fprintln(stderr, "       shardis route --config FILE --orders [ORDER_ID...]")
 		fmt.Fprintln(stderr, "Prints KEY<TAB>NODE per key; reads keys from stdin, one per line, when none are given.")
 		fs.PrintDefaults()
 	}
@@ -29,29 +32,29 @@ func cmdRoute(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		}
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if *cfgPath == "" || *server == "" || *route == "" {
+	if *cfgPath == "" || (!*orders && (*server == "" || *route == "")) {
 		fs.Usage()
-		return fmt.Errorf("%w: route needs --config, --server and --route", errUsage)
+		return fmt.Errorf("%w: route needs --config, and --server and --route (or --orders)", errUsage)
+	}
+	if *orders && (*server != "" || *route != "") {
+		return fmt.Errorf("%w: --orders places order records, which do not depend on --server or --route", errUsage)
 	}
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
 		return err
 	}
-	layout, err := router.NewLayout(cfg)
+	home, err := keyHome(cfg, *orders, *server, *route)
 	if err != nil {
-		return err
-	}
-	if _, err := layout.Home(*server, *route, ""); err != nil {
 		return err
 	}
 	w := bufio.NewWriter(stdout)
 	defer w.Flush()
 	emit := func(key string) error {
-		home, err := layout.Home(*server, *route, key)
+		node, err := home(key)
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(w, "%s\t%s\n", key, home)
+		_, err = fmt.Fprintf(w, "%s\t%s\n", key, node)
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -77,4 +80,28 @@ func cmdRoute(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return fmt.Errorf("reading keys from stdin: %w", err)
 	}
 	return nil
+}
+
+// keyHome returns what `shardis route` prints for a key: the node a key of
+// server/route routes to, or, with orders, the home node of an order id
+// (where its record lives: inventory.HomeRing over every inventory node).
+func keyHome(cfg *config.Config, orders bool, server, route string) (func(string) (string, error), error) {
+	if orders {
+		if len(cfg.Servers[cfg.Inventory.Server].Routes) == 0 {
+			return nil, fmt.Errorf("--orders: the inventory server %q has no routes in this configuration", cfg.Inventory.Server)
+		}
+		ring, err := inventory.HomeRing(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return func(id string) (string, error) { return ring.Name(ring.Home("order:" + id)), nil }, nil
+	}
+	layout, err := router.NewLayout(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := layout.Home(server, route, ""); err != nil {
+		return nil, err
+	}
+	return func(key string) (string, error) { return layout.Home(server, route, key) }, nil
 }
