@@ -194,8 +194,9 @@ return out
 //	cancel  reserved/reserving/failed → cancelled; missing → tombstone.
 //	expire  (reconciler, ARGV 5 the due part's token) reserved past
 //	        deadline → cancelled/"expired"; reserving past lease → failed;
-//	        missing → failed under the part's token (a stale stage of
-//	        that token, stageTakeScript, is refused afterwards). Returns the record
+//	        missing (never written, not moved away) → failed under the
+//	        part's token (a stale stage of that token, stageTakeScript, is
+//	        refused afterwards). Returns the record
 //	        either way.
 //	read    the record as it is ("missing" when there is none).
 //
@@ -208,7 +209,8 @@ return out
 var orderScript = newScript("order", true, `
 local key, op, token = KEYS[2], ARGV[4], ARGV[5]
 local f = redis.call('HMGET', key, 'status', 'token', 'deadline', 'parts', 'reason', 'lease', 'digest', 'moved')
-if f[8] then
+local moved = f[8]
+if moved then
   -- moved to another node by a topology change (migrate.go): dead here
   redis.call('DEL', key)
   f = {}
@@ -284,7 +286,7 @@ elseif op == 'cancel' then
   end
   return record(status)
 elseif op == 'expire' then
-  if not status and token ~= '' then
+  if not status and not moved and token ~= '' then
     -- A part of attempt token is due and its order has no record: the
     -- attempt's stage or begin never landed. Record its failure, so a stale
     -- copy arriving later cannot stage it (staged.go).
