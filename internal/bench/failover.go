@@ -59,6 +59,27 @@ type FailoverResult struct {
 	Cycles []FailoverCycle
 }
 
+// startNodes starts one redis-server per name of nodeNames with opts and
+// returns them with their addresses; stop kills and removes every one
+// started (also after an error).
+func startNodes(opts redisproc.Options) (servers []*redisproc.Server, addrs []string, stop func(), err error) {
+	stop = func() {
+		for _, s := range servers {
+			_ = s.Kill()
+			_ = s.Close()
+		}
+	}
+	for range nodeNames {
+		s, err := redisproc.Start(opts)
+		if err != nil {
+			return servers, addrs, stop, err
+		}
+		servers = append(servers, s)
+		addrs = append(addrs, s.Addr())
+	}
+	return servers, addrs, stop, nil
+}
+
 type stateEvent struct {
 	node string
 	up   bool
@@ -77,21 +98,10 @@ type opRecord struct {
 // load on it, kills node n1 with SIGKILL, restarts it after the outage
 // and records when the router marked it DOWN and UP again.
 func RunFailover(ctx context.Context, p Plan, log *slog.Logger, progress func(string)) (*FailoverResult, error) {
-	var servers []*redisproc.Server
-	defer func() {
-		for _, s := range servers {
-			_ = s.Kill()
-			_ = s.Close()
-		}
-	}()
-	var addrs []string
-	for range nodeNames {
-		s, err := redisproc.Start(redisproc.Options{AOF: true, KillWithParent: true})
-		if err != nil {
-			return nil, err
-		}
-		servers = append(servers, s)
-		addrs = append(addrs, s.Addr())
+	servers, addrs, stopNodes, err := startNodes(redisproc.Options{AOF: true, KillWithParent: true})
+	defer stopNodes()
+	if err != nil {
+		return nil, err
 	}
 	keys := kvKeys(p.FailoverKeys)
 	val := strings.Repeat("v", p.ValueSize)

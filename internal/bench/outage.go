@@ -70,21 +70,10 @@ type orderRecord struct {
 // n1 with SIGKILL after p.FailoverWarmup+p.FailoverBefore and counts the
 // orders started in the p.OutageWindow that follows.
 func RunOutage(ctx context.Context, p Plan, log *slog.Logger, progress func(string)) (*OutageResult, error) {
-	var servers []*redisproc.Server
-	defer func() {
-		for _, s := range servers {
-			_ = s.Kill()
-			_ = s.Close()
-		}
-	}()
-	var addrs []string
-	for range nodeNames {
-		s, err := redisproc.Start(redisproc.Options{KillWithParent: true})
-		if err != nil {
-			return nil, err
-		}
-		servers = append(servers, s)
-		addrs = append(addrs, s.Addr())
+	servers, addrs, stopNodes, err := startNodes(redisproc.Options{KillWithParent: true})
+	defer stopNodes()
+	if err != nil {
+		return nil, err
 	}
 	cfg := BenchConfig(addrs)
 	var downAt atomic.Int64
