@@ -110,7 +110,7 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 	if err == nil && rec.status == "staging" {
 		// A one-round reservation not committed yet: decide it (without
 		// cutting short an attempt whose lease runs), then confirm.
-		if _, err = inv.resolveStaged(ctx, home, orderID, rec, rec.wait == 0); err == nil {
+		if err = inv.resolveStaged(ctx, home, orderID, rec, rec.wait == 0); err == nil {
 			rec, err = inv.orderOp(ctx, home, orderID, "confirm", "", seconds(inv.cfg.Retention))
 		}
 	}
@@ -160,7 +160,7 @@ func (inv *Inventory) Cancel(ctx context.Context, orderID string) (Outcome, erro
 	if err == nil && rec.status == "staging" {
 		// A one-round reservation not committed yet: decide it (a part
 		// still on its way is prevented), then cancel.
-		if _, err = inv.resolveStaged(ctx, home, orderID, rec, true); err == nil {
+		if err = inv.resolveStaged(ctx, home, orderID, rec, true); err == nil {
 			rec, err = inv.orderOp(ctx, home, orderID, "cancel", "", seconds(inv.cfg.Retention))
 		}
 	}

@@ -150,7 +150,7 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 			// read its decision. A node of another promised part that
 			// cannot be reached puts this part off, like an unreachable
 			// home, so parts behind it are not held up.
-			if _, err = inv.resolveStaged(ctx, home, p.OrderID, rec, true); err != nil {
+			if err = inv.resolveStaged(ctx, home, p.OrderID, rec, true); err != nil {
 				if _, lerr := inv.run(ctx, n, pendingAdjustScript, []string{keyPending}, "later",
 					p.PartID, time.Now().Add(homeRetry).UnixMilli()); lerr != nil {
 					return "", lerr

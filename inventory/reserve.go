@@ -229,7 +229,7 @@ func (inv *Inventory) begin(ctx context.Context, home *node.Node, orderID, token
 		rec, err := inv.orderOp(ctx, home, orderID, "begin", token,
 			ms(inv.opts.AttemptLease), digest, userID, ms(ttl), seconds(inv.cfg.Retention))
 		if err == nil && rec.status == "staging" {
-			_, err = inv.resolveStaged(ctx, home, orderID, rec, rec.wait == 0)
+			err = inv.resolveStaged(ctx, home, orderID, rec, rec.wait == 0)
 			if err == nil {
 				continue
 			}

@@ -198,7 +198,6 @@ return out
 //	        part's token (a stale stage of that token, stageTakeScript, is
 //	        refused afterwards). Returns the record
 //	        either way.
-//	read    the record as it is ("missing" when there is none).
 //
 // A "staging" record is never taken over, confirmed, cancelled or expired
 // here: every op but commit and fail returns it as it is ("staging", with
@@ -262,7 +261,6 @@ elseif op == 'fail' then
   end
   return record(status or 'missing')
 end
-if op == 'read' then return record(status or 'missing') end
 local retention = tonumber(ARGV[6])
 if op == 'confirm' then
   if not status then return record('missing') end

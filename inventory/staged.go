@@ -157,33 +157,27 @@ const (
 // staged order may still be running.
 var errStagedInFlight = errors.New("the order's reserve attempt is still running")
 
-// resolveStaged decides a staging record (see the file comment) and
-// returns the record after the decision. prevent is false only while the
+// resolveStaged decides a staging record (see the file comment); the
+// caller then repeats its own step on the decided record. prevent is false only while the
 // attempt's lease may still run and the caller must not cut it short;
 // then an absent part gives errStagedInFlight.
-func (inv *Inventory) resolveStaged(ctx context.Context, home *node.Node, orderID string, rec orderRecord, prevent bool) (orderRecord, error) {
+func (inv *Inventory) resolveStaged(ctx context.Context, home *node.Node, orderID string, rec orderRecord, prevent bool) error {
 	verdict, parts, err := inv.probeStaged(ctx, orderID, rec, prevent)
 	if err != nil {
-		return orderRecord{}, err
+		return err
 	}
 	switch verdict {
 	case verdictInFlight:
-		return orderRecord{}, fmt.Errorf("%w: order %q: %w", ErrInProgress, orderID, errStagedInFlight)
+		return fmt.Errorf("%w: order %q: %w", ErrInProgress, orderID, errStagedInFlight)
 	case verdictReserved:
 		blob, _ := json.Marshal(parts)
 		got, err := inv.orderOp(ctx, home, orderID, "commit", rec.token, string(blob), seconds(inv.cfg.Retention))
-		if err != nil {
-			return orderRecord{}, err
-		}
-		if got.status == "reserved" {
+		if err == nil && got.status == "reserved" {
 			inv.stats.stagedRecovered.Add(1)
 		}
-		return inv.orderOp(ctx, home, orderID, "read", "")
+		return err
 	}
-	if err := inv.failStaged(ctx, home, orderID, rec.token, rec.parts); err != nil {
-		return orderRecord{}, err
-	}
-	return inv.orderOp(ctx, home, orderID, "read", "")
+	return inv.failStaged(ctx, home, orderID, rec.token, rec.parts)
 }
 
 // probeStaged probes every promised part of rec, nodes concurrently, and

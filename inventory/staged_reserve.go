@@ -219,11 +219,7 @@ func stagedTakes(results []batchResult, want int, userID string) (taken []part, 
 			if firstErr == nil {
 				firstErr = res.err
 			}
-			if res.unknown {
-				for _, r := range res.reqs {
-					unknown = append(unknown, r.part)
-				}
-			}
+			unknown = append(unknown, res.unknownParts()...)
 			continue
 		}
 		for j, r := range res.reqs {

@@ -90,11 +90,7 @@ func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token 
 				if err == nil || (errors.Is(res.err, ErrCorrupt) && !errors.Is(err, ErrCorrupt)) {
 					err = res.err
 				}
-				if res.unknown {
-					for _, r := range res.reqs {
-						unknown = append(unknown, r.part)
-					}
-				}
+				unknown = append(unknown, res.unknownParts()...)
 				continue
 			}
 			for j, r := range res.reqs {
@@ -251,6 +247,19 @@ type batchResult struct {
 	replies []reply
 	err     error
 	unknown bool // the call may have run: its parts need tombstones
+}
+
+// unknownParts returns the batch's parts when the call's outcome is
+// unknown (they need tombstones), else nil.
+func (b batchResult) unknownParts() []part {
+	if !b.unknown {
+		return nil
+	}
+	out := make([]part, len(b.reqs))
+	for i, r := range b.reqs {
+		out[i] = r.part
+	}
+	return out
 }
 
 // runBatches runs one reserve script per node, concurrently.

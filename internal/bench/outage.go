@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/health"
 	"github.com/shardis/shardis/internal/redisproc"
 	"github.com/shardis/shardis/inventory"
@@ -56,6 +57,21 @@ func (o *OutageResult) Share() float64 {
 	return float64(o.OK) / float64(o.Started)
 }
 
+// openInventory builds a router over cfg with ropts, waits until every
+// node is usable and builds an inventory on it. The router, when not nil,
+// is the caller's to close (also after an error).
+func openInventory(ctx context.Context, cfg *config.Config, ropts router.Options) (*router.Router, *inventory.Inventory, error) {
+	r, err := router.New(ctx, cfg, ropts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := waitUsable(r.Nodes(), 15*time.Second); err != nil {
+		return r, nil, err
+	}
+	inv, err := inventory.New(r, inventory.Options{Logger: ropts.Logger})
+	return r, inv, err
+}
+
 type orderRecord struct {
 	at         int64 // start, ns since the load began
 	ok         bool
@@ -78,19 +94,14 @@ func RunOutage(ctx context.Context, p Plan, log *slog.Logger, progress func(stri
 	cfg := BenchConfig(addrs)
 	var downAt atomic.Int64
 	t0 := time.Now()
-	r, err := router.New(ctx, cfg, router.Options{Logger: log, OnStateChange: func(ev health.Event) {
+	r, inv, err := openInventory(ctx, cfg, router.Options{Logger: log, OnStateChange: func(ev health.Event) {
 		if ev.Target == nodeNames[0] && !ev.Up {
 			downAt.CompareAndSwap(0, int64(time.Since(t0)))
 		}
 	}})
-	if err != nil {
-		return nil, err
+	if r != nil {
+		defer r.Close()
 	}
-	defer r.Close()
-	if err := waitUsable(r.Nodes(), 15*time.Second); err != nil {
-		return nil, err
-	}
-	inv, err := inventory.New(r, inventory.Options{Logger: log})
 	if err != nil {
 		return nil, err
 	}

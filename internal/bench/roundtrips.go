@@ -162,15 +162,10 @@ func (h rtHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 // connections, then places the orders one at a time. A failed order or
 // one in which the hook saw no command is an error.
 func RunRoundTrips(ctx context.Context, c *Cluster, n int, log *slog.Logger) (*RoundTripResult, error) {
-	r, err := router.New(ctx, c.Cfg, router.Options{Logger: log, Hooks: []redis.Hook{rtHook{base: time.Now()}}})
-	if err != nil {
-		return nil, err
+	r, inv, err := openInventory(ctx, c.Cfg, router.Options{Logger: log, Hooks: []redis.Hook{rtHook{base: time.Now()}}})
+	if r != nil {
+		defer r.Close()
 	}
-	defer r.Close()
-	if err := waitUsable(r.Nodes(), 15*time.Second); err != nil {
-		return nil, err
-	}
-	inv, err := inventory.New(r, inventory.Options{Logger: log})
 	if err != nil {
 		return nil, err
 	}
