@@ -92,10 +92,10 @@ func (a *applier) moveOrders(ctx context.Context, v *view) error {
 		}
 		for _, k := range keys {
 			id := k[len("inv:order:"):]
-			if v.prevNames[v.prevHomes.Home("order:"+id)] != name {
+			if v.prevHomes.Home(id) != name {
 				continue // not homed here in the previous epoch
 			}
-			home := a.inv.members[a.inv.homes.Home("order:"+id)]
+			home := a.inv.members[a.inv.homes.member(id)]
 			if home.Name() == name {
 				continue
 			}

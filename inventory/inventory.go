@@ -144,8 +144,8 @@ type Inventory struct {
 	cfg     config.Inventory
 	opts    Options
 	log     *slog.Logger
-	homes   *router.Ring // order home ring over all inventory nodes
-	members []*node.Node // indexed like homes
+	homes   *Homes       // order homes over all inventory nodes (homes.go)
+	members []*node.Node // indexed like homes.names
 	routes  map[string]*router.Set
 	// topo is the topology epoch this instance acts at (topology.go).
 	topo topoState
@@ -201,7 +201,7 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 	if err != nil {
 		return nil, err
 	}
-	inv.homes = ring
+	inv.homes = newHomes(ring, names)
 	if err := checkAOFVersions(cfg.Inventory.Durability, inv.members); err != nil {
 		return nil, fmt.Errorf("inventory: %w", err)
 	}
@@ -215,15 +215,6 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 		inv.resync(ctx, inv.topo.cur.Load())
 	}
 	return inv, nil
-}
-
-// HomeRing returns the ring that places order records: every node of the
-// inventory server, sorted by name, with its configured weight. Member i
-// of the ring is the i-th name in sorted order. Tools that look orders up
-// on the nodes directly use it to find an order's home: ring.Name(
-// ring.Home("order:"+orderID)).
-func HomeRing(cfg *config.Config) (*router.Ring, error) {
-	return router.ConfigRing(cfg, homeNames(cfg))
 }
 
 // homeNames returns the nodes of the inventory server, sorted and unique.
@@ -245,10 +236,10 @@ func homeNames(cfg *config.Config) []string {
 // Nodes returns every node of the inventory server, sorted by name.
 func (inv *Inventory) Nodes() []*node.Node { return append([]*node.Node(nil), inv.members...) }
 
-// orderHome returns the node holding an order's record. It never fails
-// over: an order's decision lives on one node.
+// orderHome returns the node holding an order's record (homes.go). It
+// never fails over: an order's decision lives on one node.
 func (inv *Inventory) orderHome(orderID string) (*node.Node, error) {
-	n := inv.members[inv.homes.Home("order:"+orderID)]
+	n := inv.members[inv.homes.member(orderID)]
 	if !inv.usable(n) {
 		return nil, fmt.Errorf("%w: order %q: its home node %s is unavailable: %v", ErrUnavailable, orderID, n.Name(), inv.unusableReason(n))
 	}

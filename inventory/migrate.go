@@ -74,7 +74,7 @@ func (inv *Inventory) homeFor(ctx context.Context, orderID string) (*node.Node, 
 	if !v.migrating() {
 		return home, nil
 	}
-	prevName := v.prevNames[v.prevHomes.Home("order:"+orderID)]
+	prevName := v.prevHomes.Home(orderID)
 	if prevName == home.Name() {
 		return home, nil
 	}

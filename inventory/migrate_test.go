@@ -53,12 +53,12 @@ func newMigrateEnv(t *testing.T) *migrateEnv {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	e.ctx = ctx
-	oh, _ := HomeRing(e.old)
-	nh, _ := HomeRing(e.new)
+	oh, _ := NewHomes(e.old)
+	nh, _ := NewHomes(e.new)
 	moved := func(prefix string) string {
 		for i := 0; ; i++ {
 			id := fmt.Sprintf("%s-%d", prefix, i)
-			if nh.Name(nh.Home("order:"+id)) == "n4" && oh.Name(oh.Home("order:"+id)) != "n4" {
+			if nh.Home(id) == "n4" && oh.Home(id) != "n4" {
 				return id
 			}
 		}

@@ -19,7 +19,8 @@ import (
 
 // Topology epochs: how membership changes stay single-decision.
 //
-// Where an order record lives (the home ring over every inventory node)
+// Where an order record lives (homes.go: the node a minted id names, or
+// the home ring over every inventory node)
 // and where a user's quota counter lives (each route's ring) depend on the
 // inventory server's membership: its routes, their nodes and weights, the
 // [Topology]. A configuration that adds or removes a node moves some of
@@ -152,8 +153,8 @@ func (t Topology) weights() map[string]int {
 	return w
 }
 
-// homeRing builds the order home ring of t: every member, sorted by name.
-func (t Topology) homeRing() (*router.Ring, []string, error) {
+// homes builds the order homes of t: every member, sorted by name.
+func (t Topology) homes() (*Homes, error) {
 	names := t.Nodes()
 	w := t.weights()
 	ms := make([]router.Member, len(names))
@@ -161,7 +162,10 @@ func (t Topology) homeRing() (*router.Ring, []string, error) {
 		ms[i] = router.Member{Name: n, Weight: w[n]}
 	}
 	r, err := router.NewRing(ms)
-	return r, names, err
+	if err != nil {
+		return nil, err
+	}
+	return newHomes(r, names), nil
 }
 
 // String describes t for messages, e.g. "clothes=[n1 n2] food=[n3]".
@@ -238,8 +242,7 @@ type view struct {
 	epoch     int64
 	phase     Phase
 	notReady  error // nil when the instance may act
-	prevHomes *router.Ring
-	prevNames []string
+	prevHomes *Homes
 	prevRoute map[string]*router.Ring // route → ring of the previous epoch
 	read      time.Time
 }
@@ -383,7 +386,7 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 	}
 	if v.phase == PhaseMigrating && newest.Prev != nil {
 		var err error
-		if v.prevHomes, v.prevNames, err = newest.Prev.homeRing(); err != nil {
+		if v.prevHomes, err = newest.Prev.homes(); err != nil {
 			return notReady("previous topology: %v", err)
 		}
 		v.prevRoute = map[string]*router.Ring{}

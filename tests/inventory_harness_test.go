@@ -59,7 +59,7 @@ type invCluster struct {
 	r       *router.Router
 	inv     *inventory.Inventory
 	q       *rollback.Queue
-	homes   *router.Ring // the order home ring, as the inventory builds it
+	homes   *inventory.Homes // order homes, as the inventory places them
 	lease   time.Duration
 
 	recMu sync.Mutex
@@ -107,12 +107,8 @@ func newInvCluster(t testing.TB, o invOpts) *invCluster {
 	c.r, c.inv = c.newInventory(t, c.q)
 
 	var err error
-	ms := make([]router.Member, len(c.names))
-	for i, name := range c.names {
-		ms[i] = router.Member{Name: name, Weight: 1}
-	}
-	if c.homes, err = router.NewRing(ms); err != nil {
-		t.Fatalf("order ring: %v", err)
+	if c.homes, err = inventory.NewHomes(c.cfg); err != nil {
+		t.Fatalf("order homes: %v", err)
 	}
 	return c
 }
@@ -206,7 +202,7 @@ func (c *invCluster) acceptNode(name string) {
 
 // home returns the name of an order's home node.
 func (c *invCluster) home(orderID string) string {
-	return c.homes.Name(c.homes.Home("order:" + orderID))
+	return c.homes.Home(orderID)
 }
 
 // first returns the node an item of an order is taken from first.

@@ -20,10 +20,10 @@ import (
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/internal/service"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
-	"github.com/shardis/shardis/router"
 )
 
 // svcEnv is three real redis-server nodes n1..n3 and a running shardis
@@ -39,7 +39,7 @@ type svcEnv struct {
 	hc      *http.Client                            // HTTP/1.1, its own connection pool
 	inv     shardisv1connect.InventoryServiceClient // Connect protocol, with the token
 	admin   shardisv1connect.AdminServiceClient
-	homes   *router.Ring // the order home ring, as the inventory builds it
+	homes   *inventory.Homes // order homes, as the inventory places them
 }
 
 // svcOpts configures newSvcEnv. Zero value: route "clothes" over all
@@ -80,12 +80,8 @@ func newSvcEnv(t *testing.T, o svcOpts) *svcEnv {
 		t.Fatalf("service test config: %v", err)
 	}
 	e.cfg = &cfg
-	ms := make([]router.Member, len(e.names))
-	for i, name := range e.names {
-		ms[i] = router.Member{Name: name, Weight: 1}
-	}
 	var err error
-	if e.homes, err = router.NewRing(ms); err != nil {
+	if e.homes, err = inventory.NewHomes(e.cfg); err != nil {
 		t.Fatal(err)
 	}
 	e.srv = svcStart(t, e.cfg)
@@ -148,7 +144,7 @@ func (e *svcEnv) svcGRPC() (shardisv1connect.InventoryServiceClient, shardisv1co
 }
 
 // home returns the name of an order's home node.
-func (e *svcEnv) home(orderID string) string { return e.homes.Name(e.homes.Home("order:" + orderID)) }
+func (e *svcEnv) home(orderID string) string { return e.homes.Home(orderID) }
 
 // orderID returns the first id "prefix-i" whose home node satisfies ok.
 func (e *svcEnv) orderID(prefix string, ok func(home string) bool) string {

@@ -194,6 +194,19 @@ func TestSvcGRPCAndJSON(t *testing.T) {
 	if code != 200 || m["status"] != "ORDER_STATUS_CONFIRMED" || m["orderId"] != "o-1" {
 		t.Fatalf("JSON Confirm: %d %v", code, m)
 	}
+	// A minted order id names the node that holds its record.
+	code, m = e.svcPostJSON(inv+"NewOrderId", `{}`)
+	minted, home := svcJSONStr(t, m, "orderId"), svcJSONStr(t, m, "node")
+	if code != 200 || e.home(minted) != home || e.clients[home] == nil {
+		t.Fatalf("JSON NewOrderId: %d %v (home %s)", code, m, e.home(minted))
+	}
+	code, m = e.svcPostJSON(inv+"Reserve", `{"orderId":"`+minted+`","userId":"bob","items":[{"routeKey":"clothes","skuId":"tshirt-red","quantity":"1"}]}`)
+	if code != 200 || svcJSONStr(t, m, "orderId") != minted {
+		t.Fatalf("JSON Reserve of minted %s: %d %v", minted, code, m)
+	}
+	if n := e.clients[home].Exists(context.Background(), "inv:order:"+minted).Val(); n != 1 {
+		t.Fatalf("minted order %s has no record on %s", minted, home)
+	}
 	code, m = e.svcPostJSON(inv+"Reserve", `{"orderId":"o-3","items":[{"routeKey":"clothes","skuId":"tshirt-red","quantity":"0"}]}`)
 	if code != 400 || m["code"] != "invalid_argument" || !strings.Contains(fmt.Sprint(m["message"]), "items[0].quantity") {
 		t.Fatalf("JSON Reserve quantity 0: %d %v", code, m)

@@ -243,7 +243,8 @@ func secLogger() (*slog.Logger, *secBuffer) {
 }
 
 // hostileRing is the order home ring the inventory builds over nodes of
-// weight 1 (names sorted).
+// weight 1 (names sorted): the home of every made-up order id (the hostile
+// tests mint none).
 func hostileRing(t testing.TB, names []string) *router.Ring {
 	t.Helper()
 	names = append([]string(nil), names...)

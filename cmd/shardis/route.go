@@ -84,17 +84,17 @@ func cmdRoute(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 
 // keyHome returns what `shardis route` prints for a key: the node a key of
 // server/route routes to, or, with orders, the home node of an order id
-// (where its record lives: inventory.HomeRing over every inventory node).
+// (where its record lives: inventory.NewHomes over every inventory node).
 func keyHome(cfg *config.Config, orders bool, server, route string) (func(string) (string, error), error) {
 	if orders {
 		if len(cfg.Servers[cfg.Inventory.Server].Routes) == 0 {
 			return nil, fmt.Errorf("--orders: the inventory server %q has no routes in this configuration", cfg.Inventory.Server)
 		}
-		ring, err := inventory.HomeRing(cfg)
+		homes, err := inventory.NewHomes(cfg)
 		if err != nil {
 			return nil, err
 		}
-		return func(id string) (string, error) { return ring.Name(ring.Home("order:" + id)), nil }, nil
+		return func(id string) (string, error) { return homes.Home(id), nil }, nil
 	}
 	layout, err := router.NewLayout(cfg)
 	if err != nil {

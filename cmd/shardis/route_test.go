@@ -31,7 +31,7 @@ func TestRouteCLI(t *testing.T) {
 		return out.String(), errb.String(), code
 	}
 
-	homes, _ := inventory.HomeRing(cfg)
+	homes, _ := inventory.NewHomes(cfg)
 	ids := []string{"o-1", "o-2", "o-3", "o-4", "o-5", "o-6"}
 	out, errs, code := sh("", append([]string{"route", "--config", p, "--orders"}, ids...)...)
 	if code != 0 {
@@ -40,7 +40,7 @@ func TestRouteCLI(t *testing.T) {
 	var want strings.Builder
 	seen := map[string]bool{}
 	for _, id := range ids {
-		h := homes.Name(homes.Home("order:" + id))
+		h := homes.Home(id)
 		seen[h] = true
 		want.WriteString(id + "\t" + h + "\n")
 	}

@@ -149,7 +149,7 @@ func reading(r *Results, s Summary) string {
 	if f := r.Failover; f != nil && len(f.Cycles) > 0 {
 		parts = append(parts, failoverReading(f, s))
 	}
-	if o := r.Outage; o != nil && o.Started > 0 {
+	if o := r.Outage; o != nil && o.Minted.Started > 0 {
 		parts = append(parts, outageReading(o))
 	}
 	return strings.Join(parts, "")

@@ -19,7 +19,10 @@ import (
 
 // OutageResult is the outcome of the outage section: 1-item orders whose
 // SKU has stock on every node, placed by Conc goroutines through the
-// library while node Victim is killed with SIGKILL and stays down.
+// library while node Victim is killed with SIGKILL and stays down. Each
+// order's id is, by a coin toss, minted by inventory.NewOrderID just
+// before its Reserve (Minted) or made up by the caller (Own), so both
+// kinds of order see the same load and the same outage.
 type OutageResult struct {
 	Conc   int
 	Victim string
@@ -27,6 +30,17 @@ type OutageResult struct {
 	// stays down throughout); Detect is from the kill until the router
 	// marked the node DOWN.
 	Window, Detect time.Duration
+	// Minted and Own count the orders started within the window by the
+	// kind of their id.
+	Minted, Own OutageOrders
+	// OpsBefore is orders/s in the second before the kill, OpsDuring
+	// successful orders/s (both kinds) within the window.
+	OpsBefore, OpsDuring float64
+}
+
+// OutageOrders counts the orders of one id kind started within the
+// outage window.
+type OutageOrders struct {
 	// Started and OK count the orders started within the window and those
 	// of them that succeeded. Every one qualifies: its SKU has stock on
 	// the two healthy nodes.
@@ -35,8 +49,7 @@ type OutageResult struct {
 	// before the router marked the victim DOWN.
 	StartedBeforeDetect, OKBeforeDetect int64
 	// FailedHomeOnVictim counts the failed orders whose record's home
-	// node (the order home ring, as inventory.New builds it) was the
-	// victim.
+	// node (inventory.Homes) was the victim.
 	FailedHomeOnVictim int64
 	// Unavailable and OtherErrors split the failures: wrapping
 	// inventory.ErrUnavailable, or anything else. FirstErr is the first
@@ -44,18 +57,20 @@ type OutageResult struct {
 	// victim, placed after the victim was marked DOWN.
 	Unavailable, OtherErrors int64
 	FirstErr, HomeErr        string
-	// OpsBefore is orders/s in the second before the kill, OpsDuring
-	// successful orders/s within the window.
-	OpsBefore, OpsDuring float64
 }
 
 // Share returns OK / Started (0 with no order started).
-func (o *OutageResult) Share() float64 {
+func (o *OutageOrders) Share() float64 {
 	if o.Started == 0 {
 		return 0
 	}
 	return float64(o.OK) / float64(o.Started)
 }
+
+// Share is the share of orders with minted ids that succeeded: the
+// figure of the orders_ok_during_outage key (what a caller that mints its
+// order ids gets).
+func (o *OutageResult) Share() float64 { return o.Minted.Share() }
 
 // openInventory builds a router over cfg with ropts, waits until every
 // node is usable and builds an inventory on it. The router, when not nil,
@@ -74,9 +89,11 @@ func openInventory(ctx context.Context, cfg *config.Config, ropts router.Options
 
 type orderRecord struct {
 	at         int64 // start, ns since the load began
+	minted     bool  // the id came from inventory.NewOrderID
 	ok         bool
 	homeVictim bool
 	unavail    bool
+	err        string // the failure, kept for the first ones of each kind
 }
 
 // RunOutage starts three redis-server nodes, a router with the
@@ -122,30 +139,18 @@ func RunOutage(ctx context.Context, p Plan, log *slog.Logger, progress func(stri
 			return nil, fmt.Errorf("outage: %s has stock on %d nodes, want every node", skus[k], with)
 		}
 	}
-	// The order home ring, as inventory.New builds it: to tell which
+	// The order homes, as inventory.New places them: to tell which
 	// failed orders had their record on the dead node.
-	var homeNames []string
-	for _, n := range inv.Nodes() {
-		homeNames = append(homeNames, n.Name())
-	}
-	homes, err := router.ConfigRing(cfg, homeNames)
+	homes, err := inventory.NewHomes(cfg)
 	if err != nil {
 		return nil, err
 	}
-	victimHome := -1
-	for i, name := range homeNames {
-		if name == nodeNames[0] {
-			victimHome = i
-		}
-	}
 
 	var (
-		stop     atomic.Bool
-		wg       sync.WaitGroup
-		recs     = make([][]orderRecord, p.Conc)
-		firstErr atomic.Pointer[string]
-		homeErr  atomic.Pointer[string]
-		workers  = NewLoad(p.Conc, 13).workers
+		stop    atomic.Bool
+		wg      sync.WaitGroup
+		recs    = make([][]orderRecord, p.Conc)
+		workers = NewLoad(p.Conc, 13).workers
 	)
 	for i, w := range workers {
 		wg.Add(1)
@@ -153,19 +158,21 @@ func RunOutage(ctx context.Context, p Plan, log *slog.Logger, progress func(stri
 			defer wg.Done()
 			out := make([]orderRecord, 0, 1<<14)
 			for !stop.Load() {
+				rec := orderRecord{at: int64(time.Since(t0)), minted: w.Rng.IntN(2) == 0}
 				id := orderID(w, 'x')
-				items := []inventory.Item{{Route: routeAll, SKU: skus[w.Rng.IntN(len(skus))], Quantity: 1}}
-				at := int64(time.Since(t0))
-				_, err := inv.Reserve(ctx, id, items, "", 0)
-				rec := orderRecord{at: at, ok: err == nil}
+				var err error
+				if rec.minted {
+					id, err = inv.NewOrderID(ctx)
+				}
+				if err == nil {
+					items := []inventory.Item{{Route: routeAll, SKU: skus[w.Rng.IntN(len(skus))], Quantity: 1}}
+					_, err = inv.Reserve(ctx, id, items, "", 0)
+				}
+				rec.ok = err == nil
 				if err != nil {
-					rec.homeVictim = homes.Home("order:"+id) == victimHome
+					rec.homeVictim = id != "" && homes.Home(id) == nodeNames[0]
 					rec.unavail = errors.Is(err, inventory.ErrUnavailable)
-					msg := err.Error()
-					firstErr.CompareAndSwap(nil, &msg)
-					if d := downAt.Load(); rec.homeVictim && d != 0 && at > d {
-						homeErr.CompareAndSwap(nil, &msg)
-					}
+					rec.err = err.Error()
 				}
 				out = append(out, rec)
 			}
@@ -197,37 +204,47 @@ func RunOutage(ctx context.Context, p Plan, log *slog.Logger, progress func(stri
 			case o.at >= kill-int64(p.FailoverBefore) && o.at < kill && o.ok:
 				before++
 			case o.at >= kill && o.at < end:
-				res.Started++
-				if o.at < down {
-					res.StartedBeforeDetect++
+				kind := &res.Own
+				if o.minted {
+					kind = &res.Minted
 				}
-				if o.ok {
-					res.OK++
-					if o.at < down {
-						res.OKBeforeDetect++
-					}
-					continue
-				}
-				if o.homeVictim {
-					res.FailedHomeOnVictim++
-				}
-				if o.unavail {
-					res.Unavailable++
-				} else {
-					res.OtherErrors++
-				}
+				kind.count(o, down)
 			}
 		}
 	}
-	if e := firstErr.Load(); e != nil {
-		res.FirstErr = *e
-	}
-	if e := homeErr.Load(); e != nil {
-		res.HomeErr = *e
-	}
 	res.OpsBefore = float64(before) / p.FailoverBefore.Seconds()
-	res.OpsDuring = float64(res.OK) / p.OutageWindow.Seconds()
-	progress(fmt.Sprintf("outage: %d of %d orders started while %s was down succeeded (%.3f); DOWN after %v; %d failures had their home on %s",
-		res.OK, res.Started, res.Victim, res.Share(), res.Detect.Round(time.Millisecond), res.FailedHomeOnVictim, res.Victim))
+	res.OpsDuring = float64(res.Minted.OK+res.Own.OK) / p.OutageWindow.Seconds()
+	progress(fmt.Sprintf("outage: %d of %d orders with minted ids and %d of %d with own ids started while %s was down succeeded (%.3f, %.3f); DOWN after %v",
+		res.Minted.OK, res.Minted.Started, res.Own.OK, res.Own.Started, res.Victim, res.Minted.Share(), res.Own.Share(), res.Detect.Round(time.Millisecond)))
 	return res, nil
+}
+
+// count adds one order started in the window; down is when the victim
+// was marked DOWN (ns since the load began).
+func (k *OutageOrders) count(o orderRecord, down int64) {
+	k.Started++
+	if o.at < down {
+		k.StartedBeforeDetect++
+	}
+	if o.ok {
+		k.OK++
+		if o.at < down {
+			k.OKBeforeDetect++
+		}
+		return
+	}
+	if k.FirstErr == "" {
+		k.FirstErr = o.err
+	}
+	if o.homeVictim {
+		k.FailedHomeOnVictim++
+		if k.HomeErr == "" && o.at > down {
+			k.HomeErr = o.err
+		}
+	}
+	if o.unavail {
+		k.Unavailable++
+	} else {
+		k.OtherErrors++
+	}
 }

@@ -35,23 +35,30 @@ func histString(h map[int]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// OutageTable renders the outage section.
+// OutageTable renders the outage section: one row per id kind.
 func OutageTable(o *OutageResult) string {
 	var b strings.Builder
-	b.WriteString("| orders started while the node was down | succeeded | share | of them started before it was marked DOWN (succeeded) | failed with their home on the dead node | failed: ErrUnavailable / other | orders/s before → during | marked DOWN after |\n")
-	b.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-	fmt.Fprintf(&b, "| %s | %s | %.3f | %s (%s) | %s | %s / %s | %s → %s | %s |\n",
-		fmtOps(float64(o.Started)), fmtOps(float64(o.OK)), o.Share(), fmtOps(float64(o.StartedBeforeDetect)), fmtOps(float64(o.OKBeforeDetect)),
-		fmtOps(float64(o.FailedHomeOnVictim)), fmtOps(float64(o.Unavailable)), fmtOps(float64(o.OtherErrors)),
+	b.WriteString("| order ids | orders started while the node was down | succeeded | share | of them started before it was marked DOWN (succeeded) | failed with their home on the dead node | failed: ErrUnavailable / other |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	kinds := []struct {
+		name string
+		k    *OutageOrders
+	}{{"minted by `NewOrderID`", &o.Minted}, {"made up by the caller", &o.Own}}
+	for _, x := range kinds {
+		k := x.k
+		fmt.Fprintf(&b, "| %s | %s | %s | %.3f | %s (%s) | %s | %s / %s |\n", x.name,
+			fmtOps(float64(k.Started)), fmtOps(float64(k.OK)), k.Share(), fmtOps(float64(k.StartedBeforeDetect)), fmtOps(float64(k.OKBeforeDetect)),
+			fmtOps(float64(k.FailedHomeOnVictim)), fmtOps(float64(k.Unavailable)), fmtOps(float64(k.OtherErrors)))
+	}
+	fmt.Fprintf(&b, "\nOrders/s before → during (both kinds, succeeded): %s → %s; the node was marked DOWN %s after the kill.\n",
 		fmtOps(o.OpsBefore), fmtOps(o.OpsDuring), fmtMs(o.Detect))
-	if o.HomeErr != "" {
-		fmt.Fprintf(&b, "\nAn order whose home is the dead node, once it is marked DOWN: `%s`.", o.HomeErr)
-	}
-	if o.FirstErr != "" {
-		fmt.Fprintf(&b, "\nThe first failure: `%s`.", o.FirstErr)
-	}
-	if o.HomeErr != "" || o.FirstErr != "" {
-		b.WriteString("\n")
+	for _, x := range kinds {
+		if x.k.HomeErr != "" {
+			fmt.Fprintf(&b, "\nAn order with an id %s whose home is the dead node, once it is marked DOWN: `%s`.\n", x.name, x.k.HomeErr)
+		}
+		if x.k.FirstErr != "" && x.k.FirstErr != x.k.HomeErr {
+			fmt.Fprintf(&b, "\nThe first failure of an order with an id %s: `%s`.\n", x.name, x.k.FirstErr)
+		}
 	}
 	return b.String()
 }
@@ -91,12 +98,13 @@ func ordersReading(ir *InvResult, s Summary) string {
 
 // outageReading is the report's reading of the outage section.
 func outageReading(o *OutageResult) string {
-	failed := o.Started - o.OK
-	return fmt.Sprintf("With %s killed and every SKU stocked on the two healthy nodes as well, %.3f of the %s orders started during the next %v succeeded (%s of %s). "+
-		"Of the %s that failed, %s had their order record's home on the dead node: the home is chosen by hashing the order id over every inventory node, "+
-		"and Reserve refuses with ErrUnavailable when it is down, wherever the stock is. The node was marked DOWN %s after the kill. ",
-		o.Victim, o.Share(), fmtOps(float64(o.Started)), o.Window, fmtOps(float64(o.OK)), fmtOps(float64(o.Started)),
-		fmtOps(float64(failed)), fmtOps(float64(o.FailedHomeOnVictim)), fmtMs(o.Detect))
+	m, w := &o.Minted, &o.Own
+	return fmt.Sprintf("With %s killed and every SKU stocked on the two healthy nodes as well, %.3f of the %s orders started during the next %v with ids minted by `Inventory.NewOrderID` succeeded (%s failed: %s with their home on the dead node, %s started before it was marked DOWN), "+
+		"against %.3f of the %s whose ids the caller made up (%s of their %s failures had their home on the dead node). "+
+		"An order's record lives on one node, its home, a function of the id alone: a minted id names a node that was usable when it was minted, any other id is hashed over every inventory node, "+
+		"and Reserve refuses with ErrUnavailable while the home is down, wherever the stock is. The node was marked DOWN %s after the kill. ",
+		o.Victim, m.Share(), fmtOps(float64(m.Started)), o.Window, fmtOps(float64(m.Started-m.OK)), fmtOps(float64(m.FailedHomeOnVictim)), fmtOps(float64(m.StartedBeforeDetect-m.OKBeforeDetect)),
+		w.Share(), fmtOps(float64(w.Started)), fmtOps(float64(w.FailedHomeOnVictim)), fmtOps(float64(w.Started-w.OK)), fmtMs(o.Detect))
 }
 
 // ordersMisses explains the missed round-trip, hot-SKU and outage targets
@@ -126,11 +134,12 @@ func ordersMisses(r *Results, s Summary) string {
 				s.InventoryHotVsSeed, nh, kh, fmtCPU(eh), ns, ks, fmtCPU(es), fmtCPU(ch), fmtCPU(sh), fmtCPU(cs), fmtCPU(sss))
 		}
 	}
-	if o := r.Outage; o != nil && o.Started > 0 && o.Share() < 0.99 {
-		other := o.Started - o.OK - o.FailedHomeOnVictim
-		fmt.Fprintf(&b, "- **Orders during an outage** (%.3f, target 0.99). %s of the %s failed orders had their record's home on the dead node; an order's record lives on one node chosen by hashing its id, "+
-			"so about a third of orders fail while any one of three nodes is down, although the healthy nodes hold their stock. The other %s failed around the kill, before or while the router marked the node DOWN (after %s).\n",
-			o.Share(), fmtOps(float64(o.FailedHomeOnVictim)), fmtOps(float64(o.Started-o.OK)), fmtOps(float64(other)), fmtMs(o.Detect))
+	if o := r.Outage; o != nil && o.Minted.Started > 0 && o.Share() < 0.99 {
+		m := &o.Minted
+		other := m.Started - m.OK - m.FailedHomeOnVictim
+		fmt.Fprintf(&b, "- **Orders during an outage** (%.3f with minted ids, target 0.99). %s of the %s failed orders had their record's home on the dead node: their id was minted before the router marked it DOWN (after %s). "+
+			"The other %s failed for other reasons (first: `%s`).\n",
+			o.Share(), fmtOps(float64(m.FailedHomeOnVictim)), fmtOps(float64(m.Started-m.OK)), fmtMs(o.Detect), fmtOps(float64(other)), m.FirstErr)
 	}
 	return b.String()
 }

@@ -46,7 +46,7 @@ func TestOutageShare(t *testing.T) {
 	if got := (&OutageResult{}).Share(); got != 0 {
 		t.Errorf("no orders: share %v, want 0", got)
 	}
-	if got := (&OutageResult{Started: 4, OK: 3}).Share(); got != 0.75 {
+	if got := (&OutageResult{Minted: OutageOrders{Started: 4, OK: 3}, Own: OutageOrders{Started: 4, OK: 1}}).Share(); got != 0.75 {
 		t.Errorf("3 of 4: share %v, want 0.75", got)
 	}
 }

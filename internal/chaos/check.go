@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shardis/shardis/inventory"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
-	"github.com/shardis/shardis/router"
 )
 
 // nodeState is everything of the inventory on one node, read directly.
@@ -183,7 +183,7 @@ type orderView struct {
 	recJSON error
 }
 
-func check(rep *Report, st *state, orders []*order, skus []SKU, homes *router.Ring) {
+func check(rep *Report, st *state, orders []*order, skus []SKU, homes *inventory.Homes) {
 	views := map[string]*orderView{}
 	view := func(id string) *orderView {
 		v := views[id]
@@ -204,7 +204,7 @@ func check(rep *Report, st *state, orders []*order, skus []SKU, homes *router.Ri
 			}
 			v := view(id)
 			v.recOn = append(v.recOn, name)
-			if v.rec == nil || homes.Name(homes.Home("order:"+id)) == name {
+			if v.rec == nil || homes.Home(id) == name {
 				v.rec = f
 			}
 		}
@@ -253,8 +253,8 @@ func check(rep *Report, st *state, orders []*order, skus []SKU, homes *router.Ri
 	}
 }
 
-func checkOrder(rep *Report, v *orderView, homes *router.Ring) {
-	home := homes.Name(homes.Home("order:" + v.id))
+func checkOrder(rep *Report, v *orderView, homes *inventory.Homes) {
+	home := homes.Home(v.id)
 	switch {
 	case len(v.recOn) > 1:
 		rep.violate("order-record", "order %s: record on several nodes %v (home %s)", v.id, v.recOn, home)

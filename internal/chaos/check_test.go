@@ -2,20 +2,28 @@ package chaos
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shardis/shardis/router"
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/inventory"
 )
 
 // fixture is a small consistent end state: order c0-1 (user u1, 2 units
 // of a/lim) confirmed, order c0-2 (1 unit) cancelled, order c0-3 never
 // reserved because a Cancel came first.
-func fixture(t *testing.T) (*state, []*order, []SKU, *router.Ring) {
+func fixture(t *testing.T) (*state, []*order, []SKU, *inventory.Homes) {
 	t.Helper()
 	names := []string{"n1", "n2", "n3"}
-	homes, err := router.NewRing([]router.Member{{Name: "n1", Weight: 1}, {Name: "n2", Weight: 1}, {Name: "n3", Weight: 1}})
+	cfg := config.Default()
+	cfg.Nodes = map[string]config.Node{}
+	for i, n := range names {
+		cfg.Nodes[n] = config.Node{Addr: fmt.Sprintf("127.0.0.1:%d", 7001+i), Weight: 1}
+	}
+	cfg.Servers = map[string]config.Server{cfg.Inventory.Server: {Routes: map[string][]string{"a": names}}}
+	homes, err := inventory.NewHomes(&cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +51,7 @@ func fixture(t *testing.T) (*state, []*order, []SKU, *router.Ring) {
 		{ID: "c0-1|t1|0", Node: "n1", Kind: "s", Item: 0, Route: "a", SKU: "lim", Qty: 2, Redo: "inv:redo:5", Offset: 1},
 		{ID: "c0-1|t1|q|a|lim", Node: "n2", Kind: "q", Item: -1, Route: "a", SKU: "lim", Qty: 2},
 	})
-	home := func(id string) *nodeState { return st.nodes[homes.Name(homes.Home("order:"+id))] }
+	home := func(id string) *nodeState { return st.nodes[homes.Home(id)] }
 	home("c0-1").orders["c0-1"] = map[string]string{"status": "confirmed", "token": "t1", "user": "u1", "parts": string(rparts)}
 	rparts2, _ := json.Marshal([]recPart{{ID: "c0-2|t2|0", Node: "n1", Kind: "s", Item: 0, Route: "a", SKU: "lim", Qty: 1, Redo: "inv:redo:5", Offset: 2}})
 	home("c0-2").orders["c0-2"] = map[string]string{"status": "cancelled", "token": "t2", "parts": string(rparts2)}

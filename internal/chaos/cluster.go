@@ -22,7 +22,6 @@ import (
 	"github.com/shardis/shardis/inventory"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
-	"github.com/shardis/shardis/router"
 )
 
 // invServer is the inventory server key of the run's configuration.
@@ -47,9 +46,9 @@ type cluster struct {
 	// cfg, routes and homes change with the topology nemesis (topology.go).
 	cfg    *config.Config
 	routes map[string][]string // route → node names
-	homes  *router.Ring        // order home ring: inventory.HomeRing
-	// homesSeen is every order home ring of the run, first to last.
-	homesSeen []*router.Ring
+	homes  *inventory.Homes    // order homes: inventory.NewHomes
+	// homesSeen is every order placement of the run, first to last.
+	homesSeen []*inventory.Homes
 	srv       *service.Server // nil while the service is down
 	addr      string          // last address served; kept while the service restarts
 	inv       shardisv1connect.InventoryServiceClient
@@ -119,10 +118,10 @@ func startCluster(opts Options, log *slog.Logger, out io.Writer) (c *cluster, er
 	}
 	c.cfg = &cfg
 
-	if c.homes, err = inventory.HomeRing(c.cfg); err != nil {
+	if c.homes, err = inventory.NewHomes(c.cfg); err != nil {
 		return nil, err
 	}
-	c.homesSeen = []*router.Ring{c.homes}
+	c.homesSeen = []*inventory.Homes{c.homes}
 	c.httpc = &http.Client{Transport: &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
 		MaxIdleConns:        4 * (opts.Clients + 4),

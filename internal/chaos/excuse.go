@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardis/shardis/router"
+	"github.com/shardis/shardis/inventory"
 )
 
 // Accounting for data a rolled-back node lost (rollback.go). Shardis
@@ -26,7 +26,7 @@ type exposure struct {
 // touch the node: a receipt, a part, or a record home there in any
 // topology of the run; and the users of those orders or with quota data
 // on the node.
-func exposed(lost []lossWindow, orders []*order, st *state, homes []*router.Ring, ttl time.Duration) *exposure {
+func exposed(lost []lossWindow, orders []*order, st *state, homes []*inventory.Homes, ttl time.Duration) *exposure {
 	e := &exposure{orders: map[string]bool{}, users: map[string]bool{}, nodes: map[string]bool{}}
 	if len(lost) == 0 {
 		return e
@@ -78,7 +78,7 @@ func exposed(lost []lossWindow, orders []*order, st *state, homes []*router.Ring
 				touches = touches || r.Node == w.node
 			}
 			for _, h := range homes {
-				touches = touches || h.Name(h.Home("order:"+o.ID)) == w.node
+				touches = touches || h.Home(o.ID) == w.node
 			}
 			if touches {
 				e.orders[o.ID] = true

@@ -92,7 +92,7 @@ func (n *nemesis) topologyChange(ctx context.Context) {
 	if rep.Phase == inventory.PhaseMigrating {
 		f.Target += " (migrating)"
 	}
-	homes, herr := inventory.HomeRing(&next)
+	homes, herr := inventory.NewHomes(&next)
 	if herr != nil {
 		f.Err = herr.Error()
 	}

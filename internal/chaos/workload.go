@@ -240,6 +240,9 @@ func (cl *client) newOrder(replayable bool) *order {
 	cl.n++
 	w := cl.w
 	o := &order{ID: fmt.Sprintf("c%d-%d", cl.id, cl.n), Client: cl.id}
+	if cl.rng.IntN(2) == 0 {
+		o.ID = cl.mint(o.ID)
+	}
 	if cl.rng.IntN(4) != 0 {
 		o.User = fmt.Sprintf("u%d", cl.rng.IntN(w.users))
 	}
@@ -275,6 +278,26 @@ func (cl *client) newOrder(replayable bool) *order {
 		cl.recent[cl.rng.IntN(len(cl.recent))] = o
 	}
 	return o
+}
+
+// mint returns an order id minted by the service (NewOrderId: its record
+// lives on a node that was usable when minted), or fallback when minting
+// failed: the order then has an id the client made up, like half of all
+// orders.
+func (cl *client) mint(fallback string) string {
+	inv, _ := cl.w.c.rpc()
+	ctx, cancel := context.WithTimeout(context.Background(), cl.w.opts.ClientTimeout)
+	defer cancel()
+	res, err := inv.NewOrderId(ctx, connect.NewRequest(&v1.NewOrderIdRequest{}))
+	code := "ok"
+	if err != nil {
+		code = connect.CodeOf(err).String()
+	}
+	cl.count("mint", code)
+	if err != nil {
+		return fallback
+	}
+	return res.Msg.OrderId
 }
 
 // decide confirms (60%), cancels (25%) or abandons (15%) a reserved order.

@@ -45,6 +45,16 @@ func (h *Handlers) GetStock(ctx context.Context, req *connect.Request[v1.GetStoc
 	return connect.NewResponse(&v1.GetStockResponse{Stock: stockLevel(level)}), nil
 }
 
+// NewOrderId implements InventoryService.NewOrderId.
+func (h *Handlers) NewOrderId(ctx context.Context, _ *connect.Request[v1.NewOrderIdRequest]) (*connect.Response[v1.NewOrderIdResponse], error) { //nolint:revive // the generated interface names it
+	id, err := h.Inventory.NewOrderID(ctx)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	home, _ := inventory.MintedHome(id)
+	return connect.NewResponse(&v1.NewOrderIdResponse{OrderId: id, Node: home}), nil
+}
+
 // Reserve implements InventoryService.Reserve.
 func (h *Handlers) Reserve(ctx context.Context, req *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error) {
 	m := req.Msg

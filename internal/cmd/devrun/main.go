@@ -313,6 +313,7 @@ func tryIt(redoQueues int) []call {
 	q := xxhash.Sum64String("clothes:tshirt-red") % uint64(redoQueues) // the redo queue of clothes/tshirt-red
 	return []call{
 		{"InventoryService/GetStock", `{"routeKey":"clothes","skuId":"tshirt-red"}`},
+		{"InventoryService/NewOrderId", `{}`},
 		{"InventoryService/Reserve", `{"orderId":"o-1","userId":"alice","ttlSeconds":300,"items":[{"routeKey":"clothes","skuId":"tshirt-red","quantity":"2"}]}`},
 		{"InventoryService/Confirm", `{"orderId":"o-1"}`},
 		{"InventoryService/Cancel", `{"orderId":"o-2"}`},

@@ -67,7 +67,7 @@ func heal(ctx context.Context, cfg *config.Config, groups map[string]*redisproc.
 	}
 
 	// Every acknowledged outcome is on the order's home master.
-	ring, err := inventory.HomeRing(cfg)
+	homes, err := inventory.NewHomes(cfg)
 	if err != nil {
 		return append(problems, err.Error())
 	}
@@ -75,7 +75,7 @@ func heal(ctx context.Context, cfg *config.Config, groups map[string]*redisproc.
 	defer out.mu.Unlock()
 	var lost []string
 	for id := range out.reserved {
-		home := ring.Name(ring.Home("order:" + id))
+		home := homes.Home(id)
 		status, _ := cs[home].HGet(ctx, "inv:order:"+id, "status").Result()
 		want := ""
 		switch {

@@ -593,6 +593,95 @@ func (x *Item) GetQuantity() int64 {
 	return 0
 }
 
+type NewOrderIdRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NewOrderIdRequest) Reset() {
+	*x = NewOrderIdRequest{}
+	mi := &file_shardis_v1_shardis_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NewOrderIdRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NewOrderIdRequest) ProtoMessage() {}
+
+func (x *NewOrderIdRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardis_v1_shardis_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NewOrderIdRequest.ProtoReflect.Descriptor instead.
+func (*NewOrderIdRequest) Descriptor() ([]byte, []int) {
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{7}
+}
+
+type NewOrderIdResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	OrderId string                 `protobuf:"bytes,1,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	// The node that will hold the order's record.
+	Node          string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NewOrderIdResponse) Reset() {
+	*x = NewOrderIdResponse{}
+	mi := &file_shardis_v1_shardis_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NewOrderIdResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NewOrderIdResponse) ProtoMessage() {}
+
+func (x *NewOrderIdResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardis_v1_shardis_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NewOrderIdResponse.ProtoReflect.Descriptor instead.
+func (*NewOrderIdResponse) Descriptor() ([]byte, []int) {
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *NewOrderIdResponse) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+func (x *NewOrderIdResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
 type ReserveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	OrderId       string                 `protobuf:"bytes,1,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
@@ -605,7 +694,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[7]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -617,7 +706,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[7]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -630,7 +719,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{7}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReserveRequest) GetOrderId() string {
@@ -675,7 +764,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[8]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +776,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[8]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +789,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{8}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Receipt) GetItemIndex() int32 {
@@ -764,7 +853,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[9]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +865,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[9]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +878,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{9}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReserveResponse) GetOrderId() string {
@@ -836,7 +925,7 @@ type ConfirmRequest struct {
 
 func (x *ConfirmRequest) Reset() {
 	*x = ConfirmRequest{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[10]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +937,7 @@ func (x *ConfirmRequest) String() string {
 func (*ConfirmRequest) ProtoMessage() {}
 
 func (x *ConfirmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[10]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +950,7 @@ func (x *ConfirmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmRequest.ProtoReflect.Descriptor instead.
 func (*ConfirmRequest) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{10}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ConfirmRequest) GetOrderId() string {
@@ -882,7 +971,7 @@ type ConfirmResponse struct {
 
 func (x *ConfirmResponse) Reset() {
 	*x = ConfirmResponse{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[11]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +983,7 @@ func (x *ConfirmResponse) String() string {
 func (*ConfirmResponse) ProtoMessage() {}
 
 func (x *ConfirmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[11]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +996,7 @@ func (x *ConfirmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmResponse.ProtoReflect.Descriptor instead.
 func (*ConfirmResponse) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{11}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ConfirmResponse) GetOrderId() string {
@@ -940,7 +1029,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[12]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1041,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[12]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1054,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{12}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelRequest) GetOrderId() string {
@@ -989,7 +1078,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[13]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1090,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[13]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1103,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{13}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelResponse) GetOrderId() string {
@@ -1053,7 +1142,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[14]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1154,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[14]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1167,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{14}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{16}
 }
 
 type ListNodesResponse struct {
@@ -1090,7 +1179,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[15]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1191,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[15]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1204,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{15}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeInfo {
@@ -1151,7 +1240,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[16]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1252,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[16]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1265,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{16}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NodeInfo) GetName() string {
@@ -1274,7 +1363,7 @@ type RouteStatus struct {
 
 func (x *RouteStatus) Reset() {
 	*x = RouteStatus{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[17]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1375,7 @@ func (x *RouteStatus) String() string {
 func (*RouteStatus) ProtoMessage() {}
 
 func (x *RouteStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[17]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1388,7 @@ func (x *RouteStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteStatus.ProtoReflect.Descriptor instead.
 func (*RouteStatus) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{17}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RouteStatus) GetServer() string {
@@ -1335,7 +1424,7 @@ type SetRouteEnabledRequest struct {
 
 func (x *SetRouteEnabledRequest) Reset() {
 	*x = SetRouteEnabledRequest{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[18]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1436,7 @@ func (x *SetRouteEnabledRequest) String() string {
 func (*SetRouteEnabledRequest) ProtoMessage() {}
 
 func (x *SetRouteEnabledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[18]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1449,7 @@ func (x *SetRouteEnabledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRouteEnabledRequest.ProtoReflect.Descriptor instead.
 func (*SetRouteEnabledRequest) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{18}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetRouteEnabledRequest) GetNode() string {
@@ -1400,7 +1489,7 @@ type SetRouteEnabledResponse struct {
 
 func (x *SetRouteEnabledResponse) Reset() {
 	*x = SetRouteEnabledResponse{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[19]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1501,7 @@ func (x *SetRouteEnabledResponse) String() string {
 func (*SetRouteEnabledResponse) ProtoMessage() {}
 
 func (x *SetRouteEnabledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[19]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1514,7 @@ func (x *SetRouteEnabledResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRouteEnabledResponse.ProtoReflect.Descriptor instead.
 func (*SetRouteEnabledResponse) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{19}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetRouteEnabledResponse) GetNode() *NodeInfo {
@@ -1448,7 +1537,7 @@ type ReadRedoLogRequest struct {
 
 func (x *ReadRedoLogRequest) Reset() {
 	*x = ReadRedoLogRequest{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[20]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1460,7 +1549,7 @@ func (x *ReadRedoLogRequest) String() string {
 func (*ReadRedoLogRequest) ProtoMessage() {}
 
 func (x *ReadRedoLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[20]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1473,7 +1562,7 @@ func (x *ReadRedoLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRedoLogRequest.ProtoReflect.Descriptor instead.
 func (*ReadRedoLogRequest) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{20}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReadRedoLogRequest) GetNode() string {
@@ -1519,7 +1608,7 @@ type RedoEntry struct {
 
 func (x *RedoEntry) Reset() {
 	*x = RedoEntry{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[21]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1620,7 @@ func (x *RedoEntry) String() string {
 func (*RedoEntry) ProtoMessage() {}
 
 func (x *RedoEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[21]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1633,7 @@ func (x *RedoEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedoEntry.ProtoReflect.Descriptor instead.
 func (*RedoEntry) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{21}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RedoEntry) GetOffset() int64 {
@@ -1612,7 +1701,7 @@ type ReadRedoLogResponse struct {
 
 func (x *ReadRedoLogResponse) Reset() {
 	*x = ReadRedoLogResponse{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[22]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1713,7 @@ func (x *ReadRedoLogResponse) String() string {
 func (*ReadRedoLogResponse) ProtoMessage() {}
 
 func (x *ReadRedoLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[22]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1726,7 @@ func (x *ReadRedoLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRedoLogResponse.ProtoReflect.Descriptor instead.
 func (*ReadRedoLogResponse) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{22}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReadRedoLogResponse) GetNode() string {
@@ -1686,7 +1775,7 @@ type AckRedoLogRequest struct {
 
 func (x *AckRedoLogRequest) Reset() {
 	*x = AckRedoLogRequest{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[23]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1787,7 @@ func (x *AckRedoLogRequest) String() string {
 func (*AckRedoLogRequest) ProtoMessage() {}
 
 func (x *AckRedoLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[23]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1800,7 @@ func (x *AckRedoLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRedoLogRequest.ProtoReflect.Descriptor instead.
 func (*AckRedoLogRequest) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{23}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AckRedoLogRequest) GetNode() string {
@@ -1744,7 +1833,7 @@ type AckRedoLogResponse struct {
 
 func (x *AckRedoLogResponse) Reset() {
 	*x = AckRedoLogResponse{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[24]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +1845,7 @@ func (x *AckRedoLogResponse) String() string {
 func (*AckRedoLogResponse) ProtoMessage() {}
 
 func (x *AckRedoLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[24]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +1858,7 @@ func (x *AckRedoLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRedoLogResponse.ProtoReflect.Descriptor instead.
 func (*AckRedoLogResponse) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{24}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AckRedoLogResponse) GetAckedOffset() int64 {
@@ -1791,7 +1880,7 @@ type ListStuckPartsRequest struct {
 
 func (x *ListStuckPartsRequest) Reset() {
 	*x = ListStuckPartsRequest{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[25]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +1892,7 @@ func (x *ListStuckPartsRequest) String() string {
 func (*ListStuckPartsRequest) ProtoMessage() {}
 
 func (x *ListStuckPartsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[25]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +1905,7 @@ func (x *ListStuckPartsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStuckPartsRequest.ProtoReflect.Descriptor instead.
 func (*ListStuckPartsRequest) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{25}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListStuckPartsRequest) GetNode() string {
@@ -1852,7 +1941,7 @@ type StuckPart struct {
 
 func (x *StuckPart) Reset() {
 	*x = StuckPart{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[26]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +1953,7 @@ func (x *StuckPart) String() string {
 func (*StuckPart) ProtoMessage() {}
 
 func (x *StuckPart) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[26]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +1966,7 @@ func (x *StuckPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StuckPart.ProtoReflect.Descriptor instead.
 func (*StuckPart) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{26}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StuckPart) GetNode() string {
@@ -1947,7 +2036,7 @@ type ListStuckPartsResponse struct {
 
 func (x *ListStuckPartsResponse) Reset() {
 	*x = ListStuckPartsResponse{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[27]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2048,7 @@ func (x *ListStuckPartsResponse) String() string {
 func (*ListStuckPartsResponse) ProtoMessage() {}
 
 func (x *ListStuckPartsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[27]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2061,7 @@ func (x *ListStuckPartsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStuckPartsResponse.ProtoReflect.Descriptor instead.
 func (*ListStuckPartsResponse) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{27}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListStuckPartsResponse) GetParts() []*StuckPart {
@@ -1999,7 +2088,7 @@ type RetryStuckPartRequest struct {
 
 func (x *RetryStuckPartRequest) Reset() {
 	*x = RetryStuckPartRequest{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[28]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2100,7 @@ func (x *RetryStuckPartRequest) String() string {
 func (*RetryStuckPartRequest) ProtoMessage() {}
 
 func (x *RetryStuckPartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[28]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2113,7 @@ func (x *RetryStuckPartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryStuckPartRequest.ProtoReflect.Descriptor instead.
 func (*RetryStuckPartRequest) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{28}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RetryStuckPartRequest) GetNode() string {
@@ -2051,7 +2140,7 @@ type RetryStuckPartResponse struct {
 
 func (x *RetryStuckPartResponse) Reset() {
 	*x = RetryStuckPartResponse{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[29]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2063,7 +2152,7 @@ func (x *RetryStuckPartResponse) String() string {
 func (*RetryStuckPartResponse) ProtoMessage() {}
 
 func (x *RetryStuckPartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[29]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2076,7 +2165,7 @@ func (x *RetryStuckPartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryStuckPartResponse.ProtoReflect.Descriptor instead.
 func (*RetryStuckPartResponse) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{29}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RetryStuckPartResponse) GetRetried() bool {
@@ -2095,7 +2184,7 @@ type AcceptNodeRequest struct {
 
 func (x *AcceptNodeRequest) Reset() {
 	*x = AcceptNodeRequest{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[30]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2107,7 +2196,7 @@ func (x *AcceptNodeRequest) String() string {
 func (*AcceptNodeRequest) ProtoMessage() {}
 
 func (x *AcceptNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[30]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2120,7 +2209,7 @@ func (x *AcceptNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptNodeRequest.ProtoReflect.Descriptor instead.
 func (*AcceptNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{30}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AcceptNodeRequest) GetNode() string {
@@ -2143,7 +2232,7 @@ type AcceptNodeResponse struct {
 
 func (x *AcceptNodeResponse) Reset() {
 	*x = AcceptNodeResponse{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[31]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2244,7 @@ func (x *AcceptNodeResponse) String() string {
 func (*AcceptNodeResponse) ProtoMessage() {}
 
 func (x *AcceptNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[31]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2257,7 @@ func (x *AcceptNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptNodeResponse.ProtoReflect.Descriptor instead.
 func (*AcceptNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{31}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AcceptNodeResponse) GetNode() string {
@@ -2238,7 +2327,11 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\x04Item\x12\x1b\n" +
 	"\troute_key\x18\x01 \x01(\tR\brouteKey\x12\x15\n" +
 	"\x06sku_id\x18\x02 \x01(\tR\x05skuId\x12\x1a\n" +
-	"\bquantity\x18\x03 \x01(\x03R\bquantity\"\x8d\x01\n" +
+	"\bquantity\x18\x03 \x01(\x03R\bquantity\"\x13\n" +
+	"\x11NewOrderIdRequest\"C\n" +
+	"\x12NewOrderIdResponse\x12\x19\n" +
+	"\border_id\x18\x01 \x01(\tR\aorderId\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\"\x8d\x01\n" +
 	"\x0eReserveRequest\x12\x19\n" +
 	"\border_id\x18\x01 \x01(\tR\aorderId\x12&\n" +
 	"\x05items\x18\x02 \x03(\v2\x10.shardis.v1.ItemR\x05items\x12\x17\n" +
@@ -2368,10 +2461,12 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\tNodeState\x12\x1a\n" +
 	"\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rNODE_STATE_UP\x10\x01\x12\x13\n" +
-	"\x0fNODE_STATE_DOWN\x10\x022\xec\x02\n" +
+	"\x0fNODE_STATE_DOWN\x10\x022\xb9\x03\n" +
 	"\x10InventoryService\x12H\n" +
 	"\tLoadStock\x12\x1c.shardis.v1.LoadStockRequest\x1a\x1d.shardis.v1.LoadStockResponse\x12E\n" +
-	"\bGetStock\x12\x1b.shardis.v1.GetStockRequest\x1a\x1c.shardis.v1.GetStockResponse\x12B\n" +
+	"\bGetStock\x12\x1b.shardis.v1.GetStockRequest\x1a\x1c.shardis.v1.GetStockResponse\x12K\n" +
+	"\n" +
+	"NewOrderId\x12\x1d.shardis.v1.NewOrderIdRequest\x1a\x1e.shardis.v1.NewOrderIdResponse\x12B\n" +
 	"\aReserve\x12\x1a.shardis.v1.ReserveRequest\x1a\x1b.shardis.v1.ReserveResponse\x12B\n" +
 	"\aConfirm\x12\x1a.shardis.v1.ConfirmRequest\x1a\x1b.shardis.v1.ConfirmResponse\x12?\n" +
 	"\x06Cancel\x12\x19.shardis.v1.CancelRequest\x1a\x1a.shardis.v1.CancelResponse2\xd0\x04\n" +
@@ -2399,7 +2494,7 @@ func file_shardis_v1_shardis_proto_rawDescGZIP() []byte {
 }
 
 var file_shardis_v1_shardis_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_shardis_v1_shardis_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_shardis_v1_shardis_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_shardis_v1_shardis_proto_goTypes = []any{
 	(OrderStatus)(0),                // 0: shardis.v1.OrderStatus
 	(NodeState)(0),                  // 1: shardis.v1.NodeState
@@ -2410,72 +2505,76 @@ var file_shardis_v1_shardis_proto_goTypes = []any{
 	(*StockLevel)(nil),              // 6: shardis.v1.StockLevel
 	(*NodeStock)(nil),               // 7: shardis.v1.NodeStock
 	(*Item)(nil),                    // 8: shardis.v1.Item
-	(*ReserveRequest)(nil),          // 9: shardis.v1.ReserveRequest
-	(*Receipt)(nil),                 // 10: shardis.v1.Receipt
-	(*ReserveResponse)(nil),         // 11: shardis.v1.ReserveResponse
-	(*ConfirmRequest)(nil),          // 12: shardis.v1.ConfirmRequest
-	(*ConfirmResponse)(nil),         // 13: shardis.v1.ConfirmResponse
-	(*CancelRequest)(nil),           // 14: shardis.v1.CancelRequest
-	(*CancelResponse)(nil),          // 15: shardis.v1.CancelResponse
-	(*ListNodesRequest)(nil),        // 16: shardis.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),       // 17: shardis.v1.ListNodesResponse
-	(*NodeInfo)(nil),                // 18: shardis.v1.NodeInfo
-	(*RouteStatus)(nil),             // 19: shardis.v1.RouteStatus
-	(*SetRouteEnabledRequest)(nil),  // 20: shardis.v1.SetRouteEnabledRequest
-	(*SetRouteEnabledResponse)(nil), // 21: shardis.v1.SetRouteEnabledResponse
-	(*ReadRedoLogRequest)(nil),      // 22: shardis.v1.ReadRedoLogRequest
-	(*RedoEntry)(nil),               // 23: shardis.v1.RedoEntry
-	(*ReadRedoLogResponse)(nil),     // 24: shardis.v1.ReadRedoLogResponse
-	(*AckRedoLogRequest)(nil),       // 25: shardis.v1.AckRedoLogRequest
-	(*AckRedoLogResponse)(nil),      // 26: shardis.v1.AckRedoLogResponse
-	(*ListStuckPartsRequest)(nil),   // 27: shardis.v1.ListStuckPartsRequest
-	(*StuckPart)(nil),               // 28: shardis.v1.StuckPart
-	(*ListStuckPartsResponse)(nil),  // 29: shardis.v1.ListStuckPartsResponse
-	(*RetryStuckPartRequest)(nil),   // 30: shardis.v1.RetryStuckPartRequest
-	(*RetryStuckPartResponse)(nil),  // 31: shardis.v1.RetryStuckPartResponse
-	(*AcceptNodeRequest)(nil),       // 32: shardis.v1.AcceptNodeRequest
-	(*AcceptNodeResponse)(nil),      // 33: shardis.v1.AcceptNodeResponse
+	(*NewOrderIdRequest)(nil),       // 9: shardis.v1.NewOrderIdRequest
+	(*NewOrderIdResponse)(nil),      // 10: shardis.v1.NewOrderIdResponse
+	(*ReserveRequest)(nil),          // 11: shardis.v1.ReserveRequest
+	(*Receipt)(nil),                 // 12: shardis.v1.Receipt
+	(*ReserveResponse)(nil),         // 13: shardis.v1.ReserveResponse
+	(*ConfirmRequest)(nil),          // 14: shardis.v1.ConfirmRequest
+	(*ConfirmResponse)(nil),         // 15: shardis.v1.ConfirmResponse
+	(*CancelRequest)(nil),           // 16: shardis.v1.CancelRequest
+	(*CancelResponse)(nil),          // 17: shardis.v1.CancelResponse
+	(*ListNodesRequest)(nil),        // 18: shardis.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),       // 19: shardis.v1.ListNodesResponse
+	(*NodeInfo)(nil),                // 20: shardis.v1.NodeInfo
+	(*RouteStatus)(nil),             // 21: shardis.v1.RouteStatus
+	(*SetRouteEnabledRequest)(nil),  // 22: shardis.v1.SetRouteEnabledRequest
+	(*SetRouteEnabledResponse)(nil), // 23: shardis.v1.SetRouteEnabledResponse
+	(*ReadRedoLogRequest)(nil),      // 24: shardis.v1.ReadRedoLogRequest
+	(*RedoEntry)(nil),               // 25: shardis.v1.RedoEntry
+	(*ReadRedoLogResponse)(nil),     // 26: shardis.v1.ReadRedoLogResponse
+	(*AckRedoLogRequest)(nil),       // 27: shardis.v1.AckRedoLogRequest
+	(*AckRedoLogResponse)(nil),      // 28: shardis.v1.AckRedoLogResponse
+	(*ListStuckPartsRequest)(nil),   // 29: shardis.v1.ListStuckPartsRequest
+	(*StuckPart)(nil),               // 30: shardis.v1.StuckPart
+	(*ListStuckPartsResponse)(nil),  // 31: shardis.v1.ListStuckPartsResponse
+	(*RetryStuckPartRequest)(nil),   // 32: shardis.v1.RetryStuckPartRequest
+	(*RetryStuckPartResponse)(nil),  // 33: shardis.v1.RetryStuckPartResponse
+	(*AcceptNodeRequest)(nil),       // 34: shardis.v1.AcceptNodeRequest
+	(*AcceptNodeResponse)(nil),      // 35: shardis.v1.AcceptNodeResponse
 }
 var file_shardis_v1_shardis_proto_depIdxs = []int32{
 	6,  // 0: shardis.v1.LoadStockResponse.stock:type_name -> shardis.v1.StockLevel
 	6,  // 1: shardis.v1.GetStockResponse.stock:type_name -> shardis.v1.StockLevel
 	7,  // 2: shardis.v1.StockLevel.nodes:type_name -> shardis.v1.NodeStock
 	8,  // 3: shardis.v1.ReserveRequest.items:type_name -> shardis.v1.Item
-	10, // 4: shardis.v1.ReserveResponse.receipts:type_name -> shardis.v1.Receipt
+	12, // 4: shardis.v1.ReserveResponse.receipts:type_name -> shardis.v1.Receipt
 	0,  // 5: shardis.v1.ConfirmResponse.status:type_name -> shardis.v1.OrderStatus
 	0,  // 6: shardis.v1.CancelResponse.status:type_name -> shardis.v1.OrderStatus
-	18, // 7: shardis.v1.ListNodesResponse.nodes:type_name -> shardis.v1.NodeInfo
+	20, // 7: shardis.v1.ListNodesResponse.nodes:type_name -> shardis.v1.NodeInfo
 	1,  // 8: shardis.v1.NodeInfo.state:type_name -> shardis.v1.NodeState
-	19, // 9: shardis.v1.NodeInfo.routes:type_name -> shardis.v1.RouteStatus
-	18, // 10: shardis.v1.SetRouteEnabledResponse.node:type_name -> shardis.v1.NodeInfo
-	23, // 11: shardis.v1.ReadRedoLogResponse.entries:type_name -> shardis.v1.RedoEntry
-	28, // 12: shardis.v1.ListStuckPartsResponse.parts:type_name -> shardis.v1.StuckPart
+	21, // 9: shardis.v1.NodeInfo.routes:type_name -> shardis.v1.RouteStatus
+	20, // 10: shardis.v1.SetRouteEnabledResponse.node:type_name -> shardis.v1.NodeInfo
+	25, // 11: shardis.v1.ReadRedoLogResponse.entries:type_name -> shardis.v1.RedoEntry
+	30, // 12: shardis.v1.ListStuckPartsResponse.parts:type_name -> shardis.v1.StuckPart
 	2,  // 13: shardis.v1.InventoryService.LoadStock:input_type -> shardis.v1.LoadStockRequest
 	4,  // 14: shardis.v1.InventoryService.GetStock:input_type -> shardis.v1.GetStockRequest
-	9,  // 15: shardis.v1.InventoryService.Reserve:input_type -> shardis.v1.ReserveRequest
-	12, // 16: shardis.v1.InventoryService.Confirm:input_type -> shardis.v1.ConfirmRequest
-	14, // 17: shardis.v1.InventoryService.Cancel:input_type -> shardis.v1.CancelRequest
-	16, // 18: shardis.v1.AdminService.ListNodes:input_type -> shardis.v1.ListNodesRequest
-	20, // 19: shardis.v1.AdminService.SetRouteEnabled:input_type -> shardis.v1.SetRouteEnabledRequest
-	22, // 20: shardis.v1.AdminService.ReadRedoLog:input_type -> shardis.v1.ReadRedoLogRequest
-	25, // 21: shardis.v1.AdminService.AckRedoLog:input_type -> shardis.v1.AckRedoLogRequest
-	27, // 22: shardis.v1.AdminService.ListStuckParts:input_type -> shardis.v1.ListStuckPartsRequest
-	30, // 23: shardis.v1.AdminService.RetryStuckPart:input_type -> shardis.v1.RetryStuckPartRequest
-	32, // 24: shardis.v1.AdminService.AcceptNode:input_type -> shardis.v1.AcceptNodeRequest
-	3,  // 25: shardis.v1.InventoryService.LoadStock:output_type -> shardis.v1.LoadStockResponse
-	5,  // 26: shardis.v1.InventoryService.GetStock:output_type -> shardis.v1.GetStockResponse
-	11, // 27: shardis.v1.InventoryService.Reserve:output_type -> shardis.v1.ReserveResponse
-	13, // 28: shardis.v1.InventoryService.Confirm:output_type -> shardis.v1.ConfirmResponse
-	15, // 29: shardis.v1.InventoryService.Cancel:output_type -> shardis.v1.CancelResponse
-	17, // 30: shardis.v1.AdminService.ListNodes:output_type -> shardis.v1.ListNodesResponse
-	21, // 31: shardis.v1.AdminService.SetRouteEnabled:output_type -> shardis.v1.SetRouteEnabledResponse
-	24, // 32: shardis.v1.AdminService.ReadRedoLog:output_type -> shardis.v1.ReadRedoLogResponse
-	26, // 33: shardis.v1.AdminService.AckRedoLog:output_type -> shardis.v1.AckRedoLogResponse
-	29, // 34: shardis.v1.AdminService.ListStuckParts:output_type -> shardis.v1.ListStuckPartsResponse
-	31, // 35: shardis.v1.AdminService.RetryStuckPart:output_type -> shardis.v1.RetryStuckPartResponse
-	33, // 36: shardis.v1.AdminService.AcceptNode:output_type -> shardis.v1.AcceptNodeResponse
-	25, // [25:37] is the sub-list for method output_type
-	13, // [13:25] is the sub-list for method input_type
+	9,  // 15: shardis.v1.InventoryService.NewOrderId:input_type -> shardis.v1.NewOrderIdRequest
+	11, // 16: shardis.v1.InventoryService.Reserve:input_type -> shardis.v1.ReserveRequest
+	14, // 17: shardis.v1.InventoryService.Confirm:input_type -> shardis.v1.ConfirmRequest
+	16, // 18: shardis.v1.InventoryService.Cancel:input_type -> shardis.v1.CancelRequest
+	18, // 19: shardis.v1.AdminService.ListNodes:input_type -> shardis.v1.ListNodesRequest
+	22, // 20: shardis.v1.AdminService.SetRouteEnabled:input_type -> shardis.v1.SetRouteEnabledRequest
+	24, // 21: shardis.v1.AdminService.ReadRedoLog:input_type -> shardis.v1.ReadRedoLogRequest
+	27, // 22: shardis.v1.AdminService.AckRedoLog:input_type -> shardis.v1.AckRedoLogRequest
+	29, // 23: shardis.v1.AdminService.ListStuckParts:input_type -> shardis.v1.ListStuckPartsRequest
+	32, // 24: shardis.v1.AdminService.RetryStuckPart:input_type -> shardis.v1.RetryStuckPartRequest
+	34, // 25: shardis.v1.AdminService.AcceptNode:input_type -> shardis.v1.AcceptNodeRequest
+	3,  // 26: shardis.v1.InventoryService.LoadStock:output_type -> shardis.v1.LoadStockResponse
+	5,  // 27: shardis.v1.InventoryService.GetStock:output_type -> shardis.v1.GetStockResponse
+	10, // 28: shardis.v1.InventoryService.NewOrderId:output_type -> shardis.v1.NewOrderIdResponse
+	13, // 29: shardis.v1.InventoryService.Reserve:output_type -> shardis.v1.ReserveResponse
+	15, // 30: shardis.v1.InventoryService.Confirm:output_type -> shardis.v1.ConfirmResponse
+	17, // 31: shardis.v1.InventoryService.Cancel:output_type -> shardis.v1.CancelResponse
+	19, // 32: shardis.v1.AdminService.ListNodes:output_type -> shardis.v1.ListNodesResponse
+	23, // 33: shardis.v1.AdminService.SetRouteEnabled:output_type -> shardis.v1.SetRouteEnabledResponse
+	26, // 34: shardis.v1.AdminService.ReadRedoLog:output_type -> shardis.v1.ReadRedoLogResponse
+	28, // 35: shardis.v1.AdminService.AckRedoLog:output_type -> shardis.v1.AckRedoLogResponse
+	31, // 36: shardis.v1.AdminService.ListStuckParts:output_type -> shardis.v1.ListStuckPartsResponse
+	33, // 37: shardis.v1.AdminService.RetryStuckPart:output_type -> shardis.v1.RetryStuckPartResponse
+	35, // 38: shardis.v1.AdminService.AcceptNode:output_type -> shardis.v1.AcceptNodeResponse
+	26, // [26:39] is the sub-list for method output_type
+	13, // [13:26] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -2492,7 +2591,7 @@ func file_shardis_v1_shardis_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardis_v1_shardis_proto_rawDesc), len(file_shardis_v1_shardis_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

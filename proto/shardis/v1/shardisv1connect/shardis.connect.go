@@ -46,6 +46,9 @@ const (
 	// InventoryServiceGetStockProcedure is the fully-qualified name of the InventoryService's GetStock
 	// RPC.
 	InventoryServiceGetStockProcedure = "/shardis.v1.InventoryService/GetStock"
+	// InventoryServiceNewOrderIdProcedure is the fully-qualified name of the InventoryService's
+	// NewOrderId RPC.
+	InventoryServiceNewOrderIdProcedure = "/shardis.v1.InventoryService/NewOrderId"
 	// InventoryServiceReserveProcedure is the fully-qualified name of the InventoryService's Reserve
 	// RPC.
 	InventoryServiceReserveProcedure = "/shardis.v1.InventoryService/Reserve"
@@ -80,6 +83,12 @@ type InventoryServiceClient interface {
 	LoadStock(context.Context, *connect.Request[v1.LoadStockRequest]) (*connect.Response[v1.LoadStockResponse], error)
 	// GetStock returns a SKU's counters, totals and per node.
 	GetStock(context.Context, *connect.Request[v1.GetStockRequest]) (*connect.Response[v1.GetStockResponse], error)
+	// NewOrderId returns a fresh order id whose record lives on a node that
+	// is usable now, so orders keep succeeding while another node is down
+	// (an id the caller makes up is placed by hashing and fails while its
+	// node is down). Store it before calling Reserve, and retry Reserve with
+	// it. UNAVAILABLE when no inventory node is usable.
+	NewOrderId(context.Context, *connect.Request[v1.NewOrderIdRequest]) (*connect.Response[v1.NewOrderIdResponse], error)
 	// Reserve takes every item of an order, all or nothing. Idempotent per order id.
 	Reserve(context.Context, *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error)
 	// Confirm turns a reservation into a sale. Idempotent.
@@ -111,6 +120,12 @@ func NewInventoryServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			connect.WithSchema(inventoryServiceMethods.ByName("GetStock")),
 			connect.WithClientOptions(opts...),
 		),
+		newOrderId: connect.NewClient[v1.NewOrderIdRequest, v1.NewOrderIdResponse](
+			httpClient,
+			baseURL+InventoryServiceNewOrderIdProcedure,
+			connect.WithSchema(inventoryServiceMethods.ByName("NewOrderId")),
+			connect.WithClientOptions(opts...),
+		),
 		reserve: connect.NewClient[v1.ReserveRequest, v1.ReserveResponse](
 			httpClient,
 			baseURL+InventoryServiceReserveProcedure,
@@ -134,11 +149,12 @@ func NewInventoryServiceClient(httpClient connect.HTTPClient, baseURL string, op
 
 // inventoryServiceClient implements InventoryServiceClient.
 type inventoryServiceClient struct {
-	loadStock *connect.Client[v1.LoadStockRequest, v1.LoadStockResponse]
-	getStock  *connect.Client[v1.GetStockRequest, v1.GetStockResponse]
-	reserve   *connect.Client[v1.ReserveRequest, v1.ReserveResponse]
-	confirm   *connect.Client[v1.ConfirmRequest, v1.ConfirmResponse]
-	cancel    *connect.Client[v1.CancelRequest, v1.CancelResponse]
+	loadStock  *connect.Client[v1.LoadStockRequest, v1.LoadStockResponse]
+	getStock   *connect.Client[v1.GetStockRequest, v1.GetStockResponse]
+	newOrderId *connect.Client[v1.NewOrderIdRequest, v1.NewOrderIdResponse]
+	reserve    *connect.Client[v1.ReserveRequest, v1.ReserveResponse]
+	confirm    *connect.Client[v1.ConfirmRequest, v1.ConfirmResponse]
+	cancel     *connect.Client[v1.CancelRequest, v1.CancelResponse]
 }
 
 // LoadStock calls shardis.v1.InventoryService.LoadStock.
@@ -149,6 +165,11 @@ func (c *inventoryServiceClient) LoadStock(ctx context.Context, req *connect.Req
 // GetStock calls shardis.v1.InventoryService.GetStock.
 func (c *inventoryServiceClient) GetStock(ctx context.Context, req *connect.Request[v1.GetStockRequest]) (*connect.Response[v1.GetStockResponse], error) {
 	return c.getStock.CallUnary(ctx, req)
+}
+
+// NewOrderId calls shardis.v1.InventoryService.NewOrderId.
+func (c *inventoryServiceClient) NewOrderId(ctx context.Context, req *connect.Request[v1.NewOrderIdRequest]) (*connect.Response[v1.NewOrderIdResponse], error) {
+	return c.newOrderId.CallUnary(ctx, req)
 }
 
 // Reserve calls shardis.v1.InventoryService.Reserve.
@@ -172,6 +193,12 @@ type InventoryServiceHandler interface {
 	LoadStock(context.Context, *connect.Request[v1.LoadStockRequest]) (*connect.Response[v1.LoadStockResponse], error)
 	// GetStock returns a SKU's counters, totals and per node.
 	GetStock(context.Context, *connect.Request[v1.GetStockRequest]) (*connect.Response[v1.GetStockResponse], error)
+	// NewOrderId returns a fresh order id whose record lives on a node that
+	// is usable now, so orders keep succeeding while another node is down
+	// (an id the caller makes up is placed by hashing and fails while its
+	// node is down). Store it before calling Reserve, and retry Reserve with
+	// it. UNAVAILABLE when no inventory node is usable.
+	NewOrderId(context.Context, *connect.Request[v1.NewOrderIdRequest]) (*connect.Response[v1.NewOrderIdResponse], error)
 	// Reserve takes every item of an order, all or nothing. Idempotent per order id.
 	Reserve(context.Context, *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error)
 	// Confirm turns a reservation into a sale. Idempotent.
@@ -199,6 +226,12 @@ func NewInventoryServiceHandler(svc InventoryServiceHandler, opts ...connect.Han
 		connect.WithSchema(inventoryServiceMethods.ByName("GetStock")),
 		connect.WithHandlerOptions(opts...),
 	)
+	inventoryServiceNewOrderIdHandler := connect.NewUnaryHandler(
+		InventoryServiceNewOrderIdProcedure,
+		svc.NewOrderId,
+		connect.WithSchema(inventoryServiceMethods.ByName("NewOrderId")),
+		connect.WithHandlerOptions(opts...),
+	)
 	inventoryServiceReserveHandler := connect.NewUnaryHandler(
 		InventoryServiceReserveProcedure,
 		svc.Reserve,
@@ -223,6 +256,8 @@ func NewInventoryServiceHandler(svc InventoryServiceHandler, opts ...connect.Han
 			inventoryServiceLoadStockHandler.ServeHTTP(w, r)
 		case InventoryServiceGetStockProcedure:
 			inventoryServiceGetStockHandler.ServeHTTP(w, r)
+		case InventoryServiceNewOrderIdProcedure:
+			inventoryServiceNewOrderIdHandler.ServeHTTP(w, r)
 		case InventoryServiceReserveProcedure:
 			inventoryServiceReserveHandler.ServeHTTP(w, r)
 		case InventoryServiceConfirmProcedure:
@@ -244,6 +279,10 @@ func (UnimplementedInventoryServiceHandler) LoadStock(context.Context, *connect.
 
 func (UnimplementedInventoryServiceHandler) GetStock(context.Context, *connect.Request[v1.GetStockRequest]) (*connect.Response[v1.GetStockResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardis.v1.InventoryService.GetStock is not implemented"))
+}
+
+func (UnimplementedInventoryServiceHandler) NewOrderId(context.Context, *connect.Request[v1.NewOrderIdRequest]) (*connect.Response[v1.NewOrderIdResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardis.v1.InventoryService.NewOrderId is not implemented"))
 }
 
 func (UnimplementedInventoryServiceHandler) Reserve(context.Context, *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error) {

@@ -1,0 +1,195 @@
+package inventory
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/router"
+)
+
+// Order homes: the one node that holds an order's record.
+//
+// An order's record carries its one decision (reserved, confirmed,
+// cancelled, expired, failed), so every instance, every retry and every
+// reader must find it on the same node. The home is therefore a pure
+// function of the order id and the topology's member list, never of which
+// node happens to be up:
+//
+//   - An id minted by [Inventory.NewOrderID] names a node: the home is that
+//     node while it is a member of the topology.
+//   - Any other id (and a minted id whose node left the topology) is
+//     placed by the order home ring over every member, weighted, by
+//     hashing "order:" + id.
+//
+// Both rules read only (id, members), so the single-decision argument of
+// reserve.go and staged.go holds unchanged: there is one home per order
+// per topology epoch, and a topology change moves records from the old
+// home to the new one (migrate.go) by this same function.
+//
+// Availability comes from minting, not from failing over: while a node is
+// down, NewOrderID names only usable nodes, so an order whose id is minted
+// during the outage has its record on a healthy node and succeeds when its
+// stock is on healthy nodes. An order whose id the caller made up still
+// lives on its ring home and fails with ErrUnavailable while that node is
+// down. Failing over the home of an existing id instead would let a retry
+// create a second record on the other node; a minted id never moves, so it
+// cannot.
+//
+// Minted ids look like "@n2#9f1c2ab3e4d5f607a1b2c3d4": "@", the node name,
+// "#", 16 hex digits of randomness and 8 hex digits of a checksum over the
+// rest. Node names hold neither '@' nor '#', and an id that merely looks
+// minted but whose checksum does not match is an ordinary id (ring
+// placed), so ids made up by callers before minting existed keep their
+// home with probability 1 - 2⁻³².
+
+// Homes places order records over the members of one topology. It is
+// immutable and safe for concurrent use.
+type Homes struct {
+	ring  *router.Ring
+	names []string       // member names, sorted; ring member i is names[i]
+	index map[string]int // name → ring member index
+}
+
+// NewHomes returns the order homes of cfg's inventory server: every node of
+// its routes, sorted by name, with its configured weight.
+func NewHomes(cfg *config.Config) (*Homes, error) {
+	names := homeNames(cfg)
+	ring, err := router.ConfigRing(cfg, names)
+	if err != nil {
+		return nil, err
+	}
+	return newHomes(ring, names), nil
+}
+
+func newHomes(ring *router.Ring, names []string) *Homes {
+	h := &Homes{ring: ring, names: names, index: make(map[string]int, len(names))}
+	for i, n := range names {
+		h.index[n] = i
+	}
+	return h
+}
+
+// Home returns the name of the node that holds orderID's record.
+func (h *Homes) Home(orderID string) string { return h.names[h.member(orderID)] }
+
+// Names returns the members, sorted by name (member i of [Homes.Home]'s
+// placement is the i-th).
+func (h *Homes) Names() []string { return append([]string(nil), h.names...) }
+
+// member returns the index of orderID's home among h.names.
+func (h *Homes) member(orderID string) int {
+	if name, ok := MintedHome(orderID); ok {
+		if i, ok := h.index[name]; ok {
+			return i
+		}
+	}
+	return h.ring.Home("order:" + orderID)
+}
+
+const (
+	mintRandHex  = 16
+	mintCheckHex = 8
+)
+
+// mintID returns a minted order id naming node, with fresh randomness.
+func mintID(node string) (string, error) {
+	var b [mintRandHex / 2]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("inventory: minting an order id: %w", err)
+	}
+	body := "@" + node + "#" + hex.EncodeToString(b[:])
+	return body + mintCheck(body), nil
+}
+
+// mintSum is the checksum of a minted id's body ("@node#rand").
+func mintSum(body string) uint32 {
+	var d xxhash.Digest
+	d.Reset()
+	_, _ = d.WriteString("shardis order home\x00")
+	_, _ = d.WriteString(body)
+	return uint32(d.Sum64())
+}
+
+// mintCheck is mintSum(body) as mintCheckHex lowercase hex digits.
+func mintCheck(body string) string {
+	const digits = "0123456789abcdef"
+	var out [mintCheckHex]byte
+	s := mintSum(body)
+	for i := mintCheckHex - 1; i >= 0; i-- {
+		out[i] = digits[s&0xf]
+		s >>= 4
+	}
+	return string(out[:])
+}
+
+// MintedHome reports the node named by an id minted by
+// [Inventory.NewOrderID], and false for any other id (including one that
+// only looks minted: its checksum must match). Whether that node is the
+// order's home also depends on the topology: see [Homes.Home].
+func MintedHome(orderID string) (string, bool) {
+	if len(orderID) < 3+mintRandHex+mintCheckHex || orderID[0] != '@' {
+		return "", false
+	}
+	hash := strings.LastIndexByte(orderID, '#')
+	if hash < 2 || len(orderID)-hash-1 != mintRandHex+mintCheckHex {
+		return "", false
+	}
+	var sum uint32
+	for i := hash + 1; i < len(orderID); i++ {
+		c := orderID[i]
+		var d byte
+		switch {
+		case c >= '0' && c <= '9':
+			d = c - '0'
+		case c >= 'a' && c <= 'f':
+			d = c - 'a' + 10
+		default:
+			return "", false
+		}
+		if i >= len(orderID)-mintCheckHex {
+			sum = sum<<4 | uint32(d)
+		}
+	}
+	if mintSum(orderID[:len(orderID)-mintCheckHex]) != sum {
+		return "", false
+	}
+	return orderID[1:hash], true
+}
+
+// NewOrderID returns a fresh order id whose record will live on a node
+// that is usable now: the nodes are tried in the order of the home ring
+// from a random point (so ids spread over the nodes by weight, and the
+// ids that would have gone to an unusable node spread over its
+// successors). Reserve, Confirm and Cancel find the record on that node
+// for as long as it is a member of the topology, whichever nodes are up
+// later (see the file comment); it moves, like any order's, only when a
+// topology change removes its node.
+//
+// Callers that mint ids keep placing orders while a node is down: only an
+// order whose stock is on the down node fails. Store the id before you
+// call Reserve and retry Reserve with the same id, as for any id. It
+// fails with ErrUnavailable when no node of the inventory is usable, and
+// with ErrUnavailable wrapping ErrTopology while this instance cannot act
+// at the nodes' topology (Reserve would refuse too).
+func (inv *Inventory) NewOrderID(ctx context.Context) (string, error) {
+	if err := inv.topology(ctx).refuse(); err != nil {
+		return "", err
+	}
+	var seed [8]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return "", fmt.Errorf("inventory: minting an order id: %w", err)
+	}
+	w := inv.homes.ring.Walk(string(seed[:]))
+	for i, ok := w.Next(); ok; i, ok = w.Next() {
+		if inv.usable(inv.members[i]) {
+			return mintID(inv.members[i].Name())
+		}
+	}
+	return "", fmt.Errorf("%w: no node of server %q can hold a new order's record", ErrUnavailable, inv.cfg.Server)
+}
