@@ -13,8 +13,8 @@ import (
 // scripts span SKUs, so Redis Cluster hash tags would not help here.
 const (
 	keyPending    = "inv:pending"      // zset: part id → deadline (ms)
-	keyStuck      = "inv:stuck"        // zset: part id set aside → when (ms); the pending script names it too
-	keyStuckWhy   = "inv:stuck:why"    // hash: part id set aside → reason; the pending script names it too
+	keyStuck      = "inv:stuck"        // zset: part id set aside → when (ms)
+	keyStuckWhy   = "inv:stuck:why"    // hash: part id set aside → reason
 	keyRedoOffset = "inv:redo:offsets" // hash: redo queue key → last offset
 	keyRedoAcked  = "inv:redo:acked"   // hash: redo queue key → acknowledged offset
 )
@@ -30,7 +30,10 @@ func quotaKey(route, sku, user string) string {
 	return "inv:quota:" + route + ":" + strconv.Itoa(len(sku)) + ":" + sku + ":" + user
 }
 
-func partKey(partID string) string { return "inv:part:" + partID }
+func partKey(partID string) string { return partKeyPrefix + partID }
+
+// partKeyPrefix starts every part key; scripts get it as ARGV[3] (lua.go).
+const partKeyPrefix = "inv:part:"
 
 func orderKey(orderID string) string { return "inv:order:" + orderID }
 

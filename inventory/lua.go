@@ -24,11 +24,16 @@ import (
 //	        topology.go): it must equal the stamp hash's `epoch` field, or
 //	        the script refuses with SHARDIS_EPOCH before reading anything
 //	        else;
-//	ARGV[3] reserved ("").
+//	ARGV[3] the part key prefix (partKey("")), which the prelude names
+//	        `partPrefix`.
 //
 // A script's own keys start at KEYS[2] and its own arguments at ARGV[4].
-// The prelude defines `now` (the node's clock, ms) and `int(v, what)` (a
-// strict integer parse returning n, or nil and an error reply).
+// Every key a script touches is in KEYS, but for one kind: a part whose
+// id the script itself reads from an index (the pending index, a redo
+// queue) is named partPrefix .. id, so the key format still has its one
+// definition in keys.go. The prelude defines `now` (the node's clock,
+// ms), `partPrefix` and `int(v, what)` (a strict integer parse returning
+// n, or nil and an error reply).
 //
 // A write script advances the stamp hash's `seq` field once per call that
 // did not fail; every script replies {seq, body reply}, and [Inventory.run]
@@ -51,6 +56,7 @@ if (meta[2] or '') ~= ARGV[2] then
   return redis.error_reply('SHARDIS_EPOCH node ' .. ARGV[1] .. ' is at topology ' .. tostring(meta[2] or 'none') ..
     ', the caller at ' .. ARGV[2])
 end
+local partPrefix = ARGV[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function int(v, what)
@@ -106,7 +112,7 @@ func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys 
 	k = append(k, stampKey)
 	k = append(k, keys...)
 	a := make([]any, 0, len(args)+3)
-	a = append(a, n.Name(), v.token, "")
+	a = append(a, n.Name(), v.token, partKeyPrefix)
 	a = append(a, args...)
 	exec := func() ([]any, error) {
 		if s.write && inv.durable() {

@@ -10,19 +10,21 @@ import (
 
 // pendingDueScript lists pending parts of a node whose deadline passed.
 // KEYS: 1 stamp, 2 pending index. ARGV: 4 limit. Returns up to limit
-// entries {id, order, token, state, deadline}.
+// entries {id, order, token, state, deadline}, read from each indexed
+// part's record (partPrefix .. id, see lua.go).
 var pendingDueScript = newScript("pending-due", false, `
 local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
 local out = {}
 for _, id in ipairs(ids) do
-  local f = redis.call('HMGET', 'inv:part:' .. id, 'order', 'token', 'state', 'deadline')
+  local f = redis.call('HMGET', partPrefix .. id, 'order', 'token', 'state', 'deadline')
   out[#out + 1] = {id, f[1] or '', f[2] or '', f[3] or '', tonumber(f[4]) or 0}
 end
 return out
 `)
 
 // pendingAdjustScript adjusts a node's index of pending parts.
-// KEYS: 1 stamp, 2 pending index. ARGV: 4 op, then:
+// KEYS: 1 stamp, 2 pending index, 3 the part's key, 4 stuck index, 5
+// stuck reasons (pendingAdjust builds them). ARGV: 4 op, then:
 //
 //	later  5 part id, 6 new deadline ms: move a part's deadline (only if
 //	       it is still indexed).
@@ -37,21 +39,28 @@ local op = ARGV[4]
 if op == 'later' then
   return redis.call('ZADD', KEYS[2], 'XX', tonumber(ARGV[6]), ARGV[5])
 elseif op == 'drop' then
-  if redis.call('HGET', 'inv:part:' .. ARGV[5], 'state') == 'pending' then return 0 end
+  if redis.call('HGET', KEYS[3], 'state') == 'pending' then return 0 end
   return redis.call('ZREM', KEYS[2], ARGV[5])
 elseif op == 'stuck' then
   if redis.call('ZREM', KEYS[2], ARGV[5]) == 0 then return 0 end
-  redis.call('ZADD', 'inv:stuck', now, ARGV[5])
-  redis.call('HSET', 'inv:stuck:why', ARGV[5], ARGV[6])
+  redis.call('ZADD', KEYS[4], now, ARGV[5])
+  redis.call('HSET', KEYS[5], ARGV[5], ARGV[6])
   return 1
 elseif op == 'retry' then
-  if redis.call('ZREM', 'inv:stuck', ARGV[5]) == 0 then return 0 end
-  redis.call('HDEL', 'inv:stuck:why', ARGV[5])
+  if redis.call('ZREM', KEYS[4], ARGV[5]) == 0 then return 0 end
+  redis.call('HDEL', KEYS[5], ARGV[5])
   redis.call('ZADD', KEYS[2], now, ARGV[5])
   return 1
 end
 return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))
 `)
+
+// pendingAdjust runs pendingAdjustScript's op on part partID of n, with
+// args after the part id.
+func (inv *Inventory) pendingAdjust(ctx context.Context, n *node.Node, op, partID string, args ...any) (any, error) {
+	return inv.run(ctx, n, pendingAdjustScript, []string{keyPending, partKey(partID), keyStuck, keyStuckWhy},
+		append([]any{op, partID}, args...)...)
+}
 
 // homeRetry is how long a part whose order home is unreachable waits
 // before the reconciler looks at it again.
@@ -127,7 +136,7 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 		return "", err
 	}
 	if p.State != "pending" {
-		if _, err := inv.run(ctx, n, pendingAdjustScript, []string{keyPending}, "drop", p.PartID); err != nil {
+		if _, err := inv.pendingAdjust(ctx, n, "drop", p.PartID); err != nil {
 			return "", err
 		}
 		return AlreadySettled, nil
@@ -138,8 +147,7 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 		if err != nil {
 			// The decision is out of reach: look again later, so parts
 			// of reachable orders behind this one are not held up.
-			if _, lerr := inv.run(ctx, n, pendingAdjustScript, []string{keyPending}, "later",
-				p.PartID, time.Now().Add(homeRetry).UnixMilli()); lerr != nil {
+			if _, lerr := inv.pendingAdjust(ctx, n, "later", p.PartID, time.Now().Add(homeRetry).UnixMilli()); lerr != nil {
 				return "", lerr
 			}
 			return Postponed, err
@@ -151,8 +159,7 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 			// cannot be reached puts this part off, like an unreachable
 			// home, so parts behind it are not held up.
 			if err = inv.resolveStaged(ctx, home, p.OrderID, rec, true); err != nil {
-				if _, lerr := inv.run(ctx, n, pendingAdjustScript, []string{keyPending}, "later",
-					p.PartID, time.Now().Add(homeRetry).UnixMilli()); lerr != nil {
+				if _, lerr := inv.pendingAdjust(ctx, n, "later", p.PartID, time.Now().Add(homeRetry).UnixMilli()); lerr != nil {
 					return "", lerr
 				}
 				return Postponed, err
@@ -171,8 +178,7 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 				if rec.status == "reserving" {
 					until = time.Now().Add(rec.wait)
 				}
-				if _, err := inv.run(ctx, n, pendingAdjustScript, []string{keyPending}, "later",
-					p.PartID, until.Add(partGrace).UnixMilli()); err != nil {
+				if _, err := inv.pendingAdjust(ctx, n, "later", p.PartID, until.Add(partGrace).UnixMilli()); err != nil {
 					return "", err
 				}
 				return Postponed, nil

@@ -25,19 +25,21 @@ return out
 
 // redoEntryLua defines redoEntry(part id, offset): one redo entry as
 // {offset, part id, order, sku, qty, state, at, settled_at, counter key},
-// read from the part's record; state "expired" when the record is gone.
+// read from the part's record (partPrefix .. id, see lua.go); state
+// "expired" when the record is gone.
 const redoEntryLua = `
 local function redoEntry(id, off)
-  local f = redis.call('HMGET', 'inv:part:' .. id, 'order', 'sku', 'qty', 'state', 'at', 'settled_at', 'counter')
+  local f = redis.call('HMGET', partPrefix .. id, 'order', 'sku', 'qty', 'state', 'at', 'settled_at', 'counter')
   return {tonumber(off), id, f[1] or '', f[2] or '', tonumber(f[3]) or 0, f[4] or 'expired', tonumber(f[5]) or 0,
     tonumber(f[6]) or 0, f[7] or ''}
 end
 `
 
 // redoWriteScript acknowledges and trims a node's redo log.
-// KEYS: 1 stamp, 2 acked hash, then queue keys. ARGV: 4 op:
+// KEYS: 1 stamp, 2 acked hash, 3 offsets hash, then queue keys. ARGV: 4
+// op:
 //
-//	ack   5 offset (KEYS[3]): raise the acknowledged offset; never lowers it.
+//	ack   5 offset (KEYS[4]): raise the acknowledged offset; never lowers it.
 //	      Returns the acknowledged offset. An offset past the queue's head
 //	      (the last offset handed out, in inv:redo:offsets) is refused with
 //	      SHARDIS_RANGE naming both.
@@ -50,21 +52,21 @@ end
 var redoWriteScript = newScript("redo-write", true, `
 local op = ARGV[4]
 if op == 'ack' then
-  local cur = tonumber(redis.call('HGET', KEYS[2], KEYS[3])) or 0
-  local head = tonumber(redis.call('HGET', 'inv:redo:offsets', KEYS[3])) or 0
+  local cur = tonumber(redis.call('HGET', KEYS[2], KEYS[4])) or 0
+  local head = tonumber(redis.call('HGET', KEYS[3], KEYS[4])) or 0
   local off = tonumber(ARGV[5])
   if off > head then
-    return redis.error_reply('SHARDIS_RANGE ack offset ' .. ARGV[5] .. ' is past the head of ' .. KEYS[3] .. ' (last offset handed out ' .. head .. ')')
+    return redis.error_reply('SHARDIS_RANGE ack offset ' .. ARGV[5] .. ' is past the head of ' .. KEYS[4] .. ' (last offset handed out ' .. head .. ')')
   end
-  if off > cur then redis.call('HSET', KEYS[2], KEYS[3], off) return off end
+  if off > cur then redis.call('HSET', KEYS[2], KEYS[4], off) return off end
   return cur
 elseif op == 'trim' then
   local maxAge, batch, removed = tonumber(ARGV[5]), tonumber(ARGV[6]), 0
-  for k = 3, #KEYS do
+  for k = 4, #KEYS do
     local acked = tonumber(redis.call('HGET', KEYS[2], KEYS[k])) or 0
     local e = redis.call('ZRANGE', KEYS[k], 0, batch - 1, 'WITHSCORES')
     for i = 1, #e, 2 do
-      local f = redis.call('HMGET', 'inv:part:' .. e[i], 'state', 'at')
+      local f = redis.call('HMGET', partPrefix .. e[i], 'state', 'at')
       local settled = f[1] == false or f[1] == 'confirmed' or f[1] == 'cancelled'
       local old = maxAge > 0 and (f[1] == false or (tonumber(f[2]) or 0) + maxAge <= now)
       if not settled or not (tonumber(e[i + 1]) <= acked or old) then break end
@@ -177,7 +179,7 @@ func (inv *Inventory) AckRedoLog(ctx context.Context, nodeName string, queue int
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	v, err := inv.run(ctx, n, redoWriteScript, []string{keyRedoAcked, RedoLogKey(queue)}, "ack", offset)
+	v, err := inv.run(ctx, n, redoWriteScript, []string{keyRedoAcked, keyRedoOffset, RedoLogKey(queue)}, "ack", offset)
 	if err != nil {
 		return 0, err
 	}
@@ -225,7 +227,7 @@ func (inv *Inventory) TrimRedoLog(ctx context.Context, nodeName string, maxAge t
 	if err != nil {
 		return 0, err
 	}
-	keys := []string{keyRedoAcked}
+	keys := []string{keyRedoAcked, keyRedoOffset}
 	for q := 0; q < inv.cfg.RedoQueues; q++ {
 		keys = append(keys, RedoLogKey(q))
 	}

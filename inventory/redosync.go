@@ -266,12 +266,12 @@ type PartState struct {
 	SettledAt time.Time
 }
 
-// partStatesScript reads parts' states. KEYS: 1 stamp. ARGV: 4.. part ids.
+// partStatesScript reads parts' states. KEYS: 1 stamp, 2.. part keys.
 // Returns {incarnation, per part {state, settled_at}}.
 var partStatesScript = newScript("part-states", false, `
 local out = {}
-for i = 4, #ARGV do
-  local f = redis.call('HMGET', 'inv:part:' .. ARGV[i], 'state', 'settled_at')
+for i = 2, #KEYS do
+  local f = redis.call('HMGET', KEYS[i], 'state', 'settled_at')
   out[#out + 1] = {f[1] or '', tonumber(f[2]) or 0}
 end
 return {redis.call('HGET', KEYS[1], 'incarnation') or '', out}
@@ -288,11 +288,11 @@ func (inv *Inventory) PartStates(ctx context.Context, nodeName string, partIDs [
 	if err != nil {
 		return "", nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	args := make([]any, len(partIDs))
+	keys := make([]string, len(partIDs))
 	for i, id := range partIDs {
-		args[i] = id
+		keys[i] = partKey(id)
 	}
-	v, err := inv.run(ctx, n, partStatesScript, nil, args...)
+	v, err := inv.run(ctx, n, partStatesScript, keys)
 	if err != nil {
 		return "", nil, err
 	}

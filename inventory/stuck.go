@@ -68,7 +68,7 @@ func (inv *Inventory) SetAside(ctx context.Context, p PendingPart, reason string
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	v, err := inv.run(ctx, n, pendingAdjustScript, []string{keyPending}, "stuck", p.PartID, reason)
+	v, err := inv.pendingAdjust(ctx, n, "stuck", p.PartID, reason)
 	if err != nil {
 		return false, err
 	}
@@ -87,7 +87,7 @@ func (inv *Inventory) RetryStuck(ctx context.Context, nodeName, partID string) (
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	v, err := inv.run(ctx, n, pendingAdjustScript, []string{keyPending}, "retry", partID)
+	v, err := inv.pendingAdjust(ctx, n, "retry", partID)
 	if err != nil {
 		return false, err
 	}
