@@ -186,8 +186,12 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 	if err != nil || len(raw) == 0 {
 		return Reservation{}, true, malformed(home, localScript, v)
 	}
-	if s, _ := raw[0].(string); s != "reserved" {
+	switch s, _ := raw[0].(string); localStatus(s) {
+	case localFallback:
 		return Reservation{}, false, nil
+	case localReserved:
+	default:
+		return Reservation{}, true, malformed(home, localScript, v)
 	}
 	if len(raw) != 2+len(reqs) {
 		return Reservation{}, true, malformed(home, localScript, v)

@@ -53,7 +53,7 @@ type Outcome struct {
 
 // orderRecord is the order script's reply.
 type orderRecord struct {
-	status   string
+	status   recStatus
 	token    string
 	deadline time.Time
 	parts    []part
@@ -62,8 +62,8 @@ type orderRecord struct {
 }
 
 // orderOp runs one step of the order state machine on the home node.
-func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID, op, token string, args ...any) (orderRecord, error) {
-	argv := append([]any{op, token}, args...)
+func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID string, op orderOp, token string, args ...any) (orderRecord, error) {
+	argv := append([]any{string(op), token}, args...)
 	v, err := inv.run(ctx, home, orderScript, []string{orderKey(orderID)}, argv...)
 	if err != nil {
 		return orderRecord{}, err
@@ -76,13 +76,17 @@ func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID, op,
 		return orderRecord{}, malformed(home, orderScript, v)
 	}
 	var rec orderRecord
-	rec.status, _ = raw[0].(string)
-	rec.token, _ = raw[1].(string)
-	dl, _ := raw[2].(int64)
+	status, ok1 := raw[0].(string)
+	token, ok2 := raw[1].(string)
+	dl, ok3 := raw[2].(int64)
+	blob, ok4 := raw[3].(string)
+	reason, ok5 := raw[4].(string)
+	wait, ok6 := raw[5].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
+		return orderRecord{}, malformed(home, orderScript, v)
+	}
+	rec.status, rec.token, rec.reason = recStatus(status), token, reason
 	rec.deadline = time.UnixMilli(dl)
-	blob, _ := raw[3].(string)
-	rec.reason, _ = raw[4].(string)
-	wait, _ := raw[5].(int64)
 	rec.wait = time.Duration(wait) * time.Millisecond
 	if blob != "" {
 		if err := json.Unmarshal([]byte(blob), &rec.parts); err != nil {
@@ -106,19 +110,19 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 	if err != nil {
 		return Outcome{}, err
 	}
-	rec, err := inv.orderOp(ctx, home, orderID, "confirm", "", seconds(inv.cfg.Retention))
-	if err == nil && rec.status == "staging" {
+	rec, err := inv.orderOp(ctx, home, orderID, opConfirm, "", seconds(inv.cfg.Retention))
+	if err == nil && rec.status == recStaging {
 		// A one-round reservation not committed yet: decide it (without
 		// cutting short an attempt whose lease runs), then confirm.
 		if err = inv.resolveStaged(ctx, home, orderID, rec, rec.wait == 0); err == nil {
-			rec, err = inv.orderOp(ctx, home, orderID, "confirm", "", seconds(inv.cfg.Retention))
+			rec, err = inv.orderOp(ctx, home, orderID, opConfirm, "", seconds(inv.cfg.Retention))
 		}
 	}
 	if err != nil {
 		return Outcome{}, err
 	}
 	switch rec.status {
-	case "confirmed":
+	case recConfirmed:
 		pending, missing := inv.settleParts(ctx, orderID, Confirm, rec.parts)
 		if len(missing) > 0 {
 			inv.log.Error("DATA LOSS: confirmed order has parts missing on their nodes", "order", orderID, "parts", missing)
@@ -127,14 +131,14 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 					ErrDataLoss, orderID, missing)
 		}
 		return Outcome{OrderID: orderID, Status: StatusConfirmed, PendingParts: pending}, nil
-	case "missing":
+	case recMissing:
 		return Outcome{}, fmt.Errorf("%w: order %q was never reserved", ErrNotFound, orderID)
-	case "failed":
+	case recFailed:
 		return Outcome{}, fmt.Errorf("%w: order %q: its last Reserve attempt failed and took nothing (Reserve it again)", ErrNotFound, orderID)
-	case "reserving":
+	case recReserving:
 		return Outcome{}, fmt.Errorf("%w: order %q", ErrInProgress, orderID)
-	case "cancelled":
-		if rec.reason == "expired" {
+	case recCancelled:
+		if rec.reason == reasonExpired {
 			_, _ = inv.settleParts(ctx, orderID, Cancel, rec.parts)
 			return Outcome{}, fmt.Errorf("%w: order %q passed its deadline %s", ErrExpired, orderID, rec.deadline.UTC().Format(time.RFC3339))
 		}
@@ -156,22 +160,22 @@ func (inv *Inventory) Cancel(ctx context.Context, orderID string) (Outcome, erro
 	if err != nil {
 		return Outcome{}, err
 	}
-	rec, err := inv.orderOp(ctx, home, orderID, "cancel", "", seconds(inv.cfg.Retention))
-	if err == nil && rec.status == "staging" {
+	rec, err := inv.orderOp(ctx, home, orderID, opCancel, "", seconds(inv.cfg.Retention))
+	if err == nil && rec.status == recStaging {
 		// A one-round reservation not committed yet: decide it (a part
 		// still on its way is prevented), then cancel.
 		if err = inv.resolveStaged(ctx, home, orderID, rec, true); err == nil {
-			rec, err = inv.orderOp(ctx, home, orderID, "cancel", "", seconds(inv.cfg.Retention))
+			rec, err = inv.orderOp(ctx, home, orderID, opCancel, "", seconds(inv.cfg.Retention))
 		}
 	}
 	if err != nil {
 		return Outcome{}, err
 	}
 	switch rec.status {
-	case "cancelled":
+	case recCancelled:
 		pending, _ := inv.settleParts(ctx, orderID, Cancel, rec.parts)
 		return Outcome{OrderID: orderID, Status: StatusCancelled, PendingParts: pending, Reason: rec.reason}, nil
-	case "confirmed":
+	case recConfirmed:
 		return Outcome{}, fmt.Errorf("%w: order %q", ErrConfirmed, orderID)
 	}
 	return Outcome{}, fmt.Errorf("%w: order %q: unexpected state %q", ErrUnavailable, orderID, rec.status)
@@ -213,7 +217,7 @@ func (inv *Inventory) settleParts(ctx context.Context, orderID string, action Ac
 				return
 			}
 			for i, r := range res {
-				if r == "missing" {
+				if r == settleMissing {
 					missing = append(missing, name+"/"+ids[i])
 				}
 			}

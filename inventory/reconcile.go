@@ -152,8 +152,8 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 			}
 			return Postponed, err
 		}
-		rec, err := inv.orderOp(ctx, home, p.OrderID, "expire", p.Token, seconds(inv.cfg.Retention))
-		if err == nil && rec.status == "staging" {
+		rec, err := inv.orderOp(ctx, home, p.OrderID, opExpire, p.Token, seconds(inv.cfg.Retention))
+		if err == nil && rec.status == recStaging {
 			// Decide the staged order first (long past its lease), then
 			// read its decision. A node of another promised part that
 			// cannot be reached puts this part off, like an unreachable
@@ -164,18 +164,18 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 				}
 				return Postponed, err
 			}
-			rec, err = inv.orderOp(ctx, home, p.OrderID, "expire", p.Token, seconds(inv.cfg.Retention))
+			rec, err = inv.orderOp(ctx, home, p.OrderID, opExpire, p.Token, seconds(inv.cfg.Retention))
 		}
 		if err != nil {
 			return "", err
 		}
 		if rec.token == p.Token {
 			switch rec.status {
-			case "confirmed":
+			case recConfirmed:
 				action = Confirm
-			case "reserved", "reserving":
+			case recReserved, recReserving:
 				until := rec.deadline
-				if rec.status == "reserving" {
+				if rec.status == recReserving {
 					until = time.Now().Add(rec.wait)
 				}
 				if _, err := inv.pendingAdjust(ctx, n, "later", p.PartID, until.Add(partGrace).UnixMilli()); err != nil {

@@ -146,7 +146,7 @@ func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, order
 	if err != nil {
 		return Reservation{}, err
 	}
-	if rec.status != "begin" {
+	if rec.status != recBegun {
 		return inv.existing(orderID, rec)
 	}
 
@@ -166,7 +166,7 @@ func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, order
 	// outcome is known whenever the node answers.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
-	rec, err = inv.orderOp(cctx, home, orderID, "commit", token, string(blob), seconds(inv.cfg.Retention))
+	rec, err = inv.orderOp(cctx, home, orderID, opCommit, token, string(blob), seconds(inv.cfg.Retention))
 	if err != nil {
 		if !outcomeUnknown(err) {
 			// Refused before the network, or answered with an error reply
@@ -181,9 +181,9 @@ func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, order
 		return Reservation{}, fmt.Errorf("%w: order %q: commit outcome unknown, retry Reserve with the same order id: %w",
 			ErrUnavailable, orderID, err)
 	}
-	if rec.status != "reserved" {
+	if rec.status != recReserved {
 		inv.abandon(ctx, home, orderID, token, parts, nil)
-		if rec.reason == "cancelled" {
+		if rec.reason == reasonCancelled {
 			return Reservation{}, fmt.Errorf("%w: order %q was cancelled while it was being reserved", ErrCancelled, orderID)
 		}
 		return Reservation{}, fmt.Errorf("%w: order %q: the attempt lost its lease (order is %s); retry", ErrUnavailable, orderID, rec.reason)
@@ -226,9 +226,9 @@ func (inv *Inventory) checkReserve(orderID string, items []Item, userID string) 
 // preventing the missing ones.
 func (inv *Inventory) begin(ctx context.Context, home *node.Node, orderID, token, digest, userID string, ttl time.Duration) (orderRecord, error) {
 	for {
-		rec, err := inv.orderOp(ctx, home, orderID, "begin", token,
+		rec, err := inv.orderOp(ctx, home, orderID, opBegin, token,
 			ms(inv.opts.AttemptLease), digest, userID, ms(ttl), seconds(inv.cfg.Retention))
-		if err == nil && rec.status == "staging" {
+		if err == nil && rec.status == recStaging {
 			err = inv.resolveStaged(ctx, home, orderID, rec, rec.wait == 0)
 			if err == nil {
 				continue
@@ -236,7 +236,7 @@ func (inv *Inventory) begin(ctx context.Context, home *node.Node, orderID, token
 			if !errors.Is(err, errStagedInFlight) {
 				return rec, err
 			}
-		} else if err != nil || rec.status != "reserving" {
+		} else if err != nil || rec.status != recReserving {
 			return rec, err
 		}
 		wait := min(rec.wait, 20*time.Millisecond) + time.Millisecond
@@ -251,11 +251,11 @@ func (inv *Inventory) begin(ctx context.Context, home *node.Node, orderID, token
 // existing answers a Reserve whose order already has an outcome.
 func (inv *Inventory) existing(orderID string, rec orderRecord) (Reservation, error) {
 	switch rec.status {
-	case "reserved", "confirmed":
+	case recReserved, recConfirmed:
 		return Reservation{OrderID: orderID, Receipts: receipts(rec.parts), Deadline: rec.deadline}, nil
-	case "cancelled":
+	case recCancelled:
 		return Reservation{}, fmt.Errorf("%w: order %q (%s)", ErrCancelled, orderID, rec.reason)
-	case "mismatch":
+	case recMismatch:
 		return Reservation{}, fmt.Errorf("%w: order %q", ErrOrderMismatch, orderID)
 	}
 	return Reservation{}, fmt.Errorf("%w: order %q: unexpected order state %q", ErrUnavailable, orderID, rec.status)
@@ -272,7 +272,7 @@ func (inv *Inventory) abandon(ctx context.Context, home *node.Node, orderID, tok
 	if pending > 0 {
 		inv.log.Warn("reserve rollback deferred", "order", orderID, "pending_parts", pending)
 	}
-	if _, err := inv.orderOp(ctx, home, orderID, "fail", token); err != nil {
+	if _, err := inv.orderOp(ctx, home, orderID, opFail, token); err != nil {
 		inv.log.Warn("could not mark failed attempt; its lease will expire", "order", orderID, "err", err)
 	}
 }

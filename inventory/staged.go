@@ -171,8 +171,8 @@ func (inv *Inventory) resolveStaged(ctx context.Context, home *node.Node, orderI
 		return fmt.Errorf("%w: order %q: %w", ErrInProgress, orderID, errStagedInFlight)
 	case verdictReserved:
 		blob, _ := json.Marshal(parts)
-		got, err := inv.orderOp(ctx, home, orderID, "commit", rec.token, string(blob), seconds(inv.cfg.Retention))
-		if err == nil && got.status == "reserved" {
+		got, err := inv.orderOp(ctx, home, orderID, opCommit, rec.token, string(blob), seconds(inv.cfg.Retention))
+		if err == nil && got.status == recReserved {
 			inv.stats.stagedRecovered.Add(1)
 		}
 		return err
@@ -273,11 +273,11 @@ func (inv *Inventory) probeStaged(ctx context.Context, orderID string, rec order
 // parts (tombstones for absent ones). If the record was decided otherwise
 // first (a recovery committed it), nothing is cancelled.
 func (inv *Inventory) failStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part) error {
-	rec, err := inv.orderOp(ctx, home, orderID, "fail", token)
+	rec, err := inv.orderOp(ctx, home, orderID, opFail, token)
 	if err != nil {
 		return err
 	}
-	if rec.status != "failed" || rec.token != token {
+	if rec.status != recFailed || rec.token != token {
 		return nil // decided otherwise first: follow the record
 	}
 	if pending, _ := inv.settleParts(ctx, orderID, Cancel, parts); pending > 0 {

@@ -62,7 +62,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	}
 
 	taken, allTaken, unknown, roundErr := stagedTakes(results, len(promised)-len(homeReqs), userID)
-	if stageErr == nil && staged.status == "staged" {
+	if stageErr == nil && staged.status == stageStaged {
 		for i, r := range homeReqs {
 			p := r.part
 			if p.Kind == "s" {
@@ -72,7 +72,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		}
 	}
 	switch {
-	case stageErr == nil && staged.status == "existing" && staged.token == token:
+	case stageErr == nil && staged.status == stageExisting && staged.token == token:
 		// Our own stage, run twice (node clients never replay commands,
 		// so this is defensive): its outcome is the record's.
 		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id", ErrUnavailable, orderID)
@@ -80,7 +80,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		// The record may be staged under this token: only a decision on it
 		// may cancel parts. Whoever meets the order next decides it.
 		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id: %w", ErrUnavailable, orderID, stageErr)
-	case stageErr != nil || staged.status != "staged":
+	case stageErr != nil || staged.status != stageStaged:
 		// Refused before the network, short on the home node, or the order
 		// already has a record: no record names this token, so no one can
 		// reserve its parts (the home node took none).
@@ -102,11 +102,11 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	inv.stats.rolledBack.Add(int64(len(promised)))
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
-	rec, err := inv.orderOp(cctx, home, orderID, "fail", token)
+	rec, err := inv.orderOp(cctx, home, orderID, opFail, token)
 	if err != nil {
 		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id: %w", ErrUnavailable, orderID, err)
 	}
-	if rec.status != "failed" || rec.token != token {
+	if rec.status != recFailed || rec.token != token {
 		// Decided otherwise first: a reader found every part (an unknown
 		// take had landed) and committed it.
 		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown (it is %s now), retry Reserve with the same order id", ErrUnavailable, orderID, rec.status)
@@ -126,7 +126,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 
 // stageReply is stageTakeScript's reply.
 type stageReply struct {
-	status   string // "staged", "existing" or "short"
+	status   stageStatus
 	deadline time.Time
 	offsets  []int64 // per home part: its redo offset (0 for quota parts)
 	token    string  // "existing": the record's token
@@ -153,18 +153,19 @@ func (inv *Inventory) stageTake(ctx context.Context, home *node.Node, orderID, t
 		return stageReply{}, malformed(home, stageTakeScript, v)
 	}
 	var out stageReply
-	out.status, _ = raw[0].(string)
+	status, _ := raw[0].(string)
+	out.status = stageStatus(status)
 	switch {
-	case out.status == "staged" && len(raw) == 2+len(reqs):
+	case out.status == stageStaged && len(raw) == 2+len(reqs):
 		dl, _ := raw[1].(int64)
 		out.deadline = time.UnixMilli(dl)
 		for _, o := range raw[2:] {
 			off, _ := o.(int64)
 			out.offsets = append(out.offsets, off)
 		}
-	case out.status == "existing" && len(raw) == 3:
+	case out.status == stageExisting && len(raw) == 3:
 		out.token, _ = raw[2].(string)
-	case out.status == "short" && len(raw) == 1:
+	case out.status == stageShort && len(raw) == 1:
 	default:
 		return stageReply{}, malformed(home, stageTakeScript, v)
 	}
@@ -268,7 +269,7 @@ func (inv *Inventory) commitStaged(ctx context.Context, home *node.Node, orderID
 		// values included) is carried over.
 		cctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 		defer cancel()
-		if _, err := inv.orderOp(cctx, home, orderID, "commit", token, string(blob), seconds(inv.cfg.Retention)); err != nil {
+		if _, err := inv.orderOp(cctx, home, orderID, opCommit, token, string(blob), seconds(inv.cfg.Retention)); err != nil {
 			inv.log.Debug("staged commit did not land; the next reader of the order commits it", "order", orderID, "err", err)
 		}
 	}

@@ -1,0 +1,66 @@
+package inventory
+
+// The Go side of the Lua protocol: every op name the Go code sends to a
+// multi-op script and every status word a script replies with, typed, in
+// one place. The scripts themselves (scripts.go, local.go, staged.go) spell
+// the same words; a reply word not listed here is a malformed reply.
+
+// orderOp is an op of orderScript (scripts.go documents each).
+type orderOp string
+
+const (
+	opBegin   orderOp = "begin"   // start (or take over) a general-path attempt
+	opCommit  orderOp = "commit"  // reserving/staging → reserved, with the parts
+	opFail    orderOp = "fail"    // reserving/staging → failed (the attempt's own token)
+	opConfirm orderOp = "confirm" // reserved → confirmed (cancelled when past its deadline)
+	opCancel  orderOp = "cancel"  // → cancelled; a tombstone when there is no record
+	opExpire  orderOp = "expire"  // the reconciler's look at a due part's order
+)
+
+// recStatus is the first word of orderScript's reply: the record's status
+// after the op, or a verdict that is never stored.
+type recStatus string
+
+const (
+	// Stored statuses.
+	recReserving recStatus = "reserving" // a general-path attempt holds the lease
+	recStaging   recStatus = "staging"   // a one-round attempt staged it: decide it first (staged.go)
+	recReserved  recStatus = "reserved"
+	recConfirmed recStatus = "confirmed"
+	recCancelled recStatus = "cancelled" // reason: cancelled, expired or tombstone
+	recFailed    recStatus = "failed"    // the attempt under the record's token took nothing for good
+
+	// Verdicts.
+	recBegun    recStatus = "begin"    // opBegin: this attempt now holds the record
+	recMismatch recStatus = "mismatch" // opBegin: the id was used with other items or user
+	recLost     recStatus = "lost"     // opCommit: the record is not this attempt's any more
+	recMissing  recStatus = "missing"  // no record
+)
+
+// Reasons a cancelled record gives (orderRecord.reason).
+const (
+	reasonCancelled = "cancelled"
+	reasonExpired   = "expired"
+	reasonTombstone = "tombstone"
+)
+
+// stageStatus is the first word of stageTakeScript's reply (staged.go).
+type stageStatus string
+
+const (
+	stageStaged   stageStatus = "staged"   // the record is staged and the home's parts taken
+	stageExisting stageStatus = "existing" // a record exists: nothing written
+	stageShort    stageStatus = "short"    // the home cannot meet its parts: nothing written
+)
+
+// localStatus is the first word of localScript's reply (local.go).
+type localStatus string
+
+const (
+	localReserved localStatus = "reserved" // the whole order is reserved
+	localFallback localStatus = "fallback" // nothing written: take the general path
+)
+
+// settleMissing is what settleScript answers for a part its node does not
+// hold.
+const settleMissing = "missing"
