@@ -17,7 +17,7 @@
 // record (staged.go, whose comment holds the protocol's states and safety
 // rule), or the general begin → take → commit (reserve.go, take.go). Parts that cannot be settled at once
 // (their node is down) go to a [Deferrer]; every pending part carries a
-// deadline, so the reconciler in package rollback settles whatever is left
+// deadline, so the reconciler in package settle settles whatever is left
 // by the decision recorded for its order. Nothing is lost when a process
 // dies at any point: the worst case is stock held until the reservation
 // deadline.
@@ -98,7 +98,7 @@ var (
 // Options configures [New]. The zero value works.
 type Options struct {
 	// Deferrer receives settle work for parts whose node could not be
-	// reached. Package rollback's Queue is the usual one.
+	// reached. Package settle's Queue is the usual one.
 	// default: none (the reconciler still settles such parts after their
 	// deadline)
 	Deferrer Deferrer

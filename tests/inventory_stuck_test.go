@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/inventory"
-	"github.com/shardis/shardis/rollback"
+	"github.com/shardis/shardis/settle"
 )
 
 // invReserveOn reserves k one-unit orders "prefix-i" of sku whose part is
@@ -93,7 +93,7 @@ func TestInvStuckCorruptCounter(t *testing.T) {
 	orig := c.clients["n1"].HGet(ctx, key, "reserved").Val()
 	c.clients["n1"].HSet(ctx, key, "reserved", "x")
 
-	rec := c.reconciler(nil, nil, rollback.Settings{Interval: 100 * time.Millisecond})
+	rec := c.reconciler(nil, nil, settle.Settings{Interval: 100 * time.Millisecond})
 	rec.Start()
 	// Part deadlines are the order's (3 s) plus a 1 s grace.
 	invWaitSettled(t, c, good, 10*time.Second)
@@ -153,7 +153,7 @@ func TestInvStuckDeletedSKU(t *testing.T) {
 	c.load("r", "st-del", 30, 0)
 	ids := invReserveOn(t, c, "st-d", "st-del", "n2", 4, time.Second)
 	c.clients["n2"].Del(ctx, "inv:stock:r:st-del")
-	rec := c.reconciler(nil, nil, rollback.Settings{Interval: 100 * time.Millisecond})
+	rec := c.reconciler(nil, nil, settle.Settings{Interval: 100 * time.Millisecond})
 	rec.Start()
 	invWaitParts(t, c, ids, 8*time.Second, true)
 	stuck, err := c.inv.StuckParts(ctx, "n2", 100)
@@ -177,10 +177,10 @@ func TestInvReconcileLease(t *testing.T) {
 	c := newInvCluster(t, invOpts{})
 	ctx := invCtx(t, 30*time.Second)
 	c.load("r", "st-lease", 30, 0)
-	c.clients["n1"].Set(ctx, rollback.LeaseKey, "another-instance", time.Minute)
+	c.clients["n1"].Set(ctx, settle.LeaseKey, "another-instance", time.Minute)
 	on1 := invReserveOn(t, c, "st-l1-", "st-lease", "n1", 3, time.Second)
 	on2 := invReserveOn(t, c, "st-l2-", "st-lease", "n2", 3, time.Second)
-	rec := c.reconciler(nil, nil, rollback.Settings{Interval: 100 * time.Millisecond})
+	rec := c.reconciler(nil, nil, settle.Settings{Interval: 100 * time.Millisecond})
 	rec.Start()
 	invWaitSettled(t, c, on2, 8*time.Second)
 	time.Sleep(300 * time.Millisecond) // three more ticks
@@ -194,11 +194,11 @@ func TestInvReconcileLease(t *testing.T) {
 	if rec.Stats().Skipped == 0 {
 		t.Errorf("Stats().Skipped = 0 while n1's lease was held by another instance")
 	}
-	c.clients["n1"].Del(ctx, rollback.LeaseKey)
+	c.clients["n1"].Del(ctx, settle.LeaseKey)
 	invWaitSettled(t, c, on1, 5*time.Second)
 	// Passes take the lease for at most Settings.Lease (here 1s) and
 	// release it when they end.
-	if ttl := c.clients["n1"].PTTL(ctx, rollback.LeaseKey).Val(); ttl > time.Second {
+	if ttl := c.clients["n1"].PTTL(ctx, settle.LeaseKey).Val(); ttl > time.Second {
 		t.Errorf("lease on n1 has TTL %v, want at most the 1s lease", ttl)
 	}
 }

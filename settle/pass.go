@@ -1,4 +1,4 @@
-package rollback
+package settle
 
 import (
 	"context"

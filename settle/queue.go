@@ -1,8 +1,11 @@
-// Package rollback finishes what requests could not: it retries settle
-// work deferred because a node was unreachable ([Queue]) and, as the
-// safety net under everything, reconciles each node's pending parts whose
-// deadline has passed by the decision recorded for their order
-// ([Reconciler]).
+// Package settle finishes in the background what requests could not: it
+// retries settle work deferred because a node was unreachable ([Queue])
+// and, as the safety net under everything, reconciles each node's pending
+// parts whose deadline has passed by the decision recorded for their order
+// ([Reconciler]). [Open] wires it with a router and an inventory the way
+// `shardis serve` runs them. (It was called rollback; it never rolls back a
+// partial order: Reserve cancels what a failed attempt took before it
+// returns.)
 //
 // The reconciler works nodes concurrently and, across instances, one
 // instance per node at a time (the node's lease, [LeaseKey]); a part it
@@ -12,7 +15,7 @@
 // The queue lives in memory and may be lost with the process; nothing
 // depends on it for correctness, only for speed: every pending part carries
 // a deadline, and the reconciler of any instance settles it after that.
-package rollback
+package settle
 
 import (
 	"sync"
