@@ -44,7 +44,12 @@ func main() {
 	}
 }
 
-type counts struct{ ok, failed, confirmed, cancelled, left atomic.Int64 }
+// counts tallies the drill's orders; okMinted and failedMinted are the
+// part of ok and failed whose id came from NewOrderId.
+type counts struct {
+	ok, failed, confirmed, cancelled, left atomic.Int64
+	okMinted, failedMinted                 atomic.Int64
+}
 
 func drill(workers int, outage time.Duration, victim string) (bool, error) {
 	names := []string{"n1", "n2", "n3"}
@@ -137,6 +142,7 @@ func drill(workers int, outage time.Duration, victim string) (bool, error) {
 	fmt.Printf("\n%-34s %v\n", "time to mark "+victim+" DOWN", downAfter.Round(time.Millisecond))
 	fmt.Printf("%-34s %v (after restart)\n", "time to mark "+victim+" UP", upAfter.Round(time.Millisecond))
 	fmt.Printf("%-34s %d ok, %d failed\n", "orders", c.ok.Load(), c.failed.Load())
+	fmt.Printf("%-34s %d ok, %d failed (the rest had ids made up by the client)\n", "  of them with minted ids", c.okMinted.Load(), c.failedMinted.Load())
 	codes.Range(func(k, v any) bool {
 		fmt.Printf("%-34s %d\n", "  failed with "+k.(string), v.(*atomic.Int64).Load())
 		return true
@@ -177,17 +183,37 @@ func order(ctx context.Context, inv shardisv1connect.InventoryServiceClient, id 
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err := inv.Reserve(rctx, connect.NewRequest(&v1.ReserveRequest{OrderId: id, Items: items, UserId: "u" + id, TtlSeconds: 2}))
+	// Half the orders get an id minted by the service: its record lives on
+	// a node that was usable when minted, so it does not fail for its
+	// record's node being down.
+	minted := rng.IntN(2) == 0
+	user := "u" + id
+	var err error
+	if minted {
+		var res *connect.Response[v1.NewOrderIdResponse]
+		if res, err = inv.NewOrderId(rctx, connect.NewRequest(&v1.NewOrderIdRequest{})); err == nil {
+			id = res.Msg.OrderId
+		}
+	}
+	if err == nil {
+		_, err = inv.Reserve(rctx, connect.NewRequest(&v1.ReserveRequest{OrderId: id, Items: items, UserId: user, TtlSeconds: 2}))
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return
 		}
 		c.failed.Add(1)
+		if minted {
+			c.failedMinted.Add(1)
+		}
 		v, _ := codes.LoadOrStore(connect.CodeOf(err).String(), new(atomic.Int64))
 		v.(*atomic.Int64).Add(1)
 		return
 	}
 	c.ok.Add(1)
+	if minted {
+		c.okMinted.Add(1)
+	}
 	switch rng.IntN(10) {
 	case 0:
 		c.left.Add(1) // let it expire: the reconciler must return it
