@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -375,7 +374,7 @@ func (a *applier) copyLimits(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			keys, err := scan(ctx, n, "inv:stock:"+route+":*")
+			keys, err := scan(ctx, n, stockKeyPrefix+route+":*")
 			if err != nil {
 				return err
 			}
@@ -405,18 +404,10 @@ func (a *applier) copyLimits(ctx context.Context) error {
 	return nil
 }
 
-// parseQuotaKey splits "inv:quota:<route>:<len(sku)>:<sku>:<user>".
+// parseQuotaKey splits a quota key of route (ParseQuotaKey).
 func parseQuotaKey(route, key string) (sku, user string, ok bool) {
-	rest, found := strings.CutPrefix(key, "inv:quota:"+route+":")
-	if !found {
-		return "", "", false
-	}
-	ls, rest, found := strings.Cut(rest, ":")
-	l, err := strconv.Atoi(ls)
-	if !found || err != nil || l < 0 || len(rest) < l+1 || rest[l] != ':' {
-		return "", "", false
-	}
-	return rest[:l], rest[l+1:], true
+	r, sku, user, err := ParseQuotaKey(key)
+	return sku, user, err == nil && r == route
 }
 
 // ReadTopology reads the topology record of every node of cfg's inventory

@@ -86,12 +86,12 @@ func (a *applier) moveOrders(ctx context.Context, v *view) error {
 		if err != nil {
 			return err
 		}
-		keys, err := scan(ctx, n, "inv:order:*")
+		keys, err := scan(ctx, n, orderKeyPrefix+"*")
 		if err != nil {
 			return err
 		}
 		for _, k := range keys {
-			id := k[len("inv:order:"):]
+			id := k[len(orderKeyPrefix):]
 			if v.prevHomes.Home(id) != name {
 				continue // not homed here in the previous epoch
 			}
@@ -156,7 +156,7 @@ func (a *applier) moveQuotas(ctx context.Context, route string, n *node.Node, ri
 	if err != nil {
 		return 0, err
 	}
-	keys, err := scan(ctx, n, "inv:quota:"+route+":*")
+	keys, err := scan(ctx, n, quotaKeyPrefix+route+":*")
 	if err != nil {
 		return 0, err
 	}
@@ -190,12 +190,12 @@ func (a *applier) moveQuotas(ctx context.Context, route string, n *node.Node, ri
 }
 
 func (a *applier) moveStock(ctx context.Context, route string, n *node.Node, ring *router.Ring) (busy int, err error) {
-	keys, err := scan(ctx, n, "inv:stock:"+route+":*")
+	keys, err := scan(ctx, n, stockKeyPrefix+route+":*")
 	if err != nil {
 		return 0, err
 	}
 	for _, k := range keys {
-		sku := k[len("inv:stock:"+route+":"):]
+		sku := k[len(stockKey(route, "")):]
 		dst, err := a.node(ring.Name(ring.Home(sku)))
 		if err != nil {
 			return 0, err

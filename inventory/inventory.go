@@ -81,7 +81,8 @@ var (
 	// still running. Retry later.
 	ErrInProgress = errors.New("reservation in progress")
 	// ErrCorrupt is wrapped when a node holds a value the scripts cannot
-	// read (a counter that is not an integer): nothing was changed.
+	// read (a counter that is not an integer): nothing was changed. The
+	// decoders (ParseStockKey, DecodePart …) wrap it for what they reject.
 	ErrCorrupt = errors.New("corrupt value on node")
 	// ErrDataLoss is wrapped by Confirm when the order is confirmed but a
 	// part it recorded no longer exists on its node: that node lost data

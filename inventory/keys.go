@@ -19,15 +19,31 @@ const (
 	keyRedoAcked  = "inv:redo:acked"   // hash: redo queue key → acknowledged offset
 )
 
+// Prefixes of the key families; the constructors below and ParseKey
+// (decode.go) are built from them, so the two cannot drift apart.
+const (
+	stockKeyPrefix      = "inv:stock:"   // hash, then route ":" sku
+	quotaKeyPrefix      = "inv:quota:"   // string, see quotaKey
+	orderKeyPrefix      = "inv:order:"   // hash, then order id
+	redoLogKeyPrefix    = "inv:redo:"    // zset, then the queue number
+	xferKeyPrefix       = "inv:xfer:"    // hash, then a transfer id (migrate.go)
+	xferMarkerKeyPrefix = "inv:xfer:in:" // a destination's memory of a transfer id
+)
+
 var stampKey = node.StampKey
 
-func stockKey(route, sku string) string { return "inv:stock:" + route + ":" + sku }
+func stockKey(route, sku string) string { return stockKeyPrefix + route + ":" + sku }
+
+// StockKey returns the key of the stock counters (a hash: available,
+// reserved, confirmed, loaded, limit) of sku of route, on every node of
+// the route.
+func StockKey(route, sku string) string { return stockKey(route, sku) }
 
 // quotaKey names the units a user holds of a SKU. Route names cannot hold
 // ':', but SKU and user ids can: the SKU's length keeps ("X", ":9") and
 // ("X:", "9") apart.
 func quotaKey(route, sku, user string) string {
-	return "inv:quota:" + route + ":" + strconv.Itoa(len(sku)) + ":" + sku + ":" + user
+	return quotaKeyPrefix + route + ":" + strconv.Itoa(len(sku)) + ":" + sku + ":" + user
 }
 
 func partKey(partID string) string { return partKeyPrefix + partID }
@@ -35,10 +51,15 @@ func partKey(partID string) string { return partKeyPrefix + partID }
 // partKeyPrefix starts every part key; scripts get it as ARGV[3] (lua.go).
 const partKeyPrefix = "inv:part:"
 
-func orderKey(orderID string) string { return "inv:order:" + orderID }
+func orderKey(orderID string) string { return orderKeyPrefix + orderID }
 
 // RedoLogKey returns the key of redo-log queue q (0-based) on every node.
-func RedoLogKey(q int) string { return "inv:redo:" + strconv.Itoa(q) }
+func RedoLogKey(q int) string { return redoLogKeyPrefix + strconv.Itoa(q) }
+
+// xferKey names the record of transfer id on its source node, and
+// xferMarkerKey the destination's memory that it applied it.
+func xferKey(id string) string       { return xferKeyPrefix + id }
+func xferMarkerKey(id string) string { return xferMarkerKeyPrefix + id }
 
 // redoQueue returns the queue of a SKU: xxhash(route:sku) mod queues.
 func (inv *Inventory) redoQueue(route, sku string) string {

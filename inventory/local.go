@@ -173,7 +173,7 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 	args = append(args, token, digestOf(items, userID), userID, ms(ttl), seconds(inv.cfg.Retention), orderID, ms(partGrace))
 	for _, r := range reqs {
 		keys = append(keys, partKey(r.ID), r.ck, r.queue)
-		args = append(args, r.ID, r.Kind, r.SKU, r.Qty, strconv.Itoa(r.Item), r.Route, r.queue)
+		args = append(args, r.ID, string(r.Kind), r.SKU, r.Qty, strconv.Itoa(r.Item), r.Route, r.queue)
 	}
 	v, err := inv.run(ctx, home, localScript, keys, args...)
 	if err != nil {

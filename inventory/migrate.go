@@ -240,7 +240,7 @@ const xferMarkerTTL = 30 * 24 * 3600
 // transfer moves counter key from src to dst exactly once under id. It
 // returns the units moved (available or quota).
 func (inv *Inventory) transfer(ctx context.Context, kind xferKind, id, key string, src, dst *node.Node) (int64, error) {
-	rec, marker := "inv:xfer:"+id, "inv:xfer:in:"+id
+	rec, marker := xferKey(id), xferMarkerKey(id)
 	out, err := inv.run(ctx, src, xferOutScript, []string{key, rec}, string(kind), dst.Name())
 	if err != nil {
 		return 0, err

@@ -2,7 +2,6 @@ package inventory
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"sync"
@@ -89,8 +88,8 @@ func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID stri
 	rec.deadline = time.UnixMilli(dl)
 	rec.wait = time.Duration(wait) * time.Millisecond
 	if blob != "" {
-		if err := json.Unmarshal([]byte(blob), &rec.parts); err != nil {
-			return orderRecord{}, fmt.Errorf("%w: node %s: order %q holds unreadable parts: %v", ErrCorrupt, home.Name(), orderID, err)
+		if rec.parts, err = unmarshalOrderParts(blob); err != nil {
+			return orderRecord{}, fmt.Errorf("node %s: order %q holds unreadable parts: %w", home.Name(), orderID, err)
 		}
 	}
 	return rec, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -152,9 +151,7 @@ func parseRedoEntry(nodeName string, v any) (RedoEntry, error) {
 		e.SettledAt = time.UnixMilli(settled)
 	}
 	counter, _ := t[8].(string)
-	if rest, ok := strings.CutPrefix(counter, "inv:stock:"); ok {
-		e.Route, _, _ = strings.Cut(rest, ":") // route names hold no ':'
-	}
+	e.Route, _, _ = ParseStockKey(counter) // "" if the record is gone
 	return e, nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -47,18 +46,8 @@ type Reservation struct {
 	TTLCapped bool
 }
 
-// part is one deduction as the order record keeps it.
-type part struct {
-	ID     string `json:"p"`
-	Node   string `json:"n"`
-	Kind   string `json:"k"` // "s" stock, "q" per-user quota
-	Item   int    `json:"i"`
-	Route  string `json:"r"`
-	SKU    string `json:"s"`
-	Qty    int64  `json:"q"`
-	Redo   string `json:"l,omitempty"`
-	Offset int64  `json:"o,omitempty"`
-}
+// part is one deduction as the order record keeps it (decode.go).
+type part = OrderPart
 
 // partGrace is added to a part's deadline so that, despite clock skew
 // between nodes, parts are examined after their order's deadline.
@@ -161,12 +150,12 @@ func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, order
 		inv.abandon(ctx, home, orderID, token, parts, nil)
 		return Reservation{}, fmt.Errorf("order %q: %w", orderID, err)
 	}
-	blob, _ := json.Marshal(parts)
+	blob := encodeOrderParts(parts)
 	// The commit runs to completion even if the caller cancels now, so its
 	// outcome is known whenever the node answers.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
-	rec, err = inv.orderOp(cctx, home, orderID, opCommit, token, string(blob), seconds(inv.cfg.Retention))
+	rec, err = inv.orderOp(cctx, home, orderID, opCommit, token, blob, seconds(inv.cfg.Retention))
 	if err != nil {
 		if !outcomeUnknown(err) {
 			// Refused before the network, or answered with an error reply

@@ -2,7 +2,6 @@ package inventory
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -170,8 +169,8 @@ func (inv *Inventory) resolveStaged(ctx context.Context, home *node.Node, orderI
 	case verdictInFlight:
 		return fmt.Errorf("%w: order %q: %w", ErrInProgress, orderID, errStagedInFlight)
 	case verdictReserved:
-		blob, _ := json.Marshal(parts)
-		got, err := inv.orderOp(ctx, home, orderID, opCommit, rec.token, string(blob), seconds(inv.cfg.Retention))
+		blob := encodeOrderParts(parts)
+		got, err := inv.orderOp(ctx, home, orderID, opCommit, rec.token, blob, seconds(inv.cfg.Retention))
 		if err == nil && got.status == recReserved {
 			inv.stats.stagedRecovered.Add(1)
 		}

@@ -2,7 +2,6 @@ package inventory
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync"
@@ -27,7 +26,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	if crash("staged:before") {
 		return Reservation{}, true, errCrashed
 	}
-	blob, _ := json.Marshal(promised)
+	blob := encodeOrderParts(promised)
 	// Part deadlines by this process's clock; partGrace covers the skew to
 	// the home node's, and the reconciler postpones a part whose order is
 	// still reserved (reconcile.go).
@@ -44,7 +43,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			staged, stageErr = inv.stageTake(ctx, home, orderID, token, deadline, ttl, digestOf(items, userID), userID, string(blob), homeReqs)
+			staged, stageErr = inv.stageTake(ctx, home, orderID, token, deadline, ttl, digestOf(items, userID), userID, blob, homeReqs)
 		}()
 	}
 	if onlyStage {
@@ -142,7 +141,7 @@ func (inv *Inventory) stageTake(ctx context.Context, home *node.Node, orderID, t
 		seconds(inv.cfg.Retention), promised)
 	for _, r := range reqs {
 		keys = append(keys, partKey(r.ID), r.ck, r.queue)
-		args = append(args, r.ID, r.Kind, r.SKU, r.Qty, strconv.Itoa(r.Item), r.Route, r.queue)
+		args = append(args, r.ID, string(r.Kind), r.SKU, r.Qty, strconv.Itoa(r.Item), r.Route, r.queue)
 	}
 	v, err := inv.run(ctx, home, stageTakeScript, keys, args...)
 	if err != nil {
@@ -263,13 +262,13 @@ func (inv *Inventory) abandonUnstaged(ctx context.Context, orderID string, parts
 // is harmless: whoever meets the record next finds every part and commits
 // it (resolveStaged).
 func (inv *Inventory) commitStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part) {
-	blob, _ := json.Marshal(parts)
+	blob := encodeOrderParts(parts)
 	commit := func() {
 		// Off the caller's path: nothing of the caller's context (its
 		// values included) is carried over.
 		cctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 		defer cancel()
-		if _, err := inv.orderOp(cctx, home, orderID, opCommit, token, string(blob), seconds(inv.cfg.Retention)); err != nil {
+		if _, err := inv.orderOp(cctx, home, orderID, opCommit, token, blob, seconds(inv.cfg.Retention)); err != nil {
 			inv.log.Debug("staged commit did not land; the next reader of the order commits it", "order", orderID, "err", err)
 		}
 	}

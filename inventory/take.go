@@ -307,7 +307,7 @@ func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, toke
 		if r.Kind == "q" {
 			last = r.elsewhere
 		}
-		args = append(args, r.ID, r.Kind, r.SKU, r.Qty, strconv.Itoa(r.Item), last)
+		args = append(args, r.ID, string(r.Kind), r.SKU, r.Qty, strconv.Itoa(r.Item), last)
 	}
 	v, err := inv.run(ctx, n, reserveScript, keys, args...)
 	if err != nil {

@@ -2,11 +2,9 @@ package chaos
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,15 +17,48 @@ import (
 type nodeState struct {
 	name        string
 	incarnation string
-	stock       map[string]map[string]string // stock key → fields
-	parts       map[string]map[string]string // part id → fields
-	orders      map[string]map[string]string // order id → fields
-	quota       map[string]string            // quota key → value
-	redo        map[string][]redis.Z         // redo queue key → entries by score
-	redoOffsets map[string]string            // inv:redo:offsets
-	pending     []redis.Z                    // inv:pending
-	other       []string                     // keys nobody expects
-	xfers       []string                     // unfinished topology transfer records
+	stock       map[string]map[string]string      // stock key → fields
+	parts       map[string]*inventory.PartRecord  // part id → its record
+	orders      map[string]*inventory.OrderRecord // order id → its record
+	bad         []badRecord                       // records the inventory's decoders reject
+	quota       map[string]string                 // quota key → value
+	redo        map[string][]redis.Z              // redo queue key → entries by score
+	redoOffsets map[string]string                 // inv:redo:offsets
+	pending     []redis.Z                         // inv:pending
+	other       []string                          // keys nobody expects
+	xfers       []string                          // unfinished topology transfer records
+}
+
+// badRecord is a part or order record that could not be decoded: the
+// checker reports it and leaves it out of every other check.
+type badRecord struct {
+	kind string // violation kind: "part-record" or "order-record"
+	err  error  // names the key and field
+}
+
+// addPart and addOrder decode a part or order record read from the node.
+func (ns *nodeState) addPart(id string, f map[string]string) {
+	decodeInto(ns, ns.parts, "part-record", id, f, inventory.DecodePart)
+}
+
+func (ns *nodeState) addOrder(id string, f map[string]string) {
+	decodeInto(ns, ns.orders, "order-record", id, f, inventory.DecodeOrder)
+}
+
+// decodeInto decodes record id into m, or keeps it as a bad record of kind.
+func decodeInto[T any](ns *nodeState, m map[string]*T, kind, id string, f map[string]string,
+	decode func(string, map[string]string) (T, error)) {
+	r, err := decode(id, f)
+	if err != nil {
+		ns.bad = append(ns.bad, badRecord{kind, err})
+		return
+	}
+	m[id] = &r
+}
+
+func newNodeState(name string) *nodeState {
+	return &nodeState{name: name, stock: map[string]map[string]string{}, parts: map[string]*inventory.PartRecord{},
+		orders: map[string]*inventory.OrderRecord{}, quota: map[string]string{}, redo: map[string][]redis.Z{}}
 }
 
 type state struct {
@@ -54,8 +85,7 @@ func (c *cluster) readState() (*state, error) {
 func readNode(cl *redis.Client, name string) (*nodeState, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ns := &nodeState{name: name, stock: map[string]map[string]string{}, parts: map[string]map[string]string{},
-		orders: map[string]map[string]string{}, quota: map[string]string{}, redo: map[string][]redis.Z{}}
+	ns := newNodeState(name)
 	var err error
 	if ns.incarnation, err = cl.HGet(ctx, "shardis:node", "incarnation").Result(); err != nil {
 		return nil, fmt.Errorf("stamp: %w", err)
@@ -73,18 +103,20 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 		chunk := keys[lo:min(lo+batch, len(keys))]
 		pipe := cl.Pipeline()
 		cmds := make([]redis.Cmder, len(chunk))
+		kinds := make([]inventory.KeyKind, len(chunk))
+		rests := make([]string, len(chunk))
 		for i, k := range chunk {
-			switch {
-			case k == "inv:pending" || (strings.HasPrefix(k, "inv:redo:") && isDigits(k[len("inv:redo:"):])):
+			kinds[i], rests[i] = inventory.ParseKey(k)
+			switch kinds[i] {
+			case inventory.KeyPending, inventory.KeyRedoLog:
 				cmds[i] = pipe.ZRangeWithScores(ctx, k, 0, -1)
-			case k == "inv:redo:offsets", k == "inv:redo:acked", strings.HasPrefix(k, "inv:stock:"),
-				strings.HasPrefix(k, "inv:part:"), strings.HasPrefix(k, "inv:order:"):
+			case inventory.KeyRedoOffsets, inventory.KeyRedoAcked, inventory.KeyStock, inventory.KeyPart, inventory.KeyOrder:
 				cmds[i] = pipe.HGetAll(ctx, k)
-			case strings.HasPrefix(k, "inv:quota:"):
+			case inventory.KeyQuota:
 				cmds[i] = pipe.Get(ctx, k)
-			case strings.HasPrefix(k, "inv:xfer:in:"):
+			case inventory.KeyTransferMarker:
 				// a destination's memory of an applied transfer (topology)
-			case strings.HasPrefix(k, "inv:xfer:"):
+			case inventory.KeyTransfer:
 				ns.xfers = append(ns.xfers, k)
 			default:
 				ns.other = append(ns.other, k)
@@ -96,23 +128,21 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 		for i, k := range chunk {
 			switch cmd := cmds[i].(type) {
 			case *redis.ZSliceCmd:
-				if k == "inv:pending" {
+				if kinds[i] == inventory.KeyPending {
 					ns.pending = cmd.Val()
 				} else {
 					ns.redo[k] = cmd.Val()
 				}
 			case *redis.MapStringStringCmd:
-				v := cmd.Val()
-				switch {
-				case k == "inv:redo:offsets":
+				switch v := cmd.Val(); kinds[i] {
+				case inventory.KeyRedoOffsets:
 					ns.redoOffsets = v
-				case k == "inv:redo:acked":
-				case strings.HasPrefix(k, "inv:stock:"):
+				case inventory.KeyStock:
 					ns.stock[k] = v
-				case strings.HasPrefix(k, "inv:part:"):
-					ns.parts[strings.TrimPrefix(k, "inv:part:")] = v
-				case strings.HasPrefix(k, "inv:order:"):
-					ns.orders[strings.TrimPrefix(k, "inv:order:")] = v
+				case inventory.KeyPart:
+					ns.addPart(rests[i], v)
+				case inventory.KeyOrder:
+					ns.addOrder(rests[i], v)
 				}
 			case *redis.StringCmd:
 				ns.quota[k] = cmd.Val()
@@ -120,18 +150,6 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 		}
 	}
 	return ns, nil
-}
-
-func isDigits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
 }
 
 // atoi reads a counter or field: missing ("") is 0, as for the scripts;
@@ -149,38 +167,22 @@ func atoi(s string) int64 {
 
 // part is one part record as read from a node.
 type part struct {
-	node, id, order, token, state, kind, counter, redo string
-	qty, offset, item                                  int64
-	tomb                                               bool
+	node string
+	*inventory.PartRecord
 }
 
 func (p part) String() string {
-	return fmt.Sprintf("%s@%s(state=%s kind=%s qty=%d)", p.id, p.node, p.state, p.kind, p.qty)
-}
-
-// recPart is a part as the order record lists it (inventory's JSON).
-type recPart struct {
-	ID     string `json:"p"`
-	Node   string `json:"n"`
-	Kind   string `json:"k"`
-	Item   int    `json:"i"`
-	Route  string `json:"r"`
-	SKU    string `json:"s"`
-	Qty    int64  `json:"q"`
-	Redo   string `json:"l,omitempty"`
-	Offset int64  `json:"o,omitempty"`
+	return fmt.Sprintf("%s@%s(state=%s kind=%s qty=%d)", p.ID, p.node, p.State, p.Kind, p.Qty)
 }
 
 // orderView gathers one order id's record and parts over all nodes.
 type orderView struct {
-	id      string
-	recOn   []string          // nodes holding its record
-	rec     map[string]string // the record (from its home if there)
-	parts   []part
-	client  *order // nil if no client made it
-	status  string
-	rparts  []recPart
-	recJSON error
+	id     string
+	recOn  []string               // nodes holding its record
+	rec    *inventory.OrderRecord // the record (from its home if there)
+	parts  []part
+	client *order // nil if no client made it
+	status string
 }
 
 func check(rep *Report, st *state, orders []*order, skus []SKU, homes *inventory.Homes) {
@@ -198,32 +200,19 @@ func check(rep *Report, st *state, orders []*order, skus []SKU, homes *inventory
 	}
 	for _, name := range st.names {
 		ns := st.nodes[name]
-		for id, f := range ns.orders {
-			if f["moved"] != "" {
+		for id, r := range ns.orders {
+			if r.Moved != "" {
 				continue // a record moved away by a topology change: dead here
 			}
 			v := view(id)
 			v.recOn = append(v.recOn, name)
 			if v.rec == nil || homes.Home(id) == name {
-				v.rec = f
+				v.rec = r
 			}
 		}
-		for id, f := range ns.parts {
-			p := part{node: name, id: id, order: f["order"], token: f["token"], state: f["state"], kind: f["kind"],
-				counter: f["counter"], redo: f["redo"], qty: atoi(f["qty"]), offset: atoi(f["offset"]), item: atoi(f["item"]),
-				tomb: f["tombstone"] == "1"}
-			seg := strings.Split(id, "|")
-			if p.order == "" {
-				p.order = seg[0]
-			}
-			if p.token == "" && len(seg) > 1 {
-				p.token = seg[1]
-			}
-			if p.tomb {
-				p.qty = 0
-			}
-			v := view(p.order)
-			v.parts = append(v.parts, p)
+		for _, r := range ns.parts {
+			v := view(r.Order)
+			v.parts = append(v.parts, part{node: name, PartRecord: r})
 		}
 	}
 	ids := make([]string, 0, len(views))
@@ -240,6 +229,9 @@ func check(rep *Report, st *state, orders []*order, skus []SKU, homes *inventory
 	checkRedo(rep, st)
 	for _, name := range st.names {
 		ns := st.nodes[name]
+		for _, b := range ns.bad {
+			rep.violate(b.kind, "node %s: %v", name, b.err)
+		}
 		for _, z := range ns.pending {
 			rep.violate("pending-after-heal", "node %s: %v still in inv:pending (deadline %s)", name, z.Member,
 				time.UnixMilli(int64(z.Score)).Format("15:04:05.000"))
@@ -264,40 +256,34 @@ func checkOrder(rep *Report, v *orderView, homes *inventory.Homes) {
 	v.status = "missing"
 	token := ""
 	if v.rec != nil {
-		v.status = v.rec["status"]
-		token = v.rec["token"]
-		if b := v.rec["parts"]; b != "" {
-			v.recJSON = json.Unmarshal([]byte(b), &v.rparts)
-			if v.recJSON != nil {
-				rep.violate("order-record", "order %s: unreadable parts %q: %v", v.id, b, v.recJSON)
-			}
-		}
+		v.status = v.rec.Status
+		token = v.rec.Token
 	}
 	rep.addStatus(v.status)
 	if v.client == nil {
 		rep.violate("unknown-order", "order %s (status %s, %d parts) was made by no client", v.id, v.status, len(v.parts))
 	}
 	if v.status == "reserved" {
-		rep.violate("order-still-reserved", "order %s is still reserved after healing (deadline %s)", v.id, msTime(v.rec["deadline"]))
+		rep.violate("order-still-reserved", "order %s is still reserved after healing (deadline %s)", v.id, v.rec.Deadline.Format("15:04:05.000"))
 	}
 
 	// Parts follow the order's decision, never mixed.
 	confirmedParts := 0
 	heldParts := []part{}
 	for _, p := range v.parts {
-		if p.state == "pending" {
+		if p.State == inventory.PartPending {
 			rep.violate("pending-after-heal", "order %s (%s): part %v still pending", v.id, v.status, p)
 			heldParts = append(heldParts, p)
 			continue
 		}
-		want := "cancelled"
-		if v.status == "confirmed" && p.token == token {
-			want = "confirmed"
+		want := inventory.PartCancelled
+		if v.status == "confirmed" && p.Token == token {
+			want = inventory.PartConfirmed
 		}
-		if p.state != want {
-			rep.violate("mixed-outcome", "order %s is %s (token %s) but part %v is %s, want %s", v.id, v.status, token, p, p.state, want)
+		if p.State != want {
+			rep.violate("mixed-outcome", "order %s is %s (token %s) but part %v is %s, want %s", v.id, v.status, token, p, p.State, want)
 		}
-		if p.state == "confirmed" {
+		if p.State == inventory.PartConfirmed {
 			confirmedParts++
 			heldParts = append(heldParts, p)
 		}
@@ -307,28 +293,29 @@ func checkOrder(rep *Report, v *orderView, homes *inventory.Homes) {
 	if v.status == "confirmed" {
 		byID := map[string]part{}
 		for _, p := range v.parts {
-			byID[p.node+"\x00"+p.id] = p
+			byID[p.node+"\x00"+p.ID] = p
 		}
 		listed := map[string]bool{}
-		for _, rp := range v.rparts {
+		for _, rp := range v.rec.Parts {
 			listed[rp.Node+"\x00"+rp.ID] = true
 			p, ok := byID[rp.Node+"\x00"+rp.ID]
 			switch {
 			case !ok:
 				rep.violate("confirmed-order", "order %s is confirmed but its part %s on %s does not exist", v.id, rp.ID, rp.Node)
-			case p.state != "confirmed" || p.qty != rp.Qty || (rp.Kind == "s" && (p.offset != rp.Offset || p.redo != rp.Redo)):
-				rep.violate("confirmed-order", "order %s is confirmed; record lists %+v, node has %v offset %d", v.id, rp, p, p.offset)
+			case p.State != inventory.PartConfirmed || p.Qty != rp.Qty ||
+				(rp.Kind == inventory.PartStock && (p.Offset != rp.Offset || p.Redo != rp.Redo)):
+				rep.violate("confirmed-order", "order %s is confirmed; record lists %+v, node has %v offset %d", v.id, rp, p, p.Offset)
 			}
 		}
 		for _, p := range v.parts {
-			if p.token == token && !p.tomb && p.qty > 0 && !listed[p.node+"\x00"+p.id] {
+			if p.Token == token && !p.Tombstone && p.Qty > 0 && !listed[p.node+"\x00"+p.ID] {
 				rep.violate("confirmed-order", "order %s is confirmed; part %v of its attempt is not in its record", v.id, p)
 			}
 		}
 		if o := v.client; o != nil {
 			got := make([]int64, len(o.Items))
-			for _, rp := range v.rparts {
-				if rp.Kind == "s" && rp.Item >= 0 && rp.Item < len(got) {
+			for _, rp := range v.rec.Parts {
+				if rp.Kind == inventory.PartStock && rp.Item >= 0 && rp.Item < len(got) {
 					got[rp.Item] += rp.Qty
 				}
 			}
@@ -365,8 +352,8 @@ func checkOrder(rep *Report, v *orderView, homes *inventory.Homes) {
 	}
 	if o.reserveOK > 0 {
 		var recReceipts []receipt
-		for _, rp := range v.rparts {
-			if rp.Kind == "s" {
+		for _, rp := range v.recParts() {
+			if rp.Kind == inventory.PartStock {
 				recReceipts = append(recReceipts, receipt{Item: rp.Item, SKU: rp.SKU, Qty: rp.Qty, Node: rp.Node, Redo: rp.Redo, Offset: rp.Offset})
 			}
 		}
@@ -396,8 +383,13 @@ func checkOrder(rep *Report, v *orderView, homes *inventory.Homes) {
 	}
 }
 
-func msTime(s string) string {
-	return time.UnixMilli(atoi(s)).Format("15:04:05.000")
+// recParts returns the parts the order's record lists (none without a
+// record).
+func (v *orderView) recParts() []inventory.OrderPart {
+	if v.rec == nil {
+		return nil
+	}
+	return v.rec.Parts
 }
 
 // checkStock checks every SKU's counters on every node of its route, and
@@ -407,25 +399,25 @@ func checkStock(rep *Report, st *state, skus []SKU) {
 	byCounter := map[string]map[string]*sums{} // node → stock key → sums
 	for _, name := range st.names {
 		byCounter[name] = map[string]*sums{}
-		for _, f := range st.nodes[name].parts {
-			if f["kind"] != "s" {
+		for _, p := range st.nodes[name].parts {
+			if p.Kind != inventory.PartStock {
 				continue
 			}
-			s := byCounter[name][f["counter"]]
+			s := byCounter[name][p.Counter]
 			if s == nil {
 				s = &sums{}
-				byCounter[name][f["counter"]] = s
+				byCounter[name][p.Counter] = s
 			}
-			switch f["state"] {
-			case "pending":
-				s.pending += atoi(f["qty"])
-			case "confirmed":
-				s.confirmed += atoi(f["qty"])
+			switch p.State {
+			case inventory.PartPending:
+				s.pending += p.Qty
+			case inventory.PartConfirmed:
+				s.confirmed += p.Qty
 			}
 		}
 	}
 	for _, sku := range skus {
-		key := "inv:stock:" + sku.Route + ":" + sku.SKU
+		key := inventory.StockKey(sku.Route, sku.SKU)
 		res := SKUResult{SKU: sku}
 		ok := true
 		for _, name := range st.names {

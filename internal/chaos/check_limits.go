@@ -2,9 +2,9 @@ package chaos
 
 import (
 	"sort"
-	"strconv"
 	"strings"
 
+	"github.com/shardis/shardis/inventory"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 )
 
@@ -24,16 +24,16 @@ func checkLimits(rep *Report, st *state, views map[string]*orderView, skus []SKU
 	// Units confirmed per (route:sku, user), from the parts of confirmed orders.
 	confirmed := map[string]int64{}
 	for _, v := range views {
-		if v.status != "confirmed" || v.rec["user"] == "" {
+		if v.status != "confirmed" || v.rec.User == "" {
 			continue
 		}
 		for _, p := range v.parts {
-			if p.kind != "s" || p.state != "confirmed" {
+			if p.Kind != inventory.PartStock || p.State != inventory.PartConfirmed {
 				continue
 			}
-			rs := strings.TrimPrefix(p.counter, "inv:stock:")
-			if _, ok := limits[rs]; ok {
-				confirmed[rs+":"+v.rec["user"]] += p.qty
+			route, sku, _ := inventory.ParseStockKey(p.Counter) // the decoder checked it
+			if rs := route + ":" + sku; limits[rs] > 0 {
+				confirmed[rs+":"+v.rec.User] += p.Qty
 			}
 		}
 	}
@@ -43,22 +43,22 @@ func checkLimits(rep *Report, st *state, views map[string]*orderView, skus []SKU
 	counters := map[string]int64{}
 	for _, name := range st.names {
 		ns := st.nodes[name]
-		for _, f := range ns.parts {
-			if f["kind"] != "q" {
+		for _, p := range ns.parts {
+			if p.Kind != inventory.PartQuota {
 				continue
 			}
-			k := quotaID(f["counter"])
+			k := quotaID(p.Counter)
 			s := quotaParts[k]
 			if s == nil {
 				s = &qsum{}
 				quotaParts[k] = s
 			}
-			switch f["state"] {
-			case "pending":
-				s.held += atoi(f["qty"])
-			case "confirmed":
-				s.held += atoi(f["qty"])
-				s.confirmed += atoi(f["qty"])
+			switch p.State {
+			case inventory.PartPending:
+				s.held += p.Qty
+			case inventory.PartConfirmed:
+				s.held += p.Qty
+				s.confirmed += p.Qty
 			}
 		}
 		for k, val := range ns.quota {
@@ -145,12 +145,12 @@ func checkRedo(rep *Report, st *state) {
 				}
 				id, _ := z.Member.(string)
 				at[q][want] = id
-				f, ok := ns.parts[id]
+				p, ok := ns.parts[id]
 				switch {
 				case !ok:
 					rep.violate("redo-log", "node %s %s offset %d: part %s has no record", name, q, want, id)
-				case f["kind"] != "s" || f["redo"] != q || atoi(f["offset"]) != want:
-					rep.violate("redo-log", "node %s %s offset %d: part %s says kind %s queue %s offset %s", name, q, want, id, f["kind"], f["redo"], f["offset"])
+				case p.Kind != inventory.PartStock || p.Redo != q || p.Offset != want:
+					rep.violate("redo-log", "node %s %s offset %d: part %s says kind %s queue %s offset %d", name, q, want, id, p.Kind, p.Redo, p.Offset)
 				}
 			}
 			if int64(len(entries)) != last {
@@ -160,12 +160,12 @@ func checkRedo(rep *Report, st *state) {
 		if st.svcRedo != nil {
 			checkRedoRead(rep, ns, st.svcRedo[name])
 		}
-		for id, f := range ns.parts {
-			if f["kind"] != "s" {
+		for id, p := range ns.parts {
+			if p.Kind != inventory.PartStock {
 				continue
 			}
-			if at[f["redo"]][atoi(f["offset"])] != id {
-				rep.violate("redo-log", "node %s: stock part %s (queue %s offset %s) is not in the redo log", name, id, f["redo"], f["offset"])
+			if at[p.Redo][p.Offset] != id {
+				rep.violate("redo-log", "node %s: stock part %s (queue %s offset %d) is not in the redo log", name, id, p.Redo, p.Offset)
 			}
 		}
 	}
@@ -189,15 +189,14 @@ func checkRedoRead(rep *Report, ns *nodeState, got map[string][]*v1.RedoEntry) {
 		}
 		for i, e := range read {
 			id, _ := direct[i].Member.(string)
-			f := ns.parts[id]
-			wantState := f["state"]
-			if wantState == "" {
-				wantState = "expired"
+			want := inventory.PartRecord{State: "expired"} // as ReadRedoLog says of a record gone
+			if p := ns.parts[id]; p != nil {
+				want = *p
 			}
-			if float64(e.Offset) != direct[i].Score || e.PartId != id || e.State != wantState ||
-				e.OrderId != f["order"] || e.Quantity != atoi(f["qty"]) || e.SkuId != f["sku"] {
-				rep.violate("redo-read", "node %s %s: ReadRedoLog entry %+v, the node holds %s at %v with %v",
-					ns.name, q, e, id, direct[i].Score, f)
+			if float64(e.Offset) != direct[i].Score || e.PartId != id || e.State != string(want.State) ||
+				e.OrderId != want.Order || e.Quantity != want.Qty || e.SkuId != want.SKU {
+				rep.violate("redo-read", "node %s %s: ReadRedoLog entry %+v, the node holds %s at %v with %+v",
+					ns.name, q, e, id, direct[i].Score, want)
 				break
 			}
 		}
@@ -208,12 +207,9 @@ func checkRedoRead(rep *Report, ns *nodeState, got map[string][]*v1.RedoEntry) {
 // into "ROUTE:SKU:USER". A key it cannot parse is returned as it is, so it
 // shows up in the report instead of being dropped.
 func quotaID(key string) string {
-	rest, ok := strings.CutPrefix(key, "inv:quota:")
-	route, rest, ok2 := strings.Cut(rest, ":")
-	lenStr, rest, ok3 := strings.Cut(rest, ":")
-	n, err := strconv.Atoi(lenStr)
-	if !ok || !ok2 || !ok3 || err != nil || n < 0 || n+1 > len(rest) || rest[n] != ':' {
+	route, sku, user, err := inventory.ParseQuotaKey(key)
+	if err != nil {
 		return key
 	}
-	return route + ":" + rest[:n] + ":" + rest[n+1:]
+	return route + ":" + sku + ":" + user
 }

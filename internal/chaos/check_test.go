@@ -29,33 +29,33 @@ func fixture(t *testing.T) (*state, []*order, []SKU, *inventory.Homes) {
 	}
 	st := &state{names: names, nodes: map[string]*nodeState{}}
 	for _, n := range names {
-		st.nodes[n] = &nodeState{name: n, stock: map[string]map[string]string{}, parts: map[string]map[string]string{},
-			orders: map[string]map[string]string{}, quota: map[string]string{}, redo: map[string][]redis.Z{},
-			redoOffsets: map[string]string{}}
+		st.nodes[n] = newNodeState(n)
+		st.nodes[n].redoOffsets = map[string]string{}
 		// As LoadStock leaves a node: reserved and confirmed appear with
 		// the first reserve.
 		st.nodes[n].stock["inv:stock:a:lim"] = map[string]string{"available": "0", "loaded": "0", "limit": "4"}
 	}
 	n1, n2 := st.nodes["n1"], st.nodes["n2"]
 	n1.stock["inv:stock:a:lim"] = map[string]string{"available": "8", "reserved": "0", "confirmed": "2", "loaded": "10", "limit": "4"}
-	n1.parts["c0-1|t1|0"] = map[string]string{"state": "confirmed", "kind": "s", "order": "c0-1", "token": "t1", "sku": "lim",
-		"qty": "2", "item": "0", "counter": "inv:stock:a:lim", "redo": "inv:redo:5", "offset": "1"}
-	n1.parts["c0-2|t2|0"] = map[string]string{"state": "cancelled", "kind": "s", "order": "c0-2", "token": "t2", "sku": "lim",
-		"qty": "1", "item": "0", "counter": "inv:stock:a:lim", "redo": "inv:redo:5", "offset": "2"}
+	n1.addPart("c0-1|t1|0", map[string]string{"state": "confirmed", "kind": "s", "order": "c0-1", "token": "t1", "sku": "lim",
+		"qty": "2", "item": "0", "counter": "inv:stock:a:lim", "redo": "inv:redo:5", "offset": "1"})
+	n1.addPart("c0-2|t2|0", map[string]string{"state": "cancelled", "kind": "s", "order": "c0-2", "token": "t2", "sku": "lim",
+		"qty": "1", "item": "0", "counter": "inv:stock:a:lim", "redo": "inv:redo:5", "offset": "2"})
 	n1.redo["inv:redo:5"] = []redis.Z{{Score: 1, Member: "c0-1|t1|0"}, {Score: 2, Member: "c0-2|t2|0"}}
 	n1.redoOffsets["inv:redo:5"] = "2"
-	n2.parts["c0-1|t1|q|a|lim"] = map[string]string{"state": "confirmed", "kind": "q", "order": "c0-1", "token": "t1", "sku": "lim",
-		"qty": "2", "item": "-1", "counter": "inv:quota:a:3:lim:u1"}
+	n2.addPart("c0-1|t1|q|a|lim", map[string]string{"state": "confirmed", "kind": "q", "order": "c0-1", "token": "t1", "sku": "lim",
+		"qty": "2", "item": "-1", "counter": "inv:quota:a:3:lim:u1"})
 	n2.quota["inv:quota:a:3:lim:u1"] = "2"
-	rparts, _ := json.Marshal([]recPart{
-		{ID: "c0-1|t1|0", Node: "n1", Kind: "s", Item: 0, Route: "a", SKU: "lim", Qty: 2, Redo: "inv:redo:5", Offset: 1},
-		{ID: "c0-1|t1|q|a|lim", Node: "n2", Kind: "q", Item: -1, Route: "a", SKU: "lim", Qty: 2},
+	rparts, _ := json.Marshal([]inventory.OrderPart{
+		{ID: "c0-1|t1|0", Node: "n1", Kind: inventory.PartStock, Item: 0, Route: "a", SKU: "lim", Qty: 2, Redo: "inv:redo:5", Offset: 1},
+		{ID: "c0-1|t1|q|a|lim", Node: "n2", Kind: inventory.PartQuota, Item: -1, Route: "a", SKU: "lim", Qty: 2},
 	})
 	home := func(id string) *nodeState { return st.nodes[homes.Home(id)] }
-	home("c0-1").orders["c0-1"] = map[string]string{"status": "confirmed", "token": "t1", "user": "u1", "parts": string(rparts)}
-	rparts2, _ := json.Marshal([]recPart{{ID: "c0-2|t2|0", Node: "n1", Kind: "s", Item: 0, Route: "a", SKU: "lim", Qty: 1, Redo: "inv:redo:5", Offset: 2}})
-	home("c0-2").orders["c0-2"] = map[string]string{"status": "cancelled", "token": "t2", "parts": string(rparts2)}
-	home("c0-3").orders["c0-3"] = map[string]string{"status": "cancelled", "reason": "tombstone"}
+	home("c0-1").addOrder("c0-1", map[string]string{"status": "confirmed", "token": "t1", "user": "u1", "parts": string(rparts)})
+	rparts2, _ := json.Marshal([]inventory.OrderPart{{ID: "c0-2|t2|0", Node: "n1", Kind: inventory.PartStock, Item: 0, Route: "a",
+		SKU: "lim", Qty: 1, Redo: "inv:redo:5", Offset: 2}})
+	home("c0-2").addOrder("c0-2", map[string]string{"status": "cancelled", "token": "t2", "parts": string(rparts2)})
+	home("c0-3").addOrder("c0-3", map[string]string{"status": "cancelled", "reason": "tombstone"})
 
 	orders := []*order{
 		{ID: "c0-1", User: "u1", Items: []item{{"a", "lim", 2}}, reserveOK: 1, confirmIssued: true, confirmedBy: "Confirm was ok",
@@ -92,19 +92,19 @@ func TestCheckFindsViolations(t *testing.T) {
 		}, []string{"stock-negative", "stock-vs-parts"}},
 		{"part left pending", func(st *state, _ []*order) {
 			n1 := st.nodes["n1"]
-			n1.parts["c0-2|t2|0"]["state"] = "pending"
+			n1.parts["c0-2|t2|0"].State = inventory.PartPending
 			n1.stock["inv:stock:a:lim"]["available"], n1.stock["inv:stock:a:lim"]["reserved"] = "7", "1"
 			n1.pending = []redis.Z{{Score: 1, Member: "c0-2|t2|0"}}
 		}, []string{"pending-after-heal", "seen-not-held"}},
 		{"cancelled order confirmed", func(st *state, _ []*order) {
 			n1 := st.nodes["n1"]
-			n1.parts["c0-2|t2|0"]["state"] = "confirmed"
+			n1.parts["c0-2|t2|0"].State = inventory.PartConfirmed
 			n1.stock["inv:stock:a:lim"]["available"], n1.stock["inv:stock:a:lim"]["confirmed"] = "7", "3"
 		}, []string{"mixed-outcome", "seen-not-held"}},
 		{"confirmed order lost", func(st *state, _ []*order) {
 			for _, ns := range st.nodes {
 				if r := ns.orders["c0-1"]; r != nil {
-					r["status"] = "cancelled"
+					r.Status = "cancelled"
 				}
 			}
 		}, []string{"seen-confirmed", "mixed-outcome"}},
@@ -121,8 +121,22 @@ func TestCheckFindsViolations(t *testing.T) {
 		{"contradiction", func(_ *state, orders []*order) { orders[1].claimConfirmed("Confirm was ok") },
 			[]string{"client-contradiction"}},
 		{"stranger", func(st *state, _ []*order) {
-			st.nodes["n3"].parts["x-1|t|0"] = map[string]string{"state": "cancelled", "order": "x-1", "tombstone": "1"}
+			st.nodes["n3"].addPart("x-1|t|0", map[string]string{"state": "cancelled", "order": "x-1", "tombstone": "1"})
 		}, []string{"unknown-order"}},
+		{"unreadable part", func(st *state, _ []*order) {
+			n1 := st.nodes["n1"]
+			delete(n1.parts, "c0-2|t2|0")
+			n1.addPart("c0-2|t2|0", map[string]string{"state": "cancelled", "kind": "s", "order": "c0-2", "token": "t2",
+				"qty": "1x", "item": "0", "counter": "inv:stock:a:lim", "redo": "inv:redo:5", "offset": "2"})
+		}, []string{"part-record", "redo-log"}},
+		{"unreadable order record", func(st *state, _ []*order) {
+			for _, ns := range st.nodes {
+				if ns.orders["c0-2"] != nil {
+					delete(ns.orders, "c0-2")
+					ns.addOrder("c0-2", map[string]string{"status": "cancelled", "token": "t2", "parts": `[{"p":`})
+				}
+			}
+		}, []string{"order-record"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, orders, skus, homes := fixture(t)

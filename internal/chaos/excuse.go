@@ -39,10 +39,10 @@ func exposed(lost []lossWindow, orders []*order, st *state, homes []*inventory.H
 		}
 		ids := map[string]bool{}
 		if ns := st.nodes[w.node]; ns != nil {
-			for id, f := range ns.parts {
-				ids[strings.SplitN(id, "|", 2)[0]] = true
-				if f["kind"] == "q" {
-					if u := quotaID(f["counter"]); u != "" {
+			for _, p := range ns.parts {
+				ids[p.Order] = true
+				if p.Kind == inventory.PartQuota {
+					if u := quotaID(p.Counter); u != "" {
 						e.users[u[strings.LastIndex(u, ":")+1:]] = true
 					}
 				}
@@ -55,9 +55,11 @@ func exposed(lost []lossWindow, orders []*order, st *state, homes []*inventory.H
 		// Orders whose record (on any node) lists a part on the node:
 		// quota parts are in no client's receipts.
 		for _, other := range st.nodes {
-			for id, f := range other.orders {
-				if strings.Contains(f["parts"], `"n":"`+w.node+`"`) {
-					ids[id] = true
+			for id, r := range other.orders {
+				for _, p := range r.Parts {
+					if p.Node == w.node {
+						ids[id] = true
+					}
 				}
 			}
 		}

@@ -1,0 +1,441 @@
+package inventory
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Decoders of what the inventory keeps on a node, for tools that read
+// nodes directly (the chaos checker, operator tools). They are the one
+// definition of each stored format: the package writes with the same
+// constructors (keys.go) and types. Every decoder rejects malformed input
+// with an error that wraps [ErrCorrupt] and names the key or field.
+
+// KeyKind is the family of a key on an inventory node.
+type KeyKind int
+
+const (
+	// KeyOther is any key the inventory does not write, or one of its
+	// families whose name after the prefix is malformed.
+	KeyOther KeyKind = iota
+	// KeyStock is a SKU's stock counters (hash); rest is "route:sku".
+	KeyStock
+	// KeyQuota is a user's per-SKU quota counter (string); rest is
+	// "route:len(sku):sku:user", see [ParseQuotaKey].
+	KeyQuota
+	// KeyPart is a part record (hash, see [DecodePart]); rest is the part id.
+	KeyPart
+	// KeyOrder is an order record (hash, see [DecodeOrder]); rest is the
+	// order id.
+	KeyOrder
+	// KeyRedoLog is a redo-log queue (zset: part id by offset); rest is
+	// the queue number, as [RedoLogKey] writes it.
+	KeyRedoLog
+	// KeyRedoOffsets is the hash of the last offset handed out per redo
+	// queue key; rest is "".
+	KeyRedoOffsets
+	// KeyRedoAcked is the hash of the acknowledged offset per redo queue
+	// key; rest is "".
+	KeyRedoAcked
+	// KeyPending is the index of pending parts (zset: part id by
+	// deadline ms); rest is "".
+	KeyPending
+	// KeyStuck is the index of parts set aside (zset: part id by ms); rest
+	// is "".
+	KeyStuck
+	// KeyStuckWhy is the hash of why each stuck part was set aside; rest
+	// is "".
+	KeyStuckWhy
+	// KeyLimitsTodo is the set of stock keys with a limit change to
+	// apply; rest is "".
+	KeyLimitsTodo
+	// KeyTransfer is the source's record of an unfinished topology
+	// transfer; rest is the transfer id.
+	KeyTransfer
+	// KeyTransferMarker is a destination's memory of an applied topology
+	// transfer; rest is the transfer id.
+	KeyTransferMarker
+)
+
+var keyKindNames = [...]string{KeyOther: "other", KeyStock: "stock", KeyQuota: "quota", KeyPart: "part",
+	KeyOrder: "order", KeyRedoLog: "redo-log", KeyRedoOffsets: "redo-offsets", KeyRedoAcked: "redo-acked",
+	KeyPending: "pending", KeyStuck: "stuck", KeyStuckWhy: "stuck-why", KeyLimitsTodo: "limits-todo",
+	KeyTransfer: "transfer", KeyTransferMarker: "transfer-marker"}
+
+// String returns the kind's short name ("stock", "part", "redo-log" …).
+func (k KeyKind) String() string {
+	if k < 0 || int(k) >= len(keyKindNames) {
+		return "KeyKind(" + strconv.Itoa(int(k)) + ")"
+	}
+	return keyKindNames[k]
+}
+
+// fixedKeys are the keys of which a node holds one each.
+var fixedKeys = map[string]KeyKind{keyRedoOffset: KeyRedoOffsets, keyRedoAcked: KeyRedoAcked,
+	keyPending: KeyPending, keyStuck: KeyStuck, keyStuckWhy: KeyStuckWhy, keyLimitsTodo: KeyLimitsTodo}
+
+// keyFamilies are the prefixed families, a longer prefix before any
+// prefix of it.
+var keyFamilies = []struct {
+	prefix string
+	kind   KeyKind
+}{
+	{stockKeyPrefix, KeyStock}, {quotaKeyPrefix, KeyQuota}, {partKeyPrefix, KeyPart},
+	{orderKeyPrefix, KeyOrder}, {redoLogKeyPrefix, KeyRedoLog},
+	{xferMarkerKeyPrefix, KeyTransferMarker}, {xferKeyPrefix, KeyTransfer},
+}
+
+// ParseKey classifies a key of an inventory node and returns what follows
+// its family's prefix (the part or order id, the transfer id, the redo
+// queue number, "route:sku" of a stock key …; "" for a key of which a
+// node holds one). A key of no family, with an empty rest, or whose rest
+// is malformed (a stock or quota key that [ParseStockKey] or
+// [ParseQuotaKey] rejects, a redo queue that is not a number) is
+// [KeyOther] with rest "".
+func ParseKey(key string) (kind KeyKind, rest string) {
+	if k, ok := fixedKeys[key]; ok {
+		return k, ""
+	}
+	for _, f := range keyFamilies {
+		rest, ok := strings.CutPrefix(key, f.prefix)
+		if !ok {
+			continue
+		}
+		var err error
+		switch f.kind {
+		case KeyStock:
+			_, _, err = ParseStockKey(key)
+		case KeyQuota:
+			_, _, _, err = ParseQuotaKey(key)
+		case KeyRedoLog:
+			if q, qerr := strconv.Atoi(rest); qerr != nil || q < 0 || RedoLogKey(q) != key {
+				err = ErrCorrupt
+			}
+		}
+		if rest == "" || err != nil {
+			return KeyOther, ""
+		}
+		return f.kind, rest
+	}
+	return KeyOther, ""
+}
+
+// ParseStockKey splits a stock key ([StockKey]) into its route and SKU.
+// Route names hold no ':', SKU ids may.
+func ParseStockKey(key string) (route, sku string, err error) {
+	rest, ok := strings.CutPrefix(key, stockKeyPrefix)
+	route, sku, ok2 := strings.Cut(rest, ":")
+	if !ok || !ok2 || route == "" {
+		return "", "", fmt.Errorf("%w: %q is not a stock key (%sROUTE:SKU)", ErrCorrupt, key, stockKeyPrefix)
+	}
+	return route, sku, nil
+}
+
+// ParseQuotaKey splits a per-user quota key,
+// "inv:quota:ROUTE:LEN(SKU):SKU:USER", into route, SKU and user; the
+// SKU's length keeps SKU and user apart when either holds ':'.
+func ParseQuotaKey(key string) (route, sku, user string, err error) {
+	rest, ok := strings.CutPrefix(key, quotaKeyPrefix)
+	route, rest, ok2 := strings.Cut(rest, ":")
+	ls, rest, ok3 := strings.Cut(rest, ":")
+	n, aerr := strconv.Atoi(ls)
+	if !ok || !ok2 || !ok3 || route == "" || aerr != nil || n < 0 || len(rest) < n+1 || rest[n] != ':' {
+		return "", "", "", fmt.Errorf("%w: %q is not a quota key (%sROUTE:LEN(SKU):SKU:USER)", ErrCorrupt, key, quotaKeyPrefix)
+	}
+	return route, rest[:n], rest[n+1:], nil
+}
+
+// PartKind is what a part holds: stock, or a per-user quota.
+type PartKind string
+
+const (
+	// PartStock is a part holding units of a SKU's stock; it is in a
+	// redo-log queue.
+	PartStock PartKind = "s"
+	// PartQuota is a part holding units of a user's per-SKU quota.
+	PartQuota PartKind = "q"
+)
+
+// PartStatus is the state of a part record. The scripts write the same
+// strings; a part moves from pending to confirmed or cancelled at most
+// once.
+type PartStatus string
+
+const (
+	// PartPending holds its units until the part is settled.
+	PartPending PartStatus = "pending"
+	// PartConfirmed sold its units.
+	PartConfirmed PartStatus = "confirmed"
+	// PartCancelled returned its units (or, as a tombstone, took none).
+	PartCancelled PartStatus = "cancelled"
+)
+
+// OrderPart is one part as an order record lists it (the record's "parts"
+// field is a JSON array of them). The JSON names are the stored format.
+type OrderPart struct {
+	ID     string   `json:"p"` // part id, unique per node
+	Node   string   `json:"n"` // node holding the part
+	Kind   PartKind `json:"k"`
+	Item   int      `json:"i"` // index of the order item; -1 for a quota part
+	Route  string   `json:"r"`
+	SKU    string   `json:"s"`
+	Qty    int64    `json:"q"`
+	Redo   string   `json:"l,omitempty"` // stock part: its redo-log queue key on Node
+	Offset int64    `json:"o,omitempty"` // stock part: its offset in Redo; 0 while only promised (staged.go)
+}
+
+// encodeOrderParts is how the inventory writes an order's part list.
+func encodeOrderParts(parts []OrderPart) string {
+	b, _ := json.Marshal(parts)
+	return string(b)
+}
+
+// unmarshalOrderParts reads a part list as the inventory does: "" is none.
+func unmarshalOrderParts(s string) ([]OrderPart, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []OrderPart
+	if err := json.Unmarshal([]byte(s), &out); err != nil {
+		return nil, fmt.Errorf("%w: parts: %v", ErrCorrupt, err)
+	}
+	return out, nil
+}
+
+// DecodeOrderParts decodes an order record's "parts" field; "" (a record
+// with no parts) is nil. Beyond the JSON syntax, each part needs an id, a
+// node, a known kind, a quantity ≥ 1 and, for a stock part, an item ≥ 0,
+// a redo-log key and an offset ≥ 0 (0 in the parts a staged attempt
+// promised, staged.go, whose offsets were not handed out yet); a quota
+// part has neither redo key nor offset. The error names the first bad
+// part and field.
+func DecodeOrderParts(s string) ([]OrderPart, error) {
+	out, err := unmarshalOrderParts(s)
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range out {
+		if problem := p.problem(); problem != "" {
+			return nil, fmt.Errorf("%w: parts[%d] (%q): %s", ErrCorrupt, i, p.ID, problem)
+		}
+	}
+	return out, nil
+}
+
+func (p OrderPart) problem() string {
+	switch {
+	case p.ID == "":
+		return "p (part id) is empty"
+	case p.Node == "":
+		return "n (node) is empty"
+	case p.Qty < 1:
+		return fmt.Sprintf("q (quantity) is %d", p.Qty)
+	case p.Kind == PartStock:
+		if p.Item < 0 {
+			return fmt.Sprintf("i (item) is %d", p.Item)
+		}
+		if k, _ := ParseKey(p.Redo); k != KeyRedoLog {
+			return fmt.Sprintf("l (redo log) %q is not a redo-log key", p.Redo)
+		}
+		if p.Offset < 0 {
+			return fmt.Sprintf("o (offset) is %d", p.Offset)
+		}
+	case p.Kind == PartQuota:
+		if p.Redo != "" || p.Offset != 0 {
+			return fmt.Sprintf("a quota part has redo log %q offset %d", p.Redo, p.Offset)
+		}
+	default:
+		return fmt.Sprintf("k (kind) is %q, want %q or %q", p.Kind, PartStock, PartQuota)
+	}
+	return ""
+}
+
+// OrderRecord is an order record (an order key's hash) as stored.
+type OrderRecord struct {
+	ID string
+	// Status is the record's state: "reserving", "staging", "reserved",
+	// "confirmed", "cancelled" or "failed".
+	Status string
+	Token  string // the attempt that holds (or held) it; "" for a tombstone
+	User   string
+	Reason string // why it was decided: "confirmed", "cancelled", "expired", "tombstone" …
+	// Deadline is when the reservation expires (node clock); zero if the
+	// record has none (a tombstone).
+	Deadline time.Time
+	Parts    []OrderPart // the committed (or, staging, promised) parts
+	// Moved is set (the move's epoch token) on a record a topology change
+	// moved to another node: it is dead where it is.
+	Moved string
+}
+
+// orderStatuses are the states the order scripts write.
+var orderStatuses = map[string]bool{string(recReserving): true, string(recStaging): true, string(recReserved): true,
+	string(recConfirmed): true, string(recCancelled): true, string(recFailed): true}
+
+// DecodeOrder decodes the fields (HGETALL) of order id's record. It needs
+// a known status, a deadline that is an integer (ms) when present, and a
+// part list [DecodeOrderParts] accepts; the error names the order and
+// field.
+func DecodeOrder(id string, fields map[string]string) (OrderRecord, error) {
+	r := OrderRecord{ID: id, Status: fields["status"], Token: fields["token"], User: fields["user"],
+		Reason: fields["reason"], Moved: fields["moved"]}
+	wrap := func(err error) (OrderRecord, error) {
+		return OrderRecord{}, fmt.Errorf("order record %s: %w", orderKey(id), err)
+	}
+	if !orderStatuses[r.Status] {
+		return wrap(fmt.Errorf("%w: status is %q", ErrCorrupt, r.Status))
+	}
+	var err error
+	if r.Deadline, err = msField(fields, "deadline"); err != nil {
+		return wrap(err)
+	}
+	if r.Parts, err = DecodeOrderParts(fields["parts"]); err != nil {
+		return wrap(err)
+	}
+	return r, nil
+}
+
+// PartRecord is a part record (a part key's hash) as stored. A tombstone
+// (written by a cancel that came before the reserve) has only ID, State
+// (cancelled), Order, Token (from the id), At and Tombstone.
+type PartRecord struct {
+	ID        string
+	State     PartStatus
+	Kind      PartKind // "" for a tombstone
+	Order     string
+	Token     string // the Reserve attempt that took it
+	SKU       string
+	Qty       int64  // 0 for a tombstone
+	Item      int    // index of the order item; -1 for a quota part
+	Counter   string // the stock key (stock part) or quota key (quota part) it counts in
+	Redo      string // stock part: its redo-log queue key; "" otherwise
+	Offset    int64  // stock part: its offset in Redo; 0 otherwise
+	Deadline  time.Time
+	At        time.Time // when it was written (node clock)
+	SettledAt time.Time // when it was confirmed or cancelled; zero while pending
+	Tombstone bool
+}
+
+// DecodePart decodes the fields (HGETALL) of part id's record. It needs a
+// known state; an order whose id starts the part id; a token (or, for a
+// tombstone, one in the part id); integer qty ≥ 0, item, offset and
+// times; and, unless a tombstone, a known kind and a counter of that
+// kind's key family — a stock part also a redo-log key and an offset ≥ 1.
+// The error names the part key and the field.
+func DecodePart(id string, fields map[string]string) (PartRecord, error) {
+	p, err := decodePart(id, fields)
+	if err != nil {
+		return PartRecord{}, fmt.Errorf("part record %s: %w", partKey(id), err)
+	}
+	return p, nil
+}
+
+func decodePart(id string, f map[string]string) (PartRecord, error) {
+	p := PartRecord{ID: id, State: PartStatus(f["state"]), Kind: PartKind(f["kind"]), Order: f["order"],
+		Token: f["token"], SKU: f["sku"], Counter: f["counter"], Redo: f["redo"]}
+	switch p.State {
+	case PartPending, PartConfirmed, PartCancelled:
+	default:
+		return p, fmt.Errorf("%w: state is %q", ErrCorrupt, p.State)
+	}
+	switch t := f["tombstone"]; t {
+	case "", "1":
+		p.Tombstone = t == "1"
+	default:
+		return p, fmt.Errorf("%w: tombstone is %q, want \"1\" or none", ErrCorrupt, t)
+	}
+	rest, ok := strings.CutPrefix(id, p.Order+"|")
+	if p.Order == "" || !ok {
+		return p, fmt.Errorf("%w: order is %q, the part id does not start with it", ErrCorrupt, p.Order)
+	}
+	if p.Token == "" && p.Tombstone {
+		p.Token, _, _ = strings.Cut(rest, "|")
+	}
+	if p.Token == "" || !strings.HasPrefix(rest, p.Token+"|") {
+		return p, fmt.Errorf("%w: token is %q, the part id does not follow the order with it", ErrCorrupt, p.Token)
+	}
+	var err error
+	for _, n := range []struct {
+		name string
+		to   *int64
+	}{{"qty", &p.Qty}, {"offset", &p.Offset}} {
+		if *n.to, err = intField(f, n.name); err != nil {
+			return p, err
+		}
+	}
+	item, err := intField(f, "item")
+	if err != nil {
+		return p, err
+	}
+	p.Item = int(item)
+	for _, t := range []struct {
+		name string
+		to   *time.Time
+	}{{"deadline", &p.Deadline}, {"at", &p.At}, {"settled_at", &p.SettledAt}} {
+		if *t.to, err = msField(f, t.name); err != nil {
+			return p, err
+		}
+	}
+	if p.Qty < 0 || (p.Tombstone && p.Qty != 0) {
+		return p, fmt.Errorf("%w: qty is %d", ErrCorrupt, p.Qty)
+	}
+	if p.Tombstone {
+		if p.State != PartCancelled || p.Kind != "" {
+			return p, fmt.Errorf("%w: a tombstone with state %q kind %q", ErrCorrupt, p.State, p.Kind)
+		}
+		return p, nil
+	}
+	return p, p.checkKind()
+}
+
+// checkKind checks the fields that depend on a live part's kind.
+func (p *PartRecord) checkKind() error {
+	switch p.Kind {
+	case PartStock:
+		if _, _, err := ParseStockKey(p.Counter); err != nil {
+			return fmt.Errorf("counter: %w", err)
+		}
+		if k, _ := ParseKey(p.Redo); k != KeyRedoLog {
+			return fmt.Errorf("%w: redo %q is not a redo-log key", ErrCorrupt, p.Redo)
+		}
+		if p.Offset < 1 {
+			return fmt.Errorf("%w: offset is %d", ErrCorrupt, p.Offset)
+		}
+	case PartQuota:
+		if _, _, _, err := ParseQuotaKey(p.Counter); err != nil {
+			return fmt.Errorf("counter: %w", err)
+		}
+		if p.Redo != "" || p.Offset != 0 {
+			return fmt.Errorf("%w: a quota part has redo %q offset %d", ErrCorrupt, p.Redo, p.Offset)
+		}
+	default:
+		return fmt.Errorf("%w: kind is %q, want %q or %q", ErrCorrupt, p.Kind, PartStock, PartQuota)
+	}
+	return nil
+}
+
+// intField reads an integer field; a missing one is 0, as for the scripts.
+func intField(f map[string]string, name string) (int64, error) {
+	s, ok := f[name]
+	if !ok || s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s is %q, not an integer", ErrCorrupt, name, s)
+	}
+	return n, nil
+}
+
+// msField reads a time field (ms since the epoch); missing or 0 is the
+// zero time.
+func msField(f map[string]string, name string) (time.Time, error) {
+	ms, err := intField(f, name)
+	if err != nil || ms == 0 {
+		return time.Time{}, err
+	}
+	return time.UnixMilli(ms), nil
+}

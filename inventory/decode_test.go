@@ -1,0 +1,207 @@
+package inventory
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The decoders read the keys the package's own constructors name.
+func TestParseKeyReadsTheConstructors(t *testing.T) {
+	for _, c := range []struct {
+		key  string
+		kind KeyKind
+		rest string
+	}{
+		{stockKey("clothes", "sku:1"), KeyStock, "clothes:sku:1"},
+		{StockKey("r", "x"), KeyStock, "r:x"},
+		{quotaKey("r", "X:", "9"), KeyQuota, "r:2:X::9"},
+		{partKey(stockPartID("o|1", "ab12", 3)), KeyPart, "o|1|ab12|3"},
+		{partKey(quotaPartID("o", "t", "r", "s")), KeyPart, "o|t|q|r|s"},
+		{orderKey("o:1"), KeyOrder, "o:1"},
+		{RedoLogKey(0), KeyRedoLog, "0"},
+		{RedoLogKey(17), KeyRedoLog, "17"},
+		{keyRedoOffset, KeyRedoOffsets, ""},
+		{keyRedoAcked, KeyRedoAcked, ""},
+		{keyPending, KeyPending, ""},
+		{keyStuck, KeyStuck, ""},
+		{keyStuckWhy, KeyStuckWhy, ""},
+		{keyLimitsTodo, KeyLimitsTodo, ""},
+		{xferKey(xferID(3, xferStock, stockKey("r", "x"))), KeyTransfer, "3|stock|inv:stock:r:x"},
+		{xferMarkerKey("3|quota|k"), KeyTransferMarker, "3|quota|k"},
+	} {
+		kind, rest := ParseKey(c.key)
+		if kind != c.kind || rest != c.rest {
+			t.Errorf("ParseKey(%q) = %v, %q; want %v, %q", c.key, kind, rest, c.kind, c.rest)
+		}
+	}
+	for _, k := range []string{"", "inv:", "inv:part:", "inv:order:", "inv:redo:", "inv:redo:x", "inv:redo:01",
+		"inv:redo:-1", "inv:stock:nocolon", "inv:stock::x", "inv:quota:r:5:abc:u", "inv:other", "shardis:node",
+		"inv:reconcile:lease"} {
+		if kind, rest := ParseKey(k); kind != KeyOther || rest != "" {
+			t.Errorf("ParseKey(%q) = %v, %q; want other", k, kind, rest)
+		}
+	}
+	if s := KeyTransferMarker.String(); s != "transfer-marker" {
+		t.Errorf("String() = %q", s)
+	}
+}
+
+func TestParseStockAndQuotaKey(t *testing.T) {
+	route, sku, err := ParseStockKey(stockKey("r", "a:b"))
+	if err != nil || route != "r" || sku != "a:b" {
+		t.Errorf("ParseStockKey = %q, %q, %v", route, sku, err)
+	}
+	route, sku, user, err := ParseQuotaKey(quotaKey("r", "X", ":9"))
+	if err != nil || route != "r" || sku != "X" || user != ":9" {
+		t.Errorf("ParseQuotaKey = %q, %q, %q, %v", route, sku, user, err)
+	}
+	if _, _, err := ParseStockKey("inv:quota:r:x"); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "inv:quota:r:x") {
+		t.Errorf("ParseStockKey of a quota key: %v", err)
+	}
+	if _, _, _, err := ParseQuotaKey("inv:quota:r:x:a:b"); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("ParseQuotaKey of a malformed key: %v", err)
+	}
+}
+
+// orderParts builds a part list the way the reserve paths do (take.go).
+func orderParts() []part {
+	return []part{
+		{ID: stockPartID("o-1", "ab12", 0), Node: "n1", Kind: "s", Item: 0, Route: "r", SKU: "x:1", Qty: 2, Redo: RedoLogKey(5), Offset: 7},
+		{ID: quotaPartID("o-1", "ab12", "r", "x:1"), Node: "n2", Kind: "q", Item: -1, Route: "r", SKU: "x:1", Qty: 2},
+	}
+}
+
+// The exported decoder reads exactly what the inventory writes, and the
+// wire format is the stored one.
+func TestOrderPartsRoundTrip(t *testing.T) {
+	parts := orderParts()
+	blob := encodeOrderParts(parts)
+	const want = `[{"p":"o-1|ab12|0","n":"n1","k":"s","i":0,"r":"r","s":"x:1","q":2,"l":"inv:redo:5","o":7},` +
+		`{"p":"o-1|ab12|q|r|x:1","n":"n2","k":"q","i":-1,"r":"r","s":"x:1","q":2}]`
+	if blob != want {
+		t.Fatalf("wire format changed:\n got %s\nwant %s", blob, want)
+	}
+	got, err := DecodeOrderParts(blob)
+	if err != nil || !reflect.DeepEqual(got, parts) {
+		t.Fatalf("DecodeOrderParts = %+v, %v; want %+v", got, err, parts)
+	}
+	// local.go's script writes the list with cjson: any key order.
+	cj := `[{"q":2,"k":"s","o":7,"i":0,"l":"inv:redo:5","n":"n1","s":"x:1","r":"r","p":"o-1|ab12|0"}]`
+	if got, err := DecodeOrderParts(cj); err != nil || !reflect.DeepEqual(got, parts[:1]) {
+		t.Errorf("cjson list: %+v, %v", got, err)
+	}
+	// A staged attempt's promised parts have no offsets yet.
+	promised := parts[:1:1]
+	promised[0].Offset = 0
+	if got, err := DecodeOrderParts(encodeOrderParts(promised)); err != nil || !reflect.DeepEqual(got, promised) {
+		t.Errorf("promised parts: %+v, %v", got, err)
+	}
+	if got, err := DecodeOrderParts(""); got != nil || err != nil {
+		t.Errorf(`DecodeOrderParts("") = %v, %v`, got, err)
+	}
+}
+
+func TestDecodeOrderPartsRejects(t *testing.T) {
+	for _, c := range []struct{ blob, field string }{
+		{`[{"p":"a"`, "parts"},
+		{`{}`, "parts"},
+		{`[{"p":"a","n":"n1","k":"s","i":"0","q":1}]`, "parts"},
+		{`[{"n":"n1","k":"q","i":-1,"q":1}]`, "p (part id)"},
+		{`[{"p":"a","k":"q","i":-1,"q":1}]`, "n (node)"},
+		{`[{"p":"a","n":"n1","k":"x","q":1}]`, "k (kind)"},
+		{`[{"p":"a","n":"n1","k":"q","i":-1,"q":0}]`, "q (quantity)"},
+		{`[{"p":"a","n":"n1","k":"s","i":-1,"q":1,"l":"inv:redo:1","o":1}]`, "i (item)"},
+		{`[{"p":"a","n":"n1","k":"s","i":0,"q":1,"l":"inv:pending","o":1}]`, "l (redo log)"},
+		{`[{"p":"a","n":"n1","k":"s","i":0,"q":1,"l":"inv:redo:1","o":-1}]`, "o (offset)"},
+		{`[{"p":"a","n":"n1","k":"q","i":-1,"q":1,"o":3}]`, "quota part"},
+	} {
+		_, err := DecodeOrderParts(c.blob)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("DecodeOrderParts(%s) = %v; want an error naming %s", c.blob, err, c.field)
+		}
+	}
+}
+
+func stockPartFields() map[string]string {
+	return map[string]string{"state": "pending", "kind": "s", "order": "o|1", "token": "ab12", "sku": "x",
+		"qty": "2", "item": "0", "counter": stockKey("r", "x"), "redo": RedoLogKey(3), "offset": "4",
+		"deadline": "1700000001000", "at": "1700000000000"}
+}
+
+func TestDecodePart(t *testing.T) {
+	id := stockPartID("o|1", "ab12", 0)
+	p, err := DecodePart(id, stockPartFields())
+	want := PartRecord{ID: id, State: PartPending, Kind: PartStock, Order: "o|1", Token: "ab12", SKU: "x", Qty: 2,
+		Counter: "inv:stock:r:x", Redo: "inv:redo:3", Offset: 4, Deadline: time.UnixMilli(1700000001000), At: time.UnixMilli(1700000000000)}
+	if err != nil || !reflect.DeepEqual(p, want) {
+		t.Fatalf("DecodePart = %+v, %v; want %+v", p, err, want)
+	}
+	qid := quotaPartID("o", "t", "r", "x")
+	q, err := DecodePart(qid, map[string]string{"state": "confirmed", "kind": "q", "order": "o", "token": "t", "sku": "x",
+		"qty": "1", "item": "-1", "counter": quotaKey("r", "x", "u"), "redo": "", "offset": "0", "settled_at": "5"})
+	if err != nil || q.Kind != PartQuota || q.State != PartConfirmed || q.Item != -1 || !q.SettledAt.Equal(time.UnixMilli(5)) {
+		t.Errorf("quota part: %+v, %v", q, err)
+	}
+	// A tombstone (scripts.go settle): its token comes from the id.
+	tomb, err := DecodePart(id, map[string]string{"state": "cancelled", "qty": "0", "order": "o|1", "tombstone": "1", "at": "9"})
+	if err != nil || !tomb.Tombstone || tomb.Token != "ab12" || tomb.Order != "o|1" || tomb.Kind != "" {
+		t.Errorf("tombstone: %+v, %v", tomb, err)
+	}
+}
+
+func TestDecodePartRejects(t *testing.T) {
+	id := stockPartID("o|1", "ab12", 0)
+	for _, c := range []struct{ field, value, named string }{
+		{"state", "done", "state"},
+		{"state", "", "state"},
+		{"qty", "x", "qty"},
+		{"qty", "-1", "qty"},
+		{"item", "1.5", "item"},
+		{"offset", "", "offset"},
+		{"deadline", "soon", "deadline"},
+		{"at", "1e3", "at"},
+		{"order", "o", "order"},
+		{"order", "", "order"},
+		{"token", "zz", "token"},
+		{"token", "", "token"},
+		{"kind", "x", "kind"},
+		{"kind", "q", "counter"},
+		{"counter", "inv:stock:nocolon", "counter"},
+		{"redo", "inv:redo:x", "redo"},
+		{"tombstone", "yes", "tombstone"},
+		{"tombstone", "1", "qty"},
+	} {
+		f := stockPartFields()
+		f[c.field] = c.value
+		_, err := DecodePart(id, f)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), c.named) || !strings.Contains(err.Error(), partKey(id)) {
+			t.Errorf("%s=%q: %v; want an error naming %s and the key", c.field, c.value, err, c.named)
+		}
+	}
+}
+
+func TestDecodeOrder(t *testing.T) {
+	parts := orderParts()
+	f := map[string]string{"status": "confirmed", "token": "ab12", "user": "u", "deadline": "1700000000000",
+		"reason": "confirmed", "parts": encodeOrderParts(parts), "digest": "d"}
+	r, err := DecodeOrder("o-1", f)
+	want := OrderRecord{ID: "o-1", Status: "confirmed", Token: "ab12", User: "u", Reason: "confirmed",
+		Deadline: time.UnixMilli(1700000000000), Parts: parts}
+	if err != nil || !reflect.DeepEqual(r, want) {
+		t.Fatalf("DecodeOrder = %+v, %v; want %+v", r, err, want)
+	}
+	if r, err := DecodeOrder("o-3", map[string]string{"status": "cancelled", "reason": "tombstone"}); err != nil || r.Parts != nil {
+		t.Errorf("tombstone order: %+v, %v", r, err)
+	}
+	for field, value := range map[string]string{"status": "weird", "deadline": "x", "parts": "[1]"} {
+		g := map[string]string{"status": "reserved", "parts": f["parts"]}
+		g[field] = value
+		if _, err := DecodeOrder("o-1", g); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), field) ||
+			!strings.Contains(err.Error(), orderKey("o-1")) {
+			t.Errorf("%s=%q: %v; want an error naming it and the key", field, value, err)
+		}
+	}
+}
