@@ -60,7 +60,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		return Reservation{}, true, errCrashed
 	}
 
-	taken, allTaken, unknown, roundErr := stagedTakes(results, len(promised)-len(homeReqs), userID)
+	taken, allTaken, unknown, roundErr, refused := stagedTakes(results, len(promised)-len(homeReqs), userID)
 	if stageErr == nil && staged.status == stageStaged {
 		for i, r := range homeReqs {
 			p := r.part
@@ -87,6 +87,14 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		if stageErr != nil {
 			return Reservation{}, true, stageErr
 		}
+		if refused != nil && staged.status == stageShort {
+			// No record, and a node refused the order for good: the
+			// general path could only say the same, three round trips
+			// later. (An existing record goes to the general path, which
+			// answers for it.)
+			inv.stats.stagedRefused.Add(1)
+			return Reservation{}, true, refused
+		}
 		inv.stats.stagedFallback.Add(1)
 		return Reservation{}, false, nil
 	case allTaken:
@@ -112,6 +120,12 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	}
 	if pending, _ := inv.settleParts(cctx, orderID, Cancel, promised); pending > 0 {
 		inv.log.Warn("staged reserve rollback deferred", "order", orderID, "pending_parts", pending)
+	}
+	if refused != nil {
+		// Decided failed, its parts cancelled: the refusal is the answer
+		// (the general path would meet it again).
+		inv.stats.stagedRefused.Add(1)
+		return Reservation{}, true, refused
 	}
 	inv.stats.stagedFallback.Add(1)
 	if err := ctx.Err(); err != nil {
@@ -209,8 +223,9 @@ func (inv *Inventory) planStaged(home *node.Node, orderID, token string, items [
 
 // stagedTakes reads the round's take replies: the parts taken (with their
 // redo offsets), whether every one of the want promised parts was taken in
-// full, the parts whose outcome is unknown, and the first node failure.
-func stagedTakes(results []batchResult, want int, userID string) (taken []part, all bool, unknown []part, firstErr error) {
+// full, the parts whose outcome is unknown, the first node failure, and
+// the first refusal for good (see refusal).
+func stagedTakes(results []batchResult, want int, userID string) (taken []part, all bool, unknown []part, firstErr, refused error) {
 	all = true
 	n := 0
 	for _, res := range results {
@@ -224,6 +239,9 @@ func stagedTakes(results []batchResult, want int, userID string) (taken []part, 
 		}
 		for j, r := range res.reqs {
 			rep := res.replies[j]
+			if refused == nil {
+				refused = refusal(r, rep, userID)
+			}
 			if rep.state != "pending" {
 				all = false
 				continue
@@ -240,7 +258,7 @@ func stagedTakes(results []batchResult, want int, userID string) (taken []part, 
 			n++
 		}
 	}
-	return taken, all && n == want, unknown, firstErr
+	return taken, all && n == want, unknown, firstErr, refused
 }
 
 // abandonUnstaged cancels the parts of an attempt whose record was never

@@ -365,3 +365,58 @@ func TestStagedExpiryWithPartNodeDown(t *testing.T) {
 	e.verify(id, "cancelled")
 	e.stock()
 }
+
+// A one-round attempt that a node refuses for good — a user over the
+// per-user limit, a limited SKU without a user — answers with the refusal
+// at once instead of running the general path, which would only meet it
+// again; its parts are cancelled and the stock adds up.
+func TestStagedRefusalInOneRound(t *testing.T) {
+	e := newStagedEnv(t)
+	if _, err := e.inv.LoadStock(e.ctx, "b", "lim", stagedStock, 2); err != nil {
+		t.Fatal(err)
+	}
+	// Orders homed off n2 (route b's node, which keeps the quota), so the
+	// refusal comes back from a take, not from the home's own stage.
+	id := func(prefix string) string {
+		for i := 0; ; i++ {
+			id := fmt.Sprintf("%s-%d", prefix, i)
+			if e.inv.homes.Home(id) != "n2" {
+				return id
+			}
+		}
+	}
+	items := func(lim int64) []Item {
+		return []Item{{Route: "a", SKU: "s", Quantity: 1}, {Route: "b", SKU: "lim", Quantity: lim}}
+	}
+	first := id("ok")
+	if _, err := e.inv.Reserve(e.ctx, first, items(2), "u1", time.Minute); err != nil {
+		t.Fatalf("Reserve within the limit: %v", err)
+	}
+	before := e.inv.Stats()
+	over := id("over")
+	if _, err := e.inv.Reserve(e.ctx, over, items(1), "u1", time.Minute); !errors.Is(err, ErrLimitExceeded) {
+		t.Fatalf("Reserve over the limit = %v, want ErrLimitExceeded", err)
+	}
+	noUser := id("nouser")
+	if _, err := e.inv.Reserve(e.ctx, noUser, items(1), "", time.Minute); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "needs user_id") {
+		t.Fatalf("Reserve of a limited SKU without a user = %v, want ErrInvalid naming user_id", err)
+	}
+	after := e.inv.Stats()
+	if got := after.StagedRefusals - before.StagedRefusals; got != 2 {
+		t.Fatalf("StagedRefusals grew by %d, want 2 (stats %+v)", got, after)
+	}
+	if after.StagedFallbacks != before.StagedFallbacks {
+		t.Fatalf("a refused order took the general path: StagedFallbacks %d → %d", before.StagedFallbacks, after.StagedFallbacks)
+	}
+	e.verify(first, "reserved")
+	e.verify(over, "failed", "missing")
+	e.verify(noUser, "failed", "missing")
+	e.stock()
+	lvl, err := e.inv.GetStock(e.ctx, "b", "lim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lvl.Reserved != 2 || lvl.Available != stagedStock-2 {
+		t.Fatalf("b/lim after the refusals = %+v, want 2 reserved (the first order)", lvl)
+	}
+}

@@ -22,8 +22,10 @@ type Stats struct {
 	// record and parallel takes (staged.go); StagedFallbacks those whose
 	// round could not be done in full and took the general path;
 	// StagedRecovered staged orders a reader found reserved and committed
-	// itself (its attempt did not, or not yet).
-	StagedReservations, StagedFallbacks, StagedRecovered int64
+	// itself (its attempt did not, or not yet); StagedRefusals orders the
+	// one round refused for good (a per-user limit, a limited SKU without
+	// a user) without the general path.
+	StagedReservations, StagedFallbacks, StagedRecovered, StagedRefusals int64
 }
 
 var outcomes = []string{"ok", "insufficient", "limit", "unavailable", "cancelled", "mismatch", "invalid", "error"}
@@ -34,7 +36,7 @@ type counters struct {
 	deferred     atomic.Int64
 	local        atomic.Int64
 
-	staged, stagedFallback, stagedRecovered atomic.Int64
+	staged, stagedFallback, stagedRecovered, stagedRefused atomic.Int64
 }
 
 // Stats returns the cumulative counters. Safe for concurrent use.
@@ -49,6 +51,7 @@ func (inv *Inventory) Stats() Stats {
 	s.StagedReservations = inv.stats.staged.Load()
 	s.StagedFallbacks = inv.stats.stagedFallback.Load()
 	s.StagedRecovered = inv.stats.stagedRecovered.Load()
+	s.StagedRefusals = inv.stats.stagedRefused.Load()
 	return s
 }
 

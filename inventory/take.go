@@ -106,8 +106,7 @@ func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token 
 					taken = append(taken, p)
 				case rep.state == "limit":
 					if err == nil {
-						err = fmt.Errorf("%w: user %q holds %d of %s/%s, limit %d, order wants %d",
-							ErrLimitExceeded, userID, rep.qty, r.Route, r.SKU, rep.limit, r.Qty)
+						err = refusal(r, rep, userID)
 					}
 				case rep.state == "elsewhere":
 					if err == nil {
@@ -121,8 +120,7 @@ func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token 
 					}
 				}
 				if r.Kind == "s" && rep.limit > 0 && userID == "" && err == nil {
-					err = fmt.Errorf("%w: items[%d] sku %s (route %s) has a per-user limit of %d: an order of it needs user_id",
-						ErrInvalid, r.Item, r.SKU, r.Route, rep.limit)
+					err = refusal(r, rep, userID)
 				}
 				if r.Kind == "s" && rep.limit > 0 && userID != "" {
 					limited[rs{r.Route, r.SKU}] = true
@@ -233,6 +231,22 @@ func (inv *Inventory) describeNodes(set *router.Set) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// refusal returns the error that refuses an order for good on a take
+// reply, whatever the other nodes hold: a quota part over the user's limit
+// (ErrLimitExceeded), or a stock part of a SKU with a per-user limit
+// taken without a user (ErrInvalid); nil for any other reply.
+func refusal(r partReq, rep reply, userID string) error {
+	switch {
+	case r.Kind == "q" && rep.state == "limit":
+		return fmt.Errorf("%w: user %q holds %d of %s/%s, limit %d, order wants %d",
+			ErrLimitExceeded, userID, rep.qty, r.Route, r.SKU, rep.limit, r.Qty)
+	case r.Kind == "s" && rep.limit > 0 && userID == "":
+		return fmt.Errorf("%w: items[%d] sku %s (route %s) has a per-user limit of %d: an order of it needs user_id",
+			ErrInvalid, r.Item, r.SKU, r.Route, rep.limit)
+	}
+	return nil
 }
 
 type reply struct {

@@ -214,6 +214,7 @@ func (c *cluster) shutdown(srv *service.Server) error {
 	c.paths["local"] += st.LocalReservations
 	c.paths["staged"] += st.StagedReservations
 	c.paths["staged_fallback"] += st.StagedFallbacks
+	c.paths["staged_refused"] += st.StagedRefusals
 	c.paths["staged_recovered"] += st.StagedRecovered
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)

@@ -245,8 +245,8 @@ func (r *Report) Print(w io.Writer) {
 
 	fmt.Fprintf(w, "\norders: %d order ids\n", r.Orders)
 	if len(r.Paths) > 0 {
-		fmt.Fprintf(w, "  reserve paths (every service instance): local %d, staged %d, staged then general %d, staged committed by a reader %d\n",
-			r.Paths["local"], r.Paths["staged"], r.Paths["staged_fallback"], r.Paths["staged_recovered"])
+		fmt.Fprintf(w, "  reserve paths (every service instance): local %d, staged %d, staged then general %d, refused in one round %d, staged committed by a reader %d\n",
+			r.Paths["local"], r.Paths["staged"], r.Paths["staged_fallback"], r.Paths["staged_refused"], r.Paths["staged_recovered"])
 	}
 	fmt.Fprintf(w, "  final status on the nodes:")
 	for _, s := range ordered(r.Statuses, []string{"confirmed", "cancelled", "failed", "reserving", "staging", "missing", "reserved"}) {

@@ -122,7 +122,7 @@ var (
 	descRolledBack  = prometheus.NewDesc("shardis_parts_rolled_back_total", "Parts cancelled by failed Reserve calls.", nil, nil)
 	descDeferred    = prometheus.NewDesc("shardis_parts_deferred_total", "Parts whose settle was deferred because their node was unreachable.", nil, nil)
 	descReservePath = prometheus.NewDesc("shardis_reserve_fast_path_total",
-		"Reserve calls by fast path: local (one script on the order's home node), staged (one round: staged record and parallel takes), staged_fallback (a one-round attempt rolled back, then the general path), staged_recovered (staged orders a reader committed).", []string{"path"}, nil)
+		"Reserve calls by fast path: local (one script on the order's home node), staged (one round: staged record and parallel takes), staged_fallback (a one-round attempt rolled back, then the general path), staged_recovered (staged orders a reader committed), staged_refused (refused for good in one round: per-user limit, limited SKU without a user).", []string{"path"}, nil)
 	descQueue       = prometheus.NewDesc("shardis_deferred_parts", "Deferred parts waiting for their node.", nil, nil)
 	descReconciled  = prometheus.NewDesc("shardis_reconciler_parts_total", "Expired parts the reconciler settled (cancelled, confirmed) or set aside as stuck (set_aside), by action.", []string{"action"}, nil)
 	descRedoLen     = prometheus.NewDesc("shardis_redo_log_entries", "Entries in all redo-log queues of the node.", []string{"node"}, nil)
@@ -173,7 +173,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRolledBack, prometheus.CounterValue, float64(s.PartsRolledBack))
 		ch <- prometheus.MustNewConstMetric(descDeferred, prometheus.CounterValue, float64(s.PartsDeferred))
 		for path, n := range map[string]int64{"local": s.LocalReservations, "staged": s.StagedReservations,
-			"staged_fallback": s.StagedFallbacks, "staged_recovered": s.StagedRecovered} {
+			"staged_fallback": s.StagedFallbacks, "staged_recovered": s.StagedRecovered, "staged_refused": s.StagedRefusals} {
 			ch <- prometheus.MustNewConstMetric(descReservePath, prometheus.CounterValue, float64(n), path)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
