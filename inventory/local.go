@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -114,12 +115,13 @@ end
 // holding the limit (kind q).
 // ARGV: 4 token, 5 digest, 6 user, 7 ttl ms, 8 retention s, 9 order id,
 // 10 part grace ms, then per part: id, kind, sku, want, item, route, queue.
-// Returns {"fallback"} (nothing written), or {"reserved", deadline ms,
+// Returns {"existing"} (the order has a record: nothing written),
+// {"fallback"} (nothing written), or {"reserved", deadline ms,
 // offset per part}.
 var localScript = newScript("reserve-local", true, takeWhole+`
 local key = KEYS[2]
 local f = redis.call('HMGET', key, 'status', 'moved')
-if f[1] and not f[2] and f[1] ~= 'failed' then return {'fallback'} end
+if f[1] and not f[2] and f[1] ~= 'failed' then return {'existing'} end
 redis.call('ZCARD', KEYS[3]) -- the pending index must be a sorted set
 local plan, err = plan_parts(5, 11, ARGV[6], KEYS[4])
 if err then return err end
@@ -140,9 +142,13 @@ redis.call('EXPIRE', key, tonumber(ARGV[8]))
 return out
 `)
 
+// errHasRecord is reserveLocal's word that the order already has a record.
+var errHasRecord = errors.New("inventory: the order has a record")
+
 // reserveLocal tries the one-script path (see the file comment). ok is
-// false when the order must take the general path; then nothing was
-// written.
+// false when the order must take another path; then nothing was written,
+// and err is errHasRecord when the order already has a record (a retry:
+// only the general path answers for an existing record).
 func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID string, items []Item, userID string, ttl time.Duration) (res Reservation, ok bool, err error) {
 	token := newToken()
 	var reqs []partReq
@@ -187,6 +193,8 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 		return Reservation{}, true, malformed(home, localScript, v)
 	}
 	switch s, _ := raw[0].(string); localStatus(s) {
+	case localExisting:
+		return Reservation{}, false, errHasRecord
 	case localFallback:
 		return Reservation{}, false, nil
 	case localReserved:

@@ -59,6 +59,7 @@ type localStatus string
 const (
 	localReserved localStatus = "reserved" // the whole order is reserved
 	localFallback localStatus = "fallback" // nothing written: take the general path
+	localExisting localStatus = "existing" // the order has a record: nothing written, the general path answers
 )
 
 // settleMissing is what settleScript answers for a part its node does not

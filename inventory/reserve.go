@@ -111,12 +111,16 @@ func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item,
 	if err != nil {
 		return Reservation{}, err
 	}
-	if res, ok, err := inv.reserveLocal(ctx, home, orderID, items, userID, ttl); ok {
-		return res, err
-	}
-	res, ok, serr := inv.reserveStaged(ctx, home, orderID, items, userID, ttl)
+	res, ok, lerr := inv.reserveLocal(ctx, home, orderID, items, userID, ttl)
 	if ok {
-		return res, serr
+		return res, lerr
+	}
+	var serr error
+	if lerr != errHasRecord { // a retry of a known order: the general path answers it
+		res, ok, serr = inv.reserveStaged(ctx, home, orderID, items, userID, ttl)
+		if ok {
+			return res, serr
+		}
 	}
 	res, err = inv.reserveGeneral(ctx, home, orderID, items, userID, ttl)
 	if err != nil && serr != nil {
