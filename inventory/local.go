@@ -20,8 +20,10 @@ import (
 // begin → take → commit. With every route on every node this is every
 // order whose home node holds the stock. The script takes anything only when the order is free (no
 // record, or a failed attempt) and every part can be met in full there;
-// otherwise it writes nothing and the order takes the general path, which
-// handles existing records, splits and refusals. Being one script, it has
+// otherwise it writes nothing and the order takes the one-round or the
+// general path, which handles existing records, splits and refusals (an
+// order that has a record goes straight to the general path). Being one
+// script, it has
 // no intermediate state: a crash before it runs leaves nothing, after it
 // the order is reserved; a timeout is an unknown outcome that a retry of
 // the order id resolves (it finds the record), and a Cancel that comes

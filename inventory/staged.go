@@ -71,7 +71,13 @@ import (
 // on a previous home) and at least one item whose first choice is not the
 // home node; anything it cannot do in full (a short node, a refused part,
 // an existing record) is rolled back, decided as failed, and the order
-// takes the general path (begin → take → commit) in the same call.
+// takes the general path (begin → take → commit) in the same call. A take
+// refused for good (refusal in take.go: the user's quota is over the
+// limit, a limited SKU without a user) is the one exception: after the
+// same roll-back and decision the refusal is the answer, because the
+// general path, meeting the same counters, could only refuse again. The
+// decision and the parts end exactly as on the fallback; only the general
+// path's three rounds are not run.
 
 // stageTakeScript stages an order's record on its home node and takes the
 // home node's parts, all or nothing (staged.go).
