@@ -3,6 +3,7 @@ package tests
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,5 +145,64 @@ func TestInvMintedIDsSurviveHomeOutage(t *testing.T) {
 	want := int64(len(orders)-len(orders)/3) + 1
 	if lvl.Confirmed != want || lvl.Reserved != 0 || lvl.Available+lvl.Confirmed != loaded || lvl.Loaded != loaded {
 		t.Fatalf("stock after the outage: %+v, want %d confirmed, nothing reserved, %d loaded", lvl, want, loaded)
+	}
+}
+
+// TestInvMintedIDWithItems: given the order's items, NewOrderID names the
+// usable node in the most of their routes, so an order on a one-node
+// route is reserved by one script on that node (its record next to its
+// part); with that node down the id names another node; an unknown
+// route is refused naming the item.
+func TestInvMintedIDWithItems(t *testing.T) {
+	t.Parallel()
+	c := newInvCluster(t, invOpts{routes: map[string][]string{"all": {"n1", "n2", "n3"}, "solo": {"n3"}}})
+	ctx := invCtx(t, 30*time.Second)
+	c.load("solo", "hot", 1000, 0)
+	c.load("all", "k", 1000, 0)
+	hot := []inventory.Item{invItem("solo", "hot", 1)}
+	local := c.inv.Stats().LocalReservations
+	for i := 0; i < 30; i++ {
+		id, err := c.inv.NewOrderID(ctx, hot...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.home(id) != "n3" {
+			t.Fatalf("NewOrderID(solo item) = %q, home %s; want n3, the route's only node", id, c.home(id))
+		}
+		res, err := c.inv.Reserve(ctx, id, hot, "", time.Minute)
+		if err != nil || len(res.Receipts) != 1 || res.Receipts[0].Node != "n3" {
+			t.Fatalf("Reserve %s = %+v, %v", id, res, err)
+		}
+		if n := c.clients["n3"].Exists(ctx, "inv:order:"+id).Val(); n != 1 {
+			t.Fatalf("order %s has no record on n3", id)
+		}
+	}
+	if got := c.inv.Stats().LocalReservations - local; got != 30 {
+		t.Fatalf("%d of 30 orders minted next to their stock were reserved by one script, want 30", got)
+	}
+	// Items over every node spread like ids minted without items.
+	seen := map[string]int{}
+	for i := 0; i < 150; i++ {
+		id, err := c.inv.NewOrderID(ctx, invItem("all", "k", 1), invItem("solo", "hot", 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[c.home(id)]++
+	}
+	if seen["n3"] != 150 {
+		t.Fatalf("ids for an order of all+solo by node: %v, want every one on n3 (the only node in both routes)", seen)
+	}
+	if _, err := c.inv.NewOrderID(ctx, invItem("all", "k", 1), invItem("nope", "k", 1)); !errors.Is(err, inventory.ErrInvalid) || !strings.Contains(err.Error(), "items[1]") {
+		t.Fatalf("NewOrderID with an unknown route = %v, want ErrInvalid naming items[1]", err)
+	}
+
+	c.srv["n3"].Kill()
+	c.waitDown("n3", 5*time.Second)
+	id, err := c.inv.NewOrderID(ctx, hot...)
+	if err != nil || c.home(id) == "n3" {
+		t.Fatalf("NewOrderID(solo item) with n3 down = %q (home %s), %v; want an id on a usable node", id, c.home(id), err)
+	}
+	if _, err := c.inv.Reserve(ctx, id, hot, "", time.Minute); !errors.Is(err, inventory.ErrUnavailable) {
+		t.Fatalf("Reserve of an item whose only node is down = %v, want ErrUnavailable", err)
 	}
 }

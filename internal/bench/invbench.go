@@ -18,6 +18,10 @@ const (
 	VarSeed3 = "seed baseline 3 items on 3 nodes (EVAL per item)"
 	VarHot3  = "hot SKU split over 3 nodes (shardis, 1 item)"
 	VarHot1  = "hot SKU on 1 node (shardis, 1 item)"
+	// VarHot1Minted is VarHot1 with every order id minted by
+	// Inventory.NewOrderID given the order's items (inside the timed
+	// call): the record goes to the stock's node, one script per order.
+	VarHot1Minted = "hot SKU on 1 node (shardis, 1 item, ids minted with the items)"
 	// VarSeedHot1 is the seed baseline's shape on VarHot1's node and
 	// workload: one SKU, stock on n1 only, 1-item orders of quantity 1.
 	VarSeedHot1 = "seed baseline hot SKU on 1 node (EVAL per item)"
@@ -44,6 +48,16 @@ type InvResult struct {
 // hot-SKU series (results saved before it existed).
 func (ir *InvResult) HotVsSeed() float64 {
 	h, s := ir.Series[VarHot1], ir.Series[VarSeedHot1]
+	if h == nil || s == nil || len(h.Samples) != len(s.Samples) || len(s.Samples) == 0 {
+		return 0
+	}
+	return PairedRatio([]*Series{h}, []*Series{s})
+}
+
+// HotMintedVsSeed is HotVsSeed for VarHot1Minted (0 when the run has no
+// such series).
+func (ir *InvResult) HotMintedVsSeed() float64 {
+	h, s := ir.Series[VarHot1Minted], ir.Series[VarSeedHot1]
 	if h == nil || s == nil || len(h.Samples) != len(s.Samples) || len(s.Samples) == 0 {
 		return 0
 	}
@@ -171,6 +185,15 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 			func(w *Worker) error { return reserve(w, hot3) }},
 		VarHot1: {VarHot1, func(ctx context.Context) error { return load(singleRoutes[0], "hot") },
 			func(w *Worker) error { return reserve(w, hot1) }},
+		VarHot1Minted: {VarHot1Minted, func(ctx context.Context) error { return load(singleRoutes[0], "hot") },
+			func(w *Worker) error {
+				id, err := inv.NewOrderID(ctx, hot1...)
+				if err != nil {
+					return err
+				}
+				_, err = inv.Reserve(ctx, id, hot1, "", 0)
+				return err
+			}},
 		VarSeedHot1: {VarSeedHot1, func(ctx context.Context) error {
 			for _, n := range routeNodes[0] {
 				if err := loadSeedStock(ctx, n, seedHot, inventory.MaxQuantity); err != nil {
@@ -208,7 +231,7 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 	if err != nil {
 		return nil, err
 	}
-	variants := []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarSeedHot1}
+	variants := []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1}
 	res := &InvResult{Conc: p.Conc, SKUs: p.SKUs, Variants: variants, Series: map[string]*Series{}}
 	for _, v := range variants {
 		res.Series[v] = &Series{Name: v}
@@ -245,9 +268,9 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 				for v, s := range got {
 					res.Series[v].Add(s)
 				}
-			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f, seed hot 1 node %.0f",
+			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f (minted ids %.0f), seed hot 1 node %.0f",
 				got[VarInv1].OpsPerSec(), got[VarInv3].OpsPerSec(), got[VarSeed3].OpsPerSec(),
-				got[VarHot3].OpsPerSec(), got[VarHot1].OpsPerSec(), got[VarSeedHot1].OpsPerSec()), nil
+				got[VarHot3].OpsPerSec(), got[VarHot1].OpsPerSec(), got[VarHot1Minted].OpsPerSec(), got[VarSeedHot1].OpsPerSec()), nil
 	})
 	res.Rounds = st
 	if err != nil {

@@ -38,6 +38,10 @@ type Summary struct {
 	// stock lives on one node, shardis over the seed's shape on the same
 	// node, paired per round.
 	InventoryHotVsSeed float64 `json:"inventory_hot_sku_vs_seed,omitempty"`
+	// InventoryHotMintedVsSeed is the same with order ids minted by
+	// Inventory.NewOrderID given the items (the record on the stock's
+	// node), the minting inside the measured call.
+	InventoryHotMintedVsSeed float64 `json:"inventory_hot_sku_minted_vs_seed,omitempty"`
 	// ReserveRoundTrips1Item and ReserveRoundTrips3Item are the median
 	// sequential round trips of one successful Reserve, counted by a
 	// go-redis hook, one order at a time: 1 item with stock on every node;
@@ -141,6 +145,9 @@ func Summarize(r *Results) Summary {
 		if h := ir.HotVsSeed(); h > 0 {
 			s.InventoryHotVsSeed = round3(h)
 			s.Targets["inventory_hot_sku_vs_seed>=2"] = s.InventoryHotVsSeed >= 2
+		}
+		if h := ir.HotMintedVsSeed(); h > 0 {
+			s.InventoryHotMintedVsSeed = round3(h)
 		}
 		if sh := ir.RoundTrips.Shape(RTShape1); sh != nil {
 			s.ReserveRoundTrips1Item = sh.Median

@@ -46,8 +46,16 @@ func (h *Handlers) GetStock(ctx context.Context, req *connect.Request[v1.GetStoc
 }
 
 // NewOrderId implements InventoryService.NewOrderId.
-func (h *Handlers) NewOrderId(ctx context.Context, _ *connect.Request[v1.NewOrderIdRequest]) (*connect.Response[v1.NewOrderIdResponse], error) { //nolint:revive // the generated interface names it
-	id, err := h.Inventory.NewOrderID(ctx)
+func (h *Handlers) NewOrderId(ctx context.Context, req *connect.Request[v1.NewOrderIdRequest]) (*connect.Response[v1.NewOrderIdResponse], error) { //nolint:revive // the generated interface names it
+	if len(req.Msg.Items) > inventory.MaxItems {
+		return nil, connect.NewError(connect.CodeInvalidArgument,
+			fmt.Errorf("items: %d items, at most %d per order", len(req.Msg.Items), inventory.MaxItems))
+	}
+	items := make([]inventory.Item, len(req.Msg.Items))
+	for i, it := range req.Msg.Items {
+		items[i] = inventory.Item{Route: it.RouteKey, SKU: it.SkuId, Quantity: it.Quantity}
+	}
+	id, err := h.Inventory.NewOrderID(ctx, items...)
 	if err != nil {
 		return nil, rpcError(err)
 	}

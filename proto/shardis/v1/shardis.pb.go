@@ -594,7 +594,9 @@ func (x *Item) GetQuantity() int64 {
 }
 
 type NewOrderIdRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Optional: the order's items (only their route keys count).
+	Items         []*Item `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -627,6 +629,13 @@ func (x *NewOrderIdRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use NewOrderIdRequest.ProtoReflect.Descriptor instead.
 func (*NewOrderIdRequest) Descriptor() ([]byte, []int) {
 	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *NewOrderIdRequest) GetItems() []*Item {
+	if x != nil {
+		return x.Items
+	}
+	return nil
 }
 
 type NewOrderIdResponse struct {
@@ -2327,8 +2336,9 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\x04Item\x12\x1b\n" +
 	"\troute_key\x18\x01 \x01(\tR\brouteKey\x12\x15\n" +
 	"\x06sku_id\x18\x02 \x01(\tR\x05skuId\x12\x1a\n" +
-	"\bquantity\x18\x03 \x01(\x03R\bquantity\"\x13\n" +
-	"\x11NewOrderIdRequest\"C\n" +
+	"\bquantity\x18\x03 \x01(\x03R\bquantity\";\n" +
+	"\x11NewOrderIdRequest\x12&\n" +
+	"\x05items\x18\x01 \x03(\v2\x10.shardis.v1.ItemR\x05items\"C\n" +
 	"\x12NewOrderIdResponse\x12\x19\n" +
 	"\border_id\x18\x01 \x01(\tR\aorderId\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\"\x8d\x01\n" +
@@ -2537,47 +2547,48 @@ var file_shardis_v1_shardis_proto_depIdxs = []int32{
 	6,  // 0: shardis.v1.LoadStockResponse.stock:type_name -> shardis.v1.StockLevel
 	6,  // 1: shardis.v1.GetStockResponse.stock:type_name -> shardis.v1.StockLevel
 	7,  // 2: shardis.v1.StockLevel.nodes:type_name -> shardis.v1.NodeStock
-	8,  // 3: shardis.v1.ReserveRequest.items:type_name -> shardis.v1.Item
-	12, // 4: shardis.v1.ReserveResponse.receipts:type_name -> shardis.v1.Receipt
-	0,  // 5: shardis.v1.ConfirmResponse.status:type_name -> shardis.v1.OrderStatus
-	0,  // 6: shardis.v1.CancelResponse.status:type_name -> shardis.v1.OrderStatus
-	20, // 7: shardis.v1.ListNodesResponse.nodes:type_name -> shardis.v1.NodeInfo
-	1,  // 8: shardis.v1.NodeInfo.state:type_name -> shardis.v1.NodeState
-	21, // 9: shardis.v1.NodeInfo.routes:type_name -> shardis.v1.RouteStatus
-	20, // 10: shardis.v1.SetRouteEnabledResponse.node:type_name -> shardis.v1.NodeInfo
-	25, // 11: shardis.v1.ReadRedoLogResponse.entries:type_name -> shardis.v1.RedoEntry
-	30, // 12: shardis.v1.ListStuckPartsResponse.parts:type_name -> shardis.v1.StuckPart
-	2,  // 13: shardis.v1.InventoryService.LoadStock:input_type -> shardis.v1.LoadStockRequest
-	4,  // 14: shardis.v1.InventoryService.GetStock:input_type -> shardis.v1.GetStockRequest
-	9,  // 15: shardis.v1.InventoryService.NewOrderId:input_type -> shardis.v1.NewOrderIdRequest
-	11, // 16: shardis.v1.InventoryService.Reserve:input_type -> shardis.v1.ReserveRequest
-	14, // 17: shardis.v1.InventoryService.Confirm:input_type -> shardis.v1.ConfirmRequest
-	16, // 18: shardis.v1.InventoryService.Cancel:input_type -> shardis.v1.CancelRequest
-	18, // 19: shardis.v1.AdminService.ListNodes:input_type -> shardis.v1.ListNodesRequest
-	22, // 20: shardis.v1.AdminService.SetRouteEnabled:input_type -> shardis.v1.SetRouteEnabledRequest
-	24, // 21: shardis.v1.AdminService.ReadRedoLog:input_type -> shardis.v1.ReadRedoLogRequest
-	27, // 22: shardis.v1.AdminService.AckRedoLog:input_type -> shardis.v1.AckRedoLogRequest
-	29, // 23: shardis.v1.AdminService.ListStuckParts:input_type -> shardis.v1.ListStuckPartsRequest
-	32, // 24: shardis.v1.AdminService.RetryStuckPart:input_type -> shardis.v1.RetryStuckPartRequest
-	34, // 25: shardis.v1.AdminService.AcceptNode:input_type -> shardis.v1.AcceptNodeRequest
-	3,  // 26: shardis.v1.InventoryService.LoadStock:output_type -> shardis.v1.LoadStockResponse
-	5,  // 27: shardis.v1.InventoryService.GetStock:output_type -> shardis.v1.GetStockResponse
-	10, // 28: shardis.v1.InventoryService.NewOrderId:output_type -> shardis.v1.NewOrderIdResponse
-	13, // 29: shardis.v1.InventoryService.Reserve:output_type -> shardis.v1.ReserveResponse
-	15, // 30: shardis.v1.InventoryService.Confirm:output_type -> shardis.v1.ConfirmResponse
-	17, // 31: shardis.v1.InventoryService.Cancel:output_type -> shardis.v1.CancelResponse
-	19, // 32: shardis.v1.AdminService.ListNodes:output_type -> shardis.v1.ListNodesResponse
-	23, // 33: shardis.v1.AdminService.SetRouteEnabled:output_type -> shardis.v1.SetRouteEnabledResponse
-	26, // 34: shardis.v1.AdminService.ReadRedoLog:output_type -> shardis.v1.ReadRedoLogResponse
-	28, // 35: shardis.v1.AdminService.AckRedoLog:output_type -> shardis.v1.AckRedoLogResponse
-	31, // 36: shardis.v1.AdminService.ListStuckParts:output_type -> shardis.v1.ListStuckPartsResponse
-	33, // 37: shardis.v1.AdminService.RetryStuckPart:output_type -> shardis.v1.RetryStuckPartResponse
-	35, // 38: shardis.v1.AdminService.AcceptNode:output_type -> shardis.v1.AcceptNodeResponse
-	26, // [26:39] is the sub-list for method output_type
-	13, // [13:26] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	8,  // 3: shardis.v1.NewOrderIdRequest.items:type_name -> shardis.v1.Item
+	8,  // 4: shardis.v1.ReserveRequest.items:type_name -> shardis.v1.Item
+	12, // 5: shardis.v1.ReserveResponse.receipts:type_name -> shardis.v1.Receipt
+	0,  // 6: shardis.v1.ConfirmResponse.status:type_name -> shardis.v1.OrderStatus
+	0,  // 7: shardis.v1.CancelResponse.status:type_name -> shardis.v1.OrderStatus
+	20, // 8: shardis.v1.ListNodesResponse.nodes:type_name -> shardis.v1.NodeInfo
+	1,  // 9: shardis.v1.NodeInfo.state:type_name -> shardis.v1.NodeState
+	21, // 10: shardis.v1.NodeInfo.routes:type_name -> shardis.v1.RouteStatus
+	20, // 11: shardis.v1.SetRouteEnabledResponse.node:type_name -> shardis.v1.NodeInfo
+	25, // 12: shardis.v1.ReadRedoLogResponse.entries:type_name -> shardis.v1.RedoEntry
+	30, // 13: shardis.v1.ListStuckPartsResponse.parts:type_name -> shardis.v1.StuckPart
+	2,  // 14: shardis.v1.InventoryService.LoadStock:input_type -> shardis.v1.LoadStockRequest
+	4,  // 15: shardis.v1.InventoryService.GetStock:input_type -> shardis.v1.GetStockRequest
+	9,  // 16: shardis.v1.InventoryService.NewOrderId:input_type -> shardis.v1.NewOrderIdRequest
+	11, // 17: shardis.v1.InventoryService.Reserve:input_type -> shardis.v1.ReserveRequest
+	14, // 18: shardis.v1.InventoryService.Confirm:input_type -> shardis.v1.ConfirmRequest
+	16, // 19: shardis.v1.InventoryService.Cancel:input_type -> shardis.v1.CancelRequest
+	18, // 20: shardis.v1.AdminService.ListNodes:input_type -> shardis.v1.ListNodesRequest
+	22, // 21: shardis.v1.AdminService.SetRouteEnabled:input_type -> shardis.v1.SetRouteEnabledRequest
+	24, // 22: shardis.v1.AdminService.ReadRedoLog:input_type -> shardis.v1.ReadRedoLogRequest
+	27, // 23: shardis.v1.AdminService.AckRedoLog:input_type -> shardis.v1.AckRedoLogRequest
+	29, // 24: shardis.v1.AdminService.ListStuckParts:input_type -> shardis.v1.ListStuckPartsRequest
+	32, // 25: shardis.v1.AdminService.RetryStuckPart:input_type -> shardis.v1.RetryStuckPartRequest
+	34, // 26: shardis.v1.AdminService.AcceptNode:input_type -> shardis.v1.AcceptNodeRequest
+	3,  // 27: shardis.v1.InventoryService.LoadStock:output_type -> shardis.v1.LoadStockResponse
+	5,  // 28: shardis.v1.InventoryService.GetStock:output_type -> shardis.v1.GetStockResponse
+	10, // 29: shardis.v1.InventoryService.NewOrderId:output_type -> shardis.v1.NewOrderIdResponse
+	13, // 30: shardis.v1.InventoryService.Reserve:output_type -> shardis.v1.ReserveResponse
+	15, // 31: shardis.v1.InventoryService.Confirm:output_type -> shardis.v1.ConfirmResponse
+	17, // 32: shardis.v1.InventoryService.Cancel:output_type -> shardis.v1.CancelResponse
+	19, // 33: shardis.v1.AdminService.ListNodes:output_type -> shardis.v1.ListNodesResponse
+	23, // 34: shardis.v1.AdminService.SetRouteEnabled:output_type -> shardis.v1.SetRouteEnabledResponse
+	26, // 35: shardis.v1.AdminService.ReadRedoLog:output_type -> shardis.v1.ReadRedoLogResponse
+	28, // 36: shardis.v1.AdminService.AckRedoLog:output_type -> shardis.v1.AckRedoLogResponse
+	31, // 37: shardis.v1.AdminService.ListStuckParts:output_type -> shardis.v1.ListStuckPartsResponse
+	33, // 38: shardis.v1.AdminService.RetryStuckPart:output_type -> shardis.v1.RetryStuckPartResponse
+	35, // 39: shardis.v1.AdminService.AcceptNode:output_type -> shardis.v1.AcceptNodeResponse
+	27, // [27:40] is the sub-list for method output_type
+	14, // [14:27] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_shardis_v1_shardis_proto_init() }

@@ -86,8 +86,10 @@ type InventoryServiceClient interface {
 	// NewOrderId returns a fresh order id whose record lives on a node that
 	// is usable now, so orders keep succeeding while another node is down
 	// (an id the caller makes up is placed by hashing and fails while its
-	// node is down). Store it before calling Reserve, and retry Reserve with
-	// it. UNAVAILABLE when no inventory node is usable.
+	// node is down). Given the order's items, it names the usable node in
+	// the most of their routes, so an order that node can meet is reserved
+	// by one script there. Store it before calling Reserve, and retry Reserve
+	// with it. UNAVAILABLE when no inventory node is usable.
 	NewOrderId(context.Context, *connect.Request[v1.NewOrderIdRequest]) (*connect.Response[v1.NewOrderIdResponse], error)
 	// Reserve takes every item of an order, all or nothing. Idempotent per order id.
 	Reserve(context.Context, *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error)
@@ -196,8 +198,10 @@ type InventoryServiceHandler interface {
 	// NewOrderId returns a fresh order id whose record lives on a node that
 	// is usable now, so orders keep succeeding while another node is down
 	// (an id the caller makes up is placed by hashing and fails while its
-	// node is down). Store it before calling Reserve, and retry Reserve with
-	// it. UNAVAILABLE when no inventory node is usable.
+	// node is down). Given the order's items, it names the usable node in
+	// the most of their routes, so an order that node can meet is reserved
+	// by one script there. Store it before calling Reserve, and retry Reserve
+	// with it. UNAVAILABLE when no inventory node is usable.
 	NewOrderId(context.Context, *connect.Request[v1.NewOrderIdRequest]) (*connect.Response[v1.NewOrderIdResponse], error)
 	// Reserve takes every item of an order, all or nothing. Idempotent per order id.
 	Reserve(context.Context, *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error)
