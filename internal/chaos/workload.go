@@ -240,9 +240,7 @@ func (cl *client) newOrder(replayable bool) *order {
 	cl.n++
 	w := cl.w
 	o := &order{ID: fmt.Sprintf("c%d-%d", cl.id, cl.n), Client: cl.id}
-	if cl.rng.IntN(2) == 0 {
-		o.ID = cl.mint(o.ID)
-	}
+	mint := cl.rng.IntN(3)
 	if cl.rng.IntN(4) != 0 {
 		o.User = fmt.Sprintf("u%d", cl.rng.IntN(w.users))
 	}
@@ -267,6 +265,12 @@ func (cl *client) newOrder(replayable bool) *order {
 		}
 		o.Items = append(o.Items, item{Route: s.Route, SKU: s.SKU, Qty: q})
 	}
+	switch mint { // a third made up, a third minted, a third minted with the items
+	case 1:
+		o.ID = cl.mint(o.ID, nil)
+	case 2:
+		o.ID = cl.mint(o.ID, o.Items)
+	}
 	cl.orders = append(cl.orders, o)
 	w.nOrders.Add(1)
 	if !replayable {
@@ -280,15 +284,19 @@ func (cl *client) newOrder(replayable bool) *order {
 	return o
 }
 
-// mint returns an order id minted by the service (NewOrderId: its record
-// lives on a node that was usable when minted), or fallback when minting
-// failed: the order then has an id the client made up, like half of all
-// orders.
-func (cl *client) mint(fallback string) string {
+// mint returns an order id minted by the service (NewOrderId, given items
+// when not nil: its record lives on a node that was usable when minted),
+// or fallback when minting failed: the order then has an id the client
+// made up, like a third of all orders.
+func (cl *client) mint(fallback string, items []item) string {
 	inv, _ := cl.w.c.rpc()
 	ctx, cancel := context.WithTimeout(context.Background(), cl.w.opts.ClientTimeout)
 	defer cancel()
-	res, err := inv.NewOrderId(ctx, connect.NewRequest(&v1.NewOrderIdRequest{}))
+	req := &v1.NewOrderIdRequest{}
+	for _, it := range items {
+		req.Items = append(req.Items, &v1.Item{RouteKey: it.Route, SkuId: it.SKU, Quantity: it.Qty})
+	}
+	res, err := inv.NewOrderId(ctx, connect.NewRequest(req))
 	code := "ok"
 	if err != nil {
 		code = connect.CodeOf(err).String()
