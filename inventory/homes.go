@@ -78,10 +78,6 @@ func newHomes(ring *router.Ring, names []string) *Homes {
 // Home returns the name of the node that holds orderID's record.
 func (h *Homes) Home(orderID string) string { return h.names[h.member(orderID)] }
 
-// Names returns the members, sorted by name (member i of [Homes.Home]'s
-// placement is the i-th).
-func (h *Homes) Names() []string { return append([]string(nil), h.names...) }
-
 // member returns the index of orderID's home among h.names.
 func (h *Homes) member(orderID string) int {
 	if name, ok := MintedHome(orderID); ok {
