@@ -64,7 +64,7 @@ func method(r *Results) string {
 		"reproduces the Java seed's deduction: per item one `EVAL` with the whole script text (no SHA), tried on the route's nodes in order; items one after another; " +
 		"on failure one rollback `EVAL` per deducted item, one after another. Its scripts keep the seed's data layout and steps with its bugs fixed " +
 		"(stock check, redo-log offset, `ZADD` of the redo entry; the rollback gives the units back and removes the entry), and are checked at the start of every run. It calls the same node clients as shardis (same pools, same hook), so only the shape and the scripts differ. " +
-		"The hot-SKU rows put every order on one SKU: shardis's on route r1 (stock on n1 only), the seed's on n1.\n")
+		"The hot-SKU rows put every order on one SKU: shardis's on route r1 (stock on n1 only), the seed's on n1; the shardis rows use made-up order ids (their records hashed over the three nodes) except the one with ids minted by `Inventory.NewOrderID` given the items, inside the measured call (their records on n1, next to the stock).\n")
 	return b.String()
 }
 
