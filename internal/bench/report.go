@@ -267,7 +267,7 @@ func Tables(r *Results) string {
 	if o := r.Outage; o != nil {
 		fmt.Fprintf(&b, "\n## 5b. Orders during an outage\n\nThree redis-server nodes (no persistence), %d goroutines of 1-item reserves through the library, "+
 			"each SKU's 10⁹ units split over all three nodes (so every order can be met by the healthy two); kill -9 of %s, which stays down; "+
-			"orders started in the %v after the kill are counted. Default health settings.\n\n", o.Conc, o.Victim, o.Window)
+			"orders started in the %v after the kill are counted. Each order's id is, by a coin toss, minted by `Inventory.NewOrderID` just before its Reserve (without items) or made up by the client. Default health settings.\n\n", o.Conc, o.Victim, o.Window)
 		b.WriteString(OutageTable(o))
 	}
 	if d := r.Durability; d != nil {
