@@ -289,6 +289,21 @@ func (n *Node) RouteEnabled(rk RouteKey) bool {
 	return ok && f.Load()
 }
 
+// RouteFlag is a node's live enabled flag for one route, resolved once with
+// [Node.RouteFlag] so that a hot path reads it without the map lookup of
+// [Node.RouteEnabled]. The zero RouteFlag stands for a route the node does
+// not serve. It is a small value, safe to copy and to read concurrently.
+type RouteFlag struct{ f *atomic.Bool }
+
+// Enabled reports what [Node.RouteEnabled] reports for the flag's node and
+// route, now: false for the zero RouteFlag.
+func (r RouteFlag) Enabled() bool { return r.f != nil && r.f.Load() }
+
+// RouteFlag returns the live flag of one route of the node: it follows
+// every later [Node.SetRouteEnabled] of that route. For a route the node
+// does not serve it returns the zero RouteFlag (never enabled).
+func (n *Node) RouteFlag(rk RouteKey) RouteFlag { return RouteFlag{n.routes[rk]} }
+
 // SetRouteEnabled enables or drains one route on this node, live, without
 // touching its other routes. It returns [ErrUnknownRoute] for a route the
 // node does not serve.

@@ -205,6 +205,107 @@ func TestPipelineHonoursCallerDeadline(t *testing.T) {
 	}
 }
 
+// busyFrozen pauses s and keeps one command of n under way, so that every
+// later command of n takes the pipeline and waits on a frozen node. The
+// returned func resumes the server and waits for the held command.
+func busyFrozen(t *testing.T, s *redistest.Server, n *node.Node) func() {
+	t.Helper()
+	ctx := context.Background()
+	if err := n.Client().Ping(ctx).Err(); err != nil { // warm the pools
+		t.Fatal(err)
+	}
+	s.Pause()
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		_ = n.Client().Get(ctx, "held").Err()
+	}()
+	time.Sleep(20 * time.Millisecond) // let it get under way
+	return func() {
+		s.Resume()
+		<-held
+	}
+}
+
+// Callers sharing a long-lived context that has no deadline (they share
+// one wait bound, see pipeline.go) each stop waiting for a frozen node's
+// batch at the command timeout, plus at most a sixteenth of it, with a
+// timeout error: the outcome is unknown, as for a command sent on its own.
+func TestPipelineBoundsWaitsByCommandTimeout(t *testing.T) {
+	t.Parallel()
+	const timeout = 400 * time.Millisecond
+	s, n := pipelinedNode(t, node.Options{CommandTimeout: timeout, BreakerFailures: 1000}, nil)
+	ctx, cancel := context.WithCancel(context.Background()) // can end, never does
+	defer cancel()
+	resume := busyFrozen(t, s, n)
+	defer resume()
+	before := n.Pipelined()
+	var mu sync.Mutex
+	var shortest, longest time.Duration
+	err := hammer(8, 3, func(g, i int) error {
+		start := time.Now()
+		err := n.Client().Get(ctx, fmt.Sprintf("k%d", g)).Err()
+		took := time.Since(start)
+		var ne interface{ Timeout() bool }
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			return fmt.Errorf("GET on a frozen node: %v, want a timeout error", err)
+		}
+		if !node.IsFailure(ctx, err) {
+			return fmt.Errorf("GET timed out on a frozen node: IsFailure(%v) = false", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if shortest == 0 || took < shortest {
+			shortest = took
+		}
+		longest = max(longest, took)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Pipelined() == before {
+		t.Fatal("no command was pipelined")
+	}
+	t.Logf("waits from %v to %v (command timeout %v)", shortest, longest, timeout)
+	if shortest < timeout-5*time.Millisecond {
+		t.Errorf("a wait ended after %v, before the command timeout %v", shortest, timeout)
+	}
+	if longest > timeout+timeout/16+150*time.Millisecond {
+		t.Errorf("a wait took %v, command timeout %v", longest, timeout)
+	}
+}
+
+// Cancelling the callers' shared context ends their waits for a frozen
+// node's batch at once, with the context's error.
+func TestPipelineSharedContextCancelEndsWaits(t *testing.T) {
+	t.Parallel()
+	s, n := pipelinedNode(t, node.Options{CommandTimeout: 3 * time.Second, BreakerFailures: 1000}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	resume := busyFrozen(t, s, n)
+	defer resume()
+	before := n.Pipelined()
+	const conc = 8
+	errs := make(chan error, conc)
+	for g := 0; g < conc; g++ {
+		go func() { errs <- n.Client().Get(ctx, fmt.Sprintf("k%d", g)).Err() }()
+	}
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	start := time.Now()
+	for g := 0; g < conc; g++ {
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Errorf("GET whose context was cancelled: %v, want context.Canceled", err)
+		}
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("waits ended %v after the cancel (command timeout 3s)", d)
+	}
+	if n.Pipelined() == before {
+		t.Error("no command was pipelined")
+	}
+}
+
 // WATCH/MULTI/EXEC stay on their own connection while other callers keep
 // the pipeline busy: optimistic increments are never lost.
 func TestPipelineKeepsTransactions(t *testing.T) {
