@@ -121,6 +121,19 @@ type Options struct {
 	// share one pipeline per node, a lone command is sent at once.
 	// default: nil (off); the router turns it on from the configuration
 	Pipeline *redis.AutoPipelineOptions
+	// BusyPipeline, when non-nil with Pipeline set, adds a second
+	// auto-pipeliner with these options for busy moments: a command that
+	// finds at least BusyFrom commands of the client under way (itself
+	// included) rides it instead of the Pipeline one. Give it a
+	// MaxFlushDelay: it then waits that long for more commands before each
+	// flush, so a busy node gets fewer, deeper pipelines (less CPU per
+	// command) while a quieter one keeps flushing at once.
+	// default: nil (one pipeliner); the router sets it from the configuration
+	BusyPipeline *redis.AutoPipelineOptions
+	// BusyFrom is the number of the client's commands under way from which
+	// a command rides BusyPipeline.
+	// default: 8
+	BusyFrom int
 	// Logger receives identity and breaker events.
 	// default: slog.Default()
 	Logger *slog.Logger
@@ -141,6 +154,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.BreakerOpenTimeout <= 0 {
 		o.BreakerOpenTimeout = time.Second
+	}
+	if o.BusyFrom <= 0 {
+		o.BusyFrom = 8
 	}
 	if o.OnFailure == nil {
 		o.OnFailure = func() {}

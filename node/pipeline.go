@@ -48,6 +48,8 @@ import (
 type pipeliner struct {
 	n        *Node
 	ap       atomic.Pointer[redis.AutoPipeliner] // set once the client exists
+	busy     atomic.Pointer[redis.AutoPipeliner] // Options.BusyPipeline's, when set
+	busyFrom int64                               // Options.BusyFrom
 	inflight atomic.Int64                        // commands of this client under way
 	slot     atomic.Pointer[waitSlot]            // the current shared wait bound (see bound)
 }
@@ -97,9 +99,15 @@ func (p *pipeliner) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 func (p *pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		busy := p.inflight.Add(1) > 1
+		under := p.inflight.Add(1)
 		defer p.inflight.Add(-1)
+		busy := under > 1
 		ap := p.ap.Load()
+		if under >= p.busyFrom {
+			if bp := p.busy.Load(); bp != nil {
+				ap = bp
+			}
+		}
 		if !busy || ap == nil || !p.n.Usable() || !pipelinable(cmd.Name()) {
 			return next(ctx, cmd)
 		}
