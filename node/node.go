@@ -124,10 +124,11 @@ type Options struct {
 	// BusyPipeline, when non-nil with Pipeline set, adds a second
 	// auto-pipeliner with these options for busy moments: a command that
 	// finds at least BusyFrom commands of the client under way (itself
-	// included) rides it instead of the Pipeline one. Give it a
-	// MaxFlushDelay: it then waits that long for more commands before each
-	// flush, so a busy node gets fewer, deeper pipelines (less CPU per
-	// command) while a quieter one keeps flushing at once.
+	// included) rides it instead of the Pipeline one. Each pipeliner runs
+	// its own batches (one at a time with go-redis's default
+	// MaxConcurrentBatches), so a busy node gets a second batch in flight
+	// while a quieter one uses only the prompt pipeliner. Give it a
+	// MaxFlushDelay so that it waits for more commands before each flush.
 	// default: nil (one pipeliner); the router sets it from the configuration
 	BusyPipeline *redis.AutoPipelineOptions
 	// BusyFrom is the number of the client's commands under way from which
