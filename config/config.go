@@ -271,6 +271,20 @@ type Pipeline struct {
 	// MaxBatch is the target number of commands per pipeline (1..10000).
 	// default: 200
 	MaxBatch int `koanf:"max_batch"`
+	// BusyFrom is the number of one node's commands under way (the new one
+	// included) from which a command rides the node's busy pipeline
+	// instead of its prompt one (2..100000; 0 means 8). Only with
+	// BusyFlushDelay > 0.
+	// default: 8
+	BusyFrom int `koanf:"busy_from"`
+	// BusyFlushDelay is how long the busy pipeline waits for more commands
+	// before each flush (0..10ms). With it a node with many callers at once
+	// has two batches in flight (the prompt pipeline's and the busy one's)
+	// instead of one: more throughput, a little more CPU per command (see
+	// the README, "Auto-pipelining"). The prompt pipeline, which quieter
+	// moments use, never waits. 0 turns the busy pipeline off.
+	// default: 100µs
+	BusyFlushDelay time.Duration `koanf:"busy_flush_delay"`
 }
 
 // Inventory configures the inventory service.
@@ -351,7 +365,7 @@ func Default() Config {
 		},
 		Breaker:  Breaker{Failures: 5, OpenTimeout: time.Second},
 		Client:   Client{CommandTimeout: time.Second},
-		Pipeline: Pipeline{Enabled: true, MaxBatch: 200},
+		Pipeline: Pipeline{Enabled: true, MaxBatch: 200, BusyFrom: 8, BusyFlushDelay: 100 * time.Microsecond},
 		Inventory: Inventory{
 			Server:            "inventory",
 			ReservationTTL:    10 * time.Minute,

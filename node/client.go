@@ -23,13 +23,13 @@ type clients struct {
 
 	cur     atomic.Pointer[redis.Client] // swapped under mu, read lock-free
 	mu      sync.Mutex
-	retired map[*redis.Client]*time.Timer   // guarded by mu; closed by their timer or by close
-	inner   map[*redis.Client]*redis.Client // guarded by mu; a client's pipeliner client
-	closed  bool                            // guarded by mu
+	retired map[*redis.Client]*time.Timer     // guarded by mu; closed by their timer or by close
+	inner   map[*redis.Client][]*redis.Client // guarded by mu; a client's pipeliner clients
+	closed  bool                              // guarded by mu
 }
 
 func newClients(n *Node, mk func() *redis.Client) *clients {
-	c := &clients{n: n, mk: mk, retired: map[*redis.Client]*time.Timer{}, inner: map[*redis.Client]*redis.Client{}}
+	c := &clients{n: n, mk: mk, retired: map[*redis.Client]*time.Timer{}, inner: map[*redis.Client][]*redis.Client{}}
 	c.cur.Store(c.build())
 	return c
 }
@@ -48,32 +48,50 @@ func (c *clients) build() *redis.Client {
 		cl.AddHook(hook{c.n})
 		return cl
 	}
-	p := &pipeliner{n: c.n}
+	p := &pipeliner{n: c.n, busyFrom: int64(c.n.opts.BusyFrom)}
 	cl.AddHook(p) // outermost: the node's hook sees pipelined commands as batches
 	cl.AddHook(hook{c.n})
-	inner := c.mk()
-	inner.AddHook(hook{c.n})
-	cfg := *c.n.opts.Pipeline
-	ap, err := inner.AsyncAutoPipelineWithOptions(&cfg)
-	if err != nil {
-		c.n.log.Error("auto-pipelining off: bad pipeline options", "err", err)
-		_ = inner.Close()
+	ap, inner := c.pipeliner(c.n.opts.Pipeline)
+	if ap == nil {
 		return cl
 	}
 	p.ap.Store(ap)
+	inners := []*redis.Client{inner}
+	if c.n.opts.BusyPipeline != nil {
+		if busy, in := c.pipeliner(c.n.opts.BusyPipeline); busy != nil {
+			p.busy.Store(busy)
+			inners = append(inners, in)
+		}
+	}
 	c.mu.Lock()
-	c.inner[cl] = inner
+	c.inner[cl] = inners
 	c.mu.Unlock()
 	return cl
 }
 
-// closeClient closes cl and its pipeliner client. Called with mu held.
+// pipeliner returns a go-redis auto-pipeliner (its deferred face) with
+// options o on a new inner client that has only the node's hook, and that
+// client; nil and nil, logged, when go-redis refuses the options.
+func (c *clients) pipeliner(o *redis.AutoPipelineOptions) (*redis.AutoPipeliner, *redis.Client) {
+	inner := c.mk()
+	inner.AddHook(hook{c.n})
+	cfg := *o
+	ap, err := inner.AsyncAutoPipelineWithOptions(&cfg)
+	if err != nil {
+		c.n.log.Error("auto-pipelining off: bad pipeline options", "err", err)
+		_ = inner.Close()
+		return nil, nil
+	}
+	return ap, inner
+}
+
+// closeClient closes cl and its pipeliner clients. Called with mu held.
 func (c *clients) closeClient(cl *redis.Client) error {
 	err := cl.Close()
-	if in := c.inner[cl]; in != nil {
-		delete(c.inner, cl)
+	for _, in := range c.inner[cl] {
 		err = errors.Join(err, in.Close())
 	}
+	delete(c.inner, cl)
 	return err
 }
 

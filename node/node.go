@@ -121,6 +121,20 @@ type Options struct {
 	// share one pipeline per node, a lone command is sent at once.
 	// default: nil (off); the router turns it on from the configuration
 	Pipeline *redis.AutoPipelineOptions
+	// BusyPipeline, when non-nil with Pipeline set, adds a second
+	// auto-pipeliner with these options for busy moments: a command that
+	// finds at least BusyFrom commands of the client under way (itself
+	// included) rides it instead of the Pipeline one. Each pipeliner runs
+	// its own batches (one at a time with go-redis's default
+	// MaxConcurrentBatches), so a busy node gets a second batch in flight
+	// while a quieter one uses only the prompt pipeliner. Give it a
+	// MaxFlushDelay so that it waits for more commands before each flush.
+	// default: nil (one pipeliner); the router sets it from the configuration
+	BusyPipeline *redis.AutoPipelineOptions
+	// BusyFrom is the number of the client's commands under way from which
+	// a command rides BusyPipeline.
+	// default: 8
+	BusyFrom int
 	// Logger receives identity and breaker events.
 	// default: slog.Default()
 	Logger *slog.Logger
@@ -141,6 +155,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.BreakerOpenTimeout <= 0 {
 		o.BreakerOpenTimeout = time.Second
+	}
+	if o.BusyFrom <= 0 {
+		o.BusyFrom = 8
 	}
 	if o.OnFailure == nil {
 		o.OnFailure = func() {}
@@ -288,6 +305,21 @@ func (n *Node) RouteEnabled(rk RouteKey) bool {
 	f, ok := n.routes[rk]
 	return ok && f.Load()
 }
+
+// RouteFlag is a node's live enabled flag for one route, resolved once with
+// [Node.RouteFlag] so that a hot path reads it without the map lookup of
+// [Node.RouteEnabled]. The zero RouteFlag stands for a route the node does
+// not serve. It is a small value, safe to copy and to read concurrently.
+type RouteFlag struct{ f *atomic.Bool }
+
+// Enabled reports what [Node.RouteEnabled] reports for the flag's node and
+// route, now: false for the zero RouteFlag.
+func (r RouteFlag) Enabled() bool { return r.f != nil && r.f.Load() }
+
+// RouteFlag returns the live flag of one route of the node: it follows
+// every later [Node.SetRouteEnabled] of that route. For a route the node
+// does not serve it returns the zero RouteFlag (never enabled).
+func (n *Node) RouteFlag(rk RouteKey) RouteFlag { return RouteFlag{n.routes[rk]} }
 
 // SetRouteEnabled enables or drains one route on this node, live, without
 // touching its other routes. It returns [ErrUnknownRoute] for a route the

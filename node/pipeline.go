@@ -24,9 +24,11 @@ import (
 //     hook), so a DOWN node still refuses at once;
 //   - a batch never mixes two nodes: every client has its own pipeliner;
 //   - the caller's context bounds its call: a command waits for its batch
-//     only until ctx is done or the command timeout passed, then returns
-//     ctx.Err() or a timeout error (the command may still run: its outcome
-//     is unknown, exactly as for a timed-out command on the ordinary path).
+//     only until ctx is done or the command timeout passed (plus at most a
+//     sixteenth of it: commands that start together under one context share
+//     one timer, see bound), then returns ctx.Err() or a timeout error (the
+//     command may still run: its outcome is unknown, exactly as for a
+//     timed-out command on the ordinary path).
 //     The batch writes into a shadow command of the same type, copied into
 //     the caller's command only when the caller is still waiting, so an
 //     abandoned wait never races with the batch. A context that can never
@@ -46,7 +48,47 @@ import (
 type pipeliner struct {
 	n        *Node
 	ap       atomic.Pointer[redis.AutoPipeliner] // set once the client exists
+	busy     atomic.Pointer[redis.AutoPipeliner] // Options.BusyPipeline's, when set
+	busyFrom int64                               // Options.BusyFrom
 	inflight atomic.Int64                        // commands of this client under way
+	slot     atomic.Pointer[waitSlot]            // the current shared wait bound (see bound)
+}
+
+// waitSlot is a wait bound shared by the pipelined commands that start
+// within one slot of time under the same caller context: a context derived
+// from the caller's, done when it is or at the slot's deadline.
+type waitSlot struct {
+	parent <-chan struct{} // Done channel of the caller context it derives from
+	ctx    context.Context
+	cancel context.CancelFunc // not called: the slot's deadline releases it (waiters may outlive the slot)
+	join   int64              // unix nanos: handed out only before this
+}
+
+// slotFraction sets the slot length: a slot is handed out for
+// CommandTimeout/slotFraction and is done CommandTimeout after that, so a
+// pipelined command waits at least the command timeout and at most 1/16
+// more.
+const slotFraction = 16
+
+// bound returns a context that is done when ctx is done or the command
+// timeout (plus at most 1/slotFraction of it) has passed, for waiting on a
+// batch. Deriving a context with its own timer per command cost four
+// allocations, a timer and two trips through the parent's lock; callers
+// that share a long-lived context (worker loops, a service context) share
+// one derived context per slot instead. Contexts are matched by their Done
+// channel: contexts with the same Done channel end together, and only
+// Done and Err of the wait context are used.
+func (p *pipeliner) bound(ctx context.Context) context.Context {
+	timeout := p.n.opts.CommandTimeout
+	now := time.Now()
+	done := ctx.Done()
+	if s := p.slot.Load(); s != nil && s.parent == done && now.UnixNano() < s.join {
+		return s.ctx
+	}
+	width := timeout / slotFraction
+	wctx, cancel := context.WithDeadline(ctx, now.Add(timeout+width))
+	p.slot.Store(&waitSlot{parent: done, ctx: wctx, cancel: cancel, join: now.Add(width).UnixNano()})
+	return wctx
 }
 
 func (p *pipeliner) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -57,9 +99,15 @@ func (p *pipeliner) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 func (p *pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		busy := p.inflight.Add(1) > 1
+		under := p.inflight.Add(1)
 		defer p.inflight.Add(-1)
+		busy := under > 1
 		ap := p.ap.Load()
+		if under >= p.busyFrom {
+			if bp := p.busy.Load(); bp != nil {
+				ap = bp
+			}
+		}
 		if !busy || ap == nil || !p.n.Usable() || !pipelinable(cmd.Name()) {
 			return next(ctx, cmd)
 		}
@@ -80,12 +128,10 @@ func (p *pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		p.n.pipelined.Add(1)
 		fut := ap.Submit(ctx, shadow)
 		// Wait no longer than the caller wants, nor than the command
-		// timeout a command sent on its own would wait for.
+		// timeout a command sent on its own would wait for (see bound).
 		wctx := ctx
 		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > p.n.opts.CommandTimeout {
-			var cancel context.CancelFunc
-			wctx, cancel = context.WithTimeout(ctx, p.n.opts.CommandTimeout)
-			defer cancel()
+			wctx = p.bound(ctx)
 		}
 		err := fut.WaitContext(wctx)
 		if err != nil && wctx.Err() != nil && err == wctx.Err() {

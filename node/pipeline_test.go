@@ -29,6 +29,22 @@ func pipelinedNode(t *testing.T, opts node.Options, failures *atomic.Int32) (*re
 	return s, n
 }
 
+// busyOpts returns opts with a busy pipeline that every pipelined command
+// rides (BusyFrom 2) and that waits delay before each flush.
+func busyOpts(opts node.Options, delay time.Duration) node.Options {
+	o := redis.DefaultAutoPipelineOptions()
+	o.MaxFlushDelay = delay
+	opts.BusyPipeline, opts.BusyFrom = o, 2
+	return opts
+}
+
+// pipelineVariants runs f for a node with the prompt pipeline only and
+// for one whose pipelined commands ride the busy pipeline.
+func pipelineVariants(t *testing.T, opts node.Options, f func(t *testing.T, opts node.Options)) {
+	t.Run("prompt", func(t *testing.T) { t.Parallel(); f(t, opts) })
+	t.Run("busy", func(t *testing.T) { t.Parallel(); f(t, busyOpts(opts, 200*time.Microsecond)) })
+}
+
 // hammer runs f from conc goroutines, each count times, and returns the
 // first error.
 func hammer(conc, count int, f func(g, i int) error) error {
@@ -108,7 +124,11 @@ func TestPipelineLoneCallerGoesDirect(t *testing.T) {
 // While the node is DOWN, concurrent commands are refused at once.
 func TestPipelineDownRefusesAtOnce(t *testing.T) {
 	t.Parallel()
-	_, n := pipelinedNode(t, node.Options{}, nil)
+	pipelineVariants(t, node.Options{}, testPipelineDownRefusesAtOnce)
+}
+
+func testPipelineDownRefusesAtOnce(t *testing.T, opts node.Options) {
+	_, n := pipelinedNode(t, opts, nil)
 	n.SetDown(errors.New("drill"))
 	ctx := context.Background()
 	start := time.Now()
@@ -131,8 +151,12 @@ func TestPipelineDownRefusesAtOnce(t *testing.T) {
 // per command.
 func TestPipelineFailedBatchCountsOnce(t *testing.T) {
 	t.Parallel()
+	pipelineVariants(t, node.Options{CommandTimeout: 300 * time.Millisecond, BreakerFailures: 1000}, testPipelineFailedBatchCountsOnce)
+}
+
+func testPipelineFailedBatchCountsOnce(t *testing.T, opts node.Options) {
 	var failures atomic.Int32
-	s, n := pipelinedNode(t, node.Options{CommandTimeout: 300 * time.Millisecond, BreakerFailures: 1000}, &failures)
+	s, n := pipelinedNode(t, opts, &failures)
 	ctx := context.Background()
 	if err := n.Client().Ping(ctx).Err(); err != nil { // warm the pools
 		t.Fatal(err)
@@ -202,6 +226,156 @@ func TestPipelineHonoursCallerDeadline(t *testing.T) {
 	s.Resume()
 	if err := <-busy; err != nil && !node.IsFailure(ctx, err) {
 		t.Logf("held command: %v", err)
+	}
+}
+
+// busyFrozen pauses s and keeps one command of n under way, so that every
+// later command of n takes the pipeline and waits on a frozen node. The
+// returned func resumes the server and waits for the held command.
+func busyFrozen(t *testing.T, s *redistest.Server, n *node.Node) func() {
+	t.Helper()
+	ctx := context.Background()
+	if err := n.Client().Ping(ctx).Err(); err != nil { // warm the pools
+		t.Fatal(err)
+	}
+	s.Pause()
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		_ = n.Client().Get(ctx, "held").Err()
+	}()
+	time.Sleep(20 * time.Millisecond) // let it get under way
+	return func() {
+		s.Resume()
+		<-held
+	}
+}
+
+// Callers sharing a long-lived context that has no deadline (they share
+// one wait bound, see pipeline.go) each stop waiting for a frozen node's
+// batch at the command timeout, plus at most a sixteenth of it, with a
+// timeout error: the outcome is unknown, as for a command sent on its own.
+func TestPipelineBoundsWaitsByCommandTimeout(t *testing.T) {
+	t.Parallel()
+	pipelineVariants(t, node.Options{CommandTimeout: 400 * time.Millisecond, BreakerFailures: 1000}, testPipelineBoundsWaits)
+}
+
+func testPipelineBoundsWaits(t *testing.T, opts node.Options) {
+	timeout := opts.CommandTimeout
+	s, n := pipelinedNode(t, opts, nil)
+	ctx, cancel := context.WithCancel(context.Background()) // can end, never does
+	defer cancel()
+	resume := busyFrozen(t, s, n)
+	defer resume()
+	before := n.Pipelined()
+	var mu sync.Mutex
+	var shortest, longest time.Duration
+	err := hammer(8, 3, func(g, i int) error {
+		start := time.Now()
+		err := n.Client().Get(ctx, fmt.Sprintf("k%d", g)).Err()
+		took := time.Since(start)
+		var ne interface{ Timeout() bool }
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			return fmt.Errorf("GET on a frozen node: %v, want a timeout error", err)
+		}
+		if !node.IsFailure(ctx, err) {
+			return fmt.Errorf("GET timed out on a frozen node: IsFailure(%v) = false", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if shortest == 0 || took < shortest {
+			shortest = took
+		}
+		longest = max(longest, took)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Pipelined() == before {
+		t.Fatal("no command was pipelined")
+	}
+	t.Logf("waits from %v to %v (command timeout %v)", shortest, longest, timeout)
+	if shortest < timeout-5*time.Millisecond {
+		t.Errorf("a wait ended after %v, before the command timeout %v", shortest, timeout)
+	}
+	if longest > timeout+timeout/16+150*time.Millisecond {
+		t.Errorf("a wait took %v, command timeout %v", longest, timeout)
+	}
+}
+
+// Cancelling the callers' shared context ends their waits for a frozen
+// node's batch at once, with the context's error.
+func TestPipelineSharedContextCancelEndsWaits(t *testing.T) {
+	t.Parallel()
+	s, n := pipelinedNode(t, node.Options{CommandTimeout: 3 * time.Second, BreakerFailures: 1000}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	resume := busyFrozen(t, s, n)
+	defer resume()
+	before := n.Pipelined()
+	const conc = 8
+	errs := make(chan error, conc)
+	for g := 0; g < conc; g++ {
+		go func() { errs <- n.Client().Get(ctx, fmt.Sprintf("k%d", g)).Err() }()
+	}
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	start := time.Now()
+	for g := 0; g < conc; g++ {
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Errorf("GET whose context was cancelled: %v, want context.Canceled", err)
+		}
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("waits ended %v after the cancel (command timeout 3s)", d)
+	}
+	if n.Pipelined() == before {
+		t.Error("no command was pipelined")
+	}
+}
+
+// A command that finds BusyFrom commands of its client under way rides
+// the busy pipeline (its flush delay shows in every such call), one that
+// finds fewer rides the prompt one, and every caller gets its own reply
+// either way.
+func TestPipelineBusyFromPicksThePipeline(t *testing.T) {
+	t.Parallel()
+	const delay = 30 * time.Millisecond
+	const conc, count = 16, 5
+	run := func(busyFrom int) (time.Duration, int64) {
+		opts := busyOpts(node.Options{}, delay)
+		opts.BusyFrom = busyFrom
+		_, n := pipelinedNode(t, opts, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		start := time.Now()
+		err := hammer(conc, count, func(g, i int) error {
+			key, val := fmt.Sprintf("k%d", g), fmt.Sprintf("v%d-%d", g, i)
+			if err := n.Client().Set(ctx, key, val, 0).Err(); err != nil {
+				return err
+			}
+			if got, err := n.Client().Get(ctx, key).Result(); err != nil || got != val {
+				return fmt.Errorf("GET %s = %q, %v; want %q", key, got, err, val)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start), n.Pipelined()
+	}
+	busyTook, busyPipelined := run(2)
+	promptTook, promptPipelined := run(1000)
+	t.Logf("busy pipeline: %v (%d pipelined); prompt pipeline: %v (%d pipelined)", busyTook, busyPipelined, promptTook, promptPipelined)
+	if busyPipelined == 0 || promptPipelined == 0 {
+		t.Fatal("no command was pipelined")
+	}
+	// Each goroutine's 2×count calls mostly waited a flush delay.
+	if busyTook < count*delay {
+		t.Errorf("with BusyFrom 2 the run took %v: the busy pipeline's %v flush delay did not show", busyTook, delay)
+	}
+	if promptTook >= busyTook/2 {
+		t.Errorf("with BusyFrom 1000 the run took %v, busy %v: the prompt pipeline waited", promptTook, busyTook)
 	}
 }
 

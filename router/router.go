@@ -143,6 +143,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 			Critical:           critical[name],
 			Witnesses:          r.wit,
 			Pipeline:           pipelineOptions(cfg.Pipeline),
+			BusyPipeline:       busyPipelineOptions(cfg.Pipeline),
+			BusyFrom:           cfg.Pipeline.BusyFrom,
 			Hooks:              opts.Hooks,
 			CommandTimeout:     cfg.Client.CommandTimeout,
 			PoolSize:           cfg.Client.PoolSize,
@@ -212,6 +214,18 @@ func pipelineOptions(p config.Pipeline) *redis.AutoPipelineOptions {
 	}
 	o := redis.DefaultAutoPipelineOptions()
 	o.MaxBatchSize = p.MaxBatch
+	return o
+}
+
+// busyPipelineOptions returns the options of the busy auto-pipeliner: the
+// prompt one's with the busy flush delay; nil when auto-pipelining or the
+// busy pipeliner is off.
+func busyPipelineOptions(p config.Pipeline) *redis.AutoPipelineOptions {
+	if !p.Enabled || p.BusyFlushDelay <= 0 {
+		return nil
+	}
+	o := pipelineOptions(p)
+	o.MaxFlushDelay = p.BusyFlushDelay
 	return o
 }
 

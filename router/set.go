@@ -14,19 +14,22 @@ type Set struct {
 	key      node.RouteKey
 	failFast bool
 	ring     *Ring
-	nodes    []*node.Node // indexed like the ring's members
+	nodes    []*node.Node     // indexed like the ring's members
+	flags    []node.RouteFlag // flags[i]: nodes[i]'s live flag for key
 }
 
 func newSet(key node.RouteKey, policy string, members []string, cfg *config.Config, nodes map[string]*node.Node) (*Set, error) {
 	ns := make([]*node.Node, len(members))
+	flags := make([]node.RouteFlag, len(members))
 	for i, name := range members {
 		ns[i] = nodes[name]
+		flags[i] = ns[i].RouteFlag(key)
 	}
 	ring, err := ConfigRing(cfg, members)
 	if err != nil {
 		return nil, fmt.Errorf("router: %s: %w", key, err)
 	}
-	return &Set{key: key, failFast: policy != config.OnNodeDownNext, ring: ring, nodes: ns}, nil
+	return &Set{key: key, failFast: policy != config.OnNodeDownNext, ring: ring, nodes: ns, flags: flags}, nil
 }
 
 // Key returns the set's (server, route) pair.
@@ -59,10 +62,10 @@ func (s *Set) Pick(key string) (*node.Node, error) {
 	w := s.ring.Walk(key)
 	var home *node.Node
 	for i, ok := w.Next(); ok; i, ok = w.Next() {
-		n := s.nodes[i]
-		if !n.RouteEnabled(s.key) {
+		if !s.flags[i].Enabled() {
 			continue
 		}
+		n := s.nodes[i]
 		if n.Usable() {
 			return n, nil
 		}
