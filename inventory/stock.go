@@ -71,13 +71,7 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 	if err != nil {
 		return StockLevel{}, err
 	}
-	rk := set.Key()
-	var targets []*node.Node
-	for _, n := range set.Candidates(sku) {
-		if n.RouteEnabled(rk) && inv.usable(n) {
-			targets = append(targets, n)
-		}
-	}
+	targets := set.Spread(sku, nil, inv.usable)
 	if len(targets) == 0 {
 		return StockLevel{}, fmt.Errorf("%w: route %q has no enabled, usable node", ErrUnavailable, route)
 	}

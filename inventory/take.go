@@ -159,19 +159,7 @@ func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token 
 // home node is spread uniformly over the nodes by order id, so stock is
 // still drawn evenly from every node of the route.
 func (inv *Inventory) itemCandidates(set *router.Set, home *node.Node, orderID, sku string) []*node.Node {
-	rk := set.Key()
-	var out []*node.Node
-	for _, n := range set.Candidates(orderID + sku) {
-		if !n.RouteEnabled(rk) || !inv.usable(n) {
-			continue
-		}
-		if n == home {
-			out = append([]*node.Node{n}, out...)
-			continue
-		}
-		out = append(out, n)
-	}
-	return out
+	return set.Spread(orderID+sku, home, inv.usable)
 }
 
 // quotaPart is one per-user quota part of an order and the node that

@@ -94,13 +94,39 @@ func (s *Set) unavailable(key string, home *node.Node) error {
 }
 
 // Candidates returns every node of the set in the key's preference order
-// (the ring walk), whatever their state. It is the failover order, and the
-// order in which the inventory takes stock from nodes.
+// (the ring walk), whatever their state. It is the failover order; Spread
+// filters it for data spread over every node (the inventory's stock).
 func (s *Set) Candidates(key string) []*node.Node {
 	idx := s.ring.Candidates(key)
 	out := make([]*node.Node, len(idx))
 	for i, j := range idx {
 		out[i] = s.nodes[j]
+	}
+	return out
+}
+
+// Spread returns the nodes of the set that may serve key for data spread
+// over every node of the route (each node holds a share, like the
+// inventory's stock), in the order to try them: the enabled nodes that
+// accept admits (nil admits every enabled node), first at the front when
+// it is one of them, then the others in Candidates(key) order. The set's
+// node-down policy does not apply: any node holding a share serves, so a
+// down node is skipped, never waited for. It allocates the result.
+func (s *Set) Spread(key string, first *node.Node, accept func(*node.Node) bool) []*node.Node {
+	out := make([]*node.Node, 0, len(s.nodes))
+	w := s.ring.Walk(key)
+	for i, ok := w.Next(); ok; i, ok = w.Next() {
+		n := s.nodes[i]
+		if !s.flags[i].Enabled() || (accept != nil && !accept(n)) {
+			continue
+		}
+		if n == first {
+			out = append(out, nil)
+			copy(out[1:], out)
+			out[0] = n
+			continue
+		}
+		out = append(out, n)
 	}
 	return out
 }

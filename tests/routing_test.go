@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -239,5 +240,51 @@ return v`)
 			t.Errorf("%s:log on %s directly = %v, %v; want [5 10]", tag, home.Name(), l, err)
 		}
 		t.Logf("key %s on %s: TxPipeline and script OK", tag, home.Name())
+	}
+}
+
+// TestSetSpread: the selection for data spread over every node of a route
+// takes the enabled nodes the caller accepts, the given first node at the
+// front, the others in the key's candidate order; a drained node and a
+// node the caller refuses are left out, whatever the node-down policy.
+func TestSetSpread(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.StartN(t, 3, redistest.Options{})
+	all := []string{"n1", "n2", "n3"}
+	cfg := newConfig(t,
+		map[string]string{"n1": srv[0].Addr(), "n2": srv[1].Addr(), "n3": srv[2].Addr()},
+		map[string]config.Server{"product": server(config.OnNodeDownFail, map[string][]string{"clothes": all})},
+		&quickHealth)
+	r, ev := startRouter(t, cfg)
+	waitUp(t, r, ev, all...)
+	set, _ := r.Set("product", "clothes")
+	names := func(ns []*node.Node) []string {
+		out := make([]string, len(ns))
+		for i, n := range ns {
+			out[i] = n.Name()
+		}
+		return out
+	}
+	for _, key := range keys("spread", 50) {
+		cands := names(set.Candidates(key))
+		if got := names(set.Spread(key, nil, nil)); !slices.Equal(got, cands) {
+			t.Fatalf("Spread(%q, nil, nil) = %v, want the candidates %v", key, got, cands)
+		}
+		last := set.Candidates(key)[2]
+		want := append([]string{last.Name()}, cands[:2]...)
+		if got := names(set.Spread(key, last, nil)); !slices.Equal(got, want) {
+			t.Fatalf("Spread(%q, %s, nil) = %v, want %v", key, last.Name(), got, want)
+		}
+	}
+	if err := r.SetRouteEnabled(ctx, "n2", "product", "clothes", false); err != nil {
+		t.Fatal(err)
+	}
+	notN1 := func(n *node.Node) bool { return n.Name() != "n1" }
+	n2, _ := r.Node("n2")
+	for _, key := range keys("spread", 50) {
+		if got := names(set.Spread(key, n2, notN1)); !slices.Equal(got, []string{"n3"}) {
+			t.Fatalf("Spread(%q) with n2 drained and n1 refused = %v, want [n3]", key, got)
+		}
 	}
 }
