@@ -160,7 +160,7 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 			return Reservation{}, false, nil
 		}
 		reqs = append(reqs, partReq{
-			part:  part{ID: stockPartID(orderID, token, i), Node: home.Name(), Kind: "s", Item: i, Route: it.Route, SKU: it.SKU, Qty: it.Quantity},
+			part:  part{ID: stockPartID(orderID, token, i), Node: home.Name(), Kind: PartStock, Item: i, Route: it.Route, SKU: it.SKU, Qty: it.Quantity},
 			queue: inv.redoQueue(it.Route, it.SKU), ck: stockKey(it.Route, it.SKU),
 		})
 	}
@@ -210,7 +210,7 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 	var parts []part
 	for i, r := range reqs {
 		p := r.part
-		if p.Kind == "s" {
+		if p.Kind == PartStock {
 			p.Redo = r.queue
 			p.Offset, _ = raw[2+i].(int64)
 		}

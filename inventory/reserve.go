@@ -273,7 +273,7 @@ func (inv *Inventory) abandon(ctx context.Context, home *node.Node, orderID, tok
 func receipts(parts []part) []Receipt {
 	var out []Receipt
 	for _, p := range parts {
-		if p.Kind == "s" {
+		if p.Kind == PartStock {
 			out = append(out, Receipt{ItemIndex: p.Item, SKU: p.SKU, Quantity: p.Qty, Node: p.Node, RedoLog: p.Redo, Offset: p.Offset})
 		}
 	}

@@ -64,7 +64,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	if stageErr == nil && staged.status == stageStaged {
 		for i, r := range homeReqs {
 			p := r.part
-			if p.Kind == "s" {
+			if p.Kind == PartStock {
 				p.Offset = staged.offsets[i]
 			}
 			taken = append(taken, p)
@@ -206,7 +206,7 @@ func (inv *Inventory) planStaged(home *node.Node, orderID, token string, items [
 		}
 		q := inv.redoQueue(it.Route, it.SKU)
 		add(c[0], partReq{
-			part:  part{ID: stockPartID(orderID, token, i), Node: c[0].Name(), Kind: "s", Item: i, Route: it.Route, SKU: it.SKU, Qty: it.Quantity, Redo: q},
+			part:  part{ID: stockPartID(orderID, token, i), Node: c[0].Name(), Kind: PartStock, Item: i, Route: it.Route, SKU: it.SKU, Qty: it.Quantity, Redo: q},
 			queue: q, ck: stockKey(it.Route, it.SKU),
 		})
 	}
@@ -247,10 +247,10 @@ func stagedTakes(results []batchResult, want int, userID string) (taken []part, 
 				continue
 			}
 			p := r.part
-			if p.Kind == "s" {
+			if p.Kind == PartStock {
 				p.Offset = rep.offset
 			}
-			if rep.qty != p.Qty || (p.Kind == "s" && rep.limit > 0 && userID == "") {
+			if rep.qty != p.Qty || (p.Kind == PartStock && rep.limit > 0 && userID == "") {
 				all = false // short, or a limited SKU without a user: the general path says why
 			}
 			p.Qty = rep.qty

@@ -75,7 +75,7 @@ func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token 
 			st.pos++
 			it := items[i]
 			batches[n] = append(batches[n], partReq{
-				part:  part{ID: stockPartID(orderID, token, i), Node: n.Name(), Kind: "s", Item: i, Route: it.Route, SKU: it.SKU, Qty: st.need},
+				part:  part{ID: stockPartID(orderID, token, i), Node: n.Name(), Kind: PartStock, Item: i, Route: it.Route, SKU: it.SKU, Qty: st.need},
 				queue: inv.redoQueue(it.Route, it.SKU), ck: stockKey(it.Route, it.SKU),
 			})
 		}
@@ -99,7 +99,7 @@ func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token 
 				case rep.state == "pending":
 					p := r.part
 					p.Qty = rep.qty
-					if p.Kind == "s" {
+					if p.Kind == PartStock {
 						p.Redo, p.Offset = r.queue, rep.offset
 						states[p.Item].need -= rep.qty
 					}
@@ -119,10 +119,10 @@ func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token 
 						err = fmt.Errorf("%w: node %s: part %s is already %s", ErrUnavailable, r.Node, r.ID, rep.state)
 					}
 				}
-				if r.Kind == "s" && rep.limit > 0 && userID == "" && err == nil {
+				if r.Kind == PartStock && rep.limit > 0 && userID == "" && err == nil {
 					err = refusal(r, rep, userID)
 				}
-				if r.Kind == "s" && rep.limit > 0 && userID != "" {
+				if r.Kind == PartStock && rep.limit > 0 && userID != "" {
 					limited[rs{r.Route, r.SKU}] = true
 				}
 			}
@@ -188,7 +188,7 @@ func (inv *Inventory) quotaParts(orderID, token string, items []Item, userID str
 		n := set.Nodes()[set.Ring().Home("user:"+userID)]
 		idx[k] = len(out)
 		out = append(out, quotaPart{node: n, req: partReq{
-			part:  part{ID: quotaPartID(orderID, token, it.Route, it.SKU), Node: n.Name(), Kind: "q", Item: -1, Route: it.Route, SKU: it.SKU, Qty: it.Quantity},
+			part:  part{ID: quotaPartID(orderID, token, it.Route, it.SKU), Node: n.Name(), Kind: PartQuota, Item: -1, Route: it.Route, SKU: it.SKU, Qty: it.Quantity},
 			queue: stockKey(it.Route, it.SKU), ck: quotaKey(it.Route, it.SKU, userID),
 		}})
 	}
@@ -227,10 +227,10 @@ func (inv *Inventory) describeNodes(set *router.Set) string {
 // taken without a user (ErrInvalid); nil for any other reply.
 func refusal(r partReq, rep reply, userID string) error {
 	switch {
-	case r.Kind == "q" && rep.state == "limit":
+	case r.Kind == PartQuota && rep.state == "limit":
 		return fmt.Errorf("%w: user %q holds %d of %s/%s, limit %d, order wants %d",
 			ErrLimitExceeded, userID, rep.qty, r.Route, r.SKU, rep.limit, r.Qty)
-	case r.Kind == "s" && rep.limit > 0 && userID == "":
+	case r.Kind == PartStock && rep.limit > 0 && userID == "":
 		return fmt.Errorf("%w: items[%d] sku %s (route %s) has a per-user limit of %d: an order of it needs user_id",
 			ErrInvalid, r.Item, r.SKU, r.Route, rep.limit)
 	}
@@ -306,7 +306,7 @@ func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, toke
 	for _, r := range reqs {
 		keys = append(keys, partKey(r.ID), r.ck, r.queue)
 		last := any(r.queue)
-		if r.Kind == "q" {
+		if r.Kind == PartQuota {
 			last = r.elsewhere
 		}
 		args = append(args, r.ID, string(r.Kind), r.SKU, r.Qty, strconv.Itoa(r.Item), last)

@@ -46,8 +46,12 @@ type InvResult struct {
 // HotVsSeed returns the hot-SKU-on-one-node orders/s of shardis over the
 // seed baseline's, paired per round, or 0 when the run has no seed
 // hot-SKU series (results saved before it existed).
-func (ir *InvResult) HotVsSeed() float64 {
-	h, s := ir.Series[VarHot1], ir.Series[VarSeedHot1]
+func (ir *InvResult) HotVsSeed() float64 { return ir.vsSeedHot(VarHot1) }
+
+// vsSeedHot is variant v's orders/s over the seed hot-SKU baseline's,
+// paired per round, or 0 when either series is missing.
+func (ir *InvResult) vsSeedHot(v string) float64 {
+	h, s := ir.Series[v], ir.Series[VarSeedHot1]
 	if h == nil || s == nil || len(h.Samples) != len(s.Samples) || len(s.Samples) == 0 {
 		return 0
 	}
@@ -56,13 +60,7 @@ func (ir *InvResult) HotVsSeed() float64 {
 
 // HotMintedVsSeed is HotVsSeed for VarHot1Minted (0 when the run has no
 // such series).
-func (ir *InvResult) HotMintedVsSeed() float64 {
-	h, s := ir.Series[VarHot1Minted], ir.Series[VarSeedHot1]
-	if h == nil || s == nil || len(h.Samples) != len(s.Samples) || len(s.Samples) == 0 {
-		return 0
-	}
-	return PairedRatio([]*Series{h}, []*Series{s})
-}
+func (ir *InvResult) HotMintedVsSeed() float64 { return ir.vsSeedHot(VarHot1Minted) }
 
 // AllocResult is a sequential (one goroutine) benchmark of one order.
 type AllocResult struct {

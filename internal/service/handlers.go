@@ -51,11 +51,7 @@ func (h *Handlers) NewOrderId(ctx context.Context, req *connect.Request[v1.NewOr
 		return nil, connect.NewError(connect.CodeInvalidArgument,
 			fmt.Errorf("items: %d items, at most %d per order", len(req.Msg.Items), inventory.MaxItems))
 	}
-	items := make([]inventory.Item, len(req.Msg.Items))
-	for i, it := range req.Msg.Items {
-		items[i] = inventory.Item{Route: it.RouteKey, SKU: it.SkuId, Quantity: it.Quantity}
-	}
-	id, err := h.Inventory.NewOrderID(ctx, items...)
+	id, err := h.Inventory.NewOrderID(ctx, itemsOf(req.Msg.Items)...)
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -73,11 +69,7 @@ func (h *Handlers) Reserve(ctx context.Context, req *connect.Request[v1.ReserveR
 		return nil, connect.NewError(connect.CodeInvalidArgument,
 			fmt.Errorf("items: %d items, at most %d per order", len(m.Items), inventory.MaxItems))
 	}
-	items := make([]inventory.Item, len(m.Items))
-	for i, it := range m.Items {
-		items[i] = inventory.Item{Route: it.RouteKey, SKU: it.SkuId, Quantity: it.Quantity}
-	}
-	res, err := h.Inventory.Reserve(ctx, m.OrderId, items, m.UserId, time.Duration(m.TtlSeconds)*time.Second)
+	res, err := h.Inventory.Reserve(ctx, m.OrderId, itemsOf(m.Items), m.UserId, time.Duration(m.TtlSeconds)*time.Second)
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -90,6 +82,15 @@ func (h *Handlers) Reserve(ctx context.Context, req *connect.Request[v1.ReserveR
 		})
 	}
 	return connect.NewResponse(out), nil
+}
+
+// itemsOf converts an RPC order's items.
+func itemsOf(its []*v1.Item) []inventory.Item {
+	items := make([]inventory.Item, len(its))
+	for i, it := range its {
+		items[i] = inventory.Item{Route: it.RouteKey, SKU: it.SkuId, Quantity: it.Quantity}
+	}
+	return items
 }
 
 // Confirm implements InventoryService.Confirm.
