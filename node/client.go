@@ -17,9 +17,14 @@ import (
 // client is replaced by a fresh one and the old one is closed once the
 // commands still running on it have timed out.
 type clients struct {
-	n          *Node
-	mk         func() *redis.Client // a new unhooked client (node.factory)
-	dialFailed atomic.Bool          // set by the dial hook
+	n  *Node
+	mk func() *redis.Client // a new unhooked client (node.factory)
+	// mkGated, when set, builds a pipeliner's inner client with the node's
+	// batch gate as its Limiter (gate.go), which then needs no hook; nil
+	// for a Sentinel group (go-redis's failover client takes no Limiter):
+	// its inner clients get the node's hook instead.
+	mkGated    func() *redis.Client
+	dialFailed atomic.Bool // set by the dial hook or the gated dialer
 
 	cur     atomic.Pointer[redis.Client] // swapped under mu, read lock-free
 	mu      sync.Mutex
@@ -28,17 +33,18 @@ type clients struct {
 	closed  bool                              // guarded by mu
 }
 
-func newClients(n *Node, mk func() *redis.Client) *clients {
-	c := &clients{n: n, mk: mk, retired: map[*redis.Client]*time.Timer{}, inner: map[*redis.Client][]*redis.Client{}}
+func newClients(n *Node, mk, mkGated func() *redis.Client) *clients {
+	c := &clients{n: n, mk: mk, mkGated: mkGated, retired: map[*redis.Client]*time.Timer{}, inner: map[*redis.Client][]*redis.Client{}}
 	c.cur.Store(c.build())
 	return c
 }
 
 // build returns a new hooked client. With auto-pipelining on, the client's
 // outermost hook hands commands to a pipeliner built on a second, inner
-// client that has only the node's hook: the pipeliner runs some commands
-// through its client's process hooks itself, which must not lead back
-// into the redirect.
+// client that has no hook but the node's batch gate (or, for a Sentinel
+// group, only the node's hook): the pipeliner runs some commands through
+// its client's process hooks itself, which must not lead back into the
+// redirect.
 func (c *clients) build() *redis.Client {
 	cl := c.mk()
 	for _, h := range c.n.opts.Hooks {
@@ -49,7 +55,7 @@ func (c *clients) build() *redis.Client {
 		return cl
 	}
 	p := &pipeliner{n: c.n, busyFrom: int64(c.n.opts.BusyFrom)}
-	cl.AddHook(p) // outermost: the node's hook sees pipelined commands as batches
+	cl.AddHook(p) // outermost: pipelined commands are admitted as batches by the inner client's gate
 	cl.AddHook(hook{c.n})
 	ap, inner := c.pipeliner(c.n.opts.Pipeline)
 	if ap == nil {
@@ -70,11 +76,17 @@ func (c *clients) build() *redis.Client {
 }
 
 // pipeliner returns a go-redis auto-pipeliner (its deferred face) with
-// options o on a new inner client that has only the node's hook, and that
-// client; nil and nil, logged, when go-redis refuses the options.
+// options o on a new inner client, gated by the node's batch gate (or
+// hooked with only the node's hook), and that client; nil and nil, logged,
+// when go-redis refuses the options.
 func (c *clients) pipeliner(o *redis.AutoPipelineOptions) (*redis.AutoPipeliner, *redis.Client) {
-	inner := c.mk()
-	inner.AddHook(hook{c.n})
+	var inner *redis.Client
+	if c.mkGated != nil {
+		inner = c.mkGated()
+	} else {
+		inner = c.mk()
+		inner.AddHook(hook{c.n})
+	}
 	cfg := *o
 	ap, err := inner.AsyncAutoPipelineWithOptions(&cfg)
 	if err != nil {

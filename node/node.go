@@ -235,7 +235,11 @@ func New(opts Options) (*Node, error) {
 		PoolSize:                 opts.PoolSize,
 		PoolTimeout:              opts.CommandTimeout,
 	}
-	n.client = newClients(n, n.factory(base, false))
+	var mkGated func() *redis.Client
+	if opts.Sentinel == nil {
+		mkGated = n.factory(n.gatedOptions(base), false)
+	}
+	n.client = newClients(n, n.factory(base, false), mkGated)
 	n.newReadClient = n.factory(base, true)
 
 	probe := base

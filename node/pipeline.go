@@ -20,8 +20,9 @@ import (
 //
 // The node's semantics hold on both paths:
 //   - the state gate and the breaker admit a pipelined batch once and count
-//     a failed batch as one node failure (ProcessPipelineHook of the node's
-//     hook), so a DOWN node still refuses at once;
+//     a failed batch as one node failure (the batch gate, a go-redis Limiter
+//     on the pipeliner's inner client, gate.go; for a Sentinel group the
+//     node's hook on that client), so a DOWN node still refuses at once;
 //   - a batch never mixes two nodes: every client has its own pipeliner;
 //   - the caller's context bounds its call: a command waits for its batch
 //     only until ctx is done or the command timeout passed (plus at most a
@@ -44,7 +45,8 @@ import (
 // (Pipelined, TxPipelined) never go through the pipeliner either.
 
 // pipeliner redirects one client's commands; it is the client's outermost
-// hook, so the node's own hook sees pipelined commands only as batches.
+// hook, so pipelined commands skip the node's own hook on that client and
+// are admitted as batches by the inner client's gate.
 type pipeliner struct {
 	n        *Node
 	ap       atomic.Pointer[redis.AutoPipeliner] // set once the client exists
