@@ -50,7 +50,7 @@ import (
 const takeWhole = `
 local function plan_parts(kb, ab, user, offsets)
   local np = (#KEYS - kb + 1) / 3
-  local avail, held, plan = {}, {}, {}
+  local avail, resv, held, plan = {}, {}, {}, {}
   for i = 0, np - 1 do
     local a = ab + i * 7
     local p = {pk = KEYS[kb + i * 3], ck = KEYS[kb + 1 + i * 3], xk = KEYS[kb + 2 + i * 3], id = ARGV[a], kind = ARGV[a + 1],
@@ -63,16 +63,17 @@ local function plan_parts(kb, ab, user, offsets)
       if avail[p.ck] == nil then
         avail[p.ck], err = int(s[1], p.ck .. ' available')
         if err then return nil, err end
+        resv[p.ck], err = int(s[3], p.ck .. ' reserved')
+        if err then return nil, err end
       end
-      local _, rerr = int(s[3], p.ck .. ' reserved')
-      if rerr then return nil, rerr end
       local _, oerr = int(redis.call('HGET', offsets, p.xk), offsets .. ' ' .. p.xk)
       if oerr then return nil, oerr end
       local limit
       limit, err = int(s[2], p.ck .. ' limit')
       if err then return nil, err end
       if avail[p.ck] < p.want or (limit > 0 and user == '') then return nil end
-      avail[p.ck] = avail[p.ck] - p.want
+      avail[p.ck], resv[p.ck] = avail[p.ck] - p.want, resv[p.ck] + p.want
+      p.avail, p.resv = avail[p.ck], resv[p.ck] -- the hash's values once this part is taken
     else
       local limit
       limit, err = int(redis.call('HGET', p.xk, 'limit'), p.xk .. ' limit')
@@ -93,8 +94,9 @@ local function write_parts(plan, pending, offsets, order, token, pdl)
   for _, p in ipairs(plan) do
     local off = 0
     if p.kind == 's' then
-      redis.call('HINCRBY', p.ck, 'available', -p.want)
-      redis.call('HINCRBY', p.ck, 'reserved', p.want)
+      -- absolute values from the plan (one call instead of two
+      -- HINCRBYs; the script is atomic), written as integer strings
+      redis.call('HSET', p.ck, 'available', string.format('%d', p.avail), 'reserved', string.format('%d', p.resv))
       off = redis.call('HINCRBY', offsets, p.xk, 1)
       redis.call('ZADD', p.xk, off, p.id)
     else
@@ -137,7 +139,7 @@ for i, p in ipairs(plan) do
   parts[#parts + 1] = j
   out[#out + 1] = offs[i]
 end
-redis.call('DEL', key)
+if f[1] or f[2] then redis.call('DEL', key) end -- a failed or moved record (a record always has one of them)
 redis.call('HSET', key, 'status', 'reserved', 'token', ARGV[4], 'digest', ARGV[5], 'user', ARGV[6],
   'deadline', deadline, 'created', now, 'reserved_at', now, 'parts', cjson.encode(parts))
 redis.call('EXPIRE', key, tonumber(ARGV[8]))

@@ -27,7 +27,7 @@ local deadline = tonumber(ARGV[6])
 local np = (#KEYS - 3) / 3
 redis.call('ZCARD', KEYS[2]) -- fails now, before any write, if the index is not a sorted set
 local plan = {}
-local avail = {}
+local avail, resv = {}, {}
 for i = 0, np - 1 do
   local pk, ck, xk = KEYS[4 + i * 3], KEYS[5 + i * 3], KEYS[6 + i * 3]
   local a = 7 + i * 6
@@ -44,9 +44,9 @@ for i = 0, np - 1 do
     if avail[ck] == nil then
       avail[ck], err = int(s[1], ck .. ' available')
       if err then return err end
+      resv[ck], err = int(s[3], ck .. ' reserved')
+      if err then return err end
     end
-    local _, rerr = int(s[3], ck .. ' reserved')
-    if rerr then return rerr end
     local _, oerr = int(redis.call('HGET', KEYS[3], p.xk), KEYS[3] .. ' ' .. p.xk)
     if oerr then return oerr end
     local limit
@@ -54,7 +54,8 @@ for i = 0, np - 1 do
     if err then return err end
     local take = math.min(avail[ck], p.want)
     if take > 0 then
-      avail[ck] = avail[ck] - take
+      avail[ck], resv[ck] = avail[ck] - take, resv[ck] + take
+      p.avail, p.resv = avail[ck], resv[ck] -- the hash's values once this part is taken
       p.take = take
       p.out = {'pending', take, 0, limit}
     else
@@ -87,8 +88,9 @@ for _, p in ipairs(plan) do
   if p.take then
     local off = 0
     if p.kind == 's' then
-      redis.call('HINCRBY', p.ck, 'available', -p.take)
-      redis.call('HINCRBY', p.ck, 'reserved', p.take)
+      -- absolute values from the plan (one call instead of two
+      -- HINCRBYs; the script is atomic), written as integer strings
+      redis.call('HSET', p.ck, 'available', string.format('%d', p.avail), 'reserved', string.format('%d', p.resv))
       off = redis.call('HINCRBY', KEYS[3], p.xk, 1)
       redis.call('ZADD', p.xk, off, p.id)
       p.out[3] = off

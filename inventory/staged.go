@@ -109,7 +109,7 @@ local plan, err = plan_parts(5, 13, ARGV[9], KEYS[3])
 if err then return err end
 if not plan then return {'short'} end
 local deadline = now + tonumber(ARGV[10])
-redis.call('DEL', key)
+if f[1] then redis.call('DEL', key) end -- a failed attempt's record
 redis.call('HSET', key, 'status', 'staging', 'token', ARGV[5], 'lease', now + tonumber(ARGV[7]), 'digest', ARGV[8],
   'user', ARGV[9], 'deadline', deadline, 'created', now, 'parts', ARGV[12])
 redis.call('EXPIRE', key, tonumber(ARGV[11]))

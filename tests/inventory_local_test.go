@@ -99,4 +99,46 @@ func TestInvLocalReservation(t *testing.T) {
 		t.Fatalf("a third unit for user %s (limit 2) = %v, want ErrLimitExceeded", user, err)
 	}
 	checkNoPending(t, c.clients, []string{more})
+
+	// Stock counts near 2^53 (the most loadScript accepts) stay exact: the
+	// one-script path writes the counters' new values, not increments.
+	big := onHome("big", "big")
+	home := c.home(big)
+	const huge = 9007199254739999
+	for name, cl := range c.clients {
+		avail := int64(0)
+		if name == home {
+			avail = huge
+		}
+		if err := cl.HSet(ctx, inventory.StockKey("r", "big"), "available", avail, "reserved", 7, "confirmed", 0, "loaded", avail).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before = local()
+	if _, err := c.inv.Reserve(ctx, big, []inventory.Item{invItem("r", "big", 3)}, "", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if local() != before+1 {
+		t.Fatalf("order %s did not take the one-script path", big)
+	}
+	got, err := c.clients[home].HMGet(ctx, inventory.StockKey("r", "big"), "available", "reserved").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != "9007199254739996" || got[1] != "10" {
+		t.Fatalf("stock on %s after taking 3 of %d (7 reserved): available %v, reserved %v; want 9007199254739996, 10", home, int64(huge), got[0], got[1])
+	}
+	// The same for the other paths' take script (reserveScript): an
+	// order whose record lives on another node.
+	away := c.orderIDWith("away", func(id string) bool { return c.home(id) != home })
+	if _, err := c.inv.Reserve(ctx, away, []inventory.Item{invItem("r", "big", 2)}, "", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	got, err = c.clients[home].HMGet(ctx, inventory.StockKey("r", "big"), "available", "reserved").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != "9007199254739994" || got[1] != "12" {
+		t.Fatalf("stock on %s after taking 2 more by the take script: available %v, reserved %v; want 9007199254739994, 12", home, got[0], got[1])
+	}
 }
