@@ -42,11 +42,15 @@ import (
 // or nil when some part cannot be met in full (it exists already, stock is
 // short, a limited SKU has no user, a quota would be exceeded), or nil and
 // an error reply for a corrupt value (a counter, or a queue's last offset
-// in the redo offsets hash). It writes nothing.
+// in the redo offsets hash). It writes nothing. For a stock part it
+// records the counter's available and reserved once the part is taken
+// (p.avail, p.resv, after the order's earlier parts on the same counter).
 //
 // write_parts(plan, pending, offsets, order, token, pdl) takes every
 // planned part (pending under token until pdl) and returns the redo offset
-// of each (0 for quota parts).
+// of each (0 for quota parts). It writes a stock counter's planned values
+// in one HSET rather than two increments: the script is atomic, so
+// nothing changed them since the plan read them.
 const takeWhole = `
 local function plan_parts(kb, ab, user, offsets)
   local np = (#KEYS - kb + 1) / 3
