@@ -68,18 +68,18 @@ func (b *batchGate) ReportResult(err error) {
 		return // go-redis reports only what it admitted; nothing to pair
 	}
 	a := b.open[0]
-	b.open[0] = admission{}
-	b.open = b.open[1:]
-	if len(b.open) == 0 {
-		b.open = b.open[:0:0] // let the backing array go once drained
-	}
+	last := len(b.open) - 1
+	copy(b.open, b.open[1:]) // keeps the backing array: no allocation per batch
+	b.open[last] = admission{}
+	b.open = b.open[:last]
 	b.mu.Unlock()
 	b.n.record(context.Background(), a.g, a.done, err, a.start)
 }
 
-// gatedOptions returns o for a pipeliner's inner client: the node's batch
-// gate as its Limiter and a dialer that marks failed dials (the hook's
-// DialHook on hooked clients), so that client needs no hook.
+// gatedOptions returns o for one pipeliner's inner client: a batch gate of
+// its own (one pipeliner's batches, see the pairing rule) as its Limiter
+// and a dialer that marks failed dials (the hook's DialHook on hooked
+// clients), so that client needs no hook. Call it once per client.
 func (n *Node) gatedOptions(o redis.Options) redis.Options {
 	o.Limiter = &batchGate{n: n}
 	dial := redis.NewDialer(&o)

@@ -237,7 +237,7 @@ func New(opts Options) (*Node, error) {
 	}
 	var mkGated func() *redis.Client
 	if opts.Sentinel == nil {
-		mkGated = n.factory(n.gatedOptions(base), false)
+		mkGated = func() *redis.Client { return n.factory(n.gatedOptions(base), false)() }
 	}
 	n.client = newClients(n, n.factory(base, false), mkGated)
 	n.newReadClient = n.factory(base, true)
