@@ -21,7 +21,7 @@ import (
 // Why not the hook: go-redis's deferred auto-pipeliner arms a guard for
 // hooks that read results on its dispatch goroutine whenever its client
 // has any hook, and that guard reads the goroutine id from runtime.Stack
-// once per batch (about 7 % of a busy router's CPU, plus the hook chain
+// once per batch (a visible share of a busy router's CPU, plus the hook chain
 // itself). The gate needs no hook, so the inner client has none.
 //
 // Pairing: go-redis reports each admitted batch exactly once. The gate
