@@ -109,6 +109,15 @@ func (c *clients) closeClient(cl *redis.Client) error {
 
 func (c *clients) get() *redis.Client { return c.cur.Load() }
 
+// dialed records the outcome of one dial of the node's clients (the
+// hook's DialHook, the gated dialer): a failed dial makes the next
+// DOWN→UP renew the client.
+func (c *clients) dialed(err error) {
+	if err != nil {
+		c.dialFailed.Store(true)
+	}
+}
+
 // renew replaces the client when dials failed since the last renewal, or
 // always when force is set (a Sentinel group, whose master may have
 // changed). Called on DOWN→UP.

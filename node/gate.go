@@ -85,9 +85,7 @@ func (n *Node) gatedOptions(o redis.Options) redis.Options {
 	dial := redis.NewDialer(&o)
 	o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := dial(ctx, network, addr)
-		if err != nil {
-			n.client.dialFailed.Store(true)
-		}
+		n.client.dialed(err)
 		return conn, err
 	}
 	return o

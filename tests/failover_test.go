@@ -172,7 +172,7 @@ func TestPolicyNextAndFail(t *testing.T) {
 	srv := redistest.StartN(t, 3, redistest.Options{})
 	all := []string{"n1", "n2", "n3"}
 	cfg := newConfig(t,
-		map[string]string{"n1": srv[0].Addr(), "n2": srv[1].Addr(), "n3": srv[2].Addr()},
+		nodeAddrs(srv),
 		map[string]config.Server{
 			"cache": server(config.OnNodeDownNext, map[string][]string{"items": all, "solo": {"n2"}}),
 			"stock": server(config.OnNodeDownFail, map[string][]string{"items": all}),

@@ -287,6 +287,16 @@ func countKeys(t testing.TB, c *redis.Client, pattern string) int {
 	return n
 }
 
+// nodeAddrs names the servers n1, n2, … in order and maps each name to
+// its address (newConfig's nodes).
+func nodeAddrs(servers []*redistest.Server) map[string]string {
+	m := map[string]string{}
+	for i, s := range servers {
+		m["n"+strconv.Itoa(i+1)] = s.Addr()
+	}
+	return m
+}
+
 // byAddr maps each server's address to the server.
 func byAddr(servers ...*redistest.Server) map[string]*redistest.Server {
 	m := map[string]*redistest.Server{}

@@ -17,7 +17,7 @@ import (
 func rollbackEnv(t *testing.T) ([]*redistest.Server, *config.Config) {
 	t.Helper()
 	srv := redistest.StartN(t, 3, redistest.Options{})
-	cfg := newConfig(t, map[string]string{"n1": srv[0].Addr(), "n2": srv[1].Addr(), "n3": srv[2].Addr()},
+	cfg := newConfig(t, nodeAddrs(srv),
 		map[string]config.Server{"inventory": server(config.OnNodeDownFail, map[string][]string{"r": {"n1", "n2", "n3"}})},
 		&quickHealth)
 	return srv, cfg

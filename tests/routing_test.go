@@ -22,7 +22,7 @@ func TestDrainRoute(t *testing.T) {
 	srv := redistest.StartN(t, 3, redistest.Options{})
 	all := []string{"n1", "n2", "n3"}
 	cfg := newConfig(t,
-		map[string]string{"n1": srv[0].Addr(), "n2": srv[1].Addr(), "n3": srv[2].Addr()},
+		nodeAddrs(srv),
 		map[string]config.Server{"product": server(config.OnNodeDownFail,
 			map[string][]string{"clothes": all, "electronics": all})},
 		&quickHealth)
@@ -253,7 +253,7 @@ func TestSetSpread(t *testing.T) {
 	srv := redistest.StartN(t, 3, redistest.Options{})
 	all := []string{"n1", "n2", "n3"}
 	cfg := newConfig(t,
-		map[string]string{"n1": srv[0].Addr(), "n2": srv[1].Addr(), "n3": srv[2].Addr()},
+		nodeAddrs(srv),
 		map[string]config.Server{"product": server(config.OnNodeDownFail, map[string][]string{"clothes": all})},
 		&quickHealth)
 	r, ev := startRouter(t, cfg)
