@@ -263,27 +263,41 @@ type Client struct {
 
 // Pipeline configures auto-pipelining: concurrent commands to one node
 // share a pipeline (one write, one read) instead of one round trip each;
-// a command that finds its node's client idle is sent at once.
+// a command that finds fewer than From commands of its node under way is
+// sent at once on the node's pool.
 type Pipeline struct {
 	// Enabled turns auto-pipelining on for every node.
 	// default: true
 	Enabled bool `koanf:"enabled"`
-	// MaxBatch is the target number of commands per pipeline (1..10000).
+	// MaxBatch is the target number of commands per pipeline of the
+	// prompt pipeline (1..10000).
 	// default: 200
 	MaxBatch int `koanf:"max_batch"`
+	// From is the number of one node's commands under way (the new one
+	// included) from which a command is auto-pipelined; below it the
+	// command is sent on its own, as by a plain client (1..100000; 0
+	// means 6; 1 pipelines every command, even a lone caller's).
+	// default: 6
+	From int `koanf:"from"`
 	// BusyFrom is the number of one node's commands under way (the new one
 	// included) from which a command rides the node's busy pipeline
-	// instead of its prompt one (2..100000; 0 means 8). Only with
+	// instead of its prompt one (2..100000; 0 means 12). Only with
 	// BusyFlushDelay > 0.
-	// default: 8
+	// default: 12
 	BusyFrom int `koanf:"busy_from"`
+	// BusyMaxBatch is the busy pipeline's batch target: it flushes as soon
+	// as this many commands wait, or after BusyFlushDelay (1..10000; 0
+	// means 16).
+	// default: 16
+	BusyMaxBatch int `koanf:"busy_max_batch"`
 	// BusyFlushDelay is how long the busy pipeline waits for more commands
 	// before each flush (0..10ms). With it a node with many callers at once
 	// has two batches in flight (the prompt pipeline's and the busy one's)
 	// instead of one: more throughput, a little more CPU per command (see
 	// the README, "Auto-pipelining"). The prompt pipeline, which quieter
-	// moments use, never waits. 0 turns the busy pipeline off.
-	// default: 100µs
+	// moments use, waits only for the callers its previous batch woke
+	// (go-redis's coalescing). 0 turns the busy pipeline off.
+	// default: 200µs
 	BusyFlushDelay time.Duration `koanf:"busy_flush_delay"`
 }
 
@@ -365,7 +379,7 @@ func Default() Config {
 		},
 		Breaker:  Breaker{Failures: 5, OpenTimeout: time.Second},
 		Client:   Client{CommandTimeout: time.Second},
-		Pipeline: Pipeline{Enabled: true, MaxBatch: 200, BusyFrom: 8, BusyFlushDelay: 100 * time.Microsecond},
+		Pipeline: Pipeline{Enabled: true, MaxBatch: 200, From: 6, BusyFrom: 12, BusyMaxBatch: 16, BusyFlushDelay: 200 * time.Microsecond},
 		Inventory: Inventory{
 			Server:            "inventory",
 			ReservationTTL:    10 * time.Minute,

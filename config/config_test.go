@@ -82,7 +82,7 @@ func exampleConfig() Config {
 		},
 		Breaker:  Breaker{Failures: 5, OpenTimeout: time.Second},
 		Client:   Client{CommandTimeout: time.Second},
-		Pipeline: Pipeline{Enabled: true, MaxBatch: 200, BusyFrom: 8, BusyFlushDelay: 100 * time.Microsecond},
+		Pipeline: Pipeline{Enabled: true, MaxBatch: 200, From: 6, BusyFrom: 12, BusyMaxBatch: 16, BusyFlushDelay: 200 * time.Microsecond},
 		Inventory: Inventory{
 			Server:            "inventory",
 			ReservationTTL:    10 * time.Minute,
@@ -183,7 +183,7 @@ servers:
     routes: {eu: [n1], us: [n1]}
 health: {heartbeat: 1s, timeout: 2s, backoff: [3s]}
 breaker: {failures: 1, open_timeout: 4s}
-pipeline: {enabled: false, max_batch: 50, busy_from: 16, busy_flush_delay: 250us}
+pipeline: {enabled: false, max_batch: 50, from: 3, busy_from: 16, busy_max_batch: 24, busy_flush_delay: 250us}
 client: {command_timeout: 3s, pool_size: 7}
 inventory:
   server: order
@@ -214,7 +214,7 @@ sync:
 		Health:   Health{Heartbeat: time.Second, Timeout: 2 * time.Second, Backoff: []time.Duration{3 * time.Second}},
 		Breaker:  Breaker{Failures: 1, OpenTimeout: 4 * time.Second},
 		Client:   Client{CommandTimeout: 3 * time.Second, PoolSize: 7},
-		Pipeline: Pipeline{Enabled: false, MaxBatch: 50, BusyFrom: 16, BusyFlushDelay: 250 * time.Microsecond},
+		Pipeline: Pipeline{Enabled: false, MaxBatch: 50, From: 3, BusyFrom: 16, BusyMaxBatch: 24, BusyFlushDelay: 250 * time.Microsecond},
 		Inventory: Inventory{
 			Server:            "order",
 			ReservationTTL:    5 * time.Minute,
@@ -1019,6 +1019,11 @@ func TestValidate(t *testing.T) {
 		{"nil backoff", func(c *Config) { c.Health.Backoff = nil }, []string{"health.backoff"}},
 		{"busy_from 1", func(c *Config) { c.Pipeline.BusyFrom = 1 }, []string{"pipeline.busy_from"}},
 		{"busy_from 0 (default)", func(c *Config) { c.Pipeline.BusyFrom = 0 }, nil},
+		{"negative from", func(c *Config) { c.Pipeline.From = -1 }, []string{"pipeline.from"}},
+		{"from 0 (default)", func(c *Config) { c.Pipeline.From = 0 }, nil},
+		{"from 1 (every command)", func(c *Config) { c.Pipeline.From = 1 }, nil},
+		{"negative busy_max_batch", func(c *Config) { c.Pipeline.BusyMaxBatch = -1 }, []string{"pipeline.busy_max_batch"}},
+		{"busy_max_batch over 10000", func(c *Config) { c.Pipeline.BusyMaxBatch = 10001 }, []string{"pipeline.busy_max_batch"}},
 		{"negative busy_flush_delay", func(c *Config) { c.Pipeline.BusyFlushDelay = -time.Microsecond },
 			[]string{"pipeline.busy_flush_delay"}},
 		{"busy_flush_delay over 10ms", func(c *Config) { c.Pipeline.BusyFlushDelay = 11 * time.Millisecond },

@@ -164,8 +164,14 @@ func (c *Config) problems() Problems {
 	if c.Pipeline.MaxBatch < 1 || c.Pipeline.MaxBatch > 10000 {
 		ps.add("pipeline.max_batch", c.Pipeline.MaxBatch, "must be 1..10000")
 	}
+	if c.Pipeline.From < 0 || c.Pipeline.From > 100000 {
+		ps.add("pipeline.from", c.Pipeline.From, "must be 1..100000 (0: 6)")
+	}
 	if c.Pipeline.BusyFrom != 0 && (c.Pipeline.BusyFrom < 2 || c.Pipeline.BusyFrom > 100000) {
-		ps.add("pipeline.busy_from", c.Pipeline.BusyFrom, "must be 2..100000 (0: 8)")
+		ps.add("pipeline.busy_from", c.Pipeline.BusyFrom, "must be 2..100000 (0: 12)")
+	}
+	if c.Pipeline.BusyMaxBatch < 0 || c.Pipeline.BusyMaxBatch > 10000 {
+		ps.add("pipeline.busy_max_batch", c.Pipeline.BusyMaxBatch, "must be 1..10000 (0: 16)")
 	}
 	if c.Pipeline.BusyFlushDelay < 0 || c.Pipeline.BusyFlushDelay > 10*time.Millisecond {
 		ps.add("pipeline.busy_flush_delay", c.Pipeline.BusyFlushDelay, "must be 0..10ms")

@@ -16,24 +16,30 @@ import (
 
 // Item is one line of an order.
 type Item struct {
-	Route    string // route key of the inventory server, e.g. "clothes"
-	SKU      string
+	Route string // route key of the inventory server, e.g. "clothes"
+	// SKU names the stock on Route: 1..MaxIDLen bytes of valid UTF-8
+	// without control characters.
+	SKU string
+	// Quantity is the number of units, 1..MaxQuantity.
 	Quantity int64
 }
 
-// Receipt is one part of a reserved item: what one node deducted.
+// Receipt is one part of a reserved item: what one node deducted. An item
+// may be split over several nodes; its receipts' quantities add up to the
+// item's.
 type Receipt struct {
-	ItemIndex int
-	SKU       string
-	Quantity  int64
-	Node      string
+	ItemIndex int    // index of the item in the Reserve call's items
+	SKU       string // the item's SKU
+	Quantity  int64  // units this node deducted
+	Node      string // name of the node (its key under nodes: in the configuration)
 	RedoLog   string // redo-log key on Node
 	Offset    int64  // the part's offset in RedoLog
 }
 
 // Reservation is the result of a successful Reserve.
 type Reservation struct {
-	OrderID  string
+	OrderID string // the order id Reserve was called with
+	// Receipts has one entry per part of stock taken, in item order.
 	Receipts []Receipt
 	// Deadline is when an unconfirmed reservation expires, by the order
 	// home node's clock.

@@ -10,12 +10,12 @@ import (
 	"github.com/shardis/shardis/node"
 )
 
-// StockLevel is a SKU's counters summed over its route's nodes.
+// StockLevel is a SKU's counters summed over its route's reachable nodes.
 type StockLevel struct {
 	SKU       string
-	Available int64
-	Reserved  int64
-	Confirmed int64
+	Available int64 // units that a Reserve may take
+	Reserved  int64 // units held by reservations not yet confirmed or cancelled
+	Confirmed int64 // units of confirmed orders (sold)
 	// Loaded is everything ever added by LoadStock on reachable nodes:
 	// Available+Reserved+Confirmed == Loaded on each node, always.
 	Loaded int64
@@ -26,10 +26,11 @@ type StockLevel struct {
 	Nodes []NodeStock
 }
 
-// NodeStock is one node's counters of a SKU.
+// NodeStock is one node's counters of a SKU (as StockLevel's, for this
+// node only; zero when the node is not reachable).
 type NodeStock struct {
-	Node      string
-	Reachable bool
+	Node      string // the node's name
+	Reachable bool   // false when the node could not be read
 	// Err says why the node is not reachable (nil when it is).
 	Err       error
 	Available int64

@@ -54,7 +54,7 @@ func (c *clients) build() *redis.Client {
 		cl.AddHook(hook{c.n})
 		return cl
 	}
-	p := &pipeliner{n: c.n, busyFrom: int64(c.n.opts.BusyFrom)}
+	p := &pipeliner{n: c.n, from: int64(c.n.opts.PipelineFrom), busyFrom: int64(c.n.opts.BusyFrom)}
 	cl.AddHook(p) // outermost: pipelined commands are admitted as batches by the inner client's gate
 	cl.AddHook(hook{c.n})
 	ap, inner := c.pipeliner(c.n.opts.Pipeline)

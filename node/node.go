@@ -117,10 +117,16 @@ type Options struct {
 	// default: none
 	Hooks []redis.Hook
 	// Pipeline, when non-nil, turns on auto-pipelining of the node's client
-	// with these go-redis options (see pipeline.go): concurrent commands
-	// share one pipeline per node, a lone command is sent at once.
+	// with these go-redis options (see pipeline.go): a command that finds
+	// at least PipelineFrom commands of the client under way shares a
+	// pipeline with them; one that finds fewer is sent at once on the pool.
 	// default: nil (off); the router turns it on from the configuration
 	Pipeline *redis.AutoPipelineOptions
+	// PipelineFrom is the number of the client's commands under way (the
+	// new one included) from which a command is auto-pipelined; below it
+	// the command is sent on its own. 1 pipelines every command.
+	// default: 6
+	PipelineFrom int
 	// BusyPipeline, when non-nil with Pipeline set, adds a second
 	// auto-pipeliner with these options for busy moments: a command that
 	// finds at least BusyFrom commands of the client under way (itself
@@ -131,9 +137,10 @@ type Options struct {
 	// MaxFlushDelay so that it waits for more commands before each flush.
 	// default: nil (one pipeliner); the router sets it from the configuration
 	BusyPipeline *redis.AutoPipelineOptions
-	// BusyFrom is the number of the client's commands under way from which
-	// a command rides BusyPipeline.
-	// default: 8
+	// BusyFrom is the number of the client's commands under way (the new
+	// one included) from which a command rides BusyPipeline. At or below
+	// PipelineFrom no command rides the Pipeline one.
+	// default: 12
 	BusyFrom int
 	// Logger receives identity and breaker events.
 	// default: slog.Default()
@@ -156,8 +163,11 @@ func (o *Options) setDefaults() {
 	if o.BreakerOpenTimeout <= 0 {
 		o.BreakerOpenTimeout = time.Second
 	}
+	if o.PipelineFrom <= 0 {
+		o.PipelineFrom = 6
+	}
 	if o.BusyFrom <= 0 {
-		o.BusyFrom = 8
+		o.BusyFrom = 12
 	}
 	if o.OnFailure == nil {
 		o.OnFailure = func() {}

@@ -15,12 +15,16 @@ import (
 	"github.com/shardis/shardis/node"
 )
 
-// pipelinedNode starts a server and an UP node with auto-pipelining on.
+// pipelinedNode starts a server and an UP node with auto-pipelining on
+// (from 2 commands under way unless opts says otherwise).
 func pipelinedNode(t *testing.T, opts node.Options, failures *atomic.Int32) (*redistest.Server, *node.Node) {
 	t.Helper()
 	s := redistest.Start(t, redistest.Options{})
 	opts.Name, opts.Addr = "n1", s.Addr()
 	opts.Pipeline = redis.DefaultAutoPipelineOptions()
+	if opts.PipelineFrom == 0 {
+		opts.PipelineFrom = 2 // these tests exercise batches: one command under way is enough
+	}
 	n := newNode(t, opts, failures)
 	if err := n.Probe(context.Background()); err != nil {
 		t.Fatal(err)
@@ -118,6 +122,48 @@ func TestPipelineLoneCallerGoesDirect(t *testing.T) {
 	}
 	if got := n.Pipelined(); got != 0 {
 		t.Errorf("a single goroutine's commands: %d pipelined, want 0 (sent at once)", got)
+	}
+}
+
+// A command is pipelined only when it finds PipelineFrom commands of its
+// client under way, itself included: with the server frozen, 8 commands in
+// flight at once and PipelineFrom 4, exactly the 4th to 8th to start (5)
+// ride the pipeliner, whatever order they start in; the first 3 went on
+// the pool.
+func TestPipelineFromSendsFewCallersOnThePool(t *testing.T) {
+	t.Parallel()
+	s, n := pipelinedNode(t, node.Options{PipelineFrom: 4, CommandTimeout: 20 * time.Second, BreakerFailures: 1000}, nil)
+	ctx := context.Background()
+	if err := n.Client().Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Pause()
+	defer s.Resume()
+	errs := make(chan error, 8)
+	start := func(k int) {
+		for range k {
+			go func() { errs <- n.Client().Get(ctx, "k").Err() }()
+		}
+	}
+	start(3)
+	time.Sleep(50 * time.Millisecond)
+	if got := n.Pipelined(); got != 0 {
+		t.Fatalf("3 commands under way, PipelineFrom 4: %d pipelined, want 0", got)
+	}
+	start(5)
+	deadline := time.Now().Add(15 * time.Second)
+	for n.Pipelined() < 5 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // a sixth would show now
+	if got := n.Pipelined(); got != 5 {
+		t.Fatalf("8 commands under way at once, PipelineFrom 4: %d pipelined, want 5 (those that found 4..8 under way)", got)
+	}
+	s.Resume()
+	for range 8 {
+		if err := <-errs; err != nil && !errors.Is(err, redis.Nil) {
+			t.Errorf("GET after resume: %v", err)
+		}
 	}
 }
 

@@ -144,6 +144,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 			Witnesses:          r.wit,
 			Pipeline:           pipelineOptions(cfg.Pipeline),
 			BusyPipeline:       busyPipelineOptions(cfg.Pipeline),
+			PipelineFrom:       cfg.Pipeline.From,
 			BusyFrom:           cfg.Pipeline.BusyFrom,
 			Hooks:              opts.Hooks,
 			CommandTimeout:     cfg.Client.CommandTimeout,
@@ -218,14 +219,18 @@ func pipelineOptions(p config.Pipeline) *redis.AutoPipelineOptions {
 }
 
 // busyPipelineOptions returns the options of the busy auto-pipeliner: the
-// prompt one's with the busy flush delay; nil when auto-pipelining or the
-// busy pipeliner is off.
+// prompt one's with the busy flush delay and batch target; nil when
+// auto-pipelining or the busy pipeliner is off.
 func busyPipelineOptions(p config.Pipeline) *redis.AutoPipelineOptions {
 	if !p.Enabled || p.BusyFlushDelay <= 0 {
 		return nil
 	}
 	o := pipelineOptions(p)
 	o.MaxFlushDelay = p.BusyFlushDelay
+	o.MaxBatchSize = p.BusyMaxBatch
+	if o.MaxBatchSize <= 0 {
+		o.MaxBatchSize = 16
+	}
 	return o
 }
 

@@ -88,7 +88,7 @@ func reading(r *Results, s Summary) string {
 		cap_, sap, _ := ap.CPUPerOp()
 		t += fmt.Sprintf("Per GET, client plus nodes, the router spent %s of CPU against %s for hand-routed go-redis, %s for Ring and %s for hand-routed go-redis with its own `AutoPipeline()`: "+
 			"the saving is the shared round trips (fewer system calls on both sides). What the router adds to go-redis's auto-pipeliner is its node layer: "+
-			"the hook that sends a command to the pipeline or, on an idle node, straight to the pool; the state gate and breaker admission once per batch (a go-redis `Limiter`, so the pipeliner's client has no hook); and the route lookup (%.0f ns, no allocation, `Node.Client()` an atomic load); %.1f allocations per GET against %.1f. "+
+			"the hook that sends a command to one of its node's two pipelines or, when fewer than `pipeline.from` commands of that node are under way, straight to the pool; the state gate and breaker admission once per batch (a go-redis `Limiter`, so the pipeliner's client has no hook); and the route lookup (%.0f ns, no allocation, `Node.Client()` an atomic load); %.1f allocations per GET against %.1f. "+
 			"On a machine this saturated, throughput follows CPU per operation, which predicts %.2f× hand-routed go-redis and %.2f× Ring: ",
 			fmtCPU(cb+sb), fmtCPU(ca+sa), fmtCPU(cc+sc), fmtCPU(cap_+sap), s.RouteLookupNs, bb.AllocsPerOp(), ap.AllocsPerOp(), predA, predC)
 		t += compareClause("hand-routed go-redis", s.RouterVsDirect, predA, 3.0) + "; " + compareClause("Ring", s.RouterVsRing, predC, 3.0) + ". "

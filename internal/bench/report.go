@@ -116,6 +116,10 @@ func LatencyTable(lr *LatencyResult) string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", v, fmtOps(x.Ops()), fmtDur(x.P50()), fmtDur(x.P99()))
 	}
 	fmt.Fprintf(&b, "\np50 on/off (median of per-round ratios): GET %.3f, 1-item reserve %.3f.\n", lr.Ratio("GET"), lr.Ratio("reserve"))
+	if lr.FewRatio(6) > 0 {
+		fmt.Fprintf(&b, "GET ops/s on/off (paired per round): 6 goroutines %.3f, 12 goroutines %.3f (`few_callers_throughput_ratio`: the smaller).\n",
+			lr.FewRatio(6), lr.FewRatio(12))
+	}
 	return b.String()
 }
 
@@ -235,8 +239,8 @@ func Tables(r *Results) string {
 		b.WriteString(roundsNote(r.Router.Rounds) + "\n" + RouterTable(r.Router))
 	}
 	if r.Latency != nil {
-		fmt.Fprintf(&b, "\n## 1b. One caller: auto-pipelining on and off\n\nOne goroutine; the same build and nodes, `pipeline.enabled` true and false; "+
-			"medians of %d rounds of %v.\n\n", r.Plan.Rounds, r.Plan.Round)
+		fmt.Fprintf(&b, "\n## 1b. One caller and a few: auto-pipelining on and off\n\nOne goroutine (latency), then 6 and 12 goroutines (GET throughput, 2 and 4 callers per node); "+
+			"the same build and nodes, `pipeline.enabled` true and false; medians of %d rounds of %v.\n\n", r.Plan.Rounds, r.Plan.Round)
 		b.WriteString(roundsNote(r.Latency.Rounds) + "\n" + LatencyTable(r.Latency))
 	}
 	if len(r.Lookups) > 0 {
