@@ -138,8 +138,8 @@ type Options struct {
 	// default: nil (one pipeliner); the router sets it from the configuration
 	BusyPipeline *redis.AutoPipelineOptions
 	// BusyFrom is the number of the client's commands under way (the new
-	// one included) from which a command rides BusyPipeline. At or below
-	// PipelineFrom no command rides the Pipeline one.
+	// one included) from which a pipelined command rides BusyPipeline;
+	// with BusyFrom ≤ PipelineFrom every pipelined command does.
 	// default: 12
 	BusyFrom int
 	// Logger receives identity and breaker events.

@@ -29,12 +29,12 @@ import (
 // Lanes, by the number u of the client's commands under way, the new one
 // included (read once, when the command starts):
 //
-//	u < PipelineFrom                 the ordinary pool (one round trip each)
-//	PipelineFrom ≤ u < BusyFrom      the prompt pipeliner (Pipeline's options)
-//	PipelineFrom ≤ u and BusyFrom ≤ u the busy pipeliner (BusyPipeline's),
-//	                                 or the prompt one when there is none
+//	u < PipelineFrom                    the ordinary pool (one round trip each)
+//	PipelineFrom ≤ u < BusyFrom         the prompt pipeliner (Pipeline's options)
+//	PipelineFrom ≤ u and BusyFrom ≤ u   the busy pipeliner (BusyPipeline's),
+//	                                    or the prompt one when there is none
 //
-// whatever the lane, a command goes on the pool while the node is not
+// Whatever the lane, a command goes on the pool while the node is not
 // usable and when it cannot share a connection (below).
 //
 // The node's semantics hold on both paths:

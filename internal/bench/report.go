@@ -119,6 +119,7 @@ func LatencyTable(lr *LatencyResult) string {
 	if lr.FewRatio(6) > 0 {
 		fmt.Fprintf(&b, "GET ops/s on/off (paired per round): 6 goroutines %.3f, 12 goroutines %.3f (`few_callers_throughput_ratio`: the smaller).\n",
 			lr.FewRatio(6), lr.FewRatio(12))
+		b.WriteString("\nIn the 6- and 12-goroutine rounds, which run after the one-goroutine rounds, o" + roundsNote(lr.FewRounds)[1:])
 	}
 	return b.String()
 }
