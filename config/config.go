@@ -354,6 +354,15 @@ type Inventory struct {
 	// reply has to arrive within the read timeout).
 	// default: 500ms
 	DurabilityTimeout time.Duration `koanf:"durability_timeout"`
+	// GroupCommit is the most calls of one inventory script (the reserve,
+	// order-record and settle scripts) that one node runs as one script
+	// call (group commit: concurrent orders on one node share the script
+	// call, its node checks and its round trip; each order still succeeds
+	// or fails on its own). A call that finds no
+	// group under way is sent at once. 1 turns group commit off (0..1000;
+	// 0 means 32).
+	// default: 32
+	GroupCommit int `koanf:"group_commit"`
 }
 
 // Durability levels of [Inventory.Durability].
@@ -391,6 +400,7 @@ func Default() Config {
 			AttemptLease:      10 * time.Second,
 			Durability:        DurabilityNone,
 			DurabilityTimeout: 500 * time.Millisecond,
+			GroupCommit:       32,
 		},
 		Sync: defaultSync(),
 	}

@@ -198,6 +198,9 @@ func (c *Config) problems() Problems {
 		ps.add("inventory.redo_max_age", inv.RedoMaxAge.String(), "must be >= 0 (0 = never trim unacknowledged entries)")
 	}
 	positive(&ps, "inventory.attempt_lease", inv.AttemptLease)
+	if inv.GroupCommit < 0 || inv.GroupCommit > 1000 {
+		ps.add("inventory.group_commit", inv.GroupCommit, "must be between 0 and 1000 (0 = 32, 1 = no group commit)")
+	}
 	if inv.RedoQueues < 1 || inv.RedoQueues > 1024 {
 		ps.add("inventory.redo_queues", inv.RedoQueues, "must be between 1 and 1024")
 	}

@@ -15,7 +15,10 @@
 // three paths: one script on the home node when it can meet the whole
 // order (local.go), one round over the items' first nodes with a staged
 // record (staged.go, whose comment holds the protocol's states and safety
-// rule), or the general begin → take → commit (reserve.go, take.go). Parts that cannot be settled at once
+// rule), or the general begin → take → commit (reserve.go, take.go).
+// Concurrent calls of the reserve, order and settle scripts on one node
+// share one script call (group commit, group.go: the calls run one after
+// the other inside it, each deciding on its own). Parts that cannot be settled at once
 // (their node is down) go to a [Deferrer]; every pending part carries a
 // deadline, so the reconciler in package settle settles whatever is left
 // by the decision recorded for its order. Nothing is lost when a process
@@ -107,6 +110,10 @@ type Options struct {
 	// another attempt may take the order over.
 	// default: inventory.attempt_lease from the router's configuration
 	AttemptLease time.Duration
+	// GroupCommit is the most calls of one grouped script one node runs
+	// as one script call (group.go); 1 sends every call alone.
+	// default: inventory.group_commit from the router's configuration (32)
+	GroupCommit int
 	// Logger receives rollback and corruption reports.
 	// default: slog.Default()
 	Logger *slog.Logger
@@ -152,6 +159,8 @@ type Inventory struct {
 	topo topoState
 	// bg tracks one-round reservations' commits (staged_reserve.go).
 	bg background
+	// groups queues the calls of grouped scripts (group.go).
+	groups groups
 }
 
 type atomicView = atomic.Pointer[view]
@@ -181,6 +190,12 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.GroupCommit == 0 {
+		opts.GroupCommit = cfg.Inventory.GroupCommit
+	}
+	if opts.GroupCommit == 0 {
+		opts.GroupCommit = 32
 	}
 	inv := &Inventory{r: r, cfg: cfg.Inventory, opts: opts, log: opts.Logger, routes: map[string]*router.Set{}}
 	for route := range srv.Routes {

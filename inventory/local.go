@@ -126,7 +126,7 @@ end
 // Returns {"existing"} (the order has a record: nothing written),
 // {"fallback"} (nothing written), or {"reserved", deadline ms,
 // offset per part}.
-var localScript = newScript("reserve-local", true, takeWhole+`
+var localScript = newGroupedScript("reserve-local", true, takeWhole+`
 local key = KEYS[2]
 local f = redis.call('HMGET', key, 'status', 'moved')
 if f[1] and not f[2] and f[1] ~= 'failed' then return {'existing'} end

@@ -67,19 +67,19 @@ local function int(v, what)
   end
   return n
 end
-local function body()
+local function body(KEYS, ARGV)
 `
 
 const epilogueRead = `
 end
-local r = body()
+local r = body(KEYS, ARGV)
 if type(r) == 'table' and r.err then return r end
 return {tonumber(meta[3]) or 0, r}
 `
 
 const epilogueWrite = `
 end
-local r = body()
+local r = body(KEYS, ARGV)
 if type(r) == 'table' and r.err then return r end
 return {redis.call('HINCRBY', KEYS[1], 'seq', 1), r}
 `
@@ -88,6 +88,7 @@ return {redis.call('HINCRBY', KEYS[1], 'seq', 1), r}
 type luaScript struct {
 	name  string
 	write bool
+	group bool // sent in its grouped form (group.go)
 	s     *redis.Script
 }
 
@@ -101,6 +102,17 @@ func newScript(name string, write bool, body string) *luaScript {
 	return &luaScript{name: name, write: write, s: redis.NewScript(src)}
 }
 
+// newGroupedScript is newScript for a script whose concurrent calls on one
+// node share one script call (group commit, group.go).
+func newGroupedScript(name string, write bool, body string) *luaScript {
+	w := "false"
+	if write {
+		w = "true"
+	}
+	src := prelude + body + strings.Replace(groupEpilogue, "WRITE", w, 1)
+	return &luaScript{name: name, write: write, group: true, s: redis.NewScript(src)}
+}
+
 // run runs s on n with keys (after the stamp hash) and args (after the
 // header), and returns the body's reply. Errors are mapped by scriptErr.
 func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys []string, args ...any) (any, error) {
@@ -108,19 +120,7 @@ func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys 
 	if err := v.refuse(); err != nil {
 		return nil, err
 	}
-	k := make([]string, 0, len(keys)+1)
-	k = append(k, stampKey)
-	k = append(k, keys...)
-	a := make([]any, 0, len(args)+3)
-	a = append(a, n.Name(), v.token, partKeyPrefix)
-	a = append(a, args...)
-	exec := func() ([]any, error) {
-		if s.write && inv.durable() {
-			return inv.runDurable(ctx, n, s, k, a) // durability.go
-		}
-		return s.s.Run(ctx, n.Client(), k, a...).Slice()
-	}
-	raw, err := exec()
+	reply, seq, err := inv.exec(ctx, n, s, v.token, keys, args)
 	if err != nil {
 		err = nodeErr(n, err)
 		if !errors.Is(err, ErrTopology) {
@@ -134,22 +134,56 @@ func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys 
 		if v2.refuse() != nil {
 			return nil, err
 		}
-		a[1] = v2.token
-		if raw, err = exec(); err != nil {
+		if reply, seq, err = inv.exec(ctx, n, s, v2.token, keys, args); err != nil {
 			return nil, nodeErr(n, err)
 		}
-	}
-	if len(raw) != 2 {
-		return nil, fmt.Errorf("%w: node %s: %s script: reply %v is not {seq, reply}", ErrCorrupt, n.Name(), s.name, raw)
-	}
-	seq, ok := raw[0].(int64)
-	if !ok {
-		return nil, fmt.Errorf("%w: node %s: %s script: write sequence %v is not an integer", ErrCorrupt, n.Name(), s.name, raw[0])
 	}
 	if s.write {
 		n.ObserveSeq(seq)
 	}
-	return raw[1], nil
+	return reply, nil
+}
+
+// exec runs one call of s on n under the epoch token: alone, or with the
+// calls of others in one group (group.go) when s is grouped and group
+// commit is on. It returns the body's reply and the node's write sequence.
+func (inv *Inventory) exec(ctx context.Context, n *node.Node, s *luaScript, token string, keys []string, args []any) (any, int64, error) {
+	if s.group {
+		if inv.opts.GroupCommit > 1 {
+			return inv.runGrouped(ctx, n, s, token, keys, args)
+		}
+		c := &groupCall{keys: keys, args: args, done: make(chan struct{})}
+		inv.sendGroup(ctx, n, s, token, []*groupCall{c})
+		return c.reply, c.seq, c.err
+	}
+	k := make([]string, 0, len(keys)+1)
+	k = append(k, stampKey)
+	k = append(k, keys...)
+	a := make([]any, 0, len(args)+3)
+	a = append(a, n.Name(), token, partKeyPrefix)
+	a = append(a, args...)
+	raw, err := inv.call(ctx, n, s, k, a)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(raw) != 2 {
+		return nil, 0, fmt.Errorf("%w: node %s: %s script: reply %v is not {seq, reply}", ErrCorrupt, n.Name(), s.name, raw)
+	}
+	seq, ok := raw[0].(int64)
+	if !ok {
+		return nil, 0, fmt.Errorf("%w: node %s: %s script: write sequence %v is not an integer", ErrCorrupt, n.Name(), s.name, raw[0])
+	}
+	return raw[1], seq, nil
+}
+
+// call sends s with keys and args (stamp and header included) and returns
+// its raw reply: by SHA (the source when the node lacks it), followed by
+// the durability wait when the inventory asks for one.
+func (inv *Inventory) call(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any) ([]any, error) {
+	if s.write && inv.durable() {
+		return inv.runDurable(ctx, n, s, keys, args) // durability.go
+	}
+	return s.s.Run(ctx, n.Client(), keys, args...).Slice()
 }
 
 // nodeErr maps an error of a script (or command) on n to the inventory's
@@ -159,6 +193,9 @@ func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys 
 // else means the node could not serve. The original error stays wrapped,
 // so [outcomeUnknown] still tells an error reply from a network failure.
 func nodeErr(n *node.Node, err error) error {
+	if errors.Is(err, ErrCorrupt) {
+		return err // a malformed reply envelope: it names the node already
+	}
 	var reply redis.Error
 	if errors.As(err, &reply) {
 		code, _, _ := strings.Cut(reply.Error(), " ")

@@ -22,7 +22,7 @@ package inventory
 // units held), "elsewhere" (limited, and the units the user's previous
 // quota node counts are unknown), or the state of a part that already exists (the fence: a retry
 // returns what was taken; a cancel that came first left "cancelled").
-var reserveScript = newScript("reserve", true, `
+var reserveScript = newGroupedScript("reserve", true, `
 local deadline = tonumber(ARGV[6])
 local np = (#KEYS - 3) / 3
 redis.call('ZCARD', KEYS[2]) -- fails now, before any write, if the index is not a sorted set
@@ -118,7 +118,7 @@ return out
 // state), "tombstoned" (cancel of a part that does not exist: a reserve
 // arriving later takes nothing), "missing" (confirm of a part that does
 // not exist) or "conflict:<state>".
-var settleScript = newScript("settle", true, `
+var settleScript = newGroupedScript("settle", true, `
 local action = ARGV[4]
 local target = action == 'confirm' and 'confirmed' or 'cancelled'
 local retention = tonumber(ARGV[5])
@@ -207,7 +207,7 @@ return out
 // (staged.go: resolveStaged), then repeats the op.
 //
 // A record marked moved (topology.go) is treated as absent and dropped.
-var orderScript = newScript("order", true, `
+var orderScript = newGroupedScript("order", true, `
 local key, op, token = KEYS[2], ARGV[4], ARGV[5]
 local f = redis.call('HMGET', key, 'status', 'token', 'deadline', 'parts', 'reason', 'lease', 'digest', 'moved')
 local moved = f[8]

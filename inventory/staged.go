@@ -95,7 +95,7 @@ import (
 // {"existing", status, token} (the order has a record: the general path
 // handles it) or {"short"} (a part cannot be met in full, or a limited SKU
 // has no user).
-var stageTakeScript = newScript("stage-take", true, takeWhole+`
+var stageTakeScript = newGroupedScript("stage-take", true, takeWhole+`
 local key = KEYS[4]
 local f = redis.call('HMGET', key, 'status', 'token', 'moved')
 if f[3] then

@@ -26,6 +26,10 @@ type Stats struct {
 	// one round refused for good (a per-user limit, a limited SKU without
 	// a user) without the general path.
 	StagedReservations, StagedFallbacks, StagedRecovered, StagedRefusals int64
+	// GroupScriptCalls counts the script calls of grouped scripts sent to
+	// nodes, GroupedCalls the calls they carried (group.go): their ratio is
+	// the mean group size.
+	GroupScriptCalls, GroupedCalls int64
 }
 
 var outcomes = []string{"ok", "insufficient", "limit", "unavailable", "cancelled", "mismatch", "invalid", "error"}
@@ -37,6 +41,8 @@ type counters struct {
 	local        atomic.Int64
 
 	staged, stagedFallback, stagedRecovered, stagedRefused atomic.Int64
+
+	groupScripts, groupCalls atomic.Int64
 }
 
 // Stats returns the cumulative counters. Safe for concurrent use.
@@ -52,6 +58,8 @@ func (inv *Inventory) Stats() Stats {
 	s.StagedFallbacks = inv.stats.stagedFallback.Load()
 	s.StagedRecovered = inv.stats.stagedRecovered.Load()
 	s.StagedRefusals = inv.stats.stagedRefused.Load()
+	s.GroupScriptCalls = inv.stats.groupScripts.Load()
+	s.GroupedCalls = inv.stats.groupCalls.Load()
 	return s
 }
 

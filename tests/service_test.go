@@ -364,6 +364,11 @@ func TestSvcHealthMetricsUnavailable(t *testing.T) {
 		redo < float64(len(r1.Receipts)+len(r3.Receipts)+1) {
 		t.Fatalf("metrics after the calls (redo entries %v): %v", redo, m)
 	}
+	// Every reserve ran at least one grouped script; a script call carries
+	// at least one call.
+	if sent, carried := svcMetric(t, m, "shardis_group_commit_script_calls_total", ""), svcMetric(t, m, "shardis_group_commit_calls_total", ""); sent < 3 || carried < sent {
+		t.Fatalf("group commit metrics: %v script calls carrying %v calls", sent, carried)
+	}
 	svcWantStock(t, e.stock("clothes", "tee"), 45, 0, 5, 50) // m-3 returned by the reconciler
 
 	onN3 := e.orderID("u-home", func(h string) bool { return h == "n3" })

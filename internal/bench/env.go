@@ -66,7 +66,10 @@ type Cluster struct {
 	Cfg     *config.Config
 	Router  *router.Router
 	Inv     *inventory.Inventory
-	Log     *slog.Logger
+	// InvAlone is an inventory over Router with group commit off
+	// (inventory.group_commit 1): every script call carries one order.
+	InvAlone *inventory.Inventory
+	Log      *slog.Logger
 
 	Direct   []*redis.Client        // like nodeNames
 	DirectAP []*redis.AutoPipeliner // Direct[i]'s go-redis auto-pipeliner (blocking face)
@@ -153,6 +156,9 @@ func StartCluster(ctx context.Context, aof, withBaselines bool, log *slog.Logger
 		}
 	}
 	if c.Inv, err = inventory.New(c.Router, inventory.Options{Logger: log}); err != nil {
+		return c, err
+	}
+	if c.InvAlone, err = inventory.New(c.Router, inventory.Options{Logger: log, GroupCommit: 1}); err != nil {
 		return c, err
 	}
 	if !withBaselines {

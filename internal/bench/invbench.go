@@ -25,6 +25,10 @@ const (
 	// VarSeedHot1 is the seed baseline's shape on VarHot1's node and
 	// workload: one SKU, stock on n1 only, 1-item orders of quantity 1.
 	VarSeedHot1 = "seed baseline hot SKU on 1 node (EVAL per item)"
+	// VarInv3Alone and VarHot1Alone are VarInv3 and VarHot1 with group
+	// commit off (inventory.group_commit 1): one order per script call.
+	VarInv3Alone = "shardis 3 items on 3 nodes, group commit off"
+	VarHot1Alone = "hot SKU on 1 node (shardis, 1 item), group commit off"
 )
 
 // seedHotSKU is the seed's id of the hot SKU (its ids are numbers).
@@ -56,6 +60,18 @@ func (ir *InvResult) vsSeedHot(v string) float64 {
 		return 0
 	}
 	return PairedRatio([]*Series{h}, []*Series{s})
+}
+
+// GroupGain returns the orders/s of variant v over the same workload with
+// group commit off, paired per round, or 0 when the run has no such
+// series (results saved before it existed). v is VarInv3 or VarHot1.
+func (ir *InvResult) GroupGain(v string) float64 {
+	off := map[string]string{VarInv3: VarInv3Alone, VarHot1: VarHot1Alone}[v]
+	on, alone := ir.Series[v], ir.Series[off]
+	if on == nil || alone == nil || len(on.Samples) != len(alone.Samples) || len(on.Samples) == 0 {
+		return 0
+	}
+	return PairedRatio([]*Series{on}, []*Series{alone})
 }
 
 // HotMintedVsSeed is HotVsSeed for VarHot1Minted (0 when the run has no
@@ -144,23 +160,30 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 		_, err := inv.Reserve(ctx, orderID(w, 'o'), items, "", 0)
 		return err
 	}
+	reserveAlone := func(w *Worker, items []inventory.Item) error {
+		_, err := c.InvAlone.Reserve(ctx, orderID(w, 'o'), items, "", 0)
+		return err
+	}
+	items3 := func(w *Worker) []inventory.Item {
+		items := make([]inventory.Item, len(singleRoutes))
+		for r, route := range singleRoutes {
+			items[r] = inventory.Item{Route: route, SKU: three[r][w.Rng.IntN(nSKU)], Quantity: 1}
+		}
+		return items
+	}
+	load3 := func(ctx context.Context) error {
+		for r, route := range singleRoutes {
+			if err := load(route, three[r]...); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	return map[string]invWorkload{
 		VarInv1: {VarInv1, func(ctx context.Context) error { return load(routeAll, one...) },
 			func(w *Worker) error { return reserve(w, items1[w.Rng.IntN(nSKU)]) }},
-		VarInv3: {VarInv3, func(ctx context.Context) error {
-			for r, route := range singleRoutes {
-				if err := load(route, three[r]...); err != nil {
-					return err
-				}
-			}
-			return nil
-		}, func(w *Worker) error {
-			items := make([]inventory.Item, len(singleRoutes))
-			for r, route := range singleRoutes {
-				items[r] = inventory.Item{Route: route, SKU: three[r][w.Rng.IntN(nSKU)], Quantity: 1}
-			}
-			return reserve(w, items)
-		}},
+		VarInv3:      {VarInv3, load3, func(w *Worker) error { return reserve(w, items3(w)) }},
+		VarInv3Alone: {VarInv3Alone, load3, func(w *Worker) error { return reserveAlone(w, items3(w)) }},
 		VarSeed3: {VarSeed3, func(ctx context.Context) error {
 			for r := range singleRoutes {
 				for _, s := range three[r] {
@@ -183,6 +206,8 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 			func(w *Worker) error { return reserve(w, hot3) }},
 		VarHot1: {VarHot1, func(ctx context.Context) error { return load(singleRoutes[0], "hot") },
 			func(w *Worker) error { return reserve(w, hot1) }},
+		VarHot1Alone: {VarHot1Alone, func(ctx context.Context) error { return load(singleRoutes[0], "hot") },
+			func(w *Worker) error { return reserveAlone(w, hot1) }},
 		VarHot1Minted: {VarHot1Minted, func(ctx context.Context) error { return load(singleRoutes[0], "hot") },
 			func(w *Worker) error {
 				id, err := inv.NewOrderID(ctx, hot1...)
@@ -229,7 +254,7 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 	if err != nil {
 		return nil, err
 	}
-	variants := []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1}
+	variants := []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone}
 	res := &InvResult{Conc: p.Conc, SKUs: p.SKUs, Variants: variants, Series: map[string]*Series{}}
 	for _, v := range variants {
 		res.Series[v] = &Series{Name: v}
@@ -266,9 +291,10 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 				for v, s := range got {
 					res.Series[v].Add(s)
 				}
-			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f (minted ids %.0f), seed hot 1 node %.0f",
+			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f (minted ids %.0f), seed hot 1 node %.0f; group commit off: 3 items %.0f, hot 1 node %.0f",
 				got[VarInv1].OpsPerSec(), got[VarInv3].OpsPerSec(), got[VarSeed3].OpsPerSec(),
-				got[VarHot3].OpsPerSec(), got[VarHot1].OpsPerSec(), got[VarHot1Minted].OpsPerSec(), got[VarSeedHot1].OpsPerSec()), nil
+				got[VarHot3].OpsPerSec(), got[VarHot1].OpsPerSec(), got[VarHot1Minted].OpsPerSec(), got[VarSeedHot1].OpsPerSec(),
+				got[VarInv3Alone].OpsPerSec(), got[VarHot1Alone].OpsPerSec()), nil
 	})
 	res.Rounds = st
 	if err != nil {

@@ -165,7 +165,7 @@ func LookupTable(ls []LookupResult) string {
 // InventoryTable renders the inventory section.
 func InventoryTable(ir *InvResult) string {
 	var b strings.Builder
-	b.WriteString("| workload | orders/s | p50 | p99 | CPU/order: client | CPU/order: redis (3 nodes) | scripts/order | script run time/order | commands in scripts/order |\n")
+	b.WriteString("| workload | orders/s | p50 | p99 | CPU/order: client | CPU/order: redis (3 nodes) | script calls/order | script run time/order | commands in scripts/order |\n")
 	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, v := range ir.Variants {
 		s := ir.Series[v]
@@ -181,6 +181,9 @@ func InventoryTable(ir *InvResult) string {
 		PairedRatio([]*Series{ir.Series[VarHot3]}, []*Series{ir.Series[VarHot1]}))
 	if h := ir.HotVsSeed(); h > 0 {
 		fmt.Fprintf(&b, "Hot SKU on 1 node, shardis / seed baseline on the same node (paired per round): **%.3f**.\n", h)
+	}
+	if g3, gh := ir.GroupGain(VarInv3), ir.GroupGain(VarHot1); g3 > 0 && gh > 0 {
+		fmt.Fprintf(&b, "Group commit on / off (`inventory.group_commit` 32 / 1, same router, paired per round): 3-item orders **%.3f**, hot SKU on 1 node **%.3f**.\n", g3, gh)
 	}
 	if len(ir.Allocs) > 0 {
 		b.WriteString("\nOne order at a time (one goroutine, `testing.Benchmark`; allocations of the whole call, go-redis included, plus building the order id and items):\n\n")

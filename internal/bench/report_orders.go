@@ -74,13 +74,13 @@ func ordersReading(ir *InvResult, s Summary) string {
 		ch, sh, _ := hs.CPUPerOp()
 		cs, sss, _ := ss.CPUPerOp()
 		t += fmt.Sprintf("With every order on one SKU whose stock lives on one node, shardis ran %s orders/s against the seed shape's %s on the same node: %.2f× (target ≥ 2×). "+
-			"Per order shardis ran %.2f scripts and spent %s of client and %s of node CPU; the seed ran %.2f and spent %s and %s. ",
+			"Per order the nodes ran %.2f script calls for shardis (group commit: orders waiting on a node share one) and shardis spent %s of client and %s of node CPU; the seed ran %.2f and spent %s and %s. ",
 			fmtOps(hs.Ops()), fmtOps(ss.Ops()), h, nh, fmtCPU(ch), fmtCPU(sh), ns, fmtCPU(cs), fmtCPU(sss))
 		if m := ir.HotMintedVsSeed(); m > 0 {
 			ms := ir.Series[VarHot1Minted]
 			nm, _, _ := ms.ServerPerOp()
 			cm, smn, _ := ms.CPUPerOp()
-			t += fmt.Sprintf("Most of those orders' ids hash their record to another node than the stock's, so they cost two nodes and three scripts; with ids minted by `NewOrderID` given the items, every record sits on the stock's node and shardis ran %s orders/s, %.2f× the seed (%.2f scripts, %s of client and %s of node CPU per order). ",
+			t += fmt.Sprintf("Most of those orders' ids hash their record to another node than the stock's, so each runs three scripts on two nodes (stage on its home, take on the stock's node, commit); with ids minted by `NewOrderID` given the items, every record sits on the stock's node, each order is one script, and shardis ran %s orders/s, %.2f× the seed (%.2f script calls, %s of client and %s of node CPU per order). ",
 				fmtOps(ms.Ops()), m, nm, fmtCPU(cm), fmtCPU(smn))
 		}
 	}
@@ -136,8 +136,9 @@ func ordersMisses(r *Results, s Summary) string {
 			ch, sh, _ := hs.CPUPerOp()
 			cs, sss, _ := ss.CPUPerOp()
 			fmt.Fprintf(&b, "- **Hot SKU vs the seed** (%.3f, target 2). Every order is one item on one node, so the seed's shape costs it nothing: one `EVAL` per order. "+
-				"Per order shardis ran %.2f scripts (%.1f commands in them, %s of script time) against the seed's %.2f (%.1f, %s), and spent %s + %s of client + node CPU against %s + %s. "+
-				"Most orders' home is another node than the one with the stock, so they take begin → reserve → commit on two nodes; the order record, part record and pending entry are the work the seed does not do.\n",
+				"Per order the nodes ran %.2f script calls for shardis (%.1f commands in them, %s of script time; group commit shares a call between orders) against the seed's %.2f (%.1f, %s), and shardis spent %s + %s of client + node CPU against %s + %s. "+
+				"Most orders' home is another node than the one with the stock, so they are staged on the home, taken on the stock's node and committed: three scripts on two nodes. "+
+				"The order record, part record, pending entry and their Lua are the work the seed does not do; with the calls shared, that per-order work is what is left.\n",
 				s.InventoryHotVsSeed, nh, kh, fmtCPU(eh), ns, ks, fmtCPU(es), fmtCPU(ch), fmtCPU(sh), fmtCPU(cs), fmtCPU(sss))
 		}
 	}

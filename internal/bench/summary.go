@@ -50,8 +50,14 @@ type Summary struct {
 	// go-redis hook, one order at a time: 1 item with stock on every node;
 	// for 3 items the worse of stock on every node and one item on each of
 	// three one-node routes (the one-round staged path).
-	ReserveRoundTrips1Item int `json:"reserve_round_trips_1item,omitempty"`
-	ReserveRoundTrips3Item int `json:"reserve_round_trips_3item,omitempty"`
+	// GroupCommitGain3Item and GroupCommitGainHot are the orders/s of
+	// 3-item orders and of the hot-SKU-on-one-node orders with group
+	// commit on over the same workload with it off (inventory.group_commit
+	// 1), paired per round.
+	GroupCommitGain3Item   float64 `json:"group_commit_gain_3item,omitempty"`
+	GroupCommitGainHot     float64 `json:"group_commit_gain_hot_sku,omitempty"`
+	ReserveRoundTrips1Item int     `json:"reserve_round_trips_1item,omitempty"`
+	ReserveRoundTrips3Item int     `json:"reserve_round_trips_3item,omitempty"`
 
 	RPCVsLibrary float64 `json:"rpc_vs_library"`
 	RPCOps       float64 `json:"rpc_1item_ops"`
@@ -153,6 +159,8 @@ func Summarize(r *Results) Summary {
 		if h := ir.HotMintedVsSeed(); h > 0 {
 			s.InventoryHotMintedVsSeed = round3(h)
 		}
+		s.GroupCommitGain3Item = round3(ir.GroupGain(VarInv3))
+		s.GroupCommitGainHot = round3(ir.GroupGain(VarHot1))
 		if sh := ir.RoundTrips.Shape(RTShape1); sh != nil {
 			s.ReserveRoundTrips1Item = sh.Median
 			s.Targets["reserve_round_trips_1item==1"] = sh.Median == 1

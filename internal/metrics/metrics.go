@@ -123,6 +123,10 @@ var (
 	descDeferred    = prometheus.NewDesc("shardis_parts_deferred_total", "Parts whose settle was deferred because their node was unreachable.", nil, nil)
 	descReservePath = prometheus.NewDesc("shardis_reserve_fast_path_total",
 		"Reserve calls by fast path: local (one script on the order's home node), staged (one round: staged record and parallel takes), staged_fallback (a one-round attempt rolled back, then the general path), staged_recovered (staged orders a reader committed), staged_refused (refused for good in one round: per-user limit, limited SKU without a user).", []string{"path"}, nil)
+	descGroupSent = prometheus.NewDesc("shardis_group_commit_script_calls_total",
+		"Script calls of the grouped inventory scripts (reserve, order record, settle) sent to nodes; each carries one or more orders' calls (group commit).", nil, nil)
+	descGroupCalls = prometheus.NewDesc("shardis_group_commit_calls_total",
+		"Calls of the grouped inventory scripts carried by those script calls: divided by shardis_group_commit_script_calls_total, the mean group size.", nil, nil)
 	descQueue       = prometheus.NewDesc("shardis_deferred_parts", "Deferred parts waiting for their node.", nil, nil)
 	descReconciled  = prometheus.NewDesc("shardis_reconciler_parts_total", "Expired parts the reconciler settled (cancelled, confirmed) or set aside as stuck (set_aside), by action.", []string{"action"}, nil)
 	descRedoLen     = prometheus.NewDesc("shardis_redo_log_entries", "Entries in all redo-log queues of the node.", []string{"node"}, nil)
@@ -140,7 +144,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descNodeUp, descEvicting, descDurable, descBreaker, descFailedProbe, descReserve, descReservePath, descRolledBack,
+	for _, d := range []*prometheus.Desc{descNodeUp, descEvicting, descDurable, descBreaker, descFailedProbe, descReserve, descReservePath, descGroupSent, descGroupCalls, descRolledBack,
 		descDeferred, descQueue, descReconciled, descRedoLen, descRedoUnacked, descStuck,
 		descTopoEpoch, descTopoReady, descTopoMigrating} {
 		ch <- d
@@ -176,6 +180,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			"staged_fallback": s.StagedFallbacks, "staged_recovered": s.StagedRecovered, "staged_refused": s.StagedRefusals} {
 			ch <- prometheus.MustNewConstMetric(descReservePath, prometheus.CounterValue, float64(n), path)
 		}
+		ch <- prometheus.MustNewConstMetric(descGroupSent, prometheus.CounterValue, float64(s.GroupScriptCalls))
+		ch <- prometheus.MustNewConstMetric(descGroupCalls, prometheus.CounterValue, float64(s.GroupedCalls))
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		ts := inv.TopologyStatus(ctx)

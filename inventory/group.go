@@ -1,0 +1,256 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/node"
+)
+
+// Group commit: concurrent calls of one script on one node share one
+// script call.
+//
+// A grouped script (luaScript.group) is always sent in its grouped form:
+// the prelude checks the node's stamp once, then the body runs once per
+// call, each call with its own KEYS and ARGV (the stamp and the header
+// first, then the call's own, exactly as a lone call sees them), in the
+// order the calls were queued. Every call's reply (or error reply) comes
+// back in its own slot, and the stamp's write sequence advances once for
+// the whole script call when any call succeeded.
+//
+// Why this keeps every guarantee: Redis runs a script atomically, so a
+// group is the same as its calls run one after the other with nothing in
+// between, which is an order they could have run in anyway. Each call
+// still validates before its first write (an error reply means that call
+// changed nothing; a command that raises inside a call is caught, with
+// that call's earlier writes kept, exactly as Redis keeps them for a lone
+// script that raises); later calls of the group see the node as a lone
+// call after it would. A group that does not answer (timeout, connection
+// lost) leaves every call's outcome unknown, as it would for each call
+// alone, and each caller resolves it as before (a retry of the order id
+// finds the record). A refused stamp (identity, topology epoch) refuses
+// every call, which is what each would have met alone: a group's calls all
+// carry the same epoch token.
+//
+// Batching: a call that finds no group of its script under way on its node
+// is sent at once by its own goroutine (a lone caller waits for nobody).
+// Calls that arrive while groupInFlight groups are under way queue; when a
+// group returns, the goroutine that sent it takes the queue (up to
+// inventory.group_commit calls with one token) as the next group. A caller
+// whose context ends while its call is queued takes it off the queue
+// (nothing was sent); one whose context ends while its group is under way
+// stops waiting and reports an unknown outcome, as for a timed-out script.
+// The group itself runs to its end without the caller's cancellation,
+// bounded by the node client's read and write timeouts, so one caller
+// giving up never cuts the connection under the others.
+
+// groupInFlight is how many groups of one script may be under way on one
+// node at once: while one runs, the next fills.
+const groupInFlight = 2
+
+// groupEpilogue runs the body once per call of the group (see the file
+// comment) and replies {seq, {reply per call}}. ARGV[4] is the number of
+// calls n, ARGV[5..4+2n] the key and argument count of each call, then the
+// calls' keys (after KEYS[1]) and arguments, call after call.
+const groupEpilogue = `
+end
+local n = tonumber(ARGV[4])
+local kp, ap, out, wrote = 2, 5 + 2 * n, {}, 0
+for i = 1, n do
+  local nk, na = tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i])
+  local K, A = {KEYS[1]}, {ARGV[1], ARGV[2], ARGV[3]}
+  for j = 0, nk - 1 do K[2 + j] = KEYS[kp + j] end
+  for j = 0, na - 1 do A[4 + j] = ARGV[ap + j] end
+  kp, ap = kp + nk, ap + na
+  local ok, r = pcall(body, K, A)
+  if not ok then
+    if type(r) == 'table' and r.err then r = r.err end
+    r = tostring(r)
+    if not string.match(r, '^%u[%u_]+ ') then r = 'ERR ' .. r end -- a Lua error, not a command's error reply
+    r = redis.error_reply(r)
+  elseif type(r) == 'table' and r.err then
+    r = redis.error_reply(r.err)
+  else
+    wrote = wrote + 1
+  end
+  if r == nil then r = false end
+  out[i] = r
+end
+local seq = tonumber(meta[3]) or 0
+if WRITE and wrote > 0 then seq = redis.call('HINCRBY', KEYS[1], 'seq', 1) end
+return {seq, out}
+`
+
+// groupCall is one call of a grouped script, queued or under way.
+type groupCall struct {
+	keys []string // the call's own keys (after the stamp)
+	args []any    // the call's own arguments (after the header)
+	done chan struct{}
+	// Set before done is closed.
+	reply any
+	seq   int64
+	err   error
+}
+
+// groupKey names the queue of one script on one node.
+type groupKey struct {
+	node   string
+	script *luaScript
+}
+
+// groups holds the queues. The zero value is ready.
+type groups struct {
+	mu sync.Mutex // guards m
+	m  map[groupKey]*groupQueue
+}
+
+// groupQueue is one script's calls on one node.
+type groupQueue struct {
+	mu       sync.Mutex   // guards the fields below
+	queue    []*groupCall // waiting, oldest first
+	tokens   []string     // the epoch token of each waiting call
+	inflight int          // groups under way
+}
+
+func (g *groups) queue(n *node.Node, s *luaScript) *groupQueue {
+	k := groupKey{n.Name(), s}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	q := g.m[k]
+	if q == nil {
+		if g.m == nil {
+			g.m = map[groupKey]*groupQueue{}
+		}
+		q = &groupQueue{}
+		g.m[k] = q
+	}
+	return q
+}
+
+// runGrouped runs one call of grouped script s on n under the epoch token
+// and returns the call's body reply and the node's write sequence.
+func (inv *Inventory) runGrouped(ctx context.Context, n *node.Node, s *luaScript, token string, keys []string, args []any) (any, int64, error) {
+	c := &groupCall{keys: keys, args: args, done: make(chan struct{})}
+	q := inv.groups.queue(n, s)
+	q.mu.Lock()
+	if q.inflight < groupInFlight && len(q.queue) == 0 {
+		q.inflight++
+		q.mu.Unlock()
+		inv.sendGroup(ctx, n, s, token, []*groupCall{c})
+		inv.nextGroup(ctx, n, s, q, false)
+		return c.reply, c.seq, c.err
+	}
+	q.queue = append(q.queue, c)
+	q.tokens = append(q.tokens, token)
+	q.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.reply, c.seq, c.err
+	case <-ctx.Done():
+	}
+	q.mu.Lock()
+	for i, w := range q.queue {
+		if w == c { // not sent: take it off the queue
+			q.queue = append(q.queue[:i], q.queue[i+1:]...)
+			q.tokens = append(q.tokens[:i], q.tokens[i+1:]...)
+			q.mu.Unlock()
+			return nil, 0, ctx.Err()
+		}
+	}
+	q.mu.Unlock()
+	select {
+	case <-c.done: // answered meanwhile
+		return c.reply, c.seq, c.err
+	default:
+		return nil, 0, fmt.Errorf("%w (its group of %s scripts was under way: outcome unknown)", ctx.Err(), s.name)
+	}
+}
+
+// nextGroup is called by the sender of a group once it has returned: it
+// sends the queued calls as the next group, or, with nothing queued, gives
+// the group's slot back. A caller that sent its own call (inline) hands
+// the queue to a new goroutine so it can return its own reply at once.
+func (inv *Inventory) nextGroup(ctx context.Context, n *node.Node, s *luaScript, q *groupQueue, background bool) {
+	for {
+		q.mu.Lock()
+		if len(q.queue) == 0 {
+			q.inflight--
+			q.mu.Unlock()
+			return
+		}
+		if !background {
+			q.mu.Unlock()
+			go inv.nextGroup(context.WithoutCancel(ctx), n, s, q, true)
+			return
+		}
+		max := inv.opts.GroupCommit
+		token := q.tokens[0]
+		k := 1
+		for k < len(q.queue) && k < max && q.tokens[k] == token {
+			k++
+		}
+		calls := append([]*groupCall(nil), q.queue[:k]...)
+		q.queue = append(q.queue[:0], q.queue[k:]...)
+		q.tokens = append(q.tokens[:0], q.tokens[k:]...)
+		q.mu.Unlock()
+		inv.sendGroup(ctx, n, s, token, calls)
+	}
+}
+
+// sendGroup runs calls as one script call of s on n and answers each.
+func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript, token string, calls []*groupCall) {
+	nk, na := 1, 4+2*len(calls)
+	for _, c := range calls {
+		nk += len(c.keys)
+		na += len(c.args)
+	}
+	keys := make([]string, 0, nk)
+	args := make([]any, 0, na)
+	keys = append(keys, stampKey)
+	args = append(args, n.Name(), token, partKeyPrefix, len(calls))
+	for _, c := range calls {
+		args = append(args, len(c.keys), len(c.args))
+	}
+	for _, c := range calls {
+		keys = append(keys, c.keys...)
+		args = append(args, c.args...)
+	}
+	inv.stats.groupScripts.Add(1)
+	inv.stats.groupCalls.Add(int64(len(calls)))
+	seq, replies, err := inv.runScript(ctx, n, s, keys, args)
+	if err == nil && len(replies) != len(calls) {
+		err = fmt.Errorf("%w: node %s: %s script: %d replies for a group of %d calls", ErrCorrupt, n.Name(), s.name, len(replies), len(calls))
+	}
+	for i, c := range calls {
+		c.seq, c.err = seq, err
+		if err == nil {
+			if rerr, ok := replies[i].(redis.Error); ok {
+				c.err = rerr
+			} else {
+				c.reply = replies[i]
+			}
+		}
+		close(c.done)
+	}
+}
+
+// runScript sends s with keys and args (header included) and returns the
+// write sequence and the group's replies from the {seq, replies} envelope.
+func (inv *Inventory) runScript(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any) (int64, []any, error) {
+	raw, err := inv.call(ctx, n, s, keys, args)
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(raw) != 2 {
+		return 0, nil, fmt.Errorf("%w: node %s: %s script: reply %v is not {seq, replies}", ErrCorrupt, n.Name(), s.name, raw)
+	}
+	seq, ok := raw[0].(int64)
+	replies, ok2 := raw[1].([]any)
+	if !ok || !ok2 {
+		return 0, nil, fmt.Errorf("%w: node %s: %s script: reply %v is not {seq, replies}", ErrCorrupt, n.Name(), s.name, raw)
+	}
+	return seq, replies, nil
+}

@@ -1,0 +1,316 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
+)
+
+// Group commit (group.go) against a real node: calls that queue while the
+// node is paused go as one script call, each call keeps its own reply or
+// error, a caller that gives up while queued sends nothing, and a lone
+// caller is sent at once.
+
+// groupTestScript adds ARGV[4] to the counter KEYS[2]; ARGV[4] "bad"
+// replies an error without writing, "raise" adds 1000 and then runs a hash
+// command on the counter, which raises WRONGTYPE.
+var groupTestScript = newGroupedScript("group-test", true, `
+if ARGV[4] == 'bad' then return redis.error_reply('SHARDIS_RANGE bad call') end
+if ARGV[4] == 'raise' then
+  redis.call('INCRBY', KEYS[2], 1000)
+  redis.call('HGET', KEYS[2], 'f')
+end
+return redis.call('INCRBY', KEYS[2], tonumber(ARGV[4]))
+`)
+
+type groupEnv struct {
+	ctx   context.Context
+	inv   *Inventory
+	n     *node.Node
+	admin *redis.Client
+	sent  *scriptCounter
+}
+
+// scriptCounter is a go-redis hook counting script calls by SHA (EVALSHA,
+// and EVAL by the SHA of its source).
+type scriptCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (h *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			h.count(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *scriptCounter) count(cmd redis.Cmder) {
+	if cmd.Name() != "evalsha" && cmd.Name() != "eval" {
+		return
+	}
+	sha, _ := cmd.Args()[1].(string)
+	if cmd.Name() == "eval" {
+		sha = redis.NewScript(sha).Hash()
+	}
+	h.mu.Lock()
+	h.n[sha]++
+	h.mu.Unlock()
+}
+
+// of returns how many calls of s were sent, and forgets them.
+func (h *scriptCounter) of(s *luaScript) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := h.n[s.s.Hash()]
+	delete(h.n, s.s.Hash())
+	return k
+}
+
+func newGroupEnv(t *testing.T, groupCommit int) *groupEnv {
+	srv := redistest.StartN(t, 1, redistest.Options{})[0]
+	cfg := config.Default()
+	cfg.Nodes = map[string]config.Node{"n1": {Addr: srv.Addr(), Weight: 1}}
+	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail,
+		Routes: map[string][]string{"a": {"n1"}}}}
+	cfg.Inventory.GroupCommit = groupCommit
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	sent := &scriptCounter{n: map[string]int{}}
+	r, err := router.New(ctx, &cfg, router.Options{Logger: slog.New(slog.DiscardHandler), Hooks: []redis.Hook{sent}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	inv, err := New(r, Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := r.Node("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &groupEnv{ctx: ctx, inv: inv, n: n, admin: srv.Client(t), sent: sent}
+}
+
+// pause blocks the node's other clients for d (CLIENT PAUSE), so calls
+// sent meanwhile pile up: groupInFlight on the node, the rest queued.
+func (e *groupEnv) pause(t *testing.T, d time.Duration) {
+	t.Helper()
+	if err := e.admin.Do(e.ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *groupEnv) warm(t *testing.T) {
+	t.Helper()
+	if _, err := e.inv.run(e.ctx, e.n, groupTestScript, []string{"warm", "warm-h"}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	e.sent.of(groupTestScript)
+}
+
+func TestGroupCommitSharesOneScriptCall(t *testing.T) {
+	e := newGroupEnv(t, 0) // 0: the default (32)
+	e.warm(t)
+	// A lone call is sent at once, alone.
+	if v, err := e.inv.run(e.ctx, e.n, groupTestScript, []string{"lone", "wrongtype"}, "5"); err != nil || v != int64(5) {
+		t.Fatalf("lone call: %v, %v; want 5", v, err)
+	}
+	if got := e.sent.of(groupTestScript); got != 1 {
+		t.Fatalf("a lone call ran %d script calls, want 1", got)
+	}
+	seq0 := e.n.MaxSeq()
+	st0 := e.inv.Stats()
+
+	const calls = 24
+	e.pause(t, 300*time.Millisecond)
+	type result struct {
+		v   any
+		err error
+	}
+	res := make([]result, calls)
+	var wg sync.WaitGroup
+	for i := range calls {
+		arg := "1"
+		switch i {
+		case 7:
+			arg = "bad"
+		case 13:
+			arg = "raise"
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := e.inv.run(e.ctx, e.n, groupTestScript, []string{"sum", "wrongtype"}, arg)
+			res[i] = result{v, err}
+		}()
+		time.Sleep(2 * time.Millisecond) // while paused: the first calls are sent, the others queue
+	}
+	wg.Wait()
+	ok := 0
+	for i, r := range res {
+		switch i {
+		case 7:
+			if !errors.Is(r.err, ErrInvalid) {
+				t.Errorf("call %d (error reply): err %v, want ErrInvalid", i, r.err)
+			}
+		case 13:
+			if !errors.Is(r.err, ErrCorrupt) || errors.Is(r.err, ErrUnavailable) {
+				t.Errorf("call %d (WRONGTYPE raised inside): err %v, want ErrCorrupt only", i, r.err)
+			}
+		default:
+			if r.err != nil {
+				t.Errorf("call %d: %v", i, r.err)
+			} else {
+				ok++
+			}
+		}
+	}
+	// 22 calls added 1 each; the raising one added its 1000 before it
+	// raised, as a lone script that raises keeps its earlier writes.
+	if sum, err := e.admin.Get(e.ctx, "sum").Int(); err != nil || sum != ok+1000 {
+		t.Fatalf("sum = %d (%v), want %d", sum, err, ok+1000)
+	}
+	got := e.sent.of(groupTestScript)
+	if got > 2*groupInFlight {
+		t.Fatalf("%d calls that waited on a paused node ran as %d script calls; want them grouped (at most %d)", calls, got, 2*groupInFlight)
+	}
+	st := e.inv.Stats()
+	if sent, carried := st.GroupScriptCalls-st0.GroupScriptCalls, st.GroupedCalls-st0.GroupedCalls; carried != calls || sent != int64(got) {
+		t.Fatalf("Stats: %d script calls carrying %d calls; want %d carrying %d", sent, carried, got, calls)
+	}
+	if e.n.MaxSeq() <= seq0 {
+		t.Fatalf("write sequence %d did not advance past %d", e.n.MaxSeq(), seq0)
+	}
+	t.Logf("%d calls ran as %d script calls", calls, got)
+}
+
+func TestGroupCommitCallerGivingUpWhileQueuedSendsNothing(t *testing.T) {
+	e := newGroupEnv(t, 32)
+	e.warm(t)
+	e.pause(t, 400*time.Millisecond)
+	var wg sync.WaitGroup
+	for range groupInFlight { // occupy the node's group slots
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := e.inv.run(e.ctx, e.n, groupTestScript, []string{"held", "x"}, "1"); err != nil {
+				t.Errorf("held call: %v", err)
+			}
+		}()
+	}
+	time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(e.ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err := e.inv.run(ctx, e.n, groupTestScript, []string{"gaveup", "x"}, "1")
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("queued call past its deadline: err %v, want ErrUnavailable wrapping the deadline", err)
+	}
+	wg.Wait()
+	if n, err := e.admin.Exists(e.ctx, "gaveup").Result(); err != nil || n != 0 {
+		t.Fatalf("the call given up while queued ran (exists %d, %v)", n, err)
+	}
+	if v, err := e.admin.Get(e.ctx, "held").Int(); err != nil || v != groupInFlight {
+		t.Fatalf("held = %d (%v), want %d", v, err, groupInFlight)
+	}
+}
+
+// Reservations through the grouped reserve script: orders queued on a
+// paused node are reserved by a few script calls, each decided on its own
+// (one that its node cannot meet is refused), and the stock adds up.
+func TestGroupCommitReservesEachOrderOnItsOwn(t *testing.T) {
+	e := newGroupEnv(t, 32)
+	if _, err := e.inv.LoadStock(e.ctx, "a", "sku", 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.inv.LoadStock(e.ctx, "a", "warm", 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.inv.Reserve(e.ctx, e.inv.mintLocal(t, "warm"), []Item{{Route: "a", SKU: "warm", Quantity: 1}}, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	e.sent.of(localScript)
+	const orders = 16 // 16 orders of 1 unit for 10 units: 6 are refused
+	e.pause(t, 300*time.Millisecond)
+	errs := make([]error, orders)
+	ids := make([]string, orders)
+	var wg sync.WaitGroup
+	for i := range orders {
+		ids[i] = e.inv.mintLocal(t, "sku")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = e.inv.Reserve(e.ctx, ids[i], []Item{{Route: "a", SKU: "sku", Quantity: 1}}, "", 0)
+		}()
+		time.Sleep(2 * time.Millisecond)
+	}
+	wg.Wait()
+	ok, short := 0, 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, ErrInsufficientStock):
+			short++
+		default:
+			t.Errorf("order %s: %v", ids[i], err)
+		}
+	}
+	if ok != 10 || short != 6 {
+		t.Fatalf("%d reserved, %d refused; want 10 and 6", ok, short)
+	}
+	lv, err := e.inv.GetStock(e.ctx, "a", "sku")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lv.Available != 0 || lv.Reserved != 10 {
+		t.Fatalf("stock %+v, want 0 available and 10 reserved", lv)
+	}
+	for i, err := range errs {
+		if err == nil {
+			if _, err := e.inv.Confirm(e.ctx, ids[i]); err != nil {
+				t.Fatalf("confirm %s: %v", ids[i], err)
+			}
+		}
+	}
+	if got := e.sent.of(localScript); got > 2*groupInFlight {
+		t.Fatalf("%d orders queued on a paused node ran %d calls of the one-script reserve; want them grouped (at most %d)", orders, got, 2*groupInFlight)
+	}
+}
+
+// mintLocal mints an order id whose record lives on the node of sku's
+// route a (the only node here).
+func (inv *Inventory) mintLocal(t *testing.T, sku string) string {
+	t.Helper()
+	id, err := inv.NewOrderID(context.Background(), Item{Route: "a", SKU: sku, Quantity: 1})
+	if err != nil {
+		t.Fatal(fmt.Errorf("NewOrderID: %w", err))
+	}
+	return id
+}
