@@ -127,6 +127,23 @@ func (e *groupEnv) pause(t *testing.T, d time.Duration) {
 	}
 }
 
+// waitInFlight waits until want groups of s are under way on the node.
+func (e *groupEnv) waitInFlight(t *testing.T, s *luaScript, want int) {
+	t.Helper()
+	q := e.inv.groups.queue(e.n, s)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		q.mu.Lock()
+		got := q.inflight
+		q.mu.Unlock()
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d groups of %s under way, want %d", got, s.name, want)
+		}
+	}
+}
+
 func (e *groupEnv) warm(t *testing.T) {
 	t.Helper()
 	if _, err := e.inv.run(e.ctx, e.n, groupTestScript, []string{"warm", "warm-h"}, "1"); err != nil {
@@ -165,12 +182,11 @@ func TestGroupCommitSharesOneScriptCall(t *testing.T) {
 			arg = "raise"
 		}
 		wg.Add(1)
-		go func() {
+		go func() { // while paused: groupInFlight calls are sent, the others queue
 			defer wg.Done()
 			v, err := e.inv.run(e.ctx, e.n, groupTestScript, []string{"sum", "wrongtype"}, arg)
 			res[i] = result{v, err}
 		}()
-		time.Sleep(2 * time.Millisecond) // while paused: the first calls are sent, the others queue
 	}
 	wg.Wait()
 	ok := 0
@@ -225,7 +241,7 @@ func TestGroupCommitCallerGivingUpWhileQueuedSendsNothing(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(20 * time.Millisecond)
+	e.waitInFlight(t, groupTestScript, groupInFlight)
 	ctx, cancel := context.WithTimeout(e.ctx, 50*time.Millisecond)
 	defer cancel()
 	_, err := e.inv.run(ctx, e.n, groupTestScript, []string{"gaveup", "x"}, "1")
@@ -257,18 +273,19 @@ func TestGroupCommitReservesEachOrderOnItsOwn(t *testing.T) {
 	}
 	e.sent.of(localScript)
 	const orders = 16 // 16 orders of 1 unit for 10 units: 6 are refused
-	e.pause(t, 300*time.Millisecond)
 	errs := make([]error, orders)
 	ids := make([]string, orders)
-	var wg sync.WaitGroup
 	for i := range orders {
 		ids[i] = e.inv.mintLocal(t, "sku")
+	}
+	e.pause(t, 300*time.Millisecond)
+	var wg sync.WaitGroup
+	for i := range orders {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			_, errs[i] = e.inv.Reserve(e.ctx, ids[i], []Item{{Route: "a", SKU: "sku", Quantity: 1}}, "", 0)
 		}()
-		time.Sleep(2 * time.Millisecond)
 	}
 	wg.Wait()
 	ok, short := 0, 0
