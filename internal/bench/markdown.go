@@ -313,17 +313,40 @@ func profileSection(r *Results) string {
 		tops = append(tops, fmt.Sprintf("`%s` %.1f %%", shortName(l.Name), l.Flat))
 	}
 	b.WriteString(strings.Join(tops, ", ") + ".\n\n")
-	b.WriteString("Reading: most of the client's time is go-redis and the socket system calls of the script calls (three parallel scripts and the commit per 3-item order, shared with other orders by group commit and auto-pipelining). " +
-		"Three things in `inventory/` are waste, none needed for a guarantee:\n\n" +
-		"1. **The commit reply echoes the parts JSON and `orderOp` decodes it**, although `reserve` then uses its own `parts`: the order script's `record()` returns the parts blob the caller just sent, " +
-		"`orderOp` runs `json.Unmarshal` on it (the `encoding/json.Unmarshal` row), and the blob crosses the network twice. Returning it only for ops whose caller reads it (begin of an existing order, confirm, cancel, expire) removes both.\n" +
-		"2. **One new goroutine per node batch, even for a single batch** (a small cost; see the `runtime.newproc` and `runtime.schedule` rows). `runBatches` starts a goroutine for every node of every round (and a mutex and WaitGroup), " +
-		"so every order pays goroutine starts (`runtime.newproc`) and extra scheduler hand-offs (part of `runtime.schedule`), and a fresh goroutine may grow its stack through go-redis's deep call path (`runtime.copystack`). " +
-		"Running the last batch on the calling goroutine (all of them for one batch) removes that for 1-item orders and one of three for 3-item orders.\n" +
-		"3. **Allocations on every call that could be avoided**: `checkReserve` formats the field names of every item with `fmt.Sprintf` before validating (two allocations per item even when valid); " +
-		"`take` builds each item's candidates with `Set.Candidates` (two slices) and appends them one by one into a third; `orderOp` boxes its arguments into a fresh `[]any`; " +
-		"`take` allocates a fresh `batches` map per round (two per order when the first round takes everything). Together with go-redis's own, that is the allocation count per reserve in the inventory table.\n")
+	b.WriteString(profileReading(r))
 	return b.String()
+}
+
+// profileReading reads the profile's shares: where the client's CPU of a
+// 3-item order goes, from this run's samples.
+func profileReading(r *Results) string {
+	pr := r.Profile
+	cum := func(name string) float64 {
+		for _, l := range pr.Lines {
+			if strings.HasSuffix(l.Name, name) {
+				return l.Cum
+			}
+		}
+		return 0
+	}
+	t := fmt.Sprintf("Reading: go-redis's script calls take %.1f %% of the client's samples, their socket writes and reads %.1f %% and %.1f %% "+
+		"(the round trips, which group commit and auto-pipelining share between orders); allocation takes %.1f %% (go-redis's commands and replies, the parts, "+
+		"the groups' argument lists) and goroutine scheduling %.1f %%: a call is handed to its group's sender and to its node's pipeliner, "+
+		"and the one-round path runs the stage and each other node's take on goroutines of their own and the commit off the caller's path "+
+		"(starting goroutines %.1f %%, growing their stacks %.1f %%). The parts' JSON, encoded twice per one-round order (the promised list for the stage, then the taken list with its offsets for the commit), takes %.1f %%. "+
+		"The lists are the protocol's (the record names the parts it is decided on); their reflective encoder and the allocations per call are what could still be trimmed on the client. ",
+		cum("(*Script).Run"), cum("syscall.write"), cum("syscall.read"), cum("runtime.mallocgc"),
+		cum("runtime.schedule"), cum("runtime.newproc"), cum("runtime.copystack"), cum("encoding/json.Marshal"))
+	if ir := r.Inventory; ir != nil {
+		c3, s3, _ := ir.Series[VarInv3].CPUPerOp()
+		t += fmt.Sprintf("Per 3-item order the client spent %s of CPU and the nodes %s (section 3): ", fmtCPU(c3), fmtCPU(s3))
+		if s3 > c3 {
+			t += "the nodes' scripts are the larger share."
+		} else {
+			t += "the client is the larger share."
+		}
+	}
+	return t + "\n"
 }
 
 func shortName(n string) string {

@@ -50,20 +50,20 @@ func (pr *ProfileResult) Reread() {
 // stands for on the reserve path.
 var profileFocus = []struct{ name, what string }{
 	{"github.com/shardis/shardis/inventory.(*Inventory).Reserve", "Reserve, everything it does on the client"},
-	{"github.com/shardis/shardis/inventory.(*Inventory).orderOp", "order-record steps (begin, commit): script call and reply decoding"},
-	{"github.com/shardis/shardis/inventory.(*Inventory).runBatches.func1", "the goroutine per node batch running the reserve script"},
+	{"github.com/shardis/shardis/inventory.(*Inventory).stageTake", "staging the record with the home node's parts (one-round path)"},
+	{"github.com/shardis/shardis/inventory.(*Inventory).runBatches.func1", "the goroutine per other node taking its parts"},
+	{"github.com/shardis/shardis/inventory.(*Inventory).commitStaged.func2", "the commit, off the caller's path (its own goroutine)"},
+	{"github.com/shardis/shardis/inventory.(*Inventory).runGrouped", "group commit: a call queued or sent, and its wait"},
+	{"github.com/shardis/shardis/inventory.(*Inventory).sendGroup", "group commit: one script call for a group, and its replies handed out"},
 	{"github.com/redis/go-redis/v9.(*Script).Run", "go-redis script calls (EVALSHA), network I/O included"},
 	{"syscall.write", "socket writes"},
 	{"syscall.read", "socket reads"},
-	{"encoding/json.Unmarshal", "JSON decoding (the commit reply echoes the parts blob, decoded though unused)"},
-	{"encoding/json.Marshal", "JSON encoding of the parts for the commit"},
-	{"runtime.newproc", "starting goroutines (one per node batch per order)"},
+	{"encoding/json.Marshal", "JSON of the parts: the promised list for the stage, the taken list for the commit"},
+	{"runtime.newproc", "starting goroutines"},
 	{"runtime.copystack", "stack growth of goroutines"},
 	{"runtime.schedule", "goroutine scheduling"},
 	{"runtime.mallocgc", "allocation"},
 	{"runtime.gcBgMarkWorker", "garbage collection"},
-	{"github.com/shardis/shardis/inventory.(*Inventory).take", "building batches and merging replies (take, without the calls)"},
-	{"github.com/shardis/shardis/inventory.(*Inventory).checkReserve", "request validation"},
 }
 
 // ProfileReserve takes a CPU profile of this process during d of the
