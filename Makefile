@@ -135,7 +135,7 @@ bench: deps-redis deps-pg deps-sentinel deps-bench
 	$(GO) test -run '^$$' -bench Reserve -benchmem -benchtime=1s ./inventory/
 	PATH="$$PATH:/usr/sbin" $(GO) run ./internal/cmd/bench --out BENCHMARKS.md
 
-## bench-quick: the same suite shortened (under two minutes); prints a JSON summary as its last line.
+## bench-quick: the same suite shortened (about two minutes); prints a JSON summary as its last line.
 bench-quick: deps-redis deps-pg deps-sentinel deps-bench
 	@PATH="$$PATH:/usr/sbin" $(GO) run ./internal/cmd/bench --quick
 

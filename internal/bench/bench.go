@@ -98,7 +98,7 @@ func FullPlan() Plan {
 }
 
 // QuickPlan is `make bench-quick`: the same measurements, shortened to
-// stay under two minutes.
+// take about two minutes.
 func QuickPlan() Plan {
 	return Plan{
 		Name: "quick", Conc: 64, Keys: 100_000, ValueSize: 100,

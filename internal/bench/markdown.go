@@ -359,7 +359,7 @@ const reproduce = `
 
 ` + "```sh" + `
 make bench          # router/ and inventory/ Go benchmarks, then the full suite; rewrites BENCHMARKS.md
-make bench-quick    # the same suite shortened (< 2 min); last line: JSON summary
+make bench-quick    # the same suite shortened (about 2 min); last line: JSON summary
 go run ./internal/cmd/bench --sections router,inventory --rounds 7 --round 3s   # one section, more rounds
 go test -run '^$' -bench Reserve -benchmem ./inventory/          # allocs/op of one reserve
 go test -run '^$' -bench 'Lookup|Get' -benchmem ./internal/bench/ # routing cost; one GET per client kind

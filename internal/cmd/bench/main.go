@@ -26,7 +26,7 @@ import (
 
 func main() {
 	testing.Init() // testing.Benchmark (routing cost, allocations) needs the test flags registered
-	quick := flag.Bool("quick", false, "shortened run (under two minutes)")
+	quick := flag.Bool("quick", false, "shortened run (about two minutes)")
 	out := flag.String("out", "", "write the Markdown report to this file (e.g. BENCHMARKS.md)")
 	sections := flag.String("sections", "", "comma-separated sections to run (lookup,router,latency,inventory,rpc,sync,failover,outage,durability,cache); default all")
 	rounds := flag.Int("rounds", 0, "override the plan's rounds per comparison")
