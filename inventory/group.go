@@ -80,7 +80,7 @@ for i = 1, n do
   out[i] = r
 end
 local seq = tonumber(meta[3]) or 0
-if WRITE and wrote > 0 then seq = redis.call('HINCRBY', KEYS[1], 'seq', 1) end
+if WRITE and wrote > 0 then seq = redis.call('HINCRBY', KEYS[1], 'seq', '1') end
 return {seq, out}
 `
 

@@ -94,22 +94,22 @@ local function plan_parts(kb, ab, user, offsets)
   return plan
 end
 local function write_parts(plan, pending, offsets, order, token, pdl)
-  local offs = {}
+  local offs, pdlS = {}, I(pdl)
   for _, p in ipairs(plan) do
     local off = 0
     if p.kind == 's' then
       -- absolute values from the plan (one call instead of two
       -- HINCRBYs; the script is atomic), written as integer strings
-      redis.call('HSET', p.ck, 'available', string.format('%d', p.avail), 'reserved', string.format('%d', p.resv))
-      off = redis.call('HINCRBY', offsets, p.xk, 1)
-      redis.call('ZADD', p.xk, off, p.id)
+      redis.call('HSET', p.ck, 'available', I(p.avail), 'reserved', I(p.resv))
+      off = redis.call('HINCRBY', offsets, p.xk, '1')
+      redis.call('ZADD', p.xk, I(off), p.id)
     else
-      redis.call('INCRBY', p.ck, p.want)
+      redis.call('INCRBY', p.ck, I(p.want))
     end
     redis.call('HSET', p.pk, 'state', 'pending', 'kind', p.kind, 'order', order, 'token', token,
-      'sku', p.sku, 'qty', p.want, 'item', p.item, 'counter', p.ck, 'redo', p.kind == 's' and p.xk or '',
-      'offset', off, 'deadline', pdl, 'at', now)
-    redis.call('ZADD', pending, pdl, p.id)
+      'sku', p.sku, 'qty', I(p.want), 'item', I(p.item), 'counter', p.ck, 'redo', p.kind == 's' and p.xk or '',
+      'offset', I(off), 'deadline', pdlS, 'at', nowS)
+    redis.call('ZADD', pending, pdlS, p.id)
     offs[#offs + 1] = off
   end
   return offs
@@ -145,8 +145,8 @@ for i, p in ipairs(plan) do
 end
 if f[1] or f[2] then redis.call('DEL', key) end -- a failed or moved record (a record always has one of them)
 redis.call('HSET', key, 'status', 'reserved', 'token', ARGV[4], 'digest', ARGV[5], 'user', ARGV[6],
-  'deadline', deadline, 'created', now, 'reserved_at', now, 'parts', cjson.encode(parts))
-redis.call('EXPIRE', key, tonumber(ARGV[8]))
+  'deadline', I(deadline), 'created', nowS, 'reserved_at', nowS, 'parts', cjson.encode(parts))
+redis.call('EXPIRE', key, I(tonumber(ARGV[8])))
 return out
 `)
 

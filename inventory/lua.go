@@ -32,8 +32,11 @@ import (
 // id the script itself reads from an index (the pending index, a redo
 // queue) is named partPrefix .. id, so the key format still has its one
 // definition in keys.go. The prelude defines `now` (the node's clock,
-// ms), `partPrefix` and `int(v, what)` (a strict integer parse returning
-// n, or nil and an error reply).
+// ms) and `nowS` (the same as a string), `partPrefix`, `int(v, what)` (a
+// strict integer parse returning n, or nil and an error reply) and `I(n)`
+// (an integer as a command argument: the hot scripts pass integers to
+// redis.call as strings, which Redis 7.0 would otherwise format with
+// printf's "%.17g", a visible share of a node's CPU under load).
 //
 // A write script advances the stamp hash's `seq` field once per call that
 // did not fail; every script replies {seq, body reply}, and [Inventory.run]
@@ -59,6 +62,11 @@ end
 local partPrefix = ARGV[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- An integer as a command argument: Redis 7.0 formats a Lua number
+-- argument with printf's "%.17g" (slow), string.format('%d') is an
+-- integer conversion; both give the same digits below 2^53.
+local function I(n) return string.format('%d', n) end
+local nowS = I(now)
 local function int(v, what)
   if v == false or v == nil then return 0 end
   local n = tonumber(v)
@@ -81,7 +89,7 @@ const epilogueWrite = `
 end
 local r = body(KEYS, ARGV)
 if type(r) == 'table' and r.err then return r end
-return {redis.call('HINCRBY', KEYS[1], 'seq', 1), r}
+return {redis.call('HINCRBY', KEYS[1], 'seq', '1'), r}
 `
 
 // luaScript is one inventory script: its body wrapped in the prelude.

@@ -83,24 +83,24 @@ for i = 0, np - 1 do
   end
   plan[#plan + 1] = p
 end
-local out = {}
+local out, deadlineS = {}, I(deadline)
 for _, p in ipairs(plan) do
   if p.take then
     local off = 0
     if p.kind == 's' then
       -- absolute values from the plan (one call instead of two
       -- HINCRBYs; the script is atomic), written as integer strings
-      redis.call('HSET', p.ck, 'available', string.format('%d', p.avail), 'reserved', string.format('%d', p.resv))
-      off = redis.call('HINCRBY', KEYS[3], p.xk, 1)
-      redis.call('ZADD', p.xk, off, p.id)
+      redis.call('HSET', p.ck, 'available', I(p.avail), 'reserved', I(p.resv))
+      off = redis.call('HINCRBY', KEYS[3], p.xk, '1')
+      redis.call('ZADD', p.xk, I(off), p.id)
       p.out[3] = off
     else
-      redis.call('INCRBY', p.ck, p.take)
+      redis.call('INCRBY', p.ck, I(p.take))
     end
     redis.call('HSET', p.pk, 'state', 'pending', 'kind', p.kind, 'order', ARGV[4], 'token', ARGV[5],
-      'sku', p.sku, 'qty', p.take, 'item', p.item, 'counter', p.ck, 'redo', p.kind == 's' and p.xk or '',
-      'offset', off, 'deadline', deadline, 'at', now)
-    redis.call('ZADD', KEYS[2], deadline, p.id)
+      'sku', p.sku, 'qty', I(p.take), 'item', p.item, 'counter', p.ck, 'redo', p.kind == 's' and p.xk or '',
+      'offset', I(off), 'deadline', deadlineS, 'at', nowS)
+    redis.call('ZADD', KEYS[2], deadlineS, p.id)
   end
   out[#out + 1] = p.out
 end
@@ -159,18 +159,18 @@ for i = 3, #KEYS do
 end
 for _, p in ipairs(todo) do
   if p.tomb then
-    redis.call('HSET', p.pk, 'state', 'cancelled', 'qty', 0, 'order', ARGV[6], 'tombstone', 1, 'at', now)
+    redis.call('HSET', p.pk, 'state', 'cancelled', 'qty', '0', 'order', ARGV[6], 'tombstone', '1', 'at', nowS)
   else
     if p.kind == 's' then
-      redis.call('HINCRBY', p.ck, 'reserved', -p.q)
-      redis.call('HINCRBY', p.ck, action == 'confirm' and 'confirmed' or 'available', p.q)
+      redis.call('HINCRBY', p.ck, 'reserved', I(-p.q))
+      redis.call('HINCRBY', p.ck, action == 'confirm' and 'confirmed' or 'available', I(p.q))
     elseif action == 'cancel' then
-      if redis.call('DECRBY', p.ck, p.q) <= 0 then redis.call('DEL', p.ck) end
+      if redis.call('DECRBY', p.ck, I(p.q)) <= 0 then redis.call('DEL', p.ck) end
     end
-    redis.call('HSET', p.pk, 'state', target, 'settled_at', now)
+    redis.call('HSET', p.pk, 'state', target, 'settled_at', nowS)
     redis.call('ZREM', KEYS[2], p.id)
   end
-  redis.call('EXPIRE', p.pk, retention)
+  redis.call('EXPIRE', p.pk, I(retention))
 end
 return out
 `)
@@ -252,8 +252,8 @@ if op == 'begin' then
   return record('begin')
 elseif op == 'commit' then
   if (status ~= 'reserving' and status ~= 'staging') or cur ~= token then return record('lost', tostring(status)) end
-  redis.call('HSET', key, 'status', 'reserved', 'parts', ARGV[6], 'reserved_at', now)
-  redis.call('EXPIRE', key, tonumber(ARGV[7]))
+  redis.call('HSET', key, 'status', 'reserved', 'parts', ARGV[6], 'reserved_at', nowS)
+  redis.call('EXPIRE', key, I(tonumber(ARGV[7])))
   parts = '' -- the caller has them: do not send them back
   return record('reserved')
 elseif op == 'fail' then

@@ -110,9 +110,9 @@ if err then return err end
 if not plan then return {'short'} end
 local deadline = now + tonumber(ARGV[10])
 if f[1] then redis.call('DEL', key) end -- a failed attempt's record
-redis.call('HSET', key, 'status', 'staging', 'token', ARGV[5], 'lease', now + tonumber(ARGV[7]), 'digest', ARGV[8],
-  'user', ARGV[9], 'deadline', deadline, 'created', now, 'parts', ARGV[12])
-redis.call('EXPIRE', key, tonumber(ARGV[11]))
+redis.call('HSET', key, 'status', 'staging', 'token', ARGV[5], 'lease', I(now + tonumber(ARGV[7])), 'digest', ARGV[8],
+  'user', ARGV[9], 'deadline', I(deadline), 'created', nowS, 'parts', ARGV[12])
+redis.call('EXPIRE', key, I(tonumber(ARGV[11])))
 local out = {'staged', deadline}
 for _, off in ipairs(write_parts(plan, KEYS[2], KEYS[3], ARGV[4], ARGV[5], tonumber(ARGV[6]))) do
   out[#out + 1] = off
