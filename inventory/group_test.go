@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -275,6 +276,7 @@ func TestGroupCommitReservesEachOrderOnItsOwn(t *testing.T) {
 	const orders = 16 // 16 orders of 1 unit for 10 units: 6 are refused
 	errs := make([]error, orders)
 	ids := make([]string, orders)
+	res := make([]Reservation, orders)
 	for i := range orders {
 		ids[i] = e.inv.mintLocal(t, "sku")
 	}
@@ -284,7 +286,7 @@ func TestGroupCommitReservesEachOrderOnItsOwn(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = e.inv.Reserve(e.ctx, ids[i], []Item{{Route: "a", SKU: "sku", Quantity: 1}}, "", 0)
+			res[i], errs[i] = e.inv.Reserve(e.ctx, ids[i], []Item{{Route: "a", SKU: "sku", Quantity: 1}}, "", 0)
 		}()
 	}
 	wg.Wait()
@@ -308,6 +310,44 @@ func TestGroupCommitReservesEachOrderOnItsOwn(t *testing.T) {
 	}
 	if lv.Available != 0 || lv.Reserved != 10 {
 		t.Fatalf("stock %+v, want 0 available and 10 reserved", lv)
+	}
+	// Each reserved part is in the pending index and in its redo queue at
+	// its receipt's offset, and the offsets the group handed out follow
+	// each other without a gap (the calls shared the offsets field, and
+	// their ZADDs were sent together after the last call).
+	offsets := map[int64]bool{}
+	var redo string
+	for i, err := range errs {
+		if err != nil {
+			continue
+		}
+		if len(res[i].Receipts) != 1 {
+			t.Fatalf("order %s: receipts %+v", ids[i], res[i].Receipts)
+		}
+		r := res[i].Receipts[0]
+		redo = r.RedoLog
+		offsets[r.Offset] = true
+		members, err := e.admin.ZRangeByScore(e.ctx, r.RedoLog, &redis.ZRangeBy{Min: strconv.FormatInt(r.Offset, 10), Max: strconv.FormatInt(r.Offset, 10)}).Result()
+		if err != nil || len(members) != 1 {
+			t.Fatalf("order %s: redo queue %s at offset %d holds %v (%v)", ids[i], r.RedoLog, r.Offset, members, err)
+		}
+		if _, err := e.admin.ZScore(e.ctx, keyPending, members[0]).Result(); err != nil {
+			t.Fatalf("order %s: part %s is not in the pending index: %v", ids[i], members[0], err)
+		}
+	}
+	if n, _ := e.admin.ZCard(e.ctx, redo).Result(); n != 10 {
+		t.Fatalf("redo queue %s holds %d entries, want 10", redo, n)
+	}
+	lo := int64(0)
+	for o := range offsets {
+		if lo == 0 || o < lo {
+			lo = o
+		}
+	}
+	for o := lo; o < lo+10; o++ {
+		if !offsets[o] {
+			t.Fatalf("offsets %v have a gap at %d", offsets, o)
+		}
 	}
 	for i, err := range errs {
 		if err == nil {

@@ -62,15 +62,15 @@ local function plan_parts(kb, ab, user, offsets)
     if redis.call('EXISTS', p.pk) == 1 then return nil end
     local err
     if p.kind == 's' then
-      redis.call('ZCARD', p.xk) -- the redo queue must be a sorted set
-      local s = redis.call('HMGET', p.ck, 'available', 'limit', 'reserved')
+      zset_ok(p.xk) -- the redo queue must be a sorted set
+      local s = stock_get(p.ck)
       if avail[p.ck] == nil then
         avail[p.ck], err = int(s[1], p.ck .. ' available')
         if err then return nil, err end
         resv[p.ck], err = int(s[3], p.ck .. ' reserved')
         if err then return nil, err end
       end
-      local _, oerr = int(redis.call('HGET', offsets, p.xk), offsets .. ' ' .. p.xk)
+      local _, oerr = offsets_ok(offsets, p.xk)
       if oerr then return nil, oerr end
       local limit
       limit, err = int(s[2], p.ck .. ' limit')
@@ -100,16 +100,16 @@ local function write_parts(plan, pending, offsets, order, token, pdl)
     if p.kind == 's' then
       -- absolute values from the plan (one call instead of two
       -- HINCRBYs; the script is atomic), written as integer strings
-      redis.call('HSET', p.ck, 'available', I(p.avail), 'reserved', I(p.resv))
+      stock_set(p.ck, p.avail, p.resv)
       off = redis.call('HINCRBY', offsets, p.xk, '1')
-      redis.call('ZADD', p.xk, I(off), p.id)
+      zadd_later(p.xk, I(off), p.id)
     else
       redis.call('INCRBY', p.ck, I(p.want))
     end
     redis.call('HSET', p.pk, 'state', 'pending', 'kind', p.kind, 'order', order, 'token', token,
       'sku', p.sku, 'qty', I(p.want), 'item', I(p.item), 'counter', p.ck, 'redo', p.kind == 's' and p.xk or '',
       'offset', I(off), 'deadline', pdlS, 'at', nowS)
-    redis.call('ZADD', pending, pdlS, p.id)
+    zadd_later(pending, pdlS, p.id)
     offs[#offs + 1] = off
   end
   return offs
@@ -130,7 +130,7 @@ var localScript = newGroupedScript("reserve-local", true, takeWhole+`
 local key = KEYS[2]
 local f = redis.call('HMGET', key, 'status', 'moved')
 if f[1] and not f[2] and f[1] ~= 'failed' then return {'existing'} end
-redis.call('ZCARD', KEYS[3]) -- the pending index must be a sorted set
+zset_ok(KEYS[3]) -- the pending index must be a sorted set
 local plan, err = plan_parts(5, 11, ARGV[6], KEYS[4])
 if err then return err end
 if not plan then return {'fallback'} end

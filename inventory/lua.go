@@ -36,7 +36,10 @@ import (
 // strict integer parse returning n, or nil and an error reply) and `I(n)`
 // (an integer as a command argument: the hot scripts pass integers to
 // redis.call as strings, which Redis 7.0 would otherwise format with
-// printf's "%.17g", a visible share of a node's CPU under load).
+// printf's "%.17g", a visible share of a node's CPU under load), and the
+// helpers the reserve scripts share between the calls of one script call
+// (zset_ok, zadd_later, stock_get/stock_set, offsets_ok; their rule is
+// next to them in the prelude).
 //
 // A write script advances the stamp hash's `seq` field once per call that
 // did not fail; every script replies {seq, body reply}, and [Inventory.run]
@@ -75,6 +78,67 @@ local function int(v, what)
   end
   return n
 end
+-- Work shared by the calls of one script call (all of a group's calls,
+-- group.go). The rule that keeps it exact: a copy is kept only of what no
+-- one but these helpers writes while the script runs (a script is atomic,
+-- and the calls that use them write those keys only through them), and a
+-- deferred write is one the calls never read back.
+--   zset_ok(key): key is a sorted set (or absent), checked once;
+--   zadd_later(key, score, member): a ZADD sent by zflush (after the
+--     calls) with the others of the same key; the scripts that use it
+--     read those sets for their type only;
+--   stock_get(ck): the stock hash's {available, limit, reserved}, read
+--     once; stock_set(ck, avail, resv) writes both and keeps the copy;
+--   offsets_ok(offsets, xk): the redo offsets field xk holds an integer
+--     (int's check, once; HINCRBY keeps it one).
+local zchecked, zqueued, zkeys, stocks, offchecked = {}, {}, {}, {}, {}
+local function zset_ok(key)
+  if not zchecked[key] then
+    redis.call('ZCARD', key)
+    zchecked[key] = true
+  end
+end
+local function zadd_later(key, score, member)
+  local q = zqueued[key]
+  if not q then
+    q = {}
+    zqueued[key] = q
+    zkeys[#zkeys + 1] = key
+  end
+  q[#q + 1] = score
+  q[#q + 1] = member
+end
+local function zflush()
+  for _, key in ipairs(zkeys) do
+    local q = zqueued[key]
+    for i = 1, #q, 512 do
+      redis.call('ZADD', key, unpack(q, i, math.min(i + 511, #q)))
+    end
+  end
+  zqueued, zkeys = {}, {}
+end
+local function stock_get(ck)
+  local v = stocks[ck]
+  if not v then
+    v = redis.call('HMGET', ck, 'available', 'limit', 'reserved')
+    stocks[ck] = v
+  end
+  return v
+end
+local function stock_set(ck, avail, resv)
+  local a, r = I(avail), I(resv)
+  redis.call('HSET', ck, 'available', a, 'reserved', r)
+  local v = stocks[ck]
+  if v then stocks[ck] = {a, v[2], r} end
+end
+local function offsets_ok(offsets, xk)
+  local k = offsets .. ' ' .. xk
+  if offchecked[k] then return true end
+  local _, err = int(redis.call('HGET', offsets, xk), k)
+  if err then return nil, err end
+  offchecked[k] = true
+  return true
+end
 local function body(KEYS, ARGV)
 `
 
@@ -88,6 +152,7 @@ return {tonumber(meta[3]) or 0, r}
 const epilogueWrite = `
 end
 local r = body(KEYS, ARGV)
+zflush()
 if type(r) == 'table' and r.err then return r end
 return {redis.call('HINCRBY', KEYS[1], 'seq', '1'), r}
 `

@@ -25,7 +25,7 @@ package inventory
 var reserveScript = newGroupedScript("reserve", true, `
 local deadline = tonumber(ARGV[6])
 local np = (#KEYS - 3) / 3
-redis.call('ZCARD', KEYS[2]) -- fails now, before any write, if the index is not a sorted set
+zset_ok(KEYS[2]) -- fails now, before any write, if the index is not a sorted set
 local plan = {}
 local avail, resv = {}, {}
 for i = 0, np - 1 do
@@ -38,8 +38,8 @@ for i = 0, np - 1 do
     local f = redis.call('HMGET', pk, 'qty', 'offset')
     p.out = {st, tonumber(f[1]) or 0, tonumber(f[2]) or 0, 0}
   elseif p.kind == 's' then
-    redis.call('ZCARD', xk) -- the redo queue must be a sorted set
-    local s = redis.call('HMGET', ck, 'available', 'limit', 'reserved')
+    zset_ok(xk) -- the redo queue must be a sorted set
+    local s = stock_get(ck)
     local err
     if avail[ck] == nil then
       avail[ck], err = int(s[1], ck .. ' available')
@@ -47,7 +47,7 @@ for i = 0, np - 1 do
       resv[ck], err = int(s[3], ck .. ' reserved')
       if err then return err end
     end
-    local _, oerr = int(redis.call('HGET', KEYS[3], p.xk), KEYS[3] .. ' ' .. p.xk)
+    local _, oerr = offsets_ok(KEYS[3], p.xk)
     if oerr then return oerr end
     local limit
     limit, err = int(s[2], ck .. ' limit')
@@ -90,9 +90,9 @@ for _, p in ipairs(plan) do
     if p.kind == 's' then
       -- absolute values from the plan (one call instead of two
       -- HINCRBYs; the script is atomic), written as integer strings
-      redis.call('HSET', p.ck, 'available', I(p.avail), 'reserved', I(p.resv))
+      stock_set(p.ck, p.avail, p.resv)
       off = redis.call('HINCRBY', KEYS[3], p.xk, '1')
-      redis.call('ZADD', p.xk, I(off), p.id)
+      zadd_later(p.xk, I(off), p.id)
       p.out[3] = off
     else
       redis.call('INCRBY', p.ck, I(p.take))
@@ -100,7 +100,7 @@ for _, p in ipairs(plan) do
     redis.call('HSET', p.pk, 'state', 'pending', 'kind', p.kind, 'order', ARGV[4], 'token', ARGV[5],
       'sku', p.sku, 'qty', I(p.take), 'item', p.item, 'counter', p.ck, 'redo', p.kind == 's' and p.xk or '',
       'offset', I(off), 'deadline', deadlineS, 'at', nowS)
-    redis.call('ZADD', KEYS[2], deadlineS, p.id)
+    zadd_later(KEYS[2], deadlineS, p.id)
   end
   out[#out + 1] = p.out
 end

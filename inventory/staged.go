@@ -104,7 +104,7 @@ if f[3] then
   f = {}
 end
 if f[1] and not (f[1] == 'failed' and f[2] ~= ARGV[5]) then return {'existing', f[1], f[2] or ''} end
-redis.call('ZCARD', KEYS[2]) -- the pending index must be a sorted set
+zset_ok(KEYS[2]) -- the pending index must be a sorted set
 local plan, err = plan_parts(5, 13, ARGV[9], KEYS[3])
 if err then return err end
 if not plan then return {'short'} end
