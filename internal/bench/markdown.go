@@ -114,7 +114,7 @@ func reading(r *Results, s Summary) string {
 			lead, fmtOps(i3.Ops()), s.Inventory3ItemVsSeed, fmtOps(sd.Ops()))
 		t += fmt.Sprintf("Per 3-item order the nodes ran %.2f script calls for shardis (%s of script time, %.0f Redis commands inside them; with group commit the orders waiting on a node share one call, so a call carries several orders' scripts) and shardis spent %s of client CPU; the seed ran %.0f (%s, %.0f commands) and spent %s. "+
 			"The extra work is what the seed lacks: an order record written before and after the items (idempotent retries, a decision that survives a crash), "+
-			"a part record per item as the confirm/cancel fence, a pending-index entry with a deadline so unconfirmed stock comes back, and a node-identity check in every script. "+
+			"a part record per item as the confirm/cancel fence, a pending-index entry with a deadline so unconfirmed stock comes back, and a node-identity check in every script call. "+
 			"With every core busy, throughput follows CPU per order (%s for shardis, %s for the seed, client plus nodes), and sending the seed's script text with every `EVAL` is cheap in Redis 7, which keeps EVAL scripts cached. ",
 			n3, fmtCPU(e3), k3, fmtCPU(c3), ns, fmtCPU(es), ks, fmtCPU(cs), fmtCPU(c3+s3), fmtCPU(cs+ss))
 		var seqI, seqS time.Duration
@@ -274,7 +274,7 @@ func misses(r *Results, s Summary) string {
 			"  - the order record on the order's home node, staged with the home's parts and then committed off the caller's path (one more script per order), which makes Reserve idempotent per order id and lets Confirm/Cancel/expiry decide once;\n"+
 			"  - per item, a part record (12 fields) and a pending-index entry with a deadline; once per script call (shared by group commit), the node-identity check (`HMGET` of the stamp, `TIME`) and the write sequence;\n"+
 			"  - on the client, a goroutine for the stage and per other node and one for the commit, and the parts' JSON (the promised list, then the taken list); see the profile below.\n"+
-			"  Group commit removed what the orders on one node can share (the call, its round trip, the stamp check, the write sequence); what is left is each order's own Lua work: the part and order records are hashes of 8 to 12 fields, each order's parts a JSON list, and the redo and pending entries one `ZADD` each. "+
+			"  Group commit removed what the orders on one node can share (the call, its round trip, the stamp check, the write sequence, type checks, the stock and offsets reads, the `ZADD`s merged per key); what is left is each order's own Lua work: the part and order records are hashes of 8 to 12 fields and each order's parts a JSON list. "+
 			"Reaching 2× needs a compact record layout (one value per part and per order), not fewer calls.\n",
 			s.Inventory3ItemVsSeed, n3, k3, fmtCPU(e3), fmtCPU(s3), fmtCPU(c3), ns, ks, fmtCPU(es), fmtCPU(ss), fmtCPU(cs))
 	}
