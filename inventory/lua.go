@@ -41,8 +41,10 @@ import (
 // (zset_ok, zadd_later, stock_get/stock_set, offsets_ok; their rule is
 // next to them in the prelude).
 //
-// A write script advances the stamp hash's `seq` field once per call that
-// did not fail; every script replies {seq, body reply}, and [Inventory.run]
+// A write script advances the stamp hash's `seq` field once per script
+// call that did not fail (a grouped script: in which any of its calls did
+// not fail, group.go); every script replies {seq, body reply} (a grouped
+// one {seq, body reply per call}), and [Inventory.run]
 // hands the seq of a write script to [node.Node.ObserveSeq], so this
 // process knows the highest write sequence each node acknowledged (the
 // witness that detects a node coming back with older data). With
@@ -187,7 +189,7 @@ func newGroupedScript(name string, write bool, body string) *luaScript {
 }
 
 // run runs s on n with keys (after the stamp hash) and args (after the
-// header), and returns the body's reply. Errors are mapped by scriptErr.
+// header), and returns the body's reply. Errors are mapped by nodeErr.
 func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys []string, args ...any) (any, error) {
 	v := inv.topology(ctx)
 	if err := v.refuse(); err != nil {
