@@ -104,14 +104,15 @@ type groupCall struct {
 
 // groupKey names the queue of one script on one node.
 type groupKey struct {
-	node   string
+	node   *node.Node
 	script *luaScript
 }
 
-// groups holds the queues. The zero value is ready.
+// groups holds the queues, one per node and grouped script, made on first
+// use (a bounded set: the inventory's nodes times its grouped scripts).
+// The zero value is ready.
 type groups struct {
-	mu sync.Mutex // guards m
-	m  map[groupKey]*groupQueue
+	m sync.Map // groupKey → *groupQueue
 }
 
 // groupQueue is one script's calls on one node.
@@ -123,18 +124,12 @@ type groupQueue struct {
 }
 
 func (g *groups) queue(n *node.Node, s *luaScript) *groupQueue {
-	k := groupKey{n.Name(), s}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	q := g.m[k]
-	if q == nil {
-		if g.m == nil {
-			g.m = map[groupKey]*groupQueue{}
-		}
-		q = &groupQueue{}
-		g.m[k] = q
+	k := groupKey{n, s}
+	if q, ok := g.m.Load(k); ok {
+		return q.(*groupQueue)
 	}
-	return q
+	q, _ := g.m.LoadOrStore(k, &groupQueue{})
+	return q.(*groupQueue)
 }
 
 // runGrouped runs one call of grouped script s on n under the epoch token
