@@ -35,11 +35,12 @@ import (
 // every call, which is what each would have met alone: a group's calls all
 // carry the same epoch token. The calls of one script call also share
 // work the prelude offers (lua.go): a sorted set's type is checked once, a
-// stock hash and a redo offsets field are read once and kept in step with
-// the calls' own writes, and the calls' ZADDs to the pending index and the
-// redo queues are sent together after the last call. That is exact because
-// nothing else runs while the script does, the calls write those keys only
-// through the helpers, and none of them reads those sets but for their type.
+// stock hash and a redo offsets field are read once, the calls change
+// copies of them, and each changed one is written once after the last
+// call, together with the calls' ZADDs to the pending index and the redo
+// queues (one per key). That is exact because nothing else runs while the
+// script does, the calls read and write those keys only through the
+// helpers, and none of them reads those sets but for their type.
 //
 // Batching: a call that finds no group of its script under way on its node
 // is sent at once by its own goroutine (a lone caller waits for nobody).
@@ -85,7 +86,7 @@ for i = 1, n do
   if r == nil then r = false end
   out[i] = r
 end
-zflush()
+flush()
 local seq = tonumber(meta[3]) or 0
 if WRITE and wrote > 0 then seq = redis.call('HINCRBY', KEYS[1], 'seq', '1') end
 return {seq, out}

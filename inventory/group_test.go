@@ -349,6 +349,18 @@ func TestGroupCommitReservesEachOrderOnItsOwn(t *testing.T) {
 			t.Fatalf("offsets %v have a gap at %d", offsets, o)
 		}
 	}
+	// The group wrote back what it changed: the stock hash (above) and the
+	// queue's offset counter, so the next order's offset follows.
+	if _, err := e.inv.LoadStock(e.ctx, "a", "sku", 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	next, err := e.inv.Reserve(e.ctx, e.inv.mintLocal(t, "sku"), []Item{{Route: "a", SKU: "sku", Quantity: 1}}, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := next.Receipts[0].Offset; got != lo+10 {
+		t.Fatalf("the next order's redo offset is %d, want %d", got, lo+10)
+	}
 	for i, err := range errs {
 		if err == nil {
 			if _, err := e.inv.Confirm(e.ctx, ids[i]); err != nil {

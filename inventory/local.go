@@ -101,7 +101,7 @@ local function write_parts(plan, pending, offsets, order, token, pdl)
       -- absolute values from the plan (one call instead of two
       -- HINCRBYs; the script is atomic), written as integer strings
       stock_set(p.ck, p.avail, p.resv)
-      off = redis.call('HINCRBY', offsets, p.xk, '1')
+      off = next_offset(offsets, p.xk)
       zadd_later(p.xk, I(off), p.id)
     else
       redis.call('INCRBY', p.ck, I(p.want))

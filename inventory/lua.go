@@ -38,8 +38,8 @@ import (
 // redis.call as strings, which Redis 7.0 would otherwise format with
 // printf's "%.17g", a visible share of a node's CPU under load), and the
 // helpers the reserve scripts share between the calls of one script call
-// (zset_ok, zadd_later, stock_get/stock_set, offsets_ok; their rule is
-// next to them in the prelude).
+// (zset_ok, zadd_later, stock_get/stock_set, offsets_ok/next_offset,
+// flush; their rule is next to them in the prelude).
 //
 // A write script advances the stamp hash's `seq` field once per script
 // call that did not fail (a grouped script: in which any of its calls did
@@ -84,16 +84,23 @@ end
 -- group.go). The rule that keeps it exact: a copy is kept only of what no
 -- one but these helpers writes while the script runs (a script is atomic,
 -- and the calls that use them write those keys only through them), and a
--- deferred write is one the calls never read back.
+-- deferred write is one the calls never read back but through the copy.
 --   zset_ok(key): key is a sorted set (or absent), checked once;
---   zadd_later(key, score, member): a ZADD sent by zflush (after the
---     calls) with the others of the same key; the scripts that use it
---     read those sets for their type only;
+--   zadd_later(key, score, member): a ZADD sent by flush with the others
+--     of the same key; the scripts that use it read those sets for their
+--     type only;
 --   stock_get(ck): the stock hash's {available, limit, reserved}, read
---     once; stock_set(ck, avail, resv) writes both and keeps the copy;
+--     once; stock_set(ck, avail, resv) changes the copy, and flush writes
+--     each changed hash once (available and reserved);
 --   offsets_ok(offsets, xk): the redo offsets field xk holds an integer
---     (int's check, once; HINCRBY keeps it one).
+--     (int's check, once; it keeps the value read); next_offset(offsets,
+--     xk), after offsets_ok, hands out the next offset, and flush writes
+--     the last one handed out.
+-- flush sends the deferred writes. The epilogues call it after the calls,
+-- whatever they returned: a call that raised keeps its earlier writes, as
+-- a lone script that raises does.
 local zchecked, zqueued, zkeys, stocks, offchecked = {}, {}, {}, {}, {}
+local sdirty, skeys, offval, okeys = {}, {}, {}, {}
 local function zset_ok(key)
   if not zchecked[key] then
     redis.call('ZCARD', key)
@@ -110,14 +117,21 @@ local function zadd_later(key, score, member)
   q[#q + 1] = score
   q[#q + 1] = member
 end
-local function zflush()
+local function flush()
+  for _, ck in ipairs(skeys) do
+    local v = stocks[ck]
+    redis.call('HSET', ck, 'available', v[1], 'reserved', v[3])
+  end
+  for _, o in ipairs(okeys) do
+    redis.call('HSET', o[1], o[2], I(offval[o[3]]))
+  end
   for _, key in ipairs(zkeys) do
     local q = zqueued[key]
     for i = 1, #q, 512 do
       redis.call('ZADD', key, unpack(q, i, math.min(i + 511, #q)))
     end
   end
-  zqueued, zkeys = {}, {}
+  zqueued, zkeys, sdirty, skeys, okeys = {}, {}, {}, {}, {}
 end
 local function stock_get(ck)
   local v = stocks[ck]
@@ -128,18 +142,30 @@ local function stock_get(ck)
   return v
 end
 local function stock_set(ck, avail, resv)
-  local a, r = I(avail), I(resv)
-  redis.call('HSET', ck, 'available', a, 'reserved', r)
-  local v = stocks[ck]
-  if v then stocks[ck] = {a, v[2], r} end
+  local v = stock_get(ck)
+  stocks[ck] = {I(avail), v[2], I(resv)}
+  if not sdirty[ck] then
+    sdirty[ck] = true
+    skeys[#skeys + 1] = ck
+  end
 end
 local function offsets_ok(offsets, xk)
   local k = offsets .. ' ' .. xk
   if offchecked[k] then return true end
-  local _, err = int(redis.call('HGET', offsets, xk), k)
+  local n, err = int(redis.call('HGET', offsets, xk), k)
   if err then return nil, err end
-  offchecked[k] = true
+  offchecked[k], offval[k] = true, n
   return true
+end
+local function next_offset(offsets, xk)
+  local k = offsets .. ' ' .. xk
+  local n = offval[k] + 1 -- offsets_ok(offsets, xk) ran first (the plan)
+  if not okeys[k] then -- okeys: the fields to write (array) and a set of them
+    okeys[k] = true
+    okeys[#okeys + 1] = {offsets, xk, k}
+  end
+  offval[k] = n
+  return n
 end
 local function body(KEYS, ARGV)
 `
@@ -154,7 +180,7 @@ return {tonumber(meta[3]) or 0, r}
 const epilogueWrite = `
 end
 local r = body(KEYS, ARGV)
-zflush()
+flush()
 if type(r) == 'table' and r.err then return r end
 return {redis.call('HINCRBY', KEYS[1], 'seq', '1'), r}
 `

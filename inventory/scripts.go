@@ -91,7 +91,7 @@ for _, p in ipairs(plan) do
       -- absolute values from the plan (one call instead of two
       -- HINCRBYs; the script is atomic), written as integer strings
       stock_set(p.ck, p.avail, p.resv)
-      off = redis.call('HINCRBY', KEYS[3], p.xk, '1')
+      off = next_offset(KEYS[3], p.xk)
       zadd_later(p.xk, I(off), p.id)
       p.out[3] = off
     else
