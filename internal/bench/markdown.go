@@ -274,7 +274,7 @@ func misses(r *Results, s Summary) string {
 			"  - the order record on the order's home node, staged with the home's parts and then committed off the caller's path (one more script per order), which makes Reserve idempotent per order id and lets Confirm/Cancel/expiry decide once;\n"+
 			"  - per item, a part record (12 fields) and a pending-index entry with a deadline; once per script call (shared by group commit), the node-identity check (`HMGET` of the stamp, `TIME`) and the write sequence;\n"+
 			"  - on the client, a goroutine for the stage and per other node and one for the commit, and the parts' JSON (the promised list, then the taken list); see the profile below.\n"+
-			"  Group commit removed what the orders on one node can share (the call, its round trip, the stamp check, the write sequence, type checks, the stock and offsets reads, the `ZADD`s merged per key); what is left is each order's own Lua work: the part and order records are hashes of 8 to 12 fields and each order's parts a JSON list. "+
+			"  Group commit removed what the orders on one node can share (the call, its round trip, the stamp check, the write sequence, type checks, the stock and offsets reads and writes, the `ZADD`s merged per key); what is left is each order's own Lua work: the part and order records are hashes of 8 to 12 fields and each order's parts a JSON list. "+
 			"Reaching 2× needs a compact record layout (one value per part and per order), not fewer calls.\n",
 			s.Inventory3ItemVsSeed, n3, k3, fmtCPU(e3), fmtCPU(s3), fmtCPU(c3), ns, ks, fmtCPU(es), fmtCPU(ss), fmtCPU(cs))
 	}
