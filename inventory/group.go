@@ -243,17 +243,13 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 // runScript sends s with keys and args (header included) and returns the
 // write sequence and the group's replies from the {seq, replies} envelope.
 func (inv *Inventory) runScript(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any) (int64, []any, error) {
-	raw, err := inv.call(ctx, n, s, keys, args)
+	body, seq, err := inv.callEnvelope(ctx, n, s, keys, args)
 	if err != nil {
 		return 0, nil, err
 	}
-	if len(raw) != 2 {
-		return 0, nil, fmt.Errorf("%w: node %s: %s script: reply %v is not {seq, replies}", ErrCorrupt, n.Name(), s.name, raw)
-	}
-	seq, ok := raw[0].(int64)
-	replies, ok2 := raw[1].([]any)
-	if !ok || !ok2 {
-		return 0, nil, fmt.Errorf("%w: node %s: %s script: reply %v is not {seq, replies}", ErrCorrupt, n.Name(), s.name, raw)
+	replies, ok := body.([]any)
+	if !ok {
+		return 0, nil, fmt.Errorf("%w: node %s: %s script: replies %v are not a list", ErrCorrupt, n.Name(), s.name, body)
 	}
 	return seq, replies, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -382,4 +383,14 @@ func (inv *Inventory) mintLocal(t *testing.T, sku string) string {
 		t.Fatal(fmt.Errorf("NewOrderID: %w", err))
 	}
 	return id
+}
+
+func TestGroupCommitOptionOutOfRange(t *testing.T) {
+	e := newGroupEnv(t, 32)
+	for _, v := range []int{-1, 1001} {
+		_, err := New(e.inv.r, Options{GroupCommit: v, Logger: slog.New(slog.DiscardHandler)})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "Options.GroupCommit is "+strconv.Itoa(v)) {
+			t.Errorf("GroupCommit %d: err %v, want ErrInvalid naming Options.GroupCommit", v, err)
+		}
+	}
 }

@@ -111,7 +111,8 @@ type Options struct {
 	// default: inventory.attempt_lease from the router's configuration
 	AttemptLease time.Duration
 	// GroupCommit is the most calls of one grouped script one node runs
-	// as one script call (group.go); 1 sends every call alone.
+	// as one script call (group.go); 1 sends every call alone; 0..1000,
+	// anything else makes New fail.
 	// default: inventory.group_commit from the router's configuration (32)
 	GroupCommit int
 	// Logger receives rollback and corruption reports.
@@ -190,6 +191,9 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.GroupCommit < 0 || opts.GroupCommit > 1000 {
+		return nil, fmt.Errorf("inventory: %w: Options.GroupCommit is %d, want 0 (the configured inventory.group_commit) to 1000", ErrInvalid, opts.GroupCommit)
 	}
 	if opts.GroupCommit == 0 {
 		opts.GroupCommit = cfg.Inventory.GroupCommit

@@ -98,8 +98,8 @@ local function write_parts(plan, pending, offsets, order, token, pdl)
   for _, p in ipairs(plan) do
     local off = 0
     if p.kind == 's' then
-      -- absolute values from the plan (one call instead of two
-      -- HINCRBYs; the script is atomic), written as integer strings
+      -- absolute values from the plan into the script call's copy of the
+      -- hash (stock_set: flush writes it once; the script is atomic)
       stock_set(p.ck, p.avail, p.resv)
       off = next_offset(offsets, p.xk)
       zadd_later(p.xk, I(off), p.id)

@@ -100,7 +100,7 @@ end
 -- whatever they returned: a call that raised keeps its earlier writes, as
 -- a lone script that raises does.
 local zchecked, zqueued, zkeys, stocks, offchecked = {}, {}, {}, {}, {}
-local sdirty, skeys, offval, okeys = {}, {}, {}, {}
+local sdirty, skeys, offval, odirty, okeys = {}, {}, {}, {}, {}
 local function zset_ok(key)
   if not zchecked[key] then
     redis.call('ZCARD', key)
@@ -131,7 +131,7 @@ local function flush()
       redis.call('ZADD', key, unpack(q, i, math.min(i + 511, #q)))
     end
   end
-  zqueued, zkeys, sdirty, skeys, okeys = {}, {}, {}, {}, {}
+  zqueued, zkeys, sdirty, skeys, odirty, okeys = {}, {}, {}, {}, {}, {}
 end
 local function stock_get(ck)
   local v = stocks[ck]
@@ -160,8 +160,8 @@ end
 local function next_offset(offsets, xk)
   local k = offsets .. ' ' .. xk
   local n = offval[k] + 1 -- offsets_ok(offsets, xk) ran first (the plan)
-  if not okeys[k] then -- okeys: the fields to write (array) and a set of them
-    okeys[k] = true
+  if not odirty[k] then
+    odirty[k] = true
     okeys[#okeys + 1] = {offsets, xk, k}
   end
   offval[k] = n
@@ -263,7 +263,13 @@ func (inv *Inventory) exec(ctx context.Context, n *node.Node, s *luaScript, toke
 	a := make([]any, 0, len(args)+3)
 	a = append(a, n.Name(), token, partKeyPrefix)
 	a = append(a, args...)
-	raw, err := inv.call(ctx, n, s, k, a)
+	return inv.callEnvelope(ctx, n, s, k, a)
+}
+
+// callEnvelope sends s (keys and args with the stamp and header) and reads
+// the {seq, body} envelope every script replies with.
+func (inv *Inventory) callEnvelope(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any) (any, int64, error) {
+	raw, err := inv.call(ctx, n, s, keys, args)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -88,8 +88,8 @@ for _, p in ipairs(plan) do
   if p.take then
     local off = 0
     if p.kind == 's' then
-      -- absolute values from the plan (one call instead of two
-      -- HINCRBYs; the script is atomic), written as integer strings
+      -- absolute values from the plan into the script call's copy of the
+      -- hash (stock_set: flush writes it once; the script is atomic)
       stock_set(p.ck, p.avail, p.resv)
       off = next_offset(KEYS[3], p.xk)
       zadd_later(p.xk, I(off), p.id)
