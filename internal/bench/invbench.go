@@ -29,6 +29,10 @@ const (
 	// commit off (inventory.group_commit 1): one order per script call.
 	VarInv3Alone = "shardis 3 items on 3 nodes, group commit off"
 	VarHot1Alone = "hot SKU on 1 node (shardis, 1 item), group commit off"
+	// VarHotFloor is VarSeedHot1's workload written with the least state a
+	// reservation that keeps a record per order needs, batched (floor.go):
+	// a yardstick for the hot-SKU target, not shardis.
+	VarHotFloor = "floor: hot SKU on 1 node, one record per order, 32 orders per script call"
 )
 
 // seedHotSKU is the seed's id of the hot SKU (its ids are numbers).
@@ -74,6 +78,11 @@ func (ir *InvResult) GroupGain(v string) float64 {
 	return PairedRatio([]*Series{on}, []*Series{alone})
 }
 
+// FloorVsSeed is HotVsSeed for VarHotFloor: the most orders/s over the
+// seed's that a design writing one record per order reached in the run
+// (0 when the run has no such series).
+func (ir *InvResult) FloorVsSeed() float64 { return ir.vsSeedHot(VarHotFloor) }
+
 // HotMintedVsSeed is HotVsSeed for VarHot1Minted (0 when the run has no
 // such series).
 func (ir *InvResult) HotMintedVsSeed() float64 { return ir.vsSeedHot(VarHot1Minted) }
@@ -108,7 +117,8 @@ func orderID(w *Worker, prefix byte) string {
 
 // invWorkloads returns the inventory variants over c. Every SKU holds 10⁹
 // units (split over its route's nodes), so no order runs short: these are
-// the costs of the success path.
+// the costs of the success path. The floor variant's goroutines run until
+// ctx ends.
 func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWorkload, error) {
 	inv := c.Inv
 	load := func(route string, skus ...string) error {
@@ -156,6 +166,7 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 	seedHot := strconv.Itoa(seedHotSKU)
 	seedHotItems := []SeedItem{{Nodes: routeNodes[0], SKU: seedHot, Qty: 1}}
 	seedHotQueue := seedQueue(seedHotSKU)
+	floor := newFloorBatcher(ctx, routeNodes[0][0])
 	reserve := func(w *Worker, items []inventory.Item) error {
 		_, err := inv.Reserve(ctx, orderID(w, 'o'), items, "", 0)
 		return err
@@ -227,6 +238,12 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 		}, func(w *Worker) error {
 			return SeedOrder(ctx, orderID(w, 's'), seedHotItems, func(string) string { return seedHotQueue })
 		}},
+		VarHotFloor: {VarHotFloor, func(ctx context.Context) error {
+			if err := floor.check(ctx); err != nil {
+				return err
+			}
+			return floor.load(ctx, inventory.MaxQuantity)
+		}, func(w *Worker) error { return floor.reserve(orderID(w, 'f')) }},
 	}, nil
 }
 
@@ -234,6 +251,8 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 // interleaved in rounds. Before every run the nodes are emptied and the
 // variant's stock loaded, so every run starts from the same state.
 func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)) (*InvResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if err := c.Reset(ctx); err != nil {
 		return nil, err
 	}
@@ -254,7 +273,7 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 	if err != nil {
 		return nil, err
 	}
-	variants := []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone}
+	variants := []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone, VarHotFloor}
 	res := &InvResult{Conc: p.Conc, SKUs: p.SKUs, Variants: variants, Series: map[string]*Series{}}
 	for _, v := range variants {
 		res.Series[v] = &Series{Name: v}
@@ -291,10 +310,10 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 				for v, s := range got {
 					res.Series[v].Add(s)
 				}
-			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f (minted ids %.0f), seed hot 1 node %.0f; group commit off: 3 items %.0f, hot 1 node %.0f",
+			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f (minted ids %.0f), seed hot 1 node %.0f; group commit off: 3 items %.0f, hot 1 node %.0f; floor %.0f",
 				got[VarInv1].OpsPerSec(), got[VarInv3].OpsPerSec(), got[VarSeed3].OpsPerSec(),
 				got[VarHot3].OpsPerSec(), got[VarHot1].OpsPerSec(), got[VarHot1Minted].OpsPerSec(), got[VarSeedHot1].OpsPerSec(),
-				got[VarInv3Alone].OpsPerSec(), got[VarHot1Alone].OpsPerSec()), nil
+				got[VarInv3Alone].OpsPerSec(), got[VarHot1Alone].OpsPerSec(), got[VarHotFloor].OpsPerSec()), nil
 	})
 	res.Rounds = st
 	if err != nil {

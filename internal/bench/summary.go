@@ -45,6 +45,11 @@ type Summary struct {
 	// Inventory.NewOrderID given the items (the record on the stock's
 	// node), the minting inside the measured call.
 	InventoryHotMintedVsSeed float64 `json:"inventory_hot_sku_minted_vs_seed,omitempty"`
+	// InventoryHotFloorVsSeed is the same for the floor yardstick
+	// (floor.go): the hot-SKU workload written with the least state a
+	// reservation with one record per order needs, 32 orders per script
+	// call; not shardis, a bound on what such a design reaches here.
+	InventoryHotFloorVsSeed float64 `json:"inventory_hot_sku_floor_vs_seed,omitempty"`
 	// ReserveRoundTrips1Item and ReserveRoundTrips3Item are the median
 	// sequential round trips of one successful Reserve, counted by a
 	// go-redis hook, one order at a time: 1 item with stock on every node;
@@ -158,6 +163,9 @@ func Summarize(r *Results) Summary {
 		}
 		if h := ir.HotMintedVsSeed(); h > 0 {
 			s.InventoryHotMintedVsSeed = round3(h)
+		}
+		if h := ir.FloorVsSeed(); h > 0 {
+			s.InventoryHotFloorVsSeed = round3(h)
 		}
 		s.GroupCommitGain3Item = round3(ir.GroupGain(VarInv3))
 		s.GroupCommitGainHot = round3(ir.GroupGain(VarHot1))
