@@ -7,98 +7,137 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/node"
 )
 
-// The floor of a hot-SKU reservation: a yardstick, not shardis.
+// The floor of a reservation: a yardstick, not shardis.
 //
-// The hot-SKU target asks shardis for twice the seed's orders/s on one
-// node. When every order is one item on one node, the seed's shape writes
-// nothing per order but one redo-log entry and the SKU's counter. A
-// reservation that keeps shardis's promise must write at least one more
-// thing per order: a record under the order id, so a retry of the same id
-// is refused instead of deducting again and Confirm/Cancel find what was
-// taken; and a deadline entry, so stock nobody confirms comes back. The
-// floor variant writes exactly that and nothing else, with every cost
-// shardis amortises amortised further: orders waiting on the node share
-// one script call (floorBatch per call), the counter, the redo offset and
-// both sorted sets are written once per call, the record is one string
-// (SET NX with its retention, no hash, no JSON), integers go as strings.
-// It has no identity stamp, no topology epoch, no write sequence, no part
-// record, no token: it is the least a node must do per order, so its
-// orders/s against the seed's, measured in the same rounds, bounds what
-// any design that keeps a record per order can reach on this machine.
+// The inventory targets ask shardis for twice the seed's orders/s. The
+// seed writes nothing per order but a redo-log entry per item and the
+// SKU's counter. A reservation that keeps shardis's promise must write at
+// least this more per order: a record under the order id, set only if the
+// id has none, so a retry cannot deduct twice and Confirm/Cancel find what
+// was taken; for every node that gives units to an order whose record is
+// elsewhere, a fence under the part's id, set only once, so the part is
+// settled once; a deadline entry per taken part, so stock nobody confirms
+// comes back. The floor variants write exactly that and nothing else, in
+// the order that needs the fewest writes (the fences first, then the
+// record, final at once, so no separate decision: floorOrder), with
+// everything shardis amortises amortised as far: orders waiting
+// on a node share one script call (up to floorBatch), each counter and
+// redo offset is read and written once per call, the sorted sets get one
+// ZADD per key per call, a record or fence is one string (SET with its
+// retention), integers go as strings. There is no identity stamp, no
+// topology epoch, no write sequence, no recovery: it is the least a node
+// must do per order, so its orders/s against the seed's, measured in the
+// same rounds, bounds what a design that keeps a record per order can
+// reach on this machine.
 
-// floorBatch is the most orders one floor script call carries (shardis's
+// floorBatch is the most entries one floor script call carries (shardis's
 // inventory.group_commit default).
 const floorBatch = 32
 
-// floorSenders is how many floor script calls may be under way at once
-// (shardis's groupInFlight).
+// floorSenders is how many floor script calls may be under way on one node
+// at once (shardis's groupInFlight).
 const floorSenders = 2
 
-// floorScript takes one unit of the SKU for every order of the call that
-// has no record yet. KEYS: 1 stock hash, 2 redo queue, 3 pending index,
-// 4 redo offsets hash, then one record key per order. ARGV: 1 pending
-// TTL ms, 2 record retention s, then the order ids. Replies one integer
-// per order: its redo offset, 0 when the stock is short, -1 when the order
-// id has a record already (nothing taken).
+// floorScript writes a batch of entries on one node. KEYS: 1 pending
+// index, 2 redo offsets hash, then per entry: its key (record or fence),
+// its stock hash, its redo queue. ARGV: 1 pending TTL ms, 2 retention s,
+// then per entry: mode, member, value. Mode "t" takes one unit: when the
+// stock has one and the key is absent, it sets the key to value and adds
+// member to the redo queue (at the queue's next offset) and to the pending
+// index. Mode "r" sets an absent key to value and takes nothing (the
+// record of an order with no item on its home). Replies one integer per
+// entry: "t": the redo offset, 0 when the stock is short, -1 when the key
+// exists (nothing taken); "r": 1, or -1 when the key exists.
 const floorScript = `
 local function I(n) return string.format('%d', n) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local s = redis.call('HMGET', KEYS[1], 'available', 'reserved')
-local avail, resv = tonumber(s[1] or '0'), tonumber(s[2] or '0')
-local off = tonumber(redis.call('HGET', KEYS[4], KEYS[2]) or '0')
 local dl = I(now + tonumber(ARGV[1]))
-local redo, pend, out = {}, {}, {}
-for i = 5, #KEYS do
-  local id = ARGV[i - 2]
-  if avail < 1 then
-    out[#out + 1] = 0
-  elseif redis.call('SET', KEYS[i], 'r|1|' .. I(off + 1) .. '|' .. dl, 'NX', 'EX', ARGV[2]) then
-    avail, resv, off = avail - 1, resv + 1, off + 1
-    local o = I(off)
-    redo[#redo + 1] = o
-    redo[#redo + 1] = id
-    pend[#pend + 1] = dl
-    pend[#pend + 1] = id
-    out[#out + 1] = off
+local stock, offs, zs, zkeys, out = {}, {}, {}, {}, {}
+local function zadd(key, score, member)
+  local q = zs[key]
+  if not q then
+    q = {}
+    zs[key] = q
+    zkeys[#zkeys + 1] = key
+  end
+  q[#q + 1] = score
+  q[#q + 1] = member
+end
+for i = 0, (#KEYS - 2) / 3 - 1 do
+  local key, sk, rk = KEYS[3 + i * 3], KEYS[4 + i * 3], KEYS[5 + i * 3]
+  local mode, member, value = ARGV[3 + i * 3], ARGV[4 + i * 3], ARGV[5 + i * 3]
+  if mode == 'r' then
+    out[#out + 1] = redis.call('SET', key, value, 'NX', 'EX', ARGV[2]) and 1 or -1
   else
-    out[#out + 1] = -1
+    local s = stock[sk]
+    if not s then
+      local v = redis.call('HMGET', sk, 'available', 'reserved')
+      s = {tonumber(v[1] or '0'), tonumber(v[2] or '0')}
+      stock[sk] = s
+    end
+    local o = offs[rk]
+    if not o then
+      o = {tonumber(redis.call('HGET', KEYS[2], rk) or '0')}
+      offs[rk] = o
+    end
+    if s[1] < 1 then
+      out[#out + 1] = 0
+    elseif redis.call('SET', key, value, 'NX', 'EX', ARGV[2]) then
+      s[1], s[2], o[1] = s[1] - 1, s[2] + 1, o[1] + 1
+      s.dirty, o.dirty = true, true
+      zadd(rk, I(o[1]), member)
+      zadd(KEYS[1], dl, member)
+      out[#out + 1] = o[1]
+    else
+      out[#out + 1] = -1
+    end
   end
 end
-if #redo > 0 then
-  redis.call('HSET', KEYS[1], 'available', I(avail), 'reserved', I(resv))
-  redis.call('HSET', KEYS[4], KEYS[2], I(off))
-  redis.call('ZADD', KEYS[2], unpack(redo))
-  redis.call('ZADD', KEYS[3], unpack(pend))
+for sk, s in pairs(stock) do
+  if s.dirty then redis.call('HSET', sk, 'available', I(s[1]), 'reserved', I(s[2])) end
 end
+for rk, o in pairs(offs) do
+  if o.dirty then redis.call('HSET', KEYS[2], rk, I(o[1])) end
+end
+for _, k in ipairs(zkeys) do redis.call('ZADD', k, unpack(zs[k])) end
 return out
 `
 
-// Keys of the floor variant (its own, apart from shardis's and the seed's).
+// Keys of the floor variants (their own, apart from shardis's and the
+// seed's). floorStock(sku) is a SKU's stock hash, floorRedo(sku) its redo
+// queue (the seed's sku % 50).
 const (
-	floorStock   = "floor:stock:hot"
-	floorRedo    = "floor:redo:0"
 	floorPending = "floor:pending"
 	floorOffsets = "floor:redo-offsets"
+	floorHotSKU  = "hot"
 )
+
+func floorStock(sku string) string { return "floor:stock:" + sku }
+
+func floorRedo(sku string) string {
+	n, _ := strconv.Atoi(sku)
+	return "floor:redo:" + strconv.Itoa(n%50)
+}
 
 var errFloorShort = errors.New("floor: insufficient stock")
 
-// floorReq is one order waiting for a floor script call.
+// floorReq is one entry waiting for a floor script call.
 type floorReq struct {
-	id   string
-	done chan struct{}
-	err  error // set before done is closed
+	mode, key, sku, member, value string
+	done                          chan struct{}
+	err                           error // set before done is closed
 }
 
-// floorBatcher sends the orders queued for one node as floor script calls
-// of up to floorBatch orders, from floorSenders goroutines that run until
-// ctx ends (started by the first order).
+// floorBatcher sends the entries queued for one node as floor script calls
+// of up to floorBatch entries, from floorSenders goroutines that run until
+// ctx ends (started by the first entry).
 type floorBatcher struct {
 	ctx    context.Context
 	n      *node.Node
@@ -112,23 +151,27 @@ func newFloorBatcher(ctx context.Context, n *node.Node) *floorBatcher {
 }
 
 // load gives the floor's SKU units on the node.
-func (f *floorBatcher) load(ctx context.Context, units int64) error {
-	return f.n.Client().HSet(ctx, floorStock, "available", strconv.FormatInt(units, 10), "reserved", "0").Err()
+func (f *floorBatcher) load(ctx context.Context, sku string, units int64) error {
+	return f.n.Client().HSet(ctx, floorStock(sku), "available", strconv.FormatInt(units, 10), "reserved", "0").Err()
 }
 
-// reserve takes one unit for order id and waits for its script call.
-func (f *floorBatcher) reserve(id string) error {
+// submit queues r (done is made here); wait waits for it.
+func (f *floorBatcher) submit(r *floorReq) error {
 	f.start.Do(func() {
 		for range floorSenders {
 			go f.send()
 		}
 	})
-	r := &floorReq{id: id, done: make(chan struct{})}
+	r.done = make(chan struct{})
 	select {
 	case f.queue <- r:
+		return nil
 	case <-f.ctx.Done():
 		return f.ctx.Err()
 	}
+}
+
+func (f *floorBatcher) wait(r *floorReq) error {
 	select {
 	case <-r.done:
 		return r.err
@@ -137,39 +180,9 @@ func (f *floorBatcher) reserve(id string) error {
 	}
 }
 
-// check verifies the floor script on the node, from an empty node: with 2
-// units, orders a, a again, b and c get offsets 1 and 2, a refusal of the
-// repeated id, and a short reply; the counter ends at 0 available and 2
-// reserved, and the redo queue and the pending index hold a and b.
-func (f *floorBatcher) check(ctx context.Context) error {
-	if err := f.load(ctx, 2); err != nil {
-		return err
-	}
-	c := f.n.Client()
-	keys := []string{floorStock, floorRedo, floorPending, floorOffsets, "floor:order:a", "floor:order:a", "floor:order:b", "floor:order:c"}
-	out, err := f.script.Run(ctx, c, keys, "600000", "604800", "a", "a", "b", "c").Int64Slice()
-	if err != nil {
-		return fmt.Errorf("floor check: %w", err)
-	}
-	if fmt.Sprint(out) != "[1 -1 2 0]" {
-		return fmt.Errorf("floor check: replies %v, want [1 -1 2 0]", out)
-	}
-	st, err := c.HMGet(ctx, floorStock, "available", "reserved").Result()
-	if err != nil || fmt.Sprint(st) != "[0 2]" {
-		return fmt.Errorf("floor check: stock %v (%v), want [0 2]", st, err)
-	}
-	for _, k := range []string{floorRedo, floorPending} {
-		m, err := c.ZRange(ctx, k, 0, -1).Result()
-		if err != nil || fmt.Sprint(m) != "[a b]" {
-			return fmt.Errorf("floor check: %s holds %v (%v), want [a b]", k, m, err)
-		}
-	}
-	return nil
-}
-
 func (f *floorBatcher) send() {
-	keys := make([]string, 0, 4+floorBatch)
-	args := make([]any, 0, 2+floorBatch)
+	keys := make([]string, 0, 2+3*floorBatch)
+	args := make([]any, 0, 2+3*floorBatch)
 	batch := make([]*floorReq, 0, floorBatch)
 	for {
 		batch = batch[:0]
@@ -188,15 +201,15 @@ func (f *floorBatcher) send() {
 				break fill
 			}
 		}
-		keys = append(keys[:0], floorStock, floorRedo, floorPending, floorOffsets)
+		keys = append(keys[:0], floorPending, floorOffsets)
 		args = append(args[:0], "600000", "604800")
 		for _, r := range batch {
-			keys = append(keys, "floor:order:"+r.id)
-			args = append(args, r.id)
+			keys = append(keys, r.key, floorStock(r.sku), floorRedo(r.sku)) // "r": sku "", keys unused
+			args = append(args, r.mode, r.member, r.value)
 		}
 		out, err := f.script.Run(f.ctx, f.n.Client(), keys, args...).Int64Slice()
 		if err == nil && len(out) != len(batch) {
-			err = fmt.Errorf("floor script: %d replies for %d orders", len(out), len(batch))
+			err = fmt.Errorf("floor script: %d replies for %d entries", len(out), len(batch))
 		}
 		for i, r := range batch {
 			switch {
@@ -205,9 +218,102 @@ func (f *floorBatcher) send() {
 			case out[i] == 0:
 				r.err = errFloorShort
 			case out[i] < 0:
-				r.err = fmt.Errorf("floor: order %q has a record already", r.id)
+				r.err = fmt.Errorf("floor: %s: key %q exists", r.member, r.key)
 			}
 			close(r.done)
 		}
 	}
+}
+
+// floorHome is the node of an order id's record: hashed over n nodes.
+func floorHome(id string, n int) int { return int(xxhash.Sum64String(id) % uint64(n)) }
+
+// floorItem is one item of a floor order: one unit of sku on node
+// (an index into the batchers).
+type floorItem struct {
+	node int
+	sku  string
+}
+
+// floorOrder places a floor order whose record lives on batchers[home],
+// with the fewest writes: first a fence on every other node with an item
+// (at once), then, once all are taken, the record, set only if absent and
+// final at once, with the home's own item taken in the same entry. An
+// order whose items are all on its home is that one entry. Items are on
+// distinct nodes. (A design that writes this way decides an order by its
+// record's SET NX: fences of an attempt that lost, crashed or was
+// cancelled before its record are released, or come back at their
+// deadline. The floor measures the success path only.)
+func floorOrder(batchers []*floorBatcher, home int, id string, items []floorItem) error {
+	list := ""
+	for _, it := range items {
+		list += "|" + batchers[it.node].n.Name() + ":" + it.sku + ":1"
+	}
+	rec := floorReq{mode: "r", key: "floor:order:" + id, member: id, value: "reserved" + list}
+	fences := make([]floorReq, 0, len(items))
+	var at []*floorBatcher
+	for i, it := range items {
+		member := id + "." + strconv.Itoa(i)
+		if it.node == home {
+			rec.mode, rec.sku, rec.member = "t", it.sku, member
+			continue
+		}
+		fences = append(fences, floorReq{mode: "t", key: "floor:part:" + member, sku: it.sku, member: member, value: "pending|" + id + "|" + it.sku + "|1"})
+		at = append(at, batchers[it.node])
+	}
+	for i := range fences {
+		if err := at[i].submit(&fences[i]); err != nil {
+			return err
+		}
+	}
+	var err error
+	for i := range fences {
+		err = errors.Join(err, at[i].wait(&fences[i]))
+	}
+	if err != nil {
+		return err
+	}
+	if err := batchers[home].submit(&rec); err != nil {
+		return err
+	}
+	return batchers[home].wait(&rec)
+}
+
+// check verifies the floor script on the node, from an empty node: with 2
+// units, entries a, a again, b and c get offsets 1 and 2, a refusal of the
+// repeated key, and a short reply; a record without stock is set once;
+// the counter ends at 0 available and 2 reserved, and the redo queue and
+// the pending index hold a and b.
+func (f *floorBatcher) check(ctx context.Context) error {
+	if err := f.load(ctx, floorHotSKU, 2); err != nil {
+		return err
+	}
+	c := f.n.Client()
+	var keys []string
+	var args []any
+	for _, e := range [][3]string{{"t", "a", "x"}, {"t", "a", "x"}, {"t", "b", "x"}, {"t", "c", "x"}, {"r", "e", "z"}, {"r", "e", "z"}} {
+		keys = append(keys, "floor:order:"+e[1], floorStock(floorHotSKU), floorRedo(floorHotSKU))
+		args = append(args, e[0], e[1], e[2])
+	}
+	out, err := f.script.Run(ctx, c, append([]string{floorPending, floorOffsets}, keys...), append([]any{"600000", "604800"}, args...)...).Int64Slice()
+	if err != nil {
+		return fmt.Errorf("floor check: %w", err)
+	}
+	if fmt.Sprint(out) != "[1 -1 2 0 1 -1]" {
+		return fmt.Errorf("floor check: replies %v, want [1 -1 2 0 1 -1]", out)
+	}
+	if v, err := c.Get(ctx, "floor:order:e").Result(); err != nil || v != "z" {
+		return fmt.Errorf("floor check: record e holds %q (%v), want z", v, err)
+	}
+	st, err := c.HMGet(ctx, floorStock(floorHotSKU), "available", "reserved").Result()
+	if err != nil || fmt.Sprint(st) != "[0 2]" {
+		return fmt.Errorf("floor check: stock %v (%v), want [0 2]", st, err)
+	}
+	for _, k := range []string{floorRedo(floorHotSKU), floorPending} {
+		m, err := c.ZRange(ctx, k, 0, -1).Result()
+		if err != nil || fmt.Sprint(m) != "[a b]" {
+			return fmt.Errorf("floor check: %s holds %v (%v), want [a b]", k, m, err)
+		}
+	}
+	return nil
 }

@@ -5,41 +5,61 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/router"
 )
 
-// TestFloorYardstick checks the floor script against a real node (check),
-// then 100 concurrent orders against 60 units through the batcher: exactly
-// 60 are taken, each once, with offsets 1..60, and 40 are short; a taken
-// order id is refused when stock is back.
-func TestFloorYardstick(t *testing.T) {
+// floorNodes returns a floor batcher on each of three real nodes, after
+// each node passed the script's check (and was emptied again).
+func floorNodes(t *testing.T) []*floorBatcher {
+	t.Helper()
 	srvs := redistest.StartN(t, 3, redistest.Options{})
 	cfg := BenchConfig([]string{srvs[0].Addr(), srvs[1].Addr(), srvs[2].Addr()})
 	r, err := router.New(context.Background(), cfg, router.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	t.Cleanup(func() { _ = r.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	f := newFloorBatcher(ctx, r.Nodes()[0])
-	if err := f.check(ctx); err != nil {
+	t.Cleanup(cancel)
+	var out []*floorBatcher
+	for _, n := range r.Nodes() {
+		f := newFloorBatcher(ctx, n)
+		if err := f.check(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Client().FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// TestFloorHot runs 100 concurrent one-node orders against 60 units:
+// exactly 60 are taken, each once, with redo offsets 1..60 and a pending
+// entry each, and 40 are short; a taken order id is refused when stock is
+// back.
+func TestFloorHot(t *testing.T) {
+	f := floorNodes(t)[0]
+	ctx := context.Background()
+	if err := f.load(ctx, floorHotSKU, 60); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.n.Client().FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.load(ctx, 60); err != nil {
-		t.Fatal(err)
+	fs := []*floorBatcher{f}
+	take := func(i int) error {
+		return floorOrder(fs, 0, "o"+strconv.Itoa(i), []floorItem{{0, floorHotSKU}})
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, 100)
 	for i := range errs {
-		wg.Go(func() { errs[i] = f.reserve("o" + strconv.Itoa(i)) })
+		wg.Go(func() { errs[i] = take(i) })
 	}
 	wg.Wait()
 	var ok, short int
@@ -57,11 +77,11 @@ func TestFloorYardstick(t *testing.T) {
 		t.Fatalf("%d taken, %d short; want 60 and 40", ok, short)
 	}
 	c := f.n.Client()
-	st, err := c.HMGet(ctx, floorStock, "available", "reserved").Result()
+	st, err := c.HMGet(ctx, floorStock(floorHotSKU), "available", "reserved").Result()
 	if err != nil || st[0] != "0" || st[1] != "60" {
 		t.Fatalf("stock %v (%v), want available 0, reserved 60", st, err)
 	}
-	redo, err := c.ZRangeWithScores(ctx, floorRedo, 0, -1).Result()
+	redo, err := c.ZRangeWithScores(ctx, floorRedo(floorHotSKU), 0, -1).Result()
 	if err != nil || len(redo) != 60 {
 		t.Fatalf("redo queue holds %d entries (%v), want 60", len(redo), err)
 	}
@@ -73,10 +93,83 @@ func TestFloorYardstick(t *testing.T) {
 	if n, err := c.ZCard(ctx, floorPending).Result(); err != nil || n != 60 {
 		t.Fatalf("pending index holds %d (%v), want 60", n, err)
 	}
-	if err := f.load(ctx, 1); err != nil {
+	if err := f.load(ctx, floorHotSKU, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.reserve("o0"); err == nil || errors.Is(err, errFloorShort) {
-		t.Fatalf("a repeated order id: %v, want a refusal for its record", err)
+	for i, err := range errs {
+		if err == nil {
+			if err := take(i); err == nil || errors.Is(err, errFloorShort) {
+				t.Fatalf("order o%d again: %v, want a refusal for its record", i, err)
+			}
+			break
+		}
+	}
+}
+
+// TestFloorOrder3 runs 40 concurrent 3-item orders: each takes one unit on
+// every node, the record (final) on its hashed home and a fence on the two
+// others. Then 20 one-item orders
+// on node 0 with hashed homes: those homed elsewhere leave a record there
+// (no unit taken) and a fence on node 0.
+func TestFloorOrder3(t *testing.T) {
+	fs := floorNodes(t)
+	ctx := context.Background()
+	skus := []string{"1001", "2001", "3001"}
+	for i, f := range fs {
+		if err := f.load(ctx, skus[i], 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const orders = 40
+	var wg sync.WaitGroup
+	errs := make([]error, orders)
+	homes := make([]int, len(fs))
+	for i := range errs {
+		id := "x" + strconv.Itoa(i)
+		home := int(xxhash.Sum64String(id) % uint64(len(fs)))
+		homes[home]++
+		items := []floorItem{{0, skus[0]}, {1, skus[1]}, {2, skus[2]}}
+		wg.Go(func() { errs[i] = floorOrder(fs, home, id, items) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range fs {
+		c := f.n.Client()
+		if st, err := c.HMGet(ctx, floorStock(skus[i]), "available", "reserved").Result(); err != nil || st[0] != "960" || st[1] != "40" {
+			t.Fatalf("node %d stock %v (%v), want 960 available, 40 reserved", i, st, err)
+		}
+		fences, _ := c.Keys(ctx, "floor:part:*").Result()
+		records, _ := c.Keys(ctx, "floor:order:*").Result()
+		if len(records) != homes[i] || len(fences) != orders-homes[i] {
+			t.Fatalf("node %d: %d records, %d fences; want %d and %d", i, len(records), len(fences), homes[i], orders-homes[i])
+		}
+		for _, k := range records {
+			if v, err := c.Get(ctx, k).Result(); err != nil || !strings.HasPrefix(v, "reserved|") {
+				t.Fatalf("node %d: record %s holds %q (%v), want reserved", i, k, v, err)
+			}
+		}
+	}
+	remote := 0
+	for i := range 20 {
+		id := "h" + strconv.Itoa(i)
+		home := floorHome(id, len(fs))
+		if home != 0 {
+			remote++
+		}
+		if err := floorOrder(fs, home, id, []floorItem{{0, skus[0]}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c0 := fs[0].n.Client()
+	if st, err := c0.HMGet(ctx, floorStock(skus[0]), "available", "reserved").Result(); err != nil || st[0] != "940" || st[1] != "60" {
+		t.Fatalf("node 0 stock %v (%v), want 940 available, 60 reserved", st, err)
+	}
+	if fences, _ := c0.Keys(ctx, "floor:part:h*").Result(); len(fences) != remote {
+		t.Fatalf("node 0 holds %d fences of one-item orders, want %d", len(fences), remote)
+	}
+	if remote == 0 || remote == 20 {
+		t.Fatalf("%d of 20 one-item orders homed off node 0: the test needs both kinds", remote)
 	}
 }

@@ -29,10 +29,16 @@ const (
 	// commit off (inventory.group_commit 1): one order per script call.
 	VarInv3Alone = "shardis 3 items on 3 nodes, group commit off"
 	VarHot1Alone = "hot SKU on 1 node (shardis, 1 item), group commit off"
-	// VarHotFloor is VarSeedHot1's workload written with the least state a
-	// reservation that keeps a record per order needs, batched (floor.go):
-	// a yardstick for the hot-SKU target, not shardis.
-	VarHotFloor = "floor: hot SKU on 1 node, one record per order, 32 orders per script call"
+	// VarHotFloor and VarFloor3 are VarSeedHot1's and VarSeed3's
+	// workloads written with the least state a reservation that keeps a
+	// record per order needs, batched (floor.go): yardsticks for the
+	// inventory targets, not shardis. VarFloor3's records are hashed over
+	// the three nodes, as VarInv3's.
+	// VarHotFloorLocal is VarHotFloor with every record on the stock's node
+	// (VarHot1Minted's placement): one entry per order.
+	VarHotFloor      = "floor: hot SKU on 1 node, a record per order (hashed over 3 nodes) and a part fence, batched"
+	VarHotFloorLocal = "floor: hot SKU on 1 node, a record per order next to the stock, batched"
+	VarFloor3        = "floor: 3 items on 3 nodes, a record and two part fences per order, batched"
 )
 
 // seedHotSKU is the seed's id of the hot SKU (its ids are numbers).
@@ -78,10 +84,24 @@ func (ir *InvResult) GroupGain(v string) float64 {
 	return PairedRatio([]*Series{on}, []*Series{alone})
 }
 
-// FloorVsSeed is HotVsSeed for VarHotFloor: the most orders/s over the
-// seed's that a design writing one record per order reached in the run
-// (0 when the run has no such series).
+// FloorVsSeed and FloorLocalVsSeed are HotVsSeed for VarHotFloor and
+// VarHotFloorLocal: the most orders/s over the seed's that a design
+// writing a record per order reached in the run, with the records placed
+// as VarHot1's and as VarHot1Minted's (0 when the run has no such series).
 func (ir *InvResult) FloorVsSeed() float64 { return ir.vsSeedHot(VarHotFloor) }
+
+// FloorLocalVsSeed: see FloorVsSeed.
+func (ir *InvResult) FloorLocalVsSeed() float64 { return ir.vsSeedHot(VarHotFloorLocal) }
+
+// Floor3VsSeed is VarFloor3's orders/s over VarSeed3's, paired per round
+// (0 when the run has no such series).
+func (ir *InvResult) Floor3VsSeed() float64 {
+	f, s := ir.Series[VarFloor3], ir.Series[VarSeed3]
+	if f == nil || s == nil || len(f.Samples) != len(s.Samples) || len(s.Samples) == 0 {
+		return 0
+	}
+	return PairedRatio([]*Series{f}, []*Series{s})
+}
 
 // HotMintedVsSeed is HotVsSeed for VarHot1Minted (0 when the run has no
 // such series).
@@ -166,7 +186,17 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 	seedHot := strconv.Itoa(seedHotSKU)
 	seedHotItems := []SeedItem{{Nodes: routeNodes[0], SKU: seedHot, Qty: 1}}
 	seedHotQueue := seedQueue(seedHotSKU)
-	floor := newFloorBatcher(ctx, routeNodes[0][0])
+	floors := make([]*floorBatcher, len(singleRoutes))
+	for r := range floors {
+		floors[r] = newFloorBatcher(ctx, routeNodes[r][0])
+	}
+	floorHot := []floorItem{{node: 0, sku: floorHotSKU}}
+	floorHotSetup := func(ctx context.Context) error {
+		if err := floors[0].check(ctx); err != nil {
+			return err
+		}
+		return floors[0].load(ctx, floorHotSKU, inventory.MaxQuantity)
+	}
 	reserve := func(w *Worker, items []inventory.Item) error {
 		_, err := inv.Reserve(ctx, orderID(w, 'o'), items, "", 0)
 		return err
@@ -238,12 +268,30 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 		}, func(w *Worker) error {
 			return SeedOrder(ctx, orderID(w, 's'), seedHotItems, func(string) string { return seedHotQueue })
 		}},
-		VarHotFloor: {VarHotFloor, func(ctx context.Context) error {
-			if err := floor.check(ctx); err != nil {
-				return err
+		VarHotFloor: {VarHotFloor, floorHotSetup, func(w *Worker) error {
+			id := orderID(w, 'f')
+			return floorOrder(floors, floorHome(id, len(floors)), id, floorHot)
+		}},
+		VarHotFloorLocal: {VarHotFloorLocal, floorHotSetup, func(w *Worker) error {
+			return floorOrder(floors, 0, orderID(w, 'f'), floorHot)
+		}},
+		VarFloor3: {VarFloor3, func(ctx context.Context) error {
+			for r, f := range floors {
+				for _, s := range three[r] {
+					if err := f.load(ctx, s, inventory.MaxQuantity); err != nil {
+						return err
+					}
+				}
 			}
-			return floor.load(ctx, inventory.MaxQuantity)
-		}, func(w *Worker) error { return floor.reserve(orderID(w, 'f')) }},
+			return nil
+		}, func(w *Worker) error {
+			id := orderID(w, 'f')
+			items := make([]floorItem, len(singleRoutes))
+			for r := range items {
+				items[r] = floorItem{node: r, sku: three[r][w.Rng.IntN(nSKU)]}
+			}
+			return floorOrder(floors, floorHome(id, len(floors)), id, items)
+		}},
 	}, nil
 }
 
@@ -273,7 +321,7 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 	if err != nil {
 		return nil, err
 	}
-	variants := []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone, VarHotFloor}
+	variants := []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone, VarHotFloor, VarHotFloorLocal, VarFloor3}
 	res := &InvResult{Conc: p.Conc, SKUs: p.SKUs, Variants: variants, Series: map[string]*Series{}}
 	for _, v := range variants {
 		res.Series[v] = &Series{Name: v}
@@ -310,10 +358,10 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 				for v, s := range got {
 					res.Series[v].Add(s)
 				}
-			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f (minted ids %.0f), seed hot 1 node %.0f; group commit off: 3 items %.0f, hot 1 node %.0f; floor %.0f",
+			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f (minted ids %.0f), seed hot 1 node %.0f; group commit off: 3 items %.0f, hot 1 node %.0f; floor: hot %.0f (next to the stock %.0f), 3 items %.0f",
 				got[VarInv1].OpsPerSec(), got[VarInv3].OpsPerSec(), got[VarSeed3].OpsPerSec(),
 				got[VarHot3].OpsPerSec(), got[VarHot1].OpsPerSec(), got[VarHot1Minted].OpsPerSec(), got[VarSeedHot1].OpsPerSec(),
-				got[VarInv3Alone].OpsPerSec(), got[VarHot1Alone].OpsPerSec(), got[VarHotFloor].OpsPerSec()), nil
+				got[VarInv3Alone].OpsPerSec(), got[VarHot1Alone].OpsPerSec(), got[VarHotFloor].OpsPerSec(), got[VarHotFloorLocal].OpsPerSec(), got[VarFloor3].OpsPerSec()), nil
 	})
 	res.Rounds = st
 	if err != nil {

@@ -64,7 +64,7 @@ func method(r *Results) string {
 		"reproduces the Java seed's deduction: per item one `EVAL` with the whole script text (no SHA), tried on the route's nodes in order; items one after another; " +
 		"on failure one rollback `EVAL` per deducted item, one after another. Its scripts keep the seed's data layout and steps with its bugs fixed " +
 		"(stock check, redo-log offset, `ZADD` of the redo entry; the rollback gives the units back and removes the entry), and are checked at the start of every run. It calls the same node clients as shardis (same pools, same hook), so only the shape and the scripts differ. " +
-		"The hot-SKU rows put every order on one SKU: shardis's on route r1 (stock on n1 only), the seed's on n1; the shardis rows use made-up order ids (their records hashed over the three nodes) except the one with ids minted by `Inventory.NewOrderID` given the items, inside the measured call (their records on n1, next to the stock). The two \"group commit off\" rows run the 3-item and the hot-SKU workloads through a second inventory over the same router with `inventory.group_commit: 1` (one order per script call). The floor row is a yardstick, not shardis (`internal/bench/floor.go`): the seed's hot-SKU workload on n1 written with the least a reservation that keeps a record per order must write (a record set only if the order id has none, a deadline entry, the counter and the redo entry), 32 waiting orders per script call, each write shared that can be; it bounds what such a design reaches here.\n")
+		"The hot-SKU rows put every order on one SKU: shardis's on route r1 (stock on n1 only), the seed's on n1; the shardis rows use made-up order ids (their records hashed over the three nodes) except the one with ids minted by `Inventory.NewOrderID` given the items, inside the measured call (their records on n1, next to the stock). The two \"group commit off\" rows run the 3-item and the hot-SKU workloads through a second inventory over the same router with `inventory.group_commit: 1` (one order per script call). The three floor rows are yardsticks, not shardis (`internal/bench/floor.go`): the seed's hot-SKU and 3-item workloads written with the least a reservation that keeps a record per order must write: a record set only if the order id has none, on the order's hashed home (or, in one hot-SKU row, next to the stock), a part fence set only once on each node with an item when that is not the home (the fences first, then the record, final at once: the fewest writes), a deadline and a redo entry per part, the counters; up to 32 waiting entries per script call on each node, every write shared that can be. They bound what such a design reaches here.\n")
 	return b.String()
 }
 
@@ -134,6 +134,7 @@ func reading(r *Results, s Summary) string {
 					fmtDur(seqI), fmtDur(seqS))
 			}
 		}
+		t += floor3Reading(ir)
 		t += fmt.Sprintf("A reserve allocates %d times for 1 item and %d for 3 (the seed: %d for 3). ", s.Reserve1ItemAllocs, s.Reserve3ItemAllocs, seedAllocs(ir))
 		h := s.HotSplitVsSingle
 		if h >= 1.05 {
@@ -275,8 +276,8 @@ func misses(r *Results, s Summary) string {
 			"  - per item, a part record (12 fields) and a pending-index entry with a deadline; once per script call (shared by group commit), the node-identity check (`HMGET` of the stamp, `TIME`) and the write sequence;\n"+
 			"  - on the client, a goroutine for the stage and per other node and one for the commit, and the parts' JSON (the promised list, then the taken list); see the profile below.\n"+
 			"  Group commit removed what the orders on one node can share (the call, its round trip, the stamp check, the write sequence, type checks, the stock and offsets reads and writes, the `ZADD`s merged per key); what is left is each order's own Lua work: the part and order records are hashes of 8 to 12 fields and each order's parts a JSON list. "+
-			"Reaching 2× needs a compact record layout (one value per part and per order), not fewer calls.\n",
-			s.Inventory3ItemVsSeed, n3, k3, fmtCPU(e3), fmtCPU(s3), fmtCPU(c3), ns, ks, fmtCPU(es), fmtCPU(ss), fmtCPU(cs))
+			"%s\n",
+			s.Inventory3ItemVsSeed, n3, k3, fmtCPU(e3), fmtCPU(s3), fmtCPU(c3), ns, ks, fmtCPU(es), fmtCPU(ss), fmtCPU(cs), floor3Miss(ir))
 	}
 	b.WriteString(ordersMisses(r, s))
 	if f := r.Failover; f != nil && !s.Targets["detect<=1s"] {

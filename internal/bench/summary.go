@@ -47,9 +47,15 @@ type Summary struct {
 	InventoryHotMintedVsSeed float64 `json:"inventory_hot_sku_minted_vs_seed,omitempty"`
 	// InventoryHotFloorVsSeed is the same for the floor yardstick
 	// (floor.go): the hot-SKU workload written with the least state a
-	// reservation with one record per order needs, 32 orders per script
-	// call; not shardis, a bound on what such a design reaches here.
-	InventoryHotFloorVsSeed float64 `json:"inventory_hot_sku_floor_vs_seed,omitempty"`
+	// reservation with a record per order needs, batched, the records
+	// hashed over the nodes as inventory_hot_sku_vs_seed's;
+	// InventoryHotFloorLocalVsSeed with every record next to the stock (as
+	// the minted ids'). Not shardis: bounds on what such a design reaches.
+	InventoryHotFloorVsSeed      float64 `json:"inventory_hot_sku_floor_vs_seed,omitempty"`
+	InventoryHotFloorLocalVsSeed float64 `json:"inventory_hot_sku_floor_local_vs_seed,omitempty"`
+	// Inventory3ItemFloorVsSeed is the 3-item floor yardstick's orders/s
+	// over the seed's 3-item orders, paired per round (floor.go).
+	Inventory3ItemFloorVsSeed float64 `json:"inventory_3item_floor_vs_seed,omitempty"`
 	// ReserveRoundTrips1Item and ReserveRoundTrips3Item are the median
 	// sequential round trips of one successful Reserve, counted by a
 	// go-redis hook, one order at a time: 1 item with stock on every node;
@@ -166,6 +172,12 @@ func Summarize(r *Results) Summary {
 		}
 		if h := ir.FloorVsSeed(); h > 0 {
 			s.InventoryHotFloorVsSeed = round3(h)
+		}
+		if h := ir.FloorLocalVsSeed(); h > 0 {
+			s.InventoryHotFloorLocalVsSeed = round3(h)
+		}
+		if h := ir.Floor3VsSeed(); h > 0 {
+			s.Inventory3ItemFloorVsSeed = round3(h)
 		}
 		s.GroupCommitGain3Item = round3(ir.GroupGain(VarInv3))
 		s.GroupCommitGainHot = round3(ir.GroupGain(VarHot1))
