@@ -178,7 +178,11 @@ func floorMiss(ir *InvResult) string {
 	if f >= 2 {
 		return fmt.Sprintf("The floor yardstick with the records placed as here (a record and a part fence per order, batched) reached %.2f× the seed in the same rounds (%.2f× with the records next to the stock): 2× is within reach of a layout that writes one value per record and per part.", f, fl)
 	}
-	return fmt.Sprintf("The floor yardstick with the records placed as here (a record and a part fence per order, one string each, batched) reached only %.2f× the seed in the same rounds: with made-up order ids no design that keeps a record per order reaches 2× on this machine; with the records next to the stock (minted ids) the floor reached %.2f×.", f, fl)
+	t := fmt.Sprintf("The floor yardstick with the records placed as here (a record and a part fence per order, one string each, batched) reached only %.2f× the seed in the same rounds: with the record on another node than the stock, writing a record and a fence per order costs more than the target leaves, whatever the Lua around them. With the records next to the stock (minted ids) the floor reached %.2f×", f, fl)
+	if fl < 2 {
+		return t + ", also short of 2×: one key per order, with its expiry, costs the node more than the target leaves."
+	}
+	return t + "."
 }
 
 // floor3Reading is the report's reading of the 3-item floor yardstick
@@ -204,5 +208,5 @@ func floor3Miss(ir *InvResult) string {
 	case f >= 2:
 		return fmt.Sprintf("The 3-item floor yardstick (a record and two part fences per order, one string each, batched) reached %.2f× the seed in the same rounds: 2× is within reach of a layout that writes one value per part and per order, not of fewer calls.", f)
 	}
-	return fmt.Sprintf("The 3-item floor yardstick (a record and two part fences per order, one string each, batched) reached only %.2f× the seed in the same rounds: on this machine no design that writes a record and a fence per part reaches 2×, whatever its Lua.", f)
+	return fmt.Sprintf("The 3-item floor yardstick (a record and two part fences per order, one string each, batched) reached only %.2f× the seed in the same rounds: on this machine writing a record and a fence per part costs more than the target leaves, whatever the Lua around them.", f)
 }
