@@ -295,7 +295,7 @@ func (a *applier) check(ctx context.Context, cur TopologyRecord, recs map[string
 	}
 	for _, name := range a.rep.Left {
 		n, _ := a.node(name)
-		pending, err := n.Client().ZCard(ctx, keyPending).Result()
+		pending, err := n.Client().ZCard(ctx, PendingKey).Result()
 		if err != nil {
 			return fmt.Errorf("%w: node %s: %v", ErrUnavailable, name, err)
 		}

@@ -244,7 +244,7 @@ func (a *applier) settleLeaving(ctx context.Context) error {
 // pendingQuotaCounters returns the quota counters that pending parts on n
 // still count.
 func pendingQuotaCounters(ctx context.Context, n *node.Node) (map[string]bool, error) {
-	ids, err := n.Client().ZRange(ctx, keyPending, 0, -1).Result()
+	ids, err := n.Client().ZRange(ctx, PendingKey, 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("%w: node %s: %v", ErrUnavailable, n.Name(), err)
 	}

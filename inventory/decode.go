@@ -74,8 +74,8 @@ func (k KeyKind) String() string {
 }
 
 // fixedKeys are the keys of which a node holds one each.
-var fixedKeys = map[string]KeyKind{keyRedoOffset: KeyRedoOffsets, keyRedoAcked: KeyRedoAcked,
-	keyPending: KeyPending, keyStuck: KeyStuck, keyStuckWhy: KeyStuckWhy, keyLimitsTodo: KeyLimitsTodo}
+var fixedKeys = map[string]KeyKind{RedoOffsetsKey: KeyRedoOffsets, keyRedoAcked: KeyRedoAcked,
+	PendingKey: KeyPending, keyStuck: KeyStuck, keyStuckWhy: KeyStuckWhy, keyLimitsTodo: KeyLimitsTodo}
 
 // keyFamilies are the prefixed families, a longer prefix before any
 // prefix of it.

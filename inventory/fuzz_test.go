@@ -192,7 +192,7 @@ func (e *fuzzEnv) pendingOf(t *testing.T, orderID string) []string {
 	t.Helper()
 	var out []string
 	for _, name := range fuzzNodeNames {
-		ids, err := e.raw[name].ZRange(context.Background(), keyPending, 0, -1).Result()
+		ids, err := e.raw[name].ZRange(context.Background(), PendingKey, 0, -1).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -561,7 +561,7 @@ func FuzzCorruptValue(f *testing.F) {
 		if err := raw.HSet(ctx, key, field, value).Err(); err != nil {
 			t.Fatal(err)
 		}
-		keys := []string{key, keyPending, keyRedoOffset, queue, partKey(pending), partKey(stockPartID(order, "tok2", 0))}
+		keys := []string{key, PendingKey, RedoOffsetsKey, queue, partKey(pending), partKey(stockPartID(order, "tok2", 0))}
 		before := fzNodeSnapshot(t, raw, keys...)
 		corrupt := func(what string, err error) {
 			t.Helper()
@@ -651,7 +651,7 @@ func fzOtherSnapshot(t *testing.T, env *fuzzEnv, name, route, sku string) string
 	t.Helper()
 	c := env.nodeStock(t, name, route, sku)
 	c.raw = nil
-	pending, err := env.raw[name].ZRange(context.Background(), keyPending, 0, -1).Result()
+	pending, err := env.raw[name].ZRange(context.Background(), PendingKey, 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -791,7 +791,7 @@ func FuzzRedoRead(f *testing.F) {
 				t.Fatalf("acknowledged offset of %s on %s is %q", qk, nodeName, prevRaw)
 			}
 		}
-		headRaw, err := raw.HGet(ctx, keyRedoOffset, qk).Result()
+		headRaw, err := raw.HGet(ctx, RedoOffsetsKey, qk).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			t.Fatal(err)
 		}

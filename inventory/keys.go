@@ -12,11 +12,17 @@ import (
 // routes may use the same SKU ids. All keys of one node live on that node:
 // scripts span SKUs, so Redis Cluster hash tags would not help here.
 const (
-	keyPending    = "inv:pending"      // zset: part id → deadline (ms)
-	keyStuck      = "inv:stuck"        // zset: part id set aside → when (ms)
-	keyStuckWhy   = "inv:stuck:why"    // hash: part id set aside → reason
-	keyRedoOffset = "inv:redo:offsets" // hash: redo queue key → last offset
-	keyRedoAcked  = "inv:redo:acked"   // hash: redo queue key → acknowledged offset
+	// PendingKey is a node's pending index: a sorted set of the ids of
+	// the parts reserved there whose settle is still due, scored by
+	// deadline (ms). A part leaves it once it is settled (confirmed,
+	// cancelled or expired) or set aside ([Inventory.SetAside]).
+	PendingKey  = "inv:pending"
+	keyStuck    = "inv:stuck"     // zset: part id set aside → when (ms)
+	keyStuckWhy = "inv:stuck:why" // hash: part id set aside → reason
+	// RedoOffsetsKey is a node's hash of redo queue key → the last
+	// offset handed out in that queue ([RedoLogKey]).
+	RedoOffsetsKey = "inv:redo:offsets"
+	keyRedoAcked   = "inv:redo:acked" // hash: redo queue key → acknowledged offset
 )
 
 // Prefixes of the key families; the constructors below and ParseKey
@@ -48,10 +54,19 @@ func quotaKey(route, sku, user string) string {
 
 func partKey(partID string) string { return partKeyPrefix + partID }
 
+// PartKey returns the key of a part's record (a hash, [DecodePart]) on the
+// node that holds the part.
+func PartKey(partID string) string { return partKey(partID) }
+
 // partKeyPrefix starts every part key; scripts get it as ARGV[3] (lua.go).
 const partKeyPrefix = "inv:part:"
 
 func orderKey(orderID string) string { return orderKeyPrefix + orderID }
+
+// OrderKey returns the key of an order's record (a hash, [DecodeOrder]) on
+// the order's home node. OrderKey("*") is the SCAN pattern of every order
+// record; [ParseKey] gives a scanned key's order id back.
+func OrderKey(orderID string) string { return orderKey(orderID) }
 
 // RedoLogKey returns the key of redo-log queue q (0-based) on every node.
 func RedoLogKey(q int) string { return redoLogKeyPrefix + strconv.Itoa(q) }

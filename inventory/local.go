@@ -182,7 +182,7 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 		}
 	}
 	keys := make([]string, 0, 3+3*len(reqs))
-	keys = append(keys, orderKey(orderID), keyPending, keyRedoOffset)
+	keys = append(keys, orderKey(orderID), PendingKey, RedoOffsetsKey)
 	args := make([]any, 0, 7+7*len(reqs))
 	args = append(args, token, digestOf(items, userID), userID, ms(ttl), seconds(inv.cfg.Retention), orderID, ms(partGrace))
 	for _, r := range reqs {

@@ -237,7 +237,7 @@ func (inv *Inventory) SettleNow(ctx context.Context, s Settle) ([]string, error)
 		return nil, err
 	}
 	keys := make([]string, 0, 1+len(s.PartIDs))
-	keys = append(keys, keyPending)
+	keys = append(keys, PendingKey)
 	args := make([]any, 0, 3+len(s.PartIDs))
 	args = append(args, string(s.Action), seconds(inv.cfg.Retention), s.OrderID)
 	for _, id := range s.PartIDs {

@@ -58,7 +58,7 @@ return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))
 // pendingAdjust runs pendingAdjustScript's op on part partID of n, with
 // args after the part id.
 func (inv *Inventory) pendingAdjust(ctx context.Context, n *node.Node, op, partID string, args ...any) (any, error) {
-	return inv.run(ctx, n, pendingAdjustScript, []string{keyPending, partKey(partID), keyStuck, keyStuckWhy},
+	return inv.run(ctx, n, pendingAdjustScript, []string{PendingKey, partKey(partID), keyStuck, keyStuckWhy},
 		append([]any{op, partID}, args...)...)
 }
 
@@ -95,7 +95,7 @@ const (
 // DueParts returns up to limit pending parts of n whose deadline has
 // passed, by n's clock.
 func (inv *Inventory) DueParts(ctx context.Context, n *node.Node, limit int) ([]PendingPart, error) {
-	v, err := inv.run(ctx, n, pendingDueScript, []string{keyPending}, limit)
+	v, err := inv.run(ctx, n, pendingDueScript, []string{PendingKey}, limit)
 	if err != nil {
 		return nil, err
 	}

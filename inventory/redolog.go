@@ -176,7 +176,7 @@ func (inv *Inventory) AckRedoLog(ctx context.Context, nodeName string, queue int
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	v, err := inv.run(ctx, n, redoWriteScript, []string{keyRedoAcked, keyRedoOffset, RedoLogKey(queue)}, "ack", offset)
+	v, err := inv.run(ctx, n, redoWriteScript, []string{keyRedoAcked, RedoOffsetsKey, RedoLogKey(queue)}, "ack", offset)
 	if err != nil {
 		return 0, err
 	}
@@ -192,7 +192,7 @@ func (inv *Inventory) RedoUnacked(ctx context.Context, nodeName string) (int64, 
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	pipe := n.Client().Pipeline()
-	heads := pipe.HGetAll(ctx, keyRedoOffset)
+	heads := pipe.HGetAll(ctx, RedoOffsetsKey)
 	acked := pipe.HGetAll(ctx, keyRedoAcked)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, nodeErr(n, err)
@@ -201,7 +201,7 @@ func (inv *Inventory) RedoUnacked(ctx context.Context, nodeName string) (int64, 
 	for q, h := range heads.Val() {
 		head, err := strconv.ParseInt(h, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("%w: node %s: %s %s holds %q, not an integer", ErrCorrupt, n.Name(), keyRedoOffset, q, h)
+			return 0, fmt.Errorf("%w: node %s: %s %s holds %q, not an integer", ErrCorrupt, n.Name(), RedoOffsetsKey, q, h)
 		}
 		var a int64
 		if s, ok := acked.Val()[q]; ok {
@@ -224,7 +224,7 @@ func (inv *Inventory) TrimRedoLog(ctx context.Context, nodeName string, maxAge t
 	if err != nil {
 		return 0, err
 	}
-	keys := []string{keyRedoAcked, keyRedoOffset}
+	keys := []string{keyRedoAcked, RedoOffsetsKey}
 	for q := 0; q < inv.cfg.RedoQueues; q++ {
 		keys = append(keys, RedoLogKey(q))
 	}

@@ -121,7 +121,7 @@ func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation s
 		return RedoBatch{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	keys := make([]string, 0, 2+len(cursors))
-	keys = append(keys, keyRedoOffset, keyRedoAcked)
+	keys = append(keys, RedoOffsetsKey, keyRedoAcked)
 	args := make([]any, 0, 2+2*len(cursors))
 	args = append(args, incarnation, limit)
 	for _, c := range cursors {
@@ -231,7 +231,7 @@ func (inv *Inventory) AckRedoBatch(ctx context.Context, nodeName, incarnation st
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	keys := make([]string, 0, 2+len(acks))
-	keys = append(keys, keyRedoOffset, keyRedoAcked)
+	keys = append(keys, RedoOffsetsKey, keyRedoAcked)
 	args := make([]any, 0, 1+2*len(acks))
 	args = append(args, incarnation)
 	for _, c := range acks {

@@ -149,7 +149,7 @@ type stageReply struct {
 // node's parts, all or nothing (stageTakeScript).
 func (inv *Inventory) stageTake(ctx context.Context, home *node.Node, orderID, token string, partDeadline time.Time, ttl time.Duration, digest, userID, promised string, reqs []partReq) (stageReply, error) {
 	keys := make([]string, 0, 3+3*len(reqs))
-	keys = append(keys, keyPending, keyRedoOffset, orderKey(orderID))
+	keys = append(keys, PendingKey, RedoOffsetsKey, orderKey(orderID))
 	args := make([]any, 0, 9+7*len(reqs))
 	args = append(args, orderID, token, partDeadline.UnixMilli(), ms(inv.opts.AttemptLease), digest, userID, ms(ttl),
 		seconds(inv.cfg.Retention), promised)

@@ -108,7 +108,7 @@ func (e *stagedEnv) expireAll() {
 					e.t.Fatalf("ResolveExpired %+v: %v", p, err)
 				}
 			}
-			c, _ := e.clients[n.Name()].ZCard(e.ctx, keyPending).Result()
+			c, _ := e.clients[n.Name()].ZCard(e.ctx, PendingKey).Result()
 			left += int(c)
 		}
 		if left == 0 {
@@ -352,7 +352,7 @@ func TestStagedExpiryWithPartNodeDown(t *testing.T) {
 	e.srvs[2].Resume()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		p, _ := e.clients["n1"].ZScore(e.ctx, keyPending, due[0].PartID).Result()
+		p, _ := e.clients["n1"].ZScore(e.ctx, PendingKey, due[0].PartID).Result()
 		if time.UnixMilli(int64(p)).Before(time.Now()) {
 			break
 		}

@@ -300,7 +300,7 @@ func (inv *Inventory) runBatch(ctx context.Context, n *node.Node, orderID, token
 
 func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, token string, deadline time.Time, reqs []partReq) ([]reply, error) {
 	keys := make([]string, 0, 2+3*len(reqs))
-	keys = append(keys, keyPending, keyRedoOffset)
+	keys = append(keys, PendingKey, RedoOffsetsKey)
 	args := make([]any, 0, 3+6*len(reqs))
 	args = append(args, orderID, token, deadline.UnixMilli())
 	for _, r := range reqs {

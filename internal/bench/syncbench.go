@@ -153,7 +153,7 @@ func waitLanded(ctx context.Context, c *Cluster, pool *pgxpool.Pool, limit time.
 	for {
 		var heads int64
 		for _, a := range c.Admin {
-			hs, err := a.HVals(ctx, "inv:redo:offsets").Result()
+			hs, err := a.HVals(ctx, inventory.RedoOffsetsKey).Result()
 			if err != nil {
 				return 0, err
 			}

@@ -393,7 +393,7 @@ func (c *cluster) waitNoPending(timeout time.Duration) (int64, error) {
 		var lastErr error
 		for _, name := range c.names {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			n, err := c.directClient(name).ZCard(ctx, "inv:pending").Result()
+			n, err := c.directClient(name).ZCard(ctx, inventory.PendingKey).Result()
 			cancel()
 			if err != nil {
 				lastErr = err

@@ -50,7 +50,7 @@ func heal(ctx context.Context, cfg *config.Config, groups map[string]*redisproc.
 	for {
 		pending = 0
 		for _, c := range cs {
-			n, err := c.ZCard(ctx, "inv:pending").Result()
+			n, err := c.ZCard(ctx, inventory.PendingKey).Result()
 			if err != nil {
 				n = 1 << 30
 			}
@@ -76,7 +76,7 @@ func heal(ctx context.Context, cfg *config.Config, groups map[string]*redisproc.
 	var lost []string
 	for id := range out.reserved {
 		home := homes.Home(id)
-		status, _ := cs[home].HGet(ctx, "inv:order:"+id, "status").Result()
+		status, _ := cs[home].HGet(ctx, inventory.OrderKey(id), "status").Result()
 		want := ""
 		switch {
 		case out.confirmed[id] && status != "confirmed":
@@ -103,13 +103,13 @@ func heal(ctx context.Context, cfg *config.Config, groups map[string]*redisproc.
 	// No unit oversold: confirmed units are exactly the confirmed orders'.
 	var confirmedUnits int64
 	for name, c := range cs {
-		iter := c.Scan(ctx, 0, "inv:order:*", 1000).Iterator()
+		iter := c.Scan(ctx, 0, inventory.OrderKey("*"), 1000).Iterator()
 		for iter.Next(ctx) {
 			status, _ := c.HGet(ctx, iter.Val(), "status").Result()
 			if status != "confirmed" {
 				continue
 			}
-			id := iter.Val()[len("inv:order:"):]
+			_, id := inventory.ParseKey(iter.Val())
 			units, ok := out.reserved[id]
 			if !ok {
 				problems = append(problems, fmt.Sprintf("order %s on %s is confirmed, but its Reserve was never acknowledged", id, name))

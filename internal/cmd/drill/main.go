@@ -25,6 +25,7 @@ import (
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redisproc"
 	"github.com/shardis/shardis/internal/service"
+	"github.com/shardis/shardis/inventory"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
 )
@@ -250,7 +251,7 @@ func waitNoPending(servers map[string]*redisproc.Server, limit time.Duration) in
 		var total int64
 		for _, s := range servers {
 			c := redis.NewClient(&redis.Options{Addr: s.Addr(), Protocol: 2})
-			n, err := c.ZCard(context.Background(), "inv:pending").Result()
+			n, err := c.ZCard(context.Background(), inventory.PendingKey).Result()
 			c.Close()
 			if err != nil {
 				n = 1 << 30
@@ -276,14 +277,14 @@ func dumpPending(servers map[string]*redisproc.Server) {
 	ctx := context.Background()
 	for name, s := range servers {
 		c := redis.NewClient(&redis.Options{Addr: s.Addr(), Protocol: 2})
-		ids, _ := c.ZRangeWithScores(ctx, "inv:pending", 0, -1).Result()
+		ids, _ := c.ZRangeWithScores(ctx, inventory.PendingKey, 0, -1).Result()
 		for _, z := range ids {
 			id := z.Member.(string)
-			part, _ := c.HGetAll(ctx, "inv:part:"+id).Result()
+			part, _ := c.HGetAll(ctx, inventory.PartKey(id)).Result()
 			fmt.Printf("  pending on %s: %s deadline=%.0f part=%v\n", name, id, z.Score, part)
 			for oname, os := range servers {
 				oc := redis.NewClient(&redis.Options{Addr: os.Addr(), Protocol: 2})
-				if rec, _ := oc.HGetAll(ctx, "inv:order:"+part["order"]).Result(); len(rec) > 0 {
+				if rec, _ := oc.HGetAll(ctx, inventory.OrderKey(part["order"])).Result(); len(rec) > 0 {
 					fmt.Printf("    order record on %s: %v\n", oname, rec)
 				}
 				oc.Close()
