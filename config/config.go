@@ -282,7 +282,8 @@ type Pipeline struct {
 	// BusyFrom is the number of one node's commands under way (the new one
 	// included) from which a command rides the node's busy pipeline
 	// instead of its prompt one (2..100000; 0 means 12). Only with
-	// BusyFlushDelay > 0.
+	// BusyFlushDelay > 0. While the node's commands under way average at
+	// least BusyMaxBatch, every pipelined command rides the busy pipeline.
 	// default: 12
 	BusyFrom int `koanf:"busy_from"`
 	// BusyMaxBatch is the busy pipeline's batch target: it flushes as soon

@@ -63,8 +63,12 @@ func (c *clients) build() *redis.Client {
 	}
 	p.ap.Store(ap)
 	inners := []*redis.Client{inner}
-	if c.n.opts.BusyPipeline != nil {
-		if busy, in := c.pipeliner(c.n.opts.BusyPipeline); busy != nil {
+	if o := c.n.opts.BusyPipeline; o != nil {
+		if busy, in := c.pipeliner(o); busy != nil {
+			p.busyBatch = int64(o.MaxBatchSize)
+			if p.busyBatch <= 0 {
+				p.busyBatch = int64(redis.DefaultAutoPipelineOptions().MaxBatchSize)
+			}
 			p.busy.Store(busy)
 			inners = append(inners, in)
 		}

@@ -128,9 +128,11 @@ type Options struct {
 	// default: 6
 	PipelineFrom int
 	// BusyPipeline, when non-nil with Pipeline set, adds a second
-	// auto-pipeliner with these options for busy moments: a command that
-	// finds at least BusyFrom commands of the client under way (itself
-	// included) rides it instead of the Pipeline one. Each pipeliner runs
+	// auto-pipeliner with these options for busy moments: a pipelined
+	// command that finds at least BusyFrom commands of the client under
+	// way (itself included), or while the client's commands under way
+	// average at least its MaxBatchSize (its batch target), rides it
+	// instead of the Pipeline one (pipeline.go). Each pipeliner runs
 	// its own batches (one at a time with go-redis's default
 	// MaxConcurrentBatches), so a busy node gets a second batch in flight
 	// while a quieter one uses only the prompt pipeliner. Give it a
@@ -138,8 +140,9 @@ type Options struct {
 	// default: nil (one pipeliner); the router sets it from the configuration
 	BusyPipeline *redis.AutoPipelineOptions
 	// BusyFrom is the number of the client's commands under way (the new
-	// one included) from which a pipelined command rides BusyPipeline;
-	// with BusyFrom ≤ PipelineFrom every pipelined command does.
+	// one included) from which a pipelined command rides BusyPipeline
+	// whatever the average; with BusyFrom ≤ PipelineFrom every pipelined
+	// command does.
 	// default: 12
 	BusyFrom int
 	// Logger receives identity and breaker events.
@@ -194,15 +197,16 @@ type Node struct {
 	read          readClient
 	masterAddr    atomic.Pointer[string] // where the probe last connected (sentinel.go)
 
-	state     atomic.Int32              // a State
-	guard     atomic.Pointer[guard]     // the current breaker generation; a fresh one on DOWN→UP (breaker.go)
-	routes    map[RouteKey]*atomic.Bool // immutable map; flags are live
-	downErr   atomic.Pointer[error]     // why the node is DOWN; nil when UP
-	ident     identity                  // stamp bookkeeping, own lock
-	maxSeq    atomic.Int64              // highest write sequence acknowledged to this process
-	pipelined atomic.Int64              // commands that rode a shared pipeline (pipeline.go)
-	settings  atomic.Pointer[Settings]  // eviction and persistence settings (settings.go); nil until read
-	closeOnce sync.Once
+	state         atomic.Int32              // a State
+	guard         atomic.Pointer[guard]     // the current breaker generation; a fresh one on DOWN→UP (breaker.go)
+	routes        map[RouteKey]*atomic.Bool // immutable map; flags are live
+	downErr       atomic.Pointer[error]     // why the node is DOWN; nil when UP
+	ident         identity                  // stamp bookkeeping, own lock
+	maxSeq        atomic.Int64              // highest write sequence acknowledged to this process
+	pipelined     atomic.Int64              // commands that rode a shared pipeline (pipeline.go)
+	busyPipelined atomic.Int64              // of them, on the busy pipeline
+	settings      atomic.Pointer[Settings]  // eviction and persistence settings (settings.go); nil until read
+	closeOnce     sync.Once
 }
 
 // New returns a Node in [StateDown] (not yet probed). It does not connect:

@@ -425,6 +425,45 @@ func TestPipelineBusyFromPicksThePipeline(t *testing.T) {
 	}
 }
 
+// While the client's commands under way average at least the busy
+// pipeline's batch target, pipelined commands ride the busy pipeline even
+// when each finds fewer than BusyFrom under way; with a target the
+// average never reaches, none does. Every caller gets its own reply.
+func TestPipelineBusyAveragePicksTheBusyPipeline(t *testing.T) {
+	t.Parallel()
+	const conc, count = 16, 50
+	run := func(target int) (busy, pipelined int64) {
+		opts := busyOpts(node.Options{}, 200*time.Microsecond)
+		opts.BusyPipeline.MaxBatchSize = target
+		opts.BusyFrom = 1000 // never by the count a command finds
+		_, n := pipelinedNode(t, opts, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		err := hammer(conc, count, func(g, i int) error {
+			key, val := fmt.Sprintf("k%d", g), fmt.Sprintf("v%d-%d", g, i)
+			if err := n.Client().Set(ctx, key, val, 0).Err(); err != nil {
+				return err
+			}
+			if got, err := n.Client().Get(ctx, key).Result(); err != nil || got != val {
+				return fmt.Errorf("GET %s = %q, %v; want %q", key, got, err, val)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.BusyPipelined(), n.Pipelined()
+	}
+	busy, pipelined := run(4)
+	t.Logf("batch target 4: %d of %d pipelined commands on the busy pipeline", busy, pipelined)
+	if pipelined == 0 || busy*2 < pipelined {
+		t.Errorf("batch target 4, %d callers: %d of %d pipelined commands rode the busy pipeline, want most", conc, busy, pipelined)
+	}
+	if busy, pipelined := run(200); pipelined == 0 || busy != 0 {
+		t.Errorf("batch target 200, %d callers: %d of %d pipelined commands rode the busy pipeline, want none", conc, busy, pipelined)
+	}
+}
+
 // WATCH/MULTI/EXEC stay on their own connection while other callers keep
 // the pipeline busy: optimistic increments are never lost.
 func TestPipelineKeepsTransactions(t *testing.T) {
