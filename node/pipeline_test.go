@@ -49,6 +49,21 @@ func pipelineVariants(t *testing.T, opts node.Options, f func(t *testing.T, opts
 	t.Run("busy", func(t *testing.T) { t.Parallel(); f(t, busyOpts(opts, 200*time.Microsecond)) })
 }
 
+// hammerSetGet runs hammer with a SET of the goroutine's key then a GET
+// that must read it back, count times per goroutine.
+func hammerSetGet(ctx context.Context, n *node.Node, conc, count int) error {
+	return hammer(conc, count, func(g, i int) error {
+		key, val := fmt.Sprintf("k%d", g), fmt.Sprintf("v%d-%d", g, i)
+		if err := n.Client().Set(ctx, key, val, 0).Err(); err != nil {
+			return err
+		}
+		if got, err := n.Client().Get(ctx, key).Result(); err != nil || got != val {
+			return fmt.Errorf("GET %s = %q, %v; want %q", key, got, err, val)
+		}
+		return nil
+	})
+}
+
 // hammer runs f from conc goroutines, each count times, and returns the
 // first error.
 func hammer(conc, count int, f func(g, i int) error) error {
@@ -395,16 +410,7 @@ func TestPipelineBusyFromPicksThePipeline(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		start := time.Now()
-		err := hammer(conc, count, func(g, i int) error {
-			key, val := fmt.Sprintf("k%d", g), fmt.Sprintf("v%d-%d", g, i)
-			if err := n.Client().Set(ctx, key, val, 0).Err(); err != nil {
-				return err
-			}
-			if got, err := n.Client().Get(ctx, key).Result(); err != nil || got != val {
-				return fmt.Errorf("GET %s = %q, %v; want %q", key, got, err, val)
-			}
-			return nil
-		})
+		err := hammerSetGet(ctx, n, conc, count)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -439,16 +445,7 @@ func TestPipelineBusyAveragePicksTheBusyPipeline(t *testing.T) {
 		_, n := pipelinedNode(t, opts, nil)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		err := hammer(conc, count, func(g, i int) error {
-			key, val := fmt.Sprintf("k%d", g), fmt.Sprintf("v%d-%d", g, i)
-			if err := n.Client().Set(ctx, key, val, 0).Err(); err != nil {
-				return err
-			}
-			if got, err := n.Client().Get(ctx, key).Result(); err != nil || got != val {
-				return fmt.Errorf("GET %s = %q, %v; want %q", key, got, err, val)
-			}
-			return nil
-		})
+		err := hammerSetGet(ctx, n, conc, count)
 		if err != nil {
 			t.Fatal(err)
 		}
