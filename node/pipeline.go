@@ -147,13 +147,10 @@ func (p *pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if !shared || ap == nil || !p.n.Usable() || !pipelinable(cmd.Name()) {
 			return next(ctx, cmd)
 		}
-		if busy {
-			p.n.busyPipelined.Add(1)
-		}
 		if ctx.Done() == nil {
 			// Nothing can end the caller's wait early: the command itself
 			// rides the pipeline (no shadow, no timer).
-			p.n.pipelined.Add(1)
+			p.rode(busy)
 			return ap.Submit(ctx, cmd).Wait()
 		}
 		shadow := shadowOf(ctx, cmd)
@@ -164,7 +161,7 @@ func (p *pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			cmd.SetErr(err)
 			return err
 		}
-		p.n.pipelined.Add(1)
+		p.rode(busy)
 		fut := ap.Submit(ctx, shadow)
 		// Wait no longer than the caller wants, nor than the command
 		// timeout a command sent on its own would wait for (see bound).
@@ -186,6 +183,14 @@ func (p *pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		copyReply(cmd, shadow)
 		return cmd.Err()
+	}
+}
+
+// rode counts a command that rode a pipeline (busy: the busy one).
+func (p *pipeliner) rode(busy bool) {
+	p.n.pipelined.Add(1)
+	if busy {
+		p.n.busyPipelined.Add(1)
 	}
 }
 

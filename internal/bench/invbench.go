@@ -32,8 +32,8 @@ const (
 	// VarHotFloor and VarFloor3 are VarSeedHot1's and VarSeed3's
 	// workloads written with the least state a reservation that keeps a
 	// record per order needs, batched (floor.go): yardsticks for the
-	// inventory targets, not shardis. VarFloor3's records are hashed over
-	// the three nodes, as VarInv3's.
+	// inventory targets, not shardis. Their records are hashed over the
+	// three nodes, as VarHot1's and VarInv3's.
 	// VarHotFloorLocal is VarHotFloor with every record on the stock's node
 	// (VarHot1Minted's placement): one entry per order.
 	VarHotFloor      = "floor: hot SKU on 1 node, a record per order (hashed over 3 nodes) and a part fence, batched"
@@ -137,8 +137,8 @@ func orderID(w *Worker, prefix byte) string {
 
 // invWorkloads returns the inventory variants over c. Every SKU holds 10⁹
 // units (split over its route's nodes), so no order runs short: these are
-// the costs of the success path. The floor variant's goroutines run until
-// ctx ends.
+// the costs of the success path. The floor variants' senders, started by
+// their first order, run until ctx ends.
 func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWorkload, error) {
 	inv := c.Inv
 	load := func(route string, skus ...string) error {
