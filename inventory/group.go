@@ -189,10 +189,10 @@ func (inv *Inventory) nextGroup(ctx context.Context, n *node.Node, s *luaScript,
 			go inv.nextGroup(context.WithoutCancel(ctx), n, s, q, true)
 			return
 		}
-		max := inv.opts.GroupCommit
+		limit := inv.opts.GroupCommit
 		token := q.tokens[0]
 		k := 1
-		for k < len(q.queue) && k < max && q.tokens[k] == token {
+		for k < len(q.queue) && k < limit && q.tokens[k] == token {
 			k++
 		}
 		calls := append([]*groupCall(nil), q.queue[:k]...)
