@@ -26,9 +26,13 @@ import (
 // commands under way ran at 0.30× the same build with pipelining off, from
 // 6 at 1.02× (README, "Auto-pipelining").
 //
-// Lanes, by the number u of the client's commands under way, the new one
-// included (read once, when the command starts), and a, the moving
-// average of u over about the client's last 16 commands:
+// Lanes, by the number u of the client's commands under way that could
+// share a pipeline, the new one included (read once, when the command
+// starts), and a, the moving average of u over about the client's last 16
+// commands. Commands that cannot share a connection (below) are not
+// counted: among them the HELLO go-redis sends through the client's hooks
+// when it opens a connection, which would otherwise make a few callers
+// that each open one look like many.
 //
 //	u < PipelineFrom                    the ordinary pool (one round trip each)
 //	PipelineFrom ≤ u, u < BusyFrom,     the prompt pipeliner (Pipeline's options)
@@ -137,6 +141,9 @@ func (p *pipeliner) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 func (p *pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !pipelinable(cmd.Name()) {
+			return next(ctx, cmd) // not counted as under way (see the lanes)
+		}
 		under := p.inflight.Add(1)
 		defer p.inflight.Add(-1)
 		shared := under >= p.from
@@ -144,7 +151,7 @@ func (p *pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if bp := p.busy.Load(); bp != nil && p.busyLane(under) {
 			ap, busy = bp, true
 		}
-		if !shared || ap == nil || !p.n.Usable() || !pipelinable(cmd.Name()) {
+		if !shared || ap == nil || !p.n.Usable() {
 			return next(ctx, cmd)
 		}
 		if ctx.Done() == nil {

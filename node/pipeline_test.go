@@ -140,6 +140,37 @@ func TestPipelineLoneCallerGoesDirect(t *testing.T) {
 	}
 }
 
+// The HELLO go-redis sends through the client's hooks when it opens a
+// connection is not a command under way: callers started one after the
+// other while the server is frozen each open a connection whose HELLO
+// hangs, and with fewer callers than PipelineFrom none is pipelined. (While
+// HELLOs were counted, the third caller was, and the test below flaked in
+// CI when its callers' dials overlapped.)
+func TestPipelineConnectionHelloNotCounted(t *testing.T) {
+	t.Parallel()
+	s, n := pipelinedNode(t, node.Options{PipelineFrom: 4, CommandTimeout: 20 * time.Second, BreakerFailures: 1000}, nil)
+	ctx := context.Background()
+	if err := n.Client().Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Pause()
+	defer s.Resume()
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() { errs <- n.Client().Get(ctx, "k").Err() }()
+		time.Sleep(30 * time.Millisecond) // the next one starts after this one's dial
+	}
+	if got := n.Pipelined(); got != 0 {
+		t.Fatalf("3 callers one after the other, PipelineFrom 4: %d pipelined, want 0", got)
+	}
+	s.Resume()
+	for range 3 {
+		if err := <-errs; err != nil && !errors.Is(err, redis.Nil) {
+			t.Errorf("GET after resume: %v", err)
+		}
+	}
+}
+
 // A command is pipelined only when it finds PipelineFrom commands of its
 // client under way, itself included: with the server frozen, 8 commands in
 // flight at once and PipelineFrom 4, exactly the 4th to 8th to start (5)
