@@ -37,6 +37,10 @@ type ApplyOptions struct {
 	// Logger receives progress.
 	// default: slog.Default()
 	Logger *slog.Logger
+	// Faults injects faults into the apply's script calls and crash
+	// points (faults.go): for tests and the schedule explorer only.
+	// default: none
+	Faults Faults
 }
 
 // ApplyReport says what [ApplyTopology] did.
@@ -89,7 +93,7 @@ func ApplyTopology(ctx context.Context, opts ApplyOptions) (ApplyReport, error) 
 		return ApplyReport{}, err
 	}
 	defer r.Close()
-	inv, err := newInventory(r, Options{Logger: opts.Logger}, true)
+	inv, err := newInventory(r, Options{Logger: opts.Logger, Faults: opts.Faults}, true)
 	if err != nil {
 		return ApplyReport{}, err
 	}
@@ -186,7 +190,7 @@ func (a *applier) bump(ctx context.Context, recs map[string]TopologyRecord, from
 		if err := writeRecord(ctx, n, expect, tok, epoch, a.to, &prev, PhaseMigrating); err != nil {
 			return fmt.Errorf("moving %s to epoch %d (run apply again to resume): %w", name, epoch, err)
 		}
-		if crash("bump") {
+		if a.inv.crash(ctx, "bump") {
 			return errCrashed
 		}
 	}

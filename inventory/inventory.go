@@ -118,6 +118,10 @@ type Options struct {
 	// Logger receives rollback and corruption reports.
 	// default: slog.Default()
 	Logger *slog.Logger
+	// Faults injects faults into every script call and crash point
+	// (faults.go): for tests and the schedule explorer only.
+	// default: none
+	Faults Faults
 }
 
 // Deferrer takes settle work that could not be done now. Enqueue must not

@@ -221,7 +221,7 @@ func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys 
 	if err := v.refuse(); err != nil {
 		return nil, err
 	}
-	reply, seq, err := inv.exec(ctx, n, s, v.token, keys, args)
+	reply, seq, err := inv.execFaulty(ctx, n, s, v.token, keys, args)
 	if err != nil {
 		err = nodeErr(n, err)
 		if !errors.Is(err, ErrTopology) {
@@ -235,7 +235,7 @@ func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys 
 		if v2.refuse() != nil {
 			return nil, err
 		}
-		if reply, seq, err = inv.exec(ctx, n, s, v2.token, keys, args); err != nil {
+		if reply, seq, err = inv.execFaulty(ctx, n, s, v2.token, keys, args); err != nil {
 			return nil, nodeErr(n, err)
 		}
 	}
@@ -243,6 +243,20 @@ func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys 
 		n.ObserveSeq(seq)
 	}
 	return reply, nil
+}
+
+// execFaulty is exec through the injected faults (faults.go), if any.
+func (inv *Inventory) execFaulty(ctx context.Context, n *node.Node, s *luaScript, token string, keys []string, args []any) (any, int64, error) {
+	if inv.opts.Faults == nil {
+		return inv.exec(ctx, n, s, token, keys, args)
+	}
+	var seq int64
+	reply, err := inv.faulty(ctx, n, s, keys, args, func() (any, error) {
+		r, sq, err := inv.exec(ctx, n, s, token, keys, args)
+		seq = sq
+		return r, err
+	})
+	return reply, seq, err
 }
 
 // exec runs one call of s on n under the epoch token: alone, or with the

@@ -2,7 +2,6 @@ package inventory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -49,16 +48,8 @@ if err then return err end
 return v
 `)
 
-// crashAt, when set (by tests only), is asked at each crash point of the
-// topology protocol ("bump", "move-out", "xfer-out", "xfer-in") and of
-// one-round reservations ("staged:…", staged_reserve.go); when it returns
-// true the step stops there with errCrashed, as if the process died
-// between two scripts.
-var crashAt func(point string) bool
-
-var errCrashed = errors.New("inventory: crash injected")
-
-func crash(point string) bool { return crashAt != nil && crashAt(point) }
+// errCrashed is what a step stopped at a crash point returns (faults.go).
+var errCrashed = fmt.Errorf("%w: at a crash point", ErrCrashed)
 
 // homeFor returns the node that decides an order, after moving its record
 // there when the topology is migrating and the record's home moved.
@@ -110,7 +101,7 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 	if len(raw) != 3 {
 		return malformed(src, orderMoveOutScript, out)
 	}
-	if crash("move-out") {
+	if inv.crash(ctx, "move-out") {
 		return errCrashed
 	}
 	pttl, _ := raw[1].(int64)
@@ -252,13 +243,13 @@ func (inv *Inventory) transfer(ctx context.Context, kind xferKind, id, key strin
 	if v[0] == 0 && v[1] == 0 && v[2] == 0 {
 		return 0, nil
 	}
-	if crash("xfer-out") {
+	if inv.crash(ctx, "xfer-out") {
 		return 0, errCrashed
 	}
 	if _, err := inv.run(ctx, dst, xferInScript, []string{key, marker}, string(kind), v[0], v[1], v[2], xferMarkerTTL); err != nil {
 		return 0, err
 	}
-	if crash("xfer-in") {
+	if inv.crash(ctx, "xfer-in") {
 		return 0, errCrashed
 	}
 	if _, err := inv.run(ctx, src, xferDoneScript, []string{key, rec}); err != nil {

@@ -104,7 +104,12 @@ func (e *migrateEnv) open(cfg *config.Config) *Inventory {
 }
 
 func (e *migrateEnv) apply() (ApplyReport, error) {
-	return ApplyTopology(e.ctx, ApplyOptions{To: e.new, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	return e.applyWith(nil)
+}
+
+// applyWith is apply with faults injected.
+func (e *migrateEnv) applyWith(f Faults) (ApplyReport, error) {
+	return ApplyTopology(e.ctx, ApplyOptions{To: e.new, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler), Faults: f})
 }
 
 // check verifies through a new instance what the old topology decided:
@@ -163,9 +168,7 @@ func TestTopologyCrashPoints(t *testing.T) {
 	for _, point := range []string{"bump", "move-out", "xfer-out", "xfer-in"} {
 		t.Run(point, func(t *testing.T) {
 			e := newMigrateEnv(t)
-			crashAt = func(p string) bool { return p == point }
-			_, err := e.apply()
-			crashAt = nil
+			_, err := e.applyWith(crashAtPoint(point))
 			if !errors.Is(err, errCrashed) {
 				t.Fatalf("apply with a crash at %s = %v, want the injected crash", point, err)
 			}

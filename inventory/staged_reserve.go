@@ -23,7 +23,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	if !ok {
 		return Reservation{}, false, nil
 	}
-	if crash("staged:before") {
+	if inv.crash(ctx, "staged:before") {
 		return Reservation{}, true, errCrashed
 	}
 	blob := encodeOrderParts(promised)
@@ -31,7 +31,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	// the home node's, and the reconciler postpones a part whose order is
 	// still reserved (reconcile.go).
 	deadline := time.Now().Add(ttl + partGrace)
-	noStage, onlyStage, someTakes := crash("staged:takes-only"), crash("staged:stage-only"), crash("staged:some-takes")
+	noStage, onlyStage, someTakes := inv.crash(ctx, "staged:takes-only"), inv.crash(ctx, "staged:stage-only"), inv.crash(ctx, "staged:some-takes")
 	homeReqs := batches[home]
 	delete(batches, home)
 	var (
@@ -98,7 +98,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		inv.stats.stagedFallback.Add(1)
 		return Reservation{}, false, nil
 	case allTaken:
-		if crash("staged:before-commit") {
+		if inv.crash(ctx, "staged:before-commit") {
 			return Reservation{}, true, errCrashed
 		}
 		inv.commitStaged(ctx, home, orderID, token, taken)

@@ -30,6 +30,7 @@ type stagedEnv struct {
 	inv     *Inventory
 	r       *router.Router
 	clients map[string]*redis.Client
+	faults  *crashPoint // stops the next Reserve at a crash point (reserveAt)
 }
 
 const (
@@ -44,7 +45,7 @@ func newStagedEnv(t *testing.T) *stagedEnv {
 	srvs := redistest.StartN(t, 3, redistest.Options{})
 	cfg := config.Default()
 	cfg.Nodes = map[string]config.Node{}
-	e := &stagedEnv{t: t, srvs: srvs, clients: map[string]*redis.Client{}}
+	e := &stagedEnv{t: t, srvs: srvs, clients: map[string]*redis.Client{}, faults: &crashPoint{}}
 	for i, s := range srvs {
 		name := fmt.Sprintf("n%d", i+1)
 		cfg.Nodes[name] = config.Node{Addr: s.Addr(), Weight: 1}
@@ -66,7 +67,7 @@ func newStagedEnv(t *testing.T) *stagedEnv {
 	}
 	e.r = r
 	t.Cleanup(func() { _ = r.Close() })
-	e.inv, err = New(r, Options{Logger: slog.New(slog.DiscardHandler), AttemptLease: stagedLease})
+	e.inv, err = New(r, Options{Logger: slog.New(slog.DiscardHandler), AttemptLease: stagedLease, Faults: e.faults})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,8 +86,8 @@ func stagedItems() []Item {
 
 // reserveAt runs one Reserve stopped at point ("" for none).
 func (e *stagedEnv) reserveAt(point, id string) (Reservation, error) {
-	crashAt = func(p string) bool { return p == point }
-	defer func() { crashAt = nil }()
+	e.faults.point.Store(&point)
+	defer e.faults.point.Store(nil)
 	return e.inv.Reserve(e.ctx, id, stagedItems(), "", stagedTTL)
 }
 

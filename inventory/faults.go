@@ -1,0 +1,70 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+
+	"github.com/shardis/shardis/node"
+)
+
+// Faults is the seam through which tests and the schedule explorer inject
+// faults into one Inventory (Options.Faults) or one topology apply
+// (ApplyOptions.Faults). Production code leaves it nil, which costs one
+// nil check per script call and per crash point.
+//
+// Every script call the inventory sends to a node goes through Call, and
+// every crash point of a protocol asks Crash. Implementations must be safe
+// for concurrent use: one Inventory runs many calls at once.
+type Faults interface {
+	// Call runs one script call. It must call send at most once and return
+	// what send returned, or an error of its own:
+	//   - return before calling send: the call never reached the node
+	//     (return an error that is not a Redis error reply, e.g. one
+	//     wrapping ErrCrashed);
+	//   - block before send: the call is delayed (reordered behind other
+	//     actors' calls);
+	//   - call send, then return an error that is not a Redis error reply
+	//     (e.g. one wrapping ErrCrashed or context.DeadlineExceeded): the
+	//     call ran but its reply was lost, so its outcome is unknown to
+	//     the caller, as after a network failure.
+	Call(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error)
+	// Crash reports whether the actor stops at the named crash point (see
+	// CrashPoints); the step then returns an error wrapping ErrCrashed, as
+	// if the process died between two scripts.
+	Crash(ctx context.Context, point string) bool
+}
+
+// ScriptCall describes one script call for [Faults.Call].
+type ScriptCall struct {
+	Node   string // the node's configured name
+	Script string // the script's name (e.g. "stage-take", "order")
+	Write  bool   // whether the script may change the node
+	Keys   []string
+	Args   []any // the script's own arguments (after the header)
+}
+
+// ErrCrashed is wrapped by errors of a step stopped by an injected fault
+// ([Faults]): the actor is to be treated as dead from there on.
+var ErrCrashed = errors.New("inventory: actor crashed (fault injected)")
+
+// CrashPoints lists the crash points [Faults.Crash] is asked about: the
+// topology protocol's ("bump", "move-out", "xfer-out", "xfer-in",
+// apply.go, migrate.go) and one-round reservations' ("staged:…",
+// staged_reserve.go).
+var CrashPoints = []string{
+	"bump", "move-out", "xfer-out", "xfer-in",
+	"staged:before", "staged:takes-only", "staged:stage-only", "staged:some-takes", "staged:before-commit",
+}
+
+// crash asks the injected faults whether the actor stops at point.
+func (inv *Inventory) crash(ctx context.Context, point string) bool {
+	return inv.opts.Faults != nil && inv.opts.Faults.Crash(ctx, point)
+}
+
+// faulty runs send through the injected faults, if any.
+func (inv *Inventory) faulty(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any, send func() (any, error)) (any, error) {
+	if inv.opts.Faults == nil {
+		return send()
+	}
+	return inv.opts.Faults.Call(ctx, ScriptCall{Node: n.Name(), Script: s.name, Write: s.write, Keys: keys, Args: args}, send)
+}
