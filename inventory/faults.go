@@ -68,3 +68,34 @@ func (inv *Inventory) faulty(ctx context.Context, n *node.Node, s *luaScript, ke
 	}
 	return inv.opts.Faults.Call(ctx, ScriptCall{Node: n.Name(), Script: s.name, Write: s.write, Keys: keys, Args: args}, send)
 }
+
+// Mutation names a known protocol bug that a [Faults] implementing
+// [Mutator] may re-introduce, so that the schedule explorer can show it
+// finds that bug (its self-check). Production code never sees one.
+type Mutation string
+
+// The mutations the explorer's self-check re-introduces.
+const (
+	// MutationStageTakeover: a stage overwrites an existing record (a
+	// failed one of another token), and parts' deadlines come from the
+	// instance's clock (safety issue item A1).
+	MutationStageTakeover Mutation = "stage-takeover"
+	// MutationApplyLeavesStaging: topology apply writes stable with
+	// staging records undecided (item A2).
+	MutationApplyLeavesStaging Mutation = "apply-leaves-staging"
+	// MutationXferNegativeZero: the transfer's done step writes part of
+	// its change, then fails (item A3).
+	MutationXferNegativeZero Mutation = "xfer-negative-zero"
+)
+
+// Mutator is implemented by a [Faults] that re-introduces mutations.
+type Mutator interface {
+	// Mutated reports whether m is re-introduced.
+	Mutated(m Mutation) bool
+}
+
+// mutated reports whether the injected faults re-introduce m.
+func (inv *Inventory) mutated(m Mutation) bool {
+	mu, ok := inv.opts.Faults.(Mutator)
+	return ok && mu.Mutated(m)
+}
