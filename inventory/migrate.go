@@ -37,7 +37,7 @@ for i = 5, #ARGV - 1, 2 do
   if ARGV[i] ~= 'moved' then redis.call('HSET', key, ARGV[i], ARGV[i + 1]) end
 end
 local pttl = tonumber(ARGV[4])
-if pttl and pttl > 0 then redis.call('PEXPIRE', key, pttl) end
+if pttl and pttl > 0 then redis.call('PEXPIRE', key, I(pttl)) end
 return 'installed'
 `)
 
@@ -141,12 +141,45 @@ func (inv *Inventory) quotaElsewhere(ctx context.Context, v *view, route, sku, u
 	return held
 }
 
-// Transfers move counters between nodes exactly once: out records the
-// amount on the source (the counter is left as is), in adds it on the
-// destination once per transfer id, done subtracts it on the source and
-// drops the record. Between in and done the units count on both nodes
-// (an order may be refused, never oversold); an interrupted transfer is
-// finished by running it again with the same id.
+// Transfers move counters between nodes exactly once. A transfer is
+// named by its id (xferID: the epoch, the kind and the counter key) and
+// goes through three states, each entered by one script:
+//
+//	(none) ──out──▶ recorded ──in──▶ applied ──done──▶ finished
+//
+//   - out (source): records the amounts {a, c, l} and the destination in
+//     the transfer record (xferKey); the counter is left as is. A stock
+//     hash with reserved units refuses (SHARDIS_BUSY): it moves only once
+//     nothing pending counts it, after which nothing changes it.
+//   - in (destination): adds the amounts and writes the applied marker
+//     (xferMarkerKey) in the same script.
+//   - done (source): subtracts the amounts and drops the transfer record
+//     in the same script.
+//
+// Between in and done the units count on both nodes (an order may be
+// refused, never oversold; a leaving node's stock is out of every new
+// instance's reach anyway).
+//
+// The rerun rule: an interrupted transfer is finished by running it again
+// with the same id, and a rerun after a crash at any point applies each
+// change at most once. That holds because
+//   - every step is one script that validates everything it reads
+//     (record, amounts, counter fields: int, lua.go) before its first
+//     write, so it applies whole or not at all (Redis does not undo the
+//     writes of a script that fails halfway);
+//   - every step writes its change together with the fact the next run
+//     checks: out is a no-op returning the recorded amounts while the
+//     record exists, in is a no-op while the marker exists, done is a
+//     no-op once the record is gone (it is dropped with the subtraction);
+//   - integers reach commands through the prelude's I() (string.format
+//     '%d'), never as Lua numbers: Redis formats those with "%.17g", and
+//     the negation of 0 is Lua's -0, sent as "-0", which INCRBY and
+//     HINCRBY refuse (safety issue item A3: that refusal came after the
+//     first HINCRBY had landed, so every rerun subtracted again).
+//
+// The one bound: a destination forgets an applied transfer after
+// xferMarkerTTL, so a transfer left between in and done must be finished
+// (the apply rerun) within it.
 
 // xferKind is what a transfer moves.
 type xferKind string
@@ -158,12 +191,22 @@ const (
 
 // xferOutScript records a transfer. KEYS: 2 counter, 3 transfer record.
 // ARGV: 4 kind, 5 destination node. Returns {available or quota,
-// confirmed, loaded}; all 0 when there is nothing to move. A stock hash
-// with reserved units refuses (SHARDIS_BUSY).
+// confirmed, loaded}: the recorded amounts when the record exists, all 0
+// when there is nothing to move (nothing written). A stock hash with
+// reserved units refuses (SHARDIS_BUSY).
 var xferOutScript = newScript("xfer-out", true, `
+if ARGV[4] ~= 'quota' and ARGV[4] ~= 'stock' then
+  return redis.error_reply('SHARDIS_BADOP transfer kind ' .. tostring(ARGV[4]))
+end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   local f = redis.call('HMGET', KEYS[3], 'a', 'c', 'l')
-  return {tonumber(f[1]), tonumber(f[2]), tonumber(f[3])}
+  local out = {}
+  for i, what in ipairs({'a', 'c', 'l'}) do
+    local n, err = int(f[i], KEYS[3] .. ' ' .. what)
+    if err then return err end
+    out[i] = n
+  end
+  return out
 end
 local a, c, l = 0, 0, 0
 local err
@@ -177,10 +220,10 @@ else
   c, err = int(f[2], KEYS[2] .. ' confirmed') if err then return err end
   l, err = int(f[3], KEYS[2] .. ' loaded') if err then return err end
   r, err = int(f[4], KEYS[2] .. ' reserved') if err then return err end
-  if r ~= 0 then return redis.error_reply('SHARDIS_BUSY ' .. KEYS[2] .. ' still has ' .. r .. ' reserved units') end
+  if r ~= 0 then return redis.error_reply('SHARDIS_BUSY ' .. KEYS[2] .. ' still has ' .. I(r) .. ' reserved units') end
 end
 if a == 0 and c == 0 and l == 0 then return {0, 0, 0} end
-redis.call('HSET', KEYS[3], 'a', a, 'c', c, 'l', l, 'kind', ARGV[4], 'key', KEYS[2], 'dest', ARGV[5])
+redis.call('HSET', KEYS[3], 'a', I(a), 'c', I(c), 'l', I(l), 'kind', ARGV[4], 'key', KEYS[2], 'dest', ARGV[5])
 return {a, c, l}
 `)
 
@@ -189,27 +232,72 @@ return {a, c, l}
 // 8 marker ttl s. Returns "done" or "already".
 var xferInScript = newScript("xfer-in", true, `
 if redis.call('EXISTS', KEYS[3]) == 1 then return 'already' end
-local a, c, l = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local amt = {}
+for i, what in ipairs({'available', 'confirmed', 'loaded', 'marker ttl'}) do
+  local n, err = int(ARGV[4 + i], 'transfer ' .. what)
+  if err then return err end
+  amt[i] = n
+end
+local a, c, l, ttl = amt[1], amt[2], amt[3], amt[4]
 if ARGV[4] == 'quota' then
   local _, err = int(redis.call('GET', KEYS[2]), KEYS[2])
   if err then return err end
-  redis.call('INCRBY', KEYS[2], a)
-else
+  redis.call('INCRBY', KEYS[2], I(a))
+elseif ARGV[4] == 'stock' then
   for _, what in ipairs({'available', 'confirmed', 'loaded'}) do
     local _, err = int(redis.call('HGET', KEYS[2], what), KEYS[2] .. ' ' .. what)
     if err then return err end
   end
-  redis.call('HINCRBY', KEYS[2], 'available', a)
-  redis.call('HINCRBY', KEYS[2], 'confirmed', c)
-  redis.call('HINCRBY', KEYS[2], 'loaded', l)
+  redis.call('HINCRBY', KEYS[2], 'available', I(a))
+  redis.call('HINCRBY', KEYS[2], 'confirmed', I(c))
+  redis.call('HINCRBY', KEYS[2], 'loaded', I(l))
+else
+  return redis.error_reply('SHARDIS_BADOP transfer kind ' .. tostring(ARGV[4]))
 end
-redis.call('SET', KEYS[3], '1', 'EX', tonumber(ARGV[8]))
+redis.call('SET', KEYS[3], '1', 'EX', I(ttl))
 return 'done'
 `)
 
-// xferDoneScript ends a transfer on its source. KEYS: 2 counter, 3
-// transfer record. Returns "done" or "none".
+// xferDoneScript ends a transfer on its source: subtracts the recorded
+// amounts and drops the record, in one script, after validating all of
+// it. KEYS: 2 counter, 3 transfer record. Returns "done" or "none" (no
+// record: finished before, nothing written).
 var xferDoneScript = newScript("xfer-done", true, `
+local f = redis.call('HMGET', KEYS[3], 'a', 'c', 'l', 'kind')
+if not f[4] then return 'none' end
+local amt = {}
+for i, what in ipairs({'a', 'c', 'l'}) do
+  local n, err = int(f[i], KEYS[3] .. ' ' .. what)
+  if err then return err end
+  amt[i] = n
+end
+local a, c, l = amt[1], amt[2], amt[3]
+if f[4] == 'quota' then
+  local _, err = int(redis.call('GET', KEYS[2]), KEYS[2])
+  if err then return err end
+  if redis.call('DECRBY', KEYS[2], I(a)) <= 0 then redis.call('DEL', KEYS[2]) end
+elseif f[4] == 'stock' then
+  for _, what in ipairs({'available', 'confirmed', 'loaded'}) do
+    local _, err = int(redis.call('HGET', KEYS[2], what), KEYS[2] .. ' ' .. what)
+    if err then return err end
+  end
+  redis.call('HINCRBY', KEYS[2], 'available', I(-a))
+  redis.call('HINCRBY', KEYS[2], 'confirmed', I(-c))
+  redis.call('HINCRBY', KEYS[2], 'loaded', I(-l))
+else
+  return redis.error_reply('SHARDIS_CORRUPT ' .. KEYS[3] .. ' kind is ' .. tostring(f[4]))
+end
+redis.call('DEL', KEYS[3])
+return 'done'
+`)
+
+// xferDoneNegZeroScript is xferDoneScript as it was before the fix of
+// safety issue item A3, for tests and the schedule explorer only: run in
+// its place when the injected faults re-introduce
+// [MutationXferNegativeZero]. It passes -0 (Lua's negation of 0) as a
+// command argument, which Redis sends as "-0" and HINCRBY refuses, after
+// the first HINCRBY landed.
+var xferDoneNegZeroScript = newScript("xfer-done", true, `
 local f = redis.call('HMGET', KEYS[3], 'a', 'c', 'l', 'kind')
 if not f[4] then return 'none' end
 local a, c, l = tonumber(f[1]), tonumber(f[2]), tonumber(f[3])
@@ -252,7 +340,11 @@ func (inv *Inventory) transfer(ctx context.Context, kind xferKind, id, key strin
 	if inv.crash(ctx, "xfer-in") {
 		return 0, errCrashed
 	}
-	if _, err := inv.run(ctx, src, xferDoneScript, []string{key, rec}); err != nil {
+	done := xferDoneScript
+	if inv.mutated(MutationXferNegativeZero) {
+		done = xferDoneNegZeroScript // test-only (faults.go)
+	}
+	if _, err := inv.run(ctx, src, done, []string{key, rec}); err != nil {
 		return 0, err
 	}
 	return v[0], nil
