@@ -53,6 +53,7 @@ type ApplyReport struct {
 	QuotasMoved        int      // quota counters transferred
 	StockMoved         int      // stock hashes of leaving nodes transferred
 	PartsSettled       int      // pending parts of leaving nodes settled by the apply
+	StagedDecided      int      // staging records (one-round reservations, staged.go) the apply decided
 	LeftPending        int      // pending parts leaving nodes held at the check
 	// Waiting counts counters still held by pending parts when the apply
 	// returned in phase migrating; run it again later to finish.

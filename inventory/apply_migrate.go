@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,6 +28,9 @@ func (a *applier) migrate(ctx context.Context, tok string) (ApplyReport, error) 
 	}
 	if v.migrating() {
 		if err := a.moveOrders(ctx, v); err != nil {
+			return a.rep, err
+		}
+		if err := a.decideStaging(ctx); err != nil {
 			return a.rep, err
 		}
 		deadline := time.Now().Add(a.opts.Wait)
@@ -106,6 +110,120 @@ func (a *applier) moveOrders(ctx context.Context, v *view) error {
 		}
 	}
 	return nil
+}
+
+// decideStaging decides every order record still staging (a one-round
+// reservation whose attempt died before its commit, staged.go) by
+// resolveStaged in prevent mode, at the record's home in the new topology
+// (moveOrders ran first). It must run before the first node is marked
+// stable, because a staging record may promise a part on a node that
+// leaves, and no instance of the new topology can reach that node to
+// probe it: it would stay staging for good, its parts reserved (safety
+// issue item A2). Why this finds every one and why deciding it is safe:
+//   - a record is staged only in a stable epoch (reserveStaged), so once
+//     every node is at the new token no record can become staging until
+//     the first node is marked stable (this step runs in between, and
+//     every rerun of the apply runs it again before stable);
+//   - the previous epoch's records are on its members, so their sweep
+//     lists every staging record (a copy marked moved names the order; the
+//     live record is then at its new home, where it is read);
+//   - no script of the previous epoch runs any more, so the attempt can
+//     take nothing: preventing its absent parts cuts short nothing that
+//     could still succeed. The read is a plain read, possibly stale by the
+//     time it is used: resolveStaged's decisions are compare-and-set on
+//     the record's token (the loser follows the record) and its
+//     tombstones name only that token's parts, so a record decided
+//     meanwhile is left as it is.
+//
+// A committed record's parts on a leaving node stay pending and are
+// settled by settleLeaving after their deadline; a failed one's parts are
+// cancelled now, so the leaving node's stock can move.
+func (a *applier) decideStaging(ctx context.Context) error {
+	if a.inv.mutated(MutationApplyLeavesStaging) {
+		return nil // test-only (faults.go): item A2's bug re-introduced
+	}
+	ids, err := a.stagingOrders(ctx)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		home, err := a.node(a.inv.members[a.inv.homes.member(id)].Name())
+		if err != nil {
+			return err
+		}
+		rec, ok, err := readStaging(ctx, home, id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue // decided meanwhile, or never installed here
+		}
+		if err := a.inv.resolveStaged(ctx, home, id, rec, true); err != nil {
+			return fmt.Errorf("deciding staged order %q on %s (run apply again to resume): %w", id, home.Name(), err)
+		}
+		a.rep.StagedDecided++
+	}
+	return nil
+}
+
+// stagingOrders returns, sorted, the ids of the order records whose status
+// is staging on a member of the previous topology (moved copies
+// included).
+func (a *applier) stagingOrders(ctx context.Context) ([]string, error) {
+	seen := map[string]bool{}
+	var ids []string
+	for _, name := range union(a.rep.Left, a.rep.From.Nodes()) {
+		n, err := a.node(name)
+		if err != nil {
+			return nil, err
+		}
+		keys, err := scan(ctx, n, orderKeyPrefix+"*")
+		if err != nil {
+			return nil, err
+		}
+		const batch = 500
+		for i := 0; i < len(keys); i += batch {
+			pipe := n.Client().Pipeline()
+			part := keys[i:min(i+batch, len(keys))]
+			cmds := make([]*redis.StringCmd, len(part))
+			for j, k := range part {
+				cmds[j] = pipe.HGet(ctx, k, "status")
+			}
+			if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+				return nil, fmt.Errorf("%w: node %s: reading order records: %v", ErrUnavailable, name, err)
+			}
+			for j, c := range cmds {
+				id := part[j][len(orderKeyPrefix):]
+				if recStatus(c.Val()) == recStaging && !seen[id] {
+					seen[id] = true
+					ids = append(ids, id)
+				}
+			}
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// readStaging reads order id's record on n: ok is false unless it is a
+// live (not moved) staging record; rec then holds its token and promised
+// parts.
+func readStaging(ctx context.Context, n *node.Node, id string) (rec orderRecord, ok bool, err error) {
+	f, err := n.Client().HMGet(ctx, orderKey(id), "status", "token", "parts", "moved").Result()
+	if err != nil {
+		return rec, false, fmt.Errorf("%w: node %s: reading %s: %v", ErrUnavailable, n.Name(), orderKey(id), err)
+	}
+	status, _ := f[0].(string)
+	if recStatus(status) != recStaging || f[3] != nil {
+		return rec, false, nil
+	}
+	rec.status = recStaging
+	rec.token, _ = f[1].(string)
+	blob, _ := f[2].(string)
+	if rec.parts, err = unmarshalOrderParts(blob); err != nil {
+		return rec, false, fmt.Errorf("node %s: order %q holds unreadable parts: %w", n.Name(), id, err)
+	}
+	return rec, true, nil
 }
 
 // moveCounters transfers quota counters whose home moved and leaving

@@ -58,7 +58,11 @@ import (
 //     there; an order that spans nodes at both epochs fails cleanly
 //     (no part is taken at the wrong epoch, see lua.go).
 //  3. Migrate: every order record (tombstones included) whose home moved
-//     is moved (below); every quota counter whose home moved and that no
+//     is moved (below); every record still staging (a one-round
+//     reservation whose attempt died before its commit, staged.go) is
+//     decided at its new home, its absent parts prevented (decideStaging
+//     in apply_migrate.go: a promised part may be on a leaving node, which
+//     no new instance can probe); every quota counter whose home moved and that no
 //     pending part still counts is transferred exactly once; a leaving
 //     node's stock is transferred to its route once it holds no reserved
 //     units. No instance of the new topology reaches a leaving node, so the
@@ -66,10 +70,14 @@ import (
 //     deadline, by its order's decision (as the reconciler does); until
 //     then Confirm and Cancel count them in PendingParts.
 //  4. Stable: phase "stable" on every node. Instances stop consulting the
-//     previous topology.
+//     previous topology. Written only once step 3 ran to its end in this
+//     run: no staging record is left, no counter waits.
 //
 // An interrupted apply is resumed by running it again; every step is
-// idempotent.
+// idempotent: a rerun after a crash at any point applies no change twice
+// (order moves: the moved mark and install-unless-live; staging records:
+// decided once by compare-and-set; transfers: the rerun rule in
+// migrate.go).
 //
 // Moving an order record (migrate.go). While the phase is "migrating", an
 // instance that needs order X whose home moved from A (prev) to B (new)

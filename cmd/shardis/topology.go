@@ -102,8 +102,8 @@ func cmdTopology(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "leaving nodes held %d pending parts: the apply settles them after their deadlines\n", rep.LeftPending)
 	}
 	if !*dry {
-		fmt.Fprintf(stdout, "limits copied %d, orders moved %d, quota counters moved %d, stock moved %d, parts settled %d\n",
-			rep.LimitsCopied, rep.OrdersMoved, rep.QuotasMoved, rep.StockMoved, rep.PartsSettled)
+		fmt.Fprintf(stdout, "limits copied %d, orders moved %d, staged orders decided %d, quota counters moved %d, stock moved %d, parts settled %d\n",
+			rep.LimitsCopied, rep.OrdersMoved, rep.StagedDecided, rep.QuotasMoved, rep.StockMoved, rep.PartsSettled)
 	}
 	return nil
 }

@@ -1,0 +1,170 @@
+package inventory
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/shardis/shardis/config"
+)
+
+// One-round reservations stopped after their stage (crash point
+// "staged:stage-only": the home node's parts taken, the others never),
+// then a topology apply that removes n3, which holds a promised part that
+// was never taken (safety issue item A2). After the apply every actor of
+// the new topology must be able to finish each order.
+
+// stagedLeave is a stagedEnv (routes a, b, c on n1, n2, n3) with one
+// attempt per role stopped after its stage, and the configurations of the
+// apply: n3 leaves, route c moves to n2.
+type stagedLeave struct {
+	e        *stagedEnv
+	old, new *config.Config
+	ids      map[string]string // role → order id
+}
+
+// Roles: who meets the order after the apply. "moved" is homed on n3, so
+// its record moves too; the others are homed on n1 in both topologies.
+var stagedLeaveRoles = []string{"confirm", "cancel", "retry", "reconcile", "moved"}
+
+func newStagedLeave(t *testing.T) *stagedLeave {
+	e := newStagedEnv(t)
+	addrs := map[string]string{}
+	for i, s := range e.srvs {
+		addrs[fmt.Sprintf("n%d", i+1)] = s.Addr()
+	}
+	s := &stagedLeave{e: e, ids: map[string]string{},
+		old: leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}}),
+		new: leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}})}
+	newHomes, err := NewHomes(s.new)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range stagedLeaveRoles {
+		want := "n1"
+		if role == "moved" {
+			want = "n3"
+		}
+		for i := 0; s.ids[role] == ""; i++ {
+			id := fmt.Sprintf("%s-%d", role, i)
+			if e.inv.homes.Home(id) == want && (role == "moved" || newHomes.Home(id) == "n1") {
+				s.ids[role] = id
+			}
+		}
+		if _, err := e.reserveAt("staged:stage-only", s.ids[role]); !errors.Is(err, errCrashed) {
+			t.Fatalf("Reserve %s stopped after its stage: %v", s.ids[role], err)
+		}
+	}
+	return s
+}
+
+// apply removes n3 with faults f and wants it to end stable.
+func (s *stagedLeave) apply(f Faults) ApplyReport {
+	s.e.t.Helper()
+	rep, err := ApplyTopology(s.e.ctx, ApplyOptions{To: s.new, From: s.old, Wait: 10 * time.Second, Logger: slog.New(slog.DiscardHandler), Faults: f})
+	if err != nil || rep.Phase != PhaseStable {
+		s.e.t.Fatalf("apply removing n3 = %+v, %v; want stable", rep, err)
+	}
+	return rep
+}
+
+// status reads order id's record status at its home in the new topology.
+func (s *stagedLeave) status(inv *Inventory, id string) string {
+	home, err := inv.orderHome(id)
+	if err != nil {
+		s.e.t.Fatal(err)
+	}
+	st, _ := s.e.clients[home.Name()].HGet(s.e.ctx, orderKey(id), "status").Result()
+	return st
+}
+
+func TestTopologyRemoveNodeStagedPart(t *testing.T) {
+	s := newStagedLeave(t)
+	e := s.e
+	rep := s.apply(nil)
+	t.Logf("apply: %d staging records decided, %d orders moved, %d stock hashes moved", rep.StagedDecided, rep.OrdersMoved, rep.StockMoved)
+	inv := openInv(t, s.new, Options{AttemptLease: stagedLease})
+
+	if _, err := inv.Confirm(e.ctx, s.ids["confirm"]); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Confirm after the apply = %v, want ErrNotFound (the attempt failed)", err)
+	}
+	if _, err := inv.Confirm(e.ctx, s.ids["moved"]); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Confirm of the moved order after the apply = %v, want ErrNotFound (the attempt failed)", err)
+	}
+	if out, err := inv.Cancel(e.ctx, s.ids["cancel"]); err != nil || out.Status != StatusCancelled {
+		t.Errorf("Cancel after the apply = %+v, %v; want cancelled", out, err)
+	}
+	if res, err := inv.Reserve(e.ctx, s.ids["retry"], stagedItems(), "", time.Minute); err != nil || len(res.Receipts) != 3 {
+		t.Errorf("retry of the order id after the apply = %+v, %v; want reserved", res, err)
+	} else if out, err := inv.Confirm(e.ctx, s.ids["retry"]); err != nil || out.Status != StatusConfirmed {
+		t.Errorf("Confirm of the retry = %+v, %v", out, err)
+	}
+	// The reconciler: every due part of the new topology's nodes settles
+	// without an error, until nothing is pending (the stage-only parts
+	// fall due 1.7 s after the reserve).
+	deadline := time.Now().Add(10 * time.Second)
+	for done := false; !done; {
+		pending := int64(0)
+		for _, n := range inv.Nodes() {
+			due, err := inv.DueParts(e.ctx, n, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range due {
+				if res, err := inv.ResolveExpired(e.ctx, p); err != nil {
+					t.Fatalf("reconciler after the apply: part %s of %s on %s: %s, %v", p.PartID, p.OrderID, p.Node, res, err)
+				}
+			}
+			c, _ := e.clients[n.Name()].ZCard(e.ctx, PendingKey).Result()
+			pending += c
+		}
+		if done = pending == 0; !done && time.Now().After(deadline) {
+			t.Fatalf("%d parts still pending on n1, n2 10 s after the apply", pending)
+		}
+		if !done {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	want := map[string]string{"confirm": "failed", "cancel": "cancelled", "retry": "confirmed", "reconcile": "failed", "moved": "failed"}
+	for _, role := range stagedLeaveRoles {
+		if st := s.status(inv, s.ids[role]); st != want[role] {
+			t.Errorf("order %s (%s) is %q after the apply, want %q", s.ids[role], role, st, want[role])
+		}
+	}
+	if c, _ := e.clients["n3"].ZCard(e.ctx, PendingKey).Result(); c != 0 {
+		t.Errorf("%d parts still pending on the removed n3", c)
+	}
+	confirmed := map[string]int64{"a": 1, "b": 2, "c": 3} // the retry's
+	for _, rt := range []string{"a", "b", "c"} {
+		lvl, err := inv.GetStock(e.ctx, rt, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lvl.Loaded != stagedStock || lvl.Reserved != 0 || lvl.Confirmed != confirmed[rt] || lvl.Available != stagedStock-confirmed[rt] {
+			t.Errorf("route %s after the apply = %+v, want %d confirmed of %d, none reserved", rt, lvl, confirmed[rt], stagedStock)
+		}
+	}
+	if v, _ := e.clients["n3"].HGetAll(e.ctx, stockKey("c", "s")).Result(); v["available"] != "0" || v["reserved"] != "0" || v["loaded"] != "0" {
+		t.Errorf("n3 still holds stock of c: %v", v)
+	}
+}
+
+// TestTopologyMutationApplyLeavesStaging checks the explorer's mutation:
+// with MutationApplyLeavesStaging the apply writes stable with a staging
+// record undecided, whose promised part is on the removed node, as before
+// the fix: Confirm cannot decide it any more.
+func TestTopologyMutationApplyLeavesStaging(t *testing.T) {
+	s := newStagedLeave(t)
+	s.apply(&topoFaults{mut: MutationApplyLeavesStaging})
+	inv := openInv(t, s.new, Options{AttemptLease: stagedLease})
+	id := s.ids["confirm"]
+	if _, err := inv.Confirm(s.e.ctx, id); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotFound) {
+		t.Fatalf("Confirm after the mutated apply = %v, want ErrUnavailable (a promised part on n3, out of reach)", err)
+	}
+	if st := s.status(inv, id); st != "staging" {
+		t.Fatalf("order %s is %q after the mutated apply, want staging (left undecided)", id, st)
+	}
+}
