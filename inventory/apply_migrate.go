@@ -319,8 +319,7 @@ func (a *applier) moveStock(ctx context.Context, route string, n *node.Node, rin
 			return 0, err
 		}
 		moved, err := a.inv.transfer(ctx, xferStock, xferID(a.rep.ToEpoch, xferStock, k), k, n, dst)
-		var rerr redis.Error
-		if errors.As(err, &rerr) && len(rerr.Error()) > 12 && rerr.Error()[:12] == "SHARDIS_BUSY" {
+		if errors.Is(err, errXferBusy) {
 			busy++
 			continue
 		}

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -149,8 +150,8 @@ func (inv *Inventory) quotaElsewhere(ctx context.Context, v *view, route, sku, u
 //
 //   - out (source): records the amounts {a, c, l} and the destination in
 //     the transfer record (xferKey); the counter is left as is. A stock
-//     hash with reserved units refuses (SHARDIS_BUSY): it moves only once
-//     nothing pending counts it, after which nothing changes it.
+//     hash with reserved units is busy (nothing written): it moves only
+//     once nothing pending counts it, after which nothing changes it.
 //   - in (destination): adds the amounts and writes the applied marker
 //     (xferMarkerKey) in the same script.
 //   - done (source): subtracts the amounts and drops the transfer record
@@ -190,21 +191,22 @@ const (
 )
 
 // xferOutScript records a transfer. KEYS: 2 counter, 3 transfer record.
-// ARGV: 4 kind, 5 destination node. Returns {available or quota,
-// confirmed, loaded}: the recorded amounts when the record exists, all 0
-// when there is nothing to move (nothing written). A stock hash with
-// reserved units refuses (SHARDIS_BUSY).
+// ARGV: 4 kind, 5 destination node. Returns {state, available or quota,
+// confirmed, loaded}: state "recorded" with the recorded amounts (the
+// record existed or is written now), "none" (nothing to move: nothing
+// written) or "busy" (a stock hash with reserved units, their number in
+// place of available: nothing written).
 var xferOutScript = newScript("xfer-out", true, `
 if ARGV[4] ~= 'quota' and ARGV[4] ~= 'stock' then
   return redis.error_reply('SHARDIS_BADOP transfer kind ' .. tostring(ARGV[4]))
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   local f = redis.call('HMGET', KEYS[3], 'a', 'c', 'l')
-  local out = {}
+  local out = {'recorded'}
   for i, what in ipairs({'a', 'c', 'l'}) do
     local n, err = int(f[i], KEYS[3] .. ' ' .. what)
     if err then return err end
-    out[i] = n
+    out[i + 1] = n
   end
   return out
 end
@@ -220,11 +222,11 @@ else
   c, err = int(f[2], KEYS[2] .. ' confirmed') if err then return err end
   l, err = int(f[3], KEYS[2] .. ' loaded') if err then return err end
   r, err = int(f[4], KEYS[2] .. ' reserved') if err then return err end
-  if r ~= 0 then return redis.error_reply('SHARDIS_BUSY ' .. KEYS[2] .. ' still has ' .. I(r) .. ' reserved units') end
+  if r ~= 0 then return {'busy', r, 0, 0} end
 end
-if a == 0 and c == 0 and l == 0 then return {0, 0, 0} end
+if a == 0 and c == 0 and l == 0 then return {'none', 0, 0, 0} end
 redis.call('HSET', KEYS[3], 'a', I(a), 'c', I(c), 'l', I(l), 'kind', ARGV[4], 'key', KEYS[2], 'dest', ARGV[5])
-return {a, c, l}
+return {'recorded', a, c, l}
 `)
 
 // xferInScript applies a transfer once. KEYS: 2 counter, 3 applied
@@ -316,20 +318,36 @@ return 'done'
 // longer than any interrupted apply is expected to wait for its rerun.
 const xferMarkerTTL = 30 * 24 * 3600
 
+// errXferBusy is returned by transfer when the source's stock hash still
+// has reserved units: retry once its pending parts are settled.
+var errXferBusy = errors.New("stock still reserved")
+
 // transfer moves counter key from src to dst exactly once under id. It
-// returns the units moved (available or quota).
+// returns the units moved (available or quota), or an error wrapping
+// errXferBusy (nothing written).
 func (inv *Inventory) transfer(ctx context.Context, kind xferKind, id, key string, src, dst *node.Node) (int64, error) {
 	rec, marker := xferKey(id), xferMarkerKey(id)
 	out, err := inv.run(ctx, src, xferOutScript, []string{key, rec}, string(kind), dst.Name())
 	if err != nil {
 		return 0, err
 	}
-	v, err := asInt64s(src, xferOutScript, out)
-	if err != nil || len(v) != 3 {
+	raw, err := asSlice(src, xferOutScript, out)
+	if err != nil || len(raw) != 4 {
 		return 0, malformed(src, xferOutScript, out)
 	}
-	if v[0] == 0 && v[1] == 0 && v[2] == 0 {
+	state, _ := raw[0].(string)
+	v, err := asInt64s(src, xferOutScript, raw[1:])
+	if err != nil {
+		return 0, malformed(src, xferOutScript, out)
+	}
+	switch xferOutState(state) {
+	case xferNone:
 		return 0, nil
+	case xferBusy:
+		return 0, fmt.Errorf("%w: node %s: %s has %d reserved units", errXferBusy, src.Name(), key, v[0])
+	case xferRecorded:
+	default:
+		return 0, malformed(src, xferOutScript, out)
 	}
 	if inv.crash(ctx, "xfer-out") {
 		return 0, errCrashed

@@ -65,3 +65,12 @@ const (
 // settleMissing is what settleScript answers for a part its node does not
 // hold.
 const settleMissing = "missing"
+
+// xferOutState is the first word of xferOutScript's reply (migrate.go).
+type xferOutState string
+
+const (
+	xferRecorded xferOutState = "recorded" // the transfer is recorded: its amounts follow
+	xferNone     xferOutState = "none"     // nothing to move: nothing written
+	xferBusy     xferOutState = "busy"     // the stock hash has reserved units: nothing written
+)
