@@ -545,7 +545,7 @@ func FuzzCorruptValue(f *testing.F) {
 			return partReq{part: part{ID: id, Node: n.Name(), Kind: "s", Item: 0, Route: route, SKU: sku, Qty: 1},
 				queue: queue, ck: stockKey(route, sku)}
 		}
-		deadline := time.Now().Add(time.Hour)
+		deadline := partDue{hold: time.Hour}
 		rep, err := inv.reserveOn(ctx, n, order, token, deadline, []partReq{partReqFor(stockPartID(order, token, 0))})
 		if err != nil || len(rep) != 1 || rep[0].state != "pending" || rep[0].qty != 1 {
 			t.Fatalf("reserve script = %+v, %v", rep, err)

@@ -149,7 +149,7 @@ func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, order
 		return inv.existing(orderID, rec)
 	}
 
-	parts, unknown, err := inv.take(ctx, home, orderID, token, rec.deadline.Add(partGrace), items, userID)
+	parts, unknown, err := inv.take(ctx, home, orderID, token, partDue{at: rec.deadline.Add(partGrace)}, items, userID)
 	if err != nil {
 		inv.abandon(ctx, home, orderID, token, parts, unknown)
 		return Reservation{}, err

@@ -10,7 +10,8 @@ package inventory
 // KEYS: 1 stamp, 2 pending index, 3 redo offsets, then per part: part key,
 // counter key (stock hash for kind s, quota counter for kind q), and redo
 // queue key (kind s) or stock hash holding the limit (kind q).
-// ARGV: 4 order id, 5 attempt token, 6 part deadline (ms), then per part:
+// ARGV: 4 order id, 5 attempt token, 6 part deadline (partDue.arg: ms, or
+// "+" and ms after this node's clock), then per part:
 // part id, kind, sku, want, item index, and for kind s the redo queue, for
 // kind q the units the user's previous quota node still counts while the
 // topology migrates (-1 unknown; migrate.go).
@@ -22,8 +23,8 @@ package inventory
 // units held), "elsewhere" (limited, and the units the user's previous
 // quota node counts are unknown), or the state of a part that already exists (the fence: a retry
 // returns what was taken; a cancel that came first left "cancelled").
-var reserveScript = newGroupedScript("reserve", true, `
-local deadline = tonumber(ARGV[6])
+var reserveScript = newGroupedScript("reserve", true, partDueLua+`
+local deadline = part_due(ARGV[6])
 local np = (#KEYS - 3) / 3
 zset_ok(KEYS[2]) -- fails now, before any write, if the index is not a sorted set
 local plan = {}

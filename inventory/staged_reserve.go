@@ -30,7 +30,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	// Part deadlines by this process's clock; partGrace covers the skew to
 	// the home node's, and the reconciler postpones a part whose order is
 	// still reserved (reconcile.go).
-	deadline := time.Now().Add(ttl + partGrace)
+	deadline := partDue{at: time.Now().Add(ttl + partGrace)}
 	noStage, onlyStage, someTakes := inv.crash(ctx, "staged:takes-only"), inv.crash(ctx, "staged:stage-only"), inv.crash(ctx, "staged:some-takes")
 	homeReqs := batches[home]
 	delete(batches, home)
@@ -147,11 +147,11 @@ type stageReply struct {
 
 // stageTake stages the order's record on its home node with the home
 // node's parts, all or nothing (stageTakeScript).
-func (inv *Inventory) stageTake(ctx context.Context, home *node.Node, orderID, token string, partDeadline time.Time, ttl time.Duration, digest, userID, promised string, reqs []partReq) (stageReply, error) {
+func (inv *Inventory) stageTake(ctx context.Context, home *node.Node, orderID, token string, partDeadline partDue, ttl time.Duration, digest, userID, promised string, reqs []partReq) (stageReply, error) {
 	keys := make([]string, 0, 3+3*len(reqs))
 	keys = append(keys, PendingKey, RedoOffsetsKey, orderKey(orderID))
 	args := make([]any, 0, 9+7*len(reqs))
-	args = append(args, orderID, token, partDeadline.UnixMilli(), ms(inv.opts.AttemptLease), digest, userID, ms(ttl),
+	args = append(args, orderID, token, partDeadline.arg(), ms(inv.opts.AttemptLease), digest, userID, ms(ttl),
 		seconds(inv.cfg.Retention), promised)
 	for _, r := range reqs {
 		keys = append(keys, partKey(r.ID), r.ck, r.queue)

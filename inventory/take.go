@@ -36,9 +36,40 @@ type partReq struct {
 	elsewhere int64
 }
 
+// partDue is when the parts a reserve script takes come due, that is when
+// the reconciler first looks at them (reconcile.go). It is never read from
+// this instance's clock: either a time by the clock of the order's home
+// node (the general path: the deadline its begin step wrote there, plus
+// partGrace; the record names the attempt before any part is taken, so a
+// part looked at early is only put off), or a hold counted from the clock
+// of the node that takes the part, when its script runs (the one-round
+// path, staged.go). The scripts read it with part_due (partDueLua).
+type partDue struct {
+	at   time.Time     // by the home node's clock; used when hold is 0
+	hold time.Duration // after the taking node's clock
+}
+
+// arg is d as a script argument: "+" and the hold in ms, or the time in
+// ms.
+func (d partDue) arg() string {
+	if d.hold > 0 {
+		return "+" + strconv.FormatInt(d.hold.Milliseconds(), 10)
+	}
+	return strconv.FormatInt(d.at.UnixMilli(), 10)
+}
+
+// partDueLua defines part_due(v): a part deadline argument (partDue.arg)
+// as ms by this node's clock.
+const partDueLua = `
+local function part_due(v)
+  if string.sub(v, 1, 1) == '+' then return now + tonumber(string.sub(v, 2)) end
+  return tonumber(v)
+end
+`
+
 // take runs the reserve rounds. It returns the parts taken, the parts whose
 // outcome is unknown (their node failed mid-call), and the first error.
-func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token string, deadline time.Time, items []Item, userID string) (taken, unknown []part, err error) {
+func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token string, deadline partDue, items []Item, userID string) (taken, unknown []part, err error) {
 	states := make([]itemState, len(items))
 	for i, it := range items {
 		set, _ := inv.set(it.Route)
@@ -265,7 +296,7 @@ func (b batchResult) unknownParts() []part {
 }
 
 // runBatches runs one reserve script per node, concurrently.
-func (inv *Inventory) runBatches(ctx context.Context, orderID, token string, deadline time.Time, batches map[*node.Node][]partReq) []batchResult {
+func (inv *Inventory) runBatches(ctx context.Context, orderID, token string, deadline partDue, batches map[*node.Node][]partReq) []batchResult {
 	out := make([]batchResult, 0, len(batches))
 	if len(batches) == 1 { // one node: no goroutine needed
 		for n, reqs := range batches {
@@ -289,7 +320,7 @@ func (inv *Inventory) runBatches(ctx context.Context, orderID, token string, dea
 	return out
 }
 
-func (inv *Inventory) runBatch(ctx context.Context, n *node.Node, orderID, token string, deadline time.Time, reqs []partReq) batchResult {
+func (inv *Inventory) runBatch(ctx context.Context, n *node.Node, orderID, token string, deadline partDue, reqs []partReq) batchResult {
 	res := batchResult{reqs: reqs}
 	res.replies, res.err = inv.reserveOn(ctx, n, orderID, token, deadline, reqs)
 	if res.err != nil {
@@ -298,11 +329,11 @@ func (inv *Inventory) runBatch(ctx context.Context, n *node.Node, orderID, token
 	return res
 }
 
-func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, token string, deadline time.Time, reqs []partReq) ([]reply, error) {
+func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, token string, deadline partDue, reqs []partReq) ([]reply, error) {
 	keys := make([]string, 0, 2+3*len(reqs))
 	keys = append(keys, PendingKey, RedoOffsetsKey)
 	args := make([]any, 0, 3+6*len(reqs))
-	args = append(args, orderID, token, deadline.UnixMilli())
+	args = append(args, orderID, token, deadline.arg())
 	for _, r := range reqs {
 		keys = append(keys, partKey(r.ID), r.ck, r.queue)
 		last := any(r.queue)
