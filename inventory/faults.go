@@ -78,7 +78,9 @@ type Mutation string
 const (
 	// MutationStageTakeover: a stage overwrites an existing record (a
 	// failed one of another token), and parts' deadlines come from the
-	// instance's clock (safety issue item A1).
+	// instance's clock (safety issue item A1). reserveStaged sends it to
+	// stageTakeScript as an argument (staged.go);
+	// TestMutationStageTakeover* show it brings the oversell back.
 	MutationStageTakeover Mutation = "stage-takeover"
 	// MutationApplyLeavesStaging: topology apply writes stable with
 	// staging records undecided (item A2).

@@ -21,19 +21,30 @@ import (
 //
 // States of a staged record (orderScript):
 //
-//	staging(token, promised parts) ──commit──▶ reserved ──▶ the usual life cycle
-//	                               └──fail────▶ failed (parts cancelled)
+//	(no record) ──stage(T)──▶ staging(T, promised parts) ──commit──▶ reserved ──▶ the usual life cycle
+//	                                                     └──fail────▶ failed (parts cancelled)
+//	(any record, failed included) ──stage(T)──▶ unchanged: "existing", T's takes are rolled back
 //
 // The promised parts are fixed when the record is staged: node, part id,
-// kind, SKU, quantity. The rule:
+// kind, SKU, quantity. The rules:
 //
 //	A staged order is reserved iff every promised part exists on its node,
 //	pending under the order's token with the promised quantity.
+//
+//	A stage never takes over a record: it writes only where the order
+//	has none. Hence a record that does not name a token never comes to
+//	name it.
 //
 // Who moves what:
 //   - Only the attempt takes parts, once per part id (the reserve scripts
 //     never overwrite an existing part key), and only in its one round;
 //     the home node's parts exist iff the record was staged.
+//   - Only the attempt's stage creates a record naming its token, and only
+//     where the order has no record (a record marked moved by a topology
+//     change is none). Any record, failed included, is left as it is and
+//     answered "existing": the attempt rolls its takes back and the order
+//     takes the general path, whose begin takes over a failed record under
+//     its lease rules with a new token (so with new parts).
 //   - A probe (probeScript) reads promised parts; in "prevent" mode it
 //     writes a tombstone for each absent one in the same script, so that
 //     part can never be taken afterwards.
@@ -44,9 +55,20 @@ import (
 //     written only by the attempt when it did not see all of its takes
 //     succeed (so it never answered success), or after a probe found a
 //     promised part prevented, short, or settled.
-//   - Parts of a staged order are cancelled only after a fail (or a later
-//     cancel or expiry) is recorded; they are confirmed only after a
-//     confirm is.
+//   - A part of attempt T is cancelled only after a record was read that
+//     excludes T: failed under T (the attempt's or a probe's fail, or the
+//     reconciler's expire op, which writes it where the order has no
+//     record at all), cancelled or expired, or a record of another token.
+//     It is confirmed only after a confirm of T is recorded.
+//
+// Part deadlines: every part comes due by the clock of the node that holds
+// it. The stage and the takes send a hold (ttl + partGrace, partDue in
+// take.go) that each script adds to its own node's TIME when it runs; this
+// instance's clock is never used. A deadline only says when the
+// reconciler first looks at a part; what it does then is decided by the
+// record, so safety does not rest on it. It keeps an attempt's parts from
+// coming due before its calls even reached their nodes (an instance clock
+// behind the nodes', a stall between planning and sending, a short ttl).
 //
 // Why every interleaving decides once, and never loses an acknowledged
 // reservation: a present part stays pending until the record is decided,
@@ -54,13 +76,24 @@ import (
 // prevented, short or settled" exclude each other; the compare-and-set
 // picks the first of the attempt's own fail and a recovery's commit, and
 // the loser follows the record. Once all of the attempt's takes succeeded
-// no probe can find a part missing, so every decision is commit: the
-// attempt may answer success before its commit lands. A retry of the
+// and its stage answered "staged", no part of it was cancelled and none
+// will be before a decision: whoever cancels one first read a record that
+// excludes the token, and a record that does not name a token never comes
+// to name it, so the stage could not have landed after that read. (A
+// stage that took over a failed record of another token, safety issue A1,
+// broke exactly this: the reconciler cancelled the parts of a late stage's
+// attempt by that failed record, their stock was sold again, then the
+// stage landed and its attempt answered success: oversold. A retry that
+// answered insufficient stock because of the late attempt's hold was
+// contradicted the same way.) So every decision is commit, and the attempt
+// may answer success before its commit lands. A retry of the
 // order id, Confirm, Cancel, the reconciler and a topology move all meet
 // "staging" and decide it first (resolveStaged), then act on the decided
 // record. While the attempt's lease runs, Reserve retries and Confirm only
 // inspect (an absent part may still be on its way: "in progress"); Cancel,
-// expiry and anything after the lease prevent.
+// expiry and anything after the lease prevent. The one assumption: a
+// stage is not delayed beyond inventory.retention, after which a record
+// expires and looks like none (the bound tombstones rely on too).
 //
 // Crash points (inventory/staged_test.go stops an attempt at each): before
 // the round (nothing written), after the stage only, after some takes,
@@ -80,22 +113,28 @@ import (
 // path's three rounds are not run.
 
 // stageTakeScript stages an order's record on its home node and takes the
-// home node's parts, all or nothing (staged.go).
+// home node's parts, all or nothing (staged.go). It writes only where the
+// order has no record (a record marked moved by a topology change is
+// none): any record, failed included, is answered "existing" untouched
+// (the rule "A stage never takes over a record" above).
 //
 // KEYS: 1 stamp, 2 pending index, 3 redo offsets, 4 order key, then per
 // part: part key, counter key, and redo queue (kind s) or stock hash
 // holding the limit (kind q).
-// ARGV: 4 order id, 5 token, 6 part deadline ms, 7 lease ms, 8 digest,
-// 9 user, 10 ttl ms, 11 retention s, 12 promised parts JSON, then per part
-// as localScript: id, kind, sku, want, item, route, queue (takeWhole; the
-// path needs a stable topology, so no quota is counted on a previous
-// node).
+// ARGV: 4 order id, 5 token, 6 part deadline (partDue.arg: "+" and the
+// hold in ms after this node's clock), 7 lease ms, 8 digest, 9 user, 10
+// ttl ms, 11 retention s, 12 promised parts JSON, 13 "" (test-only: the
+// name of MutationStageTakeover re-introduces the bug of safety issue A1,
+// a stage overwriting a failed record of another token; faults.go), then
+// per part as localScript: id, kind, sku, want, item, route, queue
+// (takeWhole; the path needs a stable topology, so no quota is counted on
+// a previous node).
 //
 // Returns {"staged", deadline ms, offset per part}, or, writing nothing,
 // {"existing", status, token} (the order has a record: the general path
 // handles it) or {"short"} (a part cannot be met in full, or a limited SKU
 // has no user).
-var stageTakeScript = newGroupedScript("stage-take", true, takeWhole+`
+var stageTakeScript = newGroupedScript("stage-take", true, takeWhole+partDueLua+`
 local key = KEYS[4]
 local f = redis.call('HMGET', key, 'status', 'token', 'moved')
 if f[3] then
@@ -103,18 +142,19 @@ if f[3] then
   redis.call('DEL', key)
   f = {}
 end
-if f[1] and not (f[1] == 'failed' and f[2] ~= ARGV[5]) then return {'existing', f[1], f[2] or ''} end
+local takeover = ARGV[13] == '`+string(MutationStageTakeover)+`' and f[1] == 'failed' and f[2] ~= ARGV[5]
+if f[1] and not takeover then return {'existing', f[1], f[2] or ''} end
 zset_ok(KEYS[2]) -- the pending index must be a sorted set
-local plan, err = plan_parts(5, 13, ARGV[9], KEYS[3])
+local plan, err = plan_parts(5, 14, ARGV[9], KEYS[3])
 if err then return err end
 if not plan then return {'short'} end
 local deadline = now + tonumber(ARGV[10])
-if f[1] then redis.call('DEL', key) end -- a failed attempt's record
+if takeover then redis.call('DEL', key) end
 redis.call('HSET', key, 'status', 'staging', 'token', ARGV[5], 'lease', I(now + tonumber(ARGV[7])), 'digest', ARGV[8],
   'user', ARGV[9], 'deadline', I(deadline), 'created', nowS, 'parts', ARGV[12])
 redis.call('EXPIRE', key, I(tonumber(ARGV[11])))
 local out = {'staged', deadline}
-for _, off in ipairs(write_parts(plan, KEYS[2], KEYS[3], ARGV[4], ARGV[5], tonumber(ARGV[6]))) do
+for _, off in ipairs(write_parts(plan, KEYS[2], KEYS[3], ARGV[4], ARGV[5], part_due(ARGV[6]))) do
   out[#out + 1] = off
 end
 return out

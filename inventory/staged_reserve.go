@@ -27,10 +27,16 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		return Reservation{}, true, errCrashed
 	}
 	blob := encodeOrderParts(promised)
-	// Part deadlines by this process's clock; partGrace covers the skew to
-	// the home node's, and the reconciler postpones a part whose order is
-	// still reserved (reconcile.go).
-	deadline := partDue{at: time.Now().Add(ttl + partGrace)}
+	// Each part comes due by the clock of the node that takes it, when its
+	// script runs (staged.go: "Part deadlines"), never by this instance's.
+	deadline := partDue{hold: ttl + partGrace}
+	var mutation Mutation
+	if inv.mutated(MutationStageTakeover) {
+		// Test-only (faults.go): the bug of safety issue A1 re-introduced,
+		// deadlines by this instance's clock and a stage that takes over
+		// a failed record of another token.
+		mutation, deadline = MutationStageTakeover, partDue{at: time.Now().Add(ttl + partGrace)}
+	}
 	noStage, onlyStage, someTakes := inv.crash(ctx, "staged:takes-only"), inv.crash(ctx, "staged:stage-only"), inv.crash(ctx, "staged:some-takes")
 	homeReqs := batches[home]
 	delete(batches, home)
@@ -43,7 +49,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			staged, stageErr = inv.stageTake(ctx, home, orderID, token, deadline, ttl, digestOf(items, userID), userID, blob, homeReqs)
+			staged, stageErr = inv.stageTake(ctx, home, orderID, token, deadline, mutation, ttl, digestOf(items, userID), userID, blob, homeReqs)
 		}()
 	}
 	if onlyStage {
@@ -71,9 +77,12 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		}
 	}
 	switch {
-	case stageErr == nil && staged.status == stageExisting && staged.token == token:
+	case stageErr == nil && staged.status == stageExisting && staged.token == token && staged.record != recFailed:
 		// Our own stage, run twice (node clients never replay commands,
-		// so this is defensive): its outcome is the record's.
+		// so this is defensive): its outcome is the record's. (Failed
+		// under our token is known: the reconciler found a part of ours
+		// due before the stage landed and recorded the failure where
+		// there was no record. It is rolled back below like any record.)
 		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id", ErrUnavailable, orderID)
 	case stageErr != nil && outcomeUnknown(stageErr):
 		// The record may be staged under this token: only a decision on it
@@ -81,8 +90,9 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id: %w", ErrUnavailable, orderID, stageErr)
 	case stageErr != nil || staged.status != stageStaged:
 		// Refused before the network, short on the home node, or the order
-		// already has a record: no record names this token, so no one can
-		// reserve its parts (the home node took none).
+		// already has a record (failed included: a stage never takes one
+		// over, staged.go): no record names this token but as failed, so
+		// no one can reserve its parts (the home node took none).
 		inv.abandonUnstaged(ctx, orderID, append(taken, unknown...))
 		if stageErr != nil {
 			return Reservation{}, true, stageErr
@@ -141,18 +151,20 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 type stageReply struct {
 	status   stageStatus
 	deadline time.Time
-	offsets  []int64 // per home part: its redo offset (0 for quota parts)
-	token    string  // "existing": the record's token
+	offsets  []int64   // per home part: its redo offset (0 for quota parts)
+	record   recStatus // "existing": the record's status
+	token    string    // "existing": the record's token
 }
 
 // stageTake stages the order's record on its home node with the home
-// node's parts, all or nothing (stageTakeScript).
-func (inv *Inventory) stageTake(ctx context.Context, home *node.Node, orderID, token string, partDeadline partDue, ttl time.Duration, digest, userID, promised string, reqs []partReq) (stageReply, error) {
+// node's parts, all or nothing (stageTakeScript). mutation is "" but in
+// the explorer's self-check (MutationStageTakeover, faults.go).
+func (inv *Inventory) stageTake(ctx context.Context, home *node.Node, orderID, token string, due partDue, mutation Mutation, ttl time.Duration, digest, userID, promised string, reqs []partReq) (stageReply, error) {
 	keys := make([]string, 0, 3+3*len(reqs))
 	keys = append(keys, PendingKey, RedoOffsetsKey, orderKey(orderID))
-	args := make([]any, 0, 9+7*len(reqs))
-	args = append(args, orderID, token, partDeadline.arg(), ms(inv.opts.AttemptLease), digest, userID, ms(ttl),
-		seconds(inv.cfg.Retention), promised)
+	args := make([]any, 0, 10+7*len(reqs))
+	args = append(args, orderID, token, due.arg(), ms(inv.opts.AttemptLease), digest, userID, ms(ttl),
+		seconds(inv.cfg.Retention), promised, string(mutation))
 	for _, r := range reqs {
 		keys = append(keys, partKey(r.ID), r.ck, r.queue)
 		args = append(args, r.ID, string(r.Kind), r.SKU, r.Qty, strconv.Itoa(r.Item), r.Route, r.queue)
@@ -177,6 +189,8 @@ func (inv *Inventory) stageTake(ctx context.Context, home *node.Node, orderID, t
 			out.offsets = append(out.offsets, off)
 		}
 	case out.status == stageExisting && len(raw) == 3:
+		rs, _ := raw[1].(string)
+		out.record = recStatus(rs)
 		out.token, _ = raw[2].(string)
 	case out.status == stageShort && len(raw) == 1:
 	default:
