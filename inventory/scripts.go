@@ -112,13 +112,15 @@ return out
 // cancelled, each at most once (compare-and-set on the part state).
 //
 // KEYS: 1 stamp, 2 pending index, then one part key per part.
-// ARGV: 4 action ("confirm" or "cancel"), 5 retention seconds of
-// settled parts, 6 order id, then one part id per part.
+// ARGV: 4 action ("confirm", "cancel", or "abort": a cancel by a staged
+// attempt before its order is decided, staged.go), 5 retention seconds
+// of settled parts, 6 order id, then one part id per part.
 //
 // Per part it returns "done" (moved now), "already" (was in the target
-// state), "tombstoned" (cancel of a part that does not exist: a reserve
-// arriving later takes nothing), "missing" (confirm of a part that does
-// not exist) or "conflict:<state>".
+// state), "tombstoned" (cancel or abort of a part that does not exist: a
+// reserve arriving later takes nothing), "missing" (confirm of a part
+// that does not exist), "held" (abort of a part a probe saw pending:
+// nothing changed, it follows its order's decision) or "conflict:<state>".
 var settleScript = newGroupedScript("settle", true, `
 local action = ARGV[4]
 local target = action == 'confirm' and 'confirmed' or 'cancelled'
@@ -128,11 +130,13 @@ local todo = {}
 redis.call('ZCARD', KEYS[2]) -- fails now, before any write, if the index is not a sorted set
 for i = 3, #KEYS do
   local pk = KEYS[i]
-  local f = redis.call('HMGET', pk, 'state', 'kind', 'qty', 'counter')
+  local f = redis.call('HMGET', pk, 'state', 'kind', 'qty', 'counter', 'held')
   local st = f[1]
   if not st then
-    out[#out + 1] = action == 'cancel' and 'tombstoned' or 'missing'
-    if action == 'cancel' then todo[#todo + 1] = {pk = pk, tomb = true} end
+    out[#out + 1] = action == 'confirm' and 'missing' or 'tombstoned'
+    if action ~= 'confirm' then todo[#todo + 1] = {pk = pk, tomb = true} end
+  elseif st == 'pending' and action == 'abort' and f[5] then
+    out[#out + 1] = 'held'
   elseif st == 'pending' then
     local q, err = int(f[3], pk .. ' qty')
     if err then return err end
@@ -146,7 +150,7 @@ for i = 3, #KEYS do
       local to = action == 'confirm' and 'confirmed' or 'available'
       local _, terr = int(redis.call('HGET', f[4], to), f[4] .. ' ' .. to)
       if terr then return terr end
-    elseif action == 'cancel' then
+    elseif action ~= 'confirm' then
       local _, cerr = int(redis.call('GET', f[4]), f[4])
       if cerr then return cerr end
     end
@@ -165,7 +169,7 @@ for _, p in ipairs(todo) do
     if p.kind == 's' then
       redis.call('HINCRBY', p.ck, 'reserved', I(-p.q))
       redis.call('HINCRBY', p.ck, action == 'confirm' and 'confirmed' or 'available', I(p.q))
-    elseif action == 'cancel' then
+    elseif action ~= 'confirm' then
       if redis.call('DECRBY', p.ck, I(p.q)) <= 0 then redis.call('DEL', p.ck) end
     end
     redis.call('HSET', p.pk, 'state', target, 'settled_at', nowS)

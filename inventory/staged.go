@@ -45,9 +45,10 @@ import (
 //     answered "existing": the attempt rolls its takes back and the order
 //     takes the general path, whose begin takes over a failed record under
 //     its lease rules with a new token (so with new parts).
-//   - A probe (probeScript) reads promised parts; in "prevent" mode it
-//     writes a tombstone for each absent one in the same script, so that
-//     part can never be taken afterwards.
+//   - A probe (probeScript) reads promised parts and marks each pending
+//     one held (see Abort below); in "prevent" mode it writes a tombstone
+//     for each absent one in the same script, so that part can never be
+//     taken afterwards.
 //   - The decision is one compare-and-set on the record: commit
 //     (staging+token → reserved) or fail (staging+token → failed). Commit is
 //     written only after every promised part was seen pending with its
@@ -58,8 +59,9 @@ import (
 //   - A part of attempt T is cancelled only after a record was read that
 //     excludes T: failed under T (the attempt's or a probe's fail, or the
 //     reconciler's expire op, which writes it where the order has no
-//     record at all), cancelled or expired, or a record of another token.
-//     It is confirmed only after a confirm of T is recorded.
+//     record at all), cancelled or expired, or a record of another token;
+//     or by the attempt's own abort (below). It is confirmed only after a
+//     confirm of T is recorded.
 //
 // Part deadlines: every part comes due by the clock of the node that holds
 // it. The stage and the takes send a hold (ttl + partGrace, partDue in
@@ -69,6 +71,31 @@ import (
 // record, so safety does not rest on it. It keeps an attempt's parts from
 // coming due before its calls even reached their nodes (an instance clock
 // behind the nodes', a stall between planning and sending, a short ttl).
+//
+// States of one promised part on its node (probeScript, settleScript):
+//
+//	absent ──take──▶ pending ──probe──▶ pending+held ──decision──▶ confirmed | cancelled
+//	   │                └──abort (attempt, not held)──▶ cancelled
+//	   └──prevent / abort / cancel──▶ tombstone (cancelled; a take is refused)
+//
+// Abort: an attempt that did not see every take succeed may release its
+// parts on the nodes it reaches at once, before any record is decided —
+// whatever state its home node is in (paused, unreachable, or the stage's
+// reply lost). An abort (settleScript, action "abort") cancels a pending
+// part only while it is not held, and tombstones an absent one, in one
+// script on the part's node; a held part is left to follow the record's
+// decision. Every probe, inspect or prevent, marks each pending part it
+// sees held in the same script. Why an abort never strands a commit: a
+// commit is written only after every promised part was seen pending —
+// by a probe, which held it, so no abort on that node can cancel it
+// afterwards (both are scripts on that one node: one came first); or by
+// the attempt's own takes, and an attempt that saw every take succeed
+// never aborts. Why a commit never follows an abort: an aborted part is
+// cancelled for good, so every later probe sees it settled and decides
+// failed; a stage that lands late (its node was paused) meets the same
+// verdict. Retries of the order id take parts under a new token, so an
+// abort touches only its own attempt's parts; the general path's records
+// are never committed by a reader, so it needs no hold.
 //
 // Why every interleaving decides once, and never loses an acknowledged
 // reservation: a present part stays pending until the record is decided,
@@ -166,11 +193,16 @@ return out
 // "prevent"), 5 order id, 6 retention s of a tombstone.
 // Per part it returns {state, token, qty, offset}: the part's fields, or
 // {"prevented", "", 0, 0} (prevent: a tombstone was written, so the part
-// can never be taken) or {"absent", "", 0, 0} (inspect).
+// can never be taken) or {"absent", "", 0, 0} (inspect). A pending part
+// is marked held, in either mode: the attempt can no longer abort it (the
+// file comment).
 var probeScript = newScript("probe", true, `
 local out = {}
 for i = 2, #KEYS do
   local f = redis.call('HMGET', KEYS[i], 'state', 'token', 'qty', 'offset')
+  if f[1] == 'pending' then
+    redis.call('HSET', KEYS[i], 'held', 1)
+  end
   if f[1] then
     out[#out + 1] = {f[1], f[2] or '', tonumber(f[3]) or 0, tonumber(f[4]) or 0}
   elseif ARGV[4] == 'prevent' then

@@ -85,8 +85,10 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		// there was no record. It is rolled back below like any record.)
 		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id", ErrUnavailable, orderID)
 	case stageErr != nil && outcomeUnknown(stageErr):
-		// The record may be staged under this token: only a decision on it
-		// may cancel parts. Whoever meets the order next decides it.
+		// The record may be staged under this token (or be on its way): the
+		// parts taken elsewhere are aborted at once, the record is decided
+		// failed once its node answers (staged.go, "Abort").
+		inv.releaseStaged(ctx, home, orderID, token, taken, promised)
 		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id: %w", ErrUnavailable, orderID, stageErr)
 	case stageErr != nil || staged.status != stageStaged:
 		// Refused before the network, short on the home node, or the order
@@ -121,6 +123,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	defer cancel()
 	rec, err := inv.orderOp(cctx, home, orderID, opFail, token)
 	if err != nil {
+		inv.releaseStaged(ctx, home, orderID, token, taken, promised)
 		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id: %w", ErrUnavailable, orderID, err)
 	}
 	if rec.status != recFailed || rec.token != token {
@@ -295,27 +298,11 @@ func (inv *Inventory) abandonUnstaged(ctx context.Context, orderID string, parts
 // it (resolveStaged).
 func (inv *Inventory) commitStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part) {
 	blob := encodeOrderParts(parts)
-	commit := func() {
-		// Off the caller's path: nothing of the caller's context (its
-		// values included) is carried over.
-		cctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
-		defer cancel()
-		if _, err := inv.orderOp(cctx, home, orderID, opCommit, token, blob, seconds(inv.cfg.Retention)); err != nil {
+	inv.offPath(func(ctx context.Context) {
+		if _, err := inv.orderOp(ctx, home, orderID, opCommit, token, blob, seconds(inv.cfg.Retention)); err != nil {
 			inv.log.Debug("staged commit did not land; the next reader of the order commits it", "order", orderID, "err", err)
 		}
-	}
-	inv.bg.Lock()
-	if inv.bg.closed {
-		inv.bg.Unlock()
-		commit()
-		return
-	}
-	inv.bg.wg.Add(1)
-	inv.bg.Unlock()
-	go func() {
-		defer inv.bg.wg.Done()
-		commit()
-	}()
+	})
 }
 
 // background tracks the commits running off the callers' paths.
@@ -325,9 +312,9 @@ type background struct {
 	wg         sync.WaitGroup
 }
 
-// Close waits for the commits of one-round reservations still running in
-// the background (at most a few seconds); later ones run on the caller's
-// path. Call it before closing the router. The Inventory stays usable.
+// Close waits for the commits (and roll-backs) of one-round reservations
+// still running in the background (at most a few seconds); later ones run
+// on the caller's path. Call it before closing the router. The Inventory stays usable.
 func (inv *Inventory) Close() {
 	inv.bg.Lock()
 	inv.bg.closed = true

@@ -1,0 +1,104 @@
+package inventory
+
+import (
+	"context"
+	"sync"
+
+	"github.com/shardis/shardis/node"
+)
+
+// actionAbort is the settle action of a staged attempt's abort: cancel a
+// pending part unless a probe holds it (staged.go, "Abort"). It is never
+// deferred: a part it cannot reach follows its order's decision.
+const actionAbort Action = "abort"
+
+// settleHeld is settleScript's answer to an abort of a part a probe holds.
+const settleHeld = "held"
+
+// releaseStaged releases what a staged attempt that did not see every take
+// succeed took, when its record could not be decided failed now (the
+// stage's outcome is unknown, or the fail did not land): first, at once,
+// it aborts the parts it took on nodes other than home (staged.go,
+// "Abort"); then, off the caller's path, it tries to decide the record
+// failed and cancel every promised part (failStaged), which releases the
+// home node's parts too once that node answers. Whatever it cannot do is
+// left to the next reader of the order or the reconciler.
+func (inv *Inventory) releaseStaged(ctx context.Context, home *node.Node, orderID, token string, taken, promised []part) {
+	var away []part
+	for _, p := range taken {
+		if p.Node != home.Name() {
+			away = append(away, p)
+		}
+	}
+	inv.abortParts(ctx, orderID, away)
+	inv.offPath(func(ctx context.Context) {
+		if err := inv.failStaged(ctx, home, orderID, token, promised); err != nil {
+			inv.log.Debug("staged attempt not decided; the next reader of the order decides it", "order", orderID, "err", err)
+		}
+	})
+}
+
+// abortParts aborts parts of a staged attempt, one script per node, nodes
+// concurrently, within commitTimeout whatever the caller's context. It
+// returns how many parts are left pending (held by a probe, or their node
+// did not answer): those follow their order's decision.
+func (inv *Inventory) abortParts(ctx context.Context, orderID string, parts []part) (left int) {
+	if len(parts) == 0 {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	byNode := map[string][]string{}
+	for _, p := range parts {
+		byNode[p.Node] = append(byNode[p.Node], p.ID)
+	}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for name, ids := range byNode {
+		wg.Add(1)
+		go func(name string, ids []string) {
+			defer wg.Done()
+			res, err := inv.SettleNow(ctx, Settle{Node: name, Action: actionAbort, OrderID: orderID, PartIDs: ids})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				inv.log.Warn("staged abort did not land; the parts follow the order's decision", "node", name, "order", orderID, "parts", len(ids), "err", err)
+				left += len(ids)
+				return
+			}
+			for _, r := range res {
+				if r == settleHeld {
+					left++
+				}
+			}
+		}(name, ids)
+	}
+	wg.Wait()
+	inv.stats.rolledBack.Add(int64(len(parts) - left))
+	return left
+}
+
+// offPath runs f off the caller's path with a context of its own bounded
+// by commitTimeout (nothing of the caller's, its values included, is
+// carried over); synchronously once Close was called.
+func (inv *Inventory) offPath(f func(ctx context.Context)) {
+	run := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+		defer cancel()
+		f(ctx)
+	}
+	inv.bg.Lock()
+	if inv.bg.closed {
+		inv.bg.Unlock()
+		run()
+		return
+	}
+	inv.bg.wg.Add(1)
+	inv.bg.Unlock()
+	go func() {
+		defer inv.bg.wg.Done()
+		run()
+	}()
+}
