@@ -185,6 +185,11 @@ type OrderPart struct {
 	Qty    int64    `json:"q"`
 	Redo   string   `json:"l,omitempty"` // stock part: its redo-log queue key on Node
 	Offset int64    `json:"o,omitempty"` // stock part: its offset in Redo; 0 while only promised (staged.go)
+	// Incarnation is, in the parts a staged attempt promised (staged.go),
+	// the incarnation of Node's stamp as the attempt knew it ("" unknown):
+	// a probe that finds the part absent on a node of another incarnation
+	// (its data loss was accepted since) reports it lost, not never taken.
+	Incarnation string `json:"g,omitempty"`
 }
 
 // encodeOrderParts is how the inventory writes an order's part list.

@@ -26,10 +26,27 @@ import (
 //	(any record, failed included) ──stage(T)──▶ unchanged: "existing", T's takes are rolled back
 //
 // The promised parts are fixed when the record is staged: node, part id,
-// kind, SKU, quantity. The rules:
+// kind, SKU, quantity, and the incarnation of the node's stamp as the
+// attempt knew it. The rules:
 //
 //	A staged order is reserved iff every promised part exists on its node,
-//	pending under the order's token with the promised quantity.
+//	pending under the order's token with the promised quantity — or is
+//	lost: absent on a node whose incarnation is no longer the promised one.
+//
+// Lost parts: a node that lost acknowledged writes (restarted empty, from
+// an older snapshot or AOF, a lossy failover) is refused until an operator
+// accepts its data, which gives it a new incarnation (node/witness.go). A
+// part absent there may have been taken, acknowledged to the caller, and
+// lost: it is never turned into "never reserved" (no tombstone is written
+// for it). If every other part is pending the order is committed with it,
+// like an order whose part was lost after its commit: Confirm confirms
+// the rest and answers ErrDataLoss naming it. A node at the promised
+// incarnation did not lose what it acknowledged since the stage, so an
+// absent part there was never taken. (The attempt reads the incarnation
+// from its own probes: if the node was accepted in the instants between
+// that and its take, and that take never landed, and the attempt died
+// before deciding, the order is committed and reported as data loss
+// though Reserve had not succeeded: the safe side.)
 //
 //	A stage never takes over a record: it writes only where the order
 //	has none. Hence a record that does not name a token never comes to
@@ -52,7 +69,8 @@ import (
 //   - The decision is one compare-and-set on the record: commit
 //     (staging+token → reserved) or fail (staging+token → failed). Commit is
 //     written only after every promised part was seen pending with its
-//     quantity (by the attempt's own take replies, or by a probe). Fail is
+//     quantity (by the attempt's own take replies, or by a probe, which
+//     may also find a part lost). Fail is
 //     written only by the attempt when it did not see all of its takes
 //     succeed (so it never answered success), or after a probe found a
 //     promised part prevented, short, or settled.
@@ -76,7 +94,8 @@ import (
 //
 //	absent ──take──▶ pending ──probe──▶ pending+held ──decision──▶ confirmed | cancelled
 //	   │                └──abort (attempt, not held)──▶ cancelled
-//	   └──prevent / abort / cancel──▶ tombstone (cancelled; a take is refused)
+//	   ├──prevent / abort / cancel──▶ tombstone (cancelled; a take is refused)
+//	   └──(prevent probe, node of another incarnation)──▶ seen lost: no write
 //
 // Abort: an attempt that did not see every take succeed may release its
 // parts on the nodes it reaches at once, before any record is decided —
@@ -93,9 +112,14 @@ import (
 // never aborts. Why a commit never follows an abort: an aborted part is
 // cancelled for good, so every later probe sees it settled and decides
 // failed; a stage that lands late (its node was paused) meets the same
-// verdict. Retries of the order id take parts under a new token, so an
-// abort touches only its own attempt's parts; the general path's records
-// are never committed by a reader, so it needs no hold.
+// verdict. A lost part (above) is committed without being held: it is
+// absent, and the attempt aborts only parts whose take it saw land, so an
+// abort of it can only write a tombstone, which holds no stock (Confirm
+// then reports a conflict for it instead of the loss: only for an attempt
+// that never answered success, the one that aborts). Retries of the order
+// id take parts under a new token, so an abort touches only its own
+// attempt's parts; the general path's records are never committed by a
+// reader, so it needs no hold.
 //
 // Why every interleaving decides once, and never loses an acknowledged
 // reservation: a present part stays pending until the record is decided,
@@ -104,7 +128,8 @@ import (
 // picks the first of the attempt's own fail and a recovery's commit, and
 // the loser follows the record. Once all of the attempt's takes succeeded
 // and its stage answered "staged", no part of it was cancelled and none
-// will be before a decision: whoever cancels one first read a record that
+// will be before a decision (one may be lost, if its node lost it):
+// whoever cancels one first read a record that
 // excludes the token, and a record that does not name a token never comes
 // to name it, so the stage could not have landed after that read. (A
 // stage that took over a failed record of another token, safety issue A1,
@@ -190,21 +215,27 @@ return out
 // probeScript reads promised parts of one staged order on one node.
 //
 // KEYS: 1 stamp, then one part key per part. ARGV: 4 mode ("inspect" or
-// "prevent"), 5 order id, 6 retention s of a tombstone.
+// "prevent"), 5 order id, 6 retention s of a tombstone, then per part the
+// node's incarnation the attempt promised ("" unknown).
 // Per part it returns {state, token, qty, offset}: the part's fields, or
-// {"prevented", "", 0, 0} (prevent: a tombstone was written, so the part
-// can never be taken) or {"absent", "", 0, 0} (inspect). A pending part
-// is marked held, in either mode: the attempt can no longer abort it (the
-// file comment).
+// {"lost", "", 0, 0} (prevent: absent on a node whose stamp is of another
+// incarnation, nothing written), {"prevented", "", 0, 0} (prevent: a
+// tombstone was written, so the part can never be taken) or {"absent",
+// "", 0, 0} (inspect). A pending part is marked held, in either mode: the
+// attempt can no longer abort it (the file comment).
 var probeScript = newScript("probe", true, `
 local out = {}
+local inc = redis.call('HGET', KEYS[1], 'incarnation') or ''
 for i = 2, #KEYS do
   local f = redis.call('HMGET', KEYS[i], 'state', 'token', 'qty', 'offset')
+  local promised = ARGV[5 + i] or ''
   if f[1] == 'pending' then
     redis.call('HSET', KEYS[i], 'held', 1)
   end
   if f[1] then
     out[#out + 1] = {f[1], f[2] or '', tonumber(f[3]) or 0, tonumber(f[4]) or 0}
+  elseif ARGV[4] == 'prevent' and promised ~= '' and promised ~= inc then
+    out[#out + 1] = {'lost', '', 0, 0}
   elseif ARGV[4] == 'prevent' then
     redis.call('HSET', KEYS[i], 'state', 'cancelled', 'qty', 0, 'order', ARGV[5], 'tombstone', 1, 'at', now)
     redis.call('EXPIRE', KEYS[i], tonumber(ARGV[6]))
@@ -221,7 +252,7 @@ type stagedVerdict int
 
 const (
 	// verdictReserved: every promised part is pending under the token
-	// with its quantity.
+	// with its quantity, or lost (the file comment).
 	verdictReserved stagedVerdict = iota
 	// verdictFailed: a part was prevented, is short, or is settled.
 	verdictFailed
@@ -288,10 +319,12 @@ func (inv *Inventory) probeStaged(ctx context.Context, orderID string, rec order
 		go func(n *node.Node, idx []int) {
 			defer wg.Done()
 			keys := make([]string, len(idx))
+			args := []any{mode, orderID, seconds(inv.cfg.Retention)}
 			for j, i := range idx {
 				keys[j] = partKey(rec.parts[i].ID)
+				args = append(args, rec.parts[i].Incarnation)
 			}
-			v, err := inv.run(ctx, n, probeScript, keys, mode, orderID, seconds(inv.cfg.Retention))
+			v, err := inv.run(ctx, n, probeScript, keys, args...)
 			var raw []any
 			if err == nil {
 				raw, err = asSlice(n, probeScript, v)
@@ -325,6 +358,7 @@ func (inv *Inventory) probeStaged(ctx context.Context, orderID string, rec order
 		return 0, nil, firstErr
 	}
 	verdict := verdictReserved
+	var lost []string
 	for i, s := range seen {
 		p := rec.parts[i]
 		switch {
@@ -332,12 +366,17 @@ func (inv *Inventory) probeStaged(ctx context.Context, orderID string, rec order
 			if verdict == verdictReserved {
 				verdict = verdictInFlight
 			}
+		case s.state == "lost":
+			lost = append(lost, p.Node+"/"+p.ID)
 		case s.state != "pending" || s.token != rec.token || s.qty != p.Qty:
 			verdict = verdictFailed
 		}
 	}
 	if verdict != verdictReserved {
 		return verdict, nil, nil
+	}
+	if len(lost) > 0 {
+		inv.log.Error("DATA LOSS: staged order has parts its nodes lost since the stage; committing it", "order", orderID, "parts", lost)
 	}
 	parts := append([]part(nil), rec.parts...)
 	for i := range parts {

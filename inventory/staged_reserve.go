@@ -223,7 +223,8 @@ func (inv *Inventory) planStaged(home *node.Node, orderID, token string, items [
 		}
 		q := inv.redoQueue(it.Route, it.SKU)
 		add(c[0], partReq{
-			part:  part{ID: stockPartID(orderID, token, i), Node: c[0].Name(), Kind: PartStock, Item: i, Route: it.Route, SKU: it.SKU, Qty: it.Quantity, Redo: q},
+			part: part{ID: stockPartID(orderID, token, i), Node: c[0].Name(), Kind: PartStock, Item: i, Route: it.Route, SKU: it.SKU, Qty: it.Quantity, Redo: q,
+				Incarnation: c[0].Incarnation()},
 			queue: q, ck: stockKey(it.Route, it.SKU),
 		})
 	}
@@ -232,6 +233,7 @@ func (inv *Inventory) planStaged(home *node.Node, orderID, token string, items [
 			if !inv.usable(q.node) {
 				return nil, nil, false
 			}
+			q.req.Incarnation = q.node.Incarnation()
 			add(q.node, q.req)
 		}
 	}
