@@ -118,14 +118,14 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		return Reservation{OrderID: orderID, Receipts: receipts(taken), Deadline: staged.deadline}, true, nil
 	}
 	// Staged, but not every part was taken: decide failed, then roll back.
-	inv.stats.rolledBack.Add(int64(len(promised)))
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
 	rec, err := inv.orderOp(cctx, home, orderID, opFail, token)
 	if err != nil {
-		inv.releaseStaged(ctx, home, orderID, token, taken, promised)
+		inv.releaseStaged(ctx, home, orderID, token, taken, promised) // counts what it aborts
 		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id: %w", ErrUnavailable, orderID, err)
 	}
+	inv.stats.rolledBack.Add(int64(len(promised)))
 	if rec.status != recFailed || rec.token != token {
 		// Decided otherwise first: a reader found every part (an unknown
 		// take had landed) and committed it.
