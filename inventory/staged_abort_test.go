@@ -159,3 +159,18 @@ func TestStagedAbortSparesHeldParts(t *testing.T) {
 	e.verify(id, "failed")
 	e.stock()
 }
+
+// The home node killed just before the order: the stage fails on the
+// network (or is refused once the node is seen down); either way the part
+// taken on n1 is back when Reserve returns.
+func TestStagedAbortHomeKilled(t *testing.T) {
+	e := newStagedEnv(t)
+	id := e.homedOn("killed", "n2")
+	e.srvs[1].Kill()
+	if _, err := e.inv.Reserve(e.ctx, id, twoItems(), "", stagedTTL); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Reserve with its home node killed = %v, want ErrUnavailable", err)
+	}
+	if got := e.available("a"); got != stagedStock {
+		t.Fatalf("route a (healthy n1) right after the failed Reserve: %d available, want %d (the take released at once)", got, stagedStock)
+	}
+}
