@@ -31,7 +31,7 @@ func (inv *Inventory) releaseStaged(ctx context.Context, home *node.Node, orderI
 		}
 	}
 	inv.abortParts(ctx, orderID, away)
-	inv.offPath(func(ctx context.Context) {
+	inv.offPath(ctx, func(ctx context.Context) {
 		if err := inv.failStaged(ctx, home, orderID, token, promised); err != nil {
 			inv.log.Debug("staged attempt not decided; the next reader of the order decides it", "order", orderID, "err", err)
 		}
@@ -80,12 +80,13 @@ func (inv *Inventory) abortParts(ctx context.Context, orderID string, parts []pa
 	return left
 }
 
-// offPath runs f off the caller's path with a context of its own bounded
-// by commitTimeout (nothing of the caller's, its values included, is
-// carried over); synchronously once Close was called.
-func (inv *Inventory) offPath(f func(ctx context.Context)) {
+// offPath runs f off the caller's path with a context bounded by
+// commitTimeout: the caller's cancellation and deadline are not carried
+// over, its values are (the fault seam, faults.go, attributes the work to
+// the caller's actor); synchronously once Close was called.
+func (inv *Inventory) offPath(ctx context.Context, f func(ctx context.Context)) {
 	run := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 		defer cancel()
 		f(ctx)
 	}

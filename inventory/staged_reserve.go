@@ -300,7 +300,7 @@ func (inv *Inventory) abandonUnstaged(ctx context.Context, orderID string, parts
 // it (resolveStaged).
 func (inv *Inventory) commitStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part) {
 	blob := encodeOrderParts(parts)
-	inv.offPath(func(ctx context.Context) {
+	inv.offPath(ctx, func(ctx context.Context) {
 		if _, err := inv.orderOp(ctx, home, orderID, opCommit, token, blob, seconds(inv.cfg.Retention)); err != nil {
 			inv.log.Debug("staged commit did not land; the next reader of the order commits it", "order", orderID, "err", err)
 		}
