@@ -1,0 +1,143 @@
+package explore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/settle"
+)
+
+// The actors of a schedule and what the clients were told. An actor is
+// one client call (or a short sequence) on one inventory instance; every
+// script call it makes is scheduled (sched.go).
+
+// orderPlan is one order of a schedule.
+type orderPlan struct {
+	ID    string
+	User  string
+	Items []inventory.Item
+}
+
+// observed is what the actors' callers were told, per order: the claims
+// the final state must honour (check.go).
+type observed struct {
+	mu        sync.Mutex
+	reserved  map[string][]inventory.Receipt // Reserve answered success (first answer)
+	confirmed map[string]string              // Confirm answered confirmed: by whom
+	cancelled map[string]string              // Cancel answered cancelled: by whom
+	dataLoss  map[string]bool                // Confirm reported data loss
+	log       []string
+}
+
+func newObserved() *observed {
+	return &observed{reserved: map[string][]inventory.Receipt{}, confirmed: map[string]string{},
+		cancelled: map[string]string{}, dataLoss: map[string]bool{}}
+}
+
+func (o *observed) note(who, what string, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err != nil {
+		o.log = append(o.log, fmt.Sprintf("%s: %s: %v", who, what, err))
+	} else {
+		o.log = append(o.log, fmt.Sprintf("%s: %s: ok", who, what))
+	}
+}
+
+// reserve is a Reserve actor.
+func (o *observed) reserve(inv *inventory.Inventory, who string, p orderPlan) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		res, err := inv.Reserve(ctx, p.ID, p.Items, p.User, orderTTL)
+		o.note(who, "Reserve "+p.ID, err)
+		if err != nil {
+			return
+		}
+		o.mu.Lock()
+		if _, ok := o.reserved[p.ID]; !ok {
+			o.reserved[p.ID] = res.Receipts
+		}
+		o.mu.Unlock()
+	}
+}
+
+// confirm is a Confirm actor: it tries up to tries times while the order
+// is in progress or not reserved yet.
+func (o *observed) confirm(inv *inventory.Inventory, who, id string, tries int) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		for i := 0; i < tries; i++ {
+			_, err := inv.Confirm(ctx, id)
+			o.note(who, "Confirm "+id, err)
+			switch {
+			case err == nil:
+				o.mu.Lock()
+				o.confirmed[id] = who
+				o.mu.Unlock()
+				return
+			case errors.Is(err, inventory.ErrDataLoss):
+				o.mu.Lock()
+				o.dataLoss[id] = true
+				o.mu.Unlock()
+				return
+			case errors.Is(err, inventory.ErrInProgress), errors.Is(err, inventory.ErrNotFound):
+				continue
+			}
+			return
+		}
+	}
+}
+
+// cancel is a Cancel actor.
+func (o *observed) cancel(inv *inventory.Inventory, who, id string) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		out, err := inv.Cancel(ctx, id)
+		o.note(who, "Cancel "+id, err)
+		if err == nil && out.Status == inventory.StatusCancelled {
+			o.mu.Lock()
+			o.cancelled[id] = who
+			o.mu.Unlock()
+		}
+	}
+}
+
+// reconcile is a reconciler actor: passes over every node.
+func (o *observed) reconcile(inv *inventory.Inventory, who string, passes int) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		r := settle.New(inv, nil, settle.Settings{Logger: discard})
+		for i := 0; i < passes; i++ {
+			failed := r.RunOnce(ctx)
+			o.note(who, fmt.Sprintf("reconcile pass %d (%d failed)", i+1, failed), nil)
+		}
+	}
+}
+
+// topology is the membership actor: topology apply adds n4 (T1), then
+// removes it again (T0).
+func (w *World) topology(o *observed, s *Scheduler, who string) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		for _, step := range []struct{ to, from string }{{"T1", "T0"}, {"T0", "T1"}} {
+			to, from := w.cfg1, w.cfg0
+			if step.to == "T0" {
+				to, from = w.cfg0, w.cfg1
+			}
+			rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: to, From: from, Wait: 300 * time.Millisecond,
+				Logger: discard, Faults: s})
+			o.note(who, fmt.Sprintf("topology apply %s (phase %s)", step.to, rep.Phase), err)
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
+// restart is the node-restart actor: kill -9 one node and start it again
+// from its AOF, as one scheduled step.
+func (w *World) restart(o *observed, s *Scheduler, who, name string) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		err := s.Step(ctx, "restart "+name, func() error { return w.Restart(name) })
+		o.note(who, "restart "+name+" from its AOF", err)
+	}
+}

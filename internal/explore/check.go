@@ -1,0 +1,417 @@
+package explore
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/inventory"
+)
+
+// The checks at quiescence, on what the nodes hold (read directly, not
+// through the inventory) and what the clients were told:
+//
+//   - stock conserved per SKU and node: available + reserved + confirmed
+//     = loaded, none negative, reserved and confirmed equal to what the
+//     node's pending and confirmed parts hold, and the SKU's total loaded
+//     what the schedule loaded;
+//   - quota counters equal what their parts hold, and no user above the
+//     per-user limit;
+//   - no part settled twice (the counters above would drift) or against
+//     its order's decision: the parts of the record's attempt follow its
+//     status, every other part is cancelled;
+//   - every order decided once: one live record, on its home, decided
+//     (not staging, reserving, or reserved past its deadline);
+//   - no acknowledged reservation silently gone: a Reserve that answered
+//     success leaves the order reserved, confirmed or cancelled with the
+//     receipts it answered (or a Confirm reported data_loss); a Confirm or
+//     Cancel that answered success is the order's final status;
+//   - nothing pending past its deadline plus healBound;
+//   - no topology left migrating, no transfer record left.
+
+type nodeState struct {
+	name    string
+	stock   map[string]map[string]string // stock key → fields
+	parts   map[string]*inventory.PartRecord
+	orders  map[string]*inventory.OrderRecord
+	quota   map[string]int64
+	pending []redis.Z
+	xfers   []string
+	topo    map[string]string // shardis:topology
+	bad     []string
+}
+
+type worldState struct {
+	nodes map[string]*nodeState
+}
+
+// read reads every inventory key of every node.
+func (w *World) read(ctx context.Context) (*worldState, error) {
+	st := &worldState{nodes: map[string]*nodeState{}}
+	for _, name := range allNodes {
+		ns, err := readNode(ctx, w.direct[name], name)
+		if err != nil {
+			return nil, fmt.Errorf("explore: reading node %s: %w", name, err)
+		}
+		st.nodes[name] = ns
+	}
+	return st, nil
+}
+
+func readNode(ctx context.Context, c *redis.Client, name string) (*nodeState, error) {
+	ns := &nodeState{name: name, stock: map[string]map[string]string{}, parts: map[string]*inventory.PartRecord{},
+		orders: map[string]*inventory.OrderRecord{}, quota: map[string]int64{}}
+	keys, err := c.Keys(ctx, "inv:*").Result()
+	if err != nil {
+		return nil, err
+	}
+	if ns.topo, err = c.HGetAll(ctx, "shardis:topology").Result(); err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		kind, rest := inventory.ParseKey(k)
+		switch kind {
+		case inventory.KeyPending:
+			if ns.pending, err = c.ZRangeWithScores(ctx, k, 0, -1).Result(); err != nil {
+				return nil, err
+			}
+		case inventory.KeyStock:
+			if ns.stock[k], err = c.HGetAll(ctx, k).Result(); err != nil {
+				return nil, err
+			}
+		case inventory.KeyPart, inventory.KeyOrder:
+			f, err := c.HGetAll(ctx, k).Result()
+			if err != nil {
+				return nil, err
+			}
+			if kind == inventory.KeyPart {
+				p, err := inventory.DecodePart(rest, f)
+				if err != nil {
+					ns.bad = append(ns.bad, err.Error())
+					continue
+				}
+				ns.parts[rest] = &p
+			} else {
+				o, err := inventory.DecodeOrder(rest, f)
+				if err != nil {
+					ns.bad = append(ns.bad, err.Error())
+					continue
+				}
+				ns.orders[rest] = &o
+			}
+		case inventory.KeyQuota:
+			v, err := c.Get(ctx, k).Result()
+			if err != nil {
+				return nil, err
+			}
+			ns.quota[k] = atoi(v)
+		case inventory.KeyTransfer:
+			ns.xfers = append(ns.xfers, k)
+		}
+	}
+	return ns, nil
+}
+
+// atoi reads a counter: missing is 0; unreadable fails every check.
+func atoi(s string) int64 {
+	if s == "" {
+		return 0
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return -1 << 62
+	}
+	return n
+}
+
+type violations struct{ list []string }
+
+func (v *violations) add(kind, format string, a ...any) {
+	v.list = append(v.list, kind+": "+fmt.Sprintf(format, a...))
+}
+
+// check runs every check; it returns the violations found.
+func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.Homes) []string {
+	v := &violations{}
+	for _, name := range allNodes {
+		for _, b := range st.nodes[name].bad {
+			v.add("bad-record", "node %s: %s", name, b)
+		}
+	}
+	checkStock(v, st)
+	checkQuota(v, st)
+	checkOrders(v, st, obs, orders, homes)
+	checkQuiet(v, st)
+	return v.list
+}
+
+func checkStock(v *violations, st *worldState) {
+	type sums struct{ pending, confirmed int64 }
+	for _, k := range skus {
+		key := inventory.StockKey(k.Route, k.SKU)
+		var total, loaded int64
+		for _, name := range allNodes {
+			ns := st.nodes[name]
+			var s sums
+			for _, p := range ns.parts {
+				if p.Kind != inventory.PartStock || p.Counter != key {
+					continue
+				}
+				switch p.State {
+				case inventory.PartPending:
+					s.pending += p.Qty
+				case inventory.PartConfirmed:
+					s.confirmed += p.Qty
+				}
+			}
+			f, ok := ns.stock[key]
+			if !ok {
+				if s.pending != 0 || s.confirmed != 0 {
+					v.add("stock-vs-parts", "%s on %s: no counters, its parts hold %d pending and %d confirmed", key, name, s.pending, s.confirmed)
+				}
+				continue
+			}
+			a, r, c, l := atoi(f["available"]), atoi(f["reserved"]), atoi(f["confirmed"]), atoi(f["loaded"])
+			if a < 0 || r < 0 || c < 0 || l < 0 {
+				v.add("stock-negative", "%s on %s: available %d reserved %d confirmed %d loaded %d", key, name, a, r, c, l)
+			}
+			if a+r+c != l {
+				v.add("stock-conserved", "%s on %s: available %d + reserved %d + confirmed %d = %d, loaded %d", key, name, a, r, c, a+r+c, l)
+			}
+			if r != s.pending || c != s.confirmed {
+				v.add("settled-twice", "%s on %s: reserved %d confirmed %d, but its parts hold %d pending and %d confirmed",
+					key, name, r, c, s.pending, s.confirmed)
+			}
+			total += a + r + c
+			loaded += l
+		}
+		if total != stockPerSKU || loaded != stockPerSKU {
+			v.add("stock-conserved", "%s: %d units and %d loaded over all nodes, the schedule loaded %d", key, total, loaded, stockPerSKU)
+		}
+	}
+}
+
+func checkQuota(v *violations, st *worldState) {
+	held := map[string]int64{} // route/sku/user → confirmed units
+	for _, name := range allNodes {
+		ns := st.nodes[name]
+		sums := map[string]int64{}
+		for _, p := range ns.parts {
+			if p.Kind != inventory.PartQuota || (p.State != inventory.PartPending && p.State != inventory.PartConfirmed) {
+				continue
+			}
+			sums[p.Counter] += p.Qty
+			if p.State == inventory.PartConfirmed {
+				held[p.Counter] += p.Qty
+			}
+		}
+		for key, n := range ns.quota {
+			if n != sums[key] {
+				v.add("quota-vs-parts", "%s on %s holds %d, its parts hold %d", key, name, n, sums[key])
+			}
+			delete(sums, key)
+		}
+		for key, n := range sums {
+			if n != 0 {
+				v.add("quota-vs-parts", "%s on %s is absent, its parts hold %d", key, name, n)
+			}
+		}
+	}
+	for key, n := range held {
+		route, sku, _, err := inventory.ParseQuotaKey(key)
+		if err != nil {
+			v.add("bad-record", "%v", err)
+			continue
+		}
+		for _, k := range skus {
+			if k.Route == route && k.SKU == sku && k.Limit > 0 && n > k.Limit {
+				v.add("quota-limit", "%s: %d units confirmed, limit %d", key, n, k.Limit)
+			}
+		}
+	}
+}
+
+// orderView is one order id's record and parts over all nodes.
+type orderView struct {
+	recOn []string
+	rec   *inventory.OrderRecord
+	parts []*inventory.PartRecord
+	where map[*inventory.PartRecord]string
+}
+
+func checkOrders(v *violations, st *worldState, obs *observed, orders []orderPlan, homes *inventory.Homes) {
+	views := map[string]*orderView{}
+	view := func(id string) *orderView {
+		if views[id] == nil {
+			views[id] = &orderView{where: map[*inventory.PartRecord]string{}}
+		}
+		return views[id]
+	}
+	for _, o := range orders {
+		view(o.ID)
+	}
+	for _, name := range allNodes {
+		for id, r := range st.nodes[name].orders {
+			if r.Moved != "" {
+				continue // moved away by a topology change: dead here
+			}
+			ov := view(id)
+			ov.recOn = append(ov.recOn, name)
+			if ov.rec == nil || homes.Home(id) == name {
+				ov.rec = r
+			}
+		}
+		for _, p := range st.nodes[name].parts {
+			ov := view(p.Order)
+			ov.parts = append(ov.parts, p)
+			ov.where[p] = name
+		}
+	}
+	ids := make([]string, 0, len(views))
+	for id := range views {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		checkOrder(v, id, views[id], obs, homes)
+	}
+}
+
+func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *inventory.Homes) {
+	if len(ov.recOn) > 1 {
+		v.add("decided-once", "order %s: live record on several nodes %v", id, ov.recOn)
+	} else if len(ov.recOn) == 1 && ov.recOn[0] != homes.Home(id) {
+		v.add("decided-once", "order %s: record on %s, its home is %s", id, ov.recOn[0], homes.Home(id))
+	}
+	status, token := "missing", ""
+	if ov.rec != nil {
+		status, token = ov.rec.Status, ov.rec.Token
+	}
+	switch status {
+	case "staging", "reserving":
+		// An attempt that died before it took anything leaves an
+		// undecided record and nothing else: harmless (a retry takes it
+		// over). With a part of its attempt anywhere it must be decided.
+		for _, p := range ov.parts {
+			if p.Token == token && !p.Tombstone {
+				v.add("decided-once", "order %s is still %s at quiescence, with part %s on %s (%s)", id, status, p.ID, ov.where[p], p.State)
+				break
+			}
+		}
+	case "reserved":
+		if time.Since(ov.rec.Deadline) > healBound {
+			v.add("decided-once", "order %s is still reserved, %s past its deadline", id, time.Since(ov.rec.Deadline).Round(time.Millisecond))
+		}
+	}
+	for _, p := range ov.parts {
+		where := ov.where[p]
+		if p.State == inventory.PartPending {
+			continue // checkQuiet reports it
+		}
+		want := inventory.PartCancelled
+		if status == "confirmed" && p.Token == token {
+			want = inventory.PartConfirmed
+		}
+		if p.State != want {
+			v.add("decided-once", "order %s is %s (token %s), but part %s on %s (token %s) is %s", id, status, token, p.ID, where, p.Token, p.State)
+		}
+	}
+	if status == "confirmed" {
+		byID := map[string]*inventory.PartRecord{}
+		for _, p := range ov.parts {
+			byID[ov.where[p]+"/"+p.ID] = p
+		}
+		for _, rp := range ov.rec.Parts {
+			p := byID[rp.Node+"/"+rp.ID]
+			if p == nil || p.State != inventory.PartConfirmed || p.Qty != rp.Qty {
+				v.add("decided-once", "order %s is confirmed, its part %s on %s is %v", id, rp.ID, rp.Node, p)
+			}
+		}
+	}
+
+	obs.mu.Lock()
+	receipts, acked := obs.reserved[id]
+	confirmedBy, cancelledBy, loss := obs.confirmed[id], obs.cancelled[id], obs.dataLoss[id]
+	obs.mu.Unlock()
+	if acked && !loss {
+		switch status {
+		case "reserved", "confirmed", "cancelled":
+			if got := recordReceipts(ov.rec); fmt.Sprint(got) != fmt.Sprint(sortReceipts(receipts)) {
+				v.add("acked-gone", "order %s: Reserve answered %v, the record holds %v", id, sortReceipts(receipts), got)
+			}
+		default:
+			v.add("acked-gone", "order %s: Reserve answered success, the order is %s", id, status)
+		}
+	}
+	if confirmedBy != "" && status != "confirmed" {
+		v.add("acked-gone", "order %s: %s was told confirmed, the order is %s", id, confirmedBy, status)
+	}
+	if cancelledBy != "" && status != "cancelled" {
+		v.add("decided-once", "order %s: %s was told cancelled, the order is %s", id, cancelledBy, status)
+	}
+}
+
+type receipt struct {
+	Item        int
+	SKU, Node   string
+	Qty, Offset int64
+}
+
+func recordReceipts(rec *inventory.OrderRecord) []receipt {
+	var out []receipt
+	for _, p := range rec.Parts {
+		if p.Kind == inventory.PartStock {
+			out = append(out, receipt{p.Item, p.SKU, p.Node, p.Qty, p.Offset})
+		}
+	}
+	return sortR(out)
+}
+
+func sortReceipts(rs []inventory.Receipt) []receipt {
+	out := make([]receipt, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, receipt{r.ItemIndex, r.SKU, r.Node, r.Quantity, r.Offset})
+	}
+	return sortR(out)
+}
+
+func sortR(rs []receipt) []receipt {
+	sort.Slice(rs, func(i, j int) bool {
+		if rs[i].Item != rs[j].Item {
+			return rs[i].Item < rs[j].Item
+		}
+		return rs[i].Node < rs[j].Node
+	})
+	return rs
+}
+
+// checkQuiet: nothing pending past its deadline plus the bound, no
+// topology left migrating, no transfer record left.
+func checkQuiet(v *violations, st *worldState) {
+	token := st.nodes["n1"].topo["token"]
+	for _, name := range allNodes {
+		ns := st.nodes[name]
+		for _, z := range ns.pending {
+			dl := time.UnixMilli(int64(z.Score))
+			v.add("pending-past-deadline", "node %s: part %v still pending, deadline %s ago", name, z.Member, time.Since(dl).Round(time.Millisecond))
+		}
+		for _, p := range ns.parts {
+			if p.State == inventory.PartPending && !p.Deadline.IsZero() && time.Since(p.Deadline) > healBound {
+				v.add("pending-past-deadline", "node %s: part %s pending, deadline %s ago", name, p.ID, time.Since(p.Deadline).Round(time.Millisecond))
+			}
+		}
+		for _, k := range ns.xfers {
+			v.add("topology-migrating", "node %s: transfer record %s left", name, k)
+		}
+		if name == "n4" {
+			continue
+		}
+		if ns.topo["phase"] != string(inventory.PhaseStable) || ns.topo["token"] != token {
+			v.add("topology-migrating", "node %s: topology token %s phase %s (n1: %s)", name, ns.topo["token"], ns.topo["phase"], token)
+		}
+	}
+}

@@ -1,0 +1,141 @@
+// Package explore is a seeded schedule explorer for the inventory against
+// real redis-server nodes (after FoundationDB's simulation, TigerBeetle's
+// VOPR and Jepsen's nemeses).
+//
+// A schedule is one seed. Its actors (a Reserve attempt, a concurrent
+// retry of the same order on a second instance, Confirm, Cancel, a second
+// order, topology apply adding and removing a node, a node restart from
+// its AOF, and, once the deadlines passed, the reconciler on both
+// instances) run against one World (world.go). Every script call of every
+// actor passes through the schedule's Scheduler (sched.go, the
+// inventory.Faults of both instances and of the topology apply), which
+// picks, from the seed, which waiting call runs next and whether it is
+// delivered, delayed, its reply dropped, or its actor crashed after or
+// before sending it. After a fault-free heal (heal.go) the checks
+// (check.go) read the nodes directly. A failing seed is replayed with
+// `make explore SEED=<seed> N=1` (report.go).
+package explore
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// Config configures Explore.
+type Config struct {
+	// Seed is the first schedule's seed; schedule i runs seed Seed+i.
+	Seed int64
+	// N is the most schedules to run.
+	N int
+	// Budget stops starting new schedules once it has passed (0: none).
+	Budget time.Duration
+	// Worlds is how many worlds (four redis-server nodes each) run
+	// schedules side by side; a schedule's outcome depends only on its
+	// seed, not on its world. default: 2
+	Worlds int
+	// StopAtFirst stops starting schedules after the first failing one.
+	StopAtFirst bool
+	// Options configures every schedule.
+	Options Options
+	// Progress, if set, receives a line per failing schedule and a
+	// summary line every 100 schedules.
+	Progress io.Writer
+}
+
+// Summary is what Explore found.
+type Summary struct {
+	Ran      int
+	Failed   []Result // in seed order
+	Took     time.Duration
+	Busy     time.Duration // schedules' time summed over worlds
+	Waited   time.Duration // of Busy, waiting for deadlines
+	Slowest  time.Duration
+	WorldErr []error
+}
+
+// Explore runs schedules until N ran, the budget passed, or (with
+// StopAtFirst) one failed. An error means no world could be started.
+func Explore(ctx context.Context, cfg Config) (Summary, error) {
+	if cfg.Worlds <= 0 {
+		cfg.Worlds = 2
+	}
+	if cfg.N <= 0 {
+		return Summary{}, fmt.Errorf("explore: N is %d, want at least 1", cfg.N)
+	}
+	cfg.Worlds = min(cfg.Worlds, cfg.N)
+	start := time.Now()
+	seeds := make(chan int64)
+	var (
+		mu   sync.Mutex
+		sum  Summary
+		stop bool
+	)
+	go func() {
+		defer close(seeds)
+		for i := 0; i < cfg.N; i++ {
+			mu.Lock()
+			done := stop || (cfg.Budget > 0 && time.Since(start) > cfg.Budget) || ctx.Err() != nil
+			mu.Unlock()
+			if done {
+				return
+			}
+			seeds <- cfg.Seed + int64(i)
+		}
+	}()
+	var wg sync.WaitGroup
+	started := 0
+	for i := 0; i < cfg.Worlds; i++ {
+		w, err := NewWorld()
+		if err != nil {
+			if started == 0 && i == cfg.Worlds-1 {
+				go func() {
+					for range seeds { // drain
+					}
+				}()
+				return sum, err
+			}
+			sum.WorldErr = append(sum.WorldErr, err)
+			continue
+		}
+		started++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer w.Close()
+			for seed := range seeds {
+				res, err := w.RunSchedule(ctx, seed, cfg.Options)
+				mu.Lock()
+				if err != nil {
+					sum.WorldErr = append(sum.WorldErr, fmt.Errorf("seed %d: %w", seed, err))
+					stop = true
+					mu.Unlock()
+					continue
+				}
+				sum.Ran++
+				sum.Busy += res.Took
+				sum.Waited += res.Waited
+				sum.Slowest = max(sum.Slowest, res.Took)
+				if len(res.Violations) > 0 {
+					sum.Failed = append(sum.Failed, res)
+					if cfg.StopAtFirst {
+						stop = true
+					}
+					if cfg.Progress != nil {
+						fmt.Fprintf(cfg.Progress, "FAIL seed %d: %s\n  replay: %s\n", seed, res.Violations[0], ReplayCommand(seed, cfg.Options))
+					}
+				}
+				if cfg.Progress != nil && sum.Ran%100 == 0 {
+					fmt.Fprintf(cfg.Progress, "%d schedules, %d failing, %s\n", sum.Ran, len(sum.Failed), time.Since(start).Round(time.Second))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	sum.Took = time.Since(start)
+	sortResults(sum.Failed)
+	return sum, nil
+}

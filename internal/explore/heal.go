@@ -1,0 +1,160 @@
+package explore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/router"
+	"github.com/shardis/shardis/settle"
+)
+
+// healBound is how long past its deadline a part may stay pending while
+// the fault-free healer runs: the "nothing pending past its deadline plus
+// a bound" check.
+const healBound = 2 * time.Second
+
+// heal brings the world to quiescence without faults, as operators and
+// the background reconcilers would. If the nodes are at T1 (the topology
+// actor added n4 and did not remove it), T1's apply is finished with an
+// instance of T1 reconciling (its pending parts may hold quota counters
+// the apply must move), then T0 is applied again; an unfinished T0 apply
+// is finished the same way. Then the reconciler runs until no part is
+// pending, waiting for deadlines, for at most healBound past the latest
+// one. It returns the time spent waiting, and why the topology could not
+// be brought back to a stable T0 (a violation), if it could not.
+func (w *World) heal(ctx context.Context, healer *inventory.Inventory) (waited time.Duration, topoProblem string, err error) {
+	at, stable, err := w.topologyNow(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	if at == "T1" {
+		_ = w.apply(ctx, "T1", 50*time.Millisecond) // finish an interrupted bump
+		r, err := router.New(ctx, w.cfg1, router.Options{Logger: discard})
+		if err != nil {
+			return 0, "", fmt.Errorf("explore: T1 router: %w", err)
+		}
+		if inv1, err := inventory.New(r, inventory.Options{Logger: discard}); err == nil {
+			waited += w.settleAll(ctx, inv1)
+			inv1.Close()
+		}
+		_ = r.Close()
+		if err := w.apply(ctx, "T1", 3*time.Second); err != nil {
+			return waited, err.Error(), w.waitUsable(ctx)
+		}
+	}
+	if at == "T1" || !stable {
+		if at == "T0" {
+			waited += w.settleAll(ctx, healer)
+		}
+		if err := w.apply(ctx, "T0", 3*time.Second); err != nil {
+			topoProblem = err.Error()
+		}
+	}
+	if err := w.waitUsable(ctx); err != nil {
+		return waited, topoProblem, err
+	}
+	return waited + w.settleAll(ctx, healer), topoProblem, nil
+}
+
+// settleAll runs inv's reconciler until no part is pending on the nodes,
+// waiting for deadlines, for at most healBound past the latest one. It
+// returns the time it waited.
+func (w *World) settleAll(ctx context.Context, inv *inventory.Inventory) (waited time.Duration) {
+	r := settle.New(inv, nil, settle.Settings{Logger: discard})
+	latest, _, err := w.latestPending(ctx)
+	if err != nil {
+		return 0
+	}
+	limit := latest.Add(healBound)
+	for {
+		r.RunOnce(ctx)
+		earliest, n, err := w.earliestPending(ctx)
+		if err != nil || n == 0 || time.Now().After(limit) {
+			return waited
+		}
+		d := max(time.Until(earliest)+10*time.Millisecond, 10*time.Millisecond)
+		time.Sleep(d)
+		waited += d
+	}
+}
+
+// topologyNow says which topology the nodes' newest record is ("T0" or
+// "T1") and whether every node of it is stable at that record's token.
+func (w *World) topologyNow(ctx context.Context) (at string, stable bool, err error) {
+	var recs []inventory.TopologyRecord
+	for try := 0; ; try++ {
+		var unread map[string]error
+		recs, unread, err = inventory.ReadTopology(ctx, w.cfg1)
+		if err == nil && len(unread) > 0 {
+			err = fmt.Errorf("%v", unread)
+		}
+		if err == nil {
+			break
+		}
+		if try == 2 {
+			return "", false, fmt.Errorf("explore: reading the topology: %w", err)
+		}
+	}
+	var newest inventory.TopologyRecord
+	for _, r := range recs {
+		if r.Epoch > newest.Epoch {
+			newest = r
+		}
+	}
+	at = "T0"
+	members := nodesT0
+	if newest.Current.Fingerprint() == inventory.TopologyOf(w.cfg1).Fingerprint() {
+		at, members = "T1", allNodes
+	}
+	stable = true
+	for _, r := range recs {
+		if slices.Contains(members, r.Node) && (r.Token != newest.Token || r.Phase != inventory.PhaseStable) {
+			stable = false
+		}
+	}
+	return at, stable, nil
+}
+
+// apply runs topology apply to "T0" or "T1" without faults; an error
+// says why it did not end stable.
+func (w *World) apply(ctx context.Context, to string, wait time.Duration) error {
+	cto, cfrom := w.cfg0, w.cfg1
+	if to == "T1" {
+		cto, cfrom = w.cfg1, w.cfg0
+	}
+	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: cto, From: cfrom, Wait: wait, Logger: discard})
+	if err != nil {
+		return fmt.Errorf("healing topology apply %s: %w", to, err)
+	}
+	if rep.Phase != inventory.PhaseStable {
+		return fmt.Errorf("healing topology apply %s left phase %s (%d waiting)", to, rep.Phase, rep.Waiting)
+	}
+	return nil
+}
+
+// earliestPending returns the earliest deadline in the nodes' pending
+// indexes and how many parts they hold.
+func (w *World) earliestPending(ctx context.Context) (time.Time, int, error) {
+	var earliest time.Time
+	n := 0
+	for _, name := range allNodes {
+		zs, err := w.direct[name].ZRangeWithScores(ctx, inventory.PendingKey, 0, 0).Result()
+		if err != nil {
+			return earliest, 0, err
+		}
+		c, err := w.direct[name].ZCard(ctx, inventory.PendingKey).Result()
+		if err != nil {
+			return earliest, 0, err
+		}
+		n += int(c)
+		for _, z := range zs {
+			if t := time.UnixMilli(int64(z.Score)); earliest.IsZero() || t.Before(earliest) {
+				earliest = t
+			}
+		}
+	}
+	return earliest, n, nil
+}

@@ -1,0 +1,82 @@
+package explore
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/shardis/shardis/inventory"
+)
+
+// ReplayCommand is the one-line command that runs seed again alone.
+func ReplayCommand(seed int64, opts Options) string {
+	cmd := fmt.Sprintf("make explore SEED=%d N=1", seed)
+	if len(opts.Mutations) > 0 {
+		ms := make([]string, len(opts.Mutations))
+		for i, m := range opts.Mutations {
+			ms[i] = string(m)
+		}
+		cmd += " MUTATIONS=" + strings.Join(ms, ",")
+	}
+	return cmd
+}
+
+// ParseMutations reads a comma-separated list of mutation names.
+func ParseMutations(s string) ([]inventory.Mutation, error) {
+	if s == "" {
+		return nil, nil
+	}
+	known := map[inventory.Mutation]bool{inventory.MutationStageTakeover: true,
+		inventory.MutationApplyLeavesStaging: true, inventory.MutationXferNegativeZero: true}
+	var out []inventory.Mutation
+	for _, f := range strings.Split(s, ",") {
+		m := inventory.Mutation(strings.TrimSpace(f))
+		if !known[m] {
+			return nil, fmt.Errorf("explore: unknown mutation %q (want %s, %s or %s)", m,
+				inventory.MutationStageTakeover, inventory.MutationApplyLeavesStaging, inventory.MutationXferNegativeZero)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func sortResults(rs []Result) {
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Seed < rs[j].Seed })
+}
+
+// WriteResult writes a failing schedule: its violations, the replay
+// command, and (verbose) what the actors were told and the trace.
+func WriteResult(out io.Writer, r Result, opts Options, verbose bool) {
+	fmt.Fprintf(out, "seed %d: %d violation(s) (%s)\n", r.Seed, len(r.Violations), r.Took.Round(time.Millisecond))
+	for _, v := range r.Violations {
+		fmt.Fprintf(out, "  %s\n", v)
+	}
+	fmt.Fprintf(out, "  replay: %s\n", ReplayCommand(r.Seed, opts))
+	if !verbose {
+		return
+	}
+	fmt.Fprintln(out, "  actors were told:")
+	for _, l := range r.Log {
+		fmt.Fprintf(out, "    %s\n", l)
+	}
+	fmt.Fprintln(out, "  schedule:")
+	for _, l := range r.Trace {
+		fmt.Fprintf(out, "    %s\n", l)
+	}
+}
+
+// WriteSummary writes the run's totals.
+func WriteSummary(out io.Writer, s Summary) {
+	per := time.Duration(0)
+	if s.Ran > 0 {
+		per = s.Busy / time.Duration(s.Ran)
+	}
+	fmt.Fprintf(out, "explore: %d schedules in %s, %d failing; %s per schedule on average (%s of it waiting for deadlines), slowest %s\n",
+		s.Ran, s.Took.Round(time.Millisecond), len(s.Failed), per.Round(time.Millisecond),
+		(s.Waited / time.Duration(max(s.Ran, 1))).Round(time.Millisecond), s.Slowest.Round(time.Millisecond))
+	for _, err := range s.WorldErr {
+		fmt.Fprintf(out, "explore: world error: %v\n", err)
+	}
+}

@@ -1,0 +1,416 @@
+package explore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shardis/shardis/inventory"
+)
+
+// The scheduler: one per schedule. Every script call of every actor
+// (inventory.Faults.Call) and every extra step (a node restart) waits
+// until the scheduler picks it; one call runs at a time. The scheduler
+// picks only at quiescence: when every live actor is waiting at a call
+// (or finished), so the set it picks from is the same on every run of a
+// seed. It draws, from the seed's math/rand, which waiting call runs next
+// (that reorders calls across actors) and what happens to it (its fate).
+//
+// Quiescence is judged from outside the actors' goroutines: an actor is
+// busy from its start, and from the moment a call of it returns, until it
+// is back at a call or finished. An actor whose code runs several calls
+// at once (one per node) counts as settled once it has a call waiting and
+// Grace passed since its last call returned. Replay of a seed is exact as
+// long as every actor reaches its next call within Grace; on a loaded
+// machine a replay may pick from a different set (the trace shows it).
+
+// Fate is what the scheduler does to one script call.
+type Fate int
+
+// The fates of a call.
+const (
+	// Deliver sends the call and returns its reply.
+	Deliver Fate = iota
+	// Delay sleeps (real time: leases and deadlines run on) before
+	// sending; the other actors stay blocked.
+	Delay
+	// DropReply sends the call, then reports a lost reply: the caller
+	// cannot know whether it ran.
+	DropReply
+	// CrashAfter sends the call, then the actor dies: it gets an error
+	// wrapping inventory.ErrCrashed and none of its later calls is sent.
+	CrashAfter
+	// CrashBefore kills the actor before the call is sent.
+	CrashBefore
+)
+
+func (f Fate) String() string {
+	return [...]string{"deliver", "delay", "drop-reply", "crash-after", "crash-before"}[f]
+}
+
+// Probs are the chances of each fault per call (the rest is Deliver) and
+// of a crash at each crash point an actor passes.
+type Probs struct {
+	Delay, DropReply, CrashAfter, CrashBefore float64
+	CrashPoint                                float64
+}
+
+// DefaultProbs is what an exploration uses unless told otherwise.
+var DefaultProbs = Probs{Delay: 0.08, DropReply: 0.06, CrashAfter: 0.03, CrashBefore: 0.02, CrashPoint: 0.04}
+
+// errReplyLost is returned for a call whose reply was dropped.
+var errReplyLost = errors.New("explore: reply lost (fault injected): outcome unknown")
+
+// Timing of the scheduler (see the file comment).
+const (
+	grace    = 400 * time.Microsecond // quiet time before picking
+	maxStall = 3 * time.Second        // a busy actor with no call: pick anyway after this
+	maxDelay = 40 * time.Millisecond  // longest Delay
+)
+
+type actorKey struct{}
+
+type actor struct {
+	id      int
+	name    string
+	rng     *rand.Rand // crash points: drawn on the actor's own goroutine
+	busy    bool
+	done    bool
+	crashed bool
+	waiting int
+	retAt   time.Time
+}
+
+type call struct {
+	a     *actor
+	desc  string
+	step  bool // an explorer step, not a script: always delivered
+	ready chan Fate
+}
+
+// Scheduler orders and faults the calls of one schedule's actors. It is
+// the schedule's inventory.Faults (and inventory.Mutator).
+type Scheduler struct {
+	seed      int64
+	probs     Probs
+	mutations map[inventory.Mutation]bool
+	maxSteps  int
+
+	mu       sync.Mutex
+	rng      *rand.Rand
+	actors   []*actor
+	waiting  []*call
+	inflight *call
+	arrived  time.Time
+	closed   bool // Run returned: later calls are not scheduled
+	steps    int
+	trace    []string
+	wake     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// NewScheduler returns the scheduler of one schedule.
+func NewScheduler(seed int64, probs Probs, mutations []inventory.Mutation) *Scheduler {
+	s := &Scheduler{seed: seed, probs: probs, rng: rand.New(rand.NewSource(seed)), maxSteps: 300,
+		mutations: map[inventory.Mutation]bool{}, wake: make(chan struct{}, 1)}
+	for _, m := range mutations {
+		s.mutations[m] = true
+	}
+	return s
+}
+
+// Mutated implements inventory.Mutator.
+func (s *Scheduler) Mutated(m inventory.Mutation) bool { return s.mutations[m] }
+
+// Intn draws from the schedule's generator (for the plan, before Run).
+func (s *Scheduler) Intn(n int) int { return s.rng.Intn(n) }
+
+// Chance is true with probability p (for the plan, before Run).
+func (s *Scheduler) Chance(p float64) bool { return s.rng.Float64() < p }
+
+func (s *Scheduler) notify() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Go starts an actor: fn runs with a context naming it. Start every
+// actor of a phase before Run.
+func (s *Scheduler) Go(ctx context.Context, name string, fn func(ctx context.Context)) {
+	s.mu.Lock()
+	a := &actor{id: len(s.actors), name: name, busy: true, retAt: time.Now(),
+		rng: rand.New(rand.NewSource(s.seed*7919 + int64(len(s.actors)) + 1))}
+	s.actors = append(s.actors, a)
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			s.mu.Lock()
+			a.done, a.busy, a.retAt = true, false, time.Now()
+			s.mu.Unlock()
+			s.notify()
+		}()
+		fn(context.WithValue(ctx, actorKey{}, a))
+	}()
+}
+
+// Crashed reports whether the named actor died.
+func (s *Scheduler) Crashed(ctx context.Context) bool {
+	a, _ := ctx.Value(actorKey{}).(*actor)
+	if a == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return a.crashed
+}
+
+// Call implements inventory.Faults.
+func (s *Scheduler) Call(ctx context.Context, c inventory.ScriptCall, send func() (any, error)) (any, error) {
+	return s.submit(ctx, describe(c), false, send)
+}
+
+// Step runs fn as one scheduled step of the actor in ctx (never faulted).
+func (s *Scheduler) Step(ctx context.Context, desc string, fn func() error) error {
+	_, err := s.submit(ctx, desc, true, func() (any, error) { return nil, fn() })
+	return err
+}
+
+// Crash implements inventory.Faults: the actor dies at a crash point with
+// probability Probs.CrashPoint.
+func (s *Scheduler) Crash(ctx context.Context, point string) bool {
+	a, _ := ctx.Value(actorKey{}).(*actor)
+	if a == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a.crashed {
+		return true
+	}
+	if a.rng.Float64() >= s.probs.CrashPoint {
+		return false
+	}
+	a.crashed = true
+	s.trace = append(s.trace, fmt.Sprintf("%s: crash at %s", a.name, point))
+	return true
+}
+
+func describe(c inventory.ScriptCall) string {
+	return c.Node + " " + c.Script + " " + strings.Join(c.Keys, ",")
+}
+
+func (s *Scheduler) submit(ctx context.Context, desc string, step bool, send func() (any, error)) (any, error) {
+	a, _ := ctx.Value(actorKey{}).(*actor)
+	s.mu.Lock()
+	if a == nil || s.closed {
+		// Not an actor's (set-up, checks), or background work that
+		// outlived the schedule's run: not scheduled.
+		s.mu.Unlock()
+		return send()
+	}
+	if a.crashed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("explore: actor %s: %w", a.name, inventory.ErrCrashed)
+	}
+	c := &call{a: a, desc: desc, step: step, ready: make(chan Fate, 1)}
+	s.waiting = append(s.waiting, c)
+	a.waiting++
+	a.busy = false
+	s.arrived = time.Now()
+	s.mu.Unlock()
+	s.notify()
+
+	var fate Fate
+	select {
+	case fate = <-c.ready:
+	case <-ctx.Done():
+		s.mu.Lock()
+		for i, w := range s.waiting {
+			if w == c {
+				s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
+				a.waiting--
+				a.busy, a.retAt = true, time.Now()
+				s.mu.Unlock()
+				s.notify()
+				return nil, ctx.Err()
+			}
+		}
+		s.mu.Unlock()
+		fate = <-c.ready // picked already: honour the pick
+	}
+	v, err := s.run(a, fate, send)
+	s.mu.Lock()
+	a.waiting--
+	a.busy, a.retAt = true, time.Now()
+	s.inflight = nil
+	s.mu.Unlock()
+	s.notify()
+	return v, err
+}
+
+// run carries out fate for one picked call.
+func (s *Scheduler) run(a *actor, fate Fate, send func() (any, error)) (any, error) {
+	crashed := fmt.Errorf("explore: actor %s: %w", a.name, inventory.ErrCrashed)
+	switch fate {
+	case CrashBefore:
+		return nil, crashed
+	case Delay:
+		s.mu.Lock()
+		d := time.Duration(a.rng.Int63n(int64(maxDelay)))
+		s.mu.Unlock()
+		time.Sleep(d)
+	}
+	v, err := send()
+	switch fate {
+	case DropReply:
+		return nil, errReplyLost
+	case CrashAfter:
+		return nil, crashed
+	}
+	return v, err
+}
+
+// Run picks calls until every actor started with Go has finished.
+func (s *Scheduler) Run() {
+	s.mu.Lock()
+	s.closed = false
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	for {
+		wait, finished := s.pick()
+		if finished {
+			<-done
+			return
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-s.wake:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
+}
+
+// pick picks and releases one call when the actors are quiescent. It
+// returns how long to wait before looking again, and whether every actor
+// finished.
+func (s *Scheduler) pick() (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inflight != nil {
+		return maxStall, false
+	}
+	now := time.Now()
+	live := false
+	var wait time.Duration
+	for _, a := range s.actors {
+		if a.done {
+			continue
+		}
+		live = true
+		switch {
+		case !a.busy:
+		case a.waiting > 0 && now.Sub(a.retAt) >= grace:
+		case a.waiting > 0:
+			wait = max(wait, grace-now.Sub(a.retAt))
+		default:
+			if now.Sub(a.retAt) < maxStall {
+				wait = max(wait, maxStall-now.Sub(a.retAt))
+			} else {
+				continue // stuck outside a call: do not wait for it
+			}
+		}
+	}
+	if !live && len(s.waiting) == 0 {
+		// Background work an actor started (a staged commit) may still
+		// be on its way to its first call: a last quiet period.
+		if q := now.Sub(s.lastRet()); q < 4*grace {
+			return 4*grace - q, false
+		}
+		s.closed = true
+		return 0, true
+	}
+	if len(s.waiting) == 0 {
+		return maxStall, false
+	}
+	if q := now.Sub(s.arrived); q < grace {
+		wait = max(wait, grace-q)
+	}
+	if wait > 0 {
+		// A busy actor with nothing waiting may still be about to call:
+		// give it until maxStall, but wake at every arrival.
+		return wait, false
+	}
+	sort.SliceStable(s.waiting, func(i, j int) bool {
+		if s.waiting[i].a.id != s.waiting[j].a.id {
+			return s.waiting[i].a.id < s.waiting[j].a.id
+		}
+		return s.waiting[i].desc < s.waiting[j].desc
+	})
+	i := s.rng.Intn(len(s.waiting))
+	c := s.waiting[i]
+	s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
+	fate := Deliver
+	if !c.step && s.steps < s.maxSteps {
+		fate = s.drawFate()
+	}
+	s.steps++
+	if fate == CrashBefore || fate == CrashAfter {
+		c.a.crashed = true
+	}
+	s.inflight = c
+	s.trace = append(s.trace, fmt.Sprintf("%d %s: %s [%s]", s.steps, c.a.name, c.desc, fate))
+	c.ready <- fate
+	return 0, false
+}
+
+// lastRet is when the last call of any actor returned.
+func (s *Scheduler) lastRet() time.Time {
+	var t time.Time
+	for _, a := range s.actors {
+		if a.retAt.After(t) {
+			t = a.retAt
+		}
+	}
+	return t
+}
+
+func (s *Scheduler) drawFate() Fate {
+	x := s.rng.Float64()
+	p := s.probs
+	for _, f := range []struct {
+		p    float64
+		fate Fate
+	}{{p.Delay, Delay}, {p.DropReply, DropReply}, {p.CrashAfter, CrashAfter}, {p.CrashBefore, CrashBefore}} {
+		if x < f.p {
+			return f.fate
+		}
+		x -= f.p
+	}
+	return Deliver
+}
+
+// Trace returns the schedule's decisions so far, one line each.
+func (s *Scheduler) Trace() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.trace...)
+}
+
+// Note appends a line to the trace.
+func (s *Scheduler) Note(format string, a ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.trace = append(s.trace, fmt.Sprintf(format, a...))
+}

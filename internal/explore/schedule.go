@@ -1,0 +1,194 @@
+package explore
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/shardis/shardis/inventory"
+)
+
+var discard = slog.New(slog.DiscardHandler)
+
+// Options configures a schedule.
+type Options struct {
+	// Probs are the fault chances; zero value: DefaultProbs.
+	Probs *Probs
+	// Mutations re-introduce known bugs (the explorer's self-check).
+	Mutations []inventory.Mutation
+	// Topology and Restart are the chances that a schedule has the
+	// topology actor and the node-restart actor.
+	// default: 0.2 and 0.15
+	Topology, Restart float64
+}
+
+func (o Options) withDefaults() Options {
+	if o.Probs == nil {
+		p := DefaultProbs
+		o.Probs = &p
+	}
+	if o.Topology == 0 {
+		o.Topology = 0.2
+	}
+	if o.Restart == 0 {
+		o.Restart = 0.15
+	}
+	return o
+}
+
+// Result is one schedule's outcome.
+type Result struct {
+	Seed       int64
+	Violations []string // empty: every check held
+	Trace      []string // the scheduler's picks and fates, and crash points
+	Log        []string // what each actor was told
+	Took       time.Duration
+	Waited     time.Duration // of Took, spent waiting for deadlines
+}
+
+// stockPerSKU is what each schedule loads on every route.
+const stockPerSKU = 10
+
+// The SKUs of a schedule: one per route (route c is limited per user).
+var skus = []skuPlan{{"a", "s", 0}, {"b", "s", 0}, {"c", "s", 6}}
+
+type skuPlan struct {
+	Route, SKU string
+	Limit      int64
+}
+
+// RunSchedule runs the schedule of seed: reset, load, the actors under a
+// scheduler, the wait for deadlines with the reconcilers as actors, a
+// fault-free heal, and the checks. An error is the world failing (a node
+// that does not come back), not a violation.
+func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Result, error) {
+	opts = opts.withDefaults()
+	start := time.Now()
+	res := Result{Seed: seed}
+	if err := w.Reset(ctx); err != nil {
+		return res, err
+	}
+	healer, err := inventory.New(w.healR, inventory.Options{Logger: discard})
+	if err != nil {
+		return res, err
+	}
+	for _, k := range skus {
+		if _, err := healer.LoadStock(ctx, k.Route, k.SKU, stockPerSKU, k.Limit); err != nil {
+			return res, fmt.Errorf("explore: loading %s/%s: %w", k.Route, k.SKU, err)
+		}
+	}
+	s := NewScheduler(seed, *opts.Probs, opts.Mutations)
+	insts := make([]*inventory.Inventory, len(w.routers))
+	for i, r := range w.routers {
+		if insts[i], err = inventory.New(r, inventory.Options{Logger: discard, Faults: s, AttemptLease: attemptLease, GroupCommit: 1}); err != nil {
+			return res, err
+		}
+	}
+	obs := newObserved()
+	orders := w.phase1(ctx, s, obs, insts, opts)
+	waited := w.phase2(ctx, s, obs, insts)
+	for _, inv := range insts {
+		inv.Close()
+	}
+	healWait, topoProblem, err := w.heal(ctx, healer)
+	if err != nil {
+		return res, err
+	}
+	res.Waited = waited + healWait
+	st, err := w.read(ctx)
+	if err != nil {
+		return res, err
+	}
+	if topoProblem != "" {
+		res.Violations = append(res.Violations, "topology-migrating: "+topoProblem)
+	}
+	res.Violations = append(res.Violations, check(st, obs, orders, w.homes)...)
+	res.Trace, res.Log = s.Trace(), obs.log
+	res.Took = time.Since(start)
+	return res, nil
+}
+
+// phase1 draws the schedule's actors and runs them: a Reserve attempt, a
+// concurrent retry of the same order on the other instance, Confirm and
+// Cancel, a second order, the topology actor and a node restart.
+func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts []*inventory.Inventory, opts Options) []orderPlan {
+	o1 := orderPlan{ID: "o1", User: "u", Items: []inventory.Item{
+		{Route: "a", SKU: "s", Quantity: 1}, {Route: "b", SKU: "s", Quantity: 2}, {Route: "c", SKU: "s", Quantity: 3}}}
+	o2 := orderPlan{ID: "o2", User: "u", Items: []inventory.Item{
+		{Route: "c", SKU: "s", Quantity: 2}, {Route: "a", SKU: "s", Quantity: 1}}}
+	orders := []orderPlan{o1}
+	i := func() *inventory.Inventory { return insts[s.Intn(len(insts))] }
+	s.Go(ctx, "reserve-o1@i0", obs.reserve(insts[0], "reserve-o1@i0", o1))
+	if s.Chance(0.7) {
+		s.Go(ctx, "retry-o1@i1", obs.reserve(insts[1], "retry-o1@i1", o1))
+	}
+	if s.Chance(0.6) {
+		s.Go(ctx, "confirm-o1", obs.confirm(i(), "confirm-o1", "o1", 3))
+	}
+	if s.Chance(0.35) {
+		s.Go(ctx, "cancel-o1", obs.cancel(i(), "cancel-o1", "o1"))
+	}
+	if s.Chance(0.4) {
+		orders = append(orders, o2)
+		s.Go(ctx, "reserve-o2", obs.reserve(i(), "reserve-o2", o2))
+		if s.Chance(0.5) {
+			s.Go(ctx, "confirm-o2", obs.confirm(i(), "confirm-o2", "o2", 2))
+		}
+	}
+	if s.Chance(opts.Topology) {
+		s.Go(ctx, "topology", w.topology(obs, s, "topology"))
+	}
+	if s.Chance(opts.Restart) {
+		name := nodesT0[s.Intn(len(nodesT0))]
+		s.Go(ctx, "restart", w.restart(obs, s, "restart", name))
+	}
+	s.Run()
+	return orders
+}
+
+// phase2 waits until every part still pending is past its deadline, then
+// runs the reconciler on both instances, with a late Confirm and a late
+// retry sometimes, under the same scheduler. It returns the time waited.
+func (w *World) phase2(ctx context.Context, s *Scheduler, obs *observed, insts []*inventory.Inventory) time.Duration {
+	latest, n, err := w.latestPending(ctx)
+	if err != nil || n == 0 {
+		return 0
+	}
+	start := time.Now()
+	time.Sleep(time.Until(latest) + 20*time.Millisecond)
+	waited := time.Since(start)
+	s.Note("-- phase 2: %d parts pending, waited %s for their deadlines", n, waited.Round(time.Millisecond))
+	s.Go(ctx, "recon@i0", obs.reconcile(insts[0], "recon@i0", 2))
+	s.Go(ctx, "recon@i1", obs.reconcile(insts[1], "recon@i1", 2))
+	if s.Chance(0.3) {
+		s.Go(ctx, "late-confirm-o1", obs.confirm(insts[s.Intn(len(insts))], "late-confirm-o1", "o1", 1))
+	}
+	if s.Chance(0.2) {
+		o1 := orderPlan{ID: "o1", User: "u", Items: []inventory.Item{
+			{Route: "a", SKU: "s", Quantity: 1}, {Route: "b", SKU: "s", Quantity: 2}, {Route: "c", SKU: "s", Quantity: 3}}}
+		s.Go(ctx, "late-retry-o1", obs.reserve(insts[s.Intn(len(insts))], "late-retry-o1", o1))
+	}
+	s.Run()
+	return waited
+}
+
+// latestPending returns the latest deadline in the nodes' pending indexes
+// and how many parts they hold.
+func (w *World) latestPending(ctx context.Context) (time.Time, int, error) {
+	var latest time.Time
+	n := 0
+	for _, name := range allNodes {
+		zs, err := w.direct[name].ZRangeWithScores(ctx, inventory.PendingKey, 0, -1).Result()
+		if err != nil {
+			return latest, 0, err
+		}
+		for _, z := range zs {
+			n++
+			if t := time.UnixMilli(int64(z.Score)); t.After(latest) {
+				latest = t
+			}
+		}
+	}
+	return latest, n, nil
+}

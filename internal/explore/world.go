@@ -1,0 +1,211 @@
+package explore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/redisproc"
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
+)
+
+// A World is the real servers schedules run against: four redis-server
+// processes with AOF (appendfsync always, so a restart from the AOF loses
+// nothing acknowledged), started once and reset between schedules, and
+// the routers of the inventory instances. Topology T0 is n1..n3 (routes
+// a: n1, b: n2, c: n3); T1 adds n4 to route c. Schedules start at T0,
+// epoch 1.
+type World struct {
+	srvs   map[string]*redisproc.Server
+	direct map[string]*redis.Client // plain clients: reset and checks
+	cfg0   *config.Config           // topology T0 (n1..n3)
+	cfg1   *config.Config           // topology T1 (n1..n4)
+	// actors' routers (one per instance) and the healer's, all over T0
+	routers []*router.Router
+	healR   *router.Router
+	saved   map[string][]any // node → its epoch-1 topology state (resetScript's ARGV)
+	homes   *inventory.Homes // order homes of T0
+	log     *slog.Logger
+}
+
+// Nodes of a world; n4 joins in T1 only.
+var (
+	nodesT0  = []string{"n1", "n2", "n3"}
+	allNodes = []string{"n1", "n2", "n3", "n4"}
+)
+
+// Timing of a schedule: short, so expiry paths run within it.
+const (
+	attemptLease = 40 * time.Millisecond
+	orderTTL     = 80 * time.Millisecond
+)
+
+// NewWorld starts the servers and routers. Close it.
+func NewWorld() (w *World, err error) {
+	w = &World{srvs: map[string]*redisproc.Server{}, direct: map[string]*redis.Client{},
+		log: slog.New(slog.DiscardHandler)}
+	defer func() {
+		if err != nil {
+			w.Close()
+		}
+	}()
+	addrs := map[string]string{}
+	for _, name := range allNodes {
+		s, err := redisproc.Start(redisproc.Options{AOF: true, KillWithParent: true})
+		if err != nil {
+			return w, fmt.Errorf("explore: starting node %s: %w", name, err)
+		}
+		w.srvs[name] = s
+		addrs[name] = s.Addr()
+		w.direct[name] = redis.NewClient(&redis.Options{Addr: s.Addr(), Protocol: 2, MaxRetries: -1})
+	}
+	if w.cfg0, err = worldConfig(addrs, false); err != nil {
+		return w, err
+	}
+	if w.cfg1, err = worldConfig(addrs, true); err != nil {
+		return w, err
+	}
+	if w.homes, err = inventory.NewHomes(w.cfg0); err != nil {
+		return w, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := 0; i < 3; i++ {
+		r, err := router.New(ctx, w.cfg0, router.Options{Logger: w.log})
+		if err != nil {
+			return w, fmt.Errorf("explore: router: %w", err)
+		}
+		w.routers = append(w.routers, r)
+	}
+	w.healR, w.routers = w.routers[2], w.routers[:2]
+	// The first instance writes the epoch-1 records; keep them for Reset.
+	inv, err := inventory.New(w.healR, inventory.Options{Logger: w.log})
+	if err != nil {
+		return w, err
+	}
+	if st := inv.TopologyStatus(ctx); !st.Ready {
+		return w, fmt.Errorf("explore: topology not ready: %s", st.Reason)
+	}
+	w.saved = map[string][]any{}
+	for _, name := range allNodes {
+		epoch, err := w.direct[name].HGet(ctx, node.StampKey, "epoch").Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return w, err
+		}
+		fields, err := w.direct[name].HGetAll(ctx, "shardis:topology").Result()
+		if err != nil {
+			return w, err
+		}
+		args := []any{epoch}
+		for k, v := range fields {
+			args = append(args, k, v)
+		}
+		w.saved[name] = args
+	}
+	return w, nil
+}
+
+// worldConfig is the configuration of T0 (or T1 with n4): fast health
+// checks, a breaker that does not open on injected faults, group commit
+// off (one script per call, so every call is scheduled alone), short
+// leases and TTLs.
+func worldConfig(addrs map[string]string, withN4 bool) (*config.Config, error) {
+	cfg := config.Default()
+	cfg.Nodes = map[string]config.Node{}
+	routes := map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}}
+	for _, name := range nodesT0 {
+		cfg.Nodes[name] = config.Node{Addr: addrs[name], Weight: 1}
+	}
+	if withN4 {
+		cfg.Nodes["n4"] = config.Node{Addr: addrs["n4"], Weight: 1}
+		routes["c"] = []string{"n3", "n4"}
+	}
+	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: routes}}
+	cfg.Health = config.Health{Heartbeat: 50 * time.Millisecond, Timeout: time.Second,
+		Backoff: []time.Duration{20 * time.Millisecond}}
+	cfg.Breaker = config.Breaker{Failures: 1000, OpenTimeout: 50 * time.Millisecond}
+	cfg.Client.CommandTimeout = 2 * time.Second
+	cfg.Pipeline.Enabled = false
+	cfg.Inventory.ReservationTTL = orderTTL
+	cfg.Inventory.MaxReservationTTL = time.Second
+	cfg.Inventory.Retention = time.Hour
+	cfg.Inventory.AttemptLease = attemptLease
+	cfg.Inventory.GroupCommit = 1
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("explore: configuration: %w", err)
+	}
+	return &cfg, nil
+}
+
+// resetScript empties a node's inventory and gives it back its epoch-1
+// topology state: ARGV[1] the stamp's epoch ("" for none), then field,
+// value pairs of shardis:topology. The stamp's other fields (name,
+// incarnation, write sequence) stay: the routers know them.
+var resetScript = redis.NewScript(`
+for _, k in ipairs(redis.call('KEYS', 'inv:*')) do redis.call('DEL', k) end
+redis.call('DEL', 'shardis:topology')
+if ARGV[1] ~= '' then redis.call('HSET', 'shardis:node', 'epoch', ARGV[1]) else redis.call('HDEL', 'shardis:node', 'epoch') end
+for i = 2, #ARGV, 2 do redis.call('HSET', 'shardis:topology', ARGV[i], ARGV[i + 1]) end
+return 1
+`)
+
+// Reset empties every node and waits until every router sees every node
+// usable (a restarted node comes back through a health probe).
+func (w *World) Reset(ctx context.Context) error {
+	for _, name := range allNodes {
+		if err := resetScript.Run(ctx, w.direct[name], nil, w.saved[name]...).Err(); err != nil {
+			return fmt.Errorf("explore: resetting %s: %w", name, err)
+		}
+	}
+	return w.waitUsable(ctx)
+}
+
+// waitUsable polls until every router's nodes are usable (at most 5s).
+func (w *World) waitUsable(ctx context.Context) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		down := ""
+		for _, r := range append([]*router.Router{w.healR}, w.routers...) {
+			for _, name := range nodesT0 {
+				if n, err := r.Node(name); err != nil || !n.Usable() {
+					down = name
+				}
+			}
+		}
+		if down == "" {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("explore: node %s not usable after 5s", down)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Restart kills node name (kill -9) and starts it again from its AOF.
+func (w *World) Restart(name string) error {
+	return w.srvs[name].Restart()
+}
+
+// Close stops the routers and the servers.
+func (w *World) Close() {
+	for _, r := range append(w.routers, w.healR) {
+		if r != nil {
+			_ = r.Close()
+		}
+	}
+	for _, c := range w.direct {
+		_ = c.Close()
+	}
+	for _, s := range w.srvs {
+		_ = s.Kill()
+		_ = s.Close()
+	}
+}
