@@ -118,6 +118,19 @@ chaos: deps-redis $(if $(SENTINEL),deps-sentinel)
 	$(GO) run ./internal/cmd/chaos $(if $(SEED),--seed $(SEED)) --duration $(or $(DURATION),60s) --clients $(or $(CLIENTS),8) \
 		$(if $(SENTINEL),--sentinel) $(if $(DURABILITY),--durability $(DURABILITY))
 
+## explore: the schedule explorer (internal/explore): N seeded schedules (default 1000) of a Reserve,
+## its concurrent retry on a second instance, Confirm, Cancel, the reconciler on two instances,
+## topology apply adding and removing a node and a node restart from its AOF, against real
+## redis-server nodes, with every script call reordered, delayed, its reply dropped or its actor
+## crashed as the seed draws; every invariant checked after each. SEED=n is the first seed (a
+## failing seed prints its replay line: make explore SEED=n N=1), BUDGET=10m stops starting
+## schedules, WORLDS=4 sets of four nodes run side by side, MUTATIONS=stage-takeover,... re-introduces
+## known bugs (the explorer's self-check).
+.PHONY: explore
+explore: deps-redis
+	$(GO) run ./internal/cmd/explore $(if $(SEED),-seed $(SEED)) -n $(or $(N),1000) $(if $(BUDGET),-budget $(BUDGET)) \
+		-worlds $(or $(WORLDS),4) $(if $(MUTATIONS),-mutations $(MUTATIONS)) $(if $(V),-v)
+
 ## deps-bench: install nutcracker (twemproxy, the proxy baseline of the benchmarks) when it is missing.
 deps-bench:
 	@if ! command -v nutcracker >/dev/null 2>&1 && [ ! -x /usr/sbin/nutcracker ]; then \

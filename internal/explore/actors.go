@@ -48,19 +48,27 @@ func (o *observed) note(who, what string, err error) {
 	}
 }
 
-// reserve is a Reserve actor.
-func (o *observed) reserve(inv *inventory.Inventory, who string, p orderPlan) func(ctx context.Context) {
+// reserve is a Reserve actor: as a client does, it calls Reserve again
+// with the same order id (up to tries calls) while the outcome is unknown
+// or the order is in progress.
+func (o *observed) reserve(inv *inventory.Inventory, who string, p orderPlan, tries int) func(ctx context.Context) {
 	return func(ctx context.Context) {
-		res, err := inv.Reserve(ctx, p.ID, p.Items, p.User, orderTTL)
-		o.note(who, "Reserve "+p.ID, err)
-		if err != nil {
-			return
+		for i := 0; i < tries; i++ {
+			res, err := inv.Reserve(ctx, p.ID, p.Items, p.User, orderTTL)
+			o.note(who, "Reserve "+p.ID, err)
+			if err == nil {
+				o.mu.Lock()
+				if _, ok := o.reserved[p.ID]; !ok {
+					o.reserved[p.ID] = res.Receipts
+				}
+				o.mu.Unlock()
+				return
+			}
+			if errors.Is(err, inventory.ErrCrashed) ||
+				!(errors.Is(err, inventory.ErrUnavailable) || errors.Is(err, inventory.ErrInProgress)) {
+				return
+			}
 		}
-		o.mu.Lock()
-		if _, ok := o.reserved[p.ID]; !ok {
-			o.reserved[p.ID] = res.Receipts
-		}
-		o.mu.Unlock()
 	}
 }
 

@@ -54,6 +54,8 @@ type Summary struct {
 	Waited   time.Duration // of Busy, waiting for deadlines
 	Slowest  time.Duration
 	WorldErr []error
+	// Last is the last schedule that finished (for a replay of one seed).
+	Last Result
 }
 
 // Explore runs schedules until N ran, the budget passed, or (with
@@ -118,6 +120,7 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 				sum.Busy += res.Took
 				sum.Waited += res.Waited
 				sum.Slowest = max(sum.Slowest, res.Took)
+				sum.Last = res
 				if len(res.Violations) > 0 {
 					sum.Failed = append(sum.Failed, res)
 					if cfg.StopAtFirst {

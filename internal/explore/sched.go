@@ -68,7 +68,7 @@ var errReplyLost = errors.New("explore: reply lost (fault injected): outcome unk
 
 // Timing of the scheduler (see the file comment).
 const (
-	grace    = 400 * time.Microsecond // quiet time before picking
+	grace    = time.Millisecond // quiet time before picking
 	maxStall = 3 * time.Second        // a busy actor with no call: pick anyway after this
 	maxDelay = 40 * time.Millisecond  // longest Delay
 )

@@ -86,12 +86,17 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 		}
 	}
 	obs := newObserved()
+	t0 := time.Now()
 	orders := w.phase1(ctx, s, obs, insts, opts)
+	t1 := time.Now()
 	waited := w.phase2(ctx, s, obs, insts)
 	for _, inv := range insts {
 		inv.Close()
 	}
+	t2 := time.Now()
 	healWait, topoProblem, err := w.heal(ctx, healer)
+	s.Note("-- set-up %s, phase 1 %s, phase 2 %s, heal %s", t0.Sub(start).Round(time.Millisecond),
+		t1.Sub(t0).Round(time.Millisecond), t2.Sub(t1).Round(time.Millisecond), time.Since(t2).Round(time.Millisecond))
 	if err != nil {
 		return res, err
 	}
@@ -116,12 +121,12 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 	o1 := orderPlan{ID: "o1", User: "u", Items: []inventory.Item{
 		{Route: "a", SKU: "s", Quantity: 1}, {Route: "b", SKU: "s", Quantity: 2}, {Route: "c", SKU: "s", Quantity: 3}}}
 	o2 := orderPlan{ID: "o2", User: "u", Items: []inventory.Item{
-		{Route: "c", SKU: "s", Quantity: 2}, {Route: "a", SKU: "s", Quantity: 1}}}
+		{Route: "c", SKU: "s", Quantity: 4}, {Route: "a", SKU: "s", Quantity: 1}}}
 	orders := []orderPlan{o1}
 	i := func() *inventory.Inventory { return insts[s.Intn(len(insts))] }
-	s.Go(ctx, "reserve-o1@i0", obs.reserve(insts[0], "reserve-o1@i0", o1))
+	s.Go(ctx, "reserve-o1@i0", obs.reserve(insts[0], "reserve-o1@i0", o1, 2))
 	if s.Chance(0.7) {
-		s.Go(ctx, "retry-o1@i1", obs.reserve(insts[1], "retry-o1@i1", o1))
+		s.Go(ctx, "retry-o1@i1", obs.reserve(insts[1], "retry-o1@i1", o1, 3))
 	}
 	if s.Chance(0.6) {
 		s.Go(ctx, "confirm-o1", obs.confirm(i(), "confirm-o1", "o1", 3))
@@ -131,7 +136,7 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 	}
 	if s.Chance(0.4) {
 		orders = append(orders, o2)
-		s.Go(ctx, "reserve-o2", obs.reserve(i(), "reserve-o2", o2))
+		s.Go(ctx, "reserve-o2", obs.reserve(i(), "reserve-o2", o2, 2))
 		if s.Chance(0.5) {
 			s.Go(ctx, "confirm-o2", obs.confirm(i(), "confirm-o2", "o2", 2))
 		}
@@ -167,7 +172,7 @@ func (w *World) phase2(ctx context.Context, s *Scheduler, obs *observed, insts [
 	if s.Chance(0.2) {
 		o1 := orderPlan{ID: "o1", User: "u", Items: []inventory.Item{
 			{Route: "a", SKU: "s", Quantity: 1}, {Route: "b", SKU: "s", Quantity: 2}, {Route: "c", SKU: "s", Quantity: 3}}}
-		s.Go(ctx, "late-retry-o1", obs.reserve(insts[s.Intn(len(insts))], "late-retry-o1", o1))
+		s.Go(ctx, "late-retry-o1", obs.reserve(insts[s.Intn(len(insts))], "late-retry-o1", o1, 2))
 	}
 	s.Run()
 	return waited

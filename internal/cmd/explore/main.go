@@ -50,6 +50,9 @@ func main() {
 	for _, r := range sum.Failed {
 		explore.WriteResult(os.Stdout, r, opts, *verbose || *n == 1)
 	}
+	if *n == 1 && len(sum.Failed) == 0 && sum.Ran == 1 {
+		explore.WriteResult(os.Stdout, sum.Last, opts, true) // a replay: show the schedule
+	}
 	explore.WriteSummary(os.Stdout, sum)
 	if len(sum.Failed) > 0 || len(sum.WorldErr) > 0 {
 		os.Exit(1)

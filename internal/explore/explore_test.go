@@ -1,0 +1,52 @@
+package explore
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{}) // dial failures while a node restarts are expected
+	os.Exit(m.Run())
+}
+
+// ciBudget is how long make test explores (the schedules started by then
+// finish after it): a short exploration, well inside 60 s with -race.
+const ciBudget = 25 * time.Second
+
+// TestExploreShort runs the schedules of seeds 1, 2, … for ciBudget on
+// four worlds: every invariant must hold in each.
+func TestExploreShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("explores for 25 s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sum, err := Explore(ctx, Config{Seed: 1, N: 100000, Budget: ciBudget, Worlds: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	WriteSummary(&b, sum)
+	t.Log(b.String())
+	for _, r := range sum.Failed {
+		var b strings.Builder
+		WriteResult(&b, r, Options{}, true)
+		t.Error(b.String())
+	}
+	if len(sum.WorldErr) > 0 {
+		t.Errorf("world errors: %v", sum.WorldErr)
+	}
+	if sum.Ran < 8 {
+		t.Errorf("only %d schedules ran in %s", sum.Ran, ciBudget)
+	}
+}
