@@ -68,9 +68,9 @@ var errReplyLost = errors.New("explore: reply lost (fault injected): outcome unk
 
 // Timing of the scheduler (see the file comment).
 const (
-	grace    = time.Millisecond // quiet time before picking
-	maxStall = 3 * time.Second        // a busy actor with no call: pick anyway after this
-	maxDelay = 40 * time.Millisecond  // longest Delay
+	grace    = time.Millisecond      // quiet time before picking
+	maxStall = 3 * time.Second       // a busy actor with no call: pick anyway after this
+	maxDelay = 40 * time.Millisecond // longest Delay
 )
 
 type actorKey struct{}
