@@ -49,7 +49,7 @@ func sortResults(rs []Result) {
 // WriteResult writes a failing schedule: its violations, the replay
 // command, and (verbose) what the actors were told and the trace.
 func WriteResult(out io.Writer, r Result, opts Options, verbose bool) {
-	fmt.Fprintf(out, "seed %d: %d violation(s) (%s)\n", r.Seed, len(r.Violations), r.Took.Round(time.Millisecond))
+	fmt.Fprintf(out, "seed %d: %d violation(s) (%s, decisions digest %s)\n", r.Seed, len(r.Violations), r.Took.Round(time.Millisecond), r.Digest)
 	for _, v := range r.Violations {
 		fmt.Fprintf(out, "  %s\n", v)
 	}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand"
+	"regexp"
+	"runtime/metrics"
 	"sort"
 	"strings"
 	"sync"
@@ -71,6 +74,9 @@ const (
 	grace    = time.Millisecond      // quiet time before picking
 	maxStall = 3 * time.Second       // a busy actor with no call: pick anyway after this
 	maxDelay = 40 * time.Millisecond // longest Delay
+	// maxSettle bounds the wait for the process's goroutines to block
+	// before a pick (busyGoroutines).
+	maxSettle = 20 * time.Millisecond
 )
 
 type actorKey struct{}
@@ -203,9 +209,15 @@ func (s *Scheduler) Crash(ctx context.Context, point string) bool {
 	return true
 }
 
+// describe names a call by node, script and keys, with the attempts'
+// random tokens in part ids replaced by "T", so the order of an actor's
+// waiting calls and the trace are the same on every run of a seed.
 func describe(c inventory.ScriptCall) string {
-	return c.Node + " " + c.Script + " " + strings.Join(c.Keys, ",")
+	return tokenRE.ReplaceAllString(c.Node+" "+c.Script+" "+strings.Join(c.Keys, ","), "|T|")
 }
+
+// tokenRE matches the token of a part id (order|token|item).
+var tokenRE = regexp.MustCompile(`\|[0-9a-f]{12}\|`)
 
 func (s *Scheduler) submit(ctx context.Context, desc string, step bool, send func() (any, error)) (any, error) {
 	a, _ := ctx.Value(actorKey{}).(*actor)
@@ -352,6 +364,10 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 		// give it until maxStall, but wake at every arrival.
 		return wait, false
 	}
+	if busyGoroutines() > 1 && now.Sub(s.lastEvent()) < maxSettle {
+		// Some goroutine (an actor's, about to call) has not run yet.
+		return grace / 4, false
+	}
 	sort.SliceStable(s.waiting, func(i, j int) bool {
 		if s.waiting[i].a.id != s.waiting[j].a.id {
 			return s.waiting[i].a.id < s.waiting[j].a.id
@@ -373,6 +389,33 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 	s.trace = append(s.trace, fmt.Sprintf("%d %s: %s [%s]", s.steps, c.a.name, c.desc, fate))
 	c.ready <- fate
 	return 0, false
+}
+
+// lastEvent is when the last call arrived or returned.
+func (s *Scheduler) lastEvent() time.Time {
+	t := s.lastRet()
+	if s.arrived.After(t) {
+		return s.arrived
+	}
+	return t
+}
+
+// busyGoroutines returns how many goroutines of the process are running
+// or runnable; the scheduler's own is one of them. At quiescence every
+// actor's goroutine is blocked (waiting for its pick, or for a call of
+// another goroutine of the actor), so more than one means some goroutine
+// may be about to call: the pick waits for it (up to maxSettle, as other
+// worlds of the process may keep goroutines busy).
+func busyGoroutines() uint64 {
+	samples := []metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}, {Name: "/sched/goroutines/running:goroutines"}}
+	metrics.Read(samples)
+	var n uint64
+	for _, s := range samples {
+		if s.Value.Kind() == metrics.KindUint64 {
+			n += s.Value.Uint64()
+		}
+	}
+	return n
 }
 
 // lastRet is when the last call of any actor returned.
@@ -399,6 +442,22 @@ func (s *Scheduler) drawFate() Fate {
 		x -= f.p
 	}
 	return Deliver
+}
+
+// Digest is a hash of the schedule's decisions (its trace without the
+// notes): two runs of a seed that made the same decisions have the same
+// digest.
+func (s *Scheduler) Digest() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := fnv.New64a()
+	for _, l := range s.trace {
+		if !strings.HasPrefix(l, "--") {
+			h.Write([]byte(l))
+			h.Write([]byte{'\n'})
+		}
+	}
+	return fmt.Sprintf("%016x", h.Sum64())
 }
 
 // Trace returns the schedule's decisions so far, one line each.

@@ -43,6 +43,7 @@ type Result struct {
 	Violations []string // empty: every check held
 	Trace      []string // the scheduler's picks and fates, and crash points
 	Log        []string // what each actor was told
+	Digest     string   // of the trace's decisions: equal on every run of the seed that decided alike
 	Took       time.Duration
 	Waited     time.Duration // of Took, spent waiting for deadlines
 }
@@ -109,7 +110,7 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 		res.Violations = append(res.Violations, "topology-migrating: "+topoProblem)
 	}
 	res.Violations = append(res.Violations, check(st, obs, orders, w.homes)...)
-	res.Trace, res.Log = s.Trace(), obs.log
+	res.Trace, res.Log, res.Digest = s.Trace(), obs.log, s.Digest()
 	res.Took = time.Since(start)
 	return res, nil
 }
