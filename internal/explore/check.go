@@ -292,16 +292,22 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 		status, token = ov.rec.Status, ov.rec.Token
 	}
 	switch status {
-	case "staging", "reserving":
+	case "staging":
 		// An attempt that died before it took anything leaves an
-		// undecided record and nothing else: harmless (a retry takes it
-		// over). With a part of its attempt anywhere it must be decided.
+		// undecided record and nothing else: harmless (whoever meets it
+		// decides it). A part of the attempt that exists says the record
+		// should have been decided: staged.go cancels a promised part only
+		// after the fail is recorded, and nothing pending is left here.
 		for _, p := range ov.parts {
 			if p.Token == token && !p.Tombstone {
-				v.add("decided-once", "order %s is still %s at quiescence, with part %s on %s (%s)", id, status, p.ID, ov.where[p], p.State)
+				v.add("decided-once", "order %s is still staging at quiescence, with part %s on %s (%s)", id, p.ID, ov.where[p], p.State)
 				break
 			}
 		}
+	// "reserving" at quiescence: the general path's attempt died; it
+	// cancels its parts before it records the failure (reserve.go), so
+	// cancelled parts under it are the protocol's, and a confirmed one is
+	// reported below.
 	case "reserved":
 		if time.Since(ov.rec.Deadline) > healBound {
 			v.add("decided-once", "order %s is still reserved, %s past its deadline", id, time.Since(ov.rec.Deadline).Round(time.Millisecond))

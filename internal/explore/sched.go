@@ -50,21 +50,26 @@ const (
 	CrashAfter
 	// CrashBefore kills the actor before the call is sent.
 	CrashBefore
+	// Hold keeps the call waiting, unsent, for the next few picks (3 to
+	// 40), or until nothing else waits: it is reordered behind other
+	// actors' calls, as a message stuck in the network. A call is held
+	// once at most; when released it draws its fate again.
+	Hold
 )
 
 func (f Fate) String() string {
-	return [...]string{"deliver", "delay", "drop-reply", "crash-after", "crash-before"}[f]
+	return [...]string{"deliver", "delay", "drop-reply", "crash-after", "crash-before", "hold"}[f]
 }
 
 // Probs are the chances of each fault per call (the rest is Deliver) and
 // of a crash at each crash point an actor passes.
 type Probs struct {
-	Delay, DropReply, CrashAfter, CrashBefore float64
-	CrashPoint                                float64
+	Delay, DropReply, CrashAfter, CrashBefore, Hold float64
+	CrashPoint                                      float64
 }
 
 // DefaultProbs is what an exploration uses unless told otherwise.
-var DefaultProbs = Probs{Delay: 0.08, DropReply: 0.06, CrashAfter: 0.03, CrashBefore: 0.02, CrashPoint: 0.04}
+var DefaultProbs = Probs{Delay: 0.06, DropReply: 0.06, CrashAfter: 0.03, CrashBefore: 0.02, Hold: 0.12, CrashPoint: 0.04}
 
 // errReplyLost is returned for a call whose reply was dropped.
 var errReplyLost = errors.New("explore: reply lost (fault injected): outcome unknown")
@@ -97,6 +102,8 @@ type call struct {
 	desc  string
 	step  bool // an explorer step, not a script: always delivered
 	ready chan Fate
+	held  bool // held once already
+	until int  // held: not picked before this many picks
 }
 
 // Scheduler orders and faults the calls of one schedule's actors. It is
@@ -374,14 +381,33 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 		}
 		return s.waiting[i].desc < s.waiting[j].desc
 	})
-	i := s.rng.Intn(len(s.waiting))
+	var eligible []int
+	for i, c := range s.waiting {
+		if c.until <= s.steps {
+			eligible = append(eligible, i)
+		}
+	}
+	if len(eligible) == 0 { // only held calls wait: release them
+		for i := range s.waiting {
+			eligible = append(eligible, i)
+		}
+	}
+	i := eligible[s.rng.Intn(len(eligible))]
 	c := s.waiting[i]
-	s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
 	fate := Deliver
 	if !c.step && s.steps < s.maxSteps {
 		fate = s.drawFate()
 	}
 	s.steps++
+	if fate == Hold && (c.held || len(s.waiting) == 1) {
+		fate = Deliver
+	}
+	if fate == Hold {
+		c.held, c.until = true, s.steps+3+s.rng.Intn(38)
+		s.trace = append(s.trace, fmt.Sprintf("%d %s: %s [hold until pick %d]", s.steps, c.a.name, c.desc, c.until))
+		return 0, false
+	}
+	s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
 	if fate == CrashBefore || fate == CrashAfter {
 		c.a.crashed = true
 	}
@@ -435,7 +461,7 @@ func (s *Scheduler) drawFate() Fate {
 	for _, f := range []struct {
 		p    float64
 		fate Fate
-	}{{p.Delay, Delay}, {p.DropReply, DropReply}, {p.CrashAfter, CrashAfter}, {p.CrashBefore, CrashBefore}} {
+	}{{p.Delay, Delay}, {p.DropReply, DropReply}, {p.CrashAfter, CrashAfter}, {p.CrashBefore, CrashBefore}, {p.Hold, Hold}} {
 		if x < f.p {
 			return f.fate
 		}
