@@ -20,6 +20,12 @@ func ReplayCommand(seed int64, opts Options) string {
 		}
 		cmd += " MUTATIONS=" + strings.Join(ms, ",")
 	}
+	if opts.Topology != 0 {
+		cmd += fmt.Sprintf(" TOPOLOGY=%g", opts.Topology)
+	}
+	if opts.Restart != 0 {
+		cmd += fmt.Sprintf(" RESTART=%g", opts.Restart)
+	}
 	return cmd
 }
 

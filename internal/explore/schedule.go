@@ -18,7 +18,7 @@ type Options struct {
 	// Mutations re-introduce known bugs (the explorer's self-check).
 	Mutations []inventory.Mutation
 	// Topology and Restart are the chances that a schedule has the
-	// topology actor and the node-restart actor.
+	// topology actor and the node-restart actor; a negative one is 0.
 	// default: 0.2 and 0.15
 	Topology, Restart float64
 }

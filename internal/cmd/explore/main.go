@@ -26,6 +26,8 @@ func main() {
 	budget := flag.Duration("budget", 0, "stop starting schedules after this long (0: no limit)")
 	worlds := flag.Int("worlds", 2, "worlds (four redis-server nodes each) running schedules side by side")
 	mutations := flag.String("mutations", "", "comma-separated mutations to re-introduce (stage-takeover, apply-leaves-staging, xfer-negative-zero)")
+	topo := flag.Float64("topology", 0, "chance of the topology actor per schedule (0: the default 0.2, negative: never)")
+	restart := flag.Float64("restart", 0, "chance of the node-restart actor per schedule (0: the default 0.15, negative: never)")
 	verbose := flag.Bool("v", false, "print each failing schedule's trace and what its actors were told")
 	flag.Parse()
 	redis.SetLogger(quiet{})
@@ -39,7 +41,7 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-	opts := explore.Options{Mutations: muts}
+	opts := explore.Options{Mutations: muts, Topology: *topo, Restart: *restart}
 	fmt.Printf("explore: seeds %d..%d, %d world(s)\n", *seed, *seed+int64(*n)-1, *worlds)
 	sum, err := explore.Explore(ctx, explore.Config{Seed: *seed, N: *n, Budget: *budget, Worlds: *worlds,
 		Options: opts, Progress: os.Stdout})
