@@ -81,7 +81,7 @@ const (
 	maxDelay = 40 * time.Millisecond // longest Delay
 	// maxSettle bounds the wait for the process's goroutines to block
 	// before a pick (busyGoroutines).
-	maxSettle = 20 * time.Millisecond
+	maxSettle = 5 * time.Millisecond
 )
 
 type actorKey struct{}
