@@ -55,21 +55,26 @@ const (
 	// actors' calls, as a message stuck in the network. A call is held
 	// once at most; when released it draws its fate again.
 	Hold
+	// Park keeps the call unsent past the first phase: through the wait
+	// for the parts' deadlines, into the reconcilers' phase, where it is
+	// released after a few picks (a message stuck in the network for
+	// longer than a lease and a deadline). First phase only.
+	Park
 )
 
 func (f Fate) String() string {
-	return [...]string{"deliver", "delay", "drop-reply", "crash-after", "crash-before", "hold"}[f]
+	return [...]string{"deliver", "delay", "drop-reply", "crash-after", "crash-before", "hold", "park"}[f]
 }
 
 // Probs are the chances of each fault per call (the rest is Deliver) and
 // of a crash at each crash point an actor passes.
 type Probs struct {
-	Delay, DropReply, CrashAfter, CrashBefore, Hold float64
-	CrashPoint                                      float64
+	Delay, DropReply, CrashAfter, CrashBefore, Hold, Park float64
+	CrashPoint                                            float64
 }
 
 // DefaultProbs is what an exploration uses unless told otherwise.
-var DefaultProbs = Probs{Delay: 0.06, DropReply: 0.06, CrashAfter: 0.03, CrashBefore: 0.02, Hold: 0.12, CrashPoint: 0.04}
+var DefaultProbs = Probs{Delay: 0.06, DropReply: 0.06, CrashAfter: 0.03, CrashBefore: 0.02, Hold: 0.12, Park: 0.03, CrashPoint: 0.04}
 
 // errReplyLost is returned for a call whose reply was dropped.
 var errReplyLost = errors.New("explore: reply lost (fault injected): outcome unknown")
@@ -94,16 +99,18 @@ type actor struct {
 	done    bool
 	crashed bool
 	waiting int
+	parked  int // of waiting, calls parked until the next phase
 	retAt   time.Time
 }
 
 type call struct {
-	a     *actor
-	desc  string
-	step  bool // an explorer step, not a script: always delivered
-	ready chan Fate
-	held  bool // held once already
-	until int  // held: not picked before this many picks
+	a      *actor
+	desc   string
+	step   bool // an explorer step, not a script: always delivered
+	ready  chan Fate
+	held   bool // held once already
+	until  int  // held: not picked before this many picks
+	parked bool // parked until the next phase
 }
 
 // Scheduler orders and faults the calls of one schedule's actors. It is
@@ -121,6 +128,7 @@ type Scheduler struct {
 	inflight *call
 	arrived  time.Time
 	closed   bool // Run returned: later calls are not scheduled
+	phase    int  // 0 first phase, then 1 (NextPhase)
 	steps    int
 	trace    []string
 	wake     chan struct{}
@@ -297,17 +305,15 @@ func (s *Scheduler) run(a *actor, fate Fate, send func() (any, error)) (any, err
 	return v, err
 }
 
-// Run picks calls until every actor started with Go has finished.
+// Run picks calls until every actor started with Go has finished, or
+// waits only on calls parked for the next phase.
 func (s *Scheduler) Run() {
 	s.mu.Lock()
 	s.closed = false
 	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
 	for {
 		wait, finished := s.pick()
 		if finished {
-			<-done
 			return
 		}
 		if wait > 0 {
@@ -320,6 +326,9 @@ func (s *Scheduler) Run() {
 		}
 	}
 }
+
+// Wait waits until every actor's function returned (after the last Run).
+func (s *Scheduler) Wait() { s.wg.Wait() }
 
 // pick picks and releases one call when the actors are quiescent. It
 // returns how long to wait before looking again, and whether every actor
@@ -334,8 +343,8 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 	live := false
 	var wait time.Duration
 	for _, a := range s.actors {
-		if a.done {
-			continue
+		if a.done || (a.waiting > 0 && a.waiting == a.parked && (!a.busy || now.Sub(a.retAt) >= grace)) {
+			continue // finished, or blocked on parked calls only
 		}
 		live = true
 		switch {
@@ -351,7 +360,13 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 			}
 		}
 	}
-	if !live && len(s.waiting) == 0 {
+	unparked := 0
+	for _, c := range s.waiting {
+		if !c.parked {
+			unparked++
+		}
+	}
+	if !live && unparked == 0 {
 		// Background work an actor started (a staged commit) may still
 		// be on its way to its first call: a last quiet period.
 		if q := now.Sub(s.lastRet()); q < 4*grace {
@@ -360,7 +375,7 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 		s.closed = true
 		return 0, true
 	}
-	if len(s.waiting) == 0 {
+	if unparked == 0 {
 		return maxStall, false
 	}
 	if q := now.Sub(s.arrived); q < grace {
@@ -383,13 +398,15 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 	})
 	var eligible []int
 	for i, c := range s.waiting {
-		if c.until <= s.steps {
+		if !c.parked && c.until <= s.steps {
 			eligible = append(eligible, i)
 		}
 	}
 	if len(eligible) == 0 { // only held calls wait: release them
-		for i := range s.waiting {
-			eligible = append(eligible, i)
+		for i, c := range s.waiting {
+			if !c.parked {
+				eligible = append(eligible, i)
+			}
 		}
 	}
 	i := eligible[s.rng.Intn(len(eligible))]
@@ -399,8 +416,14 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 		fate = s.drawFate()
 	}
 	s.steps++
-	if fate == Hold && (c.held || len(s.waiting) == 1) {
+	if (fate == Hold && (c.held || unparked == 1)) || (fate == Park && (c.held || s.phase > 0)) {
 		fate = Deliver
+	}
+	if fate == Park {
+		c.held, c.parked = true, true
+		c.a.parked++
+		s.trace = append(s.trace, fmt.Sprintf("%d %s: %s [park until the next phase]", s.steps, c.a.name, c.desc))
+		return 0, false
 	}
 	if fate == Hold {
 		c.held, c.until = true, s.steps+3+s.rng.Intn(38)
@@ -415,6 +438,32 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 	s.trace = append(s.trace, fmt.Sprintf("%d %s: %s [%s]", s.steps, c.a.name, c.desc, fate))
 	c.ready <- fate
 	return 0, false
+}
+
+// NextPhase ends the first phase: parked calls become eligible again,
+// each after 1 to 20 picks of the next phase.
+func (s *Scheduler) NextPhase() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.phase++
+	for _, c := range s.waiting {
+		if c.parked {
+			c.parked, c.until = false, s.steps+1+s.rng.Intn(20)
+			c.a.parked--
+		}
+	}
+}
+
+// Parked reports whether calls wait parked for the next phase.
+func (s *Scheduler) Parked() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.waiting {
+		if c.parked {
+			return true
+		}
+	}
+	return false
 }
 
 // lastEvent is when the last call arrived or returned.
@@ -461,7 +510,7 @@ func (s *Scheduler) drawFate() Fate {
 	for _, f := range []struct {
 		p    float64
 		fate Fate
-	}{{p.Delay, Delay}, {p.DropReply, DropReply}, {p.CrashAfter, CrashAfter}, {p.CrashBefore, CrashBefore}, {p.Hold, Hold}} {
+	}{{p.Delay, Delay}, {p.DropReply, DropReply}, {p.CrashAfter, CrashAfter}, {p.CrashBefore, CrashBefore}, {p.Hold, Hold}, {p.Park, Park}} {
 		if x < f.p {
 			return f.fate
 		}

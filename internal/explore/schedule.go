@@ -91,6 +91,7 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	orders := w.phase1(ctx, s, obs, insts, opts)
 	t1 := time.Now()
 	waited := w.phase2(ctx, s, obs, insts)
+	s.Wait()
 	for _, inv := range insts {
 		inv.Close()
 	}
@@ -158,16 +159,26 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 // retry sometimes, under the same scheduler. It returns the time waited.
 func (w *World) phase2(ctx context.Context, s *Scheduler, obs *observed, insts []*inventory.Inventory) time.Duration {
 	latest, n, err := w.latestPending(ctx)
-	if err != nil || n == 0 {
+	parked := s.Parked()
+	if (err != nil || n == 0) && !parked {
 		return 0
 	}
 	start := time.Now()
 	time.Sleep(time.Until(latest) + 20*time.Millisecond)
 	waited := time.Since(start)
+	s.NextPhase()
 	s.Note("-- phase 2: %d parts pending, waited %s for their deadlines", n, waited.Round(time.Millisecond))
+	if s.Chance(0.5) {
+		// Another order takes what the reconcilers return, and confirms.
+		o3 := orderPlan{ID: "o3", Items: []inventory.Item{{Route: "b", SKU: "s", Quantity: stockPerSKU - 2}}}
+		s.Go(ctx, "reserve-o3", func(ctx context.Context) {
+			obs.reserve(insts[1], "reserve-o3", o3, 2)(ctx)
+			obs.confirm(insts[1], "confirm-o3", "o3", 2)(ctx)
+		})
+	}
 	s.Go(ctx, "recon@i0", obs.reconcile(insts[0], "recon@i0", 2))
 	s.Go(ctx, "recon@i1", obs.reconcile(insts[1], "recon@i1", 2))
-	if s.Chance(0.3) {
+	if s.Chance(0.5) {
 		s.Go(ctx, "late-confirm-o1", obs.confirm(insts[s.Intn(len(insts))], "late-confirm-o1", "o1", 1))
 	}
 	if s.Chance(0.2) {
