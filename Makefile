@@ -126,12 +126,13 @@ chaos: deps-redis $(if $(SENTINEL),deps-sentinel)
 ## failing seed prints its replay line: make explore SEED=n N=1), BUDGET=10m stops starting
 ## schedules, WORLDS=4 sets of four nodes run side by side, MUTATIONS=stage-takeover,... re-introduces
 ## known bugs (the explorer's self-check), TOPOLOGY=0.2 and RESTART=0.15 are the chances of the
-## topology and node-restart actors per schedule (negative: never), V=1 prints every failing trace.
+## topology and node-restart actors per schedule (negative: never), PROFILE=stall parks many calls
+## past the deadlines, V=1 prints every failing trace.
 .PHONY: explore
 explore: deps-redis
 	$(GO) run ./internal/cmd/explore $(if $(SEED),-seed $(SEED)) -n $(or $(N),1000) $(if $(BUDGET),-budget $(BUDGET)) \
 		-worlds $(or $(WORLDS),4) $(if $(MUTATIONS),-mutations $(MUTATIONS)) $(if $(TOPOLOGY),-topology $(TOPOLOGY)) \
-		$(if $(RESTART),-restart $(RESTART)) $(if $(V),-v)
+		$(if $(RESTART),-restart $(RESTART)) $(if $(PROFILE),-profile $(PROFILE)) $(if $(V),-v)
 
 ## deps-bench: install nutcracker (twemproxy, the proxy baseline of the benchmarks) when it is missing.
 deps-bench:

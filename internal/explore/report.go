@@ -20,6 +20,9 @@ func ReplayCommand(seed int64, opts Options) string {
 		}
 		cmd += " MUTATIONS=" + strings.Join(ms, ",")
 	}
+	if opts.Profile != "" {
+		cmd += " PROFILE=" + opts.Profile
+	}
 	if opts.Topology != 0 {
 		cmd += fmt.Sprintf(" TOPOLOGY=%g", opts.Topology)
 	}

@@ -76,6 +76,12 @@ type Probs struct {
 // DefaultProbs is what an exploration uses unless told otherwise.
 var DefaultProbs = Probs{Delay: 0.06, DropReply: 0.06, CrashAfter: 0.03, CrashBefore: 0.02, Hold: 0.12, Park: 0.03, CrashPoint: 0.04}
 
+// StallProbs parks many calls past the deadlines and loses more
+// replies: messages stuck in the network while leases and deadlines run
+// out, and the reconcilers act on what they left (make explore
+// PROFILE=stall).
+var StallProbs = Probs{Delay: 0.04, DropReply: 0.12, CrashAfter: 0.03, CrashBefore: 0.02, Hold: 0.1, Park: 0.3, CrashPoint: 0.02}
+
 // errReplyLost is returned for a call whose reply was dropped.
 var errReplyLost = errors.New("explore: reply lost (fault injected): outcome unknown")
 

@@ -13,8 +13,9 @@ var discard = slog.New(slog.DiscardHandler)
 
 // Options configures a schedule.
 type Options struct {
-	// Probs are the fault chances; zero value: DefaultProbs.
-	Probs *Probs
+	// Profile names the fault chances: "" (DefaultProbs) or "stall"
+	// (StallProbs).
+	Profile string
 	// Mutations re-introduce known bugs (the explorer's self-check).
 	Mutations []inventory.Mutation
 	// Topology and Restart are the chances that a schedule has the
@@ -23,11 +24,17 @@ type Options struct {
 	Topology, Restart float64
 }
 
-func (o Options) withDefaults() Options {
-	if o.Probs == nil {
-		p := DefaultProbs
-		o.Probs = &p
+func (o Options) probs() (Probs, error) {
+	switch o.Profile {
+	case "":
+		return DefaultProbs, nil
+	case "stall":
+		return StallProbs, nil
 	}
+	return Probs{}, fmt.Errorf("explore: unknown profile %q (want \"\" or \"stall\")", o.Profile)
+}
+
+func (o Options) withDefaults() Options {
 	if o.Topology == 0 {
 		o.Topology = 0.2
 	}
@@ -79,7 +86,11 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 			return res, fmt.Errorf("explore: loading %s/%s: %w", k.Route, k.SKU, err)
 		}
 	}
-	s := NewScheduler(seed, *opts.Probs, opts.Mutations)
+	probs, err := opts.probs()
+	if err != nil {
+		return res, err
+	}
+	s := NewScheduler(seed, probs, opts.Mutations)
 	insts := make([]*inventory.Inventory, len(w.routers))
 	for i, r := range w.routers {
 		if insts[i], err = inventory.New(r, inventory.Options{Logger: discard, Faults: s, AttemptLease: attemptLease, GroupCommit: 1}); err != nil {

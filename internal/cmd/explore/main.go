@@ -28,6 +28,7 @@ func main() {
 	mutations := flag.String("mutations", "", "comma-separated mutations to re-introduce (stage-takeover, apply-leaves-staging, xfer-negative-zero)")
 	topo := flag.Float64("topology", 0, "chance of the topology actor per schedule (0: the default 0.2, negative: never)")
 	restart := flag.Float64("restart", 0, "chance of the node-restart actor per schedule (0: the default 0.15, negative: never)")
+	profile := flag.String("profile", "", `fault chances: "" (default) or "stall" (many calls parked past the deadlines)`)
 	verbose := flag.Bool("v", false, "print each failing schedule's trace and what its actors were told")
 	flag.Parse()
 	redis.SetLogger(quiet{})
@@ -41,7 +42,7 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-	opts := explore.Options{Mutations: muts, Topology: *topo, Restart: *restart}
+	opts := explore.Options{Mutations: muts, Topology: *topo, Restart: *restart, Profile: *profile}
 	fmt.Printf("explore: seeds %d..%d, %d world(s)\n", *seed, *seed+int64(*n)-1, *worlds)
 	sum, err := explore.Explore(ctx, explore.Config{Seed: *seed, N: *n, Budget: *budget, Worlds: *worlds,
 		Options: opts, Progress: os.Stdout})
