@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/router"
 	"github.com/shardis/shardis/settle"
 )
 
@@ -30,12 +31,46 @@ type observed struct {
 	confirmed map[string]string              // Confirm answered confirmed: by whom
 	cancelled map[string]string              // Cancel answered cancelled: by whom
 	dataLoss  map[string]bool                // Confirm reported data loss
-	log       []string
+	// extra is stock loaded during the schedule, by stock key (-1: a
+	// load whose outcome is unknown).
+	extra  map[string]int64
+	log    []string
+	closer []func() // run after the schedule's actors finished
 }
 
 func newObserved() *observed {
 	return &observed{reserved: map[string][]inventory.Receipt{}, confirmed: map[string]string{},
-		cancelled: map[string]string{}, dataLoss: map[string]bool{}}
+		cancelled: map[string]string{}, dataLoss: map[string]bool{}, extra: map[string]int64{}}
+}
+
+// loaded records qty units loaded on key (err: the outcome is unknown).
+func (o *observed) loaded(key string, qty int64, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case err != nil || o.extra[key] < 0:
+		o.extra[key] = -1
+	default:
+		o.extra[key] += qty
+	}
+}
+
+// closeLater runs fn once the schedule's actors finished.
+func (o *observed) closeLater(fn func()) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.closer = append(o.closer, fn)
+}
+
+// close runs the functions given to closeLater, last first.
+func (o *observed) close() {
+	o.mu.Lock()
+	fns := o.closer
+	o.closer = nil
+	o.mu.Unlock()
+	for i := len(fns) - 1; i >= 0; i-- {
+		fns[i]()
+	}
 }
 
 func (o *observed) note(who, what string, err error) {
@@ -122,8 +157,11 @@ func (o *observed) reconcile(inv *inventory.Inventory, who string, passes int) f
 	}
 }
 
-// topology is the membership actor: topology apply adds n4 (T1), then
-// removes it again (T0).
+// topology is the membership actor: topology apply adds n4 (T1); once
+// T1 is applied, an instance of T1 loads stock of route c (some of it on
+// n4) and a Reserve actor of order o4 starts on it (a one-round order
+// may promise a part on n4); then topology apply removes n4 again (T0),
+// with o4's reservation and n4's stock to move or decide.
 func (w *World) topology(o *observed, s *Scheduler, who string) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		for _, step := range []struct{ to, from string }{{"T1", "T0"}, {"T0", "T1"}} {
@@ -137,8 +175,35 @@ func (w *World) topology(o *observed, s *Scheduler, who string) func(ctx context
 			if err != nil {
 				return
 			}
+			if step.to == "T1" && rep.Phase == inventory.PhaseStable {
+				w.startT1(ctx, o, s)
+			}
 		}
 	}
+}
+
+// startT1 makes an instance of T1, loads 4 units of c/s over n3 and n4
+// (set-up: not scheduled), and starts the Reserve actor of o4 on it.
+func (w *World) startT1(ctx context.Context, o *observed, s *Scheduler) {
+	r, err := router.New(ctx, w.cfg1, router.Options{Logger: discard})
+	if err != nil {
+		o.note("topology", "T1 router", err)
+		return
+	}
+	o.closeLater(func() { _ = r.Close() })
+	inv, err := inventory.New(r, inventory.Options{Logger: discard, Faults: s, AttemptLease: attemptLease, GroupCommit: 1})
+	if err != nil {
+		o.note("topology", "T1 instance", err)
+		return
+	}
+	o.closeLater(inv.Close)
+	lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // no actor: not scheduled
+	defer cancel()
+	_, err = inv.LoadStock(lctx, "c", "s", 4, -1)
+	o.note("topology", "LoadStock c/s 4 at T1", err)
+	o.loaded(inventory.StockKey("c", "s"), 4, err)
+	o4 := orderPlan{ID: "o4", Items: []inventory.Item{{Route: "a", SKU: "s", Quantity: 1}, {Route: "c", SKU: "s", Quantity: 2}}}
+	s.Go(ctx, "reserve-o4@T1", o.reserve(inv, "reserve-o4@T1", o4, 1))
 }
 
 // restart is the node-restart actor: kill -9 one node and start it again

@@ -142,17 +142,20 @@ func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.H
 			v.add("bad-record", "node %s: %s", name, b)
 		}
 	}
-	checkStock(v, st)
+	checkStock(v, st, obs)
 	checkQuota(v, st)
 	checkOrders(v, st, obs, orders, homes)
 	checkQuiet(v, st)
 	return v.list
 }
 
-func checkStock(v *violations, st *worldState) {
+func checkStock(v *violations, st *worldState, obs *observed) {
 	type sums struct{ pending, confirmed int64 }
 	for _, k := range skus {
 		key := inventory.StockKey(k.Route, k.SKU)
+		obs.mu.Lock()
+		extra := obs.extra[key]
+		obs.mu.Unlock()
 		var total, loaded int64
 		for _, name := range allNodes {
 			ns := st.nodes[name]
@@ -189,8 +192,13 @@ func checkStock(v *violations, st *worldState) {
 			total += a + r + c
 			loaded += l
 		}
-		if total != stockPerSKU || loaded != stockPerSKU {
-			v.add("stock-conserved", "%s: %d units and %d loaded over all nodes, the schedule loaded %d", key, total, loaded, stockPerSKU)
+		switch want := stockPerSKU + extra; {
+		case extra < 0:
+			if total != loaded {
+				v.add("stock-conserved", "%s: %d units over all nodes, %d loaded", key, total, loaded)
+			}
+		case total != want || loaded != want:
+			v.add("stock-conserved", "%s: %d units and %d loaded over all nodes, the schedule loaded %d", key, total, loaded, want)
 		}
 	}
 }

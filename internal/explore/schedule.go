@@ -106,6 +106,7 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	for _, inv := range insts {
 		inv.Close()
 	}
+	obs.close()
 	t2 := time.Now()
 	healWait, topoProblem, err := w.heal(ctx, healer)
 	s.Note("-- set-up %s, phase 1 %s, phase 2 %s, heal %s", t0.Sub(start).Round(time.Millisecond),
