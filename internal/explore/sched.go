@@ -22,15 +22,21 @@ import (
 // picks only at quiescence: when every live actor is waiting at a call
 // (or finished), so the set it picks from is the same on every run of a
 // seed. It draws, from the seed's math/rand, which waiting call runs next
-// (that reorders calls across actors) and what happens to it (its fate).
+// (that reorders calls across actors) and what happens to it (its Fate):
+// delivered, delayed in real time, held behind a few picks of other
+// actors' calls, parked past the deadlines into the next phase, its reply
+// dropped, or its actor crashed after or before sending it.
 //
 // Quiescence is judged from outside the actors' goroutines: an actor is
 // busy from its start, and from the moment a call of it returns, until it
 // is back at a call or finished. An actor whose code runs several calls
 // at once (one per node) counts as settled once it has a call waiting and
-// Grace passed since its last call returned. Replay of a seed is exact as
-// long as every actor reaches its next call within Grace; on a loaded
-// machine a replay may pick from a different set (the trace shows it).
+// grace passed since its last call returned; and no pick is made while
+// any goroutine of the process is running or runnable besides the
+// scheduler's own (runtime/metrics), up to maxSettle. Replay of a seed is
+// exact as long as every actor reaches its next call by then: on a loaded
+// machine, or with several worlds in one process, a replay may pick from
+// a different set (Digest tells two runs apart).
 
 // Fate is what the scheduler does to one script call.
 type Fate int
