@@ -155,6 +155,16 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 			s.Go(ctx, "confirm-o2", obs.confirm(i(), "confirm-o2", "o2", 2))
 		}
 	}
+	if s.Chance(0.4) {
+		// Another order holds most of route b's stock for a while: o1's
+		// attempts may find it short (a failed record), then find it back.
+		o5 := orderPlan{ID: "o5", Items: []inventory.Item{{Route: "b", SKU: "s", Quantity: stockPerSKU - 1}}}
+		orders = append(orders, o5)
+		s.Go(ctx, "hold-o5", func(ctx context.Context) {
+			obs.reserve(i(), "hold-o5", o5, 1)(ctx)
+			obs.cancel(i(), "hold-o5", "o5")(ctx)
+		})
+	}
 	if s.Chance(opts.Topology) {
 		s.Go(ctx, "topology", w.topology(obs, s, "topology"))
 	}
