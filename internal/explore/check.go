@@ -357,6 +357,9 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 			if got := recordReceipts(ov.rec); fmt.Sprint(got) != fmt.Sprint(sortReceipts(receipts)) {
 				v.add("acked-gone", "order %s: Reserve answered %v, the record holds %v", id, sortReceipts(receipts), got)
 			}
+			if status == "cancelled" && ov.rec.Reason == "expired" {
+				checkHeldToDeadline(v, id, ov)
+			}
 		default:
 			v.add("acked-gone", "order %s: Reserve answered success, the order is %s", id, status)
 		}
@@ -366,6 +369,25 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 	}
 	if cancelledBy != "" && status != "cancelled" {
 		v.add("decided-once", "order %s: %s was told cancelled, the order is %s", id, cancelledBy, status)
+	}
+}
+
+// checkHeldToDeadline: an acknowledged reservation that expired held
+// every part of its record until its deadline (the nodes share this
+// machine's clock): a part cancelled before it was gone early, and the
+// stock it held may have been sold again while the order could still be
+// confirmed.
+func checkHeldToDeadline(v *violations, id string, ov *orderView) {
+	for _, rp := range ov.rec.Parts {
+		for _, p := range ov.parts {
+			if p.ID != rp.ID || ov.where[p] != rp.Node || p.State != inventory.PartCancelled || p.SettledAt.IsZero() {
+				continue
+			}
+			if early := ov.rec.Deadline.Sub(p.SettledAt); early > 0 {
+				v.add("acked-gone", "order %s: acknowledged, its part %s on %s was cancelled %s before the reservation's deadline",
+					id, p.ID, rp.Node, early.Round(time.Millisecond))
+			}
+		}
 	}
 }
 

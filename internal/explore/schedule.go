@@ -201,7 +201,7 @@ func (w *World) phase2(ctx context.Context, s *Scheduler, obs *observed, insts [
 	s.Go(ctx, "recon@i0", obs.reconcile(insts[0], "recon@i0", 2))
 	s.Go(ctx, "recon@i1", obs.reconcile(insts[1], "recon@i1", 2))
 	if s.Chance(0.5) {
-		s.Go(ctx, "late-confirm-o1", obs.confirm(insts[s.Intn(len(insts))], "late-confirm-o1", "o1", 1))
+		s.Go(ctx, "late-confirm-o1", obs.confirm(insts[s.Intn(len(insts))], "late-confirm-o1", "o1", 3))
 	}
 	if s.Chance(0.2) {
 		o1 := orderPlan{ID: "o1", User: "u", Items: []inventory.Item{
