@@ -160,9 +160,10 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		// attempts may find it short (a failed record), then find it back.
 		o5 := orderPlan{ID: "o5", Items: []inventory.Item{{Route: "b", SKU: "s", Quantity: stockPerSKU - 1}}}
 		orders = append(orders, o5)
+		by := i() // drawn here: the generator is the scheduler's, not the actor's
 		s.Go(ctx, "hold-o5", func(ctx context.Context) {
-			obs.reserve(i(), "hold-o5", o5, 1)(ctx)
-			obs.cancel(i(), "hold-o5", "o5")(ctx)
+			obs.reserve(by, "hold-o5", o5, 1)(ctx)
+			obs.cancel(by, "hold-o5", "o5")(ctx)
 		})
 	}
 	if s.Chance(opts.Topology) {
