@@ -16,9 +16,6 @@ var mutationCases = []struct {
 	m    inventory.Mutation
 	opts Options // the actors and fault chances that can reach the bug
 }{
-	// A1: a late stage takes over a failed record of another attempt
-	// after the reconciler returned that attempt's take.
-	{inventory.MutationStageTakeover, Options{Profile: "stall", Topology: -1, Restart: -1}},
 	// A2: topology apply writes stable with o4's staging record
 	// undecided, a part of it promised on the node that left.
 	{inventory.MutationApplyLeavesStaging, Options{Profile: "stall", Topology: 1, Restart: -1}},

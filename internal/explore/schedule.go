@@ -55,6 +55,9 @@ type Result struct {
 	Waited     time.Duration // of Took, spent waiting for deadlines
 }
 
+// scheduleLimit bounds one schedule (see RunSchedule).
+const scheduleLimit = 2 * time.Minute
+
 // stockPerSKU is what each schedule loads on every route.
 const stockPerSKU = 10
 
@@ -72,6 +75,10 @@ type skuPlan struct {
 // that does not come back), not a violation.
 func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Result, error) {
 	opts = opts.withDefaults()
+	// A watchdog: past it every actor's waiting call fails with the
+	// context's error, so a schedule that cannot end still ends.
+	ctx, cancel := context.WithTimeout(ctx, scheduleLimit)
+	defer cancel()
 	start := time.Now()
 	res := Result{Seed: seed}
 	if err := w.Reset(ctx); err != nil {
