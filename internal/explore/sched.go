@@ -276,6 +276,9 @@ func (s *Scheduler) submit(ctx context.Context, desc string, step bool, send fun
 			if w == c {
 				s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
 				a.waiting--
+				if c.parked {
+					a.parked--
+				}
 				a.busy, a.retAt = true, time.Now()
 				s.mu.Unlock()
 				s.notify()
@@ -358,7 +361,6 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 		if a.done || (a.waiting > 0 && a.waiting == a.parked && (!a.busy || now.Sub(a.retAt) >= grace)) {
 			continue // finished, or blocked on parked calls only
 		}
-		live = true
 		switch {
 		case !a.busy:
 		case a.waiting > 0 && now.Sub(a.retAt) >= grace:
@@ -371,6 +373,7 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 				continue // stuck outside a call: do not wait for it
 			}
 		}
+		live = true
 	}
 	unparked := 0
 	for _, c := range s.waiting {
