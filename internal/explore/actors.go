@@ -176,15 +176,17 @@ func (w *World) topology(o *observed, s *Scheduler, who string) func(ctx context
 				return
 			}
 			if step.to == "T1" && rep.Phase == inventory.PhaseStable {
-				w.startT1(ctx, o, s)
+				w.reserveAtT1(ctx, o, s)
 			}
 		}
 	}
 }
 
-// startT1 makes an instance of T1, loads 4 units of c/s over n3 and n4
-// (set-up: not scheduled), and starts the Reserve actor of o4 on it.
-func (w *World) startT1(ctx context.Context, o *observed, s *Scheduler) {
+// reserveAtT1 makes an instance of T1, loads 4 units of c/s over n3 and
+// n4 (set-up: not scheduled), and reserves order o4 on it, as part of the
+// topology actor: the removal of n4 that follows races o4's background
+// commit.
+func (w *World) reserveAtT1(ctx context.Context, o *observed, s *Scheduler) {
 	r, err := router.New(ctx, w.cfg1, router.Options{Logger: discard})
 	if err != nil {
 		o.note("topology", "T1 router", err)
@@ -202,8 +204,8 @@ func (w *World) startT1(ctx context.Context, o *observed, s *Scheduler) {
 	_, err = inv.LoadStock(lctx, "c", "s", 4, -1)
 	o.note("topology", "LoadStock c/s 4 at T1", err)
 	o.loaded(inventory.StockKey("c", "s"), 4, err)
-	o4 := orderPlan{ID: "o4", Items: []inventory.Item{{Route: "a", SKU: "s", Quantity: 1}, {Route: "c", SKU: "s", Quantity: 2}}}
-	s.Go(ctx, "reserve-o4@T1", o.reserve(inv, "reserve-o4@T1", o4, 1))
+	o4 := orderPlan{ID: "o4", User: "u4", Items: []inventory.Item{{Route: "a", SKU: "s", Quantity: 1}, {Route: "c", SKU: "s", Quantity: 2}}}
+	o.reserve(inv, "reserve-o4@T1", o4, 1)(ctx)
 }
 
 // restart is the node-restart actor: kill -9 one node and start it again
