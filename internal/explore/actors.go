@@ -169,7 +169,14 @@ func (w *World) topology(o *observed, s *Scheduler, who string) func(ctx context
 			if step.to == "T0" {
 				to, from = w.cfg0, w.cfg1
 			}
-			rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: to, From: from, Wait: 300 * time.Millisecond,
+			// The removal waits past o4's deadline (its parts on n4 hold
+			// the stock there until they settle), so it moves n4's stock
+			// itself, under the schedule's faults.
+			wait := 300 * time.Millisecond
+			if step.to == "T0" {
+				wait = 2 * time.Second
+			}
+			rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: to, From: from, Wait: wait,
 				Logger: discard, Faults: s})
 			o.note(who, fmt.Sprintf("topology apply %s (phase %s)", step.to, rep.Phase), err)
 			if err != nil {

@@ -22,7 +22,7 @@ var mutationCases = []struct {
 }{
 	// A3: the transfer of the leaving node's stock writes part of its
 	// change, then fails.
-	{inventory.MutationXferNegativeZero, Options{Topology: 1, Restart: -1}},
+	{inventory.MutationXferNegativeZero, Options{Profile: "calm", Topology: 1, Restart: -1}},
 }
 
 // mutationBudget is how long the explorer looks for each mutation.

@@ -88,6 +88,11 @@ var DefaultProbs = Probs{Delay: 0.06, DropReply: 0.06, CrashAfter: 0.03, CrashBe
 // PROFILE=stall).
 var StallProbs = Probs{Delay: 0.04, DropReply: 0.12, CrashAfter: 0.03, CrashBefore: 0.02, Hold: 0.1, Park: 0.3, CrashPoint: 0.02}
 
+// CalmProbs only reorders and delays calls: no reply lost, no actor
+// crashed (make explore PROFILE=calm), so long protocols (a topology
+// apply's waits) run to their end.
+var CalmProbs = Probs{Delay: 0.05, Hold: 0.15}
+
 // errReplyLost is returned for a call whose reply was dropped.
 var errReplyLost = errors.New("explore: reply lost (fault injected): outcome unknown")
 

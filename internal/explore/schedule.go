@@ -13,8 +13,8 @@ var discard = slog.New(slog.DiscardHandler)
 
 // Options configures a schedule.
 type Options struct {
-	// Profile names the fault chances: "" (DefaultProbs) or "stall"
-	// (StallProbs).
+	// Profile names the fault chances: "" (DefaultProbs), "stall"
+	// (StallProbs) or "calm" (CalmProbs).
 	Profile string
 	// Mutations re-introduce known bugs (the explorer's self-check).
 	Mutations []inventory.Mutation
@@ -30,8 +30,10 @@ func (o Options) probs() (Probs, error) {
 		return DefaultProbs, nil
 	case "stall":
 		return StallProbs, nil
+	case "calm":
+		return CalmProbs, nil
 	}
-	return Probs{}, fmt.Errorf("explore: unknown profile %q (want \"\" or \"stall\")", o.Profile)
+	return Probs{}, fmt.Errorf("explore: unknown profile %q (want \"\", \"stall\" or \"calm\")", o.Profile)
 }
 
 func (o Options) withDefaults() Options {
