@@ -25,11 +25,13 @@ import (
 // invServer is the inventory server key of every inventory test.
 const invServer = "inventory"
 
-// invFastHealth is the health configuration of the inventory tests:
-// failures are noticed within a few hundred milliseconds.
+// invFastHealth is the health configuration of the inventory tests: a
+// killed node (connection refused) is noticed within a few hundred
+// milliseconds, but a probe may take up to 1s, so a loaded machine (-race,
+// parallel packages) does not mark a live node DOWN (a 100ms timeout did).
 var invFastHealth = config.Health{
 	Heartbeat: 100 * time.Millisecond,
-	Timeout:   100 * time.Millisecond,
+	Timeout:   time.Second,
 	Backoff:   []time.Duration{100 * time.Millisecond, 200 * time.Millisecond},
 }
 
