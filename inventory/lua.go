@@ -45,9 +45,14 @@ import (
 // call that did not fail (a grouped script: in which any of its calls did
 // not fail, group.go); every script replies {seq, body reply} (a grouped
 // one {seq, body reply per call}), and [Inventory.run]
-// hands the seq of a write script to [node.Node.ObserveSeq], so this
+// hands the seq of a write script to [node.Node.Acknowledge], so this
 // process knows the highest write sequence each node acknowledged (the
-// witness that detects a node coming back with older data). With
+// witness that detects a node coming back with older data). The first
+// write of a node's incarnation that this process acknowledges waits
+// until a peer holds a mark of it; when none does in time, the call fails
+// with an error wrapping [node.ErrUnwitnessed] and [ErrUnavailable] whose
+// outcome is unknown (the script ran), which the callers treat like a
+// timeout. With
 // inventory.durability replica or aof a write script is acknowledged only
 // once a replica (or the AOFs) has it (durability.go).
 //
@@ -240,7 +245,11 @@ func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys 
 		}
 	}
 	if s.write {
-		n.ObserveSeq(seq)
+		// The first write of an incarnation waits for a peer's mark
+		// (node/witness.go); unwitnessed, its outcome is unknown.
+		if err := n.Acknowledge(ctx, seq); err != nil {
+			return nil, nodeErr(n, err)
+		}
 	}
 	return reply, nil
 }

@@ -3,8 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Drains are stored on the node they drain, in the hash DrainKey (field
@@ -39,15 +37,10 @@ func (n *Node) PersistRouteEnabled(ctx context.Context, rk RouteKey, enabled boo
 	return n.SetRouteEnabled(rk, enabled)
 }
 
-// syncDrains reads the node's drain hash on the probe connection and
-// applies it to the local route flags.
-func (n *Node) syncDrains(ctx context.Context, probe *redis.Client) error {
-	drained, err := probe.HGetAll(ctx, DrainKey).Result()
-	if err != nil {
-		return err
-	}
+// applyDrains applies the node's drain hash, as read by a probe, to the
+// local route flags.
+func (n *Node) applyDrains(drained map[string]string) {
 	for rk := range n.routes {
 		_ = n.SetRouteEnabled(rk, drained[rk.String()] == "")
 	}
-	return nil
 }

@@ -30,6 +30,12 @@ var (
 	// although other nodes witnessed it: it restarted empty. It is not
 	// re-stamped; it stays DOWN until an operator accepts it.
 	ErrDataLost = errors.New("node lost its data")
+	// ErrUnwitnessed is wrapped by the [*Error] of [Node.Acknowledge] when
+	// the first write of the node's incarnation that this process
+	// acknowledges could not be witnessed on any peer (witness.go): the
+	// write ran on the node, but it must not be acknowledged as durable;
+	// its outcome is unknown, like a timeout's.
+	ErrUnwitnessed = errors.New("first write of the incarnation not witnessed on any peer")
 	// ErrUnknownRoute is returned by [Node.SetRouteEnabled] for a route the
 	// node does not serve.
 	ErrUnknownRoute = errors.New("unknown route")

@@ -70,26 +70,34 @@ func (n *Node) Mark() (m Mark, ok bool) {
 
 // Probe checks that the node answers and is the node it is configured to
 // be, bounded by the probe timeout, with the data it is known to have. It
-// runs on a dedicated connection that bypasses the state gate and the
-// breaker, and changes no state itself: the caller (the health scheduler)
-// calls [Node.SetUp] or [Node.SetDown].
+// is one round trip to the node: one pipeline on a dedicated connection
+// that bypasses the state gate and the breaker carries the stamp script,
+// the drain read and, on first contact and every reconnect, the settings
+// read (probeTrip). It never talks to peers: the marks they hold of the
+// node were read off its path ([Node.SetWitnessed], witness.go). A
+// Sentinel node's reconnect also asks its sentinels who the master is. It
+// changes no state itself: the caller (the health scheduler) calls
+// [Node.SetUp] or [Node.SetDown].
 //
 // A stamp naming another node is an [ErrIdentity] error. On first contact
-// and on every reconnect the probe also asks Options.Witnesses for the
-// highest mark other nodes witnessed of this one; on every probe it
-// compares with what this process saw acknowledged. A node whose data went
-// back (its stamp's sequence is below a witnessed one, or its incarnation
-// or generation differs from the witnessed) is refused with
-// [ErrRolledBack]; one found without a stamp while peers witnessed it, with
-// [ErrDataLost] (it is not re-stamped). Both stay refused, whichever
+// and on every reconnect of a node whose data must be kept the stamp is
+// compared with the highest mark its peers were last seen to hold; on
+// every probe with what this process saw acknowledged. A node whose data
+// went back (its stamp's sequence is below a witnessed one, or its
+// incarnation or generation differs from the witnessed) is refused with
+// [ErrRolledBack]; one found without a stamp while peers witnessed it,
+// with [ErrDataLost] (it is not re-stamped). Both stay refused, whichever
 // process probes and after every process restarted, until an operator
 // accepts the node's current data ([Node.Accept], `shardis node accept`).
 // A node nobody witnessed is stamped on first contact. Probe is safe to
 // call concurrently (probes serialize on the single probe connection).
 func (n *Node) Probe(ctx context.Context) error {
+	probe := n.probeClient()
+	if err := n.connectProbe(ctx, probe); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, n.opts.ProbeTimeout)
 	defer cancel()
-	probe := n.probeClient()
 	reconnect := n.State() != StateUp
 	// What was acknowledged before the stamp is read: the node's sequence
 	// can only be at least that (a write acknowledged during the read may
@@ -97,36 +105,19 @@ func (n *Node) Probe(ctx context.Context) error {
 	ackedBefore := n.MaxSeq()
 	var seen Mark
 	var witnessed bool
-	if reconnect && n.opts.Critical && n.opts.Witnesses != nil {
-		seen, witnessed = n.opts.Witnesses.Witnessed(ctx, n.opts.Name)
+	if reconnect && n.opts.Critical {
+		seen, witnessed = n.Witnessed()
 	}
 	// Stamp a missing stamp only on a node nobody is known to have seen:
 	// not witnessed by peers and, for a node whose data must be kept, not
 	// seen by this process either.
-	allow := "1"
-	if witnessed || (n.opts.Critical && n.Incarnation() != "") {
-		allow = "0"
-	}
-	masterOnly := "0"
-	if n.IsSentinel() {
-		masterOnly = "1"
-	}
-	res, err := stampScript.Run(ctx, probe, []string{StampKey},
-		n.opts.Name, newIncarnation(), strconv.FormatInt(time.Now().UnixMilli(), 10), allow, masterOnly).Slice()
+	allow := !witnessed && !(n.opts.Critical && n.Incarnation() != "")
+	withSettings := reconnect || n.settings.Load() == nil
+	trip, err := n.probeTrip(ctx, probe, allow, withSettings)
 	if err != nil {
-		var reply redis.Error
-		if errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "SHARDIS_REPLICA") {
-			// A demoted master on an old connection: dial through the
-			// sentinels again.
-			n.resetProbe(probe)
-			return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: %w (%s at %s)", ErrNotMaster,
-				strings.TrimPrefix(reply.Error(), "SHARDIS_REPLICA "), n.MasterAddr())}
-		}
-		if !errors.As(err, &reply) {
-			n.resetProbe(probe) // the connection failed, not the node's script
-		}
-		return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: %w", err)}
+		return err
 	}
+	res := trip.stamp
 	if len(res) != 5 {
 		return n.refusal(fmt.Errorf("%w: unexpected stamp reply %v", ErrIdentity, res))
 	}
@@ -153,45 +144,125 @@ func (n *Node) Probe(ctx context.Context) error {
 			return n.refusal(fmt.Errorf("%w: %v; accept its data with `shardis node accept %s`", ErrRolledBack, err, n.opts.Name))
 		}
 	}
-	n.ident.mu.Lock()
-	prev, prevGen := n.ident.incarnation, n.ident.gen
-	if gen > prevGen {
-		n.maxSeq.Store(seq) // accepted: a new generation starts from its own sequence
+	prev, err := n.checkLocal(stamp, ackedBefore)
+	if err != nil {
+		return err
 	}
-	local := Mark{Gen: prevGen, Incarnation: prev, Seq: ackedBefore}
-	if !n.opts.Critical && prev != "" && prev != inc {
-		// A node without data that must be kept (a cache) may come back
-		// empty: say so and use it.
-		n.log.Error("NODE LOST ITS DATA: stamp was missing, node re-stamped with a new incarnation",
-			"previous_incarnation", prev, "incarnation", inc)
-	} else if prev != "" && gen <= prevGen {
-		if err := behind(stamp, local, "this process saw acknowledged"); err != nil {
-			n.ident.mu.Unlock()
-			return n.refusal(fmt.Errorf("%w: %v; accept its data with `shardis node accept %s`", ErrRolledBack, err, n.opts.Name))
-		}
-	}
-	n.ident.incarnation, n.ident.gen = inc, gen
-	n.ident.mu.Unlock()
-
 	if reconnect && n.IsSentinel() {
 		if err := n.sentinelsAgree(ctx, n.MasterAddr()); err != nil {
 			return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: %w", err)}
 		}
 	}
-	if reconnect || n.settings.Load() == nil {
-		n.readSettings(ctx, probe) // first contact and every reconnect
+	if withSettings {
+		n.applySettings(trip.config, trip.info) // first contact and every reconnect
 	}
-	if err := n.syncDrains(ctx, probe); err != nil {
-		var reply redis.Error
-		if !errors.As(err, &reply) {
-			n.resetProbe(probe)
-		}
-		return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: reading %s: %w", DrainKey, err)}
-	}
+	n.applyDrains(trip.drains)
 	if prev == "" && created == 1 {
 		n.log.Info("node stamped", "incarnation", inc)
 	}
 	return nil
+}
+
+// connectProbe establishes the probe's connection when it has none: the
+// TCP connection and go-redis's handshake (HELLO) before a PING, two round
+// trips that a probe's own round trip must not pay on a slow link. It is
+// bounded by the probe timeout and the dial timeout together, and each
+// read by the probe timeout.
+func (n *Node) connectProbe(ctx context.Context, probe *redis.Client) error {
+	if probe.PoolStats().IdleConns > 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.opts.DialTimeout+n.opts.ProbeTimeout)
+	defer cancel()
+	err := probe.Ping(ctx).Err()
+	if err == nil {
+		return nil
+	}
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		n.resetProbe(probe)
+	}
+	return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: connecting: %w", err)}
+}
+
+// probeReply is what the one round trip of a probe read.
+type probeReply struct {
+	stamp  []any             // the stamp script's reply
+	drains map[string]string // the drain hash
+	config *redis.Cmd        // settings (settingsCmds); nil unless asked for
+	info   *redis.StringCmd
+}
+
+// probeTrip sends a probe's commands as one pipeline: the stamp script
+// (EVAL with its source, so that a restarted node's empty script cache
+// costs no second round trip), the drain read and, withSettings, the
+// settings read. allow lets the script stamp a node without a stamp.
+func (n *Node) probeTrip(ctx context.Context, probe *redis.Client, allow, withSettings bool) (probeReply, error) {
+	flag := func(b bool) string {
+		if b {
+			return "1"
+		}
+		return "0"
+	}
+	pipe := probe.Pipeline()
+	st := stampScript.Eval(ctx, pipe, []string{StampKey}, n.opts.Name, newIncarnation(),
+		strconv.FormatInt(time.Now().UnixMilli(), 10), flag(allow), flag(n.IsSentinel()))
+	dr := pipe.HGetAll(ctx, DrainKey)
+	var out probeReply
+	if withSettings {
+		out.config, out.info = settingsCmds(ctx, pipe)
+	}
+	_, _ = pipe.Exec(ctx) // each command's own error is read below
+	res, err := st.Slice()
+	if err != nil {
+		var reply redis.Error
+		if errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "SHARDIS_REPLICA") {
+			// A demoted master on an old connection: dial through the
+			// sentinels again.
+			n.resetProbe(probe)
+			return out, &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: %w (%s at %s)", ErrNotMaster,
+				strings.TrimPrefix(reply.Error(), "SHARDIS_REPLICA "), n.MasterAddr())}
+		}
+		if !errors.As(err, &reply) {
+			n.resetProbe(probe) // the connection failed, not the node's script
+		}
+		return out, &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: %w", err)}
+	}
+	if out.drains, err = dr.Result(); err != nil {
+		var reply redis.Error
+		if !errors.As(err, &reply) {
+			n.resetProbe(probe)
+		}
+		return out, &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: reading %s: %w", DrainKey, err)}
+	}
+	out.stamp = res
+	return out, nil
+}
+
+// checkLocal compares the stamp with what this process saw of the node
+// (ackedBefore: the highest write sequence acknowledged before the stamp
+// was read), records the stamp's incarnation and generation, and returns
+// the incarnation seen before, or the refusal of a node that went back.
+func (n *Node) checkLocal(stamp Mark, ackedBefore int64) (string, error) {
+	n.ident.mu.Lock()
+	defer n.ident.mu.Unlock()
+	prev, prevGen := n.ident.incarnation, n.ident.gen
+	if stamp.Gen > prevGen {
+		n.maxSeq.Store(stamp.Seq) // accepted: a new generation starts from its own sequence
+	}
+	local := Mark{Gen: prevGen, Incarnation: prev, Seq: ackedBefore}
+	if !n.opts.Critical && prev != "" && prev != stamp.Incarnation {
+		// A node without data that must be kept (a cache) may come back
+		// empty: say so and use it.
+		n.log.Error("NODE LOST ITS DATA: stamp was missing, node re-stamped with a new incarnation",
+			"previous_incarnation", prev, "incarnation", stamp.Incarnation)
+	} else if prev != "" && stamp.Gen <= prevGen {
+		if err := behind(stamp, local, "this process saw acknowledged"); err != nil {
+			return prev, n.refusal(fmt.Errorf("%w: %v; accept its data with `shardis node accept %s`", ErrRolledBack, err, n.opts.Name))
+		}
+	}
+	n.ident.incarnation, n.ident.gen = stamp.Incarnation, stamp.Gen
+	return prev, nil
 }
 
 // behind says how stamp is behind mark (what was seen elsewhere), or nil

@@ -80,7 +80,9 @@ type Options struct {
 	// context deadline, when shorter, wins.
 	// default: 1s
 	CommandTimeout time.Duration
-	// ProbeTimeout bounds one [Node.Probe].
+	// ProbeTimeout bounds one [Node.Probe]'s round trip to the node. A
+	// probe whose connection must be established first (first contact,
+	// after a failure) gives that another ProbeTimeout plus DialTimeout.
 	// default: 300ms
 	ProbeTimeout time.Duration
 	// PoolSize is the connection pool size.
@@ -102,9 +104,11 @@ type Options struct {
 	// reached the network, with its duration and whether it was a node
 	// failure (for latency metrics). It runs on the caller's goroutine.
 	Observe func(d time.Duration, failure bool)
-	// Witnesses, when set, gives probes the marks other nodes witnessed of
-	// this node (witness.go): a node whose data went back is refused.
-	// default: nil (only what this process saw is checked)
+	// Witnesses, when set with Critical, holds the first write of each
+	// incarnation on a peer before it is acknowledged ([Node.Acknowledge],
+	// witness.go). The marks peers hold of the node reach its probes
+	// through [Node.SetWitnessed].
+	// default: nil (writes are acknowledged without a peer's mark)
 	Witnesses Witnesses
 	// Critical marks a node that holds data which must not be lost (the
 	// inventory's): unsafe eviction or persistence settings are logged as
@@ -206,6 +210,10 @@ type Node struct {
 	pipelined     atomic.Int64              // commands that rode a shared pipeline (pipeline.go)
 	busyPipelined atomic.Int64              // of them, on the busy pipeline
 	settings      atomic.Pointer[Settings]  // eviction and persistence settings (settings.go); nil until read
+	side          *redis.Client             // witness traffic (witness.go): no hook, off the probe's connection
+	witnessed     atomic.Pointer[peerView]  // the highest mark peers hold of this node, as last read (SetWitnessed)
+	held          atomic.Pointer[Mark]      // a mark a peer is known to hold of this node (NoteHeld)
+	holdMu        sync.Mutex                // serializes Acknowledge's wait for a peer
 	closeOnce     sync.Once
 }
 
@@ -271,6 +279,10 @@ func New(opts Options) (*Node, error) {
 		return c
 	}
 	n.probe = n.newProbe()
+	side := base
+	side.PoolSize = 2
+	side.MaxIdleConns = 2
+	n.side = n.factory(side, false)()
 
 	n.guard.Store(n.newGuard())
 	n.setDownErr(errors.New("not probed yet"))
@@ -415,7 +427,7 @@ func (n *Node) Close() error {
 		n.probeClosed = true
 		probe := n.probe
 		n.probeMu.Unlock()
-		err = errors.Join(n.client.close(), probe.Close(), n.closeRead())
+		err = errors.Join(n.client.close(), probe.Close(), n.side.Close(), n.closeRead())
 	})
 	return err
 }

@@ -82,11 +82,18 @@ func (n *Node) Evicts() bool {
 	return s.Evicts()
 }
 
-// readSettings reads the settings on the probe connection and logs what is
-// unsafe about them when Options.Critical is set (or when they evict).
-func (n *Node) readSettings(ctx context.Context, probe *redis.Client) {
+// settingsCmds queues the commands that read the settings on a probe's
+// pipeline: CONFIG GET (not allowed in a script) and INFO server.
+func settingsCmds(ctx context.Context, pipe redis.Pipeliner) (*redis.Cmd, *redis.StringCmd) {
+	return pipe.Do(ctx, "config", "get", "maxmemory-policy", "appendonly", "appendfsync"), pipe.Info(ctx, "server")
+}
+
+// applySettings reads the replies of settingsCmds, records the settings
+// and logs what is unsafe about them when Options.Critical is set (or when
+// they evict).
+func (n *Node) applySettings(cfg *redis.Cmd, info *redis.StringCmd) {
 	var s Settings
-	vals, err := probe.Do(ctx, "config", "get", "maxmemory-policy", "appendonly", "appendfsync").Slice()
+	vals, err := cfg.Slice()
 	if err == nil {
 		for i := 0; i+1 < len(vals); i += 2 {
 			k, _ := vals[i].(string)
@@ -103,8 +110,8 @@ func (n *Node) readSettings(ctx context.Context, probe *redis.Client) {
 	} else {
 		n.log.Warn("cannot read the node's eviction and persistence settings (CONFIG GET)", "err", err)
 	}
-	if info, err := probe.Info(ctx, "server").Result(); err == nil {
-		for _, line := range strings.Split(info, "\n") {
+	if text, err := info.Result(); err == nil {
+		for _, line := range strings.Split(text, "\n") {
 			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
 				s.Version = v
 			}

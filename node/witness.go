@@ -19,23 +19,51 @@ import (
 // mark "gen:incarnation:seq" (the highest write sequence X acknowledged to
 // it) into the hash WitnessKey on X's peers, when X goes DOWN and
 // periodically while it changes (package router does; see
-// router.Options). A probe of X on first contact and on every reconnect
-// reads the highest mark its peers hold and refuses X when X's stamp is
-// behind it (Probe). The rule that makes it safe: a mark is only ever
+// router.Options). The rule that makes it safe: a mark is only ever
 // raised (same generation and incarnation: a higher sequence; a higher
 // generation: replaced), and only [Node.Accept] raises the generation.
+//
+// First write of an incarnation. The periodic marks lag the writes by up
+// to a heartbeat, so a process that dies (or closes) within a heartbeat of
+// its first write to an incarnation could leave no mark of it anywhere:
+// the node restarting empty while no process runs would then look new and
+// be stamped afresh, its acknowledged writes silently gone. Hence: the
+// first write of an incarnation that a process acknowledges (the first
+// after its first contact with the node, or after the node was accepted)
+// is acknowledged only once a peer holds a mark of that generation and
+// incarnation with at least that write's sequence ([Node.Acknowledge],
+// [Witnesses.Hold]); until one does, the write's outcome is reported as
+// unknown ([ErrUnwitnessed]). Later writes of the same incarnation are
+// acknowledged at once and their marks may lag by a heartbeat as before.
+// It costs one round trip to the peers per incarnation per process. Then a
+// node that comes back without its stamp is witnessed (refused with
+// [ErrDataLost]) and one that comes back with an older stamp is behind a
+// mark (refused with [ErrRolledBack]), whichever process probes it.
+//
+// Off the probe's path. A probe is one round trip to its node (Probe): it
+// never talks to peers. The marks peers hold of a node are read by a
+// background loop (package router: before the first probes, then every
+// heartbeat while a node is not UP) and handed to the node with
+// [Node.SetWitnessed]; a reconnecting probe compares the stamp with the
+// last view and refuses the node when the stamp is behind it. Reading and
+// writing marks runs on a client of its own per node (not the probe's one
+// connection) and never changes a node's state: a slow or silent peer
+// cannot make a probe time out. A view is at most a heartbeat older than
+// the marks on the peers; marks of this process's own writes are checked
+// against what it saw acknowledged, without any lag.
 //
 // Accept is two steps: stamp the node (new incarnation, generation G+1),
 // then raise its mark on every peer. A crash between them is safe: a probe
 // then finds peers at generation G and the stamp at G+1, which is ahead of
-// every witness ("accepted since"), so the node is used; the next mark
-// written of it raises the peers to G+1. Accepting twice only raises the
+// every witness ("accepted since"), so the node is used; its first write
+// acknowledged then raises a peer to G+1. Accepting twice only raises the
 // generation again.
 //
 // What it cannot see: writes acknowledged after the last mark that
 // reached a peer, when every process that saw them died with the node
-// (marks are written when the node goes DOWN, and every heartbeat); a node
-// without peers; peers that lost their own data.
+// (marks of later writes lag by up to a heartbeat); a node without peers;
+// peers that lost their own data; peers that did not answer the reads of
+// the view.
 
 // WitnessKey is the hash on every node holding the marks of its peers
 // (field: node name; value: "gen:incarnation:seq").
@@ -77,18 +105,58 @@ func (m Mark) After(o Mark) bool {
 	return m.Incarnation == o.Incarnation && m.Seq > o.Seq
 }
 
-// Witnesses gives a probe the highest mark other nodes witnessed of a
-// node. Package router implements it over the peers; node stays free of
-// upward imports.
+// Witnesses is what a node needs of its peers for the first write of an
+// incarnation. Package router implements it over the peers; node stays
+// free of upward imports.
 type Witnesses interface {
-	// Witnessed returns the highest mark any reachable peer holds of the
-	// named node, and whether any peer holds one. Unreachable peers are
-	// skipped.
-	Witnessed(ctx context.Context, name string) (Mark, bool)
+	// Hold makes sure that at least one peer holds a mark of the named
+	// node at or after m (same generation and incarnation with a sequence
+	// of at least m.Seq, or a higher generation), writing it where needed.
+	// It returns nil once one peer does, or when the node has no peers to
+	// hold one; otherwise an error naming why no peer does.
+	Hold(ctx context.Context, name string, m Mark) error
+}
+
+// peerView is the highest mark the peers held of a node when they were
+// last read (found false: none held one).
+type peerView struct {
+	mark  Mark
+	found bool
+}
+
+// SetWitnessed records the highest mark the node's peers hold of it, as
+// read off the probe's path (package router). The view only rises: a mark
+// that does not supersede the one recorded ([Mark.After]) is ignored, so a
+// peer that did not answer one read does not lower it. A reconnecting
+// probe of a node whose data must be kept (Options.Critical) refuses the
+// node when its stamp is behind the view.
+func (n *Node) SetWitnessed(m Mark) {
+	for {
+		cur := n.witnessed.Load()
+		if cur != nil && !m.After(cur.mark) {
+			return
+		}
+		if n.witnessed.CompareAndSwap(cur, &peerView{mark: m, found: true}) {
+			return
+		}
+	}
+}
+
+// Witnessed returns the highest mark recorded with [Node.SetWitnessed],
+// and whether any was.
+func (n *Node) Witnessed() (Mark, bool) {
+	if v := n.witnessed.Load(); v != nil {
+		return v.mark, v.found
+	}
+	return Mark{}, false
 }
 
 // raiseScript raises the mark of node ARGV[1] in KEYS[1] to ARGV[2..4]
-// (gen, incarnation, seq) when it supersedes the stored one.
+// (gen, incarnation, seq) when it supersedes the stored one. It returns 1
+// when it raised the mark, 2 when the stored mark already covers it (same
+// generation and incarnation, a sequence at least as high; or a higher
+// generation), 0 when the stored mark is of another incarnation of the
+// same generation (left as it is).
 var raiseScript = redis.NewScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 local gen, inc, seq = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
@@ -96,7 +164,8 @@ if cur then
   local g, i, s = string.match(cur, '^(%-?%d+):([^:]+):(%-?%d+)$')
   if g then
     g, s = tonumber(g), tonumber(s)
-    if gen < g or (gen == g and (inc ~= i or seq <= s)) then return 0 end
+    if gen < g or (gen == g and inc == i and seq <= s) then return 2 end
+    if gen == g and inc ~= i then return 0 end
   end
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. ':' .. ARGV[4])
@@ -104,15 +173,21 @@ return 1
 `)
 
 // Witness records on this node (a peer) that node name reached mark m,
-// raising the stored mark only (see [Mark.After]). It runs on the probe
-// connection, so a peer's open breaker does not stop it.
-func (n *Node) Witness(ctx context.Context, name string, m Mark) error {
-	return raiseScript.Run(ctx, n.probeClient(), []string{WitnessKey}, name, m.Gen, m.Incarnation, m.Seq).Err()
+// raising the stored mark only (see [Mark.After]), and reports whether
+// this node now holds a mark at or after m (false: it holds one of
+// another incarnation of the same generation). It runs on the node's
+// witness client, off the probe's connection and past the state gate and
+// breaker, so neither a peer's open breaker stops it nor does it delay a
+// probe.
+func (n *Node) Witness(ctx context.Context, name string, m Mark) (bool, error) {
+	r, err := raiseScript.Run(ctx, n.side, []string{WitnessKey}, name, m.Gen, m.Incarnation, m.Seq).Int64()
+	return r != 0, err
 }
 
-// WitnessOf returns the mark this node (a peer) holds of node name.
+// WitnessOf returns the mark this node (a peer) holds of node name, read
+// on the witness client.
 func (n *Node) WitnessOf(ctx context.Context, name string) (Mark, bool, error) {
-	v, err := n.probeClient().HGet(ctx, WitnessKey, name).Result()
+	v, err := n.side.HGet(ctx, WitnessKey, name).Result()
 	if err == redis.Nil {
 		return Mark{}, false, nil
 	}
@@ -121,6 +196,23 @@ func (n *Node) WitnessOf(ctx context.Context, name string) (Mark, bool, error) {
 	}
 	m, err := ParseMark(v)
 	return m, err == nil, err
+}
+
+// WitnessMarks returns every mark this node (a peer) holds, by node name,
+// read on the witness client in one command. Unparsable entries are left
+// out.
+func (n *Node) WitnessMarks(ctx context.Context) (map[string]Mark, error) {
+	all, err := n.side.HGetAll(ctx, WitnessKey).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]Mark, len(all))
+	for name, v := range all {
+		if m, err := ParseMark(v); err == nil {
+			out[name] = m
+		}
+	}
+	return out, nil
 }
 
 // acceptScript gives a node a new incarnation at generation ARGV[2],

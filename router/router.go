@@ -173,6 +173,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 		}
 	}
 
+	// The marks peers hold, read before the first probes compare stamps
+	// with them (probes never talk to peers: node/witness.go).
+	r.wit.readViews(ctx)
 	targets := make([]health.Target, 0, len(r.names))
 	for _, name := range r.names {
 		targets = append(targets, r.nodes[name])

@@ -13,9 +13,14 @@ import (
 // witnesses keeps, on every node of the inventory server, the marks of its
 // peers (node/witness.go): each heartbeat it writes the mark of every node
 // whose acknowledged writes moved on, and at once for a node that goes
-// DOWN (the writes it acknowledged just before). It also answers probes'
-// questions (node.Witnesses). Nodes outside the inventory server hold no
-// data that must be kept and are not witnessed.
+// DOWN (the writes it acknowledged just before). It holds the first write
+// of each incarnation on a peer before that write is acknowledged
+// (node.Witnesses). And it reads the marks peers hold of every node, off
+// the probes' path: once before the first probes (router.New), then every
+// heartbeat while a node of the server is not UP, handing them to the
+// nodes (node.SetWitnessed) for their reconnecting probes. None of it
+// changes a node's state. Nodes outside the inventory server hold no data
+// that must be kept and are not witnessed.
 type witnesses struct {
 	r       *Router
 	mu      sync.Mutex
@@ -31,6 +36,12 @@ func newWitnesses(r *Router) *witnesses {
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
 
+// budget bounds one exchange of marks with the peers. It is the command
+// timeout, not the probe's: marks travel off the probes' path, on a slow
+// link a connection's handshake and a script's first load take round
+// trips of their own, and nothing here waits on a probe.
+func (w *witnesses) budget() time.Duration { return w.r.cfg.Client.CommandTimeout }
+
 // peers returns the witnessed nodes other than name.
 func (w *witnesses) peers(name string) []*node.Node {
 	var out []*node.Node
@@ -42,8 +53,12 @@ func (w *witnesses) peers(name string) []*node.Node {
 	return out
 }
 
-// Witnessed implements node.Witnesses: the highest mark reachable peers
-// hold of name, asked concurrently within half the probe timeout.
+// askable reports whether a peer may answer: peers known to be DOWN
+// cannot; peers not probed yet (a fresh process) are asked.
+func askable(p *node.Node) bool { return p.State() == node.StateUp || p.Incarnation() == "" }
+
+// Witnessed returns the highest mark reachable peers hold of name, asked
+// concurrently within the budget, and whether any holds one.
 func (w *witnesses) Witnessed(ctx context.Context, name string) (node.Mark, bool) {
 	var (
 		mu    sync.Mutex
@@ -51,13 +66,10 @@ func (w *witnesses) Witnessed(ctx context.Context, name string) (node.Mark, bool
 		found bool
 		wg    sync.WaitGroup
 	)
-	// Peers known to be DOWN cannot answer; peers not probed yet (a fresh
-	// process) are asked. At most half the probe's time goes to this, so a
-	// silent peer cannot fail the probe itself.
-	ctx, cancel := context.WithTimeout(ctx, w.r.cfg.Health.Timeout/2)
+	ctx, cancel := context.WithTimeout(ctx, w.budget())
 	defer cancel()
 	for _, p := range w.peers(name) {
-		if p.State() != node.StateUp && p.Incarnation() != "" {
+		if !askable(p) {
 			continue
 		}
 		wg.Add(1)
@@ -78,7 +90,93 @@ func (w *witnesses) Witnessed(ctx context.Context, name string) (node.Mark, bool
 	return best, found
 }
 
-// run writes marks every heartbeat, and at once for a node named on wake.
+// errNoPeerHolds is wrapped by Hold when no peer holds the mark.
+var errNoPeerHolds = errors.New("no peer holds the mark")
+
+// Hold implements node.Witnesses: it writes m of name on every UP peer,
+// concurrently within the budget, and returns nil as soon as one
+// holds it (or at once when name has no peers).
+func (w *witnesses) Hold(ctx context.Context, name string, m node.Mark) error {
+	peers := w.peers(name)
+	if len(peers) == 0 {
+		return nil // nothing can witness a node without peers (node/witness.go)
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.budget())
+	defer cancel()
+	results := make(chan error, len(peers))
+	asked := 0
+	for _, p := range peers {
+		if p.State() != node.StateUp {
+			continue
+		}
+		asked++
+		go func(p *node.Node) {
+			held, err := p.Witness(ctx, name, m)
+			if err == nil && !held {
+				err = fmt.Errorf("peer %s holds a mark of another incarnation", p.Name())
+			} else if err != nil {
+				err = fmt.Errorf("peer %s: %w", p.Name(), err)
+			}
+			results <- err
+		}(p)
+	}
+	var errs []error
+	for i := 0; i < asked; i++ {
+		err := <-results
+		if err == nil {
+			w.noteWritten(name, m)
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	if asked == 0 {
+		errs = append(errs, fmt.Errorf("none of its %d peers is UP", len(peers)))
+	}
+	return fmt.Errorf("%w of node %s: %w", errNoPeerHolds, name, errors.Join(errs...))
+}
+
+// readViews reads the marks every askable node of the server holds, one
+// command per node, concurrently within the budget, and raises
+// each node's view of what its peers witnessed (node.SetWitnessed).
+func (w *witnesses) readViews(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, w.budget())
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, name := range w.r.names {
+		p := w.r.nodes[name]
+		if !w.r.critical[name] || !askable(p) {
+			continue
+		}
+		wg.Add(1)
+		go func(holder string, p *node.Node) {
+			defer wg.Done()
+			marks, err := p.WitnessMarks(ctx)
+			if err != nil {
+				return // a silent peer: its marks are read at a later heartbeat
+			}
+			for of, m := range marks {
+				if of != holder && w.r.critical[of] {
+					w.r.nodes[of].SetWitnessed(m)
+				}
+			}
+		}(name, p)
+	}
+	wg.Wait()
+}
+
+// anyNotUp reports whether a node of the server is not UP (its next probe
+// is a reconnect, which reads the view).
+func (w *witnesses) anyNotUp() bool {
+	for _, name := range w.r.names {
+		if w.r.critical[name] && w.r.nodes[name].State() != node.StateUp {
+			return true
+		}
+	}
+	return false
+}
+
+// run writes marks every heartbeat, and at once for a node named on wake;
+// while a node is not UP it also reads the views every heartbeat.
 func (w *witnesses) run(heartbeat time.Duration) {
 	defer close(w.done)
 	t := time.NewTicker(heartbeat)
@@ -94,6 +192,9 @@ func (w *witnesses) run(heartbeat time.Duration) {
 				if w.r.critical[name] {
 					w.write(name)
 				}
+			}
+			if w.anyNotUp() {
+				w.readViews(context.Background())
 			}
 		}
 	}
@@ -112,11 +213,11 @@ func (w *witnesses) write(name string) {
 	if had && !m.After(last) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), w.r.cfg.Health.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), w.budget())
 	defer cancel()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	wrote := 0
+	held := 0
 	for _, p := range w.peers(name) {
 		if p.State() != node.StateUp {
 			continue
@@ -124,21 +225,29 @@ func (w *witnesses) write(name string) {
 		wg.Add(1)
 		go func(p *node.Node) {
 			defer wg.Done()
-			if err := p.Witness(ctx, name, m); err == nil {
+			if ok, err := p.Witness(ctx, name, m); err == nil && ok {
 				mu.Lock()
-				wrote++
+				held++
 				mu.Unlock()
 			}
 		}(p)
 	}
 	wg.Wait()
-	if wrote > 0 {
-		w.mu.Lock()
-		if cur := w.written[name]; !had || m.After(cur) {
-			w.written[name] = m
-		}
-		w.mu.Unlock()
+	if held > 0 {
+		w.noteWritten(name, m)
 	}
+}
+
+// noteWritten records that a peer holds m of name: the writer skips it
+// until the mark moves on, and name's writes of m's incarnation are
+// acknowledged without waiting for a peer.
+func (w *witnesses) noteWritten(name string, m node.Mark) {
+	w.mu.Lock()
+	if cur, had := w.written[name]; !had || m.After(cur) {
+		w.written[name] = m
+	}
+	w.mu.Unlock()
+	w.r.nodes[name].NoteHeld(m)
 }
 
 // nodeDown asks for name's mark to be written now.
@@ -191,7 +300,7 @@ func (r *Router) AcceptNode(ctx context.Context, name string) (node.Mark, error)
 	}
 	told := 0
 	for _, p := range r.wit.peers(name) {
-		if p.Witness(ctx, name, m) == nil {
+		if ok, err := p.Witness(ctx, name, m); err == nil && ok {
 			told++
 		}
 	}

@@ -1,0 +1,81 @@
+package tests
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
+)
+
+// A node behind 80 ms of one-way latency (160 ms round trips) with a
+// 300 ms probe timeout stays UP: a probe is one round trip to the node,
+// and the peer-witness traffic of the inventory's nodes runs off the
+// probe's path (issue B11). Before, a probe took the stamp script and the
+// drain read one after the other (two round trips, more on a reconnect),
+// and the node was marked DOWN.
+func TestSlowLinkNodeStaysUp(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartN(t, 2, redistest.Options{})
+	proxy := startLatencyProxy(t, srv[0].Addr(), 80*time.Millisecond)
+	h := config.Health{
+		Heartbeat: 200 * time.Millisecond,
+		Timeout:   300 * time.Millisecond,
+		Backoff:   []time.Duration{200 * time.Millisecond, 400 * time.Millisecond},
+	}
+	cfg := newConfig(t, map[string]string{"n1": proxy.Addr(), "n2": srv[1].Addr()},
+		map[string]config.Server{"inventory": server(config.OnNodeDownFail, map[string][]string{"r": {"n1", "n2"}})},
+		&h)
+	var probes, failed atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := router.New(ctx, cfg, router.Options{
+		Logger: testLogger(t),
+		OnProbe: func(name string, d time.Duration, err error) {
+			if name != "n1" {
+				return
+			}
+			probes.Add(1)
+			if err != nil {
+				failed.Add(1)
+				t.Logf("probe of n1 failed after %v: %v", d, err)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	n1, _ := r.Node("n1")
+	waitFor(t, 10*time.Second, "n1 UP behind the slow link", func() bool { return n1.State() == node.StateUp })
+
+	// The peer-witness traffic through the proxy (n2's mark, written on
+	// n1 in the background) settles first: then every round trip to n1
+	// is a probe's.
+	direct := srv[0].Client(t)
+	waitFor(t, 10*time.Second, "n1 holds n2's mark", func() bool {
+		return direct.HExists(ctx, node.WitnessKey, "n2").Val()
+	})
+
+	// Several probe intervals: n1 stays UP and every probe is one round trip.
+	p0, f0, trips0 := probes.Load(), failed.Load(), proxy.RoundTrips()
+	waitFor(t, 15*time.Second, "8 more probes of n1", func() bool {
+		if n1.State() != node.StateUp {
+			t.Fatalf("n1 marked DOWN behind a 160 ms round trip with a 300 ms probe timeout: %v", n1.DownReason())
+		}
+		return probes.Load()-p0 >= 8
+	})
+	p, f, trips := probes.Load()-p0, failed.Load()-f0, proxy.RoundTrips()-trips0
+	t.Logf("%d probes, %d failed, %d round trips to n1", p, f, trips)
+	if f > 0 {
+		t.Errorf("%d of %d probes of n1 failed", f, p)
+	}
+	// One more probe may be under way at either end of the window.
+	if trips > p+1 {
+		t.Errorf("%d round trips to n1 for %d probes: want one per probe", trips, p)
+	}
+}
