@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -282,18 +283,39 @@ func (inv *Inventory) usable(n *node.Node) bool {
 	return !old
 }
 
-// unusableReason says why inv.usable(n) is false.
+// unusableReason says why inv.usable(n) is false: its eviction policy,
+// a Redis too old for the configured durability, down (with the probe's
+// reason) or its breaker open.
 func (inv *Inventory) unusableReason(n *node.Node) string {
 	if s, _ := n.Settings(); s.Evicts() {
-		return "maxmemory-policy " + s.MaxmemoryPolicy + " can evict keys: not used for inventory data (set noeviction)"
+		return "maxmemory-policy " + s.MaxmemoryPolicy + " evicts keys: not used for inventory data (set noeviction)"
 	}
 	if why, old := inv.tooOld(n); old {
 		return why
 	}
-	if err := n.DownReason(); err != nil {
-		return err.Error()
+	if n.State() != node.StateUp {
+		if err := n.DownReason(); err != nil {
+			return "down: " + err.Error()
+		}
+		return "down"
 	}
 	return "breaker open"
+}
+
+// unusableNodes says, for each node of set that is drained for the set's
+// route or not usable, why ("n1: drained; n2: maxmemory-policy …"), in
+// configuration order; nodes that are enabled and usable are left out.
+func (inv *Inventory) unusableNodes(set *router.Set) string {
+	var out []string
+	for _, n := range set.Nodes() {
+		switch {
+		case !n.RouteEnabled(set.Key()):
+			out = append(out, n.Name()+": drained (route "+set.Key().Route+" disabled on it)")
+		case !inv.usable(n):
+			out = append(out, n.Name()+": "+inv.unusableReason(n))
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 func (inv *Inventory) set(route string) (*router.Set, error) {

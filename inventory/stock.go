@@ -74,7 +74,7 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 	}
 	targets := set.Spread(sku, nil, inv.usable)
 	if len(targets) == 0 {
-		return StockLevel{}, fmt.Errorf("%w: route %q has no enabled, usable node", ErrUnavailable, route)
+		return StockLevel{}, fmt.Errorf("%w: route %q has no usable node: %s", ErrUnavailable, route, inv.unusableNodes(set))
 	}
 	if perUserLimit >= 0 {
 		var down []string

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -174,8 +173,8 @@ func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token 
 		}
 		it := items[i]
 		if st.usable == 0 {
-			return taken, unknown, fmt.Errorf("%w: items[%d] %s/%s: no enabled, usable node in the route (%s)",
-				ErrUnavailable, i, it.Route, it.SKU, inv.describeNodes(st.set))
+			return taken, unknown, fmt.Errorf("%w: items[%d] %s/%s: no usable node in the route: %s",
+				ErrUnavailable, i, it.Route, it.SKU, inv.unusableNodes(st.set))
 		}
 		return taken, unknown, fmt.Errorf("%w: items[%d] sku %s (route %s): wanted %d, %d available on %d usable node(s)",
 			ErrInsufficientStock, i, it.SKU, it.Route, it.Quantity, it.Quantity-st.need, st.usable)
@@ -224,32 +223,6 @@ func (inv *Inventory) quotaParts(orderID, token string, items []Item, userID str
 		}})
 	}
 	return out
-}
-
-// describeNodes says why each node of a set cannot take stock, e.g.
-// "n1 down, n2 drained".
-func (inv *Inventory) describeNodes(set *router.Set) string {
-	var parts []string
-	for _, n := range set.Nodes() {
-		switch {
-		case !n.RouteEnabled(set.Key()):
-			parts = append(parts, n.Name()+" drained")
-		case n.State() != node.StateUp:
-			parts = append(parts, n.Name()+" down")
-		case n.Evicts():
-			s, _ := n.Settings()
-			parts = append(parts, n.Name()+" refused: maxmemory-policy "+s.MaxmemoryPolicy+" can evict keys")
-		case !n.Usable():
-			parts = append(parts, n.Name()+" breaker open")
-		default:
-			if why, old := inv.tooOld(n); old {
-				parts = append(parts, n.Name()+" refused: "+why)
-			} else {
-				parts = append(parts, n.Name()+" up")
-			}
-		}
-	}
-	return strings.Join(parts, ", ")
 }
 
 // refusal returns the error that refuses an order for good on a take

@@ -107,3 +107,36 @@ func TestNonDurableNodeWarned(t *testing.T) {
 		t.Errorf("status of a node without AOF: settings %+v warning %q; want a persistence warning", st.Settings, st.Warning)
 	}
 }
+
+// LoadStock on a route none of whose nodes may hold inventory data names
+// every node and why it is not used (the eviction policy, a drained
+// route), instead of a bare "no enabled, usable node" (safety issue B12).
+func TestLoadStockRefusalNamesNodes(t *testing.T) {
+	t.Parallel()
+	safe := redistest.Start(t, redistest.Options{AOF: true})
+	lru := redistest.Start(t, redistest.Options{AOF: true, Args: []string{"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"}})
+	cfg := newConfig(t, map[string]string{"n1": lru.Addr(), "n2": safe.Addr()}, map[string]config.Server{
+		"inventory": server(config.OnNodeDownFail, map[string][]string{"r": {"n1"}, "both": {"n1", "n2"}}),
+	}, &quickHealth)
+	r, _ := startRouter(t, cfg)
+	inv, err := inventory.New(r, inventory.Options{Logger: invDiscard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = inv.LoadStock(ctx, "r", "ev", 10, 0)
+	want := `route "r" has no usable node: n1: maxmemory-policy allkeys-lru evicts keys: not used for inventory data (set noeviction)`
+	if !errors.Is(err, router.ErrUnavailable) || err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("LoadStock on a route of one evicting node: %v; want ErrUnavailable with %q", err, want)
+	}
+	if err := r.SetRouteEnabled(ctx, "n2", "inventory", "both", false); err != nil {
+		t.Fatal(err)
+	}
+	_, err = inv.LoadStock(ctx, "both", "ev", 10, 0)
+	for _, w := range []string{"n1: maxmemory-policy allkeys-lru evicts keys", "n2: drained"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Fatalf("LoadStock on a route of an evicting node and a drained one: %v; want it to say %q", err, w)
+		}
+	}
+}
