@@ -88,6 +88,13 @@ var (
 	// read (a counter that is not an integer): nothing was changed. The
 	// decoders (ParseStockKey, DecodePart …) wrap it for what they reject.
 	ErrCorrupt = errors.New("corrupt value on node")
+	// ErrStockMissing is wrapped when a SKU's stock hash does not exist on
+	// a node while parts there still hold units of it (the hash was
+	// deleted): a settle of such a part is refused and changes nothing
+	// (the reconciler sets the part aside, see [StuckPart]), and GetStock
+	// reports it in the node's [NodeStock.Err]. Restore the hash's
+	// counters by hand, then retry the parts (`shardis parts retry`).
+	ErrStockMissing = errors.New("stock missing on node")
 	// ErrDataLoss is wrapped by Confirm when the order is confirmed but a
 	// part it recorded no longer exists on its node: that node lost data
 	// (restarted empty or from an older snapshot). The order stays

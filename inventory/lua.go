@@ -332,6 +332,8 @@ func nodeErr(n *node.Node, err error) error {
 		switch code {
 		case "SHARDIS_CORRUPT", "WRONGTYPE":
 			return fmt.Errorf("%w: node %s: %w", ErrCorrupt, n.Name(), err)
+		case "SHARDIS_NOSTOCK":
+			return fmt.Errorf("%w: node %s: %w", ErrStockMissing, n.Name(), err)
 		case "SHARDIS_IDENTITY":
 			return fmt.Errorf("%w: node %s: %w: %w", ErrUnavailable, n.Name(), node.ErrIdentity, err)
 		case "SHARDIS_EPOCH":

@@ -121,6 +121,9 @@ return out
 // reserve arriving later takes nothing), "missing" (confirm of a part
 // that does not exist), "held" (abort of a part a probe saw pending:
 // nothing changed, it follows its order's decision) or "conflict:<state>".
+// A pending stock part whose SKU's stock hash holds fewer reserved units
+// than the part is refused before any write: SHARDIS_NOSTOCK when the hash
+// does not exist at all (deleted), SHARDIS_CORRUPT otherwise.
 var settleScript = newGroupedScript("settle", true, `
 local action = ARGV[4]
 local target = action == 'confirm' and 'confirmed' or 'cancelled'
@@ -145,6 +148,10 @@ for i = 3, #KEYS do
       r, err = int(redis.call('HGET', f[4], 'reserved'), f[4] .. ' reserved')
       if err then return err end
       if r < q then
+        if redis.call('EXISTS', f[4]) == 0 then
+          return redis.error_reply('SHARDIS_NOSTOCK stock hash ' .. f[4] .. ' is missing (deleted?) while part ' .. pk ..
+            ' holds ' .. q .. ' of it')
+        end
         return redis.error_reply('SHARDIS_CORRUPT ' .. f[4] .. ' reserved is ' .. r .. ', part ' .. pk .. ' holds ' .. q)
       end
       local to = action == 'confirm' and 'confirmed' or 'available'
@@ -345,7 +352,9 @@ return v
 
 // stockScript reads one node's counters of a SKU.
 // KEYS: 1 stamp, 2 stock hash. ARGV: the header only.
-// Returns {available, reserved, confirmed, loaded, limit}.
+// Returns {available, reserved, confirmed, loaded, limit, exists}: exists
+// is 1 when the stock hash exists, 0 when it does not (all counters 0).
 var stockScript = newScript("stock", false, readStock+`
+v[6] = redis.call('EXISTS', KEYS[2])
 return v
 `)

@@ -31,13 +31,20 @@ type StockLevel struct {
 type NodeStock struct {
 	Node      string // the node's name
 	Reachable bool   // false when the node could not be read
-	// Err says why the node is not reachable (nil when it is).
+	// Err says why the node is not reachable, or, with Reachable true,
+	// that the node's counters are not to be trusted: the SKU's stock
+	// hash is missing there while pending parts hold units of it (wraps
+	// [ErrStockMissing]; see MissingParts). Nil otherwise.
 	Err       error
 	Available int64
 	Reserved  int64
 	Confirmed int64
 	Loaded    int64
 	Limit     int64
+	// MissingParts is how many pending parts on the node reference the
+	// SKU's stock hash while it does not exist there (a lower bound, see
+	// missing.go); 0 when the hash exists.
+	MissingParts int64
 }
 
 // LoadStock adds qty units of sku to route, split evenly over the route's
@@ -161,8 +168,10 @@ func (inv *Inventory) limitIs(ctx context.Context, route, sku string, limit int6
 }
 
 // GetStock returns the SKU's counters on every node of route. An
-// unreachable node is flagged in its NodeStock, not an error; a node
-// holding a corrupt value is an error wrapping [ErrCorrupt].
+// unreachable node is flagged in its NodeStock, not an error, and so is a
+// node whose stock hash of the SKU is missing while pending parts there
+// reference it (Err wraps [ErrStockMissing], missing.go); a node holding a
+// corrupt value is an error wrapping [ErrCorrupt].
 func (inv *Inventory) GetStock(ctx context.Context, route, sku string) (StockLevel, error) {
 	if err := checkID("sku_id", sku); err != nil {
 		return StockLevel{}, err
@@ -174,6 +183,7 @@ func (inv *Inventory) GetStock(ctx context.Context, route, sku string) (StockLev
 	nodes := set.Nodes()
 	out := StockLevel{SKU: sku, Nodes: make([]NodeStock, len(nodes))}
 	key := stockKey(route, sku)
+	exists := make([]bool, len(nodes))
 	var wg sync.WaitGroup
 	for i, n := range nodes {
 		wg.Add(1)
@@ -185,7 +195,7 @@ func (inv *Inventory) GetStock(ctx context.Context, route, sku string) (StockLev
 			if err == nil {
 				v, err = asInt64s(n, stockScript, raw)
 			}
-			if err == nil && len(v) != 5 {
+			if err == nil && len(v) != 6 {
 				err = malformed(n, stockScript, raw)
 			}
 			if err != nil {
@@ -193,11 +203,13 @@ func (inv *Inventory) GetStock(ctx context.Context, route, sku string) (StockLev
 			} else {
 				ns.Reachable = true
 				ns.Available, ns.Reserved, ns.Confirmed, ns.Loaded, ns.Limit = v[0], v[1], v[2], v[3], v[4]
+				exists[i] = v[5] == 1
 			}
 			out.Nodes[i] = ns
 		}(i, n)
 	}
 	wg.Wait()
+	inv.flagMissing(ctx, nodes, route, sku, exists, out.Nodes)
 	for _, ns := range out.Nodes {
 		if ns.Err != nil && errors.Is(ns.Err, ErrCorrupt) {
 			return out, ns.Err

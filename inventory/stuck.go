@@ -39,15 +39,16 @@ type StuckPart struct {
 
 // Unsettleable reports whether err, returned while settling a part, will
 // come back on every retry until someone repairs data: a corrupt value or
-// malformed reply ([ErrCorrupt]), or a script that failed on the node (a
-// Lua runtime error, an unknown operation). Unreachable nodes, timeouts,
-// other error replies (a node loading its data, busy, out of memory, at
-// its client limit) and identity or epoch refusals are transient: false.
+// malformed reply ([ErrCorrupt]), a deleted stock hash ([ErrStockMissing]),
+// or a script that failed on the node (a Lua runtime error, an unknown
+// operation). Unreachable nodes, timeouts, other error replies (a node
+// loading its data, busy, out of memory, at its client limit) and identity
+// or epoch refusals are transient: false.
 func Unsettleable(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, ErrCorrupt) {
+	if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrStockMissing) {
 		return true
 	}
 	var rerr redis.Error

@@ -28,6 +28,7 @@ func TestUnsettleable(t *testing.T) {
 		{nil, false},
 		{fmt.Errorf("%w: node n1: inv:stock:r:x reserved holds x", ErrCorrupt), true},
 		{nodeErr(n, replyErr("SHARDIS_CORRUPT inv:stock:r:x reserved is 0, part p holds 1")), true},
+		{nodeErr(n, replyErr("SHARDIS_NOSTOCK stock hash inv:stock:r:x is missing (deleted?) while part p holds 1 of it")), true},
 		{nodeErr(n, replyErr("WRONGTYPE Operation against a key holding the wrong kind of value")), true},
 		{nodeErr(n, replyErr("ERR user_script:12: attempt to compare nil with number")), true},
 		{nodeErr(n, replyErr("ERR Error running script (call to f_x): @user_script:1: oops")), true},

@@ -59,6 +59,10 @@ func (r *Reconciler) node(ctx context.Context, n *node.Node) int {
 	failed := 0
 	for _, s := range r.queue.take(n.Name()) {
 		if _, err := r.inv.SettleNow(ctx, s); err != nil {
+			if inventory.Unsettleable(err) {
+				failed += r.unsettleable(ctx, s, err)
+				continue
+			}
 			r.queue.Enqueue(s)
 			if failed == 0 && ctx.Err() == nil { // once per pass: the rest likely fail alike
 				r.log.Warn("reconciler: deferred settle failed, kept for a later pass", "node", n.Name(),
@@ -100,6 +104,41 @@ func (r *Reconciler) node(ctx context.Context, n *node.Node) int {
 		r.trimmed.Add(int64(k))
 	}
 	return failed
+}
+
+// unsettleable handles deferred work s that failed with an error that
+// comes back until someone repairs data (inventory.Unsettleable): each of
+// its parts is tried alone, so the parts that can be settled are; a part
+// that still cannot is dropped from the queue, not retried every pass. It
+// stays in its node's pending index, and once its deadline passes the
+// expiry pass settles it by its order's decision or sets it aside (the
+// queue is only for speed: every pending part has a deadline). A part that
+// fails for a transient reason goes back to the queue. It returns the
+// number of failed steps.
+func (r *Reconciler) unsettleable(ctx context.Context, s inventory.Settle, err error) int {
+	var dropped []string
+	if len(s.PartIDs) == 1 {
+		dropped = s.PartIDs
+	} else {
+		for _, id := range s.PartIDs {
+			one := s
+			one.PartIDs = []string{id}
+			switch _, perr := r.inv.SettleNow(ctx, one); {
+			case perr == nil:
+				r.deferred.Add(1)
+			case inventory.Unsettleable(perr):
+				dropped, err = append(dropped, id), perr
+			default:
+				r.queue.Enqueue(one)
+			}
+		}
+	}
+	if len(dropped) == 0 {
+		return 0
+	}
+	r.log.Warn("reconciler: deferred settle cannot be done until data is repaired; left to the expiry pass, which sets the parts aside after their deadline",
+		"node", s.Node, "order", s.OrderID, "action", s.Action, "parts", dropped, "err", err)
+	return 1
 }
 
 // resolve settles due parts, Settings.Workers at a time. A part that

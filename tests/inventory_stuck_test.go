@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -146,13 +147,45 @@ func TestInvStuckCorruptCounter(t *testing.T) {
 }
 
 // After DEL of a SKU's stock hash, its pending parts used to stay pending
-// forever with nothing said: they must be set aside with the reason.
+// forever with nothing said: they must be set aside with a reason naming
+// the missing hash. Settles deferred by Cancel meanwhile used to fail (and
+// count an error) on every pass forever; they are dropped once, left to the
+// expiry pass. GetStock used to show the node reachable, loaded 0, no
+// error: it must say the hash is missing while the parts reference it
+// (safety issue B8).
 func TestInvStuckDeletedSKU(t *testing.T) {
 	c := newInvCluster(t, invOpts{})
 	ctx := invCtx(t, 30*time.Second)
 	c.load("r", "st-del", 30, 0)
 	ids := invReserveOn(t, c, "st-d", "st-del", "n2", 4, time.Second)
-	c.clients["n2"].Del(ctx, "inv:stock:r:st-del")
+	key := "inv:stock:r:st-del"
+	c.clients["n2"].Del(ctx, key)
+	wantMissing := func(when string) {
+		t.Helper()
+		lvl, err := c.inv.GetStock(ctx, "r", "st-del")
+		if err != nil {
+			t.Fatalf("GetStock %s: %v", when, err)
+		}
+		for _, ns := range lvl.Nodes {
+			if ns.Node != "n2" {
+				if ns.Err != nil {
+					t.Errorf("GetStock %s: node %s: %v, want no error", when, ns.Node, ns.Err)
+				}
+				continue
+			}
+			if !errors.Is(ns.Err, inventory.ErrStockMissing) || ns.MissingParts != int64(len(ids)) ||
+				!strings.Contains(ns.Err.Error(), key) || !strings.Contains(ns.Err.Error(), "4 pending part(s)") {
+				t.Errorf("GetStock %s: n2 %+v; want ErrStockMissing naming %s and 4 pending parts", when, ns, key)
+			}
+		}
+	}
+	wantMissing("before the deadline")
+	// Two orders cancelled now: their settles fail on n2 and are deferred.
+	for _, id := range ids[:2] {
+		if out, err := c.inv.Cancel(ctx, id); err != nil || out.PendingParts != 1 {
+			t.Fatalf("Cancel(%s) = %+v, %v; want cancelled with its part on n2 deferred", id, out, err)
+		}
+	}
 	rec := c.reconciler(nil, nil, settle.Settings{Interval: 100 * time.Millisecond})
 	rec.Start()
 	invWaitParts(t, c, ids, 8*time.Second, true)
@@ -164,9 +197,20 @@ func TestInvStuckDeletedSKU(t *testing.T) {
 		t.Fatalf("%d stuck parts on n2, want %d: %+v", len(stuck), len(ids), stuck)
 	}
 	for _, sp := range stuck {
-		if !strings.Contains(sp.Reason, "inv:stock:r:st-del reserved is 0") {
-			t.Errorf("stuck part %s reason %q: want it to say the SKU's reserved counter is 0", sp.PartID, sp.Reason)
+		if !strings.Contains(sp.Reason, "stock hash "+key+" is missing") {
+			t.Errorf("stuck part %s reason %q: want it to say the stock hash %s is missing", sp.PartID, sp.Reason, key)
 		}
+	}
+	wantMissing("after the parts were set aside")
+	// No step fails on every pass any more.
+	errs, passes := rec.Stats().Errors, rec.Stats().Passes
+	for deadline := time.Now().Add(10 * time.Second); rec.Stats().Passes < passes+15; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("reconciler made %d passes in 10s", rec.Stats().Passes-passes)
+		}
+	}
+	if got := rec.Stats().Errors; got != errs {
+		t.Errorf("reconciler errors went from %d to %d in 15 passes after the parts were set aside; want no new error", errs, got)
 	}
 }
 

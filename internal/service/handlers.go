@@ -245,7 +245,7 @@ func rpcError(err error) error {
 		code = connect.CodeAborted
 	case errors.Is(err, inventory.ErrCorrupt):
 		code = connect.CodeInternal
-	case errors.Is(err, inventory.ErrDataLoss):
+	case errors.Is(err, inventory.ErrDataLoss), errors.Is(err, inventory.ErrStockMissing):
 		code = connect.CodeDataLoss
 	case errors.Is(err, router.ErrUnavailable):
 		code = connect.CodeUnavailable
