@@ -19,6 +19,8 @@ const (
 	PendingKey  = "inv:pending"
 	keyStuck    = "inv:stuck"     // zset: part id set aside → when (ms)
 	keyStuckWhy = "inv:stuck:why" // hash: part id set aside → reason
+	// zset: part id set aside → when it is retried by itself (ms, stuck.go)
+	keyStuckRetry = "inv:stuck:retry"
 	// RedoOffsetsKey is a node's hash of redo queue key → the last
 	// offset handed out in that queue ([RedoLogKey]).
 	RedoOffsetsKey = "inv:redo:offsets"

@@ -24,16 +24,21 @@ return out
 
 // pendingAdjustScript adjusts a node's index of pending parts.
 // KEYS: 1 stamp, 2 pending index, 3 the part's key, 4 stuck index, 5
-// stuck reasons (pendingAdjust builds them). ARGV: 4 op, then:
+// stuck reasons, 6 stuck retry times (pendingAdjust builds them). ARGV: 4
+// op, then:
 //
 //	later  5 part id, 6 new deadline ms: move a part's deadline (only if
 //	       it is still indexed).
 //	drop   5 part id: unindex a part that is not pending.
-//	stuck  5 part id, 6 reason: set a part aside (see [Inventory.SetAside]):
-//	       move it from the pending index to the stuck index, with its
-//	       reason. Returns 1, or 0 when it was not indexed as pending.
+//	stuck  5 part id, 6 reason, 7 first retry delay ms, 8 most retry
+//	       delay ms: set a part aside (see [Inventory.SetAside]): move it
+//	       from the pending index to the stuck index, with its reason and
+//	       the time it is retried by itself (stuck.go). Returns how many
+//	       times it was set aside since its last explicit retry (1 the
+//	       first time), or 0 when it was not indexed as pending.
 //	retry  5 part id: move a stuck part back to the pending index, due
-//	       now. Returns 1, or 0 when it was not stuck.
+//	       now, and restart its backoff. Returns 1, or 0 when it was not
+//	       stuck.
 var pendingAdjustScript = newScript("pending-adjust", true, `
 local op = ARGV[4]
 if op == 'later' then
@@ -43,12 +48,24 @@ elseif op == 'drop' then
   return redis.call('ZREM', KEYS[2], ARGV[5])
 elseif op == 'stuck' then
   if redis.call('ZREM', KEYS[2], ARGV[5]) == 0 then return 0 end
-  redis.call('ZADD', KEYS[4], now, ARGV[5])
+  local since, delay, tries = now, tonumber(ARGV[8]), 1
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    -- the backoff lives on the part's record, which expires with it
+    local f = redis.call('HMGET', KEYS[3], 'stuck_since', 'stuck_tries')
+    since = tonumber(f[1]) or now
+    tries = (tonumber(f[2]) or 0) + 1
+    delay = math.min(tonumber(ARGV[7]) * 2 ^ math.min(tries - 1, 40), delay)
+    redis.call('HSET', KEYS[3], 'stuck_since', I(since), 'stuck_tries', I(tries))
+  end
+  redis.call('ZADD', KEYS[4], I(since), ARGV[5])
   redis.call('HSET', KEYS[5], ARGV[5], ARGV[6])
-  return 1
+  redis.call('ZADD', KEYS[6], I(now + delay), ARGV[5])
+  return tries
 elseif op == 'retry' then
   if redis.call('ZREM', KEYS[4], ARGV[5]) == 0 then return 0 end
   redis.call('HDEL', KEYS[5], ARGV[5])
+  redis.call('ZREM', KEYS[6], ARGV[5])
+  redis.call('HDEL', KEYS[3], 'stuck_tries')
   redis.call('ZADD', KEYS[2], now, ARGV[5])
   return 1
 end
@@ -58,7 +75,7 @@ return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))
 // pendingAdjust runs pendingAdjustScript's op on part partID of n, with
 // args after the part id.
 func (inv *Inventory) pendingAdjust(ctx context.Context, n *node.Node, op, partID string, args ...any) (any, error) {
-	return inv.run(ctx, n, pendingAdjustScript, []string{PendingKey, partKey(partID), keyStuck, keyStuckWhy},
+	return inv.run(ctx, n, pendingAdjustScript, []string{PendingKey, partKey(partID), keyStuck, keyStuckWhy, keyStuckRetry},
 		append([]any{op, partID}, args...)...)
 }
 

@@ -60,6 +60,9 @@ type NodeStock struct {
 // reaches it when it returns (the reconciler's ConvergeLimits, limits.go).
 // It returns the stock after loading.
 //
+// Parts of the SKU set aside as stuck on the nodes that took the load are
+// retried at once (stuck.go): loading is often what follows a repair.
+//
 // LoadStock is not idempotent: retrying after an error may add twice (the
 // error says which nodes took their share; GetStock shows the totals).
 func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, perUserLimit int64) (StockLevel, error) {
@@ -130,6 +133,7 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 		}(n, add)
 	}
 	wg.Wait()
+	inv.retryStuckOf(ctx, took, route, sku)
 	if len(failed) > 0 && perUserLimit >= 0 {
 		inv.recordLimitTodo(context.WithoutCancel(ctx), took, route, sku, perUserLimit, ver)
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/node"
 )
 
 // A part that cannot be settled (its SKU's counters are corrupt or were
@@ -15,11 +17,31 @@ import (
 // time) is set aside: the reconciler moves it from the node's pending index
 // (inv:pending) to the node's stuck index (inv:stuck, with the reason in
 // inv:stuck:why), so it never holds up other parts and every instance sees
-// it. Its stock stays reserved until an operator repairs the data and
-// retries it ([Inventory.RetryStuck], `shardis parts retry`), which puts
-// it back in the pending index, due now. Nothing retries a stuck part by
-// itself: the error that set it aside does not go away without a repair.
-
+// it. Its stock stays reserved until it settles.
+//
+// Set-aside parts come back by themselves once the data is repaired:
+//
+//   - Each is retried with exponential backoff: when it is set aside, the
+//     time of its next retry goes into inv:stuck:retry (first after
+//     [StuckBackoff].First, doubling each time it is set aside again, at
+//     most Max), and its count of attempts and first set-aside time into
+//     its own part record (fields stuck_tries, stuck_since; they expire
+//     with the record). Every reconciler pass first moves the parts whose
+//     time has come back to the pending index, due now
+//     ([Inventory.RetryDueStuck]), and settles them in the same pass, or
+//     sets them aside again.
+//   - LoadStock retries at once the parts of the SKU it touched on every
+//     node that took the load ([Inventory.RetryStuckSKU]).
+//   - An operator retries one part, or all, or a SKU's, at once
+//     ([Inventory.RetryStuck], `shardis parts retry`); an explicit retry
+//     restarts the part's backoff.
+//
+// Why the state lives on the node and not in a reconciler: any instance's
+// reconciler may hold a node's lease on a given pass, instances restart,
+// and the stuck index is already there; a retry is one script moving the
+// part between two indexes of its node, so two instances retrying at once
+// move it once. Moving a part between the indexes never changes its state:
+// only the settle script does, once (the fence), by its order's decision.
 // StuckPart is a part set aside on a node.
 type StuckPart struct {
 	Node    string
@@ -31,7 +53,8 @@ type StuckPart struct {
 	// State is the part's state now ("pending" unless an order decision
 	// settled it since), or "missing" when its record is gone.
 	State string
-	// Since is when the part was set aside, by the node's clock.
+	// Since is when the part was first set aside, by the node's clock
+	// (automatic retries that set it aside again keep it).
 	Since time.Time
 	// Reason is the error that set it aside.
 	Reason string
@@ -60,26 +83,56 @@ func Unsettleable(err error) bool {
 		strings.HasPrefix(msg, "SHARDIS_BADOP")
 }
 
+// StuckBackoff is when a part set aside is retried by itself: First after
+// it was set aside the first time, twice as long after each further time,
+// never longer than Max. A zero field takes its default
+// ([DefaultStuckBackoff]).
+type StuckBackoff struct {
+	First time.Duration
+	Max   time.Duration
+}
+
+// DefaultStuckBackoff is the backoff of set-aside parts unless configured
+// (settle.Settings.StuckRetry, StuckRetryMax).
+var DefaultStuckBackoff = StuckBackoff{First: 5 * time.Second, Max: 5 * time.Minute}
+
+// Filled returns b with zero (or negative) fields from
+// DefaultStuckBackoff, and Max at least First.
+func (b StuckBackoff) Filled() StuckBackoff {
+	if b.First <= 0 {
+		b.First = DefaultStuckBackoff.First
+	}
+	if b.Max <= 0 {
+		b.Max = DefaultStuckBackoff.Max
+	}
+	b.Max = max(b.Max, b.First)
+	return b
+}
+
 // SetAside moves an expired part out of its node's pending index into the
-// node's stuck index with reason (see [StuckPart]). It reports whether it
-// moved the part (false: the part was no longer indexed as pending, e.g.
+// node's stuck index with reason (see [StuckPart]), to be retried by
+// itself after backoff b. It returns how many times the part has been set
+// aside since it was last retried explicitly (1 the first time), or 0 when
+// it did not move the part (it was no longer indexed as pending, e.g.
 // another instance set it aside first).
-func (inv *Inventory) SetAside(ctx context.Context, p PendingPart, reason string) (bool, error) {
+func (inv *Inventory) SetAside(ctx context.Context, p PendingPart, reason string, b StuckBackoff) (int, error) {
 	n, err := inv.r.Node(p.Node)
 	if err != nil {
-		return false, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	v, err := inv.pendingAdjust(ctx, n, "stuck", p.PartID, reason)
+	b = b.Filled()
+	v, err := inv.pendingAdjust(ctx, n, "stuck", p.PartID, reason, ms(b.First), ms(b.Max))
 	if err != nil {
-		return false, err
+		return 0, err
 	}
-	moved, err := asInt64(n, pendingAdjustScript, v)
-	return moved == 1, err
+	tries, err := asInt64(n, pendingAdjustScript, v)
+	return int(tries), err
 }
 
 // RetryStuck moves a stuck part of node back into its pending index, due
-// now, so the next reconciler pass settles it (or sets it aside again with
-// the error it still meets). It reports whether the part was stuck.
+// now, restarting its backoff, so the next reconciler pass settles it (or
+// sets it aside again with the error it still meets). It reports whether
+// the part was stuck.
 func (inv *Inventory) RetryStuck(ctx context.Context, nodeName, partID string) (bool, error) {
 	if partID == "" {
 		return false, fmt.Errorf("%w: part_id is empty", ErrInvalid)
@@ -94,6 +147,99 @@ func (inv *Inventory) RetryStuck(ctx context.Context, nodeName, partID string) (
 	}
 	moved, err := asInt64(n, pendingAdjustScript, v)
 	return moved == 1, err
+}
+
+// stuckRetryScript moves set-aside parts of a node back to its pending
+// index, due now (see the file comment).
+//
+// KEYS: 1 stamp, 2 pending index, 3 stuck index, 4 stuck reasons, 5 stuck
+// retry times. ARGV: 4 op, 5 the most parts looked at, then:
+//
+//	due  the parts whose retry time has come (their backoff goes on).
+//	sku  6 a stock hash, 7 its quota key prefix: the parts whose counter
+//	     is that hash or a quota counter of that SKU (their backoff
+//	     restarts).
+//
+// Part records are named partPrefix .. id (ids read from an index, lua.go).
+// Returns the number of parts moved.
+var stuckRetryScript = newScript("stuck-retry", true, `
+local op, limit = ARGV[4], tonumber(ARGV[5])
+local ids = {}
+if op == 'due' then
+  ids = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, limit)
+elseif op == 'sku' then
+  local pre = ARGV[7]
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, limit - 1)) do
+    local c = redis.call('HGET', partPrefix .. id, 'counter')
+    if c and (c == ARGV[6] or string.sub(c, 1, #pre) == pre) then ids[#ids + 1] = id end
+  end
+else
+  return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))
+end
+local moved = 0
+for _, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[5], id)
+  if redis.call('ZREM', KEYS[3], id) == 1 then
+    redis.call('HDEL', KEYS[4], id)
+    if op == 'sku' then redis.call('HDEL', partPrefix .. id, 'stuck_tries') end
+    redis.call('ZADD', KEYS[2], nowS, id)
+    moved = moved + 1
+  end
+end
+return moved
+`)
+
+// stuckRetry runs stuckRetryScript's op on node nodeName.
+func (inv *Inventory) stuckRetry(ctx context.Context, nodeName string, args ...any) (int, error) {
+	n, err := inv.r.Node(nodeName)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	v, err := inv.run(ctx, n, stuckRetryScript, []string{PendingKey, keyStuck, keyStuckWhy, keyStuckRetry}, args...)
+	if err != nil {
+		return 0, err
+	}
+	moved, err := asInt64(n, stuckRetryScript, v)
+	return int(moved), err
+}
+
+// RetryDueStuck moves up to limit (1..10000) parts set aside on node whose
+// backoff has run out back into its pending index, due now, and returns
+// how many it moved. The reconciler calls it before each pass over a node.
+func (inv *Inventory) RetryDueStuck(ctx context.Context, nodeName string, limit int) (int, error) {
+	if limit <= 0 || limit > 10000 {
+		return 0, fmt.Errorf("%w: limit %d, want 1..10000", ErrInvalid, limit)
+	}
+	return inv.stuckRetry(ctx, nodeName, "due", limit)
+}
+
+// RetryStuckSKU moves the parts of route/sku set aside on node (stock
+// parts and per-user quota parts; among the node's 10000 oldest set-aside
+// parts) back into its pending index, due now, restarting their backoff,
+// and returns how many it moved. LoadStock calls it on the nodes it
+// loaded.
+func (inv *Inventory) RetryStuckSKU(ctx context.Context, nodeName, route, sku string) (int, error) {
+	if err := checkID("sku_id", sku); err != nil {
+		return 0, err
+	}
+	if _, err := inv.set(route); err != nil {
+		return 0, err
+	}
+	return inv.stuckRetry(ctx, nodeName, "sku", 10000, stockKey(route, sku), quotaKey(route, sku, ""))
+}
+
+// retryStuckOf retries at once the parts of route/sku set aside on nodes
+// (LoadStock loaded the SKU there, perhaps after a repair). A failure is
+// logged, not returned: the backoff retries those parts anyway.
+func (inv *Inventory) retryStuckOf(ctx context.Context, nodes []*node.Node, route, sku string) {
+	for _, n := range nodes {
+		k, err := inv.RetryStuckSKU(ctx, n.Name(), route, sku)
+		if err != nil {
+			inv.log.Warn("retrying stuck parts of a loaded SKU", "node", n.Name(), "route", route, "sku", sku, "err", err)
+		} else if k > 0 {
+			inv.log.Info("stuck parts retried: their SKU was loaded", "node", n.Name(), "route", route, "sku", sku, "parts", k)
+		}
+	}
 }
 
 // StuckParts returns up to limit (1..10000) parts set aside on node, the

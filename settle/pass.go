@@ -73,6 +73,14 @@ func (r *Reconciler) node(ctx context.Context, n *node.Node) int {
 		}
 		r.deferred.Add(int64(len(s.PartIDs)))
 	}
+	if k, err := r.inv.RetryDueStuck(ctx, n.Name(), r.set.Batch); err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("reconciler: retrying stuck parts", "node", n.Name(), "err", err)
+		}
+		failed++
+	} else {
+		r.retried.Add(int64(k))
+	}
 	for range 20 {
 		due, err := r.inv.DueParts(ctx, n, r.set.Batch)
 		if err != nil {
@@ -195,16 +203,20 @@ func (r *Reconciler) resolveOne(ctx context.Context, p inventory.PendingPart) (f
 		}
 		return 1, false
 	}
-	ok, aerr := r.inv.SetAside(ctx, p, err.Error())
+	b := inventory.StuckBackoff{First: r.set.StuckRetry, Max: r.set.StuckRetryMax}
+	tries, aerr := r.inv.SetAside(ctx, p, err.Error(), b)
 	if aerr != nil {
 		r.log.Warn("reconciler: setting aside a part that cannot be settled", "node", p.Node, "part", p.PartID,
 			"order", p.OrderID, "reason", err, "err", aerr)
 		return 1, false
 	}
-	if ok {
+	switch {
+	case tries == 1:
 		r.setAside.Add(1)
-		r.log.Error("reconciler: part set aside, it cannot be settled until its data is repaired (shardis parts stuck / shardis parts retry)",
+		r.log.Error("reconciler: part set aside, it cannot be settled until its data is repaired; retried by itself with backoff (shardis parts stuck / shardis parts retry)",
 			"node", p.Node, "part", p.PartID, "order", p.OrderID, "reason", err)
+	case tries > 1:
+		r.log.Debug("reconciler: stuck part set aside again", "node", p.Node, "part", p.PartID, "times", tries, "reason", err)
 	}
 	return 0, true
 }

@@ -45,6 +45,16 @@ type Settings struct {
 	// that no consumer acknowledged. 0 never trims an unacknowledged entry.
 	// default: 0 (never)
 	TrimAge time.Duration
+	// StuckRetry is how long after a part was set aside as stuck
+	// (inventory.StuckPart) the reconciler retries it by itself; each time
+	// it is set aside again the wait doubles, up to StuckRetryMax. The
+	// backoff is kept on the part's node, so any instance retries it.
+	// default: 5s
+	StuckRetry time.Duration
+	// StuckRetryMax caps the wait between automatic retries of a stuck
+	// part (at least StuckRetry).
+	// default: 5m
+	StuckRetryMax time.Duration
 	// Logger receives errors and what each pass did.
 	// default: slog.Default()
 	Logger *slog.Logger
@@ -57,7 +67,8 @@ type Stats struct {
 	Postponed   int64 // parts whose order was not decided yet
 	Deferred    int64 // deferred settles completed
 	Errors      int64 // failed steps (retried on a later pass)
-	SetAside    int64 // parts set aside as stuck (see inventory.StuckPart)
+	SetAside    int64 // parts set aside as stuck (see inventory.StuckPart), each counted once until an explicit retry
+	Retried     int64 // stuck parts whose backoff ran out, put back to pending
 	Passes      int64
 	Skipped     int64 // node passes skipped: another instance held the lease
 	Trimmed     int64 // redo-log entries trimmed
@@ -70,7 +81,8 @@ type Stats struct {
 // at most one pass of this process at a time and, for background passes,
 // by one instance at a time (the node's lease). A part that cannot be
 // settled is set aside on its node (inventory.Inventory.SetAside) and
-// logged once, so it never blocks other parts.
+// logged once, so it never blocks other parts; it is retried by itself
+// with backoff (Settings.StuckRetry) at the start of the node's passes.
 // Several reconcilers (processes) may run over the same nodes: every part
 // changes state at most once. Methods are safe for concurrent use.
 type Reconciler struct {
@@ -89,7 +101,7 @@ type Reconciler struct {
 	running sync.WaitGroup           // background node passes
 
 	cancelled, confirmed, postponed, deferred, errs, passes, trimmed atomic.Int64
-	setAside, skipped                                                atomic.Int64
+	setAside, skipped, retried                                       atomic.Int64
 	startOnce, closeOnce                                             sync.Once
 }
 
@@ -120,6 +132,8 @@ func New(inv *inventory.Inventory, queue *Queue, set Settings) *Reconciler {
 	if set.Logger == nil {
 		set.Logger = slog.Default()
 	}
+	b := inventory.StuckBackoff{First: set.StuckRetry, Max: set.StuckRetryMax}.Filled()
+	set.StuckRetry, set.StuckRetryMax = b.First, b.Max
 	if queue == nil {
 		queue = NewQueue()
 	}
@@ -167,7 +181,7 @@ func (r *Reconciler) Close() {
 func (r *Reconciler) Stats() Stats {
 	return Stats{
 		Cancelled: r.cancelled.Load(), Confirmed: r.confirmed.Load(), Postponed: r.postponed.Load(),
-		Deferred: r.deferred.Load(), Errors: r.errs.Load(), SetAside: r.setAside.Load(),
+		Deferred: r.deferred.Load(), Errors: r.errs.Load(), SetAside: r.setAside.Load(), Retried: r.retried.Load(),
 		Passes: r.passes.Load(), Skipped: r.skipped.Load(), Trimmed: r.trimmed.Load(),
 		QueueLength: r.queue.Len(),
 	}

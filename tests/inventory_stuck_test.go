@@ -94,7 +94,9 @@ func TestInvStuckCorruptCounter(t *testing.T) {
 	orig := c.clients["n1"].HGet(ctx, key, "reserved").Val()
 	c.clients["n1"].HSet(ctx, key, "reserved", "x")
 
-	rec := c.reconciler(nil, nil, settle.Settings{Interval: 100 * time.Millisecond})
+	// Retried only by hand here (TestInvStuckRetriedByItself covers the
+	// backoff).
+	rec := c.reconciler(nil, nil, settle.Settings{Interval: 100 * time.Millisecond, StuckRetry: time.Hour})
 	rec.Start()
 	// Part deadlines are the order's (3 s) plus a 1 s grace.
 	invWaitSettled(t, c, good, 10*time.Second)
@@ -245,4 +247,96 @@ func TestInvReconcileLease(t *testing.T) {
 	if ttl := c.clients["n1"].PTTL(ctx, settle.LeaseKey).Val(); ttl > time.Second {
 		t.Errorf("lease on n1 has TTL %v, want at most the 1s lease", ttl)
 	}
+}
+
+// invStuckCount is StuckCount of node, failing the test on an error.
+func invStuckCount(t *testing.T, c *invCluster, node string) int64 {
+	t.Helper()
+	k, err := c.inv.StuckCount(invCtx(t, 5*time.Second), node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// Parts set aside over a corrupt counter used to stay stuck after the
+// counter was repaired until someone ran `shardis parts retry` per part.
+// They are retried by themselves with exponential backoff, capped, and
+// settle once the data is repaired (safety issue B9).
+func TestInvStuckRetriedByItself(t *testing.T) {
+	c := newInvCluster(t, invOpts{})
+	ctx := invCtx(t, 30*time.Second)
+	const k = 5
+	c.load("r", "st-auto", 30, 0)
+	ids := invReserveOn(t, c, "st-a", "st-auto", "n1", k, time.Second)
+	key, n1 := "inv:stock:r:st-auto", c.clients["n1"]
+	orig := n1.HGet(ctx, key, "reserved").Val()
+	n1.HSet(ctx, key, "reserved", "x")
+	const first, most = 200 * time.Millisecond, 800 * time.Millisecond
+	rec := c.reconciler(nil, nil, settle.Settings{Interval: 50 * time.Millisecond, StuckRetry: first, StuckRetryMax: most})
+	rec.Start()
+
+	// Set aside, then retried and set aside again, the wait doubling up
+	// to its cap: every retry time is at most the cap ahead.
+	deadline := time.Now().Add(8 * time.Second)
+	for {
+		tries := int64(-1) // the fewest attempts of a stuck part
+		for _, id := range n1.ZRange(ctx, "inv:stuck", 0, -1).Val() {
+			v, _ := n1.HGet(ctx, inventory.PartKey(id), "stuck_tries").Int64()
+			if tries < 0 || v < tries {
+				tries = v
+			}
+		}
+		now := n1.Time(ctx).Val()
+		for _, z := range n1.ZRangeWithScores(ctx, "inv:stuck:retry", 0, -1).Val() {
+			if ahead := time.UnixMilli(int64(z.Score)).Sub(now); ahead > most+50*time.Millisecond {
+				t.Fatalf("stuck part %v retried %v from now; want at most the %v cap", z.Member, ahead, most)
+			}
+		}
+		if tries >= 3 && invStuckCount(t, c, "n1") == k {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stuck parts on n1: %d, fewest attempts %d after 8s; want %d parts each set aside at least 3 times", invStuckCount(t, c, "n1"), tries, k)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := rec.Stats(); st.SetAside != k || st.Retried < 2*k {
+		t.Errorf("Stats() SetAside %d, Retried %d; want %d parts counted set aside once each, retried at least %d times", st.SetAside, st.Retried, k, 2*k)
+	}
+
+	// Repaired, they settle with no one retrying them by hand.
+	n1.HSet(ctx, key, "reserved", orig)
+	invWaitSettled(t, c, ids, 5*time.Second)
+	if n := invStuckCount(t, c, "n1"); n != 0 {
+		t.Fatalf("%d parts still stuck on n1 after the repair", n)
+	}
+	checkInvariant(t, c.inv, "r", "st-auto", 30)
+}
+
+// LoadStock of a SKU retries its stuck parts at once on the nodes it
+// loaded (loading often follows a repair), whatever their backoff.
+func TestInvStuckRetriedOnLoad(t *testing.T) {
+	c := newInvCluster(t, invOpts{})
+	ctx := invCtx(t, 30*time.Second)
+	c.load("r", "st-load", 30, 0)
+	ids := invReserveOn(t, c, "st-o", "st-load", "n1", 3, time.Second)
+	key, n1 := "inv:stock:r:st-load", c.clients["n1"]
+	orig := n1.HGet(ctx, key, "reserved").Val()
+	n1.HSet(ctx, key, "reserved", "x")
+	rec := c.reconciler(nil, nil, settle.Settings{Interval: 50 * time.Millisecond, StuckRetry: time.Hour})
+	rec.Start()
+	invWaitParts(t, c, ids, 8*time.Second, true)
+	if n := invStuckCount(t, c, "n1"); n != 3 {
+		t.Fatalf("%d stuck parts on n1, want 3", n)
+	}
+	n1.HSet(ctx, key, "reserved", orig)
+	if _, err := c.inv.LoadStock(ctx, "r", "st-load", 3, -1); err != nil {
+		t.Fatal(err)
+	}
+	if n := invStuckCount(t, c, "n1"); n != 0 {
+		t.Fatalf("%d parts still stuck on n1 right after LoadStock of their SKU; want them retried at once", n)
+	}
+	invWaitSettled(t, c, ids, 5*time.Second)
+	checkInvariant(t, c.inv, "r", "st-load", 33)
 }
