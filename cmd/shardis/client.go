@@ -64,8 +64,8 @@ var clientCommands = map[string]clientCommand{
 		"Lists parts the reconciler set aside because they cannot be settled, with the reason.", cmdPartsStuck},
 	"node accept": {"node accept [flags] NODE",
 		"Accepts the data of an inventory node refused for coming back empty or with older data (new incarnation; what it lost stays lost).", cmdNodeAccept},
-	"parts retry": {"parts retry [flags] NODE PART_ID",
-		"Puts a stuck part back in its node's pending index (after repairing its data); the reconciler settles it.", cmdPartsRetry},
+	"parts retry": {"parts retry [flags] NODE PART_ID | --all | --sku SKU [--node N]",
+		"Puts a stuck part (or every stuck part, or a SKU's, of every node or of --node) back in its node's pending index, due now (after repairing its data); the reconciler settles it. Stuck parts are also retried by themselves with backoff, and when their SKU is loaded.", cmdPartsRetry},
 }
 
 // cmdClient runs a client subcommand until it ends or SIGINT/SIGTERM.

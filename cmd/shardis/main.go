@@ -40,7 +40,7 @@ client commands (talk to a running service; --addr, --token, --timeout, --json):
   redo-log  read a node's redo-log queue (--node N --queue Q [--follow]);
             redo-log ack --node N --queue Q OFFSET records a consumer's progress
   parts     parts stuck lists parts the reconciler set aside (cannot be settled);
-            parts retry NODE PART_ID retries one after its data was repaired
+            parts retry NODE PART_ID | --all | --sku SKU retries them after a repair
 
 Run "shardis COMMAND -h" for a command's flags.
 `

@@ -75,9 +75,26 @@ func cmdPartsStuck(ctx context.Context, c *client, args []string) error {
 }
 
 func cmdPartsRetry(ctx context.Context, c *client, args []string) error {
-	rest, err := c.parse(args, 2, 2)
+	all := c.fs.Bool("all", false, "retry every stuck part (of --node; default every node)")
+	sku := c.fs.String("sku", "", "retry the stuck parts of this SKU `id` (of --node; default every node)")
+	nodeName := c.fs.String("node", "", "with --all or --sku: only this node `name`")
+	rest, err := c.parse(args, 0, 2)
 	if err != nil {
 		return err
+	}
+	bulk := *all || *sku != ""
+	switch {
+	case *all && *sku != "":
+		return c.usageErr("--all and --sku exclude each other")
+	case bulk && len(rest) > 0:
+		return c.usageErr("give NODE PART_ID, or --all, or --sku SKU, not both")
+	case !bulk && len(rest) != 2:
+		return c.usageErr("want NODE PART_ID, --all or --sku SKU")
+	case !bulk && *nodeName != "":
+		return c.usageErr("--node goes with --all or --sku")
+	}
+	if bulk {
+		return retryStuckParts(ctx, c, *nodeName, *sku)
 	}
 	return show(ctx, c, c.admin.RetryStuckPart, &v1.RetryStuckPartRequest{Node: rest[0], PartId: rest[1]},
 		func(w io.Writer, res *v1.RetryStuckPartResponse) {
@@ -87,6 +104,62 @@ func cmdPartsRetry(ctx context.Context, c *client, args []string) error {
 				fmt.Fprintf(w, "part %s on %s is not stuck (already retried, or never set aside)\n", rest[1], rest[0])
 			}
 		})
+}
+
+// retryStuckLimit is how many stuck parts per node one `parts retry --all`
+// or `--sku` lists and retries (the most ListStuckParts returns).
+const retryStuckLimit = 10000
+
+// retryStuckParts retries the parts set aside on nodeName (every node when
+// empty) of sku (every SKU when empty): it lists them, then retries each.
+// It prints what it retried (--json: the retried parts, as
+// ListStuckPartsResponse) and fails when a retry failed.
+func retryStuckParts(ctx context.Context, c *client, nodeName, sku string) error {
+	list, err := call(ctx, c, c.admin.ListStuckParts, &v1.ListStuckPartsRequest{Node: nodeName, Limit: retryStuckLimit})
+	if err != nil {
+		return err
+	}
+	done := &v1.ListStuckPartsResponse{Unreachable: list.Unreachable}
+	perNode := map[string]int{}
+	var failed []string
+	gone := 0
+	for _, p := range list.Parts {
+		perNode[p.Node]++
+		if sku != "" && p.SkuId != sku {
+			continue
+		}
+		res, err := call(ctx, c, c.admin.RetryStuckPart, &v1.RetryStuckPartRequest{Node: p.Node, PartId: p.PartId})
+		switch {
+		case err != nil:
+			failed = append(failed, fmt.Sprintf("%s %s: %v", p.Node, p.PartId, err))
+		case res.Retried:
+			done.Parts = append(done.Parts, p)
+		default:
+			gone++ // retried meanwhile (by the reconciler's backoff, or another operator)
+		}
+	}
+	err = c.out.emit(done, func(w io.Writer) {
+		what := "stuck part(s)"
+		if sku != "" {
+			what += " of SKU " + sku
+		}
+		fmt.Fprintf(w, "%d %s pending again, due now (the reconciler settles them, or sets them aside again)\n", len(done.Parts), what)
+		if gone > 0 {
+			fmt.Fprintf(w, "%d were no longer stuck\n", gone)
+		}
+		for n, k := range perNode {
+			if k >= retryStuckLimit {
+				fmt.Fprintf(w, "node %s: only its %d oldest stuck parts were looked at: run this again\n", n, k)
+			}
+		}
+		for _, u := range done.Unreachable {
+			fmt.Fprintf(w, "unreachable: %s\n", u)
+		}
+	})
+	if err == nil && len(failed) > 0 {
+		err = fmt.Errorf("%d retries failed: %s", len(failed), strings.Join(failed, "; "))
+	}
+	return err
 }
 
 func cmdNodeAccept(ctx context.Context, c *client, args []string) error {

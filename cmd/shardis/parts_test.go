@@ -148,3 +148,56 @@ func TestClientNodeAccept(t *testing.T) {
 	fails(t, 1, "invalid_argument", "node", "accept", "--addr", addr, "n9")
 	fails(t, 2, "accept", "node")
 }
+
+// `parts retry --sku` retries every stuck part of one SKU and `--all` the
+// rest, without naming each part; -h lists the forms (safety issue B9).
+func TestClientPartsRetryAllAndSKU(t *testing.T) {
+	addr, nodes := startService(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	corrupt := map[string]string{} // "node sku" → the reserved count it had
+	for _, sku := range []string{"ra", "rb"} {
+		ok(t, addr, "stock", "load", "--route", "clothes", "--sku", sku, "--qty", "30")
+		res := okJSON(t, addr, &v1.ReserveResponse{}, "reserve", "--order", "pr-"+sku, "--ttl", "1s", "clothes:"+sku+":1")
+		i, _ := strconv.Atoi(strings.TrimPrefix(res.Receipts[0].Node, "n"))
+		cl := nodes[i-1].Client(t)
+		key := "inv:stock:clothes:" + sku
+		corrupt[res.Receipts[0].Node+" "+sku] = cl.HGet(ctx, key, "reserved").Val()
+		cl.HSet(ctx, key, "reserved", "x")
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if len(okJSON(t, addr, &v1.ListStuckPartsResponse{}, "parts", "stuck").Parts) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("two parts over corrupt counters not listed stuck within 20s")
+		}
+	}
+	for ns, reserved := range corrupt {
+		name, sku, _ := strings.Cut(ns, " ")
+		i, _ := strconv.Atoi(strings.TrimPrefix(name, "n"))
+		nodes[i-1].Client(t).HSet(ctx, "inv:stock:clothes:"+sku, "reserved", reserved)
+	}
+	got := okJSON(t, addr, &v1.ListStuckPartsResponse{}, "parts", "retry", "--sku", "ra")
+	if len(got.Parts) != 1 || got.Parts[0].SkuId != "ra" {
+		t.Fatalf("parts retry --sku ra retried %v; want ra's one part", got.Parts)
+	}
+	mustContain(t, ok(t, addr, "parts", "retry", "--all"), "pending again, due now")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		a := okJSON(t, addr, &v1.GetStockResponse{}, "stock", "get", "--route", "clothes", "--sku", "ra")
+		b := okJSON(t, addr, &v1.GetStockResponse{}, "stock", "get", "--route", "clothes", "--sku", "rb")
+		if a.Stock.Reserved == 0 && b.Stock.Reserved == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after repair and retry: ra %v, rb %v", a.Stock, b.Stock)
+		}
+	}
+	mustContain(t, ok(t, addr, "parts", "retry", "--all"), "0 stuck part(s) pending again")
+
+	_, _, help := cli(t, "parts", "retry", "-h")
+	mustContain(t, help, "NODE PART_ID | --all | --sku SKU", "-all", "-sku", "-node")
+	fails(t, 2, "exclude each other", "parts", "retry", "--addr", addr, "--all", "--sku", "x")
+	fails(t, 2, "want NODE PART_ID, --all or --sku", "parts", "retry", "--addr", addr)
+	fails(t, 2, "not both", "parts", "retry", "--addr", addr, "--all", "n1", "p")
+}
