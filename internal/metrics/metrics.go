@@ -208,6 +208,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descReconciled, prometheus.CounterValue, float64(s.Cancelled), "cancelled")
 		ch <- prometheus.MustNewConstMetric(descReconciled, prometheus.CounterValue, float64(s.Confirmed), "confirmed")
 		ch <- prometheus.MustNewConstMetric(descReconciled, prometheus.CounterValue, float64(s.SetAside), "set_aside")
+		ch <- prometheus.MustNewConstMetric(descReconciled, prometheus.CounterValue, float64(s.Retried), "stuck_retried")
 		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(s.QueueLength))
 	}
 }
