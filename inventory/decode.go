@@ -58,12 +58,15 @@ const (
 	// KeyTransferMarker is a destination's memory of an applied topology
 	// transfer; rest is the transfer id.
 	KeyTransferMarker
+	// KeyStuckRetry is the index of when each stuck part is retried by
+	// itself (zset: part id by ms, stuck.go); rest is "".
+	KeyStuckRetry
 )
 
 var keyKindNames = [...]string{KeyOther: "other", KeyStock: "stock", KeyQuota: "quota", KeyPart: "part",
 	KeyOrder: "order", KeyRedoLog: "redo-log", KeyRedoOffsets: "redo-offsets", KeyRedoAcked: "redo-acked",
 	KeyPending: "pending", KeyStuck: "stuck", KeyStuckWhy: "stuck-why", KeyLimitsTodo: "limits-todo",
-	KeyTransfer: "transfer", KeyTransferMarker: "transfer-marker"}
+	KeyTransfer: "transfer", KeyTransferMarker: "transfer-marker", KeyStuckRetry: "stuck-retry"}
 
 // String returns the kind's short name ("stock", "part", "redo-log" …).
 func (k KeyKind) String() string {
@@ -75,7 +78,8 @@ func (k KeyKind) String() string {
 
 // fixedKeys are the keys of which a node holds one each.
 var fixedKeys = map[string]KeyKind{RedoOffsetsKey: KeyRedoOffsets, keyRedoAcked: KeyRedoAcked,
-	PendingKey: KeyPending, keyStuck: KeyStuck, keyStuckWhy: KeyStuckWhy, keyLimitsTodo: KeyLimitsTodo}
+	PendingKey: KeyPending, keyStuck: KeyStuck, keyStuckWhy: KeyStuckWhy, keyStuckRetry: KeyStuckRetry,
+	keyLimitsTodo: KeyLimitsTodo}
 
 // keyFamilies are the prefixed families, a longer prefix before any
 // prefix of it.

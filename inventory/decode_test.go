@@ -28,6 +28,7 @@ func TestParseKeyReadsTheConstructors(t *testing.T) {
 		{PendingKey, KeyPending, ""},
 		{keyStuck, KeyStuck, ""},
 		{keyStuckWhy, KeyStuckWhy, ""},
+		{keyStuckRetry, KeyStuckRetry, ""},
 		{keyLimitsTodo, KeyLimitsTodo, ""},
 		{xferKey(xferID(3, xferStock, stockKey("r", "x"))), KeyTransfer, "3|stock|inv:stock:r:x"},
 		{xferMarkerKey("3|quota|k"), KeyTransferMarker, "3|quota|k"},
