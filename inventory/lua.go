@@ -194,29 +194,52 @@ return {redis.call('HINCRBY', KEYS[1], 'seq', '1'), r}
 type luaScript struct {
 	name  string
 	write bool
+	mem   memRule
 	group bool // sent in its grouped form (group.go)
 	s     *redis.Script
 }
 
 // newScript wraps body (Lua, see the file comment for what it may use) in
-// the prelude. write says whether the script may change the node.
+// the prelude. write says whether the script may change the node; a write
+// script is memGrow (refused whole on a full node), a read script memRead.
+// newReleaseScript declares a memRelease script.
 func newScript(name string, write bool, body string) *luaScript {
+	return newScriptMem(name, memOf(write), body)
+}
+
+// newReleaseScript is newScript for a write script that may run on a node
+// over its maxmemory (memRelease, oom.go: it only decides and settles what
+// the node already holds).
+func newReleaseScript(name, body string) *luaScript {
+	return newScriptMem(name, memRelease, body)
+}
+
+func newScriptMem(name string, mem memRule, body string) *luaScript {
 	src := prelude + body + epilogueRead
-	if write {
+	if mem != memRead {
 		src = prelude + body + epilogueWrite
 	}
-	return &luaScript{name: name, write: write, s: redis.NewScript(src)}
+	return &luaScript{name: name, write: mem != memRead, mem: mem, s: redis.NewScript(mem.shebang() + src)}
 }
 
 // newGroupedScript is newScript for a script whose concurrent calls on one
 // node share one script call (group commit, group.go).
 func newGroupedScript(name string, write bool, body string) *luaScript {
+	return newGroupedScriptMem(name, memOf(write), body)
+}
+
+// newGroupedReleaseScript is newReleaseScript for a grouped script.
+func newGroupedReleaseScript(name, body string) *luaScript {
+	return newGroupedScriptMem(name, memRelease, body)
+}
+
+func newGroupedScriptMem(name string, mem memRule, body string) *luaScript {
 	w := "false"
-	if write {
+	if mem != memRead {
 		w = "true"
 	}
 	src := prelude + body + strings.Replace(groupEpilogue, "WRITE", w, 1)
-	return &luaScript{name: name, write: write, group: true, s: redis.NewScript(src)}
+	return &luaScript{name: name, write: mem != memRead, mem: mem, group: true, s: redis.NewScript(mem.shebang() + src)}
 }
 
 // run runs s on n with keys (after the stamp hash) and args (after the
@@ -330,6 +353,8 @@ func nodeErr(n *node.Node, err error) error {
 	if errors.As(err, &reply) {
 		code, _, _ := strings.Cut(reply.Error(), " ")
 		switch code {
+		case "OOM":
+			return oomErr(n, err)
 		case "SHARDIS_CORRUPT", "WRONGTYPE":
 			return fmt.Errorf("%w: node %s: %w", ErrCorrupt, n.Name(), err)
 		case "SHARDIS_NOSTOCK":

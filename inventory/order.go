@@ -63,16 +63,20 @@ type orderRecord struct {
 // orderOp runs one step of the order state machine on the home node.
 func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID string, op orderOp, token string, args ...any) (orderRecord, error) {
 	argv := append([]any{string(op), token}, args...)
-	v, err := inv.run(ctx, home, orderScript, []string{orderKey(orderID)}, argv...)
+	script := orderDecideScript // runs on a node out of memory too (oom.go)
+	if op == opBegin {
+		script = orderScript
+	}
+	v, err := inv.run(ctx, home, script, []string{orderKey(orderID)}, argv...)
 	if err != nil {
 		return orderRecord{}, err
 	}
-	raw, err := asSlice(home, orderScript, v)
+	raw, err := asSlice(home, script, v)
 	if err != nil {
 		return orderRecord{}, err
 	}
 	if len(raw) != 6 {
-		return orderRecord{}, malformed(home, orderScript, v)
+		return orderRecord{}, malformed(home, script, v)
 	}
 	var rec orderRecord
 	status, ok1 := raw[0].(string)
@@ -82,7 +86,7 @@ func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID stri
 	reason, ok5 := raw[4].(string)
 	wait, ok6 := raw[5].(int64)
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
-		return orderRecord{}, malformed(home, orderScript, v)
+		return orderRecord{}, malformed(home, script, v)
 	}
 	rec.status, rec.token, rec.reason = recStatus(status), token, reason
 	rec.deadline = time.UnixMilli(dl)

@@ -39,7 +39,7 @@ return out
 //	retry  5 part id: move a stuck part back to the pending index, due
 //	       now, and restart its backoff. Returns 1, or 0 when it was not
 //	       stuck.
-var pendingAdjustScript = newScript("pending-adjust", true, `
+var pendingAdjustScript = newReleaseScript("pending-adjust", `
 local op = ARGV[4]
 if op == 'later' then
   return redis.call('ZADD', KEYS[2], 'XX', tonumber(ARGV[6]), ARGV[5])
@@ -144,9 +144,12 @@ func (inv *Inventory) DueParts(ctx context.Context, n *node.Node, limit int) ([]
 // else (cancelled, expired, failed, superseded or missing) → cancel. The
 // order's expiry itself is decided first, by compare-and-set on the order
 // record, so a racing Confirm either wins (the part is confirmed) or loses
-// (Confirm reports ErrExpired). When the order's home node is unreachable
-// the part is postponed and the error returned. Safe to run from several processes at
-// once: each part changes state at most once.
+// (Confirm reports ErrExpired). When the decision is out of reach (the
+// order's home node, or the node of another promised part of a staged
+// order, is unreachable or refuses, for a reason other than data to
+// repair: see [Unsettleable]) the part is postponed by a few seconds and
+// the error returned, so the parts behind it are not held up. Safe to run
+// from several processes at once: each part changes state at most once.
 func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolution, error) {
 	n, err := inv.r.Node(p.Node)
 	if err != nil {
@@ -158,33 +161,36 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 		}
 		return AlreadySettled, nil
 	}
+	// putOff looks at the part again later when its order's decision is
+	// out of reach (its home, or the node of another promised part of a
+	// staged order, down, timing out, or refusing), so the parts of other
+	// orders behind it in the pending index are not held up.
+	putOff := func(err error) (Resolution, error) {
+		if _, lerr := inv.pendingAdjust(ctx, n, "later", p.PartID, time.Now().Add(homeRetry).UnixMilli()); lerr != nil {
+			return "", lerr
+		}
+		return Postponed, err
+	}
 	action := Cancel
 	if p.OrderID != "" {
 		home, err := inv.homeFor(ctx, p.OrderID)
 		if err != nil {
-			// The decision is out of reach: look again later, so parts
-			// of reachable orders behind this one are not held up.
-			if _, lerr := inv.pendingAdjust(ctx, n, "later", p.PartID, time.Now().Add(homeRetry).UnixMilli()); lerr != nil {
-				return "", lerr
-			}
-			return Postponed, err
+			return putOff(err)
 		}
 		rec, err := inv.orderOp(ctx, home, p.OrderID, opExpire, p.Token, seconds(inv.cfg.Retention))
 		if err == nil && rec.status == recStaging {
 			// Decide the staged order first (long past its lease), then
-			// read its decision. A node of another promised part that
-			// cannot be reached puts this part off, like an unreachable
-			// home, so parts behind it are not held up.
+			// read its decision.
 			if err = inv.resolveStaged(ctx, home, p.OrderID, rec, true); err != nil {
-				if _, lerr := inv.pendingAdjust(ctx, n, "later", p.PartID, time.Now().Add(homeRetry).UnixMilli()); lerr != nil {
-					return "", lerr
-				}
-				return Postponed, err
+				return putOff(err)
 			}
 			rec, err = inv.orderOp(ctx, home, p.OrderID, opExpire, p.Token, seconds(inv.cfg.Retention))
 		}
 		if err != nil {
-			return "", err
+			if Unsettleable(err) {
+				return "", err // an unreadable record: the caller sets the part aside
+			}
+			return putOff(err)
 		}
 		if rec.token == p.Token {
 			switch rec.status {

@@ -124,7 +124,7 @@ return out
 // A pending stock part whose SKU's stock hash holds fewer reserved units
 // than the part is refused before any write: SHARDIS_NOSTOCK when the hash
 // does not exist at all (deleted), SHARDIS_CORRUPT otherwise.
-var settleScript = newGroupedScript("settle", true, `
+var settleScript = newGroupedReleaseScript("settle", `
 local action = ARGV[4]
 local target = action == 'confirm' and 'confirmed' or 'cancelled'
 local retention = tonumber(ARGV[5])
@@ -219,7 +219,24 @@ return out
 // (staged.go: resolveStaged), then repeats the op.
 //
 // A record marked moved (topology.go) is treated as absent and dropped.
-var orderScript = newGroupedScript("order", true, `
+//
+// It runs as two scripts of one body (oom.go): orderScript, refused whole
+// on a node out of memory, for begin (it starts an order), and
+// orderDecideScript, which runs there too, for every other op (they decide
+// an order that exists, or tombstone one that does not); orderDecideScript
+// refuses begin.
+var orderScript = newGroupedScript("order", true, orderBody)
+
+// orderDecideScript is orderScript's body for every op but begin, declared
+// memRelease (oom.go).
+var orderDecideScript = newGroupedReleaseScript("order", `
+if ARGV[4] == 'begin' then
+  return redis.error_reply('SHARDIS_BADOP begin takes memory: not an op of the order-decide script')
+end
+`+orderBody)
+
+// orderBody is the order record's state machine (orderScript).
+const orderBody = `
 local key, op, token = KEYS[2], ARGV[4], ARGV[5]
 local f = redis.call('HMGET', key, 'status', 'token', 'deadline', 'parts', 'reason', 'lease', 'digest', 'moved')
 local moved = f[8]
@@ -316,7 +333,7 @@ elseif op == 'expire' then
   return record(status or 'missing')
 end
 return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))
-`)
+`
 
 // readStock reads and validates the counters of the stock hash KEYS[2]
 // into v = {available, reserved, confirmed, loaded, limit}.

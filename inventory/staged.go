@@ -223,7 +223,7 @@ return out
 // tombstone was written, so the part can never be taken) or {"absent",
 // "", 0, 0} (inspect). A pending part is marked held, in either mode: the
 // attempt can no longer abort it (the file comment).
-var probeScript = newScript("probe", true, `
+var probeScript = newReleaseScript("probe", `
 local out = {}
 local inc = redis.call('HGET', KEYS[1], 'incarnation') or ''
 for i = 2, #KEYS do

@@ -215,6 +215,8 @@ type Node struct {
 	held          atomic.Pointer[Mark]      // a mark a peer is known to hold of this node (NoteHeld)
 	holdMu        sync.Mutex                // serializes Acknowledge's wait for a peer
 	closeOnce     sync.Once
+
+	memory atomic.Pointer[memoryRead] // the last MemoryLimit read (memory.go)
 }
 
 // New returns a Node in [StateDown] (not yet probed). It does not connect:

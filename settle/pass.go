@@ -17,8 +17,20 @@ import (
 // a TTL of Settings.Lease). Instances that find it held skip the node.
 const LeaseKey = "inv:reconcile:lease"
 
-// releaseScript deletes the lease only if the caller still holds it.
-var releaseScript = redis.NewScript(`
+// takeScript takes the lease (KEYS[1]) for token ARGV[1] and ARGV[2] ms
+// if no one holds it: 1 if taken, 0 if held. It is declared allow-oom, as
+// the inventory's settle scripts are (inventory/oom.go): a pass over a
+// node out of memory is what returns the stock held there, and the lease
+// is one small key. A plain SET NX would be refused on such a node, and
+// the pass with it.
+var takeScript = redis.NewScript(`#!lua flags=allow-oom
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+return 0
+`)
+
+// releaseScript deletes the lease only if the caller still holds it
+// (allow-oom, as takeScript).
+var releaseScript = redis.NewScript(`#!lua flags=allow-oom
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 `)
@@ -32,7 +44,8 @@ func leaseToken() string {
 // leased runs one pass over n if this reconciler gets n's lease, and
 // releases it afterwards. It returns the number of failed steps.
 func (r *Reconciler) leased(ctx context.Context, n *node.Node) int {
-	ok, err := n.Client().SetNX(ctx, LeaseKey, r.id, r.set.Lease).Result()
+	took, err := takeScript.Run(ctx, n.Client(), []string{LeaseKey}, r.id, r.set.Lease.Milliseconds()).Int64()
+	ok := took == 1
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("reconciler: taking the node lease", "node", n.Name(), "err", err)
