@@ -27,7 +27,7 @@ func (m MemoryLimit) String() string {
 	case b%(1<<10) == 0:
 		size = strconv.FormatInt(b>>10, 10) + "kb"
 	default:
-		size = strconv.FormatInt(b, 10) + "b"
+		size = strconv.FormatInt(b, 10) + " bytes"
 	}
 	out := "maxmemory " + size
 	if m.Policy != "" {
