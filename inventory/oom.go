@@ -25,10 +25,11 @@ import (
 //	           steps. Refused whole on a full node ("OOM command not
 //	           allowed…") before any of it runs, so nothing is half done.
 //	memRelease "#!lua flags=allow-oom": decides or settles what the node
-//	           already holds, and runs on a full node: settle (confirm and
-//	           cancel of parts, tombstones), the order record's decisions
+//	           already holds, and runs on a full node: settle (confirm, cancel
+//	           and abort of parts, tombstones), the order record's decisions
 //	           (commit, fail, confirm, cancel, expire), the staged probe
-//	           (tombstones for promised parts) and the pending index's
+//	           (tombstones for promised parts, the held mark on pending
+//	           ones) and the pending index's
 //	           adjustments (postpone, drop, set aside, retry).
 //
 // Why memRelease is safe on a full node: such a script never takes stock
