@@ -218,8 +218,10 @@ return out
 // "prevent"), 5 order id, 6 retention s of a tombstone, then per part the
 // node's incarnation the attempt promised ("" unknown).
 // Per part it returns {state, token, qty, offset}: the part's fields, or
-// {"lost", "", 0, 0} (prevent: absent on a node whose stamp is of another
-// incarnation, nothing written), {"prevented", "", 0, 0} (prevent: a
+// {"lost", "", 0, 0} (either mode: absent on a node whose stamp is of
+// another incarnation, which lost it; nothing written, and a take of the
+// attempt landing there later is settled by the order's decision like any
+// part), {"prevented", "", 0, 0} (prevent: a
 // tombstone was written, so the part can never be taken) or {"absent",
 // "", 0, 0} (inspect). A pending part is marked held, in either mode: the
 // attempt can no longer abort it (the file comment).
@@ -234,7 +236,7 @@ for i = 2, #KEYS do
   end
   if f[1] then
     out[#out + 1] = {f[1], f[2] or '', tonumber(f[3]) or 0, tonumber(f[4]) or 0}
-  elseif ARGV[4] == 'prevent' and promised ~= '' and promised ~= inc then
+  elseif promised ~= '' and promised ~= inc then
     out[#out + 1] = {'lost', '', 0, 0}
   elseif ARGV[4] == 'prevent' then
     redis.call('HSET', KEYS[i], 'state', 'cancelled', 'qty', 0, 'order', ARGV[5], 'tombstone', 1, 'at', now)
