@@ -38,7 +38,10 @@ func newEnv(t *testing.T, instances int) *env {
 	}
 	cfg.Servers = map[string]config.Server{"cache": {OnNodeDown: config.OnNodeDownFail,
 		Routes: map[string][]string{"r": {"n1", "n2", "n3"}}}}
-	cfg.Health = config.Health{Heartbeat: 100 * time.Millisecond, Timeout: 200 * time.Millisecond,
+	// Timeout is also the dial timeout: 1s, not 200ms, so a loaded machine
+	// (-race, parallel packages) does not fail a thousand concurrent
+	// Gets' dials; a killed node is noticed at once (connection refused).
+	cfg.Health = config.Health{Heartbeat: 100 * time.Millisecond, Timeout: time.Second,
 		Backoff: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}}
 	if err := cfg.ValidateRouter(); err != nil {
 		t.Fatal(err)
