@@ -99,7 +99,7 @@ func (a *applier) moveOrders(ctx context.Context, v *view) error {
 			if v.prevHomes.Home(id) != name {
 				continue // not homed here in the previous epoch
 			}
-			home := a.inv.members[a.inv.homes.member(id)]
+			home := v.members[v.homes.member(id)]
 			if home.Name() == name {
 				continue
 			}
