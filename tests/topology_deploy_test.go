@@ -1,10 +1,13 @@
 package tests
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,6 +153,33 @@ func TestTopologyConfigMissingNodeRefused(t *testing.T) {
 	}
 }
 
+// TestTopologyPendingLoggedOnce: an instance with a pending change logs it
+// once, not at every reread.
+func TestTopologyPendingLoggedOnce(t *testing.T) {
+	c := newInvCluster(t, invOpts{health: &deployHealth})
+	ctx := invCtx(t, 10*time.Second)
+	cfg := c.deployConfig(map[string][]string{"r": {"n1", "n2", "n3"}, "x": {"n3"}})
+	r, err := router.New(ctx, cfg, router.Options{Logger: invDiscard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var logged syncBuffer
+	inv, err := inventory.New(r, inventory.Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if st := inv.TopologyStatus(ctx); !st.Ready || st.Pending != "pending topology change: config epoch differs: n3 +route x" {
+			t.Fatalf("TopologyStatus = %+v, want ready with n3 +route x pending", st)
+		}
+		time.Sleep(300 * time.Millisecond) // past the reread interval: each status rereads the nodes
+	}
+	if n := strings.Count(logged.String(), "pending topology change"); n != 1 {
+		t.Fatalf("the pending change was logged %d times, want once:\n%s", n, logged.String())
+	}
+}
+
 // withListen returns a copy of cfg listening on a free loopback port.
 func withListen(cfg *config.Config) *config.Config {
 	c := *cfg
@@ -183,4 +213,22 @@ func TestTopologySvcPendingReady(t *testing.T) {
 	if code, body := svcGet(t, e.base+"/readyz"); code != http.StatusOK || strings.Contains(body, "pending") {
 		t.Fatalf("/readyz of the service at the applied topology: %d %q", code, body)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
