@@ -30,7 +30,7 @@ func (a *applier) migrate(ctx context.Context, tok string) (ApplyReport, error) 
 		if err := a.moveOrders(ctx, v); err != nil {
 			return a.rep, err
 		}
-		if err := a.decideStaging(ctx); err != nil {
+		if err := a.decideStaging(ctx, v); err != nil {
 			return a.rep, err
 		}
 		deadline := time.Now().Add(a.opts.Wait)
@@ -99,7 +99,7 @@ func (a *applier) moveOrders(ctx context.Context, v *view) error {
 			if v.prevHomes.Home(id) != name {
 				continue // not homed here in the previous epoch
 			}
-			home := a.inv.members[a.inv.homes.member(id)]
+			home := v.members[v.homes.member(id)]
 			if home.Name() == name {
 				continue
 			}
@@ -138,7 +138,7 @@ func (a *applier) moveOrders(ctx context.Context, v *view) error {
 // A committed record's parts on a leaving node stay pending and are
 // settled by settleLeaving after their deadline; a failed one's parts are
 // cancelled now, so the leaving node's stock can move.
-func (a *applier) decideStaging(ctx context.Context) error {
+func (a *applier) decideStaging(ctx context.Context, v *view) error {
 	if a.inv.mutated(MutationApplyLeavesStaging) {
 		return nil // test-only (faults.go): item A2's bug re-introduced
 	}
@@ -147,7 +147,7 @@ func (a *applier) decideStaging(ctx context.Context) error {
 		return err
 	}
 	for _, id := range ids {
-		home, err := a.node(a.inv.members[a.inv.homes.member(id)].Name())
+		home, err := a.node(v.members[v.homes.member(id)].Name())
 		if err != nil {
 			return err
 		}

@@ -182,15 +182,16 @@ func MintedHome(orderID string) (string, bool) {
 // usable, and with ErrUnavailable wrapping ErrTopology while this instance
 // cannot act at the nodes' topology (Reserve would refuse too).
 func (inv *Inventory) NewOrderID(ctx context.Context, items ...Item) (string, error) {
+	ctx, v := inv.pin(ctx)
 	sets := make([]*router.Set, len(items))
 	for i, it := range items {
-		set, err := inv.set(it.Route)
+		set, err := inv.set(ctx, it.Route)
 		if err != nil {
 			return "", fmt.Errorf("%w (items[%d])", err, i)
 		}
 		sets[i] = set
 	}
-	if err := inv.topology(ctx).refuse(); err != nil {
+	if err := v.refuse(); err != nil {
 		return "", err
 	}
 	var seed [8]byte
@@ -198,9 +199,9 @@ func (inv *Inventory) NewOrderID(ctx context.Context, items ...Item) (string, er
 		return "", fmt.Errorf("inventory: minting an order id: %w", err)
 	}
 	best, bestScore := -1, -1
-	w := inv.homes.ring.Walk(string(seed[:]))
+	w := v.homes.ring.Walk(string(seed[:]))
 	for i, ok := w.Next(); ok; i, ok = w.Next() {
-		n := inv.members[i]
+		n := v.members[i]
 		if !inv.usable(n) {
 			continue
 		}
@@ -220,5 +221,5 @@ func (inv *Inventory) NewOrderID(ctx context.Context, items ...Item) (string, er
 	if best < 0 {
 		return "", fmt.Errorf("%w: no node of server %q can hold a new order's record", ErrUnavailable, inv.cfg.Server)
 	}
-	return mintID(inv.members[best].Name())
+	return mintID(v.members[best].Name())
 }

@@ -105,6 +105,11 @@ var (
 	// with an older or newer configuration than the nodes and must not act
 	// on them. Nothing was changed.
 	ErrTopology = errors.New("topology epoch mismatch")
+	// ErrNotApplied is wrapped (together with [ErrInvalid]) when a request
+	// names a route that this instance's configuration has but the
+	// topology applied on the nodes does not: it is served once
+	// `shardis topology apply` has run. Nothing was changed.
+	ErrNotApplied = errors.New("route not in the applied topology")
 )
 
 // Options configures [New]. The zero value works.
@@ -160,14 +165,17 @@ const (
 // concurrent use and holds no state of its own beyond configuration: every
 // instance over the same nodes sees the same orders.
 type Inventory struct {
-	stats   counters
-	r       *router.Router
-	cfg     config.Inventory
-	opts    Options
-	log     *slog.Logger
-	homes   *Homes       // order homes over all inventory nodes (homes.go)
-	members []*node.Node // indexed like homes.names
-	routes  map[string]*router.Set
+	stats counters
+	r     *router.Router
+	cfg   config.Inventory
+	opts  Options
+	log   *slog.Logger
+	// nodes are the inventory server's nodes in this instance's
+	// configuration, sorted by name; cfgSets its routes' sets. Where
+	// orders and stock live comes from the applied topology instead: the
+	// view's placement (topology.go, served.go).
+	nodes   []*node.Node
+	cfgSets map[string]*router.Set
 	// topo is the topology epoch this instance acts at (topology.go).
 	topo topoState
 	// bg tracks one-round reservations' commits (staged_reserve.go).
@@ -213,28 +221,22 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 	if opts.GroupCommit == 0 {
 		opts.GroupCommit = 32
 	}
-	inv := &Inventory{r: r, cfg: cfg.Inventory, opts: opts, log: opts.Logger, routes: map[string]*router.Set{}}
+	inv := &Inventory{r: r, cfg: cfg.Inventory, opts: opts, log: opts.Logger, cfgSets: map[string]*router.Set{}}
 	for route := range srv.Routes {
 		set, err := r.Set(cfg.Inventory.Server, route)
 		if err != nil {
 			return nil, err
 		}
-		inv.routes[route] = set
+		inv.cfgSets[route] = set
 	}
-	names := homeNames(cfg)
-	for _, name := range names {
+	for _, name := range homeNames(cfg) {
 		n, err := r.Node(name)
 		if err != nil {
 			return nil, err
 		}
-		inv.members = append(inv.members, n)
+		inv.nodes = append(inv.nodes, n)
 	}
-	ring, err := router.ConfigRing(cfg, names)
-	if err != nil {
-		return nil, err
-	}
-	inv.homes = newHomes(ring, names)
-	if err := checkAOFVersions(cfg.Inventory.Durability, inv.members); err != nil {
+	if err := checkAOFVersions(cfg.Inventory.Durability, inv.nodes); err != nil {
 		return nil, fmt.Errorf("inventory: %w", err)
 	}
 	inv.topo.self = TopologyOf(cfg)
@@ -244,7 +246,13 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 	if !noInit {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		inv.resync(ctx, inv.topo.cur.Load())
+		v := inv.resync(ctx, inv.topo.cur.Load())
+		// A configuration that cannot serve the applied topology at all
+		// is refused now, with the reason (served.go).
+		var missing *MissingNodeError
+		if errors.As(v.notReady, &missing) {
+			return nil, fmt.Errorf("inventory: %w", v.notReady)
+		}
 	}
 	return inv, nil
 }
@@ -265,13 +273,16 @@ func homeNames(cfg *config.Config) []string {
 	return names
 }
 
-// Nodes returns every node of the inventory server, sorted by name.
-func (inv *Inventory) Nodes() []*node.Node { return append([]*node.Node(nil), inv.members...) }
+// Nodes returns every node of the inventory server in this instance's
+// configuration, sorted by name: every node it may ever act on (the
+// applied topology it serves is a subset, see [Inventory.Members]).
+func (inv *Inventory) Nodes() []*node.Node { return append([]*node.Node(nil), inv.nodes...) }
 
-// orderHome returns the node holding an order's record (homes.go). It
-// never fails over: an order's decision lives on one node.
-func (inv *Inventory) orderHome(orderID string) (*node.Node, error) {
-	n := inv.members[inv.homes.member(orderID)]
+// orderHome returns the node holding an order's record in the placement
+// of v (homes.go). It never fails over: an order's decision lives on one
+// node.
+func (inv *Inventory) orderHome(v *view, orderID string) (*node.Node, error) {
+	n := v.members[v.homes.member(orderID)]
 	if !inv.usable(n) {
 		return nil, fmt.Errorf("%w: order %q: its home node %s is unavailable: %v", ErrUnavailable, orderID, n.Name(), inv.unusableReason(n))
 	}
@@ -323,14 +334,6 @@ func (inv *Inventory) unusableNodes(set *router.Set) string {
 		}
 	}
 	return strings.Join(out, "; ")
-}
-
-func (inv *Inventory) set(route string) (*router.Set, error) {
-	s := inv.routes[route]
-	if s == nil {
-		return nil, fmt.Errorf("%w: route_key %q is not a route of server %q", ErrInvalid, route, inv.cfg.Server)
-	}
-	return s, nil
 }
 
 func (inv *Inventory) defer_(s Settle) {

@@ -70,6 +70,10 @@ func (inv *Inventory) ConvergeLimits(ctx context.Context, name string) (int, err
 	if err != nil {
 		return 0, err
 	}
+	ctx, v := inv.pin(ctx)
+	if err := v.refuse(); err != nil {
+		return 0, err
+	}
 	todo, err := n.Client().HGetAll(ctx, keyLimitsTodo).Result()
 	if err != nil {
 		return 0, fmt.Errorf("%w: node %s: %v", ErrUnavailable, name, err)
@@ -82,7 +86,11 @@ func (inv *Inventory) ConvergeLimits(ctx context.Context, name string) (int, err
 		}
 		limit, e1 := strconv.ParseInt(parts[0], 10, 64)
 		ver, e2 := strconv.ParseInt(parts[1], 10, 64)
-		set := inv.routes[parts[2]]
+		set := v.routes[parts[2]]
+		if set == nil && e1 == nil && e2 == nil && inv.cfgSets[parts[2]] != nil {
+			left++ // a route of this configuration, not applied yet
+			continue
+		}
 		if e1 != nil || e2 != nil || set == nil {
 			inv.log.Warn("dropping an unreadable pending limit change", "node", name, "key", key, "value", val)
 			_, _ = inv.run(ctx, n, limitTodoScript, []string{keyLimitsTodo}, key, "")

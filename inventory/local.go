@@ -161,7 +161,7 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 	token := newToken()
 	var reqs []partReq
 	for i, it := range items {
-		set, _ := inv.set(it.Route)
+		set, _ := inv.set(ctx, it.Route)
 		if c := inv.itemCandidates(set, home, orderID, it.SKU); len(c) == 0 || c[0] != home {
 			return Reservation{}, false, nil
 		}
@@ -174,7 +174,7 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 		if inv.topology(ctx).phase != PhaseStable {
 			return Reservation{}, false, nil
 		}
-		for _, q := range inv.quotaParts(orderID, token, items, userID) {
+		for _, q := range inv.quotaParts(ctx, orderID, token, items, userID) {
 			if q.node != home {
 				return Reservation{}, false, nil
 			}

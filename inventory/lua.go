@@ -257,10 +257,12 @@ func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys 
 		}
 		// Refused before anything was read or written: reread the nodes
 		// (a new or accepted node gets its record; another topology makes
-		// this instance refuse) and run it once more at the token read.
+		// this instance refuse or move to it) and run it once more, but
+		// only at the same token: the caller placed its keys with v, and
+		// another token may place them elsewhere (served.go).
 		inv.staleTopology()
 		v2 := inv.resync(ctx, inv.topo.cur.Load())
-		if v2.refuse() != nil {
+		if v2.refuse() != nil || v2.token != v.token {
 			return nil, err
 		}
 		if reply, seq, err = inv.execFaulty(ctx, n, s, v2.token, keys, args); err != nil {

@@ -59,7 +59,7 @@ func (inv *Inventory) homeFor(ctx context.Context, orderID string) (*node.Node, 
 	if err := v.refuse(); err != nil {
 		return nil, err
 	}
-	home, err := inv.orderHome(orderID)
+	home, err := inv.orderHome(v, orderID)
 	if err != nil {
 		return nil, err
 	}

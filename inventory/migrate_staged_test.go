@@ -49,7 +49,7 @@ func newStagedLeave(t *testing.T) *stagedLeave {
 		}
 		for i := 0; s.ids[role] == ""; i++ {
 			id := fmt.Sprintf("%s-%d", role, i)
-			if e.inv.homes.Home(id) == want && (role == "moved" || newHomes.Home(id) == "n1") {
+			if e.inv.topo.cur.Load().homes.Home(id) == want && (role == "moved" || newHomes.Home(id) == "n1") {
 				s.ids[role] = id
 			}
 		}
@@ -72,7 +72,7 @@ func (s *stagedLeave) apply(f Faults) ApplyReport {
 
 // status reads order id's record status at its home in the new topology.
 func (s *stagedLeave) status(inv *Inventory, id string) string {
-	home, err := inv.orderHome(id)
+	home, err := inv.orderHome(inv.topology(s.e.ctx), id)
 	if err != nil {
 		s.e.t.Fatal(err)
 	}

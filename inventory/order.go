@@ -109,6 +109,7 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 	if err := checkID("order_id", orderID); err != nil {
 		return Outcome{}, err
 	}
+	ctx, _ = inv.pin(ctx)
 	home, err := inv.homeFor(ctx, orderID)
 	if err != nil {
 		return Outcome{}, err
@@ -159,6 +160,7 @@ func (inv *Inventory) Cancel(ctx context.Context, orderID string) (Outcome, erro
 	if err := checkID("order_id", orderID); err != nil {
 		return Outcome{}, err
 	}
+	ctx, _ = inv.pin(ctx)
 	home, err := inv.homeFor(ctx, orderID)
 	if err != nil {
 		return Outcome{}, err

@@ -155,6 +155,7 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 	if err != nil {
 		return "", err
 	}
+	ctx, _ = inv.pin(ctx)
 	if p.State != "pending" {
 		if _, err := inv.pendingAdjust(ctx, n, "drop", p.PartID); err != nil {
 			return "", err

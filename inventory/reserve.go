@@ -106,7 +106,8 @@ func (inv *Inventory) effectiveTTL(ttl time.Duration) (time.Duration, bool) {
 }
 
 func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item, userID string, ttl time.Duration) (Reservation, error) {
-	if err := inv.checkReserve(orderID, items, userID); err != nil {
+	ctx, _ = inv.pin(ctx)
+	if err := inv.checkReserve(ctx, orderID, items, userID); err != nil {
 		return Reservation{}, err
 	}
 	if ttl < 0 {
@@ -190,7 +191,7 @@ func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, order
 	return Reservation{OrderID: orderID, Receipts: receipts(parts), Deadline: rec.deadline}, nil
 }
 
-func (inv *Inventory) checkReserve(orderID string, items []Item, userID string) error {
+func (inv *Inventory) checkReserve(ctx context.Context, orderID string, items []Item, userID string) error {
 	if err := checkID("order_id", orderID); err != nil {
 		return err
 	}
@@ -206,7 +207,7 @@ func (inv *Inventory) checkReserve(orderID string, items []Item, userID string) 
 		return fmt.Errorf("%w: %d items, at most %d", ErrInvalid, len(items), MaxItems)
 	}
 	for i, it := range items {
-		if _, err := inv.set(it.Route); err != nil {
+		if _, err := inv.set(ctx, it.Route); err != nil {
 			return fmt.Errorf("items[%d]: %w", i, err)
 		}
 		if p := idProblem(it.SKU); p != "" {

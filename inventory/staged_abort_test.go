@@ -31,7 +31,7 @@ func (d *dropStageReply) Call(_ context.Context, c ScriptCall, send func() (any,
 // homedOn returns an order id whose home node is name.
 func (e *stagedEnv) homedOn(prefix, name string) string {
 	for i := 0; ; i++ {
-		if id := fmt.Sprintf("%s-%d", prefix, i); e.inv.homes.Home(id) == name {
+		if id := fmt.Sprintf("%s-%d", prefix, i); e.inv.topo.cur.Load().homes.Home(id) == name {
 			return id
 		}
 	}

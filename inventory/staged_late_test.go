@@ -105,7 +105,7 @@ func (e *stagedEnv) lateInstance(l *lateStage) *Inventory {
 func (e *stagedEnv) awayOrder(prefix string) string {
 	for i := 0; ; i++ {
 		id := fmt.Sprintf("%s-%d", prefix, i)
-		if e.inv.homes.Home(id) != "n2" {
+		if e.inv.topo.cur.Load().homes.Home(id) != "n2" {
 			return id
 		}
 	}
@@ -176,7 +176,7 @@ func (e *stagedEnv) checkConfirmed(route, sku string, loaded int64, confirmed ..
 	e.t.Helper()
 	var units int64
 	for _, id := range confirmed {
-		home, _ := e.inv.orderHome(id)
+		home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), id)
 		rec, err := DecodeOrder(id, e.clients[home.Name()].HGetAll(e.ctx, orderKey(id)).Val())
 		if err != nil {
 			e.t.Fatalf("order %s: %v", id, err)

@@ -19,7 +19,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		return Reservation{}, false, nil
 	}
 	token := newToken()
-	batches, promised, ok := inv.planStaged(home, orderID, token, items, userID)
+	batches, promised, ok := inv.planStaged(ctx, home, orderID, token, items, userID)
 	if !ok {
 		return Reservation{}, false, nil
 	}
@@ -206,7 +206,7 @@ func (inv *Inventory) stageTake(ctx context.Context, home *node.Node, orderID, t
 // see itemCandidates) and each per-user quota on the user's quota node.
 // ok is false when some item has no usable node, a quota node is not
 // usable, or every part would be on the home node (local.go's case).
-func (inv *Inventory) planStaged(home *node.Node, orderID, token string, items []Item, userID string) (map[*node.Node][]partReq, []part, bool) {
+func (inv *Inventory) planStaged(ctx context.Context, home *node.Node, orderID, token string, items []Item, userID string) (map[*node.Node][]partReq, []part, bool) {
 	batches := map[*node.Node][]partReq{}
 	var promised []part
 	away := false
@@ -216,7 +216,7 @@ func (inv *Inventory) planStaged(home *node.Node, orderID, token string, items [
 		away = away || n != home
 	}
 	for i, it := range items {
-		set, _ := inv.set(it.Route)
+		set, _ := inv.set(ctx, it.Route)
 		c := inv.itemCandidates(set, home, orderID, it.SKU)
 		if len(c) == 0 {
 			return nil, nil, false
@@ -229,7 +229,7 @@ func (inv *Inventory) planStaged(home *node.Node, orderID, token string, items [
 		})
 	}
 	if userID != "" {
-		for _, q := range inv.quotaParts(orderID, token, items, userID) {
+		for _, q := range inv.quotaParts(ctx, orderID, token, items, userID) {
 			if !inv.usable(q.node) {
 				return nil, nil, false
 			}

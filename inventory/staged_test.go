@@ -128,7 +128,7 @@ func (e *stagedEnv) expireAll() {
 // every other part of the order id is cancelled.
 func (e *stagedEnv) verify(id string, want ...string) string {
 	e.t.Helper()
-	home, _ := e.inv.orderHome(id)
+	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), id)
 	f, _ := e.clients[home.Name()].HMGet(e.ctx, orderKey(id), "status", "token").Result()
 	status, _ := f[0].(string)
 	token, _ := f[1].(string)
@@ -326,7 +326,7 @@ func TestStagedExpiryWithPartNodeDown(t *testing.T) {
 	var id string
 	for i := 0; id == ""; i++ {
 		// Its record on a node that stays up: only a part is out of reach.
-		if h, _ := e.inv.orderHome(fmt.Sprintf("down-%d", i)); h.Name() != "n3" {
+		if h, _ := e.inv.orderHome(e.inv.topo.cur.Load(), fmt.Sprintf("down-%d", i)); h.Name() != "n3" {
 			id = fmt.Sprintf("down-%d", i)
 		}
 	}
@@ -381,7 +381,7 @@ func TestStagedRefusalInOneRound(t *testing.T) {
 	id := func(prefix string) string {
 		for i := 0; ; i++ {
 			id := fmt.Sprintf("%s-%d", prefix, i)
-			if e.inv.homes.Home(id) != "n2" {
+			if e.inv.topo.cur.Load().homes.Home(id) != "n2" {
 				return id
 			}
 		}

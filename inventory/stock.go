@@ -78,7 +78,8 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 	if perUserLimit < 0 {
 		perUserLimit = -1 // the script's "leave as is"
 	}
-	set, err := inv.set(route)
+	ctx, _ = inv.pin(ctx)
+	set, err := inv.set(ctx, route)
 	if err != nil {
 		return StockLevel{}, err
 	}
@@ -180,7 +181,8 @@ func (inv *Inventory) GetStock(ctx context.Context, route, sku string) (StockLev
 	if err := checkID("sku_id", sku); err != nil {
 		return StockLevel{}, err
 	}
-	set, err := inv.set(route)
+	ctx, _ = inv.pin(ctx)
+	set, err := inv.set(ctx, route)
 	if err != nil {
 		return StockLevel{}, err
 	}

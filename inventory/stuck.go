@@ -222,7 +222,7 @@ func (inv *Inventory) RetryStuckSKU(ctx context.Context, nodeName, route, sku st
 	if err := checkID("sku_id", sku); err != nil {
 		return 0, err
 	}
-	if _, err := inv.set(route); err != nil {
+	if _, err := inv.set(ctx, route); err != nil {
 		return 0, err
 	}
 	return inv.stuckRetry(ctx, nodeName, "sku", 10000, stockKey(route, sku), quotaKey(route, sku, ""))

@@ -71,7 +71,7 @@ end
 func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token string, deadline partDue, items []Item, userID string) (taken, unknown []part, err error) {
 	states := make([]itemState, len(items))
 	for i, it := range items {
-		set, _ := inv.set(it.Route)
+		set, _ := inv.set(ctx, it.Route)
 		st := itemState{set: set, need: it.Quantity, cands: inv.itemCandidates(set, home, orderID, it.SKU)}
 		st.usable = len(st.cands)
 		states[i] = st
@@ -84,7 +84,7 @@ func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token 
 	quotaDown := map[rs]string{}
 	if userID != "" {
 		v := inv.topology(ctx)
-		for _, q := range inv.quotaParts(orderID, token, items, userID) {
+		for _, q := range inv.quotaParts(ctx, orderID, token, items, userID) {
 			if !inv.usable(q.node) {
 				quotaDown[rs{q.req.Route, q.req.SKU}] = q.node.Name()
 				continue
@@ -204,7 +204,7 @@ type quotaPart struct {
 // of it, on the node that owns the user in that route
 // (Home("user:"+userID)); it never fails over, or the limit would split.
 // The routes must be valid (checkReserve).
-func (inv *Inventory) quotaParts(orderID, token string, items []Item, userID string) []quotaPart {
+func (inv *Inventory) quotaParts(ctx context.Context, orderID, token string, items []Item, userID string) []quotaPart {
 	type rs struct{ route, sku string }
 	idx := map[rs]int{}
 	var out []quotaPart
@@ -214,7 +214,7 @@ func (inv *Inventory) quotaParts(orderID, token string, items []Item, userID str
 			out[j].req.Qty += it.Quantity
 			continue
 		}
-		set, _ := inv.set(it.Route)
+		set, _ := inv.set(ctx, it.Route)
 		n := set.Nodes()[set.Ring().Home("user:"+userID)]
 		idx[k] = len(out)
 		out = append(out, quotaPart{node: n, req: partReq{

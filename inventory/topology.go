@@ -36,15 +36,22 @@ import (
 //	                 ("migrating" or "stable")
 //
 // The rule: an instance acts only at the token of the nodes' newest
-// record, and only when that record's topology is exactly the one its own
-// configuration implies (same routes, nodes and weights). The prelude of
-// every script (lua.go) compares the caller's token with the node's and
-// refuses with SHARDIS_EPOCH otherwise, atomically with the script's
-// reads and writes. So at any moment at most one topology can act on a
-// node, and an instance with an older (or not yet applied) configuration
-// changes nothing anywhere: it answers [ErrTopology], reports not ready,
-// and adopts the nodes' topology by itself once it matches (it rereads
-// the nodes when a script is refused, and while it is not ready).
+// record, and only with the placement of that record's topology (its
+// routes, members and weights), whatever its own configuration says. The
+// prelude of every script (lua.go) compares the caller's token with the
+// node's and refuses with SHARDIS_EPOCH otherwise, atomically with the
+// script's reads and writes. So at any moment at most one topology can
+// act on a node, and every instance that acts places orders, quotas and
+// stock alike. An instance whose configuration differs from the applied
+// topology (a rolling deploy before `shardis topology apply`) keeps
+// serving and reconciling the applied one, reports the pending
+// difference, and moves to the new topology by itself once it is applied
+// (it rereads the nodes when a script is refused, and every resyncEvery
+// while it is not ready, migrating or has a change pending): see
+// served.go. An instance that cannot serve the applied topology (a node
+// it needs is missing from its configuration) changes nothing anywhere:
+// [New] refuses it, and a running one answers [ErrTopology] and reports
+// not ready.
 //
 // Epochs only move forward, and only by `shardis topology apply`
 // ([ApplyTopology]):
@@ -242,10 +249,16 @@ type TopologyStatus struct {
 	Ready bool
 	// Reason says why not, when not Ready.
 	Reason string
+	// Pending, when Ready, says how this instance's configuration differs
+	// from the applied topology it serves, e.g. "pending topology change:
+	// config epoch differs: +n4 (route x)"; "" when it is the applied one.
+	Pending string
 }
 
-// view is an immutable snapshot of what an instance acts on.
+// view is an immutable snapshot of what an instance acts on: the epoch
+// token and the placement of the applied topology (served.go).
 type view struct {
+	placement
 	token     string
 	epoch     int64
 	phase     Phase
@@ -276,11 +289,15 @@ const resyncEvery = 250 * time.Millisecond
 // errTopologyUnread is the view before the nodes were read.
 var errTopologyUnread = fmt.Errorf("%w: %w: topology not read from the nodes yet", ErrUnavailable, ErrTopology)
 
-// topology returns the current view, rereading the nodes first when the
-// view is not ready or migrating and older than resyncEvery.
+// topology returns the view pinned on ctx (served.go), or the current
+// view, rereading the nodes first when the view is not ready, migrating
+// or has a configuration change pending, and is older than resyncEvery.
 func (inv *Inventory) topology(ctx context.Context) *view {
+	if v, ok := inv.pinned(ctx); ok {
+		return v
+	}
 	v := inv.topo.cur.Load()
-	if (v.notReady == nil && v.phase == PhaseStable) || time.Since(v.read) < resyncEvery {
+	if (v.notReady == nil && v.phase == PhaseStable && v.pending == "") || time.Since(v.read) < resyncEvery {
 		return v
 	}
 	return inv.resync(ctx, v)
@@ -311,7 +328,11 @@ func (inv *Inventory) resync(ctx context.Context, old *view) *view {
 	if v.notReady != nil && (old.notReady == nil || old.notReady.Error() != v.notReady.Error()) {
 		inv.log.Error("inventory: not acting on the nodes", "reason", v.notReady)
 	} else if v.notReady == nil && (old.notReady != nil || old.token != v.token || old.phase != v.phase) {
-		inv.log.Info("inventory: topology", "epoch", v.epoch, "phase", string(v.phase), "topology", inv.topo.self.String())
+		inv.log.Info("inventory: topology", "epoch", v.epoch, "phase", string(v.phase), "topology", v.applied.String())
+	}
+	if v.notReady == nil && v.pending != "" && (old.notReady != nil || old.pending != v.pending) {
+		inv.log.Warn("inventory: "+v.pending+": serving the applied topology until `shardis topology apply` runs",
+			"epoch", v.epoch, "applied", v.applied.String(), "config", inv.topo.self.String())
 	}
 	return v
 }
@@ -320,23 +341,24 @@ func (inv *Inventory) resync(ctx context.Context, old *view) *view {
 // the nodes when it is not ready.
 func (inv *Inventory) TopologyStatus(ctx context.Context) TopologyStatus {
 	v := inv.topology(ctx)
-	st := TopologyStatus{Epoch: v.epoch, Phase: v.phase, Fingerprint: inv.topo.fp, Ready: v.notReady == nil}
+	st := TopologyStatus{Epoch: v.epoch, Phase: v.phase, Fingerprint: inv.topo.fp, Ready: v.notReady == nil, Pending: v.pending}
 	if v.notReady != nil {
 		st.Reason = v.notReady.Error()
 	}
 	return st
 }
 
-// readView reads every reachable member's record and decides the view.
-// Members without a record are given the current one when this
-// instance's topology is the nodes' (a new or accepted node); when no
-// member has any record, the reachable ones are initialised at epoch 1
-// with this instance's topology.
+// readView reads the record of every reachable node of this instance's
+// configuration and decides the view: the newest record's token and the
+// placement of its topology (served.go). Members of that topology without
+// a record are given it (a new or accepted node); when no node has any
+// record, the reachable ones are initialised at epoch 1 with this
+// instance's topology.
 func (inv *Inventory) readView(ctx context.Context) *view {
 	now := time.Now()
-	recs, unread := inv.readRecords(ctx, inv.members)
+	recs, unread := inv.readRecords(ctx, inv.nodes)
 	if inv.repairLost(ctx, recs) {
-		recs, unread = inv.readRecords(ctx, inv.members)
+		recs, unread = inv.readRecords(ctx, inv.nodes)
 	}
 	var newest *TopologyRecord
 	for i := range recs {
@@ -365,16 +387,18 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 		}
 		return inv.readView(ctx)
 	}
-	if newest.Current.Fingerprint() != inv.topo.fp {
-		if newest.Prev != nil && newest.Prev.Fingerprint() == inv.topo.fp {
-			return notReady("this instance's configuration is the previous topology (epoch %d); the nodes moved to epoch %d (%s): restart it with the new configuration",
-				newest.Epoch-1, newest.Epoch, newest.Current)
-		}
-		return notReady("this instance's configuration (%s) is not the nodes' topology at epoch %d (%s): run `shardis topology apply --config` with it, or restart with the applied configuration",
-			inv.topo.self, newest.Epoch, newest.Current)
+	pl, err := inv.place(newest.Current, newest.Epoch)
+	if err != nil {
+		return &view{read: now, notReady: err}
+	}
+	applied := map[string]bool{}
+	for _, n := range pl.members {
+		applied[n.Name()] = true
 	}
 	for _, r := range recs {
 		switch {
+		case !applied[r.Node]:
+			// Only this configuration has it: it joins at the apply.
 		case r.Lost:
 			inv.log.Error("inventory: node lost its topology record and no node can restore it", "node", r.Node, "token", r.Token)
 		case r.Epoch == 0 && !inv.topo.noInit:
@@ -386,7 +410,7 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 				"node", r.Node, "node_epoch", r.Epoch, "epoch", newest.Epoch)
 		}
 	}
-	v := &view{token: newest.Token, epoch: newest.Epoch, phase: newest.Phase, read: now}
+	v := &view{placement: pl, token: newest.Token, epoch: newest.Epoch, phase: newest.Phase, read: now}
 	for _, r := range recs {
 		if r.Token == newest.Token && r.Phase == PhaseStable {
 			v.phase = PhaseStable // stable is written only once everything moved

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/router"
 )
 
 func TestTopologyFingerprint(t *testing.T) {
@@ -57,6 +58,29 @@ func TestParseQuotaKey(t *testing.T) {
 	for _, k := range []string{"inv:quota:r:", "inv:quota:r:5:abc:u", "inv:quota:r:x:a:b", "inv:quota:other:1:a:b", "inv:quota:r:-1:a:b"} {
 		if _, _, ok := parseQuotaKey("r", k); ok {
 			t.Errorf("parseQuotaKey(%q) accepted a malformed key", k)
+		}
+	}
+}
+
+// TestTopologyDiff: the pending change an instance reports names what its
+// configuration would add, remove and reweigh, node by node.
+func TestTopologyDiff(t *testing.T) {
+	m := func(name string, w int) router.Member { return router.Member{Name: name, Weight: w} }
+	applied := Topology{Routes: map[string][]router.Member{
+		"r": {m("n1", 1), m("n2", 1), m("n3", 1)},
+		"s": {m("n3", 1)},
+	}}
+	for _, tc := range []struct {
+		cfg  Topology
+		want string
+	}{
+		{Topology{Routes: map[string][]router.Member{"r": {m("n1", 1), m("n2", 1), m("n3", 1)}, "s": {m("n3", 1)}, "x": {m("n4", 1)}}},
+			"+n4 (route x)"},
+		{Topology{Routes: map[string][]router.Member{"r": {m("n1", 1), m("n2", 2)}, "x": {m("n1", 1), m("n4", 1), m("n5", 1)}, "y": {m("n4", 1)}}},
+			"n1 +route x; n2 weight 1→2; -n3 (route r, route s); +n4 (route x, route y); +n5 (route x)"},
+	} {
+		if got := topologyDiff(applied, tc.cfg); got != tc.want {
+			t.Errorf("topologyDiff(%s, %s) = %q, want %q", applied, tc.cfg, got, tc.want)
 		}
 	}
 }

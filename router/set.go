@@ -32,6 +32,38 @@ func newSet(key node.RouteKey, policy string, members []string, cfg *config.Conf
 	return &Set{key: key, failFast: policy != config.OnNodeDownNext, ring: ring, nodes: ns, flags: flags}, nil
 }
 
+// SetOf builds the node set of (server, route) over the given members
+// and weights instead of the configuration's: the inventory serves the
+// topology applied on its nodes, which may differ from this router's
+// configuration during a rolling deploy (inventory/topology.go). Every
+// member must be a node of the router ([ErrUnknownNode] otherwise), and
+// the server must be configured ([ErrUnknownRoute]). A member whose
+// configuration does not put it in the route has no route flag: the set
+// treats it as drained (Pick and Spread skip it) until the configuration
+// names it there. The ring places keys as any ring over the same
+// (name, weight) pairs.
+func (r *Router) SetOf(server, route string, members []Member) (*Set, error) {
+	srv, ok := r.cfg.Servers[server]
+	if !ok {
+		return nil, fmt.Errorf("%w: server %q is not configured", ErrUnknownRoute, server)
+	}
+	key := node.RouteKey{Server: server, Route: route}
+	ns := make([]*node.Node, len(members))
+	flags := make([]node.RouteFlag, len(members))
+	for i, m := range members {
+		n := r.nodes[m.Name]
+		if n == nil {
+			return nil, fmt.Errorf("router: %s: %w: %q", key, ErrUnknownNode, m.Name)
+		}
+		ns[i], flags[i] = n, n.RouteFlag(key)
+	}
+	ring, err := NewRing(members)
+	if err != nil {
+		return nil, fmt.Errorf("router: %s: %w", key, err)
+	}
+	return &Set{key: key, failFast: srv.OnNodeDown != config.OnNodeDownNext, ring: ring, nodes: ns, flags: flags}, nil
+}
+
 // Key returns the set's (server, route) pair.
 func (s *Set) Key() node.RouteKey { return s.key }
 

@@ -75,8 +75,8 @@ type Stats struct {
 	QueueLength int   // deferred parts waiting now
 }
 
-// Reconciler settles deferred and expired parts on every node of an
-// inventory, every Interval and right away for a node that comes back.
+// Reconciler settles deferred and expired parts on every node of the
+// topology an inventory serves (the applied one), every Interval and right away for a node that comes back.
 // Nodes are worked concurrently (at most Settings.Nodes at once), each by
 // at most one pass of this process at a time and, for background passes,
 // by one instance at a time (the node's lease). A part that cannot be
@@ -204,25 +204,19 @@ func (r *Reconciler) loop() {
 		case name := <-r.wake:
 			r.dispatch(ctx, []string{name})
 		case <-t.C:
-			r.dispatch(ctx, r.names())
+			r.dispatch(ctx, nil)
 		}
 	}
 }
 
-func (r *Reconciler) names() []string {
-	var names []string
-	for _, n := range r.inv.Nodes() {
-		names = append(names, n.Name())
-	}
-	return names
-}
-
 // dispatch starts a background pass, under the node's lease, on every
-// named usable node whose previous pass has ended. It does not wait.
+// usable member of the topology the inventory serves (all when names is
+// nil, else the named ones) whose previous pass has ended. It does not
+// wait.
 func (r *Reconciler) dispatch(ctx context.Context, names []string) {
-	for _, n := range r.inv.Nodes() {
+	for _, n := range r.members(ctx) {
 		mu := r.nodeMu[n.Name()]
-		if mu == nil || !slices.Contains(names, n.Name()) || !n.Usable() || !mu.TryLock() {
+		if mu == nil || (names != nil && !slices.Contains(names, n.Name())) || !n.Usable() || !mu.TryLock() {
 			continue
 		}
 		r.running.Add(1)
@@ -240,6 +234,15 @@ func (r *Reconciler) dispatch(ctx context.Context, names []string) {
 	}
 }
 
+// members returns the nodes of the topology the inventory serves now (the
+// applied one, whatever the configuration says: a node only the
+// configuration has holds nothing yet).
+func (r *Reconciler) members(ctx context.Context) []*node.Node {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return r.inv.Members(ctx)
+}
+
 // RunOnce makes one pass over every usable node, concurrently, and waits
 // for it: deferred settles, due parts, and (every TrimEvery passes of a
 // node) a redo-log trim. A node's background pass in progress is waited
@@ -249,7 +252,7 @@ func (r *Reconciler) dispatch(ctx context.Context, names []string) {
 func (r *Reconciler) RunOnce(ctx context.Context) int {
 	var failed atomic.Int64
 	var wg sync.WaitGroup
-	for _, n := range r.inv.Nodes() {
+	for _, n := range r.members(ctx) {
 		mu := r.nodeMu[n.Name()]
 		if mu == nil || !n.Usable() {
 			continue

@@ -187,12 +187,17 @@ func TestTopologyAddNode(t *testing.T) {
 	to := c.topoConfig("n1", "n2", "n3", "n4")
 	_, newInv := c.newInventoryFor(t, to, nil)
 	ctx := invCtx(t, 20*time.Second)
-	// Before the apply the new configuration acts nowhere.
-	if _, err := newInv.Reserve(ctx, "early", []inventory.Item{invItem("r", "s", 1)}, "", time.Minute); !errors.Is(err, inventory.ErrTopology) {
-		t.Fatalf("Reserve through an instance with an unapplied topology = %v, want ErrTopology", err)
+	// Before the apply the new configuration serves the applied topology
+	// (inventory/served.go) and reports what its own would change.
+	if st := newInv.TopologyStatus(ctx); !st.Ready || st.Epoch != 1 || st.Pending != "pending topology change: config epoch differs: +n4 (route r)" {
+		t.Fatalf("TopologyStatus before apply = %+v, want ready at epoch 1 with n4 pending", st)
 	}
-	if st := newInv.TopologyStatus(ctx); st.Ready || !strings.Contains(st.Reason, "topology apply") {
-		t.Fatalf("TopologyStatus before apply = %+v, want not ready naming `topology apply`", st)
+	res, err := newInv.Reserve(ctx, "early", []inventory.Item{invItem("r", "s", 1)}, "", time.Minute)
+	if err != nil || res.Receipts[0].Node == "n4" {
+		t.Fatalf("Reserve through an instance with an unapplied topology = %+v, %v; want served on n1..n3", res, err)
+	}
+	if _, err := newInv.Cancel(ctx, "early"); err != nil {
+		t.Fatal(err)
 	}
 
 	// Pending parts still count the users' quota counters: the apply
@@ -287,11 +292,13 @@ func TestTopologyRemoveNode(t *testing.T) {
 	for _, n := range []string{"n1", "n2", "n3"} {
 		to.Nodes[n] = c.cfg.Nodes[n] // the new configuration does not know n4
 	}
-	_, newInv := c.newInventoryFor(t, to, nil)
+	// The new configuration does not name n4, which the applied topology
+	// needs: it is deployed after the apply (before, New refuses it).
 	rep := applyTopology(t, to, from, 100*time.Millisecond, inventory.PhaseMigrating)
 	if rep.LeftPending != 1 || rep.Waiting == 0 {
 		t.Fatalf("first apply = %+v, want 1 pending part on n4 and its stock waiting", rep)
 	}
+	_, newInv := c.newInventoryFor(t, to, nil)
 	waitReady(t, newInv)
 	out, err := newInv.Confirm(ctx, holdID)
 	if err != nil || out.Status != inventory.StatusConfirmed || out.PendingParts != 1 {
@@ -462,23 +469,9 @@ func errKind(err error) string {
 	return "other"
 }
 
-// A service whose configuration is not the nodes' topology is not ready,
-// and says why; it refuses inventory calls.
-func TestTopologySvcNotReady(t *testing.T) {
-	e := newSvcEnv(t, svcOpts{routes: map[string][]string{"clothes": {"n1", "n2", "n3"}}})
-	other := *e.cfg
-	other.Service.Listen = "127.0.0.1:0"
-	other.Servers = map[string]config.Server{invServer: {OnNodeDown: config.OnNodeDownFail,
-		Routes: map[string][]string{"clothes": {"n1", "n2"}}}}
-	srv := svcStart(t, &other)
-	code, body := svcGet(t, "http://"+srv.Addr()+"/readyz")
-	if code != 503 || !strings.Contains(body, "topology") || !strings.Contains(body, "topology apply") {
-		t.Fatalf("/readyz of a service with another topology: %d %q, want 503 naming the topology", code, body)
-	}
-	if code, body := svcGet(t, e.base+"/readyz"); code != 200 {
-		t.Fatalf("/readyz of the service at the nodes' topology: %d %q", code, body)
-	}
-}
+// A service whose configuration cannot serve the nodes' topology is
+// refused at start (TestTopologyConfigMissingNodeRefused); one whose
+// configuration only adds to it serves it, ready (TestTopologySvcPendingReady).
 
 // A node whose topology record was deleted (its stamp still names the
 // epoch) gets it back from its peers, or, when every node lost it, from an

@@ -117,6 +117,7 @@ type client struct {
 	synopsis string
 	stderr   io.Writer
 	addr     string
+	base     string // the service's base URL, once parsed
 	token    string
 	timeout  time.Duration
 	out      printer
@@ -184,6 +185,7 @@ func (c *client) parse(args []string, minArgs, maxArgs int, required ...string) 
 	}
 	c.http = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	opts := []connect.ClientOption{connect.WithInterceptors(bearer(c.token))}
+	c.base = base
 	c.inv = shardisv1connect.NewInventoryServiceClient(c.http, base, opts...)
 	c.admin = shardisv1connect.NewAdminServiceClient(c.http, base, opts...)
 	return rest, nil
@@ -255,8 +257,37 @@ func cmdStatus(ctx context.Context, c *client, args []string) error {
 	if _, err := c.parse(args, 0, 0); err != nil {
 		return err
 	}
-	return show(ctx, c, c.admin.ListNodes, &v1.ListNodesRequest{},
+	err := show(ctx, c, c.admin.ListNodes, &v1.ListNodesRequest{},
 		func(w io.Writer, res *v1.ListNodesResponse) { writeNodes(w, res.Nodes) })
+	if err != nil || c.out.json {
+		return err
+	}
+	// The instance's readiness, when it has something to say: not ready,
+	// or ready with a pending topology change (its configuration differs
+	// from the topology applied on the nodes).
+	if line := c.readiness(ctx); line != "" && line != "ready" {
+		fmt.Fprintf(c.out.w, "\nSERVICE: %s\n", line)
+	}
+	return nil
+}
+
+// readiness returns the first line of the service's /readyz ("" when it
+// cannot be read).
+func (c *client) readiness(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/readyz", nil)
+	if err != nil {
+		return ""
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+	line, _, _ := strings.Cut(string(b), "\n")
+	return line
 }
 
 // stockFlags declares --route and --sku.

@@ -137,7 +137,9 @@ var (
 	descTopoEpoch = prometheus.NewDesc("shardis_topology_epoch",
 		"The inventory nodes' topology epoch as this instance last read it (0: unknown).", nil, nil)
 	descTopoReady = prometheus.NewDesc("shardis_topology_ready",
-		"1 when this instance acts at the nodes' topology; 0 when its configuration is another topology (it refuses inventory calls).", nil, nil)
+		"1 when this instance acts at the nodes' topology; 0 when it cannot (a node the applied topology needs is missing from its configuration, or no node could be read): it refuses inventory calls.", nil, nil)
+	descTopoPending = prometheus.NewDesc("shardis_topology_config_pending",
+		"1 when this instance's configuration differs from the topology applied on the nodes: it serves the applied one until shardis topology apply runs (the difference is in /readyz and the log).", nil, nil)
 	descTopoMigrating = prometheus.NewDesc("shardis_topology_migrating",
 		"1 while a topology change is still moving order records or counters (shardis topology apply not finished).", nil, nil)
 )
@@ -146,7 +148,7 @@ var (
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descNodeUp, descEvicting, descDurable, descBreaker, descFailedProbe, descReserve, descReservePath, descGroupSent, descGroupCalls, descRolledBack,
 		descDeferred, descQueue, descReconciled, descRedoLen, descRedoUnacked, descStuck,
-		descTopoEpoch, descTopoReady, descTopoMigrating} {
+		descTopoEpoch, descTopoReady, descTopoMigrating, descTopoPending} {
 		ch <- d
 	}
 }
@@ -188,6 +190,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descTopoEpoch, prometheus.GaugeValue, float64(ts.Epoch))
 		ch <- prometheus.MustNewConstMetric(descTopoReady, prometheus.GaugeValue, b2f(ts.Ready))
 		ch <- prometheus.MustNewConstMetric(descTopoMigrating, prometheus.GaugeValue, b2f(ts.Ready && ts.Phase == inventory.PhaseMigrating))
+		ch <- prometheus.MustNewConstMetric(descTopoPending, prometheus.GaugeValue, b2f(ts.Ready && ts.Pending != ""))
 		for _, n := range inv.Nodes() {
 			if !n.Usable() {
 				continue

@@ -19,33 +19,40 @@ import (
 //
 // GET /healthz is liveness: 200 while the process serves HTTP at all,
 // whatever the nodes do (restarting the process would not help them).
-// GET /readyz is readiness: 200 when every route of the inventory server
-// has at least one enabled, usable node and the instance acts at the
-// nodes' topology (inventory.TopologyStatus), 503 otherwise, with the
-// routes that cannot serve, or the topology mismatch, named in the body. The standard grpc.health.v1.Health
+// GET /readyz is readiness: 200 when every route of the topology the
+// instance serves (the one applied on the nodes) has at least one enabled,
+// usable node and the instance acts at the nodes' topology
+// (inventory.TopologyStatus), 503 otherwise, with the routes that cannot
+// serve, or the topology problem, named in the body. A ready instance
+// whose configuration differs from the applied topology says so after
+// "ready" ("ready; pending topology change: config epoch differs: +n4
+// (route x)"): it stays ready, serving the applied topology, until
+// `shardis topology apply` runs. The standard grpc.health.v1.Health
 // service answers the same: SERVING for "" and the two shardis services
 // when ready, NOT_SERVING otherwise. Both stay unauthenticated (probes),
 // like /metrics; they name routes and nodes, nothing else.
 
 // unready returns "" when the service can serve, or why it cannot.
 func (s *Server) unready() string {
+	why, _ := s.readiness()
+	return why
+}
+
+// readiness returns why the service cannot serve ("" when it can) and the
+// pending topology change it serves around ("" when none).
+func (s *Server) readiness() (unready, pending string) {
 	inv := s.cfg.Inventory.Server
-	srv, ok := s.cfg.Servers[inv]
-	if !ok {
-		return "inventory server " + inv + " is not configured"
+	if _, ok := s.cfg.Servers[inv]; !ok {
+		return "inventory server " + inv + " is not configured", ""
 	}
 	var bad []string
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if ts := s.Inv.TopologyStatus(ctx); !ts.Ready {
+	ts := s.Inv.TopologyStatus(ctx)
+	if !ts.Ready {
 		bad = append(bad, "topology: "+ts.Reason)
 	}
-	for route := range srv.Routes {
-		set, err := s.Router.Set(inv, route)
-		if err != nil {
-			bad = append(bad, route+": "+err.Error())
-			continue
-		}
+	for route, set := range s.Inv.RouteSets(ctx) {
 		usable := false
 		for _, n := range set.Nodes() {
 			if n.Usable() && n.RouteEnabled(set.Key()) {
@@ -71,17 +78,21 @@ func (s *Server) unready() string {
 		}
 	}
 	sort.Strings(bad)
-	return strings.Join(bad, "; ")
+	return strings.Join(bad, "; "), ts.Pending
 }
 
 func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	if why := s.unready(); why != "" {
+	why, pending := s.readiness()
+	switch {
+	case why != "":
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, "not ready: %s\n", why)
-		return
+	case pending != "":
+		fmt.Fprintf(w, "ready; %s\n", pending)
+	default:
+		fmt.Fprintln(w, "ready")
 	}
-	fmt.Fprintln(w, "ready")
 }
 
 // healthChecker answers grpc.health.v1.Health from readiness.
