@@ -224,6 +224,9 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 		if cerr := c.close(); cerr != nil && err == nil {
 			err = cerr
 		}
+		if rep == nil {
+			return // an early return's error is the answer; it has no report
+		}
 		c.mu.Lock()
 		rep.Paths = c.paths
 		c.mu.Unlock()
