@@ -36,6 +36,9 @@ type observed struct {
 	extra  map[string]int64
 	log    []string
 	closer []func() // run after the schedule's actors finished
+	// died is told every Reserve's error (Scheduler.Died): an attempt
+	// stopped at a fan-out crash point kills its actor only on return.
+	died func(ctx context.Context, err error)
 }
 
 func newObserved() *observed {
@@ -91,6 +94,9 @@ func (o *observed) reserve(inv *inventory.Inventory, who string, p orderPlan, tr
 		for i := 0; i < tries; i++ {
 			res, err := inv.Reserve(ctx, p.ID, p.Items, p.User, orderTTL)
 			o.note(who, "Reserve "+p.ID, err)
+			if o.died != nil {
+				o.died(ctx, err)
+			}
 			if err == nil {
 				o.mu.Lock()
 				if _, ok := o.reserved[p.ID]; !ok {
@@ -162,7 +168,7 @@ func (o *observed) reconcile(inv *inventory.Inventory, who string, passes int) f
 // n4) and a Reserve actor of order o4 starts on it (a one-round order
 // may promise a part on n4); then topology apply removes n4 again (T0),
 // with o4's reservation and n4's stock to move or decide.
-func (w *World) topology(o *observed, s *Scheduler, who string) func(ctx context.Context) {
+func (w *World) topology(o *observed, s *Scheduler, who, order string) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		for _, step := range []struct{ to, from string }{{"T1", "T0"}, {"T0", "T1"}} {
 			to, from := w.cfg1, w.cfg0
@@ -183,7 +189,7 @@ func (w *World) topology(o *observed, s *Scheduler, who string) func(ctx context
 				return
 			}
 			if step.to == "T1" && rep.Phase == inventory.PhaseStable {
-				w.reserveAtT1(ctx, o, s)
+				w.reserveAtT1(ctx, o, s, order)
 			}
 		}
 	}
@@ -193,7 +199,7 @@ func (w *World) topology(o *observed, s *Scheduler, who string) func(ctx context
 // n4 (set-up: not scheduled), and reserves order o4 on it, as part of the
 // topology actor: the removal of n4 that follows races o4's background
 // commit.
-func (w *World) reserveAtT1(ctx context.Context, o *observed, s *Scheduler) {
+func (w *World) reserveAtT1(ctx context.Context, o *observed, s *Scheduler, order string) {
 	r, err := router.New(ctx, w.cfg1, router.Options{Logger: discard})
 	if err != nil {
 		o.note("topology", "T1 router", err)
@@ -211,8 +217,10 @@ func (w *World) reserveAtT1(ctx context.Context, o *observed, s *Scheduler) {
 	_, err = inv.LoadStock(lctx, "c", "s", 4, -1)
 	o.note("topology", "LoadStock c/s 4 at T1", err)
 	o.loaded(inventory.StockKey("c", "s"), 4, err)
-	o4 := orderPlan{ID: "o4", User: "u4", Items: []inventory.Item{{Route: "a", SKU: "s", Quantity: 1}, {Route: "c", SKU: "s", Quantity: 2}}}
-	o.reserve(inv, "reserve-o4@T1", o4, 1)(ctx)
+	o4 := orderPlan{ID: order, User: "u4", Items: []inventory.Item{{Route: "a", SKU: "s", Quantity: 1}, {Route: "c", SKU: "s", Quantity: 2}}}
+	// A client of its own (its own fates and crash): its attempt may die
+	// at a crash point and leave the removal of n4 its staging record.
+	s.Sub(ctx, "reserve-"+order+"@T1", o.reserve(inv, "reserve-"+order+"@T1", o4, 1))
 }
 
 // restart is the node-restart actor: kill -9 one node and start it again

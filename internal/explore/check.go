@@ -3,6 +3,7 @@ package explore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -309,6 +310,15 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 		for _, p := range ov.parts {
 			if p.Token == token && !p.Tombstone {
 				v.add("decided-once", "order %s is still staging at quiescence, with part %s on %s (%s)", id, p.ID, ov.where[p], p.State)
+				break
+			}
+		}
+		// Whoever meets it decides it only if it can probe every part it
+		// promised: a part on a node the topology no longer has (n4, after
+		// its removal) leaves it staging for good (safety issue A2).
+		for _, rp := range ov.rec.Parts {
+			if !slices.Contains(nodesT0, rp.Node) {
+				v.add("decided-once", "order %s is still staging at quiescence, promising part %s on %s, which is not in the topology: no one can decide it", id, rp.ID, rp.Node)
 				break
 			}
 		}

@@ -77,7 +77,15 @@ func (f Fate) String() string {
 type Probs struct {
 	Delay, DropReply, CrashAfter, CrashBefore, Hold, Park float64
 	CrashPoint                                            float64
+	// CrashAt is the chance that an actor is fated, when it starts, to
+	// die at the k-th crash point it passes, k drawn uniformly from 1 to
+	// crashAtMax: every crash point of a protocol (staged:stage-only, the
+	// third of a one-round attempt's) is as likely as the first.
+	CrashAt float64
 }
+
+// crashAtMax is the latest crash point a CrashAt fate names.
+const crashAtMax = 4
 
 // DefaultProbs is what an exploration uses unless told otherwise.
 var DefaultProbs = Probs{Delay: 0.06, DropReply: 0.06, CrashAfter: 0.03, CrashBefore: 0.02, Hold: 0.12, Park: 0.03, CrashPoint: 0.04}
@@ -92,6 +100,12 @@ var StallProbs = Probs{Delay: 0.04, DropReply: 0.12, CrashAfter: 0.03, CrashBefo
 // crashed (make explore PROFILE=calm), so long protocols (a topology
 // apply's waits) run to their end.
 var CalmProbs = Probs{Delay: 0.05, Hold: 0.15}
+
+// CrashProbs is CalmProbs plus, for half of the actors, a death at one of
+// the first crash points they pass (make explore PROFILE=crash): an
+// attempt dead at each step of its protocol, with the other actors' long
+// protocols (a topology apply) left to run to their end around it.
+var CrashProbs = Probs{Delay: 0.05, Hold: 0.15, CrashAt: 0.5}
 
 // errReplyLost is returned for a call whose reply was dropped.
 var errReplyLost = errors.New("explore: reply lost (fault injected): outcome unknown")
@@ -114,7 +128,11 @@ type actor struct {
 	rng     *rand.Rand // crash points: drawn on the actor's own goroutine
 	busy    bool
 	done    bool
+	asleep  bool // its sub-actor (Sub) runs: it makes no call meanwhile
 	crashed bool
+	crashAt int  // die at this crash point passed (0: none; Probs.CrashAt)
+	dying   bool // stopped at a fan-out crash point: what it sends still goes
+	points  int  // crash points passed
 	waiting int
 	parked  int // of waiting, calls parked until the next phase
 	retAt   time.Time
@@ -178,13 +196,22 @@ func (s *Scheduler) notify() {
 	}
 }
 
+// newActor adds an actor (s.mu held) and draws its crash-point fate.
+func (s *Scheduler) newActor(name string) *actor {
+	a := &actor{id: len(s.actors), name: name, busy: true, retAt: time.Now(),
+		rng: rand.New(rand.NewSource(s.seed*7919 + int64(len(s.actors)) + 1))}
+	if s.probs.CrashAt > 0 && a.rng.Float64() < s.probs.CrashAt {
+		a.crashAt = 1 + a.rng.Intn(crashAtMax)
+	}
+	s.actors = append(s.actors, a)
+	return a
+}
+
 // Go starts an actor: fn runs with a context naming it. Start every
 // actor of a phase before Run.
 func (s *Scheduler) Go(ctx context.Context, name string, fn func(ctx context.Context)) {
 	s.mu.Lock()
-	a := &actor{id: len(s.actors), name: name, busy: true, retAt: time.Now(),
-		rng: rand.New(rand.NewSource(s.seed*7919 + int64(len(s.actors)) + 1))}
-	s.actors = append(s.actors, a)
+	a := s.newActor(name)
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
@@ -197,6 +224,45 @@ func (s *Scheduler) Go(ctx context.Context, name string, fn func(ctx context.Con
 		}()
 		fn(context.WithValue(ctx, actorKey{}, a))
 	}()
+}
+
+// Sub runs fn, on the caller's goroutine, as a sub-actor of the actor in
+// ctx: a client the actor starts mid-schedule (an order placed once a
+// topology change is applied). The sub-actor has its own name, fates and
+// crash; the actor sleeps meanwhile (its quiescence is the sub-actor's)
+// and goes on after fn returns, alive whether or not the sub-actor died.
+// Outside an actor fn just runs.
+func (s *Scheduler) Sub(ctx context.Context, name string, fn func(ctx context.Context)) {
+	parent, _ := ctx.Value(actorKey{}).(*actor)
+	if parent == nil {
+		fn(ctx)
+		return
+	}
+	s.mu.Lock()
+	a := s.newActor(name)
+	parent.asleep = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		a.done, a.busy, a.retAt = true, false, time.Now()
+		parent.asleep, parent.busy, parent.retAt = false, true, time.Now()
+		s.mu.Unlock()
+		s.notify()
+	}()
+	fn(context.WithValue(ctx, actorKey{}, a))
+}
+
+// Died marks the actor in ctx dead if err wraps inventory.ErrCrashed (an
+// attempt that stopped at a fan-out crash point returns so once its
+// calls went out): none of its later calls is sent.
+func (s *Scheduler) Died(ctx context.Context, err error) {
+	a, _ := ctx.Value(actorKey{}).(*actor)
+	if a == nil || !errors.Is(err, inventory.ErrCrashed) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a.crashed = true
 }
 
 // Crashed reports whether the named actor died.
@@ -221,8 +287,15 @@ func (s *Scheduler) Step(ctx context.Context, desc string, fn func() error) erro
 	return err
 }
 
+// fanOut are the crash points at which an attempt dies while sending
+// (staged_reserve.go): the calls the point names (only the stage, only
+// the takes, some takes) are still sent, so the actor is dead only once
+// its call returned ErrCrashed (Died); the other points of the group are
+// then not taken.
+var fanOut = map[string]bool{"staged:takes-only": true, "staged:stage-only": true, "staged:some-takes": true}
+
 // Crash implements inventory.Faults: the actor dies at a crash point with
-// probability Probs.CrashPoint.
+// probability Probs.CrashPoint, or at the one its CrashAt fate names.
 func (s *Scheduler) Crash(ctx context.Context, point string) bool {
 	a, _ := ctx.Value(actorKey{}).(*actor)
 	if a == nil {
@@ -233,10 +306,18 @@ func (s *Scheduler) Crash(ctx context.Context, point string) bool {
 	if a.crashed {
 		return true
 	}
-	if a.rng.Float64() >= s.probs.CrashPoint {
+	if a.dying {
 		return false
 	}
-	a.crashed = true
+	a.points++
+	if a.points != a.crashAt && a.rng.Float64() >= s.probs.CrashPoint {
+		return false
+	}
+	if fanOut[point] {
+		a.dying = true
+	} else {
+		a.crashed = true
+	}
 	s.trace = append(s.trace, fmt.Sprintf("%s: crash at %s", a.name, point))
 	return true
 }
@@ -363,7 +444,7 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 	live := false
 	var wait time.Duration
 	for _, a := range s.actors {
-		if a.done || (a.waiting > 0 && a.waiting == a.parked && (!a.busy || now.Sub(a.retAt) >= grace)) {
+		if a.done || a.asleep || (a.waiting > 0 && a.waiting == a.parked && (!a.busy || now.Sub(a.retAt) >= grace)) {
 			continue // finished, or blocked on parked calls only
 		}
 		switch {

@@ -14,7 +14,7 @@ var discard = slog.New(slog.DiscardHandler)
 // Options configures a schedule.
 type Options struct {
 	// Profile names the fault chances: "" (DefaultProbs), "stall"
-	// (StallProbs) or "calm" (CalmProbs).
+	// (StallProbs), "calm" (CalmProbs) or "crash" (CrashProbs).
 	Profile string
 	// Mutations re-introduce known bugs (the explorer's self-check).
 	Mutations []inventory.Mutation
@@ -32,8 +32,10 @@ func (o Options) probs() (Probs, error) {
 		return StallProbs, nil
 	case "calm":
 		return CalmProbs, nil
+	case "crash":
+		return CrashProbs, nil
 	}
-	return Probs{}, fmt.Errorf("explore: unknown profile %q (want \"\", \"stall\" or \"calm\")", o.Profile)
+	return Probs{}, fmt.Errorf("explore: unknown profile %q (want \"\", \"stall\", \"calm\" or \"crash\")", o.Profile)
 }
 
 func (o Options) withDefaults() Options {
@@ -107,6 +109,7 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 		}
 	}
 	obs := newObserved()
+	obs.died = s.Died
 	t0 := time.Now()
 	orders := w.phase1(ctx, s, obs, insts, opts)
 	t1 := time.Now()
@@ -176,7 +179,11 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		})
 	}
 	if s.Chance(opts.Topology) {
-		s.Go(ctx, "topology", w.topology(obs, s, "topology"))
+		// The order reserved at T1: its home at T1 is n4, n1 or n2, so
+		// its one-round attempt may stage away from n4 and promise a
+		// part on n4, the node the topology actor then removes.
+		id := t1Orders[s.Intn(len(t1Orders))]
+		s.Go(ctx, "topology", w.topology(obs, s, "topology", id))
 	}
 	if s.Chance(opts.Restart) {
 		name := nodesT0[s.Intn(len(nodesT0))]
@@ -185,6 +192,10 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 	s.Run()
 	return orders
 }
+
+// t1Orders are the ids the topology actor's order may have (homes at T1:
+// n4, n1, n2).
+var t1Orders = []string{"o4", "o7", "o9"}
 
 // phase2 waits until every part still pending is past its deadline, then
 // runs the reconciler on both instances, with a late Confirm and a late

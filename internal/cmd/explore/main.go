@@ -28,7 +28,7 @@ func main() {
 	mutations := flag.String("mutations", "", "comma-separated mutations to re-introduce (stage-takeover, apply-leaves-staging, xfer-negative-zero)")
 	topo := flag.Float64("topology", 0, "chance of the topology actor per schedule (0: the default 0.2, negative: never)")
 	restart := flag.Float64("restart", 0, "chance of the node-restart actor per schedule (0: the default 0.15, negative: never)")
-	profile := flag.String("profile", "", `fault chances: "" (default) or "stall" (many calls parked past the deadlines)`)
+	profile := flag.String("profile", "", `fault chances: "" (default), "stall" (many calls parked past the deadlines), "calm" (reorderings and delays only) or "crash" (calm, and half the actors die at one of their first crash points)`)
 	verbose := flag.Bool("v", false, "print each failing schedule's trace and what its actors were told")
 	flag.Parse()
 	redis.SetLogger(quiet{})
