@@ -302,13 +302,14 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 	}
 	switch status {
 	case "staging":
-		// An attempt that died before it took anything leaves an
-		// undecided record and nothing else: harmless (whoever meets it
-		// decides it). A part of the attempt that exists says the record
-		// should have been decided: staged.go cancels a promised part only
-		// after the fail is recorded, and nothing pending is left here.
+		// An attempt that died before it took anything, or that aborted
+		// what it took (staged.go, "Abort": its parts cancelled before any
+		// record is decided), leaves an undecided record and nothing held:
+		// harmless (whoever meets it decides it). A part of the attempt
+		// that is not cancelled says the record should have been decided
+		// (nothing pending is left here).
 		for _, p := range ov.parts {
-			if p.Token == token && !p.Tombstone {
+			if p.Token == token && !p.Tombstone && p.State != inventory.PartCancelled {
 				v.add("decided-once", "order %s is still staging at quiescence, with part %s on %s (%s)", id, p.ID, ov.where[p], p.State)
 				break
 			}

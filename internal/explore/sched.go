@@ -101,6 +101,12 @@ var StallProbs = Probs{Delay: 0.04, DropReply: 0.12, CrashAfter: 0.03, CrashBefo
 // apply's waits) run to their end.
 var CalmProbs = Probs{Delay: 0.05, Hold: 0.15}
 
+// LossyProbs loses many replies and parks many calls past the
+// deadlines, crashing no one (make explore PROFILE=lossy): attempts whose
+// outcome was unknown leave failed records behind and are retried, and
+// the retries' calls arrive after the reconcilers acted.
+var LossyProbs = Probs{Delay: 0.04, DropReply: 0.2, Hold: 0.1, Park: 0.25}
+
 // CrashProbs is CalmProbs plus, for half of the actors, a death at one of
 // the first crash points they pass (make explore PROFILE=crash): an
 // attempt dead at each step of its protocol, with the other actors' long

@@ -14,7 +14,8 @@ var discard = slog.New(slog.DiscardHandler)
 // Options configures a schedule.
 type Options struct {
 	// Profile names the fault chances: "" (DefaultProbs), "stall"
-	// (StallProbs), "calm" (CalmProbs) or "crash" (CrashProbs).
+	// (StallProbs), "calm" (CalmProbs), "crash" (CrashProbs) or "lossy"
+	// (LossyProbs).
 	Profile string
 	// Mutations re-introduce known bugs (the explorer's self-check).
 	Mutations []inventory.Mutation
@@ -34,8 +35,10 @@ func (o Options) probs() (Probs, error) {
 		return CalmProbs, nil
 	case "crash":
 		return CrashProbs, nil
+	case "lossy":
+		return LossyProbs, nil
 	}
-	return Probs{}, fmt.Errorf("explore: unknown profile %q (want \"\", \"stall\", \"calm\" or \"crash\")", o.Profile)
+	return Probs{}, fmt.Errorf("explore: unknown profile %q (want \"\", \"stall\", \"calm\", \"crash\" or \"lossy\")", o.Profile)
 }
 
 func (o Options) withDefaults() Options {

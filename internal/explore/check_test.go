@@ -1,0 +1,77 @@
+package explore
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/inventory"
+)
+
+// stagingView is order x's view: a record staging under token T on n1,
+// promising a stock part on promisedOn, and that part found on n2 in
+// state st ("" none found).
+func stagingView(promisedOn string, st inventory.PartStatus) *orderView {
+	rec := &inventory.OrderRecord{ID: "x", Status: "staging", Token: "T",
+		Parts: []inventory.OrderPart{{ID: "x|T|0", Node: promisedOn, Kind: inventory.PartStock, Qty: 1}}}
+	ov := &orderView{recOn: []string{"n1"}, rec: rec, where: map[*inventory.PartRecord]string{}}
+	if st != "" {
+		p := &inventory.PartRecord{ID: "x|T|0", State: st, Kind: inventory.PartStock, Order: "x", Token: "T", Qty: 1}
+		ov.parts = append(ov.parts, p)
+		ov.where[p] = "n2"
+	}
+	return ov
+}
+
+// TestCheckStagingRecord: a record left staging at quiescence is a
+// violation when it cannot be decided (it promises a part on a node the
+// topology no longer has: issue A2) or when a part of its attempt is
+// still held; an aborted attempt (its parts cancelled before any record
+// was decided, staged.go "Abort") is not one.
+func TestCheckStagingRecord(t *testing.T) {
+	homes, err := inventory.NewHomes(mustConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := homes.Home("x")
+	for _, c := range []struct {
+		name       string
+		promisedOn string
+		st         inventory.PartStatus
+		want       string // a substring of the one violation; "" none
+	}{
+		{"aborted", "n2", inventory.PartCancelled, ""},
+		{"nothing taken", "n2", "", ""},
+		{"promised off the topology", "n4", "", "not in the topology"},
+		{"part confirmed", "n2", inventory.PartConfirmed, "still staging at quiescence, with part"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ov := stagingView(c.promisedOn, c.st)
+			ov.recOn = []string{home}
+			var v violations
+			checkOrder(&v, "x", ov, newObserved(), homes)
+			var got []string
+			for _, l := range v.list {
+				if strings.Contains(l, "still staging") {
+					got = append(got, l)
+				}
+			}
+			switch {
+			case c.want == "" && len(got) > 0:
+				t.Errorf("violations %q, want none", got)
+			case c.want != "" && (len(got) != 1 || !strings.Contains(got[0], c.want)):
+				t.Errorf("violations %q, want one naming %q", got, c.want)
+			}
+		})
+	}
+}
+
+// mustConfig is topology T0 with placeholder addresses (no server).
+func mustConfig(t *testing.T) *config.Config {
+	t.Helper()
+	cfg, err := worldConfig(map[string]string{"n1": "127.0.0.1:1", "n2": "127.0.0.1:2", "n3": "127.0.0.1:3", "n4": "127.0.0.1:4"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
