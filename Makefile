@@ -127,7 +127,9 @@ chaos: deps-redis $(if $(SENTINEL),deps-sentinel)
 ## schedules, WORLDS=4 sets of four nodes run side by side, MUTATIONS=stage-takeover,... re-introduces
 ## known bugs (the explorer's self-check), TOPOLOGY=0.2 and RESTART=0.15 are the chances of the
 ## topology and node-restart actors per schedule (negative: never), PROFILE=stall parks many calls
-## past the deadlines (PROFILE=calm: reorderings and delays only, no lost reply or crash)
+## past the deadlines (PROFILE=calm: reorderings and delays only, no lost reply or crash;
+## PROFILE=crash: calm, and half the actors die at a crash point; PROFILE=lossy: many lost replies
+## and parked calls, no crash)
 ## V=1 prints every failing trace.
 .PHONY: explore
 explore: deps-redis
