@@ -192,45 +192,54 @@ func (inv *Inventory) Cancel(ctx context.Context, orderID string) (Outcome, erro
 // their node ("node/part"): a part of a decided order that does not exist
 // is data its node lost.
 func (inv *Inventory) settleParts(ctx context.Context, orderID string, action Action, parts []part) (pending int, missing []string) {
-	byNode := map[string][]string{}
-	for _, p := range parts {
-		byNode[p.Node] = append(byNode[p.Node], p.ID)
-	}
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	for name, ids := range byNode {
+	var mu sync.Mutex
+	settleByNode(parts, func(name string, ids []string) {
 		if _, err := inv.r.Node(name); err != nil {
 			// The node left the topology: `shardis topology apply`
 			// settles its parts by their orders' decisions after their
 			// deadlines (apply_migrate.go).
-			pending += len(ids)
-			continue
-		}
-		wg.Add(1)
-		go func(name string, ids []string) {
-			defer wg.Done()
-			s := Settle{Node: name, Action: action, OrderID: orderID, PartIDs: ids}
-			res, err := inv.SettleNow(ctx, s)
 			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				inv.log.Warn("settle deferred", "node", name, "order", orderID, "action", string(action), "parts", len(ids), "err", err)
-				inv.defer_(s)
-				pending += len(ids)
-				return
+			pending += len(ids)
+			mu.Unlock()
+			return
+		}
+		s := Settle{Node: name, Action: action, OrderID: orderID, PartIDs: ids}
+		res, err := inv.SettleNow(ctx, s)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			inv.log.Warn("settle deferred", "node", name, "order", orderID, "action", string(action), "parts", len(ids), "err", err)
+			inv.defer_(s)
+			pending += len(ids)
+			return
+		}
+		for i, r := range res {
+			if r == settleMissing {
+				missing = append(missing, name+"/"+ids[i])
 			}
-			for i, r := range res {
-				if r == settleMissing {
-					missing = append(missing, name+"/"+ids[i])
-				}
-			}
-		}(name, ids)
-	}
-	wg.Wait()
+		}
+	})
 	sort.Strings(missing)
 	return pending, missing
+}
+
+// settleByNode groups parts by node and calls f once per node with the
+// node's part ids, nodes concurrently; it returns when every call has.
+// f guards what it shares with the other calls.
+func settleByNode(parts []part, f func(name string, ids []string)) {
+	byNode := map[string][]string{}
+	for _, p := range parts {
+		byNode[p.Node] = append(byNode[p.Node], p.ID)
+	}
+	var wg sync.WaitGroup
+	for name, ids := range byNode {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(name, ids)
+		}()
+	}
+	wg.Wait()
 }
 
 // SettleNow settles parts of one order on one node now and returns each

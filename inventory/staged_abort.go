@@ -48,34 +48,22 @@ func (inv *Inventory) abortParts(ctx context.Context, orderID string, parts []pa
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
-	byNode := map[string][]string{}
-	for _, p := range parts {
-		byNode[p.Node] = append(byNode[p.Node], p.ID)
-	}
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	for name, ids := range byNode {
-		wg.Add(1)
-		go func(name string, ids []string) {
-			defer wg.Done()
-			res, err := inv.SettleNow(ctx, Settle{Node: name, Action: actionAbort, OrderID: orderID, PartIDs: ids})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				inv.log.Warn("staged abort did not land; the parts follow the order's decision", "node", name, "order", orderID, "parts", len(ids), "err", err)
-				left += len(ids)
-				return
+	var mu sync.Mutex
+	settleByNode(parts, func(name string, ids []string) {
+		res, err := inv.SettleNow(ctx, Settle{Node: name, Action: actionAbort, OrderID: orderID, PartIDs: ids})
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			inv.log.Warn("staged abort did not land; the parts follow the order's decision", "node", name, "order", orderID, "parts", len(ids), "err", err)
+			left += len(ids)
+			return
+		}
+		for _, r := range res {
+			if r == settleHeld {
+				left++
 			}
-			for _, r := range res {
-				if r == settleHeld {
-					left++
-				}
-			}
-		}(name, ids)
-	}
-	wg.Wait()
+		}
+	})
 	inv.stats.rolledBack.Add(int64(len(parts) - left))
 	return left
 }
