@@ -17,9 +17,10 @@ import (
 
 // The topology nemesis: the spare node joins route "a" (or leaves it
 // again) while clients run, the way an operator does it: start a service
-// with the new configuration (not ready until applied), run `shardis
-// topology apply`, move the clients to the new service, stop the old
-// one. Order records, tombstones and quota counters move; an old-topology
+// with the new configuration (joining: it serves the applied topology
+// until the apply; leaving: after the apply, since it no longer names the
+// node), run `shardis topology apply`, move the clients to the new
+// service, stop the old one. Order records, tombstones and quota counters move; an old-topology
 // service is refused from the first node moved.
 
 // FaultTopology is a topology change: "+n5" joins route a, "-n5" leaves it.
@@ -72,11 +73,23 @@ func (n *nemesis) topologyChange(ctx context.Context) {
 		f.Err = err.Error()
 		return
 	}
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	srv, err := service.Start(sctx, &next, c.log)
-	cancel()
-	if err != nil {
-		f.Err = "start: " + err.Error()
+	// A joining node's configuration is deployed first (its instances
+	// serve the applied topology and report the pending change); a
+	// leaving node's configuration cannot serve the applied topology
+	// while the node is in it (it no longer gives the node to the
+	// inventory server), so it is deployed after the apply.
+	var srv *service.Server
+	startSrv := func() bool {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var err error
+		if srv, err = service.Start(sctx, &next, c.log); err != nil {
+			f.Err = "start: " + err.Error()
+			return false
+		}
+		return true
+	}
+	if !leaving && !startSrv() {
 		return
 	}
 	rep, err := applyWithRetry(&next, old, 3*time.Second, 20)
@@ -86,7 +99,12 @@ func (n *nemesis) topologyChange(ctx context.Context) {
 		f.Err = "apply: " + err.Error()
 	}
 	if rep.ToEpoch == 0 || (err != nil && !nodesAt(&next)) {
-		_ = c.shutdown(srv)
+		if srv != nil {
+			_ = c.shutdown(srv)
+		}
+		return
+	}
+	if leaving && !startSrv() {
 		return
 	}
 	if rep.Phase == inventory.PhaseMigrating {
