@@ -28,17 +28,24 @@ func startService(t *testing.T, token string) (string, []*redistest.Server) {
 	t.Helper()
 	t.Setenv(tokenEnv, "")
 	redis := redistest.StartN(t, 3, redistest.Options{})
+	var names []string
+	for i := range redis {
+		names = append(names, fmt.Sprintf("n%d", i+1))
+	}
+	return startWith(t, redis, map[string][]string{"clothes": names}, token), redis
+}
+
+// startWith starts a service over nodes (named n1, n2, …) with the given
+// inventory routes and auth token ("" for none) and returns its address;
+// it is shut down when the test ends.
+func startWith(t *testing.T, nodes []*redistest.Server, routes map[string][]string, token string) string {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Nodes = map[string]config.Node{}
-	var names []string
-	for i, s := range redis {
-		name := fmt.Sprintf("n%d", i+1)
-		names = append(names, name)
-		cfg.Nodes[name] = config.Node{Addr: s.Addr(), Weight: 1}
+	for i, s := range nodes {
+		cfg.Nodes[fmt.Sprintf("n%d", i+1)] = config.Node{Addr: s.Addr(), Weight: 1}
 	}
-	cfg.Servers = map[string]config.Server{
-		"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: map[string][]string{"clothes": names}},
-	}
+	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: routes}}
 	cfg.Service.Listen = "127.0.0.1:0"
 	cfg.Service.AuthToken = token
 	if err := cfg.Validate(); err != nil {
@@ -57,7 +64,7 @@ func startService(t *testing.T, token string) (string, []*redistest.Server) {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return srv.Addr(), redis
+	return srv.Addr()
 }
 
 // syncBuffer is a bytes.Buffer safe to write and read concurrently.
