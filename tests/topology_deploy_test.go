@@ -1,13 +1,11 @@
 package tests
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -174,7 +172,7 @@ func TestTopologyPendingLoggedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	var logged syncBuffer
+	var logged secBuffer // tlscert_test.go
 	inv, err := inventory.New(r, inventory.Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -223,22 +221,4 @@ func TestTopologySvcPendingReady(t *testing.T) {
 	if code, body := svcGet(t, e.base+"/readyz"); code != http.StatusOK || strings.Contains(body, "pending") {
 		t.Fatalf("/readyz of the service at the applied topology: %d %q", code, body)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
