@@ -53,69 +53,95 @@ func routerSection(path string) bool {
 	return false
 }
 
+// problems checks every section in turn; each helper below owns one
+// section (or one entry of it) and appends what is wrong there.
 func (c *Config) problems() Problems {
 	var ps Problems
-	checkAddr(&ps, "service.listen", c.Service.Listen, true)
+	c.serviceProblems(&ps)
+	c.nodeProblems(&ps)
+	c.serverProblems(&ps)
+	c.healthProblems(&ps)
+	c.pipelineProblems(&ps)
+	c.inventoryProblems(&ps)
+	c.syncProblems(&ps)
+	return ps
+}
+
+// serviceProblems checks the service section.
+func (c *Config) serviceProblems(ps *Problems) {
+	checkAddr(ps, "service.listen", c.Service.Listen, true)
 	if c.Service.MaxBodyBytes < 1024 || c.Service.MaxBodyBytes > 64<<20 {
 		ps.add("service.max_body_bytes", c.Service.MaxBodyBytes, "must be between 1024 and 67108864")
 	}
-	positive(&ps, "service.shutdown_timeout", c.Service.ShutdownTimeout)
+	positive(ps, "service.shutdown_timeout", c.Service.ShutdownTimeout)
 	if t := c.Service.TLS; (t.CertFile == "") != (t.KeyFile == "") {
 		ps.add("service.tls", nil, "cert_file and key_file go together")
 	} else if t.ClientCAFile != "" && t.CertFile == "" {
 		ps.add("service.tls.client_ca_file", t.ClientCAFile, "needs cert_file and key_file")
 	}
+}
 
+// nodeProblems checks the nodes section: each node, and that no two share
+// an address or a Sentinel master group.
+func (c *Config) nodeProblems(ps *Problems) {
 	if len(c.Nodes) == 0 {
 		ps.add("nodes", nil, "at least one node is required")
 	}
-	addrs := map[string]string{}
+	addrs := map[string]string{}  // addr → node name
 	groups := map[string]string{} // "master@sentinel addr" → node name
 	for _, name := range sortedKeys(c.Nodes) {
-		n := c.Nodes[name]
-		p := "nodes." + name
-		checkName(&ps, p, name)
-		switch {
-		case n.Sentinel.On() && n.Addr != "":
-			ps.add(p, nil, "set addr (a standalone node) or sentinel (a Sentinel master group), not both")
-		case n.Sentinel.On():
-			checkSentinel(&ps, p+".sentinel", name, n.Sentinel, groups)
-		case n.Addr == "":
-			ps.add(p+".addr", nil, "required (host:port), or a sentinel block for a Sentinel master group")
-		case checkAddr(&ps, p+".addr", n.Addr, false):
-			if other, dup := addrs[n.Addr]; dup {
-				ps.add(p+".addr", n.Addr, "same address as node "+other)
-			}
-			addrs[n.Addr] = name
-		}
-		switch n.ReadFrom {
-		case "", ReadFromMaster:
-		case ReadFromReplicaPreferred:
-			if !n.Sentinel.On() {
-				ps.add(p+".read_from", n.ReadFrom, "replica_preferred needs a sentinel block: a standalone node has no replicas to read from")
-			}
-		default:
-			ps.add(p+".read_from", n.ReadFrom, `must be "master" or "replica_preferred"`)
-		}
-		if n.DB < 0 {
-			ps.add(p+".db", n.DB, "must be >= 0")
-		}
-		if n.Sentinel.On() && n.TLS.On() {
-			ps.add(p+".tls", nil, "with sentinel, set sentinel.tls: go-redis dials the sentinels and the group's nodes with one TLS configuration")
-		}
-		checkTLS(&ps, p+".tls", n.TLS)
-		if n.Weight < 1 || n.Weight > MaxWeight {
-			ps.add(p+".weight", n.Weight, fmt.Sprintf("must be between 1 and %d", MaxWeight))
-		}
+		checkNode(ps, name, c.Nodes[name], addrs, groups)
 	}
+}
 
+// checkNode checks node name, recording its address in addrs and its
+// master group in groups (to find the next node that repeats them).
+func checkNode(ps *Problems, name string, n Node, addrs, groups map[string]string) {
+	p := "nodes." + name
+	checkName(ps, p, name)
+	switch {
+	case n.Sentinel.On() && n.Addr != "":
+		ps.add(p, nil, "set addr (a standalone node) or sentinel (a Sentinel master group), not both")
+	case n.Sentinel.On():
+		checkSentinel(ps, p+".sentinel", name, n.Sentinel, groups)
+	case n.Addr == "":
+		ps.add(p+".addr", nil, "required (host:port), or a sentinel block for a Sentinel master group")
+	case checkAddr(ps, p+".addr", n.Addr, false):
+		if other, dup := addrs[n.Addr]; dup {
+			ps.add(p+".addr", n.Addr, "same address as node "+other)
+		}
+		addrs[n.Addr] = name
+	}
+	switch n.ReadFrom {
+	case "", ReadFromMaster:
+	case ReadFromReplicaPreferred:
+		if !n.Sentinel.On() {
+			ps.add(p+".read_from", n.ReadFrom, "replica_preferred needs a sentinel block: a standalone node has no replicas to read from")
+		}
+	default:
+		ps.add(p+".read_from", n.ReadFrom, `must be "master" or "replica_preferred"`)
+	}
+	if n.DB < 0 {
+		ps.add(p+".db", n.DB, "must be >= 0")
+	}
+	if n.Sentinel.On() && n.TLS.On() {
+		ps.add(p+".tls", nil, "with sentinel, set sentinel.tls: go-redis dials the sentinels and the group's nodes with one TLS configuration")
+	}
+	checkTLS(ps, p+".tls", n.TLS)
+	if n.Weight < 1 || n.Weight > MaxWeight {
+		ps.add(p+".weight", n.Weight, fmt.Sprintf("must be between 1 and %d", MaxWeight))
+	}
+}
+
+// serverProblems checks the servers section and each server's routes.
+func (c *Config) serverProblems(ps *Problems) {
 	if len(c.Servers) == 0 {
 		ps.add("servers", nil, "at least one server key is required")
 	}
 	for _, sname := range sortedKeys(c.Servers) {
 		s := c.Servers[sname]
 		p := "servers." + sname
-		checkName(&ps, p, sname)
+		checkName(ps, p, sname)
 		if s.OnNodeDown != OnNodeDownFail && s.OnNodeDown != OnNodeDownNext {
 			ps.add(p+".on_node_down", s.OnNodeDown, `must be "fail" or "next"`)
 		}
@@ -123,96 +149,109 @@ func (c *Config) problems() Problems {
 			ps.add(p+".routes", nil, "at least one route key is required")
 		}
 		for _, rname := range sortedKeys(s.Routes) {
-			rp := p + ".routes." + rname
-			checkName(&ps, rp, rname)
-			nodes := s.Routes[rname]
-			if len(nodes) == 0 {
-				ps.add(rp, nil, "empty route: list at least one node")
-			}
-			if len(nodes) > MaxRouteNodes {
-				ps.add(rp, len(nodes), fmt.Sprintf("at most %d nodes per route", MaxRouteNodes))
-			}
-			seen := map[string]bool{}
-			for i, n := range nodes {
-				ip := rp + "[" + strconv.Itoa(i) + "]"
-				if _, ok := c.Nodes[n]; !ok {
-					ps.add(ip, n, "unknown node")
-				} else if seen[n] {
-					ps.add(ip, n, "node listed twice in the route")
-				}
-				seen[n] = true
-			}
+			c.checkRoute(ps, p+".routes."+rname, rname, s.Routes[rname])
 		}
 	}
+}
 
-	positive(&ps, "health.heartbeat", c.Health.Heartbeat)
-	positive(&ps, "health.timeout", c.Health.Timeout)
+// checkRoute checks route rname at path rp: its name, its size, and that
+// it lists known nodes once each.
+func (c *Config) checkRoute(ps *Problems, rp, rname string, nodes []string) {
+	checkName(ps, rp, rname)
+	if len(nodes) == 0 {
+		ps.add(rp, nil, "empty route: list at least one node")
+	}
+	if len(nodes) > MaxRouteNodes {
+		ps.add(rp, len(nodes), fmt.Sprintf("at most %d nodes per route", MaxRouteNodes))
+	}
+	seen := map[string]bool{}
+	for i, n := range nodes {
+		ip := rp + "[" + strconv.Itoa(i) + "]"
+		if _, ok := c.Nodes[n]; !ok {
+			ps.add(ip, n, "unknown node")
+		} else if seen[n] {
+			ps.add(ip, n, "node listed twice in the route")
+		}
+		seen[n] = true
+	}
+}
+
+// healthProblems checks the health, breaker and client sections.
+func (c *Config) healthProblems(ps *Problems) {
+	positive(ps, "health.heartbeat", c.Health.Heartbeat)
+	positive(ps, "health.timeout", c.Health.Timeout)
 	if len(c.Health.Backoff) == 0 {
 		ps.add("health.backoff", nil, "at least one delay is required")
 	}
 	for i, d := range c.Health.Backoff {
-		positive(&ps, "health.backoff["+strconv.Itoa(i)+"]", d)
+		positive(ps, "health.backoff["+strconv.Itoa(i)+"]", d)
 	}
 	if c.Breaker.Failures < 1 {
 		ps.add("breaker.failures", c.Breaker.Failures, "must be >= 1")
 	}
-	positive(&ps, "breaker.open_timeout", c.Breaker.OpenTimeout)
-	positive(&ps, "client.command_timeout", c.Client.CommandTimeout)
+	positive(ps, "breaker.open_timeout", c.Breaker.OpenTimeout)
+	positive(ps, "client.command_timeout", c.Client.CommandTimeout)
 	if c.Client.PoolSize < 0 || c.Client.PoolSize > 10000 {
 		ps.add("client.pool_size", c.Client.PoolSize, "must be 0 (go-redis's default) .. 10000")
 	}
-	if c.Pipeline.MaxBatch < 1 || c.Pipeline.MaxBatch > 10000 {
-		ps.add("pipeline.max_batch", c.Pipeline.MaxBatch, "must be 1..10000")
-	}
-	if c.Pipeline.From < 0 || c.Pipeline.From > 100000 {
-		ps.add("pipeline.from", c.Pipeline.From, "must be 1..100000 (0: 6)")
-	}
-	if c.Pipeline.BusyFrom != 0 && (c.Pipeline.BusyFrom < 2 || c.Pipeline.BusyFrom > 100000) {
-		ps.add("pipeline.busy_from", c.Pipeline.BusyFrom, "must be 2..100000 (0: 12)")
-	}
-	if c.Pipeline.BusyMaxBatch < 0 || c.Pipeline.BusyMaxBatch > 10000 {
-		ps.add("pipeline.busy_max_batch", c.Pipeline.BusyMaxBatch, "must be 1..10000 (0: 16)")
-	}
-	if c.Pipeline.BusyFlushDelay < 0 || c.Pipeline.BusyFlushDelay > 10*time.Millisecond {
-		ps.add("pipeline.busy_flush_delay", c.Pipeline.BusyFlushDelay, "must be 0..10ms")
-	}
+}
 
+// pipelineProblems checks the pipeline section.
+func (c *Config) pipelineProblems(ps *Problems) {
+	pl := c.Pipeline
+	if pl.MaxBatch < 1 || pl.MaxBatch > 10000 {
+		ps.add("pipeline.max_batch", pl.MaxBatch, "must be 1..10000")
+	}
+	if pl.From < 0 || pl.From > 100000 {
+		ps.add("pipeline.from", pl.From, "must be 1..100000 (0: 6)")
+	}
+	if pl.BusyFrom != 0 && (pl.BusyFrom < 2 || pl.BusyFrom > 100000) {
+		ps.add("pipeline.busy_from", pl.BusyFrom, "must be 2..100000 (0: 12)")
+	}
+	if pl.BusyMaxBatch < 0 || pl.BusyMaxBatch > 10000 {
+		ps.add("pipeline.busy_max_batch", pl.BusyMaxBatch, "must be 1..10000 (0: 16)")
+	}
+	if pl.BusyFlushDelay < 0 || pl.BusyFlushDelay > 10*time.Millisecond {
+		ps.add("pipeline.busy_flush_delay", pl.BusyFlushDelay, "must be 0..10ms")
+	}
+}
+
+// inventoryProblems checks the inventory section.
+func (c *Config) inventoryProblems(ps *Problems) {
 	inv := c.Inventory
 	if inv.Server == "" {
 		ps.add("inventory.server", nil, "required")
 	}
-	positive(&ps, "inventory.reservation_ttl", inv.ReservationTTL)
-	positive(&ps, "inventory.max_reservation_ttl", inv.MaxReservationTTL)
+	positive(ps, "inventory.reservation_ttl", inv.ReservationTTL)
+	positive(ps, "inventory.max_reservation_ttl", inv.MaxReservationTTL)
 	if inv.MaxReservationTTL > 0 && inv.MaxReservationTTL < inv.ReservationTTL {
 		ps.add("inventory.max_reservation_ttl", inv.MaxReservationTTL,
 			"must be >= inventory.reservation_ttl ("+inv.ReservationTTL.String()+")")
 	}
-	positive(&ps, "inventory.reconcile_interval", inv.ReconcileInterval)
+	positive(ps, "inventory.reconcile_interval", inv.ReconcileInterval)
 	if inv.Retention > 0 && inv.Retention <= inv.MaxReservationTTL {
 		ps.add("inventory.retention", inv.Retention.String(),
 			"must exceed inventory.max_reservation_ttl ("+inv.MaxReservationTTL.String()+")")
 	} else {
-		positive(&ps, "inventory.retention", inv.Retention)
+		positive(ps, "inventory.retention", inv.Retention)
 	}
 	if inv.RedoMaxAge < 0 {
 		ps.add("inventory.redo_max_age", inv.RedoMaxAge.String(), "must be >= 0 (0 = never trim unacknowledged entries)")
 	}
-	positive(&ps, "inventory.attempt_lease", inv.AttemptLease)
+	positive(ps, "inventory.attempt_lease", inv.AttemptLease)
 	if inv.GroupCommit < 0 || inv.GroupCommit > 1000 {
 		ps.add("inventory.group_commit", inv.GroupCommit, "must be between 0 and 1000 (0 = 32, 1 = no group commit)")
 	}
 	if inv.RedoQueues < 1 || inv.RedoQueues > 1024 {
 		ps.add("inventory.redo_queues", inv.RedoQueues, "must be between 1 and 1024")
 	}
-	c.syncProblems(&ps)
 	switch inv.Durability {
 	case "", DurabilityNone:
 	case DurabilityReplica, DurabilityAOF:
-		checkDurabilityTimeout(&ps, inv.DurabilityTimeout, c.Client.CommandTimeout)
+		checkDurabilityTimeout(ps, inv.DurabilityTimeout, c.Client.CommandTimeout)
 	default:
 		ps.add("inventory.durability", inv.Durability, `must be "none", "replica" or "aof"`)
 	}
-	return ps
 }
 
 // checkDurabilityTimeout requires a WAIT timeout below the command timeout.
