@@ -51,10 +51,46 @@ func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead) error
 		return err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
+	locked, db, err := w.lockQueues(ctx, tx, queues)
+	if err != nil {
+		return err
+	}
+	b := w.batch(work, locked, db)
+	if len(b.next) == 0 {
+		return tx.Commit(ctx) // releases the locks
+	}
+	missing, err := w.missingTrimmed(ctx, tx, b.trimmed)
+	if err != nil {
+		return err
+	}
+	if len(b.mv.off) > 0 {
+		mv := &b.mv
+		if _, err := tx.Exec(ctx, sqlInsert, w.node, w.inc, mv.queue, mv.off, mv.part, mv.order, mv.route, mv.sku,
+			mv.qty, mv.state, mv.at, mv.settled); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, sqlAdvance, w.node, w.inc, b.pq, b.poff, b.ppart); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	for q, c := range b.next {
+		w.pos[q] = c
+		w.owed[q] = c
+	}
+	w.landed(work, b, missing)
+	return nil
+}
+
+// lockQueues takes the advisory lock of each of queues it can get in tx
+// (another instance holds the others) and reads their committed positions.
+func (w *worker) lockQueues(ctx context.Context, tx pgx.Tx, queues []int32) (map[int]bool, map[int]cursor, error) {
 	rows, _ := tx.Query(ctx, sqlLockQueues, w.key, queues)
 	lockedList, err := pgx.CollectRows(rows, pgx.RowTo[int32])
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	locked := map[int]bool{}
 	for _, q := range lockedList {
@@ -68,15 +104,28 @@ func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead) error
 		db[int(q)] = c
 		return nil
 	}); err != nil {
-		return err
+		return nil, nil, err
 	}
+	return locked, db, nil
+}
 
-	var mv movements
-	var pq []int32
-	var poff []int64
-	var ppart []string
-	next := map[int]cursor{}
-	trimmed := map[int][2]int64{}
+// landBatch is what one land writes: the movements, the new position of
+// each queue (pq, poff, ppart as the SQL's arrays; next by queue) and the
+// offsets trimmed before they could be read (first, last by queue).
+type landBatch struct {
+	mv      movements
+	pq      []int32
+	poff    []int64
+	ppart   []string
+	next    map[int]cursor
+	trimmed map[int][2]int64
+}
+
+// batch builds the landBatch of work for the locked queues whose database
+// position db is still the worker's; a queue moved by another instance
+// takes the database's position and is left for the next read.
+func (w *worker) batch(work []inventory.RedoQueueRead, locked map[int]bool, db map[int]cursor) landBatch {
+	b := landBatch{next: map[int]cursor{}, trimmed: map[int][2]int64{}}
 	for _, r := range work {
 		if !locked[r.Queue] {
 			continue
@@ -89,71 +138,62 @@ func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead) error
 		if r.Trimmed > 0 {
 			// Gone before they could be read: the position moves past
 			// them (reported below), or it would wait for them forever.
-			trimmed[r.Queue] = [2]int64{after + 1, after + r.Trimmed}
+			b.trimmed[r.Queue] = [2]int64{after + 1, after + r.Trimmed}
 		}
 		last := cursor{off: after + r.Trimmed}
 		for _, e := range r.Entries {
-			mv.add(r.Queue, e)
+			b.mv.add(r.Queue, e)
 			last = cursor{off: e.Offset, part: e.PartID}
 		}
-		next[r.Queue] = last
-		pq = append(pq, int32(r.Queue))
-		poff = append(poff, last.off)
-		ppart = append(ppart, last.part)
+		b.next[r.Queue] = last
+		b.pq = append(b.pq, int32(r.Queue))
+		b.poff = append(b.poff, last.off)
+		b.ppart = append(b.ppart, last.part)
 	}
-	if len(next) == 0 {
-		return tx.Commit(ctx) // releases the locks
-	}
-	// Of the trimmed offsets, those with a row were landed before (a
-	// position set back): only the others are lost to the database.
+	return b
+}
+
+// missingTrimmed counts, per queue, the trimmed offsets with no row: those
+// with one were landed before (a position set back), the others are lost
+// to the database.
+func (w *worker) missingTrimmed(ctx context.Context, tx pgx.Tx, trimmed map[int][2]int64) (map[int]int64, error) {
 	missing := map[int]int64{}
 	for q, r := range trimmed {
 		var have int64
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM stock_movements
 WHERE node = $1 AND incarnation = $2 AND queue = $3 AND redo_offset BETWEEN $4 AND $5`,
 			w.node, w.inc, q, r[0], r[1]).Scan(&have); err != nil {
-			return err
+			return nil, err
 		}
 		if n := r[1] - r[0] + 1 - have; n > 0 {
 			missing[q] = n
 		}
 	}
-	if len(mv.off) > 0 {
-		if _, err := tx.Exec(ctx, sqlInsert, w.node, w.inc, mv.queue, mv.off, mv.part, mv.order, mv.route, mv.sku,
-			mv.qty, mv.state, mv.at, mv.settled); err != nil {
-			return err
-		}
-	}
-	if _, err := tx.Exec(ctx, sqlAdvance, w.node, w.inc, pq, poff, ppart); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return err
-	}
+	return missing, nil
+}
 
+// landed reports a committed land: the metrics, the landing delay of each
+// movement, an error per queue that lost trimmed entries, and each queue's
+// lag.
+func (w *worker) landed(work []inventory.RedoQueueRead, b landBatch, missing map[int]int64) {
 	now := time.Now()
-	for q, c := range next {
-		w.pos[q] = c
-		w.owed[q] = c
-	}
 	m := w.s.m
-	m.landed.WithLabelValues(w.node).Add(float64(len(mv.off)))
+	m.landed.WithLabelValues(w.node).Add(float64(len(b.mv.off)))
 	delay := m.delay.WithLabelValues(w.node)
-	for _, at := range mv.at {
+	for _, at := range b.mv.at {
 		if at.Valid {
 			delay.Observe(now.Sub(at.Time).Seconds())
 		}
 	}
 	for q, n := range missing {
-		r := trimmed[q]
+		r := b.trimmed[q]
 		m.trimmed.WithLabelValues(w.node).Add(float64(n))
 		w.s.log.Error("redo-log entries were trimmed before they landed (inventory.redo_max_age, another consumer acknowledged them, or the database was restored from an older backup): "+
 			"they are not in the database", "node", w.node, "incarnation", w.inc, "queue", q, "from", r[0], "to", r[1], "missing_entries", n)
 	}
 	for _, r := range work {
-		if c, ok := next[r.Queue]; ok {
+		if c, ok := b.next[r.Queue]; ok {
 			m.setLag(w.node, r.Queue, r.Head-c.off)
 		}
 	}
-	return nil
 }
