@@ -404,47 +404,64 @@ func cmdRedoLog(ctx context.Context, c *client, args []string) error {
 	if *limit < 0 || *limit > 1<<31-1 {
 		return c.usageErr("--limit %d: out of range", *limit)
 	}
-	req := &v1.ReadRedoLogRequest{Node: *nodeName, Queue: queue, AfterOffset: *after, Limit: int32(*limit)}
-	var (
-		tbl     redoTable
-		polled  bool   // a call succeeded: later transient errors are retried
-		lastErr string // the last error reported while retrying
-	)
+	f := &redoFollower{c: c, follow: *follow, limit: *limit,
+		req: &v1.ReadRedoLogRequest{Node: *nodeName, Queue: queue, AfterOffset: *after, Limit: int32(*limit)}}
 	for {
-		res, err := call(ctx, c, c.admin.ReadRedoLog, req)
-		switch {
-		case err != nil && *follow && ctx.Err() != nil:
-			return nil // interrupted
-		case err != nil && *follow && polled && transient(err):
-			if err.Error() != lastErr {
-				fmt.Fprintf(c.stderr, "shardis: %v (retrying every %v)\n", err, followInterval)
-				lastErr = err.Error()
-			}
-		case err != nil:
+		full, err := f.poll(ctx)
+		if err != nil || !*follow {
 			return err
-		default:
-			polled, lastErr = true, ""
-			if !*follow || len(res.Entries) > 0 {
-				if err := c.out.emit(res, func(w io.Writer) { tbl.write(w, res, req.AfterOffset) }); err != nil {
-					return err
-				}
-			}
-			for _, e := range res.Entries {
-				req.AfterOffset = max(req.AfterOffset, e.Offset)
-			}
 		}
-		if !*follow {
-			return nil
-		}
-		if err == nil && *limit > 0 && len(res.Entries) >= *limit {
+		if full {
 			continue // a full page: more may be waiting
 		}
 		t := time.NewTimer(followInterval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil
+			return nil // interrupted
 		case <-t.C:
 		}
 	}
+}
+
+// redoFollower reads a redo queue page after page for redo-log, printing
+// each page and moving its offset past the entries printed.
+type redoFollower struct {
+	c       *client
+	req     *v1.ReadRedoLogRequest
+	follow  bool
+	limit   int
+	tbl     redoTable
+	polled  bool   // a call succeeded: later transient errors are retried
+	lastErr string // the last error reported while retrying
+}
+
+// poll reads and prints one page. full reports a full page (more may be
+// waiting). Following, an interruption and a transient error after a
+// first success are not errors: the error is reported once and the next
+// poll retries.
+func (f *redoFollower) poll(ctx context.Context) (full bool, err error) {
+	res, err := call(ctx, f.c, f.c.admin.ReadRedoLog, f.req)
+	switch {
+	case err != nil && f.follow && ctx.Err() != nil:
+		return false, nil // interrupted
+	case err != nil && f.follow && f.polled && transient(err):
+		if err.Error() != f.lastErr {
+			fmt.Fprintf(f.c.stderr, "shardis: %v (retrying every %v)\n", err, followInterval)
+			f.lastErr = err.Error()
+		}
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	f.polled, f.lastErr = true, ""
+	if !f.follow || len(res.Entries) > 0 {
+		if err := f.c.out.emit(res, func(w io.Writer) { f.tbl.write(w, res, f.req.AfterOffset) }); err != nil {
+			return false, err
+		}
+	}
+	for _, e := range res.Entries {
+		f.req.AfterOffset = max(f.req.AfterOffset, e.Offset)
+	}
+	return f.limit > 0 && len(res.Entries) >= f.limit, nil
 }

@@ -43,6 +43,12 @@ func cmdTopology(args []string, stdout, stderr io.Writer) error {
 		}
 		return fmt.Errorf("%w: topology needs the subcommand show or apply", errUsage)
 	}
+	return cmdTopologyApply(args[1:], stdout, stderr)
+}
+
+// cmdTopologyApply is topology apply: it applies --config's topology to
+// the nodes and prints the report.
+func cmdTopologyApply(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("topology apply", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration with the new topology (required)")
@@ -51,7 +57,7 @@ func cmdTopology(args []string, stdout, stderr io.Writer) error {
 	dry := fs.Bool("dry-run", false, "check and report without writing")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	fs.Usage = func() { fmt.Fprint(stderr, topologyUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
@@ -84,16 +90,23 @@ func cmdTopology(args []string, stdout, stderr io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
+	writeApplyReport(stdout, rep, *dry, time.Since(start))
+	return nil
+}
+
+// writeApplyReport prints an apply's report for people: what moved, and
+// whether a rerun is needed to finish.
+func writeApplyReport(stdout io.Writer, rep inventory.ApplyReport, dry bool, took time.Duration) {
 	switch {
 	case rep.AlreadyApplied:
 		fmt.Fprintf(stdout, "topology already applied at epoch %d: %s\n", rep.ToEpoch, rep.To)
-		return nil
-	case *dry:
+		return
+	case dry:
 		fmt.Fprintf(stdout, "dry run: epoch %d → %d\n", rep.FromEpoch, rep.ToEpoch)
 	default:
-		fmt.Fprintf(stdout, "applied: epoch %d → %d (%s) in %v\n", rep.FromEpoch, rep.ToEpoch, rep.Phase, time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(stdout, "applied: epoch %d → %d (%s) in %v\n", rep.FromEpoch, rep.ToEpoch, rep.Phase, took.Round(time.Millisecond))
 	}
-	if rep.Phase == inventory.PhaseMigrating && !*dry {
+	if rep.Phase == inventory.PhaseMigrating && !dry {
 		fmt.Fprintf(stdout, "still migrating: %d counters wait for pending parts (orders not yet confirmed or cancelled); run this command again later to finish\n", rep.Waiting)
 	}
 	fmt.Fprintf(stdout, "from: %s\nto:   %s\n", rep.From, rep.To)
@@ -101,11 +114,10 @@ func cmdTopology(args []string, stdout, stderr io.Writer) error {
 	if rep.LeftPending > 0 {
 		fmt.Fprintf(stdout, "leaving nodes held %d pending parts: the apply settles them after their deadlines\n", rep.LeftPending)
 	}
-	if !*dry {
+	if !dry {
 		fmt.Fprintf(stdout, "limits copied %d, orders moved %d, staged orders decided %d, quota counters moved %d, stock moved %d, parts settled %d\n",
 			rep.LimitsCopied, rep.OrdersMoved, rep.StagedDecided, rep.QuotasMoved, rep.StockMoved, rep.PartsSettled)
 	}
-	return nil
 }
 
 func list(s []string) string {
