@@ -117,32 +117,9 @@ func (n *Node) Probe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	res := trip.stamp
-	if len(res) != 5 {
-		return n.refusal(fmt.Errorf("%w: unexpected stamp reply %v", ErrIdentity, res))
-	}
-	name, _ := res[0].(string)
-	inc, _ := res[1].(string)
-	created, _ := res[2].(int64)
-	seq, _ := res[3].(int64)
-	gen, _ := res[4].(int64)
-	if name == "" {
-		if !witnessed {
-			seen, _ = n.Mark()
-		}
-		return n.refusal(fmt.Errorf("%w: %s is missing, but incarnation %s was seen up to write %d: "+
-			"the node restarted empty; accept its data with `shardis node accept %s`", ErrDataLost, StampKey,
-			seen.Incarnation, seen.Seq, n.opts.Name))
-	}
-	if name != n.opts.Name {
-		return n.refusal(fmt.Errorf("%w: %s is stamped as node %q, configured as %q (ports swapped?)",
-			ErrIdentity, StampKey, name, n.opts.Name))
-	}
-	stamp := Mark{Gen: gen, Incarnation: inc, Seq: seq}
-	if witnessed {
-		if err := behind(stamp, seen, "other nodes witnessed"); err != nil {
-			return n.refusal(fmt.Errorf("%w: %v; accept its data with `shardis node accept %s`", ErrRolledBack, err, n.opts.Name))
-		}
+	stamp, created, err := n.verifyStamp(trip.stamp, witnessed, seen)
+	if err != nil {
+		return err
 	}
 	prev, err := n.checkLocal(stamp, ackedBefore)
 	if err != nil {
@@ -157,10 +134,45 @@ func (n *Node) Probe(ctx context.Context) error {
 		n.applySettings(trip.config, trip.info) // first contact and every reconnect
 	}
 	n.applyDrains(trip.drains)
-	if prev == "" && created == 1 {
-		n.log.Info("node stamped", "incarnation", inc)
+	if prev == "" && created {
+		n.log.Info("node stamped", "incarnation", stamp.Incarnation)
 	}
 	return nil
+}
+
+// verifyStamp reads the stamp script's reply res: the node's mark, and
+// whether this probe created the stamp. A missing stamp (the node
+// restarted empty while peers or this process had seen it), a node
+// stamped under another name, or a mark behind the one peers witnessed
+// (seen, when witnessed) is refused.
+func (n *Node) verifyStamp(res []any, witnessed bool, seen Mark) (stamp Mark, created bool, err error) {
+	if len(res) != 5 {
+		return Mark{}, false, n.refusal(fmt.Errorf("%w: unexpected stamp reply %v", ErrIdentity, res))
+	}
+	name, _ := res[0].(string)
+	inc, _ := res[1].(string)
+	c, _ := res[2].(int64)
+	seq, _ := res[3].(int64)
+	gen, _ := res[4].(int64)
+	if name == "" {
+		if !witnessed {
+			seen, _ = n.Mark()
+		}
+		return Mark{}, false, n.refusal(fmt.Errorf("%w: %s is missing, but incarnation %s was seen up to write %d: "+
+			"the node restarted empty; accept its data with `shardis node accept %s`", ErrDataLost, StampKey,
+			seen.Incarnation, seen.Seq, n.opts.Name))
+	}
+	if name != n.opts.Name {
+		return Mark{}, false, n.refusal(fmt.Errorf("%w: %s is stamped as node %q, configured as %q (ports swapped?)",
+			ErrIdentity, StampKey, name, n.opts.Name))
+	}
+	stamp = Mark{Gen: gen, Incarnation: inc, Seq: seq}
+	if witnessed {
+		if err := behind(stamp, seen, "other nodes witnessed"); err != nil {
+			return Mark{}, false, n.refusal(fmt.Errorf("%w: %v; accept its data with `shardis node accept %s`", ErrRolledBack, err, n.opts.Name))
+		}
+	}
+	return stamp, c == 1, nil
 }
 
 // connectProbe establishes the probe's connection when it has none: the
