@@ -373,38 +373,56 @@ func (a *applier) copyLimits(ctx context.Context) error {
 		if len(joining) == 0 || len(old) == 0 {
 			continue
 		}
-		limits := map[string]int64{}
-		for name := range old {
-			n, err := a.node(name)
-			if err != nil {
-				return err
-			}
-			keys, err := scan(ctx, n, stockKeyPrefix+route+":*")
-			if err != nil {
-				return err
-			}
-			for _, k := range keys {
-				v, err := n.Client().HGet(ctx, k, "limit").Int64()
-				if err != nil && err != redis.Nil {
-					return fmt.Errorf("%w: node %s: %s limit: %v", ErrCorrupt, name, k, err)
-				}
-				if cur, ok := limits[k]; !ok || (v > 0 && (cur == 0 || v < cur)) {
-					limits[k] = v
-				}
-			}
+		limits, err := a.routeLimits(ctx, route, old)
+		if err != nil {
+			return err
 		}
 		for _, name := range joining {
-			n, err := a.node(name)
-			if err != nil {
+			if err := a.setLimits(ctx, name, limits); err != nil {
 				return err
 			}
-			for k, v := range limits {
-				if err := limitSetScript.Run(ctx, n.Client(), []string{stampKey, k}, name, v).Err(); err != nil {
-					return nodeErr(n, err)
-				}
-				a.rep.LimitsCopied++
+		}
+	}
+	return nil
+}
+
+// routeLimits reads the per-user limit of every stock hash of route on the
+// members old: per hash, the smallest positive one (0 only when all say 0).
+func (a *applier) routeLimits(ctx context.Context, route string, old map[string]bool) (map[string]int64, error) {
+	limits := map[string]int64{}
+	for name := range old {
+		n, err := a.node(name)
+		if err != nil {
+			return nil, err
+		}
+		keys, err := scan(ctx, n, stockKeyPrefix+route+":*")
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range keys {
+			v, err := n.Client().HGet(ctx, k, "limit").Int64()
+			if err != nil && err != redis.Nil {
+				return nil, fmt.Errorf("%w: node %s: %s limit: %v", ErrCorrupt, name, k, err)
+			}
+			if cur, ok := limits[k]; !ok || (v > 0 && (cur == 0 || v < cur)) {
+				limits[k] = v
 			}
 		}
+	}
+	return limits, nil
+}
+
+// setLimits writes limits (stock hash → limit) onto the joining node name.
+func (a *applier) setLimits(ctx context.Context, name string, limits map[string]int64) error {
+	n, err := a.node(name)
+	if err != nil {
+		return err
+	}
+	for k, v := range limits {
+		if err := limitSetScript.Run(ctx, n.Client(), []string{stampKey, k}, name, v).Err(); err != nil {
+			return nodeErr(n, err)
+		}
+		a.rep.LimitsCopied++
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
 )
 
 // StockLevel is a SKU's counters summed over its route's reachable nodes.
@@ -66,17 +67,9 @@ type NodeStock struct {
 // LoadStock is not idempotent: retrying after an error may add twice (the
 // error says which nodes took their share; GetStock shows the totals).
 func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, perUserLimit int64) (StockLevel, error) {
-	if err := checkID("sku_id", sku); err != nil {
+	perUserLimit, err := checkLoad(sku, qty, perUserLimit)
+	if err != nil {
 		return StockLevel{}, err
-	}
-	if err := checkQty("quantity", qty); err != nil {
-		return StockLevel{}, err
-	}
-	if perUserLimit > MaxQuantity {
-		return StockLevel{}, fmt.Errorf("%w: per_user_limit is %d, at most %d", ErrInvalid, perUserLimit, MaxQuantity)
-	}
-	if perUserLimit < 0 {
-		perUserLimit = -1 // the script's "leave as is"
 	}
 	ctx, _ = inv.pin(ctx)
 	set, err := inv.set(ctx, route)
@@ -88,17 +81,63 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 		return StockLevel{}, fmt.Errorf("%w: route %q has no usable node: %s", ErrUnavailable, route, inv.unusableNodes(set))
 	}
 	if perUserLimit >= 0 {
-		var down []string
-		for _, n := range set.Nodes() {
-			if !inv.usable(n) {
-				down = append(down, n.Name())
-			}
-		}
-		if len(down) > 0 && !inv.limitIs(ctx, route, sku, perUserLimit) {
-			return StockLevel{}, fmt.Errorf("%w: a per-user limit change (to %d) must reach every node of route %q; unavailable: %s (nothing changed)",
-				ErrUnavailable, perUserLimit, route, strings.Join(down, ", "))
+		if err := inv.limitReaches(ctx, set, route, sku, perUserLimit); err != nil {
+			return StockLevel{}, err
 		}
 	}
+	ver := limitVersion()
+	took, failed := inv.loadShares(ctx, set, stockKey(route, sku), shares(targets, qty), perUserLimit, ver)
+	inv.retryStuckOf(ctx, took, route, sku)
+	if len(failed) > 0 && perUserLimit >= 0 {
+		inv.recordLimitTodo(context.WithoutCancel(ctx), took, route, sku, perUserLimit, ver)
+	}
+	level, gerr := inv.GetStock(ctx, route, sku)
+	if len(failed) > 0 {
+		what := ""
+		if perUserLimit >= 0 {
+			what = fmt.Sprintf("; the per-user limit %d reached %d of %d nodes, the others take it when they return (reconciler)",
+				perUserLimit, len(took), len(set.Nodes()))
+		}
+		return level, fmt.Errorf("%w: load of %s/%s failed on %d node(s): %v%s", ErrUnavailable, route, sku, len(failed), failed, what)
+	}
+	return level, gerr
+}
+
+// checkLoad checks LoadStock's arguments and returns the per-user limit
+// as the load script takes it (-1: leave as is).
+func checkLoad(sku string, qty, perUserLimit int64) (int64, error) {
+	if err := checkID("sku_id", sku); err != nil {
+		return 0, err
+	}
+	if err := checkQty("quantity", qty); err != nil {
+		return 0, err
+	}
+	if perUserLimit > MaxQuantity {
+		return 0, fmt.Errorf("%w: per_user_limit is %d, at most %d", ErrInvalid, perUserLimit, MaxQuantity)
+	}
+	return max(perUserLimit, -1), nil
+}
+
+// limitReaches refuses a per-user limit change that cannot reach every
+// node of the route (one is not usable), unless the limit is already
+// limit everywhere it can be read.
+func (inv *Inventory) limitReaches(ctx context.Context, set *router.Set, route, sku string, limit int64) error {
+	var down []string
+	for _, n := range set.Nodes() {
+		if !inv.usable(n) {
+			down = append(down, n.Name())
+		}
+	}
+	if len(down) > 0 && !inv.limitIs(ctx, route, sku, limit) {
+		return fmt.Errorf("%w: a per-user limit change (to %d) must reach every node of route %q; unavailable: %s (nothing changed)",
+			ErrUnavailable, limit, route, strings.Join(down, ", "))
+	}
+	return nil
+}
+
+// shares splits qty over targets as evenly as it goes (the first ones
+// take the remainder), by node name.
+func shares(targets []*node.Node, qty int64) map[string]int64 {
 	share := map[string]int64{}
 	k := int64(len(targets))
 	for i, n := range targets {
@@ -107,13 +146,17 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 			share[n.Name()]++
 		}
 	}
-	limitArg, ver := perUserLimit, limitVersion()
-	key := stockKey(route, sku)
+	return share
+}
+
+// loadShares runs the load script on every node of set at once: each
+// target adds its share, and every other usable node takes the limit
+// (limitArg at version ver). It returns the nodes that took it, and a
+// line per node that failed.
+func (inv *Inventory) loadShares(ctx context.Context, set *router.Set, key string, share map[string]int64, limitArg, ver int64) (took []*node.Node, failed []string) {
 	var (
-		mu     sync.Mutex
-		failed []string
-		took   []*node.Node
-		wg     sync.WaitGroup
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
 	for _, n := range set.Nodes() {
 		add, isTarget := share[n.Name()]
@@ -134,20 +177,7 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 		}(n, add)
 	}
 	wg.Wait()
-	inv.retryStuckOf(ctx, took, route, sku)
-	if len(failed) > 0 && perUserLimit >= 0 {
-		inv.recordLimitTodo(context.WithoutCancel(ctx), took, route, sku, perUserLimit, ver)
-	}
-	level, gerr := inv.GetStock(ctx, route, sku)
-	if len(failed) > 0 {
-		what := ""
-		if perUserLimit >= 0 {
-			what = fmt.Sprintf("; the per-user limit %d reached %d of %d nodes, the others take it when they return (reconciler)",
-				perUserLimit, len(took), len(set.Nodes()))
-		}
-		return level, fmt.Errorf("%w: load of %s/%s failed on %d node(s): %v%s", ErrUnavailable, route, sku, len(failed), failed, what)
-	}
-	return level, gerr
+	return took, failed
 }
 
 // limitIs reports whether every node of route that answers holds limit as

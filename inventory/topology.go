@@ -360,15 +360,7 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 	if inv.repairLost(ctx, recs) {
 		recs, unread = inv.readRecords(ctx, inv.nodes)
 	}
-	var newest *TopologyRecord
-	for i := range recs {
-		if recs[i].Lost {
-			continue
-		}
-		if newest == nil || recs[i].Epoch > newest.Epoch {
-			newest = &recs[i]
-		}
-	}
+	newest := newestRecord(recs)
 	notReady := func(format string, a ...any) *view {
 		return &view{read: now, notReady: fmt.Errorf("%w: %w: "+format, append([]any{ErrUnavailable, ErrTopology}, a...)...)}
 	}
@@ -391,6 +383,40 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 	if err != nil {
 		return &view{read: now, notReady: err}
 	}
+	inv.spreadRecord(ctx, recs, newest, pl)
+	v := &view{placement: pl, token: newest.Token, epoch: newest.Epoch, phase: newest.Phase, read: now}
+	for _, r := range recs {
+		if r.Token == newest.Token && r.Phase == PhaseStable {
+			v.phase = PhaseStable // stable is written only once everything moved
+		}
+	}
+	if v.phase == PhaseMigrating && newest.Prev != nil {
+		if err := v.setPrevious(newest.Prev); err != nil {
+			return notReady("%v", err)
+		}
+	}
+	return v
+}
+
+// newestRecord is the record of the highest epoch among recs, lost ones
+// left out; nil when there is none.
+func newestRecord(recs []TopologyRecord) *TopologyRecord {
+	var newest *TopologyRecord
+	for i := range recs {
+		if recs[i].Lost {
+			continue
+		}
+		if newest == nil || recs[i].Epoch > newest.Epoch {
+			newest = &recs[i]
+		}
+	}
+	return newest
+}
+
+// spreadRecord gives the newest record to every member of its placement
+// pl that has none (a new or accepted node) and logs each member that is
+// at another epoch or lost its record.
+func (inv *Inventory) spreadRecord(ctx context.Context, recs []TopologyRecord, newest *TopologyRecord, pl placement) {
 	applied := map[string]bool{}
 	for _, n := range pl.members {
 		applied[n.Name()] = true
@@ -410,25 +436,22 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 				"node", r.Node, "node_epoch", r.Epoch, "epoch", newest.Epoch)
 		}
 	}
-	v := &view{placement: pl, token: newest.Token, epoch: newest.Epoch, phase: newest.Phase, read: now}
-	for _, r := range recs {
-		if r.Token == newest.Token && r.Phase == PhaseStable {
-			v.phase = PhaseStable // stable is written only once everything moved
+}
+
+// setPrevious gives a migrating view the homes and route rings of the
+// previous topology prev (where records and stock may still be).
+func (v *view) setPrevious(prev *Topology) error {
+	var err error
+	if v.prevHomes, err = prev.homes(); err != nil {
+		return fmt.Errorf("previous topology: %v", err)
+	}
+	v.prevRoute = map[string]*router.Ring{}
+	for route, ms := range prev.Routes {
+		if v.prevRoute[route], err = router.NewRing(ms); err != nil {
+			return fmt.Errorf("previous topology route %s: %v", route, err)
 		}
 	}
-	if v.phase == PhaseMigrating && newest.Prev != nil {
-		var err error
-		if v.prevHomes, err = newest.Prev.homes(); err != nil {
-			return notReady("previous topology: %v", err)
-		}
-		v.prevRoute = map[string]*router.Ring{}
-		for route, ms := range newest.Prev.Routes {
-			if v.prevRoute[route], err = router.NewRing(ms); err != nil {
-				return notReady("previous topology route %s: %v", route, err)
-			}
-		}
-	}
-	return v
+	return nil
 }
 
 // readRecords reads the records of nodes, skipping unusable ones (their
