@@ -187,7 +187,8 @@ type Inventory struct {
 type atomicView = atomic.Pointer[view]
 
 // New builds the inventory over r, using r.Config().Inventory. The
-// inventory server key must be configured. With inventory.durability aof
+// inventory server key must be configured, and r must keep its nodes'
+// data (router.Options.KeepData names it). With inventory.durability aof
 // it fails when a node of the inventory reports a Redis older than 7.2
 // (no WAITAOF), naming the node and its version.
 func New(r *router.Router, opts Options) (*Inventory, error) {
@@ -202,6 +203,14 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 	srv, ok := cfg.Servers[cfg.Inventory.Server]
 	if !ok {
 		return nil, fmt.Errorf("inventory: server key %q (inventory.server) is not configured under servers", cfg.Inventory.Server)
+	}
+	for _, members := range srv.Routes {
+		for _, m := range members {
+			if !r.KeepsData(m) {
+				return nil, fmt.Errorf("inventory: the router does not keep the data of node %s (server %q): build it with router.Options{KeepData: []string{%q}}, or a node that restarts empty is served as if nothing was lost",
+					m, cfg.Inventory.Server, cfg.Inventory.Server)
+			}
+		}
 	}
 	if opts.AttemptLease <= 0 {
 		opts.AttemptLease = cfg.Inventory.AttemptLease

@@ -66,6 +66,16 @@ type Options struct {
 	// every command and pipeline callers issue (e.g. redisotel tracing).
 	// default: none
 	Hooks []redis.Hook
+	// KeepData lists the server keys whose nodes hold data that must not
+	// be lost (an inventory's server, its inventory.server). Each of their
+	// nodes is stamped, its peers witness its acknowledged writes, and it
+	// is refused when it comes back with less than was acknowledged, until
+	// an operator accepts its data (node.Options.Critical, witness.go); its
+	// maxmemory policy is judged by the stricter rule in Status. An unknown
+	// key is an error of New. inventory.New refuses a router that does not
+	// keep its server's data.
+	// default: none
+	KeepData []string
 }
 
 // Router routes keys of configured (server, route) sets to nodes. It is
@@ -79,8 +89,8 @@ type Router struct {
 	sets  map[node.RouteKey]*Set
 	sched *health.Scheduler
 	wit   *witnesses
-	// critical marks the nodes of the inventory server (data that must not
-	// be lost); immutable after New.
+	// critical marks the nodes of the servers of Options.KeepData (data
+	// that must not be lost); immutable after New.
 	critical map[string]bool
 }
 
@@ -113,12 +123,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 			}
 		}
 	}
-	// Nodes of the inventory server hold data that must not be lost.
-	critical := map[string]bool{}
-	for _, members := range cfg.Servers[cfg.Inventory.Server].Routes {
-		for _, m := range members {
-			critical[m] = true
-		}
+	critical, err := keptNodes(cfg, opts.KeepData)
+	if err != nil {
+		return nil, err
 	}
 	r.critical = critical
 	r.wit = newWitnesses(r)
@@ -364,7 +371,7 @@ type NodeStatus struct {
 	Routes       map[node.RouteKey]bool // route → enabled
 	// Settings are the node's eviction and persistence settings (zero
 	// until read); Warning says what is unsafe about them for a node of
-	// the inventory server, or that a node evicts ("" otherwise).
+	// a server of Options.KeepData, or that a node evicts ("" otherwise).
 	Settings node.Settings
 	Warning  string
 }
@@ -413,3 +420,24 @@ func (r *Router) closeNodes() error {
 	}
 	return errors.Join(errs...)
 }
+
+// keptNodes marks the nodes of the server keys servers (Options.KeepData).
+func keptNodes(cfg *config.Config, servers []string) (map[string]bool, error) {
+	critical := map[string]bool{}
+	for _, sname := range servers {
+		srv, ok := cfg.Servers[sname]
+		if !ok {
+			return nil, fmt.Errorf("router: Options.KeepData names server key %q, which is not configured under servers", sname)
+		}
+		for _, members := range srv.Routes {
+			for _, m := range members {
+				critical[m] = true
+			}
+		}
+	}
+	return critical, nil
+}
+
+// KeepsData reports whether node name holds data that must not be lost
+// (it is a node of a server of Options.KeepData).
+func (r *Router) KeepsData(name string) bool { return r.critical[name] }

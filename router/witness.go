@@ -10,7 +10,7 @@ import (
 	"github.com/shardis/shardis/node"
 )
 
-// witnesses keeps, on every node of the inventory server, the marks of its
+// witnesses keeps, on every node that keeps data (Options.KeepData: an inventory's server), the marks of its
 // peers (node/witness.go): each heartbeat it writes the mark of every node
 // whose acknowledged writes moved on, and at once for a node that goes
 // DOWN (the writes it acknowledged just before). It holds the first write
@@ -19,7 +19,7 @@ import (
 // the probes' path: once before the first probes (router.New), then every
 // heartbeat while a node of the server is not UP, handing them to the
 // nodes (node.SetWitnessed) for their reconnecting probes. None of it
-// changes a node's state. Nodes outside the inventory server hold no data
+// changes a node's state. Nodes outside Options.KeepData's servers hold no data
 // that must be kept and are not witnessed.
 type witnesses struct {
 	r       *Router
@@ -270,7 +270,7 @@ func (w *witnesses) close() {
 }
 
 // ErrNotWitnessed is wrapped by [Router.AcceptNode] for a node outside the
-// inventory server: its writes are not witnessed, there is nothing to accept.
+// servers of Options.KeepData: its writes are not witnessed, there is nothing to accept.
 var ErrNotWitnessed = errors.New("node is not witnessed")
 
 // AcceptNode makes a node's current data the truth after it was refused
@@ -279,7 +279,7 @@ var ErrNotWitnessed = errors.New("node is not witnessed")
 // every one witnessed, and every reachable peer is told; its next probe
 // passes. What the node lost stays lost (reload stock, check orders); the
 // new incarnation starts a new redo-log generation. It fails for a node
-// outside the inventory server (nothing is witnessed of it) or one that
+// outside the servers of Options.KeepData (nothing is witnessed of it) or one that
 // cannot be reached.
 func (r *Router) AcceptNode(ctx context.Context, name string) (node.Mark, error) {
 	n, err := r.Node(name)
@@ -287,7 +287,7 @@ func (r *Router) AcceptNode(ctx context.Context, name string) (node.Mark, error)
 		return node.Mark{}, err
 	}
 	if !r.critical[name] {
-		return node.Mark{}, fmt.Errorf("%w: node %s is not a node of the inventory server", ErrNotWitnessed, name)
+		return node.Mark{}, fmt.Errorf("%w: node %s keeps no data (not a node of a server of router.Options.KeepData)", ErrNotWitnessed, name)
 	}
 	seen, _ := r.wit.Witnessed(ctx, name)
 	gen := seen.Gen + 1

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 
 	"github.com/shardis/shardis/config"
@@ -32,7 +33,8 @@ type OpenOptions struct {
 	// default: slog.Default()
 	Logger *slog.Logger
 	// Router is passed to router.New; its Logger is replaced by Logger,
-	// and its OnStateChange is called before the reconciler is woken.
+	// its KeepData gains the inventory's server key, and its
+	// OnStateChange is called before the reconciler is woken.
 	// default: zero router.Options
 	Router router.Options
 	// Settings configures the reconciler; Interval and TrimAge default to
@@ -58,6 +60,9 @@ func Open(ctx context.Context, cfg *config.Config, opts OpenOptions) (*Stack, er
 	var rec atomic.Pointer[Reconciler] // set before any node can come back up after Open
 	ropts := opts.Router
 	ropts.Logger = opts.Logger
+	if !slices.Contains(ropts.KeepData, cfg.Inventory.Server) {
+		ropts.KeepData = append(slices.Clone(ropts.KeepData), cfg.Inventory.Server)
+	}
 	user := ropts.OnStateChange
 	ropts.OnStateChange = func(ev health.Event) {
 		if user != nil {

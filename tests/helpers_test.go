@@ -110,7 +110,7 @@ func startRouter(t testing.TB, cfg *config.Config) (*router.Router, *events) {
 	ev := &events{t: t, ch: make(chan health.Event, 1024)}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, err := router.New(ctx, cfg, router.Options{
+	r, err := router.New(ctx, cfg, router.Options{KeepData: []string{cfg.Inventory.Server},
 		Logger: testLogger(t),
 		OnStateChange: func(e health.Event) {
 			select {

@@ -129,7 +129,7 @@ func (c *invCluster) newInventoryFor(t testing.TB, cfg *config.Config, q *settle
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, err := router.New(ctx, cfg, router.Options{
+	r, err := router.New(ctx, cfg, router.Options{KeepData: []string{cfg.Inventory.Server},
 		Logger: invDiscard,
 		OnStateChange: func(ev health.Event) {
 			if !ev.Up {

@@ -147,7 +147,7 @@ func StartCluster(ctx context.Context, aof, withBaselines bool, log *slog.Logger
 			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 			ReadTimeout:              30 * time.Second, PoolSize: 4}))
 	}
-	if c.Router, err = router.New(ctx, c.Cfg, router.Options{Logger: log}); err != nil {
+	if c.Router, err = router.New(ctx, c.Cfg, router.Options{KeepData: []string{c.Cfg.Inventory.Server}, Logger: log}); err != nil {
 		return c, err
 	}
 	for _, n := range c.Router.Nodes() {
@@ -167,7 +167,7 @@ func StartCluster(ctx context.Context, aof, withBaselines bool, log *slog.Logger
 
 	plain := *c.Cfg
 	plain.Pipeline.Enabled = false
-	if c.PlainRouter, err = router.New(ctx, &plain, router.Options{Logger: log}); err != nil {
+	if c.PlainRouter, err = router.New(ctx, &plain, router.Options{KeepData: []string{plain.Inventory.Server}, Logger: log}); err != nil {
 		return c, err
 	}
 	if c.PlainInv, err = inventory.New(c.PlainRouter, inventory.Options{Logger: log}); err != nil {
