@@ -229,7 +229,9 @@ func TestProbeStampsFreshNode(t *testing.T) {
 // A probe of a port nobody listens on fails at once, not after the timeout.
 func TestProbeUnreachableFailsFast(t *testing.T) {
 	t.Parallel()
-	n := newNode(t, node.Options{Name: "n1", Addr: deadAddr(t), ProbeTimeout: 300 * time.Millisecond}, nil)
+	// Timeouts far above the bound below: only a refused connection is
+	// that fast, however loaded the machine.
+	n := newNode(t, node.Options{Name: "n1", Addr: deadAddr(t), ProbeTimeout: 5 * time.Second, DialTimeout: 5 * time.Second}, nil)
 	for i := 0; i < 3; i++ {
 		start := time.Now()
 		err := n.Probe(context.Background())
@@ -245,8 +247,8 @@ func TestProbeUnreachableFailsFast(t *testing.T) {
 		if errors.Is(err, node.ErrIdentity) {
 			t.Errorf("Probe of a closed port: %v, want a connection error, not ErrIdentity", err)
 		}
-		if took > 100*time.Millisecond {
-			t.Errorf("Probe of a closed port took %v, want < 100ms (connection refused)", took)
+		if took > time.Second {
+			t.Errorf("Probe of a closed port took %v, want < 1s (connection refused; the timeouts are 5s)", took)
 		}
 	}
 }
@@ -630,7 +632,10 @@ func TestClientDialsRightAfterRestart(t *testing.T) {
 		err = n.Client().Get(ctx, "k").Err()
 	}
 	t.Logf("commands failed for %v after the server was back", time.Since(start))
-	if time.Since(start) > 50*time.Millisecond {
+	// go-redis's own redial comes a second later: well under that means
+	// the renewed client dialled at once (a loaded machine's polls can
+	// take tens of ms).
+	if time.Since(start) > 500*time.Millisecond {
 		t.Errorf("commands kept failing for %v after restart", time.Since(start))
 	}
 }
