@@ -15,7 +15,7 @@ import (
 )
 
 // Example reserves, confirms and cancels against two throwaway nodes with
-// inventory.New over a router (settle.Open wires the reconciler too; see
+// inventory.New over a router (rollback.Open wires the reconciler too; see
 // its example). Reserve is all or nothing and idempotent per order id.
 func Example() {
 	var yaml = "nodes:\n"

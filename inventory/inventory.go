@@ -20,7 +20,7 @@
 // share one script call (group commit, group.go: the calls run one after
 // the other inside it, each deciding on its own). Parts that cannot be settled at once
 // (their node is down) go to a [Deferrer]; every pending part carries a
-// deadline, so the reconciler in package settle settles whatever is left
+// deadline, so the reconciler in package rollback settles whatever is left
 // by the decision recorded for its order. Nothing is lost when a process
 // dies at any point: the worst case is stock held until the reservation
 // deadline.
@@ -115,7 +115,7 @@ var (
 // Options configures [New]. The zero value works.
 type Options struct {
 	// Deferrer receives settle work for parts whose node could not be
-	// reached. Package settle's Queue is the usual one.
+	// reached. Package rollback's Queue is the usual one.
 	// default: none (the reconciler still settles such parts after their
 	// deadline)
 	Deferrer Deferrer

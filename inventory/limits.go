@@ -16,7 +16,7 @@ import (
 // version (the caller's clock, ms). When a node fails during the call,
 // the nodes that took the change record it in `inv:limits:todo` (stock key
 // → "limit:version:route"), and the error names the nodes that still
-// differ. The reconciler (package settle) calls ConvergeLimits on every pass:
+// differ. The reconciler (package rollback) calls ConvergeLimits on every pass:
 // a node whose limit version is older takes the newer limit (a limit is
 // only ever replaced by one of a higher version, so two racing changes end
 // at the later one everywhere), and the record is dropped once every node

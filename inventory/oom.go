@@ -43,7 +43,7 @@ import (
 // was reserved before it filled, not by new orders. Refusing them instead
 // strands the stock: cancels and expiries cannot land until someone frees
 // memory, and a part's tombstone cannot be written, so the reconciler can
-// only retry. The reconciler's node lease (package settle) is taken the
+// only retry. The reconciler's node lease (package rollback) is taken the
 // same way for the same reason.
 //
 // An OOM reply is typed: [ErrOutOfMemory] together with [ErrUnavailable],

@@ -93,7 +93,7 @@ type StuckBackoff struct {
 }
 
 // DefaultStuckBackoff is the backoff of set-aside parts unless configured
-// (settle.Settings.StuckRetry, StuckRetryMax).
+// (rollback.Settings.StuckRetry, StuckRetryMax).
 var DefaultStuckBackoff = StuckBackoff{First: 5 * time.Second, Max: 5 * time.Minute}
 
 // Filled returns b with zero (or negative) fields from

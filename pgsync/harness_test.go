@@ -25,7 +25,7 @@ import (
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/pgsync"
-	"github.com/shardis/shardis/settle"
+	"github.com/shardis/shardis/rollback"
 )
 
 // childEnv names the configuration file a re-executed test binary runs
@@ -69,7 +69,7 @@ type env struct {
 	srv   map[string]*redistest.Server
 	raw   map[string]*redis.Client
 	cfg   *config.Config
-	stack *settle.Stack
+	stack *rollback.Stack
 	inv   *inventory.Inventory
 	pg    *pgtest.Server
 	pool  *pgxpool.Pool
@@ -126,8 +126,8 @@ sync: {dsn: "` + cfg.Sync.DSN + `", listen: "", poll_interval: 20ms, settle_inte
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
-	e.stack, err = settle.Open(ctx, e.cfg, settle.OpenOptions{Logger: quiet(),
-		Settings: settle.Settings{Interval: 100 * time.Millisecond, TrimEvery: 5}})
+	e.stack, err = rollback.Open(ctx, e.cfg, rollback.OpenOptions{Logger: quiet(),
+		Settings: rollback.Settings{Interval: 100 * time.Millisecond, TrimEvery: 5}})
 	if err != nil {
 		t.Fatal(err)
 	}

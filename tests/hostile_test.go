@@ -18,8 +18,8 @@ import (
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/rollback"
 	"github.com/shardis/shardis/router"
-	"github.com/shardis/shardis/settle"
 )
 
 // hostileHealth notices refused connections and error replies within a
@@ -39,7 +39,7 @@ type hostileEnv struct {
 	ctx   context.Context
 	r     *router.Router
 	inv   *inventory.Inventory
-	rec   *settle.Reconciler
+	rec   *rollback.Reconciler
 	homes *router.Ring
 	logs  *secBuffer
 }
@@ -72,7 +72,7 @@ func hostileStart(t testing.TB, nodes map[string]config.Node, h config.Health) *
 			t.Logf("captured logs:\n%s", logs)
 		}
 	})
-	var rec atomic.Pointer[settle.Reconciler]
+	var rec atomic.Pointer[rollback.Reconciler]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var err error
@@ -85,11 +85,11 @@ func hostileStart(t testing.TB, nodes map[string]config.Node, h config.Health) *
 		t.Fatalf("router.New: %v", err)
 	}
 	t.Cleanup(func() { _ = e.r.Close() })
-	q := settle.NewQueue()
+	q := rollback.NewQueue()
 	if e.inv, err = inventory.New(e.r, inventory.Options{Deferrer: q, Logger: log, AttemptLease: time.Second}); err != nil {
 		t.Fatalf("inventory.New: %v", err)
 	}
-	e.rec = settle.New(e.inv, q, settle.Settings{Interval: 100 * time.Millisecond, Logger: log})
+	e.rec = rollback.New(e.inv, q, rollback.Settings{Interval: 100 * time.Millisecond, Logger: log})
 	rec.Store(e.rec)
 	e.rec.Start()
 	t.Cleanup(e.rec.Close)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/inventory"
-	"github.com/shardis/shardis/settle"
+	"github.com/shardis/shardis/rollback"
 )
 
 // TestInvNodeKilled kills one node (kill -9, AOF on) while orders flow:
@@ -39,7 +39,7 @@ func TestInvNodeKilled(t *testing.T) {
 	c.load("pair", "k-pair", pairLoaded, 0)
 	c.load("all", "k-all", allLoaded, 0)
 	c.load("solo", "k-solo", soloLoaded, 0)
-	rec := c.reconciler(nil, nil, settle.Settings{Interval: 100 * time.Millisecond})
+	rec := c.reconciler(nil, nil, rollback.Settings{Interval: 100 * time.Millisecond})
 	rec.Start()
 
 	var (
@@ -304,7 +304,7 @@ func TestInvNodePaused(t *testing.T) {
 		t.Fatalf("Confirm %s while its home is paused: %v, want ErrUnavailable", ob, err)
 	}
 
-	rec := c.reconciler(nil, nil, settle.Settings{Interval: 100 * time.Millisecond})
+	rec := c.reconciler(nil, nil, rollback.Settings{Interval: 100 * time.Millisecond})
 	rec.Start()
 	c.srv[paused].Resume()
 	c.waitUsable(paused, 5*time.Second)
@@ -378,9 +378,9 @@ func TestInvTwoReconcilers(t *testing.T) {
 	}
 
 	_, inv2 := c.newInventory(t, nil)
-	recs := []*settle.Reconciler{
-		c.reconciler(nil, nil, settle.Settings{Batch: 7}),
-		c.reconciler(inv2, nil, settle.Settings{Batch: 7}),
+	recs := []*rollback.Reconciler{
+		c.reconciler(nil, nil, rollback.Settings{Batch: 7}),
+		c.reconciler(inv2, nil, rollback.Settings{Batch: 7}),
 	}
 	invUntil(last.Add(time.Second + 100*time.Millisecond))
 	start := make(chan struct{})

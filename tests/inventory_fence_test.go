@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/shardis/shardis/inventory"
-	"github.com/shardis/shardis/settle"
+	"github.com/shardis/shardis/rollback"
 )
 
 // TestInvFence walks the TCC fence: every settle of an order follows the
@@ -200,9 +200,9 @@ func invExpiryRace(t *testing.T, ctx context.Context, c *invCluster, sku string,
 		}
 	}
 
-	recs := []*settle.Reconciler{
-		c.reconciler(nil, nil, settle.Settings{Batch: 5}),
-		c.reconciler(nil, nil, settle.Settings{Batch: 5}),
+	recs := []*rollback.Reconciler{
+		c.reconciler(nil, nil, rollback.Settings{Batch: 5}),
+		c.reconciler(nil, nil, rollback.Settings{Batch: 5}),
 	}
 	stopRec := make(chan struct{})
 	var recWG sync.WaitGroup

@@ -18,8 +18,8 @@ import (
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/rollback"
 	"github.com/shardis/shardis/router"
-	"github.com/shardis/shardis/settle"
 )
 
 // invServer is the inventory server key of every inventory test.
@@ -60,12 +60,12 @@ type invCluster struct {
 	cfg     *config.Config
 	r       *router.Router
 	inv     *inventory.Inventory
-	q       *settle.Queue
+	q       *rollback.Queue
 	homes   *inventory.Homes // order homes, as the inventory places them
 	lease   time.Duration
 
 	recMu sync.Mutex
-	recs  []*settle.Reconciler // woken by NodeUp on every UP event
+	recs  []*rollback.Reconciler // woken by NodeUp on every UP event
 }
 
 func newInvCluster(t testing.TB, o invOpts) *invCluster {
@@ -105,7 +105,7 @@ func newInvCluster(t testing.TB, o invOpts) *invCluster {
 		t.Fatalf("inventory test config: %v", err)
 	}
 	c.cfg = &cfg
-	c.q = settle.NewQueue()
+	c.q = rollback.NewQueue()
 	c.r, c.inv = c.newInventory(t, c.q)
 
 	var err error
@@ -118,14 +118,14 @@ func newInvCluster(t testing.TB, o invOpts) *invCluster {
 // newInventory builds another router and inventory over the same nodes
 // (another process, as far as the nodes can tell), closed when the test
 // ends. UP events of its router wake the cluster's reconcilers.
-func (c *invCluster) newInventory(t testing.TB, q *settle.Queue) (*router.Router, *inventory.Inventory) {
+func (c *invCluster) newInventory(t testing.TB, q *rollback.Queue) (*router.Router, *inventory.Inventory) {
 	t.Helper()
 	return c.newInventoryFor(t, c.cfg, q)
 }
 
 // newInventoryFor is newInventory with another configuration of the same
 // nodes (another topology).
-func (c *invCluster) newInventoryFor(t testing.TB, cfg *config.Config, q *settle.Queue) (*router.Router, *inventory.Inventory) {
+func (c *invCluster) newInventoryFor(t testing.TB, cfg *config.Config, q *rollback.Queue) (*router.Router, *inventory.Inventory) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -136,7 +136,7 @@ func (c *invCluster) newInventoryFor(t testing.TB, cfg *config.Config, q *settle
 				return
 			}
 			c.recMu.Lock()
-			recs := append([]*settle.Reconciler(nil), c.recs...)
+			recs := append([]*rollback.Reconciler(nil), c.recs...)
 			c.recMu.Unlock()
 			for _, rec := range recs {
 				rec.NodeUp(ev.Target)
@@ -165,7 +165,7 @@ func (c *invCluster) newInventoryFor(t testing.TB, cfg *config.Config, q *settle
 
 // reconciler returns a reconciler over inv (nil: the cluster's inventory
 // and queue) that UP events wake, closed when the test ends.
-func (c *invCluster) reconciler(inv *inventory.Inventory, q *settle.Queue, s settle.Settings) *settle.Reconciler {
+func (c *invCluster) reconciler(inv *inventory.Inventory, q *rollback.Queue, s rollback.Settings) *rollback.Reconciler {
 	if inv == nil {
 		inv, q = c.inv, c.q
 	}
@@ -174,7 +174,7 @@ func (c *invCluster) reconciler(inv *inventory.Inventory, q *settle.Queue, s set
 		// its cause.
 		s.Logger = slog.New(slog.NewTextHandler(tWriter{c.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	rec := settle.New(inv, q, s)
+	rec := rollback.New(inv, q, s)
 	c.recMu.Lock()
 	c.recs = append(c.recs, rec)
 	c.recMu.Unlock()

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/shardis/shardis/inventory"
-	"github.com/shardis/shardis/settle"
+	"github.com/shardis/shardis/rollback"
 )
 
 // Per-user limits and redo-log acknowledgements that used to report
@@ -114,7 +114,7 @@ func TestInvLimitsAndAcks(t *testing.T) {
 		part := invRedoPart(t, c, id, res.Receipts[0])
 		c.clients["n2"].HSet(ctx, "inv:part:"+part, "at", time.Now().Add(-48*time.Hour).UnixMilli())
 		key := res.Receipts[0].RedoLog
-		rec := c.reconciler(nil, nil, settle.Settings{TrimEvery: 1})
+		rec := c.reconciler(nil, nil, rollback.Settings{TrimEvery: 1})
 		rec.RunOnce(ctx)
 		if sc := c.clients["n2"].ZScore(ctx, key, part); sc.Err() != nil {
 			t.Fatalf("unacknowledged entry %s trimmed by the default settings: %v", part, sc.Err())
@@ -123,7 +123,7 @@ func TestInvLimitsAndAcks(t *testing.T) {
 			t.Errorf("RedoUnacked(n2) = %d after a trim, want %d", after, before)
 		}
 		// Opting in trims it.
-		c.reconciler(nil, nil, settle.Settings{TrimEvery: 1, TrimAge: time.Hour}).RunOnce(ctx)
+		c.reconciler(nil, nil, rollback.Settings{TrimEvery: 1, TrimAge: time.Hour}).RunOnce(ctx)
 		if sc := c.clients["n2"].ZScore(ctx, key, part); sc.Err() == nil {
 			t.Errorf("entry older than an explicit TrimAge of 1h not trimmed")
 		}
@@ -179,7 +179,7 @@ func TestInvLimitsAndAcks(t *testing.T) {
 			!strings.Contains(err.Error(), "reached 2 of 3 nodes") {
 			t.Fatalf("limit change failing on n3 = %v; want ErrUnavailable naming n3 and saying 2 of 3 nodes took it", err)
 		}
-		rec := c.reconciler(nil, nil, settle.Settings{Interval: 50 * time.Millisecond})
+		rec := c.reconciler(nil, nil, rollback.Settings{Interval: 50 * time.Millisecond})
 		rec.Start()
 		// Still unreadable: the change waits.
 		time.Sleep(300 * time.Millisecond)

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/inventory"
-	"github.com/shardis/shardis/settle"
+	"github.com/shardis/shardis/rollback"
 )
 
 // invFill fills node c (maxmemory-policy noeviction) until it refuses
@@ -91,7 +91,7 @@ func TestInvOOMNodeStrandsNothing(t *testing.T) {
 		}
 		c.load(s[0], s[1], loaded, limit)
 	}
-	rec := c.reconciler(nil, nil, settle.Settings{Interval: 100 * time.Millisecond})
+	rec := c.reconciler(nil, nil, rollback.Settings{Interval: 100 * time.Millisecond})
 	rec.Start()
 
 	items := []inventory.Item{invItem("a", "oom", 1), invItem("b", "oom", 2), invItem("c", "oom", 3), invItem("r", "oom", 1)}
@@ -180,7 +180,7 @@ func TestInvOOMNodeStrandsNothing(t *testing.T) {
 // invWaitNothingHeld polls until no part is pending or set aside on any
 // node, failing the test at bound, then checks every SKU adds up to loaded
 // with nothing reserved.
-func invWaitNothingHeld(t *testing.T, ctx context.Context, c *invCluster, skus [][2]string, loaded int64, bound time.Time, rec *settle.Reconciler) {
+func invWaitNothingHeld(t *testing.T, ctx context.Context, c *invCluster, skus [][2]string, loaded int64, bound time.Time, rec *rollback.Reconciler) {
 	t.Helper()
 	for {
 		left, err := invPendingOf(ctx, c.clients, nil)

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/inventory"
-	"github.com/shardis/shardis/settle"
+	"github.com/shardis/shardis/rollback"
 )
 
 // TestInvRegressions pins defects found while writing the inventory
@@ -104,7 +104,7 @@ func TestInvRegressions(t *testing.T) {
 				orig = "0"
 			}
 			c.clients[bad].HSet(ctx, "inv:stock:r:"+sku, field, orig)
-			rec := c.reconciler(nil, nil, settle.Settings{})
+			rec := c.reconciler(nil, nil, rollback.Settings{})
 			deadline := time.Now().Add(4 * time.Second)
 			for time.Now().Before(deadline) {
 				rec.RunOnce(ctx)
@@ -149,7 +149,7 @@ func TestInvRegressions(t *testing.T) {
 		c.srv["n3"].Kill()
 		c.waitDown("n3", 3*time.Second)
 		time.Sleep(2200 * time.Millisecond)
-		rec := c.reconciler(nil, nil, settle.Settings{Batch: 2})
+		rec := c.reconciler(nil, nil, rollback.Settings{Batch: 2})
 		for range 5 {
 			rec.RunOnce(ctx)
 		}
@@ -174,7 +174,7 @@ func TestInvRegressions(t *testing.T) {
 		// What begin writes, with a lease that ran out long ago.
 		c.clients[c.home(id)].HSet(ctx, "inv:order:"+id, "status", "reserving", "token", "t0", "lease", 1,
 			"digest", "d", "deadline", 1, "created", 1)
-		c.reconciler(nil, nil, settle.Settings{}).RunOnce(ctx)
+		c.reconciler(nil, nil, rollback.Settings{}).RunOnce(ctx)
 		_, err := c.inv.Confirm(ctx, id)
 		if errors.Is(err, inventory.ErrInProgress) {
 			t.Errorf("Confirm of an attempt whose lease ran out: %v; want ErrNotFound (its Reserve failed)", err)

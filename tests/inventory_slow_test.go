@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/node"
-	"github.com/shardis/shardis/settle"
+	"github.com/shardis/shardis/rollback"
 )
 
 // slowProxy forwards TCP connections to a Redis server, delaying every
@@ -136,9 +136,9 @@ func TestInvSlowNodeDoesNotDelayExpiry(t *testing.T) {
 		t.Fatalf("a command through the proxy took %v, want >= 80ms", d)
 	}
 
-	recs := []*settle.Reconciler{
-		c.reconciler(inv2, nil, settle.Settings{Interval: interval}),
-		c.reconciler(inv3, nil, settle.Settings{Interval: interval}),
+	recs := []*rollback.Reconciler{
+		c.reconciler(inv2, nil, rollback.Settings{Interval: interval}),
+		c.reconciler(inv3, nil, rollback.Settings{Interval: interval}),
 	}
 	for _, r := range recs {
 		r.Start()

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/inventory"
-	"github.com/shardis/shardis/settle"
+	"github.com/shardis/shardis/rollback"
 )
 
 // invReserveOn reserves k one-unit orders "prefix-i" of sku whose part is
@@ -96,7 +96,7 @@ func TestInvStuckCorruptCounter(t *testing.T) {
 
 	// Retried only by hand here (TestInvStuckRetriedByItself covers the
 	// backoff).
-	rec := c.reconciler(nil, nil, settle.Settings{Interval: 100 * time.Millisecond, StuckRetry: time.Hour})
+	rec := c.reconciler(nil, nil, rollback.Settings{Interval: 100 * time.Millisecond, StuckRetry: time.Hour})
 	rec.Start()
 	// Part deadlines are the order's (3 s) plus a 1 s grace.
 	invWaitSettled(t, c, good, 10*time.Second)
@@ -188,7 +188,7 @@ func TestInvStuckDeletedSKU(t *testing.T) {
 			t.Fatalf("Cancel(%s) = %+v, %v; want cancelled with its part on n2 deferred", id, out, err)
 		}
 	}
-	rec := c.reconciler(nil, nil, settle.Settings{Interval: 100 * time.Millisecond})
+	rec := c.reconciler(nil, nil, rollback.Settings{Interval: 100 * time.Millisecond})
 	rec.Start()
 	invWaitParts(t, c, ids, 8*time.Second, true)
 	stuck, err := c.inv.StuckParts(ctx, "n2", 100)
@@ -223,10 +223,10 @@ func TestInvReconcileLease(t *testing.T) {
 	c := newInvCluster(t, invOpts{})
 	ctx := invCtx(t, 30*time.Second)
 	c.load("r", "st-lease", 30, 0)
-	c.clients["n1"].Set(ctx, settle.LeaseKey, "another-instance", time.Minute)
+	c.clients["n1"].Set(ctx, rollback.LeaseKey, "another-instance", time.Minute)
 	on1 := invReserveOn(t, c, "st-l1-", "st-lease", "n1", 3, time.Second)
 	on2 := invReserveOn(t, c, "st-l2-", "st-lease", "n2", 3, time.Second)
-	rec := c.reconciler(nil, nil, settle.Settings{Interval: 100 * time.Millisecond})
+	rec := c.reconciler(nil, nil, rollback.Settings{Interval: 100 * time.Millisecond})
 	rec.Start()
 	invWaitSettled(t, c, on2, 8*time.Second)
 	time.Sleep(300 * time.Millisecond) // three more ticks
@@ -240,11 +240,11 @@ func TestInvReconcileLease(t *testing.T) {
 	if rec.Stats().Skipped == 0 {
 		t.Errorf("Stats().Skipped = 0 while n1's lease was held by another instance")
 	}
-	c.clients["n1"].Del(ctx, settle.LeaseKey)
+	c.clients["n1"].Del(ctx, rollback.LeaseKey)
 	invWaitSettled(t, c, on1, 5*time.Second)
 	// Passes take the lease for at most Settings.Lease (here 1s) and
 	// release it when they end.
-	if ttl := c.clients["n1"].PTTL(ctx, settle.LeaseKey).Val(); ttl > time.Second {
+	if ttl := c.clients["n1"].PTTL(ctx, rollback.LeaseKey).Val(); ttl > time.Second {
 		t.Errorf("lease on n1 has TTL %v, want at most the 1s lease", ttl)
 	}
 }
@@ -273,7 +273,7 @@ func TestInvStuckRetriedByItself(t *testing.T) {
 	orig := n1.HGet(ctx, key, "reserved").Val()
 	n1.HSet(ctx, key, "reserved", "x")
 	const first, most = 200 * time.Millisecond, 800 * time.Millisecond
-	rec := c.reconciler(nil, nil, settle.Settings{Interval: 50 * time.Millisecond, StuckRetry: first, StuckRetryMax: most})
+	rec := c.reconciler(nil, nil, rollback.Settings{Interval: 50 * time.Millisecond, StuckRetry: first, StuckRetryMax: most})
 	rec.Start()
 
 	// Set aside, then retried and set aside again, the wait doubling up
@@ -324,7 +324,7 @@ func TestInvStuckRetriedOnLoad(t *testing.T) {
 	key, n1 := "inv:stock:r:st-load", c.clients["n1"]
 	orig := n1.HGet(ctx, key, "reserved").Val()
 	n1.HSet(ctx, key, "reserved", "x")
-	rec := c.reconciler(nil, nil, settle.Settings{Interval: 50 * time.Millisecond, StuckRetry: time.Hour})
+	rec := c.reconciler(nil, nil, rollback.Settings{Interval: 50 * time.Millisecond, StuckRetry: time.Hour})
 	rec.Start()
 	invWaitParts(t, c, ids, 8*time.Second, true)
 	if n := invStuckCount(t, c, "n1"); n != 3 {

@@ -12,8 +12,8 @@ import (
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/service"
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/rollback"
 	"github.com/shardis/shardis/router"
-	"github.com/shardis/shardis/settle"
 )
 
 // A rolling deploy (inventory/served.go): an instance whose configuration
@@ -60,9 +60,9 @@ func TestTopologyRollingDeployServesApplied(t *testing.T) {
 	}
 
 	cfgB := c.deployConfig(map[string][]string{"r": {"n1", "n2", "n3"}, "x": {"n4"}})
-	qB := settle.NewQueue()
+	qB := rollback.NewQueue()
 	_, b := c.newInventoryFor(t, cfgB, qB)
-	c.reconciler(b, qB, settle.Settings{Interval: 100 * time.Millisecond}).Start()
+	c.reconciler(b, qB, rollback.Settings{Interval: 100 * time.Millisecond}).Start()
 	// A stops: only B can settle its parts now.
 	c.inv.Close()
 	if err := c.r.Close(); err != nil {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/rollback"
 	"github.com/shardis/shardis/router"
-	"github.com/shardis/shardis/settle"
 )
 
 // Removing an inventory node that holds what is easy to strand: stock with
@@ -113,9 +113,9 @@ func TestTopologyRemoveNodeStagedOrders(t *testing.T) {
 
 	to := withoutNode(t, c.cfg, "n3", map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}})
 	applyTopology(t, to, c.cfg, 10*time.Second, inventory.PhaseStable)
-	q := settle.NewQueue()
+	q := rollback.NewQueue()
 	_, inv := c.newInventoryFor(t, to, q)
-	rec := c.reconciler(inv, q, settle.Settings{Interval: 100 * time.Millisecond})
+	rec := c.reconciler(inv, q, rollback.Settings{Interval: 100 * time.Millisecond})
 	rec.Start()
 
 	if _, err := inv.Confirm(ctx, ids["confirm"]); !errors.Is(err, inventory.ErrNotFound) {

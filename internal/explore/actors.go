@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/rollback"
 	"github.com/shardis/shardis/router"
-	"github.com/shardis/shardis/settle"
 )
 
 // The actors of a schedule and what the clients were told. An actor is
@@ -155,7 +155,7 @@ func (o *observed) cancel(inv *inventory.Inventory, who, id string) func(ctx con
 // reconcile is a reconciler actor: passes over every node.
 func (o *observed) reconcile(inv *inventory.Inventory, who string, passes int) func(ctx context.Context) {
 	return func(ctx context.Context) {
-		r := settle.New(inv, nil, settle.Settings{Logger: discard})
+		r := rollback.New(inv, nil, rollback.Settings{Logger: discard})
 		for i := 0; i < passes; i++ {
 			failed := r.RunOnce(ctx)
 			o.note(who, fmt.Sprintf("reconcile pass %d (%d failed)", i+1, failed), nil)

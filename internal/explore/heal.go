@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/rollback"
 	"github.com/shardis/shardis/router"
-	"github.com/shardis/shardis/settle"
 )
 
 // healBound is how long past its deadline a part may stay pending while
@@ -63,7 +63,7 @@ func (w *World) heal(ctx context.Context, healer *inventory.Inventory) (waited t
 // waiting for deadlines, for at most healBound past the latest one. It
 // returns the time it waited.
 func (w *World) settleAll(ctx context.Context, inv *inventory.Inventory) (waited time.Duration) {
-	r := settle.New(inv, nil, settle.Settings{Logger: discard})
+	r := rollback.New(inv, nil, rollback.Settings{Logger: discard})
 	latest, _, err := w.latestPending(ctx)
 	if err != nil {
 		return 0

@@ -12,8 +12,8 @@ import (
 
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/rollback"
 	"github.com/shardis/shardis/router"
-	"github.com/shardis/shardis/settle"
 )
 
 // Metrics owns a registry with every shardis metric. Create it before the
@@ -32,7 +32,7 @@ type Metrics struct {
 	mu  sync.Mutex // guards the bound sources
 	r   *router.Router
 	inv *inventory.Inventory
-	rec *settle.Reconciler
+	rec *rollback.Reconciler
 }
 
 // New returns Metrics with a fresh registry (Go and process collectors
@@ -95,7 +95,7 @@ func (m *Metrics) OnStateChange(nodeName string, up bool) {
 // Bind sets the sources read at scrape time. Any may be nil. The failure
 // counters of every node of r are created at 0, so an alert on their rate
 // works before the first failure.
-func (m *Metrics) Bind(r *router.Router, inv *inventory.Inventory, rec *settle.Reconciler) {
+func (m *Metrics) Bind(r *router.Router, inv *inventory.Inventory, rec *rollback.Reconciler) {
 	if r != nil {
 		for _, n := range r.Nodes() {
 			m.commandFailures.WithLabelValues(n.Name())

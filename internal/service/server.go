@@ -24,8 +24,8 @@ import (
 	"github.com/shardis/shardis/internal/metrics"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
+	"github.com/shardis/shardis/rollback"
 	"github.com/shardis/shardis/router"
-	"github.com/shardis/shardis/settle"
 )
 
 // Server is a running `shardis serve`: router, inventory, reconciler,
@@ -35,8 +35,8 @@ type Server struct {
 	log     *slog.Logger
 	Router  *router.Router
 	Inv     *inventory.Inventory
-	Rec     *settle.Reconciler
-	Queue   *settle.Queue
+	Rec     *rollback.Reconciler
+	Queue   *rollback.Queue
 	Metrics *metrics.Metrics
 	http    *http.Server
 	ln      net.Listener
@@ -51,7 +51,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, 
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, log: log, Metrics: metrics.New(), served: make(chan error, 1)}
-	st, err := settle.Open(ctx, cfg, settle.OpenOptions{
+	st, err := rollback.Open(ctx, cfg, rollback.OpenOptions{
 		Logger: log,
 		Router: router.Options{
 			ObserveCommand: s.Metrics.ObserveCommand,

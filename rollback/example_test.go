@@ -1,4 +1,4 @@
-package settle_test
+package rollback_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redisproc"
 	"github.com/shardis/shardis/inventory"
-	"github.com/shardis/shardis/settle"
+	"github.com/shardis/shardis/rollback"
 )
 
 // Example embeds the inventory with its reconciler: Open wires the router,
@@ -41,7 +41,7 @@ inventory:
 		return
 	}
 	ctx := context.Background()
-	st, err := settle.Open(ctx, cfg, settle.OpenOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	st, err := rollback.Open(ctx, cfg, rollback.OpenOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		fmt.Println(err)
 		return

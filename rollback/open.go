@@ -1,4 +1,4 @@
-package settle
+package rollback
 
 import (
 	"context"
@@ -48,7 +48,7 @@ type OpenOptions struct {
 // once or ctx is done; unreachable nodes are DOWN, not an error.
 func Open(ctx context.Context, cfg *config.Config, opts OpenOptions) (*Stack, error) {
 	if cfg == nil {
-		return nil, errors.New("settle: nil config")
+		return nil, errors.New("rollback: nil config")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -80,7 +80,7 @@ func Open(ctx context.Context, cfg *config.Config, opts OpenOptions) (*Stack, er
 	st.Inventory, err = inventory.New(r, inventory.Options{Deferrer: st.Queue, Logger: opts.Logger})
 	if err != nil {
 		r.Close()
-		return nil, fmt.Errorf("settle: %w", err)
+		return nil, fmt.Errorf("rollback: %w", err)
 	}
 	set := opts.Settings
 	if set.Interval <= 0 {
