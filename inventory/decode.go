@@ -163,20 +163,6 @@ const (
 	PartQuota PartKind = "q"
 )
 
-// PartStatus is the state of a part record. The scripts write the same
-// strings; a part moves from pending to confirmed or cancelled at most
-// once.
-type PartStatus string
-
-const (
-	// PartPending holds its units until the part is settled.
-	PartPending PartStatus = "pending"
-	// PartConfirmed sold its units.
-	PartConfirmed PartStatus = "confirmed"
-	// PartCancelled returned its units (or, as a tombstone, took none).
-	PartCancelled PartStatus = "cancelled"
-)
-
 // OrderPart is one part as an order record lists it (the record's "parts"
 // field is a JSON array of them). The JSON names are the stored format.
 type OrderPart struct {
@@ -265,9 +251,9 @@ func (p OrderPart) problem() string {
 // OrderRecord is an order record (an order key's hash) as stored.
 type OrderRecord struct {
 	ID string
-	// Status is the record's state: "reserving", "staging", "reserved",
-	// "confirmed", "cancelled" or "failed".
-	Status string
+	// Status is the record's state (never OrderMissing in a decoded
+	// record).
+	Status OrderState
 	Token  string // the attempt that holds (or held) it; "" for a tombstone
 	User   string
 	Reason string // why it was decided: "confirmed", "cancelled", "expired", "tombstone" …
@@ -280,24 +266,20 @@ type OrderRecord struct {
 	Moved string
 }
 
-// orderStatuses are the states the order scripts write.
-var orderStatuses = map[string]bool{string(recReserving): true, string(recStaging): true, string(recReserved): true,
-	string(recConfirmed): true, string(recCancelled): true, string(recFailed): true}
-
 // DecodeOrder decodes the fields (HGETALL) of order id's record. It needs
 // a known status, a deadline that is an integer (ms) when present, and a
 // part list [DecodeOrderParts] accepts; the error names the order and
 // field.
 func DecodeOrder(id string, fields map[string]string) (OrderRecord, error) {
-	r := OrderRecord{ID: id, Status: fields["status"], Token: fields["token"], User: fields["user"],
+	r := OrderRecord{ID: id, Token: fields["token"], User: fields["user"],
 		Reason: fields["reason"], Moved: fields["moved"]}
 	wrap := func(err error) (OrderRecord, error) {
 		return OrderRecord{}, fmt.Errorf("order record %s: %w", orderKey(id), err)
 	}
-	if !orderStatuses[r.Status] {
-		return wrap(fmt.Errorf("%w: status is %q", ErrCorrupt, r.Status))
-	}
 	var err error
+	if r.Status, err = ParseOrderState(fields["status"]); err != nil {
+		return wrap(err)
+	}
 	if r.Deadline, err = msField(fields, "deadline"); err != nil {
 		return wrap(err)
 	}
@@ -312,7 +294,7 @@ func DecodeOrder(id string, fields map[string]string) (OrderRecord, error) {
 // (cancelled), Order, Token (from the id), At and Tombstone.
 type PartRecord struct {
 	ID        string
-	State     PartStatus
+	State     PartState
 	Kind      PartKind // "" for a tombstone
 	Order     string
 	Token     string // the Reserve attempt that took it
@@ -343,12 +325,11 @@ func DecodePart(id string, fields map[string]string) (PartRecord, error) {
 }
 
 func decodePart(id string, f map[string]string) (PartRecord, error) {
-	p := PartRecord{ID: id, State: PartStatus(f["state"]), Kind: PartKind(f["kind"]), Order: f["order"],
+	p := PartRecord{ID: id, Kind: PartKind(f["kind"]), Order: f["order"],
 		Token: f["token"], SKU: f["sku"], Counter: f["counter"], Redo: f["redo"]}
-	switch p.State {
-	case PartPending, PartConfirmed, PartCancelled:
-	default:
-		return p, fmt.Errorf("%w: state is %q", ErrCorrupt, p.State)
+	var err error
+	if p.State, err = ParsePartState(f["state"]); err != nil {
+		return p, err
 	}
 	switch t := f["tombstone"]; t {
 	case "", "1":
@@ -366,7 +347,6 @@ func decodePart(id string, f map[string]string) (PartRecord, error) {
 	if p.Token == "" || !strings.HasPrefix(rest, p.Token+"|") {
 		return p, fmt.Errorf("%w: token is %q, the part id does not follow the order with it", ErrCorrupt, p.Token)
 	}
-	var err error
 	for _, n := range []struct {
 		name string
 		to   *int64

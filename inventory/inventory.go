@@ -11,7 +11,8 @@
 // An order's outcome is decided by its order record on the order's home
 // node (consistent hashing over all nodes of the inventory server): begin
 // (or stage), commit, confirm, cancel and expiry are compare-and-set steps
-// on that one key, and parts follow the decision. Reserve takes one of
+// on that one key, and parts follow the decision (the states of both and
+// the one transition table: state.go). Reserve takes one of
 // three paths: one script on the home node when it can meet the whole
 // order (local.go), one round over the items' first nodes with a staged
 // record (staged.go, whose comment holds the protocol's states and safety

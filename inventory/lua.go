@@ -195,8 +195,20 @@ type luaScript struct {
 	name  string
 	write bool
 	mem   memRule
-	group bool // sent in its grouped form (group.go)
+	group bool   // sent in its grouped form (group.go)
+	src   string // the Lua source, prelude and epilogue included
 	s     *redis.Script
+}
+
+// scripts lists every script built by newScript and its siblings, in the
+// order the package declared them, for the checks that read their source
+// (state_test.go). Nothing reads it at run time.
+var scripts []*luaScript
+
+// register adds s to scripts and returns it.
+func register(s *luaScript) *luaScript {
+	scripts = append(scripts, s)
+	return s
 }
 
 // newScript wraps body (Lua, see the file comment for what it may use) in
@@ -219,7 +231,7 @@ func newScriptMem(name string, mem memRule, body string) *luaScript {
 	if mem != memRead {
 		src = prelude + body + epilogueWrite
 	}
-	return &luaScript{name: name, write: mem != memRead, mem: mem, s: redis.NewScript(mem.shebang() + src)}
+	return register(&luaScript{name: name, write: mem != memRead, mem: mem, src: src, s: redis.NewScript(mem.shebang() + src)})
 }
 
 // newGroupedScript is newScript for a script whose concurrent calls on one
@@ -239,7 +251,7 @@ func newGroupedScriptMem(name string, mem memRule, body string) *luaScript {
 		w = "true"
 	}
 	src := prelude + body + strings.Replace(groupEpilogue, "WRITE", w, 1)
-	return &luaScript{name: name, write: mem != memRead, mem: mem, group: true, s: redis.NewScript(mem.shebang() + src)}
+	return register(&luaScript{name: name, write: mem != memRead, mem: mem, group: true, src: src, s: redis.NewScript(mem.shebang() + src)})
 }
 
 // run runs s on n with keys (after the stamp hash) and args (after the

@@ -22,13 +22,13 @@ const (
 type recStatus string
 
 const (
-	// Stored statuses.
-	recReserving recStatus = "reserving" // a general-path attempt holds the lease
-	recStaging   recStatus = "staging"   // a one-round attempt staged it: decide it first (staged.go)
-	recReserved  recStatus = "reserved"
-	recConfirmed recStatus = "confirmed"
-	recCancelled recStatus = "cancelled" // reason: cancelled, expired or tombstone
-	recFailed    recStatus = "failed"    // the attempt under the record's token took nothing for good
+	// Stored statuses (state.go).
+	recReserving = recStatus(OrderReserving) // a general-path attempt holds the lease
+	recStaging   = recStatus(OrderStaging)   // a one-round attempt staged it: decide it first (staged.go)
+	recReserved  = recStatus(OrderReserved)
+	recConfirmed = recStatus(OrderConfirmed)
+	recCancelled = recStatus(OrderCancelled) // reason: cancelled, expired or tombstone
+	recFailed    = recStatus(OrderFailed)    // the attempt under the record's token took nothing for good
 
 	// Verdicts.
 	recBegun    recStatus = "begin"    // opBegin: this attempt now holds the record
@@ -53,6 +53,28 @@ const (
 	stageShort    stageStatus = "short"    // the home cannot meet its parts: nothing written
 )
 
+// takeWord is the state word reserveScript replies per part (scripts.go):
+// the part's state, or a refusal that wrote nothing.
+type takeWord string
+
+const (
+	takePending            = takeWord(PartPending) // taken now (or, on a retry, taken before)
+	takeNone      takeWord = "none"                // nothing available: nothing written
+	takeLimit     takeWord = "limit"               // the user's quota is exceeded: nothing written
+	takeElsewhere takeWord = "elsewhere"           // the quota's previous node's count is unknown: nothing written
+)
+
+// probeWord is the state word probeScript replies per part (staged.go):
+// the part's state, or what the probe found where there is no record.
+type probeWord string
+
+const (
+	probePending             = probeWord(PartPending)
+	probeAbsent    probeWord = "absent"    // inspect: no record, nothing written
+	probeLost      probeWord = "lost"      // no record on a node of another incarnation: nothing written
+	probePrevented probeWord = "prevented" // prevent: no record, a tombstone written
+)
+
 // localStatus is the first word of localScript's reply (local.go).
 type localStatus string
 
@@ -63,8 +85,11 @@ const (
 )
 
 // settleMissing is what settleScript answers for a part its node does not
-// hold.
-const settleMissing = "missing"
+// hold (confirm); settleDone for a part it moved now.
+const (
+	settleMissing = "missing"
+	settleDone    = "done"
+)
 
 // xferOutState is the first word of xferOutScript's reply (migrate.go).
 type xferOutState string

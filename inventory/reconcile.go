@@ -88,8 +88,8 @@ type PendingPart struct {
 	Node     string
 	PartID   string
 	OrderID  string
-	Token    string // the Reserve attempt that took it
-	State    string // "pending" unless the index is stale
+	Token    string    // the Reserve attempt that took it
+	State    PartState // PartPending unless the index is stale
 	Deadline time.Time
 }
 
@@ -130,7 +130,8 @@ func (inv *Inventory) DueParts(ctx context.Context, n *node.Node, limit int) ([]
 		p.PartID, _ = t[0].(string)
 		p.OrderID, _ = t[1].(string)
 		p.Token, _ = t[2].(string)
-		p.State, _ = t[3].(string)
+		st, _ := t[3].(string)
+		p.State = PartState(st)
 		dl, _ := t[4].(int64)
 		p.Deadline = time.UnixMilli(dl)
 		out = append(out, p)
@@ -156,7 +157,7 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 		return "", err
 	}
 	ctx, _ = inv.pin(ctx)
-	if p.State != "pending" {
+	if p.State != PartPending {
 		if _, err := inv.pendingAdjust(ctx, n, "drop", p.PartID); err != nil {
 			return "", err
 		}
@@ -213,7 +214,7 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 	if err != nil {
 		return "", err
 	}
-	if res[0] != "done" {
+	if res[0] != settleDone {
 		return AlreadySettled, nil
 	}
 	if action == Confirm {

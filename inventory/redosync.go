@@ -255,12 +255,14 @@ func (inv *Inventory) AckRedoBatch(ctx context.Context, nodeName, incarnation st
 	return out, err
 }
 
-// PartState is a part's record on its node now.
-type PartState struct {
-	// State is "pending", "confirmed" or "cancelled"; "" when the node
+// PartSnapshot is a part's record on its node now, as [Inventory.PartStates]
+// reads it. (It was called PartState before that name went to the state
+// type, state.go.)
+type PartSnapshot struct {
+	// State is pending, confirmed or cancelled; PartMissing when the node
 	// holds no record of the part (it outlived inventory.retention, or the
 	// node lost it).
-	State string
+	State PartState
 	// SettledAt is when it was confirmed or cancelled (node clock); zero
 	// while pending.
 	SettledAt time.Time
@@ -280,7 +282,7 @@ return {redis.call('HGET', KEYS[1], 'incarnation') or '', out}
 // PartStates returns the state of each part (like partIDs) on node, read
 // in one atomic step, and the node's incarnation at that moment. At most
 // 10000 parts per call.
-func (inv *Inventory) PartStates(ctx context.Context, nodeName string, partIDs []string) (string, []PartState, error) {
+func (inv *Inventory) PartStates(ctx context.Context, nodeName string, partIDs []string) (string, []PartSnapshot, error) {
 	if len(partIDs) > 10000 {
 		return "", nil, fmt.Errorf("%w: %d parts, at most 10000 per call", ErrInvalid, len(partIDs))
 	}
@@ -305,13 +307,14 @@ func (inv *Inventory) PartStates(ctx context.Context, nodeName string, partIDs [
 	if !ok && raw[1] != nil || len(list) != len(partIDs) {
 		return "", nil, malformed(n, partStatesScript, v)
 	}
-	out := make([]PartState, len(list))
+	out := make([]PartSnapshot, len(list))
 	for i, x := range list {
 		t, ok := x.([]any)
 		if !ok || len(t) != 2 {
 			return "", nil, malformed(n, partStatesScript, v)
 		}
-		out[i].State, _ = t[0].(string)
+		word, _ := t[0].(string)
+		out[i].State = PartState(word)
 		if ms, _ := t[1].(int64); ms > 0 {
 			out[i].SettledAt = time.UnixMilli(ms)
 		}

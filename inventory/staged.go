@@ -303,8 +303,9 @@ func (inv *Inventory) probeStaged(ctx context.Context, orderID string, rec order
 		mode = "prevent"
 	}
 	type probed struct {
-		state, token string
-		qty, offset  int64
+		state       probeWord
+		token       string
+		qty, offset int64
 	}
 	seen := make([]probed, len(rec.parts))
 	var (
@@ -348,7 +349,8 @@ func (inv *Inventory) probeStaged(ctx context.Context, orderID string, rec order
 					firstErr = malformed(n, probeScript, v)
 					return
 				}
-				seen[i].state, _ = t[0].(string)
+				word, _ := t[0].(string)
+				seen[i].state = probeWord(word)
 				seen[i].token, _ = t[1].(string)
 				seen[i].qty, _ = t[2].(int64)
 				seen[i].offset, _ = t[3].(int64)
@@ -364,13 +366,13 @@ func (inv *Inventory) probeStaged(ctx context.Context, orderID string, rec order
 	for i, s := range seen {
 		p := rec.parts[i]
 		switch {
-		case s.state == "absent":
+		case s.state == probeAbsent:
 			if verdict == verdictReserved {
 				verdict = verdictInFlight
 			}
-		case s.state == "lost":
+		case s.state == probeLost:
 			lost = append(lost, p.Node+"/"+p.ID)
-		case s.state != "pending" || s.token != rec.token || s.qty != p.Qty:
+		case s.state != probePending || s.token != rec.token || s.qty != p.Qty:
 			verdict = verdictFailed
 		}
 	}

@@ -261,7 +261,7 @@ func stagedTakes(results []batchResult, want int, userID string) (taken []part, 
 			if refused == nil {
 				refused = refusal(r, rep, userID)
 			}
-			if rep.state != "pending" {
+			if rep.state != takePending {
 				all = false
 				continue
 			}

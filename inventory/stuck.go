@@ -50,9 +50,9 @@ type StuckPart struct {
 	SKU     string
 	// Quantity is the units the part holds (reserved on its node).
 	Quantity int64
-	// State is the part's state now ("pending" unless an order decision
-	// settled it since), or "missing" when its record is gone.
-	State string
+	// State is the part's state now (PartPending unless an order decision
+	// settled it since), or PartMissing when its record is gone.
+	State PartState
 	// Since is when the part was first set aside, by the node's clock
 	// (automatic retries that set it aside again keep it).
 	Since time.Time
@@ -272,12 +272,12 @@ func (inv *Inventory) StuckParts(ctx context.Context, nodeName string, limit int
 	}
 	out := make([]StuckPart, len(ids))
 	for i, z := range ids {
-		sp := StuckPart{Node: n.Name(), Since: time.UnixMilli(int64(z.Score)), State: "missing"}
+		sp := StuckPart{Node: n.Name(), Since: time.UnixMilli(int64(z.Score)), State: PartMissing}
 		sp.PartID, _ = z.Member.(string)
 		sp.Reason = why[i].Val()
 		if f := rec[i].Val(); len(f) == 4 {
 			if st, ok := f[0].(string); ok {
-				sp.State = st
+				sp.State = PartState(st)
 			}
 			sp.OrderID, _ = f[1].(string)
 			sp.SKU, _ = f[2].(string)

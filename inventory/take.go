@@ -126,7 +126,7 @@ func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token 
 			for j, r := range res.reqs {
 				rep := res.replies[j]
 				switch {
-				case rep.state == "pending":
+				case rep.state == takePending:
 					p := r.part
 					p.Qty = rep.qty
 					if p.Kind == PartStock {
@@ -134,16 +134,16 @@ func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token 
 						states[p.Item].need -= rep.qty
 					}
 					taken = append(taken, p)
-				case rep.state == "limit":
+				case rep.state == takeLimit:
 					if err == nil {
 						err = refusal(r, rep, userID)
 					}
-				case rep.state == "elsewhere":
+				case rep.state == takeElsewhere:
 					if err == nil {
 						err = fmt.Errorf("%w: %w: %s/%s has a per-user limit and user %q's quota is being moved by a topology change from a node that cannot be read now; retry",
 							ErrUnavailable, ErrTopology, r.Route, r.SKU, userID)
 					}
-				case rep.state == "none":
+				case rep.state == takeNone:
 				default:
 					if err == nil {
 						err = fmt.Errorf("%w: node %s: part %s is already %s", ErrUnavailable, r.Node, r.ID, rep.state)
@@ -231,7 +231,7 @@ func (inv *Inventory) quotaParts(ctx context.Context, orderID, token string, ite
 // taken without a user (ErrInvalid); nil for any other reply.
 func refusal(r partReq, rep reply, userID string) error {
 	switch {
-	case r.Kind == PartQuota && rep.state == "limit":
+	case r.Kind == PartQuota && rep.state == takeLimit:
 		return fmt.Errorf("%w: user %q holds %d of %s/%s, limit %d, order wants %d",
 			ErrLimitExceeded, userID, rep.qty, r.Route, r.SKU, rep.limit, r.Qty)
 	case r.Kind == PartStock && rep.limit > 0 && userID == "":
@@ -242,7 +242,7 @@ func refusal(r partReq, rep reply, userID string) error {
 }
 
 type reply struct {
-	state  string
+	state  takeWord
 	qty    int64
 	offset int64
 	limit  int64
@@ -332,7 +332,8 @@ func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, toke
 		if !ok || len(t) != 4 {
 			return nil, malformed(n, reserveScript, v)
 		}
-		out[i].state, _ = t[0].(string)
+		word, _ := t[0].(string)
+		out[i].state = takeWord(word)
 		out[i].qty, _ = t[1].(int64)
 		out[i].offset, _ = t[2].(int64)
 		out[i].limit, _ = t[3].(int64)

@@ -5,6 +5,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/shardis/shardis/inventory"
 )
 
 // settleChunk is how many landed pending parts one settle step re-checks.
@@ -116,12 +118,12 @@ func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pend
 		lost     int
 	)
 	for i, s := range states {
-		state := s.State
-		switch state {
-		case "pending":
+		state := string(s.State)
+		switch s.State {
+		case inventory.PartPending:
 			pending++
 			continue
-		case "":
+		case inventory.PartMissing:
 			// The node holds no record of it: under a newer incarnation
 			// the node lost it; under the same one it outlived
 			// inventory.retention before it could be re-checked.

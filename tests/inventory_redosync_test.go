@@ -189,8 +189,8 @@ func TestInvRedoBatch(t *testing.T) {
 	if gotInc != inc {
 		t.Errorf("PartStates incarnation %q, want %q", gotInc, inc)
 	}
-	for i, w := range []string{"confirmed", "pending", "cancelled", ""} {
-		if st[i].State != w || (w == "confirmed" || w == "cancelled") == st[i].SettledAt.IsZero() {
+	for i, w := range []inventory.PartState{inventory.PartConfirmed, inventory.PartPending, inventory.PartCancelled, inventory.PartMissing} {
+		if st[i].State != w || (w == inventory.PartConfirmed || w == inventory.PartCancelled) == st[i].SettledAt.IsZero() {
 			t.Errorf("part %s: %+v, want state %q", ids[i], st[i], w)
 		}
 	}

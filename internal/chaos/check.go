@@ -182,7 +182,7 @@ type orderView struct {
 	rec    *inventory.OrderRecord // the record (from its home if there)
 	parts  []part
 	client *order // nil if no client made it
-	status string
+	status inventory.OrderState
 }
 
 func check(rep *Report, st *state, orders []*order, skus []SKU, homes *inventory.Homes) {
@@ -253,17 +253,17 @@ func checkOrder(rep *Report, v *orderView, homes *inventory.Homes) {
 	case len(v.recOn) == 1 && v.recOn[0] != home:
 		rep.violate("order-record", "order %s: record on %s, its home is %s", v.id, v.recOn[0], home)
 	}
-	v.status = "missing"
+	v.status = inventory.OrderMissing
 	token := ""
 	if v.rec != nil {
 		v.status = v.rec.Status
 		token = v.rec.Token
 	}
-	rep.addStatus(v.status)
+	rep.addStatus(v.status.String())
 	if v.client == nil {
 		rep.violate("unknown-order", "order %s (status %s, %d parts) was made by no client", v.id, v.status, len(v.parts))
 	}
-	if v.status == "reserved" {
+	if v.status == inventory.OrderReserved {
 		rep.violate("order-still-reserved", "order %s is still reserved after healing (deadline %s)", v.id, v.rec.Deadline.Format("15:04:05.000"))
 	}
 
@@ -277,7 +277,7 @@ func checkOrder(rep *Report, v *orderView, homes *inventory.Homes) {
 			continue
 		}
 		want := inventory.PartCancelled
-		if v.status == "confirmed" && p.Token == token {
+		if v.status == inventory.OrderConfirmed && p.Token == token {
 			want = inventory.PartConfirmed
 		}
 		if p.State != want {
@@ -290,7 +290,7 @@ func checkOrder(rep *Report, v *orderView, homes *inventory.Homes) {
 	}
 
 	// A confirmed order holds exactly its committed parts, in full.
-	if v.status == "confirmed" {
+	if v.status == inventory.OrderConfirmed {
 		byID := map[string]part{}
 		for _, p := range v.parts {
 			byID[p.node+"\x00"+p.ID] = p
@@ -335,7 +335,7 @@ func checkOrder(rep *Report, v *orderView, homes *inventory.Homes) {
 	for _, c := range o.contradictions {
 		rep.violate("client-contradiction", "order %s: %s", v.id, c)
 	}
-	if o.confirmedBy != "" && (v.status != "confirmed" || confirmedParts == 0) {
+	if o.confirmedBy != "" && (v.status != inventory.OrderConfirmed || confirmedParts == 0) {
 		rep.violate("seen-confirmed", "order %s: a client saw %q, but the order is %s with %d confirmed parts (parts %v)",
 			v.id, o.confirmedBy, v.status, confirmedParts, v.parts)
 	}
@@ -343,10 +343,10 @@ func checkOrder(rep *Report, v *orderView, homes *inventory.Homes) {
 	if notHeld == "" {
 		notHeld = o.notHeld
 	}
-	if notHeld != "" && (v.status == "confirmed" || len(heldParts) > 0) {
+	if notHeld != "" && (v.status == inventory.OrderConfirmed || len(heldParts) > 0) {
 		rep.violate("seen-not-held", "order %s: a client saw %q, but the order is %s and holds %v", v.id, notHeld, v.status, heldParts)
 	}
-	if !o.confirmIssued && (v.status == "confirmed" || confirmedParts > 0) {
+	if !o.confirmIssued && (v.status == inventory.OrderConfirmed || confirmedParts > 0) {
 		rep.violate("never-confirmed", "order %s was never confirmed by a client, but it is %s with %d confirmed parts",
 			v.id, v.status, confirmedParts)
 	}
@@ -363,7 +363,7 @@ func checkOrder(rep *Report, v *orderView, homes *inventory.Homes) {
 			}
 			return recReceipts[i].Node < recReceipts[j].Node
 		})
-		if v.status != "confirmed" && v.status != "cancelled" {
+		if v.status != inventory.OrderConfirmed && v.status != inventory.OrderCancelled {
 			rep.violate("seen-reserved", "order %s: Reserve was ok, but the order is %s", v.id, v.status)
 		} else if fmt.Sprint(recReceipts) != fmt.Sprint(o.receipts) {
 			rep.violate("seen-reserved", "order %s: Reserve returned %v, the order record holds %v", v.id, o.receipts, recReceipts)

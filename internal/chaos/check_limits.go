@@ -24,7 +24,7 @@ func checkLimits(rep *Report, st *state, views map[string]*orderView, skus []SKU
 	// Units confirmed per (route:sku, user), from the parts of confirmed orders.
 	confirmed := map[string]int64{}
 	for _, v := range views {
-		if v.status != "confirmed" || v.rec.User == "" {
+		if v.status != inventory.OrderConfirmed || v.rec.User == "" {
 			continue
 		}
 		for _, p := range v.parts {

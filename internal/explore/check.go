@@ -296,12 +296,12 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 	} else if len(ov.recOn) == 1 && ov.recOn[0] != homes.Home(id) {
 		v.add("decided-once", "order %s: record on %s, its home is %s", id, ov.recOn[0], homes.Home(id))
 	}
-	status, token := "missing", ""
+	status, token := inventory.OrderMissing, ""
 	if ov.rec != nil {
 		status, token = ov.rec.Status, ov.rec.Token
 	}
 	switch status {
-	case "staging":
+	case inventory.OrderStaging:
 		// An attempt that died before it took anything, or that aborted
 		// what it took (staged.go, "Abort": its parts cancelled before any
 		// record is decided), leaves an undecided record and nothing held:
@@ -327,7 +327,7 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 	// cancels its parts before it records the failure (reserve.go), so
 	// cancelled parts under it are the protocol's, and a confirmed one is
 	// reported below.
-	case "reserved":
+	case inventory.OrderReserved:
 		if time.Since(ov.rec.Deadline) > healBound {
 			v.add("decided-once", "order %s is still reserved, %s past its deadline", id, time.Since(ov.rec.Deadline).Round(time.Millisecond))
 		}
@@ -338,14 +338,14 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 			continue // checkQuiet reports it
 		}
 		want := inventory.PartCancelled
-		if status == "confirmed" && p.Token == token {
+		if status == inventory.OrderConfirmed && p.Token == token {
 			want = inventory.PartConfirmed
 		}
 		if p.State != want {
 			v.add("decided-once", "order %s is %s (token %s), but part %s on %s (token %s) is %s", id, status, token, p.ID, where, p.Token, p.State)
 		}
 	}
-	if status == "confirmed" {
+	if status == inventory.OrderConfirmed {
 		byID := map[string]*inventory.PartRecord{}
 		for _, p := range ov.parts {
 			byID[ov.where[p]+"/"+p.ID] = p
@@ -364,21 +364,21 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 	obs.mu.Unlock()
 	if acked && !loss {
 		switch status {
-		case "reserved", "confirmed", "cancelled":
+		case inventory.OrderReserved, inventory.OrderConfirmed, inventory.OrderCancelled:
 			if got := recordReceipts(ov.rec); fmt.Sprint(got) != fmt.Sprint(sortReceipts(receipts)) {
 				v.add("acked-gone", "order %s: Reserve answered %v, the record holds %v", id, sortReceipts(receipts), got)
 			}
-			if status == "cancelled" && ov.rec.Reason == "expired" {
+			if status == inventory.OrderCancelled && ov.rec.Reason == "expired" {
 				checkHeldToDeadline(v, id, ov)
 			}
 		default:
 			v.add("acked-gone", "order %s: Reserve answered success, the order is %s", id, status)
 		}
 	}
-	if confirmedBy != "" && status != "confirmed" {
+	if confirmedBy != "" && status != inventory.OrderConfirmed {
 		v.add("acked-gone", "order %s: %s was told confirmed, the order is %s", id, confirmedBy, status)
 	}
-	if cancelledBy != "" && status != "cancelled" {
+	if cancelledBy != "" && status != inventory.OrderCancelled {
 		v.add("decided-once", "order %s: %s was told cancelled, the order is %s", id, cancelledBy, status)
 	}
 }

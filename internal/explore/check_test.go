@@ -11,7 +11,7 @@ import (
 // stagingView is order x's view: a record staging under token T on n1,
 // promising a stock part on promisedOn, and that part found on n2 in
 // state st ("" none found).
-func stagingView(promisedOn string, st inventory.PartStatus) *orderView {
+func stagingView(promisedOn string, st inventory.PartState) *orderView {
 	rec := &inventory.OrderRecord{ID: "x", Status: "staging", Token: "T",
 		Parts: []inventory.OrderPart{{ID: "x|T|0", Node: promisedOn, Kind: inventory.PartStock, Qty: 1}}}
 	ov := &orderView{recOn: []string{"n1"}, rec: rec, where: map[*inventory.PartRecord]string{}}
@@ -37,7 +37,7 @@ func TestCheckStagingRecord(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		promisedOn string
-		st         inventory.PartStatus
+		st         inventory.PartState
 		want       string // a substring of the one violation; "" none
 	}{
 		{"aborted", "n2", inventory.PartCancelled, ""},

@@ -67,7 +67,7 @@ func stuckParts(ps []inventory.StuckPart) []*v1.StuckPart {
 	out := make([]*v1.StuckPart, len(ps))
 	for i, p := range ps {
 		out[i] = &v1.StuckPart{Node: p.Node, PartId: p.PartID, OrderId: p.OrderID, SkuId: p.SKU,
-			Quantity: p.Quantity, State: p.State, SinceUnixMs: p.Since.UnixMilli(), Reason: p.Reason}
+			Quantity: p.Quantity, State: p.State.String(), SinceUnixMs: p.Since.UnixMilli(), Reason: p.Reason}
 	}
 	return out
 }

@@ -76,18 +76,19 @@ func heal(ctx context.Context, cfg *config.Config, groups map[string]*redisproc.
 	var lost []string
 	for id := range out.reserved {
 		home := homes.Home(id)
-		status, _ := cs[home].HGet(ctx, inventory.OrderKey(id), "status").Result()
+		word, _ := cs[home].HGet(ctx, inventory.OrderKey(id), "status").Result()
+		status := inventory.OrderState(word)
 		want := ""
 		switch {
-		case out.confirmed[id] && status != "confirmed":
+		case out.confirmed[id] && status != inventory.OrderConfirmed:
 			want = "confirmed (Confirm was acknowledged)"
-		case out.cancelled[id] && status != "cancelled":
+		case out.cancelled[id] && status != inventory.OrderCancelled:
 			want = "cancelled (Cancel was acknowledged)"
-		case status != "reserved" && status != "confirmed" && status != "cancelled":
+		case status != inventory.OrderReserved && status != inventory.OrderConfirmed && status != inventory.OrderCancelled:
 			want = "reserved, confirmed or cancelled (Reserve was acknowledged)"
 		}
 		if want != "" {
-			lost = append(lost, fmt.Sprintf("order %s on %s is %q, want %s", id, home, status, want))
+			lost = append(lost, fmt.Sprintf("order %s on %s is %q, want %s", id, home, word, want))
 		}
 	}
 	sort.Strings(lost)
@@ -106,7 +107,7 @@ func heal(ctx context.Context, cfg *config.Config, groups map[string]*redisproc.
 		iter := c.Scan(ctx, 0, inventory.OrderKey("*"), 1000).Iterator()
 		for iter.Next(ctx) {
 			status, _ := c.HGet(ctx, iter.Val(), "status").Result()
-			if status != "confirmed" {
+			if inventory.OrderState(status) != inventory.OrderConfirmed {
 				continue
 			}
 			_, id := inventory.ParseKey(iter.Val())
