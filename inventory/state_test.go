@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"context"
 	"errors"
 	"go/ast"
 	"go/parser"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The order diagram of state.go, edge for edge.
@@ -343,4 +345,17 @@ func luaValues(src string, pos int, expr string) ([]string, bool) {
 		}
 	}
 	return words, len(words) > 0
+}
+
+// TestSetAsideRefusesBadBackoff: the stuck-part backoff is the caller's
+// (package rollback's) policy; SetAside refuses one it cannot keep,
+// naming it, before it looks for the node.
+func TestSetAsideRefusesBadBackoff(t *testing.T) {
+	inv := &Inventory{}
+	for _, b := range [][2]time.Duration{{0, time.Minute}, {-time.Second, time.Minute}, {time.Minute, time.Second}, {time.Microsecond, time.Second}} {
+		_, err := inv.SetAside(context.Background(), PendingPart{Node: "n1", PartID: "o|t|0"}, "why", b[0], b[1])
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), b[0].String()) || !strings.Contains(err.Error(), "o|t|0") {
+			t.Errorf("SetAside with backoff %v/%v: %v, want ErrInvalid naming the part and the backoff", b[0], b[1], err)
+		}
+	}
 }

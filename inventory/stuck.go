@@ -23,8 +23,8 @@ import (
 //
 //   - Each is retried with exponential backoff: when it is set aside, the
 //     time of its next retry goes into inv:stuck:retry (first after
-//     [StuckBackoff].First, doubling each time it is set aside again, at
-//     most Max), and its count of attempts and first set-aside time into
+//     the reconciler's first delay, doubling each time it is set aside
+//     again, at most its longest: [Inventory.SetAside]), and its count of attempts and first set-aside time into
 //     its own part record (fields stuck_tries, stuck_since; they expire
 //     with the record). Every reconciler pass first moves the parts whose
 //     time has come back to the pending index, due now
@@ -83,45 +83,25 @@ func Unsettleable(err error) bool {
 		strings.HasPrefix(msg, "SHARDIS_BADOP")
 }
 
-// StuckBackoff is when a part set aside is retried by itself: First after
-// it was set aside the first time, twice as long after each further time,
-// never longer than Max. A zero field takes its default
-// ([DefaultStuckBackoff]).
-type StuckBackoff struct {
-	First time.Duration
-	Max   time.Duration
-}
-
-// DefaultStuckBackoff is the backoff of set-aside parts unless configured
-// (rollback.Settings.StuckRetry, StuckRetryMax).
-var DefaultStuckBackoff = StuckBackoff{First: 5 * time.Second, Max: 5 * time.Minute}
-
-// Filled returns b with zero (or negative) fields from
-// DefaultStuckBackoff, and Max at least First.
-func (b StuckBackoff) Filled() StuckBackoff {
-	if b.First <= 0 {
-		b.First = DefaultStuckBackoff.First
-	}
-	if b.Max <= 0 {
-		b.Max = DefaultStuckBackoff.Max
-	}
-	b.Max = max(b.Max, b.First)
-	return b
-}
-
 // SetAside moves an expired part out of its node's pending index into the
 // node's stuck index with reason (see [StuckPart]), to be retried by
-// itself after backoff b. It returns how many times the part has been set
-// aside since it was last retried explicitly (1 the first time), or 0 when
-// it did not move the part (it was no longer indexed as pending, e.g.
-// another instance set it aside first).
-func (inv *Inventory) SetAside(ctx context.Context, p PendingPart, reason string, b StuckBackoff) (int, error) {
+// itself first after first, twice as long after each further time it is
+// set aside, never longer than most (the backoff is the reconciler's
+// policy: rollback.Settings.StuckRetry, StuckRetryMax). It returns how
+// many times the part has been set aside since it was last retried
+// explicitly (1 the first time), or 0 when it did not move the part (it
+// was no longer indexed as pending, e.g. another instance set it aside
+// first). first must be at least 1ms and most at least first
+// ([ErrInvalid] naming them otherwise).
+func (inv *Inventory) SetAside(ctx context.Context, p PendingPart, reason string, first, most time.Duration) (int, error) {
+	if first < time.Millisecond || most < first {
+		return 0, fmt.Errorf("%w: stuck part %s: retry backoff first %v, most %v; want first ≥ 1ms and most ≥ first", ErrInvalid, p.PartID, first, most)
+	}
 	n, err := inv.r.Node(p.Node)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	b = b.Filled()
-	v, err := inv.pendingAdjust(ctx, n, "stuck", p.PartID, reason, ms(b.First), ms(b.Max))
+	v, err := inv.pendingAdjust(ctx, n, "stuck", p.PartID, reason, ms(first), ms(most))
 	if err != nil {
 		return 0, err
 	}

@@ -216,8 +216,7 @@ func (r *Reconciler) resolveOne(ctx context.Context, p inventory.PendingPart) (f
 		}
 		return 1, false
 	}
-	b := inventory.StuckBackoff{First: r.set.StuckRetry, Max: r.set.StuckRetryMax}
-	tries, aerr := r.inv.SetAside(ctx, p, err.Error(), b)
+	tries, aerr := r.inv.SetAside(ctx, p, err.Error(), r.set.StuckRetry, r.set.StuckRetryMax)
 	if aerr != nil {
 		r.log.Warn("reconciler: setting aside a part that cannot be settled", "node", p.Node, "part", p.PartID,
 			"order", p.OrderID, "reason", err, "err", aerr)

@@ -19,20 +19,28 @@
 // depends on it for correctness, only for speed: every pending part carries
 // a deadline, and the reconciler of any instance settles it after that.
 //
-// What stays in package inventory, and why: each step that changes a node
-// is a Lua script run under the inventory's prelude (its identity and
-// topology-epoch fence, fault injection, write acknowledgement: lua.go),
-// and each decision is a compare-and-set on the order record by the
-// inventory's order state machine (inventory/state.go). So the steps this
-// package drives (Inventory.SettleNow, DueParts, ResolveExpired, SetAside,
-// RetryDueStuck, RetryStuck) stay methods of the inventory; this package
-// owns when and how often they run, in what order, and what is done with
-// a part that fails. Moving the steps themselves would need the script
-// runner exported (or the scripts' own package, issue 25's "scripts as
-// files"); and LoadStock retries the stuck parts of the SKU it loads
-// (inventory calling back into the retry), and ResolveExpired classifies
-// its own errors with inventory.Unsettleable, both of which an import of
-// this package from inventory would make a cycle.
+// What is this package's and what stays in package inventory. The policy
+// is here: when and how often passes run, in what order, what is done with
+// a part that fails, and the backoff of stuck parts (Settings.StuckRetry,
+// StuckRetryMax and their defaults; the inventory only keeps the backoff
+// on the node). The steps stay methods of the inventory (SettleNow,
+// DueParts, ResolveExpired, SetAside, RetryDueStuck, RetryStuck,
+// StuckParts), for these reasons:
+//   - each step that changes a node is a Lua script run by the inventory's
+//     unexported runner (the prelude's identity and topology-epoch fence,
+//     group commit, fault injection, write acknowledgement: inventory/lua.go)
+//     on unexported keys (inv:stuck, inv:stuck:why, inv:stuck:retry);
+//     moving one needs that runner exported, or the scripts in a package
+//     of their own (issue 25's "scripts as files");
+//   - expiry (ResolveExpired) decides by the order state machine's
+//     compare-and-set (the unexported order script) and decides staged
+//     orders first (resolveStaged, the one-round protocol's probe);
+//   - the inventory calls into these paths itself: Reserve, Confirm and
+//     Cancel release and defer settles (settleParts, abortParts),
+//     LoadStock retries the stuck parts of the SKU it loads
+//     (RetryStuckSKU), and ResolveExpired classifies its own errors with
+//     inventory.Unsettleable; this package imports inventory, so moving
+//     any of them here would be an import cycle.
 package rollback
 
 import (

@@ -52,13 +52,21 @@ type Settings struct {
 	// default: 5s
 	StuckRetry time.Duration
 	// StuckRetryMax caps the wait between automatic retries of a stuck
-	// part (at least StuckRetry).
+	// part (raised to StuckRetry when below it).
 	// default: 5m
 	StuckRetryMax time.Duration
 	// Logger receives errors and what each pass did.
 	// default: slog.Default()
 	Logger *slog.Logger
 }
+
+// The backoff of stuck parts unless Settings say otherwise: the first
+// automatic retry of a part set aside comes DefaultStuckRetry after it,
+// each further one twice as late, at most DefaultStuckRetryMax.
+const (
+	DefaultStuckRetry    = 5 * time.Second
+	DefaultStuckRetryMax = 5 * time.Minute
+)
 
 // Stats counts what reconcilers did; every field is cumulative.
 type Stats struct {
@@ -108,6 +116,25 @@ type Reconciler struct {
 // New returns a reconciler; call Start to run it in the background, or
 // RunOnce to drive it by hand. queue may be nil.
 func New(inv *inventory.Inventory, queue *Queue, set Settings) *Reconciler {
+	set = set.filled()
+	if queue == nil {
+		queue = NewQueue()
+	}
+	r := &Reconciler{
+		inv: inv, queue: queue, set: set, log: set.Logger, id: leaseToken(),
+		wake: make(chan string, 64), stop: make(chan struct{}), done: make(chan struct{}),
+		sem: make(chan struct{}, set.Nodes), nodeMu: map[string]*sync.Mutex{}, nodeN: map[string]*atomic.Int64{},
+	}
+	for _, n := range inv.Nodes() {
+		r.nodeMu[n.Name()] = &sync.Mutex{}
+		r.nodeN[n.Name()] = &atomic.Int64{}
+	}
+	return r
+}
+
+// filled returns s with every zero (or out-of-range) field at its
+// default, as documented on each field.
+func (set Settings) filled() Settings {
 	if set.Interval <= 0 {
 		set.Interval = time.Second
 	}
@@ -132,21 +159,15 @@ func New(inv *inventory.Inventory, queue *Queue, set Settings) *Reconciler {
 	if set.Logger == nil {
 		set.Logger = slog.Default()
 	}
-	b := inventory.StuckBackoff{First: set.StuckRetry, Max: set.StuckRetryMax}.Filled()
-	set.StuckRetry, set.StuckRetryMax = b.First, b.Max
-	if queue == nil {
-		queue = NewQueue()
+	if set.StuckRetry <= 0 {
+		set.StuckRetry = DefaultStuckRetry
 	}
-	r := &Reconciler{
-		inv: inv, queue: queue, set: set, log: set.Logger, id: leaseToken(),
-		wake: make(chan string, 64), stop: make(chan struct{}), done: make(chan struct{}),
-		sem: make(chan struct{}, set.Nodes), nodeMu: map[string]*sync.Mutex{}, nodeN: map[string]*atomic.Int64{},
+	if set.StuckRetryMax <= 0 {
+		set.StuckRetryMax = DefaultStuckRetryMax
 	}
-	for _, n := range inv.Nodes() {
-		r.nodeMu[n.Name()] = &sync.Mutex{}
-		r.nodeN[n.Name()] = &atomic.Int64{}
-	}
-	return r
+	set.StuckRetry = max(set.StuckRetry, time.Millisecond)
+	set.StuckRetryMax = max(set.StuckRetryMax, set.StuckRetry)
+	return set
 }
 
 // Start runs passes in the background until Close. Idempotent.
