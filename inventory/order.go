@@ -28,11 +28,11 @@ const (
 func (s OrderStatus) String() string {
 	switch s {
 	case StatusReserved:
-		return "reserved"
+		return string(OrderReserved)
 	case StatusConfirmed:
-		return "confirmed"
+		return string(OrderConfirmed)
 	case StatusCancelled:
-		return "cancelled"
+		return string(OrderCancelled)
 	}
 	return "unspecified"
 }

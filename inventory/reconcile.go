@@ -99,9 +99,9 @@ type Resolution string
 const (
 	// Cancelled: the part was cancelled now (its order was cancelled,
 	// expired, failed, or never recorded it).
-	Cancelled Resolution = "cancelled"
+	Cancelled = Resolution(PartCancelled)
 	// Confirmed: the part was confirmed now (its order was confirmed).
-	Confirmed Resolution = "confirmed"
+	Confirmed = Resolution(PartConfirmed)
 	// AlreadySettled: another process settled it first.
 	AlreadySettled Resolution = "already"
 	// Postponed: its order is not decided yet; the part's deadline was

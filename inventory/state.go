@@ -43,7 +43,9 @@ import "fmt"
 // indexes beside the state, not states.
 
 // OrderState is the status of an order record, as its `status` field
-// stores it. The zero value, [OrderMissing], is no record.
+// stores it. The zero value, [OrderMissing], is no record. (What Confirm
+// and Cancel answer is the coarser [OrderStatus]; the RPC API's enum is
+// that one.)
 type OrderState string
 
 // The order record's states (see the file comment for the diagram).
