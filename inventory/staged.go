@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -302,12 +303,7 @@ func (inv *Inventory) probeStaged(ctx context.Context, orderID string, rec order
 	if prevent {
 		mode = "prevent"
 	}
-	type probed struct {
-		state       probeWord
-		token       string
-		qty, offset int64
-	}
-	seen := make([]probed, len(rec.parts))
+	seen := make([]probedPart, len(rec.parts))
 	var (
 		mu       sync.Mutex
 		wg       sync.WaitGroup
@@ -321,39 +317,15 @@ func (inv *Inventory) probeStaged(ctx context.Context, orderID string, rec order
 		wg.Add(1)
 		go func(n *node.Node, idx []int) {
 			defer wg.Done()
-			keys := make([]string, len(idx))
-			args := []any{mode, orderID, seconds(inv.cfg.Retention)}
-			for j, i := range idx {
-				keys[j] = partKey(rec.parts[i].ID)
-				args = append(args, rec.parts[i].Incarnation)
-			}
-			v, err := inv.run(ctx, n, probeScript, keys, args...)
-			var raw []any
-			if err == nil {
-				raw, err = asSlice(n, probeScript, v)
-			}
-			if err == nil && len(raw) != len(idx) {
-				err = malformed(n, probeScript, v)
-			}
+			got, err := inv.probeNode(ctx, n, mode, orderID, rec.parts, idx)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				if firstErr == nil {
-					firstErr = err
-				}
+				firstErr = cmp.Or(firstErr, err)
 				return
 			}
 			for j, i := range idx {
-				t, ok := raw[j].([]any)
-				if !ok || len(t) != 4 {
-					firstErr = malformed(n, probeScript, v)
-					return
-				}
-				word, _ := t[0].(string)
-				seen[i].state = probeWord(word)
-				seen[i].token, _ = t[1].(string)
-				seen[i].qty, _ = t[2].(int64)
-				seen[i].offset, _ = t[3].(int64)
+				seen[i] = got[j]
 			}
 		}(n, idx)
 	}
@@ -361,6 +333,69 @@ func (inv *Inventory) probeStaged(ctx context.Context, orderID string, rec order
 	if firstErr != nil {
 		return 0, nil, firstErr
 	}
+	verdict, lost := rec.verdict(seen)
+	if verdict != verdictReserved {
+		return verdict, nil, nil
+	}
+	if len(lost) > 0 {
+		inv.log.Error("DATA LOSS: staged order has parts its nodes lost since the stage; committing it", "order", orderID, "parts", lost)
+	}
+	parts := append([]part(nil), rec.parts...)
+	for i := range parts {
+		parts[i].Offset = seen[i].offset
+	}
+	return verdictReserved, parts, nil
+}
+
+// probedPart is what a probe saw of one promised part.
+type probedPart struct {
+	state       probeWord
+	token       string
+	qty, offset int64
+}
+
+// probeNode runs probeScript in mode on node n for the promised parts
+// parts[i], i in idx, and reads its reply strictly: one {state, token,
+// qty, offset} per part, or a malformed-reply error naming the script.
+func (inv *Inventory) probeNode(ctx context.Context, n *node.Node, mode, orderID string, parts []part, idx []int) ([]probedPart, error) {
+	keys := make([]string, len(idx))
+	args := []any{mode, orderID, seconds(inv.cfg.Retention)}
+	for j, i := range idx {
+		keys[j] = partKey(parts[i].ID)
+		args = append(args, parts[i].Incarnation)
+	}
+	v, err := inv.run(ctx, n, probeScript, keys, args...)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := asSlice(n, probeScript, v)
+	if err != nil || len(raw) != len(idx) {
+		return nil, malformed(n, probeScript, v)
+	}
+	out := make([]probedPart, len(idx))
+	for j := range idx {
+		t, ok := raw[j].([]any)
+		if !ok || len(t) != 4 {
+			return nil, malformed(n, probeScript, v)
+		}
+		word, ok1 := t[0].(string)
+		token, ok2 := t[1].(string)
+		qty, ok3 := t[2].(int64)
+		offset, ok4 := t[3].(int64)
+		if !ok1 || !ok2 || !ok3 || !ok4 {
+			return nil, malformed(n, probeScript, v)
+		}
+		out[j] = probedPart{state: probeWord(word), token: token, qty: qty, offset: offset}
+	}
+	return out, nil
+}
+
+// verdict decides a staged record from what probes saw of each of its
+// promised parts (seen[i] of rec.parts[i]; the rule is in the file
+// comment): reserved when every part is pending under the record's token
+// with its quantity or lost (returned as node/part, for the data-loss
+// report), in flight while one is absent, failed otherwise.
+func (rec orderRecord) verdict(seen []probedPart) (stagedVerdict, []string) {
 	verdict := verdictReserved
 	var lost []string
 	for i, s := range seen {
@@ -376,17 +411,7 @@ func (inv *Inventory) probeStaged(ctx context.Context, orderID string, rec order
 			verdict = verdictFailed
 		}
 	}
-	if verdict != verdictReserved {
-		return verdict, nil, nil
-	}
-	if len(lost) > 0 {
-		inv.log.Error("DATA LOSS: staged order has parts its nodes lost since the stage; committing it", "order", orderID, "parts", lost)
-	}
-	parts := append([]part(nil), rec.parts...)
-	for i := range parts {
-		parts[i].Offset = seen[i].offset
-	}
-	return verdictReserved, parts, nil
+	return verdict, lost
 }
 
 // failStaged records the failure of a staged attempt, then cancels its
