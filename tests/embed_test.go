@@ -44,11 +44,14 @@ func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 func TestEmbedRouterOnlyConfigHooksSurviveOutage(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{})
-	// A slow heartbeat: the kill is found by a command (whose dial fails),
-	// not by a probe that would mark the node DOWN before any command
-	// dialed; reconnects stay quick.
+	// A slow heartbeat and a slow first reconnect probe: the kill is found
+	// by a command, and the next commands dial and fail before the probe
+	// that a failed command schedules (after Backoff[0]) marks the node
+	// DOWN; at 100ms a loaded machine's probe came first, no command had
+	// dialed, and the client was (rightly) not rebuilt.
 	h := quickHealth
 	h.Heartbeat = 5 * time.Second
+	h.Backoff = []time.Duration{time.Second, 200 * time.Millisecond}
 	cfg := &config.Config{
 		Nodes:    map[string]config.Node{"n1": {Addr: srv.Addr(), Weight: 1}},
 		Servers:  map[string]config.Server{"cache": server(config.OnNodeDownFail, map[string][]string{"s": {"n1"}})},
@@ -60,7 +63,7 @@ func TestEmbedRouterOnlyConfigHooksSurviveOutage(t *testing.T) {
 	hook := &countingHook{}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := router.New(ctx, cfg, router.Options{KeepData: []string{cfg.Inventory.Server}, Logger: testLogger(t), Hooks: []redis.Hook{hook}})
+	r, err := router.New(ctx, cfg, router.Options{KeepData: keepInventory(cfg), Logger: testLogger(t), Hooks: []redis.Hook{hook}})
 	if err != nil {
 		t.Fatalf("router.New with only nodes/servers/health/breaker/client/pipeline: %v", err)
 	}
