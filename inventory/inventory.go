@@ -183,6 +183,8 @@ type Inventory struct {
 	bg background
 	// groups queues the calls of grouped scripts (group.go).
 	groups groups
+	// soldOut is the hint of SKUs seen short lately (soldout.go).
+	soldOut soldOutHint
 }
 
 type atomicView = atomic.Pointer[view]

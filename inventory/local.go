@@ -42,7 +42,10 @@ import (
 // or nil when some part cannot be met in full (it exists already, stock is
 // short, a limited SKU has no user, a quota would be exceeded), or nil and
 // an error reply for a corrupt value (a counter, or a queue's last offset
-// in the redo offsets hash). It writes nothing. For a stock part it
+// in the redo offsets hash). When a stock part is short or a limited SKU
+// has no user it returns nil, nil, true: a refusal that a read of the
+// SKU's other nodes may settle without a write (soldout.go). It writes
+// nothing. For a stock part it
 // records the counter's available and reserved once the part is taken
 // (p.avail, p.resv, after the order's earlier parts on the same counter).
 //
@@ -75,7 +78,7 @@ local function plan_parts(kb, ab, user, offsets)
       local limit
       limit, err = int(s[2], p.ck .. ' limit')
       if err then return nil, err end
-      if avail[p.ck] < p.want or (limit > 0 and user == '') then return nil end
+      if avail[p.ck] < p.want or (limit > 0 and user == '') then return nil, nil, true end
       avail[p.ck], resv[p.ck] = avail[p.ck] - p.want, resv[p.ck] + p.want
       p.avail, p.resv = avail[p.ck], resv[p.ck] -- the hash's values once this part is taken
     else
@@ -124,6 +127,8 @@ end
 // ARGV: 4 token, 5 digest, 6 user, 7 ttl ms, 8 retention s, 9 order id,
 // 10 part grace ms, then per part: id, kind, sku, want, item, route, queue.
 // Returns {"existing"} (the order has a record: nothing written),
+// {"short"} (no record, and a stock part is short here or a limited SKU
+// has no user: nothing written, soldout.go may refuse without a write),
 // {"fallback"} (nothing written), or {"reserved", deadline ms,
 // offset per part}.
 var localScript = newGroupedScript("reserve-local", true, takeWhole+`
@@ -131,9 +136,9 @@ local key = KEYS[2]
 local f = redis.call('HMGET', key, 'status', 'moved')
 if f[1] and not f[2] and f[1] ~= 'failed' then return {'existing'} end
 zset_ok(KEYS[3]) -- the pending index must be a sorted set
-local plan, err = plan_parts(5, 11, ARGV[6], KEYS[4])
+local plan, err, short = plan_parts(5, 11, ARGV[6], KEYS[4])
 if err then return err end
-if not plan then return {'fallback'} end
+if not plan then return {short and 'short' or 'fallback'} end
 local deadline = now + tonumber(ARGV[7])
 local offs = write_parts(plan, KEYS[3], KEYS[4], ARGV[9], ARGV[4], deadline + tonumber(ARGV[10]))
 local parts, out = {}, {'reserved', deadline}
@@ -153,10 +158,17 @@ return out
 // errHasRecord is reserveLocal's word that the order already has a record.
 var errHasRecord = errors.New("inventory: the order has a record")
 
+// errShortSeen is reserveLocal's and reserveStaged's word that the order
+// found a stock part short (or a limited SKU without a user) and nothing
+// of the attempt is left on any node: refuseShort (soldout.go) may settle
+// the order with reads alone before another path writes.
+var errShortSeen = errors.New("inventory: a part was short and nothing was written")
+
 // reserveLocal tries the one-script path (see the file comment). ok is
 // false when the order must take another path; then nothing was written,
 // and err is errHasRecord when the order already has a record (a retry:
-// only the general path answers for an existing record).
+// only the general path answers for an existing record), or errShortSeen
+// when it has none and the home node is short.
 func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID string, items []Item, userID string, ttl time.Duration) (res Reservation, ok bool, err error) {
 	token := newToken()
 	var reqs []partReq
@@ -205,6 +217,8 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 		return Reservation{}, false, errHasRecord
 	case localFallback:
 		return Reservation{}, false, nil
+	case localShort:
+		return Reservation{}, false, errShortSeen
 	case localReserved:
 	default:
 		return Reservation{}, true, malformed(home, localScript, v)

@@ -15,6 +15,9 @@ const (
 	opConfirm orderOp = "confirm" // reserved → confirmed (cancelled when past its deadline)
 	opCancel  orderOp = "cancel"  // → cancelled; a tombstone when there is no record
 	opExpire  orderOp = "expire"  // the reconciler's look at a due part's order
+	// opWithdraw deletes a staging record of the caller's token whose
+	// attempt left nothing on any node (soldout.go).
+	opWithdraw orderOp = "withdraw"
 )
 
 // recStatus is the first word of orderScript's reply: the record's status
@@ -82,6 +85,7 @@ const (
 	localReserved localStatus = "reserved" // the whole order is reserved
 	localFallback localStatus = "fallback" // nothing written: take the general path
 	localExisting localStatus = "existing" // the order has a record: nothing written, the general path answers
+	localShort    localStatus = "short"    // no record, a part is short here: nothing written (soldout.go)
 )
 
 // settleMissing is what settleScript answers for a part its node does not

@@ -118,18 +118,45 @@ func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item,
 	if err != nil {
 		return Reservation{}, err
 	}
+	// Refusals without a write (soldout.go): read first when a SKU of the
+	// order was short lately, else once a first path found a part short,
+	// and before the general path takes a new order across nodes.
+	checked := inv.soldOut.any(items)
+	if checked {
+		if err := inv.refuseShort(ctx, home, orderID, items, userID); err != nil {
+			return Reservation{}, err
+		}
+	}
 	res, ok, lerr := inv.reserveLocal(ctx, home, orderID, items, userID, ttl)
 	if ok {
 		return res, lerr
 	}
 	var serr error
 	if lerr != errHasRecord { // a retry of a known order: the general path answers it
+		if lerr == errShortSeen && !checked {
+			checked = true
+			if err := inv.refuseShort(ctx, home, orderID, items, userID); err != nil {
+				return Reservation{}, err
+			}
+		}
 		res, ok, serr = inv.reserveStaged(ctx, home, orderID, items, userID, ttl)
 		if ok {
 			return res, serr
 		}
+		if serr == errShortSeen {
+			serr = nil
+			checked = false // its round found a part short after the check
+		}
+		if serr == nil && !checked {
+			if err := inv.refuseShort(ctx, home, orderID, items, userID); err != nil {
+				return Reservation{}, err
+			}
+		}
 	}
 	res, err = inv.reserveGeneral(ctx, home, orderID, items, userID, ttl)
+	if errors.Is(err, ErrInsufficientStock) {
+		inv.soldOut.markItems(items) // short at the takes: read first for a while
+	}
 	if err != nil && serr != nil {
 		// Say why the first choices were not enough too (a node that timed
 		// out there is down by now, and the general path only says so).

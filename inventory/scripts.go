@@ -204,6 +204,9 @@ return out
 //	        status as reason.
 //	fail    reserving+token or staging+token → failed (the attempt gave up,
 //	        or a recovery found a promised part missing).
+//	withdraw staging+token → no record ("missing"): only for an attempt
+//	        that left nothing on any node (soldout.go); otherwise the
+//	        record as is.
 //	confirm reserved → confirmed, or → cancelled/"expired" past the deadline.
 //	cancel  reserved/reserving/failed → cancelled; missing → tombstone.
 //	expire  (reconciler, ARGV 5 the due part's token) reserved past
@@ -214,7 +217,7 @@ return out
 //	        either way.
 //
 // A "staging" record is never taken over, confirmed, cancelled or expired
-// here: every op but commit and fail returns it as it is ("staging", with
+// here: every op but commit, fail and withdraw returns it as it is ("staging", with
 // its promised parts and wait_ms), and the caller decides it first
 // (staged.go: resolveStaged), then repeats the op.
 //
@@ -255,7 +258,7 @@ local function final(st, why, retention)
   redis.call('EXPIRE', key, retention)
   status, reason = st, why
 end
-if status == 'staging' and op ~= 'commit' and op ~= 'fail' then
+if status == 'staging' and op ~= 'commit' and op ~= 'fail' and op ~= 'withdraw' then
   if op == 'begin' and f[7] ~= ARGV[7] then return record('mismatch') end
   return record('staging')
 end
@@ -289,6 +292,12 @@ elseif op == 'fail' then
   if (status == 'reserving' or status == 'staging') and cur == token then
     redis.call('HSET', key, 'status', 'failed', 'decided_at', now)
     return record('failed')
+  end
+  return record(status or 'missing')
+elseif op == 'withdraw' then
+  if status == 'staging' and cur == token then
+    redis.call('DEL', key)
+    return {'missing', '', 0, '', '', 0}
   end
   return record(status or 'missing')
 end

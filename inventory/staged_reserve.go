@@ -13,7 +13,9 @@ import (
 // reserveStaged tries the one-round path (staged.go). ok is false when the
 // order must take the general path; then nothing of this attempt is left
 // that could ever be reserved (its parts are cancelled or being cancelled),
-// and err, if not nil, is the node failure that stopped the round.
+// and err, if not nil, is the node failure that stopped the round, or
+// errShortSeen when a part was short and the attempt left no key at all
+// (soldout.go).
 func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderID string, items []Item, userID string, ttl time.Duration) (res Reservation, ok bool, err error) {
 	if inv.topology(ctx).phase != PhaseStable {
 		return Reservation{}, false, nil
@@ -108,6 +110,9 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 			return Reservation{}, true, refused
 		}
 		inv.stats.stagedFallback.Add(1)
+		if staged.status == stageShort && len(taken) == 0 && len(unknown) == 0 && roundErr == nil {
+			return Reservation{}, false, errShortSeen // nothing of it on any node (soldout.go)
+		}
 		return Reservation{}, false, nil
 	case allTaken:
 		if inv.crash(ctx, "staged:before-commit") {
@@ -120,6 +125,19 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	// Staged, but not every part was taken: decide failed, then roll back.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
+	if len(homeReqs) == 0 && len(taken) == 0 && len(unknown) == 0 && inv.withdrawStaged(cctx, home, orderID, token) {
+		// Nothing of the attempt on any node, and its record gone: no
+		// key left (soldout.go, "Withdraw").
+		inv.stats.stagedFallback.Add(1)
+		switch {
+		case refused != nil:
+			inv.stats.stagedRefused.Add(1)
+			return Reservation{}, true, refused
+		case roundErr != nil:
+			return Reservation{}, false, roundErr
+		}
+		return Reservation{}, false, errShortSeen
+	}
 	rec, err := inv.orderOp(cctx, home, orderID, opFail, token)
 	if err != nil {
 		inv.releaseStaged(ctx, home, orderID, token, taken, promised) // counts what it aborts
@@ -278,6 +296,15 @@ func stagedTakes(results []batchResult, want int, userID string) (taken []part, 
 		}
 	}
 	return taken, all && n == want, unknown, firstErr, refused
+}
+
+// withdrawStaged deletes the staging record of an attempt that left
+// nothing on any node (soldout.go, "Withdraw"); true when it is gone.
+// False (a reader decided it first, or the node did not answer) leaves the
+// record to the usual decision.
+func (inv *Inventory) withdrawStaged(ctx context.Context, home *node.Node, orderID, token string) bool {
+	rec, err := inv.orderOp(ctx, home, orderID, opWithdraw, token)
+	return err == nil && rec.status == recMissing
 }
 
 // abandonUnstaged cancels the parts of an attempt whose record was never

@@ -26,6 +26,9 @@ type Stats struct {
 	// one round refused for good (a per-user limit, a limited SKU without
 	// a user) without the general path.
 	StagedReservations, StagedFallbacks, StagedRecovered, StagedRefusals int64
+	// RefusedUnwritten counts orders refused by reads alone, before
+	// anything was written (soldout.go).
+	RefusedUnwritten int64
 	// GroupScriptCalls counts the script calls of grouped scripts sent to
 	// nodes, GroupedCalls the calls they carried (group.go): their ratio is
 	// the mean group size.
@@ -41,6 +44,7 @@ type counters struct {
 	local        atomic.Int64
 
 	staged, stagedFallback, stagedRecovered, stagedRefused atomic.Int64
+	refusedUnwritten                                       atomic.Int64
 
 	groupScripts, groupCalls atomic.Int64
 }
@@ -58,6 +62,7 @@ func (inv *Inventory) Stats() Stats {
 	s.StagedFallbacks = inv.stats.stagedFallback.Load()
 	s.StagedRecovered = inv.stats.stagedRecovered.Load()
 	s.StagedRefusals = inv.stats.stagedRefused.Load()
+	s.RefusedUnwritten = inv.stats.refusedUnwritten.Load()
 	s.GroupScriptCalls = inv.stats.groupScripts.Load()
 	s.GroupedCalls = inv.stats.groupCalls.Load()
 	return s

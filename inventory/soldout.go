@@ -1,0 +1,351 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardis/shardis/node"
+)
+
+// Refusals without a write (sold-out storms).
+//
+// Once a sale sells out nearly every Reserve is refused. A refusal that
+// took nothing writes nothing: no order record, no part, no tombstone, no
+// redo entry. The one exception is a fence where a take of the attempt may
+// still land (a take or stage whose reply was lost): there the usual
+// roll-back leaves its tombstones and failed record, which expire with
+// inventory.retention.
+//
+// States of a new order id (no record on its home node) on the way to a
+// refusal, each written by nobody:
+//
+//	(no record) ──local: "short"──────────────▶ (no record) ──refuseShort──▶ refused | the next path
+//	(no record) ──hint: SKU recently short─────▶ refuseShort first
+//	(no record) ──stage(T) + takes, none landed─▶ staging(T) ──withdraw(T)──▶ (no record) ──refuseShort──▶ …
+//
+// refuseShort reads, writing nothing, the order's record on its home node
+// and, on every candidate node of every item (itemCandidates: the enabled,
+// usable nodes of the item's route, in the order the general path would
+// take from them), the SKU's available units and per-user limit (one
+// read-only script per node, nodes concurrently: peekScript). It refuses
+// the order iff the topology is stable, every read answered, the home
+// node holds no record of the order or a failed one (no attempt that could
+// answer for it), and some SKU of the order has fewer units available over
+// all its candidate nodes than the order's items want of it
+// (ErrInsufficientStock), or has a per-user limit while the order has no
+// user (ErrInvalid, as refusal in take.go). Otherwise it decides nothing
+// and the order takes the next path. That is exactly when the general
+// path, started at the same instant, could only refuse: it takes an item
+// from those candidate nodes and no others, up to what each holds, and
+// refuses when an item stays short (or at the first reply naming a limit
+// for an order without a user). Like the general path's takes, the reads
+// of the nodes are not one snapshot: the refusal is what the nodes held
+// when each was read. A per-user quota does not change the answer: an
+// order short of stock is refused whatever its quota.
+//
+// Why every interleaving stays safe:
+//   - A refusal writes nothing, so it cannot oversell, strand stock or
+//     settle a part; it is only an answer. It is never given for an order
+//     that has an attempt: a record (reserving, staging, reserved,
+//     confirmed, cancelled — a Cancel's tombstone included) makes
+//     refuseShort step aside, and the usual path answers for it. A retry
+//     of the same order id on another instance either finds such a record
+//     or meets the same stock, and is refused the same way.
+//   - During a topology change (any phase but stable) refuseShort steps
+//     aside: a record may still be on a previous home node.
+//   - A concurrent attempt of the same order id that begins after the
+//     read of the home node is an attempt racing a refusal, as two
+//     concurrent Reserves of a new id always were; it takes nothing the
+//     refusal relied on.
+//
+// Withdraw: a staged attempt (staged.go) whose stage landed but whose
+// round took nothing — the home node had no part of the order, and every
+// other node answered its take definitely without taking (short, a quota
+// over its limit, a part that exists already, or an error reply) —
+// deletes its staging record with orderScript's "withdraw" op, a
+// compare-and-set on staging under its own token, instead of deciding it
+// failed and tombstoning its promised parts. Why that is safe: no part of
+// the attempt exists or can come to exist (node clients never replay a
+// script; part ids carry the token), so there is nothing for a decision
+// to settle, and the key is back to what it was before the stage, which
+// wrote only where the order had no record. No reader acts on a staging
+// record but by first deciding it with the same compare-and-set (fail or
+// commit, resolveStaged), so a reader that saw it staging finds it missing
+// and re-reads: a Cancel then writes its tombstone, a Confirm finds no
+// order, the reconciler has no part of the attempt to look at, a retry
+// begins anew. If a reader decided it first, the withdraw changes nothing
+// and the attempt follows the record as before (staged.go); probes in
+// prevent mode may have left tombstones then, which expire with the
+// retention. The general path's records are not withdrawn: a record that
+// names another token is read by the reconciler as excluding a late stage
+// (staged.go), so it must stay until its retention.
+//
+// The hint: an instance remembers for soldOutHintTTL which (route, SKU)
+// it last saw refused or short, and runs refuseShort first for an order
+// that wants one of them, so a sold-out SKU costs one round of reads per
+// refused order (grouped per node, group.go) and no stage. The hint only
+// decides whether to read first; the answer always comes from the reads.
+// A read that finds enough stock clears the hint of the order's SKUs.
+//
+// Redo log: a refusal decided here produces no redo entry, so nothing of
+// it reaches PostgreSQL (pgsync lands the redo queues). An order whose
+// first choices come up short is checked here before the general path
+// takes across nodes, so an order that could not be met (too many units
+// over all nodes, a sold-out item) takes nothing. What is left: a take
+// that races other orders for the last units (enough at the read, short
+// at the take), and a multi-item order whose items are on other nodes
+// than its home and whose short SKU this instance did not see short
+// within the hint's time, take first and roll back; their parts reach
+// PostgreSQL as cancelled rows.
+
+// soldOutHintTTL is how long a short SKU makes this instance read before
+// it writes.
+const soldOutHintTTL = 2 * time.Second
+
+// soldOutHintMax bounds the hint's entries; past it the hint starts over.
+const soldOutHintMax = 4096
+
+// stockRef names one SKU of one route.
+type stockRef struct{ route, sku string }
+
+// soldOutHint is the set of (route, SKU) seen short lately. The zero value
+// is ready.
+type soldOutHint struct {
+	n  atomic.Int64 // entries; 0 lets Reserve skip the lock
+	mu sync.Mutex
+	m  map[stockRef]time.Time
+}
+
+// any reports whether some item's SKU was seen short within soldOutHintTTL.
+func (h *soldOutHint) any(items []Item) bool {
+	if h.n.Load() == 0 {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, it := range items {
+		if at, ok := h.m[stockRef{it.Route, it.SKU}]; ok && time.Since(at) < soldOutHintTTL {
+			return true
+		}
+	}
+	return false
+}
+
+// mark remembers ref as short now.
+func (h *soldOutHint) mark(ref stockRef) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil || len(h.m) >= soldOutHintMax {
+		h.m = map[stockRef]time.Time{}
+	}
+	h.m[ref] = time.Now()
+	h.n.Store(int64(len(h.m)))
+}
+
+// markItems remembers every item's SKU as short now.
+func (h *soldOutHint) markItems(items []Item) {
+	for _, it := range items {
+		h.mark(stockRef{it.Route, it.SKU})
+	}
+}
+
+// clear forgets the items' SKUs.
+func (h *soldOutHint) clear(items []Item) {
+	if h.n.Load() == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, it := range items {
+		delete(h.m, stockRef{it.Route, it.SKU})
+	}
+	h.n.Store(int64(len(h.m)))
+}
+
+// peekScript reads, writing nothing, what refuseShort needs on one node.
+//
+// KEYS: 1 stamp, 2 the order key or the stamp again (ARGV 4 "" : no record
+// to read here), then stock hashes. ARGV: 4 "order" when KEYS[2] is the
+// order key.
+// Returns {record status ("" none; a record marked moved is none, as
+// orderScript treats it), then per stock hash: available, limit}, or an
+// error reply for a corrupt counter.
+var peekScript = newGroupedScript("peek", false, `
+local status = ''
+if ARGV[4] == 'order' then
+  local f = redis.call('HMGET', KEYS[2], 'status', 'moved')
+  if f[1] and not f[2] then status = f[1] end
+end
+local out = {status}
+for i = 3, #KEYS do
+  local s = stock_get(KEYS[i])
+  local avail, err = int(s[1], KEYS[i] .. ' available')
+  if err then return err end
+  local limit
+  limit, err = int(s[2], KEYS[i] .. ' limit')
+  if err then return err end
+  out[#out + 1] = avail
+  out[#out + 1] = limit
+end
+return out
+`)
+
+// shortSKU is one SKU of an order as refuseShort weighs it.
+type shortSKU struct {
+	ref   stockRef
+	item  int   // the first item of it
+	want  int64 // units the order's items want of it
+	avail int64
+	limit int64
+	nodes int // candidate nodes
+}
+
+// peekCall is peekScript's call on one node and its reply.
+type peekCall struct {
+	n      *node.Node
+	home   bool
+	skus   []int    // indexes into the order's shortSKUs
+	keys   []string // their stock hashes
+	status string
+	avail  []int64
+	limit  []int64
+	err    error
+}
+
+// refuseShort refuses the order with reads alone when the general path
+// could only refuse it (see the file comment), or returns nil and the
+// order takes its next path. It marks or clears the hint of the order's
+// SKUs by what it read.
+func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID string, items []Item, userID string) error {
+	if inv.topology(ctx).phase != PhaseStable {
+		return nil
+	}
+	skus, calls := inv.planPeek(ctx, home, orderID, items)
+	if calls == nil {
+		return nil
+	}
+	inv.runPeeks(ctx, orderID, calls)
+	for _, c := range calls {
+		if c.err != nil || (c.home && c.status != "" && recStatus(c.status) != recFailed) {
+			return nil // cannot decide, or an attempt answers for the order
+		}
+		for j, k := range c.skus {
+			skus[k].avail += max(c.avail[j], 0)
+			skus[k].limit = max(skus[k].limit, c.limit[j])
+		}
+	}
+	for _, s := range skus {
+		if s.limit > 0 && userID == "" {
+			inv.soldOut.mark(s.ref)
+			inv.stats.refusedUnwritten.Add(1)
+			return fmt.Errorf("%w: items[%d] sku %s (route %s) has a per-user limit of %d: an order of it needs user_id",
+				ErrInvalid, s.item, s.ref.sku, s.ref.route, s.limit)
+		}
+		if s.avail < s.want {
+			inv.soldOut.mark(s.ref)
+			inv.stats.refusedUnwritten.Add(1)
+			return fmt.Errorf("%w: items[%d] sku %s (route %s): wanted %d, %d available on %d usable node(s)",
+				ErrInsufficientStock, s.item, s.ref.sku, s.ref.route, s.want, s.avail, s.nodes)
+		}
+	}
+	inv.soldOut.clear(items)
+	return nil
+}
+
+// planPeek groups the order's SKUs and the reads refuseShort needs by
+// node: the home node reads the order's record, every candidate node of a
+// SKU its stock hash. calls is nil when some item has no usable node (the
+// general path says why).
+func (inv *Inventory) planPeek(ctx context.Context, home *node.Node, orderID string, items []Item) ([]shortSKU, []*peekCall) {
+	var skus []shortSKU
+	idx := map[stockRef]int{}
+	byNode := map[*node.Node]*peekCall{home: {n: home, home: true}}
+	calls := []*peekCall{byNode[home]}
+	for i, it := range items {
+		ref := stockRef{it.Route, it.SKU}
+		if k, ok := idx[ref]; ok {
+			skus[k].want += it.Quantity
+			continue
+		}
+		set, err := inv.set(ctx, it.Route)
+		if err != nil {
+			return nil, nil
+		}
+		cands := inv.itemCandidates(set, home, orderID, it.SKU)
+		if len(cands) == 0 {
+			return nil, nil
+		}
+		k := len(skus)
+		idx[ref] = k
+		skus = append(skus, shortSKU{ref: ref, item: i, want: it.Quantity, nodes: len(cands)})
+		for _, n := range cands {
+			c := byNode[n]
+			if c == nil {
+				c = &peekCall{n: n}
+				byNode[n] = c
+				calls = append(calls, c)
+			}
+			c.skus = append(c.skus, k)
+			c.keys = append(c.keys, stockKey(it.Route, it.SKU))
+		}
+	}
+	return skus, calls
+}
+
+// runPeeks runs every call's peekScript, nodes concurrently, and fills in
+// its reply or error.
+func (inv *Inventory) runPeeks(ctx context.Context, orderID string, calls []*peekCall) {
+	if len(calls) == 1 {
+		inv.peek(ctx, orderID, calls[0])
+		return
+	}
+	var wg sync.WaitGroup
+	for _, c := range calls {
+		wg.Add(1)
+		go func(c *peekCall) {
+			defer wg.Done()
+			inv.peek(ctx, orderID, c)
+		}(c)
+	}
+	wg.Wait()
+}
+
+// peek runs peekScript for one call (see runPeeks).
+func (inv *Inventory) peek(ctx context.Context, orderID string, c *peekCall) {
+	keys := make([]string, 0, 1+len(c.keys))
+	mode := ""
+	if c.home {
+		keys, mode = append(keys, orderKey(orderID)), "order"
+	} else {
+		keys = append(keys, stampKey)
+	}
+	keys = append(keys, c.keys...)
+	v, err := inv.run(ctx, c.n, peekScript, keys, mode)
+	if err != nil {
+		c.err = err
+		return
+	}
+	raw, err := asSlice(c.n, peekScript, v)
+	if err != nil || len(raw) != 1+2*len(c.skus) {
+		c.err = malformed(c.n, peekScript, v)
+		return
+	}
+	status, ok := raw[0].(string)
+	if !ok {
+		c.err = malformed(c.n, peekScript, v)
+		return
+	}
+	c.status = status
+	for j := range c.skus {
+		a, ok1 := raw[1+2*j].(int64)
+		l, ok2 := raw[2+2*j].(int64)
+		if !ok1 || !ok2 {
+			c.err = malformed(c.n, peekScript, v)
+			return
+		}
+		c.avail, c.limit = append(c.avail, a), append(c.limit, l)
+	}
+}

@@ -1,0 +1,225 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/router"
+)
+
+// Refusals without a write (soldout.go) against real nodes: a sold-out
+// SKU refuses distinct orders leaving every node's keys and redo queues
+// as they were, whichever path the order's home node puts it on.
+
+type soldOutEnv struct {
+	t       *testing.T
+	ctx     context.Context
+	r       *router.Router
+	inv     *Inventory
+	clients map[string]*redis.Client
+}
+
+// Routes a, b, c live on one node each; "all" spans the three nodes.
+func newSoldOutEnv(t *testing.T) *soldOutEnv {
+	srvs := redistest.StartN(t, 3, redistest.Options{})
+	cfg := config.Default()
+	cfg.Nodes = map[string]config.Node{}
+	e := &soldOutEnv{t: t, clients: map[string]*redis.Client{}}
+	for i, s := range srvs {
+		name := fmt.Sprintf("n%d", i+1)
+		cfg.Nodes[name] = config.Node{Addr: s.Addr(), Weight: 1}
+		e.clients[name] = s.Client(t)
+	}
+	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail,
+		Routes: map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}, "all": {"n1", "n2", "n3"}}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	e.ctx = ctx
+	r, err := router.New(ctx, &cfg, router.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.r = r
+	t.Cleanup(func() { _ = r.Close() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		up := 0
+		for _, n := range r.Nodes() {
+			if n.Usable() {
+				up++
+			}
+		}
+		if up == len(srvs) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d nodes up after 10s", up, len(srvs))
+		}
+	}
+	e.inv = e.newInv()
+	return e
+}
+
+// newInv is another instance over the same nodes (its own hint).
+func (e *soldOutEnv) newInv() *Inventory {
+	inv, err := New(e.r, Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(inv.Close)
+	return inv
+}
+
+// nodeState is what a refusal must leave unchanged on one node: its key
+// count and the entries of its redo queues.
+type nodeState struct{ keys, redo int64 }
+
+func (e *soldOutEnv) state() map[string]nodeState {
+	e.t.Helper()
+	out := map[string]nodeState{}
+	for name, c := range e.clients {
+		n, err := c.DBSize(e.ctx).Result()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		st := nodeState{keys: n}
+		for q := range e.inv.cfg.RedoQueues {
+			z, err := c.ZCard(e.ctx, RedoLogKey(q)).Result()
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			st.redo += z
+		}
+		out[name] = st
+	}
+	return out
+}
+
+func (e *soldOutEnv) load(route, sku string, qty int64) {
+	e.t.Helper()
+	if _, err := e.inv.LoadStock(e.ctx, route, sku, qty, 0); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// sellOut reserves qty units of route/sku one order at a time.
+func (e *soldOutEnv) sellOut(route, sku string, qty int) {
+	e.t.Helper()
+	for i := range qty {
+		if _, err := e.inv.Reserve(e.ctx, fmt.Sprintf("sell-%s-%s-%d", route, sku, i), []Item{{Route: route, SKU: sku, Quantity: 1}}, "", time.Minute); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// refuseAll reserves each order with a fresh instance (no hint: the first
+// refusal of a process) and then again, under another id, with e.inv (the
+// hint of earlier refusals), and wants every one refused with want and the
+// nodes' keys and redo queues unchanged.
+func (e *soldOutEnv) refuseAll(prefix string, n int, items []Item, want error) {
+	e.t.Helper()
+	before := e.state()
+	for i := range n {
+		for j, inv := range []*Inventory{e.newInv(), e.inv} {
+			id := fmt.Sprintf("%s-%d-%d", prefix, i, j)
+			_, err := inv.Reserve(e.ctx, id, items, "", time.Minute)
+			if !errors.Is(err, want) {
+				e.t.Fatalf("order %s: got %v, want %v", id, err, want)
+			}
+		}
+	}
+	if after := e.state(); fmt.Sprint(after) != fmt.Sprint(before) {
+		e.t.Fatalf("%d refused orders changed the nodes: keys and redo entries before %v, after %v", 2*n, before, after)
+	}
+}
+
+// TestSoldOutRefusalWritesNothing: distinct 1-item orders of a sold-out
+// SKU, on a one-node route (home node or not: the one-script and the
+// one-round paths) and on a route over three nodes, leave DBSIZE and the
+// redo queues unchanged on every node.
+func TestSoldOutRefusalWritesNothing(t *testing.T) {
+	e := newSoldOutEnv(t)
+	e.load("a", "hot", 3)
+	e.sellOut("a", "hot", 3)
+	e.load("all", "hot", 3)
+	e.sellOut("all", "hot", 3)
+	e.refuseAll("one-node", 12, []Item{{Route: "a", SKU: "hot", Quantity: 1}}, ErrInsufficientStock)
+	e.refuseAll("three-nodes", 12, []Item{{Route: "all", SKU: "hot", Quantity: 1}}, ErrInsufficientStock)
+}
+
+// TestSoldOutMultiItemNoRedo: orders that could not be met — more units
+// than the three nodes hold together (10+9+7 < 30), or one sold-out item
+// among items in stock — take nothing: no redo entry, so nothing reaches
+// PostgreSQL, and no key.
+func TestSoldOutMultiItemNoRedo(t *testing.T) {
+	e := newSoldOutEnv(t)
+	e.load("all", "split", 26)
+	e.load("all", "plenty", 100)
+	e.load("a", "plenty", 100)
+	e.load("b", "gone", 1)
+	e.sellOut("b", "gone", 1)
+	e.load("c", "plenty", 100)
+	e.refuseAll("too-many", 6, []Item{{Route: "all", SKU: "plenty", Quantity: 1}, {Route: "all", SKU: "split", Quantity: 30}}, ErrInsufficientStock)
+	// Items on three one-node routes: refused by the hint of the SKU's
+	// earlier refusal (e.inv's), and by a fresh instance whose home node
+	// holds the sold-out item (the one-script path's reply).
+	if _, err := e.inv.Reserve(e.ctx, "first-gone", []Item{{Route: "b", SKU: "gone", Quantity: 1}}, "", time.Minute); !errors.Is(err, ErrInsufficientStock) {
+		t.Fatalf("got %v, want insufficient stock", err)
+	}
+	before := e.state()
+	items := []Item{{Route: "a", SKU: "plenty", Quantity: 1}, {Route: "b", SKU: "gone", Quantity: 1}, {Route: "c", SKU: "plenty", Quantity: 1}}
+	for i := range 10 {
+		if _, err := e.inv.Reserve(e.ctx, fmt.Sprintf("mixed-%d", i), items, "", time.Minute); !errors.Is(err, ErrInsufficientStock) {
+			t.Fatalf("got %v, want insufficient stock", err)
+		}
+	}
+	if after := e.state(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("refused 3-item orders changed the nodes: before %v, after %v", before, after)
+	}
+	for _, sku := range []string{"split", "plenty"} {
+		lvl, err := e.inv.GetStock(e.ctx, "all", sku)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lvl.Reserved != 0 {
+			t.Fatalf("all/%s: %d units reserved after refusals only", sku, lvl.Reserved)
+		}
+	}
+}
+
+// TestSoldOutRefusalKeepsAnswers: a refusal by reads never answers for an
+// order that has an attempt: a retry of an order reserved before the SKU
+// sold out gets its receipts, an order id a Cancel tombstoned first is
+// refused as cancelled, on an instance that saw the SKU short.
+func TestSoldOutRefusalKeepsAnswers(t *testing.T) {
+	e := newSoldOutEnv(t)
+	e.load("all", "hot", 2)
+	items := []Item{{Route: "all", SKU: "hot", Quantity: 2}}
+	first, err := e.inv.Reserve(e.ctx, "winner", items, "", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.inv.Reserve(e.ctx, "loser", items, "", time.Minute); !errors.Is(err, ErrInsufficientStock) {
+		t.Fatalf("got %v, want insufficient stock", err)
+	}
+	again, err := e.inv.Reserve(e.ctx, "winner", items, "", time.Minute)
+	if err != nil || fmt.Sprint(again.Receipts) != fmt.Sprint(first.Receipts) {
+		t.Fatalf("retry of the reserved order: %v %v, want %v", again.Receipts, err, first.Receipts)
+	}
+	if _, err := e.inv.Cancel(e.ctx, "tombstoned"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.inv.Reserve(e.ctx, "tombstoned", items, "", time.Minute); !errors.Is(err, ErrCancelled) {
+		t.Fatalf("order cancelled first: got %v, want cancelled", err)
+	}
+}
