@@ -39,6 +39,11 @@ const (
 	VarHotFloor      = "floor: hot SKU on 1 node, a record per order (hashed over 3 nodes) and a part fence, batched"
 	VarHotFloorLocal = "floor: hot SKU on 1 node, a record per order next to the stock, batched"
 	VarFloor3        = "floor: 3 items on 3 nodes, a record and two part fences per order, batched"
+	// VarSoldOut and VarSeedSoldOut are VarHot1's and VarSeedHot1's shape
+	// on a SKU with no stock left (soldout.go): every order, each with a
+	// distinct id, is refused.
+	VarSoldOut     = "sold-out SKU on 1 node (shardis, 1 item, refused)"
+	VarSeedSoldOut = "seed baseline sold-out SKU on 1 node (EVAL, refused)"
 )
 
 // seedHotSKU is the seed's id of the hot SKU (its ids are numbers).
@@ -55,6 +60,9 @@ type InvResult struct {
 	// RoundTrips is the sequential round trips of one Reserve, counted
 	// (roundtrips.go); nil when the plan counts none.
 	RoundTrips *RoundTripResult
+	// SoldOutKeys is the keys refused orders left on the nodes, per order
+	// (soldout.go); nil when not measured.
+	SoldOutKeys *SoldOutKeys `json:",omitempty"`
 }
 
 // HotVsSeed returns the hot-SKU-on-one-node orders/s of shardis over the
@@ -220,7 +228,7 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 		}
 		return nil
 	}
-	return map[string]invWorkload{
+	wl := map[string]invWorkload{
 		VarInv1: {VarInv1, func(ctx context.Context) error { return load(routeAll, one...) },
 			func(w *Worker) error { return reserve(w, items1[w.Rng.IntN(nSKU)]) }},
 		VarInv3:      {VarInv3, load3, func(w *Worker) error { return reserve(w, items3(w)) }},
@@ -292,7 +300,11 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 			}
 			return floorOrder(floors, floorHome(id, len(floors)), id, items)
 		}},
-	}, nil
+	}
+	for _, w := range soldOutWorkloads(ctx, c, routeNodes[0]) {
+		wl[w.name] = w
+	}
+	return wl, nil
 }
 
 // RunInventory measures orders/s and latency of every inventory variant,
@@ -321,7 +333,8 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 	if err != nil {
 		return nil, err
 	}
-	variants := []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone, VarHotFloor, VarHotFloorLocal, VarFloor3}
+	variants := []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone, VarHotFloor, VarHotFloorLocal, VarFloor3,
+		VarSoldOut, VarSeedSoldOut}
 	res := &InvResult{Conc: p.Conc, SKUs: p.SKUs, Variants: variants, Series: map[string]*Series{}}
 	for _, v := range variants {
 		res.Series[v] = &Series{Name: v}
@@ -358,15 +371,24 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 				for v, s := range got {
 					res.Series[v].Add(s)
 				}
-			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f (minted ids %.0f), seed hot 1 node %.0f; group commit off: 3 items %.0f, hot 1 node %.0f; floor: hot %.0f (next to the stock %.0f), 3 items %.0f",
+			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f (minted ids %.0f), seed hot 1 node %.0f; group commit off: 3 items %.0f, hot 1 node %.0f; floor: hot %.0f (next to the stock %.0f), 3 items %.0f; sold out: refused %.0f, seed %.0f",
 				got[VarInv1].OpsPerSec(), got[VarInv3].OpsPerSec(), got[VarSeed3].OpsPerSec(),
 				got[VarHot3].OpsPerSec(), got[VarHot1].OpsPerSec(), got[VarHot1Minted].OpsPerSec(), got[VarSeedHot1].OpsPerSec(),
-				got[VarInv3Alone].OpsPerSec(), got[VarHot1Alone].OpsPerSec(), got[VarHotFloor].OpsPerSec(), got[VarHotFloorLocal].OpsPerSec(), got[VarFloor3].OpsPerSec()), nil
+				got[VarInv3Alone].OpsPerSec(), got[VarHot1Alone].OpsPerSec(), got[VarHotFloor].OpsPerSec(), got[VarHotFloorLocal].OpsPerSec(), got[VarFloor3].OpsPerSec(),
+				got[VarSoldOut].OpsPerSec(), got[VarSeedSoldOut].OpsPerSec()), nil
 	})
 	res.Rounds = st
 	if err != nil {
 		return res, err
 	}
+
+	// Keys refused orders leave on the nodes.
+	waitQuiet(c.Meter, p.MaxForeign, p.QuietWait, progress)
+	if res.SoldOutKeys, err = measureSoldOutKeys(ctx, c, wl[VarSoldOut], p.Conc); err != nil {
+		return res, err
+	}
+	progress(fmt.Sprintf("sold-out SKU: %d refused orders left %d keys on the nodes (%.3f per order)",
+		res.SoldOutKeys.Refused, res.SoldOutKeys.Keys, res.SoldOutKeys.PerRefusal()))
 
 	// Allocations and sequential latency of one order (one goroutine).
 	for _, v := range []string{VarInv1, VarInv3, VarSeed3} {

@@ -84,6 +84,11 @@ func TargetsTable(r *Results, s Summary) string {
 	row("routing one key < 250 ns, 0 allocs", fmt.Sprintf("%.1f ns, %d allocs", s.RouteLookupNs, s.RouteLookupAllocs), "route_lookup<250ns,0allocs")
 	row("3-item orders ≥ 2 × the seed baseline", fmt.Sprintf("%.3f", s.Inventory3ItemVsSeed), "inventory_3item_vs_seed>=2")
 	row("hot SKU on one node ≥ 2 × the seed baseline (1-item orders, orders/s)", fmt.Sprintf("%.3f", s.InventoryHotVsSeed), "inventory_hot_sku_vs_seed>=2")
+	row("sold-out SKU: refused orders ≥ 1 × the seed's refusing EVAL (1-item orders, distinct ids, orders/s)", fmt.Sprintf("%.3f", s.InventorySoldOutVsSeed), "inventory_soldout_vs_seed>=1.0")
+	if k := r.Inventory; k != nil && k.SoldOutKeys != nil {
+		row("sold-out SKU: 0 keys left on the nodes per refused order (DBSIZE before/after)",
+			fmt.Sprintf("%.3f (%d keys after %d refusals)", k.SoldOutKeys.PerRefusal(), k.SoldOutKeys.Keys, k.SoldOutKeys.Refused), "soldout_keys_per_refusal==0")
+	}
 	if ir := r.Inventory; ir != nil {
 		for _, x := range []struct{ shape, key, what string }{
 			{RTShape1, "reserve_round_trips_1item==1", "a 1-item reserve"},
@@ -181,6 +186,13 @@ func InventoryTable(ir *InvResult) string {
 		PairedRatio([]*Series{ir.Series[VarHot3]}, []*Series{ir.Series[VarHot1]}))
 	if h := ir.HotVsSeed(); h > 0 {
 		fmt.Fprintf(&b, "Hot SKU on 1 node, shardis / seed baseline on the same node (paired per round): **%.3f**.\n", h)
+	}
+	if h := ir.SoldOutVsSeed(); h > 0 {
+		fmt.Fprintf(&b, "Sold-out SKU on 1 node (every order refused), shardis / the seed's refusing EVAL on the same node (paired per round): **%.3f**", h)
+		if k := ir.SoldOutKeys; k != nil {
+			fmt.Fprintf(&b, "; %d refused orders left %d keys on the nodes (%.3f per order)", k.Refused, k.Keys, k.PerRefusal())
+		}
+		b.WriteString(".\n")
 	}
 	if g3, gh := ir.GroupGain(VarInv3), ir.GroupGain(VarHot1); g3 > 0 && gh > 0 {
 		fmt.Fprintf(&b, "Group commit on / off (`inventory.group_commit` 32 / 1, same router, paired per round): 3-item orders **%.3f**, hot SKU on 1 node **%.3f**.\n", g3, gh)

@@ -70,6 +70,14 @@ type Summary struct {
 	ReserveRoundTrips1Item int     `json:"reserve_round_trips_1item,omitempty"`
 	ReserveRoundTrips3Item int     `json:"reserve_round_trips_3item,omitempty"`
 
+	// InventorySoldOutVsSeed is orders/s of 1-item orders with distinct
+	// ids on a SKU with no stock left (every one refused), shardis over
+	// the seed's refusing EVAL on the same node, paired per round;
+	// SoldOutKeysPerRefusal the keys such refusals left on the nodes per
+	// order (DBSIZE after minus before, soldout.go).
+	InventorySoldOutVsSeed float64  `json:"inventory_soldout_vs_seed,omitempty"`
+	SoldOutKeysPerRefusal  *float64 `json:"soldout_keys_per_refusal,omitempty"`
+
 	RPCVsLibrary float64 `json:"rpc_vs_library"`
 	RPCOps       float64 `json:"rpc_1item_ops"`
 
@@ -178,6 +186,15 @@ func Summarize(r *Results) Summary {
 		}
 		if h := ir.Floor3VsSeed(); h > 0 {
 			s.Inventory3ItemFloorVsSeed = round3(h)
+		}
+		if h := ir.SoldOutVsSeed(); h > 0 {
+			s.InventorySoldOutVsSeed = round3(h)
+			s.Targets["inventory_soldout_vs_seed>=1.0"] = s.InventorySoldOutVsSeed >= 1.0
+		}
+		if k := ir.SoldOutKeys; k != nil {
+			per := round3(k.PerRefusal())
+			s.SoldOutKeysPerRefusal = &per
+			s.Targets["soldout_keys_per_refusal==0"] = k.Keys == 0
 		}
 		s.GroupCommitGain3Item = round3(ir.GroupGain(VarInv3))
 		s.GroupCommitGainHot = round3(ir.GroupGain(VarHot1))

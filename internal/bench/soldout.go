@@ -1,0 +1,167 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
+)
+
+// Sold-out storms: after a flash sale sells out nearly every order is
+// refused. VarSoldOut sends 1-item orders with distinct ids for a SKU of
+// a one-node route that has no stock left (one unit loaded and reserved
+// in the setup), ids hashed over the nodes as VarHot1's; VarSeedSoldOut
+// sends the seed's deduction EVAL for a SKU at "0:0" on the same node,
+// which refuses with two reads. Both count a refusal as the operation's
+// success and anything else as a failure.
+
+// seedSoldOutSKU is the seed's id of the sold-out SKU.
+const seedSoldOutSKU = 7778
+
+// soldOutSKU is shardis's sold-out SKU.
+const soldOutSKU = "sold-out"
+
+// soldOutRefusals is how many refused orders measureSoldOutKeys sends.
+const soldOutRefusals = 2000
+
+// errNotRefused is a sold-out order that was not refused.
+var errNotRefused = errors.New("bench: an order of a sold-out SKU was not refused")
+
+// soldOutWorkloads returns VarSoldOut and VarSeedSoldOut over c, the
+// sold-out SKU on route singleRoutes[0], whose nodes are nodes.
+func soldOutWorkloads(ctx context.Context, c *Cluster, nodes []*node.Node) []invWorkload {
+	items := []inventory.Item{{Route: singleRoutes[0], SKU: soldOutSKU, Quantity: 1}}
+	seedSKU := strconv.Itoa(seedSoldOutSKU)
+	seedItems := []SeedItem{{Nodes: nodes, SKU: seedSKU, Qty: 1}}
+	seedQ := seedQueue(seedSoldOutSKU)
+	return []invWorkload{
+		{VarSoldOut, func(ctx context.Context) error {
+			if _, err := c.Inv.LoadStock(ctx, singleRoutes[0], soldOutSKU, 1, 0); err != nil {
+				return fmt.Errorf("load %s/%s: %w", singleRoutes[0], soldOutSKU, err)
+			}
+			_, err := c.Inv.Reserve(ctx, "sold-out-last-unit", items, "", 0)
+			return err
+		}, func(w *Worker) error {
+			_, err := c.Inv.Reserve(ctx, orderID(w, 'r'), items, "", 0)
+			if errors.Is(err, inventory.ErrInsufficientStock) {
+				return nil
+			}
+			return errors.Join(errNotRefused, err)
+		}},
+		{VarSeedSoldOut, func(ctx context.Context) error {
+			for _, n := range nodes {
+				if err := loadSeedStock(ctx, n, seedSKU, 0); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, func(w *Worker) error {
+			err := SeedOrder(ctx, orderID(w, 's'), seedItems, func(string) string { return seedQ })
+			if errors.Is(err, errSeedShort) {
+				return nil
+			}
+			return errors.Join(errNotRefused, err)
+		}},
+	}
+}
+
+// SoldOutKeys is what refused orders of a sold-out SKU left on the nodes.
+type SoldOutKeys struct {
+	Refused int64 // orders refused
+	Keys    int64 // DBSIZE summed over the nodes, after minus before
+}
+
+// PerRefusal is Keys per refused order (0 when none was refused).
+func (k *SoldOutKeys) PerRefusal() float64 {
+	if k == nil || k.Refused == 0 {
+		return 0
+	}
+	return float64(k.Keys) / float64(k.Refused)
+}
+
+// measureSoldOutKeys prepares VarSoldOut's nodes, then sends
+// soldOutRefusals orders of wl from conc goroutines and counts the keys
+// they left (DBSIZE of every node before and after). An order that was
+// not refused is an error.
+func measureSoldOutKeys(ctx context.Context, c *Cluster, wl invWorkload, conc int) (*SoldOutKeys, error) {
+	nodes := c.Router.Nodes()
+	if err := retrySetup(nodes, func() error {
+		if err := c.Reset(ctx); err != nil {
+			return err
+		}
+		return wl.setup(ctx)
+	}); err != nil {
+		return nil, err
+	}
+	size := func() (int64, error) {
+		var sum int64
+		for _, n := range nodes {
+			k, err := n.Client().DBSize(ctx).Result()
+			if err != nil {
+				return 0, fmt.Errorf("DBSIZE on node %s: %w", n.Name(), err)
+			}
+			sum += k
+		}
+		return sum, nil
+	}
+	before, err := size()
+	if err != nil {
+		return nil, err
+	}
+	workers := NewLoad(max(conc, 1), 4).workers
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		next  = make(chan struct{}, soldOutRefusals)
+	)
+	for range soldOutRefusals {
+		next <- struct{}{}
+	}
+	close(next)
+	for _, w := range workers {
+		wg.Add(1)
+		go func(w *Worker) {
+			defer wg.Done()
+			for range next {
+				if err := wl.op(w); err != nil {
+					mu.Lock()
+					first = cmpOr(first, err)
+					mu.Unlock()
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, fmt.Errorf("sold-out keys: %w", first)
+	}
+	after, err := size()
+	if err != nil {
+		return nil, err
+	}
+	return &SoldOutKeys{Refused: soldOutRefusals, Keys: after - before}, nil
+}
+
+// cmpOr returns a when it is not nil, else b.
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// SoldOutVsSeed is VarSoldOut's orders/s over VarSeedSoldOut's, paired
+// per round (0 when the run has no such series).
+func (ir *InvResult) SoldOutVsSeed() float64 {
+	h, s := ir.Series[VarSoldOut], ir.Series[VarSeedSoldOut]
+	if h == nil || s == nil || len(h.Samples) != len(s.Samples) || len(s.Samples) == 0 {
+		return 0
+	}
+	return PairedRatio([]*Series{h}, []*Series{s})
+}
