@@ -115,7 +115,7 @@ type stockRef struct{ route, sku string }
 // is ready.
 type soldOutHint struct {
 	n  atomic.Int64 // entries; 0 lets Reserve skip the lock
-	mu sync.Mutex
+	mu sync.RWMutex
 	m  map[stockRef]time.Time
 }
 
@@ -124,8 +124,8 @@ func (h *soldOutHint) any(items []Item) bool {
 	if h.n.Load() == 0 {
 		return false
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
 	for _, it := range items {
 		if at, ok := h.m[stockRef{it.Route, it.SKU}]; ok && time.Since(at) < soldOutHintTTL {
 			return true
@@ -134,8 +134,15 @@ func (h *soldOutHint) any(items []Item) bool {
 	return false
 }
 
-// mark remembers ref as short now.
+// mark remembers ref as short now. A mark younger than half the hint's
+// time is kept as it is (no write lock for every refusal of a storm).
 func (h *soldOutHint) mark(ref stockRef) {
+	h.mu.RLock()
+	at, ok := h.m[ref]
+	h.mu.RUnlock()
+	if ok && time.Since(at) < soldOutHintTTL/2 {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil || len(h.m) >= soldOutHintMax {
@@ -260,15 +267,16 @@ func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID 
 // SKU its stock hash. calls is nil when some item has no usable node (the
 // general path says why).
 func (inv *Inventory) planPeek(ctx context.Context, home *node.Node, orderID string, items []Item) ([]shortSKU, []*peekCall) {
-	var skus []shortSKU
-	idx := map[stockRef]int{}
-	byNode := map[*node.Node]*peekCall{home: {n: home, home: true}}
-	calls := []*peekCall{byNode[home]}
+	skus := make([]shortSKU, 0, len(items))
+	calls := []*peekCall{{n: home, home: true}} // the home node's first
+items:
 	for i, it := range items {
 		ref := stockRef{it.Route, it.SKU}
-		if k, ok := idx[ref]; ok {
-			skus[k].want += it.Quantity
-			continue
+		for k := range skus { // a few items: a scan beats a map
+			if skus[k].ref == ref {
+				skus[k].want += it.Quantity
+				continue items
+			}
 		}
 		set, err := inv.set(ctx, it.Route)
 		if err != nil {
@@ -279,13 +287,11 @@ func (inv *Inventory) planPeek(ctx context.Context, home *node.Node, orderID str
 			return nil, nil
 		}
 		k := len(skus)
-		idx[ref] = k
 		skus = append(skus, shortSKU{ref: ref, item: i, want: it.Quantity, nodes: len(cands)})
 		for _, n := range cands {
-			c := byNode[n]
+			c := callOn(calls, n)
 			if c == nil {
 				c = &peekCall{n: n}
-				byNode[n] = c
 				calls = append(calls, c)
 			}
 			c.skus = append(c.skus, k)
@@ -295,21 +301,28 @@ func (inv *Inventory) planPeek(ctx context.Context, home *node.Node, orderID str
 	return skus, calls
 }
 
+// callOn returns the call of calls on node n, or nil.
+func callOn(calls []*peekCall, n *node.Node) *peekCall {
+	for _, c := range calls {
+		if c.n == n {
+			return c
+		}
+	}
+	return nil
+}
+
 // runPeeks runs every call's peekScript, nodes concurrently, and fills in
 // its reply or error.
 func (inv *Inventory) runPeeks(ctx context.Context, orderID string, calls []*peekCall) {
-	if len(calls) == 1 {
-		inv.peek(ctx, orderID, calls[0])
-		return
-	}
 	var wg sync.WaitGroup
-	for _, c := range calls {
+	for _, c := range calls[1:] {
 		wg.Add(1)
 		go func(c *peekCall) {
 			defer wg.Done()
 			inv.peek(ctx, orderID, c)
 		}(c)
 	}
+	inv.peek(ctx, orderID, calls[0]) // the home node's, on this goroutine
 	wg.Wait()
 }
 
