@@ -154,9 +154,6 @@ func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item,
 		}
 	}
 	res, err = inv.reserveGeneral(ctx, home, orderID, items, userID, ttl)
-	if errors.Is(err, ErrInsufficientStock) {
-		inv.soldOut.markItems(items) // short at the takes: read first for a while
-	}
 	if err != nil && serr != nil {
 		// Say why the first choices were not enough too (a node that timed
 		// out there is down by now, and the general path only says so).

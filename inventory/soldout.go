@@ -27,40 +27,66 @@ import (
 //	(no record) ──stage(T) + takes, none landed─▶ staging(T) ──withdraw(T)──▶ (no record) ──refuseShort──▶ …
 //
 // refuseShort reads, writing nothing, the order's record on its home node
-// and, on every candidate node of every item (itemCandidates: the enabled,
-// usable nodes of the item's route, in the order the general path would
-// take from them), the SKU's available units and per-user limit (one
-// read-only script per node, nodes concurrently: peekScript). It refuses
-// the order iff the topology is stable, every read answered, the home
-// node holds no record of the order or a failed one (no attempt that could
-// answer for it), and some SKU of the order has fewer units available over
-// all its candidate nodes than the order's items want of it
-// (ErrInsufficientStock), or has a per-user limit while the order has no
-// user (ErrInvalid, as refusal in take.go). Otherwise it decides nothing
-// and the order takes the next path. That is exactly when the general
-// path, started at the same instant, could only refuse: it takes an item
-// from those candidate nodes and no others, up to what each holds, and
-// refuses when an item stays short (or at the first reply naming a limit
-// for an order without a user). Like the general path's takes, the reads
-// of the nodes are not one snapshot: the refusal is what the nodes held
-// when each was read. A per-user quota does not change the answer: an
-// order short of stock is refused whatever its quota.
+// and, on every node of every item's route, the SKU's available and
+// reserved units and per-user limit (one read-only script per node, nodes
+// concurrently, grouped per node: peekScript). It refuses the order iff
+// the topology is stable, every read answered, the home node holds no
+// record of the order or a failed one (no attempt that answers for it),
+// and some SKU of the order
+//
+//   - has a per-user limit while the order has no user (ErrInvalid, as
+//     refusal in take.go: no attempt of such an order ever succeeds), or
+//   - has fewer units available on its candidate nodes (itemCandidates:
+//     the enabled, usable nodes the general path would take it from) plus
+//     units reserved on all its route's nodes than the order's items want
+//     of it (ErrInsufficientStock).
+//
+// Otherwise it decides nothing and the order takes its next path, whose
+// refusal leaves the usual fence (a failed record, tombstones).
+//
+// Why the reserved units count: the one write a refusal used to make, the
+// failed record on the home node, is also a fence. An earlier attempt R0
+// of the same order id whose takes landed but whose stage is still on its
+// way (a paused home node, staged.go) finds that record and rolls back;
+// without it R0's stage lands, R0 answers success, and the order a
+// refusal answered "insufficient stock" for ends reserved by the very
+// units whose hold made it short (staged_late_test.go). A staged take is
+// all of its part or answers short, so R0 holding its part of a SKU means
+// at least the order's want of it reserved on one node of the route. So
+// when the units available plus every unit reserved are still short,
+// no attempt of the order holds that SKU: an R0 can succeed only by a
+// take that lands after these reads, which orders it after the refusal
+// (two concurrent Reserves of one id; neither observed the other). When
+// held units could be the order's own, the refusal keeps its fence: in a
+// storm while the sold units are reserved and not yet confirmed, refusals
+// still write (see "What is left").
+//
+// That is exactly when the general path, started at the same instant,
+// could only refuse: it takes an item from those candidate nodes and no
+// others, up to what each holds, and refuses when an item stays short (or
+// at the first reply naming a limit for an order without a user). Like the
+// general path's takes, the reads of the nodes are not one snapshot: the
+// refusal is what the nodes held when each was read. A per-user quota does
+// not change the answer: an order short of stock is refused whatever its
+// quota.
 //
 // Why every interleaving stays safe:
 //   - A refusal writes nothing, so it cannot oversell, strand stock or
 //     settle a part; it is only an answer. It is never given for an order
 //     that has an attempt: a record (reserving, staging, reserved,
 //     confirmed, cancelled — a Cancel's tombstone included) makes
-//     refuseShort step aside, and the usual path answers for it. A retry
-//     of the same order id on another instance either finds such a record
-//     or meets the same stock, and is refused the same way.
+//     refuseShort step aside, and the usual path answers for it; an
+//     attempt without a record yet holds units (above). A retry of the
+//     same order id on another instance either finds such a record or
+//     meets the same stock, and is refused the same way.
 //   - During a topology change (any phase but stable) refuseShort steps
-//     aside: a record may still be on a previous home node.
-//   - A concurrent attempt of the same order id that begins after the
-//     read of the home node is an attempt racing a refusal, as two
-//     concurrent Reserves of a new id always were; it takes nothing the
-//     refusal relied on.
-//
+//     aside: a record may still be on a previous home node, a hold on a
+//     node of the previous route. A node of the route that is not usable
+//     makes it step aside too (its holds cannot be read).
+//   - Confirm, Cancel and the reconciler never meet a refusal: it left
+//     nothing to settle. A Cancel that comes later writes its tombstone as
+//     for any order it does not know.
+
 // Withdraw: a staged attempt (staged.go) whose stage landed but whose
 // round took nothing — the home node had no part of the order, and every
 // other node answered its take definitely without taking (short, a quota
@@ -84,22 +110,28 @@ import (
 // (staged.go), so it must stay until its retention.
 //
 // The hint: an instance remembers for soldOutHintTTL which (route, SKU)
-// it last saw refused or short, and runs refuseShort first for an order
-// that wants one of them, so a sold-out SKU costs one round of reads per
+// refuseShort last refused, and runs refuseShort first for an order that
+// wants one of them, so a sold-out SKU costs one round of reads per
 // refused order (grouped per node, group.go) and no stage. The hint only
 // decides whether to read first; the answer always comes from the reads.
-// A read that finds enough stock clears the hint of the order's SKUs.
+// Reads that do not refuse clear the hint of the order's SKUs.
 //
 // Redo log: a refusal decided here produces no redo entry, so nothing of
 // it reaches PostgreSQL (pgsync lands the redo queues). An order whose
 // first choices come up short is checked here before the general path
-// takes across nodes, so an order that could not be met (too many units
-// over all nodes, a sold-out item) takes nothing. What is left: a take
-// that races other orders for the last units (enough at the read, short
-// at the take), and a multi-item order whose items are on other nodes
-// than its home and whose short SKU this instance did not see short
-// within the hint's time, take first and roll back; their parts reach
-// PostgreSQL as cancelled rows.
+// takes across nodes, so an order that could not be met (more units than
+// the route holds, an item sold out and confirmed) takes nothing.
+//
+// What is left: an order short only because units are reserved and not
+// yet confirmed still takes the fenced path (a failed record, kept for
+// inventory.retention); a short-lived fence would need the reconciler to
+// turn it into a lasting failed record before it lets a due part of an
+// attempt go by it (else the late stage of safety issue A1 returns). A
+// take that races other orders for the last units (enough at the read,
+// short at the take), and a multi-item order whose items are on other
+// nodes than its home and whose short SKU this instance did not see
+// refused within the hint's time, take first and roll back; their parts
+// reach PostgreSQL as cancelled rows.
 
 // soldOutHintTTL is how long a short SKU makes this instance read before
 // it writes.
@@ -152,13 +184,6 @@ func (h *soldOutHint) mark(ref stockRef) {
 	h.n.Store(int64(len(h.m)))
 }
 
-// markItems remembers every item's SKU as short now.
-func (h *soldOutHint) markItems(items []Item) {
-	for _, it := range items {
-		h.mark(stockRef{it.Route, it.SKU})
-	}
-}
-
 // clear forgets the items' SKUs.
 func (h *soldOutHint) clear(items []Item) {
 	if h.n.Load() == 0 {
@@ -178,8 +203,8 @@ func (h *soldOutHint) clear(items []Item) {
 // to read here), then stock hashes. ARGV: 4 "order" when KEYS[2] is the
 // order key.
 // Returns {record status ("" none; a record marked moved is none, as
-// orderScript treats it), then per stock hash: available, limit}, or an
-// error reply for a corrupt counter.
+// orderScript treats it), then per stock hash: available, reserved,
+// limit}, or an error reply for a corrupt counter.
 var peekScript = newGroupedScript("peek", false, `
 local status = ''
 if ARGV[4] == 'order' then
@@ -191,10 +216,13 @@ for i = 3, #KEYS do
   local s = stock_get(KEYS[i])
   local avail, err = int(s[1], KEYS[i] .. ' available')
   if err then return err end
-  local limit
+  local resv, limit
+  resv, err = int(s[3], KEYS[i] .. ' reserved')
+  if err then return err end
   limit, err = int(s[2], KEYS[i] .. ' limit')
   if err then return err end
   out[#out + 1] = avail
+  out[#out + 1] = resv
   out[#out + 1] = limit
 end
 return out
@@ -205,19 +233,27 @@ type shortSKU struct {
 	ref   stockRef
 	item  int   // the first item of it
 	want  int64 // units the order's items want of it
-	avail int64
+	avail int64 // available on its candidate nodes
+	held  int64 // reserved on every node of its route
 	limit int64
 	nodes int // candidate nodes
+}
+
+// peekRead is one stock hash a peekCall reads.
+type peekRead struct {
+	sku  int  // index into the order's shortSKUs
+	cand bool // the node is one of the SKU's candidates
 }
 
 // peekCall is peekScript's call on one node and its reply.
 type peekCall struct {
 	n      *node.Node
 	home   bool
-	skus   []int    // indexes into the order's shortSKUs
+	reads  []peekRead
 	keys   []string // their stock hashes
 	status string
 	avail  []int64
+	held   []int64
 	limit  []int64
 	err    error
 }
@@ -237,11 +273,15 @@ func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID 
 	inv.runPeeks(ctx, orderID, calls)
 	for _, c := range calls {
 		if c.err != nil || (c.home && c.status != "" && recStatus(c.status) != recFailed) {
+			inv.soldOut.clear(items)
 			return nil // cannot decide, or an attempt answers for the order
 		}
-		for j, k := range c.skus {
-			skus[k].avail += max(c.avail[j], 0)
-			skus[k].limit = max(skus[k].limit, c.limit[j])
+		for j, r := range c.reads {
+			if r.cand {
+				skus[r.sku].avail += max(c.avail[j], 0)
+			}
+			skus[r.sku].held += max(c.held[j], 0)
+			skus[r.sku].limit = max(skus[r.sku].limit, c.limit[j])
 		}
 	}
 	for _, s := range skus {
@@ -251,21 +291,23 @@ func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID 
 			return fmt.Errorf("%w: items[%d] sku %s (route %s) has a per-user limit of %d: an order of it needs user_id",
 				ErrInvalid, s.item, s.ref.sku, s.ref.route, s.limit)
 		}
-		if s.avail < s.want {
+		if s.avail+s.held < s.want {
 			inv.soldOut.mark(s.ref)
 			inv.stats.refusedUnwritten.Add(1)
 			return fmt.Errorf("%w: items[%d] sku %s (route %s): wanted %d, %d available on %d usable node(s)",
 				ErrInsufficientStock, s.item, s.ref.sku, s.ref.route, s.want, s.avail, s.nodes)
 		}
 	}
-	inv.soldOut.clear(items)
+	inv.soldOut.clear(items) // enough, or short only by holds: the fenced paths answer
 	return nil
 }
 
 // planPeek groups the order's SKUs and the reads refuseShort needs by
-// node: the home node reads the order's record, every candidate node of a
-// SKU its stock hash. calls is nil when some item has no usable node (the
-// general path says why).
+// node: the home node reads the order's record, every node of a SKU's
+// route its stock hash (available counts on the candidates, reserved on
+// all). calls is nil when some item has no usable node (the general path
+// says why) or some node of an item's route is not usable (its holds
+// cannot be read).
 func (inv *Inventory) planPeek(ctx context.Context, home *node.Node, orderID string, items []Item) ([]shortSKU, []*peekCall) {
 	skus := make([]shortSKU, 0, len(items))
 	calls := []*peekCall{{n: home, home: true}} // the home node's first
@@ -288,17 +330,30 @@ items:
 		}
 		k := len(skus)
 		skus = append(skus, shortSKU{ref: ref, item: i, want: it.Quantity, nodes: len(cands)})
-		for _, n := range cands {
+		for _, n := range set.Nodes() {
+			if !inv.usable(n) {
+				return nil, nil
+			}
 			c := callOn(calls, n)
 			if c == nil {
 				c = &peekCall{n: n}
 				calls = append(calls, c)
 			}
-			c.skus = append(c.skus, k)
+			c.reads = append(c.reads, peekRead{sku: k, cand: isOneOf(n, cands)})
 			c.keys = append(c.keys, stockKey(it.Route, it.SKU))
 		}
 	}
 	return skus, calls
+}
+
+// isOneOf reports whether n is one of nodes.
+func isOneOf(n *node.Node, nodes []*node.Node) bool {
+	for _, m := range nodes {
+		if m == n {
+			return true
+		}
+	}
+	return false
 }
 
 // callOn returns the call of calls on node n, or nil.
@@ -342,7 +397,7 @@ func (inv *Inventory) peek(ctx context.Context, orderID string, c *peekCall) {
 		return
 	}
 	raw, err := asSlice(c.n, peekScript, v)
-	if err != nil || len(raw) != 1+2*len(c.skus) {
+	if err != nil || len(raw) != 1+3*len(c.reads) {
 		c.err = malformed(c.n, peekScript, v)
 		return
 	}
@@ -352,13 +407,14 @@ func (inv *Inventory) peek(ctx context.Context, orderID string, c *peekCall) {
 		return
 	}
 	c.status = status
-	for j := range c.skus {
-		a, ok1 := raw[1+2*j].(int64)
-		l, ok2 := raw[2+2*j].(int64)
-		if !ok1 || !ok2 {
+	for j := range c.reads {
+		a, ok1 := raw[1+3*j].(int64)
+		h, ok2 := raw[2+3*j].(int64)
+		l, ok3 := raw[3+3*j].(int64)
+		if !ok1 || !ok2 || !ok3 {
 			c.err = malformed(c.n, peekScript, v)
 			return
 		}
-		c.avail, c.limit = append(c.avail, a), append(c.limit, l)
+		c.avail, c.held, c.limit = append(c.avail, a), append(c.held, h), append(c.limit, l)
 	}
 }

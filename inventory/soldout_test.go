@@ -112,11 +112,16 @@ func (e *soldOutEnv) load(route, sku string, qty int64) {
 	}
 }
 
-// sellOut reserves qty units of route/sku one order at a time.
+// sellOut reserves and confirms qty units of route/sku one order at a
+// time.
 func (e *soldOutEnv) sellOut(route, sku string, qty int) {
 	e.t.Helper()
 	for i := range qty {
-		if _, err := e.inv.Reserve(e.ctx, fmt.Sprintf("sell-%s-%s-%d", route, sku, i), []Item{{Route: route, SKU: sku, Quantity: 1}}, "", time.Minute); err != nil {
+		id := fmt.Sprintf("sell-%s-%s-%d", route, sku, i)
+		if _, err := e.inv.Reserve(e.ctx, id, []Item{{Route: route, SKU: sku, Quantity: 1}}, "", time.Minute); err != nil {
+			e.t.Fatal(err)
+		}
+		if _, err := e.inv.Confirm(e.ctx, id); err != nil {
 			e.t.Fatal(err)
 		}
 	}

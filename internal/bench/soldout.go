@@ -13,8 +13,8 @@ import (
 
 // Sold-out storms: after a flash sale sells out nearly every order is
 // refused. VarSoldOut sends 1-item orders with distinct ids for a SKU of
-// a one-node route that has no stock left (one unit loaded and reserved
-// in the setup), ids hashed over the nodes as VarHot1's; VarSeedSoldOut
+// a one-node route that has no stock left (one unit loaded, reserved and
+// confirmed in the setup: sold), ids hashed over the nodes as VarHot1's; VarSeedSoldOut
 // sends the seed's deduction EVAL for a SKU at "0:0" on the same node,
 // which refuses with two reads. Both count a refusal as the operation's
 // success and anything else as a failure.
@@ -43,7 +43,10 @@ func soldOutWorkloads(ctx context.Context, c *Cluster, nodes []*node.Node) []inv
 			if _, err := c.Inv.LoadStock(ctx, singleRoutes[0], soldOutSKU, 1, 0); err != nil {
 				return fmt.Errorf("load %s/%s: %w", singleRoutes[0], soldOutSKU, err)
 			}
-			_, err := c.Inv.Reserve(ctx, "sold-out-last-unit", items, "", 0)
+			if _, err := c.Inv.Reserve(ctx, "sold-out-last-unit", items, "", 0); err != nil {
+				return err
+			}
+			_, err := c.Inv.Confirm(ctx, "sold-out-last-unit")
 			return err
 		}, func(w *Worker) error {
 			_, err := c.Inv.Reserve(ctx, orderID(w, 'r'), items, "", 0)
