@@ -23,7 +23,8 @@ import (
 // States of a staged record (orderScript):
 //
 //	(no record) ──stage(T)──▶ staging(T, promised parts) ──commit──▶ reserved ──▶ the usual life cycle
-//	                                                     └──fail────▶ failed (parts cancelled)
+//	                                                     ├──fail────▶ failed (parts cancelled)
+//	                                                     └──withdraw─▶ (no record): T took nothing anywhere (soldout.go)
 //	(any record, failed included) ──stage(T)──▶ unchanged: "existing", T's takes are rolled back
 //
 // The promised parts are fixed when the record is staged: node, part id,
@@ -68,7 +69,11 @@ import (
 //     for each absent one in the same script, so that part can never be
 //     taken afterwards.
 //   - The decision is one compare-and-set on the record: commit
-//     (staging+token → reserved) or fail (staging+token → failed). Commit is
+//     (staging+token → reserved) or fail (staging+token → failed); or,
+//     by the attempt alone when its stage took no part and every take
+//     answered definitely without taking, withdraw (staging+token → no
+//     record: soldout.go says why that is the state before the stage, and
+//     why a reader that saw the record loses nothing). Commit is
 //     written only after every promised part was seen pending with its
 //     quantity (by the attempt's own take replies, or by a probe, which
 //     may also find a part lost). Fail is

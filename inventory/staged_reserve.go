@@ -122,10 +122,30 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		inv.stats.staged.Add(1)
 		return Reservation{OrderID: orderID, Receipts: receipts(taken), Deadline: staged.deadline}, true, nil
 	}
-	// Staged, but not every part was taken: decide failed, then roll back.
+	// Staged, but not every part was taken.
+	round := stagedRound{token: token, taken: taken, unknown: unknown, promised: promised, roundErr: roundErr, refused: refused}
+	return inv.unwindStaged(ctx, home, orderID, len(homeReqs) > 0, round)
+}
+
+// stagedRound is what a staged attempt's round left: its token, the
+// parts taken, those whose outcome is unknown, every part promised, the
+// first node failure and the first refusal for good (stagedTakes).
+type stagedRound struct {
+	token                    string
+	taken, unknown, promised []part
+	roundErr, refused        error
+}
+
+// unwindStaged ends a staged attempt whose record was staged but whose
+// round did not take every part (homeParts: the stage took the home
+// node's): withdraw the record when nothing of the attempt is on any node
+// (soldout.go), else decide it failed and roll the parts back. ok and err
+// are reserveStaged's.
+func (inv *Inventory) unwindStaged(ctx context.Context, home *node.Node, orderID string, homeParts bool, r stagedRound) (res Reservation, ok bool, err error) {
+	token, taken, unknown, promised, roundErr, refused := r.token, r.taken, r.unknown, r.promised, r.roundErr, r.refused
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
-	if len(homeReqs) == 0 && len(taken) == 0 && len(unknown) == 0 && inv.withdrawStaged(cctx, home, orderID, token) {
+	if !homeParts && len(taken) == 0 && len(unknown) == 0 && inv.withdrawStaged(cctx, home, orderID, token) {
 		// Nothing of the attempt on any node, and its record gone: no
 		// key left (soldout.go, "Withdraw").
 		inv.stats.stagedFallback.Add(1)
