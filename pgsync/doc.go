@@ -13,6 +13,11 @@
 // incarnation, queue, redo_offset), so a replay is a no-op, and (node,
 // part_id) is unique, so a part is one row even when a node restored
 // from a snapshot hands it out again under a new incarnation.
+// An order refused without taking anything has no part and so no row:
+// the inventory refuses an order that the nodes' counters show cannot be
+// met before any take (inventory/soldout.go); an order that took parts
+// and was then refused (it raced others for the last units) has its
+// parts as cancelled rows.
 // sync_positions holds the committed position per (node, incarnation,
 // queue); sync_incarnations every incarnation seen per node;
 // shardis_sync_schema the schema version ([Migrate]).
