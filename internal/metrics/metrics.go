@@ -179,7 +179,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRolledBack, prometheus.CounterValue, float64(s.PartsRolledBack))
 		ch <- prometheus.MustNewConstMetric(descDeferred, prometheus.CounterValue, float64(s.PartsDeferred))
 		for path, n := range map[string]int64{"local": s.LocalReservations, "staged": s.StagedReservations,
-			"staged_fallback": s.StagedFallbacks, "staged_recovered": s.StagedRecovered, "staged_refused": s.StagedRefusals} {
+			"staged_fallback": s.StagedFallbacks, "staged_recovered": s.StagedRecovered, "staged_refused": s.StagedRefusals,
+			"refused_unwritten": s.RefusedUnwritten} {
 			ch <- prometheus.MustNewConstMetric(descReservePath, prometheus.CounterValue, float64(n), path)
 		}
 		ch <- prometheus.MustNewConstMetric(descGroupSent, prometheus.CounterValue, float64(s.GroupScriptCalls))
