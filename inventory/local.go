@@ -159,9 +159,10 @@ return out
 var errHasRecord = errors.New("inventory: the order has a record")
 
 // errShortSeen is reserveLocal's and reserveStaged's word that the order
-// found a stock part short (or a limited SKU without a user) and nothing
-// of the attempt is left on any node: refuseShort (soldout.go) may settle
-// the order with reads alone before another path writes.
+// found a stock part short (or a limited SKU without a user) and that
+// nothing of the attempt can be reserved (it wrote nothing, or its parts
+// are rolled back): refuseShort (soldout.go) may settle the order with
+// reads alone before the general path writes.
 var errShortSeen = errors.New("inventory: a part was short and nothing was written")
 
 // reserveLocal tries the one-script path (see the file comment). ok is

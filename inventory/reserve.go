@@ -119,8 +119,7 @@ func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item,
 		return Reservation{}, err
 	}
 	// Refusals without a write (soldout.go): read first when a SKU of the
-	// order was short lately, else once a first path found a part short,
-	// and before the general path takes a new order across nodes.
+	// order was refused lately, and once a first path found a part short.
 	checked := inv.soldOut.any(items)
 	if checked {
 		if err := inv.refuseShort(ctx, home, orderID, items, userID); err != nil {
@@ -144,10 +143,9 @@ func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item,
 			return res, serr
 		}
 		if serr == errShortSeen {
+			// Its round found a part short (after a check, if any): read
+			// before the general path takes across nodes.
 			serr = nil
-			checked = false // its round found a part short after the check
-		}
-		if serr == nil && !checked {
 			if err := inv.refuseShort(ctx, home, orderID, items, userID); err != nil {
 				return Reservation{}, err
 			}

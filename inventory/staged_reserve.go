@@ -14,8 +14,8 @@ import (
 // order must take the general path; then nothing of this attempt is left
 // that could ever be reserved (its parts are cancelled or being cancelled),
 // and err, if not nil, is the node failure that stopped the round, or
-// errShortSeen when a part was short and the attempt left no key at all
-// (soldout.go).
+// errShortSeen when a part came up short (soldout.go; the attempt's parts
+// are rolled back, or there were none and its record was withdrawn).
 func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderID string, items []Item, userID string, ttl time.Duration) (res Reservation, ok bool, err error) {
 	if inv.topology(ctx).phase != PhaseStable {
 		return Reservation{}, false, nil
@@ -110,8 +110,8 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 			return Reservation{}, true, refused
 		}
 		inv.stats.stagedFallback.Add(1)
-		if staged.status == stageShort && len(taken) == 0 && len(unknown) == 0 && roundErr == nil {
-			return Reservation{}, false, errShortSeen // nothing of it on any node (soldout.go)
+		if staged.status == stageShort {
+			return Reservation{}, false, errShortSeen // the home node is short (soldout.go)
 		}
 		return Reservation{}, false, nil
 	case allTaken:
@@ -184,6 +184,9 @@ func (inv *Inventory) unwindStaged(ctx context.Context, home *node.Node, orderID
 			return Reservation{}, true, roundErr
 		}
 		return Reservation{}, true, fmt.Errorf("order %q: %w", orderID, err)
+	}
+	if roundErr == nil {
+		return Reservation{}, false, errShortSeen // a take came up short (soldout.go)
 	}
 	return Reservation{}, false, roundErr
 }
