@@ -356,12 +356,16 @@ func TestSvcHealthMetricsUnavailable(t *testing.T) {
 		}
 		redo += svcMetric(t, m, "shardis_redo_log_entries", l)
 	}
+	// m-2 could not be met (few: 2 units over the route, no holds): it is
+	// refused by reads alone, takes nothing and leaves no redo entry
+	// (inventory/soldout.go).
 	if svcMetric(t, m, "shardis_reservations_total", `outcome="ok"`) != 2 ||
 		svcMetric(t, m, "shardis_reservations_total", `outcome="insufficient"`) != 1 ||
-		svcMetric(t, m, "shardis_parts_rolled_back_total", "") < 1 ||
+		svcMetric(t, m, "shardis_reserve_fast_path_total", `path="refused_unwritten"`) != 1 ||
+		svcMetric(t, m, "shardis_parts_rolled_back_total", "") != 0 ||
 		svcMetric(t, m, "shardis_reconciler_parts_total", `action="cancelled"`) < 1 ||
 		svcMetric(t, m, "shardis_reconciler_parts_total", `action="confirmed"`) != 0 ||
-		redo < float64(len(r1.Receipts)+len(r3.Receipts)+1) {
+		redo < float64(len(r1.Receipts)+len(r3.Receipts)) {
 		t.Fatalf("metrics after the calls (redo entries %v): %v", redo, m)
 	}
 	// Every reserve ran at least one grouped script; a script call carries
