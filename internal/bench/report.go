@@ -190,7 +190,10 @@ func InventoryTable(ir *InvResult) string {
 	if h := ir.SoldOutVsSeed(); h > 0 {
 		fmt.Fprintf(&b, "Sold-out SKU on 1 node (every order refused), shardis / the seed's refusing EVAL on the same node (paired per round): **%.3f**", h)
 		if k := ir.SoldOutKeys; k != nil {
-			fmt.Fprintf(&b, "; %d refused orders left %d keys on the nodes (%.3f per order)", k.Refused, k.Keys, k.PerRefusal())
+			fmt.Fprintf(&b, "; %d refused orders (after a warm-up) left %d keys on the nodes (%.3f per order)", k.Refused, k.Keys, k.PerRefusal())
+			if len(k.New) > 0 {
+				fmt.Fprintf(&b, ", e.g. `%s`", strings.Join(k.New, "`, `"))
+			}
 		}
 		b.WriteString(".\n")
 	}

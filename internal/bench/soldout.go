@@ -76,6 +76,9 @@ func soldOutWorkloads(ctx context.Context, c *Cluster, nodes []*node.Node) []inv
 type SoldOutKeys struct {
 	Refused int64 // orders refused
 	Keys    int64 // DBSIZE summed over the nodes, after minus before
+	// New names up to five of the keys that were not there before, as
+	// "node key".
+	New []string `json:",omitempty"`
 }
 
 // PerRefusal is Keys per refused order (0 when none was refused).
@@ -86,10 +89,13 @@ func (k *SoldOutKeys) PerRefusal() float64 {
 	return float64(k.Keys) / float64(k.Refused)
 }
 
-// measureSoldOutKeys prepares VarSoldOut's nodes, then sends
+// measureSoldOutKeys prepares VarSoldOut's nodes, sends a warm-up of
+// soldOutRefusals/10 refused orders (a node's first write after the
+// reset leaves keys of its own that are no order's: the witness marks of
+// its incarnation on its peers, node/witness.go), then sends
 // soldOutRefusals orders of wl from conc goroutines and counts the keys
-// they left (DBSIZE of every node before and after). An order that was
-// not refused is an error.
+// they left (DBSIZE of every node before and after, and the names of up
+// to five new keys). An order that was not refused is an error.
 func measureSoldOutKeys(ctx context.Context, c *Cluster, wl invWorkload, conc int) (*SoldOutKeys, error) {
 	nodes := c.Router.Nodes()
 	if err := retrySetup(nodes, func() error {
@@ -111,18 +117,66 @@ func measureSoldOutKeys(ctx context.Context, c *Cluster, wl invWorkload, conc in
 		}
 		return sum, nil
 	}
+	workers := NewLoad(max(conc, 1), 4).workers
+	if err := refuseN(workers, wl, soldOutRefusals/10); err != nil {
+		return nil, err
+	}
 	before, err := size()
 	if err != nil {
 		return nil, err
 	}
-	workers := NewLoad(max(conc, 1), 4).workers
+	names, err := keyNames(ctx, nodes)
+	if err != nil {
+		return nil, err
+	}
+	if err := refuseN(workers, wl, soldOutRefusals); err != nil {
+		return nil, err
+	}
+	after, err := size()
+	if err != nil {
+		return nil, err
+	}
+	out := &SoldOutKeys{Refused: soldOutRefusals, Keys: after - before}
+	if out.Keys != 0 {
+		now, err := keyNames(ctx, nodes)
+		if err != nil {
+			return nil, err
+		}
+		for k := range now {
+			if !names[k] && len(out.New) < 5 {
+				out.New = append(out.New, k)
+			}
+		}
+	}
+	return out, nil
+}
+
+// keyNames returns every key of the nodes as "node key" (the nodes hold
+// only a sold-out SKU's setup here: a few dozen keys).
+func keyNames(ctx context.Context, nodes []*node.Node) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, n := range nodes {
+		keys, err := n.Client().Keys(ctx, "*").Result()
+		if err != nil {
+			return nil, fmt.Errorf("KEYS on node %s: %w", n.Name(), err)
+		}
+		for _, k := range keys {
+			out[n.Name()+" "+k] = true
+		}
+	}
+	return out, nil
+}
+
+// refuseN sends n orders of wl from the workers, each its own goroutine,
+// and returns the first that was not refused.
+func refuseN(workers []*Worker, wl invWorkload, n int) error {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
 		first error
-		next  = make(chan struct{}, soldOutRefusals)
+		next  = make(chan struct{}, n)
 	)
-	for range soldOutRefusals {
+	for range n {
 		next <- struct{}{}
 	}
 	close(next)
@@ -142,13 +196,9 @@ func measureSoldOutKeys(ctx context.Context, c *Cluster, wl invWorkload, conc in
 	}
 	wg.Wait()
 	if first != nil {
-		return nil, fmt.Errorf("sold-out keys: %w", first)
+		return fmt.Errorf("sold-out keys: %w", first)
 	}
-	after, err := size()
-	if err != nil {
-		return nil, err
-	}
-	return &SoldOutKeys{Refused: soldOutRefusals, Keys: after - before}, nil
+	return nil
 }
 
 // cmpOr returns a when it is not nil, else b.
