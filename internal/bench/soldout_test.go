@@ -1,0 +1,41 @@
+package bench
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSoldOutSummaryKeys: the sold-out keys reach `make bench-quick`'s
+// JSON line (a refusal ratio of the paired rounds, and 0 keys per refusal
+// printed, not omitted) and the targets.
+func TestSoldOutSummaryKeys(t *testing.T) {
+	ir := &InvResult{Series: map[string]*Series{}, SoldOutKeys: &SoldOutKeys{Refused: 2000}}
+	ops := map[string]int64{VarSoldOut: 3000, VarSeedSoldOut: 2000}
+	for _, v := range []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone,
+		VarHotFloor, VarHotFloorLocal, VarFloor3, VarSoldOut, VarSeedSoldOut} {
+		n := ops[v]
+		if n == 0 {
+			n = 1000
+		}
+		ir.Series[v] = &Series{Name: v, Samples: []Sample{{Ops: n, Elapsed: time.Second}}}
+	}
+	s := Summarize(&Results{Inventory: ir})
+	line, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"inventory_soldout_vs_seed":1.5`, `"soldout_keys_per_refusal":0`} {
+		if !strings.Contains(string(line), want) {
+			t.Errorf("summary %s lacks %s", line, want)
+		}
+	}
+	if !s.Targets["inventory_soldout_vs_seed>=1.0"] || !s.Targets["soldout_keys_per_refusal==0"] {
+		t.Errorf("targets %v", s.Targets)
+	}
+	ir.SoldOutKeys.Keys = 3
+	if s := Summarize(&Results{Inventory: ir}); s.Targets["soldout_keys_per_refusal==0"] || *s.SoldOutKeysPerRefusal != 0.002 {
+		t.Errorf("3 keys after 2000 refusals: %v per refusal, target met %v", *s.SoldOutKeysPerRefusal, s.Targets["soldout_keys_per_refusal==0"])
+	}
+}
