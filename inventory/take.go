@@ -68,118 +68,176 @@ end
 
 // take runs the reserve rounds. It returns the parts taken, the parts whose
 // outcome is unknown (their node failed mid-call), and the first error.
+//
+// Each round offers every item still short to its next candidate node
+// (the quota parts go with the first round, to the user's quota node
+// only), all nodes at once; an item that a node met in part asks the next
+// candidate for the rest. The rounds end when every item is met, or no
+// item has a candidate left, or a reply refuses the order.
 func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token string, deadline partDue, items []Item, userID string) (taken, unknown []part, err error) {
-	states := make([]itemState, len(items))
+	t := &takeRun{inv: inv, orderID: orderID, token: token, items: items, userID: userID,
+		states: make([]itemState, len(items)), quotaDown: map[routeSKU]string{}, limited: map[routeSKU]bool{}}
 	for i, it := range items {
 		set, _ := inv.set(ctx, it.Route)
 		st := itemState{set: set, need: it.Quantity, cands: inv.itemCandidates(set, home, orderID, it.SKU)}
 		st.usable = len(st.cands)
-		states[i] = st
+		t.states[i] = st
 	}
-
-	batches := map[*node.Node][]partReq{}
-	// Per-user quota: one part per (route, sku) on the node that owns the
-	// user in that route. It never fails over, or the limit would split.
-	type rs struct{ route, sku string }
-	quotaDown := map[rs]string{}
-	if userID != "" {
-		v := inv.topology(ctx)
-		for _, q := range inv.quotaParts(ctx, orderID, token, items, userID) {
-			if !inv.usable(q.node) {
-				quotaDown[rs{q.req.Route, q.req.SKU}] = q.node.Name()
-				continue
-			}
-			q.req.elsewhere = inv.quotaElsewhere(ctx, v, q.req.Route, q.req.SKU, userID, q.node.Name())
-			batches[q.node] = append(batches[q.node], q.req)
-		}
-	}
-
-	limited := map[rs]bool{}
+	batches := t.quotaBatches(ctx)
 	for {
-		for i := range states {
-			st := &states[i]
-			if st.need <= 0 || st.pos >= len(st.cands) {
-				continue
-			}
-			n := st.cands[st.pos]
-			st.pos++
-			it := items[i]
-			batches[n] = append(batches[n], partReq{
-				part:  part{ID: stockPartID(orderID, token, i), Node: n.Name(), Kind: PartStock, Item: i, Route: it.Route, SKU: it.SKU, Qty: st.need},
-				queue: inv.redoQueue(it.Route, it.SKU), ck: stockKey(it.Route, it.SKU),
-			})
-		}
+		t.offerNext(batches)
 		if len(batches) == 0 {
 			break
 		}
 		results := inv.runBatches(ctx, orderID, token, deadline, batches)
 		batches = map[*node.Node][]partReq{}
 		for _, res := range results {
-			if res.err != nil {
-				// A corrupt node is reported whatever else went wrong.
-				if err == nil || (errors.Is(res.err, ErrCorrupt) && !errors.Is(err, ErrCorrupt)) {
-					err = res.err
-				}
-				unknown = append(unknown, res.unknownParts()...)
-				continue
-			}
-			for j, r := range res.reqs {
-				rep := res.replies[j]
-				switch {
-				case rep.state == takePending:
-					p := r.part
-					p.Qty = rep.qty
-					if p.Kind == PartStock {
-						p.Redo, p.Offset = r.queue, rep.offset
-						states[p.Item].need -= rep.qty
-					}
-					taken = append(taken, p)
-				case rep.state == takeLimit:
-					if err == nil {
-						err = refusal(r, rep, userID)
-					}
-				case rep.state == takeElsewhere:
-					if err == nil {
-						err = fmt.Errorf("%w: %w: %s/%s has a per-user limit and user %q's quota is being moved by a topology change from a node that cannot be read now; retry",
-							ErrUnavailable, ErrTopology, r.Route, r.SKU, userID)
-					}
-				case rep.state == takeNone:
-				default:
-					if err == nil {
-						err = fmt.Errorf("%w: node %s: part %s is already %s", ErrUnavailable, r.Node, r.ID, rep.state)
-					}
-				}
-				if r.Kind == PartStock && rep.limit > 0 && userID == "" && err == nil {
-					err = refusal(r, rep, userID)
-				}
-				if r.Kind == PartStock && rep.limit > 0 && userID != "" {
-					limited[rs{r.Route, r.SKU}] = true
-				}
-			}
+			t.absorb(res)
 		}
-		if err != nil {
-			return taken, unknown, err
+		if t.err != nil {
+			return t.taken, t.unknown, t.err
 		}
 	}
-	for k, name := range quotaDown {
-		if limited[k] {
-			return taken, unknown, fmt.Errorf("%w: %s/%s has a per-user limit and node %s, which keeps user %q's quota, is unavailable",
-				ErrUnavailable, k.route, k.sku, name, userID)
+	return t.taken, t.unknown, t.shortfall()
+}
+
+// routeSKU names a SKU of a route (a quota part's scope).
+type routeSKU struct{ route, sku string }
+
+// takeRun is the state of one take: what each item still needs, and what
+// the rounds took, left unknown or refused so far.
+type takeRun struct {
+	inv                    *Inventory
+	orderID, token, userID string
+	items                  []Item
+	states                 []itemState
+	// quotaDown: the quota node of a (route, sku) was not usable (its part
+	// was not sent); limited: a reply said the SKU has a per-user limit.
+	quotaDown map[routeSKU]string
+	limited   map[routeSKU]bool
+
+	taken, unknown []part
+	err            error // the first refusal or failure
+}
+
+// quotaBatches returns the first round's batches: the order's per-user
+// quota parts, one per (route, sku) on the node that owns the user in
+// that route. They never fail over, or the limit would split: a quota
+// node that is not usable is recorded in quotaDown instead.
+func (t *takeRun) quotaBatches(ctx context.Context) map[*node.Node][]partReq {
+	batches := map[*node.Node][]partReq{}
+	if t.userID == "" {
+		return batches
+	}
+	v := t.inv.topology(ctx)
+	for _, q := range t.inv.quotaParts(ctx, t.orderID, t.token, t.items, t.userID) {
+		if !t.inv.usable(q.node) {
+			t.quotaDown[routeSKU{q.req.Route, q.req.SKU}] = q.node.Name()
+			continue
+		}
+		q.req.elsewhere = t.inv.quotaElsewhere(ctx, v, q.req.Route, q.req.SKU, t.userID, q.node.Name())
+		batches[q.node] = append(batches[q.node], q.req)
+	}
+	return batches
+}
+
+// offerNext adds to batches, for every item still short with a candidate
+// left, a part of what it needs on its next candidate node.
+func (t *takeRun) offerNext(batches map[*node.Node][]partReq) {
+	for i := range t.states {
+		st := &t.states[i]
+		if st.need <= 0 || st.pos >= len(st.cands) {
+			continue
+		}
+		n := st.cands[st.pos]
+		st.pos++
+		it := t.items[i]
+		batches[n] = append(batches[n], partReq{
+			part:  part{ID: stockPartID(t.orderID, t.token, i), Node: n.Name(), Kind: PartStock, Item: i, Route: it.Route, SKU: it.SKU, Qty: st.need},
+			queue: t.inv.redoQueue(it.Route, it.SKU), ck: stockKey(it.Route, it.SKU),
+		})
+	}
+}
+
+// absorb takes in one node's batch result: a failed call keeps the first
+// error (a corrupt node's whatever else went wrong) and its parts as
+// unknown when the call may have run; each reply of a call that ran is
+// absorbReply's.
+func (t *takeRun) absorb(res batchResult) {
+	if res.err != nil {
+		if t.err == nil || (errors.Is(res.err, ErrCorrupt) && !errors.Is(t.err, ErrCorrupt)) {
+			t.err = res.err
+		}
+		t.unknown = append(t.unknown, res.unknownParts()...)
+		return
+	}
+	for j, r := range res.reqs {
+		t.absorbReply(r, res.replies[j])
+	}
+}
+
+// absorbReply takes in the reply rep to part request r: a taken part
+// counts against its item's need; a limit, a quota being moved, or a part
+// in an unexpected state refuses the order (the first refusal is kept);
+// a stock reply naming a per-user limit refuses an order without a user
+// and marks the SKU limited.
+func (t *takeRun) absorbReply(r partReq, rep reply) {
+	switch rep.state {
+	case takePending:
+		p := r.part
+		p.Qty = rep.qty
+		if p.Kind == PartStock {
+			p.Redo, p.Offset = r.queue, rep.offset
+			t.states[p.Item].need -= rep.qty
+		}
+		t.taken = append(t.taken, p)
+	case takeLimit:
+		t.fail(refusal(r, rep, t.userID))
+	case takeElsewhere:
+		t.fail(fmt.Errorf("%w: %w: %s/%s has a per-user limit and user %q's quota is being moved by a topology change from a node that cannot be read now; retry",
+			ErrUnavailable, ErrTopology, r.Route, r.SKU, t.userID))
+	case takeNone:
+	default:
+		t.fail(fmt.Errorf("%w: node %s: part %s is already %s", ErrUnavailable, r.Node, r.ID, rep.state))
+	}
+	if r.Kind == PartStock && rep.limit > 0 && t.userID == "" {
+		t.fail(refusal(r, rep, t.userID))
+	}
+	if r.Kind == PartStock && rep.limit > 0 && t.userID != "" {
+		t.limited[routeSKU{r.Route, r.SKU}] = true
+	}
+}
+
+// fail records err unless an error was recorded first.
+func (t *takeRun) fail(err error) {
+	if t.err == nil {
+		t.err = err
+	}
+}
+
+// shortfall is the answer of rounds that ran out of candidates: a limited
+// SKU whose quota node was not usable, an item without a usable node, an
+// item short of stock, or nil when every item was met.
+func (t *takeRun) shortfall() error {
+	for k, name := range t.quotaDown {
+		if t.limited[k] {
+			return fmt.Errorf("%w: %s/%s has a per-user limit and node %s, which keeps user %q's quota, is unavailable",
+				ErrUnavailable, k.route, k.sku, name, t.userID)
 		}
 	}
-	for i, st := range states {
+	for i, st := range t.states {
 		if st.need <= 0 {
 			continue
 		}
-		it := items[i]
+		it := t.items[i]
 		if st.usable == 0 {
-			return taken, unknown, fmt.Errorf("%w: items[%d] %s/%s: no usable node in the route: %s",
-				ErrUnavailable, i, it.Route, it.SKU, inv.unusableNodes(st.set))
+			return fmt.Errorf("%w: items[%d] %s/%s: no usable node in the route: %s",
+				ErrUnavailable, i, it.Route, it.SKU, t.inv.unusableNodes(st.set))
 		}
-		return taken, unknown, fmt.Errorf("%w: items[%d] sku %s (route %s): wanted %d, %d available on %d usable node(s)",
+		return fmt.Errorf("%w: items[%d] sku %s (route %s): wanted %d, %d available on %d usable node(s)",
 			ErrInsufficientStock, i, it.SKU, it.Route, it.Quantity, it.Quantity-st.need, st.usable)
 	}
-	return taken, unknown, nil
+	return nil
 }
 
 // itemCandidates returns the nodes an item of an order is taken from, in
