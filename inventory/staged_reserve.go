@@ -31,52 +31,31 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	blob := encodeOrderParts(promised)
 	// Each part comes due by the clock of the node that takes it, when its
 	// script runs (staged.go: "Part deadlines"), never by this instance's.
-	deadline := partDue{hold: ttl + partGrace}
-	var mutation Mutation
-	if inv.mutated(MutationStageTakeover) {
-		// Test-only (faults.go): the bug of safety issue A1 re-introduced,
-		// deadlines by this instance's clock and a stage that takes over
-		// a failed record of another token.
-		mutation, deadline = MutationStageTakeover, partDue{at: time.Now().Add(ttl + partGrace)}
-	}
-	noStage, onlyStage, someTakes := inv.crash(ctx, "staged:takes-only"), inv.crash(ctx, "staged:stage-only"), inv.crash(ctx, "staged:some-takes")
+	mutation, deadline := inv.stageDeadline(ttl)
 	homeReqs := batches[home]
 	delete(batches, home)
+	sendStage, batches, crashed := inv.roundCrashes(ctx, batches)
 	var (
 		wg       sync.WaitGroup
 		staged   stageReply
 		stageErr = errCrashed
 	)
-	if !noStage {
+	if sendStage {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			staged, stageErr = inv.stageTake(ctx, home, orderID, token, deadline, mutation, ttl, digestOf(items, userID), userID, blob, homeReqs)
 		}()
 	}
-	if onlyStage {
-		batches = nil
-	} else if someTakes {
-		for n := range batches {
-			delete(batches, n) // leave one node out
-			break
-		}
-	}
 	results := inv.runBatches(ctx, orderID, token, deadline, batches)
 	wg.Wait()
-	if noStage || onlyStage || someTakes {
+	if crashed {
 		return Reservation{}, true, errCrashed
 	}
 
 	taken, allTaken, unknown, roundErr, refused := stagedTakes(results, len(promised)-len(homeReqs), userID)
 	if stageErr == nil && staged.status == stageStaged {
-		for i, r := range homeReqs {
-			p := r.part
-			if p.Kind == PartStock {
-				p.Offset = staged.offsets[i]
-			}
-			taken = append(taken, p)
-		}
+		taken = append(taken, staged.homeParts(homeReqs)...)
 	}
 	switch {
 	case stageErr == nil && staged.status == stageExisting && staged.token == token && staged.record != recFailed:
@@ -93,27 +72,8 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		inv.releaseStaged(ctx, home, orderID, token, taken, promised)
 		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id: %w", ErrUnavailable, orderID, stageErr)
 	case stageErr != nil || staged.status != stageStaged:
-		// Refused before the network, short on the home node, or the order
-		// already has a record (failed included: a stage never takes one
-		// over, staged.go): no record names this token but as failed, so
-		// no one can reserve its parts (the home node took none).
-		inv.abandonUnstaged(ctx, orderID, append(taken, unknown...))
-		if stageErr != nil {
-			return Reservation{}, true, stageErr
-		}
-		if refused != nil && staged.status == stageShort {
-			// No record, and a node refused the order for good: the
-			// general path could only say the same, three round trips
-			// later. (An existing record goes to the general path, which
-			// answers for it.)
-			inv.stats.stagedRefused.Add(1)
-			return Reservation{}, true, refused
-		}
-		inv.stats.stagedFallback.Add(1)
-		if staged.status == stageShort {
-			return Reservation{}, false, errShortSeen // the home node is short (soldout.go)
-		}
-		return Reservation{}, false, nil
+		ok, err := inv.notStaged(ctx, orderID, staged, stageErr, refused, append(taken, unknown...))
+		return Reservation{}, ok, err
 	case allTaken:
 		if inv.crash(ctx, "staged:before-commit") {
 			return Reservation{}, true, errCrashed
@@ -125,6 +85,76 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	// Staged, but not every part was taken.
 	round := stagedRound{token: token, taken: taken, unknown: unknown, promised: promised, roundErr: roundErr, refused: refused}
 	return inv.unwindStaged(ctx, home, orderID, len(homeReqs) > 0, round)
+}
+
+// roundCrashes applies the crash points inside a staged round (faults.go)
+// to the takes to send, batches (the home node's left out): takes-only
+// sends no stage, stage-only no takes, some-takes leaves one node's takes
+// out. crashed reports that one was hit: the attempt dies after the round.
+func (inv *Inventory) roundCrashes(ctx context.Context, batches map[*node.Node][]partReq) (sendStage bool, send map[*node.Node][]partReq, crashed bool) {
+	noStage, onlyStage, someTakes := inv.crash(ctx, "staged:takes-only"), inv.crash(ctx, "staged:stage-only"), inv.crash(ctx, "staged:some-takes")
+	switch {
+	case onlyStage:
+		batches = nil
+	case someTakes:
+		for n := range batches {
+			delete(batches, n) // leave one node out
+			break
+		}
+	}
+	return !noStage, batches, noStage || onlyStage || someTakes
+}
+
+// stageDeadline is the deadline the stage and the takes send: a hold that
+// each node adds to its own clock when the script runs (staged.go: "Part
+// deadlines"). With MutationStageTakeover (test-only, faults.go) the bug
+// of safety issue A1 is re-introduced: deadlines by this instance's clock
+// and a stage that takes over a failed record of another token.
+func (inv *Inventory) stageDeadline(ttl time.Duration) (Mutation, partDue) {
+	if inv.mutated(MutationStageTakeover) {
+		return MutationStageTakeover, partDue{at: time.Now().Add(ttl + partGrace)}
+	}
+	return "", partDue{hold: ttl + partGrace}
+}
+
+// homeParts are the parts a landed stage took on the home node (homeReqs,
+// with the redo offsets of its reply).
+func (r stageReply) homeParts(homeReqs []partReq) []part {
+	out := make([]part, 0, len(homeReqs))
+	for i, q := range homeReqs {
+		p := q.part
+		if p.Kind == PartStock {
+			p.Offset = r.offsets[i]
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// notStaged ends an attempt whose stage did not land: refused before the
+// network, short on the home node, or the order already has a record
+// (failed included: a stage never takes one over, staged.go). No record
+// names the token but as failed, so no one can reserve its parts (the
+// home node took none): they are abandoned. The answer is the stage's
+// error; or the refusal for good, when the home node was short and a node
+// refused the order (the general path could only say the same, three
+// round trips later; an existing record goes to the general path, which
+// answers for it); else the general path follows (ok false), told
+// errShortSeen when the home node was short (soldout.go).
+func (inv *Inventory) notStaged(ctx context.Context, orderID string, staged stageReply, stageErr, refused error, parts []part) (ok bool, err error) {
+	inv.abandonUnstaged(ctx, orderID, parts)
+	if stageErr != nil {
+		return true, stageErr
+	}
+	if refused != nil && staged.status == stageShort {
+		inv.stats.stagedRefused.Add(1)
+		return true, refused
+	}
+	inv.stats.stagedFallback.Add(1)
+	if staged.status == stageShort {
+		return false, errShortSeen
+	}
+	return false, nil
 }
 
 // stagedRound is what a staged attempt's round left: its token, the
