@@ -54,6 +54,7 @@ var ErrCrashed = errors.New("inventory: actor crashed (fault injected)")
 var CrashPoints = []string{
 	"bump", "move-out", "xfer-out", "xfer-in",
 	"staged:before", "staged:takes-only", "staged:stage-only", "staged:some-takes", "staged:before-commit",
+	"staged:before-withdraw",
 }
 
 // crash asks the injected faults whether the actor stops at point.

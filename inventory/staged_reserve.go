@@ -175,7 +175,11 @@ func (inv *Inventory) unwindStaged(ctx context.Context, home *node.Node, orderID
 	token, taken, unknown, promised, roundErr, refused := r.token, r.taken, r.unknown, r.promised, r.roundErr, r.refused
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
-	if !homeParts && len(taken) == 0 && len(unknown) == 0 && inv.withdrawStaged(cctx, home, orderID, token) {
+	nothing := !homeParts && len(taken) == 0 && len(unknown) == 0
+	if nothing && inv.crash(ctx, "staged:before-withdraw") {
+		return Reservation{}, true, errCrashed // the staging record stays for a reader to decide
+	}
+	if nothing && inv.withdrawStaged(cctx, home, orderID, token) {
 		// Nothing of the attempt on any node, and its record gone: no
 		// key left (soldout.go, "Withdraw").
 		inv.stats.stagedFallback.Add(1)
