@@ -109,7 +109,9 @@ var (
 	// ErrNotApplied is wrapped (together with [ErrInvalid]) when a request
 	// names a route that this instance's configuration has but the
 	// topology applied on the nodes does not: it is served once
-	// `shardis topology apply` has run. Nothing was changed.
+	// `shardis topology apply` has run (the service answers it
+	// failed_precondition: a state, not a bad argument). Nothing was
+	// changed.
 	ErrNotApplied = errors.New("route not in the applied topology")
 )
 

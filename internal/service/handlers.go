@@ -230,7 +230,10 @@ func rpcError(err error) error {
 		code = connect.CodeCanceled
 	case errors.Is(err, context.DeadlineExceeded):
 		code = connect.CodeDeadlineExceeded
-	case errors.Is(err, router.ErrNotWitnessed):
+	case errors.Is(err, router.ErrNotWitnessed), errors.Is(err, inventory.ErrNotApplied):
+		// The system is not in the state the call needs (gRPC's rule for
+		// failed_precondition); a valid route of the configuration that
+		// `shardis topology apply` has not applied yet is served after it.
 		code = connect.CodeFailedPrecondition
 	case errors.Is(err, inventory.ErrInvalid), errors.Is(err, router.ErrUnknownRoute),
 		errors.Is(err, router.ErrUnknownNode), errors.Is(err, node.ErrUnknownRoute):
