@@ -412,3 +412,14 @@ func defaultNode() Node { return Node{Weight: 1} }
 
 // defaultServer is the value a server entry is decoded onto.
 func defaultServer() Server { return Server{OnNodeDown: OnNodeDownFail} }
+
+// KeepData is router.Options.KeepData for this configuration: the
+// inventory server's key when the servers section configures it (its
+// nodes keep data that must not be lost), none for a router-only
+// configuration.
+func (c *Config) KeepData() []string {
+	if _, ok := c.Servers[c.Inventory.Server]; ok {
+		return []string{c.Inventory.Server}
+	}
+	return nil
+}

@@ -89,7 +89,7 @@ func ApplyTopology(ctx context.Context, opts ApplyOptions) (ApplyReport, error) 
 			}
 		}
 	}
-	r, err := router.New(ctx, &merged, router.Options{KeepData: []string{merged.Inventory.Server}, Logger: opts.Logger})
+	r, err := router.New(ctx, &merged, router.Options{KeepData: merged.KeepData(), Logger: opts.Logger})
 	if err != nil {
 		return ApplyReport{}, err
 	}
@@ -438,7 +438,7 @@ func parseQuotaKey(route, key string) (sku, user string, ok bool) {
 // show`. A node that cannot be read is reported with Epoch 0 and its
 // error.
 func ReadTopology(ctx context.Context, cfg *config.Config) ([]TopologyRecord, map[string]error, error) {
-	r, err := router.New(ctx, cfg, router.Options{KeepData: []string{cfg.Inventory.Server}, Logger: slog.New(slog.DiscardHandler)})
+	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -33,7 +33,7 @@ func benchInventory(b *testing.B, skus ...string) *inventory.Inventory {
 	}}}
 	log := slog.New(slog.DiscardHandler)
 	ctx := context.Background()
-	r, err := router.New(ctx, &cfg, router.Options{KeepData: []string{cfg.Inventory.Server}, Logger: log})
+	r, err := router.New(ctx, &cfg, router.Options{KeepData: cfg.KeepData(), Logger: log})
 	if err != nil {
 		b.Fatal(err)
 	}

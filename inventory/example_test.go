@@ -36,7 +36,7 @@ func Example() {
 	}
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	r, err := router.New(ctx, cfg, router.Options{KeepData: []string{cfg.Inventory.Server}, Logger: log})
+	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(), Logger: log})
 	if err != nil {
 		fmt.Println(err)
 		return

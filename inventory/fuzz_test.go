@@ -63,7 +63,7 @@ func newFuzzEnv(f *testing.F) *fuzzEnv {
 	log := slog.New(slog.DiscardHandler)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := router.New(ctx, &cfg, router.Options{KeepData: []string{cfg.Inventory.Server}, Logger: log})
+	r, err := router.New(ctx, &cfg, router.Options{KeepData: cfg.KeepData(), Logger: log})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -104,7 +104,7 @@ func newGroupEnv(t *testing.T, groupCommit int) *groupEnv {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	sent := &scriptCounter{n: map[string]int{}}
-	r, err := router.New(ctx, &cfg, router.Options{KeepData: []string{cfg.Inventory.Server}, Logger: slog.New(slog.DiscardHandler), Hooks: []redis.Hook{sent}})
+	r, err := router.New(ctx, &cfg, router.Options{KeepData: cfg.KeepData(), Logger: slog.New(slog.DiscardHandler), Hooks: []redis.Hook{sent}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func leaveConfig(t *testing.T, addrs map[string]string, routes map[string][]stri
 func openInv(t *testing.T, cfg *config.Config, opts Options) *Inventory {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, err := router.New(ctx, cfg, router.Options{KeepData: []string{cfg.Inventory.Server}, Logger: slog.New(slog.DiscardHandler)})
+	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

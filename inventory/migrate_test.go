@@ -91,7 +91,7 @@ func newMigrateEnv(t *testing.T) *migrateEnv {
 func (e *migrateEnv) open(cfg *config.Config) *Inventory {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, err := router.New(ctx, cfg, router.Options{KeepData: []string{cfg.Inventory.Server}, Logger: slog.New(slog.DiscardHandler)})
+	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func newSoldOutEnv(t *testing.T) *soldOutEnv {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	e.ctx = ctx
-	r, err := router.New(ctx, &cfg, router.Options{KeepData: []string{cfg.Inventory.Server}, Logger: slog.New(slog.DiscardHandler)})
+	r, err := router.New(ctx, &cfg, router.Options{KeepData: cfg.KeepData(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func newStagedEnv(t *testing.T) *stagedEnv {
 	e.ctx = ctx
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 	defer rcancel()
-	r, err := router.New(rctx, &cfg, router.Options{KeepData: []string{cfg.Inventory.Server}, Logger: slog.New(slog.DiscardHandler)})
+	r, err := router.New(rctx, &cfg, router.Options{KeepData: cfg.KeepData(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,7 @@ func Open(ctx context.Context, cfg *config.Config, opts OpenOptions) (*Stack, er
 		return nil, err
 	}
 	node.RouteRedisLogs(opts.Logger)
-	r, err := router.New(ctx, cfg, router.Options{KeepData: []string{cfg.Inventory.Server}, Logger: opts.Logger})
+	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(), Logger: opts.Logger})
 	if err != nil {
 		pool.Close()
 		return nil, err

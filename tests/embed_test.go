@@ -63,7 +63,7 @@ func TestEmbedRouterOnlyConfigHooksSurviveOutage(t *testing.T) {
 	hook := &countingHook{}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := router.New(ctx, cfg, router.Options{KeepData: keepInventory(cfg), Logger: testLogger(t), Hooks: []redis.Hook{hook}})
+	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(), Logger: testLogger(t), Hooks: []redis.Hook{hook}})
 	if err != nil {
 		t.Fatalf("router.New with only nodes/servers/health/breaker/client/pipeline: %v", err)
 	}

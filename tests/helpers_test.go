@@ -110,7 +110,7 @@ func startRouter(t testing.TB, cfg *config.Config) (*router.Router, *events) {
 	ev := &events{t: t, ch: make(chan health.Event, 1024)}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, err := router.New(ctx, cfg, router.Options{KeepData: keepInventory(cfg),
+	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(),
 		Logger: testLogger(t),
 		OnStateChange: func(e health.Event) {
 			select {
@@ -345,13 +345,3 @@ func fastLoops(t testing.TB, what string, call func() error) {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d)/float64(time.Millisecond)) }
-
-// keepInventory is router.Options.KeepData for cfg: its inventory server
-// when cfg configures it (as a router built for an inventory needs), none
-// for a router-only configuration.
-func keepInventory(cfg *config.Config) []string {
-	if _, ok := cfg.Servers[cfg.Inventory.Server]; ok {
-		return []string{cfg.Inventory.Server}
-	}
-	return nil
-}

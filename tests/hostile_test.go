@@ -76,7 +76,7 @@ func hostileStart(t testing.TB, nodes map[string]config.Node, h config.Health) *
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var err error
-	e.r, err = router.New(ctx, &cfg, router.Options{KeepData: keepInventory(&cfg), Logger: log, OnStateChange: func(ev health.Event) {
+	e.r, err = router.New(ctx, &cfg, router.Options{KeepData: cfg.KeepData(), Logger: log, OnStateChange: func(ev health.Event) {
 		if p := rec.Load(); ev.Up && p != nil {
 			p.NodeUp(ev.Target)
 		}

@@ -129,7 +129,7 @@ func (c *invCluster) newInventoryFor(t testing.TB, cfg *config.Config, q *rollba
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, err := router.New(ctx, cfg, router.Options{KeepData: keepInventory(cfg),
+	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(),
 		Logger: invDiscard,
 		OnStateChange: func(ev health.Event) {
 			if !ev.Up {

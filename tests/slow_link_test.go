@@ -36,7 +36,7 @@ func TestSlowLinkNodeStaysUp(t *testing.T) {
 	var probes, failed atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := router.New(ctx, cfg, router.Options{KeepData: keepInventory(cfg),
+	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(),
 		Logger: testLogger(t),
 		OnProbe: func(name string, d time.Duration, err error) {
 			if name != "n1" {

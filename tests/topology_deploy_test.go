@@ -124,7 +124,7 @@ func TestTopologyRollingDeployServesApplied(t *testing.T) {
 	}
 	// A's configuration does not give n4 to the inventory: restarted
 	// now, it is refused, naming n4.
-	r, err := router.New(ctx, c.cfg, router.Options{KeepData: keepInventory(c.cfg), Logger: invDiscard})
+	r, err := router.New(ctx, c.cfg, router.Options{KeepData: c.cfg.KeepData(), Logger: invDiscard})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestTopologyConfigMissingNodeRefused(t *testing.T) {
 	unnamed := *notInv
 	unnamed.Nodes = map[string]config.Node{"n1": c.cfg.Nodes["n1"], "n2": c.cfg.Nodes["n2"]}
 	for what, cfg := range map[string]*config.Config{"n3 not an inventory node": notInv, "n3 not named": &unnamed} {
-		r, err := router.New(ctx, cfg, router.Options{KeepData: keepInventory(cfg), Logger: invDiscard})
+		r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(), Logger: invDiscard})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,7 +167,7 @@ func TestTopologyPendingLoggedOnce(t *testing.T) {
 	c := newInvCluster(t, invOpts{health: &deployHealth})
 	ctx := invCtx(t, 10*time.Second)
 	cfg := c.deployConfig(map[string][]string{"r": {"n1", "n2", "n3"}, "x": {"n3"}})
-	r, err := router.New(ctx, cfg, router.Options{KeepData: keepInventory(cfg), Logger: invDiscard})
+	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(), Logger: invDiscard})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,7 @@ func TestTopologyRemoveNodeStagedOrders(t *testing.T) {
 	}
 	ctx := invCtx(t, 30*time.Second)
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	r, err := router.New(rctx, c.cfg, router.Options{KeepData: keepInventory(c.cfg), Logger: invDiscard})
+	r, err := router.New(rctx, c.cfg, router.Options{KeepData: c.cfg.KeepData(), Logger: invDiscard})
 	cancel()
 	if err != nil {
 		t.Fatal(err)

@@ -71,7 +71,7 @@ func RunCache(ctx context.Context, p Plan, log *slog.Logger, progress func(strin
 	var rtrs []*router.Router
 	for i := 0; i < 3; i++ {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		r, err := router.New(rctx, &cfg, router.Options{KeepData: keepInventory(&cfg), Logger: log})
+		r, err := router.New(rctx, &cfg, router.Options{KeepData: cfg.KeepData(), Logger: log})
 		cancel()
 		if err != nil {
 			return nil, err

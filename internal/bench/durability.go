@@ -64,7 +64,7 @@ func RunDurability(ctx context.Context, p Plan, log *slog.Logger, progress func(
 			return nil, err
 		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		r, err := router.New(rctx, &cfg, router.Options{KeepData: keepInventory(&cfg), Logger: log})
+		r, err := router.New(rctx, &cfg, router.Options{KeepData: cfg.KeepData(), Logger: log})
 		cancel()
 		if err != nil {
 			return nil, err

@@ -147,7 +147,7 @@ func StartCluster(ctx context.Context, aof, withBaselines bool, log *slog.Logger
 			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 			ReadTimeout:              30 * time.Second, PoolSize: 4}))
 	}
-	if c.Router, err = router.New(ctx, c.Cfg, router.Options{KeepData: keepInventory(c.Cfg), Logger: log}); err != nil {
+	if c.Router, err = router.New(ctx, c.Cfg, router.Options{KeepData: c.Cfg.KeepData(), Logger: log}); err != nil {
 		return c, err
 	}
 	for _, n := range c.Router.Nodes() {
@@ -167,7 +167,7 @@ func StartCluster(ctx context.Context, aof, withBaselines bool, log *slog.Logger
 
 	plain := *c.Cfg
 	plain.Pipeline.Enabled = false
-	if c.PlainRouter, err = router.New(ctx, &plain, router.Options{KeepData: keepInventory(&plain), Logger: log}); err != nil {
+	if c.PlainRouter, err = router.New(ctx, &plain, router.Options{KeepData: plain.KeepData(), Logger: log}); err != nil {
 		return c, err
 	}
 	if c.PlainInv, err = inventory.New(c.PlainRouter, inventory.Options{Logger: log}); err != nil {
@@ -391,14 +391,4 @@ func (c *Cluster) commandStats(ctx context.Context) cmdStats {
 		}
 	}
 	return st
-}
-
-// keepInventory is router.Options.KeepData for cfg: its inventory server
-// when cfg configures it (as a router built for an inventory needs), none
-// for a router-only configuration.
-func keepInventory(cfg *config.Config) []string {
-	if _, ok := cfg.Servers[cfg.Inventory.Server]; ok {
-		return []string{cfg.Inventory.Server}
-	}
-	return nil
 }

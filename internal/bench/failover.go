@@ -167,7 +167,7 @@ func failoverCycle(ctx context.Context, cfg *config.Config, victim *redisproc.Se
 		cfg.Health.Backoff = spec.Backoff
 	}
 	events := make(chan stateEvent, 64)
-	r, err := router.New(ctx, cfg, router.Options{KeepData: keepInventory(cfg), Logger: log, OnStateChange: func(ev health.Event) {
+	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(), Logger: log, OnStateChange: func(ev health.Event) {
 		events <- stateEvent{node: ev.Target, up: ev.Up, at: time.Now()}
 	}})
 	if err != nil {

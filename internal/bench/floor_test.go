@@ -21,7 +21,7 @@ func floorNodes(t *testing.T) []*floorBatcher {
 	t.Helper()
 	srvs := redistest.StartN(t, 3, redistest.Options{})
 	cfg := BenchConfig([]string{srvs[0].Addr(), srvs[1].Addr(), srvs[2].Addr()})
-	r, err := router.New(context.Background(), cfg, router.Options{KeepData: keepInventory(cfg), Logger: slog.New(slog.DiscardHandler)})
+	r, err := router.New(context.Background(), cfg, router.Options{KeepData: cfg.KeepData(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

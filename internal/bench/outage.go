@@ -76,7 +76,7 @@ func (o *OutageResult) Share() float64 { return o.Minted.Share() }
 // node is usable and builds an inventory on it. The router, when not nil,
 // is the caller's to close (also after an error).
 func openInventory(ctx context.Context, cfg *config.Config, ropts router.Options) (*router.Router, *inventory.Inventory, error) {
-	ropts.KeepData = []string{cfg.Inventory.Server}
+	ropts.KeepData = cfg.KeepData()
 	r, err := router.New(ctx, cfg, ropts)
 	if err != nil {
 		return nil, nil, err

@@ -200,7 +200,7 @@ func (w *World) topology(o *observed, s *Scheduler, who, order string) func(ctx 
 // topology actor: the removal of n4 that follows races o4's background
 // commit.
 func (w *World) reserveAtT1(ctx context.Context, o *observed, s *Scheduler, order string) {
-	r, err := router.New(ctx, w.cfg1, router.Options{KeepData: []string{w.cfg1.Inventory.Server}, Logger: discard})
+	r, err := router.New(ctx, w.cfg1, router.Options{KeepData: w.cfg1.KeepData(), Logger: discard})
 	if err != nil {
 		o.note("topology", "T1 router", err)
 		return

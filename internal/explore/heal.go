@@ -32,7 +32,7 @@ func (w *World) heal(ctx context.Context, healer *inventory.Inventory) (waited t
 	}
 	if at == "T1" {
 		_ = w.apply(ctx, "T1", 50*time.Millisecond) // finish an interrupted bump
-		r, err := router.New(ctx, w.cfg1, router.Options{KeepData: []string{w.cfg1.Inventory.Server}, Logger: discard})
+		r, err := router.New(ctx, w.cfg1, router.Options{KeepData: w.cfg1.KeepData(), Logger: discard})
 		if err != nil {
 			return 0, "", fmt.Errorf("explore: T1 router: %w", err)
 		}

@@ -78,7 +78,7 @@ func NewWorld() (w *World, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i := 0; i < 3; i++ {
-		r, err := router.New(ctx, w.cfg0, router.Options{KeepData: []string{w.cfg0.Inventory.Server}, Logger: w.log})
+		r, err := router.New(ctx, w.cfg0, router.Options{KeepData: w.cfg0.KeepData(), Logger: w.log})
 		if err != nil {
 			return w, fmt.Errorf("explore: router: %w", err)
 		}
