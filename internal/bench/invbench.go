@@ -72,24 +72,14 @@ func (ir *InvResult) HotVsSeed() float64 { return ir.vsSeedHot(VarHot1) }
 
 // vsSeedHot is variant v's orders/s over the seed hot-SKU baseline's,
 // paired per round, or 0 when either series is missing.
-func (ir *InvResult) vsSeedHot(v string) float64 {
-	h, s := ir.Series[v], ir.Series[VarSeedHot1]
-	if h == nil || s == nil || len(h.Samples) != len(s.Samples) || len(s.Samples) == 0 {
-		return 0
-	}
-	return PairedRatio([]*Series{h}, []*Series{s})
-}
+func (ir *InvResult) vsSeedHot(v string) float64 { return ir.Over(v, VarSeedHot1) }
 
 // GroupGain returns the orders/s of variant v over the same workload with
 // group commit off, paired per round, or 0 when the run has no such
 // series (results saved before it existed). v is VarInv3 or VarHot1.
 func (ir *InvResult) GroupGain(v string) float64 {
 	off := map[string]string{VarInv3: VarInv3Alone, VarHot1: VarHot1Alone}[v]
-	on, alone := ir.Series[v], ir.Series[off]
-	if on == nil || alone == nil || len(on.Samples) != len(alone.Samples) || len(on.Samples) == 0 {
-		return 0
-	}
-	return PairedRatio([]*Series{on}, []*Series{alone})
+	return ir.Over(v, off)
 }
 
 // FloorVsSeed and FloorLocalVsSeed are HotVsSeed for VarHotFloor and
@@ -103,17 +93,37 @@ func (ir *InvResult) FloorLocalVsSeed() float64 { return ir.vsSeedHot(VarHotFloo
 
 // Floor3VsSeed is VarFloor3's orders/s over VarSeed3's, paired per round
 // (0 when the run has no such series).
-func (ir *InvResult) Floor3VsSeed() float64 {
-	f, s := ir.Series[VarFloor3], ir.Series[VarSeed3]
-	if f == nil || s == nil || len(f.Samples) != len(s.Samples) || len(s.Samples) == 0 {
-		return 0
-	}
-	return PairedRatio([]*Series{f}, []*Series{s})
-}
+func (ir *InvResult) Floor3VsSeed() float64 { return ir.Over(VarFloor3, VarSeed3) }
 
 // HotMintedVsSeed is HotVsSeed for VarHot1Minted (0 when the run has no
 // such series).
 func (ir *InvResult) HotMintedVsSeed() float64 { return ir.vsSeedHot(VarHot1Minted) }
+
+// Over returns variant a's orders/s over variant b's, paired per round,
+// or 0 when either series is missing or their rounds differ (results
+// saved before one of them existed).
+func (ir *InvResult) Over(a, b string) float64 {
+	x, y := ir.Series[a], ir.Series[b]
+	if x == nil || y == nil || len(x.Samples) != len(y.Samples) || len(y.Samples) == 0 {
+		return 0
+	}
+	return PairedRatio([]*Series{x}, []*Series{y})
+}
+
+// VsFloor pairs each shardis workload with the floor row (floor.go) that
+// does the same orders with the least state a record per order needs:
+// 3 items on 3 nodes; the hot SKU with records hashed over the nodes; the
+// hot SKU with minted ids, whose records sit next to the stock as the
+// local floor's do.
+// Field is the Summary field the ratio goes to; Key is its JSON name.
+var VsFloor = []struct {
+	Key, Shardis, Floor string
+	Field               func(*Summary) *float64
+}{
+	{"inventory_3item_vs_floor", VarInv3, VarFloor3, func(s *Summary) *float64 { return &s.Inventory3ItemVsFloor }},
+	{"inventory_hot_sku_vs_floor", VarHot1, VarHotFloor, func(s *Summary) *float64 { return &s.InventoryHotVsFloor }},
+	{"inventory_hot_sku_minted_vs_floor", VarHot1Minted, VarHotFloorLocal, func(s *Summary) *float64 { return &s.InventoryHotMintedVsFloor }},
+}
 
 // AllocResult is a sequential (one goroutine) benchmark of one order.
 type AllocResult struct {

@@ -280,6 +280,7 @@ func misses(r *Results, s Summary) string {
 			s.Inventory3ItemVsSeed, n3, k3, fmtCPU(e3), fmtCPU(s3), fmtCPU(c3), ns, ks, fmtCPU(es), fmtCPU(ss), fmtCPU(cs), floor3Miss(ir))
 	}
 	b.WriteString(ordersMisses(r, s))
+	b.WriteString(floorMisses(r, s))
 	if f := r.Failover; f != nil && !s.Targets["detect<=1s"] {
 		fmt.Fprintf(&b, "- **Detection** (%.0f ms): see the failover table; the cycle's other processes' CPU share says whether the machine was starved.\n", s.DetectMs)
 	}

@@ -210,3 +210,31 @@ func floor3Miss(ir *InvResult) string {
 	}
 	return fmt.Sprintf("The 3-item floor yardstick (a record and two part fences per order, one string each, batched) reached only %.2f× the seed in the same rounds: on this machine writing a record and a fence per part costs more than the target leaves, whatever the Lua around them.", f)
 }
+
+// floorMisses explains every missed shardis-over-floor target (VsFloor)
+// with the run's own CPU figures: where the µs per order that the floor
+// does not spend go, client and nodes apart.
+func floorMisses(r *Results, s Summary) string {
+	ir := r.Inventory
+	if ir == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, f := range VsFloor {
+		met, present := s.Targets[f.Key+">=0.8"]
+		if !present || met {
+			continue
+		}
+		sh, fl := ir.Series[f.Shardis], ir.Series[f.Floor]
+		cs, ss, _ := sh.CPUPerOp()
+		cf, sf, _ := fl.CPUPerOp()
+		ns, es, ks := sh.ServerPerOp()
+		nf, ef, kf := fl.ServerPerOp()
+		fmt.Fprintf(&b, "- **%s** (%.3f, target 0.8): per order shardis spent %s of client and %s of node CPU, the floor %s and %s: "+
+			"%s more on the client and %s more on the nodes. On the nodes shardis ran %.2f script calls with %.1f commands in them (%s of script time) against the floor's %.2f with %.1f (%s): "+
+			"the extra commands are the hashes of the order and part records (field by field), the pending index and the node-identity check; on the client, the parts' JSON, the goroutines of the stage and commit, and go-redis's replies of those larger scripts.\n",
+			f.Key, *f.Field(&s), fmtCPU(cs), fmtCPU(ss), fmtCPU(cf), fmtCPU(sf), fmtCPU(cs-cf), fmtCPU(ss-sf),
+			ns, ks, fmtCPU(es), nf, kf, fmtCPU(ef))
+	}
+	return b.String()
+}

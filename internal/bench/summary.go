@@ -70,6 +70,13 @@ type Summary struct {
 	ReserveRoundTrips1Item int     `json:"reserve_round_trips_1item,omitempty"`
 	ReserveRoundTrips3Item int     `json:"reserve_round_trips_3item,omitempty"`
 
+	// Inventory3ItemVsFloor, InventoryHotVsFloor and
+	// InventoryHotMintedVsFloor are each shardis inventory row over its
+	// floor row (VsFloor in invbench.go names the pairs), paired per round.
+	Inventory3ItemVsFloor     float64 `json:"inventory_3item_vs_floor,omitempty"`
+	InventoryHotVsFloor       float64 `json:"inventory_hot_sku_vs_floor,omitempty"`
+	InventoryHotMintedVsFloor float64 `json:"inventory_hot_sku_minted_vs_floor,omitempty"`
+
 	// InventorySoldOutVsSeed is orders/s of 1-item orders with distinct
 	// ids on a SKU with no stock left (every one refused), shardis over
 	// the seed's refusing EVAL on the same node, paired per round;
@@ -186,6 +193,15 @@ func Summarize(r *Results) Summary {
 		}
 		if h := ir.Floor3VsSeed(); h > 0 {
 			s.Inventory3ItemFloorVsSeed = round3(h)
+		}
+		for _, f := range VsFloor {
+			if h := ir.Over(f.Shardis, f.Floor); h > 0 {
+				*f.Field(&s) = round3(h)
+				s.Targets[f.Key+">=0.8"] = h >= 0.8
+			}
+		}
+		if s.InventoryHotMintedVsSeed > 0 {
+			s.Targets["inventory_hot_sku_minted_vs_seed>=1.5"] = s.InventoryHotMintedVsSeed >= 1.5
 		}
 		if h := ir.SoldOutVsSeed(); h > 0 {
 			s.InventorySoldOutVsSeed = round3(h)
