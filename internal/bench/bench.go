@@ -55,6 +55,9 @@ type Plan struct {
 	// ProfileFor of 3-item reserve load is written and read back.
 	ProfileDir string
 	ProfileFor time.Duration
+	// RPCProfile, when set, is a file the RPC section's service child
+	// writes a CPU profile of its whole run to (bench --rpc-profile).
+	RPCProfile string
 
 	// SyncFor is how long the sync section reserves at full rate with the
 	// sync running; SyncBacklog how long it reserves without, for the

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -80,9 +81,12 @@ type Cluster struct {
 	PlainInv    *inventory.Inventory
 	Ring        *redis.Ring
 	Twemproxy   *Twemproxy
-	TwemClient  *redis.Client
-	Admin       []*redis.Client // plain clients for setup (flush, preload)
-	Meter       *CPUMeter       // CPU of other processes (see runRounds)
+	// Service is the RPC section's service child while it runs
+	// (rpcserve.go); its CPU is counted apart (Sample.ServiceCPU).
+	Service    atomic.Pointer[ServiceProc]
+	TwemClient *redis.Client
+	Admin      []*redis.Client // plain clients for setup (flush, preload)
+	Meter      *CPUMeter       // CPU of other processes (see runRounds)
 }
 
 // Pids returns the pids of the cluster's redis-servers and twemproxy.
@@ -93,6 +97,9 @@ func (c *Cluster) Pids() []int {
 	}
 	if c.Twemproxy != nil {
 		out = append(out, c.Twemproxy.Pid())
+	}
+	if svc := c.Service.Load(); svc != nil {
+		out = append(out, svc.Pid())
 	}
 	return out
 }
@@ -321,7 +328,7 @@ func retrySetup(nodes []*node.Node, f func() error) error {
 
 // procCPU is the CPU time used so far by this process, the redis-servers
 // and twemproxy.
-type procCPU struct{ client, server, proxy uint64 }
+type procCPU struct{ client, server, proxy, service uint64 }
 
 func (c *Cluster) procCPU() procCPU {
 	p := procCPU{client: procTicks(os.Getpid())}
@@ -330,6 +337,9 @@ func (c *Cluster) procCPU() procCPU {
 	}
 	if c.Twemproxy != nil {
 		p.proxy = procTicks(c.Twemproxy.Pid())
+	}
+	if svc := c.Service.Load(); svc != nil {
+		p.service = procTicks(svc.Pid())
 	}
 	return p
 }
@@ -352,6 +362,7 @@ func (c *Cluster) measure(l *Load, d time.Duration, op Op) Sample {
 	b0 := c.commandStats(ctx)
 	s.Mallocs = int64(mb.Mallocs - ma.Mallocs)
 	s.ClientCPU, s.ServerCPU, s.ProxyCPU = ticks(b.client-a.client), ticks(b.server-a.server), ticks(b.proxy-a.proxy)
+	s.ServiceCPU = ticks(b.service - a.service)
 	s.Scripts, s.ScriptExec, s.Commands = b0.scripts-a0.scripts, time.Duration(b0.scriptUsec-a0.scriptUsec)*time.Microsecond,
 		b0.commands-a0.commands
 	return s

@@ -31,8 +31,9 @@ type Sample struct {
 	P99      time.Duration
 	FirstErr string // the first failure's message
 	// CPU time the processes used during the run (see Cluster.measure):
-	// this process (the clients), the redis-servers, twemproxy.
-	ClientCPU, ServerCPU, ProxyCPU time.Duration
+	// this process (the clients), the redis-servers, twemproxy, and the
+	// service child of the RPC section (rpcserve.go).
+	ClientCPU, ServerCPU, ProxyCPU, ServiceCPU time.Duration
 	// Scripts the nodes ran (EVAL, EVALSHA: one round trip each), the
 	// time they spent running them, and the other commands they executed
 	// (including those the scripts called), from INFO commandstats.
@@ -179,6 +180,12 @@ func (s *Series) CPUPerOp() (client, server, proxy time.Duration) {
 	return medianD(mapS(s.Samples, func(x Sample) time.Duration { return x.PerOp(x.ClientCPU) })),
 		medianD(mapS(s.Samples, func(x Sample) time.Duration { return x.PerOp(x.ServerCPU) })),
 		medianD(mapS(s.Samples, func(x Sample) time.Duration { return x.PerOp(x.ProxyCPU) }))
+}
+
+// ServicePerOp returns the median over the rounds of the service child's
+// CPU per operation (0 outside the RPC section).
+func (s *Series) ServicePerOp() time.Duration {
+	return medianD(mapS(s.Samples, func(x Sample) time.Duration { return x.PerOp(x.ServiceCPU) }))
 }
 
 // ServerPerOp returns the medians over the rounds of the scripts, the

@@ -149,9 +149,10 @@ func reading(r *Results, s Summary) string {
 	if rp := r.RPC; rp != nil {
 		cl, _, _ := rp.Series[VarLib].CPUPerOp()
 		cr, _, _ := rp.Series[VarRPC].CPUPerOp()
-		parts = append(parts, fmt.Sprintf("Through `shardis serve` (Connect over cleartext HTTP/2, client and service in one process here) a 1-item reserve ran at %.2f× the library's throughput: "+
-			"the HTTP/2 server and client, Connect and protobuf cost %s of CPU per order on top of the library's %s, and on this machine that CPU comes out of the nodes' share. ",
-			s.RPCVsLibrary, fmtCPU(cr-cl), fmtCPU(cl)))
+		sv := rp.Series[VarRPC].ServicePerOp()
+		parts = append(parts, fmt.Sprintf("Through `shardis serve` (Connect over cleartext HTTP/2, the service in a process of its own as users run it) a 1-item reserve ran at %.2f× the library's throughput: "+
+			"per order the service process spent %s of CPU (the library inside it included) and the Connect client %s, against the library's own %s in the caller's process; on this machine that CPU comes out of the nodes' share. ",
+			s.RPCVsLibrary, fmtCPU(sv), fmtCPU(cr), fmtCPU(cl)))
 	}
 	if f := r.Failover; f != nil && len(f.Cycles) > 0 {
 		parts = append(parts, failoverReading(f, s))
@@ -281,6 +282,7 @@ func misses(r *Results, s Summary) string {
 	}
 	b.WriteString(ordersMisses(r, s))
 	b.WriteString(floorMisses(r, s))
+	b.WriteString(rpcMisses(r, s))
 	if f := r.Failover; f != nil && !s.Targets["detect<=1s"] {
 		fmt.Fprintf(&b, "- **Detection** (%.0f ms): see the failover table; the cycle's other processes' CPU share says whether the machine was starved.\n", s.DetectMs)
 	}

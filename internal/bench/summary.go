@@ -87,6 +87,21 @@ type Summary struct {
 
 	RPCVsLibrary float64 `json:"rpc_vs_library"`
 	RPCOps       float64 `json:"rpc_1item_ops"`
+	// RPCServerCPUUs is the service process's CPU per 1-item Reserve
+	// through `shardis serve` (µs, median over the rounds), RPCClientCPUUs
+	// the Connect client's (this process), and LibraryCPUUs the library's
+	// own CPU per 1-item Reserve in the same rounds (the caller's process,
+	// nodes excluded), the yardstick of the server's.
+	RPCServerCPUUs float64 `json:"rpc_server_cpu_us_1item,omitempty"`
+	RPCClientCPUUs float64 `json:"rpc_client_cpu_us_1item,omitempty"`
+	LibraryCPUUs   float64 `json:"library_cpu_us_1item,omitempty"`
+	// RPCFloorVsLibrary is the RPC floor's calls/s (VarRPCFloor: the same
+	// call answered at once) over the library's 1-item reserves/s, paired
+	// per round; RPCFloorServerCPUUs and RPCFloorClientCPUUs its CPU per
+	// call on each side (µs).
+	RPCFloorVsLibrary   float64 `json:"rpc_floor_vs_library,omitempty"`
+	RPCFloorServerCPUUs float64 `json:"rpc_floor_server_cpu_us,omitempty"`
+	RPCFloorClientCPUUs float64 `json:"rpc_floor_client_cpu_us,omitempty"`
 
 	// SyncLandedPerSec is parts landed per second while the inventory
 	// reserved at full rate (window + drain); SyncBacklogPerSec the rate a
@@ -128,6 +143,9 @@ type Summary struct {
 
 	Targets map[string]bool `json:"targets_met"`
 }
+
+// us is d in µs to one decimal.
+func us(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Microsecond)*10) / 10 }
 
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
@@ -229,6 +247,18 @@ func Summarize(r *Results) Summary {
 	if rp := r.RPC; rp != nil {
 		s.RPCVsLibrary = round3(PairedRatio([]*Series{rp.Series[VarRPC]}, []*Series{rp.Series[VarLib]}))
 		s.RPCOps = math.Round(rp.Series[VarRPC].Ops())
+		s.Targets["rpc_vs_library>=0.7"] = s.RPCVsLibrary >= 0.7
+		if svc := rp.Series[VarRPC].ServicePerOp(); svc > 0 {
+			cl, _, _ := rp.Series[VarRPC].CPUPerOp()
+			lib, _, _ := rp.Series[VarLib].CPUPerOp()
+			s.RPCServerCPUUs, s.RPCClientCPUUs, s.LibraryCPUUs = us(svc), us(cl), us(lib)
+			s.Targets["rpc_server_cpu_us_1item<=2x_library"] = svc <= 2*lib
+		}
+		if f := rp.Series[VarRPCFloor]; f != nil && len(f.Samples) == len(rp.Series[VarLib].Samples) {
+			s.RPCFloorVsLibrary = round3(PairedRatio([]*Series{f}, []*Series{rp.Series[VarLib]}))
+			cl, _, _ := f.CPUPerOp()
+			s.RPCFloorServerCPUUs, s.RPCFloorClientCPUUs = us(f.ServicePerOp()), us(cl)
+		}
 	}
 	if sr := r.Sync; sr != nil {
 		s.SyncReserveOps = math.Round(sr.ReserveOps)

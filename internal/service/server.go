@@ -132,6 +132,9 @@ func (s *Server) handler() http.Handler {
 	h := &Handlers{Router: s.Router, Inventory: s.Inv}
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(s.cfg.Service.MaxBodyBytes),
+		// Replies are a few hundred bytes: gzip would cost more CPU per
+		// call (a compressor reset is ~1 KB of tables) than it saves.
+		connect.WithCompressMinBytes(compressMinBytes),
 		connect.WithCodec(strictJSON{}), connect.WithCodec(strictProto{}),
 		connect.WithInterceptors(s.Metrics.RPCInterceptor(), logInterceptor(s.log), authInterceptor(s.cfg.Service.AuthToken)),
 	}
@@ -178,6 +181,10 @@ func (s *Server) handler() http.Handler {
 		mux.ServeHTTP(w, r)
 	})
 }
+
+// compressMinBytes is the smallest reply the service compresses for a
+// client that accepts gzip (a Reserve's reply is well under it).
+const compressMinBytes = 4096
 
 // authInterceptor requires "Authorization: Bearer <token>" when token is
 // set, compared in constant time. The token never reaches a log.

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +26,7 @@ import (
 )
 
 func main() {
+	bench.ServeChild() // the RPC section's service child: serves, then exits
 	testing.Init() // testing.Benchmark (routing cost, allocations) needs the test flags registered
 	quick := flag.Bool("quick", false, "shortened run (about two minutes)")
 	out := flag.String("out", "", "write the Markdown report to this file (e.g. BENCHMARKS.md)")
@@ -33,7 +35,20 @@ func main() {
 	round := flag.Duration("round", 0, "override the plan's duration of one variant's run")
 	save := flag.String("save", "bin/bench/results-PLAN.json", "write the measured results as JSON here (PLAN: full or quick; \"\" = don't)")
 	render := flag.String("render", "", "measure nothing: render the report of results saved by --save (with --out)")
+	rpcProfile := flag.String("rpc-profile", "", "write a CPU profile of the RPC section's service process to this file")
+	cpuProfile := flag.String("cpu-profile", "", "write a CPU profile of this process (the clients) over the whole run to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if *render != "" {
 		res, err := bench.LoadResults(*render)
 		if err == nil && res.Profile != nil {
@@ -65,6 +80,7 @@ func main() {
 	if *sections != "" {
 		plan.Sections = strings.Split(*sections, ",")
 	}
+	plan.RPCProfile = *rpcProfile
 	if *rounds > 0 {
 		plan.Rounds = *rounds
 	}

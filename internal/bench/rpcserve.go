@@ -1,0 +1,204 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/shardis/shardis/internal/service"
+	v1 "github.com/shardis/shardis/proto/shardis/v1"
+	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
+)
+
+// The RPC section runs `shardis serve` in a process of its own, as users
+// run it, so the service's CPU is read apart from the client's
+// (/proc/<pid>/stat) and the two do not share one Go scheduler. The
+// child is this very binary started again with ServeEnv set: the
+// benchmark's main calls ServeChild first thing.
+
+// ServeEnv names the environment variable that makes the benchmark binary
+// a service child: its value is the nodes' addresses, comma-separated
+// (like nodeNames). ServeProfileEnv, when set too, names a file the child
+// writes a CPU profile of its whole life to.
+const (
+	ServeEnv        = "SHARDIS_BENCH_SERVE"
+	ServeProfileEnv = "SHARDIS_BENCH_SERVE_PROFILE"
+)
+
+// ServeChild runs the service child when ServeEnv is set and then exits
+// the process; it returns at once otherwise. The child serves
+// BenchConfig over the given addresses on a free port and the RPC floor
+// (floorServer) on another, prints "listening ADDR FLOOR_ADDR" on stdout,
+// and stops when its stdin closes (the parent is gone or done) or on
+// SIGTERM.
+func ServeChild() {
+	addrs := os.Getenv(ServeEnv)
+	if addrs == "" {
+		return
+	}
+	if err := serveChild(strings.Split(addrs, ","), os.Getenv(ServeProfileEnv)); err != nil {
+		fmt.Fprintln(os.Stderr, "bench service child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func serveChild(addrs []string, profile string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	srv, err := service.Start(ctx, BenchConfig(addrs), slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	floor, floorLn, err := floorServer()
+	if err != nil {
+		_ = srv.Shutdown(context.Background())
+		return err
+	}
+	go func() { _ = floor.Serve(floorLn) }()
+	defer floor.Close()
+	fmt.Printf("listening %s %s\n", srv.Addr(), floorLn.Addr())
+	stdinClosed := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); close(stdinClosed) }()
+	select {
+	case <-ctx.Done():
+	case <-stdinClosed:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+// floorReserver answers every Reserve with the reply of a 1-item order
+// without doing anything: the RPC floor, what Connect over HTTP/2 costs by
+// itself for a call of this size.
+type floorReserver struct {
+	shardisv1connect.UnimplementedInventoryServiceHandler
+}
+
+func (floorReserver) Reserve(_ context.Context, req *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error) {
+	return connect.NewResponse(&v1.ReserveResponse{
+		OrderId:        req.Msg.GetOrderId(),
+		Receipts:       []*v1.Receipt{{SkuId: "s-0", Quantity: 1, Node: "n1", RedoLog: "inv:redo:0", Offset: 1}},
+		DeadlineUnixMs: time.Now().Add(15 * time.Minute).UnixMilli(),
+		TtlSeconds:     900,
+	}), nil
+}
+
+// floorServer is the RPC floor's server: connect-go's defaults, cleartext
+// HTTP/2 as the service's, on a free loopback port.
+func floorServer() (*http.Server, net.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(shardisv1connect.NewInventoryServiceHandler(floorReserver{}))
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	return &http.Server{Handler: mux, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}, ln, nil
+}
+
+// ServiceProc is a running service child.
+type ServiceProc struct {
+	Addr string
+	// FloorAddr is the RPC floor's address (floorServer).
+	FloorAddr string
+	cmd       *exec.Cmd
+	stdin     io.Closer
+	done      chan struct{}
+	once      sync.Once
+}
+
+// StartServiceProc starts the service child over addrs and waits until it
+// listens. profile, when not "", is where the child writes its CPU
+// profile (complete once Stop returns).
+func StartServiceProc(addrs []string, profile string) (*ServiceProc, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), ServeEnv+"="+strings.Join(addrs, ","), ServeProfileEnv+"="+profile)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the service child: %w", err)
+	}
+	p := &ServiceProc{cmd: cmd, stdin: stdin, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			line <- sc.Text()
+		}
+		close(line)
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case l, ok := <-line:
+		if addrs, found := strings.CutPrefix(l, "listening "); ok && found {
+			if p.Addr, p.FloorAddr, found = strings.Cut(addrs, " "); found {
+				return p, nil
+			}
+		}
+		p.Stop()
+		return nil, fmt.Errorf("service child said %q instead of its address", l)
+	case <-time.After(30 * time.Second):
+		p.Stop()
+		return nil, errors.New("service child did not listen within 30s")
+	}
+}
+
+// Pid returns the child's process id.
+func (p *ServiceProc) Pid() int { return p.cmd.Process.Pid }
+
+// Stop closes the child's stdin (it shuts down cleanly, writing its
+// profile) and waits for it, killing it after 10s.
+func (p *ServiceProc) Stop() {
+	p.once.Do(func() {
+		_ = p.stdin.Close()
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+}
