@@ -44,6 +44,13 @@ type Service struct {
 	// Listen is the host:port the service listens on.
 	// default: 127.0.0.1:7400
 	Listen string `koanf:"listen"`
+	// GRPCListen, when set, is a second host:port that serves the same
+	// services to gRPC clients over grpc-go's own transport (cheaper per
+	// call than the service port's net/http HTTP/2; same token, TLS,
+	// limits, metrics and health). The service port keeps serving gRPC
+	// too.
+	// default: "" (off)
+	GRPCListen string `koanf:"grpc_listen"`
 	// AuthToken, when set, is required on every RPC as
 	// "Authorization: Bearer <token>". /healthz and /metrics stay open.
 	// default: "" (no authentication)

@@ -70,6 +70,12 @@ func (c *Config) problems() Problems {
 // serviceProblems checks the service section.
 func (c *Config) serviceProblems(ps *Problems) {
 	checkAddr(ps, "service.listen", c.Service.Listen, true)
+	if c.Service.GRPCListen != "" {
+		checkAddr(ps, "service.grpc_listen", c.Service.GRPCListen, true)
+		if _, port, _ := net.SplitHostPort(c.Service.GRPCListen); port != "0" && c.Service.GRPCListen == c.Service.Listen {
+			ps.add("service.grpc_listen", c.Service.GRPCListen, "must differ from service.listen")
+		}
+	}
 	if c.Service.MaxBodyBytes < 1024 || c.Service.MaxBodyBytes > 64<<20 {
 		ps.add("service.max_body_bytes", c.Service.MaxBodyBytes, "must be between 1024 and 67108864")
 	}

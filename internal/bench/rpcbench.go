@@ -23,6 +23,12 @@ const (
 	// defaults that answers a canned 1-item reply at once (rpcserve.go),
 	// in the same service process: what the RPC stack costs by itself.
 	VarRPCFloor = "floor: the same call answered at once (Connect, no work)"
+	// VarGRPC is the same reserve through the service's gRPC port
+	// (service.grpc_listen: grpc-go's transport) from a grpc-go client.
+	VarGRPC = "shardis serve: gRPC, grpc-go client and transport (service.grpc_listen)"
+	// VarRPCFloorGRPC is the same floor over grpc-go's own transport,
+	// client and server (rpcgrpc.go).
+	VarRPCFloorGRPC = "floor: the same call answered at once (grpc-go, no work)"
 )
 
 // rpcConnsPer is how many of the load's goroutines share one HTTP/2
@@ -56,7 +62,17 @@ func RunRPC(ctx context.Context, c *Cluster, p Plan, progress func(string)) (*RP
 	nconn := max(1, p.Conc/rpcConnsPer)
 	clients := make([]shardisv1connect.InventoryServiceClient, nconn)
 	floors := make([]shardisv1connect.InventoryServiceClient, nconn)
+	gfloors := make([]*grpcFloorClient, nconn)
+	grpcs := make([]*grpcFloorClient, nconn)
 	for i := range nconn {
+		if gfloors[i], err = newGRPCFloorClient(srv.GRPCFloorAddr); err != nil {
+			return nil, err
+		}
+		defer gfloors[i].Close()
+		if grpcs[i], err = newGRPCFloorClient(srv.GRPCAddr); err != nil {
+			return nil, err
+		}
+		defer grpcs[i].Close()
 		tr := &http.Transport{Protocols: new(http.Protocols)}
 		tr.Protocols.SetUnencryptedHTTP2(true)
 		defer tr.CloseIdleConnections()
@@ -106,7 +122,21 @@ func RunRPC(ctx context.Context, c *Cluster, p Plan, progress func(string)) (*RP
 			return err
 		},
 	}
-	variants := []string{VarLib, VarRPC, VarRPCFloor}
+	ops[VarRPCFloorGRPC] = func(w *Worker) error {
+		_, err := gfloors[w.ID%nconn].Reserve(ctx, &v1.ReserveRequest{
+			OrderId: orderID(w, 'g'),
+			Items:   []*v1.Item{{RouteKey: routeAll, SkuId: skus[w.Rng.IntN(len(skus))], Quantity: 1}},
+		})
+		return err
+	}
+	ops[VarGRPC] = func(w *Worker) error {
+		_, err := grpcs[w.ID%nconn].Reserve(ctx, &v1.ReserveRequest{
+			OrderId: orderID(w, 'G'),
+			Items:   []*v1.Item{{RouteKey: routeAll, SkuId: skus[w.Rng.IntN(len(skus))], Quantity: 1}},
+		})
+		return err
+	}
+	variants := []string{VarLib, VarRPC, VarGRPC, VarRPCFloor, VarRPCFloorGRPC}
 	res := &RPCResult{Conc: p.Conc, Variants: variants, Series: map[string]*Series{}}
 	for _, v := range variants {
 		res.Series[v] = &Series{Name: v}
@@ -127,10 +157,11 @@ func RunRPC(ctx context.Context, c *Cluster, p Plan, progress func(string)) (*RP
 			got[v] = c.measure(load, p.Round, ops[v])
 		}
 		return func() {
-			for v, s := range got {
-				res.Series[v].Add(s)
-			}
-		}, fmt.Sprintf("orders/s library %.0f, rpc %.0f, rpc floor %.0f", got[VarLib].OpsPerSec(), got[VarRPC].OpsPerSec(), got[VarRPCFloor].OpsPerSec()), nil
+				for v, s := range got {
+					res.Series[v].Add(s)
+				}
+			}, fmt.Sprintf("orders/s library %.0f, connect %.0f, grpc %.0f, connect floor %.0f, grpc-go floor %.0f", got[VarLib].OpsPerSec(), got[VarRPC].OpsPerSec(),
+				got[VarGRPC].OpsPerSec(), got[VarRPCFloor].OpsPerSec(), got[VarRPCFloorGRPC].OpsPerSec()), nil
 	})
 	res.Rounds = st
 	if err != nil {

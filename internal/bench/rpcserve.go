@@ -43,7 +43,9 @@ const (
 // ServeChild runs the service child when ServeEnv is set and then exits
 // the process; it returns at once otherwise. The child serves
 // BenchConfig over the given addresses on a free port and the RPC floor
-// (floorServer) on another, prints "listening ADDR FLOOR_ADDR" on stdout,
+// (floorServer) and the grpc-go floor (rpcgrpc.go) on two others, with its
+// gRPC port (service.grpc_listen) on, prints "listening ADDR FLOOR_ADDR
+// GRPC_FLOOR_ADDR GRPC_ADDR" on stdout,
 // and stops when its stdin closes (the parent is gone or done) or on
 // SIGTERM.
 func ServeChild() {
@@ -72,7 +74,9 @@ func serveChild(addrs []string, profile string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	srv, err := service.Start(ctx, BenchConfig(addrs), slog.New(slog.DiscardHandler))
+	cfg := BenchConfig(addrs)
+	cfg.Service.GRPCListen = "127.0.0.1:0"
+	srv, err := service.Start(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}
@@ -83,7 +87,14 @@ func serveChild(addrs []string, profile string) error {
 	}
 	go func() { _ = floor.Serve(floorLn) }()
 	defer floor.Close()
-	fmt.Printf("listening %s %s\n", srv.Addr(), floorLn.Addr())
+	gfloor, gln, err := grpcFloorServer()
+	if err != nil {
+		_ = srv.Shutdown(context.Background())
+		return err
+	}
+	go func() { _ = gfloor.Serve(gln) }()
+	defer gfloor.Stop()
+	fmt.Printf("listening %s %s %s %s\n", srv.Addr(), floorLn.Addr(), gln.Addr(), srv.GRPCAddr())
 	stdinClosed := make(chan struct{})
 	go func() { _, _ = io.Copy(io.Discard, os.Stdin); close(stdinClosed) }()
 	select {
@@ -103,12 +114,17 @@ type floorReserver struct {
 }
 
 func (floorReserver) Reserve(_ context.Context, req *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error) {
-	return connect.NewResponse(&v1.ReserveResponse{
-		OrderId:        req.Msg.GetOrderId(),
+	return connect.NewResponse(floorReply(req.Msg.GetOrderId())), nil
+}
+
+// floorReply is the floors' canned reply: a 1-item reservation of id.
+func floorReply(id string) *v1.ReserveResponse {
+	return &v1.ReserveResponse{
+		OrderId:        id,
 		Receipts:       []*v1.Receipt{{SkuId: "s-0", Quantity: 1, Node: "n1", RedoLog: "inv:redo:0", Offset: 1}},
 		DeadlineUnixMs: time.Now().Add(15 * time.Minute).UnixMilli(),
 		TtlSeconds:     900,
-	}), nil
+	}
 }
 
 // floorServer is the RPC floor's server: connect-go's defaults, cleartext
@@ -129,12 +145,15 @@ func floorServer() (*http.Server, net.Listener, error) {
 // ServiceProc is a running service child.
 type ServiceProc struct {
 	Addr string
-	// FloorAddr is the RPC floor's address (floorServer).
-	FloorAddr string
-	cmd       *exec.Cmd
-	stdin     io.Closer
-	done      chan struct{}
-	once      sync.Once
+	// FloorAddr is the RPC floor's address (floorServer), GRPCFloorAddr
+	// the grpc-go floor's (rpcgrpc.go).
+	FloorAddr, GRPCFloorAddr string
+	// GRPCAddr is the service's gRPC port (service.grpc_listen).
+	GRPCAddr string
+	cmd      *exec.Cmd
+	stdin    io.Closer
+	done     chan struct{}
+	once     sync.Once
 }
 
 // StartServiceProc starts the service child over addrs and waits until it
@@ -174,7 +193,8 @@ func StartServiceProc(addrs []string, profile string) (*ServiceProc, error) {
 	select {
 	case l, ok := <-line:
 		if addrs, found := strings.CutPrefix(l, "listening "); ok && found {
-			if p.Addr, p.FloorAddr, found = strings.Cut(addrs, " "); found {
+			if f := strings.Fields(addrs); len(f) == 4 {
+				p.Addr, p.FloorAddr, p.GRPCFloorAddr, p.GRPCAddr = f[0], f[1], f[2], f[3]
 				return p, nil
 			}
 		}

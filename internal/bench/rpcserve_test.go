@@ -32,7 +32,7 @@ func TestServiceProc(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Stop()
-	if p.Pid() == os.Getpid() || p.Addr == "" || p.FloorAddr == "" || p.Addr == p.FloorAddr {
+	if p.Pid() == os.Getpid() || p.Addr == "" || p.FloorAddr == "" || p.GRPCAddr == "" || p.Addr == p.FloorAddr {
 		t.Fatalf("child pid %d (ours %d), addr %q, floor %q", p.Pid(), os.Getpid(), p.Addr, p.FloorAddr)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -40,6 +40,11 @@ func TestServiceProc(t *testing.T) {
 	hc := &http.Client{}
 	svc := shardisv1connect.NewInventoryServiceClient(hc, "http://"+p.Addr)
 	floor := shardisv1connect.NewInventoryServiceClient(hc, "http://"+p.FloorAddr)
+	gfloor, err := newGRPCFloorClient(p.GRPCFloorAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gfloor.Close()
 
 	var loadErr error
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
@@ -66,9 +71,13 @@ func TestServiceProc(t *testing.T) {
 		if err != nil || f.Msg.GetOrderId() != id || len(f.Msg.GetReceipts()) != 1 {
 			t.Fatalf("floor reserve %d: %v %v", i, f, err)
 		}
+		g, err := gfloor.Reserve(ctx, &v1.ReserveRequest{OrderId: id})
+		if err != nil || g.GetOrderId() != id || len(g.GetReceipts()) != 1 {
+			t.Fatalf("grpc-go floor reserve %d: %v %v", i, g, err)
+		}
 	}
 	if after := procTicks(p.Pid()); after <= before {
-		t.Errorf("the child used no CPU over 400 calls (%d → %d ticks): is its CPU read from its own pid?", before, after)
+		t.Errorf("the child used no CPU over 600 calls (%d → %d ticks): is its CPU read from its own pid?", before, after)
 	}
 	p.Stop()
 	if procTicks(p.Pid()) != 0 {

@@ -99,6 +99,11 @@ type Summary struct {
 	// call answered at once) over the library's 1-item reserves/s, paired
 	// per round; RPCFloorServerCPUUs and RPCFloorClientCPUUs its CPU per
 	// call on each side (µs).
+	// RPCGRPCVsLibrary and RPCGRPCServerCPUUs are rpc_vs_library and
+	// rpc_server_cpu_us_1item through the service's gRPC port
+	// (service.grpc_listen) from a grpc-go client.
+	RPCGRPCVsLibrary    float64 `json:"rpc_grpc_vs_library,omitempty"`
+	RPCGRPCServerCPUUs  float64 `json:"rpc_grpc_server_cpu_us_1item,omitempty"`
 	RPCFloorVsLibrary   float64 `json:"rpc_floor_vs_library,omitempty"`
 	RPCFloorServerCPUUs float64 `json:"rpc_floor_server_cpu_us,omitempty"`
 	RPCFloorClientCPUUs float64 `json:"rpc_floor_client_cpu_us,omitempty"`
@@ -253,6 +258,10 @@ func Summarize(r *Results) Summary {
 			lib, _, _ := rp.Series[VarLib].CPUPerOp()
 			s.RPCServerCPUUs, s.RPCClientCPUUs, s.LibraryCPUUs = us(svc), us(cl), us(lib)
 			s.Targets["rpc_server_cpu_us_1item<=2x_library"] = svc <= 2*lib
+		}
+		if g := rp.Series[VarGRPC]; g != nil && len(g.Samples) == len(rp.Series[VarLib].Samples) {
+			s.RPCGRPCVsLibrary = round3(PairedRatio([]*Series{g}, []*Series{rp.Series[VarLib]}))
+			s.RPCGRPCServerCPUUs = us(g.ServicePerOp())
 		}
 		if f := rp.Series[VarRPCFloor]; f != nil && len(f.Samples) == len(rp.Series[VarLib].Samples) {
 			s.RPCFloorVsLibrary = round3(PairedRatio([]*Series{f}, []*Series{rp.Series[VarLib]}))

@@ -61,22 +61,32 @@ func (m *Metrics) RPCInterceptor() connect.Interceptor {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			start := time.Now()
 			res, err := next(ctx, req)
-			proc := strings.TrimPrefix(req.Spec().Procedure, "/shardis.v1.")
-			code := "ok"
-			if err != nil {
-				code = connect.CodeOf(err).String()
-			}
-			m.rpc.requests.WithLabelValues(proc, code).Inc()
-			m.rpc.seconds.WithLabelValues(proc).Observe(time.Since(start).Seconds())
-			switch proc {
-			case "InventoryService/Confirm":
-				m.rpc.settles.WithLabelValues("confirm", settleOutcome(err, "confirmed")).Inc()
-			case "InventoryService/Cancel":
-				m.rpc.settles.WithLabelValues("cancel", settleOutcome(err, "cancelled")).Inc()
-			}
+			m.ObserveRPC(req.Spec().Procedure, err, time.Since(start))
 			return res, err
 		}
 	})
+}
+
+// ObserveRPC records one answered call of procedure ("/shardis.v1.
+// InventoryService/Reserve") that took d and ended with err (nil: ok; a
+// *connect.Error or an error [connect.CodeOf] reads): its count by code,
+// its latency, and the outcome of a Confirm or Cancel. RPCInterceptor
+// calls it for Connect, gRPC and gRPC-Web calls on the service port; the
+// grpc-go port (service.grpc_listen) calls it directly.
+func (m *Metrics) ObserveRPC(procedure string, err error, d time.Duration) {
+	proc := strings.TrimPrefix(procedure, "/shardis.v1.")
+	code := "ok"
+	if err != nil {
+		code = connect.CodeOf(err).String()
+	}
+	m.rpc.requests.WithLabelValues(proc, code).Inc()
+	m.rpc.seconds.WithLabelValues(proc).Observe(d.Seconds())
+	switch proc {
+	case "InventoryService/Confirm":
+		m.rpc.settles.WithLabelValues("confirm", settleOutcome(err, "confirmed")).Inc()
+	case "InventoryService/Cancel":
+		m.rpc.settles.WithLabelValues("cancel", settleOutcome(err, "cancelled")).Inc()
+	}
 }
 
 // PreCreateRPC makes the per-procedure counters exist at 0 for procs.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/grpc"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/shardis/shardis/config"
@@ -41,6 +42,10 @@ type Server struct {
 	http    *http.Server
 	ln      net.Listener
 	served  chan error
+	// grpc and grpcLn are the gRPC port (grpc.go); nil when
+	// service.grpc_listen is not set.
+	grpc   *grpc.Server
+	grpcLn net.Listener
 }
 
 // Start builds everything from cfg, listens on cfg.Service.Listen (an
@@ -90,6 +95,11 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, 
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	if err := s.startGRPC(tlsCfg); err != nil {
+		_ = ln.Close()
+		s.closeLibs()
+		return nil, err
+	}
 	go func() {
 		err := s.http.Serve(ln)
 		if errors.Is(err, http.ErrServerClosed) {
@@ -112,6 +122,7 @@ func (s *Server) Done() <-chan error { return s.served }
 // then stops the reconciler and closes node clients.
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.http.Shutdown(ctx)
+	s.stopGRPC(ctx)
 	s.closeLibs()
 	return err
 }
@@ -209,20 +220,27 @@ func logInterceptor(log *slog.Logger) connect.Interceptor {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			start := time.Now()
 			res, err := next(ctx, req)
-			proc := req.Spec().Procedure[strings.LastIndex(req.Spec().Procedure, "/")+1:]
-			if err != nil {
-				code := connect.CodeOf(err)
-				level := slog.LevelInfo
-				if code == connect.CodeInternal || code == connect.CodeUnavailable {
-					level = slog.LevelWarn
-				}
-				log.Log(ctx, level, "rpc", "method", proc, "code", code.String(), "err", err.Error(), "duration", time.Since(start))
-			} else {
-				log.Debug("rpc", "method", proc, "code", "ok", "duration", time.Since(start))
-			}
+			logRPC(ctx, log, req.Spec().Procedure, err, time.Since(start))
 			return res, err
 		}
 	})
+}
+
+// logRPC logs one answered call of procedure: an error at info, or warn
+// when the service or a node failed (internal, unavailable); success at
+// debug.
+func logRPC(ctx context.Context, log *slog.Logger, procedure string, err error, d time.Duration) {
+	proc := procedure[strings.LastIndex(procedure, "/")+1:]
+	if err != nil {
+		code := connect.CodeOf(err)
+		level := slog.LevelInfo
+		if code == connect.CodeInternal || code == connect.CodeUnavailable {
+			level = slog.LevelWarn
+		}
+		log.Log(ctx, level, "rpc", "method", proc, "code", code.String(), "err", err.Error(), "duration", d)
+	} else {
+		log.Debug("rpc", "method", proc, "code", "ok", "duration", d)
+	}
 }
 
 func serverTLS(t config.ServiceTLS) (*tls.Config, error) {

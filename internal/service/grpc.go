@@ -1,0 +1,237 @@
+package service
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	v1 "github.com/shardis/shardis/proto/shardis/v1"
+	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
+)
+
+// The gRPC port.
+//
+// The service port (service.listen) speaks Connect, gRPC and gRPC-Web
+// over net/http. With service.grpc_listen set, the same two services are
+// also served to gRPC clients over grpc-go's own HTTP/2 transport on a
+// port of their own: the same Handlers, the same bearer token, metrics
+// (shardis_rpc_requests_total by procedure and code) and logs, the same
+// body limit (a larger message is refused with resource_exhausted naming
+// the limit), the standard health service answering from readiness as on
+// the service port, and reflection. The transport is the difference: in
+// `make bench` a call answered at once costs a fraction of the CPU over
+// grpc-go's transport that it costs over net/http's HTTP/2 (BENCHMARKS.md,
+// the RPC section's floor rows). Binary protobuf ignores unknown fields,
+// as protobuf's compatibility rule asks; gRPC clients send nothing else.
+
+// grpcMethod is one unary method of a service on the gRPC port.
+type grpcMethod struct {
+	name string
+	// call decodes the request with dec, runs the handler on it with the
+	// call's metadata as headers, and returns the reply message.
+	call func(ctx context.Context, md metadata.MD, dec func(any) error) (proto.Message, error)
+}
+
+// unaryMethod adapts a Connect handler method to the gRPC port.
+func unaryMethod[Req, Res any, PReq interface {
+	*Req
+	proto.Message
+}](name string, h func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) grpcMethod {
+	return grpcMethod{name: name, call: func(ctx context.Context, md metadata.MD, dec func(any) error) (proto.Message, error) {
+		msg := PReq(new(Req))
+		if err := dec(msg); err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("decoding the request: %w", err))
+		}
+		req := connect.NewRequest((*Req)(msg))
+		for k, vs := range md {
+			for _, v := range vs {
+				req.Header().Add(k, v)
+			}
+		}
+		res, err := h(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return any(res.Msg).(proto.Message), nil
+	}}
+}
+
+// grpcServices lists every method of the two services, by service name.
+// TestGRPCPortServesEveryMethod holds the list against the .proto.
+func grpcServices(h *Handlers) map[string][]grpcMethod {
+	return map[string][]grpcMethod{
+		shardisv1connect.InventoryServiceName: {
+			unaryMethod[v1.LoadStockRequest]("LoadStock", h.LoadStock),
+			unaryMethod[v1.GetStockRequest]("GetStock", h.GetStock),
+			unaryMethod[v1.NewOrderIdRequest]("NewOrderId", h.NewOrderId),
+			unaryMethod[v1.ReserveRequest]("Reserve", h.Reserve),
+			unaryMethod[v1.ConfirmRequest]("Confirm", h.Confirm),
+			unaryMethod[v1.CancelRequest]("Cancel", h.Cancel),
+		},
+		shardisv1connect.AdminServiceName: {
+			unaryMethod[v1.ListNodesRequest]("ListNodes", h.ListNodes),
+			unaryMethod[v1.SetRouteEnabledRequest]("SetRouteEnabled", h.SetRouteEnabled),
+			unaryMethod[v1.ReadRedoLogRequest]("ReadRedoLog", h.ReadRedoLog),
+			unaryMethod[v1.AckRedoLogRequest]("AckRedoLog", h.AckRedoLog),
+			unaryMethod[v1.ListStuckPartsRequest]("ListStuckParts", h.ListStuckParts),
+			unaryMethod[v1.RetryStuckPartRequest]("RetryStuckPart", h.RetryStuckPart),
+			unaryMethod[v1.AcceptNodeRequest]("AcceptNode", h.AcceptNode),
+		},
+	}
+}
+
+// grpcDesc is the grpc-go description of service's methods: each call is
+// authenticated, run, observed (metrics, log) and its error turned into a
+// gRPC status with the same code the service port answers.
+func (s *Server) grpcDesc(service string, methods []grpcMethod) *grpc.ServiceDesc {
+	want := []byte("Bearer " + s.cfg.Service.AuthToken)
+	desc := &grpc.ServiceDesc{ServiceName: service, HandlerType: (*any)(nil), Metadata: "shardis/v1/shardis.proto"}
+	for _, m := range methods {
+		procedure := "/" + service + "/" + m.name
+		desc.Methods = append(desc.Methods, grpc.MethodDesc{
+			MethodName: m.name,
+			Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+				start := time.Now()
+				md, _ := metadata.FromIncomingContext(ctx)
+				var res proto.Message
+				var err error
+				if s.cfg.Service.AuthToken != "" && !bearerOK(md, want) {
+					err = connect.NewError(connect.CodeUnauthenticated, errors.New("missing or wrong bearer token"))
+				} else {
+					res, err = m.call(ctx, md, dec)
+				}
+				if err != nil {
+					err = contextCode(ctx, err)
+				}
+				s.Metrics.ObserveRPC(procedure, err, time.Since(start))
+				logRPC(ctx, s.log, procedure, err, time.Since(start))
+				if err != nil {
+					return nil, grpcStatus(err)
+				}
+				return res, nil
+			},
+		})
+	}
+	return desc
+}
+
+// bearerOK reports whether md carries "authorization: <want>", compared
+// in constant time.
+func bearerOK(md metadata.MD, want []byte) bool {
+	got := md.Get("authorization")
+	return len(got) == 1 && subtle.ConstantTimeCompare([]byte(got[0]), want) == 1
+}
+
+// contextCode gives an error caused by the call's own context the code
+// Connect gives it (canceled, deadline_exceeded).
+func contextCode(ctx context.Context, err error) error {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	switch {
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		return connect.NewError(connect.CodeCanceled, err)
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	return err
+}
+
+// grpcStatus is err as a gRPC status: Connect's codes are gRPC's, by
+// number and meaning.
+func grpcStatus(err error) error {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return status.Error(codes.Code(ce.Code()), ce.Message())
+	}
+	return status.Error(codes.Unknown, err.Error())
+}
+
+// grpcHealth answers grpc.health.v1.Health/Check on the gRPC port from
+// readiness, as healthChecker does on the service port.
+type grpcHealth struct {
+	healthpb.UnimplementedHealthServer
+	s *Server
+}
+
+func (h grpcHealth) Check(_ context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	switch req.GetService() {
+	case "", shardisv1connect.InventoryServiceName, shardisv1connect.AdminServiceName:
+	default:
+		return nil, status.Errorf(codes.NotFound, "unknown service %q", req.GetService())
+	}
+	if h.s.unready() != "" {
+		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+// startGRPC listens on service.grpc_listen (nothing when it is empty) and
+// serves the gRPC port in the background until stopGRPC.
+func (s *Server) startGRPC(tlsCfg *tls.Config) error {
+	addr := s.cfg.Service.GRPCListen
+	if addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("service.grpc_listen %s: %w", addr, err)
+	}
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(s.cfg.Service.MaxBodyBytes),
+	}
+	if tlsCfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	gs := grpc.NewServer(opts...)
+	h := &Handlers{Router: s.Router, Inventory: s.Inv}
+	for service, methods := range grpcServices(h) {
+		gs.RegisterService(s.grpcDesc(service, methods), struct{}{})
+	}
+	healthpb.RegisterHealthServer(gs, grpcHealth{s: s})
+	reflection.Register(gs)
+	s.grpc, s.grpcLn = gs, ln
+	go func() { _ = gs.Serve(ln) }()
+	s.log.Info("shardis serving gRPC (grpc-go transport)", "addr", ln.Addr().String(), "tls", tlsCfg != nil)
+	return nil
+}
+
+// GRPCAddr returns the address of the gRPC port, or "" when
+// service.grpc_listen is not set.
+func (s *Server) GRPCAddr() string {
+	if s.grpcLn == nil {
+		return ""
+	}
+	return s.grpcLn.Addr().String()
+}
+
+// stopGRPC stops the gRPC port gracefully, cutting the calls still in
+// flight when ctx ends.
+func (s *Server) stopGRPC(ctx context.Context) {
+	if s.grpc == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-done
+	}
+}
