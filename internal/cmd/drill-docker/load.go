@@ -18,13 +18,14 @@ import (
 // The drill's phases: orders are counted by the phase their Reserve was
 // answered in, so the report shows that orders went on after recovery.
 const (
-	phaseBefore = iota // before the kill
-	phaseOutage        // from the kill until the node is UP again
-	phaseAfter         // after it is UP again
+	phaseBefore   = iota // before the kill
+	phaseOutage          // from the kill until the node is UP again
+	phaseAfter           // after it is UP again
+	phaseRejoined        // Sentinel: after the killed master rejoined as a replica
 	phases
 )
 
-var phaseNames = [phases]string{"before the kill", "during the outage", "after recovery"}
+var phaseNames = [phases]string{"before the kill", "during the outage", "after recovery (UP)", "after the old master rejoined"}
 
 // ttlSeconds is every drill reservation's TTL: short, so that healing
 // (every unsettled reservation expiring and being returned) is quick.
@@ -141,7 +142,8 @@ func (o *outcomes) report() []string {
 	defer o.mu.Unlock()
 	var problems []string
 	var ok, failed int64
-	for p := range phases {
+	last := o.phase.Load()
+	for p := range last + 1 {
 		fmt.Printf("%-40s %d ok, %d failed\n", "reserves "+phaseNames[p], o.ok[p], o.failed[p])
 		ok += o.ok[p]
 		failed += o.failed[p]
@@ -162,8 +164,8 @@ func (o *outcomes) report() []string {
 	if sum != ok {
 		problems = append(problems, fmt.Sprintf("the ok orders' outcomes add up to %d, not %d", sum, ok))
 	}
-	if o.ok[phaseAfter] == 0 {
-		problems = append(problems, "no order was acknowledged after recovery")
+	if o.ok[last] == 0 {
+		problems = append(problems, "no order was acknowledged "+phaseNames[last])
 	}
 	return problems
 }

@@ -102,6 +102,11 @@ func (d *drill) run(workers int) (bool, error) {
 	if err := waitReady(ctx, d.base, 120*time.Second); err != nil {
 		return false, err
 	}
+	for name, node := range d.cfg.Nodes {
+		if err := waitGroup(ctx, node, 120*time.Second); err != nil {
+			return false, fmt.Errorf("node %s: %w", name, err)
+		}
+	}
 	skus := []*v1.LoadStockRequest{{RouteKey: "clothes", SkuId: "sku-a", Quantity: 50000}, {RouteKey: "books", SkuId: "sku-b", Quantity: 50000}}
 	for _, m := range skus {
 		if _, err := d.inv.LoadStock(ctx, connect.NewRequest(m)); err != nil {
@@ -210,6 +215,7 @@ func (d *drill) failover(ctx context.Context, old, container string, killed time
 	}); err != nil {
 		return nil, fmt.Errorf("%s (%s) did not rejoin as a replica of %s: %w", container, old, promoted, err)
 	}
+	out.phase.Store(phaseRejoined)
 	fmt.Printf("%-40s %v after the kill\n", "old master back as a replica", time.Since(killed).Round(time.Millisecond))
 	return problems, nil
 }
@@ -236,6 +242,36 @@ func (d *drill) waitState(ctx context.Context, want v1.NodeState, limit time.Dur
 		return 0, "", fmt.Errorf("node %s did not become %v: %w", d.victim, want, err)
 	}
 	return time.Since(start), addr, nil
+}
+
+// waitGroup waits until the first sentinel of a Sentinel group's node sees
+// the quorum reachable and a replica linked to the master, so that a
+// failover can happen; a standalone node is ready at once.
+func waitGroup(ctx context.Context, node config.Node, limit time.Duration) error {
+	if !node.Sentinel.On() {
+		return nil
+	}
+	s := redis.NewSentinelClient(&redis.Options{Addr: node.Sentinel.Addrs[0], Protocol: 2})
+	defer s.Close()
+	err := poll(limit, func() bool {
+		if err := s.CkQuorum(ctx, node.Sentinel.Master).Err(); err != nil {
+			return false
+		}
+		replicas, err := s.Replicas(ctx, node.Sentinel.Master).Result()
+		if err != nil {
+			return false
+		}
+		for _, r := range replicas {
+			if r["master-link-status"] == "ok" && !strings.Contains(r["flags"], "down") {
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		return fmt.Errorf("sentinel group %s: no quorum or no linked replica: %w", node.Sentinel.Master, err)
+	}
+	return nil
 }
 
 // waitReady polls GET /readyz until it answers 200.
