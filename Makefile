@@ -10,7 +10,7 @@ BUF_VERSION            := v1.50.0
 PROTOC_GEN_GO_VERSION  := v1.36.12
 CONNECT_GEN_VERSION    := v1.21.1
 
-.PHONY: all build test vet unit run drill drill-sentinel bench bench-quick generate deps-redis deps-pg deps-sentinel deps-bench clean
+.PHONY: all build test vet unit run drill drill-sentinel drill-docker deps-docker bench bench-quick generate deps-redis deps-pg deps-sentinel deps-bench clean
 
 all: build
 
@@ -111,6 +111,32 @@ drill: deps-redis
 ## DURABILITY=none|replica (default replica).
 drill-sentinel: deps-sentinel
 	$(GO) run ./internal/cmd/drill-sentinel --durability $(or $(DURABILITY),replica)
+
+## deps-docker: install Debian's docker.io (dockerd and the CLI) when no Docker daemon is reachable and
+## dockerd is missing, and docker-compose when neither `docker compose` nor docker-compose works.
+deps-docker:
+	@if ! command -v docker >/dev/null 2>&1 || { ! docker info >/dev/null 2>&1 && ! command -v dockerd >/dev/null 2>&1; }; then \
+		echo "docker/dockerd not found: installing docker.io from Debian's packages"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends docker.io >/dev/null; \
+	fi
+	@if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then \
+		echo "docker compose not found: installing docker-compose from Debian's packages"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends docker-compose >/dev/null; \
+	fi
+	@docker --version
+
+## drill-docker: the drill of `make drill` against Docker containers with no image registry and no
+## bridge network (docker/drill-docker.sh): starts dockerd (--bridge=none --iptables=false) when it is
+## not running and we are root, builds shardis (static, on scratch) and a Redis image from the host's
+## redis-server, runs docker/compose.host.yaml (network_mode host, 127.0.0.1:263xx), docker kills a node
+## under order load, reports detection and recovery, checks every invariant, tears it all down.
+## SENTINEL=1: two Sentinel shards (the image runs redis-server as redis-sentinel too), the master's
+## container killed, failover. VICTIM=n2|b, OUTAGE=6s,
+## KEEP_IMAGES=1 (keep the two images).
+drill-docker: deps-redis deps-docker
+	SENTINEL=$(SENTINEL) GO=$(GO) docker/drill-docker.sh
 
 ## chaos: seeded randomized run: clients + kill -9/SIGSTOP/drain/service restart, then every invariant
 ## checked; exits 1 on a violation. SEED=n replays a run (default: time-based), DURATION=60s (longer: e.g. 10m), CLIENTS=8.

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/inventory"
+	v1 "github.com/shardis/shardis/proto/shardis/v1"
+	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
+)
+
+// masterAddr returns the address of node's Redis master: its addr, or for
+// a Sentinel group what the first answering sentinel names.
+func masterAddr(ctx context.Context, node config.Node) (string, error) {
+	if !node.Sentinel.On() {
+		return node.Addr, nil
+	}
+	var last error
+	for _, a := range node.Sentinel.Addrs {
+		s := redis.NewSentinelClient(&redis.Options{Addr: a, Protocol: 2})
+		hp, err := s.GetMasterAddrByName(ctx, node.Sentinel.Master).Result()
+		_ = s.Close()
+		if err == nil && len(hp) == 2 {
+			return hp[0] + ":" + hp[1], nil
+		}
+		last = fmt.Errorf("sentinel %s, master %s: %v", a, node.Sentinel.Master, err)
+	}
+	return "", last
+}
+
+// masters returns a client of every node's master, by node name.
+func masters(ctx context.Context, cfg *config.Config) (map[string]*redis.Client, func(), error) {
+	out := map[string]*redis.Client{}
+	closeAll := func() {
+		for _, c := range out {
+			_ = c.Close()
+		}
+	}
+	for name, node := range cfg.Nodes {
+		addr, err := masterAddr(ctx, node)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		out[name] = redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, Username: node.Username, Password: node.Password})
+	}
+	return out, closeAll, nil
+}
+
+// waitNoPending polls every master until no part is pending on any, at
+// most limit; it returns how many still are.
+func waitNoPending(ctx context.Context, cs map[string]*redis.Client, limit time.Duration) int64 {
+	deadline := time.Now().Add(limit)
+	for {
+		var pending int64
+		for _, c := range cs {
+			n, err := c.ZCard(ctx, inventory.PendingKey).Result()
+			if err != nil {
+				n = 1 << 30
+			}
+			pending += n
+		}
+		if pending == 0 || time.Now().After(deadline) {
+			return pending
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// heal waits (up to limit) until no part is pending on any master, then
+// checks every invariant of `make drill` and `make drill-sentinel` and
+// returns the violations: nothing left pending, no acknowledged
+// reservation, confirmation or cancellation lost, confirmed units exactly
+// the confirmed orders' (no oversell), and per SKU and per node
+// available + reserved + confirmed = loaded with nothing reserved.
+func heal(ctx context.Context, cfg *config.Config, out *outcomes, skus []*v1.LoadStockRequest,
+	inv shardisv1connect.InventoryServiceClient, limit time.Duration) []string {
+	var problems []string
+	cs, closeAll, err := masters(ctx, cfg)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer closeAll()
+	pending := waitNoPending(ctx, cs, limit)
+	fmt.Printf("%-40s %d\n", "parts still pending", pending)
+	if pending > 0 {
+		problems = append(problems, fmt.Sprintf("%d parts still pending %v after the load", pending, limit))
+	}
+	homes, err := inventory.NewHomes(cfg)
+	if err != nil {
+		return append(problems, err.Error())
+	}
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	problems = append(problems, lostOutcomes(ctx, cs, homes, out)...)
+	confirmedUnits, ps := confirmedOrderUnits(ctx, cs, out)
+	problems = append(problems, ps...)
+	var total int64
+	for _, m := range skus {
+		res, err := inv.GetStock(ctx, connect.NewRequest(&v1.GetStockRequest{RouteKey: m.RouteKey, SkuId: m.SkuId}))
+		if err != nil {
+			return append(problems, fmt.Sprintf("GetStock %s: %v", m.SkuId, err))
+		}
+		s := res.Msg.Stock
+		ok := s.Available+s.Reserved+s.Confirmed == m.Quantity && s.Loaded == m.Quantity && s.Reserved == 0
+		for _, n := range s.Nodes {
+			if !n.Reachable || n.Available < 0 || n.Reserved < 0 || n.Confirmed < 0 || n.Available+n.Reserved+n.Confirmed != n.Loaded {
+				ok = false
+			}
+		}
+		fmt.Printf("%-40s available %d + reserved %d + confirmed %d = %d of %d loaded: %s\n", "invariant "+m.SkuId,
+			s.Available, s.Reserved, s.Confirmed, s.Available+s.Reserved+s.Confirmed, m.Quantity, verdict(ok))
+		if !ok {
+			problems = append(problems, "stock of "+m.SkuId+" does not add up (or a node part is negative or unreachable)")
+		}
+		total += s.Confirmed
+	}
+	fmt.Printf("%-40s %d units confirmed, %d units in confirmed orders: %s\n", "invariant confirmed units (no oversell)",
+		total, confirmedUnits, verdict(total == confirmedUnits))
+	if total != confirmedUnits {
+		problems = append(problems, fmt.Sprintf("%d units confirmed, but confirmed orders hold %d", total, confirmedUnits))
+	}
+	return problems
+}
+
+// lostOutcomes checks that every acknowledged outcome is on the order's
+// home master. The caller holds out.mu.
+func lostOutcomes(ctx context.Context, cs map[string]*redis.Client, homes *inventory.Homes, out *outcomes) []string {
+	var lost []string
+	for id := range out.reserved {
+		home := homes.Home(id)
+		word, _ := cs[home].HGet(ctx, inventory.OrderKey(id), "status").Result()
+		status := inventory.OrderState(word)
+		want := ""
+		switch {
+		case out.confirmed[id] && status != inventory.OrderConfirmed:
+			want = "confirmed (Confirm was acknowledged)"
+		case out.cancelled[id] && status != inventory.OrderCancelled:
+			want = "cancelled (Cancel was acknowledged)"
+		case status != inventory.OrderReserved && status != inventory.OrderConfirmed && status != inventory.OrderCancelled:
+			want = "reserved, confirmed or cancelled (Reserve was acknowledged)"
+		}
+		if want != "" {
+			lost = append(lost, fmt.Sprintf("order %s on %s is %q, want %s", id, home, word, want))
+		}
+	}
+	sort.Strings(lost)
+	fmt.Printf("%-40s %d\n", "acknowledged outcomes lost", len(lost))
+	if len(lost) > 10 {
+		lost = append(lost[:10], fmt.Sprintf("… and %d more lost outcomes", len(lost)-10))
+	}
+	return lost
+}
+
+// confirmedOrderUnits adds up the units of every order record confirmed on
+// any master; an order confirmed whose Reserve was never acknowledged is a
+// problem. The caller holds out.mu.
+func confirmedOrderUnits(ctx context.Context, cs map[string]*redis.Client, out *outcomes) (int64, []string) {
+	var units int64
+	var problems []string
+	for name, c := range cs {
+		iter := c.Scan(ctx, 0, inventory.OrderKey("*"), 1000).Iterator()
+		for iter.Next(ctx) {
+			status, _ := c.HGet(ctx, iter.Val(), "status").Result()
+			if inventory.OrderState(status) != inventory.OrderConfirmed {
+				continue
+			}
+			_, id := inventory.ParseKey(iter.Val())
+			u, ok := out.reserved[id]
+			if !ok {
+				problems = append(problems, fmt.Sprintf("order %s on %s is confirmed, but its Reserve was never acknowledged", id, name))
+			}
+			units += u
+		}
+		if err := iter.Err(); err != nil {
+			problems = append(problems, fmt.Sprintf("scan orders on %s: %v", name, err))
+		}
+	}
+	return units, problems
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "HOLDS"
+	}
+	return "VIOLATED"
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/redisproc"
+)
+
+// TestReportAccounting: the report's problems are an accounting of the ok
+// orders that does not add up, and no order acknowledged in the last
+// phase the drill reached.
+func TestReportAccounting(t *testing.T) {
+	o := newOutcomes()
+	o.ok = [phases]int64{2, 1, 1}
+	o.confirmed["x"], o.cancelled["y"] = true, true
+	o.left, o.unknown = 1, 1
+	o.phase.Store(phaseAfter)
+	if p := o.report(); len(p) != 0 {
+		t.Fatalf("2+1+1 ok = 1 confirmed + 1 cancelled + 1 left + 1 unknown, one ok after recovery: got problems %q", p)
+	}
+	o.left = 0
+	if p := o.report(); len(p) != 1 || !strings.Contains(p[0], "add up to 3, not 4") {
+		t.Fatalf("one ok order unaccounted for: got problems %q", p)
+	}
+	o.left = 1
+	o.phase.Store(phaseRejoined) // no order after the old master rejoined
+	if p := o.report(); len(p) != 1 || !strings.Contains(p[0], "after the old master rejoined") {
+		t.Fatalf("no order acknowledged in the last phase: got problems %q", p)
+	}
+}
+
+// TestNewDrillFlags: a victim not in the configuration and a --containers
+// entry that is not addr=container are refused, naming them; the URL
+// defaults to service.listen.
+func TestNewDrillFlags(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shardis.yaml")
+	yaml := "service: {listen: 127.0.0.1:26300}\nnodes:\n  n1: {addr: 127.0.0.1:26301}\n" +
+		"servers:\n  inventory:\n    routes: {clothes: [n1]}\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newDrill(path, "", "n9", time.Second, "127.0.0.1:26301=c1"); err == nil || !strings.Contains(err.Error(), `"n9"`) {
+		t.Fatalf("--kill n9: got %v, want an error naming n9", err)
+	}
+	if _, err := newDrill(path, "", "n1", time.Second, "127.0.0.1:26301"); err == nil || !strings.Contains(err.Error(), `"127.0.0.1:26301"`) {
+		t.Fatalf("--containers without =: got %v, want an error naming the entry", err)
+	}
+	d, err := newDrill(path, "", "n1", time.Second, "127.0.0.1:26301=c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.base != "http://127.0.0.1:26300" || d.containers["127.0.0.1:26301"] != "c1" {
+		t.Fatalf("base %q containers %v", d.base, d.containers)
+	}
+}
+
+// TestSentinelGroupLookup: against a real Sentinel group (master, replica,
+// three sentinels), waitGroup sees it ready for a failover and masterAddr
+// names the master the group has.
+func TestSentinelGroupLookup(t *testing.T) {
+	g, err := redisproc.StartGroup(redisproc.GroupOptions{Name: "drill-docker", KillWithParent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	node := config.Node{Sentinel: config.Sentinel{Master: g.Name, Addrs: g.SentinelAddrs()}}
+	ctx := context.Background()
+	if err := waitGroup(ctx, node, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	want, err := g.Master(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := masterAddr(ctx, node)
+	if err != nil || got != want {
+		t.Fatalf("masterAddr = %q, %v; want %q", got, err, want)
+	}
+	if _, err := masterAddr(ctx, config.Node{Sentinel: config.Sentinel{Master: "no-such-group", Addrs: g.SentinelAddrs()}}); err == nil ||
+		!strings.Contains(err.Error(), "no-such-group") {
+		t.Fatalf("unknown group: got %v, want an error naming it", err)
+	}
+}
