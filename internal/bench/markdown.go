@@ -150,9 +150,15 @@ func reading(r *Results, s Summary) string {
 		cl, _, _ := rp.Series[VarLib].CPUPerOp()
 		cr, _, _ := rp.Series[VarRPC].CPUPerOp()
 		sv := rp.Series[VarRPC].ServicePerOp()
-		parts = append(parts, fmt.Sprintf("Through `shardis serve` (Connect over cleartext HTTP/2, the service in a process of its own as users run it) a 1-item reserve ran at %.2f× the library's throughput: "+
+		t := fmt.Sprintf("Through `shardis serve` (Connect over cleartext HTTP/2, the service in a process of its own as users run it) a 1-item reserve ran at %.2f× the library's throughput: "+
 			"per order the service process spent %s of CPU (the library inside it included) and the Connect client %s, against the library's own %s in the caller's process; on this machine that CPU comes out of the nodes' share. ",
-			s.RPCVsLibrary, fmtCPU(sv), fmtCPU(cr), fmtCPU(cl)))
+			s.RPCVsLibrary, fmtCPU(sv), fmtCPU(cr), fmtCPU(cl))
+		if g := rp.Series[VarGRPC]; g != nil && len(g.Samples) > 0 {
+			gc, _, _ := g.CPUPerOp()
+			t += fmt.Sprintf("Through the gRPC port (`service.grpc_listen`, grpc-go's transport) from a grpc-go client it ran at %.2f×, the service spending %s and the client %s per order. ",
+				s.RPCGRPCVsLibrary, fmtCPU(g.ServicePerOp()), fmtCPU(gc))
+		}
+		parts = append(parts, t)
 	}
 	if f := r.Failover; f != nil && len(f.Cycles) > 0 {
 		parts = append(parts, failoverReading(f, s))

@@ -200,5 +200,13 @@ func rpcMisses(r *Results, s Summary) string {
 			"the service's own work on top of the floor is %s per order.",
 			s.RPCFloorVsLibrary, fmtCPU(fc), fmtCPU(fs), float64(fc+fs)/float64(max(budget, 1)), fmtCPU(rs-fs))
 	}
+	if g, f := rp.Series[VarGRPC], rp.Series[VarRPCFloorGRPC]; g != nil && f != nil && len(g.Samples) > 0 && len(f.Samples) > 0 {
+		gc, _, _ := g.CPUPerOp()
+		fc, _, _ := f.CPUPerOp()
+		fs := f.ServicePerOp()
+		t += fmt.Sprintf(" Over grpc-go's transport (the gRPC port, `service.grpc_listen`) the same orders ran at %.2f× the library, the service spending %s and the client %s; "+
+			"the grpc-go floor (the call answered at once) spent %s on the client and %s on the server, %.1f× the budget: the cheaper stack, still over what the target leaves.",
+			s.RPCGRPCVsLibrary, fmtCPU(g.ServicePerOp()), fmtCPU(gc), fmtCPU(fc), fmtCPU(fs), float64(fc+fs)/float64(max(budget, 1)))
+	}
 	return t + "\n"
 }
