@@ -44,10 +44,22 @@
 //     logged and counted (shardis_sync_rewound_queues), instead of
 //     skipping entries.
 //   - A database or node outage pauses the affected nodes (nothing is
-//     acknowledged, nothing skipped); each retries after retry_backoff.
+//     acknowledged, nothing skipped); each retries after retry_backoff,
+//     or as soon as the database answers again. Whether it answers is
+//     followed from every statement and a ping every second (every 200ms
+//     while it does not): shardis_sync_database_up, [Syncer.DatabaseUp]
+//     (the sync's /healthz), one line when an outage is seen and one when
+//     it ends, with its duration.
 //   - Several instances may run: each (node, queue) is landed under a
 //     transaction-scoped PostgreSQL advisory lock and its position re-read
-//     under it, and each node's settle pass under another.
+//     under it, and each node's settle pass under another. The locks are
+//     tried, never waited for: a queue another session holds is skipped
+//     (logged when that lasts over a second). A hung instance's session
+//     holding them mid-transaction is ended by PostgreSQL after
+//     idle_in_transaction_session_timeout ([Settings]), which releases
+//     them.
+//   - At start (and at a new incarnation) each node's committed position
+//     per queue, where landing resumes, is logged.
 //
 // It uses github.com/jackc/pgx/v5 (pgxpool), the standard PostgreSQL
 // driver for Go: maintained, no cgo, native arrays for the unnest-based

@@ -33,6 +33,7 @@ type worker struct {
 	owed    map[int]cursor // committed but not yet acknowledged in Redis
 	rot     int            // first queue of the next read (fairness)
 	rewound map[int]bool   // queues reported as gone back, paused
+	locks   lockWait       // queues skipped as locked by another session
 
 	redis, db, ack, settle streak
 }
@@ -48,13 +49,15 @@ func newWorker(s *Syncer, node string) *worker {
 }
 
 // landLoop lands until ctx is done: at once while batches come back full,
-// every poll interval when idle, after the retry backoff on failure.
+// every poll interval when idle, after the retry backoff on failure (or
+// as soon as the database answers again, when it was the database that
+// failed).
 func (w *worker) landLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		more, err := w.landStep(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			if !sleep(ctx, w.s.set.RetryBackoff) {
+			if !w.s.health.wait(ctx, w.s.set.RetryBackoff) {
 				return
 			}
 		case !more:
@@ -131,8 +134,8 @@ func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 	if err := w.land(ctx, work); err != nil {
 		return false, w.failDB(err)
 	}
+	w.s.health.observe(nil)
 	w.db.ok("incarnation", w.inc)
-	m.dbUp.Set(1)
 	w.payAcks(ctx)
 	return total >= w.s.set.Batch, nil
 }
@@ -145,7 +148,7 @@ func (w *worker) failRedis(err error) error {
 
 func (w *worker) failDB(err error) error {
 	w.s.m.errors.WithLabelValues(w.node, stageDB).Inc()
-	w.s.m.dbUp.Set(0)
+	w.s.health.observe(err)
 	w.db.fail(err, "incarnation", w.inc)
 	return err
 }
@@ -211,6 +214,8 @@ ORDER BY first_seen`, w.node, inc)
 	case inserted:
 		w.s.log.Info("landing a node's redo log", "node", w.node, "incarnation", inc, "generation", gen)
 	}
+	w.s.log.Info("resuming the redo log from the committed positions", "node", w.node, "incarnation", inc,
+		"positions", positionsText(pos))
 	w.inc, w.gen, w.pos = inc, gen, pos
 	w.owed = map[int]cursor{}
 	for q, c := range pos {
@@ -220,6 +225,19 @@ ORDER BY first_seen`, w.node, inc)
 	}
 	w.s.m.generation.WithLabelValues(w.node).Set(float64(gen))
 	return nil
+}
+
+// positionsText is each queue's committed position, "queue:offset"
+// separated by spaces ("0:120 1:0 2:87"): where landing resumes.
+func positionsText(pos []cursor) string {
+	var b strings.Builder
+	for q, c := range pos {
+		if q > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%d:%d", q, c.off)
+	}
+	return b.String()
 }
 
 // payAcks acknowledges what was committed. A failure leaves the debt for
@@ -257,7 +275,7 @@ func (w *worker) payAcks(ctx context.Context) {
 	w.ack.fail(err)
 }
 
-// movement is one row of stock_movements to write, by column.
+// movements are the rows of stock_movements to write, by column.
 type movements struct {
 	queue   []int32
 	off     []int64

@@ -64,7 +64,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"node", "stage"})
 	m.dbUp = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "shardis_sync_database_up",
-		Help: "1 when the last PostgreSQL step succeeded, 0 while the database fails (the sync is paused).",
+		Help: "1 while PostgreSQL answers (every statement of the sync and a ping every second), 0 while it does not (the sync is paused).",
 	})
 	m.incarnations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardis_sync_new_incarnations_total",
@@ -149,6 +149,10 @@ func (m *Metrics) Landed() float64 { return sumOf(m.landed) }
 // Settled returns how many landed pending parts were updated to a settled
 // state, over every node and state.
 func (m *Metrics) Settled() float64 { return sumOf(m.settled) }
+
+// DatabaseUp returns shardis_sync_database_up: 1 while PostgreSQL
+// answers, 0 while it does not.
+func (m *Metrics) DatabaseUp() float64 { return sumOf(m.dbUp) }
 
 // Rewound returns how many queues of node are paused as gone back.
 func (m *Metrics) Rewound(node string) float64 {

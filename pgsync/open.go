@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -71,14 +72,20 @@ func Open(ctx context.Context, cfg *config.Config, opts OpenOptions) (*Stack, er
 	if o.RetryBackoff > 0 {
 		set.RetryBackoff = o.RetryBackoff
 	}
-	set.StepTimeout, set.Metrics, set.Logger = o.StepTimeout, o.Metrics, opts.Logger
+	set.StepTimeout, set.IdleInTransactionTimeout = o.StepTimeout, o.IdleInTransactionTimeout
+	set.Metrics, set.Logger = o.Metrics, opts.Logger
 	if set.Metrics == nil {
 		set.Metrics = NewMetrics(opts.Registerer)
 	}
+	set.defaults()
 	pc, err := pgxpool.ParseConfig(cfg.Sync.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("sync.dsn: %w", err) // pgx masks the password
 	}
+	// A hung instance's session holding queue locks mid-transaction is
+	// ended by the server (Settings.IdleInTransactionTimeout).
+	pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] =
+		strconv.FormatInt(max(set.IdleInTransactionTimeout.Milliseconds(), 1), 10)
 	// Two workers per node each hold at most one connection at a time;
 	// beyond 32 they take turns rather than crowd the server.
 	pc.MaxConns = int32(max(4, min(32, 2*len(cfg.Nodes)+2)))

@@ -38,7 +38,7 @@ func (w *worker) settleLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		scanned, pending, err := w.settleStep(ctx, &from)
 		if err != nil {
-			if ctx.Err() != nil || !sleep(ctx, w.s.set.RetryBackoff) {
+			if ctx.Err() != nil || !w.s.health.wait(ctx, w.s.set.RetryBackoff) {
 				return
 			}
 			continue
@@ -71,6 +71,9 @@ func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pend
 	m := w.s.m
 	fail := func(stage string, err error) (int64, int64, error) {
 		m.errors.WithLabelValues(w.node, stage).Inc()
+		if stage == stageDB {
+			w.s.health.observe(err)
+		}
 		w.settle.fail(err)
 		return 0, 0, err
 	}
@@ -83,7 +86,9 @@ func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pend
 	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1, -1)", w.key).Scan(&mine); err != nil {
 		return fail(stageDB, err)
 	}
+	w.s.health.observe(nil)
 	if !mine {
+		w.settle.ok() // the database answered: another instance does this pass
 		return -1, 0, nil
 	}
 	type row struct {
@@ -100,7 +105,11 @@ func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pend
 		return fail(stageDB, err)
 	}
 	if len(list) == 0 {
-		return 0, 0, tx.Commit(ctx)
+		if err := tx.Commit(ctx); err != nil {
+			return fail(stageDB, err)
+		}
+		w.settle.ok()
+		return 0, 0, nil
 	}
 	ids := make([]string, len(list))
 	for i, r := range list {

@@ -25,13 +25,23 @@ type Settings struct {
 	// SettleInterval is how often landed pending parts are re-checked.
 	// default: 1s
 	SettleInterval time.Duration
-	// RetryBackoff is the wait after a failed step.
+	// RetryBackoff is the most a worker waits after a failed step. After
+	// a database failure it resumes sooner, as soon as the database
+	// answers again (it is probed every 200ms while down).
 	// default: 1s
 	RetryBackoff time.Duration
 	// StepTimeout bounds one step (a read, a transaction, an
 	// acknowledgement), so a hung database or node cannot stall a worker.
 	// default: 15s
 	StepTimeout time.Duration
+	// IdleInTransactionTimeout is PostgreSQL's
+	// idle_in_transaction_session_timeout on the sync's sessions ([Open]
+	// sets it): the session of a hung instance (stopped, or cut off
+	// mid-transaction) that holds a queue's advisory lock is ended after
+	// this long, which releases the lock to the other instances. No step
+	// of a live instance stays in a transaction longer than StepTimeout.
+	// default: StepTimeout
+	IdleInTransactionTimeout time.Duration
 	// Logger receives new incarnations, failures and recoveries.
 	// default: slog.Default()
 	Logger *slog.Logger
@@ -62,6 +72,9 @@ func (s *Settings) defaults() {
 	if s.StepTimeout <= 0 {
 		s.StepTimeout = 15 * time.Second
 	}
+	if s.IdleInTransactionTimeout <= 0 {
+		s.IdleInTransactionTimeout = s.StepTimeout
+	}
 	if s.Logger == nil {
 		s.Logger = slog.Default()
 	}
@@ -83,6 +96,7 @@ type Syncer struct {
 	log    *slog.Logger
 	m      *Metrics
 	queues int
+	health *dbHealth
 
 	mu      sync.Mutex
 	started bool
@@ -96,6 +110,7 @@ func New(inv *inventory.Inventory, pool *pgxpool.Pool, set Settings) *Syncer {
 	set.defaults()
 	s := &Syncer{inv: inv, pool: pool, set: set, log: set.Logger, m: set.Metrics,
 		queues: inv.RedoQueues()}
+	s.health = newDBHealth(s.log, s.m.dbUp)
 	for _, n := range inv.Nodes() {
 		s.m.initNode(n.Name())
 	}
@@ -112,6 +127,8 @@ func (s *Syncer) Start() {
 	s.started = true
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.probeLoop(ctx) }()
 	for _, n := range s.inv.Nodes() {
 		w := newWorker(s, n.Name())
 		s.wg.Add(2)
@@ -119,6 +136,12 @@ func (s *Syncer) Start() {
 		go func() { defer s.wg.Done(); w.settleLoop(ctx) }()
 	}
 }
+
+// DatabaseUp reports whether PostgreSQL answered the syncer's last
+// statement or ping (it is pinged every second while it answers, so an
+// outage is seen even when nothing needs landing). `shardis sync` serves
+// it as /healthz; it is shardis_sync_database_up.
+func (s *Syncer) DatabaseUp() bool { return s.health.up() }
 
 // Close stops the workers and waits for them. What was committed stays;
 // a batch in flight is rolled back (it is landed again by the next run).

@@ -55,6 +55,7 @@ func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead) error
 	if err != nil {
 		return err
 	}
+	w.noteLocked(queues, locked)
 	b := w.batch(work, locked, db)
 	if len(b.next) == 0 {
 		return tx.Commit(ctx) // releases the locks

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -98,9 +99,10 @@ func cmdSync(args []string, stdout, stderr io.Writer) error {
 	return runSync(ctx, cfg, log, *migrate)
 }
 
-// runSync lands until ctx is done, serving /metrics and /healthz on
-// sync.listen meanwhile.
+// runSync lands until ctx is done, serving /metrics and /healthz (see
+// syncHealth) on sync.listen meanwhile.
 func runSync(ctx context.Context, cfg *config.Config, log *slog.Logger, migrate bool) error {
+	var running atomic.Pointer[pgsync.Syncer] // nil until the database answered at start
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var srv *http.Server
@@ -111,7 +113,7 @@ func runSync(ctx context.Context, cfg *config.Config, log *slog.Logger, migrate 
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { syncHealth(w, running.Load()) })
 		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer func() {
@@ -129,6 +131,7 @@ func runSync(ctx context.Context, cfg *config.Config, log *slog.Logger, migrate 
 		return err
 	}
 	st.Syncer.Start()
+	running.Store(st.Syncer)
 	log.Info("shardis sync landing the redo log", "nodes", len(cfg.Nodes), "queues", cfg.Inventory.RedoQueues,
 		"database", config.RedactDSN(cfg.Sync.DSN))
 	<-ctx.Done()
@@ -136,6 +139,22 @@ func runSync(ctx context.Context, cfg *config.Config, log *slog.Logger, migrate 
 	st.Close()
 	log.Info("stopped")
 	return nil
+}
+
+// syncHealth answers /healthz: 200 while PostgreSQL answers the syncer
+// (its statements and a ping every second), 503 while it does not or
+// before the syncer started (waiting for the database at start).
+func syncHealth(w http.ResponseWriter, s *pgsync.Syncer) {
+	switch {
+	case s == nil:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "starting: waiting for PostgreSQL\n")
+	case !s.DatabaseUp():
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "PostgreSQL unreachable: landing paused\n")
+	default:
+		_, _ = io.WriteString(w, "ok\n")
+	}
 }
 
 // syncStatus prints what the sync landed of every node.

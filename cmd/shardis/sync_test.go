@@ -49,7 +49,7 @@ sync: {dsn: "postgres://shardis@%s/shardis?sslmode=disable", listen: "127.0.0.1:
 	if code, _, errOut := cli("sync", "status", "--config", cfgPath); code != 1 || !strings.Contains(errOut, "--migrate") {
 		t.Fatalf("status before the schema exists: exit %d, %q; want 1 naming --migrate", code, errOut)
 	}
-	if code, out, errOut := cli("sync", "migrate", "--config", cfgPath); code != 0 || !strings.Contains(out, "version 1") {
+	if code, out, errOut := cli("sync", "migrate", "--config", cfgPath); code != 0 || !strings.Contains(out, fmt.Sprintf("version %d", pgsync.SchemaVersion)) {
 		t.Fatalf("sync migrate: exit %d, %q %q", code, out, errOut)
 	}
 	if code, _, errOut := cli("sync", "--config"); code != 2 {
@@ -121,4 +121,77 @@ sync: {dsn: "postgres://shardis@%s/shardis?sslmode=disable", listen: "127.0.0.1:
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+}
+
+// /healthz and shardis_sync_database_up of `shardis sync` follow
+// PostgreSQL: 200 and 1 while it answers, 503 and 0 while it is stopped
+// (with nothing new to land), 200 and 1 again once it is back.
+func TestSyncHealthzFollowsDatabase(t *testing.T) {
+	_, nodes := startService(t, "")
+	pg := pgtest.Start(t, "")
+	metricsPort := redistest.FreePort(t)
+	var yml strings.Builder
+	yml.WriteString("nodes:\n")
+	for i, n := range nodes {
+		fmt.Fprintf(&yml, "  n%d: {addr: %s}\n", i+1, n.Addr())
+	}
+	fmt.Fprintf(&yml, `servers:
+  inventory: {routes: {clothes: [n1, n2, n3]}}
+sync: {dsn: %q, listen: "127.0.0.1:%d", poll_interval: 20ms, settle_interval: 100ms}
+`, pg.URL(), metricsPort)
+	cfgPath := filepath.Join(t.TempDir(), "sync.yaml")
+	if err := os.WriteFile(cfgPath, []byte(yml.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runSync(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), true) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runSync: %v", err)
+		}
+	}()
+	base := fmt.Sprintf("http://127.0.0.1:%d", metricsPort)
+	probe := func() (int, bool) { // /healthz's code; whether /metrics says database_up 1
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			return 0, false
+		}
+		resp.Body.Close()
+		mresp, err := http.Get(base + "/metrics")
+		if err != nil {
+			return resp.StatusCode, false
+		}
+		body, _ := io.ReadAll(mresp.Body)
+		mresp.Body.Close()
+		return resp.StatusCode, strings.Contains(string(body), "\nshardis_sync_database_up 1\n")
+	}
+	wait := func(what string, d time.Duration, code int, up bool) {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for {
+			c, u := probe()
+			if c == code && u == up {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting %v for %s: /healthz %d, database_up 1: %v", d, what, c, u)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	wait("the sync to be healthy", 15*time.Second, http.StatusOK, true)
+	if err := pg.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	wait("/healthz 503 and database_up 0 while PostgreSQL is stopped", 5*time.Second, http.StatusServiceUnavailable, false)
+	if err := pg.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	wait("/healthz 200 and database_up 1 once PostgreSQL is back", 5*time.Second, http.StatusOK, true)
 }

@@ -1,0 +1,6 @@
+package pgsync
+
+// Internals the external tests (package pgsync_test) reach.
+
+// LockKey is lockKey: the first key of a node's advisory locks.
+var LockKey = lockKey
