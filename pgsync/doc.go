@@ -9,7 +9,9 @@
 // confirmed, cancelled; expired when the part's record outlived
 // inventory.retention before it was read; lost when its node lost it and
 // was accepted with a new incarnation), reserved_at and settled_at (node
-// clock), landed_at and updated_at. The primary key is (node,
+// clock), reason (of a cancelled row: cancelled, expired or refused, see
+// [CancelReason]; NULL otherwise, or when the order's record could not
+// be read), landed_at and updated_at. The primary key is (node,
 // incarnation, queue, redo_offset), so a replay is a no-op, and (node,
 // part_id) is unique, so a part is one row even when a node restored
 // from a snapshot hands it out again under a new incarnation.

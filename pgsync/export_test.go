@@ -4,3 +4,9 @@ package pgsync
 
 // LockKey is lockKey: the first key of a node's advisory locks.
 var LockKey = lockKey
+
+// Migrations are the schema's migrations, in order.
+var Migrations = migrations
+
+// ReasonOf is reasonOf.
+var ReasonOf = reasonOf

@@ -131,13 +131,26 @@ func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 	if len(work) == 0 {
 		return false, nil
 	}
-	if err := w.land(ctx, work); err != nil {
+	if err := w.land(ctx, work, w.s.cancelReasons(ctx, cancelledParts(work))); err != nil {
 		return false, w.failDB(err)
 	}
 	w.s.health.observe(nil)
 	w.db.ok("incarnation", w.inc)
 	w.payAcks(ctx)
 	return total >= w.s.set.Batch, nil
+}
+
+// cancelledParts returns the cancelled entries of work: part id → order.
+func cancelledParts(work []inventory.RedoQueueRead) map[string]string {
+	out := map[string]string{}
+	for _, q := range work {
+		for _, e := range q.Entries {
+			if e.State == string(inventory.PartCancelled) {
+				out[e.PartID] = e.OrderID
+			}
+		}
+	}
+	return out
 }
 
 func (w *worker) failRedis(err error) error {
@@ -287,9 +300,10 @@ type movements struct {
 	state   []string
 	at      []pgtype.Timestamptz
 	settled []pgtype.Timestamptz
+	reason  []pgtype.Text
 }
 
-func (mv *movements) add(q int, e inventory.RedoEntry) {
+func (mv *movements) add(q int, e inventory.RedoEntry, r CancelReason) {
 	mv.queue = append(mv.queue, int32(q))
 	mv.off = append(mv.off, e.Offset)
 	mv.part = append(mv.part, e.PartID)
@@ -300,6 +314,7 @@ func (mv *movements) add(q int, e inventory.RedoEntry) {
 	mv.state = append(mv.state, e.State)
 	mv.at = append(mv.at, ts(e.At))
 	mv.settled = append(mv.settled, ts(e.SettledAt))
+	mv.reason = append(mv.reason, reasonText(r))
 }
 
 // ts is a nullable timestamp: NULL for the zero time and the epoch (a

@@ -59,6 +59,12 @@ CREATE TABLE sync_incarnations (
   PRIMARY KEY (node, incarnation)
 );
 `,
+	// 2: why a cancelled part was cancelled (CancelReason); NULL on the
+	// rows landed before (and whenever the order's record could not be
+	// read).
+	`
+ALTER TABLE stock_movements ADD COLUMN reason text CHECK (reason IN ('cancelled', 'expired', 'refused'));
+`,
 }
 
 // SchemaVersion is the schema version this build reads and writes.

@@ -22,11 +22,11 @@ type settleKey struct {
 
 // The statements of a settle step.
 const (
-	sqlPending = `SELECT incarnation, queue, redo_offset, part_id FROM stock_movements
+	sqlPending = `SELECT incarnation, queue, redo_offset, part_id, order_id FROM stock_movements
 WHERE node = $1 AND state = 'pending' AND (incarnation, queue, redo_offset) > ($2, $3, $4)
 ORDER BY incarnation, queue, redo_offset LIMIT $5`
-	sqlSettle = `UPDATE stock_movements m SET state = u.state, settled_at = u.settled, updated_at = now()
-FROM unnest($2::text[], $3::int[], $4::bigint[], $5::text[], $6::timestamptz[]) AS u(inc, q, off, state, settled)
+	sqlSettle = `UPDATE stock_movements m SET state = u.state, settled_at = u.settled, reason = u.reason, updated_at = now()
+FROM unnest($2::text[], $3::int[], $4::bigint[], $5::text[], $6::timestamptz[], $7::text[]) AS u(inc, q, off, state, settled, reason)
 WHERE m.node = $1 AND m.incarnation = u.inc AND m.queue = u.q AND m.redo_offset = u.off AND m.state = 'pending'`
 )
 
@@ -92,13 +92,13 @@ func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pend
 		return -1, 0, nil
 	}
 	type row struct {
-		key  settleKey
-		part string
+		key         settleKey
+		part, order string
 	}
 	var list []row
 	var r row
 	rows, _ := tx.Query(ctx, sqlPending, w.node, from.inc, from.queue, from.off, settleChunk)
-	if _, err := pgx.ForEachRow(rows, []any{&r.key.inc, &r.key.queue, &r.key.off, &r.part}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&r.key.inc, &r.key.queue, &r.key.off, &r.part, &r.order}, func() error {
 		list = append(list, r)
 		return nil
 	}); err != nil {
@@ -124,8 +124,16 @@ func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pend
 		qs       []int32
 		offs     []int64
 		settled  []pgtype.Timestamptz
+		why      []pgtype.Text
 		lost     int
 	)
+	cancelled := map[string]string{}
+	for i, s := range states {
+		if s.State == inventory.PartCancelled {
+			cancelled[list[i].part] = list[i].order
+		}
+	}
+	reasons := w.s.cancelReasons(ctx, cancelled)
 	for i, s := range states {
 		state := string(s.State)
 		switch s.State {
@@ -147,9 +155,10 @@ func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pend
 		offs = append(offs, list[i].key.off)
 		st = append(st, state)
 		settled = append(settled, ts(s.SettledAt))
+		why = append(why, reasonText(reasons[list[i].part]))
 	}
 	if len(st) > 0 {
-		if _, err := tx.Exec(ctx, sqlSettle, w.node, incs, qs, offs, st, settled); err != nil {
+		if _, err := tx.Exec(ctx, sqlSettle, w.node, incs, qs, offs, st, settled, why); err != nil {
 			return fail(stageDB, err)
 		}
 	}

@@ -21,11 +21,12 @@ WHERE node = $1 AND incarnation = $2 AND queue = ANY($3::int[])`
 	// a restored node still holds under a new incarnation) keeps its row:
 	// only its state moves forward.
 	sqlInsert = `INSERT INTO stock_movements
-  (node, incarnation, queue, redo_offset, part_id, order_id, route, sku, quantity, state, reserved_at, settled_at)
-SELECT $1, $2, u.queue, u.off, u.part, u.ord, u.route, u.sku, u.qty, u.state, u.at, u.settled
+  (node, incarnation, queue, redo_offset, part_id, order_id, route, sku, quantity, state, reserved_at, settled_at, reason)
+SELECT $1, $2, u.queue, u.off, u.part, u.ord, u.route, u.sku, u.qty, u.state, u.at, u.settled, u.reason
 FROM unnest($3::int[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::bigint[], $10::text[],
-            $11::timestamptz[], $12::timestamptz[]) AS u(queue, off, part, ord, route, sku, qty, state, at, settled)
-ON CONFLICT (node, part_id) DO UPDATE SET state = EXCLUDED.state, settled_at = EXCLUDED.settled_at, updated_at = now()
+            $11::timestamptz[], $12::timestamptz[], $13::text[]) AS u(queue, off, part, ord, route, sku, qty, state, at, settled, reason)
+ON CONFLICT (node, part_id) DO UPDATE SET state = EXCLUDED.state, settled_at = EXCLUDED.settled_at, reason = EXCLUDED.reason,
+  updated_at = now()
 WHERE (stock_movements.state IN ('pending', 'lost', 'expired') AND EXCLUDED.state IN ('confirmed', 'cancelled'))
    OR (stock_movements.state = 'pending' AND EXCLUDED.state IN ('lost', 'expired'))`
 	// sqlAdvance moves the positions, in the same transaction.
@@ -41,7 +42,7 @@ SET redo_offset = EXCLUDED.redo_offset, part_id = EXCLUDED.part_id, updated_at =
 // moved it: the worker takes the database's position and reads again).
 // Only after the commit does it move the worker's positions and owe the
 // acknowledgements.
-func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead) error {
+func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead, reasons map[string]CancelReason) error {
 	queues := make([]int32, len(work))
 	for i, q := range work {
 		queues[i] = int32(q.Queue)
@@ -56,7 +57,7 @@ func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead) error
 		return err
 	}
 	w.noteLocked(queues, locked)
-	b := w.batch(work, locked, db)
+	b := w.batch(work, locked, db, reasons)
 	if len(b.next) == 0 {
 		return tx.Commit(ctx) // releases the locks
 	}
@@ -67,7 +68,7 @@ func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead) error
 	if len(b.mv.off) > 0 {
 		mv := &b.mv
 		if _, err := tx.Exec(ctx, sqlInsert, w.node, w.inc, mv.queue, mv.off, mv.part, mv.order, mv.route, mv.sku,
-			mv.qty, mv.state, mv.at, mv.settled); err != nil {
+			mv.qty, mv.state, mv.at, mv.settled, mv.reason); err != nil {
 			return err
 		}
 	}
@@ -122,10 +123,10 @@ type landBatch struct {
 	trimmed map[int][2]int64
 }
 
-// batch builds the landBatch of work for the locked queues whose database
+// batch builds the landBatch of work (reasons: of its cancelled parts) for the locked queues whose database
 // position db is still the worker's; a queue moved by another instance
 // takes the database's position and is left for the next read.
-func (w *worker) batch(work []inventory.RedoQueueRead, locked map[int]bool, db map[int]cursor) landBatch {
+func (w *worker) batch(work []inventory.RedoQueueRead, locked map[int]bool, db map[int]cursor, reasons map[string]CancelReason) landBatch {
 	b := landBatch{next: map[int]cursor{}, trimmed: map[int][2]int64{}}
 	for _, r := range work {
 		if !locked[r.Queue] {
@@ -143,7 +144,7 @@ func (w *worker) batch(work []inventory.RedoQueueRead, locked map[int]bool, db m
 		}
 		last := cursor{off: after + r.Trimmed}
 		for _, e := range r.Entries {
-			b.mv.add(r.Queue, e)
+			b.mv.add(r.Queue, e, reasons[e.PartID])
 			last = cursor{off: e.Offset, part: e.PartID}
 		}
 		b.next[r.Queue] = last
