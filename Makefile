@@ -14,9 +14,10 @@ CONNECT_GEN_VERSION    := v1.21.1
 
 all: build
 
-## build: the shardis binary in bin/.
+## build: the shardis binary in bin/, its version stamped from git (shardis version).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
 build:
-	$(GO) build -o $(BIN) ./cmd/shardis
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/shardis
 
 ## deps-redis: install redis-server when it is missing.
 deps-redis:

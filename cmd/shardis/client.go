@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,7 +42,7 @@ type clientCommand struct {
 // clientCommands is keyed by command name ("stock load" for subcommands).
 var clientCommands = map[string]clientCommand{
 	"status": {"status [flags]",
-		"Lists every node: state, breaker, failed probes and routes (drained ones marked).", cmdStatus},
+		"Lists every node (state, breaker, failed probes, persistence settings, redo backlog, stuck parts, routes with drained ones marked), then the service's readiness, topology epoch and any pending configuration difference, and the deferred parts.", cmdStatus},
 	"stock load": {"stock load [flags] --route R --sku S --qty N [--limit L]",
 		"Adds N units of a SKU, split over the route's enabled nodes, and prints the stock.", cmdStockLoad},
 	"stock get": {"stock get [flags] --route R --sku S",
@@ -51,11 +52,19 @@ var clientCommands = map[string]clientCommand{
 	"confirm": {"confirm [flags] ORDER", "Confirms a reserved order.", cmdConfirm},
 	"cancel": {"cancel [flags] ORDER",
 		"Cancels an order; an order never reserved gets a tombstone.", cmdCancel},
-	"drain": {"drain [flags] NODE SERVER ROUTE",
-		"Disables one route on one node (no new stock or reservations there).",
-		func(ctx context.Context, c *client, args []string) error { return setRouteEnabled(ctx, c, args, false) }},
+	"drain": {"drain [flags] [--force] NODE SERVER ROUTE",
+		"Disables one route on one node (no new stock or reservations there). Draining the last enabled node of a route takes the route down: refused unless --force.",
+		cmdDrain},
 	"undrain": {"undrain [flags] NODE SERVER ROUTE", "Re-enables one route on one node.",
-		func(ctx context.Context, c *client, args []string) error { return setRouteEnabled(ctx, c, args, true) }},
+		func(ctx context.Context, c *client, args []string) error {
+			rest, err := c.parse(args, 3, 3)
+			if err != nil {
+				return err
+			}
+			return setRouteEnabled(ctx, c, rest, true)
+		}},
+	"order-id": {"order-id [flags] [ROUTE...]",
+		"Mints an order id whose record goes to a node that is up (given the order's route keys, the node serving most of them); store it, then reserve with it.", cmdOrderID},
 	"redo-log": {"redo-log [flags] --node N --queue Q [--after OFFSET] [--limit 100] [--follow]",
 		"Prints one redo-log queue of a node; Q is a number or a receipt's redo log name.", cmdRedoLog},
 	"redo-log ack": {"redo-log ack [flags] --node N --queue Q OFFSET",
@@ -75,26 +84,19 @@ func cmdClient(name string, args []string, stdout, stderr io.Writer) error {
 	return runClient(ctx, name, args, stdout, stderr)
 }
 
+// clientGroups are the client commands made of subcommands, with the
+// subcommands in the order their usage lists them.
+var clientGroups = map[string][]string{
+	"stock": {"load", "get"},
+	"parts": {"stuck", "retry"},
+	"node":  {"accept"},
+}
+
 // runClient runs a client subcommand bounded by ctx.
 func runClient(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
-	if name == "stock" {
-		if len(args) == 0 || (args[0] != "load" && args[0] != "get") {
-			fmt.Fprintln(stderr, "usage: shardis stock load|get [flags]")
-			return fmt.Errorf("%w: stock needs a subcommand: load or get", errUsage)
-		}
-		name, args = name+" "+args[0], args[1:]
-	}
-	if name == "parts" {
-		if len(args) == 0 || (args[0] != "stuck" && args[0] != "retry") {
-			fmt.Fprintln(stderr, "usage: shardis parts stuck|retry [flags]")
-			return fmt.Errorf("%w: parts needs a subcommand: stuck or retry", errUsage)
-		}
-		name, args = name+" "+args[0], args[1:]
-	}
-	if name == "node" {
-		if len(args) == 0 || args[0] != "accept" {
-			fmt.Fprintln(stderr, "usage: shardis node accept [flags] NODE")
-			return fmt.Errorf("%w: node needs a subcommand: accept", errUsage)
+	if subs, ok := clientGroups[name]; ok {
+		if len(args) == 0 || !slices.Contains(subs, args[0]) {
+			return groupUsage(name, subs, args, stderr)
 		}
 		name, args = name+" "+args[0], args[1:]
 	}
@@ -108,6 +110,26 @@ func runClient(ctx context.Context, name string, args []string, stdout, stderr i
 	c := newClient(cmd, stdout, stderr)
 	defer c.close()
 	return cmd.run(ctx, c, args)
+}
+
+// groupUsage lists the subcommands of group. Asked for (-h, --help,
+// help) it returns flag.ErrHelp (exit status 0); otherwise a usage error
+// naming what is missing or unknown.
+func groupUsage(group string, subs, args []string, stderr io.Writer) error {
+	fmt.Fprintf(stderr, "usage: shardis %s %s [flags]\n\nsubcommands:\n", group, strings.Join(subs, "|"))
+	for _, sub := range subs {
+		cmd := clientCommands[group+" "+sub]
+		fmt.Fprintf(stderr, "  shardis %s\n      %s\n", cmd.synopsis, cmd.help)
+	}
+	fmt.Fprintf(stderr, "\nRun \"shardis %s SUBCOMMAND -h\" for its flags.\n", group)
+	switch {
+	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help"):
+		return flag.ErrHelp
+	case len(args) == 0:
+		return fmt.Errorf("%w: %s needs a subcommand: %s", errUsage, group, strings.Join(subs, " or "))
+	default:
+		return fmt.Errorf("%w: %s %q: unknown subcommand; want %s", errUsage, group, args[0], strings.Join(subs, " or "))
+	}
 }
 
 // client holds the common flags of a client subcommand and, once parsed,
@@ -135,7 +157,7 @@ func newClient(cmd clientCommand, stdout, stderr io.Writer) *client {
 	c.fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "deadline of each call")
 	c.fs.BoolVar(&c.out.json, "json", false, "print responses as proto3 JSON, one object per line")
 	c.fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: shardis %s\n%s\nFlags come before arguments.\n", cmd.synopsis, cmd.help)
+		fmt.Fprintf(stderr, "usage: shardis %s\n%s\nFlags may come before or after the arguments (\"--\" ends them).\n", cmd.synopsis, cmd.help)
 		c.fs.PrintDefaults()
 	}
 	return c
@@ -147,23 +169,19 @@ func (c *client) usageErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
 }
 
-// parse parses args (flags first), checks that the required flags were
-// given and that between minArgs and maxArgs (-1: any number) arguments
-// remain, and connects. It returns the arguments.
+// parse parses args (flags anywhere among the arguments, until "--"),
+// checks that the required flags were given and that between minArgs
+// and maxArgs (-1: any number) arguments remain, and connects. It
+// returns the arguments.
 func (c *client) parse(args []string, minArgs, maxArgs int, required ...string) ([]string, error) {
-	if err := c.fs.Parse(args); err != nil {
+	rest, err := parseInterspersed(c.fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
-	rest := c.fs.Args()
 	if len(rest) < minArgs || (maxArgs >= 0 && len(rest) > maxArgs) {
-		for _, a := range rest {
-			if strings.HasPrefix(a, "-") {
-				return nil, c.usageErr("flag %s after the arguments: flags come first", a)
-			}
-		}
 		return nil, c.usageErr("%s: wrong number of arguments (%d)", c.fs.Name(), len(rest))
 	}
 	set := map[string]bool{}
@@ -253,43 +271,6 @@ func show[Req, Res any, PRes interface {
 	return c.out.emit(PRes(res), func(w io.Writer) { human(w, res) })
 }
 
-func cmdStatus(ctx context.Context, c *client, args []string) error {
-	if _, err := c.parse(args, 0, 0); err != nil {
-		return err
-	}
-	err := show(ctx, c, c.admin.ListNodes, &v1.ListNodesRequest{},
-		func(w io.Writer, res *v1.ListNodesResponse) { writeNodes(w, res.Nodes) })
-	if err != nil || c.out.json {
-		return err
-	}
-	// The instance's readiness, when it has something to say: not ready,
-	// or ready with a pending topology change (its configuration differs
-	// from the topology applied on the nodes).
-	if line := c.readiness(ctx); line != "" && line != "ready" {
-		fmt.Fprintf(c.out.w, "\nSERVICE: %s\n", line)
-	}
-	return nil
-}
-
-// readiness returns the first line of the service's /readyz ("" when it
-// cannot be read).
-func (c *client) readiness(ctx context.Context) string {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/readyz", nil)
-	if err != nil {
-		return ""
-	}
-	res, err := c.http.Do(req)
-	if err != nil {
-		return ""
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
-	line, _, _ := strings.Cut(string(b), "\n")
-	return line
-}
-
 // stockFlags declares --route and --sku.
 func stockFlags(c *client) (route, sku *string) {
 	return c.fs.String("route", "", "second-level route `key` (required)"),
@@ -376,11 +357,9 @@ func cmdCancel(ctx context.Context, c *client, args []string) error {
 		})
 }
 
-func setRouteEnabled(ctx context.Context, c *client, args []string, enabled bool) error {
-	rest, err := c.parse(args, 3, 3)
-	if err != nil {
-		return err
-	}
+// setRouteEnabled enables or drains route rest[2] of server rest[1] on
+// node rest[0] and prints the node's routes.
+func setRouteEnabled(ctx context.Context, c *client, rest []string, enabled bool) error {
 	return show(ctx, c, c.admin.SetRouteEnabled, &v1.SetRouteEnabledRequest{
 		Node: rest[0], Server: rest[1], Route: rest[2], Enabled: enabled},
 		func(w io.Writer, res *v1.SetRouteEnabledResponse) {
@@ -434,6 +413,7 @@ type redoFollower struct {
 	tbl     redoTable
 	polled  bool   // a call succeeded: later transient errors are retried
 	lastErr string // the last error reported while retrying
+	waiting bool   // following: "waiting" was said (once)
 }
 
 // poll reads and prints one page. full reports a full page (more may be
@@ -455,6 +435,13 @@ func (f *redoFollower) poll(ctx context.Context) (full bool, err error) {
 		return false, err
 	}
 	f.polled, f.lastErr = true, ""
+	if f.follow && len(res.Entries) == 0 && !f.waiting {
+		// Following an idle queue prints nothing on stdout: say so once
+		// (stderr: stdout stays the entries).
+		fmt.Fprintf(f.c.stderr, "%s on %s: no entries after offset %d; waiting for new ones (polling every %v, Ctrl-C to stop)\n",
+			res.RedoLog, res.Node, f.req.AfterOffset, followInterval)
+		f.waiting = true
+	}
 	if !f.follow || len(res.Entries) > 0 {
 		if err := f.c.out.emit(res, func(w io.Writer) { f.tbl.write(w, res, f.req.AfterOffset) }); err != nil {
 			return false, err

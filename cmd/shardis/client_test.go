@@ -95,8 +95,7 @@ func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errOut.String()
 }
 
-// withFlags inserts flags right after the command words (flags come
-// before arguments).
+// withFlags inserts flags right after the command words.
 func withFlags(args []string, flags ...string) []string {
 	n := 1
 	if args[0] == "stock" || args[0] == "parts" || args[0] == "node" || (args[0] == "redo-log" && len(args) > 1 && args[1] == "ack") {
@@ -396,7 +395,7 @@ func TestClientUsage(t *testing.T) {
 		{2, "needs --qty", "stock load --route r --sku s"},
 		{2, "not defined", "stock get --nope"},
 		{2, "wrong number of arguments", "confirm"},
-		{2, "flags come first", "cancel o1 --json"},
+		{2, "wrong number of arguments", "cancel o1 o2 --json"},
 		{2, "wrong number of arguments", "drain n1 inventory"},
 		{2, "--addr", "status --addr ftp://host:1"},
 		{2, "--timeout", "status --timeout 0s"},

@@ -9,12 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 )
-
-// version is set at link time (-ldflags "-X main.version=…"); otherwise it
-// comes from the module build info.
-var version = ""
 
 const usage = `usage: shardis <command> [flags]
 
@@ -30,19 +25,25 @@ commands:
   version   print the version
 
 client commands (talk to a running service; --addr, --token, --timeout, --json):
-  status    list nodes: state, breaker, routes
+  status    list nodes (state, breaker, persistence, routes), readiness, topology
+            epoch, redo backlog, deferred and stuck parts
   stock     load or get a SKU's stock (stock load|get --route R --sku S ...)
+  order-id  mint an order id placed on a node that is up ([ROUTE...])
   reserve   reserve an order's items (--order O ROUTE:SKU:QTY...)
   confirm   confirm a reserved order
   cancel    cancel an order
-  drain     disable a route on a node (NODE SERVER ROUTE)
+  drain     disable a route on a node (NODE SERVER ROUTE); refused for the last
+            enabled node of a route unless --force
   undrain   re-enable a route on a node (NODE SERVER ROUTE)
   redo-log  read a node's redo-log queue (--node N --queue Q [--follow]);
             redo-log ack --node N --queue Q OFFSET records a consumer's progress
   parts     parts stuck lists parts the reconciler set aside (cannot be settled);
             parts retry NODE PART_ID | --all | --sku SKU retries them after a repair
+  node      node accept NODE: accept the data of an inventory node refused for
+            coming back empty or with older data
 
-Run "shardis COMMAND -h" for a command's flags.
+Run "shardis COMMAND -h" for a command's flags; flags may come before or after
+the arguments ("--" ends them).
 `
 
 // errUsage marks a command-line mistake: exit status 2.
@@ -68,7 +69,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdSync(args[1:], stdout, stderr)
 	case "topology":
 		err = cmdTopology(args[1:], stdout, stderr)
-	case "status", "stock", "reserve", "confirm", "cancel", "drain", "undrain", "redo-log", "parts", "node":
+	case "status", "stock", "reserve", "confirm", "cancel", "drain", "undrain", "redo-log", "parts", "node", "order-id":
 		err = cmdClient(args[0], args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "shardis", versionString())
@@ -90,14 +91,4 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "shardis:", err)
 		return 1
 	}
-}
-
-func versionString() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
 }

@@ -106,12 +106,14 @@ func orDash(s string) string {
 	return s
 }
 
-// writeNodes prints the status table, then one line per DOWN reason.
-func writeNodes(w io.Writer, nodes []*v1.NodeInfo) {
-	fmt.Fprintln(w, "NAME\tADDR\tSTATE\tBREAKER\tFAILED_PROBES\tROUTES")
+// writeNodes prints the status table (the redo backlog and stuck parts
+// from m, "-" where m lacks them), then one line per DOWN reason.
+func writeNodes(w io.Writer, nodes []*v1.NodeInfo, m samples) {
+	fmt.Fprintln(w, "NAME\tADDR\tSTATE\tBREAKER\tFAILED_PROBES\tPERSISTENCE\tREDO_BACKLOG\tSTUCK\tROUTES")
 	for _, n := range nodes {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", n.Name, n.Addr, enumName(n.State, "NODE_STATE_"),
-			orDash(n.Breaker), n.FailedProbes, routeList(n.Routes))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.Name, n.Addr, enumName(n.State, "NODE_STATE_"),
+			orDash(n.Breaker), n.FailedProbes, persistence(n), nodeGauge(m, metricRedoUnacked, n.Name),
+			nodeGauge(m, metricStuck, n.Name), routeList(n.Routes))
 	}
 	var reasons []string
 	for _, n := range nodes {
