@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -112,8 +113,25 @@ func Open(ctx context.Context, cfg *config.Config, opts OpenOptions) (*Stack, er
 	return &Stack{Router: r, Inventory: inv, Pool: pool, Syncer: New(inv, pool, set)}, nil
 }
 
+// ErrAuth is wrapped when PostgreSQL refuses sync.dsn's credentials
+// (SQLSTATE 28P01 invalid_password, 28000
+// invalid_authorization_specification): waiting would not help, so
+// [Open] returns it at once.
+var ErrAuth = errors.New("PostgreSQL refused the credentials of sync.dsn")
+
+// authFailure wraps err in ErrAuth when it is PostgreSQL refusing the
+// credentials; it returns nil otherwise.
+func authFailure(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "28P01" || pe.Code == "28000") {
+		return fmt.Errorf("pgsync: %w: %s (SQLSTATE %s)", ErrAuth, pe.Message, pe.Code)
+	}
+	return nil
+}
+
 // waitSchema migrates or checks the schema, retrying while the database
-// cannot be reached. A schema at the wrong version is returned at once.
+// cannot be reached. A schema at the wrong version, or credentials
+// refused, are returned at once.
 func waitSchema(ctx context.Context, pool *pgxpool.Pool, migrate bool, log *slog.Logger, backoff time.Duration) error {
 	for tries := 0; ; tries++ {
 		var err error
@@ -127,6 +145,9 @@ func waitSchema(ctx context.Context, pool *pgxpool.Pool, migrate bool, log *slog
 		}
 		if err == nil || errors.Is(err, ErrSchema) {
 			return err
+		}
+		if aerr := authFailure(err); aerr != nil {
+			return aerr
 		}
 		if tries == 0 {
 			log.Warn("PostgreSQL not reachable: waiting for it", "err", err)

@@ -65,6 +65,11 @@ func cmdSync(args []string, stdout, stderr io.Writer) error {
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
 		return fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, *level)
 	}
+	if sub == "status" {
+		// A status reads and exits: the router's "node up" lines are
+		// noise there; warnings and errors (a node down) still show.
+		lvl = max(lvl, slog.LevelWarn)
+	}
 	hopts := &slog.HandlerOptions{Level: lvl}
 	var handler slog.Handler = slog.NewTextHandler(stderr, hopts)
 	if *jsonOut {
@@ -189,11 +194,15 @@ func writeSyncStatus(out io.Writer, nodes []pgsync.NodeStatus, all bool) {
 		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\n", n.Node, n.Incarnation, n.Generation, n.Lag, n.Pending, len(n.Queues))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "NODE\tQUEUE\tHEAD\tACKED\tLANDED\tLAG\tPENDING")
+	header := false
 	for _, n := range nodes {
 		for _, q := range n.Queues {
 			if !all && q.Lag == 0 && q.Pending == 0 && !q.Rewound {
 				continue
+			}
+			if !header {
+				fmt.Fprintln(w, "NODE\tQUEUE\tHEAD\tACKED\tLANDED\tLAG\tPENDING")
+				header = true
 			}
 			note := ""
 			if q.Rewound {
@@ -201,6 +210,9 @@ func writeSyncStatus(out io.Writer, nodes []pgsync.NodeStatus, all bool) {
 			}
 			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d%s\n", n.Node, q.Queue, q.Head, q.Acked, q.Landed, q.Lag, q.Pending, note)
 		}
+	}
+	if !header {
+		fmt.Fprintln(w, "every queue landed, no pending parts (--all lists every queue)")
 	}
 	_ = w.Flush()
 	for _, n := range nodes {

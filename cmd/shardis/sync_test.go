@@ -195,3 +195,46 @@ sync: {dsn: %q, listen: "127.0.0.1:%d", poll_interval: 20ms, settle_interval: 10
 	}
 	wait("/healthz 200 and database_up 1 once PostgreSQL is back", 5*time.Second, http.StatusOK, true)
 }
+
+// sync status with a wrong password fails at once naming the
+// authentication failure; with the right one and nothing to land it logs
+// no "node up" lines and prints no empty queue table.
+func TestSyncStatusAuthAndQuiet(t *testing.T) {
+	nodes := redistest.StartN(t, 2, redistest.Options{})
+	pg := pgtest.Start(t, "right-pw")
+	write := func(dsn string) string {
+		yml := fmt.Sprintf(`nodes:
+  n1: {addr: %s}
+  n2: {addr: %s}
+servers:
+  inventory: {routes: {clothes: [n1, n2]}}
+sync: {dsn: %q}
+`, nodes[0].Addr(), nodes[1].Addr(), dsn)
+		p := filepath.Join(t.TempDir(), "sync.yaml")
+		if err := os.WriteFile(p, []byte(yml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	t.Setenv("SHARDIS_SYNC__DSN", "") // restored after the test
+	os.Unsetenv("SHARDIS_SYNC__DSN")
+	wrong := write(fmt.Sprintf("postgres://shardis:wrong-pw@%s/shardis?sslmode=disable", pg.Addr()))
+	start := time.Now()
+	code, _, errOut := cli(t, "sync", "status", "--config", wrong, "--timeout", "20s")
+	if code != 1 || !strings.Contains(errOut, "refused the credentials") || !strings.Contains(errOut, "28P01") {
+		t.Fatalf("sync status, wrong password: exit %d, stderr %q; want exit 1 naming the refused credentials", code, errOut)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("sync status, wrong password, took %v: want at once, not after --timeout", took)
+	}
+
+	right := write(pg.URL())
+	if code, out, errOut := cli(t, "sync", "migrate", "--config", right); code != 0 {
+		t.Fatalf("sync migrate: exit %d %q %q", code, out, errOut)
+	}
+	code, out, errOut := cli(t, "sync", "status", "--config", right)
+	if code != 0 || strings.Contains(errOut, "node up") || strings.Contains(out, "QUEUE  HEAD") ||
+		!strings.Contains(out, "every queue landed, no pending parts") {
+		t.Fatalf("sync status: exit %d\nstdout:\n%s\nstderr:\n%s\nwant no \"node up\" and no empty queue table", code, out, errOut)
+	}
+}
