@@ -365,6 +365,9 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 		return &view{read: now, notReady: fmt.Errorf("%w: %w: "+format, append([]any{ErrUnavailable, ErrTopology}, a...)...)}
 	}
 	if newest == nil {
+		if err := allDown(inv.nodes, unread); err != nil {
+			return &view{read: now, notReady: err}
+		}
 		return notReady("no inventory node could be read (%s)", strings.Join(unread, "; "))
 	}
 	if newest.Epoch == 0 && inv.topo.noInit {
@@ -480,6 +483,30 @@ func (inv *Inventory) writeRecord(ctx context.Context, name, expect, token strin
 		return err
 	}
 	return writeRecord(ctx, n, expect, token, epoch, cur, prev, phase)
+}
+
+// allDown returns an error wrapping ErrUnavailable and node.ErrDown,
+// naming the nodes, when every inventory node is DOWN (the topology could
+// not be read because no node is up, not because the nodes disagree);
+// nil otherwise. unread are readRecords' reasons, one per node.
+func allDown(nodes []*node.Node, unread []string) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	for _, n := range nodes {
+		if n.State() == node.StateUp {
+			return nil
+		}
+	}
+	if len(nodes) == 1 {
+		var why any = strings.Join(unread, "; ")
+		if err := nodes[0].DownReason(); err != nil {
+			why = err
+		}
+		return fmt.Errorf("%w: %w: %s is the only inventory node: %v", ErrUnavailable, node.ErrDown, nodes[0].Name(), why)
+	}
+	return fmt.Errorf("%w: %w: every inventory node is down (%s)",
+		ErrUnavailable, node.ErrDown, strings.Join(unread, "; "))
 }
 
 // errNoTopology is returned by run when the instance may not act.

@@ -200,7 +200,24 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 	case <-sched.Ready():
 	case <-ctx.Done():
 	}
+	r.logDownAtStart()
 	return r, nil
+}
+
+// logDownAtStart logs each node that is not UP once New returns: a node
+// DOWN from its first probe changes no state, so onChange never logs it.
+func (r *Router) logDownAtStart() {
+	for _, name := range r.names {
+		n := r.nodes[name]
+		if n.State() == node.StateUp {
+			continue
+		}
+		var reason any = "no probe answered before New returned"
+		if err := n.DownReason(); err != nil {
+			reason = err
+		}
+		r.log.Warn("node down at start", "node", name, "addr", n.Addr(), "err", reason)
+	}
 }
 
 // sentinelOptions returns the Sentinel settings of a node, nil for a
