@@ -309,6 +309,7 @@ func startSync(bin, cfgPath, dsn string) (func(), error) {
 type call struct{ method, body string }
 
 // tryIt is the README's command list (the README shows the same calls).
+// It only reads the redo log: the sync acknowledges it.
 func tryIt(redoQueues int) []call {
 	q := xxhash.Sum64String("clothes:tshirt-red") % uint64(redoQueues) // the redo queue of clothes/tshirt-red
 	return []call{
@@ -321,6 +322,8 @@ func tryIt(redoQueues int) []call {
 		{"AdminService/SetRouteEnabled", `{"node":"n1","server":"inventory","route":"clothes","enabled":false}`},
 		{"AdminService/SetRouteEnabled", `{"node":"n1","server":"inventory","route":"clothes","enabled":true}`},
 		{"AdminService/ReadRedoLog", fmt.Sprintf(`{"node":"n1","queue":%d,"afterOffset":"0","limit":100}`, q)},
-		{"AdminService/AckRedoLog", fmt.Sprintf(`{"node":"n1","queue":%d,"offset":"0"}`, q)},
+		// No AckRedoLog: shardis sync, which make run starts, is the redo
+		// log's acknowledging consumer; a second one would let entries be
+		// trimmed before the sync landed them (README, "shardis sync").
 	}
 }

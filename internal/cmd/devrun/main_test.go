@@ -32,3 +32,13 @@ func TestPrintedCommandsAreTheREADMEs(t *testing.T) {
 		t.Error("README does not say that LoadStock adds")
 	}
 }
+
+// The tour acknowledges nothing: make run starts shardis sync, the redo
+// log's one acknowledging consumer (README: run no other).
+func TestTourDoesNotAcknowledge(t *testing.T) {
+	for _, c := range tryIt(50) {
+		if strings.Contains(c.method, "AckRedoLog") {
+			t.Errorf("make run prints %s %s while shardis sync is the acknowledging consumer", c.method, c.body)
+		}
+	}
+}
