@@ -46,10 +46,21 @@ func main() {
 }
 
 // counts tallies the drill's orders; okMinted and failedMinted are the
-// part of ok and failed whose id came from NewOrderId.
+// part of ok and failed whose id came from NewOrderId. Every ok order is
+// confirmed, cancelled, left to expire, or unsettled: its Confirm or
+// Cancel failed (its node down, the call past its deadline, the load
+// stopped mid-call), so it expires like a left one unless the call took
+// effect before failing.
 type counts struct {
-	ok, failed, confirmed, cancelled, left atomic.Int64
-	okMinted, failedMinted                 atomic.Int64
+	ok, failed, confirmed, cancelled, left, unsettled atomic.Int64
+	okMinted, failedMinted                            atomic.Int64
+}
+
+// accounted returns confirmed+cancelled+left+unsettled and whether it is
+// the ok count (every successful reserve followed to its end).
+func (c *counts) accounted() (int64, bool) {
+	sum := c.confirmed.Load() + c.cancelled.Load() + c.left.Load() + c.unsettled.Load()
+	return sum, sum == c.ok.Load()
 }
 
 func drill(workers int, outage time.Duration, victim string) (bool, error) {
@@ -148,7 +159,11 @@ func drill(workers int, outage time.Duration, victim string) (bool, error) {
 		fmt.Printf("%-34s %d\n", "  failed with "+k.(string), v.(*atomic.Int64).Load())
 		return true
 	})
-	fmt.Printf("%-34s %d confirmed, %d cancelled, %d left to expire\n", "of the ok orders", c.confirmed.Load(), c.cancelled.Load(), c.left.Load())
+	fmt.Printf("%-34s %d confirmed, %d cancelled, %d left to expire, %d whose confirm or cancel failed (they expire)\n",
+		"of the ok orders", c.confirmed.Load(), c.cancelled.Load(), c.left.Load(), c.unsettled.Load())
+	sum, added := c.accounted()
+	fmt.Printf("%-34s %d of %d ok orders: %s\n", "  accounted for", sum, c.ok.Load(), verdict(added))
+	holds = holds && added
 	st := srv.Inv.Stats()
 	rs := srv.Rec.Stats()
 	fmt.Printf("%-34s %d by failed reserves, %d by the reconciler, %d deferred\n", "parts rolled back", st.PartsRolledBack, rs.Cancelled, st.PartsDeferred)
@@ -221,10 +236,14 @@ func order(ctx context.Context, inv shardisv1connect.InventoryServiceClient, id 
 	case 1, 2, 3, 4:
 		if _, err := inv.Cancel(rctx, connect.NewRequest(&v1.CancelRequest{OrderId: id})); err == nil {
 			c.cancelled.Add(1)
+		} else {
+			c.unsettled.Add(1)
 		}
 	default:
 		if _, err := inv.Confirm(rctx, connect.NewRequest(&v1.ConfirmRequest{OrderId: id})); err == nil {
 			c.confirmed.Add(1)
+		} else {
+			c.unsettled.Add(1)
 		}
 	}
 }
