@@ -143,10 +143,11 @@ drill-docker: deps-redis deps-docker
 ## checked; exits 1 on a violation. SEED=n replays a run (default: time-based), DURATION=60s (longer: e.g. 10m), CLIENTS=8.
 ## SENTINEL=1: every node a Sentinel group (master, replica, 3 sentinels), durability replica, and the
 ## nemesis kills (kill -9 master) and pauses masters; DURABILITY=none|replica overrides.
+## V=1 lists examples of the excused violations (data lost by design after an accepted rollback).
 .PHONY: chaos
 chaos: deps-redis $(if $(SENTINEL),deps-sentinel)
 	$(GO) run ./internal/cmd/chaos $(if $(SEED),--seed $(SEED)) --duration $(or $(DURATION),60s) --clients $(or $(CLIENTS),8) \
-		$(if $(SENTINEL),--sentinel) $(if $(DURABILITY),--durability $(DURABILITY))
+		$(if $(SENTINEL),--sentinel) $(if $(DURABILITY),--durability $(DURABILITY)) $(if $(V),-v)
 
 ## explore: the schedule explorer (internal/explore): N seeded schedules (default 1000) of a Reserve,
 ## its concurrent retry on a second instance, Confirm, Cancel, the reconciler on two instances,

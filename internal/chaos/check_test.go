@@ -3,6 +3,7 @@ package chaos
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -149,5 +150,33 @@ func TestCheckFindsViolations(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Excused violations print one count line per kind, their details only
+// when Verbose; they are not notes and the run passes.
+func TestReportSummarisesExcused(t *testing.T) {
+	r := newReport(Options{Seed: 7})
+	r.excuse = &exposure{orders: map[string]bool{"o-9": true}, users: map[string]bool{}, nodes: map[string]bool{"n2": true}}
+	for i := range 5 {
+		r.violate("order-status", "order o-9 attempt %d: lost", i)
+		r.violate("data-loss", "node n2: part p%d missing", i)
+	}
+	var b strings.Builder
+	r.Print(&b)
+	out := b.String()
+	for _, want := range []string{"  data-loss: 5\n", "  order-status: 5\n", "-v lists examples", "PASS"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "part p0 missing") || strings.Contains(out, "notes:") {
+		t.Fatalf("report lists excused details without Verbose:\n%s", out)
+	}
+	r.Verbose = true
+	b.Reset()
+	r.Print(&b)
+	if out := b.String(); !strings.Contains(out, "    part p0 missing") && !strings.Contains(out, "    node n2: part p0 missing") {
+		t.Fatalf("verbose report lacks the examples:\n%s", out)
 	}
 }

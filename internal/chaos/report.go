@@ -55,6 +55,11 @@ type Report struct {
 	// data a node lost when it was rolled back to an older snapshot and
 	// accepted (excuse.go): expected by design, not failures.
 	Excused map[string]int
+	// ExcusedExamples are the first few excused violations of each kind,
+	// "kind: detail"; Print shows them only when Verbose.
+	ExcusedExamples []string
+	// Verbose makes Print list ExcusedExamples under their counts.
+	Verbose bool
 	excuse  *exposure
 
 	LoadTook, HealTook, Elapsed time.Duration
@@ -99,8 +104,8 @@ func (r *Report) violate(kind, format string, args ...any) {
 			r.Excused = map[string]int{}
 		}
 		r.Excused[kind]++
-		if r.Excused[kind] <= 3 && len(r.Notes) < 50 {
-			r.Notes = append(r.Notes, "excused (node rolled back and accepted): "+kind+": "+detail)
+		if r.Excused[kind] <= 3 && len(r.ExcusedExamples) < 50 {
+			r.ExcusedExamples = append(r.ExcusedExamples, kind+": "+detail)
 		}
 		return
 	}
@@ -268,18 +273,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "per-user limits: %d (sku, user) pairs checked, %d at their limit\n", r.LimitPairs, r.LimitReached)
 	fmt.Fprintf(w, "redo log: %d entries checked\n", r.RedoEntries)
 
-	if len(r.Excused) > 0 {
-		kinds := make([]string, 0, len(r.Excused))
-		for k := range r.Excused {
-			kinds = append(kinds, k)
-		}
-		sort.Strings(kinds)
-		fmt.Fprintf(w, "\nexcused (data a node lost when it was rolled back to an older snapshot and accepted):")
-		for _, k := range kinds {
-			fmt.Fprintf(w, " %s=%d", k, r.Excused[k])
-		}
-		fmt.Fprintln(w)
-	}
+	r.printExcused(w)
 	if len(r.Notes) > 0 {
 		fmt.Fprintf(w, "\nnotes:\n")
 		for _, n := range r.Notes {
@@ -300,6 +294,30 @@ func (r *Report) Print(w io.Writer) {
 		for _, v := range r.Violations {
 			if v.Kind == k {
 				fmt.Fprintf(w, "    %s\n", v.Detail)
+			}
+		}
+	}
+}
+
+// printExcused writes one count line per excused kind (expected, not
+// violations) and, when Verbose, the examples of each.
+func (r *Report) printExcused(w io.Writer) {
+	if len(r.Excused) == 0 {
+		return
+	}
+	more := " (-v lists examples)"
+	if r.Verbose {
+		more = ""
+	}
+	fmt.Fprintf(w, "\nexcused, not violations: data lost by design when a node rolled back to an older snapshot was accepted%s:\n", more)
+	for _, k := range ordered(r.Excused, nil) {
+		fmt.Fprintf(w, "  %s: %d\n", k, r.Excused[k])
+		if !r.Verbose {
+			continue
+		}
+		for _, e := range r.ExcusedExamples {
+			if detail, ok := strings.CutPrefix(e, k+": "); ok {
+				fmt.Fprintf(w, "    %s\n", detail)
 			}
 		}
 	}

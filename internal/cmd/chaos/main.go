@@ -32,6 +32,7 @@ func main() {
 	svcLog := flag.String("service-log", "", "write the service's logs to this file")
 	sentinel := flag.Bool("sentinel", false, "every node a Sentinel group (master, replica, 3 sentinels); the nemesis kills and pauses masters")
 	durability := flag.String("durability", "", "inventory.durability: none or replica (default: replica with --sentinel, none without)")
+	verbose := flag.Bool("v", false, "list examples of the excused violations under their counts")
 	flag.Parse()
 	if *seed == 0 {
 		*seed = time.Now().UnixNano() % 1_000_000_000
@@ -56,6 +57,7 @@ func main() {
 	defer stop()
 	rep, err := chaos.Run(ctx, opts)
 	if rep != nil {
+		rep.Verbose = *verbose
 		rep.Print(os.Stdout)
 	}
 	if err != nil {
