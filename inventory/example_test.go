@@ -7,27 +7,31 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/shardis/shardis/config"
-	"github.com/shardis/shardis/internal/redisproc"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/router"
 )
+
+// exampleNodes returns the YAML of two redis-server nodes, n1 and n2, at
+// the addresses in $EXAMPLE_REDIS_ADDRS ("host:port,host:port"; default
+// 127.0.0.1:6379 and 127.0.0.1:6380): start two empty redis-server
+// processes and point it at them. This package's TestMain
+// (testmain_test.go) starts two throwaway ones and sets it.
+func exampleNodes() string {
+	addrs := []string{"127.0.0.1:6379", "127.0.0.1:6380"}
+	if env := os.Getenv("EXAMPLE_REDIS_ADDRS"); env != "" {
+		addrs = strings.Split(env, ",")
+	}
+	return fmt.Sprintf("nodes:\n  n1: {addr: %q}\n  n2: {addr: %q}\n", addrs[0], addrs[1])
+}
 
 // Example reserves, confirms and cancels against two throwaway nodes with
 // inventory.New over a router (rollback.Open wires the reconciler too; see
 // its example). Reserve is all or nothing and idempotent per order id.
 func Example() {
-	var yaml = "nodes:\n"
-	for _, name := range []string{"n1", "n2"} {
-		p, err := redisproc.Start(redisproc.Options{KillWithParent: true})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return
-		}
-		defer p.Close()
-		yaml += fmt.Sprintf("  %s: {addr: %q}\n", name, p.Addr())
-	}
+	yaml := exampleNodes()
 	yaml += "servers:\n  inventory:\n    routes: {clothes: [n1, n2]}\n"
 	cfg, err := config.Parse([]byte(yaml), nil)
 	if err != nil {

@@ -13,44 +13,38 @@ import (
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/health"
-	"github.com/shardis/shardis/internal/redisproc"
 	"github.com/shardis/shardis/router"
 )
 
-// startNodes starts two throwaway redis-server processes for the examples
-// and returns a configuration naming them n1 and n2.
-func startNodes() (cfgYAML string, stop func()) {
-	var procs []*redisproc.Server
-	var b strings.Builder
-	b.WriteString("nodes:\n")
-	for _, name := range []string{"n1", "n2"} {
-		p, err := redisproc.Start(redisproc.Options{KillWithParent: true})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		procs = append(procs, p)
-		fmt.Fprintf(&b, "  %s: {addr: %q}\n", name, p.Addr())
+// exampleNodes returns the YAML of two redis-server nodes, n1 and n2, at
+// the addresses in $EXAMPLE_REDIS_ADDRS ("host:port,host:port"; default
+// 127.0.0.1:6379 and 127.0.0.1:6380): start two empty redis-server
+// processes and point it at them. This package's TestMain
+// (testmain_test.go) starts two throwaway ones and sets it.
+func exampleNodes() string {
+	addrs := []string{"127.0.0.1:6379", "127.0.0.1:6380"}
+	if env := os.Getenv("EXAMPLE_REDIS_ADDRS"); env != "" {
+		addrs = strings.Split(env, ",")
 	}
-	b.WriteString(`servers:
+	return fmt.Sprintf("nodes:\n  n1: {addr: %q}\n  n2: {addr: %q}\n", addrs[0], addrs[1])
+}
+
+// exampleConfig is exampleNodes with a server "order" routing clothes
+// over both nodes.
+func exampleConfig() string {
+	return exampleNodes() + `servers:
   order:
     on_node_down: fail
     routes:
       clothes: [n1, n2]
-`)
-	return b.String(), func() {
-		for _, p := range procs {
-			_ = p.Close()
-		}
-	}
+`
 }
 
 // Example shows the whole embedding life cycle: load a configuration, build
 // the router, run commands and a Lua script on a key's node, watch node
 // state changes, and Close.
 func Example() {
-	yaml, stop := startNodes()
-	defer stop()
+	yaml := exampleConfig()
 	ctx := context.Background()
 
 	// config.Load(path) reads a file and the SHARDIS_* environment; Parse
@@ -106,8 +100,7 @@ func Example() {
 // with its home node drained the key moves (draining is a decision), but
 // with the home node down the caller gets router.ErrUnavailable.
 func ExampleRouter_Pick() {
-	yaml, stop := startNodes()
-	defer stop()
+	yaml := exampleConfig()
 	cfg, _ := config.Parse([]byte(yaml), nil)
 	r, err := router.New(context.Background(), cfg, router.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
