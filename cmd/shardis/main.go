@@ -8,7 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+
+	"github.com/shardis/shardis/node"
 )
 
 const usage = `usage: shardis <command> [flags]
@@ -59,6 +62,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
+	// go-redis's own log lines (pool.go: failed to dial, while a node is
+	// down) go through slog at debug level, dropped at info: shardis
+	// reports node failures itself. serve and sync route them again to
+	// their --log-level logger.
+	node.RouteRedisLogs(slog.New(slog.NewTextHandler(stderr, nil)))
 	var err error
 	switch args[0] {
 	case "route":

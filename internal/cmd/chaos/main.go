@@ -11,15 +11,20 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/shardis/shardis/internal/chaos"
+	"github.com/shardis/shardis/node"
 )
 
 func main() {
+	// go-redis's own lines (a dial failure while a node is down or not
+	// yet started) go through slog at debug level, dropped here.
+	node.RouteRedisLogs(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	seed := flag.Int64("seed", 0, "random seed (default: time-based; printed first so the run can be replayed)")
 	duration := flag.Duration("duration", 60*time.Second, "load and fault-injection time; healing and checks add ~5-25s")
 	clients := flag.Int("clients", 8, "concurrent order clients")

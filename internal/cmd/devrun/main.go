@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -30,11 +31,15 @@ import (
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/pgproc"
 	"github.com/shardis/shardis/internal/redisproc"
+	"github.com/shardis/shardis/node"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
 )
 
 func main() {
+	// go-redis's own lines (a dial failure while a node is down or not
+	// yet started) go through slog at debug level, dropped here.
+	node.RouteRedisLogs(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "make run:", err)
 		os.Exit(1)

@@ -36,11 +36,15 @@ import (
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redisproc"
 	"github.com/shardis/shardis/internal/service"
+	"github.com/shardis/shardis/node"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
 )
 
 func main() {
+	// go-redis's own lines (a dial failure while a node is down or not
+	// yet started) go through slog at debug level, dropped here.
+	node.RouteRedisLogs(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	workers := flag.Int("workers", 8, "concurrent order clients")
 	outage := flag.Duration("outage", 4*time.Second, "how long after the kill the old master comes back as a replica")
 	victim := flag.String("kill", "n1", "shard (node) whose master is killed")

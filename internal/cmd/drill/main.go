@@ -26,11 +26,15 @@ import (
 	"github.com/shardis/shardis/internal/redisproc"
 	"github.com/shardis/shardis/internal/service"
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
 )
 
 func main() {
+	// go-redis's own lines (a dial failure while a node is down or not
+	// yet started) go through slog at debug level, dropped here.
+	node.RouteRedisLogs(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	workers := flag.Int("workers", 8, "concurrent order clients")
 	outage := flag.Duration("outage", 3*time.Second, "how long the killed node stays down")
 	victim := flag.String("kill", "n1", "node to kill")
