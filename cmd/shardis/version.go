@@ -11,9 +11,10 @@ import (
 var version = ""
 
 // versionString returns the stamped version; without one, the module
-// version (go install m@v), else the VCS revision go build stamps
-// ("devel-3f2a9c1d0e4b, modified"), else "devel" and the Go version
-// (go run and go test stamp no revision).
+// version (go install m@v, or the pseudo-version go build derives from
+// the VCS, v0.0.0-20261127094126-efc10c8de5da), else the VCS revision
+// ("devel-3f2a9c1d0e4b (time, modified)"), else "devel" and the Go
+// version (go run and go test stamp no revision).
 func versionString() string {
 	if version != "" {
 		return version
@@ -42,7 +43,8 @@ func fromBuildInfo(bi *debug.BuildInfo) string {
 		}
 	}
 	if rev == "" {
-		return "devel (" + bi.GoVersion + ", no VCS revision stamped: build with make build or go build)"
+		// go run, go test, -buildvcs=false and git worktrees stamp none.
+		return "devel (" + bi.GoVersion + ", no VCS revision stamped: make build stamps the version)"
 	}
 	if len(rev) > 12 {
 		rev = rev[:12]
