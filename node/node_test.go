@@ -323,10 +323,12 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	ctx := context.Background()
 	s := redistest.Start(t, redistest.Options{})
 	var failures atomic.Int32
-	const openTimeout = 300 * time.Millisecond
+	// The healthy node's commands must not time out on a busy machine
+	// (250ms), and the open breaker must outlast the fail-fast loops.
+	const openTimeout = time.Second
 	n := newNode(t, node.Options{
 		Name: "n1", Addr: s.Addr(),
-		BreakerFailures: 3, BreakerOpenTimeout: openTimeout, CommandTimeout: 50 * time.Millisecond,
+		BreakerFailures: 3, BreakerOpenTimeout: openTimeout, CommandTimeout: 250 * time.Millisecond,
 	}, &failures)
 	n.SetUp()
 	if err := n.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
@@ -407,7 +409,7 @@ func TestBreakerCountsCommandsOnNewConnectionsOnce(t *testing.T) {
 	const openTimeout = 200 * time.Millisecond
 	n := newNode(t, node.Options{
 		Name: "n1", Addr: s.Addr(),
-		BreakerFailures: 2, BreakerOpenTimeout: openTimeout, CommandTimeout: 50 * time.Millisecond,
+		BreakerFailures: 2, BreakerOpenTimeout: openTimeout, CommandTimeout: 250 * time.Millisecond,
 	}, &failures)
 	n.SetUp()
 	s.Pause()
@@ -445,7 +447,7 @@ func TestSetUpResetsBreaker(t *testing.T) {
 	s := redistest.Start(t, redistest.Options{})
 	n := newNode(t, node.Options{
 		Name: "n1", Addr: s.Addr(),
-		BreakerFailures: 1, BreakerOpenTimeout: time.Hour, CommandTimeout: 50 * time.Millisecond,
+		BreakerFailures: 1, BreakerOpenTimeout: time.Hour, CommandTimeout: 250 * time.Millisecond,
 	}, nil)
 	n.SetUp()
 	s.Pause()
