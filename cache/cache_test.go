@@ -260,8 +260,11 @@ func TestLoaderRateLimit(t *testing.T) {
 	elapsed := time.Since(start).Seconds()
 	got := float64(calls.Load()-5) / elapsed
 	t.Logf("miss storm: %d loader calls, %d throttled in %.2fs: %.1f loads/s after the burst (limit %.0f)", calls.Load(), throttled.Load(), elapsed, got, rate)
-	if got < 0.9*rate || got > 1.1*rate || throttled.Load() == 0 {
-		t.Fatalf("loader rate %.1f/s under a miss storm, want within 10 %% of %.0f", got, rate)
+	// Never above the limit; below it only by what a busy machine keeps
+	// the 12 callers from asking (a slow Redis call spends a token late),
+	// so the lower bound is loose: it catches a limiter that starves.
+	if got > 1.1*rate || got < 0.6*rate || throttled.Load() == 0 {
+		t.Fatalf("loader rate %.1f/s under a miss storm, want at most %.0f (+10 %%) and at least 60 %% of it, with refusals", got, rate)
 	}
 }
 
