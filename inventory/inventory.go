@@ -60,6 +60,14 @@ var (
 	// ErrInsufficientStock is wrapped when an item cannot be met; the
 	// message names the SKU.
 	ErrInsufficientStock = errors.New("insufficient stock")
+	// ErrUnknownSKU is wrapped when an order names a SKU whose stock was
+	// never loaded on its route (LoadStock never added units of it to any
+	// node of the route): a typo or a SKU not yet stocked, not a sold-out
+	// one. The message names the SKU and the route. Nothing was written.
+	// Told apart by the read-only check before any write (soldout.go);
+	// when that check cannot run (a node of the route unusable, a topology
+	// change) the order is refused with ErrInsufficientStock as before.
+	ErrUnknownSKU = errors.New("sku never loaded")
 	// ErrLimitExceeded is wrapped when an order would take a user past the
 	// SKU's per-user limit.
 	ErrLimitExceeded = errors.New("per-user limit exceeded")

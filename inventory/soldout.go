@@ -36,6 +36,10 @@ import (
 //
 //   - has a per-user limit while the order has no user (ErrInvalid, as
 //     refusal in take.go: no attempt of such an order ever succeeds), or
+//   - was never loaded on any node of its route (no node's stock hash of
+//     it has a loaded counter: ErrUnknownSKU, the service's not_found; the
+//     same read that counts its units tells it, so telling an unknown SKU
+//     from a sold-out one costs nothing), or
 //   - has fewer units available on its candidate nodes (itemCandidates:
 //     the enabled, usable nodes the general path would take it from) plus
 //     units reserved on all its route's nodes than the order's items want
@@ -204,7 +208,8 @@ func (h *soldOutHint) clear(items []Item) {
 // order key.
 // Returns {record status ("" none; a record marked moved is none, as
 // orderScript treats it), then per stock hash: available, reserved,
-// limit}, or an error reply for a corrupt counter.
+// limit, loaded (1 when stock was ever loaded into it on this node: it has
+// a loaded counter, 0 when not)}, or an error reply for a corrupt counter.
 var peekScript = newGroupedScript("peek", false, `
 local status = ''
 if ARGV[4] == 'order' then
@@ -224,6 +229,7 @@ for i = 3, #KEYS do
   out[#out + 1] = avail
   out[#out + 1] = resv
   out[#out + 1] = limit
+  out[#out + 1] = redis.call('HEXISTS', KEYS[i], 'loaded')
 end
 return out
 `)
@@ -236,7 +242,8 @@ type shortSKU struct {
 	avail int64 // available on its candidate nodes
 	held  int64 // reserved on every node of its route
 	limit int64
-	nodes int // candidate nodes
+	nodes int  // candidate nodes
+	known bool // stock of it was loaded on some node of its route
 }
 
 // peekRead is one stock hash a peekCall reads.
@@ -255,6 +262,7 @@ type peekCall struct {
 	avail  []int64
 	held   []int64
 	limit  []int64
+	known  []bool
 	err    error
 }
 
@@ -282,6 +290,7 @@ func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID 
 			}
 			skus[r.sku].held += max(c.held[j], 0)
 			skus[r.sku].limit = max(skus[r.sku].limit, c.limit[j])
+			skus[r.sku].known = skus[r.sku].known || c.known[j]
 		}
 	}
 	for _, s := range skus {
@@ -290,6 +299,12 @@ func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID 
 			inv.stats.refusedUnwritten.Add(1)
 			return fmt.Errorf("%w: items[%d] sku %s (route %s) has a per-user limit of %d: an order of it needs user_id",
 				ErrInvalid, s.item, s.ref.sku, s.ref.route, s.limit)
+		}
+		if s.avail+s.held < s.want && !s.known {
+			inv.soldOut.mark(s.ref)
+			inv.stats.refusedUnwritten.Add(1)
+			return fmt.Errorf("%w: items[%d] sku %s was never loaded on route %s",
+				ErrUnknownSKU, s.item, s.ref.sku, s.ref.route)
 		}
 		if s.avail+s.held < s.want {
 			inv.soldOut.mark(s.ref)
@@ -397,7 +412,7 @@ func (inv *Inventory) peek(ctx context.Context, orderID string, c *peekCall) {
 		return
 	}
 	raw, err := asSlice(c.n, peekScript, v)
-	if err != nil || len(raw) != 1+3*len(c.reads) {
+	if err != nil || len(raw) != 1+4*len(c.reads) {
 		c.err = malformed(c.n, peekScript, v)
 		return
 	}
@@ -408,13 +423,14 @@ func (inv *Inventory) peek(ctx context.Context, orderID string, c *peekCall) {
 	}
 	c.status = status
 	for j := range c.reads {
-		a, ok1 := raw[1+3*j].(int64)
-		h, ok2 := raw[2+3*j].(int64)
-		l, ok3 := raw[3+3*j].(int64)
-		if !ok1 || !ok2 || !ok3 {
+		a, ok1 := raw[1+4*j].(int64)
+		h, ok2 := raw[2+4*j].(int64)
+		l, ok3 := raw[3+4*j].(int64)
+		k, ok4 := raw[4+4*j].(int64)
+		if !ok1 || !ok2 || !ok3 || !ok4 {
 			c.err = malformed(c.n, peekScript, v)
 			return
 		}
-		c.avail, c.held, c.limit = append(c.avail, a), append(c.held, h), append(c.limit, l)
+		c.avail, c.held, c.limit, c.known = append(c.avail, a), append(c.held, h), append(c.limit, l), append(c.known, k == 1)
 	}
 }

@@ -64,6 +64,10 @@ type NodeStock struct {
 // Parts of the SKU set aside as stuck on the nodes that took the load are
 // retried at once (stuck.go): loading is often what follows a repair.
 //
+// A qty of 0 with perUserLimit >= 0 changes only the limit (no stock is
+// added; every node of the route takes the limit as above); a qty of 0
+// without a limit is refused (ErrInvalid).
+//
 // LoadStock is not idempotent: retrying after an error may add twice (the
 // error says which nodes took their share; GetStock shows the totals).
 func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, perUserLimit int64) (StockLevel, error) {
@@ -104,12 +108,17 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 }
 
 // checkLoad checks LoadStock's arguments and returns the per-user limit
-// as the load script takes it (-1: leave as is).
+// as the load script takes it (-1: leave as is). A quantity of 0 is a
+// change of the limit alone, so it needs a limit (>= 0).
 func checkLoad(sku string, qty, perUserLimit int64) (int64, error) {
 	if err := checkID("sku_id", sku); err != nil {
 		return 0, err
 	}
-	if err := checkQty("quantity", qty); err != nil {
+	if qty == 0 && perUserLimit < 0 {
+		return 0, fmt.Errorf("%w: quantity is 0 and per_user_limit is not given: nothing to change "+
+			"(quantity 1..%d adds stock; quantity 0 with per_user_limit changes only the limit)", ErrInvalid, MaxQuantity)
+	}
+	if err := checkQty("quantity", qty); err != nil && qty != 0 {
 		return 0, err
 	}
 	if perUserLimit > MaxQuantity {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"sort"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
@@ -48,6 +50,7 @@ type svcOpts struct {
 	token   string
 	maxBody int
 	routes  map[string][]string
+	log     *slog.Logger // the service's logger; nil: discard
 }
 
 func newSvcEnv(t *testing.T, o svcOpts) *svcEnv {
@@ -84,7 +87,7 @@ func newSvcEnv(t *testing.T, o svcOpts) *svcEnv {
 	if e.homes, err = inventory.NewHomes(e.cfg); err != nil {
 		t.Fatal(err)
 	}
-	e.srv = svcStart(t, e.cfg)
+	e.srv = svcStartLog(t, e.cfg, o.log)
 	e.base = "http://" + e.srv.Addr()
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -112,9 +115,18 @@ func svcBearer(token string) connect.ClientOption {
 // svcStart starts a service over cfg; a t.Cleanup shuts it down.
 func svcStart(t *testing.T, cfg *config.Config) *service.Server {
 	t.Helper()
+	return svcStartLog(t, cfg, nil)
+}
+
+// svcStartLog is svcStart logging to log (nil: discard).
+func svcStartLog(t *testing.T, cfg *config.Config, log *slog.Logger) *service.Server {
+	t.Helper()
+	if log == nil {
+		log = invDiscard
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	srv, err := service.Start(ctx, cfg, invDiscard)
+	srv, err := service.Start(ctx, cfg, log)
 	if err != nil {
 		t.Fatalf("service.Start: %v", err)
 	}
@@ -161,7 +173,7 @@ func (e *svcEnv) orderID(prefix string, ok func(home string) bool) string {
 func (e *svcEnv) load(route, sku string, qty, limit int64) *v1.StockLevel {
 	e.t.Helper()
 	res, err := svcMsg(e.inv.LoadStock(svcCtx(e.t), connect.NewRequest(&v1.LoadStockRequest{
-		RouteKey: route, SkuId: sku, Quantity: qty, PerUserLimit: limit})))
+		RouteKey: route, SkuId: sku, Quantity: qty, PerUserLimit: proto.Int64(limit)})))
 	svcOK(e.t)(res, err)
 	return res.Stock
 }

@@ -305,19 +305,20 @@ func TestSvcErrorCodes(t *testing.T) {
 	_, err = e.confirm("f-busy")
 	svcWantCode(t, "Confirm while reserving", err, connect.CodeAborted, `"f-busy"`)
 
-	// An oversized body is invalid_argument (not retryable) in every
-	// protocol, sized or chunked; the service carries on.
+	// An oversized body is resource_exhausted naming the limit in every
+	// protocol, sized or chunked, as grpc-go and connect-go answer an
+	// oversized message; the service carries on.
 	huge := strings.Repeat("x", 1<<20)
 	_, err = e.reserve(huge, "", 0, tee(1))
-	svcWantCode(t, "Connect 1 MiB Reserve", err, connect.CodeInvalidArgument, "4096", "max_body_bytes")
+	svcWantCode(t, "Connect 1 MiB Reserve", err, connect.CodeResourceExhausted, "4096", "max_body_bytes")
 	ginv, _ := e.svcGRPC()
 	_, err = ginv.Reserve(ctx, connect.NewRequest(&v1.ReserveRequest{OrderId: huge, Items: []*v1.Item{tee(1)}}))
-	svcWantCode(t, "gRPC 1 MiB Reserve", err, connect.CodeInvalidArgument, "4096")
+	svcWantCode(t, "gRPC 1 MiB Reserve", err, connect.CodeResourceExhausted, "4096")
 	body := []byte(`{"orderId":"` + huge + `","items":[]}`)
 	for name, r := range map[string]io.Reader{"sized": bytes.NewReader(body), "chunked": io.MultiReader(bytes.NewReader(body))} {
 		code, m := svcPost(t, e.hc, e.base+"/shardis.v1.InventoryService/Reserve", "", r)
-		if code != http.StatusBadRequest || m["code"] != "invalid_argument" || !strings.Contains(fmt.Sprint(m["message"]), "4096") {
-			t.Fatalf("JSON 1 MiB body (%s): HTTP %d %v, want 400 invalid_argument", name, code, m)
+		if code != http.StatusTooManyRequests || m["code"] != "resource_exhausted" || !strings.Contains(fmt.Sprint(m["message"]), "4096") {
+			t.Fatalf("JSON 1 MiB body (%s): HTTP %d %v, want 429 resource_exhausted", name, code, m)
 		}
 	}
 	e.mustReserve("f-after", "", 0, tee(1))

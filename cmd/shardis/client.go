@@ -279,13 +279,16 @@ func stockFlags(c *client) (route, sku *string) {
 
 func cmdStockLoad(ctx context.Context, c *client, args []string) error {
 	route, sku := stockFlags(c)
-	qty := c.fs.Int64("qty", 0, "units to add, split over the route's nodes (required)")
+	qty := c.fs.Int64("qty", 0, "units to add, split over the route's nodes (required; 0 with --limit changes only the limit)")
 	limit := c.fs.Int64("limit", -1, "per-user limit: units one user may hold; 0 removes it, -1 (default) keeps the current one")
 	if _, err := c.parse(args, 0, 0, "route", "sku", "qty"); err != nil {
 		return err
 	}
-	return show(ctx, c, c.inv.LoadStock, &v1.LoadStockRequest{
-		RouteKey: *route, SkuId: *sku, Quantity: *qty, PerUserLimit: *limit},
+	req := &v1.LoadStockRequest{RouteKey: *route, SkuId: *sku, Quantity: *qty}
+	if *limit >= 0 {
+		req.PerUserLimit = limit // absent: the service keeps the SKU's limit
+	}
+	return show(ctx, c, c.inv.LoadStock, req,
 		func(w io.Writer, res *v1.LoadStockResponse) { writeStock(w, res.Stock) })
 }
 

@@ -181,6 +181,15 @@ func TestClientCommands(t *testing.T) {
 	if ld.Stock.Loaded != 5 || ld.Stock.PerUserLimit != 2 || len(ld.Stock.Nodes) != 3 {
 		t.Fatalf("stock load --json: %v", ld)
 	}
+	// --qty 0 with --limit changes only the limit; a restock without --limit keeps it.
+	ld = okJSON(t, addr, &v1.LoadStockResponse{}, "stock", "load", "--route", "clothes", "--sku", "cap", "--qty", "0", "--limit", "3")
+	if ld.Stock.Loaded != 5 || ld.Stock.PerUserLimit != 3 {
+		t.Fatalf("stock load --qty 0 --limit 3: %v, want limit 3 and still 5 loaded", ld)
+	}
+	ld = okJSON(t, addr, &v1.LoadStockResponse{}, "stock", "load", "--route", "clothes", "--sku", "cap", "--qty", "1")
+	if ld.Stock.Loaded != 6 || ld.Stock.PerUserLimit != 3 {
+		t.Fatalf("stock load --qty 1 (no --limit): %v, want limit 3 kept and 6 loaded", ld)
+	}
 	out = ok(t, addr, "stock", "get", "--route", "clothes", "--sku", "tshirt-1")
 	mustContain(t, out, "available 10,", "loaded 10")
 

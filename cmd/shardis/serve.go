@@ -6,8 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -31,16 +29,10 @@ func cmdServe(args []string, stderr io.Writer) error {
 	if *cfgPath == "" {
 		return fmt.Errorf("%w: serve needs --config FILE", errUsage)
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
-		return fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, *level)
+	log, err := newLogger(stderr, *level, *jsonLogs, "serve")
+	if err != nil {
+		return err
 	}
-	hopts := &slog.HandlerOptions{Level: lvl}
-	var handler slog.Handler = slog.NewTextHandler(os.Stderr, hopts)
-	if *jsonLogs {
-		handler = slog.NewJSONHandler(os.Stderr, hopts)
-	}
-	log := slog.New(handler)
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
 		return err

@@ -75,7 +75,7 @@ func cmdSync(args []string, stdout, stderr io.Writer) error {
 	if *jsonOut {
 		handler = slog.NewJSONHandler(stderr, hopts)
 	}
-	log := slog.New(handler)
+	log := slog.New(handler).With("component", "sync") // see newLogger
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
 		return err

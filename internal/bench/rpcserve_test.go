@@ -49,7 +49,7 @@ func TestServiceProc(t *testing.T) {
 	var loadErr error
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		// The nodes may still be coming up in the child's router.
-		if _, loadErr = svc.LoadStock(ctx, connect.NewRequest(&v1.LoadStockRequest{RouteKey: routeAll, SkuId: "s-0", Quantity: 5, PerUserLimit: -1})); loadErr == nil {
+		if _, loadErr = svc.LoadStock(ctx, connect.NewRequest(&v1.LoadStockRequest{RouteKey: routeAll, SkuId: "s-0", Quantity: 5})); loadErr == nil {
 			break
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redisproc"
@@ -275,7 +276,7 @@ func (c *cluster) loadStock(opts Options) ([]SKU, error) {
 	for _, s := range skus {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		res, err := inv.LoadStock(ctx, connect.NewRequest(&v1.LoadStockRequest{
-			RouteKey: s.Route, SkuId: s.SKU, Quantity: s.Loaded, PerUserLimit: s.Limit}))
+			RouteKey: s.Route, SkuId: s.SKU, Quantity: s.Loaded, PerUserLimit: proto.Int64(s.Limit)}))
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("chaos: LoadStock %s/%s: %w", s.Route, s.SKU, err)

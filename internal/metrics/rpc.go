@@ -89,6 +89,14 @@ func (m *Metrics) ObserveRPC(procedure string, err error, d time.Duration) {
 	}
 }
 
+// CountRPC counts one request the RPC layer answered before the
+// interceptors saw it (a wrong Content-Type, an oversized or undecodable
+// body), by procedure ("InventoryService/Reserve", or "unknown") and code
+// name; RPCInterceptor counts every other.
+func (m *Metrics) CountRPC(procedure, code string) {
+	m.rpc.requests.WithLabelValues(procedure, code).Inc()
+}
+
 // PreCreateRPC makes the per-procedure counters exist at 0 for procs.
 func (m *Metrics) PreCreateRPC(procs []string) {
 	for _, p := range procs {

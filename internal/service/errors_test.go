@@ -31,3 +31,45 @@ func TestRPCErrorCodes(t *testing.T) {
 		}
 	}
 }
+
+// A message says its class once: a sentinel that only repeats the code
+// is dropped wherever the library's wrapping put it.
+func TestRPCErrorSaysClassOnce(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("items[0]: %w", fmt.Errorf("%w: route_key %q is not a route of server %q", inventory.ErrInvalid, "nope", "inventory")),
+			`items[0]: route_key "nope" is not a route of server "inventory"`},
+		{fmt.Errorf("%w: %w: route %q is not in the applied topology (epoch 3): run `shardis topology apply`", inventory.ErrInvalid, inventory.ErrNotApplied, "x"),
+			"route \"x\" is not in the applied topology (epoch 3): run `shardis topology apply`"},
+		{fmt.Errorf("%w: items[0] sku %s was never loaded on route %s", inventory.ErrUnknownSKU, "s", "r"),
+			"items[0] sku s was never loaded on route r"},
+		{fmt.Errorf("%w: sku s", inventory.ErrInsufficientStock), "insufficient stock: sku s"},
+	} {
+		var ce *connect.Error
+		got := rpcError(c.err)
+		if !errors.As(got, &ce) || ce.Message() != c.want {
+			t.Errorf("rpcError(%v) message %q, want %q", c.err, ce.Message(), c.want)
+		}
+		if !errors.Is(ce.Unwrap(), c.err) {
+			t.Errorf("rpcError(%v) does not wrap the library's error", c.err)
+		}
+	}
+}
+
+// JSON clients read JSON field names; quoted values are left alone.
+func TestToJSONNames(t *testing.T) {
+	for in, want := range map[string]string{
+		"order_id is empty":                       "orderId is empty",
+		"items[2].sku_id is empty":                "items[2].skuId is empty",
+		`route_key "order_id" is not a route`:     `routeKey "order_id" is not a route`,
+		"ttl_seconds is negative; user_id x":      "ttlSeconds is negative; userId x",
+		"per_user_limit is 5, service.max_body_x": "perUserLimit is 5, service.max_body_x",
+		"no field here":                           "no field here",
+	} {
+		if got := toJSONNames(in); got != want {
+			t.Errorf("toJSONNames(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -333,7 +333,7 @@ func FuzzLoadStock(f *testing.F) {
 	f.Fuzz(func(t *testing.T, route, sku string, qty, limit int64) {
 		// JSON strings are UTF-8: send what a JSON client can send.
 		route, sku = strings.ToValidUTF8(route, "\uFFFD"), strings.ToValidUTF8(sku, "\uFFFD")
-		body, err := protojson.Marshal(&v1.LoadStockRequest{RouteKey: route, SkuId: sku, Quantity: qty, PerUserLimit: limit})
+		body, err := protojson.Marshal(&v1.LoadStockRequest{RouteKey: route, SkuId: sku, Quantity: qty, PerUserLimit: &limit})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -345,7 +345,8 @@ func FuzzLoadStock(f *testing.F) {
 
 		status, code, out := fs.post(t, "LoadStock", body)
 
-		valid := known && validID(sku) && validQty(qty) && limit <= inventory.MaxQuantity
+		// Quantity 0 with a limit present changes only the limit.
+		valid := known && validID(sku) && (validQty(qty) || qty == 0 && limit >= 0) && limit <= inventory.MaxQuantity
 		if !valid {
 			if code != "invalid_argument" {
 				t.Fatalf("LoadStock %s answered %d %s %q, want invalid_argument", body, status, code, out)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -29,7 +28,11 @@ type Handlers struct {
 // LoadStock implements InventoryService.LoadStock.
 func (h *Handlers) LoadStock(ctx context.Context, req *connect.Request[v1.LoadStockRequest]) (*connect.Response[v1.LoadStockResponse], error) {
 	m := req.Msg
-	level, err := h.Inventory.LoadStock(ctx, m.RouteKey, m.SkuId, m.Quantity, m.PerUserLimit)
+	limit := int64(-1) // absent: keep the SKU's limit (a restock never lifts it)
+	if m.PerUserLimit != nil {
+		limit = *m.PerUserLimit
+	}
+	level, err := h.Inventory.LoadStock(ctx, m.RouteKey, m.SkuId, m.Quantity, limit)
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -220,66 +223,3 @@ func sortRoutes(rs []*v1.RouteStatus) {
 		return rs[i].Route < rs[j].Route
 	})
 }
-
-// rpcError maps library errors to Connect codes; the message keeps the
-// library's text, which names the field, SKU, order or node.
-func rpcError(err error) error {
-	code := connect.CodeInternal
-	switch {
-	case errors.Is(err, context.Canceled):
-		code = connect.CodeCanceled
-	case errors.Is(err, context.DeadlineExceeded):
-		code = connect.CodeDeadlineExceeded
-	case errors.Is(err, router.ErrNotWitnessed), errors.Is(err, inventory.ErrNotApplied):
-		// The system is not in the state the call needs (gRPC's rule for
-		// failed_precondition); a valid route of the configuration that
-		// `shardis topology apply` has not applied yet is served after it.
-		code = connect.CodeFailedPrecondition
-	case errors.Is(err, inventory.ErrInvalid), errors.Is(err, router.ErrUnknownRoute),
-		errors.Is(err, router.ErrUnknownNode), errors.Is(err, node.ErrUnknownRoute):
-		code = connect.CodeInvalidArgument
-	case errors.Is(err, inventory.ErrNotFound):
-		code = connect.CodeNotFound
-	case errors.Is(err, inventory.ErrInsufficientStock), errors.Is(err, inventory.ErrLimitExceeded),
-		errors.Is(err, inventory.ErrCancelled), errors.Is(err, inventory.ErrExpired),
-		errors.Is(err, inventory.ErrConfirmed), errors.Is(err, inventory.ErrOrderMismatch):
-		code = connect.CodeFailedPrecondition
-	case errors.Is(err, inventory.ErrInProgress):
-		code = connect.CodeAborted
-	case errors.Is(err, inventory.ErrCorrupt):
-		code = connect.CodeInternal
-	case errors.Is(err, inventory.ErrDataLoss), errors.Is(err, inventory.ErrStockMissing):
-		code = connect.CodeDataLoss
-	case errors.Is(err, router.ErrUnavailable):
-		code = connect.CodeUnavailable
-	}
-	return connect.NewError(code, trimSentinel(err, code))
-}
-
-// trimSentinel drops a leading sentinel text that only repeats the code
-// ("invalid argument: queue 99" under invalid_argument, which clients print
-// as "invalid_argument: invalid argument: queue 99"). errors.Is still sees
-// the original error.
-func trimSentinel(err error, code connect.Code) error {
-	var prefix string
-	switch code {
-	case connect.CodeInvalidArgument:
-		prefix = inventory.ErrInvalid.Error() + ": "
-	case connect.CodeUnavailable:
-		prefix = router.ErrUnavailable.Error() + ": "
-	default:
-		return err
-	}
-	if msg := err.Error(); strings.HasPrefix(msg, prefix) {
-		return trimmed{msg: msg[len(prefix):], err: err}
-	}
-	return err
-}
-
-type trimmed struct {
-	msg string
-	err error
-}
-
-func (t trimmed) Error() string { return t.msg }
-func (t trimmed) Unwrap() error { return t.err }

@@ -1,14 +1,12 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,8 +15,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/grpc"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/health"
@@ -146,51 +144,16 @@ func (s *Server) handler() http.Handler {
 		// Replies are a few hundred bytes: gzip would cost more CPU per
 		// call (a compressor reset is ~1 KB of tables) than it saves.
 		connect.WithCompressMinBytes(compressMinBytes),
-		connect.WithCodec(strictJSON{}), connect.WithCodec(strictProto{}),
-		connect.WithInterceptors(s.Metrics.RPCInterceptor(), logInterceptor(s.log), authInterceptor(s.cfg.Service.AuthToken)),
+		connect.WithCodec(strictJSON{}), connect.WithCodec(binaryProto{}),
+		connect.WithInterceptors(seenInterceptor(), s.Metrics.RPCInterceptor(), logInterceptor(s.log),
+			jsonNamesInterceptor(), authInterceptor(s.cfg.Service.AuthToken)),
 	}
 	mux := http.NewServeMux()
 	mux.Handle(shardisv1connect.NewInventoryServiceHandler(h, opts...))
 	mux.Handle(shardisv1connect.NewAdminServiceHandler(h, opts...))
 	s.mountProbes(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}))
-	max := int64(s.cfg.Service.MaxBodyBytes)
-	ew := connect.NewErrorWriter()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rpc := r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/shardis.v1.")
-		if rpc && !ew.IsSupported(r) {
-			// connect-go answers an empty 415: say what is expected.
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.WriteHeader(http.StatusUnsupportedMediaType)
-			fmt.Fprintf(w, "unsupported Content-Type %q: send application/json or application/proto (Connect), "+
-				"application/grpc or application/grpc+json (gRPC), application/grpc-web[+proto|+json] (gRPC-Web)\n",
-				r.Header.Get("Content-Type"))
-			return
-		}
-		// Refuse a body over the limit before the RPC layer reads it, with
-		// invalid_argument: the same request would fail again (a
-		// resource_exhausted would invite clients to retry it). A body of
-		// unknown length is read up to the limit first.
-		if r.ContentLength < 0 && rpc {
-			body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
-			if err != nil {
-				http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
-				return
-			}
-			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-		}
-		if r.ContentLength > max {
-			msg := fmt.Sprintf("request body is %d bytes, limit %d (service.max_body_bytes)", r.ContentLength, max)
-			if ew.IsSupported(r) {
-				_ = ew.Write(w, r, connect.NewError(connect.CodeInvalidArgument, errors.New(msg)))
-				return
-			}
-			http.Error(w, msg, http.StatusRequestEntityTooLarge)
-			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, max+1024)
-		mux.ServeHTTP(w, r)
-	})
+	return s.frontDoor(mux)
 }
 
 // compressMinBytes is the smallest reply the service compresses for a

@@ -27,6 +27,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/cespare/xxhash/v2"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/pgproc"
@@ -191,7 +192,7 @@ func waitHealthy(ctx context.Context, base string, exited <-chan error) error {
 func loadDemo(ctx context.Context, base, token string) error {
 	client := shardisv1connect.NewInventoryServiceClient(http.DefaultClient, base)
 	demo := []*v1.LoadStockRequest{
-		{RouteKey: "clothes", SkuId: "tshirt-red", Quantity: 100, PerUserLimit: 2},
+		{RouteKey: "clothes", SkuId: "tshirt-red", Quantity: 100, PerUserLimit: proto.Int64(2)},
 		{RouteKey: "electronics", SkuId: "phone-x", Quantity: 30},
 		{RouteKey: "books", SkuId: "novel-1", Quantity: 20},
 	}

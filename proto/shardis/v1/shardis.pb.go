@@ -131,12 +131,15 @@ type LoadStockRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	RouteKey string                 `protobuf:"bytes,1,opt,name=route_key,json=routeKey,proto3" json:"route_key,omitempty"`
 	SkuId    string                 `protobuf:"bytes,2,opt,name=sku_id,json=skuId,proto3" json:"sku_id,omitempty"`
-	Quantity int64                  `protobuf:"varint,3,opt,name=quantity,proto3" json:"quantity,omitempty"`
+	// Units to add, 1..2^53; 0 only with per_user_limit present (a change of
+	// the limit alone, no stock added).
+	Quantity int64 `protobuf:"varint,3,opt,name=quantity,proto3" json:"quantity,omitempty"`
 	// Units one user may hold reserved plus confirmed: > 0 sets it, 0 removes
-	// it, < 0 keeps the current limit (restocking). A change needs every node
-	// of the route usable, or nothing changes and the error names the nodes
-	// that are not; a limit every reachable node already holds is no change.
-	PerUserLimit  int64 `protobuf:"varint,4,opt,name=per_user_limit,json=perUserLimit,proto3" json:"per_user_limit,omitempty"`
+	// it; absent (or < 0) keeps the current limit, so a restock that does not
+	// send it never lifts a limit. A change needs every node of the route
+	// usable, or nothing changes and the error names the nodes that are not;
+	// a limit every reachable node already holds is no change.
+	PerUserLimit  *int64 `protobuf:"varint,4,opt,name=per_user_limit,json=perUserLimit,proto3,oneof" json:"per_user_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -193,8 +196,8 @@ func (x *LoadStockRequest) GetQuantity() int64 {
 }
 
 func (x *LoadStockRequest) GetPerUserLimit() int64 {
-	if x != nil {
-		return x.PerUserLimit
+	if x != nil && x.PerUserLimit != nil {
+		return *x.PerUserLimit
 	}
 	return 0
 }
@@ -2302,12 +2305,13 @@ var File_shardis_v1_shardis_proto protoreflect.FileDescriptor
 const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\n" +
 	"\x18shardis/v1/shardis.proto\x12\n" +
-	"shardis.v1\"\x88\x01\n" +
+	"shardis.v1\"\xa0\x01\n" +
 	"\x10LoadStockRequest\x12\x1b\n" +
 	"\troute_key\x18\x01 \x01(\tR\brouteKey\x12\x15\n" +
 	"\x06sku_id\x18\x02 \x01(\tR\x05skuId\x12\x1a\n" +
-	"\bquantity\x18\x03 \x01(\x03R\bquantity\x12$\n" +
-	"\x0eper_user_limit\x18\x04 \x01(\x03R\fperUserLimit\"A\n" +
+	"\bquantity\x18\x03 \x01(\x03R\bquantity\x12)\n" +
+	"\x0eper_user_limit\x18\x04 \x01(\x03H\x00R\fperUserLimit\x88\x01\x01B\x11\n" +
+	"\x0f_per_user_limit\"A\n" +
 	"\x11LoadStockResponse\x12,\n" +
 	"\x05stock\x18\x01 \x01(\v2\x16.shardis.v1.StockLevelR\x05stock\"E\n" +
 	"\x0fGetStockRequest\x12\x1b\n" +
@@ -2596,6 +2600,7 @@ func file_shardis_v1_shardis_proto_init() {
 	if File_shardis_v1_shardis_proto != nil {
 		return
 	}
+	file_shardis_v1_shardis_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

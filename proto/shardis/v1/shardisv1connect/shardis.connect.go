@@ -79,7 +79,9 @@ const (
 
 // InventoryServiceClient is a client for the shardis.v1.InventoryService service.
 type InventoryServiceClient interface {
-	// LoadStock adds quantity units of a SKU, split over the route's nodes.
+	// LoadStock adds quantity units of a SKU, split over the route's nodes,
+	// and sets its per-user limit when per_user_limit is present. Quantity 0
+	// with per_user_limit present changes only the limit.
 	LoadStock(context.Context, *connect.Request[v1.LoadStockRequest]) (*connect.Response[v1.LoadStockResponse], error)
 	// GetStock returns a SKU's counters, totals and per node.
 	GetStock(context.Context, *connect.Request[v1.GetStockRequest]) (*connect.Response[v1.GetStockResponse], error)
@@ -191,7 +193,9 @@ func (c *inventoryServiceClient) Cancel(ctx context.Context, req *connect.Reques
 
 // InventoryServiceHandler is an implementation of the shardis.v1.InventoryService service.
 type InventoryServiceHandler interface {
-	// LoadStock adds quantity units of a SKU, split over the route's nodes.
+	// LoadStock adds quantity units of a SKU, split over the route's nodes,
+	// and sets its per-user limit when per_user_limit is present. Quantity 0
+	// with per_user_limit present changes only the limit.
 	LoadStock(context.Context, *connect.Request[v1.LoadStockRequest]) (*connect.Response[v1.LoadStockResponse], error)
 	// GetStock returns a SKU's counters, totals and per node.
 	GetStock(context.Context, *connect.Request[v1.GetStockRequest]) (*connect.Response[v1.GetStockResponse], error)

@@ -1,0 +1,202 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
+	v1 "github.com/shardis/shardis/proto/shardis/v1"
+	"github.com/shardis/shardis/router"
+)
+
+// Error answers. The code carries the class of an error; the message says
+// what was wrong, naming the field, SKU, order or node, once:
+//
+//   - A sentinel's text that only repeats the code is dropped wherever the
+//     library's wrapping put it ("invalid argument: " under
+//     invalid_argument, also after "items[0]: "; "route not in the applied
+//     topology: " under failed_precondition; "no node available: " under
+//     unavailable; "sku never loaded: " under not_found). errors.Is still sees the original error.
+//   - A JSON client (Connect JSON, gRPC+JSON, gRPC-Web+JSON) reads the
+//     fields it sends: the message names them in the JSON mapping
+//     ("orderId", "items[0].skuId"); binary clients read the proto names
+//     ("order_id"). Quoted text (a value the client sent) is never
+//     rewritten.
+
+// rpcError maps library errors to Connect codes; the message keeps the
+// library's text, which names the field, SKU, order or node.
+func rpcError(err error) error {
+	code := connect.CodeInternal
+	switch {
+	case errors.Is(err, context.Canceled):
+		code = connect.CodeCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = connect.CodeDeadlineExceeded
+	case errors.Is(err, router.ErrNotWitnessed), errors.Is(err, inventory.ErrNotApplied):
+		// The system is not in the state the call needs (gRPC's rule for
+		// failed_precondition); a valid route of the configuration that
+		// `shardis topology apply` has not applied yet is served after it.
+		code = connect.CodeFailedPrecondition
+	case errors.Is(err, inventory.ErrInvalid), errors.Is(err, router.ErrUnknownRoute),
+		errors.Is(err, router.ErrUnknownNode), errors.Is(err, node.ErrUnknownRoute):
+		code = connect.CodeInvalidArgument
+	case errors.Is(err, inventory.ErrNotFound), errors.Is(err, inventory.ErrUnknownSKU):
+		code = connect.CodeNotFound
+	case errors.Is(err, inventory.ErrInsufficientStock), errors.Is(err, inventory.ErrLimitExceeded),
+		errors.Is(err, inventory.ErrCancelled), errors.Is(err, inventory.ErrExpired),
+		errors.Is(err, inventory.ErrConfirmed), errors.Is(err, inventory.ErrOrderMismatch):
+		code = connect.CodeFailedPrecondition
+	case errors.Is(err, inventory.ErrInProgress):
+		code = connect.CodeAborted
+	case errors.Is(err, inventory.ErrCorrupt):
+		code = connect.CodeInternal
+	case errors.Is(err, inventory.ErrDataLoss), errors.Is(err, inventory.ErrStockMissing):
+		code = connect.CodeDataLoss
+	case errors.Is(err, router.ErrUnavailable):
+		code = connect.CodeUnavailable
+	}
+	return connect.NewError(code, trimSentinels(err, code))
+}
+
+// sentinelTexts returns the texts of the sentinels err wraps that only
+// repeat code.
+func sentinelTexts(err error, code connect.Code) []string {
+	switch {
+	case code == connect.CodeInvalidArgument:
+		return []string{inventory.ErrInvalid.Error()}
+	case code == connect.CodeFailedPrecondition && errors.Is(err, inventory.ErrNotApplied):
+		return []string{inventory.ErrInvalid.Error(), inventory.ErrNotApplied.Error()}
+	case code == connect.CodeUnavailable:
+		return []string{router.ErrUnavailable.Error()}
+	case code == connect.CodeNotFound && errors.Is(err, inventory.ErrUnknownSKU):
+		return []string{inventory.ErrUnknownSKU.Error()}
+	}
+	return nil
+}
+
+// trimSentinels drops sentinelTexts from err's message: at its start and
+// after each ": " ("items[0]: invalid argument: route_key …" reads
+// "items[0]: route_key …").
+func trimSentinels(err error, code connect.Code) error {
+	texts := sentinelTexts(err, code)
+	if texts == nil {
+		return err
+	}
+	msg := err.Error()
+	for _, t := range texts {
+		t += ": "
+		msg = strings.TrimPrefix(msg, t)
+		msg = strings.ReplaceAll(msg, ": "+t, ": ")
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return trimmed{msg: msg, err: err}
+}
+
+type trimmed struct {
+	msg string
+	err error
+}
+
+func (t trimmed) Error() string { return t.msg }
+func (t trimmed) Unwrap() error { return t.err }
+
+// jsonNames maps every proto field name of the API that differs from its
+// JSON name to the JSON name ("order_id" → "orderId").
+var jsonNames = func() map[string]string {
+	out := map[string]string{}
+	msgs := v1.File_shardis_v1_shardis_proto.Messages()
+	for i := 0; i < msgs.Len(); i++ {
+		addJSONNames(out, msgs.Get(i))
+	}
+	return out
+}()
+
+func addJSONNames(out map[string]string, md protoreflect.MessageDescriptor) {
+	fs := md.Fields()
+	for i := 0; i < fs.Len(); i++ {
+		if f := fs.Get(i); string(f.Name()) != f.JSONName() {
+			out[string(f.Name())] = f.JSONName()
+		}
+	}
+	for i := 0; i < md.Messages().Len(); i++ {
+		addJSONNames(out, md.Messages().Get(i))
+	}
+}
+
+// toJSONNames rewrites the proto field names in msg to their JSON names,
+// outside double-quoted text. A name is a whole run of [A-Za-z0-9_].
+func toJSONNames(msg string) string {
+	var b strings.Builder
+	quoted, changed := false, false
+	for i := 0; i < len(msg); {
+		c := msg[i]
+		switch {
+		case c == '"' && (i == 0 || msg[i-1] != '\\'):
+			quoted = !quoted
+		case !quoted && isNameByte(c):
+			j := i
+			for j < len(msg) && isNameByte(msg[j]) {
+				j++
+			}
+			if name, ok := jsonNames[msg[i:j]]; ok {
+				b.WriteString(name)
+				changed = true
+			} else {
+				b.WriteString(msg[i:j])
+			}
+			i = j
+			continue
+		}
+		b.WriteByte(c)
+		i++
+	}
+	if !changed {
+		return msg
+	}
+	return b.String()
+}
+
+func isNameByte(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// isJSON reports whether a request's Content-Type is a JSON encoding
+// (application/json, application/grpc+json, application/grpc-web+json).
+func isJSON(contentType string) bool {
+	ct, _, _ := strings.Cut(contentType, ";")
+	ct = strings.ToLower(strings.TrimSpace(ct))
+	return ct == "application/json" || strings.HasSuffix(ct, "+json")
+}
+
+// jsonNamesInterceptor rewrites an error's message to JSON field names for
+// a JSON client, keeping its code, details and metadata.
+func jsonNamesInterceptor() connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			res, err := next(ctx, req)
+			var ce *connect.Error
+			if err == nil || !isJSON(req.Header().Get("Content-Type")) || !errors.As(err, &ce) {
+				return res, err
+			}
+			msg := toJSONNames(ce.Message())
+			if msg == ce.Message() {
+				return res, err
+			}
+			out := connect.NewError(ce.Code(), trimmed{msg: msg, err: ce.Unwrap()})
+			for _, d := range ce.Details() {
+				out.AddDetail(d)
+			}
+			for k, v := range ce.Meta() {
+				out.Meta()[k] = v
+			}
+			return res, out
+		}
+	})
+}

@@ -1,0 +1,228 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	v1 "github.com/shardis/shardis/proto/shardis/v1"
+)
+
+// The front door: what every request to /shardis.v1.* meets before the
+// RPC layer, and the accounting of every answer.
+//
+//   - A Content-Type the service does not speak is answered 415 with a
+//     text body naming the accepted ones (connect-go would answer an empty
+//     415 for any "application/..." type it has no codec for: curl's
+//     default form type, application/xml).
+//   - A body over service.max_body_bytes is refused before it is read
+//     with resource_exhausted, as grpc-go and connect-go answer an
+//     oversized message, the limit named in the message. A body of unknown
+//     length (chunked, gRPC over HTTP/2) is read up to the limit first.
+//   - Every answered request is counted in shardis_rpc_requests_total with
+//     the code it was answered and logged, also when the RPC layer refused
+//     it before the interceptors ran (a body that does not decode: bad
+//     JSON, an unknown JSON field, "1.5" as a quantity). The interceptors
+//     mark the calls they saw (seenInterceptor); for the others the code
+//     and message are read back from the answer as the client gets it (the
+//     grpc-status header or trailer, or the Connect error body). A path
+//     that names no procedure of the API is counted as procedure "unknown".
+
+// acceptedTypes is the body of the 415 answer.
+const acceptedTypes = "send application/json or application/proto (Connect), " +
+	"application/grpc, application/grpc+proto or application/grpc+json (gRPC), " +
+	"application/grpc-web, application/grpc-web+proto or application/grpc-web+json (gRPC-Web)"
+
+// rpcContentTypes are the media types the procedures are served in.
+var rpcContentTypes = map[string]bool{
+	"application/json": true, "application/proto": true,
+	"application/grpc": true, "application/grpc+proto": true, "application/grpc+json": true,
+	"application/grpc-web": true, "application/grpc-web+proto": true, "application/grpc-web+json": true,
+}
+
+// procedures holds "Service/Method" of every procedure of the API.
+var procedures = func() map[string]bool {
+	out := map[string]bool{}
+	svcs := v1.File_shardis_v1_shardis_proto.Services()
+	for i := 0; i < svcs.Len(); i++ {
+		ms := svcs.Get(i).Methods()
+		for j := 0; j < ms.Len(); j++ {
+			out[string(svcs.Get(i).Name())+"/"+string(ms.Get(j).Name())] = true
+		}
+	}
+	return out
+}()
+
+// callSeen is put in each RPC request's context by the front door; the
+// interceptors set it when they saw the call (and so counted and logged
+// it).
+type callSeen struct{ seen bool }
+
+type callSeenKey struct{}
+
+// seenInterceptor marks the call seen (the outermost interceptor).
+func seenInterceptor() connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if c, ok := ctx.Value(callSeenKey{}).(*callSeen); ok {
+				c.seen = true
+			}
+			return next(ctx, req)
+		}
+	})
+}
+
+// frontDoor wraps the RPC mux (see the file comment).
+func (s *Server) frontDoor(mux http.Handler) http.Handler {
+	max := int64(s.cfg.Service.MaxBodyBytes)
+	ew := connect.NewErrorWriter()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, "/shardis.v1.") {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		start := time.Now()
+		proc := strings.TrimPrefix(r.URL.Path, "/shardis.v1.")
+		if !procedures[proc] {
+			proc = "unknown"
+		}
+		ctype := r.Header.Get("Content-Type")
+		if mt, _, err := mime.ParseMediaType(ctype); err != nil || !rpcContentTypes[strings.ToLower(mt)] {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusUnsupportedMediaType)
+			msg := fmt.Sprintf("unsupported Content-Type %q: %s", ctype, acceptedTypes)
+			fmt.Fprintln(w, msg)
+			s.answered(r.Context(), proc, connect.CodeInvalidArgument.String(), msg, start)
+			return
+		}
+		if r.ContentLength < 0 {
+			body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+			if err != nil {
+				msg := "reading the request body: " + err.Error()
+				_ = ew.Write(w, r, connect.NewError(connect.CodeInvalidArgument, errors.New(msg)))
+				s.answered(r.Context(), proc, connect.CodeInvalidArgument.String(), msg, start)
+				return
+			}
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		}
+		if r.ContentLength > max {
+			msg := fmt.Sprintf("request body is %d bytes, over the limit of %d bytes (service.max_body_bytes)", r.ContentLength, max)
+			if r.ContentLength == max+1 {
+				msg = fmt.Sprintf("request body is over the limit of %d bytes (service.max_body_bytes)", max)
+			}
+			_ = ew.Write(w, r, connect.NewError(connect.CodeResourceExhausted, errors.New(msg)))
+			s.answered(r.Context(), proc, connect.CodeResourceExhausted.String(), msg, start)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, max+1024)
+		seen := &callSeen{}
+		rec := &answerRecorder{ResponseWriter: w, seen: seen}
+		mux.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), callSeenKey{}, seen)))
+		if !seen.seen {
+			code, msg := rec.answer()
+			s.answered(r.Context(), proc, code, msg, start)
+		}
+	})
+}
+
+// answered counts and logs a request the interceptors did not see, by
+// its code's name ("invalid_argument").
+func (s *Server) answered(ctx context.Context, proc, code, msg string, start time.Time) {
+	s.Metrics.CountRPC(proc, code)
+	level := slog.LevelInfo
+	if code == "internal" || code == "unavailable" || code == "unknown" {
+		level = slog.LevelWarn
+	}
+	s.log.Log(ctx, level, "rpc", "method", proc[strings.LastIndexByte(proc, '/')+1:], "code", code,
+		"err", msg, "duration", time.Since(start))
+}
+
+// answerRecorder passes a response through and keeps its status and the
+// start of its body while the call is not seen (an answer the RPC layer
+// gave by itself is short: an error).
+type answerRecorder struct {
+	http.ResponseWriter
+	seen   *callSeen
+	status int
+	body   []byte
+}
+
+// maxRecorded bounds the body answerRecorder keeps.
+const maxRecorded = 4096
+
+func (a *answerRecorder) WriteHeader(code int) {
+	if a.status == 0 {
+		a.status = code
+	}
+	a.ResponseWriter.WriteHeader(code)
+}
+
+func (a *answerRecorder) Write(b []byte) (int, error) {
+	if a.status == 0 {
+		a.status = http.StatusOK
+	}
+	if !a.seen.seen && len(a.body) < maxRecorded {
+		a.body = append(a.body, b[:min(len(b), maxRecorded-len(a.body))]...)
+	}
+	return a.ResponseWriter.Write(b)
+}
+
+// Flush implements http.Flusher (the gRPC handler flushes).
+func (a *answerRecorder) Flush() { _ = http.NewResponseController(a.ResponseWriter).Flush() }
+
+// Unwrap gives http.ResponseController the wrapped writer.
+func (a *answerRecorder) Unwrap() http.ResponseWriter { return a.ResponseWriter }
+
+// answer reads the code and message the RPC layer answered: gRPC's status
+// (a trailer, or a header in a trailers-only gRPC-Web answer), or the
+// Connect protocol's JSON error body; unknown when it is neither.
+func (a *answerRecorder) answer() (string, string) {
+	h := a.Header()
+	for _, prefix := range []string{"", http.TrailerPrefix} {
+		st := h[prefix+"Grpc-Status"] // connect sets the canonical key; a trailer's stays as set
+		if len(st) == 0 {
+			continue
+		}
+		var msg string
+		if m := h[prefix+"Grpc-Message"]; len(m) > 0 {
+			msg = m[0]
+			if u, err := url.PathUnescape(msg); err == nil {
+				msg = u
+			}
+		}
+		n, err := strconv.Atoi(st[0])
+		switch {
+		case err != nil:
+			return connect.CodeUnknown.String(), "grpc-status " + st[0]
+		case n == 0:
+			return "ok", ""
+		}
+		return connect.Code(n).String(), msg
+	}
+	var e struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	if a.status != http.StatusOK && json.Unmarshal(a.body, &e) == nil && e.Code != "" {
+		var code connect.Code
+		if code.UnmarshalText([]byte(e.Code)) == nil {
+			return code.String(), e.Message
+		}
+	}
+	if a.status == http.StatusNotFound {
+		return connect.CodeUnimplemented.String(), "no such procedure"
+	}
+	return connect.CodeUnknown.String(), fmt.Sprintf("HTTP %d %s", a.status, bytes.TrimSpace(a.body))
+}
