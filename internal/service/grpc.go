@@ -54,6 +54,11 @@ func unaryMethod[Req, Res any, PReq interface {
 	return grpcMethod{name: name, call: func(ctx context.Context, md metadata.MD, dec func(any) error) (proto.Message, error) {
 		msg := PReq(new(Req))
 		if err := dec(msg); err != nil {
+			// grpc-go's own refusals (a message over the limit:
+			// resource_exhausted) keep their code.
+			if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown && st.Code() != codes.Internal {
+				return nil, connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
+			}
 			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("decoding the request: %w", err))
 		}
 		req := connect.NewRequest((*Req)(msg))

@@ -137,7 +137,7 @@ func TestGRPCPort(t *testing.T) {
 		t.Fatalf("health: %v %v, want SERVING", h, err)
 	}
 
-	for code, want := range map[string]float64{"ok": 2, "unauthenticated": 1, "failed_precondition": 1} {
+	for code, want := range map[string]float64{"ok": 2, "unauthenticated": 1, "failed_precondition": 1, "resource_exhausted": 1} {
 		if got := rpcCount(t, s, "InventoryService/Reserve", code); got != want {
 			t.Errorf("shardis_rpc_requests_total{procedure=InventoryService/Reserve,code=%s} = %v, want %v", code, got, want)
 		}

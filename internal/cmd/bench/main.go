@@ -27,7 +27,7 @@ import (
 
 func main() {
 	bench.ServeChild() // the RPC section's service child: serves, then exits
-	testing.Init() // testing.Benchmark (routing cost, allocations) needs the test flags registered
+	testing.Init()     // testing.Benchmark (routing cost, allocations) needs the test flags registered
 	quick := flag.Bool("quick", false, "shortened run (about two minutes)")
 	out := flag.String("out", "", "write the Markdown report to this file (e.g. BENCHMARKS.md)")
 	sections := flag.String("sections", "", "comma-separated sections to run (lookup,router,latency,inventory,rpc,sync,failover,outage,durability,cache); default all")
