@@ -125,9 +125,11 @@ type Results struct {
 	Router    *RouterResult
 	Latency   *LatencyResult
 	Inventory *InvResult
-	RPC       *RPCResult
-	Sync      *SyncResult
-	Failover  *FailoverResult
+	// Memory is node memory per pending 1-item order (memory.go).
+	Memory   *MemoryResult `json:",omitempty"`
+	RPC      *RPCResult
+	Sync     *SyncResult
+	Failover *FailoverResult
 	// Outage is order success while a node is down (outage.go).
 	Outage  *OutageResult
 	Profile *ProfileResult
@@ -179,6 +181,11 @@ func Run(ctx context.Context, p Plan, log *slog.Logger, progress func(string)) (
 			return res, err
 		}
 		progress(fmt.Sprintf("profiled the 3-item reserve into %s (%.0f orders/s while profiling)", res.Profile.Path, res.Profile.Orders))
+	}
+	if p.runs("memory") {
+		if res.Memory, err = RunMemory(ctx, c, progress); err != nil {
+			return res, err
+		}
 	}
 	if p.runs("rpc") {
 		if res.RPC, err = RunRPC(ctx, c, p, progress); err != nil {

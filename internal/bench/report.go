@@ -89,6 +89,10 @@ func TargetsTable(r *Results, s Summary) string {
 		row("sold-out SKU: 0 keys left on the nodes per refused order (DBSIZE before/after)",
 			fmt.Sprintf("%.3f (%d keys after %d refusals)", k.SoldOutKeys.PerRefusal(), k.SoldOutKeys.Keys, k.SoldOutKeys.Refused), "soldout_keys_per_refusal==0")
 	}
+	if m := r.Memory; m != nil {
+		row(fmt.Sprintf("node memory per pending 1-item order ≤ 500 B (used_memory delta over %d orders, summed over the nodes)", m.Orders),
+			fmt.Sprintf("%.0f B (%s)", m.PerOrder(), m.Breakdown()), "reserve_bytes_per_order_1item<=500")
+	}
 	if ir := r.Inventory; ir != nil {
 		for _, x := range []struct{ shape, key, what string }{
 			{RTShape1, "reserve_round_trips_1item==1", "a 1-item reserve"},

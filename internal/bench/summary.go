@@ -85,6 +85,11 @@ type Summary struct {
 	InventorySoldOutVsSeed float64  `json:"inventory_soldout_vs_seed,omitempty"`
 	SoldOutKeysPerRefusal  *float64 `json:"soldout_keys_per_refusal,omitempty"`
 
+	// ReserveBytesPerOrder1Item is node memory (INFO used_memory, after
+	// minus before, summed over the nodes) per pending 1-item order, over
+	// memOrders orders (memory.go).
+	ReserveBytesPerOrder1Item float64 `json:"reserve_bytes_per_order_1item,omitempty"`
+
 	RPCVsLibrary float64 `json:"rpc_vs_library"`
 	RPCOps       float64 `json:"rpc_1item_ops"`
 	// RPCServerCPUUs is the service process's CPU per 1-item Reserve
@@ -174,6 +179,10 @@ func Summarize(r *Results) Summary {
 		s.Targets["router_vs_ring>=3.0"] = s.RouterVsRing >= 3.0
 		s.Targets["router_vs_twemproxy>=3.0"] = s.RouterVsTwemproxy >= 3.0
 		s.Targets["router_vs_direct_autopipelined>=0.95"] = s.RouterVsDirectAP >= 0.95
+	}
+	if m := r.Memory; m != nil && m.Orders > 0 {
+		s.ReserveBytesPerOrder1Item = math.Round(m.PerOrder())
+		s.Targets["reserve_bytes_per_order_1item<=500"] = s.ReserveBytesPerOrder1Item <= 500
 	}
 	if lr := r.Latency; lr != nil {
 		s.SingleCallerLatencyRatio = round3(lr.Worst())

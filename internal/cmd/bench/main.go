@@ -30,7 +30,7 @@ func main() {
 	testing.Init()     // testing.Benchmark (routing cost, allocations) needs the test flags registered
 	quick := flag.Bool("quick", false, "shortened run (about two minutes)")
 	out := flag.String("out", "", "write the Markdown report to this file (e.g. BENCHMARKS.md)")
-	sections := flag.String("sections", "", "comma-separated sections to run (lookup,router,latency,inventory,rpc,sync,failover,outage,durability,cache); default all")
+	sections := flag.String("sections", "", "comma-separated sections to run (lookup,router,latency,inventory,memory,rpc,sync,failover,outage,durability,cache); default all")
 	rounds := flag.Int("rounds", 0, "override the plan's rounds per comparison")
 	round := flag.Duration("round", 0, "override the plan's duration of one variant's run")
 	save := flag.String("save", "bin/bench/results-PLAN.json", "write the measured results as JSON here (PLAN: full or quick; \"\" = don't)")

@@ -1,0 +1,209 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/inventory"
+)
+
+// Node memory per pending order (issue 25, "Compact records, measured"):
+// RunMemory reserves memOrders 1-item orders with distinct ids (hashed
+// over the three nodes, stock on every node of the route) through the
+// library and reads INFO memory's used_memory on every node before and
+// after; the delta summed over the nodes, per order, is
+// reserve_bytes_per_order_1item. A breakdown by key family (MEMORY USAGE
+// of every key of the nodes, classified by inventory.ParseKey) says where
+// the bytes go; what MEMORY USAGE does not see (the expires dict's entry
+// of a key with a TTL, the main dict's growth) is the difference.
+
+// memOrders is how many pending orders the delta is taken over, after
+// memWarmup orders (the indexes' sorted sets leave their small encoding
+// there, and the scripts are loaded, so the delta is per order).
+const (
+	memOrders = 3000
+	memWarmup = 300
+	memSKU    = "mem-1"
+	memConc   = 16
+)
+
+// MemoryResult is node memory per pending 1-item order.
+type MemoryResult struct {
+	Orders int   // orders the delta is over
+	Bytes  int64 // used_memory after minus before, summed over the nodes
+	// Families is MEMORY USAGE per key family after the run, over every
+	// pending order on the nodes (the warm-up's included: PerOrder
+	// divides by Pending).
+	Families []FamilyBytes
+	Pending  int // pending orders on the nodes when the families were read
+}
+
+// FamilyBytes is what one key family holds on the nodes.
+type FamilyBytes struct {
+	Family string // inventory.KeyKind's name
+	Keys   int64
+	Bytes  int64 // MEMORY USAGE summed
+}
+
+// PerOrder is Bytes per order (0 when none was measured).
+func (m *MemoryResult) PerOrder() float64 {
+	if m == nil || m.Orders == 0 {
+		return 0
+	}
+	return float64(m.Bytes) / float64(m.Orders)
+}
+
+// FamilyPerOrder is f's bytes per pending order.
+func (m *MemoryResult) FamilyPerOrder(f FamilyBytes) float64 {
+	if m.Pending == 0 {
+		return 0
+	}
+	return float64(f.Bytes) / float64(m.Pending)
+}
+
+// Breakdown is the families as "family N B/order (K keys)", largest
+// first.
+func (m *MemoryResult) Breakdown() string {
+	var parts []string
+	for _, f := range m.Families {
+		parts = append(parts, fmt.Sprintf("%s %.0f B/order (%d keys)", f.Family, m.FamilyPerOrder(f), f.Keys))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// RunMemory measures node memory per pending 1-item order on c (the
+// "memory" section).
+func RunMemory(ctx context.Context, c *Cluster, progress func(string)) (*MemoryResult, error) {
+	nodes := c.Router.Nodes()
+	if err := retrySetup(nodes, func() error {
+		if err := c.Reset(ctx); err != nil {
+			return err
+		}
+		_, err := c.Inv.LoadStock(ctx, routeAll, memSKU, inventory.MaxQuantity, 0)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if err := memReserve(ctx, c, "w", memWarmup); err != nil {
+		return nil, err
+	}
+	before, err := usedMemory(ctx, c.Admin)
+	if err != nil {
+		return nil, err
+	}
+	if err := memReserve(ctx, c, "m", memOrders); err != nil {
+		return nil, err
+	}
+	after, err := usedMemory(ctx, c.Admin)
+	if err != nil {
+		return nil, err
+	}
+	out := &MemoryResult{Orders: memOrders, Bytes: after - before, Pending: memOrders + memWarmup}
+	if out.Families, err = keyFamilies(ctx, c.Admin); err != nil {
+		return nil, err
+	}
+	progress(fmt.Sprintf("memory: %d pending 1-item orders took %d bytes on the nodes (%.0f per order): %s",
+		out.Orders, out.Bytes, out.PerOrder(), out.Breakdown()))
+	return out, nil
+}
+
+// memReserve reserves n 1-item orders of memSKU, ids prefix+number, from
+// memConc goroutines; any error stops it.
+func memReserve(ctx context.Context, c *Cluster, prefix string, n int) error {
+	items := []inventory.Item{{Route: routeAll, SKU: memSKU, Quantity: 1}}
+	next := make(chan int, n)
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for range memConc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if _, err := c.Inv.Reserve(ctx, prefix+strconv.Itoa(i), items, "", time.Hour); err != nil {
+					mu.Lock()
+					first = cmpOr(first, fmt.Errorf("memory: reserve %s%d: %w", prefix, i, err))
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// usedMemory is INFO memory's used_memory summed over the nodes, read
+// once no lazy free is pending (Reset flushes asynchronously).
+func usedMemory(ctx context.Context, admin []*redis.Client) (int64, error) {
+	var sum int64
+	for _, a := range admin {
+		for tries := 0; ; tries++ {
+			info, err := a.InfoMap(ctx, "memory").Result()
+			if err != nil {
+				return 0, fmt.Errorf("INFO memory: %w", err)
+			}
+			m := info["Memory"]
+			if m["lazyfree_pending_objects"] != "0" && tries < 100 {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			n, err := strconv.ParseInt(m["used_memory"], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("INFO memory used_memory %q: %w", m["used_memory"], err)
+			}
+			sum += n
+			break
+		}
+	}
+	return sum, nil
+}
+
+// keyFamilies sums MEMORY USAGE (every element: SAMPLES 0) of every key
+// of the nodes by inventory.KeyKind, largest first.
+func keyFamilies(ctx context.Context, admin []*redis.Client) ([]FamilyBytes, error) {
+	by := map[string]*FamilyBytes{}
+	for _, a := range admin {
+		iter := a.Scan(ctx, 0, "*", 1000).Iterator()
+		for iter.Next(ctx) {
+			k := iter.Val()
+			kind, _ := inventory.ParseKey(k)
+			n, err := a.MemoryUsage(ctx, k, 0).Result()
+			if err == redis.Nil {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("MEMORY USAGE %s: %w", k, err)
+			}
+			f := by[kind.String()]
+			if f == nil {
+				f = &FamilyBytes{Family: kind.String()}
+				by[kind.String()] = f
+			}
+			f.Keys++
+			f.Bytes += n
+		}
+		if err := iter.Err(); err != nil {
+			return nil, fmt.Errorf("SCAN: %w", err)
+		}
+	}
+	out := make([]FamilyBytes, 0, len(by))
+	for _, f := range by {
+		out = append(out, *f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Bytes > out[j].Bytes })
+	return out, nil
+}
