@@ -220,7 +220,7 @@ func readStaging(ctx context.Context, n *node.Node, id string) (rec orderRecord,
 	rec.status = recStaging
 	rec.token, _ = f[1].(string)
 	blob, _ := f[2].(string)
-	if rec.parts, err = unmarshalOrderParts(blob); err != nil {
+	if rec.parts, err = unmarshalOrderParts(id, blob); err != nil {
 		return rec, false, fmt.Errorf("node %s: order %q holds unreadable parts: %w", n.Name(), id, err)
 	}
 	return rec, true, nil

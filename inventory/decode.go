@@ -1,7 +1,6 @@
 package inventory
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -164,7 +163,7 @@ const (
 )
 
 // OrderPart is one part as an order record lists it (the record's "parts"
-// field is a JSON array of them). The JSON names are the stored format.
+// field, layout 1 or 2 above; the JSON names are layout 1).
 type OrderPart struct {
 	ID     string   `json:"p"` // part id, unique per node
 	Node   string   `json:"n"` // node holding the part
@@ -180,44 +179,6 @@ type OrderPart struct {
 	// a probe that finds the part absent on a node of another incarnation
 	// (its data loss was accepted since) reports it lost, not never taken.
 	Incarnation string `json:"g,omitempty"`
-}
-
-// encodeOrderParts is how the inventory writes an order's part list.
-func encodeOrderParts(parts []OrderPart) string {
-	b, _ := json.Marshal(parts)
-	return string(b)
-}
-
-// unmarshalOrderParts reads a part list as the inventory does: "" is none.
-func unmarshalOrderParts(s string) ([]OrderPart, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var out []OrderPart
-	if err := json.Unmarshal([]byte(s), &out); err != nil {
-		return nil, fmt.Errorf("%w: parts: %v", ErrCorrupt, err)
-	}
-	return out, nil
-}
-
-// DecodeOrderParts decodes an order record's "parts" field; "" (a record
-// with no parts) is nil. Beyond the JSON syntax, each part needs an id, a
-// node, a known kind, a quantity ≥ 1 and, for a stock part, an item ≥ 0,
-// a redo-log key and an offset ≥ 0 (0 in the parts a staged attempt
-// promised, staged.go, whose offsets were not handed out yet); a quota
-// part has neither redo key nor offset. The error names the first bad
-// part and field.
-func DecodeOrderParts(s string) ([]OrderPart, error) {
-	out, err := unmarshalOrderParts(s)
-	if err != nil {
-		return nil, err
-	}
-	for i, p := range out {
-		if problem := p.problem(); problem != "" {
-			return nil, fmt.Errorf("%w: parts[%d] (%q): %s", ErrCorrupt, i, p.ID, problem)
-		}
-	}
-	return out, nil
 }
 
 func (p OrderPart) problem() string {
@@ -283,7 +244,7 @@ func DecodeOrder(id string, fields map[string]string) (OrderRecord, error) {
 	if r.Deadline, err = msField(fields, "deadline"); err != nil {
 		return wrap(err)
 	}
-	if r.Parts, err = DecodeOrderParts(fields["parts"]); err != nil {
+	if r.Parts, err = DecodeOrderParts(id, fields["parts"]); err != nil {
 		return wrap(err)
 	}
 	return r, nil

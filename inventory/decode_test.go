@@ -76,32 +76,60 @@ func orderParts() []part {
 }
 
 // The exported decoder reads exactly what the inventory writes, and the
-// wire format is the stored one.
+// wire format is the stored one (layout 2, parts.go): the token once, no
+// order id, no derived part id.
 func TestOrderPartsRoundTrip(t *testing.T) {
 	parts := orderParts()
-	blob := encodeOrderParts(parts)
-	const want = `[{"p":"o-1|ab12|0","n":"n1","k":"s","i":0,"r":"r","s":"x:1","q":2,"l":"inv:redo:5","o":7},` +
-		`{"p":"o-1|ab12|q|r|x:1","n":"n2","k":"q","i":-1,"r":"r","s":"x:1","q":2}]`
+	blob := encodeOrderParts("o-1", "ab12", parts)
+	const want = "~ab12\x1es\x1f0\x1fn1\x1fr\x1fx:1\x1f2\x1f5\x1f7\x1f\x1f" +
+		"\x1eq\x1f-1\x1fn2\x1fr\x1fx:1\x1f2\x1f\x1f\x1f\x1f"
 	if blob != want {
-		t.Fatalf("wire format changed:\n got %s\nwant %s", blob, want)
+		t.Fatalf("wire format changed:\n got %q\nwant %q", blob, want)
 	}
-	got, err := DecodeOrderParts(blob)
+	got, err := DecodeOrderParts("o-1", blob)
 	if err != nil || !reflect.DeepEqual(got, parts) {
 		t.Fatalf("DecodeOrderParts = %+v, %v; want %+v", got, err, parts)
 	}
-	// local.go's script writes the list with cjson: any key order.
+	// Layout 1, what records written before the upgrade hold, still
+	// reads: the encoder's JSON, and local.go's former cjson (any key
+	// order).
+	if got, err := DecodeOrderParts("o-1", encodeOrderPartsJSON(parts)); err != nil || !reflect.DeepEqual(got, parts) {
+		t.Errorf("layout 1: %+v, %v", got, err)
+	}
 	cj := `[{"q":2,"k":"s","o":7,"i":0,"l":"inv:redo:5","n":"n1","s":"x:1","r":"r","p":"o-1|ab12|0"}]`
-	if got, err := DecodeOrderParts(cj); err != nil || !reflect.DeepEqual(got, parts[:1]) {
+	if got, err := DecodeOrderParts("o-1", cj); err != nil || !reflect.DeepEqual(got, parts[:1]) {
 		t.Errorf("cjson list: %+v, %v", got, err)
 	}
-	// A staged attempt's promised parts have no offsets yet.
-	promised := parts[:1:1]
-	promised[0].Offset = 0
-	if got, err := DecodeOrderParts(encodeOrderParts(promised)); err != nil || !reflect.DeepEqual(got, promised) {
+	// A staged attempt's promised parts have no offsets yet, and carry the
+	// node's incarnation; a part id the token does not derive is kept.
+	promised := append([]part(nil), parts...)
+	promised[0].Offset, promised[0].Incarnation = 0, "0123456789abcdef"
+	promised[1].ID = "o-1|other|q|r|x:1"
+	if got, err := DecodeOrderParts("o-1", encodeOrderParts("o-1", "ab12", promised)); err != nil || !reflect.DeepEqual(got, promised) {
 		t.Errorf("promised parts: %+v, %v", got, err)
 	}
-	if got, err := DecodeOrderParts(""); got != nil || err != nil {
+	// A list layout 2 cannot carry exactly is written as layout 1.
+	odd := []part{{ID: "o-1|ab12|0", Node: "n1", Kind: "s", Route: "r", SKU: "x", Qty: 1, Redo: "inv:redo:07", Offset: 1}}
+	if b := encodeOrderParts("o-1", "ab12", odd); !strings.HasPrefix(b, "[") {
+		t.Errorf("redo key %q not written as layout 1: %q", odd[0].Redo, b)
+	}
+	if got, err := DecodeOrderParts("o-1", ""); got != nil || err != nil {
 		t.Errorf(`DecodeOrderParts("") = %v, %v`, got, err)
+	}
+	if got, err := DecodeOrderParts("o-1", encodeOrderParts("o-1", "ab12", nil)); got != nil || err != nil {
+		t.Errorf("no parts: %v, %v", got, err)
+	}
+}
+
+// A 1-item order's part list fits a listpack hash value (64 bytes, Redis's
+// default hash-max-listpack-value) with ids of the bench's length:
+// layout 1 did not (about 110 bytes), which made every order record a
+// hash table of about 755 bytes instead of 264 (parts.go).
+func TestOrderPartsFitListpack(t *testing.T) {
+	p := []part{{ID: stockPartID("order-000123", "0a1b2c3d4e5f", 0), Node: "node-3", Kind: PartStock, Route: "sale", SKU: "sku-000042",
+		Qty: 1, Redo: RedoLogKey(13), Offset: 123456}}
+	if b := encodeOrderParts("order-000123", "0a1b2c3d4e5f", p); len(b) > 64 {
+		t.Errorf("a 1-item part list is %d bytes, over 64: %q", len(b), b)
 	}
 }
 
@@ -119,7 +147,7 @@ func TestDecodeOrderPartsRejects(t *testing.T) {
 		{`[{"p":"a","n":"n1","k":"s","i":0,"q":1,"l":"inv:redo:1","o":-1}]`, "o (offset)"},
 		{`[{"p":"a","n":"n1","k":"q","i":-1,"q":1,"o":3}]`, "quota part"},
 	} {
-		_, err := DecodeOrderParts(c.blob)
+		_, err := DecodeOrderParts("a", c.blob)
 		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("DecodeOrderParts(%s) = %v; want an error naming %s", c.blob, err, c.field)
 		}
@@ -187,7 +215,7 @@ func TestDecodePartRejects(t *testing.T) {
 func TestDecodeOrder(t *testing.T) {
 	parts := orderParts()
 	f := map[string]string{"status": "confirmed", "token": "ab12", "user": "u", "deadline": "1700000000000",
-		"reason": "confirmed", "parts": encodeOrderParts(parts), "digest": "d"}
+		"reason": "confirmed", "parts": encodeOrderParts("o-1", "ab12", parts), "digest": "d"}
 	r, err := DecodeOrder("o-1", f)
 	want := OrderRecord{ID: "o-1", Status: "confirmed", Token: "ab12", User: "u", Reason: "confirmed",
 		Deadline: time.UnixMilli(1700000000000), Parts: parts}

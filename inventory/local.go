@@ -143,14 +143,14 @@ local deadline = now + tonumber(ARGV[7])
 local offs = write_parts(plan, KEYS[3], KEYS[4], ARGV[9], ARGV[4], deadline + tonumber(ARGV[10]))
 local parts, out = {}, {'reserved', deadline}
 for i, p in ipairs(plan) do
-  local j = {p = p.id, n = ARGV[1], k = p.kind, i = p.item, r = p.route, s = p.sku, q = p.want}
-  if p.kind == 's' then j.l, j.o = p.xk, offs[i] end
+  local j = {id = p.id, kind = p.kind, item = p.item, node = ARGV[1], route = p.route, sku = p.sku, qty = p.want, redo = '', offset = 0}
+  if p.kind == 's' then j.redo, j.offset = p.xk, offs[i] end
   parts[#parts + 1] = j
   out[#out + 1] = offs[i]
 end
 if f[1] or f[2] then redis.call('DEL', key) end -- a failed or moved record (a record always has one of them)
 redis.call('HSET', key, 'status', 'reserved', 'token', ARGV[4], 'digest', ARGV[5], 'user', ARGV[6],
-  'deadline', I(deadline), 'created', nowS, 'reserved_at', nowS, 'parts', cjson.encode(parts))
+  'deadline', I(deadline), 'created', nowS, 'reserved_at', nowS, 'parts', pack_parts(ARGV[9], ARGV[4], parts))
 redis.call('EXPIRE', key, I(tonumber(ARGV[8])))
 return out
 `)

@@ -92,7 +92,7 @@ func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID stri
 	rec.deadline = time.UnixMilli(dl)
 	rec.wait = time.Duration(wait) * time.Millisecond
 	if blob != "" {
-		if rec.parts, err = unmarshalOrderParts(blob); err != nil {
+		if rec.parts, err = unmarshalOrderParts(orderID, blob); err != nil {
 			return orderRecord{}, fmt.Errorf("node %s: order %q holds unreadable parts: %w", home.Name(), orderID, err)
 		}
 	}

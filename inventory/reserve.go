@@ -183,7 +183,7 @@ func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, order
 		inv.abandon(ctx, home, orderID, token, parts, nil)
 		return Reservation{}, fmt.Errorf("order %q: %w", orderID, err)
 	}
-	blob := encodeOrderParts(parts)
+	blob := encodeOrderParts(orderID, token, parts)
 	// The commit runs to completion even if the caller cancels now, so its
 	// outcome is known whenever the node answers.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)

@@ -286,7 +286,7 @@ func (inv *Inventory) resolveStaged(ctx context.Context, home *node.Node, orderI
 	case verdictInFlight:
 		return fmt.Errorf("%w: order %q: %w", ErrInProgress, orderID, errStagedInFlight)
 	case verdictReserved:
-		blob := encodeOrderParts(parts)
+		blob := encodeOrderParts(orderID, rec.token, parts)
 		got, err := inv.orderOp(ctx, home, orderID, opCommit, rec.token, blob, seconds(inv.cfg.Retention))
 		if err == nil && got.status == recReserved {
 			inv.stats.stagedRecovered.Add(1)

@@ -28,7 +28,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	if inv.crash(ctx, "staged:before") {
 		return Reservation{}, true, errCrashed
 	}
-	blob := encodeOrderParts(promised)
+	blob := encodeOrderParts(orderID, token, promised)
 	// Each part comes due by the clock of the node that takes it, when its
 	// script runs (staged.go: "Part deadlines"), never by this instance's.
 	mutation, deadline := inv.stageDeadline(ttl)
@@ -383,7 +383,7 @@ func (inv *Inventory) abandonUnstaged(ctx context.Context, orderID string, parts
 // is harmless: whoever meets the record next finds every part and commits
 // it (resolveStaged).
 func (inv *Inventory) commitStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part) {
-	blob := encodeOrderParts(parts)
+	blob := encodeOrderParts(orderID, token, parts)
 	inv.offPath(ctx, func(ctx context.Context) {
 		if _, err := inv.orderOp(ctx, home, orderID, opCommit, token, blob, seconds(inv.cfg.Retention)); err != nil {
 			inv.log.Debug("staged commit did not land; the next reader of the order commits it", "order", orderID, "err", err)

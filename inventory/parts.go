@@ -1,0 +1,202 @@
+package inventory
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The order record's part list (its "parts" field).
+//
+// Layout 2, the one written since issue 25 ("compact records"), is one
+// string, no JSON:
+//
+//	"~" TOKEN ( RS KIND US ITEM US NODE US ROUTE US SKU US QTY US QUEUE US OFFSET US INC US ID )*
+//
+// with RS = 0x1e and US = 0x1f (no id, route, node or SKU holds a control
+// byte: idProblem, config's checkName), TOKEN the attempt whose parts
+// these are, KIND "s" or "q", ITEM the item index (-1 for a quota part),
+// QUEUE the number of the stock part's redo-log queue ([RedoLogKey]; ""
+// for a quota part), OFFSET its offset ("" for 0), INC the node's
+// incarnation the staged attempt promised ("" unknown), and ID "" when the
+// part id is the one the token derives (stockPartID / quotaPartID of the
+// record's order id and TOKEN), else the id itself. The order id is the
+// record's key, never repeated in the value. Why: an order record is a
+// Redis hash, kept in the compact listpack encoding only while every value
+// is at most hash-max-listpack-value (64 bytes by default); a JSON list of
+// one part is about 110 bytes and turned each record into a hash table,
+// 755 bytes instead of 264 (`reserve_bytes_per_order_1item`,
+// internal/bench/memory.go).
+//
+// Layout 1, JSON (a list of [OrderPart] under its json names, "null" or
+// "[]" or "{}" for none), is what records written before hold. The rule
+// that keeps both safe across the upgrade: the part list is opaque to
+// every script (a script stores what the caller passed, or localScript
+// what pack_parts in the prelude encodes, and hands it back unread), and
+// this file's decoder (decodeOrderParts) is the one reader in Go; it reads
+// both layouts by the first byte ('~' or JSON), so a record written before
+// the upgrade is confirmed, cancelled, expired, recovered and moved as
+// before. Nothing rewrites a record's part list but the steps that always
+// did (commit, a stage, a local reserve), which write layout 2. An
+// instance of an older release cannot read layout 2 (it reports the record
+// corrupt, and changes nothing): upgrade every instance before the new
+// one reserves.
+const (
+	partsLayout2 = "~"    // first byte of a layout 2 list
+	partsRS      = "\x1e" // before each part
+	partsUS      = "\x1f" // between a part's fields
+	partsFields  = 10     // fields of a part in layout 2
+)
+
+// encodeOrderParts is how the inventory writes the part list of order
+// orderID's attempt token: layout 2, or layout 1 for a list layout 2
+// cannot carry exactly (a stock part whose Redo is not a [RedoLogKey], a
+// field holding a separator), so every list round-trips.
+func encodeOrderParts(orderID, token string, parts []OrderPart) string {
+	var b strings.Builder
+	b.WriteString(partsLayout2)
+	b.WriteString(token)
+	for _, p := range parts {
+		queue := ""
+		if p.Redo != "" {
+			q, ok := redoQueueNumber(p.Redo)
+			if !ok {
+				return encodeOrderPartsJSON(parts)
+			}
+			queue = q
+		}
+		id := p.ID
+		if id == derivedPartID(orderID, token, p) {
+			id = ""
+		}
+		off := ""
+		if p.Offset != 0 {
+			off = strconv.FormatInt(p.Offset, 10)
+		}
+		fields := [partsFields]string{string(p.Kind), strconv.Itoa(p.Item), p.Node, p.Route, p.SKU,
+			strconv.FormatInt(p.Qty, 10), queue, off, p.Incarnation, id}
+		for _, f := range fields {
+			if strings.ContainsAny(f, partsRS+partsUS) {
+				return encodeOrderPartsJSON(parts)
+			}
+		}
+		b.WriteString(partsRS)
+		b.WriteString(strings.Join(fields[:], partsUS))
+	}
+	if strings.ContainsAny(token, partsRS+partsUS) {
+		return encodeOrderPartsJSON(parts)
+	}
+	return b.String()
+}
+
+// encodeOrderPartsJSON is layout 1.
+func encodeOrderPartsJSON(parts []OrderPart) string {
+	b, _ := json.Marshal(parts)
+	return string(b)
+}
+
+// redoQueueNumber is the queue number of a redo-log key, as [RedoLogKey]
+// writes it.
+func redoQueueNumber(key string) (string, bool) {
+	q, ok := strings.CutPrefix(key, redoLogKeyPrefix)
+	if !ok {
+		return "", false
+	}
+	if n, err := strconv.Atoi(q); err != nil || RedoLogKey(n) != key {
+		return "", false
+	}
+	return q, true
+}
+
+// derivedPartID is the id the reserve paths give part p of attempt token
+// of orderID (stockPartID, quotaPartID); "" for a part of another kind.
+func derivedPartID(orderID, token string, p OrderPart) string {
+	switch p.Kind {
+	case PartStock:
+		return stockPartID(orderID, token, p.Item)
+	case PartQuota:
+		return quotaPartID(orderID, token, p.Route, p.SKU)
+	}
+	return ""
+}
+
+// unmarshalOrderParts reads the part list of order orderID's record in
+// either layout; "" is none. It checks the syntax only (DecodeOrderParts
+// checks each part).
+func unmarshalOrderParts(orderID, s string) ([]OrderPart, error) {
+	if s == "" {
+		return nil, nil
+	}
+	rest, ok := strings.CutPrefix(s, partsLayout2)
+	if !ok {
+		var out []OrderPart
+		if err := json.Unmarshal([]byte(s), &out); err != nil {
+			return nil, fmt.Errorf("%w: parts: %v", ErrCorrupt, err)
+		}
+		return out, nil
+	}
+	recs := strings.Split(rest, partsRS)
+	token := recs[0]
+	var out []OrderPart
+	for i, r := range recs[1:] {
+		p, err := unpackPart(orderID, token, r)
+		if err != nil {
+			return nil, fmt.Errorf("%w: parts[%d]: %s", ErrCorrupt, i, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// unpackPart reads one part of a layout 2 list of attempt token; the
+// error names the field.
+func unpackPart(orderID, token, r string) (OrderPart, error) {
+	f := strings.Split(r, partsUS)
+	if len(f) != partsFields {
+		return OrderPart{}, fmt.Errorf("%d fields, want %d", len(f), partsFields)
+	}
+	p := OrderPart{Kind: PartKind(f[0]), Node: f[2], Route: f[3], SKU: f[4], Incarnation: f[8], ID: f[9]}
+	var err error
+	if p.Item, err = strconv.Atoi(f[1]); err != nil {
+		return p, fmt.Errorf("item %q is not an integer", f[1])
+	}
+	if p.Qty, err = strconv.ParseInt(f[5], 10, 64); err != nil {
+		return p, fmt.Errorf("qty %q is not an integer", f[5])
+	}
+	if f[6] != "" {
+		p.Redo = redoLogKeyPrefix + f[6]
+		if _, ok := redoQueueNumber(p.Redo); !ok {
+			return p, fmt.Errorf("queue %q is not a redo-log queue number", f[6])
+		}
+	}
+	if f[7] != "" {
+		if p.Offset, err = strconv.ParseInt(f[7], 10, 64); err != nil || p.Offset == 0 {
+			return p, fmt.Errorf("offset %q is not an integer other than 0", f[7])
+		}
+	}
+	if p.ID == "" {
+		p.ID = derivedPartID(orderID, token, p)
+	}
+	return p, nil
+}
+
+// DecodeOrderParts decodes the "parts" field of order orderID's record
+// (layout 1 or 2, see above); "" (a record with no parts) is nil. Beyond
+// the syntax, each part needs an id, a node, a known kind, a quantity ≥ 1
+// and, for a stock part, an item ≥ 0, a redo-log key and an offset ≥ 0
+// (0 in the parts a staged attempt promised, staged.go, whose offsets
+// were not handed out yet); a quota part has neither redo key nor offset.
+// The error names the first bad part and field.
+func DecodeOrderParts(orderID, s string) ([]OrderPart, error) {
+	out, err := unmarshalOrderParts(orderID, s)
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range out {
+		if problem := p.problem(); problem != "" {
+			return nil, fmt.Errorf("%w: parts[%d] (%q): %s", ErrCorrupt, i, p.ID, problem)
+		}
+	}
+	return out, nil
+}

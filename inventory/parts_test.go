@@ -1,0 +1,188 @@
+package inventory
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Orders reserved by every path are written in layout 2 (parts.go), and a
+// 1-item order's record stays a listpack hash on a real node. Before the
+// compact part list, the JSON list made it a hash table.
+func TestOrderRecordCompactOnNode(t *testing.T) {
+	e := newStagedEnv(t)
+	one := []Item{{Route: "a", SKU: "s", Quantity: 1}}
+	local, staged := 0, 0
+	for i := 0; local == 0 || staged == 0; i++ {
+		if i > 40 {
+			t.Fatalf("no order id of 40 went both local (%d) and staged (%d)", local, staged)
+		}
+		id := fmt.Sprintf("compact-%d", i)
+		if _, err := e.inv.Reserve(e.ctx, id, one, "", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), id)
+		c := e.clients[home.Name()]
+		if home.Name() == "n1" {
+			local++
+		} else {
+			staged++
+		}
+		blob, err := c.HGet(e.ctx, orderKey(id), "parts").Result()
+		if err != nil || !strings.HasPrefix(blob, partsLayout2) {
+			t.Fatalf("order %s on %s: parts %q, %v; want layout 2", id, home.Name(), blob, err)
+		}
+		if enc, err := c.ObjectEncoding(e.ctx, orderKey(id)).Result(); err != nil || enc != "listpack" {
+			t.Errorf("order %s on %s (parts %d bytes): encoding %q, %v; want listpack", id, home.Name(), len(blob), enc, err)
+		}
+	}
+}
+
+// Records written before the upgrade (layout 1: the part list as JSON,
+// exactly as the former code wrote it) are confirmed, cancelled, expired,
+// retried and recovered (a staging record decided by a reader) by the
+// new code, and the stock adds up.
+func TestOrderRecordsLayout1Upgrade(t *testing.T) {
+	e := newStagedEnv(t)
+	one := []Item{{Route: "a", SKU: "s", Quantity: 1}}
+	reserve := func(id string, items []Item, ttl time.Duration) Reservation {
+		t.Helper()
+		res, err := e.inv.Reserve(e.ctx, id, items, "", ttl)
+		if err != nil {
+			t.Fatalf("Reserve %s: %v", id, err)
+		}
+		return res
+	}
+	type order = upgradeOrder
+	var confirm, cancel, expire, retry []order
+	for i := range 6 {
+		items := one
+		if i%2 == 1 {
+			items = stagedItems()
+		}
+		confirm = append(confirm, order{id: fmt.Sprintf("old-confirm-%d", i), items: items})
+		cancel = append(cancel, order{id: fmt.Sprintf("old-cancel-%d", i), items: items})
+		expire = append(expire, order{id: fmt.Sprintf("old-expire-%d", i), items: items})
+		retry = append(retry, order{id: fmt.Sprintf("old-retry-%d", i), items: items})
+	}
+	for _, set := range [][]order{confirm, cancel, retry} {
+		for i := range set {
+			set[i].res = reserve(set[i].id, set[i].items, time.Hour)
+		}
+	}
+	for i := range expire {
+		expire[i].res = reserve(expire[i].id, expire[i].items, stagedTTL)
+	}
+	// A staged attempt that died before its commit: its record is staging,
+	// its promised parts (with incarnations) in layout 1.
+	if _, err := e.reserveAt("staged:before-commit", "old-staging"); err == nil {
+		t.Fatal("Reserve stopped before its commit succeeded")
+	}
+	all := append(append(append(append([]order(nil), confirm...), cancel...), expire...), retry...)
+	for _, o := range append(all, order{id: "old-staging"}) {
+		e.toLayout1(o.id)
+	}
+
+	for _, o := range confirm {
+		if out, err := e.inv.Confirm(e.ctx, o.id); err != nil || out.Status != StatusConfirmed || out.PendingParts != 0 {
+			t.Fatalf("Confirm %s: %+v, %v", o.id, out, err)
+		}
+	}
+	for _, o := range cancel {
+		if out, err := e.inv.Cancel(e.ctx, o.id); err != nil || out.Status != StatusCancelled || out.PendingParts != 0 {
+			t.Fatalf("Cancel %s: %+v, %v", o.id, out, err)
+		}
+	}
+	for _, o := range retry {
+		res, err := e.inv.Reserve(e.ctx, o.id, o.items, "", time.Hour)
+		if err != nil || fmt.Sprint(res.Receipts) != fmt.Sprint(o.res.Receipts) {
+			t.Fatalf("retry of %s: %+v, %v; want the receipts %+v", o.id, res.Receipts, err, o.res.Receipts)
+		}
+	}
+	time.Sleep(stagedLease + 50*time.Millisecond)
+	if out, err := e.inv.Confirm(e.ctx, "old-staging"); err != nil || out.Status != StatusConfirmed {
+		t.Fatalf("Confirm of the staging record: %+v, %v", out, err)
+	}
+	time.Sleep(stagedTTL)
+	e.expireAllBut(retry)
+
+	for _, o := range confirm {
+		e.verify(o.id, "confirmed")
+	}
+	for _, o := range cancel {
+		e.verify(o.id, "cancelled")
+	}
+	for _, o := range expire {
+		e.verify(o.id, "cancelled")
+	}
+	for _, o := range retry {
+		e.verify(o.id, "reserved")
+	}
+	e.verify("old-staging", "confirmed")
+	e.stock()
+}
+
+// toLayout1 rewrites order id's part list on its home node in layout 1,
+// the JSON list the code before layout 2 wrote.
+func (e *stagedEnv) toLayout1(id string) {
+	e.t.Helper()
+	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), id)
+	c := e.clients[home.Name()]
+	blob, err := c.HGet(e.ctx, orderKey(id), "parts").Result()
+	if err != nil || !strings.HasPrefix(blob, partsLayout2) {
+		e.t.Fatalf("order %s: parts %q, %v; want layout 2", id, blob, err)
+	}
+	parts, err := DecodeOrderParts(id, blob)
+	if err != nil || len(parts) == 0 {
+		e.t.Fatalf("order %s: %v, %v", id, parts, err)
+	}
+	old := encodeOrderPartsJSON(parts)
+	if !strings.HasPrefix(old, `[{"p":"`+id+"|") {
+		e.t.Fatalf("layout 1 of %s: %s", id, old)
+	}
+	if err := c.HSet(e.ctx, orderKey(id), "parts", old).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// upgradeOrder is an order of TestOrderRecordsLayout1Upgrade.
+type upgradeOrder struct {
+	id    string
+	items []Item
+	res   Reservation
+}
+
+// expireAllBut runs the reconciler's step on every due part until only
+// the parts of the keep orders (due later) are pending.
+func (e *stagedEnv) expireAllBut(keep []upgradeOrder) {
+	e.t.Helper()
+	want := 0
+	for _, o := range keep {
+		want += len(o.res.Receipts)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := 0
+		for _, n := range e.inv.Nodes() {
+			due, err := e.inv.DueParts(e.ctx, n, 100)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			for _, p := range due {
+				if _, err := e.inv.ResolveExpired(e.ctx, p); err != nil {
+					e.t.Fatalf("ResolveExpired %+v: %v", p, err)
+				}
+			}
+			c, _ := e.clients[n.Name()].ZCard(e.ctx, PendingKey).Result()
+			left += int(c)
+		}
+		if left == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%d parts still pending 10s later, want %d", left, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
