@@ -209,7 +209,16 @@ func (p OrderPart) problem() string {
 	return ""
 }
 
-// OrderRecord is an order record (an order key's hash) as stored.
+// OrderRecord is an order record (an order key's hash) as stored. Its
+// fields: status, token, digest, deadline (ms), created (ms), parts (the
+// part list, parts.go); user, absent for an order without one (records
+// written before the compact layout hold it empty); reserved_at (ms),
+// absent when the record was reserved when created (the one-script path,
+// local.go); lease (ms) while an attempt holds it; reason and decided_at
+// once decided; moved on a record a topology change moved. Only status,
+// token, deadline, parts, reason, lease, digest and moved are read by
+// the scripts (orderBody); created, reserved_at and decided_at are for
+// operators.
 type OrderRecord struct {
 	ID string
 	// Status is the record's state (never OrderMissing in a decoded

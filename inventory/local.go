@@ -149,8 +149,11 @@ for i, p in ipairs(plan) do
   out[#out + 1] = offs[i]
 end
 if f[1] or f[2] then redis.call('DEL', key) end -- a failed or moved record (a record always has one of them)
-redis.call('HSET', key, 'status', 'reserved', 'token', ARGV[4], 'digest', ARGV[5], 'user', ARGV[6],
-  'deadline', I(deadline), 'created', nowS, 'reserved_at', nowS, 'parts', pack_parts(ARGV[9], ARGV[4], parts))
+-- reserved when created: no reserved_at (it would repeat created), and no
+-- user field for an order without one (DecodeOrder reads both as before)
+redis.call('HSET', key, 'status', 'reserved', 'token', ARGV[4], 'digest', ARGV[5],
+  'deadline', I(deadline), 'created', nowS, 'parts', pack_parts(ARGV[9], ARGV[4], parts))
+if ARGV[6] ~= '' then redis.call('HSET', key, 'user', ARGV[6]) end
 redis.call('EXPIRE', key, I(tonumber(ARGV[8])))
 return out
 `)

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,9 @@ import (
 
 // Orders reserved by every path are written in layout 2 (parts.go), and a
 // 1-item order's record stays a listpack hash on a real node. Before the
-// compact part list, the JSON list made it a hash table.
+// compact part list, the JSON list made it a hash table; before the
+// one-script path left out what it repeated, its record also held
+// reserved_at (= created) and an empty user.
 func TestOrderRecordCompactOnNode(t *testing.T) {
 	e := newStagedEnv(t)
 	one := []Item{{Route: "a", SKU: "s", Quantity: 1}}
@@ -26,6 +29,12 @@ func TestOrderRecordCompactOnNode(t *testing.T) {
 		c := e.clients[home.Name()]
 		if home.Name() == "n1" {
 			local++
+			// reserved when created, no user: no reserved_at, no empty user
+			keys, err := c.HKeys(e.ctx, orderKey(id)).Result()
+			sort.Strings(keys)
+			if want := "[created deadline digest parts status token]"; err != nil || fmt.Sprint(keys) != want {
+				t.Errorf("local order %s holds fields %v, %v; want %s", id, keys, err, want)
+			}
 		} else {
 			staged++
 		}

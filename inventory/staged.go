@@ -209,7 +209,8 @@ if not plan then return {'short'} end
 local deadline = now + tonumber(ARGV[10])
 if takeover then redis.call('DEL', key) end
 redis.call('HSET', key, 'status', 'staging', 'token', ARGV[5], 'lease', I(now + tonumber(ARGV[7])), 'digest', ARGV[8],
-  'user', ARGV[9], 'deadline', I(deadline), 'created', nowS, 'parts', ARGV[12])
+  'deadline', I(deadline), 'created', nowS, 'parts', ARGV[12])
+if ARGV[9] ~= '' then redis.call('HSET', key, 'user', ARGV[9]) end -- none for an order without a user
 redis.call('EXPIRE', key, I(tonumber(ARGV[11])))
 local out = {'staged', deadline}
 for _, off in ipairs(write_parts(plan, KEYS[2], KEYS[3], ARGV[4], ARGV[5], part_due(ARGV[6]))) do
