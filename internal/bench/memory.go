@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,27 +18,34 @@ import (
 // Node memory per pending order (issue 25, "Compact records, measured"):
 // RunMemory reserves memOrders 1-item orders with distinct ids (hashed
 // over the three nodes, stock on every node of the route) through the
-// library and reads INFO memory's used_memory on every node before and
-// after; the delta summed over the nodes, per order, is
-// reserve_bytes_per_order_1item. A breakdown by key family (MEMORY USAGE
+// library and reads INFO memory's used_memory (less client buffers) on
+// every node every memStep orders; the slope of that sum over the orders
+// is reserve_bytes_per_order_1item. A breakdown by key family (MEMORY USAGE
 // of every key of the nodes, classified by inventory.ParseKey) says where
 // the bytes go; what MEMORY USAGE does not see (the expires dict's entry
 // of a key with a TTL, the main dict's growth) is the difference.
 
-// memOrders is how many pending orders the delta is taken over, after
-// memWarmup orders (the indexes' sorted sets leave their small encoding
-// there, and the scripts are loaded, so the delta is per order).
+// memOrders is how many pending orders are measured, after
+// memWarmup orders that load the scripts and create the indexes (their
+// growth, the sorted sets' change of encoding and the key space's, is in
+// the measure: a real share of what the orders cost, and the same in every
+// run).
 const (
 	memOrders = 3000
-	memWarmup = 300
+	memStep   = 150
+	memWarmup = 30
 	memSKU    = "mem-1"
 	memConc   = 16
 )
 
 // MemoryResult is node memory per pending 1-item order.
 type MemoryResult struct {
-	Orders int   // orders the delta is over
-	Bytes  int64 // used_memory after minus before, summed over the nodes
+	Orders int // orders measured
+	// Bytes is the node memory Orders orders take: INFO used_memory less
+	// the client buffers, summed over the nodes, read every memStep orders;
+	// the slope of the least-squares line through the readings times
+	// Orders.
+	Bytes int64
 	// Families is MEMORY USAGE per key family after the run, over every
 	// pending order on the nodes (the warm-up's included: PerOrder
 	// divides by Pending).
@@ -91,21 +99,31 @@ func RunMemory(ctx context.Context, c *Cluster, progress func(string)) (*MemoryR
 	}); err != nil {
 		return nil, err
 	}
-	if err := memReserve(ctx, c, "w", memWarmup); err != nil {
+	if err := memReserve(ctx, c, "w", 0, memWarmup); err != nil {
 		return nil, err
 	}
-	before, err := usedMemory(ctx, c.Admin)
-	if err != nil {
-		return nil, err
+	// used_memory after every memStep orders; the bytes per order are the
+	// slope of the least-squares line through them. The key space's and
+	// the indexes' hash tables double at power-of-two sizes, a step of
+	// about 16 bytes per key each: one delta over a window catches or
+	// misses them by chance (±100 bytes per order between runs), the
+	// slope over many points spreads them.
+	var xs, ys []float64
+	for done := 0; ; done += memStep {
+		used, err := usedMemory(ctx, c.Admin)
+		if err != nil {
+			return nil, err
+		}
+		xs, ys = append(xs, float64(done)), append(ys, float64(used))
+		if done == memOrders {
+			break
+		}
+		if err := memReserve(ctx, c, "m", done, memStep); err != nil {
+			return nil, err
+		}
 	}
-	if err := memReserve(ctx, c, "m", memOrders); err != nil {
-		return nil, err
-	}
-	after, err := usedMemory(ctx, c.Admin)
-	if err != nil {
-		return nil, err
-	}
-	out := &MemoryResult{Orders: memOrders, Bytes: after - before, Pending: memOrders + memWarmup}
+	out := &MemoryResult{Orders: memOrders, Bytes: int64(math.Round(slope(xs, ys) * memOrders)), Pending: memOrders + memWarmup}
+	var err error
 	if out.Families, err = keyFamilies(ctx, c.Admin); err != nil {
 		return nil, err
 	}
@@ -114,19 +132,19 @@ func RunMemory(ctx context.Context, c *Cluster, progress func(string)) (*MemoryR
 	return out, nil
 }
 
-// memReserve reserves n 1-item orders of memSKU, ids prefix+number, from
-// memConc goroutines; any error stops it.
-func memReserve(ctx context.Context, c *Cluster, prefix string, n int) error {
+// memReserve reserves n 1-item orders of memSKU, ids prefix+number from
+// first on, from memConc goroutines; any error stops it.
+func memReserve(ctx context.Context, c *Cluster, prefix string, first, n int) error {
 	items := []inventory.Item{{Route: routeAll, SKU: memSKU, Quantity: 1}}
 	next := make(chan int, n)
 	for i := range n {
-		next <- i
+		next <- first + i
 	}
 	close(next)
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed error
 	)
 	for range memConc {
 		wg.Add(1)
@@ -135,7 +153,7 @@ func memReserve(ctx context.Context, c *Cluster, prefix string, n int) error {
 			for i := range next {
 				if _, err := c.Inv.Reserve(ctx, prefix+strconv.Itoa(i), items, "", time.Hour); err != nil {
 					mu.Lock()
-					first = cmpOr(first, fmt.Errorf("memory: reserve %s%d: %w", prefix, i, err))
+					failed = cmpOr(failed, fmt.Errorf("memory: reserve %s%d: %w", prefix, i, err))
 					mu.Unlock()
 					return
 				}
@@ -143,10 +161,23 @@ func memReserve(ctx context.Context, c *Cluster, prefix string, n int) error {
 		}()
 	}
 	wg.Wait()
-	return first
+	return failed
 }
 
-// usedMemory is INFO memory's used_memory summed over the nodes, read
+// slope is the least-squares slope of ys over xs (at least two points).
+func slope(xs, ys []float64) float64 {
+	n := float64(len(xs))
+	var sx, sy, sxx, sxy float64
+	for i := range xs {
+		sx, sy = sx+xs[i], sy+ys[i]
+		sxx, sxy = sxx+xs[i]*xs[i], sxy+xs[i]*ys[i]
+	}
+	return (n*sxy - sx*sy) / (n*sxx - sx*sx)
+}
+
+// usedMemory is INFO memory's used_memory less the client buffers
+// (mem_clients_normal: connections' query and reply buffers, which come
+// and go with the load, not with the data), summed over the nodes, read
 // once no lazy free is pending (Reset flushes asynchronously).
 func usedMemory(ctx context.Context, admin []*redis.Client) (int64, error) {
 	var sum int64
@@ -161,11 +192,16 @@ func usedMemory(ctx context.Context, admin []*redis.Client) (int64, error) {
 				time.Sleep(20 * time.Millisecond)
 				continue
 			}
-			n, err := strconv.ParseInt(m["used_memory"], 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("INFO memory used_memory %q: %w", m["used_memory"], err)
+			for _, f := range []struct {
+				name string
+				sign int64
+			}{{"used_memory", 1}, {"mem_clients_normal", -1}} {
+				n, err := strconv.ParseInt(m[f.name], 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("INFO memory %s %q: %w", f.name, m[f.name], err)
+				}
+				sum += f.sign * n
 			}
-			sum += n
 			break
 		}
 	}
