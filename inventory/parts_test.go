@@ -237,3 +237,56 @@ func validUTF8(ss ...string) bool {
 	}
 	return true
 }
+
+// Pending orders in layout 1 whose home a topology change moves are moved
+// as they are, then confirmed and cancelled on their new home by the new
+// code; the stock adds up.
+func TestLayout1RecordsMoveWithTopology(t *testing.T) {
+	e := newMigrateEnv(t)
+	old := e.open(e.old)
+	const stock = 30
+	if _, err := old.LoadStock(e.ctx, "r", "free", stock, 0); err != nil {
+		t.Fatal(err)
+	}
+	oh, _ := NewHomes(e.old)
+	nh, _ := NewHomes(e.new)
+	var ids []string
+	for i := 0; len(ids) < 2; i++ {
+		id := fmt.Sprintf("l1-%d", i)
+		if nh.Home(id) != "n4" || oh.Home(id) == "n4" {
+			continue
+		}
+		if _, err := old.Reserve(e.ctx, id, []Item{{Route: "r", SKU: "free", Quantity: 1}}, "", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		c := e.clients[oh.Home(id)]
+		blob, err := c.HGet(e.ctx, orderKey(id), "parts").Result()
+		parts, derr := DecodeOrderParts(id, blob)
+		if err != nil || derr != nil || !strings.HasPrefix(blob, partsLayout2) {
+			t.Fatalf("order %s: parts %q, %v, %v", id, blob, err, derr)
+		}
+		if err := c.HSet(e.ctx, orderKey(id), "parts", encodeOrderPartsJSON(parts)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if rep, err := e.apply(); err != nil || rep.Phase != PhaseStable {
+		t.Fatalf("apply = %+v, %v", rep, err)
+	}
+	for _, id := range ids {
+		if blob, err := e.clients["n4"].HGet(e.ctx, orderKey(id), "parts").Result(); err != nil || !strings.HasPrefix(blob, "[") {
+			t.Fatalf("order %s on n4 after the move: parts %q, %v; want layout 1", id, blob, err)
+		}
+	}
+	inv := e.open(e.new)
+	if out, err := inv.Confirm(e.ctx, ids[0]); err != nil || out.Status != StatusConfirmed || out.PendingParts != 0 {
+		t.Fatalf("Confirm %s: %+v, %v", ids[0], out, err)
+	}
+	if out, err := inv.Cancel(e.ctx, ids[1]); err != nil || out.Status != StatusCancelled || out.PendingParts != 0 {
+		t.Fatalf("Cancel %s: %+v, %v", ids[1], out, err)
+	}
+	lvl, err := inv.GetStock(e.ctx, "r", "free")
+	if err != nil || lvl.Confirmed != 1 || lvl.Reserved != 0 || lvl.Available != stock-1 {
+		t.Errorf("stock after the move: %+v, %v; want 1 confirmed, %d available", lvl, err, stock-1)
+	}
+}
