@@ -386,8 +386,8 @@ func idProblem(v string) string {
 			return fmt.Sprintf("holds a control byte at %d", i)
 		}
 	}
-	// Parts are kept in the order record as JSON, which cannot carry
-	// invalid UTF-8: such ids would come back altered.
+	// An order record's part list falls back to JSON (layout 1, parts.go),
+	// which cannot carry invalid UTF-8: such ids would come back altered.
 	if !utf8.ValidString(v) {
 		return "is not valid UTF-8"
 	}
