@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 
 // ciBudget is how long make test explores (the schedules started by then
 // finish after it): a short exploration, well inside 60 s with -race.
-const ciBudget = 25 * time.Second
+const ciBudget = 20 * time.Second
 
 // ciOptions are the schedules make test explores: every actor, the
 // default fault chances.
@@ -31,7 +31,7 @@ var ciOptions = Options{}
 // four worlds: every invariant must hold in each.
 func TestExploreShort(t *testing.T) {
 	if testing.Short() {
-		t.Skip("explores for 25 s")
+		t.Skip("explores for 20 s")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
