@@ -62,14 +62,14 @@ func RunRPC(ctx context.Context, c *Cluster, p Plan, progress func(string)) (*RP
 	nconn := max(1, p.Conc/rpcConnsPer)
 	clients := make([]shardisv1connect.InventoryServiceClient, nconn)
 	floors := make([]shardisv1connect.InventoryServiceClient, nconn)
-	gfloors := make([]*grpcFloorClient, nconn)
-	grpcs := make([]*grpcFloorClient, nconn)
+	gfloors := make([]*grpcReserveClient, nconn)
+	grpcs := make([]*grpcReserveClient, nconn)
 	for i := range nconn {
-		if gfloors[i], err = newGRPCFloorClient(srv.GRPCFloorAddr); err != nil {
+		if gfloors[i], err = newGRPCReserveClient(srv.GRPCFloorAddr); err != nil {
 			return nil, err
 		}
 		defer gfloors[i].Close()
-		if grpcs[i], err = newGRPCFloorClient(srv.GRPCAddr); err != nil {
+		if grpcs[i], err = newGRPCReserveClient(srv.GRPCAddr); err != nil {
 			return nil, err
 		}
 		defer grpcs[i].Close()

@@ -48,19 +48,19 @@ func grpcFloorServer() (*grpc.Server, net.Listener, error) {
 	return s, ln, nil
 }
 
-// grpcFloorClient is a grpc-go client of InventoryService.Reserve at
+// grpcReserveClient is a grpc-go client of InventoryService.Reserve at
 // addr: the grpc-go floor, or the service's gRPC port.
-type grpcFloorClient struct{ conn *grpc.ClientConn }
+type grpcReserveClient struct{ conn *grpc.ClientConn }
 
-func newGRPCFloorClient(addr string) (*grpcFloorClient, error) {
+func newGRPCReserveClient(addr string) (*grpcReserveClient, error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
 	}
-	return &grpcFloorClient{conn: conn}, nil
+	return &grpcReserveClient{conn: conn}, nil
 }
 
-func (c *grpcFloorClient) Reserve(ctx context.Context, req *v1.ReserveRequest) (*v1.ReserveResponse, error) {
+func (c *grpcReserveClient) Reserve(ctx context.Context, req *v1.ReserveRequest) (*v1.ReserveResponse, error) {
 	res := new(v1.ReserveResponse)
 	if err := c.conn.Invoke(ctx, reserveMethod, req, res); err != nil {
 		return nil, err
@@ -68,4 +68,4 @@ func (c *grpcFloorClient) Reserve(ctx context.Context, req *v1.ReserveRequest) (
 	return res, nil
 }
 
-func (c *grpcFloorClient) Close() error { return c.conn.Close() }
+func (c *grpcReserveClient) Close() error { return c.conn.Close() }

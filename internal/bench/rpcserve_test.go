@@ -40,7 +40,7 @@ func TestServiceProc(t *testing.T) {
 	hc := &http.Client{}
 	svc := shardisv1connect.NewInventoryServiceClient(hc, "http://"+p.Addr)
 	floor := shardisv1connect.NewInventoryServiceClient(hc, "http://"+p.FloorAddr)
-	gfloor, err := newGRPCFloorClient(p.GRPCFloorAddr)
+	gfloor, err := newGRPCReserveClient(p.GRPCFloorAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
