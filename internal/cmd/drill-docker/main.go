@@ -34,6 +34,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/drillcheck"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
 )
@@ -155,7 +156,7 @@ func (d *drill) run(workers int) (bool, error) {
 	for _, p := range problems {
 		fmt.Println("VIOLATION:", p)
 	}
-	fmt.Printf("\ndrill-docker %s\n", verdict(len(problems) == 0))
+	fmt.Printf("\ndrill-docker %s\n", drillcheck.Verdict(len(problems) == 0))
 	return len(problems) == 0, nil
 }
 

@@ -6,10 +6,10 @@ import (
 	"sort"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/drillcheck"
 	"github.com/shardis/shardis/internal/redisproc"
 	"github.com/shardis/shardis/inventory"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
@@ -121,30 +121,5 @@ func heal(ctx context.Context, cfg *config.Config, groups map[string]*redisproc.
 			problems = append(problems, err.Error())
 		}
 	}
-	var total int64
-	for _, m := range skus {
-		res, err := inv.GetStock(ctx, connect.NewRequest(&v1.GetStockRequest{RouteKey: m.RouteKey, SkuId: m.SkuId}))
-		if err != nil {
-			return append(problems, err.Error())
-		}
-		s := res.Msg.Stock
-		ok := s.Available+s.Reserved+s.Confirmed == m.Quantity && s.Loaded == m.Quantity && s.Reserved == 0
-		for _, n := range s.Nodes {
-			if !n.Reachable || n.Available < 0 || n.Reserved < 0 || n.Confirmed < 0 || n.Available+n.Reserved+n.Confirmed != n.Loaded {
-				ok = false
-			}
-		}
-		fmt.Printf("%-40s available %d + reserved %d + confirmed %d = %d of %d loaded: %s\n", "invariant "+m.SkuId,
-			s.Available, s.Reserved, s.Confirmed, s.Available+s.Reserved+s.Confirmed, m.Quantity, verdict(ok))
-		if !ok {
-			problems = append(problems, "stock of "+m.SkuId+" does not add up")
-		}
-		total += s.Confirmed
-	}
-	fmt.Printf("%-40s %d units confirmed, %d units in confirmed orders: %s\n", "invariant confirmed units",
-		total, confirmedUnits, verdict(total == confirmedUnits))
-	if total != confirmedUnits {
-		problems = append(problems, fmt.Sprintf("%d units confirmed, but confirmed orders hold %d", total, confirmedUnits))
-	}
-	return problems
+	return append(problems, drillcheck.Stock(ctx, inv, skus, confirmedUnits)...)
 }

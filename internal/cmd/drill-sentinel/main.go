@@ -34,6 +34,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/drillcheck"
 	"github.com/shardis/shardis/internal/redisproc"
 	"github.com/shardis/shardis/internal/service"
 	"github.com/shardis/shardis/node"
@@ -201,7 +202,7 @@ func drill(workers int, outage time.Duration, victim, durability string) (bool, 
 		fmt.Println("VIOLATION:", p)
 	}
 	holds = holds && len(problems) == 0
-	fmt.Printf("\ndrill-sentinel %s\n", verdict(holds))
+	fmt.Printf("\ndrill-sentinel %s\n", drillcheck.Verdict(holds))
 	return holds, nil
 }
 
@@ -278,11 +279,4 @@ func downReason(ctx context.Context, admin shardisv1connect.AdminServiceClient, 
 		}
 	}
 	return "not listed"
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "HOLDS"
-	}
-	return "VIOLATED"
 }

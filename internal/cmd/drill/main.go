@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/drillcheck"
 	"github.com/shardis/shardis/internal/redisproc"
 	"github.com/shardis/shardis/internal/service"
 	"github.com/shardis/shardis/inventory"
@@ -166,7 +167,7 @@ func drill(workers int, outage time.Duration, victim string) (bool, error) {
 	fmt.Printf("%-34s %d confirmed, %d cancelled, %d left to expire, %d whose confirm or cancel failed (they expire)\n",
 		"of the ok orders", c.confirmed.Load(), c.cancelled.Load(), c.left.Load(), c.unsettled.Load())
 	sum, added := c.accounted()
-	fmt.Printf("%-34s %d of %d ok orders: %s\n", "  accounted for", sum, c.ok.Load(), verdict(added))
+	fmt.Printf("%-34s %d of %d ok orders: %s\n", "  accounted for", sum, c.ok.Load(), drillcheck.Verdict(added))
 	holds = holds && added
 	st := srv.Inv.Stats()
 	rs := srv.Rec.Stats()
@@ -189,10 +190,10 @@ func drill(workers int, outage time.Duration, victim string) (bool, error) {
 			}
 		}
 		fmt.Printf("%-34s available %d + reserved %d + confirmed %d = %d of %d loaded: %s\n", "invariant "+m.SkuId,
-			s.Available, s.Reserved, s.Confirmed, s.Available+s.Reserved+s.Confirmed, m.Quantity, verdict(ok))
+			s.Available, s.Reserved, s.Confirmed, s.Available+s.Reserved+s.Confirmed, m.Quantity, drillcheck.Verdict(ok))
 		holds = holds && ok
 	}
-	fmt.Printf("\ndrill %s\n", verdict(holds))
+	fmt.Printf("\ndrill %s\n", drillcheck.Verdict(holds))
 	return holds, nil
 }
 
@@ -286,13 +287,6 @@ func waitNoPending(servers map[string]*redisproc.Server, limit time.Duration) in
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "HOLDS"
-	}
-	return "VIOLATED"
 }
 
 // dumpPending prints every part still pending and its order's record.
