@@ -6,9 +6,12 @@ package drillcheck
 import (
 	"context"
 	"fmt"
+	"sort"
 
 	"connectrpc.com/connect"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/shardis/shardis/inventory"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
 )
@@ -56,4 +59,71 @@ func Stock(ctx context.Context, inv shardisv1connect.InventoryServiceClient, sku
 		problems = append(problems, fmt.Sprintf("%d units confirmed, but confirmed orders hold %d", total, confirmedUnits))
 	}
 	return problems
+}
+
+// Acked is what a drill's clients were told: the orders whose Reserve was
+// acknowledged (order id → units), and those whose Confirm or Cancel was.
+type Acked struct {
+	Reserved  map[string]int64
+	Confirmed map[string]bool
+	Cancelled map[string]bool
+}
+
+// LostOutcomes checks that every acknowledged outcome is on the order's
+// home node among masters (node name → client): a confirmed order is
+// confirmed there, a cancelled one cancelled, any other acknowledged
+// order reserved, confirmed or cancelled. It prints the count and
+// returns the first ten losses (and how many more).
+func LostOutcomes(ctx context.Context, masters map[string]*redis.Client, homes *inventory.Homes, a Acked) []string {
+	var lost []string
+	for id := range a.Reserved {
+		home := homes.Home(id)
+		word, _ := masters[home].HGet(ctx, inventory.OrderKey(id), "status").Result()
+		status := inventory.OrderState(word)
+		want := ""
+		switch {
+		case a.Confirmed[id] && status != inventory.OrderConfirmed:
+			want = "confirmed (Confirm was acknowledged)"
+		case a.Cancelled[id] && status != inventory.OrderCancelled:
+			want = "cancelled (Cancel was acknowledged)"
+		case status != inventory.OrderReserved && status != inventory.OrderConfirmed && status != inventory.OrderCancelled:
+			want = "reserved, confirmed or cancelled (Reserve was acknowledged)"
+		}
+		if want != "" {
+			lost = append(lost, fmt.Sprintf("order %s on %s is %q, want %s", id, home, word, want))
+		}
+	}
+	sort.Strings(lost)
+	fmt.Printf("%-40s %d\n", "acknowledged outcomes lost", len(lost))
+	if len(lost) > 10 {
+		lost = append(lost[:10], fmt.Sprintf("… and %d more lost outcomes", len(lost)-10))
+	}
+	return lost
+}
+
+// ConfirmedOrderUnits sums the units of the orders confirmed on masters
+// (node name → client), as the acknowledged Reserves gave them; a
+// confirmed order whose Reserve was never acknowledged is a problem.
+func ConfirmedOrderUnits(ctx context.Context, masters map[string]*redis.Client, reserved map[string]int64) (int64, []string) {
+	var units int64
+	var problems []string
+	for name, c := range masters {
+		iter := c.Scan(ctx, 0, inventory.OrderKey("*"), 1000).Iterator()
+		for iter.Next(ctx) {
+			status, _ := c.HGet(ctx, iter.Val(), "status").Result()
+			if inventory.OrderState(status) != inventory.OrderConfirmed {
+				continue
+			}
+			_, id := inventory.ParseKey(iter.Val())
+			u, ok := reserved[id]
+			if !ok {
+				problems = append(problems, fmt.Sprintf("order %s on %s is confirmed, but its Reserve was never acknowledged", id, name))
+			}
+			units += u
+		}
+		if err := iter.Err(); err != nil {
+			problems = append(problems, fmt.Sprintf("scan orders on %s: %v", name, err))
+		}
+	}
+	return units, problems
 }

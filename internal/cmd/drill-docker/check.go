@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -98,64 +97,8 @@ func heal(ctx context.Context, cfg *config.Config, out *outcomes, skus []*v1.Loa
 	}
 	out.mu.Lock()
 	defer out.mu.Unlock()
-	problems = append(problems, lostOutcomes(ctx, cs, homes, out)...)
-	confirmedUnits, ps := confirmedOrderUnits(ctx, cs, out)
+	problems = append(problems, drillcheck.LostOutcomes(ctx, cs, homes, out.acked())...)
+	confirmedUnits, ps := drillcheck.ConfirmedOrderUnits(ctx, cs, out.reserved)
 	problems = append(problems, ps...)
 	return append(problems, drillcheck.Stock(ctx, inv, skus, confirmedUnits)...)
-}
-
-// lostOutcomes checks that every acknowledged outcome is on the order's
-// home master. The caller holds out.mu.
-func lostOutcomes(ctx context.Context, cs map[string]*redis.Client, homes *inventory.Homes, out *outcomes) []string {
-	var lost []string
-	for id := range out.reserved {
-		home := homes.Home(id)
-		word, _ := cs[home].HGet(ctx, inventory.OrderKey(id), "status").Result()
-		status := inventory.OrderState(word)
-		want := ""
-		switch {
-		case out.confirmed[id] && status != inventory.OrderConfirmed:
-			want = "confirmed (Confirm was acknowledged)"
-		case out.cancelled[id] && status != inventory.OrderCancelled:
-			want = "cancelled (Cancel was acknowledged)"
-		case status != inventory.OrderReserved && status != inventory.OrderConfirmed && status != inventory.OrderCancelled:
-			want = "reserved, confirmed or cancelled (Reserve was acknowledged)"
-		}
-		if want != "" {
-			lost = append(lost, fmt.Sprintf("order %s on %s is %q, want %s", id, home, word, want))
-		}
-	}
-	sort.Strings(lost)
-	fmt.Printf("%-40s %d\n", "acknowledged outcomes lost", len(lost))
-	if len(lost) > 10 {
-		lost = append(lost[:10], fmt.Sprintf("… and %d more lost outcomes", len(lost)-10))
-	}
-	return lost
-}
-
-// confirmedOrderUnits adds up the units of every order record confirmed on
-// any master; an order confirmed whose Reserve was never acknowledged is a
-// problem. The caller holds out.mu.
-func confirmedOrderUnits(ctx context.Context, cs map[string]*redis.Client, out *outcomes) (int64, []string) {
-	var units int64
-	var problems []string
-	for name, c := range cs {
-		iter := c.Scan(ctx, 0, inventory.OrderKey("*"), 1000).Iterator()
-		for iter.Next(ctx) {
-			status, _ := c.HGet(ctx, iter.Val(), "status").Result()
-			if inventory.OrderState(status) != inventory.OrderConfirmed {
-				continue
-			}
-			_, id := inventory.ParseKey(iter.Val())
-			u, ok := out.reserved[id]
-			if !ok {
-				problems = append(problems, fmt.Sprintf("order %s on %s is confirmed, but its Reserve was never acknowledged", id, name))
-			}
-			units += u
-		}
-		if err := iter.Err(); err != nil {
-			problems = append(problems, fmt.Sprintf("scan orders on %s: %v", name, err))
-		}
-	}
-	return units, problems
 }

@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/shardis/shardis/internal/drillcheck"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
 )
@@ -48,6 +49,12 @@ type outcomes struct {
 	cancelled map[string]bool  // acknowledged Cancel
 	left      int64            // acknowledged, then left to expire
 	unknown   int64            // acknowledged, then a Confirm or Cancel failed
+}
+
+// acked is what the clients were told, for the checks. The caller holds
+// o.mu.
+func (o *outcomes) acked() drillcheck.Acked {
+	return drillcheck.Acked{Reserved: o.reserved, Confirmed: o.confirmed, Cancelled: o.cancelled}
 }
 
 func newOutcomes() *outcomes {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -73,53 +72,10 @@ func heal(ctx context.Context, cfg *config.Config, groups map[string]*redisproc.
 	}
 	out.mu.Lock()
 	defer out.mu.Unlock()
-	var lost []string
-	for id := range out.reserved {
-		home := homes.Home(id)
-		word, _ := cs[home].HGet(ctx, inventory.OrderKey(id), "status").Result()
-		status := inventory.OrderState(word)
-		want := ""
-		switch {
-		case out.confirmed[id] && status != inventory.OrderConfirmed:
-			want = "confirmed (Confirm was acknowledged)"
-		case out.cancelled[id] && status != inventory.OrderCancelled:
-			want = "cancelled (Cancel was acknowledged)"
-		case status != inventory.OrderReserved && status != inventory.OrderConfirmed && status != inventory.OrderCancelled:
-			want = "reserved, confirmed or cancelled (Reserve was acknowledged)"
-		}
-		if want != "" {
-			lost = append(lost, fmt.Sprintf("order %s on %s is %q, want %s", id, home, word, want))
-		}
-	}
-	sort.Strings(lost)
-	fmt.Printf("%-40s %d\n", "acknowledged outcomes lost", len(lost))
-	for i, l := range lost {
-		if i == 10 {
-			problems = append(problems, fmt.Sprintf("… and %d more lost outcomes", len(lost)-10))
-			break
-		}
-		problems = append(problems, l)
-	}
+	problems = append(problems, drillcheck.LostOutcomes(ctx, cs, homes, out.acked())...)
 
 	// No unit oversold: confirmed units are exactly the confirmed orders'.
-	var confirmedUnits int64
-	for name, c := range cs {
-		iter := c.Scan(ctx, 0, inventory.OrderKey("*"), 1000).Iterator()
-		for iter.Next(ctx) {
-			status, _ := c.HGet(ctx, iter.Val(), "status").Result()
-			if inventory.OrderState(status) != inventory.OrderConfirmed {
-				continue
-			}
-			_, id := inventory.ParseKey(iter.Val())
-			units, ok := out.reserved[id]
-			if !ok {
-				problems = append(problems, fmt.Sprintf("order %s on %s is confirmed, but its Reserve was never acknowledged", id, name))
-			}
-			confirmedUnits += units
-		}
-		if err := iter.Err(); err != nil {
-			problems = append(problems, err.Error())
-		}
-	}
+	confirmedUnits, ps := drillcheck.ConfirmedOrderUnits(ctx, cs, out.reserved)
+	problems = append(problems, ps...)
 	return append(problems, drillcheck.Stock(ctx, inv, skus, confirmedUnits)...)
 }

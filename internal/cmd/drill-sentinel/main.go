@@ -71,6 +71,12 @@ type outcomes struct {
 	cancelled  map[string]bool  // acknowledged Cancel
 }
 
+// acked is what the clients were told, for the checks. The caller holds
+// o.mu.
+func (o *outcomes) acked() drillcheck.Acked {
+	return drillcheck.Acked{Reserved: o.reserved, Confirmed: o.confirmed, Cancelled: o.cancelled}
+}
+
 func drill(workers int, outage time.Duration, victim, durability string) (bool, error) {
 	names := []string{"n1", "n2"}
 	cfg := config.Default()
