@@ -150,9 +150,18 @@ type stockRef struct{ route, sku string }
 // soldOutHint is the set of (route, SKU) seen short lately. The zero value
 // is ready.
 type soldOutHint struct {
-	n  atomic.Int64 // entries; 0 lets Reserve skip the lock
-	mu sync.RWMutex
-	m  map[stockRef]time.Time
+	n   atomic.Int64  // entries; 0 lets Reserve skip the lock
+	ttl time.Duration // set before first use; 0 means soldOutHintTTL
+	mu  sync.RWMutex
+	m   map[stockRef]time.Time
+}
+
+// life is how long a mark lasts.
+func (h *soldOutHint) life() time.Duration {
+	if h.ttl > 0 {
+		return h.ttl
+	}
+	return soldOutHintTTL
 }
 
 // any reports whether some item's SKU was seen short within soldOutHintTTL.
@@ -163,7 +172,7 @@ func (h *soldOutHint) any(items []Item) bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	for _, it := range items {
-		if at, ok := h.m[stockRef{it.Route, it.SKU}]; ok && time.Since(at) < soldOutHintTTL {
+		if at, ok := h.m[stockRef{it.Route, it.SKU}]; ok && time.Since(at) < h.life() {
 			return true
 		}
 	}
@@ -176,7 +185,7 @@ func (h *soldOutHint) mark(ref stockRef) {
 	h.mu.RLock()
 	at, ok := h.m[ref]
 	h.mu.RUnlock()
-	if ok && time.Since(at) < soldOutHintTTL/2 {
+	if ok && time.Since(at) < h.life()/2 {
 		return
 	}
 	h.mu.Lock()
