@@ -256,7 +256,7 @@ func (inv *Inventory) GetStock(ctx context.Context, route, sku string) (StockLev
 	wg.Wait()
 	inv.flagMissing(ctx, nodes, route, sku, exists, out.Nodes)
 	for _, ns := range out.Nodes {
-		if ns.Err != nil && errors.Is(ns.Err, ErrCorrupt) {
+		if ns.Err != nil && (errors.Is(ns.Err, ErrCorrupt) || errors.Is(ns.Err, ErrMalformedReply)) {
 			return out, ns.Err
 		}
 		out.Available += ns.Available

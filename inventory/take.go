@@ -377,24 +377,26 @@ func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, toke
 	if err != nil {
 		return nil, err
 	}
-	raw, err := asSlice(n, reserveScript, v)
-	if err != nil {
-		return nil, err
-	}
-	if len(raw) != len(reqs) {
-		return nil, malformed(n, reserveScript, v)
-	}
+	return decodeReserveReplies(n.Name(), v, len(reqs))
+}
+
+// decodeReserveReplies reads the reserve script's reply to k part
+// requests: one {state word, qty, offset, limit} per request.
+func decodeReserveReplies(nodeName string, v any, k int) ([]reply, error) {
+	r := newReplyReader(nodeName, reserveScript.name)
+	raw := r.list(v, k)
 	out := make([]reply, len(raw))
-	for i, e := range raw {
-		t, ok := e.([]any)
-		if !ok || len(t) != 4 {
-			return nil, malformed(n, reserveScript, v)
+	for i := range raw {
+		t := r.listAt(raw, i, 4)
+		if r.err != nil {
+			break
 		}
-		word, _ := t[0].(string)
-		out[i].state = takeWord(word)
-		out[i].qty, _ = t[1].(int64)
-		out[i].offset, _ = t[2].(int64)
-		out[i].limit, _ = t[3].(int64)
+		r.enter(i)
+		out[i] = reply{state: takeWord(r.str(t, 0)), qty: r.int(t, 1), offset: r.int(t, 2), limit: r.int(t, 3)}
+		r.leave()
+	}
+	if r.err != nil {
+		return nil, r.err
 	}
 	return out, nil
 }
