@@ -39,7 +39,9 @@ func wantMalformed(t *testing.T, what string, err error, script, at string) {
 // dropped their ok read a wrong type as its zero value (a part taken
 // with quantity 0, a deadline of 1970, an empty token).
 func TestReplyDecodersStrict(t *testing.T) {
-	entry := func() []any { return []any{int64(1), "p", "o", "s", int64(1), "pending", int64(5), int64(0), "inv:stock:r:s"} }
+	entry := func() []any {
+		return []any{int64(1), "p", "o", "s", int64(1), "pending", int64(5), int64(0), "inv:stock:r:s"}
+	}
 	for _, c := range []struct {
 		what, script, at string
 		decode           func() error
