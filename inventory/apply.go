@@ -354,11 +354,7 @@ func scan(ctx context.Context, n *node.Node, pattern string) ([]string, error) {
 // (both topologies' nodes), not the inventory's view. It checks the
 // node's identity as the prelude does; its errors go through nodeErr and
 // its reply through a replyReader (reply.go).
-var limitSetScript = redis.NewScript(`
-local name = redis.call('HGET', KEYS[1], 'name')
-if name ~= ARGV[1] then
-  return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(name) .. ', expected ' .. ARGV[1])
-end
+var limitSetScript = redis.NewScript(identityLua + `
 redis.call('HSET', KEYS[2], 'limit', ARGV[2])
 return 'ok'
 `)

@@ -165,7 +165,7 @@ func (t *takeRun) offerNext(batches map[*node.Node][]partReq) {
 // absorbReply's.
 func (t *takeRun) absorb(res batchResult) {
 	if res.err != nil {
-		if t.err == nil || (errors.Is(res.err, ErrCorrupt) && !errors.Is(t.err, ErrCorrupt)) {
+		if t.err == nil || (nodeAtFault(res.err) && !nodeAtFault(t.err)) {
 			t.err = res.err
 		}
 		t.unknown = append(t.unknown, res.unknownParts()...)
@@ -174,6 +174,13 @@ func (t *takeRun) absorb(res batchResult) {
 	for j, r := range res.reqs {
 		t.absorbReply(r, res.replies[j])
 	}
+}
+
+// nodeAtFault reports whether err is a node's data or reply that no retry
+// mends (a corrupt value, a malformed reply): the error a caller most
+// needs to see.
+func nodeAtFault(err error) bool {
+	return errors.Is(err, ErrCorrupt) || errors.Is(err, ErrMalformedReply)
 }
 
 // absorbReply takes in the reply rep to part request r: a taken part

@@ -22,15 +22,20 @@ import (
 // configured name. Their error replies go through nodeErr and their
 // replies through a replyReader (reply.go), as every script's.
 
+// identityLua starts the scripts that run without the prelude (these and
+// apply.go's limitSetScript): it refuses with SHARDIS_IDENTITY, as the
+// prelude does, unless the stamp hash KEYS[1] names the node ARGV[1].
+const identityLua = `local name = redis.call('HGET', KEYS[1], 'name')
+if name ~= ARGV[1] then
+  return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(name) .. ', expected ' .. ARGV[1])
+end
+`
+
 // keyTopology is the topology record hash on every inventory node.
 const keyTopology = "shardis:topology"
 
 // topoReadScript returns {stamp epoch token, record fields as a flat list}.
-var topoReadScript = redis.NewScript(`
-local name = redis.call('HGET', KEYS[1], 'name')
-if name ~= ARGV[1] then
-  return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(name) .. ', expected ' .. ARGV[1])
-end
+var topoReadScript = redis.NewScript(identityLua + `
 return {redis.call('HGET', KEYS[1], 'epoch') or '', redis.call('HGETALL', KEYS[2])}
 `)
 
@@ -41,11 +46,7 @@ return {redis.call('HGET', KEYS[1], 'epoch') or '', redis.call('HGETALL', KEYS[2
 // migrating to stable (never back), or writes the record again when it
 // was lost. Replies "ok", or SHARDIS_EPOCH when
 // the node is at another token.
-var topoWriteScript = redis.NewScript(`
-local name = redis.call('HGET', KEYS[1], 'name')
-if name ~= ARGV[1] then
-  return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(name) .. ', expected ' .. ARGV[1])
-end
+var topoWriteScript = redis.NewScript(identityLua + `
 local cur = redis.call('HGET', KEYS[1], 'epoch') or ''
 if cur == ARGV[3] and redis.call('EXISTS', KEYS[2]) == 1 then
   if ARGV[7] == 'stable' then redis.call('HSET', KEYS[2], 'phase', 'stable') end
