@@ -497,8 +497,8 @@ func asInt64(n *node.Node, s *luaScript, v any) (int64, error) {
 	return r.one(v), r.err
 }
 
-// malformed is the error for a reply v of s on n whose shape as a whole
-// is not the one s replies with (the caller checked it).
-func malformed(n *node.Node, s *luaScript, v any) error {
-	return &ReplyError{Node: n.Name(), Script: s.name, At: "reply", Want: "the shape the " + s.name + " script replies with", Got: v}
+// malformed is the error for a reply v of s on n that is not want as a
+// whole (the caller checked its shape).
+func malformed(n *node.Node, s *luaScript, v any, want string) error {
+	return &ReplyError{Node: n.Name(), Script: s.name, At: "reply", Want: want, Got: v}
 }

@@ -262,7 +262,7 @@ func (inv *Inventory) SettleNow(ctx context.Context, s Settle) ([]string, error)
 		return nil, err
 	}
 	if len(res) != len(s.PartIDs) {
-		return nil, malformed(n, settleScript, v)
+		return nil, malformed(n, settleScript, v, fmt.Sprintf("a list of %d result words (one per part)", len(s.PartIDs)))
 	}
 	for i, r := range res {
 		if len(r) > 9 && r[:9] == "conflict:" {

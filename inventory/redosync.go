@@ -266,7 +266,7 @@ func (inv *Inventory) AckRedoBatch(ctx context.Context, nodeName, incarnation st
 	}
 	out, err := asInt64s(n, redoAckBatchScript, v)
 	if err == nil && len(out) != len(acks) {
-		err = malformed(n, redoAckBatchScript, v)
+		err = malformed(n, redoAckBatchScript, v, fmt.Sprintf("a list of %d acknowledged offsets (one per ack)", len(acks)))
 	}
 	return out, err
 }
