@@ -13,7 +13,8 @@ import (
 
 // This file is the one way the inventory runs a Lua script on a node: the
 // shared prelude every script starts with, the header arguments it reads,
-// the reply envelope, and the mapping of script errors to typed errors.
+// the reply envelope, and the mapping of script errors to typed errors
+// (nodeErr). Replies are read strictly by reply.go's reader.
 //
 // Every script is called with KEYS[1] = the node's stamp hash
 // (node.StampKey) and three header arguments:
