@@ -411,10 +411,14 @@ func decodeReserveReplies(nodeName string, v any, k int) ([]reply, error) {
 // outcomeUnknown reports whether a failed call may have run on the node.
 // A refusal before the network, or an error reply, means it did not; a
 // write the durability level did not see acknowledged ([ErrNotDurable])
-// ran on the master and may or may not survive a failover.
+// ran on the master and may or may not survive a failover; a reply of the
+// wrong shape ([ErrMalformedReply], reply.go) came from a script that ran.
 func outcomeUnknown(err error) bool {
 	if errors.Is(err, ErrNotDurable) {
 		return true // ran on the master, not acknowledged by a replica
+	}
+	if errors.Is(err, ErrMalformedReply) {
+		return true // the script ran; what it did cannot be read
 	}
 	if errors.Is(err, node.ErrDown) || errors.Is(err, node.ErrBreakerOpen) {
 		return false
