@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/shardis/shardis/node"
 )
 
 // This file is how the inventory reads what a node answers: every script
@@ -237,4 +239,47 @@ func (r *replyReader) word(v any, want string) {
 	if x, ok := v.(string); !ok || x != want {
 		r.fail(-1, strconv.Quote(want), v)
 	}
+}
+
+// Readers of a whole reply of an inventory script on n.
+
+// asSlice reads v as a list (nil: empty).
+func asSlice(n *node.Node, s *luaScript, v any) ([]any, error) {
+	r := newReplyReader(n.Name(), s.name)
+	out := r.list(v, -1)
+	return out, r.err
+}
+
+// asStrings reads v as a list of strings.
+func asStrings(n *node.Node, s *luaScript, v any) ([]string, error) {
+	r := newReplyReader(n.Name(), s.name)
+	raw := r.list(v, -1)
+	out := make([]string, len(raw))
+	for i := range raw {
+		out[i] = r.str(raw, i)
+	}
+	return out, r.err
+}
+
+// asInt64s reads v as a list of integers.
+func asInt64s(n *node.Node, s *luaScript, v any) ([]int64, error) {
+	r := newReplyReader(n.Name(), s.name)
+	raw := r.list(v, -1)
+	out := make([]int64, len(raw))
+	for i := range raw {
+		out[i] = r.int(raw, i)
+	}
+	return out, r.err
+}
+
+// asInt64 reads v as one integer.
+func asInt64(n *node.Node, s *luaScript, v any) (int64, error) {
+	r := newReplyReader(n.Name(), s.name)
+	return r.one(v), r.err
+}
+
+// malformed is the error for a reply v of s on n that is not want as a
+// whole (the caller checked its shape).
+func malformed(n *node.Node, s *luaScript, v any, want string) error {
+	return &ReplyError{Node: n.Name(), Script: s.name, At: "reply", Want: want, Got: v}
 }
