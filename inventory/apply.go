@@ -345,12 +345,16 @@ func scan(ctx context.Context, n *node.Node, pattern string) ([]string, error) {
 
 // limitSetScript writes a per-user limit onto a stock hash of a node that
 // may not be at any epoch yet (a joining node). KEYS: 1 stamp, 2 stock
-// hash. ARGV: 1 node name, 2 limit.
-var limitSetScript = redis.NewScript(`
-local name = redis.call('HGET', KEYS[1], 'name')
-if name ~= ARGV[1] then
-  return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(name) .. ', expected ' .. ARGV[1])
-end
+// hash. ARGV: 1 node name, 2 limit. Replies "ok".
+//
+// It runs outside the prelude and runner of lua.go, and must: copyLimits
+// runs before bump moves the joining nodes to the new epoch, when such a
+// node has no epoch token (or the previous one), which the prelude would
+// refuse (SHARDIS_EPOCH), and the applier works on a router of its own
+// (both topologies' nodes), not the inventory's view. It checks the
+// node's identity as the prelude does; its errors go through nodeErr and
+// its reply through a replyReader (reply.go).
+var limitSetScript = redis.NewScript(identityLua + `
 redis.call('HSET', KEYS[2], 'limit', ARGV[2])
 return 'ok'
 `)
@@ -419,8 +423,13 @@ func (a *applier) setLimits(ctx context.Context, name string, limits map[string]
 		return err
 	}
 	for k, v := range limits {
-		if err := limitSetScript.Run(ctx, n.Client(), []string{stampKey, k}, name, v).Err(); err != nil {
+		reply, err := limitSetScript.Run(ctx, n.Client(), []string{stampKey, k}, name, v).Result()
+		if err != nil {
 			return nodeErr(n, err)
+		}
+		r := newReplyReader(name, "limit-set")
+		if r.word(reply, "ok"); r.err != nil {
+			return r.err
 		}
 		a.rep.LimitsCopied++
 	}

@@ -213,13 +213,22 @@ func readStaging(ctx context.Context, n *node.Node, id string) (rec orderRecord,
 	if err != nil {
 		return rec, false, fmt.Errorf("%w: node %s: reading %s: %v", ErrUnavailable, n.Name(), orderKey(id), err)
 	}
-	status, _ := f[0].(string)
+	r := newReplyReader(n.Name(), "HMGET "+orderKey(id))
+	f = r.list(f, 4)
+	status := r.optStr(f, 0)
+	r.optStr(f, 3) // moved: any value marks the record moved
+	if r.err != nil {
+		return rec, false, r.err
+	}
 	if recStatus(status) != recStaging || f[3] != nil {
 		return rec, false, nil
 	}
 	rec.status = recStaging
-	rec.token, _ = f[1].(string)
-	blob, _ := f[2].(string)
+	rec.token = r.optStr(f, 1)
+	blob := r.optStr(f, 2)
+	if r.err != nil {
+		return rec, false, r.err
+	}
 	if rec.parts, err = unmarshalOrderParts(id, blob); err != nil {
 		return rec, false, fmt.Errorf("node %s: order %q holds unreadable parts: %w", n.Name(), id, err)
 	}

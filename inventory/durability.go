@@ -103,10 +103,10 @@ func versionOf(s node.Settings) string {
 // pipeline on one connection and returns the script's reply, or an error:
 // the script's own (as without durability), or one wrapping
 // [ErrNotDurable] when the script ran but was not acknowledged.
-func (inv *Inventory) runDurable(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any) ([]any, error) {
+func (inv *Inventory) runDurable(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any) (any, error) {
 	c := n.Client()
 	ev, wait := inv.evalWait(ctx, c, s, false, keys, args)
-	if err := ev.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+	if err := ev.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// Not in the node's script cache (a promoted replica, a restarted
 		// or flushed node): nothing ran; send the source.
 		ev, wait = inv.evalWait(ctx, c, s, true, keys, args)
@@ -114,10 +114,7 @@ func (inv *Inventory) runDurable(ctx context.Context, n *node.Node, s *luaScript
 	if err := ev.Err(); err != nil {
 		return nil, err
 	}
-	raw, err := ev.Slice()
-	if err != nil {
-		return nil, err
-	}
+	raw := ev.Val()
 	acked, werr := inv.acks(wait)
 	if werr != nil || !acked {
 		what := "WAIT 1"

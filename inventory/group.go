@@ -225,7 +225,7 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 	inv.stats.groupCalls.Add(int64(len(calls)))
 	seq, replies, err := inv.runScript(ctx, n, s, keys, args)
 	if err == nil && len(replies) != len(calls) {
-		err = fmt.Errorf("%w: node %s: %s script: %d replies for a group of %d calls", ErrCorrupt, n.Name(), s.name, len(replies), len(calls))
+		err = &ReplyError{Node: n.Name(), Script: s.name, At: "reply[1]", Want: fmt.Sprintf("a list of %d replies (one per call of the group)", len(calls)), Got: replies}
 	}
 	for i, c := range calls {
 		c.seq, c.err = seq, err
@@ -247,9 +247,8 @@ func (inv *Inventory) runScript(ctx context.Context, n *node.Node, s *luaScript,
 	if err != nil {
 		return 0, nil, err
 	}
-	replies, ok := body.([]any)
-	if !ok {
-		return 0, nil, fmt.Errorf("%w: node %s: %s script: replies %v are not a list", ErrCorrupt, n.Name(), s.name, body)
-	}
-	return seq, replies, nil
+	r := newReplyReader(n.Name(), s.name)
+	r.enter(1)
+	replies := r.list(body, -1)
+	return seq, replies, r.err
 }

@@ -94,8 +94,13 @@ var (
 	// still running. Retry later.
 	ErrInProgress = errors.New("reservation in progress")
 	// ErrCorrupt is wrapped when a node holds a value the scripts cannot
-	// read (a counter that is not an integer): nothing was changed. The
-	// decoders (ParseStockKey, DecodePart …) wrap it for what they reject.
+	// read (a counter that is not an integer, a key of the wrong type:
+	// SHARDIS_CORRUPT and WRONGTYPE replies): nothing was changed, and a
+	// retry meets it again until the value is repaired (the reconciler
+	// sets such a part aside, [Unsettleable]). The decoders
+	// (ParseStockKey, DecodePart …) wrap it for what they reject. A reply
+	// of the wrong shape is not this but [ErrMalformedReply] (outcome
+	// unknown).
 	ErrCorrupt = errors.New("corrupt value on node")
 	// ErrStockMissing is wrapped when a SKU's stock hash does not exist on
 	// a node while parts there still hold units of it (the hash was

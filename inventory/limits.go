@@ -103,11 +103,17 @@ func (inv *Inventory) ConvergeLimits(ctx context.Context, name string) (int, err
 				continue
 			}
 			prev, err := inv.run(ctx, m, limitSyncScript, []string{key}, limit, ver)
+			var pv int64
+			if err == nil {
+				pv, err = asInt64(m, limitSyncScript, prev)
+			}
 			if err != nil {
+				// Not known to have reached m (a malformed reply too:
+				// outcome unknown): the change stays pending, retried.
 				done = false
 				continue
 			}
-			if pv, _ := prev.(int64); pv < ver {
+			if pv < ver {
 				inv.log.Info("per-user limit change reached a node that missed it", "node", m.Name(), "key", key, "limit", limit)
 			}
 		}

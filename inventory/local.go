@@ -212,34 +212,61 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 		}
 		return Reservation{}, true, err
 	}
-	raw, err := asSlice(home, localScript, v)
-	if err != nil || len(raw) == 0 {
-		return Reservation{}, true, malformed(home, localScript, v)
+	st, dl, offs, err := decodeLocal(home.Name(), v, len(reqs))
+	if err != nil {
+		// The script ran and its answer cannot be read: as a timeout.
+		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id: %w", ErrUnavailable, orderID, err)
 	}
-	switch s, _ := raw[0].(string); localStatus(s) {
+	switch st {
 	case localExisting:
 		return Reservation{}, false, errHasRecord
 	case localFallback:
 		return Reservation{}, false, nil
 	case localShort:
 		return Reservation{}, false, errShortSeen
-	case localReserved:
-	default:
-		return Reservation{}, true, malformed(home, localScript, v)
 	}
-	if len(raw) != 2+len(reqs) {
-		return Reservation{}, true, malformed(home, localScript, v)
-	}
-	dl, _ := raw[1].(int64)
 	var parts []part
 	for i, r := range reqs {
 		p := r.part
 		if p.Kind == PartStock {
-			p.Redo = r.queue
-			p.Offset, _ = raw[2+i].(int64)
+			p.Redo, p.Offset = r.queue, offs[i]
 		}
 		parts = append(parts, p)
 	}
 	inv.stats.local.Add(1)
 	return Reservation{OrderID: orderID, Receipts: receipts(parts), Deadline: time.UnixMilli(dl)}, true, nil
+}
+
+// decodeLocal reads localScript's reply to k part requests: {"existing"},
+// {"short"}, {"fallback"}, or {"reserved", deadline ms, offset per part}.
+func decodeLocal(nodeName string, v any, k int) (st localStatus, deadline int64, offsets []int64, err error) {
+	r := newReplyReader(nodeName, localScript.name)
+	raw := r.list(v, -1)
+	if r.err == nil && len(raw) == 0 {
+		r.fail(-1, "a list starting with a status word", v)
+	}
+	if r.err != nil {
+		return "", 0, nil, r.err
+	}
+	switch st = localStatus(r.str(raw, 0)); st {
+	case localExisting, localFallback, localShort:
+		r.list(v, 1)
+		return st, 0, nil, r.err
+	case localReserved:
+	default:
+		if r.err == nil {
+			r.fail(0, "existing, short, fallback or reserved", raw[0])
+		}
+		return "", 0, nil, r.err
+	}
+	raw = r.list(v, 2+k)
+	if r.err != nil {
+		return "", 0, nil, r.err
+	}
+	deadline = r.int(raw, 1)
+	offsets = make([]int64, k)
+	for i := range offsets {
+		offsets[i] = r.int(raw, 2+i)
+	}
+	return st, deadline, offsets, r.err
 }

@@ -13,7 +13,8 @@ import (
 
 // This file is the one way the inventory runs a Lua script on a node: the
 // shared prelude every script starts with, the header arguments it reads,
-// the reply envelope, and the mapping of script errors to typed errors.
+// the reply envelope, and the mapping of script errors to typed errors
+// (nodeErr). Replies are read strictly by reply.go's reader.
 //
 // Every script is called with KEYS[1] = the node's stamp hash
 // (node.StampKey) and three header arguments:
@@ -345,41 +346,77 @@ func (inv *Inventory) exec(ctx context.Context, n *node.Node, s *luaScript, toke
 }
 
 // callEnvelope sends s (keys and args with the stamp and header) and reads
-// the {seq, body} envelope every script replies with.
+// the {seq, body} envelope every script replies with: another shape is a
+// [*ReplyError] (reply.go: outcome unknown, as after a timeout).
 func (inv *Inventory) callEnvelope(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any) (any, int64, error) {
 	raw, err := inv.call(ctx, n, s, keys, args)
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(raw) != 2 {
-		return nil, 0, fmt.Errorf("%w: node %s: %s script: reply %v is not {seq, reply}", ErrCorrupt, n.Name(), s.name, raw)
+	r := newReplyReader(n.Name(), s.name)
+	env := r.list(raw, 2)
+	seq := r.int(env, 0)
+	if r.err != nil {
+		return nil, 0, r.err
 	}
-	seq, ok := raw[0].(int64)
-	if !ok {
-		return nil, 0, fmt.Errorf("%w: node %s: %s script: write sequence %v is not an integer", ErrCorrupt, n.Name(), s.name, raw[0])
-	}
-	return raw[1], seq, nil
+	return env[1], seq, nil
 }
 
 // call sends s with keys and args (stamp and header included) and returns
 // its raw reply: by SHA (the source when the node lacks it), followed by
 // the durability wait when the inventory asks for one.
-func (inv *Inventory) call(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any) ([]any, error) {
+func (inv *Inventory) call(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any) (any, error) {
 	if s.write && inv.durable() {
 		return inv.runDurable(ctx, n, s, keys, args) // durability.go
 	}
-	return s.s.Run(ctx, n.Client(), keys, args...).Slice()
+	return s.s.Run(ctx, n.Client(), keys, args...).Result()
 }
 
+// ErrScriptFailed is wrapped when a script failed on the node instead of
+// answering: a Lua runtime error (the node's reply starts "ERR
+// user_script" or "ERR Error running script") or an operation the script
+// does not know (SHARDIS_BADOP). It is a defect or data the script did
+// not expect, not a state that passes: retrying meets it again. The
+// scripts validate before they write, so it normally changed nothing, but
+// Redis keeps the writes a failing script made before the failure, so no
+// caller takes it for a refusal to act on: the reconciler sets a part
+// whose settle fails so aside ([Unsettleable]) and the service answers it
+// as an internal error.
+var ErrScriptFailed = errors.New("script failed on node")
+
 // nodeErr maps an error of a script (or command) on n to the inventory's
-// typed errors, in one place.
+// typed errors, in one place: nothing else reads an error's text.
 // Error replies are classified by their first word (the scripts' own
-// SHARDIS_* codes, and WRONGTYPE from a command inside a script); anything
-// else means the node could not serve. The original error stays wrapped,
-// so [outcomeUnknown] still tells an error reply from a network failure.
+// SHARDIS_* codes, and WRONGTYPE from a command inside a script); the
+// typed errors and their retry contract:
+//
+//	SHARDIS_CORRUPT, WRONGTYPE  [ErrCorrupt]: nothing changed; comes back
+//	                            until the data is repaired.
+//	SHARDIS_NOSTOCK             [ErrStockMissing]: nothing changed; comes
+//	                            back until the stock hash is restored.
+//	SHARDIS_IDENTITY            [ErrUnavailable] and node.ErrIdentity:
+//	                            nothing changed; the node is not the one
+//	                            configured (retry once it is).
+//	SHARDIS_EPOCH               [ErrUnavailable] and [ErrTopology]:
+//	                            nothing changed; retried once by run at
+//	                            the same token, then the caller's to retry.
+//	SHARDIS_INCARNATION         [ErrIncarnation]: nothing acknowledged;
+//	                            reread the node.
+//	SHARDIS_REWOUND             [ErrRewound]: nothing acknowledged; the
+//	                            node went back in time.
+//	SHARDIS_RANGE               [ErrInvalid]: nothing changed; the input
+//	                            is out of range, a retry fails alike.
+//	SHARDIS_BADOP, Lua errors   [ErrScriptFailed]: a defect; retrying
+//	                            meets it again.
+//	OOM                         [ErrOutOfMemory] (oom.go).
+//
+// Anything else (other error replies, network errors, timeouts) means the
+// node could not serve: [ErrUnavailable]. A [*ReplyError] (a reply of the
+// wrong shape) is returned as it is. The original error stays wrapped, so
+// [outcomeUnknown] still tells an error reply from a network failure.
 func nodeErr(n *node.Node, err error) error {
-	if errors.Is(err, ErrCorrupt) {
-		return err // a malformed reply envelope: it names the node already
+	if errors.Is(err, ErrMalformedReply) || errors.Is(err, ErrCorrupt) {
+		return err // a malformed reply, or corrupt data read back: it names the node already
 	}
 	var reply redis.Error
 	if errors.As(err, &reply) {
@@ -402,7 +439,11 @@ func nodeErr(n *node.Node, err error) error {
 		case "SHARDIS_RANGE":
 			return fmt.Errorf("%w: node %s: %w", ErrInvalid, n.Name(), err)
 		case "SHARDIS_BADOP":
-			return fmt.Errorf("inventory: internal error: node %s: %w", n.Name(), err)
+			return fmt.Errorf("%w: node %s: %w", ErrScriptFailed, n.Name(), err)
+		case "ERR":
+			if luaFailure(reply.Error()) {
+				return fmt.Errorf("%w: node %s: %w", ErrScriptFailed, n.Name(), err)
+			}
 		}
 	}
 	var named *node.Error
@@ -412,56 +453,9 @@ func nodeErr(n *node.Node, err error) error {
 	return fmt.Errorf("%w: node %s: %w", ErrUnavailable, n.Name(), err)
 }
 
-// Reply readers: a script's body reply, checked for its shape.
-
-func asSlice(n *node.Node, s *luaScript, v any) ([]any, error) {
-	out, ok := v.([]any)
-	if !ok && v != nil {
-		return nil, malformed(n, s, v)
-	}
-	return out, nil
-}
-
-func asStrings(n *node.Node, s *luaScript, v any) ([]string, error) {
-	raw, err := asSlice(n, s, v)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, len(raw))
-	for i, x := range raw {
-		str, ok := x.(string)
-		if !ok {
-			return nil, malformed(n, s, v)
-		}
-		out[i] = str
-	}
-	return out, nil
-}
-
-func asInt64s(n *node.Node, s *luaScript, v any) ([]int64, error) {
-	raw, err := asSlice(n, s, v)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]int64, len(raw))
-	for i, x := range raw {
-		num, ok := x.(int64)
-		if !ok {
-			return nil, malformed(n, s, v)
-		}
-		out[i] = num
-	}
-	return out, nil
-}
-
-func asInt64(n *node.Node, s *luaScript, v any) (int64, error) {
-	num, ok := v.(int64)
-	if !ok {
-		return 0, malformed(n, s, v)
-	}
-	return num, nil
-}
-
-func malformed(n *node.Node, s *luaScript, v any) error {
-	return fmt.Errorf("%w: node %s: %s script: malformed reply %v", ErrCorrupt, n.Name(), s.name, v)
+// luaFailure reports whether an ERR reply is a Lua runtime error of a
+// script (Redis 7's "ERR user_script:…" and the older "ERR Error running
+// script …").
+func luaFailure(msg string) bool {
+	return strings.HasPrefix(msg, "ERR user_script") || strings.HasPrefix(msg, "ERR Error running script")
 }

@@ -92,24 +92,55 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 	if err != nil {
 		return err
 	}
-	raw, err := asSlice(src, orderMoveOutScript, out)
-	if err != nil || len(raw) == 0 {
-		return malformed(src, orderMoveOutScript, out)
-	}
-	if s, _ := raw[0].(string); s == "none" {
-		return nil
-	}
-	if len(raw) != 3 {
-		return malformed(src, orderMoveOutScript, out)
+	moved, pttl, flat, err := decodeMoveOut(src.Name(), out)
+	if err != nil || !moved {
+		return err
 	}
 	if inv.crash(ctx, "move-out") {
 		return errCrashed
 	}
-	pttl, _ := raw[1].(int64)
-	flat, _ := raw[2].([]any)
 	args := append([]any{pttl}, flat...)
 	_, err = inv.run(ctx, dest, orderInstallScript, []string{orderKey(orderID)}, args...)
 	return err
+}
+
+// decodeMoveOut reads orderMoveOutScript's reply: {"none"}, or {"moved",
+// pttl ms, the record's fields as field, value strings}.
+func decodeMoveOut(nodeName string, v any) (moved bool, pttl int64, flat []any, err error) {
+	r := newReplyReader(nodeName, orderMoveOutScript.name)
+	raw := r.list(v, -1)
+	if r.err == nil && len(raw) == 0 {
+		r.fail(-1, `{"none"} or {"moved", pttl, fields}`, v)
+	}
+	if r.err != nil {
+		return false, 0, nil, r.err
+	}
+	switch r.str(raw, 0) {
+	case "none":
+		r.list(v, 1)
+		return false, 0, nil, r.err
+	case "moved":
+	default:
+		if r.err == nil {
+			r.fail(0, `"none" or "moved"`, raw[0])
+		}
+		return false, 0, nil, r.err
+	}
+	raw = r.list(v, 3)
+	if r.err != nil {
+		return false, 0, nil, r.err
+	}
+	pttl = r.int(raw, 1)
+	flat = r.listAt(raw, 2, -1)
+	r.enter(2)
+	if r.err == nil && len(flat)%2 != 0 {
+		r.fail(-1, "field, value pairs", flat)
+	}
+	for i := range flat {
+		r.str(flat, i)
+	}
+	r.leave()
+	return true, pttl, flat, r.err
 }
 
 // quotaElsewhere returns, while migrating, what the user's previous quota
@@ -331,14 +362,15 @@ func (inv *Inventory) transfer(ctx context.Context, kind xferKind, id, key strin
 	if err != nil {
 		return 0, err
 	}
-	raw, err := asSlice(src, xferOutScript, out)
-	if err != nil || len(raw) != 4 {
-		return 0, malformed(src, xferOutScript, out)
+	r := newReplyReader(src.Name(), xferOutScript.name)
+	raw := r.list(out, 4)
+	if r.err != nil {
+		return 0, r.err
 	}
-	state, _ := raw[0].(string)
-	v, err := asInt64s(src, xferOutScript, raw[1:])
-	if err != nil {
-		return 0, malformed(src, xferOutScript, out)
+	state := r.str(raw, 0)
+	v := []int64{r.int(raw, 1), r.int(raw, 2), r.int(raw, 3)}
+	if r.err != nil {
+		return 0, r.err
 	}
 	switch xferOutState(state) {
 	case xferNone:
@@ -347,7 +379,7 @@ func (inv *Inventory) transfer(ctx context.Context, kind xferKind, id, key strin
 		return 0, fmt.Errorf("%w: node %s: %s has %d reserved units", errXferBusy, src.Name(), key, v[0])
 	case xferRecorded:
 	default:
-		return 0, malformed(src, xferOutScript, out)
+		return 0, &ReplyError{Node: src.Name(), Script: xferOutScript.name, At: "reply[0]", Want: "recorded, none or busy", Got: state}
 	}
 	if inv.crash(ctx, "xfer-out") {
 		return 0, errCrashed

@@ -70,7 +70,7 @@ func (inv *Inventory) missingStock(ctx context.Context, n *node.Node, route, sku
 	}
 	v, err := asInt64s(n, stockRefsScript, raw)
 	if err == nil && len(v) != 2 {
-		err = malformed(n, stockRefsScript, raw)
+		err = malformed(n, stockRefsScript, raw, "a list of 2 integers {parts counted, truncated 0/1}")
 	}
 	if err != nil || v[0] == 0 {
 		return 0, err

@@ -71,22 +71,16 @@ func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID stri
 	if err != nil {
 		return orderRecord{}, err
 	}
-	raw, err := asSlice(home, script, v)
-	if err != nil {
-		return orderRecord{}, err
-	}
-	if len(raw) != 6 {
-		return orderRecord{}, malformed(home, script, v)
+	// {status, token, deadline ms, parts blob, reason, wait ms}
+	r := newReplyReader(home.Name(), script.name)
+	raw := r.list(v, 6)
+	if r.err != nil {
+		return orderRecord{}, r.err
 	}
 	var rec orderRecord
-	status, ok1 := raw[0].(string)
-	token, ok2 := raw[1].(string)
-	dl, ok3 := raw[2].(int64)
-	blob, ok4 := raw[3].(string)
-	reason, ok5 := raw[4].(string)
-	wait, ok6 := raw[5].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
-		return orderRecord{}, malformed(home, script, v)
+	status, token, dl, blob, reason, wait := r.str(raw, 0), r.str(raw, 1), r.int(raw, 2), r.str(raw, 3), r.str(raw, 4), r.int(raw, 5)
+	if r.err != nil {
+		return orderRecord{}, r.err
 	}
 	rec.status, rec.token, rec.reason = recStatus(status), token, reason
 	rec.deadline = time.UnixMilli(dl)
@@ -268,7 +262,7 @@ func (inv *Inventory) SettleNow(ctx context.Context, s Settle) ([]string, error)
 		return nil, err
 	}
 	if len(res) != len(s.PartIDs) {
-		return nil, malformed(n, settleScript, v)
+		return nil, malformed(n, settleScript, v, fmt.Sprintf("a list of %d result words (one per part)", len(s.PartIDs)))
 	}
 	for i, r := range res {
 		if len(r) > 9 && r[:9] == "conflict:" {

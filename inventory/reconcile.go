@@ -2,7 +2,6 @@ package inventory
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/shardis/shardis/node"
@@ -116,25 +115,28 @@ func (inv *Inventory) DueParts(ctx context.Context, n *node.Node, limit int) ([]
 	if err != nil {
 		return nil, err
 	}
-	raw, err := asSlice(n, pendingDueScript, v)
-	if err != nil {
-		return nil, err
-	}
+	return decodeDue(n.Name(), v)
+}
+
+// decodeDue reads pendingDueScript's reply: a list of {id, order, token,
+// state, deadline ms} (the script writes "" and 0 for absent fields).
+func decodeDue(nodeName string, v any) ([]PendingPart, error) {
+	r := newReplyReader(nodeName, pendingDueScript.name)
+	raw := r.list(v, -1)
 	out := make([]PendingPart, 0, len(raw))
-	for _, v := range raw {
-		t, ok := v.([]any)
-		if !ok || len(t) != 5 {
-			return nil, fmt.Errorf("%w: node %s: malformed pending entry %v", ErrCorrupt, n.Name(), v)
+	for i := range raw {
+		t := r.listAt(raw, i, 5)
+		if r.err != nil {
+			break
 		}
-		p := PendingPart{Node: n.Name()}
-		p.PartID, _ = t[0].(string)
-		p.OrderID, _ = t[1].(string)
-		p.Token, _ = t[2].(string)
-		st, _ := t[3].(string)
-		p.State = PartState(st)
-		dl, _ := t[4].(int64)
-		p.Deadline = time.UnixMilli(dl)
+		r.enter(i)
+		p := PendingPart{Node: nodeName, PartID: r.str(t, 0), OrderID: r.str(t, 1), Token: r.str(t, 2),
+			State: PartState(r.str(t, 3)), Deadline: time.UnixMilli(r.int(t, 4))}
+		r.leave()
 		out = append(out, p)
+	}
+	if r.err != nil {
+		return nil, r.err
 	}
 	return out, nil
 }

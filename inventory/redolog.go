@@ -117,42 +117,35 @@ func (inv *Inventory) ReadRedoLog(ctx context.Context, nodeName string, queue in
 	if err != nil {
 		return nil, err
 	}
-	raw, err := asSlice(n, redoReadScript, v)
-	if err != nil {
-		return nil, err
-	}
+	r := newReplyReader(nodeName, redoReadScript.name)
+	raw := r.list(v, -1)
 	out := make([]RedoEntry, 0, len(raw))
-	for _, v := range raw {
-		e, err := parseRedoEntry(nodeName, v)
-		if err != nil {
-			return nil, err
+	for i := range raw {
+		e := readRedoEntry(r, raw, i)
+		if r.err != nil {
+			return nil, r.err
 		}
 		out = append(out, e)
 	}
 	return out, nil
 }
 
-// parseRedoEntry reads one entry built by redoEntryLua.
-func parseRedoEntry(nodeName string, v any) (RedoEntry, error) {
-	t, ok := v.([]any)
-	if !ok || len(t) != 9 {
-		return RedoEntry{}, fmt.Errorf("%w: node %s: malformed redo entry %v", ErrCorrupt, nodeName, v)
+// readRedoEntry reads element i of t as one entry built by redoEntryLua:
+// {offset, part id, order, sku, qty, state, at, settled_at, counter key}.
+func readRedoEntry(r *replyReader, t []any, i int) RedoEntry {
+	f := r.listAt(t, i, 9)
+	if r.err != nil {
+		return RedoEntry{}
 	}
-	var e RedoEntry
-	e.Offset, _ = t[0].(int64)
-	e.PartID, _ = t[1].(string)
-	e.OrderID, _ = t[2].(string)
-	e.SKU, _ = t[3].(string)
-	e.Quantity, _ = t[4].(int64)
-	e.State, _ = t[5].(string)
-	at, _ := t[6].(int64)
-	e.At = time.UnixMilli(at)
-	if settled, _ := t[7].(int64); settled > 0 {
+	r.enter(i)
+	defer r.leave()
+	e := RedoEntry{Offset: r.int(f, 0), PartID: r.str(f, 1), OrderID: r.str(f, 2), SKU: r.str(f, 3),
+		Quantity: r.int(f, 4), State: r.str(f, 5), At: time.UnixMilli(r.int(f, 6))}
+	if settled := r.int(f, 7); settled > 0 {
 		e.SettledAt = time.UnixMilli(settled)
 	}
-	counter, _ := t[8].(string)
-	e.Route, _, _ = ParseStockKey(counter) // "" if the record is gone
-	return e, nil
+	e.Route, _, _ = ParseStockKey(r.str(f, 8)) // "" if the record is gone (counter '')
+	return e
 }
 
 // maxRedoOffset is the largest offset the scripts hold exactly (Lua

@@ -138,39 +138,55 @@ func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation s
 	if err != nil {
 		return RedoBatch{}, err
 	}
-	raw, err := asSlice(n, redoBatchScript, v)
-	if err != nil || len(raw) != 3 {
-		return RedoBatch{}, malformed(n, redoBatchScript, v)
+	return decodeRedoBatch(nodeName, v, cursors)
+}
+
+// decodeRedoBatch reads redoBatchScript's reply to cursors: {incarnation,
+// generation, queues}, queues empty or one {head, acked, rewound 0/1,
+// entries, trimmed} per cursor.
+func decodeRedoBatch(nodeName string, v any, cursors []RedoCursor) (RedoBatch, error) {
+	r := newReplyReader(nodeName, redoBatchScript.name)
+	raw := r.list(v, 3)
+	if r.err != nil {
+		return RedoBatch{}, r.err
 	}
-	var b RedoBatch
-	b.Incarnation, _ = raw[0].(string)
-	b.Generation, _ = raw[1].(int64)
-	queues, ok := raw[2].([]any)
-	if !ok || (len(queues) != 0 && len(queues) != len(cursors)) {
-		return RedoBatch{}, malformed(n, redoBatchScript, v)
+	b := RedoBatch{Incarnation: r.str(raw, 0), Generation: r.int(raw, 1)}
+	queues := r.listAt(raw, 2, -1)
+	if r.err == nil && len(queues) != 0 && len(queues) != len(cursors) {
+		r.enter(2)
+		r.fail(-1, fmt.Sprintf("an empty list or a list of %d (one per cursor)", len(cursors)), queues)
 	}
+	if r.err != nil {
+		return RedoBatch{}, r.err
+	}
+	r.enter(2)
+	defer r.leave()
 	b.Queues = make([]RedoQueueRead, len(queues))
-	for i, q := range queues {
-		t, ok := q.([]any)
-		if !ok || len(t) != 5 {
-			return RedoBatch{}, malformed(n, redoBatchScript, v)
+	for i := range queues {
+		t := r.listAt(queues, i, 5)
+		if r.err != nil {
+			return RedoBatch{}, r.err
 		}
-		r := RedoQueueRead{Queue: cursors[i].Queue}
-		r.Head, _ = t[0].(int64)
-		r.Acked, _ = t[1].(int64)
-		rew, _ := t[2].(int64)
-		r.Rewound = rew == 1
-		r.Trimmed, _ = t[4].(int64)
-		entries, _ := t[3].([]any)
-		r.Entries = make([]RedoEntry, 0, len(entries))
-		for _, e := range entries {
-			entry, err := parseRedoEntry(nodeName, e)
-			if err != nil {
-				return RedoBatch{}, err
-			}
-			r.Entries = append(r.Entries, entry)
+		r.enter(i)
+		q := RedoQueueRead{Queue: cursors[i].Queue, Head: r.int(t, 0), Acked: r.int(t, 1), Trimmed: r.int(t, 4)}
+		switch rew := r.int(t, 2); rew {
+		case 0, 1:
+			q.Rewound = rew == 1
+		default:
+			r.fail(2, "0 or 1", t[2])
 		}
-		b.Queues[i] = r
+		entries := r.listAt(t, 3, -1)
+		q.Entries = make([]RedoEntry, 0, len(entries))
+		r.enter(3)
+		for j := range entries {
+			q.Entries = append(q.Entries, readRedoEntry(r, entries, j))
+		}
+		r.leave()
+		r.leave()
+		if r.err != nil {
+			return RedoBatch{}, r.err
+		}
+		b.Queues[i] = q
 	}
 	return b, nil
 }
@@ -250,7 +266,7 @@ func (inv *Inventory) AckRedoBatch(ctx context.Context, nodeName, incarnation st
 	}
 	out, err := asInt64s(n, redoAckBatchScript, v)
 	if err == nil && len(out) != len(acks) {
-		err = malformed(n, redoAckBatchScript, v)
+		err = malformed(n, redoAckBatchScript, v, fmt.Sprintf("a list of %d acknowledged offsets (one per ack)", len(acks)))
 	}
 	return out, err
 }
@@ -298,26 +314,39 @@ func (inv *Inventory) PartStates(ctx context.Context, nodeName string, partIDs [
 	if err != nil {
 		return "", nil, err
 	}
-	raw, err := asSlice(n, partStatesScript, v)
-	if err != nil || len(raw) != 2 {
-		return "", nil, malformed(n, partStatesScript, v)
+	return decodePartStates(n.Name(), v, len(partIDs))
+}
+
+// decodePartStates reads partStatesScript's reply for k parts:
+// {incarnation, k × {state or "", settled_at ms or 0}}.
+func decodePartStates(nodeName string, v any, k int) (string, []PartSnapshot, error) {
+	r := newReplyReader(nodeName, partStatesScript.name)
+	raw := r.list(v, 2)
+	if r.err != nil {
+		return "", nil, r.err
 	}
-	inc, _ := raw[0].(string)
-	list, ok := raw[1].([]any)
-	if !ok && raw[1] != nil || len(list) != len(partIDs) {
-		return "", nil, malformed(n, partStatesScript, v)
+	inc := r.str(raw, 0)
+	list := r.listAt(raw, 1, k)
+	if r.err != nil {
+		return "", nil, r.err
 	}
+	r.enter(1)
 	out := make([]PartSnapshot, len(list))
-	for i, x := range list {
-		t, ok := x.([]any)
-		if !ok || len(t) != 2 {
-			return "", nil, malformed(n, partStatesScript, v)
+	for i := range list {
+		t := r.listAt(list, i, 2)
+		if r.err != nil {
+			return "", nil, r.err
 		}
-		word, _ := t[0].(string)
-		out[i].State = PartState(word)
-		if ms, _ := t[1].(int64); ms > 0 {
+		r.enter(i)
+		out[i].State = PartState(r.str(t, 0))
+		if ms := r.int(t, 1); ms > 0 {
 			out[i].SettledAt = time.UnixMilli(ms)
 		}
+		r.leave()
+	}
+	r.leave()
+	if r.err != nil {
+		return "", nil, r.err
 	}
 	return inc, out, nil
 }

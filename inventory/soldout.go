@@ -420,24 +420,18 @@ func (inv *Inventory) peek(ctx context.Context, orderID string, c *peekCall) {
 		c.err = err
 		return
 	}
-	raw, err := asSlice(c.n, peekScript, v)
-	if err != nil || len(raw) != 1+4*len(c.reads) {
-		c.err = malformed(c.n, peekScript, v)
+	// {status, then per read: available, held, limit, known 0/1}
+	r := newReplyReader(c.n.Name(), peekScript.name)
+	raw := r.list(v, 1+4*len(c.reads))
+	c.status = r.str(raw, 0)
+	if r.err != nil {
+		c.err = r.err
 		return
 	}
-	status, ok := raw[0].(string)
-	if !ok {
-		c.err = malformed(c.n, peekScript, v)
-		return
-	}
-	c.status = status
 	for j := range c.reads {
-		a, ok1 := raw[1+4*j].(int64)
-		h, ok2 := raw[2+4*j].(int64)
-		l, ok3 := raw[3+4*j].(int64)
-		k, ok4 := raw[4+4*j].(int64)
-		if !ok1 || !ok2 || !ok3 || !ok4 {
-			c.err = malformed(c.n, peekScript, v)
+		a, h, l, k := r.int(raw, 1+4*j), r.int(raw, 2+4*j), r.int(raw, 3+4*j), r.int(raw, 4+4*j)
+		if r.err != nil {
+			c.err = r.err
 			return
 		}
 		c.avail, c.held, c.limit, c.known = append(c.avail, a), append(c.held, h), append(c.limit, l), append(c.known, k == 1)

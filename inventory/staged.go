@@ -374,24 +374,20 @@ func (inv *Inventory) probeNode(ctx context.Context, n *node.Node, mode, orderID
 	if err != nil {
 		return nil, err
 	}
-	raw, err := asSlice(n, probeScript, v)
-	if err != nil || len(raw) != len(idx) {
-		return nil, malformed(n, probeScript, v)
+	r := newReplyReader(n.Name(), probeScript.name)
+	raw := r.list(v, len(idx))
+	out := make([]probedPart, len(raw))
+	for j := range raw {
+		t := r.listAt(raw, j, 4) // {state word, token, qty, offset}
+		if r.err != nil {
+			break
+		}
+		r.enter(j)
+		out[j] = probedPart{state: probeWord(r.str(t, 0)), token: r.str(t, 1), qty: r.int(t, 2), offset: r.int(t, 3)}
+		r.leave()
 	}
-	out := make([]probedPart, len(idx))
-	for j := range idx {
-		t, ok := raw[j].([]any)
-		if !ok || len(t) != 4 {
-			return nil, malformed(n, probeScript, v)
-		}
-		word, ok1 := t[0].(string)
-		token, ok2 := t[1].(string)
-		qty, ok3 := t[2].(int64)
-		offset, ok4 := t[3].(int64)
-		if !ok1 || !ok2 || !ok3 || !ok4 {
-			return nil, malformed(n, probeScript, v)
-		}
-		out[j] = probedPart{state: probeWord(word), token: token, qty: qty, offset: offset}
+	if r.err != nil {
+		return nil, r.err
 	}
 	return out, nil
 }

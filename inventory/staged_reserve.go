@@ -251,28 +251,48 @@ func (inv *Inventory) stageTake(ctx context.Context, home *node.Node, orderID, t
 	if err != nil {
 		return stageReply{}, err
 	}
-	raw, err := asSlice(home, stageTakeScript, v)
-	if err != nil || len(raw) == 0 {
-		return stageReply{}, malformed(home, stageTakeScript, v)
+	return decodeStageTake(home.Name(), v, len(reqs))
+}
+
+// decodeStageTake reads stageTakeScript's reply for k home parts:
+// {"staged", deadline ms, offset per part}, {"existing", record status,
+// record token} or {"short"}. Its outcome is unknown when it is
+// malformed (the caller's outcomeUnknown, as after a timeout).
+func decodeStageTake(nodeName string, v any, k int) (stageReply, error) {
+	r := newReplyReader(nodeName, stageTakeScript.name)
+	raw := r.list(v, -1)
+	if r.err == nil && len(raw) == 0 {
+		r.fail(-1, "a list starting with a status word", v)
+	}
+	if r.err != nil {
+		return stageReply{}, r.err
 	}
 	var out stageReply
-	status, _ := raw[0].(string)
-	out.status = stageStatus(status)
-	switch {
-	case out.status == stageStaged && len(raw) == 2+len(reqs):
-		dl, _ := raw[1].(int64)
-		out.deadline = time.UnixMilli(dl)
-		for _, o := range raw[2:] {
-			off, _ := o.(int64)
-			out.offsets = append(out.offsets, off)
+	out.status = stageStatus(r.str(raw, 0))
+	switch out.status {
+	case stageStaged:
+		raw = r.list(v, 2+k)
+		if r.err != nil {
+			break
 		}
-	case out.status == stageExisting && len(raw) == 3:
-		rs, _ := raw[1].(string)
-		out.record = recStatus(rs)
-		out.token, _ = raw[2].(string)
-	case out.status == stageShort && len(raw) == 1:
+		out.deadline = time.UnixMilli(r.int(raw, 1))
+		for i := 2; i < len(raw); i++ {
+			out.offsets = append(out.offsets, r.int(raw, i))
+		}
+	case stageExisting:
+		raw = r.list(v, 3)
+		if r.err != nil {
+			break
+		}
+		out.record = recStatus(r.str(raw, 1))
+		out.token = r.str(raw, 2)
+	case stageShort:
+		r.list(v, 1)
 	default:
-		return stageReply{}, malformed(home, stageTakeScript, v)
+		r.fail(0, "staged, existing or short", raw[0])
+	}
+	if r.err != nil {
+		return stageReply{}, r.err
 	}
 	return out, nil
 }

@@ -241,7 +241,7 @@ func (inv *Inventory) GetStock(ctx context.Context, route, sku string) (StockLev
 				v, err = asInt64s(n, stockScript, raw)
 			}
 			if err == nil && len(v) != 6 {
-				err = malformed(n, stockScript, raw)
+				err = malformed(n, stockScript, raw, "a list of 6 integers {available, reserved, confirmed, loaded, limit, exists}")
 			}
 			if err != nil {
 				ns.Err = err
@@ -256,7 +256,7 @@ func (inv *Inventory) GetStock(ctx context.Context, route, sku string) (StockLev
 	wg.Wait()
 	inv.flagMissing(ctx, nodes, route, sku, exists, out.Nodes)
 	for _, ns := range out.Nodes {
-		if ns.Err != nil && errors.Is(ns.Err, ErrCorrupt) {
+		if ns.Err != nil && (errors.Is(ns.Err, ErrCorrupt) || errors.Is(ns.Err, ErrMalformedReply)) {
 			return out, ns.Err
 		}
 		out.Available += ns.Available

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -61,26 +60,19 @@ type StuckPart struct {
 }
 
 // Unsettleable reports whether err, returned while settling a part, will
-// come back on every retry until someone repairs data: a corrupt value or
-// malformed reply ([ErrCorrupt]), a deleted stock hash ([ErrStockMissing]),
-// or a script that failed on the node (a Lua runtime error, an unknown
-// operation). Unreachable nodes, timeouts, other error replies (a node
-// loading its data, busy, out of memory, at its client limit) and identity
-// or epoch refusals are transient: false.
+// come back on every retry until someone repairs data or code: a corrupt
+// value ([ErrCorrupt]), a deleted stock hash ([ErrStockMissing]), a script
+// that failed on the node ([ErrScriptFailed]: a Lua runtime error, an
+// unknown operation) or a reply of the wrong shape ([ErrMalformedReply]:
+// its outcome is unknown, and a settle is fenced by the part's state, so
+// setting the part aside and retrying it later is safe). Unreachable
+// nodes, timeouts, other error replies (a node loading its data, busy,
+// out of memory, at its client limit) and identity or epoch refusals are
+// transient: false. It reads only the typed errors nodeErr (lua.go) maps
+// replies to.
 func Unsettleable(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrStockMissing) {
-		return true
-	}
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return false
-	}
-	msg := rerr.Error()
-	return strings.HasPrefix(msg, "ERR user_script") || strings.HasPrefix(msg, "ERR Error running script") ||
-		strings.HasPrefix(msg, "SHARDIS_BADOP")
+	return errors.Is(err, ErrCorrupt) || errors.Is(err, ErrStockMissing) ||
+		errors.Is(err, ErrScriptFailed) || errors.Is(err, ErrMalformedReply)
 }
 
 // SetAside moves an expired part out of its node's pending index into the
@@ -243,7 +235,10 @@ func (inv *Inventory) StuckParts(ctx context.Context, nodeName string, limit int
 	why := make([]*redis.StringCmd, len(ids))
 	rec := make([]*redis.SliceCmd, len(ids))
 	for i, z := range ids {
-		id, _ := z.Member.(string)
+		id, ok := z.Member.(string)
+		if !ok {
+			return nil, &ReplyError{Node: n.Name(), Script: "ZRANGE " + keyStuck, At: fmt.Sprintf("reply[%d]", i), Want: "a string member", Got: z.Member}
+		}
 		why[i] = pipe.HGet(ctx, keyStuckWhy, id)
 		rec[i] = pipe.HMGet(ctx, partKey(id), "state", "order", "sku", "qty")
 	}
@@ -252,18 +247,19 @@ func (inv *Inventory) StuckParts(ctx context.Context, nodeName string, limit int
 	}
 	out := make([]StuckPart, len(ids))
 	for i, z := range ids {
-		sp := StuckPart{Node: n.Name(), Since: time.UnixMilli(int64(z.Score)), State: PartMissing}
-		sp.PartID, _ = z.Member.(string)
+		id := z.Member.(string) // checked above
+		sp := StuckPart{Node: n.Name(), PartID: id, Since: time.UnixMilli(int64(z.Score)), State: PartMissing}
 		sp.Reason = why[i].Val()
-		if f := rec[i].Val(); len(f) == 4 {
-			if st, ok := f[0].(string); ok {
-				sp.State = PartState(st)
-			}
-			sp.OrderID, _ = f[1].(string)
-			sp.SKU, _ = f[2].(string)
-			if q, ok := f[3].(string); ok {
-				_, _ = fmt.Sscan(q, &sp.Quantity)
-			}
+		r := newReplyReader(n.Name(), "HMGET "+partKey(id))
+		f := r.list(rec[i].Val(), 4)
+		if st := r.optStr(f, 0); st != "" {
+			sp.State = PartState(st)
+		}
+		sp.OrderID = r.optStr(f, 1)
+		sp.SKU = r.optStr(f, 2)
+		sp.Quantity = r.optIntStr(f, 3)
+		if r.err != nil {
+			return nil, r.err
 		}
 		out[i] = sp
 	}

@@ -165,7 +165,7 @@ func (t *takeRun) offerNext(batches map[*node.Node][]partReq) {
 // absorbReply's.
 func (t *takeRun) absorb(res batchResult) {
 	if res.err != nil {
-		if t.err == nil || (errors.Is(res.err, ErrCorrupt) && !errors.Is(t.err, ErrCorrupt)) {
+		if t.err == nil || (nodeAtFault(res.err) && !nodeAtFault(t.err)) {
 			t.err = res.err
 		}
 		t.unknown = append(t.unknown, res.unknownParts()...)
@@ -174,6 +174,13 @@ func (t *takeRun) absorb(res batchResult) {
 	for j, r := range res.reqs {
 		t.absorbReply(r, res.replies[j])
 	}
+}
+
+// nodeAtFault reports whether err is a node's data or reply that no retry
+// mends (a corrupt value, a malformed reply): the error a caller most
+// needs to see.
+func nodeAtFault(err error) bool {
+	return errors.Is(err, ErrCorrupt) || errors.Is(err, ErrMalformedReply)
 }
 
 // absorbReply takes in the reply rep to part request r: a taken part
@@ -377,24 +384,26 @@ func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, toke
 	if err != nil {
 		return nil, err
 	}
-	raw, err := asSlice(n, reserveScript, v)
-	if err != nil {
-		return nil, err
-	}
-	if len(raw) != len(reqs) {
-		return nil, malformed(n, reserveScript, v)
-	}
+	return decodeReserveReplies(n.Name(), v, len(reqs))
+}
+
+// decodeReserveReplies reads the reserve script's reply to k part
+// requests: one {state word, qty, offset, limit} per request.
+func decodeReserveReplies(nodeName string, v any, k int) ([]reply, error) {
+	r := newReplyReader(nodeName, reserveScript.name)
+	raw := r.list(v, k)
 	out := make([]reply, len(raw))
-	for i, e := range raw {
-		t, ok := e.([]any)
-		if !ok || len(t) != 4 {
-			return nil, malformed(n, reserveScript, v)
+	for i := range raw {
+		t := r.listAt(raw, i, 4)
+		if r.err != nil {
+			break
 		}
-		word, _ := t[0].(string)
-		out[i].state = takeWord(word)
-		out[i].qty, _ = t[1].(int64)
-		out[i].offset, _ = t[2].(int64)
-		out[i].limit, _ = t[3].(int64)
+		r.enter(i)
+		out[i] = reply{state: takeWord(r.str(t, 0)), qty: r.int(t, 1), offset: r.int(t, 2), limit: r.int(t, 3)}
+		r.leave()
+	}
+	if r.err != nil {
+		return nil, r.err
 	}
 	return out, nil
 }
@@ -402,10 +411,14 @@ func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, toke
 // outcomeUnknown reports whether a failed call may have run on the node.
 // A refusal before the network, or an error reply, means it did not; a
 // write the durability level did not see acknowledged ([ErrNotDurable])
-// ran on the master and may or may not survive a failover.
+// ran on the master and may or may not survive a failover; a reply of the
+// wrong shape ([ErrMalformedReply], reply.go) came from a script that ran.
 func outcomeUnknown(err error) bool {
 	if errors.Is(err, ErrNotDurable) {
 		return true // ran on the master, not acknowledged by a replica
+	}
+	if errors.Is(err, ErrMalformedReply) {
+		return true // the script ran; what it did cannot be read
 	}
 	if errors.Is(err, node.ErrDown) || errors.Is(err, node.ErrBreakerOpen) {
 		return false

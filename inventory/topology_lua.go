@@ -11,20 +11,31 @@ import (
 	"github.com/shardis/shardis/node"
 )
 
-// The topology scripts. They run without the prelude of lua.go (they are
-// what changes the token the prelude checks), but check the node's
-// identity the same way: KEYS[1] is the stamp hash, KEYS[2] the topology
-// record, ARGV[1] the node's configured name.
+// The topology scripts. They run without the prelude and the runner of
+// lua.go, and must: the prelude refuses every call whose caller's epoch
+// token differs from the node's (SHARDIS_EPOCH), and these scripts are
+// what reads and moves that token, on nodes at the previous epoch, at none
+// yet (a joining node) or at one this process does not know; the runner
+// also needs a topology view, which is built from what topoReadScript
+// reads. They check the node's identity as the prelude does: KEYS[1] is
+// the stamp hash, KEYS[2] the topology record, ARGV[1] the node's
+// configured name. Their error replies go through nodeErr and their
+// replies through a replyReader (reply.go), as every script's.
+
+// identityLua starts the scripts that run without the prelude (these and
+// apply.go's limitSetScript): it refuses with SHARDIS_IDENTITY, as the
+// prelude does, unless the stamp hash KEYS[1] names the node ARGV[1].
+const identityLua = `local name = redis.call('HGET', KEYS[1], 'name')
+if name ~= ARGV[1] then
+  return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(name) .. ', expected ' .. ARGV[1])
+end
+`
 
 // keyTopology is the topology record hash on every inventory node.
 const keyTopology = "shardis:topology"
 
 // topoReadScript returns {stamp epoch token, record fields as a flat list}.
-var topoReadScript = redis.NewScript(`
-local name = redis.call('HGET', KEYS[1], 'name')
-if name ~= ARGV[1] then
-  return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(name) .. ', expected ' .. ARGV[1])
-end
+var topoReadScript = redis.NewScript(identityLua + `
 return {redis.call('HGET', KEYS[1], 'epoch') or '', redis.call('HGETALL', KEYS[2])}
 `)
 
@@ -35,11 +46,7 @@ return {redis.call('HGET', KEYS[1], 'epoch') or '', redis.call('HGETALL', KEYS[2
 // migrating to stable (never back), or writes the record again when it
 // was lost. Replies "ok", or SHARDIS_EPOCH when
 // the node is at another token.
-var topoWriteScript = redis.NewScript(`
-local name = redis.call('HGET', KEYS[1], 'name')
-if name ~= ARGV[1] then
-  return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(name) .. ', expected ' .. ARGV[1])
-end
+var topoWriteScript = redis.NewScript(identityLua + `
 local cur = redis.call('HGET', KEYS[1], 'epoch') or ''
 if cur == ARGV[3] and redis.call('EXISTS', KEYS[2]) == 1 then
   if ARGV[7] == 'stable' then redis.call('HSET', KEYS[2], 'phase', 'stable') end
@@ -59,21 +66,29 @@ return 'ok'
 
 // readRecord reads n's topology record (Epoch 0 when it has none).
 func readRecord(ctx context.Context, n *node.Node) (TopologyRecord, error) {
-	raw, err := topoReadScript.Run(ctx, n.Client(), []string{stampKey, keyTopology}, n.Name()).Slice()
+	v, err := topoReadScript.Run(ctx, n.Client(), []string{stampKey, keyTopology}, n.Name()).Result()
 	if err != nil {
 		return TopologyRecord{}, nodeErr(n, err)
 	}
 	rec := TopologyRecord{Node: n.Name()}
-	if len(raw) != 2 {
-		return rec, fmt.Errorf("%w: node %s: topology read: malformed reply %v", ErrCorrupt, n.Name(), raw)
+	r := newReplyReader(n.Name(), "topology-read")
+	raw := r.list(v, 2)
+	if r.err != nil {
+		return rec, r.err
 	}
-	rec.Token, _ = raw[0].(string)
-	flat, _ := raw[1].([]any)
+	rec.Token = r.str(raw, 0)
+	flat := r.listAt(raw, 1, -1)
+	r.enter(1)
+	if r.err == nil && len(flat)%2 != 0 {
+		r.fail(-1, "field, value pairs", flat)
+	}
 	f := map[string]string{}
 	for i := 0; i+1 < len(flat); i += 2 {
-		k, _ := flat[i].(string)
-		v, _ := flat[i+1].(string)
-		f[k] = v
+		f[r.str(flat, i)] = r.str(flat, i+1)
+	}
+	r.leave()
+	if r.err != nil {
+		return rec, r.err
 	}
 	if rec.Token == "" {
 		return rec, nil
@@ -117,10 +132,12 @@ func writeRecord(ctx context.Context, n *node.Node, expect, token string, epoch 
 		b, _ := json.Marshal(prev)
 		pj = string(b)
 	}
-	err := topoWriteScript.Run(ctx, n.Client(), []string{stampKey, keyTopology},
-		n.Name(), expect, token, epoch, string(cj), pj, string(phase)).Err()
+	v, err := topoWriteScript.Run(ctx, n.Client(), []string{stampKey, keyTopology},
+		n.Name(), expect, token, epoch, string(cj), pj, string(phase)).Result()
 	if err != nil {
 		return nodeErr(n, err)
 	}
-	return nil
+	r := newReplyReader(n.Name(), "topology-write")
+	r.word(v, "ok")
+	return r.err
 }

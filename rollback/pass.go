@@ -17,6 +17,17 @@ import (
 // a TTL of Settings.Lease). Instances that find it held skip the node.
 const LeaseKey = "inv:reconcile:lease"
 
+// The lease scripts run outside the inventory's runner and prelude
+// (inventory/lua.go). The runner is the inventory's own (unexported: it
+// runs only the inventory's scripts on the inventory's keys), and the
+// lease is this package's key, no inventory data: it needs neither the
+// epoch check (a pass at a stale epoch that takes the lease meets its
+// inventory scripts' SHARDIS_EPOCH refusals right after, and the lease
+// expires by itself) nor a write sequence. Their replies are read as
+// strictly as the runner's: anything but the integer 0 or 1 is an
+// *inventory.ReplyError (leaseReply), and a lease whose take reply
+// cannot be read is not used.
+
 // takeScript takes the lease (KEYS[1]) for token ARGV[1] and ARGV[2] ms
 // if no one holds it: 1 if taken, 0 if held. It is declared allow-oom, as
 // the inventory's settle scripts are (inventory/oom.go): a pass over a
@@ -35,6 +46,16 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 `)
 
+// leaseReply reads a lease script's reply on nodeName: the integer 1
+// (true) or 0 (false); anything else is an *inventory.ReplyError naming
+// script.
+func leaseReply(nodeName, script string, v any) (bool, error) {
+	if n, ok := v.(int64); ok && (n == 0 || n == 1) {
+		return n == 1, nil
+	}
+	return false, &inventory.ReplyError{Node: nodeName, Script: script, At: "reply", Want: "the integer 0 or 1", Got: v}
+}
+
 func leaseToken() string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
@@ -44,8 +65,12 @@ func leaseToken() string {
 // leased runs one pass over n if this reconciler gets n's lease, and
 // releases it afterwards. It returns the number of failed steps.
 func (r *Reconciler) leased(ctx context.Context, n *node.Node) int {
-	took, err := takeScript.Run(ctx, n.Client(), []string{LeaseKey}, r.id, r.set.Lease.Milliseconds()).Int64()
-	ok := took == 1
+	v, err := takeScript.Run(ctx, n.Client(), []string{LeaseKey}, r.id, r.set.Lease.Milliseconds()).Result()
+	var ok bool
+	if err == nil {
+		// A malformed reply: the lease may be ours; it expires by itself.
+		ok, err = leaseReply(n.Name(), "lease-take", v)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("reconciler: taking the node lease", "node", n.Name(), "err", err)
@@ -61,7 +86,13 @@ func (r *Reconciler) leased(ctx context.Context, n *node.Node) int {
 		// lease left behind would only delay other instances by Lease.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.set.Lease)
 		defer cancel()
-		_ = releaseScript.Run(rctx, n.Client(), []string{LeaseKey}, r.id).Err()
+		v, err := releaseScript.Run(rctx, n.Client(), []string{LeaseKey}, r.id).Result()
+		if err == nil {
+			_, err = leaseReply(n.Name(), "lease-release", v)
+		}
+		if err != nil && rctx.Err() == nil {
+			r.log.Warn("reconciler: releasing the node lease (it expires by itself)", "node", n.Name(), "err", err)
+		}
 	}()
 	return r.node(ctx, n)
 }

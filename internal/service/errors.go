@@ -53,7 +53,10 @@ func rpcError(err error) error {
 		code = connect.CodeFailedPrecondition
 	case errors.Is(err, inventory.ErrInProgress):
 		code = connect.CodeAborted
-	case errors.Is(err, inventory.ErrCorrupt):
+	case errors.Is(err, inventory.ErrCorrupt), errors.Is(err, inventory.ErrScriptFailed):
+		// A malformed reply (inventory.ErrMalformedReply) is internal too
+		// (the default), unless the library wrapped it as an unknown
+		// outcome in ErrUnavailable: a retry with the same order id.
 		code = connect.CodeInternal
 	case errors.Is(err, inventory.ErrDataLoss), errors.Is(err, inventory.ErrStockMissing):
 		code = connect.CodeDataLoss

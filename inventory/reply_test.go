@@ -1,0 +1,161 @@
+package inventory
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// wantMalformed checks that err is a *ReplyError of script at position at,
+// matching ErrMalformedReply and nothing that reads as a refusal or a
+// corrupt value, and that the callers take its outcome as unknown.
+func wantMalformed(t *testing.T, what string, err error, script, at string) {
+	t.Helper()
+	var re *ReplyError
+	switch {
+	case err == nil:
+		t.Errorf("%s: no error, want a malformed-reply error of %s at %s", what, script, at)
+		return
+	case !errors.As(err, &re) || !errors.Is(err, ErrMalformedReply):
+		t.Errorf("%s: %v, want a *ReplyError", what, err)
+		return
+	}
+	if re.Script != script || re.At != at || re.Node != "n1" {
+		t.Errorf("%s: ReplyError{Node %q, Script %q, At %q}, want n1, %s, %s", what, re.Node, re.Script, re.At, script, at)
+	}
+	if !strings.Contains(err.Error(), "node n1") || !strings.Contains(err.Error(), script+" script") || !strings.Contains(err.Error(), at) {
+		t.Errorf("%s: message %q does not name the node, the script and the position", what, err)
+	}
+	if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInvalid) {
+		t.Errorf("%s: %v matches a refusal sentinel", what, err)
+	}
+	if !outcomeUnknown(err) {
+		t.Errorf("%s: outcomeUnknown = false, want true (as after a timeout)", what)
+	}
+}
+
+// TestReplyDecodersStrict: every decoder refuses a reply of the wrong
+// shape, naming the script and the position, where the conversions that
+// dropped their ok read a wrong type as its zero value (a part taken
+// with quantity 0, a deadline of 1970, an empty token).
+func TestReplyDecodersStrict(t *testing.T) {
+	entry := func() []any {
+		return []any{int64(1), "p", "o", "s", int64(1), "pending", int64(5), int64(0), "inv:stock:r:s"}
+	}
+	for _, c := range []struct {
+		what, script, at string
+		decode           func() error
+	}{
+		{"reserve: qty a string", "reserve", "reply[1][1]", func() error {
+			_, err := decodeReserveReplies("n1", []any{[]any{"pending", int64(1), int64(2), int64(0)}, []any{"pending", "1", int64(2), int64(0)}}, 2)
+			return err
+		}},
+		{"reserve: state an integer", "reserve", "reply[0][0]", func() error {
+			_, err := decodeReserveReplies("n1", []any{[]any{int64(1), int64(1), int64(2), int64(0)}}, 1)
+			return err
+		}},
+		{"reserve: one reply short", "reserve", "reply", func() error {
+			_, err := decodeReserveReplies("n1", []any{[]any{"pending", int64(1), int64(2), int64(0)}}, 2)
+			return err
+		}},
+		{"reserve-local: deadline nil", "reserve-local", "reply[1]", func() error {
+			_, _, _, err := decodeLocal("n1", []any{"reserved", nil, int64(3)}, 1)
+			return err
+		}},
+		{"reserve-local: offset a string", "reserve-local", "reply[2]", func() error {
+			_, _, _, err := decodeLocal("n1", []any{"reserved", int64(9), "3"}, 1)
+			return err
+		}},
+		{"reserve-local: unknown word", "reserve-local", "reply[0]", func() error {
+			_, _, _, err := decodeLocal("n1", []any{"taken"}, 0)
+			return err
+		}},
+		{"stage-take: existing token nil", "stage-take", "reply[2]", func() error {
+			_, err := decodeStageTake("n1", []any{"existing", "reserved", nil}, 0)
+			return err
+		}},
+		{"stage-take: offset a string", "stage-take", "reply[2]", func() error {
+			_, err := decodeStageTake("n1", []any{"staged", int64(9), "1"}, 1)
+			return err
+		}},
+		{"pending-due: deadline a string", "pending-due", "reply[0][4]", func() error {
+			_, err := decodeDue("n1", []any{[]any{"p", "o", "t", "pending", "12"}})
+			return err
+		}},
+		{"order-move-out: pttl a string", "order-move-out", "reply[1]", func() error {
+			_, _, _, err := decodeMoveOut("n1", []any{"moved", "100", []any{"status", "reserved"}})
+			return err
+		}},
+		{"order-move-out: a field an integer", "order-move-out", "reply[2][1]", func() error {
+			_, _, _, err := decodeMoveOut("n1", []any{"moved", int64(100), []any{"status", int64(1)}})
+			return err
+		}},
+		{"redo-batch: generation a string", "redo-batch", "reply[1]", func() error {
+			_, err := decodeRedoBatch("n1", []any{"inc", "3", []any{}}, nil)
+			return err
+		}},
+		{"redo-batch: an entry's qty nil", "redo-batch", "reply[2][0][3][0][4]", func() error {
+			e := entry()
+			e[4] = nil
+			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{e}, int64(0)}}},
+				[]RedoCursor{{Queue: 0}})
+			return err
+		}},
+		{"redo-batch: rewound 2", "redo-batch", "reply[2][0][2]", func() error {
+			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(2), []any{}, int64(0)}}},
+				[]RedoCursor{{Queue: 0}})
+			return err
+		}},
+		{"part-states: settled_at a string", "part-states", "reply[1][0][1]", func() error {
+			_, _, err := decodePartStates("n1", []any{"inc", []any{[]any{"confirmed", "5"}}}, 1)
+			return err
+		}},
+	} {
+		wantMalformed(t, c.what, c.decode(), c.script, c.at)
+	}
+
+	// The well-formed replies read as before.
+	if r, err := decodeReserveReplies("n1", []any{[]any{"pending", int64(1), int64(2), int64(0)}}, 1); err != nil || r[0] != (reply{takePending, 1, 2, 0}) {
+		t.Errorf("decodeReserveReplies = %v, %v", r, err)
+	}
+	if st, dl, offs, err := decodeLocal("n1", []any{"reserved", int64(9), int64(3), int64(0)}, 2); err != nil || st != localReserved || dl != 9 || offs[0] != 3 || offs[1] != 0 {
+		t.Errorf("decodeLocal = %v %v %v %v", st, dl, offs, err)
+	}
+	if st, _, _, err := decodeLocal("n1", []any{"short"}, 2); err != nil || st != localShort {
+		t.Errorf("decodeLocal(short) = %v %v", st, err)
+	}
+	if b, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{entry()}, int64(0)}}},
+		[]RedoCursor{{Queue: 2}}); err != nil || b.Queues[0].Queue != 2 || b.Queues[0].Entries[0].Route != "r" || b.Generation != 3 {
+		t.Errorf("decodeRedoBatch = %+v, %v", b, err)
+	}
+	if ps, err := decodeDue("n1", nil); err != nil || len(ps) != 0 {
+		t.Errorf("decodeDue(empty) = %v, %v", ps, err)
+	}
+}
+
+// TestReplyReaderPositions: the reader names the first mismatch only,
+// with its position and both shapes, and reads nothing after it.
+func TestReplyReaderPositions(t *testing.T) {
+	r := newReplyReader("n1", "probe")
+	raw := r.list([]any{[]any{"a", int64(1)}, []any{"b", "2"}}, 2)
+	for i := range raw {
+		f := r.listAt(raw, i, 2)
+		r.enter(i)
+		r.str(f, 0)
+		r.int(f, 1)
+		r.leave()
+	}
+	wantMalformed(t, "second element's integer", r.err, "probe", "reply[1][1]")
+	if msg := r.err.Error(); !strings.Contains(msg, `"2" (string)`) || !strings.Contains(msg, "want an integer") {
+		t.Errorf("message %q does not say what was found and what was wanted", msg)
+	}
+	if got := r.int([]any{int64(7)}, 0); got != 0 {
+		t.Errorf("a read after the first mismatch = %d, want 0", got)
+	}
+	r = newReplyReader("n1", "probe")
+	r.list("ok", 2)
+	wantMalformed(t, "a status where a list was expected", r.err, "probe", "reply")
+	r = newReplyReader("n1", "limit-set")
+	r.word(int64(1), "ok")
+	wantMalformed(t, "an integer where ok was expected", r.err, "limit-set", "reply")
+}
