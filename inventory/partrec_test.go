@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"maps"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func partCodecCases() []struct {
 } {
 	sp := stockPartID("o-1", "ab12cd34ef56", 0)
 	qp := quotaPartID("o|2", "tok", "r", "s:|k")
-	return []struct {
+	out := []struct {
 		id string
 		f  map[string]string
 	}{
@@ -42,6 +43,34 @@ func partCodecCases() []struct {
 			"counter": stockKey("r", "sku:x"), "redo": "inv:redo:"}},
 		{"x", map[string]string{"order": "x", "token": "y", "counter": quotaKeyPrefix, "sku": "", "item": "x"}},
 	}
+	// and records pieced together from the fragments the references
+	// look for, so every branch of both codecs meets the others
+	frag := []string{"", "=", "^", "|", ":", "0", "12", "o", "t|", stockKeyPrefix, quotaKeyPrefix, redoLogKeyPrefix, "pending", "cancelled"}
+	rng := rand.New(rand.NewPCG(25, 1))
+	piece := func() string {
+		var b strings.Builder
+		for range rng.IntN(4) {
+			b.WriteString(frag[rng.IntN(len(frag))])
+		}
+		return b.String()
+	}
+	for range 300 {
+		f := map[string]string{}
+		for _, name := range partFields {
+			if rng.IntN(3) > 0 {
+				f[name] = piece()
+			}
+		}
+		id := piece() + "|" + piece()
+		if rng.IntN(2) == 0 {
+			id = f["order"] + "|" + f["token"] + "|" + f["item"]
+		}
+		out = append(out, struct {
+			id string
+			f  map[string]string
+		}{id, f})
+	}
+	return out
 }
 
 // part_get and part_put (Lua) and packPart and unpackPartValue (Go) are
