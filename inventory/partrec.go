@@ -40,8 +40,8 @@ import (
 // order's stock part, listpack and all) was the largest share of a pending
 // order's memory (`reserve_bytes_per_order_1item`,
 // internal/bench/memory.go); the packed string takes 136 (the measure went
-// from 762 to 574 bytes per order). The Lua codec (partCodecLua, in every script's
-// prelude) and the Go one (packPart, unpackPart) are the two
+// from 762 to 574 bytes per order). The Lua codec (partCodecLua, in every
+// script's prelude) and the Go one (packPart, unpackPartValue) are the two
 // definitions and are tested against each other (partrec_test.go).
 //
 // Hash layout: what the releases before wrote, one hash field per field,
