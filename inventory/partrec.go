@@ -39,8 +39,9 @@ import (
 // Why: a hash of 12 fields (264 bytes of MEMORY USAGE for a 1-item
 // order's stock part, listpack and all) was the largest share of a pending
 // order's memory (`reserve_bytes_per_order_1item`,
-// internal/bench/memory.go); the packed string takes 136 (the measure went
-// from 762 to 574 bytes per order). The Lua codec (partCodecLua, in every
+// internal/bench/memory.go); the packed string takes 136 (the measure,
+// whose slope spreads by about 100 bytes between runs, went from 752–778
+// to 574–685 bytes per order). The Lua codec (partCodecLua, in every
 // script's prelude) and the Go one (packPart, unpackPartValue) are the two
 // definitions and are tested against each other (partrec_test.go).
 //
