@@ -378,19 +378,18 @@ func pendingQuotaCounters(ctx context.Context, n *node.Node) (map[string]bool, e
 	const batch = 500
 	for i := 0; i < len(ids); i += batch {
 		pipe := n.Client().Pipeline()
-		var cmds []*redis.SliceCmd
+		var reads []*PartRead
 		for _, id := range ids[i:min(i+batch, len(ids))] {
-			cmds = append(cmds, pipe.HMGet(ctx, partKey(id), "kind", "counter"))
+			reads = append(reads, ReadPart(ctx, pipe, id))
 		}
-		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-			return nil, fmt.Errorf("%w: node %s: %v", ErrUnavailable, n.Name(), err)
-		}
-		for _, c := range cmds {
-			v := c.Val()
-			if len(v) == 2 && v[0] == "q" {
-				if k, ok := v[1].(string); ok {
-					out[k] = true
-				}
+		_, _ = pipe.Exec(ctx) // each read's own error is checked below (ReadPart's layouts)
+		for _, r := range reads {
+			f, err := r.Fields()
+			if err != nil {
+				return nil, fmt.Errorf("%w: node %s: %v", ErrUnavailable, n.Name(), err)
+			}
+			if f["kind"] == "q" && f["counter"] != "" {
+				out[f["counter"]] = true
 			}
 		}
 	}

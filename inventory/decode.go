@@ -25,7 +25,8 @@ const (
 	// KeyQuota is a user's per-SKU quota counter (string); rest is
 	// "route:len(sku):sku:user", see [ParseQuotaKey].
 	KeyQuota
-	// KeyPart is a part record (hash, see [DecodePart]); rest is the part id.
+	// KeyPart is a part record (a packed string, or a hash written by a
+	// release before: [ReadPart], [DecodePart]); rest is the part id.
 	KeyPart
 	// KeyOrder is an order record (hash, see [DecodeOrder]); rest is the
 	// order id.
@@ -259,7 +260,7 @@ func DecodeOrder(id string, fields map[string]string) (OrderRecord, error) {
 	return r, nil
 }
 
-// PartRecord is a part record (a part key's hash) as stored. A tombstone
+// PartRecord is a part record (a part key's fields) as stored. A tombstone
 // (written by a cancel that came before the reserve) has only ID, State
 // (cancelled), Order, Token (from the id), At and Tombstone.
 type PartRecord struct {
@@ -280,7 +281,8 @@ type PartRecord struct {
 	Tombstone bool
 }
 
-// DecodePart decodes the fields (HGETALL) of part id's record. It needs a
+// DecodePart decodes the fields of part id's record ([PartRead.Fields],
+// either layout, partrec.go). It needs a
 // known state; an order whose id starts the part id; a token (or, for a
 // tombstone, one in the part id); integer qty ≥ 0, item, offset and
 // times; and, unless a tombstone, a known kind and a counter of that

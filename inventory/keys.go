@@ -56,8 +56,9 @@ func quotaKey(route, sku, user string) string {
 
 func partKey(partID string) string { return partKeyPrefix + partID }
 
-// PartKey returns the key of a part's record (a hash, [DecodePart]) on the
-// node that holds the part.
+// PartKey returns the key of a part's record (one packed string, or a hash
+// written by a release before: [ReadPart], [DecodePart]) on the node that
+// holds the part.
 func PartKey(partID string) string { return partKey(partID) }
 
 // partKeyPrefix starts every part key; scripts get it as ARGV[3] (lua.go).

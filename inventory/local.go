@@ -109,9 +109,9 @@ local function write_parts(plan, pending, offsets, order, token, pdl)
     else
       redis.call('INCRBY', p.ck, I(p.want))
     end
-    redis.call('HSET', p.pk, 'state', 'pending', 'kind', p.kind, 'order', order, 'token', token,
-      'sku', p.sku, 'qty', I(p.want), 'item', I(p.item), 'counter', p.ck, 'redo', p.kind == 's' and p.xk or '',
-      'offset', I(off), 'deadline', pdlS, 'at', nowS)
+    part_put(p.pk, {state = 'pending', kind = p.kind, order = order, token = token, sku = p.sku,
+      qty = I(p.want), item = I(p.item), counter = p.ck, redo = p.kind == 's' and p.xk or '', offset = I(off),
+      deadline = pdlS, at = nowS})
     zadd_later(pending, pdlS, p.id)
     offs[#offs + 1] = off
   end

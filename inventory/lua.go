@@ -40,7 +40,9 @@ import (
 // printf's "%.17g", a visible share of a node's CPU under load), and the
 // helpers the reserve scripts share between the calls of one script call
 // (zset_ok, zadd_later, stock_get/stock_set, offsets_ok/next_offset,
-// flush; their rule is next to them in the prelude).
+// flush; their rule is next to them in the prelude), and the part record
+// codec part_get/part_put (partrec.go), through which every script reads
+// and writes a part record.
 //
 // A write script advances the stamp hash's `seq` field once per script
 // call that did not fail (a grouped script: in which any of its calls did
@@ -61,7 +63,7 @@ import (
 // not undo the writes of a script that fails halfway: an error reply means
 // the script changed nothing.
 
-const prelude = `
+var prelude = `
 local meta = redis.call('HMGET', KEYS[1], 'name', 'epoch', 'seq')
 if meta[1] ~= ARGV[1] then
   return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(meta[1]) .. ', expected ' .. ARGV[1])
@@ -191,6 +193,7 @@ local function pack_parts(order, token, parts)
   end
   return table.concat(out, '\030')
 end
+` + partCodecLua + `
 local function body(KEYS, ARGV)
 `
 

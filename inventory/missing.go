@@ -47,8 +47,8 @@ for _, key in ipairs(idx) do
   local ids = redis.call('ZRANGE', key, 0, limit - 1)
   if #ids == limit and redis.call('ZCARD', key) > limit then truncated = 1 end
   for _, id in ipairs(ids) do
-    local f = redis.call('HMGET', partPrefix .. id, 'counter', 'state')
-    if f[1] == KEYS[2] and f[2] == 'pending' then count = count + 1 end
+    local f = part_get(partPrefix .. id)
+    if f and f.counter == KEYS[2] and f.state == 'pending' then count = count + 1 end
   end
 end
 return {count, truncated}

@@ -172,6 +172,13 @@ func (e *stagedEnv) expireAllBut(keep []upgradeOrder) {
 	for _, o := range keep {
 		want += len(o.res.Receipts)
 	}
+	e.expireUntilPending(want)
+}
+
+// expireUntilPending runs the reconciler's step on every due part until
+// want parts (due later) are pending.
+func (e *stagedEnv) expireUntilPending(want int) {
+	e.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		left := 0

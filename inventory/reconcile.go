@@ -15,8 +15,8 @@ var pendingDueScript = newScript("pending-due", false, `
 local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
 local out = {}
 for _, id in ipairs(ids) do
-  local f = redis.call('HMGET', partPrefix .. id, 'order', 'token', 'state', 'deadline')
-  out[#out + 1] = {id, f[1] or '', f[2] or '', f[3] or '', tonumber(f[4]) or 0}
+  local f = part_get(partPrefix .. id) or {}
+  out[#out + 1] = {id, f.order or '', f.token or '', f.state or '', tonumber(f.deadline) or 0}
 end
 return out
 `)
@@ -43,18 +43,19 @@ local op = ARGV[4]
 if op == 'later' then
   return redis.call('ZADD', KEYS[2], 'XX', tonumber(ARGV[6]), ARGV[5])
 elseif op == 'drop' then
-  if redis.call('HGET', KEYS[3], 'state') == 'pending' then return 0 end
+  if (part_get(KEYS[3]) or {}).state == 'pending' then return 0 end
   return redis.call('ZREM', KEYS[2], ARGV[5])
 elseif op == 'stuck' then
   if redis.call('ZREM', KEYS[2], ARGV[5]) == 0 then return 0 end
   local since, delay, tries = now, tonumber(ARGV[8]), 1
-  if redis.call('EXISTS', KEYS[3]) == 1 then
+  local f = part_get(KEYS[3])
+  if f then
     -- the backoff lives on the part's record, which expires with it
-    local f = redis.call('HMGET', KEYS[3], 'stuck_since', 'stuck_tries')
-    since = tonumber(f[1]) or now
-    tries = (tonumber(f[2]) or 0) + 1
+    since = tonumber(f.stuck_since) or now
+    tries = (tonumber(f.stuck_tries) or 0) + 1
     delay = math.min(tonumber(ARGV[7]) * 2 ^ math.min(tries - 1, 40), delay)
-    redis.call('HSET', KEYS[3], 'stuck_since', I(since), 'stuck_tries', I(tries))
+    f.stuck_since, f.stuck_tries = I(since), I(tries)
+    part_put(KEYS[3], f)
   end
   redis.call('ZADD', KEYS[4], I(since), ARGV[5])
   redis.call('HSET', KEYS[5], ARGV[5], ARGV[6])
@@ -64,7 +65,11 @@ elseif op == 'retry' then
   if redis.call('ZREM', KEYS[4], ARGV[5]) == 0 then return 0 end
   redis.call('HDEL', KEYS[5], ARGV[5])
   redis.call('ZREM', KEYS[6], ARGV[5])
-  redis.call('HDEL', KEYS[3], 'stuck_tries')
+  local f = part_get(KEYS[3])
+  if f and f.stuck_tries then
+    f.stuck_tries = nil
+    part_put(KEYS[3], f)
+  end
   redis.call('ZADD', KEYS[2], now, ARGV[5])
   return 1
 end

@@ -28,9 +28,9 @@ return out
 // "expired" when the record is gone.
 const redoEntryLua = `
 local function redoEntry(id, off)
-  local f = redis.call('HMGET', partPrefix .. id, 'order', 'sku', 'qty', 'state', 'at', 'settled_at', 'counter')
-  return {tonumber(off), id, f[1] or '', f[2] or '', tonumber(f[3]) or 0, f[4] or 'expired', tonumber(f[5]) or 0,
-    tonumber(f[6]) or 0, f[7] or ''}
+  local f = part_get(partPrefix .. id) or {}
+  return {tonumber(off), id, f.order or '', f.sku or '', tonumber(f.qty) or 0, f.state or 'expired', tonumber(f.at) or 0,
+    tonumber(f.settled_at) or 0, f.counter or ''}
 end
 `
 
@@ -65,7 +65,8 @@ elseif op == 'trim' then
     local acked = tonumber(redis.call('HGET', KEYS[2], KEYS[k])) or 0
     local e = redis.call('ZRANGE', KEYS[k], 0, batch - 1, 'WITHSCORES')
     for i = 1, #e, 2 do
-      local f = redis.call('HMGET', partPrefix .. e[i], 'state', 'at')
+      local p = part_get(partPrefix .. e[i]) or {}
+      local f = {p.state or false, p.at}
       local settled = f[1] == false or f[1] == 'confirmed' or f[1] == 'cancelled'
       local old = maxAge > 0 and (f[1] == false or (tonumber(f[2]) or 0) + maxAge <= now)
       if not settled or not (tonumber(e[i + 1]) <= acked or old) then break end

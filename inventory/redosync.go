@@ -289,8 +289,8 @@ type PartSnapshot struct {
 var partStatesScript = newScript("part-states", false, `
 local out = {}
 for i = 2, #KEYS do
-  local f = redis.call('HMGET', KEYS[i], 'state', 'settled_at')
-  out[#out + 1] = {f[1] or '', tonumber(f[2]) or 0}
+  local f = part_get(KEYS[i]) or {}
+  out[#out + 1] = {f.state or '', tonumber(f.settled_at) or 0}
 end
 return {redis.call('HGET', KEYS[1], 'incarnation') or '', out}
 `)

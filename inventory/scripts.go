@@ -34,10 +34,9 @@ for i = 0, np - 1 do
   local a = 7 + i * 6
   local p = {pk = pk, ck = ck, xk = xk, id = ARGV[a], kind = ARGV[a + 1], sku = ARGV[a + 2],
              want = tonumber(ARGV[a + 3]), item = ARGV[a + 4], queue = ARGV[a + 5]}
-  local st = redis.call('HGET', pk, 'state')
-  if st then
-    local f = redis.call('HMGET', pk, 'qty', 'offset')
-    p.out = {st, tonumber(f[1]) or 0, tonumber(f[2]) or 0, 0}
+  local cur = part_get(pk)
+  if cur and cur.state then
+    p.out = {cur.state, tonumber(cur.qty) or 0, tonumber(cur.offset) or 0, 0}
   elseif p.kind == 's' then
     zset_ok(xk) -- the redo queue must be a sorted set
     local s = stock_get(ck)
@@ -98,9 +97,9 @@ for _, p in ipairs(plan) do
     else
       redis.call('INCRBY', p.ck, I(p.take))
     end
-    redis.call('HSET', p.pk, 'state', 'pending', 'kind', p.kind, 'order', ARGV[4], 'token', ARGV[5],
-      'sku', p.sku, 'qty', I(p.take), 'item', p.item, 'counter', p.ck, 'redo', p.kind == 's' and p.xk or '',
-      'offset', I(off), 'deadline', deadlineS, 'at', nowS)
+    part_put(p.pk, {state = 'pending', kind = p.kind, order = ARGV[4], token = ARGV[5], sku = p.sku,
+      qty = I(p.take), item = p.item, counter = p.ck, redo = p.kind == 's' and p.xk or '', offset = I(off),
+      deadline = deadlineS, at = nowS})
     zadd_later(KEYS[2], deadlineS, p.id)
   end
   out[#out + 1] = p.out
@@ -133,7 +132,8 @@ local todo = {}
 redis.call('ZCARD', KEYS[2]) -- fails now, before any write, if the index is not a sorted set
 for i = 3, #KEYS do
   local pk = KEYS[i]
-  local f = redis.call('HMGET', pk, 'state', 'kind', 'qty', 'counter', 'held')
+  local rec = part_get(pk) or {}
+  local f = {rec.state, rec.kind, rec.qty, rec.counter, rec.held}
   local st = f[1]
   if not st then
     out[#out + 1] = action == 'confirm' and 'missing' or 'tombstoned'
@@ -161,7 +161,7 @@ for i = 3, #KEYS do
       local _, cerr = int(redis.call('GET', f[4]), f[4])
       if cerr then return cerr end
     end
-    todo[#todo + 1] = {pk = pk, id = ARGV[i + 4], kind = f[2], q = q, ck = f[4]}
+    todo[#todo + 1] = {pk = pk, id = ARGV[i + 4], kind = f[2], q = q, ck = f[4], rec = rec}
     out[#out + 1] = 'done'
   elseif st == target then
     out[#out + 1] = 'already'
@@ -171,7 +171,7 @@ for i = 3, #KEYS do
 end
 for _, p in ipairs(todo) do
   if p.tomb then
-    redis.call('HSET', p.pk, 'state', 'cancelled', 'qty', '0', 'order', ARGV[6], 'tombstone', '1', 'at', nowS)
+    part_put(p.pk, {state = 'cancelled', qty = '0', order = ARGV[6], tombstone = '1', at = nowS}, retention)
   else
     if p.kind == 's' then
       redis.call('HINCRBY', p.ck, 'reserved', I(-p.q))
@@ -179,10 +179,11 @@ for _, p in ipairs(todo) do
     elseif action ~= 'confirm' then
       if redis.call('DECRBY', p.ck, I(p.q)) <= 0 then redis.call('DEL', p.ck) end
     end
-    redis.call('HSET', p.pk, 'state', target, 'settled_at', nowS)
+    p.rec.state = target
+    p.rec.settled_at = nowS
+    part_put(p.pk, p.rec, retention)
     redis.call('ZREM', KEYS[2], p.id)
   end
-  redis.call('EXPIRE', p.pk, I(retention))
 end
 return out
 `)

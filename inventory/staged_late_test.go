@@ -164,7 +164,7 @@ func (e *stagedEnv) partsOf(order string) map[string]string {
 	}
 	out := map[string]string{}
 	for _, k := range keys {
-		out[strings.TrimPrefix(k, partKeyPrefix)] = c.HGet(e.ctx, k, "state").Val()
+		out[strings.TrimPrefix(k, partKeyPrefix)] = partFieldsOn(e.t, e.ctx, c, strings.TrimPrefix(k, partKeyPrefix))["state"]
 	}
 	return out
 }
@@ -186,7 +186,7 @@ func (e *stagedEnv) checkConfirmed(route, sku string, loaded int64, confirmed ..
 				continue
 			}
 			units += p.Qty
-			if st := e.clients[p.Node].HGet(e.ctx, partKey(p.ID), "state").Val(); st != "confirmed" {
+			if st := partFieldsOn(e.t, e.ctx, e.clients[p.Node], p.ID)["state"]; st != "confirmed" {
 				problems = append(problems, fmt.Sprintf("confirmed order %s: part %s on %s is %q", id, p.ID, p.Node, st))
 			}
 		}
@@ -404,7 +404,7 @@ func stagedDeadlines(t *testing.T, mutate bool) map[string]time.Duration {
 		keys, _ := c.Keys(e.ctx, partKey(x+"|*")).Result()
 		for _, k := range keys {
 			id := strings.TrimPrefix(k, partKeyPrefix)
-			dl, err := strconv.ParseInt(c.HGet(e.ctx, k, "deadline").Val(), 10, 64)
+			dl, err := strconv.ParseInt(partFieldsOn(t, e.ctx, c, id)["deadline"], 10, 64)
 			if err != nil {
 				t.Fatalf("part %s on %s: deadline: %v", id, name, err)
 			}

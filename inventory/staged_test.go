@@ -145,7 +145,7 @@ func (e *stagedEnv) verify(id string, want ...string) string {
 	for name, c := range e.clients {
 		keys, _ := c.Keys(e.ctx, partKey(id+"|*")).Result()
 		for _, k := range keys {
-			p, _ := c.HGetAll(e.ctx, k).Result()
+			p := partFieldsOn(e.t, e.ctx, c, strings.TrimPrefix(k, partKeyPrefix))
 			mine := token != "" && strings.Contains(k, token)
 			var wantState string
 			switch {

@@ -218,10 +218,13 @@ func TestScriptsRegistered(t *testing.T) {
 }
 
 var (
-	hsetRE   = regexp.MustCompile(`(?i)redis\.call\(\s*['"]h(m)?set['"]`)
-	luaFunc  = regexp.MustCompile(`local function (\w+)\(([^)]*)\)`)
-	luaStr   = regexp.MustCompile(`^'([^'\\]*)'$|^"([^"\\]*)"$`)
-	luaIdent = regexp.MustCompile(`^[A-Za-z_]\w*$`)
+	hsetRE = regexp.MustCompile(`(?i)redis\.call\(\s*['"]h(m)?set['"]|\bpart_put\(`)
+	// part_put and a record table's state field (partWrites)
+	partPutRE  = regexp.MustCompile(`\bpart_put\(`)
+	fieldSetRE = regexp.MustCompile(`\.(state) = ([^\n]+)`)
+	luaFunc    = regexp.MustCompile(`local function (\w+)\(([^)]*)\)`)
+	luaStr     = regexp.MustCompile(`^'([^'\\]*)'$|^"([^"\\]*)"$`)
+	luaIdent   = regexp.MustCompile(`^[A-Za-z_]\w*$`)
 )
 
 // statusWrite is one word a script writes to a status or state field.
@@ -254,6 +257,43 @@ func statusWrites(t *testing.T, name, src string) []statusWrite {
 				out = append(out, statusWrite{field, w, at})
 			}
 		}
+	}
+	return append(out, partWrites(t, name, src)...)
+}
+
+// partWrites is statusWrites for the part record codec (partrec.go): the
+// state a part_put call's table constructor writes ({state = <word>, …}),
+// and each assignment to a record table's state field (rec.state =
+// <word>) that a part_put writes later.
+func partWrites(t *testing.T, name, src string) []statusWrite {
+	t.Helper()
+	var out []statusWrite
+	add := func(pos int, field, expr string) {
+		at := strings.TrimSpace(strings.SplitN(src[pos:], "\n", 2)[0])
+		words, ok := luaValues(src, pos, strings.TrimSpace(expr))
+		if !ok {
+			t.Errorf("script %s: %s: the %s written (%s) is neither a literal nor a local or parameter set from literals", name, at, field, expr)
+		}
+		for _, w := range words {
+			out = append(out, statusWrite{field, w, at})
+		}
+	}
+	for _, loc := range partPutRE.FindAllStringIndex(src, -1) {
+		if strings.HasSuffix(src[:loc[0]], "function ") {
+			continue
+		}
+		args := luaArgs(src, loc[1])
+		if len(args) < 2 || !strings.HasPrefix(args[1], "{") {
+			continue
+		}
+		for _, entry := range luaArgs(args[1], 1) {
+			if field, expr, ok := strings.Cut(entry, "="); ok && strings.TrimSpace(field) == "state" {
+				add(loc[0], "state", expr)
+			}
+		}
+	}
+	for _, m := range fieldSetRE.FindAllStringSubmatchIndex(src, -1) {
+		add(m[0], src[m[2]:m[3]], src[m[4]:m[5]])
 	}
 	return out
 }

@@ -142,7 +142,7 @@ if op == 'due' then
 elseif op == 'sku' then
   local pre = ARGV[7]
   for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, limit - 1)) do
-    local c = redis.call('HGET', partPrefix .. id, 'counter')
+    local c = (part_get(partPrefix .. id) or {}).counter
     if c and (c == ARGV[6] or string.sub(c, 1, #pre) == pre) then ids[#ids + 1] = id end
   end
 else
@@ -153,7 +153,11 @@ for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[5], id)
   if redis.call('ZREM', KEYS[3], id) == 1 then
     redis.call('HDEL', KEYS[4], id)
-    if op == 'sku' then redis.call('HDEL', partPrefix .. id, 'stuck_tries') end
+    local p = op == 'sku' and part_get(partPrefix .. id)
+    if p and p.stuck_tries then
+      p.stuck_tries = nil
+      part_put(partPrefix .. id, p)
+    end
     redis.call('ZADD', KEYS[2], nowS, id)
     moved = moved + 1
   end
@@ -233,25 +237,35 @@ func (inv *Inventory) StuckParts(ctx context.Context, nodeName string, limit int
 	}
 	pipe := n.Client().Pipeline()
 	why := make([]*redis.StringCmd, len(ids))
-	rec := make([]*redis.SliceCmd, len(ids))
+	rec := make([]*PartRead, len(ids))
 	for i, z := range ids {
 		id, ok := z.Member.(string)
 		if !ok {
 			return nil, &ReplyError{Node: n.Name(), Script: "ZRANGE " + keyStuck, At: fmt.Sprintf("reply[%d]", i), Want: "a string member", Got: z.Member}
 		}
 		why[i] = pipe.HGet(ctx, keyStuckWhy, id)
-		rec[i] = pipe.HMGet(ctx, partKey(id), "state", "order", "sku", "qty")
+		rec[i] = ReadPart(ctx, pipe, id)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, nodeErr(n, err)
-	}
+	_, _ = pipe.Exec(ctx) // each read's own error is checked below (ReadPart's layouts)
 	out := make([]StuckPart, len(ids))
 	for i, z := range ids {
 		id := z.Member.(string) // checked above
 		sp := StuckPart{Node: n.Name(), PartID: id, Since: time.UnixMilli(int64(z.Score)), State: PartMissing}
+		if err := why[i].Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, nodeErr(n, err)
+		}
 		sp.Reason = why[i].Val()
-		r := newReplyReader(n.Name(), "HMGET "+partKey(id))
-		f := r.list(rec[i].Val(), 4)
+		fields, err := rec[i].Fields()
+		if err != nil {
+			return nil, nodeErr(n, err)
+		}
+		r := newReplyReader(n.Name(), "read of "+partKey(id))
+		f := make([]any, 4)
+		for j, name := range []string{"state", "order", "sku", "qty"} {
+			if v, ok := fields[name]; ok {
+				f[j] = v
+			}
+		}
 		if st := r.optStr(f, 0); st != "" {
 			sp.State = PartState(st)
 		}

@@ -221,14 +221,15 @@ func (e *env) nodeParts(ctx context.Context, name string) (map[string]nodePart, 
 	out := map[string]nodePart{}
 	iter := c.Scan(ctx, 0, "inv:part:*", 1000).Iterator()
 	for iter.Next(ctx) {
-		f, err := c.HMGet(ctx, iter.Val(), "kind", "state", "order", "sku", "qty", "counter", "redo", "offset").Result()
+		rec, err := inventory.ReadPart(ctx, c, strings.TrimPrefix(iter.Val(), "inv:part:")).Fields()
 		if err != nil {
 			return nil, err
 		}
-		if f[0] != "s" {
+		names := []string{"kind", "state", "order", "sku", "qty", "counter", "redo", "offset"}
+		if rec["kind"] != "s" {
 			continue // quota parts and tombstones are not in the redo log
 		}
-		s := func(i int) string { v, _ := f[i].(string); return v }
+		s := func(i int) string { return rec[names[i]] }
 		p := nodePart{state: s(1), order: s(2), sku: s(3), queue: strings.TrimPrefix(s(6), "inv:redo:")}
 		p.qty, _ = strconv.ParseInt(s(4), 10, 64)
 		p.offset, _ = strconv.ParseInt(s(7), 10, 64)

@@ -108,27 +108,26 @@ func invParts(ctx context.Context, clients map[string]*redis.Client, orders []st
 			return nil, fmt.Errorf("node %s: SCAN: %w", name, err)
 		}
 		pipe := c.Pipeline()
-		cmds := make([]*redis.SliceCmd, len(keys))
+		reads := make([]*inventory.PartRead, len(keys))
 		for i, k := range keys {
-			cmds[i] = pipe.HMGet(ctx, k, "state", "kind", "qty", "token")
+			reads[i] = inventory.ReadPart(ctx, pipe, strings.TrimPrefix(k, "inv:part:"))
 		}
 		if len(keys) > 0 {
-			if _, err := pipe.Exec(ctx); err != nil {
-				return nil, fmt.Errorf("node %s: HMGET parts: %w", name, err)
-			}
+			_, _ = pipe.Exec(ctx) // each read's own error is checked below (a part's two layouts)
 		}
 		seen := map[string]bool{}
 		for i, k := range keys {
 			id := strings.TrimPrefix(k, "inv:part:")
-			v := cmds[i].Val()
+			v, err := reads[i].Fields()
+			if err != nil {
+				return nil, fmt.Errorf("node %s: reading parts: %w", name, err)
+			}
 			p := invPart{node: name, id: id, inIndex: indexed[id]}
 			p.order, _, _ = strings.Cut(id, "|")
-			p.state, _ = v[0].(string)
-			p.kind, _ = v[1].(string)
-			if s, ok := v[2].(string); ok {
+			p.state, p.kind, p.token = v["state"], v["kind"], v["token"]
+			if s, ok := v["qty"]; ok {
 				fmt.Sscan(s, &p.qty)
 			}
-			p.token, _ = v[3].(string)
 			if p.token == "" { // tombstones keep no token: take it from the id
 				if _, rest, ok := strings.Cut(id, "|"); ok {
 					p.token, _, _ = strings.Cut(rest, "|")

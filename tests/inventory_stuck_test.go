@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -282,7 +283,8 @@ func TestInvStuckRetriedByItself(t *testing.T) {
 	for {
 		tries := int64(-1) // the fewest attempts of a stuck part
 		for _, id := range n1.ZRange(ctx, "inv:stuck", 0, -1).Val() {
-			v, _ := n1.HGet(ctx, inventory.PartKey(id), "stuck_tries").Int64()
+			f, _ := inventory.ReadPart(ctx, n1, id).Fields()
+			v, _ := strconv.ParseInt(f["stuck_tries"], 10, 64)
 			if tries < 0 || v < tries {
 				tries = v
 			}

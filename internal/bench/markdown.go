@@ -280,7 +280,7 @@ func misses(r *Results, s Summary) string {
 			"it is not: Redis 7 caches scripts sent by `EVAL` (it hashes the text and finds the compiled function), and with 64 clients the seed's sequential items are hidden by concurrency. "+
 			"What costs is the work per order, and shardis does more of it on purpose:\n"+
 			"  - the order record on the order's home node, staged with the home's parts and then committed off the caller's path (one more script per order), which makes Reserve idempotent per order id and lets Confirm/Cancel/expiry decide once;\n"+
-			"  - per item, a part record (12 fields) and a pending-index entry with a deadline; once per script call (shared by group commit), the node-identity check (`HMGET` of the stamp, `TIME`) and the write sequence;\n"+
+			"  - per item, a part record (one string packing its fields) and a pending-index entry with a deadline; once per script call (shared by group commit), the node-identity check (`HMGET` of the stamp, `TIME`) and the write sequence;\n"+
 			"  - on the client, a goroutine for the stage and per other node and one for the commit, and the parts' JSON (the promised list, then the taken list); see the profile below.\n"+
 			"  Group commit removed what the orders on one node can share (the call, its round trip, the stamp check, the write sequence, type checks, the stock and offsets reads and writes, the `ZADD`s merged per key); what is left is each order's own Lua work: the part and order records are hashes of 8 to 12 fields and each order's parts a JSON list. "+
 			"%s\n",

@@ -105,12 +105,15 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 		cmds := make([]redis.Cmder, len(chunk))
 		kinds := make([]inventory.KeyKind, len(chunk))
 		rests := make([]string, len(chunk))
+		partReads := make([]*inventory.PartRead, len(chunk))
 		for i, k := range chunk {
 			kinds[i], rests[i] = inventory.ParseKey(k)
 			switch kinds[i] {
 			case inventory.KeyPending, inventory.KeyRedoLog:
 				cmds[i] = pipe.ZRangeWithScores(ctx, k, 0, -1)
-			case inventory.KeyRedoOffsets, inventory.KeyRedoAcked, inventory.KeyStock, inventory.KeyPart, inventory.KeyOrder:
+			case inventory.KeyPart:
+				partReads[i] = inventory.ReadPart(ctx, pipe, rests[i])
+			case inventory.KeyRedoOffsets, inventory.KeyRedoAcked, inventory.KeyStock, inventory.KeyOrder:
 				cmds[i] = pipe.HGetAll(ctx, k)
 			case inventory.KeyQuota:
 				cmds[i] = pipe.Get(ctx, k)
@@ -122,10 +125,21 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 				ns.other = append(ns.other, k)
 			}
 		}
-		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-			return nil, fmt.Errorf("reading keys: %w", err)
-		}
+		_, _ = pipe.Exec(ctx) // each read's own error is checked below (a part's two layouts)
 		for i, k := range chunk {
+			if r := partReads[i]; r != nil {
+				f, err := r.Fields()
+				if err != nil {
+					return nil, fmt.Errorf("reading keys: %w", err)
+				}
+				ns.addPart(rests[i], f)
+				continue
+			}
+			if cmds[i] != nil {
+				if err := cmds[i].Err(); err != nil && err != redis.Nil {
+					return nil, fmt.Errorf("reading keys: %w", err)
+				}
+			}
 			switch cmd := cmds[i].(type) {
 			case *redis.ZSliceCmd:
 				if kinds[i] == inventory.KeyPending {
@@ -139,8 +153,6 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 					ns.redoOffsets = v
 				case inventory.KeyStock:
 					ns.stock[k] = v
-				case inventory.KeyPart:
-					ns.addPart(rests[i], v)
 				case inventory.KeyOrder:
 					ns.addOrder(rests[i], v)
 				}

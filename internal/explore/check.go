@@ -85,7 +85,12 @@ func readNode(ctx context.Context, c *redis.Client, name string) (*nodeState, er
 				return nil, err
 			}
 		case inventory.KeyPart, inventory.KeyOrder:
-			f, err := c.HGetAll(ctx, k).Result()
+			var f map[string]string
+			if kind == inventory.KeyPart {
+				f, err = inventory.ReadPart(ctx, c, rest).Fields()
+			} else {
+				f, err = c.HGetAll(ctx, k).Result()
+			}
 			if err != nil {
 				return nil, err
 			}

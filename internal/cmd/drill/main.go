@@ -297,7 +297,7 @@ func dumpPending(servers map[string]*redisproc.Server) {
 		ids, _ := c.ZRangeWithScores(ctx, inventory.PendingKey, 0, -1).Result()
 		for _, z := range ids {
 			id := z.Member.(string)
-			part, _ := c.HGetAll(ctx, inventory.PartKey(id)).Result()
+			part, _ := inventory.ReadPart(ctx, c, id).Fields()
 			fmt.Printf("  pending on %s: %s deadline=%.0f part=%v\n", name, id, z.Score, part)
 			for oname, os := range servers {
 				oc := redis.NewClient(&redis.Options{Addr: os.Addr(), Protocol: 2})

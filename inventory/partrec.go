@@ -1,0 +1,360 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The part record (key partKey(id)): layout and codec.
+//
+// Packed layout, the one written since issue 25 ("a part record is one
+// packed value"): the key is a Redis string holding the record's fields in
+// the fixed order of partFields, each encoded, joined by US (0x1f), empty
+// trailing fields left out:
+//
+//	STATE US KIND US QTY US OFFSET US REDO US COUNTER US SKU US ITEM US ORDER US TOKEN
+//	  US DEADLINE US AT US SETTLED_AT US TOMBSTONE US HELD US MOVED US STUCK_SINCE US STUCK_TRIES
+//
+// An empty field is an absent one (no script tells an absent field from an
+// empty one: both read as nil / "" / 0). Most fields are stored as they
+// are (no field holds a control byte: ids and SKUs are checked by
+// idProblem, names by config's checkName, numbers are digits). The ones
+// another field or the part id (the key, id = order|token|item or
+// order|token|q|route|sku) makes redundant are references, and any of
+// them stored as "=" followed by the value itself when the reference does
+// not reproduce it exactly:
+//
+//	STATE    "p" pending, "c" confirmed, "x" cancelled
+//	REDO     the queue number of a [RedoLogKey]
+//	COUNTER  "s" + the stock key less its prefix, "q" + the quota key less its prefix
+//	SKU      "^": what follows the route in the stock key COUNTER
+//	ITEM     "^": what follows the part id's last "|"
+//	ORDER    n: the part id's first n bytes
+//	TOKEN    n: the n bytes of the part id after ORDER and one byte
+//
+// Why: a hash of 12 fields (264 bytes of MEMORY USAGE for a 1-item
+// order's stock part, listpack and all) was the largest share of a pending
+// order's memory (`reserve_bytes_per_order_1item`,
+// internal/bench/memory.go); the packed string takes 136 (the measure,
+// whose slope spreads by about 100 bytes between runs, went from 752–778
+// to 574–685 bytes per order). The Lua codec (partCodecLua, in every
+// script's prelude) and the Go one (packPart, unpackPartValue) are the two
+// definitions and are tested against each other (partrec_test.go).
+//
+// Hash layout: what the releases before wrote, one hash field per field,
+// as the names of partFields. The rule that keeps every interleaving safe
+// across the upgrade: every reader dispatches on the key's type (part_get
+// reads a string with GET, and on WRONGTYPE the hash with HGETALL, into
+// the same table of fields; in Go, [ReadPart] sends GET and HGETALL and
+// keeps the one that answered), so a part written before the upgrade is
+// read, settled, expired, set aside and counted by topology apply exactly
+// as one written after; every writer (part_put) writes the packed layout
+// of the whole record it read, with SET KEEPTTL (the TTL the hash had,
+// as HSET kept it) or SET EX for the writes that set a TTL, so a record
+// changes layout in one atomic step of a script that read all of it and
+// nothing is lost or settled twice. No script writes the hash layout. An
+// instance of an older release cannot read a packed part (its scripts
+// fail with WRONGTYPE, ErrCorrupt, before writing: every script reads a
+// part before it writes anything): replace every instance (stop the old
+// ones, then start the new), as for the order record's part list
+// (parts.go).
+
+// partFields are the fields of a part record, in the packed layout's
+// order (the hash layout's field names).
+var partFields = [...]string{"state", "kind", "qty", "offset", "redo", "counter", "sku", "item", "order", "token",
+	"deadline", "at", "settled_at", "tombstone", "held", "moved", "stuck_since", "stuck_tries"}
+
+const partUS = "\x1f" // between a packed part's fields
+
+// partStateCodes are the STATE field's codes.
+var partStateCodes = map[string]string{"pending": "p", "confirmed": "c", "cancelled": "x"}
+
+// partCodecLua defines part_get(key) (the part record at key, either
+// layout, as a table of field → string value; nil when the key does not
+// exist) and part_put(key, t, ttl) (write t as the packed record at key:
+// the TTL kept when ttl is nil, else set to ttl seconds, as EXPIRE would).
+// Numbers in t are written as integers. It is part of the prelude.
+var partCodecLua = `
+local PF = {'` + strings.Join(partFields[:], `', '`) + `'}
+local PSC, PSD = {pending = 'p', confirmed = 'c', cancelled = 'x'}, {p = 'pending', c = 'confirmed', x = 'cancelled'}
+local PFX_STOCK, PFX_QUOTA, PFX_REDO = '` + stockKeyPrefix + `', '` + quotaKeyPrefix + `', '` + redoLogKeyPrefix + `'
+local function cut_prefix(v, pre)
+  if string.sub(v, 1, #pre) == pre then return string.sub(v, #pre + 1) end
+end
+-- the SKU a stock key names (what follows the route), or nil
+local function stock_key_sku(counter)
+  local rest = counter and cut_prefix(counter, PFX_STOCK)
+  local j = rest and string.find(rest, ':', 1, true)
+  if j then return string.sub(rest, j + 1) end
+end
+local function part_ref(name, v, id, t)
+  if name == 'state' then
+    if PSC[v] then return PSC[v] end
+  elseif name == 'redo' then
+    local q = cut_prefix(v, PFX_REDO)
+    if q and q ~= '' and string.sub(q, 1, 1) ~= '=' then return q end
+  elseif name == 'counter' then
+    local r = cut_prefix(v, PFX_STOCK)
+    if r then return 's' .. r end
+    r = cut_prefix(v, PFX_QUOTA)
+    if r then return 'q' .. r end
+  elseif name == 'sku' then
+    if stock_key_sku(t.counter) == v then return '^' end
+  elseif name == 'item' then
+    if string.sub(id, -#v - 1) == '|' .. v and not string.find(v, '|', 1, true) then return '^' end
+  elseif name == 'order' then
+    if string.sub(id, 1, #v) == v then return I(#v) end
+  elseif name == 'token' then
+    local b = #(t.order or '') + 2
+    if string.sub(id, b, b + #v - 1) == v then return I(#v) end
+  else
+    return v
+  end
+  return '=' .. v
+end
+local function part_deref(name, r, id, t)
+  if name == 'state' or name == 'redo' or name == 'counter' or name == 'sku' or name == 'item' or
+     name == 'order' or name == 'token' then
+    if string.sub(r, 1, 1) == '=' then return string.sub(r, 2) end
+  else
+    return r
+  end
+  if name == 'state' then return PSD[r]
+  elseif name == 'redo' then return PFX_REDO .. r
+  elseif name == 'counter' then
+    local k = string.sub(r, 1, 1)
+    if k == 's' then return PFX_STOCK .. string.sub(r, 2) elseif k == 'q' then return PFX_QUOTA .. string.sub(r, 2) end
+  elseif name == 'sku' then return stock_key_sku(t.counter)
+  elseif name == 'item' then return string.match(id, '[^|]*$')
+  elseif name == 'order' then return string.sub(id, 1, tonumber(r))
+  elseif name == 'token' then
+    local b = #(t.order or '') + 2
+    return string.sub(id, b, b + tonumber(r) - 1)
+  end
+end
+local function part_get(key)
+  local v = redis.pcall('GET', key)
+  if not v then return nil end
+  local t = {}
+  if type(v) == 'table' then
+    -- WRONGTYPE: a record in the hash layout of the releases before
+    local h = redis.call('HGETALL', key)
+    for i = 1, #h, 2 do t[h[i]] = h[i + 1] end
+    return t
+  end
+  local id, pos = string.sub(key, #partPrefix + 1), 1
+  for _, name in ipairs(PF) do
+    if pos > #v + 1 then break end
+    local j = string.find(v, '\031', pos, true)
+    local r = string.sub(v, pos, (j or #v + 1) - 1)
+    pos = (j or #v + 1) + 1
+    if r ~= '' then t[name] = part_deref(name, r, id, t) end
+  end
+  return t
+end
+local function part_put(key, t, ttl)
+  local id, out, last = string.sub(key, #partPrefix + 1), {}, 0
+  for i, name in ipairs(PF) do
+    local v = t[name]
+    if type(v) == 'number' then v = I(v) end
+    if v and v ~= '' then
+      out[i], last = part_ref(name, v, id, t), i
+    else
+      out[i] = ''
+    end
+  end
+  local s = table.concat(out, '\031', 1, last)
+  if ttl and ttl > 0 then
+    redis.call('SET', key, s, 'EX', I(ttl))
+  else
+    redis.call('SET', key, s, 'KEEPTTL')
+    if ttl then redis.call('EXPIRE', key, I(ttl)) end
+  end
+end
+`
+
+// packPart is the packed layout of part id's fields (partCodecLua's
+// part_put, in Go).
+func packPart(id string, f map[string]string) string {
+	out := make([]string, 0, len(partFields))
+	last := 0
+	for i, name := range partFields {
+		v := f[name]
+		if v == "" {
+			out = append(out, "")
+			continue
+		}
+		out = append(out, partRef(name, v, id, f))
+		last = i + 1
+	}
+	return strings.Join(out[:last], partUS)
+}
+
+// partRefFields are the fields stored as references (see the file
+// comment); the others are stored as they are.
+var partRefFields = map[string]bool{"state": true, "redo": true, "counter": true, "sku": true, "item": true,
+	"order": true, "token": true}
+
+// partRef encodes field name's value v of part id's record f.
+func partRef(name, v, id string, f map[string]string) string {
+	switch name {
+	case "state":
+		if c, ok := partStateCodes[v]; ok {
+			return c
+		}
+	case "redo":
+		if q, ok := strings.CutPrefix(v, redoLogKeyPrefix); ok && q != "" && q[0] != '=' {
+			return q
+		}
+	case "counter":
+		if r, ok := strings.CutPrefix(v, stockKeyPrefix); ok {
+			return "s" + r
+		}
+		if r, ok := strings.CutPrefix(v, quotaKeyPrefix); ok {
+			return "q" + r
+		}
+	case "sku":
+		if s, ok := stockKeySKU(f["counter"]); ok && s == v {
+			return "^"
+		}
+	case "item":
+		if strings.HasSuffix(id, "|"+v) && !strings.Contains(v, "|") {
+			return "^"
+		}
+	case "order":
+		if strings.HasPrefix(id, v) {
+			return strconv.Itoa(len(v))
+		}
+	case "token":
+		if b := len(f["order"]) + 1; b <= len(id) && strings.HasPrefix(id[b:], v) {
+			return strconv.Itoa(len(v))
+		}
+	default:
+		return v
+	}
+	return "=" + v
+}
+
+// stockKeySKU is what follows the route in stock key k.
+func stockKeySKU(k string) (string, bool) {
+	rest, ok := strings.CutPrefix(k, stockKeyPrefix)
+	if !ok {
+		return "", false
+	}
+	_, sku, ok := strings.Cut(rest, ":")
+	return sku, ok
+}
+
+// unpackPartValue reads packed value v of part id's record into its fields
+// (the hash layout's names; an absent field is not in the map). The error
+// names the field.
+func unpackPartValue(id, v string) (map[string]string, error) {
+	raw := strings.Split(v, partUS)
+	if len(raw) > len(partFields) {
+		return nil, fmt.Errorf("%w: %d fields, at most %d", ErrCorrupt, len(raw), len(partFields))
+	}
+	f := make(map[string]string, len(raw))
+	for i, r := range raw {
+		if r == "" {
+			continue
+		}
+		name := partFields[i]
+		v, err := partDeref(name, r, id, f)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s %q: %s", ErrCorrupt, name, r, err)
+		}
+		f[name] = v
+	}
+	return f, nil
+}
+
+// partDeref decodes field name's stored form r (not "") of part id's
+// record; f holds the fields before it.
+func partDeref(name, r, id string, f map[string]string) (string, error) {
+	if !partRefFields[name] {
+		return r, nil
+	}
+	if lit, ok := strings.CutPrefix(r, "="); ok {
+		return lit, nil
+	}
+	switch name {
+	case "state":
+		for s, c := range partStateCodes {
+			if c == r {
+				return s, nil
+			}
+		}
+		return "", fmt.Errorf("not a state code")
+	case "redo":
+		return redoLogKeyPrefix + r, nil
+	case "counter":
+		switch r[0] {
+		case 's':
+			return stockKeyPrefix + r[1:], nil
+		case 'q':
+			return quotaKeyPrefix + r[1:], nil
+		}
+		return "", fmt.Errorf("not a counter reference")
+	case "sku":
+		if s, ok := stockKeySKU(f["counter"]); ok && r == "^" {
+			return s, nil
+		}
+		return "", fmt.Errorf("no stock key counter to take the SKU from")
+	case "item":
+		if r == "^" {
+			return id[strings.LastIndexByte(id, '|')+1:], nil
+		}
+		return "", fmt.Errorf("not an item reference")
+	}
+	n, err := strconv.Atoi(r)
+	b := 0
+	if name == "token" {
+		b = len(f["order"]) + 1
+	}
+	if err != nil || n < 0 || b+n > len(id) {
+		return "", fmt.Errorf("not a length within the part id")
+	}
+	return id[b : b+n], nil
+}
+
+// PartRead is a part record being read by a pipeline ([ReadPart]).
+type PartRead struct {
+	id     string
+	packed *redis.StringCmd
+	hash   *redis.MapStringStringCmd
+}
+
+// ReadPart queues on c (a client or a pipeline) the reads of part id's
+// record in either layout: GET for the packed one, HGETALL for the hash
+// layout of the releases before (the one of them that meets the other
+// type fails with WRONGTYPE, which is expected). Once c ran them,
+// [PartRead.Fields] gives the record.
+func ReadPart(ctx context.Context, c redis.Cmdable, id string) *PartRead {
+	return &PartRead{id: id, packed: c.Get(ctx, partKey(id)), hash: c.HGetAll(ctx, partKey(id))}
+}
+
+// Fields returns the record's fields under the hash layout's names, for
+// [DecodePart]; an empty map when the part does not exist. It fails when
+// neither read answered (the node's error), or with [ErrCorrupt] when the
+// packed value is malformed; the error names the key.
+func (r *PartRead) Fields() (map[string]string, error) {
+	if v, err := r.packed.Result(); err == nil {
+		f, err := unpackPartValue(r.id, v)
+		if err != nil {
+			return nil, fmt.Errorf("part record %s: %w", partKey(r.id), err)
+		}
+		return f, nil
+	}
+	h, err := r.hash.Result()
+	if err != nil {
+		if r.packed.Err() != redis.Nil {
+			err = r.packed.Err()
+		}
+		return nil, fmt.Errorf("part record %s: %w", partKey(r.id), err)
+	}
+	return h, nil
+}
