@@ -354,10 +354,7 @@ func scan(ctx context.Context, n *node.Node, pattern string) ([]string, error) {
 // (both topologies' nodes), not the inventory's view. It checks the
 // node's identity as the prelude does; its errors go through nodeErr and
 // its reply through a replyReader (reply.go).
-var limitSetScript = redis.NewScript(identityLua + `
-redis.call('HSET', KEYS[2], 'limit', ARGV[2])
-return 'ok'
-`)
+var limitSetScript = newBareScript("limit-set", identityLua+luaFile("limit_set.lua"))
 
 // copyLimits gives members that join a route the route's per-user limits
 // before any instance can take quota on them: the smallest positive

@@ -27,27 +27,11 @@ const keyLimitsTodo = "inv:limits:todo"
 // limitSyncScript raises a stock hash's limit to a newer version. KEYS: 2
 // stock hash. ARGV: 4 limit, 5 version. Returns the version the node held
 // before.
-var limitSyncScript = newScript("limit-sync", true, `
-local v, err = int(redis.call('HGET', KEYS[2], 'limit_ver'), KEYS[2] .. ' limit_ver')
-if err then return err end
-if v < tonumber(ARGV[5]) then
-  redis.call('HSET', KEYS[2], 'limit', ARGV[4], 'limit_ver', ARGV[5])
-end
-return v
-`)
+var limitSyncScript = newScript("limit-sync", true, luaFile("limit_sync.lua"))
 
 // limitTodoScript records (ARGV 4 = "stock key", 5 = "limit:version:route")
 // or drops (ARGV 5 = "") a pending limit change. KEYS: 2 the todo hash.
-var limitTodoScript = newScript("limit-todo", true, `
-if ARGV[5] == '' then return redis.call('HDEL', KEYS[2], ARGV[4]) end
-local cur = redis.call('HGET', KEYS[2], ARGV[4])
-if cur then
-  local cv = tonumber(string.match(cur, '^[^:]*:([^:]*):'))
-  local nv = tonumber(string.match(ARGV[5], '^[^:]*:([^:]*):'))
-  if cv and nv and cv >= nv then return 0 end
-end
-return redis.call('HSET', KEYS[2], ARGV[4], ARGV[5])
-`)
+var limitTodoScript = newScript("limit-todo", true, luaFile("limit_todo.lua"))
 
 // limitVersion is the version of a limit change made now.
 func limitVersion() int64 { return time.Now().UnixMilli() }

@@ -54,70 +54,7 @@ import (
 // of each (0 for quota parts). It writes a stock counter's planned values
 // in one HSET rather than two increments: the script is atomic, so
 // nothing changed them since the plan read them.
-const takeWhole = `
-local function plan_parts(kb, ab, user, offsets)
-  local np = (#KEYS - kb + 1) / 3
-  local avail, resv, held, plan = {}, {}, {}, {}
-  for i = 0, np - 1 do
-    local a = ab + i * 7
-    local p = {pk = KEYS[kb + i * 3], ck = KEYS[kb + 1 + i * 3], xk = KEYS[kb + 2 + i * 3], id = ARGV[a], kind = ARGV[a + 1],
-               sku = ARGV[a + 2], want = tonumber(ARGV[a + 3]), item = tonumber(ARGV[a + 4]), route = ARGV[a + 5]}
-    if redis.call('EXISTS', p.pk) == 1 then return nil end
-    local err
-    if p.kind == 's' then
-      zset_ok(p.xk) -- the redo queue must be a sorted set
-      local s = stock_get(p.ck)
-      if avail[p.ck] == nil then
-        avail[p.ck], err = int(s[1], p.ck .. ' available')
-        if err then return nil, err end
-        resv[p.ck], err = int(s[3], p.ck .. ' reserved')
-        if err then return nil, err end
-      end
-      local _, oerr = offsets_ok(offsets, p.xk)
-      if oerr then return nil, oerr end
-      local limit
-      limit, err = int(s[2], p.ck .. ' limit')
-      if err then return nil, err end
-      if avail[p.ck] < p.want or (limit > 0 and user == '') then return nil, nil, true end
-      avail[p.ck], resv[p.ck] = avail[p.ck] - p.want, resv[p.ck] + p.want
-      p.avail, p.resv = avail[p.ck], resv[p.ck] -- the hash's values once this part is taken
-    else
-      local limit
-      limit, err = int(redis.call('HGET', p.xk, 'limit'), p.xk .. ' limit')
-      if err then return nil, err end
-      if held[p.ck] == nil then
-        held[p.ck], err = int(redis.call('GET', p.ck), p.ck)
-        if err then return nil, err end
-      end
-      if limit > 0 and held[p.ck] + p.want > limit then return nil end
-      held[p.ck] = held[p.ck] + p.want
-    end
-    plan[#plan + 1] = p
-  end
-  return plan
-end
-local function write_parts(plan, pending, offsets, order, token, pdl)
-  local offs, pdlS = {}, I(pdl)
-  for _, p in ipairs(plan) do
-    local off = 0
-    if p.kind == 's' then
-      -- absolute values from the plan into the script call's copy of the
-      -- hash (stock_set: flush writes it once; the script is atomic)
-      stock_set(p.ck, p.avail, p.resv)
-      off = next_offset(offsets, p.xk)
-      zadd_later(p.xk, I(off), p.id)
-    else
-      redis.call('INCRBY', p.ck, I(p.want))
-    end
-    part_put(p.pk, {state = 'pending', kind = p.kind, order = order, token = token, sku = p.sku,
-      qty = I(p.want), item = I(p.item), counter = p.ck, redo = p.kind == 's' and p.xk or '', offset = I(off),
-      deadline = pdlS, at = nowS})
-    zadd_later(pending, pdlS, p.id)
-    offs[#offs + 1] = off
-  end
-  return offs
-end
-`
+var takeWhole = luaFile("lib_take_whole.lua")
 
 // localScript reserves a whole order on its home node in one step.
 //
@@ -131,32 +68,7 @@ end
 // has no user: nothing written, soldout.go may refuse without a write),
 // {"fallback"} (nothing written), or {"reserved", deadline ms,
 // offset per part}.
-var localScript = newGroupedScript("reserve-local", true, takeWhole+`
-local key = KEYS[2]
-local f = redis.call('HMGET', key, 'status', 'moved')
-if f[1] and not f[2] and f[1] ~= 'failed' then return {'existing'} end
-zset_ok(KEYS[3]) -- the pending index must be a sorted set
-local plan, err, short = plan_parts(5, 11, ARGV[6], KEYS[4])
-if err then return err end
-if not plan then return {short and 'short' or 'fallback'} end
-local deadline = now + tonumber(ARGV[7])
-local offs = write_parts(plan, KEYS[3], KEYS[4], ARGV[9], ARGV[4], deadline + tonumber(ARGV[10]))
-local parts, out = {}, {'reserved', deadline}
-for i, p in ipairs(plan) do
-  local j = {id = p.id, kind = p.kind, item = p.item, node = ARGV[1], route = p.route, sku = p.sku, qty = p.want, redo = '', offset = 0}
-  if p.kind == 's' then j.redo, j.offset = p.xk, offs[i] end
-  parts[#parts + 1] = j
-  out[#out + 1] = offs[i]
-end
-if f[1] or f[2] then redis.call('DEL', key) end -- a failed or moved record (a record always has one of them)
--- reserved when created: no reserved_at (it would repeat created), and no
--- user field for an order without one (DecodeOrder reads both as before)
-redis.call('HSET', key, 'status', 'reserved', 'token', ARGV[4], 'digest', ARGV[5],
-  'deadline', I(deadline), 'created', nowS, 'parts', pack_parts(ARGV[9], ARGV[4], parts))
-if ARGV[6] ~= '' then redis.call('HSET', key, 'user', ARGV[6]) end
-redis.call('EXPIRE', key, I(tonumber(ARGV[8])))
-return out
-`)
+var localScript = newGroupedScript("reserve-local", true, takeWhole+luaFile("local.lua"))
 
 // errHasRecord is reserveLocal's word that the order already has a record.
 var errHasRecord = errors.New("inventory: the order has a record")

@@ -18,36 +18,15 @@ import (
 // returns it. KEYS: 2 order key. ARGV: 4 the epoch token of the move.
 // Returns {"none"} (no live record, or only a dead mark of an older
 // epoch), or {"moved", pttl ms, flat fields}.
-var orderMoveOutScript = newScript("order-move-out", true, `
-local key = KEYS[2]
-if redis.call('EXISTS', key) == 0 then return {'none'} end
-local mark = redis.call('HGET', key, 'moved')
-if mark and mark ~= ARGV[4] then return {'none'} end
-if not mark then redis.call('HSET', key, 'moved', ARGV[4]) end
-return {'moved', redis.call('PTTL', key), redis.call('HGETALL', key)}
-`)
+var orderMoveOutScript = newScript("order-move-out", true, luaFile("order_move_out.lua"))
 
 // orderInstallScript writes a moved record unless the key holds a live
 // one. KEYS: 2 order key. ARGV: 4 pttl ms, then field, value pairs.
 // Returns "installed" or "exists".
-var orderInstallScript = newScript("order-install", true, `
-local key = KEYS[2]
-if redis.call('EXISTS', key) == 1 and not redis.call('HGET', key, 'moved') then return 'exists' end
-redis.call('DEL', key)
-for i = 5, #ARGV - 1, 2 do
-  if ARGV[i] ~= 'moved' then redis.call('HSET', key, ARGV[i], ARGV[i + 1]) end
-end
-local pttl = tonumber(ARGV[4])
-if pttl and pttl > 0 then redis.call('PEXPIRE', key, I(pttl)) end
-return 'installed'
-`)
+var orderInstallScript = newScript("order-install", true, luaFile("order_install.lua"))
 
 // quotaReadScript reads a quota counter. KEYS: 2 counter. Returns it.
-var quotaReadScript = newScript("quota-read", false, `
-local v, err = int(redis.call('GET', KEYS[2]), KEYS[2])
-if err then return err end
-return v
-`)
+var quotaReadScript = newScript("quota-read", false, luaFile("quota_read.lua"))
 
 // errCrashed is what a step stopped at a crash point returns (faults.go).
 var errCrashed = fmt.Errorf("%w: at a crash point", ErrCrashed)
@@ -227,102 +206,18 @@ const (
 // record existed or is written now), "none" (nothing to move: nothing
 // written) or "busy" (a stock hash with reserved units, their number in
 // place of available: nothing written).
-var xferOutScript = newScript("xfer-out", true, `
-if ARGV[4] ~= 'quota' and ARGV[4] ~= 'stock' then
-  return redis.error_reply('SHARDIS_BADOP transfer kind ' .. tostring(ARGV[4]))
-end
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  local f = redis.call('HMGET', KEYS[3], 'a', 'c', 'l')
-  local out = {'recorded'}
-  for i, what in ipairs({'a', 'c', 'l'}) do
-    local n, err = int(f[i], KEYS[3] .. ' ' .. what)
-    if err then return err end
-    out[i + 1] = n
-  end
-  return out
-end
-local a, c, l = 0, 0, 0
-local err
-if ARGV[4] == 'quota' then
-  a, err = int(redis.call('GET', KEYS[2]), KEYS[2])
-  if err then return err end
-else
-  local f = redis.call('HMGET', KEYS[2], 'available', 'confirmed', 'loaded', 'reserved')
-  local r
-  a, err = int(f[1], KEYS[2] .. ' available') if err then return err end
-  c, err = int(f[2], KEYS[2] .. ' confirmed') if err then return err end
-  l, err = int(f[3], KEYS[2] .. ' loaded') if err then return err end
-  r, err = int(f[4], KEYS[2] .. ' reserved') if err then return err end
-  if r ~= 0 then return {'busy', r, 0, 0} end
-end
-if a == 0 and c == 0 and l == 0 then return {'none', 0, 0, 0} end
-redis.call('HSET', KEYS[3], 'a', I(a), 'c', I(c), 'l', I(l), 'kind', ARGV[4], 'key', KEYS[2], 'dest', ARGV[5])
-return {'recorded', a, c, l}
-`)
+var xferOutScript = newScript("xfer-out", true, luaFile("xfer_out.lua"))
 
 // xferInScript applies a transfer once. KEYS: 2 counter, 3 applied
 // marker. ARGV: 4 kind, 5 available/quota, 6 confirmed, 7 loaded,
 // 8 marker ttl s. Returns "done" or "already".
-var xferInScript = newScript("xfer-in", true, `
-if redis.call('EXISTS', KEYS[3]) == 1 then return 'already' end
-local amt = {}
-for i, what in ipairs({'available', 'confirmed', 'loaded', 'marker ttl'}) do
-  local n, err = int(ARGV[4 + i], 'transfer ' .. what)
-  if err then return err end
-  amt[i] = n
-end
-local a, c, l, ttl = amt[1], amt[2], amt[3], amt[4]
-if ARGV[4] == 'quota' then
-  local _, err = int(redis.call('GET', KEYS[2]), KEYS[2])
-  if err then return err end
-  redis.call('INCRBY', KEYS[2], I(a))
-elseif ARGV[4] == 'stock' then
-  for _, what in ipairs({'available', 'confirmed', 'loaded'}) do
-    local _, err = int(redis.call('HGET', KEYS[2], what), KEYS[2] .. ' ' .. what)
-    if err then return err end
-  end
-  redis.call('HINCRBY', KEYS[2], 'available', I(a))
-  redis.call('HINCRBY', KEYS[2], 'confirmed', I(c))
-  redis.call('HINCRBY', KEYS[2], 'loaded', I(l))
-else
-  return redis.error_reply('SHARDIS_BADOP transfer kind ' .. tostring(ARGV[4]))
-end
-redis.call('SET', KEYS[3], '1', 'EX', I(ttl))
-return 'done'
-`)
+var xferInScript = newScript("xfer-in", true, luaFile("xfer_in.lua"))
 
 // xferDoneScript ends a transfer on its source: subtracts the recorded
 // amounts and drops the record, in one script, after validating all of
 // it. KEYS: 2 counter, 3 transfer record. Returns "done" or "none" (no
 // record: finished before, nothing written).
-var xferDoneScript = newScript("xfer-done", true, `
-local f = redis.call('HMGET', KEYS[3], 'a', 'c', 'l', 'kind')
-if not f[4] then return 'none' end
-local amt = {}
-for i, what in ipairs({'a', 'c', 'l'}) do
-  local n, err = int(f[i], KEYS[3] .. ' ' .. what)
-  if err then return err end
-  amt[i] = n
-end
-local a, c, l = amt[1], amt[2], amt[3]
-if f[4] == 'quota' then
-  local _, err = int(redis.call('GET', KEYS[2]), KEYS[2])
-  if err then return err end
-  if redis.call('DECRBY', KEYS[2], I(a)) <= 0 then redis.call('DEL', KEYS[2]) end
-elseif f[4] == 'stock' then
-  for _, what in ipairs({'available', 'confirmed', 'loaded'}) do
-    local _, err = int(redis.call('HGET', KEYS[2], what), KEYS[2] .. ' ' .. what)
-    if err then return err end
-  end
-  redis.call('HINCRBY', KEYS[2], 'available', I(-a))
-  redis.call('HINCRBY', KEYS[2], 'confirmed', I(-c))
-  redis.call('HINCRBY', KEYS[2], 'loaded', I(-l))
-else
-  return redis.error_reply('SHARDIS_CORRUPT ' .. KEYS[3] .. ' kind is ' .. tostring(f[4]))
-end
-redis.call('DEL', KEYS[3])
-return 'done'
-`)
+var xferDoneScript = newScript("xfer-done", true, luaFile("xfer_done.lua"))
 
 // xferDoneNegZeroScript is xferDoneScript as it was before the fix of
 // safety issue item A3, for tests and the schedule explorer only: run in
@@ -330,20 +225,7 @@ return 'done'
 // [MutationXferNegativeZero]. It passes -0 (Lua's negation of 0) as a
 // command argument, which Redis sends as "-0" and HINCRBY refuses, after
 // the first HINCRBY landed.
-var xferDoneNegZeroScript = newScript("xfer-done", true, `
-local f = redis.call('HMGET', KEYS[3], 'a', 'c', 'l', 'kind')
-if not f[4] then return 'none' end
-local a, c, l = tonumber(f[1]), tonumber(f[2]), tonumber(f[3])
-if f[4] == 'quota' then
-  if redis.call('DECRBY', KEYS[2], a) <= 0 then redis.call('DEL', KEYS[2]) end
-else
-  redis.call('HINCRBY', KEYS[2], 'available', -a)
-  redis.call('HINCRBY', KEYS[2], 'confirmed', -c)
-  redis.call('HINCRBY', KEYS[2], 'loaded', -l)
-end
-redis.call('DEL', KEYS[3])
-return 'done'
-`)
+var xferDoneNegZeroScript = newScript("xfer-done", true, luaFile("xfer_done_neg_zero.lua"))
 
 // xferMarkerTTL is how long a destination remembers an applied transfer:
 // longer than any interrupted apply is expected to wait for its rerun.

@@ -38,21 +38,7 @@ const refsScanLimit = 10000
 // "1" to read the pending index too, 5 the most entries read per index.
 // Returns {count, truncated}: 0 parts when the hash exists (again);
 // truncated is 1 when an index held more entries than were read.
-var stockRefsScript = newScript("stock-refs", false, `
-if redis.call('EXISTS', KEYS[2]) == 1 then return {0, 0} end
-local limit, count, truncated = tonumber(ARGV[5]), 0, 0
-local idx = {KEYS[4]}
-if ARGV[4] == '1' then idx[2] = KEYS[3] end
-for _, key in ipairs(idx) do
-  local ids = redis.call('ZRANGE', key, 0, limit - 1)
-  if #ids == limit and redis.call('ZCARD', key) > limit then truncated = 1 end
-  for _, id in ipairs(ids) do
-    local f = part_get(partPrefix .. id)
-    if f and f.counter == KEYS[2] and f.state == 'pending' then count = count + 1 end
-  end
-end
-return {count, truncated}
-`)
+var stockRefsScript = newScript("stock-refs", false, luaFile("stock_refs.lua"))
 
 // missingStock returns the error GetStock reports for node n, whose stock
 // hash of route/sku does not exist: nil when no pending part references

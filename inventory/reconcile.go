@@ -11,15 +11,7 @@ import (
 // KEYS: 1 stamp, 2 pending index. ARGV: 4 limit. Returns up to limit
 // entries {id, order, token, state, deadline}, read from each indexed
 // part's record (partPrefix .. id, see lua.go).
-var pendingDueScript = newScript("pending-due", false, `
-local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
-local out = {}
-for _, id in ipairs(ids) do
-  local f = part_get(partPrefix .. id) or {}
-  out[#out + 1] = {id, f.order or '', f.token or '', f.state or '', tonumber(f.deadline) or 0}
-end
-return out
-`)
+var pendingDueScript = newScript("pending-due", false, luaFile("pending_due.lua"))
 
 // pendingAdjustScript adjusts a node's index of pending parts.
 // KEYS: 1 stamp, 2 pending index, 3 the part's key, 4 stuck index, 5
@@ -38,43 +30,7 @@ return out
 //	retry  5 part id: move a stuck part back to the pending index, due
 //	       now, and restart its backoff. Returns 1, or 0 when it was not
 //	       stuck.
-var pendingAdjustScript = newReleaseScript("pending-adjust", `
-local op = ARGV[4]
-if op == 'later' then
-  return redis.call('ZADD', KEYS[2], 'XX', tonumber(ARGV[6]), ARGV[5])
-elseif op == 'drop' then
-  if (part_get(KEYS[3]) or {}).state == 'pending' then return 0 end
-  return redis.call('ZREM', KEYS[2], ARGV[5])
-elseif op == 'stuck' then
-  if redis.call('ZREM', KEYS[2], ARGV[5]) == 0 then return 0 end
-  local since, delay, tries = now, tonumber(ARGV[8]), 1
-  local f = part_get(KEYS[3])
-  if f then
-    -- the backoff lives on the part's record, which expires with it
-    since = tonumber(f.stuck_since) or now
-    tries = (tonumber(f.stuck_tries) or 0) + 1
-    delay = math.min(tonumber(ARGV[7]) * 2 ^ math.min(tries - 1, 40), delay)
-    f.stuck_since, f.stuck_tries = I(since), I(tries)
-    part_put(KEYS[3], f)
-  end
-  redis.call('ZADD', KEYS[4], I(since), ARGV[5])
-  redis.call('HSET', KEYS[5], ARGV[5], ARGV[6])
-  redis.call('ZADD', KEYS[6], I(now + delay), ARGV[5])
-  return tries
-elseif op == 'retry' then
-  if redis.call('ZREM', KEYS[4], ARGV[5]) == 0 then return 0 end
-  redis.call('HDEL', KEYS[5], ARGV[5])
-  redis.call('ZREM', KEYS[6], ARGV[5])
-  local f = part_get(KEYS[3])
-  if f and f.stuck_tries then
-    f.stuck_tries = nil
-    part_put(KEYS[3], f)
-  end
-  redis.call('ZADD', KEYS[2], now, ARGV[5])
-  return 1
-end
-return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))
-`)
+var pendingAdjustScript = newReleaseScript("pending-adjust", luaFile("pending_adjust.lua"))
 
 // pendingAdjust runs pendingAdjustScript's op on part partID of n, with
 // args after the part id.

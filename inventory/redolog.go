@@ -13,26 +13,13 @@ import (
 // KEYS: 1 stamp, 2 acked hash, 3 queue. ARGV: 4 after offset, 5 limit.
 // Returns entries with offset > after, each in the form redoEntryLua
 // builds.
-var redoReadScript = newScript("redo-read", false, redoEntryLua+`
-local e = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[4], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[5]))
-local out = {}
-for i = 1, #e, 2 do
-  out[#out + 1] = redoEntry(e[i], e[i + 1])
-end
-return out
-`)
+var redoReadScript = newScript("redo-read", false, redoEntryLua+luaFile("redo_read.lua"))
 
 // redoEntryLua defines redoEntry(part id, offset): one redo entry as
 // {offset, part id, order, sku, qty, state, at, settled_at, counter key},
 // read from the part's record (partPrefix .. id, see lua.go); state
 // "expired" when the record is gone.
-const redoEntryLua = `
-local function redoEntry(id, off)
-  local f = part_get(partPrefix .. id) or {}
-  return {tonumber(off), id, f.order or '', f.sku or '', tonumber(f.qty) or 0, f.state or 'expired', tonumber(f.at) or 0,
-    tonumber(f.settled_at) or 0, f.counter or ''}
-end
-`
+var redoEntryLua = luaFile("lib_redo_entry.lua")
 
 // redoWriteScript acknowledges and trims a node's redo log.
 // KEYS: 1 stamp, 2 acked hash, 3 offsets hash, then queue keys. ARGV: 4
@@ -48,36 +35,7 @@ end
 //	      Returns the count.
 //
 // Trimming only ever removes a prefix, so the offsets left stay gap-free.
-var redoWriteScript = newScript("redo-write", true, `
-local op = ARGV[4]
-if op == 'ack' then
-  local cur = tonumber(redis.call('HGET', KEYS[2], KEYS[4])) or 0
-  local head = tonumber(redis.call('HGET', KEYS[3], KEYS[4])) or 0
-  local off = tonumber(ARGV[5])
-  if off > head then
-    return redis.error_reply('SHARDIS_RANGE ack offset ' .. ARGV[5] .. ' is past the head of ' .. KEYS[4] .. ' (last offset handed out ' .. head .. ')')
-  end
-  if off > cur then redis.call('HSET', KEYS[2], KEYS[4], off) return off end
-  return cur
-elseif op == 'trim' then
-  local maxAge, batch, removed = tonumber(ARGV[5]), tonumber(ARGV[6]), 0
-  for k = 4, #KEYS do
-    local acked = tonumber(redis.call('HGET', KEYS[2], KEYS[k])) or 0
-    local e = redis.call('ZRANGE', KEYS[k], 0, batch - 1, 'WITHSCORES')
-    for i = 1, #e, 2 do
-      local p = part_get(partPrefix .. e[i]) or {}
-      local f = {p.state or false, p.at}
-      local settled = f[1] == false or f[1] == 'confirmed' or f[1] == 'cancelled'
-      local old = maxAge > 0 and (f[1] == false or (tonumber(f[2]) or 0) + maxAge <= now)
-      if not settled or not (tonumber(e[i + 1]) <= acked or old) then break end
-      redis.call('ZREM', KEYS[k], e[i])
-      removed = removed + 1
-    end
-  end
-  return removed
-end
-return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))
-`)
+var redoWriteScript = newScript("redo-write", true, luaFile("redo_write.lua"))
 
 // RedoEntry is one deduction in a redo log.
 type RedoEntry struct {

@@ -71,40 +71,7 @@ type RedoQueueRead struct {
 // Returns {incarnation, gen, per cursor {head, acked, rewound, entries,
 // trimmed}}, with no queues when the incarnation differs; trimmed counts
 // the offsets past the cursor with no entry (trimmed), for a queue read.
-var redoBatchScript = newScript("redo-batch", false, redoEntryLua+`
-local st = redis.call('HMGET', KEYS[1], 'incarnation', 'gen')
-local inc, gen = st[1] or '', tonumber(st[2]) or 0
-if ARGV[4] ~= '' and ARGV[4] ~= inc then return {inc, gen, {}} end
-local left = tonumber(ARGV[5])
-local out = {}
-for k = 4, #KEYS do
-  local a = 6 + (k - 4) * 2
-  local key, after, pid = KEYS[k], tonumber(ARGV[a]), ARGV[a + 1]
-  local head, err = int(redis.call('HGET', KEYS[2], key), KEYS[2] .. ' ' .. key)
-  if err then return err end
-  local acked
-  acked, err = int(redis.call('HGET', KEYS[3], key), KEYS[3] .. ' ' .. key)
-  if err then return err end
-  local rewound = 0
-  if after > head then
-    rewound = 1
-  elseif after > 0 and pid ~= '' then
-    local at = redis.call('ZRANGEBYSCORE', key, after, after)
-    if #at > 0 and at[1] ~= pid then rewound = 1 end
-  end
-  local entries, trimmed = {}, 0
-  if rewound == 0 and head > after and left > 0 then
-    local e = redis.call('ZRANGEBYSCORE', key, '(' .. after, '+inf', 'WITHSCORES', 'LIMIT', 0, left)
-    for i = 1, #e, 2 do
-      entries[#entries + 1] = redoEntry(e[i], e[i + 1])
-    end
-    left = left - #entries
-    if #e > 0 then trimmed = tonumber(e[2]) - after - 1 else trimmed = head - after end
-  end
-  out[#out + 1] = {head, acked, rewound, entries, trimmed}
-end
-return {inc, gen, out}
-`)
+var redoBatchScript = newScript("redo-batch", false, redoEntryLua+luaFile("redo_batch.lua"))
 
 // ReadRedoBatch reads, in one atomic step on node, every queue named by
 // cursors past its cursor, at most limit entries in all (queues earlier in
@@ -195,37 +162,7 @@ func decodeRedoBatch(nodeName string, v any, cursors []RedoCursor) (RedoBatch, e
 // incarnation. KEYS: 1 stamp, 2 offsets hash, 3 acked hash, then one
 // queue key per ack. ARGV: 4 incarnation, then per ack: offset, part id at
 // offset. Everything is checked before anything is written.
-var redoAckBatchScript = newScript("redo-ack-batch", true, `
-local inc = redis.call('HGET', KEYS[1], 'incarnation') or ''
-if inc ~= ARGV[4] then
-  return redis.error_reply('SHARDIS_INCARNATION node is at incarnation ' .. inc .. ', the acknowledgement is for ' .. ARGV[4])
-end
-for k = 4, #KEYS do
-  local a = 5 + (k - 4) * 2
-  local key, off, pid = KEYS[k], tonumber(ARGV[a]), ARGV[a + 1]
-  local head, err = int(redis.call('HGET', KEYS[2], key), KEYS[2] .. ' ' .. key)
-  if err then return err end
-  if off > head then
-    return redis.error_reply('SHARDIS_RANGE ack offset ' .. ARGV[a] .. ' is past the head of ' .. key .. ' (last offset handed out ' .. head .. ')')
-  end
-  local _, aerr = int(redis.call('HGET', KEYS[3], key), KEYS[3] .. ' ' .. key)
-  if aerr then return aerr end
-  if pid ~= '' then
-    local at = redis.call('ZRANGEBYSCORE', key, off, off)
-    if #at > 0 and at[1] ~= pid then
-      return redis.error_reply('SHARDIS_REWOUND ' .. key .. ' offset ' .. ARGV[a] .. ' holds part ' .. at[1] .. ', the consumer landed ' .. pid)
-    end
-  end
-end
-local out = {}
-for k = 4, #KEYS do
-  local off = tonumber(ARGV[5 + (k - 4) * 2])
-  local cur = tonumber(redis.call('HGET', KEYS[3], KEYS[k])) or 0
-  if off > cur then redis.call('HSET', KEYS[3], KEYS[k], off) cur = off end
-  out[#out + 1] = cur
-end
-return out
-`)
+var redoAckBatchScript = newScript("redo-ack-batch", true, luaFile("redo_ack_batch.lua"))
 
 // AckRedoBatch records, for the incarnation a consumer read, that it
 // durably landed each cursor's queue up to the cursor's offset (whose
@@ -286,14 +223,7 @@ type PartSnapshot struct {
 
 // partStatesScript reads parts' states. KEYS: 1 stamp, 2.. part keys.
 // Returns {incarnation, per part {state, settled_at}}.
-var partStatesScript = newScript("part-states", false, `
-local out = {}
-for i = 2, #KEYS do
-  local f = part_get(KEYS[i]) or {}
-  out[#out + 1] = {f.state or '', tonumber(f.settled_at) or 0}
-end
-return {redis.call('HGET', KEYS[1], 'incarnation') or '', out}
-`)
+var partStatesScript = newScript("part-states", false, luaFile("part_states.lua"))
 
 // PartStates returns the state of each part (like partIDs) on node, read
 // in one atomic step, and the node's incarnation at that moment. At most

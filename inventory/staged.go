@@ -192,32 +192,7 @@ import (
 // {"existing", status, token} (the order has a record: the general path
 // handles it) or {"short"} (a part cannot be met in full, or a limited SKU
 // has no user).
-var stageTakeScript = newGroupedScript("stage-take", true, takeWhole+partDueLua+`
-local key = KEYS[4]
-local f = redis.call('HMGET', key, 'status', 'token', 'moved')
-if f[3] then
-  -- moved to another node by a topology change (migrate.go): dead here
-  redis.call('DEL', key)
-  f = {}
-end
-local takeover = ARGV[13] == '`+string(MutationStageTakeover)+`' and f[1] == 'failed' and f[2] ~= ARGV[5]
-if f[1] and not takeover then return {'existing', f[1], f[2] or ''} end
-zset_ok(KEYS[2]) -- the pending index must be a sorted set
-local plan, err = plan_parts(5, 14, ARGV[9], KEYS[3])
-if err then return err end
-if not plan then return {'short'} end
-local deadline = now + tonumber(ARGV[10])
-if takeover then redis.call('DEL', key) end
-redis.call('HSET', key, 'status', 'staging', 'token', ARGV[5], 'lease', I(now + tonumber(ARGV[7])), 'digest', ARGV[8],
-  'deadline', I(deadline), 'created', nowS, 'parts', ARGV[12])
-if ARGV[9] ~= '' then redis.call('HSET', key, 'user', ARGV[9]) end -- none for an order without a user
-redis.call('EXPIRE', key, I(tonumber(ARGV[11])))
-local out = {'staged', deadline}
-for _, off in ipairs(write_parts(plan, KEYS[2], KEYS[3], ARGV[4], ARGV[5], part_due(ARGV[6]))) do
-  out[#out + 1] = off
-end
-return out
-`)
+var stageTakeScript = newGroupedScript("stage-take", true, takeWhole+partDueLua+luaFile("stage_take.lua"))
 
 // probeScript reads promised parts of one staged order on one node.
 //
@@ -232,30 +207,7 @@ return out
 // tombstone was written, so the part can never be taken) or {"absent",
 // "", 0, 0} (inspect). A pending part is marked held, in either mode: the
 // attempt can no longer abort it (the file comment).
-var probeScript = newReleaseScript("probe", `
-local out = {}
-local inc = redis.call('HGET', KEYS[1], 'incarnation') or ''
-for i = 2, #KEYS do
-  local rec = part_get(KEYS[i]) or {}
-  local f = {rec.state, rec.token, rec.qty, rec.offset}
-  local promised = ARGV[5 + i] or ''
-  if f[1] == 'pending' and rec.held ~= '1' then
-    rec.held = '1'
-    part_put(KEYS[i], rec)
-  end
-  if f[1] then
-    out[#out + 1] = {f[1], f[2] or '', tonumber(f[3]) or 0, tonumber(f[4]) or 0}
-  elseif promised ~= '' and promised ~= inc then
-    out[#out + 1] = {'lost', '', 0, 0}
-  elseif ARGV[4] == 'prevent' then
-    part_put(KEYS[i], {state = 'cancelled', qty = '0', order = ARGV[5], tombstone = '1', at = nowS}, tonumber(ARGV[6]))
-    out[#out + 1] = {'prevented', '', 0, 0}
-  else
-    out[#out + 1] = {'absent', '', 0, 0}
-  end
-end
-return out
-`)
+var probeScript = newReleaseScript("probe", luaFile("probe.lua"))
 
 // stagedVerdict is what a probe of every promised part shows.
 type stagedVerdict int

@@ -6,6 +6,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -171,8 +172,8 @@ func TestScriptStatusWords(t *testing.T) {
 	}
 }
 
-// TestScriptsRegistered checks that every Lua literal of the package that
-// writes a status or state field is part of a registered script, so
+// TestScriptsRegistered checks that every Lua literal or lua/ file of the
+// package that writes a status or state field is part of a registered script, so
 // TestScriptStatusWords sees it (a script built with redis.NewScript
 // directly would not be).
 func TestScriptsRegistered(t *testing.T) {
@@ -212,8 +213,22 @@ func TestScriptsRegistered(t *testing.T) {
 			return true
 		})
 	}
+	// The scripts' own files (lua/): the same rule.
+	names, err := fs.Glob(luaFS, "lua/*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		src := luaFile(strings.TrimPrefix(name, "lua/"))
+		if len(statusWrites(t, name, src)) > 0 {
+			checked++
+			if !strings.Contains(all.String(), src) {
+				t.Errorf("%s writes a status or state and is in no registered script (build it with newScript or a sibling)", name)
+			}
+		}
+	}
 	if checked < 5 {
-		t.Errorf("found %d Lua literals writing a status or state, want the package's (at least 5)", checked)
+		t.Errorf("found %d Lua literals or files writing a status or state, want the package's (at least 5)", checked)
 	}
 }
 

@@ -59,12 +59,7 @@ func (d partDue) arg() string {
 
 // partDueLua defines part_due(v): a part deadline argument (partDue.arg)
 // as ms by this node's clock.
-const partDueLua = `
-local function part_due(v)
-  if string.sub(v, 1, 1) == '+' then return now + tonumber(string.sub(v, 2)) end
-  return tonumber(v)
-end
-`
+var partDueLua = luaFile("lib_part_due.lua")
 
 // take runs the reserve rounds. It returns the parts taken, the parts whose
 // outcome is unknown (their node failed mid-call), and the first error.

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/shardis/shardis/node"
 )
 
@@ -25,19 +23,13 @@ import (
 // identityLua starts the scripts that run without the prelude (these and
 // apply.go's limitSetScript): it refuses with SHARDIS_IDENTITY, as the
 // prelude does, unless the stamp hash KEYS[1] names the node ARGV[1].
-const identityLua = `local name = redis.call('HGET', KEYS[1], 'name')
-if name ~= ARGV[1] then
-  return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(name) .. ', expected ' .. ARGV[1])
-end
-`
+var identityLua = luaFile("lib_identity.lua")
 
 // keyTopology is the topology record hash on every inventory node.
 const keyTopology = "shardis:topology"
 
 // topoReadScript returns {stamp epoch token, record fields as a flat list}.
-var topoReadScript = redis.NewScript(identityLua + `
-return {redis.call('HGET', KEYS[1], 'epoch') or '', redis.call('HGETALL', KEYS[2])}
-`)
+var topoReadScript = newBareScript("topo-read", identityLua+luaFile("topo_read.lua"))
 
 // topoWriteScript moves a node to a token by compare-and-set.
 // ARGV: 2 expected token ("" = the node has none), 3 new token, 4 epoch,
@@ -46,23 +38,7 @@ return {redis.call('HGET', KEYS[1], 'epoch') or '', redis.call('HGETALL', KEYS[2
 // migrating to stable (never back), or writes the record again when it
 // was lost. Replies "ok", or SHARDIS_EPOCH when
 // the node is at another token.
-var topoWriteScript = redis.NewScript(identityLua + `
-local cur = redis.call('HGET', KEYS[1], 'epoch') or ''
-if cur == ARGV[3] and redis.call('EXISTS', KEYS[2]) == 1 then
-  if ARGV[7] == 'stable' then redis.call('HSET', KEYS[2], 'phase', 'stable') end
-  return 'ok'
-end
-if cur ~= ARGV[2] and cur ~= ARGV[3] then
-  return redis.error_reply('SHARDIS_EPOCH node ' .. ARGV[1] .. ' is at topology ' .. (cur == '' and 'none' or cur) ..
-    ', expected ' .. (ARGV[2] == '' and 'none' or ARGV[2]))
-end
-local t = redis.call('TIME')
-redis.call('HSET', KEYS[1], 'epoch', ARGV[3])
-redis.call('DEL', KEYS[2])
-redis.call('HSET', KEYS[2], 'epoch', ARGV[4], 'token', ARGV[3], 'current', ARGV[5], 'prev', ARGV[6],
-  'phase', ARGV[7], 'at', t[1])
-return 'ok'
-`)
+var topoWriteScript = newBareScript("topo-write", identityLua+luaFile("topo_write.lua"))
 
 // readRecord reads n's topology record (Epoch 0 when it has none).
 func readRecord(ctx context.Context, n *node.Node) (TopologyRecord, error) {

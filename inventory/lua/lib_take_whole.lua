@@ -1,0 +1,63 @@
+
+local function plan_parts(kb, ab, user, offsets)
+  local np = (#KEYS - kb + 1) / 3
+  local avail, resv, held, plan = {}, {}, {}, {}
+  for i = 0, np - 1 do
+    local a = ab + i * 7
+    local p = {pk = KEYS[kb + i * 3], ck = KEYS[kb + 1 + i * 3], xk = KEYS[kb + 2 + i * 3], id = ARGV[a], kind = ARGV[a + 1],
+               sku = ARGV[a + 2], want = tonumber(ARGV[a + 3]), item = tonumber(ARGV[a + 4]), route = ARGV[a + 5]}
+    if redis.call('EXISTS', p.pk) == 1 then return nil end
+    local err
+    if p.kind == 's' then
+      zset_ok(p.xk) -- the redo queue must be a sorted set
+      local s = stock_get(p.ck)
+      if avail[p.ck] == nil then
+        avail[p.ck], err = int(s[1], p.ck .. ' available')
+        if err then return nil, err end
+        resv[p.ck], err = int(s[3], p.ck .. ' reserved')
+        if err then return nil, err end
+      end
+      local _, oerr = offsets_ok(offsets, p.xk)
+      if oerr then return nil, oerr end
+      local limit
+      limit, err = int(s[2], p.ck .. ' limit')
+      if err then return nil, err end
+      if avail[p.ck] < p.want or (limit > 0 and user == '') then return nil, nil, true end
+      avail[p.ck], resv[p.ck] = avail[p.ck] - p.want, resv[p.ck] + p.want
+      p.avail, p.resv = avail[p.ck], resv[p.ck] -- the hash's values once this part is taken
+    else
+      local limit
+      limit, err = int(redis.call('HGET', p.xk, 'limit'), p.xk .. ' limit')
+      if err then return nil, err end
+      if held[p.ck] == nil then
+        held[p.ck], err = int(redis.call('GET', p.ck), p.ck)
+        if err then return nil, err end
+      end
+      if limit > 0 and held[p.ck] + p.want > limit then return nil end
+      held[p.ck] = held[p.ck] + p.want
+    end
+    plan[#plan + 1] = p
+  end
+  return plan
+end
+local function write_parts(plan, pending, offsets, order, token, pdl)
+  local offs, pdlS = {}, I(pdl)
+  for _, p in ipairs(plan) do
+    local off = 0
+    if p.kind == 's' then
+      -- absolute values from the plan into the script call's copy of the
+      -- hash (stock_set: flush writes it once; the script is atomic)
+      stock_set(p.ck, p.avail, p.resv)
+      off = next_offset(offsets, p.xk)
+      zadd_later(p.xk, I(off), p.id)
+    else
+      redis.call('INCRBY', p.ck, I(p.want))
+    end
+    part_put(p.pk, {state = 'pending', kind = p.kind, order = order, token = token, sku = p.sku,
+      qty = I(p.want), item = I(p.item), counter = p.ck, redo = p.kind == 's' and p.xk or '', offset = I(off),
+      deadline = pdlS, at = nowS})
+    zadd_later(pending, pdlS, p.id)
+    offs[#offs + 1] = off
+  end
+  return offs
+end

@@ -1,0 +1,3 @@
+
+redis.call('HSET', KEYS[2], 'limit', ARGV[2])
+return 'ok'

@@ -1,0 +1,25 @@
+
+local key = KEYS[2]
+local f = redis.call('HMGET', key, 'status', 'moved')
+if f[1] and not f[2] and f[1] ~= 'failed' then return {'existing'} end
+zset_ok(KEYS[3]) -- the pending index must be a sorted set
+local plan, err, short = plan_parts(5, 11, ARGV[6], KEYS[4])
+if err then return err end
+if not plan then return {short and 'short' or 'fallback'} end
+local deadline = now + tonumber(ARGV[7])
+local offs = write_parts(plan, KEYS[3], KEYS[4], ARGV[9], ARGV[4], deadline + tonumber(ARGV[10]))
+local parts, out = {}, {'reserved', deadline}
+for i, p in ipairs(plan) do
+  local j = {id = p.id, kind = p.kind, item = p.item, node = ARGV[1], route = p.route, sku = p.sku, qty = p.want, redo = '', offset = 0}
+  if p.kind == 's' then j.redo, j.offset = p.xk, offs[i] end
+  parts[#parts + 1] = j
+  out[#out + 1] = offs[i]
+end
+if f[1] or f[2] then redis.call('DEL', key) end -- a failed or moved record (a record always has one of them)
+-- reserved when created: no reserved_at (it would repeat created), and no
+-- user field for an order without one (DecodeOrder reads both as before)
+redis.call('HSET', key, 'status', 'reserved', 'token', ARGV[4], 'digest', ARGV[5],
+  'deadline', I(deadline), 'created', nowS, 'parts', pack_parts(ARGV[9], ARGV[4], parts))
+if ARGV[6] ~= '' then redis.call('HSET', key, 'user', ARGV[6]) end
+redis.call('EXPIRE', key, I(tonumber(ARGV[8])))
+return out

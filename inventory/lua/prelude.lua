@@ -1,0 +1,130 @@
+
+local meta = redis.call('HMGET', KEYS[1], 'name', 'epoch', 'seq')
+if meta[1] ~= ARGV[1] then
+  return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(meta[1]) .. ', expected ' .. ARGV[1])
+end
+if (meta[2] or '') ~= ARGV[2] then
+  return redis.error_reply('SHARDIS_EPOCH node ' .. ARGV[1] .. ' is at topology ' .. tostring(meta[2] or 'none') ..
+    ', the caller at ' .. ARGV[2])
+end
+local partPrefix = ARGV[3]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- An integer as a command argument: Redis 7.0 formats a Lua number
+-- argument with printf's "%.17g" (slow), string.format('%d') is an
+-- integer conversion; both give the same digits below 2^53.
+local function I(n) return string.format('%d', n) end
+local nowS = I(now)
+local function int(v, what)
+  if v == false or v == nil then return 0 end
+  local n = tonumber(v)
+  if n == nil or n ~= math.floor(n) or (type(v) == 'string' and v ~= '0' and not string.match(v, '^%-?[1-9]%d*$')) then
+    return nil, redis.error_reply('SHARDIS_CORRUPT ' .. what .. ' holds ' .. tostring(v) .. ', not an integer')
+  end
+  return n
+end
+-- Work shared by the calls of one script call (all of a group's calls,
+-- group.go). The rule that keeps it exact: a copy is kept only of what no
+-- one but these helpers writes while the script runs (a script is atomic,
+-- and the calls that use them write those keys only through them), and a
+-- deferred write is one the calls never read back but through the copy.
+--   zset_ok(key): key is a sorted set (or absent), checked once;
+--   zadd_later(key, score, member): a ZADD sent by flush with the others
+--     of the same key; the scripts that use it read those sets for their
+--     type only;
+--   stock_get(ck): the stock hash's {available, limit, reserved}, read
+--     once; stock_set(ck, avail, resv) changes the copy, and flush writes
+--     each changed hash once (available and reserved);
+--   offsets_ok(offsets, xk): the redo offsets field xk holds an integer
+--     (int's check, once; it keeps the value read); next_offset(offsets,
+--     xk), after offsets_ok, hands out the next offset, and flush writes
+--     the last one handed out.
+-- flush sends the deferred writes. The epilogues call it after the calls,
+-- whatever they returned: a call that raised keeps its earlier writes, as
+-- a lone script that raises does.
+local zchecked, zqueued, zkeys, stocks, offchecked = {}, {}, {}, {}, {}
+local sdirty, skeys, offval, odirty, okeys = {}, {}, {}, {}, {}
+local function zset_ok(key)
+  if not zchecked[key] then
+    redis.call('ZCARD', key)
+    zchecked[key] = true
+  end
+end
+local function zadd_later(key, score, member)
+  local q = zqueued[key]
+  if not q then
+    q = {}
+    zqueued[key] = q
+    zkeys[#zkeys + 1] = key
+  end
+  q[#q + 1] = score
+  q[#q + 1] = member
+end
+local function flush()
+  for _, ck in ipairs(skeys) do
+    local v = stocks[ck]
+    redis.call('HSET', ck, 'available', v[1], 'reserved', v[3])
+  end
+  for _, o in ipairs(okeys) do
+    redis.call('HSET', o[1], o[2], I(offval[o[3]]))
+  end
+  for _, key in ipairs(zkeys) do
+    local q = zqueued[key]
+    for i = 1, #q, 512 do
+      redis.call('ZADD', key, unpack(q, i, math.min(i + 511, #q)))
+    end
+  end
+  zqueued, zkeys, sdirty, skeys, odirty, okeys = {}, {}, {}, {}, {}, {}
+end
+local function stock_get(ck)
+  local v = stocks[ck]
+  if not v then
+    v = redis.call('HMGET', ck, 'available', 'limit', 'reserved')
+    stocks[ck] = v
+  end
+  return v
+end
+local function stock_set(ck, avail, resv)
+  local v = stock_get(ck)
+  stocks[ck] = {I(avail), v[2], I(resv)}
+  if not sdirty[ck] then
+    sdirty[ck] = true
+    skeys[#skeys + 1] = ck
+  end
+end
+local function offsets_ok(offsets, xk)
+  local k = offsets .. ' ' .. xk
+  if offchecked[k] then return true end
+  local n, err = int(redis.call('HGET', offsets, xk), k)
+  if err then return nil, err end
+  offchecked[k], offval[k] = true, n
+  return true
+end
+local function next_offset(offsets, xk)
+  local k = offsets .. ' ' .. xk
+  local n = offval[k] + 1 -- offsets_ok(offsets, xk) ran first (the plan)
+  if not odirty[k] then
+    odirty[k] = true
+    okeys[#okeys + 1] = {offsets, xk, k}
+  end
+  offval[k] = n
+  return n
+end
+-- pack_parts(order, token, parts): the part list of attempt token of
+-- order in layout 2 (parts.go, the one definition; its decoder reads it
+-- back). Each part is {id, kind, item, node, route, sku, qty, redo key
+-- ('' for a quota part), offset}; an id the token derives is left out.
+local function pack_parts(order, token, parts)
+  local out = {'~' .. token}
+  for _, p in ipairs(parts) do
+    local item = I(p.item)
+    local id = order .. '|' .. token .. '|' .. item
+    if p.kind == 'q' then id = order .. '|' .. token .. '|q|' .. p.route .. '|' .. p.sku end
+    if id == p.id then id = '' else id = p.id end
+    local queue, off = '', ''
+    if p.redo ~= '' then queue = string.sub(p.redo, #'inv:redo:' + 1) end
+    if p.offset ~= 0 then off = I(p.offset) end
+    out[#out + 1] = table.concat({p.kind, item, p.node, p.route, p.sku, I(p.qty), queue, off, '', id}, '\031')
+  end
+  return table.concat(out, '\030')
+end

@@ -1,0 +1,30 @@
+
+local inc = redis.call('HGET', KEYS[1], 'incarnation') or ''
+if inc ~= ARGV[4] then
+  return redis.error_reply('SHARDIS_INCARNATION node is at incarnation ' .. inc .. ', the acknowledgement is for ' .. ARGV[4])
+end
+for k = 4, #KEYS do
+  local a = 5 + (k - 4) * 2
+  local key, off, pid = KEYS[k], tonumber(ARGV[a]), ARGV[a + 1]
+  local head, err = int(redis.call('HGET', KEYS[2], key), KEYS[2] .. ' ' .. key)
+  if err then return err end
+  if off > head then
+    return redis.error_reply('SHARDIS_RANGE ack offset ' .. ARGV[a] .. ' is past the head of ' .. key .. ' (last offset handed out ' .. head .. ')')
+  end
+  local _, aerr = int(redis.call('HGET', KEYS[3], key), KEYS[3] .. ' ' .. key)
+  if aerr then return aerr end
+  if pid ~= '' then
+    local at = redis.call('ZRANGEBYSCORE', key, off, off)
+    if #at > 0 and at[1] ~= pid then
+      return redis.error_reply('SHARDIS_REWOUND ' .. key .. ' offset ' .. ARGV[a] .. ' holds part ' .. at[1] .. ', the consumer landed ' .. pid)
+    end
+  end
+end
+local out = {}
+for k = 4, #KEYS do
+  local off = tonumber(ARGV[5 + (k - 4) * 2])
+  local cur = tonumber(redis.call('HGET', KEYS[3], KEYS[k])) or 0
+  if off > cur then redis.call('HSET', KEYS[3], KEYS[k], off) cur = off end
+  out[#out + 1] = cur
+end
+return out

@@ -1,0 +1,33 @@
+
+local st = redis.call('HMGET', KEYS[1], 'incarnation', 'gen')
+local inc, gen = st[1] or '', tonumber(st[2]) or 0
+if ARGV[4] ~= '' and ARGV[4] ~= inc then return {inc, gen, {}} end
+local left = tonumber(ARGV[5])
+local out = {}
+for k = 4, #KEYS do
+  local a = 6 + (k - 4) * 2
+  local key, after, pid = KEYS[k], tonumber(ARGV[a]), ARGV[a + 1]
+  local head, err = int(redis.call('HGET', KEYS[2], key), KEYS[2] .. ' ' .. key)
+  if err then return err end
+  local acked
+  acked, err = int(redis.call('HGET', KEYS[3], key), KEYS[3] .. ' ' .. key)
+  if err then return err end
+  local rewound = 0
+  if after > head then
+    rewound = 1
+  elseif after > 0 and pid ~= '' then
+    local at = redis.call('ZRANGEBYSCORE', key, after, after)
+    if #at > 0 and at[1] ~= pid then rewound = 1 end
+  end
+  local entries, trimmed = {}, 0
+  if rewound == 0 and head > after and left > 0 then
+    local e = redis.call('ZRANGEBYSCORE', key, '(' .. after, '+inf', 'WITHSCORES', 'LIMIT', 0, left)
+    for i = 1, #e, 2 do
+      entries[#entries + 1] = redoEntry(e[i], e[i + 1])
+    end
+    left = left - #entries
+    if #e > 0 then trimmed = tonumber(e[2]) - after - 1 else trimmed = head - after end
+  end
+  out[#out + 1] = {head, acked, rewound, entries, trimmed}
+end
+return {inc, gen, out}

@@ -1,0 +1,82 @@
+
+local deadline = part_due(ARGV[6])
+local np = (#KEYS - 3) / 3
+zset_ok(KEYS[2]) -- fails now, before any write, if the index is not a sorted set
+local plan = {}
+local avail, resv = {}, {}
+for i = 0, np - 1 do
+  local pk, ck, xk = KEYS[4 + i * 3], KEYS[5 + i * 3], KEYS[6 + i * 3]
+  local a = 7 + i * 6
+  local p = {pk = pk, ck = ck, xk = xk, id = ARGV[a], kind = ARGV[a + 1], sku = ARGV[a + 2],
+             want = tonumber(ARGV[a + 3]), item = ARGV[a + 4], queue = ARGV[a + 5]}
+  local cur = part_get(pk)
+  if cur and cur.state then
+    p.out = {cur.state, tonumber(cur.qty) or 0, tonumber(cur.offset) or 0, 0}
+  elseif p.kind == 's' then
+    zset_ok(xk) -- the redo queue must be a sorted set
+    local s = stock_get(ck)
+    local err
+    if avail[ck] == nil then
+      avail[ck], err = int(s[1], ck .. ' available')
+      if err then return err end
+      resv[ck], err = int(s[3], ck .. ' reserved')
+      if err then return err end
+    end
+    local _, oerr = offsets_ok(KEYS[3], p.xk)
+    if oerr then return oerr end
+    local limit
+    limit, err = int(s[2], ck .. ' limit')
+    if err then return err end
+    local take = math.min(avail[ck], p.want)
+    if take > 0 then
+      avail[ck], resv[ck] = avail[ck] - take, resv[ck] + take
+      p.avail, p.resv = avail[ck], resv[ck] -- the hash's values once this part is taken
+      p.take = take
+      p.out = {'pending', take, 0, limit}
+    else
+      p.out = {'none', 0, 0, limit}
+    end
+  else
+    local limit, err = int(redis.call('HGET', xk, 'limit'), xk .. ' limit')
+    if err then return err end
+    local held
+    held, err = int(redis.call('GET', ck), ck)
+    if err then return err end
+    local other = tonumber(p.queue) or 0
+    if limit <= 0 then
+      -- counted even without a limit, so a limit set later sees it
+      p.take = p.want
+      p.out = {'pending', p.want, 0, 0}
+    elseif other < 0 then
+      p.out = {'elsewhere', 0, 0, limit}
+    elseif held + other + p.want > limit then
+      p.out = {'limit', held + other, 0, limit}
+    else
+      p.take = p.want
+      p.out = {'pending', p.want, 0, limit}
+    end
+  end
+  plan[#plan + 1] = p
+end
+local out, deadlineS = {}, I(deadline)
+for _, p in ipairs(plan) do
+  if p.take then
+    local off = 0
+    if p.kind == 's' then
+      -- absolute values from the plan into the script call's copy of the
+      -- hash (stock_set: flush writes it once; the script is atomic)
+      stock_set(p.ck, p.avail, p.resv)
+      off = next_offset(KEYS[3], p.xk)
+      zadd_later(p.xk, I(off), p.id)
+      p.out[3] = off
+    else
+      redis.call('INCRBY', p.ck, I(p.take))
+    end
+    part_put(p.pk, {state = 'pending', kind = p.kind, order = ARGV[4], token = ARGV[5], sku = p.sku,
+      qty = I(p.take), item = p.item, counter = p.ck, redo = p.kind == 's' and p.xk or '', offset = I(off),
+      deadline = deadlineS, at = nowS})
+    zadd_later(KEYS[2], deadlineS, p.id)
+  end
+  out[#out + 1] = p.out
+end
+return out

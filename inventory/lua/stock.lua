@@ -1,0 +1,3 @@
+
+v[6] = redis.call('EXISTS', KEYS[2])
+return v

@@ -1,0 +1,2 @@
+
+return {redis.call('HGET', KEYS[1], 'epoch') or '', redis.call('HGETALL', KEYS[2])}

@@ -1,0 +1,16 @@
+
+local cur = redis.call('HGET', KEYS[1], 'epoch') or ''
+if cur == ARGV[3] and redis.call('EXISTS', KEYS[2]) == 1 then
+  if ARGV[7] == 'stable' then redis.call('HSET', KEYS[2], 'phase', 'stable') end
+  return 'ok'
+end
+if cur ~= ARGV[2] and cur ~= ARGV[3] then
+  return redis.error_reply('SHARDIS_EPOCH node ' .. ARGV[1] .. ' is at topology ' .. (cur == '' and 'none' or cur) ..
+    ', expected ' .. (ARGV[2] == '' and 'none' or ARGV[2]))
+end
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'epoch', ARGV[3])
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'epoch', ARGV[4], 'token', ARGV[3], 'current', ARGV[5], 'prev', ARGV[6],
+  'phase', ARGV[7], 'at', t[1])
+return 'ok'
