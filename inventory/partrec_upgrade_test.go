@@ -47,7 +47,7 @@ func TestPartRecordsHashLayoutUpgrade(t *testing.T) {
 	reserve(cancel, time.Hour)
 	reserve(retry, time.Hour)
 	reserve(expire, stagedTTL)
-	if _, err := e.reserveAt("staged:before-commit", "hash-staging"); err == nil {
+	if _, err := e.reserveAtTTL("staged:before-commit", "hash-staging", time.Hour); err == nil {
 		t.Fatal("Reserve stopped before its commit succeeded")
 	}
 	// A tombstone (Cancel before any reserve) and settled parts carry a

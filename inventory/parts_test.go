@@ -87,7 +87,7 @@ func TestOrderRecordsLayout1Upgrade(t *testing.T) {
 	}
 	// A staged attempt that died before its commit: its record is staging,
 	// its promised parts (with incarnations) in layout 1.
-	if _, err := e.reserveAt("staged:before-commit", "old-staging"); err == nil {
+	if _, err := e.reserveAtTTL("staged:before-commit", "old-staging", time.Hour); err == nil {
 		t.Fatal("Reserve stopped before its commit succeeded")
 	}
 	all := append(append(append(append([]order(nil), confirm...), cancel...), expire...), retry...)

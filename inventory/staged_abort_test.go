@@ -119,7 +119,7 @@ func TestStagedAbortStageReplyLost(t *testing.T) {
 func TestStagedAbortSparesHeldParts(t *testing.T) {
 	e := newStagedEnv(t)
 	id := e.homedOn("held", "n3")
-	if _, err := e.reserveAt("staged:before-commit", id); !errors.Is(err, errCrashed) {
+	if _, err := e.reserveAtTTL("staged:before-commit", id, time.Hour); !errors.Is(err, errCrashed) {
 		t.Fatalf("Reserve stopped before the commit: %v", err)
 	}
 	home, _ := e.r.Node("n3")

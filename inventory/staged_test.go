@@ -86,9 +86,16 @@ func stagedItems() []Item {
 
 // reserveAt runs one Reserve stopped at point ("" for none).
 func (e *stagedEnv) reserveAt(point, id string) (Reservation, error) {
+	return e.reserveAtTTL(point, id, stagedTTL)
+}
+
+// reserveAtTTL is reserveAt with the reservation's ttl: a test that
+// confirms the order after more steps than stagedTTL surely covers on a
+// busy machine gives it a long one.
+func (e *stagedEnv) reserveAtTTL(point, id string, ttl time.Duration) (Reservation, error) {
 	e.faults.point.Store(&point)
 	defer e.faults.point.Store(nil)
-	return e.inv.Reserve(e.ctx, id, stagedItems(), "", stagedTTL)
+	return e.inv.Reserve(e.ctx, id, stagedItems(), "", ttl)
 }
 
 // expireAll runs the reconciler's step on every due part of every node
