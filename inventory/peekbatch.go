@@ -225,15 +225,13 @@ func (inv *Inventory) sendPeeks(ctx context.Context, n *node.Node, token string,
 		}
 	}
 	nr := len(keys) - 1
-	at := make(map[string]int, 2) // stock hash → its index after the records
+	var at stockIndex
 	for _, r := range batch {
 		for _, k := range r.stocks {
-			if _, ok := at[k]; !ok {
-				at[k] = len(keys) - 1 - nr
-				keys = append(keys, k)
-			}
+			at.add(k)
 		}
 	}
+	keys = append(keys, at.keys...)
 	raw, err := peekScript.s.Run(ctx, n.Client(), keys, n.Name(), token, nr).Result()
 	var statuses []any
 	var stocks []stockVals
@@ -247,13 +245,61 @@ func (inv *Inventory) sendPeeks(ctx context.Context, n *node.Node, token string,
 				r.status = statuses[ri].(string) // readPeeks checked it
 				ri++
 			}
-			r.vals = make([]stockVals, len(r.stocks))
-			for j, k := range r.stocks {
-				r.vals[j] = stocks[at[k]]
+			if len(r.stocks) == 1 { // shared, read only
+				i := at.find(r.stocks[0])
+				r.vals = stocks[i : i+1 : i+1]
+			} else {
+				r.vals = make([]stockVals, len(r.stocks))
+				for j, k := range r.stocks {
+					r.vals[j] = stocks[at.find(k)]
+				}
 			}
 		}
 		close(r.done)
 	}
+}
+
+// stockIndex is a batch's distinct stock hashes in the order added: found
+// by a scan while they are few (a storm's batches read one or two), by a
+// map past stockIndexScan.
+type stockIndex struct {
+	keys []string
+	m    map[string]int
+}
+
+const stockIndexScan = 16
+
+// add appends k unless it is there.
+func (x *stockIndex) add(k string) {
+	if x.find(k) >= 0 {
+		return
+	}
+	x.keys = append(x.keys, k)
+	switch {
+	case x.m != nil:
+		x.m[k] = len(x.keys) - 1
+	case len(x.keys) > stockIndexScan:
+		x.m = make(map[string]int, 2*len(x.keys))
+		for i, y := range x.keys {
+			x.m[y] = i
+		}
+	}
+}
+
+// find returns the index of k, or -1.
+func (x *stockIndex) find(k string) int {
+	if x.m != nil {
+		if i, ok := x.m[k]; ok {
+			return i
+		}
+		return -1
+	}
+	for i, y := range x.keys {
+		if y == k {
+			return i
+		}
+	}
+	return -1
 }
 
 // readPeeks reads peekScript's reply strictly: nr statuses, then ns stock

@@ -263,7 +263,8 @@ type peekCall struct {
 	status string
 	vals   []stockVals // per read
 	err    error
-	queued *peekReq // its reads, queued by runPeeks
+	req    peekReq // its reads (peekbatch.go)
+	queued bool    // req was queued by runPeeks
 }
 
 // refuseShort refuses the order with reads alone when the general path
@@ -412,10 +413,11 @@ func (inv *Inventory) runPeeks(ctx context.Context, token, orderID string, calls
 			}(c)
 			continue
 		}
-		r := &peekReq{stocks: c.keys}
+		r := &c.req
+		r.stocks = c.keys
 		if inv.enqueuePeek(c.n, token, r) {
 			wg.Done()
-			c.queued = r
+			c.queued = true
 			continue
 		}
 		go func(c *peekCall) {
@@ -425,8 +427,8 @@ func (inv *Inventory) runPeeks(ctx context.Context, token, orderID string, calls
 	}
 	inv.peek(ctx, token, orderID, calls[0]) // the home node's, on this goroutine
 	for _, c := range calls[1:] {
-		if c.queued != nil {
-			c.fill(c.queued, inv.peekErr(c.n, inv.waitPeek(ctx, c.n, c.queued)))
+		if c.queued {
+			c.fill(&c.req, inv.peekErr(c.n, inv.waitPeek(ctx, c.n, &c.req)))
 		}
 	}
 	wg.Wait()
@@ -434,7 +436,8 @@ func (inv *Inventory) runPeeks(ctx context.Context, token, orderID string, calls
 
 // peek runs one call's reads (see runPeeks).
 func (inv *Inventory) peek(ctx context.Context, token, orderID string, c *peekCall) {
-	r := &peekReq{stocks: c.keys}
+	r := &c.req
+	r.stocks = c.keys
 	if c.home {
 		r.record = orderKey(orderID)
 	}
