@@ -405,24 +405,20 @@ func callOn(calls []*peekCall, n *node.Node) *peekCall {
 func (inv *Inventory) runPeeks(ctx context.Context, token, orderID string, calls []*peekCall) {
 	var wg sync.WaitGroup
 	for _, c := range calls[1:] {
+		if inv.opts.Faults == nil { // with faults, every read goes through them (peekOn)
+			c.req.stocks = c.keys
+			if c.queued = inv.enqueuePeek(c.n, token, &c.req); c.queued {
+				continue
+			}
+		}
 		wg.Add(1)
-		if inv.opts.Faults != nil {
-			go func(c *peekCall) {
-				defer wg.Done()
-				inv.peek(ctx, token, orderID, c)
-			}(c)
-			continue
-		}
-		r := &c.req
-		r.stocks = c.keys
-		if inv.enqueuePeek(c.n, token, r) {
-			wg.Done()
-			c.queued = true
-			continue
-		}
 		go func(c *peekCall) {
 			defer wg.Done()
-			c.fill(r, inv.peekErr(c.n, inv.sendOwnPeek(ctx, c.n, token, r)))
+			if inv.opts.Faults == nil { // enqueuePeek gave it a batch's slot
+				c.fill(&c.req, inv.peekErr(c.n, inv.sendOwnPeek(ctx, c.n, token, &c.req)))
+				return
+			}
+			inv.peek(ctx, token, orderID, c)
 		}(c)
 	}
 	inv.peek(ctx, token, orderID, calls[0]) // the home node's, on this goroutine
