@@ -97,8 +97,8 @@ func (p *peekQueues) on(n *node.Node) *peekQueue {
 }
 
 // peekOn runs r's reads on n at the epoch token (through the injected
-// faults, if any) and fills r in; the error is r.err, mapped by nodeErr.
-// A stamp refused with SHARDIS_EPOCH marks the view stale.
+// faults, if any) and fills r in, or returns why not (peekErr: mapped by
+// nodeErr; the context's error when it ended first).
 func (inv *Inventory) peekOn(ctx context.Context, n *node.Node, token string, r *peekReq) error {
 	send := func() (any, error) { return nil, inv.queuePeek(ctx, n, token, r) }
 	var err error
