@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/shardis/shardis/node"
 )
 
@@ -19,44 +17,24 @@ import (
 // while one runs, the next fills.
 const peekInFlight = 1
 
-// peekSrc is peekScript's Lua. KEYS: 1 the stamp, 2 … 1+ARGV[3] order
-// keys, then distinct stock hashes. ARGV: 1 the node's configured name, 2
-// the caller's epoch token, 3 the number of order keys. The stamp check is
-// the prelude's (lua.go), word for word in its replies. Replies a flat
-// list: per order key its status ("" when there is none, or when it is
-// marked moved, as orderScript treats it), then per stock hash its
-// available, reserved and limit fields (the field's string, or the integer
-// 0 when the field is absent) and 1 or 0 for whether its loaded field
-// exists.
-const peekSrc = `
-local meta = redis.call('HMGET', KEYS[1], 'name', 'epoch')
-if meta[1] ~= ARGV[1] then
-  return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(meta[1]) .. ', expected ' .. ARGV[1])
-end
-if (meta[2] or '') ~= ARGV[2] then
-  return redis.error_reply('SHARDIS_EPOCH node ' .. ARGV[1] .. ' is at topology ' .. tostring(meta[2] or 'none') ..
-    ', the caller at ' .. ARGV[2])
-end
-local nr = tonumber(ARGV[3])
-local out, o = {}, 0
-for i = 2, nr + 1 do
-  local f = redis.call('HMGET', KEYS[i], 'status', 'moved')
-  o = o + 1
-  if f[1] and not f[2] then out[o] = f[1] else out[o] = '' end
-end
-for i = nr + 2, #KEYS do
-  local s = redis.call('HMGET', KEYS[i], 'available', 'reserved', 'limit', 'loaded')
-  out[o + 1], out[o + 2], out[o + 3] = s[1] or 0, s[2] or 0, s[3] or 0
-  if s[4] then out[o + 4] = 1 else out[o + 4] = 0 end
-  o = o + 4
-end
-return out
-`
+// peekName names peekScript in errors and to the injected faults.
+const peekName = "peek"
 
-// peekScript reads, writing nothing, what refuseShort needs on one node
-// (peekSrc). It is sent only by sendPeeks, not through run: it has no
-// prelude and no reply envelope.
-var peekScript = register(&luaScript{name: "peek", mem: memRead, src: peekSrc, s: redis.NewScript(memRead.shebang() + peekSrc)})
+// peekScript reads, writing nothing, what refuseShort needs on one node.
+// It runs without the prelude, outside run (sendPeeks sends it; the rule
+// is soldout.go's "Reads in batches"): lua/lib_identity.lua's check of the
+// node's name, then lua/peek.lua's of the caller's epoch token, both
+// replying as the prelude does (SHARDIS_IDENTITY, SHARDIS_EPOCH) before
+// anything else is read.
+//
+// KEYS: 1 the stamp, 2 … 1+ARGV[3] order keys, then distinct stock hashes.
+// ARGV: 1 the node's configured name, 2 the caller's epoch token, 3 the
+// number of order keys. Replies a flat list: per order key its status (""
+// when there is none, or when it is marked moved, as orderScript treats
+// it), then per stock hash its available, reserved and limit fields (the
+// field's string, or the integer 0 when the field is absent) and 1 or 0
+// for whether its loaded field exists.
+var peekScript = newBareScript(peekName, memRead.shebang()+identityLua+luaFile("peek.lua"))
 
 // peekReq is one order's reads on one node, queued or under way.
 type peekReq struct {
@@ -110,7 +88,7 @@ func (inv *Inventory) peekOn(ctx context.Context, n *node.Node, token string, r 
 			keys = append(keys, r.record)
 		}
 		keys = append(keys, r.stocks...)
-		_, err = inv.opts.Faults.Call(ctx, ScriptCall{Node: n.Name(), Script: peekScript.name, Keys: keys}, send)
+		_, err = inv.opts.Faults.Call(ctx, ScriptCall{Node: n.Name(), Script: peekName, Keys: keys}, send)
 	}
 	return inv.peekErr(n, err)
 }
@@ -232,7 +210,7 @@ func (inv *Inventory) sendPeeks(ctx context.Context, n *node.Node, token string,
 		}
 	}
 	keys = append(keys, at.keys...)
-	raw, err := peekScript.s.Run(ctx, n.Client(), keys, n.Name(), token, nr).Result()
+	raw, err := peekScript.Run(ctx, n.Client(), keys, n.Name(), token, nr).Result()
 	var statuses []any
 	var stocks []stockVals
 	if err == nil {
@@ -305,7 +283,7 @@ func (x *stockIndex) find(k string) int {
 // readPeeks reads peekScript's reply strictly: nr statuses, then ns stock
 // hashes (named by keys) of four fields each.
 func readPeeks(nodeName string, raw any, nr, ns int, keys []string) ([]any, []stockVals, error) {
-	rd := newReplyReader(nodeName, peekScript.name)
+	rd := newReplyReader(nodeName, peekName)
 	t := rd.list(raw, nr+4*ns)
 	for i := range nr {
 		rd.str(t, i)
@@ -329,7 +307,7 @@ func readPeeks(nodeName string, raw any, nr, ns int, keys []string) ([]any, []st
 			v.known = true
 		case int64(0):
 		default:
-			return nil, nil, &ReplyError{Node: nodeName, Script: peekScript.name, At: fmt.Sprintf("reply[%d]", nr+4*j+3), Want: "0 or 1", Got: f[3]}
+			return nil, nil, &ReplyError{Node: nodeName, Script: peekName, At: fmt.Sprintf("reply[%d]", nr+4*j+3), Want: "0 or 1", Got: f[3]}
 		}
 	}
 	return t[:nr], out, nil
@@ -353,7 +331,7 @@ func peekCounter(nodeName, key, field string, v any) (int64, error) {
 		}
 		return 0, fmt.Errorf("%w: node %s: %s %s holds %q, not an integer", ErrCorrupt, nodeName, key, field, x)
 	}
-	return 0, &ReplyError{Node: nodeName, Script: peekScript.name, At: key + " " + field, Want: "a string or the integer 0", Got: v}
+	return 0, &ReplyError{Node: nodeName, Script: peekName, At: key + " " + field, Want: "a string or the integer 0", Got: v}
 }
 
 // strictInt reports whether s is "0" or an optional minus sign and digits
