@@ -200,6 +200,8 @@ type Inventory struct {
 	groups groups
 	// soldOut is the hint of SKUs seen short lately (soldout.go).
 	soldOut soldOutHint
+	// peeks queues refuseShort's reads per node (peekbatch.go).
+	peeks peekQueues
 }
 
 type atomicView = atomic.Pointer[view]

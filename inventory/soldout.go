@@ -29,7 +29,7 @@ import (
 // refuseShort reads, writing nothing, the order's record on its home node
 // and, on every node of every item's route, the SKU's available and
 // reserved units and per-user limit (one read-only script per node, nodes
-// concurrently, grouped per node: peekScript). It refuses the order iff
+// concurrently, in batches per node: peekbatch.go). It refuses the order iff
 // the topology is stable, every read answered, the home node holds no
 // record of the order or a failed one (no attempt that answers for it),
 // and some SKU of the order
@@ -116,9 +116,35 @@ import (
 // The hint: an instance remembers for soldOutHintTTL which (route, SKU)
 // refuseShort last refused, and runs refuseShort first for an order that
 // wants one of them, so a sold-out SKU costs one round of reads per
-// refused order (grouped per node, group.go) and no stage. The hint only
+// refused order (in batches per node, peekbatch.go) and no stage. The hint only
 // decides whether to read first; the answer always comes from the reads.
 // Reads that do not refuse clear the hint of the order's SKUs.
+//
+// Reads in batches (peekbatch.go). refuseShort's reads on one node are
+// carried by a batch: a read that finds fewer than peekInFlight batches of
+// its node under way is sent at once, alone; one that finds more queues,
+// and the next batch carries every read queued by then (up to
+// inventory.group_commit, all at one epoch token). A batch is one call of
+// peekScript, a read-only script without the shared prelude (lua.go): it
+// checks the node's stamp exactly as the prelude does (the configured
+// name, else SHARDIS_IDENTITY; the caller's epoch token, else
+// SHARDIS_EPOCH; both before it reads anything else), then reads each
+// read's order record and each distinct stock hash of the batch once, and
+// replies with the raw fields, which the caller parses strictly (int's
+// rule in the prelude). What keeps the refusal's rule:
+//   - the order's record is read on its home node, under the caller's
+//     epoch token, atomically with the stamp check (one script), as
+//     before; a refused stamp refuses every read of the batch, and each
+//     of its orders steps aside (SHARDIS_EPOCH also marks the view stale,
+//     as run does); so does a batch that does not answer;
+//   - a stock hash read once serves only the reads of that batch, each
+//     queued before the batch was sent: the hash was read after every
+//     one of their orders arrived, which is all the refusal asks of a
+//     read (what the node held when it was read, after the order came: an
+//     attempt of the order that holds units took them before it, so the
+//     read sees them). No read ever takes a reply sent before it queued;
+//   - a counter that is not an integer fails only the reads of that hash
+//     (ErrCorrupt naming node and key): those orders step aside.
 //
 // Redo log: a refusal decided here produces no redo entry, so nothing of
 // it reaches PostgreSQL (pgsync lands the redo queues). An order whose
@@ -210,17 +236,6 @@ func (h *soldOutHint) clear(items []Item) {
 	h.n.Store(int64(len(h.m)))
 }
 
-// peekScript reads, writing nothing, what refuseShort needs on one node.
-//
-// KEYS: 1 stamp, 2 the order key or the stamp again (ARGV 4 "" : no record
-// to read here), then stock hashes. ARGV: 4 "order" when KEYS[2] is the
-// order key.
-// Returns {record status ("" none; a record marked moved is none, as
-// orderScript treats it), then per stock hash: available, reserved,
-// limit, loaded (1 when stock was ever loaded into it on this node: it has
-// a loaded counter, 0 when not)}, or an error reply for a corrupt counter.
-var peekScript = newGroupedScript("peek", false, luaFile("peek.lua"))
-
 // shortSKU is one SKU of an order as refuseShort weighs it.
 type shortSKU struct {
 	ref   stockRef
@@ -239,18 +254,17 @@ type peekRead struct {
 	cand bool // the node is one of the SKU's candidates
 }
 
-// peekCall is peekScript's call on one node and its reply.
+// peekCall is one order's reads on one node (peekOn) and their reply.
 type peekCall struct {
 	n      *node.Node
 	home   bool
 	reads  []peekRead
 	keys   []string // their stock hashes
 	status string
-	avail  []int64
-	held   []int64
-	limit  []int64
-	known  []bool
+	vals   []stockVals // per read
 	err    error
+	req    peekReq // its reads (peekbatch.go)
+	queued bool    // req was queued by runPeeks
 }
 
 // refuseShort refuses the order with reads alone when the general path
@@ -258,26 +272,28 @@ type peekCall struct {
 // order takes its next path. It marks or clears the hint of the order's
 // SKUs by what it read.
 func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID string, items []Item, userID string) error {
-	if inv.topology(ctx).phase != PhaseStable {
+	v := inv.topology(ctx)
+	if v.refuse() != nil || v.phase != PhaseStable {
 		return nil
 	}
 	skus, calls := inv.planPeek(ctx, home, orderID, items)
 	if calls == nil {
 		return nil
 	}
-	inv.runPeeks(ctx, orderID, calls)
+	inv.runPeeks(ctx, v.token, orderID, calls)
 	for _, c := range calls {
 		if c.err != nil || (c.home && c.status != "" && recStatus(c.status) != recFailed) {
 			inv.soldOut.clear(items)
 			return nil // cannot decide, or an attempt answers for the order
 		}
 		for j, r := range c.reads {
+			v := c.vals[j]
 			if r.cand {
-				skus[r.sku].avail += max(c.avail[j], 0)
+				skus[r.sku].avail += max(v.avail, 0)
 			}
-			skus[r.sku].held += max(c.held[j], 0)
-			skus[r.sku].limit = max(skus[r.sku].limit, c.limit[j])
-			skus[r.sku].known = skus[r.sku].known || c.known[j]
+			skus[r.sku].held += max(v.held, 0)
+			skus[r.sku].limit = max(skus[r.sku].limit, v.limit)
+			skus[r.sku].known = skus[r.sku].known || v.known
 		}
 	}
 	for _, s := range skus {
@@ -296,13 +312,26 @@ func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID 
 		if s.avail+s.held < s.want {
 			inv.soldOut.mark(s.ref)
 			inv.stats.refusedUnwritten.Add(1)
-			return fmt.Errorf("%w: items[%d] sku %s (route %s): wanted %d, %d available on %d usable node(s)",
-				ErrInsufficientStock, s.item, s.ref.sku, s.ref.route, s.want, s.avail, s.nodes)
+			return &shortStockError{s}
 		}
 	}
 	inv.soldOut.clear(items) // enough, or short only by holds: the fenced paths answer
 	return nil
 }
+
+// shortStockError is refuseShort's ErrInsufficientStock for sku s: its
+// text is made only when read (in a storm most callers only ask
+// errors.Is).
+type shortStockError struct{ s shortSKU }
+
+func (e *shortStockError) Error() string {
+	s := e.s
+	return fmt.Sprintf("%v: items[%d] sku %s (route %s): wanted %d, %d available on %d usable node(s)",
+		ErrInsufficientStock, s.item, s.ref.sku, s.ref.route, s.want, s.avail, s.nodes)
+}
+
+// Unwrap makes the error match ErrInsufficientStock.
+func (e *shortStockError) Unwrap() error { return ErrInsufficientStock }
 
 // planPeek groups the order's SKUs and the reads refuseShort needs by
 // node: the home node reads the order's record, every node of a SKU's
@@ -368,50 +397,60 @@ func callOn(calls []*peekCall, n *node.Node) *peekCall {
 	return nil
 }
 
-// runPeeks runs every call's peekScript, nodes concurrently, and fills in
-// its reply or error.
-func (inv *Inventory) runPeeks(ctx context.Context, orderID string, calls []*peekCall) {
+// runPeeks runs every call's reads at the epoch token (peekOn), nodes
+// concurrently, and fills in its reply or error. A read that can only
+// queue behind a batch under way (peekbatch.go) is queued from this
+// goroutine and waited for; one that would be sent at once gets a
+// goroutine of its own, but the home node's, sent from this one.
+func (inv *Inventory) runPeeks(ctx context.Context, token, orderID string, calls []*peekCall) {
 	var wg sync.WaitGroup
 	for _, c := range calls[1:] {
+		if inv.opts.Faults == nil { // with faults, every read goes through them (peekOn)
+			c.req.stocks = c.keys
+			if c.queued = inv.enqueuePeek(c.n, token, &c.req); c.queued {
+				continue
+			}
+		}
 		wg.Add(1)
 		go func(c *peekCall) {
 			defer wg.Done()
-			inv.peek(ctx, orderID, c)
+			if inv.opts.Faults == nil { // enqueuePeek gave it a batch's slot
+				c.fill(&c.req, inv.peekErr(c.n, inv.sendOwnPeek(ctx, c.n, token, &c.req)))
+				return
+			}
+			inv.peek(ctx, token, orderID, c)
 		}(c)
 	}
-	inv.peek(ctx, orderID, calls[0]) // the home node's, on this goroutine
+	inv.peek(ctx, token, orderID, calls[0]) // the home node's, on this goroutine
+	for _, c := range calls[1:] {
+		if c.queued {
+			c.fill(&c.req, inv.peekErr(c.n, inv.waitPeek(ctx, c.n, &c.req)))
+		}
+	}
 	wg.Wait()
 }
 
-// peek runs peekScript for one call (see runPeeks).
-func (inv *Inventory) peek(ctx context.Context, orderID string, c *peekCall) {
-	keys := make([]string, 0, 1+len(c.keys))
-	mode := ""
+// peek runs one call's reads (see runPeeks).
+func (inv *Inventory) peek(ctx context.Context, token, orderID string, c *peekCall) {
+	r := &c.req
+	r.stocks = c.keys
 	if c.home {
-		keys, mode = append(keys, orderKey(orderID)), "order"
-	} else {
-		keys = append(keys, stampKey)
+		r.record = orderKey(orderID)
 	}
-	keys = append(keys, c.keys...)
-	v, err := inv.run(ctx, c.n, peekScript, keys, mode)
-	if err != nil {
-		c.err = err
+	c.fill(r, inv.peekOn(ctx, c.n, token, r))
+}
+
+// fill sets the call's reply from its answered reads r, or err.
+func (c *peekCall) fill(r *peekReq, err error) {
+	if c.err = err; err != nil {
 		return
 	}
-	// {status, then per read: available, held, limit, known 0/1}
-	r := newReplyReader(c.n.Name(), peekScript.name)
-	raw := r.list(v, 1+4*len(c.reads))
-	c.status = r.str(raw, 0)
-	if r.err != nil {
-		c.err = r.err
-		return
-	}
-	for j := range c.reads {
-		a, h, l, k := r.int(raw, 1+4*j), r.int(raw, 2+4*j), r.int(raw, 3+4*j), r.int(raw, 4+4*j)
-		if r.err != nil {
-			c.err = r.err
+	c.status = r.status
+	for _, v := range r.vals {
+		if v.err != nil {
+			c.err = v.err
 			return
 		}
-		c.avail, c.held, c.limit, c.known = append(c.avail, a), append(c.held, h), append(c.limit, l), append(c.known, k == 1)
 	}
+	c.vals = r.vals
 }

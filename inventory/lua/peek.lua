@@ -1,22 +1,19 @@
-
-local status = ''
-if ARGV[4] == 'order' then
-  local f = redis.call('HMGET', KEYS[2], 'status', 'moved')
-  if f[1] and not f[2] then status = f[1] end
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if (epoch or '') ~= ARGV[2] then
+  return redis.error_reply('SHARDIS_EPOCH node ' .. ARGV[1] .. ' is at topology ' .. tostring(epoch or 'none') ..
+    ', the caller at ' .. ARGV[2])
 end
-local out = {status}
-for i = 3, #KEYS do
-  local s = stock_get(KEYS[i])
-  local avail, err = int(s[1], KEYS[i] .. ' available')
-  if err then return err end
-  local resv, limit
-  resv, err = int(s[3], KEYS[i] .. ' reserved')
-  if err then return err end
-  limit, err = int(s[2], KEYS[i] .. ' limit')
-  if err then return err end
-  out[#out + 1] = avail
-  out[#out + 1] = resv
-  out[#out + 1] = limit
-  out[#out + 1] = redis.call('HEXISTS', KEYS[i], 'loaded')
+local nr = tonumber(ARGV[3])
+local out, o = {}, 0
+for i = 2, nr + 1 do
+  local f = redis.call('HMGET', KEYS[i], 'status', 'moved')
+  o = o + 1
+  if f[1] and not f[2] then out[o] = f[1] else out[o] = '' end
+end
+for i = nr + 2, #KEYS do
+  local s = redis.call('HMGET', KEYS[i], 'available', 'reserved', 'limit', 'loaded')
+  out[o + 1], out[o + 2], out[o + 3] = s[1] or 0, s[2] or 0, s[3] or 0
+  if s[4] then out[o + 4] = 1 else out[o + 4] = 0 end
+  o = o + 4
 end
 return out
