@@ -97,12 +97,7 @@ type groups struct {
 }
 
 // groupQueue is one script's calls on one node.
-type groupQueue struct {
-	mu       sync.Mutex   // guards the fields below
-	queue    []*groupCall // waiting, oldest first
-	tokens   []string     // the epoch token of each waiting call
-	inflight int          // groups under way
-}
+type groupQueue = batchQueue[*groupCall]
 
 func (g *groups) queue(n *node.Node, s *luaScript) *groupQueue {
 	k := groupKey{n, s}
@@ -118,68 +113,25 @@ func (g *groups) queue(n *node.Node, s *luaScript) *groupQueue {
 func (inv *Inventory) runGrouped(ctx context.Context, n *node.Node, s *luaScript, token string, keys []string, args []any) (any, int64, error) {
 	c := &groupCall{keys: keys, args: args, done: make(chan struct{})}
 	q := inv.groups.queue(n, s)
-	q.mu.Lock()
-	if q.inflight < groupInFlight && len(q.queue) == 0 {
-		q.inflight++
-		q.mu.Unlock()
-		inv.sendGroup(ctx, n, s, token, []*groupCall{c})
-		inv.nextGroup(ctx, n, s, q, false)
+	send := func(ctx context.Context, token string, calls []*groupCall) { inv.sendGroup(ctx, n, s, token, calls) }
+	if q.enter(c, token, groupInFlight) {
+		send(ctx, token, []*groupCall{c})
+		q.drain(ctx, inv.opts.GroupCommit, false, send)
 		return c.reply, c.seq, c.err
 	}
-	q.queue = append(q.queue, c)
-	q.tokens = append(q.tokens, token)
-	q.mu.Unlock()
 	select {
 	case <-c.done:
 		return c.reply, c.seq, c.err
 	case <-ctx.Done():
 	}
-	q.mu.Lock()
-	for i, w := range q.queue {
-		if w == c { // not sent: take it off the queue
-			q.queue = append(q.queue[:i], q.queue[i+1:]...)
-			q.tokens = append(q.tokens[:i], q.tokens[i+1:]...)
-			q.mu.Unlock()
-			return nil, 0, ctx.Err()
-		}
+	if q.leave(c) { // not sent
+		return nil, 0, ctx.Err()
 	}
-	q.mu.Unlock()
 	select {
 	case <-c.done: // answered meanwhile
 		return c.reply, c.seq, c.err
 	default:
 		return nil, 0, fmt.Errorf("%w (its group of %s scripts was under way: outcome unknown)", ctx.Err(), s.name)
-	}
-}
-
-// nextGroup is called by the sender of a group once it has returned: it
-// sends the queued calls as the next group, or, with nothing queued, gives
-// the group's slot back. A caller that sent its own call (inline) hands
-// the queue to a new goroutine so it can return its own reply at once.
-func (inv *Inventory) nextGroup(ctx context.Context, n *node.Node, s *luaScript, q *groupQueue, background bool) {
-	for {
-		q.mu.Lock()
-		if len(q.queue) == 0 {
-			q.inflight--
-			q.mu.Unlock()
-			return
-		}
-		if !background {
-			q.mu.Unlock()
-			go inv.nextGroup(context.WithoutCancel(ctx), n, s, q, true)
-			return
-		}
-		limit := inv.opts.GroupCommit
-		token := q.tokens[0]
-		k := 1
-		for k < len(q.queue) && k < limit && q.tokens[k] == token {
-			k++
-		}
-		calls := append([]*groupCall(nil), q.queue[:k]...)
-		q.queue = append(q.queue[:0], q.queue[k:]...)
-		q.tokens = append(q.tokens[:0], q.tokens[k:]...)
-		q.mu.Unlock()
-		inv.sendGroup(ctx, n, s, token, calls)
 	}
 }
 

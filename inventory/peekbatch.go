@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 
@@ -55,12 +56,7 @@ type stockVals struct {
 }
 
 // peekQueue is the batches of one node.
-type peekQueue struct {
-	mu       sync.Mutex // guards the fields below
-	queue    []*peekReq // waiting, oldest first
-	tokens   []string   // the epoch token of each waiting read
-	inflight int        // batches under way
-}
+type peekQueue = batchQueue[*peekReq]
 
 // peekQueues holds a queue per node, made on first use. The zero value is
 // ready.
@@ -115,30 +111,26 @@ func (inv *Inventory) queuePeek(ctx context.Context, n *node.Node, token string,
 	return inv.sendOwnPeek(ctx, n, token, r)
 }
 
-// sendOwnPeek sends r alone after enqueuePeek gave it a batch's slot, then
-// hands the slot on (nextPeeks).
-func (inv *Inventory) sendOwnPeek(ctx context.Context, n *node.Node, token string, r *peekReq) error {
-	inv.sendPeeks(ctx, n, token, []*peekReq{r})
-	inv.nextPeeks(ctx, n, inv.peeks.on(n), false)
-	return r.err
-}
-
 // enqueuePeek queues r for n's next batch and reports true when a batch
-// of n must come first (peekInFlight under way, or reads waiting), and
-// otherwise takes a batch's slot for r and reports false: the caller then
-// sends r alone (sendPeeks) and calls nextPeeks.
+// of n must come first (peekInFlight under way, or reads waiting; with
+// group commit off, never), and otherwise takes a batch's slot for r and
+// reports false: the caller then calls sendOwnPeek.
 func (inv *Inventory) enqueuePeek(n *node.Node, token string, r *peekReq) bool {
 	r.done = make(chan struct{})
-	q := inv.peeks.on(n)
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if inv.opts.GroupCommit <= 1 || (q.inflight < peekInFlight && len(q.queue) == 0) {
-		q.inflight++
-		return false
+	limit := peekInFlight
+	if inv.opts.GroupCommit <= 1 {
+		limit = math.MaxInt
 	}
-	q.queue = append(q.queue, r)
-	q.tokens = append(q.tokens, token)
-	return true
+	return !inv.peeks.on(n).enter(r, token, limit)
+}
+
+// sendOwnPeek sends r alone after enqueuePeek gave it a batch's slot, then
+// sends what queued meanwhile (batchQueue.drain).
+func (inv *Inventory) sendOwnPeek(ctx context.Context, n *node.Node, token string, r *peekReq) error {
+	send := func(ctx context.Context, token string, batch []*peekReq) { inv.sendPeeks(ctx, n, token, batch) }
+	send(ctx, token, []*peekReq{r})
+	inv.peeks.on(n).drain(ctx, inv.opts.GroupCommit, false, send)
+	return r.err
 }
 
 // waitPeek waits for queued r's reply. A read whose context ends while it
@@ -150,46 +142,8 @@ func (inv *Inventory) waitPeek(ctx context.Context, n *node.Node, r *peekReq) er
 		return r.err
 	case <-ctx.Done():
 	}
-	q := inv.peeks.on(n)
-	q.mu.Lock()
-	for i, w := range q.queue {
-		if w == r {
-			q.queue = append(q.queue[:i], q.queue[i+1:]...)
-			q.tokens = append(q.tokens[:i], q.tokens[i+1:]...)
-			break
-		}
-	}
-	q.mu.Unlock()
+	inv.peeks.on(n).leave(r)
 	return ctx.Err()
-}
-
-// nextPeeks is called by the sender of a batch once it returned: it sends
-// the queued reads as the next batches (a sender that sent its own read
-// hands them to a new goroutine), or gives the batch's slot back.
-func (inv *Inventory) nextPeeks(ctx context.Context, n *node.Node, q *peekQueue, background bool) {
-	for {
-		q.mu.Lock()
-		if len(q.queue) == 0 {
-			q.inflight--
-			q.mu.Unlock()
-			return
-		}
-		if !background {
-			q.mu.Unlock()
-			go inv.nextPeeks(context.WithoutCancel(ctx), n, q, true)
-			return
-		}
-		token := q.tokens[0]
-		k := 1
-		for k < len(q.queue) && k < inv.opts.GroupCommit && q.tokens[k] == token {
-			k++
-		}
-		batch := append([]*peekReq(nil), q.queue[:k]...)
-		q.queue = append(q.queue[:0], q.queue[k:]...)
-		q.tokens = append(q.tokens[:0], q.tokens[k:]...)
-		q.mu.Unlock()
-		inv.sendPeeks(ctx, n, token, batch)
-	}
 }
 
 // sendPeeks reads the batch's records and distinct stock hashes in one
