@@ -25,19 +25,35 @@ func Verdict(ok bool) string {
 }
 
 // Stock checks, through GetStock, that every SKU of skus adds up once
-// nothing is pending: available + reserved + confirmed = the loaded
-// quantity with nothing reserved, and per node the same sum with no
-// negative counter and every node reachable; then that the units
-// confirmed over all SKUs are confirmedUnits, the units of the orders
-// whose Confirm was acknowledged (no oversell). It prints one line per
-// invariant and returns a problem per violation (nil when all hold).
+// nothing is pending (StockAddsUp), then that the units confirmed over all
+// SKUs are confirmedUnits, the units of the orders whose Confirm was
+// acknowledged (no oversell). It prints one line per invariant and returns
+// a problem per violation (nil when all hold).
 func Stock(ctx context.Context, inv shardisv1connect.InventoryServiceClient, skus []*v1.LoadStockRequest, confirmedUnits int64) []string {
-	var problems []string
-	var total int64
+	problems, total, err := StockAddsUp(ctx, inv, skus)
+	if err != nil {
+		return append(problems, err.Error())
+	}
+	fmt.Printf("%-40s %d units confirmed, %d units in confirmed orders: %s\n", "invariant confirmed units (no oversell)",
+		total, confirmedUnits, Verdict(total == confirmedUnits))
+	if total != confirmedUnits {
+		problems = append(problems, fmt.Sprintf("%d units confirmed, but confirmed orders hold %d", total, confirmedUnits))
+	}
+	return problems
+}
+
+// StockAddsUp checks, through GetStock, that every SKU of skus adds up
+// once nothing is pending: available + reserved + confirmed = the loaded
+// quantity with nothing reserved, and per node the same sum with no
+// negative counter and every node reachable. It prints one line per SKU
+// and returns a problem per violation (nil when all hold) and the units
+// confirmed over all SKUs; it stops at the first GetStock that fails and
+// returns its error, naming the SKU.
+func StockAddsUp(ctx context.Context, inv shardisv1connect.InventoryServiceClient, skus []*v1.LoadStockRequest) (problems []string, confirmed int64, err error) {
 	for _, m := range skus {
 		res, err := inv.GetStock(ctx, connect.NewRequest(&v1.GetStockRequest{RouteKey: m.RouteKey, SkuId: m.SkuId}))
 		if err != nil {
-			return append(problems, fmt.Sprintf("GetStock %s: %v", m.SkuId, err))
+			return problems, confirmed, fmt.Errorf("GetStock %s: %v", m.SkuId, err)
 		}
 		s := res.Msg.Stock
 		ok := s.Available+s.Reserved+s.Confirmed == m.Quantity && s.Loaded == m.Quantity && s.Reserved == 0
@@ -51,14 +67,9 @@ func Stock(ctx context.Context, inv shardisv1connect.InventoryServiceClient, sku
 		if !ok {
 			problems = append(problems, "stock of "+m.SkuId+" does not add up (or a node's counter is negative or a node unreachable)")
 		}
-		total += s.Confirmed
+		confirmed += s.Confirmed
 	}
-	fmt.Printf("%-40s %d units confirmed, %d units in confirmed orders: %s\n", "invariant confirmed units (no oversell)",
-		total, confirmedUnits, Verdict(total == confirmedUnits))
-	if total != confirmedUnits {
-		problems = append(problems, fmt.Sprintf("%d units confirmed, but confirmed orders hold %d", total, confirmedUnits))
-	}
-	return problems
+	return problems, confirmed, nil
 }
 
 // Acked is what a drill's clients were told: the orders whose Reserve was

@@ -177,22 +177,11 @@ func drill(workers int, outage time.Duration, victim string) (bool, error) {
 		holds = false
 		dumpPending(servers)
 	}
-	for _, m := range skus {
-		res, err := inv.GetStock(ctx, connect.NewRequest(&v1.GetStockRequest{RouteKey: m.RouteKey, SkuId: m.SkuId}))
-		if err != nil {
-			return false, err
-		}
-		s := res.Msg.Stock
-		ok := s.Available+s.Reserved+s.Confirmed == m.Quantity && s.Loaded == m.Quantity && s.Reserved == 0
-		for _, n := range s.Nodes {
-			if !n.Reachable || n.Available < 0 || n.Reserved < 0 || n.Confirmed < 0 || n.Available+n.Reserved+n.Confirmed != n.Loaded {
-				ok = false
-			}
-		}
-		fmt.Printf("%-34s available %d + reserved %d + confirmed %d = %d of %d loaded: %s\n", "invariant "+m.SkuId,
-			s.Available, s.Reserved, s.Confirmed, s.Available+s.Reserved+s.Confirmed, m.Quantity, drillcheck.Verdict(ok))
-		holds = holds && ok
+	problems, _, err := drillcheck.StockAddsUp(ctx, inv, skus)
+	if err != nil {
+		return false, err
 	}
+	holds = holds && len(problems) == 0
 	fmt.Printf("\ndrill %s\n", drillcheck.Verdict(holds))
 	return holds, nil
 }
