@@ -110,47 +110,52 @@ func packPart(id string, f map[string]string) string {
 	return strings.Join(out[:last], partUS)
 }
 
-// partRefFields are the fields stored as references (see the file
-// comment); the others are stored as they are.
-var partRefFields = map[string]bool{"state": true, "redo": true, "counter": true, "sku": true, "item": true,
-	"order": true, "token": true}
-
-// partRef encodes field name's value v of part id's record f.
-func partRef(name, v, id string, f map[string]string) string {
-	switch name {
-	case "state":
-		if c, ok := partStateCodes[v]; ok {
-			return c
-		}
-	case "redo":
-		if q, ok := strings.CutPrefix(v, redoLogKeyPrefix); ok && q != "" && q[0] != '=' {
-			return q
-		}
-	case "counter":
+// partRefs are the fields stored as references (see the file comment),
+// each with its encoder: it returns the reference to value v of part id's
+// record f, or false when the reference would not reproduce v exactly.
+// The other fields are stored as they are.
+var partRefs = map[string]func(v, id string, f map[string]string) (string, bool){
+	"state": func(v, _ string, _ map[string]string) (string, bool) {
+		c, ok := partStateCodes[v]
+		return c, ok
+	},
+	"redo": func(v, _ string, _ map[string]string) (string, bool) {
+		q, ok := strings.CutPrefix(v, redoLogKeyPrefix)
+		return q, ok && q != "" && q[0] != '='
+	},
+	"counter": func(v, _ string, _ map[string]string) (string, bool) {
 		if r, ok := strings.CutPrefix(v, stockKeyPrefix); ok {
-			return "s" + r
+			return "s" + r, true
 		}
-		if r, ok := strings.CutPrefix(v, quotaKeyPrefix); ok {
-			return "q" + r
-		}
-	case "sku":
-		if s, ok := stockKeySKU(f["counter"]); ok && s == v {
-			return "^"
-		}
-	case "item":
-		if strings.HasSuffix(id, "|"+v) && !strings.Contains(v, "|") {
-			return "^"
-		}
-	case "order":
-		if strings.HasPrefix(id, v) {
-			return strconv.Itoa(len(v))
-		}
-	case "token":
-		if b := len(f["order"]) + 1; b <= len(id) && strings.HasPrefix(id[b:], v) {
-			return strconv.Itoa(len(v))
-		}
-	default:
+		r, ok := strings.CutPrefix(v, quotaKeyPrefix)
+		return "q" + r, ok
+	},
+	"sku": func(v, _ string, f map[string]string) (string, bool) {
+		s, ok := stockKeySKU(f["counter"])
+		return "^", ok && s == v
+	},
+	"item": func(v, id string, _ map[string]string) (string, bool) {
+		return "^", strings.HasSuffix(id, "|"+v) && !strings.Contains(v, "|")
+	},
+	"order": func(v, id string, _ map[string]string) (string, bool) {
+		return strconv.Itoa(len(v)), strings.HasPrefix(id, v)
+	},
+	"token": func(v, id string, f map[string]string) (string, bool) {
+		b := len(f["order"]) + 1
+		return strconv.Itoa(len(v)), b <= len(id) && strings.HasPrefix(id[b:], v)
+	},
+}
+
+// partRef encodes field name's value v of part id's record f: its
+// reference, "=" and v when the reference does not reproduce v, or v
+// itself for a field stored as it is.
+func partRef(name, v, id string, f map[string]string) string {
+	ref, isRef := partRefs[name]
+	if !isRef {
 		return v
+	}
+	if r, ok := ref(v, id, f); ok {
+		return r
 	}
 	return "=" + v
 }
@@ -191,7 +196,7 @@ func unpackPartValue(id, v string) (map[string]string, error) {
 // partDeref decodes field name's stored form r (not "") of part id's
 // record; f holds the fields before it.
 func partDeref(name, r, id string, f map[string]string) (string, error) {
-	if !partRefFields[name] {
+	if _, isRef := partRefs[name]; !isRef {
 		return r, nil
 	}
 	if lit, ok := strings.CutPrefix(r, "="); ok {

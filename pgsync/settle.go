@@ -91,17 +91,8 @@ func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pend
 		w.settle.ok() // the database answered: another instance does this pass
 		return -1, 0, nil
 	}
-	type row struct {
-		key         settleKey
-		part, order string
-	}
-	var list []row
-	var r row
-	rows, _ := tx.Query(ctx, sqlPending, w.node, from.inc, from.queue, from.off, settleChunk)
-	if _, err := pgx.ForEachRow(rows, []any{&r.key.inc, &r.key.queue, &r.key.off, &r.part, &r.order}, func() error {
-		list = append(list, r)
-		return nil
-	}); err != nil {
+	list, err := pendingRows(ctx, tx, w.node, *from)
+	if err != nil {
 		return fail(stageDB, err)
 	}
 	if len(list) == 0 {
@@ -111,22 +102,76 @@ func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pend
 		w.settle.ok()
 		return 0, 0, nil
 	}
+	upd, pending, err := w.recheck(ctx, list)
+	if err != nil {
+		return fail(stageSettle, err)
+	}
+	if len(upd.st) > 0 {
+		if _, err := tx.Exec(ctx, sqlSettle, w.node, upd.incs, upd.qs, upd.offs, upd.st, upd.settled, upd.why); err != nil {
+			return fail(stageDB, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fail(stageDB, err)
+	}
+	w.settle.ok()
+	for _, s := range upd.st {
+		m.settled.WithLabelValues(w.node, s).Inc()
+	}
+	if upd.lost > 0 {
+		m.lost.WithLabelValues(w.node).Add(float64(upd.lost))
+		w.s.log.Error("landed pending parts are gone from their node, which is at a new incarnation: state set to lost",
+			"node", w.node, "incarnation", upd.nodeInc, "parts", upd.lost)
+	}
+	*from = list[len(list)-1].key
+	return int64(len(list)), pending, nil
+}
+
+// pendingRow is one landed pending part settleStep re-checks.
+type pendingRow struct {
+	key         settleKey
+	part, order string
+}
+
+// pendingRows reads up to settleChunk landed pending parts of node after
+// from, in key order, inside tx.
+func pendingRows(ctx context.Context, tx pgx.Tx, node string, from settleKey) ([]pendingRow, error) {
+	var list []pendingRow
+	var r pendingRow
+	rows, _ := tx.Query(ctx, sqlPending, node, from.inc, from.queue, from.off, settleChunk)
+	_, err := pgx.ForEachRow(rows, []any{&r.key.inc, &r.key.queue, &r.key.off, &r.part, &r.order}, func() error {
+		list = append(list, r)
+		return nil
+	})
+	return list, err
+}
+
+// settleUpdate is sqlSettle's arguments for the parts of one step that
+// are no longer pending, column by column, with the step's tallies.
+type settleUpdate struct {
+	incs, st []string
+	qs       []int32
+	offs     []int64
+	settled  []pgtype.Timestamptz
+	why      []pgtype.Text
+	lost     int    // parts gone from a node at a new incarnation
+	nodeInc  string // the node's incarnation when it was read
+}
+
+// recheck reads the node's state of every part of list and returns the
+// update for those no longer pending, and how many still are. A part the
+// node no longer holds is "expired" under the incarnation that landed it
+// (it outlived inventory.retention) and "lost" under a newer one.
+func (w *worker) recheck(ctx context.Context, list []pendingRow) (upd settleUpdate, pending int64, err error) {
 	ids := make([]string, len(list))
 	for i, r := range list {
 		ids[i] = r.part
 	}
 	nodeInc, states, err := w.s.inv.PartStates(ctx, w.node, ids)
 	if err != nil {
-		return fail(stageSettle, err)
+		return upd, 0, err
 	}
-	var (
-		incs, st []string
-		qs       []int32
-		offs     []int64
-		settled  []pgtype.Timestamptz
-		why      []pgtype.Text
-		lost     int
-	)
+	upd.nodeInc = nodeInc
 	cancelled := map[string]string{}
 	for i, s := range states {
 		if s.State == inventory.PartCancelled {
@@ -141,39 +186,18 @@ func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pend
 			pending++
 			continue
 		case inventory.PartMissing:
-			// The node holds no record of it: under a newer incarnation
-			// the node lost it; under the same one it outlived
-			// inventory.retention before it could be re-checked.
 			state = "expired"
 			if list[i].key.inc != nodeInc {
 				state = "lost"
-				lost++
+				upd.lost++
 			}
 		}
-		incs = append(incs, list[i].key.inc)
-		qs = append(qs, list[i].key.queue)
-		offs = append(offs, list[i].key.off)
-		st = append(st, state)
-		settled = append(settled, ts(s.SettledAt))
-		why = append(why, reasonText(reasons[list[i].part]))
+		upd.incs = append(upd.incs, list[i].key.inc)
+		upd.qs = append(upd.qs, list[i].key.queue)
+		upd.offs = append(upd.offs, list[i].key.off)
+		upd.st = append(upd.st, state)
+		upd.settled = append(upd.settled, ts(s.SettledAt))
+		upd.why = append(upd.why, reasonText(reasons[list[i].part]))
 	}
-	if len(st) > 0 {
-		if _, err := tx.Exec(ctx, sqlSettle, w.node, incs, qs, offs, st, settled, why); err != nil {
-			return fail(stageDB, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fail(stageDB, err)
-	}
-	w.settle.ok()
-	for _, s := range st {
-		m.settled.WithLabelValues(w.node, s).Inc()
-	}
-	if lost > 0 {
-		m.lost.WithLabelValues(w.node).Add(float64(lost))
-		w.s.log.Error("landed pending parts are gone from their node, which is at a new incarnation: state set to lost",
-			"node", w.node, "incarnation", nodeInc, "parts", lost)
-	}
-	*from = list[len(list)-1].key
-	return int64(len(list)), pending, nil
+	return upd, pending, nil
 }
