@@ -164,6 +164,8 @@ func (inv *Inventory) sendPeeks(ctx context.Context, n *node.Node, token string,
 		}
 	}
 	keys = append(keys, at.keys...)
+	inv.stats.peekScripts.Add(1)
+	inv.stats.peekReads.Add(int64(len(batch)))
 	raw, err := peekScript.Run(ctx, n.Client(), keys, n.Name(), token, nr).Result()
 	var statuses []any
 	var stocks []stockVals

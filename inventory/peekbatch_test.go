@@ -65,6 +65,7 @@ func TestPeekBatchReadsEachStockOnce(t *testing.T) {
 		{stocks: []string{never}, done: make(chan struct{})},
 	}
 	token := e.inv.topology(e.ctx).token
+	before := e.inv.Stats()
 	e.inv.sendPeeks(e.ctx, n2, token, []*peekReq{{done: make(chan struct{})}}) // the node learns the script
 	if err := e.clients["n2"].ConfigResetStat(e.ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -72,6 +73,12 @@ func TestPeekBatchReadsEachStockOnce(t *testing.T) {
 	e.inv.sendPeeks(e.ctx, n2, token, batch)
 	if got := commandCalls(t, e, "n2", "evalsha") + commandCalls(t, e, "n2", "eval"); got != 1 {
 		t.Errorf("%d script calls for one batch, want 1", got)
+	}
+	// The batches are counted (Stats, shardis_refusal_read*_total): 2
+	// script calls carrying 1 + 4 orders' reads.
+	if s := e.inv.Stats(); s.RefusalReadScripts-before.RefusalReadScripts != 2 || s.RefusalReads-before.RefusalReads != 5 {
+		t.Errorf("Stats: %d refusal read scripts carrying %d reads, want 2 carrying 5",
+			s.RefusalReadScripts-before.RefusalReadScripts, s.RefusalReads-before.RefusalReads)
 	}
 	if got := commandCalls(t, e, "n2", "hmget"); got != 4 {
 		t.Errorf("%d HMGETs, want 4 (2 records, 2 distinct stock hashes)", got)

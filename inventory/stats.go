@@ -33,6 +33,10 @@ type Stats struct {
 	// nodes, GroupedCalls the calls they carried (group.go): their ratio is
 	// the mean group size.
 	GroupScriptCalls, GroupedCalls int64
+	// RefusalReadScripts counts the read-only script calls that checked
+	// orders before a refusal without a write (peekbatch.go), RefusalReads
+	// the orders' reads they carried: their ratio is the mean batch size.
+	RefusalReadScripts, RefusalReads int64
 }
 
 var outcomes = []string{"ok", "insufficient", "limit", "unavailable", "cancelled", "mismatch", "invalid", "error"}
@@ -47,6 +51,7 @@ type counters struct {
 	refusedUnwritten                                       atomic.Int64
 
 	groupScripts, groupCalls atomic.Int64
+	peekScripts, peekReads   atomic.Int64
 }
 
 // Stats returns the cumulative counters. Safe for concurrent use.
@@ -65,6 +70,8 @@ func (inv *Inventory) Stats() Stats {
 	s.RefusedUnwritten = inv.stats.refusedUnwritten.Load()
 	s.GroupScriptCalls = inv.stats.groupScripts.Load()
 	s.GroupedCalls = inv.stats.groupCalls.Load()
+	s.RefusalReadScripts = inv.stats.peekScripts.Load()
+	s.RefusalReads = inv.stats.peekReads.Load()
 	return s
 }
 

@@ -127,6 +127,10 @@ var (
 		"Script calls of the grouped inventory scripts (reserve, order record, settle) sent to nodes; each carries one or more orders' calls (group commit).", nil, nil)
 	descGroupCalls = prometheus.NewDesc("shardis_group_commit_calls_total",
 		"Calls of the grouped inventory scripts carried by those script calls: divided by shardis_group_commit_script_calls_total, the mean group size.", nil, nil)
+	descPeekSent = prometheus.NewDesc("shardis_refusal_read_script_calls_total",
+		"Read-only script calls sent to nodes to check orders before refusing them without a write (a sold-out SKU); each carries one or more orders' reads.", nil, nil)
+	descPeekReads = prometheus.NewDesc("shardis_refusal_reads_total",
+		"Orders' reads carried by those script calls: divided by shardis_refusal_read_script_calls_total, the mean batch size.", nil, nil)
 	descQueue       = prometheus.NewDesc("shardis_deferred_parts", "Deferred parts waiting for their node.", nil, nil)
 	descReconciled  = prometheus.NewDesc("shardis_reconciler_parts_total", "Expired parts the reconciler settled (cancelled, confirmed) or set aside as stuck (set_aside), by action.", []string{"action"}, nil)
 	descRedoLen     = prometheus.NewDesc("shardis_redo_log_entries", "Entries in all redo-log queues of the node.", []string{"node"}, nil)
@@ -146,7 +150,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descNodeUp, descEvicting, descDurable, descBreaker, descFailedProbe, descReserve, descReservePath, descGroupSent, descGroupCalls, descRolledBack,
+	for _, d := range []*prometheus.Desc{descNodeUp, descEvicting, descDurable, descBreaker, descFailedProbe, descReserve, descReservePath, descGroupSent, descGroupCalls, descPeekSent, descPeekReads, descRolledBack,
 		descDeferred, descQueue, descReconciled, descRedoLen, descRedoUnacked, descStuck,
 		descTopoEpoch, descTopoReady, descTopoMigrating, descTopoPending} {
 		ch <- d
@@ -185,6 +189,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descGroupSent, prometheus.CounterValue, float64(s.GroupScriptCalls))
 		ch <- prometheus.MustNewConstMetric(descGroupCalls, prometheus.CounterValue, float64(s.GroupedCalls))
+		ch <- prometheus.MustNewConstMetric(descPeekSent, prometheus.CounterValue, float64(s.RefusalReadScripts))
+		ch <- prometheus.MustNewConstMetric(descPeekReads, prometheus.CounterValue, float64(s.RefusalReads))
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		ts := inv.TopologyStatus(ctx)
