@@ -28,8 +28,8 @@ func exampleNodes() string {
 }
 
 // Example reserves, confirms and cancels against two throwaway nodes with
-// inventory.New over a router (rollback.Open wires the reconciler too; see
-// its example). Reserve is all or nothing and idempotent per order id.
+// inventory.New over a router (rollback's example wires the reconciler
+// too). Reserve is all or nothing and idempotent per order id.
 func Example() {
 	yaml := exampleNodes()
 	yaml += "servers:\n  inventory:\n    routes: {clothes: [n1, n2]}\n"

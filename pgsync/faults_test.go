@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardis/shardis/internal/stack"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/pgsync"
 )
@@ -52,11 +53,11 @@ func (b *logBuf) String() string {
 
 // openSyncer opens and starts an in-process sync with set, logging to
 // log, closed when the test ends.
-func (e *env) openSyncer(log *slog.Logger, set pgsync.Settings) *pgsync.Stack {
+func (e *env) openSyncer(log *slog.Logger, set pgsync.Settings) *stack.Sync {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := pgsync.Open(ctx, e.cfg, pgsync.OpenOptions{Logger: log, Migrate: true, Settings: set})
+	st, err := stack.OpenSync(ctx, e.cfg, stack.SyncOptions{Logger: log, Migrate: true, Settings: set})
 	if err != nil {
 		e.t.Fatal(err)
 	}

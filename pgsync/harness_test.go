@@ -23,6 +23,7 @@ import (
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/pgtest"
 	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/internal/stack"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/pgsync"
 	"github.com/shardis/shardis/rollback"
@@ -50,7 +51,7 @@ func runChild(path string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	st, err := pgsync.Open(ctx, cfg, pgsync.OpenOptions{Logger: log, Migrate: true})
+	st, err := stack.OpenSync(ctx, cfg, stack.SyncOptions{Logger: log, Migrate: true})
 	if err != nil {
 		log.Error("open", "err", err)
 		return 1
@@ -69,7 +70,7 @@ type env struct {
 	srv   map[string]*redistest.Server
 	raw   map[string]*redis.Client
 	cfg   *config.Config
-	stack *rollback.Stack
+	stack *stack.Stack
 	inv   *inventory.Inventory
 	pg    *pgtest.Server
 	pool  *pgxpool.Pool
@@ -126,7 +127,7 @@ sync: {dsn: "` + cfg.Sync.DSN + `", listen: "", poll_interval: 20ms, settle_inte
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
-	e.stack, err = rollback.Open(ctx, e.cfg, rollback.OpenOptions{Logger: quiet(),
+	e.stack, err = stack.Open(ctx, e.cfg, stack.Options{Logger: quiet(),
 		Settings: rollback.Settings{Interval: 100 * time.Millisecond, TrimEvery: 5}})
 	if err != nil {
 		t.Fatal(err)
@@ -156,11 +157,11 @@ func (w tWriter) Write(p []byte) (int, error) {
 
 // syncer opens an in-process sync (schema migrated), started, closed when
 // the test ends.
-func (e *env) syncer(m *pgsync.Metrics) *pgsync.Stack {
+func (e *env) syncer(m *pgsync.Metrics) *stack.Sync {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := pgsync.Open(ctx, e.cfg, pgsync.OpenOptions{Logger: testLog(e.t), Migrate: true,
+	st, err := stack.OpenSync(ctx, e.cfg, stack.SyncOptions{Logger: testLog(e.t), Migrate: true,
 		Settings: pgsync.Settings{Metrics: m}})
 	if err != nil {
 		e.t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardis/shardis/internal/stack"
 	"github.com/shardis/shardis/pgsync"
 )
 
@@ -26,7 +27,7 @@ func TestSyncHungLockHolder(t *testing.T) {
 	// entries to land.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	hung, err := pgsync.Open(ctx, e.cfg, pgsync.OpenOptions{Logger: quiet(), Migrate: true, Settings: set})
+	hung, err := stack.OpenSync(ctx, e.cfg, stack.SyncOptions{Logger: quiet(), Migrate: true, Settings: set})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ type Settings struct {
 	// default: 15s
 	StepTimeout time.Duration
 	// IdleInTransactionTimeout is PostgreSQL's
-	// idle_in_transaction_session_timeout on the sync's sessions ([Open]
+	// idle_in_transaction_session_timeout on the sync's sessions ([Connect]
 	// sets it): the session of a hung instance (stopped, or cut off
 	// mid-transaction) that holds a queue's advisory lock is ended after
 	// this long, which releases the lock to the other instances. No step

@@ -12,6 +12,7 @@ import (
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/rollback"
+	"github.com/shardis/shardis/router"
 )
 
 // exampleNodes returns the YAML of two redis-server nodes, n1 and n2, at
@@ -27,10 +28,11 @@ func exampleNodes() string {
 	return fmt.Sprintf("nodes:\n  n1: {addr: %q}\n  n2: {addr: %q}\n", addrs[0], addrs[1])
 }
 
-// Example embeds the inventory with its reconciler: Open wires the router,
-// the inventory, the deferred-settle queue and the reconciler, as
-// `shardis serve` does. A reservation nobody confirms is returned by the
-// reconciler after its TTL.
+// Example embeds the inventory with its reconciler, wired the way
+// `shardis serve` wires them (internal/stack): a router whose node-up
+// events wake the reconciler, the inventory over it with the
+// deferred-settle queue, and the reconciler. A reservation nobody confirms
+// is returned by the reconciler after its TTL.
 func Example() {
 	yaml := exampleNodes()
 	yaml += `servers:
@@ -45,14 +47,26 @@ inventory:
 		return
 	}
 	ctx := context.Background()
-	st, err := rollback.Open(ctx, cfg, rollback.OpenOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var wake rollback.Waker
+	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(), Logger: log, OnStateChange: wake.OnStateChange})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer st.Close()
+	defer r.Close()
+	queue := rollback.NewQueue()
+	inv, err := inventory.New(r, inventory.Options{Deferrer: queue, Logger: log})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer inv.Close() // after the reconciler's Close, before the router's
+	rec := rollback.New(inv, queue, rollback.Settings{Interval: cfg.Inventory.ReconcileInterval, Logger: log})
+	wake.Set(rec)
+	rec.Start()
+	defer rec.Close()
 
-	inv := st.Inventory
 	if _, err := inv.LoadStock(ctx, "clothes", "tee", 10, 0); err != nil {
 		fmt.Println(err)
 		return

@@ -5,9 +5,9 @@
 // settles); and, as the safety net under everything, it settles each
 // node's pending parts whose deadline has passed by the decision recorded
 // for their order (the [Reconciler]: expiry), setting aside the parts that
-// cannot be settled and retrying them with backoff (stuck parts). [Open]
-// wires it with a router and an inventory the way `shardis serve` runs
-// them. (Reserve itself releases what a failed attempt took before it
+// cannot be settled and retrying them with backoff (stuck parts). Its
+// package Example wires it with a router and an inventory the way
+// `shardis serve` runs them (internal/stack), [Waker] included. (Reserve itself releases what a failed attempt took before it
 // returns; what it could not reach comes here as deferred settles.)
 //
 // The reconciler works nodes concurrently and, across instances, one

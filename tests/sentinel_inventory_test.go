@@ -12,9 +12,9 @@ import (
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/internal/stack"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/node"
-	"github.com/shardis/shardis/rollback"
 )
 
 // invFailover is one run of the inventory over a Sentinel group (node n1,
@@ -23,7 +23,7 @@ import (
 type invFailover struct {
 	t   *testing.T
 	g   *redistest.Group
-	st  *rollback.Stack
+	st  *stack.Stack
 	n1  *node.Node
 	old string // the killed master
 
@@ -62,9 +62,9 @@ func startInvFailover(t *testing.T, durability string) *invFailover {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	logger := slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := rollback.Open(ctx, &cfg, rollback.OpenOptions{Logger: logger})
+	st, err := stack.Open(ctx, &cfg, stack.Options{Logger: logger})
 	if err != nil {
-		t.Fatalf("rollback.Open: %v", err)
+		t.Fatalf("stack.Open: %v", err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	f.st = st
@@ -381,11 +381,11 @@ func TestDurabilityAOFNeedsRedis72(t *testing.T) {
 	cfg := durabilityConfig(t, srv.Addr(), config.DurabilityAOF)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := rollback.Open(ctx, cfg, rollback.OpenOptions{Logger: invDiscard})
+	st, err := stack.Open(ctx, cfg, stack.Options{Logger: invDiscard})
 	if strings.Contains(ver, "redis_version:7.0.") || strings.Contains(ver, "redis_version:6.") {
 		if err == nil {
 			st.Close()
-			t.Fatal("rollback.Open with durability aof over Redis < 7.2: nil error")
+			t.Fatal("stack.Open with durability aof over Redis < 7.2: nil error")
 		}
 		for _, want := range []string{"inventory.durability aof", "WAITAOF", "node n1 runs Redis 7.0"} {
 			if !strings.Contains(err.Error(), want) && !(want == "node n1 runs Redis 7.0" && strings.Contains(err.Error(), "node n1 runs Redis 6.")) {
@@ -395,7 +395,7 @@ func TestDurabilityAOFNeedsRedis72(t *testing.T) {
 		return
 	}
 	if err != nil {
-		t.Fatalf("rollback.Open with durability aof over Redis >= 7.2: %v", err)
+		t.Fatalf("stack.Open with durability aof over Redis >= 7.2: %v", err)
 	}
 	st.Close()
 }
@@ -408,7 +408,7 @@ func TestDurabilityReplicaWithoutReplica(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := rollback.Open(ctx, durabilityConfig(t, srv.Addr(), config.DurabilityReplica), rollback.OpenOptions{Logger: invDiscard})
+	st, err := stack.Open(ctx, durabilityConfig(t, srv.Addr(), config.DurabilityReplica), stack.Options{Logger: invDiscard})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/stack"
 	"github.com/shardis/shardis/pgsync"
 )
 
@@ -89,7 +90,7 @@ func cmdSync(args []string, stdout, stderr io.Writer) error {
 	case "migrate":
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
-		st, err := pgsync.Open(ctx, cfg, pgsync.OpenOptions{Logger: log, Migrate: true})
+		st, err := stack.OpenSync(ctx, cfg, stack.SyncOptions{Logger: log, Migrate: true})
 		if err != nil {
 			return err
 		}
@@ -128,7 +129,7 @@ func runSync(ctx context.Context, cfg *config.Config, log *slog.Logger, migrate 
 		}()
 		log.Info("sync metrics", "addr", ln.Addr().String())
 	}
-	st, err := pgsync.Open(ctx, cfg, pgsync.OpenOptions{Logger: log, Registerer: reg, Migrate: migrate})
+	st, err := stack.OpenSync(ctx, cfg, stack.SyncOptions{Logger: log, Registerer: reg, Migrate: migrate})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while waiting for the database
@@ -164,7 +165,7 @@ func syncHealth(w http.ResponseWriter, s *pgsync.Syncer) {
 
 // syncStatus prints what the sync landed of every node.
 func syncStatus(ctx context.Context, cfg *config.Config, log *slog.Logger, w io.Writer, asJSON, all bool) error {
-	st, err := pgsync.Open(ctx, cfg, pgsync.OpenOptions{Logger: log})
+	st, err := stack.OpenSync(ctx, cfg, stack.SyncOptions{Logger: log})
 	if err != nil {
 		return err
 	}

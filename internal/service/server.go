@@ -21,6 +21,7 @@ import (
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/health"
 	"github.com/shardis/shardis/internal/metrics"
+	"github.com/shardis/shardis/internal/stack"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
 	"github.com/shardis/shardis/rollback"
@@ -54,7 +55,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, 
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, log: log, Metrics: metrics.New(), served: make(chan error, 1)}
-	st, err := rollback.Open(ctx, cfg, rollback.OpenOptions{
+	st, err := stack.Open(ctx, cfg, stack.Options{
 		Logger: log,
 		Router: router.Options{
 			ObserveCommand: s.Metrics.ObserveCommand,

@@ -1,4 +1,13 @@
-package rollback
+// Package stack wires the library's packages into what the commands
+// run: [Open] is the stack of `shardis serve` (router, inventory,
+// deferred-settle queue, reconciler), [OpenSync] the one of `shardis sync`
+// (router, inventory, PostgreSQL pool, syncer). The libraries below it
+// (router, inventory, rollback, pgsync) take their parts as arguments
+// and never read a configuration section that is not theirs; this package
+// is the one place that reads the whole configuration and decides how
+// the parts are put together. An embedding program wires them the same
+// way (rollback's Example shows how).
+package stack
 
 import (
 	"context"
@@ -6,12 +15,12 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync/atomic"
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/health"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/rollback"
 	"github.com/shardis/shardis/router"
 )
 
@@ -22,12 +31,12 @@ import (
 type Stack struct {
 	Router     *router.Router
 	Inventory  *inventory.Inventory
-	Queue      *Queue
-	Reconciler *Reconciler
+	Queue      *rollback.Queue
+	Reconciler *rollback.Reconciler
 }
 
-// OpenOptions configures [Open]. The zero value works.
-type OpenOptions struct {
+// Options configures [Open]. The zero value works.
+type Options struct {
 	// Logger receives the router's, the inventory's, the reconciler's and
 	// go-redis's own log lines.
 	// default: slog.Default()
@@ -40,15 +49,15 @@ type OpenOptions struct {
 	// Settings configures the reconciler; Interval and TrimAge default to
 	// inventory.reconcile_interval and inventory.redo_max_age.
 	// default: from the configuration
-	Settings Settings
+	Settings rollback.Settings
 }
 
 // Open builds and starts a [Stack] from a validated configuration (it
 // needs the inventory section). It returns once every node was probed
 // once or ctx is done; unreachable nodes are DOWN, not an error.
-func Open(ctx context.Context, cfg *config.Config, opts OpenOptions) (*Stack, error) {
+func Open(ctx context.Context, cfg *config.Config, opts Options) (*Stack, error) {
 	if cfg == nil {
-		return nil, errors.New("rollback: nil config")
+		return nil, errors.New("stack: nil config")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -57,7 +66,7 @@ func Open(ctx context.Context, cfg *config.Config, opts OpenOptions) (*Stack, er
 		opts.Logger = slog.Default()
 	}
 	node.RouteRedisLogs(opts.Logger)
-	var rec atomic.Pointer[Reconciler] // set before any node can come back up after Open
+	var wake rollback.Waker
 	ropts := opts.Router
 	ropts.Logger = opts.Logger
 	if !slices.Contains(ropts.KeepData, cfg.Inventory.Server) {
@@ -68,19 +77,17 @@ func Open(ctx context.Context, cfg *config.Config, opts OpenOptions) (*Stack, er
 		if user != nil {
 			user(ev)
 		}
-		if r := rec.Load(); r != nil && ev.Up {
-			r.NodeUp(ev.Target)
-		}
+		wake.OnStateChange(ev)
 	}
 	r, err := router.New(ctx, cfg, ropts)
 	if err != nil {
 		return nil, err
 	}
-	st := &Stack{Router: r, Queue: NewQueue()}
+	st := &Stack{Router: r, Queue: rollback.NewQueue()}
 	st.Inventory, err = inventory.New(r, inventory.Options{Deferrer: st.Queue, Logger: opts.Logger})
 	if err != nil {
 		r.Close()
-		return nil, fmt.Errorf("rollback: %w", err)
+		return nil, fmt.Errorf("stack: %w", err)
 	}
 	set := opts.Settings
 	if set.Interval <= 0 {
@@ -92,8 +99,8 @@ func Open(ctx context.Context, cfg *config.Config, opts OpenOptions) (*Stack, er
 	if set.Logger == nil {
 		set.Logger = opts.Logger
 	}
-	st.Reconciler = New(st.Inventory, st.Queue, set)
-	rec.Store(st.Reconciler)
+	st.Reconciler = rollback.New(st.Inventory, st.Queue, set)
+	wake.Set(st.Reconciler)
 	st.Reconciler.Start()
 	return st, nil
 }

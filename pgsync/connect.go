@@ -1,0 +1,91 @@
+package pgsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Connect opens the PostgreSQL pool a syncer over nodes redis nodes lands
+// through: sessions with idle_in_transaction_session_timeout set to
+// set.IdleInTransactionTimeout, at most two connections per node (4..32).
+// With migrate it brings the schema to [SchemaVersion], else a schema at
+// another version is an error ([ErrSchema]). It waits while the database
+// cannot be reached (logging once to set.Logger, retrying every
+// set.RetryBackoff), so a sync started before PostgreSQL simply starts
+// late; ctx bounds the wait. Credentials refused return [ErrAuth] at
+// once. Unset settings take their defaults, as in [New].
+func Connect(ctx context.Context, dsn string, nodes int, set Settings, migrate bool) (*pgxpool.Pool, error) {
+	set.defaults()
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("sync.dsn: %w", err) // pgx masks the password
+	}
+	// A hung instance's session holding queue locks mid-transaction is
+	// ended by the server (Settings.IdleInTransactionTimeout).
+	pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] =
+		strconv.FormatInt(max(set.IdleInTransactionTimeout.Milliseconds(), 1), 10)
+	// Two workers per node each hold at most one connection at a time;
+	// beyond 32 they take turns rather than crowd the server.
+	pc.MaxConns = int32(max(4, min(32, 2*nodes+2)))
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("pgsync: %w", err)
+	}
+	if err := waitSchema(ctx, pool, migrate, set.Logger, set.RetryBackoff); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+// ErrAuth is wrapped when PostgreSQL refuses sync.dsn's credentials
+// (SQLSTATE 28P01 invalid_password, 28000
+// invalid_authorization_specification): waiting would not help, so
+// [Connect] returns it at once.
+var ErrAuth = errors.New("PostgreSQL refused the credentials of sync.dsn")
+
+// authFailure wraps err in ErrAuth when it is PostgreSQL refusing the
+// credentials; it returns nil otherwise.
+func authFailure(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "28P01" || pe.Code == "28000") {
+		return fmt.Errorf("pgsync: %w: %s (SQLSTATE %s)", ErrAuth, pe.Message, pe.Code)
+	}
+	return nil
+}
+
+// waitSchema migrates or checks the schema, retrying while the database
+// cannot be reached. A schema at the wrong version, or credentials
+// refused, are returned at once.
+func waitSchema(ctx context.Context, pool *pgxpool.Pool, migrate bool, log *slog.Logger, backoff time.Duration) error {
+	for tries := 0; ; tries++ {
+		var err error
+		if migrate {
+			var from, to int
+			if from, to, err = Migrate(ctx, pool); err == nil && from != to {
+				log.Info("sync schema migrated", "from_version", from, "to_version", to)
+			}
+		} else {
+			err = CheckSchema(ctx, pool)
+		}
+		if err == nil || errors.Is(err, ErrSchema) {
+			return err
+		}
+		if aerr := authFailure(err); aerr != nil {
+			return aerr
+		}
+		if tries == 0 {
+			log.Warn("PostgreSQL not reachable: waiting for it", "err", err)
+		}
+		if !sleep(ctx, backoff) {
+			return fmt.Errorf("pgsync: waiting for PostgreSQL: %w (last error: %v)", ctx.Err(), err)
+		}
+	}
+}
