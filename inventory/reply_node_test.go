@@ -35,26 +35,41 @@ func TestScriptFailureTyped(t *testing.T) {
 	}
 }
 
-// TestStuckPartsUnreadableRecord: a set-aside part whose record holds a
-// quantity that is not an integer is a malformed-reply error naming the
-// node, the record and the field, not a part of 0 units.
+// TestStuckPartsUnreadableRecord: a set-aside part whose record cannot
+// be read (a hash-layout quantity that is not an integer; a packed record
+// with more fields than the layout has) is listed with a Problem naming
+// the node, the record and the field, not as a part of 0 units, and the
+// other set-aside parts are listed all the same.
 func TestStuckPartsUnreadableRecord(t *testing.T) {
 	e := newStagedEnv(t)
 	c := e.clients["n1"]
-	id := "o1|t1|0"
-	if err := c.ZAdd(e.ctx, keyStuck, redis.Z{Score: 1, Member: id}).Err(); err != nil {
-		t.Fatal(err)
+	bad, packed, good := "o1|t1|0", "o2|t2|0", "o3|t3|0"
+	for i, id := range []string{bad, packed, good} {
+		if err := c.ZAdd(e.ctx, keyStuck, redis.Z{Score: float64(i + 1), Member: id}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		c.HSet(e.ctx, keyStuckWhy, id, "why")
 	}
-	c.HSet(e.ctx, keyStuckWhy, id, "why")
-	c.HSet(e.ctx, partKey(id), "state", "pending", "order", "o1", "sku", "s", "qty", "many")
+	c.HSet(e.ctx, partKey(bad), "state", "pending", "order", "o1", "sku", "s", "qty", "many")
+	c.Set(e.ctx, partKey(packed), strings.Repeat("\x1f", 40), 0)
+	c.HSet(e.ctx, partKey(good), "state", "pending", "order", "o3", "sku", "s", "qty", "2")
 	got, err := e.inv.StuckParts(e.ctx, "n1", 10)
-	var re *ReplyError
-	if !errors.As(err, &re) || re.Node != "n1" || re.At != "reply[3]" || !strings.Contains(re.Script, partKey(id)) {
-		t.Fatalf("StuckParts = %+v, %v; want a *ReplyError of n1 at reply[3] naming %s", got, err, partKey(id))
+	if err != nil || len(got) != 3 {
+		t.Fatalf("StuckParts = %+v, %v; want 3 parts listed", got, err)
 	}
-	c.HSet(e.ctx, partKey(id), "qty", "3")
+	if p := got[0]; p.PartID != bad || p.OrderID != "o1" || p.Quantity != 0 ||
+		!strings.Contains(p.Problem, "n1") || !strings.Contains(p.Problem, partKey(bad)) || !strings.Contains(p.Problem, "reply[3]") {
+		t.Errorf("unreadable hash record listed as %+v; want a Problem naming n1, %s and reply[3]", p, partKey(bad))
+	}
+	if p := got[1]; p.PartID != packed || !strings.Contains(p.Problem, partKey(packed)) || !strings.Contains(p.Problem, "corrupt") {
+		t.Errorf("corrupt packed record listed as %+v; want a Problem naming %s as corrupt", p, partKey(packed))
+	}
+	if p := got[2]; p.PartID != good || p.Problem != "" || p.Quantity != 2 || p.State != PartPending {
+		t.Errorf("readable record listed as %+v; want o3's pending part of 2 units", p)
+	}
+	c.HSet(e.ctx, partKey(bad), "qty", "3")
 	got, err = e.inv.StuckParts(e.ctx, "n1", 10)
-	if err != nil || len(got) != 1 || got[0].Quantity != 3 || got[0].OrderID != "o1" || got[0].State != PartPending {
+	if err != nil || len(got) != 3 || got[0].Quantity != 3 || got[0].OrderID != "o1" || got[0].State != PartPending || got[0].Problem != "" {
 		t.Fatalf("StuckParts after the repair = %+v, %v; want o1's part of 3 units", got, err)
 	}
 }

@@ -57,6 +57,13 @@ type StuckPart struct {
 	Since time.Time
 	// Reason is the error that set it aside.
 	Reason string
+	// Problem is "" when the part's record was read; otherwise why it
+	// could not be (a corrupt record: the error names the node, the record
+	// and the field), and OrderID, SKU, Quantity and State hold only what
+	// was read before it (State "" then means unknown, not missing). A
+	// part is often set aside because its record is corrupt: it is listed
+	// all the same, as are the others.
+	Problem string
 }
 
 // Unsettleable reports whether err, returned while settling a part, will
@@ -226,29 +233,40 @@ func (inv *Inventory) StuckParts(ctx context.Context, nodeName string, limit int
 			return nil, nodeErr(n, err)
 		}
 		sp.Reason = why[i].Val()
-		fields, err := rec[i].Fields()
-		if err != nil {
-			return nil, nodeErr(n, err)
-		}
-		r := newReplyReader(n.Name(), "read of "+partKey(id))
-		f := make([]any, 4)
-		for j, name := range []string{"state", "order", "sku", "qty"} {
-			if v, ok := fields[name]; ok {
-				f[j] = v
+		if err := readStuckRecord(n, id, rec[i], &sp); err != nil {
+			var re *ReplyError
+			if !errors.Is(err, ErrCorrupt) && !errors.As(err, &re) {
+				return nil, nodeErr(n, err)
 			}
-		}
-		if st := r.optStr(f, 0); st != "" {
-			sp.State = PartState(st)
-		}
-		sp.OrderID = r.optStr(f, 1)
-		sp.SKU = r.optStr(f, 2)
-		sp.Quantity = r.optIntStr(f, 3)
-		if r.err != nil {
-			return nil, r.err
+			sp.Problem = err.Error()
 		}
 		out[i] = sp
 	}
 	return out, nil
+}
+
+// readStuckRecord fills sp's fields from the part record read by rec. A
+// record that cannot be decoded gives an error wrapping ErrCorrupt or a
+// *ReplyError; any other error is the node's.
+func readStuckRecord(n *node.Node, id string, rec *PartRead, sp *StuckPart) error {
+	fields, err := rec.Fields()
+	if err != nil {
+		return err
+	}
+	r := newReplyReader(n.Name(), "read of "+partKey(id))
+	f := make([]any, 4)
+	for j, name := range []string{"state", "order", "sku", "qty"} {
+		if v, ok := fields[name]; ok {
+			f[j] = v
+		}
+	}
+	if st := r.optStr(f, 0); st != "" {
+		sp.State = PartState(st)
+	}
+	sp.OrderID = r.optStr(f, 1)
+	sp.SKU = r.optStr(f, 2)
+	sp.Quantity = r.optIntStr(f, 3)
+	return r.err
 }
 
 // StuckCount returns how many parts are set aside on node.

@@ -67,6 +67,11 @@ func cmdPartsStuck(ctx context.Context, c *client, args []string) error {
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Node, p.PartId, p.OrderId, p.SkuId,
 						p.Quantity, p.State, time.UnixMilli(p.SinceUnixMs).UTC().Format(time.RFC3339), p.Reason)
 				}
+				for _, p := range res.Parts {
+					if p.Problem != "" {
+						fmt.Fprintf(w, "unreadable record of %s on %s: %s\n", p.PartId, p.Node, p.Problem)
+					}
+				}
 			}
 			for _, u := range res.Unreachable {
 				fmt.Fprintf(w, "unreachable: %s\n", u)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 )
 
@@ -52,6 +54,20 @@ func TestClientPartsAndRedoAck(t *testing.T) {
 		`shardis_stuck_parts{node="`+rc.Node+`"} 1`,
 		`shardis_reconciler_parts_total{action="set_aside"} 1`,
 		`shardis_redo_unacked_entries{node="`+rc.Node+`"} 1`)
+
+	// A part whose own record cannot be read is listed all the same, with
+	// what is wrong with it (state "unknown").
+	rec, err := cl.Get(ctx, "inv:part:"+p.PartId).Result()
+	if err != nil {
+		t.Fatalf("the stuck part's packed record: %v", err)
+	}
+	cl.Set(ctx, "inv:part:"+p.PartId, strings.Repeat("\x1f", 40), redis.KeepTTL)
+	if got := okJSON(t, addr, &v1.ListStuckPartsResponse{}, "parts", "stuck").Parts; len(got) != 1 || got[0].State != "unknown" ||
+		!strings.Contains(got[0].Problem, "inv:part:"+p.PartId) {
+		t.Fatalf("stuck parts over a corrupt part record: %v; want the part, state unknown, a problem naming its record", got)
+	}
+	mustContain(t, ok(t, addr, "parts", "stuck"), "unreadable record of "+p.PartId)
+	cl.Set(ctx, "inv:part:"+p.PartId, rec, redis.KeepTTL)
 
 	cl.HSet(ctx, "inv:stock:clothes:cap", "reserved", "1")
 	mustContain(t, ok(t, addr, "parts", "retry", rc.Node, p.PartId), "pending again")

@@ -66,8 +66,12 @@ func (h *Handlers) RetryStuckPart(ctx context.Context, req *connect.Request[v1.R
 func stuckParts(ps []inventory.StuckPart) []*v1.StuckPart {
 	out := make([]*v1.StuckPart, len(ps))
 	for i, p := range ps {
+		state := p.State.String()
+		if p.Problem != "" {
+			state = "unknown"
+		}
 		out[i] = &v1.StuckPart{Node: p.Node, PartId: p.PartID, OrderId: p.OrderID, SkuId: p.SKU,
-			Quantity: p.Quantity, State: p.State.String(), SinceUnixMs: p.Since.UnixMilli(), Reason: p.Reason}
+			Quantity: p.Quantity, State: state, SinceUnixMs: p.Since.UnixMilli(), Reason: p.Reason, Problem: p.Problem}
 	}
 	return out
 }

@@ -1942,11 +1942,16 @@ type StuckPart struct {
 	SkuId   string                 `protobuf:"bytes,4,opt,name=sku_id,json=skuId,proto3" json:"sku_id,omitempty"`
 	// Units the part holds reserved on its node.
 	Quantity int64 `protobuf:"varint,5,opt,name=quantity,proto3" json:"quantity,omitempty"`
-	// The part's state now: "pending" unless its order was settled since, or "missing".
+	// The part's state now: "pending" unless its order was settled since, or "missing";
+	// "unknown" when its record could not be read (see problem).
 	State       string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
 	SinceUnixMs int64  `protobuf:"varint,7,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
 	// The error that set it aside.
-	Reason        string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Empty when the part's record was read; otherwise why it could not be (a corrupt
+	// record: the node, the record and the field), and order_id, sku_id and quantity hold
+	// only what was read before it.
+	Problem       string `protobuf:"bytes,9,opt,name=problem,proto3" json:"problem,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2033,6 +2038,13 @@ func (x *StuckPart) GetSinceUnixMs() int64 {
 func (x *StuckPart) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *StuckPart) GetProblem() string {
+	if x != nil {
+		return x.Problem
 	}
 	return ""
 }
@@ -2440,7 +2452,7 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\facked_offset\x18\x01 \x01(\x03R\vackedOffset\"A\n" +
 	"\x15ListStuckPartsRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\xd8\x01\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\xf2\x01\n" +
 	"\tStuckPart\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
 	"\apart_id\x18\x02 \x01(\tR\x06partId\x12\x19\n" +
@@ -2449,7 +2461,8 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\bquantity\x18\x05 \x01(\x03R\bquantity\x12\x14\n" +
 	"\x05state\x18\x06 \x01(\tR\x05state\x12\"\n" +
 	"\rsince_unix_ms\x18\a \x01(\x03R\vsinceUnixMs\x12\x16\n" +
-	"\x06reason\x18\b \x01(\tR\x06reason\"g\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\x12\x18\n" +
+	"\aproblem\x18\t \x01(\tR\aproblem\"g\n" +
 	"\x16ListStuckPartsResponse\x12+\n" +
 	"\x05parts\x18\x01 \x03(\v2\x15.shardis.v1.StuckPartR\x05parts\x12 \n" +
 	"\vunreachable\x18\x02 \x03(\tR\vunreachable\"D\n" +
