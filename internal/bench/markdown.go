@@ -30,6 +30,9 @@ func Markdown(r *Results) string {
 	if r.Profile != nil {
 		b.WriteString("\n## Reserve path: CPU profile\n\n" + profileSection(r))
 	}
+	if m := r.Memory; m != nil && len(m.Layouts) > 0 {
+		b.WriteString("\n## Record layouts, measured\n\n" + LayoutsTable(m.Layouts))
+	}
 	b.WriteString(reproduce)
 	return b.String()
 }

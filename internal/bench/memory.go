@@ -51,6 +51,9 @@ type MemoryResult struct {
 	// divides by Pending).
 	Families []FamilyBytes
 	Pending  int // pending orders on the nodes when the families were read
+	// Layouts is what one record costs in each candidate structure, on
+	// one node (layouts.go): the yardstick for a cheaper layout.
+	Layouts []LayoutBytes `json:",omitempty"`
 }
 
 // FamilyBytes is what one key family holds on the nodes.
@@ -129,6 +132,9 @@ func RunMemory(ctx context.Context, c *Cluster, progress func(string)) (*MemoryR
 	}
 	progress(fmt.Sprintf("memory: %d pending 1-item orders took %d bytes on the nodes (%.0f per order): %s",
 		out.Orders, out.Bytes, out.PerOrder(), out.Breakdown()))
+	if out.Layouts, err = RunLayouts(ctx, c.Admin[0], progress); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

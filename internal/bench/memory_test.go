@@ -29,6 +29,10 @@ func TestMemorySummaryKey(t *testing.T) {
 			t.Errorf("targets table lacks %q:\n%s", want, table)
 		}
 	}
+	m.Layouts = []LayoutBytes{{Layout: "an index entry: one sorted set", Bytes: 126.4}}
+	if md := Markdown(r); !strings.Contains(md, "## Record layouts, measured") || !strings.Contains(md, "| an index entry: one sorted set | 126 |") {
+		t.Errorf("report lacks the layouts table:\n%s", md)
+	}
 	m.Bytes = 3000 * 480
 	if s := Summarize(r); !s.Targets["reserve_bytes_per_order_1item<=500"] {
 		t.Errorf("480 B per order: target not met")
