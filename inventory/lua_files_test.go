@@ -2,32 +2,47 @@ package inventory
 
 import (
 	"io/fs"
+	"slices"
 	"strings"
 	"testing"
 )
 
 // Every file of lua/ is part of some script (no file left behind when a
-// script goes), and the Go constants whose values the Lua spells out
-// itself are spelled the same in both.
+// script goes; of the prelude library's files, every definition: no
+// helper left behind when its last user goes), and the Go constants
+// whose values the Lua spells out itself are spelled the same in both.
 func TestLuaFiles(t *testing.T) {
 	names, err := fs.Glob(luaFS, "lua/*.lua")
 	if err != nil || len(names) == 0 {
 		t.Fatalf("lua/*.lua: %v, %d files", err, len(names))
 	}
-	for _, name := range names {
-		text := luaFile(strings.TrimPrefix(name, "lua/"))
-		used := false
+	inScript := func(text string) bool {
 		for _, s := range scripts {
 			if strings.Contains(s.src, text) {
-				used = true
-				break
+				return true
 			}
 		}
 		for _, src := range bareSources {
-			used = used || strings.Contains(src, text)
+			if strings.Contains(src, text) {
+				return true
+			}
 		}
-		if !used {
+		return false
+	}
+	for _, name := range names {
+		file := strings.TrimPrefix(name, "lua/")
+		if slices.Contains(luaLibFiles, file) {
+			continue // its definitions, below
+		}
+		text := luaFile(file)
+		// an epilogue is in a script whole, or without its flush line
+		if !inScript(text) && !inScript(strings.Replace(text, flushLine, "\n", 1)) {
 			t.Errorf("%s is in no script", name)
+		}
+	}
+	for _, d := range preludeLib.defs {
+		if !inScript(d.text) {
+			t.Errorf("%s of lua/%s is in no script", d.names[0], d.file)
 		}
 	}
 	for file, want := range map[string][]string{
