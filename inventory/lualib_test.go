@@ -68,7 +68,7 @@ func TestPreludePerScript(t *testing.T) {
 	}{
 		{settleScript, []string{"part_get", "part_put", "int", "nowS"}, []string{"pack_parts", "zadd_later", "stock_get", "flush", "zchecked"}, false},
 		{reserveScript, []string{"part_get", "part_put", "zadd_later", "stock_set", "next_offset", "flush"}, []string{"pack_parts"}, true},
-		{localScript, []string{"pack_parts", "part_put", "flush"}, []string{"part_get", "part_deref"}, true},
+		{localScript, []string{"pack_parts", "part_put", "flush"}, []string{"part_get", "part_lit"}, true},
 		{orderScript, []string{"now", "nowS"}, []string{"part_get", "flush", "zchecked"}, false},
 		{limitTodoScript, nil, []string{"now", "I", "int", "part_get"}, false},
 	} {
