@@ -127,6 +127,7 @@ return 1`)
 	type sum struct{ calls, usec int64 }
 	per := map[string]*sum{}
 	var evalshaUsec, evalshaCalls, slowUsec int64
+	inner := map[string]*sum{} // commandstats of every command, the scripts' own calls included
 	for _, c := range clients {
 		if err := c.ConfigSet(ctx, "slowlog-log-slower-than", "-1").Err(); err != nil {
 			t.Fatal(err)
@@ -157,21 +158,31 @@ return 1`)
 			t.Fatal(err)
 		}
 		for _, line := range strings.Split(info, "\r\n") {
-			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
-				var calls, usec int64
-				for _, kv := range strings.Split(rest, ",") {
-					k, v, _ := strings.Cut(kv, "=")
-					n, _ := strconv.ParseInt(v, 10, 64)
-					switch k {
-					case "calls":
-						calls = n
-					case "usec":
-						usec = n
-					}
+			cmd, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+			if !ok || !strings.HasPrefix(line, "cmdstat_") {
+				continue
+			}
+			var calls, usec int64
+			for _, kv := range strings.Split(rest, ",") {
+				k, v, _ := strings.Cut(kv, "=")
+				n, _ := strconv.ParseInt(v, 10, 64)
+				switch k {
+				case "calls":
+					calls = n
+				case "usec":
+					usec = n
 				}
+			}
+			if cmd == "evalsha" {
 				evalshaCalls += calls
 				evalshaUsec += usec
+				continue
 			}
+			if inner[cmd] == nil {
+				inner[cmd] = &sum{}
+			}
+			inner[cmd].calls += calls
+			inner[cmd].usec += usec
 		}
 	}
 	keys := make([]string, 0, len(per))
@@ -187,5 +198,15 @@ return 1`)
 	}
 	fmt.Fprintf(&b, "commandstats evalsha: %d calls, %.2f usec_per_call (the slow log: %.2f)\n", evalshaCalls,
 		float64(evalshaUsec)/float64(max(evalshaCalls, 1)), float64(slowUsec)/float64(max(evalshaCalls, 1)))
+	fmt.Fprintf(&b, "the commands, the scripts' own calls included:\n")
+	keys = keys[:0]
+	for k := range inner {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return inner[keys[i]].usec > inner[keys[j]].usec })
+	for _, k := range keys {
+		s := inner[k]
+		fmt.Fprintf(&b, "  %-20s %8d %14.2f\n", k, s.calls, float64(s.usec)/float64(s.calls))
+	}
 	t.Log("\n" + b.String())
 }
