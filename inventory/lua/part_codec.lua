@@ -78,15 +78,16 @@ local function part_get(key)
   if offset == '' then offset = nil end
   if deadline == '' then deadline = nil end
   if at == '' then at = nil end
-  if settled_at == '' then settled_at = nil end
-  if tombstone == '' then tombstone = nil end
-  if held == '' then held = nil end
-  if moved == '' then moved = nil end
-  if stuck_since == '' then stuck_since = nil end
-  if stuck_tries == '' then stuck_tries = nil end
-  return {state = state, kind = kind, qty = qty, offset = offset, redo = redo, counter = counter, sku = sku, item = item,
-    order = order, token = token, deadline = deadline, at = at, settled_at = settled_at, tombstone = tombstone,
-    held = held, moved = moved, stuck_since = stuck_since, stuck_tries = stuck_tries}
+  -- sized for the fields of a pending part: the others are rarer
+  local t = {state = state, kind = kind, qty = qty, offset = offset, redo = redo, counter = counter, sku = sku,
+    item = item, order = order, token = token, deadline = deadline, at = at}
+  if settled_at ~= '' then t.settled_at = settled_at end
+  if tombstone ~= '' then t.tombstone = tombstone end
+  if held ~= '' then t.held = held end
+  if moved ~= '' then t.moved = moved end
+  if stuck_since ~= '' then t.stuck_since = stuck_since end
+  if stuck_tries ~= '' then t.stuck_tries = stuck_tries end
+  return t
 end
 -- A field's value as part_put writes it: a number as an integer, "" for
 -- none.
