@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,7 +27,8 @@ import (
 // command logged by the slow log (threshold 0), and prints per script the
 // calls and the mean µs per call (the duration Redis also adds to INFO
 // commandstats' usec_per_call; the slow log tells the scripts apart, which
-// commandstats, one EVALSHA line, does not). Two reference scripts run
+// commandstats, one EVALSHA line, does not) and the median (less moved by
+// a loaded machine's preemptions), then every command's commandstats. Two reference scripts run
 // beside them: one that does nothing and one that does only the stamp
 // check (HMGET + TIME). It is a measure, not a check: it runs only with
 // SHARDIS_LUACPU=<orders> (e.g. 3000), e.g.
@@ -124,7 +126,10 @@ return 1`)
 	for _, s := range scripts {
 		names[s.s.Hash()] = s.name
 	}
-	type sum struct{ calls, usec int64 }
+	type sum struct {
+		calls, usec int64
+		each        []int64 // µs of each call (the slow log's)
+	}
 	per := map[string]*sum{}
 	var evalshaUsec, evalshaCalls, slowUsec int64
 	inner := map[string]*sum{} // commandstats of every command, the scripts' own calls included
@@ -151,6 +156,7 @@ return 1`)
 			}
 			s.calls++
 			s.usec += l.Duration.Microseconds()
+			s.each = append(s.each, l.Duration.Microseconds())
 			slowUsec += l.Duration.Microseconds()
 		}
 		info, err := c.Info(ctx, "commandstats").Result()
@@ -191,10 +197,11 @@ return 1`)
 	}
 	sort.Strings(keys)
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d orders in %v\n%-22s %8s %14s\n", orders, elapsed.Round(time.Millisecond), "script", "calls", "usec_per_call")
+	fmt.Fprintf(&b, "%d orders in %v\n%-22s %8s %14s %8s\n", orders, elapsed.Round(time.Millisecond), "script", "calls", "usec_per_call", "median")
 	for _, k := range keys {
 		s := per[k]
-		fmt.Fprintf(&b, "%-22s %8d %14.2f\n", k, s.calls, float64(s.usec)/float64(s.calls))
+		slices.Sort(s.each)
+		fmt.Fprintf(&b, "%-22s %8d %14.2f %8d\n", k, s.calls, float64(s.usec)/float64(s.calls), s.each[len(s.each)/2])
 	}
 	fmt.Fprintf(&b, "commandstats evalsha: %d calls, %.2f usec_per_call (the slow log: %.2f)\n", evalshaCalls,
 		float64(evalshaUsec)/float64(max(evalshaCalls, 1)), float64(slowUsec)/float64(max(evalshaCalls, 1)))

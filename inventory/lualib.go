@@ -46,7 +46,10 @@ import (
 // time).
 
 // luaLibFiles are the files of the prelude library, in the order their
-// definitions appear in a script.
+// definitions appear in a script. A file joins the prelude by being
+// listed here (after the files whose definitions it uses); its text
+// follows the rule above, which newLuaLib checks as the package
+// initialises.
 var luaLibFiles = []string{"prelude.lua", "part_codec.lua"}
 
 // stampLua is what every script starts with: the node's identity and
