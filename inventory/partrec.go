@@ -41,8 +41,8 @@ import (
 // order's memory (`reserve_bytes_per_order_1item`,
 // internal/bench/memory.go); the packed string takes 136 (the measure,
 // whose slope spreads by about 100 bytes between runs, went from 752–778
-// to 574–685 bytes per order). The Lua codec (partCodecLua, in every
-// script's prelude) and the Go one (packPart, unpackPartValue) are the two
+// to 574–685 bytes per order). The Lua codec (partCodecLua, in the
+// prelude of every script that reads or writes a part) and the Go one (packPart, unpackPartValue) are the two
 // definitions and are tested against each other (partrec_test.go).
 //
 // What it costs: node CPU. Encoding and decoding in Lua is string work
