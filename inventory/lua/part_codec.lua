@@ -11,15 +11,15 @@
 -- joins the fields with one concatenation, each field named in the
 -- packed layout's order (partFields): the locals of part_get's
 -- `local state, kind, …` line and the operands of part_put's join.
-local PSC, PSD = {pending = 'p', confirmed = 'c', cancelled = 'x'}, {p = 'pending', c = 'confirmed', x = 'cancelled'}
+local PSC = {pending = 'p', confirmed = 'c', cancelled = 'x'}
+local PSD = {p = 'pending', c = 'confirmed', x = 'cancelled'}
 local PFX_STOCK, PFX_QUOTA, PFX_REDO = 'inv:stock:', 'inv:quota:', 'inv:redo:'
 -- 18 fields, each followed by a separator: a record less its empty
 -- trailing fields, padded with PPAD, matches PPAT; the fields after the
--- 18th (none are written) are left unread
+-- 18th (none are written) are left unread. (One literal: Lua 5.1 would
+-- join the pieces of a split one on every call.)
 local PPAD = '\031\031\031\031\031\031\031\031\031\031\031\031\031\031\031\031\031\031'
-local PPAT = '^([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031' ..
-  '([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031' ..
-  '([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031'
+local PPAT = '^([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031'
 -- the SKU a stock key names (what follows the route), or nil
 local function stock_key_sku(counter)
   if counter and string.sub(counter, 1, #PFX_STOCK) == PFX_STOCK then
