@@ -19,11 +19,13 @@ import (
 //
 // The Lua itself is in lua/, one file per script, named as the Go variable
 // that declares it (reserveScript: lua/reserve.lua), embedded at build
-// time: lua/prelude.lua, the epilogues (lua/epilogue_*.lua), and the
-// snippets some scripts begin with (lua/lib_*.lua; each script's
-// declaration lists them). A script's source is prelude + snippets + body
-// + epilogue, and its doc comment in Go states its keys, arguments and
-// reply.
+// time: the stamp check (lua/stamp.lua), the prelude library
+// (lua/prelude.lua and the part codec, lualib.go), the epilogues
+// (lua/epilogue_*.lua), and the snippets some scripts begin with
+// (lua/lib_*.lua; each script's declaration lists them). A script's
+// source is the stamp check + the library's definitions it uses
+// (lualib.go) + snippets + body + epilogue, and its doc comment in Go
+// states its keys, arguments and reply.
 //
 // Every script is called with KEYS[1] = the node's stamp hash
 // (node.StampKey) and three header arguments:
@@ -34,15 +36,16 @@ import (
 //	        topology.go): it must equal the stamp hash's `epoch` field, or
 //	        the script refuses with SHARDIS_EPOCH before reading anything
 //	        else;
-//	ARGV[3] the part key prefix (partKey("")), which the prelude names
+//	ARGV[3] the part key prefix (partKey("")), which the stamp check names
 //	        `partPrefix`.
 //
 // A script's own keys start at KEYS[2] and its own arguments at ARGV[4].
 // Every key a script touches is in KEYS, but for one kind: a part whose
 // id the script itself reads from an index (the pending index, a redo
 // queue) is named partPrefix .. id, so the key format still has its one
-// definition in keys.go. The prelude defines `now` (the node's clock,
-// ms) and `nowS` (the same as a string), `partPrefix`, `int(v, what)` (a
+// definition in keys.go. The stamp check defines `partPrefix`; the
+// prelude library (a script carries what it uses) `now` (the node's clock,
+// ms) and `nowS` (the same as a string), `int(v, what)` (a
 // strict integer parse returning n, or nil and an error reply) and `I(n)`
 // (an integer as a command argument: the hot scripts pass integers to
 // redis.call as strings, which Redis 7.0 would otherwise format with
@@ -73,7 +76,8 @@ import (
 // the script changed nothing.
 
 // luaFS holds the Lua of every inventory script, one file per script in
-// lua/ (its name the script's), plus the prelude, the epilogues and the
+// lua/ (its name the script's), plus the stamp check, the prelude
+// library, the epilogues and the
 // lib_*.lua snippets that some scripts start with (their declarations
 // say which).
 //
@@ -91,16 +95,12 @@ func luaFile(name string) string {
 	return string(b)
 }
 
-// prelude is what every script starts with: lua/prelude.lua, the part
-// record codec (lua/part_codec.lua, partrec.go), then the opening line of
-// the function whose inside a script's body is (an epilogue closes it).
-var prelude = luaFile("prelude.lua") + partCodecLua + "\nlocal function body(KEYS, ARGV)\n"
-
 var epilogueRead = luaFile("epilogue_read.lua")
 
 var epilogueWrite = luaFile("epilogue_write.lua")
 
-// luaScript is one inventory script: its body wrapped in the prelude.
+// luaScript is one inventory script: its body wrapped in the stamp check
+// and the prelude it uses (lualib.go).
 type luaScript struct {
 	name  string
 	write bool
@@ -137,10 +137,11 @@ func newReleaseScript(name, body string) *luaScript {
 }
 
 func newScriptMem(name string, mem memRule, body string) *luaScript {
-	src := prelude + body + epilogueRead
+	epilogue := epilogueRead
 	if mem != memRead {
-		src = prelude + body + epilogueWrite
+		epilogue = epilogueWrite
 	}
+	src := mustScript(name, body, epilogue)
 	return register(&luaScript{name: name, write: mem != memRead, mem: mem, src: src, s: redis.NewScript(mem.shebang() + src)})
 }
 
@@ -156,10 +157,11 @@ func newGroupedReleaseScript(name, body string) *luaScript {
 }
 
 func newGroupedScriptMem(name string, mem memRule, body string) *luaScript {
-	src := prelude + body + groupEpilogue + groupEpilogueRead
+	epilogue := groupEpilogue + groupEpilogueRead
 	if mem != memRead {
-		src = prelude + body + groupEpilogue + groupEpilogueWrite
+		epilogue = groupEpilogue + groupEpilogueWrite
 	}
+	src := mustScript(name, body, epilogue)
 	return register(&luaScript{name: name, write: mem != memRead, mem: mem, group: true, src: src, s: redis.NewScript(mem.shebang() + src)})
 }
 
@@ -172,6 +174,9 @@ var bareSources = map[string]string{}
 // [Inventory.run] (the topology scripts and limit-set: their declarations
 // say why); src starts with lua/lib_identity.lua's node identity check.
 func newBareScript(name, src string) *redis.Script {
+	if err := checkLuaNames(src); err != nil {
+		panic("inventory: script " + name + ": " + err.Error())
+	}
 	bareSources[name] = src
 	return redis.NewScript(src)
 }

@@ -2,32 +2,47 @@ package inventory
 
 import (
 	"io/fs"
+	"slices"
 	"strings"
 	"testing"
 )
 
 // Every file of lua/ is part of some script (no file left behind when a
-// script goes), and the Go constants whose values the Lua spells out
-// itself are spelled the same in both.
+// script goes; of the prelude library's files, every definition: no
+// helper left behind when its last user goes), and the Go constants
+// whose values the Lua spells out itself are spelled the same in both.
 func TestLuaFiles(t *testing.T) {
 	names, err := fs.Glob(luaFS, "lua/*.lua")
 	if err != nil || len(names) == 0 {
 		t.Fatalf("lua/*.lua: %v, %d files", err, len(names))
 	}
-	for _, name := range names {
-		text := luaFile(strings.TrimPrefix(name, "lua/"))
-		used := false
+	inScript := func(text string) bool {
 		for _, s := range scripts {
 			if strings.Contains(s.src, text) {
-				used = true
-				break
+				return true
 			}
 		}
 		for _, src := range bareSources {
-			used = used || strings.Contains(src, text)
+			if strings.Contains(src, text) {
+				return true
+			}
 		}
-		if !used {
+		return false
+	}
+	for _, name := range names {
+		file := strings.TrimPrefix(name, "lua/")
+		if slices.Contains(luaLibFiles, file) {
+			continue // its definitions, below
+		}
+		text := luaFile(file)
+		// an epilogue is in a script whole, or without its flush line
+		if !inScript(text) && !inScript(strings.Replace(text, flushLine, "\n", 1)) {
 			t.Errorf("%s is in no script", name)
+		}
+	}
+	for _, d := range preludeLib.defs {
+		if !inScript(d.text) {
+			t.Errorf("%s of lua/%s is in no script", d.names[0], d.file)
 		}
 	}
 	for file, want := range map[string][]string{
@@ -46,18 +61,46 @@ func TestLuaFiles(t *testing.T) {
 }
 
 // lua/part_codec.lua spells the Go constants it shares with the Go codec
-// (partrec.go) as Go does: the field order, the state codes, the key
-// prefixes, the separator.
+// (partrec.go) as Go does: the field order (part_get's locals, in the
+// order its pattern cuts them out, one capture per field; the operands
+// of part_put's join), the state codes, the key prefixes, the separator.
 func TestPartCodecLuaSpellsGoConstants(t *testing.T) {
-	want := []string{"local PF = {'" + strings.Join(partFields[:], "', '") + "'}",
-		"'" + stockKeyPrefix + "'", "'" + quotaKeyPrefix + "'", "'" + redoLogKeyPrefix + "'", "'\\031'"}
+	flat := strings.Join(strings.Fields(partCodecLua), " ")
+	sep := `\031`
+	want := []string{"local " + strings.Join(partFields[:], ", ") + " = string.match(v .. PPAD, PPAT)",
+		"local PPAD = '" + strings.Repeat(sep, len(partFields)) + "'",
+		"'" + stockKeyPrefix + "'", "'" + quotaKeyPrefix + "'", "'" + redoLogKeyPrefix + "'", "'" + sep + "'"}
 	for st, code := range partStateCodes {
 		want = append(want, st+" = '"+code+"'", code+" = '"+st+"'")
 	}
 	for _, w := range want {
-		if !strings.Contains(partCodecLua, w) {
+		if !strings.Contains(flat, w) {
 			t.Errorf("lua/part_codec.lua does not spell %q as the Go constants do", w)
 		}
+	}
+	if n := strings.Count(partCodecLua, "([^"+sep+"]*)"+sep); n != len(partFields) {
+		t.Errorf("PPAT cuts %d fields, want %d", n, len(partFields))
+	}
+	// part_put's join: from "local s = " to the end of the if that adds
+	// the fields after AT; its operands name the fields in order
+	join, _, _ := strings.Cut(partCodecLua[strings.Index(partCodecLua, "local s = "):], "\n  end\n")
+	isField := map[string]bool{}
+	for _, f := range partFields {
+		isField[f] = true
+	}
+	var order []string
+	for _, line := range strings.Split(join, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "if ") {
+			continue // the condition, not the join
+		}
+		for _, tok := range luaTokens(line) {
+			if tok.kind == 'n' && isField[tok.s] {
+				order = append(order, tok.s)
+			}
+		}
+	}
+	if !slices.Equal(order, partFields[:]) {
+		t.Errorf("part_put joins %v, want the fields of partFields in order %v", order, partFields)
 	}
 	if partUS != "\x1f" {
 		t.Errorf("the packed part's separator changed in Go (%q): lua/part_codec.lua writes \\031", partUS)

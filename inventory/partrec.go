@@ -41,22 +41,25 @@ import (
 // order's memory (`reserve_bytes_per_order_1item`,
 // internal/bench/memory.go); the packed string takes 136 (the measure,
 // whose slope spreads by about 100 bytes between runs, went from 752–778
-// to 574–685 bytes per order). The Lua codec (partCodecLua, in every
-// script's prelude) and the Go one (packPart, unpackPartValue) are the two
+// to 574–685 bytes per order). The Lua codec (partCodecLua, in the
+// prelude of every script that reads or writes a part) and the Go one (packPart, unpackPartValue) are the two
 // definitions and are tested against each other (partrec_test.go).
 //
 // What it costs: node CPU. Encoding and decoding in Lua is string work
-// that HSET and HMGET did in C: in one script on Redis 7.0 here, a
-// part_put of a 12-field stock part took about 6–9 µs more than the HSET
-// it replaces and a part_get of it about 7–9 µs more than a plain GET
-// (commandstats usec_per_call over 20 000 calls each, next to a script
-// that does nothing). A reserve writes each part once (its part_get of a
-// new part finds no key: a GET); a settle reads and writes it. That is a
-// share of why the full bench's inventory rows fell against their floors
-// after this change (3-item 0.482 → 0.423, hot SKU with minted ids 0.388
-// → 0.346, on a machine that was slower that run: the library's own CPU
-// per order 28.1 µs against 20.1 µs); a codec that decodes only the
-// fields a script reads is the next step.
+// that HSET and HMGET did in C: in one script on Redis 7.0 here, the
+// first codec's part_put of a 12-field stock part took about 6–9 µs more
+// than the HSET it replaced and a part_get about 7–9 µs more than a plain
+// GET (commandstats usec_per_call over 20 000 calls each, next to a script
+// that does nothing), a share of why the full bench's inventory rows fell
+// against their floors after this change (3-item 0.482 → 0.423, hot SKU
+// with minted ids 0.388 → 0.346). The codec now cuts a record with one
+// string.match and builds it with one concatenation (lua/part_codec.lua
+// says how); measured in a loop inside one script (the least of 30
+// batches of 500, on a loaded machine), part_put went from 4.5 to 2.6 µs
+// (a SET alone: 0.4) and part_get from 4.9 to 3.2 µs (a GET alone: 0.3).
+// What is left is mostly the one match (1.2 µs: a string per field) and
+// the table (0.4 µs); a settle reads and writes each part, a reserve only
+// writes it (its part_get of a new part finds no key: a GET).
 //
 // Hash layout: what the releases before wrote, one hash field per field,
 // as the names of partFields. The rule that keeps every interleaving safe

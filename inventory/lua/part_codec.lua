@@ -4,96 +4,139 @@
 -- part_put(key, t, ttl) (the packed layout; the TTL kept when ttl is nil,
 -- else set to ttl seconds, as EXPIRE would). Numbers in t are written as
 -- integers.
-
-local PF = {'state', 'kind', 'qty', 'offset', 'redo', 'counter', 'sku', 'item', 'order', 'token', 'deadline', 'at', 'settled_at', 'tombstone', 'held', 'moved', 'stuck_since', 'stuck_tries'}
-local PSC, PSD = {pending = 'p', confirmed = 'c', cancelled = 'x'}, {p = 'pending', c = 'confirmed', x = 'cancelled'}
+--
+-- Written for the node's CPU (every reserve and settle runs it): one
+-- string.match cuts a record into its fields (PPAT, after PPAD makes sure
+-- all of them are there), one constructor builds the table, and part_put
+-- joins the fields with one concatenation, each field named in the
+-- packed layout's order (partFields): the locals of part_get's
+-- `local state, kind, …` line and the operands of part_put's join.
+local PSC = {pending = 'p', confirmed = 'c', cancelled = 'x'}
+local PSD = {p = 'pending', c = 'confirmed', x = 'cancelled'}
 local PFX_STOCK, PFX_QUOTA, PFX_REDO = 'inv:stock:', 'inv:quota:', 'inv:redo:'
-local function cut_prefix(v, pre)
-  if string.sub(v, 1, #pre) == pre then return string.sub(v, #pre + 1) end
-end
+-- 18 fields, each followed by a separator: a record less its empty
+-- trailing fields, padded with PPAD, matches PPAT; the fields after the
+-- 18th (none are written) are left unread. (One literal: Lua 5.1 would
+-- join the pieces of a split one on every call.)
+local PPAD = '\031\031\031\031\031\031\031\031\031\031\031\031\031\031\031\031\031\031'
+local PPAT = '^([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031'
 -- the SKU a stock key names (what follows the route), or nil
 local function stock_key_sku(counter)
-  local rest = counter and cut_prefix(counter, PFX_STOCK)
-  local j = rest and string.find(rest, ':', 1, true)
-  if j then return string.sub(rest, j + 1) end
+  if counter and string.sub(counter, 1, #PFX_STOCK) == PFX_STOCK then
+    local j = string.find(counter, ':', #PFX_STOCK + 1, true)
+    if j then return string.sub(counter, j + 1) end
+  end
 end
-local function part_ref(name, v, id, t)
-  if name == 'state' then
-    if PSC[v] then return PSC[v] end
-  elseif name == 'redo' then
-    local q = cut_prefix(v, PFX_REDO)
-    if q and q ~= '' and string.sub(q, 1, 1) ~= '=' then return q end
-  elseif name == 'counter' then
-    local r = cut_prefix(v, PFX_STOCK)
-    if r then return 's' .. r end
-    r = cut_prefix(v, PFX_QUOTA)
-    if r then return 'q' .. r end
-  elseif name == 'sku' then
-    if stock_key_sku(t.counter) == v then return '^' end
-  elseif name == 'item' then
-    if string.sub(id, -#v - 1) == '|' .. v and not string.find(v, '|', 1, true) then return '^' end
-  elseif name == 'order' then
-    if string.sub(id, 1, #v) == v then return I(#v) end
-  elseif name == 'token' then
-    local b = #(t.order or '') + 2
-    if string.sub(id, b, b + #v - 1) == v then return I(#v) end
-  else
-    return v
-  end
-  return '=' .. v
-end
-local function part_deref(name, r, id, t)
-  if name == 'state' or name == 'redo' or name == 'counter' or name == 'sku' or name == 'item' or
-     name == 'order' or name == 'token' then
-    if string.sub(r, 1, 1) == '=' then return string.sub(r, 2) end
-  else
-    return r
-  end
-  if name == 'state' then return PSD[r]
-  elseif name == 'redo' then return PFX_REDO .. r
-  elseif name == 'counter' then
-    local k = string.sub(r, 1, 1)
-    if k == 's' then return PFX_STOCK .. string.sub(r, 2) elseif k == 'q' then return PFX_QUOTA .. string.sub(r, 2) end
-  elseif name == 'sku' then return stock_key_sku(t.counter)
-  elseif name == 'item' then return string.match(id, '[^|]*$')
-  elseif name == 'order' then return string.sub(id, 1, tonumber(r))
-  elseif name == 'token' then
-    local b = #(t.order or '') + 2
-    return string.sub(id, b, b + tonumber(r) - 1)
-  end
+-- A field's stored form r, "" for an absent one: nil, the literal after
+-- "=", or false for a reference (the caller decodes it).
+local function part_lit(r)
+  if r == '' then return nil end
+  if string.byte(r) == 61 then return string.sub(r, 2) end
+  return false
 end
 local function part_get(key)
   local v = redis.pcall('GET', key)
   if not v then return nil end
-  local t = {}
   if type(v) == 'table' then
     -- WRONGTYPE: a record in the hash layout of the releases before
+    local t = {}
     local h = redis.call('HGETALL', key)
     for i = 1, #h, 2 do t[h[i]] = h[i + 1] end
     return t
   end
-  local id, pos = string.sub(key, #partPrefix + 1), 1
-  for _, name in ipairs(PF) do
-    if pos > #v + 1 then break end
-    local j = string.find(v, '\031', pos, true)
-    local r = string.sub(v, pos, (j or #v + 1) - 1)
-    pos = (j or #v + 1) + 1
-    if r ~= '' then t[name] = part_deref(name, r, id, t) end
+  local state, kind, qty, offset, redo, counter, sku, item, order, token, deadline, at, settled_at, tombstone, held,
+    moved, stuck_since, stuck_tries = string.match(v .. PPAD, PPAT)
+  local id = string.sub(key, #partPrefix + 1)
+  local x = part_lit(state)
+  if x == false then state = PSD[state] else state = x end
+  x = part_lit(redo)
+  if x == false then redo = PFX_REDO .. redo else redo = x end
+  x = part_lit(counter)
+  if x == false then
+    local k = string.sub(counter, 1, 1)
+    if k == 's' then counter = PFX_STOCK .. string.sub(counter, 2)
+    elseif k == 'q' then counter = PFX_QUOTA .. string.sub(counter, 2)
+    else counter = nil end
+  else
+    counter = x
   end
+  x = part_lit(sku)
+  if x == false then sku = stock_key_sku(counter) else sku = x end
+  x = part_lit(item)
+  if x == false then item = string.match(id, '^.*|(.*)$') or id else item = x end
+  x = part_lit(order)
+  if x == false then order = string.sub(id, 1, tonumber(order)) else order = x end
+  x = part_lit(token)
+  if x == false then
+    local b = #(order or '') + 2
+    token = string.sub(id, b, b + tonumber(token) - 1)
+  else
+    token = x
+  end
+  if kind == '' then kind = nil end
+  if qty == '' then qty = nil end
+  if offset == '' then offset = nil end
+  if deadline == '' then deadline = nil end
+  if at == '' then at = nil end
+  -- sized for the fields of a pending part: the others are rarer
+  local t = {state = state, kind = kind, qty = qty, offset = offset, redo = redo, counter = counter, sku = sku,
+    item = item, order = order, token = token, deadline = deadline, at = at}
+  if settled_at ~= '' then t.settled_at = settled_at end
+  if tombstone ~= '' then t.tombstone = tombstone end
+  if held ~= '' then t.held = held end
+  if moved ~= '' then t.moved = moved end
+  if stuck_since ~= '' then t.stuck_since = stuck_since end
+  if stuck_tries ~= '' then t.stuck_tries = stuck_tries end
   return t
 end
+-- A field's value as part_put writes it: a number as an integer, "" for
+-- none.
+local function part_val(v)
+  if type(v) == 'number' then return I(v) end
+  return v or ''
+end
 local function part_put(key, t, ttl)
-  local id, out, last = string.sub(key, #partPrefix + 1), {}, 0
-  for i, name in ipairs(PF) do
-    local v = t[name]
-    if type(v) == 'number' then v = I(v) end
-    if v and v ~= '' then
-      out[i], last = part_ref(name, v, id, t), i
-    else
-      out[i] = ''
-    end
+  local id = string.sub(key, #partPrefix + 1)
+  local state, redo, counter, sku, item, order, token =
+    part_val(t.state), part_val(t.redo), part_val(t.counter), part_val(t.sku), part_val(t.item), part_val(t.order),
+    part_val(t.token)
+  if state ~= '' then state = PSC[state] or '=' .. state end
+  if redo ~= '' then
+    local q = string.sub(redo, #PFX_REDO + 1)
+    if string.sub(redo, 1, #PFX_REDO) ~= PFX_REDO or q == '' or string.byte(q) == 61 then q = '=' .. redo end
+    redo = q
   end
-  local s = table.concat(out, '\031', 1, last)
+  if counter ~= '' then
+    if string.sub(counter, 1, #PFX_STOCK) == PFX_STOCK then counter = 's' .. string.sub(counter, #PFX_STOCK + 1)
+    elseif string.sub(counter, 1, #PFX_QUOTA) == PFX_QUOTA then counter = 'q' .. string.sub(counter, #PFX_QUOTA + 1)
+    else counter = '=' .. counter end
+  end
+  if sku ~= '' then
+    if stock_key_sku(t.counter) == sku then sku = '^' else sku = '=' .. sku end
+  end
+  if item ~= '' then
+    if string.sub(id, -#item - 1) == '|' .. item and not string.find(item, '|', 1, true) then item = '^' else item = '=' .. item end
+  end
+  if token ~= '' then
+    local b = #(t.order or '') + 2
+    if string.sub(id, b, b + #token - 1) == token then token = I(#token) else token = '=' .. token end
+  end
+  if order ~= '' then
+    if string.sub(id, 1, #order) == order then order = I(#order) else order = '=' .. order end
+  end
+  local settled_at, tombstone, held, moved, stuck_since, stuck_tries = t.settled_at, t.tombstone, t.held, t.moved,
+    t.stuck_since, t.stuck_tries
+  local s = state .. '\031' .. part_val(t.kind) .. '\031' .. part_val(t.qty) .. '\031' .. part_val(t.offset) .. '\031' ..
+    redo .. '\031' .. counter .. '\031' .. sku .. '\031' .. item .. '\031' .. order .. '\031' .. token .. '\031' ..
+    part_val(t.deadline) .. '\031' .. part_val(t.at)
+  if settled_at or tombstone or held or moved or stuck_since or stuck_tries then
+    s = s .. '\031' .. part_val(settled_at) .. '\031' .. part_val(tombstone) .. '\031' .. part_val(held) .. '\031' ..
+      part_val(moved) .. '\031' .. part_val(stuck_since) .. '\031' .. part_val(stuck_tries)
+  end
+  -- less the empty trailing fields
+  local e = #s
+  while string.byte(s, e) == 31 do e = e - 1 end
+  if e < #s then s = string.sub(s, 1, e) end
   if ttl and ttl > 0 then
     redis.call('SET', key, s, 'EX', I(ttl))
   else

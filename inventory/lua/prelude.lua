@@ -1,19 +1,15 @@
+-- The prelude library: the definitions a script may use (lua.go). A
+-- script carries only those it mentions and what they use (lualib.go: a
+-- definition starts at a column-0 line "local …", with the comment lines
+-- right above it), so each is cheap to leave out.
 
-local meta = redis.call('HMGET', KEYS[1], 'name', 'epoch', 'seq')
-if meta[1] ~= ARGV[1] then
-  return redis.error_reply('SHARDIS_IDENTITY node stamp is ' .. tostring(meta[1]) .. ', expected ' .. ARGV[1])
-end
-if (meta[2] or '') ~= ARGV[2] then
-  return redis.error_reply('SHARDIS_EPOCH node ' .. ARGV[1] .. ' is at topology ' .. tostring(meta[2] or 'none') ..
-    ', the caller at ' .. ARGV[2])
-end
-local partPrefix = ARGV[3]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- An integer as a command argument: Redis 7.0 formats a Lua number
 -- argument with printf's "%.17g" (slow), string.format('%d') is an
 -- integer conversion; both give the same digits below 2^53.
 local function I(n) return string.format('%d', n) end
+-- The node's clock (ms): one TIME call, in the scripts that read it.
+local now = redis.call('TIME')
+now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local nowS = I(now)
 local function int(v, what)
   if v == false or v == nil then return 0 end
@@ -42,8 +38,16 @@ end
 -- flush sends the deferred writes. The epilogues call it after the calls,
 -- whatever they returned: a call that raised keeps its earlier writes, as
 -- a lone script that raises does.
-local zchecked, zqueued, zkeys, stocks, offchecked = {}, {}, {}, {}, {}
-local sdirty, skeys, offval, odirty, okeys = {}, {}, {}, {}, {}
+--
+-- Each helper's tables are their own definition, so a script pays for
+-- those of the helpers it uses; flush (and the epilogue's call of it) is
+-- in a script only when it uses zadd_later, stock_set or next_offset.
+local zchecked = {}
+local zqueued, zkeys = {}, {}
+local stocks = {}
+local sdirty, skeys = {}, {}
+local offchecked, offval = {}, {}
+local odirty, okeys = {}, {}
 local function zset_ok(key)
   if not zchecked[key] then
     redis.call('ZCARD', key)

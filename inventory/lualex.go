@@ -1,0 +1,229 @@
+package inventory
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// A small Lua 5.1 lexer, enough to tell which names a script's source
+// mentions (lualib.go): names, keywords and punctuation; strings, numbers
+// and comments skipped.
+
+// luaTok is one token of Lua source.
+type luaTok struct {
+	s     string
+	kind  byte // 'n' a name or keyword, 'p' punctuation, 'v' a string or number
+	field bool // a name right after '.' or ':': a field or method, not a variable
+	key   bool // a name right before '=' directly inside a table constructor: a key
+}
+
+// name reports whether t is a name that may be a variable's.
+func (t luaTok) name() bool { return t.kind == 'n' && !luaKeywords[t.s] }
+
+var luaKeywords = map[string]bool{"and": true, "break": true, "do": true, "else": true, "elseif": true, "end": true,
+	"false": true, "for": true, "function": true, "if": true, "in": true, "local": true, "nil": true, "not": true,
+	"or": true, "repeat": true, "return": true, "then": true, "true": true, "until": true, "while": true}
+
+// luaGlobals are the globals a script on Redis 7.0 may read (its Lua
+// 5.1 libraries and Redis's own).
+var luaGlobals = map[string]bool{"redis": true, "string": true, "table": true, "math": true, "tonumber": true,
+	"tostring": true, "type": true, "pairs": true, "ipairs": true, "unpack": true, "pcall": true, "error": true,
+	"select": true, "next": true, "assert": true, "setmetatable": true, "getmetatable": true, "rawget": true,
+	"rawset": true, "rawequal": true, "cjson": true, "bit": true, "struct": true, "cmsgpack": true,
+	"KEYS": true, "ARGV": true}
+
+func isLuaNameStart(c byte) bool { return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+func isLuaNameByte(c byte) bool { return isLuaNameStart(c) || c >= '0' && c <= '9' }
+
+// luaLongBracket returns the length of the long bracket opening at src[i:]
+// ("[[", "[=[", …; 0 if none) and its level.
+func luaLongBracket(src string, i int) (n, level int) {
+	if i >= len(src) || src[i] != '[' {
+		return 0, 0
+	}
+	j := i + 1
+	for j < len(src) && src[j] == '=' {
+		j++
+	}
+	if j < len(src) && src[j] == '[' {
+		return j - i + 1, j - i - 1
+	}
+	return 0, 0
+}
+
+// luaSkipLong returns the index after the long bracket of level closing
+// after src[i:].
+func luaSkipLong(src string, i, level int) int {
+	end := "]" + strings.Repeat("=", level) + "]"
+	if k := strings.Index(src[i:], end); k >= 0 {
+		return i + k + len(end)
+	}
+	return len(src)
+}
+
+var luaPunct3 = []string{"..."}
+var luaPunct2 = []string{"..", "==", "~=", "<=", ">="}
+
+// luaTokens splits src into tokens.
+func luaTokens(src string) []luaTok {
+	var out []luaTok
+	var open []byte // the brackets open at this point
+	i := 0
+	if strings.HasPrefix(src, "#!") { // a Redis 7 shebang line (oom.go)
+		i = len(src)
+		if k := strings.IndexByte(src, '\n'); k >= 0 {
+			i = k + 1
+		}
+	}
+	for i < len(src) {
+		c := src[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			i++
+		case strings.HasPrefix(src[i:], "--"):
+			if n, level := luaLongBracket(src, i+2); n > 0 {
+				i = luaSkipLong(src, i+2+n, level)
+			} else if k := strings.IndexByte(src[i:], '\n'); k >= 0 {
+				i += k + 1
+			} else {
+				i = len(src)
+			}
+		case c == '\'' || c == '"':
+			j := i + 1
+			for j < len(src) && src[j] != c && src[j] != '\n' {
+				if src[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			out = append(out, luaTok{s: src[i:min(j+1, len(src))], kind: 'v'})
+			i = j + 1
+		case c >= '0' && c <= '9' || c == '.' && i+1 < len(src) && src[i+1] >= '0' && src[i+1] <= '9':
+			j := i + 1
+			for j < len(src) && (isLuaNameByte(src[j]) || src[j] == '.') {
+				j++
+			}
+			out = append(out, luaTok{s: src[i:j], kind: 'v'})
+			i = j
+		case isLuaNameStart(c):
+			j := i + 1
+			for j < len(src) && isLuaNameByte(src[j]) {
+				j++
+			}
+			t := luaTok{s: src[i:j], kind: 'n'}
+			if n := len(out); n > 0 && (out[n-1].s == "." || out[n-1].s == ":") {
+				t.field = true
+			}
+			out = append(out, t)
+			i = j
+		default:
+			if n, level := luaLongBracket(src, i); n > 0 {
+				j := luaSkipLong(src, i+n, level)
+				out = append(out, luaTok{s: src[i:j], kind: 'v'})
+				i = j
+				continue
+			}
+			p := src[i : i+1]
+			for _, m := range append(luaPunct3, luaPunct2...) {
+				if strings.HasPrefix(src[i:], m) {
+					p = m
+					break
+				}
+			}
+			switch p {
+			case "(", "[", "{":
+				open = append(open, p[0])
+			case ")", "]", "}":
+				if len(open) > 0 {
+					open = open[:len(open)-1]
+				}
+			case "=":
+				if n := len(out); n > 0 && len(open) > 0 && open[len(open)-1] == '{' && out[n-1].kind == 'n' {
+					out[n-1].key = true
+				}
+			}
+			out = append(out, luaTok{s: p, kind: 'p'})
+			i += len(p)
+		}
+	}
+	return out
+}
+
+// luaRefs is the names src mentions as variables (not fields, not table
+// keys, not keywords), each once, in order.
+func luaRefs(src string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, t := range luaTokens(src) {
+		if t.name() && !t.field && !t.key && !seen[t.s] {
+			seen[t.s] = true
+			out = append(out, t.s)
+		}
+	}
+	return out
+}
+
+// luaDeclared is every name src declares somewhere: locals, function
+// names and parameters (self for a method), for variables.
+func luaDeclared(toks []luaTok) map[string]bool {
+	decl := map[string]bool{}
+	names := func(i int) { // a name list from toks[i]
+		for ; i < len(toks) && toks[i].name(); i += 2 {
+			decl[toks[i].s] = true
+			if i+1 >= len(toks) || toks[i+1].s != "," {
+				return
+			}
+		}
+	}
+	for i, t := range toks {
+		switch t.s {
+		case "local":
+			if i+1 < len(toks) && toks[i+1].s == "function" {
+				continue // the function case declares it
+			}
+			names(i + 1)
+		case "for":
+			names(i + 1)
+		case "function":
+			j := i + 1
+			if j < len(toks) && toks[j].name() {
+				if i > 0 && toks[i-1].s == "local" {
+					decl[toks[j].s] = true
+				}
+				for j < len(toks) && toks[j].s != "(" {
+					if toks[j].s == ":" {
+						decl["self"] = true
+					}
+					j++
+				}
+			}
+			if j < len(toks) && toks[j].s == "(" {
+				names(j + 1)
+			}
+		}
+	}
+	return decl
+}
+
+// checkLuaNames fails, naming them, when src mentions a name that it does
+// not declare and that is no global of Redis's Lua (luaGlobals): a helper
+// missing from its prelude, or a misspelt one.
+func checkLuaNames(src string) error {
+	toks := luaTokens(src)
+	decl := luaDeclared(toks)
+	var missing []string
+	seen := map[string]bool{}
+	for _, t := range toks {
+		if t.name() && !t.field && !t.key && !decl[t.s] && !luaGlobals[t.s] && !seen[t.s] {
+			seen[t.s] = true
+			missing = append(missing, t.s)
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return fmt.Errorf("uses %s, which neither the script nor its prelude defines (nor is it a global of Redis's Lua)", strings.Join(missing, ", "))
+	}
+	return nil
+}
