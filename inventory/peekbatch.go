@@ -35,7 +35,7 @@ const peekName = "peek"
 // it), then per stock hash its available, reserved and limit fields (the
 // field's string, or the integer 0 when the field is absent) and 1 or 0
 // for whether its loaded field exists.
-var peekScript = newBareScript(peekName, memRead.shebang()+identityLua+luaFile("peek.lua"))
+var peekScript = newBareScript(peekName, memRead.shebang()+identityLua+orderHeadLua+luaFile("peek.lua"))
 
 // peekReq is one order's reads on one node, queued or under way.
 type peekReq struct {
