@@ -202,3 +202,29 @@ func TestOrderCodecRejectsMalformed(t *testing.T) {
 		}
 	}
 }
+
+// orderFieldsOn reads order id's record on c in either layout
+// (ReadOrder); no fields when it has none.
+func orderFieldsOn(t testing.TB, ctx context.Context, c redis.Cmdable, id string) map[string]string {
+	t.Helper()
+	f, err := ReadOrder(ctx, c, id).Fields()
+	if err != nil {
+		t.Fatalf("order %s: %v", id, err)
+	}
+	return f
+}
+
+// setOrderFields changes fields of order id's packed record on c (its TTL
+// kept): "" removes one.
+func setOrderFields(t testing.TB, ctx context.Context, c redis.Cmdable, id string, ch map[string]string) {
+	t.Helper()
+	f := orderFieldsOn(t, ctx, c, id)
+	maps.Copy(f, ch)
+	v, err := packOrder(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetArgs(ctx, orderKey(id), v, redis.SetArgs{KeepTTL: true}).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
