@@ -5,58 +5,72 @@
 -- order_head(key); and writes one with order_put(key, t, ttl) (the packed
 -- layout; the TTL kept when ttl is nil, else set to ttl seconds, as EXPIRE
 -- would; it returns the value written). order_unpack(v) decodes a packed
--- value. Numbers in t are written as integers.
+-- value. Numbers in t are written as integers. The fields are spelled
+-- out, not looped over a table of names: a table built in the prelude
+-- would cost every call of every script.
 
-local OF = {'token', 'created', 'deadline', 'digest', 'parts', 'user', 'lease', 'reserved_at', 'reason', 'decided_at', 'moved'}
-local OSC = {reserving = 'b', staging = 's', reserved = 'r', confirmed = 'c', cancelled = 'x', failed = 'f'}
-local OREL = {deadline = true, lease = true, reserved_at = true, decided_at = true}
--- the integer v holds when it is written canonically with at most 15
--- digits (so every sum and difference of two is exact in a Lua number)
+-- the integer string v holds when it is written canonically with at most
+-- 15 digits (so every sum and difference of two is exact in a Lua
+-- number), else nil
 local function order_int(v)
-  if v == '0' then return 0 end
-  local d = string.match(v, '^%-?([1-9]%d*)$')
-  if d and #d <= 15 then return tonumber(v) end
+  local n = tonumber(v)
+  if n and n > -1e15 and n < 1e15 and string.format('%d', n) == v then return n end
 end
 local function order_corrupt(v, why)
-  error({err = 'SHARDIS_CORRUPT order record ' .. string.format('%q', v) .. ': ' .. why})
+  return error({err = 'SHARDIS_CORRUPT order record ' .. string.format('%q', v) .. ': ' .. why})
+end
+-- a field of t as a string ('' for none)
+local function order_s(v)
+  if type(v) == 'number' then return I(v) end
+  return v or ''
+end
+-- the stored form of time field v, created the number of the record's
+-- created field (nil when it has none)
+local function order_rel(v, created)
+  if type(v) == 'number' then
+    if created and v > -1e15 and v < 1e15 and v == math.floor(v) then return I(v - created) end
+    v = I(v)
+  end
+  if not v or v == '' then return '' end
+  local n = created and order_int(v)
+  if n then return I(n - created) end
+  return '=' .. v
+end
+local function order_unrel(v, r, created, name)
+  if r == '' then return nil end
+  if string.byte(r, 1) == 61 then return string.sub(r, 2) end
+  local d = order_int(r)
+  if not (d and created) then order_corrupt(v, name .. ' is no offset from created') end
+  return I(created + d)
 end
 local function order_unpack(v)
-  local t, c = {}, string.sub(v, 1, 1)
-  local pos = 2
-  t.status = OSD[c]
-  if not t.status then
-    if c ~= '=' and c ~= '+' then order_corrupt(v, 'no status code') end
+  local b = string.byte(v, 1) or 0
+  local st, pos = order_status(b), 2
+  if not st then
+    if b ~= 61 and b ~= 43 then order_corrupt(v, 'no status code') end
     local j = string.find(v, '\029', 2, true) or #v + 1
-    local st = string.sub(v, 2, j - 1)
-    if st ~= '' then t.status = st end
-    pos = j + 1
+    st, pos = string.sub(v, 2, j - 1), j + 1
+    if st == '' then st = nil end
   end
-  local created
-  for _, name in ipairs(OF) do
-    if pos > #v + 1 then break end
-    local j = string.find(v, '\029', pos, true)
-    j = j or #v + 1
-    local r = string.sub(v, pos, j - 1)
-    pos = j + 1
-    if r ~= '' then
-      if name == 'created' then
-        created = order_int(r)
-      elseif OREL[name] then
-        if string.sub(r, 1, 1) == '=' then
-          r = string.sub(r, 2)
-        else
-          local d = order_int(r)
-          if not (d and created) then order_corrupt(v, name .. ' is no offset from created') end
-          r = I(created + d)
-        end
-      elseif name == 'parts' then
-        local b = string.byte(r, 1)
-        if b == 30 then r = '~' .. (t.token or '') .. r
-        elseif r == '~' then r = '~' .. (t.token or '')
-        elseif b == 61 then r = string.sub(r, 2) end
-      end
-      t[name] = r
-    end
+  local a, n = {}, 0
+  for f in string.gmatch(string.sub(v, pos) .. '\029', '([^\029]*)\029') do
+    n = n + 1
+    a[n] = f
+  end
+  for i = n + 1, 11 do a[i] = '' end
+  local t = {status = st}
+  local function s(x) if x ~= '' then return x end end
+  t.token, t.created, t.digest, t.user, t.reason, t.moved = s(a[1]), s(a[2]), s(a[4]), s(a[6]), s(a[9]), s(a[11])
+  local created = order_int(a[2])
+  t.deadline, t.lease = order_unrel(v, a[3], created, 'deadline'), order_unrel(v, a[7], created, 'lease')
+  t.reserved_at, t.decided_at = order_unrel(v, a[8], created, 'reserved_at'), order_unrel(v, a[10], created, 'decided_at')
+  local p = a[5]
+  if p ~= '' then
+    local pb = string.byte(p, 1)
+    if pb == 30 then p = '~' .. a[1] .. p
+    elseif p == '~' then p = '~' .. a[1]
+    elseif pb == 61 then p = string.sub(p, 2) end
+    t.parts = p
   end
   return t
 end
@@ -73,39 +87,30 @@ local function order_get(key)
   return order_unpack(v)
 end
 local function order_put(key, t, ttl)
-  local st, moved = t.status or '', t.moved
-  moved = moved ~= nil and moved ~= ''
-  local head = OSC[st]
+  local st, moved, tok, cr = order_s(t.status), order_s(t.moved), order_s(t.token), order_s(t.created)
+  local head
+  if st == 'reserved' then head = 'r' elseif st == 'staging' then head = 's' elseif st == 'confirmed' then head = 'c'
+  elseif st == 'cancelled' then head = 'x' elseif st == 'failed' then head = 'f' elseif st == 'reserving' then head = 'b' end
   if head then
-    if moved then head = string.upper(head) end
+    if moved ~= '' then head = string.upper(head) end
   else
-    head = (moved and '+' or '=') .. st .. '\029'
+    head = (moved ~= '' and '+' or '=') .. st .. '\029'
   end
-  local out, last, created = {}, 0, nil
-  for i, name in ipairs(OF) do
-    local v = t[name]
-    if type(v) == 'number' then v = I(v) end
-    if v and v ~= '' then
-      if name == 'created' then
-        created = order_int(v)
-      elseif OREL[name] then
-        local n = created and order_int(v)
-        if n then v = I(n - created) else v = '=' .. v end
-      elseif name == 'parts' then
-        local pre = '~' .. (t.token or '')
-        local rest = string.sub(v, #pre + 1)
-        if string.sub(v, 1, #pre) == pre and (rest == '' or string.byte(rest, 1) == 30) then
-          if rest == '' then v = '~' else v = rest end
-        elseif v == '~' or string.byte(v, 1) == 30 or string.byte(v, 1) == 61 then
-          v = '=' .. v
-        end
-      end
-      out[i], last = v, i
-    else
-      out[i] = ''
+  local created = cr ~= '' and order_int(cr) or nil
+  local p = order_s(t.parts)
+  if p ~= '' then
+    local pre = '~' .. tok
+    if string.sub(p, 1, #pre) == pre and (#p == #pre or string.byte(p, #pre + 1) == 30) then
+      if #p == #pre then p = '~' else p = string.sub(p, #pre + 1) end
+    elseif p == '~' or string.byte(p, 1) == 30 or string.byte(p, 1) == 61 then
+      p = '=' .. p
     end
   end
-  local s = head .. table.concat(out, '\029', 1, last)
+  local a = {tok, cr, order_rel(t.deadline, created), order_s(t.digest), p, order_s(t.user),
+    order_rel(t.lease, created), order_rel(t.reserved_at, created), order_s(t.reason), order_rel(t.decided_at, created), moved}
+  local n = 11
+  while n > 0 and a[n] == '' do n = n - 1 end
+  local s = head .. table.concat(a, '\029', 1, n)
   if ttl and ttl > 0 then
     redis.call('SET', key, s, 'EX', I(ttl))
   else

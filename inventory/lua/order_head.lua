@@ -3,9 +3,15 @@
 -- record has none), whether it carries a moved mark, and its token (nil
 -- when none), read from the first bytes of a packed record, no decode (or
 -- with HMGET from a record in the hash layout of the releases before).
--- Part of the prelude (lua/order_codec.lua) and of peekScript.
-local OSD = {b = 'reserving', s = 'staging', r = 'reserved', c = 'confirmed', x = 'cancelled', f = 'failed',
-  B = 'reserving', S = 'staging', R = 'reserved', C = 'confirmed', X = 'cancelled', F = 'failed'}
+-- order_status(b) is the status whose code is byte b (either case), nil
+-- for none. Part of the prelude (lua/order_codec.lua) and of peekScript;
+-- no table is built here, so a script that does not use them pays next
+-- to nothing for their definitions.
+local function order_status(b)
+  if b >= 97 then b = b - 32 end
+  if b == 82 then return 'reserved' elseif b == 83 then return 'staging' elseif b == 67 then return 'confirmed'
+  elseif b == 88 then return 'cancelled' elseif b == 70 then return 'failed' elseif b == 66 then return 'reserving' end
+end
 local function order_head(key)
   local v = redis.pcall('GET', key)
   if not v then return nil, false, nil end
@@ -14,13 +20,12 @@ local function order_head(key)
     local f = redis.call('HMGET', key, 'status', 'moved', 'token')
     return f[1] or nil, f[2] ~= false, f[3] or nil
   end
-  local c = string.sub(v, 1, 1)
-  local st, pos = OSD[c], 2
+  local b = string.byte(v, 1) or 0
+  local st, pos = order_status(b), 2
   if not st then
-    if c ~= '=' and c ~= '+' then
-      error({err = 'SHARDIS_CORRUPT order record ' .. key .. ' holds no status code'})
+    if b ~= 61 and b ~= 43 then -- '=', '+': a status of no code, literal up to the first GS
+      return error({err = 'SHARDIS_CORRUPT order record ' .. key .. ' holds no status code'})
     end
-    -- '=' or '+': a status of no code, literal up to the first GS
     local j = string.find(v, '\029', 2, true) or #v + 1
     st, pos = string.sub(v, 2, j - 1), j + 1
     if st == '' then st = nil end
@@ -28,5 +33,5 @@ local function order_head(key)
   local j = string.find(v, '\029', pos, true) or #v + 1
   local tok = string.sub(v, pos, j - 1)
   if tok == '' then tok = nil end
-  return st, c == '+' or (c >= 'A' and c <= 'Z'), tok
+  return st, b == 43 or (b >= 65 and b <= 90), tok
 end
