@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -226,5 +227,21 @@ func setOrderFields(t testing.TB, ctx context.Context, c redis.Cmdable, id strin
 	}
 	if err := c.SetArgs(ctx, orderKey(id), v, redis.SetArgs{KeepTTL: true}).Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// lua/order_codec.lua and lua/order_head.lua spell the status codes and
+// the separator as the Go codec does (orderStatusCodes, orderGS).
+func TestOrderCodecLuaSpellsGoConstants(t *testing.T) {
+	for st, c := range orderStatusCodes {
+		for _, w := range []string{"st == '" + st + "' then head = '" + string(c) + "'",
+			"b == " + strconv.Itoa(int(c-'a'+'A')) + " then return '" + st + "'"} {
+			if !strings.Contains(orderCodecLua, w) {
+				t.Errorf("the order codec's Lua does not spell %q as the Go constants do", w)
+			}
+		}
+	}
+	if orderGS != "\x1d" || strings.Count(orderCodecLua, "'\\029'") < 4 {
+		t.Errorf("the packed order record's separator changed in Go (%q): the Lua writes \\029", orderGS)
 	}
 }

@@ -233,9 +233,10 @@ func TestScriptsRegistered(t *testing.T) {
 }
 
 var (
-	hsetRE = regexp.MustCompile(`(?i)redis\.call\(\s*['"]h(m)?set['"]|\bpart_put\(`)
-	// part_put and a record table's state field (partWrites)
-	partPutRE  = regexp.MustCompile(`\bpart_put\(`)
+	hsetRE = regexp.MustCompile(`(?i)redis\.call\(\s*['"]h(m)?set['"]|\bpart_put\(|\border_put\(|\border_set\(`)
+	// part_put, order_put (the table its second argument), order.lua's
+	// order_set (its first) and a record table's state field (partWrites)
+	partPutRE  = regexp.MustCompile(`\b(part_put|order_put|order_set)\(`)
 	fieldSetRE = regexp.MustCompile(`\.(state) = ([^\n]+)`)
 	luaFunc    = regexp.MustCompile(`local function (\w+)\(([^)]*)\)`)
 	luaStr     = regexp.MustCompile(`^'([^'\\]*)'$|^"([^"\\]*)"$`)
@@ -276,10 +277,11 @@ func statusWrites(t *testing.T, name, src string) []statusWrite {
 	return append(out, partWrites(t, name, src)...)
 }
 
-// partWrites is statusWrites for the part record codec (partrec.go): the
-// state a part_put call's table constructor writes ({state = <word>, …}),
-// and each assignment to a record table's state field (rec.state =
-// <word>) that a part_put writes later.
+// partWrites is statusWrites for the record codecs (partrec.go,
+// orderrec.go): the state or status a part_put, order_put or order_set
+// call's table constructor writes ({state = <word>, …}), and each
+// assignment to a record table's state field (rec.state = <word>) that a
+// part_put writes later.
 func partWrites(t *testing.T, name, src string) []statusWrite {
 	t.Helper()
 	var out []statusWrite
@@ -298,12 +300,16 @@ func partWrites(t *testing.T, name, src string) []statusWrite {
 			continue
 		}
 		args := luaArgs(src, loc[1])
-		if len(args) < 2 || !strings.HasPrefix(args[1], "{") {
+		tab := 1
+		if strings.HasPrefix(src[loc[0]:], "order_set(") {
+			tab = 0
+		}
+		if len(args) <= tab || !strings.HasPrefix(args[tab], "{") {
 			continue
 		}
-		for _, entry := range luaArgs(args[1], 1) {
-			if field, expr, ok := strings.Cut(entry, "="); ok && strings.TrimSpace(field) == "state" {
-				add(loc[0], "state", expr)
+		for _, entry := range luaArgs(args[tab], 1) {
+			if field, expr, ok := strings.Cut(entry, "="); ok && (strings.TrimSpace(field) == "state" || strings.TrimSpace(field) == "status") {
+				add(loc[0], strings.TrimSpace(field), expr)
 			}
 		}
 	}

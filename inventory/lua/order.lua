@@ -12,13 +12,13 @@ local lease = tonumber(f.lease) or 0
 local function record(st, why)
   return {st, cur, deadline, parts, why or reason, math.max(lease - now, 0)}
 end
--- set changes fields of the record read (f) and writes it whole (order_put)
-local function set(ch, ttl)
+-- order_set changes fields of the record read (f) and writes it whole (order_put)
+local function order_set(ch, ttl)
   for k, v in pairs(ch) do f[k] = v end
   order_put(key, f, ttl)
 end
 local function final(st, why, retention)
-  set({status = st, reason = why, decided_at = now}, retention)
+  order_set({status = st, reason = why, decided_at = now}, retention)
   status, reason = st, why
 end
 if status == 'staging' and op ~= 'commit' and op ~= 'fail' and op ~= 'withdraw' then
@@ -40,18 +40,18 @@ if op == 'begin' then
   deadline = now + tonumber(ARGV[9])
   lease = now + tonumber(ARGV[6])
   f = {}
-  set({status = 'reserving', token = token, lease = lease, digest = ARGV[7], user = ARGV[8], deadline = deadline,
+  order_set({status = 'reserving', token = token, lease = lease, digest = ARGV[7], user = ARGV[8], deadline = deadline,
     created = now}, tonumber(ARGV[10]))
   cur, parts, reason = token, '', ''
   return record('begin')
 elseif op == 'commit' then
   if (status ~= 'reserving' and status ~= 'staging') or cur ~= token then return record('lost', tostring(status)) end
-  set({status = 'reserved', parts = ARGV[6], reserved_at = nowS}, tonumber(ARGV[7]))
+  order_set({status = 'reserved', parts = ARGV[6], reserved_at = nowS}, tonumber(ARGV[7]))
   parts = '' -- the caller has them: do not send them back
   return record('reserved')
 elseif op == 'fail' then
   if (status == 'reserving' or status == 'staging') and cur == token then
-    set({status = 'failed', decided_at = now})
+    order_set({status = 'failed', decided_at = now})
     return record('failed')
   end
   return record(status or 'missing')
@@ -67,7 +67,7 @@ if op == 'confirm' then
   if not status then return record('missing') end
   if status == 'reserving' and lease <= now then
     -- the attempt died without committing: it failed
-    set({status = 'failed', decided_at = now})
+    order_set({status = 'failed', decided_at = now})
     return record('failed')
   end
   if status == 'reserved' then
@@ -76,7 +76,7 @@ if op == 'confirm' then
   return record(status)
 elseif op == 'cancel' then
   if not status then
-    set({status = 'cancelled', reason = 'tombstone', decided_at = now}, retention)
+    order_set({status = 'cancelled', reason = 'tombstone', decided_at = now}, retention)
     return record('cancelled', 'tombstone')
   end
   if status == 'reserved' or status == 'reserving' or status == 'failed' then
@@ -88,14 +88,14 @@ elseif op == 'expire' then
     -- A part of attempt token is due and its order has no record: the
     -- attempt's stage or begin never landed. Record its failure, so a stale
     -- copy arriving later cannot stage it (staged.go).
-    set({status = 'failed', token = token, reason = 'no record', decided_at = now}, retention)
+    order_set({status = 'failed', token = token, reason = 'no record', decided_at = now}, retention)
     cur, reason = token, 'no record'
     return record('failed')
   end
   if status == 'reserved' and now >= deadline then
     final('cancelled', 'expired', retention)
   elseif status == 'reserving' and lease <= now then
-    set({status = 'failed', decided_at = now})
+    order_set({status = 'failed', decided_at = now})
     status = 'failed'
   end
   return record(status or 'missing')
