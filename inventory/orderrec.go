@@ -199,69 +199,78 @@ func orderInt(v string) (int64, bool) {
 // layout's names; an absent field is not in the map). The error wraps
 // [ErrCorrupt] and names the field.
 func unpackOrderValue(v string) (map[string]string, error) {
-	if v == "" {
-		return nil, fmt.Errorf("%w: an empty value, no status code", ErrCorrupt)
+	st, mark, rest, err := unpackOrderHead(v)
+	if err != nil {
+		return nil, err
 	}
 	f := map[string]string{}
-	rest, mark := v[1:], false
-	switch c := v[0]; {
-	case c == '=' || c == '+':
-		st, after, _ := strings.Cut(rest, orderGS)
-		if st != "" {
-			f["status"] = st
-		}
-		rest, mark = after, c == '+'
-	case c >= 'A' && c <= 'Z':
-		c += 'a' - 'A'
-		mark = true
-		fallthrough
-	default:
-		for s, code := range orderStatusCodes {
-			if code == c {
-				f["status"] = s
-			}
-		}
-		if f["status"] == "" {
-			return nil, fmt.Errorf("%w: status code %q", ErrCorrupt, v[:1])
-		}
+	if st != "" {
+		f["status"] = st
 	}
 	raw := strings.Split(rest, orderGS)
 	if len(raw) > len(orderFields) {
 		return nil, fmt.Errorf("%w: %d fields after the status, at most %d", ErrCorrupt, len(raw), len(orderFields))
 	}
-	created, createdOK := int64(0), false
 	for i, r := range raw {
 		if r == "" {
 			continue
 		}
-		name := orderFields[i]
-		switch {
-		case name == "created":
-			created, createdOK = orderInt(r)
-		case orderRelFields[name]:
-			if lit, ok := strings.CutPrefix(r, "="); ok {
-				r = lit
-				break
-			}
-			d, ok := orderInt(r)
-			if !ok || !createdOK {
-				return nil, fmt.Errorf("%w: %s %q is no offset from created %q", ErrCorrupt, name, r, f["created"])
-			}
-			r = strconv.FormatInt(created+d, 10)
-		case name == "parts":
-			switch {
-			case strings.HasPrefix(r, partsRS) || r == partsLayout2:
-				r = partsLayout2 + f["token"] + strings.TrimPrefix(r, partsLayout2)
-			case strings.HasPrefix(r, "="):
-				r = r[1:]
-			}
+		if f[orderFields[i]], err = orderDeref(orderFields[i], r, f); err != nil {
+			return nil, err
 		}
-		f[name] = r
 	}
 	if mark != (f["moved"] != "") {
 		return nil, fmt.Errorf("%w: the status code's moved mark (%v) and the moved field %q disagree", ErrCorrupt, mark, f["moved"])
 	}
 	return f, nil
+}
+
+// unpackOrderHead reads packed order record v's CODE: its status ("" for
+// none), moved mark, and what follows (the fields from TOKEN on).
+func unpackOrderHead(v string) (status string, mark bool, rest string, err error) {
+	if v == "" {
+		return "", false, "", fmt.Errorf("%w: an empty value, no status code", ErrCorrupt)
+	}
+	c := v[0]
+	if c == '=' || c == '+' {
+		status, rest, _ = strings.Cut(v[1:], orderGS)
+		return status, c == '+', rest, nil
+	}
+	if c >= 'A' && c <= 'Z' {
+		c += 'a' - 'A'
+		mark = true
+	}
+	for s, code := range orderStatusCodes {
+		if code == c {
+			return s, mark, v[1:], nil
+		}
+	}
+	return "", false, "", fmt.Errorf("%w: status code %q", ErrCorrupt, v[:1])
+}
+
+// orderDeref decodes field name's stored form r (not "") of an order
+// record; f holds the fields before it.
+func orderDeref(name, r string, f map[string]string) (string, error) {
+	switch {
+	case orderRelFields[name]:
+		if lit, ok := strings.CutPrefix(r, "="); ok {
+			return lit, nil
+		}
+		created, createdOK := orderInt(f["created"])
+		d, ok := orderInt(r)
+		if !ok || !createdOK {
+			return "", fmt.Errorf("%w: %s %q is no offset from created %q", ErrCorrupt, name, r, f["created"])
+		}
+		return strconv.FormatInt(created+d, 10), nil
+	case name == "parts":
+		switch {
+		case strings.HasPrefix(r, partsRS) || r == partsLayout2:
+			return partsLayout2 + f["token"] + strings.TrimPrefix(r, partsLayout2), nil
+		case strings.HasPrefix(r, "="):
+			return r[1:], nil
+		}
+	}
+	return r, nil
 }
 
 // OrderRead is an order record being read by a pipeline ([ReadOrder]).
