@@ -26,7 +26,9 @@ const peekName = "peek"
 // is soldout.go's "Reads in batches"): lua/lib_identity.lua's check of the
 // node's name, then lua/peek.lua's of the caller's epoch token, both
 // replying as the prelude does (SHARDIS_IDENTITY, SHARDIS_EPOCH) before
-// anything else is read.
+// anything else is read; between them lua/order_head.lua defines
+// order_head, with which it reads each order record's status from its
+// first bytes (either layout, orderrec.go).
 //
 // KEYS: 1 the stamp, 2 … 1+ARGV[3] order keys, then distinct stock hashes.
 // ARGV: 1 the node's configured name, 2 the caller's epoch token, 3 the
