@@ -20,7 +20,7 @@ import (
 // The Lua itself is in lua/, one file per script, named as the Go variable
 // that declares it (reserveScript: lua/reserve.lua), embedded at build
 // time: the stamp check (lua/stamp.lua), the prelude library
-// (lua/prelude.lua and the part codec, lualib.go), the epilogues
+// (lua/prelude.lua, the part and order record codecs, lualib.go), the epilogues
 // (lua/epilogue_*.lua), and the snippets some scripts begin with
 // (lua/lib_*.lua; each script's declaration lists them). A script's
 // source is the stamp check + the library's definitions it uses

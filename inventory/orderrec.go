@@ -45,14 +45,15 @@ import (
 // reserved by the one-script path, local.go; 296 by the staged path; 152
 // and 184 packed) was the largest share of a pending order's memory
 // (`reserve_bytes_per_order_1item`, internal/bench/memory.go). The Lua
-// codec (orderCodecLua, in every script's prelude; order_head also in
-// peekScript) and the Go one (packOrder, unpackOrderValue) are the two
+// codec (orderCodecLua: lua/order_head.lua and lua/order_codec.lua, in the
+// prelude library of the scripts that use it, lualib.go; order_head also
+// in peekScript) and the Go one (packOrder, unpackOrderValue) are the two
 // definitions, tested against each other (orderrec_test.go).
 //
 // What it costs: node CPU, little. Encoding and decoding in Lua is string
 // work HSET and HMGET did in C, and the codec's definitions run in every
-// script call (so they build no table: order_status and order_put spell
-// the codes and fields out). On Redis 7.0 here (commandstats
+// call of a script that uses them (so they build no table: order_status
+// and order_put spell the codes and fields out). On Redis 7.0 here (commandstats
 // usec_per_call over 20 000 calls, next to a script that does nothing),
 // the definitions cost about 0.6 µs per script call, and the local
 // reserve's record work (order_head, order_put: GET, SET EX) 1–3 µs more
@@ -97,7 +98,8 @@ var orderRelFields = map[string]bool{"deadline": true, "lease": true, "reserved_
 
 // orderCodecLua defines order_head(key), order_get(key), order_unpack(v)
 // and order_put(key, t, ttl) (lua/order_head.lua, lua/order_codec.lua:
-// their contracts are at the top of each). It is part of the prelude.
+// their contracts are at the top of each). Both files are in the prelude
+// library (luaLibFiles): a script carries the definitions it uses.
 var orderCodecLua = orderHeadLua + luaFile("order_codec.lua")
 
 // orderHeadLua defines order_head(key) alone, for peekScript.

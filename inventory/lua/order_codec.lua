@@ -6,8 +6,8 @@
 -- layout; the TTL kept when ttl is nil, else set to ttl seconds, as EXPIRE
 -- would; it returns the value written). order_unpack(v) decodes a packed
 -- value. Numbers in t are written as integers. The fields are spelled
--- out, not looped over a table of names: a table built in the prelude
--- would cost every call of every script.
+-- out, not looped over a table of names: a table built in a definition
+-- would cost every call of every script that carries it.
 
 -- the integer string v holds when it is written canonically with at most
 -- 15 digits (so every sum and difference of two is exact in a Lua

@@ -4,7 +4,7 @@
 -- when none), read from the first bytes of a packed record, no decode (or
 -- with HMGET from a record in the hash layout of the releases before).
 -- order_status(b) is the status whose code is byte b (either case), nil
--- for none. Part of the prelude (lua/order_codec.lua) and of peekScript;
+-- for none. Part of the prelude library (lualib.go) and of peekScript;
 -- no table is built here, so a script that does not use them pays next
 -- to nothing for their definitions.
 local function order_status(b)
