@@ -50,18 +50,21 @@ import (
 // in peekScript) and the Go one (packOrder, unpackOrderValue) are the two
 // definitions, tested against each other (orderrec_test.go).
 //
-// What it costs: node CPU, little. Encoding and decoding in Lua is string
-// work HSET and HMGET did in C, and the codec's definitions run in every
-// call of a script that uses them (so they build no table: order_status
-// and order_put spell the codes and fields out). On Redis 7.0 here (commandstats
-// usec_per_call over 20 000 calls, next to a script that does nothing),
-// the definitions cost about 0.6 µs per script call, and the local
-// reserve's record work (order_head, order_put: GET, SET EX) 1–3 µs more
-// than the HMGET, HSET, EXPIRE it replaces; the whole local reserve
-// script, old and new interleaved on one node (8 000 calls each, a loaded
-// machine), took 85.0 and 81.5 µs per call: no difference above the
-// noise. A local 1-item order's record is 72 bytes (152 of MEMORY
-// USAGE); the next size class down (136) needs it at 60 or less.
+// What it costs: node CPU, a little. Encoding and decoding in Lua is
+// string work HSET and HMGET did in C, and the codec's definitions run in
+// every call of a script that carries them (so they build no table:
+// order_status and order_write spell the codes and fields out, and the
+// scripts that write a new record pass its fields to order_write as
+// arguments, no table). On Redis 7.0 here (commandstats usec_per_call):
+// in isolation (20 000 calls each) the local reserve's record work
+// (order_head, order_write: GET, SET EX) took 4.6–4.8 µs against 4.2–4.3
+// for the HMGET, HSET, EXPIRE it replaces (3.1 for a bare GET and SET of
+// the same bytes); the whole local reserve script, old and new
+// interleaved on one node (8 000 calls each, six runs), took 0 to 5 µs
+// more per call, about 2.5 (5%) in the median, on 47–67 µs. A local
+// 1-item order's record is 72 bytes (152 of MEMORY USAGE); the next size
+// class down (136) needs it at 60 or less (a shorter CREATED, DEADLINE,
+// TOKEN and DIGEST than decimal and hex: more Lua per write).
 //
 // Hash layout: what the releases before wrote, one hash field per field,
 // as named in orderFields. The rule that keeps every interleaving safe

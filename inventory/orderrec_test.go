@@ -77,7 +77,7 @@ if ARGV[1] == 'put' then
   for i = 3, #ARGV, 2 do t[ARGV[i]] = ARGV[i + 1] end
   return order_put(KEYS[1], t, tonumber(ARGV[2]))
 elseif ARGV[1] == 'head' then
-  local st, moved, tok = order_head(KEYS[1])
+  local st, moved, tok = order_head(KEYS[1], true)
   return {st or false, moved and 1 or 0, tok or false}
 end
 local t = order_get(KEYS[1])

@@ -233,10 +233,11 @@ func TestScriptsRegistered(t *testing.T) {
 }
 
 var (
-	hsetRE = regexp.MustCompile(`(?i)redis\.call\(\s*['"]h(m)?set['"]|\bpart_put\(|\border_put\(|\border_set\(`)
+	hsetRE = regexp.MustCompile(`(?i)redis\.call\(\s*['"]h(m)?set['"]|\bpart_put\(|\border_put\(|\border_set\(|\border_write\(`)
 	// part_put, order_put (the table its second argument), order.lua's
-	// order_set (its first) and a record table's state field (partWrites)
-	partPutRE  = regexp.MustCompile(`\b(part_put|order_put|order_set)\(`)
+	// order_set (its first), order_write (the status its third) and a
+	// record table's state field (partWrites)
+	partPutRE  = regexp.MustCompile(`\b(part_put|order_put|order_set|order_write)\(`)
 	fieldSetRE = regexp.MustCompile(`\.(state) = ([^\n]+)`)
 	luaFunc    = regexp.MustCompile(`local function (\w+)\(([^)]*)\)`)
 	luaStr     = regexp.MustCompile(`^'([^'\\]*)'$|^"([^"\\]*)"$`)
@@ -279,7 +280,8 @@ func statusWrites(t *testing.T, name, src string) []statusWrite {
 
 // partWrites is statusWrites for the record codecs (partrec.go,
 // orderrec.go): the state or status a part_put, order_put or order_set
-// call's table constructor writes ({state = <word>, …}), and each
+// call's table constructor writes ({state = <word>, …}) or an
+// order_write call's third argument, and each
 // assignment to a record table's state field (rec.state = <word>) that a
 // part_put writes later.
 func partWrites(t *testing.T, name, src string) []statusWrite {
@@ -300,6 +302,15 @@ func partWrites(t *testing.T, name, src string) []statusWrite {
 			continue
 		}
 		args := luaArgs(src, loc[1])
+		if strings.HasPrefix(src[loc[0]:], "order_write(") {
+			line := src[strings.LastIndexByte(src[:loc[0]], '\n')+1 : loc[0]]
+			// (not in a comment, nor order_put's passing a record's own
+			// status through)
+			if len(args) > 2 && !strings.HasPrefix(strings.TrimSpace(line), "--") && !strings.HasSuffix(args[2], ".status") {
+				add(loc[0], "status", args[2])
+			}
+			continue
+		}
 		tab := 1
 		if strings.HasPrefix(src[loc[0]:], "order_set(") {
 			tab = 0

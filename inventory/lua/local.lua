@@ -18,6 +18,6 @@ end
 -- replaces a failed or moved record; reserved when created: no
 -- reserved_at (it would repeat created), and no user for an order without
 -- one (DecodeOrder reads both as before)
-order_put(key, {status = 'reserved', token = ARGV[4], digest = ARGV[5], deadline = deadline, created = nowS,
-  parts = pack_parts(ARGV[9], ARGV[4], parts), user = ARGV[6]}, tonumber(ARGV[8]))
+order_write(key, tonumber(ARGV[8]), 'reserved', ARGV[4], now, deadline, ARGV[5], pack_parts(ARGV[9], ARGV[4], parts),
+  ARGV[6])
 return out

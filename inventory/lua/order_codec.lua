@@ -4,8 +4,9 @@
 -- needs no more than the status, the moved mark and the token,
 -- order_head(key); and writes one with order_put(key, t, ttl) (the packed
 -- layout; the TTL kept when ttl is nil, else set to ttl seconds, as EXPIRE
--- would; it returns the value written). order_unpack(v) decodes a packed
--- value. Numbers in t are written as integers. The fields are spelled
+-- would; it returns the value written) or order_write (the same, the
+-- fields as arguments). order_unpack(v) decodes a packed value. Numbers
+-- (created and the time fields only) are written as integers. The fields are spelled
 -- out, not looped over a table of names: a table built in a definition
 -- would cost every call of every script that carries it.
 
@@ -16,22 +17,22 @@ local function order_int(v)
   local n = tonumber(v)
   if n and n > -1e15 and n < 1e15 and string.format('%d', n) == v then return n end
 end
-local function order_corrupt(v, why)
-  return error({err = 'SHARDIS_CORRUPT order record ' .. string.format('%q', v) .. ': ' .. why})
-end
--- a field of t as a string ('' for none)
+-- v as a string (a number as an integer)
 local function order_s(v)
   if type(v) == 'number' then return I(v) end
-  return v or ''
+  return v
+end
+local function order_corrupt(v, why)
+  return error({err = 'SHARDIS_CORRUPT order record ' .. string.format('%q', v) .. ': ' .. why})
 end
 -- the stored form of time field v, created the number of the record's
 -- created field (nil when it has none)
 local function order_rel(v, created)
+  if not v or v == '' then return '' end
   if type(v) == 'number' then
     if created and v > -1e15 and v < 1e15 and v == math.floor(v) then return I(v - created) end
     v = I(v)
   end
-  if not v or v == '' then return '' end
   local n = created and order_int(v)
   if n then return I(n - created) end
   return '=' .. v
@@ -86,8 +87,19 @@ local function order_get(key)
   end
   return order_unpack(v)
 end
-local function order_put(key, t, ttl)
-  local st, moved, tok, cr = order_s(t.status), order_s(t.moved), order_s(t.token), order_s(t.created)
+-- order_write(key, ttl, status, token, created, deadline, digest, parts,
+-- user, lease, reserved_at, reason, decided_at, moved) is order_put with
+-- the fields as arguments (nil or '' for none), no table: the scripts
+-- that write a new record call it
+local function order_write(key, ttl, st, tok, cr, dl, dg, p, user, lease, rat, reason, dat, moved)
+  st, tok, cr, moved = st or '', tok or '', cr or '', moved or ''
+  local created
+  if type(cr) == 'number' and cr > -1e15 and cr < 1e15 and cr == math.floor(cr) then
+    created, cr = cr, I(cr)
+  else
+    cr = order_s(cr)
+    created = cr ~= '' and order_int(cr) or nil
+  end
   local head
   if st == 'reserved' then head = 'r' elseif st == 'staging' then head = 's' elseif st == 'confirmed' then head = 'c'
   elseif st == 'cancelled' then head = 'x' elseif st == 'failed' then head = 'f' elseif st == 'reserving' then head = 'b' end
@@ -96,21 +108,24 @@ local function order_put(key, t, ttl)
   else
     head = (moved ~= '' and '+' or '=') .. st .. '\029'
   end
-  local created = cr ~= '' and order_int(cr) or nil
-  local p = order_s(t.parts)
+  p = p or ''
   if p ~= '' then
-    local pre = '~' .. tok
-    if string.sub(p, 1, #pre) == pre and (#p == #pre or string.byte(p, #pre + 1) == 30) then
-      if #p == #pre then p = '~' else p = string.sub(p, #pre + 1) end
+    local np = #tok + 1
+    if string.byte(p, 1) == 126 and (np == 1 or string.find(p, tok, 2, true) == 2) and
+      (#p == np or string.byte(p, np + 1) == 30) then
+      if #p == np then p = '~' else p = string.sub(p, np + 1) end
     elseif p == '~' or string.byte(p, 1) == 30 or string.byte(p, 1) == 61 then
       p = '=' .. p
     end
   end
-  local a = {tok, cr, order_rel(t.deadline, created), order_s(t.digest), p, order_s(t.user),
-    order_rel(t.lease, created), order_rel(t.reserved_at, created), order_s(t.reason), order_rel(t.decided_at, created), moved}
-  local n = 11
-  while n > 0 and a[n] == '' do n = n - 1 end
-  local s = head .. table.concat(a, '\029', 1, n)
+  -- every field but created and the time fields is a string (or nil);
+  -- empty trailing fields left out
+  local s = head .. tok .. '\029' .. cr .. '\029' .. order_rel(dl, created) .. '\029' .. (dg or '') .. '\029' .. p ..
+    '\029' .. (user or '') .. '\029' .. order_rel(lease, created) .. '\029' .. order_rel(rat, created) .. '\029' ..
+    (reason or '') .. '\029' .. order_rel(dat, created) .. '\029' .. moved
+  local n, h = #s, #head
+  while n > h and string.byte(s, n) == 29 do n = n - 1 end
+  if n < #s then s = string.sub(s, 1, n) end
   if ttl and ttl > 0 then
     redis.call('SET', key, s, 'EX', I(ttl))
   else
@@ -118,4 +133,8 @@ local function order_put(key, t, ttl)
     if ttl then redis.call('EXPIRE', key, I(ttl)) end
   end
   return s
+end
+local function order_put(key, t, ttl)
+  return order_write(key, ttl, t.status, t.token, t.created, t.deadline, t.digest, t.parts, t.user, t.lease,
+    t.reserved_at, t.reason, t.decided_at, t.moved)
 end

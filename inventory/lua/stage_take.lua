@@ -1,6 +1,6 @@
 
 local key = KEYS[4]
-local status, moved, token = order_head(key)
+local status, moved, token = order_head(key, true)
 if moved then
   -- moved to another node by a topology change (migrate.go): dead here
   redis.call('DEL', key)
@@ -14,8 +14,8 @@ if err then return err end
 if not plan then return {'short'} end
 local deadline = now + tonumber(ARGV[10])
 -- (a takeover replaces the failed record; no user for an order without one)
-order_put(key, {status = 'staging', token = ARGV[5], lease = now + tonumber(ARGV[7]), digest = ARGV[8],
-  deadline = deadline, created = nowS, parts = ARGV[12], user = ARGV[9]}, tonumber(ARGV[11]))
+order_write(key, tonumber(ARGV[11]), 'staging', ARGV[5], now, deadline, ARGV[8], ARGV[12], ARGV[9],
+  now + tonumber(ARGV[7]))
 local out = {'staged', deadline}
 for _, off in ipairs(write_parts(plan, KEYS[2], KEYS[3], ARGV[4], ARGV[5], part_due(ARGV[6]))) do
   out[#out + 1] = off
