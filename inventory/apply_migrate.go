@@ -7,8 +7,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/router"
 )
@@ -185,16 +183,18 @@ func (a *applier) stagingOrders(ctx context.Context) ([]string, error) {
 		for i := 0; i < len(keys); i += batch {
 			pipe := n.Client().Pipeline()
 			part := keys[i:min(i+batch, len(keys))]
-			cmds := make([]*redis.StringCmd, len(part))
+			reads := make([]*OrderRead, len(part))
 			for j, k := range part {
-				cmds[j] = pipe.HGet(ctx, k, "status")
+				reads[j] = ReadOrder(ctx, pipe, k[len(orderKeyPrefix):])
 			}
-			if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-				return nil, fmt.Errorf("%w: node %s: reading order records: %v", ErrUnavailable, name, err)
-			}
-			for j, c := range cmds {
+			_, _ = pipe.Exec(ctx) // each read's own error is checked below (ReadOrder's layouts)
+			for j, rd := range reads {
 				id := part[j][len(orderKeyPrefix):]
-				if recStatus(c.Val()) == recStaging && !seen[id] {
+				f, err := rd.Fields()
+				if err != nil {
+					return nil, fmt.Errorf("%w: node %s: reading order records: %w", ErrUnavailable, name, err)
+				}
+				if recStatus(f["status"]) == recStaging && !seen[id] {
 					seen[id] = true
 					ids = append(ids, id)
 				}
@@ -209,27 +209,15 @@ func (a *applier) stagingOrders(ctx context.Context) ([]string, error) {
 // live (not moved) staging record; rec then holds its token and promised
 // parts.
 func readStaging(ctx context.Context, n *node.Node, id string) (rec orderRecord, ok bool, err error) {
-	f, err := n.Client().HMGet(ctx, orderKey(id), "status", "token", "parts", "moved").Result()
+	f, err := ReadOrder(ctx, n.Client(), id).Fields()
 	if err != nil {
-		return rec, false, fmt.Errorf("%w: node %s: reading %s: %v", ErrUnavailable, n.Name(), orderKey(id), err)
+		return rec, false, fmt.Errorf("%w: node %s: %w", ErrUnavailable, n.Name(), err)
 	}
-	r := newReplyReader(n.Name(), "HMGET "+orderKey(id))
-	f = r.list(f, 4)
-	status := r.optStr(f, 0)
-	r.optStr(f, 3) // moved: any value marks the record moved
-	if r.err != nil {
-		return rec, false, r.err
-	}
-	if recStatus(status) != recStaging || f[3] != nil {
+	if recStatus(f["status"]) != recStaging || f["moved"] != "" {
 		return rec, false, nil
 	}
-	rec.status = recStaging
-	rec.token = r.optStr(f, 1)
-	blob := r.optStr(f, 2)
-	if r.err != nil {
-		return rec, false, r.err
-	}
-	if rec.parts, err = unmarshalOrderParts(id, blob); err != nil {
+	rec.status, rec.token = recStaging, f["token"]
+	if rec.parts, err = unmarshalOrderParts(id, f["parts"]); err != nil {
 		return rec, false, fmt.Errorf("node %s: order %q holds unreadable parts: %w", n.Name(), id, err)
 	}
 	return rec, true, nil

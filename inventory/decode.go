@@ -28,8 +28,8 @@ const (
 	// KeyPart is a part record (a packed string, or a hash written by a
 	// release before: [ReadPart], [DecodePart]); rest is the part id.
 	KeyPart
-	// KeyOrder is an order record (hash, see [DecodeOrder]); rest is the
-	// order id.
+	// KeyOrder is an order record (a packed string, or a hash written by a
+	// release before: [ReadOrder], [DecodeOrder]); rest is the order id.
 	KeyOrder
 	// KeyRedoLog is a redo-log queue (zset: part id by offset); rest is
 	// the queue number, as [RedoLogKey] writes it.
@@ -210,7 +210,7 @@ func (p OrderPart) problem() string {
 	return ""
 }
 
-// OrderRecord is an order record (an order key's hash) as stored. Its
+// OrderRecord is an order record (an order key's fields) as stored. Its
 // fields: status, token, digest, deadline (ms), created (ms), parts (the
 // part list, parts.go); user, absent for an order without one (records
 // written before the compact layout hold it empty); reserved_at (ms),
@@ -237,7 +237,8 @@ type OrderRecord struct {
 	Moved string
 }
 
-// DecodeOrder decodes the fields (HGETALL) of order id's record. It needs
+// DecodeOrder decodes the fields of order id's record ([OrderRead.Fields],
+// either layout, orderrec.go). It needs
 // a known status, a deadline that is an integer (ms) when present, and a
 // part list [DecodeOrderParts] accepts; the error names the order and
 // field.

@@ -32,7 +32,7 @@ const (
 const (
 	stockKeyPrefix      = "inv:stock:"   // hash, then route ":" sku
 	quotaKeyPrefix      = "inv:quota:"   // string, see quotaKey
-	orderKeyPrefix      = "inv:order:"   // hash, then order id
+	orderKeyPrefix      = "inv:order:"   // packed string (orderrec.go), then order id
 	redoLogKeyPrefix    = "inv:redo:"    // zset, then the queue number
 	xferKeyPrefix       = "inv:xfer:"    // hash, then a transfer id (migrate.go)
 	xferMarkerKeyPrefix = "inv:xfer:in:" // a destination's memory of a transfer id
@@ -66,7 +66,7 @@ const partKeyPrefix = "inv:part:"
 
 func orderKey(orderID string) string { return orderKeyPrefix + orderID }
 
-// OrderKey returns the key of an order's record (a hash, [DecodeOrder]) on
+// OrderKey returns the key of an order's record ([ReadOrder], [DecodeOrder]) on
 // the order's home node. OrderKey("*") is the SCAN pattern of every order
 // record; [ParseKey] gives a scanned key's order id back.
 func OrderKey(orderID string) string { return orderKey(orderID) }

@@ -20,7 +20,7 @@ import (
 // The Lua itself is in lua/, one file per script, named as the Go variable
 // that declares it (reserveScript: lua/reserve.lua), embedded at build
 // time: the stamp check (lua/stamp.lua), the prelude library
-// (lua/prelude.lua and the part codec, lualib.go), the epilogues
+// (lua/prelude.lua, the part and order record codecs, lualib.go), the epilogues
 // (lua/epilogue_*.lua), and the snippets some scripts begin with
 // (lua/lib_*.lua; each script's declaration lists them). A script's
 // source is the stamp check + the library's definitions it uses
@@ -52,9 +52,11 @@ import (
 // printf's "%.17g", a visible share of a node's CPU under load), and the
 // helpers the reserve scripts share between the calls of one script call
 // (zset_ok, zadd_later, stock_get/stock_set, offsets_ok/next_offset,
-// flush; their rule is next to them in the prelude), and the part record
+// flush; their rule is next to them in the prelude), the part record
 // codec part_get/part_put (partrec.go), through which every script reads
-// and writes a part record.
+// and writes a part record, and the order record codec
+// order_head/order_get/order_put (orderrec.go), likewise for an order
+// record.
 //
 // A write script advances the stamp hash's `seq` field once per script
 // call that did not fail (a grouped script: in which any of its calls did

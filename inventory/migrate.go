@@ -17,12 +17,14 @@ import (
 // orderMoveOutScript marks an order record moved (data kept, frozen) and
 // returns it. KEYS: 2 order key. ARGV: 4 the epoch token of the move.
 // Returns {"none"} (no live record, or only a dead mark of an older
-// epoch), or {"moved", pttl ms, flat fields}.
+// epoch), or {"moved", pttl ms, the record's packed value} (orderrec.go:
+// a record of the hash layout is marked in the packed one).
 var orderMoveOutScript = newScript("order-move-out", true, luaFile("order_move_out.lua"))
 
-// orderInstallScript writes a moved record unless the key holds a live
-// one. KEYS: 2 order key. ARGV: 4 pttl ms, then field, value pairs.
-// Returns "installed" or "exists".
+// orderInstallScript writes a moved record, less its moved mark, unless
+// the key holds a live one. KEYS: 2 order key. ARGV: 4 pttl ms, 5 the
+// record's packed value (orderMoveOutScript's). Returns "installed" or
+// "exists".
 var orderInstallScript = newScript("order-install", true, luaFile("order_install.lua"))
 
 // quotaReadScript reads a quota counter. KEYS: 2 counter. Returns it.
@@ -71,55 +73,52 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 	if err != nil {
 		return err
 	}
-	moved, pttl, flat, err := decodeMoveOut(src.Name(), out)
+	moved, pttl, rec, err := decodeMoveOut(src.Name(), out)
 	if err != nil || !moved {
 		return err
 	}
 	if inv.crash(ctx, "move-out") {
 		return errCrashed
 	}
-	args := append([]any{pttl}, flat...)
-	_, err = inv.run(ctx, dest, orderInstallScript, []string{orderKey(orderID)}, args...)
+	_, err = inv.run(ctx, dest, orderInstallScript, []string{orderKey(orderID)}, pttl, rec)
 	return err
 }
 
 // decodeMoveOut reads orderMoveOutScript's reply: {"none"}, or {"moved",
-// pttl ms, the record's fields as field, value strings}.
-func decodeMoveOut(nodeName string, v any) (moved bool, pttl int64, flat []any, err error) {
+// pttl ms, the record's packed value}; the value must decode
+// (unpackOrderValue) and carry a moved mark.
+func decodeMoveOut(nodeName string, v any) (moved bool, pttl int64, rec string, err error) {
 	r := newReplyReader(nodeName, orderMoveOutScript.name)
 	raw := r.list(v, -1)
 	if r.err == nil && len(raw) == 0 {
-		r.fail(-1, `{"none"} or {"moved", pttl, fields}`, v)
+		r.fail(-1, `{"none"} or {"moved", pttl, record}`, v)
 	}
 	if r.err != nil {
-		return false, 0, nil, r.err
+		return false, 0, "", r.err
 	}
 	switch r.str(raw, 0) {
 	case "none":
 		r.list(v, 1)
-		return false, 0, nil, r.err
+		return false, 0, "", r.err
 	case "moved":
 	default:
 		if r.err == nil {
 			r.fail(0, `"none" or "moved"`, raw[0])
 		}
-		return false, 0, nil, r.err
+		return false, 0, "", r.err
 	}
 	raw = r.list(v, 3)
 	if r.err != nil {
-		return false, 0, nil, r.err
+		return false, 0, "", r.err
 	}
-	pttl = r.int(raw, 1)
-	flat = r.listAt(raw, 2, -1)
-	r.enter(2)
-	if r.err == nil && len(flat)%2 != 0 {
-		r.fail(-1, "field, value pairs", flat)
+	pttl, rec = r.int(raw, 1), r.str(raw, 2)
+	if r.err != nil {
+		return false, 0, "", r.err
 	}
-	for i := range flat {
-		r.str(flat, i)
+	if f, err := unpackOrderValue(rec); err != nil || f["moved"] == "" {
+		r.fail(2, "a packed order record with a moved mark", rec)
 	}
-	r.leave()
-	return true, pttl, flat, r.err
+	return true, pttl, rec, r.err
 }
 
 // quotaElsewhere returns, while migrating, what the user's previous quota

@@ -76,8 +76,7 @@ func (s *stagedLeave) status(inv *Inventory, id string) string {
 	if err != nil {
 		s.e.t.Fatal(err)
 	}
-	st, _ := s.e.clients[home.Name()].HGet(s.e.ctx, orderKey(id), "status").Result()
-	return st
+	return orderFieldsOn(s.e.t, s.e.ctx, s.e.clients[home.Name()], id)["status"]
 }
 
 func TestTopologyRemoveNodeStagedPart(t *testing.T) {

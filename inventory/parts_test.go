@@ -2,8 +2,9 @@ package inventory
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,20 +33,19 @@ func TestOrderRecordCompactOnNode(t *testing.T) {
 		if home.Name() == "n1" {
 			local++
 			// reserved when created, no user: no reserved_at, no empty user
-			keys, err := c.HKeys(e.ctx, orderKey(id)).Result()
-			sort.Strings(keys)
-			if want := "[created deadline digest parts status token]"; err != nil || fmt.Sprint(keys) != want {
-				t.Errorf("local order %s holds fields %v, %v; want %s", id, keys, err, want)
+			keys := slices.Sorted(maps.Keys(orderFieldsOn(t, e.ctx, c, id)))
+			if want := "[created deadline digest parts status token]"; fmt.Sprint(keys) != want {
+				t.Errorf("local order %s holds fields %v; want %s", id, keys, want)
 			}
 		} else {
 			staged++
 		}
-		blob, err := c.HGet(e.ctx, orderKey(id), "parts").Result()
-		if err != nil || !strings.HasPrefix(blob, partsLayout2) {
-			t.Fatalf("order %s on %s: parts %q, %v; want layout 2", id, home.Name(), blob, err)
+		blob := orderFieldsOn(t, e.ctx, c, id)["parts"]
+		if !strings.HasPrefix(blob, partsLayout2) {
+			t.Fatalf("order %s on %s: parts %q; want layout 2", id, home.Name(), blob)
 		}
-		if enc, err := c.ObjectEncoding(e.ctx, orderKey(id)).Result(); err != nil || enc != "listpack" {
-			t.Errorf("order %s on %s (parts %d bytes): encoding %q, %v; want listpack", id, home.Name(), len(blob), enc, err)
+		if typ, err := c.Type(e.ctx, orderKey(id)).Result(); err != nil || typ != "string" {
+			t.Errorf("order %s on %s: a %q, %v; want a string (orderrec.go)", id, home.Name(), typ, err)
 		}
 	}
 }
@@ -140,9 +140,9 @@ func (e *stagedEnv) toLayout1(id string) {
 	e.t.Helper()
 	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), id)
 	c := e.clients[home.Name()]
-	blob, err := c.HGet(e.ctx, orderKey(id), "parts").Result()
-	if err != nil || !strings.HasPrefix(blob, partsLayout2) {
-		e.t.Fatalf("order %s: parts %q, %v; want layout 2", id, blob, err)
+	blob := orderFieldsOn(e.t, e.ctx, c, id)["parts"]
+	if !strings.HasPrefix(blob, partsLayout2) {
+		e.t.Fatalf("order %s: parts %q; want layout 2", id, blob)
 	}
 	parts, err := DecodeOrderParts(id, blob)
 	if err != nil || len(parts) == 0 {
@@ -152,9 +152,7 @@ func (e *stagedEnv) toLayout1(id string) {
 	if !strings.HasPrefix(old, `[{"p":"`+id+"|") {
 		e.t.Fatalf("layout 1 of %s: %s", id, old)
 	}
-	if err := c.HSet(e.ctx, orderKey(id), "parts", old).Err(); err != nil {
-		e.t.Fatal(err)
-	}
+	setOrderFields(e.t, e.ctx, c, id, map[string]string{"parts": old})
 }
 
 // upgradeOrder is an order of TestOrderRecordsLayout1Upgrade.
@@ -267,22 +265,20 @@ func TestLayout1RecordsMoveWithTopology(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := e.clients[oh.Home(id)]
-		blob, err := c.HGet(e.ctx, orderKey(id), "parts").Result()
+		blob := orderFieldsOn(t, e.ctx, c, id)["parts"]
 		parts, derr := DecodeOrderParts(id, blob)
-		if err != nil || derr != nil || !strings.HasPrefix(blob, partsLayout2) {
-			t.Fatalf("order %s: parts %q, %v, %v", id, blob, err, derr)
+		if derr != nil || !strings.HasPrefix(blob, partsLayout2) {
+			t.Fatalf("order %s: parts %q, %v", id, blob, derr)
 		}
-		if err := c.HSet(e.ctx, orderKey(id), "parts", encodeOrderPartsJSON(parts)).Err(); err != nil {
-			t.Fatal(err)
-		}
+		setOrderFields(t, e.ctx, c, id, map[string]string{"parts": encodeOrderPartsJSON(parts)})
 		ids = append(ids, id)
 	}
 	if rep, err := e.apply(); err != nil || rep.Phase != PhaseStable {
 		t.Fatalf("apply = %+v, %v", rep, err)
 	}
 	for _, id := range ids {
-		if blob, err := e.clients["n4"].HGet(e.ctx, orderKey(id), "parts").Result(); err != nil || !strings.HasPrefix(blob, "[") {
-			t.Fatalf("order %s on n4 after the move: parts %q, %v; want layout 1", id, blob, err)
+		if blob := orderFieldsOn(t, e.ctx, e.clients["n4"], id)["parts"]; !strings.HasPrefix(blob, "[") {
+			t.Fatalf("order %s on n4 after the move: parts %q; want layout 1", id, blob)
 		}
 	}
 	inv := e.open(e.new)

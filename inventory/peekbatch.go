@@ -26,7 +26,9 @@ const peekName = "peek"
 // is soldout.go's "Reads in batches"): lua/lib_identity.lua's check of the
 // node's name, then lua/peek.lua's of the caller's epoch token, both
 // replying as the prelude does (SHARDIS_IDENTITY, SHARDIS_EPOCH) before
-// anything else is read.
+// anything else is read; between them lua/order_head.lua defines
+// order_head, with which it reads each order record's status from its
+// first bytes (either layout, orderrec.go).
 //
 // KEYS: 1 the stamp, 2 … 1+ARGV[3] order keys, then distinct stock hashes.
 // ARGV: 1 the node's configured name, 2 the caller's epoch token, 3 the
@@ -35,7 +37,7 @@ const peekName = "peek"
 // it), then per stock hash its available, reserved and limit fields (the
 // field's string, or the integer 0 when the field is absent) and 1 or 0
 // for whether its loaded field exists.
-var peekScript = newBareScript(peekName, memRead.shebang()+identityLua+luaFile("peek.lua"))
+var peekScript = newBareScript(peekName, memRead.shebang()+identityLua+orderHeadLua+luaFile("peek.lua"))
 
 // peekReq is one order's reads on one node, queued or under way.
 type peekReq struct {

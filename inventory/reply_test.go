@@ -83,11 +83,15 @@ func TestReplyDecodersStrict(t *testing.T) {
 			return err
 		}},
 		{"order-move-out: pttl a string", "order-move-out", "reply[1]", func() error {
-			_, _, _, err := decodeMoveOut("n1", []any{"moved", "100", []any{"status", "reserved"}})
+			_, _, _, err := decodeMoveOut("n1", []any{"moved", "100", "Rt"})
 			return err
 		}},
-		{"order-move-out: a field an integer", "order-move-out", "reply[2][1]", func() error {
-			_, _, _, err := decodeMoveOut("n1", []any{"moved", int64(100), []any{"status", int64(1)}})
+		{"order-move-out: the record a list", "order-move-out", "reply[2]", func() error {
+			_, _, _, err := decodeMoveOut("n1", []any{"moved", int64(100), []any{"status", "reserved"}})
+			return err
+		}},
+		{"order-move-out: the record without its mark", "order-move-out", "reply[2]", func() error {
+			_, _, _, err := decodeMoveOut("n1", []any{"moved", int64(100), "rtok"})
 			return err
 		}},
 		{"redo-batch: generation a string", "redo-batch", "reply[1]", func() error {

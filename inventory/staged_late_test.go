@@ -177,7 +177,7 @@ func (e *stagedEnv) checkConfirmed(route, sku string, loaded int64, confirmed ..
 	var units int64
 	for _, id := range confirmed {
 		home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), id)
-		rec, err := DecodeOrder(id, e.clients[home.Name()].HGetAll(e.ctx, orderKey(id)).Val())
+		rec, err := DecodeOrder(id, orderFieldsOn(e.t, e.ctx, e.clients[home.Name()], id))
 		if err != nil {
 			e.t.Fatalf("order %s: %v", id, err)
 		}

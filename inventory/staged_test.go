@@ -136,9 +136,8 @@ func (e *stagedEnv) expireAll() {
 func (e *stagedEnv) verify(id string, want ...string) string {
 	e.t.Helper()
 	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), id)
-	f, _ := e.clients[home.Name()].HMGet(e.ctx, orderKey(id), "status", "token").Result()
-	status, _ := f[0].(string)
-	token, _ := f[1].(string)
+	f := orderFieldsOn(e.t, e.ctx, e.clients[home.Name()], id)
+	status, token := f["status"], f["token"]
 	if status == "" {
 		status = "missing"
 	}

@@ -41,7 +41,7 @@ func TestStagedWithdrawCrashPoint(t *testing.T) {
 	if !errors.Is(err, ErrCrashed) {
 		t.Fatalf("Reserve stopped before the withdraw: %v, want ErrCrashed (did it take the one-round path? stats %+v)", err, e.inv.Stats())
 	}
-	if st, _ := e.clients["n1"].HGet(e.ctx, orderKey(id), "status").Result(); st != string(OrderStaging) {
+	if st := orderFieldsOn(t, e.ctx, e.clients["n1"], id)["status"]; st != string(OrderStaging) {
 		t.Fatalf("order record after the crash: status %q, want %q (left for a reader)", st, OrderStaging)
 	}
 	deadline := time.Now().Add(10 * time.Second)

@@ -233,9 +233,11 @@ func TestScriptsRegistered(t *testing.T) {
 }
 
 var (
-	hsetRE = regexp.MustCompile(`(?i)redis\.call\(\s*['"]h(m)?set['"]|\bpart_put\(`)
-	// part_put and a record table's state field (partWrites)
-	partPutRE  = regexp.MustCompile(`\bpart_put\(`)
+	hsetRE = regexp.MustCompile(`(?i)redis\.call\(\s*['"]h(m)?set['"]|\bpart_put\(|\border_put\(|\border_set\(|\border_write\(`)
+	// part_put, order_put (the table its second argument), order.lua's
+	// order_set (its first), order_write (the status its third) and a
+	// record table's state field (partWrites)
+	partPutRE  = regexp.MustCompile(`\b(part_put|order_put|order_set|order_write)\(`)
 	fieldSetRE = regexp.MustCompile(`\.(state) = ([^\n]+)`)
 	luaFunc    = regexp.MustCompile(`local function (\w+)\(([^)]*)\)`)
 	luaStr     = regexp.MustCompile(`^'([^'\\]*)'$|^"([^"\\]*)"$`)
@@ -276,10 +278,12 @@ func statusWrites(t *testing.T, name, src string) []statusWrite {
 	return append(out, partWrites(t, name, src)...)
 }
 
-// partWrites is statusWrites for the part record codec (partrec.go): the
-// state a part_put call's table constructor writes ({state = <word>, …}),
-// and each assignment to a record table's state field (rec.state =
-// <word>) that a part_put writes later.
+// partWrites is statusWrites for the record codecs (partrec.go,
+// orderrec.go): the state or status a part_put, order_put or order_set
+// call's table constructor writes ({state = <word>, …}) or an
+// order_write call's third argument, and each
+// assignment to a record table's state field (rec.state = <word>) that a
+// part_put writes later.
 func partWrites(t *testing.T, name, src string) []statusWrite {
 	t.Helper()
 	var out []statusWrite
@@ -298,12 +302,25 @@ func partWrites(t *testing.T, name, src string) []statusWrite {
 			continue
 		}
 		args := luaArgs(src, loc[1])
-		if len(args) < 2 || !strings.HasPrefix(args[1], "{") {
+		if strings.HasPrefix(src[loc[0]:], "order_write(") {
+			line := src[strings.LastIndexByte(src[:loc[0]], '\n')+1 : loc[0]]
+			// (not in a comment, nor order_put's passing a record's own
+			// status through)
+			if len(args) > 2 && !strings.HasPrefix(strings.TrimSpace(line), "--") && !strings.HasSuffix(args[2], ".status") {
+				add(loc[0], "status", args[2])
+			}
 			continue
 		}
-		for _, entry := range luaArgs(args[1], 1) {
-			if field, expr, ok := strings.Cut(entry, "="); ok && strings.TrimSpace(field) == "state" {
-				add(loc[0], "state", expr)
+		tab := 1
+		if strings.HasPrefix(src[loc[0]:], "order_set(") {
+			tab = 0
+		}
+		if len(args) <= tab || !strings.HasPrefix(args[tab], "{") {
+			continue
+		}
+		for _, entry := range luaArgs(args[tab], 1) {
+			if field, expr, ok := strings.Cut(entry, "="); ok && (strings.TrimSpace(field) == "state" || strings.TrimSpace(field) == "status") {
+				add(loc[0], strings.TrimSpace(field), expr)
 			}
 		}
 	}

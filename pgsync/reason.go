@@ -91,17 +91,17 @@ func (s *Syncer) cancelReasons(ctx context.Context, parts map[string]string) map
 		if !n.Usable() {
 			continue
 		}
-		cmds := map[string]*redis.MapStringStringCmd{}
+		cmds := map[string]*inventory.OrderRead{}
 		_, _ = n.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
 			for o := range orders {
 				if _, found := recs[o]; !found {
-					cmds[o] = p.HGetAll(ctx, inventory.OrderKey(o))
+					cmds[o] = inventory.ReadOrder(ctx, p, o) // either layout
 				}
 			}
 			return nil
 		})
 		for o, c := range cmds {
-			f, err := c.Result()
+			f, err := c.Fields()
 			if err != nil || len(f) == 0 {
 				continue
 			}

@@ -218,12 +218,11 @@ func invCheckDecisions(t testing.TB, c *invCluster, orders []string) map[string]
 	}
 	out := map[string]string{}
 	for _, o := range orders {
-		f, err := c.clients[c.home(o)].HMGet(ctx, "inv:order:"+o, "status", "token").Result()
+		f, err := inventory.ReadOrder(ctx, c.clients[c.home(o)], o).Fields()
 		if err != nil {
-			t.Fatalf("order %s: HMGET on %s: %v", o, c.home(o), err)
+			t.Fatalf("order %s on %s: %v", o, c.home(o), err)
 		}
-		status, _ := f[0].(string)
-		token, _ := f[1].(string)
+		status, token := f["status"], f["token"]
 		if status == "" {
 			status = "missing"
 		}

@@ -200,11 +200,11 @@ func (f *invFailover) statuses(ids []string) map[string]string {
 	ctx := context.Background()
 	out := make(map[string]string, len(ids))
 	for _, id := range ids {
-		s, err := c.HGet(ctx, "inv:order:"+id, "status").Result()
-		if err != nil && err.Error() != "redis: nil" {
+		rec, err := inventory.ReadOrder(ctx, c, id).Fields()
+		if err != nil {
 			f.t.Fatalf("reading order %s on the master: %v", id, err)
 		}
-		out[id] = s
+		out[id] = rec["status"]
 	}
 	return out
 }
@@ -344,7 +344,8 @@ func (f *invFailover) stockProblem(ctx context.Context, extra func(inventory.Sto
 	var confirmedOrders int64
 	iter := c.Scan(ctx, 0, "inv:order:*", 1000).Iterator()
 	for iter.Next(ctx) {
-		if s, _ := c.HGet(ctx, iter.Val(), "status").Result(); s == "confirmed" {
+		_, id := inventory.ParseKey(iter.Val())
+		if rec, _ := inventory.ReadOrder(ctx, c, id).Fields(); rec["status"] == "confirmed" {
 			confirmedOrders++
 		}
 	}

@@ -427,7 +427,7 @@ func (e *svcEnv) svcCheckOrders(seen map[string]*svcOutcome, skus [2]string, loa
 	type nodeSKU struct{ node, sku string }
 	held := map[nodeSKU][2]int64{} // reserved, confirmed
 	for id, o := range seen {
-		rec, err := e.clients[e.home(id)].HGetAll(ctx, "inv:order:"+id).Result()
+		rec, err := inventory.ReadOrder(ctx, e.clients[e.home(id)], id).Fields()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -147,7 +147,8 @@ func TestTopologyRemoveNodeStagedOrders(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	for role, id := range ids {
-		st, _ := c.clients["n1"].HGet(ctx, inventory.OrderKey(id), "status").Result()
+		f, _ := inventory.ReadOrder(ctx, c.clients["n1"], id).Fields()
+		st := f["status"]
 		if st == "staging" {
 			t.Errorf("order %s (%s) is still staging after the apply", id, role)
 		}

@@ -232,7 +232,7 @@ func floorMisses(r *Results, s Summary) string {
 		nf, ef, kf := fl.ServerPerOp()
 		fmt.Fprintf(&b, "- **%s** (%.3f, target 0.8): per order shardis spent %s of client and %s of node CPU, the floor %s and %s: "+
 			"%s more on the client and %s more on the nodes. On the nodes shardis ran %.2f script calls with %.1f commands in them (%s of script time) against the floor's %.2f with %.1f (%s): "+
-			"the extra commands are the order record's hash (field by field), the part records (one packed string each), the pending index and the node-identity check; on the client, the parts' lists, the goroutines of the stage and commit, and go-redis's replies of those larger scripts.\n",
+			"the extra commands are the order record and the part records (one packed string each), the pending index and the node-identity check; on the client, the parts' lists, the goroutines of the stage and commit, and go-redis's replies of those larger scripts.\n",
 			f.Key, *f.Field(&s), fmtCPU(cs), fmtCPU(ss), fmtCPU(cf), fmtCPU(sf), fmtCPU(cs-cf), fmtCPU(ss-sf),
 			ns, ks, fmtCPU(es), nf, kf, fmtCPU(ef))
 	}

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -106,6 +107,7 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 		kinds := make([]inventory.KeyKind, len(chunk))
 		rests := make([]string, len(chunk))
 		partReads := make([]*inventory.PartRead, len(chunk))
+		orderReads := make([]*inventory.OrderRead, len(chunk))
 		for i, k := range chunk {
 			kinds[i], rests[i] = inventory.ParseKey(k)
 			switch kinds[i] {
@@ -113,7 +115,9 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 				cmds[i] = pipe.ZRangeWithScores(ctx, k, 0, -1)
 			case inventory.KeyPart:
 				partReads[i] = inventory.ReadPart(ctx, pipe, rests[i])
-			case inventory.KeyRedoOffsets, inventory.KeyRedoAcked, inventory.KeyStock, inventory.KeyOrder:
+			case inventory.KeyOrder:
+				orderReads[i] = inventory.ReadOrder(ctx, pipe, rests[i])
+			case inventory.KeyRedoOffsets, inventory.KeyRedoAcked, inventory.KeyStock:
 				cmds[i] = pipe.HGetAll(ctx, k)
 			case inventory.KeyQuota:
 				cmds[i] = pipe.Get(ctx, k)
@@ -125,7 +129,7 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 				ns.other = append(ns.other, k)
 			}
 		}
-		_, _ = pipe.Exec(ctx) // each read's own error is checked below (a part's two layouts)
+		_, _ = pipe.Exec(ctx) // each read's own error is checked below (a part's, an order's two layouts)
 		for i, k := range chunk {
 			if r := partReads[i]; r != nil {
 				f, err := r.Fields()
@@ -133,6 +137,18 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 					return nil, fmt.Errorf("reading keys: %w", err)
 				}
 				ns.addPart(rests[i], f)
+				continue
+			}
+			if r := orderReads[i]; r != nil {
+				f, err := r.Fields()
+				switch {
+				case errors.Is(err, inventory.ErrCorrupt):
+					ns.bad = append(ns.bad, badRecord{"order-record", err})
+				case err != nil:
+					return nil, fmt.Errorf("reading keys: %w", err)
+				default:
+					ns.addOrder(rests[i], f)
+				}
 				continue
 			}
 			if cmds[i] != nil {
@@ -153,8 +169,6 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 					ns.redoOffsets = v
 				case inventory.KeyStock:
 					ns.stock[k] = v
-				case inventory.KeyOrder:
-					ns.addOrder(rests[i], v)
 				}
 			case *redis.StringCmd:
 				ns.quota[k] = cmd.Val()

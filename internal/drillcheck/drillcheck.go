@@ -89,7 +89,8 @@ func LostOutcomes(ctx context.Context, masters map[string]*redis.Client, homes *
 	var lost []string
 	for id := range a.Reserved {
 		home := homes.Home(id)
-		word, _ := masters[home].HGet(ctx, inventory.OrderKey(id), "status").Result()
+		f, _ := inventory.ReadOrder(ctx, masters[home], id).Fields() // either layout
+		word := f["status"]
 		status := inventory.OrderState(word)
 		want := ""
 		switch {
@@ -121,11 +122,11 @@ func ConfirmedOrderUnits(ctx context.Context, masters map[string]*redis.Client, 
 	for name, c := range masters {
 		iter := c.Scan(ctx, 0, inventory.OrderKey("*"), 1000).Iterator()
 		for iter.Next(ctx) {
-			status, _ := c.HGet(ctx, iter.Val(), "status").Result()
-			if inventory.OrderState(status) != inventory.OrderConfirmed {
+			_, id := inventory.ParseKey(iter.Val())
+			f, _ := inventory.ReadOrder(ctx, c, id).Fields() // either layout
+			if inventory.OrderState(f["status"]) != inventory.OrderConfirmed {
 				continue
 			}
-			_, id := inventory.ParseKey(iter.Val())
 			u, ok := reserved[id]
 			if !ok {
 				problems = append(problems, fmt.Sprintf("order %s on %s is confirmed, but its Reserve was never acknowledged", id, name))

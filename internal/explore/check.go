@@ -2,6 +2,7 @@ package explore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -89,7 +90,11 @@ func readNode(ctx context.Context, c *redis.Client, name string) (*nodeState, er
 			if kind == inventory.KeyPart {
 				f, err = inventory.ReadPart(ctx, c, rest).Fields()
 			} else {
-				f, err = c.HGetAll(ctx, k).Result()
+				f, err = inventory.ReadOrder(ctx, c, rest).Fields()
+			}
+			if errors.Is(err, inventory.ErrCorrupt) {
+				ns.bad = append(ns.bad, err.Error())
+				continue
 			}
 			if err != nil {
 				return nil, err

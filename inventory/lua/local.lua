@@ -1,7 +1,7 @@
 
 local key = KEYS[2]
-local f = redis.call('HMGET', key, 'status', 'moved')
-if f[1] and not f[2] and f[1] ~= 'failed' then return {'existing'} end
+local status, moved = order_head(key)
+if status and not moved and status ~= 'failed' then return {'existing'} end
 zset_ok(KEYS[3]) -- the pending index must be a sorted set
 local plan, err, short = plan_parts(5, 11, ARGV[6], KEYS[4])
 if err then return err end
@@ -15,11 +15,9 @@ for i, p in ipairs(plan) do
   parts[#parts + 1] = j
   out[#out + 1] = offs[i]
 end
-if f[1] or f[2] then redis.call('DEL', key) end -- a failed or moved record (a record always has one of them)
--- reserved when created: no reserved_at (it would repeat created), and no
--- user field for an order without one (DecodeOrder reads both as before)
-redis.call('HSET', key, 'status', 'reserved', 'token', ARGV[4], 'digest', ARGV[5],
-  'deadline', I(deadline), 'created', nowS, 'parts', pack_parts(ARGV[9], ARGV[4], parts))
-if ARGV[6] ~= '' then redis.call('HSET', key, 'user', ARGV[6]) end
-redis.call('EXPIRE', key, I(tonumber(ARGV[8])))
+-- replaces a failed or moved record; reserved when created: no
+-- reserved_at (it would repeat created), and no user for an order without
+-- one (DecodeOrder reads both as before)
+order_write(key, tonumber(ARGV[8]), 'reserved', ARGV[4], now, deadline, ARGV[5], pack_parts(ARGV[9], ARGV[4], parts),
+  ARGV[6])
 return out

@@ -1,33 +1,37 @@
 
 local key, op, token = KEYS[2], ARGV[4], ARGV[5]
-local f = redis.call('HMGET', key, 'status', 'token', 'deadline', 'parts', 'reason', 'lease', 'digest', 'moved')
-local moved = f[8]
+local f = order_get(key) or {}
+local moved = f.moved
 if moved then
   -- moved to another node by a topology change (migrate.go): dead here
   redis.call('DEL', key)
   f = {}
 end
-local status, cur, deadline, parts, reason = f[1], f[2] or '', tonumber(f[3]) or 0, f[4] or '', f[5] or ''
-local lease = tonumber(f[6]) or 0
+local status, cur, deadline, parts, reason = f.status, f.token or '', tonumber(f.deadline) or 0, f.parts or '', f.reason or ''
+local lease = tonumber(f.lease) or 0
 local function record(st, why)
   return {st, cur, deadline, parts, why or reason, math.max(lease - now, 0)}
 end
+-- order_set changes fields of the record read (f) and writes it whole (order_put)
+local function order_set(ch, ttl)
+  for k, v in pairs(ch) do f[k] = v end
+  order_put(key, f, ttl)
+end
 local function final(st, why, retention)
-  redis.call('HSET', key, 'status', st, 'reason', why, 'decided_at', now)
-  redis.call('EXPIRE', key, retention)
+  order_set({status = st, reason = why, decided_at = now}, retention)
   status, reason = st, why
 end
 if status == 'staging' and op ~= 'commit' and op ~= 'fail' and op ~= 'withdraw' then
-  if op == 'begin' and f[7] ~= ARGV[7] then return record('mismatch') end
+  if op == 'begin' and f.digest ~= ARGV[7] then return record('mismatch') end
   return record('staging')
 end
 if op == 'begin' then
   if status == 'reserving' then
-    if f[7] ~= ARGV[7] then return record('mismatch') end
+    if f.digest ~= ARGV[7] then return record('mismatch') end
     if lease > now then return record('reserving') end
     -- the attempt's lease ran out: take over under a new token
   elseif status and status ~= 'failed' then
-    if status ~= 'cancelled' and f[7] and f[7] ~= ARGV[7] then return record('mismatch') end
+    if status ~= 'cancelled' and f.digest and f.digest ~= ARGV[7] then return record('mismatch') end
     return record(status)
   elseif status == 'failed' and cur == token then
     -- a stale copy of an attempt already decided failed (see expire)
@@ -35,21 +39,19 @@ if op == 'begin' then
   end
   deadline = now + tonumber(ARGV[9])
   lease = now + tonumber(ARGV[6])
-  redis.call('DEL', key)
-  redis.call('HSET', key, 'status', 'reserving', 'token', token, 'lease', lease,
-    'digest', ARGV[7], 'user', ARGV[8], 'deadline', deadline, 'created', now)
-  redis.call('EXPIRE', key, tonumber(ARGV[10]))
+  f = {}
+  order_set({status = 'reserving', token = token, lease = lease, digest = ARGV[7], user = ARGV[8], deadline = deadline,
+    created = now}, tonumber(ARGV[10]))
   cur, parts, reason = token, '', ''
   return record('begin')
 elseif op == 'commit' then
   if (status ~= 'reserving' and status ~= 'staging') or cur ~= token then return record('lost', tostring(status)) end
-  redis.call('HSET', key, 'status', 'reserved', 'parts', ARGV[6], 'reserved_at', nowS)
-  redis.call('EXPIRE', key, I(tonumber(ARGV[7])))
+  order_set({status = 'reserved', parts = ARGV[6], reserved_at = nowS}, tonumber(ARGV[7]))
   parts = '' -- the caller has them: do not send them back
   return record('reserved')
 elseif op == 'fail' then
   if (status == 'reserving' or status == 'staging') and cur == token then
-    redis.call('HSET', key, 'status', 'failed', 'decided_at', now)
+    order_set({status = 'failed', decided_at = now})
     return record('failed')
   end
   return record(status or 'missing')
@@ -65,7 +67,7 @@ if op == 'confirm' then
   if not status then return record('missing') end
   if status == 'reserving' and lease <= now then
     -- the attempt died without committing: it failed
-    redis.call('HSET', key, 'status', 'failed', 'decided_at', now)
+    order_set({status = 'failed', decided_at = now})
     return record('failed')
   end
   if status == 'reserved' then
@@ -74,8 +76,7 @@ if op == 'confirm' then
   return record(status)
 elseif op == 'cancel' then
   if not status then
-    redis.call('HSET', key, 'status', 'cancelled', 'reason', 'tombstone', 'decided_at', now)
-    redis.call('EXPIRE', key, retention)
+    order_set({status = 'cancelled', reason = 'tombstone', decided_at = now}, retention)
     return record('cancelled', 'tombstone')
   end
   if status == 'reserved' or status == 'reserving' or status == 'failed' then
@@ -87,15 +88,14 @@ elseif op == 'expire' then
     -- A part of attempt token is due and its order has no record: the
     -- attempt's stage or begin never landed. Record its failure, so a stale
     -- copy arriving later cannot stage it (staged.go).
-    redis.call('HSET', key, 'status', 'failed', 'token', token, 'reason', 'no record', 'decided_at', now)
-    redis.call('EXPIRE', key, retention)
+    order_set({status = 'failed', token = token, reason = 'no record', decided_at = now}, retention)
     cur, reason = token, 'no record'
     return record('failed')
   end
   if status == 'reserved' and now >= deadline then
     final('cancelled', 'expired', retention)
   elseif status == 'reserving' and lease <= now then
-    redis.call('HSET', key, 'status', 'failed', 'decided_at', now)
+    order_set({status = 'failed', decided_at = now})
     status = 'failed'
   end
   return record(status or 'missing')

@@ -1,10 +1,11 @@
 
 local key = KEYS[2]
-if redis.call('EXISTS', key) == 1 and not redis.call('HGET', key, 'moved') then return 'exists' end
+local _, moved = order_head(key)
+if redis.call('EXISTS', key) == 1 and not moved then return 'exists' end
+local t = order_unpack(ARGV[5])
+t.moved = nil
 redis.call('DEL', key)
-for i = 5, #ARGV - 1, 2 do
-  if ARGV[i] ~= 'moved' then redis.call('HSET', key, ARGV[i], ARGV[i + 1]) end
-end
+order_put(key, t)
 local pttl = tonumber(ARGV[4])
 if pttl and pttl > 0 then redis.call('PEXPIRE', key, I(pttl)) end
 return 'installed'

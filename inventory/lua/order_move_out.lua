@@ -1,7 +1,10 @@
 
 local key = KEYS[2]
-if redis.call('EXISTS', key) == 0 then return {'none'} end
-local mark = redis.call('HGET', key, 'moved')
-if mark and mark ~= ARGV[4] then return {'none'} end
-if not mark then redis.call('HSET', key, 'moved', ARGV[4]) end
-return {'moved', redis.call('PTTL', key), redis.call('HGETALL', key)}
+local t = order_get(key)
+if not t then return {'none'} end
+if t.moved and t.moved ~= ARGV[4] then return {'none'} end
+-- marked (again, the same mark: a record marked before is written back
+-- as it was, packed when the hash layout held it)
+t.moved = ARGV[4]
+local v = order_put(key, t)
+return {'moved', redis.call('PTTL', key), v}

@@ -6,9 +6,9 @@ end
 local nr = tonumber(ARGV[3])
 local out, o = {}, 0
 for i = 2, nr + 1 do
-  local f = redis.call('HMGET', KEYS[i], 'status', 'moved')
+  local status, moved = order_head(KEYS[i])
   o = o + 1
-  if f[1] and not f[2] then out[o] = f[1] else out[o] = '' end
+  if status and not moved then out[o] = status else out[o] = '' end
 end
 for i = nr + 2, #KEYS do
   local s = redis.call('HMGET', KEYS[i], 'available', 'reserved', 'limit', 'loaded')

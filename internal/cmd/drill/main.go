@@ -290,7 +290,7 @@ func dumpPending(servers map[string]*redisproc.Server) {
 			fmt.Printf("  pending on %s: %s deadline=%.0f part=%v\n", name, id, z.Score, part)
 			for oname, os := range servers {
 				oc := redis.NewClient(&redis.Options{Addr: os.Addr(), Protocol: 2})
-				if rec, _ := oc.HGetAll(ctx, inventory.OrderKey(part["order"])).Result(); len(rec) > 0 {
+				if rec, _ := inventory.ReadOrder(ctx, oc, part["order"]).Fields(); len(rec) > 0 {
 					fmt.Printf("    order record on %s: %v\n", oname, rec)
 				}
 				oc.Close()

@@ -1,0 +1,140 @@
+-- The order record codec (orderrec.go, the layout and its rule): every
+-- script reads an order record with order_get(key) (either layout, a
+-- table of field -> string; nil when the key does not exist) or, when it
+-- needs no more than the status, the moved mark and the token,
+-- order_head(key); and writes one with order_put(key, t, ttl) (the packed
+-- layout; the TTL kept when ttl is nil, else set to ttl seconds, as EXPIRE
+-- would; it returns the value written) or order_write (the same, the
+-- fields as arguments). order_unpack(v) decodes a packed value. Numbers
+-- (created and the time fields only) are written as integers. The fields are spelled
+-- out, not looped over a table of names: a table built in a definition
+-- would cost every call of every script that carries it.
+
+-- the integer string v holds when it is written canonically with at most
+-- 15 digits (so every sum and difference of two is exact in a Lua
+-- number), else nil
+local function order_int(v)
+  local n = tonumber(v)
+  if n and n > -1e15 and n < 1e15 and string.format('%d', n) == v then return n end
+end
+-- v as a string (a number as an integer)
+local function order_s(v)
+  if type(v) == 'number' then return I(v) end
+  return v
+end
+local function order_corrupt(v, why)
+  return error({err = 'SHARDIS_CORRUPT order record ' .. string.format('%q', v) .. ': ' .. why})
+end
+-- the stored form of time field v, created the number of the record's
+-- created field (nil when it has none)
+local function order_rel(v, created)
+  if not v or v == '' then return '' end
+  if type(v) == 'number' then
+    if created and v > -1e15 and v < 1e15 and v == math.floor(v) then return I(v - created) end
+    v = I(v)
+  end
+  local n = created and order_int(v)
+  if n then return I(n - created) end
+  return '=' .. v
+end
+local function order_unrel(v, r, created, name)
+  if r == '' then return nil end
+  if string.byte(r, 1) == 61 then return string.sub(r, 2) end
+  local d = order_int(r)
+  if not (d and created) then order_corrupt(v, name .. ' is no offset from created') end
+  return I(created + d)
+end
+local function order_unpack(v)
+  local b = string.byte(v, 1) or 0
+  local st, pos = order_status(b), 2
+  if not st then
+    if b ~= 61 and b ~= 43 then order_corrupt(v, 'no status code') end
+    local j = string.find(v, '\029', 2, true) or #v + 1
+    st, pos = string.sub(v, 2, j - 1), j + 1
+    if st == '' then st = nil end
+  end
+  local a, n = {}, 0
+  for f in string.gmatch(string.sub(v, pos) .. '\029', '([^\029]*)\029') do
+    n = n + 1
+    a[n] = f
+  end
+  for i = n + 1, 11 do a[i] = '' end
+  local t = {status = st}
+  local function s(x) if x ~= '' then return x end end
+  t.token, t.created, t.digest, t.user, t.reason, t.moved = s(a[1]), s(a[2]), s(a[4]), s(a[6]), s(a[9]), s(a[11])
+  local created = order_int(a[2])
+  t.deadline, t.lease = order_unrel(v, a[3], created, 'deadline'), order_unrel(v, a[7], created, 'lease')
+  t.reserved_at, t.decided_at = order_unrel(v, a[8], created, 'reserved_at'), order_unrel(v, a[10], created, 'decided_at')
+  local p = a[5]
+  if p ~= '' then
+    local pb = string.byte(p, 1)
+    if pb == 30 then p = '~' .. a[1] .. p
+    elseif p == '~' then p = '~' .. a[1]
+    elseif pb == 61 then p = string.sub(p, 2) end
+    t.parts = p
+  end
+  return t
+end
+local function order_get(key)
+  local v = redis.pcall('GET', key)
+  if not v then return nil end
+  if type(v) == 'table' then
+    -- WRONGTYPE: a record in the hash layout of the releases before
+    local h = redis.call('HGETALL', key)
+    local t = {}
+    for i = 1, #h, 2 do t[h[i]] = h[i + 1] end
+    return t
+  end
+  return order_unpack(v)
+end
+-- order_write(key, ttl, status, token, created, deadline, digest, parts,
+-- user, lease, reserved_at, reason, decided_at, moved) is order_put with
+-- the fields as arguments (nil or '' for none), no table: the scripts
+-- that write a new record call it
+local function order_write(key, ttl, st, tok, cr, dl, dg, p, user, lease, rat, reason, dat, moved)
+  st, tok, cr, moved = st or '', tok or '', cr or '', moved or ''
+  local created
+  if type(cr) == 'number' and cr > -1e15 and cr < 1e15 and cr == math.floor(cr) then
+    created, cr = cr, I(cr)
+  else
+    cr = order_s(cr)
+    created = cr ~= '' and order_int(cr) or nil
+  end
+  local head
+  if st == 'reserved' then head = 'r' elseif st == 'staging' then head = 's' elseif st == 'confirmed' then head = 'c'
+  elseif st == 'cancelled' then head = 'x' elseif st == 'failed' then head = 'f' elseif st == 'reserving' then head = 'b' end
+  if head then
+    if moved ~= '' then head = string.upper(head) end
+  else
+    head = (moved ~= '' and '+' or '=') .. st .. '\029'
+  end
+  p = p or ''
+  if p ~= '' then
+    local np = #tok + 1
+    if string.byte(p, 1) == 126 and (np == 1 or string.find(p, tok, 2, true) == 2) and
+      (#p == np or string.byte(p, np + 1) == 30) then
+      if #p == np then p = '~' else p = string.sub(p, np + 1) end
+    elseif p == '~' or string.byte(p, 1) == 30 or string.byte(p, 1) == 61 then
+      p = '=' .. p
+    end
+  end
+  -- every field but created and the time fields is a string (or nil);
+  -- empty trailing fields left out
+  local s = head .. tok .. '\029' .. cr .. '\029' .. order_rel(dl, created) .. '\029' .. (dg or '') .. '\029' .. p ..
+    '\029' .. (user or '') .. '\029' .. order_rel(lease, created) .. '\029' .. order_rel(rat, created) .. '\029' ..
+    (reason or '') .. '\029' .. order_rel(dat, created) .. '\029' .. moved
+  local n, h = #s, #head
+  while n > h and string.byte(s, n) == 29 do n = n - 1 end
+  if n < #s then s = string.sub(s, 1, n) end
+  if ttl and ttl > 0 then
+    redis.call('SET', key, s, 'EX', I(ttl))
+  else
+    redis.call('SET', key, s, 'KEEPTTL')
+    if ttl then redis.call('EXPIRE', key, I(ttl)) end
+  end
+  return s
+end
+local function order_put(key, t, ttl)
+  return order_write(key, ttl, t.status, t.token, t.created, t.deadline, t.digest, t.parts, t.user, t.lease,
+    t.reserved_at, t.reason, t.decided_at, t.moved)
+end

@@ -1,0 +1,41 @@
+-- The head of an order record (orderrec.go, the layout and its rule):
+-- order_head(key, tok) is its status (nil when the key does not exist or
+-- the record has none), whether it carries a moved mark, and, when tok is
+-- true, its token (nil when none), read from the first bytes of a packed
+-- record, no decode (or with HMGET from a record in the hash layout of the
+-- releases before).
+-- order_status(b) is the status whose code is byte b (either case), nil
+-- for none. Part of the prelude library (lualib.go) and of peekScript;
+-- no table is built here, so a script that does not use them pays next
+-- to nothing for their definitions.
+local function order_status(b)
+  if b >= 97 then b = b - 32 end
+  if b == 82 then return 'reserved' elseif b == 83 then return 'staging' elseif b == 67 then return 'confirmed'
+  elseif b == 88 then return 'cancelled' elseif b == 70 then return 'failed' elseif b == 66 then return 'reserving' end
+end
+local function order_head(key, tok)
+  local v = redis.pcall('GET', key)
+  if not v then return nil, false, nil end
+  if type(v) == 'table' then
+    -- WRONGTYPE: a record in the hash layout of the releases before
+    local f = redis.call('HMGET', key, 'status', 'moved', 'token')
+    return f[1] or nil, f[2] ~= false, f[3] or nil
+  end
+  local b = string.byte(v, 1) or 0
+  local st, pos = order_status(b), 2
+  local moved = b == 43 or (b >= 65 and b <= 90)
+  if st and not tok then return st, moved end
+  if not st then
+    if b ~= 61 and b ~= 43 then -- '=', '+': a status of no code, literal up to the first GS
+      return error({err = 'SHARDIS_CORRUPT order record ' .. key .. ' holds no status code'})
+    end
+    local j = string.find(v, '\029', 2, true) or #v + 1
+    st, pos = string.sub(v, 2, j - 1), j + 1
+    if st == '' then st = nil end
+  end
+  if not tok then return st, moved end
+  local j = string.find(v, '\029', pos, true) or #v + 1
+  local token = string.sub(v, pos, j - 1)
+  if token == '' then token = nil end
+  return st, moved, token
+end
