@@ -63,92 +63,128 @@ func luaSkipLong(src string, i, level int) int {
 	return len(src)
 }
 
-var luaPunct3 = []string{"..."}
-var luaPunct2 = []string{"..", "==", "~=", "<=", ">="}
+// luaPuncts are the punctuation tokens longer than one byte, longest
+// first.
+var luaPuncts = []string{"...", "..", "==", "~=", "<=", ">="}
+
+// luaLexer is luaTokens' state: the source, the position, the tokens so
+// far and the brackets open at this point.
+type luaLexer struct {
+	src  string
+	i    int
+	out  []luaTok
+	open []byte
+}
 
 // luaTokens splits src into tokens.
 func luaTokens(src string) []luaTok {
-	var out []luaTok
-	var open []byte // the brackets open at this point
-	i := 0
+	l := &luaLexer{src: src}
 	if strings.HasPrefix(src, "#!") { // a Redis 7 shebang line (oom.go)
-		i = len(src)
+		l.i = len(src)
 		if k := strings.IndexByte(src, '\n'); k >= 0 {
-			i = k + 1
+			l.i = k + 1
 		}
 	}
-	for i < len(src) {
-		c := src[i]
+	for l.i < len(src) {
+		c := src[l.i]
 		switch {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-			i++
-		case strings.HasPrefix(src[i:], "--"):
-			if n, level := luaLongBracket(src, i+2); n > 0 {
-				i = luaSkipLong(src, i+2+n, level)
-			} else if k := strings.IndexByte(src[i:], '\n'); k >= 0 {
-				i += k + 1
-			} else {
-				i = len(src)
-			}
+			l.i++
+		case strings.HasPrefix(src[l.i:], "--"):
+			l.comment()
 		case c == '\'' || c == '"':
-			j := i + 1
-			for j < len(src) && src[j] != c && src[j] != '\n' {
-				if src[j] == '\\' {
-					j++
-				}
-				j++
-			}
-			out = append(out, luaTok{s: src[i:min(j+1, len(src))], kind: 'v'})
-			i = j + 1
-		case c >= '0' && c <= '9' || c == '.' && i+1 < len(src) && src[i+1] >= '0' && src[i+1] <= '9':
-			j := i + 1
-			for j < len(src) && (isLuaNameByte(src[j]) || src[j] == '.') {
-				j++
-			}
-			out = append(out, luaTok{s: src[i:j], kind: 'v'})
-			i = j
+			l.quoted(c)
+		case c >= '0' && c <= '9' || c == '.' && l.i+1 < len(src) && src[l.i+1] >= '0' && src[l.i+1] <= '9':
+			l.number()
 		case isLuaNameStart(c):
-			j := i + 1
-			for j < len(src) && isLuaNameByte(src[j]) {
-				j++
-			}
-			t := luaTok{s: src[i:j], kind: 'n'}
-			if n := len(out); n > 0 && (out[n-1].s == "." || out[n-1].s == ":") {
-				t.field = true
-			}
-			out = append(out, t)
-			i = j
+			l.name()
 		default:
-			if n, level := luaLongBracket(src, i); n > 0 {
-				j := luaSkipLong(src, i+n, level)
-				out = append(out, luaTok{s: src[i:j], kind: 'v'})
-				i = j
-				continue
-			}
-			p := src[i : i+1]
-			for _, m := range append(luaPunct3, luaPunct2...) {
-				if strings.HasPrefix(src[i:], m) {
-					p = m
-					break
-				}
-			}
-			switch p {
-			case "(", "[", "{":
-				open = append(open, p[0])
-			case ")", "]", "}":
-				if len(open) > 0 {
-					open = open[:len(open)-1]
-				}
-			case "=":
-				if n := len(out); n > 0 && len(open) > 0 && open[len(open)-1] == '{' && out[n-1].kind == 'n' {
-					out[n-1].key = true
-				}
-			}
-			out = append(out, luaTok{s: p, kind: 'p'})
-			i += len(p)
+			l.punct()
 		}
 	}
-	return out
+	return l.out
+}
+
+// comment skips the comment at l.i, short or long.
+func (l *luaLexer) comment() {
+	src, i := l.src, l.i
+	if n, level := luaLongBracket(src, i+2); n > 0 {
+		l.i = luaSkipLong(src, i+2+n, level)
+	} else if k := strings.IndexByte(src[i:], '\n'); k >= 0 {
+		l.i = i + k + 1
+	} else {
+		l.i = len(src)
+	}
+}
+
+// quoted reads the string quoted by q at l.i.
+func (l *luaLexer) quoted(q byte) {
+	src, j := l.src, l.i+1
+	for j < len(src) && src[j] != q && src[j] != '\n' {
+		if src[j] == '\\' {
+			j++
+		}
+		j++
+	}
+	l.out = append(l.out, luaTok{s: src[l.i:min(j+1, len(src))], kind: 'v'})
+	l.i = j + 1
+}
+
+// number reads the number at l.i.
+func (l *luaLexer) number() {
+	src, j := l.src, l.i+1
+	for j < len(src) && (isLuaNameByte(src[j]) || src[j] == '.') {
+		j++
+	}
+	l.out = append(l.out, luaTok{s: src[l.i:j], kind: 'v'})
+	l.i = j
+}
+
+// name reads the name or keyword at l.i; after '.' or ':' it is a field.
+func (l *luaLexer) name() {
+	src, j := l.src, l.i+1
+	for j < len(src) && isLuaNameByte(src[j]) {
+		j++
+	}
+	t := luaTok{s: src[l.i:j], kind: 'n'}
+	if n := len(l.out); n > 0 && (l.out[n-1].s == "." || l.out[n-1].s == ":") {
+		t.field = true
+	}
+	l.out = append(l.out, t)
+	l.i = j
+}
+
+// punct reads the long string or the punctuation at l.i, keeping track of
+// the brackets open (a name before '=' directly inside '{' is a key).
+func (l *luaLexer) punct() {
+	src, i := l.src, l.i
+	if n, level := luaLongBracket(src, i); n > 0 {
+		j := luaSkipLong(src, i+n, level)
+		l.out = append(l.out, luaTok{s: src[i:j], kind: 'v'})
+		l.i = j
+		return
+	}
+	p := src[i : i+1]
+	for _, m := range luaPuncts {
+		if strings.HasPrefix(src[i:], m) {
+			p = m
+			break
+		}
+	}
+	switch p {
+	case "(", "[", "{":
+		l.open = append(l.open, p[0])
+	case ")", "]", "}":
+		if len(l.open) > 0 {
+			l.open = l.open[:len(l.open)-1]
+		}
+	case "=":
+		if n := len(l.out); n > 0 && len(l.open) > 0 && l.open[len(l.open)-1] == '{' && l.out[n-1].kind == 'n' {
+			l.out[n-1].key = true
+		}
+	}
+	l.out = append(l.out, luaTok{s: p, kind: 'p'})
+	l.i += len(p)
 }
 
 // luaRefs is the names src mentions as variables (not fields, not table
