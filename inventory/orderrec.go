@@ -29,7 +29,7 @@ import (
 //
 // An empty field is an absent one (no script tells an absent field from an
 // empty one). No field holds a control byte (ids are checked by idProblem,
-// names by config's checkName, tokens and digests are hex, numbers digits,
+// names by config's checkName, tokens are base64url (hex before), digests hex, numbers digits,
 // the part list is JSON or parts.go's layout 2, which uses RS and US but
 // never GS). Stored as they are but:
 //

@@ -247,7 +247,7 @@ func describe(c inventory.ScriptCall) string {
 }
 
 // tokenRE matches the token of a part id (order|token|item).
-var tokenRE = regexp.MustCompile(`\|[0-9a-f]{12}\|`)
+var tokenRE = regexp.MustCompile(`\|[0-9A-Za-z_-]{8}\|`)
 
 func (s *Scheduler) submit(ctx context.Context, desc string, step bool, send func() (any, error)) (any, error) {
 	a, _ := ctx.Value(actorKey{}).(*actor)
