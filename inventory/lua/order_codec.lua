@@ -45,14 +45,8 @@ local function order_unrel(v, r, created, name)
   return I(created + d)
 end
 local function order_unpack(v)
-  local b = string.byte(v, 1) or 0
-  local st, pos = order_status(b), 2
-  if not st then
-    if b ~= 61 and b ~= 43 then order_corrupt(v, 'no status code') end
-    local j = string.find(v, '\029', 2, true) or #v + 1
-    st, pos = string.sub(v, 2, j - 1), j + 1
-    if st == '' then st = nil end
-  end
+  local st, pos = order_lead(v)
+  if not pos then order_corrupt(v, 'no status code') end
   local a, n = {}, 0
   for f in string.gmatch(string.sub(v, pos) .. '\029', '([^\029]*)\029') do
     n = n + 1

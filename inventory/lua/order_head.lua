@@ -13,6 +13,20 @@ local function order_status(b)
   if b == 82 then return 'reserved' elseif b == 83 then return 'staging' elseif b == 67 then return 'confirmed'
   elseif b == 88 then return 'cancelled' elseif b == 70 then return 'failed' elseif b == 66 then return 'reserving' end
 end
+-- order_lead(v) is packed value v's status (nil for none), the position
+-- of its first field, and its first byte; the position is nil when v
+-- starts with neither a status code nor '=' / '+' (a status of no code,
+-- literal up to the first GS)
+local function order_lead(v)
+  local b = string.byte(v, 1) or 0
+  local st = order_status(b)
+  if st then return st, 2, b end
+  if b ~= 61 and b ~= 43 then return nil, nil, b end
+  local j = string.find(v, '\029', 2, true) or #v + 1
+  st = string.sub(v, 2, j - 1)
+  if st == '' then st = nil end
+  return st, j + 1, b
+end
 local function order_head(key, tok)
   local v = redis.pcall('GET', key)
   if not v then return nil, false, nil end
@@ -21,18 +35,11 @@ local function order_head(key, tok)
     local f = redis.call('HMGET', key, 'status', 'moved', 'token')
     return f[1] or nil, f[2] ~= false, f[3] or nil
   end
-  local b = string.byte(v, 1) or 0
-  local st, pos = order_status(b), 2
-  local moved = b == 43 or (b >= 65 and b <= 90)
-  if st and not tok then return st, moved end
-  if not st then
-    if b ~= 61 and b ~= 43 then -- '=', '+': a status of no code, literal up to the first GS
-      return error({err = 'SHARDIS_CORRUPT order record ' .. key .. ' holds no status code'})
-    end
-    local j = string.find(v, '\029', 2, true) or #v + 1
-    st, pos = string.sub(v, 2, j - 1), j + 1
-    if st == '' then st = nil end
+  local st, pos, b = order_lead(v)
+  if not pos then
+    return error({err = 'SHARDIS_CORRUPT order record ' .. key .. ' holds no status code'})
   end
+  local moved = b == 43 or (b >= 65 and b <= 90)
   if not tok then return st, moved end
   local j = string.find(v, '\029', pos, true) or #v + 1
   local token = string.sub(v, pos, j - 1)
