@@ -115,3 +115,18 @@ local function w(p1, ...) return p1 .. 0x1f .. 1.5e3 end
 		t.Errorf("checkLuaNames of declared names: %v", err)
 	}
 }
+
+// preludeFor returns the definitions of lua/prelude.lua that code uses
+// (I, set_value …), for a test script that runs a codec alone.
+func preludeFor(code string) string {
+	lib := mustLuaLib("prelude.lua")
+	need := map[int]bool{}
+	lib.need(code, need)
+	var b strings.Builder
+	for i, d := range lib.defs {
+		if need[i] {
+			b.WriteString(d.text)
+		}
+	}
+	return b.String()
+}

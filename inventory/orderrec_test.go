@@ -70,8 +70,7 @@ func orderCodecCases() []map[string]string {
 // value; "get" returns order_get's fields flat; "head" order_head's
 // status, moved mark (1 or 0) and token.
 var orderCodecScript = redis.NewScript(`
-local function I(n) return string.format('%d', n) end
-` + orderCodecLua + `
+` + preludeFor(orderCodecLua) + orderCodecLua + `
 if ARGV[1] == 'put' then
   local t = {}
   for i = 3, #ARGV, 2 do t[ARGV[i]] = ARGV[i + 1] end

@@ -25,8 +25,7 @@ func TestPartCodecAllocates(t *testing.T) {
 	defer cancel()
 	measure := redis.NewScript(`
 local partPrefix = ARGV[1]
-local function I(n) return string.format('%d', n) end
-` + partCodecLua + `
+` + preludeFor(partCodecLua) + partCodecLua + `
 local key = KEYS[1]
 local rec = {state = 'pending', kind = 's', order = ARGV[2], token = ARGV[3], sku = ARGV[4], qty = '1', item = '0',
   counter = ARGV[5], redo = ARGV[6], offset = '1234', deadline = '1795000000000', at = '1794999990000'}

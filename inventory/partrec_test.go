@@ -85,8 +85,7 @@ func TestPartCodecLuaMatchesGo(t *testing.T) {
 	defer cancel()
 	codec := redis.NewScript(`
 local partPrefix = ARGV[1]
-local function I(n) return string.format('%d', n) end
-` + partCodecLua + `
+` + preludeFor(partCodecLua) + partCodecLua + `
 if ARGV[2] == 'put' then
   local t = {}
   for i = 4, #ARGV, 2 do t[ARGV[i]] = ARGV[i + 1] end

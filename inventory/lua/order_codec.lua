@@ -120,12 +120,7 @@ local function order_write(key, ttl, st, tok, cr, dl, dg, p, user, lease, rat, r
   local n, h = #s, #head
   while n > h and string.byte(s, n) == 29 do n = n - 1 end
   if n < #s then s = string.sub(s, 1, n) end
-  if ttl and ttl > 0 then
-    redis.call('SET', key, s, 'EX', I(ttl))
-  else
-    redis.call('SET', key, s, 'KEEPTTL')
-    if ttl then redis.call('EXPIRE', key, I(ttl)) end
-  end
+  set_value(key, s, ttl)
   return s
 end
 local function order_put(key, t, ttl)

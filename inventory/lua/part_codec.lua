@@ -137,10 +137,5 @@ local function part_put(key, t, ttl)
   local e = #s
   while string.byte(s, e) == 31 do e = e - 1 end
   if e < #s then s = string.sub(s, 1, e) end
-  if ttl and ttl > 0 then
-    redis.call('SET', key, s, 'EX', I(ttl))
-  else
-    redis.call('SET', key, s, 'KEEPTTL')
-    if ttl then redis.call('EXPIRE', key, I(ttl)) end
-  end
+  set_value(key, s, ttl)
 end

@@ -7,6 +7,17 @@
 -- argument with printf's "%.17g" (slow), string.format('%d') is an
 -- integer conversion; both give the same digits below 2^53.
 local function I(n) return string.format('%d', n) end
+-- set_value(key, s, ttl): SET key to string s (a packed record: the part
+-- and order codecs), its TTL kept when ttl is nil, else set to ttl
+-- seconds (at most 0: expired, as EXPIRE would).
+local function set_value(key, s, ttl)
+  if ttl and ttl > 0 then
+    redis.call('SET', key, s, 'EX', I(ttl))
+  else
+    redis.call('SET', key, s, 'KEEPTTL')
+    if ttl then redis.call('EXPIRE', key, I(ttl)) end
+  end
+end
 -- The node's clock (ms): one TIME call, in the scripts that read it.
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
