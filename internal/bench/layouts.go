@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -29,7 +30,7 @@ const (
 	layoutValue  = 74
 	layoutSmall  = 60
 	layoutMember = 20
-	layoutTTL    = 3600 // seconds
+	layoutTTL    = time.Hour // the records' TTL: none expires during the measure
 )
 
 // LayoutBytes is what one record costs in one layout.
