@@ -181,3 +181,49 @@ func TestTopologyCrashPoints(t *testing.T) {
 		e.finished("no crash")
 	})
 }
+
+// movingStock is the stock of route r's SKU "free" that the tests of
+// records moved by a topology change reserve from.
+const movingStock = 30
+
+// reserveMoving loads movingStock units and reserves n 1-unit orders of
+// them through old, ids prefix-0, prefix-1 …, each picked so that the
+// change moves its home to n4.
+func (e *migrateEnv) reserveMoving(old *Inventory, prefix string, n int) []string {
+	e.t.Helper()
+	if _, err := old.LoadStock(e.ctx, "r", "free", movingStock, 0); err != nil {
+		e.t.Fatal(err)
+	}
+	oh, _ := NewHomes(e.old)
+	nh, _ := NewHomes(e.new)
+	var ids []string
+	for i := 0; len(ids) < n; i++ {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		if nh.Home(id) != "n4" || oh.Home(id) == "n4" {
+			continue
+		}
+		if _, err := old.Reserve(e.ctx, id, []Item{{Route: "r", SKU: "free", Quantity: 1}}, "", time.Minute); err != nil {
+			e.t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// settleMoved confirms ids[0] and cancels ids[1] (reserved by
+// reserveMoving, moved to n4 by the change) through an inventory at the
+// new configuration, and checks the stock adds up.
+func (e *migrateEnv) settleMoved(ids []string) {
+	e.t.Helper()
+	inv := e.open(e.new)
+	if out, err := inv.Confirm(e.ctx, ids[0]); err != nil || out.Status != StatusConfirmed || out.PendingParts != 0 {
+		e.t.Fatalf("Confirm %s: %+v, %v", ids[0], out, err)
+	}
+	if out, err := inv.Cancel(e.ctx, ids[1]); err != nil || out.Status != StatusCancelled || out.PendingParts != 0 {
+		e.t.Fatalf("Cancel %s: %+v, %v", ids[1], out, err)
+	}
+	lvl, err := inv.GetStock(e.ctx, "r", "free")
+	if err != nil || lvl.Confirmed != 1 || lvl.Reserved != 0 || lvl.Available != movingStock-1 {
+		e.t.Errorf("stock after the move: %+v, %v; want 1 confirmed, %d available", lvl, err, movingStock-1)
+	}
+}

@@ -106,24 +106,7 @@ func TestOrderRecordsHashLayoutUpgrade(t *testing.T) {
 // home; the stock adds up.
 func TestOrderRecordsHashLayoutMoveWithTopology(t *testing.T) {
 	e := newMigrateEnv(t)
-	old := e.open(e.old)
-	const stock = 30
-	if _, err := old.LoadStock(e.ctx, "r", "free", stock, 0); err != nil {
-		t.Fatal(err)
-	}
-	oh, _ := NewHomes(e.old)
-	nh, _ := NewHomes(e.new)
-	var ids []string
-	for i := 0; len(ids) < 2; i++ {
-		id := fmt.Sprintf("hm-%d", i)
-		if nh.Home(id) != "n4" || oh.Home(id) == "n4" {
-			continue
-		}
-		if _, err := old.Reserve(e.ctx, id, []Item{{Route: "r", SKU: "free", Quantity: 1}}, "", time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
+	ids := e.reserveMoving(e.open(e.old), "hm", 2)
 	if n := orderRecordsToHashLayout(t, e.ctx, e.clients); n < len(ids) {
 		t.Fatalf("%d order records rewritten in the hash layout, want %d or more (the env's own)", n, len(ids))
 	}
@@ -139,17 +122,7 @@ func TestOrderRecordsHashLayoutMoveWithTopology(t *testing.T) {
 			t.Errorf("order %s on n4 is a %q, want a string", id, typ)
 		}
 	}
-	inv := e.open(e.new)
-	if out, err := inv.Confirm(e.ctx, ids[0]); err != nil || out.Status != StatusConfirmed || out.PendingParts != 0 {
-		t.Fatalf("Confirm %s: %+v, %v", ids[0], out, err)
-	}
-	if out, err := inv.Cancel(e.ctx, ids[1]); err != nil || out.Status != StatusCancelled || out.PendingParts != 0 {
-		t.Fatalf("Cancel %s: %+v, %v", ids[1], out, err)
-	}
-	lvl, err := inv.GetStock(e.ctx, "r", "free")
-	if err != nil || lvl.Confirmed != 1 || lvl.Reserved != 0 || lvl.Available != stock-1 {
-		t.Errorf("stock after the move: %+v, %v; want 1 confirmed, %d available", lvl, err, stock-1)
-	}
+	e.settleMoved(ids)
 }
 
 // orderRecordsToHashLayout rewrites every order record of every node in

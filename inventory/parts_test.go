@@ -248,22 +248,9 @@ func validUTF8(ss ...string) bool {
 // code; the stock adds up.
 func TestLayout1RecordsMoveWithTopology(t *testing.T) {
 	e := newMigrateEnv(t)
-	old := e.open(e.old)
-	const stock = 30
-	if _, err := old.LoadStock(e.ctx, "r", "free", stock, 0); err != nil {
-		t.Fatal(err)
-	}
+	ids := e.reserveMoving(e.open(e.old), "l1", 2)
 	oh, _ := NewHomes(e.old)
-	nh, _ := NewHomes(e.new)
-	var ids []string
-	for i := 0; len(ids) < 2; i++ {
-		id := fmt.Sprintf("l1-%d", i)
-		if nh.Home(id) != "n4" || oh.Home(id) == "n4" {
-			continue
-		}
-		if _, err := old.Reserve(e.ctx, id, []Item{{Route: "r", SKU: "free", Quantity: 1}}, "", time.Minute); err != nil {
-			t.Fatal(err)
-		}
+	for _, id := range ids {
 		c := e.clients[oh.Home(id)]
 		blob := orderFieldsOn(t, e.ctx, c, id)["parts"]
 		parts, derr := DecodeOrderParts(id, blob)
@@ -271,7 +258,6 @@ func TestLayout1RecordsMoveWithTopology(t *testing.T) {
 			t.Fatalf("order %s: parts %q, %v", id, blob, derr)
 		}
 		setOrderFields(t, e.ctx, c, id, map[string]string{"parts": encodeOrderPartsJSON(parts)})
-		ids = append(ids, id)
 	}
 	if rep, err := e.apply(); err != nil || rep.Phase != PhaseStable {
 		t.Fatalf("apply = %+v, %v", rep, err)
@@ -281,15 +267,5 @@ func TestLayout1RecordsMoveWithTopology(t *testing.T) {
 			t.Fatalf("order %s on n4 after the move: parts %q; want layout 1", id, blob)
 		}
 	}
-	inv := e.open(e.new)
-	if out, err := inv.Confirm(e.ctx, ids[0]); err != nil || out.Status != StatusConfirmed || out.PendingParts != 0 {
-		t.Fatalf("Confirm %s: %+v, %v", ids[0], out, err)
-	}
-	if out, err := inv.Cancel(e.ctx, ids[1]); err != nil || out.Status != StatusCancelled || out.PendingParts != 0 {
-		t.Fatalf("Cancel %s: %+v, %v", ids[1], out, err)
-	}
-	lvl, err := inv.GetStock(e.ctx, "r", "free")
-	if err != nil || lvl.Confirmed != 1 || lvl.Reserved != 0 || lvl.Available != stock-1 {
-		t.Errorf("stock after the move: %+v, %v; want 1 confirmed, %d available", lvl, err, stock-1)
-	}
+	e.settleMoved(ids)
 }
