@@ -31,8 +31,9 @@ const (
 	// KeyOrder is an order record (a packed string, or a hash written by a
 	// release before: [ReadOrder], [DecodeOrder]); rest is the order id.
 	KeyOrder
-	// KeyRedoLog is a redo-log queue (zset: part id by offset); rest is
-	// the queue number, as [RedoLogKey] writes it.
+	// KeyRedoLog is a redo-log queue's own key (zset: part id by offset),
+	// which holds only entries written by a release before the segments
+	// ([RedoLogKey]); rest is the queue number, as [RedoLogKey] writes it.
 	KeyRedoLog
 	// KeyRedoOffsets is the hash of the last offset handed out per redo
 	// queue key; rest is "".
@@ -61,12 +62,17 @@ const (
 	// KeyStuckRetry is the index of when each stuck part is retried by
 	// itself (zset: part id by ms, stuck.go); rest is "".
 	KeyStuckRetry
+	// KeyRedoSegment is one segment of a redo-log queue (zset: part id by
+	// offset, [RedoLogKey]); rest is the queue number, ":", the segment
+	// number (offset / 100).
+	KeyRedoSegment
 )
 
 var keyKindNames = [...]string{KeyOther: "other", KeyStock: "stock", KeyQuota: "quota", KeyPart: "part",
 	KeyOrder: "order", KeyRedoLog: "redo-log", KeyRedoOffsets: "redo-offsets", KeyRedoAcked: "redo-acked",
 	KeyPending: "pending", KeyStuck: "stuck", KeyStuckWhy: "stuck-why", KeyLimitsTodo: "limits-todo",
-	KeyTransfer: "transfer", KeyTransferMarker: "transfer-marker", KeyStuckRetry: "stuck-retry"}
+	KeyTransfer: "transfer", KeyTransferMarker: "transfer-marker", KeyStuckRetry: "stuck-retry",
+	KeyRedoSegment: "redo-segment"}
 
 // String returns the kind's short name ("stock", "part", "redo-log" …).
 func (k KeyKind) String() string {
@@ -115,8 +121,18 @@ func ParseKey(key string) (kind KeyKind, rest string) {
 		case KeyQuota:
 			_, _, _, err = ParseQuotaKey(key)
 		case KeyRedoLog:
-			if q, qerr := strconv.Atoi(rest); qerr != nil || q < 0 || RedoLogKey(q) != key {
+			queue, seg, isSeg := strings.Cut(rest, ":")
+			if q, qerr := strconv.Atoi(queue); qerr != nil || q < 0 || RedoLogKey(q) != f.prefix+queue {
 				err = ErrCorrupt
+			}
+			if isSeg {
+				if s, serr := strconv.ParseInt(seg, 10, 64); serr != nil || s < 0 || strconv.FormatInt(s, 10) != seg {
+					err = ErrCorrupt
+				}
+				if rest == "" || err != nil {
+					return KeyOther, ""
+				}
+				return KeyRedoSegment, rest
 			}
 		}
 		if rest == "" || err != nil {

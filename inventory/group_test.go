@@ -328,7 +328,7 @@ func TestGroupCommitReservesEachOrderOnItsOwn(t *testing.T) {
 		r := res[i].Receipts[0]
 		redo = r.RedoLog
 		offsets[r.Offset] = true
-		members, err := e.admin.ZRangeByScore(e.ctx, r.RedoLog, &redis.ZRangeBy{Min: strconv.FormatInt(r.Offset, 10), Max: strconv.FormatInt(r.Offset, 10)}).Result()
+		members, err := e.admin.ZRangeByScore(e.ctx, redoSegmentKey(r.RedoLog, r.Offset), &redis.ZRangeBy{Min: strconv.FormatInt(r.Offset, 10), Max: strconv.FormatInt(r.Offset, 10)}).Result()
 		if err != nil || len(members) != 1 {
 			t.Fatalf("order %s: redo queue %s at offset %d holds %v (%v)", ids[i], r.RedoLog, r.Offset, members, err)
 		}
@@ -336,8 +336,12 @@ func TestGroupCommitReservesEachOrderOnItsOwn(t *testing.T) {
 			t.Fatalf("order %s: part %s is not in the pending index: %v", ids[i], members[0], err)
 		}
 	}
-	if n, _ := e.admin.ZCard(e.ctx, redo).Result(); n != 10 {
-		t.Fatalf("redo queue %s holds %d entries, want 10", redo, n)
+	var n int64
+	for _, k := range e.admin.Keys(e.ctx, redo+":*").Val() {
+		n += e.admin.ZCard(e.ctx, k).Val()
+	}
+	if n != 10 {
+		t.Fatalf("redo queue %s holds %d entries in its segments, want 10", redo, n)
 	}
 	lo := int64(0)
 	for o := range offsets {

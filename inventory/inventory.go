@@ -5,8 +5,9 @@
 // Each node keeps three counters per SKU (available, reserved, confirmed),
 // changed only by Lua scripts that also keep the state of every part (one
 // deduction on one node) in the same atomic step: the part record is the
-// TCC fence. Every reserve appends the part to a redo log (a sorted set per
-// queue with gap-free offsets) that a database sync consumer can replay.
+// TCC fence. Every reserve appends the part to a redo log (queues with
+// gap-free offsets, each kept in sorted-set segments of 100 offsets:
+// redolog.go) that a database sync consumer can replay.
 //
 // An order's outcome is decided by its order record on the order's home
 // node (consistent hashing over all nodes of the inventory server): begin

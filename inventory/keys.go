@@ -33,7 +33,7 @@ const (
 	stockKeyPrefix      = "inv:stock:"   // hash, then route ":" sku
 	quotaKeyPrefix      = "inv:quota:"   // string, see quotaKey
 	orderKeyPrefix      = "inv:order:"   // packed string (orderrec.go), then order id
-	redoLogKeyPrefix    = "inv:redo:"    // zset, then the queue number
+	redoLogKeyPrefix    = "inv:redo:"    // zset, then the queue number (and ":" segment, RedoLogKey)
 	xferKeyPrefix       = "inv:xfer:"    // hash, then a transfer id (migrate.go)
 	xferMarkerKeyPrefix = "inv:xfer:in:" // a destination's memory of a transfer id
 )
@@ -71,7 +71,13 @@ func orderKey(orderID string) string { return orderKeyPrefix + orderID }
 // record; [ParseKey] gives a scanned key's order id back.
 func OrderKey(orderID string) string { return orderKey(orderID) }
 
-// RedoLogKey returns the key of redo-log queue q (0-based) on every node.
+// RedoLogKey returns the name of redo-log queue q (0-based) on every node:
+// the key of its offsets in [RedoOffsetsKey] and the acknowledgements, and
+// the prefix of its segments. The entries live in segments of 100
+// consecutive offsets, sorted sets RedoLogKey(q) + ":" + offset/100 (each
+// small enough for Redis to keep as a listpack); a release before the
+// segments wrote them to RedoLogKey(q) itself, where they stay until
+// trimmed (redolog.go).
 func RedoLogKey(q int) string { return redoLogKeyPrefix + strconv.Itoa(q) }
 
 // xferKey names the record of transfer id on its source node, and

@@ -5,12 +5,48 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
+// The redo log's layout. Queue q of a node hands out offsets 1, 2, 3 …
+// (the last one handed out, its head, is field RedoLogKey(q) of
+// [RedoOffsetsKey]); the entry at offset o, score o and member the part
+// id, is in the segment RedoLogKey(q) + ":" + o/100, a sorted set of at
+// most 100 entries that Redis keeps as a listpack (about 37 bytes an entry
+// against 125 in one big sorted set: BENCHMARKS.md, "Record layouts,
+// measured"). A release before the segments kept every entry in
+// RedoLogKey(q) itself; those entries stay there until trimmed, and no
+// entry is written there any more.
+//
+// What a queue holds at any moment is one run of offsets, low..head, with
+// no gap: low-1 and everything under it was trimmed. The run is split in
+// two parts, in this order: the entries in the queue's own key (only after
+// an upgrade, all below the first offset written to a segment), then the
+// segments from low's (or the first one written) to head's, each holding
+// at least one entry. The rule that keeps every interleaving safe: every
+// step that changes a queue is one script, atomic on its node, and keeps
+// the run whole. A reserve appends at head+1 to head's segment (checking
+// the segment's type before any write, redo_ok); a trim removes only from
+// low up, in the queue's own key first; nothing else writes the entries.
+// So a reader (one script too) finds the entries past a cursor by reading
+// the queue's own key, then the segments from the cursor's on; when the
+// cursor's segment was trimmed away, the lowest segment left is found by a
+// binary search over which segments exist (they form one run ending at
+// head's): lua/redo_log.lua. An upgrade needs no migration step: the old
+// entries are read, acknowledged and trimmed where they are, and a queue
+// with none left is all segments.
+
+// redoSegmentSize is how many consecutive offsets one segment of a queue
+// holds (REDO_SEG of lua/redo_log.lua).
+const redoSegmentSize = 100
+
+// redoSegmentKey is the segment of queue key queueKey that holds offset
+// off (redo_seg of lua/redo_log.lua).
+func redoSegmentKey(queueKey string, off int64) string {
+	return queueKey + ":" + strconv.FormatInt(off/redoSegmentSize, 10)
+}
+
 // redoReadScript reads one redo-log queue.
-// KEYS: 1 stamp, 2 acked hash, 3 queue. ARGV: 4 after offset, 5 limit.
+// KEYS: 1 stamp, 2 offsets hash, 3 queue. ARGV: 4 after offset, 5 limit.
 // Returns entries with offset > after, each in the form redoEntryLua
 // builds.
 var redoReadScript = newScript("redo-read", false, redoEntryLua+luaFile("redo_read.lua"))
@@ -72,7 +108,7 @@ func (inv *Inventory) ReadRedoLog(ctx context.Context, nodeName string, queue in
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	v, err := inv.run(ctx, n, redoReadScript, []string{keyRedoAcked, RedoLogKey(queue)}, after, limit)
+	v, err := inv.run(ctx, n, redoReadScript, []string{RedoOffsetsKey, RedoLogKey(queue)}, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -188,23 +224,23 @@ func (inv *Inventory) TrimRedoLog(ctx context.Context, nodeName string, maxAge t
 	return int(removed), err
 }
 
+// redoLenScript counts the entries of redo-log queues.
+// KEYS: 1 stamp, 2 offsets hash, then queue keys. Returns the count.
+var redoLenScript = newScript("redo-len", false, luaFile("redo_len.lua"))
+
 // RedoLogLen returns the number of entries in every queue of node.
 func (inv *Inventory) RedoLogLen(ctx context.Context, nodeName string) (int64, error) {
 	n, err := inv.r.Node(nodeName)
 	if err != nil {
 		return 0, err
 	}
-	pipe := n.Client().Pipeline()
-	cmds := make([]*redis.IntCmd, inv.cfg.RedoQueues)
-	for q := range cmds {
-		cmds[q] = pipe.ZCard(ctx, RedoLogKey(q))
+	keys := []string{RedoOffsetsKey}
+	for q := 0; q < inv.cfg.RedoQueues; q++ {
+		keys = append(keys, RedoLogKey(q))
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, nodeErr(n, err)
+	v, err := inv.run(ctx, n, redoLenScript, keys)
+	if err != nil {
+		return 0, err
 	}
-	var total int64
-	for _, c := range cmds {
-		total += c.Val()
-	}
-	return total, nil
+	return asInt64(n, redoLenScript, v)
 }

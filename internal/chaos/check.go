@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -111,7 +112,7 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 		for i, k := range chunk {
 			kinds[i], rests[i] = inventory.ParseKey(k)
 			switch kinds[i] {
-			case inventory.KeyPending, inventory.KeyRedoLog:
+			case inventory.KeyPending, inventory.KeyRedoLog, inventory.KeyRedoSegment:
 				cmds[i] = pipe.ZRangeWithScores(ctx, k, 0, -1)
 			case inventory.KeyPart:
 				partReads[i] = inventory.ReadPart(ctx, pipe, rests[i])
@@ -161,7 +162,12 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 				if kinds[i] == inventory.KeyPending {
 					ns.pending = cmd.Val()
 				} else {
-					ns.redo[k] = cmd.Val()
+					q := k // a queue's own key, or one of its segments
+					if kinds[i] == inventory.KeyRedoSegment {
+						queue, _, _ := strings.Cut(rests[i], ":")
+						q = inventory.RedoLogKey(int(atoi(queue)))
+					}
+					ns.redo[q] = append(ns.redo[q], cmd.Val()...)
 				}
 			case *redis.MapStringStringCmd:
 				switch v := cmd.Val(); kinds[i] {
@@ -174,6 +180,9 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 				ns.quota[k] = cmd.Val()
 			}
 		}
+	}
+	for _, z := range ns.redo { // segments in SCAN order: by offset
+		sort.Slice(z, func(i, j int) bool { return z[i].Score < z[j].Score })
 	}
 	return ns, nil
 }

@@ -1,7 +1,7 @@
 
 local function plan_parts(kb, ab, user, offsets)
   local np = (#KEYS - kb + 1) / 3
-  local avail, resv, held, plan = {}, {}, {}, {}
+  local avail, resv, held, plan, nq = {}, {}, {}, {}, {}
   for i = 0, np - 1 do
     local a = ab + i * 7
     local p = {pk = KEYS[kb + i * 3], ck = KEYS[kb + 1 + i * 3], xk = KEYS[kb + 2 + i * 3], id = ARGV[a], kind = ARGV[a + 1],
@@ -9,7 +9,6 @@ local function plan_parts(kb, ab, user, offsets)
     if redis.call('EXISTS', p.pk) == 1 then return nil end
     local err
     if p.kind == 's' then
-      zset_ok(p.xk) -- the redo queue must be a sorted set
       local s = stock_get(p.ck)
       if avail[p.ck] == nil then
         avail[p.ck], err = int(s[1], p.ck .. ' available')
@@ -19,6 +18,8 @@ local function plan_parts(kb, ab, user, offsets)
       end
       local _, oerr = offsets_ok(offsets, p.xk)
       if oerr then return nil, oerr end
+      nq[p.xk] = (nq[p.xk] or 0) + 1
+      redo_ok(offsets, p.xk, nq[p.xk]) -- its redo segment must be a sorted set
       local limit
       limit, err = int(s[2], p.ck .. ' limit')
       if err then return nil, err end
@@ -49,7 +50,7 @@ local function write_parts(plan, pending, offsets, order, token, pdl)
       -- hash (stock_set: flush writes it once; the script is atomic)
       stock_set(p.ck, p.avail, p.resv)
       off = next_offset(offsets, p.xk)
-      zadd_later(p.xk, I(off), p.id)
+      zadd_later(redo_seg(p.xk, off), I(off), p.id)
     else
       redis.call('INCRBY', p.ck, I(p.want))
     end

@@ -14,9 +14,9 @@ for k = 4, #KEYS do
   local _, aerr = int(redis.call('HGET', KEYS[3], key), KEYS[3] .. ' ' .. key)
   if aerr then return aerr end
   if pid ~= '' then
-    local at = redis.call('ZRANGEBYSCORE', key, off, off)
-    if #at > 0 and at[1] ~= pid then
-      return redis.error_reply('SHARDIS_REWOUND ' .. key .. ' offset ' .. ARGV[a] .. ' holds part ' .. at[1] .. ', the consumer landed ' .. pid)
+    local at = redo_at(key, off)
+    if at and at ~= pid then
+      return redis.error_reply('SHARDIS_REWOUND ' .. key .. ' offset ' .. ARGV[a] .. ' holds part ' .. at .. ', the consumer landed ' .. pid)
     end
   end
 end

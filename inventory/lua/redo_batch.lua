@@ -16,12 +16,12 @@ for k = 4, #KEYS do
   if after > head then
     rewound = 1
   elseif after > 0 and pid ~= '' then
-    local at = redis.call('ZRANGEBYSCORE', key, after, after)
-    if #at > 0 and at[1] ~= pid then rewound = 1 end
+    local at = redo_at(key, after)
+    if at and at ~= pid then rewound = 1 end
   end
   local entries, trimmed = {}, 0
   if rewound == 0 and head > after and left > 0 then
-    local e = redis.call('ZRANGEBYSCORE', key, '(' .. after, '+inf', 'WITHSCORES', 'LIMIT', 0, left)
+    local e = redo_range(key, after, left, head)
     for i = 1, #e, 2 do
       entries[#entries + 1] = redoEntry(e[i], e[i + 1])
     end

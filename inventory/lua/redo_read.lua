@@ -1,5 +1,6 @@
 
-local e = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[4], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[5]))
+local head = tonumber(redis.call('HGET', KEYS[2], KEYS[3])) or 0
+local e = redo_range(KEYS[3], tonumber(ARGV[4]), tonumber(ARGV[5]), head)
 local out = {}
 for i = 1, #e, 2 do
   out[#out + 1] = redoEntry(e[i], e[i + 1])

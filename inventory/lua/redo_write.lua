@@ -11,17 +11,38 @@ if op == 'ack' then
   return cur
 elseif op == 'trim' then
   local maxAge, batch, removed = tonumber(ARGV[5]), tonumber(ARGV[6]), 0
-  for k = 4, #KEYS do
-    local acked = tonumber(redis.call('HGET', KEYS[2], KEYS[k])) or 0
-    local e = redis.call('ZRANGE', KEYS[k], 0, batch - 1, 'WITHSCORES')
+  -- trim_key(key, acked, left): removes from the lowest of key's entries
+  -- (at most left) those that may go; returns how many it removed and
+  -- whether it stopped at one that may not.
+  local function trim_key(key, acked, left)
+    local e, n = redis.call('ZRANGE', key, 0, left - 1, 'WITHSCORES'), 0
     for i = 1, #e, 2 do
       local p = part_get(partPrefix .. e[i]) or {}
       local f = {p.state or false, p.at}
       local settled = f[1] == false or f[1] == 'confirmed' or f[1] == 'cancelled'
       local old = maxAge > 0 and (f[1] == false or (tonumber(f[2]) or 0) + maxAge <= now)
-      if not settled or not (tonumber(e[i + 1]) <= acked or old) then break end
-      redis.call('ZREM', KEYS[k], e[i])
-      removed = removed + 1
+      if not settled or not (tonumber(e[i + 1]) <= acked or old) then return n, true end
+      redis.call('ZREM', key, e[i])
+      n = n + 1
+    end
+    return n, false
+  end
+  for k = 4, #KEYS do
+    local xk = KEYS[k]
+    local acked = tonumber(redis.call('HGET', KEYS[2], xk)) or 0
+    -- the entries still in the queue key itself first: all below the
+    -- segments' (redo_log.lua)
+    local n, stopped = trim_key(xk, acked, batch)
+    local left = batch - n
+    removed = removed + n
+    if not stopped and left > 0 then
+      local head = tonumber(redis.call('HGET', KEYS[3], xk)) or 0
+      local s = redo_low(xk, 0, head)
+      while s and not stopped and left > 0 and s * REDO_SEG <= head do
+        n, stopped = trim_key(xk .. ':' .. I(s), acked, left)
+        left, removed = left - n, removed + n
+        s = s + 1
+      end
     end
   end
   return removed

@@ -3,7 +3,7 @@ local deadline = part_due(ARGV[6])
 local np = (#KEYS - 3) / 3
 zset_ok(KEYS[2]) -- fails now, before any write, if the index is not a sorted set
 local plan = {}
-local avail, resv = {}, {}
+local avail, resv, nq = {}, {}, {}
 for i = 0, np - 1 do
   local pk, ck, xk = KEYS[4 + i * 3], KEYS[5 + i * 3], KEYS[6 + i * 3]
   local a = 7 + i * 6
@@ -13,7 +13,6 @@ for i = 0, np - 1 do
   if cur and cur.state then
     p.out = {cur.state, tonumber(cur.qty) or 0, tonumber(cur.offset) or 0, 0}
   elseif p.kind == 's' then
-    zset_ok(xk) -- the redo queue must be a sorted set
     local s = stock_get(ck)
     local err
     if avail[ck] == nil then
@@ -29,6 +28,8 @@ for i = 0, np - 1 do
     if err then return err end
     local take = math.min(avail[ck], p.want)
     if take > 0 then
+      nq[xk] = (nq[xk] or 0) + 1
+      redo_ok(KEYS[3], xk, nq[xk]) -- its redo segment must be a sorted set
       avail[ck], resv[ck] = avail[ck] - take, resv[ck] + take
       p.avail, p.resv = avail[ck], resv[ck] -- the hash's values once this part is taken
       p.take = take
@@ -67,7 +68,7 @@ for _, p in ipairs(plan) do
       -- hash (stock_set: flush writes it once; the script is atomic)
       stock_set(p.ck, p.avail, p.resv)
       off = next_offset(KEYS[3], p.xk)
-      zadd_later(p.xk, I(off), p.id)
+      zadd_later(redo_seg(p.xk, off), I(off), p.id)
       p.out[3] = off
     else
       redis.call('INCRBY', p.ck, I(p.take))
