@@ -83,10 +83,10 @@ var layouts = []layout{
 	{fmt.Sprintf("a field of a bucketed hash (%d per bucket), %d-byte value: listpack encoding", layoutBucket, layoutSmall), func(ctx context.Context, p redis.Pipeliner, i int) {
 		p.HSet(ctx, layoutBucketKey(i), "m"+strconv.Itoa(10000+i), layoutValueOf(i, layoutSmall))
 	}},
-	{fmt.Sprintf("an index entry: one sorted set (skiplist), %d-byte member (the pending index, a redo-log queue)", layoutMember), func(ctx context.Context, p redis.Pipeliner, i int) {
+	{fmt.Sprintf("an index entry: one sorted set (skiplist), %d-byte member (the pending index; a redo-log queue before its segments)", layoutMember), func(ctx context.Context, p redis.Pipeliner, i int) {
 		p.ZAdd(ctx, layoutPrefix+"z", redis.Z{Score: float64(1795790993947 + i), Member: layoutMemberOf(i)})
 	}},
-	{fmt.Sprintf("an index entry: bucketed sorted sets (%d per bucket, listpack), %d-byte member", layoutBucket, layoutMember), func(ctx context.Context, p redis.Pipeliner, i int) {
+	{fmt.Sprintf("an index entry: bucketed sorted sets (%d per bucket, listpack), %d-byte member (a redo-log queue's segments)", layoutBucket, layoutMember), func(ctx context.Context, p redis.Pipeliner, i int) {
 		// consecutive records share a bucket, as a log's offsets or a
 		// deadline's time slice would
 		p.ZAdd(ctx, layoutPrefix+"zb:"+strconv.Itoa(i/layoutBucket), redis.Z{Score: float64(1795790993947 + i), Member: layoutMemberOf(i)})
