@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/shardis/shardis/node"
@@ -362,6 +364,9 @@ func pendingQuotaCounters(ctx context.Context, n *node.Node) (map[string]bool, e
 	if err != nil {
 		return nil, fmt.Errorf("%w: node %s: %v", ErrUnavailable, n.Name(), err)
 	}
+	// only quota parts count here, and they are indexed by their ids; a
+	// stock part's member is its redo-log place, with no '|' ([PendingKey])
+	ids = slices.DeleteFunc(ids, func(m string) bool { return !strings.Contains(m, "|") })
 	out := map[string]bool{}
 	const batch = 500
 	for i := 0; i < len(ids); i += batch {

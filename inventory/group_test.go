@@ -332,7 +332,7 @@ func TestGroupCommitReservesEachOrderOnItsOwn(t *testing.T) {
 		if err != nil || len(members) != 1 {
 			t.Fatalf("order %s: redo queue %s at offset %d holds %v (%v)", ids[i], r.RedoLog, r.Offset, members, err)
 		}
-		if _, err := e.admin.ZScore(e.ctx, PendingKey, members[0]).Result(); err != nil {
+		if _, err := e.admin.ZScore(e.ctx, PendingKey, PendingMember(members[0], partFieldsOn(t, e.ctx, e.admin, members[0]))).Result(); err != nil {
 			t.Fatalf("order %s: part %s is not in the pending index: %v", ids[i], members[0], err)
 		}
 	}

@@ -12,10 +12,22 @@ import (
 // routes may use the same SKU ids. All keys of one node live on that node:
 // scripts span SKUs, so Redis Cluster hash tags would not help here.
 const (
-	// PendingKey is a node's pending index: a sorted set of the ids of
-	// the parts reserved there whose settle is still due, scored by
-	// deadline (ms). A part leaves it once it is settled (confirmed,
-	// cancelled or expired) or set aside ([Inventory.SetAside]).
+	// PendingKey is a node's pending index: a sorted set of the parts
+	// reserved there whose settle is still due, scored by deadline (ms). A
+	// part leaves it once it is settled (confirmed, cancelled or expired)
+	// or set aside ([Inventory.SetAside]). A stock part's member is its
+	// place in the node's redo log, "queue:offset" (a handful of bytes
+	// against the tens of its id: the index is a skiplist whose every
+	// entry holds its member), any other part's is its id
+	// ([PendingMember]). The rule that keeps it exact: a place names one
+	// part for good (offsets are gap-free and never handed out twice, and
+	// a pending part's redo-log entry is never trimmed: only settled ones
+	// are), so the scripts that list the index read the part's id at its
+	// place (lua/pending_index.lua); those that remove a part name both its
+	// member and its id, so a part a release before indexed by its id
+	// leaves the index as well, and rescheduling such a part moves it to
+	// its member. A member that names no part (its place has no entry) is
+	// listed as a part whose record is gone and unindexed.
 	PendingKey  = "inv:pending"
 	keyStuck    = "inv:stuck"     // zset: part id set aside → when (ms)
 	keyStuckWhy = "inv:stuck:why" // hash: part id set aside → reason
@@ -70,6 +82,19 @@ func orderKey(orderID string) string { return orderKeyPrefix + orderID }
 // the order's home node. OrderKey("*") is the SCAN pattern of every order
 // record; [ParseKey] gives a scanned key's order id back.
 func OrderKey(orderID string) string { return orderKey(orderID) }
+
+// PendingMember returns the member of [PendingKey] that part partID, with
+// record fields f (as [PartRead.Fields] returns them; empty when the record
+// is gone), is indexed under: "queue:offset" for a stock part, the id for
+// any other (pend_member of lua/pending_index.lua, the scripts' one).
+func PendingMember(partID string, f map[string]string) string {
+	q, ok := redoQueueNumber(f["redo"])
+	off, err := strconv.ParseInt(f["offset"], 10, 64)
+	if f["kind"] != string(PartStock) || !ok || err != nil || off <= 0 {
+		return partID
+	}
+	return q + ":" + strconv.FormatInt(off, 10)
+}
 
 // RedoLogKey returns the name of redo-log queue q (0-based) on every node:
 // the key of its offsets in [RedoOffsetsKey] and the acknowledgements, and

@@ -10,7 +10,10 @@ import (
 // pendingDueScript lists pending parts of a node whose deadline passed.
 // KEYS: 1 stamp, 2 pending index. ARGV: 4 limit. Returns up to limit
 // entries {id, order, token, state, deadline}, read from each indexed
-// part's record (partPrefix .. id, see lua.go).
+// part's record (partPrefix .. id, see lua.go); an index member that names
+// no part (a redo-log place with no entry, [PendingKey]) is reported as a
+// part whose record is gone, with the member as its id, which the drop op
+// of pendingAdjustScript unindexes.
 var pendingDueScript = newScript("pending-due", false, luaFile("pending_due.lua"))
 
 // pendingAdjustScript adjusts a node's index of pending parts.

@@ -44,20 +44,21 @@ end
 local function write_parts(plan, pending, offsets, order, token, pdl)
   local offs, pdlS = {}, I(pdl)
   for _, p in ipairs(plan) do
-    local off = 0
+    local off, member = 0, p.id
     if p.kind == 's' then
       -- absolute values from the plan into the script call's copy of the
       -- hash (stock_set: flush writes it once; the script is atomic)
       stock_set(p.ck, p.avail, p.resv)
       off = next_offset(offsets, p.xk)
       zadd_later(redo_seg(p.xk, off), I(off), p.id)
+      member = pend_pos(p.xk, off)
     else
       redis.call('INCRBY', p.ck, I(p.want))
     end
     part_put(p.pk, {state = 'pending', kind = p.kind, order = order, token = token, sku = p.sku,
       qty = I(p.want), item = I(p.item), counter = p.ck, redo = p.kind == 's' and p.xk or '', offset = I(off),
       deadline = pdlS, at = nowS})
-    zadd_later(pending, pdlS, p.id)
+    zadd_later(pending, pdlS, member)
     offs[#offs + 1] = off
   end
   return offs

@@ -1,14 +1,20 @@
 
-local op = ARGV[4]
+local op, id = ARGV[4], ARGV[5]
+-- the part's member in the index (pending_index.lua); a part a release
+-- before indexed by its id is moved to its member when rescheduled
+local f = part_get(KEYS[3])
+local m = pend_member(id, f)
 if op == 'later' then
-  return redis.call('ZADD', KEYS[2], 'XX', tonumber(ARGV[6]), ARGV[5])
+  if m ~= id and redis.call('ZREM', KEYS[2], id) == 1 then
+    return redis.call('ZADD', KEYS[2], tonumber(ARGV[6]), m) - 1
+  end
+  return redis.call('ZADD', KEYS[2], 'XX', tonumber(ARGV[6]), m)
 elseif op == 'drop' then
-  if (part_get(KEYS[3]) or {}).state == 'pending' then return 0 end
-  return redis.call('ZREM', KEYS[2], ARGV[5])
+  if (f or {}).state == 'pending' then return 0 end
+  return redis.call('ZREM', KEYS[2], m, id)
 elseif op == 'stuck' then
-  if redis.call('ZREM', KEYS[2], ARGV[5]) == 0 then return 0 end
+  if redis.call('ZREM', KEYS[2], m, id) == 0 then return 0 end
   local since, delay, tries = now, tonumber(ARGV[8]), 1
-  local f = part_get(KEYS[3])
   if f then
     -- the backoff lives on the part's record, which expires with it
     since = tonumber(f.stuck_since) or now
@@ -17,20 +23,19 @@ elseif op == 'stuck' then
     f.stuck_since, f.stuck_tries = I(since), I(tries)
     part_put(KEYS[3], f)
   end
-  redis.call('ZADD', KEYS[4], I(since), ARGV[5])
-  redis.call('HSET', KEYS[5], ARGV[5], ARGV[6])
-  redis.call('ZADD', KEYS[6], I(now + delay), ARGV[5])
+  redis.call('ZADD', KEYS[4], I(since), id)
+  redis.call('HSET', KEYS[5], id, ARGV[6])
+  redis.call('ZADD', KEYS[6], I(now + delay), id)
   return tries
 elseif op == 'retry' then
-  if redis.call('ZREM', KEYS[4], ARGV[5]) == 0 then return 0 end
-  redis.call('HDEL', KEYS[5], ARGV[5])
-  redis.call('ZREM', KEYS[6], ARGV[5])
-  local f = part_get(KEYS[3])
+  if redis.call('ZREM', KEYS[4], id) == 0 then return 0 end
+  redis.call('HDEL', KEYS[5], id)
+  redis.call('ZREM', KEYS[6], id)
   if f and f.stuck_tries then
     f.stuck_tries = nil
     part_put(KEYS[3], f)
   end
-  redis.call('ZADD', KEYS[2], now, ARGV[5])
+  redis.call('ZADD', KEYS[2], now, m)
   return 1
 end
 return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))

@@ -62,13 +62,14 @@ end
 local out, deadlineS = {}, I(deadline)
 for _, p in ipairs(plan) do
   if p.take then
-    local off = 0
+    local off, member = 0, p.id
     if p.kind == 's' then
       -- absolute values from the plan into the script call's copy of the
       -- hash (stock_set: flush writes it once; the script is atomic)
       stock_set(p.ck, p.avail, p.resv)
       off = next_offset(KEYS[3], p.xk)
       zadd_later(redo_seg(p.xk, off), I(off), p.id)
+      member = pend_pos(p.xk, off)
       p.out[3] = off
     else
       redis.call('INCRBY', p.ck, I(p.take))
@@ -76,7 +77,7 @@ for _, p in ipairs(plan) do
     part_put(p.pk, {state = 'pending', kind = p.kind, order = ARGV[4], token = ARGV[5], sku = p.sku,
       qty = I(p.take), item = p.item, counter = p.ck, redo = p.kind == 's' and p.xk or '', offset = I(off),
       deadline = deadlineS, at = nowS})
-    zadd_later(KEYS[2], deadlineS, p.id)
+    zadd_later(KEYS[2], deadlineS, member)
   end
   out[#out + 1] = p.out
 end

@@ -57,7 +57,7 @@ for _, p in ipairs(todo) do
     p.rec.state = target
     p.rec.settled_at = nowS
     part_put(p.pk, p.rec, retention)
-    redis.call('ZREM', KEYS[2], p.id)
+    redis.call('ZREM', KEYS[2], pend_member(p.id, p.rec), p.id)
   end
 end
 return out

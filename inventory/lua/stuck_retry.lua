@@ -17,12 +17,12 @@ for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[5], id)
   if redis.call('ZREM', KEYS[3], id) == 1 then
     redis.call('HDEL', KEYS[4], id)
-    local p = op == 'sku' and part_get(partPrefix .. id)
-    if p and p.stuck_tries then
+    local p = part_get(partPrefix .. id)
+    if op == 'sku' and p and p.stuck_tries then
       p.stuck_tries = nil
       part_put(partPrefix .. id, p)
     end
-    redis.call('ZADD', KEYS[2], nowS, id)
+    redis.call('ZADD', KEYS[2], nowS, pend_member(id, p)) -- pending_index.lua
     moved = moved + 1
   end
 end

@@ -285,7 +285,7 @@ func dumpPending(servers map[string]*redisproc.Server) {
 		c := redis.NewClient(&redis.Options{Addr: s.Addr(), Protocol: 2})
 		ids, _ := c.ZRangeWithScores(ctx, inventory.PendingKey, 0, -1).Result()
 		for _, z := range ids {
-			id := z.Member.(string)
+			id, _ := inventory.PendingPartID(ctx, c, z.Member.(string))
 			part, _ := inventory.ReadPart(ctx, c, id).Fields()
 			fmt.Printf("  pending on %s: %s deadline=%.0f part=%v\n", name, id, z.Score, part)
 			for oname, os := range servers {

@@ -1,0 +1,27 @@
+-- The pending index's members (keys.go, PendingKey, holds the rule). A
+-- stock part is indexed by its place in its node's redo log, the queue
+-- number, ':', the offset (a few bytes: no longer than a short id, shorter
+-- the longer the ids), any other part by its id; a release before indexed
+-- every part by its id, and such a member stays until its part leaves the
+-- index (the removals name both forms).
+-- pend_pos(xk, off): the member of the stock part at offset off of redo
+-- queue xk.
+local function pend_pos(xk, off) return string.sub(xk, #PFX_REDO + 1) .. ':' .. I(off) end
+-- pend_member(id, f): the member part id with record f (nil when gone) is
+-- indexed under.
+local function pend_member(id, f)
+  if f and f.kind == 's' and f.redo and string.sub(f.redo, 1, #PFX_REDO) == PFX_REDO then
+    local off = tonumber(f.offset)
+    if off and off > 0 then return pend_pos(f.redo, off) end
+  end
+  return id
+end
+-- pend_id(m): the id of the part member m stands for: m itself when it is
+-- an id (ids hold '|'), else the redo log's entry at its place; nil when
+-- the log has none there.
+local function pend_id(m)
+  if string.find(m, '|', 1, true) then return m end
+  local q, off = string.match(m, '^(%d+):(%d+)$')
+  if not q then return m end
+  return redo_at(PFX_REDO .. q, tonumber(off))
+end
