@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,10 +21,15 @@ import (
 // over the three nodes, stock on every node of the route) through the
 // library and reads INFO memory's used_memory (less client buffers) on
 // every node every memStep orders; the slope of that sum over the orders
-// is reserve_bytes_per_order_1item. A breakdown by key family (MEMORY USAGE
-// of every key of the nodes, classified by inventory.ParseKey) says where
-// the bytes go; what MEMORY USAGE does not see (the expires dict's entry
-// of a key with a TTL, the main dict's growth) is the difference.
+// is one measurement, and reserve_bytes_per_order_1item is the median of
+// memRounds of them, each on flushed nodes. One measurement moves by
+// about ±20 bytes per order between runs: used_memory also holds memory no
+// key owns (about 650–800 KB a node on flushed nodes here, allocations of
+// Redis's own that come and go), and its drift over one window lands in
+// the slope. A breakdown by key family (MEMORY USAGE of every key of the
+// nodes, classified by inventory.ParseKey) says where the bytes go; what
+// MEMORY USAGE does not see (the expires dict's entry of a key with a TTL,
+// the main dict's growth) is the difference.
 
 // memOrders is how many pending orders are measured, after
 // memWarmup orders that load the scripts and create the indexes (their
@@ -31,6 +37,7 @@ import (
 // the measure: a real share of what the orders cost, and the same in every
 // run).
 const (
+	memRounds = 3
 	memOrders = 3000
 	memStep   = 150
 	memWarmup = 30
@@ -44,8 +51,10 @@ type MemoryResult struct {
 	// Bytes is the node memory Orders orders take: INFO used_memory less
 	// the client buffers, summed over the nodes, read every memStep orders;
 	// the slope of the least-squares line through the readings times
-	// Orders.
+	// Orders; the median of Rounds.
 	Bytes int64
+	// Rounds are the measurements, in the order they ran (memRounds).
+	Rounds []int64 `json:",omitempty"`
 	// Families is MEMORY USAGE per key family after the run, over every
 	// pending order on the nodes (the warm-up's included: PerOrder
 	// divides by Pending).
@@ -71,6 +80,20 @@ func (m *MemoryResult) PerOrder() float64 {
 	return float64(m.Bytes) / float64(m.Orders)
 }
 
+// RoundsPerOrder is each measurement per order, in the order they ran,
+// as "504, 498, 512" (Bytes alone when Rounds is empty).
+func (m *MemoryResult) RoundsPerOrder() string {
+	rounds := m.Rounds
+	if len(rounds) == 0 {
+		rounds = []int64{m.Bytes}
+	}
+	per := make([]string, len(rounds))
+	for i, b := range rounds {
+		per[i] = fmt.Sprintf("%.0f", float64(b)/float64(max(m.Orders, 1)))
+	}
+	return strings.Join(per, ", ")
+}
+
 // FamilyPerOrder is f's bytes per pending order.
 func (m *MemoryResult) FamilyPerOrder(f FamilyBytes) float64 {
 	if m.Pending == 0 {
@@ -92,6 +115,41 @@ func (m *MemoryResult) Breakdown() string {
 // RunMemory measures node memory per pending 1-item order on c (the
 // "memory" section).
 func RunMemory(ctx context.Context, c *Cluster, progress func(string)) (*MemoryResult, error) {
+	out := &MemoryResult{Orders: memOrders, Pending: memOrders + memWarmup}
+	for range memRounds {
+		b, err := memRound(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		out.Rounds = append(out.Rounds, b)
+	}
+	out.Bytes = medianBytes(out.Rounds)
+	var err error
+	if out.Families, err = keyFamilies(ctx, c.Admin); err != nil { // the last round's
+		return nil, err
+	}
+	progress(fmt.Sprintf("memory: %d pending 1-item orders took %d bytes on the nodes (%.0f per order, the median of %s): %s",
+		out.Orders, out.Bytes, out.PerOrder(), out.RoundsPerOrder(), out.Breakdown()))
+	if out.Layouts, err = RunLayouts(ctx, c.Admin[0], progress); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// medianBytes is the median of rounds (the upper middle one of an even
+// count; 0 for none).
+func medianBytes(rounds []int64) int64 {
+	if len(rounds) == 0 {
+		return 0
+	}
+	sorted := slices.Clone(rounds)
+	slices.Sort(sorted)
+	return sorted[len(sorted)/2]
+}
+
+// memRound is one measurement on flushed nodes: the bytes memOrders
+// pending orders took, as MemoryResult.Bytes says.
+func memRound(ctx context.Context, c *Cluster) (int64, error) {
 	nodes := c.Router.Nodes()
 	if err := retrySetup(nodes, func() error {
 		if err := c.Reset(ctx); err != nil {
@@ -100,10 +158,10 @@ func RunMemory(ctx context.Context, c *Cluster, progress func(string)) (*MemoryR
 		_, err := c.Inv.LoadStock(ctx, routeAll, memSKU, inventory.MaxQuantity, 0)
 		return err
 	}); err != nil {
-		return nil, err
+		return 0, err
 	}
 	if err := memReserve(ctx, c, "w", 0, memWarmup); err != nil {
-		return nil, err
+		return 0, err
 	}
 	// used_memory after every memStep orders; the bytes per order are the
 	// slope of the least-squares line through them. The key space's and
@@ -115,27 +173,17 @@ func RunMemory(ctx context.Context, c *Cluster, progress func(string)) (*MemoryR
 	for done := 0; ; done += memStep {
 		used, err := usedMemory(ctx, c.Admin)
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
 		xs, ys = append(xs, float64(done)), append(ys, float64(used))
 		if done == memOrders {
 			break
 		}
 		if err := memReserve(ctx, c, "m", done, memStep); err != nil {
-			return nil, err
+			return 0, err
 		}
 	}
-	out := &MemoryResult{Orders: memOrders, Bytes: int64(math.Round(slope(xs, ys) * memOrders)), Pending: memOrders + memWarmup}
-	var err error
-	if out.Families, err = keyFamilies(ctx, c.Admin); err != nil {
-		return nil, err
-	}
-	progress(fmt.Sprintf("memory: %d pending 1-item orders took %d bytes on the nodes (%.0f per order): %s",
-		out.Orders, out.Bytes, out.PerOrder(), out.Breakdown()))
-	if out.Layouts, err = RunLayouts(ctx, c.Admin[0], progress); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return int64(math.Round(slope(xs, ys) * memOrders)), nil
 }
 
 // memReserve reserves n 1-item orders of memSKU, ids prefix+number from

@@ -37,4 +37,13 @@ func TestMemorySummaryKey(t *testing.T) {
 	if s := Summarize(r); !s.Targets["reserve_bytes_per_order_1item<=500"] {
 		t.Errorf("480 B per order: target not met")
 	}
+	// the median of the runs, each run shown
+	m.Rounds = []int64{3000 * 510, 3000 * 498, 3000 * 505}
+	if m.Bytes = medianBytes(m.Rounds); m.Bytes != 3000*505 {
+		t.Errorf("median of 510, 498, 505 B per order: %d B", m.Bytes/3000)
+	}
+	if table := TargetsTable(r, Summarize(r)); !strings.Contains(table, "505 B (runs: 510, 498, 505;") ||
+		!strings.Contains(table, "the median of 3 runs") {
+		t.Errorf("targets table lacks the runs:\n%s", table)
+	}
 }

@@ -90,8 +90,8 @@ func TargetsTable(r *Results, s Summary) string {
 			fmt.Sprintf("%.3f (%d keys after %d refusals)", k.SoldOutKeys.PerRefusal(), k.SoldOutKeys.Keys, k.SoldOutKeys.Refused), "soldout_keys_per_refusal==0")
 	}
 	if m := r.Memory; m != nil {
-		row(fmt.Sprintf("node memory per pending 1-item order ≤ 500 B (used_memory less client buffers, summed over the nodes, slope over %d orders)", m.Orders),
-			fmt.Sprintf("%.0f B (%s)", m.PerOrder(), m.Breakdown()), "reserve_bytes_per_order_1item<=500")
+		row(fmt.Sprintf("node memory per pending 1-item order ≤ 500 B (used_memory less client buffers, summed over the nodes, slope over %d orders; the median of %d runs)", m.Orders, max(len(m.Rounds), 1)),
+			fmt.Sprintf("%.0f B (runs: %s; %s)", m.PerOrder(), m.RoundsPerOrder(), m.Breakdown()), "reserve_bytes_per_order_1item<=500")
 	}
 	if ir := r.Inventory; ir != nil {
 		for _, x := range []struct{ shape, key, what string }{
