@@ -83,19 +83,6 @@ func orderKey(orderID string) string { return orderKeyPrefix + orderID }
 // record; [ParseKey] gives a scanned key's order id back.
 func OrderKey(orderID string) string { return orderKey(orderID) }
 
-// PendingMember returns the member of [PendingKey] that part partID, with
-// record fields f (as [PartRead.Fields] returns them; empty when the record
-// is gone), is indexed under: "queue:offset" for a stock part, the id for
-// any other (pend_member of lua/pending_index.lua, the scripts' one).
-func PendingMember(partID string, f map[string]string) string {
-	q, ok := redoQueueNumber(f["redo"])
-	off, err := strconv.ParseInt(f["offset"], 10, 64)
-	if f["kind"] != string(PartStock) || !ok || err != nil || off <= 0 {
-		return partID
-	}
-	return q + ":" + strconv.FormatInt(off, 10)
-}
-
 // RedoLogKey returns the name of redo-log queue q (0-based) on every node:
 // the key of its offsets in [RedoOffsetsKey] and the acknowledgements, and
 // the prefix of its segments. The entries live in segments of 100

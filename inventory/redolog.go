@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The redo log's layout. Queue q of a node hands out offsets 1, 2, 3 …
@@ -46,33 +43,6 @@ const redoSegmentSize = 100
 // off (redo_seg of lua/redo_log.lua).
 func redoSegmentKey(queueKey string, off int64) string {
 	return queueKey + ":" + strconv.FormatInt(off/redoSegmentSize, 10)
-}
-
-// PendingPartID returns the id of the part that member of [PendingKey]
-// names, reading node c (a direct client of the node): member itself when
-// it is an id, else the redo-log entry at its place ("" when the log has
-// none there). For tools that read the index straight from a node.
-func PendingPartID(ctx context.Context, c redis.Cmdable, member string) (string, error) {
-	if strings.Contains(member, "|") {
-		return member, nil
-	}
-	q, o, ok := strings.Cut(member, ":")
-	qn, qerr := strconv.Atoi(q)
-	off, oerr := strconv.ParseInt(o, 10, 64)
-	if !ok || qerr != nil || oerr != nil || qn < 0 || off <= 0 {
-		return member, nil // not a place: an id of an odd form
-	}
-	at := strconv.FormatInt(off, 10)
-	for _, key := range []string{redoSegmentKey(RedoLogKey(qn), off), RedoLogKey(qn)} {
-		ids, err := c.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: at, Max: at}).Result()
-		if err != nil {
-			return "", err
-		}
-		if len(ids) > 0 {
-			return ids[0], nil
-		}
-	}
-	return "", nil
 }
 
 // redoReadScript reads one redo-log queue.
