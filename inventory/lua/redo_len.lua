@@ -8,7 +8,7 @@ for k = 3, #KEYS do
   local head = tonumber(redis.call('HGET', KEYS[2], xk)) or 0
   local s = redo_low(xk, 0, head)
   if s then
-    local first = redis.call('ZRANGE', xk .. ':' .. I(s), 0, 0, 'WITHSCORES')
+    local first = redis.call('ZRANGE', redo_segkey(xk, s), 0, 0, 'WITHSCORES')
     total = total + head - tonumber(first[2]) + 1
   end
 end

@@ -5,7 +5,10 @@
 -- Entries written before the segments (by a release before) are in xk
 -- itself until trimmed, every one of them below every segment's.
 local REDO_SEG = 100
-local function redo_seg(xk, off) return xk .. ':' .. I(math.floor(off / REDO_SEG)) end
+-- redo_segkey(xk, s): segment number s of queue xk; redo_seg(xk, off):
+-- the segment that holds offset off.
+local function redo_segkey(xk, s) return xk .. ':' .. I(s) end
+local function redo_seg(xk, off) return redo_segkey(xk, math.floor(off / REDO_SEG)) end
 -- redo_ok(offsets, xk, n): after offsets_ok(offsets, xk), the segment of
 -- the n-th offset next_offset will hand out in queue xk is a sorted set
 -- (or absent): checked once per segment, before any write.
@@ -19,10 +22,10 @@ end
 -- a binary search over EXISTS finds it.
 local function redo_low(xk, lo, head)
   local hi = math.floor(head / REDO_SEG)
-  if lo > hi or redis.call('EXISTS', xk .. ':' .. I(hi)) == 0 then return nil end
+  if lo > hi or redis.call('EXISTS', redo_segkey(xk, hi)) == 0 then return nil end
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
-    if redis.call('EXISTS', xk .. ':' .. I(mid)) == 1 then hi = mid else lo = mid + 1 end
+    if redis.call('EXISTS', redo_segkey(xk, mid)) == 1 then hi = mid else lo = mid + 1 end
   end
   return lo
 end
@@ -37,9 +40,9 @@ local function redo_range(xk, after, limit, head)
   local left = limit - #e / 2
   if left <= 0 or from >= head then return e end
   local s = math.floor((from + 1) / REDO_SEG)
-  if redis.call('EXISTS', xk .. ':' .. I(s)) == 0 then s = redo_low(xk, s + 1, head) end
+  if redis.call('EXISTS', redo_segkey(xk, s)) == 0 then s = redo_low(xk, s + 1, head) end
   while s and left > 0 and s * REDO_SEG <= head do
-    local more = redis.call('ZRANGEBYSCORE', xk .. ':' .. I(s), '(' .. I(from), '+inf', 'WITHSCORES', 'LIMIT', 0, left)
+    local more = redis.call('ZRANGEBYSCORE', redo_segkey(xk, s), '(' .. I(from), '+inf', 'WITHSCORES', 'LIMIT', 0, left)
     for _, v in ipairs(more) do e[#e + 1] = v end
     left = left - #more / 2
     s = s + 1

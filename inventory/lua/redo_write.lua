@@ -39,7 +39,7 @@ elseif op == 'trim' then
       local head = tonumber(redis.call('HGET', KEYS[3], xk)) or 0
       local s = redo_low(xk, 0, head)
       while s and not stopped and left > 0 and s * REDO_SEG <= head do
-        n, stopped = trim_key(xk .. ':' .. I(s), acked, left)
+        n, stopped = trim_key(redo_segkey(xk, s), acked, left)
         left, removed = left - n, removed + n
         s = s + 1
       end
