@@ -196,7 +196,11 @@ func (e *fuzzEnv) pendingOf(t *testing.T, orderID string) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, id := range ids {
+		for _, m := range ids {
+			id, err := PendingPartID(context.Background(), e.raw[name], m) // a stock part is indexed by its redo-log place
+			if err != nil {
+				t.Fatal(err)
+			}
 			if strings.HasPrefix(id, orderID+"|") {
 				out = append(out, name+":"+id)
 			}
@@ -565,7 +569,10 @@ func FuzzCorruptValue(f *testing.F) {
 		if err := raw.HSet(ctx, key, field, value).Err(); err != nil {
 			t.Fatal(err)
 		}
-		keys := []string{key, PendingKey, RedoOffsetsKey, queue, partKey(pending), partKey(stockPartID(order, "tok2", 0))}
+		// the queue's segment that holds the pending part and the one its
+		// next offset would go to (redolog.go)
+		keys := []string{key, PendingKey, RedoOffsetsKey, redoSegmentKey(queue, rep[0].offset), redoSegmentKey(queue, rep[0].offset+1),
+			partKey(pending), partKey(stockPartID(order, "tok2", 0))}
 		before := fzNodeSnapshot(t, raw, keys...)
 		corrupt := func(what string, err error) {
 			t.Helper()

@@ -359,7 +359,11 @@ func TestStagedExpiryWithPartNodeDown(t *testing.T) {
 	e.srvs[2].Resume()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		p, _ := e.clients["n1"].ZScore(e.ctx, PendingKey, due[0].PartID).Result()
+		member := PendingMember(due[0].PartID, partFieldsOn(t, e.ctx, e.clients["n1"], due[0].PartID))
+		p, err := e.clients["n1"].ZScore(e.ctx, PendingKey, member).Result()
+		if err != nil {
+			t.Fatalf("part %s not indexed under %s: %v", due[0].PartID, member, err)
+		}
 		if time.UnixMilli(int64(p)).Before(time.Now()) {
 			break
 		}
