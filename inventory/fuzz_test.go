@@ -709,7 +709,7 @@ func FuzzRedoRead(f *testing.F) {
 	queues := map[string]int{}
 	for _, name := range fuzzNodeNames {
 		for q := range env.inv.cfg.RedoQueues {
-			if n, _ := env.raw[name].ZCard(ctx, RedoLogKey(q)).Result(); n > 0 && queues[name] == 0 {
+			if n := len(redoEntriesOn(f, ctx, env.raw[name], q)); n > 0 && queues[name] == 0 {
 				queues[name] = q
 			}
 		}
@@ -746,10 +746,7 @@ func FuzzRedoRead(f *testing.F) {
 		if err != nil {
 			t.Fatalf("ReadRedoLog(%q, %d, %d, %d): %v", nodeName, queue, after, limit, err)
 		}
-		all, err := raw.ZRangeWithScores(ctx, RedoLogKey(queue), 0, -1).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
+		all := redoEntriesOn(t, ctx, raw, queue)
 		var want []redis.Z
 		for i, z := range all {
 			if z.Score != float64(i+1) {

@@ -1,11 +1,15 @@
 package inventory
 
 import (
+	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A redo-log queue whose first entries are in the layout of the release
@@ -145,4 +149,24 @@ func TestRedoSegmentSizeMatchesLua(t *testing.T) {
 	if want := fmt.Sprintf("local REDO_SEG = %d\n", redoSegmentSize); !strings.Contains(luaFile("redo_log.lua"), want) {
 		t.Fatalf("lua/redo_log.lua does not define %q", want)
 	}
+}
+
+// redoEntriesOn returns every entry of queue q on node c, read straight
+// from the node: the queue's own key and all its segments, by offset.
+func redoEntriesOn(t testing.TB, ctx context.Context, c redis.Cmdable, q int) []redis.Z {
+	t.Helper()
+	keys, err := c.Keys(ctx, RedoLogKey(q)+":*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []redis.Z
+	for _, k := range append(keys, RedoLogKey(q)) {
+		z, err := c.ZRangeWithScores(ctx, k, 0, -1).Result()
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		out = append(out, z...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Score < out[j].Score })
+	return out
 }
