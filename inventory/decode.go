@@ -114,33 +114,38 @@ func ParseKey(key string) (kind KeyKind, rest string) {
 		if !ok {
 			continue
 		}
-		var err error
+		kind, err := f.kind, error(nil)
 		switch f.kind {
 		case KeyStock:
 			_, _, err = ParseStockKey(key)
 		case KeyQuota:
 			_, _, _, err = ParseQuotaKey(key)
 		case KeyRedoLog:
-			queue, seg, isSeg := strings.Cut(rest, ":")
-			if q, qerr := strconv.Atoi(queue); qerr != nil || q < 0 || RedoLogKey(q) != f.prefix+queue {
-				err = ErrCorrupt
-			}
-			if isSeg {
-				if s, serr := strconv.ParseInt(seg, 10, 64); serr != nil || s < 0 || strconv.FormatInt(s, 10) != seg {
-					err = ErrCorrupt
-				}
-				if rest == "" || err != nil {
-					return KeyOther, ""
-				}
-				return KeyRedoSegment, rest
-			}
+			kind, err = parseRedoKey(rest)
 		}
 		if rest == "" || err != nil {
 			return KeyOther, ""
 		}
-		return f.kind, rest
+		return kind, rest
 	}
 	return KeyOther, ""
+}
+
+// parseRedoKey classifies what follows the redo-log prefix: a queue
+// number as [RedoLogKey] writes it ([KeyRedoLog]), or that and ":" a
+// segment number ([KeyRedoSegment]); ErrCorrupt for anything else.
+func parseRedoKey(rest string) (KeyKind, error) {
+	queue, seg, isSeg := strings.Cut(rest, ":")
+	if q, err := strconv.Atoi(queue); err != nil || q < 0 || strconv.Itoa(q) != queue {
+		return KeyOther, ErrCorrupt
+	}
+	if !isSeg {
+		return KeyRedoLog, nil
+	}
+	if s, err := strconv.ParseInt(seg, 10, 64); err != nil || s < 0 || strconv.FormatInt(s, 10) != seg {
+		return KeyOther, ErrCorrupt
+	}
+	return KeyRedoSegment, nil
 }
 
 // ParseStockKey splits a stock key ([StockKey]) into its route and SKU.

@@ -122,8 +122,9 @@ func invParts(ctx context.Context, clients map[string]*redis.Client, orders []st
 			if err != nil {
 				return nil, fmt.Errorf("node %s: reading parts: %w", name, err)
 			}
-			p := invPart{node: name, id: id, inIndex: indexed[inventory.PendingMember(id, v)]}
-			delete(indexed, inventory.PendingMember(id, v)) // what is left names no part: checked below
+			member := inventory.PendingMember(id, v)
+			p := invPart{node: name, id: id, inIndex: indexed[member]}
+			delete(indexed, member) // what is left names no part: checked below
 			p.order, _, _ = strings.Cut(id, "|")
 			p.state, p.kind, p.token = v["state"], v["kind"], v["token"]
 			if s, ok := v["qty"]; ok {
