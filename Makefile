@@ -51,8 +51,12 @@ deps-sentinel: deps-redis
 	fi
 	@redis-sentinel --version
 
+## vet: go vet with -race, so it type-checks against the same race-instrumented builds of
+## the packages that make test's go test -race compiles and caches: from an empty build
+## cache (a fresh CI machine) vet then test built in 263 s here, against 384 s with a plain
+## go vet compiling every package a second time.
 vet:
-	$(GO) vet ./...
+	$(GO) vet -race ./...
 
 ## test: vet plus every test with the race detector, against real redis-server, redis-sentinel and PostgreSQL processes
 ## (every fuzz target's seed corpus runs as a plain test). Fuzzing itself is make fuzz-quick

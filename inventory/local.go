@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/shardis/shardis/node"
@@ -38,7 +37,8 @@ import (
 // plan_parts(kb, ab, user, offsets) reads the parts whose KEYS start at kb (part
 // key, counter key, and redo queue (kind s) or stock hash holding the
 // limit (kind q), per part, to the end of KEYS) and whose ARGV start at ab
-// (id, kind, sku, want, item, route, queue per part). It returns the plan,
+// (takeWholeArgs: id, kind, want and the two pieces of the part record's
+// template, per part). It returns the plan,
 // or nil when some part cannot be met in full (it exists already, stock is
 // short, a limited SKU has no user, a quota would be exceeded), or nil and
 // an error reply for a corrupt value (a counter, or a queue's last offset
@@ -49,9 +49,9 @@ import (
 // records the counter's available and reserved once the part is taken
 // (p.avail, p.resv, after the order's earlier parts on the same counter).
 //
-// write_parts(plan, pending, offsets, order, token, pdl) takes every
-// planned part (pending under token until pdl) and returns the redo offset
-// of each (0 for quota parts). It writes a stock counter's planned values
+// write_parts(plan, pending, offsets, pdl) takes every planned part
+// (pending until pdl: the record the caller encoded, rectemplate.go) and
+// returns the redo offset of each (0 for quota parts). It writes a stock counter's planned values
 // in one HSET rather than two increments: the script is atomic, so
 // nothing changed them since the plan read them.
 var takeWhole = luaFile("lib_take_whole.lua")
@@ -61,8 +61,11 @@ var takeWhole = luaFile("lib_take_whole.lua")
 // KEYS: 1 stamp, 2 order key, 3 pending index, 4 redo offsets, then per
 // part: part key, counter key, and redo queue (kind s) or stock hash
 // holding the limit (kind q).
-// ARGV: 4 token, 5 digest, 6 user, 7 ttl ms, 8 retention s, 9 order id,
-// 10 part grace ms, then per part: id, kind, sku, want, item, route, queue.
+// ARGV: 4 order id (for the injected faults, as reserveScript's), 5 user, 6 ttl ms, 7 retention s, 8 part grace ms,
+// then the order record's template (localOrderPieces, rectemplate.go): 9
+// the piece before its created field, 10 the one after it, and per part the piece
+// after that part's offset; then per part takeWhole's arguments (id,
+// kind, want, and its record's template: takeWholeArgs).
 // Returns {"existing"} (the order has a record: nothing written),
 // {"short"} (no record, and a stock part is short here or a limited SKU
 // has no user: nothing written, soldout.go may refuse without a write),
@@ -109,13 +112,30 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 			reqs = append(reqs, q.req)
 		}
 	}
+	var parts []part
+	for _, r := range reqs {
+		p := r.part
+		if p.Kind == PartStock {
+			p.Redo = r.queue
+		}
+		parts = append(parts, p)
+	}
+	rec, err := localOrderPieces(orderID, token, digestOf(items, userID), userID, ms(ttl), parts)
+	if err != nil {
+		return Reservation{}, true, err
+	}
 	keys := make([]string, 0, 3+3*len(reqs))
 	keys = append(keys, orderKey(orderID), PendingKey, RedoOffsetsKey)
-	args := make([]any, 0, 7+7*len(reqs))
-	args = append(args, token, digestOf(items, userID), userID, ms(ttl), seconds(inv.cfg.Retention), orderID, ms(partGrace))
+	args := make([]any, 0, 5+len(rec)+5*len(reqs))
+	args = append(args, orderID, userID, ms(ttl), seconds(inv.cfg.Retention), ms(partGrace))
+	for _, piece := range rec {
+		args = append(args, piece)
+	}
 	for _, r := range reqs {
 		keys = append(keys, partKey(r.ID), r.ck, r.queue)
-		args = append(args, r.ID, string(r.Kind), r.SKU, r.Qty, strconv.Itoa(r.Item), r.Route, r.queue)
+		if args, err = takeWholeArgs(args, orderID, token, r); err != nil {
+			return Reservation{}, true, err
+		}
 	}
 	v, err := inv.run(ctx, home, localScript, keys, args...)
 	if err != nil {
@@ -137,13 +157,10 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 	case localShort:
 		return Reservation{}, false, errShortSeen
 	}
-	var parts []part
-	for i, r := range reqs {
-		p := r.part
-		if p.Kind == PartStock {
-			p.Redo, p.Offset = r.queue, offs[i]
+	for i := range parts {
+		if parts[i].Kind == PartStock {
+			parts[i].Offset = offs[i]
 		}
-		parts = append(parts, p)
 	}
 	inv.stats.local.Add(1)
 	return Reservation{OrderID: orderID, Receipts: receipts(parts), Deadline: time.UnixMilli(dl)}, true, nil
@@ -181,4 +198,16 @@ func decodeLocal(nodeName string, v any, k int) (st localStatus, deadline int64,
 		offsets[i] = r.int(raw, 2+i)
 	}
 	return st, deadline, offsets, r.err
+}
+
+// takeWholeArgs appends takeWhole's arguments for part request r of
+// attempt token of orderID to args: id, kind, want, and the pieces of the
+// part record's template (partTemplate). It fails with ErrInvalid when
+// the record has no template.
+func takeWholeArgs(args []any, orderID, token string, r partReq) ([]any, error) {
+	a, b, err := partTemplate(orderID, token, r)
+	if err != nil {
+		return args, err
+	}
+	return append(args, r.ID, string(r.Kind), r.Qty, a, b), nil
 }

@@ -39,7 +39,7 @@ func TestScriptMissingHelperFailsAtInit(t *testing.T) {
 // Each registered script's prelude carries the definitions it uses and
 // no other: leaving out any one of them fails checkLuaNames (so the check
 // sees every helper a script needs), and a script gets none it does not
-// mention (settle neither pack_parts nor the deferred writes; a script
+// mention (settle neither order_write nor the deferred writes; a script
 // that reads nothing of the library, not even TIME). Every script starts
 // with the stamp check, whole.
 func TestPreludePerScript(t *testing.T) {
@@ -66,9 +66,9 @@ func TestPreludePerScript(t *testing.T) {
 		without  []string
 		flushing bool
 	}{
-		{settleScript, []string{"part_get", "part_put", "int", "nowS"}, []string{"pack_parts", "zadd_later", "stock_get", "flush", "zchecked"}, false},
-		{reserveScript, []string{"part_get", "part_put", "zadd_later", "stock_set", "next_offset", "flush"}, []string{"pack_parts"}, true},
-		{localScript, []string{"pack_parts", "part_put", "flush"}, []string{"part_get", "part_lit"}, true},
+		{settleScript, []string{"part_get", "part_put", "int", "nowS"}, []string{"order_write", "zadd_later", "stock_get", "flush", "zchecked"}, false},
+		{reserveScript, []string{"part_get", "part_new", "zadd_later", "stock_set", "next_offset", "flush"}, []string{"order_write", "part_put"}, true},
+		{localScript, []string{"part_new", "order_head", "flush"}, []string{"part_get", "part_put", "part_lit", "order_write"}, true},
 		{orderScript, []string{"now", "nowS"}, []string{"part_get", "flush", "zchecked"}, false},
 		{limitTodoScript, nil, []string{"now", "I", "int", "part_get"}, false},
 	} {

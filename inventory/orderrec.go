@@ -64,7 +64,10 @@ import (
 // more per call, about 2.5 (5%) in the median, on 47–67 µs. A local
 // 1-item order's record is 72 bytes (152 of MEMORY USAGE); the next size
 // class down (136) needs it at 60 or less (a shorter CREATED, DEADLINE,
-// TOKEN and DIGEST than decimal and hex: more Lua per write).
+// TOKEN and DIGEST than decimal and hex: more Lua per write). The
+// one-script paths no longer run order_write for their new record: the
+// caller encodes it with packOrder and the script fills in created and
+// the offsets (rectemplate.go).
 //
 // Hash layout: what the releases before wrote, one hash field per field,
 // as named in orderFields. The rule that keeps every interleaving safe

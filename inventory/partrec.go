@@ -58,8 +58,9 @@ import (
 // batches of 500, on a loaded machine), part_put went from 4.5 to 2.6 µs
 // (a SET alone: 0.4) and part_get from 4.9 to 3.2 µs (a GET alone: 0.3).
 // What is left is mostly the one match (1.2 µs: a string per field) and
-// the table (0.4 µs); a settle reads and writes each part, a reserve only
-// writes it (its part_get of a new part finds no key: a GET).
+// the table (0.4 µs); a settle reads and writes each part. A reserve
+// writes a new part without part_put: the caller encodes it with packPart
+// and part_new fills in the node's values (rectemplate.go).
 //
 // Hash layout: what the releases before wrote, one hash field per field,
 // as the names of partFields. The rule that keeps every interleaving safe

@@ -32,8 +32,9 @@ import (
 // Layout 1, JSON (a list of [OrderPart] under its json names, "null" or
 // "[]" or "{}" for none), is what records written before hold. The rule
 // that keeps both safe across the upgrade: the part list is opaque to
-// every script (a script stores what the caller passed, or localScript
-// what pack_parts in the prelude encodes, and hands it back unread), and
+// every script (a script stores what the caller passed, in a local
+// reserve's record with the offsets in its holes, rectemplate.go, and
+// hands it back unread), and
 // this file's decoder (decodeOrderParts) is the one reader in Go; it reads
 // both layouts by the first byte ('~' or JSON), so a record written before
 // the upgrade is confirmed, cancelled, expired, recovered and moved as

@@ -10,11 +10,13 @@ package inventory
 // KEYS: 1 stamp, 2 pending index, 3 redo offsets, then per part: part key,
 // counter key (stock hash for kind s, quota counter for kind q), and redo
 // queue key (kind s) or stock hash holding the limit (kind q).
-// ARGV: 4 order id, 5 attempt token, 6 part deadline (partDue.arg: ms, or
-// "+" and ms after this node's clock), then per part:
-// part id, kind, sku, want, item index, and for kind s the redo queue, for
-// kind q the units the user's previous quota node still counts while the
-// topology migrates (-1 unknown; migrate.go).
+// ARGV: 4 order id (no line of the script reads it: it names the order
+// to the injected faults, ScriptCall.Args[0]), 5 part deadline
+// (partDue.arg: ms, or "+" and ms after this node's clock), then per part: part id, kind, want, for kind s the
+// redo queue, for kind q the units the user's previous quota node still
+// counts while the topology migrates (-1 unknown; migrate.go), and the two
+// pieces of the part record's template (partTemplate, rectemplate.go: the
+// attempt token, SKU and item index are in it).
 //
 // Per part it returns {state, qty, offset, limit}: state "pending" (taken
 // now; a quota part is taken, and counted, even when the SKU has no

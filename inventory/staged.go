@@ -180,13 +180,14 @@ import (
 // part: part key, counter key, and redo queue (kind s) or stock hash
 // holding the limit (kind q).
 // ARGV: 4 order id, 5 token, 6 part deadline (partDue.arg: "+" and the
-// hold in ms after this node's clock), 7 lease ms, 8 digest, 9 user, 10
-// ttl ms, 11 retention s, 12 promised parts JSON, 13 "" (test-only: the
-// name of MutationStageTakeover re-introduces the bug of safety issue A1,
-// a stage overwriting a failed record of another token; faults.go), then
-// per part as localScript: id, kind, sku, want, item, route, queue
-// (takeWhole; the path needs a stable topology, so no quota is counted on
-// a previous node).
+// hold in ms after this node's clock), 7 user, 8 ttl ms, 9 retention s,
+// 10 and 11 the staging record's template, the pieces before and after
+// its created field (stagingOrderPieces, rectemplate.go: lease, digest
+// and promised parts are in it), 12 "" (test-only: the name of MutationStageTakeover
+// re-introduces the bug of safety issue A1, a stage overwriting a failed
+// record of another token; faults.go), then per part as localScript:
+// takeWholeArgs (the path needs a stable topology, so no quota is counted
+// on a previous node).
 //
 // Returns {"staged", deadline ms, offset per part}, or, writing nothing,
 // {"existing", status, token} (the order has a record: the general path

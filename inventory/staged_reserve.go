@@ -3,7 +3,6 @@ package inventory
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -238,14 +237,19 @@ type stageReply struct {
 // node's parts, all or nothing (stageTakeScript). mutation is "" but in
 // the explorer's self-check (MutationStageTakeover, faults.go).
 func (inv *Inventory) stageTake(ctx context.Context, home *node.Node, orderID, token string, due partDue, mutation Mutation, ttl time.Duration, digest, userID, promised string, reqs []partReq) (stageReply, error) {
+	rec, err := stagingOrderPieces(token, digest, userID, ms(ttl), ms(inv.opts.AttemptLease), promised)
+	if err != nil {
+		return stageReply{}, err
+	}
 	keys := make([]string, 0, 3+3*len(reqs))
 	keys = append(keys, PendingKey, RedoOffsetsKey, orderKey(orderID))
-	args := make([]any, 0, 10+7*len(reqs))
-	args = append(args, orderID, token, due.arg(), ms(inv.opts.AttemptLease), digest, userID, ms(ttl),
-		seconds(inv.cfg.Retention), promised, string(mutation))
+	args := make([]any, 0, 9+5*len(reqs))
+	args = append(args, orderID, token, due.arg(), userID, ms(ttl), seconds(inv.cfg.Retention), rec[0], rec[1], string(mutation))
 	for _, r := range reqs {
 		keys = append(keys, partKey(r.ID), r.ck, r.queue)
-		args = append(args, r.ID, string(r.Kind), r.SKU, r.Qty, strconv.Itoa(r.Item), r.Route, r.queue)
+		if args, err = takeWholeArgs(args, orderID, token, r); err != nil {
+			return stageReply{}, err
+		}
 	}
 	v, err := inv.run(ctx, home, stageTakeScript, keys, args...)
 	if err != nil {

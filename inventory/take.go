@@ -365,15 +365,19 @@ func (inv *Inventory) runBatch(ctx context.Context, n *node.Node, orderID, token
 func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, token string, deadline partDue, reqs []partReq) ([]reply, error) {
 	keys := make([]string, 0, 2+3*len(reqs))
 	keys = append(keys, PendingKey, RedoOffsetsKey)
-	args := make([]any, 0, 3+6*len(reqs))
-	args = append(args, orderID, token, deadline.arg())
+	args := make([]any, 0, 2+6*len(reqs))
+	args = append(args, orderID, deadline.arg())
 	for _, r := range reqs {
 		keys = append(keys, partKey(r.ID), r.ck, r.queue)
 		last := any(r.queue)
 		if r.Kind == PartQuota {
 			last = r.elsewhere
 		}
-		args = append(args, r.ID, string(r.Kind), r.SKU, r.Qty, strconv.Itoa(r.Item), last)
+		a, b, err := partTemplate(orderID, token, r)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, r.ID, string(r.Kind), r.Qty, last, a, b)
 	}
 	v, err := inv.run(ctx, n, reserveScript, keys, args...)
 	if err != nil {

@@ -3,9 +3,9 @@ local function plan_parts(kb, ab, user, offsets)
   local np = (#KEYS - kb + 1) / 3
   local avail, resv, held, plan, nq = {}, {}, {}, {}, {}
   for i = 0, np - 1 do
-    local a = ab + i * 7
+    local a = ab + i * 5
     local p = {pk = KEYS[kb + i * 3], ck = KEYS[kb + 1 + i * 3], xk = KEYS[kb + 2 + i * 3], id = ARGV[a], kind = ARGV[a + 1],
-               sku = ARGV[a + 2], want = tonumber(ARGV[a + 3]), item = tonumber(ARGV[a + 4]), route = ARGV[a + 5]}
+               want = tonumber(ARGV[a + 2]), ra = ARGV[a + 3], rb = ARGV[a + 4]}
     if redis.call('EXISTS', p.pk) == 1 then return nil end
     local err
     if p.kind == 's' then
@@ -41,7 +41,7 @@ local function plan_parts(kb, ab, user, offsets)
   end
   return plan
 end
-local function write_parts(plan, pending, offsets, order, token, pdl)
+local function write_parts(plan, pending, offsets, pdl)
   local offs, pdlS = {}, I(pdl)
   for _, p in ipairs(plan) do
     local off, member = 0, p.id
@@ -55,9 +55,7 @@ local function write_parts(plan, pending, offsets, order, token, pdl)
     else
       redis.call('INCRBY', p.ck, I(p.want))
     end
-    part_put(p.pk, {state = 'pending', kind = p.kind, order = order, token = token, sku = p.sku,
-      qty = I(p.want), item = I(p.item), counter = p.ck, redo = p.kind == 's' and p.xk or '', offset = I(off),
-      deadline = pdlS, at = nowS})
+    part_new(p.pk, p.ra, p.rb, p.want, off, pdlS)
     zadd_later(pending, pdlS, member)
     offs[#offs + 1] = off
   end

@@ -139,3 +139,10 @@ local function part_put(key, t, ttl)
   if e < #s then s = string.sub(s, 1, e) end
   set_value(key, s, ttl)
 end
+-- part_new(key, a, b, qty, off, dlS): a new pending part record, written
+-- from the template its caller encoded (rectemplate.go, partTemplate: the
+-- pieces a and b around the holes QTY US OFFSET and DEADLINE US AT, the
+-- last the node's clock), no TTL.
+local function part_new(key, a, b, qty, off, dlS)
+  set_value(key, a .. I(qty) .. '\031' .. I(off) .. b .. dlS .. '\031' .. nowS)
+end

@@ -125,21 +125,3 @@ local function next_offset(offsets, xk)
   offval[k] = n
   return n
 end
--- pack_parts(order, token, parts): the part list of attempt token of
--- order in layout 2 (parts.go, the one definition; its decoder reads it
--- back). Each part is {id, kind, item, node, route, sku, qty, redo key
--- ('' for a quota part), offset}; an id the token derives is left out.
-local function pack_parts(order, token, parts)
-  local out = {'~' .. token}
-  for _, p in ipairs(parts) do
-    local item = I(p.item)
-    local id = order .. '|' .. token .. '|' .. item
-    if p.kind == 'q' then id = order .. '|' .. token .. '|q|' .. p.route .. '|' .. p.sku end
-    if id == p.id then id = '' else id = p.id end
-    local queue, off = '', ''
-    if p.redo ~= '' then queue = string.sub(p.redo, #'inv:redo:' + 1) end
-    if p.offset ~= 0 then off = I(p.offset) end
-    out[#out + 1] = table.concat({p.kind, item, p.node, p.route, p.sku, I(p.qty), queue, off, '', id}, '\031')
-  end
-  return table.concat(out, '\030')
-end

@@ -1,14 +1,14 @@
 
-local deadline = part_due(ARGV[6])
+local deadline = part_due(ARGV[5])
 local np = (#KEYS - 3) / 3
 zset_ok(KEYS[2]) -- fails now, before any write, if the index is not a sorted set
 local plan = {}
 local avail, resv, nq = {}, {}, {}
 for i = 0, np - 1 do
   local pk, ck, xk = KEYS[4 + i * 3], KEYS[5 + i * 3], KEYS[6 + i * 3]
-  local a = 7 + i * 6
-  local p = {pk = pk, ck = ck, xk = xk, id = ARGV[a], kind = ARGV[a + 1], sku = ARGV[a + 2],
-             want = tonumber(ARGV[a + 3]), item = ARGV[a + 4], queue = ARGV[a + 5]}
+  local a = 6 + i * 6
+  local p = {pk = pk, ck = ck, xk = xk, id = ARGV[a], kind = ARGV[a + 1], want = tonumber(ARGV[a + 2]),
+             queue = ARGV[a + 3], ra = ARGV[a + 4], rb = ARGV[a + 5]}
   local cur = part_get(pk)
   if cur and cur.state then
     p.out = {cur.state, tonumber(cur.qty) or 0, tonumber(cur.offset) or 0, 0}
@@ -74,9 +74,7 @@ for _, p in ipairs(plan) do
     else
       redis.call('INCRBY', p.ck, I(p.take))
     end
-    part_put(p.pk, {state = 'pending', kind = p.kind, order = ARGV[4], token = ARGV[5], sku = p.sku,
-      qty = I(p.take), item = p.item, counter = p.ck, redo = p.kind == 's' and p.xk or '', offset = I(off),
-      deadline = deadlineS, at = nowS})
+    part_new(p.pk, p.ra, p.rb, p.take, off, deadlineS)
     zadd_later(KEYS[2], deadlineS, member)
   end
   out[#out + 1] = p.out

@@ -1,0 +1,260 @@
+package inventory
+
+import (
+	"errors"
+	"maps"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fillOrder is what localScript and stageTakeScript do with an order
+// record's template: created into the first hole, each offset (empty for
+// 0) into the next.
+func fillOrder(pieces []string, created int64, offsets ...int64) string {
+	s := pieces[0] + strconv.FormatInt(created, 10) + pieces[1]
+	for i, off := range offsets {
+		if off != 0 {
+			s += strconv.FormatInt(off, 10)
+		}
+		s += pieces[2+i]
+	}
+	return s
+}
+
+// fillPart is what part_new (lua/part_codec.lua) does with a part
+// record's template.
+func fillPart(a, b string, qty, offset, deadline, at int64) string {
+	return a + strconv.FormatInt(qty, 10) + partUS + strconv.FormatInt(offset, 10) + b + strconv.FormatInt(deadline, 10) + partUS + strconv.FormatInt(at, 10)
+}
+
+// templateCase is an order of the one-script paths.
+type templateCase struct {
+	order, token, user string
+	reqs               []partReq
+}
+
+func templateCases() []templateCase {
+	stock := func(order, token string, item int, route, sku string, qty int64) partReq {
+		return partReq{part: part{ID: stockPartID(order, token, item), Node: "n1", Kind: PartStock, Item: item, Route: route, SKU: sku, Qty: qty},
+			queue: RedoLogKey(item + 7), ck: stockKey(route, sku)}
+	}
+	quota := func(order, token, route, sku, user string, qty int64) partReq {
+		return partReq{part: part{ID: quotaPartID(order, token, route, sku), Node: "n1", Kind: PartQuota, Item: -1, Route: route, SKU: sku, Qty: qty},
+			queue: stockKey(route, sku), ck: quotaKey(route, sku, user)}
+	}
+	return []templateCase{
+		{"o-1", "tok", "", []partReq{stock("o-1", "tok", 0, "a", "s", 1)}},
+		{"o-2", "Zm9v-_", "alice", []partReq{stock("o-2", "Zm9v-_", 0, "a", "tshirt:red", 3), quota("o-2", "Zm9v-_", "a", "tshirt:red", "alice", 3)}},
+		{"o|x|1", "t", "u|{x}", []partReq{stock("o|x|1", "t", 0, "r1", "{sku}", 1), stock("o|x|1", "t", 1, "r2", "b", 2), stock("o|x|1", "t", 2, "r1", "c", 9)}},
+		{"ø-7", "tt", "üser", []partReq{quota("ø-7", "tt", "a", "ʃkü", "üser", 1), stock("ø-7", "tt", 1, "a", "ʃkü", 1)}},
+	}
+}
+
+// The templates are the Go codec's records with the node's values left
+// out: filled in as the scripts fill them, each is byte for byte what
+// packOrder and packPart write for the whole record (and the Lua codec,
+// TestOrderCodecLuaMatchesGo and TestPartCodecLuaMatchesGo, writes the
+// same). A field that holds a sentinel is refused before anything runs.
+func TestRecordTemplates(t *testing.T) {
+	const created, ttl, lease = int64(1795000000123), int64(600_000), int64(5_000)
+	for _, c := range templateCases() {
+		var parts []part
+		var offsets []int64
+		for i, r := range c.reqs {
+			p := r.part
+			var off int64
+			if p.Kind == PartStock {
+				p.Redo, off = r.queue, int64(41+i*1000)
+			}
+			parts = append(parts, p)
+			offsets = append(offsets, off)
+		}
+		pieces, err := localOrderPieces(c.order, c.token, "digest", c.user, ttl, parts)
+		if err != nil {
+			t.Fatalf("%s: %v", c.order, err)
+		}
+		full := make([]part, len(parts))
+		copy(full, parts)
+		for i := range full {
+			full[i].Offset = offsets[i]
+		}
+		want, err := packOrder(map[string]string{"status": "reserved", "token": c.token, "created": strconv.FormatInt(created, 10),
+			"deadline": strconv.FormatInt(created+ttl, 10), "digest": "digest", "parts": encodeOrderParts(c.order, c.token, full), "user": c.user})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fillOrder(pieces, created, offsets...); got != want {
+			t.Errorf("%s: the local record's template filled in is %q, the codec writes %q", c.order, got, want)
+		}
+		// a record that is long-lived and its created field long: other digits, same pieces
+		if got := fillOrder(pieces, 7, offsets...); !strings.HasPrefix(got, pieces[0]+"7"+pieces[1]) {
+			t.Errorf("%s: %q", c.order, got)
+		}
+
+		promised := encodeOrderParts(c.order, c.token, parts)
+		sp, err := stagingOrderPieces(c.token, "digest", c.user, ttl, lease, promised)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err = packOrder(map[string]string{"status": "staging", "token": c.token, "created": strconv.FormatInt(created, 10),
+			"deadline": strconv.FormatInt(created+ttl, 10), "digest": "digest", "parts": promised, "user": c.user,
+			"lease": strconv.FormatInt(created+lease, 10)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fillOrder(sp, created); got != want {
+			t.Errorf("%s: the staging record's template filled in is %q, the codec writes %q", c.order, got, want)
+		}
+
+		for i, r := range c.reqs {
+			a, b, err := partTemplate(c.order, c.token, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			redo := ""
+			if r.Kind == PartStock {
+				redo = r.queue
+			}
+			f := map[string]string{"state": "pending", "kind": string(r.Kind), "qty": strconv.FormatInt(r.Qty, 10),
+				"offset": strconv.FormatInt(offsets[i], 10), "redo": redo, "counter": r.ck, "sku": r.SKU,
+				"item": strconv.Itoa(r.Item), "order": c.order, "token": c.token,
+				"deadline": strconv.FormatInt(created+ttl+1000, 10), "at": strconv.FormatInt(created, 10)}
+			if got, want := fillPart(a, b, r.Qty, offsets[i], created+ttl+1000, created), packPart(r.ID, f); got != want {
+				t.Errorf("part %s: the template filled in is %q, the codec writes %q", r.ID, got, want)
+			}
+			maps.DeleteFunc(f, func(_, v string) bool { return v == "" })
+			if back, err := unpackPartValue(r.ID, fillPart(a, b, r.Qty, offsets[i], created+ttl+1000, created)); err != nil || !maps.Equal(back, f) {
+				t.Errorf("part %s reads back as %q, %v; want %q", r.ID, back, err, f)
+			}
+		}
+	}
+	// a sentinel in a field: refused
+	bad := templateCases()[0]
+	bad.reqs[0].SKU = "s" + holeOffset
+	if _, _, err := partTemplate(bad.order, bad.token, bad.reqs[0]); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a part template with a sentinel in its SKU: %v, want ErrInvalid", err)
+	}
+	if _, err := localOrderPieces("o", "t"+holeCreated, "d", "", 1, nil); !errors.Is(err, ErrInvalid) {
+		t.Errorf("an order template with a sentinel in its token: %v, want ErrInvalid", err)
+	}
+	if _, err := stagingOrderPieces("t", "d", "", 1, 1, "~t"+partsRS+holeAt); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a staging template with a sentinel in its part list: %v, want ErrInvalid", err)
+	}
+}
+
+// What the one-script paths store on a real node is the codec's record
+// (packOrder and packPart write the same bytes for the fields read back)
+// with the node's values: a local reserve's record reserved, created by
+// the node's clock, deadline created+ttl, the parts with their offsets; a
+// stage's record staging with its lease; each part pending, due at the
+// order's deadline plus partGrace (local) or the stage's hold, at the
+// node's clock.
+func TestOneScriptRecordsAsCodec(t *testing.T) {
+	e := newStagedEnv(t) // route a on n1 alone
+	inv, c, ctx := e.inv, e.clients["n1"], e.ctx
+	if _, err := inv.LoadStock(ctx, "a", "t", 100, 0); err != nil {
+		t.Fatal(err)
+	}
+	readOrder := func(id string) (string, map[string]string) {
+		t.Helper()
+		raw, err := c.Get(ctx, orderKey(id)).Result()
+		if err != nil {
+			t.Fatalf("order %s: %v", id, err)
+		}
+		f, err := unpackOrderValue(raw)
+		if err != nil {
+			t.Fatalf("order %s: %v", id, err)
+		}
+		if again, err := packOrder(f); err != nil || again != raw {
+			t.Errorf("order %s holds %q; the codec writes %q for its fields (%v)", id, raw, again, err)
+		}
+		return raw, f
+	}
+	checkPart := func(id string, want map[string]string) {
+		t.Helper()
+		raw, err := c.Get(ctx, partKey(id)).Result()
+		if err != nil {
+			t.Fatalf("part %s: %v", id, err)
+		}
+		f, err := unpackPartValue(id, raw)
+		if err != nil {
+			t.Fatalf("part %s: %v", id, err)
+		}
+		if again := packPart(id, f); again != raw {
+			t.Errorf("part %s holds %q; the codec writes %q for its fields", id, raw, again)
+		}
+		for k, v := range want {
+			if f[k] != v {
+				t.Errorf("part %s: %s = %q, want %q (record %q)", id, k, f[k], v, f)
+			}
+		}
+	}
+	const ttl = 10 * time.Minute
+	items := []Item{{Route: "a", SKU: "s", Quantity: 2}, {Route: "a", SKU: "t", Quantity: 1}}
+	for _, user := range []string{"", "alice"} {
+		id, err := inv.NewOrderID(ctx, items...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := inv.Reserve(ctx, id, items, user, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, f := readOrder(id)
+		created, _ := strconv.ParseInt(f["created"], 10, 64)
+		deadline, _ := strconv.ParseInt(f["deadline"], 10, 64)
+		if f["status"] != "reserved" || deadline != created+ttl.Milliseconds() || deadline != res.Deadline.UnixMilli() || f["user"] != user {
+			t.Errorf("local order %s (user %q): record %q, reservation deadline %v", id, user, f, res.Deadline)
+		}
+		parts, err := DecodeOrderParts(id, f["parts"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		nq := 0
+		for _, p := range parts {
+			if p.Kind == PartQuota {
+				nq++
+			}
+		}
+		if len(parts) != len(items)+nq || len(res.Receipts) != len(items) {
+			t.Fatalf("order %s: parts %+v, receipts %+v", id, parts, res.Receipts)
+		}
+		for _, p := range parts {
+			want := map[string]string{"state": "pending", "order": id, "token": f["token"], "qty": strconv.FormatInt(p.Qty, 10),
+				"deadline": strconv.FormatInt(deadline+partGrace.Milliseconds(), 10), "at": f["created"]}
+			if p.Kind == PartStock {
+				want["offset"], want["redo"] = strconv.FormatInt(p.Offset, 10), p.Redo
+				if p.Offset <= 0 {
+					t.Errorf("order %s: stock part %+v without an offset", id, p)
+				}
+			}
+			checkPart(p.ID, want)
+		}
+		if user != "" && nq != len(items) {
+			t.Errorf("order %s of user %s: %d quota parts, want %d", id, user, nq, len(items))
+		}
+	}
+
+	// a stage on its own (the one-round path's first step)
+	home, _ := e.r.Node("n1")
+	token := newToken()
+	id := "staged-1"
+	r := partReq{part: part{ID: stockPartID(id, token, 0), Node: "n1", Kind: PartStock, Item: 0, Route: "a", SKU: "s", Qty: 1},
+		queue: inv.redoQueue("a", "s"), ck: stockKey("a", "s")}
+	promised := encodeOrderParts(id, token, []part{r.part})
+	st, err := inv.stageTake(ctx, home, id, token, partDue{hold: time.Minute}, "", ttl, "dg", "", promised, []partReq{r})
+	if err != nil || st.status != stageStaged {
+		t.Fatalf("stageTake: %+v, %v", st, err)
+	}
+	_, f := readOrder(id)
+	created, _ := strconv.ParseInt(f["created"], 10, 64)
+	if f["status"] != "staging" || f["token"] != token || f["digest"] != "dg" || f["parts"] != promised ||
+		f["deadline"] != strconv.FormatInt(created+ttl.Milliseconds(), 10) ||
+		f["lease"] != strconv.FormatInt(created+inv.opts.AttemptLease.Milliseconds(), 10) {
+		t.Errorf("staged order: record %q", f)
+	}
+	checkPart(r.ID, map[string]string{"state": "pending", "order": id, "token": token, "offset": strconv.FormatInt(st.offsets[0], 10),
+		"deadline": strconv.FormatInt(created+time.Minute.Milliseconds(), 10), "at": f["created"]})
+}
