@@ -90,52 +90,13 @@ var errShortSeen = errors.New("inventory: a part was short and nothing was writt
 // when it has none and the home node is short.
 func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID string, items []Item, userID string, ttl time.Duration) (res Reservation, ok bool, err error) {
 	token := newToken()
-	var reqs []partReq
-	for i, it := range items {
-		set, _ := inv.set(ctx, it.Route)
-		if c := inv.itemCandidates(set, home, orderID, it.SKU); len(c) == 0 || c[0] != home {
-			return Reservation{}, false, nil
-		}
-		reqs = append(reqs, partReq{
-			part:  part{ID: stockPartID(orderID, token, i), Node: home.Name(), Kind: PartStock, Item: i, Route: it.Route, SKU: it.SKU, Qty: it.Quantity},
-			queue: inv.redoQueue(it.Route, it.SKU), ck: stockKey(it.Route, it.SKU),
-		})
+	reqs, ok := inv.localReqs(ctx, home, orderID, token, items, userID)
+	if !ok {
+		return Reservation{}, false, nil
 	}
-	if userID != "" {
-		if inv.topology(ctx).phase != PhaseStable {
-			return Reservation{}, false, nil
-		}
-		for _, q := range inv.quotaParts(ctx, orderID, token, items, userID) {
-			if q.node != home {
-				return Reservation{}, false, nil
-			}
-			reqs = append(reqs, q.req)
-		}
-	}
-	var parts []part
-	for _, r := range reqs {
-		p := r.part
-		if p.Kind == PartStock {
-			p.Redo = r.queue
-		}
-		parts = append(parts, p)
-	}
-	rec, err := localOrderPieces(orderID, token, digestOf(items, userID), userID, ms(ttl), parts)
+	keys, args, parts, err := inv.localCall(orderID, token, digestOf(items, userID), userID, ttl, reqs)
 	if err != nil {
 		return Reservation{}, true, err
-	}
-	keys := make([]string, 0, 3+3*len(reqs))
-	keys = append(keys, orderKey(orderID), PendingKey, RedoOffsetsKey)
-	args := make([]any, 0, 5+len(rec)+5*len(reqs))
-	args = append(args, orderID, userID, ms(ttl), seconds(inv.cfg.Retention), ms(partGrace))
-	for _, piece := range rec {
-		args = append(args, piece)
-	}
-	for _, r := range reqs {
-		keys = append(keys, partKey(r.ID), r.ck, r.queue)
-		if args, err = takeWholeArgs(args, orderID, token, r); err != nil {
-			return Reservation{}, true, err
-		}
 	}
 	v, err := inv.run(ctx, home, localScript, keys, args...)
 	if err != nil {
@@ -210,4 +171,66 @@ func takeWholeArgs(args []any, orderID, token string, r partReq) ([]any, error) 
 		return args, err
 	}
 	return append(args, r.ID, string(r.Kind), r.Qty, a, b), nil
+}
+
+// localReqs are the parts of an order reserved whole on home under token,
+// or false when some item's first choice is another node (or the user's
+// quota node is, or the topology is migrating and the order has a user).
+func (inv *Inventory) localReqs(ctx context.Context, home *node.Node, orderID, token string, items []Item, userID string) ([]partReq, bool) {
+	var reqs []partReq
+	for i, it := range items {
+		set, _ := inv.set(ctx, it.Route)
+		if c := inv.itemCandidates(set, home, orderID, it.SKU); len(c) == 0 || c[0] != home {
+			return nil, false
+		}
+		reqs = append(reqs, partReq{
+			part:  part{ID: stockPartID(orderID, token, i), Node: home.Name(), Kind: PartStock, Item: i, Route: it.Route, SKU: it.SKU, Qty: it.Quantity},
+			queue: inv.redoQueue(it.Route, it.SKU), ck: stockKey(it.Route, it.SKU),
+		})
+	}
+	if userID == "" {
+		return reqs, true
+	}
+	if inv.topology(ctx).phase != PhaseStable {
+		return nil, false
+	}
+	for _, q := range inv.quotaParts(ctx, orderID, token, items, userID) {
+		if q.node != home {
+			return nil, false
+		}
+		reqs = append(reqs, q.req)
+	}
+	return reqs, true
+}
+
+// localCall is localScript's keys and arguments for reqs, and the parts
+// they take (offsets 0: the script hands them out). It fails with
+// ErrInvalid when a record has no template (rectemplate.go).
+func (inv *Inventory) localCall(orderID, token, digest, userID string, ttl time.Duration, reqs []partReq) ([]string, []any, []part, error) {
+	parts := make([]part, 0, len(reqs))
+	for _, r := range reqs {
+		p := r.part
+		if p.Kind == PartStock {
+			p.Redo = r.queue
+		}
+		parts = append(parts, p)
+	}
+	rec, err := localOrderPieces(orderID, token, digest, userID, ms(ttl), parts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	keys := make([]string, 0, 3+3*len(reqs))
+	keys = append(keys, orderKey(orderID), PendingKey, RedoOffsetsKey)
+	args := make([]any, 0, 5+len(rec)+5*len(reqs))
+	args = append(args, orderID, userID, ms(ttl), seconds(inv.cfg.Retention), ms(partGrace))
+	for _, piece := range rec {
+		args = append(args, piece)
+	}
+	for _, r := range reqs {
+		keys = append(keys, partKey(r.ID), r.ck, r.queue)
+		if args, err = takeWholeArgs(args, orderID, token, r); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return keys, args, parts, nil
 }

@@ -134,20 +134,56 @@ var partRefs = map[string]func(v, id string, f map[string]string) (string, bool)
 		r, ok := strings.CutPrefix(v, quotaKeyPrefix)
 		return "q" + r, ok
 	},
-	"sku": func(v, _ string, f map[string]string) (string, bool) {
-		s, ok := stockKeySKU(f["counter"])
-		return "^", ok && s == v
-	},
+	"sku": func(v, _ string, f map[string]string) (string, bool) { return skuRef(v, f["counter"]) },
 	"item": func(v, id string, _ map[string]string) (string, bool) {
 		return "^", strings.HasSuffix(id, "|"+v) && !strings.Contains(v, "|")
 	},
 	"order": func(v, id string, _ map[string]string) (string, bool) {
 		return strconv.Itoa(len(v)), strings.HasPrefix(id, v)
 	},
-	"token": func(v, id string, f map[string]string) (string, bool) {
-		b := len(f["order"]) + 1
-		return strconv.Itoa(len(v)), b <= len(id) && strings.HasPrefix(id[b:], v)
-	},
+	"token": func(v, id string, f map[string]string) (string, bool) { return tokenRef(v, id, f["order"]) },
+}
+
+// skuRef is the SKU field's reference to v in a record whose counter is
+// counter (partRefs).
+func skuRef(v, counter string) (string, bool) {
+	s, ok := stockKeySKU(counter)
+	return "^", ok && s == v
+}
+
+// tokenRef is the token field's reference to v in part id's record whose
+// order is order (partRefs).
+func tokenRef(v, id, order string) (string, bool) {
+	b := len(order) + 1
+	return strconv.Itoa(len(v)), b <= len(id) && strings.HasPrefix(id[b:], v)
+}
+
+// partSKURef and partTokenRef are how packPart stores a SKU and a token
+// (partRef, for the fields whose reference reads another field), given
+// that field: for rectemplate.go, which has no field map.
+func partSKURef(sku, counter string) string {
+	if sku == "" {
+		return ""
+	}
+	return refOrLiteral(sku)(skuRef(sku, counter))
+}
+
+func partTokenRef(token, id, order string) string {
+	if token == "" {
+		return ""
+	}
+	return refOrLiteral(token)(tokenRef(token, id, order))
+}
+
+// refOrLiteral stores v as a reference's result ref when ok, else as "="
+// and v.
+func refOrLiteral(v string) func(ref string, ok bool) string {
+	return func(ref string, ok bool) string {
+		if ok {
+			return ref
+		}
+		return "=" + v
+	}
 }
 
 // partRef encodes field name's value v of part id's record f: its
@@ -158,10 +194,7 @@ func partRef(name, v, id string, f map[string]string) string {
 	if !isRef {
 		return v
 	}
-	if r, ok := ref(v, id, f); ok {
-		return r
-	}
-	return "=" + v
+	return refOrLiteral(v)(ref(v, id, f))
 }
 
 // stockKeySKU is what follows the route in stock key k.

@@ -49,6 +49,13 @@ func templateCases() []templateCase {
 		{"o-2", "Zm9v-_", "alice", []partReq{stock("o-2", "Zm9v-_", 0, "a", "tshirt:red", 3), quota("o-2", "Zm9v-_", "a", "tshirt:red", "alice", 3)}},
 		{"o|x|1", "t", "u|{x}", []partReq{stock("o|x|1", "t", 0, "r1", "{sku}", 1), stock("o|x|1", "t", 1, "r2", "b", 2), stock("o|x|1", "t", 2, "r1", "c", 9)}},
 		{"ø-7", "tt", "üser", []partReq{quota("ø-7", "tt", "a", "ʃkü", "üser", 1), stock("ø-7", "tt", 1, "a", "ʃkü", 1)}},
+		// ids, keys and SKUs the references cannot reproduce: stored as
+		// literals
+		{"o-5", "tok", "", []partReq{
+			{part: part{ID: "custom", Node: "n2", Kind: PartStock, Item: 0, Route: "a", SKU: "s", Qty: 4, Incarnation: "g1"}, queue: RedoLogKey(3), ck: "other:s"},
+			{part: part{ID: "o-5|tok|x|1", Node: "n2", Kind: PartStock, Item: 1, Route: "a", SKU: "not-the-key's", Qty: 1}, queue: RedoLogKey(0), ck: stockKey("a", "s")},
+			{part: part{ID: "o-5", Node: "n2", Kind: PartQuota, Item: -1, Route: "a", SKU: "s", Qty: 1}, queue: stockKey("a", "s"), ck: "=q"},
+		}},
 	}
 }
 
@@ -93,19 +100,21 @@ func TestRecordTemplates(t *testing.T) {
 			t.Errorf("%s: %q", c.order, got)
 		}
 
-		promised := encodeOrderParts(c.order, c.token, parts)
-		sp, err := stagingOrderPieces(c.token, "digest", c.user, ttl, lease, promised)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err = packOrder(map[string]string{"status": "staging", "token": c.token, "created": strconv.FormatInt(created, 10),
-			"deadline": strconv.FormatInt(created+ttl, 10), "digest": "digest", "parts": promised, "user": c.user,
-			"lease": strconv.FormatInt(created+lease, 10)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := fillOrder(sp, created); got != want {
-			t.Errorf("%s: the staging record's template filled in is %q, the codec writes %q", c.order, got, want)
+		// the promised list as the staged path writes it, in JSON, none
+		for _, promised := range []string{encodeOrderParts(c.order, c.token, parts), encodeOrderPartsJSON(parts), ""} {
+			sp, err := stagingOrderPieces(c.token, "digest", c.user, ttl, lease, promised)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := packOrder(map[string]string{"status": "staging", "token": c.token, "created": strconv.FormatInt(created, 10),
+				"deadline": strconv.FormatInt(created+ttl, 10), "digest": "digest", "parts": promised, "user": c.user,
+				"lease": strconv.FormatInt(created+lease, 10)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fillOrder(sp, created); got != want {
+				t.Errorf("%s: the staging record's template filled in is %q, the codec writes %q", c.order, got, want)
+			}
 		}
 
 		for i, r := range c.reqs {
@@ -130,17 +139,20 @@ func TestRecordTemplates(t *testing.T) {
 			}
 		}
 	}
-	// a sentinel in a field: refused
+	// a control byte in a field, a list layout 2 cannot carry: refused
 	bad := templateCases()[0]
-	bad.reqs[0].SKU = "s" + holeOffset
+	bad.reqs[0].SKU = "s\x1f"
 	if _, _, err := partTemplate(bad.order, bad.token, bad.reqs[0]); !errors.Is(err, ErrInvalid) {
-		t.Errorf("a part template with a sentinel in its SKU: %v, want ErrInvalid", err)
+		t.Errorf("a part template with a control byte in its SKU: %v, want ErrInvalid", err)
 	}
-	if _, err := localOrderPieces("o", "t"+holeCreated, "d", "", 1, nil); !errors.Is(err, ErrInvalid) {
-		t.Errorf("an order template with a sentinel in its token: %v, want ErrInvalid", err)
+	if _, err := localOrderPieces("o", "t\x1d", "d", "", 1, []part{bad.reqs[0].part}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("an order template with a control byte in its token: %v, want ErrInvalid", err)
 	}
-	if _, err := stagingOrderPieces("t", "d", "", 1, 1, "~t"+partsRS+holeAt); !errors.Is(err, ErrInvalid) {
-		t.Errorf("a staging template with a sentinel in its part list: %v, want ErrInvalid", err)
+	if _, err := localOrderPieces("o", "t", "d", "", 1, []part{{ID: "o|t|0", Node: "n1", Kind: PartStock, SKU: "s", Qty: 1, Redo: "elsewhere"}}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("an order template with a part whose redo log is no queue: %v, want ErrInvalid", err)
+	}
+	if _, err := stagingOrderPieces("t", "d", "", 1, 1, "~t"+partsRS+orderGS); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a staging template with a GS in its part list: %v, want ErrInvalid", err)
 	}
 }
 
@@ -257,4 +269,22 @@ func TestOneScriptRecordsAsCodec(t *testing.T) {
 	}
 	checkPart(r.ID, map[string]string{"state": "pending", "order": id, "token": token, "offset": strconv.FormatInt(st.offsets[0], 10),
 		"deadline": strconv.FormatInt(created+time.Minute.Milliseconds(), 10), "at": f["created"]})
+}
+
+// BenchmarkRecordTemplates is the client's cost of a local 1-item order's
+// templates: the order record's and the part record's.
+func BenchmarkRecordTemplates(b *testing.B) {
+	c := templateCases()[0]
+	p := c.reqs[0].part
+	p.Redo = c.reqs[0].queue
+	parts := []part{p}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := localOrderPieces(c.order, c.token, "digest", "", 600_000, parts); err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := partTemplate(c.order, c.token, c.reqs[0]); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
