@@ -36,6 +36,10 @@ import (
 //
 //   - has a per-user limit while the order has no user (ErrInvalid, as
 //     refusal in take.go: no attempt of such an order ever succeeds), or
+//   - has a per-user limit on every node of its route, the greatest less
+//     than the order's items want of it, and the order has a user
+//     (ErrLimitExceeded, as refusal in take.go: no attempt of it ever
+//     passes its quota part), or
 //   - was never loaded on any node of its route (no node's stock hash of
 //     it has a loaded counter: ErrUnknownSKU, the service's not_found; the
 //     same read that counts its units tells it, so telling an unknown SKU
@@ -70,9 +74,13 @@ import (
 // others, up to what each holds, and refuses when an item stays short (or
 // at the first reply naming a limit for an order without a user). Like the
 // general path's takes, the reads of the nodes are not one snapshot: the
-// refusal is what the nodes held when each was read. A per-user quota does
-// not change the answer: an order short of stock is refused whatever its
-// quota.
+// refusal is what the nodes held when each was read. An order of a user
+// that wants more of a SKU than its per-user limit (every node of the
+// route read has one, and the order wants more than the greatest) is
+// refused with ErrLimitExceeded before its stock is looked at, as the
+// general path refuses its quota part whatever the stock; what the user
+// already holds is not read, so an order within the limit but short of
+// stock is refused as short whatever its quota.
 //
 // Why every interleaving stays safe:
 //   - A refusal writes nothing, so it cannot oversell, strand stock or
@@ -243,9 +251,12 @@ type shortSKU struct {
 	want  int64 // units the order's items want of it
 	avail int64 // available on its candidate nodes
 	held  int64 // reserved on every node of its route
-	limit int64
-	nodes int  // candidate nodes
-	known bool // stock of it was loaded on some node of its route
+	limit int64 // the greatest per-user limit read on its route's nodes
+	// allLimited: every node of its route read has a limit (so the one
+	// the user's quota node applies is at most limit)
+	allLimited bool
+	nodes      int  // candidate nodes
+	known      bool // stock of it was loaded on some node of its route
 }
 
 // peekRead is one stock hash a peekCall reads.
@@ -293,6 +304,7 @@ func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID 
 			}
 			skus[r.sku].held += max(v.held, 0)
 			skus[r.sku].limit = max(skus[r.sku].limit, v.limit)
+			skus[r.sku].allLimited = skus[r.sku].allLimited && v.limit > 0
 			skus[r.sku].known = skus[r.sku].known || v.known
 		}
 	}
@@ -302,6 +314,12 @@ func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID 
 			inv.stats.refusedUnwritten.Add(1)
 			return fmt.Errorf("%w: items[%d] sku %s (route %s) has a per-user limit of %d: an order of it needs user_id",
 				ErrInvalid, s.item, s.ref.sku, s.ref.route, s.limit)
+		}
+		if userID != "" && s.allLimited && s.want > s.limit {
+			// as the general path: its quota part is refused whatever the stock
+			inv.stats.refusedUnwritten.Add(1)
+			return fmt.Errorf("%w: user %q: the order wants %d of %s/%s, limit %d",
+				ErrLimitExceeded, userID, s.want, s.ref.route, s.ref.sku, s.limit)
 		}
 		if s.avail+s.held < s.want && !s.known {
 			inv.soldOut.mark(s.ref)
@@ -360,7 +378,7 @@ items:
 			return nil, nil
 		}
 		k := len(skus)
-		skus = append(skus, shortSKU{ref: ref, item: i, want: it.Quantity, nodes: len(cands)})
+		skus = append(skus, shortSKU{ref: ref, item: i, want: it.Quantity, nodes: len(cands), allLimited: true})
 		for _, n := range set.Nodes() {
 			if !inv.usable(n) {
 				return nil, nil
