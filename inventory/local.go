@@ -51,9 +51,9 @@ import (
 //
 // write_parts(plan, pending, offsets, pdl) takes every planned part
 // (pending until pdl: the record the caller encoded, rectemplate.go) and
-// returns the redo offset of each (0 for quota parts). It writes a stock counter's planned values
-// in one HSET rather than two increments: the script is atomic, so
-// nothing changed them since the plan read them.
+// returns the redo offset of each (0 for quota parts). It writes a stock
+// counter's planned values in one HSET rather than two increments: the
+// script is atomic, so nothing changed them since the plan read them.
 var takeWhole = luaFile("lib_take_whole.lua")
 
 // localScript reserves a whole order on its home node in one step.
@@ -61,11 +61,12 @@ var takeWhole = luaFile("lib_take_whole.lua")
 // KEYS: 1 stamp, 2 order key, 3 pending index, 4 redo offsets, then per
 // part: part key, counter key, and redo queue (kind s) or stock hash
 // holding the limit (kind q).
-// ARGV: 4 order id (for the injected faults, as reserveScript's), 5 user, 6 ttl ms, 7 retention s, 8 part grace ms,
-// then the order record's template (localOrderPieces, rectemplate.go): 9
-// the piece before its created field, 10 the one after it, and per part the piece
-// after that part's offset; then per part takeWhole's arguments (id,
-// kind, want, and its record's template: takeWholeArgs).
+// ARGV: 4 order id (for the injected faults, as reserveScript's), 5
+// user, 6 ttl ms, 7 retention s, 8 part grace ms, then the order record's
+// template (localOrderPieces, rectemplate.go): 9 the piece before its
+// created field, 10 the one after it, and per part the piece after that
+// part's offset; then per part takeWhole's arguments (id, kind, want, and
+// its record's template: takeWholeArgs).
 // Returns {"existing"} (the order has a record: nothing written),
 // {"short"} (no record, and a stock part is short here or a limited SKU
 // has no user: nothing written, soldout.go may refuse without a write),

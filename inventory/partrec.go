@@ -165,25 +165,25 @@ func partSKURef(sku, counter string) string {
 	if sku == "" {
 		return ""
 	}
-	return refOrLiteral(sku)(skuRef(sku, counter))
+	r, ok := skuRef(sku, counter)
+	return refOrLiteral(sku, r, ok)
 }
 
 func partTokenRef(token, id, order string) string {
 	if token == "" {
 		return ""
 	}
-	return refOrLiteral(token)(tokenRef(token, id, order))
+	r, ok := tokenRef(token, id, order)
+	return refOrLiteral(token, r, ok)
 }
 
-// refOrLiteral stores v as a reference's result ref when ok, else as "="
-// and v.
-func refOrLiteral(v string) func(ref string, ok bool) string {
-	return func(ref string, ok bool) string {
-		if ok {
-			return ref
-		}
-		return "=" + v
+// refOrLiteral is how value v is stored: as its reference ref when ok
+// (the reference reproduces v), else as "=" and v.
+func refOrLiteral(v, ref string, ok bool) string {
+	if ok {
+		return ref
 	}
+	return "=" + v
 }
 
 // partRef encodes field name's value v of part id's record f: its
@@ -194,7 +194,8 @@ func partRef(name, v, id string, f map[string]string) string {
 	if !isRef {
 		return v
 	}
-	return refOrLiteral(v)(ref(v, id, f))
+	r, ok := ref(v, id, f)
+	return refOrLiteral(v, r, ok)
 }
 
 // stockKeySKU is what follows the route in stock key k.
