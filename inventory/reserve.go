@@ -77,7 +77,8 @@ const commitTimeout = 2 * time.Second
 // cancelled (a part whose outcome is unknown gets a tombstone, so a
 // reserve still in flight takes nothing) and the error wraps
 // [ErrInsufficientStock] (naming the SKU), [ErrLimitExceeded] or
-// [ErrUnavailable].
+// [ErrUnavailable]. An order of a user that wants more of a SKU than its
+// per-user limit is refused with [ErrLimitExceeded] whatever the stock.
 //
 // Reserve is idempotent per order id: a retry, even concurrent, of an order
 // that succeeded returns the same receipts and takes nothing more; a
