@@ -25,6 +25,10 @@ package inventory
 // units held), "elsewhere" (limited, and the units the user's previous
 // quota node counts are unknown), or the state of a part that already exists (the fence: a retry
 // returns what was taken; a cancel that came first left "cancelled").
+// A call with a quota part over the limit takes nothing: its other parts
+// that would have been taken answer "none" (the refusal is for good,
+// take.go's refusal, so nothing of the call is rolled back or reaches the
+// redo log; soldout.go).
 var reserveScript = newGroupedScript("reserve", true, partDueLua+luaFile("reserve.lua"))
 
 // settleScript moves parts of one node from pending to confirmed or

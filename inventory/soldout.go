@@ -170,6 +170,17 @@ import (
 // nodes than its home and whose short SKU this instance did not see
 // refused within the hint's time, take first and roll back; their parts
 // reach PostgreSQL as cancelled rows.
+//
+// Per-user limits: a reserve script call whose quota part is over the
+// limit takes nothing (reserveScript), so an order refused by its quota
+// leaves no take where the quota part and the stock share a node (a
+// one-node route: the one-round path then withdraws its stage, and
+// nothing is left). Why it is safe: the refusal is for good (take.go's
+// refusal), so a take in the same call could only be rolled back; taking
+// less writes less, and the call's reply still names the refusal. Where
+// the user's quota node is another node than the stock's, the takes there
+// run in the same round, before the verdict, and are rolled back: such
+// orders still reach PostgreSQL as cancelled rows.
 
 // soldOutHintTTL is how long a short SKU makes this instance read before
 // it writes.

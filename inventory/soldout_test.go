@@ -241,10 +241,11 @@ func TestSoldOutRefusalKeepsAnswers(t *testing.T) {
 // ErrLimitExceeded whichever path its home node puts it on: the general
 // and one-round paths refuse its quota part whatever the stock, and the
 // read-only refusal (refuseShort) answers the same (it answered
-// ErrInsufficientStock for some ids, found by FuzzScriptArgs). (Not
-// checked here: what the refusals leave. On the one-round path the take
-// on the stock's node lands before the quota part's verdict and is rolled
-// back, leaving its redo entry and the order's fences.)
+// ErrInsufficientStock for some ids, found by FuzzScriptArgs). The
+// refusals leave the nodes as they were: where the quota part and the
+// stock share a node (the one-node route; on the one-round path the take
+// and the quota part are one call), the call takes nothing once its quota
+// part is over the limit, and the stage is withdrawn.
 func TestLimitBeforeShortStock(t *testing.T) {
 	e := newSoldOutEnv(t)
 	for _, route := range []string{"a", "all"} {
@@ -252,6 +253,7 @@ func TestLimitBeforeShortStock(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	before := e.state()
 	for _, route := range []string{"a", "all"} {
 		for i := range 24 {
 			for j, inv := range []*Inventory{e.newInv(), e.inv} {
@@ -262,5 +264,27 @@ func TestLimitBeforeShortStock(t *testing.T) {
 				}
 			}
 		}
+	}
+	if after := e.state(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("refused orders changed the nodes: keys and redo entries before %v, after %v", before, after)
+	}
+
+	// within the limit alone, over it with what the user holds: the
+	// quota part refuses on its node, and the stock part in the same call
+	// takes nothing
+	if _, err := e.inv.Reserve(e.ctx, "held", []Item{{Route: "a", SKU: "lim", Quantity: 4}}, "v", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	before = e.state()
+	for i := range 24 {
+		id := fmt.Sprintf("held-%d", i)
+		_, err := e.newInv().Reserve(e.ctx, id, []Item{{Route: "a", SKU: "lim", Quantity: 2}}, "v", time.Minute)
+		if !errors.Is(err, ErrLimitExceeded) {
+			t.Fatalf("order %s (2 more for a user holding 4, limit 5): %v, want ErrLimitExceeded", id, err)
+		}
+	}
+	after := e.state()
+	if after["n1"].redo != before["n1"].redo {
+		t.Errorf("refused orders left redo entries on the stock's node: %v, then %v", before, after)
 	}
 }

@@ -59,6 +59,17 @@ for i = 0, np - 1 do
   end
   plan[#plan + 1] = p
 end
+-- a quota part over the user's limit refuses the order whatever the stock
+-- (take.go: refusal): the call takes nothing, so the refusal leaves no
+-- take to roll back, no redo entry (soldout.go)
+for _, q in ipairs(plan) do
+  if q.out[1] == 'limit' then
+    for _, p in ipairs(plan) do
+      if p.take then p.take, p.out = nil, {'none', 0, 0, p.out[4]} end
+    end
+    break
+  end
+end
 local out, deadlineS = {}, I(deadline)
 for _, p in ipairs(plan) do
   if p.take then
