@@ -55,40 +55,51 @@ const (
 // cannot carry exactly (a stock part whose Redo is not a [RedoLogKey], a
 // field holding a separator), so every list round-trips.
 func encodeOrderParts(orderID, token string, parts []OrderPart) string {
+	if strings.ContainsAny(token, partsRS+partsUS) {
+		return encodeOrderPartsJSON(parts)
+	}
 	var b strings.Builder
 	b.WriteString(partsLayout2)
 	b.WriteString(token)
 	for _, p := range parts {
-		queue := ""
-		if p.Redo != "" {
-			q, ok := redoQueueNumber(p.Redo)
-			if !ok {
-				return encodeOrderPartsJSON(parts)
-			}
-			queue = q
-		}
-		id := p.ID
-		if id == derivedPartID(orderID, token, p) {
-			id = ""
-		}
-		off := ""
-		if p.Offset != 0 {
-			off = strconv.FormatInt(p.Offset, 10)
-		}
-		fields := [partsFields]string{string(p.Kind), strconv.Itoa(p.Item), p.Node, p.Route, p.SKU,
-			strconv.FormatInt(p.Qty, 10), queue, off, p.Incarnation, id}
-		for _, f := range fields {
-			if strings.ContainsAny(f, partsRS+partsUS) {
-				return encodeOrderPartsJSON(parts)
-			}
+		fields, ok := layout2Entry(orderID, token, p)
+		if !ok {
+			return encodeOrderPartsJSON(parts)
 		}
 		b.WriteString(partsRS)
 		b.WriteString(strings.Join(fields[:], partsUS))
 	}
-	if strings.ContainsAny(token, partsRS+partsUS) {
-		return encodeOrderPartsJSON(parts)
-	}
 	return b.String()
+}
+
+// layout2Entry is part p's fields in the layout 2 list of attempt token
+// of orderID, or false when layout 2 cannot carry it exactly (a stock
+// part whose Redo is not a [RedoLogKey], a field holding a separator).
+func layout2Entry(orderID, token string, p OrderPart) ([partsFields]string, bool) {
+	queue := ""
+	if p.Redo != "" {
+		q, ok := redoQueueNumber(p.Redo)
+		if !ok {
+			return [partsFields]string{}, false
+		}
+		queue = q
+	}
+	id := p.ID
+	if id == derivedPartID(orderID, token, p) {
+		id = ""
+	}
+	off := ""
+	if p.Offset != 0 {
+		off = strconv.FormatInt(p.Offset, 10)
+	}
+	fields := [partsFields]string{string(p.Kind), strconv.Itoa(p.Item), p.Node, p.Route, p.SKU,
+		strconv.FormatInt(p.Qty, 10), queue, off, p.Incarnation, id}
+	for _, f := range fields {
+		if strings.ContainsAny(f, partsRS+partsUS) {
+			return fields, false
+		}
+	}
+	return fields, true
 }
 
 // encodeOrderPartsJSON is layout 1.

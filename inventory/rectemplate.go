@@ -28,9 +28,9 @@ import (
 // layouts' rules out for the records they write (no maps, no reflection:
 // a reserve runs them once per part, and cutting the codec's own output
 // around sentinel bytes cost the client more than the node saved), the
-// references through the codec's own helpers (partRef, packOrderParts,
-// redoQueueNumber); TestRecordTemplates fills them in and compares them
-// with packOrder and packPart (which the Lua codec matches,
+// references and part list entries through the codec's own helpers
+// (partRef, layout2Entry, packOrderParts); TestRecordTemplates fills them
+// in and compares them with packOrder and packPart (which the Lua codec matches,
 // TestOrderCodecLuaMatchesGo, TestPartCodecLuaMatchesGo), and
 // TestOneScriptRecordsAsCodec reads back what the scripts stored on a
 // real node. The holes hold what the Lua codec would write there: an
@@ -102,24 +102,16 @@ func localOrderPieces(orderID, token, digest, userID string, ttl int64, parts []
 	pieces = append(pieces, orderHeadPiece(OrderReserved, token))
 	cur := orderGS + strconv.FormatInt(ttl, 10) + orderGS + digest + orderGS
 	for _, p := range parts {
-		queue := ""
-		if p.Redo != "" {
-			q, ok := redoQueueNumber(p.Redo)
-			if !ok {
-				return nil, fmt.Errorf("%w: part %q: redo log %q is no queue of the layout", ErrInvalid, p.ID, p.Redo)
-			}
-			queue = q
+		p.Offset = 0 // its hole
+		f, ok := layout2Entry(orderID, token, p)
+		if !ok || hasControl(f[:]...) {
+			return nil, fmt.Errorf("%w: part %q: layout 2 cannot carry it, or a field holds a control byte", ErrInvalid, p.ID)
 		}
-		id := p.ID
-		if id == derivedPartID(orderID, token, p) {
-			id = ""
-		}
-		if hasControl(p.Node, p.Route, p.SKU, string(p.Kind), p.Incarnation, id) {
-			return nil, fmt.Errorf("%w: part %q: a field holds a control byte", ErrInvalid, p.ID)
-		}
-		pieces = append(pieces, cur+partsRS+string(p.Kind)+partsUS+strconv.Itoa(p.Item)+partsUS+p.Node+partsUS+p.Route+
-			partsUS+p.SKU+partsUS+strconv.FormatInt(p.Qty, 10)+partsUS+queue+partsUS)
-		cur = partsUS + p.Incarnation + partsUS + id
+		// f joined by US around the offset (f[7], the hole): one
+		// concatenation each
+		pieces = append(pieces, cur+partsRS+f[0]+partsUS+f[1]+partsUS+f[2]+partsUS+f[3]+partsUS+f[4]+partsUS+f[5]+
+			partsUS+f[6]+partsUS)
+		cur = partsUS + f[8] + partsUS + f[9]
 	}
 	if userID != "" {
 		cur += orderGS + userID
