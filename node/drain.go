@@ -11,6 +11,12 @@ import (
 // writes the hash, then the local flag; every probe reads the hash and
 // applies it to the local flags, so other processes see a drain within
 // one heartbeat. A node that lost its data forgets its drains with it.
+//
+// A probe's read may predate a write of this process: applied after it,
+// it would undo the local flag until the next heartbeat. So a write bumps
+// the node's drain generation once the hash holds it, and a probe applies
+// what it read only when the generation it took before reading is still
+// the current one (a read that began after the bump saw the write).
 
 // DrainKey is the hash on every node that lists its drained routes.
 const DrainKey = "shardis:drain"
@@ -34,12 +40,17 @@ func (n *Node) PersistRouteEnabled(ctx context.Context, rk RouteKey, enabled boo
 	if err != nil {
 		return fmt.Errorf("node %s: recording the drain of %s on the node: %w", n.opts.Name, rk, err)
 	}
+	n.drainGen.Add(1)
 	return n.SetRouteEnabled(rk, enabled)
 }
 
-// applyDrains applies the node's drain hash, as read by a probe, to the
-// local route flags.
-func (n *Node) applyDrains(drained map[string]string) {
+// applyDrains applies the node's drain hash, as read by a probe whose
+// read began at drain generation gen, to the local route flags; a read
+// older than this process's last drain write is dropped.
+func (n *Node) applyDrains(drained map[string]string, gen uint64) {
+	if n.drainGen.Load() != gen {
+		return
+	}
 	for rk := range n.routes {
 		_ = n.SetRouteEnabled(rk, drained[rk.String()] == "")
 	}

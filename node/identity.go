@@ -133,7 +133,7 @@ func (n *Node) Probe(ctx context.Context) error {
 	if withSettings {
 		n.applySettings(trip.config, trip.info) // first contact and every reconnect
 	}
-	n.applyDrains(trip.drains)
+	n.applyDrains(trip.drains, trip.drainGen)
 	if prev == "" && created {
 		n.log.Info("node stamped", "incarnation", stamp.Incarnation)
 	}
@@ -201,8 +201,10 @@ func (n *Node) connectProbe(ctx context.Context, probe *redis.Client) error {
 type probeReply struct {
 	stamp  []any             // the stamp script's reply
 	drains map[string]string // the drain hash
-	config *redis.Cmd        // settings (settingsCmds); nil unless asked for
-	info   *redis.StringCmd
+	// drainGen is the node's drain generation before the read (drain.go)
+	drainGen uint64
+	config   *redis.Cmd // settings (settingsCmds); nil unless asked for
+	info     *redis.StringCmd
 }
 
 // probeTrip sends a probe's commands as one pipeline: the stamp script
@@ -216,11 +218,12 @@ func (n *Node) probeTrip(ctx context.Context, probe *redis.Client, allow, withSe
 		}
 		return "0"
 	}
+	var out probeReply
+	out.drainGen = n.drainGen.Load()
 	pipe := probe.Pipeline()
 	st := stampScript.Eval(ctx, pipe, []string{StampKey}, n.opts.Name, newIncarnation(),
 		strconv.FormatInt(time.Now().UnixMilli(), 10), flag(allow), flag(n.IsSentinel()))
 	dr := pipe.HGetAll(ctx, DrainKey)
-	var out probeReply
 	if withSettings {
 		out.config, out.info = settingsCmds(ctx, pipe)
 	}

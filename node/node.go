@@ -211,6 +211,7 @@ type Node struct {
 	busyPipelined atomic.Int64              // of them, on the busy pipeline
 	settings      atomic.Pointer[Settings]  // eviction and persistence settings (settings.go); nil until read
 	side          *redis.Client             // witness traffic (witness.go): no hook, off the probe's connection
+	drainGen      atomic.Uint64             // bumped by each drain write of this process (drain.go)
 	witnessed     atomic.Pointer[peerView]  // the highest mark peers hold of this node, as last read (SetWitnessed)
 	held          atomic.Pointer[Mark]      // a mark a peer is known to hold of this node (NoteHeld)
 	holdMu        sync.Mutex                // serializes Acknowledge's wait for a peer

@@ -1,0 +1,61 @@
+package node
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/shardis/shardis/internal/redistest"
+)
+
+// A probe's drain read that began before this process's drain write is
+// not applied after it: the drain stays in force, instead of being undone
+// until the next heartbeat (a stale read applied late made a drain
+// reported by SetRouteEnabled read back enabled from ListNodes). A read
+// that began after the write applies as before.
+func TestStaleDrainReadDropped(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	rk := RouteKey{Server: "inventory", Route: "clothes"}
+	n, err := New(Options{Name: "n1", Addr: srv.Addr(), Routes: []RouteKey{rk}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.Probe(ctx); err != nil { // stamps the node
+		t.Fatal(err)
+	}
+	n.SetUp() // as the health scheduler does after a probe passed
+	c := srv.Client(t)
+	read := func() (map[string]string, uint64) {
+		gen := n.drainGen.Load() // as probeTrip: before the read
+		d, err := c.HGetAll(ctx, DrainKey).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, gen
+	}
+	enabled := func() bool { return n.Routes()[rk] }
+
+	stale, gen := read() // nothing drained yet
+	if err := n.PersistRouteEnabled(ctx, rk, false); err != nil {
+		t.Fatal(err)
+	}
+	n.applyDrains(stale, gen)
+	if enabled() {
+		t.Fatal("a drain read that began before the drain was written re-enabled the route")
+	}
+	n.applyDrains(read()) // a read after the write
+	if enabled() {
+		t.Fatal("a drain read after the drain enabled the route")
+	}
+	// another process re-enables it on the node: the next read applies it
+	if err := c.HDel(ctx, DrainKey, rk.String()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n.applyDrains(read())
+	if !enabled() {
+		t.Fatal("a drain lifted on the node by another process was not applied")
+	}
+}
