@@ -13,7 +13,8 @@ import (
 //
 // An order whose items all have the order's home node as their first
 // choice (itemCandidates offers every item to the home node first when the
-// item's route has it and it is enabled and usable there), and which that
+// item's route has it and it is enabled and usable there; an order with a
+// user, to the user's quota node first), and which that
 // node can meet in full, needs no other node: its record and its parts are
 // written by one script, atomically (localScript), instead of
 // begin → take → commit. With every route on every node this is every
@@ -181,7 +182,7 @@ func (inv *Inventory) localReqs(ctx context.Context, home *node.Node, orderID, t
 	var reqs []partReq
 	for i, it := range items {
 		set, _ := inv.set(ctx, it.Route)
-		if c := inv.itemCandidates(set, home, orderID, it.SKU); len(c) == 0 || c[0] != home {
+		if c := inv.itemCandidates(set, home, orderID, it.SKU, userID); len(c) == 0 || c[0] != home {
 			return nil, false
 		}
 		reqs = append(reqs, partReq{

@@ -67,7 +67,8 @@ const commitTimeout = 2 * time.Second
 // ttl (0 = inventory.reservation_ttl; capped by max_reservation_ttl).
 //
 // Each item is taken from its route's nodes, the order's home node first
-// when the route has it, then in Candidates(orderID+sku) order, up to what
+// when the route has it (for an order with a user, the user's quota node
+// of the route first), then in Candidates(orderID+sku) order, up to what
 // each node has, so an item may be split across nodes; drained and
 // unusable nodes are skipped. An order whose items' first nodes are all
 // its home node, and which that node can meet in full, is reserved by one

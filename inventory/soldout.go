@@ -102,7 +102,8 @@ import (
 // Withdraw: a staged attempt (staged.go) whose stage landed but whose
 // round took nothing — the home node had no part of the order, and every
 // other node answered its take definitely without taking (short, a quota
-// over its limit, a part that exists already, or an error reply) —
+// over its limit by more than the order's own attempts could hold, see
+// "Per-user limits", a part that exists already, or an error reply) —
 // deletes its staging record with orderScript's "withdraw" op, a
 // compare-and-set on staging under its own token, instead of deciding it
 // failed and tombstoning its promised parts. Why that is safe: no part of
@@ -172,15 +173,28 @@ import (
 // reach PostgreSQL as cancelled rows.
 //
 // Per-user limits: a reserve script call whose quota part is over the
-// limit takes nothing (reserveScript), so an order refused by its quota
-// leaves no take where the quota part and the stock share a node (a
-// one-node route: the one-round path then withdraws its stage, and
-// nothing is left). Why it is safe: the refusal is for good (take.go's
+// limit takes nothing (reserveScript), and an item of an order with a user
+// is first asked of the user's quota node (itemCandidates), in the same
+// call as the quota part; so an order refused by its quota takes no stock
+// on any node when its items share one route (on several routes, with
+// several quota nodes, an item's take may still run on one quota node
+// while another refuses: those takes are rolled back and reach PostgreSQL
+// as cancelled rows). Why it is safe: the refusal is for good (take.go's
 // refusal), so a take in the same call could only be rolled back; taking
-// less writes less, and the call's reply still names the refusal. Where
-// the user's quota node is another node than the stock's, the takes there
-// run in the same round, before the verdict, and are rolled back: such
-// orders still reach PostgreSQL as cancelled rows.
+// less writes less, and the call's reply still names the refusal.
+//
+// A one-round attempt refused so withdraws its stage (above), leaving
+// nothing, only when the user holds fewer units than its quota part wants
+// (limitMayBeOwn). An attempt's quota part holds all it wants or nothing,
+// so then no attempt of the order holds any of what refused it. When the
+// user holds at least as many, they may be an earlier attempt's of the
+// same order whose stage is still on its way (staged.go): the refusal is
+// answered behind a failed record, as for a hold that makes an order
+// short, and the late stage finds it and rolls back
+// (TestStagedLateStageAfterLimitRefusal). Such refusals write their fence
+// (a failed record and tombstones, kept for inventory.retention) but no
+// redo entry. The one-script path (local.go) answers a limit by the
+// general path, fenced.
 
 // soldOutHintTTL is how long a short SKU makes this instance read before
 // it writes.
@@ -298,7 +312,7 @@ func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID 
 	if v.refuse() != nil || v.phase != PhaseStable {
 		return nil
 	}
-	skus, calls := inv.planPeek(ctx, home, orderID, items)
+	skus, calls := inv.planPeek(ctx, home, orderID, items, userID)
 	if calls == nil {
 		return nil
 	}
@@ -368,7 +382,7 @@ func (e *shortStockError) Unwrap() error { return ErrInsufficientStock }
 // all). calls is nil when some item has no usable node (the general path
 // says why) or some node of an item's route is not usable (its holds
 // cannot be read).
-func (inv *Inventory) planPeek(ctx context.Context, home *node.Node, orderID string, items []Item) ([]shortSKU, []*peekCall) {
+func (inv *Inventory) planPeek(ctx context.Context, home *node.Node, orderID string, items []Item, userID string) ([]shortSKU, []*peekCall) {
 	skus := make([]shortSKU, 0, len(items))
 	calls := []*peekCall{{n: home, home: true}} // the home node's first
 items:
@@ -384,7 +398,7 @@ items:
 		if err != nil {
 			return nil, nil
 		}
-		cands := inv.itemCandidates(set, home, orderID, it.SKU)
+		cands := inv.itemCandidates(set, home, orderID, it.SKU, userID)
 		if len(cands) == 0 {
 			return nil, nil
 		}

@@ -288,3 +288,76 @@ func TestLimitBeforeShortStock(t *testing.T) {
 		t.Errorf("refused orders left redo entries on the stock's node: %v, then %v", before, after)
 	}
 }
+
+// TestLimitRefusalAcrossNodes: on a route of several nodes an order of a
+// user over its limit is refused by the quota part on the user's quota
+// node; the order's stock is first asked of that same node (in the same
+// call, which takes nothing when its quota part refuses), so no node takes
+// anything to roll back: no redo entry (no cancelled row in PostgreSQL),
+// whatever node is the order's home. Before, the stock went first to the
+// home node, in the same round as the quota part, and was rolled back
+// there. When the user holds fewer units than the order wants, no attempt
+// of the order can hold them and the refusal writes nothing at all (the
+// one-round path withdraws its stage); when the user holds at least as
+// many, they may be an earlier attempt's of the same order, and the
+// refusal keeps its fence: a failed record (limitMayBeOwn).
+func TestLimitRefusalAcrossNodes(t *testing.T) {
+	e := newSoldOutEnv(t)
+	if _, err := e.inv.LoadStock(e.ctx, "all", "lim", 300, 5); err != nil {
+		t.Fatal(err)
+	}
+	e.load("all", "free", 300)
+	for user, qty := range map[string]int64{"w": 4, "x": 3} {
+		if _, err := e.inv.Reserve(e.ctx, "held-"+user, []Item{{Route: "all", SKU: "lim", Quantity: qty}}, user, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set, err := e.inv.set(e.ctx, "all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refuse := func(id, user string, want int64, i int) {
+		t.Helper()
+		items := []Item{{Route: "all", SKU: "lim", Quantity: want}}
+		if i%2 == 1 { // an unlimited item in the same order takes nothing either
+			items = []Item{{Route: "all", SKU: "free", Quantity: 1}, {Route: "all", SKU: "lim", Quantity: want}}
+		}
+		if _, err := e.newInv().Reserve(e.ctx, id, items, user, time.Minute); !errors.Is(err, ErrLimitExceeded) {
+			t.Fatalf("order %s (%d more for user %s, limit 5): %v, want ErrLimitExceeded", id, want, user, err)
+		}
+	}
+	before := e.state()
+	for i := range 30 {
+		refuse(fmt.Sprintf("over-w-%d", i), "w", 2, i)
+	}
+	after := e.state()
+	for name, st := range after {
+		if st.redo != before[name].redo {
+			t.Errorf("orders refused by the user's limit left redo entries on %s: before %v, after %v", name, before, after)
+		}
+	}
+
+	// the user holds less than the order wants: nothing written, on any
+	// node, where the order's home is not the quota node (the one-script
+	// path's limit refusal takes the general path, fenced)
+	before = e.state()
+	for i, n := 0, 0; n < 20; i++ {
+		id := fmt.Sprintf("over-x-%d", i)
+		home, err := e.inv.homeFor(e.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if home == quotaNode(set, "x") {
+			continue
+		}
+		refuse(id, "x", 4, n)
+		n++
+	}
+	if after := e.state(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("orders refused by the user's limit, wanting more than the user holds, changed the nodes: keys and redo entries before %v, after %v", before, after)
+	}
+	// within the limit the order is still met
+	if _, err := e.inv.Reserve(e.ctx, "within", []Item{{Route: "all", SKU: "lim", Quantity: 1}}, "w", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}

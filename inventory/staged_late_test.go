@@ -311,16 +311,31 @@ func TestMutationStageTakeoverOversells(t *testing.T) {
 	}
 }
 
-// lateStageAfterRefusal: a late attempt R0 of order X holds X's stock
-// (its take landed, its stage is held back) when a retry R1 of X, finding
-// no record, answers insufficient stock and leaves X failed; then R0's
-// stage lands. R1's answer says X is not reserved; a reservation made of
-// the units R0 held while R1 answered would mean X was reserved all along
-// (R1 should have returned its receipts). It returns what is wrong.
-func lateStageAfterRefusal(t *testing.T, mutate bool) (problems []string) {
+// lateRefusal is how a retry is refused while a late attempt holds what
+// refuses it: the stock loaded on route b (one node) and its per-user
+// limit, the order's user, and the refusal the retry answers.
+type lateRefusal struct {
+	loaded, limit int64
+	user          string
+	want          error
+}
+
+// shortByHold: the late attempt holds all the stock.
+var shortByHold = lateRefusal{loaded: 2, want: ErrInsufficientStock}
+
+// limitByHold: the late attempt holds all of the user's limit, so the
+// retry's quota part is over it (limitMayBeOwn).
+var limitByHold = lateRefusal{loaded: 10, limit: 2, user: "u", want: ErrLimitExceeded}
+
+// lateStageAfterRefusal: a late attempt R0 of order X holds X's stock and
+// quota (its take landed, its stage is held back) when a retry R1 of X,
+// finding no record, is refused (rc) and leaves X failed; then R0's stage
+// lands. R1's answer says X is not reserved; a reservation made of the
+// units R0 held while R1 answered would mean X was reserved all along (R1
+// should have returned its receipts). It returns what is wrong.
+func lateStageAfterRefusal(t *testing.T, rc lateRefusal, mutate bool) (problems []string) {
 	e := newStagedEnv(t)
-	const loaded = 2
-	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
+	if _, err := e.inv.LoadStock(e.ctx, "b", "t", rc.loaded, rc.limit); err != nil {
 		t.Fatal(err)
 	}
 	items := []Item{{Route: "b", SKU: "t", Quantity: 2}}
@@ -330,14 +345,14 @@ func lateStageAfterRefusal(t *testing.T, mutate bool) (problems []string) {
 	late := e.lateInstance(l)
 	done := make(chan error, 1)
 	go func() {
-		_, err := late.Reserve(e.ctx, x, items, "", time.Minute)
+		_, err := late.Reserve(e.ctx, x, items, rc.user, time.Minute)
 		done <- err
 	}()
 	e.wait(l.held, "the late attempt's stage being held")
 	e.wait(l.taken, "the late attempt's take")
 
-	if _, err := e.inv.Reserve(e.ctx, x, items, "", time.Minute); !errors.Is(err, ErrInsufficientStock) {
-		t.Fatalf("retry of %s while the late attempt holds the stock = %v, want ErrInsufficientStock", x, err)
+	if _, err := e.inv.Reserve(e.ctx, x, items, rc.user, time.Minute); !errors.Is(err, rc.want) {
+		t.Fatalf("retry of %s while the late attempt holds what it wants = %v, want %v", x, err, rc.want)
 	}
 	held := map[string]bool{}
 	for id, st := range e.partsOf(x) {
@@ -357,11 +372,11 @@ func lateStageAfterRefusal(t *testing.T, mutate bool) (problems []string) {
 	}
 	late.Close()
 	if _, err := e.inv.Confirm(e.ctx, x); err == nil {
-		problems = e.checkConfirmed("b", "t", loaded, x)
+		problems = e.checkConfirmed("b", "t", rc.loaded, x)
 	}
 	for id, st := range e.partsOf(x) {
 		if held[id] && st != "cancelled" {
-			problems = append(problems, fmt.Sprintf("part %s, held when a Reserve of %s answered insufficient stock, ended %s", id, x, st))
+			problems = append(problems, fmt.Sprintf("part %s, held when a Reserve of %s was refused with %v, ended %s", id, x, rc.want, st))
 		}
 	}
 	return problems
@@ -371,7 +386,17 @@ func lateStageAfterRefusal(t *testing.T, mutate bool) (problems []string) {
 // insufficient stock must not end up reserved (and confirmable) by the
 // units whose hold made it answer so.
 func TestStagedLateStageAfterInsufficientStock(t *testing.T) {
-	for _, p := range lateStageAfterRefusal(t, false) {
+	for _, p := range lateStageAfterRefusal(t, shortByHold, false) {
+		t.Error(p)
+	}
+}
+
+// TestStagedLateStageAfterLimitRefusal: nor a Reserve answered limit
+// exceeded by the quota its late attempt holds (the retry's round takes
+// nothing: without the fence of limitMayBeOwn it withdrew its stage and
+// the late stage landed).
+func TestStagedLateStageAfterLimitRefusal(t *testing.T) {
+	for _, p := range lateStageAfterRefusal(t, limitByHold, false) {
 		t.Error(p)
 	}
 }
@@ -380,7 +405,7 @@ func TestStagedLateStageAfterInsufficientStock(t *testing.T) {
 // late stage takes over the failed record and the held units end
 // confirmed.
 func TestMutationStageTakeoverConfirmsRefusedHold(t *testing.T) {
-	if p := lateStageAfterRefusal(t, true); len(p) == 0 {
+	if p := lateStageAfterRefusal(t, shortByHold, true); len(p) == 0 {
 		t.Error("with MutationStageTakeover the refused hold did not end reserved")
 	}
 }

@@ -52,10 +52,12 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		return Reservation{}, true, errCrashed
 	}
 
-	taken, allTaken, unknown, roundErr, refused := stagedTakes(results, len(promised)-len(homeReqs), userID)
+	round, allTaken := stagedTakes(results, len(promised)-len(homeReqs), userID)
+	round.token, round.promised = token, promised
 	if stageErr == nil && staged.status == stageStaged {
-		taken = append(taken, staged.homeParts(homeReqs)...)
+		round.taken = append(round.taken, staged.homeParts(homeReqs)...)
 	}
+	taken := round.taken
 	switch {
 	case stageErr == nil && staged.status == stageExisting && staged.token == token && staged.record != recFailed:
 		// Our own stage, run twice (node clients never replay commands,
@@ -71,7 +73,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		inv.releaseStaged(ctx, home, orderID, token, taken, promised)
 		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id: %w", ErrUnavailable, orderID, stageErr)
 	case stageErr != nil || staged.status != stageStaged:
-		ok, err := inv.notStaged(ctx, orderID, staged, stageErr, refused, append(taken, unknown...))
+		ok, err := inv.notStaged(ctx, orderID, staged, stageErr, round)
 		return Reservation{}, ok, err
 	case allTaken:
 		if inv.crash(ctx, "staged:before-commit") {
@@ -82,7 +84,6 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		return Reservation{OrderID: orderID, Receipts: receipts(taken), Deadline: staged.deadline}, true, nil
 	}
 	// Staged, but not every part was taken.
-	round := stagedRound{token: token, taken: taken, unknown: unknown, promised: promised, roundErr: roundErr, refused: refused}
 	return inv.unwindStaged(ctx, home, orderID, len(homeReqs) > 0, round)
 }
 
@@ -134,18 +135,19 @@ func (r stageReply) homeParts(homeReqs []partReq) []part {
 // network, short on the home node, or the order already has a record
 // (failed included: a stage never takes one over, staged.go). No record
 // names the token but as failed, so no one can reserve its parts (the
-// home node took none): they are abandoned. The answer is the stage's
-// error; or the refusal for good, when the home node was short and a node
-// refused the order (the general path could only say the same, three
+// home node took none): the round's parts are abandoned. The answer is the
+// stage's error; or the refusal for good, when the home node was short and
+// a node refused the order and no attempt of the order can hold what
+// refused it (!r.fence: the general path could only say the same, three
 // round trips later; an existing record goes to the general path, which
 // answers for it); else the general path follows (ok false), told
 // errShortSeen when the home node was short (soldout.go).
-func (inv *Inventory) notStaged(ctx context.Context, orderID string, staged stageReply, stageErr, refused error, parts []part) (ok bool, err error) {
-	inv.abandonUnstaged(ctx, orderID, parts)
+func (inv *Inventory) notStaged(ctx context.Context, orderID string, staged stageReply, stageErr error, r stagedRound) (ok bool, err error) {
+	inv.abandonUnstaged(ctx, orderID, append(r.taken, r.unknown...))
 	if stageErr != nil {
 		return true, stageErr
 	}
-	if refused != nil && staged.status == stageShort {
+	if refused := r.refused; refused != nil && !r.fence && staged.status == stageShort {
 		inv.stats.stagedRefused.Add(1)
 		return true, refused
 	}
@@ -163,6 +165,11 @@ type stagedRound struct {
 	token                    string
 	taken, unknown, promised []part
 	roundErr, refused        error
+	// fence: refused is a quota part over the user's limit counting as
+	// many units as the part wants, or more (limitMayBeOwn): they may be
+	// another attempt of this order, whose stage may still land, so the
+	// refusal is answered only behind a record that fences it out.
+	fence bool
 }
 
 // unwindStaged ends a staged attempt whose record was staged but whose
@@ -174,7 +181,7 @@ func (inv *Inventory) unwindStaged(ctx context.Context, home *node.Node, orderID
 	token, taken, unknown, promised, roundErr, refused := r.token, r.taken, r.unknown, r.promised, r.roundErr, r.refused
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
-	nothing := !homeParts && len(taken) == 0 && len(unknown) == 0
+	nothing := !homeParts && len(taken) == 0 && len(unknown) == 0 && !r.fence
 	if nothing && inv.crash(ctx, "staged:before-withdraw") {
 		return Reservation{}, true, errCrashed // the staging record stays for a reader to decide
 	}
@@ -301,8 +308,9 @@ func decodeStageTake(nodeName string, v any, k int) (stageReply, error) {
 	return out, nil
 }
 
-// planStaged places each item on its first choice (the home node first,
-// see itemCandidates) and each per-user quota on the user's quota node.
+// planStaged places each item on its first choice (itemCandidates: the
+// home node, or the user's quota node for an order with a user) and each
+// per-user quota on the user's quota node.
 // ok is false when some item has no usable node, a quota node is not
 // usable, or every part would be on the home node (local.go's case).
 func (inv *Inventory) planStaged(ctx context.Context, home *node.Node, orderID, token string, items []Item, userID string) (map[*node.Node][]partReq, []part, bool) {
@@ -316,7 +324,7 @@ func (inv *Inventory) planStaged(ctx context.Context, home *node.Node, orderID, 
 	}
 	for i, it := range items {
 		set, _ := inv.set(ctx, it.Route)
-		c := inv.itemCandidates(set, home, orderID, it.SKU)
+		c := inv.itemCandidates(set, home, orderID, it.SKU, userID)
 		if len(c) == 0 {
 			return nil, nil, false
 		}
@@ -340,25 +348,26 @@ func (inv *Inventory) planStaged(ctx context.Context, home *node.Node, orderID, 
 }
 
 // stagedTakes reads the round's take replies: the parts taken (with their
-// redo offsets), whether every one of the want promised parts was taken in
-// full, the parts whose outcome is unknown, the first node failure, and
-// the first refusal for good (see refusal).
-func stagedTakes(results []batchResult, want int, userID string) (taken []part, all bool, unknown []part, firstErr, refused error) {
+// redo offsets), the parts whose outcome is unknown, the first node
+// failure, and the first refusal for good (see refusal) with its fence;
+// and whether every one of the want promised parts was taken in full.
+func stagedTakes(results []batchResult, want int, userID string) (round stagedRound, all bool) {
 	all = true
 	n := 0
 	for _, res := range results {
 		if res.err != nil {
 			all = false
-			if firstErr == nil {
-				firstErr = res.err
+			if round.roundErr == nil {
+				round.roundErr = res.err
 			}
-			unknown = append(unknown, res.unknownParts()...)
+			round.unknown = append(round.unknown, res.unknownParts()...)
 			continue
 		}
 		for j, r := range res.reqs {
 			rep := res.replies[j]
-			if refused == nil {
-				refused = refusal(r, rep, userID)
+			if round.refused == nil {
+				round.refused = refusal(r, rep, userID)
+				round.fence = round.refused != nil && limitMayBeOwn(r, rep)
 			}
 			if rep.state != takePending {
 				all = false
@@ -372,11 +381,11 @@ func stagedTakes(results []batchResult, want int, userID string) (taken []part, 
 				all = false // short, or a limited SKU without a user: the general path says why
 			}
 			p.Qty = rep.qty
-			taken = append(taken, p)
+			round.taken = append(round.taken, p)
 			n++
 		}
 	}
-	return taken, all && n == want, unknown, firstErr, refused
+	return round, all && n == want
 }
 
 // withdrawStaged deletes the staging record of an attempt that left

@@ -74,7 +74,7 @@ func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token 
 		states: make([]itemState, len(items)), quotaDown: map[routeSKU]string{}, limited: map[routeSKU]bool{}}
 	for i, it := range items {
 		set, _ := inv.set(ctx, it.Route)
-		st := itemState{set: set, need: it.Quantity, cands: inv.itemCandidates(set, home, orderID, it.SKU)}
+		st := itemState{set: set, need: it.Quantity, cands: inv.itemCandidates(set, home, orderID, it.SKU, userID)}
 		st.usable = len(st.cands)
 		t.states[i] = st
 	}
@@ -243,13 +243,37 @@ func (t *takeRun) shortfall() error {
 }
 
 // itemCandidates returns the nodes an item of an order is taken from, in
-// order: the enabled, usable nodes of set, the order's home node first when
-// it is one of them (so an order its home node can meet needs no other
-// node, see local.go), then the rest in Candidates(orderID+sku) order. The
-// home node is spread uniformly over the nodes by order id, so stock is
-// still drawn evenly from every node of the route.
-func (inv *Inventory) itemCandidates(set *router.Set, home *node.Node, orderID, sku string) []*node.Node {
+// order: the enabled, usable nodes of set, the order's first choice first
+// when it is one of them, then the rest in Candidates(orderID+sku) order.
+//
+// The first choice of an order without a user is its home node, so an
+// order its home node can meet needs no other node (local.go). That of an
+// order with a user is the user's quota node of the route (quotaNode),
+// then the home node when the quota node is not a candidate: the item's
+// first take then runs in the same call as the user's quota part, and a
+// call whose quota part is over the limit takes nothing (reserveScript),
+// so an order refused by the user's limit takes no stock on any node of a
+// one-route order (nothing to roll back, no redo entry, no cancelled row
+// in PostgreSQL); when the quota node is the home node this is the home
+// node as before. Home nodes are spread uniformly by order id and quota
+// nodes by user, so stock is still drawn evenly from every node of the
+// route. Which node is tried first is a choice of cost only: every take
+// is all-or-part of what the node holds, the same on any node.
+func (inv *Inventory) itemCandidates(set *router.Set, home *node.Node, orderID, sku, userID string) []*node.Node {
+	if userID != "" {
+		q := quotaNode(set, userID)
+		if c := set.Spread(orderID+sku, q, inv.usable); len(c) == 0 || c[0] == q {
+			return c
+		}
+	}
 	return set.Spread(orderID+sku, home, inv.usable)
+}
+
+// quotaNode is the node of set that keeps userID's per-user quotas of the
+// route (Home("user:"+userID)); quotas never fail over, or a limit would
+// split.
+func quotaNode(set *router.Set, userID string) *node.Node {
+	return set.Nodes()[set.Ring().Home("user:"+userID)]
 }
 
 // quotaPart is one per-user quota part of an order and the node that
@@ -275,7 +299,7 @@ func (inv *Inventory) quotaParts(ctx context.Context, orderID, token string, ite
 			continue
 		}
 		set, _ := inv.set(ctx, it.Route)
-		n := set.Nodes()[set.Ring().Home("user:"+userID)]
+		n := quotaNode(set, userID)
 		idx[k] = len(out)
 		out = append(out, quotaPart{node: n, req: partReq{
 			part:  part{ID: quotaPartID(orderID, token, it.Route, it.SKU), Node: n.Name(), Kind: PartQuota, Item: -1, Route: it.Route, SKU: it.SKU, Qty: it.Quantity},
@@ -283,6 +307,19 @@ func (inv *Inventory) quotaParts(ctx context.Context, orderID, token string, ite
 		}})
 	}
 	return out
+}
+
+// limitMayBeOwn reports whether rep, a reply to quota part r refusing
+// the order for the user's limit, counted units that may be another
+// attempt's of the same order: the user holds (here and on a quota node
+// being moved from) at least what r wants, and an attempt's quota part
+// holds all it wants or nothing. An attempt whose stage is still on its
+// way (staged.go) may then succeed by the very units that refused this
+// one, so the refusal needs a record that fences it out (soldout.go,
+// "Per-user limits"); when the user holds less than r wants, no attempt of
+// the order holds its quota, and the refusal needs none.
+func limitMayBeOwn(r partReq, rep reply) bool {
+	return r.Kind == PartQuota && rep.state == takeLimit && rep.qty >= r.Qty
 }
 
 // refusal returns the error that refuses an order for good on a take

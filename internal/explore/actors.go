@@ -165,10 +165,10 @@ func (o *observed) reconcile(inv *inventory.Inventory, who string, passes int) f
 
 // topology is the membership actor: topology apply adds n4 (T1); once
 // T1 is applied, an instance of T1 loads stock of route c (some of it on
-// n4) and a Reserve actor of order o4 starts on it (a one-round order
-// may promise a part on n4); then topology apply removes n4 again (T0),
+// n4) and a Reserve actor of order o4 of user starts on it (a one-round
+// order may promise a part on n4); then topology apply removes n4 again (T0),
 // with o4's reservation and n4's stock to move or decide.
-func (w *World) topology(o *observed, s *Scheduler, who, order string) func(ctx context.Context) {
+func (w *World) topology(o *observed, s *Scheduler, who, order, user string) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		for _, step := range []struct{ to, from string }{{"T1", "T0"}, {"T0", "T1"}} {
 			to, from := w.cfg1, w.cfg0
@@ -189,17 +189,17 @@ func (w *World) topology(o *observed, s *Scheduler, who, order string) func(ctx 
 				return
 			}
 			if step.to == "T1" && rep.Phase == inventory.PhaseStable {
-				w.reserveAtT1(ctx, o, s, order)
+				w.reserveAtT1(ctx, o, s, order, user)
 			}
 		}
 	}
 }
 
 // reserveAtT1 makes an instance of T1, loads 4 units of c/s over n3 and
-// n4 (set-up: not scheduled), and reserves order o4 on it, as part of the
-// topology actor: the removal of n4 that follows races o4's background
-// commit.
-func (w *World) reserveAtT1(ctx context.Context, o *observed, s *Scheduler, order string) {
+// n4 (set-up: not scheduled), and reserves order o4 of user on it, as
+// part of the topology actor: the removal of n4 that follows races o4's
+// background commit.
+func (w *World) reserveAtT1(ctx context.Context, o *observed, s *Scheduler, order, user string) {
 	r, err := router.New(ctx, w.cfg1, router.Options{KeepData: w.cfg1.KeepData(), Logger: discard})
 	if err != nil {
 		o.note("topology", "T1 router", err)
@@ -217,7 +217,7 @@ func (w *World) reserveAtT1(ctx context.Context, o *observed, s *Scheduler, orde
 	_, err = inv.LoadStock(lctx, "c", "s", 4, -1)
 	o.note("topology", "LoadStock c/s 4 at T1", err)
 	o.loaded(inventory.StockKey("c", "s"), 4, err)
-	o4 := orderPlan{ID: order, User: "u4", Items: []inventory.Item{{Route: "a", SKU: "s", Quantity: 1}, {Route: "c", SKU: "s", Quantity: 2}}}
+	o4 := orderPlan{ID: order, User: user, Items: []inventory.Item{{Route: "a", SKU: "s", Quantity: 1}, {Route: "c", SKU: "s", Quantity: 2}}}
 	// A client of its own (its own fates and crash): its attempt may die
 	// at a crash point and leave the removal of n4 its staging record.
 	s.Sub(ctx, "reserve-"+order+"@T1", o.reserve(inv, "reserve-"+order+"@T1", o4, 1))

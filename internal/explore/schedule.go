@@ -182,11 +182,13 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		})
 	}
 	if s.Chance(opts.Topology) {
-		// The order reserved at T1: its home at T1 is n4, n1 or n2, so
-		// its one-round attempt may stage away from n4 and promise a
-		// part on n4, the node the topology actor then removes.
+		// The order reserved at T1: its home at T1 is n4, n1 or n2, and
+		// its route c item goes first to its user's quota node, n3 or
+		// n4, so its one-round attempt may stage away from n4 and
+		// promise a part on n4, the node the topology actor then removes.
 		id := t1Orders[s.Intn(len(t1Orders))]
-		s.Go(ctx, "topology", w.topology(obs, s, "topology", id))
+		user := t1Users[s.Intn(len(t1Users))]
+		s.Go(ctx, "topology", w.topology(obs, s, "topology", id, user))
 	}
 	if s.Chance(opts.Restart) {
 		name := nodesT0[s.Intn(len(nodesT0))]
@@ -199,6 +201,11 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 // t1Orders are the ids the topology actor's order may have (homes at T1:
 // n4, n1, n2).
 var t1Orders = []string{"o4", "o7", "o9"}
+
+// t1Users are the users the topology actor's order may have (quota nodes
+// of route c at T1: n3, n4). An order with a user asks its user's quota
+// node first (inventory's itemCandidates).
+var t1Users = []string{"u4", "u6"}
 
 // phase2 waits until every part still pending is past its deadline, then
 // runs the reconciler on both instances, with a late Confirm and a late
