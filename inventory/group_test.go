@@ -398,3 +398,57 @@ func TestGroupCommitOptionOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// groupShapeScript replies what its call received: its key and argument
+// counts and its last key and argument.
+var groupShapeScript = newGroupedScript("group-shape", false, `
+return {#KEYS, #ARGV, KEYS[#KEYS], ARGV[#ARGV]}
+`)
+
+// TestGroupCommitCallsGetTheirOwnKeysAndArgs: the group's epilogue hands
+// each call exactly its keys and arguments, whether copied in one unpack
+// (the usual sizes) or one by one (a call of more than 4000 keys or
+// arguments, past what unpack may put on Lua's stack), with calls of
+// both kinds and of none in one group.
+func TestGroupCommitCallsGetTheirOwnKeysAndArgs(t *testing.T) {
+	e := newGroupEnv(t, 0)
+	sizes := []int{0, 1, 3, 4001, 2, 6000, 0, 5}
+	e.pause(t, 300*time.Millisecond)
+	errs := make([]error, len(sizes))
+	var wg sync.WaitGroup
+	for i, sz := range sizes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			keys := []string{fmt.Sprintf("c%d", i)}
+			var args []any
+			for j := range sz {
+				keys = append(keys, fmt.Sprintf("c%d-k%d", i, j))
+				args = append(args, fmt.Sprintf("c%d-a%d", i, j))
+			}
+			v, err := e.inv.run(e.ctx, e.n, groupShapeScript, keys, args...)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			lastArg := "" // with no argument of its own, ARGV[#ARGV] is the header's last
+			if sz > 0 {
+				lastArg = fmt.Sprintf("c%d-a%d", i, sz-1)
+			}
+			got, ok := v.([]any)
+			if !ok || len(got) < 3 || got[0] != int64(sz+2) || got[1] != int64(sz+3) || got[2] != keys[len(keys)-1] ||
+				(sz > 0 && (len(got) != 4 || got[3] != lastArg)) {
+				errs[i] = fmt.Errorf("call %d (%d keys and arguments of its own) saw %v", i, sz, v)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if got := e.sent.of(groupShapeScript); got >= len(sizes) {
+		t.Errorf("%d calls on a paused node ran as %d script calls: not grouped", len(sizes), got)
+	}
+}
