@@ -89,6 +89,12 @@ const (
 	// MutationXferNegativeZero: the transfer's done step writes part of
 	// its change, then fails (item A3).
 	MutationXferNegativeZero Mutation = "xfer-negative-zero"
+	// MutationLimitWithdraw: a one-round attempt refused by a per-user
+	// limit withdraws its stage even when the units that refused it may
+	// be a late attempt's of the same order (limitMayBeOwn ignored), so
+	// that attempt's stage lands and reserves the order the refusal
+	// answered for.
+	MutationLimitWithdraw Mutation = "limit-withdraw"
 )
 
 // Mutator is implemented by a [Faults] that re-introduces mutations.

@@ -54,6 +54,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 
 	round, allTaken := stagedTakes(results, len(promised)-len(homeReqs), userID)
 	round.token, round.promised = token, promised
+	round.fence = round.fence && !inv.mutated(MutationLimitWithdraw)
 	if stageErr == nil && staged.status == stageStaged {
 		round.taken = append(round.taken, staged.homeParts(homeReqs)...)
 	}

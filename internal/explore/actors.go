@@ -31,6 +31,7 @@ type observed struct {
 	confirmed map[string]string              // Confirm answered confirmed: by whom
 	cancelled map[string]string              // Cancel answered cancelled: by whom
 	dataLoss  map[string]bool                // Confirm reported data loss
+	refused   map[string][]refusal           // Reserve calls refused for good
 	// extra is stock loaded during the schedule, by stock key (-1: a
 	// load whose outcome is unknown).
 	extra  map[string]int64
@@ -43,7 +44,23 @@ type observed struct {
 
 func newObserved() *observed {
 	return &observed{reserved: map[string][]inventory.Receipt{}, confirmed: map[string]string{},
-		cancelled: map[string]string{}, dataLoss: map[string]bool{}, extra: map[string]int64{}}
+		cancelled: map[string]string{}, dataLoss: map[string]bool{}, refused: map[string][]refusal{}, extra: map[string]int64{}}
+}
+
+// refusal is a Reserve call answered with a refusal for good (the order
+// cannot be met: insufficient stock, a per-user limit): who made it,
+// when it began (its first script call was let go: everything it read
+// was read after that), and the answer.
+type refusal struct {
+	who   string
+	start time.Time
+	err   error
+}
+
+// refusedForGood reports whether err says the order is not reserved
+// because it cannot be met (not that its outcome is unknown).
+func refusedForGood(err error) bool {
+	return errors.Is(err, inventory.ErrInsufficientStock) || errors.Is(err, inventory.ErrLimitExceeded)
 }
 
 // loaded records qty units loaded on key (err: the outcome is unknown).
@@ -92,8 +109,14 @@ func (o *observed) note(who, what string, err error) {
 func (o *observed) reserve(inv *inventory.Inventory, who string, p orderPlan, tries int) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		for i := 0; i < tries; i++ {
-			res, err := inv.Reserve(ctx, p.ID, p.Items, p.User, orderTTL)
+			cctx, sent := withFirstSend(ctx)
+			res, err := inv.Reserve(cctx, p.ID, p.Items, p.User, orderTTL)
 			o.note(who, "Reserve "+p.ID, err)
+			if start := sent.time(); refusedForGood(err) && !start.IsZero() {
+				o.mu.Lock()
+				o.refused[p.ID] = append(o.refused[p.ID], refusal{who: who, start: start, err: err})
+				o.mu.Unlock()
+			}
 			if o.died != nil {
 				o.died(ctx, err)
 			}

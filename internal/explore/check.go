@@ -32,6 +32,8 @@ import (
 //     success leaves the order reserved, confirmed or cancelled with the
 //     receipts it answered (or a Confirm reported data_loss); a Confirm or
 //     Cancel that answered success is the order's final status;
+//   - no refusal for good answered while an attempt of the same order
+//     held what it wanted and then ended reserved (checkRefusedHeld);
 //   - nothing pending past its deadline plus healBound;
 //   - no topology left migrating, no transfer record left.
 
@@ -385,11 +387,53 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 			v.add("acked-gone", "order %s: Reserve answered success, the order is %s", id, status)
 		}
 	}
+	checkRefusedHeld(v, id, ov, obs, status)
 	if confirmedBy != "" && status != inventory.OrderConfirmed {
 		v.add("acked-gone", "order %s: %s was told confirmed, the order is %s", id, confirmedBy, status)
 	}
 	if cancelledBy != "" && status != inventory.OrderCancelled {
 		v.add("decided-once", "order %s: %s was told cancelled, the order is %s", id, cancelledBy, status)
+	}
+}
+
+// checkRefusedHeld: a Reserve refused for good (insufficient stock, a
+// per-user limit) says the order is not reserved. An attempt of the order
+// whose every part was taken before that call began held what it wanted
+// all through the call, so the refusal must have fenced it out (a hold
+// that may be the order's own is never refused without a failed record:
+// soldout.go; a stage never takes over a record: staged.go), and it must
+// not end reserved (or confirmed, or expired after being reserved). An
+// attempt whose last take landed after the call began ran concurrently
+// with it: either answer stands. The nodes share this machine's clock,
+// read in whole ms: the parts must predate the call by more than that.
+func checkRefusedHeld(v *violations, id string, ov *orderView, obs *observed, status inventory.OrderState) {
+	if ov.rec == nil || !(status == inventory.OrderReserved || status == inventory.OrderConfirmed ||
+		(status == inventory.OrderCancelled && ov.rec.Reason == "expired")) {
+		return
+	}
+	obs.mu.Lock()
+	refusals := obs.refused[id]
+	obs.mu.Unlock()
+	var last time.Time
+	for _, rp := range ov.rec.Parts {
+		var taken time.Time
+		for _, p := range ov.parts {
+			if p.ID == rp.ID && ov.where[p] == rp.Node {
+				taken = p.At
+			}
+		}
+		if taken.IsZero() {
+			return // a part not found (moved, lost): nothing to date the attempt by
+		}
+		if taken.After(last) {
+			last = taken
+		}
+	}
+	for _, r := range refusals {
+		if !last.IsZero() && last.Before(r.start.Add(-2*time.Millisecond)) {
+			v.add("refused-held", "order %s is %s by attempt %s, whose every part was taken by %s, %s before %s's Reserve began; that call answered %v",
+				id, status, ov.rec.Token, last.Format("15:04:05.000"), r.start.Sub(last).Round(time.Millisecond), r.who, r.err)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package explore
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -37,14 +38,13 @@ func ParseMutations(s string) ([]inventory.Mutation, error) {
 	if s == "" {
 		return nil, nil
 	}
-	known := map[inventory.Mutation]bool{inventory.MutationStageTakeover: true,
-		inventory.MutationApplyLeavesStaging: true, inventory.MutationXferNegativeZero: true}
+	known := []inventory.Mutation{inventory.MutationStageTakeover, inventory.MutationApplyLeavesStaging,
+		inventory.MutationXferNegativeZero, inventory.MutationLimitWithdraw}
 	var out []inventory.Mutation
 	for _, f := range strings.Split(s, ",") {
 		m := inventory.Mutation(strings.TrimSpace(f))
-		if !known[m] {
-			return nil, fmt.Errorf("explore: unknown mutation %q (want %s, %s or %s)", m,
-				inventory.MutationStageTakeover, inventory.MutationApplyLeavesStaging, inventory.MutationXferNegativeZero)
+		if !slices.Contains(known, m) {
+			return nil, fmt.Errorf("explore: unknown mutation %q (want one of %v)", m, known)
 		}
 		out = append(out, m)
 	}

@@ -291,6 +291,9 @@ func (s *Scheduler) submit(ctx context.Context, desc string, step bool, send fun
 		s.mu.Unlock()
 		fate = <-c.ready // picked already: honour the pick
 	}
+	if f, ok := ctx.Value(firstSendKey{}).(*firstSend); ok {
+		f.mark()
+	}
 	v, err := s.run(a, fate, send)
 	s.mu.Lock()
 	a.waiting--
@@ -299,6 +302,38 @@ func (s *Scheduler) submit(ctx context.Context, desc string, step bool, send fun
 	s.mu.Unlock()
 	s.notify()
 	return v, err
+}
+
+// firstSend is when the first scheduled call made under a context of
+// withFirstSend was let go (before any delay its fate adds: no later than
+// it was sent).
+type firstSend struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+type firstSendKey struct{}
+
+// withFirstSend returns ctx with a fresh firstSend that the scheduler
+// marks.
+func withFirstSend(ctx context.Context) (context.Context, *firstSend) {
+	f := &firstSend{}
+	return context.WithValue(ctx, firstSendKey{}, f), f
+}
+
+func (f *firstSend) mark() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at.IsZero() {
+		f.at = time.Now()
+	}
+}
+
+// time is the mark (zero: no call was let go).
+func (f *firstSend) time() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.at
 }
 
 // run carries out fate for one picked call.

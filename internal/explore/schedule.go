@@ -23,6 +23,11 @@ type Options struct {
 	// topology actor and the node-restart actor; a negative one is 0.
 	// default: 0.2 and 0.15
 	Topology, Restart float64
+	// Limit is the chance that a schedule has the limit order o6 and its
+	// retry; a negative one is 0, and then the schedule draws nothing for
+	// it (its seeds run as they did before o6 was added).
+	// default: 0.4
+	Limit float64
 }
 
 func (o Options) probs() (Probs, error) {
@@ -47,6 +52,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Restart == 0 {
 		o.Restart = 0.15
+	}
+	if o.Limit == 0 {
+		o.Limit = 0.4
 	}
 	return o
 }
@@ -181,6 +189,16 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 			obs.cancel(by, "hold-o5", "o5")(ctx)
 		})
 	}
+	if opts.Limit > 0 && s.Chance(opts.Limit) {
+		// An order of one limited SKU (4 of c/s, limit 6) for user u, and
+		// a retry of it on the other instance: the first attempt's quota
+		// may be what refuses the retry (inventory's limitMayBeOwn) while
+		// its stage, to a home other than the quota node n3, is late.
+		o6 := orderPlan{ID: awayFrom(w.homes, "n3", "o6", "o8", "o10"), User: "u", Items: []inventory.Item{{Route: "c", SKU: "s", Quantity: 4}}}
+		orders = append(orders, o6)
+		s.Go(ctx, "reserve-o6@i0", obs.reserve(insts[0], "reserve-o6@i0", o6, 2))
+		s.Go(ctx, "retry-o6@i1", obs.reserve(insts[1], "retry-o6@i1", o6, 2))
+	}
 	if s.Chance(opts.Topology) {
 		// The order reserved at T1: its home at T1 is n4, n1 or n2, and
 		// its route c item goes first to its user's quota node, n3 or
@@ -196,6 +214,16 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 	}
 	s.Run()
 	return orders
+}
+
+// awayFrom returns the first of ids whose home is not node.
+func awayFrom(homes *inventory.Homes, node string, ids ...string) string {
+	for _, id := range ids {
+		if homes.Home(id) != node {
+			return id
+		}
+	}
+	panic("explore: every id's home is " + node)
 }
 
 // t1Orders are the ids the topology actor's order may have (homes at T1:
