@@ -30,7 +30,11 @@ import (
 // first leaves a tombstone the script respects.
 //
 // Per-user quota parts take this path only when the user's quota node is
-// the home node too and the topology is stable.
+// the home node too and the topology is stable. A quota part over the
+// user's limit refuses the order here, writing nothing, when the user
+// holds fewer units than it wants (no attempt of the order can hold them:
+// limitMayBeOwn, soldout.go "Per-user limits"); otherwise the general path
+// answers, behind its record.
 
 // takeWhole is the Lua that localScript and stageTakeScript share: it
 // takes a set of parts on one node all or nothing.
@@ -45,8 +49,10 @@ import (
 // an error reply for a corrupt value (a counter, or a queue's last offset
 // in the redo offsets hash). When a stock part is short or a limited SKU
 // has no user it returns nil, nil, true: a refusal that a read of the
-// SKU's other nodes may settle without a write (soldout.go). It writes
-// nothing. For a stock part it
+// SKU's other nodes may settle without a write (soldout.go). When a quota
+// part is over the limit while the user holds fewer units than it wants
+// it returns nil, nil, false, {part's position, held, limit}: a refusal
+// for good that needs no fence (localLimit). It writes nothing. For a stock part it
 // records the counter's available and reserved once the part is taken
 // (p.avail, p.resv, after the order's earlier parts on the same counter).
 //
@@ -108,6 +114,9 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 		return Reservation{}, true, err
 	}
 	st, dl, offs, err := decodeLocal(home.Name(), v, len(reqs))
+	if err == nil && st == localLimit {
+		return Reservation{}, true, localOver(home.Name(), reqs, userID, offs)
+	}
 	if err != nil {
 		// The script ran and its answer cannot be read: as a timeout.
 		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id: %w", ErrUnavailable, orderID, err)
@@ -129,8 +138,23 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 	return Reservation{OrderID: orderID, Receipts: receipts(parts), Deadline: time.UnixMilli(dl)}, true, nil
 }
 
+// localOver is the refusal of a localLimit reply whose values are over:
+// the position of the quota part among reqs (1-based), what the user
+// holds and the limit. A position out of range is a malformed reply.
+func localOver(nodeName string, reqs []partReq, userID string, over []int64) error {
+	i := int(over[0]) - 1
+	if i < 0 || i >= len(reqs) || reqs[i].Kind != PartQuota {
+		r := newReplyReader(nodeName, localScript.name)
+		r.fail(1, fmt.Sprintf("the position of a quota part among %d parts", len(reqs)), over[0])
+		return r.err
+	}
+	return refusal(reqs[i], reply{state: takeLimit, qty: over[1], limit: over[2]}, userID)
+}
+
 // decodeLocal reads localScript's reply to k part requests: {"existing"},
-// {"short"}, {"fallback"}, or {"reserved", deadline ms, offset per part}.
+// {"short"}, {"fallback"}, {"limit", part position, held, limit} (the
+// three numbers in offsets), or {"reserved", deadline ms, offset per
+// part}.
 func decodeLocal(nodeName string, v any, k int) (st localStatus, deadline int64, offsets []int64, err error) {
 	r := newReplyReader(nodeName, localScript.name)
 	raw := r.list(v, -1)
@@ -144,10 +168,17 @@ func decodeLocal(nodeName string, v any, k int) (st localStatus, deadline int64,
 	case localExisting, localFallback, localShort:
 		r.list(v, 1)
 		return st, 0, nil, r.err
+	case localLimit:
+		raw = r.list(v, 4)
+		if r.err != nil {
+			return "", 0, nil, r.err
+		}
+		offsets = []int64{r.int(raw, 1), r.int(raw, 2), r.int(raw, 3)}
+		return st, 0, offsets, r.err
 	case localReserved:
 	default:
 		if r.err == nil {
-			r.fail(0, "existing, short, fallback or reserved", raw[0])
+			r.fail(0, "existing, short, fallback, limit or reserved", raw[0])
 		}
 		return "", 0, nil, r.err
 	}

@@ -86,6 +86,10 @@ const (
 	localFallback localStatus = "fallback" // nothing written: take the general path
 	localExisting localStatus = "existing" // the order has a record: nothing written, the general path answers
 	localShort    localStatus = "short"    // no record, a part is short here: nothing written (soldout.go)
+	// localLimit: no record, a quota part is over the user's limit by
+	// units that cannot be an attempt of the order's (the user holds
+	// fewer than it wants: limitMayBeOwn): nothing written, refused.
+	localLimit localStatus = "limit"
 )
 
 // settleMissing is what settleScript answers for a part its node does not

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -66,6 +67,17 @@ func TestReplyDecodersStrict(t *testing.T) {
 			_, _, _, err := decodeLocal("n1", []any{"reserved", int64(9), "3"}, 1)
 			return err
 		}},
+		{"reserve-local: limit one number short", "reserve-local", "reply", func() error {
+			_, _, _, err := decodeLocal("n1", []any{"limit", int64(1), int64(2)}, 1)
+			return err
+		}},
+		{"reserve-local: limit held a string", "reserve-local", "reply[2]", func() error {
+			_, _, _, err := decodeLocal("n1", []any{"limit", int64(1), "2", int64(5)}, 1)
+			return err
+		}},
+		{"reserve-local: limit for a stock part", "reserve-local", "reply[1]", func() error {
+			return localOver("n1", []partReq{{part: part{Kind: PartStock}}}, "u", []int64{1, 2, 5})
+		}},
 		{"reserve-local: unknown word", "reserve-local", "reply[0]", func() error {
 			_, _, _, err := decodeLocal("n1", []any{"taken"}, 0)
 			return err
@@ -127,6 +139,9 @@ func TestReplyDecodersStrict(t *testing.T) {
 	}
 	if st, _, _, err := decodeLocal("n1", []any{"short"}, 2); err != nil || st != localShort {
 		t.Errorf("decodeLocal(short) = %v %v", st, err)
+	}
+	if st, _, over, err := decodeLocal("n1", []any{"limit", int64(2), int64(3), int64(5)}, 2); err != nil || st != localLimit || fmt.Sprint(over) != "[2 3 5]" {
+		t.Errorf("decodeLocal(limit) = %v %v %v", st, over, err)
 	}
 	if b, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{entry()}, int64(0)}}},
 		[]RedoCursor{{Queue: 2}}); err != nil || b.Queues[0].Queue != 2 || b.Queues[0].Entries[0].Route != "r" || b.Generation != 3 {

@@ -191,8 +191,9 @@ import (
 // short, and the late stage finds it and rolls back
 // (TestStagedLateStageAfterLimitRefusal). Such refusals write their fence
 // (a failed record and tombstones, kept for inventory.retention) but no
-// redo entry. The one-script path (local.go) answers a limit by the
-// general path, fenced.
+// redo entry. The one-script path (local.go) refuses by the same rule:
+// at once, writing nothing, when the user holds fewer units than the
+// quota part wants (localLimit), else by the general path, fenced.
 
 // shortSKU is one SKU of an order as refuseShort weighs it.
 type shortSKU struct {

@@ -298,7 +298,8 @@ func TestLimitBeforeShortStock(t *testing.T) {
 // home node, in the same round as the quota part, and was rolled back
 // there. When the user holds fewer units than the order wants, no attempt
 // of the order can hold them and the refusal writes nothing at all (the
-// one-round path withdraws its stage); when the user holds at least as
+// one-round path withdraws its stage, the one-script path refuses at
+// once); when the user holds at least as
 // many, they may be an earlier attempt's of the same order, and the
 // refusal keeps its fence: a failed record (limitMayBeOwn).
 func TestLimitRefusalAcrossNodes(t *testing.T) {
@@ -338,20 +339,23 @@ func TestLimitRefusalAcrossNodes(t *testing.T) {
 	}
 
 	// the user holds less than the order wants: nothing written, on any
-	// node, where the order's home is not the quota node (the one-script
-	// path's limit refusal takes the general path, fenced)
+	// node, whether the order's home is the quota node (the one-script
+	// path refuses: localLimit) or another (the one-round path withdraws)
 	before = e.state()
-	for i, n := 0, 0; n < 20; i++ {
+	atQuota := 0
+	for i := range 30 {
 		id := fmt.Sprintf("over-x-%d", i)
 		home, err := e.inv.homeFor(e.ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if home == quotaNode(set, "x") {
-			continue
+			atQuota++
 		}
-		refuse(id, "x", 4, n)
-		n++
+		refuse(id, "x", 4, i)
+	}
+	if atQuota == 0 || atQuota == 30 {
+		t.Fatalf("%d of 30 orders have their home on user x's quota node: the test needs both kinds", atQuota)
 	}
 	if after := e.state(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("orders refused by the user's limit, wanting more than the user holds, changed the nodes: keys and redo entries before %v, after %v", before, after)

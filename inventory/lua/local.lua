@@ -4,8 +4,9 @@ local status, moved = order_head(key)
 if status and not moved and status ~= 'failed' then return {'existing'} end
 zset_ok(KEYS[3]) -- the pending index must be a sorted set
 local np = (#KEYS - 4) / 3
-local plan, err, short = plan_parts(5, 11 + np, ARGV[5], KEYS[4])
+local plan, err, short, over = plan_parts(5, 11 + np, ARGV[5], KEYS[4])
 if err then return err end
+if over then return {'limit', over[1], over[2], over[3]} end
 if not plan then return {short and 'short' or 'fallback'} end
 local deadline = now + tonumber(ARGV[6])
 local offs = write_parts(plan, KEYS[3], KEYS[4], deadline + tonumber(ARGV[8]))
