@@ -69,16 +69,18 @@ var takeWhole = luaFile("lib_take_whole.lua")
 // part: part key, counter key, and redo queue (kind s) or stock hash
 // holding the limit (kind q).
 // ARGV: 4 order id (for the injected faults, as reserveScript's), 5
-// user, 6 ttl ms, 7 retention s, 8 part grace ms, then the order record's
-// template (localOrderPieces, rectemplate.go): 9 the piece before its
-// created field, 10 the one after it, and per part the piece after that
-// part's offset; then per part takeWhole's arguments (id, kind, want, and
-// its record's template: takeWholeArgs).
+// user, 6 ttl ms, 7 part grace ms, then the order record's template
+// (localOrderPieces, rectemplate.go): 8 the piece before its created
+// field, 9 the one after it, and per part the piece after that part's
+// offset; then per part takeWhole's arguments (id, kind, want, and its
+// record's template: takeWholeArgs). The record is written reserved,
+// with no TTL (orderrec.go, "TTL").
 // Returns {"existing"} (the order has a record: nothing written),
 // {"short"} (no record, and a stock part is short here or a limited SKU
 // has no user: nothing written, soldout.go may refuse without a write),
-// {"fallback"} (nothing written), or {"reserved", deadline ms,
-// offset per part}.
+// {"limit", part position, held, limit} (nothing written: localLimit),
+// {"fallback"} (nothing written), or {"reserved", deadline ms, offset
+// per part}.
 var localScript = newGroupedScript("reserve-local", true, takeWhole+luaFile("local.lua"))
 
 // errHasRecord is reserveLocal's word that the order already has a record.
@@ -255,7 +257,7 @@ func (inv *Inventory) localCall(orderID, token, digest, userID string, ttl time.
 	keys := make([]string, 0, 3+3*len(reqs))
 	keys = append(keys, orderKey(orderID), PendingKey, RedoOffsetsKey)
 	args := make([]any, 0, 5+len(rec)+5*len(reqs))
-	args = append(args, orderID, userID, ms(ttl), seconds(inv.cfg.Retention), ms(partGrace))
+	args = append(args, orderID, userID, ms(ttl), ms(partGrace))
 	for _, piece := range rec {
 		args = append(args, piece)
 	}

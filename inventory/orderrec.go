@@ -69,6 +69,22 @@ import (
 // caller encodes it with packOrder and the script fills in created and
 // the offsets (rectemplate.go).
 //
+// TTL: an order record's key expires inventory.retention after the write
+// that decided it (confirmed, cancelled, failed, a tombstone) or began an
+// attempt (reserving, staging: an attempt that dies leaves a record that
+// goes away by itself). A reserved record has no TTL: the commit, and the
+// one-script reserve that writes it reserved, clear it (set_value with
+// false). A reservation lives until it is decided — Confirm, Cancel, the
+// reconciler's expiry of a due part, or any of them meeting it past its
+// deadline — and every decision gives it the retention again. No TTL
+// saves the expires dict's entry, about 32 bytes per pending order
+// (BENCHMARKS.md, "Record layouts, measured"), and a reservation never
+// expires while its order is pending, whatever the retention. The one
+// record that no decision reaches is a reservation all of whose parts were
+// lost with their nodes' data (nothing comes due): it stays reserved
+// until a Confirm or Cancel of its order meets it. Moved records keep
+// their TTL or its absence (orderMoveOutScript's PTTL, -1 for none).
+//
 // Hash layout: what the releases before wrote, one hash field per field,
 // as named in orderFields. The rule that keeps every interleaving safe
 // across the upgrade is the part record's (partrec.go): every reader

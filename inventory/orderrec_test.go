@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"math/rand/v2"
 	"strconv"
@@ -242,5 +243,56 @@ func TestOrderCodecLuaSpellsGoConstants(t *testing.T) {
 	}
 	if orderGS != "\x1d" || strings.Count(orderCodecLua, "'\\029'") < 4 {
 		t.Errorf("the packed order record's separator changed in Go (%q): the Lua writes \\029", orderGS)
+	}
+}
+
+// TestReservedRecordHasNoTTL: a reserved order record has no TTL, whether
+// the one-script reserve wrote it or an attempt's commit did (orderrec.go,
+// "TTL"); the decisions give it the retention, and an attempt that failed
+// keeps the retention its stage gave it.
+func TestReservedRecordHasNoTTL(t *testing.T) {
+	e := newStagedEnv(t)
+	retention := e.inv.cfg.Retention
+	ttlOf := func(id string) time.Duration {
+		t.Helper()
+		home, err := e.inv.homeFor(e.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.clients[home.Name()].TTL(e.ctx, orderKey(id)).Val()
+	}
+	local := e.homedOn("ttl-local", "n1") // route a is n1 alone: the one-script path
+	staged := e.awayOrder("ttl-staged")   // route b is n2 alone, the home elsewhere: stage, take, commit
+	for id, items := range map[string][]Item{local: {{Route: "a", SKU: "s", Quantity: 1}}, staged: {{Route: "b", SKU: "s", Quantity: 1}}} {
+		if _, err := e.inv.Reserve(e.ctx, id, items, "", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if d := ttlOf(id); d != -1 {
+			t.Errorf("reserved order %s: TTL %v, want none (-1)", id, d)
+		}
+	}
+	if st := e.inv.Stats(); st.LocalReservations == 0 || st.StagedReservations == 0 {
+		t.Fatalf("Stats %+v: want one order by each path", st)
+	}
+	if _, err := e.inv.Confirm(e.ctx, local); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.inv.Cancel(e.ctx, staged); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{local, staged} {
+		if d := ttlOf(id); d < retention-time.Minute || d > retention {
+			t.Errorf("decided order %s: TTL %v, want the retention %v", id, d, retention)
+		}
+	}
+	// a one-round attempt whose route c take is short: its stage landed
+	// and is decided failed, with the retention the stage gave it
+	items := stagedItems()
+	items[2].Quantity = stagedStock + 1
+	if _, err := e.inv.Reserve(e.ctx, "ttl-failed", items, "", time.Minute); !errors.Is(err, ErrInsufficientStock) {
+		t.Fatalf("Reserve of more than route c holds: %v, want ErrInsufficientStock", err)
+	}
+	if d := ttlOf("ttl-failed"); d < retention-time.Minute || d > retention {
+		t.Errorf("failed order: TTL %v, want the retention %v", d, retention)
 	}
 }

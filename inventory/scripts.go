@@ -61,9 +61,9 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //	        ran out is taken over the same way. Otherwise the record as is
 //	        ("reserving" with wait_ms, "reserved", "confirmed",
 //	        "cancelled"), or "mismatch" when the digest differs.
-//	commit  ARGV 6 parts JSON, 7 retention s. reserving+token or
-//	        staging+token → reserved. Otherwise "lost" with the current
-//	        status as reason.
+//	commit  ARGV 6 parts JSON. reserving+token or staging+token →
+//	        reserved, with no TTL (orderrec.go, "TTL"). Otherwise "lost"
+//	        with the current status as reason.
 //	fail    reserving+token or staging+token → failed (the attempt gave up,
 //	        or a recovery found a promised part missing).
 //	withdraw staging+token → no record ("missing"): only for an attempt

@@ -242,7 +242,7 @@ func (inv *Inventory) resolveStaged(ctx context.Context, home *node.Node, orderI
 		return fmt.Errorf("%w: order %q: %w", ErrInProgress, orderID, errStagedInFlight)
 	case verdictReserved:
 		blob := encodeOrderParts(orderID, rec.token, parts)
-		got, err := inv.orderOp(ctx, home, orderID, opCommit, rec.token, blob, seconds(inv.cfg.Retention))
+		got, err := inv.orderOp(ctx, home, orderID, opCommit, rec.token, blob)
 		if err == nil && got.status == recReserved {
 			inv.stats.stagedRecovered.Add(1)
 		}

@@ -419,7 +419,7 @@ func (inv *Inventory) abandonUnstaged(ctx context.Context, orderID string, parts
 func (inv *Inventory) commitStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part) {
 	blob := encodeOrderParts(orderID, token, parts)
 	inv.offPath(ctx, func(ctx context.Context) {
-		if _, err := inv.orderOp(ctx, home, orderID, opCommit, token, blob, seconds(inv.cfg.Retention)); err != nil {
+		if _, err := inv.orderOp(ctx, home, orderID, opCommit, token, blob); err != nil {
 			inv.log.Debug("staged commit did not land; the next reader of the order commits it", "order", orderID, "err", err)
 		}
 	})

@@ -4,20 +4,21 @@ local status, moved = order_head(key)
 if status and not moved and status ~= 'failed' then return {'existing'} end
 zset_ok(KEYS[3]) -- the pending index must be a sorted set
 local np = (#KEYS - 4) / 3
-local plan, err, short, over = plan_parts(5, 11 + np, ARGV[5], KEYS[4])
+local plan, err, short, over = plan_parts(5, 10 + np, ARGV[5], KEYS[4])
 if err then return err end
 if over then return {'limit', over[1], over[2], over[3]} end
 if not plan then return {short and 'short' or 'fallback'} end
 local deadline = now + tonumber(ARGV[6])
-local offs = write_parts(plan, KEYS[3], KEYS[4], deadline + tonumber(ARGV[8]))
+local offs = write_parts(plan, KEYS[3], KEYS[4], deadline + tonumber(ARGV[7]))
 -- the record the caller encoded (rectemplate.go), the node's values in
 -- its holes: created, then each part's offset (none for a quota part);
--- it replaces a failed or moved record
-local rec, out = {ARGV[9], nowS, ARGV[10]}, {'reserved', deadline}
+-- it replaces a failed or moved record, reserved: no TTL until decided
+-- (orderrec.go)
+local rec, out = {ARGV[8], nowS, ARGV[9]}, {'reserved', deadline}
 for i, off in ipairs(offs) do
   rec[#rec + 1] = off ~= 0 and I(off) or ''
-  rec[#rec + 1] = ARGV[10 + i]
+  rec[#rec + 1] = ARGV[9 + i]
   out[#out + 1] = off
 end
-set_value(key, table.concat(rec), tonumber(ARGV[7]))
+set_value(key, table.concat(rec), false)
 return out

@@ -46,7 +46,8 @@ if op == 'begin' then
   return record('begin')
 elseif op == 'commit' then
   if (status ~= 'reserving' and status ~= 'staging') or cur ~= token then return record('lost', tostring(status)) end
-  order_set({status = 'reserved', parts = ARGV[6], reserved_at = nowS}, tonumber(ARGV[7]))
+  -- no TTL while reserved: a decision gives it the retention (orderrec.go)
+  order_set({status = 'reserved', parts = ARGV[6], reserved_at = nowS}, false)
   parts = '' -- the caller has them: do not send them back
   return record('reserved')
 elseif op == 'fail' then

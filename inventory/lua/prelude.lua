@@ -8,10 +8,13 @@
 -- integer conversion; both give the same digits below 2^53.
 local function I(n) return string.format('%d', n) end
 -- set_value(key, s, ttl): SET key to string s (a packed record: the part
--- and order codecs), its TTL kept when ttl is nil, else set to ttl
--- seconds (at most 0: expired, as EXPIRE would).
+-- and order codecs), its TTL kept when ttl is nil, none when ttl is false
+-- (the key lives until a write gives it one), else set to ttl seconds (at
+-- most 0: expired, as EXPIRE would).
 local function set_value(key, s, ttl)
-  if ttl and ttl > 0 then
+  if ttl == false then
+    redis.call('SET', key, s)
+  elseif ttl and ttl > 0 then
     redis.call('SET', key, s, 'EX', I(ttl))
   else
     redis.call('SET', key, s, 'KEEPTTL')
