@@ -80,6 +80,12 @@ import (
 //     written only by the attempt when it did not see all of its takes
 //     succeed (so it never answered success), or after a probe found a
 //     promised part prevented, short, or settled.
+//   - The attempt that decides its own record failed cancels the parts it
+//     took and tombstones those whose take's outcome it does not know; a
+//     promised part whose take answered without taking is left alone: no
+//     call of T can take it later (node clients never replay a script,
+//     and T's part ids are T's alone), and a probe of the failed record's
+//     parts never runs (the record is decided).
 //   - A part of attempt T is cancelled only after a record was read that
 //     excludes T: failed under T (the attempt's or a probe's fail, or the
 //     reconciler's expire op, which writes it where the order has no

@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -204,13 +205,18 @@ func (inv *Inventory) unwindStaged(ctx context.Context, home *node.Node, orderID
 		inv.releaseStaged(ctx, home, orderID, token, taken, promised) // counts what it aborts
 		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id: %w", ErrUnavailable, orderID, err)
 	}
-	inv.stats.rolledBack.Add(int64(len(promised)))
+	// What can hold or still take stock: the parts taken and those whose
+	// take's outcome is unknown (tombstoned). A promised part whose take
+	// answered without taking can never be taken (node clients never
+	// replay a script; its id carries the token): no tombstone for it.
+	back := slices.Concat(taken, unknown)
+	inv.stats.rolledBack.Add(int64(len(back)))
 	if rec.status != recFailed || rec.token != token {
 		// Decided otherwise first: a reader found every part (an unknown
 		// take had landed) and committed it.
 		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown (it is %s now), retry Reserve with the same order id", ErrUnavailable, orderID, rec.status)
 	}
-	if pending, _ := inv.settleParts(cctx, orderID, Cancel, promised); pending > 0 {
+	if pending, _ := inv.settleParts(cctx, orderID, Cancel, back); pending > 0 {
 		inv.log.Warn("staged reserve rollback deferred", "order", orderID, "pending_parts", pending)
 	}
 	if refused != nil {
