@@ -50,10 +50,9 @@ import (
 // in the redo offsets hash). When a stock part is short or a limited SKU
 // has no user it returns nil, nil, true: a refusal that a read of the
 // SKU's other nodes may settle without a write (soldout.go). When a quota
-// part is over the limit while the user holds fewer units than it wants
-// it returns nil, nil, false, {part's position, held, limit}: a refusal
-// for good that needs no fence (localLimit). It writes nothing. For a stock part it
-// records the counter's available and reserved once the part is taken
+// part is over the limit it returns nil, nil, false, {part's position,
+// held, limit} (localLimit: the caller weighs what the user holds). It
+// writes nothing. For a stock part it records the counter's available and reserved once the part is taken
 // (p.avail, p.resv, after the order's earlier parts on the same counter).
 //
 // write_parts(plan, pending, offsets, pdl) takes every planned part
@@ -117,7 +116,8 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 	}
 	st, dl, offs, err := decodeLocal(home.Name(), v, len(reqs))
 	if err == nil && st == localLimit {
-		return Reservation{}, true, localOver(home.Name(), reqs, userID, offs)
+		ok, err := localOver(home.Name(), reqs, userID, offs)
+		return Reservation{}, ok, err
 	}
 	if err != nil {
 		// The script ran and its answer cannot be read: as a timeout.
@@ -140,17 +140,24 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 	return Reservation{OrderID: orderID, Receipts: receipts(parts), Deadline: time.UnixMilli(dl)}, true, nil
 }
 
-// localOver is the refusal of a localLimit reply whose values are over:
-// the position of the quota part among reqs (1-based), what the user
-// holds and the limit. A position out of range is a malformed reply.
-func localOver(nodeName string, reqs []partReq, userID string, over []int64) error {
+// localOver answers a localLimit reply whose values are over: the
+// position of the quota part among reqs (1-based), what the user holds
+// and the limit. It refuses the order (ok, ErrLimitExceeded) unless the
+// units may be another attempt's of the same order (limitMayBeOwn): then
+// ok is false and the general path answers, behind its record. A
+// position out of range is a malformed reply.
+func localOver(nodeName string, reqs []partReq, userID string, over []int64) (ok bool, err error) {
 	i := int(over[0]) - 1
 	if i < 0 || i >= len(reqs) || reqs[i].Kind != PartQuota {
 		r := newReplyReader(nodeName, localScript.name)
 		r.fail(1, fmt.Sprintf("the position of a quota part among %d parts", len(reqs)), over[0])
-		return r.err
+		return true, r.err
 	}
-	return refusal(reqs[i], reply{state: takeLimit, qty: over[1], limit: over[2]}, userID)
+	rep := reply{state: takeLimit, qty: over[1], limit: over[2]}
+	if limitMayBeOwn(reqs[i], rep) {
+		return false, nil
+	}
+	return true, refusal(reqs[i], rep, userID)
 }
 
 // decodeLocal reads localScript's reply to k part requests: {"existing"},

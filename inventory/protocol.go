@@ -86,9 +86,9 @@ const (
 	localFallback localStatus = "fallback" // nothing written: take the general path
 	localExisting localStatus = "existing" // the order has a record: nothing written, the general path answers
 	localShort    localStatus = "short"    // no record, a part is short here: nothing written (soldout.go)
-	// localLimit: no record, a quota part is over the user's limit by
-	// units that cannot be an attempt of the order's (the user holds
-	// fewer than it wants: limitMayBeOwn): nothing written, refused.
+	// localLimit: no record, a quota part is over the user's limit:
+	// nothing written; refused unless the units may be an attempt's of
+	// the order (localOver, limitMayBeOwn)
 	localLimit localStatus = "limit"
 )
 

@@ -76,7 +76,8 @@ func TestReplyDecodersStrict(t *testing.T) {
 			return err
 		}},
 		{"reserve-local: limit for a stock part", "reserve-local", "reply[1]", func() error {
-			return localOver("n1", []partReq{{part: part{Kind: PartStock}}}, "u", []int64{1, 2, 5})
+			_, err := localOver("n1", []partReq{{part: part{Kind: PartStock}}}, "u", []int64{1, 2, 5})
+			return err
 		}},
 		{"reserve-local: unknown word", "reserve-local", "reply[0]", func() error {
 			_, _, _, err := decodeLocal("n1", []any{"taken"}, 0)

@@ -34,12 +34,8 @@ local function plan_parts(kb, ab, user, offsets)
         held[p.ck], err = int(redis.call('GET', p.ck), p.ck)
         if err then return nil, err end
       end
-      if limit > 0 and held[p.ck] + p.want > limit then
-        -- over the limit; refused for good when no attempt of the order
-        -- can hold what refuses it (its quota part holds all it wants)
-        if held[p.ck] < p.want then return nil, nil, false, {i + 1, held[p.ck], limit} end
-        return nil
-      end
+      -- over the limit: the caller weighs what the user holds (limitMayBeOwn)
+      if limit > 0 and held[p.ck] + p.want > limit then return nil, nil, false, {i + 1, held[p.ck], limit} end
       held[p.ck] = held[p.ck] + p.want
     end
     plan[#plan + 1] = p
