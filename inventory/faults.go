@@ -95,6 +95,11 @@ const (
 	// that attempt's stage lands and reserves the order the refusal
 	// answered for.
 	MutationLimitWithdraw Mutation = "limit-withdraw"
+	// MutationFenceSkip: a refusal after reads whose units may be a late
+	// attempt's of the same order (soldout.go, "Refusals behind a fence")
+	// answers without writing its fence, so that attempt's stage lands
+	// and reserves the order the refusal answered for.
+	MutationFenceSkip Mutation = "fence-skip"
 )
 
 // Mutator is implemented by a [Faults] that re-introduces mutations.

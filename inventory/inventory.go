@@ -199,8 +199,9 @@ type Inventory struct {
 	bg background
 	// groups queues the calls of grouped scripts (group.go).
 	groups groups
-	// soldOut is the hint of SKUs seen short lately (soldout.go).
-	soldOut soldOutHint
+	// soldOut is the hint of SKUs seen short lately, limited that of SKUs
+	// seen with a per-user limit (soldout.go).
+	soldOut, limited skuHint
 	// peeks queues refuseShort's reads per node (peekbatch.go).
 	peeks peekQueues
 }
@@ -252,6 +253,7 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 		opts.GroupCommit = 32
 	}
 	inv := &Inventory{r: r, cfg: cfg.Inventory, opts: opts, log: opts.Logger, cfgSets: map[string]*router.Set{}}
+	inv.limited.ttl = limitHintTTL
 	for route := range srv.Routes {
 		set, err := r.Set(cfg.Inventory.Server, route)
 		if err != nil {

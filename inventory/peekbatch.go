@@ -30,23 +30,28 @@ const peekName = "peek"
 // order_head, with which it reads each order record's status from its
 // first bytes (either layout, orderrec.go).
 //
-// KEYS: 1 the stamp, 2 … 1+ARGV[3] order keys, then distinct stock hashes.
-// ARGV: 1 the node's configured name, 2 the caller's epoch token, 3 the
-// number of order keys. Replies a flat list: per order key its status (""
-// when there is none, or when it is marked moved, as orderScript treats
-// it), then per stock hash its available, reserved and limit fields (the
-// field's string, or the integer 0 when the field is absent) and 1 or 0
-// for whether its loaded field exists.
+// KEYS: 1 the stamp, 2 … 1+ARGV[3] order keys, then distinct stock hashes,
+// then the last ARGV[4] keys: distinct per-user quota counters. ARGV: 1
+// the node's configured name, 2 the caller's epoch token, 3 the number of
+// order keys, 4 the number of quota counters. Replies a flat list: per
+// order key its status ("" when there is none, or when it is marked moved,
+// as orderScript treats it), then per stock hash its available, reserved
+// and limit fields (the field's string, or the integer 0 when the field is
+// absent) and 1 or 0 for whether its loaded field exists, then per quota
+// counter its value (the string, "WRONGTYPE" for a key of another type, or
+// the integer 0 when absent).
 var peekScript = newBareScript(peekName, memRead.shebang()+identityLua+orderHeadLua+luaFile("peek.lua"))
 
 // peekReq is one order's reads on one node, queued or under way.
 type peekReq struct {
 	record string   // the order key, or "" (no record read on this node)
 	stocks []string // stock hashes
+	quotas []string // per-user quota counters
 	done   chan struct{}
 	// Set before done is closed.
 	status string      // the record's status ("" none)
 	vals   []stockVals // per stocks
+	held   []int64     // per quotas: the units the user holds
 	err    error       // the batch's: nothing above is set
 }
 
@@ -81,11 +86,12 @@ func (inv *Inventory) peekOn(ctx context.Context, n *node.Node, token string, r 
 	if inv.opts.Faults == nil {
 		_, err = send()
 	} else {
-		keys := make([]string, 0, 1+len(r.stocks))
+		keys := make([]string, 0, 1+len(r.stocks)+len(r.quotas))
 		if r.record != "" {
 			keys = append(keys, r.record)
 		}
 		keys = append(keys, r.stocks...)
+		keys = append(keys, r.quotas...)
 		_, err = inv.opts.Faults.Call(ctx, ScriptCall{Node: n.Name(), Script: peekName, Keys: keys}, send)
 	}
 	return inv.peekErr(n, err)
@@ -159,20 +165,25 @@ func (inv *Inventory) sendPeeks(ctx context.Context, n *node.Node, token string,
 		}
 	}
 	nr := len(keys) - 1
-	var at stockIndex
+	var at, qt stockIndex
 	for _, r := range batch {
 		for _, k := range r.stocks {
 			at.add(k)
 		}
+		for _, k := range r.quotas {
+			qt.add(k)
+		}
 	}
 	keys = append(keys, at.keys...)
+	keys = append(keys, qt.keys...)
 	inv.stats.peekScripts.Add(1)
 	inv.stats.peekReads.Add(int64(len(batch)))
-	raw, err := peekScript.Run(ctx, n.Client(), keys, n.Name(), token, nr).Result()
+	raw, err := peekScript.Run(ctx, n.Client(), keys, n.Name(), token, nr, len(qt.keys)).Result()
 	var statuses []any
 	var stocks []stockVals
+	var quotas []quotaVal
 	if err == nil {
-		statuses, stocks, err = readPeeks(n.Name(), raw, nr, len(keys)-1-nr, keys[1+nr:])
+		statuses, stocks, quotas, err = readPeeks(n.Name(), raw, nr, at.keys, qt.keys)
 	}
 	ri := 0
 	for _, r := range batch {
@@ -180,6 +191,17 @@ func (inv *Inventory) sendPeeks(ctx context.Context, n *node.Node, token string,
 			if r.record != "" {
 				r.status = statuses[ri].(string) // readPeeks checked it
 				ri++
+			}
+			if len(r.quotas) > 0 {
+				r.held = make([]int64, len(r.quotas))
+				for j, k := range r.quotas {
+					q := quotas[qt.find(k)]
+					if q.err != nil {
+						r.err = q.err
+						break
+					}
+					r.held[j] = q.held
+				}
 			}
 			if len(r.stocks) == 1 { // shared, read only
 				i := at.find(r.stocks[0])
@@ -238,16 +260,28 @@ func (x *stockIndex) find(k string) int {
 	return -1
 }
 
-// readPeeks reads peekScript's reply strictly: nr statuses, then ns stock
-// hashes (named by keys) of four fields each.
-func readPeeks(nodeName string, raw any, nr, ns int, keys []string) ([]any, []stockVals, error) {
+// quotaVal is one quota counter as a batch read it.
+type quotaVal struct {
+	held int64
+	err  error // a counter that is not an integer
+}
+
+// readPeeks reads peekScript's reply strictly: nr statuses, then the stock
+// hashes named by keys, four fields each, then the quota counters named by
+// qkeys, one value each.
+func readPeeks(nodeName string, raw any, nr int, keys, qkeys []string) ([]any, []stockVals, []quotaVal, error) {
+	ns := len(keys)
 	rd := newReplyReader(nodeName, peekName)
-	t := rd.list(raw, nr+4*ns)
+	t := rd.list(raw, nr+4*ns+len(qkeys))
 	for i := range nr {
 		rd.str(t, i)
 	}
 	if rd.err != nil {
-		return nil, nil, rd.err
+		return nil, nil, nil, rd.err
+	}
+	qs := make([]quotaVal, len(qkeys))
+	for j, k := range qkeys {
+		qs[j].held, qs[j].err = peekCounter(nodeName, k, "value", t[nr+4*ns+j])
 	}
 	out := make([]stockVals, ns)
 	for j := range ns {
@@ -265,10 +299,10 @@ func readPeeks(nodeName string, raw any, nr, ns int, keys []string) ([]any, []st
 			v.known = true
 		case int64(0):
 		default:
-			return nil, nil, &ReplyError{Node: nodeName, Script: peekName, At: fmt.Sprintf("reply[%d]", nr+4*j+3), Want: "0 or 1", Got: f[3]}
+			return nil, nil, nil, &ReplyError{Node: nodeName, Script: peekName, At: fmt.Sprintf("reply[%d]", nr+4*j+3), Want: "0 or 1", Got: f[3]}
 		}
 	}
-	return t[:nr], out, nil
+	return t[:nr], out, qs, nil
 }
 
 // peekCounter reads one counter field as peekScript replied it: the

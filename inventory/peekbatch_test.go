@@ -200,3 +200,50 @@ func TestStrictInt(t *testing.T) {
 		}
 	}
 }
+
+// TestPeekQuotaCounters: the reads of an order with a user carry its
+// per-user quota counters (soldout.go, "Per-user limits"): each distinct
+// counter of a batch is read once, an absent one reads 0, and a counter
+// that is not an integer (a bad string, a key of another type) fails only
+// the reads of it with ErrCorrupt naming the node and the key.
+func TestPeekQuotaCounters(t *testing.T) {
+	e := newSoldOutEnv(t)
+	e.load("b", "lim", 5)
+	n2 := peekEnvNode(t, e, "n2")
+	held, none, bad, hash := quotaKey("b", "lim", "u1"), quotaKey("b", "lim", "u2"), quotaKey("b", "lim", "u3"), quotaKey("b", "lim", "u4")
+	for k, v := range map[string]string{held: "3", bad: "03"} {
+		if err := e.clients["n2"].Set(e.ctx, k, v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.clients["n2"].HSet(e.ctx, hash, "f", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	stock := stockKey("b", "lim")
+	batch := []*peekReq{
+		{stocks: []string{stock}, quotas: []string{held}, done: make(chan struct{})},
+		{stocks: []string{stock}, quotas: []string{held, none}, done: make(chan struct{})},
+		{stocks: []string{stock}, quotas: []string{bad}, done: make(chan struct{})},
+		{stocks: []string{stock}, quotas: []string{hash}, done: make(chan struct{})},
+	}
+	token := e.inv.topology(e.ctx).token
+	e.inv.sendPeeks(e.ctx, n2, token, []*peekReq{{done: make(chan struct{})}}) // the node learns the script
+	if err := e.clients["n2"].ConfigResetStat(e.ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.inv.sendPeeks(e.ctx, n2, token, batch)
+	if got := commandCalls(t, e, "n2", "get"); got != 4 {
+		t.Errorf("%d GETs, want 4 (4 distinct quota counters)", got)
+	}
+	for i, want := range [][]int64{{3}, {3, 0}} {
+		r := batch[i]
+		if r.err != nil || fmt.Sprint(r.held) != fmt.Sprint(want) || len(r.vals) != 1 || r.vals[0].avail != 5 {
+			t.Errorf("read %d: held %v vals %v err %v, want held %v and the stock", i, r.held, r.vals, r.err, want)
+		}
+	}
+	for i, k := range map[int]string{2: bad, 3: hash} {
+		if err := batch[i].err; !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "n2") || !strings.Contains(err.Error(), k) {
+			t.Errorf("read %d of counter %s: err %v, want ErrCorrupt naming n2 and the key", i, k, err)
+		}
+	}
+}

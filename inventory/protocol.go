@@ -18,6 +18,9 @@ const (
 	// opWithdraw deletes a staging record of the caller's token whose
 	// attempt left nothing on any node (soldout.go).
 	opWithdraw orderOp = "withdraw"
+	// opFence writes a failed record under the caller's token where the
+	// order has none: a refusal's fence (soldout.go).
+	opFence orderOp = "fence"
 )
 
 // recStatus is the first word of orderScript's reply: the record's status

@@ -121,8 +121,10 @@ func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item,
 		return Reservation{}, err
 	}
 	// Refusals without a write (soldout.go): read first when a SKU of the
-	// order was refused lately, and once a first path found a part short.
-	checked := inv.soldOut.any(items)
+	// order was refused lately, or has a per-user limit and the order's
+	// quota parts are on several nodes, and once a first path found a part
+	// short.
+	checked := inv.soldOut.any(items) || (userID != "" && inv.limited.any(items) && inv.spreadQuotas(ctx, items, userID))
 	if checked {
 		if err := inv.refuseShort(ctx, home, orderID, items, userID); err != nil {
 			return Reservation{}, err

@@ -3,7 +3,6 @@ package inventory
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/shardis/shardis/node"
 )
@@ -12,17 +11,20 @@ import (
 //
 // Once a sale sells out nearly every Reserve is refused. A refusal that
 // took nothing writes nothing: no order record, no part, no tombstone, no
-// redo entry. The one exception is a fence where a take of the attempt may
-// still land (a take or stage whose reply was lost): there the usual
-// roll-back leaves its tombstones and failed record, which expire with
-// inventory.retention.
+// redo entry. The exceptions are fences: where a take of the attempt may
+// still land (a take or stage whose reply was lost), the usual roll-back
+// leaves its tombstones and failed record; where the units that refuse the
+// order may be held by an earlier attempt of the same order id, a failed
+// record alone (below). Both expire with inventory.retention.
 //
 // States of a new order id (no record on its home node) on the way to a
-// refusal, each written by nobody:
+// refusal, each written by nobody but the last line's fence:
 //
 //	(no record) ──local: "short"──────────────▶ (no record) ──refuseShort──▶ refused | the next path
 //	(no record) ──hint: SKU recently short─────▶ refuseShort first
+//	(no record) ──quota parts on several nodes─▶ refuseShort first
 //	(no record) ──stage(T) + takes, none landed─▶ staging(T) ──withdraw(T)──▶ (no record) ──refuseShort──▶ …
+//	(no record) ──refuseShort: held units may be the order's own──▶ failed(F) (the fence) ──▶ refused
 //
 // refuseShort reads, writing nothing, the order's record on its home node
 // and, on every node of every item's route, the SKU's available and
@@ -47,8 +49,44 @@ import (
 //     units reserved on all its route's nodes than the order's items want
 //     of it (ErrInsufficientStock).
 //
+// It refuses behind a fence (below) when, under the same conditions, some
+// SKU would refuse the order but for units held that may be the order's
+// own: fewer units available on its candidate nodes than the order wants,
+// but enough once the units reserved are counted; or, for an order with a
+// user, the user's quota node of the SKU's route (quotaNode) has a limit,
+// the units the user holds there plus what the order wants exceed it, and
+// the user holds at least what the order wants (limitMayBeOwn's rule). An
+// order of a user is refused with no write at all when the user holds less
+// than it wants there (ErrLimitExceeded).
+//
 // Otherwise it decides nothing and the order takes its next path, whose
 // refusal leaves the usual fence (a failed record, tombstones).
+//
+// Refusals behind a fence. The fence is a failed record on the order's
+// home node under a fresh token, written by orderScript's "fence" op only
+// where the order has no record (or one marked moved), kept for
+// inventory.retention, and nothing else: no part, no take, no redo entry.
+// States on the home node:
+//
+//	(no record) ──fence(F)──▶ failed(F)                       refuse
+//	failed(any)  ──fence────▶ unchanged                       refuse (a failed record fences already)
+//	any other    ──fence────▶ unchanged                       step aside: its attempt answers
+//
+// Why every interleaving stays safe. The fence is what the general path's
+// refusal would leave, without the takes it would make and roll back
+// (whose redo entries reach PostgreSQL as cancelled rows): an attempt R0
+// of the same order id whose takes landed but whose stage is still on its
+// way finds the failed record and rolls back ("existing", staged.go), and
+// the reconciler reads a failed record of another token as excluding R0's
+// parts, as for any failed record. The op writes only where there is no
+// record, atomically with that check, so it never overwrites an attempt
+// that began or staged after the reads: it finds that attempt's record and
+// refusal steps aside. An attempt that begins, stages or reserves in one
+// script after the fence takes it over as it takes over any failed record
+// (begin with a new token; the one-script path replaces it) and is ordered
+// after the refusal: it held nothing when the reads were made, or the
+// reads would have seen its record or its units. A retry of the order id,
+// Confirm and Cancel meet a failed record, as after any refused attempt.
 //
 // Why the reserved units count: the one write a refusal used to make, the
 // failed record on the home node, is also a fence. An earlier attempt R0
@@ -65,7 +103,7 @@ import (
 // (two concurrent Reserves of one id; neither observed the other). When
 // held units could be the order's own, the refusal keeps its fence: in a
 // storm while the sold units are reserved and not yet confirmed, refusals
-// still write (see "What is left").
+// still write their failed record (see "What is left").
 //
 // That is exactly when the general path, started at the same instant,
 // could only refuse: it takes an item from those candidate nodes and no
@@ -76,9 +114,9 @@ import (
 // that wants more of a SKU than its per-user limit (every node of the
 // route read has one, and the order wants more than the greatest) is
 // refused with ErrLimitExceeded before its stock is looked at, as the
-// general path refuses its quota part whatever the stock; what the user
-// already holds is not read, so an order within the limit but short of
-// stock is refused as short whatever its quota.
+// general path refuses its quota part whatever the stock; so is an order
+// over what its user may still take on its quota node (the quota counter
+// is read there), as that node's take would refuse its quota part.
 //
 // Why every interleaving stays safe:
 //   - A refusal writes nothing, so it cannot oversell, strand stock or
@@ -160,7 +198,7 @@ import (
 // the route holds, an item sold out and confirmed) takes nothing.
 //
 // What is left: an order short only because units are reserved and not
-// yet confirmed still takes the fenced path (a failed record, kept for
+// yet confirmed is refused behind a fence (a failed record, kept for
 // inventory.retention); a short-lived fence would need the reconciler to
 // turn it into a lasting failed record before it lets a due part of an
 // attempt go by it (else the late stage of safety issue A1 returns). A
@@ -175,11 +213,27 @@ import (
 // is first asked of the user's quota node (itemCandidates), in the same
 // call as the quota part; so an order refused by its quota takes no stock
 // on any node when its items share one route (on several routes, with
-// several quota nodes, an item's take may still run on one quota node
-// while another refuses: those takes are rolled back and reach PostgreSQL
-// as cancelled rows). Why it is safe: the refusal is for good (take.go's
-// refusal), so a take in the same call could only be rolled back; taking
-// less writes less, and the call's reply still names the refusal.
+// several quota nodes, an item's take could run on one quota node while
+// another refuses, so such an order is read first: see below). Why it is
+// safe: the refusal is for good (take.go's refusal), so a take in the same
+// call could only be rolled back; taking less writes less, and the call's
+// reply still names the refusal.
+//
+// An order of a user whose items' routes put its quota parts on two or
+// more nodes (spreadQuotas), wanting a SKU this instance saw with a
+// per-user limit within limitHintTTL (the limit hint: marked by every
+// reserve reply and read that names a limit, and by LoadStock), runs
+// refuseShort before any take: its reads include the user's quota counter
+// on each quota node, so an order over its limit on one route is refused
+// before a take on another could land (with no write when the user holds
+// less than the order wants there, else behind a fence). That costs such
+// orders one round of reads; orders of SKUs without a limit pay nothing.
+// What still refuses after a take landed: a quota taken by another order
+// of the same user between the reads and the takes (as a race for the
+// last units), and an order of a limited SKU this instance has not seen
+// (its first such order, or a limit set by another instance within the
+// hint's time): its takes are rolled back and reach PostgreSQL as
+// cancelled rows.
 //
 // A one-round attempt refused so withdraws its stage (above), leaving
 // nothing, only when the user holds fewer units than its quota part wants
@@ -208,13 +262,19 @@ type shortSKU struct {
 	allLimited bool
 	nodes      int  // candidate nodes
 	known      bool // stock of it was loaded on some node of its route
+	// For an order with a user: the limit on the user's quota node of the
+	// route and the units the user holds there.
+	qlimit, qheld int64
 }
 
 // add counts one node's read v of s (cand: the node is one of its
-// candidates).
-func (s *shortSKU) add(v stockVals, cand bool) {
-	if cand {
+// candidates; quota: the node is the user's quota node of its route).
+func (s *shortSKU) add(v stockVals, r peekRead) {
+	if r.cand {
 		s.avail += max(v.avail, 0)
+	}
+	if r.quota {
+		s.qlimit = v.limit
 	}
 	s.held += max(v.held, 0)
 	s.limit = max(s.limit, v.limit)
@@ -222,29 +282,10 @@ func (s *shortSKU) add(v stockVals, cand bool) {
 	s.known = s.known || v.known
 }
 
-// peekRead is one stock hash a peekCall reads.
-type peekRead struct {
-	sku  int  // index into the order's shortSKUs
-	cand bool // the node is one of the SKU's candidates
-}
-
-// peekCall is one order's reads on one node (peekOn) and their reply.
-type peekCall struct {
-	n      *node.Node
-	home   bool
-	reads  []peekRead
-	keys   []string // their stock hashes
-	status string
-	vals   []stockVals // per read
-	err    error
-	req    peekReq // its reads (peekbatch.go)
-	queued bool    // req was queued by runPeeks
-}
-
 // refuseShort refuses the order with reads alone when the general path
-// could only refuse it (see the file comment), or returns nil and the
-// order takes its next path. It marks or clears the hint of the order's
-// SKUs by what it read.
+// could only refuse it, with no write or behind a fence (see the file
+// comment), or returns nil and the order takes its next path. It marks or
+// clears the hint of the order's SKUs by what it read.
 func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID string, items []Item, userID string) error {
 	v := inv.topology(ctx)
 	if v.refuse() != nil || v.phase != PhaseStable {
@@ -261,36 +302,93 @@ func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID 
 			return nil // cannot decide, or an attempt answers for the order
 		}
 		for j, r := range c.reads {
-			skus[r.sku].add(c.vals[j], r.cand)
+			skus[r.sku].add(c.vals[j], r)
+			if c.vals[j].limit > 0 {
+				inv.limited.mark(skus[r.sku].ref)
+			}
+		}
+		for j, k := range c.quotas {
+			skus[k].qheld = c.held[j]
 		}
 	}
 	for _, s := range skus {
-		if s.limit > 0 && userID == "" {
-			inv.soldOut.mark(s.ref)
+		if hint, err := s.refusal(userID); err != nil {
+			if hint {
+				inv.soldOut.mark(s.ref)
+			}
 			inv.stats.refusedUnwritten.Add(1)
-			return fmt.Errorf("%w: items[%d] sku %s (route %s) has a per-user limit of %d: an order of it needs user_id",
-				ErrInvalid, s.item, s.ref.sku, s.ref.route, s.limit)
-		}
-		if userID != "" && s.allLimited && s.want > s.limit {
-			// as the general path: its quota part is refused whatever the stock
-			inv.stats.refusedUnwritten.Add(1)
-			return fmt.Errorf("%w: user %q: the order wants %d of %s/%s, limit %d",
-				ErrLimitExceeded, userID, s.want, s.ref.route, s.ref.sku, s.limit)
-		}
-		if s.avail+s.held < s.want && !s.known {
-			inv.soldOut.mark(s.ref)
-			inv.stats.refusedUnwritten.Add(1)
-			return fmt.Errorf("%w: items[%d] sku %s was never loaded on route %s",
-				ErrUnknownSKU, s.item, s.ref.sku, s.ref.route)
-		}
-		if s.avail+s.held < s.want {
-			inv.soldOut.mark(s.ref)
-			inv.stats.refusedUnwritten.Add(1)
-			return &shortStockError{s}
+			return err
 		}
 	}
-	inv.soldOut.clear(items) // enough, or short only by holds: the fenced paths answer
+	for _, s := range skus {
+		if hint, err := s.fencedRefusal(userID); err != nil {
+			if !inv.mutated(MutationFenceSkip) && !inv.fenceRefusal(ctx, home, orderID) {
+				break // an attempt answers for the order, or the fence failed
+			}
+			if hint {
+				inv.soldOut.mark(s.ref)
+			}
+			inv.stats.refusedFenced.Add(1)
+			return err
+		}
+	}
+	inv.soldOut.clear(items) // enough: the next path answers
 	return nil
+}
+
+// refusal returns the error that refuses the order with no write for s
+// (the file comment's list), or nil, and whether it marks the hint.
+func (s *shortSKU) refusal(userID string) (hint bool, err error) {
+	switch {
+	case s.limit > 0 && userID == "":
+		return true, fmt.Errorf("%w: items[%d] sku %s (route %s) has a per-user limit of %d: an order of it needs user_id",
+			ErrInvalid, s.item, s.ref.sku, s.ref.route, s.limit)
+	case userID != "" && s.allLimited && s.want > s.limit:
+		// as the general path: its quota part is refused whatever the stock
+		return false, fmt.Errorf("%w: user %q: the order wants %d of %s/%s, limit %d",
+			ErrLimitExceeded, userID, s.want, s.ref.route, s.ref.sku, s.limit)
+	case userID != "" && s.overQuota() && s.qheld < s.want:
+		// no attempt of the order holds its quota part (all or nothing)
+		return false, s.limitError(userID)
+	case s.avail+s.held < s.want && !s.known:
+		return true, fmt.Errorf("%w: items[%d] sku %s was never loaded on route %s",
+			ErrUnknownSKU, s.item, s.ref.sku, s.ref.route)
+	case s.avail+s.held < s.want:
+		return true, &shortStockError{*s}
+	}
+	return false, nil
+}
+
+// fencedRefusal returns the error that refuses the order behind a fence
+// for s, when the units that refuse it may be the order's own (the file
+// comment), or nil, and whether it marks the hint.
+func (s *shortSKU) fencedRefusal(userID string) (hint bool, err error) {
+	switch {
+	case userID != "" && s.overQuota():
+		return false, s.limitError(userID)
+	case s.avail < s.want:
+		return true, &shortStockError{*s}
+	}
+	return false, nil
+}
+
+// overQuota reports whether the user's quota node has a limit that the
+// units the user holds there plus the order's want exceed.
+func (s *shortSKU) overQuota() bool { return s.qlimit > 0 && s.qheld+s.want > s.qlimit }
+
+// limitError is the ErrLimitExceeded of an order over the user's quota.
+func (s *shortSKU) limitError(userID string) error {
+	return fmt.Errorf("%w: user %q holds %d of %s/%s, limit %d, order wants %d",
+		ErrLimitExceeded, userID, s.qheld, s.ref.route, s.ref.sku, s.qlimit, s.want)
+}
+
+// fenceRefusal writes the fence of a refusal on the order's home node
+// (orderScript's "fence" op: a failed record under a fresh token where the
+// order has none) and reports whether the order may be refused behind it:
+// the record is failed, this fence or an earlier one.
+func (inv *Inventory) fenceRefusal(ctx context.Context, home *node.Node, orderID string) bool {
+	rec, err := inv.orderOp(ctx, home, orderID, opFence, newToken(), seconds(inv.cfg.Retention))
+	return err == nil && rec.status == recFailed
 }
 
 // shortStockError is refuseShort's ErrInsufficientStock for sku s: its
@@ -306,125 +404,3 @@ func (e *shortStockError) Error() string {
 
 // Unwrap makes the error match ErrInsufficientStock.
 func (e *shortStockError) Unwrap() error { return ErrInsufficientStock }
-
-// planPeek groups the order's SKUs and the reads refuseShort needs by
-// node: the home node reads the order's record, every node of a SKU's
-// route its stock hash (available counts on the candidates, reserved on
-// all). calls is nil when some item has no usable node (the general path
-// says why) or some node of an item's route is not usable (its holds
-// cannot be read).
-func (inv *Inventory) planPeek(ctx context.Context, home *node.Node, orderID string, items []Item, userID string) ([]shortSKU, []*peekCall) {
-	skus := make([]shortSKU, 0, len(items))
-	calls := []*peekCall{{n: home, home: true}} // the home node's first
-items:
-	for i, it := range items {
-		ref := stockRef{it.Route, it.SKU}
-		for k := range skus { // a few items: a scan beats a map
-			if skus[k].ref == ref {
-				skus[k].want += it.Quantity
-				continue items
-			}
-		}
-		set, err := inv.set(ctx, it.Route)
-		if err != nil {
-			return nil, nil
-		}
-		cands := inv.itemCandidates(set, home, orderID, it.SKU, userID)
-		if len(cands) == 0 {
-			return nil, nil
-		}
-		k := len(skus)
-		skus = append(skus, shortSKU{ref: ref, item: i, want: it.Quantity, nodes: len(cands), allLimited: true})
-		for _, n := range set.Nodes() {
-			if !inv.usable(n) {
-				return nil, nil
-			}
-			c := callOn(calls, n)
-			if c == nil {
-				c = &peekCall{n: n}
-				calls = append(calls, c)
-			}
-			c.reads = append(c.reads, peekRead{sku: k, cand: isOneOf(n, cands)})
-			c.keys = append(c.keys, stockKey(it.Route, it.SKU))
-		}
-	}
-	return skus, calls
-}
-
-// isOneOf reports whether n is one of nodes.
-func isOneOf(n *node.Node, nodes []*node.Node) bool {
-	for _, m := range nodes {
-		if m == n {
-			return true
-		}
-	}
-	return false
-}
-
-// callOn returns the call of calls on node n, or nil.
-func callOn(calls []*peekCall, n *node.Node) *peekCall {
-	for _, c := range calls {
-		if c.n == n {
-			return c
-		}
-	}
-	return nil
-}
-
-// runPeeks runs every call's reads at the epoch token (peekOn), nodes
-// concurrently, and fills in its reply or error. A read that can only
-// queue behind a batch under way (peekbatch.go) is queued from this
-// goroutine and waited for; one that would be sent at once gets a
-// goroutine of its own, but the home node's, sent from this one.
-func (inv *Inventory) runPeeks(ctx context.Context, token, orderID string, calls []*peekCall) {
-	var wg sync.WaitGroup
-	for _, c := range calls[1:] {
-		if inv.opts.Faults == nil { // with faults, every read goes through them (peekOn)
-			c.req.stocks = c.keys
-			if c.queued = inv.enqueuePeek(c.n, token, &c.req); c.queued {
-				continue
-			}
-		}
-		wg.Add(1)
-		go func(c *peekCall) {
-			defer wg.Done()
-			if inv.opts.Faults == nil { // enqueuePeek gave it a batch's slot
-				c.fill(&c.req, inv.peekErr(c.n, inv.sendOwnPeek(ctx, c.n, token, &c.req)))
-				return
-			}
-			inv.peek(ctx, token, orderID, c)
-		}(c)
-	}
-	inv.peek(ctx, token, orderID, calls[0]) // the home node's, on this goroutine
-	for _, c := range calls[1:] {
-		if c.queued {
-			c.fill(&c.req, inv.peekErr(c.n, inv.waitPeek(ctx, c.n, &c.req)))
-		}
-	}
-	wg.Wait()
-}
-
-// peek runs one call's reads (see runPeeks).
-func (inv *Inventory) peek(ctx context.Context, token, orderID string, c *peekCall) {
-	r := &c.req
-	r.stocks = c.keys
-	if c.home {
-		r.record = orderKey(orderID)
-	}
-	c.fill(r, inv.peekOn(ctx, c.n, token, r))
-}
-
-// fill sets the call's reply from its answered reads r, or err.
-func (c *peekCall) fill(r *peekReq, err error) {
-	if c.err = err; err != nil {
-		return
-	}
-	c.status = r.status
-	for _, v := range r.vals {
-		if v.err != nil {
-			c.err = v.err
-			return
-		}
-	}
-	c.vals = r.vals
-}

@@ -372,3 +372,129 @@ func TestLimitRefusalAcrossNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLimitRefusalAcrossRoutes: an order over two routes whose per-user
+// quotas live on two nodes (routes a and b, one node each), refused because
+// the user is at its limit of the SKU on one of them, takes nothing on the
+// other either: no redo entry reaches PostgreSQL. When the user holds less
+// than the order wants there, nothing is written at all; when it holds at
+// least that much (the units may be the order's own), only the fence, one
+// failed record. Before such orders were read first, the take on the quota
+// node with room landed and was rolled back: a redo entry per refusal,
+// which pgsync lands as a cancelled row. The instance knows lim has a
+// limit (the limit hint: its LoadStock set it); one that has not seen it
+// yet takes first (see soldout.go, "Per-user limits").
+func TestLimitRefusalAcrossRoutes(t *testing.T) {
+	e := newSoldOutEnv(t)
+	for _, route := range []string{"a", "b"} {
+		if _, err := e.inv.LoadStock(e.ctx, route, "lim", 300, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// user y holds 4 of b/lim, user z 2: with a limit of 5, 2 more are over
+	// it for y (who holds at least that many), 4 more for z (who holds fewer)
+	for user, qty := range map[string]int64{"y": 4, "z": 2} {
+		if _, err := e.inv.Reserve(e.ctx, "held-"+user, []Item{{Route: "b", SKU: "lim", Quantity: qty}}, user, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refuse := func(user string, want int64) {
+		t.Helper()
+		for i := range 20 {
+			id := fmt.Sprintf("over-%s-%d", user, i)
+			items := []Item{{Route: "a", SKU: "lim", Quantity: 1}, {Route: "b", SKU: "lim", Quantity: want}}
+			if i%2 == 1 {
+				items[0], items[1] = items[1], items[0]
+			}
+			if _, err := e.inv.Reserve(e.ctx, id, items, user, time.Minute); !errors.Is(err, ErrLimitExceeded) {
+				t.Fatalf("order %s (%d more of b/lim for user %s, limit 5): %v, want ErrLimitExceeded", id, want, user, err)
+			}
+		}
+	}
+	before := e.state()
+	refuse("y", 2)
+	after := e.state()
+	keys := int64(0)
+	for name, st := range after {
+		if st.redo != before[name].redo {
+			t.Errorf("orders over two routes refused by the user's limit on one left redo entries on %s: before %v, after %v", name, before, after)
+		}
+		keys += st.keys - before[name].keys
+	}
+	if keys > 20 {
+		t.Errorf("20 orders over two routes refused by the user's limit left %d keys, want at most one each (the fence): before %v, after %v", keys, before, after)
+	}
+	before = e.state()
+	refuse("z", 4)
+	if after := e.state(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("orders over two routes refused by the user's limit, wanting more than the user holds, changed the nodes (keys, redo entries): before %v, after %v", before, after)
+	}
+	// within the limit on both routes the order is still met
+	if _, err := e.inv.Reserve(e.ctx, "within-y", []Item{{Route: "a", SKU: "lim", Quantity: 2}, {Route: "b", SKU: "lim", Quantity: 1}}, "y", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// an instance that has not loaded the SKU learns its limit from the
+	// replies of its first order of it, then reads first too
+	fresh := e.newInv()
+	if _, err := fresh.Reserve(e.ctx, "first-w", []Item{{Route: "a", SKU: "lim", Quantity: 1}, {Route: "b", SKU: "lim", Quantity: 1}}, "w", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	before = e.state()
+	for i := range 5 {
+		items := []Item{{Route: "a", SKU: "lim", Quantity: 1}, {Route: "b", SKU: "lim", Quantity: 2}}
+		if _, err := fresh.Reserve(e.ctx, fmt.Sprintf("fresh-y-%d", i), items, "y", time.Minute); !errors.Is(err, ErrLimitExceeded) {
+			t.Fatalf("order fresh-y-%d: %v, want ErrLimitExceeded", i, err)
+		}
+	}
+	for name, st := range e.state() {
+		if st.redo != before[name].redo {
+			t.Errorf("an instance that learned the limit from a reply let refused orders leave redo entries on %s", name)
+		}
+	}
+}
+
+// TestShortByHoldsRefusedBehindFence: an order short of stock only while
+// other orders hold units (reserved, not confirmed), which could be its
+// own earlier attempt's, is refused behind a fence: one failed record on
+// its home node and nothing else. Before, the reads stepped aside and the
+// next paths took what the nodes had left, then rolled it back: redo
+// entries, which pgsync lands as cancelled rows.
+func TestShortByHoldsRefusedBehindFence(t *testing.T) {
+	e := newSoldOutEnv(t)
+	e.load("all", "held", 3) // 1 on each node
+	for i := range 2 {
+		if _, err := e.inv.Reserve(e.ctx, fmt.Sprintf("holder-%d", i), []Item{{Route: "all", SKU: "held", Quantity: 1}}, "", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := e.state()
+	for i := range 10 {
+		id := fmt.Sprintf("short-%d", i)
+		_, err := e.newInv().Reserve(e.ctx, id, []Item{{Route: "all", SKU: "held", Quantity: 2}}, "", time.Minute)
+		if !errors.Is(err, ErrInsufficientStock) {
+			t.Fatalf("order %s (2 units, 1 available, 2 reserved): %v, want ErrInsufficientStock", id, err)
+		}
+		home, err := e.inv.homeFor(e.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := ReadOrder(e.ctx, e.clients[home.Name()], id).Fields()
+		if err != nil || f["status"] != string(OrderFailed) {
+			t.Fatalf("order %s: its record is %v (%v), want the fence: failed", id, f, err)
+		}
+	}
+	after := e.state()
+	keys := int64(0)
+	for name, st := range after {
+		if st.redo != before[name].redo {
+			t.Errorf("orders short by holds left redo entries on %s: before %v, after %v", name, before, after)
+		}
+		keys += st.keys - before[name].keys
+	}
+	if keys != 10 {
+		t.Errorf("10 orders short by holds left %d keys, want one each (the fence): before %v, after %v", keys, before, after)
+	}
+	if lvl, err := e.inv.GetStock(e.ctx, "all", "held"); err != nil || lvl.Available != 1 || lvl.Reserved != 2 {
+		t.Errorf("stock after the refusals: %+v (%v), want 1 available and 2 reserved", lvl, err)
+	}
+}

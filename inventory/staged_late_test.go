@@ -24,22 +24,25 @@ import (
 // closed, tells when that attempt's takes have returned, and, for the
 // deadline test, delays every stage and take of order by delay and notes
 // the instance's clock just before each is sent. mutate re-introduces
-// MutationStageTakeover (the Mutator the schedule explorer's self-check
-// uses).
+// MutationStageTakeover, mutation another one (the Mutator the schedule
+// explorer's self-check uses), in every instance it is the Faults of.
 type lateStage struct {
-	order   string
-	hold    bool          // hold back the first stage
-	delay   time.Duration // delay every stage and take of order
-	mutate  bool
-	release chan struct{} // closed to let the held stage go
-	held    chan struct{} // closed once the first stage is held
-	taken   chan struct{} // closed once the held attempt's takes returned
+	order    string
+	hold     bool          // hold back the first stage
+	delay    time.Duration // delay every stage and take of order
+	mutate   bool
+	mutation Mutation
+	takes    int           // taken closes once this many takes returned (0: one)
+	release  chan struct{} // closed to let the held stage go
+	held     chan struct{} // closed once the first stage is held
+	taken    chan struct{} // closed once the held attempt's takes returned
 
-	mu      sync.Mutex
-	stages  int
-	sent    map[string]time.Time // part id → the instance's clock when its call was sent
-	heldOne sync.Once
-	tookOne sync.Once
+	mu       sync.Mutex
+	stages   int
+	returned int                  // takes returned
+	sent     map[string]time.Time // part id → the instance's clock when its call was sent
+	heldOne  sync.Once
+	tookOne  sync.Once
 }
 
 func newLateStage(order string) *lateStage {
@@ -78,14 +81,22 @@ func (l *lateStage) Call(ctx context.Context, c ScriptCall, send func() (any, er
 	l.mu.Unlock()
 	v, err := send()
 	if c.Script == "reserve" {
-		l.tookOne.Do(func() { close(l.taken) })
+		l.mu.Lock()
+		l.returned++
+		all := l.returned >= max(l.takes, 1)
+		l.mu.Unlock()
+		if all {
+			l.tookOne.Do(func() { close(l.taken) })
+		}
 	}
 	return v, err
 }
 
 func (l *lateStage) Crash(context.Context, string) bool { return false }
 
-func (l *lateStage) Mutated(m Mutation) bool { return l.mutate && m == MutationStageTakeover }
+func (l *lateStage) Mutated(m Mutation) bool {
+	return (l.mutate && m == MutationStageTakeover) || (l.mutation != "" && m == l.mutation)
+}
 
 // lateInstance is a second Inventory on e's router whose Faults is l: the
 // instance whose attempt is late.
@@ -313,11 +324,15 @@ func TestMutationStageTakeoverOversells(t *testing.T) {
 
 // lateRefusal is how a retry is refused while a late attempt holds what
 // refuses it: the stock loaded on route b (one node) and its per-user
-// limit, the order's user, and the refusal the retry answers.
+// limit, the order's user, and the refusal the retry answers. spread adds
+// an item of route c (n3, with the same stock and limit), so the order's
+// quota parts are on two nodes and the retry is refused by its reads
+// before any take (soldout.go): behind a fence, its only write.
 type lateRefusal struct {
 	loaded, limit int64
 	user          string
 	want          error
+	spread        bool
 }
 
 // shortByHold: the late attempt holds all the stock.
@@ -327,22 +342,41 @@ var shortByHold = lateRefusal{loaded: 2, want: ErrInsufficientStock}
 // retry's quota part is over it (limitMayBeOwn).
 var limitByHold = lateRefusal{loaded: 10, limit: 2, user: "u", want: ErrLimitExceeded}
 
+// spreadLimitByHold is limitByHold over routes b and c, refused by reads.
+var spreadLimitByHold = lateRefusal{loaded: 10, limit: 2, user: "u", want: ErrLimitExceeded, spread: true}
+
 // lateStageAfterRefusal: a late attempt R0 of order X holds X's stock and
 // quota (its take landed, its stage is held back) when a retry R1 of X,
 // finding no record, is refused (rc) and leaves X failed; then R0's stage
 // lands. R1's answer says X is not reserved; a reservation made of the
 // units R0 held while R1 answered would mean X was reserved all along (R1
 // should have returned its receipts). It returns what is wrong.
-func lateStageAfterRefusal(t *testing.T, rc lateRefusal, mutate bool) (problems []string) {
+func lateStageAfterRefusal(t *testing.T, rc lateRefusal, m Mutation) (problems []string) {
 	e := newStagedEnv(t)
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", rc.loaded, rc.limit); err != nil {
 		t.Fatal(err)
 	}
 	items := []Item{{Route: "b", SKU: "t", Quantity: 2}}
 	x := e.awayOrder("x")
+	if rc.spread {
+		if _, err := e.inv.LoadStock(e.ctx, "c", "t", rc.loaded, rc.limit); err != nil {
+			t.Fatal(err)
+		}
+		items = append(items, Item{Route: "c", SKU: "t", Quantity: 1})
+		x = e.homedOn("x", "n1") // its stage holds no part: both takes land while it is held
+	}
 	l := newLateStage(x)
-	l.mutate = mutate
+	l.mutate, l.mutation = m == MutationStageTakeover, m
+	if rc.spread {
+		l.takes = 2
+	}
 	late := e.lateInstance(l)
+	retry := e.inv
+	if m != "" && m != MutationStageTakeover {
+		retry = e.lateInstance(newLateStage("")) // refuses with the mutation too
+		retry.opts.Faults.(*lateStage).mutation = m
+		retry.limited.mark(stockRef{"b", "t"}) // as e.inv's LoadStock did for it
+	}
 	done := make(chan error, 1)
 	go func() {
 		_, err := late.Reserve(e.ctx, x, items, rc.user, time.Minute)
@@ -351,7 +385,7 @@ func lateStageAfterRefusal(t *testing.T, rc lateRefusal, mutate bool) (problems 
 	e.wait(l.held, "the late attempt's stage being held")
 	e.wait(l.taken, "the late attempt's take")
 
-	if _, err := e.inv.Reserve(e.ctx, x, items, rc.user, time.Minute); !errors.Is(err, rc.want) {
+	if _, err := retry.Reserve(e.ctx, x, items, rc.user, time.Minute); !errors.Is(err, rc.want) {
 		t.Fatalf("retry of %s while the late attempt holds what it wants = %v, want %v", x, err, rc.want)
 	}
 	held := map[string]bool{}
@@ -386,7 +420,7 @@ func lateStageAfterRefusal(t *testing.T, rc lateRefusal, mutate bool) (problems 
 // insufficient stock must not end up reserved (and confirmable) by the
 // units whose hold made it answer so.
 func TestStagedLateStageAfterInsufficientStock(t *testing.T) {
-	for _, p := range lateStageAfterRefusal(t, shortByHold, false) {
+	for _, p := range lateStageAfterRefusal(t, shortByHold, "") {
 		t.Error(p)
 	}
 }
@@ -396,8 +430,26 @@ func TestStagedLateStageAfterInsufficientStock(t *testing.T) {
 // nothing: without the fence of limitMayBeOwn it withdrew its stage and
 // the late stage landed).
 func TestStagedLateStageAfterLimitRefusal(t *testing.T) {
-	for _, p := range lateStageAfterRefusal(t, limitByHold, false) {
+	for _, p := range lateStageAfterRefusal(t, limitByHold, "") {
 		t.Error(p)
+	}
+}
+
+// TestSpreadLimitRefusalFencesLateStage: nor a Reserve over two routes
+// refused by its reads (soldout.go) for the quota its late attempt holds:
+// the refusal's fence makes the late stage roll back.
+func TestSpreadLimitRefusalFencesLateStage(t *testing.T) {
+	for _, p := range lateStageAfterRefusal(t, spreadLimitByHold, "") {
+		t.Error(p)
+	}
+}
+
+// TestMutationFenceSkipConfirmsRefusedHold: without the fence
+// (MutationFenceSkip) the late stage lands and the held units end
+// confirmed.
+func TestMutationFenceSkipConfirmsRefusedHold(t *testing.T) {
+	if p := lateStageAfterRefusal(t, spreadLimitByHold, MutationFenceSkip); len(p) == 0 {
+		t.Error("with MutationFenceSkip the refused hold did not end reserved")
 	}
 }
 
@@ -405,7 +457,7 @@ func TestStagedLateStageAfterLimitRefusal(t *testing.T) {
 // late stage takes over the failed record and the held units end
 // confirmed.
 func TestMutationStageTakeoverConfirmsRefusedHold(t *testing.T) {
-	if p := lateStageAfterRefusal(t, shortByHold, true); len(p) == 0 {
+	if p := lateStageAfterRefusal(t, shortByHold, MutationStageTakeover); len(p) == 0 {
 		t.Error("with MutationStageTakeover the refused hold did not end reserved")
 	}
 }

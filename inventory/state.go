@@ -20,7 +20,8 @@ import "fmt"
 //	   │                 └──fail──────▶ failed
 //	   ├──local (one script, local.go)──▶ reserved
 //	   ├──cancel──▶ cancelled (a tombstone: a later Reserve of the id is refused)
-//	   └──expire (a due part's attempt left no record)──▶ failed
+//	   ├──expire (a due part's attempt left no record)──▶ failed
+//	   └──fence (a refusal after reads, soldout.go)──▶ failed
 //	failed ──begin──▶ reserving;  failed ──local──▶ reserved;  failed ──cancel──▶ cancelled
 //
 // confirmed and cancelled are final. A record's end is not a transition of

@@ -27,8 +27,9 @@ type Stats struct {
 	// a user) without the general path.
 	StagedReservations, StagedFallbacks, StagedRecovered, StagedRefusals int64
 	// RefusedUnwritten counts orders refused by reads alone, before
-	// anything was written (soldout.go).
-	RefusedUnwritten int64
+	// anything was written (soldout.go); RefusedFenced those refused
+	// after the reads behind a fence, a failed record and nothing else.
+	RefusedUnwritten, RefusedFenced int64
 	// GroupScriptCalls counts the script calls of grouped scripts sent to
 	// nodes, GroupedCalls the calls they carried (group.go): their ratio is
 	// the mean group size.
@@ -48,7 +49,7 @@ type counters struct {
 	local        atomic.Int64
 
 	staged, stagedFallback, stagedRecovered, stagedRefused atomic.Int64
-	refusedUnwritten                                       atomic.Int64
+	refusedUnwritten, refusedFenced                        atomic.Int64
 
 	groupScripts, groupCalls atomic.Int64
 	peekScripts, peekReads   atomic.Int64
@@ -68,6 +69,7 @@ func (inv *Inventory) Stats() Stats {
 	s.StagedRecovered = inv.stats.stagedRecovered.Load()
 	s.StagedRefusals = inv.stats.stagedRefused.Load()
 	s.RefusedUnwritten = inv.stats.refusedUnwritten.Load()
+	s.RefusedFenced = inv.stats.refusedFenced.Load()
 	s.GroupScriptCalls = inv.stats.groupScripts.Load()
 	s.GroupedCalls = inv.stats.groupCalls.Load()
 	s.RefusalReadScripts = inv.stats.peekScripts.Load()

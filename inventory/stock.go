@@ -91,6 +91,9 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 	}
 	ver := limitVersion()
 	took, failed := inv.loadShares(ctx, set, stockKey(route, sku), shares(targets, qty), perUserLimit, ver)
+	if perUserLimit > 0 {
+		inv.limited.mark(stockRef{route, sku}) // soldout.go, "Per-user limits"
+	}
 	inv.retryStuckOf(ctx, took, route, sku)
 	if len(failed) > 0 && perUserLimit >= 0 {
 		inv.recordLimitTodo(context.WithoutCancel(ctx), took, route, sku, perUserLimit, ver)

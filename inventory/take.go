@@ -420,7 +420,13 @@ func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, toke
 	if err != nil {
 		return nil, err
 	}
-	return decodeReserveReplies(n.Name(), v, len(reqs))
+	replies, err := decodeReserveReplies(n.Name(), v, len(reqs))
+	for i := range replies {
+		if replies[i].limit > 0 {
+			inv.limited.mark(stockRef{reqs[i].Route, reqs[i].SKU})
+		}
+	}
+	return replies, err
 }
 
 // decodeReserveReplies reads the reserve script's reply to k part

@@ -39,7 +39,7 @@ func ParseMutations(s string) ([]inventory.Mutation, error) {
 		return nil, nil
 	}
 	known := []inventory.Mutation{inventory.MutationStageTakeover, inventory.MutationApplyLeavesStaging,
-		inventory.MutationXferNegativeZero, inventory.MutationLimitWithdraw}
+		inventory.MutationXferNegativeZero, inventory.MutationLimitWithdraw, inventory.MutationFenceSkip}
 	var out []inventory.Mutation
 	for _, f := range strings.Split(s, ",") {
 		m := inventory.Mutation(strings.TrimSpace(f))

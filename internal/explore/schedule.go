@@ -190,14 +190,35 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		})
 	}
 	if opts.Limit > 0 && s.Chance(opts.Limit) {
-		// An order of one limited SKU (4 of c/s, limit 6) for user u, and
-		// a retry of it on the other instance: the first attempt's quota
-		// may be what refuses the retry (inventory's limitMayBeOwn) while
-		// its stage, to a home other than the quota node n3, is late.
+		// An order of one limited SKU (4 of c/s, limit 6) for user u, in
+		// half of them with 1 of a/s for user v, and a retry of it on the other
+		// instance: the first attempt's quota may be what refuses the
+		// retry (inventory's limitMayBeOwn, or its reads' fence) while its
+		// stage, to a home other than the quota node n3, is late.
 		o6 := orderPlan{ID: awayFrom(w.homes, "n3", "o6", "o8", "o10"), User: "u", Items: []inventory.Item{{Route: "c", SKU: "s", Quantity: 4}}}
+		late := 0
+		if s.Chance(0.5) {
+			// and 1 of a/s, for user v (whose quota no other order
+			// takes): its quota parts on n1 and n3, so each attempt reads
+			// first (inventory's spreadQuotas), and a retry that reads
+			// the first attempt's quota is refused behind a fence; its
+			// home n2 stages no part of it, so the takes may all land
+			// while the stage is late. The first attempt's reads and
+			// takes are five calls: the retry starts three to eight
+			// steps late.
+			o6 = orderPlan{ID: homedOn(w.homes, "n2", "o6", "o8", "o10", "o11", "o12", "o13"), User: "v", Items: []inventory.Item{
+				{Route: "c", SKU: "s", Quantity: 4}, {Route: "a", SKU: "s", Quantity: 1}}}
+			late = 3 + s.Intn(6)
+		}
 		orders = append(orders, o6)
 		s.Go(ctx, "reserve-o6@i0", obs.reserve(insts[0], "reserve-o6@i0", o6, 2))
-		s.Go(ctx, "retry-o6@i1", obs.reserve(insts[1], "retry-o6@i1", o6, 2))
+		retry := obs.reserve(insts[1], "retry-o6@i1", o6, 2)
+		s.Go(ctx, "retry-o6@i1", func(ctx context.Context) {
+			for range late {
+				_ = s.Step(ctx, "retry-o6@i1 waits", func() error { return nil })
+			}
+			retry(ctx)
+		})
 	}
 	if s.Chance(opts.Topology) {
 		// The order reserved at T1: its home at T1 is n4, n1 or n2, and
@@ -224,6 +245,16 @@ func awayFrom(homes *inventory.Homes, node string, ids ...string) string {
 		}
 	}
 	panic("explore: every id's home is " + node)
+}
+
+// homedOn returns the first of ids whose home is node.
+func homedOn(homes *inventory.Homes, node string, ids ...string) string {
+	for _, id := range ids {
+		if homes.Home(id) == node {
+			return id
+		}
+	}
+	panic("explore: no id's home is " + node)
 }
 
 // t1Orders are the ids the topology actor's order may have (homes at T1:

@@ -122,7 +122,7 @@ var (
 	descRolledBack  = prometheus.NewDesc("shardis_parts_rolled_back_total", "Parts cancelled by failed Reserve calls.", nil, nil)
 	descDeferred    = prometheus.NewDesc("shardis_parts_deferred_total", "Parts whose settle was deferred because their node was unreachable.", nil, nil)
 	descReservePath = prometheus.NewDesc("shardis_reserve_fast_path_total",
-		"Reserve calls by fast path: local (one script on the order's home node), staged (one round: staged record and parallel takes), staged_fallback (a one-round attempt rolled back, then the general path), staged_recovered (staged orders a reader committed), staged_refused (refused for good in one round: per-user limit, limited SKU without a user).", []string{"path"}, nil)
+		"Reserve calls by fast path: local (one script on the order's home node), staged (one round: staged record and parallel takes), staged_fallback (a one-round attempt rolled back, then the general path), staged_recovered (staged orders a reader committed), staged_refused (refused for good in one round: per-user limit, limited SKU without a user), refused_unwritten (refused by reads alone, nothing written), refused_fenced (refused after the reads behind a failed record, nothing else written).", []string{"path"}, nil)
 	descGroupSent = prometheus.NewDesc("shardis_group_commit_script_calls_total",
 		"Script calls of the grouped inventory scripts (reserve, order record, settle) sent to nodes; each carries one or more orders' calls (group commit).", nil, nil)
 	descGroupCalls = prometheus.NewDesc("shardis_group_commit_calls_total",
@@ -184,7 +184,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDeferred, prometheus.CounterValue, float64(s.PartsDeferred))
 		for path, n := range map[string]int64{"local": s.LocalReservations, "staged": s.StagedReservations,
 			"staged_fallback": s.StagedFallbacks, "staged_recovered": s.StagedRecovered, "staged_refused": s.StagedRefusals,
-			"refused_unwritten": s.RefusedUnwritten} {
+			"refused_unwritten": s.RefusedUnwritten, "refused_fenced": s.RefusedFenced} {
 			ch <- prometheus.MustNewConstMetric(descReservePath, prometheus.CounterValue, float64(n), path)
 		}
 		ch <- prometheus.MustNewConstMetric(descGroupSent, prometheus.CounterValue, float64(s.GroupScriptCalls))

@@ -84,6 +84,14 @@ elseif op == 'cancel' then
     final('cancelled', 'cancelled', retention)
   end
   return record(status)
+elseif op == 'fence' then
+  -- a refusal's fence (soldout.go): failed, only where there is no record
+  if not status then
+    order_set({status = 'failed', token = token, reason = 'refused', decided_at = now}, retention)
+    cur, reason = token, 'refused'
+    return record('failed')
+  end
+  return record(status)
 elseif op == 'expire' then
   if not status and not moved and token ~= '' then
     -- A part of attempt token is due and its order has no record: the
