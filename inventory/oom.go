@@ -21,8 +21,8 @@ import (
 //	memRead    "#!lua flags=no-writes": reads only (Redis refuses any write
 //	           in it); runs on a full node.
 //	memGrow    "#!lua": may take memory: reserve, stage, local reserve,
-//	           begin of an order, stock loading, the redo log and topology
-//	           steps. Refused whole on a full node ("OOM command not
+//	           begin of an order, a refusal's fence (soldout.go), stock
+//	           loading, the redo log and topology steps. Refused whole on a full node ("OOM command not
 //	           allowed…") before any of it runs, so nothing is half done.
 //	memRelease "#!lua flags=allow-oom": decides or settles what the node
 //	           already holds, and runs on a full node: settle (confirm, cancel

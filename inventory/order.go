@@ -64,8 +64,8 @@ type orderRecord struct {
 func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID string, op orderOp, token string, args ...any) (orderRecord, error) {
 	argv := append([]any{string(op), token}, args...)
 	script := orderDecideScript // runs on a node out of memory too (oom.go)
-	if op == opBegin {
-		script = orderScript
+	if op == opBegin || op == opFence {
+		script = orderScript // a new record: refused on a full node
 	}
 	v, err := inv.run(ctx, home, script, []string{orderKey(orderID)}, argv...)
 	if err != nil {

@@ -77,6 +77,9 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //	        part's token (a stale stage of that token, stageTakeScript, is
 //	        refused afterwards). Returns the record
 //	        either way.
+//	fence   (a refusal, ARGV 6 retention s) missing (or moved) → failed
+//	        under the caller's token, reason "refused" (soldout.go,
+//	        "Refusals behind a fence"). Otherwise the record as is.
 //
 // A "staging" record is never taken over, confirmed, cancelled or expired
 // here: every op but commit, fail and withdraw returns it as it is ("staging", with
@@ -86,14 +89,14 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 // A record marked moved (topology.go) is treated as absent and dropped.
 //
 // It runs as two scripts of one body (oom.go): orderScript, refused whole
-// on a node out of memory, for begin (it starts an order), and
+// on a node out of memory, for begin and fence (they start a record), and
 // orderDecideScript, which runs there too, for every other op (they decide
 // an order that exists, or tombstone one that does not); orderDecideScript
-// refuses begin.
+// refuses begin and fence.
 var orderScript = newGroupedScript("order", true, orderBody)
 
-// orderDecideScript is orderScript's body for every op but begin, declared
-// memRelease (oom.go).
+// orderDecideScript is orderScript's body for every op but begin and
+// fence, declared memRelease (oom.go).
 var orderDecideScript = newGroupedReleaseScript("order", luaFile("order_decide.lua")+orderBody)
 
 // orderBody is the order record's state machine (orderScript).

@@ -66,6 +66,8 @@ import (
 // home node under a fresh token, written by orderScript's "fence" op only
 // where the order has no record (or one marked moved), kept for
 // inventory.retention, and nothing else: no part, no take, no redo entry.
+// It starts a record, so a node out of memory refuses it (memGrow, oom.go)
+// and the refusal steps aside: the next path is refused there too.
 // States on the home node:
 //
 //	(no record) ──fence(F)──▶ failed(F)                       refuse

@@ -206,3 +206,38 @@ func invWaitNothingHeld(t *testing.T, ctx context.Context, c *invCluster, skus [
 		}
 	}
 }
+
+// A refusal's fence starts a record (inventory/soldout.go, "Refusals
+// behind a fence"), so a node out of memory refuses it like any new
+// order: an order short only because the SKU's units are reserved, whose
+// reads come first (the sold-out hint), is answered ErrOutOfMemory there
+// and the full node gains no key; once the node is freed it is refused
+// behind its fence.
+func TestInvOOMRefusalWritesNoFence(t *testing.T) {
+	c := newInvCluster(t, invOpts{nodes: 1})
+	ctx := invCtx(t, 30*time.Second)
+	c.load("r", "held", 2, 0)
+	for i := range 2 {
+		if _, err := c.inv.Reserve(ctx, fmt.Sprintf("holder-%d", i), []inventory.Item{invItem("r", "held", 1)}, "", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// the first refusal marks the hint (and leaves its fence)
+	if _, err := c.inv.Reserve(ctx, "short-0", []inventory.Item{invItem("r", "held", 1)}, "", time.Minute); !errors.Is(err, inventory.ErrInsufficientStock) {
+		t.Fatalf("Reserve short-0: %v, want ErrInsufficientStock", err)
+	}
+	n1 := c.clients[c.names[0]]
+	filled := invFill(t, ctx, n1, "oom-fill")
+	before := n1.DBSize(ctx).Val()
+	_, err := c.inv.Reserve(ctx, "short-1", []inventory.Item{invItem("r", "held", 1)}, "", time.Minute)
+	if !errors.Is(err, inventory.ErrOutOfMemory) {
+		t.Errorf("Reserve short-1 on a full node: %v, want ErrOutOfMemory", err)
+	}
+	if after := n1.DBSize(ctx).Val(); after != before {
+		t.Errorf("a refusal on a full node wrote %d key(s)", after-before)
+	}
+	invFree(t, ctx, n1, filled)
+	if _, err := c.inv.Reserve(ctx, "short-1", []inventory.Item{invItem("r", "held", 1)}, "", time.Minute); !errors.Is(err, inventory.ErrInsufficientStock) {
+		t.Fatalf("Reserve short-1 once freed: %v, want ErrInsufficientStock", err)
+	}
+}

@@ -1,4 +1,4 @@
 
-if ARGV[4] == 'begin' then
-  return redis.error_reply('SHARDIS_BADOP begin takes memory: not an op of the order-decide script')
+if ARGV[4] == 'begin' or ARGV[4] == 'fence' then
+  return redis.error_reply('SHARDIS_BADOP ' .. ARGV[4] .. ' takes memory: not an op of the order-decide script')
 end
