@@ -67,7 +67,11 @@ import (
 // where the order has no record (or one marked moved), kept for
 // inventory.retention, and nothing else: no part, no take, no redo entry.
 // It starts a record, so a node out of memory refuses it (memGrow, oom.go)
-// and the refusal steps aside: the next path is refused there too.
+// and the refusal steps aside: the next path is refused there too. A fence
+// whose reply is lost is asked once more: the op writes only where there is
+// no record, so the second ask answers by the first's record (or by
+// whatever came meanwhile); if that one fails too, the refusal steps aside.
+// TestFenceReplyLost drives this case.
 // States on the home node:
 //
 //	(no record) ──fence(F)──▶ failed(F)                       refuse
@@ -387,10 +391,22 @@ func (s *shortSKU) limitError(userID string) error {
 // fenceRefusal writes the fence of a refusal on the order's home node
 // (orderScript's "fence" op: a failed record under a fresh token where the
 // order has none) and reports whether the order may be refused behind it:
-// the record is failed, this fence or an earlier one.
+// the record is failed, this fence or an earlier one. A fence whose
+// outcome is unknown (its reply lost) is asked once more: the op writes
+// only where there is no record, so the second finds the first's record,
+// or whatever came meanwhile, and answers by it.
 func (inv *Inventory) fenceRefusal(ctx context.Context, home *node.Node, orderID string) bool {
-	rec, err := inv.orderOp(ctx, home, orderID, opFence, newToken(), seconds(inv.cfg.Retention))
-	return err == nil && rec.status == recFailed
+	token := newToken()
+	for range 2 {
+		rec, err := inv.orderOp(ctx, home, orderID, opFence, token, seconds(inv.cfg.Retention))
+		if err == nil {
+			return rec.status == recFailed
+		}
+		if !outcomeUnknown(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	return false
 }
 
 // shortStockError is refuseShort's ErrInsufficientStock for sku s: its

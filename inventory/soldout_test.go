@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -493,6 +494,82 @@ func TestShortByHoldsRefusedBehindFence(t *testing.T) {
 	}
 	if keys != 10 {
 		t.Errorf("10 orders short by holds left %d keys, want one each (the fence): before %v, after %v", keys, before, after)
+	}
+	if lvl, err := e.inv.GetStock(e.ctx, "all", "held"); err != nil || lvl.Available != 1 || lvl.Reserved != 2 {
+		t.Errorf("stock after the refusals: %+v (%v), want 1 available and 2 reserved", lvl, err)
+	}
+}
+
+// fenceReplyLost is a Faults under which the first fence op of each order
+// runs on its node and loses its reply (the outcome unknown to the caller,
+// as after a timeout); later ones answer.
+type fenceReplyLost struct {
+	mu   sync.Mutex
+	lost map[string]bool // order key → its first fence's reply was lost
+}
+
+func (f *fenceReplyLost) Call(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error) {
+	if c.Script != orderScript.name || len(c.Args) == 0 || c.Args[0] != string(opFence) {
+		return send()
+	}
+	f.mu.Lock()
+	first := !f.lost[c.Keys[0]]
+	f.lost[c.Keys[0]] = true
+	f.mu.Unlock()
+	v, err := send()
+	if err == nil && first {
+		return nil, fmt.Errorf("fence reply lost: %w", context.DeadlineExceeded)
+	}
+	return v, err
+}
+
+func (f *fenceReplyLost) Crash(context.Context, string) bool { return false }
+
+// TestFenceReplyLost: the fence's write landed but its reply was lost;
+// refuseShort asks again, finds the failed record and refuses behind it:
+// no redo entry and no key but the fence. (Without the second ask it
+// stepped aside and the next paths took what was left and rolled it back:
+// redo entries and 12 keys over the 5 orders.)
+func TestFenceReplyLost(t *testing.T) {
+	e := newSoldOutEnv(t)
+	e.load("all", "held", 3) // 1 on each node
+	for i := range 2 {
+		if _, err := e.inv.Reserve(e.ctx, fmt.Sprintf("holder-%d", i), []Item{{Route: "all", SKU: "held", Quantity: 1}}, "", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := &fenceReplyLost{lost: map[string]bool{}}
+	inv, err := New(e.r, Options{Logger: slog.New(slog.DiscardHandler), Faults: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inv.Close)
+	before := e.state()
+	for i := range 5 {
+		id := fmt.Sprintf("lost-%d", i)
+		if _, err := inv.Reserve(e.ctx, id, []Item{{Route: "all", SKU: "held", Quantity: 2}}, "", time.Minute); !errors.Is(err, ErrInsufficientStock) {
+			t.Fatalf("order %s (2 units, 1 available, 2 reserved), its fence's reply lost: %v, want ErrInsufficientStock", id, err)
+		}
+		home, err := inv.homeFor(e.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f, err := ReadOrder(e.ctx, e.clients[home.Name()], id).Fields(); err != nil || f["status"] != string(OrderFailed) {
+			t.Fatalf("order %s: its record is %v (%v), want failed", id, f, err)
+		}
+	}
+	if len(f.lost) != 5 {
+		t.Fatalf("%d orders' fences met the fault, want 5", len(f.lost))
+	}
+	keys := int64(0)
+	for name, st := range e.state() {
+		if st.redo != before[name].redo {
+			t.Errorf("orders whose fence reply was lost left redo entries on %s", name)
+		}
+		keys += st.keys - before[name].keys
+	}
+	if keys != 5 {
+		t.Errorf("5 orders whose fence reply was lost left %d keys, want one each (a failed record)", keys)
 	}
 	if lvl, err := e.inv.GetStock(e.ctx, "all", "held"); err != nil || lvl.Available != 1 || lvl.Reserved != 2 {
 		t.Errorf("stock after the refusals: %+v (%v), want 1 available and 2 reserved", lvl, err)
