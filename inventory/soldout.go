@@ -87,12 +87,14 @@ import (
 // parts, as for any failed record. The op writes only where there is no
 // record, atomically with that check, so it never overwrites an attempt
 // that began or staged after the reads: it finds that attempt's record and
-// refusal steps aside. An attempt that begins, stages or reserves in one
+// the refusal steps aside. An attempt that begins or reserves in one
 // script after the fence takes it over as it takes over any failed record
-// (begin with a new token; the one-script path replaces it) and is ordered
-// after the refusal: it held nothing when the reads were made, or the
-// reads would have seen its record or its units. A retry of the order id,
-// Confirm and Cancel meet a failed record, as after any refused attempt.
+// (begin with a new token; the one-script path replaces it); one that
+// stages after it meets "existing" and takes the general path. Either is
+// ordered after the refusal: it held nothing when the reads were made, or
+// the reads would have seen its record or its units. A retry of the order
+// id, Confirm and Cancel meet a failed record, as after any refused
+// attempt.
 //
 // Why the reserved units count: the one write a refusal used to make, the
 // failed record on the home node, is also a fence. An earlier attempt R0
