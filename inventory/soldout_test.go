@@ -82,6 +82,22 @@ func (e *soldOutEnv) newInv() *Inventory {
 	return inv
 }
 
+// keysNoRedo compares the nodes with before: it fails the test for every
+// node whose redo entries changed (what names the orders, as in "orders …
+// left redo entries") and returns the keys added over all nodes.
+func (e *soldOutEnv) keysNoRedo(before map[string]nodeState, what string) int64 {
+	e.t.Helper()
+	after := e.state()
+	keys := int64(0)
+	for name, st := range after {
+		if st.redo != before[name].redo {
+			e.t.Errorf("%s left redo entries on %s: before %v, after %v", what, name, before, after)
+		}
+		keys += st.keys - before[name].keys
+	}
+	return keys
+}
+
 // nodeState is what a refusal must leave unchanged on one node: its key
 // count (but the witness marks' hash, which the router writes on its
 // heartbeat after any node's writes, whenever that falls: node/witness.go)
@@ -333,13 +349,7 @@ func TestLimitRefusalAcrossNodes(t *testing.T) {
 		refuse(fmt.Sprintf("over-w-%d", i), "w", 2, i)
 	}
 	after := e.state()
-	keys := int64(0)
-	for name, st := range after {
-		if st.redo != before[name].redo {
-			t.Errorf("orders refused by the user's limit left redo entries on %s: before %v, after %v", name, before, after)
-		}
-		keys += st.keys - before[name].keys
-	}
+	keys := e.keysNoRedo(before, "orders refused by the user's limit")
 	// the fence is the failed record alone: the refused parts' takes
 	// answered without taking, so no tombstone is needed for them
 	if keys > 30 {
@@ -415,13 +425,7 @@ func TestLimitRefusalAcrossRoutes(t *testing.T) {
 	before := e.state()
 	refuse("y", 2)
 	after := e.state()
-	keys := int64(0)
-	for name, st := range after {
-		if st.redo != before[name].redo {
-			t.Errorf("orders over two routes refused by the user's limit on one left redo entries on %s: before %v, after %v", name, before, after)
-		}
-		keys += st.keys - before[name].keys
-	}
+	keys := e.keysNoRedo(before, "orders over two routes refused by the user's limit on one")
 	if keys > 20 {
 		t.Errorf("20 orders over two routes refused by the user's limit left %d keys, want at most one each (the fence): before %v, after %v", keys, before, after)
 	}
@@ -447,11 +451,7 @@ func TestLimitRefusalAcrossRoutes(t *testing.T) {
 			t.Fatalf("order fresh-y-%d: %v, want ErrLimitExceeded", i, err)
 		}
 	}
-	for name, st := range e.state() {
-		if st.redo != before[name].redo {
-			t.Errorf("an instance that learned the limit from a reply let refused orders leave redo entries on %s", name)
-		}
-	}
+	e.keysNoRedo(before, "refused orders of an instance that learned the limit from a reply")
 }
 
 // TestShortByHoldsRefusedBehindFence: an order short of stock only while
@@ -485,13 +485,7 @@ func TestShortByHoldsRefusedBehindFence(t *testing.T) {
 		}
 	}
 	after := e.state()
-	keys := int64(0)
-	for name, st := range after {
-		if st.redo != before[name].redo {
-			t.Errorf("orders short by holds left redo entries on %s: before %v, after %v", name, before, after)
-		}
-		keys += st.keys - before[name].keys
-	}
+	keys := e.keysNoRedo(before, "orders short by holds")
 	if keys != 10 {
 		t.Errorf("10 orders short by holds left %d keys, want one each (the fence): before %v, after %v", keys, before, after)
 	}
@@ -561,13 +555,7 @@ func TestFenceReplyLost(t *testing.T) {
 	if len(f.lost) != 5 {
 		t.Fatalf("%d orders' fences met the fault, want 5", len(f.lost))
 	}
-	keys := int64(0)
-	for name, st := range e.state() {
-		if st.redo != before[name].redo {
-			t.Errorf("orders whose fence reply was lost left redo entries on %s", name)
-		}
-		keys += st.keys - before[name].keys
-	}
+	keys := e.keysNoRedo(before, "orders whose fence reply was lost")
 	if keys != 5 {
 		t.Errorf("5 orders whose fence reply was lost left %d keys, want one each (a failed record)", keys)
 	}
