@@ -355,8 +355,8 @@ func (s *shortSKU) refusal(userID string) (hint bool, err error) {
 		// as the general path: its quota part is refused whatever the stock
 		return false, fmt.Errorf("%w: user %q: the order wants %d of %s/%s, limit %d",
 			ErrLimitExceeded, userID, s.want, s.ref.route, s.ref.sku, s.limit)
-	case userID != "" && s.overQuota() && s.qheld < s.want:
-		// no attempt of the order holds its quota part (all or nothing)
+	case userID != "" && s.overQuota() && !heldMayBeOwn(s.qheld, s.want):
+		// no attempt of the order holds its quota part
 		return false, s.limitError(userID)
 	case s.avail+s.held < s.want && !s.known:
 		return true, fmt.Errorf("%w: items[%d] sku %s was never loaded on route %s",
@@ -386,8 +386,7 @@ func (s *shortSKU) overQuota() bool { return s.qlimit > 0 && s.qheld+s.want > s.
 
 // limitError is the ErrLimitExceeded of an order over the user's quota.
 func (s *shortSKU) limitError(userID string) error {
-	return fmt.Errorf("%w: user %q holds %d of %s/%s, limit %d, order wants %d",
-		ErrLimitExceeded, userID, s.qheld, s.ref.route, s.ref.sku, s.qlimit, s.want)
+	return limitExceeded(userID, s.qheld, s.ref.route, s.ref.sku, s.qlimit, s.want)
 }
 
 // fenceRefusal writes the fence of a refusal on the order's home node

@@ -82,6 +82,19 @@ func (e *soldOutEnv) newInv() *Inventory {
 	return inv
 }
 
+// loadHeld loads 3 units of all/held (1 on each node) and reserves 2 of
+// them, unconfirmed, with two 1-unit orders: an order of 2 is then short
+// only by holds.
+func (e *soldOutEnv) loadHeld() {
+	e.t.Helper()
+	e.load("all", "held", 3)
+	for i := range 2 {
+		if _, err := e.inv.Reserve(e.ctx, fmt.Sprintf("holder-%d", i), []Item{{Route: "all", SKU: "held", Quantity: 1}}, "", time.Minute); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
 // keysNoRedo compares the nodes with before: it fails the test for every
 // node whose redo entries changed (what names the orders, as in "orders …
 // left redo entries") and returns the keys added over all nodes.
@@ -462,12 +475,7 @@ func TestLimitRefusalAcrossRoutes(t *testing.T) {
 // entries, which pgsync lands as cancelled rows.
 func TestShortByHoldsRefusedBehindFence(t *testing.T) {
 	e := newSoldOutEnv(t)
-	e.load("all", "held", 3) // 1 on each node
-	for i := range 2 {
-		if _, err := e.inv.Reserve(e.ctx, fmt.Sprintf("holder-%d", i), []Item{{Route: "all", SKU: "held", Quantity: 1}}, "", time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.loadHeld()
 	before := e.state()
 	for i := range 10 {
 		id := fmt.Sprintf("short-%d", i)
@@ -526,12 +534,7 @@ func (f *fenceReplyLost) Crash(context.Context, string) bool { return false }
 // redo entries and 12 keys over the 5 orders.)
 func TestFenceReplyLost(t *testing.T) {
 	e := newSoldOutEnv(t)
-	e.load("all", "held", 3) // 1 on each node
-	for i := range 2 {
-		if _, err := e.inv.Reserve(e.ctx, fmt.Sprintf("holder-%d", i), []Item{{Route: "all", SKU: "held", Quantity: 1}}, "", time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.loadHeld()
 	f := &fenceReplyLost{lost: map[string]bool{}}
 	inv, err := New(e.r, Options{Logger: slog.New(slog.DiscardHandler), Faults: f})
 	if err != nil {

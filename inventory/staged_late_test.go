@@ -23,14 +23,13 @@ import (
 // it holds back the first "stage-take" call of order until release is
 // closed, tells when that attempt's takes have returned, and, for the
 // deadline test, delays every stage and take of order by delay and notes
-// the instance's clock just before each is sent. mutate re-introduces
-// MutationStageTakeover, mutation another one (the Mutator the schedule
-// explorer's self-check uses), in every instance it is the Faults of.
+// the instance's clock just before each is sent. mutation, when set, is
+// re-introduced (the Mutator the schedule explorer's self-check uses) in
+// every instance it is the Faults of.
 type lateStage struct {
 	order    string
 	hold     bool          // hold back the first stage
 	delay    time.Duration // delay every stage and take of order
-	mutate   bool
 	mutation Mutation
 	takes    int           // taken closes once this many takes returned (0: one)
 	release  chan struct{} // closed to let the held stage go
@@ -94,9 +93,7 @@ func (l *lateStage) Call(ctx context.Context, c ScriptCall, send func() (any, er
 
 func (l *lateStage) Crash(context.Context, string) bool { return false }
 
-func (l *lateStage) Mutated(m Mutation) bool {
-	return (l.mutate && m == MutationStageTakeover) || (l.mutation != "" && m == l.mutation)
-}
+func (l *lateStage) Mutated(m Mutation) bool { return l.mutation != "" && m == l.mutation }
 
 // lateInstance is a second Inventory on e's router whose Faults is l: the
 // instance whose attempt is late.
@@ -246,7 +243,9 @@ func lateStageOverFailed(t *testing.T, mutate bool) (problems []string, lateErr 
 	// The late attempt: its take lands on n2, its stage is held back. A
 	// short ttl makes its part due soon (by either clock).
 	l := newLateStage(x)
-	l.mutate = mutate
+	if mutate {
+		l.mutation = MutationStageTakeover
+	}
 	late := e.lateInstance(l)
 	type answer struct {
 		res Reservation
@@ -366,7 +365,7 @@ func lateStageAfterRefusal(t *testing.T, rc lateRefusal, m Mutation) (problems [
 		x = e.homedOn("x", "n1") // its stage holds no part: both takes land while it is held
 	}
 	l := newLateStage(x)
-	l.mutate, l.mutation = m == MutationStageTakeover, m
+	l.mutation = m
 	if rc.spread {
 		l.takes = 2
 	}
@@ -471,7 +470,10 @@ func stagedDeadlines(t *testing.T, mutate bool) map[string]time.Duration {
 	e := newStagedEnv(t)
 	x := e.awayOrder("dl")
 	l := newLateStage(x)
-	l.hold, l.delay, l.mutate = false, 100*time.Millisecond, mutate
+	l.hold, l.delay = false, 100*time.Millisecond
+	if mutate {
+		l.mutation = MutationStageTakeover
+	}
 	const ttl = time.Minute
 	if _, err := e.lateInstance(l).Reserve(e.ctx, x, stagedItems(), "", ttl); err != nil {
 		t.Fatal(err)

@@ -319,7 +319,20 @@ func (inv *Inventory) quotaParts(ctx context.Context, orderID, token string, ite
 // "Per-user limits"); when the user holds less than r wants, no attempt of
 // the order holds its quota, and the refusal needs none.
 func limitMayBeOwn(r partReq, rep reply) bool {
-	return r.Kind == PartQuota && rep.state == takeLimit && rep.qty >= r.Qty
+	return r.Kind == PartQuota && rep.state == takeLimit && heldMayBeOwn(rep.qty, r.Qty)
+}
+
+// heldMayBeOwn is limitMayBeOwn's rule on its numbers: the user holds held
+// units of a (route, SKU) whose quota part wants want; an attempt's quota
+// part holds all it wants or nothing, so the held units may include an
+// attempt's of the same order only when held ≥ want.
+func heldMayBeOwn(held, want int64) bool { return held >= want }
+
+// limitExceeded is the ErrLimitExceeded of a quota part that wants want of
+// route/sku while userID holds held there, over limit.
+func limitExceeded(userID string, held int64, route, sku string, limit, want int64) error {
+	return fmt.Errorf("%w: user %q holds %d of %s/%s, limit %d, order wants %d",
+		ErrLimitExceeded, userID, held, route, sku, limit, want)
 }
 
 // refusal returns the error that refuses an order for good on a take
@@ -329,8 +342,7 @@ func limitMayBeOwn(r partReq, rep reply) bool {
 func refusal(r partReq, rep reply, userID string) error {
 	switch {
 	case r.Kind == PartQuota && rep.state == takeLimit:
-		return fmt.Errorf("%w: user %q holds %d of %s/%s, limit %d, order wants %d",
-			ErrLimitExceeded, userID, rep.qty, r.Route, r.SKU, rep.limit, r.Qty)
+		return limitExceeded(userID, rep.qty, r.Route, r.SKU, rep.limit, r.Qty)
 	case r.Kind == PartStock && rep.limit > 0 && userID == "":
 		return fmt.Errorf("%w: items[%d] sku %s (route %s) has a per-user limit of %d: an order of it needs user_id",
 			ErrInvalid, r.Item, r.SKU, r.Route, rep.limit)
