@@ -7,79 +7,51 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/router"
+	"github.com/shardis/shardis/topology"
 )
 
-// migrate runs steps 3 and 4 of topology.go at token tok: settle what
-// leaving nodes still hold, move order records, transfer quota counters
-// and leaving nodes' stock, then mark every node stable. When counters are
-// still held by pending parts after opts.Wait, it returns with the phase
-// still migrating (Waiting counts them).
-func (a *applier) migrate(ctx context.Context, tok string) (ApplyReport, error) {
+// Relocate implements [topology.Driver]: at c.Token, it moves every order
+// record whose home moved (moveOrders) and then decides every record still
+// staging (decideStaging). The view it acts on is reread first; it must be
+// at c.Token.
+func (a *migrator) Relocate(ctx context.Context, c topology.Change) (topology.Moved, bool, error) {
+	a.begin(c)
 	v := a.inv.resync(ctx, a.inv.topo.cur.Load())
 	if err := v.refuse(); err != nil {
-		return a.rep, err
+		return a.moved, false, err
 	}
-	if v.token != tok {
-		return a.rep, fmt.Errorf("%w: %w: the nodes moved on to %s while applying %s", ErrUnavailable, ErrTopology, v.token, tok)
+	if v.token != c.Token {
+		return a.moved, false, fmt.Errorf("%w: %w: the nodes moved on to %s while applying %s", ErrUnavailable, ErrTopology, v.token, c.Token)
 	}
-	if v.migrating() {
-		if err := a.moveOrders(ctx, v); err != nil {
-			return a.rep, err
-		}
-		if err := a.decideStaging(ctx, v); err != nil {
-			return a.rep, err
-		}
-		deadline := time.Now().Add(a.opts.Wait)
-		for {
-			busy, err := a.moveCounters(ctx)
-			if err != nil {
-				return a.rep, err
-			}
-			if err := a.settleLeaving(ctx); err != nil {
-				return a.rep, err
-			}
-			if busy == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				// Safe to leave: instances keep consulting the previous
-				// topology until a later apply finishes.
-				a.rep.Phase, a.rep.Waiting = PhaseMigrating, busy
-				a.log.Warn("topology: still migrating: counters wait for pending parts; run `shardis topology apply` again later to finish",
-					"counters", busy, "waited", a.opts.Wait)
-				return a.rep, nil
-			}
-			a.log.Info("topology: waiting for pending parts before moving counters", "counters", busy)
-			select {
-			case <-ctx.Done():
-				return a.rep, ctx.Err()
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
+	if !v.migrating() {
+		return a.moved, false, nil // a node is stable at c.Token: step 3 ran to its end
 	}
-	for _, name := range union(a.rep.From.Nodes(), a.to.Nodes()) {
-		n, err := a.node(name)
-		if err != nil {
-			return a.rep, err
-		}
-		if err := writeRecord(ctx, n, tok, tok, a.rep.ToEpoch, a.to, nil, PhaseStable); err != nil {
-			return a.rep, err
-		}
+	if err := a.moveOrders(ctx, v); err != nil {
+		return a.moved, true, err
 	}
-	a.rep.Phase = PhaseStable
-	a.log.Info("topology: applied", "epoch", a.rep.ToEpoch, "orders_moved", a.rep.OrdersMoved,
-		"quotas_moved", a.rep.QuotasMoved, "stock_moved", a.rep.StockMoved)
-	return a.rep, nil
+	err := a.decideStaging(ctx, v)
+	return a.moved, true, err
+}
+
+// MoveCounters implements [topology.Driver]: one pass of moveCounters,
+// then settleLeaving.
+func (a *migrator) MoveCounters(ctx context.Context, c topology.Change) (topology.Moved, int, error) {
+	a.begin(c)
+	busy, err := a.moveCounters(ctx)
+	if err != nil {
+		return a.moved, 0, err
+	}
+	err = a.settleLeaving(ctx)
+	return a.moved, busy, err
 }
 
 // moveOrders sweeps every old member (leaving ones first) for order
 // records whose home moved, and moves them.
-func (a *applier) moveOrders(ctx context.Context, v *view) error {
-	names := append(append([]string(nil), a.rep.Left...), a.rep.From.Nodes()...)
+func (a *migrator) moveOrders(ctx context.Context, v *view) error {
+	names := append(append([]string(nil), a.c.Left...), a.c.From.Nodes()...)
 	done := map[string]bool{}
 	for _, name := range names {
 		if done[name] {
@@ -106,7 +78,7 @@ func (a *applier) moveOrders(ctx context.Context, v *view) error {
 			if err := a.inv.moveOrder(ctx, v, id, name, home); err != nil {
 				return fmt.Errorf("moving order %q from %s to %s: %w", id, name, home.Name(), err)
 			}
-			a.rep.OrdersMoved++
+			a.moved.OrdersMoved++
 		}
 	}
 	return nil
@@ -138,7 +110,7 @@ func (a *applier) moveOrders(ctx context.Context, v *view) error {
 // A committed record's parts on a leaving node stay pending and are
 // settled by settleLeaving after their deadline; a failed one's parts are
 // cancelled now, so the leaving node's stock can move.
-func (a *applier) decideStaging(ctx context.Context, v *view) error {
+func (a *migrator) decideStaging(ctx context.Context, v *view) error {
 	if a.inv.mutated(MutationApplyLeavesStaging) {
 		return nil // test-only (faults.go): item A2's bug re-introduced
 	}
@@ -161,7 +133,7 @@ func (a *applier) decideStaging(ctx context.Context, v *view) error {
 		if err := a.inv.resolveStaged(ctx, home, id, rec, true); err != nil {
 			return fmt.Errorf("deciding staged order %q on %s (run apply again to resume): %w", id, home.Name(), err)
 		}
-		a.rep.StagedDecided++
+		a.moved.StagedDecided++
 	}
 	return nil
 }
@@ -169,10 +141,10 @@ func (a *applier) decideStaging(ctx context.Context, v *view) error {
 // stagingOrders returns, sorted, the ids of the order records whose status
 // is staging on a member of the previous topology (moved copies
 // included).
-func (a *applier) stagingOrders(ctx context.Context) ([]string, error) {
+func (a *migrator) stagingOrders(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
 	var ids []string
-	for _, name := range union(a.rep.Left, a.rep.From.Nodes()) {
+	for _, name := range topology.Union(a.c.Left, a.c.From.Nodes()) {
 		n, err := a.node(name)
 		if err != nil {
 			return nil, err
@@ -228,13 +200,13 @@ func readStaging(ctx context.Context, n *node.Node, id string) (rec orderRecord,
 // moveCounters transfers quota counters whose home moved and leaving
 // nodes' stock. It returns how many could not move yet because pending
 // parts still count them.
-func (a *applier) moveCounters(ctx context.Context) (busy int, err error) {
+func (a *migrator) moveCounters(ctx context.Context) (busy int, err error) {
 	leaving := map[string]bool{}
-	for _, n := range a.rep.Left {
+	for _, n := range a.c.Left {
 		leaving[n] = true
 	}
-	for route, oldMs := range a.rep.From.Routes {
-		newMs, ok := a.to.Routes[route]
+	for route, oldMs := range a.c.From.Routes {
+		newMs, ok := a.c.To.Routes[route]
 		if !ok {
 			a.log.Warn("topology: route removed: its counters stay on its old nodes", "route", route)
 			continue
@@ -268,7 +240,7 @@ func (a *applier) moveCounters(ctx context.Context) (busy int, err error) {
 	return busy, nil
 }
 
-func (a *applier) moveQuotas(ctx context.Context, route string, n *node.Node, ring *router.Ring) (busy int, err error) {
+func (a *migrator) moveQuotas(ctx context.Context, route string, n *node.Node, ring *router.Ring) (busy int, err error) {
 	held, err := pendingQuotaCounters(ctx, n)
 	if err != nil {
 		return 0, err
@@ -295,18 +267,18 @@ func (a *applier) moveQuotas(ctx context.Context, route string, n *node.Node, ri
 		if err != nil {
 			return 0, err
 		}
-		moved, err := a.inv.transfer(ctx, xferQuota, xferID(a.rep.ToEpoch, xferQuota, k), k, n, dst)
+		moved, err := a.inv.transfer(ctx, xferQuota, xferID(a.c.Epoch, xferQuota, k), k, n, dst)
 		if err != nil {
 			return 0, fmt.Errorf("moving %s from %s to %s: %w", k, n.Name(), home, err)
 		}
 		if moved > 0 {
-			a.rep.QuotasMoved++
+			a.moved.QuotasMoved++
 		}
 	}
 	return busy, nil
 }
 
-func (a *applier) moveStock(ctx context.Context, route string, n *node.Node, ring *router.Ring) (busy int, err error) {
+func (a *migrator) moveStock(ctx context.Context, route string, n *node.Node, ring *router.Ring) (busy int, err error) {
 	keys, err := scan(ctx, n, stockKeyPrefix+route+":*")
 	if err != nil {
 		return 0, err
@@ -317,7 +289,7 @@ func (a *applier) moveStock(ctx context.Context, route string, n *node.Node, rin
 		if err != nil {
 			return 0, err
 		}
-		moved, err := a.inv.transfer(ctx, xferStock, xferID(a.rep.ToEpoch, xferStock, k), k, n, dst)
+		moved, err := a.inv.transfer(ctx, xferStock, xferID(a.c.Epoch, xferStock, k), k, n, dst)
 		if errors.Is(err, errXferBusy) {
 			busy++
 			continue
@@ -326,7 +298,7 @@ func (a *applier) moveStock(ctx context.Context, route string, n *node.Node, rin
 			return 0, fmt.Errorf("moving %s from %s to %s: %w", k, n.Name(), dst.Name(), err)
 		}
 		if moved != 0 {
-			a.rep.StockMoved++
+			a.moved.StockMoved++
 		}
 	}
 	return busy, nil
@@ -334,8 +306,8 @@ func (a *applier) moveStock(ctx context.Context, route string, n *node.Node, rin
 
 // settleLeaving settles the due pending parts of leaving nodes (no
 // instance of the new topology reconciles them).
-func (a *applier) settleLeaving(ctx context.Context) error {
-	for _, name := range a.rep.Left {
+func (a *migrator) settleLeaving(ctx context.Context) error {
+	for _, name := range a.c.Left {
 		n, err := a.node(name)
 		if err != nil {
 			return err
@@ -350,7 +322,7 @@ func (a *applier) settleLeaving(ctx context.Context) error {
 				return fmt.Errorf("settling part %s on leaving node %s: %w", p.PartID, name, err)
 			}
 			if res == Confirmed || res == Cancelled {
-				a.rep.PartsSettled++
+				a.moved.PartsSettled++
 			}
 		}
 	}

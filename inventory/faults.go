@@ -48,8 +48,8 @@ type ScriptCall struct {
 var ErrCrashed = errors.New("inventory: actor crashed (fault injected)")
 
 // CrashPoints lists the crash points [Faults.Crash] is asked about: the
-// topology protocol's ("bump", "move-out", "xfer-out", "xfer-in",
-// apply.go, migrate.go) and one-round reservations' ("staged:…",
+// topology protocol's ("bump" in package topology's Apply; "move-out", "xfer-out",
+// "xfer-in" in migrate.go) and one-round reservations' ("staged:…",
 // staged_reserve.go).
 var CrashPoints = []string{
 	"bump", "move-out", "xfer-out", "xfer-in",

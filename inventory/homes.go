@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/router"
+	"github.com/shardis/shardis/topology"
 )
 
 // Order homes: the one node that holds an order's record.
@@ -58,13 +59,22 @@ type Homes struct {
 
 // NewHomes returns the order homes of cfg's inventory server: every node of
 // its routes, sorted by name, with its configured weight.
-func NewHomes(cfg *config.Config) (*Homes, error) {
-	names := homeNames(cfg)
-	ring, err := router.ConfigRing(cfg, names)
+func NewHomes(cfg *config.Config) (*Homes, error) { return homesOf(topology.Of(cfg)) }
+
+// homesOf builds the order homes of topology t: every member, sorted by
+// name, with its weight.
+func homesOf(t topology.Topology) (*Homes, error) {
+	names := t.Nodes()
+	w := t.Weights()
+	ms := make([]router.Member, len(names))
+	for i, n := range names {
+		ms[i] = router.Member{Name: n, Weight: w[n]}
+	}
+	r, err := router.NewRing(ms)
 	if err != nil {
 		return nil, err
 	}
-	return newHomes(ring, names), nil
+	return newHomes(r, names), nil
 }
 
 func newHomes(ring *router.Ring, names []string) *Homes {

@@ -7,7 +7,7 @@ import (
 	"github.com/shardis/shardis/config"
 )
 
-func homesOf(t *testing.T, members ...string) *Homes {
+func testHomes(t *testing.T, members ...string) *Homes {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Nodes = map[string]config.Node{}
@@ -23,7 +23,7 @@ func homesOf(t *testing.T, members ...string) *Homes {
 }
 
 func TestMintedIDNamesItsNode(t *testing.T) {
-	h := homesOf(t, "n1", "n2", "n3")
+	h := testHomes(t, "n1", "n2", "n3")
 	for _, name := range []string{"n1", "n2", "n3", "node-with.dots_and-dashes"} {
 		id, err := mintID(name)
 		if err != nil {
@@ -51,7 +51,7 @@ func TestMintedIDNamesItsNode(t *testing.T) {
 // the id came from another deployment) is placed by the ring, exactly like
 // a made-up id: Home never names a non-member.
 func TestMintedIDOfNonMemberFallsBackToRing(t *testing.T) {
-	h := homesOf(t, "n1", "n2", "n3")
+	h := testHomes(t, "n1", "n2", "n3")
 	for i := 0; i < 200; i++ {
 		id, _ := mintID("n4")
 		if got, want := h.Home(id), h.names[h.ring.Home("order:"+id)]; got != want {
@@ -64,7 +64,7 @@ func TestMintedIDOfNonMemberFallsBackToRing(t *testing.T) {
 // match, the suffix must be lowercase hex of the right length, and the
 // node part must not be empty.
 func TestLookAlikeIDsAreRingPlaced(t *testing.T) {
-	h := homesOf(t, "n1", "n2", "n3")
+	h := testHomes(t, "n1", "n2", "n3")
 	good, _ := mintID("n2")
 	body, check := good[:len(good)-mintCheckHex], good[len(good)-mintCheckHex:]
 	flip := func(s string, i int) string {
@@ -106,9 +106,9 @@ func TestLookAlikeIDsAreRingPlaced(t *testing.T) {
 // member, and the previous and new placements agree on it, so migration
 // (which moves a record only when the two differ) leaves it alone.
 func TestMintedIDStaysAcrossMembershipChanges(t *testing.T) {
-	before := homesOf(t, "n1", "n2", "n3")
-	after := homesOf(t, "n1", "n2", "n3", "n4")
-	removed := homesOf(t, "n1", "n3")
+	before := testHomes(t, "n1", "n2", "n3")
+	after := testHomes(t, "n1", "n2", "n3", "n4")
+	removed := testHomes(t, "n1", "n3")
 	for i := 0; i < 100; i++ {
 		id, _ := mintID("n2")
 		if before.Home(id) != "n2" || after.Home(id) != "n2" {

@@ -33,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -42,6 +41,7 @@ import (
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/router"
+	"github.com/shardis/shardis/topology"
 )
 
 // Limits on requests. Larger inputs are refused with [ErrInvalid].
@@ -261,7 +261,7 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 		}
 		inv.cfgSets[route] = set
 	}
-	for _, name := range homeNames(cfg) {
+	for _, name := range topology.Of(cfg).Nodes() {
 		n, err := r.Node(name)
 		if err != nil {
 			return nil, err
@@ -271,7 +271,7 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 	if err := checkAOFVersions(cfg.Inventory.Durability, inv.nodes); err != nil {
 		return nil, fmt.Errorf("inventory: %w", err)
 	}
-	inv.topo.self = TopologyOf(cfg)
+	inv.topo.self = topology.Of(cfg)
 	inv.topo.noInit = noInit
 	inv.topo.fp = inv.topo.self.Fingerprint()
 	inv.topo.cur.Store(&view{notReady: errTopologyUnread})
@@ -287,22 +287,6 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 		}
 	}
 	return inv, nil
-}
-
-// homeNames returns the nodes of the inventory server, sorted and unique.
-func homeNames(cfg *config.Config) []string {
-	seen := map[string]bool{}
-	var names []string
-	for _, members := range cfg.Servers[cfg.Inventory.Server].Routes {
-		for _, m := range members {
-			if !seen[m] {
-				seen[m] = true
-				names = append(names, m)
-			}
-		}
-	}
-	sort.Strings(names)
-	return names
 }
 
 // Nodes returns every node of the inventory server in this instance's

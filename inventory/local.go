@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/topology"
 )
 
 // One-script reservations.
@@ -233,7 +234,7 @@ func (inv *Inventory) localReqs(ctx context.Context, home *node.Node, orderID, t
 	if userID == "" {
 		return reqs, true
 	}
-	if inv.topology(ctx).phase != PhaseStable {
+	if inv.topology(ctx).phase != topology.PhaseStable {
 		return nil, false
 	}
 	for _, q := range inv.quotaParts(ctx, orderID, token, items, userID) {

@@ -33,7 +33,7 @@ import (
 //	ARGV[1] the node's configured name: a script never changes a node that
 //	        is not the node the caller means (SHARDIS_IDENTITY otherwise);
 //	ARGV[2] the caller's topology epoch token ("E:fingerprint", see
-//	        topology.go): it must equal the stamp hash's `epoch` field, or
+//	        package topology): it must equal the stamp hash's `epoch` field, or
 //	        the script refuses with SHARDIS_EPOCH before reading anything
 //	        else;
 //	ARGV[3] the part key prefix (partKey("")), which the stamp check names

@@ -14,6 +14,7 @@ import (
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/router"
+	"github.com/shardis/shardis/topology"
 )
 
 // Removing a node, against real nodes: what it holds (a leaving node's
@@ -134,7 +135,7 @@ func openInv(t *testing.T, cfg *config.Config, opts Options) *Inventory {
 	return inv
 }
 
-func (e *leaveEnv) apply(f Faults) (ApplyReport, error) {
+func (e *leaveEnv) apply(f Faults) (topology.Report, error) {
 	return ApplyTopology(e.ctx, ApplyOptions{To: e.new, From: e.old, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler), Faults: f})
 }
 
@@ -206,7 +207,7 @@ func TestTopologyRemoveNodeZeroTransfer(t *testing.T) {
 				what := fmt.Sprintf("apply stopped at %s #%d", point, nth)
 				e.transferred(what)
 				if err == nil {
-					if rep.Phase != PhaseStable {
+					if rep.Phase != topology.PhaseStable {
 						t.Fatalf("%s: ended %+v, want stable", what, rep)
 					}
 					break

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/topology"
 )
 
 // One-round reservations stopped after their stage (crash point
@@ -61,10 +62,10 @@ func newStagedLeave(t *testing.T) *stagedLeave {
 }
 
 // apply removes n3 with faults f and wants it to end stable.
-func (s *stagedLeave) apply(f Faults) ApplyReport {
+func (s *stagedLeave) apply(f Faults) topology.Report {
 	s.e.t.Helper()
 	rep, err := ApplyTopology(s.e.ctx, ApplyOptions{To: s.new, From: s.old, Wait: 10 * time.Second, Logger: slog.New(slog.DiscardHandler), Faults: f})
-	if err != nil || rep.Phase != PhaseStable {
+	if err != nil || rep.Phase != topology.PhaseStable {
 		s.e.t.Fatalf("apply removing n3 = %+v, %v; want stable", rep, err)
 	}
 	return rep

@@ -13,9 +13,10 @@ import (
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/router"
+	"github.com/shardis/shardis/topology"
 )
 
-// Crash points of the topology protocol (topology.go, migrate.go), one by
+// Crash points of the topology protocol (package topology, migrate.go), one by
 // one against real nodes: crashAt stops `topology apply` at a point, as a
 // process dying between two scripts would; then the next actor (a new
 // instance, a rerun of the apply) must finish with every invariant intact.
@@ -64,8 +65,8 @@ func newMigrateEnv(t *testing.T) *migrateEnv {
 		}
 	}
 	e.order, e.tomb = moved("o"), moved("t")
-	oq, _ := router.NewRing(TopologyOf(e.old).Routes["r"])
-	nq, _ := router.NewRing(TopologyOf(e.new).Routes["r"])
+	oq, _ := router.NewRing(topology.Of(e.old).Routes["r"])
+	nq, _ := router.NewRing(topology.Of(e.new).Routes["r"])
 	for i := 0; e.user == ""; i++ {
 		u := fmt.Sprintf("u-%d", i)
 		if nq.Name(nq.Home("user:"+u)) == "n4" {
@@ -103,12 +104,12 @@ func (e *migrateEnv) open(cfg *config.Config) *Inventory {
 	return inv
 }
 
-func (e *migrateEnv) apply() (ApplyReport, error) {
+func (e *migrateEnv) apply() (topology.Report, error) {
 	return e.applyWith(nil)
 }
 
 // applyWith is apply with faults injected.
-func (e *migrateEnv) applyWith(f Faults) (ApplyReport, error) {
+func (e *migrateEnv) applyWith(f Faults) (topology.Report, error) {
 	return ApplyTopology(e.ctx, ApplyOptions{To: e.new, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler), Faults: f})
 }
 
@@ -145,7 +146,7 @@ func (e *migrateEnv) check(what string, partial bool) {
 func (e *migrateEnv) finished(what string) {
 	e.t.Helper()
 	rep, err := e.apply()
-	if err != nil || rep.Phase != PhaseStable {
+	if err != nil || rep.Phase != topology.PhaseStable {
 		e.t.Fatalf("%s: rerun of the apply = %+v, %v; want stable", what, rep, err)
 	}
 	e.check(what+", after the rerun", false)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/shardis/shardis/topology"
 )
 
 // Order records written by the release before the packed layout (hashes,
@@ -110,7 +111,7 @@ func TestOrderRecordsHashLayoutMoveWithTopology(t *testing.T) {
 	if n := orderRecordsToHashLayout(t, e.ctx, e.clients); n < len(ids) {
 		t.Fatalf("%d order records rewritten in the hash layout, want %d or more (the env's own)", n, len(ids))
 	}
-	if rep, err := e.apply(); err != nil || rep.Phase != PhaseStable || rep.OrdersMoved < len(ids) {
+	if rep, err := e.apply(); err != nil || rep.Phase != topology.PhaseStable || rep.OrdersMoved < len(ids) {
 		t.Fatalf("apply = %+v, %v; want %d orders moved or more", rep, err, len(ids))
 	}
 	for _, id := range ids {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/shardis/shardis/topology"
 )
 
 // Orders reserved by every path are written in layout 2 (parts.go), and a
@@ -259,7 +261,7 @@ func TestLayout1RecordsMoveWithTopology(t *testing.T) {
 		}
 		setOrderFields(t, e.ctx, c, id, map[string]string{"parts": encodeOrderPartsJSON(parts)})
 	}
-	if rep, err := e.apply(); err != nil || rep.Phase != PhaseStable {
+	if rep, err := e.apply(); err != nil || rep.Phase != topology.PhaseStable {
 		t.Fatalf("apply = %+v, %v", rep, err)
 	}
 	for _, id := range ids {

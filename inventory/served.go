@@ -3,15 +3,13 @@ package inventory
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/router"
+	"github.com/shardis/shardis/topology"
 )
 
-// Serving the applied topology (see "The rule" in topology.go).
+// Serving the applied topology (see "The rule" in the topology package's doc).
 //
 // What an instance acts on (its view) is built from the topology record
 // of the nodes, never from its own configuration: the order homes, each
@@ -53,7 +51,7 @@ import (
 // placement is where things live under one applied topology: the part of
 // a view that is derived from the nodes' record.
 type placement struct {
-	applied   Topology
+	applied   topology.Topology
 	appliedFP string
 	// members are the applied topology's nodes, sorted by name, indexed
 	// like homes.names.
@@ -77,7 +75,7 @@ type MissingNodeError struct {
 	Server string
 	// Epoch and Applied are the nodes' record.
 	Epoch   int64
-	Applied Topology
+	Applied topology.Topology
 }
 
 func (e *MissingNodeError) Error() string {
@@ -90,7 +88,7 @@ func (e *MissingNodeError) Unwrap() []error { return []error{ErrUnavailable, Err
 
 // place builds the placement of the applied topology t at epoch over this
 // instance's node clients.
-func (inv *Inventory) place(t Topology, epoch int64) (placement, error) {
+func (inv *Inventory) place(t topology.Topology, epoch int64) (placement, error) {
 	p := placement{applied: t, appliedFP: t.Fingerprint(), routes: map[string]*router.Set{}}
 	byName := map[string]*node.Node{}
 	for _, n := range inv.nodes {
@@ -104,7 +102,7 @@ func (inv *Inventory) place(t Topology, epoch int64) (placement, error) {
 		p.members = append(p.members, n)
 	}
 	var err error
-	if p.homes, err = t.homes(); err != nil {
+	if p.homes, err = homesOf(t); err != nil {
 		return p, fmt.Errorf("applied topology: %w", err)
 	}
 	for route, ms := range t.Routes {
@@ -117,74 +115,9 @@ func (inv *Inventory) place(t Topology, epoch int64) (placement, error) {
 		}
 	}
 	if p.appliedFP != inv.topo.fp {
-		p.pending = "pending topology change: config epoch differs: " + topologyDiff(t, inv.topo.self)
+		p.pending = "pending topology change: config epoch differs: " + topology.Diff(t, inv.topo.self)
 	}
 	return p, nil
-}
-
-// topologyDiff describes what moving from the applied topology a to the
-// configured one c changes, node by node: "+n4 (route x)" for a node that
-// joins, "-n3 (route r)" for one that leaves, "n1 +route x", "n1 -route r"
-// and "n1 weight 1→2" for a member that stays.
-func topologyDiff(a, c Topology) string {
-	type member struct {
-		routes []string
-		weight int
-	}
-	index := func(t Topology) map[string]*member {
-		out := map[string]*member{}
-		for route, ms := range t.Routes {
-			for _, m := range ms {
-				if out[m.Name] == nil {
-					out[m.Name] = &member{weight: m.Weight}
-				}
-				out[m.Name].routes = append(out[m.Name].routes, route)
-			}
-		}
-		for _, m := range out {
-			sort.Strings(m.routes)
-		}
-		return out
-	}
-	am, cm := index(a), index(c)
-	routeList := func(rs []string) string { return "route " + strings.Join(rs, ", route ") }
-	var out []string
-	for _, name := range union(a.Nodes(), c.Nodes()) {
-		was, now := am[name], cm[name]
-		switch {
-		case was == nil:
-			out = append(out, "+"+name+" ("+routeList(now.routes)+")")
-		case now == nil:
-			out = append(out, "-"+name+" ("+routeList(was.routes)+")")
-		default:
-			for _, r := range now.routes {
-				if !contains(was.routes, r) {
-					out = append(out, name+" +route "+r)
-				}
-			}
-			for _, r := range was.routes {
-				if !contains(now.routes, r) {
-					out = append(out, name+" -route "+r)
-				}
-			}
-			if max(was.weight, 1) != max(now.weight, 1) {
-				out = append(out, name+" weight "+strconv.Itoa(was.weight)+"→"+strconv.Itoa(now.weight))
-			}
-		}
-	}
-	if len(out) == 0 {
-		return "same members, other routes" // unreachable for different fingerprints
-	}
-	return strings.Join(out, "; ")
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // pinKey is the context key of a request's pinned view (one per

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/topology"
 )
 
 // Refusals without a write (sold-out storms).
@@ -296,7 +297,7 @@ func (s *shortSKU) add(v stockVals, r peekRead) {
 // clears the hint of the order's SKUs by what it read.
 func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID string, items []Item, userID string) error {
 	v := inv.topology(ctx)
-	if v.refuse() != nil || v.phase != PhaseStable {
+	if v.refuse() != nil || v.phase != topology.PhaseStable {
 		return nil
 	}
 	skus, calls := inv.planPeek(ctx, home, orderID, items, userID)

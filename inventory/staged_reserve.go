@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/topology"
 )
 
 // reserveStaged tries the one-round path (staged.go). ok is false when the
@@ -17,7 +18,7 @@ import (
 // errShortSeen when a part came up short (soldout.go; the attempt's parts
 // are rolled back, or there were none and its record was withdrawn).
 func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderID string, items []Item, userID string, ttl time.Duration) (res Reservation, ok bool, err error) {
-	if inv.topology(ctx).phase != PhaseStable {
+	if inv.topology(ctx).phase != topology.PhaseStable {
 		return Reservation{}, false, nil
 	}
 	token := newToken()

@@ -3,85 +3,50 @@ package inventory
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/router"
+	"github.com/shardis/shardis/topology"
 )
 
-// Topology epochs: how membership changes stay single-decision.
+// Topology epochs, as an instance meets them. The protocol (the records
+// every node keeps, the rule, the steps of an apply) is the topology
+// package's doc; this file is how one instance follows it, and what its
+// moves (migrate.go, apply_migrate.go) rely on.
 //
-// Where an order record lives (homes.go: the node a minted id names, or
-// the home ring over every inventory node)
-// and where a user's quota counter lives (each route's ring) depend on the
-// inventory server's membership: its routes, their nodes and weights, the
-// [Topology]. A configuration that adds or removes a node moves some of
-// them. Two instances that place the same order on two nodes could both
-// decide it, so every node records which topology it belongs to and every
-// script refuses a caller that acts under another one.
+// An instance acts only at the token of the nodes' newest record, and only
+// with the placement of that record's topology (served.go), whatever its
+// own configuration says. The prelude of every script (lua.go) compares
+// the caller's token with the node's and refuses with SHARDIS_EPOCH
+// otherwise. An instance whose configuration differs from the applied
+// topology keeps serving and reconciling the applied one, reports the
+// pending difference, and moves to the new topology by itself once it is
+// applied (it rereads the nodes when a script is refused, and every
+// resyncEvery while it is not ready, migrating or has a change pending).
+// An instance that cannot serve the applied topology (a node it needs is
+// missing from its configuration) changes nothing anywhere: [New] refuses
+// it, and a running one answers [ErrTopology] and reports not ready.
 //
-// State on every inventory node (written only by topology scripts):
+// Step 3 of an apply, as this package runs it ([migrator]): every order
+// record (tombstones included) whose home moved is moved (below); every
+// record still staging (a one-round reservation whose attempt died before
+// its commit, staged.go) is decided at its new home, its absent parts
+// prevented (decideStaging in apply_migrate.go: a promised part may be on
+// a leaving node, which no new instance can probe); every quota counter
+// whose home moved and that no pending part still counts is transferred
+// exactly once; a leaving node's stock is transferred to its route once it
+// holds no reserved units. No instance of the new topology reaches a
+// leaving node, so the apply itself settles the leaving nodes' pending
+// parts, each after its deadline, by its order's decision (as the
+// reconciler does); until then Confirm and Cancel count them in
+// PendingParts. Every move is idempotent: order moves by the moved mark
+// and install-unless-live; staging records are decided once by
+// compare-and-set; transfers by the rerun rule in migrate.go.
 //
-//	shardis:node     field epoch = the epoch token "E:fingerprint"
-//	shardis:topology epoch, token, current (Topology JSON), prev (the
-//	                 Topology of epoch E-1, or ""), prev_token, phase
-//	                 ("migrating" or "stable")
-//
-// The rule: an instance acts only at the token of the nodes' newest
-// record, and only with the placement of that record's topology (its
-// routes, members and weights), whatever its own configuration says. The
-// prelude of every script (lua.go) compares the caller's token with the
-// node's and refuses with SHARDIS_EPOCH otherwise, atomically with the
-// script's reads and writes. So at any moment at most one topology can
-// act on a node, and every instance that acts places orders, quotas and
-// stock alike. An instance whose configuration differs from the applied
-// topology (a rolling deploy before `shardis topology apply`) keeps
-// serving and reconciling the applied one, reports the pending
-// difference, and moves to the new topology by itself once it is applied
-// (it rereads the nodes when a script is refused, and every resyncEvery
-// while it is not ready, migrating or has a change pending): see
-// served.go. An instance that cannot serve the applied topology (a node
-// it needs is missing from its configuration) changes nothing anywhere:
-// [New] refuses it, and a running one answers [ErrTopology] and reports
-// not ready.
-//
-// Epochs only move forward, and only by `shardis topology apply`
-// ([ApplyTopology]):
-//
-//  1. Check: every node of the old and new topology answers and is at the
-//     current token; nodes that join get the per-user limits of their
-//     routes.
-//  2. Bump: each node, by compare-and-set on its token, moves to
-//     "E+1:fp(new)" with prev = the old topology and phase "migrating".
-//     From the first node bumped, old-configuration instances are refused
-//     there; an order that spans nodes at both epochs fails cleanly
-//     (no part is taken at the wrong epoch, see lua.go).
-//  3. Migrate: every order record (tombstones included) whose home moved
-//     is moved (below); every record still staging (a one-round
-//     reservation whose attempt died before its commit, staged.go) is
-//     decided at its new home, its absent parts prevented (decideStaging
-//     in apply_migrate.go: a promised part may be on a leaving node, which
-//     no new instance can probe); every quota counter whose home moved and that no
-//     pending part still counts is transferred exactly once; a leaving
-//     node's stock is transferred to its route once it holds no reserved
-//     units. No instance of the new topology reaches a leaving node, so the
-//     apply itself settles the leaving nodes' pending parts, each after its
-//     deadline, by its order's decision (as the reconciler does); until
-//     then Confirm and Cancel count them in PendingParts.
-//  4. Stable: phase "stable" on every node. Instances stop consulting the
-//     previous topology. Written only once step 3 ran to its end in this
-//     run: no staging record is left, no counter waits.
-//
-// An interrupted apply is resumed by running it again; every step is
-// idempotent: a rerun after a crash at any point applies no change twice
-// (order moves: the moved mark and install-unless-live; staging records:
-// decided once by compare-and-set; transfers: the rerun rule in
-// migrate.go).
-//
-// Moving an order record (migrate.go). While the phase is "migrating", an
+// Moving an order record (migrate.go). While the phase is migrating, an
 // instance that needs order X whose home moved from A (prev) to B (new)
 // first runs "move out" on A: a record there is marked moved (its data
 // kept, frozen: nothing acts on a moved record) and returned; then
@@ -107,58 +72,13 @@ import (
 // a leaving node's counters are transferred to its route's home of the
 // SKU by the same transfer records.
 
-// Phase is where a topology epoch is in its change.
-type Phase string
-
-const (
-	// PhaseMigrating: records and counters may still sit where the
-	// previous topology put them; instances consult both.
-	PhaseMigrating Phase = "migrating"
-	// PhaseStable: everything is where the current topology puts it.
-	PhaseStable Phase = "stable"
-)
-
-// epochToken is what the prelude compares: "E:fingerprint".
-func epochToken(epoch int64, fp string) string { return strconv.FormatInt(epoch, 10) + ":" + fp }
-
-// TopologyRecord is one node's topology record.
-type TopologyRecord struct {
-	Node    string
-	Epoch   int64 // 0: the node has no record
-	Token   string
-	Current Topology
-	Prev    *Topology // nil when there was no previous epoch
-	Phase   Phase
-	// Lost is true when the node's stamp names Token but its record is
-	// gone; the other fields but Node and Token are unknown.
-	Lost bool
-}
-
-// TopologyStatus is what an instance knows of the topology.
-type TopologyStatus struct {
-	// Epoch and Phase are the nodes' newest record's (0 and "" when no
-	// node could be read).
-	Epoch int64
-	Phase Phase
-	// Fingerprint is the fingerprint of this instance's configuration.
-	Fingerprint string
-	// Ready is true when this instance acts at the nodes' epoch.
-	Ready bool
-	// Reason says why not, when not Ready.
-	Reason string
-	// Pending, when Ready, says how this instance's configuration differs
-	// from the applied topology it serves, e.g. "pending topology change:
-	// config epoch differs: +n4 (route x)"; "" when it is the applied one.
-	Pending string
-}
-
 // view is an immutable snapshot of what an instance acts on: the epoch
 // token and the placement of the applied topology (served.go).
 type view struct {
 	placement
 	token     string
 	epoch     int64
-	phase     Phase
+	phase     topology.Phase
 	notReady  error // nil when the instance may act
 	prevHomes *Homes
 	prevRoute map[string]*router.Ring // route → ring of the previous epoch
@@ -166,14 +86,14 @@ type view struct {
 }
 
 func (v *view) migrating() bool {
-	return v.notReady == nil && v.phase == PhaseMigrating && v.prevHomes != nil
+	return v.notReady == nil && v.phase == topology.PhaseMigrating && v.prevHomes != nil
 }
 
 // topoState holds the instance's view and serialises rereads.
 type topoState struct {
 	mu   sync.Mutex // held while rereading the nodes
 	cur  atomicView
-	self Topology
+	self topology.Topology
 	fp   string
 	// noInit: never write a first record (set before first use).
 	noInit bool
@@ -194,7 +114,7 @@ func (inv *Inventory) topology(ctx context.Context) *view {
 		return v
 	}
 	v := inv.topo.cur.Load()
-	if (v.notReady == nil && v.phase == PhaseStable && v.pending == "") || time.Since(v.read) < resyncEvery {
+	if (v.notReady == nil && v.phase == topology.PhaseStable && v.pending == "") || time.Since(v.read) < resyncEvery {
 		return v
 	}
 	return inv.resync(ctx, v)
@@ -206,7 +126,7 @@ func (inv *Inventory) staleTopology() {
 	v := *inv.topo.cur.Load()
 	v.read = time.Time{}
 	if v.notReady == nil {
-		v.phase = PhaseMigrating // forces a reread without refusing
+		v.phase = topology.PhaseMigrating // forces a reread without refusing
 	}
 	inv.topo.cur.Store(&v)
 }
@@ -236,9 +156,9 @@ func (inv *Inventory) resync(ctx context.Context, old *view) *view {
 
 // TopologyStatus reports the instance's view of the topology, rereading
 // the nodes when it is not ready.
-func (inv *Inventory) TopologyStatus(ctx context.Context) TopologyStatus {
+func (inv *Inventory) TopologyStatus(ctx context.Context) topology.Status {
 	v := inv.topology(ctx)
-	st := TopologyStatus{Epoch: v.epoch, Phase: v.phase, Fingerprint: inv.topo.fp, Ready: v.notReady == nil, Pending: v.pending}
+	st := topology.Status{Epoch: v.epoch, Phase: v.phase, Fingerprint: inv.topo.fp, Ready: v.notReady == nil, Pending: v.pending}
 	if v.notReady != nil {
 		st.Reason = v.notReady.Error()
 	}
@@ -257,7 +177,7 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 	if inv.repairLost(ctx, recs) {
 		recs, unread = inv.readRecords(ctx, inv.nodes)
 	}
-	newest := newestRecord(recs)
+	newest := topology.Newest(recs)
 	notReady := func(format string, a ...any) *view {
 		return &view{read: now, notReady: fmt.Errorf("%w: %w: "+format, append([]any{ErrUnavailable, ErrTopology}, a...)...)}
 	}
@@ -271,9 +191,9 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 		return notReady("no node has a topology record")
 	}
 	if newest.Epoch == 0 {
-		tok := epochToken(1, inv.topo.fp)
+		first := topology.Record{Epoch: 1, Token: topology.Token(1, inv.topo.fp), Current: inv.topo.self, Phase: topology.PhaseStable}
 		for _, r := range recs {
-			if err := inv.writeRecord(ctx, r.Node, "", tok, 1, inv.topo.self, nil, PhaseStable); err != nil {
+			if err := inv.writeRecord(ctx, r.Node, "", first); err != nil {
 				return notReady("initialising the topology on %s: %v", r.Node, err)
 			}
 		}
@@ -286,11 +206,11 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 	inv.spreadRecord(ctx, recs, newest, pl)
 	v := &view{placement: pl, token: newest.Token, epoch: newest.Epoch, phase: newest.Phase, read: now}
 	for _, r := range recs {
-		if r.Token == newest.Token && r.Phase == PhaseStable {
-			v.phase = PhaseStable // stable is written only once everything moved
+		if r.Token == newest.Token && r.Phase == topology.PhaseStable {
+			v.phase = topology.PhaseStable // stable is written only once everything moved
 		}
 	}
-	if v.phase == PhaseMigrating && newest.Prev != nil {
+	if v.phase == topology.PhaseMigrating && newest.Prev != nil {
 		if err := v.setPrevious(newest.Prev); err != nil {
 			return notReady("%v", err)
 		}
@@ -298,25 +218,10 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 	return v
 }
 
-// newestRecord is the record of the highest epoch among recs, lost ones
-// left out; nil when there is none.
-func newestRecord(recs []TopologyRecord) *TopologyRecord {
-	var newest *TopologyRecord
-	for i := range recs {
-		if recs[i].Lost {
-			continue
-		}
-		if newest == nil || recs[i].Epoch > newest.Epoch {
-			newest = &recs[i]
-		}
-	}
-	return newest
-}
-
 // spreadRecord gives the newest record to every member of its placement
 // pl that has none (a new or accepted node) and logs each member that is
 // at another epoch or lost its record.
-func (inv *Inventory) spreadRecord(ctx context.Context, recs []TopologyRecord, newest *TopologyRecord, pl placement) {
+func (inv *Inventory) spreadRecord(ctx context.Context, recs []topology.Record, newest *topology.Record, pl placement) {
 	applied := map[string]bool{}
 	for _, n := range pl.members {
 		applied[n.Name()] = true
@@ -328,7 +233,7 @@ func (inv *Inventory) spreadRecord(ctx context.Context, recs []TopologyRecord, n
 		case r.Lost:
 			inv.log.Error("inventory: node lost its topology record and no node can restore it", "node", r.Node, "token", r.Token)
 		case r.Epoch == 0 && !inv.topo.noInit:
-			if err := inv.writeRecord(ctx, r.Node, "", newest.Token, newest.Epoch, newest.Current, newest.Prev, newest.Phase); err != nil {
+			if err := inv.writeRecord(ctx, r.Node, "", *newest); err != nil {
 				inv.log.Warn("inventory: could not give a node the topology record", "node", r.Node, "err", err)
 			}
 		case r.Token != newest.Token:
@@ -340,9 +245,9 @@ func (inv *Inventory) spreadRecord(ctx context.Context, recs []TopologyRecord, n
 
 // setPrevious gives a migrating view the homes and route rings of the
 // previous topology prev (where records and stock may still be).
-func (v *view) setPrevious(prev *Topology) error {
+func (v *view) setPrevious(prev *topology.Topology) error {
 	var err error
-	if v.prevHomes, err = prev.homes(); err != nil {
+	if v.prevHomes, err = homesOf(*prev); err != nil {
 		return fmt.Errorf("previous topology: %v", err)
 	}
 	v.prevRoute = map[string]*router.Ring{}
@@ -356,7 +261,7 @@ func (v *view) setPrevious(prev *Topology) error {
 
 // readRecords reads the records of nodes, skipping unusable ones (their
 // names and reasons are returned).
-func (inv *Inventory) readRecords(ctx context.Context, nodes []*node.Node) (recs []TopologyRecord, unread []string) {
+func (inv *Inventory) readRecords(ctx context.Context, nodes []*node.Node) (recs []topology.Record, unread []string) {
 	for _, n := range nodes {
 		if !n.Usable() {
 			unread = append(unread, n.Name()+": "+inv.unusableReason(n))
@@ -372,14 +277,14 @@ func (inv *Inventory) readRecords(ctx context.Context, nodes []*node.Node) (recs
 	return recs, unread
 }
 
-// writeRecord writes a topology record on the named node (see
-// topoWriteScript).
-func (inv *Inventory) writeRecord(ctx context.Context, name, expect, token string, epoch int64, cur Topology, prev *Topology, phase Phase) error {
+// writeRecord writes rec on the named node by compare-and-set on expect
+// (see topoWriteScript).
+func (inv *Inventory) writeRecord(ctx context.Context, name, expect string, rec topology.Record) error {
 	n, err := inv.r.Node(name)
 	if err != nil {
 		return err
 	}
-	return writeRecord(ctx, n, expect, token, epoch, cur, prev, phase)
+	return writeRecord(ctx, n, expect, rec)
 }
 
 // allDown returns an error wrapping ErrUnavailable and node.ErrDown,
@@ -420,26 +325,26 @@ func (v *view) refuse() error {
 // proves it; written as stable: a migration under way when every node
 // lost its record is not resumed, run topology apply again). It reports
 // whether it wrote anything.
-func (inv *Inventory) repairLost(ctx context.Context, recs []TopologyRecord) bool {
+func (inv *Inventory) repairLost(ctx context.Context, recs []topology.Record) bool {
 	wrote := false
 	for _, r := range recs {
 		if !r.Lost {
 			continue
 		}
-		var src *TopologyRecord
+		var src *topology.Record
 		for i := range recs {
 			if !recs[i].Lost && recs[i].Token == r.Token {
 				src = &recs[i]
 				break
 			}
 		}
-		epochStr, fp, _ := strings.Cut(r.Token, ":")
-		epoch, err := strconv.ParseInt(epochStr, 10, 64)
+		epoch, fp, ok := topology.SplitToken(r.Token)
+		var err error
 		switch {
 		case src != nil:
-			err = inv.writeRecord(ctx, r.Node, r.Token, r.Token, src.Epoch, src.Current, src.Prev, src.Phase)
-		case err == nil && fp == inv.topo.fp && !inv.topo.noInit:
-			err = inv.writeRecord(ctx, r.Node, r.Token, r.Token, epoch, inv.topo.self, nil, PhaseStable)
+			err = inv.writeRecord(ctx, r.Node, r.Token, *src)
+		case ok && fp == inv.topo.fp && !inv.topo.noInit:
+			err = inv.writeRecord(ctx, r.Node, r.Token, topology.Record{Epoch: epoch, Token: r.Token, Current: inv.topo.self, Phase: topology.PhaseStable})
 		default:
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/topology"
 )
 
 // The topology scripts. They run without the prelude and the runner of
@@ -41,12 +42,12 @@ var topoReadScript = newBareScript("topo-read", identityLua+luaFile("topo_read.l
 var topoWriteScript = newBareScript("topo-write", identityLua+luaFile("topo_write.lua"))
 
 // readRecord reads n's topology record (Epoch 0 when it has none).
-func readRecord(ctx context.Context, n *node.Node) (TopologyRecord, error) {
+func readRecord(ctx context.Context, n *node.Node) (topology.Record, error) {
 	v, err := topoReadScript.Run(ctx, n.Client(), []string{stampKey, keyTopology}, n.Name()).Result()
 	if err != nil {
-		return TopologyRecord{}, nodeErr(n, err)
+		return topology.Record{}, nodeErr(n, err)
 	}
-	rec := TopologyRecord{Node: n.Name()}
+	rec := topology.Record{Node: n.Name()}
 	r := newReplyReader(n.Name(), "topology-read")
 	raw := r.list(v, 2)
 	if r.err != nil {
@@ -75,7 +76,7 @@ func readRecord(ctx context.Context, n *node.Node) (TopologyRecord, error) {
 		rec.Lost = true
 		return rec, nil
 	}
-	bad := func(what string, err error) (TopologyRecord, error) {
+	bad := func(what string, err error) (topology.Record, error) {
 		return rec, fmt.Errorf("%w: node %s: %s %s: %v", ErrCorrupt, n.Name(), keyTopology, what, err)
 	}
 	if f["token"] != rec.Token {
@@ -88,28 +89,29 @@ func readRecord(ctx context.Context, n *node.Node) (TopologyRecord, error) {
 		return bad("current", err)
 	}
 	if f["prev"] != "" {
-		rec.Prev = new(Topology)
+		rec.Prev = new(topology.Topology)
 		if err := json.Unmarshal([]byte(f["prev"]), rec.Prev); err != nil {
 			return bad("prev", err)
 		}
 	}
-	rec.Phase = Phase(f["phase"])
-	if rec.Phase != PhaseMigrating && rec.Phase != PhaseStable {
+	rec.Phase = topology.Phase(f["phase"])
+	if !rec.Phase.Valid() {
 		return bad("phase", fmt.Errorf("%q is not a phase", f["phase"]))
 	}
 	return rec, nil
 }
 
-// writeRecord runs topoWriteScript on n.
-func writeRecord(ctx context.Context, n *node.Node, expect, token string, epoch int64, cur Topology, prev *Topology, phase Phase) error {
-	cj, _ := json.Marshal(cur)
+// writeRecord runs topoWriteScript on n: it writes rec (its Token, Epoch,
+// Current, Prev and Phase; not its Node) when n is at expect.
+func writeRecord(ctx context.Context, n *node.Node, expect string, rec topology.Record) error {
+	cj, _ := json.Marshal(rec.Current)
 	pj := ""
-	if prev != nil {
-		b, _ := json.Marshal(prev)
+	if rec.Prev != nil {
+		b, _ := json.Marshal(rec.Prev)
 		pj = string(b)
 	}
 	v, err := topoWriteScript.Run(ctx, n.Client(), []string{stampKey, keyTopology},
-		n.Name(), expect, token, epoch, string(cj), pj, string(phase)).Result()
+		n.Name(), expect, rec.Token, rec.Epoch, string(cj), pj, string(rec.Phase)).Result()
 	if err != nil {
 		return nodeErr(n, err)
 	}

@@ -35,7 +35,7 @@ func newSet(key node.RouteKey, policy string, members []string, cfg *config.Conf
 // SetOf builds the node set of (server, route) over the given members
 // and weights instead of the configuration's: the inventory serves the
 // topology applied on its nodes, which may differ from this router's
-// configuration during a rolling deploy (inventory/topology.go). Every
+// configuration during a rolling deploy (the topology package). Every
 // member must be a node of the router ([ErrUnknownNode] otherwise), and
 // the server must be configured ([ErrUnknownRoute]). A member whose
 // configuration does not put it in the route has no route flag: the set

@@ -14,6 +14,7 @@ import (
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/rollback"
 	"github.com/shardis/shardis/router"
+	"github.com/shardis/shardis/topology"
 )
 
 // A rolling deploy (inventory/served.go): an instance whose configuration
@@ -101,7 +102,7 @@ func TestTopologyRollingDeployServesApplied(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	rep := applyTopology(t, cfgB, nil, 5*time.Second, inventory.PhaseStable)
+	rep := applyTopology(t, cfgB, nil, 5*time.Second, topology.PhaseStable)
 	if rep.ToEpoch != 2 || len(rep.Joined) != 1 || rep.Joined[0] != "n4" {
 		t.Fatalf("apply = %+v, want epoch 2 with n4 joining", rep)
 	}

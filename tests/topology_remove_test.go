@@ -10,6 +10,7 @@ import (
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/rollback"
 	"github.com/shardis/shardis/router"
+	"github.com/shardis/shardis/topology"
 )
 
 // Removing an inventory node that holds what is easy to strand: stock with
@@ -57,11 +58,11 @@ func TestTopologyRemoveNodeNothingSold(t *testing.T) {
 	c := newInvCluster(t, invOpts{nodes: 4, health: &topoRemoveHealth})
 	c.load("r", "z", 400, 0)
 	to := withoutNode(t, c.cfg, "n4", map[string][]string{"r": {"n1", "n2", "n3"}})
-	rep := applyTopology(t, to, c.cfg, 5*time.Second, inventory.PhaseStable)
+	rep := applyTopology(t, to, c.cfg, 5*time.Second, topology.PhaseStable)
 	if rep.StockMoved != 1 {
 		t.Fatalf("report = %+v, want n4's stock of z moved", rep)
 	}
-	if rep := applyTopology(t, to, c.cfg, time.Second, inventory.PhaseStable); !rep.AlreadyApplied {
+	if rep := applyTopology(t, to, c.cfg, time.Second, topology.PhaseStable); !rep.AlreadyApplied {
 		t.Fatalf("rerun = %+v, want already applied", rep)
 	}
 	_, inv := c.newInventoryFor(t, to, nil)
@@ -112,7 +113,7 @@ func TestTopologyRemoveNodeStagedOrders(t *testing.T) {
 	}
 
 	to := withoutNode(t, c.cfg, "n3", map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}})
-	applyTopology(t, to, c.cfg, 10*time.Second, inventory.PhaseStable)
+	applyTopology(t, to, c.cfg, 10*time.Second, topology.PhaseStable)
 	q := rollback.NewQueue()
 	_, inv := c.newInventoryFor(t, to, q)
 	rec := c.reconciler(inv, q, rollback.Settings{Interval: 100 * time.Millisecond})

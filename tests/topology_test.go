@@ -12,9 +12,10 @@ import (
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/topology"
 )
 
-// Topology changes (inventory/topology.go): adding and removing an
+// Topology changes (package topology, inventory/topology.go): adding and removing an
 // inventory node while orders, tombstones and per-user quotas exist, and a
 // rolling change with old and new instances serving side by side.
 
@@ -130,7 +131,7 @@ func topoVerify(t *testing.T, inv *inventory.Inventory, st topoState) {
 // applyTopology applies to (from gives leaving nodes' addresses), waiting
 // at most wait for pending parts, and checks the phase it ends in (any
 // when want is "").
-func applyTopology(t *testing.T, to, from *config.Config, wait time.Duration, want inventory.Phase) inventory.ApplyReport {
+func applyTopology(t *testing.T, to, from *config.Config, wait time.Duration, want topology.Phase) topology.Report {
 	t.Helper()
 	rep, err := inventory.ApplyTopology(invCtx(t, 30*time.Second), inventory.ApplyOptions{To: to, From: from, Logger: invDiscard, Wait: wait})
 	if err != nil {
@@ -202,7 +203,7 @@ func TestTopologyAddNode(t *testing.T) {
 
 	// Pending parts still count the users' quota counters: the apply
 	// moves the order records, then stops in phase migrating.
-	rep := applyTopology(t, to, nil, 300*time.Millisecond, inventory.PhaseMigrating)
+	rep := applyTopology(t, to, nil, 300*time.Millisecond, topology.PhaseMigrating)
 	if rep.FromEpoch != 1 || rep.ToEpoch != 2 || len(rep.Joined) != 1 || rep.Joined[0] != "n4" {
 		t.Fatalf("report = %+v, want epoch 1 → 2 with n4 joining", rep)
 	}
@@ -220,13 +221,13 @@ func TestTopologyAddNode(t *testing.T) {
 	waitReady(t, newInv)
 	topoVerify(t, newInv, st)
 	confirmAll(t, newInv, limitedOrders(st)...)
-	rep = applyTopology(t, to, nil, 10*time.Second, inventory.PhaseStable)
+	rep = applyTopology(t, to, nil, 10*time.Second, topology.PhaseStable)
 	if rep.QuotasMoved == 0 {
 		t.Fatalf("second apply = %+v, want quota counters moved to n4", rep)
 	}
 	t.Logf("second apply: %d quota counters moved", rep.QuotasMoved)
 	topoVerify(t, newInv, st)
-	if rep := applyTopology(t, to, nil, time.Second, inventory.PhaseStable); !rep.AlreadyApplied {
+	if rep := applyTopology(t, to, nil, time.Second, topology.PhaseStable); !rep.AlreadyApplied {
 		t.Fatalf("third apply = %+v, want AlreadyApplied", rep)
 	}
 	lvl, err := newInv.GetStock(ctx, "r", "s")
@@ -294,7 +295,7 @@ func TestTopologyRemoveNode(t *testing.T) {
 	}
 	// The new configuration does not name n4, which the applied topology
 	// needs: it is deployed after the apply (before, New refuses it).
-	rep := applyTopology(t, to, from, 100*time.Millisecond, inventory.PhaseMigrating)
+	rep := applyTopology(t, to, from, 100*time.Millisecond, topology.PhaseMigrating)
 	if rep.LeftPending != 1 || rep.Waiting == 0 {
 		t.Fatalf("first apply = %+v, want 1 pending part on n4 and its stock waiting", rep)
 	}
@@ -304,7 +305,7 @@ func TestTopologyRemoveNode(t *testing.T) {
 	if err != nil || out.Status != inventory.StatusConfirmed || out.PendingParts != 1 {
 		t.Fatalf("Confirm of the order with a part on the leaving n4 = %+v, %v; want confirmed with 1 pending part", out, err)
 	}
-	rep = applyTopology(t, to, from, 10*time.Second, inventory.PhaseStable)
+	rep = applyTopology(t, to, from, 10*time.Second, topology.PhaseStable)
 	if len(rep.Left) != 1 || rep.Left[0] != "n4" || rep.StockMoved == 0 || rep.PartsSettled != 1 {
 		t.Fatalf("report = %+v, want n4 leaving with its part settled and its stock moved", rep)
 	}

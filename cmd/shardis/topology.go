@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/topology"
 )
 
 const topologyUsage = `usage: shardis topology show --config FILE
@@ -96,7 +97,7 @@ func cmdTopologyApply(args []string, stdout, stderr io.Writer) error {
 
 // writeApplyReport prints an apply's report for people: what moved, and
 // whether a rerun is needed to finish.
-func writeApplyReport(stdout io.Writer, rep inventory.ApplyReport, dry bool, took time.Duration) {
+func writeApplyReport(stdout io.Writer, rep topology.Report, dry bool, took time.Duration) {
 	switch {
 	case rep.AlreadyApplied:
 		fmt.Fprintf(stdout, "topology already applied at epoch %d: %s\n", rep.ToEpoch, rep.To)
@@ -106,7 +107,7 @@ func writeApplyReport(stdout io.Writer, rep inventory.ApplyReport, dry bool, too
 	default:
 		fmt.Fprintf(stdout, "applied: epoch %d → %d (%s) in %v\n", rep.FromEpoch, rep.ToEpoch, rep.Phase, took.Round(time.Millisecond))
 	}
-	if rep.Phase == inventory.PhaseMigrating && !dry {
+	if rep.Phase == topology.PhaseMigrating && !dry {
 		fmt.Fprintf(stdout, "still migrating: %d counters wait for pending parts (orders not yet confirmed or cancelled); run this command again later to finish\n", rep.Waiting)
 	}
 	fmt.Fprintf(stdout, "from: %s\nto:   %s\n", rep.From, rep.To)
@@ -152,9 +153,9 @@ func cmdTopologyShow(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	mine := inventory.TopologyOf(cfg)
+	mine := topology.Of(cfg)
 	fmt.Fprintf(stdout, "configuration: %s (fingerprint %s)\n", mine, mine.Fingerprint())
-	var newest inventory.TopologyRecord
+	var newest topology.Record
 	for _, r := range recs {
 		switch {
 		case errs[r.Node] != nil:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
+	"github.com/shardis/shardis/topology"
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/service"
@@ -107,7 +108,7 @@ func (n *nemesis) topologyChange(ctx context.Context) {
 	if leaving && !startSrv() {
 		return
 	}
-	if rep.Phase == inventory.PhaseMigrating {
+	if rep.Phase == topology.PhaseMigrating {
 		f.Target += " (migrating)"
 	}
 	homes, herr := inventory.NewHomes(&next)
@@ -128,8 +129,8 @@ func (n *nemesis) topologyChange(ctx context.Context) {
 
 // applyWithRetry runs `topology apply`, retrying while a node is down
 // (another fault may be under way).
-func applyWithRetry(to, from *config.Config, wait time.Duration, tries int) (inventory.ApplyReport, error) {
-	var rep inventory.ApplyReport
+func applyWithRetry(to, from *config.Config, wait time.Duration, tries int) (topology.Report, error) {
+	var rep topology.Report
 	var err error
 	for i := 0; i < tries; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), wait+20*time.Second)
@@ -151,13 +152,13 @@ func nodesAt(cfg *config.Config) bool {
 	if err != nil {
 		return false
 	}
-	var newest inventory.TopologyRecord
+	var newest topology.Record
 	for _, r := range recs {
 		if r.Epoch > newest.Epoch {
 			newest = r
 		}
 	}
-	return newest.Epoch > 0 && newest.Current.Fingerprint() == inventory.TopologyOf(cfg).Fingerprint()
+	return newest.Epoch > 0 && newest.Current.Fingerprint() == topology.Of(cfg).Fingerprint()
 }
 
 // finishTopology finishes a topology change still migrating (healing):
@@ -169,7 +170,7 @@ func (c *cluster) finishTopology() error {
 	if err != nil {
 		return fmt.Errorf("chaos: heal: finishing the topology change: %w", err)
 	}
-	if rep.Phase != inventory.PhaseStable {
+	if rep.Phase != topology.PhaseStable {
 		return fmt.Errorf("chaos: heal: topology still migrating after %v: %d counters held by pending parts", wait, rep.Waiting)
 	}
 	if !rep.AlreadyApplied {

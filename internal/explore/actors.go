@@ -10,6 +10,7 @@ import (
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/rollback"
 	"github.com/shardis/shardis/router"
+	"github.com/shardis/shardis/topology"
 )
 
 // The actors of a schedule and what the clients were told. An actor is
@@ -211,7 +212,7 @@ func (w *World) topology(o *observed, s *Scheduler, who, order, user string) fun
 			if err != nil {
 				return
 			}
-			if step.to == "T1" && rep.Phase == inventory.PhaseStable {
+			if step.to == "T1" && rep.Phase == topology.PhaseStable {
 				w.reserveAtT1(ctx, o, s, order, user)
 			}
 		}

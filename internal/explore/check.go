@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/topology"
 )
 
 // The checks at quiescence, on what the nodes hold (read directly, not
@@ -511,7 +512,7 @@ func checkQuiet(v *violations, st *worldState) {
 		if name == "n4" {
 			continue
 		}
-		if ns.topo["phase"] != string(inventory.PhaseStable) || ns.topo["token"] != token {
+		if ns.topo["phase"] != string(topology.PhaseStable) || ns.topo["token"] != token {
 			v.add("topology-migrating", "node %s: topology token %s phase %s (n1: %s)", name, ns.topo["token"], ns.topo["phase"], token)
 		}
 	}

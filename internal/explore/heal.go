@@ -9,6 +9,7 @@ import (
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/rollback"
 	"github.com/shardis/shardis/router"
+	"github.com/shardis/shardis/topology"
 )
 
 // healBound is how long past its deadline a part may stay pending while
@@ -84,7 +85,7 @@ func (w *World) settleAll(ctx context.Context, inv *inventory.Inventory) (waited
 // topologyNow says which topology the nodes' newest record is ("T0" or
 // "T1") and whether every node of it is stable at that record's token.
 func (w *World) topologyNow(ctx context.Context) (at string, stable bool, err error) {
-	var recs []inventory.TopologyRecord
+	var recs []topology.Record
 	for try := 0; ; try++ {
 		var unread map[string]error
 		recs, unread, err = inventory.ReadTopology(ctx, w.cfg1)
@@ -98,7 +99,7 @@ func (w *World) topologyNow(ctx context.Context) (at string, stable bool, err er
 			return "", false, fmt.Errorf("explore: reading the topology: %w", err)
 		}
 	}
-	var newest inventory.TopologyRecord
+	var newest topology.Record
 	for _, r := range recs {
 		if r.Epoch > newest.Epoch {
 			newest = r
@@ -106,12 +107,12 @@ func (w *World) topologyNow(ctx context.Context) (at string, stable bool, err er
 	}
 	at = "T0"
 	members := nodesT0
-	if newest.Current.Fingerprint() == inventory.TopologyOf(w.cfg1).Fingerprint() {
+	if newest.Current.Fingerprint() == topology.Of(w.cfg1).Fingerprint() {
 		at, members = "T1", allNodes
 	}
 	stable = true
 	for _, r := range recs {
-		if slices.Contains(members, r.Node) && (r.Token != newest.Token || r.Phase != inventory.PhaseStable) {
+		if slices.Contains(members, r.Node) && (r.Token != newest.Token || r.Phase != topology.PhaseStable) {
 			stable = false
 		}
 	}
@@ -129,7 +130,7 @@ func (w *World) apply(ctx context.Context, to string, wait time.Duration) error 
 	if err != nil {
 		return fmt.Errorf("healing topology apply %s: %w", to, err)
 	}
-	if rep.Phase != inventory.PhaseStable {
+	if rep.Phase != topology.PhaseStable {
 		return fmt.Errorf("healing topology apply %s left phase %s (%d waiting)", to, rep.Phase, rep.Waiting)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/rollback"
 	"github.com/shardis/shardis/router"
+	"github.com/shardis/shardis/topology"
 )
 
 // Metrics owns a registry with every shardis metric. Create it before the
@@ -196,7 +197,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ts := inv.TopologyStatus(ctx)
 		ch <- prometheus.MustNewConstMetric(descTopoEpoch, prometheus.GaugeValue, float64(ts.Epoch))
 		ch <- prometheus.MustNewConstMetric(descTopoReady, prometheus.GaugeValue, b2f(ts.Ready))
-		ch <- prometheus.MustNewConstMetric(descTopoMigrating, prometheus.GaugeValue, b2f(ts.Ready && ts.Phase == inventory.PhaseMigrating))
+		ch <- prometheus.MustNewConstMetric(descTopoMigrating, prometheus.GaugeValue, b2f(ts.Ready && ts.Phase == topology.PhaseMigrating))
 		ch <- prometheus.MustNewConstMetric(descTopoPending, prometheus.GaugeValue, b2f(ts.Ready && ts.Pending != ""))
 		for _, n := range inv.Nodes() {
 			if !n.Usable() {

@@ -22,7 +22,7 @@ import (
 // GET /readyz is readiness: 200 when every route of the topology the
 // instance serves (the one applied on the nodes) has at least one enabled,
 // usable node and the instance acts at the nodes' topology
-// (inventory.TopologyStatus), 503 otherwise, with the routes that cannot
+// (topology.Status), 503 otherwise, with the routes that cannot
 // serve, or the topology problem, named in the body. A ready instance
 // whose configuration differs from the applied topology says so after
 // "ready" ("ready; pending topology change: config epoch differs: +n4

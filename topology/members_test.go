@@ -1,4 +1,4 @@
-package inventory
+package topology
 
 import (
 	"testing"
@@ -21,7 +21,7 @@ func TestTopologyFingerprint(t *testing.T) {
 			}
 		}
 		cfg.Servers = map[string]config.Server{"inventory": {Routes: routes}}
-		return TopologyOf(&cfg)
+		return Of(&cfg)
 	}
 	a := mk(map[string][]string{"r": {"n1", "n2"}, "s": {"n3"}}, nil)
 	b := mk(map[string][]string{"s": {"n3"}, "r": {"n2", "n1"}}, nil)
@@ -45,23 +45,6 @@ func TestTopologyFingerprint(t *testing.T) {
 	}
 }
 
-func TestParseQuotaKey(t *testing.T) {
-	for _, c := range []struct{ route, sku, user string }{
-		{"r", "X", ":9"}, {"r", "X:", "9"}, {"clothes", "sku:1:2", "u:1"}, {"r", "", "u"},
-	} {
-		k := quotaKey(c.route, c.sku, c.user)
-		sku, user, ok := parseQuotaKey(c.route, k)
-		if !ok || sku != c.sku || user != c.user {
-			t.Errorf("parseQuotaKey(%q) = %q, %q, %v; want %q, %q", k, sku, user, ok, c.sku, c.user)
-		}
-	}
-	for _, k := range []string{"inv:quota:r:", "inv:quota:r:5:abc:u", "inv:quota:r:x:a:b", "inv:quota:other:1:a:b", "inv:quota:r:-1:a:b"} {
-		if _, _, ok := parseQuotaKey("r", k); ok {
-			t.Errorf("parseQuotaKey(%q) accepted a malformed key", k)
-		}
-	}
-}
-
 // TestTopologyDiff: the pending change an instance reports names what its
 // configuration would add, remove and reweigh, node by node.
 func TestTopologyDiff(t *testing.T) {
@@ -79,8 +62,8 @@ func TestTopologyDiff(t *testing.T) {
 		{Topology{Routes: map[string][]router.Member{"r": {m("n1", 1), m("n2", 2)}, "x": {m("n1", 1), m("n4", 1), m("n5", 1)}, "y": {m("n4", 1)}}},
 			"n1 +route x; n2 weight 1→2; -n3 (route r, route s); +n4 (route x, route y); +n5 (route x)"},
 	} {
-		if got := topologyDiff(applied, tc.cfg); got != tc.want {
-			t.Errorf("topologyDiff(%s, %s) = %q, want %q", applied, tc.cfg, got, tc.want)
+		if got := Diff(applied, tc.cfg); got != tc.want {
+			t.Errorf("Diff(%s, %s) = %q, want %q", applied, tc.cfg, got, tc.want)
 		}
 	}
 }

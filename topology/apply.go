@@ -1,0 +1,383 @@
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+)
+
+// ErrInvalid is wrapped by the errors of an apply refused for its input or
+// for the nodes' state (no record yet and no From, From not the applied
+// topology, a node at another token): nothing was written, and running it
+// again with the same input fails alike.
+var ErrInvalid = errors.New("topology: apply refused")
+
+// Options configures [Apply].
+type Options struct {
+	// To is the topology to apply. Required: at least one route.
+	To Topology
+	// From is the topology the caller believes is applied, or nil. When
+	// given, Apply refuses unless the nodes are at From (or at To, to
+	// resume); when the nodes have no record yet, From is written as
+	// epoch 1 first.
+	// default: nil (the applied topology is read from the nodes)
+	From *Topology
+	// Wait bounds how long step 3 waits for pending parts that keep a
+	// quota counter or a leaving node's stock from moving (the parts settle
+	// when their orders are confirmed, cancelled or expire). Past it, Apply
+	// returns with Phase migrating and Waiting > 0: the instances keep
+	// consulting the previous topology, which is safe, and running the
+	// apply again later finishes.
+	// default: 1 minute
+	Wait time.Duration
+	// DryRun checks and reports what would change without writing.
+	DryRun bool
+	// Logger receives progress.
+	// default: slog.Default()
+	Logger *slog.Logger
+	// Crash, when set, is asked after each node is bumped (point "bump");
+	// a non-nil error stops the apply there, as if its process died, and
+	// Apply returns it. For tests and the schedule explorer only.
+	// default: nil
+	Crash func(ctx context.Context, point string) error
+}
+
+// Moved counts what step 3 moved (fields promoted into [Report]).
+type Moved struct {
+	OrdersMoved   int // order records (tombstones included) moved
+	QuotasMoved   int // quota counters transferred
+	StockMoved    int // stock hashes of leaving nodes transferred
+	PartsSettled  int // pending parts of leaving nodes settled by the apply
+	StagedDecided int // staging records (one-round reservations) the apply decided
+}
+
+func (m *Moved) add(o Moved) {
+	m.OrdersMoved += o.OrdersMoved
+	m.QuotasMoved += o.QuotasMoved
+	m.StockMoved += o.StockMoved
+	m.PartsSettled += o.PartsSettled
+	m.StagedDecided += o.StagedDecided
+}
+
+// Report says what [Apply] did.
+type Report struct {
+	FromEpoch, ToEpoch int64
+	From, To           Topology
+	Joined, Left       []string // nodes that join or leave the inventory server
+	LimitsCopied       int      // per-user limits written to joining route members
+	Moved
+	LeftPending int // pending parts leaving nodes held at the check
+	// Waiting counts counters still held by pending parts when the apply
+	// returned in phase migrating; run it again later to finish.
+	Waiting        int
+	Phase          Phase
+	AlreadyApplied bool
+}
+
+// Change is the move one apply makes, as its [Driver] needs it.
+type Change struct {
+	From, To     Topology
+	Epoch        int64    // the epoch moved to
+	Token        string   // its token
+	Joined, Left []string // nodes that join and leave, sorted
+}
+
+// Driver runs the protocol's steps on the nodes (the inventory package
+// implements it). Every method names the node in its errors; none is
+// called concurrently with another by one Apply.
+type Driver interface {
+	// Read returns the named node's record (Epoch 0 when it has none). It
+	// fails when the node is not configured or does not answer: every
+	// node of both topologies must.
+	Read(ctx context.Context, node string) (Record, error)
+	// Write writes rec on the named node by compare-and-set: only when
+	// the node's token is expect ("" = none), or already rec.Token (then
+	// it only moves the phase from migrating to stable, never back).
+	// Otherwise it fails and the node is unchanged.
+	Write(ctx context.Context, node, expect string, rec Record) error
+	// Pending returns how many parts are pending on the named node.
+	Pending(ctx context.Context, node string) (int, error)
+	// CopyLimits gives the members that join a route of c.To the route's
+	// per-user limits, before any instance can take quota on them, and
+	// returns how many it wrote. Writing a limit again is harmless.
+	CopyLimits(ctx context.Context, c Change) (int, error)
+	// Relocate runs the first part of step 3 at c.Token: it moves every
+	// order record whose home moved and decides every record still
+	// staging. It reports migrating false, having moved nothing, when the
+	// nodes already finished step 3 at c.Token. Every move is idempotent.
+	Relocate(ctx context.Context, c Change) (m Moved, migrating bool, err error)
+	// MoveCounters runs one pass of the rest of step 3: it transfers the
+	// quota counters whose home moved and the leaving nodes' stock, and
+	// settles the leaving nodes' due pending parts. It returns how many
+	// counters could not move yet because pending parts still count them.
+	// Every transfer happens once, whatever the passes and reruns.
+	MoveCounters(ctx context.Context, c Change) (m Moved, waiting int, err error)
+}
+
+// Apply moves the nodes to opts.To following the protocol of the package
+// doc: check, bump, migrate, stable. It is idempotent: run it again to
+// resume an interrupted apply, or to finish one that returned in phase
+// migrating (see Options.Wait).
+func Apply(ctx context.Context, opts Options, d Driver) (Report, error) {
+	if len(opts.To.Routes) == 0 {
+		return Report{}, fmt.Errorf("%w: the new topology has no route", ErrInvalid)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Wait <= 0 {
+		opts.Wait = time.Minute
+	}
+	a := &applier{d: d, opts: opts, log: opts.Logger, to: opts.To}
+	return a.run(ctx)
+}
+
+type applier struct {
+	d    Driver
+	opts Options
+	log  *slog.Logger
+	to   Topology
+	rep  Report
+}
+
+func (a *applier) run(ctx context.Context) (Report, error) {
+	fp := a.to.Fingerprint()
+	a.rep.To = a.to
+	cur, recs, err := a.current(ctx)
+	if err != nil {
+		return a.rep, err
+	}
+	a.rep.FromEpoch, a.rep.From = cur.Epoch, cur.Current
+	if cur.Current.Fingerprint() == fp {
+		a.rep.ToEpoch = cur.Epoch
+		if cur.Prev == nil || allStable(recs, cur.Token) {
+			a.rep.AlreadyApplied, a.rep.Phase = true, PhaseStable
+			return a.rep, nil
+		}
+		a.rep.FromEpoch, a.rep.From = cur.Epoch-1, *cur.Prev // resume
+		a.diff()
+		if a.opts.DryRun {
+			a.rep.Phase = PhaseMigrating
+			return a.rep, nil
+		}
+		// An interrupted bump left nodes at the previous token: finish it.
+		prevTok := Token(cur.Epoch-1, cur.Prev.Fingerprint())
+		if err := a.bump(ctx, recs, prevTok, cur.Token, cur.Epoch, *cur.Prev); err != nil {
+			return a.rep, err
+		}
+		return a.migrate(ctx, cur.Token)
+	}
+	if a.opts.From != nil && a.opts.From.Fingerprint() != cur.Current.Fingerprint() {
+		return a.rep, fmt.Errorf("%w: --from is %s, but the nodes are at epoch %d with %s", ErrInvalid, a.opts.From, cur.Epoch, cur.Current)
+	}
+	a.diff()
+	if err := a.check(ctx, cur, recs); err != nil {
+		return a.rep, err
+	}
+	a.rep.ToEpoch = cur.Epoch + 1
+	if a.opts.DryRun {
+		return a.rep, nil
+	}
+	tok := Token(cur.Epoch+1, fp)
+	if a.rep.LimitsCopied, err = a.d.CopyLimits(ctx, a.change(tok)); err != nil {
+		return a.rep, err
+	}
+	if err := a.bump(ctx, recs, cur.Token, tok, cur.Epoch+1, cur.Current); err != nil {
+		return a.rep, err
+	}
+	a.log.Info("topology: nodes at the new epoch", "epoch", cur.Epoch+1, "topology", a.to.String())
+	return a.migrate(ctx, tok)
+}
+
+// change is the move to token tok, as the driver needs it.
+func (a *applier) change(tok string) Change {
+	return Change{From: a.rep.From, To: a.to, Epoch: a.rep.ToEpoch, Token: tok, Joined: a.rep.Joined, Left: a.rep.Left}
+}
+
+// bump moves every node of prev and the new topology from the token from
+// (or none, for a node that never had one) to tok, by compare-and-set;
+// nodes already at tok are left alone.
+func (a *applier) bump(ctx context.Context, recs map[string]Record, from, tok string, epoch int64, prev Topology) error {
+	for _, name := range Union(prev.Nodes(), a.to.Nodes()) {
+		rec := recs[name]
+		if rec.Token == tok {
+			continue
+		}
+		expect := from
+		if rec.Epoch == 0 {
+			expect = ""
+		}
+		next := Record{Node: name, Epoch: epoch, Token: tok, Current: a.to, Prev: &prev, Phase: PhaseMigrating}
+		if err := a.d.Write(ctx, name, expect, next); err != nil {
+			return fmt.Errorf("moving %s to epoch %d (run apply again to resume): %w", name, epoch, err)
+		}
+		if a.opts.Crash != nil {
+			if err := a.opts.Crash(ctx, "bump"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// current reads every node of the new topology and of the nodes'
+// current one, and returns the newest record.
+func (a *applier) current(ctx context.Context) (Record, map[string]Record, error) {
+	recs := map[string]Record{}
+	var newest Record
+	read := func(names []string) error {
+		for _, name := range names {
+			if _, ok := recs[name]; ok {
+				continue
+			}
+			rec, err := a.d.Read(ctx, name)
+			if err != nil {
+				return err
+			}
+			recs[name] = rec
+			if rec.Epoch > newest.Epoch {
+				newest = rec
+			}
+		}
+		return nil
+	}
+	if err := read(a.to.Nodes()); err != nil {
+		return newest, nil, err
+	}
+	if newest.Epoch == 0 && a.opts.From == nil {
+		return newest, nil, fmt.Errorf("%w: the nodes have no topology record yet: start `shardis serve` once with the current configuration, or pass --from", ErrInvalid)
+	}
+	if a.opts.From != nil {
+		if err := read(a.opts.From.Nodes()); err != nil {
+			return newest, nil, err
+		}
+	}
+	if newest.Epoch == 0 { // never initialised: the --from topology is epoch 1
+		from := *a.opts.From
+		tok := Token(1, from.Fingerprint())
+		for _, name := range from.Nodes() {
+			if err := a.d.Write(ctx, name, "", Record{Node: name, Epoch: 1, Token: tok, Current: from, Phase: PhaseStable}); err != nil {
+				return newest, nil, err
+			}
+		}
+		return a.current(ctx)
+	}
+	if err := read(newest.Current.Nodes()); err != nil {
+		return newest, nil, err
+	}
+	if newest.Prev != nil && newest.Phase == PhaseMigrating {
+		if err := read(newest.Prev.Nodes()); err != nil {
+			return newest, nil, err
+		}
+	}
+	return newest, recs, nil
+}
+
+// allStable reports whether every node at tok is stable.
+func allStable(recs map[string]Record, tok string) bool {
+	for _, r := range recs {
+		if r.Token == tok && r.Phase != PhaseStable {
+			return false
+		}
+	}
+	return true
+}
+
+// diff fills Joined and Left.
+func (a *applier) diff() {
+	old := map[string]bool{}
+	for _, n := range a.rep.From.Nodes() {
+		old[n] = true
+	}
+	for _, n := range a.to.Nodes() {
+		if !old[n] {
+			a.rep.Joined = append(a.rep.Joined, n)
+		}
+		delete(old, n)
+	}
+	for n := range old {
+		a.rep.Left = append(a.rep.Left, n)
+	}
+	sort.Strings(a.rep.Left)
+}
+
+// check refuses a bump that could lose or strand anything, and counts the
+// leaving nodes' pending parts.
+func (a *applier) check(ctx context.Context, cur Record, recs map[string]Record) error {
+	var bad []string
+	oldNodes := map[string]bool{}
+	for _, n := range cur.Current.Nodes() {
+		oldNodes[n] = true
+	}
+	for name, rec := range recs {
+		switch {
+		case rec.Token == cur.Token:
+		case rec.Epoch == 0 && !oldNodes[name]:
+		default:
+			bad = append(bad, fmt.Sprintf("%s is at %q, not the current %q", name, rec.Token, cur.Token))
+		}
+	}
+	for _, name := range a.rep.Left {
+		pending, err := a.d.Pending(ctx, name)
+		if err != nil {
+			return err
+		}
+		a.rep.LeftPending += pending
+	}
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// migrate runs steps 3 and 4 at token tok. When counters are still held
+// by pending parts after opts.Wait, it returns with the phase still
+// migrating (Waiting counts them).
+func (a *applier) migrate(ctx context.Context, tok string) (Report, error) {
+	c := a.change(tok)
+	m, migrating, err := a.d.Relocate(ctx, c)
+	a.rep.add(m)
+	if err != nil {
+		return a.rep, err
+	}
+	deadline := time.Now().Add(a.opts.Wait)
+	for migrating {
+		m, busy, err := a.d.MoveCounters(ctx, c)
+		a.rep.add(m)
+		if err != nil {
+			return a.rep, err
+		}
+		if busy == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			// Safe to leave: instances keep consulting the previous
+			// topology until a later apply finishes.
+			a.rep.Phase, a.rep.Waiting = PhaseMigrating, busy
+			a.log.Warn("topology: still migrating: counters wait for pending parts; run `shardis topology apply` again later to finish",
+				"counters", busy, "waited", a.opts.Wait)
+			return a.rep, nil
+		}
+		a.log.Info("topology: waiting for pending parts before moving counters", "counters", busy)
+		select {
+		case <-ctx.Done():
+			return a.rep, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	for _, name := range Union(a.rep.From.Nodes(), a.to.Nodes()) {
+		stable := Record{Node: name, Epoch: a.rep.ToEpoch, Token: tok, Current: a.to, Phase: PhaseStable}
+		if err := a.d.Write(ctx, name, tok, stable); err != nil {
+			return a.rep, err
+		}
+	}
+	a.rep.Phase = PhaseStable
+	a.log.Info("topology: applied", "epoch", a.rep.ToEpoch, "orders_moved", a.rep.OrdersMoved,
+		"quotas_moved", a.rep.QuotasMoved, "stock_moved", a.rep.StockMoved)
+	return a.rep, nil
+}

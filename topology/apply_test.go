@@ -1,0 +1,266 @@
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/shardis/shardis/router"
+)
+
+// fakeDriver keeps node records in memory with the compare-and-set rule
+// of the inventory's topology write script, so Apply's protocol steps can
+// be checked without nodes (the inventory package's tests run the same
+// apply against real ones).
+type fakeDriver struct {
+	recs     map[string]Record // by node; absent: no record
+	writes   []string          // "node:token:phase", in order
+	relocs   int
+	passes   int
+	busy     []int // MoveCounters' waiting counts, one per pass (then 0)
+	pending  map[string]int
+	stable   bool // Relocate reports the nodes finished step 3
+	copied   int
+	lastSeen Change
+}
+
+func newFake() *fakeDriver {
+	return &fakeDriver{recs: map[string]Record{}, pending: map[string]int{}}
+}
+
+func (f *fakeDriver) Read(_ context.Context, name string) (Record, error) {
+	r, ok := f.recs[name]
+	if !ok {
+		return Record{Node: name}, nil
+	}
+	return r, nil
+}
+
+func (f *fakeDriver) Write(_ context.Context, name, expect string, rec Record) error {
+	cur := f.recs[name]
+	if cur.Token == rec.Token && cur.Token != "" {
+		if rec.Phase == PhaseStable {
+			cur.Phase = PhaseStable
+			f.recs[name] = cur
+			f.writes = append(f.writes, name+":"+rec.Token+":stable")
+		}
+		return nil
+	}
+	if cur.Token != expect {
+		return fmt.Errorf("node %s is at %q, expected %q", name, cur.Token, expect)
+	}
+	rec.Node = name
+	f.recs[name] = rec
+	f.writes = append(f.writes, name+":"+rec.Token+":"+string(rec.Phase))
+	return nil
+}
+
+func (f *fakeDriver) Pending(_ context.Context, name string) (int, error) {
+	return f.pending[name], nil
+}
+
+func (f *fakeDriver) CopyLimits(_ context.Context, c Change) (int, error) {
+	f.lastSeen = c
+	return f.copied, nil
+}
+
+func (f *fakeDriver) Relocate(_ context.Context, c Change) (Moved, bool, error) {
+	f.relocs++
+	f.lastSeen = c
+	if f.stable {
+		return Moved{}, false, nil
+	}
+	return Moved{OrdersMoved: 2, StagedDecided: 1}, true, nil
+}
+
+func (f *fakeDriver) MoveCounters(_ context.Context, c Change) (Moved, int, error) {
+	f.passes++
+	busy := 0
+	if len(f.busy) > 0 {
+		busy, f.busy = f.busy[0], f.busy[1:]
+	}
+	return Moved{QuotasMoved: 1}, busy, nil
+}
+
+func topo(routes map[string][]string) Topology {
+	t := Topology{Routes: map[string][]router.Member{}}
+	for r, ms := range routes {
+		for _, m := range ms {
+			t.Routes[r] = append(t.Routes[r], router.Member{Name: m, Weight: 1})
+		}
+	}
+	return t
+}
+
+// at gives nodes the stable record of epoch e with topology t.
+func (f *fakeDriver) at(e int64, t Topology, prev *Topology, phase Phase, nodes ...string) {
+	for _, n := range nodes {
+		f.recs[n] = Record{Node: n, Epoch: e, Token: Token(e, t.Fingerprint()), Current: t, Prev: prev, Phase: phase}
+	}
+}
+
+var (
+	two   = topo(map[string][]string{"r": {"n1", "n2"}})
+	three = topo(map[string][]string{"r": {"n1", "n2", "n3"}})
+	quiet = slog.New(slog.DiscardHandler)
+)
+
+func apply(t *testing.T, f *fakeDriver, opts Options) (Report, error) {
+	t.Helper()
+	opts.Logger = quiet
+	return Apply(context.Background(), opts, f)
+}
+
+// TestApplyAddsNode: every node is bumped once from the current token
+// (a joining one from none), step 3 runs until nothing waits, then every
+// node goes stable; the report counts what the driver moved.
+func TestApplyAddsNode(t *testing.T) {
+	f := newFake()
+	f.at(1, two, nil, PhaseStable, "n1", "n2")
+	f.copied, f.busy = 3, []int{2}
+	rep, err := apply(t, f, Options{To: three})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := Token(2, three.Fingerprint())
+	want := []string{"n1:" + tok + ":migrating", "n2:" + tok + ":migrating", "n3:" + tok + ":migrating",
+		"n1:" + tok + ":stable", "n2:" + tok + ":stable", "n3:" + tok + ":stable"}
+	if !reflect.DeepEqual(f.writes, want) {
+		t.Fatalf("writes = %v, want %v", f.writes, want)
+	}
+	if rep.FromEpoch != 1 || rep.ToEpoch != 2 || rep.Phase != PhaseStable || !reflect.DeepEqual(rep.Joined, []string{"n3"}) ||
+		len(rep.Left) != 0 || rep.LimitsCopied != 3 || rep.OrdersMoved != 2 || rep.StagedDecided != 1 || rep.QuotasMoved != 2 {
+		t.Fatalf("report = %+v", rep)
+	}
+	if f.passes != 2 || f.lastSeen.Token != tok || f.lastSeen.Epoch != 2 {
+		t.Fatalf("passes = %d, change = %+v", f.passes, f.lastSeen)
+	}
+	rep, err = apply(t, f, Options{To: three})
+	if err != nil || !rep.AlreadyApplied || len(f.writes) != len(want) {
+		t.Fatalf("second apply = %+v, %v; writes %v", rep, err, f.writes)
+	}
+}
+
+// TestApplyRefusals: an apply that cannot be safe writes nothing.
+func TestApplyRefusals(t *testing.T) {
+	for name, tc := range map[string]struct {
+		setup func(*fakeDriver)
+		opts  Options
+	}{
+		"no record and no from": {func(*fakeDriver) {}, Options{To: three}},
+		"from is not applied": {func(f *fakeDriver) { f.at(1, two, nil, PhaseStable, "n1", "n2") },
+			Options{To: three, From: &Topology{Routes: map[string][]router.Member{"r": {{Name: "n1", Weight: 1}}}}}},
+		"node at another token": {func(f *fakeDriver) {
+			f.at(1, two, nil, PhaseStable, "n1", "n2")
+			f.recs["n2"] = Record{Node: "n2", Epoch: 1, Token: Token(1, "other"), Current: two, Phase: PhaseStable}
+		}, Options{To: three}},
+		"no route": {func(*fakeDriver) {}, Options{}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFake()
+			tc.setup(f)
+			_, err := apply(t, f, tc.opts)
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("err = %v, want ErrInvalid", err)
+			}
+			if len(f.writes) != 0 {
+				t.Fatalf("refused apply wrote %v", f.writes)
+			}
+		})
+	}
+}
+
+// TestApplyFromInitialises: nodes without any record get From as epoch 1
+// before the change.
+func TestApplyFromInitialises(t *testing.T) {
+	f := newFake()
+	from := two
+	rep, err := apply(t, f, Options{To: three, From: &from})
+	if err != nil || rep.FromEpoch != 1 || rep.ToEpoch != 2 || rep.Phase != PhaseStable {
+		t.Fatalf("apply = %+v, %v", rep, err)
+	}
+	if f.writes[0] != "n1:"+Token(1, two.Fingerprint())+":stable" {
+		t.Fatalf("first write %q, want epoch 1 of the from topology", f.writes[0])
+	}
+}
+
+// TestApplyResumesAfterCrash: a crash after the first bump leaves the
+// nodes split between two tokens; a rerun bumps the rest (none twice) and
+// finishes.
+func TestApplyResumesAfterCrash(t *testing.T) {
+	f := newFake()
+	f.at(1, two, nil, PhaseStable, "n1", "n2")
+	crashed := errors.New("crashed")
+	_, err := apply(t, f, Options{To: three, Crash: func(context.Context, string) error { return crashed }})
+	if !errors.Is(err, crashed) || len(f.writes) != 1 || f.relocs != 0 {
+		t.Fatalf("crashing apply = %v; writes %v, relocates %d", err, f.writes, f.relocs)
+	}
+	rep, err := apply(t, f, Options{To: three})
+	if err != nil || rep.Phase != PhaseStable || rep.FromEpoch != 1 || !reflect.DeepEqual(rep.Joined, []string{"n3"}) {
+		t.Fatalf("resumed apply = %+v, %v", rep, err)
+	}
+	migrating := map[string]int{}
+	for _, w := range f.writes {
+		if w[len(w)-len("migrating"):] == "migrating" {
+			migrating[w[:2]]++
+		}
+	}
+	if !reflect.DeepEqual(migrating, map[string]int{"n1": 1, "n2": 1, "n3": 1}) {
+		t.Fatalf("bumps per node = %v (writes %v)", migrating, f.writes)
+	}
+}
+
+// TestApplyWaitsThenFinishes: counters held past Wait leave the phase
+// migrating with Waiting counted and nothing stable; a later rerun ends it.
+func TestApplyWaitsThenFinishes(t *testing.T) {
+	f := newFake()
+	f.at(1, two, nil, PhaseStable, "n1", "n2")
+	f.busy = []int{4, 4, 4, 4}
+	rep, err := apply(t, f, Options{To: three, Wait: time.Millisecond})
+	if err != nil || rep.Phase != PhaseMigrating || rep.Waiting != 4 {
+		t.Fatalf("apply = %+v, %v", rep, err)
+	}
+	for n, r := range f.recs {
+		if r.Phase != PhaseMigrating {
+			t.Fatalf("%s is %s while counters wait", n, r.Phase)
+		}
+	}
+	f.busy = nil
+	rep, err = apply(t, f, Options{To: three})
+	if err != nil || rep.Phase != PhaseStable || rep.AlreadyApplied {
+		t.Fatalf("rerun = %+v, %v", rep, err)
+	}
+}
+
+// TestApplyDryRunAndFinishedMigration: a dry run writes nothing; a rerun
+// whose driver finds step 3 done goes straight to stable.
+func TestApplyDryRunAndFinishedMigration(t *testing.T) {
+	f := newFake()
+	f.at(1, two, nil, PhaseStable, "n1", "n2")
+	f.pending["n9"] = 5
+	rep, err := apply(t, f, Options{To: three, DryRun: true})
+	if err != nil || len(f.writes) != 0 || rep.ToEpoch != 2 {
+		t.Fatalf("dry run = %+v, %v; writes %v", rep, err, f.writes)
+	}
+	f.at(2, three, &two, PhaseMigrating, "n1", "n2", "n3")
+	f.stable = true
+	rep, err = apply(t, f, Options{To: three})
+	if err != nil || rep.Phase != PhaseStable || f.passes != 0 || len(f.writes) != 3 {
+		t.Fatalf("apply = %+v, %v; passes %d, writes %v", rep, err, f.passes, f.writes)
+	}
+}
+
+// TestApplyCountsLeavingPending: the check counts what leaving nodes hold.
+func TestApplyCountsLeavingPending(t *testing.T) {
+	f := newFake()
+	f.at(1, three, nil, PhaseStable, "n1", "n2", "n3")
+	f.pending["n3"] = 5
+	rep, err := apply(t, f, Options{To: two})
+	if err != nil || rep.LeftPending != 5 || !reflect.DeepEqual(rep.Left, []string{"n3"}) {
+		t.Fatalf("apply = %+v, %v", rep, err)
+	}
+}

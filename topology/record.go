@@ -1,0 +1,89 @@
+package topology
+
+import (
+	"strconv"
+	"strings"
+)
+
+// What every node records of the topology, and what an instance reports
+// of it (doc.go says who writes which field when).
+
+// Phase is where a topology epoch is in its change.
+type Phase string
+
+const (
+	// PhaseMigrating: records and counters may still sit where the
+	// previous topology put them; instances consult both.
+	PhaseMigrating Phase = "migrating"
+	// PhaseStable: everything is where the current topology puts it.
+	PhaseStable Phase = "stable"
+)
+
+// Valid reports whether p is one of the two phases.
+func (p Phase) Valid() bool { return p == PhaseMigrating || p == PhaseStable }
+
+// Token is an epoch token, "E:fingerprint": what every script's prelude
+// compares with the node's.
+func Token(epoch int64, fingerprint string) string {
+	return strconv.FormatInt(epoch, 10) + ":" + fingerprint
+}
+
+// SplitToken splits an epoch token into its epoch and fingerprint; ok is
+// false when tok is not "E:fingerprint" with a positive E.
+func SplitToken(tok string) (epoch int64, fingerprint string, ok bool) {
+	e, fp, found := strings.Cut(tok, ":")
+	epoch, err := strconv.ParseInt(e, 10, 64)
+	if !found || err != nil || epoch < 1 {
+		return 0, "", false
+	}
+	return epoch, fp, true
+}
+
+// Record is one node's topology record.
+type Record struct {
+	Node  string
+	Epoch int64 // 0: the node has no record
+	Token string
+	// Current is the topology of Epoch.
+	Current Topology
+	// Prev is the topology of Epoch-1; nil when the record has none (the
+	// first epoch).
+	Prev  *Topology
+	Phase Phase
+	// Lost is true when the node's stamp names Token but its record is
+	// gone; the other fields but Node and Token are unknown.
+	Lost bool
+}
+
+// Newest returns the record of the highest epoch among recs, lost ones
+// left out (the first of equals); nil when there is none.
+func Newest(recs []Record) *Record {
+	var newest *Record
+	for i := range recs {
+		if recs[i].Lost {
+			continue
+		}
+		if newest == nil || recs[i].Epoch > newest.Epoch {
+			newest = &recs[i]
+		}
+	}
+	return newest
+}
+
+// Status is what an instance knows of the topology.
+type Status struct {
+	// Epoch and Phase are the nodes' newest record's (0 and "" when no
+	// node could be read).
+	Epoch int64
+	Phase Phase
+	// Fingerprint is the fingerprint of this instance's configuration.
+	Fingerprint string
+	// Ready is true when this instance acts at the nodes' epoch.
+	Ready bool
+	// Reason says why not, when not Ready.
+	Reason string
+	// Pending, when Ready, says how this instance's configuration differs
+	// from the applied topology it serves, e.g. "pending topology change:
+	// config epoch differs: +n4 (route x)"; "" when it is the applied one.
+	Pending string
+}
