@@ -17,7 +17,7 @@ import (
 
 // The inventory's side of a topology change: [ApplyTopology] wires a
 // [topology.Apply] to a migrator, the [topology.Driver] that runs its
-// steps on the inventory nodes (record scripts here and in topology_lua.go,
+// steps on the inventory nodes (record scripts here and in epoch_lua.go,
 // the moves in apply_migrate.go and migrate.go).
 
 // ApplyOptions configures [ApplyTopology].

@@ -138,3 +138,30 @@ func BenchmarkReserve3ItemsParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkReserveMintedParallel reserves 1 unit of a SKU whose stock
+// lives on one node (route r1), with order ids minted by NewOrderID for
+// the items, so every record sits next to the stock and each order is one
+// script (shared with the others waiting on the node): the hot-SKU minted
+// row of `make bench`, in the caller's process, from GOMAXPROCS*8
+// goroutines.
+func BenchmarkReserveMintedParallel(b *testing.B) {
+	inv := benchInventory(b, "sku-1")
+	items := []inventory.Item{{Route: "r1", SKU: "sku-1", Quantity: 1}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			id, err := inv.NewOrderID(ctx, items...)
+			if err == nil {
+				_, err = inv.Reserve(ctx, id, items, "", 0)
+			}
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

@@ -190,10 +190,10 @@ type Inventory struct {
 	// nodes are the inventory server's nodes in this instance's
 	// configuration, sorted by name; cfgSets its routes' sets. Where
 	// orders and stock live comes from the applied topology instead: the
-	// view's placement (topology.go, served.go).
+	// view's placement (epoch.go, served.go).
 	nodes   []*node.Node
 	cfgSets map[string]*router.Set
-	// topo is the topology epoch this instance acts at (topology.go).
+	// topo is the topology epoch this instance acts at (epoch.go).
 	topo topoState
 	// bg tracks one-round reservations' commits (staged_reserve.go).
 	bg background

@@ -12,7 +12,7 @@ import (
 // This file moves what a topology change relocates: order records (on
 // touch, and by [ApplyTopology]'s sweep), and counters (quota counters
 // whose home moved, a leaving node's stock) by transfer records. The rules
-// that make each step safe are in topology.go.
+// that make each step safe are in epoch.go.
 
 // orderMoveOutScript marks an order record moved (data kept, frozen) and
 // returns it. KEYS: 2 order key. ARGV: 4 the epoch token of the move.
@@ -58,7 +58,7 @@ func (inv *Inventory) homeFor(ctx context.Context, orderID string) (*node.Node, 
 }
 
 // moveOrder moves order X's record from the node named from to dest (see
-// topology.go). It is idempotent and safe to run concurrently.
+// epoch.go). It is idempotent and safe to run concurrently.
 func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from string, dest *node.Node) error {
 	src, err := inv.r.Node(from)
 	if err != nil {

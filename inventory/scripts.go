@@ -86,7 +86,7 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 // its promised parts and wait_ms), and the caller decides it first
 // (staged.go: resolveStaged), then repeats the op.
 //
-// A record marked moved (topology.go) is treated as absent and dropped.
+// A record marked moved (epoch.go) is treated as absent and dropped.
 //
 // It runs as two scripts of one body (oom.go): orderScript, refused whole
 // on a node out of memory, for begin and fence (they start a record), and

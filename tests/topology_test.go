@@ -15,7 +15,7 @@ import (
 	"github.com/shardis/shardis/topology"
 )
 
-// Topology changes (package topology, inventory/topology.go): adding and removing an
+// Topology changes (package topology, inventory/epoch.go): adding and removing an
 // inventory node while orders, tombstones and per-user quotas exist, and a
 // rolling change with old and new instances serving side by side.
 

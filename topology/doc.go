@@ -59,7 +59,7 @@
 //     counts is transferred exactly once; a leaving node's stock is
 //     transferred once it holds no reserved units; the leaving nodes'
 //     pending parts are settled after their deadlines. The inventory
-//     package's topology.go and migrate.go say why each move is safe.
+//     package's epoch.go and migrate.go say why each move is safe.
 //  4. Stable: phase stable on every node. Instances stop consulting the
 //     previous topology. Written only once step 3 ran to its end in this
 //     run.
