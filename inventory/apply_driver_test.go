@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/router"
 	"github.com/shardis/shardis/topology"
@@ -21,18 +20,15 @@ import (
 // only by compare-and-set on the node's token; writing the token the node
 // has moves its phase to stable and never back, keeping the rest; Read
 // returns what was written, and a record lost under its stamp as Lost.
+// The instance is opened without initialising a record (as the apply's
+// own is), so the node starts with none.
 func TestMigratorKeepsDriverContract(t *testing.T) {
 	srv := redistest.StartN(t, 1, redistest.Options{})[0]
-	cfg := config.Default()
-	cfg.Nodes = map[string]config.Node{"n1": {Addr: srv.Addr(), Weight: 1}}
-	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: map[string][]string{"r": {"n1"}}}}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := leaveConfig(t, map[string]string{"n1": srv.Addr()}, map[string][]string{"r": {"n1"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	log := slog.New(slog.DiscardHandler)
-	r, err := router.New(ctx, &cfg, router.Options{KeepData: cfg.KeepData(), Logger: log})
+	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +39,7 @@ func TestMigratorKeepsDriverContract(t *testing.T) {
 	}
 	var d topology.Driver = &migrator{inv: inv, r: r, log: log}
 
-	t1 := topology.Of(&cfg)
+	t1 := topology.Of(cfg)
 	t2 := t1
 	t2.Routes = map[string][]router.Member{"r": {{Name: "n1", Weight: 2}}}
 	tok1, tok2 := topology.Token(1, t1.Fingerprint()), topology.Token(2, t2.Fingerprint())

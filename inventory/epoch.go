@@ -311,7 +311,8 @@ func allDown(nodes []*node.Node, unread []string) error {
 		ErrUnavailable, node.ErrDown, strings.Join(unread, "; "))
 }
 
-// errNoTopology is returned by run when the instance may not act.
+// refuse returns why the instance may not act at v (an error wrapping
+// ErrUnavailable: the nodes are down, or ErrTopology), nil when it may.
 func (v *view) refuse() error {
 	if v.notReady != nil {
 		return v.notReady
