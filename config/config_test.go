@@ -97,7 +97,7 @@ func exampleConfig() Config {
 			GroupCommit:       32,
 		},
 		Sync: Sync{Listen: "127.0.0.1:7401", Batch: 1000, PollInterval: 100 * time.Millisecond,
-			SettleInterval: time.Second, RetryBackoff: time.Second},
+			SettleInterval: time.Second, DecideWait: 250 * time.Millisecond, RetryBackoff: time.Second},
 	}
 }
 
@@ -199,6 +199,7 @@ sync:
   batch: 10000
   poll_interval: 20ms
   settle_interval: 250ms
+  decide_wait: 0s
   retry_backoff: 3s
 `), nil)
 	if err != nil {
@@ -230,7 +231,7 @@ sync:
 			GroupCommit:       32,
 		},
 		Sync: Sync{DSN: "postgres://shardis@db.internal:5432/shardis?sslmode=require", Listen: "", Batch: 10000,
-			PollInterval: 20 * time.Millisecond, SettleInterval: 250 * time.Millisecond, RetryBackoff: 3 * time.Second},
+			PollInterval: 20 * time.Millisecond, SettleInterval: 250 * time.Millisecond, DecideWait: 0, RetryBackoff: 3 * time.Second},
 	}
 	if !reflect.DeepEqual(*got, want) {
 		t.Errorf("Parse:\n got %+v\nwant %+v", *got, want)

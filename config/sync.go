@@ -35,6 +35,14 @@ type Sync struct {
 	// on their node again, until they are confirmed or cancelled.
 	// default: 1s
 	SettleInterval time.Duration `koanf:"settle_interval"`
+	// DecideWait is how long a part must have been pending, by its node's
+	// clock, before the sync lands it (0..1m; 0: at once). A Reserve
+	// attempt that takes stock and is then refused gives it back within
+	// milliseconds; the sync leaves such parts out of PostgreSQL (package
+	// pgsync, "Refused attempts"), which it can tell only once they are
+	// given back. Rows land this much later.
+	// default: 250ms
+	DecideWait time.Duration `koanf:"decide_wait"`
 	// RetryBackoff is the wait after a failure (PostgreSQL or the node
 	// unreachable) before a node is tried again. Nothing is skipped: the
 	// next try resumes from the last committed position.
@@ -44,8 +52,8 @@ type Sync struct {
 
 // String formats the sync settings with the DSN's password redacted.
 func (s Sync) String() string {
-	return fmt.Sprintf("{DSN:%s Listen:%s Batch:%d PollInterval:%v SettleInterval:%v RetryBackoff:%v}",
-		RedactDSN(s.DSN), s.Listen, s.Batch, s.PollInterval, s.SettleInterval, s.RetryBackoff)
+	return fmt.Sprintf("{DSN:%s Listen:%s Batch:%d PollInterval:%v SettleInterval:%v DecideWait:%v RetryBackoff:%v}",
+		RedactDSN(s.DSN), s.Listen, s.Batch, s.PollInterval, s.SettleInterval, s.DecideWait, s.RetryBackoff)
 }
 
 // RedactDSN returns dsn with its password replaced by "<redacted>", in
@@ -89,6 +97,7 @@ func defaultSync() Sync {
 		Batch:          1000,
 		PollInterval:   100 * time.Millisecond,
 		SettleInterval: time.Second,
+		DecideWait:     250 * time.Millisecond,
 		RetryBackoff:   time.Second,
 	}
 }
@@ -109,6 +118,9 @@ func (c *Config) syncProblems(ps *Problems) {
 	}
 	positive(ps, "sync.poll_interval", s.PollInterval)
 	positive(ps, "sync.settle_interval", s.SettleInterval)
+	if s.DecideWait < 0 || s.DecideWait > time.Minute {
+		ps.add("sync.decide_wait", s.DecideWait.String(), "must be 0s..1m (0s: land parts at once)")
+	}
 	positive(ps, "sync.retry_backoff", s.RetryBackoff)
 }
 

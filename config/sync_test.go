@@ -19,6 +19,8 @@ func TestParseSyncProblems(t *testing.T) {
 		{"poll interval zero", "sync: {poll_interval: 0s}", "sync.poll_interval", "positive", "0s"},
 		{"settle interval negative", "sync: {settle_interval: -1s}", "sync.settle_interval", "positive", "-1s"},
 		{"retry backoff zero", "sync: {retry_backoff: 0s}", "sync.retry_backoff", "positive", "0s"},
+		{"decide wait negative", "sync: {decide_wait: -1s}", "sync.decide_wait", "0s..1m", "-1s"},
+		{"decide wait too long", "sync: {decide_wait: 2m}", "sync.decide_wait", "0s..1m", "2m0s"},
 		{"listen without port", "sync: {listen: localhost}", "sync.listen", "host:port", "localhost"},
 		{"unknown key", "sync: {dns: x}", "sync.dns", "unknown key", ""},
 		{"DSN of another scheme", "sync: {dsn: 'mysql://root:hunter2@h/db'}", "sync.dsn", "postgres://", "<redacted>"},

@@ -84,7 +84,7 @@ func TestRedoLogSegmentsUpgrade(t *testing.T) {
 		if after != 380 {
 			t.Fatalf("read up to offset %d, want 380", after)
 		}
-		b, err := e.inv.ReadRedoBatch(e.ctx, "n1", "", []RedoCursor{{Queue: queue, After: from - 1}}, 10000)
+		b, err := e.inv.ReadRedoBatch(e.ctx, "n1", "", []RedoCursor{{Queue: queue, After: from - 1}}, 10000, 0)
 		if err != nil || len(b.Queues) != 1 || b.Queues[0].Trimmed != 0 || len(b.Queues[0].Entries) != int(381-from) ||
 			b.Queues[0].Entries[0].Offset != from {
 			t.Fatalf("ReadRedoBatch from %d: %+v, %v", from, b, err)
@@ -119,7 +119,7 @@ func TestRedoLogSegmentsUpgrade(t *testing.T) {
 	}
 	want(251)
 	// a cursor left behind by the trim: the entries past it are gone
-	b, err := e.inv.ReadRedoBatch(e.ctx, "n1", "", []RedoCursor{{Queue: queue, After: 10}}, 5)
+	b, err := e.inv.ReadRedoBatch(e.ctx, "n1", "", []RedoCursor{{Queue: queue, After: 10}}, 5, 0)
 	if err != nil || b.Queues[0].Trimmed != 240 || len(b.Queues[0].Entries) != 5 || b.Queues[0].Entries[0].Offset != 251 {
 		t.Fatalf("ReadRedoBatch after 10: %+v, %v; want 240 trimmed, then 251…", b, err)
 	}

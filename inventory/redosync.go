@@ -43,6 +43,10 @@ type RedoBatch struct {
 	// Queues is one result per cursor, in the cursors' order; empty when
 	// the node was not at the incarnation asked for.
 	Queues []RedoQueueRead
+	// Wait, when a queue was held back (RedoQueueRead.Held), is how long
+	// until the first held part of any queue is pending for hold; 0 when
+	// none was held.
+	Wait time.Duration
 }
 
 // RedoQueueRead is what one queue held past a cursor.
@@ -62,15 +66,22 @@ type RedoQueueRead struct {
 	// consumer's acknowledgement): they cannot be read any more. 0 when
 	// the queue was not read (the limit was reached on earlier queues).
 	Trimmed int64
+	// Held reports that Entries stop before an entry whose part was
+	// pending for less than the read's hold (by the node's clock), which
+	// is left out with every entry after it.
+	Held bool
 }
 
 // redoBatchScript reads several queues of a node.
 // KEYS: 1 stamp, 2 offsets hash, 3 acked hash, then one queue key per
 // cursor. ARGV: 4 incarnation expected ("" = any), 5 most entries in
-// all, then per cursor: after, part id at after.
+// all, 6 hold ms (0: none), then per cursor: after, part id at after.
 // Returns {incarnation, gen, per cursor {head, acked, rewound, entries,
-// trimmed}}, with no queues when the incarnation differs; trimmed counts
-// the offsets past the cursor with no entry (trimmed), for a queue read.
+// trimmed, held}, wait ms}, with no queues when the incarnation differs;
+// trimmed counts the offsets past the cursor with no entry (trimmed), for
+// a queue read; held is 1 when the entries stop before a part pending for
+// less than hold ms (the node's clock), and wait is the least time until
+// such a part of any queue is pending for hold (0: none held).
 var redoBatchScript = newScript("redo-batch", false, redoEntryLua+luaFile("redo_batch.lua"))
 
 // ReadRedoBatch reads, in one atomic step on node, every queue named by
@@ -79,9 +90,18 @@ var redoBatchScript = newScript("redo-batch", false, redoEntryLua+luaFile("redo_
 // and the node is at another one, it returns the node's incarnation and
 // no queues: the cursors belong to the old incarnation and must not be
 // applied to the new one.
-func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation string, cursors []RedoCursor, limit int) (RedoBatch, error) {
+//
+// A hold > 0 (at most maxRedoHold) stops each queue before its first part
+// that is still pending and was taken less than hold ago by the node's
+// clock (RedoQueueRead.Held, RedoBatch.Wait): what a consumer that lands
+// only decided attempts reads, so that an attempt refused after taking
+// has given its parts back by then (pgsync, "Refused attempts").
+func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation string, cursors []RedoCursor, limit int, hold time.Duration) (RedoBatch, error) {
 	if limit <= 0 || limit > 10000 {
 		return RedoBatch{}, fmt.Errorf("%w: limit %d, want 1..10000", ErrInvalid, limit)
+	}
+	if hold < 0 || hold > maxRedoHold {
+		return RedoBatch{}, fmt.Errorf("%w: hold %v, want 0..%v", ErrInvalid, hold, maxRedoHold)
 	}
 	n, err := inv.r.Node(nodeName)
 	if err != nil {
@@ -90,7 +110,7 @@ func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation s
 	keys := make([]string, 0, 2+len(cursors))
 	keys = append(keys, RedoOffsetsKey, keyRedoAcked)
 	args := make([]any, 0, 2+2*len(cursors))
-	args = append(args, incarnation, limit)
+	args = append(args, incarnation, limit, hold.Milliseconds())
 	for _, c := range cursors {
 		if c.Queue < 0 || c.Queue >= inv.cfg.RedoQueues {
 			return RedoBatch{}, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, c.Queue, inv.cfg.RedoQueues-1)
@@ -108,16 +128,19 @@ func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation s
 	return decodeRedoBatch(nodeName, v, cursors)
 }
 
+// maxRedoHold bounds ReadRedoBatch's hold.
+const maxRedoHold = time.Minute
+
 // decodeRedoBatch reads redoBatchScript's reply to cursors: {incarnation,
-// generation, queues}, queues empty or one {head, acked, rewound 0/1,
-// entries, trimmed} per cursor.
+// generation, queues, wait ms}, queues empty or one {head, acked, rewound
+// 0/1, entries, trimmed, held 0/1} per cursor.
 func decodeRedoBatch(nodeName string, v any, cursors []RedoCursor) (RedoBatch, error) {
 	r := newReplyReader(nodeName, redoBatchScript.name)
-	raw := r.list(v, 3)
+	raw := r.list(v, 4)
 	if r.err != nil {
 		return RedoBatch{}, r.err
 	}
-	b := RedoBatch{Incarnation: r.str(raw, 0), Generation: r.int(raw, 1)}
+	b := RedoBatch{Incarnation: r.str(raw, 0), Generation: r.int(raw, 1), Wait: time.Duration(r.int(raw, 3)) * time.Millisecond}
 	queues := r.listAt(raw, 2, -1)
 	if r.err == nil && len(queues) != 0 && len(queues) != len(cursors) {
 		r.enter(2)
@@ -130,18 +153,13 @@ func decodeRedoBatch(nodeName string, v any, cursors []RedoCursor) (RedoBatch, e
 	defer r.leave()
 	b.Queues = make([]RedoQueueRead, len(queues))
 	for i := range queues {
-		t := r.listAt(queues, i, 5)
+		t := r.listAt(queues, i, 6)
 		if r.err != nil {
 			return RedoBatch{}, r.err
 		}
 		r.enter(i)
-		q := RedoQueueRead{Queue: cursors[i].Queue, Head: r.int(t, 0), Acked: r.int(t, 1), Trimmed: r.int(t, 4)}
-		switch rew := r.int(t, 2); rew {
-		case 0, 1:
-			q.Rewound = rew == 1
-		default:
-			r.fail(2, "0 or 1", t[2])
-		}
+		q := RedoQueueRead{Queue: cursors[i].Queue, Head: r.int(t, 0), Acked: r.int(t, 1), Trimmed: r.int(t, 4),
+			Rewound: r.flag(t, 2), Held: r.flag(t, 5)}
 		entries := r.listAt(t, 3, -1)
 		q.Entries = make([]RedoEntry, 0, len(entries))
 		r.enter(3)

@@ -180,6 +180,15 @@ func (r *replyReader) int(t []any, i int) int64 {
 	return x
 }
 
+// flag reads element i of t as 0 or 1.
+func (r *replyReader) flag(t []any, i int) bool {
+	x := r.int(t, i)
+	if r.err == nil && x != 0 && x != 1 {
+		r.fail(i, "0 or 1", t[i])
+	}
+	return x == 1
+}
+
 // str reads element i of t as a string.
 func (r *replyReader) str(t []any, i int) string {
 	if r.err != nil {

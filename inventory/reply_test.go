@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // wantMalformed checks that err is a *ReplyError of script at position at,
@@ -108,19 +109,28 @@ func TestReplyDecodersStrict(t *testing.T) {
 			return err
 		}},
 		{"redo-batch: generation a string", "redo-batch", "reply[1]", func() error {
-			_, err := decodeRedoBatch("n1", []any{"inc", "3", []any{}}, nil)
+			_, err := decodeRedoBatch("n1", []any{"inc", "3", []any{}, int64(0)}, nil)
 			return err
 		}},
 		{"redo-batch: an entry's qty nil", "redo-batch", "reply[2][0][3][0][4]", func() error {
 			e := entry()
 			e[4] = nil
-			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{e}, int64(0)}}},
+			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{e}, int64(0), int64(0)}}, int64(0)},
 				[]RedoCursor{{Queue: 0}})
 			return err
 		}},
 		{"redo-batch: rewound 2", "redo-batch", "reply[2][0][2]", func() error {
-			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(2), []any{}, int64(0)}}},
+			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(2), []any{}, int64(0), int64(0)}}, int64(0)},
 				[]RedoCursor{{Queue: 0}})
+			return err
+		}},
+		{"redo-batch: held 2", "redo-batch", "reply[2][0][5]", func() error {
+			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{}, int64(0), int64(2)}}, int64(0)},
+				[]RedoCursor{{Queue: 0}})
+			return err
+		}},
+		{"redo-batch: without its wait", "redo-batch", "reply", func() error {
+			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{}}, nil)
 			return err
 		}},
 		{"part-states: settled_at a string", "part-states", "reply[1][0][1]", func() error {
@@ -144,8 +154,9 @@ func TestReplyDecodersStrict(t *testing.T) {
 	if st, _, over, err := decodeLocal("n1", []any{"limit", int64(2), int64(3), int64(5)}, 2); err != nil || st != localLimit || fmt.Sprint(over) != "[2 3 5]" {
 		t.Errorf("decodeLocal(limit) = %v %v %v", st, over, err)
 	}
-	if b, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{entry()}, int64(0)}}},
-		[]RedoCursor{{Queue: 2}}); err != nil || b.Queues[0].Queue != 2 || b.Queues[0].Entries[0].Route != "r" || b.Generation != 3 {
+	if b, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{entry()}, int64(0), int64(1)}}, int64(250)},
+		[]RedoCursor{{Queue: 2}}); err != nil || b.Queues[0].Queue != 2 || b.Queues[0].Entries[0].Route != "r" || b.Generation != 3 ||
+		!b.Queues[0].Held || b.Wait != 250*time.Millisecond {
 		t.Errorf("decodeRedoBatch = %+v, %v", b, err)
 	}
 	if ps, err := decodeDue("n1", nil); err != nil || len(ps) != 0 {

@@ -81,7 +81,7 @@ import (
 //
 // Why every interleaving stays safe. The fence is what the general path's
 // refusal would leave, without the takes it would make and roll back
-// (whose redo entries reach PostgreSQL as cancelled rows): an attempt R0
+// (whose redo entries the nodes keep and the sync must read): an attempt R0
 // of the same order id whose takes landed but whose stage is still on its
 // way finds the failed record and rolls back ("existing", staged.go), and
 // the reconciler reads a failed record of another token as excluding R0's
@@ -215,7 +215,8 @@ import (
 // short at the take), and a multi-item order whose items are on other
 // nodes than its home and whose short SKU this instance did not see
 // refused within the hint's time, take first and roll back; their parts
-// reach PostgreSQL as cancelled rows.
+// leave redo entries, which the sync leaves out of PostgreSQL once they
+// are given back (pgsync, "Refused attempts").
 //
 // Per-user limits: a reserve script call whose quota part is over the
 // limit takes nothing (reserveScript), and an item of an order with a user
@@ -241,8 +242,8 @@ import (
 // of the same user between the reads and the takes (as a race for the
 // last units), and an order of a limited SKU this instance has not seen
 // (its first such order, or a limit set by another instance within the
-// hint's time): its takes are rolled back and reach PostgreSQL as
-// cancelled rows.
+// hint's time): its takes are rolled back, leaving redo entries that the
+// sync leaves out of PostgreSQL (pgsync, "Refused attempts").
 //
 // A one-round attempt refused so withdraws its stage (above), leaving
 // nothing, only when the user holds fewer units than its quota part wants

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/pgsync"
 )
 
 // mismatches compares the database with the nodes and says what differs:
@@ -46,6 +47,9 @@ func (e *env) mismatches(ctx context.Context, skus [][2]string, oldIncarnations 
 		for id, p := range parts {
 			r, ok := rows[id]
 			switch {
+			case !ok && p.state == string(inventory.PartCancelled) && e.refusedAttempt(ctx, p.order, id):
+				// given back by an attempt that never became a reservation:
+				// left out (doc.go, "Refused attempts")
 			case !ok:
 				add("%s: part %s (queue %s offset %d, %s) has no row", name, id, p.queue, p.offset, p.state)
 			case r.inc != inc && !oldIncarnations[r.inc]:
@@ -103,6 +107,33 @@ func (e *env) mismatches(ctx context.Context, skus [][2]string, oldIncarnations 
 		out = append(out[:20], fmt.Sprintf("… and %d more", len(out)-20))
 	}
 	return out, nil
+}
+
+// refusedAttempt reports whether part id of order was taken by a Reserve
+// attempt that never became a reservation, by the order's record on the
+// nodes (the live one, else a copy marked moved): none anywhere, or one
+// that says so (pgsync.ReasonOf).
+func (e *env) refusedAttempt(ctx context.Context, order, id string) bool {
+	var live, moved *inventory.OrderRecord
+	for _, c := range e.raw {
+		f, err := inventory.ReadOrder(ctx, c, order).Fields()
+		if err != nil || len(f) == 0 {
+			continue
+		}
+		if rec, err := inventory.DecodeOrder(order, f); err == nil && rec.Moved == "" {
+			live = &rec
+		} else if err == nil {
+			moved = &rec
+		}
+	}
+	if live == nil {
+		live = moved
+	}
+	if live == nil {
+		return true
+	}
+	r, ok := pgsync.ReasonOf(*live, pgsync.PartToken(order, id))
+	return ok && r == pgsync.ReasonRefused
 }
 
 // waitConsistent polls mismatches until there are none, and fails the

@@ -15,14 +15,45 @@
 // incarnation, queue, redo_offset), so a replay is a no-op, and (node,
 // part_id) is unique, so a part is one row even when a node restored
 // from a snapshot hands it out again under a new incarnation.
-// An order refused without taking anything has no part and so no row:
-// the inventory refuses an order that the nodes' counters show cannot be
-// met before any take (inventory/soldout.go); an order that took parts
-// and was then refused (it raced others for the last units) has its
-// parts as cancelled rows.
+// Only parts of reservations have rows: an order refused without taking
+// anything has no part (the inventory refuses an order that the nodes'
+// counters show cannot be met before any take, inventory/soldout.go), and
+// the parts of an attempt that took and was then refused are left out
+// (below).
 // sync_positions holds the committed position per (node, incarnation,
 // queue); sync_incarnations every incarnation seen per node;
 // shardis_sync_schema the schema version ([Migrate]).
+//
+// # Refused attempts
+//
+// A Reserve attempt that takes parts and is then refused (it raced others
+// for the last units, or lost its order to another attempt) gives them
+// back within milliseconds; they never were a reservation, and they stay
+// out of stock_movements. An entry at the head of a queue is, at each read:
+//
+//	held     its part is pending and was taken less than decide_wait ago
+//	         ([Settings.DecideWait]) by its node's clock: the read stops
+//	         the queue before it (inventory.ReadRedoBatch's hold, decided
+//	         by the read script, so no other machine's clock counts), and
+//	         the worker reads again once it is old enough;
+//	skipped  its part is cancelled and its reason is refused (the order's
+//	         record names another attempt, says the attempt failed or is
+//	         still deciding, or is found on no node, every node read: a
+//	         one-round attempt withdraws its record): no row, the position
+//	         moves past it, shardis_sync_skipped_refused_parts_total counts
+//	         it;
+//	landed   otherwise, one row as before.
+//
+// Why no reservation is left out: a part is skipped only when it is
+// cancelled (a cancelled part is never pending again) and its attempt is
+// not the one its order's record holds as reserved, confirmed or
+// cancelled by a user or by expiry; an acknowledged reservation's record
+// outlives its parts (inventory.retention) and keeps its token, so its
+// parts are never read as a refused attempt's. A record that could not be
+// read leaves the reason unknown and the part lands. What is left: a
+// refused attempt whose giving back takes longer than decide_wait (its
+// part's node was unreachable, the part waits for its deadline) lands as
+// pending and later becomes a cancelled row with reason refused.
 //
 // # Guarantees
 //

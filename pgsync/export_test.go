@@ -10,3 +10,6 @@ var Migrations = migrations
 
 // ReasonOf is reasonOf.
 var ReasonOf = reasonOf
+
+// PartToken is partToken.
+var PartToken = partToken

@@ -34,6 +34,7 @@ type worker struct {
 	rot     int            // first queue of the next read (fairness)
 	rewound map[int]bool   // queues reported as gone back, paused
 	locks   lockWait       // queues skipped as locked by another session
+	held    time.Duration  // the last read held a queue back: nothing is ready before this (0: none)
 
 	redis, db, ack, settle streak
 }
@@ -61,7 +62,9 @@ func (w *worker) landLoop(ctx context.Context) {
 				return
 			}
 		case !more:
-			if !sleep(ctx, w.s.set.PollInterval) {
+			// A held entry is the oldest that waits: every entry read
+			// after it is younger. Nothing lands before it is old enough.
+			if !sleep(ctx, max(w.s.set.PollInterval, w.held)) {
 				return
 			}
 		}
@@ -75,7 +78,7 @@ func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 	defer cancel()
 	inv, m := w.s.inv, w.s.m
 	if w.inc == "" {
-		b, err := inv.ReadRedoBatch(ctx, w.node, "", nil, 1)
+		b, err := inv.ReadRedoBatch(ctx, w.node, "", nil, 1, 0)
 		if err == nil && b.Incarnation == "" {
 			err = fmt.Errorf("node %s has no incarnation stamp yet", w.node)
 		}
@@ -98,10 +101,11 @@ func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 		cursors[i] = inventory.RedoCursor{Queue: q, After: w.pos[q].off, PartID: w.pos[q].part}
 	}
 	w.rot = (w.rot + 1) % w.s.queues
-	b, err := inv.ReadRedoBatch(ctx, w.node, w.inc, cursors, w.s.set.Batch)
+	b, err := inv.ReadRedoBatch(ctx, w.node, w.inc, cursors, w.s.set.Batch, w.s.set.hold())
 	if err != nil {
 		return false, w.failRedis(err)
 	}
+	w.held = b.Wait
 	w.redis.ok()
 	if b.Incarnation != w.inc {
 		w.s.log.Warn("node is at another incarnation (it lost data and was accepted): its redo log starts a new position; "+

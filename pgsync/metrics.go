@@ -24,6 +24,7 @@ type Metrics struct {
 	rewound      *prometheus.GaugeVec
 	unsettled    *prometheus.GaugeVec
 	lost         *prometheus.CounterVec
+	skipped      *prometheus.CounterVec
 
 	mu       sync.Mutex
 	rewoundQ map[string]map[int]bool // node → queues paused because they went back
@@ -90,9 +91,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "shardis_sync_lost_parts_total",
 		Help: "Landed pending parts whose node no longer holds them under a new incarnation (state lost).",
 	}, []string{"node"})
+	m.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardis_sync_skipped_refused_parts_total",
+		Help: "Redo-log entries left out of PostgreSQL because their part was given back by a Reserve attempt that never became a reservation (read cancelled, reason refused, before it landed), by node.",
+	}, []string{"node"})
 	if reg != nil {
 		reg.MustRegister(m.landed, m.settled, m.lag, m.delay, m.errors, m.dbUp, m.incarnations, m.generation,
-			m.trimmed, m.rewound, m.unsettled, m.lost)
+			m.trimmed, m.rewound, m.unsettled, m.lost, m.skipped)
 	}
 	return m
 }
@@ -111,6 +116,7 @@ func (m *Metrics) initNode(node string) {
 	m.rewound.WithLabelValues(node)
 	m.unsettled.WithLabelValues(node)
 	m.lost.WithLabelValues(node)
+	m.skipped.WithLabelValues(node)
 }
 
 func (m *Metrics) setLag(node string, queue int, lag int64) {
@@ -167,6 +173,10 @@ func (m *Metrics) NewIncarnations(node string) float64 {
 // Trimmed returns how many entries were trimmed before they landed, over
 // every node.
 func (m *Metrics) Trimmed() float64 { return sumOf(m.trimmed) }
+
+// SkippedRefused returns how many entries were left out as parts of
+// refused attempts, over every node.
+func (m *Metrics) SkippedRefused() float64 { return sumOf(m.skipped) }
 
 // Lost returns how many landed pending parts were found lost, over every
 // node.

@@ -32,6 +32,9 @@ const (
 	// ReasonRefused: the Reserve attempt that took the part never became
 	// a reservation (it failed, e.g. it raced others for the last units,
 	// or a later attempt took the order over): the part was given back.
+	// Such a part read cancelled before it landed has no row (doc.go,
+	// "Refused attempts"); a row has this reason only when the part landed
+	// while pending and was given back later.
 	ReasonRefused CancelReason = "refused"
 )
 
@@ -72,9 +75,14 @@ const reasonTimeout = 2 * time.Second
 
 // cancelReasons reads the order record of each cancelled part (parts:
 // part id → order id) from every usable node (the record is on its home
-// node; a copy a topology change moved away is marked moved and skipped)
-// and returns each part's reason. A part whose record is not found, or
-// not readable, has none: the landing goes on without it.
+// node; a copy a topology change moved away is marked moved, and read only
+// when no live one is found: a moved copy holds the record's data frozen)
+// and returns each part's reason. A part whose order has no record on any
+// node, every inventory node read, is ReasonRefused: its attempt's record
+// was withdrawn (a one-round attempt refused after taking) or never
+// written, so it never was a reservation (a reservation's record outlives
+// its parts, inventory.retention). A part whose record is not found while
+// a node could not be read has none: the landing goes on without it.
 func (s *Syncer) cancelReasons(ctx context.Context, parts map[string]string) map[string]CancelReason {
 	out := map[string]CancelReason{}
 	if len(parts) == 0 {
@@ -86,9 +94,32 @@ func (s *Syncer) cancelReasons(ctx context.Context, parts map[string]string) map
 	}
 	ctx, cancel := context.WithTimeout(ctx, reasonTimeout)
 	defer cancel()
-	recs := map[string]inventory.OrderRecord{}
+	recs, allRead := s.orderRecords(ctx, orders)
+	for id, o := range parts {
+		rec, found := recs[o]
+		switch {
+		case found:
+			if r, ok := reasonOf(rec, partToken(o, id)); ok {
+				out[id] = r
+			}
+		case allRead:
+			out[id] = ReasonRefused
+		}
+	}
+	return out
+}
+
+// orderRecords reads the records of orders from every usable inventory
+// node: the live one, else a copy marked moved. allRead reports that every
+// inventory node was usable and answered every read, so an order missing
+// from recs has no record anywhere.
+func (s *Syncer) orderRecords(ctx context.Context, orders map[string]bool) (recs map[string]inventory.OrderRecord, allRead bool) {
+	recs = map[string]inventory.OrderRecord{}
+	moved := map[string]inventory.OrderRecord{}
+	allRead = true
 	for _, n := range s.inv.Nodes() {
 		if !n.Usable() {
+			allRead = false
 			continue
 		}
 		cmds := map[string]*inventory.OrderRead{}
@@ -102,22 +133,38 @@ func (s *Syncer) cancelReasons(ctx context.Context, parts map[string]string) map
 		})
 		for o, c := range cmds {
 			f, err := c.Fields()
-			if err != nil || len(f) == 0 {
+			if err != nil {
+				allRead = false
 				continue
 			}
-			if rec, err := inventory.DecodeOrder(o, f); err == nil && rec.Moved == "" {
+			if len(f) == 0 {
+				continue
+			}
+			rec, err := inventory.DecodeOrder(o, f)
+			switch {
+			case err != nil:
+				allRead = false
+			case rec.Moved == "":
 				recs[o] = rec
+			default:
+				moved[o] = rec
 			}
 		}
 	}
-	for id, o := range parts {
-		if rec, found := recs[o]; found {
-			if r, ok := reasonOf(rec, partToken(o, id)); ok {
-				out[id] = r
-			}
+	for o, rec := range moved {
+		if _, found := recs[o]; !found {
+			recs[o] = rec
 		}
 	}
-	return out
+	return recs, allRead
+}
+
+// skipRefused reports whether entry e stays out of the database (doc.go,
+// "Refused attempts"): its part was given back by a Reserve attempt that
+// never became a reservation (cancelled, ReasonRefused), and it is read so
+// before it ever landed.
+func skipRefused(e inventory.RedoEntry, reasons map[string]CancelReason) bool {
+	return e.State == string(inventory.PartCancelled) && reasons[e.PartID] == ReasonRefused
 }
 
 // reasonText is the column value of a reason ("" → NULL).

@@ -85,7 +85,7 @@ FROM sync_incarnations i WHERE i.node = $1 ORDER BY i.first_seen`, st.Node)
 	if err != nil {
 		return err
 	}
-	b, err := inv.ReadRedoBatch(ctx, st.Node, "", nil, 1)
+	b, err := inv.ReadRedoBatch(ctx, st.Node, "", nil, 1, 0)
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ WHERE node = $1 AND incarnation = $2 AND state = 'pending' GROUP BY queue`, st.N
 	for i := range cursors {
 		cursors[i] = inventory.RedoCursor{Queue: i, After: landed[i].off, PartID: landed[i].part}
 	}
-	b, err = inv.ReadRedoBatch(ctx, st.Node, st.Incarnation, cursors, 1)
+	b, err = inv.ReadRedoBatch(ctx, st.Node, st.Incarnation, cursors, 1, 0)
 	if err != nil {
 		return err
 	}

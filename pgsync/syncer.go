@@ -25,6 +25,12 @@ type Settings struct {
 	// SettleInterval is how often landed pending parts are re-checked.
 	// default: 1s
 	SettleInterval time.Duration
+	// DecideWait is how long a part must have been pending, by its node's
+	// clock, before it lands (doc.go, "Refused attempts"): the time a
+	// refused Reserve attempt has to give its parts back, which are then
+	// left out of the database. Negative: parts land at once.
+	// default: 250ms
+	DecideWait time.Duration
 	// RetryBackoff is the most a worker waits after a failed step. After
 	// a database failure it resumes sooner, as soon as the database
 	// answers again (it is probed every 200ms while down).
@@ -52,8 +58,19 @@ type Settings struct {
 
 // SettingsFrom returns the settings of a configuration's sync section.
 func SettingsFrom(c config.Sync) Settings {
-	return Settings{Batch: c.Batch, PollInterval: c.PollInterval, SettleInterval: c.SettleInterval, RetryBackoff: c.RetryBackoff}
+	st := Settings{Batch: c.Batch, PollInterval: c.PollInterval, SettleInterval: c.SettleInterval,
+		DecideWait: c.DecideWait, RetryBackoff: c.RetryBackoff}
+	if c.DecideWait == 0 {
+		st.DecideWait = -1 // sync.decide_wait: 0 is none
+	}
+	return st
 }
+
+// maxDecideWait bounds Settings.DecideWait (inventory's most hold).
+const maxDecideWait = time.Minute
+
+// hold is the redo-log read's hold: DecideWait, or 0 for none.
+func (s *Settings) hold() time.Duration { return max(s.DecideWait, 0) }
 
 func (s *Settings) defaults() {
 	if s.Batch <= 0 {
@@ -66,6 +83,10 @@ func (s *Settings) defaults() {
 	if s.SettleInterval <= 0 {
 		s.SettleInterval = time.Second
 	}
+	if s.DecideWait == 0 {
+		s.DecideWait = 250 * time.Millisecond
+	}
+	s.DecideWait = min(s.DecideWait, maxDecideWait) // negative stays: no hold
 	if s.RetryBackoff <= 0 {
 		s.RetryBackoff = time.Second
 	}

@@ -121,6 +121,7 @@ type landBatch struct {
 	ppart   []string
 	next    map[int]cursor
 	trimmed map[int][2]int64
+	skipped int // entries of refused attempts left out (skipRefused)
 }
 
 // batch builds the landBatch of work (reasons: of its cancelled parts) for the locked queues whose database
@@ -144,8 +145,12 @@ func (w *worker) batch(work []inventory.RedoQueueRead, locked map[int]bool, db m
 		}
 		last := cursor{off: after + r.Trimmed}
 		for _, e := range r.Entries {
-			b.mv.add(r.Queue, e, reasons[e.PartID])
 			last = cursor{off: e.Offset, part: e.PartID}
+			if skipRefused(e, reasons) {
+				b.skipped++
+				continue
+			}
+			b.mv.add(r.Queue, e, reasons[e.PartID])
 		}
 		b.next[r.Queue] = last
 		b.pq = append(b.pq, int32(r.Queue))
@@ -157,7 +162,9 @@ func (w *worker) batch(work []inventory.RedoQueueRead, locked map[int]bool, db m
 
 // missingTrimmed counts, per queue, the trimmed offsets with no row: those
 // with one were landed before (a position set back), the others are lost
-// to the database.
+// to the database. An offset skipped as a refused attempt's (skipRefused)
+// has no row either: after a position set back over one, it is counted
+// too.
 func (w *worker) missingTrimmed(ctx context.Context, tx pgx.Tx, trimmed map[int][2]int64) (map[int]int64, error) {
 	missing := map[int]int64{}
 	for q, r := range trimmed {
@@ -181,6 +188,7 @@ func (w *worker) landed(work []inventory.RedoQueueRead, b landBatch, missing map
 	now := time.Now()
 	m := w.s.m
 	m.landed.WithLabelValues(w.node).Add(float64(len(b.mv.off)))
+	m.skipped.WithLabelValues(w.node).Add(float64(b.skipped))
 	delay := m.delay.WithLabelValues(w.node)
 	for _, at := range b.mv.at {
 		if at.Valid {

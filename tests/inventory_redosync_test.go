@@ -59,7 +59,7 @@ func TestInvRedoBatch(t *testing.T) {
 		t.Fatal("node n1 has no incarnation after the first probe")
 	}
 
-	b, err := c.inv.ReadRedoBatch(ctx, "n1", inc, allCursors(queues), 100)
+	b, err := c.inv.ReadRedoBatch(ctx, "n1", inc, allCursors(queues), 100, 0)
 	if err != nil {
 		t.Fatalf("ReadRedoBatch: %v", err)
 	}
@@ -97,13 +97,13 @@ func TestInvRedoBatch(t *testing.T) {
 	}
 
 	// The limit counts entries over every queue.
-	if b, err := c.inv.ReadRedoBatch(ctx, "n1", inc, allCursors(queues), 1); err != nil {
+	if b, err := c.inv.ReadRedoBatch(ctx, "n1", inc, allCursors(queues), 1, 0); err != nil {
 		t.Fatal(err)
 	} else if n := countEntries(b); n != 1 {
 		t.Errorf("limit 1: %d entries", n)
 	}
 	// Another incarnation: its cursors are not applied.
-	if b, err := c.inv.ReadRedoBatch(ctx, "n1", "not-"+inc, allCursors(queues), 100); err != nil {
+	if b, err := c.inv.ReadRedoBatch(ctx, "n1", "not-"+inc, allCursors(queues), 100, 0); err != nil {
 		t.Fatal(err)
 	} else if b.Incarnation != inc || len(b.Queues) != 0 {
 		t.Errorf("other incarnation: got %q with %d queues, want %q and none", b.Incarnation, len(b.Queues), inc)
@@ -128,7 +128,7 @@ func TestInvRedoBatch(t *testing.T) {
 		{"another part at the cursor", cur(1, "someone-else|x|0"), true, 0},
 		{"cursor at the head", cur(2, byOrder["o3"].PartID), false, 0},
 	} {
-		b, err := c.inv.ReadRedoBatch(ctx, "n1", inc, tc.cursors, 100)
+		b, err := c.inv.ReadRedoBatch(ctx, "n1", inc, tc.cursors, 100, 0)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -139,7 +139,7 @@ func TestInvRedoBatch(t *testing.T) {
 
 	// Acknowledgements: checked first, never lowered.
 	acked := func() int64 {
-		b, err := c.inv.ReadRedoBatch(ctx, "n1", inc, cur(0, ""), 1)
+		b, err := c.inv.ReadRedoBatch(ctx, "n1", inc, cur(0, ""), 1, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -169,12 +169,12 @@ func TestInvRedoBatch(t *testing.T) {
 	if n, err := c.inv.TrimRedoLog(ctx, "n1", 0, 100); err != nil || n != 2 {
 		t.Fatalf("TrimRedoLog: %d %v, want the 2 settled acknowledged entries of queue %d", n, err, qa)
 	}
-	if b, err := c.inv.ReadRedoBatch(ctx, "n1", inc, cur(0, ""), 100); err != nil {
+	if b, err := c.inv.ReadRedoBatch(ctx, "n1", inc, cur(0, ""), 100, 0); err != nil {
 		t.Fatal(err)
 	} else if q := b.Queues[0]; q.Trimmed != 2 || len(q.Entries) != 0 || q.Rewound {
 		t.Errorf("read from 0 after the trim: %+v, want 2 trimmed, no entries", q)
 	}
-	if b, err := c.inv.ReadRedoBatch(ctx, "n1", inc, cur(1, first.PartID), 100); err != nil {
+	if b, err := c.inv.ReadRedoBatch(ctx, "n1", inc, cur(1, first.PartID), 100, 0); err != nil {
 		t.Fatal(err)
 	} else if q := b.Queues[0]; q.Trimmed != 1 || q.Rewound {
 		t.Errorf("read from 1 after the trim: %+v, want 1 trimmed (the part at the cursor is gone: not rewound)", q)
@@ -202,4 +202,53 @@ func countEntries(b inventory.RedoBatch) int {
 		n += len(q.Entries)
 	}
 	return n
+}
+
+// TestInvRedoBatchHold: a read with a hold stops each queue before its
+// first part still pending for less than the hold by the node's clock, and
+// says how long until it is old enough; settled parts and older pending
+// ones are read as without a hold.
+func TestInvRedoBatchHold(t *testing.T) {
+	c := newInvCluster(t, invOpts{nodes: 1})
+	ctx := invCtx(t, 30*time.Second)
+	c.load("r", "sku-a", 100, 0)
+	item := []inventory.Item{invItem("r", "sku-a", 1)}
+	if _, err := c.inv.Reserve(ctx, "h1", item, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.inv.Cancel(ctx, "h1"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.inv.Reserve(ctx, "h2", item, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := -1
+	for i := 0; i < c.cfg.Inventory.RedoQueues; i++ {
+		if inventory.RedoLogKey(i) == res.Receipts[0].RedoLog {
+			q = i
+		}
+	}
+	inc := c.node("n1").Incarnation()
+	cur := []inventory.RedoCursor{{Queue: q}}
+	const hold = 3 * time.Second
+	b, err := c.inv.ReadRedoBatch(ctx, "n1", inc, cur, 100, hold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Queues[0]; !got.Held || len(got.Entries) != 1 || got.Entries[0].OrderID != "h1" || b.Wait <= 0 || b.Wait > hold {
+		t.Fatalf("read with a hold of %v: %+v, wait %v; want h1's cancelled part, then held before h2's pending one", hold, got, b.Wait)
+	}
+	if b, err := c.inv.ReadRedoBatch(ctx, "n1", inc, cur, 100, 0); err != nil || len(b.Queues[0].Entries) != 2 || b.Queues[0].Held || b.Wait != 0 {
+		t.Fatalf("read without a hold: %+v, %v; want both entries", b, err)
+	}
+	if b, err := c.inv.ReadRedoBatch(ctx, "n1", inc, cur, 100, time.Millisecond); err != nil || len(b.Queues[0].Entries) != 2 {
+		time.Sleep(10 * time.Millisecond) // the reserve may have run within the last millisecond
+		if b, err = c.inv.ReadRedoBatch(ctx, "n1", inc, cur, 100, time.Millisecond); err != nil || len(b.Queues[0].Entries) != 2 {
+			t.Fatalf("read with a hold shorter than the part's age: %+v, %v; want both entries", b, err)
+		}
+	}
+	if _, err := c.inv.ReadRedoBatch(ctx, "n1", inc, cur, 100, -time.Second); !errors.Is(err, inventory.ErrInvalid) {
+		t.Fatalf("negative hold: %v, want ErrInvalid", err)
+	}
 }

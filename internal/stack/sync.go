@@ -91,6 +91,9 @@ func syncSettings(c config.Sync, opts SyncOptions) pgsync.Settings {
 	if o.SettleInterval > 0 {
 		set.SettleInterval = o.SettleInterval
 	}
+	if o.DecideWait != 0 {
+		set.DecideWait = o.DecideWait
+	}
 	if o.RetryBackoff > 0 {
 		set.RetryBackoff = o.RetryBackoff
 	}

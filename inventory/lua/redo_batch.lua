@@ -1,11 +1,12 @@
 
 local st = redis.call('HMGET', KEYS[1], 'incarnation', 'gen')
 local inc, gen = st[1] or '', tonumber(st[2]) or 0
-if ARGV[4] ~= '' and ARGV[4] ~= inc then return {inc, gen, {}} end
-local left = tonumber(ARGV[5])
+if ARGV[4] ~= '' and ARGV[4] ~= inc then return {inc, gen, {}, 0} end
+local left, hold = tonumber(ARGV[5]), tonumber(ARGV[6])
+local wait = 0
 local out = {}
 for k = 4, #KEYS do
-  local a = 6 + (k - 4) * 2
+  local a = 7 + (k - 4) * 2
   local key, after, pid = KEYS[k], tonumber(ARGV[a]), ARGV[a + 1]
   local head, err = int(redis.call('HGET', KEYS[2], key), KEYS[2] .. ' ' .. key)
   if err then return err end
@@ -19,15 +20,24 @@ for k = 4, #KEYS do
     local at = redo_at(key, after)
     if at and at ~= pid then rewound = 1 end
   end
-  local entries, trimmed = {}, 0
+  local entries, trimmed, held = {}, 0, 0
   if rewound == 0 and head > after and left > 0 then
     local e = redo_range(key, after, left, head)
     for i = 1, #e, 2 do
-      entries[#entries + 1] = redoEntry(e[i], e[i + 1])
+      local entry = redoEntry(e[i], e[i + 1])
+      -- a part pending for less than hold ms is held back, and every
+      -- entry after it (the consumer's position stays a prefix)
+      local young = hold - (now - entry[7])
+      if hold > 0 and entry[6] == 'pending' and young > 0 then
+        held = 1
+        if wait == 0 or young < wait then wait = young end
+        break
+      end
+      entries[#entries + 1] = entry
     end
     left = left - #entries
     if #e > 0 then trimmed = tonumber(e[2]) - after - 1 else trimmed = head - after end
   end
-  out[#out + 1] = {head, acked, rewound, entries, trimmed}
+  out[#out + 1] = {head, acked, rewound, entries, trimmed, held}
 end
-return {inc, gen, out}
+return {inc, gen, out, wait}
