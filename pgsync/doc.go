@@ -38,10 +38,10 @@
 //	         the worker reads again once it is old enough;
 //	skipped  its part is cancelled and its reason is refused (the order's
 //	         record names another attempt, says the attempt failed or is
-//	         still deciding, or is found on no node, every node read: a
-//	         one-round attempt withdraws its record): no row, the position
-//	         moves past it, shardis_sync_skipped_refused_parts_total counts
-//	         it;
+//	         still deciding, or is found on no node, every node read
+//	         while the topology is stable: a one-round attempt withdraws
+//	         its record): no row, the position moves past it,
+//	         shardis_sync_skipped_refused_parts_total counts it;
 //	landed   otherwise, one row as before.
 //
 // Why no reservation is left out: a part is skipped only when it is
@@ -49,11 +49,15 @@
 // not the one its order's record holds as reserved, confirmed or
 // cancelled by a user or by expiry; an acknowledged reservation's record
 // outlives its parts (inventory.retention) and keeps its token, so its
-// parts are never read as a refused attempt's. A record that could not be
-// read leaves the reason unknown and the part lands. What is left: a
-// refused attempt whose giving back takes longer than decide_wait (its
-// part's node was unreachable, the part waits for its deadline) lands as
-// pending and later becomes a cancelled row with reason refused.
+// parts are never read as a refused attempt's, and it is always found: a
+// copy a topology change moved is read too, and "no record" is concluded
+// only from every node while the topology is stable (records sit on the
+// applied members, which a ready instance's configuration names). A
+// record that could not be read leaves the reason unknown and the part
+// lands. What is left: a refused attempt whose giving back takes longer
+// than decide_wait (its part's node was unreachable, the part waits for
+// its deadline) lands as pending and later becomes a cancelled row with
+// reason refused.
 //
 // # Guarantees
 //

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/topology"
 )
 
 // CancelReason is why a part was cancelled: stock_movements.reason of a
@@ -78,7 +79,7 @@ const reasonTimeout = 2 * time.Second
 // node; a copy a topology change moved away is marked moved, and read only
 // when no live one is found: a moved copy holds the record's data frozen)
 // and returns each part's reason. A part whose order has no record on any
-// node, every inventory node read, is ReasonRefused: its attempt's record
+// node (orderRecords' allRead) is ReasonRefused: its attempt's record
 // was withdrawn (a one-round attempt refused after taking) or never
 // written, so it never was a reservation (a reservation's record outlives
 // its parts, inventory.retention). A part whose record is not found while
@@ -110,13 +111,16 @@ func (s *Syncer) cancelReasons(ctx context.Context, parts map[string]string) map
 }
 
 // orderRecords reads the records of orders from every usable inventory
-// node: the live one, else a copy marked moved. allRead reports that every
-// inventory node was usable and answered every read, so an order missing
-// from recs has no record anywhere.
+// node: the live one, else a copy marked moved. allRead reports that an
+// order missing from recs has no record anywhere: this instance acts at
+// the nodes' topology, which is stable (no record is still on a node a
+// change moved it from, possibly one this configuration no longer names),
+// and every inventory node was usable and answered every read.
 func (s *Syncer) orderRecords(ctx context.Context, orders map[string]bool) (recs map[string]inventory.OrderRecord, allRead bool) {
 	recs = map[string]inventory.OrderRecord{}
 	moved := map[string]inventory.OrderRecord{}
-	allRead = true
+	st := s.inv.TopologyStatus(ctx)
+	allRead = st.Ready && st.Phase == topology.PhaseStable
 	for _, n := range s.inv.Nodes() {
 		if !n.Usable() {
 			allRead = false

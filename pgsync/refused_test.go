@@ -13,11 +13,29 @@ import (
 
 // Refused attempts stay out of the database (doc.go, "Refused attempts"):
 // an order whose one-round attempt takes one item and finds the other
-// short gives the taken part back and withdraws its record; the sync,
-// which holds pending parts back for decide_wait, reads that part
-// cancelled by a refused attempt and leaves it out, its position past it.
-// An order reserved beside it lands as usual.
+// short gives the taken parts back (its record says it failed); the sync,
+// which holds pending parts back for decide_wait, reads them cancelled by
+// a refused attempt and leaves them out, its position past them. So it
+// does for the parts of an order with no record at all (a one-round
+// attempt refused by a limit withdraws its record: here the record is
+// deleted before the sync starts). An order reserved beside them lands as
+// usual.
 func TestSyncLeavesRefusedAttemptsOut(t *testing.T) {
+	testRefusedAttempts(t, false, false)
+	testRefusedAttempts(t, false, true)
+}
+
+// TestSyncLandsRefusedWhileMigrating: while a topology change is migrating
+// a record may still be on a node that a configuration no longer names,
+// so "no record on any node" proves nothing: the parts of an order with no
+// record land, cancelled, as before; those whose record says refused are
+// still left out.
+func TestSyncLandsRefusedWhileMigrating(t *testing.T) {
+	testRefusedAttempts(t, true, false)
+	testRefusedAttempts(t, true, true)
+}
+
+func testRefusedAttempts(t *testing.T, migrating, noRecord bool) {
 	e := newEnv(t, false)
 	e.loadStock("one", "b", 10)
 	e.loadStock("one", "c", 1)
@@ -34,8 +52,6 @@ func TestSyncLeavesRefusedAttemptsOut(t *testing.T) {
 			}
 		}
 	}
-	m := pgsync.NewMetrics(nil)
-	e.openSyncer(quiet(), pgsync.Settings{Metrics: m})
 	refused, kept := id("refused"), id("kept")
 	_, err = e.inv.Reserve(ctx, refused, []inventory.Item{{Route: "one", SKU: "b", Quantity: 1}, {Route: "one", SKU: "c", Quantity: 2}}, "", time.Minute)
 	if !errors.Is(err, inventory.ErrInsufficientStock) {
@@ -60,16 +76,41 @@ func TestSyncLeavesRefusedAttemptsOut(t *testing.T) {
 	if took == 0 {
 		t.Fatal("the refused order took nothing: the test needs an attempt that takes, then is refused")
 	}
+	if noRecord {
+		if n, err := e.raw[homes.Home(refused)].Del(ctx, "inv:order:"+refused).Result(); err != nil || n != 1 {
+			t.Fatalf("deleting the refused order's record: %d, %v", n, err)
+		}
+	}
+	if migrating {
+		// The nodes' record says migrating, from the same topology: the
+		// service's instance keeps its stable view, the sync's reads this.
+		for _, c := range e.raw {
+			cur, err := c.HGet(ctx, "shardis:topology", "current").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.HSet(ctx, "shardis:topology", "phase", "migrating", "prev", cur).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	m := pgsync.NewMetrics(nil)
+	e.openSyncer(quiet(), pgsync.Settings{Metrics: m})
 	e.waitConsistent(10*time.Second, [][2]string{{"one", "b"}, {"one", "c"}}, nil) // positions at the heads
 	var rows, keptRows int
 	if err := e.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE order_id = $1), count(*) FILTER (WHERE order_id = $2)
 FROM stock_movements`, refused, kept).Scan(&rows, &keptRows); err != nil {
 		t.Fatal(err)
 	}
-	if rows != 0 || keptRows != 1 {
-		t.Fatalf("rows: refused order %d, want 0; reserved order %d, want 1", rows, keptRows)
+	wantRows, wantSkipped := 0, took
+	if migrating && noRecord {
+		wantRows, wantSkipped = took, 0
 	}
-	if got := m.SkippedRefused(); got != float64(took) {
-		t.Errorf("shardis_sync_skipped_refused_parts_total = %v, want %d", got, took)
+	if rows != wantRows || keptRows != 1 {
+		t.Fatalf("migrating %v, no record %v: rows of the refused order %d, want %d; of the reserved one %d, want 1",
+			migrating, noRecord, rows, wantRows, keptRows)
+	}
+	if got := m.SkippedRefused(); got != float64(wantSkipped) {
+		t.Errorf("migrating %v, no record %v: shardis_sync_skipped_refused_parts_total = %v, want %d", migrating, noRecord, got, wantSkipped)
 	}
 }
