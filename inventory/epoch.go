@@ -191,7 +191,7 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 		return notReady("no node has a topology record")
 	}
 	if newest.Epoch == 0 {
-		first := topology.Record{Epoch: 1, Token: topology.Token(1, inv.topo.fp), Current: inv.topo.self, Phase: topology.PhaseStable}
+		first := topology.Initial(inv.topo.self)
 		for _, r := range recs {
 			if err := inv.writeRecord(ctx, r.Node, "", first); err != nil {
 				return notReady("initialising the topology on %s: %v", r.Node, err)

@@ -91,7 +91,7 @@ var redoBatchScript = newScript("redo-batch", false, redoEntryLua+luaFile("redo_
 // no queues: the cursors belong to the old incarnation and must not be
 // applied to the new one.
 //
-// A hold > 0 (at most maxRedoHold) stops each queue before its first part
+// A hold > 0 (at most MaxRedoHold) stops each queue before its first part
 // that is still pending and was taken less than hold ago by the node's
 // clock (RedoQueueRead.Held, RedoBatch.Wait): what a consumer that lands
 // only decided attempts reads, so that an attempt refused after taking
@@ -100,8 +100,8 @@ func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation s
 	if limit <= 0 || limit > 10000 {
 		return RedoBatch{}, fmt.Errorf("%w: limit %d, want 1..10000", ErrInvalid, limit)
 	}
-	if hold < 0 || hold > maxRedoHold {
-		return RedoBatch{}, fmt.Errorf("%w: hold %v, want 0..%v", ErrInvalid, hold, maxRedoHold)
+	if hold < 0 || hold > MaxRedoHold {
+		return RedoBatch{}, fmt.Errorf("%w: hold %v, want 0..%v", ErrInvalid, hold, MaxRedoHold)
 	}
 	n, err := inv.r.Node(nodeName)
 	if err != nil {
@@ -128,8 +128,8 @@ func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation s
 	return decodeRedoBatch(nodeName, v, cursors)
 }
 
-// maxRedoHold bounds ReadRedoBatch's hold.
-const maxRedoHold = time.Minute
+// MaxRedoHold is the longest hold [Inventory.ReadRedoBatch] accepts.
+const MaxRedoHold = time.Minute
 
 // decodeRedoBatch reads redoBatchScript's reply to cursors: {incarnation,
 // generation, queues, wait ms}, queues empty or one {head, acked, rewound

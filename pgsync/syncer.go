@@ -66,9 +66,6 @@ func SettingsFrom(c config.Sync) Settings {
 	return st
 }
 
-// maxDecideWait bounds Settings.DecideWait (inventory's most hold).
-const maxDecideWait = time.Minute
-
 // hold is the redo-log read's hold: DecideWait, or 0 for none.
 func (s *Settings) hold() time.Duration { return max(s.DecideWait, 0) }
 
@@ -86,7 +83,7 @@ func (s *Settings) defaults() {
 	if s.DecideWait == 0 {
 		s.DecideWait = 250 * time.Millisecond
 	}
-	s.DecideWait = min(s.DecideWait, maxDecideWait) // negative stays: no hold
+	s.DecideWait = min(s.DecideWait, inventory.MaxRedoHold) // negative stays: no hold
 	if s.RetryBackoff <= 0 {
 		s.RetryBackoff = time.Second
 	}

@@ -257,10 +257,9 @@ func (a *applier) current(ctx context.Context) (Record, map[string]Record, error
 		}
 	}
 	if newest.Epoch == 0 { // never initialised: the --from topology is epoch 1
-		from := *a.opts.From
-		tok := Token(1, from.Fingerprint())
-		for _, name := range from.Nodes() {
-			if err := a.d.Write(ctx, name, "", Record{Node: name, Epoch: 1, Token: tok, Current: from, Phase: PhaseStable}); err != nil {
+		first := Initial(*a.opts.From)
+		for _, name := range a.opts.From.Nodes() {
+			if err := a.d.Write(ctx, name, "", first); err != nil {
 				return newest, nil, err
 			}
 		}

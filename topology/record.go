@@ -55,6 +55,12 @@ type Record struct {
 	Lost bool
 }
 
+// Initial is the record of a topology's first epoch: epoch 1, stable, no
+// previous topology (what nodes with no record anywhere are given).
+func Initial(t Topology) Record {
+	return Record{Epoch: 1, Token: Token(1, t.Fingerprint()), Current: t, Phase: PhaseStable}
+}
+
 // Newest returns the record of the highest epoch among recs, lost ones
 // left out (the first of equals); nil when there is none.
 func Newest(recs []Record) *Record {
