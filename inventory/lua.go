@@ -45,13 +45,14 @@ import (
 // queue) is named partPrefix .. id, so the key format still has its one
 // definition in keys.go. The stamp check defines `partPrefix`; the
 // prelude library (a script carries what it uses) `now` (the node's clock,
-// ms) and `nowS` (the same as a string), `int(v, what)` (a
-// strict integer parse returning n, or nil and an error reply) and `I(n)`
+// ms) and `nowS` (the same as a string), `int(v, what, suffix)`
+// (a strict integer parse returning n, or nil and an error reply naming
+// what .. suffix, joined only then) and `I(n)`
 // (an integer as a command argument: the hot scripts pass integers to
 // redis.call as strings, which Redis 7.0 would otherwise format with
 // printf's "%.17g", a visible share of a node's CPU under load), and the
 // helpers the reserve scripts share between the calls of one script call
-// (zset_ok, zadd_later, stock_get/stock_set, offsets_ok/next_offset,
+// (zset_ok, zadd_later, stock_int/stock_set, offsets_ok/next_offset,
 // flush; their rule is next to them in the prelude), the part record
 // codec part_get/part_put (partrec.go), through which every script reads
 // and writes a part record, and the order record codec

@@ -9,11 +9,10 @@ local function plan_parts(kb, ab, user, offsets)
     if redis.call('EXISTS', p.pk) == 1 then return nil end
     local err
     if p.kind == 's' then
-      local s = stock_get(p.ck)
       if avail[p.ck] == nil then
-        avail[p.ck], err = int(s[1], p.ck .. ' available')
+        avail[p.ck], err = stock_int(p.ck, 1, ' available')
         if err then return nil, err end
-        resv[p.ck], err = int(s[3], p.ck .. ' reserved')
+        resv[p.ck], err = stock_int(p.ck, 3, ' reserved')
         if err then return nil, err end
       end
       local _, oerr = offsets_ok(offsets, p.xk)
@@ -21,14 +20,14 @@ local function plan_parts(kb, ab, user, offsets)
       nq[p.xk] = (nq[p.xk] or 0) + 1
       redo_ok(offsets, p.xk, nq[p.xk]) -- its redo segment must be a sorted set
       local limit
-      limit, err = int(s[2], p.ck .. ' limit')
+      limit, err = stock_int(p.ck, 2, ' limit')
       if err then return nil, err end
       if avail[p.ck] < p.want or (limit > 0 and user == '') then return nil, nil, true end
       avail[p.ck], resv[p.ck] = avail[p.ck] - p.want, resv[p.ck] + p.want
       p.avail, p.resv = avail[p.ck], resv[p.ck] -- the hash's values once this part is taken
     else
       local limit
-      limit, err = int(redis.call('HGET', p.xk, 'limit'), p.xk .. ' limit')
+      limit, err = int(redis.call('HGET', p.xk, 'limit'), p.xk, ' limit')
       if err then return nil, err end
       if held[p.ck] == nil then
         held[p.ck], err = int(redis.call('GET', p.ck), p.ck)

@@ -6,7 +6,16 @@
 -- index (the removals name both forms).
 -- pend_pos(xk, off): the member of the stock part at offset off of redo
 -- queue xk.
-local function pend_pos(xk, off) return string.sub(xk, #PFX_REDO + 1) .. ':' .. I(off) end
+-- (pend_pos keeps each queue's number it cut.)
+local pendq = {}
+local function pend_pos(xk, off)
+  local q = pendq[xk]
+  if not q then
+    q = string.sub(xk, #PFX_REDO + 1) .. ':'
+    pendq[xk] = q
+  end
+  return q .. I(off)
+end
 -- pend_member(id, f): the member part id with record f (nil when gone) is
 -- indexed under.
 local function pend_member(id, f)

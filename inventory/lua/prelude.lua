@@ -25,11 +25,15 @@ end
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local nowS = I(now)
-local function int(v, what)
+-- int(v, what, suffix): v (a reply's value: false or nil for none, 0) as
+-- an integer, or nil and a SHARDIS_CORRUPT error reply naming what ..
+-- suffix (joined only then: the check runs on every hot path) when v is
+-- not one.
+local function int(v, what, suffix)
   if v == false or v == nil then return 0 end
   local n = tonumber(v)
   if n == nil or n ~= math.floor(n) or (type(v) == 'string' and v ~= '0' and not string.match(v, '^%-?[1-9]%d*$')) then
-    return nil, redis.error_reply('SHARDIS_CORRUPT ' .. what .. ' holds ' .. tostring(v) .. ', not an integer')
+    return nil, redis.error_reply('SHARDIS_CORRUPT ' .. what .. (suffix or '') .. ' holds ' .. tostring(v) .. ', not an integer')
   end
   return n
 end
@@ -42,13 +46,16 @@ end
 --   zadd_later(key, score, member): a ZADD sent by flush with the others
 --     of the same key; the scripts that use it read those sets for their
 --     type only;
---   stock_get(ck): the stock hash's {available, limit, reserved}, read
---     once; stock_set(ck, avail, resv) changes the copy, and flush writes
---     each changed hash once (available and reserved);
+--   stock_int(ck, i, suffix): field i of the stock hash ck (1 available,
+--     2 limit, 3 reserved) as an integer, the hash read once (HMGET of
+--     the three) and each field checked by int once (its error names ck
+--     .. suffix); stock_set(ck, avail, resv) changes the copy, and flush
+--     writes each changed hash once (available and reserved);
 --   offsets_ok(offsets, xk): the redo offsets field xk holds an integer
---     (int's check, once; it keeps the value read); next_offset(offsets,
---     xk), after offsets_ok, hands out the next offset, and flush writes
---     the last one handed out.
+--     (int's check, once; it keeps the value read); offset_at(offsets,
+--     xk) is the last offset handed out (after offsets_ok); next_offset(
+--     offsets, xk), after offsets_ok, hands out the next offset, and flush
+--     writes the last one handed out.
 -- flush sends the deferred writes. The epilogues call it after the calls,
 -- whatever they returned: a call that raised keeps its earlier writes, as
 -- a lone script that raises does.
@@ -60,8 +67,9 @@ local zchecked = {}
 local zqueued, zkeys = {}, {}
 local stocks = {}
 local sdirty, skeys = {}, {}
-local offchecked, offval = {}, {}
-local odirty, okeys = {}, {}
+-- offtab[offsets][xk]: {the last offset handed out, whether flush writes it}
+local offtab = {}
+local okeys = {}
 local function zset_ok(key)
   if not zchecked[key] then
     redis.call('ZCARD', key)
@@ -81,10 +89,11 @@ end
 local function flush()
   for _, ck in ipairs(skeys) do
     local v = stocks[ck]
-    redis.call('HSET', ck, 'available', v[1], 'reserved', v[3])
+    redis.call('HSET', ck, 'available', I(v[1]), 'reserved', I(v[3]))
   end
   for _, o in ipairs(okeys) do
-    redis.call('HSET', o[1], o[2], I(offval[o[3]]))
+    o[3][2] = false
+    redis.call('HSET', o[1], o[2], I(o[3][1]))
   end
   for _, key in ipairs(zkeys) do
     local q = zqueued[key]
@@ -92,39 +101,48 @@ local function flush()
       redis.call('ZADD', key, unpack(q, i, math.min(i + 511, #q)))
     end
   end
-  zqueued, zkeys, sdirty, skeys, odirty, okeys = {}, {}, {}, {}, {}, {}
+  zqueued, zkeys, sdirty, skeys, okeys = {}, {}, {}, {}, {}
 end
-local function stock_get(ck)
+local function stock_int(ck, i, suffix)
   local v = stocks[ck]
   if not v then
     v = redis.call('HMGET', ck, 'available', 'limit', 'reserved')
     stocks[ck] = v
   end
-  return v
+  local x = v[i]
+  if type(x) == 'number' then return x end
+  local n, err = int(x, ck, suffix)
+  if err then return nil, err end
+  v[i] = n
+  return n
 end
 local function stock_set(ck, avail, resv)
-  local v = stock_get(ck)
-  stocks[ck] = {I(avail), v[2], I(resv)}
+  local v = stocks[ck] -- stock_int read it (the plan)
+  v[1], v[3] = avail, resv
   if not sdirty[ck] then
     sdirty[ck] = true
     skeys[#skeys + 1] = ck
   end
 end
 local function offsets_ok(offsets, xk)
-  local k = offsets .. ' ' .. xk
-  if offchecked[k] then return true end
-  local n, err = int(redis.call('HGET', offsets, xk), k)
+  local t = offtab[offsets]
+  if not t then
+    t = {}
+    offtab[offsets] = t
+  end
+  if t[xk] then return true end
+  local n, err = int(redis.call('HGET', offsets, xk), offsets .. ' ' .. xk)
   if err then return nil, err end
-  offchecked[k], offval[k] = true, n
+  t[xk] = {n, false}
   return true
 end
+local function offset_at(offsets, xk) return offtab[offsets][xk][1] end
 local function next_offset(offsets, xk)
-  local k = offsets .. ' ' .. xk
-  local n = offval[k] + 1 -- offsets_ok(offsets, xk) ran first (the plan)
-  if not odirty[k] then
-    odirty[k] = true
-    okeys[#okeys + 1] = {offsets, xk, k}
+  local o = offtab[offsets][xk] -- offsets_ok(offsets, xk) ran first (the plan)
+  o[1] = o[1] + 1
+  if not o[2] then
+    o[2] = true
+    okeys[#okeys + 1] = {offsets, xk, o}
   end
-  offval[k] = n
-  return n
+  return o[1]
 end

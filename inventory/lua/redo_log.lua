@@ -8,12 +8,22 @@ local REDO_SEG = 100
 -- redo_segkey(xk, s): segment number s of queue xk; redo_seg(xk, off):
 -- the segment that holds offset off.
 local function redo_segkey(xk, s) return xk .. ':' .. I(s) end
-local function redo_seg(xk, off) return redo_segkey(xk, math.floor(off / REDO_SEG)) end
+-- (redo_seg keeps the last key it built per queue: a script call hands
+-- out offsets of one segment after another.)
+local segkeys = {}
+local function redo_seg(xk, off)
+  local s = math.floor(off / REDO_SEG)
+  local c = segkeys[xk]
+  if c and c[1] == s then return c[2] end
+  local k = redo_segkey(xk, s)
+  segkeys[xk] = {s, k}
+  return k
+end
 -- redo_ok(offsets, xk, n): after offsets_ok(offsets, xk), the segment of
 -- the n-th offset next_offset will hand out in queue xk is a sorted set
 -- (or absent): checked once per segment, before any write.
 local function redo_ok(offsets, xk, n)
-  zset_ok(redo_seg(xk, offval[offsets .. ' ' .. xk] + n))
+  zset_ok(redo_seg(xk, offset_at(offsets, xk) + n))
 end
 -- redo_low(xk, lo, head): the lowest segment number s >= lo of queue xk
 -- that holds an entry, nil if none up to head's (head: the last offset

@@ -13,18 +13,17 @@ for i = 0, np - 1 do
   if cur and cur.state then
     p.out = {cur.state, tonumber(cur.qty) or 0, tonumber(cur.offset) or 0, 0}
   elseif p.kind == 's' then
-    local s = stock_get(ck)
     local err
     if avail[ck] == nil then
-      avail[ck], err = int(s[1], ck .. ' available')
+      avail[ck], err = stock_int(ck, 1, ' available')
       if err then return err end
-      resv[ck], err = int(s[3], ck .. ' reserved')
+      resv[ck], err = stock_int(ck, 3, ' reserved')
       if err then return err end
     end
     local _, oerr = offsets_ok(KEYS[3], p.xk)
     if oerr then return oerr end
     local limit
-    limit, err = int(s[2], ck .. ' limit')
+    limit, err = stock_int(ck, 2, ' limit')
     if err then return err end
     local take = math.min(avail[ck], p.want)
     if take > 0 then
@@ -38,7 +37,7 @@ for i = 0, np - 1 do
       p.out = {'none', 0, 0, limit}
     end
   else
-    local limit, err = int(redis.call('HGET', xk, 'limit'), xk .. ' limit')
+    local limit, err = int(redis.call('HGET', xk, 'limit'), xk, ' limit')
     if err then return err end
     local held
     held, err = int(redis.call('GET', ck), ck)

@@ -1,0 +1,174 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/router"
+)
+
+// localCostCuts are the variants TestLocalScriptCost times: the local
+// reserve script (localScript) with pieces of its source replaced. Each
+// cut must match the source exactly once, so a change of the script that
+// moves a piece fails the measure instead of timing the wrong thing.
+var localCostCuts = []struct {
+	name string
+	cuts [][2]string
+}{
+	{"the script as it is", nil},
+	{"without its pending-index ZADD", [][2]string{
+		{"    zadd_later(pending, pdlS, member)\n", ""}}},
+	{"without the part record (EXISTS, SET)", [][2]string{
+		{"    if redis.call('EXISTS', p.pk) == 1 then return nil end\n", ""},
+		{"    part_new(p.pk, p.ra, p.rb, p.want, off, pdlS)\n", ""}}},
+	{"without the part record and both ZADDs", [][2]string{
+		{"    if redis.call('EXISTS', p.pk) == 1 then return nil end\n", ""},
+		{"    part_new(p.pk, p.ra, p.rb, p.want, off, pdlS)\n", ""},
+		{"    zadd_later(pending, pdlS, member)\n", ""},
+		{"      zadd_later(redo_seg(p.xk, off), I(off), p.id)\n", ""}}},
+	{"the plan only (reads, checks; no write)", [][2]string{
+		{"local deadline = now + tonumber(ARGV[6])", "do return {'reserved', 1, 1} end local deadline = now + tonumber(ARGV[6])"}}},
+	{"the record's head read only", [][2]string{
+		{"zset_ok(KEYS[3]) --", "do return {'reserved', 1, 1} end zset_ok(KEYS[3]) --"}}},
+	{"the head read, then the record SET", [][2]string{
+		{"zset_ok(KEYS[3]) --", "redis.call('SET', key, ARGV[8] .. ARGV[9]) do return {'reserved', 1, 1} end zset_ok(KEYS[3]) --"}}},
+	{"an empty body (the group's frame)", [][2]string{
+		{"local key = KEYS[2]\n", "do return {'reserved', 1, 1} end\nlocal key = KEYS[2]\n"}}},
+}
+
+// TestLocalScriptCost measures where a node's time goes in the local
+// reserve script (one order of one item on its home node, the minted hot
+// SKU's path): it sends group calls of SHARDIS_LOCALCOST orders (e.g. 20,
+// what group commit gathers under load) of each variant of
+// localCostCuts, in rotating order over 9 rounds (the keyspace grows as
+// the rounds go), and prints each variant's median µs of script time per
+// order (INFO commandstats' usec_per_call of EVALSHA over the orders per
+// call). The differences between variants are what the pieces cost. It is
+// a measure, not a check: it runs only with SHARDIS_LOCALCOST set, e.g.
+//
+//	SHARDIS_LOCALCOST=20 go test -count=1 -run TestLocalScriptCost -v ./inventory/
+func TestLocalScriptCost(t *testing.T) {
+	per, _ := strconv.Atoi(os.Getenv("SHARDIS_LOCALCOST"))
+	if per <= 0 {
+		t.Skip("a measure: set SHARDIS_LOCALCOST=<orders per group call> to run it")
+	}
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := config.Default()
+	cfg.Nodes = map[string]config.Node{"n1": {Addr: srv.Addr(), Weight: 1}}
+	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: map[string][]string{"a": {"n1"}}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	r, err := router.New(ctx, &cfg, router.Options{KeepData: cfg.KeepData(), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	inv, err := New(r, Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inv.Close)
+	if _, err := inv.LoadStock(ctx, "a", "s", MaxQuantity, 0); err != nil {
+		t.Fatal(err)
+	}
+	items := []Item{{Route: "a", SKU: "s", Quantity: 1}}
+	if _, err := inv.Reserve(ctx, "warm", items, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	home, err := r.Node("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := srv.Client(t)
+	token := inv.topology(ctx).token
+	variants := make([]*luaScript, len(localCostCuts))
+	for i, v := range localCostCuts {
+		src := localScript.src
+		for _, cut := range v.cuts {
+			if strings.Count(src, cut[0]) != 1 {
+				t.Fatalf("%s: %q is not in the script once", v.name, cut[0])
+			}
+			src = strings.Replace(src, cut[0], cut[1], 1)
+		}
+		variants[i] = &luaScript{name: localScript.name, write: true, mem: localScript.mem, group: true, src: src,
+			s: redis.NewScript(localScript.mem.shebang() + src)}
+	}
+	seq := 0
+	group := func(s *luaScript) {
+		calls := make([]*groupCall, per)
+		for j := range calls {
+			seq++
+			id, tok := "cost-"+strconv.Itoa(seq), newToken()
+			reqs, ok := inv.localReqs(ctx, home, id, tok, items, "")
+			if !ok {
+				t.Fatal("the order is not local")
+			}
+			keys, args, _, err := inv.localCall(id, tok, digestOf(items, ""), "", time.Hour, reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls[j] = &groupCall{keys: keys, args: args, done: make(chan struct{})}
+		}
+		inv.sendGroup(ctx, home, s, token, calls)
+		for _, gc := range calls {
+			if gc.err != nil {
+				t.Fatal(gc.err)
+			}
+		}
+	}
+	perOrder := make([][]float64, len(variants))
+	for round := range 9 {
+		for k := range variants {
+			i := (k + round) % len(variants)
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			for range 200 {
+				group(variants[i])
+			}
+			us, err := evalshaUsecPerCall(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			perOrder[i] = append(perOrder[i], us/float64(per))
+		}
+	}
+	for i, v := range localCostCuts {
+		slices.Sort(perOrder[i])
+		fmt.Printf("%-45s %6.2f µs/order (median of %d rounds)\n", v.name, perOrder[i][len(perOrder[i])/2], len(perOrder[i]))
+	}
+}
+
+// evalshaUsecPerCall is INFO commandstats' usec_per_call of EVALSHA.
+func evalshaUsecPerCall(ctx context.Context, c *redis.Client) (float64, error) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
+				return strconv.ParseFloat(v, 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("no EVALSHA line in INFO commandstats")
+}
