@@ -366,9 +366,9 @@ type Inventory struct {
 	// order-record and settle scripts) that one node runs as one script
 	// call (group commit: concurrent orders on one node share the script
 	// call, its node checks and its round trip; each order still succeeds
-	// or fails on its own). A call that finds no
-	// group under way is sent at once. 1 turns group commit off (0..1000;
-	// 0 means 32).
+	// or fails on its own). A call that finds fewer than two groups under
+	// way on its node (of any script) and no call waiting there is sent at
+	// once. 1 turns group commit off (0..1000; 0 means 32).
 	// default: 32
 	GroupCommit int `koanf:"group_commit"`
 }

@@ -42,11 +42,17 @@ import (
 // script does, the calls read and write those keys only through the
 // helpers, and none of them reads those sets but for their type.
 //
-// Batching: a call that finds no group of its script under way on its node
-// is sent at once by its own goroutine (a lone caller waits for nobody).
-// Calls that arrive while groupInFlight groups are under way queue; when a
-// group returns, the goroutine that sent it takes the queue (up to
-// inventory.group_commit calls with one token) as the next group. A caller
+// Batching: a call that finds fewer than groupInFlight groups under way on
+// its node, and no call waiting there, is sent at once by its own
+// goroutine (a lone caller waits for nobody). Calls that arrive while
+// groupInFlight groups are under way queue, one queue per script; when a
+// group returns, the goroutine that sent it takes the next script's queue
+// that has calls, in turn (up to inventory.group_commit calls with one
+// token), as the next group (batchq.go). The slots are the node's, shared
+// by its scripts: an order's stage, take and commit on one node, and other
+// orders' reserves, gather in fewer, larger script calls, each of whose
+// fixed cost (the stamp check, the prelude, the shared writes, the call)
+// its calls share. A caller
 // whose context ends while its call is queued takes it off the queue
 // (nothing was sent); one whose context ends while its group is under way
 // stops waiting and reports an unknown outcome, as for a timed-out script.
@@ -54,8 +60,8 @@ import (
 // bounded by the node client's read and write timeouts, so one caller
 // giving up never cuts the connection under the others.
 
-// groupInFlight is how many groups of one script may be under way on one
-// node at once: while one runs, the next fills.
+// groupInFlight is how many groups may be under way on one node at once,
+// whichever their scripts: while one runs, the next fills.
 const groupInFlight = 2
 
 // groupEpilogue runs the body once per call of the group (see the file
@@ -83,28 +89,21 @@ type groupCall struct {
 	err   error
 }
 
-// groupKey names the queue of one script on one node.
-type groupKey struct {
-	node   *node.Node
-	script *luaScript
-}
-
-// groups holds the queues, one per node and grouped script, made on first
-// use (a bounded set: the inventory's nodes times its grouped scripts).
-// The zero value is ready.
+// groups holds the queues, one per node (a line per grouped script in
+// it), made on first use (a bounded set: the inventory's nodes). The zero
+// value is ready.
 type groups struct {
-	m sync.Map // groupKey → *groupQueue
+	m sync.Map // *node.Node → *groupQueue
 }
 
-// groupQueue is one script's calls on one node.
-type groupQueue = batchQueue[*groupCall]
+// groupQueue is the grouped calls of one node, a line per script.
+type groupQueue = batchQueue[*luaScript, *groupCall]
 
-func (g *groups) queue(n *node.Node, s *luaScript) *groupQueue {
-	k := groupKey{n, s}
-	if q, ok := g.m.Load(k); ok {
+func (g *groups) queue(n *node.Node) *groupQueue {
+	if q, ok := g.m.Load(n); ok {
 		return q.(*groupQueue)
 	}
-	q, _ := g.m.LoadOrStore(k, &groupQueue{})
+	q, _ := g.m.LoadOrStore(n, &groupQueue{})
 	return q.(*groupQueue)
 }
 
@@ -112,10 +111,12 @@ func (g *groups) queue(n *node.Node, s *luaScript) *groupQueue {
 // and returns the call's body reply and the node's write sequence.
 func (inv *Inventory) runGrouped(ctx context.Context, n *node.Node, s *luaScript, token string, keys []string, args []any) (any, int64, error) {
 	c := &groupCall{keys: keys, args: args, done: make(chan struct{})}
-	q := inv.groups.queue(n, s)
-	send := func(ctx context.Context, token string, calls []*groupCall) { inv.sendGroup(ctx, n, s, token, calls) }
-	if q.enter(c, token, groupInFlight) {
-		send(ctx, token, []*groupCall{c})
+	q := inv.groups.queue(n)
+	send := func(ctx context.Context, s *luaScript, token string, calls []*groupCall) {
+		inv.sendGroup(ctx, n, s, token, calls)
+	}
+	if q.enter(s, c, token, groupInFlight) {
+		send(ctx, s, token, []*groupCall{c})
 		q.drain(ctx, inv.opts.GroupCommit, false, send)
 		return c.reply, c.seq, c.err
 	}
@@ -124,7 +125,7 @@ func (inv *Inventory) runGrouped(ctx context.Context, n *node.Node, s *luaScript
 		return c.reply, c.seq, c.err
 	case <-ctx.Done():
 	}
-	if q.leave(c) { // not sent
+	if q.leave(s, c) { // not sent
 		return nil, 0, ctx.Err()
 	}
 	select {

@@ -129,10 +129,11 @@ func (e *groupEnv) pause(t *testing.T, d time.Duration) {
 	}
 }
 
-// waitInFlight waits until want groups of s are under way on the node.
+// waitInFlight waits until want groups (of s: the only script the test
+// sends) are under way on the node.
 func (e *groupEnv) waitInFlight(t *testing.T, s *luaScript, want int) {
 	t.Helper()
-	q := e.inv.groups.queue(e.n, s)
+	q := e.inv.groups.queue(e.n)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		q.mu.Lock()
 		got := q.inflight
@@ -227,6 +228,66 @@ func TestGroupCommitSharesOneScriptCall(t *testing.T) {
 		t.Fatalf("write sequence %d did not advance past %d", e.n.MaxSeq(), seq0)
 	}
 	t.Logf("%d calls ran as %d script calls", calls, got)
+}
+
+// groupTestScript2 is a second grouped write script: it adds ARGV[4] to
+// the counter KEYS[2], as groupTestScript does.
+var groupTestScript2 = newGroupedScript("group-test-2", true, `
+return redis.call('INCRBY', KEYS[2], tonumber(ARGV[4]))
+`)
+
+// The node's group slots are shared by its scripts: calls of two scripts
+// on a paused node are sent as groupInFlight script calls in all (not as
+// many per script), the rest wait, and once the node answers the waiting
+// calls of each script go in one group each.
+func TestGroupCommitScriptsShareTheNodesSlots(t *testing.T) {
+	e := newGroupEnv(t, 32)
+	e.warm(t)
+	if _, err := e.inv.run(e.ctx, e.n, groupTestScript2, []string{"warm2", "x"}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	e.sent.of(groupTestScript2)
+	const each = 12
+	e.pause(t, 400*time.Millisecond)
+	var wg sync.WaitGroup
+	for i := range 2 * each {
+		s, key := groupTestScript, "one"
+		if i%2 == 1 {
+			s, key = groupTestScript2, "two"
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := e.inv.run(e.ctx, e.n, s, []string{key, "x"}, "1"); err != nil {
+				t.Errorf("%s: %v", s.name, err)
+			}
+		}()
+	}
+	q := e.inv.groups.queue(e.n)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		q.mu.Lock()
+		inflight, waiting := q.inflight, q.waiting
+		q.mu.Unlock()
+		if inflight+waiting == 2*each {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d groups under way and %d calls waiting, want %d calls in all", inflight, waiting, 2*each)
+		}
+	}
+	sentPaused := e.sent.of(groupTestScript) + e.sent.of(groupTestScript2)
+	wg.Wait()
+	if sentPaused != groupInFlight {
+		t.Errorf("while the node was paused, %d script calls were sent for two scripts, want %d (the node's slots, shared)", sentPaused, groupInFlight)
+	}
+	if got := e.sent.of(groupTestScript) + e.sent.of(groupTestScript2); got > 2 {
+		t.Errorf("the %d waiting calls of two scripts ran as %d script calls, want at most 2 (one group per script)", 2*each-groupInFlight, got)
+	}
+	for _, key := range []string{"one", "two"} {
+		if v, err := e.admin.Get(e.ctx, key).Int(); err != nil || v != each {
+			t.Errorf("%s = %d (%v), want %d", key, v, err, each)
+		}
+	}
 }
 
 func TestGroupCommitCallerGivingUpWhileQueuedSendsNothing(t *testing.T) {

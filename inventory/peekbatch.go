@@ -62,8 +62,11 @@ type stockVals struct {
 	err                error // a counter that is not an integer
 }
 
-// peekQueue is the batches of one node.
-type peekQueue = batchQueue[*peekReq]
+// peekQueue is the batches of one node (one line: peekLine).
+type peekQueue = batchQueue[struct{}, *peekReq]
+
+// peekLine is the one line of a peekQueue.
+var peekLine = struct{}{}
 
 // peekQueues holds a queue per node, made on first use. The zero value is
 // ready.
@@ -129,14 +132,16 @@ func (inv *Inventory) enqueuePeek(n *node.Node, token string, r *peekReq) bool {
 	if inv.opts.GroupCommit <= 1 {
 		limit = math.MaxInt
 	}
-	return !inv.peeks.on(n).enter(r, token, limit)
+	return !inv.peeks.on(n).enter(peekLine, r, token, limit)
 }
 
 // sendOwnPeek sends r alone after enqueuePeek gave it a batch's slot, then
 // sends what queued meanwhile (batchQueue.drain).
 func (inv *Inventory) sendOwnPeek(ctx context.Context, n *node.Node, token string, r *peekReq) error {
-	send := func(ctx context.Context, token string, batch []*peekReq) { inv.sendPeeks(ctx, n, token, batch) }
-	send(ctx, token, []*peekReq{r})
+	send := func(ctx context.Context, _ struct{}, token string, batch []*peekReq) {
+		inv.sendPeeks(ctx, n, token, batch)
+	}
+	send(ctx, peekLine, token, []*peekReq{r})
 	inv.peeks.on(n).drain(ctx, inv.opts.GroupCommit, false, send)
 	return r.err
 }
@@ -150,7 +155,7 @@ func (inv *Inventory) waitPeek(ctx context.Context, n *node.Node, r *peekReq) er
 		return r.err
 	case <-ctx.Done():
 	}
-	inv.peeks.on(n).leave(r)
+	inv.peeks.on(n).leave(peekLine, r)
 	return ctx.Err()
 }
 
