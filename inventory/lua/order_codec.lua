@@ -81,6 +81,22 @@ local function order_get(key)
   end
   return order_unpack(v)
 end
+-- order_pack(p, tok): parts list p (as order_unpack gives it) as a
+-- record of token tok stores it: a layout-2 list of that token without
+-- its mark and token, a literal one after '='.
+local function order_pack(p, tok)
+  p = p or ''
+  if p ~= '' then
+    local np = #tok + 1
+    if string.byte(p, 1) == 126 and (np == 1 or string.find(p, tok, 2, true) == 2) and
+      (#p == np or string.byte(p, np + 1) == 30) then
+      if #p == np then p = '~' else p = string.sub(p, np + 1) end
+    elseif p == '~' or string.byte(p, 1) == 30 or string.byte(p, 1) == 61 then
+      p = '=' .. p
+    end
+  end
+  return p
+end
 -- order_write(key, ttl, status, token, created, deadline, digest, parts,
 -- user, lease, reserved_at, reason, decided_at, moved) is order_put with
 -- the fields as arguments (nil or '' for none), no table: the scripts
@@ -102,16 +118,7 @@ local function order_write(key, ttl, st, tok, cr, dl, dg, p, user, lease, rat, r
   else
     head = (moved ~= '' and '+' or '=') .. st .. '\029'
   end
-  p = p or ''
-  if p ~= '' then
-    local np = #tok + 1
-    if string.byte(p, 1) == 126 and (np == 1 or string.find(p, tok, 2, true) == 2) and
-      (#p == np or string.byte(p, np + 1) == 30) then
-      if #p == np then p = '~' else p = string.sub(p, np + 1) end
-    elseif p == '~' or string.byte(p, 1) == 30 or string.byte(p, 1) == 61 then
-      p = '=' .. p
-    end
-  end
+  p = order_pack(p, tok)
   -- every field but created and the time fields is a string (or nil);
   -- empty trailing fields left out
   local s = head .. tok .. '\029' .. cr .. '\029' .. order_rel(dl, created) .. '\029' .. (dg or '') .. '\029' .. p ..
@@ -126,4 +133,33 @@ end
 local function order_put(key, t, ttl)
   return order_write(key, ttl, t.status, t.token, t.created, t.deadline, t.digest, t.parts, t.user, t.lease,
     t.reserved_at, t.reason, t.decided_at, t.moved)
+end
+-- order_commit_staged(key, tok, p) commits the staging record of attempt
+-- tok at key with parts list p, without decoding it: the record order_put
+-- would write for it (status reserved, parts p, reserved_at now, every
+-- other field as it was, no TTL) is the stored value with its status code
+-- and parts field replaced and reserved_at added. It does so, and returns
+-- the order script's reply (status reserved, token, deadline ms, no parts,
+-- no reason, lease ms left), only for a value that is exactly a staging
+-- record of tok (not moved, in the packed layout) whose fields end at
+-- lease, with created, deadline and lease canonical integers (a stage
+-- writes nothing else: stageTakeScript); for any other it writes nothing
+-- and returns nil, and the caller decodes the record as for every op.
+local function order_commit_staged(key, tok, p)
+  local v = redis.pcall('GET', key)
+  if type(v) ~= 'string' or string.byte(v, 1) ~= 115 then return nil end
+  local h = #tok + 2
+  if string.sub(v, 2, h - 1) ~= tok or string.byte(v, h) ~= 29 then return nil end
+  -- the ends of created, deadline, digest, parts and user; lease is last
+  local e1 = string.find(v, '\029', h + 1, true)
+  local e2 = e1 and string.find(v, '\029', e1 + 1, true)
+  local e3 = e2 and string.find(v, '\029', e2 + 1, true)
+  local e4 = e3 and string.find(v, '\029', e3 + 1, true)
+  local e5 = e4 and string.find(v, '\029', e4 + 1, true)
+  if not e5 or string.find(v, '\029', e5 + 1, true) then return nil end
+  local created, dl, lease = order_int(string.sub(v, h + 1, e1 - 1)), order_int(string.sub(v, e1 + 1, e2 - 1)),
+    order_int(string.sub(v, e5 + 1))
+  if not (created and dl and lease) then return nil end
+  redis.call('SET', key, 'r' .. string.sub(v, 2, e3) .. order_pack(p, tok) .. string.sub(v, e4) .. '\029' .. I(now - created))
+  return {'reserved', tok, created + dl, '', '', math.max(created + lease - now, 0)}
 end

@@ -1,0 +1,118 @@
+package inventory
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The staged commit's splice (order_commit_staged, lua/order_codec.lua)
+// writes and answers exactly what decoding the record and writing it back
+// whole (order_get, order_put) does: every record is committed by the
+// script as it is and by a copy of it without the splice, from the same
+// stored value, and the two values (reserved_at apart, the node's clock),
+// TTLs and replies must agree. The records it must decline (another
+// token, moved, a field it does not expect, a time field not written as
+// an offset, the hash layout) go the decoding way in both.
+func TestCommitStagedAsDecoded(t *testing.T) {
+	e := newGroupEnv(t, 32)
+	e.warm(t)
+	ctx, c := e.ctx, e.admin
+	src := orderDecideScript.src
+	splice := "  local r = order_commit_staged(key, token, ARGV[6])\n"
+	if strings.Count(src, splice) != 1 {
+		t.Fatalf("the order script does not call order_commit_staged once")
+	}
+	decoded := strings.Replace(src, splice, "  local r = nil\n", 1)
+	full := &luaScript{name: orderDecideScript.name, write: true, mem: orderDecideScript.mem, group: true, src: decoded,
+		s: redis.NewScript(orderDecideScript.mem.shebang() + decoded)}
+
+	const created = "1700000000000"
+	token := "tok1"
+	parts := func(id string, n int, tok string) string {
+		var ps []OrderPart
+		for i := range n {
+			ps = append(ps, OrderPart{ID: stockPartID(id, tok, i), Node: "n1", Kind: PartStock, Item: i, Route: "a",
+				SKU: "s" + strconv.Itoa(i), Qty: int64(i + 1), Redo: RedoLogKey(i), Offset: int64(10 + i)})
+		}
+		return encodeOrderParts(id, tok, ps)
+	}
+	staging := func(id, tok, user string, n int) string {
+		p, err := stagingOrderPieces(tok, "dg", user, 600000, 30000, parts(id, n, tok))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p[0] + created + p[1]
+	}
+	cases := []struct {
+		name, stored string
+		hash         bool // stored in the hash layout of the releases before
+		spliced      bool // the splice commits it (else it declines)
+	}{
+		{"one part, no user", staging("o1", token, "", 1), false, true},
+		{"three parts, a user", staging("o3", token, "u-9", 3), false, true},
+		{"another token", staging("o4", "tok2", "", 1), false, false},
+		{"moved", "S" + strings.TrimPrefix(staging("o5", token, "", 1), "s"), false, false},
+		{"a reason after lease", staging("o6", token, "", 1) + "\x1d\x1dwhy", false, false},
+		{"lease written absolute", strings.Replace(staging("o7", token, "", 1), "\x1d30000", "\x1d="+created, 1), false, false},
+		{"reserving, not staging", "b" + strings.TrimPrefix(staging("o8", token, "", 1), "s"), false, false},
+		{"hash layout", "", true, false},
+	}
+	// commit runs s's commit of the stored record and returns the record
+	// it left (its fields, reserved_at apart: the node's clock), that
+	// reserved_at, the key's TTL and the reply
+	commit := func(s *luaScript, key, stored string, hash bool, blob string) (map[string]string, string, time.Duration, any) {
+		t.Helper()
+		c.Del(ctx, key)
+		if hash {
+			c.HSet(ctx, key, "status", "staging", "token", token, "created", created, "deadline", "1700000600000", "lease", "1700000030000")
+		} else {
+			c.Set(ctx, key, stored, time.Hour)
+		}
+		v, err := e.inv.run(ctx, e.n, s, []string{key}, string(opCommit), token, blob)
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		var f map[string]string
+		raw, err := c.Get(ctx, key).Result() // a committed hash is written back packed
+		if err == nil {
+			if f, err = unpackOrderValue(raw); err == nil {
+				if again, perr := packOrder(f); perr != nil || again != raw {
+					t.Errorf("%s: record %q is not what the codec writes for its fields (%q, %v)", key, raw, again, perr)
+				}
+			}
+		}
+		if err != nil && err != redis.Nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		at := f["reserved_at"]
+		delete(f, "reserved_at")
+		ttl, _ := c.PTTL(ctx, key).Result()
+		return f, at, ttl, v
+	}
+	for _, tc := range cases {
+		id := "c-" + strings.ReplaceAll(tc.name, " ", "-")
+		blob := parts(id, 2, token)
+		key := orderKey(id)
+		f1, at1, ttl1, r1 := commit(orderDecideScript, key, tc.stored, tc.hash, blob)
+		f2, at2, ttl2, r2 := commit(full, key, tc.stored, tc.hash, blob)
+		sameTTL := ttl1 == ttl2 || (ttl1 > 0 && ttl2 > 0 && (ttl1-ttl2).Abs() < time.Second)
+		if fmt.Sprint(f1) != fmt.Sprint(f2) || !sameTTL || fmt.Sprint(r1) != fmt.Sprint(r2) {
+			t.Errorf("%s: the splice left %v (TTL %v) and answered %v; decoding left %v (TTL %v) and answered %v",
+				tc.name, f1, ttl1, r1, f2, ttl2, r2)
+			continue
+		}
+		a1, err1 := strconv.ParseInt(at1, 10, 64)
+		a2, err2 := strconv.ParseInt(at2, 10, 64)
+		if (at1 != "" || at2 != "") && (err1 != nil || err2 != nil || a2 < a1 || a2-a1 > 5000) {
+			t.Errorf("%s: reserved_at %q and %q, want two close times", tc.name, at1, at2)
+		}
+		if tc.spliced && (f1["status"] != "reserved" || at1 == "" || ttl1 != -1) {
+			t.Errorf("%s: committed record %v (reserved_at %q, TTL %v), want reserved, reserved_at set, no TTL", tc.name, f1, at1, ttl1)
+		}
+	}
+}
