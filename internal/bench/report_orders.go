@@ -233,10 +233,13 @@ func floorMisses(r *Results, s Summary) string {
 		fmt.Fprintf(&b, "- **%s** (%.3f, target 0.8): per order shardis spent %s of client and %s of node CPU, the floor %s and %s: "+
 			"%s more on the client and %s more on the nodes. On the nodes shardis ran %.2f script calls with %.1f commands in them (%s of script time) against the floor's %.2f with %.1f (%s): "+
 			"the extra commands are a key more per order (the part record beside the order record, one packed string each; the floor's order next to its stock is one key), the pending index and the node-identity check. "+
-			"The records are encoded by the client and only filled in by the node (`inventory/rectemplate.go`); taking pieces out of the local reserve's script one at a time (20-order group calls on one node, measured apart from this run) put a new key with its value at 2.4–3.7 µs, "+
-			"the pending-index entry at about 2 µs and the group call's own cost per order (its keys and arguments, their copies for each order, the reply) at 4.3–4.8 µs, "+
-			"of which copying each order's keys and arguments with one unpack instead of a loop has since taken about 0.7 µs (1.20 → 0.51 µs per call of a 1-item order's shape, timed in an EVAL loop). "+
-			"On the client: the parts' lists and record templates, the goroutines of the stage and commit, and go-redis's replies of those larger scripts.\n",
+			"Where a one-script order's node µs go (`TestLocalScriptCost`: the local reserve's script in 20-order group calls on one node with its pieces cut out one at a time, medians of 9 rounds, measured apart from this run): "+
+			"of its 18.0 µs of script time per order the group call's frame takes 3.8 (each order brings 20 keys and arguments, which Redis parses into objects and Lua copies into its tables: "+
+			"20 40-byte arguments per order cost 3.5 µs against 1.5 for the floor's 6, timed in an EVAL loop), reading the record's head 0.9, the plan's reads and checks 3.5, "+
+			"the part record (EXISTS, SET) 2.7, the pending-index and redo entries 2.2 and 2.0 (their ZADDs merged per key), the order record's SET 1.3 and the parts' bookkeeping and the reply about 1.6; "+
+			"each script call also costs about 30 µs of its own (the stamp check, the prelude, the shared writes), which its orders share, so calls carrying few orders (the staged path's stage, takes and commit) cost more per order. "+
+			"The records are encoded by the client and only filled in by the node (`inventory/rectemplate.go`). "+
+			"On the client: go-redis writing those arguments and reading the nested replies, the parts' lists and record templates, and the hand-offs between the callers and their groups' senders.\n",
 			f.Key, *f.Field(&s), fmtCPU(cs), fmtCPU(ss), fmtCPU(cf), fmtCPU(sf), fmtCPU(cs-cf), fmtCPU(ss-sf),
 			ns, ks, fmtCPU(es), nf, kf, fmtCPU(ef))
 	}
