@@ -267,6 +267,9 @@ func TestReservedRecordHasNoTTL(t *testing.T) {
 		if _, err := e.inv.Reserve(e.ctx, id, items, "", time.Minute); err != nil {
 			t.Fatal(err)
 		}
+		// the staged path commits off the caller's path: the record is
+		// staging (with the stage's TTL) until that commit lands
+		e.inv.bg.wg.Wait()
 		if d := ttlOf(id); d != -1 {
 			t.Errorf("reserved order %s: TTL %v, want none (-1)", id, d)
 		}
