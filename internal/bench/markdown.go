@@ -284,8 +284,8 @@ func misses(r *Results, s Summary) string {
 			"What costs is the work per order, and shardis does more of it on purpose:\n"+
 			"  - the order record on the order's home node, staged with the home's parts and then committed off the caller's path (one more script per order), which makes Reserve idempotent per order id and lets Confirm/Cancel/expiry decide once;\n"+
 			"  - per item, a part record (one string packing its fields) and a pending-index entry with a deadline; once per script call (shared by group commit), the node-identity check (`HMGET` of the stamp, `TIME`) and the write sequence;\n"+
-			"  - on the client, a goroutine for the stage and per other node and one for the commit, and the parts' JSON (the promised list, then the taken list); see the profile below.\n"+
-			"  Group commit removed what the orders on one node can share (the call, its round trip, the stamp check, the write sequence, type checks, the stock and offsets reads and writes, the `ZADD`s merged per key); what is left is each order's own Lua work: the part and order records are hashes of 8 to 12 fields and each order's parts a JSON list. "+
+			"  - on the client, a goroutine for the stage and per other node and one for the commit, and the parts' lists (a compact string, `inventory/parts.go`: the promised list, then the taken list); see the profile below.\n"+
+			"  Group commit removed what the orders on one node can share (the call, its round trip, the stamp check, the write sequence, type checks, the stock and offsets reads and writes, the `ZADD`s merged per key); what is left is each order's own work: its keys and arguments, its reads and checks, and its writes (the order record, one packed string holding its parts' list, a part record per item, one packed string each, and the index entries). "+
 			"%s\n",
 			s.Inventory3ItemVsSeed, n3, k3, fmtCPU(e3), fmtCPU(s3), fmtCPU(c3), ns, ks, fmtCPU(es), fmtCPU(ss), fmtCPU(cs), floor3Miss(ir))
 	}
@@ -346,10 +346,10 @@ func profileReading(r *Results) string {
 		"(the round trips, which group commit and auto-pipelining share between orders); allocation takes %.1f %% (go-redis's commands and replies, the parts, "+
 		"the groups' argument lists) and goroutine scheduling %.1f %%: a call is handed to its group's sender and to its node's pipeliner, "+
 		"and the one-round path runs the stage and each other node's take on goroutines of their own and the commit off the caller's path "+
-		"(starting goroutines %.1f %%, growing their stacks %.1f %%). The parts' JSON, encoded twice per one-round order (the promised list for the stage, then the taken list with its offsets for the commit), takes %.1f %%. "+
-		"The lists are the protocol's (the record names the parts it is decided on); their reflective encoder and the allocations per call are what could still be trimmed on the client. ",
+		"(starting goroutines %.1f %%, growing their stacks %.1f %%). The parts' lists (a compact string, `inventory/parts.go`), encoded twice per one-round order (the promised list for the stage, then the taken list with its offsets for the commit), take %.1f %%. "+
+		"The lists are the protocol's (the record names the parts it is decided on); the allocations per call are what could still be trimmed on the client. ",
 		cum("(*Script).Run"), cum("syscall.write"), cum("syscall.read"), cum("runtime.mallocgc"),
-		cum("runtime.schedule"), cum("runtime.newproc"), cum("runtime.copystack"), cum("encoding/json.Marshal"))
+		cum("runtime.schedule"), cum("runtime.newproc"), cum("runtime.copystack"), cum("inventory.encodeOrderParts"))
 	if ir := r.Inventory; ir != nil {
 		c3, s3, _ := ir.Series[VarInv3].CPUPerOp()
 		t += fmt.Sprintf("Per 3-item order the client spent %s of CPU and the nodes %s (section 3): ", fmtCPU(c3), fmtCPU(s3))

@@ -58,7 +58,7 @@ var profileFocus = []struct{ name, what string }{
 	{"github.com/redis/go-redis/v9.(*Script).Run", "go-redis script calls (EVALSHA), network I/O included"},
 	{"syscall.write", "socket writes"},
 	{"syscall.read", "socket reads"},
-	{"encoding/json.Marshal", "JSON of the parts: the promised list for the stage, the taken list for the commit"},
+	{"github.com/shardis/shardis/inventory.encodeOrderParts", "the parts' lists (a compact string): the promised list for the stage, the taken list for the commit"},
 	{"runtime.newproc", "starting goroutines"},
 	{"runtime.copystack", "stack growth of goroutines"},
 	{"runtime.schedule", "goroutine scheduling"},
