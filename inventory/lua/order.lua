@@ -1,10 +1,10 @@
 
 local key, op, token = KEYS[2], ARGV[4], ARGV[5]
 if op == 'commit' then
-  -- the staged path's commit, the common one, without a decode (it
-  -- writes what the decode and order_put below would)
-  local r = order_commit_staged(key, token, ARGV[6])
-  if r then return r end
+  -- the staged path's commit, the common one, without a decode: it
+  -- writes, and this answers, what the commit below does for the record
+  local deadline, lease = order_commit_staged(key, token, ARGV[6])
+  if deadline then return {'reserved', token, deadline, '', '', math.max(lease - now, 0)} end
 end
 local f = order_get(key) or {}
 local moved = f.moved

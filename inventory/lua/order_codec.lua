@@ -139,8 +139,7 @@ end
 -- would write for it (status reserved, parts p, reserved_at now, every
 -- other field as it was, no TTL) is the stored value with its status code
 -- and parts field replaced and reserved_at added. It does so, and returns
--- the order script's reply (status reserved, token, deadline ms, no parts,
--- no reason, lease ms left), only for a value that is exactly a staging
+-- the record's deadline and lease (ms), only for a value that is exactly a staging
 -- record of tok (not moved, in the packed layout) whose fields end at
 -- lease, with created, deadline and lease canonical integers (a stage
 -- writes nothing else: stageTakeScript); for any other it writes nothing
@@ -161,5 +160,5 @@ local function order_commit_staged(key, tok, p)
     order_int(string.sub(v, e5 + 1))
   if not (created and dl and lease) then return nil end
   redis.call('SET', key, 'r' .. string.sub(v, 2, e3) .. order_pack(p, tok) .. string.sub(v, e4) .. '\029' .. I(now - created))
-  return {'reserved', tok, created + dl, '', '', math.max(created + lease - now, 0)}
+  return created + dl, created + lease
 end
