@@ -3,7 +3,6 @@ package inventory
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -12,10 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/shardis/shardis/config"
-	"github.com/shardis/shardis/internal/redistest"
-	"github.com/shardis/shardis/router"
 )
 
 // localCostCuts are the variants TestLocalScriptCost times: the local
@@ -63,25 +58,8 @@ func TestLocalScriptCost(t *testing.T) {
 	if per <= 0 {
 		t.Skip("a measure: set SHARDIS_LOCALCOST=<orders per group call> to run it")
 	}
-	srv := redistest.Start(t, redistest.Options{})
-	cfg := config.Default()
-	cfg.Nodes = map[string]config.Node{"n1": {Addr: srv.Addr(), Weight: 1}}
-	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: map[string][]string{"a": {"n1"}}}}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	log := slog.New(slog.DiscardHandler)
-	r, err := router.New(ctx, &cfg, router.Options{KeepData: cfg.KeepData(), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	inv, err := New(r, Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(inv.Close)
+	e := newGroupEnv(t, 32) // route a on n1 alone
+	inv, home, c, ctx := e.inv, e.n, e.admin, e.ctx
 	if _, err := inv.LoadStock(ctx, "a", "s", MaxQuantity, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -89,11 +67,6 @@ func TestLocalScriptCost(t *testing.T) {
 	if _, err := inv.Reserve(ctx, "warm", items, "", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	home, err := r.Node("n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := srv.Client(t)
 	token := inv.topology(ctx).token
 	variants := make([]*luaScript, len(localCostCuts))
 	for i, v := range localCostCuts {
