@@ -70,13 +70,17 @@ func (q *batchQueue[K, T]) enter(key K, item T, token string, maxInFlight int) b
 func (q *batchQueue[K, T]) leave(key K, item T) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	l := q.line(key)
-	for i, w := range l.queue {
-		if w == item {
-			l.queue = append(l.queue[:i], l.queue[i+1:]...)
-			l.tokens = append(l.tokens[:i], l.tokens[i+1:]...)
-			q.waiting--
-			return true
+	for _, l := range q.lines {
+		if l.key != key {
+			continue
+		}
+		for i, w := range l.queue {
+			if w == item {
+				l.queue = append(l.queue[:i], l.queue[i+1:]...)
+				l.tokens = append(l.tokens[:i], l.tokens[i+1:]...)
+				q.waiting--
+				return true
+			}
 		}
 	}
 	return false
