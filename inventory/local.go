@@ -37,32 +37,6 @@ import (
 // limitMayBeOwn, soldout.go "Per-user limits"); otherwise the general path
 // answers, behind its record.
 
-// takeWhole is the Lua that localScript and stageTakeScript share: it
-// takes a set of parts on one node all or nothing.
-//
-// plan_parts(kb, ab, user, offsets) reads the parts whose KEYS start at kb (part
-// key, counter key, and redo queue (kind s) or stock hash holding the
-// limit (kind q), per part, to the end of KEYS) and whose ARGV start at ab
-// (takeWholeArgs: id, kind, want and the two pieces of the part record's
-// template, per part). It returns the plan,
-// or nil when some part cannot be met in full (it exists already, stock is
-// short, a limited SKU has no user, a quota would be exceeded), or nil and
-// an error reply for a corrupt value (a counter, or a queue's last offset
-// in the redo offsets hash). When a stock part is short or a limited SKU
-// has no user it returns nil, nil, true: a refusal that a read of the
-// SKU's other nodes may settle without a write (soldout.go). When a quota
-// part is over the limit it returns nil, nil, false, {part's position,
-// held, limit} (localLimit: the caller weighs what the user holds). It
-// writes nothing. For a stock part it records the counter's available and reserved once the part is taken
-// (p.avail, p.resv, after the order's earlier parts on the same counter).
-//
-// write_parts(plan, pending, offsets, pdl) takes every planned part
-// (pending until pdl: the record the caller encoded, rectemplate.go) and
-// returns the redo offset of each (0 for quota parts). It writes a stock
-// counter's planned values in one HSET rather than two increments: the
-// script is atomic, so nothing changed them since the plan read them.
-var takeWhole = luaFile("lib_take_whole.lua")
-
 // localScript reserves a whole order on its home node in one step.
 //
 // KEYS: 1 stamp, 2 order key, 3 pending index, 4 redo offsets, then per
@@ -72,16 +46,17 @@ var takeWhole = luaFile("lib_take_whole.lua")
 // user, 6 ttl ms, 7 part grace ms, then the order record's template
 // (localOrderPieces, rectemplate.go): 8 the piece before its created
 // field, 9 the one after it, and per part the piece after that part's
-// offset; then per part takeWhole's arguments (id, kind, want, and its
-// record's template: takeWholeArgs). The record is written reserved,
-// with no TTL (orderrec.go, "TTL").
+// offset; then per part the arguments lua/take_whole.lua reads (id, kind,
+// want, and its record's template: takeWholeArgs). An order of one stock
+// part takes it with take_one, any other with plan_parts and write_parts.
+// The record is written reserved, with no TTL (orderrec.go, "TTL").
 // Returns {"existing"} (the order has a record: nothing written),
 // {"short"} (no record, and a stock part is short here or a limited SKU
 // has no user: nothing written, soldout.go may refuse without a write),
 // {"limit", part position, held, limit} (nothing written: localLimit),
 // {"fallback"} (nothing written), or {"reserved", deadline ms, offset
 // per part}.
-var localScript = newGroupedScript("reserve-local", true, takeWhole+luaFile("local.lua"))
+var localScript = newGroupedScript("reserve-local", true, luaFile("local.lua"))
 
 // errHasRecord is reserveLocal's word that the order already has a record.
 var errHasRecord = errors.New("inventory: the order has a record")
@@ -204,7 +179,7 @@ func decodeLocal(nodeName string, v any, k int) (st localStatus, deadline int64,
 	return st, deadline, offsets, r.err
 }
 
-// takeWholeArgs appends takeWhole's arguments for part request r of
+// takeWholeArgs appends lua/take_whole.lua's arguments for part request r of
 // attempt token of orderID to args: id, kind, want, and the pieces of the
 // part record's template (partTemplate). It fails with ErrInvalid when
 // the record has no template.

@@ -22,18 +22,20 @@ var localCostCuts = []struct {
 	cuts [][2]string
 }{
 	{"the script as it is", nil},
+	{"the general path (plan_parts, write_parts)", [][2]string{
+		{"if np == 1 and ARGV[12] == 's' then\n", "if false then\n"}}},
 	{"without its pending-index ZADD", [][2]string{
-		{"    zadd_later(pending, pdlS, member)\n", ""}}},
+		{"  zadd_later(pending, pdlS, pend_pos(xk, off))\n", ""}}},
 	{"without the part record (EXISTS, SET)", [][2]string{
-		{"    if redis.call('EXISTS', p.pk) == 1 then return nil end\n", ""},
-		{"    part_new(p.pk, p.ra, p.rb, p.want, off, pdlS)\n", ""}}},
+		{"  if redis.call('EXISTS', pk) == 1 then return nil end\n", ""},
+		{"  part_new(pk, ra, rb, want, off, pdlS)\n", ""}}},
 	{"without the part record and both ZADDs", [][2]string{
-		{"    if redis.call('EXISTS', p.pk) == 1 then return nil end\n", ""},
-		{"    part_new(p.pk, p.ra, p.rb, p.want, off, pdlS)\n", ""},
-		{"    zadd_later(pending, pdlS, member)\n", ""},
-		{"      zadd_later(redo_seg(p.xk, off), I(off), p.id)\n", ""}}},
+		{"  if redis.call('EXISTS', pk) == 1 then return nil end\n", ""},
+		{"  part_new(pk, ra, rb, want, off, pdlS)\n", ""},
+		{"  zadd_later(pending, pdlS, pend_pos(xk, off))\n", ""},
+		{"  zadd_later(redo_seg(xk, off), I(off), id)\n", ""}}},
 	{"the plan only (reads, checks; no write)", [][2]string{
-		{"local deadline = now + tonumber(ARGV[6])", "do return {'reserved', 1, 1} end local deadline = now + tonumber(ARGV[6])"}}},
+		{"  stock_set(ck, avail - want, resv + want)\n", "  do return nil, nil, true end\n"}}},
 	{"the record's head read only", [][2]string{
 		{"zset_ok(KEYS[3]) --", "do return {'reserved', 1, 1} end zset_ok(KEYS[3]) --"}}},
 	{"the head read, then the record SET", [][2]string{

@@ -9,19 +9,19 @@ import (
 // Record templates: the caller encodes a new record, the node fills in
 // what only it knows.
 //
-// The one-script paths (localScript, stageTakeScript: takeWhole) write a
-// new order record and a new pending part record per order, reserveScript
-// a new pending part record per part. Almost all of either is known to the
-// caller before the script runs; the node adds only its clock (an order's
-// created field, a part's deadline and at fields), the redo offsets it
-// hands out and, in reserveScript, the units it could take. So the
-// caller encodes each record in its layout (orderrec.go, partrec.go)
-// around holes and sends the pieces between them, and the script joins
-// pieces and node values with one concatenation instead of running the
-// Lua codec (order_write, the part list's encoder, part_put). Measured on
-// one node (20-order group calls of the local reserve, commandstats,
-// interleaved with the codec version): about 30 µs of script time per
-// order before, 23 after.
+// The one-script paths (localScript, stageTakeScript: lua/take_whole.lua)
+// write a new order record and a new pending part record per order,
+// reserveScript a new pending part record per part. Almost all of either
+// is known to the caller before the script runs; the node adds only its
+// clock (an order's created field, a part's deadline and at fields), the
+// redo offsets it hands out and, in reserveScript, the units it could
+// take. So the caller encodes each record in its layout (orderrec.go,
+// partrec.go) around holes and sends the pieces between them, and the
+// script joins pieces and node values with one concatenation instead of
+// running the Lua codec (order_write, the part list's encoder, part_put).
+// Measured on one node (20-order group calls of the local reserve,
+// commandstats, interleaved with the codec version): about 30 µs of
+// script time per order before, 23 after.
 //
 // The rule that keeps it exact: filled in, a template is byte for byte
 // what the codec writes for the whole record. The encoders below spell the
@@ -56,7 +56,7 @@ func hasControl(values ...string) bool {
 
 // partTemplate is the pending part record the reserve scripts write for
 // r, taken by attempt token of orderID (part_new in lua/part_codec.lua:
-// takeWhole's write_parts, reserveScript): pieces a and b of
+// lua/take_whole.lua, reserveScript): pieces a and b of
 //
 //	a .. QTY .. US .. OFFSET .. b .. DEADLINE .. US .. AT
 //

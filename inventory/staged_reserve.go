@@ -252,9 +252,23 @@ type stageReply struct {
 // node's parts, all or nothing (stageTakeScript). mutation is "" but in
 // the explorer's self-check (MutationStageTakeover, faults.go).
 func (inv *Inventory) stageTake(ctx context.Context, home *node.Node, orderID, token string, due partDue, mutation Mutation, ttl time.Duration, digest, userID, promised string, reqs []partReq) (stageReply, error) {
-	rec, err := stagingOrderPieces(token, digest, userID, ms(ttl), ms(inv.opts.AttemptLease), promised)
+	keys, args, err := inv.stageTakeCall(orderID, token, due, mutation, ttl, digest, userID, promised, reqs)
 	if err != nil {
 		return stageReply{}, err
+	}
+	v, err := inv.run(ctx, home, stageTakeScript, keys, args...)
+	if err != nil {
+		return stageReply{}, err
+	}
+	return decodeStageTake(home.Name(), v, len(reqs))
+}
+
+// stageTakeCall is stageTakeScript's keys and arguments (see stageTake).
+// It fails with ErrInvalid when a record has no template (rectemplate.go).
+func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation Mutation, ttl time.Duration, digest, userID, promised string, reqs []partReq) ([]string, []any, error) {
+	rec, err := stagingOrderPieces(token, digest, userID, ms(ttl), ms(inv.opts.AttemptLease), promised)
+	if err != nil {
+		return nil, nil, err
 	}
 	keys := make([]string, 0, 3+3*len(reqs))
 	keys = append(keys, PendingKey, RedoOffsetsKey, orderKey(orderID))
@@ -263,14 +277,10 @@ func (inv *Inventory) stageTake(ctx context.Context, home *node.Node, orderID, t
 	for _, r := range reqs {
 		keys = append(keys, partKey(r.ID), r.ck, r.queue)
 		if args, err = takeWholeArgs(args, orderID, token, r); err != nil {
-			return stageReply{}, err
+			return nil, nil, err
 		}
 	}
-	v, err := inv.run(ctx, home, stageTakeScript, keys, args...)
-	if err != nil {
-		return stageReply{}, err
-	}
-	return decodeStageTake(home.Name(), v, len(reqs))
+	return keys, args, nil
 }
 
 // decodeStageTake reads stageTakeScript's reply for k home parts:

@@ -4,16 +4,27 @@ local status, moved = order_head(key)
 if status and not moved and status ~= 'failed' then return {'existing'} end
 zset_ok(KEYS[3]) -- the pending index must be a sorted set
 local np = (#KEYS - 4) / 3
-local plan, err, short, over = plan_parts(5, 10 + np, ARGV[5], KEYS[4])
-if err then return err end
-if over then return {'limit', over[1], over[2], over[3]} end
-if not plan then return {short and 'short' or 'fallback'} end
 local deadline = now + tonumber(ARGV[6])
-local offs = write_parts(plan, KEYS[3], KEYS[4], deadline + tonumber(ARGV[7]))
+local pdl = deadline + tonumber(ARGV[7])
 -- the record the caller encoded (rectemplate.go), the node's values in
 -- its holes: created, then each part's offset (none for a quota part);
 -- it replaces a failed or moved record, reserved: no TTL until decided
 -- (orderrec.go)
+if np == 1 and ARGV[12] == 's' then
+  -- one stock part (most orders): take_one, the same steps without the
+  -- plan's tables
+  local off, err, short = take_one(KEYS[5], KEYS[6], KEYS[7], ARGV[11], tonumber(ARGV[13]), ARGV[14], ARGV[15], ARGV[5],
+    KEYS[3], KEYS[4], pdl)
+  if err then return err end
+  if not off then return {short and 'short' or 'fallback'} end
+  set_value(key, ARGV[8] .. nowS .. ARGV[9] .. I(off) .. ARGV[10], false)
+  return {'reserved', deadline, off}
+end
+local plan, err, short, over = plan_parts(KEYS, ARGV, 5, 10 + np, ARGV[5], KEYS[4])
+if err then return err end
+if over then return {'limit', over[1], over[2], over[3]} end
+if not plan then return {short and 'short' or 'fallback'} end
+local offs = write_parts(plan, KEYS[3], KEYS[4], pdl)
 local rec, out = {ARGV[8], nowS, ARGV[9]}, {'reserved', deadline}
 for i, off in ipairs(offs) do
   rec[#rec + 1] = off ~= 0 and I(off) or ''

@@ -1,0 +1,120 @@
+-- Taking a set of parts on one node all or nothing: the reserve scripts
+-- that write an order's parts in the same step as its record (localScript,
+-- stageTakeScript) share these; local.go holds the path's rule.
+--
+-- plan_parts(K, A, kb, ab, user, offsets) reads the parts whose keys
+-- start at K[kb] (part key, counter key, and redo queue (kind s) or stock
+-- hash holding the limit (kind q), per part, to the end of K) and whose
+-- arguments start at A[ab] (takeWholeArgs: id, kind, want and the two
+-- pieces of the part record's template, per part); K and A are one call's
+-- keys and arguments (a group call's body gets its own). It returns the
+-- plan, or nil when some part cannot be met in full (it exists already,
+-- stock is short, a limited SKU has no user, a quota would be exceeded),
+-- or nil and an error reply for a corrupt value (a counter, or a queue's
+-- last offset in the redo offsets hash). When a stock part is short or a
+-- limited SKU has no user it returns nil, nil, true: a refusal that a read
+-- of the SKU's other nodes may settle without a write (soldout.go). When a
+-- quota part is over the limit it returns nil, nil, false, {part's
+-- position, held, limit} (localLimit: the caller weighs what the user
+-- holds). It writes nothing. For a stock part it records the counter's
+-- available and reserved once the part is taken (p.avail, p.resv, after
+-- the order's earlier parts on the same counter).
+--
+-- write_parts(plan, pending, offsets, pdl) takes every planned part
+-- (pending until pdl: the record the caller encoded, rectemplate.go) and
+-- returns the redo offset of each (0 for quota parts). It writes a stock
+-- counter's planned values in one HSET rather than two increments: the
+-- script is atomic, so nothing changed them since the plan read them.
+--
+-- take_one(pk, ck, xk, id, want, ra, rb, user, pending, offsets, pdl) is
+-- plan_parts then write_parts for a plan of one stock part (part key pk,
+-- counter ck, redo queue xk, takeWholeArgs' id, want and template pieces),
+-- without the plan's tables: the same reads, checks and writes in the same
+-- order (TestTakeOneAsPlan compares the two on a node). It returns the
+-- part's redo offset, or what plan_parts returns when it would return no
+-- plan: nil (the part exists), nil and an error reply, or nil, nil, true
+-- (short). One order in a group call is a few µs of Lua, and most orders
+-- of a sale are one item (TestLocalScriptCost).
+local function plan_parts(K, A, kb, ab, user, offsets)
+  local np = (#K - kb + 1) / 3
+  local avail, resv, held, plan, nq = {}, {}, {}, {}, {}
+  for i = 0, np - 1 do
+    local a = ab + i * 5
+    local p = {pk = K[kb + i * 3], ck = K[kb + 1 + i * 3], xk = K[kb + 2 + i * 3], id = A[a], kind = A[a + 1],
+               want = tonumber(A[a + 2]), ra = A[a + 3], rb = A[a + 4]}
+    if redis.call('EXISTS', p.pk) == 1 then return nil end
+    local err
+    if p.kind == 's' then
+      if avail[p.ck] == nil then
+        avail[p.ck], err = stock_int(p.ck, 1, ' available')
+        if err then return nil, err end
+        resv[p.ck], err = stock_int(p.ck, 3, ' reserved')
+        if err then return nil, err end
+      end
+      local _, oerr = offsets_ok(offsets, p.xk)
+      if oerr then return nil, oerr end
+      nq[p.xk] = (nq[p.xk] or 0) + 1
+      redo_ok(offsets, p.xk, nq[p.xk]) -- its redo segment must be a sorted set
+      local limit
+      limit, err = stock_int(p.ck, 2, ' limit')
+      if err then return nil, err end
+      if avail[p.ck] < p.want or (limit > 0 and user == '') then return nil, nil, true end
+      avail[p.ck], resv[p.ck] = avail[p.ck] - p.want, resv[p.ck] + p.want
+      p.avail, p.resv = avail[p.ck], resv[p.ck] -- the hash's values once this part is taken
+    else
+      local limit
+      limit, err = int(redis.call('HGET', p.xk, 'limit'), p.xk, ' limit')
+      if err then return nil, err end
+      if held[p.ck] == nil then
+        held[p.ck], err = int(redis.call('GET', p.ck), p.ck)
+        if err then return nil, err end
+      end
+      -- over the limit: the caller weighs what the user holds (limitMayBeOwn)
+      if limit > 0 and held[p.ck] + p.want > limit then return nil, nil, false, {i + 1, held[p.ck], limit} end
+      held[p.ck] = held[p.ck] + p.want
+    end
+    plan[#plan + 1] = p
+  end
+  return plan
+end
+local function write_parts(plan, pending, offsets, pdl)
+  local offs, pdlS = {}, I(pdl)
+  for _, p in ipairs(plan) do
+    local off, member = 0, p.id
+    if p.kind == 's' then
+      -- absolute values from the plan into the script call's copy of the
+      -- hash (stock_set: flush writes it once; the script is atomic)
+      stock_set(p.ck, p.avail, p.resv)
+      off = next_offset(offsets, p.xk)
+      zadd_later(redo_seg(p.xk, off), I(off), p.id)
+      member = pend_pos(p.xk, off)
+    else
+      redis.call('INCRBY', p.ck, I(p.want))
+    end
+    part_new(p.pk, p.ra, p.rb, p.want, off, pdlS)
+    zadd_later(pending, pdlS, member)
+    offs[#offs + 1] = off
+  end
+  return offs
+end
+local function take_one(pk, ck, xk, id, want, ra, rb, user, pending, offsets, pdl)
+  if redis.call('EXISTS', pk) == 1 then return nil end
+  local avail, err = stock_int(ck, 1, ' available')
+  if err then return nil, err end
+  local resv
+  resv, err = stock_int(ck, 3, ' reserved')
+  if err then return nil, err end
+  local _, oerr = offsets_ok(offsets, xk)
+  if oerr then return nil, oerr end
+  redo_ok(offsets, xk, 1) -- its redo segment must be a sorted set
+  local limit
+  limit, err = stock_int(ck, 2, ' limit')
+  if err then return nil, err end
+  if avail < want or (limit > 0 and user == '') then return nil, nil, true end
+  stock_set(ck, avail - want, resv + want)
+  local off, pdlS = next_offset(offsets, xk), I(pdl)
+  zadd_later(redo_seg(xk, off), I(off), id)
+  part_new(pk, ra, rb, want, off, pdlS)
+  zadd_later(pending, pdlS, pend_pos(xk, off))
+  return off
+end

@@ -1,0 +1,154 @@
+package inventory
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// take_one (lua/take_whole.lua) does what plan_parts then write_parts do
+// for an order of one stock part: the local and the stage-take scripts,
+// as they are (one stock part: take_one) and with that branch cut (the
+// general path), run the same call from the same node state, and the
+// replies and every key they leave (the node's clock masked) must agree.
+// The cases are the script's outcomes for one part: taken (within a redo
+// segment and at the start of a new one), short, a limited SKU without a
+// user, the part's key already there, a corrupt counter or offset, a redo
+// segment of the wrong type.
+func TestTakeOneAsPlan(t *testing.T) {
+	e := newGroupEnv(t, 32)
+	e.warm(t)
+	ctx, c, inv := e.ctx, e.admin, e.inv
+	general := func(s *luaScript, branch string) *luaScript {
+		t.Helper()
+		if strings.Count(s.src, branch) != 1 {
+			t.Fatalf("%s: %q is not in the script once", s.name, branch)
+		}
+		src := strings.Replace(s.src, branch, "if false then\n", 1)
+		return &luaScript{name: s.name, write: s.write, mem: s.mem, group: true, src: src, s: redis.NewScript(s.mem.shebang() + src)}
+	}
+	localGeneral := general(localScript, "if np == 1 and ARGV[12] == 's' then\n")
+	stageGeneral := general(stageTakeScript, "if #KEYS == 7 and ARGV[14] == 's' then\n")
+
+	const route, sku, id, token = "a", "s", "o-1", "tok-1"
+	items := []Item{{Route: route, SKU: sku, Quantity: 3}}
+	ck, queue := stockKey(route, sku), inv.redoQueue(route, sku)
+	cases := []struct {
+		name  string
+		setup func()
+	}{
+		{"taken", func() {}},
+		{"taken, first offset of a new redo segment", func() { c.HSet(ctx, RedoOffsetsKey, queue, "99") }},
+		{"short", func() { c.HSet(ctx, ck, "available", "2") }},
+		{"limited SKU, no user", func() { c.HSet(ctx, ck, "limit", "5") }},
+		{"the part's key is there", func() { c.Set(ctx, partKey(stockPartID(id, token, 0)), "x", 0) }},
+		{"corrupt counter", func() { c.HSet(ctx, ck, "reserved", "1.5") }},
+		{"corrupt offset", func() { c.HSet(ctx, RedoOffsetsKey, queue, "x") }},
+		{"a redo segment that is not a sorted set", func() { c.Set(ctx, queue+":0", "x", 0) }},
+	}
+	// reset leaves the node with the stock loaded and nothing else of the
+	// inventory's (the stamp and topology keys stay)
+	reset := func(setup func()) {
+		t.Helper()
+		keys, err := c.Keys(ctx, "*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if !strings.HasPrefix(k, "shardis:") {
+				c.Del(ctx, k)
+			}
+		}
+		if _, err := inv.LoadStock(ctx, route, sku, 10, 0); err != nil {
+			t.Fatal(err)
+		}
+		setup()
+	}
+	clock := regexp.MustCompile(`1\d{12}`) // ms since the epoch: the node's clock
+	// state is every key but the stamp's and topology's, values by type
+	state := func() string {
+		t.Helper()
+		keys, _ := c.Keys(ctx, "*").Result()
+		slices.Sort(keys)
+		var b strings.Builder
+		for _, k := range keys {
+			if strings.HasPrefix(k, "shardis:") {
+				continue
+			}
+			typ := c.Type(ctx, k).Val()
+			var v any
+			switch typ {
+			case "string":
+				v = c.Get(ctx, k).Val()
+			case "hash":
+				h := c.HGetAll(ctx, k).Val()
+				fs := make([]string, 0, len(h))
+				for f, x := range h {
+					fs = append(fs, f+"="+x)
+				}
+				slices.Sort(fs)
+				v = fs
+			case "zset":
+				var zs []string
+				for _, z := range c.ZRangeWithScores(ctx, k, 0, -1).Val() {
+					zs = append(zs, fmt.Sprintf("%v@%.0f", z.Member, z.Score))
+				}
+				v = zs
+			default:
+				v = "?"
+			}
+			fmt.Fprintf(&b, "%s %s %v TTL %v\n", k, typ, v, c.TTL(ctx, k).Val() > 0)
+		}
+		return clock.ReplaceAllString(b.String(), "T")
+	}
+	run := func(s *luaScript, keys []string, args []any) string {
+		v, err := inv.run(ctx, e.n, s, keys, args...)
+		return clock.ReplaceAllString(fmt.Sprintf("%v %v", v, err), "T")
+	}
+	scripts := []struct {
+		name        string
+		now, before *luaScript
+		call        func() ([]string, []any, error)
+	}{
+		{"local", localScript, localGeneral, func() ([]string, []any, error) {
+			reqs, ok := inv.localReqs(ctx, e.n, id, token, items, "")
+			if !ok {
+				t.Fatal("the order is not local")
+			}
+			keys, args, _, err := inv.localCall(id, token, digestOf(items, ""), "", time.Hour, reqs)
+			return keys, args, err
+		}},
+		{"stage-take", stageTakeScript, stageGeneral, func() ([]string, []any, error) {
+			reqs, ok := inv.localReqs(ctx, e.n, id, token, items, "")
+			if !ok {
+				t.Fatal("the order is not local")
+			}
+			return inv.stageTakeCall(id, token, partDue{hold: time.Minute}, "", time.Hour, digestOf(items, ""), "", "", reqs)
+		}},
+	}
+	for _, sc := range scripts {
+		keys, args, err := sc.call()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range cases {
+			reset(tc.setup)
+			r1 := run(sc.now, keys, args)
+			s1 := state()
+			reset(tc.setup)
+			r2 := run(sc.before, keys, args)
+			s2 := state()
+			if r1 != r2 || s1 != s2 {
+				t.Errorf("%s, %s: take_one answered %s and left\n%s\nthe general path answered %s and left\n%s", sc.name, tc.name, r1, s1, r2, s2)
+			}
+			if tc.name == "taken" && (!strings.Contains(r1, "reserved") && !strings.Contains(r1, "staged") || !strings.Contains(s1, "available=7")) {
+				t.Errorf("%s, %s: answered %s and left\n%s\nwant the part taken (7 units left)", sc.name, tc.name, r1, s1)
+			}
+		}
+	}
+}
