@@ -35,7 +35,8 @@ var localCostCuts = []struct {
 		{"  zadd_later(pending, pdlS, pend_pos(xk, off))\n", ""},
 		{"  zadd_later(redo_seg(xk, off), I(off), id)\n", ""}}},
 	{"the plan only (reads, checks; no write)", [][2]string{
-		{"  stock_set(ck, avail - want, resv + want)\n", "  do return nil, nil, true end\n"}}},
+		{"  return take_stock(pk, ck, xk, id, want, ra, rb, avail - want, resv + want, pending, offsets, I(pdl))\n",
+			"  do return nil, nil, true end\n"}}},
 	{"the record's head read only", [][2]string{
 		{"zset_ok(KEYS[3]) --", "do return {'reserved', 1, 1} end zset_ok(KEYS[3]) --"}}},
 	{"the head read, then the record SET", [][2]string{

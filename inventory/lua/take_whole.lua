@@ -22,19 +22,23 @@
 --
 -- write_parts(plan, pending, offsets, pdl) takes every planned part
 -- (pending until pdl: the record the caller encoded, rectemplate.go) and
--- returns the redo offset of each (0 for quota parts). It writes a stock
--- counter's planned values in one HSET rather than two increments: the
--- script is atomic, so nothing changed them since the plan read them.
+-- returns the redo offset of each (0 for quota parts). A stock part is
+-- taken by take_stock(pk, ck, xk, id, want, ra, rb, avail, resv, pending,
+-- offsets, pdlS), which writes the counter's planned values (available
+-- and reserved once taken) rather than two increments: the script is
+-- atomic, so nothing changed them since the plan read them. It returns
+-- the part's redo offset.
 --
 -- take_one(pk, ck, xk, id, want, ra, rb, user, pending, offsets, pdl) is
 -- plan_parts then write_parts for a plan of one stock part (part key pk,
 -- counter ck, redo queue xk, takeWholeArgs' id, want and template pieces),
--- without the plan's tables: the same reads, checks and writes in the same
--- order (TestTakeOneAsPlan compares the two on a node). It returns the
--- part's redo offset, or what plan_parts returns when it would return no
--- plan: nil (the part exists), nil and an error reply, or nil, nil, true
--- (short). One order in a group call is a few µs of Lua, and most orders
--- of a sale are one item (TestLocalScriptCost).
+-- without the plan's tables: plan_parts's reads and checks for that part,
+-- then take_stock, in the same order (TestTakeOneAsPlan compares the two
+-- on a node). It returns the part's redo offset, or what plan_parts
+-- returns when it would return no plan: nil (the part exists), nil and an
+-- error reply, or nil, nil, true (short). One order in a group call is a
+-- few µs of Lua, and most orders of a sale are one item
+-- (TestLocalScriptCost).
 local function plan_parts(K, A, kb, ab, user, offsets)
   local np = (#K - kb + 1) / 3
   local avail, resv, held, plan, nq = {}, {}, {}, {}, {}
@@ -77,22 +81,27 @@ local function plan_parts(K, A, kb, ab, user, offsets)
   end
   return plan
 end
+local function take_stock(pk, ck, xk, id, want, ra, rb, avail, resv, pending, offsets, pdlS)
+  -- absolute values from the plan into the script call's copy of the
+  -- hash (stock_set: flush writes it once; the script is atomic)
+  stock_set(ck, avail, resv)
+  local off = next_offset(offsets, xk)
+  zadd_later(redo_seg(xk, off), I(off), id)
+  part_new(pk, ra, rb, want, off, pdlS)
+  zadd_later(pending, pdlS, pend_pos(xk, off))
+  return off
+end
 local function write_parts(plan, pending, offsets, pdl)
   local offs, pdlS = {}, I(pdl)
   for _, p in ipairs(plan) do
-    local off, member = 0, p.id
+    local off = 0
     if p.kind == 's' then
-      -- absolute values from the plan into the script call's copy of the
-      -- hash (stock_set: flush writes it once; the script is atomic)
-      stock_set(p.ck, p.avail, p.resv)
-      off = next_offset(offsets, p.xk)
-      zadd_later(redo_seg(p.xk, off), I(off), p.id)
-      member = pend_pos(p.xk, off)
+      off = take_stock(p.pk, p.ck, p.xk, p.id, p.want, p.ra, p.rb, p.avail, p.resv, pending, offsets, pdlS)
     else
       redis.call('INCRBY', p.ck, I(p.want))
+      part_new(p.pk, p.ra, p.rb, p.want, 0, pdlS)
+      zadd_later(pending, pdlS, p.id)
     end
-    part_new(p.pk, p.ra, p.rb, p.want, off, pdlS)
-    zadd_later(pending, pdlS, member)
     offs[#offs + 1] = off
   end
   return offs
@@ -111,10 +120,5 @@ local function take_one(pk, ck, xk, id, want, ra, rb, user, pending, offsets, pd
   limit, err = stock_int(ck, 2, ' limit')
   if err then return nil, err end
   if avail < want or (limit > 0 and user == '') then return nil, nil, true end
-  stock_set(ck, avail - want, resv + want)
-  local off, pdlS = next_offset(offsets, xk), I(pdl)
-  zadd_later(redo_seg(xk, off), I(off), id)
-  part_new(pk, ra, rb, want, off, pdlS)
-  zadd_later(pending, pdlS, pend_pos(xk, off))
-  return off
+  return take_stock(pk, ck, xk, id, want, ra, rb, avail - want, resv + want, pending, offsets, I(pdl))
 end
