@@ -12,7 +12,8 @@ zset_ok(KEYS[2]) -- the pending index must be a sorted set
 local deadline = now + tonumber(ARGV[8])
 local out = {'staged', deadline}
 if #KEYS == 7 and ARGV[14] == 's' then
-  -- one stock part: take_one, the same steps without the plan's tables
+  -- one stock part (its keys 5 to 7, its arguments from 13): take_one,
+  -- the same steps without the plan's tables
   local off, err = take_one(KEYS[5], KEYS[6], KEYS[7], ARGV[13], tonumber(ARGV[15]), ARGV[16], ARGV[17], ARGV[7],
     KEYS[2], KEYS[3], part_due(ARGV[6]))
   if err then return err end
