@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"sort"
 	"strings"
 	"time"
 
@@ -21,12 +22,63 @@ type exposure struct {
 	nodes  map[string]bool // accepted after a rollback: a new incarnation is expected
 }
 
+// outage is a span in which a node could not serve, or, with node "",
+// in which the service and its reconciler could not (a restart, a
+// topology change).
+type outage struct {
+	node     string
+	from, to time.Time
+}
+
+// outages are the faults of a run's timeline (started at t0) that stop a
+// node or the service, by start time. Route drains stop neither.
+func outages(t0 time.Time, timeline []Fault) []outage {
+	var out []outage
+	for _, f := range timeline {
+		if f.Kind == FaultDrain {
+			continue
+		}
+		node := f.Target
+		if f.Kind == FaultRestart || f.Kind == FaultTopology {
+			node = ""
+		}
+		from := t0.Add(f.At)
+		out = append(out, outage{node: node, from: from, to: from.Add(f.Hold)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].from.Before(out[j].from) })
+	return out
+}
+
+// decidedBy is the latest time the reconciler may write an order's
+// expiry, for an order whose last client call was at last and whose
+// records live on nodes: a reservation TTL and 2 s after that call, put
+// off by every outage of one of those nodes or of the service that begins
+// by then, to 2 s after it ends (the reconciler cannot cancel a part or
+// write a record on a node that does not answer). outs are by start time,
+// so one pass follows outages that chain.
+func decidedBy(last time.Time, ttl time.Duration, outs []outage, nodes map[string]bool) time.Time {
+	end := last.Add(ttl + 2*time.Second)
+	for _, o := range outs {
+		if o.from.After(end) {
+			break
+		}
+		if o.to.Before(last) || (o.node != "" && !nodes[o.node]) {
+			continue
+		}
+		if t := o.to.Add(2 * time.Second); t.After(end) {
+			end = t
+		}
+	}
+	return end
+}
+
 // exposed finds the orders whose client calls, or the expiry that may
-// follow the last one within a reservation TTL, overlapped a lost window and that
-// touch the node: a receipt, a part, or a record home there in any
-// topology of the run; and the users of those orders or with quota data
-// on the node.
-func exposed(lost []lossWindow, orders []*order, st *state, homes []*inventory.Homes, ttl time.Duration) *exposure {
+// follow the last one (decidedBy: within a reservation TTL, later when
+// one of the order's nodes or the service was out), overlapped a lost
+// window and that touch the node: a receipt, a part, or a record home
+// there in any topology of the run; and the users of those orders or with
+// quota data on the node.
+func exposed(lost []lossWindow, outs []outage, orders []*order, st *state, homes []*inventory.Homes, ttl time.Duration) *exposure {
 	e := &exposure{orders: map[string]bool{}, users: map[string]bool{}, nodes: map[string]bool{}}
 	if len(lost) == 0 {
 		return e
@@ -65,18 +117,50 @@ func exposed(lost []lossWindow, orders []*order, st *state, homes []*inventory.H
 		}
 		onNode[w.node] = ids
 	}
+	// the nodes that hold each order's parts or record at the end
+	held := map[string]map[string]bool{}
+	hold := func(id, node string) {
+		if held[id] == nil {
+			held[id] = map[string]bool{}
+		}
+		held[id][node] = true
+	}
+	for name, ns := range st.nodes {
+		for _, p := range ns.parts {
+			hold(p.Order, name)
+		}
+		for id, r := range ns.orders {
+			hold(id, name)
+			for _, p := range r.Parts {
+				hold(id, p.Node)
+			}
+		}
+	}
 	for _, o := range orders {
 		o.mu.Lock()
 		first, last := o.first, o.last
+		receipts := o.receipts
 		o.mu.Unlock()
+		if first.IsZero() {
+			continue
+		}
+		nodes := map[string]bool{}
+		for n := range held[o.ID] {
+			nodes[n] = true
+		}
+		for _, r := range receipts {
+			nodes[r.Node] = true
+		}
+		for _, h := range homes {
+			nodes[h.Home(o.ID)] = true
+		}
+		decided := decidedBy(last, ttl, outs, nodes)
 		for _, w := range lost {
-			// The reconciler decides an order up to a TTL after its
-			// last call.
-			if first.IsZero() || last.Add(ttl+2*time.Second).Before(w.from) || first.After(w.to) {
+			if decided.Before(w.from) || first.After(w.to) {
 				continue
 			}
 			touches := onNode[w.node][o.ID]
-			for _, r := range o.receipts {
+			for _, r := range receipts {
 				touches = touches || r.Node == w.node
 			}
 			for _, h := range homes {

@@ -1,0 +1,75 @@
+package chaos
+
+import (
+	"testing"
+	"time"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/inventory"
+)
+
+// An order left to expire is decided when the reconciler reaches its
+// nodes: a stall of the node holding its parts puts the expiry off past
+// the TTL, into a window that a later rollback of its home node loses
+// (seed 134 of a 2-minute run: parts on n2, stopped past the lease, the
+// record on n3, rolled back right after). The order is exposed to that
+// window; an order on other nodes, or one whose stall ended long before
+// the window, is not.
+func TestExposedFollowsExpiryPutOffByOutages(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 22, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	const ttl = 3 * time.Second
+	timeline := []Fault{
+		{At: at(103.5), Kind: FaultLongPause, Target: "n2", Hold: at(11.7)}, // until 115.2
+		{At: at(110.7), Kind: FaultPause, Target: "n1", Hold: at(2.2)},
+		{At: at(100), Kind: FaultDrain, Target: "c@n2", Hold: at(30)}, // stops nothing
+		{At: at(115.8), Kind: FaultRollback, Target: "n3", Hold: at(1.9)},
+	}
+	outs := outages(t0, timeline)
+	lost := []lossWindow{{node: "n3", from: t0.Add(at(115.8)), to: t0.Add(at(117.7))}}
+
+	mk := func(id string, last float64, receipts ...string) *order {
+		o := &order{ID: id}
+		o.first, o.last = t0.Add(at(last-0.1)), t0.Add(at(last))
+		for _, n := range receipts {
+			o.receipts = append(o.receipts, receipt{Node: n})
+		}
+		return o
+	}
+	st := &state{nodes: map[string]*nodeState{
+		"n1": {name: "n1", parts: map[string]*inventory.PartRecord{}, orders: map[string]*inventory.OrderRecord{}},
+		"n2": {name: "n2", parts: map[string]*inventory.PartRecord{}, orders: map[string]*inventory.OrderRecord{}},
+		"n3": {name: "n3", parts: map[string]*inventory.PartRecord{}, orders: map[string]*inventory.OrderRecord{
+			"late": {}, "other": {}, "early": {},
+		}},
+	}}
+	orders := []*order{
+		mk("late", 102.2, "n2"),  // parts on n2: expiry waits for n2, lands in n3's lost window
+		mk("other", 102.2, "n1"), // parts on n1: decided by 112.9 + 2 s
+		mk("early", 60, "n2"),    // decided long before n2 stopped
+	}
+	// every order's record home is n3
+	cfg := config.Default()
+	cfg.Nodes = map[string]config.Node{"n3": {Addr: "127.0.0.1:1", Weight: 1}}
+	cfg.Servers = map[string]config.Server{"inventory": {Routes: map[string][]string{"a": {"n3"}}}}
+	h, err := inventory.NewHomes(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	homes := []*inventory.Homes{h}
+	e := exposed(lost, outs, orders, st, homes, ttl)
+	if !e.orders["late"] {
+		t.Errorf("the order whose expiry n2's stall put off into n3's lost window is not exposed")
+	}
+	if e.orders["other"] || e.orders["early"] {
+		t.Errorf("exposed %v, want only the order whose expiry was put off", e.orders)
+	}
+	// Without the outages the same order is not exposed: the TTL alone ends
+	// before the window.
+	if e := exposed(lost, nil, orders, st, homes, ttl); e.orders["late"] {
+		t.Errorf("without outages the order is exposed; the TTL ends at 107.2 s, the window starts at 115.8 s")
+	}
+	if got, want := decidedBy(t0.Add(at(102.2)), ttl, outs, map[string]bool{"n2": true}), t0.Add(at(117.2)); !got.Equal(want) {
+		t.Errorf("decidedBy = %v, want %v (n2's outage end + 2 s)", got.Sub(t0), want.Sub(t0))
+	}
+}
