@@ -22,14 +22,8 @@ func TestCommitStagedAsDecoded(t *testing.T) {
 	e := newGroupEnv(t, 32)
 	e.warm(t)
 	ctx, c := e.ctx, e.admin
-	src := orderDecideScript.src
-	splice := "  local deadline, lease = order_commit_staged(key, token, ARGV[6])\n"
-	if strings.Count(src, splice) != 1 {
-		t.Fatalf("the order script does not call order_commit_staged once")
-	}
-	decoded := strings.Replace(src, splice, "  local deadline, lease = nil, nil\n", 1)
-	full := &luaScript{name: orderDecideScript.name, write: true, mem: orderDecideScript.mem, group: true, src: decoded,
-		s: redis.NewScript(orderDecideScript.mem.shebang() + decoded)}
+	full := cutScript(t, orderDecideScript, [2]string{"  local deadline, lease = order_commit_staged(key, token, ARGV[6])\n",
+		"  local deadline, lease = nil, nil\n"})
 
 	const created = "1700000000000"
 	token := "tok1"

@@ -73,15 +73,7 @@ func TestLocalScriptCost(t *testing.T) {
 	token := inv.topology(ctx).token
 	variants := make([]*luaScript, len(localCostCuts))
 	for i, v := range localCostCuts {
-		src := localScript.src
-		for _, cut := range v.cuts {
-			if strings.Count(src, cut[0]) != 1 {
-				t.Fatalf("%s: %q is not in the script once", v.name, cut[0])
-			}
-			src = strings.Replace(src, cut[0], cut[1], 1)
-		}
-		variants[i] = &luaScript{name: localScript.name, write: true, mem: localScript.mem, group: true, src: src,
-			s: redis.NewScript(localScript.mem.shebang() + src)}
+		variants[i] = cutScript(t, localScript, v.cuts...)
 	}
 	seq := 0
 	group := func(s *luaScript) {

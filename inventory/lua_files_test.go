@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Every file of lua/ is part of some script (no file left behind when a
@@ -101,4 +103,22 @@ func TestPartCodecLuaSpellsGoConstants(t *testing.T) {
 	if partUS != "\x1f" {
 		t.Errorf("the packed part's separator changed in Go (%q): lua/part_codec.lua writes \\031", partUS)
 	}
+}
+
+// cutScript is grouped script s with each cut's first string, which must
+// be in its source exactly once, replaced by the second: a variant for the
+// tests that compare a script with itself without a piece, or time it
+// without one. A cut that does not match once fails the test, so a change
+// of the script that moves a piece cannot make them compare or time the
+// wrong thing.
+func cutScript(t testing.TB, s *luaScript, cuts ...[2]string) *luaScript {
+	t.Helper()
+	src := s.src
+	for _, c := range cuts {
+		if n := strings.Count(src, c[0]); n != 1 {
+			t.Fatalf("script %s: %q is in its source %d times, want once", s.name, c[0], n)
+		}
+		src = strings.Replace(src, c[0], c[1], 1)
+	}
+	return &luaScript{name: s.name, write: s.write, mem: s.mem, group: s.group, src: src, s: redis.NewScript(s.mem.shebang() + src)}
 }

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // take_one (lua/take_whole.lua) does what plan_parts then write_parts do
@@ -24,16 +22,8 @@ func TestTakeOneAsPlan(t *testing.T) {
 	e := newGroupEnv(t, 32)
 	e.warm(t)
 	ctx, c, inv := e.ctx, e.admin, e.inv
-	general := func(s *luaScript, branch string) *luaScript {
-		t.Helper()
-		if strings.Count(s.src, branch) != 1 {
-			t.Fatalf("%s: %q is not in the script once", s.name, branch)
-		}
-		src := strings.Replace(s.src, branch, "if false then\n", 1)
-		return &luaScript{name: s.name, write: s.write, mem: s.mem, group: true, src: src, s: redis.NewScript(s.mem.shebang() + src)}
-	}
-	localGeneral := general(localScript, "if np == 1 and ARGV[12] == 's' then\n")
-	stageGeneral := general(stageTakeScript, "if #KEYS == 7 and ARGV[14] == 's' then\n")
+	localGeneral := cutScript(t, localScript, [2]string{"if np == 1 and ARGV[12] == 's' then\n", "if false then\n"})
+	stageGeneral := cutScript(t, stageTakeScript, [2]string{"if #KEYS == 7 and ARGV[14] == 's' then\n", "if false then\n"})
 
 	const route, sku, id, token = "a", "s", "o-1", "tok-1"
 	items := []Item{{Route: route, SKU: sku, Quantity: 3}}
