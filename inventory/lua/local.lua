@@ -11,8 +11,8 @@ local pdl = deadline + tonumber(ARGV[7])
 -- it replaces a failed or moved record, reserved: no TTL until decided
 -- (orderrec.go)
 if np == 1 and ARGV[12] == 's' then
-  -- one stock part (most orders): take_one, the same steps without the
-  -- plan's tables
+  -- one stock part (one item, no user): take_one, the same steps
+  -- without the plan's tables
   local off, err, short = take_one(KEYS[5], KEYS[6], KEYS[7], ARGV[11], tonumber(ARGV[13]), ARGV[14], ARGV[15], ARGV[5],
     KEYS[3], KEYS[4], pdl)
   if err then return err end

@@ -36,9 +36,9 @@
 -- then take_stock, in the same order (TestTakeOneAsPlan compares the two
 -- on a node). It returns the part's redo offset, or what plan_parts
 -- returns when it would return no plan: nil (the part exists), nil and an
--- error reply, or nil, nil, true (short). One order in a group call is a
--- few µs of Lua, and most orders of a sale are one item
--- (TestLocalScriptCost).
+-- error reply, or nil, nil, true (short). An order of one item without a
+-- user id is one stock part; its tables were a few µs of an order's
+-- script time (TestLocalScriptCost).
 local function plan_parts(K, A, kb, ab, user, offsets)
   local np = (#K - kb + 1) / 3
   local avail, resv, held, plan, nq = {}, {}, {}, {}, {}
