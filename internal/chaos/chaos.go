@@ -308,7 +308,7 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	lost := n.lost
 	n.mu.Unlock()
 	rep.mu.Lock()
-	rep.excuse = exposed(lost, outages(c.t0, rep.Timeline), w.orders, st, seen, opts.ReservationTTL)
+	rep.excuse = exposed(lost, outages(c.t0, rep.Timeline), w.orders, st, seen, decideWindowOf(opts, c.cfg.Health))
 	rep.mu.Unlock()
 	check(rep, st, w.orders, skus, homes)
 	for name, inc := range incarnations {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/inventory"
 )
 
@@ -49,15 +50,36 @@ func outages(t0 time.Time, timeline []Fault) []outage {
 	return out
 }
 
+// decideWindow is how long after an order's last client call the
+// reconciler may still write its expiry (ttl, the reservation TTL), and
+// how long after a node or the service is back it may still write one it
+// could not while they were out (slack).
+type decideWindow struct {
+	ttl, slack time.Duration
+}
+
+// decideWindowOf is the window of a run with these options, whose service
+// notices a node back within health (its slowest reconnect probe, then
+// the probe's timeout): the slack is that, a client timeout (a call under
+// way when the node stopped), two reconciler passes, and 2 s for the
+// backlog of expiries an outage leaves.
+func decideWindowOf(opts Options, health config.Health) decideWindow {
+	probe := health.Timeout
+	if n := len(health.Backoff); n > 0 {
+		probe += health.Backoff[n-1] * 11 / 10 // its ±10 % jitter
+	}
+	return decideWindow{ttl: opts.ReservationTTL, slack: probe + opts.ClientTimeout + 2*opts.ReconcileInterval + 2*time.Second}
+}
+
 // decidedBy is the latest time the reconciler may write an order's
 // expiry, for an order whose last client call was at last and whose
-// records live on nodes: a reservation TTL and 2 s after that call, put
-// off by every outage of one of those nodes or of the service that begins
-// by then, to 2 s after it ends (the reconciler cannot cancel a part or
+// records live on nodes: the TTL and the slack after that call, put off by
+// every outage of one of those nodes or of the service that begins by
+// then, to the slack after it ends (the reconciler cannot cancel a part or
 // write a record on a node that does not answer). outs are by start time,
 // so one pass follows outages that chain.
-func decidedBy(last time.Time, ttl time.Duration, outs []outage, nodes map[string]bool) time.Time {
-	end := last.Add(ttl + 2*time.Second)
+func decidedBy(last time.Time, w decideWindow, outs []outage, nodes map[string]bool) time.Time {
+	end := last.Add(w.ttl + w.slack)
 	for _, o := range outs {
 		if o.from.After(end) {
 			break
@@ -65,7 +87,7 @@ func decidedBy(last time.Time, ttl time.Duration, outs []outage, nodes map[strin
 		if o.to.Before(last) || (o.node != "" && !nodes[o.node]) {
 			continue
 		}
-		if t := o.to.Add(2 * time.Second); t.After(end) {
+		if t := o.to.Add(w.slack); t.After(end) {
 			end = t
 		}
 	}
@@ -73,12 +95,12 @@ func decidedBy(last time.Time, ttl time.Duration, outs []outage, nodes map[strin
 }
 
 // exposed finds the orders whose client calls, or the expiry that may
-// follow the last one (decidedBy: within a reservation TTL, later when
+// follow the last one (decidedBy: within the TTL and a slack, later when
 // one of the order's nodes or the service was out), overlapped a lost
 // window and that touch the node: a receipt, a part, or a record home
 // there in any topology of the run; and the users of those orders or with
 // quota data on the node.
-func exposed(lost []lossWindow, outs []outage, orders []*order, st *state, homes []*inventory.Homes, ttl time.Duration) *exposure {
+func exposed(lost []lossWindow, outs []outage, orders []*order, st *state, homes []*inventory.Homes, win decideWindow) *exposure {
 	e := &exposure{orders: map[string]bool{}, users: map[string]bool{}, nodes: map[string]bool{}}
 	if len(lost) == 0 {
 		return e
@@ -154,7 +176,7 @@ func exposed(lost []lossWindow, outs []outage, orders []*order, st *state, homes
 		for _, h := range homes {
 			nodes[h.Home(o.ID)] = true
 		}
-		decided := decidedBy(last, ttl, outs, nodes)
+		decided := decidedBy(last, win, outs, nodes)
 		for _, w := range lost {
 			if decided.Before(w.from) || first.After(w.to) {
 				continue

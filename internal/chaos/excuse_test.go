@@ -18,7 +18,7 @@ import (
 func TestExposedFollowsExpiryPutOffByOutages(t *testing.T) {
 	t0 := time.Date(2026, 11, 28, 22, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-	const ttl = 3 * time.Second
+	win := decideWindow{ttl: 3 * time.Second, slack: 2 * time.Second}
 	timeline := []Fault{
 		{At: at(103.5), Kind: FaultLongPause, Target: "n2", Hold: at(11.7)}, // until 115.2
 		{At: at(110.7), Kind: FaultPause, Target: "n1", Hold: at(2.2)},
@@ -57,7 +57,7 @@ func TestExposedFollowsExpiryPutOffByOutages(t *testing.T) {
 		t.Fatal(err)
 	}
 	homes := []*inventory.Homes{h}
-	e := exposed(lost, outs, orders, st, homes, ttl)
+	e := exposed(lost, outs, orders, st, homes, win)
 	if !e.orders["late"] {
 		t.Errorf("the order whose expiry n2's stall put off into n3's lost window is not exposed")
 	}
@@ -66,10 +66,21 @@ func TestExposedFollowsExpiryPutOffByOutages(t *testing.T) {
 	}
 	// Without the outages the same order is not exposed: the TTL alone ends
 	// before the window.
-	if e := exposed(lost, nil, orders, st, homes, ttl); e.orders["late"] {
+	if e := exposed(lost, nil, orders, st, homes, win); e.orders["late"] {
 		t.Errorf("without outages the order is exposed; the TTL ends at 107.2 s, the window starts at 115.8 s")
 	}
-	if got, want := decidedBy(t0.Add(at(102.2)), ttl, outs, map[string]bool{"n2": true}), t0.Add(at(117.2)); !got.Equal(want) {
+	if got, want := decidedBy(t0.Add(at(102.2)), win, outs, map[string]bool{"n2": true}), t0.Add(at(117.2)); !got.Equal(want) {
 		t.Errorf("decidedBy = %v, want %v (n2's outage end + 2 s)", got.Sub(t0), want.Sub(t0))
+	}
+}
+
+// The slack of a run with the chaos defaults: the slowest reconnect probe
+// with its jitter (0.88 s) and the probe timeout (0.2 s), a client timeout
+// (1 s), two reconciler passes (0.6 s) and 2 s for a backlog: 4.68 s.
+func TestDecideWindowOfChaosDefaults(t *testing.T) {
+	w := decideWindowOf(Options{ReservationTTL: 3 * time.Second, ClientTimeout: time.Second, ReconcileInterval: 300 * time.Millisecond},
+		config.Health{Timeout: 200 * time.Millisecond, Backoff: []time.Duration{200 * time.Millisecond, 800 * time.Millisecond}})
+	if w.ttl != 3*time.Second || w.slack != 4680*time.Millisecond {
+		t.Fatalf("decideWindowOf = %+v, want ttl 3s, slack 4.68s", w)
 	}
 }
