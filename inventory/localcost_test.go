@@ -22,8 +22,7 @@ var localCostCuts = []struct {
 	cuts [][2]string
 }{
 	{"the script as it is", nil},
-	{"the general path (plan_parts, write_parts)", [][2]string{
-		{"if np == 1 and ARGV[12] == 's' then\n", "if false then\n"}}},
+	{"the general path (plan_parts, write_parts)", [][2]string{localGeneralPath}},
 	{"without its pending-index ZADD", [][2]string{
 		{"  zadd_later(pending, pdlS, pend_pos(xk, off))\n", ""}}},
 	{"without the part record (EXISTS, SET)", [][2]string{

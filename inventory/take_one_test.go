@@ -9,6 +9,10 @@ import (
 	"time"
 )
 
+// localGeneralPath is the cut that sends every order of the local script
+// the general way (plan_parts, write_parts), one stock part too.
+var localGeneralPath = [2]string{"if np == 1 and ARGV[12] == 's' then\n", "if false then\n"}
+
 // take_one (lua/take_whole.lua) does what plan_parts then write_parts do
 // for an order of one stock part: the local and the stage-take scripts,
 // as they are (one stock part: take_one) and with that branch cut (the
@@ -22,7 +26,7 @@ func TestTakeOneAsPlan(t *testing.T) {
 	e := newGroupEnv(t, 32)
 	e.warm(t)
 	ctx, c, inv := e.ctx, e.admin, e.inv
-	localGeneral := cutScript(t, localScript, [2]string{"if np == 1 and ARGV[12] == 's' then\n", "if false then\n"})
+	localGeneral := cutScript(t, localScript, localGeneralPath)
 	stageGeneral := cutScript(t, stageTakeScript, [2]string{"if #KEYS == 7 and ARGV[14] == 's' then\n", "if false then\n"})
 
 	const route, sku, id, token = "a", "s", "o-1", "tok-1"
