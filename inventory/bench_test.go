@@ -42,6 +42,7 @@ func benchInventory(b *testing.B, skus ...string) *inventory.Inventory {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(inv.Close) // runs before the router's Close, registered earlier
 	for _, route := range []string{"all", "r1", "r2", "r3"} {
 		for _, sku := range skus {
 			if _, err := inv.LoadStock(ctx, route, sku, inventory.MaxQuantity, 0); err != nil {

@@ -160,6 +160,7 @@ func (c *invCluster) newInventoryFor(t testing.TB, cfg *config.Config, q *rollba
 	if err != nil {
 		t.Fatalf("inventory.New: %v", err)
 	}
+	t.Cleanup(inv.Close) // before the router's Close, registered earlier
 	return r, inv
 }
 

@@ -76,6 +76,7 @@ func RunDurability(ctx context.Context, p Plan, log *slog.Logger, progress func(
 		if invs[v], err = inventory.New(r, inventory.Options{Logger: log}); err != nil {
 			return nil, err
 		}
+		defer invs[v].Close() // before its router's Close (deferred first)
 	}
 	const skus = 16
 	for k := 0; k < skus; k++ {

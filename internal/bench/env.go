@@ -246,9 +246,17 @@ func (c *Cluster) Close() {
 		_ = d.Close() // closes its auto-pipeliner too
 	}
 	c.Direct, c.DirectAP = nil, nil
+	// Each inventory first (its commits still off the callers' paths end),
+	// then its router, as inventory.Inventory.Close asks.
+	for _, inv := range []*inventory.Inventory{c.PlainInv, c.Inv, c.InvAlone} {
+		if inv != nil {
+			inv.Close()
+		}
+	}
+	c.PlainInv, c.Inv, c.InvAlone = nil, nil, nil
 	if c.PlainRouter != nil {
 		_ = c.PlainRouter.Close()
-		c.PlainRouter, c.PlainInv = nil, nil
+		c.PlainRouter = nil
 	}
 	if c.Router != nil {
 		_ = c.Router.Close()

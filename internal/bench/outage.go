@@ -120,6 +120,9 @@ func RunOutage(ctx context.Context, p Plan, log *slog.Logger, progress func(stri
 	if r != nil {
 		defer r.Close()
 	}
+	if inv != nil {
+		defer inv.Close() // before the router's
+	}
 	if err != nil {
 		return nil, err
 	}

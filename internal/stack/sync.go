@@ -105,9 +105,11 @@ func syncSettings(c config.Sync, opts SyncOptions) pgsync.Settings {
 	return set
 }
 
-// Close stops the syncer, then closes the router and the pool.
+// Close stops the syncer, waits for the inventory's work off the callers'
+// paths, then closes the router and the pool.
 func (st *Sync) Close() {
 	st.Syncer.Close()
+	st.Inventory.Close()
 	_ = st.Router.Close()
 	st.Pool.Close()
 }
