@@ -212,7 +212,9 @@ type atomicView = atomic.Pointer[view]
 // inventory server key must be configured, and r must keep its nodes'
 // data (router.Options.KeepData names it). With inventory.durability aof
 // it fails when a node of the inventory reports a Redis older than 7.2
-// (no WAITAOF), naming the node and its version.
+// (no WAITAOF), naming the node and its version. Call [Inventory.Close]
+// before closing r: a one-round reservation's commit may still be running
+// off its caller's path.
 func New(r *router.Router, opts Options) (*Inventory, error) {
 	return newInventory(r, opts, false)
 }
