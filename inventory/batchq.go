@@ -119,6 +119,13 @@ func (q *batchQueue[K, T]) drain(ctx context.Context, size int, background bool,
 	}
 }
 
+// busy reports whether batches are under way or calls wait.
+func (q *batchQueue[K, T]) busy() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.inflight > 0 || q.waiting > 0
+}
+
 // take returns the next line with calls waiting, from q.next on, and
 // moves q.next past it. Called with mu held and q.waiting > 0.
 func (q *batchQueue[K, T]) take() *batchLine[K, T] {

@@ -19,7 +19,9 @@ import (
 // first, then the call's own, exactly as a lone call sees them), in the
 // order the calls were queued. Every call's reply (or error reply) comes
 // back in its own slot, and the stamp's write sequence advances once for
-// the whole script call when any call succeeded.
+// the whole script call when any call succeeded. A write script's group
+// also carries the one-round commits waiting for its node (carry.go,
+// which holds their rule), applied before its calls.
 //
 // Why this keeps every guarantee: Redis runs a script atomically, so a
 // group is the same as its calls run one after the other with nothing in
@@ -64,15 +66,28 @@ import (
 // whichever their scripts: while one runs, the next fills.
 const groupInFlight = 2
 
+// A grouped script's source ends with bodyEnd (closing the body's
+// function, lualib.go), then, in a write script, groupCarry, then
+// groupEpilogue and groupEpilogueRead or groupEpilogueWrite.
+const bodyEnd = "\nend\n"
+
 // groupEpilogue runs the body once per call of the group (see the file
 // comment) and replies {seq, {reply per call}}. ARGV[4] is the number of
 // calls n, ARGV[5..4+2n] the key and argument count of each call, then the
 // calls' keys (after KEYS[1]) and arguments, call after call.
 var groupEpilogue = luaFile("epilogue_group.lua")
 
+// groupCarry applies a write group's carried commits (carry.go) before
+// its calls: their order keys follow the calls' keys, their tokens and
+// parts lists the calls' arguments, and their count is the last argument
+// (0 when none).
+var groupCarry = luaFile("epilogue_group_carry.lua")
+
 // groupEpilogueRead and groupEpilogueWrite end groupEpilogue: a write
 // script's group advances the stamp's seq once if any of its calls did not
-// fail (lua.go), a read script's replies the seq it read.
+// fail or any carried commit changed its record (lua.go), and replies
+// {seq, {reply per call}, {1 or 0 per carried commit}}; a read script's
+// replies the seq it read.
 var (
 	groupEpilogueRead  = luaFile("epilogue_group_read.lua")
 	groupEpilogueWrite = luaFile("epilogue_group_write.lua")
@@ -136,9 +151,16 @@ func (inv *Inventory) runGrouped(ctx context.Context, n *node.Node, s *luaScript
 	}
 }
 
-// sendGroup runs calls as one script call of s on n and answers each.
+// sendGroup runs calls as one script call of s on n and answers each. A
+// write script's group also carries up to group_commit of n's buffered
+// commits made under token (carry.go), after the calls' keys and
+// arguments, their count last.
 func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript, token string, calls []*groupCall) {
-	nk, na := 1, 4+2*len(calls)
+	var carried []carriedCommit
+	if s.write {
+		carried = inv.takeCarried(n, token, max(inv.opts.GroupCommit, 1))
+	}
+	nk, na := 1+len(carried), 4+2*len(calls)+2*len(carried)+1
 	for _, c := range calls {
 		nk += len(c.keys)
 		na += len(c.args)
@@ -154,11 +176,21 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 		keys = append(keys, c.keys...)
 		args = append(args, c.args...)
 	}
+	if s.write {
+		for _, c := range carried {
+			keys = append(keys, orderKey(c.orderID))
+			args = append(args, c.token, c.parts)
+		}
+		args = append(args, len(carried))
+	}
 	inv.stats.groupScripts.Add(1)
 	inv.stats.groupCalls.Add(int64(len(calls)))
-	seq, replies, err := inv.runScript(ctx, n, s, keys, args)
+	seq, replies, applied, err := inv.runScript(ctx, n, s, keys, args, len(carried))
 	if err == nil && len(replies) != len(calls) {
 		err = &ReplyError{Node: n.Name(), Script: s.name, At: "reply[1]", Want: fmt.Sprintf("a list of %d replies (one per call of the group)", len(calls)), Got: replies}
+	}
+	if s.write {
+		inv.carriedDone(carried, applied, err)
 	}
 	for i, c := range calls {
 		c.seq, c.err = seq, err
@@ -174,14 +206,37 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 }
 
 // runScript sends s with keys and args (header included) and returns the
-// write sequence and the group's replies from the {seq, replies} envelope.
-func (inv *Inventory) runScript(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any) (int64, []any, error) {
-	body, seq, err := inv.callEnvelope(ctx, n, s, keys, args)
+// write sequence and the group's replies from the {seq, replies} envelope
+// of a read script, or from the {seq, replies, carried} envelope of a
+// write script, whose carried list (one 0 or 1 per carried commit, ncarry
+// of them) it returns as applied.
+func (inv *Inventory) runScript(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any, ncarry int) (int64, []any, []bool, error) {
+	raw, err := inv.call(ctx, n, s, keys, args)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	r := newReplyReader(n.Name(), s.name)
-	r.enter(1)
-	replies := r.list(body, -1)
-	return seq, replies, r.err
+	size := 2
+	if s.write {
+		size = 3
+	}
+	env := r.list(raw, size)
+	seq := r.int(env, 0)
+	if r.err != nil {
+		return 0, nil, nil, r.err
+	}
+	replies := r.listAt(env, 1, -1)
+	var applied []bool
+	if s.write {
+		flags := r.listAt(env, 2, ncarry)
+		r.enter(2)
+		for i := range flags {
+			applied = append(applied, r.flag(flags, i))
+		}
+		r.leave()
+	}
+	if r.err != nil {
+		return 0, nil, nil, r.err
+	}
+	return seq, replies, applied, nil
 }

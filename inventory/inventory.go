@@ -145,6 +145,13 @@ type Options struct {
 	// anything else makes New fail.
 	// default: inventory.group_commit from the router's configuration (32)
 	GroupCommit int
+	// CarryWait is how long a one-round reservation's commit waits in its
+	// home node's buffer for a write group to carry it (carry.go) while
+	// the node has groups under way or waiting, at most ten times that in
+	// all; then, or at once when the node has none, it is sent by itself.
+	// Negative sends every commit by itself; above 1m makes New fail.
+	// default: 2ms
+	CarryWait time.Duration
 	// Logger receives rollback and corruption reports.
 	// default: slog.Default()
 	Logger *slog.Logger
@@ -199,6 +206,9 @@ type Inventory struct {
 	bg background
 	// groups queues the calls of grouped scripts (group.go).
 	groups groups
+	// carries buffers one-round reservations' commits for the next write
+	// group on their home node (carry.go).
+	carries carries
 	// soldOut is the hint of SKUs seen short lately, limited that of SKUs
 	// seen with a per-user limit (soldout.go).
 	soldOut, limited skuHint
@@ -253,6 +263,12 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 	}
 	if opts.GroupCommit == 0 {
 		opts.GroupCommit = 32
+	}
+	if opts.CarryWait > time.Minute {
+		return nil, fmt.Errorf("inventory: %w: Options.CarryWait is %v, want at most 1m (negative: commits are sent by themselves)", ErrInvalid, opts.CarryWait)
+	}
+	if opts.CarryWait == 0 {
+		opts.CarryWait = defaultCarryWait
 	}
 	inv := &Inventory{r: r, cfg: cfg.Inventory, opts: opts, log: opts.Logger, cfgSets: map[string]*router.Set{}}
 	inv.limited.ttl = limitHintTTL

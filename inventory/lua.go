@@ -160,9 +160,9 @@ func newGroupedReleaseScript(name, body string) *luaScript {
 }
 
 func newGroupedScriptMem(name string, mem memRule, body string) *luaScript {
-	epilogue := groupEpilogue + groupEpilogueRead
+	epilogue := bodyEnd + groupEpilogue + groupEpilogueRead
 	if mem != memRead {
-		epilogue = groupEpilogue + groupEpilogueWrite
+		epilogue = bodyEnd + groupCarry + groupEpilogue + groupEpilogueWrite
 	}
 	src := mustScript(name, body, epilogue)
 	return register(&luaScript{name: name, write: mem != memRead, mem: mem, group: true, src: src, s: redis.NewScript(mem.shebang() + src)})

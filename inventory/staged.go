@@ -18,7 +18,8 @@ import (
 // parts (stageTakeScript, all or nothing) and every other node takes its
 // parts under the attempt's token (one script per node). Reserve answers as soon as that round
 // succeeded; the record is made "reserved" right after (the commit), off
-// the caller's path.
+// the caller's path: the commit rides the next write group on the home
+// node, or is sent by itself a few ms later (carry.go).
 //
 // States of a staged record (orderScript):
 //

@@ -430,16 +430,17 @@ func (inv *Inventory) abandonUnstaged(ctx context.Context, orderID string, parts
 }
 
 // commitStaged makes a staged order's record "reserved" off the caller's
-// path (synchronously once Close was called). A commit that does not land
-// is harmless: whoever meets the record next finds every part and commits
-// it (resolveStaged).
+// path: the next write group on home carries the commit (carry.go), or it
+// is sent by itself; synchronously once Close was called. A commit that
+// does not land is harmless: whoever meets the record next finds every
+// part and commits it (resolveStaged).
 func (inv *Inventory) commitStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part) {
-	blob := encodeOrderParts(orderID, token, parts)
-	inv.offPath(ctx, func(ctx context.Context) {
-		if _, err := inv.orderOp(ctx, home, orderID, opCommit, token, blob); err != nil {
-			inv.log.Debug("staged commit did not land; the next reader of the order commits it", "order", orderID, "err", err)
-		}
-	})
+	c := carriedCommit{ctx: context.WithoutCancel(ctx), home: home, orderID: orderID, token: token,
+		parts: encodeOrderParts(orderID, token, parts), epoch: inv.topology(ctx).token}
+	if inv.carry(c) {
+		return
+	}
+	inv.offPath(ctx, func(ctx context.Context) { inv.sendCommit(ctx, c) })
 }
 
 // background tracks the commits running off the callers' paths.
@@ -449,12 +450,15 @@ type background struct {
 	wg         sync.WaitGroup
 }
 
-// Close waits for the commits (and roll-backs) of one-round reservations
+// Close sends the commits of one-round reservations still waiting for a
+// group to carry them (carry.go) and waits for those (and the roll-backs)
 // still running in the background (at most a few seconds); later ones run
-// on the caller's path. Call it before closing the router. The Inventory stays usable.
+// on the caller's path. Call it before closing the router. The Inventory
+// stays usable.
 func (inv *Inventory) Close() {
 	inv.bg.Lock()
 	inv.bg.closed = true
 	inv.bg.Unlock()
+	inv.flushCarried()
 	inv.bg.wg.Wait()
 }

@@ -41,7 +41,11 @@ const (
 
 // Routes a, b, c live on one node each, so an order of a+b+c is staged
 // whatever its home node.
-func newStagedEnv(t *testing.T) *stagedEnv {
+func newStagedEnv(t *testing.T) *stagedEnv { return newStagedEnvWith(t, Options{}) }
+
+// newStagedEnvWith is newStagedEnv with opts (its logger, lease and faults
+// are the env's).
+func newStagedEnvWith(t *testing.T, opts Options) *stagedEnv {
 	srvs := redistest.StartN(t, 3, redistest.Options{})
 	cfg := config.Default()
 	cfg.Nodes = map[string]config.Node{}
@@ -67,7 +71,8 @@ func newStagedEnv(t *testing.T) *stagedEnv {
 	}
 	e.r = r
 	t.Cleanup(func() { _ = r.Close() })
-	e.inv, err = New(r, Options{Logger: slog.New(slog.DiscardHandler), AttemptLease: stagedLease, Faults: e.faults})
+	opts.Logger, opts.AttemptLease, opts.Faults = slog.New(slog.DiscardHandler), stagedLease, e.faults
+	e.inv, err = New(r, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,9 @@ type Stats struct {
 	// nodes, GroupedCalls the calls they carried (group.go): their ratio is
 	// the mean group size.
 	GroupScriptCalls, GroupedCalls int64
+	// CarriedCommits counts one-round reservations' commits applied by a
+	// write group they rode on (carry.go) instead of a call of their own.
+	CarriedCommits int64
 	// RefusalReadScripts counts the read-only script calls that checked
 	// orders before a refusal without a write (peekbatch.go), RefusalReads
 	// the orders' reads they carried: their ratio is the mean batch size.
@@ -52,6 +55,7 @@ type counters struct {
 	refusedUnwritten, refusedFenced                        atomic.Int64
 
 	groupScripts, groupCalls atomic.Int64
+	carried                  atomic.Int64
 	peekScripts, peekReads   atomic.Int64
 }
 
@@ -72,6 +76,7 @@ func (inv *Inventory) Stats() Stats {
 	s.RefusedFenced = inv.stats.refusedFenced.Load()
 	s.GroupScriptCalls = inv.stats.groupScripts.Load()
 	s.GroupedCalls = inv.stats.groupCalls.Load()
+	s.CarriedCommits = inv.stats.carried.Load()
 	s.RefusalReadScripts = inv.stats.peekScripts.Load()
 	s.RefusalReads = inv.stats.peekReads.Load()
 	return s

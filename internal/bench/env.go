@@ -276,25 +276,46 @@ func (c *Cluster) Close() {
 // Reset empties every node but keeps its shardis identity stamp, in one
 // MULTI per node so no script ever sees a node without its stamp (which
 // would be reported as data loss): FLUSHALL ASYNC and re-writing the stamp
-// happen atomically. Benchmark variants start from the same, empty state.
+// happen atomically. The stamp is WATCHed from its read to the EXEC, so a
+// write that lands in between (a commit still on its way from the run
+// before: carried commits wait a few ms for a group, inventory/carry.go)
+// makes Reset read it again instead of writing back an older write
+// sequence, which the inventory would take for a node gone back in time.
+// Benchmark variants start from the same, empty state.
 func (c *Cluster) Reset(ctx context.Context) error {
 	var errs []error
 	for i, a := range c.Admin {
-		stamp, err := a.HGetAll(ctx, node.StampKey).Result()
-		if err != nil {
-			return fmt.Errorf("%s: %w", nodeNames[i], err)
-		}
-		if len(stamp) == 0 {
-			return fmt.Errorf("%s: node has no shardis stamp", nodeNames[i])
-		}
-		_, err = a.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.FlushAllAsync(ctx)
-			p.HSet(ctx, node.StampKey, stamp)
-			return nil
-		})
-		errs = append(errs, err)
+		errs = append(errs, resetNode(ctx, a, nodeNames[i]))
 	}
 	return errors.Join(errs...)
+}
+
+// resetNode is Reset on one node, retried while the stamp changes under it.
+func resetNode(ctx context.Context, a *redis.Client, name string) error {
+	for range 100 {
+		err := a.Watch(ctx, func(tx *redis.Tx) error {
+			stamp, err := tx.HGetAll(ctx, node.StampKey).Result()
+			if err != nil {
+				return err
+			}
+			if len(stamp) == 0 {
+				return fmt.Errorf("node has no shardis stamp")
+			}
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.FlushAllAsync(ctx)
+				p.HSet(ctx, node.StampKey, stamp)
+				return nil
+			})
+			return err
+		}, node.StampKey)
+		if !errors.Is(err, redis.TxFailedErr) {
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: the stamp kept changing under Reset", name)
 }
 
 // waitUsable waits until every node of r is usable (UP, breaker not

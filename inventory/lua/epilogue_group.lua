@@ -1,5 +1,3 @@
-
-end
 local n = tonumber(ARGV[4])
 local kp, ap, out, wrote = 2, 5 + 2 * n, {}, 0
 for i = 1, n do

@@ -1,0 +1,205 @@
+package inventory
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/shardis/shardis/node"
+)
+
+// Carried commits: a one-round reservation's commit rides the next write
+// group sent to its home node instead of a script call of its own.
+//
+// The commit (orderOp commit, staged_reserve.go commitStaged) only saves
+// work: a staging record whose parts are all taken is reserved whoever
+// meets it next (resolveStaged), and the commit op changes nothing but a
+// staging record of its token. So a commit may land late or not at all,
+// and the protocol already allows both (a commit can be delayed by the
+// network past any reader, or lost with its process). What it costs when
+// sent by itself is a script call per few orders on the home node, and on
+// the client a goroutine, a timer and a call per order.
+//
+// States of a commit: buffered (in its home node's carry buffer, counted
+// in the inventory's background work) → carried (taken by a write group of
+// the same epoch token, sendGroup) → applied (the group's script changed
+// the record: carried 1) or sent by itself (orderOp commit, off the
+// caller's path) when the group left it as it was (carried 0: not a
+// staging record of its token in the packed layout; the commit op decides
+// what it means), failed, or was refused (a node out of memory refuses a
+// reserve group whole; the commit op runs there), or when no group took it
+// within CarryWait of the buffer's first commit while the node had no
+// group under way or waiting (else CarryWait more, at most ten times
+// CarryWait in all: Options.CarryWait), or when Close is called.
+//
+// Why every interleaving is safe: the group script applies a carried
+// commit with order_commit_staged, the commit op's own fast path, under
+// the same guard (a staging record of the commit's token), before the
+// group's calls: the same as that commit sent by itself, arriving just
+// before the group, which is a time the commit could have arrived at
+// anyway. The group's stamp check covers it (a group at another epoch
+// token never carries it: take matches the token it was made under). A
+// commit sent by itself after it was carried (the group's reply was lost)
+// finds the record reserved and changes nothing, as a commit delivered
+// twice by the network would.
+//
+// Each commit carried saves its own script call; a group carries at most
+// inventory.group_commit of them, so its script stays bounded.
+
+// defaultCarryWait is Options.CarryWait's default: about two groups' round
+// trips on a busy node, short enough that a reader rarely meets a
+// commit still waiting.
+const defaultCarryWait = 2 * time.Millisecond
+
+// carriedCommit is one buffered commit of a staged order.
+type carriedCommit struct {
+	ctx     context.Context // the committing caller's (values only: faults attribute a commit sent by itself to it)
+	home    *node.Node
+	orderID string
+	token   string // the attempt's
+	parts   string // encodeOrderParts of the parts taken
+	epoch   string // the topology epoch token the order was placed under
+}
+
+// carryBuf is one node's buffered commits.
+type carryBuf struct {
+	mu      sync.Mutex // guards the fields below
+	commits []carriedCommit
+	armed   bool // a timer will send what is left by itself
+}
+
+// carries holds the carry buffers, one per node, made on first use. The
+// zero value is ready.
+type carries struct {
+	m sync.Map // *node.Node → *carryBuf
+}
+
+func (c *carries) buf(n *node.Node) *carryBuf {
+	if b, ok := c.m.Load(n); ok {
+		return b.(*carryBuf)
+	}
+	b, _ := c.m.LoadOrStore(n, &carryBuf{})
+	return b.(*carryBuf)
+}
+
+// carry buffers c on its home node and reports true, or reports false
+// once Close was called (the caller sends it by itself).
+func (inv *Inventory) carry(c carriedCommit) bool {
+	if inv.opts.CarryWait < 0 {
+		return false
+	}
+	inv.bg.Lock()
+	defer inv.bg.Unlock()
+	if inv.bg.closed {
+		return false
+	}
+	inv.bg.wg.Add(1) // done once applied or sent by itself
+	b := inv.carries.buf(c.home)
+	b.mu.Lock()
+	b.commits = append(b.commits, c)
+	arm := !b.armed
+	b.armed = true
+	b.mu.Unlock()
+	if arm {
+		inv.armCarry(c.home, b, time.Now())
+	}
+	return true
+}
+
+// armCarry sends what is left in n's buffer by itself after CarryWait,
+// unless groups are under way or waiting on n and ten times CarryWait
+// have not passed since first: then it waits CarryWait more.
+func (inv *Inventory) armCarry(n *node.Node, b *carryBuf, first time.Time) {
+	wait := inv.opts.CarryWait
+	time.AfterFunc(wait, func() {
+		if inv.groups.queue(n).busy() && time.Since(first) < 10*wait {
+			inv.armCarry(n, b, first)
+			return
+		}
+		b.mu.Lock()
+		left := b.commits
+		b.commits, b.armed = nil, false
+		b.mu.Unlock()
+		inv.sendCommits(left)
+	})
+}
+
+// takeCarried takes up to max of n's buffered commits made under epoch
+// token token, oldest first, for a write group to carry.
+func (inv *Inventory) takeCarried(n *node.Node, token string, max int) []carriedCommit {
+	b, ok := inv.carries.m.Load(n)
+	if !ok {
+		return nil
+	}
+	buf := b.(*carryBuf)
+	buf.mu.Lock()
+	defer buf.mu.Unlock()
+	var out []carriedCommit
+	kept := buf.commits[:0]
+	for _, c := range buf.commits {
+		if c.epoch == token && len(out) < max {
+			out = append(out, c)
+		} else {
+			kept = append(kept, c)
+		}
+	}
+	clear(buf.commits[len(kept):])
+	buf.commits = kept
+	return out
+}
+
+// carriedDone settles a group's carried commits: those it applied are
+// done, the others (or all, when the group failed) are sent by themselves.
+func (inv *Inventory) carriedDone(commits []carriedCommit, applied []bool, err error) {
+	var again []carriedCommit
+	for i, c := range commits {
+		if err == nil && applied[i] {
+			inv.stats.carried.Add(1)
+			inv.bg.wg.Done()
+			continue
+		}
+		again = append(again, c)
+	}
+	if len(again) > 0 {
+		go inv.sendCommits(again)
+	}
+}
+
+// sendCommits sends each commit by itself (the commit op, grouped with
+// the other order ops on its node), each with its caller's values and
+// commitTimeout, and marks it done.
+func (inv *Inventory) sendCommits(commits []carriedCommit) {
+	var wg sync.WaitGroup
+	for _, c := range commits {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer inv.bg.wg.Done()
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), commitTimeout)
+			defer cancel()
+			inv.sendCommit(ctx, c)
+		}()
+	}
+	wg.Wait()
+}
+
+// sendCommit sends c by itself: the order script's commit op.
+func (inv *Inventory) sendCommit(ctx context.Context, c carriedCommit) {
+	if _, err := inv.orderOp(ctx, c.home, c.orderID, opCommit, c.token, c.parts); err != nil {
+		inv.log.Debug("staged commit did not land; the next reader of the order commits it", "order", c.orderID, "err", err)
+	}
+}
+
+// flushCarried sends every buffered commit by itself (Close).
+func (inv *Inventory) flushCarried() {
+	var left []carriedCommit
+	inv.carries.m.Range(func(_, v any) bool {
+		b := v.(*carryBuf)
+		b.mu.Lock()
+		left = append(left, b.commits...)
+		b.commits = nil
+		b.mu.Unlock()
+		return true
+	})
+	inv.sendCommits(left)
+}

@@ -1,0 +1,186 @@
+package inventory
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/shardis/shardis/node"
+)
+
+// Carried commits (carry.go) against real nodes: a one-round
+// reservation's commit waits in its home node's buffer, the next write
+// group on that node applies it, and whatever a group leaves as it was,
+// fails to run, or no group takes, is sent by itself; Close sends what
+// waits.
+
+// carryEnv is a staged env whose commits wait for a group up to wait.
+func carryEnv(t *testing.T, wait time.Duration) *stagedEnv {
+	return newStagedEnvWith(t, Options{CarryWait: wait})
+}
+
+// reserveBuffered reserves id in one round and returns its home node and
+// the commit waiting in that node's buffer.
+func (e *stagedEnv) reserveBuffered(id string) (*node.Node, carriedCommit) {
+	e.t.Helper()
+	if _, err := e.inv.Reserve(e.ctx, id, stagedItems(), "", time.Minute); err != nil {
+		e.t.Fatal(err)
+	}
+	home, err := e.inv.orderHome(e.inv.topo.cur.Load(), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	b := e.inv.carries.buf(home)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.commits) != 1 || b.commits[0].orderID != id {
+		e.t.Fatalf("home %s's carry buffer holds %d commits, want order %s's alone", home.Name(), len(b.commits), id)
+	}
+	if st := orderFieldsOn(e.t, e.ctx, e.clients[home.Name()], id)["status"]; st != "staging" {
+		e.t.Fatalf("order %s is %s before its commit, want staging", id, st)
+	}
+	return home, b.commits[0]
+}
+
+// writeGroup sends one call of a grouped write script to n: a carrier.
+func (e *stagedEnv) writeGroup(n *node.Node) error {
+	_, err := e.inv.run(e.ctx, n, groupTestScript, []string{"carry-test"}, 1)
+	return err
+}
+
+func TestCommitRidesTheNextWriteGroup(t *testing.T) {
+	e := carryEnv(t, time.Minute)
+	home, _ := e.reserveBuffered("o1")
+	if err := e.writeGroup(home); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.inv.Stats().CarriedCommits; got != 1 {
+		t.Errorf("%d commits carried, want 1", got)
+	}
+	if n := len(e.inv.carries.buf(home).commits); n != 0 {
+		t.Errorf("%d commits still buffered after a group, want 0", n)
+	}
+	e.verify("o1", "reserved") // before any Close: the group wrote it
+	if _, err := e.inv.Confirm(e.ctx, "o1"); err != nil {
+		t.Fatal(err)
+	}
+	e.verify("o1", "confirmed")
+	e.stock()
+}
+
+func TestCarriedCommitLeftAsItWasIsSentByItself(t *testing.T) {
+	e := carryEnv(t, time.Minute)
+	home, _ := e.reserveBuffered("o1")
+	// The commit's fast path applies to the packed layout only: in the
+	// hash layout of the releases before, the group leaves the record as
+	// it was and the commit op, sent by itself, decodes and commits it.
+	if n := orderRecordsToHashLayout(t, e.ctx, e.clients); n == 0 {
+		t.Fatal("no order record rewritten in the hash layout")
+	}
+	if err := e.writeGroup(home); err != nil {
+		t.Fatal(err)
+	}
+	e.inv.Close() // waits for the commit sent by itself
+	if got := e.inv.Stats().CarriedCommits; got != 0 {
+		t.Errorf("%d commits carried, want 0 (the group left the record as it was)", got)
+	}
+	e.verify("o1", "reserved")
+}
+
+func TestCarrierRefusedOutOfMemory(t *testing.T) {
+	e := carryEnv(t, time.Minute)
+	home, _ := e.reserveBuffered("o1")
+	c := e.clients[home.Name()]
+	if err := c.ConfigSet(e.ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A grow script's group is refused whole; the commit, sent by itself,
+	// is a release that runs on a full node.
+	if err := e.writeGroup(home); !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("a group on a node out of memory: %v, want ErrOutOfMemory", err)
+	}
+	e.inv.Close()
+	if err := c.ConfigSet(e.ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.inv.Stats().CarriedCommits; got != 0 {
+		t.Errorf("%d commits carried, want 0", got)
+	}
+	e.verify("o1", "reserved")
+}
+
+func TestCommitSentByItselfWhenNoGroupComes(t *testing.T) {
+	e := carryEnv(t, 0) // the default wait
+	if _, err := e.inv.Reserve(e.ctx, "o1", stagedItems(), "", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), "o1")
+	deadline := time.Now().Add(10 * time.Second)
+	for orderFieldsOn(t, e.ctx, e.clients[home.Name()], "o1")["status"] != "reserved" {
+		if time.Now().After(deadline) {
+			t.Fatal("the commit of a lone order did not land in 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := e.inv.Stats().CarriedCommits; got != 0 {
+		t.Errorf("%d commits carried, want 0 (no group came)", got)
+	}
+	e.verify("o1", "reserved")
+}
+
+func TestCloseSendsBufferedCommits(t *testing.T) {
+	e := carryEnv(t, time.Minute)
+	e.reserveBuffered("o1")
+	e.inv.Close()
+	e.verify("o1", "reserved")
+	// After Close a commit is sent at once, on the caller's path.
+	if _, err := e.inv.Reserve(e.ctx, "o2", stagedItems(), "", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	e.verify("o2", "reserved")
+}
+
+func TestCarryNever(t *testing.T) {
+	e := carryEnv(t, -1)
+	if _, err := e.inv.Reserve(e.ctx, "o1", stagedItems(), "", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	e.inv.Close()
+	e.verify("o1", "reserved")
+	if got := e.inv.Stats().CarriedCommits; got != 0 {
+		t.Errorf("%d commits carried with CarryWait < 0, want 0", got)
+	}
+}
+
+// takeCarried hands a group the oldest commits of its epoch token, at
+// most max, and keeps the others in order.
+func TestTakeCarriedMatchesTheEpoch(t *testing.T) {
+	inv := &Inventory{}
+	var n *node.Node
+	b := inv.carries.buf(n)
+	for i, ep := range []string{"1:a", "2:b", "1:a", "1:a", "2:b"} {
+		b.commits = append(b.commits, carriedCommit{orderID: string(rune('p' + i)), epoch: ep})
+	}
+	ids := func(cs []carriedCommit) string {
+		s := ""
+		for _, c := range cs {
+			s += c.orderID
+		}
+		return s
+	}
+	if got := ids(inv.takeCarried(n, "1:a", 2)); got != "pr" {
+		t.Errorf("took %q, want pr", got)
+	}
+	if got := ids(b.commits); got != "qst" {
+		t.Errorf("left %q, want qst", got)
+	}
+	if got := ids(inv.takeCarried(n, "3:c", 5)); got != "" {
+		t.Errorf("took %q at another epoch, want none", got)
+	}
+	if got := ids(inv.takeCarried(n, "2:b", 5)); got != "qt" {
+		t.Errorf("took %q, want qt", got)
+	}
+	if got := ids(b.commits); got != "s" {
+		t.Errorf("left %q, want s", got)
+	}
+}

@@ -1,0 +1,22 @@
+-- Carried commits (group.go, "Carried commits"), in a write script's
+-- group only: the last ARGV is their count c; their order keys are the
+-- last c KEYS, and the 2c ARGV before the count are their tokens and
+-- parts lists, commit after commit. Each is the order script's commit of
+-- a staged order by its fast path (order_commit_staged): it changes only
+-- a staging record of its token, in the packed layout, into the reserved
+-- record the commit op would write, and leaves anything else as it is.
+-- They run before the group's calls, as if each had come by itself just
+-- before the group; carried[j] is 1 when commit j changed its record, 0
+-- when it left it as it was (the caller then sends that one by itself).
+local carried, committed = {}, 0
+do
+  local c = tonumber(ARGV[#ARGV])
+  local k0, a0 = #KEYS - c, #ARGV - 1 - 2 * c
+  for j = 1, c do
+    if order_commit_staged(KEYS[k0 + j], ARGV[a0 + 2 * j - 1], ARGV[a0 + 2 * j]) then
+      carried[j], committed = 1, committed + 1
+    else
+      carried[j] = 0
+    end
+  end
+end
