@@ -374,6 +374,9 @@ func TestSvcHealthMetricsUnavailable(t *testing.T) {
 	if sent, carried := svcMetric(t, m, "shardis_group_commit_script_calls_total", ""), svcMetric(t, m, "shardis_group_commit_calls_total", ""); sent < 3 || carried < sent {
 		t.Fatalf("group commit metrics: %v script calls carrying %v calls", sent, carried)
 	}
+	if c := svcMetric(t, m, "shardis_carried_commits_total", ""); c < 0 || c > 2 {
+		t.Fatalf("shardis_carried_commits_total is %v after two reserved orders, want 0 to 2", c)
+	}
 	svcWantStock(t, e.stock("clothes", "tee"), 45, 0, 5, 50) // m-3 returned by the reconciler
 
 	onN3 := e.orderID("u-home", func(h string) bool { return h == "n3" })

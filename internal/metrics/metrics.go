@@ -128,6 +128,8 @@ var (
 		"Script calls of the grouped inventory scripts (reserve, order record, settle) sent to nodes; each carries one or more orders' calls (group commit).", nil, nil)
 	descGroupCalls = prometheus.NewDesc("shardis_group_commit_calls_total",
 		"Calls of the grouped inventory scripts carried by those script calls: divided by shardis_group_commit_script_calls_total, the mean group size.", nil, nil)
+	descCarried = prometheus.NewDesc("shardis_carried_commits_total",
+		"One-round reservations' commits applied by a write script call they rode on to the order's home node instead of a call of their own.", nil, nil)
 	descPeekSent = prometheus.NewDesc("shardis_refusal_read_script_calls_total",
 		"Read-only script calls sent to nodes to check orders before refusing them without a write (a sold-out SKU); each carries one or more orders' reads.", nil, nil)
 	descPeekReads = prometheus.NewDesc("shardis_refusal_reads_total",
@@ -151,7 +153,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descNodeUp, descEvicting, descDurable, descBreaker, descFailedProbe, descReserve, descReservePath, descGroupSent, descGroupCalls, descPeekSent, descPeekReads, descRolledBack,
+	for _, d := range []*prometheus.Desc{descNodeUp, descEvicting, descDurable, descBreaker, descFailedProbe, descReserve, descReservePath, descGroupSent, descGroupCalls, descCarried, descPeekSent, descPeekReads, descRolledBack,
 		descDeferred, descQueue, descReconciled, descRedoLen, descRedoUnacked, descStuck,
 		descTopoEpoch, descTopoReady, descTopoMigrating, descTopoPending} {
 		ch <- d
@@ -190,6 +192,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descGroupSent, prometheus.CounterValue, float64(s.GroupScriptCalls))
 		ch <- prometheus.MustNewConstMetric(descGroupCalls, prometheus.CounterValue, float64(s.GroupedCalls))
+		ch <- prometheus.MustNewConstMetric(descCarried, prometheus.CounterValue, float64(s.CarriedCommits))
 		ch <- prometheus.MustNewConstMetric(descPeekSent, prometheus.CounterValue, float64(s.RefusalReadScripts))
 		ch <- prometheus.MustNewConstMetric(descPeekReads, prometheus.CounterValue, float64(s.RefusalReads))
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
