@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardis/shardis/node"
@@ -63,9 +64,10 @@ type carriedCommit struct {
 
 // carryBuf is one node's buffered commits.
 type carryBuf struct {
-	mu      sync.Mutex // guards the fields below
+	mu      sync.Mutex // guards the fields below, and writes of size
 	commits []carriedCommit
-	armed   bool // a timer will send what is left by itself
+	armed   bool         // a timer will send what is left by itself
+	size    atomic.Int32 // len(commits): a group finds an empty buffer without the lock
 }
 
 // carries holds the carry buffers, one per node, made on first use. The
@@ -97,6 +99,7 @@ func (inv *Inventory) carry(c carriedCommit) bool {
 	b := inv.carries.buf(c.home)
 	b.mu.Lock()
 	b.commits = append(b.commits, c)
+	b.size.Store(int32(len(b.commits)))
 	arm := !b.armed
 	b.armed = true
 	b.mu.Unlock()
@@ -119,6 +122,7 @@ func (inv *Inventory) armCarry(n *node.Node, b *carryBuf, first time.Time) {
 		b.mu.Lock()
 		left := b.commits
 		b.commits, b.armed = nil, false
+		b.size.Store(0)
 		b.mu.Unlock()
 		inv.sendCommits(left)
 	})
@@ -132,6 +136,9 @@ func (inv *Inventory) takeCarried(n *node.Node, token string, max int) []carried
 		return nil
 	}
 	buf := b.(*carryBuf)
+	if buf.size.Load() == 0 {
+		return nil
+	}
 	buf.mu.Lock()
 	defer buf.mu.Unlock()
 	var out []carriedCommit
@@ -145,6 +152,7 @@ func (inv *Inventory) takeCarried(n *node.Node, token string, max int) []carried
 	}
 	clear(buf.commits[len(kept):])
 	buf.commits = kept
+	buf.size.Store(int32(len(kept)))
 	return out
 }
 
@@ -198,6 +206,7 @@ func (inv *Inventory) flushCarried() {
 		b.mu.Lock()
 		left = append(left, b.commits...)
 		b.commits = nil
+		b.size.Store(0)
 		b.mu.Unlock()
 		return true
 	})

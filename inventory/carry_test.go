@@ -161,6 +161,7 @@ func TestTakeCarriedMatchesTheEpoch(t *testing.T) {
 	for i, ep := range []string{"1:a", "2:b", "1:a", "1:a", "2:b"} {
 		b.commits = append(b.commits, carriedCommit{orderID: string(rune('p' + i)), epoch: ep})
 	}
+	b.size.Store(int32(len(b.commits)))
 	ids := func(cs []carriedCommit) string {
 		s := ""
 		for _, c := range cs {
