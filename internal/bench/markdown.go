@@ -133,7 +133,7 @@ func reading(r *Results, s Summary) string {
 			if seqI < seqS {
 				t += fmt.Sprintf("One order at a time, shardis's parallel items do pay off: %s per 3-item order against %s. ", fmtDur(seqI), fmtDur(seqS))
 			} else {
-				t += fmt.Sprintf("Even one order at a time shardis is slower (%s per 3-item order against %s): its one round runs its scripts on the three nodes at once (the home node's also stages the record), and the commit follows off the caller's path, but on two cores the scripts and the four processes' CPU do not all overlap, and each script does more than the seed's. ",
+				t += fmt.Sprintf("Even one order at a time shardis is slower (%s per 3-item order against %s): its one round runs its scripts on the three nodes at once (the home node's also stages the record), and the commit rides a later script call on the home node, but on two cores the scripts and the four processes' CPU do not all overlap, and each script does more than the seed's. ",
 					fmtDur(seqI), fmtDur(seqS))
 			}
 		}
@@ -282,9 +282,9 @@ func misses(r *Results, s Summary) string {
 			"the seed %.0f scripts, %.0f commands, %s, %s, %s. The target assumed the seed's shape (full script text per `EVAL`, items one after another) is what costs; "+
 			"it is not: Redis 7 caches scripts sent by `EVAL` (it hashes the text and finds the compiled function), and with 64 clients the seed's sequential items are hidden by concurrency. "+
 			"What costs is the work per order, and shardis does more of it on purpose:\n"+
-			"  - the order record on the order's home node, staged with the home's parts and then committed off the caller's path (one more script per order), which makes Reserve idempotent per order id and lets Confirm/Cancel/expiry decide once;\n"+
+			"  - the order record on the order's home node, staged with the home's parts and then committed off the caller's path by a later script call on the home node that carries the commit (`inventory/carry.go`: no call of its own), which makes Reserve idempotent per order id and lets Confirm/Cancel/expiry decide once;\n"+
 			"  - per item, a part record (one string packing its fields) and a pending-index entry with a deadline; once per script call (shared by group commit), the node-identity check (`HMGET` of the stamp, `TIME`) and the write sequence;\n"+
-			"  - on the client, a goroutine for the stage and per other node and one for the commit, and the parts' lists (a compact string, `inventory/parts.go`: the promised list, then the taken list); see the profile below.\n"+
+			"  - on the client, a goroutine for the stage and per other node (the commit waits in its home node's buffer for a script call to carry it), and the parts' lists (a compact string, `inventory/parts.go`: the promised list, then the taken list); see the profile below.\n"+
 			"  Group commit removed what the orders on one node can share (the call, its round trip, the stamp check, the write sequence, type checks, the stock and offsets reads and writes, the `ZADD`s merged per key); what is left is each order's own work: its keys and arguments, its reads and checks, and its writes (the order record, one packed string holding its parts' list, a part record per item, one packed string each, and the index entries). "+
 			"%s\n",
 			s.Inventory3ItemVsSeed, n3, k3, fmtCPU(e3), fmtCPU(s3), fmtCPU(c3), ns, ks, fmtCPU(es), fmtCPU(ss), fmtCPU(cs), floor3Miss(ir))
@@ -345,7 +345,7 @@ func profileReading(r *Results) string {
 	t := fmt.Sprintf("Reading: go-redis's script calls take %.1f %% of the client's samples, their socket writes and reads %.1f %% and %.1f %% "+
 		"(the round trips, which group commit and auto-pipelining share between orders); allocation takes %.1f %% (go-redis's commands and replies, the parts, "+
 		"the groups' argument lists) and goroutine scheduling %.1f %%: a call is handed to its group's sender and to its node's pipeliner, "+
-		"and the one-round path runs the stage and each other node's take on goroutines of their own and the commit off the caller's path "+
+		"and the one-round path runs the stage and each other node's take on goroutines of their own and the commit rides a later script call on its home "+
 		"(starting goroutines %.1f %%, growing their stacks %.1f %%). The parts' lists (a compact string, `inventory/parts.go`), encoded twice per one-round order (the promised list for the stage, then the taken list with its offsets for the commit), take %.1f %%. "+
 		"The lists are the protocol's (the record names the parts it is decided on); the allocations per call are what could still be trimmed on the client. ",
 		cum("(*Script).Run"), cum("syscall.write"), cum("syscall.read"), cum("runtime.mallocgc"),

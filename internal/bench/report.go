@@ -202,7 +202,7 @@ func InventoryTable(ir *InvResult) string {
 		b.WriteString(".\n")
 	}
 	if g3, gh := ir.GroupGain(VarInv3), ir.GroupGain(VarHot1); g3 > 0 && gh > 0 {
-		fmt.Fprintf(&b, "Group commit on / off (`inventory.group_commit` 32 / 1, same router, paired per round): 3-item orders **%.3f**, hot SKU on 1 node **%.3f**.\n", g3, gh)
+		fmt.Fprintf(&b, "Group commit on / off (`inventory.group_commit` 32 / 1, same router, paired per round): 3-item orders **%.3f**, hot SKU on 1 node **%.3f**. With group commit off, one-round commits still ride the next script call on their home node (`inventory/carry.go`, its own setting).\n", g3, gh)
 	}
 	if len(ir.Allocs) > 0 {
 		b.WriteString("\nOne order at a time (one goroutine, `testing.Benchmark`; allocations of the whole call, go-redis included, plus building the order id and items):\n\n")

@@ -80,7 +80,7 @@ func ordersReading(ir *InvResult, s Summary) string {
 			ms := ir.Series[VarHot1Minted]
 			nm, _, _ := ms.ServerPerOp()
 			cm, smn, _ := ms.CPUPerOp()
-			t += fmt.Sprintf("Most of those orders' ids hash their record to another node than the stock's, so each runs three scripts on two nodes (stage on its home, take on the stock's node, commit); with ids minted by `NewOrderID` given the items, every record sits on the stock's node, each order is one script, and shardis ran %s orders/s, %.2f× the seed (%.2f script calls, %s of client and %s of node CPU per order). ",
+			t += fmt.Sprintf("Most of those orders' ids hash their record to another node than the stock's, so each runs two scripts on two nodes (stage on its home, take on the stock's node) and its commit rides a later script call on its home (`inventory/carry.go`); with ids minted by `NewOrderID` given the items, every record sits on the stock's node, each order is one script, and shardis ran %s orders/s, %.2f× the seed (%.2f script calls, %s of client and %s of node CPU per order). ",
 				fmtOps(ms.Ops()), m, nm, fmtCPU(cm), fmtCPU(smn))
 		}
 		t += floorReading(ir)
@@ -138,7 +138,7 @@ func ordersMisses(r *Results, s Summary) string {
 			cs, sss, _ := ss.CPUPerOp()
 			fmt.Fprintf(&b, "- **Hot SKU vs the seed** (%.3f, target 2). Every order is one item on one node, so the seed's shape costs it nothing: one `EVAL` per order. "+
 				"Per order the nodes ran %.2f script calls for shardis (%.1f commands in them, %s of script time; group commit shares a call between orders) against the seed's %.2f (%.1f, %s), and shardis spent %s + %s of client + node CPU against %s + %s. "+
-				"Most orders' home is another node than the one with the stock, so they are staged on the home, taken on the stock's node and committed: three scripts on two nodes. "+
+				"Most orders' home is another node than the one with the stock, so they are staged on the home and taken on the stock's node, two scripts on two nodes, and committed by a later script call on the home that carries the commit (`inventory/carry.go`). "+
 				"The order record, part record, pending entry and their Lua are the work the seed does not do; with the calls shared, that per-order work is what is left. %s\n",
 				s.InventoryHotVsSeed, nh, kh, fmtCPU(eh), ns, ks, fmtCPU(es), fmtCPU(ch), fmtCPU(sh), fmtCPU(cs), fmtCPU(sss), floorMiss(ir))
 		}
@@ -238,7 +238,7 @@ func floorMisses(r *Results, s Summary) string {
 			"the group call's frame takes 3.5 (each order brings 20 keys and arguments, which Redis parses into objects and Lua copies into its tables: "+
 			"20 40-byte arguments per order cost 3.5 µs against 1.5 for the floor's 6, timed in an EVAL loop), reading the record's head 1.1, the plan's reads and checks 2.1, "+
 			"the part record (EXISTS, SET) 2.6, the pending-index and redo entries 4.2 together (their ZADDs merged per key), the order record's SET 1.1 and the rest about 0.6; "+
-			"each script call also costs about 45 µs of its own (the stamp check, the prelude, the shared reads and writes), which its orders share, so calls carrying few orders (the staged path's stage, takes and commit) cost more per order. "+
+			"each script call also costs about 45 µs of its own (the stamp check, the prelude, the shared reads and writes), which its orders share, so calls carrying few orders (the staged path's stage and takes) cost more per order. "+
 			"The records are encoded by the client and only filled in by the node (`inventory/rectemplate.go`). "+
 			"On the client: go-redis writing those arguments and reading the nested replies, the parts' lists and record templates, and the hand-offs between the callers and their groups' senders.\n",
 			f.Key, *f.Field(&s), fmtCPU(cs), fmtCPU(ss), fmtCPU(cf), fmtCPU(sf), fmtCPU(cs-cf), fmtCPU(ss-sf),
