@@ -141,8 +141,9 @@ type Options struct {
 	// default: inventory.attempt_lease from the router's configuration
 	AttemptLease time.Duration
 	// GroupCommit is the most calls of one grouped script one node runs
-	// as one script call (group.go); 1 sends every call alone; 0..1000,
-	// anything else makes New fail.
+	// as one script call (group.go); 1 sends every call alone (a
+	// one-round reservation's commit still rides another call: see
+	// CarryWait); 0..1000, anything else makes New fail.
 	// default: inventory.group_commit from the router's configuration (32)
 	GroupCommit int
 	// CarryWait is how long a one-round reservation's commit waits in its
