@@ -21,17 +21,18 @@ import (
 // sent by itself is a script call per few orders on the home node, and on
 // the client a goroutine, a timer and a call per order.
 //
-// States of a commit: buffered (in its home node's carry buffer, counted
-// in the inventory's background work) → carried (taken by a write group of
-// the same epoch token, sendGroup) → applied (the group's script changed
-// the record: carried 1) or sent by itself (orderOp commit, off the
-// caller's path) when the group left it as it was (carried 0: not a
-// staging record of its token in the packed layout; the commit op decides
-// what it means), failed, or was refused (a node out of memory refuses a
-// reserve group whole; the commit op runs there), or when no group took it
-// within CarryWait of the buffer's first commit while the node had no
-// group under way or waiting (else CarryWait more, at most ten times
-// CarryWait in all: Options.CarryWait), or when Close is called.
+// States of a commit (a buffered one counts as the inventory's background
+// work, which Close waits for):
+//
+//	buffered ──a write group on its home node, same epoch token──▶ carried ──the group changed the record──▶ done
+//	   │                                                             └──left it as it was, failed, refused──▶ sent by itself
+//	   └──no group within CarryWait (ten times that on a busy node), or Close──▶ sent by itself
+//
+// "Left it as it was": not a staging record of the commit's token in the
+// packed layout. "Refused": a node out of memory refuses a reserve group
+// whole. "Sent by itself" is the commit op (orderOp commit, grouped with
+// the node's other order ops), which decides what any record means and
+// runs on a node out of memory too.
 //
 // Why every interleaving is safe: the group script applies a carried
 // commit with order_commit_staged, the commit op's own fast path, under
@@ -39,7 +40,7 @@ import (
 // group's calls: the same as that commit sent by itself, arriving just
 // before the group, which is a time the commit could have arrived at
 // anyway. The group's stamp check covers it (a group at another epoch
-// token never carries it: take matches the token it was made under). A
+// token never carries it: takeCarried matches the token it was made under). A
 // commit sent by itself after it was carried (the group's reply was lost)
 // finds the record reserved and changes nothing, as a commit delivered
 // twice by the network would.
@@ -54,7 +55,7 @@ const defaultCarryWait = 2 * time.Millisecond
 
 // carriedCommit is one buffered commit of a staged order.
 type carriedCommit struct {
-	ctx     context.Context // the committing caller's (values only: faults attribute a commit sent by itself to it)
+	ctx     context.Context // the committing caller's, without its cancellation (faults attribute a commit sent by itself to it)
 	home    *node.Node
 	orderID string
 	token   string // the attempt's
@@ -183,7 +184,7 @@ func (inv *Inventory) sendCommits(commits []carriedCommit) {
 		go func() {
 			defer wg.Done()
 			defer inv.bg.wg.Done()
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), commitTimeout)
+			ctx, cancel := context.WithTimeout(c.ctx, commitTimeout)
 			defer cancel()
 			inv.sendCommit(ctx, c)
 		}()

@@ -1,4 +1,4 @@
--- Carried commits (group.go, "Carried commits"), in a write script's
+-- Carried commits (carry.go holds their rule), in a write script's
 -- group only: the last ARGV is their count c; their order keys are the
 -- last c KEYS, and the 2c ARGV before the count are their tokens and
 -- parts lists, commit after commit. Each is the order script's commit of
