@@ -2,6 +2,8 @@ package inventory
 
 import (
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,5 +185,13 @@ func TestTakeCarriedMatchesTheEpoch(t *testing.T) {
 	}
 	if got := ids(b.commits); got != "s" {
 		t.Errorf("left %q, want s", got)
+	}
+}
+
+func TestCarryWaitOptionOutOfRange(t *testing.T) {
+	e := newGroupEnv(t, 32)
+	_, err := New(e.inv.r, Options{CarryWait: 2 * time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "Options.CarryWait is 2m0s") {
+		t.Errorf("CarryWait 2m: err %v, want ErrInvalid naming Options.CarryWait", err)
 	}
 }

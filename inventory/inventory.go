@@ -230,6 +230,37 @@ func New(r *router.Router, opts Options) (*Inventory, error) {
 	return newInventory(r, opts, false)
 }
 
+// fill checks o and gives its zero fields their defaults (c: the
+// router's inventory section); an out-of-range field is ErrInvalid
+// naming it.
+func (o *Options) fill(c config.Inventory) error {
+	if o.AttemptLease <= 0 {
+		o.AttemptLease = c.AttemptLease
+	}
+	if o.AttemptLease <= 0 {
+		o.AttemptLease = 10 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.GroupCommit < 0 || o.GroupCommit > 1000 {
+		return fmt.Errorf("inventory: %w: Options.GroupCommit is %d, want 0 (the configured inventory.group_commit) to 1000", ErrInvalid, o.GroupCommit)
+	}
+	if o.GroupCommit == 0 {
+		o.GroupCommit = c.GroupCommit
+	}
+	if o.GroupCommit == 0 {
+		o.GroupCommit = 32
+	}
+	if o.CarryWait > time.Minute {
+		return fmt.Errorf("inventory: %w: Options.CarryWait is %v, want at most 1m (negative: commits are sent by themselves)", ErrInvalid, o.CarryWait)
+	}
+	if o.CarryWait == 0 {
+		o.CarryWait = defaultCarryWait
+	}
+	return nil
+}
+
 // newInventory is New; with noInit the instance never initialises the
 // nodes' topology records and reads them only when first used (the
 // topology tool).
@@ -247,29 +278,8 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 			}
 		}
 	}
-	if opts.AttemptLease <= 0 {
-		opts.AttemptLease = cfg.Inventory.AttemptLease
-	}
-	if opts.AttemptLease <= 0 {
-		opts.AttemptLease = 10 * time.Second
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.GroupCommit < 0 || opts.GroupCommit > 1000 {
-		return nil, fmt.Errorf("inventory: %w: Options.GroupCommit is %d, want 0 (the configured inventory.group_commit) to 1000", ErrInvalid, opts.GroupCommit)
-	}
-	if opts.GroupCommit == 0 {
-		opts.GroupCommit = cfg.Inventory.GroupCommit
-	}
-	if opts.GroupCommit == 0 {
-		opts.GroupCommit = 32
-	}
-	if opts.CarryWait > time.Minute {
-		return nil, fmt.Errorf("inventory: %w: Options.CarryWait is %v, want at most 1m (negative: commits are sent by themselves)", ErrInvalid, opts.CarryWait)
-	}
-	if opts.CarryWait == 0 {
-		opts.CarryWait = defaultCarryWait
+	if err := opts.fill(cfg.Inventory); err != nil {
+		return nil, err
 	}
 	inv := &Inventory{r: r, cfg: cfg.Inventory, opts: opts, log: opts.Logger, cfgSets: map[string]*router.Set{}}
 	inv.limited.ttl = limitHintTTL
