@@ -26,7 +26,7 @@ import (
 //
 //	buffered ──a write group on its home node, same epoch token──▶ carried ──the group changed the record──▶ done
 //	   │                                                             └──left it as it was, failed, refused──▶ sent by itself
-//	   └──no group within CarryWait (ten times that on a busy node), or Close──▶ sent by itself
+//	   └──no group within CarryWait (up to ten times that on a busy node), or Close──▶ sent by itself
 //
 // "Left it as it was": not a staging record of the commit's token in the
 // packed layout. "Refused": a node out of memory refuses a reserve group
@@ -129,9 +129,9 @@ func (inv *Inventory) armCarry(n *node.Node, b *carryBuf, first time.Time) {
 	})
 }
 
-// takeCarried takes up to max of n's buffered commits made under epoch
+// takeCarried takes up to limit of n's buffered commits made under epoch
 // token token, oldest first, for a write group to carry.
-func (inv *Inventory) takeCarried(n *node.Node, token string, max int) []carriedCommit {
+func (inv *Inventory) takeCarried(n *node.Node, token string, limit int) []carriedCommit {
 	b, ok := inv.carries.m.Load(n)
 	if !ok {
 		return nil
@@ -145,7 +145,7 @@ func (inv *Inventory) takeCarried(n *node.Node, token string, max int) []carried
 	var out []carriedCommit
 	kept := buf.commits[:0]
 	for _, c := range buf.commits {
-		if c.epoch == token && len(out) < max {
+		if c.epoch == token && len(out) < limit {
 			out = append(out, c)
 		} else {
 			kept = append(kept, c)

@@ -147,9 +147,9 @@ type Options struct {
 	// default: inventory.group_commit from the router's configuration (32)
 	GroupCommit int
 	// CarryWait is how long a one-round reservation's commit waits in its
-	// home node's buffer for a write group to carry it (carry.go) while
-	// the node has groups under way or waiting, at most ten times that in
-	// all; then, or at once when the node has none, it is sent by itself.
+	// home node's buffer for a write group to carry it (carry.go), then
+	// CarryWait more each time the node still has calls under way or
+	// waiting, ten times CarryWait at most; then it is sent by itself.
 	// Negative sends every commit by itself; above 1m makes New fail.
 	// default: 2ms
 	CarryWait time.Duration
