@@ -230,7 +230,7 @@ func (w *World) reserveAtT1(ctx context.Context, o *observed, s *Scheduler, orde
 		return
 	}
 	o.closeLater(func() { _ = r.Close() })
-	inv, err := inventory.New(r, inventory.Options{Logger: discard, Faults: s, AttemptLease: attemptLease, GroupCommit: 1})
+	inv, err := inventory.New(r, inventory.Options{Logger: discard, Faults: s, AttemptLease: attemptLease, GroupCommit: 1, CarryWait: s.carryWait})
 	if err != nil {
 		o.note("topology", "T1 instance", err)
 		return

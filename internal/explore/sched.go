@@ -133,6 +133,9 @@ type Scheduler struct {
 	trace    []string
 	wake     chan struct{}
 	wg       sync.WaitGroup
+
+	// carryWait is the schedule's inventory.Options.CarryWait (carryWait).
+	carryWait time.Duration
 }
 
 // NewScheduler returns the scheduler of one schedule.
@@ -142,7 +145,22 @@ func NewScheduler(seed int64, probs Probs, mutations []inventory.Mutation) *Sche
 	for _, m := range mutations {
 		s.mutations[m] = true
 	}
+	s.carryWait = carryWait(seed)
 	return s
+}
+
+// carryWait is a schedule's inventory.Options.CarryWait, drawn from its
+// seed apart from the schedule's own draws: half the schedules send every
+// one-round commit by itself, the other half leave each to ride the next
+// write call on its home node (inventory/carry.go), or to go at Close (a
+// wait longer than any schedule). Either way whether a commit rides
+// follows from the schedule's picks alone, never from a timer, so a replay
+// of the seed decides alike.
+func carryWait(seed int64) time.Duration {
+	if rand.New(rand.NewSource(seed^0x5ca1ab1e)).Intn(2) == 0 {
+		return -1
+	}
+	return time.Minute
 }
 
 // Mutated implements inventory.Mutator.

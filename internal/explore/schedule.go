@@ -113,9 +113,14 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 		return res, err
 	}
 	s := NewScheduler(seed, probs, opts.Mutations)
+	if s.carryWait < 0 {
+		s.Note("-- one-round commits: each sent by itself")
+	} else {
+		s.Note("-- one-round commits: riding the next write call on their home node, or sent at Close")
+	}
 	insts := make([]*inventory.Inventory, len(w.routers))
 	for i, r := range w.routers {
-		if insts[i], err = inventory.New(r, inventory.Options{Logger: discard, Faults: s, AttemptLease: attemptLease, GroupCommit: 1}); err != nil {
+		if insts[i], err = inventory.New(r, inventory.Options{Logger: discard, Faults: s, AttemptLease: attemptLease, GroupCommit: 1, CarryWait: s.carryWait}); err != nil {
 			return res, err
 		}
 	}
