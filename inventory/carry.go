@@ -67,7 +67,8 @@ type carriedCommit struct {
 type carryBuf struct {
 	mu      sync.Mutex // guards the fields below, and writes of size
 	commits []carriedCommit
-	armed   bool         // a timer will send what is left by itself
+	armed   bool         // timer will send what is left by itself
+	timer   *time.Timer  // the latest armCarry's; Close stops it
 	size    atomic.Int32 // len(commits): a group finds an empty buffer without the lock
 }
 
@@ -115,7 +116,9 @@ func (inv *Inventory) carry(c carriedCommit) bool {
 // have not passed since first: then it waits CarryWait more.
 func (inv *Inventory) armCarry(n *node.Node, b *carryBuf, first time.Time) {
 	wait := inv.opts.CarryWait
-	time.AfterFunc(wait, func() {
+	b.mu.Lock() // held until b.timer is set: a timer that fires at once re-arms after
+	defer b.mu.Unlock()
+	b.timer = time.AfterFunc(wait, func() {
 		if inv.groups.queue(n).busy() && time.Since(first) < 10*wait {
 			inv.armCarry(n, b, first)
 			return
@@ -199,15 +202,19 @@ func (inv *Inventory) sendCommit(ctx context.Context, c carriedCommit) {
 	}
 }
 
-// flushCarried sends every buffered commit by itself (Close).
+// flushCarried sends every buffered commit by itself and stops the
+// buffers' timers (Close: nothing is buffered after it).
 func (inv *Inventory) flushCarried() {
 	var left []carriedCommit
 	inv.carries.m.Range(func(_, v any) bool {
 		b := v.(*carryBuf)
 		b.mu.Lock()
 		left = append(left, b.commits...)
-		b.commits = nil
+		b.commits, b.armed = nil, false
 		b.size.Store(0)
+		if b.timer != nil {
+			b.timer.Stop()
+		}
 		b.mu.Unlock()
 		return true
 	})

@@ -132,9 +132,16 @@ func TestCommitSentByItselfWhenNoGroupComes(t *testing.T) {
 
 func TestCloseSendsBufferedCommits(t *testing.T) {
 	e := carryEnv(t, time.Minute)
-	e.reserveBuffered("o1")
+	home, _ := e.reserveBuffered("o1")
 	e.inv.Close()
 	e.verify("o1", "reserved")
+	b := e.inv.carries.buf(home)
+	b.mu.Lock()
+	armed := b.timer.Stop() // false: Close stopped it
+	b.mu.Unlock()
+	if armed {
+		t.Error("the carry buffer's timer was still armed after Close")
+	}
 	// After Close a commit is sent at once, on the caller's path.
 	if _, err := e.inv.Reserve(e.ctx, "o2", stagedItems(), "", time.Minute); err != nil {
 		t.Fatal(err)
