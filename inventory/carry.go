@@ -173,26 +173,23 @@ func (inv *Inventory) carriedDone(commits []carriedCommit, applied []bool, err e
 		again = append(again, c)
 	}
 	if len(again) > 0 {
-		go inv.sendCommits(again)
+		inv.sendCommits(again)
 	}
 }
 
 // sendCommits sends each commit by itself (the commit op, grouped with
-// the other order ops on its node), each with its caller's values and
-// commitTimeout, and marks it done.
+// the other order ops on its node), each on a goroutine of its own with
+// its caller's values and commitTimeout, and marks it done: Close waits
+// for them through the inventory's background work, no caller here does.
 func (inv *Inventory) sendCommits(commits []carriedCommit) {
-	var wg sync.WaitGroup
 	for _, c := range commits {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
 			defer inv.bg.wg.Done()
 			ctx, cancel := context.WithTimeout(c.ctx, commitTimeout)
 			defer cancel()
 			inv.sendCommit(ctx, c)
 		}()
 	}
-	wg.Wait()
 }
 
 // sendCommit sends c by itself: the order script's commit op.

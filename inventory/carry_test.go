@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -50,15 +51,21 @@ func (e *stagedEnv) writeGroup(n *node.Node) error {
 	return err
 }
 
+// wantCarried checks how many commits groups applied (Stats.CarriedCommits).
+func (e *stagedEnv) wantCarried(want int64, why string) {
+	e.t.Helper()
+	if got := e.inv.Stats().CarriedCommits; got != want {
+		e.t.Errorf("%d commits carried, want %d%s", got, want, why)
+	}
+}
+
 func TestCommitRidesTheNextWriteGroup(t *testing.T) {
 	e := carryEnv(t, time.Minute)
 	home, _ := e.reserveBuffered("o1")
 	if err := e.writeGroup(home); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.inv.Stats().CarriedCommits; got != 1 {
-		t.Errorf("%d commits carried, want 1", got)
-	}
+	e.wantCarried(1, "")
 	if n := len(e.inv.carries.buf(home).commits); n != 0 {
 		t.Errorf("%d commits still buffered after a group, want 0", n)
 	}
@@ -83,9 +90,7 @@ func TestCarriedCommitLeftAsItWasIsSentByItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.inv.Close() // waits for the commit sent by itself
-	if got := e.inv.Stats().CarriedCommits; got != 0 {
-		t.Errorf("%d commits carried, want 0 (the group left the record as it was)", got)
-	}
+	e.wantCarried(0, " (the group left the record as it was)")
 	e.verify("o1", "reserved")
 }
 
@@ -105,9 +110,7 @@ func TestCarrierRefusedOutOfMemory(t *testing.T) {
 	if err := c.ConfigSet(e.ctx, "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.inv.Stats().CarriedCommits; got != 0 {
-		t.Errorf("%d commits carried, want 0", got)
-	}
+	e.wantCarried(0, "")
 	e.verify("o1", "reserved")
 }
 
@@ -124,9 +127,7 @@ func TestCommitSentByItselfWhenNoGroupComes(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if got := e.inv.Stats().CarriedCommits; got != 0 {
-		t.Errorf("%d commits carried, want 0 (no group came)", got)
-	}
+	e.wantCarried(0, " (no group came)")
 	e.verify("o1", "reserved")
 }
 
@@ -156,9 +157,7 @@ func TestCarryNever(t *testing.T) {
 	}
 	e.inv.Close()
 	e.verify("o1", "reserved")
-	if got := e.inv.Stats().CarriedCommits; got != 0 {
-		t.Errorf("%d commits carried with CarryWait < 0, want 0", got)
-	}
+	e.wantCarried(0, " (CarryWait < 0)")
 }
 
 // takeCarried hands a group the oldest commits of its epoch token, at
@@ -201,4 +200,26 @@ func TestCarryWaitOptionOutOfRange(t *testing.T) {
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "Options.CarryWait is 2m0s") {
 		t.Errorf("CarryWait 2m: err %v, want ErrInvalid naming Options.CarryWait", err)
 	}
+}
+
+// A group whose reply is lost after it applied a commit resends it by
+// itself: the commit op finds the record reserved and changes nothing.
+func TestCarriedCommitResentAfterLostReply(t *testing.T) {
+	e := carryEnv(t, time.Minute)
+	home, _ := e.reserveBuffered("o1")
+	taken := e.inv.takeCarried(home, e.inv.topo.cur.Load().token, 1)
+	if len(taken) != 1 {
+		t.Fatalf("took %d commits, want 1", len(taken))
+	}
+	e.inv.sendCommit(e.ctx, taken[0]) // as the group applied it
+	before := orderFieldsOn(t, e.ctx, e.clients[home.Name()], "o1")
+	e.inv.carriedDone(taken, nil, errors.New("the group's reply was lost"))
+	e.inv.Close() // waits for the resend
+	after := orderFieldsOn(t, e.ctx, e.clients[home.Name()], "o1")
+	if fmt.Sprint(before) != fmt.Sprint(after) {
+		t.Errorf("the resent commit changed the record:\n before %v\n after  %v", before, after)
+	}
+	e.wantCarried(0, "")
+	e.verify("o1", "reserved")
+	e.stock()
 }
