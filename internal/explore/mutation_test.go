@@ -17,7 +17,7 @@ import (
 var mutationCases = []struct {
 	m    inventory.Mutation
 	opts Options // the actors and fault chances that can reach the bug
-	n    int     // schedules to look at (found within 4 to 27 in two runs with -race)
+	n    int     // schedules to look at (found within 4 to 27 in two runs with -race; limit-withdraw: see its case)
 }{
 	// A3: the transfer of the leaving node's stock writes part of its
 	// change, then fails.
@@ -35,8 +35,11 @@ var mutationCases = []struct {
 	// its stock, its stage is held back; the retry's stage lands, its
 	// quota part is refused by the first attempt's units, it withdraws
 	// its stage and answers limit exceeded; the held stage lands and the
-	// order ends reserved by units taken before the retry began.
-	{inventory.MutationLimitWithdraw, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: 1}, 40},
+	// order ends reserved by units taken before the retry began. Seeds 15,
+	// 49 and 60 of the first 80 find it in a run without -race (15, 17,
+	// 49, 60, 67 before each schedule drew how one-round commits travel),
+	// so 64 schedules hold three chances, not one, on a loaded machine.
+	{inventory.MutationLimitWithdraw, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: 1}, 64},
 }
 
 // mutationBudget bounds the look for each mutation (the n schedules take
