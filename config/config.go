@@ -371,6 +371,13 @@ type Inventory struct {
 	// once. 1 turns group commit off (0..1000; 0 means 32).
 	// default: 32
 	GroupCommit int `koanf:"group_commit"`
+	// CarryWait is how long a one-round reservation's commit waits on its
+	// home node for the next write script call there to carry it, instead
+	// of a call of its own (up to ten times this while the node is busy);
+	// then it is sent by itself. Negative sends every commit by itself;
+	// at most 1m; 0 means 2ms.
+	// default: 2ms
+	CarryWait time.Duration `koanf:"carry_wait"`
 }
 
 // Durability levels of [Inventory.Durability].
@@ -409,6 +416,7 @@ func Default() Config {
 			Durability:        DurabilityNone,
 			DurabilityTimeout: 500 * time.Millisecond,
 			GroupCommit:       32,
+			CarryWait:         2 * time.Millisecond,
 		},
 		Sync: defaultSync(),
 	}

@@ -248,6 +248,9 @@ func (c *Config) inventoryProblems(ps *Problems) {
 	if inv.GroupCommit < 0 || inv.GroupCommit > 1000 {
 		ps.add("inventory.group_commit", inv.GroupCommit, "must be between 0 and 1000 (0 = 32, 1 = no group commit)")
 	}
+	if inv.CarryWait > time.Minute {
+		ps.add("inventory.carry_wait", inv.CarryWait.String(), "must be at most 1m (negative = every commit sent by itself, 0 = 2ms)")
+	}
 	if inv.RedoQueues < 1 || inv.RedoQueues > 1024 {
 		ps.add("inventory.redo_queues", inv.RedoQueues, "must be between 1 and 1024")
 	}

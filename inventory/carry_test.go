@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/node"
 )
 
@@ -197,8 +198,38 @@ func TestTakeCarriedMatchesTheEpoch(t *testing.T) {
 func TestCarryWaitOptionOutOfRange(t *testing.T) {
 	e := newGroupEnv(t, 32)
 	_, err := New(e.inv.r, Options{CarryWait: 2 * time.Minute, Logger: slog.New(slog.DiscardHandler)})
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "Options.CarryWait is 2m0s") {
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "Options.CarryWait (or inventory.carry_wait) is 2m0s") {
 		t.Errorf("CarryWait 2m: err %v, want ErrInvalid naming Options.CarryWait", err)
+	}
+}
+
+// Options.CarryWait falls back to inventory.carry_wait, then to 2ms; a
+// value of its own wins, and either above 1m is refused.
+func TestCarryWaitFromConfig(t *testing.T) {
+	tests := []struct {
+		opt, cfg, want time.Duration
+		bad            bool
+	}{
+		{0, 0, defaultCarryWait, false},
+		{0, -1, -1, false},
+		{0, 7 * time.Millisecond, 7 * time.Millisecond, false},
+		{5 * time.Millisecond, -1, 5 * time.Millisecond, false},
+		{-1, 7 * time.Millisecond, -1, false},
+		{0, 2 * time.Minute, 0, true},
+		{2 * time.Minute, 0, 0, true},
+	}
+	for _, tt := range tests {
+		o := Options{CarryWait: tt.opt}
+		err := o.fill(config.Inventory{CarryWait: tt.cfg})
+		if tt.bad {
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "inventory.carry_wait") {
+				t.Errorf("option %v, config %v: err %v, want ErrInvalid naming inventory.carry_wait", tt.opt, tt.cfg, err)
+			}
+			continue
+		}
+		if err != nil || o.CarryWait != tt.want {
+			t.Errorf("option %v, config %v: CarryWait %v, err %v; want %v", tt.opt, tt.cfg, o.CarryWait, err, tt.want)
+		}
 	}
 }
 

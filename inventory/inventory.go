@@ -151,7 +151,7 @@ type Options struct {
 	// CarryWait more each time the node still has calls under way or
 	// waiting, ten times CarryWait at most; then it is sent by itself.
 	// Negative sends every commit by itself; above 1m makes New fail.
-	// default: 2ms
+	// default: inventory.carry_wait from the router's configuration (2ms)
 	CarryWait time.Duration
 	// Logger receives rollback and corruption reports.
 	// default: slog.Default()
@@ -252,8 +252,11 @@ func (o *Options) fill(c config.Inventory) error {
 	if o.GroupCommit == 0 {
 		o.GroupCommit = 32
 	}
+	if o.CarryWait == 0 {
+		o.CarryWait = c.CarryWait
+	}
 	if o.CarryWait > time.Minute {
-		return fmt.Errorf("inventory: %w: Options.CarryWait is %v, want at most 1m (negative: commits are sent by themselves)", ErrInvalid, o.CarryWait)
+		return fmt.Errorf("inventory: %w: Options.CarryWait (or inventory.carry_wait) is %v, want at most 1m (negative: commits are sent by themselves)", ErrInvalid, o.CarryWait)
 	}
 	if o.CarryWait == 0 {
 		o.CarryWait = defaultCarryWait
