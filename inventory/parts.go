@@ -59,6 +59,7 @@ func encodeOrderParts(orderID, token string, parts []OrderPart) string {
 		return encodeOrderPartsJSON(parts)
 	}
 	var b strings.Builder
+	b.Grow(len(partsLayout2) + len(token) + 48*len(parts))
 	b.WriteString(partsLayout2)
 	b.WriteString(token)
 	for _, p := range parts {
@@ -66,8 +67,14 @@ func encodeOrderParts(orderID, token string, parts []OrderPart) string {
 		if !ok {
 			return encodeOrderPartsJSON(parts)
 		}
-		b.WriteString(partsRS)
-		b.WriteString(strings.Join(fields[:], partsUS))
+		for i, f := range fields {
+			if i == 0 {
+				b.WriteString(partsRS)
+			} else {
+				b.WriteString(partsUS)
+			}
+			b.WriteString(f)
+		}
 	}
 	return b.String()
 }
@@ -85,7 +92,7 @@ func layout2Entry(orderID, token string, p OrderPart) ([partsFields]string, bool
 		queue = q
 	}
 	id := p.ID
-	if id == derivedPartID(orderID, token, p) {
+	if isDerivedPartID(orderID, token, p) {
 		id = ""
 	}
 	off := ""
@@ -115,10 +122,46 @@ func redoQueueNumber(key string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	if n, err := strconv.Atoi(q); err != nil || RedoLogKey(n) != key {
+	if !canonicalInt(q) {
 		return "", false
 	}
 	return q, true
+}
+
+// canonicalInt reports whether s is what strconv.Itoa writes for some
+// int >= 0 (digits, no leading zero but "0" itself, short enough to
+// parse), without allocating.
+func canonicalInt(s string) bool {
+	if s == "" || len(s) > 18 || (s[0] == '0' && len(s) > 1) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// isDerivedPartID reports whether p.ID is derivedPartID(orderID, token,
+// p), without building it (a reserve asks once per part).
+func isDerivedPartID(orderID, token string, p OrderPart) bool {
+	var rest string
+	switch p.Kind {
+	case PartStock:
+		rest = strconv.Itoa(p.Item)
+	case PartQuota:
+		rest = "q|" + p.Route + "|" + p.SKU
+	default:
+		return p.ID == ""
+	}
+	id := p.ID
+	if len(id) != len(orderID)+len(token)+2+len(rest) {
+		return false
+	}
+	return id[:len(orderID)] == orderID && id[len(orderID)] == '|' &&
+		id[len(orderID)+1:len(orderID)+1+len(token)] == token && id[len(orderID)+1+len(token)] == '|' &&
+		id[len(orderID)+2+len(token):] == rest
 }
 
 // derivedPartID is the id the reserve paths give part p of attempt token

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -226,6 +227,13 @@ func FuzzOrderPartsRoundTrip(f *testing.F) {
 		if odd {
 			p.ID += "|x"
 		}
+		for _, id := range []string{p.ID, p.ID + "0", "|" + p.ID, p.ID[:len(p.ID)/2]} {
+			q := p
+			q.ID = id
+			if got, want := isDerivedPartID(order, token, q), id == derivedPartID(order, token, q); got != want {
+				t.Fatalf("isDerivedPartID(%q, %q, id %q) = %v, want %v", order, token, id, got, want)
+			}
+		}
 		parts := []OrderPart{p, p}
 		parts[1].Qty++
 		got, err := unmarshalOrderParts(order, encodeOrderParts(order, token, parts))
@@ -270,4 +278,17 @@ func TestLayout1RecordsMoveWithTopology(t *testing.T) {
 		}
 	}
 	e.settleMoved(ids)
+}
+
+// canonicalInt accepts exactly what strconv.Itoa writes for a queue
+// number (redoQueueNumber's check).
+func TestCanonicalInt(t *testing.T) {
+	for _, s := range []string{"0", "7", "49", "1023", "123456789012345678", "", "00", "07", "-1", "+1", "1a", " 1",
+		"1234567890123456789", "٣"} {
+		n, err := strconv.Atoi(s)
+		want := err == nil && n >= 0 && strconv.Itoa(n) == s && len(s) <= 18
+		if got := canonicalInt(s); got != want {
+			t.Errorf("canonicalInt(%q) = %v, want %v", s, got, want)
+		}
+	}
 }
