@@ -41,11 +41,17 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		staged   stageReply
 		stageErr = errCrashed
 	)
-	if sendStage {
+	stage := func() {
+		staged, stageErr = inv.stageTake(ctx, home, orderID, token, deadline, mutation, ttl, digestOf(items, userID), userID, blob, homeReqs)
+	}
+	switch {
+	case sendStage && len(batches) == 0:
+		stage()
+	case sendStage:
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			staged, stageErr = inv.stageTake(ctx, home, orderID, token, deadline, mutation, ttl, digestOf(items, userID), userID, blob, homeReqs)
+			stage()
 		}()
 	}
 	results := inv.runBatches(ctx, orderID, token, deadline, batches)

@@ -377,18 +377,20 @@ func (b batchResult) unknownParts() []part {
 	return out
 }
 
-// runBatches runs one reserve script per node, concurrently.
+// runBatches runs one reserve script per node, concurrently: one of them
+// on the caller's goroutine, each other one on a goroutine of its own.
 func (inv *Inventory) runBatches(ctx context.Context, orderID, token string, deadline partDue, batches map[*node.Node][]partReq) []batchResult {
 	out := make([]batchResult, 0, len(batches))
-	if len(batches) == 1 { // one node: no goroutine needed
-		for n, reqs := range batches {
-			out = append(out, inv.runBatch(ctx, n, orderID, token, deadline, reqs))
-		}
-		return out
-	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		mine *node.Node // the batch this goroutine sends
+	)
 	for n, reqs := range batches {
+		if mine == nil {
+			mine = n
+			continue
+		}
 		wg.Add(1)
 		go func(n *node.Node, reqs []partReq) {
 			defer wg.Done()
@@ -397,6 +399,12 @@ func (inv *Inventory) runBatches(ctx context.Context, orderID, token string, dea
 			out = append(out, res)
 			mu.Unlock()
 		}(n, reqs)
+	}
+	if mine != nil {
+		res := inv.runBatch(ctx, mine, orderID, token, deadline, batches[mine])
+		mu.Lock()
+		out = append(out, res)
+		mu.Unlock()
 	}
 	wg.Wait()
 	return out
