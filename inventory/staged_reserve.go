@@ -37,25 +37,12 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	delete(batches, home)
 	sendStage, batches, crashed := inv.roundCrashes(ctx, batches)
 	var (
-		wg       sync.WaitGroup
 		staged   stageReply
 		stageErr = errCrashed
 	)
-	stage := func() {
+	results := inv.stageAndTake(ctx, sendStage, func() {
 		staged, stageErr = inv.stageTake(ctx, home, orderID, token, deadline, mutation, ttl, digestOf(items, userID), userID, blob, homeReqs)
-	}
-	switch {
-	case sendStage && len(batches) == 0:
-		stage()
-	case sendStage:
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			stage()
-		}()
-	}
-	results := inv.runBatches(ctx, orderID, token, deadline, batches)
-	wg.Wait()
+	}, orderID, token, deadline, batches)
 	if crashed {
 		return Reservation{}, true, errCrashed
 	}
@@ -94,6 +81,29 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	}
 	// Staged, but not every part was taken.
 	return inv.unwindStaged(ctx, home, orderID, len(homeReqs) > 0, round)
+}
+
+// stageAndTake runs a staged round: stage (when send) and the takes of
+// batches, all at once; the stage on a goroutine of its own unless no
+// takes go out, one node's takes on the caller's goroutine (runBatches).
+// It returns once every one of them returned.
+func (inv *Inventory) stageAndTake(ctx context.Context, send bool, stage func(), orderID, token string, deadline partDue, batches map[*node.Node][]partReq) []batchResult {
+	if !send {
+		return inv.runBatches(ctx, orderID, token, deadline, batches)
+	}
+	if len(batches) == 0 {
+		stage()
+		return nil
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		stage()
+	}()
+	results := inv.runBatches(ctx, orderID, token, deadline, batches)
+	wg.Wait()
+	return results
 }
 
 // roundCrashes applies the crash points inside a staged round (faults.go)
