@@ -78,6 +78,8 @@ type MissingNodeError struct {
 	Applied topology.Topology
 }
 
+// Error names the missing node, the applied topology and the fix (a
+// configuration that gives the node to the server, with its address).
 func (e *MissingNodeError) Error() string {
 	return fmt.Sprintf("%v: %v: the topology applied on the nodes (epoch %d: %s) needs node %s, which this configuration does not name as a node of server %q: restart with a configuration that gives %s (with its address) to server %q",
 		ErrUnavailable, ErrTopology, e.Epoch, e.Applied, e.Node, e.Server, e.Node, e.Server)

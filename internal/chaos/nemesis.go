@@ -33,6 +33,8 @@ type Fault struct {
 	Err    string        // injection or healing error, if any
 }
 
+// String is the fault as the run's log prints it: when, what, where,
+// for how long, and its error if any.
 func (f Fault) String() string {
 	s := fmt.Sprintf("+%6.2fs %-16s %-8s for %v", f.At.Seconds(), f.Kind, f.Target, f.Hold.Round(10*time.Millisecond))
 	if f.Err != "" {

@@ -23,6 +23,7 @@ type SKU struct {
 	Limit      int64 // per-user limit; 0 = none
 }
 
+// String is "route/sku".
 func (s SKU) String() string { return s.Route + "/" + s.SKU }
 
 type item struct {

@@ -68,6 +68,7 @@ const (
 	Park
 )
 
+// String is the fate's name as traces print it.
 func (f Fate) String() string {
 	return [...]string{"deliver", "delay", "drop-reply", "crash-after", "crash-before", "hold", "park"}[f]
 }
