@@ -94,16 +94,5 @@ func TestInventoryCloseLeaksNoGoroutines(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatalf("router Close: %v", err)
 	}
-	after := runtime.NumGoroutine()
-	deadline := time.Now().Add(3 * time.Second)
-	for after != before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-		after = runtime.NumGoroutine()
-	}
-	t.Logf("goroutines: %d before, %d under way, %d after Close", before, during, after)
-	if after != before {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		t.Errorf("goroutines after Close = %d, want %d (before New)\n%s", after, before, buf)
-	}
+	goroutinesBackTo(t, before, during, 3*time.Second)
 }
