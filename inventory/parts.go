@@ -144,7 +144,9 @@ func canonicalInt(s string) bool {
 }
 
 // isDerivedPartID reports whether p.ID is derivedPartID(orderID, token,
-// p), without building it (a reserve asks once per part).
+// p), without building it (a reserve asks once per part). It spells out
+// stockPartID's and quotaPartID's forms (keys.go): change them together;
+// FuzzOrderPartsRoundTrip compares it with derivedPartID.
 func isDerivedPartID(orderID, token string, p OrderPart) bool {
 	var rest string
 	switch p.Kind {
