@@ -114,22 +114,33 @@ func (inv *Inventory) carry(c carriedCommit) bool {
 // armCarry sends what is left in n's buffer by itself after CarryWait,
 // unless groups are under way or waiting on n and ten times CarryWait
 // have not passed since first: then it waits CarryWait more.
+// A buffer flushed meanwhile (Close) is not armed again.
 func (inv *Inventory) armCarry(n *node.Node, b *carryBuf, first time.Time) {
 	wait := inv.opts.CarryWait
 	b.mu.Lock() // held until b.timer is set: a timer that fires at once re-arms after
 	defer b.mu.Unlock()
+	if !b.armed {
+		return
+	}
 	b.timer = time.AfterFunc(wait, func() {
 		if inv.groups.queue(n).busy() && time.Since(first) < 10*wait {
 			inv.armCarry(n, b, first)
 			return
 		}
 		b.mu.Lock()
-		left := b.commits
-		b.commits, b.armed = nil, false
-		b.size.Store(0)
+		left := b.takeAll()
 		b.mu.Unlock()
 		inv.sendCommits(left)
 	})
+}
+
+// takeAll empties b and disarms it, returning what it held. Called with
+// b.mu held.
+func (b *carryBuf) takeAll() []carriedCommit {
+	left := b.commits
+	b.commits, b.armed = nil, false
+	b.size.Store(0)
+	return left
 }
 
 // takeCarried takes up to limit of n's buffered commits made under epoch
@@ -206,9 +217,7 @@ func (inv *Inventory) flushCarried() {
 	inv.carries.m.Range(func(_, v any) bool {
 		b := v.(*carryBuf)
 		b.mu.Lock()
-		left = append(left, b.commits...)
-		b.commits, b.armed = nil, false
-		b.size.Store(0)
+		left = append(left, b.takeAll()...)
 		if b.timer != nil {
 			b.timer.Stop()
 		}
