@@ -75,6 +75,8 @@ for i = 0, (#KEYS - 2) / 3 - 1 do
   local mode, member, value = ARGV[3 + i * 3], ARGV[4 + i * 3], ARGV[5 + i * 3]
   if mode == 'r' then
     out[#out + 1] = redis.call('SET', key, value, 'NX', 'EX', ARGV[2]) and 1 or -1
+  elseif mode == 'd' then
+    out[#out + 1] = redis.call('SET', key, value, 'XX', 'KEEPTTL') and 1 or -1
   else
     local s = stock[sk]
     if not s then
@@ -217,6 +219,8 @@ func (f *floorBatcher) send() {
 				r.err = err
 			case out[i] == 0:
 				r.err = errFloorShort
+			case out[i] < 0 && r.mode == "d":
+				r.err = fmt.Errorf("floor: %s: key %q does not exist", r.member, r.key)
 			case out[i] < 0:
 				r.err = fmt.Errorf("floor: %s: key %q exists", r.member, r.key)
 			}
@@ -243,15 +247,53 @@ type floorItem struct {
 // distinct nodes. (A design that writes this way decides an order by its
 // record's SET NX: fences of an attempt that lost, crashed or was
 // cancelled before its record are released, or come back at their
-// deadline. The floor measures the success path only.)
+// deadline. The floor measures the success path only.) An order with
+// fences takes two sequential round trips.
 func floorOrder(batchers []*floorBatcher, home int, id string, items []floorItem) error {
-	list := ""
+	rec, list, fences, at := floorEntries(batchers, home, id, items)
+	rec.value = "reserved" + list
+	if err := floorRound(fences, at); err != nil {
+		return err
+	}
+	return floorRound([]floorReq{rec}, []*floorBatcher{batchers[home]})
+}
+
+// floorOrderOneRound places the same order in one round trip, as a
+// reserve that must answer after one round (shardis's one-round staged
+// path) has to: the record, set only if absent, goes to the home at the
+// same time as the fences to the other nodes, so it cannot say yet whether
+// they were taken: it is written staged, and once every fence is taken a
+// second write (mode "d", batched with the home's other entries) makes it
+// final, so that a later confirm needs no round of its own to learn what
+// the order holds. The order is answered when the round is back, the
+// decision queued but not waited for (as shardis's carried commit): its
+// CPU is spent all the same, its latency is not the caller's. An order
+// whose items are all on its home is one final entry, as in floorOrder.
+// It is the least a one-round reservation writes on top of floorOrder:
+// one more SET per order with fences, on its home.
+func floorOrderOneRound(batchers []*floorBatcher, home int, id string, items []floorItem) error {
+	rec, list, fences, at := floorEntries(batchers, home, id, items)
+	if len(fences) == 0 {
+		rec.value = "reserved" + list
+		return floorRound([]floorReq{rec}, []*floorBatcher{batchers[home]})
+	}
+	rec.value = "staged" + list
+	if err := floorRound(append(fences, rec), append(at, batchers[home])); err != nil {
+		return err
+	}
+	return batchers[home].submit(&floorReq{mode: "d", key: rec.key, member: id, value: "reserved" + list})
+}
+
+// floorEntries are a floor order's entries: its record on batchers[home]
+// (taking the home's item, if any; its value is left to the caller: a
+// status, then list, the items' list) and a fence on each other node with
+// an item (fences[i] on at[i]).
+func floorEntries(batchers []*floorBatcher, home int, id string, items []floorItem) (rec floorReq, list string, fences []floorReq, at []*floorBatcher) {
 	for _, it := range items {
 		list += "|" + batchers[it.node].n.Name() + ":" + it.sku + ":1"
 	}
-	rec := floorReq{mode: "r", key: "floor:order:" + id, member: id, value: "reserved" + list}
-	fences := make([]floorReq, 0, len(items))
-	var at []*floorBatcher
+	rec = floorReq{mode: "r", key: "floor:order:" + id, member: id}
+	fences = make([]floorReq, 0, len(items)+1)
 	for i, it := range items {
 		member := id + "." + strconv.Itoa(i)
 		if it.node == home {
@@ -261,22 +303,22 @@ func floorOrder(batchers []*floorBatcher, home int, id string, items []floorItem
 		fences = append(fences, floorReq{mode: "t", key: "floor:part:" + member, sku: it.sku, member: member, value: "pending|" + id + "|" + it.sku + "|1"})
 		at = append(at, batchers[it.node])
 	}
-	for i := range fences {
-		if err := at[i].submit(&fences[i]); err != nil {
+	return rec, list, fences, at
+}
+
+// floorRound submits reqs[i] to at[i], all at once, and waits for every
+// one: one round trip.
+func floorRound(reqs []floorReq, at []*floorBatcher) error {
+	for i := range reqs {
+		if err := at[i].submit(&reqs[i]); err != nil {
 			return err
 		}
 	}
 	var err error
-	for i := range fences {
-		err = errors.Join(err, at[i].wait(&fences[i]))
+	for i := range reqs {
+		err = errors.Join(err, at[i].wait(&reqs[i]))
 	}
-	if err != nil {
-		return err
-	}
-	if err := batchers[home].submit(&rec); err != nil {
-		return err
-	}
-	return batchers[home].wait(&rec)
+	return err
 }
 
 // check verifies the floor script on the node, from an empty node: with 2
@@ -291,7 +333,7 @@ func (f *floorBatcher) check(ctx context.Context) error {
 	c := f.n.Client()
 	var keys []string
 	var args []any
-	for _, e := range [][3]string{{"t", "a", "x"}, {"t", "a", "x"}, {"t", "b", "x"}, {"t", "c", "x"}, {"r", "e", "z"}, {"r", "e", "z"}} {
+	for _, e := range [][3]string{{"t", "a", "x"}, {"t", "a", "x"}, {"t", "b", "x"}, {"t", "c", "x"}, {"r", "e", "z"}, {"r", "e", "z"}, {"d", "e", "w"}, {"d", "f", "w"}} {
 		keys = append(keys, "floor:order:"+e[1], floorStock(floorHotSKU), floorRedo(floorHotSKU))
 		args = append(args, e[0], e[1], e[2])
 	}
@@ -299,11 +341,17 @@ func (f *floorBatcher) check(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("floor check: %w", err)
 	}
-	if fmt.Sprint(out) != "[1 -1 2 0 1 -1]" {
-		return fmt.Errorf("floor check: replies %v, want [1 -1 2 0 1 -1]", out)
+	if fmt.Sprint(out) != "[1 -1 2 0 1 -1 1 -1]" {
+		return fmt.Errorf("floor check: replies %v, want [1 -1 2 0 1 -1 1 -1]", out)
 	}
-	if v, err := c.Get(ctx, "floor:order:e").Result(); err != nil || v != "z" {
-		return fmt.Errorf("floor check: record e holds %q (%v), want z", v, err)
+	if v, err := c.Get(ctx, "floor:order:e").Result(); err != nil || v != "w" {
+		return fmt.Errorf("floor check: record e holds %q (%v), want w", v, err)
+	}
+	if ttl, err := c.TTL(ctx, "floor:order:e").Result(); err != nil || ttl <= 0 {
+		return fmt.Errorf("floor check: record e's TTL is %v (%v), want the retention kept", ttl, err)
+	}
+	if n, err := c.Exists(ctx, "floor:order:f").Result(); err != nil || n != 0 {
+		return fmt.Errorf("floor check: a decision made record f (%d, %v)", n, err)
 	}
 	st, err := c.HMGet(ctx, floorStock(floorHotSKU), "available", "reserved").Result()
 	if err != nil || fmt.Sprint(st) != "[0 2]" {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -106,12 +107,23 @@ func TestFloorHot(t *testing.T) {
 	}
 }
 
-// TestFloorOrder3 runs 40 concurrent 3-item orders: each takes one unit on
-// every node, the record (final) on its hashed home and a fence on the two
-// others. Then 20 one-item orders
-// on node 0 with hashed homes: those homed elsewhere leave a record there
-// (no unit taken) and a fence on node 0.
+// TestFloorOrder3 runs 40 concurrent 3-item orders, placed in two rounds
+// (floorOrder) and in one (floorOrderOneRound): each takes one unit on
+// every node, the record (final, with its retention, once a one-round
+// order's decision landed) on its hashed home and a fence on the two
+// others. Then 20 one-item orders on node 0 with hashed
+// homes: those homed elsewhere leave a record there (no unit taken) and a
+// fence on node 0.
 func TestFloorOrder3(t *testing.T) {
+	for _, place := range []struct {
+		name  string
+		order func([]*floorBatcher, int, string, []floorItem) error
+	}{{"two rounds", floorOrder}, {"one round", floorOrderOneRound}} {
+		t.Run(place.name, func(t *testing.T) { testFloorOrder3(t, place.order) })
+	}
+}
+
+func testFloorOrder3(t *testing.T, floorOrder func([]*floorBatcher, int, string, []floorItem) error) {
 	fs := floorNodes(t)
 	ctx := context.Background()
 	skus := []string{"1001", "2001", "3001"}
@@ -146,8 +158,16 @@ func TestFloorOrder3(t *testing.T) {
 			t.Fatalf("node %d: %d records, %d fences; want %d and %d", i, len(records), len(fences), homes[i], orders-homes[i])
 		}
 		for _, k := range records {
-			if v, err := c.Get(ctx, k).Result(); err != nil || !strings.HasPrefix(v, "reserved|") {
+			v, err := c.Get(ctx, k).Result()
+			for deadline := time.Now().Add(5 * time.Second); err == nil && strings.HasPrefix(v, "staged|") && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond) // a one-round order's decision is not waited for
+				v, err = c.Get(ctx, k).Result()
+			}
+			if err != nil || !strings.HasPrefix(v, "reserved|") {
 				t.Fatalf("node %d: record %s holds %q (%v), want reserved", i, k, v, err)
+			}
+			if ttl, err := c.TTL(ctx, k).Result(); err != nil || ttl <= 0 {
+				t.Fatalf("node %d: record %s has TTL %v (%v), want its retention", i, k, ttl, err)
 			}
 		}
 	}

@@ -39,6 +39,12 @@ const (
 	VarHotFloor      = "floor: hot SKU on 1 node, a record per order (hashed over 3 nodes) and a part fence, batched"
 	VarHotFloorLocal = "floor: hot SKU on 1 node, a record per order next to the stock, batched"
 	VarFloor3        = "floor: 3 items on 3 nodes, a record and two part fences per order, batched"
+	// VarHotFloorOneRound and VarFloor3OneRound are VarHotFloor and
+	// VarFloor3 placed in one round trip (floorOrderOneRound), as
+	// shardis's one-round paths place VarHot1's and VarInv3's orders: the
+	// record staged beside the fences, then decided by one more write.
+	VarHotFloorOneRound = "floor, one round: hot SKU on 1 node, a record per order (hashed over 3 nodes, staged, then decided) and a part fence, batched"
+	VarFloor3OneRound   = "floor, one round: 3 items on 3 nodes, a record (staged, then decided) and two part fences per order, batched"
 	// VarSoldOut and VarSeedSoldOut are VarHot1's and VarSeedHot1's shape
 	// on a SKU with no stock left (soldout.go): every order, each with a
 	// distinct id, is refused.
@@ -123,6 +129,25 @@ var VsFloor = []struct {
 	{"inventory_3item_vs_floor", VarInv3, VarFloor3, func(s *Summary) *float64 { return &s.Inventory3ItemVsFloor }},
 	{"inventory_hot_sku_vs_floor", VarHot1, VarHotFloor, func(s *Summary) *float64 { return &s.InventoryHotVsFloor }},
 	{"inventory_hot_sku_minted_vs_floor", VarHot1Minted, VarHotFloorLocal, func(s *Summary) *float64 { return &s.InventoryHotMintedVsFloor }},
+}
+
+// OneRoundFloors pairs each hashed floor row with its one-round placing
+// (floorOrderOneRound) and the shardis row that places the same orders in
+// one round trip: how much of a shardis row's distance to its floor the
+// one-round shape alone costs. OverFloor is the one-round floor's orders/s
+// over the floor's, VsOneRound shardis's over the one-round floor's, both
+// paired per round; their Summary fields and JSON names follow.
+var OneRoundFloors = []struct {
+	Shardis, Floor, OneRound        string
+	OverFloorKey, VsOneRoundKey     string
+	OverFloorField, VsOneRoundField func(*Summary) *float64
+}{
+	{VarInv3, VarFloor3, VarFloor3OneRound, "inventory_3item_floor_one_round_vs_floor", "inventory_3item_vs_floor_one_round",
+		func(s *Summary) *float64 { return &s.Inventory3ItemFloorOneRoundVsFloor },
+		func(s *Summary) *float64 { return &s.Inventory3ItemVsFloorOneRound }},
+	{VarHot1, VarHotFloor, VarHotFloorOneRound, "inventory_hot_sku_floor_one_round_vs_floor", "inventory_hot_sku_vs_floor_one_round",
+		func(s *Summary) *float64 { return &s.InventoryHotFloorOneRoundVsFloor },
+		func(s *Summary) *float64 { return &s.InventoryHotVsFloorOneRound }},
 }
 
 // AllocResult is a sequential (one goroutine) benchmark of one order.
@@ -215,6 +240,23 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 		}
 		return floors[0].load(ctx, floorHotSKU, inventory.MaxQuantity)
 	}
+	floor3Setup := func(ctx context.Context) error {
+		for r, f := range floors {
+			for _, s := range three[r] {
+				if err := f.load(ctx, s, inventory.MaxQuantity); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	floor3Items := func(w *Worker) []floorItem {
+		items := make([]floorItem, len(singleRoutes))
+		for r := range items {
+			items[r] = floorItem{node: r, sku: three[r][w.Rng.IntN(nSKU)]}
+		}
+		return items
+	}
 	reserve := func(w *Worker, items []inventory.Item) error {
 		_, err := inv.Reserve(ctx, orderID(w, 'o'), items, "", 0)
 		return err
@@ -290,25 +332,20 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 			id := orderID(w, 'f')
 			return floorOrder(floors, floorHome(id, len(floors)), id, floorHot)
 		}},
+		VarHotFloorOneRound: {VarHotFloorOneRound, floorHotSetup, func(w *Worker) error {
+			id := orderID(w, 'f')
+			return floorOrderOneRound(floors, floorHome(id, len(floors)), id, floorHot)
+		}},
 		VarHotFloorLocal: {VarHotFloorLocal, floorHotSetup, func(w *Worker) error {
 			return floorOrder(floors, 0, orderID(w, 'f'), floorHot)
 		}},
-		VarFloor3: {VarFloor3, func(ctx context.Context) error {
-			for r, f := range floors {
-				for _, s := range three[r] {
-					if err := f.load(ctx, s, inventory.MaxQuantity); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		}, func(w *Worker) error {
+		VarFloor3: {VarFloor3, floor3Setup, func(w *Worker) error {
 			id := orderID(w, 'f')
-			items := make([]floorItem, len(singleRoutes))
-			for r := range items {
-				items[r] = floorItem{node: r, sku: three[r][w.Rng.IntN(nSKU)]}
-			}
-			return floorOrder(floors, floorHome(id, len(floors)), id, items)
+			return floorOrder(floors, floorHome(id, len(floors)), id, floor3Items(w))
+		}},
+		VarFloor3OneRound: {VarFloor3OneRound, floor3Setup, func(w *Worker) error {
+			id := orderID(w, 'f')
+			return floorOrderOneRound(floors, floorHome(id, len(floors)), id, floor3Items(w))
 		}},
 	}
 	for _, w := range soldOutWorkloads(ctx, c, routeNodes[0]) {
@@ -344,7 +381,7 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 		return nil, err
 	}
 	variants := []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone, VarHotFloor, VarHotFloorLocal, VarFloor3,
-		VarSoldOut, VarSeedSoldOut}
+		VarHotFloorOneRound, VarFloor3OneRound, VarSoldOut, VarSeedSoldOut}
 	res := &InvResult{Conc: p.Conc, SKUs: p.SKUs, Variants: variants, Series: map[string]*Series{}}
 	for _, v := range variants {
 		res.Series[v] = &Series{Name: v}
@@ -381,10 +418,11 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 				for v, s := range got {
 					res.Series[v].Add(s)
 				}
-			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f (minted ids %.0f), seed hot 1 node %.0f; group commit off: 3 items %.0f, hot 1 node %.0f; floor: hot %.0f (next to the stock %.0f), 3 items %.0f; sold out: refused %.0f, seed %.0f",
+			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f (minted ids %.0f), seed hot 1 node %.0f; group commit off: 3 items %.0f, hot 1 node %.0f; floor: hot %.0f (next to the stock %.0f), 3 items %.0f; one round: hot %.0f, 3 items %.0f; sold out: refused %.0f, seed %.0f",
 				got[VarInv1].OpsPerSec(), got[VarInv3].OpsPerSec(), got[VarSeed3].OpsPerSec(),
 				got[VarHot3].OpsPerSec(), got[VarHot1].OpsPerSec(), got[VarHot1Minted].OpsPerSec(), got[VarSeedHot1].OpsPerSec(),
 				got[VarInv3Alone].OpsPerSec(), got[VarHot1Alone].OpsPerSec(), got[VarHotFloor].OpsPerSec(), got[VarHotFloorLocal].OpsPerSec(), got[VarFloor3].OpsPerSec(),
+				got[VarHotFloorOneRound].OpsPerSec(), got[VarFloor3OneRound].OpsPerSec(),
 				got[VarSoldOut].OpsPerSec(), got[VarSeedSoldOut].OpsPerSec()), nil
 	})
 	res.Rounds = st

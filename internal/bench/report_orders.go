@@ -240,9 +240,36 @@ func floorMisses(r *Results, s Summary) string {
 			"the part record (EXISTS, SET) 2.6, the pending-index and redo entries 4.2 together (their ZADDs merged per key), the order record's SET 1.1 and the rest about 0.6; "+
 			"each script call also costs about 45 µs of its own (the stamp check, the prelude, the shared reads and writes), which its orders share, so calls carrying few orders (the staged path's stage and takes) cost more per order. "+
 			"The records are encoded by the client and only filled in by the node (`inventory/rectemplate.go`). "+
-			"On the client: go-redis writing those arguments and reading the nested replies, the parts' lists and record templates, and the hand-offs between the callers and their groups' senders.\n",
+			"On the client: go-redis writing those arguments and reading the nested replies, the parts' lists and record templates, and the hand-offs between the callers and their groups' senders.%s\n",
 			f.Key, *f.Field(&s), fmtCPU(cs), fmtCPU(ss), fmtCPU(cf), fmtCPU(sf), fmtCPU(cs-cf), fmtCPU(ss-sf),
-			ns, ks, fmtCPU(es), nf, kf, fmtCPU(ef))
+			ns, ks, fmtCPU(es), nf, kf, fmtCPU(ef), oneRoundReading(ir, f.Shardis))
 	}
 	return b.String()
+}
+
+// oneRoundReading is a floor miss's sentence on the one-round floor row of
+// shardis row v (OneRoundFloors), or "" when v has none or the run lacks
+// it: how much of the distance to the floor the one-round shape explains.
+func oneRoundReading(ir *InvResult, v string) string {
+	for _, f := range OneRoundFloors {
+		if f.Shardis != v {
+			continue
+		}
+		over, vs := ir.Over(f.OneRound, f.Floor), ir.Over(f.Shardis, f.OneRound)
+		if over <= 0 || vs <= 0 {
+			return ""
+		}
+		o := ir.Series[f.OneRound]
+		co, so, _ := o.CPUPerOp()
+		_, eo, ko := o.ServerPerOp()
+		share := "placing an order in one round costs the floor nothing measurable here, so the distance is shardis's own work per order."
+		if over < 0.98 {
+			share = fmt.Sprintf("of the %.2f of the floor's orders/s that shardis lacks, the one-round shape accounts for %.2f and shardis's own work per order for the rest.", 1-over*vs, 1-over)
+		}
+		return fmt.Sprintf(" Shardis answers these orders after one round trip, the floor after two (the fences, then the record). "+
+			"The floor placed in one round (the record staged on its home beside the fences, then made final by one more write, batched: `floorOrderOneRound`, the least a one-round reservation whose confirm needs no round of its own writes) "+
+			"ran at %.3f× the floor (%s of client and %s of node CPU per order, %.1f commands and %s of script time), and shardis at %.3f× of it: %s",
+			over, fmtCPU(co), fmtCPU(so), ko, fmtCPU(eo), vs, share)
+	}
+	return ""
 }

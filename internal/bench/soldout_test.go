@@ -14,7 +14,7 @@ func TestSoldOutSummaryKeys(t *testing.T) {
 	ir := &InvResult{Series: map[string]*Series{}, SoldOutKeys: &SoldOutKeys{Refused: 2000}}
 	ops := map[string]int64{VarSoldOut: 3000, VarSeedSoldOut: 2000}
 	for _, v := range []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone,
-		VarHotFloor, VarHotFloorLocal, VarFloor3, VarSoldOut, VarSeedSoldOut} {
+		VarHotFloor, VarHotFloorLocal, VarFloor3, VarHotFloorOneRound, VarFloor3OneRound, VarSoldOut, VarSeedSoldOut} {
 		n := ops[v]
 		if n == 0 {
 			n = 1000

@@ -76,6 +76,16 @@ type Summary struct {
 	Inventory3ItemVsFloor     float64 `json:"inventory_3item_vs_floor,omitempty"`
 	InventoryHotVsFloor       float64 `json:"inventory_hot_sku_vs_floor,omitempty"`
 	InventoryHotMintedVsFloor float64 `json:"inventory_hot_sku_minted_vs_floor,omitempty"`
+	// Inventory3ItemFloorOneRoundVsFloor and
+	// InventoryHotFloorOneRoundVsFloor are the one-round floor rows over
+	// their floor rows; Inventory3ItemVsFloorOneRound and
+	// InventoryHotVsFloorOneRound the shardis rows over the one-round
+	// floor rows (OneRoundFloors in invbench.go), paired per round.
+	// Yardsticks, without targets.
+	Inventory3ItemFloorOneRoundVsFloor float64 `json:"inventory_3item_floor_one_round_vs_floor,omitempty"`
+	InventoryHotFloorOneRoundVsFloor   float64 `json:"inventory_hot_sku_floor_one_round_vs_floor,omitempty"`
+	Inventory3ItemVsFloorOneRound      float64 `json:"inventory_3item_vs_floor_one_round,omitempty"`
+	InventoryHotVsFloorOneRound        float64 `json:"inventory_hot_sku_vs_floor_one_round,omitempty"`
 
 	// InventorySoldOutVsSeed is orders/s of 1-item orders with distinct
 	// ids on a SKU with no stock left (every one refused), shardis over
@@ -230,6 +240,14 @@ func Summarize(r *Results) Summary {
 			if h := ir.Over(f.Shardis, f.Floor); h > 0 {
 				*f.Field(&s) = round3(h)
 				s.Targets[f.Key+">=0.8"] = h >= 0.8
+			}
+		}
+		for _, f := range OneRoundFloors {
+			if h := ir.Over(f.OneRound, f.Floor); h > 0 {
+				*f.OverFloorField(&s) = round3(h)
+			}
+			if h := ir.Over(f.Shardis, f.OneRound); h > 0 {
+				*f.VsOneRoundField(&s) = round3(h)
 			}
 		}
 		if s.InventoryHotMintedVsSeed > 0 {

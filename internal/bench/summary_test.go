@@ -3,13 +3,15 @@ package bench
 import (
 	"encoding/json"
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
 
 // TestSummaryVsFloor checks that each shardis row over its floor row
-// reaches the JSON line under its key, with its target, and that a run
-// without floor rows leaves the keys out.
+// reaches the JSON line under its key, with its target, as do the
+// one-round floor ratios (without targets), and that a run without a
+// ratio's rows leaves its key out.
 func TestSummaryVsFloor(t *testing.T) {
 	ops := map[string]int64{
 		VarInv3: 400, VarFloor3: 1000,
@@ -17,6 +19,7 @@ func TestSummaryVsFloor(t *testing.T) {
 		VarHot1Minted: 900, VarHotFloorLocal: 1000,
 		VarSeedHot1: 500, VarSeed3: 1000,
 		VarInv1: 1000, VarHot3: 1000,
+		VarFloor3OneRound: 800, VarHotFloorOneRound: 600,
 	}
 	ir := &InvResult{Series: map[string]*Series{}}
 	for v, n := range ops {
@@ -40,6 +43,11 @@ func TestSummaryVsFloor(t *testing.T) {
 		"inventory_hot_sku_vs_floor":        0.3,
 		"inventory_hot_sku_minted_vs_floor": 0.9,
 		"inventory_hot_sku_minted_vs_seed":  1.8,
+		// the one-round yardsticks: no targets
+		"inventory_3item_floor_one_round_vs_floor":   0.8,
+		"inventory_3item_vs_floor_one_round":         0.5,
+		"inventory_hot_sku_floor_one_round_vs_floor": 0.6,
+		"inventory_hot_sku_vs_floor_one_round":       0.5,
 	}
 	for k, w := range want {
 		g, ok := got[k].(float64)
@@ -58,11 +66,24 @@ func TestSummaryVsFloor(t *testing.T) {
 		}
 	}
 
+	for k := range sum.Targets {
+		if strings.Contains(k, "one_round") {
+			t.Errorf("a one-round yardstick has a target: %s", k)
+		}
+	}
+
 	delete(ir.Series, VarFloor3)
+	delete(ir.Series, VarHotFloorOneRound)
 	b, _ = json.Marshal(Summarize(&Results{Inventory: ir}))
 	got = nil
 	_ = json.Unmarshal(b, &got)
-	if _, ok := got["inventory_3item_vs_floor"]; ok {
-		t.Errorf("inventory_3item_vs_floor present without a floor row: %s", b)
+	for _, k := range []string{"inventory_3item_vs_floor", "inventory_3item_floor_one_round_vs_floor",
+		"inventory_hot_sku_floor_one_round_vs_floor", "inventory_hot_sku_vs_floor_one_round"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("%s present without its rows: %s", k, b)
+		}
+	}
+	if _, ok := got["inventory_3item_vs_floor_one_round"]; !ok {
+		t.Errorf("inventory_3item_vs_floor_one_round missing with both its rows: %s", b)
 	}
 }
