@@ -134,18 +134,17 @@ var VsFloor = []struct {
 // OneRoundFloors pairs each hashed floor row with its one-round placing
 // (floorOrderOneRound) and the shardis row that places the same orders in
 // one round trip: how much of a shardis row's distance to its floor the
-// one-round shape alone costs. OverFloor is the one-round floor's orders/s
-// over the floor's, VsOneRound shardis's over the one-round floor's, both
-// paired per round; their Summary fields and JSON names follow.
+// one-round shape alone costs. OverFloor is the Summary field of the
+// one-round floor's orders/s over the floor's, VsOneRound that of
+// shardis's over the one-round floor's, both paired per round.
 var OneRoundFloors = []struct {
-	Shardis, Floor, OneRound        string
-	OverFloorKey, VsOneRoundKey     string
-	OverFloorField, VsOneRoundField func(*Summary) *float64
+	Shardis, Floor, OneRound string
+	OverFloor, VsOneRound    func(*Summary) *float64
 }{
-	{VarInv3, VarFloor3, VarFloor3OneRound, "inventory_3item_floor_one_round_vs_floor", "inventory_3item_vs_floor_one_round",
+	{VarInv3, VarFloor3, VarFloor3OneRound,
 		func(s *Summary) *float64 { return &s.Inventory3ItemFloorOneRoundVsFloor },
 		func(s *Summary) *float64 { return &s.Inventory3ItemVsFloorOneRound }},
-	{VarHot1, VarHotFloor, VarHotFloorOneRound, "inventory_hot_sku_floor_one_round_vs_floor", "inventory_hot_sku_vs_floor_one_round",
+	{VarHot1, VarHotFloor, VarHotFloorOneRound,
 		func(s *Summary) *float64 { return &s.InventoryHotFloorOneRoundVsFloor },
 		func(s *Summary) *float64 { return &s.InventoryHotVsFloorOneRound }},
 }

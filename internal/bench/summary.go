@@ -244,10 +244,10 @@ func Summarize(r *Results) Summary {
 		}
 		for _, f := range OneRoundFloors {
 			if h := ir.Over(f.OneRound, f.Floor); h > 0 {
-				*f.OverFloorField(&s) = round3(h)
+				*f.OverFloor(&s) = round3(h)
 			}
 			if h := ir.Over(f.Shardis, f.OneRound); h > 0 {
-				*f.VsOneRoundField(&s) = round3(h)
+				*f.VsOneRound(&s) = round3(h)
 			}
 		}
 		if s.InventoryHotMintedVsSeed > 0 {
