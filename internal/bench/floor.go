@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
@@ -133,6 +134,7 @@ var errFloorShort = errors.New("floor: insufficient stock")
 // floorReq is one entry waiting for a floor script call.
 type floorReq struct {
 	mode, key, sku, member, value string
+	unwaited                      bool // nobody waits: a failure goes to the batcher's failed
 	done                          chan struct{}
 	err                           error // set before done is closed
 }
@@ -146,6 +148,9 @@ type floorBatcher struct {
 	script *redis.Script
 	queue  chan *floorReq
 	start  sync.Once
+	// failed is the first failure of an entry nobody waits for (unwaited):
+	// every later submit returns it, so the run counts it.
+	failed atomic.Pointer[error]
 }
 
 func newFloorBatcher(ctx context.Context, n *node.Node) *floorBatcher {
@@ -157,8 +162,12 @@ func (f *floorBatcher) load(ctx context.Context, sku string, units int64) error 
 	return f.n.Client().HSet(ctx, floorStock(sku), "available", strconv.FormatInt(units, 10), "reserved", "0").Err()
 }
 
-// submit queues r (done is made here); wait waits for it.
+// submit queues r (done is made here); wait waits for it. It fails
+// without queueing once an unwaited entry failed.
 func (f *floorBatcher) submit(r *floorReq) error {
+	if e := f.failed.Load(); e != nil {
+		return *e
+	}
 	f.start.Do(func() {
 		for range floorSenders {
 			go f.send()
@@ -224,6 +233,9 @@ func (f *floorBatcher) send() {
 			case out[i] < 0:
 				r.err = fmt.Errorf("floor: %s: key %q exists", r.member, r.key)
 			}
+			if r.unwaited && r.err != nil {
+				f.failed.CompareAndSwap(nil, &r.err)
+			}
 			close(r.done)
 		}
 	}
@@ -267,7 +279,8 @@ func floorOrder(batchers []*floorBatcher, home int, id string, items []floorItem
 // final, so that a later confirm needs no round of its own to learn what
 // the order holds. The order is answered when the round is back, the
 // decision queued but not waited for (as shardis's carried commit): its
-// CPU is spent all the same, its latency is not the caller's. An order
+// CPU is spent all the same, its latency is not the caller's, and its
+// failure fails the node's later orders (floorBatcher.failed). An order
 // whose items are all on its home is one final entry, as in floorOrder.
 // It is the least a one-round reservation writes on top of floorOrder:
 // one more SET per order with fences, on its home.
@@ -281,7 +294,7 @@ func floorOrderOneRound(batchers []*floorBatcher, home int, id string, items []f
 	if err := floorRound(append(fences, rec), append(at, batchers[home])); err != nil {
 		return err
 	}
-	return batchers[home].submit(&floorReq{mode: "d", key: rec.key, member: id, value: "reserved" + list})
+	return batchers[home].submit(&floorReq{mode: "d", key: rec.key, member: id, value: "reserved" + list, unwaited: true})
 }
 
 // floorEntries are a floor order's entries: its record on batchers[home]

@@ -193,3 +193,22 @@ func testFloorOrder3(t *testing.T, floorOrder func([]*floorBatcher, int, string,
 		t.Fatalf("%d of 20 one-item orders homed off node 0: the test needs both kinds", remote)
 	}
 }
+
+// TestFloorUnwaitedFailure: a decision nobody waits for that finds no
+// record fails the node's later entries, so a run counts it.
+func TestFloorUnwaitedFailure(t *testing.T) {
+	f := floorNodes(t)[0]
+	ctx := context.Background()
+	if err := f.load(ctx, floorHotSKU, 10); err != nil {
+		t.Fatal(err)
+	}
+	d := &floorReq{mode: "d", key: "floor:order:gone", member: "gone", value: "reserved", unwaited: true}
+	if err := f.submit(d); err != nil {
+		t.Fatal(err)
+	}
+	<-d.done
+	err := floorOrder([]*floorBatcher{f}, 0, "next", []floorItem{{0, floorHotSKU}})
+	if err == nil || !strings.Contains(err.Error(), `key "floor:order:gone" does not exist`) {
+		t.Fatalf("order after a failed unwaited decision: %v, want that failure", err)
+	}
+}
