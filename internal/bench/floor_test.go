@@ -17,7 +17,7 @@ import (
 )
 
 // floorNodes returns a floor batcher on each of three real nodes, after
-// each node passed the script's check (and was emptied again).
+// each node passed the script's check (and its keys were removed again).
 func floorNodes(t *testing.T) []*floorBatcher {
 	t.Helper()
 	srvs := redistest.StartN(t, 3, redistest.Options{})
@@ -35,7 +35,14 @@ func floorNodes(t *testing.T) []*floorBatcher {
 		if err := f.check(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := n.Client().FlushAll(ctx).Err(); err != nil {
+		// only the check's keys go: FLUSHALL would take the node's
+		// shardis stamp too, and the router's probe would mark the node
+		// down (data lost) in the middle of a slow test
+		keys, err := n.Client().Keys(ctx, "floor:*").Result()
+		if err == nil && len(keys) > 0 {
+			err = n.Client().Del(ctx, keys...).Err()
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, f)
