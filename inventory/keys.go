@@ -90,7 +90,22 @@ func OrderKey(orderID string) string { return orderKey(orderID) }
 // small enough for Redis to keep as a listpack); a release before the
 // segments wrote them to RedoLogKey(q) itself, where they stay until
 // trimmed (redolog.go).
-func RedoLogKey(q int) string { return redoLogKeyPrefix + strconv.Itoa(q) }
+func RedoLogKey(q int) string {
+	if q >= 0 && q < len(redoLogKeys) {
+		return redoLogKeys[q]
+	}
+	return redoLogKeyPrefix + strconv.Itoa(q)
+}
+
+// redoLogKeys are RedoLogKey's names of the queues inventory.redo_queues
+// allows (1..1024), made once.
+var redoLogKeys = func() []string {
+	k := make([]string, 1024)
+	for q := range k {
+		k[q] = redoLogKeyPrefix + strconv.Itoa(q)
+	}
+	return k
+}()
 
 // xferKey names the record of transfer id on its source node, and
 // xferMarkerKey the destination's memory that it applied it.
@@ -99,7 +114,8 @@ func xferMarkerKey(id string) string { return xferMarkerKeyPrefix + id }
 
 // redoQueue returns the queue of a SKU: xxhash(route:sku) mod queues.
 func (inv *Inventory) redoQueue(route, sku string) string {
-	h := xxhash.Sum64String(route + ":" + sku)
+	var tmp [64]byte // route:sku hashed without a new string when it fits
+	h := xxhash.Sum64(append(append(append(tmp[:0], route...), ':'), sku...))
 	return RedoLogKey(int(h % uint64(inv.cfg.RedoQueues)))
 }
 

@@ -188,7 +188,7 @@ func takeWholeArgs(args []any, orderID, token string, r partReq) ([]any, error) 
 	if err != nil {
 		return args, err
 	}
-	return append(args, r.ID, string(r.Kind), r.Qty, a, b), nil
+	return append(args, r.ID, kindArg(r.Kind), r.Qty, a, b), nil
 }
 
 // localReqs are the parts of an order reserved whole on home under token,
@@ -198,7 +198,7 @@ func (inv *Inventory) localReqs(ctx context.Context, home *node.Node, orderID, t
 	var reqs []partReq
 	for i, it := range items {
 		set, _ := inv.set(ctx, it.Route)
-		if c := inv.itemCandidates(set, home, orderID, it.SKU, userID); len(c) == 0 || c[0] != home {
+		if !inv.itemHomeFirst(set, home, userID) {
 			return nil, false
 		}
 		reqs = append(reqs, partReq{
@@ -223,7 +223,9 @@ func (inv *Inventory) localReqs(ctx context.Context, home *node.Node, orderID, t
 
 // localCall is localScript's keys and arguments for reqs, and the parts
 // they take (offsets 0: the script hands them out). It fails with
-// ErrInvalid when a record has no template (rectemplate.go).
+// ErrInvalid when a record has no template (rectemplate.go). The strings
+// it builds (the order and part keys, the record templates) are cut from
+// one allocation.
 func (inv *Inventory) localCall(orderID, token, digest, userID string, ttl time.Duration, reqs []partReq) ([]string, []any, []part, error) {
 	parts := make([]part, 0, len(reqs))
 	for _, r := range reqs {
@@ -233,22 +235,54 @@ func (inv *Inventory) localCall(orderID, token, digest, userID string, ttl time.
 		}
 		parts = append(parts, p)
 	}
-	rec, err := localOrderPieces(orderID, token, digest, userID, ms(ttl), parts)
+	var endsArr [16]int
+	buf := make([]byte, 0, 64+len(orderID)+len(digest)+len(userID)+(160+2*len(orderID))*len(reqs))
+	buf = append(append(buf, orderKeyPrefix...), orderID...)
+	ends := append(endsArr[:0], len(buf))
+	buf, ends, err := appendLocalOrderPieces(buf, ends, orderID, token, digest, userID, ms(ttl), parts)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	keys := make([]string, 0, 3+3*len(reqs))
-	keys = append(keys, orderKey(orderID), PendingKey, RedoOffsetsKey)
-	args := make([]any, 0, 5+len(rec)+5*len(reqs))
-	args = append(args, orderID, userID, ms(ttl), ms(partGrace))
-	for _, piece := range rec {
-		args = append(args, piece)
-	}
 	for _, r := range reqs {
-		keys = append(keys, partKey(r.ID), r.ck, r.queue)
-		if args, err = takeWholeArgs(args, orderID, token, r); err != nil {
+		buf = append(append(buf, partKeyPrefix...), r.ID...)
+		ends = append(ends, len(buf))
+		var cut int
+		if buf, cut, err = appendPartTemplate(buf, orderID, token, r); err != nil {
 			return nil, nil, nil, err
 		}
+		ends = append(ends, cut, len(buf))
+	}
+	s, start := string(buf), 0
+	next := func() string {
+		v := s[start:ends[0]]
+		start, ends = ends[0], ends[1:]
+		return v
+	}
+	keys := make([]string, 0, 3+3*len(reqs))
+	keys = append(keys, next(), PendingKey, RedoOffsetsKey)
+	args := make([]any, 0, 6+len(parts)+5*len(reqs))
+	args = append(args, orderID, userID, ms(ttl), partGraceArg)
+	for range 2 + len(parts) {
+		args = append(args, next())
+	}
+	for _, r := range reqs {
+		keys = append(keys, next(), r.ck, r.queue)
+		args = append(args, r.ID, kindArg(r.Kind), r.Qty, next(), next())
 	}
 	return keys, args, parts, nil
+}
+
+// partGraceArg is ms(partGrace) as a script argument, boxed once.
+var partGraceArg any = ms(partGrace)
+
+// kindArg is kind as a script argument (a string), without boxing a new
+// string for the kinds there are.
+func kindArg(kind PartKind) any {
+	switch kind {
+	case PartStock:
+		return string(PartStock)
+	case PartQuota:
+		return string(PartQuota)
+	}
+	return string(kind)
 }

@@ -128,11 +128,8 @@ var partRefs = map[string]func(v, id string, f map[string]string) (string, bool)
 		return q, ok && q != "" && q[0] != '='
 	},
 	"counter": func(v, _ string, _ map[string]string) (string, bool) {
-		if r, ok := strings.CutPrefix(v, stockKeyPrefix); ok {
-			return "s" + r, true
-		}
-		r, ok := strings.CutPrefix(v, quotaKeyPrefix)
-		return "q" + r, ok
+		tag, r, ok := counterRef(v)
+		return tag + r, ok
 	},
 	"sku": func(v, _ string, f map[string]string) (string, bool) { return skuRef(v, f["counter"]) },
 	"item": func(v, id string, _ map[string]string) (string, bool) {
@@ -142,6 +139,18 @@ var partRefs = map[string]func(v, id string, f map[string]string) (string, bool)
 		return strconv.Itoa(len(v)), strings.HasPrefix(id, v)
 	},
 	"token": func(v, id string, f map[string]string) (string, bool) { return tokenRef(v, id, f["order"]) },
+}
+
+// counterRef is the counter field's reference to v, in two pieces (tag,
+// then what follows the key's prefix: partRefs joins them,
+// appendPartRef appends them), or false when v is neither a stock nor a
+// quota key.
+func counterRef(v string) (tag, rest string, ok bool) {
+	if r, ok := strings.CutPrefix(v, stockKeyPrefix); ok {
+		return "s", r, true
+	}
+	r, ok := strings.CutPrefix(v, quotaKeyPrefix)
+	return "q", r, ok
 }
 
 // skuRef is the SKU field's reference to v in a record whose counter is
@@ -196,6 +205,18 @@ func partRef(name, v, id string, f map[string]string) string {
 	}
 	r, ok := ref(v, id, f)
 	return refOrLiteral(v, r, ok)
+}
+
+// appendPartRef appends partRef(name, v, id, f) to dst (the counter's
+// reference without joining its pieces first).
+func appendPartRef(dst []byte, name, v, id string, f map[string]string) []byte {
+	if name == "counter" {
+		if tag, r, ok := counterRef(v); ok {
+			return append(append(dst, tag...), r...)
+		}
+		return append(append(dst, '='), v...)
+	}
+	return append(dst, partRef(name, v, id, f)...)
 }
 
 // stockKeySKU is what follows the route in stock key k.

@@ -65,24 +65,42 @@ func hasControl(values ...string) bool {
 // after the holes redo, counter, sku, item, order, token, each as partRef
 // stores it.
 func partTemplate(orderID, token string, r partReq) (a, b string, err error) {
+	buf, cut, err := appendPartTemplate(nil, orderID, token, r)
+	if err != nil {
+		return "", "", err
+	}
+	s := string(buf)
+	return s[:cut], s[cut:], nil
+}
+
+// appendPartTemplate appends partTemplate's pieces a and b to dst, one
+// after the other, and returns dst and the position in it where b starts
+// (a caller that sends many pieces cuts them all from one string).
+func appendPartTemplate(dst []byte, orderID, token string, r partReq) ([]byte, int, error) {
 	redo := ""
 	if r.Kind == PartStock {
 		redo = r.queue
 	}
 	kind := string(r.Kind)
 	if kind == "" || hasControl(orderID, token, r.ID, r.SKU, r.ck, redo, kind) {
-		return "", "", fmt.Errorf("%w: part %q: a field holds a control byte, or it has no kind", ErrInvalid, r.ID)
+		return dst, 0, fmt.Errorf("%w: part %q: a field holds a control byte, or it has no kind", ErrInvalid, r.ID)
 	}
-	ref := func(name, v string) string {
+	ref := func(dst []byte, name, v string) []byte {
 		if v == "" {
-			return ""
+			return dst
 		}
-		return partRef(name, v, r.ID, nil)
+		return appendPartRef(dst, name, v, r.ID, nil)
 	}
-	a = partStateCodes[string(PartPending)] + partUS + kind + partUS
-	b = partUS + ref("redo", redo) + partUS + ref("counter", r.ck) + partUS + partSKURef(r.SKU, r.ck) + partUS +
-		ref("item", strconv.Itoa(r.Item)) + partUS + ref("order", orderID) + partUS + partTokenRef(token, r.ID, orderID) + partUS
-	return a, b, nil
+	dst = append(dst, partStateCodes[string(PartPending)]...)
+	dst = append(append(append(dst, partUS...), kind...), partUS...)
+	cut := len(dst)
+	dst = ref(append(dst, partUS...), "redo", redo)
+	dst = ref(append(dst, partUS...), "counter", r.ck)
+	dst = append(append(dst, partUS...), partSKURef(r.SKU, r.ck)...)
+	dst = ref(append(dst, partUS...), "item", strconv.Itoa(r.Item))
+	dst = ref(append(dst, partUS...), "order", orderID)
+	dst = append(append(dst, partUS...), partTokenRef(token, r.ID, orderID)...)
+	return append(dst, partUS...), cut, nil
 }
 
 // localOrderPieces is the record localScript writes for an order reserved
@@ -95,28 +113,46 @@ func partTemplate(orderID, token string, r partReq) (a, b string, err error) {
 // ErrInvalid for a field holding a control byte and for parts layout 2
 // cannot carry.
 func localOrderPieces(orderID, token, digest, userID string, ttl int64, parts []OrderPart) ([]string, error) {
-	if len(parts) == 0 || hasControl(orderID, token, digest, userID) {
-		return nil, fmt.Errorf("%w: order %q: no parts, or a field holds a control byte", ErrInvalid, orderID)
+	buf, cuts, err := appendLocalOrderPieces(nil, nil, orderID, token, digest, userID, ttl, parts)
+	if err != nil {
+		return nil, err
 	}
-	pieces := make([]string, 0, 2+len(parts))
-	pieces = append(pieces, orderHeadPiece(OrderReserved, token))
-	cur := orderGS + strconv.FormatInt(ttl, 10) + orderGS + digest + orderGS
+	s, start := string(buf), 0
+	pieces := make([]string, len(cuts))
+	for i, end := range cuts {
+		pieces[i], start = s[start:end], end
+	}
+	return pieces, nil
+}
+
+// appendLocalOrderPieces appends localOrderPieces' pieces to dst, one
+// after the other, and appends to ends where each ends in dst.
+func appendLocalOrderPieces(dst []byte, ends []int, orderID, token, digest, userID string, ttl int64, parts []OrderPart) ([]byte, []int, error) {
+	if len(parts) == 0 || hasControl(orderID, token, digest, userID) {
+		return dst, ends, fmt.Errorf("%w: order %q: no parts, or a field holds a control byte", ErrInvalid, orderID)
+	}
+	dst = appendOrderHead(dst, OrderReserved, token)
+	ends = append(ends, len(dst))
+	dst = append(strconv.AppendInt(append(dst, orderGS...), ttl, 10), orderGS...)
+	dst = append(append(dst, digest...), orderGS...)
 	for _, p := range parts {
 		p.Offset = 0 // its hole
 		f, ok := layout2Entry(orderID, token, p)
 		if !ok || hasControl(f[:]...) {
-			return nil, fmt.Errorf("%w: part %q: layout 2 cannot carry it, or a field holds a control byte", ErrInvalid, p.ID)
+			return dst, ends, fmt.Errorf("%w: part %q: layout 2 cannot carry it, or a field holds a control byte", ErrInvalid, p.ID)
 		}
-		// f joined by US around the offset (f[7], the hole): one
-		// concatenation each
-		pieces = append(pieces, cur+partsRS+f[0]+partsUS+f[1]+partsUS+f[2]+partsUS+f[3]+partsUS+f[4]+partsUS+f[5]+
-			partsUS+f[6]+partsUS)
-		cur = partsUS + f[8] + partsUS + f[9]
+		// f joined by US around the offset (f[7], the hole)
+		dst = append(dst, partsRS...)
+		for _, v := range f[:7] {
+			dst = append(append(dst, v...), partsUS...)
+		}
+		ends = append(ends, len(dst))
+		dst = append(append(append(append(dst, partsUS...), f[8]...), partsUS...), f[9]...)
 	}
 	if userID != "" {
-		cur += orderGS + userID
+		dst = append(append(dst, orderGS...), userID...)
 	}
-	return append(pieces, cur), nil
+	return dst, append(ends, len(dst)), nil
 }
 
 // stagingOrderPieces is the record stageTakeScript writes: staging, by
@@ -139,5 +175,10 @@ func stagingOrderPieces(token, digest, userID string, ttl, lease int64, promised
 // orderHeadPiece is a packed record's status code and token, up to its
 // created field.
 func orderHeadPiece(st OrderState, token string) string {
-	return string(orderStatusCodes[string(st)]) + token + orderGS
+	return string(appendOrderHead(nil, st, token))
+}
+
+// appendOrderHead appends orderHeadPiece(st, token) to dst.
+func appendOrderHead(dst []byte, st OrderState, token string) []byte {
+	return append(append(append(dst, orderStatusCodes[string(st)]), token...), orderGS...)
 }

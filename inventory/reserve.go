@@ -314,10 +314,18 @@ func receipts(parts []part) []Receipt {
 }
 
 func digestOf(items []Item, userID string) string {
-	h := xxhash.New()
+	var h xxhash.Digest
+	h.Reset()
 	_, _ = h.WriteString(userID)
+	var qty [20]byte
 	for _, it := range items {
-		_, _ = h.WriteString("\x00" + it.Route + "\x00" + it.SKU + "\x00" + strconv.FormatInt(it.Quantity, 10))
+		// "\x00" route "\x00" sku "\x00" quantity, written piece by piece
+		_, _ = h.WriteString("\x00")
+		_, _ = h.WriteString(it.Route)
+		_, _ = h.WriteString("\x00")
+		_, _ = h.WriteString(it.SKU)
+		_, _ = h.WriteString("\x00")
+		_, _ = h.Write(strconv.AppendInt(qty[:0], it.Quantity, 10))
 	}
 	return strconv.FormatUint(h.Sum64(), 16)
 }

@@ -269,6 +269,18 @@ func (inv *Inventory) itemCandidates(set *router.Set, home *node.Node, orderID, 
 	return set.Spread(orderID+sku, home, inv.usable)
 }
 
+// itemHomeFirst reports whether itemCandidates(set, home, …, userID)
+// starts with home, whatever the order id and SKU (Set.SpreadsFirst: no
+// ring walk, no allocation).
+func (inv *Inventory) itemHomeFirst(set *router.Set, home *node.Node, userID string) bool {
+	if userID != "" {
+		if q := quotaNode(set, userID); set.SpreadsFirst(q, inv.usable) {
+			return q == home
+		}
+	}
+	return set.SpreadsFirst(home, inv.usable)
+}
+
 // quotaNode is the node of set that keeps userID's per-user quotas of the
 // route (Home("user:"+userID)); quotas never fail over, or a limit would
 // split.

@@ -137,6 +137,19 @@ func (s *Set) Candidates(key string) []*node.Node {
 	return out
 }
 
+// SpreadsFirst reports whether Spread(key, first, accept) starts with
+// first, whatever the key: first is an enabled node of the set that accept
+// admits (nil admits every enabled node). Unlike Spread it walks no ring
+// and allocates nothing.
+func (s *Set) SpreadsFirst(first *node.Node, accept func(*node.Node) bool) bool {
+	for i, n := range s.nodes {
+		if n == first {
+			return s.flags[i].Enabled() && (accept == nil || accept(n))
+		}
+	}
+	return false
+}
+
 // Spread returns the nodes of the set that may serve key for data spread
 // over every node of the route (each node holds a share, like the
 // inventory's stock), in the order to try them: the enabled nodes that

@@ -247,6 +247,8 @@ return v`)
 // takes the enabled nodes the caller accepts, the given first node at the
 // front, the others in the key's candidate order; a drained node and a
 // node the caller refuses are left out, whatever the node-down policy.
+// SpreadsFirst agrees with Spread's first node for every key, node and
+// filter.
 func TestSetSpread(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -285,6 +287,32 @@ func TestSetSpread(t *testing.T) {
 	for _, key := range keys("spread", 50) {
 		if got := names(set.Spread(key, n2, notN1)); !slices.Equal(got, []string{"n3"}) {
 			t.Fatalf("Spread(%q) with n2 drained and n1 refused = %v, want [n3]", key, got)
+		}
+	}
+	spreadsFirst(t, set, keys("spread", 20), notN1)
+	if err := r.SetRouteEnabled(ctx, "n2", "product", "clothes", true); err != nil {
+		t.Fatal(err)
+	}
+	spreadsFirst(t, set, keys("spread", 20), notN1)
+}
+
+// spreadsFirst checks set.SpreadsFirst against set.Spread for every node
+// of the set and a node outside it, with no filter and with accept.
+func spreadsFirst(t *testing.T, set *router.Set, keys []string, accept func(*node.Node) bool) {
+	t.Helper()
+	outside, err := node.New(node.Options{Name: "outside", Addr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = outside.Close() }()
+	for _, first := range append(slices.Clone(set.Nodes()), outside) {
+		for _, acc := range []func(*node.Node) bool{nil, accept} {
+			for _, key := range keys {
+				s := set.Spread(key, first, acc)
+				if want := len(s) > 0 && s[0] == first; set.SpreadsFirst(first, acc) != want {
+					t.Fatalf("SpreadsFirst(%s, filter %v) = %v, but Spread(%q) = %v", first.Name(), acc != nil, !want, key, s)
+				}
+			}
 		}
 	}
 }
