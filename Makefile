@@ -162,8 +162,9 @@ chaos: deps-redis $(if $(SENTINEL),deps-sentinel)
 ## crashed as the seed draws; every invariant checked after each. SEED=n is the first seed (a
 ## failing seed prints its replay line: make explore SEED=n N=1), BUDGET=10m stops starting
 ## schedules, WORLDS=4 sets of four nodes run side by side, MUTATIONS=stage-takeover,... re-introduces
-## known bugs (the explorer's self-check), TOPOLOGY=0.2, RESTART=0.15 and LIMIT=0.4 are the chances
-## of the topology, node-restart and limit-order actors per schedule (negative: never), PROFILE=stall parks many calls
+## known bugs (the explorer's self-check), TOPOLOGY=0.2, RESTART=0.15, LIMIT=0.4 and INLINE=0.5 are the
+## chances of the topology, node-restart, limit-order and inline-part-order actors per schedule
+## (negative: never), PROFILE=stall parks many calls
 ## past the deadlines (PROFILE=calm: reorderings and delays only, no lost reply or crash;
 ## PROFILE=crash: calm, and half the actors die at a crash point; PROFILE=lossy: many lost replies
 ## and parked calls, no crash)
@@ -172,7 +173,8 @@ chaos: deps-redis $(if $(SENTINEL),deps-sentinel)
 explore: deps-redis
 	$(GO) run ./internal/cmd/explore $(if $(SEED),-seed $(SEED)) -n $(or $(N),1000) $(if $(BUDGET),-budget $(BUDGET)) \
 		-worlds $(or $(WORLDS),4) $(if $(MUTATIONS),-mutations $(MUTATIONS)) $(if $(TOPOLOGY),-topology $(TOPOLOGY)) \
-		$(if $(RESTART),-restart $(RESTART)) $(if $(LIMIT),-limit $(LIMIT)) $(if $(PROFILE),-profile $(PROFILE)) $(if $(V),-v)
+		$(if $(RESTART),-restart $(RESTART)) $(if $(LIMIT),-limit $(LIMIT)) $(if $(INLINE),-inline $(INLINE)) \
+		$(if $(PROFILE),-profile $(PROFILE)) $(if $(V),-v)
 
 ## deps-bench: install nutcracker (twemproxy, the proxy baseline of the benchmarks) when it is missing.
 deps-bench:

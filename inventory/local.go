@@ -30,6 +30,9 @@ import (
 // the order id resolves (it finds the record), and a Cancel that comes
 // first leaves a tombstone the script respects.
 //
+// An order of one item and no user that this path reserves gets no part
+// record: its part is inline (inline.go holds the rule).
+//
 // Per-user quota parts take this path only when the user's quota node is
 // the home node too and the topology is stable. A quota part over the
 // user's limit refuses the order here, writing nothing, when the user
@@ -48,7 +51,9 @@ import (
 // field, 9 the one after it, and per part the piece after that part's
 // offset; then per part the arguments lua/take_whole.lua reads (id, kind,
 // want, and its record's template: takeWholeArgs). An order of one stock
-// part takes it with take_one, any other with plan_parts and write_parts.
+// part takes it with take_one, its part inline (no record, so its
+// template's two pieces are empty: inline.go), any other with plan_parts
+// and write_parts.
 // The record is written reserved, with no TTL (orderrec.go, "TTL").
 // Returns {"existing"} (the order has a record: nothing written),
 // {"short"} (no record, and a stock part is short here or a limited SKU
@@ -243,12 +248,17 @@ func (inv *Inventory) localCall(orderID, token, digest, userID string, ttl time.
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	// one stock part: take_one, which writes no part record (its part is
+	// inline, inline.go), so it gets no template (two empty pieces)
+	inline := len(reqs) == 1 && reqs[0].Kind == PartStock
 	for _, r := range reqs {
 		buf = append(append(buf, partKeyPrefix...), r.ID...)
 		ends = append(ends, len(buf))
-		var cut int
-		if buf, cut, err = appendPartTemplate(buf, orderID, token, r); err != nil {
-			return nil, nil, nil, err
+		cut := len(buf)
+		if !inline {
+			if buf, cut, err = appendPartTemplate(buf, orderID, token, r); err != nil {
+				return nil, nil, nil, err
+			}
 		}
 		ends = append(ends, cut, len(buf))
 	}

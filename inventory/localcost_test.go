@@ -25,16 +25,16 @@ var localCostCuts = []struct {
 	{"the general path (plan_parts, write_parts)", [][2]string{localGeneralPath}},
 	{"without its pending-index ZADD", [][2]string{
 		{"  zadd_later(pending, pdlS, pend_pos(xk, off))\n", ""}}},
-	{"without the part record (EXISTS, SET)", [][2]string{
+	{"with a part record (the SET its inline part saves)", [][2]string{
+		{"    KEYS[3], KEYS[4], pdl, true)\n", "    KEYS[3], KEYS[4], pdl, false)\n"}}},
+	{"without the EXISTS of the part's key", [][2]string{
+		{"  if redis.call('EXISTS', pk) == 1 then return nil end\n", ""}}},
+	{"without the EXISTS and both ZADDs", [][2]string{
 		{"  if redis.call('EXISTS', pk) == 1 then return nil end\n", ""},
-		{"  part_new(pk, ra, rb, want, off, pdlS)\n", ""}}},
-	{"without the part record and both ZADDs", [][2]string{
-		{"  if redis.call('EXISTS', pk) == 1 then return nil end\n", ""},
-		{"  part_new(pk, ra, rb, want, off, pdlS)\n", ""},
 		{"  zadd_later(pending, pdlS, pend_pos(xk, off))\n", ""},
 		{"  zadd_later(redo_seg(xk, off), I(off), id)\n", ""}}},
 	{"the plan only (reads, checks; no write)", [][2]string{
-		{"  return take_stock(pk, ck, xk, id, want, ra, rb, avail - want, resv + want, pending, offsets, I(pdl))\n",
+		{"  return take_stock(pk, ck, xk, id, want, ra, rb, avail - want, resv + want, pending, offsets, I(pdl), inline)\n",
 			"  do return nil, nil, true end\n"}}},
 	{"the record's head read only", [][2]string{
 		{"zset_ok(KEYS[3]) --", "do return {'reserved', 1, 1} end zset_ok(KEYS[3]) --"}}},

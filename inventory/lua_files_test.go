@@ -59,7 +59,7 @@ func TestLuaFiles(t *testing.T) {
 }
 
 // lua/part_codec.lua spells the Go constants it shares with the Go codec
-// (partrec.go) as Go does: the field order (part_get's locals, in the
+// (partrec.go) as Go does: the field order (part_read's locals, in the
 // order its pattern cuts them out, one capture per field; the operands
 // of part_put's join), the state codes, the key prefixes, the separator.
 func TestPartCodecLuaSpellsGoConstants(t *testing.T) {

@@ -37,7 +37,10 @@ import (
 // already: per part the caller names it rewrites the part's fields and
 // counters it holds (a settled part also leaves the pending index), and at
 // most one small new key (a tombstone, or a failed record for an order
-// that has none); per order record one small string. Taking memory for
+// that has none); per order record one small string, and, when a decision
+// or a move meets inline parts, the record of each (inline.go: the key the
+// reserve left out, about 150 bytes a part of an order that was reserved
+// before the node filled). Taking memory for
 // those is what lets stock held on a full node go back: every reserve on
 // it is refused meanwhile, so the node grows only by the settling of what
 // was reserved before it filled, not by new orders. Refusing them instead

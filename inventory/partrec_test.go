@@ -73,10 +73,10 @@ func partCodecCases() []struct {
 	return out
 }
 
-// part_get and part_put (Lua) and packPart and unpackPartValue (Go) are
+// part_read and part_put (Lua) and packPart and unpackPartValue (Go) are
 // one codec: each reads what the other writes, field for field, and both
 // write the same bytes; a record in the hash layout of the releases before
-// reads the same through part_get; part_put keeps a key's TTL, or sets
+// reads the same through part_read; part_put keeps a key's TTL, or sets
 // the one it is given.
 func TestPartCodecLuaMatchesGo(t *testing.T) {
 	srv := redistest.StartN(t, 1, redistest.Options{})[0]
@@ -92,7 +92,7 @@ if ARGV[2] == 'put' then
   part_put(KEYS[1], t, tonumber(ARGV[3]))
   return redis.call('GET', KEYS[1])
 end
-local t = part_get(KEYS[1])
+local t = part_read(KEYS[1])
 if not t then return false end
 local out = {}
 for k, v in pairs(t) do out[#out + 1] = k out[#out + 1] = v end
@@ -102,7 +102,7 @@ return out
 		t.Helper()
 		v, err := codec.Run(ctx, c, []string{partKey(id)}, partKeyPrefix, "get").StringSlice()
 		if err != nil {
-			t.Fatalf("part_get %s: %v", id, err)
+			t.Fatalf("part_read %s: %v", id, err)
 		}
 		out := map[string]string{}
 		for i := 0; i+1 < len(v); i += 2 {
@@ -147,7 +147,7 @@ return out
 		c.Del(ctx, partKey(tc.id))
 	}
 	if v, err := codec.Run(ctx, c, []string{partKey("none")}, partKeyPrefix, "get").Result(); err != redis.Nil {
-		t.Errorf("part_get of no key: %v, %v; want nil", v, err)
+		t.Errorf("part_read of no key: %v, %v; want nil", v, err)
 	}
 	if f, err := ReadPart(ctx, c, "none").Fields(); err != nil || len(f) != 0 {
 		t.Errorf("ReadPart of no key: %v, %v; want no fields", f, err)
@@ -203,13 +203,17 @@ func FuzzPartCodec(f *testing.F) {
 	})
 }
 
-// partFields reads part id's record on c in either layout (ReadPart); the
-// tests' one way to look at a part.
+// partFieldsOn reads part id's record on c in either layout (ReadPart),
+// or, when it has none, the inline part it is (inlineFieldsOn), as the
+// scripts' part_get does; the tests' one way to look at a part.
 func partFieldsOn(t testing.TB, ctx context.Context, c redis.Cmdable, id string) map[string]string {
 	t.Helper()
 	f, err := ReadPart(ctx, c, id).Fields()
 	if err != nil {
 		t.Fatalf("reading part %s: %v", id, err)
+	}
+	if len(f) == 0 {
+		return inlineFieldsOn(t, ctx, c, id)
 	}
 	return f
 }

@@ -138,11 +138,13 @@ func TestOrderRecordsLayout1Upgrade(t *testing.T) {
 }
 
 // toLayout1 rewrites order id's part list on its home node in layout 1,
-// the JSON list the code before layout 2 wrote.
+// the JSON list the code before layout 2 wrote (which wrote a record for
+// every part: so does this, for an inline part).
 func (e *stagedEnv) toLayout1(id string) {
 	e.t.Helper()
 	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), id)
 	c := e.clients[home.Name()]
+	writeInlineRecords(e.t, e.ctx, c, home.Name(), id)
 	blob := orderFieldsOn(e.t, e.ctx, c, id)["parts"]
 	if !strings.HasPrefix(blob, partsLayout2) {
 		e.t.Fatalf("order %s: parts %q; want layout 2", id, blob)
@@ -262,6 +264,7 @@ func TestLayout1RecordsMoveWithTopology(t *testing.T) {
 	oh, _ := NewHomes(e.old)
 	for _, id := range ids {
 		c := e.clients[oh.Home(id)]
+		writeInlineRecords(t, e.ctx, c, oh.Home(id), id) // as the code before layout 2 wrote them
 		blob := orderFieldsOn(t, e.ctx, c, id)["parts"]
 		parts, derr := DecodeOrderParts(id, blob)
 		if derr != nil || !strings.HasPrefix(blob, partsLayout2) {

@@ -17,7 +17,9 @@ var localGeneralPath = [2]string{"if np == 1 and ARGV[12] == 's' then\n", "if fa
 // for an order of one stock part: the local and the stage-take scripts,
 // as they are (one stock part: take_one) and with that branch cut (the
 // general path), run the same call from the same node state, and the
-// replies and every key they leave (the node's clock masked) must agree.
+// replies and every key they leave (the node's clock masked) must agree,
+// the local script's inline part once inline_write has written its
+// record (inline.go).
 // The cases are the script's outcomes for one part: taken (within a redo
 // segment and at the start of a new one), short, a limited SKU without a
 // user, the part's key already there, a corrupt counter or offset, a redo
@@ -130,12 +132,29 @@ func TestTakeOneAsPlan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		argsBefore := args
+		if sc.now == localScript {
+			// the local script sends an inline part no template (it
+			// writes no record): the general path gets the one
+			// takeWholeArgs encodes, its last two arguments
+			reqs, _ := inv.localReqs(ctx, e.n, id, token, items, "")
+			a, b, err := partTemplate(id, token, reqs[0])
+			if err != nil || args[len(args)-2] != "" || args[len(args)-1] != "" {
+				t.Fatalf("local call %v: want an inline part's empty template; %v", args, err)
+			}
+			argsBefore = append(slices.Clone(args[:len(args)-2]), a, b)
+		}
 		for _, tc := range cases {
 			reset(tc.setup)
 			r1 := run(sc.now, keys, args)
+			if sc.now == localScript {
+				// its part is inline: the record a decision writes
+				// first is, byte for byte, what the general path wrote
+				run(inlineWriteScript, []string{orderKey(id)}, nil)
+			}
 			s1 := state()
 			reset(tc.setup)
-			r2 := run(sc.before, keys, args)
+			r2 := run(sc.before, keys, argsBefore)
 			s2 := state()
 			if r1 != r2 || s1 != s2 {
 				t.Errorf("%s, %s: take_one answered %s and left\n%s\nthe general path answered %s and left\n%s", sc.name, tc.name, r1, s1, r2, s2)

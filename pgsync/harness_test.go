@@ -237,7 +237,31 @@ func (e *env) nodeParts(ctx context.Context, name string) (map[string]nodePart, 
 		p.route, _, _ = strings.Cut(strings.TrimPrefix(s(5), "inv:stock:"), ":")
 		out[strings.TrimPrefix(iter.Val(), "inv:part:")] = p
 	}
-	return out, iter.Err()
+	if err := iter.Err(); err != nil {
+		return nil, err
+	}
+	// the orders' inline parts, which have no key (inventory/inline.go)
+	orders := c.Scan(ctx, 0, inventory.OrderKey("*"), 1000).Iterator()
+	for orders.Next(ctx) {
+		_, id := inventory.ParseKey(orders.Val())
+		f, err := inventory.ReadOrder(ctx, c, id).Fields()
+		if err != nil {
+			return nil, err
+		}
+		in, err := inventory.InlineParts(name, id, f)
+		if err != nil {
+			return nil, err
+		}
+		for _, ip := range in {
+			if _, ok := out[ip.ID]; ok {
+				continue // a part with a key of its own is that record
+			}
+			route, _, _ := strings.Cut(strings.TrimPrefix(ip.Counter, "inv:stock:"), ":")
+			out[ip.ID] = nodePart{state: string(ip.State), order: ip.Order, sku: ip.SKU, qty: ip.Qty, offset: ip.Offset,
+				route: route, queue: strings.TrimPrefix(ip.Redo, "inv:redo:")}
+		}
+	}
+	return out, orders.Err()
 }
 
 // dbRow is a stock_movements row.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -138,12 +139,55 @@ func invParts(ctx context.Context, clients map[string]*redis.Client, orders []st
 			seen[id] = true
 			out = append(out, p)
 		}
+		inline, err := invInlineParts(ctx, c, name)
+		if err != nil {
+			return nil, err
+		}
+		for _, ip := range inline {
+			if seen[ip.ID] || !match(ip.ID) {
+				continue // a part with a key of its own is that record
+			}
+			member := inventory.PendingMember(ip.ID, map[string]string{"kind": string(ip.Kind), "redo": ip.Redo,
+				"offset": strconv.FormatInt(ip.Offset, 10)})
+			out = append(out, invPart{node: name, id: ip.ID, order: ip.Order, token: ip.Token, state: string(ip.State),
+				kind: string(ip.Kind), qty: ip.Qty, inIndex: indexed[member]})
+			delete(indexed, member)
+			seen[ip.ID] = true
+		}
 		for id := range indexed {
 			if !seen[id] && match(id) {
 				o, _, _ := strings.Cut(id, "|")
 				out = append(out, invPart{node: name, id: id, order: o, state: "(no record)", inIndex: true})
 			}
 		}
+	}
+	return out, nil
+}
+
+// invInlineParts reads the inline parts of every order record on node
+// name (inventory.InlineParts), with direct client c.
+func invInlineParts(ctx context.Context, c *redis.Client, name string) ([]inventory.PartRecord, error) {
+	var ids []string
+	iter := c.Scan(ctx, 0, inventory.OrderKey("*"), 1000).Iterator()
+	for iter.Next(ctx) {
+		if _, id := inventory.ParseKey(iter.Val()); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("node %s: SCAN: %w", name, err)
+	}
+	var out []inventory.PartRecord
+	for _, id := range ids {
+		f, err := inventory.ReadOrder(ctx, c, id).Fields()
+		if err != nil {
+			return nil, fmt.Errorf("node %s: reading orders: %w", name, err)
+		}
+		in, err := inventory.InlineParts(name, id, f)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", name, err)
+		}
+		out = append(out, in...)
 	}
 	return out, nil
 }

@@ -232,12 +232,13 @@ func floorMisses(r *Results, s Summary) string {
 		nf, ef, kf := fl.ServerPerOp()
 		fmt.Fprintf(&b, "- **%s** (%.3f, target 0.8): per order shardis spent %s of client and %s of node CPU, the floor %s and %s: "+
 			"%s more on the client and %s more on the nodes. On the nodes shardis ran %.2f script calls with %.1f commands in them (%s of script time) against the floor's %.2f with %.1f (%s): "+
-			"the extra commands are a key more per order (the part record beside the order record, one packed string each; the floor's order next to its stock is one key), the pending index and the node-identity check. "+
-			"Where a one-script order's node µs go (`TestLocalScriptCost`: the local reserve's script in 20-order group calls on one node with its pieces cut out one at a time, medians of 9 rounds, measured apart from this run): "+
-			"of its 15.2 µs of script time per order (an order of one stock part: take_one; 17.3 µs on the general path, plan_parts and write_parts, which orders of several parts take) "+
-			"the group call's frame takes 3.5 (each order brings 20 keys and arguments, which Redis parses into objects and Lua copies into its tables: "+
-			"20 40-byte arguments per order cost 3.5 µs against 1.5 for the floor's 6, timed in an EVAL loop), reading the record's head 1.1, the plan's reads and checks 2.1, "+
-			"the part record (EXISTS, SET) 2.6, the pending-index and redo entries 4.2 together (their ZADDs merged per key), the order record's SET 1.1 and the rest about 0.6; "+
+			"the extra commands are the record's head read and the part key's check before the writes, the pending index, the node-identity check and, for a part that is not inline "+
+			"(its order's record on another node, or an order of several parts or with a user: `inventory/inline.go`), its record beside the order record (one packed string each; the floor's order next to its stock is one key). "+
+			"Where a one-script order's node µs go (`TestLocalScriptCost`: the local reserve's script in 20-order group calls on one node with its pieces cut out one at a time, medians of three runs of 9 rounds, measured apart from this run): "+
+			"of its 13.7 µs of script time per order (an order of one stock part: take_one, its part inline; 18.8 µs on the general path, plan_parts and write_parts, which orders of several parts take, a record per part) "+
+			"the group call's frame takes 3.8 (each order brings 20 keys and arguments, which Redis parses into objects and Lua copies into its tables: "+
+			"20 40-byte arguments per order cost 3.5 µs against 1.5 for the floor's 6, timed in an EVAL loop), reading the record's head 0.9, the plan's reads and checks 2.2 (the part key's EXISTS among them), "+
+			"the pending-index and redo entries 3.7 together (their ZADDs merged per key), the order record's SET 1.1 and the rest about 2; a part record would add 1.6 (what the inline part saves); "+
 			"each script call also costs about 45 µs of its own (the stamp check, the prelude, the shared reads and writes), which its orders share, so calls carrying few orders (the staged path's stage and takes) cost more per order. "+
 			"The records are encoded by the client and only filled in by the node (`inventory/rectemplate.go`). "+
 			"On the client: go-redis writing those arguments and reading the nested replies, the parts' lists and record templates, and the hand-offs between the callers and their groups' senders.%s\n",

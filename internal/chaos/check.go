@@ -29,6 +29,7 @@ type nodeState struct {
 	pending     []redis.Z                         // inv:pending
 	other       []string                          // keys nobody expects
 	xfers       []string                          // unfinished topology transfer records
+	inline      []inventory.PartRecord            // the orders' inline parts (inventory/inline.go)
 }
 
 // badRecord is a part or order record that could not be decoded: the
@@ -45,6 +46,22 @@ func (ns *nodeState) addPart(id string, f map[string]string) {
 
 func (ns *nodeState) addOrder(id string, f map[string]string) {
 	decodeInto(ns, ns.orders, "order-record", id, f, inventory.DecodeOrder)
+	in, err := inventory.InlineParts(ns.name, id, f)
+	if err != nil {
+		ns.bad = append(ns.bad, badRecord{"order-record", err})
+		return
+	}
+	ns.inline = append(ns.inline, in...)
+}
+
+// addInline adds the inline parts that have no record of their own to
+// the node's parts (a part with a key of its own is that record).
+func (ns *nodeState) addInline() {
+	for i, p := range ns.inline {
+		if ns.parts[p.ID] == nil {
+			ns.parts[p.ID] = &ns.inline[i]
+		}
+	}
 }
 
 // decodeInto decodes record id into m, or keeps it as a bad record of kind.
@@ -184,6 +201,7 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 	for _, z := range ns.redo { // segments in SCAN order: by offset
 		sort.Slice(z, func(i, j int) bool { return z[i].Score < z[j].Score })
 	}
+	ns.addInline()
 	return ns, nil
 }
 

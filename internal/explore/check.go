@@ -77,6 +77,7 @@ func readNode(ctx context.Context, c *redis.Client, name string) (*nodeState, er
 	if ns.topo, err = c.HGetAll(ctx, "shardis:topology").Result(); err != nil {
 		return nil, err
 	}
+	var inline []inventory.PartRecord // the orders' inline parts (inventory/inline.go)
 	for _, k := range keys {
 		kind, rest := inventory.ParseKey(k)
 		switch kind {
@@ -116,6 +117,12 @@ func readNode(ctx context.Context, c *redis.Client, name string) (*nodeState, er
 					continue
 				}
 				ns.orders[rest] = &o
+				in, err := inventory.InlineParts(name, rest, f)
+				if err != nil {
+					ns.bad = append(ns.bad, err.Error())
+					continue
+				}
+				inline = append(inline, in...)
 			}
 		case inventory.KeyQuota:
 			v, err := c.Get(ctx, k).Result()
@@ -125,6 +132,11 @@ func readNode(ctx context.Context, c *redis.Client, name string) (*nodeState, er
 			ns.quota[k] = atoi(v)
 		case inventory.KeyTransfer:
 			ns.xfers = append(ns.xfers, k)
+		}
+	}
+	for i, p := range inline {
+		if ns.parts[p.ID] == nil { // a part with a key of its own is that record
+			ns.parts[p.ID] = &inline[i]
 		}
 	}
 	return ns, nil

@@ -13,7 +13,9 @@ import (
 // schedules' Faults, inventory.Mutator) the explorer finds a failing seed
 // among the first n schedules of seeds 1, 2, …, and that seed passes
 // without the mutation. Each case names the profile and actors that reach
-// its bug; none scripts the bug's interleaving.
+// its bug (none has the inline-part order, which came later: their
+// seeds draw as they did before it); none scripts the bug's
+// interleaving.
 var mutationCases = []struct {
 	m    inventory.Mutation
 	opts Options // the actors and fault chances that can reach the bug
@@ -21,16 +23,16 @@ var mutationCases = []struct {
 }{
 	// A3: the transfer of the leaving node's stock writes part of its
 	// change, then fails.
-	{inventory.MutationXferNegativeZero, Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1}, 20},
+	{inventory.MutationXferNegativeZero, Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1}, 20},
 	// A2: the topology actor's order dies after its stage landed (a
 	// crash-point fate), and the removal of n4 writes stable with its
 	// record staging, promising a part on n4.
-	{inventory.MutationApplyLeavesStaging, Options{Profile: "crash", Topology: 1, Restart: -1, Limit: -1}, 40},
+	{inventory.MutationApplyLeavesStaging, Options{Profile: "crash", Topology: 1, Restart: -1, Limit: -1, Inline: -1}, 40},
 	// A1: a lost reply leaves o1 failed; the retry's takes land, its
 	// stage is parked past the deadlines; a reconciler cancels the takes
 	// (the record is failed, the token differs); the stage takes over
 	// the failed record and the retry is acknowledged without its parts.
-	{inventory.MutationStageTakeover, Options{Profile: "lossy", Topology: -1, Restart: -1, Limit: -1}, 50},
+	{inventory.MutationStageTakeover, Options{Profile: "lossy", Topology: -1, Restart: -1, Limit: -1, Inline: -1}, 50},
 	// A limit refusal withdrawn: o6's first attempt takes its quota and
 	// its stock, its stage is held back; the retry's stage lands, its
 	// quota part is refused by the first attempt's units, it withdraws
@@ -39,7 +41,7 @@ var mutationCases = []struct {
 	// 49 and 60 of the first 80 find it in a run without -race (15, 17,
 	// 49, 60, 67 before each schedule drew how one-round commits travel),
 	// so 64 schedules hold three chances, not one, on a loaded machine.
-	{inventory.MutationLimitWithdraw, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: 1}, 64},
+	{inventory.MutationLimitWithdraw, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: 1, Inline: -1}, 64},
 }
 
 // mutationBudget bounds the look for each mutation (the n schedules take

@@ -30,6 +30,12 @@ func ReplayCommand(seed int64, opts Options) string {
 	if opts.Restart != 0 {
 		cmd += fmt.Sprintf(" RESTART=%g", opts.Restart)
 	}
+	if opts.Limit != 0 {
+		cmd += fmt.Sprintf(" LIMIT=%g", opts.Limit)
+	}
+	if opts.Inline != 0 {
+		cmd += fmt.Sprintf(" INLINE=%g", opts.Inline)
+	}
 	return cmd
 }
 

@@ -28,6 +28,13 @@ type Options struct {
 	// it (its seeds run as they did before o6 was added).
 	// default: 0.4
 	Limit float64
+	// Inline is the chance that a schedule has the inline-part order (one
+	// item, no user, homed on its stock's node: inventory/inline.go) and
+	// its retry, Confirm or Cancel; a negative one is 0, and then the
+	// schedule draws nothing for it (its seeds run as they did before it
+	// was added).
+	// default: 0.5
+	Inline float64
 }
 
 func (o Options) probs() (Probs, error) {
@@ -55,6 +62,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Limit == 0 {
 		o.Limit = 0.4
+	}
+	if o.Inline == 0 {
+		o.Inline = 0.5
 	}
 	return o
 }
@@ -194,6 +204,25 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 			obs.cancel(by, "hold-o5", "o5")(ctx)
 		})
 	}
+	if opts.Inline > 0 && s.Chance(opts.Inline) {
+		// An order of one item and no user homed on its stock's node
+		// (route b, n2): the local path reserves it with an inline part
+		// (inventory/inline.go), which a retry, a Confirm, a Cancel, the
+		// reconcilers (phase 2) or the topology actor's move of its
+		// record may meet at any step.
+		o9 := orderPlan{ID: w.inlineOrder(s.Chance(0.5)), Items: []inventory.Item{{Route: "b", SKU: "s", Quantity: 1}}}
+		orders = append(orders, o9)
+		s.Go(ctx, "reserve-"+o9.ID, obs.reserve(i(), "reserve-"+o9.ID, o9, 2))
+		if s.Chance(0.4) {
+			s.Go(ctx, "retry-"+o9.ID, obs.reserve(i(), "retry-"+o9.ID, o9, 2))
+		}
+		switch r := s.Intn(3); {
+		case r == 0:
+			s.Go(ctx, "confirm-"+o9.ID, obs.confirm(i(), "confirm-"+o9.ID, o9.ID, 2))
+		case r == 1:
+			s.Go(ctx, "cancel-"+o9.ID, obs.cancel(i(), "cancel-"+o9.ID, o9.ID))
+		}
+	}
 	if opts.Limit > 0 && s.Chance(opts.Limit) {
 		// An order of one limited SKU (4 of c/s, limit 6) for user u, in
 		// half of them with 1 of a/s for user v, and a retry of it on the other
@@ -260,6 +289,23 @@ func homedOn(homes *inventory.Homes, node string, ids ...string) string {
 		}
 	}
 	panic("explore: no id's home is " + node)
+}
+
+// inlineOrder is the id of phase1's inline-part order: homed on n2 at T0,
+// and at T1 on another node when moving (the topology actor then moves
+// its record away, and back).
+func (w *World) inlineOrder(moving bool) string {
+	homes1, err := inventory.NewHomes(w.cfg1)
+	if err != nil {
+		panic("explore: homes of T1: " + err.Error())
+	}
+	for i := 1; i <= 100; i++ {
+		id := fmt.Sprintf("p%d", i)
+		if w.homes.Home(id) == "n2" && (homes1.Home(id) != "n2") == moving {
+			return id
+		}
+	}
+	panic(fmt.Sprintf("explore: no id of p1..p100 homed on n2 at T0 (moving at T1: %v)", moving))
 }
 
 // t1Orders are the ids the topology actor's order may have (homes at T1:

@@ -12,9 +12,10 @@ local pdl = deadline + tonumber(ARGV[7])
 -- (orderrec.go)
 if np == 1 and ARGV[12] == 's' then
   -- one stock part (one item, no user): take_one, the same steps
-  -- without the plan's tables
+  -- without the plan's tables; the part is inline (no record of its own:
+  -- the order record written below holds it, inline.go)
   local off, err, short = take_one(KEYS[5], KEYS[6], KEYS[7], ARGV[11], tonumber(ARGV[13]), ARGV[14], ARGV[15], ARGV[5],
-    KEYS[3], KEYS[4], pdl)
+    KEYS[3], KEYS[4], pdl, true)
   if err then return err end
   if not off then return {short and 'short' or 'fallback'} end
   set_value(key, ARGV[8] .. nowS .. ARGV[9] .. I(off) .. ARGV[10], false)

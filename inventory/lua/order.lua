@@ -24,6 +24,8 @@ local function order_set(ch, ttl)
   order_put(key, f, ttl)
 end
 local function final(st, why, retention)
+  -- a reserved record's inline parts get their records first (inline.go)
+  if status == 'reserved' then inline_write(key, f) end
   order_set({status = st, reason = why, decided_at = now}, retention)
   status, reason = st, why
 end

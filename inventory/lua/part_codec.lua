@@ -1,6 +1,7 @@
 -- The part record codec (partrec.go, the layout and its rule): every
--- script reads a part record with part_get(key) (either layout, a table of
--- field -> string; nil when the key does not exist) and writes one with
+-- script reads a part record with part_get(key) (lua/inline_part.lua:
+-- part_read(key), either layout, a table of field -> string, nil when the
+-- key does not exist; or an inline part, inline.go) and writes one with
 -- part_put(key, t, ttl) (the packed layout; the TTL kept when ttl is nil,
 -- else set to ttl seconds, as EXPIRE would). Numbers in t are written as
 -- integers.
@@ -9,7 +10,7 @@
 -- string.match cuts a record into its fields (PPAT, after PPAD makes sure
 -- all of them are there), one constructor builds the table, and part_put
 -- joins the fields with one concatenation, each field named in the
--- packed layout's order (partFields): the locals of part_get's
+-- packed layout's order (partFields): the locals of part_read's
 -- `local state, kind, …` line and the operands of part_put's join.
 local PSC = {pending = 'p', confirmed = 'c', cancelled = 'x'}
 local PSD = {p = 'pending', c = 'confirmed', x = 'cancelled'}
@@ -34,7 +35,7 @@ local function part_lit(r)
   if string.byte(r) == 61 then return string.sub(r, 2) end
   return false
 end
-local function part_get(key)
+local function part_read(key)
   local v = redis.pcall('GET', key)
   if not v then return nil end
   if type(v) == 'table' then

@@ -24,13 +24,15 @@
 -- (pending until pdl: the record the caller encoded, rectemplate.go) and
 -- returns the redo offset of each (0 for quota parts). A stock part is
 -- taken by take_stock(pk, ck, xk, id, want, ra, rb, avail, resv, pending,
--- offsets, pdlS), which writes the counter's planned values (available
--- and reserved once taken) rather than two increments: the script is
--- atomic, so nothing changed them since the plan read them. It returns
--- the part's redo offset.
+-- offsets, pdlS, inline), which writes the counter's planned values
+-- (available and reserved once taken) rather than two increments: the
+-- script is atomic, so nothing changed them since the plan read them; and
+-- the part's record, unless inline (the caller's order record holds the
+-- part: inline.go). It returns the part's redo offset.
 --
--- take_one(pk, ck, xk, id, want, ra, rb, user, pending, offsets, pdl) is
--- plan_parts then write_parts for a plan of one stock part (part key pk,
+-- take_one(pk, ck, xk, id, want, ra, rb, user, pending, offsets, pdl,
+-- inline) is plan_parts then write_parts for a plan of one stock part,
+-- its record left out when inline (take_stock) (part key pk,
 -- counter ck, redo queue xk, takeWholeArgs' id, want and template pieces),
 -- without the plan's tables: plan_parts's reads and checks for that part,
 -- then take_stock, in the same order (TestTakeOneAsPlan compares the two
@@ -81,13 +83,13 @@ local function plan_parts(K, A, kb, ab, user, offsets)
   end
   return plan
 end
-local function take_stock(pk, ck, xk, id, want, ra, rb, avail, resv, pending, offsets, pdlS)
+local function take_stock(pk, ck, xk, id, want, ra, rb, avail, resv, pending, offsets, pdlS, inline)
   -- absolute values from the plan into the script call's copy of the
   -- hash (stock_set: flush writes it once; the script is atomic)
   stock_set(ck, avail, resv)
   local off = next_offset(offsets, xk)
   zadd_later(redo_seg(xk, off), I(off), id)
-  part_new(pk, ra, rb, want, off, pdlS)
+  if not inline then part_new(pk, ra, rb, want, off, pdlS) end
   zadd_later(pending, pdlS, pend_pos(xk, off))
   return off
 end
@@ -106,7 +108,7 @@ local function write_parts(plan, pending, offsets, pdl)
   end
   return offs
 end
-local function take_one(pk, ck, xk, id, want, ra, rb, user, pending, offsets, pdl)
+local function take_one(pk, ck, xk, id, want, ra, rb, user, pending, offsets, pdl, inline)
   if redis.call('EXISTS', pk) == 1 then return nil end
   local avail, err = stock_int(ck, 1, ' available')
   if err then return nil, err end
@@ -120,5 +122,5 @@ local function take_one(pk, ck, xk, id, want, ra, rb, user, pending, offsets, pd
   limit, err = stock_int(ck, 2, ' limit')
   if err then return nil, err end
   if avail < want or (limit > 0 and user == '') then return nil, nil, true end
-  return take_stock(pk, ck, xk, id, want, ra, rb, avail - want, resv + want, pending, offsets, I(pdl))
+  return take_stock(pk, ck, xk, id, want, ra, rb, avail - want, resv + want, pending, offsets, I(pdl), inline)
 end

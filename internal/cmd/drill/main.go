@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -287,10 +288,18 @@ func dumpPending(servers map[string]*redisproc.Server) {
 		for _, z := range ids {
 			id, _ := inventory.PendingPartID(ctx, c, z.Member.(string))
 			part, _ := inventory.ReadPart(ctx, c, id).Fields()
+			order := part["order"]
+			if len(part) == 0 { // an inline part (inventory/inline.go): its order's record holds it
+				if i := strings.LastIndexByte(id, '|'); i > 0 {
+					if j := strings.LastIndexByte(id[:i], '|'); j > 0 {
+						order = id[:j]
+					}
+				}
+			}
 			fmt.Printf("  pending on %s: %s deadline=%.0f part=%v\n", name, id, z.Score, part)
 			for oname, os := range servers {
 				oc := redis.NewClient(&redis.Options{Addr: os.Addr(), Protocol: 2})
-				if rec, _ := inventory.ReadOrder(ctx, oc, part["order"]).Fields(); len(rec) > 0 {
+				if rec, _ := inventory.ReadOrder(ctx, oc, order).Fields(); len(rec) > 0 {
 					fmt.Printf("    order record on %s: %v\n", oname, rec)
 				}
 				oc.Close()

@@ -1,0 +1,88 @@
+package inventory
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Inline parts. An order of one item and no user that the local path
+// reserves (local.go, take_one) gets no part record: its order record,
+// written by the same script on the same node, holds everything the
+// record would (the part's entry in the part list: kind, item, node,
+// route, SKU, quantity, redo queue and offset; the record's token; its
+// created field, the part's "at"; its deadline, the part's deadline less
+// partGrace). The part's
+// states: inline (no part record, the order record reserved), then, from
+// the first write of its record on, a part like any other (pending, then
+// confirmed or cancelled). What makes every interleaving safe:
+//
+//   - One reader. Every script reads a part through part_get
+//     (lua/inline_part.lua), which, when the part's key does not exist,
+//     reads the inline part its id names (ORDER|TOKEN|ITEM): only from a
+//     record on this node that is packed, reserved, not moved, of TOKEN,
+//     written by this path (no reserved_at: a commit writes one), with an
+//     entry for ITEM, a stock part of this node (ARGV[1]) taken at an
+//     offset. It is then read as the pending record take_one would have
+//     written (TestInlinePartAsRecord). Any other missing key reads as
+//     missing, as before.
+//   - Written before it can vanish. A reserved record has no TTL and
+//     nothing deletes it; every step that changes a reserved record —
+//     its decision (order.lua's final: confirm, cancel, expire) and a
+//     topology move (order_move_out.lua) — first writes the record of each
+//     inline part it lists (inline_write, the pending record part_get
+//     read), in the same script. So a part whose order was decided or
+//     moved has a record of its own (it then settles, expires and syncs
+//     as every part does), and part_get never reads an inline part from a
+//     record that is not reserved: a settled part whose record outlived
+//     its retention is not read back as pending.
+//   - Any write makes it a record. A step that changes a part (settle,
+//     a stuck mark) writes the whole record with part_put; from then on
+//     part_get reads that record, never the order's entry.
+//
+// The part still has its redo entry and its pending-index member, written
+// by the reserve as before. Why: the record is a key per order that
+// nothing reads while the order waits for its decision, so the reserve,
+// the step a sale's peak is made of, writes one key fewer, and a pending
+// order holds a record fewer; the decision writes it instead (one SET
+// more per confirm, cancel or expiry, which the settle after it rewrites
+// as before). The checkers (internal/explore, internal/chaos,
+// tests/invariant_test.go) count inline parts through [InlineParts].
+
+// InlineParts returns the inline parts of order id's record, read on node
+// nodeName ([OrderRead.Fields]): the parts that have no record of their
+// own while the record is reserved, each as the pending record part_get
+// reads for it (see above). A part listed here whose key exists on the
+// node has a record: that record is the part. None for a record that is
+// not reserved, is moved, or was not written by the local path (a record
+// of the hash layout, which only releases before wrote, has none). It
+// fails with [ErrCorrupt] for a part list or time field that does not
+// decode. For tools and checkers that count a node's parts from its keys.
+func InlineParts(nodeName, id string, fields map[string]string) ([]PartRecord, error) {
+	token := fields["token"]
+	if fields["status"] != string(OrderReserved) || fields["moved"] != "" || fields["reserved_at"] != "" || token == "" ||
+		!strings.HasPrefix(fields["parts"], partsLayout2+token) {
+		return nil, nil
+	}
+	parts, err := DecodeOrderParts(id, fields["parts"])
+	if err != nil {
+		return nil, fmt.Errorf("order record %s: %w", orderKey(id), err)
+	}
+	created, err := msField(fields, "created")
+	if err != nil {
+		return nil, fmt.Errorf("order record %s: %w", orderKey(id), err)
+	}
+	deadline, err := msField(fields, "deadline")
+	if err != nil {
+		return nil, fmt.Errorf("order record %s: %w", orderKey(id), err)
+	}
+	var out []PartRecord
+	for _, p := range parts {
+		if p.Kind != PartStock || p.Node != nodeName || p.Redo == "" || p.Offset == 0 {
+			continue
+		}
+		out = append(out, PartRecord{ID: p.ID, State: PartPending, Kind: PartStock, Order: id, Token: token, SKU: p.SKU,
+			Qty: p.Qty, Item: p.Item, Counter: stockKey(p.Route, p.SKU), Redo: p.Redo, Offset: p.Offset,
+			Deadline: deadline.Add(partGrace), At: created})
+	}
+	return out, nil
+}

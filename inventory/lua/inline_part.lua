@@ -1,0 +1,70 @@
+-- Inline parts (inline.go holds their rule): a stock part the local
+-- reserve took for an order of one item and no user has no record of its
+-- own while its order record, on the same node, is reserved; that record
+-- holds it.
+--
+-- part_get(key) is the part record at key (part_read), or, when the key
+-- does not exist, the inline part the part id names, read as the pending
+-- record take_one would have written (inline_fields); nil for neither.
+-- inline_write(key, t) writes the record of every inline part of the
+-- order record t (order_get's table) at key that has none yet, as
+-- part_get reads it: every step that decides or moves a reserved record
+-- calls it first.
+local PFX_ORDER = 'inv:order:'
+-- the grace (partGrace, reserve.go) the local reserve adds to an order's
+-- deadline for its parts' deadline
+local PART_GRACE_MS = 1000
+-- inline_list(t, node) is the inline parts of order record t on node: the
+-- entries of its part list (packed layout 2) that are stock parts of node
+-- taken at an offset, when t is reserved, not moved, and written by the
+-- local reserve (no reserved_at); each entry a table of its fields and
+-- its part id.
+local function inline_list(t, node)
+  local out, tok, p = {}, t.token, t.parts
+  if t.status ~= 'reserved' or t.moved or t.reserved_at or not tok or not p then return out end
+  if string.sub(p, 1, #tok + 1) ~= '~' .. tok then return out end
+  for e in string.gmatch(string.sub(p, #tok + 2), '\030([^\030]*)') do
+    local kind, item, nd, route, sku, qty, queue, off, _, id = string.match(e .. '\031',
+      '^([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031([^\031]*)\031')
+    if kind == 's' and nd == node and queue ~= '' and off ~= '' and off ~= '0' then
+      out[#out + 1] = {item = item, route = route, sku = sku, qty = qty, queue = queue, offset = off, id = id}
+    end
+  end
+  return out
+end
+-- inline_fields(order, t, e) is the pending record of inline part entry e
+-- (inline_list) of order record t of order id order.
+local function inline_fields(order, t, e)
+  return {state = 'pending', kind = 's', qty = e.qty, offset = e.offset, redo = PFX_REDO .. e.queue,
+    counter = PFX_STOCK .. e.route .. ':' .. e.sku, sku = e.sku, item = e.item, order = order, token = t.token,
+    deadline = I(tonumber(t.deadline) + PART_GRACE_MS), at = t.created}
+end
+-- inline_id(order, t, e) is the part id of inline part entry e of order
+-- record t of order id order.
+local function inline_id(order, t, e)
+  if e.id ~= '' then return e.id end
+  return order .. '|' .. t.token .. '|' .. e.item
+end
+local function part_get(key)
+  local f = part_read(key)
+  if f then return f end
+  local id = string.sub(key, #partPrefix + 1)
+  local order, tok = string.match(id, '^(.*)|([^|]*)|%d+$')
+  if not order then return nil end
+  -- a packed record, reserved and not moved, starts with the code r
+  local v = redis.pcall('GET', PFX_ORDER .. order)
+  if type(v) ~= 'string' or string.byte(v, 1) ~= 114 then return nil end
+  local t = order_unpack(v)
+  if t.token ~= tok then return nil end
+  for _, e in ipairs(inline_list(t, ARGV[1])) do
+    if inline_id(order, t, e) == id then return inline_fields(order, t, e) end
+  end
+  return nil
+end
+local function inline_write(key, t)
+  local order = string.sub(key, #PFX_ORDER + 1)
+  for _, e in ipairs(inline_list(t, ARGV[1])) do
+    local pk = partPrefix .. inline_id(order, t, e)
+    if redis.call('EXISTS', pk) == 0 then part_put(pk, inline_fields(order, t, e)) end
+  end
+end
