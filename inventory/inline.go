@@ -5,13 +5,14 @@ import (
 	"strings"
 )
 
-// Inline parts. An order of one item and no user that the local path
-// reserves (local.go, take_one) gets no part record: its order record,
-// written by the same script on the same node, holds everything the
-// record would (the part's entry in the part list: kind, item, node,
-// route, SKU, quantity, redo queue and offset; the record's token; its
-// created field, the part's "at"; its deadline, the part's deadline less
-// partGrace). The part's
+// Inline parts. A stock part the local path takes (local.go: an order
+// reserved whole on its home in one script, take_one or write_parts) gets
+// no part record: its order record, written by the same script on the
+// same node, holds everything the record would (the part's entry in the
+// part list: kind, item, node, route, SKU, quantity, redo queue and
+// offset; the record's token; its created field, the part's "at"; its
+// deadline, the part's deadline less partGrace). A quota part keeps its
+// record (its id does not name its order unambiguously). The part's
 // states: inline (no part record, the order record reserved), then, from
 // the first write of its record on, a part like any other (pending, then
 // confirmed or cancelled). What makes every interleaving safe:
@@ -22,9 +23,9 @@ import (
 //     record on this node that is packed, reserved, not moved, of TOKEN,
 //     written by this path (no reserved_at: a commit writes one), with an
 //     entry for ITEM, a stock part of this node (ARGV[1]) taken at an
-//     offset. It is then read as the pending record take_one would have
-//     written (TestInlinePartAsRecord). Any other missing key reads as
-//     missing, as before.
+//     offset. It is then read as the pending record the reserve would
+//     have written (TestInlinePartAsRecord, TestTakeOneAsPlan). Any other
+//     missing key reads as missing, as before.
 //   - Written before it can vanish. A reserved record has no TTL and
 //     nothing deletes it; every step that changes a reserved record —
 //     its decision (order.lua's final: confirm, cancel, expire) and a

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"strconv"
 	"strings"
@@ -105,8 +106,8 @@ func writeInlineRecords(t testing.TB, ctx context.Context, c redis.Cmdable, node
 	}
 }
 
-// An order of one item and no user on its home is reserved with an
-// inline part (inline.go): no record of its own, read by every script
+// An order of one item on its home is reserved with an inline part
+// (inline.go): no record of its own, read by every script
 // (part_get) and by InlineParts as the pending record take_one wrote
 // before, field for field; only while its order record is reserved, not
 // moved, of its token and written by the local path; and its decision
@@ -211,8 +212,14 @@ func TestInlinePartAsRecord(t *testing.T) {
 // Orders with inline parts whose home a topology change moves: the move
 // writes each inline part's record on the node that holds it, before the
 // order record leaves (order_move_out.lua); then they are confirmed and
-// cancelled on their new home and the stock adds up.
+// cancelled on their new home and the stock adds up. Also with the apply
+// stopped at its move-out crash point and run again.
 func TestInlinePartsMoveWithTopology(t *testing.T) {
+	t.Run("apply", func(t *testing.T) { inlinePartsMove(t, false) })
+	t.Run("crash at move-out, then apply again", func(t *testing.T) { inlinePartsMove(t, true) })
+}
+
+func inlinePartsMove(t *testing.T, crash bool) {
 	e := newMigrateEnv(t)
 	ids := e.reserveMoving(e.open(e.old), "im", 2)
 	oh, _ := NewHomes(e.old)
@@ -225,7 +232,13 @@ func TestInlinePartsMoveWithTopology(t *testing.T) {
 		}
 		parts = append(parts, pid)
 	}
-	if rep, err := e.apply(); err != nil || rep.Phase != topology.PhaseStable || rep.OrdersMoved < len(ids) {
+	if crash {
+		if _, err := e.applyWith(crashAtPoint("move-out")); !errors.Is(err, errCrashed) {
+			t.Fatalf("apply with a crash at move-out = %v, want the injected crash", err)
+		}
+	}
+	// (after a crash, the first apply may have moved some already)
+	if rep, err := e.apply(); err != nil || rep.Phase != topology.PhaseStable || (!crash && rep.OrdersMoved < len(ids)) {
 		t.Fatalf("apply = %+v, %v; want %d orders moved or more", rep, err, len(ids))
 	}
 	for i, id := range ids {

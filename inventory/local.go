@@ -30,8 +30,8 @@ import (
 // the order id resolves (it finds the record), and a Cancel that comes
 // first leaves a tombstone the script respects.
 //
-// An order of one item and no user that this path reserves gets no part
-// record: its part is inline (inline.go holds the rule).
+// The stock parts this path takes get no part record: they are inline
+// (inline.go holds the rule); a quota part has its record.
 //
 // Per-user quota parts take this path only when the user's quota node is
 // the home node too and the topology is stable. A quota part over the
@@ -50,10 +50,10 @@ import (
 // (localOrderPieces, rectemplate.go): 8 the piece before its created
 // field, 9 the one after it, and per part the piece after that part's
 // offset; then per part the arguments lua/take_whole.lua reads (id, kind,
-// want, and its record's template: takeWholeArgs). An order of one stock
-// part takes it with take_one, its part inline (no record, so its
-// template's two pieces are empty: inline.go), any other with plan_parts
-// and write_parts.
+// want, and its record's template: takeWholeArgs, its two pieces empty
+// for a stock part, which is inline: no record, inline.go). An order of
+// one stock part takes it with take_one, any other with plan_parts and
+// write_parts.
 // The record is written reserved, with no TTL (orderrec.go, "TTL").
 // Returns {"existing"} (the order has a record: nothing written),
 // {"short"} (no record, and a stock part is short here or a limited SKU
@@ -248,14 +248,13 @@ func (inv *Inventory) localCall(orderID, token, digest, userID string, ttl time.
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	// one stock part: take_one, which writes no part record (its part is
-	// inline, inline.go), so it gets no template (two empty pieces)
-	inline := len(reqs) == 1 && reqs[0].Kind == PartStock
 	for _, r := range reqs {
 		buf = append(append(buf, partKeyPrefix...), r.ID...)
 		ends = append(ends, len(buf))
 		cut := len(buf)
-		if !inline {
+		// a stock part is inline: no record, so no template (two empty
+		// pieces, inline.go); a quota part has its record
+		if r.Kind != PartStock {
 			if buf, cut, err = appendPartTemplate(buf, orderID, token, r); err != nil {
 				return nil, nil, nil, err
 			}

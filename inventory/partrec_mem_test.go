@@ -11,8 +11,8 @@ import (
 // real node MEMORY USAGE of a 1-item order's stock part stays at most
 // 144 bytes (136 when written), its quota part's at most 176 (168). As a
 // hash of 12 fields a stock part took 264 bytes (issue 25,
-// internal/bench/memory.go). An order of one item and no user whose home
-// holds its stock has an inline part: no record at all (inline.go).
+// internal/bench/memory.go). A stock part the local path takes (its home
+// holds its stock) is inline: no record at all (inline.go).
 func TestPartRecordPackedOnNode(t *testing.T) {
 	e := newStagedEnv(t)
 	one := []Item{{Route: "a", SKU: "s", Quantity: 1}}
@@ -28,8 +28,8 @@ func TestPartRecordPackedOnNode(t *testing.T) {
 		c := e.clients["n1"]
 		keys, err := c.Keys(e.ctx, partKeyPrefix+id+"|*").Result()
 		if err == nil && len(keys) == 0 && user == "" {
-			// one item, no user, its home n1: the local path's inline
-			// part, no record of its own (inline.go)
+			// its home n1: the local path's inline part, no record of
+			// its own (inline.go)
 			in, ierr := InlineParts("n1", id, orderFieldsOn(t, e.ctx, c, id))
 			if ierr != nil || len(in) != 1 {
 				t.Fatalf("parts of %s on n1: no key; inline %v, %v; want one inline part", id, in, ierr)

@@ -233,6 +233,17 @@ func TestOneScriptRecordsAsCodec(t *testing.T) {
 		if len(parts) != len(items)+nq || len(res.Receipts) != len(items) {
 			t.Fatalf("order %s: parts %+v, receipts %+v", id, parts, res.Receipts)
 		}
+		// its stock parts are inline (inline.go): no key until inline_write,
+		// which a decision runs first, writes their records
+		for _, p := range parts {
+			if n := c.Exists(ctx, partKey(p.ID)).Val(); (n == 0) != (p.Kind == PartStock) {
+				t.Errorf("order %s: part %+v has %d keys; want none for a stock part (inline), one for a quota part", id, p, n)
+			}
+		}
+		n1, _ := e.r.Node("n1")
+		if _, err := inv.run(ctx, n1, inlineWriteScript, []string{orderKey(id)}); err != nil {
+			t.Fatal(err)
+		}
 		for _, p := range parts {
 			want := map[string]string{"state": "pending", "order": id, "token": f["token"], "qty": strconv.FormatInt(p.Qty, 10),
 				"deadline": strconv.FormatInt(deadline+partGrace.Milliseconds(), 10), "at": f["created"]}

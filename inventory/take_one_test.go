@@ -136,7 +136,8 @@ func TestTakeOneAsPlan(t *testing.T) {
 		if sc.now == localScript {
 			// the local script sends an inline part no template (it
 			// writes no record): the general path gets the one
-			// takeWholeArgs encodes, its last two arguments
+			// takeWholeArgs encodes, its last two arguments, and must
+			// write the same bytes once inline_write has run on both
 			reqs, _ := inv.localReqs(ctx, e.n, id, token, items, "")
 			a, b, err := partTemplate(id, token, reqs[0])
 			if err != nil || args[len(args)-2] != "" || args[len(args)-1] != "" {
@@ -155,6 +156,9 @@ func TestTakeOneAsPlan(t *testing.T) {
 			s1 := state()
 			reset(tc.setup)
 			r2 := run(sc.before, keys, argsBefore)
+			if sc.now == localScript {
+				run(inlineWriteScript, []string{orderKey(id)}, nil) // inline there too
+			}
 			s2 := state()
 			if r1 != r2 || s1 != s2 {
 				t.Errorf("%s, %s: take_one answered %s and left\n%s\nthe general path answered %s and left\n%s", sc.name, tc.name, r1, s1, r2, s2)

@@ -17,9 +17,10 @@ func TestInvConfirmMissingPartIsDataLoss(t *testing.T) {
 	c := newInvCluster(t, invOpts{})
 	ctx := invCtx(t, 20*time.Second)
 	c.load("r", "dl", 30, 0)
-	// with a user: its part has a record of its own wherever the order
-	// lives (an order of one item and no user on its home has an inline
-	// part, held by the order record: inventory/inline.go)
+	// with a user whose quota node is not the order's home: not the local
+	// path, so its part has a record of its own (a stock part the local
+	// path takes is inline, held by its order's record: inventory/inline.go;
+	// the check below fails if this order ever took that path)
 	res, err := c.inv.Reserve(ctx, "dl-1", []inventory.Item{invItem("r", "dl", 2)}, "u-dl", 0)
 	if err != nil {
 		t.Fatal(err)

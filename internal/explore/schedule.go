@@ -29,8 +29,9 @@ type Options struct {
 	// default: 0.4
 	Limit float64
 	// Inline is the chance that a schedule has the inline-part order (one
-	// item, no user, homed on its stock's node: inventory/inline.go) and
-	// its retry, Confirm or Cancel; a negative one is 0, and then the
+	// item homed on its stock's node, with or without a user:
+	// inventory/inline.go) and its retry, Confirm or Cancel; a negative
+	// one is 0, and then the
 	// schedule draws nothing for it (its seeds run as they did before it
 	// was added).
 	// default: 0.5
@@ -205,12 +206,17 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		})
 	}
 	if opts.Inline > 0 && s.Chance(opts.Inline) {
-		// An order of one item and no user homed on its stock's node
-		// (route b, n2): the local path reserves it with an inline part
+		// An order of one item homed on its stock's node (route b, n2):
+		// the local path reserves it with an inline part
 		// (inventory/inline.go), which a retry, a Confirm, a Cancel, the
 		// reconcilers (phase 2) or the topology actor's move of its
-		// record may meet at any step.
+		// record may meet at any step. Half of them have a user (n2 is
+		// its quota node too): a quota part with its record beside the
+		// inline stock part (the plan's path, not take_one).
 		o9 := orderPlan{ID: w.inlineOrder(s.Chance(0.5)), Items: []inventory.Item{{Route: "b", SKU: "s", Quantity: 1}}}
+		if s.Chance(0.5) {
+			o9.User = "u9"
+		}
 		orders = append(orders, o9)
 		s.Go(ctx, "reserve-"+o9.ID, obs.reserve(i(), "reserve-"+o9.ID, o9, 2))
 		if s.Chance(0.4) {

@@ -1,11 +1,10 @@
 -- Inline parts (inline.go holds their rule): a stock part the local
--- reserve took for an order of one item and no user has no record of its
--- own while its order record, on the same node, is reserved; that record
--- holds it.
+-- reserve took has no record of its own while its order record, on the
+-- same node, is reserved; that record holds it.
 --
 -- part_get(key) is the part record at key (part_read), or, when the key
 -- does not exist, the inline part the part id names, read as the pending
--- record take_one would have written (inline_fields); nil for neither.
+-- record the reserve would have written (inline_fields); nil for neither.
 -- inline_write(key, t) writes the record of every inline part of the
 -- order record t (order_get's table) at key that has none yet, as
 -- part_get reads it: every step that decides or moves a reserved record

@@ -20,8 +20,9 @@
 -- available and reserved once the part is taken (p.avail, p.resv, after
 -- the order's earlier parts on the same counter).
 --
--- write_parts(plan, pending, offsets, pdl) takes every planned part
--- (pending until pdl: the record the caller encoded, rectemplate.go) and
+-- write_parts(plan, pending, offsets, pdl, inline) takes every planned
+-- part (pending until pdl: the record the caller encoded, rectemplate.go;
+-- none for a stock part when inline, take_stock) and
 -- returns the redo offset of each (0 for quota parts). A stock part is
 -- taken by take_stock(pk, ck, xk, id, want, ra, rb, avail, resv, pending,
 -- offsets, pdlS, inline), which writes the counter's planned values
@@ -93,12 +94,12 @@ local function take_stock(pk, ck, xk, id, want, ra, rb, avail, resv, pending, of
   zadd_later(pending, pdlS, pend_pos(xk, off))
   return off
 end
-local function write_parts(plan, pending, offsets, pdl)
+local function write_parts(plan, pending, offsets, pdl, inline)
   local offs, pdlS = {}, I(pdl)
   for _, p in ipairs(plan) do
     local off = 0
     if p.kind == 's' then
-      off = take_stock(p.pk, p.ck, p.xk, p.id, p.want, p.ra, p.rb, p.avail, p.resv, pending, offsets, pdlS)
+      off = take_stock(p.pk, p.ck, p.xk, p.id, p.want, p.ra, p.rb, p.avail, p.resv, pending, offsets, pdlS, inline)
     else
       redis.call('INCRBY', p.ck, I(p.want))
       part_new(p.pk, p.ra, p.rb, p.want, 0, pdlS)
