@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"strconv"
 	"strings"
@@ -248,4 +249,37 @@ func inlinePartsMove(t *testing.T, crash bool) {
 		}
 	}
 	e.settleMoved(ids)
+}
+
+// itemHomeFirst (the local path's check, no ring walk) agrees with
+// itemCandidates' first node for every order, SKU, home and user, over a
+// route of three nodes, and with one of them drained.
+func TestItemHomeFirstAsCandidates(t *testing.T) {
+	e := newMigrateEnv(t)
+	inv := e.open(e.old)
+	ctx := e.ctx
+	set, err := inv.set(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string) {
+		t.Helper()
+		for _, home := range set.Nodes() {
+			for i := range 30 {
+				order, sku, user := fmt.Sprintf("o-%d", i), fmt.Sprintf("s-%d", i%7), ""
+				if i%3 > 0 {
+					user = fmt.Sprintf("u-%d", i)
+				}
+				c := inv.itemCandidates(set, home, order, sku, user)
+				if want := len(c) > 0 && c[0] == home; inv.itemHomeFirst(set, home, user) != want {
+					t.Fatalf("%s: itemHomeFirst(home %s, user %q) = %v, itemCandidates(%s, %s) = %v", what, home.Name(), user, !want, order, sku, c)
+				}
+			}
+		}
+	}
+	check("all enabled")
+	if err := inv.r.SetRouteEnabled(ctx, "n2", "inventory", "r", false); err != nil {
+		t.Fatal(err)
+	}
+	check("n2 drained")
 }

@@ -47,7 +47,7 @@ import (
 // holding the limit (kind q).
 // ARGV: 4 order id (for the injected faults, as reserveScript's), 5
 // user, 6 ttl ms, 7 part grace ms, then the order record's template
-// (localOrderPieces, rectemplate.go): 8 the piece before its created
+// (appendLocalOrderPieces, rectemplate.go): 8 the piece before its created
 // field, 9 the one after it, and per part the piece after that part's
 // offset; then per part the arguments lua/take_whole.lua reads (id, kind,
 // want, and its record's template: takeWholeArgs, its two pieces empty

@@ -92,10 +92,11 @@ var partStateCodes = map[string]string{"pending": "p", "confirmed": "c", "cancel
 
 // partCodecLua defines part_read(key) (the part record at key, either
 // layout, as a table of field → string value; nil when the key does not
-// exist: lua/inline_part.lua's part_get, which every script reads a part
-// with, reads an inline part then, inline.go) and part_put(key, t, ttl) (write t as the packed record at key:
-// the TTL kept when ttl is nil, else set to ttl seconds, as EXPIRE would).
-// Numbers in t are written as integers. It is part of the prelude.
+// exist, where lua/inline_part.lua's part_get, which every script reads a
+// part with, reads an inline part: inline.go) and part_put(key, t, ttl)
+// (write t as the packed record at key: the TTL kept when ttl is nil, else
+// set to ttl seconds, as EXPIRE would). Numbers in t are written as
+// integers. It is part of the prelude.
 var partCodecLua = luaFile("part_codec.lua")
 
 // packPart is the packed layout of part id's fields (partCodecLua's

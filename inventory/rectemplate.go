@@ -103,30 +103,17 @@ func appendPartTemplate(dst []byte, orderID, token string, r partReq) ([]byte, i
 	return append(dst, partUS...), cut, nil
 }
 
-// localOrderPieces is the record localScript writes for an order reserved
-// whole on its home: reserved, by attempt token, deadline created+ttl ms,
-// with parts (layout 2, each offset a hole) and user. Its pieces:
+// appendLocalOrderPieces appends to dst the record localScript writes for
+// an order reserved whole on its home: reserved, by attempt token,
+// deadline created+ttl ms, with parts (layout 2, each offset a hole) and
+// user, in pieces
 //
 //	pieces[0] .. CREATED .. pieces[1] .. OFFSET 1 .. pieces[2] .. …
 //
-// one piece after each offset hole, in the order of parts. It fails with
+// one after the other, one piece after each offset hole, in the order of
+// parts; it appends to ends where each piece ends in dst. It fails with
 // ErrInvalid for a field holding a control byte and for parts layout 2
 // cannot carry.
-func localOrderPieces(orderID, token, digest, userID string, ttl int64, parts []OrderPart) ([]string, error) {
-	buf, cuts, err := appendLocalOrderPieces(nil, nil, orderID, token, digest, userID, ttl, parts)
-	if err != nil {
-		return nil, err
-	}
-	s, start := string(buf), 0
-	pieces := make([]string, len(cuts))
-	for i, end := range cuts {
-		pieces[i], start = s[start:end], end
-	}
-	return pieces, nil
-}
-
-// appendLocalOrderPieces appends localOrderPieces' pieces to dst, one
-// after the other, and appends to ends where each ends in dst.
 func appendLocalOrderPieces(dst []byte, ends []int, orderID, token, digest, userID string, ttl int64, parts []OrderPart) ([]byte, []int, error) {
 	if len(parts) == 0 || hasControl(orderID, token, digest, userID) {
 		return dst, ends, fmt.Errorf("%w: order %q: no parts, or a field holds a control byte", ErrInvalid, orderID)

@@ -299,3 +299,17 @@ func BenchmarkRecordTemplates(b *testing.B) {
 		}
 	}
 }
+
+// localOrderPieces is appendLocalOrderPieces' pieces as strings.
+func localOrderPieces(orderID, token, digest, userID string, ttl int64, parts []OrderPart) ([]string, error) {
+	buf, ends, err := appendLocalOrderPieces(nil, nil, orderID, token, digest, userID, ttl, parts)
+	if err != nil {
+		return nil, err
+	}
+	s, start := string(buf), 0
+	pieces := make([]string, len(ends))
+	for i, end := range ends {
+		pieces[i], start = s[start:end], end
+	}
+	return pieces, nil
+}
