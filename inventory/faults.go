@@ -100,6 +100,12 @@ const (
 	// answers without writing its fence, so that attempt's stage lands
 	// and reserves the order the refusal answered for.
 	MutationFenceSkip Mutation = "fence-skip"
+	// MutationInlineUnwritten: an order's decision writes its record
+	// without first writing the records of its inline parts (inline.go,
+	// "Written before it can vanish"), so part_get no longer finds them
+	// once the record is decided: their settles meet nothing, and the
+	// stock they hold stays reserved.
+	MutationInlineUnwritten Mutation = "inline-unwritten"
 )
 
 // Mutator is implemented by a [Faults] that re-introduces mutations.

@@ -66,6 +66,8 @@ func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID stri
 	script := orderDecideScript // runs on a node out of memory too (oom.go)
 	if op == opBegin || op == opFence {
 		script = orderScript // a new record: refused on a full node
+	} else if inv.mutated(MutationInlineUnwritten) {
+		script = orderDecideInlineUnwrittenScript // test-only (faults.go)
 	}
 	v, err := inv.run(ctx, home, script, []string{orderKey(orderID)}, argv...)
 	if err != nil {

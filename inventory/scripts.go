@@ -1,5 +1,10 @@
 package inventory
 
+import (
+	"fmt"
+	"strings"
+)
+
 // The scripts of the reserve/settle/order life cycle and of stock loading.
 // They run behind the shared prelude of lua.go: KEYS[1] is the stamp hash
 // and ARGV[1..3] the header, so every script's own arguments start at
@@ -98,6 +103,22 @@ var orderScript = newGroupedScript("order", true, orderBody)
 // orderDecideScript is orderScript's body for every op but begin and
 // fence, declared memRelease (oom.go).
 var orderDecideScript = newGroupedReleaseScript("order", luaFile("order_decide.lua")+orderBody)
+
+// orderDecideInlineUnwrittenScript is orderDecideScript without its
+// decisions' inline_write: sent in its place only when the injected faults
+// re-introduce [MutationInlineUnwritten] (test-only, faults.go).
+var orderDecideInlineUnwrittenScript = newGroupedReleaseScript("order",
+	mustCut(luaFile("order_decide.lua")+orderBody, "  if status == 'reserved' then inline_write(key, f) end\n"))
+
+// mustCut is src without its one occurrence of piece; it panics when
+// piece is not in src exactly once (a test-only script built from a
+// production one).
+func mustCut(src, piece string) string {
+	if strings.Count(src, piece) != 1 {
+		panic(fmt.Sprintf("inventory: %q is not in the script once", piece))
+	}
+	return strings.Replace(src, piece, "", 1)
+}
 
 // orderBody is the order record's state machine (orderScript).
 var orderBody = luaFile("order.lua")

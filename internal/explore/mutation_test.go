@@ -13,9 +13,9 @@ import (
 // schedules' Faults, inventory.Mutator) the explorer finds a failing seed
 // among the first n schedules of seeds 1, 2, …, and that seed passes
 // without the mutation. Each case names the profile and actors that reach
-// its bug (none has the inline-part order, which came later: their
-// seeds draw as they did before it); none scripts the bug's
-// interleaving.
+// its bug (none but inline-unwritten's has the inline-part order, which
+// came later: their seeds draw as they did before it); none scripts the
+// bug's interleaving.
 var mutationCases = []struct {
 	m    inventory.Mutation
 	opts Options // the actors and fault chances that can reach the bug
@@ -42,6 +42,11 @@ var mutationCases = []struct {
 	// 49, 60, 67 before each schedule drew how one-round commits travel),
 	// so 64 schedules hold three chances, not one, on a loaded machine.
 	{inventory.MutationLimitWithdraw, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: 1, Inline: -1}, 64},
+	// An inline part left without a record by its order's decision
+	// (inventory/inline.go): the inline-part order is confirmed, cancelled
+	// or expired, and its part's settle finds nothing (20 of seeds 1 to
+	// 30 find it).
+	{inventory.MutationInlineUnwritten, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: -1, Inline: 1}, 10},
 }
 
 // mutationBudget bounds the look for each mutation (the n schedules take
