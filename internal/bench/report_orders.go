@@ -232,8 +232,8 @@ func floorMisses(r *Results, s Summary) string {
 		nf, ef, kf := fl.ServerPerOp()
 		fmt.Fprintf(&b, "- **%s** (%.3f, target 0.8): per order shardis spent %s of client and %s of node CPU, the floor %s and %s: "+
 			"%s more on the client and %s more on the nodes. On the nodes shardis ran %.2f script calls with %.1f commands in them (%s of script time) against the floor's %.2f with %.1f (%s): "+
-			"the extra commands are the record's head read and the part key's check before the writes, the pending index, the node-identity check and, for a part that is not inline "+
-			"(its order's record on another node, or an order of several parts or with a user: `inventory/inline.go`), its record beside the order record (one packed string each; the floor's order next to its stock is one key). "+
+			"the extra commands are the record's head read and the part key's check before the writes, the pending index, the node-identity check and, for a part the one-round or the general path takes "+
+			"(the local path's are inline: `inventory/inline.go`), its record beside the order record (one packed string each; the floor's order next to its stock is one key). "+
 			"Where a one-script order's node µs go (`TestLocalScriptCost`: the local reserve's script in 20-order group calls on one node with its pieces cut out one at a time, medians of three runs of 9 rounds, measured apart from this run): "+
 			"of its 13.7 µs of script time per order (an order of one stock part: take_one, its part inline; 18.8 µs on the general path, plan_parts and write_parts, which orders of several parts take, a record per part) "+
 			"the group call's frame takes 3.8 (each order brings 20 keys and arguments, which Redis parses into objects and Lua copies into its tables: "+

@@ -31,9 +31,8 @@ type Options struct {
 	// Inline is the chance that a schedule has the inline-part order (one
 	// item homed on its stock's node, with or without a user:
 	// inventory/inline.go) and its retry, Confirm or Cancel; a negative
-	// one is 0, and then the
-	// schedule draws nothing for it (its seeds run as they did before it
-	// was added).
+	// one is 0, and then the schedule draws nothing for it (its seeds run
+	// as they did before it was added).
 	// default: 0.5
 	Inline float64
 }
@@ -222,10 +221,10 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		if s.Chance(0.4) {
 			s.Go(ctx, "retry-"+o9.ID, obs.reserve(i(), "retry-"+o9.ID, o9, 2))
 		}
-		switch r := s.Intn(3); {
-		case r == 0:
+		switch s.Intn(3) { // or neither: the reconcilers expire it
+		case 0:
 			s.Go(ctx, "confirm-"+o9.ID, obs.confirm(i(), "confirm-"+o9.ID, o9.ID, 2))
-		case r == 1:
+		case 1:
 			s.Go(ctx, "cancel-"+o9.ID, obs.cancel(i(), "cancel-"+o9.ID, o9.ID))
 		}
 	}
