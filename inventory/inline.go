@@ -17,8 +17,11 @@ import (
 // the first write of its record on, a part like any other (pending, then
 // confirmed or cancelled). What makes every interleaving safe:
 //
-//   - One reader. Every script reads a part through part_get
-//     (lua/inline_part.lua), which, when the part's key does not exist,
+//   - One reader. Every script that may meet one reads a part through
+//     part_get (lua/inline_part.lua; reserve.lua and probe.lua read only
+//     parts of one-round and general attempts, whose tokens never name
+//     a record the local path wrote, with part_read), which, when the
+//     part's key does not exist,
 //     reads the inline part its id names (ORDER|TOKEN|ITEM): only from a
 //     record on this node that is packed, reserved, not moved, of TOKEN,
 //     written by this path (no reserved_at: a commit writes one), with an

@@ -67,7 +67,7 @@ func TestPreludePerScript(t *testing.T) {
 		flushing bool
 	}{
 		{settleScript, []string{"part_get", "part_put", "int", "nowS"}, []string{"order_write", "zadd_later", "stock_int", "flush", "zchecked"}, false},
-		{reserveScript, []string{"part_get", "part_new", "zadd_later", "stock_set", "next_offset", "flush"}, []string{"order_write", "part_put"}, true},
+		{reserveScript, []string{"part_read", "part_new", "zadd_later", "stock_set", "next_offset", "flush"}, []string{"order_write", "part_put", "part_get", "order_unpack"}, true},
 		{localScript, []string{"part_new", "order_head", "flush"}, []string{"part_get", "part_put", "part_lit", "order_write"}, true},
 		{orderScript, []string{"now", "nowS"}, []string{"part_get", "flush", "zchecked"}, false},
 		{limitTodoScript, nil, []string{"now", "I", "int", "part_get"}, false},

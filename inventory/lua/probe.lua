@@ -2,7 +2,7 @@
 local out = {}
 local inc = redis.call('HGET', KEYS[1], 'incarnation') or ''
 for i = 2, #KEYS do
-  local rec = part_get(KEYS[i]) or {}
+  local rec = part_read(KEYS[i]) or {} -- a promised part: never inline (inline.go)
   local f = {rec.state, rec.token, rec.qty, rec.offset}
   local promised = ARGV[5 + i] or ''
   if f[1] == 'pending' and rec.held ~= '1' then

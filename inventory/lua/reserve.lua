@@ -9,7 +9,11 @@ for i = 0, np - 1 do
   local a = 6 + i * 6
   local p = {pk = pk, ck = ck, xk = xk, id = ARGV[a], kind = ARGV[a + 1], want = tonumber(ARGV[a + 2]),
              queue = ARGV[a + 3], ra = ARGV[a + 4], rb = ARGV[a + 5]}
-  local cur = part_get(pk)
+  -- part_read, not part_get: the part of a one-round or general attempt,
+  -- whose token never names a record the local path wrote, is never
+  -- inline (inline.go), and a new part's key is missing: part_get would
+  -- read the order key for nothing
+  local cur = part_read(pk)
   if cur and cur.state then
     p.out = {cur.state, tonumber(cur.qty) or 0, tonumber(cur.offset) or 0, 0}
   elseif p.kind == 's' then
