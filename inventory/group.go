@@ -125,16 +125,42 @@ func (g *groups) queue(n *node.Node) *groupQueue {
 // runGrouped runs one call of grouped script s on n under the epoch token
 // and returns the call's body reply and the node's write sequence.
 func (inv *Inventory) runGrouped(ctx context.Context, n *node.Node, s *luaScript, token string, keys []string, args []any) (any, int64, error) {
-	c := &groupCall{keys: keys, args: args, done: make(chan struct{})}
-	q := inv.groups.queue(n)
+	c, q, own := inv.enterGroup(n, s, token, keys, args)
+	if own {
+		inv.sendOwn(ctx, n, q, s, token, c, false)
+	}
+	return awaitGroup(ctx, q, s, c)
+}
+
+// enterGroup makes one call of grouped script s on n and enters it in the
+// node's queue (batchq.go): own reports that it took a free slot, so its
+// caller sends it (sendOwn); otherwise it waits in the queue for a group
+// that another sender sends.
+func (inv *Inventory) enterGroup(n *node.Node, s *luaScript, token string, keys []string, args []any) (c *groupCall, q *groupQueue, own bool) {
+	c = &groupCall{keys: keys, args: args, done: make(chan struct{})}
+	q = inv.groups.queue(n)
+	return c, q, q.enter(s, c, token, groupInFlight)
+}
+
+// sendOwn sends c, which took a free slot of q (enterGroup), as a group of
+// one, then sends what queued meanwhile (drain): on this goroutine when
+// background (a goroutine of its own, which nobody waits for), else on a
+// new one, so that c's caller has its reply at once.
+func (inv *Inventory) sendOwn(ctx context.Context, n *node.Node, q *groupQueue, s *luaScript, token string, c *groupCall, background bool) {
 	send := func(ctx context.Context, s *luaScript, token string, calls []*groupCall) {
 		inv.sendGroup(ctx, n, s, token, calls)
 	}
-	if q.enter(s, c, token, groupInFlight) {
-		send(ctx, s, token, []*groupCall{c})
-		q.drain(ctx, inv.opts.GroupCommit, false, send)
-		return c.reply, c.seq, c.err
+	send(ctx, s, token, []*groupCall{c})
+	if background {
+		ctx = context.WithoutCancel(ctx)
 	}
+	q.drain(ctx, inv.opts.GroupCommit, background, send)
+}
+
+// awaitGroup waits for c's group to answer it. A caller whose context ends
+// first takes c off the queue if it is still there (nothing was sent);
+// once c's group is under way the outcome is unknown.
+func awaitGroup(ctx context.Context, q *groupQueue, s *luaScript, c *groupCall) (any, int64, error) {
 	select {
 	case <-c.done:
 		return c.reply, c.seq, c.err

@@ -220,12 +220,19 @@ func (inv *Inventory) settleParts(ctx context.Context, orderID string, action Ac
 }
 
 // settleByNode groups parts by node and calls f once per node with the
-// node's part ids, nodes concurrently; it returns when every call has.
-// f guards what it shares with the other calls.
+// node's part ids, nodes concurrently (one node's on the caller's
+// goroutine); it returns when every call has. f guards what it shares
+// with the other calls.
 func settleByNode(parts []part, f func(name string, ids []string)) {
 	byNode := map[string][]string{}
 	for _, p := range parts {
 		byNode[p.Node] = append(byNode[p.Node], p.ID)
+	}
+	if len(byNode) == 1 {
+		for name, ids := range byNode {
+			f(name, ids)
+		}
+		return
 	}
 	var wg sync.WaitGroup
 	for name, ids := range byNode {

@@ -267,7 +267,8 @@ func TestOneScriptRecordsAsCodec(t *testing.T) {
 	r := partReq{part: part{ID: stockPartID(id, token, 0), Node: "n1", Kind: PartStock, Item: 0, Route: "a", SKU: "s", Qty: 1},
 		queue: inv.redoQueue("a", "s"), ck: stockKey("a", "s")}
 	promised := encodeOrderParts(id, token, []part{r.part})
-	st, err := inv.stageTake(ctx, home, id, token, partDue{hold: time.Minute}, "", ttl, "dg", "", promised, []partReq{r})
+	st, err := inv.stageTake(ctx, id, token, stagedCall{home: home, due: partDue{hold: time.Minute}, ttl: ttl, digest: "dg",
+		promised: promised, reqs: []partReq{r}})
 	if err != nil || st.status != stageStaged {
 		t.Fatalf("stageTake: %+v, %v", st, err)
 	}

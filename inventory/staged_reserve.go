@@ -36,13 +36,12 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	homeReqs := batches[home]
 	delete(batches, home)
 	sendStage, batches, crashed := inv.roundCrashes(ctx, batches)
-	var (
-		staged   stageReply
-		stageErr = errCrashed
-	)
-	results := inv.stageAndTake(ctx, sendStage, func() {
-		staged, stageErr = inv.stageTake(ctx, home, orderID, token, deadline, mutation, ttl, digestOf(items, userID), userID, blob, homeReqs)
-	}, orderID, token, deadline, batches)
+	stage := stagedCall{home: home, due: deadline, mutation: mutation, ttl: ttl, digest: digestOf(items, userID),
+		userID: userID, promised: blob, reqs: homeReqs}
+	if !sendStage {
+		stage.home = nil
+	}
+	results, staged, stageErr := inv.stageAndTake(ctx, orderID, token, stage, batches)
 	if crashed {
 		return Reservation{}, true, errCrashed
 	}
@@ -83,27 +82,22 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	return inv.unwindStaged(ctx, home, orderID, len(homeReqs) > 0, round)
 }
 
-// stageAndTake runs a staged round: stage (when send) and the takes of
-// batches, all at once; the stage on a goroutine of its own unless no
-// takes go out, one node's takes on the caller's goroutine (runBatches).
-// It returns once every one of them returned.
-func (inv *Inventory) stageAndTake(ctx context.Context, send bool, stage func(), orderID, token string, deadline partDue, batches map[*node.Node][]partReq) []batchResult {
-	if !send {
-		return inv.runBatches(ctx, orderID, token, deadline, batches)
+// stageAndTake runs a staged round: the stage (unless stage.home is nil)
+// and the takes of batches, all at once, the stage begun by start (lua.go)
+// unless no takes go out. It returns once every one of them returned; the
+// stage's outcome is errCrashed when none was sent.
+func (inv *Inventory) stageAndTake(ctx context.Context, orderID, token string, stage stagedCall, batches map[*node.Node][]partReq) (results []batchResult, staged stageReply, stageErr error) {
+	switch {
+	case stage.home == nil:
+		return inv.runBatches(ctx, orderID, token, stage.due, batches), stageReply{}, errCrashed
+	case len(batches) == 0:
+		staged, stageErr = inv.stageTake(ctx, orderID, token, stage)
+		return nil, staged, stageErr
 	}
-	if len(batches) == 0 {
-		stage()
-		return nil
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		stage()
-	}()
-	results := inv.runBatches(ctx, orderID, token, deadline, batches)
-	wg.Wait()
-	return results
+	wait := inv.startStageTake(ctx, orderID, token, stage)
+	results = inv.runBatches(ctx, orderID, token, stage.due, batches)
+	staged, stageErr = wait()
+	return results, staged, stageErr
 }
 
 // roundCrashes applies the crash points inside a staged round (faults.go)
@@ -264,19 +258,50 @@ type stageReply struct {
 	token    string    // "existing": the record's token
 }
 
+// stagedCall is the stage of a staged round: stageTakeScript's call on
+// the home node with the home node's parts (reqs). mutation is "" but in
+// the explorer's self-check (MutationStageTakeover, faults.go). A nil home
+// sends no stage (a crash point: roundCrashes).
+type stagedCall struct {
+	home     *node.Node
+	due      partDue
+	mutation Mutation
+	ttl      time.Duration
+	digest   string
+	userID   string
+	promised string
+	reqs     []partReq
+}
+
 // stageTake stages the order's record on its home node with the home
-// node's parts, all or nothing (stageTakeScript). mutation is "" but in
-// the explorer's self-check (MutationStageTakeover, faults.go).
-func (inv *Inventory) stageTake(ctx context.Context, home *node.Node, orderID, token string, due partDue, mutation Mutation, ttl time.Duration, digest, userID, promised string, reqs []partReq) (stageReply, error) {
-	keys, args, err := inv.stageTakeCall(orderID, token, due, mutation, ttl, digest, userID, promised, reqs)
+// node's parts, all or nothing (stageTakeScript).
+func (inv *Inventory) stageTake(ctx context.Context, orderID, token string, c stagedCall) (stageReply, error) {
+	keys, args, err := inv.stageTakeCall(orderID, token, c.due, c.mutation, c.ttl, c.digest, c.userID, c.promised, c.reqs)
 	if err != nil {
 		return stageReply{}, err
 	}
-	v, err := inv.run(ctx, home, stageTakeScript, keys, args...)
+	v, err := inv.run(ctx, c.home, stageTakeScript, keys, args...)
 	if err != nil {
 		return stageReply{}, err
 	}
-	return decodeStageTake(home.Name(), v, len(reqs))
+	return decodeStageTake(c.home.Name(), v, len(c.reqs))
+}
+
+// startStageTake is stageTake begun by start (lua.go): wait returns its
+// results.
+func (inv *Inventory) startStageTake(ctx context.Context, orderID, token string, c stagedCall) (wait func() (stageReply, error)) {
+	keys, args, err := inv.stageTakeCall(orderID, token, c.due, c.mutation, c.ttl, c.digest, c.userID, c.promised, c.reqs)
+	if err != nil {
+		return func() (stageReply, error) { return stageReply{}, err }
+	}
+	sent := inv.start(ctx, c.home, stageTakeScript, keys, args...)
+	return func() (stageReply, error) {
+		v, err := sent()
+		if err != nil {
+			return stageReply{}, err
+		}
+		return decodeStageTake(c.home.Name(), v, len(c.reqs))
+	}
 }
 
 // stageTakeCall is stageTakeScript's keys and arguments (see stageTake).

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -389,36 +388,27 @@ func (b batchResult) unknownParts() []part {
 	return out
 }
 
-// runBatches runs one reserve script per node, concurrently: one of them
-// on the caller's goroutine, each other one on a goroutine of its own.
+// runBatches runs one reserve script per node, concurrently: each but one
+// begun by start (lua.go), then that one on the caller's goroutine.
 func (inv *Inventory) runBatches(ctx context.Context, orderID, token string, deadline partDue, batches map[*node.Node][]partReq) []batchResult {
 	out := make([]batchResult, 0, len(batches))
 	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		mine *node.Node // the batch this goroutine sends
+		waits []func() batchResult
+		mine  *node.Node // the batch this goroutine sends
 	)
 	for n, reqs := range batches {
 		if mine == nil {
 			mine = n
 			continue
 		}
-		wg.Add(1)
-		go func(n *node.Node, reqs []partReq) {
-			defer wg.Done()
-			res := inv.runBatch(ctx, n, orderID, token, deadline, reqs)
-			mu.Lock()
-			out = append(out, res)
-			mu.Unlock()
-		}(n, reqs)
+		waits = append(waits, inv.startBatch(ctx, n, orderID, token, deadline, reqs))
 	}
 	if mine != nil {
-		res := inv.runBatch(ctx, mine, orderID, token, deadline, batches[mine])
-		mu.Lock()
-		out = append(out, res)
-		mu.Unlock()
+		out = append(out, inv.runBatch(ctx, mine, orderID, token, deadline, batches[mine]))
 	}
-	wg.Wait()
+	for _, wait := range waits {
+		out = append(out, wait())
+	}
 	return out
 }
 
@@ -431,7 +421,48 @@ func (inv *Inventory) runBatch(ctx context.Context, n *node.Node, orderID, token
 	return res
 }
 
+// startBatch is runBatch begun by start (lua.go): wait returns its result.
+func (inv *Inventory) startBatch(ctx context.Context, n *node.Node, orderID, token string, deadline partDue, reqs []partReq) (wait func() batchResult) {
+	keys, args, err := reserveCall(orderID, token, deadline, reqs)
+	if err != nil {
+		return func() batchResult { return inv.batchResult(n, reqs, nil, err) }
+	}
+	sent := inv.start(ctx, n, reserveScript, keys, args...)
+	return func() batchResult {
+		v, err := sent()
+		return inv.batchResult(n, reqs, v, err)
+	}
+}
+
+// batchResult is the result of the reserve script of reqs on n, from its
+// reply v or its error.
+func (inv *Inventory) batchResult(n *node.Node, reqs []partReq, v any, err error) batchResult {
+	res := batchResult{reqs: reqs, err: err}
+	if err == nil {
+		res.replies, res.err = inv.reserveReplies(n, reqs, v)
+	}
+	if res.err != nil {
+		res.unknown = outcomeUnknown(res.err)
+	}
+	return res
+}
+
+// reserveOn runs the reserve script of reqs on n and returns one reply
+// per request (reserveReplies).
 func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, token string, deadline partDue, reqs []partReq) ([]reply, error) {
+	keys, args, err := reserveCall(orderID, token, deadline, reqs)
+	if err != nil {
+		return nil, err
+	}
+	v, err := inv.run(ctx, n, reserveScript, keys, args...)
+	if err != nil {
+		return nil, err
+	}
+	return inv.reserveReplies(n, reqs, v)
+}
+
+// reserveCall is the reserve script's keys and arguments for reqs.
+func reserveCall(orderID, token string, deadline partDue, reqs []partReq) ([]string, []any, error) {
 	keys := make([]string, 0, 2+3*len(reqs))
 	keys = append(keys, PendingKey, RedoOffsetsKey)
 	args := make([]any, 0, 2+6*len(reqs))
@@ -444,14 +475,16 @@ func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, toke
 		}
 		a, b, err := partTemplate(orderID, token, r)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		args = append(args, r.ID, string(r.Kind), r.Qty, last, a, b)
 	}
-	v, err := inv.run(ctx, n, reserveScript, keys, args...)
-	if err != nil {
-		return nil, err
-	}
+	return keys, args, nil
+}
+
+// reserveReplies reads the reserve script's reply v to reqs on n, and
+// marks each SKU the replies show limited.
+func (inv *Inventory) reserveReplies(n *node.Node, reqs []partReq, v any) ([]reply, error) {
 	replies, err := decodeReserveReplies(n.Name(), v, len(reqs))
 	for i := range replies {
 		if replies[i].limit > 0 {
