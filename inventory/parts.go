@@ -58,25 +58,62 @@ func encodeOrderParts(orderID, token string, parts []OrderPart) string {
 	if strings.ContainsAny(token, partsRS+partsUS) {
 		return encodeOrderPartsJSON(parts)
 	}
-	var b strings.Builder
-	b.Grow(len(partsLayout2) + len(token) + 48*len(parts))
-	b.WriteString(partsLayout2)
-	b.WriteString(token)
+	b := make([]byte, 0, len(partsLayout2)+len(token)+48*len(parts))
+	b = append(append(b, partsLayout2...), token...)
 	for _, p := range parts {
-		fields, ok := layout2Entry(orderID, token, p)
-		if !ok {
+		var ok bool
+		if b, ok = appendLayout2Entry(b, orderID, token, p); !ok {
 			return encodeOrderPartsJSON(parts)
 		}
-		for i, f := range fields {
-			if i == 0 {
-				b.WriteString(partsRS)
-			} else {
-				b.WriteString(partsUS)
+	}
+	return string(b)
+}
+
+// appendLayout2Entry appends part p's entry in the layout 2 list of
+// attempt token of orderID to b: RS, then layout2Entry's fields joined by
+// US, each number written into b; false when layout 2 cannot carry p
+// exactly (as layout2Entry).
+func appendLayout2Entry(b []byte, orderID, token string, p OrderPart) ([]byte, bool) {
+	queue := ""
+	if p.Redo != "" {
+		q, ok := redoQueueNumber(p.Redo)
+		if !ok {
+			return b, false
+		}
+		queue = q
+	}
+	id := p.ID
+	if isDerivedPartID(orderID, token, p) {
+		id = ""
+	}
+	if hasPartsSep(string(p.Kind), p.Node, p.Route, p.SKU, p.Incarnation, id) {
+		return b, false
+	}
+	b = append(append(append(b, partsRS...), p.Kind...), partsUS...)
+	b = append(strconv.AppendInt(b, int64(p.Item), 10), partsUS...)
+	b = append(append(b, p.Node...), partsUS...)
+	b = append(append(b, p.Route...), partsUS...)
+	b = append(append(b, p.SKU...), partsUS...)
+	b = append(strconv.AppendInt(b, p.Qty, 10), partsUS...)
+	b = append(append(b, queue...), partsUS...)
+	if p.Offset != 0 {
+		b = strconv.AppendInt(b, p.Offset, 10)
+	}
+	b = append(append(b, partsUS...), p.Incarnation...)
+	return append(append(b, partsUS...), id...), true
+}
+
+// hasPartsSep reports whether a value holds a layout 2 separator (RS or
+// US).
+func hasPartsSep(vs ...string) bool {
+	for _, v := range vs {
+		for i := 0; i < len(v); i++ {
+			if v[i] == partsRS[0] || v[i] == partsUS[0] {
+				return true
 			}
-			b.WriteString(f)
 		}
 	}
-	return b.String()
+	return false
 }
 
 // layout2Entry is part p's fields in the layout 2 list of attempt token

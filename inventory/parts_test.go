@@ -238,12 +238,32 @@ func FuzzOrderPartsRoundTrip(f *testing.F) {
 		}
 		parts := []OrderPart{p, p}
 		parts[1].Qty++
+		if got, want := encodeOrderParts(order, token, parts), encodeOrderPartsJoined(order, token, parts); got != want {
+			t.Fatalf("encodeOrderParts(%+v) = %q, want %q (layout2Entry's fields joined)", parts, got, want)
+		}
 		got, err := unmarshalOrderParts(order, encodeOrderParts(order, token, parts))
 		if err != nil || !reflect.DeepEqual(got, parts) {
 			t.Fatalf("round trip of %+v: %+v, %v", parts, got, err)
 		}
 		_, _ = DecodeOrderParts(order, "~"+token+"\x1e"+sku)
 	})
+}
+
+// encodeOrderPartsJoined is encodeOrderParts spelled out from
+// layout2Entry: the list it must write, byte for byte.
+func encodeOrderPartsJoined(orderID, token string, parts []OrderPart) string {
+	if strings.ContainsAny(token, partsRS+partsUS) {
+		return encodeOrderPartsJSON(parts)
+	}
+	s := partsLayout2 + token
+	for _, p := range parts {
+		fields, ok := layout2Entry(orderID, token, p)
+		if !ok {
+			return encodeOrderPartsJSON(parts)
+		}
+		s += partsRS + strings.Join(fields[:], partsUS)
+	}
+	return s
 }
 
 func validUTF8(ss ...string) bool {

@@ -142,30 +142,31 @@ func appendLocalOrderPieces(dst []byte, ends []int, orderID, token, digest, user
 	return dst, append(ends, len(dst)), nil
 }
 
-// stagingOrderPieces is the record stageTakeScript writes: staging, by
-// attempt token, deadline created+ttl ms, lease created+lease ms, with the
-// promised part list as given (stored as packOrderParts stores it) and
-// user: pieces[0] .. CREATED .. pieces[1]. It fails with ErrInvalid for a
-// field holding a control byte (the list: a GS).
-func stagingOrderPieces(token, digest, userID string, ttl, lease int64, promised string) ([]string, error) {
+// appendStagingOrderPieces appends to dst the record stageTakeScript
+// writes: staging, by attempt token, deadline created+ttl ms, lease
+// created+lease ms, with the promised part list as given (stored as
+// packOrderParts stores it) and user, in two pieces around its created
+// hole, one after the other; it returns dst and the position in it where
+// the second piece starts. It fails with ErrInvalid for a field holding a
+// control byte (the list: a GS).
+func appendStagingOrderPieces(dst []byte, token, digest, userID string, ttl, lease int64, promised string) ([]byte, int, error) {
 	if hasControl(token, digest, userID) || strings.Contains(promised, orderGS) {
-		return nil, fmt.Errorf("%w: a staging record's field holds a control byte", ErrInvalid)
+		return dst, 0, fmt.Errorf("%w: a staging record's field holds a control byte", ErrInvalid)
 	}
 	list := ""
 	if promised != "" {
 		list = packOrderParts(promised, token)
 	}
-	return []string{orderHeadPiece(OrderStaging, token), orderGS + strconv.FormatInt(ttl, 10) + orderGS + digest + orderGS +
-		list + orderGS + userID + orderGS + strconv.FormatInt(lease, 10)}, nil
+	dst = appendOrderHead(dst, OrderStaging, token)
+	cut := len(dst)
+	dst = append(strconv.AppendInt(append(dst, orderGS...), ttl, 10), orderGS...)
+	dst = append(append(append(append(dst, digest...), orderGS...), list...), orderGS...)
+	dst = append(append(dst, userID...), orderGS...)
+	return strconv.AppendInt(dst, lease, 10), cut, nil
 }
 
-// orderHeadPiece is a packed record's status code and token, up to its
-// created field.
-func orderHeadPiece(st OrderState, token string) string {
-	return string(appendOrderHead(nil, st, token))
-}
-
-// appendOrderHead appends orderHeadPiece(st, token) to dst.
+// appendOrderHead appends a packed record's status code and token, up
+// to its created field, to dst.
 func appendOrderHead(dst []byte, st OrderState, token string) []byte {
 	return append(append(append(dst, orderStatusCodes[string(st)]), token...), orderGS...)
 }

@@ -314,3 +314,14 @@ func localOrderPieces(orderID, token, digest, userID string, ttl int64, parts []
 	}
 	return pieces, nil
 }
+
+// stagingOrderPieces is appendStagingOrderPieces' two pieces as strings:
+// the record is pieces[0] .. CREATED .. pieces[1].
+func stagingOrderPieces(token, digest, userID string, ttl, lease int64, promised string) ([]string, error) {
+	b, cut, err := appendStagingOrderPieces(nil, token, digest, userID, ttl, lease, promised)
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	return []string{s[:cut], s[cut:]}, nil
+}

@@ -304,22 +304,42 @@ func (inv *Inventory) startStageTake(ctx context.Context, orderID, token string,
 	}
 }
 
-// stageTakeCall is stageTakeScript's keys and arguments (see stageTake).
-// It fails with ErrInvalid when a record has no template (rectemplate.go).
+// stageTakeCall is stageTakeScript's keys and arguments (see stageTake),
+// the record's pieces, the keys and the part templates cut from one
+// string. It fails with ErrInvalid when a record has no template
+// (rectemplate.go).
 func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation Mutation, ttl time.Duration, digest, userID, promised string, reqs []partReq) ([]string, []any, error) {
-	rec, err := stagingOrderPieces(token, digest, userID, ms(ttl), ms(inv.opts.AttemptLease), promised)
+	var endsArr [24]int
+	ends := endsArr[:0]
+	buf := make([]byte, 0, 96+len(token)+len(digest)+len(userID)+len(promised)+(len(partKeyPrefix)+160+3*len(orderID))*len(reqs))
+	buf = append(append(buf, orderKeyPrefix...), orderID...)
+	ends = append(ends, len(buf))
+	buf, cut, err := appendStagingOrderPieces(buf, token, digest, userID, ms(ttl), ms(inv.opts.AttemptLease), promised)
 	if err != nil {
 		return nil, nil, err
 	}
-	keys := make([]string, 0, 3+3*len(reqs))
-	keys = append(keys, PendingKey, RedoOffsetsKey, orderKey(orderID))
-	args := make([]any, 0, 9+5*len(reqs))
-	args = append(args, orderID, token, due.arg(), userID, ms(ttl), seconds(inv.cfg.Retention), rec[0], rec[1], string(mutation))
+	ends = append(ends, cut, len(buf))
 	for _, r := range reqs {
-		keys = append(keys, partKey(r.ID), r.ck, r.queue)
-		if args, err = takeWholeArgs(args, orderID, token, r); err != nil {
+		buf = append(append(buf, partKeyPrefix...), r.ID...)
+		ends = append(ends, len(buf))
+		if buf, cut, err = appendPartTemplate(buf, orderID, token, r); err != nil {
 			return nil, nil, err
 		}
+		ends = append(ends, cut, len(buf))
+	}
+	s, start := string(buf), 0
+	next := func() string {
+		v := s[start:ends[0]]
+		start, ends = ends[0], ends[1:]
+		return v
+	}
+	keys := make([]string, 0, 3+3*len(reqs))
+	keys = append(keys, PendingKey, RedoOffsetsKey, next())
+	args := make([]any, 0, 9+5*len(reqs))
+	args = append(args, orderID, token, due.arg(), userID, ms(ttl), seconds(inv.cfg.Retention), next(), next(), string(mutation))
+	for _, r := range reqs {
+		keys = append(keys, next(), r.ck, r.queue)
+		args = append(args, r.ID, kindArg(r.Kind), r.Qty, next(), next())
 	}
 	return keys, args, nil
 }

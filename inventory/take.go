@@ -461,23 +461,41 @@ func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, toke
 	return inv.reserveReplies(n, reqs, v)
 }
 
-// reserveCall is the reserve script's keys and arguments for reqs.
+// reserveCall is the reserve script's keys and arguments for reqs. The
+// parts' keys and record templates are cut from one string.
 func reserveCall(orderID, token string, deadline partDue, reqs []partReq) ([]string, []any, error) {
+	var endsArr [24]int
+	ends := endsArr[:0]
+	buf := make([]byte, 0, (len(partKeyPrefix)+160+3*len(orderID))*len(reqs))
+	for _, r := range reqs {
+		buf = append(append(buf, partKeyPrefix...), r.ID...)
+		ends = append(ends, len(buf))
+		var (
+			cut int
+			err error
+		)
+		if buf, cut, err = appendPartTemplate(buf, orderID, token, r); err != nil {
+			return nil, nil, err
+		}
+		ends = append(ends, cut, len(buf))
+	}
+	s, start := string(buf), 0
+	next := func() string {
+		v := s[start:ends[0]]
+		start, ends = ends[0], ends[1:]
+		return v
+	}
 	keys := make([]string, 0, 2+3*len(reqs))
 	keys = append(keys, PendingKey, RedoOffsetsKey)
 	args := make([]any, 0, 2+6*len(reqs))
 	args = append(args, orderID, deadline.arg())
 	for _, r := range reqs {
-		keys = append(keys, partKey(r.ID), r.ck, r.queue)
+		keys = append(keys, next(), r.ck, r.queue)
 		last := any(r.queue)
 		if r.Kind == PartQuota {
 			last = r.elsewhere
 		}
-		a, b, err := partTemplate(orderID, token, r)
-		if err != nil {
-			return nil, nil, err
-		}
-		args = append(args, r.ID, string(r.Kind), r.Qty, last, a, b)
+		args = append(args, r.ID, kindArg(r.Kind), r.Qty, last, next(), next())
 	}
 	return keys, args, nil
 }
