@@ -393,8 +393,8 @@ func decodeStageTake(nodeName string, v any, k int) (stageReply, error) {
 // ok is false when some item has no usable node, a quota node is not
 // usable, or every part would be on the home node (local.go's case).
 func (inv *Inventory) planStaged(ctx context.Context, home *node.Node, orderID, token string, items []Item, userID string) (map[*node.Node][]partReq, []part, bool) {
-	batches := map[*node.Node][]partReq{}
-	var promised []part
+	batches := make(map[*node.Node][]partReq, len(items))
+	promised := make([]part, 0, len(items)+1) // and a quota part
 	away := false
 	add := func(n *node.Node, r partReq) {
 		batches[n] = append(batches[n], r)
@@ -433,6 +433,7 @@ func (inv *Inventory) planStaged(ctx context.Context, home *node.Node, orderID, 
 func stagedTakes(results []batchResult, want int, userID string) (round stagedRound, all bool) {
 	all = true
 	n := 0
+	round.taken = make([]part, 0, want+1) // and the stage's home parts (reserveStaged)
 	for _, res := range results {
 		if res.err != nil {
 			all = false

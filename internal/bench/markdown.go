@@ -345,7 +345,8 @@ func profileReading(r *Results) string {
 	t := fmt.Sprintf("Reading: go-redis's script calls take %.1f %% of the client's samples, their socket writes and reads %.1f %% and %.1f %% "+
 		"(the round trips, which group commit and auto-pipelining share between orders); allocation takes %.1f %% (go-redis's commands and replies, the parts, "+
 		"the groups' argument lists) and goroutine scheduling %.1f %%: a call is handed to its group's sender and to its node's pipeliner, "+
-		"and the one-round path runs the stage on a goroutine of its own, and every node's takes but one (which its caller sends) too, and the commit rides a later script call on its home "+
+		"and a round's calls to several nodes (the one-round path's stage and takes, the general path's takes) queue on their nodes' groups without a goroutine each "+
+		"unless one finds a free slot, which gets a sender of its own (`start`, `inventory/lua.go`), and the commit rides a later script call on its home "+
 		"(starting goroutines %.1f %%, growing their stacks %.1f %%). The parts' lists (a compact string, `inventory/parts.go`), encoded twice per one-round order (the promised list for the stage, then the taken list with its offsets for the commit), take %.1f %%. "+
 		"The lists are the protocol's (the record names the parts it is decided on); the allocations per call are what could still be trimmed on the client. ",
 		cum("(*Script).Run"), cum("syscall.write"), cum("syscall.read"), cum("runtime.mallocgc"),
