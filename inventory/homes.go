@@ -109,15 +109,38 @@ func mintID(node string) (string, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("inventory: minting an order id: %w", err)
 	}
-	body := "@" + node + "#" + hex.EncodeToString(b[:])
-	return body + mintCheck(body), nil
+	return mintIDFrom(node, b), nil
 }
+
+// mintIDFrom is the minted order id naming node with randomness b:
+// "@node#" and b in hex (the body), then the body's mintCheck, built in
+// one buffer.
+func mintIDFrom(node string, b [mintRandHex / 2]byte) string {
+	const digits = "0123456789abcdef"
+	id := make([]byte, 0, 2+len(node)+mintRandHex+mintCheckHex)
+	id = append(append(append(id, '@'), node...), '#')
+	id = hex.AppendEncode(id, b[:])
+	var d xxhash.Digest
+	d.Reset()
+	_, _ = d.WriteString(mintSumPrefix)
+	_, _ = d.Write(id)
+	s := uint32(d.Sum64())
+	id = id[:len(id)+mintCheckHex]
+	for i := len(id) - 1; i >= len(id)-mintCheckHex; i-- {
+		id[i] = digits[s&0xf]
+		s >>= 4
+	}
+	return string(id)
+}
+
+// mintSumPrefix is hashed before a minted id's body by its checksum.
+const mintSumPrefix = "shardis order home\x00"
 
 // mintSum is the checksum of a minted id's body ("@node#rand").
 func mintSum(body string) uint32 {
 	var d xxhash.Digest
 	d.Reset()
-	_, _ = d.WriteString("shardis order home\x00")
+	_, _ = d.WriteString(mintSumPrefix)
 	_, _ = d.WriteString(body)
 	return uint32(d.Sum64())
 }
@@ -204,12 +227,13 @@ func (inv *Inventory) NewOrderID(ctx context.Context, items ...Item) (string, er
 	if err := v.refuse(); err != nil {
 		return "", err
 	}
-	var seed [8]byte
+	// one read: the ring walk's start, then the id's randomness
+	var seed [8 + mintRandHex/2]byte
 	if _, err := rand.Read(seed[:]); err != nil {
 		return "", fmt.Errorf("inventory: minting an order id: %w", err)
 	}
 	best, bestScore := -1, -1
-	w := v.homes.ring.Walk(string(seed[:]))
+	w := v.homes.ring.Walk(string(seed[:8]))
 	for i, ok := w.Next(); ok; i, ok = w.Next() {
 		n := v.members[i]
 		if !inv.usable(n) {
@@ -231,5 +255,5 @@ func (inv *Inventory) NewOrderID(ctx context.Context, items ...Item) (string, er
 	if best < 0 {
 		return "", fmt.Errorf("%w: no node of server %q can hold a new order's record", ErrUnavailable, inv.cfg.Server)
 	}
-	return mintID(v.members[best].Name())
+	return mintIDFrom(v.members[best].Name(), [mintRandHex / 2]byte(seed[8:])), nil
 }

@@ -119,3 +119,14 @@ func TestMintedIDStaysAcrossMembershipChanges(t *testing.T) {
 		}
 	}
 }
+
+// mintIDFrom builds in one buffer what the id's parts spell: "@node#",
+// the randomness in hex, and the body's checksum (mintCheck, which
+// MintedHome checks).
+func TestMintIDFromSpellsItsParts(t *testing.T) {
+	b := [mintRandHex / 2]byte{0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef}
+	body := "@node-7#0123456789abcdef"
+	if got, want := mintIDFrom("node-7", b), body+mintCheck(body); got != want {
+		t.Fatalf("mintIDFrom = %q, want %q", got, want)
+	}
+}
