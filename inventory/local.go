@@ -248,35 +248,21 @@ func (inv *Inventory) localCall(orderID, token, digest, userID string, ttl time.
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	for _, r := range reqs {
-		buf = append(append(buf, partKeyPrefix...), r.ID...)
-		ends = append(ends, len(buf))
-		cut := len(buf)
-		// a stock part is inline: no record, so no template (two empty
-		// pieces, inline.go); a quota part has its record
-		if r.Kind != PartStock {
-			if buf, cut, err = appendPartTemplate(buf, orderID, token, r); err != nil {
-				return nil, nil, nil, err
-			}
-		}
-		ends = append(ends, cut, len(buf))
+	// its stock parts are inline: no record, so no template (inline.go)
+	if buf, ends, err = appendPartPieces(buf, ends, orderID, token, reqs, true); err != nil {
+		return nil, nil, nil, err
 	}
-	s, start := string(buf), 0
-	next := func() string {
-		v := s[start:ends[0]]
-		start, ends = ends[0], ends[1:]
-		return v
-	}
+	s, c := string(buf), pieceCutter{ends: ends}
 	keys := make([]string, 0, 3+3*len(reqs))
-	keys = append(keys, next(), PendingKey, RedoOffsetsKey)
+	keys = append(keys, c.next(s), PendingKey, RedoOffsetsKey)
 	args := make([]any, 0, 6+len(parts)+5*len(reqs))
 	args = append(args, orderID, userID, ms(ttl), partGraceArg)
 	for range 2 + len(parts) {
-		args = append(args, next())
+		args = append(args, c.next(s))
 	}
 	for _, r := range reqs {
-		keys = append(keys, next(), r.ck, r.queue)
-		args = append(args, r.ID, kindArg(r.Kind), r.Qty, next(), next())
+		keys = append(keys, c.next(s), r.ck, r.queue)
+		args = append(args, r.ID, kindArg(r.Kind), r.Qty, c.next(s), c.next(s))
 	}
 	return keys, args, parts, nil
 }

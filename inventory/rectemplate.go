@@ -170,3 +170,43 @@ func appendStagingOrderPieces(dst []byte, token, digest, userID string, ttl, lea
 func appendOrderHead(dst []byte, st OrderState, token string) []byte {
 	return append(append(append(dst, orderStatusCodes[string(st)]), token...), orderGS...)
 }
+
+// appendPartPieces appends, for each of reqs, its part key and the two
+// pieces of its record's template (appendPartTemplate), each piece's end
+// marked in ends; a stock part gets two empty pieces when inline (it has
+// no record: inline.go). A call's strings are appended so to one buffer
+// and cut from one string (pieceCutter).
+func appendPartPieces(buf []byte, ends []int, orderID, token string, reqs []partReq, inline bool) ([]byte, []int, error) {
+	for _, r := range reqs {
+		buf = append(append(buf, partKeyPrefix...), r.ID...)
+		ends = append(ends, len(buf))
+		cut := len(buf)
+		if !inline || r.Kind != PartStock {
+			var err error
+			if buf, cut, err = appendPartTemplate(buf, orderID, token, r); err != nil {
+				return buf, ends, err
+			}
+		}
+		ends = append(ends, cut, len(buf))
+	}
+	return buf, ends, nil
+}
+
+// pieceCutter hands out the pieces of one string s, one after the other:
+// s[0:ends[0]], s[ends[0]:ends[1]], and so on. (s is an argument of next,
+// not a field: a field beside ends would make the pieces' escape carry
+// ends' array, which callers keep on their stack, to the heap.)
+type pieceCutter struct {
+	ends []int
+	i    int // the next piece's index in ends
+}
+
+// next is the next piece of s.
+func (c *pieceCutter) next(s string) string {
+	start := 0
+	if c.i > 0 {
+		start = c.ends[c.i-1]
+	}
+	c.i++
+	return s[start:c.ends[c.i-1]]
+}

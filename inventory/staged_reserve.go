@@ -319,27 +319,17 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 		return nil, nil, err
 	}
 	ends = append(ends, cut, len(buf))
-	for _, r := range reqs {
-		buf = append(append(buf, partKeyPrefix...), r.ID...)
-		ends = append(ends, len(buf))
-		if buf, cut, err = appendPartTemplate(buf, orderID, token, r); err != nil {
-			return nil, nil, err
-		}
-		ends = append(ends, cut, len(buf))
+	if buf, ends, err = appendPartPieces(buf, ends, orderID, token, reqs, false); err != nil {
+		return nil, nil, err
 	}
-	s, start := string(buf), 0
-	next := func() string {
-		v := s[start:ends[0]]
-		start, ends = ends[0], ends[1:]
-		return v
-	}
+	s, c := string(buf), pieceCutter{ends: ends}
 	keys := make([]string, 0, 3+3*len(reqs))
-	keys = append(keys, PendingKey, RedoOffsetsKey, next())
+	keys = append(keys, PendingKey, RedoOffsetsKey, c.next(s))
 	args := make([]any, 0, 9+5*len(reqs))
-	args = append(args, orderID, token, due.arg(), userID, ms(ttl), seconds(inv.cfg.Retention), next(), next(), string(mutation))
+	args = append(args, orderID, token, due.arg(), userID, ms(ttl), seconds(inv.cfg.Retention), c.next(s), c.next(s), string(mutation))
 	for _, r := range reqs {
-		keys = append(keys, next(), r.ck, r.queue)
-		args = append(args, r.ID, kindArg(r.Kind), r.Qty, next(), next())
+		keys = append(keys, c.next(s), r.ck, r.queue)
+		args = append(args, r.ID, kindArg(r.Kind), r.Qty, c.next(s), c.next(s))
 	}
 	return keys, args, nil
 }

@@ -467,35 +467,22 @@ func reserveCall(orderID, token string, deadline partDue, reqs []partReq) ([]str
 	var endsArr [24]int
 	ends := endsArr[:0]
 	buf := make([]byte, 0, (len(partKeyPrefix)+160+3*len(orderID))*len(reqs))
-	for _, r := range reqs {
-		buf = append(append(buf, partKeyPrefix...), r.ID...)
-		ends = append(ends, len(buf))
-		var (
-			cut int
-			err error
-		)
-		if buf, cut, err = appendPartTemplate(buf, orderID, token, r); err != nil {
-			return nil, nil, err
-		}
-		ends = append(ends, cut, len(buf))
+	buf, ends, err := appendPartPieces(buf, ends, orderID, token, reqs, false)
+	if err != nil {
+		return nil, nil, err
 	}
-	s, start := string(buf), 0
-	next := func() string {
-		v := s[start:ends[0]]
-		start, ends = ends[0], ends[1:]
-		return v
-	}
+	s, c := string(buf), pieceCutter{ends: ends}
 	keys := make([]string, 0, 2+3*len(reqs))
 	keys = append(keys, PendingKey, RedoOffsetsKey)
 	args := make([]any, 0, 2+6*len(reqs))
 	args = append(args, orderID, deadline.arg())
 	for _, r := range reqs {
-		keys = append(keys, next(), r.ck, r.queue)
 		last := any(r.queue)
 		if r.Kind == PartQuota {
 			last = r.elsewhere
 		}
-		args = append(args, r.ID, kindArg(r.Kind), r.Qty, last, next(), next())
+		keys = append(keys, c.next(s), r.ck, r.queue)
+		args = append(args, r.ID, kindArg(r.Kind), r.Qty, last, c.next(s), c.next(s))
 	}
 	return keys, args, nil
 }
