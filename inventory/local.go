@@ -50,7 +50,7 @@ import (
 // (appendLocalOrderPieces, rectemplate.go): 8 the piece before its created
 // field, 9 the one after it, and per part the piece after that part's
 // offset; then per part the arguments lua/take_whole.lua reads (id, kind,
-// want, and its record's template: takeWholeArgs, its two pieces empty
+// want, and its record's template's two pieces, appendPartPieces: empty
 // for a stock part, which is inline: no record, inline.go). An order of
 // one stock part takes it with take_one, any other with plan_parts and
 // write_parts.
@@ -182,18 +182,6 @@ func decodeLocal(nodeName string, v any, k int) (st localStatus, deadline int64,
 		offsets[i] = r.int(raw, 2+i)
 	}
 	return st, deadline, offsets, r.err
-}
-
-// takeWholeArgs appends lua/take_whole.lua's arguments for part request r of
-// attempt token of orderID to args: id, kind, want, and the pieces of the
-// part record's template (partTemplate). It fails with ErrInvalid when
-// the record has no template.
-func takeWholeArgs(args []any, orderID, token string, r partReq) ([]any, error) {
-	a, b, err := partTemplate(orderID, token, r)
-	if err != nil {
-		return args, err
-	}
-	return append(args, r.ID, kindArg(r.Kind), r.Qty, a, b), nil
 }
 
 // localReqs are the parts of an order reserved whole on home under token,

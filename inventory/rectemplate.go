@@ -54,28 +54,20 @@ func hasControl(values ...string) bool {
 	return false
 }
 
-// partTemplate is the pending part record the reserve scripts write for
-// r, taken by attempt token of orderID (part_new in lua/part_codec.lua:
-// lua/take_whole.lua, reserveScript): pieces a and b of
+// appendPartTemplate appends to dst the pending part record the reserve
+// scripts write for r, taken by attempt token of orderID (part_new in
+// lua/part_codec.lua: lua/take_whole.lua, reserveScript): pieces a and b
+// of
 //
 //	a .. QTY .. US .. OFFSET .. b .. DEADLINE .. US .. AT
 //
 // (the holes as integers: the units taken, which reserveScript may cut to
 // what the node has). The fields between are packPart's: state, kind, and
 // after the holes redo, counter, sku, item, order, token, each as partRef
-// stores it.
-func partTemplate(orderID, token string, r partReq) (a, b string, err error) {
-	buf, cut, err := appendPartTemplate(nil, orderID, token, r)
-	if err != nil {
-		return "", "", err
-	}
-	s := string(buf)
-	return s[:cut], s[cut:], nil
-}
-
-// appendPartTemplate appends partTemplate's pieces a and b to dst, one
-// after the other, and returns dst and the position in it where b starts
-// (a caller that sends many pieces cuts them all from one string).
+// stores it. It appends a and b one after the other and returns dst and the position
+// in it where b starts (a caller cuts a call's pieces from one string:
+// appendPartPieces). It fails with ErrInvalid for a field holding a
+// control byte.
 func appendPartTemplate(dst []byte, orderID, token string, r partReq) ([]byte, int, error) {
 	redo := ""
 	if r.Kind == PartStock {

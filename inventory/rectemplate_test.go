@@ -325,3 +325,13 @@ func stagingOrderPieces(token, digest, userID string, ttl, lease int64, promised
 	s := string(b)
 	return []string{s[:cut], s[cut:]}, nil
 }
+
+// partTemplate is appendPartTemplate's pieces a and b as strings.
+func partTemplate(orderID, token string, r partReq) (a, b string, err error) {
+	buf, cut, err := appendPartTemplate(nil, orderID, token, r)
+	if err != nil {
+		return "", "", err
+	}
+	s := string(buf)
+	return s[:cut], s[cut:], nil
+}

@@ -20,7 +20,7 @@ import (
 // (partDue.arg: ms, or "+" and ms after this node's clock), then per part: part id, kind, want, for kind s the
 // redo queue, for kind q the units the user's previous quota node still
 // counts while the topology migrates (-1 unknown; migrate.go), and the two
-// pieces of the part record's template (partTemplate, rectemplate.go: the
+// pieces of the part record's template (appendPartTemplate, rectemplate.go: the
 // attempt token, SKU and item index are in it).
 //
 // Per part it returns {state, qty, offset, limit}: state "pending" (taken

@@ -189,11 +189,12 @@ import (
 // ARGV: 4 order id, 5 token, 6 part deadline (partDue.arg: "+" and the
 // hold in ms after this node's clock), 7 user, 8 ttl ms, 9 retention s,
 // 10 and 11 the staging record's template, the pieces before and after
-// its created field (stagingOrderPieces, rectemplate.go: lease, digest
+// its created field (appendStagingOrderPieces, rectemplate.go: lease, digest
 // and promised parts are in it), 12 "" (test-only: the name of MutationStageTakeover
 // re-introduces the bug of safety issue A1, a stage overwriting a failed
 // record of another token; faults.go), then per part as localScript:
-// takeWholeArgs (the path needs a stable topology, so no quota is counted
+// id, kind, want and the template's two pieces (appendPartPieces; the
+// path needs a stable topology, so no quota is counted
 // on a previous node).
 //
 // Returns {"staged", deadline ms, offset per part}, or, writing nothing,

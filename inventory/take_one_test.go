@@ -146,7 +146,7 @@ func TestTakeOneAsPlan(t *testing.T) {
 		if sc.now == localScript {
 			// the local script sends an inline part no template (it
 			// writes no record): the general path gets the one
-			// takeWholeArgs encodes, its last two arguments, and must
+			// appendPartTemplate encodes, its last two arguments, and must
 			// write the same bytes once inline_write has run on both
 			reqs, _ := inv.localReqs(ctx, e.n, id, token, items, "")
 			a, b, err := partTemplate(id, token, reqs[0])

@@ -141,7 +141,7 @@ local function part_put(key, t, ttl)
   set_value(key, s, ttl)
 end
 -- part_new(key, a, b, qty, off, dlS): a new pending part record, written
--- from the template its caller encoded (rectemplate.go, partTemplate: the
+-- from the template its caller encoded (rectemplate.go, appendPartTemplate: the
 -- pieces a and b around the holes QTY US OFFSET and DEADLINE US AT, the
 -- last the node's clock), no TTL.
 local function part_new(key, a, b, qty, off, dlS)

@@ -5,7 +5,7 @@
 -- plan_parts(K, A, kb, ab, user, offsets) reads the parts whose keys
 -- start at K[kb] (part key, counter key, and redo queue (kind s) or stock
 -- hash holding the limit (kind q), per part, to the end of K) and whose
--- arguments start at A[ab] (takeWholeArgs: id, kind, want and the two
+-- arguments start at A[ab] (appendPartPieces: id, kind, want and the two
 -- pieces of the part record's template, per part); K and A are one call's
 -- keys and arguments (a group call's body gets its own). It returns the
 -- plan, or nil when some part cannot be met in full (it exists already,
@@ -34,7 +34,7 @@
 -- take_one(pk, ck, xk, id, want, ra, rb, user, pending, offsets, pdl,
 -- inline) is plan_parts then write_parts for a plan of one stock part,
 -- its record left out when inline (take_stock) (part key pk,
--- counter ck, redo queue xk, takeWholeArgs' id, want and template pieces),
+-- counter ck, redo queue xk, appendPartPieces' id, want and template pieces),
 -- without the plan's tables: plan_parts's reads and checks for that part,
 -- then take_stock, in the same order (TestTakeOneAsPlan compares the two
 -- on a node). It returns the part's redo offset, or what plan_parts
