@@ -103,15 +103,6 @@ const (
 	mintCheckHex = 8
 )
 
-// mintID returns a minted order id naming node, with fresh randomness.
-func mintID(node string) (string, error) {
-	var b [mintRandHex / 2]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("inventory: minting an order id: %w", err)
-	}
-	return mintIDFrom(node, b), nil
-}
-
 // mintIDFrom is the minted order id naming node with randomness b:
 // "@node#" and b in hex (the body), then the body's mintCheck, built in
 // one buffer.

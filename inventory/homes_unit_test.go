@@ -1,6 +1,8 @@
 package inventory
 
 import (
+	"crypto/rand"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -129,4 +131,13 @@ func TestMintIDFromSpellsItsParts(t *testing.T) {
 	if got, want := mintIDFrom("node-7", b), body+mintCheck(body); got != want {
 		t.Fatalf("mintIDFrom = %q, want %q", got, want)
 	}
+}
+
+// mintID returns a minted order id naming node, with fresh randomness.
+func mintID(node string) (string, error) {
+	var b [mintRandHex / 2]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("inventory: minting an order id: %w", err)
+	}
+	return mintIDFrom(node, b), nil
 }
