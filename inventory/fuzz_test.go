@@ -554,7 +554,8 @@ func FuzzCorruptValue(f *testing.F) {
 				queue: queue, ck: stockKey(route, sku)}
 		}
 		deadline := partDue{hold: time.Hour}
-		rep, err := inv.reserveOn(ctx, n, order, token, deadline, []partReq{partReqFor(stockPartID(order, token, 0))})
+		batch := inv.runBatch(ctx, n, order, token, deadline, []partReq{partReqFor(stockPartID(order, token, 0))})
+		rep, err := batch.replies, batch.err
 		if err != nil || len(rep) != 1 || rep[0].state != "pending" || rep[0].qty != 1 {
 			t.Fatalf("reserve script = %+v, %v", rep, err)
 		}
@@ -591,8 +592,8 @@ func FuzzCorruptValue(f *testing.F) {
 		corrupt("load script", err)
 		// The reserve script reads available, reserved and limit.
 		if field == "available" || field == "reserved" || field == "limit" {
-			_, err := inv.reserveOn(ctx, n, order, "tok2", deadline, []partReq{partReqFor(stockPartID(order, "tok2", 0))})
-			corrupt("reserve script", err)
+			res := inv.runBatch(ctx, n, order, "tok2", deadline, []partReq{partReqFor(stockPartID(order, "tok2", 0))})
+			corrupt("reserve script", res.err)
 		}
 		// Settling reads reserved, and the counter the units go to.
 		for _, action := range []Action{Cancel, Confirm} {

@@ -62,7 +62,7 @@ func encodeOrderParts(orderID, token string, parts []OrderPart) string {
 	b = append(append(b, partsLayout2...), token...)
 	for _, p := range parts {
 		var ok bool
-		if b, ok = appendLayout2Entry(b, orderID, token, p); !ok {
+		if b, _, ok = appendLayout2Entry(b, orderID, token, p); !ok {
 			return encodeOrderPartsJSON(parts)
 		}
 	}
@@ -70,15 +70,19 @@ func encodeOrderParts(orderID, token string, parts []OrderPart) string {
 }
 
 // appendLayout2Entry appends part p's entry in the layout 2 list of
-// attempt token of orderID to b: RS, then layout2Entry's fields joined by
-// US, each number written into b; false when layout 2 cannot carry p
-// exactly (as layout2Entry).
-func appendLayout2Entry(b []byte, orderID, token string, p OrderPart) ([]byte, bool) {
+// attempt token of orderID to b: RS, then its fields joined by US (kind,
+// item, node, route, SKU, qty, redo queue number, offset, incarnation, and
+// the part id unless it is the one the reserve paths derive), each number
+// written into b. hole is where the offset field starts in b (a template
+// leaves it empty: appendLocalOrderPieces). It reports false when layout
+// 2 cannot carry p exactly (a stock part whose Redo is not a
+// [RedoLogKey], a field holding a separator).
+func appendLayout2Entry(b []byte, orderID, token string, p OrderPart) (out []byte, hole int, ok bool) {
 	queue := ""
 	if p.Redo != "" {
 		q, ok := redoQueueNumber(p.Redo)
 		if !ok {
-			return b, false
+			return b, 0, false
 		}
 		queue = q
 	}
@@ -87,7 +91,7 @@ func appendLayout2Entry(b []byte, orderID, token string, p OrderPart) ([]byte, b
 		id = ""
 	}
 	if hasPartsSep(string(p.Kind), p.Node, p.Route, p.SKU, p.Incarnation, id) {
-		return b, false
+		return b, 0, false
 	}
 	b = append(append(append(b, partsRS...), p.Kind...), partsUS...)
 	b = append(strconv.AppendInt(b, int64(p.Item), 10), partsUS...)
@@ -96,11 +100,12 @@ func appendLayout2Entry(b []byte, orderID, token string, p OrderPart) ([]byte, b
 	b = append(append(b, p.SKU...), partsUS...)
 	b = append(strconv.AppendInt(b, p.Qty, 10), partsUS...)
 	b = append(append(b, queue...), partsUS...)
+	hole = len(b)
 	if p.Offset != 0 {
 		b = strconv.AppendInt(b, p.Offset, 10)
 	}
 	b = append(append(b, partsUS...), p.Incarnation...)
-	return append(append(b, partsUS...), id...), true
+	return append(append(b, partsUS...), id...), hole, true
 }
 
 // hasPartsSep reports whether a value holds a layout 2 separator (RS or
@@ -114,36 +119,6 @@ func hasPartsSep(vs ...string) bool {
 		}
 	}
 	return false
-}
-
-// layout2Entry is part p's fields in the layout 2 list of attempt token
-// of orderID, or false when layout 2 cannot carry it exactly (a stock
-// part whose Redo is not a [RedoLogKey], a field holding a separator).
-func layout2Entry(orderID, token string, p OrderPart) ([partsFields]string, bool) {
-	queue := ""
-	if p.Redo != "" {
-		q, ok := redoQueueNumber(p.Redo)
-		if !ok {
-			return [partsFields]string{}, false
-		}
-		queue = q
-	}
-	id := p.ID
-	if isDerivedPartID(orderID, token, p) {
-		id = ""
-	}
-	off := ""
-	if p.Offset != 0 {
-		off = strconv.FormatInt(p.Offset, 10)
-	}
-	fields := [partsFields]string{string(p.Kind), strconv.Itoa(p.Item), p.Node, p.Route, p.SKU,
-		strconv.FormatInt(p.Qty, 10), queue, off, p.Incarnation, id}
-	for _, f := range fields {
-		if strings.ContainsAny(f, partsRS+partsUS) {
-			return fields, false
-		}
-	}
-	return fields, true
 }
 
 // encodeOrderPartsJSON is layout 1.

@@ -315,3 +315,34 @@ func TestCanonicalInt(t *testing.T) {
 		}
 	}
 }
+
+// layout2Entry is part p's fields in the layout 2 list of attempt token
+// (the oracle of appendLayout2Entry, spelled out field by field)
+// of orderID, or false when layout 2 cannot carry it exactly (a stock
+// part whose Redo is not a [RedoLogKey], a field holding a separator).
+func layout2Entry(orderID, token string, p OrderPart) ([partsFields]string, bool) {
+	queue := ""
+	if p.Redo != "" {
+		q, ok := redoQueueNumber(p.Redo)
+		if !ok {
+			return [partsFields]string{}, false
+		}
+		queue = q
+	}
+	id := p.ID
+	if isDerivedPartID(orderID, token, p) {
+		id = ""
+	}
+	off := ""
+	if p.Offset != 0 {
+		off = strconv.FormatInt(p.Offset, 10)
+	}
+	fields := [partsFields]string{string(p.Kind), strconv.Itoa(p.Item), p.Node, p.Route, p.SKU,
+		strconv.FormatInt(p.Qty, 10), queue, off, p.Incarnation, id}
+	for _, f := range fields {
+		if strings.ContainsAny(f, partsRS+partsUS) {
+			return fields, false
+		}
+	}
+	return fields, true
+}

@@ -29,7 +29,7 @@ import (
 // a reserve runs them once per part, and cutting the codec's own output
 // around sentinel bytes cost the client more than the node saved), the
 // references and part list entries through the codec's own helpers
-// (partRef, layout2Entry, packOrderParts); TestRecordTemplates fills them
+// (partRef, appendLayout2Entry, packOrderParts); TestRecordTemplates fills them
 // in and compares them with packOrder and packPart (which the Lua codec matches,
 // TestOrderCodecLuaMatchesGo, TestPartCodecLuaMatchesGo), and
 // TestOneScriptRecordsAsCodec reads back what the scripts stored on a
@@ -116,17 +116,15 @@ func appendLocalOrderPieces(dst []byte, ends []int, orderID, token, digest, user
 	dst = append(append(dst, digest...), orderGS...)
 	for _, p := range parts {
 		p.Offset = 0 // its hole
-		f, ok := layout2Entry(orderID, token, p)
-		if !ok || hasControl(f[:]...) {
+		hole, ok := 0, !hasControl(string(p.Kind), p.Node, p.Route, p.SKU, p.Incarnation, p.ID)
+		if ok {
+			dst, hole, ok = appendLayout2Entry(dst, orderID, token, p)
+		}
+		if !ok {
 			return dst, ends, fmt.Errorf("%w: part %q: layout 2 cannot carry it, or a field holds a control byte", ErrInvalid, p.ID)
 		}
-		// f joined by US around the offset (f[7], the hole)
-		dst = append(dst, partsRS...)
-		for _, v := range f[:7] {
-			dst = append(append(dst, v...), partsUS...)
-		}
-		ends = append(ends, len(dst))
-		dst = append(append(append(append(dst, partsUS...), f[8]...), partsUS...), f[9]...)
+		// the entry, cut at its offset field (the hole)
+		ends = append(ends, hole)
 	}
 	if userID != "" {
 		dst = append(append(dst, orderGS...), userID...)

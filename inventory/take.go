@@ -412,13 +412,14 @@ func (inv *Inventory) runBatches(ctx context.Context, orderID, token string, dea
 	return out
 }
 
+// runBatch runs the reserve script of reqs on n (see batchResult).
 func (inv *Inventory) runBatch(ctx context.Context, n *node.Node, orderID, token string, deadline partDue, reqs []partReq) batchResult {
-	res := batchResult{reqs: reqs}
-	res.replies, res.err = inv.reserveOn(ctx, n, orderID, token, deadline, reqs)
-	if res.err != nil {
-		res.unknown = outcomeUnknown(res.err)
+	keys, args, err := reserveCall(orderID, token, deadline, reqs)
+	if err != nil {
+		return inv.batchResult(n, reqs, nil, err)
 	}
-	return res
+	v, err := inv.run(ctx, n, reserveScript, keys, args...)
+	return inv.batchResult(n, reqs, v, err)
 }
 
 // startBatch is runBatch begun by start (lua.go): wait returns its result.
@@ -445,20 +446,6 @@ func (inv *Inventory) batchResult(n *node.Node, reqs []partReq, v any, err error
 		res.unknown = outcomeUnknown(res.err)
 	}
 	return res
-}
-
-// reserveOn runs the reserve script of reqs on n and returns one reply
-// per request (reserveReplies).
-func (inv *Inventory) reserveOn(ctx context.Context, n *node.Node, orderID, token string, deadline partDue, reqs []partReq) ([]reply, error) {
-	keys, args, err := reserveCall(orderID, token, deadline, reqs)
-	if err != nil {
-		return nil, err
-	}
-	v, err := inv.run(ctx, n, reserveScript, keys, args...)
-	if err != nil {
-		return nil, err
-	}
-	return inv.reserveReplies(n, reqs, v)
 }
 
 // reserveCall is the reserve script's keys and arguments for reqs. The
