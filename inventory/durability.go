@@ -103,13 +103,13 @@ func versionOf(s node.Settings) string {
 // pipeline on one connection and returns the script's reply, or an error:
 // the script's own (as without durability), or one wrapping
 // [ErrNotDurable] when the script ran but was not acknowledged.
-func (inv *Inventory) runDurable(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any) (any, error) {
+func (inv *Inventory) runDurable(ctx context.Context, n *node.Node, s *luaScript, a evalArgs) (any, error) {
 	c := n.Client()
-	ev, wait := inv.evalWait(ctx, c, s, false, keys, args)
+	ev, wait := inv.evalWait(ctx, c, s, false, a)
 	if err := ev.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// Not in the node's script cache (a promoted replica, a restarted
 		// or flushed node): nothing ran; send the source.
-		ev, wait = inv.evalWait(ctx, c, s, true, keys, args)
+		ev, wait = inv.evalWait(ctx, c, s, true, a)
 	}
 	if err := ev.Err(); err != nil {
 		return nil, err
@@ -133,16 +133,12 @@ func (inv *Inventory) runDurable(ctx context.Context, n *node.Node, s *luaScript
 	return raw, nil
 }
 
-// evalWait sends the script (by SHA, or its source) and the wait command
-// as one pipeline.
-func (inv *Inventory) evalWait(ctx context.Context, c *redis.Client, s *luaScript, source bool, keys []string, args []any) (*redis.Cmd, *redis.Cmd) {
+// evalWait sends the script's command line a (by SHA, or its source) and
+// the wait command as one pipeline.
+func (inv *Inventory) evalWait(ctx context.Context, c *redis.Client, s *luaScript, source bool, a evalArgs) (*redis.Cmd, *redis.Cmd) {
 	p := c.Pipeline()
-	var ev *redis.Cmd
-	if source {
-		ev = s.s.Eval(ctx, p, keys, args...)
-	} else {
-		ev = s.s.EvalSha(ctx, p, keys, args...)
-	}
+	ev := s.cmd(ctx, a, source)
+	_ = p.Process(ctx, ev) // queued; its error is the command's after Exec
 	ms := inv.cfg.DurabilityTimeout.Milliseconds()
 	var wait *redis.Cmd
 	if inv.cfg.Durability == config.DurabilityAOF {

@@ -193,27 +193,35 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 		nk += len(c.keys)
 		na += len(c.args)
 	}
-	keys := make([]string, 0, nk)
-	args := make([]any, 0, na)
-	keys = append(keys, stampKey)
-	args = append(args, n.Name(), token, partKeyPrefix, len(calls))
+	// the command line: the keys (the stamp, the calls', the carried
+	// commits' order keys), then the arguments (the header, each call's
+	// counts, the calls', the carried commits' and their count)
+	a := s.evalArgs(nk, na)
+	a = append(a, stampKey)
 	for _, c := range calls {
-		args = append(args, len(c.keys), len(c.args))
+		for _, k := range c.keys {
+			a = append(a, k)
+		}
+	}
+	for _, c := range carried {
+		a = append(a, orderKey(c.orderID))
+	}
+	a = append(a, n.Name(), token, partKeyPrefix, len(calls))
+	for _, c := range calls {
+		a = append(a, len(c.keys), len(c.args))
 	}
 	for _, c := range calls {
-		keys = append(keys, c.keys...)
-		args = append(args, c.args...)
+		a = append(a, c.args...)
 	}
 	if s.write {
 		for _, c := range carried {
-			keys = append(keys, orderKey(c.orderID))
-			args = append(args, c.token, c.parts)
+			a = append(a, c.token, c.parts)
 		}
-		args = append(args, len(carried))
+		a = append(a, len(carried))
 	}
 	inv.stats.groupScripts.Add(1)
 	inv.stats.groupCalls.Add(int64(len(calls)))
-	seq, replies, applied, err := inv.runScript(ctx, n, s, keys, args, len(carried))
+	seq, replies, applied, err := inv.runScript(ctx, n, s, a, len(carried))
 	if err == nil && len(replies) != len(calls) {
 		err = &ReplyError{Node: n.Name(), Script: s.name, At: "reply[1]", Want: fmt.Sprintf("a list of %d replies (one per call of the group)", len(calls)), Got: replies}
 	}
@@ -233,13 +241,13 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 	}
 }
 
-// runScript sends s with keys and args (header included) and returns the
+// runScript sends s (its command line a, header included) and returns the
 // write sequence and the group's replies from the {seq, replies} envelope
 // of a read script, or from the {seq, replies, carried} envelope of a
 // write script, whose carried list (one 0 or 1 per carried commit, ncarry
 // of them) it returns as applied.
-func (inv *Inventory) runScript(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any, ncarry int) (int64, []any, []bool, error) {
-	raw, err := inv.call(ctx, n, s, keys, args)
+func (inv *Inventory) runScript(ctx context.Context, n *node.Node, s *luaScript, a evalArgs, ncarry int) (int64, []any, []bool, error) {
+	raw, err := inv.call(ctx, n, s, a)
 	if err != nil {
 		return 0, nil, nil, err
 	}

@@ -111,6 +111,7 @@ type luaScript struct {
 	group bool   // sent in its grouped form (group.go)
 	src   string // the Lua source, prelude and epilogue included
 	s     *redis.Script
+	sha   any // s.Hash(), boxed once for evalArgs
 }
 
 // scripts lists every script built by newScript and its siblings, in the
@@ -145,7 +146,7 @@ func newScriptMem(name string, mem memRule, body string) *luaScript {
 		epilogue = epilogueWrite
 	}
 	src := mustScript(name, body, epilogue)
-	return register(&luaScript{name: name, write: mem != memRead, mem: mem, src: src, s: redis.NewScript(mem.shebang() + src)})
+	return register(newLuaScript(&luaScript{name: name, write: mem != memRead, mem: mem, src: src}))
 }
 
 // newGroupedScript is newScript for a script whose concurrent calls on one
@@ -165,7 +166,15 @@ func newGroupedScriptMem(name string, mem memRule, body string) *luaScript {
 		epilogue = bodyEnd + groupCarry + groupEpilogue + groupEpilogueWrite
 	}
 	src := mustScript(name, body, epilogue)
-	return register(&luaScript{name: name, write: mem != memRead, mem: mem, group: true, src: src, s: redis.NewScript(mem.shebang() + src)})
+	return register(newLuaScript(&luaScript{name: name, write: mem != memRead, mem: mem, group: true, src: src}))
+}
+
+// newLuaScript completes s (its source and memory rule set): the script
+// go-redis hashes is the memory rule's shebang and the source.
+func newLuaScript(s *luaScript) *luaScript {
+	s.s = redis.NewScript(s.mem.shebang() + s.src)
+	s.sha = s.s.Hash()
+	return s
 }
 
 // bareSources is the source of every script newBareScript built, by
@@ -292,20 +301,22 @@ func (inv *Inventory) exec(ctx context.Context, n *node.Node, s *luaScript, toke
 		inv.sendGroup(ctx, n, s, token, []*groupCall{c})
 		return c.reply, c.seq, c.err
 	}
-	k := make([]string, 0, len(keys)+1)
-	k = append(k, stampKey)
-	k = append(k, keys...)
-	a := make([]any, 0, len(args)+3)
+	a := s.evalArgs(1+len(keys), 3+len(args))
+	a = append(a, stampKey)
+	for _, k := range keys {
+		a = append(a, k)
+	}
 	a = append(a, n.Name(), token, partKeyPrefix)
 	a = append(a, args...)
-	return inv.callEnvelope(ctx, n, s, k, a)
+	return inv.callEnvelope(ctx, n, s, a)
 }
 
-// callEnvelope sends s (keys and args with the stamp and header) and reads
-// the {seq, body} envelope every script replies with: another shape is a
-// [*ReplyError] (reply.go: outcome unknown, as after a timeout).
-func (inv *Inventory) callEnvelope(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any) (any, int64, error) {
-	raw, err := inv.call(ctx, n, s, keys, args)
+// callEnvelope sends s (its command line a: the stamp and header among
+// the keys and arguments) and reads the {seq, body} envelope every script
+// replies with: another shape is a [*ReplyError] (reply.go: outcome
+// unknown, as after a timeout).
+func (inv *Inventory) callEnvelope(ctx context.Context, n *node.Node, s *luaScript, a evalArgs) (any, int64, error) {
+	raw, err := inv.call(ctx, n, s, a)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -318,14 +329,50 @@ func (inv *Inventory) callEnvelope(ctx context.Context, n *node.Node, s *luaScri
 	return env[1], seq, nil
 }
 
-// call sends s with keys and args (stamp and header included) and returns
-// its raw reply: by SHA (the source when the node lacks it), followed by
-// the durability wait when the inventory asks for one.
-func (inv *Inventory) call(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any) (any, error) {
-	if s.write && inv.durable() {
-		return inv.runDurable(ctx, n, s, keys, args) // durability.go
+// evalArgs is the command line of one call of a script as go-redis sends
+// it: EVALSHA, the script's SHA, the key count, the keys, the arguments
+// (stamp and header included). Its callers build it once, keys first,
+// in one slice: go-redis's Script would copy the keys and arguments into
+// a line of its own on every call, which for a group's call (group.go)
+// is the size of all its calls' keys and arguments.
+type evalArgs []any
+
+// evalArgs begins the command line of a call of s that has nkeys keys
+// and nargs arguments: the caller appends exactly nkeys keys, then the
+// arguments.
+func (s *luaScript) evalArgs(nkeys, nargs int) evalArgs {
+	a := make(evalArgs, 3, 3+nkeys+nargs)
+	a[0], a[1], a[2] = "evalsha", s.sha, nkeys
+	return a
+}
+
+// cmd is line a as a command: by SHA, or by s's source when source is
+// set (a node without the script in its cache: restarted, flushed or
+// promoted; nothing ran).
+func (s *luaScript) cmd(ctx context.Context, a evalArgs, source bool) *redis.Cmd {
+	if source {
+		a = append(evalArgs{"eval", s.mem.shebang() + s.src, a[2]}, a[3:]...)
 	}
-	return s.s.Run(ctx, n.Client(), keys, args...).Result()
+	c := redis.NewCmd(ctx, a...)
+	c.SetFirstKeyPos(3)
+	return c
+}
+
+// call sends s (its command line a) and returns its raw reply: by SHA
+// (the source when the node lacks it), followed by the durability wait
+// when the inventory asks for one.
+func (inv *Inventory) call(ctx context.Context, n *node.Node, s *luaScript, a evalArgs) (any, error) {
+	if s.write && inv.durable() {
+		return inv.runDurable(ctx, n, s, a) // durability.go
+	}
+	c := n.Client()
+	cmd := s.cmd(ctx, a, false)
+	_ = c.Process(ctx, cmd) // the error is the command's
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd = s.cmd(ctx, a, true)
+		_ = c.Process(ctx, cmd)
+	}
+	return cmd.Result()
 }
 
 // ErrScriptFailed is wrapped when a script failed on the node instead of
