@@ -24,7 +24,7 @@ func testScript(name string, write bool, body string) *luaScript {
 		epilogue = epilogueWrite
 	}
 	src := mustScript(name, body, epilogue)
-	return &luaScript{name: name, write: write, mem: mem, src: src, s: redis.NewScript(mem.shebang() + src)}
+	return newLuaScript(&luaScript{name: name, write: write, mem: mem, src: src})
 }
 
 // inlineWriteScript runs inline_write on the order record at KEYS[2], as a

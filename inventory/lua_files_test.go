@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Every file of lua/ is part of some script (no file left behind when a
@@ -120,5 +118,5 @@ func cutScript(t testing.TB, s *luaScript, cuts ...[2]string) *luaScript {
 		}
 		src = strings.Replace(src, c[0], c[1], 1)
 	}
-	return &luaScript{name: s.name, write: s.write, mem: s.mem, group: s.group, src: src, s: redis.NewScript(s.mem.shebang() + src)}
+	return newLuaScript(&luaScript{name: s.name, write: s.write, mem: s.mem, group: s.group, src: src})
 }
