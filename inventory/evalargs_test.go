@@ -34,7 +34,7 @@ func TestScriptsSentBySourceAfterFlush(t *testing.T) {
 			if len(res.Receipts) != 1 || res.Receipts[0].Quantity != 1 {
 				t.Fatalf("group_commit %d: reservation %+v, want one part of 1", groupCommit, res)
 			}
-			ok, err := c.ScriptExists(ctx, localScript.s.Hash()).Result()
+			ok, err := c.ScriptExists(ctx, localScript.hash()).Result()
 			if err != nil || !ok[0] {
 				t.Fatalf("group_commit %d: the local reserve script is not cached after its call (%v, %v)", groupCommit, ok, err)
 			}

@@ -86,8 +86,8 @@ func (h *scriptCounter) count(cmd redis.Cmder) {
 func (h *scriptCounter) of(s *luaScript) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	k := h.n[s.s.Hash()]
-	delete(h.n, s.s.Hash())
+	k := h.n[s.hash()]
+	delete(h.n, s.hash())
 	return k
 }
 

@@ -2,7 +2,9 @@ package inventory
 
 import (
 	"context"
+	"crypto/sha1"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -110,8 +112,8 @@ type luaScript struct {
 	mem   memRule
 	group bool   // sent in its grouped form (group.go)
 	src   string // the Lua source, prelude and epilogue included
-	s     *redis.Script
-	sha   any // s.Hash(), boxed once for evalArgs
+	text  string // what EVAL sends: the memory rule's shebang, then src
+	sha   any    // text's SHA-1 (hex), what EVALSHA sends, boxed once for evalArgs
 }
 
 // scripts lists every script built by newScript and its siblings, in the
@@ -169,13 +171,17 @@ func newGroupedScriptMem(name string, mem memRule, body string) *luaScript {
 	return register(newLuaScript(&luaScript{name: name, write: mem != memRead, mem: mem, group: true, src: src}))
 }
 
-// newLuaScript completes s (its source and memory rule set): the script
-// go-redis hashes is the memory rule's shebang and the source.
+// newLuaScript completes s (its source and memory rule set): its text,
+// the memory rule's shebang and the source, and the text's SHA.
 func newLuaScript(s *luaScript) *luaScript {
-	s.s = redis.NewScript(s.mem.shebang() + s.src)
-	s.sha = s.s.Hash()
+	s.text = s.mem.shebang() + s.src
+	h := sha1.Sum([]byte(s.text))
+	s.sha = hex.EncodeToString(h[:])
 	return s
 }
+
+// hash is s's SHA-1 (hex), the name EVALSHA and SCRIPT EXISTS know it by.
+func (s *luaScript) hash() string { return s.sha.(string) }
 
 // bareSources is the source of every script newBareScript built, by
 // name, for the checks that read sources (lua_files_test.go). Nothing
@@ -351,7 +357,7 @@ func (s *luaScript) evalArgs(nkeys, nargs int) evalArgs {
 // promoted; nothing ran).
 func (s *luaScript) cmd(ctx context.Context, a evalArgs, source bool) *redis.Cmd {
 	if source {
-		a = append(evalArgs{"eval", s.mem.shebang() + s.src, a[2]}, a[3:]...)
+		a = append(evalArgs{"eval", s.text, a[2]}, a[3:]...)
 	}
 	c := redis.NewCmd(ctx, a...)
 	c.SetFirstKeyPos(3)

@@ -124,7 +124,7 @@ return 1`)
 	elapsed := time.Since(start)
 	names := map[string]string{noop.Hash(): "(nothing)", stamp.Hash(): "(stamp check only)"}
 	for _, s := range scripts {
-		names[s.s.Hash()] = s.name
+		names[s.hash()] = s.name
 	}
 	type sum struct {
 		calls, usec int64
