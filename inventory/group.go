@@ -74,7 +74,9 @@ const groupInFlight = 2
 const bodyEnd = "\nend\n"
 
 // groupEpilogue runs the body once per call of the group (see the file
-// comment) and replies {seq, {reply per call}}. ARGV[4] is the number of
+// comment) and replies {seq, replies}, the calls' replies flat in one list
+// (the file says how; replyReader.replies reads them back one per call,
+// each as Redis answers a lone call). ARGV[4] is the number of
 // calls n, ARGV[5..4+2n] the key and argument count of each call, then the
 // calls' keys (after KEYS[1]) and arguments, call after call.
 var groupEpilogue = luaFile("epilogue_group.lua")
@@ -88,7 +90,7 @@ var groupCarry = luaFile("epilogue_group_carry.lua")
 // groupEpilogueRead and groupEpilogueWrite end groupEpilogue: a write
 // script's group advances the stamp's seq once if any of its calls did not
 // fail or any carried commit changed its record (lua.go), and replies
-// {seq, {reply per call}, {1 or 0 per carried commit}}; a read script's
+// {seq, replies, {1 or 0 per carried commit}}; a read script's
 // replies the seq it read.
 var (
 	groupEpilogueRead  = luaFile("epilogue_group_read.lua")
@@ -221,7 +223,7 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 	}
 	inv.stats.groupScripts.Add(1)
 	inv.stats.groupCalls.Add(int64(len(calls)))
-	seq, replies, applied, err := inv.runScript(ctx, n, s, a, len(carried))
+	seq, replies, applied, err := inv.runScript(ctx, n, s, a, len(calls), len(carried))
 	if err == nil && len(replies) != len(calls) {
 		err = &ReplyError{Node: n.Name(), Script: s.name, At: "reply[1]", Want: fmt.Sprintf("a list of %d replies (one per call of the group)", len(calls)), Got: replies}
 	}
@@ -242,11 +244,13 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 }
 
 // runScript sends s (its command line a, header included) and returns the
-// write sequence and the group's replies from the {seq, replies} envelope
+// write sequence and the group's replies (one per call, each as Redis
+// would have answered a lone call: flat in the envelope, see
+// epilogue_group.lua and replyReader.replies) from the {seq, replies} envelope
 // of a read script, or from the {seq, replies, carried} envelope of a
 // write script, whose carried list (one 0 or 1 per carried commit, ncarry
 // of them) it returns as applied.
-func (inv *Inventory) runScript(ctx context.Context, n *node.Node, s *luaScript, a evalArgs, ncarry int) (int64, []any, []bool, error) {
+func (inv *Inventory) runScript(ctx context.Context, n *node.Node, s *luaScript, a evalArgs, ncalls, ncarry int) (int64, []any, []bool, error) {
 	raw, err := inv.call(ctx, n, s, a)
 	if err != nil {
 		return 0, nil, nil, err
@@ -261,7 +265,7 @@ func (inv *Inventory) runScript(ctx context.Context, n *node.Node, s *luaScript,
 	if r.err != nil {
 		return 0, nil, nil, r.err
 	}
-	replies := r.listAt(env, 1, -1)
+	replies := r.replies(env, 1, ncalls)
 	var applied []bool
 	if s.write {
 		flags := r.listAt(env, 2, ncarry)

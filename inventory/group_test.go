@@ -513,3 +513,72 @@ func TestGroupCommitCallsGetTheirOwnKeysAndArgs(t *testing.T) {
 		t.Errorf("%d calls on a paused node ran as %d script calls: not grouped", len(sizes), got)
 	}
 }
+
+// groupRepliesBody replies a value of the kind its last argument names.
+const groupRepliesBody = `
+local k = ARGV[#ARGV]
+if k == 'list' then return {1, 'two', false, {3, 'four', {5}}, redis.error_reply('INNER refused')} end
+if k == 'hole' then return {1, nil, 3} end
+if k == 'empty' then return {} end
+if k == 'int' then return 7 end
+if k == 'zero' then return 0 end
+if k == 'true' then return true end
+if k == 'string' then return 'str' end
+if k == 'false' then return false end
+if k == 'err' then return redis.error_reply('SHARDIS_TEST refused') end
+if k == 'status' then return redis.status_reply('FINE') end
+if k == 'raise' then return redis.call('INCR', 'x', 'y') end
+return {k, 1}
+`
+
+var groupRepliesScript = newGroupedScript("group-replies", false, groupRepliesBody)
+
+// TestGroupCommitRepliesAsALoneCall: the group's replies travel flat
+// (epilogue_group.lua, replyReader.replies) and each call still gets what
+// Redis answers the same body run as a lone script: lists (with nil,
+// nested lists and errors inside, cut at a hole, empty), integers
+// (0 among them, and true), strings, nil, error and status replies, in one
+// group with calls of every kind between them.
+func TestGroupCommitRepliesAsALoneCall(t *testing.T) {
+	e := newGroupEnv(t, 0)
+	kinds := []string{"list", "int", "hole", "empty", "zero", "true", "string", "false", "err", "status", "raise", "other", "list", "int"}
+	lone := redis.NewScript(groupRepliesBody)
+	e.pause(t, 300*time.Millisecond)
+	type result struct {
+		v   any
+		err error
+	}
+	got := make([]result, len(kinds))
+	var wg sync.WaitGroup
+	for i, k := range kinds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := e.inv.run(e.ctx, e.n, groupRepliesScript, []string{"x"}, k)
+			got[i] = result{v, err}
+		}()
+	}
+	wg.Wait()
+	if n := e.sent.of(groupRepliesScript); n >= len(kinds) {
+		t.Errorf("%d calls on a paused node ran as %d script calls: not grouped", len(kinds), n)
+	}
+	for i, k := range kinds {
+		want, werr := lone.Run(e.ctx, e.admin, []string{"x"}, k).Result()
+		if errors.Is(werr, redis.Nil) {
+			want, werr = nil, nil // a lone call's nil reply; the group hands it as a nil value
+		}
+		g := got[i]
+		if fmt.Sprint(werr) != fmt.Sprint(g.err) {
+			// a raised error names the lone script's SHA and line; the group's
+			// (the body's pcall) carries the same message before that
+			w, _, _ := strings.Cut(fmt.Sprint(werr), " script: ")
+			if werr == nil || g.err == nil || !strings.Contains(g.err.Error(), w) {
+				t.Errorf("%s: error %v, a lone call's %v", k, g.err, werr)
+			}
+			continue
+		}
+		if fmt.Sprintf("%#v", g.v) != fmt.Sprintf("%#v", want) {
+			t.Errorf("%s: reply %#v, a lone call's %#v", k, g.v, want)
+		}
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,8 +53,14 @@ var localCostCuts = []struct {
 // localCostCuts, in rotating order over 9 rounds (the keyspace grows as
 // the rounds go), and prints each variant's median µs of script time per
 // order (INFO commandstats' usec_per_call of EVALSHA over the orders per
-// call). The differences between variants are what the pieces cost. It is
-// a measure, not a check: it runs only with SHARDIS_LOCALCOST set, e.g.
+// call). The differences between variants are what the pieces cost. The
+// script as it is and the empty body also go in calls of one order, from
+// which it prints what a script call costs of its own (the stamp check,
+// the prelude, the shared reads and writes: what its orders share). Four
+// goroutines send the calls, so the node is never idle between them (one
+// at a time, each call would meet cold caches and time half again more
+// than under load). It is a measure, not a check: it runs only with
+// SHARDIS_LOCALCOST set, e.g.
 //
 //	SHARDIS_LOCALCOST=20 go test -count=1 -run TestLocalScriptCost -v ./inventory/
 func TestLocalScriptCost(t *testing.T) {
@@ -74,12 +82,11 @@ func TestLocalScriptCost(t *testing.T) {
 	for i, v := range localCostCuts {
 		variants[i] = cutScript(t, localScript, v.cuts...)
 	}
-	seq := 0
-	group := func(s *luaScript) {
+	var seq atomic.Int64
+	group := func(s *luaScript, per int) {
 		calls := make([]*groupCall, per)
 		for j := range calls {
-			seq++
-			id, tok := "cost-"+strconv.Itoa(seq), newToken()
+			id, tok := "cost-"+strconv.FormatInt(seq.Add(1), 10), newToken()
 			reqs, ok := inv.localReqs(ctx, home, id, tok, items, "")
 			if !ok {
 				t.Fatal("the order is not local")
@@ -93,30 +100,64 @@ func TestLocalScriptCost(t *testing.T) {
 		inv.sendGroup(ctx, home, s, token, calls)
 		for _, gc := range calls {
 			if gc.err != nil {
-				t.Fatal(gc.err)
+				t.Error(gc.err)
 			}
 		}
 	}
-	perOrder := make([][]float64, len(variants))
-	for round := range 9 {
-		for k := range variants {
-			i := (k + round) % len(variants)
-			if err := c.ConfigResetStat(ctx).Err(); err != nil {
-				t.Fatal(err)
-			}
-			for range 200 {
-				group(variants[i])
-			}
-			us, err := evalshaUsecPerCall(ctx, c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			perOrder[i] = append(perOrder[i], us/float64(per))
+	// timed: µs of script time per order of calls of per orders of s, 200
+	// calls sent by four goroutines
+	timed := func(s *luaScript, per int) float64 {
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
 		}
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 50 {
+					group(s, per)
+				}
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		us, err := evalshaUsecPerCall(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return us / float64(per)
+	}
+	// the variants in calls of per orders, then the first and the last
+	// (the script as it is, the empty body) in calls of one
+	ones := []int{0, len(variants) - 1}
+	perOrder := make([][]float64, len(variants)+len(ones))
+	for round := range 9 {
+		for k := range perOrder {
+			i := (k + round) % len(perOrder)
+			if i < len(variants) {
+				perOrder[i] = append(perOrder[i], timed(variants[i], per))
+			} else {
+				perOrder[i] = append(perOrder[i], timed(variants[ones[i-len(variants)]], 1))
+			}
+		}
+	}
+	med := make([]float64, len(perOrder))
+	for i := range perOrder {
+		slices.Sort(perOrder[i])
+		med[i] = perOrder[i][len(perOrder[i])/2]
 	}
 	for i, v := range localCostCuts {
-		slices.Sort(perOrder[i])
-		fmt.Printf("%-45s %6.2f µs/order (median of %d rounds)\n", v.name, perOrder[i][len(perOrder[i])/2], len(perOrder[i]))
+		fmt.Printf("%-45s %6.2f µs/order (median of %d rounds)\n", v.name, med[i], len(perOrder[i]))
+	}
+	if per > 1 {
+		// a call of one order costs f + c, a call of per orders f + per·c
+		for j, i := range ones {
+			one, many := med[len(variants)+j], med[i]*float64(per)
+			fmt.Printf("%-45s %6.2f µs/call of its own (one order per call: %.2f µs)\n", localCostCuts[i].name, (float64(per)*one-many)/float64(per-1), one)
+		}
 	}
 }
 

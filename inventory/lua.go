@@ -64,7 +64,7 @@ import (
 // A write script advances the stamp hash's `seq` field once per script
 // call that did not fail (a grouped script: in which any of its calls did
 // not fail, group.go); every script replies {seq, body reply} (a grouped
-// one {seq, body reply per call}), and [Inventory.run]
+// one {seq, the body replies of its calls, flat: group.go}), and [Inventory.run]
 // hands the seq of a write script to [node.Node.Acknowledge], so this
 // process knows the highest write sequence each node acknowledged (the
 // witness that detects a node coming back with older data). The first

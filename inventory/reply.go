@@ -161,6 +161,44 @@ func (r *replyReader) listAt(t []any, i, n int) []any {
 	return r.list(t[i], n)
 }
 
+// replies reads element i of t as a group's flat replies
+// (epilogue_group.lua) and returns them one per call: an integer n then n
+// elements is a list reply (those elements, sharing t's backing array); a
+// list of one value is that value (a number or true: Redis would have
+// answered an integer); anything else (a string, nil, an error) is that
+// reply itself. n is how many replies the caller expects (a capacity,
+// not checked here).
+func (r *replyReader) replies(t []any, i, n int) []any {
+	flat := r.listAt(t, i, -1)
+	if r.err != nil {
+		return nil
+	}
+	r.enter(i)
+	defer r.leave()
+	out := make([]any, 0, n)
+	for p := 0; p < len(flat); p++ {
+		switch v := flat[p].(type) {
+		case int64:
+			if v < 0 || v > int64(len(flat)-p-1) {
+				r.fail(p, fmt.Sprintf("an element count of at most %d", len(flat)-p-1), v)
+				return nil
+			}
+			n := int(v)
+			out = append(out, flat[p+1:p+1+n:p+1+n])
+			p += n
+		case []any:
+			if len(v) != 1 {
+				r.fail(p, "a list of 1 (a boxed integer reply)", v)
+				return nil
+			}
+			out = append(out, v[0])
+		default:
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 func listWant(n int) string {
 	if n < 0 {
 		return "a list"

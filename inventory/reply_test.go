@@ -190,3 +190,38 @@ func TestReplyReaderPositions(t *testing.T) {
 	r.word(int64(1), "ok")
 	wantMalformed(t, "an integer where ok was expected", r.err, "limit-set", "reply")
 }
+
+// TestGroupRepliesFlat: a group's flat replies (epilogue_group.lua) read
+// back one per call, and a count past the end, a negative count or a
+// boxed value of another size is a malformed reply at its position.
+func TestGroupRepliesFlat(t *testing.T) {
+	env := []any{int64(4), []any{int64(2), "a", nil, []any{int64(9)}, "s", nil, int64(0), errors.New("boxed? no")}}
+	r := newReplyReader("n1", "reserve")
+	got := r.replies(env, 1, 5)
+	want := []any{[]any{"a", nil}, int64(9), "s", nil, []any{}, errors.New("boxed? no")}
+	if r.err != nil || fmt.Sprint(got) != fmt.Sprint(want) || len(got) != len(want) {
+		t.Fatalf("replies = %#v, %v; want %#v", got, r.err, want)
+	}
+	if l, ok := got[0].([]any); !ok || cap(l) != 2 {
+		t.Errorf("a list reply %#v (cap %d) may grow into the next reply's elements", got[0], cap(l))
+	}
+	for _, c := range []struct {
+		what string
+		flat []any
+		at   string
+	}{
+		{"a count past the end", []any{int64(1), "a", int64(3), "b", "c"}, "reply[1][2]"},
+		{"a negative count", []any{int64(-1)}, "reply[1][0]"},
+		{"a boxed value of two", []any{"x", []any{int64(1), int64(2)}}, "reply[1][1]"},
+		{"not a list", nil, ""},
+	} {
+		r := newReplyReader("n1", "reserve")
+		if c.flat == nil {
+			r.replies([]any{int64(1), "flat"}, 1, 1)
+			wantMalformed(t, c.what, r.err, "reserve", "reply[1]")
+			continue
+		}
+		r.replies([]any{int64(1), c.flat}, 1, 1)
+		wantMalformed(t, c.what, r.err, "reserve", c.at)
+	}
+}

@@ -1,5 +1,5 @@
 local n = tonumber(ARGV[4])
-local kp, ap, out, wrote = 2, 5 + 2 * n, {}, 0
+local kp, ap, out, m, wrote = 2, 5 + 2 * n, {}, 0, 0
 for i = 1, n do
   local nk, na = tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i])
   local K, A
@@ -24,8 +24,29 @@ for i = 1, n do
   else
     wrote = wrote + 1
   end
-  if r == nil then r = false end
-  out[i] = r
+  -- out holds the replies flat (group.go, runScript reads them): a
+  -- table reply (not an error or a status) as its element count, then its
+  -- elements; a string, false or an error as itself; any other value (a
+  -- number, true) as a table of that one value. Redis turns a table into
+  -- a reply by looking up its special fields and deferring its length,
+  -- which costs more per call than these few Lua steps.
+  if type(r) == 'table' and not r.err and not r.ok then
+    local c, j, x = m + 1, 1, r[1]
+    out[c] = 0
+    while x ~= nil do
+      out[c + j] = x
+      j = j + 1
+      x = r[j]
+    end
+    out[c] = j - 1
+    m = c + j - 1
+  elseif r == nil or r == false or type(r) == 'string' or type(r) == 'table' then
+    m = m + 1
+    out[m] = r or false
+  else
+    m = m + 1
+    out[m] = {r}
+  end
 end
 flush()
 local seq = tonumber(meta[3]) or 0
