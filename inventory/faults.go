@@ -40,7 +40,7 @@ type ScriptCall struct {
 	Script string // the script's name (e.g. "stage-take", "order")
 	Write  bool   // whether the script may change the node
 	Keys   []string
-	Args   []any // the script's own arguments (after the header)
+	Args   []any // the script's own arguments (after the header): strings, integers
 }
 
 // ErrCrashed is wrapped by errors of a step stopped by an injected fault
@@ -67,7 +67,24 @@ func (inv *Inventory) faulty(ctx context.Context, n *node.Node, s *luaScript, ke
 	if inv.opts.Faults == nil {
 		return send()
 	}
-	return inv.opts.Faults.Call(ctx, ScriptCall{Node: n.Name(), Script: s.name, Write: s.write, Keys: keys, Args: args}, send)
+	return inv.opts.Faults.Call(ctx, ScriptCall{Node: n.Name(), Script: s.name, Write: s.write, Keys: keys, Args: plainArgs(args)}, send)
+}
+
+// plainArgs is args with the values an argBox points to in their place
+// (a string, an int64), as ScriptCall promises them.
+func plainArgs(args []any) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case *string:
+			out[i] = *v
+		case *int64:
+			out[i] = *v
+		default:
+			out[i] = a
+		}
+	}
+	return out
 }
 
 // Mutation names a known protocol bug that a [Faults] implementing

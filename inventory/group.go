@@ -97,9 +97,13 @@ var (
 	groupEpilogueWrite = luaFile("epilogue_group_write.lua")
 )
 
+// stampKeyArg and partKeyPrefixArg are stampKey and partKeyPrefix as
+// script arguments, boxed once.
+var stampKeyArg, partKeyPrefixArg any = stampKey, partKeyPrefix
+
 // groupCall is one call of a grouped script, queued or under way.
 type groupCall struct {
-	keys []string // the call's own keys (after the stamp)
+	keys []string // the call's own keys (after the stamp); not changed once queued
 	args []any    // the call's own arguments (after the header)
 	done chan struct{}
 	// Set before done is closed.
@@ -199,16 +203,19 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 	// commits' order keys), then the arguments (the header, each call's
 	// counts, the calls', the carried commits' and their count)
 	a := s.evalArgs(nk, na)
-	a = append(a, stampKey)
+	a = append(a, stampKeyArg)
 	for _, c := range calls {
-		for _, k := range c.keys {
-			a = append(a, k)
+		// a key goes as a pointer into the call's keys (go-redis writes a
+		// *string as its string): boxing the string itself would
+		// allocate once per key
+		for j := range c.keys {
+			a = append(a, &c.keys[j])
 		}
 	}
 	for _, c := range carried {
 		a = append(a, orderKey(c.orderID))
 	}
-	a = append(a, n.Name(), token, partKeyPrefix, len(calls))
+	a = append(a, n.Name(), token, partKeyPrefixArg, len(calls))
 	for _, c := range calls {
 		a = append(a, len(c.keys), len(c.args))
 	}
@@ -216,8 +223,8 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 		a = append(a, c.args...)
 	}
 	if s.write {
-		for _, c := range carried {
-			a = append(a, c.token, c.parts)
+		for j := range carried { // pointers, as the keys
+			a = append(a, &carried[j].token, &carried[j].parts)
 		}
 		a = append(a, len(carried))
 	}

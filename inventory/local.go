@@ -244,13 +244,14 @@ func (inv *Inventory) localCall(orderID, token, digest, userID string, ttl time.
 	keys := make([]string, 0, 3+3*len(reqs))
 	keys = append(keys, c.next(s), PendingKey, RedoOffsetsKey)
 	args := make([]any, 0, 6+len(parts)+5*len(reqs))
-	args = append(args, orderID, userID, ms(ttl), partGraceArg)
+	box := newArgBox(4+len(parts)+3*len(reqs), 1+len(reqs))
+	args = append(args, box.str(orderID), box.str(userID), box.int(ms(ttl)), partGraceArg)
 	for range 2 + len(parts) {
-		args = append(args, c.next(s))
+		args = append(args, box.str(c.next(s)))
 	}
 	for _, r := range reqs {
 		keys = append(keys, c.next(s), r.ck, r.queue)
-		args = append(args, r.ID, kindArg(r.Kind), r.Qty, c.next(s), c.next(s))
+		args = append(args, box.str(r.ID), kindArg(r.Kind), box.int(r.Qty), box.str(c.next(s)), box.str(c.next(s)))
 	}
 	return keys, args, parts, nil
 }

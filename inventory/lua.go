@@ -201,6 +201,10 @@ func newBareScript(name, src string) *redis.Script {
 
 // run runs s on n with keys (after the stamp hash) and args (after the
 // header), and returns the body's reply. Errors are mapped by nodeErr.
+// The caller must not change keys, or a string an argument points to,
+// after the call, even once it returned: the command line holds pointers
+// into them (a *string, which go-redis writes as the string), and a call
+// whose caller stopped waiting may still be written.
 func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys []string, args ...any) (any, error) {
 	v := inv.topology(ctx)
 	if err := v.refuse(); err != nil {
@@ -308,11 +312,11 @@ func (inv *Inventory) exec(ctx context.Context, n *node.Node, s *luaScript, toke
 		return c.reply, c.seq, c.err
 	}
 	a := s.evalArgs(1+len(keys), 3+len(args))
-	a = append(a, stampKey)
-	for _, k := range keys {
-		a = append(a, k)
+	a = append(a, stampKeyArg)
+	for j := range keys { // pointers, as sendGroup sends keys
+		a = append(a, &keys[j])
 	}
-	a = append(a, n.Name(), token, partKeyPrefix)
+	a = append(a, n.Name(), token, partKeyPrefixArg)
 	a = append(a, args...)
 	return inv.callEnvelope(ctx, n, s, a)
 }
@@ -342,6 +346,53 @@ func (inv *Inventory) callEnvelope(ctx context.Context, n *node.Node, s *luaScri
 // a line of its own on every call, which for a group's call (group.go)
 // is the size of all its calls' keys and arguments.
 type evalArgs []any
+
+// argBox boxes a call's string and integer arguments for its command line
+// without an allocation each: it keeps them in two slices, made once by
+// newArgBox, and hands out pointers into them (go-redis writes a *string
+// or *int64 as its value). The values never change once handed out, and
+// the slices live as long as a pointer into them (see run's rule on
+// arguments).
+type argBox struct {
+	strs []string
+	ints []int64
+	// the slices' arrays when they fit (the usual one- or two-part call):
+	// the box is then one allocation
+	strArr [12]string
+	intArr [4]int64
+}
+
+// newArgBox is a box for about ns strings and ni integers (more only cost
+// an allocation).
+func newArgBox(ns, ni int) *argBox {
+	b := new(argBox)
+	b.strs, b.ints = b.strArr[:0], b.intArr[:0]
+	if ns > len(b.strArr) {
+		b.strs = make([]string, 0, ns)
+	}
+	if ni > len(b.intArr) {
+		b.ints = make([]int64, 0, ni)
+	}
+	return b
+}
+
+// str is v as an argument.
+func (b *argBox) str(v string) any {
+	if v == "" {
+		return "" // boxing the empty string allocates nothing
+	}
+	b.strs = append(b.strs, v)
+	return &b.strs[len(b.strs)-1]
+}
+
+// int is v as an argument.
+func (b *argBox) int(v int64) any {
+	if v >= 0 && v < 256 {
+		return v // Go boxes these without allocating
+	}
+	b.ints = append(b.ints, v)
+	return &b.ints[len(b.ints)-1]
+}
 
 // evalArgs begins the command line of a call of s that has nkeys keys
 // and nargs arguments: the caller appends exactly nkeys keys, then the

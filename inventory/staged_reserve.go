@@ -326,10 +326,12 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 	keys := make([]string, 0, 3+3*len(reqs))
 	keys = append(keys, PendingKey, RedoOffsetsKey, c.next(s))
 	args := make([]any, 0, 9+5*len(reqs))
-	args = append(args, orderID, token, due.arg(), userID, ms(ttl), seconds(inv.cfg.Retention), c.next(s), c.next(s), string(mutation))
+	box := newArgBox(6+3*len(reqs), 2+len(reqs))
+	args = append(args, box.str(orderID), box.str(token), box.str(due.arg()), box.str(userID), box.int(ms(ttl)), box.int(seconds(inv.cfg.Retention)),
+		box.str(c.next(s)), box.str(c.next(s)), box.str(string(mutation)))
 	for _, r := range reqs {
 		keys = append(keys, c.next(s), r.ck, r.queue)
-		args = append(args, r.ID, kindArg(r.Kind), r.Qty, c.next(s), c.next(s))
+		args = append(args, box.str(r.ID), kindArg(r.Kind), box.int(r.Qty), box.str(c.next(s)), box.str(c.next(s)))
 	}
 	return keys, args, nil
 }

@@ -462,14 +462,15 @@ func reserveCall(orderID, token string, deadline partDue, reqs []partReq) ([]str
 	keys := make([]string, 0, 2+3*len(reqs))
 	keys = append(keys, PendingKey, RedoOffsetsKey)
 	args := make([]any, 0, 2+6*len(reqs))
-	args = append(args, orderID, deadline.arg())
+	box := newArgBox(2+4*len(reqs), len(reqs))
+	args = append(args, box.str(orderID), box.str(deadline.arg()))
 	for _, r := range reqs {
-		last := any(r.queue)
+		last := box.str(r.queue)
 		if r.Kind == PartQuota {
-			last = r.elsewhere
+			last = box.int(r.elsewhere)
 		}
 		keys = append(keys, c.next(s), r.ck, r.queue)
-		args = append(args, r.ID, kindArg(r.Kind), r.Qty, last, c.next(s), c.next(s))
+		args = append(args, box.str(r.ID), kindArg(r.Kind), box.int(r.Qty), last, box.str(c.next(s)), box.str(c.next(s)))
 	}
 	return keys, args, nil
 }
