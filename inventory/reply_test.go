@@ -48,16 +48,16 @@ func TestReplyDecodersStrict(t *testing.T) {
 		what, script, at string
 		decode           func() error
 	}{
-		{"reserve: qty a string", "reserve", "reply[1][1]", func() error {
-			_, err := decodeReserveReplies("n1", []any{[]any{"pending", int64(1), int64(2), int64(0)}, []any{"pending", "1", int64(2), int64(0)}}, 2)
+		{"reserve: qty a string", "reserve", "reply[5]", func() error {
+			_, err := decodeReserveReplies("n1", []any{"pending", int64(1), int64(2), int64(0), "pending", "1", int64(2), int64(0)}, 2)
 			return err
 		}},
-		{"reserve: state an integer", "reserve", "reply[0][0]", func() error {
-			_, err := decodeReserveReplies("n1", []any{[]any{int64(1), int64(1), int64(2), int64(0)}}, 1)
+		{"reserve: state an integer", "reserve", "reply[0]", func() error {
+			_, err := decodeReserveReplies("n1", []any{int64(1), int64(1), int64(2), int64(0)}, 1)
 			return err
 		}},
 		{"reserve: one reply short", "reserve", "reply", func() error {
-			_, err := decodeReserveReplies("n1", []any{[]any{"pending", int64(1), int64(2), int64(0)}}, 2)
+			_, err := decodeReserveReplies("n1", []any{"pending", int64(1), int64(2), int64(0)}, 2)
 			return err
 		}},
 		{"reserve-local: deadline nil", "reserve-local", "reply[1]", func() error {
@@ -142,7 +142,8 @@ func TestReplyDecodersStrict(t *testing.T) {
 	}
 
 	// The well-formed replies read as before.
-	if r, err := decodeReserveReplies("n1", []any{[]any{"pending", int64(1), int64(2), int64(0)}}, 1); err != nil || r[0] != (reply{takePending, 1, 2, 0}) {
+	if r, err := decodeReserveReplies("n1", []any{"pending", int64(1), int64(2), int64(0), "none", int64(0), int64(0), int64(5)}, 2); err != nil ||
+		r[0] != (reply{takePending, 1, 2, 0}) || r[1] != (reply{takeNone, 0, 0, 5}) {
 		t.Errorf("decodeReserveReplies = %v, %v", r, err)
 	}
 	if st, dl, offs, err := decodeLocal("n1", []any{"reserved", int64(9), int64(3), int64(0)}, 2); err != nil || st != localReserved || dl != 9 || offs[0] != 3 || offs[1] != 0 {

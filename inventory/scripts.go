@@ -23,7 +23,9 @@ import (
 // pieces of the part record's template (appendPartTemplate, rectemplate.go: the
 // attempt token, SKU and item index are in it).
 //
-// Per part it returns {state, qty, offset, limit}: state "pending" (taken
+// It returns one flat list, four values per part, in the parts' order:
+// state, qty, offset, limit (one list, not a list per part: Redis and
+// go-redis build each list they pass on). The state is "pending" (taken
 // now; a quota part is taken, and counted, even when the SKU has no
 // limit, so a limit set later counts what the user already holds), "none"
 // (nothing available, nothing written), "limit" (quota exceeded; qty =

@@ -488,19 +488,16 @@ func (inv *Inventory) reserveReplies(n *node.Node, reqs []partReq, v any) ([]rep
 }
 
 // decodeReserveReplies reads the reserve script's reply to k part
-// requests: one {state word, qty, offset, limit} per request.
+// requests: a flat list of {state word, qty, offset, limit} per request.
 func decodeReserveReplies(nodeName string, v any, k int) ([]reply, error) {
 	r := newReplyReader(nodeName, reserveScript.name)
-	raw := r.list(v, k)
-	out := make([]reply, len(raw))
-	for i := range raw {
-		t := r.listAt(raw, i, 4)
-		if r.err != nil {
-			break
-		}
-		r.enter(i)
-		out[i] = reply{state: takeWord(r.str(t, 0)), qty: r.int(t, 1), offset: r.int(t, 2), limit: r.int(t, 3)}
-		r.leave()
+	raw := r.list(v, 4*k)
+	if r.err != nil {
+		return nil, r.err
+	}
+	out := make([]reply, k)
+	for i := range out {
+		out[i] = reply{state: takeWord(r.str(raw, 4*i)), qty: r.int(raw, 4*i+1), offset: r.int(raw, 4*i+2), limit: r.int(raw, 4*i+3)}
 	}
 	if r.err != nil {
 		return nil, r.err

@@ -8,7 +8,7 @@ if np == 1 and ARGV[7] == 's' then
   -- (TestTakeOneAsPlan holds the two against each other on a node)
   local pk, ck, xk, id, want = KEYS[4], KEYS[5], KEYS[6], ARGV[6], tonumber(ARGV[8])
   local cur = part_read(pk)
-  if cur and cur.state then return {{cur.state, tonumber(cur.qty) or 0, tonumber(cur.offset) or 0, 0}} end
+  if cur and cur.state then return {cur.state, tonumber(cur.qty) or 0, tonumber(cur.offset) or 0, 0} end
   local avail, err = stock_int(ck, 1, ' available')
   if err then return err end
   local resv
@@ -20,7 +20,7 @@ if np == 1 and ARGV[7] == 's' then
   limit, err = stock_int(ck, 2, ' limit')
   if err then return err end
   local take = math.min(avail, want)
-  if take <= 0 then return {{'none', 0, 0, limit}} end
+  if take <= 0 then return {'none', 0, 0, limit} end
   redo_ok(KEYS[3], xk, 1) -- its redo segment must be a sorted set
   stock_set(ck, avail - take, resv + take)
   local off = next_offset(KEYS[3], xk)
@@ -28,7 +28,7 @@ if np == 1 and ARGV[7] == 's' then
   local deadlineS = I(deadline)
   part_new(pk, ARGV[10], ARGV[11], take, off, deadlineS)
   zadd_later(KEYS[2], deadlineS, pend_pos(xk, off))
-  return {{'pending', take, off, limit}}
+  return {'pending', take, off, limit}
 end
 local plan = {}
 local avail, resv, nq = {}, {}, {}
@@ -119,6 +119,6 @@ for _, p in ipairs(plan) do
     part_new(p.pk, p.ra, p.rb, p.take, off, deadlineS)
     zadd_later(KEYS[2], deadlineS, member)
   end
-  out[#out + 1] = p.out
+  for j = 1, 4 do out[#out + 1] = p.out[j] end
 end
 return out
