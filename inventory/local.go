@@ -52,9 +52,12 @@ import (
 // offset; then per part the arguments lua/take_whole.lua reads (id, kind,
 // want, and its record's template's two pieces, appendPartPieces: empty
 // for a stock part, which is inline: no record, inline.go). An order of
-// one stock part takes it with take_one, any other with plan_parts and
-// write_parts.
-// The record is written reserved, with no TTL (orderrec.go, "TTL").
+// one stock part takes it with take_one's steps (plan_one, then the
+// record, then take_stock), any other with plan_parts and write_parts.
+// The record is written reserved, with no TTL (orderrec.go, "TTL"); for
+// one stock part it is set only if the key is missing (SET NX), the head
+// of a record already there read only then, and only to answer existing
+// or replace it as the general path does (lua/local.lua).
 // Returns {"existing"} (the order has a record: nothing written),
 // {"short"} (no record, and a stock part is short here or a limited SKU
 // has no user: nothing written, soldout.go may refuse without a write),

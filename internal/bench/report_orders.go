@@ -232,14 +232,14 @@ func floorMisses(r *Results, s Summary) string {
 		nf, ef, kf := fl.ServerPerOp()
 		fmt.Fprintf(&b, "- **%s** (%.3f, target 0.8): per order shardis spent %s of client and %s of node CPU, the floor %s and %s: "+
 			"%s more on the client and %s more on the nodes. On the nodes shardis ran %.2f script calls with %.1f commands in them (%s of script time) against the floor's %.2f with %.1f (%s): "+
-			"the extra commands are the record's head read and the part key's check before the writes, the pending index, the node-identity check and, for a part the one-round or the general path takes "+
+			"the extra commands are the record's head read (the one-round and general paths' stage; the local path sets its record only if the id has none, unread) and the part key's check before the writes, the pending index, the node-identity check and, for a part the one-round or the general path takes "+
 			"(the local path's are inline: `inventory/inline.go`), its record beside the order record (one packed string each; the floor's order next to its stock is one key). "+
 			"Where a one-script order's node µs go (`TestLocalScriptCost`: the local reserve's script in 20-order group calls on one node, sent by four goroutines, with its pieces cut out one at a time, medians of three runs of 9 rounds, measured apart from this run): "+
-			"of its 12.0 µs of script time per order (an order of one stock part: take_one, its part inline; 13.9 µs on the general path, plan_parts and write_parts, which orders of several parts take, a record per part) "+
-			"the group call's frame takes 3.4 (each order brings 20 keys and arguments, which Redis parses into objects and Lua copies into its tables: "+
-			"20 40-byte arguments per order cost 3.5 µs against 1.5 for the floor's 6, timed in an EVAL loop), reading the record's head 0.7, the plan's reads and checks 1.9 (the part key's EXISTS, 0.9, among them), "+
-			"the pending-index and redo entries 3.6 together (their ZADDs merged per key), the order record's SET 1.1 and the rest about 1.3; a part record would add 1.1 (what the inline part saves); "+
-			"each script call also costs about 25 µs of its own, which its orders share (14 of them the frame: EVALSHA and its arguments, the stamp check, the node's clock, the prelude's definitions and the epilogue; the rest the shared reads and writes of the stock hash, the redo offsets and the index's type, each once per call), so calls carrying few orders (the staged path's stage and takes) cost more per order. "+
+			"of its 13.1 µs of script time per order (an order of one stock part: take_one's steps, its part inline; 15.4 µs on the general path, plan_parts and write_parts, which orders of several parts take, a record per part) "+
+			"the group call's frame takes 3.5 (each order brings 20 keys and arguments, which Redis parses into objects and Lua copies into its tables: "+
+			"20 40-byte arguments per order cost 3.5 µs against 1.5 for the floor's 6, timed in an EVAL loop), the plan's reads and checks 2.1 (the part key's EXISTS among them), the order record 2.9 (its bytes, and a SET of a new key, only if the id has none), "+
+			"the pending-index and redo entries 3.8 together (their ZADDs merged per key) and the rest about 0.8; a part record would add 0.9 (what the inline part saves); "+
+			"each script call also costs about 30 µs of its own, which its orders share (14 of them the frame: EVALSHA and its arguments, the stamp check, the node's clock, the prelude's definitions and the epilogue; the rest the shared reads and writes of the stock hash, the redo offsets and the index's type, each once per call), so calls carrying few orders (the staged path's stage and takes) cost more per order. "+
 			"The records are encoded by the client and only filled in by the node (`inventory/rectemplate.go`). "+
 			"On the client: go-redis writing those arguments and reading the replies, the parts' lists and record templates, and the hand-offs between the callers and their groups' senders.%s\n",
 			f.Key, *f.Field(&s), fmtCPU(cs), fmtCPU(ss), fmtCPU(cf), fmtCPU(sf), fmtCPU(cs-cf), fmtCPU(ss-sf),

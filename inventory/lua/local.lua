@@ -1,27 +1,47 @@
 
 local key = KEYS[2]
-local status, moved = order_head(key)
-if status and not moved and status ~= 'failed' then return {'existing'} end
-zset_ok(KEYS[3]) -- the pending index must be a sorted set
 local np = (#KEYS - 4) / 3
 local deadline = now + tonumber(ARGV[6])
 local pdl = deadline + tonumber(ARGV[7])
+-- whether the order has a record to keep: one that is not a failed
+-- attempt's and carries no moved mark (this script replaces those)
+local function kept()
+  local status, moved = order_head(key)
+  return status and not moved and status ~= 'failed'
+end
 -- the record the caller encoded (rectemplate.go), the node's values in
 -- its holes: created, then each part's offset (none for a quota part);
 -- it replaces a failed or moved record, reserved: no TTL until decided
 -- (orderrec.go)
 if np == 1 and ARGV[12] == 's' then
-  -- one stock part (one item, no user): take_one, the same steps
-  -- without the plan's tables; the part is inline (no record of its own:
-  -- the order record written below holds it, inline.go), as every stock
-  -- part of this script is
-  local off, err, short = take_one(KEYS[5], KEYS[6], KEYS[7], ARGV[11], tonumber(ARGV[13]), ARGV[14], ARGV[15], ARGV[5],
-    KEYS[3], KEYS[4], pdl, true)
-  if err then return err end
-  if not off then return {short and 'short' or 'fallback'} end
-  set_value(key, ARGV[8] .. nowS .. ARGV[9] .. I(off) .. ARGV[10], false)
+  -- one stock part (one item, no user): take_one's steps without the
+  -- plan's tables; the part is inline (no record of its own: the order
+  -- record holds it, inline.go), as every stock part of this script is.
+  -- The record is set only if its key is missing, between the plan and
+  -- the take, so the usual order (no record) does not read it first; a
+  -- refusal, or a key that exists, reads the record's head and answers
+  -- as the general path below does: {'existing'} for a record to keep,
+  -- with nothing written. The script is atomic, so no one sees these
+  -- steps in another order.
+  local pk, ck, xk, want = KEYS[5], KEYS[6], KEYS[7], tonumber(ARGV[13])
+  local avail, resv, short = plan_one(pk, ck, xk, want, ARGV[5], KEYS[4])
+  if not avail then
+    if kept() then return {'existing'} end
+    if resv then return resv end -- an error reply
+    return {short and 'short' or 'fallback'}
+  end
+  zset_ok(KEYS[3]) -- the pending index must be a sorted set
+  local off = offset_at(KEYS[4], xk) + 1 -- the offset take_stock hands out
+  local rec = ARGV[8] .. nowS .. ARGV[9] .. I(off) .. ARGV[10]
+  if not redis.call('SET', key, rec, 'NX') then
+    if kept() then return {'existing'} end
+    set_value(key, rec, false)
+  end
+  take_stock(pk, ck, xk, ARGV[11], want, ARGV[14], ARGV[15], avail, resv, KEYS[3], KEYS[4], I(pdl), true)
   return {'reserved', deadline, off}
 end
+if kept() then return {'existing'} end
+zset_ok(KEYS[3]) -- the pending index must be a sorted set
 local plan, err, short, over = plan_parts(KEYS, ARGV, 5, 10 + np, ARGV[5], KEYS[4])
 if err then return err end
 if over then return {'limit', over[1], over[2], over[3]} end

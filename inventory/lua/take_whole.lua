@@ -35,13 +35,20 @@
 -- inline) is plan_parts then write_parts for a plan of one stock part,
 -- its record left out when inline (take_stock) (part key pk,
 -- counter ck, redo queue xk, appendPartPieces' id, want and template pieces),
--- without the plan's tables: plan_parts's reads and checks for that part,
--- then take_stock, in the same order (TestTakeOneAsPlan compares the two
--- on a node). It returns the part's redo offset, or what plan_parts
--- returns when it would return no plan: nil (the part exists), nil and an
--- error reply, or nil, nil, true (short). An order of one item without a
--- user id is one stock part; its tables were a few µs of an order's
--- script time (TestLocalScriptCost).
+-- without the plan's tables: plan_one, plan_parts's reads and checks for
+-- that part, then take_stock, in the same order (TestTakeOneAsPlan
+-- compares the two on a node). It returns the part's redo offset, or what
+-- plan_parts returns when it would return no plan: nil (the part exists),
+-- nil and an error reply, or nil, nil, true (short). An order of one item
+-- without a user id is one stock part; its tables were a few µs of an
+-- order's script time (TestLocalScriptCost).
+--
+-- plan_one(pk, ck, xk, want, user, offsets) is take_one's reads and
+-- checks alone: it writes nothing, and returns the counter's available
+-- and reserved once the part is taken, or what take_one returns when it
+-- takes nothing. offset_at(offsets, xk) + 1 is then the offset
+-- take_stock will hand the part (the local script writes it into the
+-- order record before it takes the part: local.lua).
 local function plan_parts(K, A, kb, ab, user, offsets)
   local np = (#K - kb + 1) / 3
   local avail, resv, held, plan, nq = {}, {}, {}, {}, {}
@@ -109,7 +116,7 @@ local function write_parts(plan, pending, offsets, pdl, inline)
   end
   return offs
 end
-local function take_one(pk, ck, xk, id, want, ra, rb, user, pending, offsets, pdl, inline)
+local function plan_one(pk, ck, xk, want, user, offsets)
   if redis.call('EXISTS', pk) == 1 then return nil end
   local avail, err = stock_int(ck, 1, ' available')
   if err then return nil, err end
@@ -123,5 +130,10 @@ local function take_one(pk, ck, xk, id, want, ra, rb, user, pending, offsets, pd
   limit, err = stock_int(ck, 2, ' limit')
   if err then return nil, err end
   if avail < want or (limit > 0 and user == '') then return nil, nil, true end
-  return take_stock(pk, ck, xk, id, want, ra, rb, avail - want, resv + want, pending, offsets, I(pdl), inline)
+  return avail - want, resv + want
+end
+local function take_one(pk, ck, xk, id, want, ra, rb, user, pending, offsets, pdl, inline)
+  local avail, resv, short = plan_one(pk, ck, xk, want, user, offsets)
+  if not avail then return nil, resv, short end
+  return take_stock(pk, ck, xk, id, want, ra, rb, avail, resv, pending, offsets, I(pdl), inline)
 end
