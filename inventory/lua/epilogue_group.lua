@@ -40,12 +40,12 @@ for i = 1, n do
     end
     out[c] = j - 1
     m = c + j - 1
-  elseif r == nil or r == false or type(r) == 'string' or type(r) == 'table' then
-    m = m + 1
-    out[m] = r or false
-  else
+  elseif type(r) == 'number' or r == true then
     m = m + 1
     out[m] = {r}
+  else
+    m = m + 1
+    out[m] = r or false
   end
 end
 flush()
