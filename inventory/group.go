@@ -205,12 +205,7 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 	a := s.evalArgs(nk, na)
 	a = append(a, stampKeyArg)
 	for _, c := range calls {
-		// a key goes as a pointer into the call's keys (go-redis writes a
-		// *string as its string): boxing the string itself would
-		// allocate once per key
-		for j := range c.keys {
-			a = append(a, &c.keys[j])
-		}
+		a = a.keys(c.keys)
 	}
 	for _, c := range carried {
 		a = append(a, orderKey(c.orderID))
@@ -223,7 +218,7 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 		a = append(a, c.args...)
 	}
 	if s.write {
-		for j := range carried { // pointers, as the keys
+		for j := range carried { // pointers, as evalArgs.keys sends keys
 			a = append(a, &carried[j].token, &carried[j].parts)
 		}
 		a = append(a, len(carried))

@@ -312,10 +312,7 @@ func (inv *Inventory) exec(ctx context.Context, n *node.Node, s *luaScript, toke
 		return c.reply, c.seq, c.err
 	}
 	a := s.evalArgs(1+len(keys), 3+len(args))
-	a = append(a, stampKeyArg)
-	for j := range keys { // pointers, as sendGroup sends keys
-		a = append(a, &keys[j])
-	}
+	a = append(a, stampKeyArg).keys(keys)
 	a = append(a, n.Name(), token, partKeyPrefixArg)
 	a = append(a, args...)
 	return inv.callEnvelope(ctx, n, s, a)
@@ -346,6 +343,16 @@ func (inv *Inventory) callEnvelope(ctx context.Context, n *node.Node, s *luaScri
 // a line of its own on every call, which for a group's call (group.go)
 // is the size of all its calls' keys and arguments.
 type evalArgs []any
+
+// keys appends ks to a as pointers into ks (go-redis writes a *string as
+// its string): boxing each string would allocate once per key. ks must
+// not change afterwards (run's rule on keys).
+func (a evalArgs) keys(ks []string) evalArgs {
+	for j := range ks {
+		a = append(a, &ks[j])
+	}
+	return a
+}
 
 // argBox boxes a call's string and integer arguments for its command line
 // without an allocation each: it keeps them in two slices, made once by

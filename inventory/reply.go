@@ -183,9 +183,9 @@ func (r *replyReader) replies(t []any, i, n int) []any {
 				r.fail(p, fmt.Sprintf("an element count of at most %d", len(flat)-p-1), v)
 				return nil
 			}
-			n := int(v)
-			out = append(out, flat[p+1:p+1+n:p+1+n])
-			p += n
+			end := p + 1 + int(v)
+			out = append(out, flat[p+1:end:end])
+			p = end - 1
 		case []any:
 			if len(v) != 1 {
 				r.fail(p, "a list of 1 (a boxed integer reply)", v)

@@ -488,7 +488,8 @@ func (inv *Inventory) reserveReplies(n *node.Node, reqs []partReq, v any) ([]rep
 }
 
 // decodeReserveReplies reads the reserve script's reply to k part
-// requests: a flat list of {state word, qty, offset, limit} per request.
+// requests: one flat list, four values per request (state word, qty,
+// offset, limit).
 func decodeReserveReplies(nodeName string, v any, k int) ([]reply, error) {
 	r := newReplyReader(nodeName, reserveScript.name)
 	raw := r.list(v, 4*k)
