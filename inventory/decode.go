@@ -63,8 +63,9 @@ const (
 	// itself (zset: part id by ms, stuck.go); rest is "".
 	KeyStuckRetry
 	// KeyRedoSegment is one segment of a redo-log queue (zset: part id by
-	// offset, [RedoLogKey]); rest is the queue number, ":", the segment
-	// number (offset / 100).
+	// offset, [RedoLogKey]); rest is the queue number, ":s", the segment
+	// number (offset / 32), or, for a segment of the release before, the
+	// queue number, ":", the segment number (offset / 100).
 	KeyRedoSegment
 )
 
@@ -132,8 +133,9 @@ func ParseKey(key string) (kind KeyKind, rest string) {
 }
 
 // parseRedoKey classifies what follows the redo-log prefix: a queue
-// number as [RedoLogKey] writes it ([KeyRedoLog]), or that and ":" a
-// segment number ([KeyRedoSegment]); ErrCorrupt for anything else.
+// number as [RedoLogKey] writes it ([KeyRedoLog]), or that and ":s" or
+// ":" a segment number ([KeyRedoSegment]: this release's, the release
+// before's); ErrCorrupt for anything else.
 func parseRedoKey(rest string) (KeyKind, error) {
 	queue, seg, isSeg := strings.Cut(rest, ":")
 	if q, err := strconv.Atoi(queue); err != nil || q < 0 || strconv.Itoa(q) != queue {
@@ -142,6 +144,7 @@ func parseRedoKey(rest string) (KeyKind, error) {
 	if !isSeg {
 		return KeyRedoLog, nil
 	}
+	seg = strings.TrimPrefix(seg, "s")
 	if s, err := strconv.ParseInt(seg, 10, 64); err != nil || s < 0 || strconv.FormatInt(s, 10) != seg {
 		return KeyOther, ErrCorrupt
 	}

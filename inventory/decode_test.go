@@ -23,8 +23,10 @@ func TestParseKeyReadsTheConstructors(t *testing.T) {
 		{orderKey("o:1"), KeyOrder, "o:1"},
 		{RedoLogKey(0), KeyRedoLog, "0"},
 		{RedoLogKey(17), KeyRedoLog, "17"},
-		{redoSegmentKey(RedoLogKey(17), 1234), KeyRedoSegment, "17:12"},
-		{redoSegmentKey(RedoLogKey(0), 5), KeyRedoSegment, "0:0"},
+		{redoSegmentKey(RedoLogKey(17), 1234), KeyRedoSegment, "17:s38"},
+		{redoSegmentKey(RedoLogKey(0), 5), KeyRedoSegment, "0:s0"},
+		{redoSegmentKeyV1(RedoLogKey(17), 1234), KeyRedoSegment, "17:12"},
+		{redoSegmentKeyV1(RedoLogKey(0), 5), KeyRedoSegment, "0:0"},
 		{RedoOffsetsKey, KeyRedoOffsets, ""},
 		{keyRedoAcked, KeyRedoAcked, ""},
 		{PendingKey, KeyPending, ""},
@@ -42,7 +44,8 @@ func TestParseKeyReadsTheConstructors(t *testing.T) {
 	}
 	for _, k := range []string{"", "inv:", "inv:part:", "inv:order:", "inv:redo:", "inv:redo:x", "inv:redo:01",
 		"inv:redo:-1", "inv:stock:nocolon", "inv:stock::x", "inv:quota:r:5:abc:u", "inv:other", "shardis:node",
-		"inv:reconcile:lease", "inv:redo:3:", "inv:redo:3:x", "inv:redo:3:01", "inv:redo:3:-1", "inv:redo:x:3", "inv:redo::3"} {
+		"inv:reconcile:lease", "inv:redo:3:", "inv:redo:3:x", "inv:redo:3:01", "inv:redo:3:-1", "inv:redo:x:3", "inv:redo::3",
+		"inv:redo:3:s", "inv:redo:3:ss1", "inv:redo:3:s01", "inv:redo:3:s-1", "inv:redo:3:S1"} {
 		if kind, rest := ParseKey(k); kind != KeyOther || rest != "" {
 			t.Errorf("ParseKey(%q) = %v, %q; want other", k, kind, rest)
 		}

@@ -6,7 +6,7 @@
 // changed only by Lua scripts that also keep the state of every part (one
 // deduction on one node) in the same atomic step: the part record is the
 // TCC fence. Every reserve appends the part to a redo log (queues with
-// gap-free offsets, each kept in sorted-set segments of 100 offsets:
+// gap-free offsets, each kept in sorted-set segments of 32 offsets:
 // redolog.go) that a database sync consumer can replay.
 //
 // An order's outcome is decided by its order record on the order's home

@@ -85,11 +85,12 @@ func OrderKey(orderID string) string { return orderKey(orderID) }
 
 // RedoLogKey returns the name of redo-log queue q (0-based) on every node:
 // the key of its offsets in [RedoOffsetsKey] and the acknowledgements, and
-// the prefix of its segments. The entries live in segments of 100
-// consecutive offsets, sorted sets RedoLogKey(q) + ":" + offset/100 (each
-// small enough for Redis to keep as a listpack); a release before the
-// segments wrote them to RedoLogKey(q) itself, where they stay until
-// trimmed (redolog.go).
+// the prefix of its segments. The entries live in segments of 32
+// consecutive offsets, sorted sets RedoLogKey(q) + ":s" + offset/32 (each
+// small enough for Redis to keep as a listpack); the release before wrote
+// them to segments of 100, RedoLogKey(q) + ":" + offset/100, and the one
+// before that to RedoLogKey(q) itself, where they stay until trimmed
+// (redolog.go).
 func RedoLogKey(q int) string {
 	if q >= 0 && q < len(redoLogKeys) {
 		return redoLogKeys[q]

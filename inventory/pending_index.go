@@ -39,7 +39,7 @@ func PendingPartID(ctx context.Context, c redis.Cmdable, member string) (string,
 		return member, nil // not a place: an id of an odd form
 	}
 	at := strconv.FormatInt(off, 10)
-	for _, key := range []string{redoSegmentKey(RedoLogKey(qn), off), RedoLogKey(qn)} {
+	for _, key := range []string{redoSegmentKey(RedoLogKey(qn), off), redoSegmentKeyV1(RedoLogKey(qn), off), RedoLogKey(qn)} {
 		ids, err := c.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: at, Max: at}).Result()
 		if err != nil {
 			return "", err

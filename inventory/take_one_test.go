@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,13 +45,18 @@ func TestTakeOneAsPlan(t *testing.T) {
 		setup func()
 	}{
 		{"taken", func() {}},
-		{"taken, first offset of a new redo segment", func() { c.HSet(ctx, RedoOffsetsKey, queue, "99") }},
+		{"taken, first offset of a new redo segment", func() { c.HSet(ctx, RedoOffsetsKey, queue, strconv.Itoa(3*redoSegmentSize-1)) }},
+		{"taken, first offset of this release's segments", func() {
+			c.HSet(ctx, RedoOffsetsKey, queue, "150")
+			c.HDel(ctx, RedoOffsetsKey, queue+redoFirstSuffix)
+		}},
+		{"corrupt first offset of this release's segments", func() { c.HSet(ctx, RedoOffsetsKey, queue+redoFirstSuffix, "x") }},
 		{"short", func() { c.HSet(ctx, ck, "available", "2") }},
 		{"limited SKU, no user", func() { c.HSet(ctx, ck, "limit", "5") }},
 		{"the part's key is there", func() { c.Set(ctx, partKey(stockPartID(id, token, 0)), "x", 0) }},
 		{"corrupt counter", func() { c.HSet(ctx, ck, "reserved", "1.5") }},
 		{"corrupt offset", func() { c.HSet(ctx, RedoOffsetsKey, queue, "x") }},
-		{"a redo segment that is not a sorted set", func() { c.Set(ctx, queue+":0", "x", 0) }},
+		{"a redo segment that is not a sorted set", func() { c.Set(ctx, redoSegmentKey(queue, 1), "x", 0) }},
 		// the order's record (the local script's, the stage-take's key 4):
 		// packed, its first byte the status code, upper case when moved
 		// (lua/order_head.lua); one to keep answers existing, a failed or
@@ -188,6 +194,12 @@ func TestTakeOneAsPlan(t *testing.T) {
 				t.Errorf("%s, %s: take_one answered %s and left\n%s\nthe general path answered %s and left\n%s", sc.name, tc.name, r1, s1, r2, s2)
 			}
 			taken := strings.Contains(r1, "reserved") || strings.Contains(r1, "staged") || strings.Contains(r1, "pending")
+			if strings.HasPrefix(tc.name, "corrupt") && (!strings.Contains(s1, "available=10") || !strings.Contains(r1, "SHARDIS_CORRUPT")) {
+				t.Errorf("%s, %s: answered %s, want a SHARDIS_CORRUPT error and nothing taken", sc.name, tc.name, r1)
+			}
+			if strings.Contains(tc.name, "first offset of this release's") && taken && !strings.Contains(s1, queue+redoFirstSuffix+"=151") {
+				t.Errorf("%s, %s: left\n%s\nwant %s=151 (the first offset it handed out)", sc.name, tc.name, s1, queue+redoFirstSuffix)
+			}
 			if tc.name == "taken" && (!taken || !strings.Contains(s1, "available=7")) {
 				t.Errorf("%s, %s: answered %s and left\n%s\nwant the part taken (7 units left)", sc.name, tc.name, r1, s1)
 			}

@@ -72,7 +72,11 @@ func (e *env) mismatches(ctx context.Context, skus [][2]string, oldIncarnations 
 				add("%s: row of part %s (%+v) names a part the node does not hold", name, id, r)
 			}
 		}
-		heads, err := e.raw[name].HGetAll(ctx, "inv:redo:offsets").Result()
+		fields, err := e.raw[name].HGetAll(ctx, inventory.RedoOffsetsKey).Result()
+		if err != nil {
+			return nil, err
+		}
+		heads, err := inventory.RedoHeads(name, fields)
 		if err != nil {
 			return nil, err
 		}
@@ -86,8 +90,8 @@ func (e *env) mismatches(ctx context.Context, skus [][2]string, oldIncarnations 
 		}); err != nil {
 			return nil, err
 		}
-		for key, h := range heads {
-			if head, _ := strconv.ParseInt(h, 10, 64); pos[key] != head {
+		for key, head := range heads {
+			if pos[key] != head {
 				add("%s: %s head %d, landed position %d", name, key, head, pos[key])
 			}
 		}

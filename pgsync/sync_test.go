@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -144,10 +145,11 @@ func TestSyncLandsAndSettles(t *testing.T) {
 	// reported as lost.
 	waitFor(t, 10*time.Second, "every landed entry to be acknowledged", func() bool {
 		for _, name := range e.names {
-			heads, _ := e.raw[name].HGetAll(ctx, "inv:redo:offsets").Result()
+			fields, _ := e.raw[name].HGetAll(ctx, inventory.RedoOffsetsKey).Result()
+			heads, _ := inventory.RedoHeads(name, fields)
 			acked, _ := e.raw[name].HGetAll(ctx, "inv:redo:acked").Result()
 			for k, h := range heads {
-				if acked[k] != h {
+				if acked[k] != strconv.FormatInt(h, 10) {
 					return false
 				}
 			}

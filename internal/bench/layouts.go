@@ -22,7 +22,10 @@ import (
 const (
 	layoutRecords = 4000
 	layoutBucket  = 100 // records per bucket: under Redis's default *-max-listpack-entries (128)
-	layoutPrefix  = "bench:layout:"
+	// layoutRedoSegment is how many entries a redo-log segment holds
+	// (inventory/redolog.go).
+	layoutRedoSegment = 32
+	layoutPrefix      = "bench:layout:"
 	// layoutValue is the size of a packed 1-item order record (status,
 	// token, digest, deadline, creation time, one part), layoutSmall one
 	// under hash-max-listpack-value (64), layoutMember a part id of a
@@ -86,10 +89,13 @@ var layouts = []layout{
 	{fmt.Sprintf("an index entry: one sorted set (skiplist), %d-byte member (the pending index; a redo-log queue before its segments)", layoutMember), func(ctx context.Context, p redis.Pipeliner, i int) {
 		p.ZAdd(ctx, layoutPrefix+"z", redis.Z{Score: float64(1795790993947 + i), Member: layoutMemberOf(i)})
 	}},
-	{fmt.Sprintf("an index entry: bucketed sorted sets (%d per bucket, listpack), %d-byte member (a redo-log queue's segments)", layoutBucket, layoutMember), func(ctx context.Context, p redis.Pipeliner, i int) {
+	{fmt.Sprintf("an index entry: bucketed sorted sets (%d per bucket, listpack), %d-byte member (a redo-log queue's segments of the release before)", layoutBucket, layoutMember), func(ctx context.Context, p redis.Pipeliner, i int) {
 		// consecutive records share a bucket, as a log's offsets or a
 		// deadline's time slice would
 		p.ZAdd(ctx, layoutPrefix+"zb:"+strconv.Itoa(i/layoutBucket), redis.Z{Score: float64(1795790993947 + i), Member: layoutMemberOf(i)})
+	}},
+	{fmt.Sprintf("an index entry: bucketed sorted sets (%d per bucket, listpack), %d-byte member (a redo-log queue's segments)", layoutRedoSegment, layoutMember), func(ctx context.Context, p redis.Pipeliner, i int) {
+		p.ZAdd(ctx, layoutPrefix+"zs:"+strconv.Itoa(i/layoutRedoSegment), redis.Z{Score: float64(1795790993947 + i), Member: layoutMemberOf(i)})
 	}},
 }
 

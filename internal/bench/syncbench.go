@@ -153,12 +153,15 @@ func waitLanded(ctx context.Context, c *Cluster, pool *pgxpool.Pool, limit time.
 	for {
 		var heads int64
 		for _, a := range c.Admin {
-			hs, err := a.HVals(ctx, inventory.RedoOffsetsKey).Result()
+			fields, err := a.HGetAll(ctx, inventory.RedoOffsetsKey).Result()
 			if err != nil {
 				return 0, err
 			}
-			for _, h := range hs {
-				n, _ := strconv.ParseInt(h, 10, 64)
+			hs, err := inventory.RedoHeads(a.Options().Addr, fields)
+			if err != nil {
+				return 0, err
+			}
+			for _, n := range hs {
 				heads += n
 			}
 		}

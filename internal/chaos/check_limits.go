@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/shardis/shardis/inventory"
@@ -128,8 +129,17 @@ func checkRedo(rep *Report, st *state) {
 		for q := range ns.redo {
 			queues[q] = true
 		}
-		for q := range ns.redoOffsets {
-			queues[q] = true
+		for f, v := range ns.redoOffsets {
+			// a queue's head, or its first offset in the 32-offset
+			// segments (inventory/redolog.go): an integer from 1 to one
+			// past the head
+			if q, ok := strings.CutSuffix(f, ":s"); ok {
+				if first := atoi(v); strconv.FormatInt(first, 10) != v || first < 1 || first > atoi(ns.redoOffsets[q])+1 {
+					rep.violate("redo-log", "node %s %s: first offset in the segments %q, want 1 to %d", name, q, v, atoi(ns.redoOffsets[q])+1)
+				}
+				continue
+			}
+			queues[f] = true
 		}
 		at := map[string]map[int64]string{} // queue → offset → part id
 		for q := range queues {

@@ -44,6 +44,7 @@ func fixture(t *testing.T) (*state, []*order, []SKU, *inventory.Homes) {
 		"qty": "1", "item": "0", "counter": "inv:stock:a:lim", "redo": "inv:redo:5", "offset": "2"})
 	n1.redo["inv:redo:5"] = []redis.Z{{Score: 1, Member: "c0-1|t1|0"}, {Score: 2, Member: "c0-2|t2|0"}}
 	n1.redoOffsets["inv:redo:5"] = "2"
+	n1.redoOffsets["inv:redo:5:s"] = "1" // the queue's first offset in 32-offset segments
 	n2.addPart("c0-1|t1|q|a|lim", map[string]string{"state": "confirmed", "kind": "q", "order": "c0-1", "token": "t1", "sku": "lim",
 		"qty": "2", "item": "-1", "counter": "inv:quota:a:3:lim:u1"})
 	n2.quota["inv:quota:a:3:lim:u1"] = "2"
@@ -115,6 +116,10 @@ func TestCheckFindsViolations(t *testing.T) {
 		{"redo gap", func(st *state, _ []*order) {
 			st.nodes["n1"].redo["inv:redo:5"] = []redis.Z{{Score: 2, Member: "c0-2|t2|0"}}
 		}, []string{"redo-log"}},
+		{"first offset in the segments past the head", func(st *state, _ []*order) { st.nodes["n1"].redoOffsets["inv:redo:5:s"] = "4" },
+			[]string{"redo-log"}},
+		{"first offset in the segments unreadable", func(st *state, _ []*order) { st.nodes["n1"].redoOffsets["inv:redo:5:s"] = "x" },
+			[]string{"redo-log"}},
 		{"quota over limit", func(st *state, _ []*order) { st.nodes["n2"].quota["inv:quota:a:3:lim:u1"] = "5" },
 			[]string{"user-limit", "quota-balance"}},
 		{"receipts differ", func(_ *state, orders []*order) { orders[0].receipts[0].Offset = 7 },

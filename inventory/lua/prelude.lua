@@ -52,10 +52,13 @@ end
 --     .. suffix); stock_set(ck, avail, resv) changes the copy, and flush
 --     writes each changed hash once (available and reserved);
 --   offsets_ok(offsets, xk): the redo offsets field xk holds an integer
---     (int's check, once; it keeps the value read); offset_at(offsets,
---     xk) is the last offset handed out (after offsets_ok); next_offset(
---     offsets, xk), after offsets_ok, hands out the next offset, and flush
---     writes the last one handed out.
+--     (int's check, once; it keeps the value read), and so does field
+--     xk .. ':s' when there is one (the queue's first offset in this
+--     release's segments: redo_log.lua); offset_at(offsets, xk) is the
+--     last offset handed out (after offsets_ok); next_offset(offsets, xk),
+--     after offsets_ok, hands out the next offset, and flush writes the
+--     last one handed out, and, when the queue had no field xk .. ':s',
+--     that field (the first offset handed out), in the same HSET.
 -- flush sends the deferred writes. The epilogues call it after the calls,
 -- whatever they returned: a call that raised keeps its earlier writes, as
 -- a lone script that raises does.
@@ -67,7 +70,9 @@ local zchecked = {}
 local zqueued, zkeys = {}, {}
 local stocks = {}
 local sdirty, skeys = {}, {}
--- offtab[offsets][xk]: {the last offset handed out, whether flush writes it}
+-- offtab[offsets][xk]: {the last offset handed out, whether flush writes
+-- it, the first offset flush records in field xk .. ':s' (nil when the
+-- queue has it)}
 local offtab = {}
 local okeys = {}
 local function zset_ok(key)
@@ -92,8 +97,14 @@ local function flush()
     redis.call('HSET', ck, 'available', I(v[1]), 'reserved', I(v[3]))
   end
   for _, o in ipairs(okeys) do
-    o[3][2] = false
-    redis.call('HSET', o[1], o[2], I(o[3][1]))
+    local e = o[3]
+    e[2] = false
+    if e[3] then
+      redis.call('HSET', o[1], o[2], I(e[1]), o[2] .. ':s', I(e[3]))
+      e[3] = nil
+    else
+      redis.call('HSET', o[1], o[2], I(e[1]))
+    end
   end
   for _, key in ipairs(zkeys) do
     local q = zqueued[key]
@@ -131,9 +142,17 @@ local function offsets_ok(offsets, xk)
     offtab[offsets] = t
   end
   if t[xk] then return true end
-  local n, err = int(redis.call('HGET', offsets, xk), offsets .. ' ' .. xk)
+  local v = redis.call('HMGET', offsets, xk, xk .. ':s')
+  local n, err = int(v[1], offsets .. ' ' .. xk)
   if err then return nil, err end
-  t[xk] = {n, false}
+  local first
+  if v[2] then
+    local _, ferr = int(v[2], offsets .. ' ' .. xk .. ':s')
+    if ferr then return nil, ferr end
+  else
+    first = n + 1
+  end
+  t[xk] = {n, false, first}
   return true
 end
 local function offset_at(offsets, xk) return offtab[offsets][xk][1] end

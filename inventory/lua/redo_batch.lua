@@ -10,8 +10,10 @@ for k = 4, #KEYS do
   local key, after, pid = KEYS[k], tonumber(ARGV[a]), ARGV[a + 1]
   local head, err = int(redis.call('HGET', KEYS[2], key), KEYS[2] .. ' ' .. key)
   if err then return err end
-  local acked
+  local acked, first
   acked, err = int(redis.call('HGET', KEYS[3], key), KEYS[3] .. ' ' .. key)
+  if err then return err end
+  first, err = redo_first(KEYS[2], key)
   if err then return err end
   local rewound = 0
   if after > head then
@@ -22,7 +24,7 @@ for k = 4, #KEYS do
   end
   local entries, trimmed, held = {}, 0, 0
   if rewound == 0 and head > after and left > 0 then
-    local e = redo_range(key, after, left, head)
+    local e = redo_range(key, after, left, head, first)
     for i = 1, #e, 2 do
       local entry = redoEntry(e[i], e[i + 1])
       -- a part pending for less than hold ms is held back, and every

@@ -6,10 +6,15 @@ for k = 3, #KEYS do
   local xk = KEYS[k]
   total = total + redis.call('ZCARD', xk)
   local head = tonumber(redis.call('HGET', KEYS[2], xk)) or 0
-  local s = redo_low(xk, 0, head)
-  if s then
-    local first = redis.call('ZRANGE', redo_segkey(xk, s), 0, 0, 'WITHSCORES')
-    total = total + head - tonumber(first[2]) + 1
+  local first, err = redo_first(KEYS[2], xk)
+  if err then return err end
+  for _, g in ipairs(redo_gens(head, first)) do
+    local s = redo_low(xk, g, 0)
+    if s then
+      local low = redis.call('ZRANGE', g[1](xk, s), 0, 0, 'WITHSCORES')
+      total = total + head - tonumber(low[2]) + 1
+      break
+    end
   end
 end
 return total

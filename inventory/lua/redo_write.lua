@@ -37,11 +37,17 @@ elseif op == 'trim' then
     removed = removed + n
     if not stopped and left > 0 then
       local head = tonumber(redis.call('HGET', KEYS[3], xk)) or 0
-      local s = redo_low(xk, 0, head)
-      while s and not stopped and left > 0 and s * REDO_SEG <= head do
-        n, stopped = trim_key(redo_segkey(xk, s), acked, left)
-        left, removed = left - n, removed + n
-        s = s + 1
+      local first, err = redo_first(KEYS[3], xk)
+      if err then return err end
+      -- each kind of segment's run, from its lowest segment left up
+      for _, g in ipairs(redo_gens(head, first)) do
+        local s = redo_low(xk, g, 0)
+        while s and not stopped and left > 0 and s <= g[3] do
+          n, stopped = trim_key(g[1](xk, s), acked, left)
+          left, removed = left - n, removed + n
+          s = s + 1
+        end
+        if stopped or left <= 0 then break end
       end
     end
   end
