@@ -23,7 +23,7 @@ func testScript(name string, write bool, body string) *luaScript {
 	if write {
 		epilogue = epilogueWrite
 	}
-	src := mustScript(name, body, epilogue)
+	src := mustScript(name, body, epilogue, false)
 	return newLuaScript(&luaScript{name: name, write: write, mem: mem, src: src})
 }
 

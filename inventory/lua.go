@@ -147,7 +147,7 @@ func newScriptMem(name string, mem memRule, body string) *luaScript {
 	if mem != memRead {
 		epilogue = epilogueWrite
 	}
-	src := mustScript(name, body, epilogue)
+	src := mustScript(name, body, epilogue, false)
 	return register(newLuaScript(&luaScript{name: name, write: mem != memRead, mem: mem, src: src}))
 }
 
@@ -167,7 +167,7 @@ func newGroupedScriptMem(name string, mem memRule, body string) *luaScript {
 	if mem != memRead {
 		epilogue = bodyEnd + groupCarry + groupEpilogue + groupEpilogueWrite
 	}
-	src := mustScript(name, body, epilogue)
+	src := mustScript(name, body, epilogue, true)
 	return register(newLuaScript(&luaScript{name: name, write: mem != memRead, mem: mem, group: true, src: src}))
 }
 

@@ -13,6 +13,7 @@ import (
 // luaTok is one token of Lua source.
 type luaTok struct {
 	s     string
+	at    int  // where it starts in the source
 	kind  byte // 'n' a name or keyword, 'p' punctuation, 'v' a string or number
 	field bool // a name right after '.' or ':': a field or method, not a variable
 	key   bool // a name right before '=' directly inside a table constructor: a key
@@ -126,7 +127,7 @@ func (l *luaLexer) quoted(q byte) {
 		}
 		j++
 	}
-	l.out = append(l.out, luaTok{s: src[l.i:min(j+1, len(src))], kind: 'v'})
+	l.out = append(l.out, luaTok{s: src[l.i:min(j+1, len(src))], at: l.i, kind: 'v'})
 	l.i = j + 1
 }
 
@@ -136,7 +137,7 @@ func (l *luaLexer) number() {
 	for j < len(src) && (isLuaNameByte(src[j]) || src[j] == '.') {
 		j++
 	}
-	l.out = append(l.out, luaTok{s: src[l.i:j], kind: 'v'})
+	l.out = append(l.out, luaTok{s: src[l.i:j], at: l.i, kind: 'v'})
 	l.i = j
 }
 
@@ -146,7 +147,7 @@ func (l *luaLexer) name() {
 	for j < len(src) && isLuaNameByte(src[j]) {
 		j++
 	}
-	t := luaTok{s: src[l.i:j], kind: 'n'}
+	t := luaTok{s: src[l.i:j], at: l.i, kind: 'n'}
 	if n := len(l.out); n > 0 && (l.out[n-1].s == "." || l.out[n-1].s == ":") {
 		t.field = true
 	}
@@ -160,7 +161,7 @@ func (l *luaLexer) punct() {
 	src, i := l.src, l.i
 	if n, level := luaLongBracket(src, i); n > 0 {
 		j := luaSkipLong(src, i+n, level)
-		l.out = append(l.out, luaTok{s: src[i:j], kind: 'v'})
+		l.out = append(l.out, luaTok{s: src[i:j], at: i, kind: 'v'})
 		l.i = j
 		return
 	}
@@ -183,7 +184,7 @@ func (l *luaLexer) punct() {
 			l.out[n-1].key = true
 		}
 	}
-	l.out = append(l.out, luaTok{s: p, kind: 'p'})
+	l.out = append(l.out, luaTok{s: p, at: i, kind: 'p'})
 	l.i += len(p)
 }
 

@@ -195,9 +195,18 @@ func (l *luaLib) need(code string, into map[int]bool) {
 // script assembles a script's source: the stamp check, the definitions
 // body and epilogue need, body (inside the function the epilogue closes
 // and calls) and epilogue, flush's line left out when nothing is deferred.
-// It fails, naming the name, when the source mentions a name nothing
-// declares (checkLuaNames).
-func (l *luaLib) script(body, epilogue string) (string, error) {
+// A grouped script's body reads its call in place (luaflat.go): it is
+// body(kb, ab, nk, na), rewritten by flatBody; any other is body(KEYS,
+// ARGV) with kb = ab = 0. It fails, naming the name, when the source
+// mentions a name nothing declares (checkLuaNames) or flatBody refuses an
+// index.
+func (l *luaLib) script(body, epilogue string, grouped bool) (string, error) {
+	if grouped {
+		var err error
+		if body, err = flatBody(body); err != nil {
+			return "", err
+		}
+	}
 	need := map[int]bool{}
 	l.need(body, need)
 	deferring := false
@@ -215,7 +224,11 @@ func (l *luaLib) script(body, epilogue string) (string, error) {
 			b.WriteString(d.text)
 		}
 	}
-	b.WriteString("\nlocal function body(KEYS, ARGV)\n")
+	if grouped {
+		b.WriteString("\nlocal KEYS, ARGV = KEYS, ARGV\nlocal function body(kb, ab, nk, na)\n")
+	} else {
+		b.WriteString("\nlocal function body(KEYS, ARGV)\nlocal kb, ab = 0, 0\n")
+	}
 	b.WriteString(body)
 	b.WriteString(epilogue)
 	src := b.String()
@@ -224,8 +237,8 @@ func (l *luaLib) script(body, epilogue string) (string, error) {
 
 // mustScript is preludeLib.script for a script declared at init: an error
 // is a bug of this package, so it panics naming the script.
-func mustScript(name, body, epilogue string) string {
-	src, err := preludeLib.script(body, epilogue)
+func mustScript(name, body, epilogue string, grouped bool) string {
+	src, err := preludeLib.script(body, epilogue, grouped)
 	if err != nil {
 		panic("inventory: script " + name + ": " + err.Error())
 	}

@@ -260,7 +260,8 @@ func TestScriptsRegistered(t *testing.T) {
 		src := luaFile(strings.TrimPrefix(name, "lua/"))
 		if len(statusWrites(t, name, src)) > 0 {
 			checked++
-			if !strings.Contains(all.String(), src) {
+			flat, _ := flatBody(src) // a grouped body reads its call in place (luaflat.go)
+			if !strings.Contains(all.String(), src) && !strings.Contains(all.String(), flat) {
 				t.Errorf("%s writes a status or state and is in no registered script (build it with newScript or a sibling)", name)
 			}
 		}

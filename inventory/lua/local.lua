@@ -42,7 +42,7 @@ if np == 1 and ARGV[12] == 's' then
 end
 if kept() then return {'existing'} end
 zset_ok(KEYS[3]) -- the pending index must be a sorted set
-local plan, err, short, over = plan_parts(KEYS, ARGV, 5, 10 + np, ARGV[5], KEYS[4])
+local plan, err, short, over = plan_parts(KEYS, ARGV, kb + 5, ab + 10 + np, np, ARGV[5], KEYS[4])
 if err then return err end
 if over then return {'limit', over[1], over[2], over[3]} end
 if not plan then return {short and 'short' or 'fallback'} end

@@ -2,12 +2,13 @@
 -- that write an order's parts in the same step as its record (localScript,
 -- stageTakeScript) share these; local.go holds the path's rule.
 --
--- plan_parts(K, A, kb, ab, user, offsets) reads the parts whose keys
--- start at K[kb] (part key, counter key, and redo queue (kind s) or stock
--- hash holding the limit (kind q), per part, to the end of K) and whose
--- arguments start at A[ab] (appendPartPieces: id, kind, want and the two
--- pieces of the part record's template, per part); K and A are one call's
--- keys and arguments (a group call's body gets its own). It returns the
+-- plan_parts(K, A, kb, ab, np, user, offsets) reads the np parts whose
+-- keys start at K[kb] (part key, counter key, and redo queue (kind s) or
+-- stock hash holding the limit (kind q), per part) and whose arguments
+-- start at A[ab] (appendPartPieces: id, kind, want and the two pieces of
+-- the part record's template, per part); K and A are the script's KEYS
+-- and ARGV (a group call's body passes its positions with its kb and ab
+-- added: luaflat.go). It returns the
 -- plan, or nil when some part cannot be met in full (it exists already,
 -- stock is short, a limited SKU has no user, a quota would be exceeded),
 -- or nil and an error reply for a corrupt value (a counter, or a queue's
@@ -49,8 +50,7 @@
 -- takes nothing. offset_at(offsets, xk) + 1 is then the offset
 -- take_stock will hand the part (the local script writes it into the
 -- order record before it takes the part: local.lua).
-local function plan_parts(K, A, kb, ab, user, offsets)
-  local np = (#K - kb + 1) / 3
+local function plan_parts(K, A, kb, ab, np, user, offsets)
   local avail, resv, held, plan, nq = {}, {}, {}, {}, {}
   for i = 0, np - 1 do
     local a = ab + i * 5
