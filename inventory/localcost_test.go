@@ -28,7 +28,7 @@ var localCostCuts = []struct {
 	{"without its pending-index ZADD", [][2]string{
 		{"  zadd_later(pending, pdlS, pend_pos(xk, off))\n", ""}}},
 	{"with a part record (the SET its inline part saves)", [][2]string{
-		{"KEYS[3], KEYS[4], I(pdl), true)\n", "KEYS[3], KEYS[4], I(pdl), false)\n"}}},
+		{"want, nil, nil, avail, resv, PENDING, REDO_OFFSETS, I(pdl), true)\n", "want, 'p', 'q', avail, resv, PENDING, REDO_OFFSETS, I(pdl), false)\n"}}},
 	{"without the EXISTS of the part's key", [][2]string{
 		{"  if redis.call('EXISTS', pk) == 1 then return nil end\n", ""}}},
 	{"without the EXISTS and both ZADDs", [][2]string{
@@ -36,11 +36,11 @@ var localCostCuts = []struct {
 		{"  zadd_later(pending, pdlS, pend_pos(xk, off))\n", ""},
 		{"  zadd_later(redo_seg(xk, off), I(off), id)\n", ""}}},
 	{"with the record's head read first", [][2]string{
-		{"  local pk, ck, xk, want = KEYS[5]", "  if kept() then return {'existing'} end\n  local pk, ck, xk, want = KEYS[5]"}}},
+		{"  local pk, ck, xk, want = KEYS[3]", "  if kept() then return {'existing'} end\n  local pk, ck, xk, want = KEYS[3]"}}},
 	{"the plan only (reads, checks; no write)", [][2]string{
 		{"  zset_ok(KEYS[3]) -- the pending index must be a sorted set\n  local off", "  do return {'short'} end\n  local off"}}},
 	{"the plan, then the record SET", [][2]string{
-		{"  take_stock(pk, ck, xk, ARGV[11]", "  do return {'reserved', 1, 1} end\n  take_stock(pk, ck, xk, ARGV[11]"}}},
+		{"  take_stock(pk, ck, xk, ARGV[9]", "  do return {'reserved', 1, 1} end\n  take_stock(pk, ck, xk, ARGV[9]"}}},
 	{"an empty body (the group's frame)", [][2]string{
 		{"local key = KEYS[2]\n", "do return {'reserved', 1, 1} end\nlocal key = KEYS[2]\n"}}},
 }

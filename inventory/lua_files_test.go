@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"fmt"
 	"io/fs"
 	"slices"
 	"strings"
@@ -131,4 +132,13 @@ func cutScript(t testing.TB, s *luaScript, cuts ...[2]string) *luaScript {
 		src = strings.Replace(src, c[0], c[1], 1)
 	}
 	return newLuaScript(&luaScript{name: s.name, write: s.write, mem: s.mem, group: s.group, src: src})
+}
+
+// The prelude's names for the pending index, the redo offsets hash and a
+// part's grace are the Go ones (PendingKey, RedoOffsetsKey, partGrace).
+func TestPreludeConstantsMatchGo(t *testing.T) {
+	want := fmt.Sprintf("local PENDING, REDO_OFFSETS, PART_GRACE = '%s', '%s', %d\n", PendingKey, RedoOffsetsKey, ms(partGrace))
+	if !strings.Contains(luaFile("prelude.lua"), want) {
+		t.Fatalf("lua/prelude.lua does not define %q", want)
+	}
 }

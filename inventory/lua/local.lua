@@ -1,8 +1,8 @@
 
 local key = KEYS[2]
-local np = (#KEYS - 4) / 3
-local deadline = now + tonumber(ARGV[6])
-local pdl = deadline + tonumber(ARGV[7])
+local np = (#KEYS - 2) / 3
+local deadline = now + tonumber(ARGV[5])
+local pdl = deadline + PART_GRACE
 -- whether the order has a record to keep: one that is not a failed
 -- attempt's and carries no moved mark (this script replaces those)
 local function kept()
@@ -13,7 +13,7 @@ end
 -- its holes: created, then each part's offset (none for a quota part);
 -- it replaces a failed or moved record, reserved: no TTL until decided
 -- (orderrec.go)
-if np == 1 and ARGV[12] == 's' then
+if np == 1 and ARGV[10] == 's' then
   -- one stock part (one item, no user): take_one's steps without the
   -- plan's tables; the part is inline (no record of its own: the order
   -- record holds it, inline.go), as every stock part of this script is.
@@ -23,35 +23,35 @@ if np == 1 and ARGV[12] == 's' then
   -- as the general path below does: {'existing'} for a record to keep,
   -- with nothing written. The script is atomic, so no one sees these
   -- steps in another order.
-  local pk, ck, xk, want = KEYS[5], KEYS[6], KEYS[7], tonumber(ARGV[13])
-  local avail, resv, short = plan_one(pk, ck, xk, want, ARGV[5], KEYS[4])
+  local pk, ck, xk, want = KEYS[3], KEYS[4], KEYS[5], tonumber(ARGV[11])
+  local avail, resv, short = plan_one(pk, ck, xk, want, ARGV[4], REDO_OFFSETS)
   if not avail then
     if kept() then return {'existing'} end
     if resv then return resv end -- an error reply
     return {short and 'short' or 'fallback'}
   end
-  zset_ok(KEYS[3]) -- the pending index must be a sorted set
-  local off = offset_at(KEYS[4], xk) + 1 -- the offset take_stock hands out
-  local rec = ARGV[8] .. nowS .. ARGV[9] .. I(off) .. ARGV[10]
+  zset_ok(PENDING) -- the pending index must be a sorted set
+  local off = offset_at(REDO_OFFSETS, xk) + 1 -- the offset take_stock hands out
+  local rec = ARGV[6] .. nowS .. ARGV[7] .. I(off) .. ARGV[8]
   if not redis.call('SET', key, rec, 'NX') then
     if kept() then return {'existing'} end
     set_value(key, rec, false)
   end
-  take_stock(pk, ck, xk, ARGV[11], want, ARGV[14], ARGV[15], avail, resv, KEYS[3], KEYS[4], I(pdl), true)
+  take_stock(pk, ck, xk, ARGV[9], want, nil, nil, avail, resv, PENDING, REDO_OFFSETS, I(pdl), true)
   return {'reserved', deadline, off}
 end
 if kept() then return {'existing'} end
-zset_ok(KEYS[3]) -- the pending index must be a sorted set
-local plan, err, short, over = plan_parts(KEYS, ARGV, kb + 5, ab + 10 + np, np, ARGV[5], KEYS[4])
+zset_ok(PENDING) -- the pending index must be a sorted set
+local plan, err, short, over = plan_parts(KEYS, ARGV, kb + 3, ab + 8 + np, np, ARGV[4], REDO_OFFSETS, true)
 if err then return err end
 if over then return {'limit', over[1], over[2], over[3]} end
 if not plan then return {short and 'short' or 'fallback'} end
 -- its stock parts inline too (inline.go); a quota part has its record
-local offs = write_parts(plan, KEYS[3], KEYS[4], pdl, true)
-local rec, out = {ARGV[8], nowS, ARGV[9]}, {'reserved', deadline}
+local offs = write_parts(plan, PENDING, REDO_OFFSETS, pdl, true)
+local rec, out = {ARGV[6], nowS, ARGV[7]}, {'reserved', deadline}
 for i, off in ipairs(offs) do
   rec[#rec + 1] = off ~= 0 and I(off) or ''
-  rec[#rec + 1] = ARGV[9 + i]
+  rec[#rec + 1] = ARGV[7 + i]
   out[#out + 1] = off
 end
 set_value(key, table.concat(rec), false)

@@ -20,7 +20,7 @@ if #KEYS == 7 and ARGV[14] == 's' then
   if not off then return {'short'} end
   out[3] = off
 else
-  local plan, err = plan_parts(KEYS, ARGV, kb + 5, ab + 13, (#KEYS - 4) / 3, ARGV[7], KEYS[3])
+  local plan, err = plan_parts(KEYS, ARGV, kb + 5, ab + 13, (#KEYS - 4) / 3, ARGV[7], KEYS[3], false)
   if err then return err end
   if not plan then return {'short'} end
   for _, off in ipairs(write_parts(plan, KEYS[2], KEYS[3], part_due(ARGV[6]))) do

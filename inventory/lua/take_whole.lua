@@ -2,12 +2,13 @@
 -- that write an order's parts in the same step as its record (localScript,
 -- stageTakeScript) share these; local.go holds the path's rule.
 --
--- plan_parts(K, A, kb, ab, np, user, offsets) reads the np parts whose
--- keys start at K[kb] (part key, counter key, and redo queue (kind s) or
--- stock hash holding the limit (kind q), per part) and whose arguments
--- start at A[ab] (appendPartPieces: id, kind, want and the two pieces of
--- the part record's template, per part); K and A are the script's KEYS
--- and ARGV (a group call's body passes its positions with its kb and ab
+-- plan_parts(K, A, kb, ab, np, user, offsets, inline) reads the np parts
+-- whose keys start at K[kb] (part key, counter key, and redo queue (kind
+-- s) or stock hash holding the limit (kind q), per part) and whose
+-- arguments start at A[ab] (appendPartPieces: id, kind, want and the two
+-- pieces of the part record's template, per part; when inline, a stock
+-- part has no record and so no pieces); K and A are the script's KEYS and
+-- ARGV (a group call's body passes its positions with its kb and ab
 -- added: luaflat.go). It returns the
 -- plan, or nil when some part cannot be met in full (it exists already,
 -- stock is short, a limited SKU has no user, a quota would be exceeded),
@@ -50,12 +51,17 @@
 -- takes nothing. offset_at(offsets, xk) + 1 is then the offset
 -- take_stock will hand the part (the local script writes it into the
 -- order record before it takes the part: local.lua).
-local function plan_parts(K, A, kb, ab, np, user, offsets)
+local function plan_parts(K, A, kb, ab, np, user, offsets, inline)
   local avail, resv, held, plan, nq = {}, {}, {}, {}, {}
+  local a = ab
   for i = 0, np - 1 do
-    local a = ab + i * 5
     local p = {pk = K[kb + i * 3], ck = K[kb + 1 + i * 3], xk = K[kb + 2 + i * 3], id = A[a], kind = A[a + 1],
-               want = tonumber(A[a + 2]), ra = A[a + 3], rb = A[a + 4]}
+               want = tonumber(A[a + 2])}
+    if inline and p.kind == 's' then
+      a = a + 3
+    else
+      p.ra, p.rb, a = A[a + 3], A[a + 4], a + 5
+    end
     if redis.call('EXISTS', p.pk) == 1 then return nil end
     local err
     if p.kind == 's' then
