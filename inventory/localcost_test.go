@@ -38,7 +38,7 @@ var localCostCuts = []struct {
 	{"with the record's head read first", [][2]string{
 		{"  local pk, ck, xk, want = KEYS[3]", "  if kept() then return {'existing'} end\n  local pk, ck, xk, want = KEYS[3]"}}},
 	{"the plan only (reads, checks; no write)", [][2]string{
-		{"  zset_ok(KEYS[3]) -- the pending index must be a sorted set\n  local off", "  do return {'short'} end\n  local off"}}},
+		{"  zset_ok(PENDING) -- the pending index must be a sorted set\n  local off", "  do return {'short'} end\n  local off"}}},
 	{"the plan, then the record SET", [][2]string{
 		{"  take_stock(pk, ck, xk, ARGV[9]", "  do return {'reserved', 1, 1} end\n  take_stock(pk, ck, xk, ARGV[9]"}}},
 	{"an empty body (the group's frame)", [][2]string{
@@ -68,40 +68,11 @@ func TestLocalScriptCost(t *testing.T) {
 		t.Skip("a measure: set SHARDIS_LOCALCOST=<orders per group call> to run it")
 	}
 	e := newGroupEnv(t, 32) // route a on n1 alone
-	inv, home, c, ctx := e.inv, e.n, e.admin, e.ctx
-	if _, err := inv.LoadStock(ctx, "a", "s", MaxQuantity, 0); err != nil {
-		t.Fatal(err)
-	}
-	items := []Item{{Route: "a", SKU: "s", Quantity: 1}}
-	if _, err := inv.Reserve(ctx, "warm", items, "", time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	token := inv.topology(ctx).token
+	c, ctx := e.admin, e.ctx
+	group := localCostGroups(t, e)
 	variants := make([]*luaScript, len(localCostCuts))
 	for i, v := range localCostCuts {
 		variants[i] = cutScript(t, localScript, v.cuts...)
-	}
-	var seq atomic.Int64
-	group := func(s *luaScript, per int) {
-		calls := make([]*groupCall, per)
-		for j := range calls {
-			id, tok := "cost-"+strconv.FormatInt(seq.Add(1), 10), newToken()
-			reqs, ok := inv.localReqs(ctx, home, id, tok, items, "")
-			if !ok {
-				t.Fatal("the order is not local")
-			}
-			keys, args, _, err := inv.localCall(id, tok, digestOf(items, ""), "", time.Hour, reqs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			calls[j] = &groupCall{keys: keys, args: args, done: make(chan struct{})}
-		}
-		inv.sendGroup(ctx, home, s, token, calls)
-		for _, gc := range calls {
-			if gc.err != nil {
-				t.Error(gc.err)
-			}
-		}
 	}
 	// timed: µs of script time per order of calls of per orders of s, 200
 	// calls sent by four goroutines
@@ -178,4 +149,44 @@ func evalshaUsecPerCall(ctx context.Context, c *redis.Client) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no EVALSHA line in INFO commandstats")
+}
+
+// localCostGroups loads e's node with stock for the local reserve's
+// measures and returns what sends one group call of per orders of script
+// s (a variant of localScript) there, each a new one-item order, failing
+// the test on any call's error.
+func localCostGroups(t *testing.T, e *groupEnv) func(s *luaScript, per int) {
+	inv, home, ctx := e.inv, e.n, e.ctx
+	if _, err := inv.LoadStock(ctx, "a", "s", MaxQuantity, 0); err != nil {
+		t.Fatal(err)
+	}
+	items := []Item{{Route: "a", SKU: "s", Quantity: 1}}
+	if _, err := inv.Reserve(ctx, "warm", items, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	token := inv.topology(ctx).token
+	var seq atomic.Int64
+	return func(s *luaScript, per int) {
+		calls := make([]*groupCall, per)
+		for j := range calls {
+			id, tok := "cost-"+strconv.FormatInt(seq.Add(1), 10), newToken()
+			reqs, ok := inv.localReqs(ctx, home, id, tok, items, "")
+			if !ok {
+				t.Error("the order is not local")
+				return
+			}
+			keys, args, _, err := inv.localCall(id, tok, digestOf(items, ""), "", time.Hour, reqs)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			calls[j] = &groupCall{keys: keys, args: args, done: make(chan struct{})}
+		}
+		inv.sendGroup(ctx, home, s, token, calls)
+		for _, gc := range calls {
+			if gc.err != nil {
+				t.Error(gc.err)
+			}
+		}
+	}
 }
