@@ -68,8 +68,25 @@ func flatBody(body string) (string, error) {
 // '['): flatBody may put "kb + " or "ab + " in front of it (see the file
 // comment); own is the first position of the call's own.
 func flatIndexOK(toks []luaTok, own int) error {
+	in, loose := flatIndex(toks)
+	if loose != "" {
+		return fmt.Errorf("%s[%s]: an index flatBody cannot offset, for its %s (luaflat.go)", toks[0].s, strings.Join(in, " "), loose)
+	}
+	if len(in) == 1 {
+		var n int
+		if _, err := fmt.Sscanf(in[0], "%d", &n); err == nil && n < own {
+			return fmt.Errorf("%s[%d]: not the call's own (the stamp or the header: read them through the prelude)", toks[0].s, n)
+		}
+	}
+	return nil
+}
+
+// flatIndex returns the tokens of the index of toks[0] (toks[1] its '['),
+// and the first of them that an offset in front would regroup ("" when
+// none): a string, or, outside parentheses, an operator that binds looser
+// than +.
+func flatIndex(toks []luaTok) (in []string, loose string) {
 	depth, paren := 0, 0
-	var in []string
 	for _, t := range toks[1:] {
 		switch t.s {
 		case "[":
@@ -87,18 +104,26 @@ func flatIndexOK(toks []luaTok, own int) error {
 		if t.s != "[" || depth > 1 {
 			in = append(in, t.s)
 		}
-		loose := t.kind == 'p' && (t.s == ".." || t.s == "==" || t.s == "~=" || t.s == "<" || t.s == ">" || t.s == "<=" || t.s == ">=") ||
-			t.kind == 'n' && (t.s == "and" || t.s == "or")
-		str := t.kind == 'v' && (t.s[0] == '\'' || t.s[0] == '"' || t.s[0] == '[')
-		if str || loose && paren == 0 && depth == 1 {
-			return fmt.Errorf("%s[%s]: an index flatBody cannot offset (luaflat.go)", toks[0].s, strings.Join(in, " "))
+		if loose == "" && (luaString(t) || paren == 0 && depth == 1 && luaLooserThanAdd(t)) {
+			loose = t.s
 		}
 	}
-	if len(in) == 1 {
-		var n int
-		if _, err := fmt.Sscanf(in[0], "%d", &n); err == nil && n < own {
-			return fmt.Errorf("%s[%d]: not the call's own (the stamp or the header: read them through the prelude)", toks[0].s, n)
-		}
+	return in, loose
+}
+
+// luaString reports whether t is a string literal.
+func luaString(t luaTok) bool {
+	return t.kind == 'v' && (t.s[0] == '\'' || t.s[0] == '"' || t.s[0] == '[')
+}
+
+// luaLooserThanAdd reports whether t is a binary operator that binds
+// looser than + (.., a comparison, and, or).
+func luaLooserThanAdd(t luaTok) bool {
+	switch t.s {
+	case "..", "==", "~=", "<", ">", "<=", ">=":
+		return t.kind == 'p'
+	case "and", "or":
+		return t.kind == 'n'
 	}
-	return nil
+	return false
 }

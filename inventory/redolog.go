@@ -77,9 +77,11 @@ func redoSegmentKeyV1(queueKey string, off int64) string {
 	return queueKey + ":" + strconv.FormatInt(off/redoSegmentSizeV1, 10)
 }
 
-// redoFirstSuffix ends the field of [RedoOffsetsKey] that holds a queue's
-// first offset in 32-offset segments (the queue's key, then this).
-const redoFirstSuffix = ":s"
+// RedoFirstSuffix ends the field of [RedoOffsetsKey] that holds a queue's
+// first offset in 32-offset segments (the queue's key, then this:
+// redo_first_field of lua/prelude.lua); every other field is a queue's
+// head ([RedoHeads]).
+const RedoFirstSuffix = ":s"
 
 // RedoHeads returns the queue heads (queue key → last offset handed out)
 // in fields, a node's [RedoOffsetsKey] hash as HGETALL reads it, leaving
@@ -89,7 +91,7 @@ const redoFirstSuffix = ":s"
 func RedoHeads(node string, fields map[string]string) (map[string]int64, error) {
 	heads := make(map[string]int64, len(fields))
 	for q, h := range fields {
-		if strings.HasSuffix(q, redoFirstSuffix) {
+		if strings.HasSuffix(q, RedoFirstSuffix) {
 			continue
 		}
 		head, err := strconv.ParseInt(h, 10, 64)

@@ -46,7 +46,7 @@ func TestRedoLogSegmentsUpgrade(t *testing.T) {
 	}
 	r := reserve(130)
 	queue := invQueue(t, r.RedoLog)
-	firstField := r.RedoLog + redoFirstSuffix
+	firstField := r.RedoLog + RedoFirstSuffix
 	if v := cl.HGet(e.ctx, RedoOffsetsKey, firstField).Val(); v != "1" {
 		t.Fatalf("%s = %q, want 1 (a new queue)", firstField, v)
 	}
@@ -216,10 +216,14 @@ func invQueue(t *testing.T, key string) int {
 	return n
 }
 
-// The Go and Lua definitions of a segment agree.
+// The Go and Lua definitions of a segment, and of the field naming a
+// queue's first offset in the segments, agree.
 func TestRedoSegmentSizeMatchesLua(t *testing.T) {
 	if want := fmt.Sprintf("local REDO_SEG, REDO_SEG_V1 = %d, %d\n", redoSegmentSize, redoSegmentSizeV1); !strings.Contains(luaFile("redo_log.lua"), want) {
 		t.Fatalf("lua/redo_log.lua does not define %q", want)
+	}
+	if want := fmt.Sprintf("local function redo_first_field(xk) return xk .. '%s' end\n", RedoFirstSuffix); !strings.Contains(luaFile("prelude.lua"), want) {
+		t.Fatalf("lua/prelude.lua does not define %q", want)
 	}
 }
 

@@ -48,9 +48,9 @@ func TestTakeOneAsPlan(t *testing.T) {
 		{"taken, first offset of a new redo segment", func() { c.HSet(ctx, RedoOffsetsKey, queue, strconv.Itoa(3*redoSegmentSize-1)) }},
 		{"taken, first offset of this release's segments", func() {
 			c.HSet(ctx, RedoOffsetsKey, queue, "150")
-			c.HDel(ctx, RedoOffsetsKey, queue+redoFirstSuffix)
+			c.HDel(ctx, RedoOffsetsKey, queue+RedoFirstSuffix)
 		}},
-		{"corrupt first offset of this release's segments", func() { c.HSet(ctx, RedoOffsetsKey, queue+redoFirstSuffix, "x") }},
+		{"corrupt first offset of this release's segments", func() { c.HSet(ctx, RedoOffsetsKey, queue+RedoFirstSuffix, "x") }},
 		{"short", func() { c.HSet(ctx, ck, "available", "2") }},
 		{"limited SKU, no user", func() { c.HSet(ctx, ck, "limit", "5") }},
 		{"the part's key is there", func() { c.Set(ctx, partKey(stockPartID(id, token, 0)), "x", 0) }},
@@ -192,8 +192,8 @@ func TestTakeOneAsPlan(t *testing.T) {
 			if strings.HasPrefix(tc.name, "corrupt") && (!strings.Contains(s1, "available=10") || !strings.Contains(r1, "SHARDIS_CORRUPT")) {
 				t.Errorf("%s, %s: answered %s, want a SHARDIS_CORRUPT error and nothing taken", sc.name, tc.name, r1)
 			}
-			if strings.Contains(tc.name, "first offset of this release's") && taken && !strings.Contains(s1, queue+redoFirstSuffix+"=151") {
-				t.Errorf("%s, %s: left\n%s\nwant %s=151 (the first offset it handed out)", sc.name, tc.name, s1, queue+redoFirstSuffix)
+			if strings.Contains(tc.name, "first offset of this release's") && taken && !strings.Contains(s1, queue+RedoFirstSuffix+"=151") {
+				t.Errorf("%s, %s: left\n%s\nwant %s=151 (the first offset it handed out)", sc.name, tc.name, s1, queue+RedoFirstSuffix)
 			}
 			if tc.name == "taken" && (!taken || !strings.Contains(s1, "available=7")) {
 				t.Errorf("%s, %s: answered %s and left\n%s\nwant the part taken (7 units left)", sc.name, tc.name, r1, s1)

@@ -133,7 +133,7 @@ func checkRedo(rep *Report, st *state) {
 			// a queue's head, or its first offset in the 32-offset
 			// segments (inventory/redolog.go): an integer from 1 to one
 			// past the head
-			if q, ok := strings.CutSuffix(f, ":s"); ok {
+			if q, ok := strings.CutSuffix(f, inventory.RedoFirstSuffix); ok {
 				if first := atoi(v); strconv.FormatInt(first, 10) != v || first < 1 || first > atoi(ns.redoOffsets[q])+1 {
 					rep.violate("redo-log", "node %s %s: first offset in the segments %q, want 1 to %d", name, q, v, atoi(ns.redoOffsets[q])+1)
 				}

@@ -58,12 +58,12 @@ end
 --     writes each changed hash once (available and reserved);
 --   offsets_ok(offsets, xk): the redo offsets field xk holds an integer
 --     (int's check, once; it keeps the value read), and so does field
---     xk .. ':s' when there is one (the queue's first offset in this
---     release's segments: redo_log.lua); offset_at(offsets, xk) is the
+--     redo_first_field(xk) when there is one (the queue's first offset in
+--     this release's segments: redo_log.lua); offset_at(offsets, xk) is the
 --     last offset handed out (after offsets_ok); next_offset(offsets, xk),
 --     after offsets_ok, hands out the next offset, and flush writes the
---     last one handed out, and, when the queue had no field xk .. ':s',
---     that field (the first offset handed out), in the same HSET.
+--     last one handed out, and, when the queue had no such field, that
+--     field (the first offset handed out), in the same HSET.
 -- flush sends the deferred writes. The epilogues call it after the calls,
 -- whatever they returned: a call that raised keeps its earlier writes, as
 -- a lone script that raises does.
@@ -71,13 +71,17 @@ end
 -- Each helper's tables are their own definition, so a script pays for
 -- those of the helpers it uses; flush (and the epilogue's call of it) is
 -- in a script only when it uses zadd_later, stock_set or next_offset.
+-- redo_first_field(xk): the field of the redo offsets hash that holds
+-- queue xk's first offset in this release's segments (redolog.go,
+-- redoFirstSuffix).
+local function redo_first_field(xk) return xk .. ':s' end
 local zchecked = {}
 local zqueued, zkeys = {}, {}
 local stocks = {}
 local sdirty, skeys = {}, {}
 -- offtab[offsets][xk]: {the last offset handed out, whether flush writes
--- it, the first offset flush records in field xk .. ':s' (nil when the
--- queue has it)}
+-- it, the first offset flush records in field redo_first_field(xk) (nil
+-- when the queue has it)}
 local offtab = {}
 local okeys = {}
 local function zset_ok(key)
@@ -105,7 +109,7 @@ local function flush()
     local e = o[3]
     e[2] = false
     if e[3] then
-      redis.call('HSET', o[1], o[2], I(e[1]), o[2] .. ':s', I(e[3]))
+      redis.call('HSET', o[1], o[2], I(e[1]), redo_first_field(o[2]), I(e[3]))
       e[3] = nil
     else
       redis.call('HSET', o[1], o[2], I(e[1]))
@@ -147,12 +151,13 @@ local function offsets_ok(offsets, xk)
     offtab[offsets] = t
   end
   if t[xk] then return true end
-  local v = redis.call('HMGET', offsets, xk, xk .. ':s')
+  local fk = redo_first_field(xk)
+  local v = redis.call('HMGET', offsets, xk, fk)
   local n, err = int(v[1], offsets .. ' ' .. xk)
   if err then return nil, err end
   local first
   if v[2] then
-    local _, ferr = int(v[2], offsets .. ' ' .. xk .. ':s')
+    local _, ferr = int(v[2], offsets .. ' ' .. fk)
     if ferr then return nil, ferr end
   else
     first = n + 1

@@ -6,9 +6,9 @@
 --      floor(o / REDO_SEG_V1): entries of the release before this one;
 --   3. segments of REDO_SEG consecutive offsets, xk .. ':s' ..
 --      floor(o / REDO_SEG): every entry this release writes, from the
---      queue's first offset in them on, which field xk .. ':s' of the
---      redo offsets hash holds (written with the head by the first script
---      call that hands out an offset of xk: flush, prelude.lua).
+--      queue's first offset in them on, which field redo_first_field(xk)
+--      of the redo offsets hash holds (written with the head by the first
+--      script call that hands out an offset of xk: flush, prelude.lua).
 -- Both kinds of segment stay listpacks. REDO_SEG is small because Redis
 -- walks a listpack sorted set twice to add an entry at its end (ZADD
 -- looks the member up, then the score's place): at 32 offsets an entry
@@ -41,9 +41,10 @@ end
 -- or nil and a SHARDIS_CORRUPT error reply when the field is not an
 -- integer.
 local function redo_first(offsets, xk)
-  local v = redis.call('HGET', offsets, xk .. ':s')
+  local fk = redo_first_field(xk)
+  local v = redis.call('HGET', offsets, fk)
   if not v then return nil end
-  return int(v, offsets, ' ' .. xk .. ':s')
+  return int(v, offsets, ' ' .. fk)
 end
 -- redo_gens(head, first): the kinds of segment that may hold entries of a
 -- queue whose head is head and whose first offset in this release's
