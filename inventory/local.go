@@ -45,7 +45,8 @@ import (
 // KEYS: 1 stamp, 2 order key, then per part: part key, counter key, and
 // redo queue (kind s) or stock hash holding the limit (kind q). The
 // pending index and the redo offsets hash it names itself (PENDING and
-// REDO_OFFSETS of lua/prelude.lua), and a part's grace too (PART_GRACE):
+// REDO_OFFSETS of lua/prelude.lua), as the other reserve scripts do
+// (reserveScript, stageTakeScript), and a part's grace too (PART_GRACE):
 // in a group call of 20 orders every key or argument an order brings
 // costs the node about 1 100 instructions (callgrind).
 // ARGV: 4 user, 5 ttl ms, then the order record's template

@@ -12,9 +12,11 @@ import (
 
 // reserveScript takes stock for the parts of one attempt on one node.
 //
-// KEYS: 1 stamp, 2 pending index, 3 redo offsets, then per part: part key,
-// counter key (stock hash for kind s, quota counter for kind q), and redo
-// queue key (kind s) or stock hash holding the limit (kind q).
+// KEYS: 1 stamp, then per part: part key, counter key (stock hash for kind
+// s, quota counter for kind q), and redo queue key (kind s) or stock hash
+// holding the limit (kind q). The pending index and the redo offsets hash
+// it names itself (PENDING and REDO_OFFSETS of lua/prelude.lua), as every
+// reserve script does (localScript).
 // ARGV: 4 order id (no line of the script reads it: it names the order
 // to the injected faults, ScriptCall.Args[0]), 5 part deadline
 // (partDue.arg: ms, or "+" and ms after this node's clock), then per part: part id, kind, want, for kind s the

@@ -183,9 +183,11 @@ import (
 // none): any record, failed included, is answered "existing" untouched
 // (the rule "A stage never takes over a record" above).
 //
-// KEYS: 1 stamp, 2 pending index, 3 redo offsets, 4 order key, then per
-// part: part key, counter key, and redo queue (kind s) or stock hash
-// holding the limit (kind q).
+// KEYS: 1 stamp, 2 order key, then per part: part key, counter key, and
+// redo queue (kind s) or stock hash holding the limit (kind q); the
+// pending index and the redo offsets hash it names itself (PENDING and
+// REDO_OFFSETS of lua/prelude.lua), as every reserve script does
+// (localScript).
 // ARGV: 4 order id, 5 token, 6 part deadline (partDue.arg: "+" and the
 // hold in ms after this node's clock), 7 user, 8 ttl ms, 9 retention s,
 // 10 and 11 the staging record's template, the pieces before and after

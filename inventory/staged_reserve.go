@@ -323,8 +323,8 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 		return nil, nil, err
 	}
 	s, c := string(buf), pieceCutter{ends: ends}
-	keys := make([]string, 0, 3+3*len(reqs))
-	keys = append(keys, PendingKey, RedoOffsetsKey, c.next(s))
+	keys := make([]string, 0, 1+3*len(reqs))
+	keys = append(keys, c.next(s))
 	args := make([]any, 0, 9+5*len(reqs))
 	box := newArgBox(6+3*len(reqs), 2+len(reqs))
 	args = append(args, box.str(orderID), box.str(token), box.str(due.arg()), box.str(userID), box.int(ms(ttl)), box.int(seconds(inv.cfg.Retention)),

@@ -459,8 +459,7 @@ func reserveCall(orderID, token string, deadline partDue, reqs []partReq) ([]str
 		return nil, nil, err
 	}
 	s, c := string(buf), pieceCutter{ends: ends}
-	keys := make([]string, 0, 2+3*len(reqs))
-	keys = append(keys, PendingKey, RedoOffsetsKey)
+	keys := make([]string, 0, 3*len(reqs))
 	args := make([]any, 0, 2+6*len(reqs))
 	box := newArgBox(2+4*len(reqs), len(reqs))
 	args = append(args, box.str(orderID), box.str(deadline.arg()))

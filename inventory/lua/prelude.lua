@@ -23,8 +23,9 @@ local function set_value(key, s, ttl)
 end
 -- The node's pending index and redo offsets hash (PendingKey,
 -- RedoOffsetsKey), for a script that names them itself rather than take
--- them as keys in every call (the local reserve: local.go), and a part's
--- grace past its order's deadline in ms (partGrace, reserve.go).
+-- them as keys in every call (the reserve scripts: local.go, staged.go,
+-- scripts.go), and a part's grace past its order's deadline in ms
+-- (partGrace, reserve.go).
 local PENDING, REDO_OFFSETS, PART_GRACE = 'inv:pending', 'inv:redo:offsets', 1000
 -- The node's clock (ms): one TIME call, in the scripts that read it.
 local now = redis.call('TIME')

@@ -1,12 +1,12 @@
 
 local deadline = part_due(ARGV[5])
-local np = (#KEYS - 3) / 3
-zset_ok(KEYS[2]) -- fails now, before any write, if the index is not a sorted set
+local np = (#KEYS - 1) / 3
+zset_ok(PENDING) -- fails now, before any write, if the index is not a sorted set
 if np == 1 and ARGV[7] == 's' then
   -- one stock part (an order's only part on this node, the usual case):
   -- the steps below for it, in the same order, without the plan's tables
   -- (TestTakeOneAsPlan holds the two against each other on a node)
-  local pk, ck, xk, id, want = KEYS[4], KEYS[5], KEYS[6], ARGV[6], tonumber(ARGV[8])
+  local pk, ck, xk, id, want = KEYS[2], KEYS[3], KEYS[4], ARGV[6], tonumber(ARGV[8])
   local cur = part_read(pk)
   if cur and cur.state then return {cur.state, tonumber(cur.qty) or 0, tonumber(cur.offset) or 0, 0} end
   local avail, err = stock_int(ck, 1, ' available')
@@ -14,26 +14,26 @@ if np == 1 and ARGV[7] == 's' then
   local resv
   resv, err = stock_int(ck, 3, ' reserved')
   if err then return err end
-  local _, oerr = offsets_ok(KEYS[3], xk)
+  local _, oerr = offsets_ok(REDO_OFFSETS, xk)
   if oerr then return oerr end
   local limit
   limit, err = stock_int(ck, 2, ' limit')
   if err then return err end
   local take = math.min(avail, want)
   if take <= 0 then return {'none', 0, 0, limit} end
-  redo_ok(KEYS[3], xk, 1) -- its redo segment must be a sorted set
+  redo_ok(REDO_OFFSETS, xk, 1) -- its redo segment must be a sorted set
   stock_set(ck, avail - take, resv + take)
-  local off = next_offset(KEYS[3], xk)
+  local off = next_offset(REDO_OFFSETS, xk)
   zadd_later(redo_seg(xk, off), I(off), id)
   local deadlineS = I(deadline)
   part_new(pk, ARGV[10], ARGV[11], take, off, deadlineS)
-  zadd_later(KEYS[2], deadlineS, pend_pos(xk, off))
+  zadd_later(PENDING, deadlineS, pend_pos(xk, off))
   return {'pending', take, off, limit}
 end
 local plan = {}
 local avail, resv, nq = {}, {}, {}
 for i = 0, np - 1 do
-  local pk, ck, xk = KEYS[4 + i * 3], KEYS[5 + i * 3], KEYS[6 + i * 3]
+  local pk, ck, xk = KEYS[2 + i * 3], KEYS[3 + i * 3], KEYS[4 + i * 3]
   local a = 6 + i * 6
   local p = {pk = pk, ck = ck, xk = xk, id = ARGV[a], kind = ARGV[a + 1], want = tonumber(ARGV[a + 2]),
              queue = ARGV[a + 3], ra = ARGV[a + 4], rb = ARGV[a + 5]}
@@ -52,7 +52,7 @@ for i = 0, np - 1 do
       resv[ck], err = stock_int(ck, 3, ' reserved')
       if err then return err end
     end
-    local _, oerr = offsets_ok(KEYS[3], p.xk)
+    local _, oerr = offsets_ok(REDO_OFFSETS, p.xk)
     if oerr then return oerr end
     local limit
     limit, err = stock_int(ck, 2, ' limit')
@@ -60,7 +60,7 @@ for i = 0, np - 1 do
     local take = math.min(avail[ck], p.want)
     if take > 0 then
       nq[xk] = (nq[xk] or 0) + 1
-      redo_ok(KEYS[3], xk, nq[xk]) -- its redo segment must be a sorted set
+      redo_ok(REDO_OFFSETS, xk, nq[xk]) -- its redo segment must be a sorted set
       avail[ck], resv[ck] = avail[ck] - take, resv[ck] + take
       p.avail, p.resv = avail[ck], resv[ck] -- the hash's values once this part is taken
       p.take = take
@@ -109,7 +109,7 @@ for _, p in ipairs(plan) do
       -- absolute values from the plan into the script call's copy of the
       -- hash (stock_set: flush writes it once; the script is atomic)
       stock_set(p.ck, p.avail, p.resv)
-      off = next_offset(KEYS[3], p.xk)
+      off = next_offset(REDO_OFFSETS, p.xk)
       zadd_later(redo_seg(p.xk, off), I(off), p.id)
       member = pend_pos(p.xk, off)
       p.out[3] = off
@@ -117,7 +117,7 @@ for _, p in ipairs(plan) do
       redis.call('INCRBY', p.ck, I(p.take))
     end
     part_new(p.pk, p.ra, p.rb, p.take, off, deadlineS)
-    zadd_later(KEYS[2], deadlineS, member)
+    zadd_later(PENDING, deadlineS, member)
   end
   for j = 1, 4 do out[#out + 1] = p.out[j] end
 end

@@ -1,5 +1,5 @@
 
-local key = KEYS[4]
+local key = KEYS[2]
 local status, moved, token = order_head(key, true)
 if moved then
   -- moved to another node by a topology change (migrate.go): dead here
@@ -8,22 +8,22 @@ if moved then
 end
 local takeover = ARGV[12] == 'stage-takeover' and status == 'failed' and token ~= ARGV[5]
 if status and not takeover then return {'existing', status, token or ''} end
-zset_ok(KEYS[2]) -- the pending index must be a sorted set
+zset_ok(PENDING) -- the pending index must be a sorted set
 local deadline = now + tonumber(ARGV[8])
 local out = {'staged', deadline}
-if #KEYS == 7 and ARGV[14] == 's' then
-  -- one stock part (its keys 5 to 7, its arguments from 13): take_one,
+if #KEYS == 5 and ARGV[14] == 's' then
+  -- one stock part (its keys 3 to 5, its arguments from 13): take_one,
   -- the same steps without the plan's tables
-  local off, err = take_one(KEYS[5], KEYS[6], KEYS[7], ARGV[13], tonumber(ARGV[15]), ARGV[16], ARGV[17], ARGV[7],
-    KEYS[2], KEYS[3], part_due(ARGV[6]))
+  local off, err = take_one(KEYS[3], KEYS[4], KEYS[5], ARGV[13], tonumber(ARGV[15]), ARGV[16], ARGV[17], ARGV[7],
+    PENDING, REDO_OFFSETS, part_due(ARGV[6]))
   if err then return err end
   if not off then return {'short'} end
   out[3] = off
 else
-  local plan, err = plan_parts(KEYS, ARGV, kb + 5, ab + 13, (#KEYS - 4) / 3, ARGV[7], KEYS[3], false)
+  local plan, err = plan_parts(KEYS, ARGV, kb + 3, ab + 13, (#KEYS - 2) / 3, ARGV[7], REDO_OFFSETS, false)
   if err then return err end
   if not plan then return {'short'} end
-  for _, off in ipairs(write_parts(plan, KEYS[2], KEYS[3], part_due(ARGV[6]))) do
+  for _, off in ipairs(write_parts(plan, PENDING, REDO_OFFSETS, part_due(ARGV[6]))) do
     out[#out + 1] = off
   end
 end
