@@ -22,7 +22,7 @@ import (
 //     would count);
 //   - a bare KEYS or ARGV stays the group's whole table: a body passes
 //     one to a helper only with kb or ab added to the position it names
-//     (plan_parts(KEYS, ARGV, kb + 5, ab + 13, …)), and a lone body is
+//     (plan_parts(KEYS, ARGV, kb + 3, ab + 13, …)), and a lone body is
 //     given kb = ab = 0, so the same source reads right both ways.
 //
 // The rewrite is exact only for an index that adding kb or ab in front of
