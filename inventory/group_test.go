@@ -466,11 +466,10 @@ var groupShapeScript = newGroupedScript("group-shape", false, `
 return {#KEYS, #ARGV, KEYS[#KEYS], ARGV[#ARGV]}
 `)
 
-// TestGroupCommitCallsGetTheirOwnKeysAndArgs: the group's epilogue hands
-// each call exactly its keys and arguments, whether copied in one unpack
-// (the usual sizes) or one by one (a call of more than 4000 keys or
-// arguments, past what unpack may put on Lua's stack), with calls of
-// both kinds and of none in one group.
+// TestGroupCommitCallsGetTheirOwnKeysAndArgs: in a group each call's body
+// reads exactly its keys and arguments in place (luaflat.go: KEYS[e],
+// #KEYS and their ARGV peers offset to the call), whatever their number:
+// calls of none, of a few and of thousands in one group.
 func TestGroupCommitCallsGetTheirOwnKeysAndArgs(t *testing.T) {
 	e := newGroupEnv(t, 0)
 	sizes := []int{0, 1, 3, 4001, 2, 6000, 0, 5}
