@@ -15,9 +15,9 @@ import (
 //
 // A grouped script (luaScript.group) is always sent in its grouped form:
 // the prelude checks the node's stamp once, then the body runs once per
-// call, each call with its own KEYS and ARGV (the stamp and the header
-// first, then the call's own, exactly as a lone call sees them), in the
-// order the calls were queued. Every call's reply (or error reply) comes
+// call, each call reading its own keys and arguments as a lone call sees
+// them (the stamp and the header first, then the call's own: read in
+// place, luaflat.go), in the order the calls were queued. Every call's reply (or error reply) comes
 // back in its own slot, and the stamp's write sequence advances once for
 // the whole script call when any call succeeded. A write script's group
 // also carries the one-round commits waiting for its node (carry.go,
