@@ -76,9 +76,9 @@ const bodyEnd = "\nend\n"
 // groupEpilogue runs the body once per call of the group (see the file
 // comment) and replies {seq, replies}, the calls' replies flat in one list
 // (the file says how; replyReader.replies reads them back one per call,
-// each as Redis answers a lone call). ARGV[4] is the number of
-// calls n, ARGV[5..4+2n] the key and argument count of each call, then the
-// calls' keys (after KEYS[1]) and arguments, call after call.
+// each as Redis answers a lone call). ARGV[4] holds the key and argument
+// counts of each call (appendGroupCounts), then come the calls' keys
+// (after KEYS[1]) and arguments, call after call.
 var groupEpilogue = luaFile("epilogue_group.lua")
 
 // groupCarry applies a write group's carried commits (carry.go) before
@@ -194,13 +194,15 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 	if s.write {
 		carried = inv.takeCarried(n, token, max(inv.opts.GroupCommit, 1))
 	}
-	nk, na := 1+len(carried), 4+2*len(calls)+2*len(carried)+1
+	nk, na := 1+len(carried), 4+2*len(carried)+1
+	counts := make([]byte, 0, groupCountSize*len(calls))
 	for _, c := range calls {
 		nk += len(c.keys)
 		na += len(c.args)
+		counts = appendGroupCounts(counts, len(c.keys), len(c.args))
 	}
 	// the command line: the keys (the stamp, the calls', the carried
-	// commits' order keys), then the arguments (the header, each call's
+	// commits' order keys), then the arguments (the header, the calls'
 	// counts, the calls', the carried commits' and their count)
 	a := s.evalArgs(nk, na)
 	a = append(a, stampKeyArg)
@@ -210,10 +212,7 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 	for _, c := range carried {
 		a = append(a, orderKey(c.orderID))
 	}
-	a = append(a, n.Name(), token, partKeyPrefixArg, len(calls))
-	for _, c := range calls {
-		a = append(a, len(c.keys), len(c.args))
-	}
+	a = append(a, n.Name(), token, partKeyPrefixArg, counts)
 	for _, c := range calls {
 		a = append(a, c.args...)
 	}
@@ -243,6 +242,28 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 		}
 		close(c.done)
 	}
+}
+
+// groupCountSize is the bytes a group's counts argument holds per call:
+// its key count, then its argument count, three bytes each, high byte
+// first (epilogue_group.lua reads them with string.byte: no number to
+// parse, where a count per argument cost the node a strtod and an
+// argument's own cost).
+const groupCountSize = 6
+
+// maxGroupCount is the most keys, or arguments, one call of a group may
+// have: what three bytes hold.
+const maxGroupCount = 1<<24 - 1
+
+// appendGroupCounts appends a call's key and argument counts to b as
+// groupCountSize bytes. A call over maxGroupCount (more than Redis takes
+// in one command) panics: the callers build calls of at most MaxItems
+// items.
+func appendGroupCounts(b []byte, nk, na int) []byte {
+	if nk > maxGroupCount || na > maxGroupCount || nk < 0 || na < 0 {
+		panic(fmt.Sprintf("inventory: a grouped call of %d keys and %d arguments", nk, na))
+	}
+	return append(b, byte(nk>>16), byte(nk>>8), byte(nk), byte(na>>16), byte(na>>8), byte(na))
 }
 
 // runScript sends s (its command line a, header included) and returns the

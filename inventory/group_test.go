@@ -513,6 +513,28 @@ func TestGroupCommitCallsGetTheirOwnKeysAndArgs(t *testing.T) {
 	}
 }
 
+// TestAppendGroupCounts: a call's counts go as three bytes each, high
+// byte first (epilogue_group.lua reads them so), up to maxGroupCount; a
+// call over it is a bug of the caller and panics rather than wrap.
+func TestAppendGroupCounts(t *testing.T) {
+	b := appendGroupCounts(nil, 0, 1)
+	b = appendGroupCounts(b, 0x123456, maxGroupCount)
+	want := []byte{0, 0, 0, 0, 0, 1, 0x12, 0x34, 0x56, 0xff, 0xff, 0xff}
+	if string(b) != string(want) || len(b) != 2*groupCountSize {
+		t.Fatalf("appendGroupCounts = % x, want % x", b, want)
+	}
+	for _, c := range [][2]int{{maxGroupCount + 1, 0}, {0, maxGroupCount + 1}, {-1, 0}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("appendGroupCounts(%d, %d) did not panic", c[0], c[1])
+				}
+			}()
+			appendGroupCounts(nil, c[0], c[1])
+		}()
+	}
+}
+
 // groupRepliesBody replies a value of the kind its last argument names.
 const groupRepliesBody = `
 local k = ARGV[#ARGV]

@@ -206,14 +206,15 @@ func MintedHome(orderID string) (string, bool) {
 // usable, and with ErrUnavailable wrapping ErrTopology while this instance
 // cannot act at the nodes' topology (Reserve would refuse too).
 func (inv *Inventory) NewOrderID(ctx context.Context, items ...Item) (string, error) {
-	ctx, v := inv.pin(ctx)
-	sets := make([]*router.Set, len(items))
+	v := inv.topology(ctx) // one view for every placement below
+	var setsArr [4]*router.Set
+	sets := setsArr[:0]
 	for i, it := range items {
-		set, err := inv.set(ctx, it.Route)
+		set, err := inv.setIn(v, it.Route)
 		if err != nil {
 			return "", fmt.Errorf("%w (items[%d])", err, i)
 		}
-		sets[i] = set
+		sets = append(sets, set)
 	}
 	if err := v.refuse(); err != nil {
 		return "", err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/shardis/shardis/node"
@@ -65,8 +66,10 @@ import (
 // {"short"} (no record, and a stock part is short here or a limited SKU
 // has no user: nothing written, soldout.go may refuse without a write),
 // {"limit", part position, held, limit} (nothing written: localLimit),
-// {"fallback"} (nothing written), or {"reserved", deadline ms, offset
-// per part}.
+// {"fallback"} (nothing written), or, reserved, one string:
+// "reserved:<deadline ms>:<offset>" with an offset per part, each after a
+// ':' (0 for a quota part; a string, not a table: in a group it costs the
+// node less, lua/prelude.lua's reserved_head).
 var localScript = newGroupedScript("reserve-local", true, luaFile("local.lua"))
 
 // errHasRecord is reserveLocal's word that the order already has a record.
@@ -149,10 +152,17 @@ func localOver(nodeName string, reqs []partReq, userID string, over []int64) (ok
 
 // decodeLocal reads localScript's reply to k part requests: {"existing"},
 // {"short"}, {"fallback"}, {"limit", part position, held, limit} (the
-// three numbers in offsets), or {"reserved", deadline ms, offset per
-// part}.
+// three numbers in offsets), or "reserved:<deadline ms>:<offset>…" with
+// k offsets (decodeReserved).
 func decodeLocal(nodeName string, v any, k int) (st localStatus, deadline int64, offsets []int64, err error) {
 	r := newReplyReader(nodeName, localScript.name)
+	if s, ok := v.(string); ok {
+		deadline, offsets = decodeReserved(r, s, k)
+		if r.err != nil {
+			return "", 0, nil, r.err
+		}
+		return localReserved, deadline, offsets, nil
+	}
 	raw := r.list(v, -1)
 	if r.err == nil && len(raw) == 0 {
 		r.fail(-1, "a list starting with a status word", v)
@@ -171,23 +181,70 @@ func decodeLocal(nodeName string, v any, k int) (st localStatus, deadline int64,
 		}
 		offsets = []int64{r.int(raw, 1), r.int(raw, 2), r.int(raw, 3)}
 		return st, 0, offsets, r.err
-	case localReserved:
 	default:
 		if r.err == nil {
-			r.fail(0, "existing, short, fallback, limit or reserved", raw[0])
+			r.fail(0, "existing, short, fallback or limit (reserved is a string)", raw[0])
 		}
 		return "", 0, nil, r.err
 	}
-	raw = r.list(v, 2+k)
-	if r.err != nil {
-		return "", 0, nil, r.err
+}
+
+// decodeReserved reads s, localScript's reply for a reserved order of k
+// parts: "reserved:<deadline ms>:<offset>…", k non-negative offsets, each
+// number in decimal without a sign or leading zero. Another shape fails
+// r (the outcome unknown, as for any malformed reply).
+func decodeReserved(r *replyReader, s string, k int) (deadline int64, offsets []int64) {
+	want := fmt.Sprintf("\"reserved:<deadline>\" and %d \":<offset>\"", k)
+	rest, ok := strings.CutPrefix(s, string(localReserved)+":")
+	if !ok {
+		r.fail(-1, want, s)
+		return 0, nil
 	}
-	deadline = r.int(raw, 1)
 	offsets = make([]int64, k)
-	for i := range offsets {
-		offsets[i] = r.int(raw, 2+i)
+	for i := -1; i < k; i++ {
+		field := rest
+		if j := strings.IndexByte(rest, ':'); j >= 0 {
+			field, rest = rest[:j], rest[j+1:]
+		} else {
+			rest = ""
+			if i < k-1 {
+				r.fail(-1, want, s)
+				return 0, nil
+			}
+		}
+		n, ok := decimal(field)
+		if !ok {
+			r.fail(-1, want, s)
+			return 0, nil
+		}
+		if i < 0 {
+			deadline = n
+		} else {
+			offsets[i] = n
+		}
 	}
-	return st, deadline, offsets, r.err
+	if rest != "" || strings.HasSuffix(s, ":") {
+		r.fail(-1, want, s)
+		return 0, nil
+	}
+	return deadline, offsets
+}
+
+// decimal is s as a non-negative integer written as Lua's '%d' writes it
+// (digits, no sign, no leading zero but for 0 itself), or false.
+func decimal(s string) (int64, bool) {
+	if s == "" || len(s) > 18 || (s[0] == '0' && len(s) > 1) {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 // localReqs are the parts of an order reserved whole on home under token,
@@ -246,7 +303,7 @@ func (inv *Inventory) localCall(orderID, token, digest, userID string, ttl time.
 	if buf, ends, err = appendPartPieces(buf, ends, orderID, token, reqs, true); err != nil {
 		return nil, nil, nil, err
 	}
-	s, c := string(buf), pieceCutter{ends: ends}
+	s, c := frozen(buf), pieceCutter{ends: ends}
 	keys := make([]string, 0, 1+3*len(reqs))
 	keys = append(keys, c.next(s))
 	args := make([]any, 0, 4+len(parts)+5*len(reqs))

@@ -28,7 +28,7 @@ var localCostCuts = []struct {
 	{"without its pending-index ZADD", [][2]string{
 		{"  zadd_later(pending, pdlS, pend_pos(xk, off))\n", ""}}},
 	{"with a part record (the SET its inline part saves)", [][2]string{
-		{"want, nil, nil, avail, resv, PENDING, REDO_OFFSETS, I(pdl), true)\n", "want, 'p', 'q', avail, resv, PENDING, REDO_OFFSETS, I(pdl), false)\n"}}},
+		{"want, nil, nil, avail, resv, PENDING, REDO_OFFSETS, Idl(pdl), true)\n", "want, 'p', 'q', avail, resv, PENDING, REDO_OFFSETS, Idl(pdl), false)\n"}}},
 	{"without the EXISTS of the part's key", [][2]string{
 		{"  if redis.call('EXISTS', pk) == 1 then return nil end\n", ""}}},
 	{"without the EXISTS and both ZADDs", [][2]string{

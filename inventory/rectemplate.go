@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // Record templates: the caller encodes a new record, the node fills in
@@ -199,4 +200,12 @@ func (c *pieceCutter) next(s string) string {
 	}
 	c.i++
 	return s[start:c.ends[c.i-1]]
+}
+
+// frozen is buf as a string, without copying it: the pieces of a call's
+// keys and arguments are cut from one buffer that nothing writes once it
+// is built (its builder returns it and drops it). buf must never change
+// again.
+func frozen(buf []byte) string {
+	return unsafe.String(unsafe.SliceData(buf), len(buf))
 }

@@ -60,14 +60,23 @@ func TestReplyDecodersStrict(t *testing.T) {
 			_, err := decodeReserveReplies("n1", []any{"pending", int64(1), int64(2), int64(0)}, 2)
 			return err
 		}},
-		{"reserve-local: deadline nil", "reserve-local", "reply[1]", func() error {
-			_, _, _, err := decodeLocal("n1", []any{"reserved", nil, int64(3)}, 1)
+		{"reserve-local: reserved as a list", "reserve-local", "reply[0]", func() error {
+			_, _, _, err := decodeLocal("n1", []any{"reserved", int64(9), int64(3)}, 1)
 			return err
 		}},
-		{"reserve-local: offset a string", "reserve-local", "reply[2]", func() error {
-			_, _, _, err := decodeLocal("n1", []any{"reserved", int64(9), "3"}, 1)
-			return err
-		}},
+	} {
+		wantMalformed(t, c.what, c.decode(), c.script, c.at)
+	}
+	// "reserved:<deadline>:<offset>…": every way the string can be wrong
+	for _, s := range []string{"reserved", "reserved:", "reserved:9", "reserved:9:", "reserved::3", "reserved:9:3:", "reserved:9:3:4",
+		"reserved:x:3", "reserved:9:-3", "reserved:9:+3", "reserved:09:3", "reserved:9:3x", "reserve:9:3", "Reserved:9:3", "reserved:9:1234567890123456789"} {
+		_, _, _, err := decodeLocal("n1", s, 1)
+		wantMalformed(t, "reserve-local: "+s, err, "reserve-local", "reply")
+	}
+	for _, c := range []struct {
+		what, script, at string
+		decode           func() error
+	}{
 		{"reserve-local: limit one number short", "reserve-local", "reply", func() error {
 			_, _, _, err := decodeLocal("n1", []any{"limit", int64(1), int64(2)}, 1)
 			return err
@@ -146,7 +155,10 @@ func TestReplyDecodersStrict(t *testing.T) {
 		r[0] != (reply{takePending, 1, 2, 0}) || r[1] != (reply{takeNone, 0, 0, 5}) {
 		t.Errorf("decodeReserveReplies = %v, %v", r, err)
 	}
-	if st, dl, offs, err := decodeLocal("n1", []any{"reserved", int64(9), int64(3), int64(0)}, 2); err != nil || st != localReserved || dl != 9 || offs[0] != 3 || offs[1] != 0 {
+	if st, dl, offs, err := decodeLocal("n1", "reserved:1764412800000:3:0", 2); err != nil || st != localReserved || dl != 1764412800000 || offs[0] != 3 || offs[1] != 0 {
+		t.Errorf("decodeLocal = %v %v %v %v", st, dl, offs, err)
+	}
+	if st, dl, offs, err := decodeLocal("n1", "reserved:0:10", 1); err != nil || st != localReserved || dl != 0 || len(offs) != 1 || offs[0] != 10 {
 		t.Errorf("decodeLocal = %v %v %v %v", st, dl, offs, err)
 	}
 	if st, _, _, err := decodeLocal("n1", []any{"short"}, 2); err != nil || st != localShort {

@@ -148,7 +148,11 @@ func (inv *Inventory) pinned(ctx context.Context) (*view, bool) {
 // the configuration that the applied topology lacks is refused with
 // [ErrNotApplied]; one of neither with [ErrInvalid].
 func (inv *Inventory) set(ctx context.Context, route string) (*router.Set, error) {
-	v := inv.topology(ctx)
+	return inv.setIn(inv.topology(ctx), route)
+}
+
+// setIn is set in view v.
+func (inv *Inventory) setIn(v *view, route string) (*router.Set, error) {
 	if s := v.routes[route]; s != nil {
 		return s, nil
 	}

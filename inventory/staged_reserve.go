@@ -322,7 +322,7 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 	if buf, ends, err = appendPartPieces(buf, ends, orderID, token, reqs, false); err != nil {
 		return nil, nil, err
 	}
-	s, c := string(buf), pieceCutter{ends: ends}
+	s, c := frozen(buf), pieceCutter{ends: ends}
 	keys := make([]string, 0, 1+3*len(reqs))
 	keys = append(keys, c.next(s))
 	args := make([]any, 0, 9+5*len(reqs))

@@ -458,7 +458,7 @@ func reserveCall(orderID, token string, deadline partDue, reqs []partReq) ([]str
 	if err != nil {
 		return nil, nil, err
 	}
-	s, c := string(buf), pieceCutter{ends: ends}
+	s, c := frozen(buf), pieceCutter{ends: ends}
 	keys := make([]string, 0, 3*len(reqs))
 	args := make([]any, 0, 2+6*len(reqs))
 	box := newArgBox(2+4*len(reqs), len(reqs))

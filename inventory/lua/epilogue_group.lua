@@ -1,7 +1,11 @@
-local n = tonumber(ARGV[4])
-local kp, ap, out, m, wrote = 2, 5 + 2 * n, {}, 0, 0
-for i = 1, n do
-  local nk, na = tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i])
+-- ARGV[4] holds each call's key and argument counts, three bytes each,
+-- high byte first (group.go): read with string.byte, which parses no
+-- number (a tonumber of an argument is a strtod)
+local counts, byte = ARGV[4], string.byte
+local kp, ap, out, m, wrote = 2, 5, {}, 0, 0
+for i = 6, #counts, 6 do
+  local k1, k2, k3, a1, a2, a3 = byte(counts, i - 5, i)
+  local nk, na = (k1 * 256 + k2) * 256 + k3, (a1 * 256 + a2) * 256 + a3
   -- the call's keys are KEYS[kp ..], its arguments ARGV[ap ..]: its body
   -- reads them in place (luaflat.go), its KEYS[2] being KEYS[kp]
   local ok, r = pcall(body, kp - 2, ap - 4, nk, na)

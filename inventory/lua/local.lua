@@ -1,7 +1,7 @@
 
 local key = KEYS[2]
 local np = (#KEYS - 2) / 3
-local deadline = now + tonumber(ARGV[5])
+local deadline = now + Nttl(ARGV[5])
 local pdl = deadline + PART_GRACE
 -- whether the order has a record to keep: one that is not a failed
 -- attempt's and carries no moved mark (this script replaces those)
@@ -23,7 +23,7 @@ if np == 1 and ARGV[10] == 's' then
   -- as the general path below does: {'existing'} for a record to keep,
   -- with nothing written. The script is atomic, so no one sees these
   -- steps in another order.
-  local pk, ck, xk, want = KEYS[3], KEYS[4], KEYS[5], tonumber(ARGV[11])
+  local pk, ck, xk, want = KEYS[3], KEYS[4], KEYS[5], Nqty(ARGV[11])
   local avail, resv, short = plan_one(pk, ck, xk, want, ARGV[4], REDO_OFFSETS)
   if not avail then
     if kept() then return {'existing'} end
@@ -37,8 +37,8 @@ if np == 1 and ARGV[10] == 's' then
     if kept() then return {'existing'} end
     set_value(key, rec, false)
   end
-  take_stock(pk, ck, xk, ARGV[9], want, nil, nil, avail, resv, PENDING, REDO_OFFSETS, I(pdl), true)
-  return {'reserved', deadline, off}
+  take_stock(pk, ck, xk, ARGV[9], want, nil, nil, avail, resv, PENDING, REDO_OFFSETS, Idl(pdl), true)
+  return reserved_head(deadline) .. ':' .. I(off)
 end
 if kept() then return {'existing'} end
 zset_ok(PENDING) -- the pending index must be a sorted set
@@ -48,11 +48,12 @@ if over then return {'limit', over[1], over[2], over[3]} end
 if not plan then return {short and 'short' or 'fallback'} end
 -- its stock parts inline too (inline.go); a quota part has its record
 local offs = write_parts(plan, PENDING, REDO_OFFSETS, pdl, true)
-local rec, out = {ARGV[6], nowS, ARGV[7]}, {'reserved', deadline}
+local rec, out = {ARGV[6], nowS, ARGV[7]}, {reserved_head(deadline)}
 for i, off in ipairs(offs) do
-  rec[#rec + 1] = off ~= 0 and I(off) or ''
+  local offS = I(off)
+  rec[#rec + 1] = off ~= 0 and offS or ''
   rec[#rec + 1] = ARGV[7 + i]
-  out[#out + 1] = off
+  out[#out + 1] = offS
 end
 set_value(key, table.concat(rec), false)
-return out
+return table.concat(out, ':')

@@ -3,10 +3,39 @@
 -- definition starts at a column-0 line "local …", with the comment lines
 -- right above it), so each is cheap to leave out.
 
+-- memo(f): f, keeping the last value it gave: a call with the argument
+-- of the call before (the same number, or the same string: Lua interns
+-- them) returns that value without calling f again.
+local function memo(f)
+  local last, v
+  return function(x)
+    if x ~= last then last, v = x, f(x) end
+    return v
+  end
+end
 -- An integer as a command argument: Redis 7.0 formats a Lua number
 -- argument with printf's "%.17g" (slow), string.format('%d') is an
--- integer conversion; both give the same digits below 2^53.
-local function I(n) return string.format('%d', n) end
+-- integer conversion; both give the same digits below 2^53. A format
+-- costs the node about 1,000 instructions, and an order formats the same
+-- few again and again, so I keeps the last one (a part's offset goes into
+-- its order record, its redo entry's score and its pending-index member)
+-- and Idl is I for deadlines, keeping its own (the orders of one script
+-- call with one TTL share theirs).
+local I, Idl
+do
+  local function d(n) return string.format('%d', n) end
+  I, Idl = memo(d), memo(d)
+end
+-- reserved_head(deadline): the head of the local reserve's reply for a
+-- reserved order, 'reserved:' and the deadline; its offsets follow, each
+-- after a ':' (local.lua, decodeLocal in local.go). One string rather than
+-- a table: in a group, a table reply costs the node about 5,000
+-- instructions more per order. Kept per deadline, as Idl keeps one.
+local reserved_head = memo(function(d) return 'reserved:' .. string.format('%d', d) end)
+-- Nttl and Nqty: tonumber, each keeping its last (tonumber of a string
+-- parses it twice, about 900 instructions; the orders of one script call
+-- mostly bring the same TTL and quantity).
+local Nttl, Nqty = memo(tonumber), memo(tonumber)
 -- set_value(key, s, ttl): SET key to string s (a packed record: the part
 -- and order codecs), its TTL kept when ttl is nil, none when ttl is false
 -- (the key lives until a write gives it one), else set to ttl seconds (at

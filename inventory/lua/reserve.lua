@@ -6,7 +6,7 @@ if np == 1 and ARGV[7] == 's' then
   -- one stock part (an order's only part on this node, the usual case):
   -- the steps below for it, in the same order, without the plan's tables
   -- (TestTakeOneAsPlan holds the two against each other on a node)
-  local pk, ck, xk, id, want = KEYS[2], KEYS[3], KEYS[4], ARGV[6], tonumber(ARGV[8])
+  local pk, ck, xk, id, want = KEYS[2], KEYS[3], KEYS[4], ARGV[6], Nqty(ARGV[8])
   local cur = part_read(pk)
   if cur and cur.state then return {cur.state, tonumber(cur.qty) or 0, tonumber(cur.offset) or 0, 0} end
   local avail, err = stock_int(ck, 1, ' available')
@@ -25,7 +25,7 @@ if np == 1 and ARGV[7] == 's' then
   stock_set(ck, avail - take, resv + take)
   local off = next_offset(REDO_OFFSETS, xk)
   zadd_later(redo_seg(xk, off), I(off), id)
-  local deadlineS = I(deadline)
+  local deadlineS = Idl(deadline)
   part_new(pk, ARGV[10], ARGV[11], take, off, deadlineS)
   zadd_later(PENDING, deadlineS, pend_pos(xk, off))
   return {'pending', take, off, limit}
@@ -35,7 +35,7 @@ local avail, resv, nq = {}, {}, {}
 for i = 0, np - 1 do
   local pk, ck, xk = KEYS[2 + i * 3], KEYS[3 + i * 3], KEYS[4 + i * 3]
   local a = 6 + i * 6
-  local p = {pk = pk, ck = ck, xk = xk, id = ARGV[a], kind = ARGV[a + 1], want = tonumber(ARGV[a + 2]),
+  local p = {pk = pk, ck = ck, xk = xk, id = ARGV[a], kind = ARGV[a + 1], want = Nqty(ARGV[a + 2]),
              queue = ARGV[a + 3], ra = ARGV[a + 4], rb = ARGV[a + 5]}
   -- part_read, not part_get: the part of a one-round or general attempt,
   -- whose token never names a record the local path wrote, is never
@@ -101,7 +101,7 @@ for _, q in ipairs(plan) do
     break
   end
 end
-local out, deadlineS = {}, I(deadline)
+local out, deadlineS = {}, Idl(deadline)
 for _, p in ipairs(plan) do
   if p.take then
     local off, member = 0, p.id

@@ -9,12 +9,12 @@ end
 local takeover = ARGV[12] == 'stage-takeover' and status == 'failed' and token ~= ARGV[5]
 if status and not takeover then return {'existing', status, token or ''} end
 zset_ok(PENDING) -- the pending index must be a sorted set
-local deadline = now + tonumber(ARGV[8])
+local deadline = now + Nttl(ARGV[8])
 local out = {'staged', deadline}
 if #KEYS == 5 and ARGV[14] == 's' then
   -- one stock part (its keys 3 to 5, its arguments from 13): take_one,
   -- the same steps without the plan's tables
-  local off, err = take_one(KEYS[3], KEYS[4], KEYS[5], ARGV[13], tonumber(ARGV[15]), ARGV[16], ARGV[17], ARGV[7],
+  local off, err = take_one(KEYS[3], KEYS[4], KEYS[5], ARGV[13], Nqty(ARGV[15]), ARGV[16], ARGV[17], ARGV[7],
     PENDING, REDO_OFFSETS, part_due(ARGV[6]))
   if err then return err end
   if not off then return {'short'} end

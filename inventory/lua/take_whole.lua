@@ -56,7 +56,7 @@ local function plan_parts(K, A, kb, ab, np, user, offsets, inline)
   local a = ab
   for i = 0, np - 1 do
     local p = {pk = K[kb + i * 3], ck = K[kb + 1 + i * 3], xk = K[kb + 2 + i * 3], id = A[a], kind = A[a + 1],
-               want = tonumber(A[a + 2])}
+               want = Nqty(A[a + 2])}
     if inline and p.kind == 's' then
       a = a + 3
     else
@@ -108,7 +108,7 @@ local function take_stock(pk, ck, xk, id, want, ra, rb, avail, resv, pending, of
   return off
 end
 local function write_parts(plan, pending, offsets, pdl, inline)
-  local offs, pdlS = {}, I(pdl)
+  local offs, pdlS = {}, Idl(pdl)
   for _, p in ipairs(plan) do
     local off = 0
     if p.kind == 's' then
@@ -141,5 +141,5 @@ end
 local function take_one(pk, ck, xk, id, want, ra, rb, user, pending, offsets, pdl, inline)
   local avail, resv, short = plan_one(pk, ck, xk, want, user, offsets)
   if not avail then return nil, resv, short end
-  return take_stock(pk, ck, xk, id, want, ra, rb, avail, resv, pending, offsets, I(pdl), inline)
+  return take_stock(pk, ck, xk, id, want, ra, rb, avail, resv, pending, offsets, Idl(pdl), inline)
 end
