@@ -40,6 +40,13 @@ func TestTakeOneAsPlan(t *testing.T) {
 	const route, sku, id, token = "a", "s", "o-1", "tok-1"
 	items := []Item{{Route: route, SKU: sku, Quantity: 3}}
 	ck, queue := stockKey(route, sku), inv.redoQueue(route, sku)
+	// setPending writes a pending record of the order's part at offset 7
+	setPending := func() {
+		pid := stockPartID(id, token, 0)
+		rec := PartRecord{State: PartPending, Kind: PartStock, Qty: 3, Offset: 7, Redo: queue, Counter: ck, SKU: sku, Order: id, Token: token,
+			Deadline: time.UnixMilli(1900000000000), At: time.UnixMilli(1800000000000)}
+		c.Set(ctx, partKey(pid), packPart(pid, partRecordFields(rec)), 0)
+	}
 	cases := []struct {
 		name  string
 		setup func()
@@ -54,6 +61,18 @@ func TestTakeOneAsPlan(t *testing.T) {
 		{"short", func() { c.HSet(ctx, ck, "available", "2") }},
 		{"limited SKU, no user", func() { c.HSet(ctx, ck, "limit", "5") }},
 		{"the part's key is there", func() { c.Set(ctx, partKey(stockPartID(id, token, 0)), "x", 0) }},
+		// the part pending (its record there: a retry of a take that ran):
+		// answered from the record, whatever else is wrong
+		{"the part pending", func() { setPending() }},
+		{"the part pending, the stock short", func() { setPending(); c.HSet(ctx, ck, "available", "0") }},
+		{"the part pending, a corrupt counter", func() { setPending(); c.HSet(ctx, ck, "reserved", "1.5") }},
+		{"the part pending, a corrupt stock", func() { setPending(); c.HSet(ctx, ck, "available", "x") }},
+		{"the part pending, a corrupt limit", func() { setPending(); c.HSet(ctx, ck, "limit", "-") }},
+		{"the part pending, a corrupt offset", func() { setPending(); c.HSet(ctx, RedoOffsetsKey, queue, "x") }},
+		{"the part pending, a redo segment that is not a sorted set", func() {
+			setPending()
+			c.Set(ctx, redoSegmentKey(queue, 1), "x", 0)
+		}},
 		{"corrupt counter", func() { c.HSet(ctx, ck, "reserved", "1.5") }},
 		{"corrupt offset", func() { c.HSet(ctx, RedoOffsetsKey, queue, "x") }},
 		{"a redo segment that is not a sorted set", func() { c.Set(ctx, redoSegmentKey(queue, 1), "x", 0) }},

@@ -19,12 +19,13 @@ end
 -- costs the node about 1,000 instructions, and an order formats the same
 -- few again and again, so I keeps the last one (a part's offset goes into
 -- its order record, its redo entry's score and its pending-index member)
--- and Idl is I for deadlines, keeping its own (the orders of one script
--- call with one TTL share theirs).
-local I, Idl
+-- and Idl is I for deadlines, Iq for a part's quantity, each keeping
+-- its own (the orders of one script call with one TTL share their
+-- deadline, and mostly their quantity).
+local I, Idl, Iq
 do
   local function d(n) return string.format('%d', n) end
-  I, Idl = memo(d), memo(d)
+  I, Idl, Iq = memo(d), memo(d), memo(d)
 end
 -- reserved_head(deadline): the head of the local reserve's reply for a
 -- reserved order, 'reserved:' and the deadline; its offsets follow, each

@@ -4,29 +4,45 @@ local np = (#KEYS - 1) / 3
 zset_ok(PENDING) -- fails now, before any write, if the index is not a sorted set
 if np == 1 and ARGV[7] == 's' then
   -- one stock part (an order's only part on this node, the usual case):
-  -- the steps below for it, in the same order, without the plan's tables
-  -- (TestTakeOneAsPlan holds the two against each other on a node)
+  -- the steps below for it, without the plan's tables, and with the
+  -- part's key read only when it is there: the record is set only if its
+  -- key is missing (SET NX) once the take is planned, before anything
+  -- else is written; a refusal, an error, or a key that is there reads
+  -- the part as the plan below does first, and answers the same. The
+  -- script is atomic, so no one sees these steps in another order
+  -- (TestTakeOneAsPlan holds the two against each other on a node).
   local pk, ck, xk, id, want = KEYS[2], KEYS[3], KEYS[4], ARGV[6], Nqty(ARGV[8])
-  local cur = part_read(pk)
-  if cur and cur.state then return {cur.state, tonumber(cur.qty) or 0, tonumber(cur.offset) or 0, 0} end
+  -- the reply for a part that has a record with a state, or nil
+  local function held()
+    local cur = part_read(pk)
+    if cur and cur.state then return {cur.state, tonumber(cur.qty) or 0, tonumber(cur.offset) or 0, 0} end
+  end
   local avail, err = stock_int(ck, 1, ' available')
-  if err then return err end
+  if err then return held() or err end
   local resv
   resv, err = stock_int(ck, 3, ' reserved')
-  if err then return err end
+  if err then return held() or err end
   local _, oerr = offsets_ok(REDO_OFFSETS, xk)
-  if oerr then return oerr end
+  if oerr then return held() or oerr end
   local limit
   limit, err = stock_int(ck, 2, ' limit')
-  if err then return err end
+  if err then return held() or err end
   local take = math.min(avail, want)
-  if take <= 0 then return {'none', 0, 0, limit} end
-  redo_ok(REDO_OFFSETS, xk, 1) -- its redo segment must be a sorted set
-  stock_set(ck, avail - take, resv + take)
-  local off = next_offset(REDO_OFFSETS, xk)
-  zadd_later(redo_seg(xk, off), I(off), id)
+  if take <= 0 then return held() or {'none', 0, 0, limit} end
+  -- its redo segment must be a sorted set (redo_ok raises: a part with a
+  -- state answers instead, as below)
+  local sok, serr = pcall(redo_ok, REDO_OFFSETS, xk, 1)
+  if not sok then return held() or error(serr, 0) end
+  local off = offset_at(REDO_OFFSETS, xk) + 1 -- the offset next_offset hands out
   local deadlineS = Idl(deadline)
-  part_new(pk, ARGV[10], ARGV[11], take, off, deadlineS)
+  if not part_new(pk, ARGV[10], ARGV[11], take, off, deadlineS, true) then
+    local h = held()
+    if h then return h end
+    part_new(pk, ARGV[10], ARGV[11], take, off, deadlineS) -- a key without a state: written over, as below
+  end
+  stock_set(ck, avail - take, resv + take)
+  next_offset(REDO_OFFSETS, xk)
+  zadd_later(redo_seg(xk, off), I(off), id)
   zadd_later(PENDING, deadlineS, pend_pos(xk, off))
   return {'pending', take, off, limit}
 end
