@@ -6,7 +6,7 @@ import (
 )
 
 // Inline parts. A stock part the local path takes (local.go: an order
-// reserved whole on its home in one script, take_one or write_parts) gets
+// reserved whole on its home in one script, take_stock or write_parts) gets
 // no part record: its order record, written by the same script on the
 // same node, holds everything the record would (the part's entry in the
 // part list: kind, item, node, route, SKU, quantity, redo queue and

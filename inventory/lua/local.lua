@@ -14,7 +14,7 @@ end
 -- it replaces a failed or moved record, reserved: no TTL until decided
 -- (orderrec.go)
 if np == 1 and ARGV[10] == 's' then
-  -- one stock part (one item, no user): take_one's steps without the
+  -- one stock part (one item, no user): plan_one and take_stock, without the
   -- plan's tables; the part is inline (no record of its own: the order
   -- record holds it, inline.go), as every stock part of this script is.
   -- The record is set only if its key is missing, between the plan and

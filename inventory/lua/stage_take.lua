@@ -1,33 +1,57 @@
 
 local key = KEYS[2]
-local status, moved, token = order_head(key, true)
-if moved then
-  -- moved to another node by a topology change (migrate.go): dead here
-  redis.call('DEL', key)
-  status, token = nil, nil
+-- the order's record as the stage sees it: none when it is marked moved
+-- by a topology change (migrate.go: dead here, so deleted), else its
+-- status and token, and whether this stage takes it over (the fault
+-- hook's test-only takeover of a failed record of another token)
+local function head()
+  local status, moved, token = order_head(key, true)
+  if moved then
+    redis.call('DEL', key)
+    status, token = nil, nil
+  end
+  return status, token, ARGV[12] == 'stage-takeover' and status == 'failed' and token ~= ARGV[5]
 end
-local takeover = ARGV[12] == 'stage-takeover' and status == 'failed' and token ~= ARGV[5]
-if status and not takeover then return {'existing', status, token or ''} end
-zset_ok(PENDING) -- the pending index must be a sorted set
+-- the pending index must be a sorted set; like the plan's checks, this
+-- one may refuse a call whose order has a record to keep (nothing is
+-- written either way)
+zset_ok(PENDING)
 local deadline = now + Nttl(ARGV[8])
-local out = {'staged', deadline}
-if #KEYS == 5 and ARGV[14] == 's' then
-  -- one stock part (its keys 3 to 5, its arguments from 13): take_one,
-  -- the same steps without the plan's tables
-  local off, err = take_one(KEYS[3], KEYS[4], KEYS[5], ARGV[13], Nqty(ARGV[15]), ARGV[16], ARGV[17], ARGV[7],
-    PENDING, REDO_OFFSETS, part_due(ARGV[6]))
-  if err then return err end
-  if not off then return {'short'} end
-  out[3] = off
+-- plan the home's parts (nothing written yet): one stock part (its keys 3
+-- to 5, its arguments from 13) with plan_one, then take_stock below,
+-- without the plan's tables; any other with plan_parts, then write_parts
+local one, plan, avail, resv, err, short = #KEYS == 5 and ARGV[14] == 's'
+if one then
+  avail, resv, short = plan_one(KEYS[3], KEYS[4], KEYS[5], Nqty(ARGV[15]), ARGV[7], REDO_OFFSETS)
+  if not avail then err = resv end
 else
-  local plan, err = plan_parts(KEYS, ARGV, kb + 3, ab + 13, (#KEYS - 2) / 3, ARGV[7], REDO_OFFSETS, false)
-  if err then return err end
-  if not plan then return {'short'} end
+  plan, err, short = plan_parts(KEYS, ARGV, kb + 3, ab + 13, (#KEYS - 2) / 3, ARGV[7], REDO_OFFSETS, false)
+end
+if not (avail or plan) then
+  -- a record to keep answers before the refusal, as a stage that read
+  -- it first would
+  local status, token, takeover = head()
+  if status and not takeover then return {'existing', status, token or ''} end
+  return err or {'short'}
+end
+-- the record the caller encoded (rectemplate.go), the node's clock as its
+-- created field, set only if its key is missing, so the usual stage (no
+-- record) does not read it first; a key that is there reads the head and
+-- answers as above, or is replaced (moved, or taken over). The script is
+-- atomic, so no one sees these steps in another order.
+local rec, ttl = ARGV[10] .. nowS .. ARGV[11], tonumber(ARGV[9])
+if not (ttl > 0 and redis.call('SET', key, rec, 'NX', 'EX', ARGV[9])) then
+  local status, token, takeover = head()
+  if status and not takeover then return {'existing', status, token or ''} end
+  set_value(key, rec, ttl)
+end
+local out = {'staged', deadline}
+if one then
+  out[3] = take_stock(KEYS[3], KEYS[4], KEYS[5], ARGV[13], Nqty(ARGV[15]), ARGV[16], ARGV[17], avail, resv,
+    PENDING, REDO_OFFSETS, Idl(part_due(ARGV[6])), false)
+else
   for _, off in ipairs(write_parts(plan, PENDING, REDO_OFFSETS, part_due(ARGV[6]))) do
     out[#out + 1] = off
   end
 end
--- the record the caller encoded (rectemplate.go), the node's clock as its
--- created field (a takeover replaces the failed record)
-set_value(key, ARGV[10] .. nowS .. ARGV[11], tonumber(ARGV[9]))
 return out

@@ -33,24 +33,19 @@
 -- the part's record, unless inline (the caller's order record holds the
 -- part: inline.go). It returns the part's redo offset.
 --
--- take_one(pk, ck, xk, id, want, ra, rb, user, pending, offsets, pdl,
--- inline) is plan_parts then write_parts for a plan of one stock part,
--- its record left out when inline (take_stock) (part key pk,
--- counter ck, redo queue xk, appendPartPieces' id, want and template pieces),
--- without the plan's tables: plan_one, plan_parts's reads and checks for
--- that part, then take_stock, in the same order (TestTakeOneAsPlan
--- compares the two on a node). It returns the part's redo offset, or what
--- plan_parts returns when it would return no plan: nil (the part exists),
--- nil and an error reply, or nil, nil, true (short). An order of one item
--- without a user id is one stock part; its tables were a few µs of an
--- order's script time (TestLocalScriptCost).
---
--- plan_one(pk, ck, xk, want, user, offsets) is take_one's reads and
--- checks alone: it writes nothing, and returns the counter's available
--- and reserved once the part is taken, or what take_one returns when it
--- takes nothing. offset_at(offsets, xk) + 1 is then the offset
--- take_stock will hand the part (the local script writes it into the
--- order record before it takes the part: local.lua).
+-- plan_one(pk, ck, xk, want, user, offsets) then take_stock is
+-- plan_parts then write_parts for a plan of one stock part (part key pk,
+-- counter ck, redo queue xk, appendPartPieces' id, want and template
+-- pieces), without the plan's tables, in the same order
+-- (TestTakeOneAsPlan compares the two on a node). plan_one writes
+-- nothing: it returns the counter's available and reserved once the part
+-- is taken, or what plan_parts returns when it would return no plan: nil
+-- (the part exists), nil and an error reply, or nil, nil, true (short).
+-- offset_at(offsets, xk) + 1 is then the offset take_stock will hand the
+-- part. The one-part paths of local.lua and stage_take.lua set the order
+-- record between the two (only if its key is missing). An order of one
+-- item without a user id is one stock part; its tables were a few µs of
+-- an order's script time (TestLocalScriptCost).
 local function plan_parts(K, A, kb, ab, np, user, offsets, inline)
   local avail, resv, held, plan, nq = {}, {}, {}, {}, {}
   local a = ab
@@ -137,9 +132,4 @@ local function plan_one(pk, ck, xk, want, user, offsets)
   if err then return nil, err end
   if avail < want or (limit > 0 and user == '') then return nil, nil, true end
   return avail - want, resv + want
-end
-local function take_one(pk, ck, xk, id, want, ra, rb, user, pending, offsets, pdl, inline)
-  local avail, resv, short = plan_one(pk, ck, xk, want, user, offsets)
-  if not avail then return nil, resv, short end
-  return take_stock(pk, ck, xk, id, want, ra, rb, avail, resv, pending, offsets, Idl(pdl), inline)
 end
