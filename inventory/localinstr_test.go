@@ -13,9 +13,10 @@ import (
 // TestLocalScriptInstructions counts the instructions the node runs per
 // order of the local reserve script, for each variant of localCostCuts,
 // in group calls of 20 one-item orders: what TestLocalScriptCost times,
-// counted instead. A count does not move with the machine's load (two
-// runs agree to a few instructions per order) where timings on two shared
-// cores move by ±10 %, so a change of a few percent shows. The node runs
+// counted instead. A count hardly moves with the machine's load (two
+// runs agree within a few hundred instructions per order, under 0.5 %)
+// where timings on two shared cores move by ±10 % or more, so a change of
+// a few percent shows. The node runs
 // under valgrind's callgrind (this test puts a redis-server that starts
 // it first on PATH); its counters are zeroed after 5 warm-up calls and
 // dumped after 40 more (callgrind_control). It counts instructions, not
