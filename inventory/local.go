@@ -195,11 +195,13 @@ func decodeLocal(nodeName string, v any, k int) (st localStatus, deadline int64,
 // number in decimal without a sign or leading zero. Another shape fails
 // r (the outcome unknown, as for any malformed reply).
 func decodeReserved(r *replyReader, s string, k int) (deadline int64, offsets []int64) {
-	want := fmt.Sprintf("\"reserved:<deadline>\" and %d \":<offset>\"", k)
+	bad := func() (int64, []int64) {
+		r.fail(-1, fmt.Sprintf("\"reserved:<deadline>\" and %d \":<offset>\"", k), s)
+		return 0, nil
+	}
 	rest, ok := strings.CutPrefix(s, string(localReserved)+":")
 	if !ok {
-		r.fail(-1, want, s)
-		return 0, nil
+		return bad()
 	}
 	offsets = make([]int64, k)
 	for i := -1; i < k; i++ {
@@ -209,14 +211,12 @@ func decodeReserved(r *replyReader, s string, k int) (deadline int64, offsets []
 		} else {
 			rest = ""
 			if i < k-1 {
-				r.fail(-1, want, s)
-				return 0, nil
+				return bad()
 			}
 		}
 		n, ok := decimal(field)
 		if !ok {
-			r.fail(-1, want, s)
-			return 0, nil
+			return bad()
 		}
 		if i < 0 {
 			deadline = n
@@ -225,8 +225,7 @@ func decodeReserved(r *replyReader, s string, k int) (deadline int64, offsets []
 		}
 	}
 	if rest != "" || strings.HasSuffix(s, ":") {
-		r.fail(-1, want, s)
-		return 0, nil
+		return bad()
 	}
 	return deadline, offsets
 }
@@ -293,7 +292,16 @@ func (inv *Inventory) localCall(orderID, token, digest, userID string, ttl time.
 		parts = append(parts, p)
 	}
 	var endsArr [16]int
-	buf := make([]byte, 0, 64+len(orderID)+len(digest)+len(userID)+(160+2*len(orderID))*len(reqs))
+	// about what the pieces take (a longer buffer is allocated for
+	// nothing on every order): the order key and the record's template
+	// (token, TTL, digest, user, separators), then per part its key, id
+	// and entry in the parts list (kind, item, node, route, SKU, quantity,
+	// redo field)
+	size := 48 + len(orderKeyPrefix) + len(orderID) + len(digest) + len(userID)
+	for _, r := range reqs {
+		size += 64 + len(partKeyPrefix) + 2*len(orderID) + len(r.Route) + len(r.SKU)
+	}
+	buf := make([]byte, 0, size)
 	buf = append(append(buf, orderKeyPrefix...), orderID...)
 	ends := append(endsArr[:0], len(buf))
 	buf, ends, err := appendLocalOrderPieces(buf, ends, orderID, token, digest, userID, ms(ttl), parts)
