@@ -33,10 +33,10 @@ end
 -- a table: in a group, a table reply costs the node about 5,000
 -- instructions more per order. Kept per deadline, as Idl keeps one.
 local reserved_head = memo(function(d) return 'reserved:' .. string.format('%d', d) end)
--- Nttl and Nqty: tonumber, each keeping its last (tonumber of a string
--- parses it twice, about 900 instructions; the orders of one script call
--- mostly bring the same TTL and quantity).
-local Nttl, Nqty = memo(tonumber), memo(tonumber)
+-- Nttl, Nqty and Nret: tonumber, each keeping its last (tonumber of a
+-- string parses it twice, about 900 instructions; the orders of one
+-- script call mostly bring the same TTL, quantity and record retention).
+local Nttl, Nqty, Nret = memo(tonumber), memo(tonumber), memo(tonumber)
 -- set_value(key, s, ttl): SET key to string s (a packed record: the part
 -- and order codecs), its TTL kept when ttl is nil, none when ttl is false
 -- (the key lives until a write gives it one), else set to ttl seconds (at

@@ -39,8 +39,8 @@ end
 -- record) does not read it first; a key that is there reads the head and
 -- answers as above, or is replaced (moved, or taken over). The script is
 -- atomic, so no one sees these steps in another order.
-local rec, ttl = ARGV[10] .. nowS .. ARGV[11], tonumber(ARGV[9])
-if not (ttl > 0 and redis.call('SET', key, rec, 'NX', 'EX', ARGV[9])) then
+local rec, ttl = ARGV[10] .. nowS .. ARGV[11], Nret(ARGV[9])
+if not (ttl and ttl > 0 and redis.call('SET', key, rec, 'NX', 'EX', ARGV[9])) then
   local status, token, takeover = head()
   if status and not takeover then return {'existing', status, token or ''} end
   set_value(key, rec, ttl)
