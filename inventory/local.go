@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -204,47 +205,20 @@ func decodeReserved(r *replyReader, s string, k int) (deadline int64, offsets []
 		return bad()
 	}
 	offsets = make([]int64, k)
-	for i := -1; i < k; i++ {
-		field := rest
-		if j := strings.IndexByte(rest, ':'); j >= 0 {
-			field, rest = rest[:j], rest[j+1:]
-		} else {
-			rest = ""
-			if i < k-1 {
-				return bad()
-			}
-		}
-		n, ok := decimal(field)
-		if !ok {
+	for i := 0; i <= k; i++ { // the deadline, then k offsets: a ':' after each but the last
+		field, more, found := strings.Cut(rest, ":")
+		if found != (i < k) || !canonicalInt(field) {
 			return bad()
 		}
-		if i < 0 {
+		rest = more
+		n, _ := strconv.ParseInt(field, 10, 64) // canonicalInt: it parses
+		if i == 0 {
 			deadline = n
 		} else {
-			offsets[i] = n
+			offsets[i-1] = n
 		}
-	}
-	if rest != "" || strings.HasSuffix(s, ":") {
-		return bad()
 	}
 	return deadline, offsets
-}
-
-// decimal is s as a non-negative integer written as Lua's '%d' writes it
-// (digits, no sign, no leading zero but for 0 itself), or false.
-func decimal(s string) (int64, bool) {
-	if s == "" || len(s) > 18 || (s[0] == '0' && len(s) > 1) {
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, true
 }
 
 // localReqs are the parts of an order reserved whole on home under token,
