@@ -34,7 +34,7 @@ func TestTakeOneAsPlan(t *testing.T) {
 	e.warm(t)
 	ctx, c, inv := e.ctx, e.admin, e.inv
 	localGeneral := cutScript(t, localScript, localGeneralPath)
-	stageGeneral := cutScript(t, stageTakeScript, [2]string{"local one, plan, avail, resv, err, short = #KEYS == 5 and ARGV[14] == 's'\n", "local one, plan, avail, resv, err, short = false\n"})
+	stageGeneral := cutScript(t, stageTakeScript, [2]string{"local one = #KEYS == 5 and ARGV[14] == 's'\n", "local one = false\n"})
 	reserveGeneral := cutScript(t, reserveScript, [2]string{"if np == 1 and ARGV[7] == 's' then\n", "if false then\n"})
 
 	const route, sku, id, token = "a", "s", "o-1", "tok-1"

@@ -20,7 +20,8 @@ local deadline = now + Nttl(ARGV[8])
 -- plan the home's parts (nothing written yet): one stock part (its keys 3
 -- to 5, its arguments from 13) with plan_one, then take_stock below,
 -- without the plan's tables; any other with plan_parts, then write_parts
-local one, plan, avail, resv, err, short = #KEYS == 5 and ARGV[14] == 's'
+local one = #KEYS == 5 and ARGV[14] == 's'
+local plan, avail, resv, err, short
 if one then
   avail, resv, short = plan_one(KEYS[3], KEYS[4], KEYS[5], Nqty(ARGV[15]), ARGV[7], REDO_OFFSETS)
   if not avail then err = resv end
