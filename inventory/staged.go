@@ -181,7 +181,11 @@ import (
 // home node's parts, all or nothing (staged.go). It writes only where the
 // order has no record (a record marked moved by a topology change is
 // none): any record, failed included, is answered "existing" untouched
-// (the rule "A stage never takes over a record" above).
+// (the rule "A stage never takes over a record" above). It plans the
+// home's parts first, then sets the record only if its key is missing
+// (SET NX), and reads a record's head only when the key is there or the
+// plan refuses (a record to keep answers "existing" before a refusal);
+// the parts are taken after the record, in the same atomic script.
 //
 // KEYS: 1 stamp, 2 order key, then per part: part key, counter key, and
 // redo queue (kind s) or stock hash holding the limit (kind q); the
