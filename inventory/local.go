@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/shardis/shardis/node"
@@ -155,15 +153,15 @@ func localOver(nodeName string, reqs []partReq, userID string, over []int64) (ok
 // decodeLocal reads localScript's reply to k part requests: {"existing"},
 // {"short"}, {"fallback"}, {"limit", part position, held, limit} (the
 // three numbers in offsets), or "reserved:<deadline ms>:<offset>…" with
-// k offsets (decodeReserved).
+// k offsets (replyReader.headInts).
 func decodeLocal(nodeName string, v any, k int) (st localStatus, deadline int64, offsets []int64, err error) {
 	r := newReplyReader(nodeName, localScript.name)
 	if s, ok := v.(string); ok {
-		deadline, offsets = decodeReserved(r, s, k)
+		ints := r.headInts(s, string(localReserved), 1+k)
 		if r.err != nil {
 			return "", 0, nil, r.err
 		}
-		return localReserved, deadline, offsets, nil
+		return localReserved, ints[0], ints[1:], nil
 	}
 	raw := r.list(v, -1)
 	if r.err == nil && len(raw) == 0 {
@@ -189,36 +187,6 @@ func decodeLocal(nodeName string, v any, k int) (st localStatus, deadline int64,
 		}
 		return "", 0, nil, r.err
 	}
-}
-
-// decodeReserved reads s, localScript's reply for a reserved order of k
-// parts: "reserved:<deadline ms>:<offset>…", k non-negative offsets, each
-// number in decimal without a sign or leading zero. Another shape fails
-// r (the outcome unknown, as for any malformed reply).
-func decodeReserved(r *replyReader, s string, k int) (deadline int64, offsets []int64) {
-	bad := func() (int64, []int64) {
-		r.fail(-1, fmt.Sprintf("\"reserved:<deadline>\" and %d \":<offset>\"", k), s)
-		return 0, nil
-	}
-	rest, ok := strings.CutPrefix(s, string(localReserved)+":")
-	if !ok {
-		return bad()
-	}
-	offsets = make([]int64, k)
-	for i := 0; i <= k; i++ { // the deadline, then k offsets: a ':' after each but the last
-		field, more, found := strings.Cut(rest, ":")
-		if found != (i < k) || !canonicalInt(field) {
-			return bad()
-		}
-		rest = more
-		n, _ := strconv.ParseInt(field, 10, 64) // canonicalInt: it parses
-		if i == 0 {
-			deadline = n
-		} else {
-			offsets[i-1] = n
-		}
-	}
-	return deadline, offsets
 }
 
 // localReqs are the parts of an order reserved whole on home under token,

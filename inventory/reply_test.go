@@ -97,8 +97,20 @@ func TestReplyDecodersStrict(t *testing.T) {
 			_, err := decodeStageTake("n1", []any{"existing", "reserved", nil}, 0)
 			return err
 		}},
-		{"stage-take: offset a string", "stage-take", "reply[2]", func() error {
-			_, err := decodeStageTake("n1", []any{"staged", int64(9), "1"}, 1)
+		{"stage-take: staged as a list", "stage-take", "reply[0]", func() error {
+			_, err := decodeStageTake("n1", []any{"staged", int64(9), int64(1)}, 1)
+			return err
+		}},
+		{"stage-take: staged, one offset short", "stage-take", "reply", func() error {
+			_, err := decodeStageTake("n1", "staged:9", 1)
+			return err
+		}},
+		{"stage-take: staged, an offset too many", "stage-take", "reply", func() error {
+			_, err := decodeStageTake("n1", "staged:9:1", 0)
+			return err
+		}},
+		{"stage-take: reserved, not staged", "stage-take", "reply", func() error {
+			_, err := decodeStageTake("n1", "reserved:9:1", 1)
 			return err
 		}},
 		{"pending-due: deadline a string", "pending-due", "reply[0][4]", func() error {
@@ -160,6 +172,13 @@ func TestReplyDecodersStrict(t *testing.T) {
 	}
 	if st, dl, offs, err := decodeLocal("n1", "reserved:0:10", 1); err != nil || st != localReserved || dl != 0 || len(offs) != 1 || offs[0] != 10 {
 		t.Errorf("decodeLocal = %v %v %v %v", st, dl, offs, err)
+	}
+	if st, err := decodeStageTake("n1", "staged:1764412800000:4:0", 2); err != nil || st.status != stageStaged ||
+		st.deadline.UnixMilli() != 1764412800000 || fmt.Sprint(st.offsets) != "[4 0]" {
+		t.Errorf("decodeStageTake = %+v, %v", st, err)
+	}
+	if st, err := decodeStageTake("n1", "staged:1764412800000", 0); err != nil || st.status != stageStaged || len(st.offsets) != 0 {
+		t.Errorf("decodeStageTake(no part) = %+v, %v", st, err)
 	}
 	if st, _, _, err := decodeLocal("n1", []any{"short"}, 2); err != nil || st != localShort {
 		t.Errorf("decodeLocal(short) = %v %v", st, err)

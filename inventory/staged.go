@@ -203,7 +203,8 @@ import (
 // path needs a stable topology, so no quota is counted
 // on a previous node).
 //
-// Returns {"staged", deadline ms, offset per part}, or, writing nothing,
+// Returns "staged:<deadline ms>:<offset>…", an offset per part (one string,
+// as the local reserve answers: lua/prelude.lua's staged_head), or, writing nothing,
 // {"existing", status, token} (the order has a record: the general path
 // handles it) or {"short"} (a part cannot be met in full, or a limited SKU
 // has no user).

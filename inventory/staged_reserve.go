@@ -337,11 +337,18 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 }
 
 // decodeStageTake reads stageTakeScript's reply for k home parts:
-// {"staged", deadline ms, offset per part}, {"existing", record status,
-// record token} or {"short"}. Its outcome is unknown when it is
+// "staged:<deadline ms>:<offset>…" with k offsets (replyReader.headInts),
+// {"existing", record status, record token} or {"short"}. Its outcome is unknown when it is
 // malformed (the caller's outcomeUnknown, as after a timeout).
 func decodeStageTake(nodeName string, v any, k int) (stageReply, error) {
 	r := newReplyReader(nodeName, stageTakeScript.name)
+	if s, ok := v.(string); ok {
+		ints := r.headInts(s, string(stageStaged), 1+k)
+		if r.err != nil {
+			return stageReply{}, r.err
+		}
+		return stageReply{status: stageStaged, deadline: time.UnixMilli(ints[0]), offsets: ints[1:]}, nil
+	}
 	raw := r.list(v, -1)
 	if r.err == nil && len(raw) == 0 {
 		r.fail(-1, "a list starting with a status word", v)
@@ -352,15 +359,6 @@ func decodeStageTake(nodeName string, v any, k int) (stageReply, error) {
 	var out stageReply
 	out.status = stageStatus(r.str(raw, 0))
 	switch out.status {
-	case stageStaged:
-		raw = r.list(v, 2+k)
-		if r.err != nil {
-			break
-		}
-		out.deadline = time.UnixMilli(r.int(raw, 1))
-		for i := 2; i < len(raw); i++ {
-			out.offsets = append(out.offsets, r.int(raw, i))
-		}
 	case stageExisting:
 		raw = r.list(v, 3)
 		if r.err != nil {
@@ -371,7 +369,7 @@ func decodeStageTake(nodeName string, v any, k int) (stageReply, error) {
 	case stageShort:
 		r.list(v, 1)
 	default:
-		r.fail(0, "staged, existing or short", raw[0])
+		r.fail(0, "existing or short (staged is a string)", raw[0])
 	}
 	if r.err != nil {
 		return stageReply{}, r.err

@@ -27,12 +27,15 @@ do
   local function d(n) return string.format('%d', n) end
   I, Idl, Iq = memo(d), memo(d), memo(d)
 end
--- reserved_head(deadline): the head of the local reserve's reply for a
--- reserved order, 'reserved:' and the deadline; its offsets follow, each
--- after a ':' (local.lua, decodeLocal in local.go). One string rather than
--- a table: in a group, a table reply costs the node about 5,000
--- instructions more per order. Kept per deadline, as Idl keeps one.
+-- reserved_head(deadline) and staged_head(deadline): the head of the
+-- local reserve's reply for a reserved order ('reserved:' and the
+-- deadline) and of the stage's for a staged one ('staged:' and the
+-- deadline); the offsets follow, each after a ':' (local.lua,
+-- stage_take.lua; replyReader.headInts reads them). One string rather
+-- than a table: in a group, a table reply costs the node about 2,500
+-- instructions more per order. Each keeps its last, as Idl does.
 local reserved_head = memo(function(d) return 'reserved:' .. string.format('%d', d) end)
+local staged_head = memo(function(d) return 'staged:' .. string.format('%d', d) end)
 -- Nttl, Nqty and Nret: tonumber, each keeping its last (tonumber of a
 -- string parses it twice, about 900 instructions; the orders of one
 -- script call mostly bring the same TTL, quantity and record retention).

@@ -46,13 +46,14 @@ if not (ttl and ttl > 0 and redis.call('SET', key, rec, 'NX', 'EX', ARGV[9])) th
   if status and not takeover then return {'existing', status, token or ''} end
   set_value(key, rec, ttl)
 end
-local out = {'staged', deadline}
 if one then
-  out[3] = take_stock(KEYS[3], KEYS[4], KEYS[5], ARGV[13], Nqty(ARGV[15]), ARGV[16], ARGV[17], avail, resv,
+  local off = take_stock(KEYS[3], KEYS[4], KEYS[5], ARGV[13], Nqty(ARGV[15]), ARGV[16], ARGV[17], avail, resv,
     PENDING, REDO_OFFSETS, Idl(part_due(ARGV[6])), false)
-else
-  for _, off in ipairs(write_parts(plan, PENDING, REDO_OFFSETS, part_due(ARGV[6]))) do
-    out[#out + 1] = off
-  end
+  return staged_head(deadline) .. ':' .. I(off)
 end
-return out
+if #plan == 0 then return staged_head(deadline) end -- no part on the home
+local out = {staged_head(deadline)}
+for _, off in ipairs(write_parts(plan, PENDING, REDO_OFFSETS, part_due(ARGV[6]))) do
+  out[#out + 1] = I(off)
+end
+return table.concat(out, ':')
