@@ -97,6 +97,22 @@ func TestReplyDecodersStrict(t *testing.T) {
 			_, err := decodeStageTake("n1", []any{"existing", "reserved", nil}, 0)
 			return err
 		}},
+		{"reserve: pending, the limit missing", "reserve", "reply", func() error {
+			_, err := decodeReserveReplies("n1", "pending:3:7", 1)
+			return err
+		}},
+		{"reserve: pending, a value too many", "reserve", "reply", func() error {
+			_, err := decodeReserveReplies("n1", "pending:3:7:0:1", 1)
+			return err
+		}},
+		{"reserve: a string not pending", "reserve", "reply", func() error {
+			_, err := decodeReserveReplies("n1", "none:0:0:0", 1)
+			return err
+		}},
+		{"reserve: a string for two parts", "reserve", "reply", func() error {
+			_, err := decodeReserveReplies("n1", "pending:3:7:0", 2)
+			return err
+		}},
 		{"stage-take: staged as a list", "stage-take", "reply[0]", func() error {
 			_, err := decodeStageTake("n1", []any{"staged", int64(9), int64(1)}, 1)
 			return err
@@ -172,6 +188,9 @@ func TestReplyDecodersStrict(t *testing.T) {
 	}
 	if st, dl, offs, err := decodeLocal("n1", "reserved:0:10", 1); err != nil || st != localReserved || dl != 0 || len(offs) != 1 || offs[0] != 10 {
 		t.Errorf("decodeLocal = %v %v %v %v", st, dl, offs, err)
+	}
+	if r, err := decodeReserveReplies("n1", "pending:3:7:5", 1); err != nil || len(r) != 1 || r[0] != (reply{takePending, 3, 7, 5}) {
+		t.Errorf("decodeReserveReplies(pending string) = %v, %v", r, err)
 	}
 	if st, err := decodeStageTake("n1", "staged:1764412800000:4:0", 2); err != nil || st.status != stageStaged ||
 		st.deadline.UnixMilli() != 1764412800000 || fmt.Sprint(st.offsets) != "[4 0]" {

@@ -488,9 +488,17 @@ func (inv *Inventory) reserveReplies(n *node.Node, reqs []partReq, v any) ([]rep
 
 // decodeReserveReplies reads the reserve script's reply to k part
 // requests: one flat list, four values per request (state word, qty,
-// offset, limit).
+// offset, limit), or, for one part taken now, one string
+// "pending:<qty>:<offset>:<limit>" (replyReader.headInts).
 func decodeReserveReplies(nodeName string, v any, k int) ([]reply, error) {
 	r := newReplyReader(nodeName, reserveScript.name)
+	if s, ok := v.(string); ok && k == 1 {
+		ints := r.headInts(s, string(takePending), 3)
+		if r.err != nil {
+			return nil, r.err
+		}
+		return []reply{{state: takePending, qty: ints[0], offset: ints[1], limit: ints[2]}}, nil
+	}
 	raw := r.list(v, 4*k)
 	if r.err != nil {
 		return nil, r.err

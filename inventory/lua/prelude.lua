@@ -36,6 +36,10 @@ end
 -- instructions more per order. Each keeps its last, as Idl does.
 local reserved_head = memo(function(d) return 'reserved:' .. string.format('%d', d) end)
 local staged_head = memo(function(d) return 'staged:' .. string.format('%d', d) end)
+-- pending_head(qty): the head of the reserve script's reply for one part
+-- it takes now, 'pending:' and the quantity; the offset and the SKU's
+-- limit follow, each after a ':' (reserve.lua). Kept per quantity.
+local pending_head = memo(function(q) return 'pending:' .. string.format('%d', q) end)
 -- Nttl, Nqty and Nret: tonumber, each keeping its last (tonumber of a
 -- string parses it twice, about 900 instructions; the orders of one
 -- script call mostly bring the same TTL, quantity and record retention).

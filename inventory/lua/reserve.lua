@@ -44,7 +44,10 @@ if np == 1 and ARGV[7] == 's' then
   next_offset(REDO_OFFSETS, xk)
   zadd_later(redo_seg(xk, off), I(off), id)
   zadd_later(PENDING, deadlineS, pend_pos(xk, off))
-  return {'pending', take, off, limit}
+  -- one string, not a table (prelude.lua, reserved_head says why); a
+  -- limit of 0 or less is no limit, answered 0 (the caller reads only
+  -- whether it is above 0)
+  return pending_head(take) .. ':' .. I(off) .. ':' .. (limit > 0 and string.format('%d', limit) or '0')
 end
 local plan = {}
 local avail, resv, nq = {}, {}, {}
