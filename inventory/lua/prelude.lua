@@ -34,12 +34,15 @@ end
 -- stage_take.lua; replyReader.headInts reads them). One string rather
 -- than a table: in a group, a table reply costs the node about 2,500
 -- instructions more per order. Each keeps its last, as Idl does.
-local reserved_head = memo(function(d) return 'reserved:' .. string.format('%d', d) end)
-local staged_head = memo(function(d) return 'staged:' .. string.format('%d', d) end)
--- pending_head(qty): the head of the reserve script's reply for one part
--- it takes now, 'pending:' and the quantity; the offset and the SKU's
--- limit follow, each after a ':' (reserve.lua). Kept per quantity.
-local pending_head = memo(function(q) return 'pending:' .. string.format('%d', q) end)
+-- pending_head(qty) is the reserve script's, for one part it takes now:
+-- 'pending:' and the quantity, then the offset and the SKU's limit
+-- (reserve.lua). head_memo(word) makes one of them.
+local function head_memo(word)
+  return memo(function(n) return word .. ':' .. string.format('%d', n) end)
+end
+local reserved_head = head_memo('reserved')
+local staged_head = head_memo('staged')
+local pending_head = head_memo('pending')
 -- Nttl, Nqty and Nret: tonumber, each keeping its last (tonumber of a
 -- string parses it twice, about 900 instructions; the orders of one
 -- script call mostly bring the same TTL, quantity and record retention).
