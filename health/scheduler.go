@@ -240,21 +240,23 @@ func (s *Scheduler) probe(e *entry) {
 		changed = e.target.SetDown(err)
 	}
 
-	// Deliver the change while the entry is still in flight, so the next
-	// probe of this target cannot overtake it.
+	// The count is updated with the target's state, before the event, so a
+	// Status read after the event (or after the target changed) agrees with
+	// it. The change is delivered while the entry is still in flight, so the
+	// next probe of this target cannot overtake it.
 	s.mu.Lock()
 	now := s.set.Clock.Now()
 	failures := 0
 	if err != nil {
 		failures = e.failures + 1
 	}
+	e.failures = failures
 	s.mu.Unlock()
 	if changed && s.set.OnChange != nil {
 		s.set.OnChange(Event{Target: e.target.Name(), Up: err == nil, Err: err, FailedProbes: failures, At: now})
 	}
 
 	s.mu.Lock()
-	e.failures = failures
 	if err == nil {
 		e.due = now.Add(s.set.Heartbeat)
 	} else {

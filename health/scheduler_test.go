@@ -785,8 +785,12 @@ func TestOnChangeOrderAndReentrancy(t *testing.T) {
 		defer busy[i].Add(-1)
 		s := sp.Load()
 		// Both would deadlock if OnChange ran under the scheduler's lock.
-		if _, _, ok := s.Status(e.Target); !ok {
+		// Status agrees with the event it is delivered with: a reader that
+		// saw the event (or the target's new state) sees its count.
+		if failed, _, ok := s.Status(e.Target); !ok {
 			statusBad.Store("Status(" + e.Target + ") ok = false")
+		} else if failed != e.FailedProbes {
+			statusBad.Store(fmt.Sprintf("Status(%s) during its event = %d failed probes, event says %d", e.Target, failed, e.FailedProbes))
 		}
 		s.Trigger(e.Target)
 		other := "a"
