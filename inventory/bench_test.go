@@ -79,6 +79,26 @@ func BenchmarkReserve1Item(b *testing.B) {
 	benchReserve(b, inv, []inventory.Item{{Route: "all", SKU: "sku-1", Quantity: 1}})
 }
 
+// BenchmarkReserveMinted reserves 1 unit of a SKU on one node (route r1)
+// under an id minted by NewOrderID given the items, inside the loop: the
+// record sits next to the stock, and the order is one script (the minted
+// hot-SKU row of the benchmarks, one order at a time).
+func BenchmarkReserveMinted(b *testing.B) {
+	inv := benchInventory(b, "sku-1")
+	items := []inventory.Item{{Route: "r1", SKU: "sku-1", Quantity: 1}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		id, err := inv.NewOrderID(ctx, items...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := inv.Reserve(ctx, id, items, "", 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkReserve3Items reserves one unit each of three SKUs on three
 // different nodes (routes r1, r2, r3): begin, three reserve scripts run
 // concurrently, commit.

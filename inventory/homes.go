@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cespare/xxhash/v2"
@@ -108,7 +109,8 @@ const (
 // one buffer.
 func mintIDFrom(node string, b [mintRandHex / 2]byte) string {
 	const digits = "0123456789abcdef"
-	id := make([]byte, 0, 2+len(node)+mintRandHex+mintCheckHex)
+	var arr [96]byte // on the stack for a node name of up to 70 bytes
+	id := slices.Grow(arr[:0], 2+len(node)+mintRandHex+mintCheckHex)
 	id = append(append(append(id, '@'), node...), '#')
 	id = hex.AppendEncode(id, b[:])
 	var d xxhash.Digest

@@ -89,11 +89,14 @@ var errShortSeen = errors.New("inventory: a part was short and nothing was writt
 // when it has none and the home node is short.
 func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID string, items []Item, userID string, ttl time.Duration) (res Reservation, ok bool, err error) {
 	token := newToken()
-	reqs, ok := inv.localReqs(ctx, home, orderID, token, items, userID)
+	// the usual order's requests and parts in arrays of this frame
+	var reqArr [2]partReq
+	var partArr [2]part
+	reqs, ok := inv.localReqs(ctx, reqArr[:0], home, orderID, token, items, userID)
 	if !ok {
 		return Reservation{}, false, nil
 	}
-	keys, args, parts, err := inv.localCall(orderID, token, digestOf(items, userID), userID, ttl, reqs)
+	keys, args, parts, err := inv.localCall(partArr[:0], orderID, token, digestOf(items, userID), userID, ttl, reqs)
 	if err != nil {
 		return Reservation{}, true, err
 	}
@@ -104,7 +107,8 @@ func (inv *Inventory) reserveLocal(ctx context.Context, home *node.Node, orderID
 		}
 		return Reservation{}, true, err
 	}
-	st, dl, offs, err := decodeLocal(home.Name(), v, len(reqs))
+	var ints [8]int64 // the reply's numbers: no allocation for up to 7 parts
+	st, dl, offs, err := decodeLocal(home.Name(), v, len(reqs), ints[:])
 	if err == nil && st == localLimit {
 		ok, err := localOver(home.Name(), reqs, userID, offs)
 		return Reservation{}, ok, err
@@ -153,11 +157,13 @@ func localOver(nodeName string, reqs []partReq, userID string, over []int64) (ok
 // decodeLocal reads localScript's reply to k part requests: {"existing"},
 // {"short"}, {"fallback"}, {"limit", part position, held, limit} (the
 // three numbers in offsets), or "reserved:<deadline ms>:<offset>…" with
-// k offsets (replyReader.headInts).
-func decodeLocal(nodeName string, v any, k int) (st localStatus, deadline int64, offsets []int64, err error) {
+// k offsets (replyReader.headInts). The numbers are appended to buf (the
+// caller's array, so that the reply costs no allocation: offsets is a
+// part of it).
+func decodeLocal(nodeName string, v any, k int, buf []int64) (st localStatus, deadline int64, offsets []int64, err error) {
 	r := newReplyReader(nodeName, localScript.name)
 	if s, ok := v.(string); ok {
-		ints := r.headInts(s, string(localReserved), 1+k)
+		ints := r.headInts(buf[:0], s, string(localReserved), 1+k)
 		if r.err != nil {
 			return "", 0, nil, r.err
 		}
@@ -179,7 +185,7 @@ func decodeLocal(nodeName string, v any, k int) (st localStatus, deadline int64,
 		if r.err != nil {
 			return "", 0, nil, r.err
 		}
-		offsets = []int64{r.int(raw, 1), r.int(raw, 2), r.int(raw, 3)}
+		offsets = append(buf[:0], r.int(raw, 1), r.int(raw, 2), r.int(raw, 3))
 		return st, 0, offsets, r.err
 	default:
 		if r.err == nil {
@@ -190,10 +196,10 @@ func decodeLocal(nodeName string, v any, k int) (st localStatus, deadline int64,
 }
 
 // localReqs are the parts of an order reserved whole on home under token,
-// or false when some item's first choice is another node (or the user's
-// quota node is, or the topology is migrating and the order has a user).
-func (inv *Inventory) localReqs(ctx context.Context, home *node.Node, orderID, token string, items []Item, userID string) ([]partReq, bool) {
-	var reqs []partReq
+// appended to reqs, or false when some item's first choice is another
+// node (or the user's quota node is, or the topology is migrating and the
+// order has a user).
+func (inv *Inventory) localReqs(ctx context.Context, reqs []partReq, home *node.Node, orderID, token string, items []Item, userID string) ([]partReq, bool) {
 	for i, it := range items {
 		set, _ := inv.set(ctx, it.Route)
 		if !inv.itemHomeFirst(set, home, userID) {
@@ -220,12 +226,11 @@ func (inv *Inventory) localReqs(ctx context.Context, home *node.Node, orderID, t
 }
 
 // localCall is localScript's keys and arguments for reqs, and the parts
-// they take (offsets 0: the script hands them out). It fails with
+// they take, appended to parts (offsets 0: the script hands them out). It fails with
 // ErrInvalid when a record has no template (rectemplate.go). The strings
 // it builds (the order and part keys, the record templates) are cut from
 // one allocation.
-func (inv *Inventory) localCall(orderID, token, digest, userID string, ttl time.Duration, reqs []partReq) ([]string, []any, []part, error) {
-	parts := make([]part, 0, len(reqs))
+func (inv *Inventory) localCall(parts []part, orderID, token, digest, userID string, ttl time.Duration, reqs []partReq) ([]string, []any, []part, error) {
 	for _, r := range reqs {
 		p := r.part
 		if p.Kind == PartStock {
@@ -255,10 +260,9 @@ func (inv *Inventory) localCall(orderID, token, digest, userID string, ttl time.
 		return nil, nil, nil, err
 	}
 	s, c := frozen(buf), pieceCutter{ends: ends}
-	keys := make([]string, 0, 1+3*len(reqs))
-	keys = append(keys, c.next(s))
-	args := make([]any, 0, 4+len(parts)+5*len(reqs))
 	box := newArgBox(3+len(parts)+3*len(reqs), 1+len(reqs))
+	keys := append(box.keySlice(1+3*len(reqs)), c.next(s))
+	args := box.argSlice(4 + len(parts) + 5*len(reqs))
 	args = append(args, box.str(userID), box.int(ms(ttl)))
 	for range 2 + len(parts) {
 		args = append(args, box.str(c.next(s)))

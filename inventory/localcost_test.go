@@ -29,14 +29,13 @@ var localCostCuts = []struct {
 		{"  zadd_later(pending, pdlS, pend_pos(xk, off))\n", ""}}},
 	{"with a part record (the SET its inline part saves)", [][2]string{
 		{"want, nil, nil, avail, resv, PENDING, REDO_OFFSETS, Idl(pdl), true)\n", "want, 'p', 'q', avail, resv, PENDING, REDO_OFFSETS, Idl(pdl), false)\n"}}},
-	{"without the EXISTS of the part's key", [][2]string{
-		{"  if redis.call('EXISTS', pk) == 1 then return nil end\n", ""}}},
-	{"without the EXISTS and both ZADDs", [][2]string{
-		{"  if redis.call('EXISTS', pk) == 1 then return nil end\n", ""},
+	{"with the EXISTS of the part's key (an inline part's, which cannot exist)", [][2]string{
+		{"  if not inline and redis.call('EXISTS', pk) == 1 then return nil end\n", "  if redis.call('EXISTS', pk) == 1 then return nil end\n"}}},
+	{"without both ZADDs", [][2]string{
 		{"  zadd_later(pending, pdlS, pend_pos(xk, off))\n", ""},
 		{"  zadd_later(redo_seg(xk, off), I(off), id)\n", ""}}},
 	{"with the record's head read first", [][2]string{
-		{"  local pk, ck, xk, want = KEYS[3]", "  if kept() then return {'existing'} end\n  local pk, ck, xk, want = KEYS[3]"}}},
+		{"  local pk, ck, xk, want = KEYS[3]", "  if order_kept(key) then return {'existing'} end\n  local pk, ck, xk, want = KEYS[3]"}}},
 	{"the plan only (reads, checks; no write)", [][2]string{
 		{"  zset_ok(PENDING) -- the pending index must be a sorted set\n  local off", "  do return {'short'} end\n  local off"}}},
 	{"the plan, then the record SET", [][2]string{
@@ -170,12 +169,12 @@ func localCostGroups(t *testing.T, e *groupEnv) func(s *luaScript, per int) {
 		calls := make([]*groupCall, per)
 		for j := range calls {
 			id, tok := "cost-"+strconv.FormatInt(seq.Add(1), 10), newToken()
-			reqs, ok := inv.localReqs(ctx, home, id, tok, items, "")
+			reqs, ok := inv.localReqs(ctx, nil, home, id, tok, items, "")
 			if !ok {
 				t.Error("the order is not local")
 				return
 			}
-			keys, args, _, err := inv.localCall(id, tok, digestOf(items, ""), "", time.Hour, reqs)
+			keys, args, _, err := inv.localCall(nil, id, tok, digestOf(items, ""), "", time.Hour, reqs)
 			if err != nil {
 				t.Error(err)
 				return

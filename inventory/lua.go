@@ -364,9 +364,12 @@ type argBox struct {
 	strs []string
 	ints []int64
 	// the slices' arrays when they fit (the usual one- or two-part call):
-	// the box is then one allocation
+	// the box is then one allocation, with the call's keys and arguments
+	// (keySlice, argSlice)
 	strArr [12]string
 	intArr [4]int64
+	keyArr [8]string
+	argArr [16]any
 }
 
 // newArgBox is a box for about ns strings and ni integers (more only cost
@@ -381,6 +384,23 @@ func newArgBox(ns, ni int) *argBox {
 		b.ints = make([]int64, 0, ni)
 	}
 	return b
+}
+
+// keySlice is an empty slice for a call's n keys: the box's own array
+// when they fit, so that they cost no allocation of their own.
+func (b *argBox) keySlice(n int) []string {
+	if n <= len(b.keyArr) {
+		return b.keyArr[:0]
+	}
+	return make([]string, 0, n)
+}
+
+// argSlice is keySlice for a call's n arguments.
+func (b *argBox) argSlice(n int) []any {
+	if n <= len(b.argArr) {
+		return b.argArr[:0]
+	}
+	return make([]any, 0, n)
 }
 
 // str is v as an argument.

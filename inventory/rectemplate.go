@@ -46,10 +46,32 @@ import (
 // layouts' separators among them).
 func hasControl(values ...string) bool {
 	for _, v := range values {
-		for i := 0; i < len(v); i++ {
-			if v[i] < 0x20 {
-				return true
-			}
+		if controlIn(v) {
+			return true
+		}
+	}
+	return false
+}
+
+// controlIn reports whether v holds a byte below 0x20, eight bytes at a
+// time: a byte b < 0x20 is the only one for which (b - 0x20) borrows into
+// its high bit while b's own high bit is clear (the "has a byte less than
+// n" test, exact for n <= 0x80); a borrow only runs on from a byte that
+// already set its flag. Every order checks its ids and template pieces
+// with it.
+func controlIn(v string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(v); i += 8 {
+		x := uint64(v[i]) | uint64(v[i+1])<<8 | uint64(v[i+2])<<16 | uint64(v[i+3])<<24 |
+			uint64(v[i+4])<<32 | uint64(v[i+5])<<40 | uint64(v[i+6])<<48 | uint64(v[i+7])<<56
+		if (x-ones*0x20)&^x&highs != 0 {
+			return true
+		}
+	}
+	for ; i < len(v); i++ {
+		if v[i] < 0x20 {
+			return true
 		}
 	}
 	return false

@@ -335,3 +335,35 @@ func partTemplate(orderID, token string, r partReq) (a, b string, err error) {
 	s := string(buf)
 	return s[:cut], s[cut:], nil
 }
+
+// TestControlIn holds the eight-bytes-at-a-time check against the plain
+// loop: every byte value at every position of strings of 0 to 20 bytes,
+// among bytes just above the bound (0x20) and high ones (0x80, 0xff),
+// whose borrows and high bits are what the word test must not misread.
+func TestControlIn(t *testing.T) {
+	plain := func(v string) bool {
+		for i := 0; i < len(v); i++ {
+			if v[i] < 0x20 {
+				return true
+			}
+		}
+		return false
+	}
+	for _, fill := range []byte{0x20, 0x21, 0x7f, 0x80, 0xa0, 0xff} {
+		for n := 0; n <= 20; n++ {
+			base := strings.Repeat(string([]byte{fill}), n)
+			if controlIn(base) {
+				t.Fatalf("controlIn(%d × %#x) = true", n, fill)
+			}
+			for pos := 0; pos < n; pos++ {
+				for b := 0; b < 256; b++ {
+					v := []byte(base)
+					v[pos] = byte(b)
+					if got, want := controlIn(string(v)), plain(string(v)); got != want {
+						t.Fatalf("controlIn(%q) = %v, want %v", v, got, want)
+					}
+				}
+			}
+		}
+	}
+}

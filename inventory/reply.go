@@ -334,23 +334,25 @@ func malformed(n *node.Node, s *luaScript, v any, want string) error {
 // headInts reads s, a script's one-string reply "<word>:<n1>:<n2>…" of n
 // non-negative integers, each as Lua's '%d' writes it (canonicalInt); it
 // is how the reserve scripts answer success (a string costs the node less
-// than a table in a group: lua/prelude.lua's reserved_head). Another
-// shape fails r (the outcome unknown, as for any malformed reply).
-func (r *replyReader) headInts(s, word string, n int) []int64 {
-	rest, ok := strings.CutPrefix(s, word+":")
+// than a table in a group: lua/prelude.lua's reserved_head). It appends
+// the integers to dst and returns it (a caller's array, so that the hot
+// path allocates nothing here). Another shape fails r (the outcome
+// unknown, as for any malformed reply) and returns nil.
+func (r *replyReader) headInts(dst []int64, s, word string, n int) []int64 {
+	rest, ok := strings.CutPrefix(s, word)
+	if ok {
+		rest, ok = strings.CutPrefix(rest, ":")
+	}
+	for i := 0; ok && i < n; i++ { // a ':' after each but the last
+		field, more, found := strings.Cut(rest, ":")
+		if ok = found == (i < n-1) && canonicalInt(field); ok {
+			v, _ := strconv.ParseInt(field, 10, 64) // canonicalInt: it parses
+			dst, rest = append(dst, v), more
+		}
+	}
 	if !ok {
 		r.fail(-1, fmt.Sprintf("%q and %d integers after ':'", word, n), s)
 		return nil
 	}
-	out := make([]int64, n)
-	for i := range n { // a ':' after each but the last
-		field, more, found := strings.Cut(rest, ":")
-		if found != (i < n-1) || !canonicalInt(field) {
-			r.fail(-1, fmt.Sprintf("%q and %d integers after ':'", word, n), s)
-			return nil
-		}
-		rest = more
-		out[i], _ = strconv.ParseInt(field, 10, 64) // canonicalInt: it parses
-	}
-	return out
+	return dst
 }

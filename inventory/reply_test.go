@@ -61,7 +61,7 @@ func TestReplyDecodersStrict(t *testing.T) {
 			return err
 		}},
 		{"reserve-local: reserved as a list", "reserve-local", "reply[0]", func() error {
-			_, _, _, err := decodeLocal("n1", []any{"reserved", int64(9), int64(3)}, 1)
+			_, _, _, err := decodeLocal("n1", []any{"reserved", int64(9), int64(3)}, 1, nil)
 			return err
 		}},
 	} {
@@ -70,7 +70,7 @@ func TestReplyDecodersStrict(t *testing.T) {
 	// "reserved:<deadline>:<offset>…": every way the string can be wrong
 	for _, s := range []string{"reserved", "reserved:", "reserved:9", "reserved:9:", "reserved::3", "reserved:9:3:", "reserved:9:3:4",
 		"reserved:x:3", "reserved:9:-3", "reserved:9:+3", "reserved:09:3", "reserved:9:3x", "reserve:9:3", "Reserved:9:3", "reserved:9:1234567890123456789"} {
-		_, _, _, err := decodeLocal("n1", s, 1)
+		_, _, _, err := decodeLocal("n1", s, 1, nil)
 		wantMalformed(t, "reserve-local: "+s, err, "reserve-local", "reply")
 	}
 	for _, c := range []struct {
@@ -78,11 +78,11 @@ func TestReplyDecodersStrict(t *testing.T) {
 		decode           func() error
 	}{
 		{"reserve-local: limit one number short", "reserve-local", "reply", func() error {
-			_, _, _, err := decodeLocal("n1", []any{"limit", int64(1), int64(2)}, 1)
+			_, _, _, err := decodeLocal("n1", []any{"limit", int64(1), int64(2)}, 1, nil)
 			return err
 		}},
 		{"reserve-local: limit held a string", "reserve-local", "reply[2]", func() error {
-			_, _, _, err := decodeLocal("n1", []any{"limit", int64(1), "2", int64(5)}, 1)
+			_, _, _, err := decodeLocal("n1", []any{"limit", int64(1), "2", int64(5)}, 1, nil)
 			return err
 		}},
 		{"reserve-local: limit for a stock part", "reserve-local", "reply[1]", func() error {
@@ -90,7 +90,7 @@ func TestReplyDecodersStrict(t *testing.T) {
 			return err
 		}},
 		{"reserve-local: unknown word", "reserve-local", "reply[0]", func() error {
-			_, _, _, err := decodeLocal("n1", []any{"taken"}, 0)
+			_, _, _, err := decodeLocal("n1", []any{"taken"}, 0, nil)
 			return err
 		}},
 		{"stage-take: existing token nil", "stage-take", "reply[2]", func() error {
@@ -183,10 +183,10 @@ func TestReplyDecodersStrict(t *testing.T) {
 		r[0] != (reply{takePending, 1, 2, 0}) || r[1] != (reply{takeNone, 0, 0, 5}) {
 		t.Errorf("decodeReserveReplies = %v, %v", r, err)
 	}
-	if st, dl, offs, err := decodeLocal("n1", "reserved:1764412800000:3:0", 2); err != nil || st != localReserved || dl != 1764412800000 || offs[0] != 3 || offs[1] != 0 {
+	if st, dl, offs, err := decodeLocal("n1", "reserved:1764412800000:3:0", 2, nil); err != nil || st != localReserved || dl != 1764412800000 || offs[0] != 3 || offs[1] != 0 {
 		t.Errorf("decodeLocal = %v %v %v %v", st, dl, offs, err)
 	}
-	if st, dl, offs, err := decodeLocal("n1", "reserved:0:10", 1); err != nil || st != localReserved || dl != 0 || len(offs) != 1 || offs[0] != 10 {
+	if st, dl, offs, err := decodeLocal("n1", "reserved:0:10", 1, nil); err != nil || st != localReserved || dl != 0 || len(offs) != 1 || offs[0] != 10 {
 		t.Errorf("decodeLocal = %v %v %v %v", st, dl, offs, err)
 	}
 	if r, err := decodeReserveReplies("n1", "pending:3:7:5", 1); err != nil || len(r) != 1 || r[0] != (reply{takePending, 3, 7, 5}) {
@@ -199,10 +199,10 @@ func TestReplyDecodersStrict(t *testing.T) {
 	if st, err := decodeStageTake("n1", "staged:1764412800000", 0); err != nil || st.status != stageStaged || len(st.offsets) != 0 {
 		t.Errorf("decodeStageTake(no part) = %+v, %v", st, err)
 	}
-	if st, _, _, err := decodeLocal("n1", []any{"short"}, 2); err != nil || st != localShort {
+	if st, _, _, err := decodeLocal("n1", []any{"short"}, 2, nil); err != nil || st != localShort {
 		t.Errorf("decodeLocal(short) = %v %v", st, err)
 	}
-	if st, _, over, err := decodeLocal("n1", []any{"limit", int64(2), int64(3), int64(5)}, 2); err != nil || st != localLimit || fmt.Sprint(over) != "[2 3 5]" {
+	if st, _, over, err := decodeLocal("n1", []any{"limit", int64(2), int64(3), int64(5)}, 2, nil); err != nil || st != localLimit || fmt.Sprint(over) != "[2 3 5]" {
 		t.Errorf("decodeLocal(limit) = %v %v %v", st, over, err)
 	}
 	if b, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{entry()}, int64(0), int64(1)}}, int64(250)},

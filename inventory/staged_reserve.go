@@ -323,10 +323,9 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 		return nil, nil, err
 	}
 	s, c := frozen(buf), pieceCutter{ends: ends}
-	keys := make([]string, 0, 1+3*len(reqs))
-	keys = append(keys, c.next(s))
-	args := make([]any, 0, 9+5*len(reqs))
 	box := newArgBox(6+3*len(reqs), 2+len(reqs))
+	keys := append(box.keySlice(1+3*len(reqs)), c.next(s))
+	args := box.argSlice(9 + 5*len(reqs))
 	args = append(args, box.str(orderID), box.str(token), box.str(due.arg()), box.str(userID), box.int(ms(ttl)), box.int(seconds(inv.cfg.Retention)),
 		box.str(c.next(s)), box.str(c.next(s)), box.str(string(mutation)))
 	for _, r := range reqs {
@@ -343,7 +342,7 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 func decodeStageTake(nodeName string, v any, k int) (stageReply, error) {
 	r := newReplyReader(nodeName, stageTakeScript.name)
 	if s, ok := v.(string); ok {
-		ints := r.headInts(s, string(stageStaged), 1+k)
+		ints := r.headInts(make([]int64, 0, 1+k), s, string(stageStaged), 1+k)
 		if r.err != nil {
 			return stageReply{}, r.err
 		}

@@ -459,9 +459,9 @@ func reserveCall(orderID, token string, deadline partDue, reqs []partReq) ([]str
 		return nil, nil, err
 	}
 	s, c := frozen(buf), pieceCutter{ends: ends}
-	keys := make([]string, 0, 3*len(reqs))
-	args := make([]any, 0, 2+6*len(reqs))
 	box := newArgBox(2+4*len(reqs), len(reqs))
+	keys := box.keySlice(3 * len(reqs))
+	args := box.argSlice(2 + 6*len(reqs))
 	args = append(args, box.str(orderID), box.str(deadline.arg()))
 	for _, r := range reqs {
 		last := box.str(r.queue)
@@ -493,7 +493,8 @@ func (inv *Inventory) reserveReplies(n *node.Node, reqs []partReq, v any) ([]rep
 func decodeReserveReplies(nodeName string, v any, k int) ([]reply, error) {
 	r := newReplyReader(nodeName, reserveScript.name)
 	if s, ok := v.(string); ok && k == 1 {
-		ints := r.headInts(s, string(takePending), 3)
+		var buf [3]int64
+		ints := r.headInts(buf[:0], s, string(takePending), 3)
 		if r.err != nil {
 			return nil, r.err
 		}

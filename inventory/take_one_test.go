@@ -161,22 +161,22 @@ func TestTakeOneAsPlan(t *testing.T) {
 		call        func() ([]string, []any, error)
 	}{
 		{"local", localScript, localGeneral, func() ([]string, []any, error) {
-			reqs, ok := inv.localReqs(ctx, e.n, id, token, items, "")
+			reqs, ok := inv.localReqs(ctx, nil, e.n, id, token, items, "")
 			if !ok {
 				t.Fatal("the order is not local")
 			}
-			keys, args, _, err := inv.localCall(id, token, digestOf(items, ""), "", time.Hour, reqs)
+			keys, args, _, err := inv.localCall(nil, id, token, digestOf(items, ""), "", time.Hour, reqs)
 			return keys, args, err
 		}},
 		{"stage-take", stageTakeScript, stageGeneral, func() ([]string, []any, error) {
-			reqs, ok := inv.localReqs(ctx, e.n, id, token, items, "")
+			reqs, ok := inv.localReqs(ctx, nil, e.n, id, token, items, "")
 			if !ok {
 				t.Fatal("the order is not local")
 			}
 			return inv.stageTakeCall(id, token, partDue{hold: time.Minute}, "", time.Hour, digestOf(items, ""), "", "", reqs)
 		}},
 		{"reserve", reserveScript, reserveGeneral, func() ([]string, []any, error) {
-			reqs, ok := inv.localReqs(ctx, e.n, id, token, items, "")
+			reqs, ok := inv.localReqs(ctx, nil, e.n, id, token, items, "")
 			if !ok {
 				t.Fatal("the order is not local")
 			}

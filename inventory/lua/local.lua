@@ -3,12 +3,6 @@ local key = KEYS[2]
 local np = (#KEYS - 2) / 3
 local deadline = now + Nttl(ARGV[5])
 local pdl = deadline + PART_GRACE
--- whether the order has a record to keep: one that is not a failed
--- attempt's and carries no moved mark (this script replaces those)
-local function kept()
-  local status, moved = order_head(key)
-  return status and not moved and status ~= 'failed'
-end
 -- the record the caller encoded (rectemplate.go), the node's values in
 -- its holes: created, then each part's offset (none for a quota part);
 -- it replaces a failed or moved record, reserved: no TTL until decided
@@ -24,9 +18,9 @@ if np == 1 and ARGV[10] == 's' then
   -- with nothing written. The script is atomic, so no one sees these
   -- steps in another order.
   local pk, ck, xk, want = KEYS[3], KEYS[4], KEYS[5], Nqty(ARGV[11])
-  local avail, resv, short = plan_one(pk, ck, xk, want, ARGV[4], REDO_OFFSETS)
+  local avail, resv, short = plan_one(pk, ck, xk, want, ARGV[4], REDO_OFFSETS, true)
   if not avail then
-    if kept() then return {'existing'} end
+    if order_kept(key) then return {'existing'} end
     if resv then return resv end -- an error reply
     return {short and 'short' or 'fallback'}
   end
@@ -34,13 +28,13 @@ if np == 1 and ARGV[10] == 's' then
   local off = offset_at(REDO_OFFSETS, xk) + 1 -- the offset take_stock hands out
   local rec = ARGV[6] .. nowS .. ARGV[7] .. I(off) .. ARGV[8]
   if not redis.call('SET', key, rec, 'NX') then
-    if kept() then return {'existing'} end
+    if order_kept(key) then return {'existing'} end
     set_value(key, rec, false)
   end
   take_stock(pk, ck, xk, ARGV[9], want, nil, nil, avail, resv, PENDING, REDO_OFFSETS, Idl(pdl), true)
   return reserved_head(deadline) .. ':' .. I(off)
 end
-if kept() then return {'existing'} end
+if order_kept(key) then return {'existing'} end
 zset_ok(PENDING) -- the pending index must be a sorted set
 local plan, err, short, over = plan_parts(KEYS, ARGV, kb + 3, ab + 8 + np, np, ARGV[4], REDO_OFFSETS, true)
 if err then return err end

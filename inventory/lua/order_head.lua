@@ -46,3 +46,11 @@ local function order_head(key, tok)
   if token == '' then token = nil end
   return st, moved, token
 end
+-- order_kept(key) is whether the order at key has a record to keep: one
+-- that is not a failed attempt's and carries no moved mark (the local
+-- reserve replaces those: lua/local.lua). A function of the library, not
+-- a closure per call.
+local function order_kept(key)
+  local status, moved = order_head(key)
+  return status and not moved and status ~= 'failed'
+end

@@ -23,7 +23,7 @@ local deadline = now + Nttl(ARGV[8])
 local one = #KEYS == 5 and ARGV[14] == 's'
 local plan, avail, resv, err, short
 if one then
-  avail, resv, short = plan_one(KEYS[3], KEYS[4], KEYS[5], Nqty(ARGV[15]), ARGV[7], REDO_OFFSETS)
+  avail, resv, short = plan_one(KEYS[3], KEYS[4], KEYS[5], Nqty(ARGV[15]), ARGV[7], REDO_OFFSETS, false)
   if not avail then err = resv end
 else
   plan, err, short = plan_parts(KEYS, ARGV, kb + 3, ab + 13, (#KEYS - 2) / 3, ARGV[7], REDO_OFFSETS, false)

@@ -33,7 +33,15 @@
 -- the part's record, unless inline (the caller's order record holds the
 -- part: inline.go). It returns the part's redo offset.
 --
--- plan_one(pk, ck, xk, want, user, offsets) then take_stock is
+-- An inline stock part's key is not read: it cannot exist yet. Its id
+-- names the attempt's token (stockPartID), which is new for each attempt
+-- (newToken) and sent in one script call only (one try: node.go never
+-- replays a command, and a Faults hook sends a call at most once), and
+-- its key is written only from the record this call writes (inline.go:
+-- a decision or a move writes it first). Every other part's key is
+-- checked (EXISTS): there a record may be a retry's fence.
+--
+-- plan_one(pk, ck, xk, want, user, offsets, inline) then take_stock is
 -- plan_parts then write_parts for a plan of one stock part (part key pk,
 -- counter ck, redo queue xk, appendPartPieces' id, want and template
 -- pieces), without the plan's tables, in the same order
@@ -57,7 +65,7 @@ local function plan_parts(K, A, kb, ab, np, user, offsets, inline)
     else
       p.ra, p.rb, a = A[a + 3], A[a + 4], a + 5
     end
-    if redis.call('EXISTS', p.pk) == 1 then return nil end
+    if not (inline and p.kind == 's') and redis.call('EXISTS', p.pk) == 1 then return nil end
     local err
     if p.kind == 's' then
       if avail[p.ck] == nil then
@@ -117,8 +125,8 @@ local function write_parts(plan, pending, offsets, pdl, inline)
   end
   return offs
 end
-local function plan_one(pk, ck, xk, want, user, offsets)
-  if redis.call('EXISTS', pk) == 1 then return nil end
+local function plan_one(pk, ck, xk, want, user, offsets, inline)
+  if not inline and redis.call('EXISTS', pk) == 1 then return nil end
   local avail, err = stock_int(ck, 1, ' available')
   if err then return nil, err end
   local resv
