@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -195,12 +196,14 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 		carried = inv.takeCarried(n, token, max(inv.opts.GroupCommit, 1))
 	}
 	nk, na := 1+len(carried), 4+2*len(carried)+1
-	counts := make([]byte, 0, groupCountSize*len(calls))
+	h := &groupHead{name: n.Name(), token: token}
+	counts := h.arr[:0]
 	for _, c := range calls {
 		nk += len(c.keys)
 		na += len(c.args)
 		counts = appendGroupCounts(counts, len(c.keys), len(c.args))
 	}
+	h.counts = unsafe.String(unsafe.SliceData(counts), len(counts)) // counts is not written again
 	// the command line: the keys (the stamp, the calls', the carried
 	// commits' order keys), then the arguments (the header, the calls'
 	// counts, the calls', the carried commits' and their count)
@@ -212,7 +215,7 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 	for _, c := range carried {
 		a = append(a, orderKey(c.orderID))
 	}
-	a = append(a, n.Name(), token, partKeyPrefixArg, counts)
+	a = append(a, &h.name, &h.token, partKeyPrefixArg, &h.counts)
 	for _, c := range calls {
 		a = append(a, c.args...)
 	}
@@ -242,6 +245,15 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 		}
 		close(c.done)
 	}
+}
+
+// groupHead holds the header arguments of one group's script call, so
+// that they are one allocation rather than one each (go-redis writes a
+// *string as its value): the node's name, the epoch token, and the calls'
+// counts (in arr when they fit: a group of up to 8 calls).
+type groupHead struct {
+	name, token, counts string
+	arr                 [8 * groupCountSize]byte
 }
 
 // groupCountSize is the bytes a group's counts argument holds per call:

@@ -3,6 +3,7 @@ package inventory
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -58,8 +59,8 @@ func encodeOrderParts(orderID, token string, parts []OrderPart) string {
 	if strings.ContainsAny(token, partsRS+partsUS) {
 		return encodeOrderPartsJSON(parts)
 	}
-	b := make([]byte, 0, len(partsLayout2)+len(token)+48*len(parts))
-	b = append(append(b, partsLayout2...), token...)
+	var arr [256]byte // built on the stack when it fits: one allocation, the string
+	b := append(append(slices.Grow(arr[:0], len(partsLayout2)+len(token)+48*len(parts)), partsLayout2...), token...)
 	for _, p := range parts {
 		var ok bool
 		if b, _, ok = appendLayout2Entry(b, orderID, token, p); !ok {

@@ -384,15 +384,26 @@ func decodeStageTake(nodeName string, v any, k int) (stageReply, error) {
 func (inv *Inventory) planStaged(ctx context.Context, home *node.Node, orderID, token string, items []Item, userID string) (map[*node.Node][]partReq, []part, bool) {
 	batches := make(map[*node.Node][]partReq, len(items))
 	promised := make([]part, 0, len(items)+1) // and a quota part
+	// a node's first request is cut from one array (capacity 1: a second
+	// one on the same node grows its own), so that an order of one item
+	// per node allocates once for its requests
+	firsts := make([]partReq, 0, len(items)+1)
 	away := false
 	add := func(n *node.Node, r partReq) {
-		batches[n] = append(batches[n], r)
+		if cur, ok := batches[n]; ok {
+			batches[n] = append(cur, r)
+		} else {
+			firsts = append(firsts, r)
+			k := len(firsts) - 1
+			batches[n] = firsts[k : k+1 : k+1]
+		}
 		promised = append(promised, r.part)
 		away = away || n != home
 	}
 	for i, it := range items {
 		set, _ := inv.set(ctx, it.Route)
-		c := inv.itemCandidates(set, home, orderID, it.SKU, userID)
+		var cb [4]*node.Node // only the first choice is kept
+		c := inv.appendItemCandidates(cb[:0], set, home, orderID, it.SKU, userID)
 		if len(c) == 0 {
 			return nil, nil, false
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -259,13 +260,30 @@ func (t *takeRun) shortfall() error {
 // route. Which node is tried first is a choice of cost only: every take
 // is all-or-part of what the node holds, the same on any node.
 func (inv *Inventory) itemCandidates(set *router.Set, home *node.Node, orderID, sku, userID string) []*node.Node {
+	return inv.appendItemCandidates(make([]*node.Node, 0, 4), set, home, orderID, sku, userID)
+}
+
+// appendItemCandidates is itemCandidates appending to dst (a caller's
+// array: no allocation for a route of up to its length).
+func (inv *Inventory) appendItemCandidates(dst []*node.Node, set *router.Set, home *node.Node, orderID, sku, userID string) []*node.Node {
+	var kb [96]byte
+	key := spreadKey(kb[:0], orderID, sku)
 	if userID != "" {
 		q := quotaNode(set, userID)
-		if c := set.Spread(orderID+sku, q, inv.usable); len(c) == 0 || c[0] == q {
+		if c := set.AppendSpread(dst, key, q, inv.usable); len(c) == len(dst) || c[len(dst)] == q {
 			return c
 		}
 	}
-	return set.Spread(orderID+sku, home, inv.usable)
+	return set.AppendSpread(dst, key, home, inv.usable)
+}
+
+// spreadKey is the key an item's candidates are spread by, orderID+sku,
+// in buf (a caller's array when it fits). The string is buf's bytes, not
+// a copy: it is for Set.AppendSpread, which keeps no key, and must not be
+// kept either.
+func spreadKey(buf []byte, orderID, sku string) string {
+	b := append(append(buf, orderID...), sku...)
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // itemHomeFirst reports whether itemCandidates(set, home, …, userID)

@@ -158,7 +158,14 @@ func (s *Set) SpreadsFirst(first *node.Node, accept func(*node.Node) bool) bool 
 // node-down policy does not apply: any node holding a share serves, so a
 // down node is skipped, never waited for. It allocates the result.
 func (s *Set) Spread(key string, first *node.Node, accept func(*node.Node) bool) []*node.Node {
-	out := make([]*node.Node, 0, len(s.nodes))
+	return s.AppendSpread(make([]*node.Node, 0, len(s.nodes)), key, first, accept)
+}
+
+// AppendSpread is Spread appending its nodes to dst (which it may grow)
+// and returning the result: with a caller's array, it allocates nothing.
+// Neither key nor dst's nodes are kept.
+func (s *Set) AppendSpread(dst []*node.Node, key string, first *node.Node, accept func(*node.Node) bool) []*node.Node {
+	out, base := dst, len(dst)
 	w := s.ring.Walk(key)
 	for i, ok := w.Next(); ok; i, ok = w.Next() {
 		n := s.nodes[i]
@@ -167,8 +174,8 @@ func (s *Set) Spread(key string, first *node.Node, accept func(*node.Node) bool)
 		}
 		if n == first {
 			out = append(out, nil)
-			copy(out[1:], out)
-			out[0] = n
+			copy(out[base+1:], out[base:])
+			out[base] = n
 			continue
 		}
 		out = append(out, n)

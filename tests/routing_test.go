@@ -278,6 +278,14 @@ func TestSetSpread(t *testing.T) {
 		if got := names(set.Spread(key, last, nil)); !slices.Equal(got, want) {
 			t.Fatalf("Spread(%q, %s, nil) = %v, want %v", key, last.Name(), got, want)
 		}
+		// AppendSpread leaves what dst held in front and orders its own
+		// nodes as Spread does (first moved to the front of them)
+		n1, _ := r.Node("n1")
+		prefix := []*node.Node{n1, n1}
+		got := names(set.AppendSpread(prefix, key, last, nil))
+		if wantApp := append([]string{"n1", "n1"}, want...); !slices.Equal(got, wantApp) {
+			t.Fatalf("AppendSpread([n1 n1], %q, %s, nil) = %v, want %v", key, last.Name(), got, wantApp)
+		}
 	}
 	if err := r.SetRouteEnabled(ctx, "n2", "product", "clothes", false); err != nil {
 		t.Fatal(err)
