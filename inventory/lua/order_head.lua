@@ -54,3 +54,18 @@ local function order_kept(key)
   local status, moved = order_head(key)
   return status and not moved and status ~= 'failed'
 end
+-- order_stage_head(key, takeover, tok) is the order's record at key as
+-- the one-round stage sees it (lua/stage_take.lua): none when it is
+-- marked moved by a topology change (migrate.go: dead here, so deleted),
+-- else its status and token; and whether the stage takes it over: when
+-- takeover is asked (the fault hook's test-only mutation) and it is a
+-- failed record of a token other than tok. A function of the library,
+-- not a closure per call.
+local function order_stage_head(key, takeover, tok)
+  local status, moved, token = order_head(key, true)
+  if moved then
+    redis.call('DEL', key)
+    status, token = nil, nil
+  end
+  return status, token, takeover and status == 'failed' and token ~= tok
+end

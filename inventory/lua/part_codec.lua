@@ -152,3 +152,11 @@ local function part_new(key, a, b, qty, off, dlS, nx)
   set_value(key, s)
   return true
 end
+-- part_held(key) is the reserve script's reply for the part at key when
+-- its record has a state ({state, qty, offset, 0}: lua/reserve.lua's
+-- one-part take), else nil. A function of the library, not a closure per
+-- call.
+local function part_held(key)
+  local cur = part_read(key)
+  if cur and cur.state then return {cur.state, tonumber(cur.qty) or 0, tonumber(cur.offset) or 0, 0} end
+end

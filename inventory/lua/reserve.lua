@@ -12,31 +12,26 @@ if np == 1 and ARGV[7] == 's' then
   -- script is atomic, so no one sees these steps in another order
   -- (TestTakeOneAsPlan holds the two against each other on a node).
   local pk, ck, xk, id, want = KEYS[2], KEYS[3], KEYS[4], ARGV[6], Nqty(ARGV[8])
-  -- the reply for a part that has a record with a state, or nil
-  local function held()
-    local cur = part_read(pk)
-    if cur and cur.state then return {cur.state, tonumber(cur.qty) or 0, tonumber(cur.offset) or 0, 0} end
-  end
   local avail, err = stock_int(ck, 1, ' available')
-  if err then return held() or err end
+  if err then return part_held(pk) or err end
   local resv
   resv, err = stock_int(ck, 3, ' reserved')
-  if err then return held() or err end
+  if err then return part_held(pk) or err end
   local _, oerr = offsets_ok(REDO_OFFSETS, xk)
-  if oerr then return held() or oerr end
+  if oerr then return part_held(pk) or oerr end
   local limit
   limit, err = stock_int(ck, 2, ' limit')
-  if err then return held() or err end
+  if err then return part_held(pk) or err end
   local take = math.min(avail, want)
-  if take <= 0 then return held() or {'none', 0, 0, limit} end
+  if take <= 0 then return part_held(pk) or {'none', 0, 0, limit} end
   -- its redo segment must be a sorted set (redo_ok raises: a part with a
   -- state answers instead, as below)
   local sok, serr = pcall(redo_ok, REDO_OFFSETS, xk, 1)
-  if not sok then return held() or error(serr, 0) end
+  if not sok then return part_held(pk) or error(serr, 0) end
   local off = offset_at(REDO_OFFSETS, xk) + 1 -- the offset next_offset hands out
   local deadlineS = Idl(deadline)
   if not part_new(pk, ARGV[10], ARGV[11], take, off, deadlineS, true) then
-    local h = held()
+    local h = part_held(pk)
     if h then return h end
     part_new(pk, ARGV[10], ARGV[11], take, off, deadlineS) -- a key without a state: written over, as below
   end

@@ -1,17 +1,5 @@
 
 local key = KEYS[2]
--- the order's record as the stage sees it: none when it is marked moved
--- by a topology change (migrate.go: dead here, so deleted), else its
--- status and token, and whether this stage takes it over (the fault
--- hook's test-only takeover of a failed record of another token)
-local function head()
-  local status, moved, token = order_head(key, true)
-  if moved then
-    redis.call('DEL', key)
-    status, token = nil, nil
-  end
-  return status, token, ARGV[12] == 'stage-takeover' and status == 'failed' and token ~= ARGV[5]
-end
 -- the pending index must be a sorted set; like the plan's checks, this
 -- one may refuse a call whose order has a record to keep (nothing is
 -- written either way)
@@ -30,8 +18,9 @@ else
 end
 if not (avail or plan) then
   -- a record to keep answers before the refusal, as a stage that read
-  -- it first would
-  local status, token, takeover = head()
+  -- it first would (ARGV[12] asks for the fault hook's test-only
+  -- takeover of a failed record of another token: faults.go)
+  local status, token, takeover = order_stage_head(key, ARGV[12] == 'stage-takeover', ARGV[5])
   if status and not takeover then return {'existing', status, token or ''} end
   return err or {'short'}
 end
@@ -42,7 +31,7 @@ end
 -- atomic, so no one sees these steps in another order.
 local rec, ttl = ARGV[10] .. nowS .. ARGV[11], Nret(ARGV[9])
 if not (ttl and ttl > 0 and redis.call('SET', key, rec, 'NX', 'EX', ARGV[9])) then
-  local status, token, takeover = head()
+  local status, token, takeover = order_stage_head(key, ARGV[12] == 'stage-takeover', ARGV[5])
   if status and not takeover then return {'existing', status, token or ''} end
   set_value(key, rec, ttl)
 end
