@@ -42,7 +42,9 @@ import (
 
 // localScript reserves a whole order on its home node in one step.
 //
-// KEYS: 1 stamp, 2 order key, then per part: part key, counter key, and
+// KEYS: 1 stamp, 2 order key, then per part: part key (not read for a
+// stock part, which is inline and whose key cannot exist yet:
+// lua/take_whole.lua), counter key, and
 // redo queue (kind s) or stock hash holding the limit (kind q). The
 // pending index and the redo offsets hash it names itself (PENDING and
 // REDO_OFFSETS of lua/prelude.lua), as the other reserve scripts do
