@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -203,7 +202,7 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 		na += len(c.args)
 		counts = appendGroupCounts(counts, len(c.keys), len(c.args))
 	}
-	h.counts = unsafe.String(unsafe.SliceData(counts), len(counts)) // counts is not written again
+	h.counts = frozen(counts) // counts is not written again
 	// the command line: the keys (the stamp, the calls', the carried
 	// commits' order keys), then the arguments (the header, the calls'
 	// counts, the calls', the carried commits' and their count)

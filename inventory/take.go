@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -278,12 +277,11 @@ func (inv *Inventory) appendItemCandidates(dst []*node.Node, set *router.Set, ho
 }
 
 // spreadKey is the key an item's candidates are spread by, orderID+sku,
-// in buf (a caller's array when it fits). The string is buf's bytes, not
-// a copy: it is for Set.AppendSpread, which keeps no key, and must not be
-// kept either.
+// in buf (a caller's array when it fits). The string is buf's bytes
+// (frozen), not a copy: it is for Set.AppendSpread, which keeps no key,
+// and must not be kept either.
 func spreadKey(buf []byte, orderID, sku string) string {
-	b := append(append(buf, orderID...), sku...)
-	return unsafe.String(unsafe.SliceData(b), len(b))
+	return frozen(append(append(buf, orderID...), sku...))
 }
 
 // itemHomeFirst reports whether itemCandidates(set, home, …, userID)
