@@ -26,14 +26,14 @@ var localCostCuts = []struct {
 	{"the script as it is", nil},
 	{"the general path (plan_parts, write_parts)", [][2]string{localGeneralPath}},
 	{"without its pending-index ZADD", [][2]string{
-		{"  zadd_later(pending, pdlS, pend_pos(xk, off))\n", ""}}},
+		{"  zadd_later(pending, pdlS, pend_pos(xk, offS))\n", ""}}},
 	{"with a part record (the SET its inline part saves)", [][2]string{
 		{"want, nil, nil, avail, resv, PENDING, REDO_OFFSETS, Idl(pdl), true)\n", "want, 'p', 'q', avail, resv, PENDING, REDO_OFFSETS, Idl(pdl), false)\n"}}},
 	{"with the EXISTS of the part's key (an inline part's, which cannot exist)", [][2]string{
 		{"  if not inline and redis.call('EXISTS', pk) == 1 then return nil end\n", "  if redis.call('EXISTS', pk) == 1 then return nil end\n"}}},
 	{"without both ZADDs", [][2]string{
-		{"  zadd_later(pending, pdlS, pend_pos(xk, off))\n", ""},
-		{"  zadd_later(redo_seg(xk, off), I(off), id)\n", ""}}},
+		{"  zadd_later(pending, pdlS, pend_pos(xk, offS))\n", ""},
+		{"  zadd_later(redo_seg(xk, off), offS, id)\n", ""}}},
 	{"with the record's head read first", [][2]string{
 		{"  local pk, ck, xk, want = KEYS[3]", "  if order_kept(key) then return {'existing'} end\n  local pk, ck, xk, want = KEYS[3]"}}},
 	{"the plan only (reads, checks; no write)", [][2]string{

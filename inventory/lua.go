@@ -363,13 +363,15 @@ func (a evalArgs) keys(ks []string) evalArgs {
 type argBox struct {
 	strs []string
 	ints []int64
-	// the slices' arrays when they fit (the usual one- or two-part call):
-	// the box is then one allocation, with the call's keys and arguments
-	// (keySlice, argSlice)
-	strArr [12]string
-	intArr [4]int64
-	keyArr [8]string
-	argArr [16]any
+	// the slices' arrays when they fit (a call of one part, the usual one:
+	// localCall, stageTakeCall and reserveCall each fit): the box is then
+	// one allocation of 512 bytes, with the call's keys and arguments
+	// (keySlice, argSlice); sized for two parts it took 704, which every
+	// order paid for the rarer call of several parts
+	strArr [9]string
+	intArr [3]int64
+	keyArr [4]string
+	argArr [14]any
 }
 
 // newArgBox is a box for about ns strings and ni integers (more only cost

@@ -10,13 +10,14 @@ for i = 6, #counts, 6 do
   -- reads them in place (luaflat.go), its KEYS[2] being KEYS[kp]
   local ok, r = pcall(body, kp - 2, ap - 4, nk, na)
   kp, ap = kp + nk, ap + na
+  local t = type(r)
   if not ok then
-    if type(r) == 'table' and r.err then r = r.err end
+    if t == 'table' and r.err then r = r.err end
     r = tostring(r)
     if not string.match(r, '^%u[%u_]+ ') then r = 'ERR ' .. r end -- a Lua error, not a command's error reply
-    r = redis.error_reply(r)
-  elseif type(r) == 'table' and r.err then
-    r = redis.error_reply(r.err)
+    r, t = redis.error_reply(r), 'error'
+  elseif t == 'table' and r.err then
+    r, t = redis.error_reply(r.err), 'error'
   else
     wrote = wrote + 1
   end
@@ -25,8 +26,13 @@ for i = 6, #counts, 6 do
   -- elements; a string, false or an error as itself; any other value (a
   -- number, true) as a table of that one value. Redis turns a table into
   -- a reply by looking up its special fields and deferring its length,
-  -- which costs more per call than these few Lua steps.
-  if type(r) == 'table' and not r.err and not r.ok then
+  -- which costs more per call than these few Lua steps. The type is read
+  -- once (t; 'error' for an error reply made here), the usual reply, a
+  -- string, tested first.
+  if t == 'string' then
+    m = m + 1
+    out[m] = r
+  elseif t == 'table' and not r.err and not r.ok then
     local c, j, x = m + 1, 1, r[1]
     out[c] = 0
     while x ~= nil do
@@ -36,7 +42,7 @@ for i = 6, #counts, 6 do
     end
     out[c] = j - 1
     m = c + j - 1
-  elseif type(r) == 'number' or r == true then
+  elseif t == 'number' or r == true then
     m = m + 1
     out[m] = {r}
   else

@@ -26,13 +26,14 @@ if np == 1 and ARGV[10] == 's' then
   end
   zset_ok(PENDING) -- the pending index must be a sorted set
   local off = offset_at(REDO_OFFSETS, xk) + 1 -- the offset take_stock hands out
-  local rec = ARGV[6] .. nowS .. ARGV[7] .. I(off) .. ARGV[8]
+  local offS = I(off)
+  local rec = ARGV[6] .. nowS .. ARGV[7] .. offS .. ARGV[8]
   if not redis.call('SET', key, rec, 'NX') then
     if order_kept(key) then return {'existing'} end
     set_value(key, rec, false)
   end
   take_stock(pk, ck, xk, ARGV[9], want, nil, nil, avail, resv, PENDING, REDO_OFFSETS, Idl(pdl), true)
-  return reserved_head(deadline) .. ':' .. I(off)
+  return reserved_head(deadline) .. ':' .. offS
 end
 if order_kept(key) then return {'existing'} end
 zset_ok(PENDING) -- the pending index must be a sorted set

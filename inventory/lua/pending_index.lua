@@ -4,24 +4,25 @@
 -- the longer the ids), any other part by its id; a release before indexed
 -- every part by its id, and such a member stays until its part leaves the
 -- index (the removals name both forms).
--- pend_pos(xk, off): the member of the stock part at offset off of redo
--- queue xk.
+-- pend_pos(xk, offS): the member of the stock part at offset offS (the
+-- offset as a string, I(off): the callers have it at hand, so it is not
+-- formatted or looked up again) of redo queue xk.
 -- (pend_pos keeps each queue's number it cut.)
 local pendq = {}
-local function pend_pos(xk, off)
+local function pend_pos(xk, offS)
   local q = pendq[xk]
   if not q then
     q = string.sub(xk, #PFX_REDO + 1) .. ':'
     pendq[xk] = q
   end
-  return q .. I(off)
+  return q .. offS
 end
 -- pend_member(id, f): the member part id with record f (nil when gone) is
 -- indexed under.
 local function pend_member(id, f)
   if f and f.kind == 's' and f.redo and string.sub(f.redo, 1, #PFX_REDO) == PFX_REDO then
     local off = tonumber(f.offset)
-    if off and off > 0 then return pend_pos(f.redo, off) end
+    if off and off > 0 then return pend_pos(f.redo, I(off)) end
   end
   return id
 end

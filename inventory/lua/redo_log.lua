@@ -23,7 +23,7 @@ local function redo_segkey_v1(xk, s) return xk .. ':' .. I(s) end
 -- out offsets of one segment after another.)
 local segkeys = {}
 local function redo_seg(xk, off)
-  local s = math.floor(off / REDO_SEG)
+  local s = (off - off % REDO_SEG) / REDO_SEG -- floor, without a C call
   local c = segkeys[xk]
   if c and c[1] == s then return c[2] end
   local k = redo_segkey(xk, s)

@@ -12,24 +12,29 @@ if np == 1 and ARGV[7] == 's' then
   -- script is atomic, so no one sees these steps in another order
   -- (TestTakeOneAsPlan holds the two against each other on a node).
   local pk, ck, xk, id, want = KEYS[2], KEYS[3], KEYS[4], ARGV[6], Nqty(ARGV[8])
-  local avail, err = stock_int(ck, 1, ' available')
-  if err then return part_held(pk) or err end
-  local resv
-  resv, err = stock_int(ck, 3, ' reserved')
-  if err then return part_held(pk) or err end
+  local avail, limit, resv = stock_checked(ck) -- all three, once an earlier call checked them
+  local err
+  if not avail then
+    avail, err = stock_int(ck, 1, ' available')
+    if err then return part_held(pk) or err end
+    resv, err = stock_int(ck, 3, ' reserved')
+    if err then return part_held(pk) or err end
+  end
   local _, oerr = offsets_ok(REDO_OFFSETS, xk)
   if oerr then return part_held(pk) or oerr end
-  local limit
-  limit, err = stock_int(ck, 2, ' limit')
-  if err then return part_held(pk) or err end
-  local take = math.min(avail, want)
+  if not limit then
+    limit, err = stock_int(ck, 2, ' limit')
+    if err then return part_held(pk) or err end
+  end
+  local take = want
+  if avail < want then take = avail end
   if take <= 0 then return part_held(pk) or {'none', 0, 0, limit} end
   -- its redo segment must be a sorted set (redo_ok raises: a part with a
   -- state answers instead, as below)
   local sok, serr = pcall(redo_ok, REDO_OFFSETS, xk, 1)
   if not sok then return part_held(pk) or error(serr, 0) end
   local off = offset_at(REDO_OFFSETS, xk) + 1 -- the offset next_offset hands out
-  local deadlineS = Idl(deadline)
+  local offS, deadlineS = I(off), Idl(deadline)
   if not part_new(pk, ARGV[10], ARGV[11], take, off, deadlineS, true) then
     local h = part_held(pk)
     if h then return h end
@@ -37,12 +42,12 @@ if np == 1 and ARGV[7] == 's' then
   end
   stock_set(ck, avail - take, resv + take)
   next_offset(REDO_OFFSETS, xk)
-  zadd_later(redo_seg(xk, off), I(off), id)
-  zadd_later(PENDING, deadlineS, pend_pos(xk, off))
+  zadd_later(redo_seg(xk, off), offS, id)
+  zadd_later(PENDING, deadlineS, pend_pos(xk, offS))
   -- one string, not a table (prelude.lua, reserved_head says why); a
   -- limit of 0 or less is no limit, answered 0 (the caller reads only
   -- whether it is above 0)
-  return pending_head(take) .. ':' .. I(off) .. ':' .. (limit > 0 and string.format('%d', limit) or '0')
+  return pending_head(take) .. ':' .. offS .. ':' .. (limit > 0 and string.format('%d', limit) or '0')
 end
 local plan = {}
 local avail, resv, nq = {}, {}, {}
@@ -124,8 +129,9 @@ for _, p in ipairs(plan) do
       -- hash (stock_set: flush writes it once; the script is atomic)
       stock_set(p.ck, p.avail, p.resv)
       off = next_offset(REDO_OFFSETS, p.xk)
-      zadd_later(redo_seg(p.xk, off), I(off), p.id)
-      member = pend_pos(p.xk, off)
+      local offS = I(off)
+      zadd_later(redo_seg(p.xk, off), offS, p.id)
+      member = pend_pos(p.xk, offS)
       p.out[3] = off
     else
       redis.call('INCRBY', p.ck, I(p.take))

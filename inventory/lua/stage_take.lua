@@ -36,9 +36,9 @@ if not (ttl and ttl > 0 and redis.call('SET', key, rec, 'NX', 'EX', ARGV[9])) th
   set_value(key, rec, ttl)
 end
 if one then
-  local off = take_stock(KEYS[3], KEYS[4], KEYS[5], ARGV[13], Nqty(ARGV[15]), ARGV[16], ARGV[17], avail, resv,
+  local _, offS = take_stock(KEYS[3], KEYS[4], KEYS[5], ARGV[13], Nqty(ARGV[15]), ARGV[16], ARGV[17], avail, resv,
     PENDING, REDO_OFFSETS, Idl(part_due(ARGV[6])), false)
-  return staged_head(deadline) .. ':' .. I(off)
+  return staged_head(deadline) .. ':' .. offS
 end
 if #plan == 0 then return staged_head(deadline) end -- no part on the home
 local out = {staged_head(deadline)}

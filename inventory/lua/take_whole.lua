@@ -31,7 +31,8 @@
 -- (available and reserved once taken) rather than two increments: the
 -- script is atomic, so nothing changed them since the plan read them; and
 -- the part's record, unless inline (the caller's order record holds the
--- part: inline.go). It returns the part's redo offset.
+-- part: inline.go). It returns the part's redo offset, and the offset as
+-- a string (I(off), what its caller's reply and record hold).
 --
 -- An inline stock part's key is not read: it cannot exist yet. Its id
 -- names the attempt's token (stockPartID), which is new for each attempt
@@ -105,10 +106,11 @@ local function take_stock(pk, ck, xk, id, want, ra, rb, avail, resv, pending, of
   -- hash (stock_set: flush writes it once; the script is atomic)
   stock_set(ck, avail, resv)
   local off = next_offset(offsets, xk)
-  zadd_later(redo_seg(xk, off), I(off), id)
+  local offS = I(off)
+  zadd_later(redo_seg(xk, off), offS, id)
   if not inline then part_new(pk, ra, rb, want, off, pdlS) end
-  zadd_later(pending, pdlS, pend_pos(xk, off))
-  return off
+  zadd_later(pending, pdlS, pend_pos(xk, offS))
+  return off, offS
 end
 local function write_parts(plan, pending, offsets, pdl, inline)
   local offs, pdlS = {}, Idl(pdl)
@@ -127,17 +129,24 @@ local function write_parts(plan, pending, offsets, pdl, inline)
 end
 local function plan_one(pk, ck, xk, want, user, offsets, inline)
   if not inline and redis.call('EXISTS', pk) == 1 then return nil end
-  local avail, err = stock_int(ck, 1, ' available')
-  if err then return nil, err end
-  local resv
-  resv, err = stock_int(ck, 3, ' reserved')
-  if err then return nil, err end
+  -- the counter's numbers in one call when an earlier order of this
+  -- script call checked them all (stock_checked), else field by field, in
+  -- plan_parts' order
+  local avail, limit, resv = stock_checked(ck)
+  local err
+  if not avail then
+    avail, err = stock_int(ck, 1, ' available')
+    if err then return nil, err end
+    resv, err = stock_int(ck, 3, ' reserved')
+    if err then return nil, err end
+  end
   local _, oerr = offsets_ok(offsets, xk)
   if oerr then return nil, oerr end
   redo_ok(offsets, xk, 1) -- its redo segment must be a sorted set
-  local limit
-  limit, err = stock_int(ck, 2, ' limit')
-  if err then return nil, err end
+  if not limit then
+    limit, err = stock_int(ck, 2, ' limit')
+    if err then return nil, err end
+  end
   if avail < want or (limit > 0 and user == '') then return nil, nil, true end
   return avail - want, resv + want
 end

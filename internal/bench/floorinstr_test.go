@@ -1,0 +1,125 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/internal/redistest"
+)
+
+// TestFloorScriptInstructions counts the instructions a node runs per
+// entry of the floor script (floorScript), the yardstick beside the local
+// reserve's count (inventory's TestLocalScriptInstructions, whose setup it
+// copies): calls of 20 "t" entries, each a record next to the stock of
+// the hot SKU (the minted floor row's entry), under valgrind's callgrind,
+// counters zeroed after 5 warm-up calls and dumped after 40 more. It
+// prints the entry as it is and the frame alone (an entry that only
+// answers: the call, its keys and arguments, the clock, the loop). Counts
+// hardly move with the machine's load, so the two scripts' difference
+// shows where timings cannot. It is a measure, not a check: it runs only
+// with SHARDIS_CALLGRIND set and valgrind installed, e.g.
+//
+//	SHARDIS_CALLGRIND=1 go test -count=1 -run TestFloorScriptInstructions -v ./internal/bench/
+func TestFloorScriptInstructions(t *testing.T) {
+	if os.Getenv("SHARDIS_CALLGRIND") == "" {
+		t.Skip("a measure: set SHARDIS_CALLGRIND=1 (and install valgrind) to run it")
+	}
+	server, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("no redis-server")
+	}
+	if _, err := exec.LookPath("callgrind_control"); err != nil {
+		t.Skip("no valgrind (callgrind_control)")
+	}
+	dir := t.TempDir()
+	wrapper := "#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=" + dir + "/cg.%p " + server + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "redis-server"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	if err := c.HSet(ctx, floorStock(floorHotSKU), "available", "1000000000", "reserved", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	pid := ""
+	for _, l := range strings.Split(c.Info(ctx, "server").Val(), "\r\n") {
+		if v, ok := strings.CutPrefix(l, "process_id:"); ok {
+			pid = v
+		}
+	}
+	const per, calls = 20, 40
+	seq := 0
+	// call sends one call of per entries of script s: an order id as long
+	// as a minted one, its record next to the stock
+	call := func(s *redis.Script) {
+		keys := []string{floorPending, floorOffsets}
+		args := []any{"600000", "604800"}
+		for range per {
+			seq++
+			id := fmt.Sprintf("n1-%012d%08x", seq, seq)
+			keys = append(keys, "floor:order:"+id, floorStock(floorHotSKU), floorRedo(floorHotSKU))
+			args = append(args, "t", id+".0", "reserved|n1:"+floorHotSKU+":1")
+		}
+		if err := s.Run(ctx, c, keys, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	perEntry := func(s *redis.Script) float64 {
+		for range 5 {
+			call(s)
+		}
+		if out, err := exec.Command("callgrind_control", "-z", pid).CombinedOutput(); err != nil {
+			t.Fatalf("callgrind_control -z: %v: %s", err, out)
+		}
+		for range calls {
+			call(s)
+		}
+		before, _ := filepath.Glob(filepath.Join(dir, "cg."+pid+".*"))
+		if out, err := exec.Command("callgrind_control", "-d", pid).CombinedOutput(); err != nil {
+			t.Fatalf("callgrind_control -d: %v: %s", err, out)
+		}
+		after, _ := filepath.Glob(filepath.Join(dir, "cg."+pid+".*"))
+		if len(after) != len(before)+1 {
+			t.Fatalf("callgrind dumps %v after %v: want one more", after, before)
+		}
+		dump := after[len(after)-1]
+		for _, f := range after {
+			if !strings.Contains(strings.Join(before, "\n"), f) {
+				dump = f
+			}
+		}
+		b, err := os.ReadFile(dump)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "summary: "); ok {
+				n, err := strconv.ParseFloat(strings.Fields(v)[0], 64)
+				if err != nil {
+					t.Fatalf("%s: %q", dump, l)
+				}
+				return n / (per * calls)
+			}
+		}
+		t.Fatalf("%s: no summary line", dump)
+		return 0
+	}
+	const loop = "  if mode == 'r' then\n"
+	if strings.Count(floorScript, loop) != 1 {
+		t.Fatalf("floorScript has not one %q: the frame's cut would measure something else", loop)
+	}
+	frame := strings.Replace(floorScript, loop, "  if true then\n    out[#out + 1] = 1\n  elseif mode == 'r' then\n", 1)
+	fmt.Printf("%-55s %7.0f instructions/entry\n", "the floor's entry (a record next to the stock)", perEntry(redis.NewScript(floorScript)))
+	fmt.Printf("%-55s %7.0f instructions/entry\n", "its frame (the entry only answers)", perEntry(redis.NewScript(frame)))
+}
