@@ -24,6 +24,10 @@ func TestCommitStagedAsDecoded(t *testing.T) {
 	ctx, c := e.ctx, e.admin
 	full := cutScript(t, orderDecideScript, [2]string{"  local deadline, lease = order_commit_staged(key, token, ARGV[6])\n",
 		"  local deadline, lease = nil, nil\n"})
+	// splice is the script that refuses what its splice declines: the
+	// cases that must be spliced commit through it, the others fail it
+	splice := cutScript(t, orderDecideScript, [2]string{"  local deadline, lease = order_commit_staged(key, token, ARGV[6])\n",
+		"  local deadline, lease = order_commit_staged(key, token, ARGV[6])\n  if not deadline then return redis.error_reply('DECLINED') end\n"})
 
 	const created = "1700000000000"
 	token := "tok1"
@@ -104,6 +108,15 @@ func TestCommitStagedAsDecoded(t *testing.T) {
 		a2, err2 := strconv.ParseInt(at2, 10, 64)
 		if (at1 != "" || at2 != "") && (err1 != nil || err2 != nil || a2 < a1 || a2-a1 > 5000) {
 			t.Errorf("%s: reserved_at %q and %q, want two close times", tc.name, at1, at2)
+		}
+		if tc.hash {
+			c.Del(ctx, key)
+			c.HSet(ctx, key, "status", "staging", "token", token, "created", created, "deadline", "1700000600000", "lease", "1700000030000")
+		} else {
+			c.Set(ctx, key, tc.stored, time.Hour)
+		}
+		if _, err := e.inv.run(ctx, e.n, splice, []string{key}, string(opCommit), token, blob); (err == nil) != tc.spliced {
+			t.Errorf("%s: the splice alone answered %v, want it to commit: %v", tc.name, err, tc.spliced)
 		}
 		if tc.spliced && (f1["status"] != "reserved" || at1 == "" || ttl1 != -1) {
 			t.Errorf("%s: committed record %v (reserved_at %q, TTL %v), want reserved, reserved_at set, no TTL", tc.name, f1, at1, ttl1)

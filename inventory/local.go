@@ -42,6 +42,12 @@ import (
 
 // localScript reserves a whole order on its home node in one step.
 //
+// An order of one stock part and no user (one item, no user id: the
+// usual order) is sent in a short layout (localOneCall): KEYS 1 stamp, 2
+// order key, 3 the part's counter, 4 its redo queue; ARGV 4 ttl ms, 5 to 7
+// the order record's template (as below), 8 the part's id, 9 its want.
+// Any other order is sent in the general layout:
+//
 // KEYS: 1 stamp, 2 order key, then per part: part key (not read for a
 // stock part, which is inline and whose key cannot exist yet:
 // lua/take_whole.lua), counter key, and
@@ -56,12 +62,12 @@ import (
 // field, 7 the one after it, and per part the piece after that part's
 // offset; then per part the arguments lua/take_whole.lua reads (id, kind,
 // want, and for a quota part its record's template's two pieces,
-// appendPartPieces; a stock part is inline: no record, inline.go). An order of
-// one stock part takes it with plan_one, then the record, then
+// appendPartPieces; a stock part is inline: no record, inline.go). An order in
+// the short layout takes its part with plan_one, then the record, then
 // take_stock (lua/take_whole.lua), any other with plan_parts and
 // write_parts.
-// The record is written reserved, with no TTL (orderrec.go, "TTL"); for
-// one stock part it is set only if the key is missing (SET NX), the head
+// The record is written reserved, with no TTL (orderrec.go, "TTL"); in
+// the short layout it is set only if the key is missing (SET NX), the head
 // of a record already there read only then, and only to answer existing
 // or replace it as the general path does (lua/local.lua).
 // Returns {"existing"} (the order has a record: nothing written),
@@ -228,11 +234,22 @@ func (inv *Inventory) localReqs(ctx context.Context, reqs []partReq, home *node.
 }
 
 // localCall is localScript's keys and arguments for reqs, and the parts
-// they take, appended to parts (offsets 0: the script hands them out). It fails with
-// ErrInvalid when a record has no template (rectemplate.go). The strings
-// it builds (the order and part keys, the record templates) are cut from
-// one allocation.
+// they take, appended to parts (offsets 0: the script hands them out): in
+// the short layout for one stock part and no user (localOneCall), else in
+// the general one. It fails with ErrInvalid when a record has no template
+// (rectemplate.go). The strings it builds (the order and part keys, the
+// record templates) are cut from one allocation.
 func (inv *Inventory) localCall(parts []part, orderID, token, digest, userID string, ttl time.Duration, reqs []partReq) ([]string, []any, []part, error) {
+	if len(reqs) == 1 && reqs[0].Kind == PartStock && userID == "" {
+		return localOneCall(parts, orderID, token, digest, ttl, reqs[0])
+	}
+	return localGeneralCall(parts, orderID, token, digest, userID, ttl, reqs)
+}
+
+// localGeneralCall is localCall in localScript's general layout, which
+// every order may take (localCall sends it only those the short layout
+// cannot carry).
+func localGeneralCall(parts []part, orderID, token, digest, userID string, ttl time.Duration, reqs []partReq) ([]string, []any, []part, error) {
 	for _, r := range reqs {
 		p := r.part
 		if p.Kind == PartStock {
@@ -277,6 +294,35 @@ func (inv *Inventory) localCall(parts []part, orderID, token, digest, userID str
 			args = append(args, box.str(ra), box.str(rb))
 		}
 	}
+	return keys, args, parts, nil
+}
+
+// localOneCall is localCall for an order of one stock part and no user,
+// the usual one, in localScript's short layout: the order key, the part's
+// counter and redo queue; the TTL, the record's three template pieces,
+// the part's id and quantity. It sends neither the part's key (the part is
+// inline: the script never reads its key), nor its kind, nor an empty
+// user: three keys and arguments fewer than the general layout, each of
+// which costs the node about 1 000 instructions in a group call.
+func localOneCall(parts []part, orderID, token, digest string, ttl time.Duration, r partReq) ([]string, []any, []part, error) {
+	p := r.part
+	p.Redo = r.queue
+	parts = append(parts, p)
+	var endsArr [4]int
+	// about what the pieces take: the order key and the record's
+	// template (token, TTL, digest, separators, the part's entry)
+	buf := make([]byte, 0, 112+len(orderKeyPrefix)+2*len(orderID)+len(digest)+len(r.Route)+len(r.SKU))
+	buf = append(append(buf, orderKeyPrefix...), orderID...)
+	ends := append(endsArr[:0], len(buf))
+	buf, ends, err := appendLocalOrderPieces(buf, ends, orderID, token, digest, "", ms(ttl), parts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	s, c := frozen(buf), pieceCutter{ends: ends}
+	box := newArgBox(4, 2)
+	keys := append(box.keySlice(3), c.next(s), r.ck, r.queue)
+	args := append(box.argSlice(6), box.int(ms(ttl)), box.str(c.next(s)), box.str(c.next(s)), box.str(c.next(s)),
+		box.str(r.ID), box.int(r.Qty))
 	return keys, args, parts, nil
 }
 

@@ -22,26 +22,30 @@ import (
 var localCostCuts = []struct {
 	name string
 	cuts [][2]string
+	// general: the orders go in the script's general layout
+	// (localGeneralCall), which its general path reads
+	general bool
 }{
-	{"the script as it is", nil},
-	{"the general path (plan_parts, write_parts)", [][2]string{localGeneralPath}},
+	{"the script as it is", nil, false},
+	{"the general path (plan_parts, write_parts)", nil, true},
 	{"without its pending-index ZADD", [][2]string{
-		{"  zadd_later(pending, pdlS, pend_pos(xk, offS))\n", ""}}},
+		{"  zadd_later(pending, pdlS, pend_pos(xk, offS))\n", ""}}, false},
 	{"with a part record (the SET its inline part saves)", [][2]string{
-		{"want, nil, nil, avail, resv, PENDING, REDO_OFFSETS, Idl(pdl), true)\n", "want, 'p', 'q', avail, resv, PENDING, REDO_OFFSETS, Idl(pdl), false)\n"}}},
+		{"take_stock(nil, ck, xk, ARGV[8], want, nil, nil,", "take_stock(partPrefix .. ARGV[8], ck, xk, ARGV[8], want, 'p', 'q',"},
+		{"Idl(deadline + PART_GRACE), true)\n", "Idl(deadline + PART_GRACE), false)\n"}}, false},
 	{"with the EXISTS of the part's key (an inline part's, which cannot exist)", [][2]string{
-		{"  if not inline and redis.call('EXISTS', pk) == 1 then return nil end\n", "  if redis.call('EXISTS', pk) == 1 then return nil end\n"}}},
+		{"  local avail, resv, short = plan_one(nil,", "  if redis.call('EXISTS', partPrefix .. ARGV[8]) == 1 then return {'existing'} end\n  local avail, resv, short = plan_one(nil,"}}, false},
 	{"without both ZADDs", [][2]string{
 		{"  zadd_later(pending, pdlS, pend_pos(xk, offS))\n", ""},
-		{"  zadd_later(redo_seg(xk, off), offS, id)\n", ""}}},
+		{"  zadd_later(redo_seg(xk, off), offS, id)\n", ""}}, false},
 	{"with the record's head read first", [][2]string{
-		{"  local pk, ck, xk, want = KEYS[3]", "  if order_kept(key) then return {'existing'} end\n  local pk, ck, xk, want = KEYS[3]"}}},
+		{"  local ck, xk, want = KEYS[3]", "  if order_kept(key) then return {'existing'} end\n  local ck, xk, want = KEYS[3]"}}, false},
 	{"the plan only (reads, checks; no write)", [][2]string{
-		{"  zset_ok(PENDING) -- the pending index must be a sorted set\n  local off", "  do return {'short'} end\n  local off"}}},
+		{"  zset_ok(PENDING) -- the pending index must be a sorted set\n  local off", "  do return {'short'} end\n  local off"}}, false},
 	{"the plan, then the record SET", [][2]string{
-		{"  take_stock(pk, ck, xk, ARGV[9]", "  do return {'reserved', 1, 1} end\n  take_stock(pk, ck, xk, ARGV[9]"}}},
+		{"  take_stock(nil, ck, xk, ARGV[8]", "  do return {'reserved', 1, 1} end\n  take_stock(nil, ck, xk, ARGV[8]"}}, false},
 	{"an empty body (the group's frame)", [][2]string{
-		{"local key = KEYS[2]\n", "do return {'reserved', 1, 1} end\nlocal key = KEYS[2]\n"}}},
+		{"local key = KEYS[2]\n", "do return {'reserved', 1, 1} end\nlocal key = KEYS[2]\n"}}, false},
 }
 
 // TestLocalScriptCost measures where a node's time goes in the local
@@ -75,7 +79,7 @@ func TestLocalScriptCost(t *testing.T) {
 	}
 	// timed: µs of script time per order of calls of per orders of s, 200
 	// calls sent by four goroutines
-	timed := func(s *luaScript, per int) float64 {
+	timed := func(s *luaScript, per int, general bool) float64 {
 		if err := c.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +89,7 @@ func TestLocalScriptCost(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for range 50 {
-					group(s, per)
+					group(s, per, general)
 				}
 			}()
 		}
@@ -107,9 +111,10 @@ func TestLocalScriptCost(t *testing.T) {
 		for k := range perOrder {
 			i := (k + round) % len(perOrder)
 			if i < len(variants) {
-				perOrder[i] = append(perOrder[i], timed(variants[i], per))
+				perOrder[i] = append(perOrder[i], timed(variants[i], per, localCostCuts[i].general))
 			} else {
-				perOrder[i] = append(perOrder[i], timed(variants[ones[i-len(variants)]], 1))
+				j := ones[i-len(variants)]
+				perOrder[i] = append(perOrder[i], timed(variants[j], 1, localCostCuts[j].general))
 			}
 		}
 	}
@@ -152,9 +157,10 @@ func evalshaUsecPerCall(ctx context.Context, c *redis.Client) (float64, error) {
 
 // localCostGroups loads e's node with stock for the local reserve's
 // measures and returns what sends one group call of per orders of script
-// s (a variant of localScript) there, each a new one-item order, failing
-// the test on any call's error.
-func localCostGroups(t *testing.T, e *groupEnv) func(s *luaScript, per int) {
+// s (a variant of localScript) there, each a new one-item order (in the
+// script's general layout when general, localGeneralCall, else as
+// localCall sends it), failing the test on any call's error.
+func localCostGroups(t *testing.T, e *groupEnv) func(s *luaScript, per int, general bool) {
 	inv, home, ctx := e.inv, e.n, e.ctx
 	if _, err := inv.LoadStock(ctx, "a", "s", MaxQuantity, 0); err != nil {
 		t.Fatal(err)
@@ -165,7 +171,7 @@ func localCostGroups(t *testing.T, e *groupEnv) func(s *luaScript, per int) {
 	}
 	token := inv.topology(ctx).token
 	var seq atomic.Int64
-	return func(s *luaScript, per int) {
+	return func(s *luaScript, per int, general bool) {
 		calls := make([]*groupCall, per)
 		for j := range calls {
 			id, tok := "cost-"+strconv.FormatInt(seq.Add(1), 10), newToken()
@@ -174,7 +180,13 @@ func localCostGroups(t *testing.T, e *groupEnv) func(s *luaScript, per int) {
 				t.Error("the order is not local")
 				return
 			}
-			keys, args, _, err := inv.localCall(nil, id, tok, digestOf(items, ""), "", time.Hour, reqs)
+			call := inv.localCall
+			if general {
+				call = func(parts []part, id, tok, digest, user string, ttl time.Duration, reqs []partReq) ([]string, []any, []part, error) {
+					return localGeneralCall(parts, id, tok, digest, user, ttl, reqs)
+				}
+			}
+			keys, args, _, err := call(nil, id, tok, digestOf(items, ""), "", time.Hour, reqs)
 			if err != nil {
 				t.Error(err)
 				return

@@ -51,15 +51,15 @@ func TestLocalScriptInstructions(t *testing.T) {
 	}
 	const per, calls = 20, 40
 	// perOrder: instructions per order of calls of per orders of s
-	perOrder := func(s *luaScript) float64 {
+	perOrder := func(s *luaScript, general bool) float64 {
 		for range 5 {
-			group(s, per)
+			group(s, per, general)
 		}
 		if out, err := exec.Command("callgrind_control", "-z", pid).CombinedOutput(); err != nil {
 			t.Fatalf("callgrind_control -z: %v: %s", err, out)
 		}
 		for range calls {
-			group(s, per)
+			group(s, per, general)
 		}
 		before, _ := filepath.Glob(filepath.Join(dir, "cg."+pid+".*"))
 		if out, err := exec.Command("callgrind_control", "-d", pid).CombinedOutput(); err != nil {
@@ -92,6 +92,6 @@ func TestLocalScriptInstructions(t *testing.T) {
 		return 0
 	}
 	for _, v := range localCostCuts {
-		fmt.Printf("%-55s %7.0f instructions/order\n", v.name, perOrder(cutScript(t, localScript, v.cuts...)))
+		fmt.Printf("%-55s %7.0f instructions/order\n", v.name, perOrder(cutScript(t, localScript, v.cuts...), v.general))
 	}
 }

@@ -17,6 +17,11 @@ import (
 // holding the limit (kind q). The pending index and the redo offsets hash
 // it names itself (PENDING and REDO_OFFSETS of lua/prelude.lua), as every
 // reserve script does (localScript).
+// A call of one stock part (the usual one) comes in a short layout
+// (reserveOneCall): KEYS 2 its part key, 3 counter, 4 redo queue; ARGV 4
+// the part deadline, 5 its id, 6 its want, 7 and 8 the two pieces of its
+// record's template. Any other comes in the general layout:
+//
 // ARGV: 4 order id (no line of the script reads it: it names the order
 // to the injected faults, ScriptCall.Args[0]), 5 part deadline
 // (partDue.arg: ms, or "+" and ms after this node's clock), then per part: part id, kind, want, for kind s the

@@ -49,8 +49,22 @@ func newLateStage(order string) *lateStage {
 		taken: make(chan struct{}), sent: map[string]time.Time{}}
 }
 
+// callOrder is the order of a stage-take or reserve call: its first key
+// is the order's key (stage-take) or a part's (reserve), whose id begins
+// with the order id.
+func callOrder(c ScriptCall) string {
+	if len(c.Keys) == 0 {
+		return ""
+	}
+	if id, ok := strings.CutPrefix(c.Keys[0], orderKeyPrefix); ok {
+		return id
+	}
+	id, _, _ := strings.Cut(strings.TrimPrefix(c.Keys[0], partKeyPrefix), "|")
+	return id
+}
+
 func (l *lateStage) Call(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error) {
-	if len(c.Args) == 0 || c.Args[0] != l.order || (c.Script != "stage-take" && c.Script != "reserve") {
+	if (c.Script != "stage-take" && c.Script != "reserve") || callOrder(c) != l.order {
 		return send()
 	}
 	if c.Script == "stage-take" {

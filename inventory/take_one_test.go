@@ -10,19 +10,17 @@ import (
 	"time"
 )
 
-// localGeneralPath is the cut that sends every order of the local script
-// the general way (plan_parts, write_parts), one stock part too.
-var localGeneralPath = [2]string{"if np == 1 and ARGV[10] == 's' then\n", "if false then\n"}
-
 // take_one (lua/take_whole.lua) does what plan_parts then write_parts do
-// for an order of one stock part: the local and the stage-take scripts,
-// as they are (one stock part: take_one) and with that branch cut (the
-// general path), run the same call from the same node state, and the
+// for an order of one stock part: the stage-take script, as it is (one
+// stock part: take_one) and with that branch cut (the general path), and
+// the local script, sent the order in its short layout (take_one) and in
+// its general one (localGeneralCall), run the same order from the same
+// node state, and the
 // replies and every key they leave (the node's clock masked) must agree,
 // the local script's inline part once inline_write has written its
 // record (inline.go). The reserve script's own branch for one stock part
 // (an attempt's only part on a node) is held against its general path
-// the same way.
+// the same way, by its two layouts (reserveOneCall, reserveGeneralCall).
 // The cases are the script's outcomes for one part: taken (within a redo
 // segment and at the start of a new one), short, a limited SKU without a
 // user, the part's key already there, a corrupt counter or offset, a redo
@@ -33,9 +31,7 @@ func TestTakeOneAsPlan(t *testing.T) {
 	e := newGroupEnv(t, 32)
 	e.warm(t)
 	ctx, c, inv := e.ctx, e.admin, e.inv
-	localGeneral := cutScript(t, localScript, localGeneralPath)
-	stageGeneral := cutScript(t, stageTakeScript, [2]string{"local one = #KEYS == 5 and ARGV[14] == 's'\n", "local one = false\n"})
-	reserveGeneral := cutScript(t, reserveScript, [2]string{"if np == 1 and ARGV[7] == 's' then\n", "if false then\n"})
+	stageGeneral := cutScript(t, stageTakeScript, [2]string{"local one = np == 1 and ARGV[14] == 's'\n", "local one = false\n"})
 
 	const route, sku, id, token = "a", "s", "o-1", "tok-1"
 	items := []Item{{Route: route, SKU: sku, Quantity: 3}}
@@ -159,13 +155,23 @@ func TestTakeOneAsPlan(t *testing.T) {
 		name        string
 		now, before *luaScript
 		call        func() ([]string, []any, error)
+		// general is the call as the general path reads it, when the
+		// script tells the paths apart by the call's layout (nil: call)
+		general func() ([]string, []any, error)
 	}{
-		{"local", localScript, localGeneral, func() ([]string, []any, error) {
+		{"local", localScript, localScript, func() ([]string, []any, error) {
 			reqs, ok := inv.localReqs(ctx, nil, e.n, id, token, items, "")
 			if !ok {
 				t.Fatal("the order is not local")
 			}
 			keys, args, _, err := inv.localCall(nil, id, token, digestOf(items, ""), "", time.Hour, reqs)
+			return keys, args, err
+		}, func() ([]string, []any, error) {
+			reqs, ok := inv.localReqs(ctx, nil, e.n, id, token, items, "")
+			if !ok {
+				t.Fatal("the order is not local")
+			}
+			keys, args, _, err := localGeneralCall(nil, id, token, digestOf(items, ""), "", time.Hour, reqs)
 			return keys, args, err
 		}},
 		{"stage-take", stageTakeScript, stageGeneral, func() ([]string, []any, error) {
@@ -174,13 +180,19 @@ func TestTakeOneAsPlan(t *testing.T) {
 				t.Fatal("the order is not local")
 			}
 			return inv.stageTakeCall(id, token, partDue{hold: time.Minute}, "", time.Hour, digestOf(items, ""), "", "", reqs)
-		}},
-		{"reserve", reserveScript, reserveGeneral, func() ([]string, []any, error) {
+		}, nil},
+		{"reserve", reserveScript, reserveScript, func() ([]string, []any, error) {
 			reqs, ok := inv.localReqs(ctx, nil, e.n, id, token, items, "")
 			if !ok {
 				t.Fatal("the order is not local")
 			}
 			return reserveCall(id, token, partDue{hold: time.Minute}, reqs)
+		}, func() ([]string, []any, error) {
+			reqs, ok := inv.localReqs(ctx, nil, e.n, id, token, items, "")
+			if !ok {
+				t.Fatal("the order is not local")
+			}
+			return reserveGeneralCall(id, token, partDue{hold: time.Minute}, reqs)
 		}},
 	}
 	for _, sc := range scripts {
@@ -188,13 +200,21 @@ func TestTakeOneAsPlan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		argsBefore := args
-		if sc.now == localScript && len(args) != 8 {
-			// the local script sends an inline part no template (it
-			// writes no record): user, ttl, the record's three pieces, the
-			// part's id, kind and quantity; both paths must write the same
-			// bytes once inline_write has run
-			t.Fatalf("local call %v: want 8 arguments, an inline part's without a template", plainArgs(args))
+		keysBefore, argsBefore := keys, args
+		if sc.general != nil {
+			if keysBefore, argsBefore, err = sc.general(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if sc.now == localScript && (len(keys) != 3 || len(args) != 6 || len(keysBefore) != 4 || len(argsBefore) != 8) {
+			// the local script's short layout: the order key, the
+			// counter and the redo queue; ttl, the record's three pieces,
+			// the part's id and quantity. Its general one adds the part's
+			// key, the user and the part's kind, and sends an inline part
+			// no template (it writes no record) either. Both paths must
+			// write the same bytes once inline_write has run
+			t.Fatalf("local calls %v %v and %v %v: want 3 keys and 6 arguments, and 4 and 8 in the general layout",
+				keys, plainArgs(args), keysBefore, plainArgs(argsBefore))
 		}
 		for _, tc := range cases {
 			reset(tc.setup)
@@ -206,7 +226,7 @@ func TestTakeOneAsPlan(t *testing.T) {
 			}
 			s1 := state()
 			reset(tc.setup)
-			r2 := run(sc.before, keys, argsBefore)
+			r2 := run(sc.before, keysBefore, argsBefore)
 			if sc.now == localScript {
 				run(inlineWriteScript, []string{orderKey(id)}, nil) // inline there too
 			}

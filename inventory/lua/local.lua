@@ -1,24 +1,25 @@
 
 local key = KEYS[2]
-local np = (#KEYS - 2) / 3
-local deadline = now + Nttl(ARGV[5])
-local pdl = deadline + PART_GRACE
 -- the record the caller encoded (rectemplate.go), the node's values in
 -- its holes: created, then each part's offset (none for a quota part);
 -- it replaces a failed or moved record, reserved: no TTL until decided
 -- (orderrec.go)
-if np == 1 and ARGV[10] == 's' then
-  -- one stock part (one item, no user): plan_one and take_stock, without the
-  -- plan's tables; the part is inline (no record of its own: the order
-  -- record holds it, inline.go), as every stock part of this script is.
-  -- The record is set only if its key is missing, between the plan and
-  -- the take, so the usual order (no record) does not read it first; a
-  -- refusal, or a key that exists, reads the record's head and answers
-  -- as the general path below does: {'existing'} for a record to keep,
-  -- with nothing written. The script is atomic, so no one sees these
-  -- steps in another order.
-  local pk, ck, xk, want = KEYS[3], KEYS[4], KEYS[5], Nqty(ARGV[11])
-  local avail, resv, short = plan_one(pk, ck, xk, want, ARGV[4], REDO_OFFSETS, true)
+if #KEYS == 4 then
+  -- one stock part (one item, no user), in the call's short layout
+  -- (localOneCall: KEYS 3 its counter, 4 its redo queue; ARGV 4 ttl, 5 to
+  -- 7 the record's template, 8 the part's id, 9 its quantity; the general
+  -- layout's keys come in threes, so it never has 4): plan_one and
+  -- take_stock, without the plan's tables; the part is inline (no record
+  -- of its own: the order record holds it, inline.go), as every stock part
+  -- of this script is, so it has no key to send. The record is set only
+  -- if its key is missing, between the plan and the take, so the usual
+  -- order (no record) does not read it first; a refusal, or a key that
+  -- exists, reads the record's head and answers as the general path below
+  -- does: {'existing'} for a record to keep, with nothing written. The
+  -- script is atomic, so no one sees these steps in another order.
+  local deadline = now + Nttl(ARGV[4])
+  local ck, xk, want = KEYS[3], KEYS[4], Nqty(ARGV[9])
+  local avail, resv, short = plan_one(nil, ck, xk, want, '', REDO_OFFSETS, true)
   if not avail then
     if order_kept(key) then return {'existing'} end
     if resv then return resv end -- an error reply
@@ -27,14 +28,17 @@ if np == 1 and ARGV[10] == 's' then
   zset_ok(PENDING) -- the pending index must be a sorted set
   local off = offset_at(REDO_OFFSETS, xk) + 1 -- the offset take_stock hands out
   local offS = I(off)
-  local rec = ARGV[6] .. nowS .. ARGV[7] .. offS .. ARGV[8]
+  local rec = ARGV[5] .. nowS .. ARGV[6] .. offS .. ARGV[7]
   if not redis.call('SET', key, rec, 'NX') then
     if order_kept(key) then return {'existing'} end
     set_value(key, rec, false)
   end
-  take_stock(pk, ck, xk, ARGV[9], want, nil, nil, avail, resv, PENDING, REDO_OFFSETS, Idl(pdl), true)
+  take_stock(nil, ck, xk, ARGV[8], want, nil, nil, avail, resv, PENDING, REDO_OFFSETS, Idl(deadline + PART_GRACE), true)
   return reserved_head(deadline) .. ':' .. offS
 end
+local np = (#KEYS - 2) / 3
+local deadline = now + Nttl(ARGV[5])
+local pdl = deadline + PART_GRACE
 if order_kept(key) then return {'existing'} end
 zset_ok(PENDING) -- the pending index must be a sorted set
 local plan, err, short, over = plan_parts(KEYS, ARGV, kb + 3, ab + 8 + np, np, ARGV[4], REDO_OFFSETS, true)

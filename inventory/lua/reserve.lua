@@ -1,17 +1,22 @@
 
-local deadline = part_due(ARGV[5])
+-- one stock part (an order's only part on this node, the usual case) in
+-- the call's short layout (reserveOneCall: KEYS 2 to 4 its part key,
+-- counter and redo queue; ARGV 4 the deadline, 5 its id, 6 its want, 7
+-- and 8 its record's template): 8 arguments, which the general layout
+-- (5, then 6 per part) never has
+local one = #ARGV == 8
+local deadline = part_due(one and ARGV[4] or ARGV[5])
 local np = (#KEYS - 1) / 3
 zset_ok(PENDING) -- fails now, before any write, if the index is not a sorted set
-if np == 1 and ARGV[7] == 's' then
-  -- one stock part (an order's only part on this node, the usual case):
-  -- the steps below for it, without the plan's tables, and with the
+if one then
+  -- the steps below for the one stock part, without the plan's tables, and with the
   -- part's key read only when it is there: the record is set only if its
   -- key is missing (SET NX) once the take is planned, before anything
   -- else is written; a refusal, an error, or a key that is there reads
   -- the part as the plan below does first, and answers the same. The
   -- script is atomic, so no one sees these steps in another order
   -- (TestTakeOneAsPlan holds the two against each other on a node).
-  local pk, ck, xk, id, want = KEYS[2], KEYS[3], KEYS[4], ARGV[6], Nqty(ARGV[8])
+  local pk, ck, xk, id, want = KEYS[2], KEYS[3], KEYS[4], ARGV[5], Nqty(ARGV[6])
   local avail, limit, resv = stock_checked(ck) -- all three, once an earlier call checked them
   local err
   if not avail then
@@ -35,10 +40,10 @@ if np == 1 and ARGV[7] == 's' then
   if not sok then return part_held(pk) or error(serr, 0) end
   local off = offset_at(REDO_OFFSETS, xk) + 1 -- the offset next_offset hands out
   local offS, deadlineS = I(off), Idl(deadline)
-  if not part_new(pk, ARGV[10], ARGV[11], take, off, deadlineS, true) then
+  if not part_new(pk, ARGV[7], ARGV[8], take, off, deadlineS, true) then
     local h = part_held(pk)
     if h then return h end
-    part_new(pk, ARGV[10], ARGV[11], take, off, deadlineS) -- a key without a state: written over, as below
+    part_new(pk, ARGV[7], ARGV[8], take, off, deadlineS) -- a key without a state: written over, as below
   end
   stock_set(ck, avail - take, resv + take)
   next_offset(REDO_OFFSETS, xk)

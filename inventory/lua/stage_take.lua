@@ -1,22 +1,24 @@
 
 local key = KEYS[2]
--- the pending index must be a sorted set; like the plan's checks, this
--- one may refuse a call whose order has a record to keep (nothing is
--- written either way)
-zset_ok(PENDING)
+local np = (#KEYS - 2) / 3 -- the home's parts
+-- the pending index must be a sorted set when a part goes into it; like
+-- the plan's checks, this one may refuse a call whose order has a record
+-- to keep (nothing is written either way)
+if np > 0 then zset_ok(PENDING) end
 local deadline = now + Nttl(ARGV[8])
 -- plan the home's parts (nothing written yet): one stock part (its keys 3
 -- to 5, its arguments from 13) with plan_one, then take_stock below,
--- without the plan's tables; any other with plan_parts, then write_parts
-local one = #KEYS == 5 and ARGV[14] == 's'
+-- without the plan's tables; any other with plan_parts, then write_parts;
+-- none (the usual stage: the stock is on other nodes) plans nothing
+local one = np == 1 and ARGV[14] == 's'
 local plan, avail, resv, err, short
 if one then
   avail, resv, short = plan_one(KEYS[3], KEYS[4], KEYS[5], Nqty(ARGV[15]), ARGV[7], REDO_OFFSETS, false)
   if not avail then err = resv end
-else
-  plan, err, short = plan_parts(KEYS, ARGV, kb + 3, ab + 13, (#KEYS - 2) / 3, ARGV[7], REDO_OFFSETS, false)
+elseif np > 0 then
+  plan, err, short = plan_parts(KEYS, ARGV, kb + 3, ab + 13, np, ARGV[7], REDO_OFFSETS, false)
 end
-if not (avail or plan) then
+if not (avail or plan or np == 0) then
   -- a record to keep answers before the refusal, as a stage that read
   -- it first would (ARGV[12] asks for the fault hook's test-only
   -- takeover of a failed record of another token: faults.go)
@@ -40,7 +42,7 @@ if one then
     PENDING, REDO_OFFSETS, Idl(part_due(ARGV[6])), false)
   return staged_head(deadline) .. ':' .. offS
 end
-if #plan == 0 then return staged_head(deadline) end -- no part on the home
+if np == 0 then return staged_head(deadline) end -- no part on the home
 local out = {staged_head(deadline)}
 for _, off in ipairs(write_parts(plan, PENDING, REDO_OFFSETS, part_due(ARGV[6]))) do
   out[#out + 1] = I(off)
