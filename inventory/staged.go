@@ -201,7 +201,11 @@ import (
 // record of another token; faults.go), then per part as localScript:
 // id, kind, want and the template's two pieces (appendPartPieces; the
 // path needs a stable topology, so no quota is counted
-// on a previous node).
+// on a previous node). A stage with no part on the home (the usual one:
+// the stock is on other nodes) comes in a short layout (stageTakeCall):
+// ARGV 4 token, 5 ttl, 6 retention, 7 and 8 the record's pieces, 9 the
+// mutation; the order id, part deadline and user, which only parts read,
+// are left out.
 //
 // Returns "staged:<deadline ms>:<offset>…", an offset per part (one string,
 // as the local reserve answers: lua/prelude.lua's staged_head), or, writing nothing,

@@ -323,6 +323,15 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 		return nil, nil, err
 	}
 	s, c := frozen(buf), pieceCutter{ends: ends}
+	if len(reqs) == 0 {
+		// the short layout: no order id, part deadline or user, which
+		// only the home's parts read (lua/stage_take.lua)
+		box := newArgBox(4, 2)
+		keys := append(box.keySlice(1), c.next(s))
+		args := append(box.argSlice(6), box.str(token), box.int(ms(ttl)), box.int(seconds(inv.cfg.Retention)),
+			box.str(c.next(s)), box.str(c.next(s)), box.str(string(mutation)))
+		return keys, args, nil
+	}
 	box := newArgBox(6+3*len(reqs), 2+len(reqs))
 	keys := append(box.keySlice(1+3*len(reqs)), c.next(s))
 	args := box.argSlice(9 + 5*len(reqs))

@@ -1,11 +1,19 @@
 
 local key = KEYS[2]
 local np = (#KEYS - 2) / 3 -- the home's parts
+-- a stage of no part on the home (the usual stage: the stock is on other
+-- nodes) comes in the short layout (stageTakeCall): ARGV 4 the token, 5
+-- ttl, 6 retention, 7 and 8 the record's pieces, 9 the mutation, which
+-- are 5 and 8 to 12 in the general layout (the short one leaves out the
+-- order id, the part deadline and the user, which only parts read); at
+-- is where the general layout's 8 to 12 are, tk the token's place
+local at, tk = 0, 5
+if np == 0 and #ARGV == 9 then at, tk = -3, 4 end
 -- the pending index must be a sorted set when a part goes into it; like
 -- the plan's checks, this one may refuse a call whose order has a record
 -- to keep (nothing is written either way)
 if np > 0 then zset_ok(PENDING) end
-local deadline = now + Nttl(ARGV[8])
+local deadline = now + Nttl(ARGV[at + 8])
 -- plan the home's parts (nothing written yet): one stock part (its keys 3
 -- to 5, its arguments from 13) with plan_one, then take_stock below,
 -- without the plan's tables; any other with plan_parts, then write_parts;
@@ -31,9 +39,9 @@ end
 -- record) does not read it first; a key that is there reads the head and
 -- answers as above, or is replaced (moved, or taken over). The script is
 -- atomic, so no one sees these steps in another order.
-local rec, ttl = ARGV[10] .. nowS .. ARGV[11], Nret(ARGV[9])
-if not (ttl and ttl > 0 and redis.call('SET', key, rec, 'NX', 'EX', ARGV[9])) then
-  local status, token, takeover = order_stage_head(key, ARGV[12] == 'stage-takeover', ARGV[5])
+local rec, ttl = ARGV[at + 10] .. nowS .. ARGV[at + 11], Nret(ARGV[at + 9])
+if not (ttl and ttl > 0 and redis.call('SET', key, rec, 'NX', 'EX', ARGV[at + 9])) then
+  local status, token, takeover = order_stage_head(key, ARGV[at + 12] == 'stage-takeover', ARGV[tk])
   if status and not takeover then return {'existing', status, token or ''} end
   set_value(key, rec, ttl)
 end
