@@ -3,10 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -17,46 +13,26 @@ import (
 
 // TestFloorScriptInstructions counts the instructions a node runs per
 // entry of the floor script (floorScript), the yardstick beside the local
-// reserve's count (inventory's TestLocalScriptInstructions, whose setup it
-// copies): calls of 20 "t" entries, each a record next to the stock of
-// the hot SKU (the minted floor row's entry), under valgrind's callgrind,
-// counters zeroed after 5 warm-up calls and dumped after 40 more. It
-// prints the entry as it is and the frame alone (an entry that only
-// answers: the call, its keys and arguments, the clock, the loop). Counts
-// hardly move with the machine's load, so the two scripts' difference
-// shows where timings cannot. It is a measure, not a check: it runs only
-// with SHARDIS_CALLGRIND set and valgrind installed, e.g.
+// reserve's count (inventory's TestLocalScriptInstructions): calls of 20
+// "t" entries, each a record next to the stock of the hot SKU (the minted
+// floor row's entry), on a node under valgrind's callgrind
+// (redistest.UnderCallgrind), counters zeroed after 5 warm-up calls and
+// dumped after 40 more. It prints the entry as it is and the frame alone
+// (an entry that only answers: the call, its keys and arguments, the
+// clock, the loop). Counts hardly move with the machine's load, so the two
+// scripts' difference shows where timings cannot. It is a measure, not a
+// check: it runs only with SHARDIS_CALLGRIND set and valgrind installed,
+// e.g.
 //
 //	SHARDIS_CALLGRIND=1 go test -count=1 -run TestFloorScriptInstructions -v ./internal/bench/
 func TestFloorScriptInstructions(t *testing.T) {
-	if os.Getenv("SHARDIS_CALLGRIND") == "" {
-		t.Skip("a measure: set SHARDIS_CALLGRIND=1 (and install valgrind) to run it")
-	}
-	server, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("no redis-server")
-	}
-	if _, err := exec.LookPath("callgrind_control"); err != nil {
-		t.Skip("no valgrind (callgrind_control)")
-	}
-	dir := t.TempDir()
-	wrapper := "#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=" + dir + "/cg.%p " + server + " \"$@\"\n"
-	if err := os.WriteFile(filepath.Join(dir, "redis-server"), []byte(wrapper), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cg := redistest.UnderCallgrind(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer c.Close()
 	if err := c.HSet(ctx, floorStock(floorHotSKU), "available", "1000000000", "reserved", "0").Err(); err != nil {
 		t.Fatal(err)
-	}
-	pid := ""
-	for _, l := range strings.Split(c.Info(ctx, "server").Val(), "\r\n") {
-		if v, ok := strings.CutPrefix(l, "process_id:"); ok {
-			pid = v
-		}
 	}
 	const per, calls = 20, 40
 	seq := 0
@@ -79,41 +55,11 @@ func TestFloorScriptInstructions(t *testing.T) {
 		for range 5 {
 			call(s)
 		}
-		if out, err := exec.Command("callgrind_control", "-z", pid).CombinedOutput(); err != nil {
-			t.Fatalf("callgrind_control -z: %v: %s", err, out)
-		}
-		for range calls {
-			call(s)
-		}
-		before, _ := filepath.Glob(filepath.Join(dir, "cg."+pid+".*"))
-		if out, err := exec.Command("callgrind_control", "-d", pid).CombinedOutput(); err != nil {
-			t.Fatalf("callgrind_control -d: %v: %s", err, out)
-		}
-		after, _ := filepath.Glob(filepath.Join(dir, "cg."+pid+".*"))
-		if len(after) != len(before)+1 {
-			t.Fatalf("callgrind dumps %v after %v: want one more", after, before)
-		}
-		dump := after[len(after)-1]
-		for _, f := range after {
-			if !strings.Contains(strings.Join(before, "\n"), f) {
-				dump = f
+		return cg.Count(ctx, c, func() {
+			for range calls {
+				call(s)
 			}
-		}
-		b, err := os.ReadFile(dump)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "summary: "); ok {
-				n, err := strconv.ParseFloat(strings.Fields(v)[0], 64)
-				if err != nil {
-					t.Fatalf("%s: %q", dump, l)
-				}
-				return n / (per * calls)
-			}
-		}
-		t.Fatalf("%s: no summary line", dump)
-		return 0
+		}) / (per * calls)
 	}
 	const loop = "  if mode == 'r' then\n"
 	if strings.Count(floorScript, loop) != 1 {

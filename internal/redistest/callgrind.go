@@ -1,0 +1,111 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Callgrind counts the instructions redis-server runs, for measures that
+// must not move with the machine's load (timings on shared cores move by
+// ±10 % or more; two counts of the same work agree within a fraction of a
+// percent). It counts instructions, not time: a cache miss costs one.
+type Callgrind struct {
+	t   testing.TB
+	dir string // the wrapper's, and the dumps'
+}
+
+// UnderCallgrind makes every redis-server the test starts from now on
+// (Start, or anything that finds redis-server on PATH) run under
+// valgrind's callgrind: a wrapper goes first on PATH for the rest of the
+// test (t.Setenv). A test that calls it is a measure, not a check: it is
+// skipped unless SHARDIS_CALLGRIND is set, and when redis-server or
+// valgrind (callgrind_control) is missing.
+func UnderCallgrind(t testing.TB) *Callgrind {
+	t.Helper()
+	if os.Getenv("SHARDIS_CALLGRIND") == "" {
+		t.Skip("a measure: set SHARDIS_CALLGRIND=1 (and install valgrind) to run it")
+	}
+	server, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("no redis-server")
+	}
+	if _, err := exec.LookPath("callgrind_control"); err != nil {
+		t.Skip("no valgrind (callgrind_control)")
+	}
+	dir := t.TempDir()
+	wrapper := "#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=" + dir + "/cg.%p " + server + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "redis-server"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return &Callgrind{t: t, dir: dir}
+}
+
+// Count returns the instructions the server c talks to ran during work:
+// its counters are zeroed before work and dumped after it. Work that the
+// server has not run before (its first script calls) is best run once
+// before, outside the count. It fails the test when the server is not
+// under callgrind or leaves no count.
+func (g *Callgrind) Count(ctx context.Context, c *redis.Client, work func()) float64 {
+	g.t.Helper()
+	pid := ""
+	for _, l := range strings.Split(c.Info(ctx, "server").Val(), "\r\n") {
+		if v, ok := strings.CutPrefix(l, "process_id:"); ok {
+			pid = v
+		}
+	}
+	if out, err := exec.Command("callgrind_control", "-z", pid).CombinedOutput(); err != nil {
+		g.t.Fatalf("callgrind_control -z %s: %v: %s", pid, err, out)
+	}
+	work()
+	before, _ := filepath.Glob(filepath.Join(g.dir, "cg."+pid+".*"))
+	if out, err := exec.Command("callgrind_control", "-d", pid).CombinedOutput(); err != nil {
+		g.t.Fatalf("callgrind_control -d %s: %v: %s", pid, err, out)
+	}
+	after, _ := filepath.Glob(filepath.Join(g.dir, "cg."+pid+".*"))
+	if len(after) != len(before)+1 {
+		g.t.Fatalf("callgrind dumps %v after %v: want one more", after, before)
+	}
+	dump := after[len(after)-1]
+	for _, f := range after {
+		if !strings.Contains(strings.Join(before, "\n"), f) {
+			dump = f
+		}
+	}
+	n, err := dumpSummary(dump)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return n
+}
+
+// dumpSummary is the instruction count of a callgrind dump (its summary
+// line).
+func dumpSummary(path string) (float64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "summary: "); ok {
+			f := strings.Fields(v)
+			if len(f) == 0 {
+				break
+			}
+			n, err := strconv.ParseFloat(f[0], 64)
+			if err != nil {
+				return 0, fmt.Errorf("callgrind dump %s: summary %q: %w", path, l, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("callgrind dump %s: no summary line", path)
+}
