@@ -9,12 +9,12 @@ local deadline = part_due(one and ARGV[4] or ARGV[5])
 local np = (#KEYS - 1) / 3
 zset_ok(PENDING) -- fails now, before any write, if the index is not a sorted set
 if one then
-  -- the steps below for the one stock part, without the plan's tables, and with the
-  -- part's key read only when it is there: the record is set only if its
-  -- key is missing (SET NX) once the take is planned, before anything
-  -- else is written; a refusal, an error, or a key that is there reads
-  -- the part as the plan below does first, and answers the same. The
-  -- script is atomic, so no one sees these steps in another order
+  -- the steps below for the one stock part, without the plan's tables,
+  -- and with the part's key read only when it is there: the record is set
+  -- only if its key is missing (SET NX) once the take is planned, before
+  -- anything else is written; a refusal, an error, or a key that is there
+  -- reads the part as the plan below does first, and answers the same.
+  -- The script is atomic, so no one sees these steps in another order
   -- (TestTakeOneAsPlan holds the two against each other on a node).
   local pk, ck, xk, id, want = KEYS[2], KEYS[3], KEYS[4], ARGV[5], Nqty(ARGV[6])
   local avail, limit, resv = stock_checked(ck) -- all three, once an earlier call checked them
