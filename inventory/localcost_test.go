@@ -182,9 +182,7 @@ func localCostGroups(t *testing.T, e *groupEnv) func(s *luaScript, per int, gene
 			}
 			call := inv.localCall
 			if general {
-				call = func(parts []part, id, tok, digest, user string, ttl time.Duration, reqs []partReq) ([]string, []any, []part, error) {
-					return localGeneralCall(parts, id, tok, digest, user, ttl, reqs)
-				}
+				call = localGeneralCall
 			}
 			keys, args, _, err := call(nil, id, tok, digestOf(items, ""), "", time.Hour, reqs)
 			if err != nil {

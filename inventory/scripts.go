@@ -18,7 +18,7 @@ import (
 // it names itself (PENDING and REDO_OFFSETS of lua/prelude.lua), as every
 // reserve script does (localScript).
 // A call of one stock part (the usual one) comes in a short layout
-// (reserveOneCall): KEYS 2 its part key, 3 counter, 4 redo queue; ARGV 4
+// (reserveCall): KEYS 2 its part key, 3 counter, 4 redo queue; ARGV 4
 // the part deadline, 5 its id, 6 its want, 7 and 8 the two pieces of its
 // record's template. Any other comes in the general layout:
 //

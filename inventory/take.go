@@ -464,41 +464,15 @@ func (inv *Inventory) batchResult(n *node.Node, reqs []partReq, v any, err error
 	return res
 }
 
-// reserveCall is the reserve script's keys and arguments for reqs: in
-// its short layout for one stock part (reserveOneCall), else in the
-// general one (reserveGeneralCall).
+// reserveCall is the reserve script's keys and arguments for reqs. The
+// parts' keys and record templates are cut from one string. A call of one
+// stock part, the usual one, goes in the script's short layout: the
+// part's key, counter and redo queue; the deadline, the part's id and
+// want, and its record's template. The general layout's order id (which
+// the script never reads), kind and redo queue (which the keys have) are
+// left out: three arguments fewer, each of which costs the node about
+// 1 000 instructions in a group call.
 func reserveCall(orderID, token string, deadline partDue, reqs []partReq) ([]string, []any, error) {
-	if len(reqs) == 1 && reqs[0].Kind == PartStock {
-		return reserveOneCall(orderID, token, deadline, reqs[0])
-	}
-	return reserveGeneralCall(orderID, token, deadline, reqs)
-}
-
-// reserveOneCall is the reserve script's call for one stock part, the
-// usual one, in the short layout: the part's key, counter and redo queue;
-// the deadline, the part's id and want, and its record's template. The
-// general layout's order id (which the script never reads), kind and redo
-// queue (which the key has) are left out: three arguments fewer, each of
-// which costs the node about 1 000 instructions in a group call. The
-// part's key and template are cut from one string.
-func reserveOneCall(orderID, token string, deadline partDue, r partReq) ([]string, []any, error) {
-	var endsArr [3]int
-	buf := make([]byte, 0, len(partKeyPrefix)+160+3*len(orderID))
-	buf, ends, err := appendPartPieces(buf, endsArr[:0], orderID, token, []partReq{r}, false)
-	if err != nil {
-		return nil, nil, err
-	}
-	s, c := frozen(buf), pieceCutter{ends: ends}
-	box := newArgBox(4, 1)
-	keys := append(box.keySlice(3), c.next(s), r.ck, r.queue)
-	args := append(box.argSlice(5), box.str(deadline.arg()), box.str(r.ID), box.int(r.Qty), box.str(c.next(s)), box.str(c.next(s)))
-	return keys, args, nil
-}
-
-// reserveGeneralCall is reserveCall in the reserve script's general
-// layout, which every call may take. The parts' keys and record templates
-// are cut from one string.
-func reserveGeneralCall(orderID, token string, deadline partDue, reqs []partReq) ([]string, []any, error) {
 	var endsArr [24]int
 	ends := endsArr[:0]
 	buf := make([]byte, 0, (len(partKeyPrefix)+160+3*len(orderID))*len(reqs))
@@ -507,6 +481,21 @@ func reserveGeneralCall(orderID, token string, deadline partDue, reqs []partReq)
 		return nil, nil, err
 	}
 	s, c := frozen(buf), pieceCutter{ends: ends}
+	if len(reqs) == 1 && reqs[0].Kind == PartStock {
+		r := reqs[0]
+		box := newArgBox(4, 1)
+		keys := append(box.keySlice(3), c.next(s), r.ck, r.queue)
+		args := append(box.argSlice(5), box.str(deadline.arg()), box.str(r.ID), box.int(r.Qty), box.str(c.next(s)), box.str(c.next(s)))
+		return keys, args, nil
+	}
+	keys, args := reserveGeneralArgs(orderID, deadline, reqs, s, c)
+	return keys, args, nil
+}
+
+// reserveGeneralArgs is reserveCall's keys and arguments in the reserve
+// script's general layout, which every call may take, cut from s (c the
+// pieces' cutter, at its start).
+func reserveGeneralArgs(orderID string, deadline partDue, reqs []partReq, s string, c pieceCutter) ([]string, []any) {
 	box := newArgBox(2+4*len(reqs), len(reqs))
 	keys := box.keySlice(3 * len(reqs))
 	args := box.argSlice(2 + 6*len(reqs))
@@ -519,7 +508,7 @@ func reserveGeneralCall(orderID, token string, deadline partDue, reqs []partReq)
 		keys = append(keys, c.next(s), r.ck, r.queue)
 		args = append(args, box.str(r.ID), kindArg(r.Kind), box.int(r.Qty), last, box.str(c.next(s)), box.str(c.next(s)))
 	}
-	return keys, args, nil
+	return keys, args
 }
 
 // reserveReplies reads the reserve script's reply v to reqs on n, and

@@ -20,7 +20,7 @@ import (
 // the local script's inline part once inline_write has written its
 // record (inline.go). The reserve script's own branch for one stock part
 // (an attempt's only part on a node) is held against its general path
-// the same way, by its two layouts (reserveOneCall, reserveGeneralCall).
+// the same way, by its two layouts (reserveCall, reserveGeneralArgs).
 // The cases are the script's outcomes for one part: taken (within a redo
 // segment and at the start of a new one), short, a limited SKU without a
 // user, the part's key already there, a corrupt counter or offset, a redo
@@ -151,6 +151,14 @@ func TestTakeOneAsPlan(t *testing.T) {
 		}
 		return clock.ReplaceAllString(fmt.Sprintf("%v %v", v, err), "T")
 	}
+	// localOrder is the order's part requests, its one item on the node
+	localOrder := func() []partReq {
+		reqs, ok := inv.localReqs(ctx, nil, e.n, id, token, items, "")
+		if !ok {
+			t.Fatal("the order is not local")
+		}
+		return reqs
+	}
 	scripts := []struct {
 		name        string
 		now, before *luaScript
@@ -160,39 +168,31 @@ func TestTakeOneAsPlan(t *testing.T) {
 		general func() ([]string, []any, error)
 	}{
 		{"local", localScript, localScript, func() ([]string, []any, error) {
-			reqs, ok := inv.localReqs(ctx, nil, e.n, id, token, items, "")
-			if !ok {
-				t.Fatal("the order is not local")
-			}
+			reqs := localOrder()
 			keys, args, _, err := inv.localCall(nil, id, token, digestOf(items, ""), "", time.Hour, reqs)
 			return keys, args, err
 		}, func() ([]string, []any, error) {
-			reqs, ok := inv.localReqs(ctx, nil, e.n, id, token, items, "")
-			if !ok {
-				t.Fatal("the order is not local")
-			}
+			reqs := localOrder()
 			keys, args, _, err := localGeneralCall(nil, id, token, digestOf(items, ""), "", time.Hour, reqs)
 			return keys, args, err
 		}},
 		{"stage-take", stageTakeScript, stageGeneral, func() ([]string, []any, error) {
-			reqs, ok := inv.localReqs(ctx, nil, e.n, id, token, items, "")
-			if !ok {
-				t.Fatal("the order is not local")
-			}
+			reqs := localOrder()
 			return inv.stageTakeCall(id, token, partDue{hold: time.Minute}, "", time.Hour, digestOf(items, ""), "", "", reqs)
 		}, nil},
 		{"reserve", reserveScript, reserveScript, func() ([]string, []any, error) {
-			reqs, ok := inv.localReqs(ctx, nil, e.n, id, token, items, "")
-			if !ok {
-				t.Fatal("the order is not local")
-			}
+			reqs := localOrder()
 			return reserveCall(id, token, partDue{hold: time.Minute}, reqs)
 		}, func() ([]string, []any, error) {
-			reqs, ok := inv.localReqs(ctx, nil, e.n, id, token, items, "")
-			if !ok {
-				t.Fatal("the order is not local")
+			reqs := localOrder()
+			// the general layout, which reserveCall keeps for calls the
+			// short one cannot carry
+			buf, ends, err := appendPartPieces(nil, nil, id, token, reqs, false)
+			if err != nil {
+				return nil, nil, err
 			}
-			return reserveGeneralCall(id, token, partDue{hold: time.Minute}, reqs)
+			keys, args := reserveGeneralArgs(id, partDue{hold: time.Minute}, reqs, frozen(buf), pieceCutter{ends: ends})
+			return keys, args, nil
 		}},
 	}
 	for _, sc := range scripts {

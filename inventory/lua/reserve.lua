@@ -1,6 +1,6 @@
 
 -- one stock part (an order's only part on this node, the usual case) in
--- the call's short layout (reserveOneCall: KEYS 2 to 4 its part key,
+-- the call's short layout (reserveCall: KEYS 2 to 4 its part key,
 -- counter and redo queue; ARGV 4 the deadline, 5 its id, 6 its want, 7
 -- and 8 its record's template): 8 arguments, which the general layout
 -- (5, then 6 per part) never has
