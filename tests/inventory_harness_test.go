@@ -208,6 +208,29 @@ func (c *invCluster) home(orderID string) string {
 	return c.homes.Home(orderID)
 }
 
+// awaitCommitted waits until a one-round order's record on its home is
+// no longer staging: Reserve answers before its commit lands (the commit
+// rides a later write group, inventory/carry.go), and a test that then
+// changes the order's parts behind the inventory's back must not race it.
+func (c *invCluster) awaitCommitted(ctx context.Context, orderID string) {
+	c.t.Helper()
+	home := c.home(orderID)
+	for {
+		f, err := inventory.ReadOrder(ctx, c.clients[home], orderID).Fields()
+		if err != nil {
+			c.t.Fatalf("order %s's record on %s: %v", orderID, home, err)
+		}
+		if f["status"] != "staging" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			c.t.Fatalf("order %s is still staging on %s: %v", orderID, home, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // first returns the node an item of an order is taken from first.
 func (c *invCluster) first(route, orderID, sku string) string {
 	c.t.Helper()
