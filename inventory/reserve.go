@@ -303,8 +303,20 @@ func (inv *Inventory) abandon(ctx context.Context, home *node.Node, orderID, tok
 	}
 }
 
+// receipts is a Receipt per stock part of parts, in their order, in one
+// allocation of the exact size (appending to nil would grow it once per
+// part of a several-item order).
 func receipts(parts []part) []Receipt {
-	var out []Receipt
+	n := 0
+	for _, p := range parts {
+		if p.Kind == PartStock {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]Receipt, 0, n)
 	for _, p := range parts {
 		if p.Kind == PartStock {
 			out = append(out, Receipt{ItemIndex: p.Item, SKU: p.SKU, Quantity: p.Qty, Node: p.Node, RedoLog: p.Redo, Offset: p.Offset})
