@@ -16,6 +16,18 @@ import (
 // its bug (none but inline-unwritten's has the inline-part order, which
 // came later: their seeds draw as they did before it); none scripts the
 // bug's interleaving.
+//
+// A1 (stage-takeover: a lost reply leaves o1 failed; the retry's takes
+// land, its stage is parked past the deadlines; a reconciler cancels the
+// takes; the stage takes over the failed record and the retry is
+// acknowledged without its parts) is no longer among them: the explorer
+// still finds it, but now in about 2 % of schedules (PROFILE=lossy
+// TOPOLOGY=-1 RESTART=-1 LIMIT=-1 INLINE=-1: 5 of 240 in three runs, 0
+// of 90 in one of them, 0 of 48 in a -race run on a loaded machine), too
+// rare for a bounded self-check, like fence-skip (README).
+// TestMutationStageTakeoverOversells and
+// TestMutationStageTakeoverConfirmsRefusedHold (inventory/
+// staged_late_test.go) drive its interleavings directly on real nodes.
 var mutationCases = []struct {
 	m    inventory.Mutation
 	opts Options // the actors and fault chances that can reach the bug
@@ -28,11 +40,6 @@ var mutationCases = []struct {
 	// crash-point fate), and the removal of n4 writes stable with its
 	// record staging, promising a part on n4.
 	{inventory.MutationApplyLeavesStaging, Options{Profile: "crash", Topology: 1, Restart: -1, Limit: -1, Inline: -1}, 40},
-	// A1: a lost reply leaves o1 failed; the retry's takes land, its
-	// stage is parked past the deadlines; a reconciler cancels the takes
-	// (the record is failed, the token differs); the stage takes over
-	// the failed record and the retry is acknowledged without its parts.
-	{inventory.MutationStageTakeover, Options{Profile: "lossy", Topology: -1, Restart: -1, Limit: -1, Inline: -1}, 50},
 	// A limit refusal withdrawn: o6's first attempt takes its quota and
 	// its stock, its stage is held back; the retry's stage lands, its
 	// quota part is refused by the first attempt's units, it withdraws
@@ -55,7 +62,7 @@ const mutationBudget = 60 * time.Second
 
 func TestExplorerFindsMutations(t *testing.T) {
 	if testing.Short() {
-		t.Skip("explores up to 50 schedules per mutation")
+		t.Skip("explores up to 64 schedules per mutation")
 	}
 	for _, c := range mutationCases {
 		t.Run(string(c.m), func(t *testing.T) {
