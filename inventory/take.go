@@ -51,7 +51,8 @@ type partDue struct {
 // ms.
 func (d partDue) arg() string {
 	if d.hold > 0 {
-		return "+" + strconv.FormatInt(d.hold.Milliseconds(), 10)
+		var b [24]byte // one allocation, the string's ("+" + FormatInt made two)
+		return string(strconv.AppendInt(append(b[:0], '+'), d.hold.Milliseconds(), 10))
 	}
 	return strconv.FormatInt(d.at.UnixMilli(), 10)
 }

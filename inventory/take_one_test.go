@@ -257,3 +257,20 @@ func TestTakeOneAsPlan(t *testing.T) {
 		}
 	}
 }
+
+// partDue.arg is the part deadline argument lib_part_due.lua reads: "+"
+// and a hold in ms, or a time in ms.
+func TestPartDueArg(t *testing.T) {
+	for _, c := range []struct {
+		d    partDue
+		want string
+	}{
+		{partDue{hold: 1500 * time.Millisecond}, "+1500"},
+		{partDue{hold: 7 * 24 * time.Hour}, "+604800000"},
+		{partDue{at: time.UnixMilli(1764412800123)}, "1764412800123"},
+	} {
+		if got := c.d.arg(); got != c.want {
+			t.Errorf("%+v.arg() = %q, want %q", c.d, got, c.want)
+		}
+	}
+}
