@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -74,13 +75,11 @@ func (g *Callgrind) Count(ctx context.Context, c *redis.Client, work func()) flo
 	if len(after) != len(before)+1 {
 		g.t.Fatalf("callgrind dumps %v after %v: want one more", after, before)
 	}
-	dump := after[len(after)-1]
-	for _, f := range after {
-		if !strings.Contains(strings.Join(before, "\n"), f) {
-			dump = f
-		}
+	i := slices.IndexFunc(after, func(f string) bool { return !slices.Contains(before, f) })
+	if i < 0 {
+		g.t.Fatalf("callgrind dumps %v after %v: no new one", after, before)
 	}
-	n, err := dumpSummary(dump)
+	n, err := dumpSummary(after[i])
 	if err != nil {
 		g.t.Fatal(err)
 	}
