@@ -76,9 +76,10 @@ const bodyEnd = "\nend\n"
 // groupEpilogue runs the body once per call of the group (see the file
 // comment) and replies {seq, replies}, the calls' replies flat in one list
 // (the file says how; replyReader.replies reads them back one per call,
-// each as Redis answers a lone call). ARGV[4] holds the key and argument
-// counts of each call (appendGroupCounts), then come the calls' keys
-// (after KEYS[1]) and arguments, call after call.
+// each as Redis answers a lone call). ARGV[4] holds the calls' key and
+// argument counts, in runs of calls of one shape (appendGroupCounts),
+// then come the calls' keys (after KEYS[1]) and arguments, call after
+// call.
 var groupEpilogue = luaFile("epilogue_group.lua")
 
 // groupCarry applies a write group's carried commits (carry.go) before
@@ -249,32 +250,42 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 // groupHead holds the header arguments of one group's script call, so
 // that they are one allocation rather than one each (go-redis writes a
 // *string as its value): the node's name, the epoch token, and the calls'
-// counts (in arr when they fit: a group of up to 8 calls).
+// counts (in arr when they fit: up to 8 runs).
 type groupHead struct {
 	name, token, counts string
-	arr                 [8 * groupCountSize]byte
+	arr                 [8 * groupRunSize]byte
 }
 
-// groupCountSize is the bytes a group's counts argument holds per call:
-// its key count, then its argument count, three bytes each, high byte
-// first (epilogue_group.lua reads them with string.byte: no number to
-// parse, where a count per argument cost the node a strtod and an
+// groupRunSize is the bytes a group's counts argument holds per run of
+// calls of one shape: the calls' key count, their argument count, and how
+// many calls in a row have them, three bytes each, high byte first
+// (epilogue_group.lua reads them with string.byte once per run: no number
+// to parse, where a count per argument cost the node a strtod and an
 // argument's own cost).
-const groupCountSize = 6
+const groupRunSize = 9
 
 // maxGroupCount is the most keys, or arguments, one call of a group may
-// have: what three bytes hold.
+// have, and the most calls one run counts: what three bytes hold.
 const maxGroupCount = 1<<24 - 1
 
-// appendGroupCounts appends a call's key and argument counts to b as
-// groupCountSize bytes. A call over maxGroupCount (more than Redis takes
-// in one command) panics: the callers build calls of at most MaxItems
-// items.
+// appendGroupCounts adds a call's key and argument counts to b, the
+// counts of the calls before it: to the last run when it has the same
+// counts (and room), else as a new run of one. A call over maxGroupCount
+// (more than Redis takes in one command) panics: the callers build calls
+// of at most MaxItems items.
 func appendGroupCounts(b []byte, nk, na int) []byte {
 	if nk > maxGroupCount || na > maxGroupCount || nk < 0 || na < 0 {
 		panic(fmt.Sprintf("inventory: a grouped call of %d keys and %d arguments", nk, na))
 	}
-	return append(b, byte(nk>>16), byte(nk>>8), byte(nk), byte(na>>16), byte(na>>8), byte(na))
+	k, a := [3]byte{byte(nk >> 16), byte(nk >> 8), byte(nk)}, [3]byte{byte(na >> 16), byte(na >> 8), byte(na)}
+	if l := len(b) - groupRunSize; l >= 0 && [3]byte(b[l:l+3]) == k && [3]byte(b[l+3:l+6]) == a {
+		if c := int(b[l+6])<<16 | int(b[l+7])<<8 | int(b[l+8]); c < maxGroupCount {
+			c++
+			b[l+6], b[l+7], b[l+8] = byte(c>>16), byte(c>>8), byte(c)
+			return b
+		}
+	}
+	return append(append(append(b, k[:]...), a[:]...), 0, 0, 1)
 }
 
 // runScript sends s (its command line a, header included) and returns the

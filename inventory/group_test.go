@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -513,15 +514,24 @@ func TestGroupCommitCallsGetTheirOwnKeysAndArgs(t *testing.T) {
 	}
 }
 
-// TestAppendGroupCounts: a call's counts go as three bytes each, high
-// byte first (epilogue_group.lua reads them so), up to maxGroupCount; a
-// call over it is a bug of the caller and panics rather than wrap.
+// TestAppendGroupCounts: the calls' counts go in runs of calls of one
+// shape, three bytes each (key count, argument count, calls), high byte
+// first (epilogue_group.lua reads them so), up to maxGroupCount; a call
+// over it is a bug of the caller and panics rather than wrap.
 func TestAppendGroupCounts(t *testing.T) {
 	b := appendGroupCounts(nil, 0, 1)
 	b = appendGroupCounts(b, 0x123456, maxGroupCount)
-	want := []byte{0, 0, 0, 0, 0, 1, 0x12, 0x34, 0x56, 0xff, 0xff, 0xff}
-	if string(b) != string(want) || len(b) != 2*groupCountSize {
+	b = appendGroupCounts(b, 0x123456, maxGroupCount)
+	b = appendGroupCounts(b, 0x123456, maxGroupCount)
+	b = appendGroupCounts(b, 0, 1)
+	want := []byte{0, 0, 0, 0, 0, 1, 0, 0, 1, 0x12, 0x34, 0x56, 0xff, 0xff, 0xff, 0, 0, 3, 0, 0, 0, 0, 0, 1, 0, 0, 1}
+	if string(b) != string(want) || len(b) != 3*groupRunSize {
 		t.Fatalf("appendGroupCounts = % x, want % x", b, want)
+	}
+	// a run full at maxGroupCount calls starts another
+	full := []byte{0, 0, 3, 0, 0, 6, 0xff, 0xff, 0xff}
+	if got, want := appendGroupCounts(full, 3, 6), append(slices.Clone(full), 0, 0, 3, 0, 0, 6, 0, 0, 1); string(got) != string(want) {
+		t.Fatalf("appendGroupCounts on a full run = % x, want % x", got, want)
 	}
 	for _, c := range [][2]int{{maxGroupCount + 1, 0}, {0, maxGroupCount + 1}, {-1, 0}} {
 		func() {

@@ -45,7 +45,7 @@ import (
 // that would have been taken answer "none" (the refusal is for good,
 // take.go's refusal, so nothing of the call is rolled back or reaches the
 // redo log; soldout.go).
-var reserveScript = newGroupedScript("reserve", true, partDueLua+luaFile("reserve.lua"))
+var reserveScript = newGroupedScript("reserve", true, luaFile("reserve.lua"))
 
 // settleScript moves parts of one node from pending to confirmed or
 // cancelled, each at most once (compare-and-set on the part state).

@@ -212,7 +212,7 @@ import (
 // {"existing", status, token} (the order has a record: the general path
 // handles it) or {"short"} (a part cannot be met in full, or a limited SKU
 // has no user).
-var stageTakeScript = newGroupedScript("stage-take", true, partDueLua+luaFile("stage_take.lua"))
+var stageTakeScript = newGroupedScript("stage-take", true, luaFile("stage_take.lua"))
 
 // probeScript reads promised parts of one staged order on one node.
 //

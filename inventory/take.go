@@ -41,7 +41,8 @@ type partReq struct {
 // partGrace; the record names the attempt before any part is taken, so a
 // part looked at early is only put off), or a hold counted from the clock
 // of the node that takes the part, when its script runs (the one-round
-// path, staged.go). The scripts read it with part_due (partDueLua).
+// path, staged.go). The scripts read it with part_due (a prelude library
+// definition: lua/lib_part_due.lua).
 type partDue struct {
 	at   time.Time     // by the home node's clock; used when hold is 0
 	hold time.Duration // after the taking node's clock
@@ -56,10 +57,6 @@ func (d partDue) arg() string {
 	}
 	return strconv.FormatInt(d.at.UnixMilli(), 10)
 }
-
-// partDueLua defines part_due(v): a part deadline argument (partDue.arg)
-// as ms by this node's clock.
-var partDueLua = luaFile("lib_part_due.lua")
 
 // take runs the reserve rounds. It returns the parts taken, the parts whose
 // outcome is unknown (their node failed mid-call), and the first error.

@@ -34,11 +34,11 @@ if one then
   local take = want
   if avail < want then take = avail end
   if take <= 0 then return part_held(pk) or {'none', 0, 0, limit} end
-  -- its redo segment must be a sorted set (redo_ok raises: a part with a
-  -- state answers instead, as below)
-  local sok, serr = pcall(redo_ok, REDO_OFFSETS, xk, 1)
-  if not sok then return part_held(pk) or error(serr, 0) end
+  -- its redo segment must be a sorted set (a part with a state answers
+  -- first, as below)
   local off = offset_at(REDO_OFFSETS, xk) + 1 -- the offset next_offset hands out
+  local seg, serr = redo_try(xk, off)
+  if serr then return part_held(pk) or serr end
   local offS, deadlineS = I(off), Idl(deadline)
   if not part_new(pk, ARGV[7], ARGV[8], take, off, deadlineS, true) then
     local h = part_held(pk)
@@ -47,7 +47,7 @@ if one then
   end
   stock_set(ck, avail - take, resv + take)
   next_offset(REDO_OFFSETS, xk)
-  zadd_later(redo_seg(xk, off), offS, id)
+  zadd_later(seg, offS, id)
   zadd_later(PENDING, deadlineS, pend_pos(xk, offS))
   -- one string, not a table (prelude.lua, reserved_head says why); a
   -- limit of 0 or less is no limit, answered 0 (the caller reads only
