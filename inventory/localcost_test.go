@@ -29,14 +29,13 @@ var localCostCuts = []struct {
 	{"the script as it is", nil, false},
 	{"the general path (plan_parts, write_parts)", nil, true},
 	{"without its pending-index ZADD", [][2]string{
-		{"  zadd_later(pending, pdlS, pend_pos(xk, offS))\n", ""}}, false},
+		{"  zadd_later(PENDING, pdlS, pend_pos(xk, offS))\n", ""}}, false},
 	{"with a part record (the SET its inline part saves)", [][2]string{
-		{"take_stock(nil, ck, xk, ARGV[8], want, nil, nil,", "take_stock(partPrefix .. ARGV[8], ck, xk, ARGV[8], want, 'p', 'q',"},
-		{"Idl(deadline + PART_GRACE), true)\n", "Idl(deadline + PART_GRACE), false)\n"}}, false},
+		{"take_stock(nil, ck, xk, ARGV[8], want, nil, nil,", "take_stock(partPrefix .. ARGV[8], ck, xk, ARGV[8], want, 'p', 'q',"}}, false},
 	{"with the EXISTS of the part's key (an inline part's, which cannot exist)", [][2]string{
 		{"  local avail, resv, short = plan_one(nil,", "  if redis.call('EXISTS', partPrefix .. ARGV[8]) == 1 then return {'existing'} end\n  local avail, resv, short = plan_one(nil,"}}, false},
 	{"without both ZADDs", [][2]string{
-		{"  zadd_later(pending, pdlS, pend_pos(xk, offS))\n", ""},
+		{"  zadd_later(PENDING, pdlS, pend_pos(xk, offS))\n", ""},
 		{"  zadd_later(redo_seg(xk, off), offS, id)\n", ""}}, false},
 	{"with the record's head read first", [][2]string{
 		{"  local ck, xk, want = KEYS[3]", "  if order_kept(key) then return {'existing'} end\n  local ck, xk, want = KEYS[3]"}}, false},

@@ -19,7 +19,7 @@ if #KEYS == 4 then
   -- script is atomic, so no one sees these steps in another order.
   local deadline = now + Nttl(ARGV[4])
   local ck, xk, want = KEYS[3], KEYS[4], Nqty(ARGV[9])
-  local avail, resv, short = plan_one(nil, ck, xk, want, '', REDO_OFFSETS, true)
+  local avail, resv, short = plan_one(nil, ck, xk, want, '')
   if not avail then
     if order_kept(key) then return {'existing'} end
     if resv then return resv end -- an error reply
@@ -33,7 +33,7 @@ if #KEYS == 4 then
     if order_kept(key) then return {'existing'} end
     set_value(key, rec, false)
   end
-  take_stock(nil, ck, xk, ARGV[8], want, nil, nil, avail, resv, PENDING, REDO_OFFSETS, Idl(deadline + PART_GRACE), true)
+  take_stock(nil, ck, xk, ARGV[8], want, nil, nil, avail, resv, Idl(deadline + PART_GRACE))
   return reserved_head(deadline) .. ':' .. offS
 end
 local np = (#KEYS - 2) / 3
@@ -41,12 +41,12 @@ local deadline = now + Nttl(ARGV[5])
 local pdl = deadline + PART_GRACE
 if order_kept(key) then return {'existing'} end
 zset_ok(PENDING) -- the pending index must be a sorted set
-local plan, err, short, over = plan_parts(KEYS, ARGV, kb + 3, ab + 8 + np, np, ARGV[4], REDO_OFFSETS, true)
+local plan, err, short, over = plan_parts(KEYS, ARGV, kb + 3, ab + 8 + np, np, ARGV[4], true)
 if err then return err end
 if over then return {'limit', over[1], over[2], over[3]} end
 if not plan then return {short and 'short' or 'fallback'} end
 -- its stock parts inline too (inline.go); a quota part has its record
-local offs = write_parts(plan, PENDING, REDO_OFFSETS, pdl, true)
+local offs = write_parts(plan, pdl, true)
 local rec, out = {ARGV[6], nowS, ARGV[7]}, {reserved_head(deadline)}
 for i, off in ipairs(offs) do
   local offS = I(off)

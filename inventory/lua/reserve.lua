@@ -17,26 +17,37 @@ if one then
   -- The script is atomic, so no one sees these steps in another order
   -- (TestTakeOneAsPlan holds the two against each other on a node).
   local pk, ck, xk, id, want = KEYS[2], KEYS[3], KEYS[4], ARGV[5], Nqty(ARGV[6])
-  local avail, limit, resv = stock_checked(ck) -- all three, once an earlier call checked them
-  local err
-  if not avail then
-    avail, err = stock_int(ck, 1, ' available')
-    if err then return part_held(pk) or err end
-    resv, err = stock_int(ck, 3, ' reserved')
-    if err then return part_held(pk) or err end
-  end
-  local _, oerr = offsets_ok(REDO_OFFSETS, xk)
-  if oerr then return part_held(pk) or oerr end
-  if not limit then
-    limit, err = stock_int(ck, 2, ' limit')
-    if err then return part_held(pk) or err end
+  -- the usual order of a group: an earlier call checked the counter's
+  -- three fields and the queue's offsets, so they are read from the
+  -- helpers' tables (as plan_one does, take_whole.lua); else field by
+  -- field, through the helpers
+  local v, o = stocks[ck], offtab[REDO_OFFSETS]
+  o = o and o[xk]
+  local avail, limit, resv
+  if v and o then avail, limit, resv = v[4], v[5], v[6] end
+  if not (avail and limit and resv) then
+    local err
+    avail, limit, resv = stock_checked(ck)
+    if not avail then
+      avail, err = stock_int(ck, 1, ' available')
+      if err then return part_held(pk) or err end
+      resv, err = stock_int(ck, 3, ' reserved')
+      if err then return part_held(pk) or err end
+    end
+    local _, oerr = offsets_ok(REDO_OFFSETS, xk)
+    if oerr then return part_held(pk) or oerr end
+    if not limit then
+      limit, err = stock_int(ck, 2, ' limit')
+      if err then return part_held(pk) or err end
+    end
+    o = offtab[REDO_OFFSETS][xk]
   end
   local take = want
   if avail < want then take = avail end
   if take <= 0 then return part_held(pk) or {'none', 0, 0, limit} end
   -- its redo segment must be a sorted set (a part with a state answers
   -- first, as below)
-  local off = offset_at(REDO_OFFSETS, xk) + 1 -- the offset next_offset hands out
+  local off = o[1] + 1 -- the offset next_offset hands out
   local seg, serr = redo_try(xk, off)
   if serr then return part_held(pk) or serr end
   local offS, deadlineS = I(off), Idl(deadline)

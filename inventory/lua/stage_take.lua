@@ -21,10 +21,10 @@ local deadline = now + Nttl(ARGV[at + 8])
 local one = np == 1 and ARGV[14] == 's'
 local plan, avail, resv, err, short
 if one then
-  avail, resv, short = plan_one(KEYS[3], KEYS[4], KEYS[5], Nqty(ARGV[15]), ARGV[7], REDO_OFFSETS, false)
+  avail, resv, short = plan_one(KEYS[3], KEYS[4], KEYS[5], Nqty(ARGV[15]), ARGV[7])
   if not avail then err = resv end
 elseif np > 0 then
-  plan, err, short = plan_parts(KEYS, ARGV, kb + 3, ab + 13, np, ARGV[7], REDO_OFFSETS, false)
+  plan, err, short = plan_parts(KEYS, ARGV, kb + 3, ab + 13, np, ARGV[7], false)
 end
 if not (avail or plan or np == 0) then
   -- a record to keep answers before the refusal, as a stage that read
@@ -47,12 +47,12 @@ if not (ttl and ttl > 0 and redis.call('SET', key, rec, 'NX', 'EX', ARGV[at + 9]
 end
 if one then
   local _, offS = take_stock(KEYS[3], KEYS[4], KEYS[5], ARGV[13], Nqty(ARGV[15]), ARGV[16], ARGV[17], avail, resv,
-    PENDING, REDO_OFFSETS, Idl(part_due(ARGV[6])), false)
+    Idl(part_due(ARGV[6])))
   return staged_head(deadline) .. ':' .. offS
 end
 if np == 0 then return staged_head(deadline) end -- no part on the home
 local out = {staged_head(deadline)}
-for _, off in ipairs(write_parts(plan, PENDING, REDO_OFFSETS, part_due(ARGV[6]))) do
+for _, off in ipairs(write_parts(plan, part_due(ARGV[6]))) do
   out[#out + 1] = I(off)
 end
 return table.concat(out, ':')
