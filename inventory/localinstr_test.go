@@ -2,7 +2,9 @@ package inventory
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/shardis/shardis/internal/redistest"
 )
@@ -39,5 +41,80 @@ func TestLocalScriptInstructions(t *testing.T) {
 	}
 	for _, v := range localCostCuts {
 		fmt.Printf("%-55s %7.0f instructions/order\n", v.name, perOrder(cutScript(t, localScript, v.cuts...), v.general))
+	}
+}
+
+// takeCostCuts are the variants TestTakeScriptInstructions counts: the
+// reserve script (reserveScript) taking one stock part in its short
+// layout (reserveCall), as the one-round and general paths send it to a
+// node other than the order's home, with pieces of its source replaced
+// (each cut must match once, as for localCostCuts).
+var takeCostCuts = []struct {
+	name string
+	cuts [][2]string
+}{
+	{"the script as it is", nil},
+	{"without its part record's SET", [][2]string{
+		{"if not part_new(pk, ARGV[7], ARGV[8], take, off, deadlineS, true) then", "if false then"}}},
+	{"without its pending-index ZADD", [][2]string{
+		{"  zadd_later(PENDING, deadlineS, pend_pos(xk, offS))\n  -- one", "  -- one"}}},
+	{"without its redo ZADD", [][2]string{
+		{"  zadd_later(seg, offS, id)\n", ""}}},
+	{"the plan only (reads, checks; no write)", [][2]string{
+		{"  local seg, serr = redo_try(xk, off)\n", "  do return 'pending:1:1:0' end\n  local seg, serr = redo_try(xk, off)\n"}}},
+	{"an empty body (the group's frame)", [][2]string{
+		{"local one = #ARGV == 8\n", "do return 'pending:1:1:0' end\nlocal one = #ARGV == 8\n"}}},
+}
+
+// TestTakeScriptInstructions counts, as TestLocalScriptInstructions does,
+// the instructions the node runs per part of the reserve script taking
+// one stock part, in group calls of 20 such takes (each a new part of a
+// new order), for each variant of takeCostCuts. A measure, not a check:
+//
+//	SHARDIS_CALLGRIND=1 go test -count=1 -run TestTakeScriptInstructions -v ./inventory/
+func TestTakeScriptInstructions(t *testing.T) {
+	cg := redistest.UnderCallgrind(t)
+	e := newGroupEnv(t, 32)
+	inv, ctx := e.inv, e.ctx
+	if _, err := inv.LoadStock(ctx, "a", "s", MaxQuantity, 0); err != nil {
+		t.Fatal(err)
+	}
+	items := []Item{{Route: "a", SKU: "s", Quantity: 1}}
+	token := inv.topology(ctx).token
+	seq := 0
+	group := func(s *luaScript, per int) {
+		calls := make([]*groupCall, per)
+		for j := range calls {
+			seq++
+			id, tok := "take-"+strconv.Itoa(seq), newToken()
+			reqs, ok := inv.localReqs(ctx, nil, e.n, id, tok, items, "")
+			if !ok {
+				t.Fatal("the order's item is not on the node")
+			}
+			keys, args, err := reserveCall(id, tok, partDue{hold: time.Minute}, reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls[j] = &groupCall{keys: keys, args: args, done: make(chan struct{})}
+		}
+		inv.sendGroup(ctx, e.n, s, token, calls)
+		for _, gc := range calls {
+			if gc.err != nil {
+				t.Fatal(gc.err)
+			}
+		}
+	}
+	const per, calls = 20, 40
+	for _, v := range takeCostCuts {
+		s := cutScript(t, reserveScript, v.cuts...)
+		for range 5 {
+			group(s, per)
+		}
+		n := cg.Count(ctx, e.admin, func() {
+			for range calls {
+				group(s, per)
+			}
+		}) / (per * calls)
+		fmt.Printf("%-55s %7.0f instructions/part\n", v.name, n)
 	}
 }
