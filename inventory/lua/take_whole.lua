@@ -56,7 +56,8 @@
 -- the queue's offsets and the segment of its next offset (the usual
 -- order of a group), plan_one reads them from the helpers' tables rather
 -- than through the helpers: the same values, without three Lua calls
--- (each costs the node about 600 instructions, and an argument more). The one-part paths of local.lua and stage_take.lua set the order
+-- (each costs the node about 600 instructions, and an argument more).
+-- The one-part paths of local.lua and stage_take.lua set the order
 -- record between the two (only if its key is missing). An order of one
 -- item without a user id is one stock part; its tables were a few µs of
 -- an order's script time (TestLocalScriptCost).
