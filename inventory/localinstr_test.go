@@ -61,7 +61,7 @@ var takeCostCuts = []struct {
 	{"without its redo ZADD", [][2]string{
 		{"  zadd_later(seg, offS, id)\n", ""}}},
 	{"the plan only (reads, checks; no write)", [][2]string{
-		{"  local seg, serr = redo_try(xk, off)\n", "  do return 'pending:1:1:0' end\n  local seg, serr = redo_try(xk, off)\n"}}},
+		{"  local offS, deadlineS = I(off), Idl(deadline)\n", "  do return 'pending:1:1:0' end\n  local offS, deadlineS = I(off), Idl(deadline)\n"}}},
 	{"an empty body (the group's frame)", [][2]string{
 		{"local one = #ARGV == 8\n", "do return 'pending:1:1:0' end\nlocal one = #ARGV == 8\n"}}},
 }

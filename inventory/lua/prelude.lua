@@ -109,10 +109,8 @@ end
 --     after offsets_ok, hands out the next offset, and flush writes the
 --     last one handed out, and, when the queue had no such field, that
 --     field (the first offset handed out), in the same HSET.
--- Two take paths read the copies without these helpers once an earlier
--- call checked them (plan_one in take_whole.lua, the reserve script's one
--- part): stocks[ck][4 to 6] and offtab[REDO_OFFSETS][xk], and zchecked
--- for a segment; they write only through the helpers.
+-- take_ready (redo_log.lua) reads these copies for the take paths once
+-- an earlier call checked them: one call instead of three.
 -- flush sends the deferred writes. The epilogues call it after the calls,
 -- whatever they returned: a call that raised keeps its earlier writes, as
 -- a lone script that raises does.

@@ -17,15 +17,11 @@ if one then
   -- The script is atomic, so no one sees these steps in another order
   -- (TestTakeOneAsPlan holds the two against each other on a node).
   local pk, ck, xk, id, want = KEYS[2], KEYS[3], KEYS[4], ARGV[5], Nqty(ARGV[6])
-  -- the usual order of a group: an earlier call checked the counter's
-  -- three fields and the queue's offsets, so they are read from the
-  -- helpers' tables (as plan_one does, take_whole.lua); else field by
-  -- field, through the helpers
-  local v, o = stocks[ck], offtab[REDO_OFFSETS]
-  o = o and o[xk]
-  local avail, limit, resv
-  if v and o then avail, limit, resv = v[4], v[5], v[6] end
-  if not (avail and limit and resv) then
+  -- the usual order of a group: an earlier call checked the counter, the
+  -- queue's offsets and its segment (take_ready, as plan_one does); else
+  -- field by field, through the helpers
+  local avail, limit, resv, last, seg = take_ready(ck, xk)
+  if not avail then
     local err
     avail, limit, resv = stock_checked(ck)
     if not avail then
@@ -40,16 +36,19 @@ if one then
       limit, err = stock_int(ck, 2, ' limit')
       if err then return part_held(pk) or err end
     end
-    o = offtab[REDO_OFFSETS][xk]
+    last = offset_at(REDO_OFFSETS, xk)
   end
   local take = want
   if avail < want then take = avail end
   if take <= 0 then return part_held(pk) or {'none', 0, 0, limit} end
   -- its redo segment must be a sorted set (a part with a state answers
   -- first, as below)
-  local off = o[1] + 1 -- the offset next_offset hands out
-  local seg, serr = redo_try(xk, off)
-  if serr then return part_held(pk) or serr end
+  local off = last + 1 -- the offset next_offset hands out
+  if not seg then
+    local serr
+    seg, serr = redo_try(xk, off)
+    if serr then return part_held(pk) or serr end
+  end
   local offS, deadlineS = I(off), Idl(deadline)
   if not part_new(pk, ARGV[7], ARGV[8], take, off, deadlineS, true) then
     local h = part_held(pk)

@@ -54,9 +54,8 @@
 -- offset_at(REDO_OFFSETS, xk) + 1 is then the offset take_stock will hand
 -- the part. When an earlier call of the script call checked the counter,
 -- the queue's offsets and the segment of its next offset (the usual
--- order of a group), plan_one reads them from the helpers' tables rather
--- than through the helpers: the same values, without three Lua calls
--- (each costs the node about 600 instructions, and an argument more).
+-- order of a group), plan_one takes them from take_ready (redo_log.lua)
+-- in one call.
 -- The one-part paths of local.lua and stage_take.lua set the order
 -- record between the two (only if its key is missing). An order of one
 -- item without a user id is one stock part; its tables were a few µs of
@@ -136,17 +135,14 @@ end
 local function plan_one(pk, ck, xk, want, user)
   if pk and redis.call('EXISTS', pk) == 1 then return nil end
   -- the usual order of a group: an earlier call checked all of it
-  -- (stock_int's fields at 4 to 6 of the hash's copy, offsets_ok's entry,
-  -- redo_ok's segment), so the checks below would change nothing
-  local v, o = stocks[ck], offtab[REDO_OFFSETS]
-  o = o and o[xk]
-  if v and v[4] and v[5] and v[6] and o and zchecked[redo_seg(xk, o[1] + 1)] then
-    local avail, limit, resv = v[4], v[5], v[6]
+  -- (take_ready), so the checks below would change nothing
+  local avail, limit, resv = take_ready(ck, xk)
+  if avail then
     if avail < want or (limit > 0 and user == '') then return nil, nil, true end
     return avail - want, resv + want
   end
   -- else field by field, in plan_parts' order
-  local avail, limit, resv = stock_checked(ck)
+  avail, limit, resv = stock_checked(ck)
   local err
   if not avail then
     avail, err = stock_int(ck, 1, ' available')
