@@ -45,10 +45,10 @@ end
 -- offsets, offsets_ok; the segment of its next offset, redo_ok): the
 -- counter's available, limit and reserved, the queue's last offset
 -- handed out (offset_at's) and the key of the (checked) segment of the
--- next one; else nil, and the caller checks
--- through those helpers. One call where the checks were three or more
--- (each Lua call costs the node about 600 instructions): plan_one and
--- the reserve script's one part, the usual order of a group.
+-- next one; else nil, and the caller checks through those helpers. One
+-- call where the checks were three or more (each Lua call costs the node
+-- about 600 instructions): plan_one and the reserve script's one part,
+-- the usual order of a group.
 local function take_ready(ck, xk)
   local v, t = stocks[ck], offtab[REDO_OFFSETS]
   local o = t and t[xk]

@@ -137,25 +137,23 @@ local function plan_one(pk, ck, xk, want, user)
   -- the usual order of a group: an earlier call checked all of it
   -- (take_ready), so the checks below would change nothing
   local avail, limit, resv = take_ready(ck, xk)
-  if avail then
-    if avail < want or (limit > 0 and user == '') then return nil, nil, true end
-    return avail - want, resv + want
-  end
-  -- else field by field, in plan_parts' order
-  avail, limit, resv = stock_checked(ck)
-  local err
   if not avail then
-    avail, err = stock_int(ck, 1, ' available')
-    if err then return nil, err end
-    resv, err = stock_int(ck, 3, ' reserved')
-    if err then return nil, err end
-  end
-  local _, oerr = offsets_ok(REDO_OFFSETS, xk)
-  if oerr then return nil, oerr end
-  redo_ok(REDO_OFFSETS, xk, 1) -- its redo segment must be a sorted set
-  if not limit then
-    limit, err = stock_int(ck, 2, ' limit')
-    if err then return nil, err end
+    -- else field by field, in plan_parts' order
+    local err
+    avail, limit, resv = stock_checked(ck)
+    if not avail then
+      avail, err = stock_int(ck, 1, ' available')
+      if err then return nil, err end
+      resv, err = stock_int(ck, 3, ' reserved')
+      if err then return nil, err end
+    end
+    local _, oerr = offsets_ok(REDO_OFFSETS, xk)
+    if oerr then return nil, oerr end
+    redo_ok(REDO_OFFSETS, xk, 1) -- its redo segment must be a sorted set
+    if not limit then
+      limit, err = stock_int(ck, 2, ' limit')
+      if err then return nil, err end
+    end
   end
   if avail < want or (limit > 0 and user == '') then return nil, nil, true end
   return avail - want, resv + want
