@@ -106,10 +106,10 @@ func versionOf(s node.Settings) string {
 func (inv *Inventory) runDurable(ctx context.Context, n *node.Node, s *luaScript, a evalArgs) (any, error) {
 	c := n.Client()
 	ev, wait := inv.evalWait(ctx, c, s, false, a)
-	if err := ev.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// Not in the node's script cache (a promoted replica, a restarted
-		// or flushed node): nothing ran; send the source.
-		ev, wait = inv.evalWait(ctx, c, s, true, a)
+	if functionMissing(ev.Err()) {
+		// Not loaded on the node (a restarted or flushed node): nothing
+		// ran; load it, or send the source (luafunc.go).
+		ev, wait = inv.evalWait(ctx, c, s, !loadFunction(ctx, c, s), a)
 	}
 	if err := ev.Err(); err != nil {
 		return nil, err
@@ -133,8 +133,8 @@ func (inv *Inventory) runDurable(ctx context.Context, n *node.Node, s *luaScript
 	return raw, nil
 }
 
-// evalWait sends the script's command line a (by SHA, or its source) and
-// the wait command as one pipeline.
+// evalWait sends the script's command line a (its function, or its
+// source) and the wait command as one pipeline.
 func (inv *Inventory) evalWait(ctx context.Context, c *redis.Client, s *luaScript, source bool, a evalArgs) (*redis.Cmd, *redis.Cmd) {
 	p := c.Pipeline()
 	ev := s.cmd(ctx, a, source)

@@ -45,8 +45,9 @@ type groupEnv struct {
 	sent  *scriptCounter
 }
 
-// scriptCounter is a go-redis hook counting script calls by SHA (EVALSHA,
-// and EVAL by the SHA of its source).
+// scriptCounter is a go-redis hook counting script calls by script:
+// FCALL by its function's name, EVAL (the fallback, luafunc.go) by the
+// SHA of its source.
 type scriptCounter struct {
 	mu sync.Mutex
 	n  map[string]int
@@ -71,15 +72,15 @@ func (h *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 func (h *scriptCounter) count(cmd redis.Cmder) {
-	if cmd.Name() != "evalsha" && cmd.Name() != "eval" {
+	if cmd.Name() != "fcall" && cmd.Name() != "eval" {
 		return
 	}
-	sha, _ := cmd.Args()[1].(string)
+	id, _ := cmd.Args()[1].(string)
 	if cmd.Name() == "eval" {
-		sha = redis.NewScript(sha).Hash()
+		id = redis.NewScript(id).Hash()
 	}
 	h.mu.Lock()
-	h.n[sha]++
+	h.n[id]++
 	h.mu.Unlock()
 }
 
@@ -87,7 +88,9 @@ func (h *scriptCounter) count(cmd redis.Cmder) {
 func (h *scriptCounter) of(s *luaScript) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	k := h.n[s.hash()]
+	fn := s.fn.(string)
+	k := h.n[fn] + h.n[s.hash()]
+	delete(h.n, fn)
 	delete(h.n, s.hash())
 	return k
 }

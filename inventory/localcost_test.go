@@ -53,7 +53,7 @@ var localCostCuts = []struct {
 // what group commit gathers under load) of each variant of
 // localCostCuts, in rotating order over 9 rounds (the keyspace grows as
 // the rounds go), and prints each variant's median µs of script time per
-// order (INFO commandstats' usec_per_call of EVALSHA over the orders per
+// order (INFO commandstats' usec_per_call of FCALL over the orders per
 // call). The differences between variants are what the pieces cost. The
 // script as it is and the empty body also go in calls of one order, from
 // which it prints what a script call costs of its own (the stamp check,
@@ -96,7 +96,7 @@ func TestLocalScriptCost(t *testing.T) {
 		if t.Failed() {
 			t.FailNow()
 		}
-		us, err := evalshaUsecPerCall(ctx, c)
+		us, err := fcallUsecPerCall(ctx, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,14 +134,14 @@ func TestLocalScriptCost(t *testing.T) {
 	}
 }
 
-// evalshaUsecPerCall is INFO commandstats' usec_per_call of EVALSHA.
-func evalshaUsecPerCall(ctx context.Context, c *redis.Client) (float64, error) {
+// fcallUsecPerCall is INFO commandstats' usec_per_call of FCALL.
+func fcallUsecPerCall(ctx context.Context, c *redis.Client) (float64, error) {
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return 0, err
 	}
 	for _, l := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_evalsha:")
+		rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_fcall:")
 		if !ok {
 			continue
 		}
@@ -151,7 +151,7 @@ func evalshaUsecPerCall(ctx context.Context, c *redis.Client) (float64, error) {
 			}
 		}
 	}
-	return 0, fmt.Errorf("no EVALSHA line in INFO commandstats")
+	return 0, fmt.Errorf("no FCALL line in INFO commandstats")
 }
 
 // localCostGroups loads e's node with stock for the local reserve's

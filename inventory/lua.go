@@ -113,7 +113,9 @@ type luaScript struct {
 	group bool   // sent in its grouped form (group.go)
 	src   string // the Lua source, prelude and epilogue included
 	text  string // what EVAL sends: the memory rule's shebang, then src
-	sha   any    // text's SHA-1 (hex), what EVALSHA sends, boxed once for evalArgs
+	sha   any    // text's SHA-1 (hex), the name SCRIPT EXISTS knows it by
+	fn    any    // the name of its function (luafunc.go), what FCALL sends, boxed once for evalArgs
+	lib   string // its function library, what FUNCTION LOAD sends
 }
 
 // scripts lists every script built by newScript and its siblings, in the
@@ -172,15 +174,23 @@ func newGroupedScriptMem(name string, mem memRule, body string) *luaScript {
 }
 
 // newLuaScript completes s (its source and memory rule set): its text,
-// the memory rule's shebang and the source, and the text's SHA.
+// the memory rule's shebang and the source, the text's SHA, and its
+// function library (luafunc.go). A source the library cannot be made of
+// is a bug of this package: it panics naming the script.
 func newLuaScript(s *luaScript) *luaScript {
 	s.text = s.mem.shebang() + s.src
 	h := sha1.Sum([]byte(s.text))
 	s.sha = hex.EncodeToString(h[:])
+	fn, lib, err := functionLibrary(s.name, s.mem, s.src)
+	if err != nil {
+		panic("inventory: script " + s.name + ": its function library: " + err.Error())
+	}
+	s.fn, s.lib = fn, lib
 	return s
 }
 
-// hash is s's SHA-1 (hex), the name EVALSHA and SCRIPT EXISTS know it by.
+// hash is s's SHA-1 (hex), the name SCRIPT EXISTS knows it by once EVAL
+// ran its source (luafunc.go's fallback).
 func (s *luaScript) hash() string { return s.sha.(string) }
 
 // bareSources is the source of every script newBareScript built, by
@@ -337,7 +347,7 @@ func (inv *Inventory) callEnvelope(ctx context.Context, n *node.Node, s *luaScri
 }
 
 // evalArgs is the command line of one call of a script as go-redis sends
-// it: EVALSHA, the script's SHA, the key count, the keys, the arguments
+// it: FCALL, the script's function, the key count, the keys, the arguments
 // (stamp and header included). Its callers build it once, keys first,
 // in one slice: go-redis's Script would copy the keys and arguments into
 // a line of its own on every call, which for a group's call (group.go)
@@ -428,13 +438,13 @@ func (b *argBox) int(v int64) any {
 // arguments.
 func (s *luaScript) evalArgs(nkeys, nargs int) evalArgs {
 	a := make(evalArgs, 3, 3+nkeys+nargs)
-	a[0], a[1], a[2] = "evalsha", s.sha, nkeys
+	a[0], a[1], a[2] = "fcall", s.fn, nkeys
 	return a
 }
 
-// cmd is line a as a command: by SHA, or by s's source when source is
-// set (a node without the script in its cache: restarted, flushed or
-// promoted; nothing ran).
+// cmd is line a as a command: FCALL of s's function, or EVAL of s's
+// source when source is set (a node that lacks the function and would
+// not load it: luafunc.go; nothing ran).
 func (s *luaScript) cmd(ctx context.Context, a evalArgs, source bool) *redis.Cmd {
 	if source {
 		a = append(evalArgs{"eval", s.text, a[2]}, a[3:]...)
@@ -444,8 +454,9 @@ func (s *luaScript) cmd(ctx context.Context, a evalArgs, source bool) *redis.Cmd
 	return c
 }
 
-// call sends s (its command line a) and returns its raw reply: by SHA
-// (the source when the node lacks it), followed by the durability wait
+// call sends s (its command line a) and returns its raw reply: by its
+// function (loaded first when the node lacks it, or the source when the
+// node will not load it: luafunc.go), followed by the durability wait
 // when the inventory asks for one.
 func (inv *Inventory) call(ctx context.Context, n *node.Node, s *luaScript, a evalArgs) (any, error) {
 	if s.write && inv.durable() {
@@ -454,8 +465,8 @@ func (inv *Inventory) call(ctx context.Context, n *node.Node, s *luaScript, a ev
 	c := n.Client()
 	cmd := s.cmd(ctx, a, false)
 	_ = c.Process(ctx, cmd) // the error is the command's
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		cmd = s.cmd(ctx, a, true)
+	if functionMissing(cmd.Err()) {
+		cmd = s.cmd(ctx, a, !loadFunction(ctx, c, s))
 		_ = c.Process(ctx, cmd)
 	}
 	return cmd.Result()
@@ -543,8 +554,9 @@ func nodeErr(n *node.Node, err error) error {
 }
 
 // luaFailure reports whether an ERR reply is a Lua runtime error of a
-// script (Redis 7's "ERR user_script:…" and the older "ERR Error running
-// script …").
+// script (Redis 7's "ERR user_script:…" from EVAL, "ERR user_function:…"
+// from FCALL, and the older "ERR Error running script …").
 func luaFailure(msg string) bool {
-	return strings.HasPrefix(msg, "ERR user_script") || strings.HasPrefix(msg, "ERR Error running script")
+	return strings.HasPrefix(msg, "ERR user_script") || strings.HasPrefix(msg, "ERR user_function") ||
+		strings.HasPrefix(msg, "ERR Error running script")
 }

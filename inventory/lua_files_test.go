@@ -19,7 +19,9 @@ func TestLuaFiles(t *testing.T) {
 	}
 	inScript := func(text string) bool {
 		for _, s := range scripts {
-			if strings.Contains(s.src, text) {
+			// without the marker after the body's end (luafunc.go), which
+			// splits an epilogue's first line from the rest
+			if strings.Contains(strings.Replace(s.src, bodyEnd+markMain, bodyEnd, 1), text) {
 				return true
 			}
 		}

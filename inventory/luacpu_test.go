@@ -27,7 +27,7 @@ import (
 // command logged by the slow log (threshold 0), and prints per script the
 // calls and the mean µs per call (the duration Redis also adds to INFO
 // commandstats' usec_per_call; the slow log tells the scripts apart, which
-// commandstats, one EVALSHA line, does not) and the median (less moved by
+// commandstats, one FCALL line, does not) and the median (less moved by
 // a loaded machine's preemptions), then every command's commandstats. Two reference scripts run
 // beside them: one that does nothing and one that does only the stamp
 // check (HMGET + TIME). It is a measure, not a check: it runs only with
@@ -124,7 +124,7 @@ return 1`)
 	elapsed := time.Since(start)
 	names := map[string]string{noop.Hash(): "(nothing)", stamp.Hash(): "(stamp check only)"}
 	for _, s := range scripts {
-		names[s.hash()] = s.name
+		names[s.fn.(string)] = s.name
 	}
 	type sum struct {
 		calls, usec int64
@@ -142,7 +142,7 @@ return 1`)
 			t.Fatal(err)
 		}
 		for _, l := range logs {
-			if len(l.Args) < 2 || !strings.EqualFold(l.Args[0], "evalsha") {
+			if len(l.Args) < 2 || !strings.EqualFold(l.Args[0], "evalsha") && !strings.EqualFold(l.Args[0], "fcall") {
 				continue
 			}
 			name, ok := names[l.Args[1]]
@@ -179,7 +179,7 @@ return 1`)
 					usec = n
 				}
 			}
-			if cmd == "evalsha" {
+			if cmd == "evalsha" || cmd == "fcall" {
 				evalshaCalls += calls
 				evalshaUsec += usec
 				continue
@@ -203,7 +203,7 @@ return 1`)
 		slices.Sort(s.each)
 		fmt.Fprintf(&b, "%-22s %8d %14.2f %8d\n", k, s.calls, float64(s.usec)/float64(s.calls), s.each[len(s.each)/2])
 	}
-	fmt.Fprintf(&b, "commandstats evalsha: %d calls, %.2f usec_per_call (the slow log: %.2f)\n", evalshaCalls,
+	fmt.Fprintf(&b, "commandstats evalsha and fcall: %d calls, %.2f usec_per_call (the slow log: %.2f)\n", evalshaCalls,
 		float64(evalshaUsec)/float64(max(evalshaCalls, 1)), float64(slowUsec)/float64(max(evalshaCalls, 1)))
 	fmt.Fprintf(&b, "the commands, the scripts' own calls included:\n")
 	keys = keys[:0]

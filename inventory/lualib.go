@@ -194,7 +194,9 @@ func (l *luaLib) need(code string, into map[int]bool) {
 
 // script assembles a script's source: the stamp check, the definitions
 // body and epilogue need, body (inside the function the epilogue closes
-// and calls) and epilogue, flush's line left out when nothing is deferred.
+// and calls) and epilogue, flush's line left out when nothing is deferred;
+// the marker comments before the definitions, the body and what follows
+// the body's end are where functionLibrary (luafunc.go) cuts it.
 // A grouped script's body reads its call in place (luaflat.go): it is
 // body(kb, ab, nk, na), rewritten by flatBody; any other is body(KEYS,
 // ARGV) with kb = ab = 0. It fails, naming the name, when the source
@@ -217,20 +219,28 @@ func (l *luaLib) script(body, epilogue string, grouped bool) (string, error) {
 		epilogue = strings.Replace(epilogue, flushLine, "\n", 1)
 	}
 	l.need(epilogue, need)
+	rest, ok := strings.CutPrefix(epilogue, bodyEnd)
+	if !ok {
+		return "", fmt.Errorf("its epilogue does not start by closing the body (%q)", bodyEnd)
+	}
 	var b strings.Builder
 	b.WriteString(stampLua)
+	b.WriteString(markDefs)
 	for i, d := range l.defs {
 		if need[i] {
 			b.WriteString(d.text)
 		}
 	}
+	b.WriteString(markBody)
 	if grouped {
 		b.WriteString("\nlocal KEYS, ARGV = KEYS, ARGV\nlocal function body(kb, ab, nk, na)\n")
 	} else {
 		b.WriteString("\nlocal function body(KEYS, ARGV)\nlocal kb, ab = 0, 0\n")
 	}
 	b.WriteString(body)
-	b.WriteString(epilogue)
+	b.WriteString(bodyEnd)
+	b.WriteString(markMain)
+	b.WriteString(rest)
 	src := b.String()
 	return src, checkLuaNames(src)
 }

@@ -71,7 +71,7 @@ func TestPeekBatchReadsEachStockOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.inv.sendPeeks(e.ctx, n2, token, batch)
-	if got := commandCalls(t, e, "n2", "evalsha") + commandCalls(t, e, "n2", "eval"); got != 1 {
+	if got := commandCalls(t, e, "n2", "evalsha") + commandCalls(t, e, "n2", "eval") + commandCalls(t, e, "n2", "fcall"); got != 1 {
 		t.Errorf("%d script calls for one batch, want 1", got)
 	}
 	// The batches are counted (Stats, shardis_refusal_read*_total): 2

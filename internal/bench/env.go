@@ -398,7 +398,7 @@ func (c *Cluster) measure(l *Load, d time.Duration, op Op) Sample {
 }
 
 // cmdStats sums INFO commandstats over the nodes: script calls (EVAL,
-// EVALSHA) and the time spent running them, and every other command
+// EVALSHA, FCALL) and the time spent running them, and every other command
 // (those that scripts call are counted there too). INFO itself is left
 // out.
 type cmdStats struct{ scripts, scriptUsec, commands int64 }
@@ -415,7 +415,7 @@ func (c *Cluster) commandStats(ctx context.Context) cmdStats {
 			if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
 				continue
 			}
-			script := name == "cmdstat_eval" || name == "cmdstat_evalsha"
+			script := name == "cmdstat_eval" || name == "cmdstat_evalsha" || name == "cmdstat_fcall"
 			for _, kv := range strings.Split(rest, ",") {
 				k, v, _ := strings.Cut(kv, "=")
 				n, _ := strconv.ParseInt(v, 10, 64)

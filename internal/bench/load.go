@@ -34,7 +34,7 @@ type Sample struct {
 	// this process (the clients), the redis-servers, twemproxy, and the
 	// service child of the RPC section (rpcserve.go).
 	ClientCPU, ServerCPU, ProxyCPU, ServiceCPU time.Duration
-	// Scripts the nodes ran (EVAL, EVALSHA: one round trip each), the
+	// Scripts the nodes ran (EVAL, EVALSHA, FCALL: one round trip each), the
 	// time they spent running them, and the other commands they executed
 	// (including those the scripts called), from INFO commandstats.
 	Scripts    int64

@@ -55,7 +55,7 @@ var profileFocus = []struct{ name, what string }{
 	{"github.com/shardis/shardis/inventory.(*Inventory).commitStaged.func2", "the commit, off the caller's path (its own goroutine)"},
 	{"github.com/shardis/shardis/inventory.(*Inventory).runGrouped", "group commit: a call queued or sent, and its wait"},
 	{"github.com/shardis/shardis/inventory.(*Inventory).sendGroup", "group commit: one script call for a group, and its replies handed out"},
-	{"github.com/redis/go-redis/v9.(*Script).Run", "go-redis script calls (EVALSHA), network I/O included"},
+	{"github.com/shardis/shardis/inventory.(*Inventory).call", "script calls (FCALL, through go-redis), network I/O included"},
 	{"syscall.write", "socket writes"},
 	{"syscall.read", "socket reads"},
 	{"github.com/shardis/shardis/inventory.encodeOrderParts", "the parts' lists (a compact string): the promised list for the stage, the taken list for the commit"},

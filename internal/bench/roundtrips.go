@@ -223,9 +223,10 @@ func RunRoundTrips(ctx context.Context, c *Cluster, n int, log *slog.Logger) (*R
 			return []inventory.Item{{Route: routeAll, SKU: "rt-split", Quantity: splitPer + 1}}
 		}},
 	}
-	// Warm-up: every shape's orders until each script is cached and each
-	// pool has a connection on every node (a first EVALSHA answered
-	// NOSCRIPT, or a dial, is not the steady state this counts).
+	// Warm-up: every shape's orders until each script's function is
+	// loaded and each pool has a connection on every node (a first FCALL
+	// answered "Function not found", or a dial, is not the steady state
+	// this counts).
 	for _, sh := range shapes {
 		for range 30 {
 			id := orderID(w, 'w')

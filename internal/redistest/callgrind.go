@@ -19,8 +19,9 @@ import (
 // ±10 % or more; two counts of the same work agree within a fraction of a
 // percent). It counts instructions, not time: a cache miss costs one.
 type Callgrind struct {
-	t   testing.TB
-	dir string // the wrapper's, and the dumps'
+	t    testing.TB
+	dir  string // the wrapper's, and the dumps'
+	kept int    // dumps kept so far (SHARDIS_CALLGRIND_KEEP)
 }
 
 // UnderCallgrind makes every redis-server the test starts from now on
@@ -83,6 +84,9 @@ func (g *Callgrind) Count(ctx context.Context, c *redis.Client, work func()) flo
 	if err != nil {
 		g.t.Fatal(err)
 	}
+	if keep := os.Getenv("SHARDIS_CALLGRIND_KEEP"); keep != "" {
+		g.keep(keep, after[i])
+	}
 	return n
 }
 
@@ -107,4 +111,21 @@ func dumpSummary(path string) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("callgrind dump %s: no summary line", path)
+}
+
+// keep copies the dump at path into the folder dir (made if missing) as
+// TESTNAME.N, N counting the test's dumps from 1, for callgrind_annotate.
+func (g *Callgrind) keep(dir, path string) {
+	g.kept++
+	b, err := os.ReadFile(path)
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err == nil {
+		name := strings.ReplaceAll(g.t.Name(), "/", "_") + "." + strconv.Itoa(g.kept)
+		err = os.WriteFile(filepath.Join(dir, name), b, 0o644)
+	}
+	if err != nil {
+		g.t.Fatalf("SHARDIS_CALLGRIND_KEEP: %v", err)
+	}
 }
