@@ -57,7 +57,8 @@ var localCostCuts = []struct {
 // call). The differences between variants are what the pieces cost. The
 // script as it is and the empty body also go in calls of one order, from
 // which it prints what a script call costs of its own (the stamp check,
-// the prelude, the shared reads and writes: what its orders share). Four
+// the per-call state, the shared reads and writes: what its orders
+// share). Four
 // goroutines send the calls, so the node is never idle between them (one
 // at a time, each call would meet cold caches and time half again more
 // than under load). It is a measure, not a check: it runs only with

@@ -46,7 +46,15 @@ local pending_head = head_memo('pending')
 -- Nttl, Nqty and Nret: tonumber, each keeping its last (tonumber of a
 -- string parses it twice, about 900 instructions; the orders of one
 -- script call mostly bring the same TTL, quantity and record retention).
-local Nttl, Nqty, Nret = memo(tonumber), memo(tonumber), memo(tonumber)
+-- (tonumber is called from a function of the library rather than passed
+-- as it is: a function library's top level cannot read a global,
+-- luafunc.go, so Nttl and its siblings are made once per library, not
+-- once per call.)
+local Nttl, Nqty, Nret
+do
+  local function num(s) return tonumber(s) end
+  Nttl, Nqty, Nret = memo(num), memo(num), memo(num)
+end
 -- set_value(key, s, ttl): SET key to string s (a packed record: the part
 -- and order codecs), its TTL kept when ttl is nil, none when ttl is false
 -- (the key lives until a write gives it one), else set to ttl seconds (at
