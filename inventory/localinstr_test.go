@@ -11,13 +11,16 @@ import (
 
 // TestLocalScriptInstructions counts the instructions the node runs per
 // order of the local reserve script, for each variant of localCostCuts,
-// in group calls of 20 one-item orders: what TestLocalScriptCost times,
+// in group calls of 20 one-item orders (SHARDIS_CALLGRIND_GROUP sets
+// another size: redistest.CallgrindGroup): what TestLocalScriptCost times,
 // counted instead. A count hardly moves with the machine's load (two
 // runs agree within a few hundred instructions per order, under 0.5 %)
 // where timings on two shared cores move by ±10 % or more, so a change of
 // a few percent shows. The node runs
 // under valgrind's callgrind (redistest.UnderCallgrind); its counters
-// are zeroed after 5 warm-up calls and dumped after 40 more. It counts
+// are zeroed after 5 warm-up calls and dumped after 40 more
+// (SHARDIS_CALLGRIND_KEEP=dir keeps each dump there, for
+// callgrind_annotate). It counts
 // instructions, not time: a cache miss costs one. It is a measure, not a
 // check: it runs
 // only with SHARDIS_CALLGRIND set and valgrind installed, e.g.
@@ -27,7 +30,7 @@ func TestLocalScriptInstructions(t *testing.T) {
 	cg := redistest.UnderCallgrind(t)
 	e := newGroupEnv(t, 32) // route a on n1 alone, under callgrind
 	group := localCostGroups(t, e)
-	const per, calls = 20, 40
+	per, calls := redistest.CallgrindGroup(), 40
 	// perOrder: instructions per order of calls of per orders of s
 	perOrder := func(s *luaScript, general bool) float64 {
 		for range 5 {
@@ -37,7 +40,7 @@ func TestLocalScriptInstructions(t *testing.T) {
 			for range calls {
 				group(s, per, general)
 			}
-		}) / (per * calls)
+		}) / float64(per*calls)
 	}
 	for _, v := range localCostCuts {
 		fmt.Printf("%-55s %7.0f instructions/order\n", v.name, perOrder(cutScript(t, localScript, v.cuts...), v.general))
@@ -68,7 +71,8 @@ var takeCostCuts = []struct {
 
 // TestTakeScriptInstructions counts, as TestLocalScriptInstructions does,
 // the instructions the node runs per part of the reserve script taking
-// one stock part, in group calls of 20 such takes (each a new part of a
+// one stock part, in group calls of 20 such takes (or
+// SHARDIS_CALLGRIND_GROUP; each a new part of a
 // new order), for each variant of takeCostCuts. A measure, not a check:
 //
 //	SHARDIS_CALLGRIND=1 go test -count=1 -run TestTakeScriptInstructions -v ./inventory/
@@ -104,7 +108,7 @@ func TestTakeScriptInstructions(t *testing.T) {
 			}
 		}
 	}
-	const per, calls = 20, 40
+	per, calls := redistest.CallgrindGroup(), 40
 	for _, v := range takeCostCuts {
 		s := cutScript(t, reserveScript, v.cuts...)
 		for range 5 {
@@ -114,7 +118,7 @@ func TestTakeScriptInstructions(t *testing.T) {
 			for range calls {
 				group(s, per)
 			}
-		}) / (per * calls)
+		}) / float64(per*calls)
 		fmt.Printf("%-55s %7.0f instructions/part\n", v.name, n)
 	}
 }

@@ -14,7 +14,7 @@ import (
 // TestFloorScriptInstructions counts the instructions a node runs per
 // entry of the floor script (floorScript), the yardstick beside the local
 // reserve's count (inventory's TestLocalScriptInstructions): calls of 20
-// "t" entries, each a record next to the stock of the hot SKU (the minted
+// (or SHARDIS_CALLGRIND_GROUP) "t" entries, each a record next to the stock of the hot SKU (the minted
 // floor row's entry), on a node under valgrind's callgrind
 // (redistest.UnderCallgrind), counters zeroed after 5 warm-up calls and
 // dumped after 40 more. It prints the entry as it is and the frame alone
@@ -34,7 +34,7 @@ func TestFloorScriptInstructions(t *testing.T) {
 	if err := c.HSet(ctx, floorStock(floorHotSKU), "available", "1000000000", "reserved", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	const per, calls = 20, 40
+	per, calls := redistest.CallgrindGroup(), 40
 	seq := 0
 	// call sends one call of per entries of script s: an order id as long
 	// as a minted one, its record next to the stock
@@ -59,7 +59,7 @@ func TestFloorScriptInstructions(t *testing.T) {
 			for range calls {
 				call(s)
 			}
-		}) / (per * calls)
+		}) / float64(per*calls)
 	}
 	const loop = "  if mode == 'r' then\n"
 	if strings.Count(floorScript, loop) != 1 {

@@ -129,3 +129,15 @@ func (g *Callgrind) keep(dir, path string) {
 		g.t.Fatalf("SHARDIS_CALLGRIND_KEEP: %v", err)
 	}
 }
+
+// CallgrindGroup is how many orders (or entries) a callgrind measure puts
+// in one script call: SHARDIS_CALLGRIND_GROUP, 20 when unset or not a
+// positive integer. What a script call costs of its own is shared by the
+// orders it carries, so a count per order depends on it: 20 is what group
+// commit gathers under load, 1 what a lone order pays at low load.
+func CallgrindGroup() int {
+	if n, err := strconv.Atoi(os.Getenv("SHARDIS_CALLGRIND_GROUP")); err == nil && n > 0 {
+		return n
+	}
+	return 20
+}
