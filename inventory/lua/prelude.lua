@@ -121,7 +121,10 @@ end
 -- an earlier call checked them: one call instead of three.
 -- flush sends the deferred writes. The epilogues call it after the calls,
 -- whatever they returned: a call that raised keeps its earlier writes, as
--- a lone script that raises does.
+-- a lone script that raises does. It runs once per script call and leaves
+-- the queues as they are: the next script call starts with tables of its
+-- own (a function library assigns them afresh per call, luafunc.go; a
+-- script sent as source defines them again).
 --
 -- Each helper's tables are their own definition, so a script pays for
 -- those of the helpers it uses; flush (and the epilogue's call of it) is
@@ -176,7 +179,6 @@ local function flush()
       redis.call('ZADD', key, unpack(q, i, math.min(i + 511, #q)))
     end
   end
-  zqueued, zkeys, sdirty, skeys, okeys = {}, {}, {}, {}, {}
 end
 local function stock_int(ck, i, suffix)
   local v = stocks[ck]
