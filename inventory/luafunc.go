@@ -42,10 +42,18 @@ import (
 //
 // The rule that keeps a call's work its own: nothing a call leaves at the
 // library's level is read by a later call as state. A definition of the
-// prelude is per call when it is not a function and its code reads the
-// node or the call (redis, KEYS, ARGV), makes an empty table (a cache or
-// a queue the calls fill), or mentions a per-call name (now, nowS, …):
-// those are declared at the library's level, so the functions defined
+// prelude is per call when it is not a function and
+//   - it mentions a per-call name (now, nowS, …) anywhere, even inside a
+//     function it makes: a value kept from call to call must not depend
+//     on a call's state (part_due is a memo of a function of now: kept,
+//     it would hand a later call an earlier call's clock, and a part an
+//     early deadline);
+//   - or, outside the functions it makes (their bodies run when called),
+//     it reads a global (the node or the call: redis, KEYS, ARGV; or a
+//     Lua library, which a library's top level cannot read: FUNCTION LOAD
+//     runs it seeing only redis.register_function and redis.log) or makes
+//     an empty table (a cache or a queue the calls fill).
+// Those are declared at the library's level, so the functions defined
 // once see them, and assigned afresh at the start of every call, after
 // the stamp check, in their order. What stays at the library's level is
 // functions and values computed once from constants (the memoized
@@ -87,12 +95,12 @@ func functionLibrary(name string, mem memRule, src string) (string, string, erro
 	if !ok1 || !ok2 || !ok3 || strings.Contains(main, markMain) {
 		return "", "", fmt.Errorf("its source lacks the markers %q, %q and %q, in that order, once each", markDefs, markBody, markMain)
 	}
-	stampText, decl := assignLocals(stamp)
-	d, err := splitDefs(defs)
+	stampText, stampNames := assignLocals(stamp)
+	d, err := splitDefs(defs, stampNames)
 	if err != nil {
 		return "", "", err
 	}
-	decl = append(decl, d.perCall...)
+	decl := append(stampNames, d.perCall...)
 	body = strings.Replace(body, groupHeaderKA, "\n", 1)
 	for _, code := range append(splitLuaDefs(defs), body, main, stampText) {
 		if n := assignedState(code, d.state); n != "" {
@@ -119,7 +127,7 @@ func functionLibrary(name string, mem memRule, src string) (string, string, erro
 			return r
 		}
 		return '_'
-	}, name) + "_" + hex.EncodeToString(h[:8])
+	}, name) + "_" + hex.EncodeToString(h[:funcHashHex/2])
 	text = "#!lua name=" + fname + "\n" + strings.Replace(text, "@NAME", fname, 1)
 	if err := checkLuaNames(text); err != nil {
 		return "", "", err
@@ -136,9 +144,10 @@ type libDefs struct {
 }
 
 // splitDefs sorts defs (the definitions a script's source holds) by the
-// rule above.
-func splitDefs(defs string) (libDefs, error) {
+// rule above; stamp is the names the stamp check assigns per call.
+func splitDefs(defs string, stamp []string) (libDefs, error) {
 	d := libDefs{state: map[string]bool{}}
+	perCall := slices.Clone(stamp) // the names assigned per call so far
 	var top, init strings.Builder
 	for _, text := range splitLuaDefs(defs) {
 		toks := luaTokens(text)
@@ -152,8 +161,9 @@ func splitDefs(defs string) (libDefs, error) {
 		switch {
 		case toks[1].s == "function":
 			top.WriteString(text)
-		case perCallDef(toks, d.perCall):
+		case perCallDef(toks, perCall):
 			d.perCall = append(d.perCall, names...)
+			perCall = append(perCall, names...)
 			a, _ := assignLocals(text)
 			init.WriteString(a)
 		default:
@@ -201,19 +211,23 @@ func assignLocals(code string) (string, []string) {
 }
 
 // perCallDef reports whether a definition that is not a function (its
-// tokens toks) is per call (the rule above): it reads a global (redis,
-// KEYS, ARGV, or a Lua library: a library's top level, run by FUNCTION
-// LOAD, sees only redis.register_function and redis.log), makes an empty
-// table, or mentions a name of perCall.
+// tokens toks) is per call (the rule above): it mentions a name of
+// perCall anywhere, even inside a function it makes; or, outside the
+// functions it makes (whose bodies run when called, not when the
+// definition runs), it reads a global or makes an empty table.
 func perCallDef(toks []luaTok, perCall []string) bool {
-	for i := 0; i < len(toks); i++ {
-		t := toks[i]
+	end := -1 // the end of the function body toks[i] is in, if any
+	for i, t := range toks {
+		if i > end && t.s == "function" && t.kind == 'n' {
+			end = luaBlockEnd(toks, i)
+		}
 		switch {
-		case t.s == "function" && t.kind == 'n':
-			i = luaBlockEnd(toks, i) // a function's body runs when it is called, not here
+		case t.name() && !t.field && !t.key && slices.Contains(perCall, t.s):
+			return true
+		case i <= end: // in a function's body
 		case t.s == "{" && i+1 < len(toks) && toks[i+1].s == "}":
 			return true
-		case t.name() && !t.field && !t.key && (luaGlobals[t.s] || slices.Contains(perCall, t.s)):
+		case t.name() && !t.field && !t.key && luaGlobals[t.s]:
 			return true
 		}
 	}

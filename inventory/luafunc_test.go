@@ -1,12 +1,14 @@
 package inventory
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
 )
 
@@ -139,6 +141,9 @@ func TestFunctionLibraryRule(t *testing.T) {
 			t.Errorf("the local reserve's library does not define %q once, at its level", strings.TrimSpace(want))
 		}
 	}
+	if rl := reserveScript.lib; !strings.Contains(rl[strings.Index(rl, "\nlocal function main("):], "\npart_due = memo(") {
+		t.Errorf("the reserve script's part_due (a memo of a function of now) is kept from call to call")
+	}
 	if strings.Contains(lib, "local KEYS, ARGV = KEYS, ARGV") {
 		t.Errorf("the library reads KEYS and ARGV at its level")
 	}
@@ -153,5 +158,111 @@ func TestFunctionLibraryRule(t *testing.T) {
 	ok := strings.Replace(src, "LIMIT = 6", "return LIMIT", 1)
 	if _, text, err := functionLibrary("t", memRead, ok); err != nil || !strings.Contains(text, "flags={'no-writes'}") {
 		t.Errorf("a read script's library: %v, %q; want its function registered no-writes", err, text)
+	}
+}
+
+// Every script's library is named as isShardisLibrary recognises, and
+// FunctionLibraries lists each once; other names are not shardis's.
+func TestFunctionLibraryNames(t *testing.T) {
+	libs := FunctionLibraries()
+	for _, s := range scripts {
+		fn := s.fn.(string)
+		if !isShardisLibrary(fn) || !slices.Contains(libs, fn) {
+			t.Errorf("script %s: library %s not recognised (%v) or not listed", s.name, fn, isShardisLibrary(fn))
+		}
+	}
+	for _, name := range []string{"shardis_", "shardis_mine", "shardis__0123456789abcdef", "shardis_x_0123456789ABCDEF",
+		"shardis_x_0123456789abcde", "mine_reserve_0123456789abcdef", "shardis_x_0123456789abcdefa"} {
+		if isShardisLibrary(name) {
+			t.Errorf("%q taken for a shardis library", name)
+		}
+	}
+}
+
+// PruneFunctions lists this release's libraries and deletes only those of
+// other releases: a user's library named like shardis's but not in its
+// form stays, and a dry run deletes nothing.
+func TestPruneFunctions(t *testing.T) {
+	e := newGroupEnv(t, 32)
+	ctx, c := e.ctx, e.admin
+	if _, err := e.inv.GetStock(ctx, "a", "s"); err != nil { // loads the stock script's library
+		t.Fatal(err)
+	}
+	load := func(name string) {
+		t.Helper()
+		lib := "#!lua name=" + name + "\nredis.register_function('" + name + "', function() return 1 end)\n"
+		if err := c.FunctionLoad(ctx, lib).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, mine := "shardis_reserve_local_0123456789abcdef", "shardis_mine"
+	load(old)
+	load(mine)
+	cfg := config.Default()
+	cfg.Nodes = map[string]config.Node{"n1": {Addr: c.Options().Addr, Weight: 1}}
+	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: map[string][]string{"a": {"n1"}}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, dry := range []bool{true, false} {
+		got, err := PruneFunctions(ctx, &cfg, dry)
+		if err != nil || len(got) != 1 || got[0].Err != nil {
+			t.Fatalf("dry %v: %+v, %v", dry, got, err)
+		}
+		if !slices.Equal(got[0].Other, []string{old}) || !slices.Contains(got[0].Current, stockScript.fn.(string)) {
+			t.Fatalf("dry %v: current %v, other %v; want the stock script's among the current, %s the only other", dry, got[0].Current, got[0].Other, old)
+		}
+		libs, err := c.FunctionList(ctx, redis.FunctionListQuery{}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, l := range libs {
+			names = append(names, l.Name)
+		}
+		if slices.Contains(names, old) == !dry || !slices.Contains(names, mine) || !slices.Contains(names, stockScript.fn.(string)) {
+			t.Fatalf("dry %v: libraries left %v; want %s kept, %s deleted only by the real run", dry, names, mine, old)
+		}
+	}
+}
+
+// A part's deadline is the clock of the call that takes it plus its hold:
+// two takes with the same hold argument, 150ms apart, in two calls of the
+// reserve script's function, are due 150ms apart. (When part_due, a memo
+// of a function of the clock, was kept from call to call, the second got
+// the first call's clock: a part due early, expired before its hold.)
+func TestPartDeadlineIsPerCall(t *testing.T) {
+	e := newGroupEnv(t, 32)
+	inv, ctx := e.inv, e.ctx
+	if _, err := inv.LoadStock(ctx, "a", "s", 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	token := inv.topology(ctx).token
+	take := func(id string) {
+		t.Helper()
+		tok := newToken()
+		reqs, ok := inv.localReqs(ctx, nil, e.n, id, tok, []Item{{Route: "a", SKU: "s", Quantity: 1}}, "")
+		if !ok {
+			t.Fatal("the order's item is not on the node")
+		}
+		keys, args, err := reserveCall(id, tok, partDue{hold: time.Minute}, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &groupCall{keys: keys, args: args, done: make(chan struct{})}
+		inv.sendGroup(ctx, e.n, reserveScript, token, []*groupCall{c})
+		if c.err != nil {
+			t.Fatal(c.err)
+		}
+	}
+	take("due-1")
+	time.Sleep(150 * time.Millisecond)
+	take("due-2")
+	due, err := e.admin.ZRangeWithScores(ctx, PendingKey, 0, -1).Result()
+	if err != nil || len(due) != 2 {
+		t.Fatalf("pending index %v (%v), want the two parts", due, err)
+	}
+	if gap := due[1].Score - due[0].Score; gap < 140 {
+		t.Fatalf("the parts are due %v ms apart, taken 150ms apart with the same hold: the second took an earlier call's clock", gap)
 	}
 }

@@ -25,6 +25,8 @@ commands:
   topology  topology show --config F: each node's topology epoch and phase;
             topology apply --config NEW [--from OLD]: move the inventory nodes to a
             new membership (add/remove nodes) safely, with orders in flight
+  functions functions show|prune --config F [--dry-run]: list the inventory's
+            Redis function libraries per node; prune deletes other releases'
   version   print the version
 
 client commands (talk to a running service; --addr, --token, --timeout, --json):
@@ -77,6 +79,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdSync(args[1:], stdout, stderr)
 	case "topology":
 		err = cmdTopology(args[1:], stdout, stderr)
+	case "functions":
+		err = cmdFunctions(args[1:], stdout, stderr)
 	case "status", "stock", "reserve", "confirm", "cancel", "drain", "undrain", "redo-log", "parts", "node", "order-id":
 		err = cmdClient(args[0], args[1:], stdout, stderr)
 	case "version", "--version", "-v":
