@@ -106,10 +106,13 @@ func versionOf(s node.Settings) string {
 func (inv *Inventory) runDurable(ctx context.Context, n *node.Node, s *luaScript, a evalArgs) (any, error) {
 	c := n.Client()
 	ev, wait := inv.evalWait(ctx, c, s, false, a)
+	// Not loaded on the node (a restarted or flushed node), or FCALL
+	// refused: nothing ran; load it, or send the source (luafunc.go).
 	if functionMissing(ev.Err()) {
-		// Not loaded on the node (a restarted or flushed node): nothing
-		// ran; load it, or send the source (luafunc.go).
-		ev, wait = inv.evalWait(ctx, c, s, !loadFunction(ctx, c, s), a)
+		inv.afterRefusal(ctx, n, s, func(source bool) error {
+			ev, wait = inv.evalWait(ctx, c, s, source, a)
+			return ev.Err()
+		})
 	}
 	if err := ev.Err(); err != nil {
 		return nil, err

@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -215,6 +216,10 @@ type Inventory struct {
 	soldOut, limited skuHint
 	// peeks queues refuseShort's reads per node (peekbatch.go).
 	peeks peekQueues
+	// sourceWarned is, per node name, when this instance last logged that
+	// the node would not load a script's function (luafunc.go): an
+	// *atomic.Int64 of unix nanoseconds.
+	sourceWarned sync.Map
 }
 
 type atomicView = atomic.Pointer[view]

@@ -466,8 +466,11 @@ func (inv *Inventory) call(ctx context.Context, n *node.Node, s *luaScript, a ev
 	cmd := s.cmd(ctx, a, false)
 	_ = c.Process(ctx, cmd) // the error is the command's
 	if functionMissing(cmd.Err()) {
-		cmd = s.cmd(ctx, a, !loadFunction(ctx, c, s))
-		_ = c.Process(ctx, cmd)
+		inv.afterRefusal(ctx, n, s, func(source bool) error {
+			cmd = s.cmd(ctx, a, source)
+			_ = c.Process(ctx, cmd)
+			return cmd.Err()
+		})
 	}
 	return cmd.Result()
 }

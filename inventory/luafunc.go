@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/node"
 )
 
 // Scripts run as Redis functions (FCALL), each script one library.
@@ -63,12 +67,15 @@ import (
 //
 // Loading (call, runDurable): FCALL by name; a node that answers
 // "Function not found" (restarted without its data, flushed, or written
-// by an earlier release: nothing ran) gets FUNCTION LOAD REPLACE, then
-// the FCALL again. FUNCTION LOAD is refused on a node over its
-// maxmemory (and may be refused otherwise: a read-only replica); then
-// the call goes as EVAL with the script's source, which runs the same Lua
-// under the same flags, so a release script still runs on a full node
-// (oom.go). The library's name carries a hash of its text, so releases
+// by an earlier release: nothing ran), or NOPERM (an ACL user without
+// FCALL: refused before anything ran), gets FUNCTION LOAD REPLACE, then
+// the FCALL again. When the node will not load it (FUNCTION LOAD is
+// refused on a node over its maxmemory, to an ACL user without it, on a
+// read-only replica) or still refuses the FCALL, the call goes as EVAL
+// with the script's source, which runs the same Lua under the same flags,
+// so a release script still runs on a full node (oom.go); the refusal is
+// logged once a minute per node at most, as every such call sends a
+// whole script. The library's name carries a hash of its text, so releases
 // and test variants never replace each other's functions; a node keeps a
 // release's libraries until FUNCTION DELETE or FUNCTION FLUSH.
 
@@ -286,15 +293,45 @@ func assignedState(code string, state map[string]bool) string {
 	return ""
 }
 
-// functionMissing reports whether err is a node's answer to FCALL of a
-// function it does not have (nothing ran).
+// functionMissing reports whether err is a node's refusal of FCALL before
+// anything ran: it does not have the function, or the ACL user may not
+// run FCALL (NOPERM; one that may not touch a key is refused the same by
+// EVAL, which then answers with its own NOPERM).
 func functionMissing(err error) bool {
-	return redis.HasErrorPrefix(err, "Function not found")
+	return redis.HasErrorPrefix(err, "Function not found") || redis.HasErrorPrefix(err, "NOPERM")
 }
 
-// loadFunction loads s's library on the node c talks to, and reports
-// whether it did; when it did not (a node over its maxmemory refuses
-// FUNCTION LOAD), the caller sends s's source instead.
-func loadFunction(ctx context.Context, c *redis.Client, s *luaScript) bool {
-	return c.Do(ctx, "function", "load", "replace", s.lib).Err() == nil
+// sourceWarnEvery is how often, at most, an instance logs that a node
+// will not load the scripts' functions.
+const sourceWarnEvery = time.Minute
+
+// afterRefusal finishes a call of s on node n whose FCALL the node
+// refused before running it (functionMissing): it loads s's library and
+// sends the call again, by run(false); when the node would not load it,
+// or refused that FCALL too, it logs so (sourceSent) and sends the call as
+// s's source, by run(true). run sends the call and returns its error.
+func (inv *Inventory) afterRefusal(ctx context.Context, n *node.Node, s *luaScript, run func(source bool) error) {
+	err := n.Client().Do(ctx, "function", "load", "replace", s.lib).Err()
+	if err == nil {
+		if err = run(false); !functionMissing(err) {
+			return
+		}
+	}
+	inv.sourceSent(n, s, err)
+	_ = run(true) // its error is the call's
+}
+
+// sourceSent logs that a call of s on node n goes as its source because
+// of err (the node would not load the function: over its maxmemory, an
+// ACL user without FUNCTION LOAD; or refused the FCALL: an ACL user
+// without it), once a minute per node at most: every such call sends its
+// script's whole source (README: the ACL user needs FUNCTION LOAD and
+// FCALL).
+func (inv *Inventory) sourceSent(n *node.Node, s *luaScript, err error) {
+	v, _ := inv.sourceWarned.LoadOrStore(n.Name(), new(atomic.Int64))
+	last, now := v.(*atomic.Int64), time.Now().UnixNano()
+	if prev := last.Load(); (prev == 0 || now-prev >= int64(sourceWarnEvery)) && last.CompareAndSwap(prev, now) {
+		inv.log.Warn("inventory: the node would not load or run a script's function; sending the script's source instead (slower)",
+			"node", n.Name(), "script", s.name, "err", err)
+	}
 }

@@ -1,8 +1,11 @@
 package inventory
 
 import (
+	"io"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/router"
 )
 
 // libraryLoaded reports whether the node c talks to has s's function
@@ -265,4 +269,67 @@ func TestPartDeadlineIsPerCall(t *testing.T) {
 	if gap := due[1].Score - due[0].Score; gap < 140 {
 		t.Fatalf("the parts are due %v ms apart, taken 150ms apart with the same hold: the second took an earlier call's clock", gap)
 	}
+}
+
+// An ACL user that may not run FCALL, or may not load functions, still
+// reserves, reads and cancels: the calls go as EVAL of the source, and the
+// refusal is logged once, not once per call.
+func TestScriptsRunAsSourceWithoutFunctionACL(t *testing.T) {
+	for _, deny := range []string{"-fcall", "-function"} {
+		srv := redistest.StartN(t, 1, redistest.Options{})[0]
+		admin := srv.Client(t)
+		ctx := t.Context()
+		if err := admin.Do(ctx, "acl", "setuser", "lim", "on", ">pw", "~*", "&*", "+@all", deny).Err(); err != nil {
+			t.Fatal(err)
+		}
+		cfg := config.Default()
+		cfg.Nodes = map[string]config.Node{"n1": {Addr: srv.Addr(), Weight: 1, Username: "lim", Password: "pw"}}
+		cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: map[string][]string{"a": {"n1"}}}}
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		var logs strings.Builder
+		log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+		r, err := router.New(ctx, &cfg, router.Options{KeepData: cfg.KeepData(), Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inv, err := New(r, Options{Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := inv.LoadStock(ctx, "a", "s", 10, 0); err != nil {
+			t.Fatalf("%s: LoadStock: %v", deny, err)
+		}
+		for _, id := range []string{"acl-1", "acl-2"} {
+			if _, err := inv.Reserve(ctx, id, []Item{{Route: "a", SKU: "s", Quantity: 1}}, "", time.Hour); err != nil {
+				t.Fatalf("%s: Reserve %s: %v", deny, id, err)
+			}
+		}
+		if _, err := inv.Cancel(ctx, "acl-1"); err != nil {
+			t.Fatalf("%s: Cancel: %v", deny, err)
+		}
+		lvl, err := inv.GetStock(ctx, "a", "s")
+		if err != nil || lvl.Available != 9 || lvl.Reserved != 1 {
+			t.Fatalf("%s: stock %+v (%v), want 9 available and 1 reserved", deny, lvl, err)
+		}
+		inv.Close()
+		r.Close()
+		if n := strings.Count(logs.String(), "would not load or run a script's function"); n != 1 {
+			t.Fatalf("%s: the refusal was logged %d times, want once:\n%s", deny, n, logs.String())
+		}
+	}
+}
+
+// syncWriter serialises writes to w (a log handler may be called from
+// several goroutines).
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
