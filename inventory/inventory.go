@@ -217,8 +217,8 @@ type Inventory struct {
 	// peeks queues refuseShort's reads per node (peekbatch.go).
 	peeks peekQueues
 	// sourceWarned is, per node name, when this instance last logged that
-	// the node would not load a script's function (luafunc.go): an
-	// *atomic.Int64 of unix nanoseconds.
+	// the node would not load or run a script's function (luafunc.go's
+	// sourceSent): an *atomic.Int64 of unix nanoseconds.
 	sourceWarned sync.Map
 }
 

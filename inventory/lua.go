@@ -443,8 +443,8 @@ func (s *luaScript) evalArgs(nkeys, nargs int) evalArgs {
 }
 
 // cmd is line a as a command: FCALL of s's function, or EVAL of s's
-// source when source is set (a node that lacks the function and would
-// not load it: luafunc.go; nothing ran).
+// source when source is set (a node that would not load or run the
+// function: luafunc.go's afterRefusal; nothing ran).
 func (s *luaScript) cmd(ctx context.Context, a evalArgs, source bool) *redis.Cmd {
 	if source {
 		a = append(evalArgs{"eval", s.text, a[2]}, a[3:]...)
@@ -456,8 +456,8 @@ func (s *luaScript) cmd(ctx context.Context, a evalArgs, source bool) *redis.Cmd
 
 // call sends s (its command line a) and returns its raw reply: by its
 // function (loaded first when the node lacks it, or the source when the
-// node will not load it: luafunc.go), followed by the durability wait
-// when the inventory asks for one.
+// node will not load or run it: luafunc.go), followed by the durability
+// wait when the inventory asks for one.
 func (inv *Inventory) call(ctx context.Context, n *node.Node, s *luaScript, a evalArgs) (any, error) {
 	if s.write && inv.durable() {
 		return inv.runDurable(ctx, n, s, a) // durability.go

@@ -87,8 +87,9 @@ const (
 	markMain = "--@main\n"
 )
 
-// groupHeaderKA is the line a grouped script's body is preceded by (its
-// KEYS and ARGV as locals): a library declares them itself.
+// groupHeaderKA is the line a grouped script's body function is preceded
+// by (its KEYS and ARGV as locals: lualib.go's script), which a library
+// leaves out: it declares them itself.
 const groupHeaderKA = "\nlocal KEYS, ARGV = KEYS, ARGV\n"
 
 // functionLibrary is the function library of the script named name whose

@@ -233,7 +233,7 @@ func (l *luaLib) script(body, epilogue string, grouped bool) (string, error) {
 	}
 	b.WriteString(markBody)
 	if grouped {
-		b.WriteString("\nlocal KEYS, ARGV = KEYS, ARGV\nlocal function body(kb, ab, nk, na)\n")
+		b.WriteString(groupHeaderKA + "local function body(kb, ab, nk, na)\n")
 	} else {
 		b.WriteString("\nlocal function body(KEYS, ARGV)\nlocal kb, ab = 0, 0\n")
 	}
