@@ -298,8 +298,10 @@ func assignedState(code string, state map[string]bool) string {
 // anything ran: it does not have the function, or the ACL user may not
 // run FCALL (NOPERM; one that may not touch a key is refused the same by
 // EVAL, which then answers with its own NOPERM).
+// (A nil err is the usual case, answered without HasErrorPrefix, which
+// allocates on every call.)
 func functionMissing(err error) bool {
-	return redis.HasErrorPrefix(err, "Function not found") || redis.HasErrorPrefix(err, "NOPERM")
+	return err != nil && (redis.HasErrorPrefix(err, "Function not found") || redis.HasErrorPrefix(err, "NOPERM"))
 }
 
 // sourceWarnEvery is how often, at most, an instance logs that a node
