@@ -46,8 +46,8 @@ type groupEnv struct {
 }
 
 // scriptCounter is a go-redis hook counting script calls by script:
-// FCALL by its function's name, EVAL (the fallback, luafunc.go) by the
-// SHA of its source.
+// FCALL by its function's name, EVAL (the fallback, luafunc.go) by its
+// text.
 type scriptCounter struct {
 	mu sync.Mutex
 	n  map[string]int
@@ -76,9 +76,6 @@ func (h *scriptCounter) count(cmd redis.Cmder) {
 		return
 	}
 	id, _ := cmd.Args()[1].(string)
-	if cmd.Name() == "eval" {
-		id = redis.NewScript(id).Hash()
-	}
 	h.mu.Lock()
 	h.n[id]++
 	h.mu.Unlock()
@@ -89,9 +86,9 @@ func (h *scriptCounter) of(s *luaScript) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	fn := s.fn.(string)
-	k := h.n[fn] + h.n[s.hash()]
+	k := h.n[fn] + h.n[s.text]
 	delete(h.n, fn)
-	delete(h.n, s.hash())
+	delete(h.n, s.text)
 	return k
 }
 

@@ -2,9 +2,7 @@ package inventory
 
 import (
 	"context"
-	"crypto/sha1"
 	"embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -113,7 +111,6 @@ type luaScript struct {
 	group bool   // sent in its grouped form (group.go)
 	src   string // the Lua source, prelude and epilogue included
 	text  string // what EVAL sends: the memory rule's shebang, then src
-	sha   any    // text's SHA-1 (hex), the name SCRIPT EXISTS knows it by
 	fn    any    // the name of its function (luafunc.go), what FCALL sends, boxed once for evalArgs
 	lib   string // its function library, what FUNCTION LOAD sends
 }
@@ -174,13 +171,11 @@ func newGroupedScriptMem(name string, mem memRule, body string) *luaScript {
 }
 
 // newLuaScript completes s (its source and memory rule set): its text,
-// the memory rule's shebang and the source, the text's SHA, and its
-// function library (luafunc.go). A source the library cannot be made of
+// the memory rule's shebang and the source, and its function library
+// (luafunc.go). A source the library cannot be made of
 // is a bug of this package: it panics naming the script.
 func newLuaScript(s *luaScript) *luaScript {
 	s.text = s.mem.shebang() + s.src
-	h := sha1.Sum([]byte(s.text))
-	s.sha = hex.EncodeToString(h[:])
 	fn, lib, err := functionLibrary(s.name, s.mem, s.src)
 	if err != nil {
 		panic("inventory: script " + s.name + ": its function library: " + err.Error())
@@ -188,10 +183,6 @@ func newLuaScript(s *luaScript) *luaScript {
 	s.fn, s.lib = fn, lib
 	return s
 }
-
-// hash is s's SHA-1 (hex), the name SCRIPT EXISTS knows it by once EVAL
-// ran its source (luafunc.go's fallback).
-func (s *luaScript) hash() string { return s.sha.(string) }
 
 // bareSources is the source of every script newBareScript built, by
 // name, for the checks that read sources (lua_files_test.go). Nothing
