@@ -91,8 +91,9 @@ var groupCarry = luaFile("epilogue_group_carry.lua")
 // groupEpilogueRead and groupEpilogueWrite end groupEpilogue: a write
 // script's group advances the stamp's seq once if any of its calls did not
 // fail or any carried commit changed its record (lua.go), and replies
-// {seq, replies, {1 or 0 per carried commit}}; a read script's
-// replies the seq it read.
+// {seq, replies, carried}, carried a string of one byte per carried
+// commit, '1' or '0' ("" for none); a read script's replies the seq it
+// read.
 var (
 	groupEpilogueRead  = luaFile("epilogue_group_read.lua")
 	groupEpilogueWrite = luaFile("epilogue_group_write.lua")
@@ -293,8 +294,8 @@ func appendGroupCounts(b []byte, nk, na int) []byte {
 // would have answered a lone call: flat in the envelope, see
 // epilogue_group.lua and replyReader.replies) from the {seq, replies} envelope
 // of a read script, or from the {seq, replies, carried} envelope of a
-// write script, whose carried list (one 0 or 1 per carried commit, ncarry
-// of them) it returns as applied.
+// write script, whose carried string (one byte '1' or '0' per carried
+// commit, ncarry of them) it returns as applied.
 func (inv *Inventory) runScript(ctx context.Context, n *node.Node, s *luaScript, a evalArgs, ncalls, ncarry int) (int64, []any, []bool, error) {
 	raw, err := inv.call(ctx, n, s, a)
 	if err != nil {
@@ -313,12 +314,7 @@ func (inv *Inventory) runScript(ctx context.Context, n *node.Node, s *luaScript,
 	replies := r.replies(env, 1, ncalls)
 	var applied []bool
 	if s.write {
-		flags := r.listAt(env, 2, ncarry)
-		r.enter(2)
-		for i := range flags {
-			applied = append(applied, r.flag(flags, i))
-		}
-		r.leave()
+		applied = r.flagString(env, 2, ncarry)
 	}
 	if r.err != nil {
 		return 0, nil, nil, r.err

@@ -279,9 +279,9 @@ func localGeneralCall(parts []part, orderID, token, digest, userID string, ttl t
 		return nil, nil, nil, err
 	}
 	s, c := frozen(buf), pieceCutter{ends: ends}
-	box := newArgBox(3+len(parts)+3*len(reqs), 1+len(reqs))
-	keys := append(box.keySlice(1+3*len(reqs)), c.next(s))
-	args := box.argSlice(4 + len(parts) + 5*len(reqs))
+	box := newArgBox(3+len(parts)+3*len(reqs), 1+len(reqs), 1+3*len(reqs), 4+len(parts)+5*len(reqs))
+	keys := append(box.keySlice(), c.next(s))
+	args := box.argSlice()
 	args = append(args, box.str(userID), box.int(ms(ttl)))
 	for range 2 + len(parts) {
 		args = append(args, box.str(c.next(s)))
@@ -319,9 +319,9 @@ func localOneCall(parts []part, orderID, token, digest string, ttl time.Duration
 		return nil, nil, nil, err
 	}
 	s, c := frozen(buf), pieceCutter{ends: ends}
-	box := newArgBox(4, 2)
-	keys := append(box.keySlice(3), c.next(s), r.ck, r.queue)
-	args := append(box.argSlice(6), box.int(ms(ttl)), box.str(c.next(s)), box.str(c.next(s)), box.str(c.next(s)),
+	box := newArgBox(4, 2, 3, 6)
+	keys := append(box.keySlice(), c.next(s), r.ck, r.queue)
+	args := append(box.argSlice(), box.int(ms(ttl)), box.str(c.next(s)), box.str(c.next(s)), box.str(c.next(s)),
 		box.str(r.ID), box.int(r.Qty))
 	return keys, args, parts, nil
 }

@@ -360,51 +360,56 @@ func (a evalArgs) keys(ks []string) evalArgs {
 // newArgBox, and hands out pointers into them (go-redis writes a *string
 // or *int64 as its value). The values never change once handed out, and
 // the slices live as long as a pointer into them (see run's rule on
-// arguments).
+// arguments). It also holds the call's keys and arguments slices
+// (keySlice, argSlice), cut from the same allocation.
 type argBox struct {
 	strs []string
 	ints []int64
-	// the slices' arrays when they fit (a call of one part, the usual one:
-	// localCall, stageTakeCall and reserveCall each fit): the box is then
-	// one allocation of 512 bytes, with the call's keys and arguments
-	// (keySlice, argSlice); sized for two parts it took 704, which every
-	// order paid for the rarer call of several parts
-	strArr [9]string
-	intArr [3]int64
-	keyArr [4]string
-	argArr [14]any
+	keys []string
+	args []any
 }
 
-// newArgBox is a box for about ns strings and ni integers (more only cost
-// an allocation).
-func newArgBox(ns, ni int) *argBox {
-	b := new(argBox)
-	b.strs, b.ints = b.strArr[:0], b.intArr[:0]
-	if ns > len(b.strArr) {
-		b.strs = make([]string, 0, ns)
-	}
-	if ni > len(b.intArr) {
-		b.ints = make([]int64, 0, ni)
-	}
-	return b
+// argMemOne holds an argBox's slices for a call of one part in its short
+// layout (localOneCall, stageTakeCall without parts, reserveCall of one
+// stock part): one allocation of 224 bytes. A box sized for the largest
+// layout took 512, which every order paid for twice on the staged path.
+type argMemOne struct {
+	s [4]string
+	i [2]int64
+	k [3]string
+	a [6]any
 }
 
-// keySlice is an empty slice for a call's n keys: the box's own array
-// when they fit, so that they cost no allocation of their own.
-func (b *argBox) keySlice(n int) []string {
-	if n <= len(b.keyArr) {
-		return b.keyArr[:0]
-	}
-	return make([]string, 0, n)
+// argMemPart holds them for a call of one part in a general layout (the
+// stage with its home's part, the local reserve's general path): 480
+// bytes.
+type argMemPart struct {
+	s [9]string
+	i [3]int64
+	k [4]string
+	a [14]any
 }
 
-// argSlice is keySlice for a call's n arguments.
-func (b *argBox) argSlice(n int) []any {
-	if n <= len(b.argArr) {
-		return b.argArr[:0]
+// newArgBox is a box for about ns strings, ni integers, nk keys and na
+// arguments (more only cost an allocation): one allocation when they fit
+// argMemOne or argMemPart, else one per slice.
+func newArgBox(ns, ni, nk, na int) argBox {
+	switch {
+	case ns <= 4 && ni <= 2 && nk <= 3 && na <= 6:
+		m := new(argMemOne)
+		return argBox{strs: m.s[:0], ints: m.i[:0], keys: m.k[:0], args: m.a[:0]}
+	case ns <= 9 && ni <= 3 && nk <= 4 && na <= 14:
+		m := new(argMemPart)
+		return argBox{strs: m.s[:0], ints: m.i[:0], keys: m.k[:0], args: m.a[:0]}
 	}
-	return make([]any, 0, n)
+	return argBox{strs: make([]string, 0, ns), ints: make([]int64, 0, ni), keys: make([]string, 0, nk), args: make([]any, 0, na)}
 }
+
+// keySlice is the empty slice for the call's keys (nk of newArgBox).
+func (b *argBox) keySlice() []string { return b.keys }
+
+// argSlice is the empty slice for the call's arguments (na of newArgBox).
+func (b *argBox) argSlice() []any { return b.args }
 
 // str is v as an argument.
 func (b *argBox) str(v string) any {

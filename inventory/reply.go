@@ -227,6 +227,24 @@ func (r *replyReader) flag(t []any, i int) bool {
 	return x == 1
 }
 
+// flagString reads element i of t as n flags in a string, one byte each,
+// '1' (true) or '0' (false).
+func (r *replyReader) flagString(t []any, i, n int) []bool {
+	s := r.str(t, i)
+	if r.err != nil {
+		return nil
+	}
+	if len(s) != n || strings.Trim(s, "01") != "" {
+		r.fail(i, fmt.Sprintf("%d flags, each '0' or '1'", n), t[i])
+		return nil
+	}
+	var out []bool
+	for j := range len(s) {
+		out = append(out, s[j] == '1')
+	}
+	return out
+}
+
 // str reads element i of t as a string.
 func (r *replyReader) str(t []any, i int) string {
 	if r.err != nil {

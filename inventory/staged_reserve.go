@@ -326,15 +326,15 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 	if len(reqs) == 0 {
 		// the short layout: no order id, part deadline or user, which
 		// only the home's parts read (lua/stage_take.lua)
-		box := newArgBox(4, 2)
-		keys := append(box.keySlice(1), c.next(s))
-		args := append(box.argSlice(6), box.str(token), box.int(ms(ttl)), box.int(seconds(inv.cfg.Retention)),
+		box := newArgBox(4, 2, 1, 6)
+		keys := append(box.keySlice(), c.next(s))
+		args := append(box.argSlice(), box.str(token), box.int(ms(ttl)), box.int(seconds(inv.cfg.Retention)),
 			box.str(c.next(s)), box.str(c.next(s)), box.str(string(mutation)))
 		return keys, args, nil
 	}
-	box := newArgBox(6+3*len(reqs), 2+len(reqs))
-	keys := append(box.keySlice(1+3*len(reqs)), c.next(s))
-	args := box.argSlice(9 + 5*len(reqs))
+	box := newArgBox(6+3*len(reqs), 2+len(reqs), 1+3*len(reqs), 9+5*len(reqs))
+	keys := append(box.keySlice(), c.next(s))
+	args := box.argSlice()
 	args = append(args, box.str(orderID), box.str(token), box.str(due.arg()), box.str(userID), box.int(ms(ttl)), box.int(seconds(inv.cfg.Retention)),
 		box.str(c.next(s)), box.str(c.next(s)), box.str(string(mutation)))
 	for _, r := range reqs {
@@ -392,11 +392,15 @@ func decodeStageTake(nodeName string, v any, k int) (stageReply, error) {
 // usable, or every part would be on the home node (local.go's case).
 func (inv *Inventory) planStaged(ctx context.Context, home *node.Node, orderID, token string, items []Item, userID string) (map[*node.Node][]partReq, []part, bool) {
 	batches := make(map[*node.Node][]partReq, len(items))
-	promised := make([]part, 0, len(items)+1) // and a quota part
+	nparts := len(items)
+	if userID != "" {
+		nparts++ // and, mostly, one quota part (more only grow the slices)
+	}
+	promised := make([]part, 0, nparts)
 	// a node's first request is cut from one array (capacity 1: a second
 	// one on the same node grows its own), so that an order of one item
 	// per node allocates once for its requests
-	firsts := make([]partReq, 0, len(items)+1)
+	firsts := make([]partReq, 0, nparts)
 	away := false
 	add := func(n *node.Node, r partReq) {
 		if cur, ok := batches[n]; ok {

@@ -481,9 +481,9 @@ func reserveCall(orderID, token string, deadline partDue, reqs []partReq) ([]str
 	s, c := frozen(buf), pieceCutter{ends: ends}
 	if len(reqs) == 1 && reqs[0].Kind == PartStock {
 		r := reqs[0]
-		box := newArgBox(4, 1)
-		keys := append(box.keySlice(3), c.next(s), r.ck, r.queue)
-		args := append(box.argSlice(5), box.str(deadline.arg()), box.str(r.ID), box.int(r.Qty), box.str(c.next(s)), box.str(c.next(s)))
+		box := newArgBox(4, 1, 3, 5)
+		keys := append(box.keySlice(), c.next(s), r.ck, r.queue)
+		args := append(box.argSlice(), box.str(deadline.arg()), box.str(r.ID), box.int(r.Qty), box.str(c.next(s)), box.str(c.next(s)))
 		return keys, args, nil
 	}
 	keys, args := reserveGeneralArgs(orderID, deadline, reqs, s, c)
@@ -494,9 +494,9 @@ func reserveCall(orderID, token string, deadline partDue, reqs []partReq) ([]str
 // script's general layout, which every call may take, cut from s (c the
 // pieces' cutter, at its start).
 func reserveGeneralArgs(orderID string, deadline partDue, reqs []partReq, s string, c pieceCutter) ([]string, []any) {
-	box := newArgBox(2+4*len(reqs), len(reqs))
-	keys := box.keySlice(3 * len(reqs))
-	args := box.argSlice(2 + 6*len(reqs))
+	box := newArgBox(2+4*len(reqs), len(reqs), 3*len(reqs), 2+6*len(reqs))
+	keys := box.keySlice()
+	args := box.argSlice()
 	args = append(args, box.str(orderID), box.str(deadline.arg()))
 	for _, r := range reqs {
 		last := box.str(r.queue)

@@ -43,7 +43,10 @@ func UnderCallgrind(t testing.TB) *Callgrind {
 		t.Skip("no valgrind (callgrind_control)")
 	}
 	dir := t.TempDir()
-	wrapper := "#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=" + dir + "/cg.%p " + server + " \"$@\"\n"
+	// names uncompressed: callgrind numbers a name once per process, in
+	// the first dump that holds it, so a later dump kept alone
+	// (SHARDIS_CALLGRIND_KEEP) would name its functions by number only
+	wrapper := "#!/bin/sh\nexec valgrind --tool=callgrind --compress-strings=no --callgrind-out-file=" + dir + "/cg.%p " + server + " \"$@\"\n"
 	if err := os.WriteFile(filepath.Join(dir, "redis-server"), []byte(wrapper), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -57,4 +57,3 @@ for i = 9, #counts, 9 do
   end
 end
 flush()
-local seq = tonumber(meta[3]) or 0

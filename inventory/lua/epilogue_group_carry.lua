@@ -6,17 +6,21 @@
 -- a staging record of its token, in the packed layout, into the reserved
 -- record the commit op would write, and leaves anything else as it is.
 -- They run before the group's calls, as if each had come by itself just
--- before the group; carried[j] is 1 when commit j changed its record, 0
--- when it left it as it was (the caller then sends that one by itself).
-local carried, committed = {}, 0
-do
+-- before the group; carried is one byte per commit, '1' when commit j
+-- changed its record, '0' when it left it as it was (the caller then
+-- sends that one by itself): a string, '' for none, which costs the node
+-- no table and no nested reply (most groups carry none), and no tonumber
+-- of a count of 0.
+local carried, committed = '', 0
+if ARGV[#ARGV] ~= '0' then
   local c = tonumber(ARGV[#ARGV])
-  local k0, a0 = #KEYS - c, #ARGV - 1 - 2 * c
+  local k0, a0, flags = #KEYS - c, #ARGV - 1 - 2 * c, {}
   for j = 1, c do
     if order_commit_staged(KEYS[k0 + j], ARGV[a0 + 2 * j - 1], ARGV[a0 + 2 * j]) then
-      carried[j], committed = 1, committed + 1
+      flags[j], committed = '1', committed + 1
     else
-      carried[j] = 0
+      flags[j] = '0'
     end
   end
+  carried = table.concat(flags)
 end

@@ -1,1 +1,1 @@
-return {seq, out}
+return {tonumber(meta[3]) or 0, out}
