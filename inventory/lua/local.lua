@@ -29,7 +29,7 @@ if #KEYS == 4 then
   local off = offset_at(REDO_OFFSETS, xk) + 1 -- the offset take_stock hands out
   local offS = I(off)
   local rec = ARGV[5] .. nowS .. ARGV[6] .. offS .. ARGV[7]
-  if not redis.call('SET', key, rec, 'NX') then
+  if redis.call('SETNX', key, rec) == 0 then
     if order_kept(key) then return {'existing'} end
     set_value(key, rec, false)
   end

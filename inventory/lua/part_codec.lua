@@ -148,7 +148,7 @@ end
 -- (a key that is there is left as it is).
 local function part_new(key, a, b, qty, off, dlS, nx)
   local s = a .. Iq(qty) .. '\031' .. I(off) .. b .. dlS .. '\031' .. nowS
-  if nx then return redis.call('SET', key, s, 'NX') ~= false end
+  if nx then return redis.call('SETNX', key, s) == 1 end
   set_value(key, s)
   return true
 end
