@@ -29,20 +29,20 @@ var localCostCuts = []struct {
 	{"the script as it is", nil, false},
 	{"the general path (plan_parts, write_parts)", nil, true},
 	{"without its pending-index ZADD", [][2]string{
-		{"  zadd_later(PENDING, pdlS, pend_pos(xk, offS))\n", ""}}, false},
+		{"  q[#q + 1] = pdlS\n  q[#q + 1] = member\n", ""}}, false},
 	{"with a part record (the SET its inline part saves)", [][2]string{
-		{"take_stock(nil, ck, xk, ARGV[8], want, nil, nil,", "take_stock(partPrefix .. ARGV[8], ck, xk, ARGV[8], want, 'p', 'q',"}}, false},
+		{"  take_at(ck, xk, ARGV[8],", "  part_new(partPrefix .. ARGV[8], 'p', 'q', want, off, Idl(deadline + PART_GRACE))\n  take_at(ck, xk, ARGV[8],"}}, false},
 	{"with the EXISTS of the part's key (an inline part's, which cannot exist)", [][2]string{
 		{"  local avail, resv, short = plan_one(nil,", "  if redis.call('EXISTS', partPrefix .. ARGV[8]) == 1 then return {'existing'} end\n  local avail, resv, short = plan_one(nil,"}}, false},
 	{"without both ZADDs", [][2]string{
-		{"  zadd_later(PENDING, pdlS, pend_pos(xk, offS))\n", ""},
-		{"  zadd_later(redo_seg(xk, off), offS, id)\n", ""}}, false},
+		{"  q[#q + 1] = pdlS\n  q[#q + 1] = member\n", ""},
+		{"  q[#q + 1] = offS\n  q[#q + 1] = id\n", ""}}, false},
 	{"with the record's head read first", [][2]string{
 		{"  local ck, xk, want = KEYS[3]", "  if order_kept(key) then return {'existing'} end\n  local ck, xk, want = KEYS[3]"}}, false},
 	{"the plan only (reads, checks; no write)", [][2]string{
-		{"  zset_ok(PENDING) -- the pending index must be a sorted set\n  local off", "  do return {'short'} end\n  local off"}}, false},
+		{"  if not zchecked[PENDING] then zset_ok(PENDING) end\n  local off", "  do return {'short'} end\n  local off"}}, false},
 	{"the plan, then the record SET", [][2]string{
-		{"  take_stock(nil, ck, xk, ARGV[8]", "  do return {'reserved', 1, 1} end\n  take_stock(nil, ck, xk, ARGV[8]"}}, false},
+		{"  take_at(ck, xk, ARGV[8],", "  do return {'reserved', 1, 1} end\n  take_at(ck, xk, ARGV[8],"}}, false},
 	{"an empty body (the group's frame)", [][2]string{
 		{"local key = KEYS[2]\n", "do return {'reserved', 1, 1} end\nlocal key = KEYS[2]\n"}}, false},
 }

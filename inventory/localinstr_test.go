@@ -60,9 +60,9 @@ var takeCostCuts = []struct {
 	{"without its part record's SET", [][2]string{
 		{"if not part_new(pk, ARGV[7], ARGV[8], take, off, deadlineS, true) then", "if false then"}}},
 	{"without its pending-index ZADD", [][2]string{
-		{"  zadd_later(PENDING, deadlineS, pend_pos(xk, offS))\n  -- one", "  -- one"}}},
+		{"  q[#q + 1] = pdlS\n  q[#q + 1] = member\n", ""}}},
 	{"without its redo ZADD", [][2]string{
-		{"  zadd_later(seg, offS, id)\n", ""}}},
+		{"  q[#q + 1] = offS\n  q[#q + 1] = id\n", ""}}},
 	{"the plan only (reads, checks; no write)", [][2]string{
 		{"  local offS, deadlineS = I(off), Idl(deadline)\n", "  do return 'pending:1:1:0' end\n  local offS, deadlineS = I(off), Idl(deadline)\n"}}},
 	{"an empty body (the group's frame)", [][2]string{

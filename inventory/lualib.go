@@ -31,7 +31,7 @@ import (
 // missing one.
 //
 // The deferred writes: an epilogue's line "flush()" sends what zadd_later,
-// stock_set and next_offset deferred (lua/prelude.lua). A script that uses
+// stock_set, next_offset and take_at deferred (lua/prelude.lua). A script that uses
 // none of them has nothing deferred, so that line is left out of its
 // epilogue (and flush with its tables out of its prelude).
 //
@@ -57,7 +57,7 @@ var luaLibFiles = []string{"prelude.lua", "lib_part_due.lua", "redo_log.lua", "p
 var stampLua = luaFile("stamp.lua")
 
 // deferringHelpers are the prelude helpers that defer a write to flush.
-var deferringHelpers = []string{"zadd_later", "stock_set", "next_offset"}
+var deferringHelpers = []string{"zadd_later", "stock_set", "next_offset", "take_at"}
 
 // flushLine is the epilogues' call of flush.
 const flushLine = "\nflush()\n"

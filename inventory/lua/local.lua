@@ -25,15 +25,19 @@ if #KEYS == 4 then
     if resv then return resv end -- an error reply
     return {short and 'short' or 'fallback'}
   end
-  zset_ok(PENDING) -- the pending index must be a sorted set
-  local off = offset_at(REDO_OFFSETS, xk) + 1 -- the offset take_stock hands out
+  -- the pending index must be a sorted set (zset_ok's test inline: a Lua
+  -- call costs the node about 600 instructions)
+  if not zchecked[PENDING] then zset_ok(PENDING) end
+  local off = offtab[REDO_OFFSETS][xk][1] + 1 -- the offset take_stock hands out (offset_at's, inline)
   local offS = I(off)
   local rec = ARGV[5] .. nowS .. ARGV[6] .. offS .. ARGV[7]
   if redis.call('SETNX', key, rec) == 0 then
     if order_kept(key) then return {'existing'} end
     set_value(key, rec, false)
   end
-  take_stock(nil, ck, xk, ARGV[8], want, nil, nil, avail, resv, Idl(deadline + PART_GRACE))
+  -- take_stock's writes, its offset and string at hand (its part inline:
+  -- no record)
+  take_at(ck, xk, ARGV[8], avail, resv, off, offS, redo_seg(xk, off), Idl(deadline + PART_GRACE), pend_pos(xk, offS))
   return reserved_head(deadline) .. ':' .. offS
 end
 local np = (#KEYS - 2) / 3

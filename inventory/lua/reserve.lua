@@ -55,10 +55,7 @@ if one then
     if h then return h end
     part_new(pk, ARGV[7], ARGV[8], take, off, deadlineS) -- a key without a state: written over, as below
   end
-  stock_set(ck, avail - take, resv + take)
-  next_offset(REDO_OFFSETS, xk)
-  zadd_later(seg, offS, id)
-  zadd_later(PENDING, deadlineS, pend_pos(xk, offS))
+  take_at(ck, xk, id, avail - take, resv + take, off, offS, seg, deadlineS, pend_pos(xk, offS))
   -- one string, not a table (prelude.lua, reserved_head says why); a
   -- limit of 0 or less is no limit, answered 0 (the caller reads only
   -- whether it is above 0)

@@ -57,7 +57,9 @@
 -- order of a group), plan_one takes them from take_ready (redo_log.lua)
 -- in one call.
 -- The one-part paths of local.lua and stage_take.lua set the order
--- record between the two (only if its key is missing). An order of one
+-- record between the two (only if its key is missing); local.lua, whose
+-- part is inline (no record), calls take_stock's take_at itself, the
+-- offset and its string already at hand. An order of one
 -- item without a user id is one stock part; its tables were a few µs of
 -- an order's script time (TestLocalScriptCost).
 local function plan_parts(K, A, kb, ab, np, user, inline)
@@ -108,13 +110,12 @@ local function plan_parts(K, A, kb, ab, np, user, inline)
 end
 local function take_stock(pk, ck, xk, id, want, ra, rb, avail, resv, pdlS)
   -- absolute values from the plan into the script call's copy of the
-  -- hash (stock_set: flush writes it once; the script is atomic)
-  stock_set(ck, avail, resv)
-  local off = next_offset(REDO_OFFSETS, xk)
+  -- hash (take_at: flush writes it once; the script is atomic), at the
+  -- offset next_offset would hand out (offset_at's, inline)
+  local off = offtab[REDO_OFFSETS][xk][1] + 1
   local offS = I(off)
-  zadd_later(redo_seg(xk, off), offS, id)
+  take_at(ck, xk, id, avail, resv, off, offS, redo_seg(xk, off), pdlS, pend_pos(xk, offS))
   if pk then part_new(pk, ra, rb, want, off, pdlS) end
-  zadd_later(PENDING, pdlS, pend_pos(xk, offS))
   return off, offS
 end
 local function write_parts(plan, pdl, inline)
