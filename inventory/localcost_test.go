@@ -31,16 +31,16 @@ var localCostCuts = []struct {
 	{"without its pending-index ZADD", [][2]string{
 		{"  q[#q + 1] = pdlS\n  q[#q + 1] = member\n", ""}}, false},
 	{"with a part record (the SET its inline part saves)", [][2]string{
-		{"  take_at(ck, xk, ARGV[8],", "  part_new(partPrefix .. ARGV[8], 'p', 'q', want, off, Idl(deadline + PART_GRACE))\n  take_at(ck, xk, ARGV[8],"}}, false},
+		{"  take_at(ck, xk, ARGV[8],", "  part_new(partPrefix .. ARGV[8], 'p', 'q', want, off, times[2])\n  take_at(ck, xk, ARGV[8],"}}, false},
 	{"with the EXISTS of the part's key (an inline part's, which cannot exist)", [][2]string{
-		{"  local avail, resv, short = plan_one(nil,", "  if redis.call('EXISTS', partPrefix .. ARGV[8]) == 1 then return {'existing'} end\n  local avail, resv, short = plan_one(nil,"}}, false},
+		{"  local avail, resv, short, last, seg = plan_one(nil,", "  if redis.call('EXISTS', partPrefix .. ARGV[8]) == 1 then return {'existing'} end\n  local avail, resv, short, last, seg = plan_one(nil,"}}, false},
 	{"without both ZADDs", [][2]string{
 		{"  q[#q + 1] = pdlS\n  q[#q + 1] = member\n", ""},
 		{"  q[#q + 1] = offS\n  q[#q + 1] = id\n", ""}}, false},
 	{"with the record's head read first", [][2]string{
 		{"  local ck, xk, want = KEYS[3]", "  if order_kept(key) then return {'existing'} end\n  local ck, xk, want = KEYS[3]"}}, false},
 	{"the plan only (reads, checks; no write)", [][2]string{
-		{"  if not zchecked[PENDING] then zset_ok(PENDING) end\n  local off", "  do return {'short'} end\n  local off"}}, false},
+		{"  if not zchecked[PENDING] then zset_ok(PENDING) end\n", "  do return {'short'} end\n"}}, false},
 	{"the plan, then the record SET", [][2]string{
 		{"  take_at(ck, xk, ARGV[8],", "  do return {'reserved', 1, 1} end\n  take_at(ck, xk, ARGV[8],"}}, false},
 	{"an empty body (the group's frame)", [][2]string{

@@ -58,7 +58,7 @@ var takeCostCuts = []struct {
 }{
 	{"the script as it is", nil},
 	{"without its part record's SET", [][2]string{
-		{"if not part_new(pk, ARGV[7], ARGV[8], take, off, deadlineS, true) then", "if false then"}}},
+		{"if not part_new(pk, ARGV[7], ARGV[8], take, off, deadlineS, true, offS) then", "if false then"}}},
 	{"without its pending-index ZADD", [][2]string{
 		{"  q[#q + 1] = pdlS\n  q[#q + 1] = member\n", ""}}},
 	{"without its redo ZADD", [][2]string{

@@ -17,9 +17,9 @@ if #KEYS == 4 then
   -- exists, reads the record's head and answers as the general path below
   -- does: {'existing'} for a record to keep, with nothing written. The
   -- script is atomic, so no one sees these steps in another order.
-  local deadline = now + Nttl(ARGV[4])
+  local times = local_times(ARGV[4]) -- deadline, part deadline, reply head
   local ck, xk, want = KEYS[3], KEYS[4], Nqty(ARGV[9])
-  local avail, resv, short = plan_one(nil, ck, xk, want, '')
+  local avail, resv, short, last, seg = plan_one(nil, ck, xk, want, '')
   if not avail then
     if order_kept(key) then return {'existing'} end
     if resv then return resv end -- an error reply
@@ -28,7 +28,9 @@ if #KEYS == 4 then
   -- the pending index must be a sorted set (zset_ok's test inline: a Lua
   -- call costs the node about 600 instructions)
   if not zchecked[PENDING] then zset_ok(PENDING) end
-  local off = offtab[REDO_OFFSETS][xk][1] + 1 -- the offset take_stock hands out (offset_at's, inline)
+  -- the offset take_stock hands out (offset_at's, inline, unless plan_one
+  -- has it)
+  local off = (last or offtab[REDO_OFFSETS][xk][1]) + 1
   local offS = I(off)
   local rec = ARGV[5] .. nowS .. ARGV[6] .. offS .. ARGV[7]
   if redis.call('SETNX', key, rec) == 0 then
@@ -37,8 +39,8 @@ if #KEYS == 4 then
   end
   -- take_stock's writes, its offset and string at hand (its part inline:
   -- no record)
-  take_at(ck, xk, ARGV[8], avail, resv, off, offS, redo_seg(xk, off), Idl(deadline + PART_GRACE), pend_pos(xk, offS))
-  return reserved_head(deadline) .. ':' .. offS
+  take_at(ck, xk, ARGV[8], avail, resv, off, offS, seg or redo_seg(xk, off), times[2], pend_pos(xk, offS))
+  return times[3] .. ':' .. offS
 end
 local np = (#KEYS - 2) / 3
 local deadline = now + Nttl(ARGV[5])

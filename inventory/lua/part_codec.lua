@@ -140,14 +140,15 @@ local function part_put(key, t, ttl)
   if e < #s then s = string.sub(s, 1, e) end
   set_value(key, s, ttl)
 end
--- part_new(key, a, b, qty, off, dlS, nx): a new pending part record,
--- written from the template its caller encoded (rectemplate.go,
+-- part_new(key, a, b, qty, off, dlS, nx, offS): a new pending part
+-- record, written from the template its caller encoded (rectemplate.go,
 -- appendPartTemplate: the pieces a and b around the holes QTY US OFFSET
--- and DEADLINE US AT, the last the node's clock), no TTL. With nx it is
--- written only if key is missing, and part_new reports whether it was
--- (a key that is there is left as it is).
-local function part_new(key, a, b, qty, off, dlS, nx)
-  local s = a .. Iq(qty) .. '\031' .. I(off) .. b .. dlS .. '\031' .. nowS
+-- and DEADLINE US AT, the last the node's clock), no TTL; offS, when
+-- given, is I(off), which the take paths have at hand (one Lua call
+-- fewer). With nx it is written only if key is missing, and part_new
+-- reports whether it was (a key that is there is left as it is).
+local function part_new(key, a, b, qty, off, dlS, nx, offS)
+  local s = a .. Iq(qty) .. '\031' .. (offS or I(off)) .. b .. dlS .. '\031' .. nowS
   if nx then return redis.call('SETNX', key, s) == 1 end
   set_value(key, s)
   return true

@@ -49,8 +49,11 @@
 -- pieces), without the plan's tables, in the same order
 -- (TestTakeOneAsPlan compares the two on a node). plan_one writes
 -- nothing: it returns the counter's available and reserved once the part
--- is taken, or what plan_parts returns when it would return no plan: nil
--- (the part exists), nil and an error reply, or nil, nil, true (short).
+-- is taken (then nil, and when take_ready answered, the queue's last
+-- offset handed out and the checked segment of the next one: the caller
+-- need not look them up again), or what plan_parts returns when it would
+-- return no plan: nil (the part exists), nil and an error reply, or nil,
+-- nil, true (short).
 -- offset_at(REDO_OFFSETS, xk) + 1 is then the offset take_stock will hand
 -- the part. When an earlier call of the script call checked the counter,
 -- the queue's offsets and the segment of its next offset (the usual
@@ -115,7 +118,7 @@ local function take_stock(pk, ck, xk, id, want, ra, rb, avail, resv, pdlS)
   local off = offtab[REDO_OFFSETS][xk][1] + 1
   local offS = I(off)
   take_at(ck, xk, id, avail, resv, off, offS, redo_seg(xk, off), pdlS, pend_pos(xk, offS))
-  if pk then part_new(pk, ra, rb, want, off, pdlS) end
+  if pk then part_new(pk, ra, rb, want, off, pdlS, false, offS) end
   return off, offS
 end
 local function write_parts(plan, pdl, inline)
@@ -137,7 +140,7 @@ local function plan_one(pk, ck, xk, want, user)
   if pk and redis.call('EXISTS', pk) == 1 then return nil end
   -- the usual order of a group: an earlier call checked all of it
   -- (take_ready), so the checks below would change nothing
-  local avail, limit, resv = take_ready(ck, xk)
+  local avail, limit, resv, last, seg = take_ready(ck, xk)
   if not avail then
     -- else field by field, in plan_parts' order
     local err
@@ -157,5 +160,15 @@ local function plan_one(pk, ck, xk, want, user)
     end
   end
   if avail < want or (limit > 0 and user == '') then return nil, nil, true end
-  return avail - want, resv + want
+  return avail - want, resv + want, nil, last, seg
 end
+-- local_times(ttlS): the local reserve's times for an order of TTL ttlS
+-- (ms, as sent): {its deadline (now + the TTL), its part's deadline as a
+-- string (Idl(deadline + PART_GRACE)), its reply's head
+-- (reserved_head(deadline))}, kept for the last ttlS: one Lua call per
+-- order where there were three (the orders of a script call mostly share
+-- their TTL). It reads now, so it is made afresh per script call.
+local local_times = memo(function(ttlS)
+  local d = now + Nttl(ttlS)
+  return {d, Idl(d + PART_GRACE), reserved_head(d)}
+end)
