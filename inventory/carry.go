@@ -60,6 +60,7 @@ type carriedCommit struct {
 	orderID string
 	token   string // the attempt's
 	parts   string // encodeOrderParts of the parts taken
+	packed  string // packOrderParts(parts, token): what a carried commit sends
 	epoch   string // the topology epoch token the order was placed under
 }
 

@@ -22,12 +22,12 @@ func TestCommitStagedAsDecoded(t *testing.T) {
 	e := newGroupEnv(t, 32)
 	e.warm(t)
 	ctx, c := e.ctx, e.admin
-	full := cutScript(t, orderDecideScript, [2]string{"  local deadline, lease = order_commit_staged(key, token, ARGV[6])\n",
-		"  local deadline, lease = nil, nil\n"})
+	full := cutScript(t, orderDecideScript, [2]string{"  local created, dlS, leaseS = order_commit_staged(key, token, order_pack(ARGV[6], token))\n",
+		"  local created, dlS, leaseS = nil, nil, nil\n"})
 	// splice is the script that refuses what its splice declines: the
 	// cases that must be spliced commit through it, the others fail it
-	splice := cutScript(t, orderDecideScript, [2]string{"  local deadline, lease = order_commit_staged(key, token, ARGV[6])\n",
-		"  local deadline, lease = order_commit_staged(key, token, ARGV[6])\n  if not deadline then return redis.error_reply('DECLINED') end\n"})
+	splice := cutScript(t, orderDecideScript, [2]string{"  local created, dlS, leaseS = order_commit_staged(key, token, order_pack(ARGV[6], token))\n",
+		"  local created, dlS, leaseS = order_commit_staged(key, token, order_pack(ARGV[6], token))\n  if not created then return redis.error_reply('DECLINED') end\n"})
 
 	const created = "1700000000000"
 	token := "tok1"
@@ -120,6 +120,37 @@ func TestCommitStagedAsDecoded(t *testing.T) {
 		}
 		if tc.spliced && (f1["status"] != "reserved" || at1 == "" || ttl1 != -1) {
 			t.Errorf("%s: committed record %v (reserved_at %q, TTL %v), want reserved, reserved_at set, no TTL", tc.name, f1, at1, ttl1)
+		}
+	}
+}
+
+// packTestScript answers order_pack of its first argument under the token
+// of its second.
+var packTestScript = newGroupedScript("pack-test", false, `
+return order_pack(ARGV[4], ARGV[5])
+`)
+
+// TestPackOrderPartsAsLua: a carried commit sends its parts list packed
+// by the client (packOrderParts), where the commit op packs it on the
+// node (order_pack): the two must store the same value, for lists of the
+// attempt's token and for the forms stored literally.
+func TestPackOrderPartsAsLua(t *testing.T) {
+	e := newGroupEnv(t, 32)
+	one := []OrderPart{{ID: stockPartID("o1", "tok1", 0), Node: "n1", Kind: PartStock, Item: 0, Route: "a", SKU: "s", Qty: 1,
+		Redo: RedoLogKey(3), Offset: 7}}
+	lists := []string{
+		encodeOrderParts("o1", "tok1", one),
+		encodeOrderParts("o1", "tok2", one), // another token's
+		encodeOrderParts("o1", "tok1", nil),
+		"", "~", "~tok1", "=x", "\x1ex", "plain", "~tok1x",
+	}
+	for _, l := range lists {
+		v, err := e.inv.run(e.ctx, e.n, packTestScript, []string{"x"}, l, "tok1")
+		if err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		if got, want := fmt.Sprint(v), packOrderParts(l, "tok1"); got != want {
+			t.Errorf("order_pack(%q) = %q, packOrderParts %q", l, got, want)
 		}
 	}
 }

@@ -222,7 +222,7 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 	}
 	if s.write {
 		for j := range carried { // pointers, as evalArgs.keys sends keys
-			a = append(a, &carried[j].token, &carried[j].parts)
+			a = append(a, &carried[j].token, &carried[j].packed)
 		}
 		a = append(a, len(carried))
 	}

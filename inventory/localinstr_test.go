@@ -122,3 +122,81 @@ func TestTakeScriptInstructions(t *testing.T) {
 		fmt.Printf("%-55s %7.0f instructions/part\n", v.name, n)
 	}
 }
+
+// TestStageScriptInstructions counts, as TestLocalScriptInstructions does,
+// the node instructions per order on the home of an order the one-round
+// path places with its stock on another node (staged.go): its stage
+// (stageTakeScript in its short layout: the staging record, no part), in
+// group calls of 20 stages (SHARDIS_CALLGRIND_GROUP); the same groups
+// each carrying the commits of the previous group's orders (carry.go:
+// their staging records made reserved), which is the order's whole work
+// on its home; and the stage's frame (the body only answers). A measure,
+// not a check:
+//
+//	SHARDIS_CALLGRIND=1 go test -count=1 -run TestStageScriptInstructions -v ./inventory/
+func TestStageScriptInstructions(t *testing.T) {
+	cg := redistest.UnderCallgrind(t)
+	e := newGroupEnv(t, 32)
+	inv, ctx := e.inv, e.ctx
+	items := []Item{{Route: "a", SKU: "s", Quantity: 1}}
+	token := inv.topology(ctx).token
+	mutation, due := inv.stageDeadline(time.Hour)
+	per, calls := redistest.CallgrindGroup(), 40
+	seq := 0
+	var staged []carriedCommit // the last group's orders, to commit
+	group := func(s *luaScript, commit bool) {
+		gcs := make([]*groupCall, per)
+		var next []carriedCommit
+		for j := range gcs {
+			seq++
+			id, tok := "stage-"+strconv.Itoa(seq), newToken()
+			parts := []part{{ID: stockPartID(id, tok, 0), Node: "n2", Kind: PartStock, Item: 0, Route: "a", SKU: "s", Qty: 1,
+				Redo: "inv:redo:7"}}
+			keys, args, err := inv.stageTakeCall(id, tok, due, mutation, time.Hour, digestOf(items, ""), "",
+				encodeOrderParts(id, tok, parts), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gcs[j] = &groupCall{keys: keys, args: args, done: make(chan struct{})}
+			parts[0].Offset = int64(seq)
+			blob := encodeOrderParts(id, tok, parts)
+			next = append(next, carriedCommit{ctx: ctx, home: e.n, orderID: id, token: tok,
+				parts: blob, packed: packOrderParts(blob, tok), epoch: token})
+		}
+		if commit {
+			for _, c := range staged {
+				if !inv.carry(c) {
+					t.Fatal("the inventory carries no commit")
+				}
+			}
+		}
+		inv.sendGroup(ctx, e.n, s, token, gcs)
+		for _, gc := range gcs {
+			if gc.err != nil {
+				t.Fatal(gc.err)
+			}
+		}
+		staged = next
+	}
+	for _, v := range []struct {
+		name   string
+		commit bool
+		cuts   [][2]string
+	}{
+		{"the stage", false, nil},
+		{"the stage and the commit of an earlier order", true, nil},
+		{"the stage's frame (the body only answers)", false, [][2]string{
+			{"local one = np == 1 and ARGV[14] == 's'\n", "do return 'staged:1' end\nlocal one = np == 1 and ARGV[14] == 's'\n"}}},
+	} {
+		s := cutScript(t, stageTakeScript, v.cuts...)
+		for range 5 {
+			group(s, v.commit)
+		}
+		n := cg.Count(ctx, e.admin, func() {
+			for range calls {
+				group(s, v.commit)
+			}
+		}) / float64(per*calls)
+		fmt.Printf("%-55s %7.0f instructions/order\n", v.name, n)
+	}
+}

@@ -510,8 +510,9 @@ func (inv *Inventory) abandonUnstaged(ctx context.Context, orderID string, parts
 // does not land is harmless: whoever meets the record next finds every
 // part and commits it (resolveStaged).
 func (inv *Inventory) commitStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part) {
+	blob := encodeOrderParts(orderID, token, parts)
 	c := carriedCommit{ctx: context.WithoutCancel(ctx), home: home, orderID: orderID, token: token,
-		parts: encodeOrderParts(orderID, token, parts), epoch: inv.topology(ctx).token}
+		parts: blob, packed: packOrderParts(blob, token), epoch: inv.topology(ctx).token}
 	if inv.carry(c) {
 		return
 	}

@@ -1,7 +1,8 @@
 -- Carried commits (carry.go holds their rule), in a write script's
 -- group only: the last ARGV is their count c; their order keys are the
 -- last c KEYS, and the 2c ARGV before the count are their tokens and
--- parts lists, commit after commit. Each is the order script's commit of
+-- parts lists in their stored form (packOrderParts: the node does not
+-- pack them), commit after commit. Each is the order script's commit of
 -- a staged order by its fast path (order_commit_staged): it changes only
 -- a staging record of its token, in the packed layout, into the reserved
 -- record the commit op would write, and leaves anything else as it is.

@@ -3,8 +3,10 @@ local key, op, token = KEYS[2], ARGV[4], ARGV[5]
 if op == 'commit' then
   -- the staged path's commit, the common one, without a decode: it
   -- writes, and this answers, what the commit below does for the record
-  local deadline, lease = order_commit_staged(key, token, ARGV[6])
-  if deadline then return {'reserved', token, deadline, '', '', math.max(lease - now, 0)} end
+  local created, dlS, leaseS = order_commit_staged(key, token, order_pack(ARGV[6], token))
+  if created then
+    return {'reserved', token, created + tonumber(dlS), '', '', math.max(created + tonumber(leaseS) - now, 0)}
+  end
 end
 local f = order_get(key) or {}
 local moved = f.moved

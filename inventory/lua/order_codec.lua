@@ -134,17 +134,20 @@ local function order_put(key, t, ttl)
   return order_write(key, ttl, t.status, t.token, t.created, t.deadline, t.digest, t.parts, t.user, t.lease,
     t.reserved_at, t.reason, t.decided_at, t.moved)
 end
--- order_commit_staged(key, tok, p) commits the staging record of attempt
--- tok at key with parts list p, without decoding it: the record order_put
--- would write for it (status reserved, parts p, reserved_at now, every
--- other field as it was, no TTL) is the stored value with its status code
--- and parts field replaced and reserved_at added. It does so, and returns
--- the record's deadline and lease (ms), only for a value that is exactly a staging
--- record of tok (not moved, in the packed layout) whose fields end at
--- lease, with created, deadline and lease canonical integers (a stage
--- writes nothing else: stageTakeScript); for any other it writes nothing
--- and returns nil, and the caller decodes the record as for every op.
-local function order_commit_staged(key, tok, p)
+-- order_commit_staged(key, tok, packed) commits the staging record of
+-- attempt tok at key with the parts list whose stored form is packed
+-- (order_pack's, or packOrderParts' in Go), without decoding it: the
+-- record order_put would write for it (status reserved, those parts,
+-- reserved_at now, every other field as it was, no TTL) is the stored
+-- value with its status code and parts field replaced and reserved_at
+-- added. It does so, and returns the record's created (ms), deadline and
+-- lease (as stored: ms after created), only for a value that is exactly a
+-- staging record of tok (not moved, in the packed layout) whose fields end
+-- at lease, with created, deadline and lease canonical integers within
+-- order_int's bounds (a stage writes nothing else: stageTakeScript); for
+-- any other it writes nothing and returns nil, and the caller decodes the
+-- record as for every op.
+local function order_commit_staged(key, tok, packed)
   local v = redis.pcall('GET', key)
   if type(v) ~= 'string' or string.byte(v, 1) ~= 115 then return nil end
   local h = #tok + 2
@@ -158,11 +161,16 @@ local function order_commit_staged(key, tok, p)
   local cr, dlS, dg, user, leaseS = string.match(v,
     '^(%-?[1-9]%d*)\029(%-?[1-9]%d*)\029([^\029]*)\029[^\029]*\029([^\029]*)\029(%-?[1-9]%d*)$', h + 1)
   if not cr then return nil end
-  local created, dl, lease = tonumber(cr), tonumber(dlS), tonumber(leaseS)
-  if not (created < 1e15 and created > -1e15 and dl < 1e15 and dl > -1e15 and lease < 1e15 and lease > -1e15) then
+  -- within the bounds: a canonical integer of at most 15 digits, told by
+  -- its length (a tonumber is a strtod: about 1,100 instructions), but
+  -- created, which reserved_at is counted from
+  if not ((#dlS < 16 or #dlS == 16 and string.byte(dlS, 1) == 45) and
+      (#leaseS < 16 or #leaseS == 16 and string.byte(leaseS, 1) == 45)) then
     return nil
   end
-  redis.call('SET', key, 'r' .. tok .. '\029' .. cr .. '\029' .. dlS .. '\029' .. dg .. '\029' .. order_pack(p, tok) ..
+  local created = tonumber(cr)
+  if not (created < 1e15 and created > -1e15) then return nil end
+  redis.call('SET', key, 'r' .. tok .. '\029' .. cr .. '\029' .. dlS .. '\029' .. dg .. '\029' .. packed ..
     '\029' .. user .. '\029' .. leaseS .. '\029' .. I(now - created))
-  return created + dl, created + lease
+  return created, dlS, leaseS
 end
