@@ -28,18 +28,22 @@ import (
 //	   │                                                             └──left it as it was, failed, refused──▶ sent by itself
 //	   └──no group within CarryWait (up to ten times that on a busy node), or Close──▶ sent by itself
 //
-// "Left it as it was": not a staging record of the commit's token in the
-// packed layout. "Refused": a node out of memory refuses a reserve group
+// "Left it as it was": not the exact staging record the order's stage
+// wrote (its value, which the client knows but for created, which the
+// stage's reply gives: stagedCommitValues). "Refused": a node out of memory refuses a reserve group
 // whole. "Sent by itself" is the commit op (orderOp commit, grouped with
 // the node's other order ops), which decides what any record means and
 // runs on a node out of memory too.
 //
 // Why every interleaving is safe: the group script applies a carried
-// commit with order_commit_staged, the commit op's own fast path, under
-// the same guard (a staging record of the commit's token), before the
-// group's calls: the same as that commit sent by itself, arriving just
-// before the group, which is a time the commit could have arrived at
-// anyway. The group's stamp check covers it (a group at another epoch
+// commit with order_commit_exact before the group's calls: it writes the
+// record the commit op's own fast path (order_commit_staged) writes for
+// that staging record (TestCommitExactAsSpliced), under a narrower guard
+// (that exact value, where the commit op takes any staging record of the
+// commit's token in the packed layout): the same as that commit sent by
+// itself, arriving just before the group, which is a time the commit
+// could have arrived at anyway; a record it does not recognise is left to
+// the commit op, sent by itself. The group's stamp check covers it (a group at another epoch
 // token never carries it: takeCarried matches the token it was made under). A
 // commit sent by itself after it was carried (the group's reply was lost)
 // finds the record reserved and changes nothing, as a commit delivered
@@ -60,8 +64,10 @@ type carriedCommit struct {
 	orderID string
 	token   string // the attempt's
 	parts   string // encodeOrderParts of the parts taken
-	packed  string // packOrderParts(parts, token): what a carried commit sends
-	epoch   string // the topology epoch token the order was placed under
+	// what a carried commit sends (stagedCommitValues): the staging
+	// record's value, the reserved record's up to reserved_at, and created
+	staged, prefix, created string
+	epoch                   string // the topology epoch token the order was placed under
 }
 
 // carryBuf is one node's buffered commits.

@@ -154,3 +154,84 @@ func TestPackOrderPartsAsLua(t *testing.T) {
 		}
 	}
 }
+
+// commitExactScript runs order_commit_exact on KEYS[2] with its three
+// arguments and answers 1 when it committed, 0 when it left the record.
+var commitExactScript = newGroupedScript("commit-exact-test", true, `
+if order_commit_exact(KEYS[2], ARGV[4], ARGV[5], ARGV[6]) then return 1 end
+return 0
+`)
+
+// TestCommitExactAsSpliced: a carried commit (order_commit_exact, with
+// the values stagedCommitValues builds on the client) leaves exactly the
+// record the commit op's splice (order_commit_staged) leaves, reserved_at
+// apart (the node's clock), for staging records with and without a user
+// and with several parts; and it leaves any other record as it was: one
+// of another token, another created, moved, or with a field changed.
+func TestCommitExactAsSpliced(t *testing.T) {
+	e := newGroupEnv(t, 32)
+	e.warm(t)
+	ctx, c := e.ctx, e.admin
+	const created, ttl, lease = int64(1700000000000), int64(600000), int64(30000)
+	for _, tc := range []struct {
+		name, user string
+		n          int
+	}{{"one part", "", 1}, {"three parts, a user", "u-9", 3}} {
+		id, token := "x-"+strconv.Itoa(tc.n), "tok1"
+		var promised, taken []OrderPart
+		for i := range tc.n {
+			p := OrderPart{ID: stockPartID(id, token, i), Node: "n1", Kind: PartStock, Item: i, Route: "a",
+				SKU: "s" + strconv.Itoa(i), Qty: int64(i + 1), Redo: RedoLogKey(i)}
+			promised = append(promised, p)
+			p.Offset = int64(10 + i)
+			taken = append(taken, p)
+		}
+		pblob, tblob := encodeOrderParts(id, token, promised), encodeOrderParts(id, token, taken)
+		staged, prefix, err := stagedCommitValues(token, "dg", tc.user, ttl, lease, created, pblob, packOrderParts(tblob, token))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pieces, err := stagingOrderPieces(token, "dg", tc.user, ttl, lease, pblob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := pieces[0] + strconv.FormatInt(created, 10) + pieces[1]; staged != want {
+			t.Fatalf("%s: staged value %q, the stage writes %q", tc.name, staged, want)
+		}
+		key := orderKey(id)
+		crS := strconv.FormatInt(created, 10)
+		// the exact commit, then the splice, from the same stored value
+		c.Set(ctx, key, staged, time.Hour)
+		v, err := e.inv.run(ctx, e.n, commitExactScript, []string{key}, staged, prefix, crS)
+		if err != nil || fmt.Sprint(v) != "1" {
+			t.Fatalf("%s: the exact commit answered %v, %v, want 1", tc.name, v, err)
+		}
+		exact := c.Get(ctx, key).Val()
+		c.Set(ctx, key, staged, time.Hour)
+		if _, err := e.inv.run(ctx, e.n, orderDecideScript, []string{key}, string(opCommit), token, tblob); err != nil {
+			t.Fatal(err)
+		}
+		spliced := c.Get(ctx, key).Val()
+		cut := func(s string) string { return s[:strings.LastIndex(s, orderGS)+1] }
+		if cut(exact) != cut(spliced) || cut(exact) != prefix {
+			t.Errorf("%s: the exact commit wrote %q, the splice %q (prefix %q)", tc.name, exact, spliced, prefix)
+		}
+		if ttl := c.PTTL(ctx, key).Val(); ttl != -1 {
+			t.Errorf("%s: committed record has TTL %v, want none", tc.name, ttl)
+		}
+		// anything but that exact value stays as it was
+		for _, other := range []string{
+			strings.Replace(staged, "tok1", "tok2", 1),
+			strings.Replace(staged, crS, strconv.FormatInt(created+1, 10), 1),
+			"S" + staged[1:],
+			staged + orderGS + "why",
+			strings.Replace(staged, "dg", "dh", 1),
+		} {
+			c.Set(ctx, key, other, time.Hour)
+			v, err := e.inv.run(ctx, e.n, commitExactScript, []string{key}, staged, prefix, crS)
+			if err != nil || fmt.Sprint(v) != "0" || c.Get(ctx, key).Val() != other {
+				t.Errorf("%s: the exact commit of %q answered %v, %v and left %q, want 0 and the record as it was", tc.name, other, v, err, c.Get(ctx, key).Val())
+			}
+		}
+	}
+}

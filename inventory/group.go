@@ -196,7 +196,7 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 	if s.write {
 		carried = inv.takeCarried(n, token, max(inv.opts.GroupCommit, 1))
 	}
-	nk, na := 1+len(carried), 4+2*len(carried)+1
+	nk, na := 1+len(carried), 4+3*len(carried)+1
 	h := &groupHead{name: n.Name(), token: token}
 	counts := h.arr[:0]
 	for _, c := range calls {
@@ -222,7 +222,7 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 	}
 	if s.write {
 		for j := range carried { // pointers, as evalArgs.keys sends keys
-			a = append(a, &carried[j].token, &carried[j].packed)
+			a = append(a, &carried[j].staged, &carried[j].prefix, &carried[j].created)
 		}
 		a = append(a, len(carried))
 	}

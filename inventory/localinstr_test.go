@@ -146,22 +146,19 @@ func TestStageScriptInstructions(t *testing.T) {
 	var staged []carriedCommit // the last group's orders, to commit
 	group := func(s *luaScript, commit bool) {
 		gcs := make([]*groupCall, per)
-		var next []carriedCommit
+		blobs := make([][3]string, per) // id, token, promised
 		for j := range gcs {
 			seq++
 			id, tok := "stage-"+strconv.Itoa(seq), newToken()
 			parts := []part{{ID: stockPartID(id, tok, 0), Node: "n2", Kind: PartStock, Item: 0, Route: "a", SKU: "s", Qty: 1,
 				Redo: "inv:redo:7"}}
-			keys, args, err := inv.stageTakeCall(id, tok, due, mutation, time.Hour, digestOf(items, ""), "",
-				encodeOrderParts(id, tok, parts), nil)
+			promised := encodeOrderParts(id, tok, parts)
+			keys, args, err := inv.stageTakeCall(id, tok, due, mutation, time.Hour, digestOf(items, ""), "", promised, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			gcs[j] = &groupCall{keys: keys, args: args, done: make(chan struct{})}
-			parts[0].Offset = int64(seq)
-			blob := encodeOrderParts(id, tok, parts)
-			next = append(next, carriedCommit{ctx: ctx, home: e.n, orderID: id, token: tok,
-				parts: blob, packed: packOrderParts(blob, tok), epoch: token})
+			blobs[j] = [3]string{id, tok, promised}
 		}
 		if commit {
 			for _, c := range staged {
@@ -171,12 +168,28 @@ func TestStageScriptInstructions(t *testing.T) {
 			}
 		}
 		inv.sendGroup(ctx, e.n, s, token, gcs)
-		for _, gc := range gcs {
+		staged = staged[:0]
+		for j, gc := range gcs {
 			if gc.err != nil {
 				t.Fatal(gc.err)
 			}
+			r, err := decodeStageTake(e.n.Name(), gc.reply, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, tok := blobs[j][0], blobs[j][1]
+			parts := []part{{ID: stockPartID(id, tok, 0), Node: "n2", Kind: PartStock, Item: 0, Route: "a", SKU: "s", Qty: 1,
+				Redo: "inv:redo:7", Offset: int64(seq)}}
+			blob := encodeOrderParts(id, tok, parts)
+			created := r.deadline.UnixMilli() - time.Hour.Milliseconds()
+			sv, prefix, err := stagedCommitValues(tok, digestOf(items, ""), "", time.Hour.Milliseconds(), inv.opts.AttemptLease.Milliseconds(),
+				created, blobs[j][2], packOrderParts(blob, tok))
+			if err != nil {
+				t.Fatal(err)
+			}
+			staged = append(staged, carriedCommit{ctx: ctx, home: e.n, orderID: id, token: tok, parts: blob, epoch: token,
+				staged: sv, prefix: prefix, created: strconv.FormatInt(created, 10)})
 		}
-		staged = next
 	}
 	for _, v := range []struct {
 		name   string

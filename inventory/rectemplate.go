@@ -178,6 +178,34 @@ func appendStagingOrderPieces(dst []byte, token, digest, userID string, ttl, lea
 	return strconv.AppendInt(dst, lease, 10), cut, nil
 }
 
+// stagedCommitValues are, for an order staged by stageTakeScript at
+// created (ms, by its home node's clock: the stage's deadline less its
+// TTL), the value of its staging record (appendStagingOrderPieces' pieces
+// around created) and the reserved record order_commit_staged makes of it
+// with the parts whose stored form is packed, up to its reserved_at,
+// which the node appends: what a carried commit compares and writes
+// (order_commit_exact, carry.go). TestCommitExactAsSpliced holds them to
+// the node's.
+func stagedCommitValues(token, digest, userID string, ttl, lease, created int64, promised, packed string) (staged, prefix string, err error) {
+	b, cut, err := appendStagingOrderPieces(nil, token, digest, userID, ttl, lease, promised)
+	if err != nil {
+		return "", "", err
+	}
+	if strings.Contains(packed, orderGS) {
+		return "", "", fmt.Errorf("%w: a parts list holds a GS", ErrInvalid)
+	}
+	cr := strconv.FormatInt(created, 10)
+	staged = string(b[:cut]) + cr + string(b[cut:])
+	p := appendOrderHead(make([]byte, 0, len(staged)+len(packed)), OrderReserved, token)
+	p = append(append(p, cr...), orderGS...)
+	p = append(strconv.AppendInt(p, ttl, 10), orderGS...)
+	p = append(append(p, digest...), orderGS...)
+	p = append(append(p, packed...), orderGS...)
+	p = append(append(p, userID...), orderGS...)
+	p = append(strconv.AppendInt(p, lease, 10), orderGS...)
+	return staged, string(p), nil
+}
+
 // appendOrderHead appends a packed record's status code and token, up
 // to its created field, to dst.
 func appendOrderHead(dst []byte, st OrderState, token string) []byte {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -74,7 +75,8 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		if inv.crash(ctx, "staged:before-commit") {
 			return Reservation{}, true, errCrashed
 		}
-		inv.commitStaged(ctx, home, orderID, token, taken)
+		created := staged.deadline.UnixMilli() - ms(stage.ttl) // the stage's clock
+		inv.commitStaged(ctx, home, orderID, token, taken, stage, created)
 		inv.stats.staged.Add(1)
 		return Reservation{OrderID: orderID, Receipts: receipts(taken), Deadline: staged.deadline}, true, nil
 	}
@@ -508,13 +510,19 @@ func (inv *Inventory) abandonUnstaged(ctx context.Context, orderID string, parts
 // path: the next write group on home carries the commit (carry.go), or it
 // is sent by itself; synchronously once Close was called. A commit that
 // does not land is harmless: whoever meets the record next finds every
-// part and commits it (resolveStaged).
-func (inv *Inventory) commitStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part) {
+// part and commits it (resolveStaged). stage is the order's stage and
+// created its home's clock when the stage ran (ms).
+func (inv *Inventory) commitStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part, stage stagedCall, created int64) {
 	blob := encodeOrderParts(orderID, token, parts)
 	c := carriedCommit{ctx: context.WithoutCancel(ctx), home: home, orderID: orderID, token: token,
-		parts: blob, packed: packOrderParts(blob, token), epoch: inv.topology(ctx).token}
-	if inv.carry(c) {
-		return
+		parts: blob, epoch: inv.topology(ctx).token}
+	staged, prefix, err := stagedCommitValues(token, stage.digest, stage.userID, ms(stage.ttl), ms(inv.opts.AttemptLease),
+		created, stage.promised, packOrderParts(blob, token))
+	if err == nil {
+		c.staged, c.prefix, c.created = staged, prefix, strconv.FormatInt(created, 10)
+		if inv.carry(c) {
+			return
+		}
 	}
 	inv.offPath(ctx, func(ctx context.Context) { inv.sendCommit(ctx, c) })
 }
