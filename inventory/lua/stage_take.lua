@@ -39,8 +39,11 @@ end
 -- record) does not read it first; a key that is there reads the head and
 -- answers as above, or is replaced (moved, or taken over). The script is
 -- atomic, so no one sees these steps in another order.
+-- (SET NX with GET answers nil when it set the key, where SET NX alone
+-- answers a status table; the old value, or an error for a key that is
+-- not a string, when it did not: both take the way below)
 local rec, ttl = ARGV[at + 10] .. nowS .. ARGV[at + 11], Nret(ARGV[at + 9])
-if not (ttl and ttl > 0 and redis.call('SET', key, rec, 'NX', 'EX', ARGV[at + 9])) then
+if not (ttl and ttl > 0 and redis.pcall('SET', key, rec, 'NX', 'EX', ARGV[at + 9], 'GET') == false) then
   local status, token, takeover = order_stage_head(key, ARGV[at + 12] == 'stage-takeover', ARGV[tk])
   if status and not takeover then return {'existing', status, token or ''} end
   set_value(key, rec, ttl)
