@@ -141,10 +141,13 @@ func TestStageScriptInstructions(t *testing.T) {
 	items := []Item{{Route: "a", SKU: "s", Quantity: 1}}
 	token := inv.topology(ctx).token
 	mutation, due := inv.stageDeadline(time.Hour)
+	if _, err := inv.LoadStock(ctx, "a", "s", MaxQuantity, 0); err != nil {
+		t.Fatal(err)
+	}
 	per, calls := redistest.CallgrindGroup(), 40
 	seq := 0
 	var staged []carriedCommit // the last group's orders, to commit
-	group := func(s *luaScript, commit bool) {
+	group := func(s *luaScript, commit, withPart bool) {
 		gcs := make([]*groupCall, per)
 		blobs := make([][3]string, per) // id, token, promised
 		for j := range gcs {
@@ -152,8 +155,17 @@ func TestStageScriptInstructions(t *testing.T) {
 			id, tok := "stage-"+strconv.Itoa(seq), newToken()
 			parts := []part{{ID: stockPartID(id, tok, 0), Node: "n2", Kind: PartStock, Item: 0, Route: "a", SKU: "s", Qty: 1,
 				Redo: "inv:redo:7"}}
+			var reqs []partReq
+			if withPart { // the home's part instead
+				var ok bool
+				if reqs, ok = inv.localReqs(ctx, nil, e.n, id, tok, items, ""); !ok {
+					t.Fatal("the order's item is not on the node")
+				}
+				reqs[0].Redo = reqs[0].queue
+				parts = []part{reqs[0].part}
+			}
 			promised := encodeOrderParts(id, tok, parts)
-			keys, args, err := inv.stageTakeCall(id, tok, due, mutation, time.Hour, digestOf(items, ""), "", promised, nil)
+			keys, args, err := inv.stageTakeCall(id, tok, due, mutation, time.Hour, digestOf(items, ""), "", promised, reqs)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -173,7 +185,11 @@ func TestStageScriptInstructions(t *testing.T) {
 			if gc.err != nil {
 				t.Fatal(gc.err)
 			}
-			r, err := decodeStageTake(e.n.Name(), gc.reply, 0)
+			nparts := 0
+			if withPart {
+				nparts = 1
+			}
+			r, err := decodeStageTake(e.n.Name(), gc.reply, nparts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -192,22 +208,23 @@ func TestStageScriptInstructions(t *testing.T) {
 		}
 	}
 	for _, v := range []struct {
-		name   string
-		commit bool
-		cuts   [][2]string
+		name             string
+		commit, withPart bool
+		cuts             [][2]string
 	}{
-		{"the stage", false, nil},
-		{"the stage and the commit of an earlier order", true, nil},
-		{"the stage's frame (the body only answers)", false, [][2]string{
+		{"the stage", false, false, nil},
+		{"the stage and the commit of an earlier order", true, false, nil},
+		{"the stage of an order with a part on its home", false, true, nil},
+		{"the stage's frame (the body only answers)", false, false, [][2]string{
 			{"local one = np == 1 and ARGV[14] == 's'\n", "do return 'staged:1' end\nlocal one = np == 1 and ARGV[14] == 's'\n"}}},
 	} {
 		s := cutScript(t, stageTakeScript, v.cuts...)
 		for range 5 {
-			group(s, v.commit)
+			group(s, v.commit, v.withPart)
 		}
 		n := cg.Count(ctx, e.admin, func() {
 			for range calls {
-				group(s, v.commit)
+				group(s, v.commit, v.withPart)
 			}
 		}) / float64(per*calls)
 		fmt.Printf("%-55s %7.0f instructions/order\n", v.name, n)

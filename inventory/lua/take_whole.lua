@@ -118,7 +118,12 @@ local function take_stock(pk, ck, xk, id, want, ra, rb, avail, resv, pdlS)
   local off = offtab[REDO_OFFSETS][xk][1] + 1
   local offS = I(off)
   take_at(ck, xk, id, avail, resv, off, offS, redo_seg(xk, off), pdlS, pend_pos(xk, offS))
-  if pk then part_new(pk, ra, rb, want, off, pdlS, false, offS) end
+  -- the plan found no key at pk (plan_one, plan_parts: EXISTS), so SETNX
+  -- sets it, and its integer reply costs the node no status table; were
+  -- the key there after all, it is written over, as before
+  if pk and not part_new(pk, ra, rb, want, off, pdlS, true, offS) then
+    part_new(pk, ra, rb, want, off, pdlS, false, offS)
+  end
   return off, offS
 end
 local function write_parts(plan, pdl, inline)
