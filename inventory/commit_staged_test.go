@@ -187,7 +187,7 @@ func TestCommitExactAsSpliced(t *testing.T) {
 			taken = append(taken, p)
 		}
 		pblob, tblob := encodeOrderParts(id, token, promised), encodeOrderParts(id, token, taken)
-		staged, prefix, err := stagedCommitValues(token, "dg", tc.user, ttl, lease, created, pblob, packOrderParts(tblob, token))
+		staged, prefix, crS, err := stagedCommitValues(token, "dg", tc.user, ttl, lease, created, pblob, packOrderParts(tblob, token))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,7 +199,9 @@ func TestCommitExactAsSpliced(t *testing.T) {
 			t.Fatalf("%s: staged value %q, the stage writes %q", tc.name, staged, want)
 		}
 		key := orderKey(id)
-		crS := strconv.FormatInt(created, 10)
+		if crS != strconv.FormatInt(created, 10) {
+			t.Fatalf("%s: created %q, want %d", tc.name, crS, created)
+		}
 		// the exact commit, then the splice, from the same stored value
 		c.Set(ctx, key, staged, time.Hour)
 		v, err := e.inv.run(ctx, e.n, commitExactScript, []string{key}, staged, prefix, crS)

@@ -198,13 +198,13 @@ func TestStageScriptInstructions(t *testing.T) {
 				Redo: "inv:redo:7", Offset: int64(seq)}}
 			blob := encodeOrderParts(id, tok, parts)
 			created := r.deadline.UnixMilli() - time.Hour.Milliseconds()
-			sv, prefix, err := stagedCommitValues(tok, digestOf(items, ""), "", time.Hour.Milliseconds(), inv.opts.AttemptLease.Milliseconds(),
+			sv, prefix, crS, err := stagedCommitValues(tok, digestOf(items, ""), "", time.Hour.Milliseconds(), inv.opts.AttemptLease.Milliseconds(),
 				created, blobs[j][2], packOrderParts(blob, tok))
 			if err != nil {
 				t.Fatal(err)
 			}
 			staged = append(staged, carriedCommit{ctx: ctx, home: e.n, orderID: id, token: tok, parts: blob, epoch: token,
-				staged: sv, prefix: prefix, created: strconv.FormatInt(created, 10)})
+				staged: sv, prefix: prefix, created: crS})
 		}
 	}
 	for _, v := range []struct {

@@ -184,26 +184,32 @@ func appendStagingOrderPieces(dst []byte, token, digest, userID string, ttl, lea
 // around created) and the reserved record order_commit_staged makes of it
 // with the parts whose stored form is packed, up to its reserved_at,
 // which the node appends: what a carried commit compares and writes
-// (order_commit_exact, carry.go). TestCommitExactAsSpliced holds them to
-// the node's.
-func stagedCommitValues(token, digest, userID string, ttl, lease, created int64, promised, packed string) (staged, prefix string, err error) {
-	b, cut, err := appendStagingOrderPieces(nil, token, digest, userID, ttl, lease, promised)
-	if err != nil {
-		return "", "", err
-	}
+// (order_commit_exact, carry.go), and created as a string. They are cut
+// from one allocation. TestCommitExactAsSpliced holds them to the node's.
+func stagedCommitValues(token, digest, userID string, ttl, lease, created int64, promised, packed string) (staged, prefix, createdS string, err error) {
 	if strings.Contains(packed, orderGS) {
-		return "", "", fmt.Errorf("%w: a parts list holds a GS", ErrInvalid)
+		return "", "", "", fmt.Errorf("%w: a parts list holds a GS", ErrInvalid)
 	}
-	cr := strconv.FormatInt(created, 10)
-	staged = string(b[:cut]) + cr + string(b[cut:])
-	p := appendOrderHead(make([]byte, 0, len(staged)+len(packed)), OrderReserved, token)
-	p = append(append(p, cr...), orderGS...)
-	p = append(strconv.AppendInt(p, ttl, 10), orderGS...)
-	p = append(append(p, digest...), orderGS...)
-	p = append(append(p, packed...), orderGS...)
-	p = append(append(p, userID...), orderGS...)
-	p = append(strconv.AppendInt(p, lease, 10), orderGS...)
-	return staged, string(p), nil
+	var arr [256]byte
+	pieces, cut, err := appendStagingOrderPieces(arr[:0], token, digest, userID, ttl, lease, promised)
+	if err != nil {
+		return "", "", "", err
+	}
+	// one buffer: created, the staging value, the reserved one's prefix
+	b := make([]byte, 0, 2*len(pieces)+len(packed)+48)
+	b = strconv.AppendInt(b, created, 10)
+	crEnd := len(b)
+	b = append(append(append(b, pieces[:cut]...), b[:crEnd]...), pieces[cut:]...)
+	stEnd := len(b)
+	b = appendOrderHead(b, OrderReserved, token)
+	b = append(append(b, b[:crEnd]...), orderGS...)
+	b = append(strconv.AppendInt(b, ttl, 10), orderGS...)
+	b = append(append(b, digest...), orderGS...)
+	b = append(append(b, packed...), orderGS...)
+	b = append(append(b, userID...), orderGS...)
+	b = append(strconv.AppendInt(b, lease, 10), orderGS...)
+	s := frozen(b) // b is not written again
+	return s[crEnd:stEnd], s[stEnd:], s[:crEnd], nil
 }
 
 // appendOrderHead appends a packed record's status code and token, up

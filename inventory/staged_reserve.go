@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -516,10 +515,10 @@ func (inv *Inventory) commitStaged(ctx context.Context, home *node.Node, orderID
 	blob := encodeOrderParts(orderID, token, parts)
 	c := carriedCommit{ctx: context.WithoutCancel(ctx), home: home, orderID: orderID, token: token,
 		parts: blob, epoch: inv.topology(ctx).token}
-	staged, prefix, err := stagedCommitValues(token, stage.digest, stage.userID, ms(stage.ttl), ms(inv.opts.AttemptLease),
+	staged, prefix, createdS, err := stagedCommitValues(token, stage.digest, stage.userID, ms(stage.ttl), ms(inv.opts.AttemptLease),
 		created, stage.promised, packOrderParts(blob, token))
 	if err == nil {
-		c.staged, c.prefix, c.created = staged, prefix, strconv.FormatInt(created, 10)
+		c.staged, c.prefix, c.created = staged, prefix, createdS
 		if inv.carry(c) {
 			return
 		}
