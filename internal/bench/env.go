@@ -281,13 +281,49 @@ func (c *Cluster) Close() {
 // before: carried commits wait a few ms for a group, inventory/carry.go)
 // makes Reset read it again instead of writing back an older write
 // sequence, which the inventory would take for a node gone back in time.
-// Benchmark variants start from the same, empty state.
+// Benchmark variants start from the same, empty state. Reset returns once
+// every node has freed what it flushed (lazyfree_pending_objects 0, up to
+// 30s): a node frees a flushed keyspace on a thread of its own, and the
+// hundreds of thousands of keys a run leaves took a second or more of
+// that thread's CPU, which the next run measured would have paid (its
+// nodes' CPU and the cores its clients share).
 func (c *Cluster) Reset(ctx context.Context) error {
 	var errs []error
 	for i, a := range c.Admin {
 		errs = append(errs, resetNode(ctx, a, nodeNames[i]))
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for i, a := range c.Admin {
+		if err := waitLazyFree(ctx, a, 30*time.Second); err != nil {
+			return fmt.Errorf("%s: %w", nodeNames[i], err)
+		}
+	}
+	return nil
+}
+
+// waitLazyFree waits until the node a talks to has no lazy free pending
+// (INFO memory's lazyfree_pending_objects 0), up to limit.
+func waitLazyFree(ctx context.Context, a *redis.Client, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		info, err := a.InfoMap(ctx, "memory").Result()
+		if err != nil {
+			return fmt.Errorf("INFO memory: %w", err)
+		}
+		n := info["Memory"]["lazyfree_pending_objects"]
+		if n == "0" {
+			return nil
+		}
+		if n == "" {
+			return fmt.Errorf("INFO memory has no lazyfree_pending_objects")
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s objects still pending a lazy free after %v", n, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // resetNode is Reset on one node, retried while the stamp changes under it.
