@@ -276,3 +276,21 @@ func TestGroupRepliesFlat(t *testing.T) {
 		wantMalformed(t, c.what, r.err, "reserve", c.at)
 	}
 }
+
+// TestReplyReaderFlagString: a group's carried flags (epilogue_group_carry.lua)
+// read as one byte per commit; a string of another length, another byte, or
+// a value that is not a string is a malformed reply at its position.
+func TestReplyReaderFlagString(t *testing.T) {
+	r := newReplyReader("n1", "reserve")
+	if got := r.flagString([]any{int64(1), "101"}, 1, 3); r.err != nil || fmt.Sprint(got) != "[true false true]" {
+		t.Errorf("flags of %q = %v, %v; want [true false true]", "101", got, r.err)
+	}
+	if got := r.flagString([]any{int64(1), ""}, 1, 0); r.err != nil || len(got) != 0 {
+		t.Errorf("no flags = %v, %v; want none", got, r.err)
+	}
+	for _, bad := range []any{"10", "1011", "1x1", []any{int64(1), int64(0), int64(1)}, int64(101)} {
+		r = newReplyReader("n1", "reserve")
+		r.flagString([]any{int64(1), bad}, 1, 3)
+		wantMalformed(t, fmt.Sprintf("flags %#v", bad), r.err, "reserve", "reply[1]")
+	}
+}

@@ -147,22 +147,6 @@ end
 -- order_int's bounds (a stage writes nothing else: stageTakeScript); for
 -- any other it writes nothing and returns nil, and the caller decodes the
 -- record as for every op.
--- order_commit_exact(key, staged, prefix, createdS) is a carried
--- commit's (carry.go): when the value at key is exactly staged, the
--- staging record the caller's stage wrote (created createdS), it writes
--- prefix and reserved_at (now - created), which is the record
--- order_commit_staged writes for it (stagedCommitValues builds both,
--- TestCommitExactAsSpliced holds them together), and returns true; else it
--- writes nothing and returns nil. Lua interns strings, so the comparison
--- is of two references: the GET's reply is the argument already
--- interned. It reads and splices nothing (order_commit_staged's match, its
--- bounds and its concatenation of nine pieces cost the node about 9,000
--- instructions).
-local function order_commit_exact(key, staged, prefix, createdS)
-  if redis.pcall('GET', key) ~= staged then return nil end
-  redis.call('SET', key, prefix .. I(now - tonumber(createdS)))
-  return true
-end
 local function order_commit_staged(key, tok, packed)
   local v = redis.pcall('GET', key)
   if type(v) ~= 'string' or string.byte(v, 1) ~= 115 then return nil end
@@ -189,4 +173,20 @@ local function order_commit_staged(key, tok, packed)
   redis.call('SET', key, 'r' .. tok .. '\029' .. cr .. '\029' .. dlS .. '\029' .. dg .. '\029' .. packed ..
     '\029' .. user .. '\029' .. leaseS .. '\029' .. I(now - created))
   return created, dlS, leaseS
+end
+-- order_commit_exact(key, staged, prefix, createdS) is a carried
+-- commit's (carry.go): when the value at key is exactly staged, the
+-- staging record the caller's stage wrote (created createdS), it writes
+-- prefix and reserved_at (now - created), which is the record
+-- order_commit_staged writes for it (stagedCommitValues builds both,
+-- TestCommitExactAsSpliced holds them together), and returns true; else it
+-- writes nothing and returns nil. Lua interns strings, so the comparison
+-- is of two references: the GET's reply is the argument already
+-- interned. It reads and splices nothing (order_commit_staged's match, its
+-- bounds and its concatenation of nine pieces cost the node about 9,000
+-- instructions).
+local function order_commit_exact(key, staged, prefix, createdS)
+  if redis.pcall('GET', key) ~= staged then return nil end
+  redis.call('SET', key, prefix .. I(now - tonumber(createdS)))
+  return true
 end

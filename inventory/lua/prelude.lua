@@ -246,8 +246,8 @@ end
 -- otherwise, before anything is queued), zadd_later(seg, offS, id) and
 -- zadd_later(PENDING, pdlS, member), written out in one function: a take
 -- runs it once per part, and a Lua call costs the node about 600
--- instructions (the four calls it replaces, with take_stock's own:
--- 3,400 instructions per order of the local reserve, callgrind).
+-- instructions (with the local reserve's own steps inlined beside it,
+-- 2,100 instructions fewer per order, callgrind).
 local function take_at(ck, xk, id, avail, resv, off, offS, seg, pdlS, member)
   local o = offtab[REDO_OFFSETS][xk] -- offsets_ok ran first (the plan)
   if off ~= o[1] + 1 then
