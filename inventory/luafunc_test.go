@@ -1,11 +1,9 @@
 package inventory
 
 import (
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/internal/syncbuf"
 	"github.com/shardis/shardis/router"
 )
 
@@ -288,8 +287,8 @@ func TestScriptsRunAsSourceWithoutFunctionACL(t *testing.T) {
 		if err := cfg.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		var logs strings.Builder
-		log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+		var logs syncbuf.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
 		r, err := router.New(ctx, &cfg, router.Options{KeepData: cfg.KeepData(), Logger: log})
 		if err != nil {
 			t.Fatal(err)
@@ -319,17 +318,4 @@ func TestScriptsRunAsSourceWithoutFunctionACL(t *testing.T) {
 			t.Fatalf("%s: the refusal was logged %d times, want once:\n%s", deny, n, logs.String())
 		}
 	}
-}
-
-// syncWriter serialises writes to w (a log handler may be called from
-// several goroutines).
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }

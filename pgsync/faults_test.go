@@ -1,31 +1,21 @@
 package pgsync_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/shardis/shardis/internal/stack"
+	"github.com/shardis/shardis/internal/syncbuf"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/pgsync"
 )
 
 // logBuf collects JSON log lines of a syncer for a test to read.
-type logBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+type logBuf struct{ syncbuf.Buffer }
 
 func (b *logBuf) logger() *slog.Logger {
 	return slog.New(slog.NewJSONHandler(b, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -33,22 +23,14 @@ func (b *logBuf) logger() *slog.Logger {
 
 // lines returns the logged records whose message contains msg.
 func (b *logBuf) lines(msg string) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []map[string]any
-	for _, l := range strings.Split(b.buf.String(), "\n") {
+	for _, l := range strings.Split(b.String(), "\n") {
 		var rec map[string]any
 		if json.Unmarshal([]byte(l), &rec) == nil && strings.Contains(fmt.Sprint(rec["msg"]), msg) {
 			out = append(out, rec)
 		}
 	}
 	return out
-}
-
-func (b *logBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // openSyncer opens and starts an in-process sync with set, logging to

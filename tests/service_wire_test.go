@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shardis/shardis/internal/syncbuf"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
 )
@@ -181,22 +181,7 @@ func TestSvcLoadStockKeepsLimit(t *testing.T) {
 
 // svcLogs is a slog handler's output that tests can read while the
 // service writes.
-type svcLogs struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *svcLogs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *svcLogs) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type svcLogs = syncbuf.Buffer
 
 // Every answered request is counted in shardis_rpc_requests_total with
 // the code it got and logged, including those the RPC layer refuses

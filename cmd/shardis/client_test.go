@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/internal/service"
+	"github.com/shardis/shardis/internal/syncbuf"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 )
 
@@ -68,24 +68,7 @@ func startWith(t *testing.T, nodes []*redistest.Server, routes map[string][]stri
 }
 
 // syncBuffer is a bytes.Buffer safe to write and read concurrently.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-// Write appends p.
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// String returns what was written so far.
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer
 
 // cli runs shardis with args and returns the exit status and output.
 func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
