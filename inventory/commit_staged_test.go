@@ -187,11 +187,11 @@ func TestCommitExactAsSpliced(t *testing.T) {
 			taken = append(taken, p)
 		}
 		pblob, tblob := encodeOrderParts(id, token, promised), encodeOrderParts(id, token, taken)
-		staged, prefix, crS, err := stagedCommitValues(token, "dg", tc.user, ttl, lease, created, pblob, packOrderParts(tblob, token))
+		pieces, err := stagingOrderPieces(token, "dg", tc.user, ttl, lease, pblob)
 		if err != nil {
 			t.Fatal(err)
 		}
-		pieces, err := stagingOrderPieces(token, "dg", tc.user, ttl, lease, pblob)
+		staged, prefix, crS, err := stagedCommitValues(token, [2]string{pieces[0], pieces[1]}, created, packOrderParts(tblob, token))
 		if err != nil {
 			t.Fatal(err)
 		}

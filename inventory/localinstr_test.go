@@ -149,7 +149,8 @@ func TestStageScriptInstructions(t *testing.T) {
 	var staged []carriedCommit // the last group's orders, to commit
 	group := func(s *luaScript, commit, withPart bool) {
 		gcs := make([]*groupCall, per)
-		blobs := make([][3]string, per) // id, token, promised
+		blobs := make([][2]string, per) // id, token
+		recs := make([][2]string, per)  // the staging record's pieces
 		for j := range gcs {
 			seq++
 			id, tok := "stage-"+strconv.Itoa(seq), newToken()
@@ -165,12 +166,12 @@ func TestStageScriptInstructions(t *testing.T) {
 				parts = []part{reqs[0].part}
 			}
 			promised := encodeOrderParts(id, tok, parts)
-			keys, args, err := inv.stageTakeCall(id, tok, due, mutation, time.Hour, digestOf(items, ""), "", promised, reqs)
+			keys, args, rec, err := inv.stageTakeCall(id, tok, due, mutation, time.Hour, digestOf(items, ""), "", promised, reqs)
 			if err != nil {
 				t.Fatal(err)
 			}
 			gcs[j] = &groupCall{keys: keys, args: args, done: make(chan struct{})}
-			blobs[j] = [3]string{id, tok, promised}
+			blobs[j], recs[j] = [2]string{id, tok}, rec
 		}
 		if commit {
 			for _, c := range staged {
@@ -198,8 +199,7 @@ func TestStageScriptInstructions(t *testing.T) {
 				Redo: "inv:redo:7", Offset: int64(seq)}}
 			blob := encodeOrderParts(id, tok, parts)
 			created := r.deadline.UnixMilli() - time.Hour.Milliseconds()
-			sv, prefix, crS, err := stagedCommitValues(tok, digestOf(items, ""), "", time.Hour.Milliseconds(), inv.opts.AttemptLease.Milliseconds(),
-				created, blobs[j][2], packOrderParts(blob, tok))
+			sv, prefix, crS, err := stagedCommitValues(tok, recs[j], created, packOrderParts(blob, tok))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -178,36 +178,43 @@ func appendStagingOrderPieces(dst []byte, token, digest, userID string, ttl, lea
 	return strconv.AppendInt(dst, lease, 10), cut, nil
 }
 
-// stagedCommitValues are, for an order staged by stageTakeScript at
-// created (ms, by its home node's clock: the stage's deadline less its
-// TTL), the value of its staging record (appendStagingOrderPieces' pieces
-// around created) and the reserved record order_commit_staged makes of it
-// with the parts whose stored form is packed, up to its reserved_at,
-// which the node appends: what a carried commit compares and writes
-// (order_commit_exact, carry.go), and created as a string. They are cut
-// from one allocation. TestCommitExactAsSpliced holds them to the node's.
-func stagedCommitValues(token, digest, userID string, ttl, lease, created int64, promised, packed string) (staged, prefix, createdS string, err error) {
+// stagedCommitValues are, for an order whose stage sent the staging
+// record's pieces rec (appendStagingOrderPieces': head and token, then,
+// after the created hole, GS ttl GS digest GS parts GS user GS lease) and
+// ran at created (ms, by its home node's clock: the stage's deadline less
+// its TTL), the value of its staging record and the reserved record
+// order_commit_staged makes of it with the parts whose stored form is
+// packed, up to its reserved_at, which the node appends: the same fields
+// with the reserved status code and the parts replaced. What a carried
+// commit compares and writes (order_commit_exact, carry.go), and created
+// as a string, cut from one allocation. TestCommitExactAsSpliced holds
+// them to the node's.
+func stagedCommitValues(token string, rec [2]string, created int64, packed string) (staged, prefix, createdS string, err error) {
 	if strings.Contains(packed, orderGS) {
 		return "", "", "", fmt.Errorf("%w: a parts list holds a GS", ErrInvalid)
 	}
-	var arr [256]byte
-	pieces, cut, err := appendStagingOrderPieces(arr[:0], token, digest, userID, ttl, lease, promised)
-	if err != nil {
-		return "", "", "", err
+	// the parts field of rec[1]: after its third GS, up to its fourth
+	from := 0
+	for range 3 {
+		i := strings.Index(rec[1][from:], orderGS)
+		if i < 0 {
+			return "", "", "", fmt.Errorf("%w: a staging record's fields end before its parts", ErrInvalid)
+		}
+		from += i + len(orderGS)
 	}
-	// one buffer: created, the staging value, the reserved one's prefix
-	b := make([]byte, 0, 2*len(pieces)+len(packed)+48)
+	to := strings.Index(rec[1][from:], orderGS)
+	if to < 0 {
+		return "", "", "", fmt.Errorf("%w: a staging record's fields end at its parts", ErrInvalid)
+	}
+	to += from
+	b := make([]byte, 0, 2*(len(rec[0])+len(rec[1]))+len(packed)+48)
 	b = strconv.AppendInt(b, created, 10)
 	crEnd := len(b)
-	b = append(append(append(b, pieces[:cut]...), b[:crEnd]...), pieces[cut:]...)
+	b = append(append(append(b, rec[0]...), b[:crEnd]...), rec[1]...)
 	stEnd := len(b)
 	b = appendOrderHead(b, OrderReserved, token)
-	b = append(append(b, b[:crEnd]...), orderGS...)
-	b = append(strconv.AppendInt(b, ttl, 10), orderGS...)
-	b = append(append(b, digest...), orderGS...)
-	b = append(append(b, packed...), orderGS...)
-	b = append(append(b, userID...), orderGS...)
-	b = append(strconv.AppendInt(b, lease, 10), orderGS...)
+	b = append(append(b, b[:crEnd]...), rec[1][:from]...)
+	b = append(append(append(b, packed...), rec[1][to:]...), orderGS...)
 	s := frozen(b) // b is not written again
 	return s[crEnd:stEnd], s[stEnd:], s[:crEnd], nil
 }

@@ -75,7 +75,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 			return Reservation{}, true, errCrashed
 		}
 		created := staged.deadline.UnixMilli() - ms(stage.ttl) // the stage's clock
-		inv.commitStaged(ctx, home, orderID, token, taken, stage, created)
+		inv.commitStaged(ctx, home, orderID, token, taken, staged.rec, created)
 		inv.stats.staged.Add(1)
 		return Reservation{OrderID: orderID, Receipts: receipts(taken), Deadline: staged.deadline}, true, nil
 	}
@@ -257,6 +257,9 @@ type stageReply struct {
 	offsets  []int64   // per home part: its redo offset (0 for quota parts)
 	record   recStatus // "existing": the record's status
 	token    string    // "existing": the record's token
+	// the staging record's pieces the stage sent, around created
+	// (stageTakeCall): what its carried commit compares
+	rec [2]string
 }
 
 // stagedCall is the stage of a staged round: stageTakeScript's call on
@@ -277,7 +280,7 @@ type stagedCall struct {
 // stageTake stages the order's record on its home node with the home
 // node's parts, all or nothing (stageTakeScript).
 func (inv *Inventory) stageTake(ctx context.Context, orderID, token string, c stagedCall) (stageReply, error) {
-	keys, args, err := inv.stageTakeCall(orderID, token, c.due, c.mutation, c.ttl, c.digest, c.userID, c.promised, c.reqs)
+	keys, args, rec, err := inv.stageTakeCall(orderID, token, c.due, c.mutation, c.ttl, c.digest, c.userID, c.promised, c.reqs)
 	if err != nil {
 		return stageReply{}, err
 	}
@@ -285,13 +288,15 @@ func (inv *Inventory) stageTake(ctx context.Context, orderID, token string, c st
 	if err != nil {
 		return stageReply{}, err
 	}
-	return decodeStageTake(c.home.Name(), v, len(c.reqs))
+	r, err := decodeStageTake(c.home.Name(), v, len(c.reqs))
+	r.rec = rec
+	return r, err
 }
 
 // startStageTake is stageTake begun by start (lua.go): wait returns its
 // results.
 func (inv *Inventory) startStageTake(ctx context.Context, orderID, token string, c stagedCall) (wait func() (stageReply, error)) {
-	keys, args, err := inv.stageTakeCall(orderID, token, c.due, c.mutation, c.ttl, c.digest, c.userID, c.promised, c.reqs)
+	keys, args, rec, err := inv.stageTakeCall(orderID, token, c.due, c.mutation, c.ttl, c.digest, c.userID, c.promised, c.reqs)
 	if err != nil {
 		return func() (stageReply, error) { return stageReply{}, err }
 	}
@@ -301,15 +306,18 @@ func (inv *Inventory) startStageTake(ctx context.Context, orderID, token string,
 		if err != nil {
 			return stageReply{}, err
 		}
-		return decodeStageTake(c.home.Name(), v, len(c.reqs))
+		r, err := decodeStageTake(c.home.Name(), v, len(c.reqs))
+		r.rec = rec
+		return r, err
 	}
 }
 
 // stageTakeCall is stageTakeScript's keys and arguments (see stageTake),
 // the record's pieces, the keys and the part templates cut from one
-// string. It fails with ErrInvalid when a record has no template
-// (rectemplate.go).
-func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation Mutation, ttl time.Duration, digest, userID, promised string, reqs []partReq) ([]string, []any, error) {
+// string, and the staging record's two pieces (around its created hole:
+// what a carried commit compares, stagedCommitValues). It fails with
+// ErrInvalid when a record has no template (rectemplate.go).
+func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation Mutation, ttl time.Duration, digest, userID, promised string, reqs []partReq) ([]string, []any, [2]string, error) {
 	var endsArr [24]int
 	ends := endsArr[:0]
 	buf := make([]byte, 0, 96+len(token)+len(digest)+len(userID)+len(promised)+(len(partKeyPrefix)+160+3*len(orderID))*len(reqs))
@@ -317,13 +325,14 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 	ends = append(ends, len(buf))
 	buf, cut, err := appendStagingOrderPieces(buf, token, digest, userID, ms(ttl), ms(inv.opts.AttemptLease), promised)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, [2]string{}, err
 	}
 	ends = append(ends, cut, len(buf))
 	if buf, ends, err = appendPartPieces(buf, ends, orderID, token, reqs, false); err != nil {
-		return nil, nil, err
+		return nil, nil, [2]string{}, err
 	}
 	s, c := frozen(buf), pieceCutter{ends: ends}
+	rec := [2]string{s[ends[0]:ends[1]], s[ends[1]:ends[2]]}
 	if len(reqs) == 0 {
 		// the short layout: no order id, part deadline or user, which
 		// only the home's parts read (lua/stage_take.lua)
@@ -331,7 +340,7 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 		keys := append(box.keySlice(), c.next(s))
 		args := append(box.argSlice(), box.str(token), box.int(ms(ttl)), box.int(seconds(inv.cfg.Retention)),
 			box.str(c.next(s)), box.str(c.next(s)), box.str(string(mutation)))
-		return keys, args, nil
+		return keys, args, rec, nil
 	}
 	box := newArgBox(6+3*len(reqs), 2+len(reqs), 1+3*len(reqs), 9+5*len(reqs))
 	keys := append(box.keySlice(), c.next(s))
@@ -342,7 +351,7 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 		keys = append(keys, c.next(s), r.ck, r.queue)
 		args = append(args, box.str(r.ID), kindArg(r.Kind), box.int(r.Qty), box.str(c.next(s)), box.str(c.next(s)))
 	}
-	return keys, args, nil
+	return keys, args, rec, nil
 }
 
 // decodeStageTake reads stageTakeScript's reply for k home parts:
@@ -509,14 +518,14 @@ func (inv *Inventory) abandonUnstaged(ctx context.Context, orderID string, parts
 // path: the next write group on home carries the commit (carry.go), or it
 // is sent by itself; synchronously once Close was called. A commit that
 // does not land is harmless: whoever meets the record next finds every
-// part and commits it (resolveStaged). stage is the order's stage and
-// created its home's clock when the stage ran (ms).
-func (inv *Inventory) commitStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part, stage stagedCall, created int64) {
+// part and commits it (resolveStaged). rec is the staging record's
+// pieces its stage sent (stageTakeCall) and created its home's clock when
+// the stage ran (ms).
+func (inv *Inventory) commitStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part, rec [2]string, created int64) {
 	blob := encodeOrderParts(orderID, token, parts)
 	c := carriedCommit{ctx: context.WithoutCancel(ctx), home: home, orderID: orderID, token: token,
 		parts: blob, epoch: inv.topology(ctx).token}
-	staged, prefix, createdS, err := stagedCommitValues(token, stage.digest, stage.userID, ms(stage.ttl), ms(inv.opts.AttemptLease),
-		created, stage.promised, packOrderParts(blob, token))
+	staged, prefix, createdS, err := stagedCommitValues(token, rec, created, packOrderParts(blob, token))
 	if err == nil {
 		c.staged, c.prefix, c.created = staged, prefix, createdS
 		if inv.carry(c) {

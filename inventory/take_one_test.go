@@ -178,7 +178,8 @@ func TestTakeOneAsPlan(t *testing.T) {
 		}},
 		{"stage-take", stageTakeScript, stageGeneral, func() ([]string, []any, error) {
 			reqs := localOrder()
-			return inv.stageTakeCall(id, token, partDue{hold: time.Minute}, "", time.Hour, digestOf(items, ""), "", "", reqs)
+			keys, args, _, err := inv.stageTakeCall(id, token, partDue{hold: time.Minute}, "", time.Hour, digestOf(items, ""), "", "", reqs)
+			return keys, args, err
 		}, nil},
 		{"reserve", reserveScript, reserveScript, func() ([]string, []any, error) {
 			reqs := localOrder()
