@@ -232,31 +232,28 @@ func slope(xs, ys []float64) float64 {
 // usedMemory is INFO memory's used_memory less the client buffers
 // (mem_clients_normal: connections' query and reply buffers, which come
 // and go with the load, not with the data), summed over the nodes, read
-// once no lazy free is pending (Reset flushes asynchronously).
+// once no lazy free is pending (waitLazyFree: a flush frees
+// asynchronously).
 func usedMemory(ctx context.Context, admin []*redis.Client) (int64, error) {
 	var sum int64
 	for _, a := range admin {
-		for tries := 0; ; tries++ {
-			info, err := a.InfoMap(ctx, "memory").Result()
+		if err := waitLazyFree(ctx, a, 30*time.Second); err != nil {
+			return 0, err
+		}
+		info, err := a.InfoMap(ctx, "memory").Result()
+		if err != nil {
+			return 0, fmt.Errorf("INFO memory: %w", err)
+		}
+		m := info["Memory"]
+		for _, f := range []struct {
+			name string
+			sign int64
+		}{{"used_memory", 1}, {"mem_clients_normal", -1}} {
+			n, err := strconv.ParseInt(m[f.name], 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("INFO memory: %w", err)
+				return 0, fmt.Errorf("INFO memory %s %q: %w", f.name, m[f.name], err)
 			}
-			m := info["Memory"]
-			if m["lazyfree_pending_objects"] != "0" && tries < 100 {
-				time.Sleep(20 * time.Millisecond)
-				continue
-			}
-			for _, f := range []struct {
-				name string
-				sign int64
-			}{{"used_memory", 1}, {"mem_clients_normal", -1}} {
-				n, err := strconv.ParseInt(m[f.name], 10, 64)
-				if err != nil {
-					return 0, fmt.Errorf("INFO memory %s %q: %w", f.name, m[f.name], err)
-				}
-				sum += f.sign * n
-			}
-			break
+			sum += f.sign * n
 		}
 	}
 	return sum, nil
