@@ -2,7 +2,6 @@ package inventory
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"slices"
@@ -223,9 +222,7 @@ func (inv *Inventory) NewOrderID(ctx context.Context, items ...Item) (string, er
 	}
 	// one read: the ring walk's start, then the id's randomness
 	var seed [8 + mintRandHex/2]byte
-	if _, err := rand.Read(seed[:]); err != nil {
-		return "", fmt.Errorf("inventory: minting an order id: %w", err)
-	}
+	randomFill(seed[:])
 	best, bestScore := -1, -1
 	w := v.homes.ring.Walk(string(seed[:8]))
 	for i, ok := w.Next(); ok; i, ok = w.Next() {

@@ -58,7 +58,7 @@ var takeCostCuts = []struct {
 }{
 	{"the script as it is", nil},
 	{"without its part record's SET", [][2]string{
-		{"if not part_new(pk, ARGV[7], ARGV[8], take, off, deadlineS, true, offS) then", "if false then"}}},
+		{"if not part_new(pk, PNEW_STOCK, ARGV[7], take, off, deadlineS, true, offS) then", "if false then"}}},
 	{"without its pending-index ZADD", [][2]string{
 		{"  q[#q + 1] = pdlS\n  q[#q + 1] = member\n", ""}}},
 	{"without its redo ZADD", [][2]string{
@@ -66,7 +66,7 @@ var takeCostCuts = []struct {
 	{"the plan only (reads, checks; no write)", [][2]string{
 		{"  local offS, deadlineS = I(off), Idl(deadline)\n", "  do return 'pending:1:1:0' end\n  local offS, deadlineS = I(off), Idl(deadline)\n"}}},
 	{"an empty body (the group's frame)", [][2]string{
-		{"local one = #ARGV == 8\n", "do return 'pending:1:1:0' end\nlocal one = #ARGV == 8\n"}}},
+		{"local one = #ARGV == 7\n", "do return 'pending:1:1:0' end\nlocal one = #ARGV == 7\n"}}},
 }
 
 // TestTakeScriptInstructions counts, as TestLocalScriptInstructions does,

@@ -106,6 +106,15 @@ func TestPartCodecLuaSpellsGoConstants(t *testing.T) {
 	if partUS != "\x1f" {
 		t.Errorf("the packed part's separator changed in Go (%q): lua/part_codec.lua writes \\031", partUS)
 	}
+	// PNEW_STOCK is the first piece of a pending stock part's template,
+	// which reserveCall's short layout leaves out
+	if w := "local PNEW_STOCK = PSC.pending .. '" + sep + string(PartStock) + sep + "'"; !strings.Contains(flat, w) {
+		t.Errorf("lua/part_codec.lua does not spell %q", w)
+	}
+	buf, cut, err := appendPartTemplate(nil, "o", "tok", partReq{part: part{ID: "o|tok|0", Kind: PartStock, SKU: "s"}, queue: "inv:redo:1", ck: "inv:stock:r:s"})
+	if err != nil || string(buf[:cut]) != partStateCodes[string(PartPending)]+partUS+string(PartStock)+partUS {
+		t.Errorf("a stock part's template starts %q (%v), not PNEW_STOCK's value", buf[:cut], err)
+	}
 }
 
 // cutScript is grouped script s with each cut's first string, which must

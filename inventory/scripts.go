@@ -19,8 +19,9 @@ import (
 // reserve script does (localScript).
 // A call of one stock part (the usual one) comes in a short layout
 // (reserveCall): KEYS 2 its part key, 3 counter, 4 redo queue; ARGV 4
-// the part deadline, 5 its id, 6 its want, 7 and 8 the two pieces of its
-// record's template. Any other comes in the general layout:
+// the part deadline, 5 its id, 6 its want, 7 the second piece of its
+// record's template (the first, a pending stock part's, the script knows:
+// PNEW_STOCK in lua/part_codec.lua). Any other comes in the general layout:
 //
 // ARGV: 4 order id (no line of the script reads it: it names the order
 // to the injected faults, ScriptCall.Args[0]), 5 part deadline

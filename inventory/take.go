@@ -466,10 +466,11 @@ func (inv *Inventory) batchResult(n *node.Node, reqs []partReq, v any, err error
 // parts' keys and record templates are cut from one string. A call of one
 // stock part, the usual one, goes in the script's short layout: the
 // part's key, counter and redo queue; the deadline, the part's id and
-// want, and its record's template. The general layout's order id (which
-// the script never reads), kind and redo queue (which the keys have) are
-// left out: three arguments fewer, each of which costs the node about
-// 1 000 instructions in a group call.
+// want, and its record template's second piece. The general layout's
+// order id (which the script never reads), kind and redo queue (which the
+// keys have), and the template's first piece (a pending stock part's,
+// which the script knows) are left out: four arguments fewer, each of
+// which costs the node about 1 000 instructions in a group call.
 func reserveCall(orderID, token string, deadline partDue, reqs []partReq) ([]string, []any, error) {
 	var endsArr [24]int
 	ends := endsArr[:0]
@@ -481,9 +482,10 @@ func reserveCall(orderID, token string, deadline partDue, reqs []partReq) ([]str
 	s, c := frozen(buf), pieceCutter{ends: ends}
 	if len(reqs) == 1 && reqs[0].Kind == PartStock {
 		r := reqs[0]
-		box := newArgBox(4, 1, 3, 5)
+		box := newArgBox(4, 1, 3, 4)
 		keys := append(box.keySlice(), c.next(s), r.ck, r.queue)
-		args := append(box.argSlice(), box.str(deadline.arg()), box.str(r.ID), box.int(r.Qty), box.str(c.next(s)), box.str(c.next(s)))
+		c.next(s) // the template's first piece: a pending stock part's, which the script knows (PNEW_STOCK)
+		args := append(box.argSlice(), box.str(deadline.arg()), box.str(r.ID), box.int(r.Qty), box.str(c.next(s)))
 		return keys, args, nil
 	}
 	keys, args := reserveGeneralArgs(orderID, deadline, reqs, s, c)

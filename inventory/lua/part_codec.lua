@@ -14,6 +14,10 @@
 -- `local state, kind, …` line and the operands of part_put's join.
 local PSC = {pending = 'p', confirmed = 'c', cancelled = 'x'}
 local PSD = {p = 'pending', c = 'confirmed', x = 'cancelled'}
+-- the first piece of a pending stock part's template (appendPartTemplate:
+-- the state's code, US, the kind, US), which a call's short layout leaves
+-- out (reserveCall)
+local PNEW_STOCK = PSC.pending .. '\031s\031'
 local PFX_STOCK, PFX_QUOTA, PFX_REDO = 'inv:stock:', 'inv:quota:', 'inv:redo:'
 -- 18 fields, each followed by a separator: a record less its empty
 -- trailing fields, padded with PPAD, matches PPAT; the fields after the

@@ -2,9 +2,10 @@
 -- one stock part (an order's only part on this node, the usual case) in
 -- the call's short layout (reserveCall: KEYS 2 to 4 its part key,
 -- counter and redo queue; ARGV 4 the deadline, 5 its id, 6 its want, 7
--- and 8 its record's template): 8 arguments, which the general layout
--- (5, then 6 per part) never has
-local one = #ARGV == 8
+-- the second piece of its record's template, the first being a pending
+-- stock part's, PNEW_STOCK): 7 arguments, which the general layout (5,
+-- then 6 per part) never has
+local one = #ARGV == 7
 local deadline = part_due(one and ARGV[4] or ARGV[5])
 local np = (#KEYS - 1) / 3
 -- fails now, before any write, if the index is not a sorted set
@@ -53,10 +54,10 @@ if one then
     if serr then return part_held(pk) or serr end
   end
   local offS, deadlineS = I(off), Idl(deadline)
-  if not part_new(pk, ARGV[7], ARGV[8], take, off, deadlineS, true, offS) then
+  if not part_new(pk, PNEW_STOCK, ARGV[7], take, off, deadlineS, true, offS) then
     local h = part_held(pk)
     if h then return h end
-    part_new(pk, ARGV[7], ARGV[8], take, off, deadlineS, false, offS) -- a key without a state: written over, as below
+    part_new(pk, PNEW_STOCK, ARGV[7], take, off, deadlineS, false, offS) -- a key without a state: written over, as below
   end
   take_at(ck, xk, id, avail - take, resv + take, off, offS, seg, deadlineS, pend_pos(xk, offS))
   -- one string, not a table (prelude.lua, reserved_head says why); a
