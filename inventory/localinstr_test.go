@@ -216,7 +216,7 @@ func TestStageScriptInstructions(t *testing.T) {
 		{"the stage and the commit of an earlier order", true, false, nil},
 		{"the stage of an order with a part on its home", false, true, nil},
 		{"the stage's frame (the body only answers)", false, false, [][2]string{
-			{"local one = np == 1 and ARGV[14] == 's'\n", "do return 'staged:1' end\nlocal one = np == 1 and ARGV[14] == 's'\n"}}},
+			{"local one, pid, pwant, pa, pb, puser = false\n", "do return 'staged:1' end\nlocal one, pid, pwant, pa, pb, puser = false\n"}}},
 	} {
 		s := cutScript(t, stageTakeScript, v.cuts...)
 		for range 5 {

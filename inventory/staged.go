@@ -205,7 +205,11 @@ import (
 // the stock is on other nodes) comes in a short layout (stageTakeCall):
 // ARGV 4 token, 5 ttl, 6 retention, 7 and 8 the record's pieces, 9 the
 // mutation; the order id, part deadline and user, which only parts read,
-// are left out.
+// are left out. So does a stage of one stock part on the home, for an
+// order with no user and no mutation: the same, then 10 the part's id,
+// 11 its want, 12 its template's second piece (the first is a pending
+// stock part's, which the script knows: PNEW_STOCK); its deadline is the
+// order's plus partGrace, as stageDeadline's hold says.
 //
 // Returns "staged:<deadline ms>:<offset>…", an offset per part (one string,
 // as the local reserve answers: lua/prelude.lua's staged_head), or, writing nothing,

@@ -318,6 +318,43 @@ func (inv *Inventory) startStageTake(ctx context.Context, orderID, token string,
 // what a carried commit compares, stagedCommitValues). It fails with
 // ErrInvalid when a record has no template (rectemplate.go).
 func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation Mutation, ttl time.Duration, digest, userID, promised string, reqs []partReq) ([]string, []any, [2]string, error) {
+	s, c, rec, err := inv.stagePieces(orderID, token, ttl, digest, userID, promised, reqs)
+	if err != nil {
+		return nil, nil, [2]string{}, err
+	}
+	retention := seconds(inv.cfg.Retention)
+	if len(reqs) == 0 {
+		// the short layout: no order id, part deadline or user, which
+		// only the home's parts read (lua/stage_take.lua)
+		box := newArgBox(4, 2, 1, 6)
+		keys := append(box.keySlice(), c.next(s))
+		args := append(box.argSlice(), box.str(token), box.int(ms(ttl)), box.int(retention),
+			box.str(c.next(s)), box.str(c.next(s)), box.str(string(mutation)))
+		return keys, args, rec, nil
+	}
+	if r := reqs[0]; len(reqs) == 1 && r.Kind == PartStock && userID == "" && mutation == "" && due.hold == ttl+partGrace {
+		// the short layout with the home's one stock part: its deadline
+		// is the order's plus partGrace (stageDeadline), which the
+		// script adds itself, and its template's first piece a pending
+		// stock part's, which the script knows (the pieces: the order
+		// key, the record's two, the part key, the template's two)
+		box := newArgBox(6, 3, 4, 9)
+		keys := append(box.keySlice(), c.next(s))
+		args := append(box.argSlice(), box.str(token), box.int(ms(ttl)), box.int(retention),
+			box.str(c.next(s)), box.str(c.next(s)), "")
+		keys = append(keys, c.next(s), r.ck, r.queue)
+		c.next(s) // the template's first piece
+		args = append(args, box.str(r.ID), box.int(r.Qty), box.str(c.next(s)))
+		return keys, args, rec, nil
+	}
+	keys, args := stageGeneralArgs(orderID, token, due, mutation, ttl, retention, userID, reqs, s, c)
+	return keys, args, rec, nil
+}
+
+// stagePieces are the pieces stageTakeCall cuts a call from (s, its
+// cutter c at its start: the order key, the staging record's two pieces,
+// then each part's key and template pieces), and the record's two.
+func (inv *Inventory) stagePieces(orderID, token string, ttl time.Duration, digest, userID, promised string, reqs []partReq) (s string, c pieceCutter, rec [2]string, err error) {
 	var endsArr [24]int
 	ends := endsArr[:0]
 	buf := make([]byte, 0, 96+len(token)+len(digest)+len(userID)+len(promised)+(len(partKeyPrefix)+160+3*len(orderID))*len(reqs))
@@ -325,33 +362,29 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 	ends = append(ends, len(buf))
 	buf, cut, err := appendStagingOrderPieces(buf, token, digest, userID, ms(ttl), ms(inv.opts.AttemptLease), promised)
 	if err != nil {
-		return nil, nil, [2]string{}, err
+		return "", pieceCutter{}, rec, err
 	}
 	ends = append(ends, cut, len(buf))
 	if buf, ends, err = appendPartPieces(buf, ends, orderID, token, reqs, false); err != nil {
-		return nil, nil, [2]string{}, err
+		return "", pieceCutter{}, rec, err
 	}
-	s, c := frozen(buf), pieceCutter{ends: ends}
-	rec := [2]string{s[ends[0]:ends[1]], s[ends[1]:ends[2]]}
-	if len(reqs) == 0 {
-		// the short layout: no order id, part deadline or user, which
-		// only the home's parts read (lua/stage_take.lua)
-		box := newArgBox(4, 2, 1, 6)
-		keys := append(box.keySlice(), c.next(s))
-		args := append(box.argSlice(), box.str(token), box.int(ms(ttl)), box.int(seconds(inv.cfg.Retention)),
-			box.str(c.next(s)), box.str(c.next(s)), box.str(string(mutation)))
-		return keys, args, rec, nil
-	}
+	s = frozen(buf)
+	return s, pieceCutter{ends: ends}, [2]string{s[ends[0]:ends[1]], s[ends[1]:ends[2]]}, nil
+}
+
+// stageGeneralArgs is stageTakeCall's keys and arguments in the script's
+// general layout, which every stage may take, cut from s (c at its start).
+func stageGeneralArgs(orderID, token string, due partDue, mutation Mutation, ttl time.Duration, retention int64, userID string, reqs []partReq, s string, c pieceCutter) ([]string, []any) {
 	box := newArgBox(6+3*len(reqs), 2+len(reqs), 1+3*len(reqs), 9+5*len(reqs))
 	keys := append(box.keySlice(), c.next(s))
 	args := box.argSlice()
-	args = append(args, box.str(orderID), box.str(token), box.str(due.arg()), box.str(userID), box.int(ms(ttl)), box.int(seconds(inv.cfg.Retention)),
+	args = append(args, box.str(orderID), box.str(token), box.str(due.arg()), box.str(userID), box.int(ms(ttl)), box.int(retention),
 		box.str(c.next(s)), box.str(c.next(s)), box.str(string(mutation)))
 	for _, r := range reqs {
 		keys = append(keys, c.next(s), r.ck, r.queue)
 		args = append(args, box.str(r.ID), kindArg(r.Kind), box.int(r.Qty), box.str(c.next(s)), box.str(c.next(s)))
 	}
-	return keys, args, rec, nil
+	return keys, args
 }
 
 // decodeStageTake reads stageTakeScript's reply for k home parts:

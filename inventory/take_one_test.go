@@ -31,7 +31,7 @@ func TestTakeOneAsPlan(t *testing.T) {
 	e := newGroupEnv(t, 32)
 	e.warm(t)
 	ctx, c, inv := e.ctx, e.admin, e.inv
-	stageGeneral := cutScript(t, stageTakeScript, [2]string{"local one = np == 1 and ARGV[14] == 's'\n", "local one = false\n"})
+	stageGeneral := cutScript(t, stageTakeScript, [2]string{"elseif np == 1 and ARGV[14] == 's' then\n", "elseif false then\n"})
 
 	const route, sku, id, token = "a", "s", "o-1", "tok-1"
 	items := []Item{{Route: route, SKU: sku, Quantity: 3}}
@@ -177,10 +177,20 @@ func TestTakeOneAsPlan(t *testing.T) {
 			return keys, args, err
 		}},
 		{"stage-take", stageTakeScript, stageGeneral, func() ([]string, []any, error) {
+			// the hold stageDeadline gives: the short layout with the
+			// home's one part
 			reqs := localOrder()
-			keys, args, _, err := inv.stageTakeCall(id, token, partDue{hold: time.Minute}, "", time.Hour, digestOf(items, ""), "", "", reqs)
+			keys, args, _, err := inv.stageTakeCall(id, token, partDue{hold: time.Hour + partGrace}, "", time.Hour, digestOf(items, ""), "", "", reqs)
 			return keys, args, err
-		}, nil},
+		}, func() ([]string, []any, error) {
+			reqs := localOrder()
+			s, c, _, err := inv.stagePieces(id, token, time.Hour, digestOf(items, ""), "", "", reqs)
+			if err != nil {
+				return nil, nil, err
+			}
+			keys, args := stageGeneralArgs(id, token, partDue{hold: time.Hour + partGrace}, "", time.Hour, seconds(inv.cfg.Retention), "", reqs, s, c)
+			return keys, args, nil
+		}},
 		{"reserve", reserveScript, reserveScript, func() ([]string, []any, error) {
 			reqs := localOrder()
 			return reserveCall(id, token, partDue{hold: time.Minute}, reqs)
@@ -207,6 +217,12 @@ func TestTakeOneAsPlan(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if sc.now == stageTakeScript && (len(keys) != 4 || len(args) != 9 || len(keysBefore) != 4 || len(argsBefore) != 14) {
+			// the stage's short layout with one part: no order id, part
+			// deadline, user, kind or template's first piece
+			t.Fatalf("stage calls %v %v and %v %v: want 4 keys and 9 arguments, and 4 and 14 in the general layout",
+				keys, plainArgs(args), keysBefore, plainArgs(argsBefore))
+		}
 		if sc.now == localScript && (len(keys) != 3 || len(args) != 6 || len(keysBefore) != 4 || len(argsBefore) != 8) {
 			// the local script's short layout: the order key, the
 			// counter and the redo queue; ttl, the record's three pieces,
@@ -226,6 +242,19 @@ func TestTakeOneAsPlan(t *testing.T) {
 				run(inlineWriteScript, []string{orderKey(id)}, nil)
 			}
 			s1 := state()
+			if tc.name == "taken" && sc.now == stageTakeScript {
+				// the state masks the clock: the part's deadline must be
+				// the hold after its at, in the short layout too
+				pid := stockPartID(id, token, 0)
+				f, err := unpackPartValue(pid, c.Get(ctx, partKey(pid)).Val())
+				var p PartRecord
+				if err == nil {
+					p, err = DecodePart(pid, f)
+				}
+				if err != nil || p.Deadline.Sub(p.At) != time.Hour+partGrace {
+					t.Errorf("%s, %s: the part's deadline is %v after its at (%v), want %v", sc.name, tc.name, p.Deadline.Sub(p.At), err, time.Hour+partGrace)
+				}
+			}
 			reset(tc.setup)
 			r2 := run(sc.before, keysBefore, argsBefore)
 			if sc.now == localScript {

@@ -8,20 +8,38 @@ local np = (#KEYS - 2) / 3 -- the home's parts
 -- order id, the part deadline and the user, which only parts read); at
 -- is where the general layout's 8 to 12 are, tk the token's place
 local at, tk = 0, 5
-if np == 0 and #ARGV == 9 then at, tk = -3, 4 end
+-- a stage of one stock part on the home and no user comes in the short
+-- layout too, its part after the mutation (stageTakeCall): ARGV 10 its
+-- id, 11 its want, 12 its record template's second piece (the first a
+-- pending stock part's, PNEW_STOCK); its deadline is the order's, plus
+-- the grace (what the general layout's part deadline says for a stage
+-- with no fault hook's mutation: stageDeadline)
+local short1 = false
+if np == 0 then
+  if #ARGV == 9 then at, tk = -3, 4 end
+elseif np == 1 and #ARGV == 12 then
+  short1, at, tk = true, -3, 4
+end
 -- the pending index must be a sorted set when a part goes into it; like
 -- the plan's checks, this one may refuse a call whose order has a record
 -- to keep (nothing is written either way)
 if np > 0 then zset_ok(PENDING) end
 local deadline = now + Nttl(ARGV[at + 8])
 -- plan the home's parts (nothing written yet): one stock part (its keys 3
--- to 5, its arguments from 13) with plan_one, then take_stock below,
--- without the plan's tables; any other with plan_parts, then write_parts;
--- none (the usual stage: the stock is on other nodes) plans nothing
-local one = np == 1 and ARGV[14] == 's'
+-- to 5, its arguments from 10 in the short layout, from 13 in the
+-- general one: one, then its id, want, template pieces and user) with
+-- plan_one, then take_stock below, without the plan's tables; any other
+-- with plan_parts, then write_parts; none (the usual stage: the stock is
+-- on other nodes) plans nothing
+local one, pid, pwant, pa, pb, puser = false
+if short1 then
+  one, pid, pwant, pa, pb, puser = true, ARGV[10], Nqty(ARGV[11]), PNEW_STOCK, ARGV[12], ''
+elseif np == 1 and ARGV[14] == 's' then
+  one, pid, pwant, pa, pb, puser = true, ARGV[13], Nqty(ARGV[15]), ARGV[16], ARGV[17], ARGV[7]
+end
 local plan, avail, resv, err, short
 if one then
-  avail, resv, short = plan_one(KEYS[3], KEYS[4], KEYS[5], Nqty(ARGV[15]), ARGV[7])
+  avail, resv, short = plan_one(KEYS[3], KEYS[4], KEYS[5], pwant, puser)
   if not avail then err = resv end
 elseif np > 0 then
   plan, err, short = plan_parts(KEYS, ARGV, kb + 3, ab + 13, np, ARGV[7], false)
@@ -49,8 +67,8 @@ if not (ttl and ttl > 0 and redis.pcall('SET', key, rec, 'NX', 'EX', ARGV[at + 9
   set_value(key, rec, ttl)
 end
 if one then
-  local _, offS = take_stock(KEYS[3], KEYS[4], KEYS[5], ARGV[13], Nqty(ARGV[15]), ARGV[16], ARGV[17], avail, resv,
-    Idl(part_due(ARGV[6])))
+  local _, offS = take_stock(KEYS[3], KEYS[4], KEYS[5], pid, pwant, pa, pb, avail, resv,
+    Idl(short1 and deadline + PART_GRACE or part_due(ARGV[6])))
   return staged_head(deadline) .. ':' .. offS
 end
 if np == 0 then return staged_head(deadline) end -- no part on the home
