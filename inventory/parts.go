@@ -56,18 +56,65 @@ const (
 // cannot carry exactly (a stock part whose Redo is not a [RedoLogKey], a
 // field holding a separator), so every list round-trips.
 func encodeOrderParts(orderID, token string, parts []OrderPart) string {
+	list, _ := encodeOrderPartsHoles(orderID, token, parts, nil)
+	return list
+}
+
+// encodeOrderPartsHoles is encodeOrderParts, and, for a list in layout 2,
+// holes with where each part's offset field starts in it appended (holes
+// as given for layout 1).
+func encodeOrderPartsHoles(orderID, token string, parts []OrderPart, holes []int) (string, []int) {
 	if strings.ContainsAny(token, partsRS+partsUS) {
-		return encodeOrderPartsJSON(parts)
+		return encodeOrderPartsJSON(parts), holes
 	}
 	var arr [256]byte // built on the stack when it fits: one allocation, the string
 	b := append(append(slices.Grow(arr[:0], len(partsLayout2)+len(token)+48*len(parts)), partsLayout2...), token...)
+	n := len(holes)
 	for _, p := range parts {
 		var ok bool
-		if b, _, ok = appendLayout2Entry(b, orderID, token, p); !ok {
-			return encodeOrderPartsJSON(parts)
+		var hole int
+		if b, hole, ok = appendLayout2Entry(b, orderID, token, p); !ok {
+			return encodeOrderPartsJSON(parts), holes[:n]
 		}
+		holes = append(holes, hole)
 	}
-	return string(b)
+	return string(b), holes
+}
+
+// withOffsets is the list encodeOrderParts writes for the parts of list
+// (in layout 2, written by encodeOrderPartsHoles with every offset 0, its
+// holes holes), each with the offset of the part of taken that has its id,
+// in list's order: a staged order's committed list, made from its promised
+// one without encoding its parts again. ok is false when some part of the
+// list has no part in taken that differs from it only by its offset (then
+// the caller encodes taken), or holes is not one per part.
+func withOffsets(list string, holes []int, promised, taken []OrderPart) (string, bool) {
+	if len(holes) != len(promised) || len(taken) != len(promised) {
+		return "", false
+	}
+	b := make([]byte, 0, len(list)+12*len(promised))
+	last := 0
+	for i, p := range promised {
+		j := 0
+		for j < len(taken) && taken[j].ID != p.ID {
+			j++
+		}
+		if j == len(taken) || p.Offset != 0 {
+			return "", false
+		}
+		t := taken[j]
+		off := t.Offset
+		t.Offset = 0
+		if t != p {
+			return "", false
+		}
+		b = append(b, list[last:holes[i]]...)
+		if off != 0 {
+			b = strconv.AppendInt(b, off, 10)
+		}
+		last = holes[i]
+	}
+	return string(append(b, list[last:]...)), true
 }
 
 // appendLayout2Entry appends part p's entry in the layout 2 list of

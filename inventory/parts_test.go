@@ -346,3 +346,63 @@ func layout2Entry(orderID, token string, p OrderPart) ([partsFields]string, bool
 	}
 	return fields, true
 }
+
+// withOffsets writes, from a promised list and the parts taken (in any
+// order, each with its offset), what encodeOrderParts writes for the taken
+// parts in the promised order; it refuses a taken set that is not the
+// promised parts with offsets, and a list in layout 1.
+func TestWithOffsetsAsEncoded(t *testing.T) {
+	const id, token = "o-1", "tok"
+	stock := func(i int, node, sku string) OrderPart {
+		return OrderPart{ID: stockPartID(id, token, i), Node: node, Kind: PartStock, Item: i, Route: "r" + node, SKU: sku, Qty: int64(i + 1),
+			Redo: RedoLogKey(7 + i), Incarnation: "inc-" + node}
+	}
+	quota := OrderPart{ID: quotaPartID(id, token, "rn1", "s0"), Node: "n3", Kind: PartQuota, Item: -1, Route: "rn1", SKU: "s0", Qty: 1}
+	odd := stock(3, "n2", "s3")
+	odd.ID = "another-id" // not the derived one: written into the entry
+	lists := [][]OrderPart{
+		{stock(0, "n1", "s0")},
+		{stock(0, "n1", "s0"), stock(1, "n2", "s1"), stock(2, "n3", "s2")},
+		{stock(0, "n1", "s0"), quota, odd},
+	}
+	for _, promised := range lists {
+		blob, holes := encodeOrderPartsHoles(id, token, promised, nil)
+		taken := slices.Clone(promised)
+		slices.Reverse(taken) // the takes come back in any order
+		for i := range taken {
+			if taken[i].Kind == PartStock {
+				taken[i].Offset = int64(100 + i)
+			}
+		}
+		got, ok := withOffsets(blob, holes, promised, taken)
+		inOrder := make([]OrderPart, 0, len(promised))
+		for _, p := range promised {
+			inOrder = append(inOrder, taken[slices.IndexFunc(taken, func(q OrderPart) bool { return q.ID == p.ID })])
+		}
+		if want := encodeOrderParts(id, token, inOrder); !ok || got != want {
+			t.Errorf("withOffsets of %v: %q (%v), want %q", promised, got, ok, want)
+		}
+		back, err := DecodeOrderParts(id, got)
+		if err != nil || !reflect.DeepEqual(back, inOrder) {
+			t.Errorf("withOffsets of %v decodes as %v (%v), want %v", promised, back, err, inOrder)
+		}
+		// not the promised parts with offsets: refused
+		short := taken[1:]
+		more := append(slices.Clone(taken), stock(5, "n1", "s5"))
+		changed := slices.Clone(taken)
+		changed[0].Qty++
+		other := slices.Clone(taken)
+		other[0] = stock(6, "n1", "s6")
+		for name, tk := range map[string][]OrderPart{"a part missing": short, "a part more": more, "a quantity changed": changed, "another part": other} {
+			if got, ok := withOffsets(blob, holes, promised, tk); ok {
+				t.Errorf("withOffsets of %v with %s: %q, want refused", promised, name, got)
+			}
+		}
+	}
+	// layout 1 (a token holding a separator) has no holes: refused
+	promised := lists[0]
+	blob, holes := encodeOrderPartsHoles(id, "t\x1fk", promised, nil)
+	if got, ok := withOffsets(blob, holes, promised, promised); ok || holes != nil {
+		t.Errorf("withOffsets of a layout 1 list: %q (%v), holes %v, want refused", got, ok, holes)
+	}
+}

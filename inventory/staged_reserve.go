@@ -29,7 +29,8 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	if inv.crash(ctx, "staged:before") {
 		return Reservation{}, true, errCrashed
 	}
-	blob := encodeOrderParts(orderID, token, promised)
+	var holesArr [8]int
+	blob, holes := encodeOrderPartsHoles(orderID, token, promised, holesArr[:0])
 	// Each part comes due by the clock of the node that takes it, when its
 	// script runs (staged.go: "Part deadlines"), never by this instance's.
 	mutation, deadline := inv.stageDeadline(ttl)
@@ -75,7 +76,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 			return Reservation{}, true, errCrashed
 		}
 		created := staged.deadline.UnixMilli() - ms(stage.ttl) // the stage's clock
-		inv.commitStaged(ctx, home, orderID, token, taken, staged.rec, created)
+		inv.commitStaged(ctx, home, orderID, token, taken, staged.rec, created, stagedList{blob, holes, promised})
 		inv.stats.staged.Add(1)
 		return Reservation{OrderID: orderID, Receipts: receipts(taken), Deadline: staged.deadline}, true, nil
 	}
@@ -547,15 +548,28 @@ func (inv *Inventory) abandonUnstaged(ctx context.Context, orderID string, parts
 	}
 }
 
+// stagedList is the part list a staged attempt promised: as its stage
+// wrote it (encodeOrderPartsHoles), where each part's offset field starts
+// in it, and the parts.
+type stagedList struct {
+	blob     string
+	holes    []int
+	promised []part
+}
+
 // commitStaged makes a staged order's record "reserved" off the caller's
 // path: the next write group on home carries the commit (carry.go), or it
 // is sent by itself; synchronously once Close was called. A commit that
 // does not land is harmless: whoever meets the record next finds every
 // part and commits it (resolveStaged). rec is the staging record's
-// pieces its stage sent (stageTakeCall) and created its home's clock when
-// the stage ran (ms).
-func (inv *Inventory) commitStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part, rec [2]string, created int64) {
-	blob := encodeOrderParts(orderID, token, parts)
+// pieces its stage sent (stageTakeCall), created its home's clock when
+// the stage ran (ms), and list what it promised: the committed list is
+// list's with the offsets of parts (withOffsets), or parts encoded.
+func (inv *Inventory) commitStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part, rec [2]string, created int64, list stagedList) {
+	blob, ok := withOffsets(list.blob, list.holes, list.promised, parts)
+	if !ok {
+		blob = encodeOrderParts(orderID, token, parts)
+	}
 	c := carriedCommit{ctx: context.WithoutCancel(ctx), home: home, orderID: orderID, token: token,
 		parts: blob, epoch: inv.topology(ctx).token}
 	staged, prefix, createdS, err := stagedCommitValues(token, rec, created, packOrderParts(blob, token))
