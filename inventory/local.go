@@ -299,11 +299,13 @@ func localGeneralCall(parts []part, orderID, token, digest, userID string, ttl t
 
 // localOneCall is localCall for an order of one stock part and no user,
 // the usual one, in localScript's short layout: the order key, the part's
-// counter and redo queue; the TTL, the record's three template pieces,
-// the part's id and quantity. It sends neither the part's key (the part is
-// inline: the script never reads its key), nor its kind, nor an empty
-// user: three keys and arguments fewer than the general layout, each of
-// which costs the node about 1 000 instructions in a group call.
+// counter and redo queue; the TTL, the record's template up to the part's
+// offset (two pieces), the part's id and quantity, and the template's
+// tail only when it is not localTail. It sends neither the part's key
+// (the part is inline: the script never reads its key), nor its kind, nor
+// an empty user, nor the usual tail: four keys and arguments fewer than
+// the general layout, each of which costs the node about 1 000
+// instructions in a group call.
 func localOneCall(parts []part, orderID, token, digest string, ttl time.Duration, r partReq) ([]string, []any, []part, error) {
 	p := r.part
 	p.Redo = r.queue
@@ -321,10 +323,20 @@ func localOneCall(parts []part, orderID, token, digest string, ttl time.Duration
 	s, c := frozen(buf), pieceCutter{ends: ends}
 	box := newArgBox(4, 2, 3, 6)
 	keys := append(box.keySlice(), c.next(s), r.ck, r.queue)
-	args := append(box.argSlice(), box.int(ms(ttl)), box.str(c.next(s)), box.str(c.next(s)), box.str(c.next(s)),
-		box.str(r.ID), box.int(r.Qty))
+	args := append(box.argSlice(), box.int(ms(ttl)), box.str(c.next(s)), box.str(c.next(s)))
+	tail := c.next(s)
+	args = append(args, box.str(r.ID), box.int(r.Qty))
+	if tail != localTail {
+		args = append(args, box.str(tail))
+	}
 	return keys, args, parts, nil
 }
+
+// localTail is the tail of a layout 2 part entry after its offset
+// (appendLayout2Entry) for a part with no incarnation and the id the
+// reserve paths derive, which every part of the local path is: LOCAL_TAIL
+// in lua/prelude.lua, which localOneCall leaves out.
+const localTail = partsUS + partsUS
 
 // kindArg is kind as a script argument (a string), without boxing a new
 // string for the kinds there are.

@@ -203,11 +203,11 @@ import (
 // path needs a stable topology, so no quota is counted
 // on a previous node). A stage with no part on the home (the usual one:
 // the stock is on other nodes) comes in a short layout (stageTakeCall):
-// ARGV 4 token, 5 ttl, 6 retention, 7 and 8 the record's pieces, 9 the
-// mutation; the order id, part deadline and user, which only parts read,
-// are left out. So does a stage of one stock part on the home, for an
-// order with no user and no mutation: the same, then 10 the part's id,
-// 11 its want, 12 its template's second piece (the first is a pending
+// ARGV 4 ttl, 5 retention, 6 and 7 the record's pieces, 8 the mutation;
+// the order id, part deadline and user, which only parts read, are left
+// out, and so is the token, which the record's first piece holds. So does a stage of one stock part on the home, for an
+// order with no user and no mutation: the same, then 9 the part's id,
+// 10 its want, 11 its template's second piece (the first is a pending
 // stock part's, which the script knows: PNEW_STOCK); its deadline is the
 // order's plus partGrace, as stageDeadline's hold says.
 //

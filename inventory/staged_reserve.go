@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -76,6 +77,10 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 			return Reservation{}, true, errCrashed
 		}
 		created := staged.deadline.UnixMilli() - ms(stage.ttl) // the stage's clock
+		// in item order, as the receipts promise and the record lists
+		// them (withOffsets: the promised order); the takes came back
+		// node by node
+		slices.SortStableFunc(taken, func(a, b part) int { return cmp.Compare(a.Item, b.Item) })
 		inv.commitStaged(ctx, home, orderID, token, taken, staged.rec, created, stagedList{blob, holes, promised})
 		inv.stats.staged.Add(1)
 		return Reservation{OrderID: orderID, Receipts: receipts(taken), Deadline: staged.deadline}, true, nil
@@ -326,10 +331,11 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 	retention := seconds(inv.cfg.Retention)
 	if len(reqs) == 0 {
 		// the short layout: no order id, part deadline or user, which
-		// only the home's parts read (lua/stage_take.lua)
-		box := newArgBox(4, 2, 1, 6)
+		// only the home's parts read, and no token, which the record's
+		// first piece holds (lua/stage_take.lua)
+		box := newArgBox(3, 2, 1, 5)
 		keys := append(box.keySlice(), c.next(s))
-		args := append(box.argSlice(), box.str(token), box.int(ms(ttl)), box.int(retention),
+		args := append(box.argSlice(), box.int(ms(ttl)), box.int(retention),
 			box.str(c.next(s)), box.str(c.next(s)), box.str(string(mutation)))
 		return keys, args, rec, nil
 	}
@@ -339,9 +345,9 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 		// script adds itself, and its template's first piece a pending
 		// stock part's, which the script knows (the pieces: the order
 		// key, the record's two, the part key, the template's two)
-		box := newArgBox(6, 3, 4, 9)
+		box := newArgBox(5, 3, 4, 8)
 		keys := append(box.keySlice(), c.next(s))
-		args := append(box.argSlice(), box.str(token), box.int(ms(ttl)), box.int(retention),
+		args := append(box.argSlice(), box.int(ms(ttl)), box.int(retention),
 			box.str(c.next(s)), box.str(c.next(s)), "")
 		keys = append(keys, c.next(s), r.ck, r.queue)
 		c.next(s) // the template's first piece

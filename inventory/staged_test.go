@@ -207,12 +207,20 @@ func TestStagedCrashPoints(t *testing.T) {
 			// Retry of the same order id: ends reserved (by the crashed
 			// attempt if it was complete, else by the retry), then confirmed.
 			id := "retry-" + name
-			if _, err := e.reserveAt(point, id); (err != nil) != (point != "") {
+			first, err := e.reserveAt(point, id)
+			if (err != nil) != (point != "") {
 				t.Fatalf("Reserve stopped at %q: %v", point, err)
 			}
 			res, err := e.inv.Reserve(e.ctx, id, stagedItems(), "", stagedTTL)
 			if err != nil || len(res.Receipts) != 3 {
 				t.Fatalf("retry after %q: %+v, %v", point, res, err)
+			}
+			// one receipt per item, in item order, and the retry's the
+			// first's when it reserved
+			for i, r := range res.Receipts {
+				if r.ItemIndex != i || point == "" && r != first.Receipts[i] {
+					t.Fatalf("retry after %q: receipts %+v, want one per item in item order (the first attempt's %+v)", point, res.Receipts, first.Receipts)
+				}
 			}
 			if out, err := e.inv.Confirm(e.ctx, id); err != nil || out.Status != StatusConfirmed {
 				t.Fatalf("Confirm after the retry: %+v, %v", out, err)

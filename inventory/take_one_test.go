@@ -176,6 +176,19 @@ func TestTakeOneAsPlan(t *testing.T) {
 			keys, args, _, err := localGeneralCall(nil, id, token, digestOf(items, ""), "", time.Hour, reqs)
 			return keys, args, err
 		}},
+		{"local, a part's tail sent", localScript, localScript, func() ([]string, []any, error) {
+			// a part whose entry has an incarnation: its tail is not
+			// localTail, so the short layout sends it
+			reqs := localOrder()
+			reqs[0].Incarnation = "g1"
+			keys, args, _, err := localOneCall(nil, id, token, digestOf(items, ""), time.Hour, reqs[0])
+			return keys, args, err
+		}, func() ([]string, []any, error) {
+			reqs := localOrder()
+			reqs[0].Incarnation = "g1"
+			keys, args, _, err := localGeneralCall(nil, id, token, digestOf(items, ""), "", time.Hour, reqs)
+			return keys, args, err
+		}},
 		{"stage-take", stageTakeScript, stageGeneral, func() ([]string, []any, error) {
 			// the hold stageDeadline gives: the short layout with the
 			// home's one part
@@ -217,21 +230,23 @@ func TestTakeOneAsPlan(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if sc.now == stageTakeScript && (len(keys) != 4 || len(args) != 9 || len(keysBefore) != 4 || len(argsBefore) != 14) {
-			// the stage's short layout with one part: no order id, part
-			// deadline, user, kind or template's first piece
-			t.Fatalf("stage calls %v %v and %v %v: want 4 keys and 9 arguments, and 4 and 14 in the general layout",
+		if sc.now == stageTakeScript && (len(keys) != 4 || len(args) != 8 || len(keysBefore) != 4 || len(argsBefore) != 14) {
+			// the stage's short layout with one part: no order id, token
+			// (the record's first piece holds it), part deadline, user,
+			// kind or template's first piece
+			t.Fatalf("stage calls %v %v and %v %v: want 4 keys and 8 arguments, and 4 and 14 in the general layout",
 				keys, plainArgs(args), keysBefore, plainArgs(argsBefore))
 		}
-		if sc.now == localScript && (len(keys) != 3 || len(args) != 6 || len(keysBefore) != 4 || len(argsBefore) != 8) {
+		if want := 5 + strings.Count(sc.name, "tail"); sc.now == localScript && (len(keys) != 3 || len(args) != want || len(keysBefore) != 4 || len(argsBefore) != 8) {
 			// the local script's short layout: the order key, the
-			// counter and the redo queue; ttl, the record's three pieces,
-			// the part's id and quantity. Its general one adds the part's
-			// key, the user and the part's kind, and sends an inline part
-			// no template (it writes no record) either. Both paths must
+			// counter and the redo queue; ttl, the record's first two
+			// pieces, the part's id and quantity, and its tail only when
+			// it is not localTail. Its general one adds the part's key,
+			// the user and the part's kind, and sends an inline part no
+			// template (it writes no record) either. Both paths must
 			// write the same bytes once inline_write has run
-			t.Fatalf("local calls %v %v and %v %v: want 3 keys and 6 arguments, and 4 and 8 in the general layout",
-				keys, plainArgs(args), keysBefore, plainArgs(argsBefore))
+			t.Fatalf("local calls %v %v and %v %v: want 3 keys and %d arguments, and 4 and 8 in the general layout",
+				keys, plainArgs(args), keysBefore, plainArgs(argsBefore), want)
 		}
 		for _, tc := range cases {
 			reset(tc.setup)

@@ -6,8 +6,11 @@ local key = KEYS[2]
 -- (orderrec.go)
 if #KEYS == 4 then
   -- one stock part (one item, no user), in the call's short layout
-  -- (localOneCall: KEYS 3 its counter, 4 its redo queue; ARGV 4 ttl, 5 to
-  -- 7 the record's template, 8 the part's id, 9 its quantity; the general
+  -- (localOneCall: KEYS 3 its counter, 4 its redo queue; ARGV 4 ttl, 5
+  -- and 6 the record's template up to the part's offset, 7 the part's id,
+  -- 8 its quantity, and 9 the template's tail after the offset, only when
+  -- it is not LOCAL_TAIL, the tail of a part with no incarnation and the
+  -- id the reserve paths derive, which every local part is; the general
   -- layout's keys come in threes, so it never has 4): plan_one and
   -- take_stock, without the plan's tables; the part is inline (no record
   -- of its own: the order record holds it, inline.go), as every stock part
@@ -18,7 +21,7 @@ if #KEYS == 4 then
   -- does: {'existing'} for a record to keep, with nothing written. The
   -- script is atomic, so no one sees these steps in another order.
   local times = local_times(ARGV[4]) -- deadline, part deadline, reply head
-  local ck, xk, want = KEYS[3], KEYS[4], Nqty(ARGV[9])
+  local ck, xk, want = KEYS[3], KEYS[4], Nqty(ARGV[8])
   local avail, resv, short, last, seg = plan_one(nil, ck, xk, want, '')
   if not avail then
     if order_kept(key) then return {'existing'} end
@@ -32,14 +35,16 @@ if #KEYS == 4 then
   -- has it)
   local off = (last or offtab[REDO_OFFSETS][xk][1]) + 1
   local offS = I(off)
-  local rec = ARGV[5] .. nowS .. ARGV[6] .. offS .. ARGV[7]
+  local tail = LOCAL_TAIL
+  if #ARGV == 9 then tail = ARGV[9] end
+  local rec = ARGV[5] .. nowS .. ARGV[6] .. offS .. tail
   if redis.call('SETNX', key, rec) == 0 then
     if order_kept(key) then return {'existing'} end
     set_value(key, rec, false)
   end
   -- take_stock's writes, its offset and string at hand (its part inline:
   -- no record)
-  take_at(ck, xk, ARGV[8], avail, resv, off, offS, seg or redo_seg(xk, off), times[2], pend_pos(xk, offS))
+  take_at(ck, xk, ARGV[7], avail, resv, off, offS, seg or redo_seg(xk, off), times[2], pend_pos(xk, offS))
   return times[3] .. ':' .. offS
 end
 local np = (#KEYS - 2) / 3

@@ -75,6 +75,11 @@ end
 -- scripts.go), and a part's grace past its order's deadline in ms
 -- (partGrace, reserve.go).
 local PENDING, REDO_OFFSETS, PART_GRACE = 'inv:pending', 'inv:redo:offsets', 1000
+-- The tail of a layout 2 part entry after its offset (appendLayout2Entry)
+-- for a part with no incarnation and the id the reserve paths derive,
+-- which every part of the local path is: the local reserve's short layout
+-- sends its record's tail only when it is another (localOneCall).
+local LOCAL_TAIL = '\031\031'
 -- The node's clock (ms): one TIME call, in the scripts that read it.
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)

@@ -2,23 +2,24 @@
 local key = KEYS[2]
 local np = (#KEYS - 2) / 3 -- the home's parts
 -- a stage of no part on the home (the usual stage: the stock is on other
--- nodes) comes in the short layout (stageTakeCall): ARGV 4 the token, 5
--- ttl, 6 retention, 7 and 8 the record's pieces, 9 the mutation, which
--- are 5 and 8 to 12 in the general layout (the short one leaves out the
--- order id, the part deadline and the user, which only parts read); at
--- is where the general layout's 8 to 12 are, tk the token's place
-local at, tk = 0, 5
+-- nodes) comes in the short layout (stageTakeCall): ARGV 4 ttl, 5
+-- retention, 6 and 7 the record's pieces, 8 the mutation, which are 8 to
+-- 12 in the general layout (the short one leaves out the order id, the
+-- part deadline and the user, which only parts read, and the token, which
+-- the record's first piece holds: stage_tok); at is where the general
+-- layout's 8 to 12 are
+local at = 0
 -- a stage of one stock part on the home and no user comes in the short
--- layout too, its part after the mutation (stageTakeCall): ARGV 10 its
--- id, 11 its want, 12 its record template's second piece (the first a
+-- layout too, its part after the mutation (stageTakeCall): ARGV 9 its
+-- id, 10 its want, 11 its record template's second piece (the first a
 -- pending stock part's, PNEW_STOCK); its deadline is the order's, plus
 -- the grace (what the general layout's part deadline says for a stage
 -- with no fault hook's mutation: stageDeadline)
 local short1 = false
 if np == 0 then
-  if #ARGV == 9 then at, tk = -3, 4 end
-elseif np == 1 and #ARGV == 12 then
-  short1, at, tk = true, -3, 4
+  if #ARGV == 8 then at = -4 end
+elseif np == 1 and #ARGV == 11 then
+  short1, at = true, -4
 end
 -- the pending index must be a sorted set when a part goes into it; like
 -- the plan's checks, this one may refuse a call whose order has a record
@@ -33,7 +34,7 @@ local deadline = now + Nttl(ARGV[at + 8])
 -- on other nodes) plans nothing
 local one, pid, pwant, pa, pb, puser = false
 if short1 then
-  one, pid, pwant, pa, pb, puser = true, ARGV[10], Nqty(ARGV[11]), PNEW_STOCK, ARGV[12], ''
+  one, pid, pwant, pa, pb, puser = true, ARGV[9], Nqty(ARGV[10]), PNEW_STOCK, ARGV[11], ''
 elseif np == 1 and ARGV[14] == 's' then
   one, pid, pwant, pa, pb, puser = true, ARGV[13], Nqty(ARGV[15]), ARGV[16], ARGV[17], ARGV[7]
 end
@@ -46,9 +47,9 @@ elseif np > 0 then
 end
 if not (avail or plan or np == 0) then
   -- a record to keep answers before the refusal, as a stage that read
-  -- it first would (ARGV[12] asks for the fault hook's test-only
+  -- it first would (the mutation asks for the fault hook's test-only
   -- takeover of a failed record of another token: faults.go)
-  local status, token, takeover = order_stage_head(key, ARGV[12] == 'stage-takeover', ARGV[5])
+  local status, token, takeover = order_stage_head(key, ARGV[at + 12] == 'stage-takeover', stage_tok(at, ARGV[at + 10], ARGV[5]))
   if status and not takeover then return {'existing', status, token or ''} end
   return err or {'short'}
 end
@@ -62,7 +63,7 @@ end
 -- not a string, when it did not: both take the way below)
 local rec, ttl = ARGV[at + 10] .. nowS .. ARGV[at + 11], Nret(ARGV[at + 9])
 if not (ttl and ttl > 0 and redis.pcall('SET', key, rec, 'NX', 'EX', ARGV[at + 9], 'GET') == false) then
-  local status, token, takeover = order_stage_head(key, ARGV[at + 12] == 'stage-takeover', ARGV[tk])
+  local status, token, takeover = order_stage_head(key, ARGV[at + 12] == 'stage-takeover', stage_tok(at, ARGV[at + 10], ARGV[5]))
   if status and not takeover then return {'existing', status, token or ''} end
   set_value(key, rec, ttl)
 end
