@@ -49,15 +49,15 @@ func TestReplyDecodersStrict(t *testing.T) {
 		decode           func() error
 	}{
 		{"reserve: qty a string", "reserve", "reply[5]", func() error {
-			_, err := decodeReserveReplies("n1", []any{"pending", int64(1), int64(2), int64(0), "pending", "1", int64(2), int64(0)}, 2)
+			_, err := decodeReserveReplies("n1", []any{"pending", int64(1), int64(2), int64(0), "pending", "1", int64(2), int64(0)}, 2, 1)
 			return err
 		}},
 		{"reserve: state an integer", "reserve", "reply[0]", func() error {
-			_, err := decodeReserveReplies("n1", []any{int64(1), int64(1), int64(2), int64(0)}, 1)
+			_, err := decodeReserveReplies("n1", []any{int64(1), int64(1), int64(2), int64(0)}, 1, 1)
 			return err
 		}},
 		{"reserve: one reply short", "reserve", "reply", func() error {
-			_, err := decodeReserveReplies("n1", []any{"pending", int64(1), int64(2), int64(0)}, 2)
+			_, err := decodeReserveReplies("n1", []any{"pending", int64(1), int64(2), int64(0)}, 2, 1)
 			return err
 		}},
 		{"reserve-local: reserved as a list", "reserve-local", "reply[0]", func() error {
@@ -98,19 +98,31 @@ func TestReplyDecodersStrict(t *testing.T) {
 			return err
 		}},
 		{"reserve: pending, the limit missing", "reserve", "reply", func() error {
-			_, err := decodeReserveReplies("n1", "pending:3:7", 1)
+			_, err := decodeReserveReplies("n1", "pending:3:7", 1, 1)
 			return err
 		}},
 		{"reserve: pending, a value too many", "reserve", "reply", func() error {
-			_, err := decodeReserveReplies("n1", "pending:3:7:0:1", 1)
+			_, err := decodeReserveReplies("n1", "pending:3:7:0:1", 1, 1)
 			return err
 		}},
 		{"reserve: a string not pending", "reserve", "reply", func() error {
-			_, err := decodeReserveReplies("n1", "none:0:0:0", 1)
+			_, err := decodeReserveReplies("n1", "none:0:0:0", 1, 1)
 			return err
 		}},
 		{"reserve: a string for two parts", "reserve", "reply", func() error {
-			_, err := decodeReserveReplies("n1", "pending:3:7:0", 2)
+			_, err := decodeReserveReplies("n1", "pending:3:7:0", 2, 1)
+			return err
+		}},
+		{"reserve: an offset of 0", "reserve", "reply", func() error {
+			_, err := decodeReserveReplies("n1", "0", 1, 1)
+			return err
+		}},
+		{"reserve: an offset with a leading zero", "reserve", "reply", func() error {
+			_, err := decodeReserveReplies("n1", "07", 1, 1)
+			return err
+		}},
+		{"reserve: an offset and more", "reserve", "reply", func() error {
+			_, err := decodeReserveReplies("n1", "7:1", 1, 1)
 			return err
 		}},
 		{"stage-take: staged as a list", "stage-take", "reply[0]", func() error {
@@ -179,7 +191,7 @@ func TestReplyDecodersStrict(t *testing.T) {
 	}
 
 	// The well-formed replies read as before.
-	if r, err := decodeReserveReplies("n1", []any{"pending", int64(1), int64(2), int64(0), "none", int64(0), int64(0), int64(5)}, 2); err != nil ||
+	if r, err := decodeReserveReplies("n1", []any{"pending", int64(1), int64(2), int64(0), "none", int64(0), int64(0), int64(5)}, 2, 1); err != nil ||
 		r[0] != (reply{takePending, 1, 2, 0}) || r[1] != (reply{takeNone, 0, 0, 5}) {
 		t.Errorf("decodeReserveReplies = %v, %v", r, err)
 	}
@@ -189,8 +201,12 @@ func TestReplyDecodersStrict(t *testing.T) {
 	if st, dl, offs, err := decodeLocal("n1", "reserved:0:10", 1, nil); err != nil || st != localReserved || dl != 0 || len(offs) != 1 || offs[0] != 10 {
 		t.Errorf("decodeLocal = %v %v %v %v", st, dl, offs, err)
 	}
-	if r, err := decodeReserveReplies("n1", "pending:3:7:5", 1); err != nil || len(r) != 1 || r[0] != (reply{takePending, 3, 7, 5}) {
+	if r, err := decodeReserveReplies("n1", "pending:3:7:5", 1, 1); err != nil || len(r) != 1 || r[0] != (reply{takePending, 3, 7, 5}) {
 		t.Errorf("decodeReserveReplies(pending string) = %v, %v", r, err)
+	}
+	// the offset alone: the part taken in full (want units), no limit
+	if r, err := decodeReserveReplies("n1", "12", 1, 4); err != nil || len(r) != 1 || r[0] != (reply{takePending, 4, 12, 0}) {
+		t.Errorf("decodeReserveReplies(an offset) = %v, %v", r, err)
 	}
 	if st, err := decodeStageTake("n1", "staged:1764412800000:4:0", 2); err != nil || st.status != stageStaged ||
 		st.deadline.UnixMilli() != 1764412800000 || fmt.Sprint(st.offsets) != "[4 0]" {

@@ -34,8 +34,10 @@ import (
 // It returns one flat list, four values per part, in the parts' order:
 // state, qty, offset, limit (one list, not a list per part: Redis and
 // go-redis build each list they pass on); a call of one stock part taken
-// now answers one string instead, "pending:<qty>:<offset>:<limit>" (a
-// table reply costs the node more in a group). The state is "pending" (taken
+// now answers one string instead, "pending:<qty>:<offset>:<limit>", or its
+// offset alone when the part was taken in full and its SKU has no limit
+// (a table reply costs the node more in a group, and building a string
+// more than answering one it has). The state is "pending" (taken
 // now; a quota part is taken, and counted, even when the SKU has no
 // limit, so a limit set later counts what the user already holds), "none"
 // (nothing available, nothing written), "limit" (quota exceeded; qty =

@@ -514,7 +514,7 @@ func reserveGeneralArgs(orderID string, deadline partDue, reqs []partReq, s stri
 // reserveReplies reads the reserve script's reply v to reqs on n, and
 // marks each SKU the replies show limited.
 func (inv *Inventory) reserveReplies(n *node.Node, reqs []partReq, v any) ([]reply, error) {
-	replies, err := decodeReserveReplies(n.Name(), v, len(reqs))
+	replies, err := decodeReserveReplies(n.Name(), v, len(reqs), reqs[0].Qty)
 	for i := range replies {
 		if replies[i].limit > 0 {
 			inv.limited.mark(stockRef{reqs[i].Route, reqs[i].SKU})
@@ -524,11 +524,21 @@ func (inv *Inventory) reserveReplies(n *node.Node, reqs []partReq, v any) ([]rep
 }
 
 // decodeReserveReplies reads the reserve script's reply to k part
-// requests: one flat list, four values per request (state word, qty,
-// offset, limit), or, for one part taken now, one string
-// "pending:<qty>:<offset>:<limit>" (replyReader.headInts).
-func decodeReserveReplies(nodeName string, v any, k int) ([]reply, error) {
+// requests, the first of which wants want units: one flat list, four
+// values per request (state word, qty, offset, limit), or, for one part
+// taken now, one string: its offset alone when it was taken in full (want
+// units) and its SKU has no limit, else "pending:<qty>:<offset>:<limit>"
+// (replyReader.headInts).
+func decodeReserveReplies(nodeName string, v any, k int, want int64) ([]reply, error) {
 	r := newReplyReader(nodeName, reserveScript.name)
+	if s, ok := v.(string); ok && k == 1 && s != "" && s[0] >= '0' && s[0] <= '9' {
+		off, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || off <= 0 || !canonicalInt(s) {
+			r.fail(-1, "an offset (an integer above 0)", s)
+			return nil, r.err
+		}
+		return []reply{{state: takePending, qty: want, offset: off}}, nil
+	}
 	if s, ok := v.(string); ok && k == 1 {
 		var buf [3]int64
 		ints := r.headInts(buf[:0], s, string(takePending), 3)

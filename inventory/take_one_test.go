@@ -146,7 +146,7 @@ func TestTakeOneAsPlan(t *testing.T) {
 			// the reply as its caller reads it: the one-part path answers
 			// a take with one string, the plan with a list
 			var rs []reply
-			rs, err = decodeReserveReplies(e.n.Name(), v, 1)
+			rs, err = decodeReserveReplies(e.n.Name(), v, 1, items[0].Quantity)
 			v = rs
 		}
 		return clock.ReplaceAllString(fmt.Sprintf("%v %v", v, err), "T")

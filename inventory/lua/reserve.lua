@@ -60,9 +60,12 @@ if one then
     part_new(pk, PNEW_STOCK, ARGV[7], take, off, deadlineS, false, offS) -- a key without a state: written over, as below
   end
   take_at(ck, xk, id, avail - take, resv + take, off, offS, seg, deadlineS, pend_pos(xk, offS))
-  -- one string, not a table (prelude.lua, reserved_head says why); a
-  -- limit of 0 or less is no limit, answered 0 (the caller reads only
-  -- whether it is above 0)
+  -- one string, not a table (prelude.lua, reserved_head says why): the
+  -- offset alone for the usual take (the part taken in full, the SKU
+  -- without a limit: no string to build), else the state word, the
+  -- units taken, the offset and the limit; a limit of 0 or less is no
+  -- limit, answered 0 (the caller reads only whether it is above 0)
+  if take == want and limit <= 0 then return offS end
   return pending_head(take) .. ':' .. offS .. ':' .. (limit > 0 and string.format('%d', limit) or '0')
 end
 local plan = {}
