@@ -205,11 +205,12 @@ import (
 // the stock is on other nodes) comes in a short layout (stageTakeCall):
 // ARGV 4 ttl, 5 retention, 6 and 7 the record's pieces, 8 the mutation;
 // the order id, part deadline and user, which only parts read, are left
-// out, and so is the token, which the record's first piece holds. So does a stage of one stock part on the home, for an
-// order with no user and no mutation: the same, then 9 the part's id,
-// 10 its want, 11 its template's second piece (the first is a pending
-// stock part's, which the script knows: PNEW_STOCK); its deadline is the
-// order's plus partGrace, as stageDeadline's hold says.
+// out, and so is the token, which the record's first piece holds. So
+// does a stage of one stock part on the home, for an order with no user
+// and no mutation: the same, then 9 the part's id, 10 its want, 11 its
+// template's second piece (the first is a pending stock part's, which the
+// script knows: PNEW_STOCK); its deadline is the order's plus partGrace,
+// as stageDeadline's hold says.
 //
 // Returns "staged:<deadline ms>:<offset>…", an offset per part (one string,
 // as the local reserve answers: lua/prelude.lua's staged_head), or, writing nothing,

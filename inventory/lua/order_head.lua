@@ -61,14 +61,6 @@ end
 -- takeover is asked (the fault hook's test-only mutation) and it is a
 -- failed record of a token other than tok. A function of the library,
 -- not a closure per call.
--- stage_tok(at, head, tok5) is the stage's token (lua/stage_take.lua):
--- tok5, its ARGV[5], in the general layout (at 0); in a short one, what
--- the record's first piece, head, holds between its status code and its
--- GS (appendOrderHead), which the call does not send again.
-local function stage_tok(at, head, tok5)
-  if at == 0 then return tok5 end
-  return string.sub(head, 2, -2)
-end
 local function order_stage_head(key, takeover, tok)
   local status, moved, token = order_head(key, true)
   if moved then
@@ -76,4 +68,12 @@ local function order_stage_head(key, takeover, tok)
     status, token = nil, nil
   end
   return status, token, takeover and status == 'failed' and token ~= tok
+end
+-- stage_tok(at, head, tok5) is the stage's token (lua/stage_take.lua):
+-- tok5, its ARGV[5], in the general layout (at 0); in a short one, what
+-- the record's first piece, head, holds between its status code and its
+-- GS (appendOrderHead), which the call does not send again.
+local function stage_tok(at, head, tok5)
+  if at == 0 then return tok5 end
+  return string.sub(head, 2, -2)
 end
