@@ -1,12 +1,14 @@
 package inventory
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -304,9 +306,13 @@ func (inv *Inventory) abandon(ctx context.Context, home *node.Node, orderID, tok
 	}
 }
 
-// receipts is a Receipt per stock part of parts, in their order, in one
-// allocation of the exact size (appending to nil would grow it once per
-// part of a several-item order).
+// receipts is a Receipt per stock part of parts in item order, as
+// [Reservation.Receipts] promises (the parts of one item, split over
+// nodes by the general path, in their order in parts), in one allocation
+// of the exact size (appending to nil would grow it once per part of a
+// several-item order). Every path's receipts are made here: the parts
+// come in the order their takes came back, node by node, or their record
+// lists them.
 func receipts(parts []part) []Receipt {
 	n := 0
 	for _, p := range parts {
@@ -323,6 +329,7 @@ func receipts(parts []part) []Receipt {
 			out = append(out, Receipt{ItemIndex: p.Item, SKU: p.SKU, Quantity: p.Qty, Node: p.Node, RedoLog: p.Redo, Offset: p.Offset})
 		}
 	}
+	slices.SortStableFunc(out, func(a, b Receipt) int { return cmp.Compare(a.ItemIndex, b.ItemIndex) })
 	return out
 }
 

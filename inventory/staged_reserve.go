@@ -1,7 +1,6 @@
 package inventory
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -77,10 +76,6 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 			return Reservation{}, true, errCrashed
 		}
 		created := staged.deadline.UnixMilli() - ms(stage.ttl) // the stage's clock
-		// in item order, as the receipts promise and the record lists
-		// them (withOffsets: the promised order); the takes came back
-		// node by node
-		slices.SortStableFunc(taken, func(a, b part) int { return cmp.Compare(a.Item, b.Item) })
 		inv.commitStaged(ctx, home, orderID, token, taken, staged.rec, created, stagedList{blob, holes, promised})
 		inv.stats.staged.Add(1)
 		return Reservation{OrderID: orderID, Receipts: receipts(taken), Deadline: staged.deadline}, true, nil
