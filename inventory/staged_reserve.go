@@ -324,29 +324,29 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 		return nil, nil, [2]string{}, err
 	}
 	retention := seconds(inv.cfg.Retention)
-	if len(reqs) == 0 {
+	one := len(reqs) == 1 && reqs[0].Kind == PartStock && userID == "" && mutation == "" && due.hold == ttl+partGrace
+	if len(reqs) == 0 || one {
 		// the short layout: no order id, part deadline or user, which
 		// only the home's parts read, and no token, which the record's
-		// first piece holds (lua/stage_take.lua)
-		box := newArgBox(3, 2, 1, 5)
+		// first piece holds (lua/stage_take.lua); the home's one stock
+		// part, if any, after them: its deadline is the order's plus
+		// partGrace (stageDeadline), which the script adds itself, and
+		// its template's first piece a pending stock part's, which the
+		// script knows (the pieces: the order key, the record's two, the
+		// part key, the template's two)
+		box := newArgBox(3, 2, 1, 5) // the no-part stage's, in the smaller box
+		if one {
+			box = newArgBox(5, 3, 4, 8)
+		}
 		keys := append(box.keySlice(), c.next(s))
 		args := append(box.argSlice(), box.int(ms(ttl)), box.int(retention),
 			box.str(c.next(s)), box.str(c.next(s)), box.str(string(mutation)))
-		return keys, args, rec, nil
-	}
-	if r := reqs[0]; len(reqs) == 1 && r.Kind == PartStock && userID == "" && mutation == "" && due.hold == ttl+partGrace {
-		// the short layout with the home's one stock part: its deadline
-		// is the order's plus partGrace (stageDeadline), which the
-		// script adds itself, and its template's first piece a pending
-		// stock part's, which the script knows (the pieces: the order
-		// key, the record's two, the part key, the template's two)
-		box := newArgBox(5, 3, 4, 8)
-		keys := append(box.keySlice(), c.next(s))
-		args := append(box.argSlice(), box.int(ms(ttl)), box.int(retention),
-			box.str(c.next(s)), box.str(c.next(s)), "")
-		keys = append(keys, c.next(s), r.ck, r.queue)
-		c.next(s) // the template's first piece
-		args = append(args, box.str(r.ID), box.int(r.Qty), box.str(c.next(s)))
+		if one {
+			r := reqs[0]
+			keys = append(keys, c.next(s), r.ck, r.queue)
+			c.next(s) // the template's first piece
+			args = append(args, box.str(r.ID), box.int(r.Qty), box.str(c.next(s)))
+		}
 		return keys, args, rec, nil
 	}
 	keys, args := stageGeneralArgs(orderID, token, due, mutation, ttl, retention, userID, reqs, s, c)

@@ -532,8 +532,8 @@ func (inv *Inventory) reserveReplies(n *node.Node, reqs []partReq, v any) ([]rep
 func decodeReserveReplies(nodeName string, v any, k int, want int64) ([]reply, error) {
 	r := newReplyReader(nodeName, reserveScript.name)
 	if s, ok := v.(string); ok && k == 1 && s != "" && s[0] >= '0' && s[0] <= '9' {
-		off, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || off <= 0 || !canonicalInt(s) {
+		off, _ := strconv.ParseInt(s, 10, 64) // canonicalInt below: it parses
+		if !canonicalInt(s) || off <= 0 {
 			r.fail(-1, "an offset (an integer above 0)", s)
 			return nil, r.err
 		}

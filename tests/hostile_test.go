@@ -16,6 +16,7 @@ import (
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/health"
 	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/internal/syncbuf"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/rollback"
@@ -41,7 +42,7 @@ type hostileEnv struct {
 	inv   *inventory.Inventory
 	rec   *rollback.Reconciler
 	homes *router.Ring
-	logs  *secBuffer
+	logs  *syncbuf.Buffer
 }
 
 func hostileStart(t testing.TB, nodes map[string]config.Node, h config.Health) *hostileEnv {

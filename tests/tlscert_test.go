@@ -29,6 +29,7 @@ import (
 
 	"github.com/shardis/shardis/internal/redisproc"
 	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/internal/syncbuf"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/router"
 )
@@ -217,28 +218,9 @@ func secProbeRedisTLS(t testing.TB) error {
 
 // The helpers below are shared by hostile_test.go and security_test.go.
 
-// secBuffer is a bytes.Buffer safe for concurrent writes and reads: the
-// sink of a captured slog handler.
-type secBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *secBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *secBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // secLogger returns a debug-level JSON logger writing into a new buffer.
-func secLogger() (*slog.Logger, *secBuffer) {
-	buf := &secBuffer{}
+func secLogger() (*slog.Logger, *syncbuf.Buffer) {
+	buf := &syncbuf.Buffer{}
 	return slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }
 

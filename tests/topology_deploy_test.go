@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/service"
+	"github.com/shardis/shardis/internal/syncbuf"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/rollback"
 	"github.com/shardis/shardis/router"
@@ -173,7 +174,7 @@ func TestTopologyPendingLoggedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	var logged secBuffer // tlscert_test.go
+	var logged syncbuf.Buffer
 	inv, err := inventory.New(r, inventory.Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	if err != nil {
 		t.Fatal(err)
