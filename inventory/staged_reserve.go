@@ -334,9 +334,11 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 		// its template's first piece a pending stock part's, which the
 		// script knows (the pieces: the order key, the record's two, the
 		// part key, the template's two)
-		box := newArgBox(3, 2, 1, 5) // the no-part stage's, in the smaller box
+		var box argBox
 		if one {
 			box = newArgBox(5, 3, 4, 8)
+		} else {
+			box = newArgBox(3, 2, 1, 5) // the no-part stage's, in the smaller box
 		}
 		keys := append(box.keySlice(), c.next(s))
 		args := append(box.argSlice(), box.int(ms(ttl)), box.int(retention),
