@@ -64,6 +64,23 @@ import (
 // bounded by the node client's read and write timeouts, so one caller
 // giving up never cuts the connection under the others.
 
+// Contexts: what the calls of a run share.
+//
+// A call's last keys and arguments may be its context (a script's
+// context rule, luaScript.context, says how many for each layout): the
+// ones the usual calls of a hot SKU share, such as its counter, its redo
+// queue, the order's TTL and its quantity. A group sends a context once
+// for a run of calls (consecutive calls of one shape whose contexts are
+// equal, value by value), after the run's last call's own keys and
+// arguments; the body reads it as CKEYS and CARGV (luaflat.go), the same
+// values for every call of the run. (Last, so that a call's first key
+// still names what it is about: the injected faults read it.) Every key or argument a group sends
+// costs the node about 1,100 instructions (parsing it, a Lua string, its
+// garbage), so the usual take and the usual local reserve of a hot SKU
+// send 3 of them per order where they sent 7 and 8. It changes nothing a
+// call reads: a call reads its context's values whichever call of its run
+// brought them.
+
 // groupInFlight is how many groups may be under way on one node at once,
 // whichever their scripts: while one runs, the next fills.
 const groupInFlight = 2
@@ -107,7 +124,13 @@ var stampKeyArg, partKeyPrefixArg any = stampKey, partKeyPrefix
 type groupCall struct {
 	keys []string // the call's own keys (after the stamp); not changed once queued
 	args []any    // the call's own arguments (after the header)
-	done chan struct{}
+	// the last ck keys and ca arguments are its context (see Contexts
+	// above)
+	ck, ca int
+	// joined: sendGroup put the call in the run of the call before it
+	// (set by the goroutine that sends the group)
+	joined bool
+	done   chan struct{}
 	// Set before done is closed.
 	reply any
 	seq   int64
@@ -147,9 +170,87 @@ func (inv *Inventory) runGrouped(ctx context.Context, n *node.Node, s *luaScript
 // caller sends it (sendOwn); otherwise it waits in the queue for a group
 // that another sender sends.
 func (inv *Inventory) enterGroup(n *node.Node, s *luaScript, token string, keys []string, args []any) (c *groupCall, q *groupQueue, own bool) {
-	c = &groupCall{keys: keys, args: args, done: make(chan struct{})}
+	c = newGroupCall(s, keys, args)
 	q = inv.groups.queue(n)
 	return c, q, q.enter(s, c, token, groupInFlight)
+}
+
+// newGroupCall is a call of grouped script s with keys and args (after
+// the stamp and the header), its context counted by s's rule. A rule
+// that counts more than the call has, or more than a byte holds, is a bug
+// of this package and panics.
+func newGroupCall(s *luaScript, keys []string, args []any) *groupCall {
+	c := &groupCall{keys: keys, args: args, done: make(chan struct{})}
+	if s.context != nil {
+		c.ck, c.ca = s.context(len(keys), len(args))
+		if c.ck > len(keys) || c.ca > len(args) || c.ck > maxContext || c.ca > maxContext || c.ck < 0 || c.ca < 0 {
+			panic(fmt.Sprintf("inventory: script %s: a context of %d keys and %d arguments in a call of %d and %d", s.name, c.ck, c.ca, len(keys), len(args)))
+		}
+	}
+	return c
+}
+
+// sameContext reports whether calls a and b have equal contexts, value by
+// value (argEqual).
+func sameContext(a, b *groupCall) bool {
+	if a.ck != b.ck || a.ca != b.ca {
+		return false
+	}
+	ak, bk := a.keys[len(a.keys)-a.ck:], b.keys[len(b.keys)-b.ck:]
+	for i := range ak {
+		if ak[i] != bk[i] {
+			return false
+		}
+	}
+	aa, ba := a.args[len(a.args)-a.ca:], b.args[len(b.args)-b.ca:]
+	for i := range aa {
+		if !argEqual(aa[i], ba[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// argEqual reports whether arguments a and b are sure to be written as
+// the same bytes: both strings (or pointers to strings, as argBox boxes
+// them) or both integers (or pointers to them), of one value. Any other
+// pair is not sure, and is reported unequal: the two are sent each.
+func argEqual(a, b any) bool {
+	switch x := a.(type) {
+	case string:
+		y, ok := argString(b)
+		return ok && x == y
+	case *string:
+		y, ok := argString(b)
+		return ok && *x == y
+	case int64:
+		y, ok := argInt(b)
+		return ok && x == y
+	case *int64:
+		y, ok := argInt(b)
+		return ok && *x == y
+	}
+	return false
+}
+
+func argString(v any) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case *string:
+		return *x, true
+	}
+	return "", false
+}
+
+func argInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return x, true
+	case *int64:
+		return *x, true
+	}
+	return 0, false
 }
 
 // sendOwn sends c, which took a free slot of q (enterGroup), as a group of
@@ -199,26 +300,39 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 	nk, na := 1+len(carried), 4+3*len(carried)+1
 	h := &groupHead{name: n.Name(), token: token}
 	counts := h.arr[:0]
-	for _, c := range calls {
+	for i, c := range calls {
+		same := i > 0 && sameContext(calls[i-1], c)
+		counts, c.joined = appendGroupCounts(counts, len(c.keys)-c.ck, len(c.args)-c.ca, c.ck, c.ca, same)
 		nk += len(c.keys)
 		na += len(c.args)
-		counts = appendGroupCounts(counts, len(c.keys), len(c.args))
+		if c.joined {
+			nk, na = nk-c.ck, na-c.ca
+		}
 	}
 	h.counts = frozen(counts) // counts is not written again
-	// the command line: the keys (the stamp, the calls', the carried
-	// commits' order keys), then the arguments (the header, the calls'
-	// counts, the calls', the carried commits' and their count)
+	// the command line: the keys (the stamp, the calls' — a run's
+	// context once, after its last call's own —, the carried commits'
+	// order keys), then the arguments (the header, the calls' counts, the
+	// calls' as their keys, the carried commits' and their count)
 	a := s.evalArgs(nk, na)
 	a = append(a, stampKeyArg)
-	for _, c := range calls {
-		a = a.keys(c.keys)
+	for i, c := range calls {
+		if runEnds(calls, i) {
+			a = a.keys(c.keys)
+		} else {
+			a = a.keys(c.keys[:len(c.keys)-c.ck])
+		}
 	}
 	for _, c := range carried {
 		a = append(a, orderKey(c.orderID))
 	}
 	a = append(a, &h.name, &h.token, partKeyPrefixArg, &h.counts)
-	for _, c := range calls {
-		a = append(a, c.args...)
+	for i, c := range calls {
+		if runEnds(calls, i) {
+			a = append(a, c.args...)
+		} else {
+			a = append(a, c.args[:len(c.args)-c.ca]...)
+		}
 	}
 	if s.write {
 		for j := range carried { // pointers, as evalArgs.keys sends keys
@@ -248,6 +362,12 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 	}
 }
 
+// runEnds reports whether calls[i] is the last call of its run (the next
+// one did not join it: sendGroup), which sends the run's context.
+func runEnds(calls []*groupCall, i int) bool {
+	return i+1 == len(calls) || !calls[i+1].joined
+}
+
 // groupHead holds the header arguments of one group's script call, so
 // that they are one allocation rather than one each (go-redis writes a
 // *string as its value): the node's name, the epoch token, and the calls'
@@ -258,35 +378,44 @@ type groupHead struct {
 }
 
 // groupRunSize is the bytes a group's counts argument holds per run of
-// calls of one shape: the calls' key count, their argument count, and how
-// many calls in a row have them, three bytes each, high byte first
-// (epilogue_group.lua reads them with string.byte once per run: no number
-// to parse, where a count per argument cost the node a strtod and an
-// argument's own cost).
-const groupRunSize = 9
+// calls of one shape and one context: the calls' own key count (after
+// their context's), their own argument count, and how many calls in a
+// row have them, three bytes each, high byte first, then the context's
+// key count and argument count, a byte each (epilogue_group.lua reads
+// them with string.byte once per run: no number to parse, where a count
+// per argument cost the node a strtod and an argument's own cost).
+const groupRunSize = 11
 
 // maxGroupCount is the most keys, or arguments, one call of a group may
 // have, and the most calls one run counts: what three bytes hold.
-const maxGroupCount = 1<<24 - 1
+// maxContext is the most keys, or arguments, a context may have: what a
+// byte holds.
+const (
+	maxGroupCount = 1<<24 - 1
+	maxContext    = 1<<8 - 1
+)
 
-// appendGroupCounts adds a call's key and argument counts to b, the
-// counts of the calls before it: to the last run when it has the same
-// counts (and room), else as a new run of one. A call over maxGroupCount
-// (more than Redis takes in one command) panics: the callers build calls
-// of at most MaxItems items.
-func appendGroupCounts(b []byte, nk, na int) []byte {
-	if nk > maxGroupCount || na > maxGroupCount || nk < 0 || na < 0 {
-		panic(fmt.Sprintf("inventory: a grouped call of %d keys and %d arguments", nk, na))
+// appendGroupCounts adds to b (the counts of the calls before it) a call
+// of nk keys and na arguments of its own and a context of ck keys and ca
+// arguments; same says that its context equals the call's before it. It
+// joins the last run when it has the same counts, same holds and the run
+// has room, else starts a new run of one, which sends its context again;
+// joined reports which. Counts over maxGroupCount (more than Redis takes
+// in one command) or maxContext panic: the callers build calls of at most
+// MaxItems items, contexts of a few.
+func appendGroupCounts(b []byte, nk, na, ck, ca int, same bool) (_ []byte, joined bool) {
+	if nk > maxGroupCount || na > maxGroupCount || nk < 0 || na < 0 || ck > maxContext || ca > maxContext || ck < 0 || ca < 0 {
+		panic(fmt.Sprintf("inventory: a grouped call of %d keys and %d arguments, and a context of %d and %d", nk, na, ck, ca))
 	}
-	k, a := [3]byte{byte(nk >> 16), byte(nk >> 8), byte(nk)}, [3]byte{byte(na >> 16), byte(na >> 8), byte(na)}
-	if l := len(b) - groupRunSize; l >= 0 && [3]byte(b[l:l+3]) == k && [3]byte(b[l+3:l+6]) == a {
+	run := [groupRunSize]byte{byte(nk >> 16), byte(nk >> 8), byte(nk), byte(na >> 16), byte(na >> 8), byte(na), 0, 0, 1, byte(ck), byte(ca)}
+	if l := len(b) - groupRunSize; same && l >= 0 && [6]byte(b[l:l+6]) == [6]byte(run[:6]) && [2]byte(b[l+9:l+11]) == [2]byte(run[9:]) {
 		if c := int(b[l+6])<<16 | int(b[l+7])<<8 | int(b[l+8]); c < maxGroupCount {
 			c++
 			b[l+6], b[l+7], b[l+8] = byte(c>>16), byte(c>>8), byte(c)
-			return b
+			return b, true
 		}
 	}
-	return append(append(append(b, k[:]...), a[:]...), 0, 0, 1)
+	return append(b, run[:]...), false
 }
 
 // runScript sends s (its command line a, header included) and returns the

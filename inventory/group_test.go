@@ -49,8 +49,9 @@ type groupEnv struct {
 // FCALL by its function's name, EVAL (the fallback, luafunc.go) by its
 // text.
 type scriptCounter struct {
-	mu sync.Mutex
-	n  map[string]int
+	mu    sync.Mutex
+	n     map[string]int
+	words map[string]int // the words of the command lines (FCALL and its name included), made on first use
 }
 
 func (h *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -78,7 +79,23 @@ func (h *scriptCounter) count(cmd redis.Cmder) {
 	id, _ := cmd.Args()[1].(string)
 	h.mu.Lock()
 	h.n[id]++
+	if h.words == nil {
+		h.words = map[string]int{}
+	}
+	h.words[id] += len(cmd.Args())
 	h.mu.Unlock()
+}
+
+// wordsOf returns how many words the command lines of s's calls held,
+// and forgets them.
+func (h *scriptCounter) wordsOf(s *luaScript) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fn := s.fn.(string)
+	k := h.words[fn] + h.words[s.text]
+	delete(h.words, fn)
+	delete(h.words, s.text)
+	return k
 }
 
 // of returns how many calls of s were sent, and forgets them.
@@ -514,34 +531,168 @@ func TestGroupCommitCallsGetTheirOwnKeysAndArgs(t *testing.T) {
 	}
 }
 
+// groupContextScript replies what its call sees: its own key and argument
+// counts as a lone call counts them, its context's, then its own keys and
+// arguments and its context's. A call of 2 keys or more has a context:
+// its last 2 keys and its last argument.
+var groupContextScript = newGroupedScript("group-context", false, `
+local r = {#KEYS, #ARGV, #CKEYS, #CARGV}
+for i = 2, #KEYS do r[#r + 1] = KEYS[i] end
+for i = 4, #ARGV do r[#r + 1] = ARGV[i] end
+for i = 1, #CKEYS do r[#r + 1] = CKEYS[i] end
+for i = 1, #CARGV do r[#r + 1] = CARGV[i] end
+return r
+`).withContext(func(nk, na int) (int, int) {
+	if nk >= 2 {
+		return 2, 1
+	}
+	return 0, 0
+})
+
+// TestGroupCommitContexts: a run of calls of one shape and equal
+// contexts (value by value, however boxed) sends its context once, and
+// each call still reads its own keys and arguments, and its context, as
+// it sent them; a call whose context or shape differs starts a new run,
+// which sends its context again.
+func TestGroupCommitContexts(t *testing.T) {
+	e := newGroupEnv(t, 0)
+	b1, b2, i1, i2 := "B", "B", int64(5), int64(5)
+	type call struct {
+		keys []string
+		args []any
+	}
+	calls := []call{
+		{[]string{"k0", "P", "Q"}, []any{"a0", "A"}},
+		{[]string{"k1", "P", "Q"}, []any{"a1", "A"}},        // joins
+		{[]string{"k2", "P", "Q"}, []any{"a2", &b1}},        // another context
+		{[]string{"k3", "P", "Q"}, []any{"a3", "a3b", "B"}}, // another shape
+		{[]string{"k4", "P", "Q"}, []any{"a4", "a4b", &b2}}, // joins: "B" however boxed
+		{[]string{"k5"}, []any{"a5"}},                       // no context
+		{[]string{"k6"}, nil},                               // another shape
+		{[]string{"k7", "P", "R"}, []any{"a7", &i1}},        // another context
+		{[]string{"k8", "P", "R"}, []any{"a8", int64(5)}},   // joins
+		{[]string{"k9", "P", "R"}, []any{"a9", &i2}},        // joins
+		{[]string{"k10", "P", "Q"}, []any{"a10", "A"}},      // the first context again: a run of its own
+	}
+	gcs := make([]*groupCall, len(calls))
+	for i, c := range calls {
+		gcs[i] = newGroupCall(groupContextScript, c.keys, c.args)
+	}
+	token := e.inv.topology(e.ctx).token
+	warm := newGroupCall(groupContextScript, []string{"w"}, nil) // loads its function
+	e.inv.sendGroup(e.ctx, e.n, groupContextScript, token, []*groupCall{warm})
+	if warm.err != nil {
+		t.Fatal(warm.err)
+	}
+	e.sent.wordsOf(groupContextScript)
+	e.inv.sendGroup(e.ctx, e.n, groupContextScript, token, gcs)
+	for i, c := range calls {
+		gc := gcs[i]
+		if gc.err != nil {
+			t.Fatalf("call %d: %v", i, gc.err)
+		}
+		ck, ca := 0, 0
+		if len(c.keys) >= 2 {
+			ck, ca = 2, 1
+		}
+		want := []any{int64(1 + len(c.keys) - ck), int64(3 + len(c.args) - ca), int64(ck), int64(ca)}
+		for _, k := range c.keys[:len(c.keys)-ck] {
+			want = append(want, k)
+		}
+		for _, a := range c.args[:len(c.args)-ca] {
+			want = append(want, fmt.Sprint(a))
+		}
+		for _, k := range c.keys[len(c.keys)-ck:] {
+			want = append(want, k)
+		}
+		for _, a := range c.args[len(c.args)-ca:] {
+			s, ok := argString(a)
+			if n, isInt := argInt(a); isInt {
+				s, ok = strconv.FormatInt(n, 10), true
+			}
+			if !ok {
+				t.Fatalf("call %d: argument %v", i, a)
+			}
+			want = append(want, s)
+		}
+		if got, _ := gc.reply.([]any); !slices.Equal(got, want) {
+			t.Errorf("call %d saw %v, want %v", i, gc.reply, want)
+		}
+	}
+	// runs: k0 k1 | k2 | k3 k4 | k5 | k6 | k7 k8 k9 | k10, each context
+	// once: FCALL, its name, the key count; the stamp and 21 keys; the
+	// header's 4 arguments and 17
+	if got, want := e.sent.wordsOf(groupContextScript), 3+1+21+4+17; got != want {
+		t.Errorf("the group's command line held %d words, want %d (each run's context once)", got, want)
+	}
+}
+
 // TestAppendGroupCounts: the calls' counts go in runs of calls of one
-// shape, three bytes each (key count, argument count, calls), high byte
-// first (epilogue_group.lua reads them so), up to maxGroupCount; a call
-// over it is a bug of the caller and panics rather than wrap.
+// shape and one context, eleven bytes each (own key count, own argument
+// count, calls: three bytes each, high byte first; the context's key and
+// argument counts: a byte each; epilogue_group.lua reads them so), up to
+// maxGroupCount calls a run; a call joins the last run only when its
+// context is the same (same), else its run sends the context again; a
+// count over the bounds is a bug of the caller and panics rather than
+// wrap.
 func TestAppendGroupCounts(t *testing.T) {
-	b := appendGroupCounts(nil, 0, 1)
-	b = appendGroupCounts(b, 0x123456, maxGroupCount)
-	b = appendGroupCounts(b, 0x123456, maxGroupCount)
-	b = appendGroupCounts(b, 0x123456, maxGroupCount)
-	b = appendGroupCounts(b, 0, 1)
-	want := []byte{0, 0, 0, 0, 0, 1, 0, 0, 1, 0x12, 0x34, 0x56, 0xff, 0xff, 0xff, 0, 0, 3, 0, 0, 0, 0, 0, 1, 0, 0, 1}
-	if string(b) != string(want) || len(b) != 3*groupRunSize {
+	var joins []bool
+	add := func(b []byte, nk, na, ck, ca int, same bool) []byte {
+		b, j := appendGroupCounts(b, nk, na, ck, ca, same)
+		joins = append(joins, j)
+		return b
+	}
+	b := add(nil, 0, 1, 0, 0, false)
+	b = add(b, 0x123456, maxGroupCount, 0, 0, true)
+	b = add(b, 0x123456, maxGroupCount, 0, 0, true)
+	b = add(b, 0x123456, maxGroupCount, 0, 0, true)
+	b = add(b, 0, 1, 0, 0, true)
+	b = add(b, 1, 2, 2, 3, true)  // a context: a new run (its counts differ)
+	b = add(b, 1, 2, 2, 3, true)  // the same context: joins
+	b = add(b, 1, 2, 2, 3, false) // another context of the same counts: a new run
+	want := []byte{0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0,
+		0x12, 0x34, 0x56, 0xff, 0xff, 0xff, 0, 0, 3, 0, 0,
+		0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0,
+		0, 0, 1, 0, 0, 2, 0, 0, 2, 2, 3,
+		0, 0, 1, 0, 0, 2, 0, 0, 1, 2, 3}
+	if string(b) != string(want) || len(b) != 5*groupRunSize {
 		t.Fatalf("appendGroupCounts = % x, want % x", b, want)
 	}
-	// a run full at maxGroupCount calls starts another
-	full := []byte{0, 0, 3, 0, 0, 6, 0xff, 0xff, 0xff}
-	if got, want := appendGroupCounts(full, 3, 6), append(slices.Clone(full), 0, 0, 3, 0, 0, 6, 0, 0, 1); string(got) != string(want) {
-		t.Fatalf("appendGroupCounts on a full run = % x, want % x", got, want)
+	if wantJ := []bool{false, false, true, true, false, false, true, false}; !slices.Equal(joins, wantJ) {
+		t.Fatalf("appendGroupCounts joined %v, want %v", joins, wantJ)
 	}
-	for _, c := range [][2]int{{maxGroupCount + 1, 0}, {0, maxGroupCount + 1}, {-1, 0}} {
+	// a run full at maxGroupCount calls starts another
+	full := []byte{0, 0, 3, 0, 0, 6, 0xff, 0xff, 0xff, 1, 1}
+	if got, j := appendGroupCounts(slices.Clone(full), 3, 6, 1, 1, true); j || string(got) != string(append(slices.Clone(full), 0, 0, 3, 0, 0, 6, 0, 0, 1, 1, 1)) {
+		t.Fatalf("appendGroupCounts on a full run = % x (joined %v)", got, j)
+	}
+	for _, c := range [][4]int{{maxGroupCount + 1, 0, 0, 0}, {0, maxGroupCount + 1, 0, 0}, {-1, 0, 0, 0}, {0, 0, maxContext + 1, 0}, {0, 0, 0, maxContext + 1}, {0, 0, -1, 0}} {
 		func() {
 			defer func() {
 				if recover() == nil {
-					t.Errorf("appendGroupCounts(%d, %d) did not panic", c[0], c[1])
+					t.Errorf("appendGroupCounts(%v) did not panic", c)
 				}
 			}()
-			appendGroupCounts(nil, c[0], c[1])
+			appendGroupCounts(nil, c[0], c[1], c[2], c[3], false)
 		}()
+	}
+}
+
+// TestArgEqual: arguments are equal when they are sure to be written as
+// the same bytes; any pair argEqual does not know is unequal.
+func TestArgEqual(t *testing.T) {
+	s1, s2, i1, i2 := "a", "a", int64(7), int64(7)
+	for _, c := range []struct {
+		a, b any
+		want bool
+	}{
+		{"a", "a", true}, {&s1, "a", true}, {"a", &s2, true}, {&s1, &s2, true}, {"a", "b", false},
+		{int64(7), int64(7), true}, {&i1, &i2, true}, {&i1, int64(7), true}, {int64(7), int64(8), false},
+		{"7", int64(7), false}, {int64(7), "7", false}, {7, 7, false}, {[]byte("a"), "a", false}, {nil, nil, false},
+	} {
+		if got := argEqual(c.a, c.b); got != c.want {
+			t.Errorf("argEqual(%#v, %#v) = %v, want %v", c.a, c.b, got, c.want)
+		}
 	}
 }
 

@@ -44,9 +44,13 @@ import (
 //
 // An order of one stock part and no user (one item, no user id: the
 // usual order) is sent in a short layout (localOneCall): KEYS 1 stamp, 2
-// order key, 3 the part's counter, 4 its redo queue; ARGV 4 ttl ms, 5 to 7
-// the order record's template (as below), 8 the part's id, 9 its want.
-// Any other order is sent in the general layout:
+// order key; ARGV 4 the order record's template (as below) up to its
+// created, 5 the part's id, and 6 the template's tail after the offset,
+// only when it is not the usual one (lua/local.lua says which); its
+// context (group.go, "Contexts") CKEYS 1 the part's counter, 2 its redo
+// queue, CARGV 1 ttl ms, 2 the template between its created and the
+// part's offset, 3 the part's want. Any other order is sent in the general
+// layout, which has no context:
 //
 // KEYS: 1 stamp, 2 order key, then per part: part key (not read for a
 // stock part, which is inline and whose key cannot exist yet:
@@ -78,7 +82,7 @@ import (
 // "reserved:<deadline ms>:<offset>" with an offset per part, each after a
 // ':' (0 for a quota part; a string, not a table: in a group it costs the
 // node less, lua/prelude.lua's reserved_head).
-var localScript = newGroupedScript("reserve-local", true, luaFile("local.lua"))
+var localScript = newGroupedScript("reserve-local", true, luaFile("local.lua")).withContext(localContext)
 
 // errHasRecord is reserveLocal's word that the order already has a record.
 var errHasRecord = errors.New("inventory: the order has a record")
@@ -298,14 +302,16 @@ func localGeneralCall(parts []part, orderID, token, digest, userID string, ttl t
 }
 
 // localOneCall is localCall for an order of one stock part and no user,
-// the usual one, in localScript's short layout: the order key, the part's
-// counter and redo queue; the TTL, the record's template up to the part's
-// offset (two pieces), the part's id and quantity, and the template's
-// tail only when it is not localTail. It sends neither the part's key
-// (the part is inline: the script never reads its key), nor its kind, nor
-// an empty user, nor the usual tail: four keys and arguments fewer than
-// the general layout, each of which costs the node about 1 000
-// instructions in a group call.
+// the usual one, in localScript's short layout: the order key, then its
+// context's keys (the part's counter and redo queue); the template's
+// piece before its created, the part's id, and the template's tail only
+// when it is not localTail, then its context's arguments (the TTL, the
+// record's template's piece between its created and the part's offset,
+// the part's quantity). The context is what the orders of a hot SKU
+// share, which a group sends once for a run of them (group.go). It sends neither the part's key (the part is inline: the
+// script never reads its key), nor its kind, nor an empty user, nor the
+// usual tail: four keys and arguments fewer than the general layout,
+// each of which costs the node about 1 000 instructions in a group call.
 func localOneCall(parts []part, orderID, token, digest string, ttl time.Duration, r partReq) ([]string, []any, []part, error) {
 	p := r.part
 	p.Redo = r.queue
@@ -323,13 +329,24 @@ func localOneCall(parts []part, orderID, token, digest string, ttl time.Duration
 	s, c := frozen(buf), pieceCutter{ends: ends}
 	box := newArgBox(4, 2, 3, 6)
 	keys := append(box.keySlice(), c.next(s), r.ck, r.queue)
-	args := append(box.argSlice(), box.int(ms(ttl)), box.str(c.next(s)), box.str(c.next(s)))
-	tail := c.next(s)
-	args = append(args, box.str(r.ID), box.int(r.Qty))
+	head, mid, tail := c.next(s), c.next(s), c.next(s)
+	args := append(box.argSlice(), box.str(head), box.str(r.ID))
 	if tail != localTail {
 		args = append(args, box.str(tail))
 	}
+	args = append(args, box.int(ms(ttl)), box.str(mid), box.int(r.Qty))
 	return keys, args, parts, nil
+}
+
+// localContext is localScript's context rule (group.go, "Contexts"):
+// the short layout's (localOneCall: the only one with 3 keys, the
+// general layout's being 1 + 3 per part) is its last 2 keys and 3
+// arguments; the general layout has none.
+func localContext(nk, na int) (int, int) {
+	if nk == 3 {
+		return 2, 3
+	}
+	return 0, 0
 }
 
 // localTail is the tail of a layout 2 part entry after its offset

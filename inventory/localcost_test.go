@@ -31,18 +31,18 @@ var localCostCuts = []struct {
 	{"without its pending-index ZADD", [][2]string{
 		{"  q[#q + 1] = pdlS\n  q[#q + 1] = member\n", ""}}, false},
 	{"with a part record (the SET its inline part saves)", [][2]string{
-		{"  take_at(ck, xk, ARGV[7],", "  part_new(partPrefix .. ARGV[7], 'p', 'q', want, off, times[2])\n  take_at(ck, xk, ARGV[7],"}}, false},
+		{"  take_at(ck, xk, ARGV[5],", "  part_new(partPrefix .. ARGV[5], 'p', 'q', want, off, times[2])\n  take_at(ck, xk, ARGV[5],"}}, false},
 	{"with the EXISTS of the part's key (an inline part's, which cannot exist)", [][2]string{
-		{"  local avail, resv, short, last, seg = plan_one(nil,", "  if redis.call('EXISTS', partPrefix .. ARGV[7]) == 1 then return {'existing'} end\n  local avail, resv, short, last, seg = plan_one(nil,"}}, false},
+		{"  local avail, resv, short, last, seg = plan_one(nil,", "  if redis.call('EXISTS', partPrefix .. ARGV[5]) == 1 then return {'existing'} end\n  local avail, resv, short, last, seg = plan_one(nil,"}}, false},
 	{"without both ZADDs", [][2]string{
 		{"  q[#q + 1] = pdlS\n  q[#q + 1] = member\n", ""},
 		{"  q[#q + 1] = offS\n  q[#q + 1] = id\n", ""}}, false},
 	{"with the record's head read first", [][2]string{
-		{"  local ck, xk, want = KEYS[3]", "  if order_kept(key) then return {'existing'} end\n  local ck, xk, want = KEYS[3]"}}, false},
+		{"  local ck, xk, want = CKEYS[1]", "  if order_kept(key) then return {'existing'} end\n  local ck, xk, want = CKEYS[1]"}}, false},
 	{"the plan only (reads, checks; no write)", [][2]string{
 		{"  if not zchecked[PENDING] then zset_ok(PENDING) end\n", "  do return {'short'} end\n"}}, false},
 	{"the plan, then the record SET", [][2]string{
-		{"  take_at(ck, xk, ARGV[7],", "  do return {'reserved', 1, 1} end\n  take_at(ck, xk, ARGV[7],"}}, false},
+		{"  take_at(ck, xk, ARGV[5],", "  do return {'reserved', 1, 1} end\n  take_at(ck, xk, ARGV[5],"}}, false},
 	{"an empty body (the group's frame)", [][2]string{
 		{"local key = KEYS[2]\n", "do return {'reserved', 1, 1} end\nlocal key = KEYS[2]\n"}}, false},
 }
@@ -189,7 +189,7 @@ func localCostGroups(t *testing.T, e *groupEnv) func(s *luaScript, per int, gene
 				t.Error(err)
 				return
 			}
-			calls[j] = &groupCall{keys: keys, args: args, done: make(chan struct{})}
+			calls[j] = newGroupCall(s, keys, args)
 		}
 		inv.sendGroup(ctx, home, s, token, calls)
 		for _, gc := range calls {

@@ -58,7 +58,7 @@ var takeCostCuts = []struct {
 }{
 	{"the script as it is", nil},
 	{"without its part record's SET", [][2]string{
-		{"if not part_new(pk, PNEW_STOCK, ARGV[7], take, off, deadlineS, true, offS) then", "if false then"}}},
+		{"if not part_new(pk, PNEW_STOCK, ARGV[5], take, off, deadlineS, true, offS) then", "if false then"}}},
 	{"without its pending-index ZADD", [][2]string{
 		{"  q[#q + 1] = pdlS\n  q[#q + 1] = member\n", ""}}},
 	{"without its redo ZADD", [][2]string{
@@ -66,7 +66,7 @@ var takeCostCuts = []struct {
 	{"the plan only (reads, checks; no write)", [][2]string{
 		{"  local offS, deadlineS = I(off), Idl(deadline)\n", "  do return 'pending:1:1:0' end\n  local offS, deadlineS = I(off), Idl(deadline)\n"}}},
 	{"an empty body (the group's frame)", [][2]string{
-		{"local one = #ARGV == 7\n", "do return 'pending:1:1:0' end\nlocal one = #ARGV == 7\n"}}},
+		{"local one = #CKEYS == 2\n", "do return 'pending:1:1:0' end\nlocal one = #CKEYS == 2\n"}}},
 }
 
 // TestTakeScriptInstructions counts, as TestLocalScriptInstructions does,
@@ -99,7 +99,7 @@ func TestTakeScriptInstructions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			calls[j] = &groupCall{keys: keys, args: args, done: make(chan struct{})}
+			calls[j] = newGroupCall(s, keys, args)
 		}
 		inv.sendGroup(ctx, e.n, s, token, calls)
 		for _, gc := range calls {
@@ -170,7 +170,7 @@ func TestStageScriptInstructions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			gcs[j] = &groupCall{keys: keys, args: args, done: make(chan struct{})}
+			gcs[j] = newGroupCall(stageTakeScript, keys, args)
 			blobs[j], recs[j] = [2]string{id, tok}, rec
 		}
 		if commit {

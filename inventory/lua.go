@@ -113,6 +113,11 @@ type luaScript struct {
 	text  string // what EVAL sends: the memory rule's shebang, then src
 	fn    any    // the name of its function (luafunc.go), what FCALL sends, boxed once for evalArgs
 	lib   string // its function library, what FUNCTION LOAD sends
+	// context, for a grouped script some of whose layouts have a context
+	// (group.go, "Contexts"): how many of the last keys and arguments of
+	// a call of nk keys and na arguments are its context (0, 0 for a
+	// layout without one); nil: no call has one.
+	context func(nk, na int) (ck, ca int)
 }
 
 // scripts lists every script built by newScript and its siblings, in the
@@ -168,6 +173,12 @@ func newGroupedScriptMem(name string, mem memRule, body string) *luaScript {
 	}
 	src := mustScript(name, body, epilogue, true)
 	return register(newLuaScript(&luaScript{name: name, write: mem != memRead, mem: mem, group: true, src: src}))
+}
+
+// withContext sets s's context rule (luaScript.context) and returns s.
+func (s *luaScript) withContext(rule func(nk, na int) (ck, ca int)) *luaScript {
+	s.context = rule
+	return s
 }
 
 // newLuaScript completes s (its source and memory rule set): its text,
@@ -308,7 +319,7 @@ func (inv *Inventory) exec(ctx context.Context, n *node.Node, s *luaScript, toke
 		if inv.opts.GroupCommit > 1 {
 			return inv.runGrouped(ctx, n, s, token, keys, args)
 		}
-		c := &groupCall{keys: keys, args: args, done: make(chan struct{})}
+		c := newGroupCall(s, keys, args)
 		inv.sendGroup(ctx, n, s, token, []*groupCall{c})
 		return c.reply, c.seq, c.err
 	}

@@ -142,7 +142,7 @@ func cutScript(t testing.TB, s *luaScript, cuts ...[2]string) *luaScript {
 		}
 		src = strings.Replace(src, c[0], c[1], 1)
 	}
-	return newLuaScript(&luaScript{name: s.name, write: s.write, mem: s.mem, group: s.group, src: src})
+	return newLuaScript(&luaScript{name: s.name, write: s.write, mem: s.mem, group: s.group, context: s.context, src: src})
 }
 
 // The prelude's names for the pending index, the redo offsets hash and a

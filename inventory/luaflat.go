@@ -15,11 +15,16 @@ import (
 // (counted under callgrind: two tables filled by unpack, and the
 // garbage collection they bring) — more than a Redis command inside it.
 // So a grouped script's body is rewritten when the script is built: it
-// becomes body(kb, ab, nk, na), where the call's keys start after KEYS[kb
+// becomes body(kb, ab, nk, na, …), where the call's keys start after KEYS[kb
 // + 1] and its arguments after ARGV[ab + 3] (nk keys, na arguments), and
 //   - KEYS[e] becomes KEYS[kb + e], ARGV[e] becomes ARGV[ab + e];
 //   - #KEYS becomes (nk + 1), #ARGV becomes (na + 3) (what a lone call
 //     would count);
+//   - CKEYS[e] becomes KEYS[cb + e], CARGV[e] becomes ARGV[ca + e], #CKEYS
+//     becomes cnk and #CARGV cna: the call's context (its last cnk keys
+//     and cna arguments, which a group sends once for a run of calls that
+//     share them: group.go, "Contexts"; body(kb, ab, nk, na, cb, ca, cnk,
+//     cna), nk and na its own counts, without the context's);
 //   - a bare KEYS or ARGV stays the group's whole table: a body passes
 //     one to a helper only with kb or ab added to the position it names
 //     (plan_parts(KEYS, ARGV, kb + 3, ab + 13, …)), and a lone body is
@@ -38,30 +43,49 @@ func flatBody(body string) (string, error) {
 	var b strings.Builder
 	last := 0
 	for i, t := range toks {
-		if t.kind != 'n' || t.field || (t.s != "KEYS" && t.s != "ARGV") {
+		if t.kind != 'n' || t.field {
 			continue
 		}
-		base, count, own := "kb", "(nk + 1)", 2
-		if t.s == "ARGV" {
-			base, count, own = "ab", "(na + 3)", 4
+		f, ok := flatNames[t.s]
+		if !ok {
+			continue
 		}
 		switch {
 		case i > 0 && toks[i-1].kind == 'p' && toks[i-1].s == "#":
 			b.WriteString(body[last:toks[i-1].at])
-			b.WriteString(count)
+			b.WriteString(f.count)
 			last = t.at + len(t.s)
 		case i+1 < len(toks) && toks[i+1].kind == 'p' && toks[i+1].s == "[":
-			if err := flatIndexOK(toks[i:], own); err != nil {
+			if err := flatIndexOK(toks[i:], f.own); err != nil {
 				return "", err
 			}
-			open := toks[i+1].at + 1
-			b.WriteString(body[last:open])
-			b.WriteString(base + " + ")
-			last = open
+			b.WriteString(body[last:t.at])
+			b.WriteString(f.table + "[" + f.base + " + ")
+			last = toks[i+1].at + 1
+		case f.table != t.s:
+			return "", fmt.Errorf("%s: a context is read by position only (CKEYS[e], CARGV[e], #CKEYS, #CARGV)", t.s)
 		}
 	}
 	b.WriteString(body[last:])
 	return b.String(), nil
+}
+
+// flatName is how flatBody rewrites one of the names it offsets: name[e]
+// becomes table[base + e], #name becomes count; own is the first
+// position an index may name (KEYS[1] and ARGV[1..3] are the stamp and
+// the header).
+type flatName struct {
+	table, base, count string
+	own                int
+}
+
+// flatNames are the names flatBody rewrites: the call's own keys and
+// arguments, and its context's (group.go, "Contexts").
+var flatNames = map[string]flatName{
+	"KEYS":  {"KEYS", "kb", "(nk + 1)", 2},
+	"ARGV":  {"ARGV", "ab", "(na + 3)", 4},
+	"CKEYS": {"KEYS", "cb", "cnk", 1},
+	"CARGV": {"ARGV", "ca", "cna", 1},
 }
 
 // flatIndexOK checks the index of toks[0] (KEYS or ARGV, toks[1] its
@@ -126,4 +150,15 @@ func luaLooserThanAdd(t luaTok) bool {
 		return t.kind == 'n'
 	}
 	return false
+}
+
+// contextName is the first name of a call's context (CKEYS, CARGV) that
+// body reads, "" when none: only a grouped body has a context.
+func contextName(body string) string {
+	for _, t := range luaTokens(body) {
+		if t.kind == 'n' && !t.field && (t.s == "CKEYS" || t.s == "CARGV") {
+			return t.s
+		}
+	}
+	return ""
 }

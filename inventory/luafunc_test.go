@@ -139,7 +139,7 @@ func TestFunctionLibraryRule(t *testing.T) {
 	}
 	top := lib[:len(lib)-len(main)]
 	for _, want := range []string{"\nlocal function take_stock(", "\nlocal PENDING, REDO_OFFSETS, PART_GRACE = ", "\nlocal I, Idl, Iq\ndo\n", "\nlocal Nttl, Nqty, Nret\ndo\n",
-		"\nlocal reserved_head = head_memo('reserved')\n", "\nlocal function body(kb, ab, nk, na)\n"} {
+		"\nlocal reserved_head = head_memo('reserved')\n", "\nlocal function body(kb, ab, nk, na, cb, ca, cnk, cna)\n"} {
 		if !strings.Contains(top, want) {
 			t.Errorf("the local reserve's library does not define %q once, at its level", strings.TrimSpace(want))
 		}
@@ -252,7 +252,7 @@ func TestPartDeadlineIsPerCall(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := &groupCall{keys: keys, args: args, done: make(chan struct{})}
+		c := newGroupCall(reserveScript, keys, args)
 		inv.sendGroup(ctx, e.n, reserveScript, token, []*groupCall{c})
 		if c.err != nil {
 			t.Fatal(c.err)

@@ -208,6 +208,8 @@ func (l *luaLib) script(body, epilogue string, grouped bool) (string, error) {
 		if body, err = flatBody(body); err != nil {
 			return "", err
 		}
+	} else if n := contextName(body); n != "" {
+		return "", fmt.Errorf("%s: only a grouped script's calls have a context (group.go, \"Contexts\")", n)
 	}
 	need := map[int]bool{}
 	l.need(body, need)
@@ -233,7 +235,7 @@ func (l *luaLib) script(body, epilogue string, grouped bool) (string, error) {
 	}
 	b.WriteString(markBody)
 	if grouped {
-		b.WriteString(groupHeaderKA + "local function body(kb, ab, nk, na)\n")
+		b.WriteString(groupHeaderKA + "local function body(kb, ab, nk, na, cb, ca, cnk, cna)\n")
 	} else {
 		b.WriteString("\nlocal function body(KEYS, ARGV)\nlocal kb, ab = 0, 0\n")
 	}

@@ -18,10 +18,12 @@ import (
 // it names itself (PENDING and REDO_OFFSETS of lua/prelude.lua), as every
 // reserve script does (localScript).
 // A call of one stock part (the usual one) comes in a short layout
-// (reserveCall): KEYS 2 its part key, 3 counter, 4 redo queue; ARGV 4
-// the part deadline, 5 its id, 6 its want, 7 the second piece of its
-// record's template (the first, a pending stock part's, the script knows:
-// PNEW_STOCK in lua/part_codec.lua). Any other comes in the general layout:
+// (reserveCall): KEYS 2 its part key; ARGV 4 its id, 5 the second piece
+// of its record's template (the first, a pending stock part's, the
+// script knows: PNEW_STOCK in lua/part_codec.lua); and a context, which
+// no other layout has (group.go, "Contexts"): CKEYS 1 its counter, 2 its
+// redo queue, CARGV 1 the part deadline, 2 its want. Any other comes in
+// the general layout:
 //
 // ARGV: 4 order id (no line of the script reads it: it names the order
 // to the injected faults, ScriptCall.Args[0]), 5 part deadline
@@ -48,7 +50,7 @@ import (
 // that would have been taken answer "none" (the refusal is for good,
 // take.go's refusal, so nothing of the call is rolled back or reaches the
 // redo log; soldout.go).
-var reserveScript = newGroupedScript("reserve", true, luaFile("reserve.lua"))
+var reserveScript = newGroupedScript("reserve", true, luaFile("reserve.lua")).withContext(reserveContext)
 
 // settleScript moves parts of one node from pending to confirmed or
 // cancelled, each at most once (compare-and-set on the part state).

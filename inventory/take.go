@@ -465,8 +465,11 @@ func (inv *Inventory) batchResult(n *node.Node, reqs []partReq, v any, err error
 // reserveCall is the reserve script's keys and arguments for reqs. The
 // parts' keys and record templates are cut from one string. A call of one
 // stock part, the usual one, goes in the script's short layout: the
-// part's key, counter and redo queue; the deadline, the part's id and
-// want, and its record template's second piece. The general layout's
+// part's key, then its context's keys (its counter and redo queue); its
+// id and its record template's second piece, then its context's
+// arguments (the deadline and its want). The context is what the takes
+// of a hot SKU share, which a group sends once for a run of them
+// (group.go). The general layout's
 // order id (which the script never reads), kind and redo queue (which the
 // keys have), and the template's first piece (a pending stock part's,
 // which the script knows) are left out: four arguments fewer, each of
@@ -485,11 +488,22 @@ func reserveCall(orderID, token string, deadline partDue, reqs []partReq) ([]str
 		box := newArgBox(4, 1, 3, 4)
 		keys := append(box.keySlice(), c.next(s), r.ck, r.queue)
 		c.next(s) // the template's first piece: a pending stock part's, which the script knows (PNEW_STOCK)
-		args := append(box.argSlice(), box.str(deadline.arg()), box.str(r.ID), box.int(r.Qty), box.str(c.next(s)))
+		args := append(box.argSlice(), box.str(r.ID), box.str(c.next(s)), box.str(deadline.arg()), box.int(r.Qty))
 		return keys, args, nil
 	}
 	keys, args := reserveGeneralArgs(orderID, deadline, reqs, s, c)
 	return keys, args, nil
+}
+
+// reserveContext is reserveScript's context rule (group.go, "Contexts"):
+// the short layout's (reserveCall: the only one with 4 arguments, the
+// general layout's being 2 + 6 per part) is its last 2 keys and 2
+// arguments; the general layout has none.
+func reserveContext(nk, na int) (int, int) {
+	if na == 4 {
+		return 2, 2
+	}
+	return 0, 0
 }
 
 // reserveGeneralArgs is reserveCall's keys and arguments in the reserve

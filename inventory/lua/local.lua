@@ -4,14 +4,15 @@ local key = KEYS[2]
 -- its holes: created, then each part's offset (none for a quota part);
 -- it replaces a failed or moved record, reserved: no TTL until decided
 -- (orderrec.go)
-if #KEYS == 4 then
-  -- one stock part (one item, no user), in the call's short layout
-  -- (localOneCall: KEYS 3 its counter, 4 its redo queue; ARGV 4 ttl, 5
-  -- and 6 the record's template up to the part's offset, 7 the part's id,
-  -- 8 its quantity, and 9 the template's tail after the offset, only when
-  -- it is not LOCAL_TAIL, the tail of a part with no incarnation and the
-  -- id the reserve paths derive, which every local part is; the general
-  -- layout's keys come in threes, so it never has 4): plan_one and
+if #CKEYS == 2 then
+  -- one stock part (one item, no user), in the call's short layout, the
+  -- only one with a context (localOneCall: ARGV 4 the record's template
+  -- up to its created, 5 the part's id, and 6 the template's tail after
+  -- the offset, only when it is not LOCAL_TAIL, the tail of a part with
+  -- no incarnation and the id the reserve paths derive, which every local
+  -- part is; CKEYS 1 its counter, 2 its redo queue; CARGV 1 ttl, 2 the
+  -- template between its created and the part's offset, 3 the part's
+  -- quantity): plan_one and
   -- take_stock, without the plan's tables; the part is inline (no record
   -- of its own: the order record holds it, inline.go), as every stock part
   -- of this script is, so it has no key to send. The record is set only
@@ -20,8 +21,8 @@ if #KEYS == 4 then
   -- exists, reads the record's head and answers as the general path below
   -- does: {'existing'} for a record to keep, with nothing written. The
   -- script is atomic, so no one sees these steps in another order.
-  local times = local_times(ARGV[4]) -- deadline, part deadline, reply head
-  local ck, xk, want = KEYS[3], KEYS[4], Nqty(ARGV[8])
+  local times = local_times(CARGV[1]) -- deadline, part deadline, reply head
+  local ck, xk, want = CKEYS[1], CKEYS[2], Nqty(CARGV[3])
   local avail, resv, short, last, seg = plan_one(nil, ck, xk, want, '')
   if not avail then
     if order_kept(key) then return {'existing'} end
@@ -36,15 +37,15 @@ if #KEYS == 4 then
   local off = (last or offtab[REDO_OFFSETS][xk][1]) + 1
   local offS = I(off)
   local tail = LOCAL_TAIL
-  if #ARGV == 9 then tail = ARGV[9] end
-  local rec = ARGV[5] .. nowS .. ARGV[6] .. offS .. tail
+  if #ARGV == 6 then tail = ARGV[6] end
+  local rec = ARGV[4] .. nowS .. CARGV[2] .. offS .. tail
   if redis.call('SETNX', key, rec) == 0 then
     if order_kept(key) then return {'existing'} end
     set_value(key, rec, false)
   end
   -- take_stock's writes, its offset and string at hand (its part inline:
   -- no record)
-  take_at(ck, xk, ARGV[7], avail, resv, off, offS, seg or redo_seg(xk, off), times[2], pend_pos(xk, offS))
+  take_at(ck, xk, ARGV[5], avail, resv, off, offS, seg or redo_seg(xk, off), times[2], pend_pos(xk, offS))
   return times[3] .. ':' .. offS
 end
 local np = (#KEYS - 2) / 3

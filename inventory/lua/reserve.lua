@@ -1,12 +1,11 @@
 
 -- one stock part (an order's only part on this node, the usual case) in
--- the call's short layout (reserveCall: KEYS 2 to 4 its part key,
--- counter and redo queue; ARGV 4 the deadline, 5 its id, 6 its want, 7
--- the second piece of its record's template, the first being a pending
--- stock part's, PNEW_STOCK): 7 arguments, which the general layout (5,
--- then 6 per part) never has
-local one = #ARGV == 7
-local deadline = part_due(one and ARGV[4] or ARGV[5])
+-- the call's short layout, the only one with a context (reserveCall:
+-- KEYS 2 its part key; ARGV 4 its id, 5 the second piece of its record's
+-- template, the first being a pending stock part's, PNEW_STOCK; CKEYS 1
+-- its counter, 2 its redo queue; CARGV 1 the deadline, 2 its want)
+local one = #CKEYS == 2
+local deadline = part_due(one and CARGV[1] or ARGV[5])
 local np = (#KEYS - 1) / 3
 -- fails now, before any write, if the index is not a sorted set
 -- (zset_ok's test inline: a Lua call costs the node about 600
@@ -20,7 +19,7 @@ if one then
   -- reads the part as the plan below does first, and answers the same.
   -- The script is atomic, so no one sees these steps in another order
   -- (TestTakeOneAsPlan holds the two against each other on a node).
-  local pk, ck, xk, id, want = KEYS[2], KEYS[3], KEYS[4], ARGV[5], Nqty(ARGV[6])
+  local pk, ck, xk, id, want = KEYS[2], CKEYS[1], CKEYS[2], ARGV[4], Nqty(CARGV[2])
   -- the usual order of a group: an earlier call checked the counter, the
   -- queue's offsets and its segment (take_ready, as plan_one does); else
   -- field by field, through the helpers
@@ -54,10 +53,10 @@ if one then
     if serr then return part_held(pk) or serr end
   end
   local offS, deadlineS = I(off), Idl(deadline)
-  if not part_new(pk, PNEW_STOCK, ARGV[7], take, off, deadlineS, true, offS) then
+  if not part_new(pk, PNEW_STOCK, ARGV[5], take, off, deadlineS, true, offS) then
     local h = part_held(pk)
     if h then return h end
-    part_new(pk, PNEW_STOCK, ARGV[7], take, off, deadlineS, false, offS) -- a key without a state: written over, as below
+    part_new(pk, PNEW_STOCK, ARGV[5], take, off, deadlineS, false, offS) -- a key without a state: written over, as below
   end
   take_at(ck, xk, id, avail - take, resv + take, off, offS, seg, deadlineS, pend_pos(xk, offS))
   -- one string, not a table (prelude.lua, reserved_head says why): the
