@@ -203,21 +203,24 @@ import (
 // path needs a stable topology, so no quota is counted
 // on a previous node). A stage with no part on the home (the usual one:
 // the stock is on other nodes) comes in a short layout (stageTakeCall):
-// ARGV 4 ttl, 5 retention, 6 and 7 the record's pieces, 8 the mutation;
-// the order id, part deadline and user, which only parts read, are left
-// out, and so is the token, which the record's first piece holds. So
-// does a stage of one stock part on the home, for an order with no user
-// and no mutation: the same, then 9 the part's id, 10 its want, 11 its
-// template's second piece (the first is a pending stock part's, which the
-// script knows: PNEW_STOCK); its deadline is the order's plus partGrace,
-// as stageDeadline's hold says.
+// ARGV 4 the record's first piece, and a context (group.go, "Contexts";
+// stageContext), which the general layout never has: CARGV 1 ttl, 2
+// retention, 3 the record's second piece, 4 the mutation; the order id,
+// part deadline and user, which only parts read, are left out, and so is
+// the token, which the record's first piece holds. So does a stage of
+// one stock part on the home, for an order with no user and no mutation:
+// KEYS 3 the part's key, ARGV 5 its id, 6 its template's second piece
+// (the first is a pending stock part's, which the script knows:
+// PNEW_STOCK); CKEYS 1 its counter, 2 its redo queue, CARGV 5 its want;
+// its deadline is the order's plus partGrace, as stageDeadline's hold
+// says.
 //
 // Returns "staged:<deadline ms>:<offset>…", an offset per part (one string,
 // as the local reserve answers: lua/prelude.lua's staged_head), or, writing nothing,
 // {"existing", status, token} (the order has a record: the general path
 // handles it) or {"short"} (a part cannot be met in full, or a limited SKU
 // has no user).
-var stageTakeScript = newGroupedScript("stage-take", true, luaFile("stage_take.lua"))
+var stageTakeScript = newGroupedScript("stage-take", true, luaFile("stage_take.lua")).withContext(stageContext)
 
 // probeScript reads promised parts of one staged order on one node.
 //

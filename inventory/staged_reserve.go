@@ -329,11 +329,13 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 		// the short layout: no order id, part deadline or user, which
 		// only the home's parts read, and no token, which the record's
 		// first piece holds (lua/stage_take.lua); the home's one stock
-		// part, if any, after them: its deadline is the order's plus
-		// partGrace (stageDeadline), which the script adds itself, and
-		// its template's first piece a pending stock part's, which the
-		// script knows (the pieces: the order key, the record's two, the
-		// part key, the template's two)
+		// part, if any: its deadline is the order's plus partGrace
+		// (stageDeadline), which the script adds itself, and its
+		// template's first piece a pending stock part's, which the
+		// script knows. The order's own keys and arguments, then the
+		// context (stageContext: what the stages of a hot SKU share).
+		// (The pieces: the order key, the record's two, the part key,
+		// the template's two.)
 		var box argBox
 		if one {
 			box = newArgBox(5, 3, 4, 8)
@@ -341,18 +343,37 @@ func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation
 			box = newArgBox(3, 2, 1, 5) // the no-part stage's, in the smaller box
 		}
 		keys := append(box.keySlice(), c.next(s))
-		args := append(box.argSlice(), box.int(ms(ttl)), box.int(retention),
-			box.str(c.next(s)), box.str(c.next(s)), box.str(string(mutation)))
+		head, mid := c.next(s), c.next(s)
+		args := append(box.argSlice(), box.str(head))
 		if one {
 			r := reqs[0]
 			keys = append(keys, c.next(s), r.ck, r.queue)
 			c.next(s) // the template's first piece
-			args = append(args, box.str(r.ID), box.int(r.Qty), box.str(c.next(s)))
+			args = append(args, box.str(r.ID), box.str(c.next(s)))
+		}
+		args = append(args, box.int(ms(ttl)), box.int(retention), box.str(mid), box.str(string(mutation)))
+		if one {
+			args = append(args, box.int(reqs[0].Qty))
 		}
 		return keys, args, rec, nil
 	}
 	keys, args := stageGeneralArgs(orderID, token, due, mutation, ttl, retention, userID, reqs, s, c)
 	return keys, args, rec, nil
+}
+
+// stageContext is stageTakeScript's context rule (group.go, "Contexts"):
+// the short layout of no part (1 key and 5 arguments) has the last 4
+// arguments, the one of one part (4 keys and 8 arguments) the last 2
+// keys and 5 arguments; the general layout (1 + 3 keys per part, 9 + 5
+// arguments per part) has none.
+func stageContext(nk, na int) (int, int) {
+	switch {
+	case nk == 1 && na == 5:
+		return 0, 4
+	case nk == 4 && na == 8:
+		return 2, 5
+	}
+	return 0, 0
 }
 
 // stagePieces are the pieces stageTakeCall cuts a call from (s, its

@@ -174,6 +174,12 @@ local function order_commit_staged(key, tok, packed)
     '\029' .. user .. '\029' .. leaseS .. '\029' .. I(now - created))
   return created, dlS, leaseS
 end
+-- reserved_at_of(createdS): I(now - created), kept for the last
+-- createdS (memo): the carried commits of a group mostly come from the
+-- stages of one earlier script call, of one created, and a tonumber is a
+-- strtod (about 1,100 instructions), a format about 1,000. It reads now,
+-- so it is made afresh per script call.
+local reserved_at_of = memo(function(createdS) return I(now - tonumber(createdS)) end)
 -- order_commit_exact(key, staged, prefix, createdS) is a carried
 -- commit's (carry.go): when the value at key is exactly staged, the
 -- staging record the caller's stage wrote (created createdS), it writes
@@ -187,6 +193,6 @@ end
 -- instructions).
 local function order_commit_exact(key, staged, prefix, createdS)
   if redis.pcall('GET', key) ~= staged then return nil end
-  redis.call('SET', key, prefix .. I(now - tonumber(createdS)))
+  redis.call('SET', key, prefix .. reserved_at_of(createdS))
   return true
 end

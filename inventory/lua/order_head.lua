@@ -69,11 +69,11 @@ local function order_stage_head(key, takeover, tok)
   end
   return status, token, takeover and status == 'failed' and token ~= tok
 end
--- stage_tok(at, head, tok5) is the stage's token (lua/stage_take.lua):
--- tok5, its ARGV[5], in the general layout (at 0); in a short one, what
--- the record's first piece, head, holds between its status code and its
--- GS (appendOrderHead), which the call does not send again.
-local function stage_tok(at, head, tok5)
-  if at == 0 then return tok5 end
+-- stage_tok(short, head, tok5) is the stage's token (lua/stage_take.lua):
+-- tok5, its ARGV[5], in the general layout; in a short one, what the
+-- record's first piece, head, holds between its status code and its GS
+-- (appendOrderHead), which the call does not send again.
+local function stage_tok(short, head, tok5)
+  if not short then return tok5 end
   return string.sub(head, 2, -2)
 end
