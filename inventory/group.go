@@ -74,12 +74,12 @@ import (
 // equal, value by value), after the run's last call's own keys and
 // arguments; the body reads it as CKEYS and CARGV (luaflat.go), the same
 // values for every call of the run. (Last, so that a call's first key
-// still names what it is about: the injected faults read it.) Every key or argument a group sends
-// costs the node about 1,100 instructions (parsing it, a Lua string, its
-// garbage), so the usual take and the usual local reserve of a hot SKU
-// send 3 of them per order where they sent 7 and 8. It changes nothing a
-// call reads: a call reads its context's values whichever call of its run
-// brought them.
+// still names what it is about: the injected faults read it.) Every key
+// or argument a group sends costs the node about 800 instructions
+// (parsing it, a Lua string that hashes every byte, its garbage), so the
+// usual take and the usual local reserve of a hot SKU send 3 of them per
+// order where they sent 7 and 8. It changes nothing a call reads: a call
+// reads its context's values whichever call of its run brought them.
 
 // groupInFlight is how many groups may be under way on one node at once,
 // whichever their scripts: while one runs, the next fills.
@@ -233,6 +233,7 @@ func argEqual(a, b any) bool {
 	return false
 }
 
+// argString is v's string when v is a string or a pointer to one.
 func argString(v any) (string, bool) {
 	switch x := v.(type) {
 	case string:
@@ -243,6 +244,7 @@ func argString(v any) (string, bool) {
 	return "", false
 }
 
+// argInt is v's integer when v is an int64 or a pointer to one.
 func argInt(v any) (int64, bool) {
 	switch x := v.(type) {
 	case int64:

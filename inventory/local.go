@@ -308,10 +308,11 @@ func localGeneralCall(parts []part, orderID, token, digest, userID string, ttl t
 // when it is not localTail, then its context's arguments (the TTL, the
 // record's template's piece between its created and the part's offset,
 // the part's quantity). The context is what the orders of a hot SKU
-// share, which a group sends once for a run of them (group.go). It sends neither the part's key (the part is inline: the
-// script never reads its key), nor its kind, nor an empty user, nor the
-// usual tail: four keys and arguments fewer than the general layout,
-// each of which costs the node about 1 000 instructions in a group call.
+// share, which a group sends once for a run of them (group.go). It
+// sends neither the part's key (the part is inline: the script never
+// reads its key), nor its kind, nor an empty user, nor the usual tail:
+// four keys and arguments fewer than the general layout, each of which
+// costs the node about 800 instructions in a group call.
 func localOneCall(parts []part, orderID, token, digest string, ttl time.Duration, r partReq) ([]string, []any, []part, error) {
 	p := r.part
 	p.Redo = r.queue
