@@ -216,19 +216,13 @@ func sameContext(a, b *groupCall) bool {
 // them) or both integers (or pointers to them), of one value. Any other
 // pair is not sure, and is reported unequal: the two are sent each.
 func argEqual(a, b any) bool {
-	switch x := a.(type) {
-	case string:
+	if x, ok := argString(a); ok {
 		y, ok := argString(b)
 		return ok && x == y
-	case *string:
-		y, ok := argString(b)
-		return ok && *x == y
-	case int64:
+	}
+	if x, ok := argInt(a); ok {
 		y, ok := argInt(b)
 		return ok && x == y
-	case *int64:
-		y, ok := argInt(b)
-		return ok && *x == y
 	}
 	return false
 }
@@ -319,22 +313,16 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 	a := s.evalArgs(nk, na)
 	a = append(a, stampKeyArg)
 	for i, c := range calls {
-		if runEnds(calls, i) {
-			a = a.keys(c.keys)
-		} else {
-			a = a.keys(c.keys[:len(c.keys)-c.ck])
-		}
+		keys, _ := c.sent(runEnds(calls, i))
+		a = a.keys(keys)
 	}
 	for _, c := range carried {
 		a = append(a, orderKey(c.orderID))
 	}
 	a = append(a, &h.name, &h.token, partKeyPrefixArg, &h.counts)
 	for i, c := range calls {
-		if runEnds(calls, i) {
-			a = append(a, c.args...)
-		} else {
-			a = append(a, c.args[:len(c.args)-c.ca]...)
-		}
+		_, args := c.sent(runEnds(calls, i))
+		a = append(a, args...)
 	}
 	if s.write {
 		for j := range carried { // pointers, as evalArgs.keys sends keys
@@ -362,6 +350,16 @@ func (inv *Inventory) sendGroup(ctx context.Context, n *node.Node, s *luaScript,
 		}
 		close(c.done)
 	}
+}
+
+// sent is the keys and arguments c puts on its group's command line: all
+// of them when it ends its run (ends: it sends the run's context), else
+// its own, without the context.
+func (c *groupCall) sent(ends bool) ([]string, []any) {
+	if ends {
+		return c.keys, c.args
+	}
+	return c.keys[:len(c.keys)-c.ck], c.args[:len(c.args)-c.ca]
 }
 
 // runEnds reports whether calls[i] is the last call of its run (the next

@@ -469,11 +469,11 @@ func (inv *Inventory) batchResult(n *node.Node, reqs []partReq, v any, err error
 // id and its record template's second piece, then its context's
 // arguments (the deadline and its want). The context is what the takes
 // of a hot SKU share, which a group sends once for a run of them
-// (group.go). The general layout's
-// order id (which the script never reads), kind and redo queue (which the
-// keys have), and the template's first piece (a pending stock part's,
-// which the script knows) are left out: four arguments fewer, each of
-// which costs the node about 1 000 instructions in a group call.
+// (group.go). The general layout's order id (which the script never
+// reads), kind and redo queue (which the keys have), and the template's
+// first piece (a pending stock part's, which the script knows) are left
+// out: four arguments fewer, each of which costs the node about 800
+// instructions in a group call.
 func reserveCall(orderID, token string, deadline partDue, reqs []partReq) ([]string, []any, error) {
 	var endsArr [24]int
 	ends := endsArr[:0]

@@ -19,12 +19,13 @@ local ttlS, retS, ra, rb, mut
 -- deadline says for a stage with no fault hook's mutation:
 -- stageDeadline)
 local short, short1 = #CARGV > 0, false
-local pk, ck, xk = KEYS[3], KEYS[4], KEYS[5] -- a first part's keys
+local pk, ck, xk -- the first part's keys, when the home has a part
 if short then
   ttlS, retS, ra, rb, mut = CARGV[1], CARGV[2], ARGV[4], CARGV[3], CARGV[4]
-  if #CARGV == 5 then short1, np, ck, xk = true, 1, CKEYS[1], CKEYS[2] end
+  if #CARGV == 5 then short1, np, pk, ck, xk = true, 1, KEYS[3], CKEYS[1], CKEYS[2] end
 else
   ttlS, retS, ra, rb, mut = ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12]
+  if np > 0 then pk, ck, xk = KEYS[3], KEYS[4], KEYS[5] end
 end
 -- the pending index must be a sorted set when a part goes into it; like
 -- the plan's checks, this one may refuse a call whose order has a record
