@@ -152,4 +152,10 @@ func TestPreludeConstantsMatchGo(t *testing.T) {
 	if !strings.Contains(luaFile("prelude.lua"), want) {
 		t.Fatalf("lua/prelude.lua does not define %q", want)
 	}
+	if want := fmt.Sprintf("local REDO_PAD, REDO_PAD_TEXT = '%s', '%s'\n", RedoOffsetsPad, redoOffsetsPadText); !strings.Contains(luaFile("prelude.lua"), want) {
+		t.Fatalf("lua/prelude.lua does not define %q", want)
+	}
+	if len(redoOffsetsPadText) <= 64 {
+		t.Fatalf("redoOffsetsPadText is %d bytes: a listpack holds values of up to 64", len(redoOffsetsPadText))
+	}
 }

@@ -57,6 +57,33 @@ import (
 // the 32-offset segments: do not go back to one before the log is
 // landed and trimmed (README, "Upgrading shardis").
 
+// The offsets hash's encoding. A script call reads a queue's two fields
+// (its head and its first offset in the segments) once per queue, and
+// writes the head back once: with the default 50 queues the hash has 100
+// short fields, which Redis keeps as a listpack (up to
+// hash-max-listpack-entries, 128, and values of at most
+// hash-max-listpack-value, 64 bytes) and walks from its start for each
+// field, about 11,000 node instructions per part on the 3-item rows,
+// whose orders' SKUs differ from call to call (callgrind: every new SKU
+// of a call reads its queue's fields afresh). Field [RedoOffsetsPad]
+// holds redoOffsetsPadText, longer than 64 bytes, so Redis keeps the
+// hash as a hash table, for good: a field is then one lookup. The first
+// script call that records a queue's first offset (flush, lua/prelude.lua)
+// and every stock load (lua/load.lua) set it when it is missing; nothing
+// reads it, and [RedoHeads] leaves it out. It only makes the node
+// faster: a hash without it (a node whose queues all had their first
+// offsets before this release, until its next stock load) reads the same.
+
+// RedoOffsetsPad is the field of [RedoOffsetsKey] that is neither a
+// queue's head nor its first offset: its value, redoOffsetsPadText, is
+// there only to keep the hash a hash table (see above).
+const RedoOffsetsPad = "~encoding"
+
+// redoOffsetsPadText is RedoOffsetsPad's value (REDO_PAD_TEXT of
+// lua/prelude.lua): over 64 bytes, so that Redis does not keep the hash
+// as a listpack.
+const redoOffsetsPadText = "over 64 bytes, so that Redis keeps this hash as a hash table: one lookup per field, not a walk (inventory/redolog.go)"
+
 // redoSegmentSize is how many consecutive offsets one segment of a queue
 // holds (REDO_SEG of lua/redo_log.lua); redoSegmentSizeV1 is the release
 // before's (REDO_SEG_V1).
@@ -79,19 +106,19 @@ func redoSegmentKeyV1(queueKey string, off int64) string {
 
 // RedoFirstSuffix ends the field of [RedoOffsetsKey] that holds a queue's
 // first offset in 32-offset segments (the queue's key, then this:
-// redo_first_field of lua/prelude.lua); every other field is a queue's
-// head ([RedoHeads]).
+// redo_first_field of lua/prelude.lua); every other field but
+// [RedoOffsetsPad] is a queue's head ([RedoHeads]).
 const RedoFirstSuffix = ":s"
 
 // RedoHeads returns the queue heads (queue key → last offset handed out)
 // in fields, a node's [RedoOffsetsKey] hash as HGETALL reads it, leaving
 // out its other fields (a queue's first offset in the segments of this
-// release: redolog.go). A head that is not an integer is an ErrCorrupt
-// error naming the field.
+// release, and [RedoOffsetsPad]: redolog.go). A head that is not an
+// integer is an ErrCorrupt error naming the field.
 func RedoHeads(node string, fields map[string]string) (map[string]int64, error) {
 	heads := make(map[string]int64, len(fields))
 	for q, h := range fields {
-		if strings.HasSuffix(q, RedoFirstSuffix) {
+		if strings.HasSuffix(q, RedoFirstSuffix) || q == RedoOffsetsPad {
 			continue
 		}
 		head, err := strconv.ParseInt(h, 10, 64)

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -19,7 +20,8 @@ import (
 // (redistest.UnderCallgrind), counters zeroed after 5 warm-up calls and
 // dumped after 40 more. It prints the entry as it is and the frame alone
 // (an entry that only answers: the call, its keys and arguments, the
-// clock, the loop). Counts hardly move with the machine's load, so the two
+// clock, the loop), then the entry again, each of a SKU no other entry of
+// its call has (one of 1,000), as the 3-item rows' are. Counts hardly move with the machine's load, so the two
 // scripts' difference shows where timings cannot. It is a measure, not a
 // check: it runs only with SHARDIS_CALLGRIND set and valgrind installed,
 // e.g.
@@ -31,21 +33,30 @@ func TestFloorScriptInstructions(t *testing.T) {
 	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer c.Close()
-	if err := c.HSet(ctx, floorStock(floorHotSKU), "available", "1000000000", "reserved", "0").Err(); err != nil {
-		t.Fatal(err)
+	const skus = 1000 // the cold SKUs, "0" to "999"
+	for _, sku := range append([]string{floorHotSKU}, coldSKUs(skus)...) {
+		if err := c.HSet(ctx, floorStock(sku), "available", "1000000000", "reserved", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	per, calls := redistest.CallgrindGroup(), 40
 	seq := 0
+	cold := false
 	// call sends one call of per entries of script s: an order id as long
-	// as a minted one, its record next to the stock
+	// as a minted one, its record next to the stock (of the hot SKU, or,
+	// when cold, of a SKU no other entry of the call has, as the 3-item
+	// rows' are)
 	call := func(s *redis.Script) {
 		keys := []string{floorPending, floorOffsets}
 		args := []any{"600000", "604800"}
 		for range per {
 			seq++
-			id := fmt.Sprintf("n1-%012d%08x", seq, seq)
-			keys = append(keys, "floor:order:"+id, floorStock(floorHotSKU), floorRedo(floorHotSKU))
-			args = append(args, "t", id+".0", "reserved|n1:"+floorHotSKU+":1")
+			id, sku := fmt.Sprintf("n1-%012d%08x", seq, seq), floorHotSKU
+			if cold {
+				sku = strconv.Itoa(seq * 7919 % skus)
+			}
+			keys = append(keys, "floor:order:"+id, floorStock(sku), floorRedo(sku))
+			args = append(args, "t", id+".0", "reserved|n1:"+sku+":1")
 		}
 		if err := s.Run(ctx, c, keys, args...).Err(); err != nil {
 			t.Fatal(err)
@@ -68,4 +79,15 @@ func TestFloorScriptInstructions(t *testing.T) {
 	frame := strings.Replace(floorScript, loop, "  if true then\n    out[#out + 1] = 1\n  elseif mode == 'r' then\n", 1)
 	fmt.Printf("%-55s %7.0f instructions/entry\n", "the floor's entry (a record next to the stock)", perEntry(redis.NewScript(floorScript)))
 	fmt.Printf("%-55s %7.0f instructions/entry\n", "its frame (the entry only answers)", perEntry(redis.NewScript(frame)))
+	cold = true
+	fmt.Printf("%-55s %7.0f instructions/entry\n", "cold SKU: the floor's entry", perEntry(redis.NewScript(floorScript)))
+}
+
+// coldSKUs is SKUs "0" to n-1.
+func coldSKUs(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = strconv.Itoa(i)
+	}
+	return out
 }

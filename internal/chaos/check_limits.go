@@ -130,6 +130,9 @@ func checkRedo(rep *Report, st *state) {
 			queues[q] = true
 		}
 		for f, v := range ns.redoOffsets {
+			if f == inventory.RedoOffsetsPad {
+				continue // no queue's: it keeps the hash a hash table
+			}
 			// a queue's head, or its first offset in the 32-offset
 			// segments (inventory/redolog.go): an integer from 1 to one
 			// past the head

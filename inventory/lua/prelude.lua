@@ -75,6 +75,12 @@ end
 -- scripts.go), and a part's grace past its order's deadline in ms
 -- (partGrace, reserve.go).
 local PENDING, REDO_OFFSETS, PART_GRACE = 'inv:pending', 'inv:redo:offsets', 1000
+-- The redo offsets hash's pad (RedoOffsetsPad, redolog.go): a field whose
+-- value, over 64 bytes, keeps the hash a hash table, so a field is one
+-- lookup, not a walk of a listpack; redo_pad(offsets) sets it when it is
+-- missing (flush, with a queue's first offset; load.lua).
+local REDO_PAD, REDO_PAD_TEXT = '~encoding', 'over 64 bytes, so that Redis keeps this hash as a hash table: one lookup per field, not a walk (inventory/redolog.go)'
+local function redo_pad(offsets) redis.call('HSETNX', offsets, REDO_PAD, REDO_PAD_TEXT) end
 -- The tail of a layout 2 part entry after its offset (appendLayout2Entry)
 -- for a part with no incarnation and the id the reserve paths derive,
 -- which every part of the local path is: the local reserve's short layout
@@ -84,15 +90,23 @@ local LOCAL_TAIL = '\031\031'
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local nowS = I(now)
--- int(v, what, suffix): v (a reply's value: false or nil for none, 0) as
--- an integer, or nil and a SHARDIS_CORRUPT error reply naming what ..
--- suffix (joined only then: the check runs on every hot path) when v is
--- not one.
-local function int(v, what, suffix)
+-- int(v, what, suffix, tail): v (a reply's value: false or nil for none,
+-- 0) as an integer, or nil and a SHARDIS_CORRUPT error reply naming what
+-- .. suffix .. tail (joined only then: the check runs on every hot path,
+-- once per field of each counter and queue a script call reads, so a
+-- call of orders of distinct SKUs runs it several times per order) when
+-- v is not one: a string of decimal digits with no leading zero, or a
+-- number with no fraction. Two C calls for the usual string (tonumber,
+-- then string.find, which makes no string of the match as string.match
+-- does); the fraction is tested by n % 1, which is nan for inf and nan,
+-- and type() only for a value that find refused (a number whose %.14g
+-- form is not all digits).
+local sfind = string.find
+local function int(v, what, suffix, tail)
   if v == false or v == nil then return 0 end
   local n = tonumber(v)
-  if n == nil or n ~= math.floor(n) or (type(v) == 'string' and v ~= '0' and not string.match(v, '^%-?[1-9]%d*$')) then
-    return nil, redis.error_reply('SHARDIS_CORRUPT ' .. what .. (suffix or '') .. ' holds ' .. tostring(v) .. ', not an integer')
+  if n == nil or n % 1 ~= 0 or (v ~= '0' and not sfind(v, '^%-?[1-9]%d*$') and type(v) == 'string') then
+    return nil, redis.error_reply('SHARDIS_CORRUPT ' .. what .. (suffix or '') .. (tail or '') .. ' holds ' .. tostring(v) .. ', not an integer')
   end
   return n
 end
@@ -180,6 +194,7 @@ local function flush()
     if e[3] then
       redis.call('HSET', o[1], o[2], I(e[1]), redo_first_field(o[2]), I(e[3]))
       e[3] = nil
+      redo_pad(o[1]) -- rare: once per queue
     else
       redis.call('HSET', o[1], o[2], I(e[1]))
     end
@@ -229,11 +244,11 @@ local function offsets_ok(offsets, xk)
   if t[xk] then return true end
   local fk = redo_first_field(xk)
   local v = redis.call('HMGET', offsets, xk, fk)
-  local n, err = int(v[1], offsets .. ' ' .. xk)
+  local n, err = int(v[1], offsets, ' ', xk)
   if err then return nil, err end
   local first
   if v[2] then
-    local _, ferr = int(v[2], offsets .. ' ' .. fk)
+    local _, ferr = int(v[2], offsets, ' ', fk)
     if ferr then return nil, ferr end
   else
     first = n + 1
