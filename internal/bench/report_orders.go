@@ -235,7 +235,7 @@ func floorMisses(r *Results, s Summary) string {
 			"the extra commands are the record's head read (the general path's begin; the local path and the one-round stage set the record only if the id has none, unread), the part key's check before the writes (not for a part the local path takes: its key cannot exist yet), the pending index, the node-identity check and, for a part the one-round or the general path takes "+
 			"(the local path's are inline: `inventory/inline.go`), its record beside the order record (one packed string each; the floor's order next to its stock is one key). "+
 			"Where a one-script order's node work goes (`TestLocalScriptInstructions`: the local reserve's script in 20-order group calls on one node under valgrind's callgrind, its pieces cut out one at a time, measured apart from this run; two runs agree within a few hundred instructions per order): "+
-			"an order of one stock part (plan_one, then take_at, its part inline) costs the node 59,300 instructions, 109,000 on the general path (plan_parts and write_parts, which orders of several parts take); the floor's entry, counted the same way (`TestFloorScriptInstructions`), 45,500, its frame 12,100; the reserve script's take of one stock part on a node other than the order's home (`TestTakeScriptInstructions`), 58,200, its frame 13,200; on the home of an order placed in one round with its stock elsewhere (`TestStageScriptInstructions`), its stage 29,200 and its commit, carried on a later group, 23,400; a stage that takes the home's part too, as 3-item orders send, 86,600 (all in groups whose calls share one context: a hot SKU's). "+
+			"an order of one stock part (plan_one, then take_at, its part inline) costs the node 59,300 instructions, 109,000 on the general path (plan_parts and write_parts, which orders of several parts take); the floor's entry, counted the same way (`TestFloorScriptInstructions`), 45,500, its frame 12,100; the reserve script's take of one stock part on a node other than the order's home (`TestTakeScriptInstructions`), 58,200, its frame 13,200; on the home of an order placed in one round with its stock elsewhere (`TestStageScriptInstructions`), its stage 28,700 and its commit, carried on a later group, 23,500; a stage that takes the home's part too, as 3-item orders send, 86,200 (all in groups whose calls share one context: a hot SKU's). "+
 			"The group call's frame takes 22,000 (each order brings 3 keys and arguments of its own in the call's short layout, `localOneCall`, and a run of orders of one SKU, TTL and quantity shares 5 more, its context, sent once: `inventory/group.go`, \"Contexts\"; each costs the node about 800 instructions, which Redis parses into objects and Lua interns as strings, hashing every byte; the body reads them in place, `inventory/luaflat.go`, and answers one string), "+
 			"the plan's reads and checks 5,200 (an inline part's key is not read, nor sent: its attempt's token is new, so the key cannot exist; an EXISTS of it costs 1,100), the order record's SETNX 11,600 (a new key, only if the id has none; SETNX answers an integer, where SET NX answers a status table), "+
 			"the pending-index and redo entries 18,000 together (their ZADDs merged per key; a redo segment holds 32 offsets, since Redis walks a listpack sorted set twice per ZADD: `inventory/redolog.go`); a part record would add 10,300 (what the inline part saves). "+
@@ -243,11 +243,25 @@ func floorMisses(r *Results, s Summary) string {
 			"Timed (`TestLocalScriptCost`, the same calls, medians of 9 rounds; on this machine its runs differ by 20 %%), the order takes 10 to 13 µs of script time, "+
 			"and each script call 55 µs of its own in the last such run, which its orders share (17 µs of it the frame: FCALL and its arguments, the stamp check, the node's clock, the per-call state and the epilogue: the scripts run as Redis functions, `inventory/luafunc.go`, so the prelude's definitions are made once per library load, not per call; the rest the shared reads and writes of the stock hash, the redo offsets and the index's type, each once per call), so calls carrying few orders (the staged path's stage and takes) cost more per order. "+
 			"The records are encoded by the client and only filled in by the node (`inventory/rectemplate.go`). "+
-			"On the client: go-redis writing those arguments and reading the replies, the parts' lists and record templates, and the hand-offs between the callers and their groups' senders.%s\n",
+			"%sOn the client: go-redis writing those arguments and reading the replies, the parts' lists and record templates, and the hand-offs between the callers and their groups' senders.%s\n",
 			f.Key, *f.Field(&s), fmtCPU(cs), fmtCPU(ss), fmtCPU(cf), fmtCPU(sf), fmtCPU(cs-cf), fmtCPU(ss-sf),
-			ns, ks, fmtCPU(es), nf, kf, fmtCPU(ef), oneRoundReading(ir, f.Shardis))
+			ns, ks, fmtCPU(es), nf, kf, fmtCPU(ef), coldReading(f.Shardis), oneRoundReading(ir, f.Shardis))
 	}
 	return b.String()
+}
+
+// coldReading is a floor miss's sentence on what the parts of shardis row
+// v cost when no other order of their script call has their SKU (the
+// 3-item rows' orders: each item a SKU drawn from many), or "" for a row
+// whose orders share one SKU. The counts are callgrind's, measured apart
+// from the run (TestTakeColdScriptInstructions, TestFloorScriptInstructions).
+func coldReading(v string) string {
+	if v != VarInv3 {
+		return ""
+	}
+	return "The counts above are of groups whose orders share one SKU; each 3-item order's items are SKUs drawn from thousands, so a part has its group call's counter, queue offsets and redo segment to itself, and pays their reads, checks and writes alone " +
+		"(`TestTakeColdScriptInstructions`: the reserve script's take of such a part costs 135,300 instructions, 74,100 up to the end of its plan's reads and checks, 17,100 of them its frame; the floor's entry of such a SKU, 97,000). " +
+		"Two changes took 22,000 off that take: the redo offsets hash is kept as a hash table, where a field is one lookup instead of a walk of its 100 fields (`inventory/redolog.go`), and a counter's field is checked as an integer with two C calls instead of four (lua/prelude.lua: int). "
 }
 
 // oneRoundReading is a floor miss's sentence on the one-round floor row of
