@@ -40,11 +40,11 @@ var localCostCuts = []struct {
 	{"with the record's head read first", [][2]string{
 		{"  local ck, xk, want = CKEYS[1]", "  if order_kept(key) then return {'existing'} end\n  local ck, xk, want = CKEYS[1]"}}, false},
 	{"the plan only (reads, checks; no write)", [][2]string{
-		{"  if not zchecked[PENDING] then zset_ok(PENDING) end\n", "  do return {'short'} end\n"}}, false},
+		{"  if not zchecked[PENDING] then zset_ok(PENDING) end\n", "  do return 'reserved:1:1' end\n"}}, false},
 	{"the plan, then the record SET", [][2]string{
-		{"  take_at(ck, xk, ARGV[5],", "  do return {'reserved', 1, 1} end\n  take_at(ck, xk, ARGV[5],"}}, false},
+		{"  take_at(ck, xk, ARGV[5],", "  do return 'reserved:1:1' end\n  take_at(ck, xk, ARGV[5],"}}, false},
 	{"an empty body (the group's frame)", [][2]string{
-		{"local key = KEYS[2]\n", "do return {'reserved', 1, 1} end\nlocal key = KEYS[2]\n"}}, false},
+		{"local key = KEYS[2]\n", "do return 'reserved:1:1' end\nlocal key = KEYS[2]\n"}}, false},
 }
 
 // TestLocalScriptCost measures where a node's time goes in the local
