@@ -93,9 +93,8 @@ func TestTakeColdScriptInstructions(t *testing.T) {
 }
 
 // countTakes runs takeCostCuts as TestTakeScriptInstructions says, the
-// seq-th take (from 1) of the SKU sku(seq) of route a, every SKU sku gives
-// for 1 to 1,000 loaded first, and prints each variant's count after
-// label.
+// takes cycling through the SKUs sku(1) … sku(1000) of route a (each
+// loaded first), and prints each variant's count after label.
 func countTakes(t *testing.T, label string, sku func(seq int) string) {
 	cg := redistest.UnderCallgrind(t)
 	e := newGroupEnv(t, 32)

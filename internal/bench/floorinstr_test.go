@@ -21,8 +21,9 @@ import (
 // dumped after 40 more. It prints the entry as it is and the frame alone
 // (an entry that only answers: the call, its keys and arguments, the
 // clock, the loop), then the entry again, each of a SKU no other entry of
-// its call has (one of 1,000), as the 3-item rows' are. Counts hardly move with the machine's load, so the two
-// scripts' difference shows where timings cannot. It is a measure, not a
+// its call has (one of 1,000), as the 3-item rows' are. Counts hardly
+// move with the machine's load, so the two scripts' difference shows
+// where timings cannot. It is a measure, not a
 // check: it runs only with SHARDIS_CALLGRIND set and valgrind installed,
 // e.g.
 //
