@@ -216,37 +216,28 @@ func sameContext(a, b *groupCall) bool {
 // them) or both integers (or pointers to them), of one value. Any other
 // pair is not sure, and is reported unequal: the two are sent each.
 func argEqual(a, b any) bool {
-	if x, ok := argString(a); ok {
-		y, ok := argString(b)
+	if x, ok := argAs[string](a); ok {
+		y, ok := argAs[string](b)
 		return ok && x == y
 	}
-	if x, ok := argInt(a); ok {
-		y, ok := argInt(b)
+	if x, ok := argAs[int64](a); ok {
+		y, ok := argAs[int64](b)
 		return ok && x == y
 	}
 	return false
 }
 
-// argString is v's string when v is a string or a pointer to one.
-func argString(v any) (string, bool) {
+// argAs is v's value when v is a T or a pointer to one (argBox boxes its
+// strings and integers as pointers).
+func argAs[T string | int64](v any) (T, bool) {
 	switch x := v.(type) {
-	case string:
+	case T:
 		return x, true
-	case *string:
+	case *T:
 		return *x, true
 	}
-	return "", false
-}
-
-// argInt is v's integer when v is an int64 or a pointer to one.
-func argInt(v any) (int64, bool) {
-	switch x := v.(type) {
-	case int64:
-		return x, true
-	case *int64:
-		return *x, true
-	}
-	return 0, false
+	var zero T
+	return zero, false
 }
 
 // sendOwn sends c, which took a free slot of q (enterGroup), as a group of

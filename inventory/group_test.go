@@ -88,24 +88,20 @@ func (h *scriptCounter) count(cmd redis.Cmder) {
 
 // wordsOf returns how many words the command lines of s's calls held,
 // and forgets them.
-func (h *scriptCounter) wordsOf(s *luaScript) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	fn := s.fn.(string)
-	k := h.words[fn] + h.words[s.text]
-	delete(h.words, fn)
-	delete(h.words, s.text)
-	return k
-}
+func (h *scriptCounter) wordsOf(s *luaScript) int { return h.take(h.words, s) }
 
 // of returns how many calls of s were sent, and forgets them.
-func (h *scriptCounter) of(s *luaScript) int {
+func (h *scriptCounter) of(s *luaScript) int { return h.take(h.n, s) }
+
+// take returns m's count for s (under its function's name and its
+// source, as FCALL and EVAL name it), and forgets it.
+func (h *scriptCounter) take(m map[string]int, s *luaScript) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	fn := s.fn.(string)
-	k := h.n[fn] + h.n[s.text]
-	delete(h.n, fn)
-	delete(h.n, s.text)
+	k := m[fn] + m[s.text]
+	delete(m, fn)
+	delete(m, s.text)
 	return k
 }
 
@@ -606,8 +602,8 @@ func TestGroupCommitContexts(t *testing.T) {
 			want = append(want, k)
 		}
 		for _, a := range c.args[len(c.args)-ca:] {
-			s, ok := argString(a)
-			if n, isInt := argInt(a); isInt {
+			s, ok := argAs[string](a)
+			if n, isInt := argAs[int64](a); isInt {
 				s, ok = strconv.FormatInt(n, 10), true
 			}
 			if !ok {
