@@ -78,15 +78,15 @@ func (b *batchGate) ReportResult(err error) {
 
 // gatedOptions returns o for one pipeliner's inner client: a batch gate of
 // its own (one pipeliner's batches, see the pairing rule) as its Limiter
-// and a dialer that marks failed dials (the hook's DialHook on hooked
-// clients), so that client needs no hook. Call it once per client.
+// and a dialer that checks new connections and marks failed dials
+// (afterDial, as the hook's DialHook does on hooked clients), so that
+// client needs no hook. Call it once per client.
 func (n *Node) gatedOptions(o redis.Options) redis.Options {
 	o.Limiter = &batchGate{n: n}
 	dial := redis.NewDialer(&o)
 	o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := dial(ctx, network, addr)
-		n.client.dialed(err)
-		return conn, err
+		return n.afterDial(conn, err)
 	}
 	return o
 }

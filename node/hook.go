@@ -16,8 +16,7 @@ type hook struct{ n *Node }
 func (h hook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := next(ctx, network, addr)
-		h.n.client.dialed(err)
-		return conn, err
+		return h.n.afterDial(conn, err)
 	}
 }
 

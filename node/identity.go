@@ -169,7 +169,7 @@ func (n *Node) verifyStamp(res []any, witnessed bool, seen Mark) (stamp Mark, cr
 	stamp = Mark{Gen: gen, Incarnation: inc, Seq: seq}
 	if witnessed {
 		if err := behind(stamp, seen, "other nodes witnessed"); err != nil {
-			return Mark{}, false, n.refusal(fmt.Errorf("%w: %v; accept its data with `shardis node accept %s`", ErrRolledBack, err, n.opts.Name))
+			return Mark{}, false, n.rolledBack(err)
 		}
 	}
 	return stamp, c == 1, nil
@@ -273,7 +273,7 @@ func (n *Node) checkLocal(stamp Mark, ackedBefore int64) (string, error) {
 			"previous_incarnation", prev, "incarnation", stamp.Incarnation)
 	} else if prev != "" && stamp.Gen <= prevGen {
 		if err := behind(stamp, local, "this process saw acknowledged"); err != nil {
-			return prev, n.refusal(fmt.Errorf("%w: %v; accept its data with `shardis node accept %s`", ErrRolledBack, err, n.opts.Name))
+			return prev, n.rolledBack(err)
 		}
 	}
 	n.ident.incarnation, n.ident.gen = stamp.Incarnation, stamp.Gen

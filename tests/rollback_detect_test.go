@@ -163,3 +163,66 @@ func TestAcceptCrashBeforePeersTold(t *testing.T) {
 		return err == nil && m.Gen == seen.Gen+1
 	})
 }
+
+// A node that restarts from an older snapshot while no command of this
+// process is in flight is not noticed by a failed command: go-redis drops
+// the dead idle connections and dials the restarted server. Until a
+// heartbeat probe comes, the node still looks UP, and a write must not be
+// served on its older data all the same: a command connection to a node
+// this process has seen is used only once the node was probed since it
+// was dialled (node/dialcheck.go). Probes here are 30 s apart, so only
+// that check can stop the writes.
+func TestIdleRestartFromOlderSnapshotServesNoWrite(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartN(t, 3, redistest.Options{})
+	slow := config.Health{Heartbeat: 30 * time.Second, Timeout: time.Second, Backoff: []time.Duration{100 * time.Millisecond}}
+	cfg := newConfig(t, nodeAddrs(srv),
+		map[string]config.Server{"inventory": server(config.OnNodeDownFail, map[string][]string{"r": {"n1", "n2", "n3"}})},
+		&slow)
+	r, _ := startRouter(t, cfg)
+	inv, err := inventory.New(r, inventory.Options{Logger: invDiscard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := inv.LoadStock(ctx, "r", "rb", 300, 0); err != nil {
+		t.Fatal(err)
+	}
+	reserveSome(t, inv, "before-", 6)
+	direct := srv[0].Client(t)
+	if err := direct.Save(ctx).Err(); err != nil { // the snapshot n1 comes back from
+		t.Fatal(err)
+	}
+	reserveSome(t, inv, "after-", 12)
+	seqAt := func() int64 {
+		v, err := srv[0].Client(t).HGet(ctx, node.StampKey, "seq").Int64()
+		if err != nil {
+			t.Fatalf("reading n1's write sequence: %v", err)
+		}
+		return v
+	}
+	before := seqAt()
+	srv[0].Kill()
+	srv[0].Restart()
+	after := seqAt()
+	if after >= before {
+		t.Fatalf("n1's write sequence %d after the restart, %d before: the snapshot is not older", after, before)
+	}
+	n1, _ := r.Node("n1")
+	if n1.State() != node.StateUp {
+		t.Fatalf("n1 is %v before any command reached it; the test needs it still UP (no probe yet)", n1.State())
+	}
+	served := 0
+	for i := 0; i < 12; i++ {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if _, err := inv.Reserve(rctx, "idle-"+string(rune('a'+i)), []inventory.Item{invItem("r", "rb", 1)}, "", 0); err == nil {
+			served++
+		}
+		cancel()
+	}
+	if now := seqAt(); now != after {
+		t.Fatalf("n1 applied %d writes on its older data (write sequence %d → %d) before it was refused; %d of 12 reserves acknowledged",
+			now-after, after, now, served)
+	}
+	waitRefused(t, r, "n1", node.ErrRolledBack)
+}

@@ -17,9 +17,11 @@ import (
 // The rollback nemesis: a node restarts from an older copy of its data,
 // as after restoring a backup or losing writes not yet on disk. It copies
 // the node's AOF, lets clients run, kills the node, puts the copy back and
-// restarts it. Shardis must refuse the node (DOWN, "rolled back") until an
-// operator accepts it; the nemesis then accepts it (AcceptNode), as the
-// operator would. What the node lost is lost: the checker excuses
+// restarts it. Shardis must refuse the node (DOWN, "rolled back") before
+// it applies a write to the older data (the node's write sequence must not
+// move), and keep refusing it until an operator accepts it; the nemesis
+// then accepts it (AcceptNode), as the operator would. A service that sent
+// the node nothing since the kill may list it UP until its next probe. What the node lost is lost: the checker excuses
 // violations of orders and users whose data lived on that node while it
 // was rolled back (Report.Excused), and checks everything else as usual.
 
@@ -76,22 +78,34 @@ func (n *nemesis) rollback(ctx context.Context, name string, hold time.Duration)
 		return
 	}
 	f.Target += fmt.Sprintf(" (write seq %d→%d)", before, after)
-	// It must be refused, by reason, before anything else happens.
+	// It must be refused, by reason, before it serves a write. A service
+	// that sent it nothing since the kill may still list it UP (it has
+	// not noticed the restart: no probe yet); what it must not do is
+	// apply a write to the older data (the node's write sequence moves)
+	// or list it UP again after it noticed (DOWN, then UP, without an
+	// accept).
 	deadline := time.Now().Add(15 * time.Second)
+	noticed := false
 	for {
 		st, reason := c.nodeState(name)
 		if st == v1.NodeState_NODE_STATE_DOWN && strings.Contains(reason, "rolled back") {
 			break
 		}
-		if st == v1.NodeState_NODE_STATE_UP {
-			n.rep.violate("rollback-undetected", "node %s came back from an older snapshot (write seq %d, was %d) and was UP: %s", name, after, before, reason)
+		if st == v1.NodeState_NODE_STATE_UP && noticed {
+			n.rep.violate("rollback-undetected", "node %s came back from an older snapshot (write seq %d, was %d) and was UP again after it was noticed DOWN: %s", name, after, before, reason)
 			break
+		}
+		if st == v1.NodeState_NODE_STATE_DOWN {
+			noticed = true
 		}
 		if time.Now().After(deadline) {
 			f.Err = fmt.Sprintf("not refused within 15s (state %v, reason %q)", st, reason)
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	if now := seqAt(); now > after {
+		n.rep.violate("rollback-undetected", "node %s came back from an older snapshot (write seq %d, was %d) and applied %d writes to its older data before it was refused", name, after, before, now-after)
 	}
 	for try := 0; ; try++ {
 		_, admin := c.rpc()

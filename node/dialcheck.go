@@ -1,0 +1,150 @@
+package node
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+)
+
+// Connections dialled while the node is in use.
+//
+// go-redis drops a pooled connection whose server went away without any
+// command noticing (its health check when it takes an idle connection
+// from the pool) and dials a new one in its place. A node that restarted
+// between two probes (from an older snapshot, after losing writes not yet
+// on disk, or empty) would then serve commands before any probe saw its
+// stamp: writes applied to older data and acknowledged, stock taken
+// twice.
+//
+// The rule: once this process has seen the stamp of a node whose data
+// must be kept (Options.Critical), every command connection dialled to it
+// reads the stamp, on that connection, before go-redis hands it to a
+// command (checkDial, called by the dial hooks: hook.DialHook and the
+// gated client's dialer). A server's data does not go back while it runs,
+// and a connection reaches one server process, so a connection whose
+// first read found the stamp at or after what this process saw
+// acknowledged before the read serves nothing older. A stamp that went
+// back ([ErrRolledBack]), a missing one ([ErrDataLost]), one naming
+// another node ([ErrIdentity]) and, for a Sentinel node, a server that is
+// not a master ([ErrNotMaster]) fail the dial, and so the command that
+// needed the connection, before the command was sent: a node failure,
+// which makes the health scheduler probe the node at once and mark it
+// DOWN with the reason. A stamp of a later generation (accepted since) is
+// used, as a probe would.
+//
+// The read is one round trip on the new connection, before go-redis's own
+// handshake (so it authenticates and selects the database itself): it
+// waits where the command would have waited (a paused or busy server)
+// and is bounded like it, by the command timeout. New connections only: a pooled connection pays nothing.
+
+// checkDial applies the rule above to conn, a command connection just
+// dialled: nil when it may be used, else why not.
+func (n *Node) checkDial(conn net.Conn) error {
+	if !n.opts.Critical {
+		return nil
+	}
+	seen, ok := n.Mark() // before the read: the stamp can only be at or after it
+	if !ok {
+		return nil // nothing seen yet that could go back: first contact is the scheduler's probe
+	}
+	res, err := n.readStamp(conn)
+	if err != nil {
+		return n.refusal(fmt.Errorf("reading the stamp on a new connection: %w", err))
+	}
+	stamp, _, err := n.verifyStamp(res, false, Mark{})
+	if err != nil {
+		return err
+	}
+	if err := behind(stamp, seen, "this process saw acknowledged"); err != nil {
+		return n.rolledBack(err)
+	}
+	return nil
+}
+
+// rolledBack is the refusal of a node whose stamp is behind a mark (why).
+func (n *Node) rolledBack(why error) *Error {
+	return n.refusal(fmt.Errorf("%w: %v; accept its data with `shardis node accept %s`", ErrRolledBack, why, n.opts.Name))
+}
+
+// readStamp reads the stamp on conn in one round trip, in the shape of the
+// stamp script's reply (verifyStamp): {name ("" when missing),
+// incarnation, 0, seq, gen}. It authenticates and selects the node's
+// database first when configured; for a Sentinel node it refuses a server
+// whose role is not master.
+func (n *Node) readStamp(conn net.Conn) ([]any, error) {
+	// The command timeout, not ctx's deadline: go-redis dials under the
+	// dial timeout, and the read waits as long as a command would.
+	if err := conn.SetDeadline(time.Now().Add(n.opts.CommandTimeout)); err != nil {
+		return nil, err
+	}
+	var cmds [][]string
+	switch {
+	case n.opts.Password != "" && n.opts.Username != "":
+		cmds = append(cmds, []string{"AUTH", n.opts.Username, n.opts.Password})
+	case n.opts.Password != "":
+		cmds = append(cmds, []string{"AUTH", n.opts.Password})
+	}
+	if n.opts.DB != 0 {
+		cmds = append(cmds, []string{"SELECT", strconv.Itoa(n.opts.DB)})
+	}
+	if n.IsSentinel() {
+		cmds = append(cmds, []string{"ROLE"})
+	}
+	cmds = append(cmds, []string{"HMGET", StampKey, "name", "incarnation", "seq", "gen"})
+	if _, err := conn.Write(appendCommands(nil, cmds)); err != nil {
+		return nil, err
+	}
+	rd := bufio.NewReaderSize(conn, 256)
+	var last any
+	for _, c := range cmds {
+		v, err := readRESP(rd, 0)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c[0], err)
+		}
+		if c[0] == "ROLE" {
+			if role, _ := first(v).(string); role != "master" {
+				return nil, fmt.Errorf("%w: the server reached has role %q", ErrNotMaster, role)
+			}
+		}
+		last = v
+	}
+	if rd.Buffered() != 0 {
+		return nil, errors.New("unexpected data after the replies")
+	}
+	if err := conn.SetDeadline(time.Time{}); err != nil {
+		return nil, err
+	}
+	f, _ := last.([]any)
+	if len(f) != 4 {
+		return nil, fmt.Errorf("unexpected HMGET reply %v", last)
+	}
+	str := func(v any) string { s, _ := v.(string); return s }
+	num := func(v any) int64 { i, _ := strconv.ParseInt(str(v), 10, 64); return i } // as the stamp script's tonumber(f) or 0
+	return []any{str(f[0]), str(f[1]), int64(0), num(f[2]), num(f[3])}, nil
+}
+
+// first is v's first element when v is a non-empty array, else nil.
+func first(v any) any {
+	if a, ok := v.([]any); ok && len(a) > 0 {
+		return a[0]
+	}
+	return nil
+}
+
+// afterDial is what the dial hooks do with a dial's outcome: a connection
+// is checked (checkDial) and closed when refused; a failed or refused
+// dial is recorded (clients.dialed), so the next DOWN→UP renews the
+// client.
+func (n *Node) afterDial(conn net.Conn, err error) (net.Conn, error) {
+	if err == nil {
+		if err = n.checkDial(conn); err != nil {
+			_ = conn.Close()
+			conn = nil
+		}
+	}
+	n.client.dialed(err)
+	return conn, err
+}
