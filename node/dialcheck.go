@@ -38,7 +38,8 @@ import (
 // The read is one round trip on the new connection, before go-redis's own
 // handshake (so it authenticates and selects the database itself): it
 // waits where the command would have waited (a paused or busy server)
-// and is bounded like it, by the command timeout. New connections only: a pooled connection pays nothing.
+// and is bounded like it, by the command timeout. New connections only:
+// a pooled connection pays nothing.
 
 // checkDial applies the rule above to conn, a command connection just
 // dialled: nil when it may be used, else why not.
@@ -75,8 +76,8 @@ func (n *Node) rolledBack(why error) *Error {
 // database first when configured; for a Sentinel node it refuses a server
 // whose role is not master.
 func (n *Node) readStamp(conn net.Conn) ([]any, error) {
-	// The command timeout, not ctx's deadline: go-redis dials under the
-	// dial timeout, and the read waits as long as a command would.
+	// The command timeout, not the dial's context: go-redis dials under
+	// the dial timeout, and the read waits as long as a command would.
 	if err := conn.SetDeadline(time.Now().Add(n.opts.CommandTimeout)); err != nil {
 		return nil, err
 	}

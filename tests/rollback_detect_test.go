@@ -168,10 +168,12 @@ func TestAcceptCrashBeforePeersTold(t *testing.T) {
 // process is in flight is not noticed by a failed command: go-redis drops
 // the dead idle connections and dials the restarted server. Until a
 // heartbeat probe comes, the node still looks UP, and a write must not be
-// served on its older data all the same: a command connection to a node
-// this process has seen is used only once the node was probed since it
-// was dialled (node/dialcheck.go). Probes here are 30 s apart, so only
-// that check can stop the writes.
+// served on its older data all the same: a command connection dialled to
+// a node this process has seen reads the stamp, on that connection, before
+// its first command (node/dialcheck.go). Probes and witness marks here
+// are 30 s apart and no reconciler runs, so nothing of this process
+// touches n1 between the kill and the restart, and only that read can
+// stop the writes.
 func TestIdleRestartFromOlderSnapshotServesNoWrite(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartN(t, 3, redistest.Options{})
