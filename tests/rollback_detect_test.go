@@ -13,14 +13,30 @@ import (
 	"github.com/shardis/shardis/router"
 )
 
-// rollbackEnv is three RDB-only nodes (no AOF) under one inventory route.
-func rollbackEnv(t *testing.T) ([]*redistest.Server, *config.Config) {
+// rollbackEnv is three RDB-only nodes (no AOF) under one inventory route,
+// probed as h says.
+func rollbackEnv(t *testing.T, h *config.Health) ([]*redistest.Server, *config.Config) {
 	t.Helper()
 	srv := redistest.StartN(t, 3, redistest.Options{})
 	cfg := newConfig(t, nodeAddrs(srv),
 		map[string]config.Server{"inventory": server(config.OnNodeDownFail, map[string][]string{"r": {"n1", "n2", "n3"}})},
-		&quickHealth)
+		h)
 	return srv, cfg
+}
+
+// rollbackInventory starts a router on cfg and an inventory on it, with
+// stock units of r/rb loaded.
+func rollbackInventory(t *testing.T, cfg *config.Config, stock int64) (*router.Router, *inventory.Inventory) {
+	t.Helper()
+	r, _ := startRouter(t, cfg)
+	inv, err := inventory.New(r, inventory.Options{Logger: invDiscard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inv.LoadStock(context.Background(), "r", "rb", stock, 0); err != nil {
+		t.Fatal(err)
+	}
+	return r, inv
 }
 
 // reserveSome places n one-unit orders (writes on every node).
@@ -55,16 +71,9 @@ func waitRefused(t *testing.T, r *router.Router, name string, want error) {
 // 9, item 2). Before, it came back UP as if nothing happened.
 func TestNodeRestoredFromOlderSnapshotRefused(t *testing.T) {
 	t.Parallel()
-	srv, cfg := rollbackEnv(t)
-	r1, _ := startRouter(t, cfg)
-	inv, err := inventory.New(r1, inventory.Options{Logger: invDiscard})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, cfg := rollbackEnv(t, &quickHealth)
+	r1, inv := rollbackInventory(t, cfg, 300)
 	ctx := context.Background()
-	if _, err := inv.LoadStock(ctx, "r", "rb", 300, 0); err != nil {
-		t.Fatal(err)
-	}
 	reserveSome(t, inv, "before-", 6)
 	if err := srv[0].Client(t).Save(ctx).Err(); err != nil { // the snapshot n1 will come back from
 		t.Fatal(err)
@@ -96,16 +105,9 @@ func TestNodeRestoredFromOlderSnapshotRefused(t *testing.T) {
 // peers witnessed it, so it is refused with ErrDataLost and keeps no stamp.
 func TestWipedNodeRefusedAfterAllInstancesRestart(t *testing.T) {
 	t.Parallel()
-	srv, cfg := rollbackEnv(t)
-	r1, _ := startRouter(t, cfg)
-	inv, err := inventory.New(r1, inventory.Options{Logger: invDiscard})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, cfg := rollbackEnv(t, &quickHealth)
+	r1, inv := rollbackInventory(t, cfg, 30)
 	ctx := context.Background()
-	if _, err := inv.LoadStock(ctx, "r", "rb", 30, 0); err != nil {
-		t.Fatal(err)
-	}
 	reserveSome(t, inv, "w-", 3)
 	peer := srv[1].Client(t)
 	waitFor(t, 5*time.Second, "a peer holds n1's mark", func() bool {
@@ -129,16 +131,9 @@ func TestWipedNodeRefusedAfterAllInstancesRestart(t *testing.T) {
 // raise the peers to the new generation.
 func TestAcceptCrashBeforePeersTold(t *testing.T) {
 	t.Parallel()
-	srv, cfg := rollbackEnv(t)
-	r1, _ := startRouter(t, cfg)
-	inv, err := inventory.New(r1, inventory.Options{Logger: invDiscard})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, cfg := rollbackEnv(t, &quickHealth)
+	r1, inv := rollbackInventory(t, cfg, 30)
 	ctx := context.Background()
-	if _, err := inv.LoadStock(ctx, "r", "rb", 30, 0); err != nil {
-		t.Fatal(err)
-	}
 	reserveSome(t, inv, "c-", 3)
 	peer := srv[1].Client(t)
 	waitFor(t, 5*time.Second, "a peer holds n1's mark", func() bool {
@@ -176,20 +171,9 @@ func TestAcceptCrashBeforePeersTold(t *testing.T) {
 // stop the writes.
 func TestIdleRestartFromOlderSnapshotServesNoWrite(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartN(t, 3, redistest.Options{})
-	slow := config.Health{Heartbeat: 30 * time.Second, Timeout: time.Second, Backoff: []time.Duration{100 * time.Millisecond}}
-	cfg := newConfig(t, nodeAddrs(srv),
-		map[string]config.Server{"inventory": server(config.OnNodeDownFail, map[string][]string{"r": {"n1", "n2", "n3"}})},
-		&slow)
-	r, _ := startRouter(t, cfg)
-	inv, err := inventory.New(r, inventory.Options{Logger: invDiscard})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, cfg := rollbackEnv(t, &config.Health{Heartbeat: 30 * time.Second, Timeout: time.Second, Backoff: []time.Duration{100 * time.Millisecond}})
+	r, inv := rollbackInventory(t, cfg, 300)
 	ctx := context.Background()
-	if _, err := inv.LoadStock(ctx, "r", "rb", 300, 0); err != nil {
-		t.Fatal(err)
-	}
 	reserveSome(t, inv, "before-", 6)
 	direct := srv[0].Client(t)
 	if err := direct.Save(ctx).Err(); err != nil { // the snapshot n1 comes back from
