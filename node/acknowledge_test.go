@@ -28,6 +28,12 @@ func (h *holdRecorder) Hold(_ context.Context, _ string, m node.Mark) error {
 	return nil
 }
 
+// Witnessed reports no peer's mark: the tests here hold marks, they do not
+// read them.
+func (h *holdRecorder) Witnessed(context.Context, string) (node.Mark, bool) {
+	return node.Mark{}, false
+}
+
 func (h *holdRecorder) calls() []node.Mark {
 	h.mu.Lock()
 	defer h.mu.Unlock()

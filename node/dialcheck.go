@@ -2,10 +2,12 @@ package node
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -23,10 +25,13 @@ import (
 // must be kept (Options.Critical), every command connection dialled to it
 // reads the stamp, on that connection, before go-redis hands it to a
 // command (checkDial, called by the dial hooks: hook.DialHook and the
-// gated client's dialer). A server's data does not go back while it runs,
-// and a connection reaches one server process, so a connection whose
-// first read found the stamp at or after what this process saw
-// acknowledged before the read serves nothing older. A stamp that went
+// gated client's dialer), and the stamp is compared with what this
+// process saw acknowledged before the read and with the marks the node's
+// peers hold of it (Options.Witnesses), read after the dial: what other
+// processes saw acknowledged, up to their marks' lag (witness.go). A
+// server's data does not go back while it runs, and a connection reaches
+// one server process, so a connection whose first read found the stamp
+// at or after both serves nothing older. A stamp that went
 // back ([ErrRolledBack]), a missing one ([ErrDataLost]), one naming
 // another node ([ErrIdentity]) and, for a Sentinel node, a server that is
 // not a master ([ErrNotMaster]) fail the dial, and so the command that
@@ -35,11 +40,14 @@ import (
 // DOWN with the reason. A stamp of a later generation (accepted since) is
 // used, as a probe would.
 //
-// The read is one round trip on the new connection, before go-redis's own
-// handshake (so it authenticates and selects the database itself): it
-// waits where the command would have waited (a paused or busy server)
-// and is bounded like it, by the command timeout. New connections only:
-// a pooled connection pays nothing.
+// The stamp read is one round trip on the new connection, before
+// go-redis's own handshake (so it authenticates and selects the database
+// itself): it waits where the command would have waited (a paused or
+// busy server) and is bounded like it, by the command timeout. The
+// peers' marks are one round trip to each UP peer, concurrently, bounded
+// by the probe timeout; the dials that wait while one read runs share the
+// next (peerRead). New connections only: a pooled connection
+// pays nothing.
 
 // checkDial applies the rule above to conn, a command connection just
 // dialled: nil when it may be used, else why not.
@@ -47,6 +55,7 @@ func (n *Node) checkDial(conn net.Conn) error {
 	if !n.opts.Critical {
 		return nil
 	}
+	dialed := time.Now()
 	seen, ok := n.Mark() // before the read: the stamp can only be at or after it
 	if !ok {
 		return nil // nothing seen yet that could go back: first contact is the scheduler's probe
@@ -62,7 +71,45 @@ func (n *Node) checkDial(conn net.Conn) error {
 	if err := behind(stamp, seen, "this process saw acknowledged"); err != nil {
 		return n.rolledBack(err)
 	}
+	if n.opts.Witnesses == nil {
+		return nil
+	}
+	n.readPeers(dialed)
+	if view, ok := n.Witnessed(); ok {
+		if err := behind(stamp, view, "other nodes witnessed"); err != nil {
+			return n.rolledBack(err)
+		}
+	}
 	return nil
+}
+
+// peerRead is the bookkeeping of the dial checks' reads of the peers'
+// marks: one at a time, and a read that began after a connection was
+// dialled serves it (the marks only rise), so a burst of dials shares one
+// or two reads.
+type peerRead struct {
+	mu    sync.Mutex // held while a dial check reads the peers
+	began time.Time  // when the last read began; guarded by mu
+}
+
+// readPeers raises the node's view of its peers' marks
+// ([Node.SetWitnessed]) with a read that began after dialed: its own,
+// unless one did already. Peers that do not answer within the probe
+// timeout (and the implementation's own bound) leave the view as it was
+// (witness.go: what it cannot see).
+func (n *Node) readPeers(dialed time.Time) {
+	n.peerRead.mu.Lock()
+	defer n.peerRead.mu.Unlock()
+	if n.peerRead.began.After(dialed) {
+		return
+	}
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), n.opts.ProbeTimeout)
+	defer cancel()
+	if m, ok := n.opts.Witnesses.Witnessed(ctx, n.opts.Name); ok {
+		n.SetWitnessed(m)
+	}
+	n.peerRead.began = began
 }
 
 // rolledBack is the refusal of a node whose stamp is behind a mark (why).

@@ -79,10 +79,10 @@ func (n *Node) Mark() (m Mark, ok bool) {
 // changes no state itself: the caller (the health scheduler) calls
 // [Node.SetUp] or [Node.SetDown].
 //
-// A stamp naming another node is an [ErrIdentity] error. On first contact
-// and on every reconnect of a node whose data must be kept the stamp is
-// compared with the highest mark its peers were last seen to hold; on
-// every probe with what this process saw acknowledged. A node whose data
+// A stamp naming another node is an [ErrIdentity] error. On every probe of
+// a node whose data must be kept the stamp is compared with the highest
+// mark its peers were last seen to hold and with what this process saw
+// acknowledged. A node whose data
 // went back (its stamp's sequence is below a witnessed one, or its
 // incarnation or generation differs from the witnessed) is refused with
 // [ErrRolledBack]; one found without a stamp while peers witnessed it,
@@ -105,7 +105,7 @@ func (n *Node) Probe(ctx context.Context) error {
 	ackedBefore := n.MaxSeq()
 	var seen Mark
 	var witnessed bool
-	if reconnect && n.opts.Critical {
+	if n.opts.Critical {
 		seen, witnessed = n.Witnessed()
 	}
 	// Stamp a missing stamp only on a node nobody is known to have seen:

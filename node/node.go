@@ -218,6 +218,7 @@ type Node struct {
 	witnessed     atomic.Pointer[peerView]  // the highest mark peers hold of this node, as last read (SetWitnessed)
 	held          atomic.Pointer[Mark]      // a mark a peer is known to hold of this node (NoteHeld)
 	holdMu        sync.Mutex                // serializes Acknowledge's wait for a peer
+	peerRead      peerRead                  // the dial checks' reads of the peers' marks (dialcheck.go)
 	closeOnce     sync.Once
 
 	memory atomic.Pointer[memoryRead] // the last MemoryLimit read (memory.go)

@@ -43,9 +43,13 @@ import (
 // Off the probe's path. A probe is one round trip to its node (Probe): it
 // never talks to peers. The marks peers hold of a node are read by a
 // background loop (package router: before the first probes, then every
-// heartbeat while a node is not UP) and handed to the node with
-// [Node.SetWitnessed]; a reconnecting probe compares the stamp with the
-// last view and refuses the node when the stamp is behind it. Reading and
+// heartbeat while a node is not UP) and, before its first command, by
+// every new command connection of the node (dialcheck.go: a restart
+// kills every connection, so the first write after one reads them), and
+// handed to the node with [Node.SetWitnessed]; every probe compares the
+// stamp with the last view and refuses the node when the stamp is behind
+// it. So an instance that saw fewer writes than another does not use a
+// node that lost the other's: the other's marks are on the peers. Reading and
 // writing marks runs on a client of its own per node (not the probe's one
 // connection) and never changes a node's state: a slow or silent peer
 // cannot make a probe time out. A view is at most a heartbeat older than
@@ -115,6 +119,11 @@ type Witnesses interface {
 	// It returns nil once one peer does, or when the node has no peers to
 	// hold one; otherwise an error naming why no peer does.
 	Hold(ctx context.Context, name string, m Mark) error
+	// Witnessed reads now, within ctx and the implementation's own
+	// bound, the marks the named node's peers that are in use hold of
+	// it, and returns the highest, and whether any peer answered with
+	// one. A new command connection waits for it (dialcheck.go).
+	Witnessed(ctx context.Context, name string) (Mark, bool)
 }
 
 // peerView is the highest mark the peers held of a node when they were

@@ -57,9 +57,23 @@ func (w *witnesses) peers(name string) []*node.Node {
 // cannot; peers not probed yet (a fresh process) are asked.
 func askable(p *node.Node) bool { return p.State() == node.StateUp || p.Incarnation() == "" }
 
-// Witnessed returns the highest mark reachable peers hold of name, asked
-// concurrently within the budget, and whether any holds one.
+// isUp reports whether a peer is UP: the only peers a node's new
+// connection waits for (Witnessed).
+func isUp(p *node.Node) bool { return p.State() == node.StateUp }
+
+// Witnessed implements node.Witnesses: the highest mark the UP peers of
+// name hold of it, asked concurrently within ctx and the budget, and
+// whether any holds one. A node's new command connection waits for it
+// (node/dialcheck.go), so peers known DOWN, or never reached, are not
+// asked.
 func (w *witnesses) Witnessed(ctx context.Context, name string) (node.Mark, bool) {
+	return w.witnessedBy(ctx, name, isUp)
+}
+
+// witnessedBy returns the highest mark the peers of name that ask lets
+// through hold of it, asked concurrently within ctx and the budget, and
+// whether any holds one.
+func (w *witnesses) witnessedBy(ctx context.Context, name string, ask func(*node.Node) bool) (node.Mark, bool) {
 	var (
 		mu    sync.Mutex
 		best  node.Mark
@@ -69,7 +83,7 @@ func (w *witnesses) Witnessed(ctx context.Context, name string) (node.Mark, bool
 	ctx, cancel := context.WithTimeout(ctx, w.budget())
 	defer cancel()
 	for _, p := range w.peers(name) {
-		if !askable(p) {
+		if !ask(p) {
 			continue
 		}
 		wg.Add(1)
@@ -289,7 +303,7 @@ func (r *Router) AcceptNode(ctx context.Context, name string) (node.Mark, error)
 	if !r.critical[name] {
 		return node.Mark{}, fmt.Errorf("%w: node %s keeps no data (not a node of a server of router.Options.KeepData)", ErrNotWitnessed, name)
 	}
-	seen, _ := r.wit.Witnessed(ctx, name)
+	seen, _ := r.wit.witnessedBy(ctx, name, askable) // peers not probed yet too: the generation must be above every mark
 	gen := seen.Gen + 1
 	if m, ok := n.Mark(); ok && m.Gen >= gen {
 		gen = m.Gen + 1

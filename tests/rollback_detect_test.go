@@ -212,3 +212,54 @@ func TestIdleRestartFromOlderSnapshotServesNoWrite(t *testing.T) {
 	}
 	waitRefused(t, r, "n1", node.ErrRolledBack)
 }
+
+// Two instances: W acknowledged writes on n1 past the snapshot n1 comes
+// back from, R only writes before it. R's own record of n1 is not behind
+// the restored stamp, yet the node went back (W's writes are gone, and
+// with them the stock they took): R must refuse it too, from the marks W
+// left on n1's peers, before it applies a write to the older data, even
+// when none of its probes fell in the restart.
+func TestRolledBackNodeRefusedByInstanceThatSawLess(t *testing.T) {
+	t.Parallel()
+	srv, cfg := rollbackEnv(t, &quickHealth)
+	rW, invW := rollbackInventory(t, cfg, 300)
+	// R probes every 30 s: the restart falls between two of its probes,
+	// so no failed probe makes it look at the peers' marks.
+	cfgR := *cfg
+	cfgR.Health = config.Health{Heartbeat: 30 * time.Second, Timeout: time.Second, Backoff: []time.Duration{100 * time.Millisecond}}
+	rR, _ := startRouter(t, &cfgR)
+	invR, err := inventory.New(rR, inventory.Options{Logger: invDiscard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	reserveSome(t, invR, "r-", 6)
+	if err := srv[0].Client(t).Save(ctx).Err(); err != nil { // the snapshot n1 comes back from
+		t.Fatal(err)
+	}
+	reserveSome(t, invW, "w-", 12)
+	nW, _ := rW.Node("n1")
+	peer := srv[1].Client(t)
+	waitFor(t, 5*time.Second, "a peer holds W's mark of n1", func() bool {
+		m, err := node.ParseMark(peer.HGet(ctx, node.WitnessKey, "n1").Val())
+		return err == nil && m.Seq >= nW.MaxSeq()
+	})
+	seqAt := func() int64 {
+		v, _ := srv[0].Client(t).HGet(ctx, node.StampKey, "seq").Int64()
+		return v
+	}
+	srv[0].Kill()
+	srv[0].Restart()
+	after := seqAt()
+	waitRefused(t, rW, "n1", node.ErrRolledBack)
+
+	for i := 0; i < 12; i++ {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, _ = invR.Reserve(rctx, "r-after-"+string(rune('a'+i)), []inventory.Item{invItem("r", "rb", 1)}, "", 0)
+		cancel()
+	}
+	if now := seqAt(); now != after {
+		t.Fatalf("R applied %d writes to n1's older data (write sequence %d → %d)", now-after, after, now)
+	}
+	waitRefused(t, rR, "n1", node.ErrRolledBack)
+}
