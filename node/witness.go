@@ -43,7 +43,7 @@ import (
 // Off the probe's path. A probe is one round trip to its node (Probe): it
 // never talks to peers. The marks peers hold of a node are read by a
 // background loop (package router: before the first probes, then every
-// heartbeat while a node is not UP) and, before its first command, by
+// heartbeat) and, before its first command, by
 // every new command connection of the node (dialcheck.go: a restart
 // kills every connection, so the first write after one reads them), and
 // handed to the node with [Node.SetWitnessed]; every probe compares the

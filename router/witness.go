@@ -17,8 +17,9 @@ import (
 // of each incarnation on a peer before that write is acknowledged
 // (node.Witnesses). And it reads the marks peers hold of every node, off
 // the probes' path: once before the first probes (router.New), then every
-// heartbeat while a node of the server is not UP, handing them to the
-// nodes (node.SetWitnessed) for their reconnecting probes. None of it
+// heartbeat, handing them to the nodes (node.SetWitnessed) for their
+// probes; a node's new connections read them too (node/dialcheck.go,
+// through Witnessed). None of it
 // changes a node's state. Nodes outside Options.KeepData's servers hold no data
 // that must be kept and are not witnessed.
 type witnesses struct {
@@ -178,19 +179,11 @@ func (w *witnesses) readViews(ctx context.Context) {
 	wg.Wait()
 }
 
-// anyNotUp reports whether a node of the server is not UP (its next probe
-// is a reconnect, which reads the view).
-func (w *witnesses) anyNotUp() bool {
-	for _, name := range w.r.names {
-		if w.r.critical[name] && w.r.nodes[name].State() != node.StateUp {
-			return true
-		}
-	}
-	return false
-}
-
-// run writes marks every heartbeat, and at once for a node named on wake;
-// while a node is not UP it also reads the views every heartbeat.
+// run writes marks every heartbeat, and at once for a node named on wake,
+// and reads the views every heartbeat: every probe compares its node's
+// stamp with them, so a node another instance saw go back (and marked at
+// once when it went DOWN there) is refused here within a heartbeat or
+// two, even if this instance never saw it fail.
 func (w *witnesses) run(heartbeat time.Duration) {
 	defer close(w.done)
 	t := time.NewTicker(heartbeat)
@@ -207,9 +200,7 @@ func (w *witnesses) run(heartbeat time.Duration) {
 					w.write(name)
 				}
 			}
-			if w.anyNotUp() {
-				w.readViews(context.Background())
-			}
+			w.readViews(context.Background())
 		}
 	}
 }

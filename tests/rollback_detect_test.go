@@ -263,3 +263,25 @@ func TestRolledBackNodeRefusedByInstanceThatSawLess(t *testing.T) {
 	}
 	waitRefused(t, rR, "n1", node.ErrRolledBack)
 }
+
+// A peer's mark ahead of an UP node's stamp (another instance saw writes
+// the node no longer has, and marked them when it found the node gone
+// back) makes this instance refuse the node within a few heartbeats,
+// though none of its own commands or probes failed: the marks are read
+// every heartbeat and every probe compares the stamp with them.
+func TestPeerMarkAheadRefusesUpNode(t *testing.T) {
+	t.Parallel()
+	srv, cfg := rollbackEnv(t, &quickHealth)
+	r, inv := rollbackInventory(t, cfg, 30)
+	reserveSome(t, inv, "m-", 3)
+	n1, _ := r.Node("n1")
+	m, ok := n1.Mark()
+	if !ok {
+		t.Fatal("n1 has no mark after writes")
+	}
+	m.Seq += 1000 // what another instance would have seen acknowledged
+	if err := srv[1].Client(t).HSet(context.Background(), node.WitnessKey, "n1", m.String()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitRefused(t, r, "n1", node.ErrRolledBack)
+}
