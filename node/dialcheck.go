@@ -31,14 +31,14 @@ import (
 // processes saw acknowledged, up to their marks' lag (witness.go). A
 // server's data does not go back while it runs, and a connection reaches
 // one server process, so a connection whose first read found the stamp
-// at or after both serves nothing older. A stamp that went
-// back ([ErrRolledBack]), a missing one ([ErrDataLost]), one naming
-// another node ([ErrIdentity]) and, for a Sentinel node, a server that is
-// not a master ([ErrNotMaster]) fail the dial, and so the command that
-// needed the connection, before the command was sent: a node failure,
-// which makes the health scheduler probe the node at once and mark it
-// DOWN with the reason. A stamp of a later generation (accepted since) is
-// used, as a probe would.
+// at or after both serves nothing older. A stamp that went back
+// ([ErrRolledBack]), a missing one ([ErrDataLost]), one naming another
+// node ([ErrIdentity]) and, for a Sentinel node, a server that is not a
+// master ([ErrNotMaster]) fail the dial, and so the command that needed
+// the connection, before the command was sent: a node failure, which
+// makes the health scheduler probe the node at once and mark it DOWN with
+// the reason (the probe compares with the marks just read too). A stamp
+// of a later generation (accepted since) is used, as a probe would.
 //
 // The stamp read is one round trip on the new connection, before
 // go-redis's own handshake (so it authenticates and selects the database
@@ -46,8 +46,8 @@ import (
 // busy server) and is bounded like it, by the command timeout. The
 // peers' marks are one round trip to each UP peer, concurrently, bounded
 // by the probe timeout; the dials that wait while one read runs share the
-// next (peerRead). New connections only: a pooled connection
-// pays nothing.
+// next (peerRead). New connections only: a pooled connection pays
+// nothing.
 
 // checkDial applies the rule above to conn, a command connection just
 // dialled: nil when it may be used, else why not.

@@ -21,9 +21,10 @@ import (
 // it applies a write to the older data (the node's write sequence must not
 // move), and keep refusing it until an operator accepts it; the nemesis
 // then accepts it (AcceptNode), as the operator would. A service that sent
-// the node nothing since the kill may list it UP until its next probe. What the node lost is lost: the checker excuses
-// violations of orders and users whose data lived on that node while it
-// was rolled back (Report.Excused), and checks everything else as usual.
+// the node nothing since the kill may list it UP until its next probe.
+// What the node lost is lost: the checker excuses violations of orders
+// and users whose data lived on that node while it was rolled back
+// (Report.Excused), and checks everything else as usual.
 
 // FaultRollback is a restart from an older snapshot, then AcceptNode.
 const FaultRollback = "restart from older snapshot"
