@@ -82,9 +82,9 @@ func (n *Node) Mark() (m Mark, ok bool) {
 // A stamp naming another node is an [ErrIdentity] error. On every probe of
 // a node whose data must be kept the stamp is compared with the highest
 // mark its peers were last seen to hold and with what this process saw
-// acknowledged. A node whose data
-// went back (its stamp's sequence is below a witnessed one, or its
-// incarnation or generation differs from the witnessed) is refused with
+// acknowledged. A node whose data went back (its stamp's sequence is
+// below a witnessed one, or its incarnation or generation differs from
+// the witnessed) is refused with
 // [ErrRolledBack]; one found without a stamp while peers witnessed it,
 // with [ErrDataLost] (it is not re-stamped). Both stay refused, whichever
 // process probes and after every process restarted, until an operator

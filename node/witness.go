@@ -43,14 +43,14 @@ import (
 // Off the probe's path. A probe is one round trip to its node (Probe): it
 // never talks to peers. The marks peers hold of a node are read by a
 // background loop (package router: before the first probes, then every
-// heartbeat) and, before its first command, by
-// every new command connection of the node (dialcheck.go: a restart
-// kills every connection, so the first write after one reads them), and
-// handed to the node with [Node.SetWitnessed]; every probe compares the
-// stamp with the last view and refuses the node when the stamp is behind
-// it. So an instance that saw fewer writes than another does not use a
-// node that lost the other's: the other's marks are on the peers. Reading and
-// writing marks runs on a client of its own per node (not the probe's one
+// heartbeat) and, before its first command, by every new command
+// connection of the node (dialcheck.go: a restart kills every connection,
+// so the first write after one reads them), and handed to the node with
+// [Node.SetWitnessed]; every probe compares the stamp with the last view
+// and refuses the node when the stamp is behind it. So an instance that
+// saw fewer writes than another does not use a node that lost the
+// other's: the other's marks are on the peers. Reading and writing marks
+// runs on a client of its own per node (not the probe's one
 // connection) and never changes a node's state: a slow or silent peer
 // cannot make a probe time out. A view is at most a heartbeat older than
 // the marks on the peers; marks of this process's own writes are checked

@@ -19,9 +19,9 @@ import (
 // the probes' path: once before the first probes (router.New), then every
 // heartbeat, handing them to the nodes (node.SetWitnessed) for their
 // probes; a node's new connections read them too (node/dialcheck.go,
-// through Witnessed). None of it
-// changes a node's state. Nodes outside Options.KeepData's servers hold no data
-// that must be kept and are not witnessed.
+// through Witnessed). None of it changes a node's state. Nodes outside
+// Options.KeepData's servers hold no data that must be kept and are not
+// witnessed.
 type witnesses struct {
 	r       *Router
 	mu      sync.Mutex
