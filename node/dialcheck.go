@@ -64,21 +64,16 @@ func (n *Node) checkDial(conn net.Conn) error {
 	if err != nil {
 		return n.refusal(fmt.Errorf("reading the stamp on a new connection: %w", err))
 	}
-	stamp, _, err := n.verifyStamp(res, false, Mark{})
+	if n.opts.Witnesses != nil {
+		n.readPeers(dialed)
+	}
+	view, witnessed := n.Witnessed()
+	stamp, _, err := n.verifyStamp(res, witnessed, view) // identity, a missing stamp, the peers' marks
 	if err != nil {
 		return err
 	}
 	if err := behind(stamp, seen, "this process saw acknowledged"); err != nil {
 		return n.rolledBack(err)
-	}
-	if n.opts.Witnesses == nil {
-		return nil
-	}
-	n.readPeers(dialed)
-	if view, ok := n.Witnessed(); ok {
-		if err := behind(stamp, view, "other nodes witnessed"); err != nil {
-			return n.rolledBack(err)
-		}
 	}
 	return nil
 }
