@@ -29,14 +29,14 @@ var localCostCuts = []struct {
 	{"the script as it is", nil, false},
 	{"the general path (plan_parts, write_parts)", nil, true},
 	{"without its pending-index ZADD", [][2]string{
-		{"  q[#q + 1] = pdlS\n  q[#q + 1] = member\n", ""}}, false},
+		cutPendingZADD}, false},
 	{"with a part record (the SET its inline part saves)", [][2]string{
 		{"  take_at(ck, xk, ARGV[5],", "  part_new(partPrefix .. ARGV[5], 'p', 'q', want, off, times[2])\n  take_at(ck, xk, ARGV[5],"}}, false},
 	{"with the EXISTS of the part's key (an inline part's, which cannot exist)", [][2]string{
 		{"  local avail, resv, short, last, seg = plan_one(nil,", "  if redis.call('EXISTS', partPrefix .. ARGV[5]) == 1 then return {'existing'} end\n  local avail, resv, short, last, seg = plan_one(nil,"}}, false},
 	{"without both ZADDs", [][2]string{
-		{"  q[#q + 1] = pdlS\n  q[#q + 1] = member\n", ""},
-		{"  q[#q + 1] = offS\n  q[#q + 1] = id\n", ""}}, false},
+		cutPendingZADD,
+		cutRedoZADD}, false},
 	{"with the record's head read first", [][2]string{
 		{"  local ck, xk, want = CKEYS[1]", "  if order_kept(key) then return {'existing'} end\n  local ck, xk, want = CKEYS[1]"}}, false},
 	{"the plan only (reads, checks; no write)", [][2]string{

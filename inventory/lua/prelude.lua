@@ -124,7 +124,8 @@ end
 --     the three) and each field checked by int once (its error names ck
 --     .. suffix; its number kept at i + 3 of the copy, so a later read is a
 --     table lookup, not a type() call: a Lua call of a C function costs
---     the node hundreds of instructions); stock_checked(ck) is the three
+--     the node hundreds of instructions; at 7, whether flush writes the
+--     copy); stock_checked(ck) is the three
 --     (available, limit, reserved) when each was checked already, else
 --     nil; stock_set(ck, avail, resv) changes the copy, and flush
 --     writes each changed hash once (available and reserved);
@@ -157,10 +158,11 @@ local function redo_first_field(xk) return xk .. ':s' end
 local zchecked = {}
 local zqueued, zkeys = {}, {}
 local stocks = {}
-local sdirty, skeys = {}, {}
+local skeys = {}
 -- offtab[offsets][xk]: {the last offset handed out, whether flush writes
 -- it, the first offset flush records in field redo_first_field(xk) (nil
--- when the queue has it)}
+-- when the queue has it), offsets, xk}: one table, made with its five
+-- slots, is both the copy and okeys' entry (flush's list)
 local offtab = {}
 local okeys = {}
 local function zset_ok(key)
@@ -169,17 +171,20 @@ local function zset_ok(key)
     zchecked[key] = true
   end
 end
--- zqueue(key): a new, empty queue of ZADD arguments for key, which flush
--- sends (zadd_later's, take_at's: each calls it once per key per script
--- call, the first time it queues one).
-local function zqueue(key)
-  local q = {}
-  zqueued[key] = q
+-- zqueue(key, score, member): a new queue of ZADD arguments for key,
+-- holding score and member, which flush sends (zadd_later's, take_at's:
+-- each calls it once per key per script call, the first time it queues
+-- one). Made by a constructor with its first pair: a table grown from
+-- empty is resized at its first and second element, about 600
+-- instructions each (callgrind), and a call of SKUs no other order of it
+-- has makes a queue per part.
+local function zqueue(key, score, member)
+  zqueued[key] = {score, member}
   zkeys[#zkeys + 1] = key
-  return q
 end
 local function zadd_later(key, score, member)
-  local q = zqueued[key] or zqueue(key)
+  local q = zqueued[key]
+  if not q then return zqueue(key, score, member) end
   q[#q + 1] = score
   q[#q + 1] = member
 end
@@ -188,15 +193,14 @@ local function flush()
     local v = stocks[ck]
     redis.call('HSET', ck, 'available', I(v[4]), 'reserved', I(v[6]))
   end
-  for _, o in ipairs(okeys) do
-    local e = o[3]
+  for _, e in ipairs(okeys) do
     e[2] = false
     if e[3] then
-      redis.call('HSET', o[1], o[2], I(e[1]), redo_first_field(o[2]), I(e[3]))
+      redis.call('HSET', e[4], e[5], I(e[1]), redo_first_field(e[5]), I(e[3]))
       e[3] = nil
-      redo_pad(o[1]) -- rare: once per queue
+      redo_pad(e[4]) -- rare: once per queue
     else
-      redis.call('HSET', o[1], o[2], I(e[1]))
+      redis.call('HSET', e[4], e[5], I(e[1]))
     end
   end
   for _, key in ipairs(zkeys) do
@@ -209,7 +213,11 @@ end
 local function stock_int(ck, i, suffix)
   local v = stocks[ck]
   if not v then
-    v = redis.call('HMGET', ck, 'available', 'limit', 'reserved')
+    -- the copy made with its seven slots (the three fields, their numbers,
+    -- whether flush writes it): the reply's own table has four, and
+    -- growing it resizes it twice, about 600 instructions each
+    local r = redis.call('HMGET', ck, 'available', 'limit', 'reserved')
+    v = {r[1], r[2], r[3], false, false, false, false}
     stocks[ck] = v
   end
   local n = v[i + 3]
@@ -224,16 +232,16 @@ local function stock_checked(ck)
   local v = stocks[ck]
   if v and v[4] and v[5] and v[6] then return v[4], v[5], v[6] end
 end
--- stock_dirty(ck): flush writes stock hash ck's copy (stock_set's,
+-- stock_dirty(ck, v): flush writes stock hash ck's copy v (stock_set's,
 -- take_at's: once per hash per script call, the first time it changes).
-local function stock_dirty(ck)
-  sdirty[ck] = true
+local function stock_dirty(ck, v)
+  v[7] = true
   skeys[#skeys + 1] = ck
 end
 local function stock_set(ck, avail, resv)
   local v = stocks[ck] -- stock_int read it (the plan)
   v[4], v[6] = avail, resv
-  if not sdirty[ck] then stock_dirty(ck) end
+  if not v[7] then stock_dirty(ck, v) end
 end
 local function offsets_ok(offsets, xk)
   local t = offtab[offsets]
@@ -253,21 +261,21 @@ local function offsets_ok(offsets, xk)
   else
     first = n + 1
   end
-  t[xk] = {n, false, first}
+  t[xk] = {n, false, first, offsets, xk}
   return true
 end
 local function offset_at(offsets, xk) return offtab[offsets][xk][1] end
--- offsets_dirty(offsets, xk, o): flush writes queue xk's entry o of
--- offtab[offsets] (next_offset's, take_at's: once per queue per script
--- call, the first time it hands out an offset).
-local function offsets_dirty(offsets, xk, o)
+-- offsets_dirty(o): flush writes offtab's entry o, its queue's last
+-- offset (next_offset's, take_at's: once per queue per script call, the
+-- first time it hands out an offset).
+local function offsets_dirty(o)
   o[2] = true
-  okeys[#okeys + 1] = {offsets, xk, o}
+  okeys[#okeys + 1] = o
 end
 local function next_offset(offsets, xk)
   local o = offtab[offsets][xk] -- offsets_ok(offsets, xk) ran first (the plan)
   o[1] = o[1] + 1
-  if not o[2] then offsets_dirty(offsets, xk, o) end
+  if not o[2] then offsets_dirty(o) end
   return o[1]
 end
 -- take_at(ck, xk, id, avail, resv, off, offS, seg, pdlS, member): the
@@ -286,14 +294,22 @@ local function take_at(ck, xk, id, avail, resv, off, offS, seg, pdlS, member)
     error('take_at: offset ' .. tostring(off) .. ' of ' .. xk .. ' is not the next one, ' .. tostring(o[1] + 1))
   end
   o[1] = off
-  if not o[2] then offsets_dirty(REDO_OFFSETS, xk, o) end
+  if not o[2] then offsets_dirty(o) end
   local v = stocks[ck] -- the plan read it (stock_int)
   v[4], v[6] = avail, resv
-  if not sdirty[ck] then stock_dirty(ck) end
-  local q = zqueued[seg] or zqueue(seg)
-  q[#q + 1] = offS
-  q[#q + 1] = id
-  q = zqueued[PENDING] or zqueue(PENDING)
-  q[#q + 1] = pdlS
-  q[#q + 1] = member
+  if not v[7] then stock_dirty(ck, v) end
+  local q = zqueued[seg]
+  if q then
+    q[#q + 1] = offS
+    q[#q + 1] = id
+  else
+    zqueue(seg, offS, id)
+  end
+  q = zqueued[PENDING]
+  if q then
+    q[#q + 1] = pdlS
+    q[#q + 1] = member
+  else
+    zqueue(PENDING, pdlS, member)
+  end
 end
