@@ -28,7 +28,12 @@ import (
 // gated client's dialer), and the stamp is compared with what this
 // process saw acknowledged before the read and with the marks the node's
 // peers hold of it (Options.Witnesses), read after the dial: what other
-// processes saw acknowledged, up to their marks' lag (witness.go). A
+// processes saw acknowledged, up to their marks' lag (witness.go). Both
+// are read before the stamp, never after it: every write they name was
+// then acknowledged before the stamp was read, so a current node's stamp
+// is at or after them, where a mark read after the stamp could name a
+// write acknowledged in between and a current node would look rolled
+// back (TestDialCheckReadsMarksBeforeStamp). A
 // server's data does not go back while it runs, and a connection reaches
 // one server process, so a connection whose first read found the stamp
 // at or after both serves nothing older. A stamp that went back
@@ -60,14 +65,16 @@ func (n *Node) checkDial(conn net.Conn) error {
 	if !ok {
 		return nil // nothing seen yet that could go back: first contact is the scheduler's probe
 	}
-	res, err := n.readStamp(conn)
-	if err != nil {
-		return n.refusal(fmt.Errorf("reading the stamp on a new connection: %w", err))
-	}
+	// the peers' marks before the stamp too: a mark read after it may be
+	// of a write acknowledged in between, which the stamp read missed
 	if n.opts.Witnesses != nil {
 		n.readPeers(dialed)
 	}
 	view, witnessed := n.Witnessed()
+	res, err := n.readStamp(conn)
+	if err != nil {
+		return n.refusal(fmt.Errorf("reading the stamp on a new connection: %w", err))
+	}
 	stamp, _, err := n.verifyStamp(res, witnessed, view) // identity, a missing stamp, the peers' marks
 	if err != nil {
 		return err

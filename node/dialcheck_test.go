@@ -3,6 +3,9 @@ package node_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -113,5 +116,70 @@ func TestNewConnectionOfCacheNodeIsNotChecked(t *testing.T) {
 	dropConns(t, admin)
 	if err := n.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
 		t.Fatalf("SET on a cache node's new connection: %v", err)
+	}
+}
+
+// laterWrite is a Witnesses whose read of the peers' marks finds a write
+// acknowledged since the reader began: it advances the node's write
+// sequence (as another connection's or another process's write would)
+// and answers that write's mark, as the peers would hold it once the
+// writer's marks reached them. It holds nothing (no peers to hold marks).
+type laterWrite struct {
+	db    *redis.Client
+	reads atomic.Int32
+}
+
+func (w *laterWrite) Hold(context.Context, string, node.Mark) error { return nil }
+
+func (w *laterWrite) Witnessed(ctx context.Context, _ string) (node.Mark, bool) {
+	w.reads.Add(1)
+	seq, err := w.db.HIncrBy(ctx, node.StampKey, "seq", 1).Result()
+	if err != nil {
+		return node.Mark{}, false
+	}
+	v, err := w.db.HMGet(ctx, node.StampKey, "incarnation", "gen").Result()
+	if err != nil {
+		return node.Mark{}, false
+	}
+	inc, _ := v[0].(string)
+	gen, _ := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
+	return node.Mark{Gen: gen, Incarnation: inc, Seq: seq}, true
+}
+
+// The dial check reads the peers' marks before the stamp: a mark read
+// after the stamp may be of a write acknowledged in between, and a
+// current node would look rolled back (its stamp behind a mark it had
+// reached by then). Seen under load in TestTopologyRollingChange: "its
+// write sequence is 591, other nodes witnessed up to 592".
+func TestDialCheckReadsMarksBeforeStamp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		pipeline *redis.AutoPipelineOptions
+	}{{"hooked", nil}, {"pipelined", &redis.AutoPipelineOptions{}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s := redistest.Start(t, redistest.Options{})
+			admin := s.Client(t)
+			w := &laterWrite{db: admin}
+			n := newNode(t, node.Options{Name: "n1", Addr: s.Addr(), Critical: true, BreakerFailures: 1000,
+				Pipeline: tc.pipeline, PipelineFrom: 1, Witnesses: w}, nil)
+			if err := n.Probe(ctx); err != nil {
+				t.Fatal(err)
+			}
+			n.SetUp()
+			if err := admin.HSet(ctx, node.StampKey, "seq", 10).Err(); err != nil {
+				t.Fatal(err)
+			}
+			n.ObserveSeq(10)
+			dropConns(t, admin)
+			if err := n.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
+				t.Fatalf("SET on a new connection to a current node: %v", err)
+			}
+			if w.reads.Load() == 0 {
+				t.Fatal("the dial check did not read the peers' marks")
+			}
+		})
 	}
 }
