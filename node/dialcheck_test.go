@@ -24,6 +24,13 @@ func dropConns(t *testing.T, admin *redis.Client) {
 	}
 }
 
+// dialPaths are the two ways a command connection is dialled: the hooked
+// client's dial hook, and the auto-pipeliner's gated dialer.
+var dialPaths = []struct {
+	name     string
+	pipeline *redis.AutoPipelineOptions
+}{{"hooked", nil}, {"pipelined", &redis.AutoPipelineOptions{}}}
+
 // A command connection dialled to a node whose data must be kept reads the
 // stamp first, on that connection (dialcheck.go): a stamp behind what this
 // process saw acknowledged, or a missing one, fails the dial and the
@@ -33,10 +40,7 @@ func dropConns(t *testing.T, admin *redis.Client) {
 // on the raw connection.
 func TestNewConnectionReadsStampFirst(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name     string
-		pipeline *redis.AutoPipelineOptions
-	}{{"hooked", nil}, {"pipelined", &redis.AutoPipelineOptions{}}} {
+	for _, tc := range dialPaths {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -153,10 +157,7 @@ func (w *laterWrite) Witnessed(ctx context.Context, _ string) (node.Mark, bool) 
 // write sequence is 591, other nodes witnessed up to 592".
 func TestDialCheckReadsMarksBeforeStamp(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name     string
-		pipeline *redis.AutoPipelineOptions
-	}{{"hooked", nil}, {"pipelined", &redis.AutoPipelineOptions{}}} {
+	for _, tc := range dialPaths {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
