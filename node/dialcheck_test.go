@@ -31,6 +31,24 @@ var dialPaths = []struct {
 	pipeline *redis.AutoPipelineOptions
 }{{"hooked", nil}, {"pipelined", &redis.AutoPipelineOptions{}}}
 
+// usedNode is a node of opts, probed and UP, whose stamp (read and written
+// through db, a client of the node's database) is at write 10, which the
+// node saw acknowledged: the state of a node in use.
+func usedNode(t *testing.T, opts node.Options, db *redis.Client) *node.Node {
+	t.Helper()
+	ctx := context.Background()
+	n := newNode(t, opts, nil)
+	if err := n.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n.SetUp()
+	if err := db.HSet(ctx, node.StampKey, "seq", 10).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n.ObserveSeq(10)
+	return n
+}
+
 // A command connection dialled to a node whose data must be kept reads the
 // stamp first, on that connection (dialcheck.go): a stamp behind what this
 // process saw acknowledged, or a missing one, fails the dial and the
@@ -48,17 +66,9 @@ func TestNewConnectionReadsStampFirst(t *testing.T) {
 			admin := s.Client(t)
 			opts := node.Options{Name: "n1", Addr: s.Addr(), Password: "pw", DB: 3, Critical: true, BreakerFailures: 1000,
 				Pipeline: tc.pipeline, PipelineFrom: 1}
-			n := newNode(t, opts, nil)
-			if err := n.Probe(ctx); err != nil {
-				t.Fatal(err)
-			}
-			n.SetUp()
 			db3 := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: "pw", DB: 3})
 			t.Cleanup(func() { _ = db3.Close() })
-			if err := db3.HSet(ctx, node.StampKey, "seq", 10).Err(); err != nil {
-				t.Fatal(err)
-			}
-			n.ObserveSeq(10)
+			n := usedNode(t, opts, db3)
 			set := func(v string) error { return n.Client().Set(ctx, "k", v, 0).Err() }
 			if err := set("before"); err != nil {
 				t.Fatalf("SET on a current node: %v", err)
@@ -164,16 +174,8 @@ func TestDialCheckReadsMarksBeforeStamp(t *testing.T) {
 			s := redistest.Start(t, redistest.Options{})
 			admin := s.Client(t)
 			w := &laterWrite{db: admin}
-			n := newNode(t, node.Options{Name: "n1", Addr: s.Addr(), Critical: true, BreakerFailures: 1000,
-				Pipeline: tc.pipeline, PipelineFrom: 1, Witnesses: w}, nil)
-			if err := n.Probe(ctx); err != nil {
-				t.Fatal(err)
-			}
-			n.SetUp()
-			if err := admin.HSet(ctx, node.StampKey, "seq", 10).Err(); err != nil {
-				t.Fatal(err)
-			}
-			n.ObserveSeq(10)
+			n := usedNode(t, node.Options{Name: "n1", Addr: s.Addr(), Critical: true, BreakerFailures: 1000,
+				Pipeline: tc.pipeline, PipelineFrom: 1, Witnesses: w}, admin)
 			dropConns(t, admin)
 			if err := n.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
 				t.Fatalf("SET on a new connection to a current node: %v", err)
