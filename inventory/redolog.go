@@ -27,6 +27,29 @@ import (
 //     callgrind), and a one-item order 1.3-2.0 µs less script time (in
 //     group calls of 20 orders, 12.1 → 10.7 and 13.7 → 11.7 µs).
 //
+// What the listpacks cost the writes: adding an entry to a listpack
+// sorted set walks it twice (Redis's zzlFind looks for the member, then
+// zzlInsert walks to the place of the highest score, the end), about
+// 7,800 node instructions per entry in a 32-offset segment, where a
+// skiplist takes about 1,900 (callgrind, zsetAdd's callees, the reserve
+// script's take in 20-call groups). A layout that kept this release's
+// entries in one sorted set per queue, made a skiplist by a pad member
+// over zset-max-listpack-value bytes (as [RedoOffsetsPad] keeps the
+// offsets hash a hash table), was built and measured (2026-11-30): under
+// callgrind a take cost 51,100 instructions against 57,600, a local
+// reserve 52,500 against 58,500, a take of a cold SKU 127,200 against
+// 133,000; but timed, in the bench's interleaved rounds against the
+// floor (9 rounds each, the two builds alternating), a minted hot-SKU
+// order's node CPU did not move (13.1 µs against 12.9) and a hashed one's
+// fell 5 % (29.5 against 31.0), orders/s against the floor 0.773 against
+// 0.755 and 0.830 against 0.802, within the rounds' spread, while node
+// memory per pending order rose from 303 to 395 bytes (a skiplist entry
+// takes 105-126 bytes, a listpack segment's 42-43: the bench's "Record
+// layouts, measured", two runs; a log its sync has not landed would take
+// about 2.5 times the memory). A skiplist of a hot queue's hundreds of thousands of
+// entries is pointer chasing that callgrind does not price. Not kept.
+// (Segments of 32 made skiplists by the pad cost 174 bytes an entry.)
+//
 // Field RedoLogKey(q) + ":s" of [RedoOffsetsKey] holds the queue's first
 // offset in the 32-offset segments: the first script call of this
 // release that hands out an offset of the queue writes it, in the same
