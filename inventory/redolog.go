@@ -46,9 +46,10 @@ import (
 // memory per pending order rose from 303 to 395 bytes (a skiplist entry
 // takes 105-126 bytes, a listpack segment's 42-43: the bench's "Record
 // layouts, measured", two runs; a log its sync has not landed would take
-// about 2.5 times the memory). A skiplist of a hot queue's hundreds of thousands of
-// entries is pointer chasing that callgrind does not price. Not kept.
-// (Segments of 32 made skiplists by the pad cost 174 bytes an entry.)
+// about 2.5 times the memory). A skiplist of a hot queue's hundreds of
+// thousands of entries is pointer chasing that callgrind does not price.
+// Not kept. (Segments of 32 made skiplists by the pad cost 174 bytes an
+// entry.)
 //
 // Field RedoLogKey(q) + ":s" of [RedoOffsetsKey] holds the queue's first
 // offset in the 32-offset segments: the first script call of this
