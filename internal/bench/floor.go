@@ -124,10 +124,29 @@ const (
 
 func floorStock(sku string) string { return "floor:stock:" + sku }
 
+// floorRedo is the seed's sku % 50 for a numeric SKU and queue 0 for any
+// other (the hot SKU's; a record entry's, which the script never uses),
+// from a table, so that an entry costs no parse error and no string.
 func floorRedo(sku string) string {
-	n, _ := strconv.Atoi(sku)
-	return "floor:redo:" + strconv.Itoa(n%50)
+	n := 0
+	for i := 0; i < len(sku); i++ {
+		c := sku[i]
+		if c < '0' || c > '9' {
+			n = 0
+			break
+		}
+		n = (n*10 + int(c-'0')) % 50
+	}
+	return floorRedoKeys[n]
 }
+
+// floorRedoKeys are the floor's 50 redo queues (floorRedo).
+var floorRedoKeys = func() (keys [50]string) {
+	for i := range keys {
+		keys[i] = "floor:redo:" + strconv.Itoa(i)
+	}
+	return keys
+}()
 
 var errFloorShort = errors.New("floor: insufficient stock")
 

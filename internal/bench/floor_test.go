@@ -219,3 +219,21 @@ func TestFloorUnwaitedFailure(t *testing.T) {
 		t.Fatalf("order after a failed unwaited decision: %v, want that failure", err)
 	}
 }
+
+// TestFloorRedo holds floorRedo to the seed's queue of a numeric SKU
+// (sku % 50) and queue 0 for any other, without allocating.
+func TestFloorRedo(t *testing.T) {
+	for i := range 5000 {
+		if got, want := floorRedo(strconv.Itoa(i)), "floor:redo:"+strconv.Itoa(i%50); got != want {
+			t.Fatalf("floorRedo(%d) = %q, want %q", i, got, want)
+		}
+	}
+	for _, sku := range []string{floorHotSKU, "", "12a", "-3"} {
+		if got := floorRedo(sku); got != "floor:redo:0" {
+			t.Errorf("floorRedo(%q) = %q, want floor:redo:0", sku, got)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = floorRedo(floorHotSKU) }); n != 0 {
+		t.Errorf("floorRedo allocates %.0f times per call", n)
+	}
+}
