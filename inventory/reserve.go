@@ -110,6 +110,34 @@ func (inv *Inventory) effectiveTTL(ttl time.Duration) (time.Duration, bool) {
 	return ttl, false
 }
 
+// reserve places the order by the first path that can: one script on
+// its home, one round, or the general path, with refusals by reads alone
+// before or between them. Following a Reserve, the files a reader opens,
+// path by path:
+//
+//   - Every path: internal/service/handlers.go (Handlers.Reserve: the
+//     RPC's checks, the items converted), then this file (Reserve,
+//     reserve: the request's checks, the TTL; the order's home,
+//     migrate.go homeFor over homes.go).
+//   - Refusals by reads alone, nothing written: soldout.go (refuseShort,
+//     before the paths when a SKU of the order was refused lately, and
+//     after a path found a part short; its reads soldout_reads.go, which
+//     SKUs were refused soldout_hint.go).
+//   - One script on the home: local.go (reserveLocal: the call's keys and
+//     arguments, the record's template from rectemplate.go), lua.go run
+//     and group.go (the group call that carries it), the script
+//     lua/local.lua over the library lua/take_whole.lua and
+//     lua/prelude.lua, back to local.go (decodeLocal, with reply.go's
+//     reader), then receipts in this file.
+//   - One round: staged_reserve.go (plan, stage and takes at once, the
+//     outcome; the protocol's states and rule are in staged.go), the home's
+//     stage in stage_call.go (lua/stage_take.lua) and the other nodes'
+//     takes in reserve_call.go (lua/reserve.lua), both through group.go;
+//     then the commit, carried on a later group call (carry.go), or the
+//     release of an attempt that failed (staged_abort.go).
+//   - The general path (reserveGeneral below): begin and commit on the
+//     record (order.go, lua/order.lua) around the takes (take.go,
+//     reserve_call.go).
 func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item, userID string, ttl time.Duration) (Reservation, error) {
 	ctx, _ = inv.pin(ctx)
 	if err := inv.checkReserve(ctx, orderID, items, userID); err != nil {
