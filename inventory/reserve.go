@@ -125,8 +125,8 @@ func (inv *Inventory) effectiveTTL(ttl time.Duration) (time.Duration, bool) {
 //     SKUs were refused soldout_hint.go).
 //   - One script on the home: local.go (reserveLocal: the call's keys and
 //     arguments, the record's template from rectemplate.go), lua.go run
-//     and group.go (the group call that carries it), the script
-//     lua/local.lua over the library lua/take_whole.lua and
+//     and group.go (the group call that carries it; its queue batchq.go),
+//     the script lua/local.lua over the library lua/take_whole.lua and
 //     lua/prelude.lua, back to local.go (decodeLocal, with reply.go's
 //     reader), then receipts in this file.
 //   - One round: staged_reserve.go (plan, stage and takes at once, the
