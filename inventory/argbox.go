@@ -25,9 +25,19 @@ type argMemOne struct {
 	a [6]any
 }
 
+// argMemStage holds them for the stage of an order with one stock part
+// on its home in the stage's short layout (stageTakeCall), what every
+// order with parts on several nodes sends when its home has one: 296
+// bytes, where argMemPart's 480 (its size class) would be the next fit.
+type argMemStage struct {
+	s [5]string
+	i [3]int64
+	k [4]string
+	a [8]any
+}
+
 // argMemPart holds them for a call of one part in a general layout (the
-// stage with its home's part, the local reserve's general path): 480
-// bytes.
+// local reserve's general path, a stage of several parts): 480 bytes.
 type argMemPart struct {
 	s [9]string
 	i [3]int64
@@ -37,11 +47,14 @@ type argMemPart struct {
 
 // newArgBox is a box for about ns strings, ni integers, nk keys and na
 // arguments (more only cost an allocation): one allocation when they fit
-// argMemOne or argMemPart, else one per slice.
+// argMemOne, argMemStage or argMemPart, else one per slice.
 func newArgBox(ns, ni, nk, na int) argBox {
 	switch {
 	case ns <= 4 && ni <= 2 && nk <= 3 && na <= 6:
 		m := new(argMemOne)
+		return argBox{strs: m.s[:0], ints: m.i[:0], keys: m.k[:0], args: m.a[:0]}
+	case ns <= 5 && ni <= 3 && nk <= 4 && na <= 8:
+		m := new(argMemStage)
 		return argBox{strs: m.s[:0], ints: m.i[:0], keys: m.k[:0], args: m.a[:0]}
 	case ns <= 9 && ni <= 3 && nk <= 4 && na <= 14:
 		m := new(argMemPart)

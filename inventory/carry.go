@@ -163,7 +163,7 @@ func (inv *Inventory) takeCarried(n *node.Node, token string, limit int) []carri
 	}
 	buf.mu.Lock()
 	defer buf.mu.Unlock()
-	var out []carriedCommit
+	out := make([]carriedCommit, 0, min(limit, len(buf.commits)))
 	kept := buf.commits[:0]
 	for _, c := range buf.commits {
 		if c.epoch == token && len(out) < limit {

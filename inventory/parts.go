@@ -114,7 +114,7 @@ func withOffsets(list string, holes []int, promised, taken []OrderPart) (string,
 		}
 		last = holes[i]
 	}
-	return string(append(b, list[last:]...)), true
+	return frozen(append(b, list[last:]...)), true // b is dropped here
 }
 
 // appendLayout2Entry appends part p's entry in the layout 2 list of

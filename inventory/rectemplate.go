@@ -268,7 +268,8 @@ func (c *pieceCutter) next(s string) string {
 // frozen is buf as a string, without copying it: the pieces of a call's
 // keys and arguments are cut from one buffer that nothing writes once it
 // is built (its builder returns it and drops it), a group call's counts
-// (group.go), an item's spread key (spreadKey). buf must never change
+// (group.go), an item's spread key (spreadKey), a parts list with its
+// offsets filled in (withOffsets). buf must never change
 // again while the string is in use.
 func frozen(buf []byte) string {
 	return unsafe.String(unsafe.SliceData(buf), len(buf))

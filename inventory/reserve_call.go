@@ -44,26 +44,55 @@ func (b batchResult) unknownParts() []part {
 	return out
 }
 
-// runBatches runs one reserve script per node, concurrently: each but one
-// begun by start (lua.go), then that one on the caller's goroutine.
-func (inv *Inventory) runBatches(ctx context.Context, orderID, token string, deadline partDue, batches map[*node.Node][]partReq) []batchResult {
-	out := make([]batchResult, 0, len(batches))
-	var (
-		waits []func() batchResult
-		mine  *node.Node // the batch this goroutine sends
-	)
-	for n, reqs := range batches {
-		if mine == nil {
-			mine = n
-			continue
+// nodeBatch is the parts of a round that one node's reserve script call
+// takes.
+type nodeBatch struct {
+	n    *node.Node
+	reqs []partReq
+}
+
+// nodeBatches are a round's batches, at most one per node, in the order
+// their nodes were first added. An order has few nodes: a slice searched
+// in order costs less than a map, which it allocated twice.
+type nodeBatches []nodeBatch
+
+// add appends r to n's batch, which it starts when b has none.
+func (b nodeBatches) add(n *node.Node, r partReq) nodeBatches {
+	for i := range b {
+		if b[i].n == n {
+			b[i].reqs = append(b[i].reqs, r)
+			return b
 		}
-		waits = append(waits, inv.startBatch(ctx, n, orderID, token, deadline, reqs))
 	}
-	if mine != nil {
-		out = append(out, inv.runBatch(ctx, mine, orderID, token, deadline, batches[mine]))
+	return append(b, nodeBatch{n: n, reqs: []partReq{r}})
+}
+
+// cut removes n's batch from b and returns its parts (nil if b has none).
+func (b nodeBatches) cut(n *node.Node) ([]partReq, nodeBatches) {
+	for i := range b {
+		if b[i].n == n {
+			reqs := b[i].reqs
+			return reqs, append(b[:i], b[i+1:]...)
+		}
 	}
-	for _, wait := range waits {
-		out = append(out, wait())
+	return nil, b
+}
+
+// runBatches runs one reserve script per node, concurrently: each but the
+// first begun by start (lua.go), then the first on the caller's goroutine.
+func (inv *Inventory) runBatches(ctx context.Context, orderID, token string, deadline partDue, batches nodeBatches) []batchResult {
+	if len(batches) == 0 {
+		return nil
+	}
+	out := make([]batchResult, 0, len(batches))
+	var startedArr [4]startedBatch // an order of up to 5 nodes: no allocation
+	started := startedArr[:0]
+	for _, b := range batches[1:] {
+		started = append(started, inv.startBatch(ctx, b.n, orderID, token, deadline, b.reqs))
+	}
+	out = append(out, inv.runBatch(ctx, batches[0].n, orderID, token, deadline, batches[0].reqs))
+	for _, b := range started {
+		out = append(out, b.wait(inv))
 	}
 	return out
 }
@@ -78,17 +107,32 @@ func (inv *Inventory) runBatch(ctx context.Context, n *node.Node, orderID, token
 	return inv.batchResult(n, reqs, v, err)
 }
 
-// startBatch is runBatch begun by start (lua.go): wait returns its result.
-func (inv *Inventory) startBatch(ctx context.Context, n *node.Node, orderID, token string, deadline partDue, reqs []partReq) (wait func() batchResult) {
+// startBatch is runBatch begun by start (lua.go): its wait returns its
+// result.
+func (inv *Inventory) startBatch(ctx context.Context, n *node.Node, orderID, token string, deadline partDue, reqs []partReq) startedBatch {
 	keys, args, err := reserveCall(orderID, token, deadline, reqs)
 	if err != nil {
-		return func() batchResult { return inv.batchResult(n, reqs, nil, err) }
+		return startedBatch{n: n, reqs: reqs, err: err}
 	}
-	sent := inv.start(ctx, n, reserveScript, keys, args...)
-	return func() batchResult {
-		v, err := sent()
-		return inv.batchResult(n, reqs, v, err)
+	return startedBatch{sent: inv.start(ctx, n, reserveScript, keys, args...), n: n, reqs: reqs}
+}
+
+// startedBatch is a batch begun by startBatch, a value (no closure to
+// allocate): sent waits for its script call, unless err failed it before.
+type startedBatch struct {
+	sent func() (any, error)
+	n    *node.Node
+	reqs []partReq
+	err  error
+}
+
+// wait waits for the batch and returns its result (call it once).
+func (b startedBatch) wait(inv *Inventory) batchResult {
+	if b.err != nil {
+		return inv.batchResult(b.n, b.reqs, nil, b.err)
 	}
+	v, err := b.sent()
+	return inv.batchResult(b.n, b.reqs, v, err)
 }
 
 // batchResult is the result of the reserve script of reqs on n, from its

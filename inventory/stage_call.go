@@ -55,23 +55,38 @@ func (inv *Inventory) stageTake(ctx context.Context, orderID, token string, c st
 	return r, err
 }
 
-// startStageTake is stageTake begun by start (lua.go): wait returns its
-// results.
-func (inv *Inventory) startStageTake(ctx context.Context, orderID, token string, c stagedCall) (wait func() (stageReply, error)) {
+// startStageTake is stageTake begun by start (lua.go): its wait returns
+// its results.
+func (inv *Inventory) startStageTake(ctx context.Context, orderID, token string, c stagedCall) startedStage {
 	keys, args, rec, err := inv.stageTakeCall(orderID, token, c.due, c.mutation, c.ttl, c.digest, c.userID, c.promised, c.reqs)
 	if err != nil {
-		return func() (stageReply, error) { return stageReply{}, err }
+		return startedStage{err: err}
 	}
-	sent := inv.start(ctx, c.home, stageTakeScript, keys, args...)
-	return func() (stageReply, error) {
-		v, err := sent()
-		if err != nil {
-			return stageReply{}, err
-		}
-		r, err := decodeStageTake(c.home.Name(), v, len(c.reqs))
-		r.rec = rec
-		return r, err
+	return startedStage{sent: inv.start(ctx, c.home, stageTakeScript, keys, args...), c: c, rec: rec}
+}
+
+// startedStage is a stage begun by startStageTake, a value (no closure to
+// allocate): sent waits for its script call, unless err failed it before.
+type startedStage struct {
+	sent func() (any, error)
+	c    stagedCall
+	rec  [2]string
+	err  error
+}
+
+// wait waits for the stage and returns what stageTake returns (call it
+// once).
+func (st startedStage) wait() (stageReply, error) {
+	if st.err != nil {
+		return stageReply{}, st.err
 	}
+	v, err := st.sent()
+	if err != nil {
+		return stageReply{}, err
+	}
+	r, err := decodeStageTake(st.c.home.Name(), v, len(st.c.reqs))
+	r.rec = st.rec
+	return r, err
 }
 
 // stageTakeCall is stageTakeScript's keys and arguments (see stageTake),
@@ -80,7 +95,8 @@ func (inv *Inventory) startStageTake(ctx context.Context, orderID, token string,
 // what a carried commit compares, stagedCommitValues). It fails with
 // ErrInvalid when a record has no template (rectemplate.go).
 func (inv *Inventory) stageTakeCall(orderID, token string, due partDue, mutation Mutation, ttl time.Duration, digest, userID, promised string, reqs []partReq) ([]string, []any, [2]string, error) {
-	s, c, rec, err := inv.stagePieces(orderID, token, ttl, digest, userID, promised, reqs)
+	var endsArr [24]int // the cutter's ends, on this frame (more parts grow them)
+	s, c, rec, err := inv.stagePieces(endsArr[:0], orderID, token, ttl, digest, userID, promised, reqs)
 	if err != nil {
 		return nil, nil, [2]string{}, err
 	}
@@ -139,10 +155,10 @@ func stageContext(nk, na int) (int, int) {
 
 // stagePieces are the pieces stageTakeCall cuts a call from (s, its
 // cutter c at its start: the order key, the staging record's two pieces,
-// then each part's key and template pieces), and the record's two.
-func (inv *Inventory) stagePieces(orderID, token string, ttl time.Duration, digest, userID, promised string, reqs []partReq) (s string, c pieceCutter, rec [2]string, err error) {
-	var endsArr [24]int
-	ends := endsArr[:0]
+// then each part's key and template pieces), and the record's two. The
+// cutter's ends are appended to ends (the caller's, so that they need no
+// allocation of their own).
+func (inv *Inventory) stagePieces(ends []int, orderID, token string, ttl time.Duration, digest, userID, promised string, reqs []partReq) (s string, c pieceCutter, rec [2]string, err error) {
 	buf := make([]byte, 0, 96+len(token)+len(digest)+len(userID)+len(promised)+(len(partKeyPrefix)+160+3*len(orderID))*len(reqs))
 	buf = append(append(buf, orderKeyPrefix...), orderID...)
 	ends = append(ends, len(buf))

@@ -34,8 +34,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	// Each part comes due by the clock of the node that takes it, when its
 	// script runs (staged.go: "Part deadlines"), never by this instance's.
 	mutation, deadline := inv.stageDeadline(ttl)
-	homeReqs := batches[home]
-	delete(batches, home)
+	homeReqs, batches := batches.cut(home)
 	sendStage, batches, crashed := inv.roundCrashes(ctx, batches)
 	stage := stagedCall{home: home, due: deadline, mutation: mutation, ttl: ttl, digest: digestOf(items, userID),
 		userID: userID, promised: blob, reqs: homeReqs}
@@ -51,7 +50,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 	round.token, round.promised = token, promised
 	round.fence = round.fence && !inv.mutated(MutationLimitWithdraw)
 	if stageErr == nil && staged.status == stageStaged {
-		round.taken = append(round.taken, staged.homeParts(homeReqs)...)
+		round.taken = staged.appendHomeParts(round.taken, homeReqs)
 	}
 	taken := round.taken
 	switch {
@@ -88,7 +87,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 // and the takes of batches, all at once, the stage begun by start (lua.go)
 // unless no takes go out. It returns once every one of them returned; the
 // stage's outcome is errCrashed when none was sent.
-func (inv *Inventory) stageAndTake(ctx context.Context, orderID, token string, stage stagedCall, batches map[*node.Node][]partReq) (results []batchResult, staged stageReply, stageErr error) {
+func (inv *Inventory) stageAndTake(ctx context.Context, orderID, token string, stage stagedCall, batches nodeBatches) (results []batchResult, staged stageReply, stageErr error) {
 	switch {
 	case stage.home == nil:
 		return inv.runBatches(ctx, orderID, token, stage.due, batches), stageReply{}, errCrashed
@@ -96,9 +95,9 @@ func (inv *Inventory) stageAndTake(ctx context.Context, orderID, token string, s
 		staged, stageErr = inv.stageTake(ctx, orderID, token, stage)
 		return nil, staged, stageErr
 	}
-	wait := inv.startStageTake(ctx, orderID, token, stage)
+	st := inv.startStageTake(ctx, orderID, token, stage)
 	results = inv.runBatches(ctx, orderID, token, stage.due, batches)
-	staged, stageErr = wait()
+	staged, stageErr = st.wait()
 	return results, staged, stageErr
 }
 
@@ -106,15 +105,14 @@ func (inv *Inventory) stageAndTake(ctx context.Context, orderID, token string, s
 // to the takes to send, batches (the home node's left out): takes-only
 // sends no stage, stage-only no takes, some-takes leaves one node's takes
 // out. crashed reports that one was hit: the attempt dies after the round.
-func (inv *Inventory) roundCrashes(ctx context.Context, batches map[*node.Node][]partReq) (sendStage bool, send map[*node.Node][]partReq, crashed bool) {
+func (inv *Inventory) roundCrashes(ctx context.Context, batches nodeBatches) (sendStage bool, send nodeBatches, crashed bool) {
 	noStage, onlyStage, someTakes := inv.crash(ctx, "staged:takes-only"), inv.crash(ctx, "staged:stage-only"), inv.crash(ctx, "staged:some-takes")
 	switch {
 	case onlyStage:
 		batches = nil
 	case someTakes:
-		for n := range batches {
-			delete(batches, n) // leave one node out
-			break
+		if len(batches) > 0 {
+			batches = batches[1:] // leave one node out
 		}
 	}
 	return !noStage, batches, noStage || onlyStage || someTakes
@@ -132,10 +130,9 @@ func (inv *Inventory) stageDeadline(ttl time.Duration) (Mutation, partDue) {
 	return "", partDue{hold: ttl + partGrace}
 }
 
-// homeParts are the parts a landed stage took on the home node (homeReqs,
-// with the redo offsets of its reply).
-func (r stageReply) homeParts(homeReqs []partReq) []part {
-	out := make([]part, 0, len(homeReqs))
+// appendHomeParts appends to out the parts a landed stage took on the
+// home node (homeReqs, with the redo offsets of its reply).
+func (r stageReply) appendHomeParts(out []part, homeReqs []partReq) []part {
 	for i, q := range homeReqs {
 		p := q.part
 		if p.Kind == PartStock {
@@ -256,12 +253,12 @@ func (inv *Inventory) unwindStaged(ctx context.Context, home *node.Node, orderID
 // per-user quota on the user's quota node.
 // ok is false when some item has no usable node, a quota node is not
 // usable, or every part would be on the home node (local.go's case).
-func (inv *Inventory) planStaged(ctx context.Context, home *node.Node, orderID, token string, items []Item, userID string) (map[*node.Node][]partReq, []part, bool) {
-	batches := make(map[*node.Node][]partReq, len(items))
+func (inv *Inventory) planStaged(ctx context.Context, home *node.Node, orderID, token string, items []Item, userID string) (nodeBatches, []part, bool) {
 	nparts := len(items)
 	if userID != "" {
 		nparts++ // and, mostly, one quota part (more only grow the slices)
 	}
+	batches := make(nodeBatches, 0, nparts)
 	promised := make([]part, 0, nparts)
 	// a node's first request is cut from one array (capacity 1: a second
 	// one on the same node grows its own), so that an order of one item
@@ -269,12 +266,12 @@ func (inv *Inventory) planStaged(ctx context.Context, home *node.Node, orderID, 
 	firsts := make([]partReq, 0, nparts)
 	away := false
 	add := func(n *node.Node, r partReq) {
-		if cur, ok := batches[n]; ok {
-			batches[n] = append(cur, r)
+		if i := slices.IndexFunc(batches, func(b nodeBatch) bool { return b.n == n }); i >= 0 {
+			batches[i].reqs = append(batches[i].reqs, r)
 		} else {
 			firsts = append(firsts, r)
 			k := len(firsts) - 1
-			batches[n] = firsts[k : k+1 : k+1]
+			batches = append(batches, nodeBatch{n: n, reqs: firsts[k : k+1 : k+1]})
 		}
 		promised = append(promised, r.part)
 		away = away || n != home

@@ -77,12 +77,12 @@ func (inv *Inventory) take(ctx context.Context, home *node.Node, orderID, token 
 	}
 	batches := t.quotaBatches(ctx)
 	for {
-		t.offerNext(batches)
+		batches = t.offerNext(batches)
 		if len(batches) == 0 {
 			break
 		}
 		results := inv.runBatches(ctx, orderID, token, deadline, batches)
-		batches = map[*node.Node][]partReq{}
+		batches = nil
 		for _, res := range results {
 			t.absorb(res)
 		}
@@ -116,8 +116,8 @@ type takeRun struct {
 // quota parts, one per (route, sku) on the node that owns the user in
 // that route. They never fail over, or the limit would split: a quota
 // node that is not usable is recorded in quotaDown instead.
-func (t *takeRun) quotaBatches(ctx context.Context) map[*node.Node][]partReq {
-	batches := map[*node.Node][]partReq{}
+func (t *takeRun) quotaBatches(ctx context.Context) nodeBatches {
+	var batches nodeBatches
 	if t.userID == "" {
 		return batches
 	}
@@ -128,14 +128,15 @@ func (t *takeRun) quotaBatches(ctx context.Context) map[*node.Node][]partReq {
 			continue
 		}
 		q.req.elsewhere = t.inv.quotaElsewhere(ctx, v, q.req.Route, q.req.SKU, t.userID, q.node.Name())
-		batches[q.node] = append(batches[q.node], q.req)
+		batches = batches.add(q.node, q.req)
 	}
 	return batches
 }
 
 // offerNext adds to batches, for every item still short with a candidate
-// left, a part of what it needs on its next candidate node.
-func (t *takeRun) offerNext(batches map[*node.Node][]partReq) {
+// left, a part of what it needs on its next candidate node, and returns
+// them.
+func (t *takeRun) offerNext(batches nodeBatches) nodeBatches {
 	for i := range t.states {
 		st := &t.states[i]
 		if st.need <= 0 || st.pos >= len(st.cands) {
@@ -144,11 +145,12 @@ func (t *takeRun) offerNext(batches map[*node.Node][]partReq) {
 		n := st.cands[st.pos]
 		st.pos++
 		it := t.items[i]
-		batches[n] = append(batches[n], partReq{
+		batches = batches.add(n, partReq{
 			part:  part{ID: stockPartID(t.orderID, t.token, i), Node: n.Name(), Kind: PartStock, Item: i, Route: it.Route, SKU: it.SKU, Qty: st.need},
 			queue: t.inv.redoQueue(it.Route, it.SKU), ck: stockKey(it.Route, it.SKU),
 		})
 	}
+	return batches
 }
 
 // absorb takes in one node's batch result: a failed call keeps the first

@@ -197,7 +197,7 @@ func TestTakeOneAsPlan(t *testing.T) {
 			return keys, args, err
 		}, func() ([]string, []any, error) {
 			reqs := localOrder()
-			s, c, _, err := inv.stagePieces(id, token, time.Hour, digestOf(items, ""), "", "", reqs)
+			s, c, _, err := inv.stagePieces(nil, id, token, time.Hour, digestOf(items, ""), "", "", reqs)
 			if err != nil {
 				return nil, nil, err
 			}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -289,6 +290,7 @@ func TestRingConcurrent(t *testing.T) {
 // tie-break on a hand-built ring whose point hashes are known.
 func TestRingLayout(t *testing.T) {
 	r := &Ring{names: []string{"a", "b", "c"}, hashes: []uint64{10, 20, 30, 40}, owners: []uint8{2, 0, 0, 1}}
+	r.index, r.shift = bucketIndex(r.hashes) // every point in bucket 0 of 4
 	for _, tt := range []struct {
 		h    uint64
 		want int
@@ -315,6 +317,46 @@ func TestRingLayout(t *testing.T) {
 		sortRingPoints(pts, names)
 		if want := []ringPoint{{1, 0}, {5, 1}, {5, 0}}; !slices.Equal(pts, want) {
 			t.Errorf("sortRingPoints = %v, want %v (ties by name)", pts, want)
+		}
+	}
+}
+
+// TestRingSearchIndex holds search, which looks only in a hash's bucket,
+// to a binary search of the whole ring: for every point's hash and its
+// neighbours, the ends of the hash space and random hashes, on rings of 1
+// to 16 members and of unequal weights.
+func TestRingSearchIndex(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for _, weights := range [][]int{{1}, {1, 1, 1}, {3, 1}, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, {100, 1}} {
+		ms := make([]Member, len(weights))
+		for i, w := range weights {
+			ms[i] = Member{Name: fmt.Sprintf("n%d", i), Weight: w}
+		}
+		r, err := NewRing(ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := func(h uint64) int {
+			i, _ := slices.BinarySearch(r.hashes, h)
+			if i == len(r.hashes) {
+				return 0
+			}
+			return i
+		}
+		hs := []uint64{0, 1, math.MaxUint64, math.MaxUint64 - 1, 1 << 63}
+		for _, p := range r.hashes {
+			hs = append(hs, p, p-1, p+1)
+		}
+		for range 20000 {
+			hs = append(hs, rng.Uint64())
+		}
+		for _, h := range hs {
+			if got, w := r.search(h), want(h); got != w {
+				t.Fatalf("weights %v: search(%#x) = %d, want %d", weights, h, got, w)
+			}
+		}
+		if n := len(r.index) - 1; n < len(r.hashes) && n < 1<<20 || n&(n-1) != 0 {
+			t.Errorf("weights %v: %d buckets for %d points, want a power of two at least as many", weights, n, len(r.hashes))
 		}
 	}
 }
