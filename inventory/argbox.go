@@ -25,10 +25,10 @@ type argMemOne struct {
 	a [6]any
 }
 
-// argMemStage holds them for the stage of an order with one stock part
-// on its home in the stage's short layout (stageTakeCall), what every
-// order with parts on several nodes sends when its home has one: 296
-// bytes, where argMemPart's 480 (its size class) would be the next fit.
+// argMemStage holds them for a stage in its short layout of one part
+// (stageTakeCall): the stage of an order without a user whose home holds
+// one stock part of it and whose other parts are elsewhere. 296 bytes,
+// where argMemPart, the next that fits, takes 480.
 type argMemStage struct {
 	s [5]string
 	i [3]int64

@@ -18,9 +18,9 @@ import (
 // about 3.6 % for 3 members at 512, against 5.1 % at 256 and 6.5 % at 160.
 // 512 keeps small rings well inside a ±10 % balance bound while a 3-member
 // ring still has only 1536 points (12 KiB of hashes, and a bucket index
-// that leaves about one point to compare per lookup); 16 members give 8192
-// points. Changing this value remaps keys: it is part
-// of the placement contract that all clients must share.
+// that leaves about one point to compare per lookup); 16 members give
+// 8192 points. Changing this value remaps keys: it is part of the
+// placement contract that all clients must share.
 const PointsPerWeight = 512
 
 // MaxMembers is the largest number of members a Ring accepts. Member
@@ -55,12 +55,12 @@ type Ring struct {
 	hashes []uint64 // point hashes, sorted ascending
 	owners []uint8  // owners[i] is the member index owning hashes[i]
 	// index[b] is the position of the first point whose hash's top
-	// 64-shift bits are b or more (len(hashes) if none):
-	// bucket b's points are hashes[index[b]:index[b+1]], so search looks
-	// at a bucket of about one point instead of the whole ring.
-	// len(index) is 1<<bits + 1.
+	// 64-shift bits are b or more (len(hashes) if none): bucket b's
+	// points are hashes[index[b]:index[b+1]], so search looks at a bucket
+	// of about one point instead of the whole ring. len(index) is
+	// 1<<(64-shift) + 1 (bucketIndex).
 	index []uint32
-	shift uint // 64 - bits: h>>shift is h's bucket
+	shift uint // h>>shift is hash h's bucket
 }
 
 // NewRing builds a Ring from members. It returns an error if members is
