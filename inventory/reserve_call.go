@@ -56,26 +56,33 @@ type nodeBatch struct {
 // in order costs less than a map, which it allocated twice.
 type nodeBatches []nodeBatch
 
-// add appends r to n's batch, which it starts when b has none.
-func (b nodeBatches) add(n *node.Node, r partReq) nodeBatches {
+// find is the index of n's batch in b, or -1.
+func (b nodeBatches) find(n *node.Node) int {
 	for i := range b {
 		if b[i].n == n {
-			b[i].reqs = append(b[i].reqs, r)
-			return b
+			return i
 		}
+	}
+	return -1
+}
+
+// add appends r to n's batch, which it starts when b has none.
+func (b nodeBatches) add(n *node.Node, r partReq) nodeBatches {
+	if i := b.find(n); i >= 0 {
+		b[i].reqs = append(b[i].reqs, r)
+		return b
 	}
 	return append(b, nodeBatch{n: n, reqs: []partReq{r}})
 }
 
 // cut removes n's batch from b and returns its parts (nil if b has none).
 func (b nodeBatches) cut(n *node.Node) ([]partReq, nodeBatches) {
-	for i := range b {
-		if b[i].n == n {
-			reqs := b[i].reqs
-			return reqs, append(b[:i], b[i+1:]...)
-		}
+	i := b.find(n)
+	if i < 0 {
+		return nil, b
 	}
-	return nil, b
+	reqs := b[i].reqs
+	return reqs, append(b[:i], b[i+1:]...)
 }
 
 // runBatches runs one reserve script per node, concurrently: each but the

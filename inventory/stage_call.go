@@ -47,6 +47,12 @@ func (inv *Inventory) stageTake(ctx context.Context, orderID, token string, c st
 		return stageReply{}, err
 	}
 	v, err := inv.run(ctx, c.home, stageTakeScript, keys, args...)
+	return c.reply(rec, v, err)
+}
+
+// reply is the stage's result from its script call's reply v or error
+// err, rec being the staging record's two pieces (stageTakeCall).
+func (c stagedCall) reply(rec [2]string, v any, err error) (stageReply, error) {
 	if err != nil {
 		return stageReply{}, err
 	}
@@ -81,12 +87,7 @@ func (st startedStage) wait() (stageReply, error) {
 		return stageReply{}, st.err
 	}
 	v, err := st.sent()
-	if err != nil {
-		return stageReply{}, err
-	}
-	r, err := decodeStageTake(st.c.home.Name(), v, len(st.c.reqs))
-	r.rec = st.rec
-	return r, err
+	return st.c.reply(st.rec, v, err)
 }
 
 // stageTakeCall is stageTakeScript's keys and arguments (see stageTake),

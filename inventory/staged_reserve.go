@@ -266,7 +266,7 @@ func (inv *Inventory) planStaged(ctx context.Context, home *node.Node, orderID, 
 	firsts := make([]partReq, 0, nparts)
 	away := false
 	add := func(n *node.Node, r partReq) {
-		if i := slices.IndexFunc(batches, func(b nodeBatch) bool { return b.n == n }); i >= 0 {
+		if i := batches.find(n); i >= 0 {
 			batches[i].reqs = append(batches[i].reqs, r)
 		} else {
 			firsts = append(firsts, r)
