@@ -12,6 +12,44 @@ import (
 // them: per call (drawFate), and per crash point an actor passes (Crash,
 // the actor's crash-point fate).
 
+// Fate is what the scheduler does to one script call.
+type Fate int
+
+// The fates of a call.
+const (
+	// Deliver sends the call and returns its reply.
+	Deliver Fate = iota
+	// Delay sleeps (real time: leases and deadlines run on) before
+	// sending; the other actors stay blocked.
+	Delay
+	// DropReply sends the call, then reports a lost reply: the caller
+	// cannot know whether it ran.
+	DropReply
+	// CrashAfter sends the call, then the actor dies: it gets an error
+	// wrapping inventory.ErrCrashed and none of its later calls is sent.
+	CrashAfter
+	// CrashBefore kills the actor before the call is sent.
+	CrashBefore
+	// Hold keeps the call waiting, unsent, for the next few picks (3 to
+	// 40), or until nothing else waits: it is reordered behind other
+	// actors' calls, as a message stuck in the network. A call is held
+	// once at most; when released it draws its fate again.
+	Hold
+	// Park keeps the call unsent past the first phase: through the wait
+	// for the parts' deadlines, into the reconcilers' phase, where it is
+	// released after a few picks (a message stuck in the network for
+	// longer than a lease and a deadline). First phase only.
+	Park
+)
+
+// String is the fate's name as traces print it.
+func (f Fate) String() string {
+	return [...]string{"deliver", "delay", "drop-reply", "crash-after", "crash-before", "hold", "park"}[f]
+}
+
+// errReplyLost is returned for a call whose reply was dropped.
+var errReplyLost = errors.New("explore: reply lost (fault injected): outcome unknown")
+
 // Probs are the chances of each fault per call (the rest is Deliver) and
 // of a crash at each crash point an actor passes.
 type Probs struct {

@@ -2,9 +2,7 @@ package explore
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"hash/fnv"
 	"math/rand"
 	"regexp"
 	"runtime/metrics"
@@ -37,44 +35,6 @@ import (
 // exact as long as every actor reaches its next call by then: on a loaded
 // machine, or with several worlds in one process, a replay may pick from
 // a different set (Digest tells two runs apart).
-
-// Fate is what the scheduler does to one script call.
-type Fate int
-
-// The fates of a call.
-const (
-	// Deliver sends the call and returns its reply.
-	Deliver Fate = iota
-	// Delay sleeps (real time: leases and deadlines run on) before
-	// sending; the other actors stay blocked.
-	Delay
-	// DropReply sends the call, then reports a lost reply: the caller
-	// cannot know whether it ran.
-	DropReply
-	// CrashAfter sends the call, then the actor dies: it gets an error
-	// wrapping inventory.ErrCrashed and none of its later calls is sent.
-	CrashAfter
-	// CrashBefore kills the actor before the call is sent.
-	CrashBefore
-	// Hold keeps the call waiting, unsent, for the next few picks (3 to
-	// 40), or until nothing else waits: it is reordered behind other
-	// actors' calls, as a message stuck in the network. A call is held
-	// once at most; when released it draws its fate again.
-	Hold
-	// Park keeps the call unsent past the first phase: through the wait
-	// for the parts' deadlines, into the reconcilers' phase, where it is
-	// released after a few picks (a message stuck in the network for
-	// longer than a lease and a deadline). First phase only.
-	Park
-)
-
-// String is the fate's name as traces print it.
-func (f Fate) String() string {
-	return [...]string{"deliver", "delay", "drop-reply", "crash-after", "crash-before", "hold", "park"}[f]
-}
-
-// errReplyLost is returned for a call whose reply was dropped.
-var errReplyLost = errors.New("explore: reply lost (fault injected): outcome unknown")
 
 // Timing of the scheduler (see the file comment).
 const (
@@ -574,34 +534,4 @@ func (s *Scheduler) lastRet() time.Time {
 		}
 	}
 	return t
-}
-
-// Digest is a hash of the schedule's decisions (its trace without the
-// notes): two runs of a seed that made the same decisions have the same
-// digest.
-func (s *Scheduler) Digest() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h := fnv.New64a()
-	for _, l := range s.trace {
-		if !strings.HasPrefix(l, "--") {
-			h.Write([]byte(l))
-			h.Write([]byte{'\n'})
-		}
-	}
-	return fmt.Sprintf("%016x", h.Sum64())
-}
-
-// Trace returns the schedule's decisions so far, one line each.
-func (s *Scheduler) Trace() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.trace...)
-}
-
-// Note appends a line to the trace.
-func (s *Scheduler) Note(format string, a ...any) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.trace = append(s.trace, fmt.Sprintf(format, a...))
 }
