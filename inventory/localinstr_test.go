@@ -17,9 +17,11 @@ import (
 // runs agree within a few hundred instructions per order, under 0.5 %)
 // where timings on two shared cores move by ±10 % or more, so a change of
 // a few percent shows. The node runs
-// under valgrind's callgrind (redistest.UnderCallgrind); its counters
-// are zeroed after 5 warm-up calls and dumped after 40 more
-// (SHARDIS_CALLGRIND_KEEP=dir keeps each dump there, for
+// under valgrind's callgrind (redistest.UnderCallgrind); after 5 warm-up
+// calls of each variant, its counters count 40 calls of each, in rounds
+// of 10 calls of every variant in turn (redistest.CountRounds: what the
+// calls leave on the node weighs on every variant alike;
+// SHARDIS_CALLGRIND_KEEP=dir keeps each round's dump there, for
 // callgrind_annotate). It counts
 // instructions, not time: a cache miss costs one. It is a measure, not a
 // check: it runs
@@ -31,19 +33,14 @@ func TestLocalScriptInstructions(t *testing.T) {
 	e := newGroupEnv(t, 32) // route a on n1 alone, under callgrind
 	group := localCostGroups(t, e)
 	per, calls := redistest.CallgrindGroup(), 40
-	// perOrder: instructions per order of calls of per orders of s
-	perOrder := func(s *luaScript, general bool) float64 {
-		for range 5 {
-			group(s, per, general)
-		}
-		return cg.Count(e.ctx, e.admin, func() {
-			for range calls {
-				group(s, per, general)
-			}
-		}) / float64(per*calls)
+	scripts := make([]*luaScript, len(localCostCuts))
+	for i, v := range localCostCuts {
+		scripts[i] = cutScript(t, localScript, v.cuts...)
 	}
-	for _, v := range localCostCuts {
-		fmt.Printf("%-55s %7.0f instructions/order\n", v.name, perOrder(cutScript(t, localScript, v.cuts...), v.general))
+	counts := cg.CountRounds(e.ctx, e.admin, len(scripts), redistest.CallgrindRounds, redistest.CallgrindWarm,
+		calls/redistest.CallgrindRounds, func(i int) { group(scripts[i], per, localCostCuts[i].general) })
+	for i, v := range localCostCuts {
+		fmt.Printf("%-55s %7.0f instructions/order\n", v.name, counts[i]/float64(per*calls))
 	}
 }
 
@@ -142,17 +139,14 @@ func countTakes(t *testing.T, label string, sku func(seq int) string) {
 		}
 	}
 	per, calls := redistest.CallgrindGroup(), 40
-	for _, v := range takeCostCuts {
-		s := cutScript(t, reserveScript, v.cuts...)
-		for range 5 {
-			group(s, per)
-		}
-		n := cg.Count(ctx, e.admin, func() {
-			for range calls {
-				group(s, per)
-			}
-		}) / float64(per*calls)
-		fmt.Printf("%-55s %7.0f instructions/part\n", label+v.name, n)
+	scripts := make([]*luaScript, len(takeCostCuts))
+	for i, v := range takeCostCuts {
+		scripts[i] = cutScript(t, reserveScript, v.cuts...)
+	}
+	counts := cg.CountRounds(ctx, e.admin, len(scripts), redistest.CallgrindRounds, redistest.CallgrindWarm,
+		calls/redistest.CallgrindRounds, func(i int) { group(scripts[i], per) })
+	for i, v := range takeCostCuts {
+		fmt.Printf("%-55s %7.0f instructions/part\n", label+v.name, counts[i]/float64(per*calls))
 	}
 }
 
@@ -179,8 +173,10 @@ func TestStageScriptInstructions(t *testing.T) {
 	}
 	per, calls := redistest.CallgrindGroup(), 40
 	seq := 0
-	var staged []carriedCommit // the last group's orders, to commit
-	group := func(s *luaScript, commit, withPart bool) {
+	// group sends a group of per stages; staged is the variant's last
+	// group's orders, which it commits (carried) when commit is set, and
+	// then this group's
+	group := func(s *luaScript, commit, withPart bool, staged *[]carriedCommit) {
 		gcs := make([]*groupCall, per)
 		blobs := make([][2]string, per) // id, token
 		recs := make([][2]string, per)  // the staging record's pieces
@@ -207,14 +203,14 @@ func TestStageScriptInstructions(t *testing.T) {
 			blobs[j], recs[j] = [2]string{id, tok}, rec
 		}
 		if commit {
-			for _, c := range staged {
+			for _, c := range *staged {
 				if !inv.carry(c) {
 					t.Fatal("the inventory carries no commit")
 				}
 			}
 		}
 		inv.sendGroup(ctx, e.n, s, token, gcs)
-		staged = staged[:0]
+		*staged = (*staged)[:0]
 		for j, gc := range gcs {
 			if gc.err != nil {
 				t.Fatal(gc.err)
@@ -236,11 +232,11 @@ func TestStageScriptInstructions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			staged = append(staged, carriedCommit{ctx: ctx, home: e.n, orderID: id, token: tok, parts: blob, epoch: token,
+			*staged = append(*staged, carriedCommit{ctx: ctx, home: e.n, orderID: id, token: tok, parts: blob, epoch: token,
 				staged: sv, prefix: prefix, created: crS})
 		}
 	}
-	for _, v := range []struct {
+	variants := []struct {
 		name             string
 		commit, withPart bool
 		cuts             [][2]string
@@ -250,16 +246,15 @@ func TestStageScriptInstructions(t *testing.T) {
 		{"the stage of an order with a part on its home", false, true, nil},
 		{"the stage's frame (the body only answers)", false, false, [][2]string{
 			{"local one, pid, pwant, pa, pb, puser = false\n", "do return 'staged:1' end\nlocal one, pid, pwant, pa, pb, puser = false\n"}}},
-	} {
-		s := cutScript(t, stageTakeScript, v.cuts...)
-		for range 5 {
-			group(s, v.commit, v.withPart)
-		}
-		n := cg.Count(ctx, e.admin, func() {
-			for range calls {
-				group(s, v.commit, v.withPart)
-			}
-		}) / float64(per*calls)
-		fmt.Printf("%-55s %7.0f instructions/order\n", v.name, n)
+	}
+	scripts := make([]*luaScript, len(variants))
+	for i, v := range variants {
+		scripts[i] = cutScript(t, stageTakeScript, v.cuts...)
+	}
+	staged := make([][]carriedCommit, len(variants)) // each variant's last group's orders
+	counts := cg.CountRounds(ctx, e.admin, len(scripts), redistest.CallgrindRounds, redistest.CallgrindWarm,
+		calls/redistest.CallgrindRounds, func(i int) { group(scripts[i], variants[i].commit, variants[i].withPart, &staged[i]) })
+	for i, v := range variants {
+		fmt.Printf("%-55s %7.0f instructions/order\n", v.name, counts[i]/float64(per*calls))
 	}
 }

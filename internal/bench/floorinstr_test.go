@@ -15,17 +15,17 @@ import (
 // TestFloorScriptInstructions counts the instructions a node runs per
 // entry of the floor script (floorScript), the yardstick beside the local
 // reserve's count (inventory's TestLocalScriptInstructions): calls of 20
-// (or SHARDIS_CALLGRIND_GROUP) "t" entries, each a record next to the stock of the hot SKU (the minted
-// floor row's entry), on a node under valgrind's callgrind
-// (redistest.UnderCallgrind), counters zeroed after 5 warm-up calls and
-// dumped after 40 more. It prints the entry as it is and the frame alone
-// (an entry that only answers: the call, its keys and arguments, the
-// clock, the loop), then the entry again, each of a SKU no other entry of
-// its call has (one of 1,000), as the 3-item rows' are. Counts hardly
-// move with the machine's load, so the two scripts' difference shows
-// where timings cannot. It is a measure, not a
-// check: it runs only with SHARDIS_CALLGRIND set and valgrind installed,
-// e.g.
+// (or SHARDIS_CALLGRIND_GROUP) "t" entries, each a record next to the
+// stock of the hot SKU (the minted floor row's entry), on a node under
+// valgrind's callgrind (redistest.UnderCallgrind), each variant counted
+// over 40 calls after 5 warm-up calls, in rounds (redistest.CountRounds).
+// It prints the entry as it is and the frame alone (an entry that only
+// answers: the call, its keys and arguments, the clock, the loop), then
+// the entry again, each of a SKU no other entry of its call has (one of
+// 1,000), as the 3-item rows' are. Counts hardly move with the machine's
+// load, so the two scripts' difference shows where timings cannot. It is
+// a measure, not a check: it runs only with SHARDIS_CALLGRIND set and
+// valgrind installed, e.g.
 //
 //	SHARDIS_CALLGRIND=1 go test -count=1 -run TestFloorScriptInstructions -v ./internal/bench/
 func TestFloorScriptInstructions(t *testing.T) {
@@ -63,25 +63,28 @@ func TestFloorScriptInstructions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	perEntry := func(s *redis.Script) float64 {
-		for range 5 {
-			call(s)
-		}
-		return cg.Count(ctx, c, func() {
-			for range calls {
-				call(s)
-			}
-		}) / float64(per*calls)
-	}
 	const loop = "  if mode == 'r' then\n"
 	if strings.Count(floorScript, loop) != 1 {
 		t.Fatalf("floorScript has not one %q: the frame's cut would measure something else", loop)
 	}
 	frame := strings.Replace(floorScript, loop, "  if true then\n    out[#out + 1] = 1\n  elseif mode == 'r' then\n", 1)
-	fmt.Printf("%-55s %7.0f instructions/entry\n", "the floor's entry (a record next to the stock)", perEntry(redis.NewScript(floorScript)))
-	fmt.Printf("%-55s %7.0f instructions/entry\n", "its frame (the entry only answers)", perEntry(redis.NewScript(frame)))
-	cold = true
-	fmt.Printf("%-55s %7.0f instructions/entry\n", "cold SKU: the floor's entry", perEntry(redis.NewScript(floorScript)))
+	variants := []struct {
+		name   string
+		script *redis.Script
+		cold   bool
+	}{
+		{"the floor's entry (a record next to the stock)", redis.NewScript(floorScript), false},
+		{"its frame (the entry only answers)", redis.NewScript(frame), false},
+		{"cold SKU: the floor's entry", redis.NewScript(floorScript), true},
+	}
+	counts := cg.CountRounds(ctx, c, len(variants), redistest.CallgrindRounds, redistest.CallgrindWarm,
+		calls/redistest.CallgrindRounds, func(i int) {
+			cold = variants[i].cold
+			call(variants[i].script)
+		})
+	for i, v := range variants {
+		fmt.Printf("%-55s %7.0f instructions/entry\n", v.name, counts[i]/float64(per*calls))
+	}
 }
 
 // coldSKUs is SKUs "0" to n-1.

@@ -93,6 +93,69 @@ func (g *Callgrind) Count(ctx context.Context, c *redis.Client, work func()) flo
 	return n
 }
 
+// CountRounds counts, as Count does, the instructions the server c runs
+// for each of n variants of some work, in rounds: first each variant's
+// run(v) warm times, uncounted (its first script calls: their loading),
+// then, round after round, each variant in turn for groups calls of
+// run(v), counted. Each count runs between two full collections of the
+// functions' Lua heap, the second counted, less a count of a collection
+// alone made right after: so a count holds the collection of all the
+// garbage its calls made, and none of what another variant's left, and
+// not the marking of the heap's live objects, which a steady run spreads
+// over many more calls. It returns each variant's sum over the rounds.
+// What the work leaves on the server (keys, index entries) makes a later
+// call cost more or less than an earlier one; in rounds it weighs on every
+// variant alike. Counted one variant after another, the same script
+// counted first and last differed by 1 to 8 % (2026-11-30), more than
+// most differences the variants are there to show. With
+// SHARDIS_CALLGRIND_KEEP the dumps come in pairs, a count and then its
+// collection alone: pair j (from 1) is round (j-1)/n + 1's of variant
+// (j-1) % n.
+func (g *Callgrind) CountRounds(ctx context.Context, c *redis.Client, n, rounds, warm, groups int, run func(v int)) []float64 {
+	g.t.Helper()
+	for v := range n {
+		for range warm {
+			run(v)
+		}
+	}
+	// the scripts run as Redis functions, whose Lua state is not EVAL's
+	if err := c.FunctionLoadReplace(ctx, "#!lua name="+gcFunction+"\nredis.register_function('"+gcFunction+
+		"', function() collectgarbage('collect') return 0 end)").Err(); err != nil {
+		g.t.Fatalf("FUNCTION LOAD %s: %v", gcFunction, err)
+	}
+	collect := func() {
+		if err := c.FCall(ctx, gcFunction, nil).Err(); err != nil {
+			g.t.Fatalf("FCALL %s: %v", gcFunction, err)
+		}
+	}
+	out := make([]float64, n)
+	for range rounds {
+		for v := range n {
+			collect()
+			out[v] += g.Count(ctx, c, func() {
+				for range groups {
+					run(v)
+				}
+				collect()
+			})
+			out[v] -= g.Count(ctx, c, collect)
+		}
+	}
+	return out
+}
+
+// gcFunction is the function CountRounds loads to collect the Lua heap
+// of the node's functions between counts.
+const gcFunction = "shardis_measure_gc"
+
+// CallgrindRounds and CallgrindWarm are the rounds and the uncounted
+// warm-up calls the package's measures give CountRounds: 4 rounds of 10
+// counted calls make the 40 each variant was counted over before rounds.
+const (
+	CallgrindRounds = 4
+	CallgrindWarm   = 5
+)
+
 // dumpSummary is the instruction count of a callgrind dump (its summary
 // line).
 func dumpSummary(path string) (float64, error) {
