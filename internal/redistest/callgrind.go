@@ -51,8 +51,18 @@ func UnderCallgrind(t testing.TB) *Callgrind {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv(callgrindMark, "1")
 	return &Callgrind{t: t, dir: dir}
 }
+
+// callgrindMark is the environment variable UnderCallgrind sets for the
+// rest of its test (CallgrindRunning).
+const callgrindMark = "SHARDIS_UNDER_CALLGRIND"
+
+// CallgrindRunning reports whether the calling test called UnderCallgrind:
+// the servers it starts run under callgrind, many times slower, so a
+// deadline it gives a whole test should be minutes, not seconds.
+func CallgrindRunning() bool { return os.Getenv(callgrindMark) != "" }
 
 // Count returns the instructions the server c talks to ran during work:
 // its counters are zeroed before work and dumped after it. Work that the
