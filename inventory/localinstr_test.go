@@ -14,17 +14,16 @@ import (
 // in group calls of 20 one-item orders (SHARDIS_CALLGRIND_GROUP sets
 // another size: redistest.CallgrindGroup): what TestLocalScriptCost times,
 // counted instead. A count hardly moves with the machine's load (two
-// runs agree within a few hundred instructions per order, under 0.5 %)
-// where timings on two shared cores move by ±10 % or more, so a change of
-// a few percent shows. The node runs
-// under valgrind's callgrind (redistest.UnderCallgrind); after 5 warm-up
-// calls of each variant, its counters count 40 calls of each, in rounds
-// of 10 calls of every variant in turn (redistest.CountRounds: what the
-// calls leave on the node weighs on every variant alike;
-// SHARDIS_CALLGRIND_KEEP=dir keeps each round's dump there, for
-// callgrind_annotate). It counts
-// instructions, not time: a cache miss costs one. It is a measure, not a
-// check: it runs
+// runs agree within a few hundred instructions per order for most
+// variants, 2,000 at most) where timings on two shared cores move by
+// ±10 % or more, so a change of a few percent shows. The node runs under
+// valgrind's callgrind (redistest.UnderCallgrind); after 5 warm-up calls
+// of each variant, its counters count 40 calls of each, in rounds of 10
+// calls of every variant in turn (redistest.CountRounds: what the calls
+// leave on the node weighs on every variant alike;
+// SHARDIS_CALLGRIND_KEEP=dir keeps each count's dumps there, numbered as
+// CountRounds says, for callgrind_annotate). It counts instructions, not
+// time: a cache miss costs one. It is a measure, not a check: it runs
 // only with SHARDIS_CALLGRIND set and valgrind installed, e.g.
 //
 //	SHARDIS_CALLGRIND=1 go test -count=1 -run TestLocalScriptInstructions -v ./inventory/
