@@ -29,20 +29,20 @@ var localCostCuts = []struct {
 	{"the script as it is", nil, false},
 	{"the general path (plan_parts, write_parts)", nil, true},
 	{"without its pending-index ZADD", [][2]string{
-		cutPendingZADD}, false},
+		cutLocalPendingZADD}, false},
 	{"with a part record (the SET its inline part saves)", [][2]string{
-		{"  take_at(ck, xk, ARGV[5],", "  part_new(partPrefix .. ARGV[5], 'p', 'q', want, off, times[2])\n  take_at(ck, xk, ARGV[5],"}}, false},
+		{"  -- take_at's deferred writes, its arguments named as there (its part\n", "  part_new(partPrefix .. ARGV[5], 'p', 'q', want, off, times[2])\n  -- take_at's deferred writes, its arguments named as there (its part\n"}}, false},
 	{"with the EXISTS of the part's key (an inline part's, which cannot exist)", [][2]string{
-		{"  local avail, resv, short, last, seg = plan_one(nil,", "  if redis.call('EXISTS', partPrefix .. ARGV[5]) == 1 then return {'existing'} end\n  local avail, resv, short, last, seg = plan_one(nil,"}}, false},
+		{"  local v, o = stocks[ck], offtab[REDO_OFFSETS]\n", "  if redis.call('EXISTS', partPrefix .. ARGV[5]) == 1 then return {'existing'} end\n  local v, o = stocks[ck], offtab[REDO_OFFSETS]\n"}}, false},
 	{"without both ZADDs", [][2]string{
-		cutPendingZADD,
-		cutRedoZADD}, false},
+		cutLocalPendingZADD,
+		cutLocalRedoZADD}, false},
 	{"with the record's head read first", [][2]string{
 		{"  local ck, xk, want = CKEYS[1]", "  if order_kept(key) then return {'existing'} end\n  local ck, xk, want = CKEYS[1]"}}, false},
 	{"the plan only (reads, checks; no write)", [][2]string{
 		{"  if not zchecked[PENDING] then zset_ok(PENDING) end\n", "  do return 'reserved:1:1' end\n"}}, false},
 	{"the plan, then the record SET", [][2]string{
-		{"  take_at(ck, xk, ARGV[5],", "  do return 'reserved:1:1' end\n  take_at(ck, xk, ARGV[5],"}}, false},
+		{"  -- take_at's deferred writes, its arguments named as there (its part\n", "  do return 'reserved:1:1' end\n  -- take_at's deferred writes, its arguments named as there (its part\n"}}, false},
 	{"an empty body (the group's frame)", [][2]string{
 		{"local key = KEYS[2]\n", "do return 'reserved:1:1' end\nlocal key = KEYS[2]\n"}}, false},
 }

@@ -44,12 +44,20 @@ func TestLocalScriptInstructions(t *testing.T) {
 }
 
 // cutPendingZADD and cutRedoZADD cut take_at's queueing of a take's
-// pending-index entry and of its redo entry (lua/prelude.lua), so flush
-// sends no ZADD for it.
+// pending-index entry and of its redo entry (lua/prelude.lua, and the
+// same steps written out in lua/reserve.lua's one part), so flush sends no
+// ZADD for it.
 var (
 	cutPendingZADD = [2]string{"  q = zqueued[PENDING]\n  if q then\n    q[#q + 1] = pdlS\n    q[#q + 1] = member\n  else\n    zqueue(PENDING, pdlS, member)\n  end\n", ""}
 	cutRedoZADD    = [2]string{"  local q = zqueued[seg]\n  if q then\n    q[#q + 1] = offS\n    q[#q + 1] = id\n  else\n    zqueue(seg, offS, id)\n  end\n", "  local q\n"}
+	// the local script's (lua/local.lua's one part writes take_at's steps
+	// out, and its general path calls take_at: the cuts name the first)
+	cutLocalPendingZADD = [2]string{cutPendingZADD[0] + "  return times[3]", "  return times[3]"}
+	cutLocalRedoZADD    = [2]string{localTaken + cutRedoZADD[0], localTaken + cutRedoZADD[1]}
 )
+
+// localTaken is the line before the redo entry's queueing in lua/local.lua.
+const localTaken = "  v[4], v[6] = avail - take, resv + take\n  if not v[7] then stock_dirty(ck, v) end\n"
 
 // takeCostCuts are the variants TestTakeScriptInstructions counts: the
 // reserve script (reserveScript) taking one stock part in its short
@@ -62,7 +70,7 @@ var takeCostCuts = []struct {
 }{
 	{"the script as it is", nil},
 	{"without its part record's SET", [][2]string{
-		{"if not part_new(pk, PNEW_STOCK, ARGV[5], take, off, deadlineS, true, offS) then", "if false then"}}},
+		{"if redis.call('SETNX', pk, rec) ~= 1 then", "if false then"}}},
 	{"without its pending-index ZADD", [][2]string{
 		cutPendingZADD}},
 	{"without its redo ZADD", [][2]string{

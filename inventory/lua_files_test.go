@@ -159,3 +159,39 @@ func TestPreludeConstantsMatchGo(t *testing.T) {
 		t.Fatalf("redoOffsetsPadText is %d bytes: a listpack holds values of up to 64", len(redoOffsetsPadText))
 	}
 }
+
+// The one-part paths of lua/reserve.lua and lua/local.lua write take_at's
+// steps out rather than call it (lua/take_whole.lua says why): each holds
+// take_at's queue-offset, stock-copy and queueing steps as
+// lua/prelude.lua's take_at has them, under its argument names, so a
+// change to take_at that is not made in its copies fails here.
+func TestTakeAtCopiesMatch(t *testing.T) {
+	prelude := luaFile("prelude.lua")
+	i := strings.Index(prelude, "local function take_at(")
+	if i < 0 {
+		t.Fatal("lua/prelude.lua defines no take_at")
+	}
+	body := prelude[i:]
+	body = body[:strings.Index(body, "\nend\n")+1]
+	// the steps after the offset's check: its copy's write, the stock
+	// copy's (the two values computed in place in the copies), the queues
+	steps := []string{
+		"  o[1] = off\n  if not o[2] then offsets_dirty(o) end\n",
+		"  if not v[7] then stock_dirty(ck, v) end\n",
+	}
+	q := body[strings.Index(body, "  local q = zqueued[seg]\n"):]
+	steps = append(steps, q)
+	for _, s := range steps {
+		if !strings.Contains(body, s) {
+			t.Fatalf("take_at no longer holds %q: update this test and the copies", s)
+		}
+	}
+	for _, file := range []string{"reserve.lua", "local.lua"} {
+		src := luaFile(file)
+		for _, s := range steps {
+			if n := strings.Count(src, s); n != 1 {
+				t.Errorf("lua/%s holds take_at's step %q %d times, want once", file, s, n)
+			}
+		}
+	}
+}

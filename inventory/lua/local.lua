@@ -12,8 +12,8 @@ if #CKEYS == 2 then
   -- no incarnation and the id the reserve paths derive, which every local
   -- part is; CKEYS 1 its counter, 2 its redo queue; CARGV 1 ttl, 2 the
   -- template between its created and the part's offset, 3 the part's
-  -- quantity): plan_one and
-  -- take_stock, without the plan's tables; the part is inline (no record
+  -- quantity): plan_one's and
+  -- take_stock's steps, written out below; the part is inline (no record
   -- of its own: the order record holds it, inline.go), as every stock part
   -- of this script is, so it has no key to send. The record is set only
   -- if its key is missing, between the plan and the take, so the usual
@@ -23,18 +23,51 @@ if #CKEYS == 2 then
   -- script is atomic, so no one sees these steps in another order.
   local times = local_times(CARGV[1]) -- deadline, part deadline, reply head
   local ck, xk, want = CKEYS[1], CKEYS[2], Nqty(CARGV[3])
-  local avail, resv, short, last, seg = plan_one(nil, ck, xk, want, '')
-  if not avail then
-    if order_kept(key) then return {'existing'} end
-    if resv then return resv end -- an error reply
-    return {short and 'short' or 'fallback'}
+  -- plan_one then take_stock, their steps (and the helpers' they call:
+  -- take_ready, stock_int, offsets_ok, redo_ok, take_at, pend_pos) written
+  -- out on the copies the helpers keep (prelude.lua: stocks, offtab,
+  -- segkeys, zchecked, zqueued, pendq), as reserve.lua's one part has
+  -- them: a Lua call costs the node about 600 instructions, and this is
+  -- every minted order's path. The checks in plan_one's order: the
+  -- counter's available and reserved, the queue's offsets, its next
+  -- offset's segment (raised, as redo_ok does), the counter's limit.
+  local v, o = stocks[ck], offtab[REDO_OFFSETS]
+  o = o and o[xk]
+  local avail, limit, resv, err
+  if v and v[4] and v[5] and v[6] then
+    avail, limit, resv = v[4], v[5], v[6]
+  else
+    avail, err = stock_int(ck, 1, ' available')
+    if not err then resv, err = stock_int(ck, 3, ' reserved') end
+    v = stocks[ck]
   end
-  -- the pending index must be a sorted set (zset_ok's test inline: a Lua
-  -- call costs the node about 600 instructions)
+  if not (err or o) then
+    local _
+    _, err = offsets_ok(REDO_OFFSETS, xk)
+    o = offtab[REDO_OFFSETS][xk]
+  end
+  local off, seg
+  if not err then
+    off = o[1] + 1 -- the offset take_stock hands out
+    local s = (off - off % REDO_SEG) / REDO_SEG
+    local sk = segkeys[xk]
+    if sk and sk[1] == s then
+      seg = sk[2]
+    else
+      seg = redo_segkey(xk, s)
+      segkeys[xk] = {s, seg}
+    end
+    if not zchecked[seg] then zset_ok(seg) end
+    if not limit then limit, err = stock_int(ck, 2, ' limit') end
+  end
+  -- a limited SKU needs a user, which this layout never has
+  if err or avail < want or limit > 0 then
+    if order_kept(key) then return {'existing'} end
+    if err then return err end
+    return {'short'}
+  end
+  -- the pending index must be a sorted set (zset_ok's test inline)
   if not zchecked[PENDING] then zset_ok(PENDING) end
-  -- the offset take_stock hands out (offset_at's, inline, unless plan_one
-  -- has it)
-  local off = (last or offtab[REDO_OFFSETS][xk][1]) + 1
   local offS = I(off)
   local tail = LOCAL_TAIL
   if #ARGV == 6 then tail = ARGV[6] end
@@ -43,9 +76,32 @@ if #CKEYS == 2 then
     if order_kept(key) then return {'existing'} end
     set_value(key, rec, false)
   end
-  -- take_stock's writes, its offset and string at hand (its part inline:
-  -- no record)
-  take_at(ck, xk, ARGV[5], avail, resv, off, offS, seg or redo_seg(xk, off), times[2], pend_pos(xk, offS))
+  -- take_at's deferred writes, its arguments named as there (its part
+  -- inline: no record)
+  local pq = pendq[xk] -- pend_pos's
+  if not pq then
+    pq = string.sub(xk, #PFX_REDO + 1) .. ':'
+    pendq[xk] = pq
+  end
+  local id, pdlS, member, take = ARGV[5], times[2], pq .. offS, want
+  o[1] = off
+  if not o[2] then offsets_dirty(o) end
+  v[4], v[6] = avail - take, resv + take
+  if not v[7] then stock_dirty(ck, v) end
+  local q = zqueued[seg]
+  if q then
+    q[#q + 1] = offS
+    q[#q + 1] = id
+  else
+    zqueue(seg, offS, id)
+  end
+  q = zqueued[PENDING]
+  if q then
+    q[#q + 1] = pdlS
+    q[#q + 1] = member
+  else
+    zqueue(PENDING, pdlS, member)
+  end
   return times[3] .. ':' .. offS
 end
 local np = (#KEYS - 2) / 3

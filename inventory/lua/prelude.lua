@@ -132,7 +132,7 @@ end
 --   offsets_ok(offsets, xk): the redo offsets field xk holds an integer
 --     (int's check, once; it keeps the value read), and so does field
 --     redo_first_field(xk) when there is one (the queue's first offset in
---     this release's segments: redo_log.lua); offset_at(offsets, xk) is the
+--     this release's segments: redo_log.lua); offtab[offsets][xk][1] is the
 --     last offset handed out (after offsets_ok); next_offset(offsets, xk),
 --     after offsets_ok, hands out the next offset, and flush writes the
 --     last one handed out, and, when the queue had no such field, that
@@ -264,7 +264,6 @@ local function offsets_ok(offsets, xk)
   t[xk] = {n, false, first, offsets, xk}
   return true
 end
-local function offset_at(offsets, xk) return offtab[offsets][xk][1] end
 -- offsets_dirty(o): flush writes offtab's entry o, its queue's last
 -- offset (next_offset's, take_at's: once per queue per script call, the
 -- first time it hands out an offset).
@@ -286,8 +285,9 @@ end
 -- zadd_later(PENDING, pdlS, member), written out in one function (it
 -- calls their once-per-key steps, zqueue, stock_dirty and offsets_dirty,
 -- only the first time a key changes): a take runs it once per part, and
--- a Lua call costs the node about 600 instructions (with the local reserve's own steps inlined beside it,
--- 2,100 instructions fewer per order, callgrind).
+-- a Lua call costs the node about 600 instructions. The one-part paths
+-- of local.lua and reserve.lua write its steps out, under its argument
+-- names, rather than call it (take_whole.lua says why).
 local function take_at(ck, xk, id, avail, resv, off, offS, seg, pdlS, member)
   local o = offtab[REDO_OFFSETS][xk] -- offsets_ok ran first (the plan)
   if off ~= o[1] + 1 then

@@ -34,7 +34,7 @@ end
 -- the n-th offset next_offset will hand out in queue xk is a sorted set
 -- (or absent): checked once per segment, before any write.
 local function redo_ok(offsets, xk, n)
-  -- offset_at and zset_ok's test inline: a Lua call costs the node about
+  -- the queue's last offset (offtab's) and zset_ok's test inline: a Lua call costs the node about
   -- 600 instructions, and this runs once per part taken
   local seg = redo_seg(xk, offtab[offsets][xk][1] + n)
   if not zchecked[seg] then zset_ok(seg) end
@@ -44,7 +44,7 @@ end
 -- the plan runs (the counter's three fields, stock_int; the queue's
 -- offsets, offsets_ok; the segment of its next offset, redo_ok): the
 -- counter's available, limit and reserved, the queue's last offset
--- handed out (offset_at's) and the key of the (checked) segment of the
+-- handed out (offtab's copy) and the key of the (checked) segment of the
 -- next one; else nil, and the caller checks through those helpers. One
 -- call where the checks were three or more (each Lua call costs the node
 -- about 600 instructions): plan_one and the reserve script's one part,
@@ -55,20 +55,6 @@ local function take_ready(ck, xk)
   if not (v and o and v[4] and v[5] and v[6]) then return nil end
   local seg = redo_seg(xk, o[1] + 1)
   if zchecked[seg] then return v[4], v[5], v[6], o[1], seg end
-end
--- redo_try(xk, off): redo_ok's check for the segment of queue xk that
--- holds offset off, answered instead of raised: the segment's key, and the
--- WRONGTYPE error reply when it is not a sorted set (nothing checked is
--- remembered then), else nil. For a caller that answers something else
--- before that error (reserve.lua: a part with a state); a pcall around
--- redo_ok cost the node about 4,000 instructions per call (callgrind).
-local function redo_try(xk, off)
-  local seg = redo_seg(xk, off)
-  if zchecked[seg] then return seg end
-  local r = redis.pcall('ZCARD', seg)
-  if type(r) == 'table' and r.err then return seg, r end
-  zchecked[seg] = true
-  return seg
 end
 -- redo_first(offsets, xk): queue xk's first offset in this release's
 -- segments (nil when it has none: nothing handed out since the upgrade),

@@ -20,45 +20,92 @@ if one then
   -- The script is atomic, so no one sees these steps in another order
   -- (TestTakeOneAsPlan holds the two against each other on a node).
   local pk, ck, xk, id, want = KEYS[2], CKEYS[1], CKEYS[2], ARGV[4], Nqty(CARGV[2])
-  -- the usual order of a group: an earlier call checked the counter, the
-  -- queue's offsets and its segment (take_ready, as plan_one does); else
-  -- field by field, through the helpers
-  local avail, limit, resv, last, seg = take_ready(ck, xk)
-  if not avail then
+  -- straight through, the helpers' steps written out (a Lua call costs
+  -- the node about 600 instructions, and a take of a cold part made
+  -- about 17): the copies the helpers keep (prelude.lua: stocks, offtab,
+  -- segkeys, zchecked, zqueued, pendq) are read and changed here as the
+  -- helpers would (take_ready, stock_int, offsets_ok, redo_ok, part_new,
+  -- take_at, pend_pos), checked in plan_one's order but for the segment,
+  -- checked last: the counter's available and reserved, the queue's
+  -- offsets, the counter's limit, the segment
+  local v, o = stocks[ck], offtab[REDO_OFFSETS]
+  o = o and o[xk]
+  local avail, limit, resv
+  if v and v[4] and v[5] and v[6] then
+    avail, limit, resv = v[4], v[5], v[6]
+  else
     local err
-    avail, limit, resv = stock_checked(ck)
-    if not avail then
-      avail, err = stock_int(ck, 1, ' available')
-      if err then return part_held(pk) or err end
-      resv, err = stock_int(ck, 3, ' reserved')
-      if err then return part_held(pk) or err end
-    end
+    avail, err = stock_int(ck, 1, ' available')
+    if err then return part_held(pk) or err end
+    resv, err = stock_int(ck, 3, ' reserved')
+    if err then return part_held(pk) or err end
+    v = stocks[ck]
+  end
+  if not o then
     local _, oerr = offsets_ok(REDO_OFFSETS, xk)
     if oerr then return part_held(pk) or oerr end
-    if not limit then
-      limit, err = stock_int(ck, 2, ' limit')
-      if err then return part_held(pk) or err end
-    end
-    last = offset_at(REDO_OFFSETS, xk)
+    o = offtab[REDO_OFFSETS][xk]
+  end
+  if not limit then
+    local err
+    limit, err = stock_int(ck, 2, ' limit')
+    if err then return part_held(pk) or err end
   end
   local take = want
   if avail < want then take = avail end
   if take <= 0 then return part_held(pk) or {'none', 0, 0, limit} end
-  -- its redo segment must be a sorted set (a part with a state answers
-  -- first, as below)
-  local off = last + 1 -- the offset next_offset hands out
-  if not seg then
-    local serr
-    seg, serr = redo_try(xk, off)
-    if serr then return part_held(pk) or serr end
+  local off = o[1] + 1 -- the offset next_offset hands out
+  -- its redo segment must be a sorted set (redo_seg's key, redo_ok's
+  -- check), its WRONGTYPE error answered, not raised: a part with a state
+  -- answers first, as below (a pcall around redo_ok cost the node about
+  -- 4,000 instructions per call, callgrind)
+  local s = (off - off % REDO_SEG) / REDO_SEG
+  local sk, seg = segkeys[xk]
+  if sk and sk[1] == s then
+    seg = sk[2]
+  else
+    seg = redo_segkey(xk, s)
+    segkeys[xk] = {s, seg}
+  end
+  if not zchecked[seg] then
+    local r = redis.pcall('ZCARD', seg)
+    if type(r) == 'table' and r.err then return part_held(pk) or r end
+    zchecked[seg] = true
   end
   local offS, deadlineS = I(off), Idl(deadline)
-  if not part_new(pk, PNEW_STOCK, ARGV[5], take, off, deadlineS, true, offS) then
+  -- part_new's record, set only if its key is missing; a key without a
+  -- state is written over, as below
+  local rec = PNEW_STOCK .. Iq(take) .. '\031' .. offS .. ARGV[5] .. deadlineS .. '\031' .. nowS
+  if redis.call('SETNX', pk, rec) ~= 1 then
     local h = part_held(pk)
     if h then return h end
-    part_new(pk, PNEW_STOCK, ARGV[5], take, off, deadlineS, false, offS) -- a key without a state: written over, as below
+    set_value(pk, rec)
   end
-  take_at(ck, xk, id, avail - take, resv + take, off, offS, seg, deadlineS, pend_pos(xk, offS))
+  -- take_at's deferred writes, its arguments named as there
+  local pq = pendq[xk] -- pend_pos's
+  if not pq then
+    pq = string.sub(xk, #PFX_REDO + 1) .. ':'
+    pendq[xk] = pq
+  end
+  local pdlS, member = deadlineS, pq .. offS
+  o[1] = off
+  if not o[2] then offsets_dirty(o) end
+  v[4], v[6] = avail - take, resv + take
+  if not v[7] then stock_dirty(ck, v) end
+  local q = zqueued[seg]
+  if q then
+    q[#q + 1] = offS
+    q[#q + 1] = id
+  else
+    zqueue(seg, offS, id)
+  end
+  q = zqueued[PENDING]
+  if q then
+    q[#q + 1] = pdlS
+    q[#q + 1] = member
+  else
+    zqueue(PENDING, pdlS, member)
+  end
   -- one string, not a table (prelude.lua, reserved_head says why): the
   -- offset alone for the usual take (the part taken in full, the SKU
   -- without a limit: no string to build), else the state word, the
