@@ -61,26 +61,32 @@ func (w *World) heal(ctx context.Context, healer *inventory.Inventory) (waited t
 }
 
 // settleAll runs inv's reconciler until no part is pending on the nodes,
-// waiting for deadlines, for at most healBound past the latest one. It
-// returns the time it waited.
+// waiting for deadlines, for at most healBound past the latest one, read
+// again after every pass: a pass may rightly put a part off past its own
+// deadline (ResolveExpired: its order, still reserved by the same attempt,
+// runs to a later deadline of its own, as when the order's stage landed
+// long after its parts' takes), and the wait follows it. It stops after
+// healCap in all whatever the deadlines say (a reconciler that keeps
+// putting a part off is left to the checks). It returns the time it
+// waited.
 func (w *World) settleAll(ctx context.Context, inv *inventory.Inventory) (waited time.Duration) {
 	r := rollback.New(inv, nil, rollback.Settings{Logger: discard})
-	latest, _, err := w.latestPending(ctx)
-	if err != nil {
-		return 0
-	}
-	limit := latest.Add(healBound)
+	start := time.Now()
 	for {
 		r.RunOnce(ctx)
-		earliest, n, err := w.earliestPending(ctx)
-		if err != nil || n == 0 || time.Now().After(limit) {
+		earliest, latest, n, err := w.pendingSpan(ctx)
+		now := time.Now()
+		if err != nil || n == 0 || now.After(latest.Add(healBound)) || now.Sub(start) > healCap {
 			return waited
 		}
-		d := max(time.Until(earliest)+10*time.Millisecond, 10*time.Millisecond)
+		d := max(earliest.Sub(now)+10*time.Millisecond, 10*time.Millisecond)
 		time.Sleep(d)
 		waited += d
 	}
 }
+
+// healCap bounds settleAll's whole wait.
+const healCap = 15 * time.Second
 
 // topologyNow says which topology the nodes' newest record is ("T0" or
 // "T1") and whether every node of it is stable at that record's token.
@@ -136,26 +142,24 @@ func (w *World) apply(ctx context.Context, to string, wait time.Duration) error 
 	return nil
 }
 
-// earliestPending returns the earliest deadline in the nodes' pending
-// indexes and how many parts they hold.
-func (w *World) earliestPending(ctx context.Context) (time.Time, int, error) {
-	var earliest time.Time
-	n := 0
+// pendingSpan returns the earliest and the latest deadline in the nodes'
+// pending indexes and how many parts they hold.
+func (w *World) pendingSpan(ctx context.Context) (earliest, latest time.Time, n int, err error) {
 	for _, name := range allNodes {
-		zs, err := w.direct[name].ZRangeWithScores(ctx, inventory.PendingKey, 0, 0).Result()
+		zs, err := w.direct[name].ZRangeWithScores(ctx, inventory.PendingKey, 0, -1).Result()
 		if err != nil {
-			return earliest, 0, err
+			return earliest, latest, 0, err
 		}
-		c, err := w.direct[name].ZCard(ctx, inventory.PendingKey).Result()
-		if err != nil {
-			return earliest, 0, err
-		}
-		n += int(c)
 		for _, z := range zs {
-			if t := time.UnixMilli(int64(z.Score)); earliest.IsZero() || t.Before(earliest) {
+			n++
+			t := time.UnixMilli(int64(z.Score))
+			if earliest.IsZero() || t.Before(earliest) {
 				earliest = t
+			}
+			if t.After(latest) {
+				latest = t
 			}
 		}
 	}
-	return earliest, n, nil
+	return earliest, latest, n, nil
 }

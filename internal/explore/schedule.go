@@ -326,7 +326,7 @@ var t1Users = []string{"u4", "u6"}
 // runs the reconciler on both instances, with a late Confirm and a late
 // retry sometimes, under the same scheduler. It returns the time waited.
 func (w *World) phase2(ctx context.Context, s *Scheduler, obs *observed, insts []*inventory.Inventory) time.Duration {
-	latest, n, err := w.latestPending(ctx)
+	_, latest, n, err := w.pendingSpan(ctx)
 	parked := s.Parked()
 	if (err != nil || n == 0) && !parked {
 		return 0
@@ -356,24 +356,4 @@ func (w *World) phase2(ctx context.Context, s *Scheduler, obs *observed, insts [
 	}
 	s.Run()
 	return waited
-}
-
-// latestPending returns the latest deadline in the nodes' pending indexes
-// and how many parts they hold.
-func (w *World) latestPending(ctx context.Context) (time.Time, int, error) {
-	var latest time.Time
-	n := 0
-	for _, name := range allNodes {
-		zs, err := w.direct[name].ZRangeWithScores(ctx, inventory.PendingKey, 0, -1).Result()
-		if err != nil {
-			return latest, 0, err
-		}
-		for _, z := range zs {
-			n++
-			if t := time.UnixMilli(int64(z.Score)); t.After(latest) {
-				latest = t
-			}
-		}
-	}
-	return latest, n, nil
 }
