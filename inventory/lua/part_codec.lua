@@ -151,6 +151,8 @@ end
 -- given, is I(off), which the take paths have at hand (one Lua call
 -- fewer). With nx it is written only if key is missing, and part_new
 -- reports whether it was (a key that is there is left as it is).
+-- reserve.lua's one part builds the same value in place (take_whole.lua
+-- says why; TestTakeOneAsPlan holds the two together).
 local function part_new(key, a, b, qty, off, dlS, nx, offS)
   local s = a .. Iq(qty) .. '\031' .. (offS or I(off)) .. b .. dlS .. '\031' .. nowS
   if nx then return redis.call('SETNX', key, s) == 1 end

@@ -21,8 +21,8 @@ if one then
   -- (TestTakeOneAsPlan holds the two against each other on a node).
   local pk, ck, xk, id, want = KEYS[2], CKEYS[1], CKEYS[2], ARGV[4], Nqty(CARGV[2])
   -- straight through, the helpers' steps written out (a Lua call costs
-  -- the node about 600 instructions, and a take of a cold part made
-  -- about 17): the copies the helpers keep (prelude.lua: stocks, offtab,
+  -- the node about 600 instructions, and calling them made eight more
+  -- per take): the copies the helpers keep (prelude.lua: stocks, offtab,
   -- segkeys, zchecked, zqueued, pendq) are read and changed here as the
   -- helpers would (take_ready, stock_int, offsets_ok, redo_ok, part_new,
   -- take_at, pend_pos), checked in plan_one's order but for the segment,
