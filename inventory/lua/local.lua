@@ -26,11 +26,12 @@ if #CKEYS == 2 then
   -- plan_one then take_stock, their steps (and the helpers' they call:
   -- take_ready, stock_int, offsets_ok, redo_ok, take_at, pend_pos) written
   -- out on the copies the helpers keep (prelude.lua: stocks, offtab,
-  -- segkeys, zchecked, zqueued, pendq), as reserve.lua's one part has
-  -- them: a Lua call costs the node about 600 instructions, and this is
-  -- every minted order's path. The checks in plan_one's order: the
-  -- counter's available and reserved, the queue's offsets, its next
-  -- offset's segment (raised, as redo_ok does), the counter's limit.
+  -- zchecked, zqueued, pendq; the segment's key from redo_seg), as
+  -- reserve.lua's one part has them: a Lua call costs the node about
+  -- 600 instructions, and this is every minted order's path. The checks
+  -- in plan_one's order: the counter's available and reserved, the
+  -- queue's offsets, its next offset's segment (raised, as redo_ok does),
+  -- the counter's limit.
   local v, o = stocks[ck], offtab[REDO_OFFSETS]
   o = o and o[xk]
   local avail, limit, resv, err
@@ -49,14 +50,7 @@ if #CKEYS == 2 then
   local off, seg
   if not err then
     off = o[1] + 1 -- the offset take_stock hands out
-    local s = (off - off % REDO_SEG) / REDO_SEG
-    local sk = segkeys[xk]
-    if sk and sk[1] == s then
-      seg = sk[2]
-    else
-      seg = redo_segkey(xk, s)
-      segkeys[xk] = {s, seg}
-    end
+    seg = redo_seg(xk, off)
     if not zchecked[seg] then zset_ok(seg) end
     if not limit then limit, err = stock_int(ck, 2, ' limit') end
   end

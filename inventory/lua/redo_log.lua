@@ -34,8 +34,9 @@ end
 -- the n-th offset next_offset will hand out in queue xk is a sorted set
 -- (or absent): checked once per segment, before any write.
 local function redo_ok(offsets, xk, n)
-  -- the queue's last offset (offtab's) and zset_ok's test inline: a Lua call costs the node about
-  -- 600 instructions, and this runs once per part taken
+  -- the queue's last offset (offtab's) and zset_ok's test inline: a Lua
+  -- call costs the node about 600 instructions, and this runs once per
+  -- part taken
   local seg = redo_seg(xk, offtab[offsets][xk][1] + n)
   if not zchecked[seg] then zset_ok(seg) end
 end

@@ -21,13 +21,14 @@ if one then
   -- (TestTakeOneAsPlan holds the two against each other on a node).
   local pk, ck, xk, id, want = KEYS[2], CKEYS[1], CKEYS[2], ARGV[4], Nqty(CARGV[2])
   -- straight through, the helpers' steps written out (a Lua call costs
-  -- the node about 600 instructions, and calling them made eight more
+  -- the node about 600 instructions, and calling them made seven more
   -- per take): the copies the helpers keep (prelude.lua: stocks, offtab,
-  -- segkeys, zchecked, zqueued, pendq) are read and changed here as the
-  -- helpers would (take_ready, stock_int, offsets_ok, redo_ok, part_new,
-  -- take_at, pend_pos), checked in plan_one's order but for the segment,
-  -- checked last: the counter's available and reserved, the queue's
-  -- offsets, the counter's limit, the segment
+  -- zchecked, zqueued, pendq; the segment's key from redo_seg) are read
+  -- and changed here as the helpers would (take_ready, stock_int,
+  -- offsets_ok, redo_ok, part_new, take_at, pend_pos), checked in
+  -- plan_one's order but for the segment, checked last: the counter's
+  -- available and reserved, the queue's offsets, the counter's limit,
+  -- the segment
   local v, o = stocks[ck], offtab[REDO_OFFSETS]
   o = o and o[xk]
   local avail, limit, resv
@@ -55,18 +56,11 @@ if one then
   if avail < want then take = avail end
   if take <= 0 then return part_held(pk) or {'none', 0, 0, limit} end
   local off = o[1] + 1 -- the offset next_offset hands out
-  -- its redo segment must be a sorted set (redo_seg's key, redo_ok's
-  -- check), its WRONGTYPE error answered, not raised: a part with a state
-  -- answers first, as below (a pcall around redo_ok cost the node about
-  -- 4,000 instructions per call, callgrind)
-  local s = (off - off % REDO_SEG) / REDO_SEG
-  local sk, seg = segkeys[xk]
-  if sk and sk[1] == s then
-    seg = sk[2]
-  else
-    seg = redo_segkey(xk, s)
-    segkeys[xk] = {s, seg}
-  end
+  -- its redo segment must be a sorted set (redo_ok's check), its
+  -- WRONGTYPE error answered, not raised: a part with a state answers
+  -- first, as below (a pcall around redo_ok cost the node about 4,000
+  -- instructions per call, callgrind)
+  local seg = redo_seg(xk, off)
   if not zchecked[seg] then
     local r = redis.pcall('ZCARD', seg)
     if type(r) == 'table' and r.err then return part_held(pk) or r end
