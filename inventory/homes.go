@@ -161,27 +161,39 @@ func MintedHome(orderID string) (string, bool) {
 	if hash < 2 || len(orderID)-hash-1 != mintRandHex+mintCheckHex {
 		return "", false
 	}
-	var sum uint32
-	for i := hash + 1; i < len(orderID); i++ {
-		c := orderID[i]
-		var d byte
-		switch {
-		case c >= '0' && c <= '9':
-			d = c - '0'
-		case c >= 'a' && c <= 'f':
-			d = c - 'a' + 10
-		default:
-			return "", false
-		}
-		if i >= len(orderID)-mintCheckHex {
-			sum = sum<<4 | uint32(d)
-		}
+	// every digit through the table, without a branch on its value
+	// (random digits make such branches unpredictable): any byte that is
+	// not a lowercase hex digit sets bit 4 of bad
+	var bad byte
+	for i := hash + 1; i < len(orderID)-mintCheckHex; i++ {
+		bad |= hexValue[orderID[i]]
 	}
-	if mintSum(orderID[:len(orderID)-mintCheckHex]) != sum {
+	var sum uint32
+	for i := len(orderID) - mintCheckHex; i < len(orderID); i++ {
+		d := hexValue[orderID[i]]
+		bad |= d
+		sum = sum<<4 | uint32(d&0xf)
+	}
+	if bad > 0xf || mintSum(orderID[:len(orderID)-mintCheckHex]) != sum {
 		return "", false
 	}
 	return orderID[1:hash], true
 }
+
+// hexValue maps a lowercase hex digit to its value and every other byte
+// to 0x10 (MintedHome).
+var hexValue = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0x10
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = byte(c - '0')
+	}
+	for c := 'a'; c <= 'f'; c++ {
+		t[c] = byte(c-'a') + 10
+	}
+	return t
+}()
 
 // NewOrderID returns a fresh order id whose record will live on a node
 // that is usable now. Reserve, Confirm and Cancel find the record on that
