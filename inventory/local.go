@@ -67,9 +67,9 @@ import (
 // offset; then per part the arguments lua/take_whole.lua reads (id, kind,
 // want, and for a quota part its record's template's two pieces,
 // appendPartPieces; a stock part is inline: no record, inline.go). An order in
-// the short layout takes its part with plan_one's steps, then the record,
-// then take_at's (written out in lua/local.lua: lua/take_whole.lua says
-// why), any other with plan_parts and write_parts.
+// the short layout takes its part with plan_parts' steps for it, then the
+// record, then take_at's (written out in lua/local.lua: lua/take_whole.lua
+// says why), any other with plan_parts and write_parts.
 // The record is written reserved, with no TTL (orderrec.go, "TTL"); in
 // the short layout it is set only if the key is missing (SET NX), the head
 // of a record already there read only then, and only to answer existing

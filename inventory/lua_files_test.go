@@ -186,7 +186,7 @@ func TestTakeAtCopiesMatch(t *testing.T) {
 			t.Fatalf("take_at no longer holds %q: update this test and the copies", s)
 		}
 	}
-	for _, file := range []string{"reserve.lua", "local.lua"} {
+	for _, file := range []string{"reserve.lua", "local.lua", "stage_take.lua"} {
 		src := luaFile(file)
 		for _, s := range steps {
 			if n := strings.Count(src, s); n != 1 {

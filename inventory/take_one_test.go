@@ -57,6 +57,24 @@ func TestTakeOneAsPlan(t *testing.T) {
 		{"short", func() { c.HSet(ctx, ck, "available", "2") }},
 		{"limited SKU, no user", func() { c.HSet(ctx, ck, "limit", "5") }},
 		{"the part's key is there", func() { c.Set(ctx, partKey(stockPartID(id, token, 0)), "x", 0) }},
+		// a part key that is there outranks a corrupt value: the plan reads
+		// it first, the stage's one part only when a check fails
+		{"the part's key is there, a corrupt counter", func() {
+			c.Set(ctx, partKey(stockPartID(id, token, 0)), "x", 0)
+			c.HSet(ctx, ck, "reserved", "1.5")
+		}},
+		{"the part's key is there, a corrupt offset", func() {
+			c.Set(ctx, partKey(stockPartID(id, token, 0)), "x", 0)
+			c.HSet(ctx, RedoOffsetsKey, queue, "x")
+		}},
+		{"the part's key is there, a redo segment that is not a sorted set", func() {
+			c.Set(ctx, partKey(stockPartID(id, token, 0)), "x", 0)
+			c.Set(ctx, redoSegmentKey(queue, 1), "x", 0)
+		}},
+		{"the part's key is there, the stock short", func() {
+			c.Set(ctx, partKey(stockPartID(id, token, 0)), "x", 0)
+			c.HSet(ctx, ck, "available", "2")
+		}},
 		// the part pending (its record there: a retry of a take that ran):
 		// answered from the record, whatever else is wrong
 		{"the part pending", func() { setPending() }},

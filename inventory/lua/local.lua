@@ -12,8 +12,8 @@ if #CKEYS == 2 then
   -- no incarnation and the id the reserve paths derive, which every local
   -- part is; CKEYS 1 its counter, 2 its redo queue; CARGV 1 ttl, 2 the
   -- template between its created and the part's offset, 3 the part's
-  -- quantity): plan_one's and
-  -- take_stock's steps, written out below; the part is inline (no record
+  -- quantity): plan_parts' and
+  -- take_stock's steps for it, written out below; the part is inline (no record
   -- of its own: the order record holds it, inline.go), as every stock part
   -- of this script is, so it has no key to send. The record is set only
   -- if its key is missing, between the plan and the take, so the usual
@@ -23,15 +23,15 @@ if #CKEYS == 2 then
   -- script is atomic, so no one sees these steps in another order.
   local times = local_times(CARGV[1]) -- deadline, part deadline, reply head
   local ck, xk, want = CKEYS[1], CKEYS[2], Nqty(CARGV[3])
-  -- plan_one then take_stock, their steps (and the helpers' they call:
-  -- take_ready, stock_int, offsets_ok, redo_ok, take_at, pend_pos) written
-  -- out on the copies the helpers keep (prelude.lua: stocks, offtab,
-  -- zchecked, zqueued, pendq; the segment's key from redo_seg), as
-  -- reserve.lua's one part has them: a Lua call costs the node about
-  -- 600 instructions, and this is every minted order's path. The checks
-  -- in plan_one's order: the counter's available and reserved, the
-  -- queue's offsets, its next offset's segment (raised, as redo_ok does),
-  -- the counter's limit.
+  -- plan_parts then take_stock, their steps for one part (and the
+  -- helpers' they call: stock_int, offsets_ok, redo_ok, take_at,
+  -- pend_pos) written out on the copies the helpers keep (prelude.lua:
+  -- stocks, offtab, zchecked, zqueued, pendq; the segment's key from
+  -- redo_seg), as reserve.lua's and stage_take.lua's one part have them:
+  -- a Lua call costs the node about 600 instructions, and this is every
+  -- minted order's path (take_whole.lua). The checks in plan_parts'
+  -- order: the counter's available and reserved, the queue's offsets, its
+  -- next offset's segment (raised, as redo_ok does), the counter's limit.
   local v, o = stocks[ck], offtab[REDO_OFFSETS]
   o = o and o[xk]
   local avail, limit, resv, err

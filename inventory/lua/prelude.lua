@@ -125,9 +125,7 @@ end
 --     .. suffix; its number kept at i + 3 of the copy, so a later read is a
 --     table lookup, not a type() call: a Lua call of a C function costs
 --     the node hundreds of instructions; at 7, whether flush writes the
---     copy); stock_checked(ck) is the three
---     (available, limit, reserved) when each was checked already, else
---     nil; stock_set(ck, avail, resv) changes the copy, and flush
+--     copy); stock_set(ck, avail, resv) changes the copy, and flush
 --     writes each changed hash once (available and reserved);
 --   offsets_ok(offsets, xk): the redo offsets field xk holds an integer
 --     (int's check, once; it keeps the value read), and so does field
@@ -139,8 +137,9 @@ end
 --     field (the first offset handed out), in the same HSET;
 --   take_at: a take's calls of stock_set, next_offset and zadd_later in
 --     one (see there).
--- take_ready (redo_log.lua) reads these copies for the take paths once
--- an earlier call checked them: one call instead of three.
+-- The one-part paths (local.lua, stage_take.lua, reserve.lua) read and
+-- change these copies in place, the helpers' steps written out
+-- (take_whole.lua says why).
 -- flush sends the deferred writes. The epilogues call it after the calls,
 -- whatever they returned: a call that raised keeps its earlier writes, as
 -- a lone script that raises does. It runs once per script call and leaves
@@ -227,10 +226,6 @@ local function stock_int(ck, i, suffix)
   if err then return nil, err end
   v[i + 3] = n
   return n
-end
-local function stock_checked(ck)
-  local v = stocks[ck]
-  if v and v[4] and v[5] and v[6] then return v[4], v[5], v[6] end
 end
 -- stock_dirty(ck, v): flush writes stock hash ck's copy v (stock_set's,
 -- take_at's: once per hash per script call, the first time it changes).

@@ -40,23 +40,6 @@ local function redo_ok(offsets, xk, n)
   local seg = redo_seg(xk, offtab[offsets][xk][1] + n)
   if not zchecked[seg] then zset_ok(seg) end
 end
--- take_ready(ck, xk): for a take of one stock part from counter ck with
--- redo queue xk, once earlier calls of the script call ran every check
--- the plan runs (the counter's three fields, stock_int; the queue's
--- offsets, offsets_ok; the segment of its next offset, redo_ok): the
--- counter's available, limit and reserved, the queue's last offset
--- handed out (offtab's copy) and the key of the (checked) segment of the
--- next one; else nil, and the caller checks through those helpers. One
--- call where the checks were three or more (each Lua call costs the node
--- about 600 instructions): plan_one and the reserve script's one part,
--- the usual order of a group.
-local function take_ready(ck, xk)
-  local v, t = stocks[ck], offtab[REDO_OFFSETS]
-  local o = t and t[xk]
-  if not (v and o and v[4] and v[5] and v[6]) then return nil end
-  local seg = redo_seg(xk, o[1] + 1)
-  if zchecked[seg] then return v[4], v[5], v[6], o[1], seg end
-end
 -- redo_first(offsets, xk): queue xk's first offset in this release's
 -- segments (nil when it has none: nothing handed out since the upgrade),
 -- or nil and a SHARDIS_CORRUPT error reply when the field is not an

@@ -24,9 +24,9 @@ if one then
   -- the node about 600 instructions, and calling them made seven more
   -- per take): the copies the helpers keep (prelude.lua: stocks, offtab,
   -- zchecked, zqueued, pendq; the segment's key from redo_seg) are read
-  -- and changed here as the helpers would (take_ready, stock_int,
-  -- offsets_ok, redo_ok, part_new, take_at, pend_pos), checked in
-  -- plan_one's order but for the segment, checked last: the counter's
+  -- and changed here as the helpers would (stock_int, offsets_ok,
+  -- redo_ok, part_new, take_at, pend_pos), checked in the plan's order
+  -- (below) but for the segment, checked last: the counter's
   -- available and reserved, the queue's offsets, the counter's limit,
   -- the segment
   local v, o = stocks[ck], offtab[REDO_OFFSETS]

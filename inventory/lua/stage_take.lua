@@ -36,22 +36,86 @@ if np > 0 and not zchecked[PENDING] then zset_ok(PENDING) end
 local deadline = now + Nttl(ttlS)
 -- plan the home's parts (nothing written yet): one stock part (its keys
 -- pk, ck, xk; its arguments as above in the short layout, from 13 in the
--- general one: its id, kind, want, template pieces; the user 7) with
--- plan_one, then take_stock below, without the plan's tables; any other
--- with plan_parts, then write_parts; none (the usual stage: the stock is
--- on other nodes) plans nothing
+-- general one: its id, kind, want, template pieces; the user 7) by
+-- plan_parts' and take_stock's steps for it, written out below, without
+-- the plan's tables; any other with plan_parts, then write_parts; none
+-- (the usual stage: the stock is on other nodes) plans nothing
 local one, pid, pwant, pa, pb, puser = false
 if short1 then
   one, pid, pwant, pa, pb, puser = true, ARGV[5], Nqty(CARGV[5]), PNEW_STOCK, ARGV[6], ''
 elseif np == 1 and ARGV[14] == 's' then
   one, pid, pwant, pa, pb, puser = true, ARGV[13], Nqty(ARGV[15]), ARGV[16], ARGV[17], ARGV[7]
 end
-local plan, avail, resv, err, refused
+local plan, avail, resv, err
+-- the one part's take, once planned: its offset (and as a string), its
+-- redo segment, its deadline as a string, the copies of its counter and
+-- its queue's offsets
+local off, offS, seg, pdlS, v, o
 if one then
-  avail, resv, refused = plan_one(pk, ck, xk, pwant, puser)
-  if not avail then err = resv end
+  -- plan_parts' steps for one stock part (and the helpers' it calls:
+  -- stock_int, offsets_ok, redo_ok), written out on the copies the
+  -- helpers keep (prelude.lua: stocks, offtab, zchecked; the segment's
+  -- key from redo_seg), as local.lua's and reserve.lua's one part have
+  -- them: a Lua call costs the node about 600 instructions (take_whole.lua).
+  -- The checks in the plan's order: the counter's available and reserved,
+  -- the queue's offsets, its next offset's segment, the counter's limit.
+  -- The plan reads first whether the part's key is there (EXISTS: about
+  -- 4,400 instructions); here the part is set only if its key is missing
+  -- (SETNX) before anything else is written, and only a check that fails
+  -- reads it, so that a part whose key is there answers as the plan's
+  -- did: nothing written, the record's head, else 'short'. (Only a
+  -- counter that is not a hash, which the plan never read then, raises
+  -- instead.)
+  v, o = stocks[ck], offtab[REDO_OFFSETS]
+  o = o and o[xk]
+  local limit
+  if v and v[4] and v[5] and v[6] then
+    avail, limit, resv = v[4], v[5], v[6]
+  else
+    avail, err = stock_int(ck, 1, ' available')
+    if not err then resv, err = stock_int(ck, 3, ' reserved') end
+    v = stocks[ck]
+  end
+  if not (err or o) then
+    local _
+    _, err = offsets_ok(REDO_OFFSETS, xk)
+    o = offtab[REDO_OFFSETS][xk]
+  end
+  if not err then
+    off = o[1] + 1 -- the offset take_stock hands out
+    seg = redo_seg(xk, off)
+    if not zchecked[seg] then
+      -- redo_ok's check, its error raised by the plan: answered as raised
+      -- (nothing written, no record read) unless the part's key is there
+      local r = redis.pcall('ZCARD', seg)
+      if type(r) == 'table' and r.err then
+        if redis.call('EXISTS', pk) == 0 then return r end
+        avail = nil -- its key is there: short, as below
+      else
+        zchecked[seg] = true
+      end
+    end
+    if avail and not limit then limit, err = stock_int(ck, 2, ' limit') end
+  end
+  if err then
+    -- a corrupt value answers as the plan's does, unless the part's key
+    -- is there (then short, as below)
+    if redis.call('EXISTS', pk) == 1 then err = nil end
+    avail = nil
+  elseif avail and avail >= pwant and (limit <= 0 or puser ~= '') then
+    offS, pdlS = I(off), Idl(short1 and deadline + PART_GRACE or part_due(ARGV[6]))
+    -- part_new's record, set only if its key is missing: a key that is
+    -- there is short, as the plan's EXISTS answers it
+    if redis.call('SETNX', pk, pa .. Iq(pwant) .. '\031' .. offS .. pb .. pdlS .. '\031' .. nowS) == 1 then
+      avail, resv = avail - pwant, resv + pwant
+    else
+      avail = nil
+    end
+  else
+    avail = nil
+  end
 elseif np > 0 then
-  plan, err, refused = plan_parts(KEYS, ARGV, kb + 3, ab + 13, np, ARGV[7], false)
+  plan, err = plan_parts(KEYS, ARGV, kb + 3, ab + 13, np, ARGV[7], false)
 end
 if not (avail or plan or np == 0) then
   -- a record to keep answers before the refusal, as a stage that read
@@ -72,12 +136,41 @@ end
 local rec, ttl = ra .. nowS .. rb, Nret(retS)
 if not (ttl and ttl > 0 and redis.pcall('SET', key, rec, 'NX', 'EX', retS, 'GET') == false) then
   local status, token, takeover = order_stage_head(key, mut == 'stage-takeover', stage_tok(short, ra, ARGV[5]))
-  if status and not takeover then return {'existing', status, token or ''} end
+  if status and not takeover then
+    -- a record to keep: the one part's record, set above, goes again
+    -- (its key was missing), so the stage leaves nothing
+    if one then redis.call('DEL', pk) end
+    return {'existing', status, token or ''}
+  end
   set_value(key, rec, ttl)
 end
 if one then
-  local _, offS = take_stock(pk, ck, xk, pid, pwant, pa, pb, avail, resv,
-    Idl(short1 and deadline + PART_GRACE or part_due(ARGV[6])))
+  -- take_at's deferred writes (pend_pos's member), its arguments named as
+  -- there: the copies' new values, the two queues' entries
+  local pq = pendq[xk]
+  if not pq then
+    pq = string.sub(xk, #PFX_REDO + 1) .. ':'
+    pendq[xk] = pq
+  end
+  local id, member = pid, pq .. offS
+  o[1] = off
+  if not o[2] then offsets_dirty(o) end
+  v[4], v[6] = avail, resv
+  if not v[7] then stock_dirty(ck, v) end
+  local q = zqueued[seg]
+  if q then
+    q[#q + 1] = offS
+    q[#q + 1] = id
+  else
+    zqueue(seg, offS, id)
+  end
+  q = zqueued[PENDING]
+  if q then
+    q[#q + 1] = pdlS
+    q[#q + 1] = member
+  else
+    zqueue(PENDING, pdlS, member)
+  end
   return staged_head(deadline) .. ':' .. offS
 end
 if np == 0 then return staged_head(deadline) end -- no part on the home

@@ -43,31 +43,23 @@
 -- a decision or a move writes it first). Every other part's key is
 -- checked (EXISTS): there a record may be a retry's fence.
 --
--- plan_one(pk, ck, xk, want, user) then take_stock is plan_parts then
--- write_parts for a plan of one stock part (part key pk, nil when inline;
--- counter ck, redo queue xk, appendPartPieces' id, want and template
--- pieces), without the plan's tables, in the same order
--- (TestTakeOneAsPlan compares the two on a node). plan_one writes
--- nothing: it returns the counter's available and reserved once the part
--- is taken (then nil, and when take_ready answered, the queue's last
--- offset handed out and the checked segment of the next one: the caller
--- need not look them up again), or what plan_parts returns when it would
--- return no plan: nil (the part exists), nil and an error reply, or nil,
--- nil, true (short).
--- offtab[REDO_OFFSETS][xk][1] + 1 is then the offset take_stock will hand
--- the part. When an earlier call of the script call checked the counter,
--- the queue's offsets and the segment of its next offset (the usual
--- order of a group), plan_one takes them from take_ready (redo_log.lua)
--- in one call.
--- The one-part paths of local.lua and stage_take.lua set the order
--- record between the two (only if its key is missing); local.lua, whose
--- part is inline (no record), and reserve.lua's one part write plan_one's
--- and take_at's steps out instead of calling them (callgrind, in rounds:
--- 3,600 node instructions fewer per minted order, 3,900 per take, 5,600
--- per take of a cold part; TestLocalScriptInstructions,
--- TestTakeScriptInstructions). An order of one
--- item without a user id is one stock part; its tables were a few µs of
--- an order's script time (TestLocalScriptCost).
+-- The one-part paths (an order or attempt of one stock part on the node:
+-- local.lua, stage_take.lua, reserve.lua) write plan_parts' and
+-- take_stock's steps for that one part out, on the same copies
+-- (prelude.lua), in the same order of checks, instead of calling them
+-- and their helpers: a Lua call costs the node about 600 instructions,
+-- and they are every minted order's, every take's and every 3-item
+-- stage's path (callgrind, in rounds: 3,600 node instructions fewer per
+-- minted order, 3,900 per take, 5,600 per take of a cold part;
+-- TestLocalScriptInstructions, TestTakeScriptInstructions,
+-- TestStageScriptInstructions). A part with a key of its own (reserve.lua,
+-- stage_take.lua) is set only if its key is missing (SETNX) before any
+-- other write of the call, and its key is read only when that fails or a
+-- check does, so a part whose key is there answers as the plan does.
+-- TestTakeOneAsPlan holds each against plan_parts then write_parts on a
+-- node, and TestTakeAtCopiesMatch their copies of take_at's steps against
+-- take_at. An order of one item without a user id is one stock part; its
+-- tables were a few µs of an order's script time (TestLocalScriptCost).
 local function plan_parts(K, A, kb, ab, np, user, inline)
   local avail, resv, held, plan, nq = {}, {}, {}, {}, {}
   local a = ab
@@ -121,7 +113,7 @@ local function take_stock(pk, ck, xk, id, want, ra, rb, avail, resv, pdlS)
   local off = offtab[REDO_OFFSETS][xk][1] + 1
   local offS = I(off)
   take_at(ck, xk, id, avail, resv, off, offS, redo_seg(xk, off), pdlS, pend_pos(xk, offS))
-  -- the plan found no key at pk (plan_one, plan_parts: EXISTS), so SETNX
+  -- the plan found no key at pk (plan_parts: EXISTS), so SETNX
   -- sets it, and its integer reply costs the node no status table; were
   -- the key there after all, it is written over, as before
   if pk and not part_new(pk, ra, rb, want, off, pdlS, true, offS) then
@@ -143,32 +135,6 @@ local function write_parts(plan, pdl, inline)
     offs[#offs + 1] = off
   end
   return offs
-end
-local function plan_one(pk, ck, xk, want, user)
-  if pk and redis.call('EXISTS', pk) == 1 then return nil end
-  -- the usual order of a group: an earlier call checked all of it
-  -- (take_ready), so the checks below would change nothing
-  local avail, limit, resv, last, seg = take_ready(ck, xk)
-  if not avail then
-    -- else field by field, in plan_parts' order
-    local err
-    avail, limit, resv = stock_checked(ck)
-    if not avail then
-      avail, err = stock_int(ck, 1, ' available')
-      if err then return nil, err end
-      resv, err = stock_int(ck, 3, ' reserved')
-      if err then return nil, err end
-    end
-    local _, oerr = offsets_ok(REDO_OFFSETS, xk)
-    if oerr then return nil, oerr end
-    redo_ok(REDO_OFFSETS, xk, 1) -- its redo segment must be a sorted set
-    if not limit then
-      limit, err = stock_int(ck, 2, ' limit')
-      if err then return nil, err end
-    end
-  end
-  if avail < want or (limit > 0 and user == '') then return nil, nil, true end
-  return avail - want, resv + want, nil, last, seg
 end
 -- local_times(ttlS): the local reserve's times for an order of TTL ttlS
 -- (ms, as sent): {its deadline (now + the TTL), its part's deadline as a
