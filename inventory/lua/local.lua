@@ -12,10 +12,10 @@ if #CKEYS == 2 then
   -- no incarnation and the id the reserve paths derive, which every local
   -- part is; CKEYS 1 its counter, 2 its redo queue; CARGV 1 ttl, 2 the
   -- template between its created and the part's offset, 3 the part's
-  -- quantity): plan_parts' and
-  -- take_stock's steps for it, written out below; the part is inline (no record
-  -- of its own: the order record holds it, inline.go), as every stock part
-  -- of this script is, so it has no key to send. The record is set only
+  -- quantity): plan_parts' and take_stock's steps for it, written out
+  -- below; the part is inline (no record of its own: the order record
+  -- holds it, inline.go), as every stock part of this script is, so it
+  -- has no key to send. The record is set only
   -- if its key is missing, between the plan and the take, so the usual
   -- order (no record) does not read it first; a refusal, or a key that
   -- exists, reads the record's head and answers as the general path below
