@@ -81,28 +81,32 @@ if one then
     _, err = offsets_ok(REDO_OFFSETS, xk)
     o = offtab[REDO_OFFSETS][xk]
   end
+  local raised -- err is the segment's, which the plan raises
   if not err then
     off = o[1] + 1 -- the offset take_stock hands out
     seg = redo_seg(xk, off)
     if not zchecked[seg] then
-      -- redo_ok's check, its error raised by the plan: answered as raised
-      -- (nothing written, no record read) unless the part's key is there
+      -- redo_ok's check
       local r = redis.pcall('ZCARD', seg)
       if type(r) == 'table' and r.err then
-        if redis.call('EXISTS', pk) == 0 then return r end
-        avail = nil -- its key is there: short, as below
+        err, raised = r, true
       else
         zchecked[seg] = true
       end
     end
-    if avail and not limit then limit, err = stock_int(ck, 2, ' limit') end
+    if not (err or limit) then limit, err = stock_int(ck, 2, ' limit') end
   end
   if err then
-    -- a corrupt value answers as the plan's does, unless the part's key
-    -- is there (then short, as below)
-    if redis.call('EXISTS', pk) == 1 then err = nil end
+    -- a failed check answers as the plan's does (a raised error at once:
+    -- nothing written, no record read), unless the part's key is there
+    -- (then short, as below)
+    if redis.call('EXISTS', pk) == 1 then
+      err = nil
+    elseif raised then
+      return err
+    end
     avail = nil
-  elseif avail and avail >= pwant and (limit <= 0 or puser ~= '') then
+  elseif avail >= pwant and (limit <= 0 or puser ~= '') then
     offS, pdlS = I(off), Idl(short1 and deadline + PART_GRACE or part_due(ARGV[6]))
     -- part_new's record, set only if its key is missing: a key that is
     -- there is short, as the plan's EXISTS answers it
