@@ -129,6 +129,13 @@ func BenchConfig(addrs []string) *config.Config {
 // always, as in the drill), the router and the inventory; withBaselines
 // adds the direct clients, the go-redis Ring and twemproxy.
 func StartCluster(ctx context.Context, aof, withBaselines bool, log *slog.Logger) (c *Cluster, err error) {
+	return startCluster(ctx, aof, withBaselines, log, nil)
+}
+
+// startCluster is StartCluster with tune, when not nil, given the
+// configuration before anything is built from it (a measure whose nodes
+// run many times slower, under callgrind, gives them longer timeouts).
+func startCluster(ctx context.Context, aof, withBaselines bool, log *slog.Logger, tune func(*config.Config)) (c *Cluster, err error) {
 	c = &Cluster{Log: log}
 	c.Meter = NewCPUMeter(c.Pids)
 	defer func() {
@@ -146,6 +153,9 @@ func StartCluster(ctx context.Context, aof, withBaselines bool, log *slog.Logger
 		c.Addrs = append(c.Addrs, s.Addr())
 	}
 	c.Cfg = BenchConfig(c.Addrs)
+	if tune != nil {
+		tune(c.Cfg)
+	}
 	if err := c.Cfg.Validate(); err != nil {
 		return c, err
 	}

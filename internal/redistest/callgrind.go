@@ -71,16 +71,45 @@ func CallgrindRunning() bool { return os.Getenv(callgrindMark) != "" }
 // under callgrind or leaves no count.
 func (g *Callgrind) Count(ctx context.Context, c *redis.Client, work func()) float64 {
 	g.t.Helper()
-	pid := ""
-	for _, l := range strings.Split(c.Info(ctx, "server").Val(), "\r\n") {
-		if v, ok := strings.CutPrefix(l, "process_id:"); ok {
-			pid = v
+	return g.CountAll(ctx, []*redis.Client{c}, work)[0]
+}
+
+// CountAll is Count for several servers at once: each one's count of the
+// instructions it ran during work, in the order of clients (all are
+// zeroed before work, then each is dumped).
+func (g *Callgrind) CountAll(ctx context.Context, clients []*redis.Client, work func()) []float64 {
+	g.t.Helper()
+	pids := make([]string, len(clients))
+	for i, c := range clients {
+		pids[i] = serverPid(ctx, c)
+		if out, err := exec.Command("callgrind_control", "-z", pids[i]).CombinedOutput(); err != nil {
+			g.t.Fatalf("callgrind_control -z %s: %v: %s", pids[i], err, out)
 		}
 	}
-	if out, err := exec.Command("callgrind_control", "-z", pid).CombinedOutput(); err != nil {
-		g.t.Fatalf("callgrind_control -z %s: %v: %s", pid, err, out)
-	}
 	work()
+	out := make([]float64, len(clients))
+	for i, pid := range pids {
+		out[i] = g.dump(pid)
+	}
+	return out
+}
+
+// serverPid is the process id the server c talks to reports ("" when
+// INFO fails: callgrind_control then fails the test).
+func serverPid(ctx context.Context, c *redis.Client) string {
+	for _, l := range strings.Split(c.Info(ctx, "server").Val(), "\r\n") {
+		if v, ok := strings.CutPrefix(l, "process_id:"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// dump has callgrind write process pid's counts since they were last
+// zeroed and returns their instruction count (kept when
+// SHARDIS_CALLGRIND_KEEP says where).
+func (g *Callgrind) dump(pid string) float64 {
+	g.t.Helper()
 	before, _ := filepath.Glob(filepath.Join(g.dir, "cg."+pid+".*"))
 	if out, err := exec.Command("callgrind_control", "-d", pid).CombinedOutput(); err != nil {
 		g.t.Fatalf("callgrind_control -d %s: %v: %s", pid, err, out)
