@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -167,13 +168,19 @@ type floorBatcher struct {
 	script *redis.Script
 	queue  chan *floorReq
 	start  sync.Once
+	// headKeys and headArgs open every call's keys and arguments: the
+	// pending index and offsets hash, the TTL and retention (and, for the
+	// guarded floor, its stamp, the node's name and epoch: floorguard.go)
+	headKeys []string
+	headArgs []any
 	// failed is the first failure of an entry nobody waits for (unwaited):
 	// every later submit returns it, so the run counts it.
 	failed atomic.Pointer[error]
 }
 
 func newFloorBatcher(ctx context.Context, n *node.Node) *floorBatcher {
-	return &floorBatcher{ctx: ctx, n: n, script: redis.NewScript(floorScript), queue: make(chan *floorReq, 1024)}
+	return &floorBatcher{ctx: ctx, n: n, script: redis.NewScript(floorScript), queue: make(chan *floorReq, 1024),
+		headKeys: []string{floorPending, floorOffsets}, headArgs: []any{"600000", "604800"}}
 }
 
 // load gives the floor's SKU units on the node.
@@ -211,8 +218,8 @@ func (f *floorBatcher) wait(r *floorReq) error {
 }
 
 func (f *floorBatcher) send() {
-	keys := make([]string, 0, 2+3*floorBatch)
-	args := make([]any, 0, 2+3*floorBatch)
+	keys := make([]string, 0, len(f.headKeys)+3*floorBatch)
+	args := make([]any, 0, len(f.headArgs)+3*floorBatch)
 	batch := make([]*floorReq, 0, floorBatch)
 	for {
 		batch = batch[:0]
@@ -231,8 +238,8 @@ func (f *floorBatcher) send() {
 				break fill
 			}
 		}
-		keys = append(keys[:0], floorPending, floorOffsets)
-		args = append(args[:0], "600000", "604800")
+		keys = append(keys[:0], f.headKeys...)
+		args = append(args[:0], f.headArgs...)
 		for _, r := range batch {
 			keys = append(keys, r.key, floorStock(r.sku), floorRedo(r.sku)) // "r": sku "", keys unused
 			args = append(args, r.mode, r.member, r.value)
@@ -247,6 +254,8 @@ func (f *floorBatcher) send() {
 				r.err = err
 			case out[i] == 0:
 				r.err = errFloorShort
+			case out[i] == -2:
+				r.err = fmt.Errorf("floor: %s: a guard refused the entry (floorguard.go)", r.member)
 			case out[i] < 0 && r.mode == "d":
 				r.err = fmt.Errorf("floor: %s: key %q does not exist", r.member, r.key)
 			case out[i] < 0:
@@ -369,7 +378,10 @@ func (f *floorBatcher) check(ctx context.Context) error {
 		keys = append(keys, "floor:order:"+e[1], floorStock(floorHotSKU), floorRedo(floorHotSKU))
 		args = append(args, e[0], e[1], e[2])
 	}
-	out, err := f.script.Run(ctx, c, append([]string{floorPending, floorOffsets}, keys...), append([]any{"600000", "604800"}, args...)...).Int64Slice()
+	if err := f.stamp(ctx); err != nil {
+		return err
+	}
+	out, err := f.script.Run(ctx, c, append(slices.Clone(f.headKeys), keys...), append(slices.Clone(f.headArgs), args...)...).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("floor check: %w", err)
 	}

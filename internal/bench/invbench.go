@@ -45,6 +45,17 @@ const (
 	// record staged beside the fences, then decided by one more write.
 	VarHotFloorOneRound = "floor, one round: hot SKU on 1 node, a record per order (hashed over 3 nodes, staged, then decided) and a part fence, batched"
 	VarFloor3OneRound   = "floor, one round: 3 items on 3 nodes, a record (staged, then decided) and two part fences per order, batched"
+	// VarHotFloorGuarded, VarHotFloorLocalGuarded, VarFloor3Guarded,
+	// VarHotFloorOneRoundGuarded and VarFloor3OneRoundGuarded are
+	// VarHotFloor, VarHotFloorLocal, VarFloor3 and the two one-round rows
+	// on the guarded floor (floorguard.go: the floor with the checks
+	// shardis's promises make every reservation pay).
+	// TestWorkloadInstructions counts them; the timed runs do not run them.
+	VarHotFloorGuarded         = "guarded floor: hot SKU on 1 node, a record per order (hashed over 3 nodes) and a part fence, batched"
+	VarHotFloorLocalGuarded    = "guarded floor: hot SKU on 1 node, a record per order next to the stock, batched"
+	VarFloor3Guarded           = "guarded floor: 3 items on 3 nodes, a record and two part fences per order, batched"
+	VarHotFloorOneRoundGuarded = "guarded floor, one round: hot SKU on 1 node, a record per order (hashed over 3 nodes, staged, then decided) and a part fence, batched"
+	VarFloor3OneRoundGuarded   = "guarded floor, one round: 3 items on 3 nodes, a record (staged, then decided) and two part fences per order, batched"
 	// VarSoldOut and VarSeedSoldOut are VarHot1's and VarSeedHot1's shape
 	// on a SKU with no stock left (soldout.go): every order, each with a
 	// distinct id, is refused.
@@ -229,26 +240,49 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 	seedHotItems := []SeedItem{{Nodes: routeNodes[0], SKU: seedHot, Qty: 1}}
 	seedHotQueue := seedQueue(seedHotSKU)
 	floors := make([]*floorBatcher, len(singleRoutes))
+	gfloors := make([]*floorBatcher, len(singleRoutes)) // the guarded floor's (floorguard.go)
 	for r := range floors {
 		floors[r] = newFloorBatcher(ctx, routeNodes[r][0])
+		gfloors[r] = newGuardedFloorBatcher(ctx, routeNodes[r][0])
 	}
 	floorHot := []floorItem{{node: 0, sku: floorHotSKU}}
-	floorHotSetup := func(ctx context.Context) error {
-		if err := floors[0].check(ctx); err != nil {
-			return err
-		}
-		return floors[0].load(ctx, floorHotSKU, inventory.MaxQuantity)
-	}
-	floor3Setup := func(ctx context.Context) error {
-		for r, f := range floors {
-			for _, s := range three[r] {
-				if err := f.load(ctx, s, inventory.MaxQuantity); err != nil {
-					return err
-				}
+	// a floor's setups: every node stamped (the guarded floor's), the
+	// script checked on the stock's node, the stock loaded
+	stamped := func(ctx context.Context, fs []*floorBatcher) error {
+		for _, f := range fs {
+			if err := f.stamp(ctx); err != nil {
+				return err
 			}
 		}
 		return nil
 	}
+	hotSetup := func(fs []*floorBatcher) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			if err := stamped(ctx, fs); err != nil {
+				return err
+			}
+			if err := fs[0].check(ctx); err != nil {
+				return err
+			}
+			return fs[0].load(ctx, floorHotSKU, inventory.MaxQuantity)
+		}
+	}
+	setup3 := func(fs []*floorBatcher) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			if err := stamped(ctx, fs); err != nil {
+				return err
+			}
+			for r, f := range fs {
+				for _, s := range three[r] {
+					if err := f.load(ctx, s, inventory.MaxQuantity); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
+	}
+	floorHotSetup, floor3Setup := hotSetup(floors), setup3(floors)
 	floor3Items := func(w *Worker) []floorItem {
 		items := make([]floorItem, len(singleRoutes))
 		for r := range items {
@@ -345,6 +379,25 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 		VarFloor3OneRound: {VarFloor3OneRound, floor3Setup, func(w *Worker) error {
 			id := orderID(w, 'f')
 			return floorOrderOneRound(floors, floorHome(id, len(floors)), id, floor3Items(w))
+		}},
+		VarHotFloorGuarded: {VarHotFloorGuarded, hotSetup(gfloors), func(w *Worker) error {
+			id := orderID(w, 'f')
+			return floorOrder(gfloors, floorHome(id, len(gfloors)), id, floorHot)
+		}},
+		VarHotFloorLocalGuarded: {VarHotFloorLocalGuarded, hotSetup(gfloors), func(w *Worker) error {
+			return floorOrder(gfloors, 0, orderID(w, 'f'), floorHot)
+		}},
+		VarFloor3Guarded: {VarFloor3Guarded, setup3(gfloors), func(w *Worker) error {
+			id := orderID(w, 'f')
+			return floorOrder(gfloors, floorHome(id, len(gfloors)), id, floor3Items(w))
+		}},
+		VarHotFloorOneRoundGuarded: {VarHotFloorOneRoundGuarded, hotSetup(gfloors), func(w *Worker) error {
+			id := orderID(w, 'f')
+			return floorOrderOneRound(gfloors, floorHome(id, len(gfloors)), id, floorHot)
+		}},
+		VarFloor3OneRoundGuarded: {VarFloor3OneRoundGuarded, setup3(gfloors), func(w *Worker) error {
+			id := orderID(w, 'f')
+			return floorOrderOneRound(gfloors, floorHome(id, len(gfloors)), id, floor3Items(w))
 		}},
 	}
 	for _, w := range soldOutWorkloads(ctx, c, routeNodes[0]) {

@@ -14,7 +14,9 @@ import (
 // TestWorkloadInstructions counts the instructions the nodes run per
 // order in the bench's own workloads: each row that a floor target names
 // (inventory_hot_sku_minted_vs_floor, inventory_hot_sku_vs_floor,
-// inventory_3item_vs_floor) beside its floor row, run as the bench runs
+// inventory_3item_vs_floor) beside its floor row and the guarded floor's
+// (floorguard.go: the floor with the checks shardis's promises make every
+// reservation pay), run as the bench runs
 // them (invWorkloads: 64 goroutines, group commit, the same stock, ids
 // and routes) on the bench's three nodes, all under valgrind's callgrind
 // (redistest.UnderCallgrind). A row's count is the three nodes' whole
@@ -33,7 +35,7 @@ import (
 // wait per script call (the script calls per order it prints say how
 // many; the floor's batches grow alike), and a count prices no cache
 // miss. It is a measure, not a check: it runs only with SHARDIS_CALLGRIND
-// set and valgrind installed (about two and a half minutes), e.g.
+// set and valgrind installed (about five minutes), e.g.
 //
 //	SHARDIS_CALLGRIND=1 go test -count=1 -run TestWorkloadInstructions -v ./internal/bench/
 func TestWorkloadInstructions(t *testing.T) {
@@ -58,14 +60,20 @@ func TestWorkloadInstructions(t *testing.T) {
 	if s, err := time.ParseDuration(os.Getenv("WORKLOAD_SECONDS") + "s"); err == nil && s > 0 {
 		d = s
 	}
-	pairs := []struct{ row, floor, key string }{
-		{VarHot1Minted, VarHotFloorLocal, "inventory_hot_sku_minted_vs_floor"},
-		{VarHot1, VarHotFloor, "inventory_hot_sku_vs_floor"},
-		{VarInv3, VarFloor3, "inventory_3item_vs_floor"},
+	// each row, its floor, the guarded floor's, and the guarded floor's
+	// one-round form for a row that answers in one round with its record
+	// elsewhere ("" for the minted row: its orders are one entry)
+	pairs := []struct{ row, floor, guarded, oneRound, key string }{
+		{VarHot1Minted, VarHotFloorLocal, VarHotFloorLocalGuarded, "", "inventory_hot_sku_minted_vs_floor"},
+		{VarHot1, VarHotFloor, VarHotFloorGuarded, VarHotFloorOneRoundGuarded, "inventory_hot_sku_vs_floor"},
+		{VarInv3, VarFloor3, VarFloor3Guarded, VarFloor3OneRoundGuarded, "inventory_3item_vs_floor"},
 	}
 	var variants []string
 	for _, p := range pairs {
-		variants = append(variants, p.row, p.floor)
+		variants = append(variants, p.row, p.floor, p.guarded)
+		if p.oneRound != "" {
+			variants = append(variants, p.oneRound)
+		}
 	}
 	const rounds = 3
 	perOrder := map[string][]float64{}
@@ -98,9 +106,15 @@ func TestWorkloadInstructions(t *testing.T) {
 		}
 	}
 	for _, p := range pairs {
-		row, floor := medianF(perOrder[p.row]), medianF(perOrder[p.floor])
-		t.Logf("%s: %.0f node instructions per order (%.3f script calls) against the floor's %.0f (%.3f): the floor's count over shardis's %.3f",
-			p.key, row, medianF(calls[p.row]), floor, medianF(calls[p.floor]), floor/row)
+		row, floor, guarded := medianF(perOrder[p.row]), medianF(perOrder[p.floor]), medianF(perOrder[p.guarded])
+		t.Logf("%s: %.0f node instructions per order (%.3f script calls) against the floor's %.0f (%.3f) and the guarded floor's %.0f (%.3f): the floor's count over shardis's %.3f, over the guarded floor's %.3f; the guarded floor's over shardis's %.3f",
+			p.key, row, medianF(calls[p.row]), floor, medianF(calls[p.floor]), guarded, medianF(calls[p.guarded]),
+			floor/row, floor/guarded, guarded/row)
+		if p.oneRound != "" {
+			one := medianF(perOrder[p.oneRound])
+			t.Logf("%s: the guarded floor in one round %.0f (%.3f script calls): the floor's count over it %.3f, it over shardis's %.3f",
+				p.key, one, medianF(calls[p.oneRound]), floor/one, one/row)
+		}
 	}
 }
 
