@@ -362,7 +362,8 @@ func floorRound(reqs []floorReq, at []*floorBatcher) error {
 	return err
 }
 
-// check verifies the floor script on the node, from an empty node: with 2
+// check verifies the floor script (or the guarded floor's, its node
+// stamped first: floorguard.go) on the node, from an empty node: with 2
 // units, entries a, a again, b and c get offsets 1 and 2, a refusal of the
 // repeated key, and a short reply; a record without stock is set once;
 // the counter ends at 0 available and 2 reserved, and the redo queue and

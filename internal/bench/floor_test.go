@@ -13,12 +13,14 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/router"
 )
 
-// floorNodes returns a floor batcher on each of three real nodes, after
-// each node passed the script's check (and its keys were removed again).
-func floorNodes(t *testing.T) []*floorBatcher {
+// benchNodes starts three real nodes and a router over them in the
+// bench's configuration, both stopped when the test ends, and returns
+// the router's nodes and a context that ends with the test.
+func benchNodes(t *testing.T) ([]*node.Node, context.Context) {
 	t.Helper()
 	srvs := redistest.StartN(t, 3, redistest.Options{})
 	cfg := BenchConfig([]string{srvs[0].Addr(), srvs[1].Addr(), srvs[2].Addr()})
@@ -29,8 +31,16 @@ func floorNodes(t *testing.T) []*floorBatcher {
 	t.Cleanup(func() { _ = r.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
+	return r.Nodes(), ctx
+}
+
+// floorNodes returns a floor batcher on each of three real nodes, after
+// each node passed the script's check (and its keys were removed again).
+func floorNodes(t *testing.T) []*floorBatcher {
+	t.Helper()
+	nodes, ctx := benchNodes(t)
 	var out []*floorBatcher
-	for _, n := range r.Nodes() {
+	for _, n := range nodes {
 		f := newFloorBatcher(ctx, n)
 		if err := f.check(ctx); err != nil {
 			t.Fatal(err)

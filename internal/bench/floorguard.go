@@ -140,7 +140,7 @@ func newGuardedFloorBatcher(ctx context.Context, n *node.Node) *floorBatcher {
 // stamp writes the guarded floor's stamp on f's node (a no-op for the
 // plain floor, which reads none).
 func (f *floorBatcher) stamp(ctx context.Context) error {
-	if len(f.headKeys) == 2 {
+	if f.headKeys[0] != floorStampKey {
 		return nil
 	}
 	if err := f.n.Client().HSet(ctx, floorStampKey, "name", f.n.Name(), "epoch", floorEpoch, "seq", "0").Err(); err != nil {

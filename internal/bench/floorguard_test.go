@@ -3,13 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/shardis/shardis/internal/redistest"
-	"github.com/shardis/shardis/router"
 )
 
 // TestFloorGuarded holds the guarded floor (floorguard.go) to the floor's
@@ -20,16 +16,8 @@ import (
 // while the call's other entries are taken; every call advances the
 // stamp's write sequence once.
 func TestFloorGuarded(t *testing.T) {
-	srvs := redistest.StartN(t, 3, redistest.Options{})
-	cfg := BenchConfig([]string{srvs[0].Addr(), srvs[1].Addr(), srvs[2].Addr()})
-	r, err := router.New(context.Background(), cfg, router.Options{KeepData: cfg.KeepData(), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	n := r.Nodes()[0]
+	nodes, ctx := benchNodes(t)
+	n := nodes[0]
 	c := n.Client()
 	f := newGuardedFloorBatcher(ctx, n)
 	// the floor's own check: the same replies, the same keys written
