@@ -50,7 +50,8 @@ const (
 	// VarHotFloor, VarHotFloorLocal, VarFloor3 and the two one-round rows
 	// on the guarded floor (floorguard.go: the floor with the checks
 	// shardis's promises make every reservation pay).
-	// TestWorkloadInstructions counts them; the timed runs do not run them.
+	// TestWorkloadInstructions counts them all; the timed runs run the
+	// first three (GuardedFloors).
 	VarHotFloorGuarded         = "guarded floor: hot SKU on 1 node, a record per order (hashed over 3 nodes) and a part fence, batched"
 	VarHotFloorLocalGuarded    = "guarded floor: hot SKU on 1 node, a record per order next to the stock, batched"
 	VarFloor3Guarded           = "guarded floor: 3 items on 3 nodes, a record and two part fences per order, batched"
@@ -158,6 +159,28 @@ var OneRoundFloors = []struct {
 	{VarHot1, VarHotFloor, VarHotFloorOneRound,
 		func(s *Summary) *float64 { return &s.InventoryHotFloorOneRoundVsFloor },
 		func(s *Summary) *float64 { return &s.InventoryHotVsFloorOneRound }},
+}
+
+// GuardedFloors pairs each floor row with its guarded floor row
+// (floorguard.go: the floor with the checks shardis's promises make
+// every reservation pay) and the shardis row over the same orders: how
+// much of a shardis row's distance to its floor those checks alone cost.
+// OverFloor is the Summary field of the guarded floor's orders/s over
+// the floor's, VsGuarded that of shardis's over the guarded floor's, both
+// paired per round.
+var GuardedFloors = []struct {
+	Shardis, Floor, Guarded string
+	OverFloor, VsGuarded    func(*Summary) *float64
+}{
+	{VarInv3, VarFloor3, VarFloor3Guarded,
+		func(s *Summary) *float64 { return &s.Inventory3ItemGuardedFloorVsFloor },
+		func(s *Summary) *float64 { return &s.Inventory3ItemVsGuardedFloor }},
+	{VarHot1, VarHotFloor, VarHotFloorGuarded,
+		func(s *Summary) *float64 { return &s.InventoryHotGuardedFloorVsFloor },
+		func(s *Summary) *float64 { return &s.InventoryHotVsGuardedFloor }},
+	{VarHot1Minted, VarHotFloorLocal, VarHotFloorLocalGuarded,
+		func(s *Summary) *float64 { return &s.InventoryHotMintedGuardedFloorVsFloor },
+		func(s *Summary) *float64 { return &s.InventoryHotMintedVsGuardedFloor }},
 }
 
 // AllocResult is a sequential (one goroutine) benchmark of one order.
@@ -433,7 +456,7 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 		return nil, err
 	}
 	variants := []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone, VarHotFloor, VarHotFloorLocal, VarFloor3,
-		VarHotFloorOneRound, VarFloor3OneRound, VarSoldOut, VarSeedSoldOut}
+		VarHotFloorOneRound, VarFloor3OneRound, VarSoldOut, VarSeedSoldOut, VarHotFloorGuarded, VarHotFloorLocalGuarded, VarFloor3Guarded}
 	res := &InvResult{Conc: p.Conc, SKUs: p.SKUs, Variants: variants, Series: map[string]*Series{}}
 	for _, v := range variants {
 		res.Series[v] = &Series{Name: v}
@@ -470,12 +493,13 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 				for v, s := range got {
 					res.Series[v].Add(s)
 				}
-			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f (minted ids %.0f), seed hot 1 node %.0f; group commit off: 3 items %.0f, hot 1 node %.0f; floor: hot %.0f (next to the stock %.0f), 3 items %.0f; one round: hot %.0f, 3 items %.0f; sold out: refused %.0f, seed %.0f",
+			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f (minted ids %.0f), seed hot 1 node %.0f; group commit off: 3 items %.0f, hot 1 node %.0f; floor: hot %.0f (next to the stock %.0f), 3 items %.0f; one round: hot %.0f, 3 items %.0f; sold out: refused %.0f, seed %.0f; guarded floor: hot %.0f (next to the stock %.0f), 3 items %.0f",
 				got[VarInv1].OpsPerSec(), got[VarInv3].OpsPerSec(), got[VarSeed3].OpsPerSec(),
 				got[VarHot3].OpsPerSec(), got[VarHot1].OpsPerSec(), got[VarHot1Minted].OpsPerSec(), got[VarSeedHot1].OpsPerSec(),
 				got[VarInv3Alone].OpsPerSec(), got[VarHot1Alone].OpsPerSec(), got[VarHotFloor].OpsPerSec(), got[VarHotFloorLocal].OpsPerSec(), got[VarFloor3].OpsPerSec(),
 				got[VarHotFloorOneRound].OpsPerSec(), got[VarFloor3OneRound].OpsPerSec(),
-				got[VarSoldOut].OpsPerSec(), got[VarSeedSoldOut].OpsPerSec()), nil
+				got[VarSoldOut].OpsPerSec(), got[VarSeedSoldOut].OpsPerSec(),
+				got[VarHotFloorGuarded].OpsPerSec(), got[VarHotFloorLocalGuarded].OpsPerSec(), got[VarFloor3Guarded].OpsPerSec()), nil
 	})
 	res.Rounds = st
 	if err != nil {

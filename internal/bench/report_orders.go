@@ -245,7 +245,7 @@ func floorMisses(r *Results, s Summary) string {
 			"The records are encoded by the client and only filled in by the node (`inventory/rectemplate.go`). "+
 			"%sOn the client: go-redis writing those arguments and reading the replies, the parts' lists and record templates, and the hand-offs between the callers and their groups' senders.%s\n",
 			f.Key, *f.Field(&s), fmtCPU(cs), fmtCPU(ss), fmtCPU(cf), fmtCPU(sf), fmtCPU(cs-cf), fmtCPU(ss-sf),
-			ns, ks, fmtCPU(es), nf, kf, fmtCPU(ef), coldReading(f.Shardis), oneRoundReading(ir, f.Shardis))
+			ns, ks, fmtCPU(es), nf, kf, fmtCPU(ef), coldReading(f.Shardis), oneRoundReading(ir, f.Shardis)+guardedReading(ir, f.Shardis))
 	}
 	return b.String()
 }
@@ -287,6 +287,29 @@ func oneRoundReading(ir *InvResult, v string) string {
 			"The floor placed in one round (the record staged on its home beside the fences, then made final by one more write, batched: `floorOrderOneRound`, the least a one-round reservation whose confirm needs no round of its own writes) "+
 			"ran at %.3f× the floor (%s of client and %s of node CPU per order, %.1f commands and %s of script time), and shardis at %.3f× of it: %s",
 			over, fmtCPU(co), fmtCPU(so), ko, fmtCPU(eo), vs, share)
+	}
+	return ""
+}
+
+// guardedReading is a floor miss's sentence on the guarded floor row of
+// shardis row v (GuardedFloors), or "" when v has none or the run lacks
+// it: how much of the distance to the floor the checks shardis's promises
+// make every reservation pay explain.
+func guardedReading(ir *InvResult, v string) string {
+	for _, f := range GuardedFloors {
+		if f.Shardis != v {
+			continue
+		}
+		over, vs := ir.Over(f.Guarded, f.Floor), ir.Over(f.Shardis, f.Guarded)
+		if over <= 0 || vs <= 0 {
+			return ""
+		}
+		g := ir.Series[f.Guarded]
+		cg, sg, _ := g.CPUPerOp()
+		return fmt.Sprintf(" The floor trusts everything it reads; the guarded floor (`internal/bench/floorguard.go`: the same writes and batches with the checks shardis's promises make every reservation pay, "+
+			"the node's stamp compared and its write sequence advanced per script call, a canonical-integer check per value read, a type check per sorted set before its first write, each entry in a protected call) "+
+			"ran at %.3f× the floor (%s of client and %s of node CPU per order), and shardis at %.3f× of it.",
+			over, fmtCPU(cg), fmtCPU(sg), vs)
 	}
 	return ""
 }

@@ -86,6 +86,18 @@ type Summary struct {
 	InventoryHotFloorOneRoundVsFloor   float64 `json:"inventory_hot_sku_floor_one_round_vs_floor,omitempty"`
 	Inventory3ItemVsFloorOneRound      float64 `json:"inventory_3item_vs_floor_one_round,omitempty"`
 	InventoryHotVsFloorOneRound        float64 `json:"inventory_hot_sku_vs_floor_one_round,omitempty"`
+	// Inventory3ItemGuardedFloorVsFloor, InventoryHotGuardedFloorVsFloor
+	// and InventoryHotMintedGuardedFloorVsFloor are the guarded floor rows
+	// over their floor rows; Inventory3ItemVsGuardedFloor,
+	// InventoryHotVsGuardedFloor and InventoryHotMintedVsGuardedFloor the
+	// shardis rows over the guarded floor rows (GuardedFloors in
+	// invbench.go), paired per round. Yardsticks, without targets.
+	Inventory3ItemGuardedFloorVsFloor     float64 `json:"inventory_3item_guarded_floor_vs_floor,omitempty"`
+	InventoryHotGuardedFloorVsFloor       float64 `json:"inventory_hot_sku_guarded_floor_vs_floor,omitempty"`
+	InventoryHotMintedGuardedFloorVsFloor float64 `json:"inventory_hot_sku_minted_guarded_floor_vs_floor,omitempty"`
+	Inventory3ItemVsGuardedFloor          float64 `json:"inventory_3item_vs_guarded_floor,omitempty"`
+	InventoryHotVsGuardedFloor            float64 `json:"inventory_hot_sku_vs_guarded_floor,omitempty"`
+	InventoryHotMintedVsGuardedFloor      float64 `json:"inventory_hot_sku_minted_vs_guarded_floor,omitempty"`
 
 	// InventorySoldOutVsSeed is orders/s of 1-item orders with distinct
 	// ids on a SKU with no stock left (every one refused), shardis over
@@ -248,6 +260,14 @@ func Summarize(r *Results) Summary {
 			}
 			if h := ir.Over(f.Shardis, f.OneRound); h > 0 {
 				*f.VsOneRound(&s) = round3(h)
+			}
+		}
+		for _, f := range GuardedFloors {
+			if h := ir.Over(f.Guarded, f.Floor); h > 0 {
+				*f.OverFloor(&s) = round3(h)
+			}
+			if h := ir.Over(f.Shardis, f.Guarded); h > 0 {
+				*f.VsGuarded(&s) = round3(h)
 			}
 		}
 		if s.InventoryHotMintedVsSeed > 0 {

@@ -10,8 +10,8 @@ import (
 
 // TestSummaryVsFloor checks that each shardis row over its floor row
 // reaches the JSON line under its key, with its target, as do the
-// one-round floor ratios (without targets), and that a run without a
-// ratio's rows leaves its key out.
+// one-round and guarded floor ratios (without targets), and that a run
+// without a ratio's rows leaves its key out.
 func TestSummaryVsFloor(t *testing.T) {
 	ops := map[string]int64{
 		VarInv3: 400, VarFloor3: 1000,
@@ -20,6 +20,7 @@ func TestSummaryVsFloor(t *testing.T) {
 		VarSeedHot1: 500, VarSeed3: 1000,
 		VarInv1: 1000, VarHot3: 1000,
 		VarFloor3OneRound: 800, VarHotFloorOneRound: 600,
+		VarFloor3Guarded: 900, VarHotFloorGuarded: 750, VarHotFloorLocalGuarded: 1000,
 	}
 	ir := &InvResult{Series: map[string]*Series{}}
 	for v, n := range ops {
@@ -48,6 +49,13 @@ func TestSummaryVsFloor(t *testing.T) {
 		"inventory_3item_vs_floor_one_round":         0.5,
 		"inventory_hot_sku_floor_one_round_vs_floor": 0.6,
 		"inventory_hot_sku_vs_floor_one_round":       0.5,
+		// the guarded floor's yardsticks: no targets
+		"inventory_3item_guarded_floor_vs_floor":          0.9,
+		"inventory_3item_vs_guarded_floor":                0.444,
+		"inventory_hot_sku_guarded_floor_vs_floor":        0.75,
+		"inventory_hot_sku_vs_guarded_floor":              0.4,
+		"inventory_hot_sku_minted_guarded_floor_vs_floor": 1,
+		"inventory_hot_sku_minted_vs_guarded_floor":       0.9,
 	}
 	for k, w := range want {
 		g, ok := got[k].(float64)
@@ -67,23 +75,27 @@ func TestSummaryVsFloor(t *testing.T) {
 	}
 
 	for k := range sum.Targets {
-		if strings.Contains(k, "one_round") {
-			t.Errorf("a one-round yardstick has a target: %s", k)
+		if strings.Contains(k, "one_round") || strings.Contains(k, "guarded") {
+			t.Errorf("a yardstick has a target: %s", k)
 		}
 	}
 
 	delete(ir.Series, VarFloor3)
 	delete(ir.Series, VarHotFloorOneRound)
+	delete(ir.Series, VarHotFloorLocalGuarded)
 	b, _ = json.Marshal(Summarize(&Results{Inventory: ir}))
 	got = nil
 	_ = json.Unmarshal(b, &got)
 	for _, k := range []string{"inventory_3item_vs_floor", "inventory_3item_floor_one_round_vs_floor",
-		"inventory_hot_sku_floor_one_round_vs_floor", "inventory_hot_sku_vs_floor_one_round"} {
+		"inventory_hot_sku_floor_one_round_vs_floor", "inventory_hot_sku_vs_floor_one_round",
+		"inventory_3item_guarded_floor_vs_floor", "inventory_hot_sku_minted_guarded_floor_vs_floor", "inventory_hot_sku_minted_vs_guarded_floor"} {
 		if _, ok := got[k]; ok {
 			t.Errorf("%s present without its rows: %s", k, b)
 		}
 	}
-	if _, ok := got["inventory_3item_vs_floor_one_round"]; !ok {
-		t.Errorf("inventory_3item_vs_floor_one_round missing with both its rows: %s", b)
+	for _, k := range []string{"inventory_3item_vs_floor_one_round", "inventory_3item_vs_guarded_floor"} {
+		if _, ok := got[k]; !ok {
+			t.Errorf("%s missing with both its rows: %s", k, b)
+		}
 	}
 }
