@@ -1,0 +1,61 @@
+package bench
+
+// The floor rows' pairings: which floor row (floor.go) and which of its
+// forms (the one-round placing, the guarded floor: floorguard.go) each
+// shardis row is measured against, and the Summary fields their ratios
+// go to.
+
+// VsFloor pairs each shardis workload with the floor row (floor.go) that
+// does the same orders with the least state a record per order needs:
+// 3 items on 3 nodes; the hot SKU with records hashed over the nodes; the
+// hot SKU with minted ids, whose records sit next to the stock as the
+// local floor's do.
+// Field is the Summary field the ratio goes to; Key is its JSON name.
+var VsFloor = []struct {
+	Key, Shardis, Floor string
+	Field               func(*Summary) *float64
+}{
+	{"inventory_3item_vs_floor", VarInv3, VarFloor3, func(s *Summary) *float64 { return &s.Inventory3ItemVsFloor }},
+	{"inventory_hot_sku_vs_floor", VarHot1, VarHotFloor, func(s *Summary) *float64 { return &s.InventoryHotVsFloor }},
+	{"inventory_hot_sku_minted_vs_floor", VarHot1Minted, VarHotFloorLocal, func(s *Summary) *float64 { return &s.InventoryHotMintedVsFloor }},
+}
+
+// OneRoundFloors pairs each hashed floor row with its one-round placing
+// (floorOrderOneRound) and the shardis row that places the same orders in
+// one round trip: how much of a shardis row's distance to its floor the
+// one-round shape alone costs. OverFloor is the Summary field of the
+// one-round floor's orders/s over the floor's, VsOneRound that of
+// shardis's over the one-round floor's, both paired per round.
+var OneRoundFloors = []struct {
+	Shardis, Floor, OneRound string
+	OverFloor, VsOneRound    func(*Summary) *float64
+}{
+	{VarInv3, VarFloor3, VarFloor3OneRound,
+		func(s *Summary) *float64 { return &s.Inventory3ItemFloorOneRoundVsFloor },
+		func(s *Summary) *float64 { return &s.Inventory3ItemVsFloorOneRound }},
+	{VarHot1, VarHotFloor, VarHotFloorOneRound,
+		func(s *Summary) *float64 { return &s.InventoryHotFloorOneRoundVsFloor },
+		func(s *Summary) *float64 { return &s.InventoryHotVsFloorOneRound }},
+}
+
+// GuardedFloors pairs each floor row with its guarded floor row
+// (floorguard.go: the floor with the checks shardis's promises make
+// every reservation pay) and the shardis row over the same orders: how
+// much of a shardis row's distance to its floor those checks alone cost.
+// OverFloor is the Summary field of the guarded floor's orders/s over
+// the floor's, VsGuarded that of shardis's over the guarded floor's, both
+// paired per round.
+var GuardedFloors = []struct {
+	Shardis, Floor, Guarded string
+	OverFloor, VsGuarded    func(*Summary) *float64
+}{
+	{VarInv3, VarFloor3, VarFloor3Guarded,
+		func(s *Summary) *float64 { return &s.Inventory3ItemGuardedFloorVsFloor },
+		func(s *Summary) *float64 { return &s.Inventory3ItemVsGuardedFloor }},
+	{VarHot1, VarHotFloor, VarHotFloorGuarded,
+		func(s *Summary) *float64 { return &s.InventoryHotGuardedFloorVsFloor },
+		func(s *Summary) *float64 { return &s.InventoryHotVsGuardedFloor }},
+	{VarHot1Minted, VarHotFloorLocal, VarHotFloorLocalGuarded,
+		func(s *Summary) *float64 { return &s.InventoryHotMintedGuardedFloorVsFloor },
+		func(s *Summary) *float64 { return &s.InventoryHotMintedVsGuardedFloor }},
+}
