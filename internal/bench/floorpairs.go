@@ -20,16 +20,38 @@ var VsFloor = []struct {
 	{"inventory_hot_sku_minted_vs_floor", VarHot1Minted, VarHotFloorLocal, func(s *Summary) *float64 { return &s.InventoryHotMintedVsFloor }},
 }
 
+// FloorForm pairs a floor row with another form of it (Form: the same
+// orders placed another way, or with more checks) and the shardis row
+// over the same orders: how much of a shardis row's distance to its floor
+// that form alone explains. OverFloor is the Summary field of the form's
+// orders/s over the floor's, VsForm that of shardis's over the form's,
+// both paired per round.
+type FloorForm struct {
+	Shardis, Floor, Form string
+	OverFloor, VsForm    func(*Summary) *float64
+}
+
+// ratios are the form's orders/s over the floor's and shardis's over the
+// form's in ir, each 0 when the run lacks one of its rows.
+func (f FloorForm) ratios(ir *InvResult) (over, vs float64) {
+	return ir.Over(f.Form, f.Floor), ir.Over(f.Shardis, f.Form)
+}
+
+// formOf is the form in forms whose shardis row is v.
+func formOf(forms []FloorForm, v string) (FloorForm, bool) {
+	for _, f := range forms {
+		if f.Shardis == v {
+			return f, true
+		}
+	}
+	return FloorForm{}, false
+}
+
 // OneRoundFloors pairs each hashed floor row with its one-round placing
 // (floorOrderOneRound) and the shardis row that places the same orders in
 // one round trip: how much of a shardis row's distance to its floor the
-// one-round shape alone costs. OverFloor is the Summary field of the
-// one-round floor's orders/s over the floor's, VsOneRound that of
-// shardis's over the one-round floor's, both paired per round.
-var OneRoundFloors = []struct {
-	Shardis, Floor, OneRound string
-	OverFloor, VsOneRound    func(*Summary) *float64
-}{
+// one-round shape alone costs.
+var OneRoundFloors = []FloorForm{
 	{VarInv3, VarFloor3, VarFloor3OneRound,
 		func(s *Summary) *float64 { return &s.Inventory3ItemFloorOneRoundVsFloor },
 		func(s *Summary) *float64 { return &s.Inventory3ItemVsFloorOneRound }},
@@ -42,13 +64,7 @@ var OneRoundFloors = []struct {
 // (floorguard.go: the floor with the checks shardis's promises make
 // every reservation pay) and the shardis row over the same orders: how
 // much of a shardis row's distance to its floor those checks alone cost.
-// OverFloor is the Summary field of the guarded floor's orders/s over
-// the floor's, VsGuarded that of shardis's over the guarded floor's, both
-// paired per round.
-var GuardedFloors = []struct {
-	Shardis, Floor, Guarded string
-	OverFloor, VsGuarded    func(*Summary) *float64
-}{
+var GuardedFloors = []FloorForm{
 	{VarInv3, VarFloor3, VarFloor3Guarded,
 		func(s *Summary) *float64 { return &s.Inventory3ItemGuardedFloorVsFloor },
 		func(s *Summary) *float64 { return &s.Inventory3ItemVsGuardedFloor }},

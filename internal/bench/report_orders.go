@@ -268,27 +268,22 @@ func coldReading(v string) string {
 // shardis row v (OneRoundFloors), or "" when v has none or the run lacks
 // it: how much of the distance to the floor the one-round shape explains.
 func oneRoundReading(ir *InvResult, v string) string {
-	for _, f := range OneRoundFloors {
-		if f.Shardis != v {
-			continue
-		}
-		over, vs := ir.Over(f.OneRound, f.Floor), ir.Over(f.Shardis, f.OneRound)
-		if over <= 0 || vs <= 0 {
-			return ""
-		}
-		o := ir.Series[f.OneRound]
-		co, so, _ := o.CPUPerOp()
-		_, eo, ko := o.ServerPerOp()
-		share := "placing an order in one round costs the floor nothing measurable here, so the distance is shardis's own work per order."
-		if over < 0.98 {
-			share = fmt.Sprintf("of the %.2f of the floor's orders/s that shardis lacks, the one-round shape accounts for %.2f and shardis's own work per order for the rest.", 1-over*vs, 1-over)
-		}
-		return fmt.Sprintf(" Shardis answers these orders after one round trip, the floor after two (the fences, then the record). "+
-			"The floor placed in one round (the record staged on its home beside the fences, then made final by one more write, batched: `floorOrderOneRound`, the least a one-round reservation whose confirm needs no round of its own writes) "+
-			"ran at %.3f× the floor (%s of client and %s of node CPU per order, %.1f commands and %s of script time), and shardis at %.3f× of it: %s",
-			over, fmtCPU(co), fmtCPU(so), ko, fmtCPU(eo), vs, share)
+	f, ok := formOf(OneRoundFloors, v)
+	over, vs := f.ratios(ir)
+	if !ok || over <= 0 || vs <= 0 {
+		return ""
 	}
-	return ""
+	o := ir.Series[f.Form]
+	co, so, _ := o.CPUPerOp()
+	_, eo, ko := o.ServerPerOp()
+	share := "placing an order in one round costs the floor nothing measurable here, so the distance is shardis's own work per order."
+	if over < 0.98 {
+		share = fmt.Sprintf("of the %.2f of the floor's orders/s that shardis lacks, the one-round shape accounts for %.2f and shardis's own work per order for the rest.", 1-over*vs, 1-over)
+	}
+	return fmt.Sprintf(" Shardis answers these orders after one round trip, the floor after two (the fences, then the record). "+
+		"The floor placed in one round (the record staged on its home beside the fences, then made final by one more write, batched: `floorOrderOneRound`, the least a one-round reservation whose confirm needs no round of its own writes) "+
+		"ran at %.3f× the floor (%s of client and %s of node CPU per order, %.1f commands and %s of script time), and shardis at %.3f× of it: %s",
+		over, fmtCPU(co), fmtCPU(so), ko, fmtCPU(eo), vs, share)
 }
 
 // guardedReading is a floor miss's sentence on the guarded floor row of
@@ -296,20 +291,15 @@ func oneRoundReading(ir *InvResult, v string) string {
 // it: how much of the distance to the floor the checks shardis's promises
 // make every reservation pay explain.
 func guardedReading(ir *InvResult, v string) string {
-	for _, f := range GuardedFloors {
-		if f.Shardis != v {
-			continue
-		}
-		over, vs := ir.Over(f.Guarded, f.Floor), ir.Over(f.Shardis, f.Guarded)
-		if over <= 0 || vs <= 0 {
-			return ""
-		}
-		g := ir.Series[f.Guarded]
-		cg, sg, _ := g.CPUPerOp()
-		return fmt.Sprintf(" The floor trusts everything it reads; the guarded floor (`internal/bench/floorguard.go`: the same writes and batches with the checks shardis's promises make every reservation pay, "+
-			"the node's stamp compared and its write sequence advanced per script call, a canonical-integer check per value read, a type check per sorted set before its first write, each entry in a protected call) "+
-			"ran at %.3f× the floor (%s of client and %s of node CPU per order), and shardis at %.3f× of it.",
-			over, fmtCPU(cg), fmtCPU(sg), vs)
+	f, ok := formOf(GuardedFloors, v)
+	over, vs := f.ratios(ir)
+	if !ok || over <= 0 || vs <= 0 {
+		return ""
 	}
-	return ""
+	g := ir.Series[f.Form]
+	cg, sg, _ := g.CPUPerOp()
+	return fmt.Sprintf(" The floor trusts everything it reads; the guarded floor (`internal/bench/floorguard.go`: the same writes and batches with the checks shardis's promises make every reservation pay, "+
+		"the node's stamp compared and its write sequence advanced per script call, a canonical-integer check per value read, a type check per sorted set before its first write, each entry in a protected call) "+
+		"ran at %.3f× the floor (%s of client and %s of node CPU per order), and shardis at %.3f× of it.",
+		over, fmtCPU(cg), fmtCPU(sg), vs)
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -80,7 +81,7 @@ type Summary struct {
 	// InventoryHotFloorOneRoundVsFloor are the one-round floor rows over
 	// their floor rows; Inventory3ItemVsFloorOneRound and
 	// InventoryHotVsFloorOneRound the shardis rows over the one-round
-	// floor rows (OneRoundFloors in invbench.go), paired per round.
+	// floor rows (OneRoundFloors in floorpairs.go), paired per round.
 	// Yardsticks, without targets.
 	Inventory3ItemFloorOneRoundVsFloor float64 `json:"inventory_3item_floor_one_round_vs_floor,omitempty"`
 	InventoryHotFloorOneRoundVsFloor   float64 `json:"inventory_hot_sku_floor_one_round_vs_floor,omitempty"`
@@ -91,7 +92,7 @@ type Summary struct {
 	// over their floor rows; Inventory3ItemVsGuardedFloor,
 	// InventoryHotVsGuardedFloor and InventoryHotMintedVsGuardedFloor the
 	// shardis rows over the guarded floor rows (GuardedFloors in
-	// invbench.go), paired per round. Yardsticks, without targets.
+	// floorpairs.go), paired per round. Yardsticks, without targets.
 	Inventory3ItemGuardedFloorVsFloor     float64 `json:"inventory_3item_guarded_floor_vs_floor,omitempty"`
 	InventoryHotGuardedFloorVsFloor       float64 `json:"inventory_hot_sku_guarded_floor_vs_floor,omitempty"`
 	InventoryHotMintedGuardedFloorVsFloor float64 `json:"inventory_hot_sku_minted_guarded_floor_vs_floor,omitempty"`
@@ -254,20 +255,13 @@ func Summarize(r *Results) Summary {
 				s.Targets[f.Key+">=0.8"] = h >= 0.8
 			}
 		}
-		for _, f := range OneRoundFloors {
-			if h := ir.Over(f.OneRound, f.Floor); h > 0 {
-				*f.OverFloor(&s) = round3(h)
+		for _, f := range append(slices.Clone(OneRoundFloors), GuardedFloors...) {
+			over, vs := f.ratios(ir)
+			if over > 0 {
+				*f.OverFloor(&s) = round3(over)
 			}
-			if h := ir.Over(f.Shardis, f.OneRound); h > 0 {
-				*f.VsOneRound(&s) = round3(h)
-			}
-		}
-		for _, f := range GuardedFloors {
-			if h := ir.Over(f.Guarded, f.Floor); h > 0 {
-				*f.OverFloor(&s) = round3(h)
-			}
-			if h := ir.Over(f.Shardis, f.Guarded); h > 0 {
-				*f.VsGuarded(&s) = round3(h)
+			if vs > 0 {
+				*f.VsForm(&s) = round3(vs)
 			}
 		}
 		if s.InventoryHotMintedVsSeed > 0 {
