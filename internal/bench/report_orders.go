@@ -271,19 +271,19 @@ func coldReading(v string) string {
 // apart from the run (TestWorkloadInstructions on a build whose
 // commitStaged returned at once, TestStageScriptInstructions).
 func commitReading(v string) string {
-	var with, without, floor, timed string
+	var who, with, without, floor, timed string
 	switch v {
 	case VarHot1:
-		with, without, floor, timed = "124,000", "96,700", "74,000-74,500", "11"
+		who, with, without, floor, timed = "the two in three of these orders whose home is not the stock's node", "124,000", "96,700", "74,000-74,500", "11"
 	case VarInv3:
-		with, without, floor, timed = "425,500", "368,800", "293,500-298,400", "17"
+		who, with, without, floor, timed = "these orders", "425,500", "368,800", "293,500-298,400", "17"
 	default:
 		return ""
 	}
-	return fmt.Sprintf("Of the distance to the floor, the largest single piece is the carried commit: these orders answer after one round trip, their record staged on its home beside the takes, so each is made final afterwards by a compare-and-set on its home (`inventory/carry.go`: a `GET` and a `SET`, its key and three arguments riding a later group call; a Confirm may decide the order in between, so the write must compare). "+
+	return fmt.Sprintf("Of the distance to the floor, the largest single piece is the carried commit: %s answer after one round trip, their record staged on its home beside the takes, so each is made final afterwards by a compare-and-set on its home (`inventory/carry.go`: a `GET` and a `SET`, its key and three arguments riding a later group call; a Confirm may decide the order in between, so the write must compare). "+
 		"Counted whole (`TestWorkloadInstructions`, medians of three rounds), a build without it (a measure only: its records stay staging) ran %s node instructions per order instead of %s, against the floor's %s; timed in three interleaved pairs of rounds, its median CPU per order, client and nodes, was %s %% lower. "+
 		"One commit counts about 25,600 with four orders to a script call (`TestStageScriptInstructions`, `SHARDIS_CALLGRIND_GROUP=4`): its `SET` about 11,600, and carrying it (arguments, loop, flags) 10,400 even when it reads and writes nothing. ",
-		without, with, floor, timed)
+		who, without, with, floor, timed)
 }
 
 // oneRoundReading is a floor miss's sentence on the one-round floor row of
