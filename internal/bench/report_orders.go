@@ -280,7 +280,7 @@ func commitReading(v string) string {
 	default:
 		return ""
 	}
-	return fmt.Sprintf("Of the distance to the floor, the largest single piece is the carried commit: %s answer after one round trip, their record staged on its home beside the takes, so each is made final afterwards by a compare-and-set on its home (`inventory/carry.go`: a `GET` and a `SET`, its key and three arguments riding a later group call; a Confirm may decide the order in between, so the write must compare). "+
+	return fmt.Sprintf("Of the distance to the floor, the largest single piece is the carried commit: %s are placed in one round trip, each record staged on its home beside the takes, so each is made final afterwards by a compare-and-set on its home (`inventory/carry.go`: a `GET` and a `SET`, its key and three arguments riding a later group call; a Confirm may decide the order in between, so the write must compare). "+
 		"Counted whole (`TestWorkloadInstructions`, medians of three rounds), a build without it (a measure only: its records stay staging) ran %s node instructions per order instead of %s, against the floor's %s; timed in three interleaved pairs of rounds, its median CPU per order, client and nodes, was %s %% lower. "+
 		"One commit counts about 25,600 with four orders to a script call (`TestStageScriptInstructions`, `SHARDIS_CALLGRIND_GROUP=4`): its `SET` about 11,600, and carrying it (arguments, loop, flags) 10,400 even when it reads and writes nothing. ",
 		who, without, with, floor, timed)
