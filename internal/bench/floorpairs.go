@@ -37,6 +37,19 @@ func (f FloorForm) ratios(ir *InvResult) (over, vs float64) {
 	return ir.Over(f.Form, f.Floor), ir.Over(f.Shardis, f.Form)
 }
 
+// measuredForm is the form in forms whose shardis row is v, as ir
+// measured it: the form's row over the floor (over), shardis's over the
+// form (vs) and the form's series; ok is false when v has no form or the
+// run lacks a row of it.
+func measuredForm(ir *InvResult, forms []FloorForm, v string) (over, vs float64, form *Series, ok bool) {
+	f, ok := formOf(forms, v)
+	over, vs = f.ratios(ir)
+	if !ok || over <= 0 || vs <= 0 {
+		return 0, 0, nil, false
+	}
+	return over, vs, ir.Series[f.Form], true
+}
+
 // formOf is the form in forms whose shardis row is v.
 func formOf(forms []FloorForm, v string) (FloorForm, bool) {
 	for _, f := range forms {

@@ -290,12 +290,10 @@ func commitReading(v string) string {
 // shardis row v (OneRoundFloors), or "" when v has none or the run lacks
 // it: how much of the distance to the floor the one-round shape explains.
 func oneRoundReading(ir *InvResult, v string) string {
-	f, ok := formOf(OneRoundFloors, v)
-	over, vs := f.ratios(ir)
-	if !ok || over <= 0 || vs <= 0 {
+	over, vs, o, ok := measuredForm(ir, OneRoundFloors, v)
+	if !ok {
 		return ""
 	}
-	o := ir.Series[f.Form]
 	co, so, _ := o.CPUPerOp()
 	_, eo, ko := o.ServerPerOp()
 	share := "placing an order in one round costs the floor nothing measurable here, so the distance is shardis's own work per order."
@@ -313,12 +311,10 @@ func oneRoundReading(ir *InvResult, v string) string {
 // it: how much of the distance to the floor the checks shardis's promises
 // make every reservation pay explain.
 func guardedReading(ir *InvResult, v string) string {
-	f, ok := formOf(GuardedFloors, v)
-	over, vs := f.ratios(ir)
-	if !ok || over <= 0 || vs <= 0 {
+	over, vs, g, ok := measuredForm(ir, GuardedFloors, v)
+	if !ok {
 		return ""
 	}
-	g := ir.Series[f.Form]
 	cg, sg, _ := g.CPUPerOp()
 	return fmt.Sprintf(" The floor trusts everything it reads; the guarded floor (`internal/bench/floorguard.go`: the same writes and batches with the checks shardis's promises make every reservation pay, "+
 		"the node's stamp compared and its write sequence advanced per script call, a canonical-integer check per value read, a type check per sorted set before its first write, each entry in a protected call) "+
