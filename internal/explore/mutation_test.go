@@ -11,11 +11,21 @@ import (
 
 // The explorer's self-check: with a known bug re-introduced (through the
 // schedules' Faults, inventory.Mutator) the explorer finds a failing seed
-// among the first n schedules of seeds 1, 2, …, and that seed passes
+// among n schedules of seeds seed, seed+1, …, and that seed passes
 // without the mutation. Each case names the profile and actors that reach
 // its bug (none but inline-unwritten's has the inline-part order, which
 // came later: their seeds draw as they did before it); none scripts the
 // bug's interleaving.
+//
+// Where the first seed that finds a bug lies far from 1, the case starts
+// a couple of seeds ahead of it (seed): the look is bounded in time
+// (mutationBudget), and a loaded machine gets through only part of it
+// (18 schedules in a minute under -race with one of the two cores busy
+// elsewhere, where apply-leaves-staging's first find from seed 1 is the
+// 22nd), so a look from seed 1 passed or failed with the machine's load.
+// From a start just ahead, the first round of schedules holds a find,
+// and the later ones hold more should it not repeat; the self-check still
+// asks what it asked: that these schedules, unchanged, find the bug.
 //
 // A1 (stage-takeover: a lost reply leaves o1 failed; the retry's takes
 // land, its stage is parked past the deadlines; a reconciler cancels the
@@ -31,31 +41,34 @@ import (
 var mutationCases = []struct {
 	m    inventory.Mutation
 	opts Options // the actors and fault chances that can reach the bug
-	n    int     // schedules to look at (found within 4 to 27 in two runs with -race; limit-withdraw: see its case)
+	seed int64   // the first seed to look at
+	n    int     // schedules to look at
 }{
 	// A3: the transfer of the leaving node's stock writes part of its
-	// change, then fails.
-	{inventory.MutationXferNegativeZero, Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1}, 20},
+	// change, then fails (every one of seeds 1 to 30 finds it).
+	{inventory.MutationXferNegativeZero, Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1}, 1, 20},
 	// A2: the topology actor's order dies after its stage landed (a
 	// crash-point fate), and the removal of n4 writes stable with its
 	// record staging, promising a part on n4. Seeds 22 and 25 of the
-	// first 40 find it, 9 of seeds 41 to 100 (the first at 42): 64
-	// schedules hold several chances should the first two not repeat.
-	{inventory.MutationApplyLeavesStaging, Options{Profile: "crash", Topology: 1, Restart: -1, Limit: -1, Inline: -1}, 64},
+	// first 40 find it, 9 of seeds 41 to 100 (42, 45 and 48 among them):
+	// from 20, 64 schedules hold several chances should the first two not
+	// repeat.
+	{inventory.MutationApplyLeavesStaging, Options{Profile: "crash", Topology: 1, Restart: -1, Limit: -1, Inline: -1}, 20, 64},
 	// A limit refusal withdrawn: o6's first attempt takes its quota and
 	// its stock, its stage is held back; the retry's stage lands, its
 	// quota part is refused by the first attempt's units, it withdraws
 	// its stage and answers limit exceeded; the held stage lands and the
 	// order ends reserved by units taken before the retry began. Seeds 15,
 	// 49 and 60 of the first 80 find it in a run without -race (15, 17,
-	// 49, 60, 67 before each schedule drew how one-round commits travel),
-	// so 64 schedules hold three chances, not one, on a loaded machine.
-	{inventory.MutationLimitWithdraw, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: 1, Inline: -1}, 64},
+	// 49, 60, 67 before each schedule drew how one-round commits travel;
+	// again 15, 49 and 60 of seeds 1 to 64 on 2026-12-01), so from 13, 64
+	// schedules hold three chances, not one.
+	{inventory.MutationLimitWithdraw, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: 1, Inline: -1}, 13, 64},
 	// An inline part left without a record by its order's decision
 	// (inventory/inline.go): the inline-part order is confirmed, cancelled
 	// or expired, and its part's settle finds nothing (20 of seeds 1 to
 	// 30 find it).
-	{inventory.MutationInlineUnwritten, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: -1, Inline: 1}, 10},
+	{inventory.MutationInlineUnwritten, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: -1, Inline: 1}, 1, 10},
 }
 
 // mutationBudget bounds the look for each mutation (the n schedules take
@@ -73,7 +86,7 @@ func TestExplorerFindsMutations(t *testing.T) {
 			defer cancel()
 			opts := c.opts
 			opts.Mutations = []inventory.Mutation{c.m}
-			sum, err := Explore(ctx, Config{Seed: 1, N: c.n, Budget: mutationBudget, Worlds: 3, StopAtFirst: true, Options: opts})
+			sum, err := Explore(ctx, Config{Seed: c.seed, N: c.n, Budget: mutationBudget, Worlds: 3, StopAtFirst: true, Options: opts})
 			if err != nil {
 				t.Fatal(err)
 			}
