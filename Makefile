@@ -68,7 +68,7 @@ vet:
 ## servers and deadlines much of the time (a clean-clone run took 279 s with -p 3, 339 s with 2).
 ## -vet=off: the vet target above already ran every check go test's own vet pass would run again.
 ## -ldflags=-w: the test binaries are linked without DWARF (no debugger reads them here; panics and
-## race reports read the runtime's own tables): linking one took 3.6-3.9 s of CPU instead of 5.2.
+## race reports read the runtime's own tables): linking internal/service's took 3.6-3.9 s of CPU instead of 5.2.
 SLOW_PKGS := ./tests/ ./internal/explore/ ./inventory/ ./pgsync/
 test: deps-redis deps-pg deps-sentinel vet
 	$(GO) test -race -vet=off -ldflags=-w -count=1 -p 3 -timeout 12m $(SLOW_PKGS) ./...
