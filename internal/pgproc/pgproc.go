@@ -71,6 +71,11 @@ type Options struct {
 	// ReadyTimeout bounds the wait for the server to accept connections.
 	// default: 30s
 	ReadyTimeout time.Duration
+	// Template, when set, is a data directory holding a cluster that no
+	// server has run (made by Init with the same User and Password): a
+	// data directory without a cluster gets a copy of it instead of a run
+	// of initdb.
+	Template string
 	// KillWithParent asks the kernel to SIGKILL the server when the thread
 	// that started it exits (the parent dying, even by kill -9).
 	KillWithParent bool
@@ -96,20 +101,11 @@ type Server struct {
 // returns once it accepts connections. On failure nothing is left running
 // and the error includes the tail of the server's log.
 func Start(opts Options) (*Server, error) {
-	bin, err := FindBin(opts.BinDir)
+	s, err := newServer(opts)
 	if err != nil {
 		return nil, err
 	}
-	if opts.User == "" {
-		opts.User = "shardis"
-	}
-	if opts.ReadyTimeout <= 0 {
-		opts.ReadyTimeout = 30 * time.Second
-	}
-	s := &Server{bin: bin, opts: opts}
-	if s.cred, err = childCredential(); err != nil {
-		return nil, err
-	}
+	opts = s.opts
 	if opts.Dir == "" {
 		if s.dir, err = os.MkdirTemp("", "pgproc-*"); err != nil {
 			return nil, fmt.Errorf("pgproc: creating data dir: %w", err)
@@ -143,6 +139,45 @@ func Start(opts Options) (*Server, error) {
 			return fail(fmt.Errorf("pgproc: starting postgres: %w", err))
 		}
 	}
+}
+
+// Init makes opts.Dir hold a cluster, as Start's initdb would, without
+// starting a server: a template for tests, which copy it into each new
+// server's data directory instead of running initdb for each (about 2.4 s
+// of CPU each on 2 cores). It does nothing when Dir already holds a
+// cluster. Only Dir, User, Password and BinDir are read.
+func Init(opts Options) error {
+	if opts.Dir == "" {
+		return errors.New("pgproc: Init needs a data directory (Options.Dir)")
+	}
+	s, err := newServer(opts)
+	if err != nil {
+		return err
+	}
+	if s.dir, err = filepath.Abs(opts.Dir); err != nil {
+		return fmt.Errorf("pgproc: data dir %q: %w", opts.Dir, err)
+	}
+	return s.initdb()
+}
+
+// newServer fills opts' defaults and finds the binaries and the user the
+// server runs as.
+func newServer(opts Options) (*Server, error) {
+	bin, err := FindBin(opts.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	if opts.User == "" {
+		opts.User = "shardis"
+	}
+	if opts.ReadyTimeout <= 0 {
+		opts.ReadyTimeout = 30 * time.Second
+	}
+	s := &Server{bin: bin, opts: opts}
+	if s.cred, err = childCredential(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // FindBin returns the folder holding initdb and postgres: dir when set,
@@ -221,6 +256,12 @@ func (s *Server) initdb() error {
 	}
 	if err := os.Chmod(s.dir, 0o700); err != nil {
 		return fmt.Errorf("pgproc: data dir %s: %w", s.dir, err)
+	}
+	if s.opts.Template != "" {
+		if err := copyTree(s.opts.Template, s.dir); err != nil {
+			return fmt.Errorf("pgproc: copying the template cluster %s: %w", s.opts.Template, err)
+		}
+		return s.own()
 	}
 	if err := s.own(); err != nil {
 		return err

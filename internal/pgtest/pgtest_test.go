@@ -2,6 +2,10 @@ package pgtest
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -48,5 +52,40 @@ func TestStartKillRestart(t *testing.T) {
 	if c, err := pgx.Connect(ctx, bad); err == nil {
 		c.Close(ctx)
 		t.Fatal("a wrong password was accepted")
+	}
+}
+
+// Two servers copied from one template cluster share nothing: a table
+// made on one is not on the other, and the template itself never runs.
+func TestServersFromOneTemplateAreApart(t *testing.T) {
+	a, b := Start(t, ""), Start(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ca, err := pgx.Connect(ctx, a.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Close(ctx)
+	if _, err := ca.Exec(ctx, "CREATE TABLE only_a (v int)"); err != nil {
+		t.Fatal(err)
+	}
+	cb, err := pgx.Connect(ctx, b.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close(ctx)
+	var n int
+	if err := cb.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename = 'only_a'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the second server sees %d tables only_a (%v), want 0", n, err)
+	}
+	tmpl, err := template("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Dir() == tmpl || b.Dir() == tmpl {
+		t.Fatalf("a server runs in the template %s", tmpl)
+	}
+	if _, err := os.Stat(filepath.Join(tmpl, "postmaster.pid")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the template %s has a postmaster.pid (%v): a server ran in it", tmpl, err)
 	}
 }
