@@ -36,7 +36,10 @@ type Config struct {
 	// schedules side by side; a schedule's outcome depends only on its
 	// seed, not on its world. default: 2
 	Worlds int
-	// StopAtFirst stops starting schedules after the first failing one.
+	// StopAtFirst stops starting schedules after the first failing one
+	// and abandons those still running: their outcomes are not counted
+	// or reported (a broken world can keep a schedule waiting for its
+	// deadlines long after the failure that answers the question).
 	StopAtFirst bool
 	// Options configures every schedule.
 	Options Options
@@ -70,10 +73,13 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 	cfg.Worlds = min(cfg.Worlds, cfg.N)
 	start := time.Now()
 	seeds := make(chan int64)
+	runCtx, abandon := context.WithCancel(ctx) // abandon: StopAtFirst found one
+	defer abandon()
 	var (
-		mu   sync.Mutex
-		sum  Summary
-		stop bool
+		mu        sync.Mutex
+		sum       Summary
+		stop      bool
+		abandoned bool // abandon was called: runs ending now are not counted
 	)
 	go func() {
 		defer close(seeds)
@@ -108,8 +114,18 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 			defer wg.Done()
 			defer w.Close()
 			for seed := range seeds {
-				res, err := w.RunSchedule(ctx, seed, cfg.Options)
 				mu.Lock()
+				skip := abandoned
+				mu.Unlock()
+				if skip {
+					continue // drain
+				}
+				res, err := w.RunSchedule(runCtx, seed, cfg.Options)
+				mu.Lock()
+				if abandoned {
+					mu.Unlock()
+					continue
+				}
 				if err != nil {
 					sum.WorldErr = append(sum.WorldErr, fmt.Errorf("seed %d: %w", seed, err))
 					stop = true
@@ -124,7 +140,8 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 				if len(res.Violations) > 0 {
 					sum.Failed = append(sum.Failed, res)
 					if cfg.StopAtFirst {
-						stop = true
+						stop, abandoned = true, true
+						abandon()
 					}
 					if cfg.Progress != nil {
 						fmt.Fprintf(cfg.Progress, "FAIL seed %d: %s\n  replay: %s\n", seed, res.Violations[0], ReplayCommand(seed, cfg.Options))

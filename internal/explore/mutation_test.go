@@ -96,7 +96,7 @@ func TestExplorerFindsMutations(t *testing.T) {
 			f := sum.Failed[0]
 			var b strings.Builder
 			WriteResult(&b, f, opts, false)
-			t.Logf("found after %d schedules:\n%s", sum.Ran, b.String())
+			t.Logf("found after %d schedules (took %s, slowest %s, busy %s):\n%s", sum.Ran, sum.Took, sum.Slowest, sum.Busy, b.String())
 
 			// The same seed without the mutation holds every invariant.
 			w, err := NewWorld()
