@@ -147,6 +147,7 @@ func Start(opts Options) (*Server, error) {
 // of CPU each on 2 cores). It does nothing when Dir already holds a
 // cluster. Only Dir, User, Password and BinDir are read.
 func Init(opts Options) error {
+	opts.Template = "" // Init makes templates; it does not copy one
 	if opts.Dir == "" {
 		return errors.New("pgproc: Init needs a data directory (Options.Dir)")
 	}

@@ -43,23 +43,16 @@ type Server struct {
 func Start(t testing.TB, password string) *Server {
 	t.Helper()
 	tmpl, err := template(password)
+	var srv *pgproc.Server
 	if err == nil {
-		var srv *pgproc.Server
 		srv, err = pgproc.Start(pgproc.Options{Password: password, Template: tmpl, KillWithParent: true})
-		if err == nil {
-			return started(t, srv)
-		}
 	}
 	if errors.Is(err, pgproc.ErrNotFound) {
 		t.Fatal(notFoundMsg + ": " + err.Error())
 	}
-	t.Fatal(err)
-	return nil
-}
-
-// started hands srv to t: a cleanup stops it, and database DB is created.
-func started(t testing.TB, srv *pgproc.Server) *Server {
-	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if err := srv.Close(); err != nil {
 			t.Errorf("pgtest: %v", err)
