@@ -7,7 +7,7 @@
 // without cleaning up.
 //
 // Each server's data directory is a copy of a template cluster, made by
-// initdb once per machine for each superuser password and kept in
+// initdb once per machine for each user and superuser password and kept in
 // os.TempDir() as shardis-pgtest-<hash> (about 40 MB each; delete them
 // freely): initdb costs about 2.4 s of CPU, the copy a third of that, and
 // make test starts some twenty servers.

@@ -23,8 +23,8 @@ type templateOnce struct {
 	err  error
 }
 
-// template returns the folder of the template cluster for password,
-// making it when this machine has none yet. Several test processes may
+// template returns the folder of the template cluster for password and
+// this process's user, making it when this machine has none yet. Several test processes may
 // make one at once: each runs initdb into a folder of its own and
 // renames it into place, and the first rename wins (a folder appears
 // whole or not at all).
@@ -40,7 +40,9 @@ func findOrMakeTemplate(password string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	h := sha256.Sum256([]byte(bin + "\x00" + password))
+	// Per user too: root's template belongs to the user PostgreSQL runs
+	// as, and another user could not read it.
+	h := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%s", bin, os.Geteuid(), password)))
 	dir := filepath.Join(os.TempDir(), "shardis-pgtest-"+hex.EncodeToString(h[:8]))
 	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err == nil {
 		return dir, nil
