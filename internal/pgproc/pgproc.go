@@ -247,9 +247,18 @@ func childCredential() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
 }
 
-// initdb creates the cluster unless dir already holds one.
+// HasCluster reports whether dir holds a PostgreSQL cluster (its
+// PG_VERSION file): Start runs such a directory as it is, and Init leaves
+// it alone.
+func HasCluster(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "PG_VERSION"))
+	return err == nil
+}
+
+// initdb creates the cluster, by initdb or as a copy of Options.Template,
+// unless dir already holds one.
 func (s *Server) initdb() error {
-	if _, err := os.Stat(filepath.Join(s.dir, "PG_VERSION")); err == nil {
+	if HasCluster(s.dir) {
 		return s.own()
 	}
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {

@@ -44,7 +44,7 @@ func findOrMakeTemplate(password string) (string, error) {
 	// as, and another user could not read it.
 	h := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%s", bin, os.Geteuid(), password)))
 	dir := filepath.Join(os.TempDir(), "shardis-pgtest-"+hex.EncodeToString(h[:8]))
-	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err == nil {
+	if pgproc.HasCluster(dir) {
 		return dir, nil
 	}
 	// The folder initdb fills must be searchable by the user it runs as
@@ -59,7 +59,7 @@ func findOrMakeTemplate(password string) (string, error) {
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		_ = os.RemoveAll(tmp)
-		if _, serr := os.Stat(filepath.Join(dir, "PG_VERSION")); serr == nil {
+		if pgproc.HasCluster(dir) {
 			return dir, nil // another process made it first
 		}
 		if errors.Is(err, fs.ErrExist) {
