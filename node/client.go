@@ -26,7 +26,7 @@ type clients struct {
 	mkGated    func() *redis.Client
 	dialFailed atomic.Bool // set by the dial hook or the gated dialer
 
-	cur     atomic.Pointer[redis.Client] // swapped under mu, read lock-free
+	cur     atomic.Pointer[clientRef] // swapped under mu, read lock-free; never nil
 	mu      sync.Mutex
 	retired map[*redis.Client]*time.Timer     // guarded by mu; closed by their timer or by close
 	inner   map[*redis.Client][]*redis.Client // guarded by mu; a client's pipeliner clients
@@ -35,7 +35,7 @@ type clients struct {
 
 func newClients(n *Node, mk, mkGated func() *redis.Client) *clients {
 	c := &clients{n: n, mk: mk, mkGated: mkGated, retired: map[*redis.Client]*time.Timer{}, inner: map[*redis.Client][]*redis.Client{}}
-	c.cur.Store(c.build())
+	c.cur.Store(&clientRef{c.build()})
 	return c
 }
 
@@ -61,7 +61,7 @@ func (c *clients) build() *redis.Client {
 	if ap == nil {
 		return cl
 	}
-	p.ap.Store(ap)
+	p.ap.Store(&pipelinerRef{ap})
 	inners := []*redis.Client{inner}
 	if o := c.n.opts.BusyPipeline; o != nil {
 		if busy, in := c.pipeliner(o); busy != nil {
@@ -69,7 +69,7 @@ func (c *clients) build() *redis.Client {
 			if p.busyBatch <= 0 {
 				p.busyBatch = int64(redis.DefaultAutoPipelineOptions().MaxBatchSize)
 			}
-			p.busy.Store(busy)
+			p.busy.Store(&pipelinerRef{busy})
 			inners = append(inners, in)
 		}
 	}
@@ -111,7 +111,18 @@ func (c *clients) closeClient(cl *redis.Client) error {
 	return err
 }
 
-func (c *clients) get() *redis.Client { return c.cur.Load() }
+func (c *clients) get() *redis.Client { return c.cur.Load().c }
+
+// clientRef and pipelinerRef hold a go-redis pointer for an atomic.Pointer.
+// atomic.Pointer[redis.Client] would be instantiated again by every package
+// that compiles node's types, and an instantiation whose type argument is a
+// struct with embedded method sets makes the compiler write a wrapper for
+// each promoted method (redis.Client's: about 1,500, ~4 s of CPU per
+// compile). A struct with one named field has no methods to promote.
+type clientRef struct{ c *redis.Client }
+
+// pipelinerRef: see clientRef.
+type pipelinerRef struct{ p *redis.AutoPipeliner }
 
 // dialed records the outcome of one dial of the node's clients (the
 // hook's DialHook, the gated dialer): a failed dial makes the next
@@ -136,7 +147,7 @@ func (c *clients) renew(force bool) {
 		_ = fresh.Close()
 		return
 	}
-	old := c.cur.Swap(fresh)
+	old := c.cur.Swap(&clientRef{fresh}).c
 	c.retired[old] = time.AfterFunc(2*c.n.opts.CommandTimeout+time.Second, func() {
 		c.mu.Lock()
 		if _, ok := c.retired[old]; ok {
@@ -151,7 +162,7 @@ func (c *clients) renew(force bool) {
 func (c *clients) close() error {
 	c.mu.Lock()
 	c.closed = true
-	errs := []error{c.closeClient(c.cur.Load())}
+	errs := []error{c.closeClient(c.cur.Load().c)}
 	for old, t := range c.retired {
 		t.Stop()
 		errs = append(errs, c.closeClient(old))

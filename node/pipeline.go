@@ -83,11 +83,11 @@ import (
 // are admitted as batches by the inner client's gate.
 type pipeliner struct {
 	n        *Node
-	ap       atomic.Pointer[redis.AutoPipeliner] // set once the client exists
-	busy     atomic.Pointer[redis.AutoPipeliner] // Options.BusyPipeline's, when set
-	from     int64                               // Options.PipelineFrom
-	busyFrom int64                               // Options.BusyFrom
-	inflight atomic.Int64                        // commands of this client under way
+	ap       atomic.Pointer[pipelinerRef] // set once the client exists (clientRef says why a ref)
+	busy     atomic.Pointer[pipelinerRef] // Options.BusyPipeline's, when set
+	from     int64                        // Options.PipelineFrom
+	busyFrom int64                        // Options.BusyFrom
+	inflight atomic.Int64                 // commands of this client under way
 	// avg is 16 × the moving average of inflight as commands start
 	// (busyLane); busyBatch is the busy pipeline's batch target (0
 	// without a busy pipeline).
@@ -147,9 +147,13 @@ func (p *pipeliner) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		under := p.inflight.Add(1)
 		defer p.inflight.Add(-1)
 		shared := under >= p.from
-		ap, busy := p.ap.Load(), false
+		var ap *redis.AutoPipeliner
+		busy := false
+		if r := p.ap.Load(); r != nil {
+			ap = r.p
+		}
 		if bp := p.busy.Load(); bp != nil && p.busyLane(under) {
-			ap, busy = bp, true
+			ap, busy = bp.p, true
 		}
 		if !shared || ap == nil || !p.n.Usable() {
 			return next(ctx, cmd)
