@@ -54,9 +54,10 @@ deps-sentinel: deps-redis
 ## vet: go vet with -race, so it type-checks against the same race-instrumented builds of
 ## the packages that make test's go test -race compiles and caches: from an empty build
 ## cache (a fresh CI machine) vet then test built in 263 s here, against 384 s with a plain
-## go vet compiling every package a second time.
+## go vet compiling every package a second time. TESTMOD: see the test target's last paragraph.
+TESTMOD := $(GO) run ./internal/cmd/testmod
 vet:
-	$(GO) vet -race ./...
+	m=$$($(TESTMOD)) && $(GO) vet -race -modfile=$$m ./...
 
 ## test: vet plus every test with the race detector, against real redis-server, redis-sentinel and PostgreSQL processes
 ## (every fuzz target's seed corpus runs as a plain test). Fuzzing itself is make fuzz-quick
@@ -69,14 +70,17 @@ vet:
 ## -vet=off: the vet target above already ran every check go test's own vet pass would run again.
 ## -ldflags=-w: the test binaries are linked without DWARF (no debugger reads them here; panics and
 ## race reports read the runtime's own tables): linking internal/service's took 3.6-3.9 s of CPU instead of 5.2.
-## Most of the compiling is go-redis v9.23.0's weak.Pointer[Client] (baseClient's cscClientWeak): every package
-## whose types reach redis.Client compiles that instantiation again, with a wrapper for each of the ~740 methods
-## Client's struct promotes (1,478 functions): about 3.8 s of CPU per compile, race or not, some 40 compiles per
-## make test (v9.22.0 has no such field, compiles such a package in 0.4 s, and leaks a Sentinel goroutine after
-## Close that TestSentinelRouterFailoverUnderLoad catches; Go 1.27.3 compiles it the same way).
+## vet and test build with -modfile set to what internal/cmd/testmod prints: go.mod plus a replace of go-redis v9.23.0 by a copy with one
+## compile-time change (internal/cmd/testmod says what and why). Its baseClient holds weak.Pointer[Client], and
+## every package whose types reach redis.Client compiled that instantiation again, with a wrapper for each of the
+## ~740 methods Client's struct promotes (1,478 functions): about 3.8 s of CPU per compile, race or not, some 60
+## compiles per make test. With the copy (and node's clientRef, which keeps atomic.Pointer[redis.Client] out of
+## node's types for the same reason) vet's 31 compiles of shardis packages took 64 s of CPU instead of 146 s.
+## v9.22.0 has no such field but leaks a Sentinel goroutine after Close that TestSentinelRouterFailoverUnderLoad
+## catches; Go 1.27.3 compiles it the same way. Builds outside make use go-redis as released.
 SLOW_PKGS := ./tests/ ./internal/explore/ ./inventory/ ./pgsync/
 test: deps-redis deps-pg deps-sentinel vet
-	$(GO) test -race -vet=off -ldflags=-w -count=1 -p 3 -timeout 12m $(SLOW_PKGS) ./...
+	m=$$($(TESTMOD)) && $(GO) test -modfile=$$m -race -vet=off -ldflags=-w -count=1 -p 3 -timeout 12m $(SLOW_PKGS) ./...
 
 ## unit: the fast tests of pure logic only (no Redis).
 unit:
