@@ -70,11 +70,11 @@ vet:
 ## -vet=off: the vet target above already ran every check go test's own vet pass would run again.
 ## -ldflags=-w: the test binaries are linked without DWARF (no debugger reads them here; panics and
 ## race reports read the runtime's own tables): linking internal/service's took 3.6-3.9 s of CPU instead of 5.2.
-## vet and test build with -modfile set to what internal/cmd/testmod prints: go.mod plus a replace of go-redis v9.23.0 by a copy with one
-## compile-time change (internal/cmd/testmod says what and why). Its baseClient holds weak.Pointer[Client], and
-## every package whose types reach redis.Client compiled that instantiation again, with a wrapper for each of the
-## ~740 methods Client's struct promotes (1,478 functions): about 3.8 s of CPU per compile, race or not, some 60
-## compiles per make test. With the copy (and node's clientRef, which keeps atomic.Pointer[redis.Client] out of
+## vet and test build with -modfile set to what internal/cmd/testmod prints: go.mod plus a replace of go-redis
+## v9.23.0 by a copy with one compile-time change (internal/cmd/testmod says what and why). Its baseClient holds
+## weak.Pointer[Client], and every package whose types reach redis.Client compiled that instantiation again, with
+## wrappers for the ~740 methods Client's struct promotes (1,478 functions): about 3.8 s of CPU per compile, race
+## or not, in most of the ~90 compiles of shardis packages per make test. With the copy (and node's clientRef, which keeps atomic.Pointer[redis.Client] out of
 ## node's types for the same reason) vet's 31 compiles of shardis packages took 64 s of CPU instead of 146 s.
 ## v9.22.0 has no such field but leaks a Sentinel goroutine after Close that TestSentinelRouterFailoverUnderLoad
 ## catches; Go 1.27.3 compiles it the same way. Builds outside make use go-redis as released.
