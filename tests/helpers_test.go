@@ -316,32 +316,43 @@ func backoffStep(h config.Health, failures int) time.Duration {
 // failFast bounds a call that must be refused without touching the network.
 const failFast = 5 * time.Millisecond
 
-// fastLoops runs call 100 times and requires every call to succeed and to
-// take less than failFast. If some call was slower, the whole loop is run
-// again, up to 3 loops: one OS preemption on a loaded machine can stretch
-// any call, but a call that waits for the network is slow in every loop.
-// Each loop's maximum is logged.
+// fastLoops runs call 100 times and requires every call to succeed and
+// all but preempted of them to take less than failFast. A call that waits
+// for the network (a dial, a timeout, a retry's backoff) is slow every time,
+// or at least once in a few calls; a preemption on a loaded machine
+// stretches one call now and then, whatever it does (with the race detector
+// and -p 3 on two cores, loops with one 7-10 ms call each were seen). If a
+// loop has more slow calls, it is run again, up to 3 loops. Each loop's
+// slow calls and maximum are logged.
 func fastLoops(t testing.TB, what string, call func() error) {
 	t.Helper()
 	runtime.GC() // keep a collection triggered by earlier garbage out of the loop
-	var maxes []string
+	var loops []string
 	for attempt := 0; attempt < 3; attempt++ {
 		var worst time.Duration
+		slow := 0
 		for i := 0; i < 100; i++ {
 			start := time.Now()
 			err := call()
-			worst = max(worst, time.Since(start))
+			took := time.Since(start)
+			worst = max(worst, took)
+			if took >= failFast {
+				slow++
+			}
 			if err != nil {
 				t.Fatalf("%s, call %d: %v", what, i, err)
 			}
 		}
-		maxes = append(maxes, ms(worst))
-		if worst < failFast {
-			t.Logf("fail-fast %s: max of 100 calls %s (loops: %v)", what, ms(worst), maxes)
+		loops = append(loops, fmt.Sprintf("%d slow, max %s", slow, ms(worst)))
+		if slow <= preempted {
+			t.Logf("fail-fast %s: loops of 100 calls: %s", what, strings.Join(loops, "; "))
 			return
 		}
 	}
-	t.Errorf("%s: max of 100 calls was >= %v in each of 3 loops (%v), want < %v", what, failFast, maxes, failFast)
+	t.Errorf("%s: more than %d of 100 calls took >= %v in each of 3 loops (%s)", what, preempted, failFast, strings.Join(loops, "; "))
 }
+
+// preempted is how many calls of fastLoops' 100 may be slower than failFast.
+const preempted = 2
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d)/float64(time.Millisecond)) }
