@@ -77,14 +77,15 @@ vet:
 ## or not, in most of the ~90 compiles of shardis packages per make test. With the copy (and node's clientRef, which keeps atomic.Pointer[redis.Client] out of
 ## node's types for the same reason) vet's 31 compiles of shardis packages took 64 s of CPU instead of 146 s.
 ## v9.22.0 has no such field but leaks a Sentinel goroutine after Close that TestSentinelRouterFailoverUnderLoad
-## catches; Go 1.27.3 compiles it the same way. Builds outside make use go-redis as released.
+## catches; Go 1.27.3 compiles it the same way. unit, fuzz, fuzz-quick, chaos and explore build the same way;
+## build, run, the drills and the benchmarks, and builds outside make, use go-redis as released.
 SLOW_PKGS := ./tests/ ./internal/explore/ ./inventory/ ./pgsync/
 test: deps-redis deps-pg deps-sentinel vet
 	m=$$($(TESTMOD)) && $(GO) test -modfile=$$m -race -vet=off -ldflags=-w -count=1 -p 3 -timeout 12m $(SLOW_PKGS) ./...
 
 ## unit: the fast tests of pure logic only (no Redis).
 unit:
-	$(GO) test -count=1 -run '^Test' ./config/ ./router/ ./health/
+	m=$$($(TESTMOD)) && $(GO) test -modfile=$$m -count=1 -run '^Test' ./config/ ./router/ ./health/
 
 ## fuzz: every fuzz target for FUZZTIME each (default 30s), one after another; the
 ## inventory and service ones against real redis-server processes. A finding is
@@ -106,10 +107,10 @@ fuzz-quick:
 	@$(MAKE) --no-print-directory fuzz-run TARGETS="$(PURE_FUZZ)" FT=3s
 .PHONY: fuzz-run
 fuzz-run:
-	@start=$$(date +%s); failed=""; for t in $(TARGETS); do \
+	@m=$$($(TESTMOD)) || exit 1; start=$$(date +%s); failed=""; for t in $(TARGETS); do \
 		pkg=./$${t%%:*}/; name=$${t##*:}; \
-		echo "$(GO) test -run '^\$$' -fuzz '^$$name\$$' -fuzztime $(FT) $$pkg"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FT) -fuzzminimizetime 10s \
+		echo "$(GO) test -modfile=$$m -run '^\$$' -fuzz '^$$name\$$' -fuzztime $(FT) $$pkg"; \
+		$(GO) test -modfile=$$m -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FT) -fuzzminimizetime 10s \
 			-parallel $(FUZZPARALLEL) $$pkg || failed="$$failed $$name"; \
 	done; \
 	echo "fuzz: $(words $(TARGETS)) targets in $$(( $$(date +%s) - start ))s"; \
@@ -164,7 +165,7 @@ drill-docker: deps-redis deps-docker
 ## V=1 lists examples of the excused violations (data lost by design after an accepted rollback).
 .PHONY: chaos
 chaos: deps-redis $(if $(SENTINEL),deps-sentinel)
-	$(GO) run ./internal/cmd/chaos $(if $(SEED),--seed $(SEED)) --duration $(or $(DURATION),60s) --clients $(or $(CLIENTS),8) \
+	m=$$($(TESTMOD)) && $(GO) run -modfile=$$m ./internal/cmd/chaos $(if $(SEED),--seed $(SEED)) --duration $(or $(DURATION),60s) --clients $(or $(CLIENTS),8) \
 		$(if $(SENTINEL),--sentinel) $(if $(DURABILITY),--durability $(DURABILITY)) $(if $(V),-v)
 
 ## explore: the schedule explorer (internal/explore): N seeded schedules (default 1000) of a Reserve,
@@ -183,7 +184,7 @@ chaos: deps-redis $(if $(SENTINEL),deps-sentinel)
 ## V=1 prints every failing trace.
 .PHONY: explore
 explore: deps-redis
-	$(GO) run ./internal/cmd/explore $(if $(SEED),-seed $(SEED)) -n $(or $(N),1000) $(if $(BUDGET),-budget $(BUDGET)) \
+	m=$$($(TESTMOD)) && $(GO) run -modfile=$$m ./internal/cmd/explore $(if $(SEED),-seed $(SEED)) -n $(or $(N),1000) $(if $(BUDGET),-budget $(BUDGET)) \
 		-worlds $(or $(WORLDS),4) $(if $(MUTATIONS),-mutations $(MUTATIONS)) $(if $(TOPOLOGY),-topology $(TOPOLOGY)) \
 		$(if $(RESTART),-restart $(RESTART)) $(if $(LIMIT),-limit $(LIMIT)) $(if $(INLINE),-inline $(INLINE)) \
 		$(if $(PROFILE),-profile $(PROFILE)) $(if $(V),-v)
