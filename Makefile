@@ -62,7 +62,7 @@ vet:
 ## test: vet plus every test with the race detector, against real redis-server, redis-sentinel and PostgreSQL processes
 ## (every fuzz target's seed corpus runs as a plain test). Fuzzing itself is make fuzz-quick
 ## (the pure targets, about 30 s once its instrumented builds are cached; the first run builds
-## them, 65-110 s on 2 cores, over 10 minutes from an empty build cache: too long for
+## them, 65-150 s on 2 cores, over 10 minutes from an empty build cache: too long for
 ## make test's 6-minute budget) and make fuzz (all eight, longer). The longest packages
 ## are named first: go test starts packages in the order given, so the short ones fill in beside
 ## them instead of the longest starting last. Three at a time on two cores: the tests wait on
