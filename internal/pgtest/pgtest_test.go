@@ -19,10 +19,7 @@ func TestStartKillRestart(t *testing.T) {
 	s := Start(t, "s3cret")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, s.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := connect(ctx, t, s.URL())
 	if _, err := conn.Exec(ctx, "CREATE TABLE t (v int); INSERT INTO t VALUES (42)"); err != nil {
 		t.Fatal(err)
 	}
@@ -39,10 +36,7 @@ func TestStartKillRestart(t *testing.T) {
 	if err := s.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	conn, err = pgx.Connect(ctx, s.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn = connect(ctx, t, s.URL())
 	defer conn.Close(ctx)
 	var v int
 	if err := conn.QueryRow(ctx, "SELECT v FROM t").Scan(&v); err != nil || v != 42 {
@@ -61,18 +55,12 @@ func TestServersFromOneTemplateAreApart(t *testing.T) {
 	a, b := Start(t, ""), Start(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ca, err := pgx.Connect(ctx, a.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := connect(ctx, t, a.URL())
 	defer ca.Close(ctx)
 	if _, err := ca.Exec(ctx, "CREATE TABLE only_a (v int)"); err != nil {
 		t.Fatal(err)
 	}
-	cb, err := pgx.Connect(ctx, b.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cb := connect(ctx, t, b.URL())
 	defer cb.Close(ctx)
 	var n int
 	if err := cb.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename = 'only_a'").Scan(&n); err != nil || n != 0 {
@@ -88,4 +76,14 @@ func TestServersFromOneTemplateAreApart(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(tmpl, "postmaster.pid")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the template %s has a postmaster.pid (%v): a server ran in it", tmpl, err)
 	}
+}
+
+// connect opens a connection to url or fails the test.
+func connect(ctx context.Context, t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

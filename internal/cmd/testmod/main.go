@@ -230,15 +230,10 @@ func writeModFile(home, copyDir string) (string, error) {
 	h.Write([]byte{0})
 	h.Write(sum)
 	base := filepath.Join(home, "testmod-"+hex.EncodeToString(h.Sum(nil))[:12])
-	for _, f := range []struct {
-		name string
-		b    []byte
-	}{{base + ".sum", sum}, {base + ".mod", mod}} {
-		if err := writeAtomic(f.name, f.b); err != nil {
-			return "", err
-		}
+	if err := writeAtomic(base+".sum", sum); err != nil {
+		return "", err
 	}
-	return base + ".mod", nil
+	return base + ".mod", writeAtomic(base+".mod", mod)
 }
 
 // writeAtomic writes b to name through a temporary file and a rename.
