@@ -9,31 +9,9 @@ import (
 	"time"
 
 	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/drill"
 	"github.com/shardis/shardis/internal/redisproc"
 )
-
-// TestReportAccounting: the report's problems are an accounting of the ok
-// orders that does not add up, and no order acknowledged in the last
-// phase the drill reached.
-func TestReportAccounting(t *testing.T) {
-	o := newOutcomes()
-	o.ok = [phases]int64{2, 1, 1}
-	o.confirmed["x"], o.cancelled["y"] = true, true
-	o.left, o.unknown = 1, 1
-	o.phase.Store(phaseAfter)
-	if p := o.report(); len(p) != 0 {
-		t.Fatalf("2+1+1 ok = 1 confirmed + 1 cancelled + 1 left + 1 unknown, one ok after recovery: got problems %q", p)
-	}
-	o.left = 0
-	if p := o.report(); len(p) != 1 || !strings.Contains(p[0], "add up to 3, not 4") {
-		t.Fatalf("one ok order unaccounted for: got problems %q", p)
-	}
-	o.left = 1
-	o.phase.Store(phaseRejoined) // no order after the old master rejoined
-	if p := o.report(); len(p) != 1 || !strings.Contains(p[0], "after the old master rejoined") {
-		t.Fatalf("no order acknowledged in the last phase: got problems %q", p)
-	}
-}
 
 // TestNewDrillFlags: a victim not in the configuration and a --containers
 // entry that is not addr=container are refused, naming them; the URL
@@ -61,7 +39,7 @@ func TestNewDrillFlags(t *testing.T) {
 }
 
 // TestSentinelGroupLookup: against a real Sentinel group (master, replica,
-// three sentinels), waitGroup sees it ready for a failover and masterAddr
+// three sentinels), waitGroup sees it ready for a failover and drill.MasterAddr
 // names the master the group has.
 func TestSentinelGroupLookup(t *testing.T) {
 	g, err := redisproc.StartGroup(redisproc.GroupOptions{Name: "drill-docker", KillWithParent: true})
@@ -78,11 +56,11 @@ func TestSentinelGroupLookup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := masterAddr(ctx, node)
+	got, err := drill.MasterAddr(ctx, node)
 	if err != nil || got != want {
-		t.Fatalf("masterAddr = %q, %v; want %q", got, err, want)
+		t.Fatalf("MasterAddr = %q, %v; want %q", got, err, want)
 	}
-	if _, err := masterAddr(ctx, config.Node{Sentinel: config.Sentinel{Master: "no-such-group", Addrs: g.SentinelAddrs()}}); err == nil ||
+	if _, err := drill.MasterAddr(ctx, config.Node{Sentinel: config.Sentinel{Master: "no-such-group", Addrs: g.SentinelAddrs()}}); err == nil ||
 		!strings.Contains(err.Error(), "no-such-group") {
 		t.Fatalf("unknown group: got %v, want an error naming it", err)
 	}

@@ -11,8 +11,8 @@
 // a Sentinel group's node comes back on the replica the sentinels promote,
 // and the killed master's container is then started again and must rejoin
 // as a replica of the promoted one. After healing it checks every
-// invariant (see heal) and exits 0 only if they hold and orders were
-// acknowledged again after recovery.
+// invariant (internal/drill's Heal) and exits 0 only if they hold and
+// orders were acknowledged again after recovery.
 //
 // --config is the service's own configuration file (node addresses on
 // host ports, as docker/shardis.host.yaml); --containers maps each Redis
@@ -30,17 +30,20 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/config"
-	"github.com/shardis/shardis/internal/drillcheck"
+	"github.com/shardis/shardis/internal/drill"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
 )
 
-// drill is one run's settings and clients.
-type drill struct {
+// ttl is every drill reservation's TTL: short, so that healing (every
+// unsettled reservation expiring and being returned) is quick.
+const ttl = 3 * time.Second
+
+// dockerDrill is one run's settings and clients.
+type dockerDrill struct {
 	cfg        *config.Config
 	base       string
 	victim     string
@@ -71,7 +74,7 @@ func main() {
 	}
 }
 
-func newDrill(cfgPath, url, victim string, outage time.Duration, containers string) (*drill, error) {
+func newDrill(cfgPath, url, victim string, outage time.Duration, containers string) (*dockerDrill, error) {
 	if cfgPath == "" || victim == "" || containers == "" {
 		return nil, errors.New("--config, --kill and --containers are required")
 	}
@@ -85,7 +88,7 @@ func newDrill(cfgPath, url, victim string, outage time.Duration, containers stri
 	if url == "" {
 		url = "http://" + cfg.Service.Listen
 	}
-	d := &drill{cfg: cfg, base: url, victim: victim, outage: outage, containers: map[string]string{}}
+	d := &dockerDrill{cfg: cfg, base: url, victim: victim, outage: outage, containers: map[string]string{}}
 	for _, kv := range strings.Split(containers, ",") {
 		addr, name, ok := strings.Cut(kv, "=")
 		if !ok || addr == "" || name == "" {
@@ -98,7 +101,7 @@ func newDrill(cfgPath, url, victim string, outage time.Duration, containers stri
 	return d, nil
 }
 
-func (d *drill) run(workers int) (bool, error) {
+func (d *dockerDrill) run(workers int) (bool, error) {
 	ctx := context.Background()
 	if err := waitReady(ctx, d.base, 120*time.Second); err != nil {
 		return false, err
@@ -108,14 +111,12 @@ func (d *drill) run(workers int) (bool, error) {
 			return false, fmt.Errorf("node %s: %w", name, err)
 		}
 	}
-	skus := []*v1.LoadStockRequest{{RouteKey: "clothes", SkuId: "sku-a", Quantity: 50000}, {RouteKey: "books", SkuId: "sku-b", Quantity: 50000}}
-	for _, m := range skus {
-		if _, err := d.inv.LoadStock(ctx, connect.NewRequest(m)); err != nil {
-			return false, fmt.Errorf("load %s: %w", m.SkuId, err)
-		}
+	skus, err := drill.LoadStock(ctx, d.inv)
+	if err != nil {
+		return false, err
 	}
 	sentinel := d.cfg.Nodes[d.victim].Sentinel.On()
-	old, err := masterAddr(ctx, d.cfg.Nodes[d.victim])
+	old, err := drill.MasterAddr(ctx, d.cfg.Nodes[d.victim])
 	if err != nil {
 		return false, err
 	}
@@ -126,11 +127,10 @@ func (d *drill) run(workers int) (bool, error) {
 	fmt.Printf("drill-docker: %s (durability %s), %d nodes, %d order clients, docker kill -s KILL %s (%s, master of %s) for %v\n",
 		d.base, d.cfg.Inventory.Durability, len(d.cfg.Nodes), workers, container, old, d.victim, d.outage)
 
-	out := newOutcomes()
-	stop := runLoad(d.inv, workers, out)
+	out, stop := drill.Start(d.inv, drill.Load{Workers: workers, Seed: 13, TTL: ttl})
 	defer stop()
 	time.Sleep(2 * time.Second)
-	out.phase.Store(phaseOutage)
+	out.SetPhase(drill.Outage)
 	killed := time.Now()
 	if err := docker("kill", "-s", "KILL", container); err != nil {
 		return false, err
@@ -151,18 +151,18 @@ func (d *drill) run(workers int) (bool, error) {
 	}
 	time.Sleep(3 * time.Second)
 	stop()
-	problems = append(problems, out.report()...)
-	problems = append(problems, heal(ctx, d.cfg, out, skus, d.inv, ttlSeconds*time.Second+40*time.Second)...)
+	problems = append(problems, out.Report()...)
+	problems = append(problems, drill.Heal(ctx, d.cfg, out, skus, d.inv, ttl+40*time.Second)...)
 	for _, p := range problems {
 		fmt.Println("VIOLATION:", p)
 	}
-	fmt.Printf("\ndrill-docker %s\n", drillcheck.Verdict(len(problems) == 0))
+	fmt.Printf("\ndrill-docker %s\n", drill.Verdict(len(problems) == 0))
 	return len(problems) == 0, nil
 }
 
 // restart starts the killed container of a standalone node again after
 // the outage and waits for the service to mark the node UP.
-func (d *drill) restart(ctx context.Context, container string, killed time.Time, out *outcomes) ([]string, error) {
+func (d *dockerDrill) restart(ctx context.Context, container string, killed time.Time, out *drill.Outcomes) ([]string, error) {
 	time.Sleep(time.Until(killed.Add(d.outage)))
 	if err := docker("start", container); err != nil {
 		return nil, err
@@ -171,7 +171,7 @@ func (d *drill) restart(ctx context.Context, container string, killed time.Time,
 	if err != nil {
 		return nil, err
 	}
-	out.phase.Store(phaseAfter)
+	out.SetPhase(drill.After)
 	fmt.Printf("%-40s %v after docker start (%v after the kill)\n", "time to mark "+d.victim+" UP",
 		up.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 	return nil, nil
@@ -181,11 +181,11 @@ func (d *drill) restart(ctx context.Context, container string, killed time.Time,
 // group and for the service to mark the node UP on it, then starts the
 // killed master's container again and waits until it is a replica of the
 // promoted master.
-func (d *drill) failover(ctx context.Context, old, container string, killed time.Time, out *outcomes) ([]string, error) {
+func (d *dockerDrill) failover(ctx context.Context, old, container string, killed time.Time, out *drill.Outcomes) ([]string, error) {
 	node := d.cfg.Nodes[d.victim]
 	var promoted string
-	if err := poll(30*time.Second, func() bool {
-		a, err := masterAddr(ctx, node)
+	if err := drill.Poll(30*time.Second, func() bool {
+		a, err := drill.MasterAddr(ctx, node)
 		promoted = a
 		return err == nil && a != old
 	}); err != nil {
@@ -196,7 +196,7 @@ func (d *drill) failover(ctx context.Context, old, container string, killed time
 	if err != nil {
 		return nil, err
 	}
-	out.phase.Store(phaseAfter)
+	out.SetPhase(drill.After)
 	fmt.Printf("%-40s %v after the kill, on %s\n", "time to mark "+d.victim+" UP", time.Since(killed).Round(time.Millisecond), addr)
 	var problems []string
 	if !strings.Contains(addr, promoted) {
@@ -209,40 +209,22 @@ func (d *drill) failover(ctx context.Context, old, container string, killed time
 	c := redis.NewClient(&redis.Options{Addr: old, Protocol: 2, Username: node.Username, Password: node.Password})
 	defer c.Close()
 	host, port, _ := strings.Cut(promoted, ":")
-	if err := poll(60*time.Second, func() bool {
+	if err := drill.Poll(60*time.Second, func() bool {
 		info, err := c.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_host:"+host+"\r\n") &&
 			strings.Contains(info, "master_port:"+port+"\r\n") && strings.Contains(info, "master_link_status:up")
 	}); err != nil {
 		return nil, fmt.Errorf("%s (%s) did not rejoin as a replica of %s: %w", container, old, promoted, err)
 	}
-	out.phase.Store(phaseRejoined)
+	out.SetPhase(drill.Rejoined)
 	fmt.Printf("%-40s %v after the kill\n", "old master back as a replica", time.Since(killed).Round(time.Millisecond))
 	return problems, nil
 }
 
-// waitState polls ListNodes until the victim is in state want, and returns
-// how long that took and the node's address as listed.
-func (d *drill) waitState(ctx context.Context, want v1.NodeState, limit time.Duration) (time.Duration, string, error) {
-	start := time.Now()
-	var addr string
-	err := poll(limit, func() bool {
-		res, err := d.admin.ListNodes(ctx, connect.NewRequest(&v1.ListNodesRequest{}))
-		if err != nil {
-			return false
-		}
-		for _, n := range res.Msg.Nodes {
-			if n.Name == d.victim && n.State == want {
-				addr = n.Addr
-				return true
-			}
-		}
-		return false
-	})
-	if err != nil {
-		return 0, "", fmt.Errorf("node %s did not become %v: %w", d.victim, want, err)
-	}
-	return time.Since(start), addr, nil
+// waitState waits until the service lists the victim in state want (see
+// drill.WaitState).
+func (d *dockerDrill) waitState(ctx context.Context, want v1.NodeState, limit time.Duration) (time.Duration, string, error) {
+	return drill.WaitState(ctx, d.admin, d.victim, want, limit)
 }
 
 // waitGroup waits until the first sentinel of a Sentinel group's node sees
@@ -254,7 +236,7 @@ func waitGroup(ctx context.Context, node config.Node, limit time.Duration) error
 	}
 	s := redis.NewSentinelClient(&redis.Options{Addr: node.Sentinel.Addrs[0], Protocol: 2})
 	defer s.Close()
-	err := poll(limit, func() bool {
+	err := drill.Poll(limit, func() bool {
 		if err := s.CkQuorum(ctx, node.Sentinel.Master).Err(); err != nil {
 			return false
 		}
@@ -277,7 +259,7 @@ func waitGroup(ctx context.Context, node config.Node, limit time.Duration) error
 
 // waitReady polls GET /readyz until it answers 200.
 func waitReady(ctx context.Context, base string, limit time.Duration) error {
-	err := poll(limit, func() bool {
+	err := drill.Poll(limit, func() bool {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -288,18 +270,6 @@ func waitReady(ctx context.Context, base string, limit time.Duration) error {
 	})
 	if err != nil {
 		return fmt.Errorf("%s/readyz: %w", base, err)
-	}
-	return nil
-}
-
-// poll calls cond every 20 ms until it returns true, at most limit.
-func poll(limit time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not within %v", limit)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
 }

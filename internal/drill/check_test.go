@@ -1,4 +1,4 @@
-package drillcheck
+package drill
 
 import (
 	"context"

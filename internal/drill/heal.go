@@ -1,22 +1,22 @@
-package main
+package drill
 
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/config"
-	"github.com/shardis/shardis/internal/drillcheck"
 	"github.com/shardis/shardis/inventory"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
 )
 
-// masterAddr returns the address of node's Redis master: its addr, or for
+// MasterAddr returns the address of node's Redis master: its addr, or for
 // a Sentinel group what the first answering sentinel names.
-func masterAddr(ctx context.Context, node config.Node) (string, error) {
+func MasterAddr(ctx context.Context, node config.Node) (string, error) {
 	if !node.Sentinel.On() {
 		return node.Addr, nil
 	}
@@ -33,7 +33,8 @@ func masterAddr(ctx context.Context, node config.Node) (string, error) {
 	return "", last
 }
 
-// masters returns a client of every node's master, by node name.
+// masters returns a client of every node's master, by node name, and a
+// function that closes them.
 func masters(ctx context.Context, cfg *config.Config) (map[string]*redis.Client, func(), error) {
 	out := map[string]*redis.Client{}
 	closeAll := func() {
@@ -42,7 +43,7 @@ func masters(ctx context.Context, cfg *config.Config) (map[string]*redis.Client,
 		}
 	}
 	for name, node := range cfg.Nodes {
-		addr, err := masterAddr(ctx, node)
+		addr, err := MasterAddr(ctx, node)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
@@ -53,7 +54,8 @@ func masters(ctx context.Context, cfg *config.Config) (map[string]*redis.Client,
 }
 
 // waitNoPending polls every master until no part is pending on any, at
-// most limit; it returns how many still are.
+// most limit; it returns how many still are (a master it cannot read
+// counts as 2^30).
 func waitNoPending(ctx context.Context, cs map[string]*redis.Client, limit time.Duration) int64 {
 	deadline := time.Now().Add(limit)
 	for {
@@ -72,13 +74,14 @@ func waitNoPending(ctx context.Context, cs map[string]*redis.Client, limit time.
 	}
 }
 
-// heal waits (up to limit) until no part is pending on any master, then
-// checks every invariant of `make drill` and `make drill-sentinel` and
-// returns the violations: nothing left pending, no acknowledged
-// reservation, confirmation or cancellation lost, confirmed units exactly
-// the confirmed orders' (no oversell), and per SKU and per node
-// available + reserved + confirmed = loaded with nothing reserved.
-func heal(ctx context.Context, cfg *config.Config, out *outcomes, skus []*v1.LoadStockRequest,
+// Heal waits (up to limit) until no part is pending on any node's master,
+// then checks every invariant of the drills and returns the violations:
+// nothing left pending (else it prints each pending part and its order's
+// record), no acknowledged reservation, confirmation or cancellation lost,
+// confirmed units exactly the confirmed orders' (no oversell), and per
+// SKU and per node available + reserved + confirmed = loaded with nothing
+// reserved. It prints a line per check.
+func Heal(ctx context.Context, cfg *config.Config, out *Outcomes, skus []*v1.LoadStockRequest,
 	inv shardisv1connect.InventoryServiceClient, limit time.Duration) []string {
 	var problems []string
 	cs, closeAll, err := masters(ctx, cfg)
@@ -90,6 +93,7 @@ func heal(ctx context.Context, cfg *config.Config, out *outcomes, skus []*v1.Loa
 	fmt.Printf("%-40s %d\n", "parts still pending", pending)
 	if pending > 0 {
 		problems = append(problems, fmt.Sprintf("%d parts still pending %v after the load", pending, limit))
+		dumpPending(ctx, cs)
 	}
 	homes, err := inventory.NewHomes(cfg)
 	if err != nil {
@@ -97,8 +101,34 @@ func heal(ctx context.Context, cfg *config.Config, out *outcomes, skus []*v1.Loa
 	}
 	out.mu.Lock()
 	defer out.mu.Unlock()
-	problems = append(problems, drillcheck.LostOutcomes(ctx, cs, homes, out.acked())...)
-	confirmedUnits, ps := drillcheck.ConfirmedOrderUnits(ctx, cs, out.reserved)
+	problems = append(problems, LostOutcomes(ctx, cs, homes, out.acked())...)
+	confirmedUnits, ps := ConfirmedOrderUnits(ctx, cs, out.acks)
 	problems = append(problems, ps...)
-	return append(problems, drillcheck.Stock(ctx, inv, skus, confirmedUnits)...)
+	return append(problems, Stock(ctx, inv, skus, confirmedUnits)...)
+}
+
+// dumpPending prints every part still pending on cs (node name → master)
+// and its order's record wherever one is found.
+func dumpPending(ctx context.Context, cs map[string]*redis.Client) {
+	for name, c := range cs {
+		ids, _ := c.ZRangeWithScores(ctx, inventory.PendingKey, 0, -1).Result()
+		for _, z := range ids {
+			id, _ := inventory.PendingPartID(ctx, c, z.Member.(string))
+			part, _ := inventory.ReadPart(ctx, c, id).Fields()
+			order := part["order"]
+			if len(part) == 0 { // an inline part (inventory/inline.go): its order's record holds it
+				if i := strings.LastIndexByte(id, '|'); i > 0 {
+					if j := strings.LastIndexByte(id[:i], '|'); j > 0 {
+						order = id[:j]
+					}
+				}
+			}
+			fmt.Printf("  pending on %s: %s deadline=%.0f part=%v\n", name, id, z.Score, part)
+			for oname, oc := range cs {
+				if rec, _ := inventory.ReadOrder(ctx, oc, order).Fields(); len(rec) > 0 {
+					fmt.Printf("    order record on %s: %v\n", oname, rec)
+				}
+			}
+		}
+	}
 }

@@ -1,7 +1,9 @@
-// Package drillcheck holds the invariants the drill programs (drill,
-// drill-sentinel, drill-docker) check once their load has stopped and
-// every part has settled, read through the service as an operator would.
-package drillcheck
+// Package drill is what the drill programs (make drill, drill-sentinel and
+// drill-docker) share: the order load they run over HTTP while a node
+// fails (load.go), and the invariants they check once the load has
+// stopped and every part has settled (this file, heal.go), read through
+// the service and the nodes' masters as an operator would.
+package drill
 
 import (
 	"context"
@@ -25,12 +27,12 @@ func Verdict(ok bool) string {
 }
 
 // Stock checks, through GetStock, that every SKU of skus adds up once
-// nothing is pending (StockAddsUp), then that the units confirmed over all
+// nothing is pending (stockAddsUp), then that the units confirmed over all
 // SKUs are confirmedUnits, the units of the orders whose Confirm was
 // acknowledged (no oversell). It prints one line per invariant and returns
 // a problem per violation (nil when all hold).
 func Stock(ctx context.Context, inv shardisv1connect.InventoryServiceClient, skus []*v1.LoadStockRequest, confirmedUnits int64) []string {
-	problems, total, err := StockAddsUp(ctx, inv, skus)
+	problems, total, err := stockAddsUp(ctx, inv, skus)
 	if err != nil {
 		return append(problems, err.Error())
 	}
@@ -42,14 +44,14 @@ func Stock(ctx context.Context, inv shardisv1connect.InventoryServiceClient, sku
 	return problems
 }
 
-// StockAddsUp checks, through GetStock, that every SKU of skus adds up
+// stockAddsUp checks, through GetStock, that every SKU of skus adds up
 // once nothing is pending: available + reserved + confirmed = the loaded
 // quantity with nothing reserved, and per node the same sum with no
 // negative counter and every node reachable. It prints one line per SKU
 // and returns a problem per violation (nil when all hold) and the units
 // confirmed over all SKUs; it stops at the first GetStock that fails and
 // returns its error, naming the SKU.
-func StockAddsUp(ctx context.Context, inv shardisv1connect.InventoryServiceClient, skus []*v1.LoadStockRequest) (problems []string, confirmed int64, err error) {
+func stockAddsUp(ctx context.Context, inv shardisv1connect.InventoryServiceClient, skus []*v1.LoadStockRequest) (problems []string, confirmed int64, err error) {
 	for _, m := range skus {
 		res, err := inv.GetStock(ctx, connect.NewRequest(&v1.GetStockRequest{RouteKey: m.RouteKey, SkuId: m.SkuId}))
 		if err != nil {

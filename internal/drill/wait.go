@@ -1,0 +1,67 @@
+package drill
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	v1 "github.com/shardis/shardis/proto/shardis/v1"
+	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
+)
+
+// WaitState polls the service's ListNodes until node name is in state
+// want, at most limit, and returns how long that took and the node's
+// address as listed; past limit it returns an error naming the node and
+// the state.
+func WaitState(ctx context.Context, admin shardisv1connect.AdminServiceClient, name string, want v1.NodeState, limit time.Duration) (time.Duration, string, error) {
+	start := time.Now()
+	var addr string
+	err := Poll(limit, func() bool {
+		res, err := admin.ListNodes(ctx, connect.NewRequest(&v1.ListNodesRequest{}))
+		if err != nil {
+			return false
+		}
+		for _, n := range res.Msg.Nodes {
+			if n.Name == name && n.State == want {
+				addr = n.Addr
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		return 0, "", fmt.Errorf("node %s did not become %v: %w", name, want, err)
+	}
+	return time.Since(start), addr, nil
+}
+
+// DownReason returns why the service's ListNodes says node name is down
+// ("not listed" when it lists no such node, the call's error when it
+// fails).
+func DownReason(ctx context.Context, admin shardisv1connect.AdminServiceClient, name string) string {
+	res, err := admin.ListNodes(ctx, connect.NewRequest(&v1.ListNodesRequest{}))
+	if err != nil {
+		return err.Error()
+	}
+	for _, n := range res.Msg.Nodes {
+		if n.Name == name {
+			return n.DownReason
+		}
+	}
+	return "not listed"
+}
+
+// Poll calls cond every 5 ms until it returns true, at most limit; past
+// limit it returns an error saying so.
+func Poll(limit time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %v", limit)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
+}
