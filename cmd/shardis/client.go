@@ -176,10 +176,7 @@ func (c *client) usageErr(format string, args ...any) error {
 func (c *client) parse(args []string, minArgs, maxArgs int, required ...string) ([]string, error) {
 	rest, err := parseInterspersed(c.fs, args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
+		return nil, err
 	}
 	if len(rest) < minArgs || (maxArgs >= 0 && len(rest) > maxArgs) {
 		return nil, c.usageErr("%s: wrong number of arguments (%d)", c.fs.Name(), len(rest))

@@ -105,20 +105,26 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 }
 
+// parseLevel reads a --log-level value: debug, info, warn or error; any
+// other wraps errUsage, naming it.
+func parseLevel(level string) (slog.Level, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return 0, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, level)
+	}
+	return lvl, nil
+}
+
 // newLogger returns the logger of a long-running command (serve, sync):
-// text or JSON lines on w at level, each with component=NAME, so the lines
+// text or JSON lines on w at lvl, each with component=NAME, so the lines
 // of processes that share a terminal (`make run` runs serve and sync side
 // by side, each watching the same nodes and logging their "node up" and
 // "node down") tell which process said them.
-func newLogger(w io.Writer, level string, jsonLines bool, component string) (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, level)
-	}
+func newLogger(w io.Writer, lvl slog.Level, jsonLines bool, component string) *slog.Logger {
 	hopts := &slog.HandlerOptions{Level: lvl}
 	var handler slog.Handler = slog.NewTextHandler(w, hopts)
 	if jsonLines {
 		handler = slog.NewJSONHandler(w, hopts)
 	}
-	return slog.New(handler).With("component", component), nil
+	return slog.New(handler).With("component", component)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,19 +19,17 @@ func cmdServe(args []string, stderr io.Writer) error {
 	cfgPath := fs.String("config", "", "config file (required)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	jsonLogs := fs.Bool("log-json", false, "log JSON lines instead of text")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *cfgPath == "" {
 		return fmt.Errorf("%w: serve needs --config FILE", errUsage)
 	}
-	log, err := newLogger(stderr, *level, *jsonLogs, "serve")
+	lvl, err := parseLevel(*level)
 	if err != nil {
 		return err
 	}
+	log := newLogger(stderr, lvl, *jsonLogs, "serve")
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
 		return err

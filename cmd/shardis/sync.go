@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -52,31 +51,23 @@ func cmdSync(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, syncUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *cfgPath == "" || fs.NArg() > 0 {
 		fs.Usage()
 		return fmt.Errorf("%w: sync needs --config FILE and no arguments", errUsage)
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
-		return fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, *level)
+	lvl, err := parseLevel(*level)
+	if err != nil {
+		return err
 	}
 	if sub == "status" {
 		// A status reads and exits: the router's "node up" lines are
 		// noise there; warnings and errors (a node down) still show.
 		lvl = max(lvl, slog.LevelWarn)
 	}
-	hopts := &slog.HandlerOptions{Level: lvl}
-	var handler slog.Handler = slog.NewTextHandler(stderr, hopts)
-	if *jsonOut {
-		handler = slog.NewJSONHandler(stderr, hopts)
-	}
-	log := slog.New(handler).With("component", "sync") // see newLogger
+	log := newLogger(stderr, lvl, *jsonOut, "sync")
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
 		return err

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -58,11 +57,8 @@ func cmdTopologyApply(args []string, stdout, stderr io.Writer) error {
 	dry := fs.Bool("dry-run", false, "check and report without writing")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	fs.Usage = func() { fmt.Fprint(stderr, topologyUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *cfgPath == "" || fs.NArg() > 0 {
 		fs.Usage()
@@ -133,11 +129,8 @@ func cmdTopologyShow(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration (required)")
 	fs.Usage = func() { fmt.Fprint(stderr, topologyUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *cfgPath == "" || fs.NArg() > 0 {
 		fs.Usage()
