@@ -10,6 +10,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/router"
 	"github.com/shardis/shardis/topology"
 )
@@ -259,4 +260,39 @@ func (inv *Inventory) NewOrderID(ctx context.Context, items ...Item) (string, er
 		return "", fmt.Errorf("%w: no node of server %q can hold a new order's record", ErrUnavailable, inv.cfg.Server)
 	}
 	return mintIDFrom(v.members[best].Name(), [mintRandHex / 2]byte(seed[8:])), nil
+}
+
+// homeFor returns the node that decides an order, after moving its record
+// there when the topology is migrating and the record's home moved.
+func (inv *Inventory) homeFor(ctx context.Context, orderID string) (*node.Node, error) {
+	v := inv.topology(ctx)
+	if err := v.refuse(); err != nil {
+		return nil, err
+	}
+	home, err := inv.orderHome(v, orderID)
+	if err != nil {
+		return nil, err
+	}
+	if !v.migrating() {
+		return home, nil
+	}
+	prevName := v.prevHomes.Home(orderID)
+	if prevName == home.Name() {
+		return home, nil
+	}
+	if err := inv.moveOrder(ctx, v, orderID, prevName, home); err != nil {
+		return nil, err
+	}
+	return home, nil
+}
+
+// orderHome returns the node holding an order's record in the placement
+// of v (Homes.member). It never fails over: an order's decision lives on one
+// node.
+func (inv *Inventory) orderHome(v *view, orderID string) (*node.Node, error) {
+	n := v.members[v.homes.member(orderID)]
+	if !inv.usable(n) {
+		return nil, fmt.Errorf("%w: order %q: its home node %s is unavailable: %v", ErrUnavailable, orderID, n.Name(), inv.unusableReason(n))
+	}
+	return n, nil
 }

@@ -331,17 +331,6 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 // applied topology it serves is a subset, see [Inventory.Members]).
 func (inv *Inventory) Nodes() []*node.Node { return append([]*node.Node(nil), inv.nodes...) }
 
-// orderHome returns the node holding an order's record in the placement
-// of v (homes.go). It never fails over: an order's decision lives on one
-// node.
-func (inv *Inventory) orderHome(v *view, orderID string) (*node.Node, error) {
-	n := v.members[v.homes.member(orderID)]
-	if !inv.usable(n) {
-		return nil, fmt.Errorf("%w: order %q: its home node %s is unavailable: %v", ErrUnavailable, orderID, n.Name(), inv.unusableReason(n))
-	}
-	return n, nil
-}
-
 // usable reports whether the inventory may use n now: it admits commands,
 // its maxmemory-policy cannot evict keys (inventory data must never be
 // dropped by Redis; the node's settings are read at first contact and on

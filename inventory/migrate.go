@@ -33,30 +33,6 @@ var quotaReadScript = newScript("quota-read", false, luaFile("quota_read.lua"))
 // errCrashed is what a step stopped at a crash point returns (faults.go).
 var errCrashed = fmt.Errorf("%w: at a crash point", ErrCrashed)
 
-// homeFor returns the node that decides an order, after moving its record
-// there when the topology is migrating and the record's home moved.
-func (inv *Inventory) homeFor(ctx context.Context, orderID string) (*node.Node, error) {
-	v := inv.topology(ctx)
-	if err := v.refuse(); err != nil {
-		return nil, err
-	}
-	home, err := inv.orderHome(v, orderID)
-	if err != nil {
-		return nil, err
-	}
-	if !v.migrating() {
-		return home, nil
-	}
-	prevName := v.prevHomes.Home(orderID)
-	if prevName == home.Name() {
-		return home, nil
-	}
-	if err := inv.moveOrder(ctx, v, orderID, prevName, home); err != nil {
-		return nil, err
-	}
-	return home, nil
-}
-
 // moveOrder moves order X's record from the node named from to dest (see
 // epoch.go). It is idempotent and safe to run concurrently.
 func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from string, dest *node.Node) error {

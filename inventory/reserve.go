@@ -118,7 +118,7 @@ func (inv *Inventory) effectiveTTL(ttl time.Duration) (time.Duration, bool) {
 //   - Every path: internal/service/handlers.go (Handlers.Reserve: the
 //     RPC's checks, the items converted), then this file (Reserve,
 //     reserve: the request's checks, the TTL; the order's home,
-//     migrate.go homeFor over homes.go).
+//     homes.go homeFor, whose record migrate.go moves mid-migration).
 //   - Refusals by reads alone, nothing written: soldout.go (refuseShort,
 //     before the paths when a SKU of the order was refused lately, and
 //     after a path found a part short; its reads soldout_reads.go, which
