@@ -86,7 +86,7 @@ func TargetsTable(r *Results, s Summary) string {
 	row("hot SKU on one node ≥ 2 × the seed baseline (1-item orders, orders/s)", fmt.Sprintf("%.3f", s.InventoryHotVsSeed), "inventory_hot_sku_vs_seed>=2")
 	row("sold-out SKU: refused orders ≥ 1 × the seed's refusing EVAL (1-item orders, distinct ids, orders/s)", fmt.Sprintf("%.3f", s.InventorySoldOutVsSeed), "inventory_soldout_vs_seed>=1.0")
 	if k := r.Inventory; k != nil && k.SoldOutKeys != nil {
-		row("sold-out SKU: 0 keys left on the nodes per refused order (DBSIZE before/after)",
+		row("sold-out SKU: 0 keys left on the nodes per refused order (DBSIZE before/after, witness hashes left out)",
 			fmt.Sprintf("%.3f (%d keys after %d refusals)", k.SoldOutKeys.PerRefusal(), k.SoldOutKeys.Keys, k.SoldOutKeys.Refused), "soldout_keys_per_refusal==0")
 	}
 	if m := r.Memory; m != nil {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shardis/shardis/node"
 )
 
 // TestSoldOutSummaryKeys: the sold-out keys reach `make bench-quick`'s
@@ -37,5 +39,47 @@ func TestSoldOutSummaryKeys(t *testing.T) {
 	ir.SoldOutKeys.Keys = 3
 	if s := Summarize(&Results{Inventory: ir}); s.Targets["soldout_keys_per_refusal==0"] || *s.SoldOutKeysPerRefusal != 0.002 {
 		t.Errorf("3 keys after 2000 refusals: %v per refusal, target met %v", *s.SoldOutKeysPerRefusal, s.Targets["soldout_keys_per_refusal==0"])
+	}
+}
+
+// TestKeyCountLeavesWitnessesOut: on real nodes, the sold-out measure
+// counts every key but a node's witness hash, and names none of those.
+func TestKeyCountLeavesWitnessesOut(t *testing.T) {
+	nodes, ctx := benchNodes(t)
+	for _, n := range nodes { // so that the HSets below make the hashes
+		if err := n.Client().Del(ctx, node.WitnessKey).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := keyCount(ctx, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if err := n.Client().HSet(ctx, node.WitnessKey, "peer", "1:1:1").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nodes[0].Client().Set(ctx, "inv:order:o1", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes[1].Client().Set(ctx, "inv:order:o2", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := keyCount(ctx, nodes)
+	if err != nil || after-before != 2 {
+		t.Fatalf("keyCount went from %d to %d (%v); want 2 more (two order keys, the witness hashes left out)", before, after, err)
+	}
+	names, err := keyNames(ctx, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if names[n.Name()+" "+node.WitnessKey] {
+			t.Errorf("keyNames names %s's witness hash", n.Name())
+		}
+	}
+	if !names[nodes[0].Name()+" inv:order:o1"] || !names[nodes[1].Name()+" inv:order:o2"] {
+		t.Errorf("keyNames = %v, want both order keys", names)
 	}
 }

@@ -104,7 +104,8 @@ type Summary struct {
 	// ids on a SKU with no stock left (every one refused), shardis over
 	// the seed's refusing EVAL on the same node, paired per round;
 	// SoldOutKeysPerRefusal the keys such refusals left on the nodes per
-	// order (DBSIZE after minus before, soldout.go).
+	// order (DBSIZE after minus before, the nodes' witness hashes left
+	// out, soldout.go).
 	InventorySoldOutVsSeed float64  `json:"inventory_soldout_vs_seed,omitempty"`
 	SoldOutKeysPerRefusal  *float64 `json:"soldout_keys_per_refusal,omitempty"`
 
