@@ -102,22 +102,7 @@ func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID stri
 // home node is down). Parts on unreachable nodes are confirmed later; the
 // Outcome counts them.
 func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, error) {
-	if err := checkID("order_id", orderID); err != nil {
-		return Outcome{}, err
-	}
-	ctx, _ = inv.pin(ctx)
-	home, err := inv.homeFor(ctx, orderID)
-	if err != nil {
-		return Outcome{}, err
-	}
-	rec, err := inv.orderOp(ctx, home, orderID, opConfirm, "", seconds(inv.cfg.Retention))
-	if err == nil && rec.status == recStaging {
-		// A one-round reservation not committed yet: decide it (without
-		// cutting short an attempt whose lease runs), then confirm.
-		if err = inv.resolveStaged(ctx, home, orderID, rec, rec.wait == 0); err == nil {
-			rec, err = inv.orderOp(ctx, home, orderID, opConfirm, "", seconds(inv.cfg.Retention))
-		}
-	}
+	ctx, rec, err := inv.decide(ctx, orderID, opConfirm)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -153,22 +138,7 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 // wraps [ErrConfirmed]. Parts on unreachable nodes are cancelled when they
 // come back; the Outcome counts them.
 func (inv *Inventory) Cancel(ctx context.Context, orderID string) (Outcome, error) {
-	if err := checkID("order_id", orderID); err != nil {
-		return Outcome{}, err
-	}
-	ctx, _ = inv.pin(ctx)
-	home, err := inv.homeFor(ctx, orderID)
-	if err != nil {
-		return Outcome{}, err
-	}
-	rec, err := inv.orderOp(ctx, home, orderID, opCancel, "", seconds(inv.cfg.Retention))
-	if err == nil && rec.status == recStaging {
-		// A one-round reservation not committed yet: decide it (a part
-		// still on its way is prevented), then cancel.
-		if err = inv.resolveStaged(ctx, home, orderID, rec, true); err == nil {
-			rec, err = inv.orderOp(ctx, home, orderID, opCancel, "", seconds(inv.cfg.Retention))
-		}
-	}
+	ctx, rec, err := inv.decide(ctx, orderID, opCancel)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -180,6 +150,31 @@ func (inv *Inventory) Cancel(ctx context.Context, orderID string) (Outcome, erro
 		return Outcome{}, fmt.Errorf("%w: order %q", ErrConfirmed, orderID)
 	}
 	return Outcome{}, fmt.Errorf("%w: order %q: unexpected state %q", ErrUnavailable, orderID, rec.status)
+}
+
+// decide runs op (opConfirm or opCancel) on orderID's record at its home
+// node and returns the record after it, and ctx pinned to the topology
+// it was decided under (its parts are settled under the same). A
+// one-round reservation not committed yet is decided first
+// (resolveStaged), then op runs again: a Cancel prevents a part still on
+// its way; a Confirm does not cut short an attempt whose lease runs.
+func (inv *Inventory) decide(ctx context.Context, orderID string, op orderOp) (context.Context, orderRecord, error) {
+	if err := checkID("order_id", orderID); err != nil {
+		return ctx, orderRecord{}, err
+	}
+	ctx, _ = inv.pin(ctx)
+	home, err := inv.homeFor(ctx, orderID)
+	if err != nil {
+		return ctx, orderRecord{}, err
+	}
+	rec, err := inv.orderOp(ctx, home, orderID, op, "", seconds(inv.cfg.Retention))
+	if err == nil && rec.status == recStaging {
+		prevent := op == opCancel || rec.wait == 0
+		if err = inv.resolveStaged(ctx, home, orderID, rec, prevent); err == nil {
+			rec, err = inv.orderOp(ctx, home, orderID, op, "", seconds(inv.cfg.Retention))
+		}
+	}
+	return ctx, rec, err
 }
 
 // settleParts settles parts, one script per node, nodes concurrently. Parts
