@@ -74,9 +74,3 @@ func (l *l1Cache) purge() {
 	l.order.Init()
 	l.items = map[string]*list.Element{}
 }
-
-func (l *l1Cache) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.order.Len()
-}

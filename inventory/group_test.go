@@ -407,7 +407,7 @@ func TestGroupCommitReservesEachOrderOnItsOwn(t *testing.T) {
 		r := res[i].Receipts[0]
 		redo = r.RedoLog
 		offsets[r.Offset] = true
-		members, err := e.admin.ZRangeByScore(e.ctx, redoSegmentKey(r.RedoLog, r.Offset), &redis.ZRangeBy{Min: strconv.FormatInt(r.Offset, 10), Max: strconv.FormatInt(r.Offset, 10)}).Result()
+		members, err := e.admin.ZRangeArgs(e.ctx, redis.ZRangeArgs{Key: redoSegmentKey(r.RedoLog, r.Offset), ByScore: true, Start: r.Offset, Stop: r.Offset}).Result()
 		if err != nil || len(members) != 1 {
 			t.Fatalf("order %s: redo queue %s at offset %d holds %v (%v)", ids[i], r.RedoLog, r.Offset, members, err)
 		}

@@ -308,13 +308,6 @@ func (r *replyReader) word(v any, want string) {
 
 // Readers of a whole reply of an inventory script on n.
 
-// asSlice reads v as a list (nil: empty).
-func asSlice(n *node.Node, s *luaScript, v any) ([]any, error) {
-	r := newReplyReader(n.Name(), s.name)
-	out := r.list(v, -1)
-	return out, r.err
-}
-
 // asStrings reads v as a list of strings.
 func asStrings(n *node.Node, s *luaScript, v any) ([]string, error) {
 	r := newReplyReader(n.Name(), s.name)

@@ -297,15 +297,6 @@ func nodeAddrs(servers []*redistest.Server) map[string]string {
 	return m
 }
 
-// byAddr maps each server's address to the server.
-func byAddr(servers ...*redistest.Server) map[string]*redistest.Server {
-	m := map[string]*redistest.Server{}
-	for _, s := range servers {
-		m[s.Addr()] = s
-	}
-	return m
-}
-
 // backoffStep is the reconnect delay after failures consecutive failed
 // probes, including the +10 % jitter.
 func backoffStep(h config.Health, failures int) time.Duration {

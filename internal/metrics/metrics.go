@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/node"
@@ -64,7 +65,7 @@ func New() *Metrics {
 	}, []string{"node", "state"})
 	m.rpc = newRPCMetrics(m.Registry)
 	m.Registry.MustRegister(m.commandSeconds, m.commandFailures, m.probeFailures, m.probeSeconds, m.stateChanges,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}), (*collector)(m))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), (*collector)(m))
 	return m
 }
 

@@ -15,10 +15,6 @@ import (
 // RPC metrics: every call by procedure and code, its latency, and the
 // outcome of Confirm and Cancel.
 
-var rpcCodes = []string{"ok", "canceled", "unknown", "invalid_argument", "deadline_exceeded", "not_found",
-	"already_exists", "permission_denied", "resource_exhausted", "failed_precondition", "aborted",
-	"out_of_range", "unimplemented", "internal", "unavailable", "data_loss", "unauthenticated"}
-
 // settleOutcomes are the outcome labels of shardis_order_settles_total.
 var settleOutcomes = []string{"confirmed", "cancelled", "expired", "already_confirmed", "already_cancelled",
 	"not_found", "in_progress", "unavailable", "invalid", "data_loss", "error"}
