@@ -166,8 +166,9 @@ return 0
 // the values stagedCommitValues builds on the client) leaves exactly the
 // record the commit op's splice (order_commit_staged) leaves, reserved_at
 // apart (the node's clock), for staging records with and without a user
-// and with several parts; and it leaves any other record as it was: one
-// of another token, another created, moved, or with a field changed.
+// and with several parts; and it leaves any other record as it was, its
+// TTL too: one of another token, another created, moved, or with a field
+// changed, a missing key (still missing), and a key of another type.
 func TestCommitExactAsSpliced(t *testing.T) {
 	e := newGroupEnv(t, 32)
 	e.warm(t)
@@ -234,6 +235,20 @@ func TestCommitExactAsSpliced(t *testing.T) {
 			if err != nil || fmt.Sprint(v) != "0" || c.Get(ctx, key).Val() != other {
 				t.Errorf("%s: the exact commit of %q answered %v, %v and left %q, want 0 and the record as it was", tc.name, other, v, err, c.Get(ctx, key).Val())
 			}
+			if ttl := c.TTL(ctx, key).Val(); ttl <= 59*time.Minute {
+				t.Errorf("%s: the exact commit of %q left its TTL at %v, want the hour it had", tc.name, other, ttl)
+			}
 		}
+		c.Del(ctx, key)
+		v, err = e.inv.run(ctx, e.n, commitExactScript, []string{key}, staged, prefix, crS)
+		if n := c.Exists(ctx, key).Val(); err != nil || fmt.Sprint(v) != "0" || n != 0 {
+			t.Errorf("%s: the exact commit of a missing record answered %v, %v and left %d keys, want 0 and none", tc.name, v, err, n)
+		}
+		c.HSet(ctx, key, "status", "staging")
+		v, err = e.inv.run(ctx, e.n, commitExactScript, []string{key}, staged, prefix, crS)
+		if h := c.HGetAll(ctx, key).Val(); err != nil || fmt.Sprint(v) != "0" || len(h) != 1 || h["status"] != "staging" {
+			t.Errorf("%s: the exact commit of a hash answered %v, %v and left %v, want 0 and the hash as it was", tc.name, v, err, h)
+		}
+		c.Del(ctx, key)
 	}
 }
