@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/node"
 )
@@ -142,19 +143,19 @@ func measureSoldOutKeys(ctx context.Context, c *Cluster, wl invWorkload, conc in
 }
 
 // keyCount returns DBSIZE summed over the nodes, each node's witness hash
-// left out.
+// left out: DBSIZE and the hash's EXISTS in one MULTI, so a witness
+// written between them cannot count.
 func keyCount(ctx context.Context, nodes []*node.Node) (int64, error) {
 	var sum int64
 	for _, n := range nodes {
-		k, err := n.Client().DBSize(ctx).Result()
-		if err != nil {
-			return 0, fmt.Errorf("DBSIZE on node %s: %w", n.Name(), err)
+		var size, witness *redis.IntCmd
+		if _, err := n.Client().TxPipelined(ctx, func(p redis.Pipeliner) error {
+			size, witness = p.DBSize(ctx), p.Exists(ctx, node.WitnessKey)
+			return nil
+		}); err != nil {
+			return 0, fmt.Errorf("DBSIZE and EXISTS %s on node %s: %w", node.WitnessKey, n.Name(), err)
 		}
-		w, err := n.Client().Exists(ctx, node.WitnessKey).Result()
-		if err != nil {
-			return 0, fmt.Errorf("EXISTS %s on node %s: %w", node.WitnessKey, n.Name(), err)
-		}
-		sum += k - w
+		sum += size.Val() - witness.Val()
 	}
 	return sum, nil
 }
