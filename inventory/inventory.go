@@ -208,6 +208,8 @@ type Inventory struct {
 	bg background
 	// groups queues the calls of grouped scripts (group.go).
 	groups groups
+	// workers runs the goroutines that start sends (workers.go).
+	workers workers
 	// carries buffers one-round reservations' commits for the next write
 	// group on their home node (carry.go).
 	carries carries

@@ -231,7 +231,8 @@ func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys 
 // script that queues behind its node's groups under way (group.go), the
 // usual case under load, takes no goroutine: its group answers it. Any
 // other call (one that takes a free slot, or is not grouped, or goes
-// through injected faults) runs on a goroutine of its own. A caller that
+// through injected faults) runs on a goroutine of its own, a reused one
+// when one is parked (workers.go). A caller that
 // sends calls to several nodes at once starts all but the last, runs the
 // last itself, then waits for the others.
 func (inv *Inventory) start(ctx context.Context, n *node.Node, s *luaScript, keys []string, args ...any) (wait func() (any, error)) {
@@ -242,7 +243,7 @@ func (inv *Inventory) start(ctx context.Context, n *node.Node, s *luaScript, key
 		}
 		c, q, own := inv.enterGroup(n, s, v.token, keys, args)
 		if own {
-			go inv.sendOwn(ctx, n, q, s, v.token, c, true)
+			inv.workers.run(func() { inv.sendOwn(ctx, n, q, s, v.token, c, true) })
 		}
 		return func() (any, error) {
 			reply, seq, err := awaitGroup(ctx, q, s, c)
@@ -254,10 +255,10 @@ func (inv *Inventory) start(ctx context.Context, n *node.Node, s *luaScript, key
 		err   error
 	)
 	done := make(chan struct{})
-	go func() {
+	inv.workers.run(func() {
 		defer close(done)
 		reply, err = inv.run(ctx, n, s, keys, args...)
-	}()
+	})
 	return func() (any, error) {
 		<-done
 		return reply, err

@@ -419,4 +419,5 @@ func (inv *Inventory) Close() {
 	inv.bg.Unlock()
 	inv.flushCarried()
 	inv.bg.wg.Wait()
+	inv.workers.close()
 }
