@@ -373,7 +373,8 @@ type Inventory struct {
 	GroupCommit int `koanf:"group_commit"`
 	// CarryWait is how long a one-round reservation's commit waits on its
 	// home node for the next write script call there to carry it, instead
-	// of a call of its own (up to ten times this while the node is busy);
+	// of a call of its own (ten times this, counted from its own start,
+	// while the node is busy);
 	// then it is sent by itself. Negative sends every commit by itself;
 	// at most 1m; 0 means 2ms.
 	// default: 2ms

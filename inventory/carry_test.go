@@ -132,6 +132,73 @@ func TestCommitSentByItselfWhenNoGroupComes(t *testing.T) {
 	e.verify("o1", "reserved")
 }
 
+// On a busy node each commit waits ten times CarryWait from when it was
+// buffered, not from when its buffer was armed: a commit that waited its
+// time out is sent by itself while a newer one stays for a group; once
+// no group is under way or waiting, what is left is sent. (The buffer
+// armed by the old commit used to send the new one with it.)
+func TestBusyNodeSendsOnlyCommitsThatWaited(t *testing.T) {
+	const wait = 200 * time.Millisecond
+	e := carryEnv(t, wait)
+	home, _ := e.reserveBuffered("o1")
+	q := e.inv.groups.queue(home)
+	setBusy := func(d int) {
+		q.mu.Lock()
+		q.inflight += d
+		q.mu.Unlock()
+	}
+	setBusy(1) // a group under way on home, as far as the buffer's timer can tell
+	busy := true
+	defer func() {
+		if busy {
+			setBusy(-1)
+		}
+	}()
+	b := e.inv.carries.buf(home)
+	b.mu.Lock()
+	b.commits[0].at = time.Now().Add(-10*wait + wait/2) // due at the timer's first firing
+	fresh := b.commits[0]
+	fresh.at = time.Now() // the same commit again, new: applied twice it changes nothing more
+	// made under another epoch token, so no group carries it (the due
+	// one's own, the order op's, would at once): it leaves the buffer
+	// only by itself
+	fresh.epoch = "0:another"
+	b.commits = append(b.commits, fresh)
+	b.size.Store(2)
+	b.mu.Unlock()
+	e.inv.bg.wg.Add(1) // as carry does for each commit it buffers
+
+	// The first firing takes the due commit out and leaves the new one.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b.mu.Lock()
+		n := len(b.commits)
+		freshLeft := n > 0 && b.commits[0].at.Equal(fresh.at)
+		b.mu.Unlock()
+		if n < 2 {
+			if n != 1 || !freshLeft {
+				t.Fatalf("after the due commit was taken out, %d commits are buffered (the new one among them: %v), want the new one alone", n, freshLeft)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the commit that waited ten times CarryWait was not sent in 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	setBusy(-1) // no group under way: a later firing sends what is left
+	busy = false
+	for b.size.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the commit left on an idle node was not sent in 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	e.inv.Close() // waits for the sends
+	e.verify("o1", "reserved")
+	e.wantCarried(0, " (both were sent by themselves)")
+}
+
 func TestCloseSendsBufferedCommits(t *testing.T) {
 	e := carryEnv(t, time.Minute)
 	home, _ := e.reserveBuffered("o1")

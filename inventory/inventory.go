@@ -148,9 +148,10 @@ type Options struct {
 	// default: inventory.group_commit from the router's configuration (32)
 	GroupCommit int
 	// CarryWait is how long a one-round reservation's commit waits in its
-	// home node's buffer for a write group to carry it (carry.go), then
-	// CarryWait more each time the node still has calls under way or
-	// waiting, ten times CarryWait at most; then it is sent by itself.
+	// home node's buffer for a write group to carry it (carry.go): ten
+	// times CarryWait from when it was buffered while the node has calls
+	// under way or waiting, else CarryWait or less; then it is sent by
+	// itself.
 	// Negative sends every commit by itself; above 1m makes New fail.
 	// default: inventory.carry_wait from the router's configuration (2ms)
 	CarryWait time.Duration
