@@ -131,6 +131,7 @@ func newGroupEnv(t *testing.T, groupCommit int) *groupEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(inv.Close) // before the router's: its parked senders exit
 	n, err := r.Node("n1")
 	if err != nil {
 		t.Fatal(err)
