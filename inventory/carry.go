@@ -144,7 +144,8 @@ func (inv *Inventory) armCarry(n *node.Node, b *carryBuf) {
 		b.mu.Lock()
 		var left []carriedCommit
 		if busy {
-			left = b.takeWaited(time.Now().Add(-10 * wait))
+			cutoff := time.Now().Add(-10 * wait)
+			left = b.takeIf(len(b.commits), func(c *carriedCommit) bool { return c.at.Before(cutoff) })
 		} else {
 			left = b.takeAll()
 		}
@@ -160,13 +161,17 @@ func (inv *Inventory) armCarry(n *node.Node, b *carryBuf) {
 	})
 }
 
-// takeWaited takes out of b the commits buffered before cutoff, keeping
-// the others in their order. Called with b.mu held.
-func (b *carryBuf) takeWaited(cutoff time.Time) []carriedCommit {
+// takeIf takes out of b, oldest first, up to limit commits for which
+// want holds, keeping the others in their order. Called with b.mu held.
+func (b *carryBuf) takeIf(limit int, want func(c *carriedCommit) bool) []carriedCommit {
 	var out []carriedCommit
 	kept := b.commits[:0]
-	for _, c := range b.commits {
-		if c.at.Before(cutoff) {
+	for i := range b.commits {
+		c := b.commits[i] // read before kept's writes reach i
+		if len(out) < limit && want(&b.commits[i]) {
+			if out == nil {
+				out = make([]carriedCommit, 0, min(limit, len(b.commits)))
+			}
 			out = append(out, c)
 		} else {
 			kept = append(kept, c)
@@ -200,19 +205,7 @@ func (inv *Inventory) takeCarried(n *node.Node, token string, limit int) []carri
 	}
 	buf.mu.Lock()
 	defer buf.mu.Unlock()
-	out := make([]carriedCommit, 0, min(limit, len(buf.commits)))
-	kept := buf.commits[:0]
-	for _, c := range buf.commits {
-		if c.epoch == token && len(out) < limit {
-			out = append(out, c)
-		} else {
-			kept = append(kept, c)
-		}
-	}
-	clear(buf.commits[len(kept):])
-	buf.commits = kept
-	buf.size.Store(int32(len(kept)))
-	return out
+	return buf.takeIf(limit, func(c *carriedCommit) bool { return c.epoch == token })
 }
 
 // carriedDone settles a group's carried commits: those it applied are
