@@ -22,12 +22,13 @@ const maxIdleWorkers = 32
 // and the busy ones exit when their function returns, so none is left
 // once every function returned.
 type workers struct {
-	mu sync.Mutex // guards idle and closed
+	mu sync.Mutex // guards the fields below
 	// idle holds a channel per parked worker, each of capacity 1: run
 	// takes one out and sends it a function, which its worker receives;
 	// a closed channel tells its worker to exit.
 	idle   []chan func()
 	closed bool
+	live   int // workers started and not yet exited, parked ones included
 }
 
 // run runs f on a parked worker, or on a new goroutine when none is
@@ -43,6 +44,9 @@ func (w *workers) run(f func()) {
 		return
 	}
 	closed := w.closed
+	if !closed {
+		w.live++
+	}
 	w.mu.Unlock()
 	if closed {
 		go f()
@@ -59,6 +63,7 @@ func (w *workers) loop(f func()) {
 		f()
 		w.mu.Lock()
 		if w.closed || len(w.idle) >= maxIdleWorkers {
+			w.live--
 			w.mu.Unlock()
 			return
 		}
@@ -66,6 +71,9 @@ func (w *workers) loop(f func()) {
 		w.mu.Unlock()
 		var ok bool
 		if f, ok = <-ch; !ok {
+			w.mu.Lock()
+			w.live--
+			w.mu.Unlock()
 			return
 		}
 	}
