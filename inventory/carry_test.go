@@ -138,7 +138,10 @@ func TestCommitSentByItselfWhenNoGroupComes(t *testing.T) {
 // no group is under way or waiting, what is left is sent. (The buffer
 // armed by the old commit used to send the new one with it.)
 func TestBusyNodeSendsOnlyCommitsThatWaited(t *testing.T) {
-	const wait = 200 * time.Millisecond
+	// the new commit is due 10×wait after it was buffered: a margin for a
+	// busy machine's late timers before the first firing, which takes the
+	// old one
+	const wait = 500 * time.Millisecond
 	e := carryEnv(t, wait)
 	home, _ := e.reserveBuffered("o1")
 	q := e.inv.groups.queue(home)
