@@ -89,9 +89,11 @@ func (q *batchQueue[K, T]) leave(key K, item T) bool {
 // drain is called by the sender of a batch once it returned: it sends the
 // queued calls as the next batches (send, at most size calls of one line
 // each, the lines in turn), or, with nothing queued, gives the batch's
-// slot back. A caller that sent its own call (background false) hands the
-// queue to a new goroutine so it can return its own reply at once.
-func (q *batchQueue[K, T]) drain(ctx context.Context, size int, background bool, send func(ctx context.Context, key K, token string, batch []T)) {
+// slot back. A caller that sent its own call passes spawn, to which drain
+// hands the queue (a goroutine of the inventory's workers: workers.go) so
+// that the caller can return its own reply at once; a sender of its own
+// goroutine passes nil and drains on it.
+func (q *batchQueue[K, T]) drain(ctx context.Context, size int, spawn func(func()), send func(ctx context.Context, key K, token string, batch []T)) {
 	for {
 		q.mu.Lock()
 		if q.waiting == 0 {
@@ -99,9 +101,10 @@ func (q *batchQueue[K, T]) drain(ctx context.Context, size int, background bool,
 			q.mu.Unlock()
 			return
 		}
-		if !background {
+		if spawn != nil {
 			q.mu.Unlock()
-			go q.drain(context.WithoutCancel(ctx), size, true, send)
+			ctx := context.WithoutCancel(ctx)
+			spawn(func() { q.drain(ctx, size, nil, send) })
 			return
 		}
 		l := q.take()

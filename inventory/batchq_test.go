@@ -28,7 +28,7 @@ func TestBatchQueue(t *testing.T) {
 		t.Fatal("leave: a queued call is taken off once")
 	}
 	var sent []string
-	q.drain(context.Background(), 2, true, func(_ context.Context, _ string, token string, batch []*int) {
+	q.drain(context.Background(), 2, nil, func(_ context.Context, _ string, token string, batch []*int) {
 		s := token + ":"
 		for _, c := range batch {
 			s += fmt.Sprint(*c)
@@ -76,7 +76,7 @@ func TestBatchQueueLinesShareSlots(t *testing.T) {
 		}
 		sent = append(sent, s)
 	}
-	q.drain(context.Background(), 32, true, send)
+	q.drain(context.Background(), 32, nil, send)
 	if fmt.Sprint(sent) != "[x:256 y:37 z:4]" {
 		t.Errorf("batches %v, want [x:256 y:37 z:4] (each line's calls in one batch, the lines in turn)", sent)
 	}

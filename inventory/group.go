@@ -52,7 +52,9 @@ import (
 // groupInFlight groups are under way queue, one queue per script; when a
 // group returns, the goroutine that sent it takes the next script's queue
 // that has calls, in turn (up to inventory.group_commit calls with one
-// token), as the next group (batchq.go). The slots are the node's, shared
+// token), as the next group (batchq.go), or, when it is the caller's,
+// hands that to a goroutine of its own. Those goroutines are the
+// inventory's workers (workers.go), reused from one send to the next. The slots are the node's, shared
 // by its scripts: an order's stage, take and commit on one node, and other
 // orders' reserves, gather in fewer, larger script calls, each of whose
 // fixed cost (the stamp check, the prelude, the shared writes, the call)
@@ -242,17 +244,19 @@ func argAs[T string | int64](v any) (T, bool) {
 
 // sendOwn sends c, which took a free slot of q (enterGroup), as a group of
 // one, then sends what queued meanwhile (drain): on this goroutine when
-// background (a goroutine of its own, which nobody waits for), else on a
-// new one, so that c's caller has its reply at once.
+// background (a goroutine of its own, which nobody waits for), else on
+// one of the workers (workers.go), so that c's caller has its reply at
+// once.
 func (inv *Inventory) sendOwn(ctx context.Context, n *node.Node, q *groupQueue, s *luaScript, token string, c *groupCall, background bool) {
 	send := func(ctx context.Context, s *luaScript, token string, calls []*groupCall) {
 		inv.sendGroup(ctx, n, s, token, calls)
 	}
 	send(ctx, s, token, []*groupCall{c})
+	spawn := inv.workers.run
 	if background {
-		ctx = context.WithoutCancel(ctx)
+		ctx, spawn = context.WithoutCancel(ctx), nil
 	}
-	q.drain(ctx, inv.opts.GroupCommit, background, send)
+	q.drain(ctx, inv.opts.GroupCommit, spawn, send)
 }
 
 // awaitGroup waits for c's group to answer it. A caller whose context ends

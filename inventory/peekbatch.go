@@ -142,7 +142,7 @@ func (inv *Inventory) sendOwnPeek(ctx context.Context, n *node.Node, token strin
 		inv.sendPeeks(ctx, n, token, batch)
 	}
 	send(ctx, peekLine, token, []*peekReq{r})
-	inv.peeks.on(n).drain(ctx, inv.opts.GroupCommit, false, send)
+	inv.peeks.on(n).drain(ctx, inv.opts.GroupCommit, inv.workers.run, send)
 	return r.err
 }
 
