@@ -3,19 +3,19 @@ package inventory
 import "sync"
 
 // maxIdleWorkers bounds the goroutines a [workers] keeps parked between
-// functions. The functions it runs are group senders, at most
-// groupInFlight per node and grouped script at once, so a few dozen cover
-// a busy instance; a burst above that starts goroutines that exit when
-// done.
+// functions. The functions it runs send groups or refusal reads (at most
+// groupInFlight, or peekInFlight, batches per node at once) or the calls
+// a caller does not wait for (start), so a few dozen cover a busy
+// instance; a burst above that starts goroutines that exit when done.
 const maxIdleWorkers = 32
 
 // workers runs functions on goroutines it reuses: one that finished a
 // function parks until the next one (last parked, first reused), up to
-// maxIdleWorkers of them. A group sender goes deep into go-redis, and a
+// maxIdleWorkers of them. A sender goes deep into go-redis, and a
 // goroutine's stack starts small and is copied each time it doubles: a
-// new goroutine per sender paid that growth every time (about 5 % of a
-// one-round order's client CPU). A parked goroutine keeps its stack
-// until a garbage collection shrinks it.
+// new goroutine per send paid that growth every time (3 to 4 % of the
+// client's CPU in the parallel reserve benchmarks, 16 callers). A parked
+// goroutine keeps its stack until a garbage collection shrinks it.
 //
 // The zero value is ready. After close, run starts a goroutine per
 // function, which exits when it is done; close makes the parked ones exit
