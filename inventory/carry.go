@@ -32,7 +32,7 @@ import (
 // On a busy node the wait is each commit's own, counted from when it was
 // buffered: a buffer that groups keep taking from but never empty, as
 // under a steady load, sends by itself only what waited its time out, not
-// whatever it holds once its first commit did (that sent about 6 % of a
+// whatever it holds once its first commit did (that sent 6 to 10 % of a
 // 3-item load's commits by themselves, a few each time, however new).
 //
 // "Left it as it was": not the exact staging record the order's stage

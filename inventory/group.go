@@ -54,9 +54,10 @@ import (
 // that has calls, in turn (up to inventory.group_commit calls with one
 // token), as the next group (batchq.go), or, when it is the caller's,
 // hands that to a goroutine of its own. Those goroutines are the
-// inventory's workers (workers.go), reused from one send to the next. The slots are the node's, shared
-// by its scripts: an order's stage, take and commit on one node, and other
-// orders' reserves, gather in fewer, larger script calls, each of whose
+// inventory's workers (workers.go), reused from one send to the next.
+// The slots are the node's, shared by its scripts: an order's stage, take
+// and commit on one node, and other orders' reserves, gather in fewer,
+// larger script calls, each of whose
 // fixed cost (the stamp check, the prelude, the shared writes, the call)
 // its calls share. A caller
 // whose context ends while its call is queued takes it off the queue

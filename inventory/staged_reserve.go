@@ -411,8 +411,9 @@ type background struct {
 // Close sends the commits of one-round reservations still waiting for a
 // group to carry them (carry.go) and waits for those (and the roll-backs)
 // still running in the background (at most a few seconds); later ones run
-// on the caller's path. Call it before closing the router. The Inventory
-// stays usable.
+// on the caller's path. The goroutines parked between sends exit
+// (workers.go); later sends start their own. Call it before closing the
+// router. The Inventory stays usable.
 func (inv *Inventory) Close() {
 	inv.bg.Lock()
 	inv.bg.closed = true
