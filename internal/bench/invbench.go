@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -11,7 +12,8 @@ import (
 	"github.com/shardis/shardis/node"
 )
 
-// Inventory variants, in the order they run within a round.
+// Inventory variants, in the order of the report's table
+// (invTableOrder); a round runs them in invRoundOrder.
 const (
 	VarInv1  = "shardis 1 item (library)"
 	VarInv3  = "shardis 3 items on 3 nodes (library)"
@@ -374,9 +376,45 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 	return wl, nil
 }
 
+// invTableOrder is the order of the report's table and of
+// InvResult.Variants.
+var invTableOrder = []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone, VarHotFloor, VarHotFloorLocal, VarFloor3,
+	VarHotFloorOneRound, VarFloor3OneRound, VarSoldOut, VarSeedSoldOut, VarHotFloorGuarded, VarHotFloorLocalGuarded, VarFloor3Guarded}
+
+// invRoundOrder is the order in which a round runs the inventory
+// variants: each ratio a target names next to its pair (shardis's rows
+// beside their floor rows, the minted row between the seed's hot row and
+// the floor next to the stock, the sold-out row beside the seed's), so
+// the two runs of a pair are seconds apart, not a whole round. The
+// machine's speed drifts over tens of seconds (steal from the host that
+// no process on it shows), and two rows run twenty seconds apart
+// differed by twice as much from round to round as two run side by side
+// (3-item, one run: 0.54-0.81 against the floor, 20 s apart, where
+// 0.72-0.80 against the seed, adjacent).
+var invRoundOrder = []string{
+	VarInv1,
+	VarInv3Alone, VarFloor3OneRound, VarInv3, VarFloor3, VarSeed3, VarFloor3Guarded,
+	VarHot3, VarHotFloorOneRound, VarHot1, VarHotFloor, VarSeedHot1, VarHot1Minted, VarHotFloorLocal,
+	VarHotFloorLocalGuarded, VarHotFloorGuarded, VarHot1Alone,
+	VarSoldOut, VarSeedSoldOut,
+}
+
+// roundOrder is variants in round's order: as listed in an even round,
+// reversed in an odd one, so that each pair runs in both orders and a
+// drift within a round favours neither of its rows.
+func roundOrder(variants []string, round int) []string {
+	if round%2 == 0 {
+		return variants
+	}
+	out := slices.Clone(variants)
+	slices.Reverse(out)
+	return out
+}
+
 // RunInventory measures orders/s and latency of every inventory variant,
-// interleaved in rounds. Before every run the nodes are emptied and the
-// variant's stock loaded, so every run starts from the same state.
+// in rounds (invRoundOrder, roundOrder). Before every run the nodes are
+// emptied and the variant's stock loaded, so every run starts from the
+// same state.
 func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)) (*InvResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -400,9 +438,8 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 	if err != nil {
 		return nil, err
 	}
-	variants := []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone, VarHotFloor, VarHotFloorLocal, VarFloor3,
-		VarHotFloorOneRound, VarFloor3OneRound, VarSoldOut, VarSeedSoldOut, VarHotFloorGuarded, VarHotFloorLocalGuarded, VarFloor3Guarded}
-	res := &InvResult{Conc: p.Conc, SKUs: p.SKUs, Variants: variants, Series: map[string]*Series{}}
+	variants := invRoundOrder
+	res := &InvResult{Conc: p.Conc, SKUs: p.SKUs, Variants: invTableOrder, Series: map[string]*Series{}}
 	for _, v := range variants {
 		res.Series[v] = &Series{Name: v}
 	}
@@ -425,9 +462,9 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 			return nil, err
 		}
 	}
-	st, err := runRounds(p, c.Meter, progress, "inventory", func(int) (func(), string, error) {
+	st, err := runRounds(p, c.Meter, progress, "inventory", func(round int) (func(), string, error) {
 		got := map[string]Sample{}
-		for _, v := range variants {
+		for _, v := range roundOrder(variants, round) {
 			s, err := run(v, p.Round)
 			if err != nil {
 				return nil, "", err
