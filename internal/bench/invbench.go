@@ -386,11 +386,11 @@ var invTableOrder = []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHo
 // beside their floor rows, the minted row between the seed's hot row and
 // the floor next to the stock, the sold-out row beside the seed's), so
 // the two runs of a pair are seconds apart, not a whole round. The
-// machine's speed drifts over tens of seconds (steal from the host that
-// no process on it shows), and two rows run twenty seconds apart
-// differed by twice as much from round to round as two run side by side
-// (3-item, one run: 0.54-0.81 against the floor, 20 s apart, where
-// 0.72-0.80 against the seed, adjacent).
+// machine's speed drifts over tens of seconds even in rounds kept as
+// quiet (other processes and the host's steal under Plan.MaxForeign):
+// in one full run (2026-12-01, the rows in the report's order) the
+// 3-item row over its floor row, run 20 s apart, moved 0.54-0.81 from
+// round to round, where over the seed's row, run next to it, 0.72-0.81.
 var invRoundOrder = []string{
 	VarInv1,
 	VarInv3Alone, VarFloor3OneRound, VarInv3, VarFloor3, VarSeed3, VarFloor3Guarded,

@@ -47,7 +47,7 @@ func method(r *Results) string {
 	fmt.Fprintf(&b, "- Everything shares the machine's %d cores: the %d client goroutines, the three nodes, twemproxy, and for the RPC section the service. "+
 		"The loads are closed loops, so throughput is bounded by the CPU every process spends per operation: the tables give that CPU (from `/proc`) per operation.\n",
 		r.Machine.Cores, p.Conc)
-	fmt.Fprintf(&b, "- Comparisons run interleaved in rounds (A B C D A B C D …): %d rounds of %v per variant after an unmeasured warm-up; "+
+	fmt.Fprintf(&b, "- Comparisons run interleaved in rounds (A B C D A B C D …; the inventory section's rounds run each pair a target names side by side, odd rounds in reverse: A B C D D C B A …): %d rounds of %v per variant after an unmeasured warm-up; "+
 		"tables give the median over the rounds of each round's throughput, p50 and p99; ratios are medians of per-round ratios. "+
 		"Before every inventory and RPC run the nodes are emptied (FLUSHALL in a MULTI that keeps their shardis stamp) and the stock reloaded.\n",
 		p.Rounds, p.Round)
