@@ -399,14 +399,14 @@ var invRoundOrder = []string{
 	VarSoldOut, VarSeedSoldOut,
 }
 
-// roundOrder is variants in round's order: as listed in an even round,
+// roundOrder is the order of round: invRoundOrder in an even round,
 // reversed in an odd one, so that each pair runs in both orders and a
 // drift within a round favours neither of its rows.
-func roundOrder(variants []string, round int) []string {
+func roundOrder(round int) []string {
 	if round%2 == 0 {
-		return variants
+		return invRoundOrder
 	}
-	out := slices.Clone(variants)
+	out := slices.Clone(invRoundOrder)
 	slices.Reverse(out)
 	return out
 }
@@ -438,9 +438,8 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 	if err != nil {
 		return nil, err
 	}
-	variants := invRoundOrder
 	res := &InvResult{Conc: p.Conc, SKUs: p.SKUs, Variants: invTableOrder, Series: map[string]*Series{}}
-	for _, v := range variants {
+	for _, v := range invTableOrder {
 		res.Series[v] = &Series{Name: v}
 	}
 	load := NewLoad(p.Conc, 2)
@@ -457,14 +456,14 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 		}
 		return c.measure(load, d, wl[v].op), nil
 	}
-	for _, v := range variants {
+	for _, v := range roundOrder(0) {
 		if _, err := run(v, p.Warmup); err != nil {
 			return nil, err
 		}
 	}
 	st, err := runRounds(p, c.Meter, progress, "inventory", func(round int) (func(), string, error) {
 		got := map[string]Sample{}
-		for _, v := range roundOrder(variants, round) {
+		for _, v := range roundOrder(round) {
 			s, err := run(v, p.Round)
 			if err != nil {
 				return nil, "", err
