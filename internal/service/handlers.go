@@ -72,7 +72,8 @@ func (h *Handlers) Reserve(ctx context.Context, req *connect.Request[v1.ReserveR
 		return nil, connect.NewError(connect.CodeInvalidArgument,
 			fmt.Errorf("items: %d items, at most %d per order", len(m.Items), inventory.MaxItems))
 	}
-	res, err := h.Inventory.Reserve(ctx, m.OrderId, itemsOf(m.Items), m.UserId, time.Duration(m.TtlSeconds)*time.Second)
+	items := itemsOf(m.Items)
+	res, err := h.Inventory.Reserve(ctx, m.OrderId, items, m.UserId, time.Duration(m.TtlSeconds)*time.Second)
 	if err != nil {
 		return nil, rpcError(err)
 	}
