@@ -240,7 +240,9 @@ func (p OrderPart) problem() string {
 // written before the compact layout hold it empty); reserved_at (ms),
 // absent when the record was reserved when created (the one-script path,
 // local.go); lease (ms) while an attempt holds it; reason and decided_at
-// once decided; moved on a record a topology change moved. Only status,
+// once decided; moved on a record a topology change moved (a record
+// installed by a move holds reserved_at, its created if it had none:
+// inline.go). Only status,
 // token, deadline, parts, reason, lease, digest and moved are read by
 // the scripts (orderBody); created, reserved_at and decided_at are for
 // operators.

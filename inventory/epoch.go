@@ -58,7 +58,10 @@ import (
 // and the first one wins. A record that did not exist on A when B was
 // checked cannot appear on A later (no one may create it there at E+1).
 // A moved mark left from an older epoch is dead: install overwrites it and
-// the order script treats it as absent.
+// the order script treats it as absent. The move out writes the records of
+// the record's inline parts on A first, and the install gives a record the
+// local reserve wrote a reserved_at, so no copy of it is read for inline
+// parts again (inline.go, "Read where written").
 //
 // Quota counters follow the same idea with a transfer record
 // (migrate.go): out (record the amount on the source), in (add it on the

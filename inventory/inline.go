@@ -24,7 +24,8 @@ import (
 //     part's key does not exist,
 //     reads the inline part its id names (ORDER|TOKEN|ITEM): only from a
 //     record on this node that is packed, reserved, not moved, of TOKEN,
-//     written by this path (no reserved_at: a commit writes one), with an
+//     written by this path (no reserved_at: a commit writes one, and so
+//     does a move's install), with an
 //     entry for ITEM, a stock part of this node (ARGV[1]) taken at an
 //     offset. It is then read as the pending record the reserve would
 //     have written (TestInlinePartAsRecord, TestTakeOneAsPlan). Any other
@@ -42,6 +43,17 @@ import (
 //   - Any write makes it a record. A step that changes a part (settle,
 //     a stuck mark) writes the whole record with part_put; from then on
 //     part_get reads that record, never the order's entry.
+//   - Read where written. Only the record the local reserve wrote, on the
+//     node it wrote it on, holds inline parts: the record a move installs
+//     elsewhere gets its created as reserved_at (order_install.lua), so
+//     no copy of it is read for inline parts again, there or, moved back,
+//     on the node it left. That node may have lost the parts' records
+//     since, with their takes (an older snapshot, accepted): read from the
+//     record moved back, such a part was pending again, and deciding its
+//     order took its units out of another order's reservation (a Cancel
+//     made them available again: stock from nothing;
+//     TestInlinePartLostAfterMoveBack). Now it is absent there, as every
+//     part a node lost (a Confirm answers ErrDataLoss naming it).
 //
 // The part still has its redo entry and its pending-index member, written
 // by the reserve as before. Why: the record is a key per order that

@@ -21,10 +21,11 @@ import (
 // a record of the hash layout is marked in the packed one).
 var orderMoveOutScript = newScript("order-move-out", true, luaFile("order_move_out.lua"))
 
-// orderInstallScript writes a moved record, less its moved mark, unless
-// the key holds a live one. KEYS: 2 order key. ARGV: 4 pttl ms, 5 the
-// record's packed value (orderMoveOutScript's). Returns "installed" or
-// "exists".
+// orderInstallScript writes a moved record, less its moved mark (and, for
+// a reserved record without a reserved_at, with its created as one:
+// inline.go), unless the key holds a live one. KEYS: 2 order key. ARGV: 4
+// pttl ms, 5 the record's packed value (orderMoveOutScript's). Returns
+// "installed" or "exists".
 var orderInstallScript = newScript("order-install", true, luaFile("order_install.lua"))
 
 // quotaReadScript reads a quota counter. KEYS: 2 counter. Returns it.

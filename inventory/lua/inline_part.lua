@@ -16,8 +16,8 @@ local PART_GRACE_MS = 1000
 -- inline_list(t, node) is the inline parts of order record t on node: the
 -- entries of its part list (packed layout 2) that are stock parts of node
 -- taken at an offset, when t is reserved, not moved, and written by the
--- local reserve (no reserved_at); each entry a table of its fields and
--- its part id.
+-- local reserve (no reserved_at; a record a move installed has one:
+-- order_install.lua); each entry a table of its fields and its part id.
 local function inline_list(t, node)
   local out, tok, p = {}, t.token, t.parts
   if t.status ~= 'reserved' or t.moved or t.reserved_at or not tok or not p then return out end
