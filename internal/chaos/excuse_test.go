@@ -84,3 +84,45 @@ func TestDecideWindowOfChaosDefaults(t *testing.T) {
 		t.Fatalf("decideWindowOf = %+v, want ttl 3s, slack 4.68s", w)
 	}
 }
+
+// An order whose record promises a part at an incarnation its node no
+// longer has (accepted after a rollback) is exposed whenever its calls
+// were: a reader that finds the part absent commits the order with it
+// lost (seed 272: staged 4 s after n2's first accept, committed by a
+// reader after n2's second, long after the order's last call). An order
+// promised at the node's present incarnation, or on a node that lost
+// nothing, is not.
+func TestExposedByAPromiseAtAReplacedIncarnation(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 17, 57, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	win := decideWindow{ttl: 3 * time.Second, slack: 2 * time.Second}
+	lost := []lossWindow{{node: "n2", from: at(95), to: at(98)}}
+	rec := func(user string, parts ...inventory.OrderPart) *inventory.OrderRecord {
+		return &inventory.OrderRecord{Status: inventory.OrderReserved, User: user, Parts: parts}
+	}
+	promised := func(node, inc string) inventory.OrderPart {
+		return inventory.OrderPart{ID: "x", Node: node, Kind: inventory.PartStock, Qty: 1, Incarnation: inc}
+	}
+	st := &state{nodes: map[string]*nodeState{
+		"n1": {name: "n1", incarnation: "i1", parts: map[string]*inventory.PartRecord{}, orders: map[string]*inventory.OrderRecord{
+			"replaced":  rec("u1", promised("n2", "old")),
+			"current":   rec("u2", promised("n2", "new")),
+			"elsewhere": rec("u3", promised("n3", "old")),
+		}},
+		"n2": {name: "n2", incarnation: "new", parts: map[string]*inventory.PartRecord{}, orders: map[string]*inventory.OrderRecord{}},
+		"n3": {name: "n3", incarnation: "i3", parts: map[string]*inventory.PartRecord{}, orders: map[string]*inventory.OrderRecord{}},
+	}}
+	var orders []*order
+	for _, id := range []string{"replaced", "current", "elsewhere"} {
+		o := &order{ID: id}
+		o.first, o.last = at(59), at(61) // decided, by the TTL, long before n2's window
+		orders = append(orders, o)
+	}
+	e := exposed(lost, nil, orders, st, nil, win)
+	if !e.orders["replaced"] || !e.users["u1"] {
+		t.Errorf("the order promised at n2's replaced incarnation is not exposed (orders %v, users %v)", e.orders, e.users)
+	}
+	if e.orders["current"] || e.orders["elsewhere"] || e.users["u2"] || e.users["u3"] {
+		t.Errorf("exposed %v (users %v), want only the order promised at n2's replaced incarnation", e.orders, e.users)
+	}
+}
