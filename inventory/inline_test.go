@@ -350,7 +350,9 @@ func inlinePartLostAfterMoveBack(t *testing.T, decision string) {
 	if _, err := inv.Reserve(ctx, "kept-1", []Item{{Route: "a", SKU: "s", Quantity: 5}}, "", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	// moved back (moveOrder's second step, from the node it went to)
+	// moved back: the install of what the move-out returned (straight
+	// back here; through another node, that node's install writes the
+	// same reserved_at, which its own move-out then carries)
 	if _, err := inv.run(ctx, e.n, orderInstallScript, []string{orderKey("lost-1")}, pttl, rec); err != nil {
 		t.Fatal(err)
 	}
