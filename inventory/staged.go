@@ -152,9 +152,9 @@ import (
 // answered insufficient stock because of the late attempt's hold was
 // contradicted the same way.) So every decision is commit, and the attempt
 // may answer success before its commit lands. A retry of the
-// order id, Confirm, Cancel, the reconciler and a topology move all meet
-// "staging" and decide it first (resolveStaged), then act on the decided
-// record. While the attempt's lease runs, Reserve retries and Confirm only
+// order id, Confirm, Cancel, the reconciler (through a part of the
+// order that came due) and a topology move all meet "staging" and decide
+// it first (resolveStaged), then act on the decided record. While the attempt's lease runs, Reserve retries and Confirm only
 // inspect (an absent part may still be on its way: "in progress"); Cancel,
 // expiry and anything after the lease prevent. The one assumption: a
 // stage is not delayed beyond inventory.retention, after which a record

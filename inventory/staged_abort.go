@@ -22,7 +22,12 @@ const settleHeld = "held"
 // "Abort"); then, off the caller's path, it tries to decide the record
 // failed and cancel every promised part (failStaged), which releases the
 // home node's parts too once that node answers. Whatever it cannot do is
-// left to the next reader of the order or the reconciler.
+// left to the next reader of the order, or to the reconciler through a
+// part the attempt took (it follows pending parts, not records): a record
+// none of whose parts was taken, its home unreachable for that one try,
+// stays staging, holding no stock, until a retry of the order id, a
+// Confirm, a Cancel or a topology change's migration decides it, or its
+// retention ends.
 func (inv *Inventory) releaseStaged(ctx context.Context, home *node.Node, orderID, token string, taken, promised []part) {
 	var away []part
 	for _, p := range taken {

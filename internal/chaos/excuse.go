@@ -204,9 +204,9 @@ func exposed(lost []lossWindow, outs []outage, orders []*order, st *state, homes
 	// after n2's first accept, its part on n2 promised at n2's new
 	// incarnation, died with its home paused and no part taken; n2 came
 	// back from an older snapshot again 34 s later and was accepted; a
-	// reader 56 s after the stage found the part absent at the newer
-	// incarnation and committed the order, which stayed reserved: no part
-	// of it was pending anywhere to expire it.)
+	// topology change's migration, 56 s after the stage, found the part
+	// absent at the newer incarnation and committed the order, which
+	// stayed reserved: no part of it was pending anywhere to expire it.)
 	for _, ns := range st.nodes {
 		for id, r := range ns.orders {
 			for _, p := range r.Parts {

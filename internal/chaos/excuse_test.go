@@ -89,7 +89,8 @@ func TestDecideWindowOfChaosDefaults(t *testing.T) {
 // longer has (accepted after a rollback) is exposed whenever its calls
 // were: a reader that finds the part absent commits the order with it
 // lost (seed 272: staged 4 s after n2's first accept, committed by a
-// reader after n2's second, long after the order's last call). An order
+// topology change's migration after n2's second, long after the order's
+// last call). An order
 // promised at the node's present incarnation, or on a node that lost
 // nothing, is not.
 func TestExposedByAPromiseAtAReplacedIncarnation(t *testing.T) {
