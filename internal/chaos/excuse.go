@@ -139,7 +139,8 @@ func exposed(lost []lossWindow, outs []outage, orders []*order, st *state, homes
 		}
 		onNode[w.node] = ids
 	}
-	// the nodes that hold each order's parts or record at the end
+	// the nodes that hold each order's parts or record at the end, and
+	// the orders a replaced incarnation exposes
 	held := map[string]map[string]bool{}
 	hold := func(id, node string) {
 		if held[id] == nil {
@@ -155,6 +156,18 @@ func exposed(lost []lossWindow, outs []outage, orders []*order, st *state, homes
 			hold(id, name)
 			for _, p := range r.Parts {
 				hold(id, p.Node)
+				// A part promised at an incarnation its node no longer
+				// has (accepted after a rollback) exposes its order,
+				// whenever its calls were: a reader that finds the part
+				// absent commits the order with it lost, not never taken
+				// (inventory/staged.go, "Lost parts"; seed 272,
+				// TestExposedByAPromiseAtAReplacedIncarnation).
+				if on := st.nodes[p.Node]; on != nil && e.nodes[p.Node] && p.Incarnation != "" && p.Incarnation != on.incarnation {
+					e.orders[id] = true
+					if r.User != "" {
+						e.users[r.User] = true
+					}
+				}
 			}
 		}
 	}
@@ -192,29 +205,6 @@ func exposed(lost []lossWindow, outs []outage, orders []*order, st *state, homes
 				e.orders[o.ID] = true
 				if o.User != "" {
 					e.users[o.User] = true
-				}
-			}
-		}
-	}
-	// Orders whose record promises a part at an incarnation its node no
-	// longer has: accepted after a rollback, whenever the order's calls
-	// were. A reader that finds such a part absent commits the order with
-	// it lost, not never taken (inventory/staged.go, "Lost parts"): the
-	// node's older data may have held it. (Seed 272: an attempt staged 4 s
-	// after n2's first accept, its part on n2 promised at n2's new
-	// incarnation, died with its home paused and no part taken; n2 came
-	// back from an older snapshot again 34 s later and was accepted; a
-	// topology change's migration, 56 s after the stage, found the part
-	// absent at the newer incarnation and committed the order, which
-	// stayed reserved: no part of it was pending anywhere to expire it.)
-	for _, ns := range st.nodes {
-		for id, r := range ns.orders {
-			for _, p := range r.Parts {
-				if on := st.nodes[p.Node]; on != nil && e.nodes[p.Node] && p.Incarnation != "" && p.Incarnation != on.incarnation {
-					e.orders[id] = true
-					if r.User != "" {
-						e.users[r.User] = true
-					}
 				}
 			}
 		}
