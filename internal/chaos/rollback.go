@@ -3,8 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -44,9 +42,8 @@ func (n *nemesis) rollback(ctx context.Context, name string, hold time.Duration)
 		n.record(f)
 	}()
 	p := c.procs[name]
-	aof := filepath.Join(p.Dir(), "appendonlydir")
 	snap := filepath.Join(p.Dir(), fmt.Sprintf("snapshot-%d", time.Now().UnixNano()))
-	if err := copyDir(aof, snap); err != nil {
+	if err := p.CopyAOF(snap); err != nil {
 		f.Err = "snapshot: " + err.Error()
 		return
 	}
@@ -59,18 +56,9 @@ func (n *nemesis) rollback(ctx context.Context, name string, hold time.Duration)
 		return v
 	}
 	before := seqAt()
-	if err := p.Kill(); err != nil {
-		f.Err = "kill: " + err.Error()
-		return
-	}
 	lost := lossWindow{node: name, from: from}
-	if err := os.RemoveAll(aof); err != nil {
-		f.Err = err.Error()
-	} else if err := os.Rename(snap, aof); err != nil {
-		f.Err = err.Error()
-	}
-	if err := p.Restart(); err != nil {
-		f.Err = "restart: " + err.Error()
+	if err := p.RestartFrom(snap); err != nil {
+		f.Err = "restart from the snapshot: " + err.Error()
 		return
 	}
 	after := seqAt()
@@ -143,42 +131,4 @@ func (c *cluster) nodeState(name string) (v1.NodeState, string) {
 		}
 	}
 	return v1.NodeState_NODE_STATE_UNSPECIFIED, "not listed"
-}
-
-// copyDir copies the regular files of src into a new directory dst, the
-// manifest of a multi-part AOF first.
-func copyDir(src, dst string) error {
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return err
-	}
-	ents, err := os.ReadDir(src)
-	if err != nil {
-		return err
-	}
-	for i, e := range ents {
-		if strings.HasSuffix(e.Name(), ".manifest") && i != 0 {
-			ents[0], ents[i] = ents[i], ents[0]
-		}
-	}
-	for _, e := range ents {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		in, err := os.Open(filepath.Join(src, e.Name()))
-		if err != nil {
-			return err
-		}
-		out, err := os.Create(filepath.Join(dst, e.Name()))
-		if err == nil {
-			_, err = io.Copy(out, in)
-			if cerr := out.Close(); err == nil {
-				err = cerr
-			}
-		}
-		in.Close()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
