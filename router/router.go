@@ -421,9 +421,12 @@ func (r *Router) Status() []NodeStatus {
 	return out
 }
 
-// Close stops the health scheduler and closes every node's clients. It
-// waits for in-flight probes; commands still running on node clients fail
-// with redis.ErrClosed. Close leaks no goroutine and is idempotent.
+// Close stops the health scheduler, writes on the peers every witness
+// mark that moved on since its last write (each node's bounded by
+// config.Client.CommandTimeout; witness.go), and closes every node's
+// clients. It waits for in-flight probes; commands still running on node
+// clients fail with redis.ErrClosed. Close leaks no goroutine and is
+// idempotent.
 func (r *Router) Close() error {
 	r.sched.Close()
 	r.wit.close()

@@ -266,12 +266,34 @@ func (w *witnesses) nodeDown(name string) {
 	}
 }
 
-// close stops run and waits for it; idempotent.
+// close stops run, waits for it, and writes every mark that moved on
+// since its last write (flush); idempotent.
 func (w *witnesses) close() {
 	w.once.Do(func() {
 		close(w.stop)
 		<-w.done
+		w.flush()
 	})
+}
+
+// flush writes, on every reachable peer, each node's mark that moved on
+// since it was last written. Marks lag the writes by up to a heartbeat:
+// without it a process that closes (a `shardis topology apply`, a
+// service shutting down) would leave its last writes unmarked, and a node
+// that then lost them would not be refused (SECURITY.md). The nodes'
+// writes run concurrently, each bounded by the witness budget.
+func (w *witnesses) flush() {
+	var wg sync.WaitGroup
+	for _, name := range w.r.names {
+		if w.r.critical[name] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.write(name)
+			}()
+		}
+	}
+	wg.Wait()
 }
 
 // ErrNotWitnessed is wrapped by [Router.AcceptNode] for a node outside the

@@ -285,3 +285,35 @@ func TestPeerMarkAheadRefusesUpNode(t *testing.T) {
 	}
 	waitRefused(t, r, "n1", node.ErrRolledBack)
 }
+
+// An instance that closes leaves on the peers the marks of every write it
+// saw acknowledged, not only those its last heartbeat wrote: a short-lived
+// process (`shardis topology apply`) that wrote and exited within a
+// heartbeat left its last writes unmarked, and a node that then lost them
+// came back unrefused (the explorer's data-loss actor found a transfer
+// lost so). The heartbeat here is an hour: only the first write of the
+// incarnation (witnessed before it is acknowledged) and Close write marks.
+func TestClosingInstanceLeavesItsMarks(t *testing.T) {
+	t.Parallel()
+	slow := config.Health{Heartbeat: time.Hour, Timeout: time.Second, Backoff: []time.Duration{100 * time.Millisecond}}
+	srv, cfg := rollbackEnv(t, &slow)
+	r1, inv := rollbackInventory(t, cfg, 300)
+	ctx := context.Background()
+	reserveSome(t, inv, "m-", 8)
+	n1, _ := r1.Node("n1")
+	seen := n1.MaxSeq()
+	peer := srv[1].Client(t)
+	if m, err := node.ParseMark(peer.HGet(ctx, node.WitnessKey, "n1").Val()); err == nil && m.Seq >= seen {
+		t.Fatalf("a peer holds n1's mark up to write %d before Close, %d seen: the heartbeat wrote it, nothing to check", m.Seq, seen)
+	}
+	inv.Close()
+	if err := r1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range []*redistest.Server{srv[1], srv[2]} {
+		m, err := node.ParseMark(p.Client(t).HGet(ctx, node.WitnessKey, "n1").Val())
+		if err != nil || m.Seq != seen {
+			t.Errorf("peer n%d holds n1's mark %+v (%v) after Close, want write sequence %d", i+2, m, err, seen)
+		}
+	}
+}
