@@ -154,7 +154,7 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 	a.rep.FromEpoch, a.rep.From = cur.Epoch, cur.Current
 	if cur.Current.Fingerprint() == fp {
 		a.rep.ToEpoch = cur.Epoch
-		if cur.Prev == nil || allStable(recs, cur.Token) {
+		if cur.Prev == nil || (allStable(recs, cur.Token) && allAt(recs, cur.Current.Nodes(), cur.Token)) {
 			a.rep.AlreadyApplied, a.rep.Phase = true, PhaseStable
 			return a.rep, nil
 		}
@@ -280,6 +280,18 @@ func (a *applier) current(ctx context.Context) (Record, map[string]Record, error
 func allStable(recs map[string]Record, tok string) bool {
 	for _, r := range recs {
 		if r.Token == tok && r.Phase != PhaseStable {
+			return false
+		}
+	}
+	return true
+}
+
+// allAt reports whether every one of nodes is at token tok: a node of the
+// current topology behind it went back with an older copy of its data
+// (doc.go, "A node that went back").
+func allAt(recs map[string]Record, nodes []string, tok string) bool {
+	for _, n := range nodes {
+		if recs[n].Token != tok {
 			return false
 		}
 	}

@@ -264,3 +264,37 @@ func TestApplyCountsLeavingPending(t *testing.T) {
 		t.Fatalf("apply = %+v, %v", rep, err)
 	}
 }
+
+// TestApplyBringsBackANodeThatWentBack: a node restored from an older
+// copy of its data (accepted) holds the previous epoch's stable record
+// while the others are stable at the current one; applying the current
+// topology again bumps it from the previous token and runs step 3 again,
+// then every node is stable at the current token. A node at an older
+// epoch still is refused by the bump.
+func TestApplyBringsBackANodeThatWentBack(t *testing.T) {
+	f := newFake()
+	f.at(2, three, &two, PhaseStable, "n1", "n2", "n3")
+	f.at(1, two, nil, PhaseStable, "n2") // n2 went back to a copy of epoch 1
+	rep, err := apply(t, f, Options{To: three})
+	if err != nil || rep.Phase != PhaseStable || rep.AlreadyApplied || f.relocs != 1 {
+		t.Fatalf("apply = %+v, %v; relocates %d", rep, err, f.relocs)
+	}
+	tok := Token(2, three.Fingerprint())
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if r := f.recs[n]; r.Token != tok || r.Phase != PhaseStable {
+			t.Fatalf("%s is at %s %s, want %s stable (writes %v)", n, r.Token, r.Phase, tok, f.writes)
+		}
+	}
+	rep, err = apply(t, f, Options{To: three})
+	if err != nil || !rep.AlreadyApplied {
+		t.Fatalf("second apply = %+v, %v", rep, err)
+	}
+
+	f = newFake()
+	four := topo(map[string][]string{"r": {"n1", "n2", "n3", "n4"}})
+	f.at(3, four, &three, PhaseStable, "n1", "n2", "n3", "n4")
+	f.at(1, two, nil, PhaseStable, "n2") // two epochs behind
+	if _, err := apply(t, f, Options{To: four}); err == nil || f.recs["n2"].Epoch != 1 {
+		t.Fatalf("apply over a node two epochs behind = %v; n2 at epoch %d", err, f.recs["n2"].Epoch)
+	}
+}
