@@ -170,13 +170,14 @@ chaos: deps-redis $(if $(SENTINEL),deps-sentinel)
 
 ## explore: the schedule explorer (internal/explore): N seeded schedules (default 1000) of a Reserve,
 ## its concurrent retry on a second instance, Confirm, Cancel, the reconciler on two instances,
-## topology apply adding and removing a node and a node restart from its AOF, against real
+## topology apply adding and removing a node, a node restart from its AOF and a node going back to an
+## older copy of its data (then accepted), against real
 ## redis-server nodes, with every script call reordered, delayed, its reply dropped or its actor
 ## crashed as the seed draws; every invariant checked after each. SEED=n is the first seed (a
 ## failing seed prints its replay line: make explore SEED=n N=1), BUDGET=10m stops starting
 ## schedules, WORLDS=4 sets of four nodes run side by side, MUTATIONS=stage-takeover,... re-introduces
-## known bugs (the explorer's self-check), TOPOLOGY=0.2, RESTART=0.15, LIMIT=0.4 and INLINE=0.5 are the
-## chances of the topology, node-restart, limit-order and inline-part-order actors per schedule
+## known bugs (the explorer's self-check), TOPOLOGY=0.2, RESTART=0.15, LIMIT=0.4, INLINE=0.5 and LOSS=0.15
+## are the chances of the topology, node-restart, limit-order, inline-part-order and data-loss actors per schedule
 ## (negative: never), PROFILE=stall parks many calls
 ## past the deadlines (PROFILE=calm: reorderings and delays only, no lost reply or crash;
 ## PROFILE=crash: calm, and half the actors die at a crash point; PROFILE=lossy: many lost replies
@@ -186,7 +187,7 @@ chaos: deps-redis $(if $(SENTINEL),deps-sentinel)
 explore: deps-redis
 	m=$$($(TESTMOD)) && $(GO) run -modfile=$$m ./internal/cmd/explore $(if $(SEED),-seed $(SEED)) -n $(or $(N),1000) $(if $(BUDGET),-budget $(BUDGET)) \
 		-worlds $(or $(WORLDS),4) $(if $(MUTATIONS),-mutations $(MUTATIONS)) $(if $(TOPOLOGY),-topology $(TOPOLOGY)) \
-		$(if $(RESTART),-restart $(RESTART)) $(if $(LIMIT),-limit $(LIMIT)) $(if $(INLINE),-inline $(INLINE)) \
+		$(if $(RESTART),-restart $(RESTART)) $(if $(LIMIT),-limit $(LIMIT)) $(if $(INLINE),-inline $(INLINE)) $(if $(LOSS),-loss $(LOSS)) \
 		$(if $(PROFILE),-profile $(PROFILE)) $(if $(V),-v)
 
 ## deps-bench: install nutcracker (twemproxy, the proxy baseline of the benchmarks) when it is missing.

@@ -123,6 +123,13 @@ const (
 	// once the record is decided: their settles meet nothing, and the
 	// stock they hold stays reserved.
 	MutationInlineUnwritten Mutation = "inline-unwritten"
+	// MutationInstallInline: a record moved by a topology change is
+	// installed as the local reserve wrote it, so its inline parts are
+	// read from it wherever it lands (inline.go, "Read where written"):
+	// moved back to the node whose part records were lost with an older
+	// copy of its data, a lost part reads as pending, and deciding the
+	// order moves another order's units.
+	MutationInstallInline Mutation = "install-inline"
 )
 
 // Mutator is implemented by a [Faults] that re-introduces mutations.

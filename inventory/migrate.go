@@ -28,6 +28,12 @@ var orderMoveOutScript = newScript("order-move-out", true, luaFile("order_move_o
 // "installed" or "exists".
 var orderInstallScript = newScript("order-install", true, luaFile("order_install.lua"))
 
+// orderInstallInlineScript is orderInstallScript without the reserved_at
+// it gives: sent in its place only when the injected faults re-introduce
+// [MutationInstallInline] (test-only, faults.go).
+var orderInstallInlineScript = newScript("order-install", true,
+	mustCut(luaFile("order_install.lua"), "if t.status == 'reserved' and not t.reserved_at then t.reserved_at = t.created end\n"))
+
 // quotaReadScript reads a quota counter. KEYS: 2 counter. Returns it.
 var quotaReadScript = newScript("quota-read", false, luaFile("quota_read.lua"))
 
@@ -57,7 +63,11 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 	if inv.crash(ctx, "move-out") {
 		return errCrashed
 	}
-	_, err = inv.run(ctx, dest, orderInstallScript, []string{orderKey(orderID)}, pttl, rec)
+	install := orderInstallScript
+	if inv.mutated(MutationInstallInline) {
+		install = orderInstallInlineScript // test-only (faults.go)
+	}
+	_, err = inv.run(ctx, dest, install, []string{orderKey(orderID)}, pttl, rec)
 	return err
 }
 

@@ -35,9 +35,16 @@ type observed struct {
 	refused   map[string][]refusal           // Reserve calls refused for good
 	// extra is stock loaded during the schedule, by stock key (-1: a
 	// load whose outcome is unknown).
-	extra  map[string]int64
-	log    []string
-	closer []func() // run after the schedule's actors finished
+	extra map[string]int64
+	// losses are the nodes the data-loss actor rolled back (loss.go);
+	// atT1 are the orders the topology actor reserved at T1; problems
+	// are violations an actor saw as it ran (kind: detail).
+	losses   []string
+	atT1     []orderPlan
+	routers  []*router.Router // made by actors (the topology actor's of T1)
+	problems []string
+	log      []string
+	closer   []func() // run after the schedule's actors finished
 	// died is told every Reserve's error (Scheduler.Died): an attempt
 	// stopped at a fan-out crash point kills its actor only on return.
 	died func(ctx context.Context, err error)
@@ -74,6 +81,20 @@ func (o *observed) loaded(key string, qty int64, err error) {
 	default:
 		o.extra[key] += qty
 	}
+}
+
+// lost records that node name went back to an older copy of its data.
+func (o *observed) lost(name string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.losses = append(o.losses, name)
+}
+
+// problem records a violation an actor saw as it ran.
+func (o *observed) problem(kind, format string, a ...any) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.problems = append(o.problems, kind+": "+fmt.Sprintf(format, a...))
 }
 
 // closeLater runs fn once the schedule's actors finished.
@@ -230,6 +251,9 @@ func (w *World) reserveAtT1(ctx context.Context, o *observed, s *Scheduler, orde
 		return
 	}
 	o.closeLater(func() { _ = r.Close() })
+	o.mu.Lock()
+	o.routers = append(o.routers, r)
+	o.mu.Unlock()
 	inv, err := inventory.New(r, inventory.Options{Logger: discard, Faults: s, AttemptLease: attemptLease, GroupCommit: 1, CarryWait: s.carryWait})
 	if err != nil {
 		o.note("topology", "T1 instance", err)
@@ -242,6 +266,9 @@ func (w *World) reserveAtT1(ctx context.Context, o *observed, s *Scheduler, orde
 	o.note("topology", "LoadStock c/s 4 at T1", err)
 	o.loaded(inventory.StockKey("c", "s"), 4, err)
 	o4 := orderPlan{ID: order, User: user, Items: []inventory.Item{{Route: "a", SKU: "s", Quantity: 1}, {Route: "c", SKU: "s", Quantity: 2}}}
+	o.mu.Lock()
+	o.atT1 = append(o.atT1, o4)
+	o.mu.Unlock()
 	// A client of its own (its own fates and crash): its attempt may die
 	// at a crash point and leave the removal of n4 its staging record.
 	s.Sub(ctx, "reserve-"+order+"@T1", o.reserve(inv, "reserve-"+order+"@T1", o4, 1))

@@ -154,34 +154,56 @@ func atoi(s string) int64 {
 	return n
 }
 
-type violations struct{ list []string }
+type violations struct {
+	list    []string
+	exposed map[string]bool // orders a node's data loss exposed (loss.go)
+	excused []string        // violations about them, not listed
+}
 
 func (v *violations) add(kind, format string, a ...any) {
 	v.list = append(v.list, kind+": "+fmt.Sprintf(format, a...))
 }
 
-// check runs every check; it returns the violations found.
-func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.Homes) []string {
-	v := &violations{}
+// order adds a violation about order id, or counts it as excused when a
+// node's data loss exposed the order.
+func (v *violations) order(id, kind, format string, a ...any) {
+	if v.exposed[id] {
+		v.excused = append(v.excused, kind+": "+fmt.Sprintf(format, a...))
+		return
+	}
+	v.add(kind, format, a...)
+}
+
+// check runs every check; it returns the violations found and those it
+// excused: those about the orders in exposed (a node's accepted data
+// loss may have taken what they held: loss.go). lostStock are the stock
+// keys whose total over all nodes a data loss may have changed (lossMoved):
+// for them only the sum of the nodes' counters is held against the sum of
+// their loaded counts.
+func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.Homes, exposed, lostStock map[string]bool) (found, excused []string) {
+	v := &violations{exposed: exposed}
 	for _, name := range allNodes {
 		for _, b := range st.nodes[name].bad {
 			v.add("bad-record", "node %s: %s", name, b)
 		}
 	}
-	checkStock(v, st, obs)
+	checkStock(v, st, obs, lostStock)
 	checkQuota(v, st)
 	checkOrders(v, st, obs, orders, homes)
 	checkQuiet(v, st)
-	return v.list
+	return v.list, v.excused
 }
 
-func checkStock(v *violations, st *worldState, obs *observed) {
+func checkStock(v *violations, st *worldState, obs *observed, lostStock map[string]bool) {
 	type sums struct{ pending, confirmed int64 }
 	for _, k := range skus {
 		key := inventory.StockKey(k.Route, k.SKU)
 		obs.mu.Lock()
 		extra := obs.extra[key]
 		obs.mu.Unlock()
+		if lostStock[key] {
+			extra = -1
+		}
 		var total, loaded int64
 		for _, name := range allNodes {
 			ns := st.nodes[name]
@@ -317,9 +339,9 @@ func checkOrders(v *violations, st *worldState, obs *observed, orders []orderPla
 
 func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *inventory.Homes) {
 	if len(ov.recOn) > 1 {
-		v.add("decided-once", "order %s: live record on several nodes %v", id, ov.recOn)
+		v.order(id, "decided-once", "order %s: live record on several nodes %v", id, ov.recOn)
 	} else if len(ov.recOn) == 1 && ov.recOn[0] != homes.Home(id) {
-		v.add("decided-once", "order %s: record on %s, its home is %s", id, ov.recOn[0], homes.Home(id))
+		v.order(id, "decided-once", "order %s: record on %s, its home is %s", id, ov.recOn[0], homes.Home(id))
 	}
 	status, token := inventory.OrderMissing, ""
 	if ov.rec != nil {
@@ -335,7 +357,7 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 		// (nothing pending is left here).
 		for _, p := range ov.parts {
 			if p.Token == token && !p.Tombstone && p.State != inventory.PartCancelled {
-				v.add("decided-once", "order %s is still staging at quiescence, with part %s on %s (%s)", id, p.ID, ov.where[p], p.State)
+				v.order(id, "decided-once", "order %s is still staging at quiescence, with part %s on %s (%s)", id, p.ID, ov.where[p], p.State)
 				break
 			}
 		}
@@ -344,7 +366,7 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 		// its removal) leaves it staging for good (safety issue A2).
 		for _, rp := range ov.rec.Parts {
 			if !slices.Contains(nodesT0, rp.Node) {
-				v.add("decided-once", "order %s is still staging at quiescence, promising part %s on %s, which is not in the topology: no one can decide it", id, rp.ID, rp.Node)
+				v.order(id, "decided-once", "order %s is still staging at quiescence, promising part %s on %s, which is not in the topology: no one can decide it", id, rp.ID, rp.Node)
 				break
 			}
 		}
@@ -354,7 +376,7 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 	// reported below.
 	case inventory.OrderReserved:
 		if time.Since(ov.rec.Deadline) > healBound {
-			v.add("decided-once", "order %s is still reserved, %s past its deadline", id, time.Since(ov.rec.Deadline).Round(time.Millisecond))
+			v.order(id, "decided-once", "order %s is still reserved, %s past its deadline", id, time.Since(ov.rec.Deadline).Round(time.Millisecond))
 		}
 	}
 	for _, p := range ov.parts {
@@ -367,7 +389,7 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 			want = inventory.PartConfirmed
 		}
 		if p.State != want {
-			v.add("decided-once", "order %s is %s (token %s), but part %s on %s (token %s) is %s", id, status, token, p.ID, where, p.Token, p.State)
+			v.order(id, "decided-once", "order %s is %s (token %s), but part %s on %s (token %s) is %s", id, status, token, p.ID, where, p.Token, p.State)
 		}
 	}
 	if status == inventory.OrderConfirmed {
@@ -378,7 +400,7 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 		for _, rp := range ov.rec.Parts {
 			p := byID[rp.Node+"/"+rp.ID]
 			if p == nil || p.State != inventory.PartConfirmed || p.Qty != rp.Qty {
-				v.add("decided-once", "order %s is confirmed, its part %s on %s is %v", id, rp.ID, rp.Node, p)
+				v.order(id, "decided-once", "order %s is confirmed, its part %s on %s is %v", id, rp.ID, rp.Node, p)
 			}
 		}
 	}
@@ -391,21 +413,21 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 		switch status {
 		case inventory.OrderReserved, inventory.OrderConfirmed, inventory.OrderCancelled:
 			if got := recordReceipts(ov.rec); fmt.Sprint(got) != fmt.Sprint(sortReceipts(receipts)) {
-				v.add("acked-gone", "order %s: Reserve answered %v, the record holds %v", id, sortReceipts(receipts), got)
+				v.order(id, "acked-gone", "order %s: Reserve answered %v, the record holds %v", id, sortReceipts(receipts), got)
 			}
 			if status == inventory.OrderCancelled && ov.rec.Reason == "expired" {
 				checkHeldToDeadline(v, id, ov)
 			}
 		default:
-			v.add("acked-gone", "order %s: Reserve answered success, the order is %s", id, status)
+			v.order(id, "acked-gone", "order %s: Reserve answered success, the order is %s", id, status)
 		}
 	}
 	checkRefusedHeld(v, id, ov, obs, status)
 	if confirmedBy != "" && status != inventory.OrderConfirmed {
-		v.add("acked-gone", "order %s: %s was told confirmed, the order is %s", id, confirmedBy, status)
+		v.order(id, "acked-gone", "order %s: %s was told confirmed, the order is %s", id, confirmedBy, status)
 	}
 	if cancelledBy != "" && status != inventory.OrderCancelled {
-		v.add("decided-once", "order %s: %s was told cancelled, the order is %s", id, cancelledBy, status)
+		v.order(id, "decided-once", "order %s: %s was told cancelled, the order is %s", id, cancelledBy, status)
 	}
 }
 
@@ -444,7 +466,7 @@ func checkRefusedHeld(v *violations, id string, ov *orderView, obs *observed, st
 	}
 	for _, r := range refusals {
 		if !last.IsZero() && last.Before(r.start.Add(-2*time.Millisecond)) {
-			v.add("refused-held", "order %s is %s by attempt %s, whose every part was taken by %s, %s before %s's Reserve began; that call answered %v",
+			v.order(id, "refused-held", "order %s is %s by attempt %s, whose every part was taken by %s, %s before %s's Reserve began; that call answered %v",
 				id, status, ov.rec.Token, last.Format("15:04:05.000"), r.start.Sub(last).Round(time.Millisecond), r.who, r.err)
 		}
 	}
@@ -462,7 +484,7 @@ func checkHeldToDeadline(v *violations, id string, ov *orderView) {
 				continue
 			}
 			if early := ov.rec.Deadline.Sub(p.SettledAt); early > 0 {
-				v.add("acked-gone", "order %s: acknowledged, its part %s on %s was cancelled %s before the reservation's deadline",
+				v.order(id, "acked-gone", "order %s: acknowledged, its part %s on %s was cancelled %s before the reservation's deadline",
 					id, p.ID, rp.Node, early.Round(time.Millisecond))
 			}
 		}

@@ -5,7 +5,8 @@
 // A schedule is one seed. Its actors (a Reserve attempt, a concurrent
 // retry of the same order on a second instance, Confirm, Cancel, a second
 // order, topology apply adding and removing a node, a node restart from
-// its AOF, and, once the deadlines passed, the reconciler on both
+// its AOF, a node going back to an older copy of its data and accepted
+// (loss.go), and, once the deadlines passed, the reconciler on both
 // instances) run against one World (world.go). Every script call of every
 // actor passes through the schedule's Scheduler (sched.go, the
 // inventory.Faults of both instances and of the topology apply), which
@@ -43,20 +44,25 @@ type Config struct {
 	StopAtFirst bool
 	// Options configures every schedule.
 	Options Options
-	// Progress, if set, receives a line per failing schedule and a
-	// summary line every 100 schedules.
+	// Progress, if set, receives a line per failing schedule, a line per
+	// schedule with excused violations (Result.Excused) and a summary
+	// line every 100 schedules.
 	Progress io.Writer
 }
 
 // Summary is what Explore found.
 type Summary struct {
-	Ran      int
-	Failed   []Result // in seed order
-	Took     time.Duration
-	Busy     time.Duration // schedules' time summed over worlds
-	Waited   time.Duration // of Busy, waiting for deadlines
-	Slowest  time.Duration
-	WorldErr []error
+	Ran     int
+	Failed  []Result // in seed order
+	Took    time.Duration
+	Busy    time.Duration // schedules' time summed over worlds
+	Waited  time.Duration // of Busy, waiting for deadlines
+	Slowest time.Duration
+	// Losses counts the schedules in which a node lost acknowledged
+	// writes and was accepted (Result.Lost); Excused sums their excused
+	// violations (Result.Excused).
+	Losses, Excused int
+	WorldErr        []error
 	// Last is the last schedule that finished (for a replay of one seed).
 	Last Result
 }
@@ -136,6 +142,13 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 				sum.Busy += res.Took
 				sum.Waited += res.Waited
 				sum.Slowest = max(sum.Slowest, res.Took)
+				sum.Excused += res.Excused
+				if len(res.Lost) > 0 {
+					sum.Losses++
+				}
+				if res.Excused > 0 && cfg.Progress != nil {
+					fmt.Fprintf(cfg.Progress, "seed %d: %d violation(s) excused, about orders exposed when %v lost acknowledged writes\n", seed, res.Excused, res.Lost)
+				}
 				sum.Last = res
 				if len(res.Violations) > 0 {
 					sum.Failed = append(sum.Failed, res)

@@ -46,14 +46,14 @@ var mutationCases = []struct {
 }{
 	// A3: the transfer of the leaving node's stock writes part of its
 	// change, then fails (every one of seeds 1 to 30 finds it).
-	{inventory.MutationXferNegativeZero, Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1}, 1, 20},
+	{inventory.MutationXferNegativeZero, Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: -1}, 1, 20},
 	// A2: the topology actor's order dies after its stage landed (a
 	// crash-point fate), and the removal of n4 writes stable with its
 	// record staging, promising a part on n4. Seeds 22 and 25 of the
 	// first 40 find it, 9 of seeds 41 to 100 (42, 45 and 48 among them):
 	// from 20, 64 schedules hold several chances should the first two not
 	// repeat.
-	{inventory.MutationApplyLeavesStaging, Options{Profile: "crash", Topology: 1, Restart: -1, Limit: -1, Inline: -1}, 20, 64},
+	{inventory.MutationApplyLeavesStaging, Options{Profile: "crash", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: -1}, 20, 64},
 	// A limit refusal withdrawn: o6's first attempt takes its quota and
 	// its stock, its stage is held back; the retry's stage lands, its
 	// quota part is refused by the first attempt's units, it withdraws
@@ -63,12 +63,12 @@ var mutationCases = []struct {
 	// 49, 60, 67 before each schedule drew how one-round commits travel;
 	// again 15, 49 and 60 of seeds 1 to 64 on 2026-12-01), so from 13, 64
 	// schedules hold three chances, not one.
-	{inventory.MutationLimitWithdraw, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: 1, Inline: -1}, 13, 64},
+	{inventory.MutationLimitWithdraw, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: 1, Inline: -1, Loss: -1}, 13, 64},
 	// An inline part left without a record by its order's decision
 	// (inventory/inline.go): the inline-part order is confirmed, cancelled
 	// or expired, and its part's settle finds nothing (20 of seeds 1 to
 	// 30 find it).
-	{inventory.MutationInlineUnwritten, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: -1, Inline: 1}, 1, 10},
+	{inventory.MutationInlineUnwritten, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: -1, Inline: 1, Loss: -1}, 1, 10},
 }
 
 // mutationBudget bounds the look for each mutation (the n schedules take

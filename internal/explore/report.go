@@ -36,6 +36,9 @@ func ReplayCommand(seed int64, opts Options) string {
 	if opts.Inline != 0 {
 		cmd += fmt.Sprintf(" INLINE=%g", opts.Inline)
 	}
+	if opts.Loss != 0 {
+		cmd += fmt.Sprintf(" LOSS=%g", opts.Loss)
+	}
 	return cmd
 }
 
@@ -45,7 +48,7 @@ func ParseMutations(s string) ([]inventory.Mutation, error) {
 		return nil, nil
 	}
 	known := []inventory.Mutation{inventory.MutationStageTakeover, inventory.MutationApplyLeavesStaging,
-		inventory.MutationXferNegativeZero, inventory.MutationLimitWithdraw, inventory.MutationFenceSkip, inventory.MutationInlineUnwritten}
+		inventory.MutationXferNegativeZero, inventory.MutationLimitWithdraw, inventory.MutationFenceSkip, inventory.MutationInlineUnwritten, inventory.MutationInstallInline}
 	var out []inventory.Mutation
 	for _, f := range strings.Split(s, ",") {
 		m := inventory.Mutation(strings.TrimSpace(f))
@@ -91,6 +94,9 @@ func WriteSummary(out io.Writer, s Summary) {
 	fmt.Fprintf(out, "explore: %d schedules in %s, %d failing; %s per schedule on average (%s of it waiting for deadlines), slowest %s\n",
 		s.Ran, s.Took.Round(time.Millisecond), len(s.Failed), per.Round(time.Millisecond),
 		(s.Waited / time.Duration(max(s.Ran, 1))).Round(time.Millisecond), s.Slowest.Round(time.Millisecond))
+	if s.Losses > 0 {
+		fmt.Fprintf(out, "explore: %d schedule(s) had a node lose acknowledged writes and accepted; %d violation(s) about the orders exposed were excused\n", s.Losses, s.Excused)
+	}
 	for _, err := range s.WorldErr {
 		fmt.Fprintf(out, "explore: world error: %v\n", err)
 	}

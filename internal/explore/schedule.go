@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/shardis/shardis/inventory"
@@ -35,6 +37,12 @@ type Options struct {
 	// as they did before it was added).
 	// default: 0.5
 	Inline float64
+	// Loss is the chance that a schedule has the data-loss actor (one of
+	// n1..n3 goes back to an older copy of its data and is accepted:
+	// loss.go); a negative one is 0, and then the schedule draws nothing
+	// for it (its seeds run as they did before it was added).
+	// default: 0.15
+	Loss float64
 }
 
 func (o Options) probs() (Probs, error) {
@@ -66,6 +74,9 @@ func (o Options) withDefaults() Options {
 	if o.Inline == 0 {
 		o.Inline = 0.5
 	}
+	if o.Loss == 0 {
+		o.Loss = 0.15
+	}
 	return o
 }
 
@@ -73,11 +84,17 @@ func (o Options) withDefaults() Options {
 type Result struct {
 	Seed       int64
 	Violations []string // empty: every check held
-	Trace      []string // the scheduler's picks and fates, and crash points
-	Log        []string // what each actor was told
-	Digest     string   // of the trace's decisions: equal on every run of the seed that decided alike
-	Took       time.Duration
-	Waited     time.Duration // of Took, spent waiting for deadlines
+	// Excused counts the violations about orders a node's accepted data
+	// loss exposed (loss.go): expected by design, not failures.
+	Excused int
+	// Lost are the nodes the data-loss actor rolled back to an older copy
+	// holding fewer writes than were acknowledged, then accepted.
+	Lost   []string
+	Trace  []string // the scheduler's picks and fates, and crash points
+	Log    []string // what each actor was told
+	Digest string   // of the trace's decisions: equal on every run of the seed that decided alike
+	Took   time.Duration
+	Waited time.Duration // of Took, spent waiting for deadlines
 }
 
 // scheduleLimit bounds one schedule (see RunSchedule).
@@ -139,7 +156,7 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	t0 := time.Now()
 	orders := w.phase1(ctx, s, obs, insts, opts)
 	t1 := time.Now()
-	waited := w.phase2(ctx, s, obs, insts)
+	waited := w.phase2(ctx, s, obs, insts, orders, opts)
 	s.Wait()
 	for _, inv := range insts {
 		inv.Close()
@@ -160,7 +177,19 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	if topoProblem != "" {
 		res.Violations = append(res.Violations, "topology-migrating: "+topoProblem)
 	}
-	res.Violations = append(res.Violations, check(st, obs, orders, w.homes)...)
+	obs.mu.Lock()
+	res.Violations = append(res.Violations, obs.problems...)
+	exposed, err := w.lossExposure(obs.losses, slices.Concat(orders, obs.atT1))
+	lostStock := w.lossMoved(obs.losses)
+	obs.mu.Unlock()
+	if err != nil {
+		return res, err
+	}
+	found, excused := check(st, obs, orders, w.homes, exposed, lostStock)
+	res.Violations, res.Excused, res.Lost = append(res.Violations, found...), len(excused), slices.Clone(obs.losses)
+	for _, e := range excused {
+		s.Note("-- excused (%s lost acknowledged writes): %s", strings.Join(obs.losses, ", "), e)
+	}
 	res.Trace, res.Log, res.Digest = s.Trace(), obs.log, s.Digest()
 	res.Took = time.Since(start)
 	return res, nil
@@ -272,6 +301,10 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		name := nodesT0[s.Intn(len(nodesT0))]
 		s.Go(ctx, "restart", w.restart(obs, s, "restart", name))
 	}
+	if opts.Loss > 0 && s.Chance(opts.Loss) {
+		plan := lossPlan{node: nodesT0[s.Intn(len(nodesT0))], before: s.Intn(6), held: 1 + s.Intn(30), out: s.Intn(8)}
+		s.Go(ctx, "loss", w.loss(obs, s, "loss", plan))
+	}
 	s.Run()
 	return orders
 }
@@ -313,6 +346,9 @@ func (w *World) inlineOrder(moving bool) string {
 	panic(fmt.Sprintf("explore: no id of p1..p100 homed on n2 at T0 (moving at T1: %v)", moving))
 }
 
+// isInlineOrder reports whether id is one inlineOrder returns.
+func isInlineOrder(id string) bool { return strings.HasPrefix(id, "p") }
+
 // t1Orders are the ids the topology actor's order may have (homes at T1:
 // n4, n1, n2).
 var t1Orders = []string{"o4", "o7", "o9"}
@@ -324,8 +360,11 @@ var t1Users = []string{"u4", "u6"}
 
 // phase2 waits until every part still pending is past its deadline, then
 // runs the reconciler on both instances, with a late Confirm and a late
-// retry sometimes, under the same scheduler. It returns the time waited.
-func (w *World) phase2(ctx context.Context, s *Scheduler, obs *observed, insts []*inventory.Inventory) time.Duration {
+// retry sometimes, and, in schedules that may have the data-loss actor,
+// a late Cancel or Confirm of the inline-part order sometimes (its record
+// may have moved away and back around a loss of its part: loss.go), under
+// the same scheduler. It returns the time waited.
+func (w *World) phase2(ctx context.Context, s *Scheduler, obs *observed, insts []*inventory.Inventory, orders []orderPlan, opts Options) time.Duration {
 	_, latest, n, err := w.pendingSpan(ctx)
 	parked := s.Parked()
 	if (err != nil || n == 0) && !parked {
@@ -348,6 +387,19 @@ func (w *World) phase2(ctx context.Context, s *Scheduler, obs *observed, insts [
 	s.Go(ctx, "recon@i1", obs.reconcile(insts[1], "recon@i1", 2))
 	if s.Chance(0.5) {
 		s.Go(ctx, "late-confirm-o1", obs.confirm(insts[s.Intn(len(insts))], "late-confirm-o1", "o1", 3))
+	}
+	if opts.Loss > 0 { // drawn only then: other seeds run as before
+		for _, o := range orders {
+			if !isInlineOrder(o.ID) || !s.Chance(0.5) {
+				continue
+			}
+			inv := insts[s.Intn(len(insts))]
+			if s.Chance(0.5) {
+				s.Go(ctx, "late-cancel-"+o.ID, obs.cancel(inv, "late-cancel-"+o.ID, o.ID))
+			} else {
+				s.Go(ctx, "late-confirm-"+o.ID, obs.confirm(inv, "late-confirm-"+o.ID, o.ID, 2))
+			}
+		}
 	}
 	if s.Chance(0.2) {
 		o1 := orderPlan{ID: "o1", User: "u", Items: []inventory.Item{

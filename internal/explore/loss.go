@@ -1,0 +1,301 @@
+package explore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
+)
+
+// The data-loss actor: a node goes back to an older copy of its data (a
+// restored backup, writes lost before they reached disk), is refused, and
+// is accepted as an operator would accept it (router.AcceptNode). What it
+// lost is lost by design (SECURITY.md); what must still hold is
+// everything else: no oversell, no stock from nothing, no part settled
+// twice, nothing left pending, no other order's promise broken.
+//
+// Three scheduled steps, with a drawn number of picks of other actors'
+// calls between them:
+//
+//  1. copy: the node's AOF is rewritten (so no rewrite runs during the
+//     copy, and the copy is whole) and copied;
+//  2. roll back: the node is killed, the copy put back, the node
+//     restarted; the step waits until a router refuses it
+//     (node.ErrRolledBack), so no scheduled call reaches the older data
+//     before it is refused. A node that lost no write a router saw
+//     acknowledged lost nothing a client relies on (a write whose reply
+//     was lost has an outcome no client knows): no one refuses it, the
+//     actor ends there, and every check holds as ever;
+//  3. accept: the node's write sequence must not have moved since its
+//     restart (no write reached the older data while it was refused),
+//     then it is accepted and the step waits until every router uses it.
+//
+// The operator's other step after an accept, `shardis topology apply`
+// of the current topology (a copy older than the last apply holds the
+// previous epoch's record: topology/doc.go), is the heal's: it finds the
+// nodes at different tokens and applies T0 again.
+//
+// An actor that dies between 2 and 3 (its scheduler step cancelled by the
+// watchdog) is accepted anyway, unscheduled: an operator accepts the node
+// sooner or later, and the heal needs it.
+//
+// The checks (check.go) excuse the per-order violations of the orders the
+// node's loss exposes (lossExposure): the orders of phase 1 and the
+// topology actor's order whose items, quota parts or record home could
+// live on the node. The node-level checks (counters against parts, stock
+// conserved, quota counters, nothing pending, the topology stable) and
+// the orders begun after the accept (phase 2's) are checked as ever.
+
+// lossPlan is a data-loss actor's draws: its node and how many picks of
+// other calls pass between its steps.
+type lossPlan struct {
+	node              string
+	before, held, out int // waits before the copy, between copy and roll back, roll back and accept
+}
+
+// loss is the data-loss actor of plan.
+func (w *World) loss(o *observed, s *Scheduler, who string, plan lossPlan) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		wait := func(n int) {
+			for range n {
+				_ = s.Step(ctx, who+" waits", func() error { return nil })
+			}
+		}
+		name := plan.node
+		wait(plan.before)
+		snap := filepath.Join(w.srvs[name].Dir(), fmt.Sprintf("snapshot-%d", time.Now().UnixNano()))
+		defer os.RemoveAll(snap) // put in place by the roll back, or left over
+		err := s.Step(ctx, "copy "+name, func() error { return w.copyData(ctx, name, snap) })
+		o.note(who, "copy "+name+"'s data", err)
+		if err != nil {
+			return
+		}
+		wait(plan.held)
+		var restarted int64 = -1 // the write sequence the older copy came back with
+		err = s.Step(ctx, "roll back "+name, func() (err error) {
+			restarted, err = w.rollBack(ctx, o, name, snap)
+			return err
+		})
+		o.note(who, "roll back "+name+" to the copy", err)
+		if restarted < 0 {
+			return // nothing lost, or not restarted (a world error, at the heal)
+		}
+		o.lost(name)
+		wait(plan.out)
+		err = s.Step(ctx, "accept "+name, func() error { return w.accept(ctx, o, name, restarted) })
+		if errors.Is(err, inventory.ErrCrashed) || ctx.Err() != nil {
+			err = w.accept(context.Background(), o, name, restarted)
+		}
+		o.note(who, "accept "+name, err)
+	}
+}
+
+// copyData rewrites node name's AOF, waits for the rewrite to end, and
+// copies it to snap.
+func (w *World) copyData(ctx context.Context, name, snap string) error {
+	c := w.direct[name]
+	if err := c.BgRewriteAOF(ctx).Err(); err != nil && !strings.Contains(err.Error(), "in progress") {
+		return fmt.Errorf("explore: rewriting %s's AOF: %w", name, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := c.Info(ctx, "persistence").Result()
+		if err != nil {
+			return err
+		}
+		if strings.Contains(info, "aof_rewrite_in_progress:0") && strings.Contains(info, "aof_rewrite_scheduled:0") {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("explore: %s's AOF rewrite did not end within 10s", name)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return w.srvs[name].CopyAOF(snap)
+}
+
+// rollBack restarts node name from the copy snap. It returns the write
+// sequence the node came back with when the node lost a write some router
+// saw acknowledged, once a router refuses it; -1 when it lost nothing a
+// router saw acknowledged (a write whose reply was lost is a write whose
+// outcome no client knows: losing it is not losing data), or did not
+// restart. A node that lost an acknowledged write and that no router
+// refuses within 5s is a violation (o.problem): the step ends, and the
+// actors' calls may then reach the older data.
+func (w *World) rollBack(ctx context.Context, o *observed, name, snap string) (int64, error) {
+	before, err := w.seq(ctx, name)
+	if err != nil {
+		return -1, err
+	}
+	if err := w.srvs[name].RestartFrom(snap); err != nil {
+		return -1, err
+	}
+	after, err := w.seq(ctx, name)
+	if err != nil {
+		return -1, err
+	}
+	// Marks of the node's writes reach its peers up to a heartbeat after
+	// the write (node/witness.go), from the actors' routers and from the
+	// short-lived ones of a topology apply: a few heartbeats for them.
+	var seen int64
+	for wait := time.Now().Add(4 * w.cfg0.Health.Heartbeat); ; time.Sleep(2 * time.Millisecond) {
+		seen = max(w.maxSeen(o, name), w.witnessed(ctx, name))
+		if seen > after || w.refused(o, name) || time.Now().After(wait) {
+			break
+		}
+	}
+	if after >= before || (seen <= after && !w.refused(o, name)) {
+		o.note("loss", fmt.Sprintf("%s came back at write seq %d (was %d, %d seen acknowledged): nothing acknowledged lost", name, after, before, seen), nil)
+		return -1, nil
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !w.refused(o, name) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			o.problem("rollback-undetected", "node %s came back from an older copy (write seq %d, was %d, %d seen acknowledged) and no router refused it within 5s", name, after, before, seen)
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return after, nil
+}
+
+// allRouters are the world's routers and those the actors made (o.routers).
+func (w *World) allRouters(o *observed) []*router.Router {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append(append([]*router.Router{w.healR}, w.routers...), o.routers...)
+}
+
+// maxSeen is the highest write sequence of node name that a router saw
+// acknowledged.
+func (w *World) maxSeen(o *observed, name string) int64 {
+	var seen int64
+	for _, r := range w.allRouters(o) {
+		if n, err := r.Node(name); err == nil {
+			seen = max(seen, n.MaxSeq())
+		}
+	}
+	return seen
+}
+
+// witnessed is the highest write sequence of node name's current
+// incarnation that its peers hold a mark of.
+func (w *World) witnessed(ctx context.Context, name string) int64 {
+	inc, err := w.direct[name].HGet(ctx, node.StampKey, "incarnation").Result()
+	if err != nil {
+		return 0
+	}
+	var seen int64
+	for _, peer := range allNodes {
+		if peer == name {
+			continue
+		}
+		if v, err := w.direct[peer].HGet(ctx, node.WitnessKey, name).Result(); err == nil {
+			if m, err := node.ParseMark(v); err == nil && m.Incarnation == inc {
+				seen = max(seen, m.Seq)
+			}
+		}
+	}
+	return seen
+}
+
+// refused reports whether some router refuses node name for having gone
+// back.
+func (w *World) refused(o *observed, name string) bool {
+	for _, r := range w.allRouters(o) {
+		if n, err := r.Node(name); err == nil && errors.Is(n.DownReason(), node.ErrRolledBack) {
+			return true
+		}
+	}
+	return false
+}
+
+// accept accepts node name, which came back at write sequence restarted,
+// through the healer's router, and waits until every router uses it. A
+// sequence that moved since is a violation: a write reached the older
+// data while it should have been refused.
+func (w *World) accept(ctx context.Context, o *observed, name string, restarted int64) error {
+	if now, err := w.seq(ctx, name); err == nil && now > restarted {
+		o.problem("rollback-undetected", "node %s applied %d write(s) to its older data before it was accepted", name, now-restarted)
+	}
+	if _, err := w.healR.AcceptNode(ctx, name); err != nil {
+		return err
+	}
+	return w.waitUsable(ctx)
+}
+
+// seq reads node name's write sequence (its stamp's seq), retrying over a
+// restart's dropped connection for up to 2s.
+func (w *World) seq(ctx context.Context, name string) (int64, error) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		v, err := w.direct[name].HGet(ctx, node.StampKey, "seq").Int64()
+		if errors.Is(err, redis.Nil) {
+			return 0, nil
+		}
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return v, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// lossExposure is the set of order ids whose per-order checks a loss of
+// the nodes lost excuses: those of plans (phase 1's orders and the
+// topology actor's) with an item on a route the node serves at T0 or T1
+// (its stock and quota parts live there) or a home on the node at T0 or
+// T1 (its record does).
+func (w *World) lossExposure(lost []string, plans []orderPlan) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(lost) == 0 {
+		return out, nil
+	}
+	r0, r1 := w.cfg0.Servers["inventory"].Routes, w.cfg1.Servers["inventory"].Routes
+	homes1, err := inventory.NewHomes(w.cfg1)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range lost {
+		for _, p := range plans {
+			touches := w.homes.Home(p.ID) == name || homes1.Home(p.ID) == name
+			for _, it := range p.Items {
+				touches = touches || slices.Contains(r0[it.Route], name) || slices.Contains(r1[it.Route], name)
+			}
+			if touches {
+				out[p.ID] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// lossMoved are the stock keys whose total over all nodes the loss of
+// the nodes lost may change: those of SKUs on a route the node serves
+// whose nodes differ between T0 and T1 (route c: the topology actor loads
+// stock on it at T1 and moves n4's stock back to n3, and the node may
+// lose either). Every other SKU's stock was all loaded before the copy.
+func (w *World) lossMoved(lost []string) map[string]bool {
+	out := map[string]bool{}
+	r0, r1 := w.cfg0.Servers["inventory"].Routes, w.cfg1.Servers["inventory"].Routes
+	for _, k := range skus {
+		if slices.Equal(r0[k.Route], r1[k.Route]) {
+			continue
+		}
+		for _, name := range lost {
+			if slices.Contains(r0[k.Route], name) || slices.Contains(r1[k.Route], name) {
+				out[inventory.StockKey(k.Route, k.SKU)] = true
+			}
+		}
+	}
+	return out
+}
