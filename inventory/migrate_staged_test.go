@@ -155,16 +155,48 @@ func TestTopologyRemoveNodeStagedPart(t *testing.T) {
 // TestTopologyMutationApplyLeavesStaging checks the explorer's mutation:
 // with MutationApplyLeavesStaging the apply writes stable with a staging
 // record undecided, whose promised part is on the removed node, as before
-// the fix: Confirm cannot decide it any more.
+// the fix. Whoever meets such a record (here a Confirm, and a Cancel of
+// another one) reads that part as gone (staged.go, "Parts on a node that
+// left") and decides the record failed, cancelling its other parts;
+// before that rule it could never be decided, and its home's parts held
+// their stock for good.
 func TestTopologyMutationApplyLeavesStaging(t *testing.T) {
 	s := newStagedLeave(t)
 	s.apply(&topoFaults{mut: MutationApplyLeavesStaging})
 	inv := openInv(t, s.new, Options{AttemptLease: stagedLease})
-	id := s.ids["confirm"]
-	if _, err := inv.Confirm(s.e.ctx, id); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotFound) {
-		t.Fatalf("Confirm after the mutated apply = %v, want ErrUnavailable (a promised part on n3, out of reach)", err)
+	promised := map[string][]OrderPart{} // role → its record's pending parts off n3
+	for _, role := range []string{"confirm", "cancel"} {
+		home, err := inv.orderHome(inv.topology(s.e.ctx), s.ids[role])
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := DecodeOrder(s.ids[role], orderFieldsOn(t, s.e.ctx, s.e.clients[home.Name()], s.ids[role]))
+		if err != nil || rec.Status != OrderStaging {
+			t.Fatalf("order %s (%s) after the mutated apply: %+v, %v; want staging (left undecided)", s.ids[role], role, rec, err)
+		}
+		for _, p := range rec.Parts { // the stage took its home's; the others were never taken
+			if p.Node != "n3" && partFieldsOn(t, s.e.ctx, s.e.clients[p.Node], p.ID)["state"] == string(PartPending) {
+				promised[role] = append(promised[role], p)
+			}
+		}
+		if len(promised[role]) == 0 {
+			t.Fatalf("order %s holds no pending part off n3: nothing to check", s.ids[role])
+		}
 	}
-	if st := s.status(inv, id); st != "staging" {
-		t.Fatalf("order %s is %q after the mutated apply, want staging (left undecided)", id, st)
+	if _, err := inv.Confirm(s.e.ctx, s.ids["confirm"]); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Confirm after the mutated apply = %v, want ErrNotFound (the record failed: its part on n3 is gone)", err)
+	}
+	if out, err := inv.Cancel(s.e.ctx, s.ids["cancel"]); err != nil {
+		t.Fatalf("Cancel after the mutated apply = %+v, %v", out, err)
+	}
+	for role, parts := range promised {
+		if st := s.status(inv, s.ids[role]); st != "failed" && !(role == "cancel" && st == "cancelled") {
+			t.Errorf("order %s (%s) is %q, want decided (failed, or cancelled by the Cancel)", s.ids[role], role, st)
+		}
+		for _, p := range parts {
+			if f := partFieldsOn(t, s.e.ctx, s.e.clients[p.Node], p.ID); f["state"] != string(PartCancelled) {
+				t.Errorf("part %s on %s of failed order %s is %v, want cancelled", p.ID, p.Node, s.ids[role], f)
+			}
+		}
 	}
 }

@@ -79,6 +79,11 @@ const (
 	probeAbsent    probeWord = "absent"    // inspect: no record, nothing written
 	probeLost      probeWord = "lost"      // no record on a node of another incarnation: nothing written
 	probePrevented probeWord = "prevented" // prevent: no record, a tombstone written
+	// probeGone is not a script's reply: the part's node left the
+	// topology, which is stable without it, and this instance no longer
+	// has it (staged.go, "Parts on a node that left"): nothing was read
+	// or written there.
+	probeGone probeWord = "gone"
 )
 
 // localStatus is the first word of localScript's reply (local.go).

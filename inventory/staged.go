@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/topology"
 )
 
 // One-round reservations (a parallel commit, after CockroachDB's).
@@ -133,6 +135,29 @@ import (
 // id take parts under a new token, so an abort touches only its own
 // attempt's parts; the general path's records are never committed by a
 // reader, so it needs no hold.
+//
+// Parts on a node that left: a topology apply that removes a node decides
+// every staging record before it writes stable, and writes stable only
+// once the node holds no pending part (its parts settled, its stock moved:
+// topology/doc.go); the node's record then names a topology without it,
+// so no take lands there again (a take routed there by an older view is
+// refused with SHARDIS_EPOCH). A promised part there is therefore absent
+// for good or settled. A staging record promising one can still turn up:
+// a node restored from an older copy and accepted brings back the record
+// as it was before the apply decided it (topology/doc.go, "A node that
+// went back"). An instance whose view is of a stable topology without the
+// node, and that no longer has the node, reads such a part as gone
+// (probeGone: nothing read or written there) instead of refusing to
+// decide: the verdict is failed (the part is not pending), and the
+// record's other parts are cancelled (settleParts leaves the gone one to
+// the apply that settled it). Without this rule the record could never be
+// decided and its other parts would hold their stock forever. A view that
+// is stale (the node joined again at a newer epoch) decides nothing: the
+// probes of the other parts and the fail itself are scripts under the
+// view's token, which the nodes at the newer one refuse. A record brought
+// back whose order had been reserved or confirmed is failed here: its
+// reservation was lost with the node's data (what an accept gives up,
+// SECURITY.md); a confirmed part elsewhere refuses the cancel.
 //
 // Why every interleaving decides once, and never loses an acknowledged
 // reservation: a present part stays pending until the record is decided,
@@ -298,6 +323,12 @@ func (inv *Inventory) probeStaged(ctx context.Context, orderID string, rec order
 	)
 	for name, idx := range byNode {
 		n, err := inv.r.Node(name)
+		if err != nil && inv.departed(ctx, name) {
+			for _, i := range idx {
+				seen[i] = probedPart{state: probeGone}
+			}
+			continue
+		}
 		if err != nil {
 			return 0, nil, fmt.Errorf("%w: order %q: promised part on node %s, which is not in the topology: %w", ErrUnavailable, orderID, name, err)
 		}
@@ -332,6 +363,14 @@ func (inv *Inventory) probeStaged(ctx context.Context, orderID string, rec order
 		parts[i].Offset = seen[i].offset
 	}
 	return verdictReserved, parts, nil
+}
+
+// departed reports whether node name left the topology: this instance's
+// view is of a stable topology without it (see "Parts on a node that
+// left").
+func (inv *Inventory) departed(ctx context.Context, name string) bool {
+	v := inv.topology(ctx)
+	return v.notReady == nil && v.phase == topology.PhaseStable && !slices.Contains(v.applied.Nodes(), name)
 }
 
 // probedPart is what a probe saw of one promised part.

@@ -361,12 +361,14 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 				break
 			}
 		}
-		// Whoever meets it decides it only if it can probe every part it
-		// promised: a part on a node the topology no longer has (n4, after
-		// its removal) leaves it staging for good (safety issue A2).
+		// A part on a node the topology no longer has (n4, after its
+		// removal) reads as gone to whoever meets the record (staged.go,
+		// "Parts on a node that left"), but the reconcilers meet records
+		// only through pending parts: the apply that removed the node
+		// must have decided it (safety issue A2).
 		for _, rp := range ov.rec.Parts {
 			if !slices.Contains(nodesT0, rp.Node) {
-				v.order(id, "decided-once", "order %s is still staging at quiescence, promising part %s on %s, which is not in the topology: no one can decide it", id, rp.ID, rp.Node)
+				v.order(id, "decided-once", "order %s is still staging at quiescence, promising part %s on %s, which is not in the topology: the apply that removed it left it undecided", id, rp.ID, rp.Node)
 				break
 			}
 		}
