@@ -200,3 +200,62 @@ func TestTopologyMutationApplyLeavesStaging(t *testing.T) {
 		}
 	}
 }
+
+// A node that went back to a copy taken before the last apply (here its
+// topology record and its stamp's epoch alone are put back as they were,
+// at epoch 1, after the apply
+// removing n3 ended stable at epoch 2; an accept would follow such a
+// restore) refuses every instance of the applied topology with an epoch
+// mismatch. Running the apply of the current topology again brings it
+// forward (topology/doc.go, "A node that went back"): before, the apply
+// answered "already applied" and the node stayed refused.
+func TestApplyBringsBackANodeAtThePreviousEpoch(t *testing.T) {
+	e := newStagedEnv(t)
+	addrs := map[string]string{}
+	for i, s := range e.srvs {
+		addrs[fmt.Sprintf("n%d", i+1)] = s.Addr()
+	}
+	old := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}})
+	cur := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}})
+	before, err := e.clients["n1"].Dump(e.ctx, "shardis:topology").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := e.clients["n1"].HGet(e.ctx, "shardis:node", "epoch").Result() // the token scripts check
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := func(want bool) {
+		t.Helper()
+		rep, err := ApplyTopology(e.ctx, ApplyOptions{To: cur, From: old, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil || rep.Phase != topology.PhaseStable || rep.AlreadyApplied != want {
+			t.Fatalf("apply = %+v, %v; want stable, already applied %v", rep, err, want)
+		}
+	}
+	apply(false)
+	if err := e.clients["n1"].RestoreReplace(e.ctx, "shardis:topology", 0, before).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.clients["n1"].HSet(e.ctx, "shardis:node", "epoch", epoch).Err(); err != nil {
+		t.Fatal(err)
+	}
+	inv := openInv(t, cur, Options{})
+	items := []Item{{Route: "a", SKU: "s", Quantity: 1}}
+	if _, err := inv.Reserve(e.ctx, "back-1", items, "", time.Minute); !errors.Is(err, ErrTopology) {
+		t.Fatalf("Reserve on n1 at the previous epoch = %v, want a topology refusal", err)
+	}
+	apply(false)
+	recs, unread, err := ReadTopology(e.ctx, cur)
+	if err != nil || len(unread) > 0 {
+		t.Fatalf("ReadTopology = %v, %v", unread, err)
+	}
+	for _, r := range recs {
+		if r.Node != "n3" && (r.Epoch != 2 || r.Phase != topology.PhaseStable) {
+			t.Errorf("node %s at epoch %d %s after the second apply, want 2 stable", r.Node, r.Epoch, r.Phase)
+		}
+	}
+	if _, err := inv.Reserve(e.ctx, "back-2", items, "", time.Minute); err != nil {
+		t.Fatalf("Reserve on n1 after the second apply = %v", err)
+	}
+	apply(true)
+}
