@@ -28,7 +28,11 @@ import (
 // calls between them:
 //
 //  1. copy: the node's AOF is rewritten (so no rewrite runs during the
-//     copy, and the copy is whole) and copied;
+//     copy, and the copy is whole) and copied; in half the schedules the
+//     copy is taken at the schedule's start instead, before any actor's
+//     first call, as a backup taken earlier would be (a loss that goes
+//     back past every write of the schedule, its orders' first ones
+//     included);
 //  2. roll back: the node is killed, the copy put back, the node
 //     restarted; the step waits until a router refuses it
 //     (node.ErrRolledBack), so no scheduled call reaches the older data
@@ -40,10 +44,10 @@ import (
 //     restart (no write reached the older data while it was refused),
 //     then it is accepted and the step waits until every router uses it.
 //
-// The operator's other step after an accept, `shardis topology apply`
-// of the current topology (a copy older than the last apply holds the
-// previous epoch's record: topology/doc.go), is the heal's: it finds the
-// nodes at different tokens and applies T0 again.
+// After the accept the actor runs the operator's other step, `shardis
+// topology apply` of the current topology, when the nodes are not all
+// stable at one token (a copy older than the last apply holds the
+// previous epoch's record: topology/doc.go, "A node that went back").
 //
 // An actor that dies between 2 and 3 (its scheduler step cancelled by the
 // watchdog) is accepted anyway, unscheduled: an operator accepts the node
@@ -61,6 +65,10 @@ import (
 type lossPlan struct {
 	node              string
 	before, held, out int // waits before the copy, between copy and roll back, roll back and accept
+	// snap, when set, is a copy taken at the schedule's start, before any
+	// actor's first call (as of a backup taken earlier): the actor's
+	// first step is then the roll back.
+	snap string
 }
 
 // loss is the data-loss actor of plan.
@@ -71,18 +79,21 @@ func (w *World) loss(o *observed, s *Scheduler, who string, plan lossPlan) func(
 				_ = s.Step(ctx, who+" waits", func() error { return nil })
 			}
 		}
-		name := plan.node
-		wait(plan.before)
-		snap := filepath.Join(w.srvs[name].Dir(), fmt.Sprintf("snapshot-%d", time.Now().UnixNano()))
-		defer os.RemoveAll(snap) // put in place by the roll back, or left over
-		err := s.Step(ctx, "copy "+name, func() error { return w.copyData(ctx, name, snap) })
-		o.note(who, "copy "+name+"'s data", err)
-		if err != nil {
-			return
+		name, snap := plan.node, plan.snap
+		if snap == "" {
+			wait(plan.before)
+			snap = w.snapPath(name)
+			err := s.Step(ctx, "copy "+name, func() error { return w.copyData(ctx, name, snap) })
+			o.note(who, "copy "+name+"'s data", err)
+			if err != nil {
+				_ = os.RemoveAll(snap)
+				return
+			}
 		}
+		defer os.RemoveAll(snap) // put in place by the roll back, or left over
 		wait(plan.held)
 		var restarted int64 = -1 // the write sequence the older copy came back with
-		err = s.Step(ctx, "roll back "+name, func() (err error) {
+		err := s.Step(ctx, "roll back "+name, func() (err error) {
 			restarted, err = w.rollBack(ctx, o, name, snap)
 			return err
 		})
@@ -94,10 +105,34 @@ func (w *World) loss(o *observed, s *Scheduler, who string, plan lossPlan) func(
 		wait(plan.out)
 		err = s.Step(ctx, "accept "+name, func() error { return w.accept(ctx, o, name, restarted) })
 		if errors.Is(err, inventory.ErrCrashed) || ctx.Err() != nil {
-			err = w.accept(context.Background(), o, name, restarted)
+			o.note(who, "accept "+name, w.accept(context.Background(), o, name, restarted))
+			return
 		}
 		o.note(who, "accept "+name, err)
+		w.reapply(ctx, o, s, who)
 	}
+}
+
+// reapply is the operator's step after an accept: when the nodes are not
+// all stable at the newest record's token (the node's copy predates the
+// last apply, or an apply is under way), `shardis topology apply` of that
+// record's topology, its calls scheduled like the topology actor's.
+func (w *World) reapply(ctx context.Context, o *observed, s *Scheduler, who string) {
+	at, stable, err := w.topologyNow(ctx)
+	if err != nil || stable {
+		return
+	}
+	to := w.cfg0
+	if at == "T1" {
+		to = w.cfg1
+	}
+	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: to, Wait: 300 * time.Millisecond, Logger: discard, Faults: s})
+	o.note(who, fmt.Sprintf("topology apply %s again after the accept (phase %s)", at, rep.Phase), err)
+}
+
+// snapPath is a new path for a copy of node name's AOF.
+func (w *World) snapPath(name string) string {
+	return filepath.Join(w.srvs[name].Dir(), fmt.Sprintf("snapshot-%d", time.Now().UnixNano()))
 }
 
 // copyData rewrites node name's AOF, waits for the rewrite to end, and

@@ -303,6 +303,14 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 	}
 	if opts.Loss > 0 && s.Chance(opts.Loss) {
 		plan := lossPlan{node: nodesT0[s.Intn(len(nodesT0))], before: s.Intn(6), held: 1 + s.Intn(30), out: s.Intn(8)}
+		if s.Chance(0.5) { // a copy from before the schedule (set-up: not scheduled)
+			plan.snap = w.snapPath(plan.node)
+			err := w.copyData(ctx, plan.node, plan.snap)
+			obs.note("loss", "copy "+plan.node+"'s data at the start", err)
+			if err != nil {
+				plan.snap = ""
+			}
+		}
 		s.Go(ctx, "loss", w.loss(obs, s, "loss", plan))
 	}
 	s.Run()
