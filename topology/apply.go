@@ -199,8 +199,9 @@ func (a *applier) change(tok string) Change {
 }
 
 // bump moves every node of prev and the new topology from the token from
-// (or none, for a node that never had one) to tok, by compare-and-set;
-// nodes already at tok are left alone.
+// (or none, for a node that never had one; or, for a node at an epoch
+// before from's, the token read) to tok, by compare-and-set; nodes
+// already at tok are left alone.
 func (a *applier) bump(ctx context.Context, recs map[string]Record, from, tok string, epoch int64, prev Topology) error {
 	for _, name := range Union(prev.Nodes(), a.to.Nodes()) {
 		rec := recs[name]
@@ -208,8 +209,14 @@ func (a *applier) bump(ctx context.Context, recs map[string]Record, from, tok st
 			continue
 		}
 		expect := from
-		if rec.Epoch == 0 {
+		switch {
+		case rec.Epoch == 0:
 			expect = ""
+		case rec.Epoch < epoch-1:
+			// Behind the token bumped from: only a node that went back
+			// to an older copy (check refuses it before a new epoch's
+			// bump; doc.go, "A node that went back"): from what was read.
+			expect = rec.Token
 		}
 		next := Record{Node: name, Epoch: epoch, Token: tok, Current: a.to, Prev: &prev, Phase: PhaseMigrating}
 		if err := a.d.Write(ctx, name, expect, next); err != nil {

@@ -70,20 +70,22 @@
 // point applies no change twice.
 //
 // A node that went back. A node restored from an older copy of its data
-// and accepted (`shardis node accept`) may hold the record of the
-// previous epoch while every other node is stable at the current one:
+// and accepted (`shardis node accept`) may hold the record of an earlier
+// epoch while every other node is stable at the current one:
 // instances at the current token are refused there, so nothing on it can
 // be decided, and its orders' parts elsewhere stay pending. So the apply
 // is done only when every node of the current topology is at its token:
 // running the apply of the current topology again sees that node at the
 // previous token, as after a bump interrupted by a crash, and bumps it
-// from there. Step 3 is not run again (the other nodes are stable at the
+// from there (from the token read, when its copy is older still). Step 3
+// is not run again (the other nodes are stable at the
 // token: it ran to its end), so the bump only makes the node usable; what
 // its older copy holds stays as it was, lost writes lost
 // (SECURITY.md): a record the earlier step 3 moved off it is live there
 // again but never read (not its home), and a transfer or a quota counter
-// moved onto it since the copy is gone. A node at an older epoch still is
-// refused by the bump's compare-and-set, as any node at another token is.
+// moved onto it since the copy is gone. An apply to a new topology still
+// refuses while any node is at another token (its check): the current
+// one is applied again first.
 //
 // This package holds the protocol's steps and their order; a [Driver]
 // (the inventory package's) holds what runs on the nodes: the record

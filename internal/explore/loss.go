@@ -46,8 +46,8 @@ import (
 //
 // After the accept the actor runs the operator's other step, `shardis
 // topology apply` of the current topology, when the nodes are not all
-// stable at one token (a copy older than the last apply holds the
-// previous epoch's record: topology/doc.go, "A node that went back").
+// stable at one token (a copy older than the last apply holds
+// an earlier epoch's record: topology/doc.go, "A node that went back").
 //
 // An actor that dies between 2 and 3 (its scheduler step cancelled by the
 // watchdog) is accepted anyway, unscheduled: an operator accepts the node
@@ -122,11 +122,11 @@ func (w *World) reapply(ctx context.Context, o *observed, s *Scheduler, who stri
 	if err != nil || stable {
 		return
 	}
-	to := w.cfg0
+	to, from := w.cfg0, w.cfg1 // from: the addresses of nodes with records
 	if at == "T1" {
-		to = w.cfg1
+		to, from = w.cfg1, w.cfg0
 	}
-	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: to, Wait: 300 * time.Millisecond, Logger: discard, Faults: s})
+	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: to, From: from, Wait: 300 * time.Millisecond, Logger: discard, Faults: s})
 	o.note(who, fmt.Sprintf("topology apply %s again after the accept (phase %s)", at, rep.Phase), err)
 }
 
