@@ -94,7 +94,7 @@ func (w *World) loss(o *observed, s *Scheduler, who string, plan lossPlan) func(
 		wait(plan.held)
 		var restarted int64 = -1 // the write sequence the older copy came back with
 		err := s.Step(ctx, "roll back "+name, func() (err error) {
-			restarted, err = w.rollBack(ctx, o, name, snap)
+			restarted, err = w.rollBack(ctx, o, who, name, snap)
 			return err
 		})
 		o.note(who, "roll back "+name+" to the copy", err)
@@ -167,7 +167,7 @@ func (w *World) copyData(ctx context.Context, name, snap string) error {
 // restart. A node that lost an acknowledged write and that no router
 // refuses within 5s is a violation (o.problem): the step ends, and the
 // actors' calls may then reach the older data.
-func (w *World) rollBack(ctx context.Context, o *observed, name, snap string) (int64, error) {
+func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap string) (int64, error) {
 	before, err := w.seq(ctx, name)
 	if err != nil {
 		return -1, err
@@ -190,7 +190,7 @@ func (w *World) rollBack(ctx context.Context, o *observed, name, snap string) (i
 		}
 	}
 	if after >= before || (seen <= after && !w.refused(o, name)) {
-		o.note("loss", fmt.Sprintf("%s came back at write seq %d (was %d, %d seen acknowledged): nothing acknowledged lost", name, after, before, seen), nil)
+		o.note(who, fmt.Sprintf("%s came back at write seq %d (was %d, %d seen acknowledged): nothing acknowledged lost", name, after, before, seen), nil)
 		return -1, nil
 	}
 	deadline := time.Now().Add(5 * time.Second)
