@@ -208,14 +208,41 @@ func (o *observed) reconcile(inv *inventory.Inventory, who string, passes int) f
 	}
 }
 
+// topologyPlan is the membership actor's draws: its order and user at
+// T1, and how many picks of other calls pass before each apply (drawn
+// in half the schedules for the first, three in ten for the second: a
+// pause before the removal lets the order at T1 end first, and the
+// races of its commit with the removal need none).
+type topologyPlan struct {
+	order, user string
+	// before is the picks before the apply of T1: the orders of phase 1
+	// (whose instances know T0 only) may reserve first, and the apply
+	// then moves their records (an order homed elsewhere at T1) rather
+	// than refuse them all from the start.
+	before int
+	// between is the picks between T1 stable and the apply of T0: the
+	// data-loss actor may roll a node back and see it accepted while a
+	// record it lost lives away from it, before the apply of T0 moves
+	// the record back.
+	between int
+}
+
 // topology is the membership actor: topology apply adds n4 (T1); once
 // T1 is applied, an instance of T1 loads stock of route c (some of it on
 // n4) and a Reserve actor of order o4 of user starts on it (a one-round
 // order may promise a part on n4); then topology apply removes n4 again (T0),
-// with o4's reservation and n4's stock to move or decide.
-func (w *World) topology(o *observed, s *Scheduler, who, order, user string) func(ctx context.Context) {
+// with o4's reservation and n4's stock to move or decide. Each apply
+// first waits the picks plan draws for it.
+func (w *World) topology(o *observed, s *Scheduler, who string, plan topologyPlan) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		for _, step := range []struct{ to, from string }{{"T1", "T0"}, {"T0", "T1"}} {
+			picks := plan.before
+			if step.to == "T0" {
+				picks = plan.between
+			}
+			for range picks {
+				_ = s.Step(ctx, who+" waits", func() error { return nil })
+			}
 			to, from := w.cfg1, w.cfg0
 			if step.to == "T0" {
 				to, from = w.cfg0, w.cfg1
@@ -234,7 +261,7 @@ func (w *World) topology(o *observed, s *Scheduler, who, order, user string) fun
 				return
 			}
 			if step.to == "T1" && rep.Phase == topology.PhaseStable {
-				w.reserveAtT1(ctx, o, s, order, user)
+				w.reserveAtT1(ctx, o, s, plan.order, plan.user)
 			}
 		}
 	}

@@ -176,32 +176,33 @@ func (v *violations) order(id, kind, format string, a ...any) {
 
 // check runs every check; it returns the violations found and those it
 // excused: those about the orders in exposed (a node's accepted data
-// loss may have taken what they held: loss.go). lostStock are the stock
-// keys whose total over all nodes a data loss may have changed (lossMoved):
-// for them only the sum of the nodes' counters is held against the sum of
-// their loaded counts.
-func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.Homes, exposed, lostStock map[string]bool) (found, excused []string) {
+// loss may have taken what they held: loss.go). lostRoutes are the
+// routes whose counters' totals a data loss may have changed (lossMoved):
+// for their stock only the sum of the nodes' counters is held against
+// the sum of their loaded counts, and their quota counters' checks
+// against the parts that count them are excused.
+func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.Homes, exposed, lostRoutes map[string]bool) (found, excused []string) {
 	v := &violations{exposed: exposed}
 	for _, name := range allNodes {
 		for _, b := range st.nodes[name].bad {
 			v.add("bad-record", "node %s: %s", name, b)
 		}
 	}
-	checkStock(v, st, obs, lostStock)
-	checkQuota(v, st)
+	checkStock(v, st, obs, lostRoutes)
+	checkQuota(v, st, lostRoutes)
 	checkOrders(v, st, obs, orders, homes)
 	checkQuiet(v, st)
 	return v.list, v.excused
 }
 
-func checkStock(v *violations, st *worldState, obs *observed, lostStock map[string]bool) {
+func checkStock(v *violations, st *worldState, obs *observed, lostRoutes map[string]bool) {
 	type sums struct{ pending, confirmed int64 }
 	for _, k := range skus {
 		key := inventory.StockKey(k.Route, k.SKU)
 		obs.mu.Lock()
 		extra := obs.extra[key]
 		obs.mu.Unlock()
-		if lostStock[key] {
+		if lostRoutes[k.Route] {
 			extra = -1
 		}
 		var total, loaded int64
@@ -251,8 +252,17 @@ func checkStock(v *violations, st *worldState, obs *observed, lostStock map[stri
 	}
 }
 
-func checkQuota(v *violations, st *worldState) {
+func checkQuota(v *violations, st *worldState, lostRoutes map[string]bool) {
 	held := map[string]int64{} // route/sku/user → confirmed units
+	// counted adds a counter-against-its-parts violation, or counts it
+	// as excused on a route whose counters a data loss may have changed.
+	counted := func(key, format string, a ...any) {
+		if route, _, _, err := inventory.ParseQuotaKey(key); err == nil && lostRoutes[route] {
+			v.excused = append(v.excused, "quota-vs-parts: "+fmt.Sprintf(format, a...))
+			return
+		}
+		v.add("quota-vs-parts", format, a...)
+	}
 	for _, name := range allNodes {
 		ns := st.nodes[name]
 		sums := map[string]int64{}
@@ -267,13 +277,13 @@ func checkQuota(v *violations, st *worldState) {
 		}
 		for key, n := range ns.quota {
 			if n != sums[key] {
-				v.add("quota-vs-parts", "%s on %s holds %d, its parts hold %d", key, name, n, sums[key])
+				counted(key, "%s on %s holds %d, its parts hold %d", key, name, n, sums[key])
 			}
 			delete(sums, key)
 		}
 		for key, n := range sums {
 			if n != 0 {
-				v.add("quota-vs-parts", "%s on %s is absent, its parts hold %d", key, name, n)
+				counted(key, "%s on %s is absent, its parts hold %d", key, name, n)
 			}
 		}
 	}

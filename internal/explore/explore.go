@@ -147,7 +147,7 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 					sum.Losses++
 				}
 				if res.Excused > 0 && cfg.Progress != nil {
-					fmt.Fprintf(cfg.Progress, "seed %d: %d violation(s) excused, about orders exposed when %v lost acknowledged writes\n", seed, res.Excused, res.Lost)
+					fmt.Fprintf(cfg.Progress, "seed %d: %d violation(s) excused, about the orders and counters exposed when %v lost acknowledged writes\n", seed, res.Excused, res.Lost)
 				}
 				sum.Last = res
 				if len(res.Violations) > 0 {

@@ -17,6 +17,14 @@ import (
 // came later: their seeds draw as they did before it); none scripts the
 // bug's interleaving.
 //
+// install-inline (a record moved away and back around its node's data
+// loss is installed so that its inline part is still read from it) is
+// not among them either: with PROFILE=calm TOPOLOGY=1 INLINE=1 LOSS=1
+// the explorer finds it in 2 of 450 schedules (seeds 17074 and 17415 of
+// 17000 to 17449), too rare for a bounded look.
+// TestInlinePartLostAfterMoveBack (inventory/inline_test.go) drives it
+// directly.
+//
 // Where the first seed that finds a bug lies far from 1, the case starts
 // a couple of seeds ahead of it (seed): the look is bounded in time
 // (mutationBudget), and a loaded machine gets through only part of it
@@ -45,14 +53,15 @@ var mutationCases = []struct {
 	n    int     // schedules to look at
 }{
 	// A3: the transfer of the leaving node's stock writes part of its
-	// change, then fails (every one of seeds 1 to 30 finds it).
+	// change, then fails (20 of seeds 1 to 30 find it, the first at 2).
 	{inventory.MutationXferNegativeZero, Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: -1}, 1, 20},
 	// A2: the topology actor's order dies after its stage landed (a
 	// crash-point fate), and the removal of n4 writes stable with its
 	// record staging, promising a part on n4. Seeds 22 and 25 of the
-	// first 40 find it, 9 of seeds 41 to 100 (42, 45 and 48 among them):
-	// from 20, 64 schedules hold several chances should the first two not
-	// repeat.
+	// first 40 find it. Before the topology actor drew pauses before its
+	// applies, 9 of seeds 41 to 100 did too; now 165 and 187 are the next
+	// (4 of seeds 1 to 200, each a schedule without a pause before the
+	// removal): a pause lets o9's commit end before the removal begins.
 	{inventory.MutationApplyLeavesStaging, Options{Profile: "crash", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: -1}, 20, 64},
 	// A limit refusal withdrawn: o6's first attempt takes its quota and
 	// its stock, its stage is held back; the retry's stage lands, its

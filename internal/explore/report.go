@@ -95,7 +95,7 @@ func WriteSummary(out io.Writer, s Summary) {
 		s.Ran, s.Took.Round(time.Millisecond), len(s.Failed), per.Round(time.Millisecond),
 		(s.Waited / time.Duration(max(s.Ran, 1))).Round(time.Millisecond), s.Slowest.Round(time.Millisecond))
 	if s.Losses > 0 {
-		fmt.Fprintf(out, "explore: %d schedule(s) had a node lose acknowledged writes and accepted; %d violation(s) about the orders exposed were excused\n", s.Losses, s.Excused)
+		fmt.Fprintf(out, "explore: %d schedule(s) had a node lose acknowledged writes and accepted; %d violation(s) about the orders and counters exposed were excused\n", s.Losses, s.Excused)
 	}
 	for _, err := range s.WorldErr {
 		fmt.Fprintf(out, "explore: world error: %v\n", err)

@@ -84,8 +84,9 @@ func (o Options) withDefaults() Options {
 type Result struct {
 	Seed       int64
 	Violations []string // empty: every check held
-	// Excused counts the violations about orders a node's accepted data
-	// loss exposed (loss.go): expected by design, not failures.
+	// Excused counts the violations about the orders and counters a
+	// node's accepted data loss exposed (loss.go): expected by design,
+	// not failures.
 	Excused int
 	// Lost are the nodes the data-loss actor rolled back to an older copy
 	// holding fewer writes than were acknowledged, then accepted.
@@ -180,12 +181,12 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	obs.mu.Lock()
 	res.Violations = append(res.Violations, obs.problems...)
 	exposed, err := w.lossExposure(obs.losses, slices.Concat(orders, obs.atT1))
-	lostStock := w.lossMoved(obs.losses)
+	lostRoutes := w.lossMoved(obs.losses)
 	obs.mu.Unlock()
 	if err != nil {
 		return res, err
 	}
-	found, excused := check(st, obs, orders, w.homes, exposed, lostStock)
+	found, excused := check(st, obs, orders, w.homes, exposed, lostRoutes)
 	res.Violations, res.Excused, res.Lost = append(res.Violations, found...), len(excused), slices.Clone(obs.losses)
 	for _, e := range excused {
 		s.Note("-- excused (%s lost acknowledged writes): %s", strings.Join(obs.losses, ", "), e)
@@ -293,9 +294,14 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		// its route c item goes first to its user's quota node, n3 or
 		// n4, so its one-round attempt may stage away from n4 and
 		// promise a part on n4, the node the topology actor then removes.
-		id := t1Orders[s.Intn(len(t1Orders))]
-		user := t1Users[s.Intn(len(t1Users))]
-		s.Go(ctx, "topology", w.topology(obs, s, "topology", id, user))
+		plan := topologyPlan{order: t1Orders[s.Intn(len(t1Orders))], user: t1Users[s.Intn(len(t1Users))]}
+		if s.Chance(0.5) {
+			plan.before = s.Intn(16)
+		}
+		if s.Chance(0.3) {
+			plan.between = s.Intn(16)
+		}
+		s.Go(ctx, "topology", w.topology(obs, s, "topology", plan))
 	}
 	if s.Chance(opts.Restart) {
 		name := nodesT0[s.Intn(len(nodesT0))]
