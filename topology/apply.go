@@ -76,6 +76,10 @@ type Report struct {
 	Waiting        int
 	Phase          Phase
 	AlreadyApplied bool
+	// Forward names the nodes of the applied topology an apply of it
+	// brought forward to its token, without a step 3: they went back to
+	// an older copy of their data (doc.go, "A node that went back").
+	Forward []string
 }
 
 // Change is the move one apply makes, as its [Driver] needs it.
@@ -154,9 +158,12 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 	a.rep.FromEpoch, a.rep.From = cur.Epoch, cur.Current
 	if cur.Current.Fingerprint() == fp {
 		a.rep.ToEpoch = cur.Epoch
-		if cur.Prev == nil || (allStable(recs, cur.Token) && allAt(recs, cur.Current.Nodes(), cur.Token)) {
+		switch {
+		case cur.Prev == nil || (allStable(recs, cur.Token) && allAt(recs, cur.Current.Nodes(), cur.Token)):
 			a.rep.AlreadyApplied, a.rep.Phase = true, PhaseStable
 			return a.rep, nil
+		case cur.Phase == PhaseStable && allStable(recs, cur.Token):
+			return a.forward(ctx, recs, cur)
 		}
 		a.rep.FromEpoch, a.rep.From = cur.Epoch-1, *cur.Prev // resume
 		a.diff()
@@ -191,6 +198,32 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 	}
 	a.log.Info("topology: nodes at the new epoch", "epoch", cur.Epoch+1, "topology", a.to.String())
 	return a.migrate(ctx, tok)
+}
+
+// forward brings the nodes of cur's topology that are behind its token
+// to it when every node at the token is stable: step 3 ran to its end,
+// and a node behind went back to an older copy of its data (doc.go, "A
+// node that went back"). Each is written cur's stable record by
+// compare-and-set from the token read; no other node is written, so the
+// nodes that left with cur's apply need not answer (they may be gone).
+func (a *applier) forward(ctx context.Context, recs map[string]Record, cur Record) (Report, error) {
+	for _, name := range cur.Current.Nodes() {
+		if recs[name].Token != cur.Token {
+			a.rep.Forward = append(a.rep.Forward, name)
+		}
+	}
+	a.rep.Phase = PhaseStable
+	if a.opts.DryRun {
+		return a.rep, nil
+	}
+	for _, name := range a.rep.Forward {
+		stable := Record{Node: name, Epoch: cur.Epoch, Token: cur.Token, Current: cur.Current, Phase: PhaseStable}
+		if err := a.d.Write(ctx, name, recs[name].Token, stable); err != nil {
+			return a.rep, fmt.Errorf("bringing %s forward to epoch %d (run apply again to resume): %w", name, cur.Epoch, err)
+		}
+	}
+	a.log.Info("topology: nodes brought forward to the applied epoch", "epoch", cur.Epoch, "nodes", a.rep.Forward)
+	return a.rep, nil
 }
 
 // change is the move to token tok, as the driver needs it.

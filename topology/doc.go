@@ -75,11 +75,13 @@
 // instances at the current token are refused there, so nothing on it can
 // be decided, and its orders' parts elsewhere stay pending. So the apply
 // is done only when every node of the current topology is at its token:
-// running the apply of the current topology again sees that node at the
-// previous token, as after a bump interrupted by a crash, and bumps it
-// from there (from the token read, when its copy is older still). Step 3
-// is not run again (the other nodes are stable at the
-// token: it ran to its end), so the bump only makes the node usable; what
+// running the apply of the current topology again sees every node at the
+// token stable (step 3 ran to its end: stable is written only after it)
+// and that node behind, and writes it the current topology's stable
+// record by compare-and-set from the token it read (Report.Forward).
+// Only that node is written: the nodes that left with the last apply
+// need not answer, nor be configured (they may be gone). Step 3 is not
+// run again, so this only makes the node usable; what
 // its older copy holds stays as it was, lost writes lost
 // (SECURITY.md): a record the earlier step 3 moved off it is live there
 // again but never read (not its home), and a transfer or a quota counter

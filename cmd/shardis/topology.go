@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -98,6 +99,14 @@ func writeApplyReport(stdout io.Writer, rep topology.Report, dry bool, took time
 	case rep.AlreadyApplied:
 		fmt.Fprintf(stdout, "topology already applied at epoch %d: %s\n", rep.ToEpoch, rep.To)
 		return
+	case len(rep.Forward) > 0:
+		verb := "brought"
+		if dry {
+			verb = "dry run: would bring"
+		}
+		fmt.Fprintf(stdout, "%s forward to epoch %d: %s (behind it, with an older copy of their data; nothing else written)\n",
+			verb, rep.ToEpoch, list(rep.Forward))
+		return
 	case dry:
 		fmt.Fprintf(stdout, "dry run: epoch %d → %d\n", rep.FromEpoch, rep.ToEpoch)
 	default:
@@ -165,10 +174,35 @@ func cmdTopologyShow(args []string, stdout, stderr io.Writer) error {
 	switch {
 	case newest.Epoch == 0:
 		fmt.Fprintln(stdout, "no node has a topology record: the first instance started initialises them")
+		return nil
 	case newest.Current.Fingerprint() == mine.Fingerprint():
 		fmt.Fprintf(stdout, "this configuration is the applied topology (epoch %d, %s)\n", newest.Epoch, newest.Phase)
 	default:
 		fmt.Fprintf(stdout, "this configuration is NOT the applied topology (epoch %d: %s): instances with it refuse to act\n", newest.Epoch, newest.Current)
 	}
+	writeUnfinished(stdout, recs, errs, newest)
 	return nil
+}
+
+// writeUnfinished says what `topology apply` has left to do when the
+// nodes that read are not all at newest's token and stable: an apply
+// stopped midway, or a node whose data came back from a copy older than
+// the last apply and was accepted (topology/doc.go, "A node that went
+// back"). Instances at the newest token refuse a node behind it, so the
+// orders homed there wait until the apply of newest's topology runs again.
+func writeUnfinished(w io.Writer, recs []topology.Record, errs map[string]error, newest topology.Record) {
+	var behind []string
+	for _, r := range recs {
+		if errs[r.Node] == nil && r.Epoch > 0 && r.Epoch < newest.Epoch && slices.Contains(newest.Current.Nodes(), r.Node) {
+			behind = append(behind, fmt.Sprintf("%s (epoch %d)", r.Node, r.Epoch))
+		}
+	}
+	switch {
+	case len(behind) > 0:
+		fmt.Fprintf(w, "behind epoch %d: %s: instances at epoch %d refuse them; run `shardis topology apply --config` with epoch %d's configuration (%s) to bring them forward\n",
+			newest.Epoch, strings.Join(behind, ", "), newest.Epoch, newest.Epoch, newest.Current)
+	case newest.Phase != topology.PhaseStable:
+		fmt.Fprintf(w, "the apply of epoch %d has not finished (phase %s): run `shardis topology apply --config` with epoch %d's configuration (%s) again to finish it\n",
+			newest.Epoch, newest.Phase, newest.Epoch, newest.Current)
+	}
 }
