@@ -153,26 +153,17 @@ func (a *migrator) stagingOrders(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		const batch = 500
-		for i := 0; i < len(keys); i += batch {
-			pipe := n.Client().Pipeline()
-			part := keys[i:min(i+batch, len(keys))]
-			reads := make([]*OrderRead, len(part))
-			for j, k := range part {
-				reads[j] = ReadOrder(ctx, pipe, k[len(orderKeyPrefix):])
+		for i, k := range keys {
+			keys[i] = k[len(orderKeyPrefix):]
+		}
+		err = readOrders(ctx, n, keys, func(id string, f map[string]string) {
+			if recStatus(f["status"]) == recStaging && !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
 			}
-			_, _ = pipe.Exec(ctx) // each read's own error is checked below (ReadOrder's layouts)
-			for j, rd := range reads {
-				id := part[j][len(orderKeyPrefix):]
-				f, err := rd.Fields()
-				if err != nil {
-					return nil, fmt.Errorf("%w: node %s: reading order records: %w", ErrUnavailable, name, err)
-				}
-				if recStatus(f["status"]) == recStaging && !seen[id] {
-					seen[id] = true
-					ids = append(ids, id)
-				}
-			}
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	sort.Strings(ids)

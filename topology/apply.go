@@ -76,6 +76,9 @@ type Report struct {
 	Waiting        int
 	Phase          Phase
 	AlreadyApplied bool
+	// Retired counts the stale order records the apply marked moved
+	// before its bump (Driver.Retire).
+	Retired int
 	// Forward names the nodes of the applied topology an apply of it
 	// brought forward to its token, without a step 3: they went back to
 	// an older copy of their data (doc.go, "A node that went back").
@@ -105,6 +108,17 @@ type Driver interface {
 	Write(ctx context.Context, node, expect string, rec Record) error
 	// Pending returns how many parts are pending on the named node.
 	Pending(ctx context.Context, node string) (int, error)
+	// Retire marks moved (dead, its data kept) every live order record
+	// on a node of c.From or c.To that is not the record's home in
+	// c.From, and returns how many it marked. It runs before the bump,
+	// with every node stable at the current token: every record then
+	// lives at its home (step 3 of each apply moved them there), so such
+	// a record is an older copy come back with its node's data (a node
+	// restored from a backup, or rejoining with what it held when it
+	// left). Left live, a later move of the order's home onto that node
+	// would find it and keep it over the order's current record (doc.go,
+	// "A node that went back"). Marking one again is harmless.
+	Retire(ctx context.Context, c Change) (int, error)
 	// CopyLimits gives the members that join a route of c.To the route's
 	// per-user limits, before any instance can take quota on them, and
 	// returns how many it wrote. Writing a limit again is harmless.
@@ -190,6 +204,9 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 		return a.rep, nil
 	}
 	tok := Token(cur.Epoch+1, fp)
+	if a.rep.Retired, err = a.d.Retire(ctx, a.change(tok)); err != nil {
+		return a.rep, err
+	}
 	if a.rep.LimitsCopied, err = a.d.CopyLimits(ctx, a.change(tok)); err != nil {
 		return a.rep, err
 	}

@@ -26,6 +26,8 @@ type fakeDriver struct {
 	stable   bool            // Relocate reports the nodes finished step 3
 	gone     map[string]bool // nodes not configured: Read and Write fail
 	copied   int
+	retired  int // what Retire reports
+	retires  int // Retire's calls
 	lastSeen Change
 }
 
@@ -68,6 +70,11 @@ func (f *fakeDriver) Write(_ context.Context, name, expect string, rec Record) e
 
 func (f *fakeDriver) Pending(_ context.Context, name string) (int, error) {
 	return f.pending[name], nil
+}
+
+func (f *fakeDriver) Retire(_ context.Context, c Change) (int, error) {
+	f.retires++
+	return f.retired, nil
 }
 
 func (f *fakeDriver) CopyLimits(_ context.Context, c Change) (int, error) {
@@ -128,7 +135,7 @@ func apply(t *testing.T, f *fakeDriver, opts Options) (Report, error) {
 func TestApplyAddsNode(t *testing.T) {
 	f := newFake()
 	f.at(1, two, nil, PhaseStable, "n1", "n2")
-	f.copied, f.busy = 3, []int{2}
+	f.copied, f.busy, f.retired = 3, []int{2}, 4
 	rep, err := apply(t, f, Options{To: three})
 	if err != nil {
 		t.Fatal(err)
@@ -140,8 +147,9 @@ func TestApplyAddsNode(t *testing.T) {
 		t.Fatalf("writes = %v, want %v", f.writes, want)
 	}
 	if rep.FromEpoch != 1 || rep.ToEpoch != 2 || rep.Phase != PhaseStable || !reflect.DeepEqual(rep.Joined, []string{"n3"}) ||
-		len(rep.Left) != 0 || rep.LimitsCopied != 3 || rep.OrdersMoved != 2 || rep.StagedDecided != 1 || rep.QuotasMoved != 2 {
-		t.Fatalf("report = %+v", rep)
+		len(rep.Left) != 0 || rep.LimitsCopied != 3 || rep.OrdersMoved != 2 || rep.StagedDecided != 1 || rep.QuotasMoved != 2 ||
+		rep.Retired != 4 || f.retires != 1 {
+		t.Fatalf("report = %+v (retires %d)", rep, f.retires)
 	}
 	if f.passes != 2 || f.lastSeen.Token != tok || f.lastSeen.Epoch != 2 {
 		t.Fatalf("passes = %d, change = %+v", f.passes, f.lastSeen)
@@ -174,8 +182,8 @@ func TestApplyRefusals(t *testing.T) {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("err = %v, want ErrInvalid", err)
 			}
-			if len(f.writes) != 0 {
-				t.Fatalf("refused apply wrote %v", f.writes)
+			if len(f.writes) != 0 || f.retires != 0 {
+				t.Fatalf("refused apply wrote %v (retires %d)", f.writes, f.retires)
 			}
 		})
 	}

@@ -45,7 +45,9 @@
 // Epochs move forward only by [Apply] (`shardis topology apply`):
 //
 //  1. Check: every node of the old and new topology answers and is at the
-//     current token; nodes that join get the per-user limits of their
+//     current token; order records live away from their home (older
+//     copies come back with a node's data) are marked moved
+//     ([Driver.Retire]); nodes that join get the per-user limits of their
 //     routes ([Driver.CopyLimits]).
 //  2. Bump: each node, by compare-and-set on its token, moves to
 //     "E+1:fp(new)" with prev = the old topology and phase migrating. From
@@ -84,8 +86,11 @@
 // run again, so this only makes the node usable; what
 // its older copy holds stays as it was, lost writes lost
 // (SECURITY.md): a record the earlier step 3 moved off it is live there
-// again but never read (not its home), and a transfer or a quota counter
-// moved onto it since the copy is gone. An apply to a new topology still
+// again but never read (not its home), until the next apply to a new
+// topology retires it before its bump (so a move of that order's home
+// back onto the node installs the order's current record, not the older
+// one), and a transfer or a quota counter moved onto it since the copy is
+// gone. An apply to a new topology still
 // refuses while any node is at another token (its check): the current
 // one is applied again first.
 //

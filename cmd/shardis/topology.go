@@ -124,6 +124,9 @@ func writeApplyReport(stdout io.Writer, rep topology.Report, dry bool, took time
 		fmt.Fprintf(stdout, "limits copied %d, orders moved %d, staged orders decided %d, quota counters moved %d, stock moved %d, parts settled %d\n",
 			rep.LimitsCopied, rep.OrdersMoved, rep.StagedDecided, rep.QuotasMoved, rep.StockMoved, rep.PartsSettled)
 	}
+	if rep.Retired > 0 {
+		fmt.Fprintf(stdout, "stale order records retired %d: live away from their home, come back with a node's older data (logged one by one)\n", rep.Retired)
+	}
 }
 
 func list(s []string) string {

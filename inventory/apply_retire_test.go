@@ -1,0 +1,108 @@
+package inventory
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/topology"
+)
+
+// TestApplyRetiresAStaleRecord: order st is reserved with its record on
+// n3; n3 leaves (its record moves to its new home, where st is then
+// confirmed), and n3's data goes back to a copy from before the move
+// (st's record live there again, reserved). The apply that brings n3 back
+// moves st's home onto n3: the stale record must not win over the
+// confirmed one. It is retired before the bump (Report.Retired), so the
+// install writes the confirmed record; a Cancel is refused as confirmed.
+// Without the retirement n3 keeps the stale record and st reads reserved.
+// A stray copy on a node that stays is retired by an apply whose
+// configuration lacks a node of the applied topology (the instance it
+// runs on serves the new one).
+func TestApplyRetiresAStaleRecord(t *testing.T) {
+	e := newStagedEnv(t)
+	ctx := e.ctx
+	addrs := map[string]string{}
+	for i, s := range e.srvs {
+		addrs[fmt.Sprintf("n%d", i+1)] = s.Addr()
+	}
+	three := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}})
+	two := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}})
+	homes, err := NewHomes(three)
+	if err != nil {
+		t.Fatal(err)
+	}
+	homedOn := func(name string) string {
+		for i := 1; i <= 200; i++ {
+			if c := fmt.Sprintf("st%d", i); homes.Home(c) == name {
+				return c
+			}
+		}
+		t.Fatalf("no id of st1..st200 is homed on %s", name)
+		return ""
+	}
+	id, other := homedOn("n3"), homedOn("n2")
+	apply := func(to, from *config.Config) topology.Report {
+		t.Helper()
+		rep, err := ApplyTopology(ctx, ApplyOptions{To: to, From: from, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil || rep.Phase != topology.PhaseStable {
+			t.Fatalf("apply to %s = %+v, %v", topology.Of(to), rep, err)
+		}
+		return rep
+	}
+	inv3 := openInv(t, three, Options{})
+	if _, err := inv3.LoadStock(ctx, "a", "s", 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inv3.Reserve(ctx, id, []Item{{Route: "a", SKU: "s", Quantity: 2}}, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	n3 := e.clients["n3"]
+	stale, err := n3.Dump(ctx, orderKey(id)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// and a copy of another order's record strays onto n1: the removal
+	// of n3 (whose configuration lacks n3) retires it before its bump
+	if _, err := inv3.Reserve(ctx, other, []Item{{Route: "a", SKU: "s", Quantity: 1}}, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	stray, err := e.clients["n2"].Dump(ctx, orderKey(other)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.clients["n1"].RestoreReplace(ctx, orderKey(other), 0, stray).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if rep := apply(two, three); rep.OrdersMoved != 1 || rep.Retired != 1 {
+		t.Fatalf("removal of n3: %+v, want 1 order moved, 1 retired", rep)
+	}
+	if f := orderFieldsOn(t, ctx, e.clients["n1"], other); f["moved"] == "" {
+		t.Fatalf("order %s's stray copy on n1 after the removal: %v, want it marked moved", other, f)
+	}
+	inv2 := openInv(t, two, Options{})
+	if out, err := inv2.Confirm(ctx, id); err != nil || out.Status != StatusConfirmed {
+		t.Fatalf("Confirm at the 2-node topology: %+v, %v", out, err)
+	}
+	// n3's data goes back to before the move: st live there, reserved
+	if err := n3.RestoreReplace(ctx, orderKey(id), 0, stale).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if rep := apply(three, two); rep.Retired != 1 || rep.OrdersMoved != 1 {
+		t.Fatalf("n3 back: %+v, want 1 stale record retired and 1 order moved", rep)
+	}
+	if f := orderFieldsOn(t, ctx, n3, id); f["status"] != string(OrderConfirmed) || f["moved"] != "" {
+		t.Fatalf("order %s on n3, its home again: %v, want the confirmed record, live", id, f)
+	}
+	inv := openInv(t, three, Options{})
+	if _, err := inv.Cancel(ctx, id); !errors.Is(err, ErrConfirmed) {
+		t.Fatalf("Cancel after the move back = %v, want ErrConfirmed", err)
+	}
+	lv, err := inv.GetStock(ctx, "a", "s")
+	if err != nil || lv.Available != lv.Loaded-3 || lv.Reserved != 1 || lv.Confirmed != 2 {
+		t.Fatalf("levels: %+v, %v; want 2 confirmed, 1 reserved (%s's), the rest available", lv, err, other)
+	}
+}
