@@ -60,6 +60,9 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change) (int, error) {
 			a.log.Warn("topology: stale order record retired: it came back with its node's data, away from its home",
 				"node", name, "order", id, "home", homes.Home(id))
 			retired++
+			if a.inv.crash(ctx, "retire") {
+				return retired, errCrashed
+			}
 		}
 	}
 	return retired, nil

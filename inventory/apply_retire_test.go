@@ -16,8 +16,10 @@ import (
 // confirmed), and n3's data goes back to a copy from before the move
 // (st's record live there again, reserved). The apply that brings n3 back
 // moves st's home onto n3: the stale record must not win over the
-// confirmed one. It is retired before the bump (Report.Retired), so the
-// install writes the confirmed record; a Cancel is refused as confirmed.
+// confirmed one. It is retired before the bump (an apply that dies right
+// after, at crash point "retire", leaves it marked; its rerun bumps), so
+// the install writes the confirmed record; a Cancel is refused as
+// confirmed.
 // Without the retirement n3 keeps the stale record and st reads reserved.
 // A stray copy on a node that stays is retired by an apply whose
 // configuration lacks a node of the applied topology (the instance it
@@ -91,8 +93,17 @@ func TestApplyRetiresAStaleRecord(t *testing.T) {
 	if err := n3.RestoreReplace(ctx, orderKey(id), 0, stale).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if rep := apply(three, two); rep.Retired != 1 || rep.OrdersMoved != 1 {
-		t.Fatalf("n3 back: %+v, want 1 stale record retired and 1 order moved", rep)
+	// the apply dies after the retirement, before its bump; the rerun
+	// finds nothing more to retire, and moves st onto n3
+	_, err = ApplyTopology(ctx, ApplyOptions{To: three, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler), Faults: crashAtPoint("retire")})
+	if !errors.Is(err, ErrCrashed) {
+		t.Fatalf("apply crashed at retire = %v, want ErrCrashed", err)
+	}
+	if f := orderFieldsOn(t, ctx, n3, id); f["moved"] == "" {
+		t.Fatalf("order %s on n3 after the crashed apply: %v, want the stale record, marked moved", id, f)
+	}
+	if rep := apply(three, two); rep.Retired != 0 || rep.OrdersMoved != 1 || rep.ToEpoch != 3 {
+		t.Fatalf("n3 back, the rerun: %+v, want nothing more retired, 1 order moved, epoch 3", rep)
 	}
 	if f := orderFieldsOn(t, ctx, n3, id); f["status"] != string(OrderConfirmed) || f["moved"] != "" {
 		t.Fatalf("order %s on n3, its home again: %v, want the confirmed record, live", id, f)

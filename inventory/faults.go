@@ -49,10 +49,11 @@ var ErrCrashed = errors.New("inventory: actor crashed (fault injected)")
 
 // CrashPoints lists the crash points [Faults.Crash] is asked about: the
 // topology protocol's ("bump" in package topology's Apply; "move-out", "xfer-out",
-// "xfer-in" in migrate.go) and one-round reservations' ("staged:…",
+// "xfer-in" in migrate.go; "retire", after each stale record retired, in
+// apply_retire.go) and one-round reservations' ("staged:…",
 // staged_reserve.go).
 var CrashPoints = []string{
-	"bump", "move-out", "xfer-out", "xfer-in",
+	"bump", "move-out", "xfer-out", "xfer-in", "retire",
 	"staged:before", "staged:takes-only", "staged:stage-only", "staged:some-takes", "staged:before-commit",
 	"staged:before-withdraw",
 }
