@@ -172,11 +172,12 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 	a.rep.FromEpoch, a.rep.From = cur.Epoch, cur.Current
 	if cur.Current.Fingerprint() == fp {
 		a.rep.ToEpoch = cur.Epoch
+		stable := allStable(recs, cur.Token)
 		switch {
-		case cur.Prev == nil || (allStable(recs, cur.Token) && allAt(recs, cur.Current.Nodes(), cur.Token)):
+		case cur.Prev == nil || (stable && allAt(recs, cur.Current.Nodes(), cur.Token)):
 			a.rep.AlreadyApplied, a.rep.Phase = true, PhaseStable
 			return a.rep, nil
-		case cur.Phase == PhaseStable && allStable(recs, cur.Token):
+		case cur.Phase == PhaseStable && stable:
 			return a.forward(ctx, recs, cur)
 		}
 		a.rep.FromEpoch, a.rep.From = cur.Epoch-1, *cur.Prev // resume

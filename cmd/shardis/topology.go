@@ -195,8 +195,9 @@ func cmdTopologyShow(args []string, stdout, stderr io.Writer) error {
 // orders homed there wait until the apply of newest's topology runs again.
 func writeUnfinished(w io.Writer, recs []topology.Record, errs map[string]error, newest topology.Record) {
 	var behind []string
+	members := newest.Current.Nodes()
 	for _, r := range recs {
-		if errs[r.Node] == nil && r.Epoch > 0 && r.Epoch < newest.Epoch && slices.Contains(newest.Current.Nodes(), r.Node) {
+		if errs[r.Node] == nil && r.Epoch > 0 && r.Epoch < newest.Epoch && slices.Contains(members, r.Node) {
 			behind = append(behind, fmt.Sprintf("%s (epoch %d)", r.Node, r.Epoch))
 		}
 	}

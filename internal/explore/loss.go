@@ -64,8 +64,8 @@ import (
 // count it stay, so the loss may take the one and not the other. Its
 // stock is held to the sum of the nodes' loaded counts, and its quota
 // counters' checks against their parts are excused (seed 17364 with
-// PROFILE=calm TOPOLOGY=1 INLINE=1 LOSS=1: o1's confirmed quota part on n3 lost, its counter
-// away on n4 during the loss and moved back).
+// PROFILE=calm TOPOLOGY=1 INLINE=1 LOSS=1: o1's confirmed quota part on
+// n3 lost, its counter away on n4 during the loss and moved back).
 
 // lossPlan is a data-loss actor's draws: its node and how many picks of
 // other calls pass between its steps.
