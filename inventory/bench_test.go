@@ -2,6 +2,7 @@ package inventory_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"sync/atomic"
@@ -181,6 +182,40 @@ func BenchmarkReserveMintedParallel(b *testing.B) {
 			}
 			if err != nil {
 				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkReserveSoldOutParallel sends 1-item orders with distinct ids
+// for a SKU of route r1 whose one unit is sold (reserved and confirmed in
+// the setup), from GOMAXPROCS*8 goroutines: the sold-out row of `make
+// bench` in the caller's process. Every order must be refused with
+// ErrInsufficientStock.
+func BenchmarkReserveSoldOutParallel(b *testing.B) {
+	inv := benchInventory(b)
+	ctx := context.Background()
+	items := []inventory.Item{{Route: "r1", SKU: "sold", Quantity: 1}}
+	if _, err := inv.LoadStock(ctx, "r1", "sold", 1, 0); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := inv.Reserve(ctx, "last-unit", items, "", 0); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := inv.Confirm(ctx, "last-unit"); err != nil {
+		b.Fatal(err)
+	}
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		buf := []byte("benchs-")
+		for pb.Next() {
+			id := string(strconv.AppendInt(buf[:7], seq.Add(1), 10))
+			if _, err := inv.Reserve(ctx, id, items, "", 0); !errors.Is(err, inventory.ErrInsufficientStock) {
+				b.Errorf("order %s: got %v, want ErrInsufficientStock", id, err)
 				return
 			}
 		}
