@@ -8,10 +8,9 @@ import (
 	"github.com/shardis/shardis/topology"
 )
 
-// Retire implements [topology.Driver]: before the bump, with every node
-// stable at the current token, it marks moved every live order record on
-// a node of c.From or c.To that is not the record's home in the applied
-// topology.
+// Retire implements [topology.Driver]: before their bump, it marks moved
+// every live order record on the named nodes (of c.From or c.To) that is
+// not the record's home in c.From, each node at the token it holds.
 //
 // Why such a record is stale, and why marking it is safe: in a stable
 // topology every record lives at its home (step 3 of each apply moved the
@@ -19,25 +18,34 @@ import (
 // only), so a live record elsewhere came back with its node's data: a
 // node restored from an older copy and accepted, whose copy predates the
 // move of the record off it, or a node that rejoins with what it held when
-// it left. No instance reads it (not its home), but the next apply that
-// moves the order's home onto that node would find it live and keep it
-// over the order's current record (order_install.lua answers "exists"): a
-// decision taken since the copy (a Confirm, a Cancel) would be lost on a
-// node that lost nothing. The mark is order_move_out.lua's, with the
-// current token: the record's data is kept, frozen, and an install
-// overwrites it; its inline parts get their records on the node first, as
-// at any move, so the reconcilers settle the units they hold there by the
-// order's decision at its home instead of leaving them reserved for good.
-// Nothing can install a record meanwhile (installs run in step 3, after
-// the bump), and a rerun marks nothing twice.
-func (a *migrator) Retire(ctx context.Context, c topology.Change) (int, error) {
+// it left. The apply asks first, before its first bump, with every node
+// stable at c.From's token: then for every node of both topologies. A
+// rerun that resumes an interrupted bump asks again for the nodes not yet
+// at c.Token: such a node was at c.From's token (or, gone back since, an
+// older one), and nothing of step 3 has written it (step 3 starts once
+// every node is bumped, and a node refuses callers at c.Token until its
+// bump), so the rule still holds there; a copy restored onto it after the
+// apply began, older than the move of some record off it, comes back
+// with that record live. No instance reads it (not its home), but the
+// apply's step 3, or a later one, that moves the order's home onto that
+// node would find it live and keep it over the order's current record
+// (order_install.lua answers "exists"): a decision taken since the copy
+// (a Confirm, a Cancel) would be lost on a node that lost nothing. The
+// mark is order_move_out.lua's, at the node's token: the record's data is
+// kept, frozen, and an install overwrites it; its inline parts get their
+// records on the node first, as at any move, so the reconcilers settle
+// the units they hold there by the order's decision at its home instead
+// of leaving them reserved for good. Nothing can install a record on such
+// a node meanwhile (installs run in step 3, at c.Token, which the node
+// refuses until its bump), and a rerun marks nothing twice.
+func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string) (int, error) {
 	a.begin(c)
 	homes, err := homesOf(c.From)
 	if err != nil {
 		return 0, fmt.Errorf("%w: the applied topology: %v", ErrInvalid, err)
 	}
 	retired := 0
-	for _, name := range topology.Union(c.From.Nodes(), c.To.Nodes()) {
+	for _, name := range nodes {
 		n, err := a.node(name)
 		if err != nil {
 			return retired, err

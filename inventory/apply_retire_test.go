@@ -117,3 +117,77 @@ func TestApplyRetiresAStaleRecord(t *testing.T) {
 		t.Fatalf("levels: %+v, %v; want 2 confirmed, 1 reserved (%s's), the rest available", lv, err, other)
 	}
 }
+
+// TestApplyRetiresAStaleRecordOnResume: as TestApplyRetiresAStaleRecord,
+// but n3's data goes back during the apply that brings n3 back: after its
+// first bump (the apply dies at crash point "bump", n3 not yet bumped),
+// so the retirement before that bump found st's record on n3 marked moved.
+// The rerun resumes the bump, retiring first what came back on the nodes
+// not yet bumped: the install writes the confirmed record. Without that
+// retirement n3 keeps the stale record and st reads reserved.
+func TestApplyRetiresAStaleRecordOnResume(t *testing.T) {
+	e := newStagedEnv(t)
+	ctx := e.ctx
+	addrs := map[string]string{}
+	for i, s := range e.srvs {
+		addrs[fmt.Sprintf("n%d", i+1)] = s.Addr()
+	}
+	three := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}})
+	two := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}})
+	homes, err := NewHomes(three)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ""
+	for i := 1; i <= 200 && id == ""; i++ {
+		if c := fmt.Sprintf("st%d", i); homes.Home(c) == "n3" {
+			id = c
+		}
+	}
+	if id == "" {
+		t.Fatal("no id of st1..st200 is homed on n3")
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	inv3 := openInv(t, three, Options{})
+	if _, err := inv3.LoadStock(ctx, "a", "s", 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inv3.Reserve(ctx, id, []Item{{Route: "a", SKU: "s", Quantity: 2}}, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	n3 := e.clients["n3"]
+	stale, err := n3.Dump(ctx, orderKey(id)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := ApplyTopology(ctx, ApplyOptions{To: two, From: three, Wait: 5 * time.Second, Logger: quiet}); err != nil || rep.OrdersMoved != 1 {
+		t.Fatalf("removal of n3 = %+v, %v; want 1 order moved", rep, err)
+	}
+	inv2 := openInv(t, two, Options{})
+	if out, err := inv2.Confirm(ctx, id); err != nil || out.Status != StatusConfirmed {
+		t.Fatalf("Confirm at the 2-node topology: %+v, %v", out, err)
+	}
+	// the apply that brings n3 back dies after its first bump (n1's)
+	_, err = ApplyTopology(ctx, ApplyOptions{To: three, Wait: 5 * time.Second, Logger: quiet, Faults: crashAtPoint("bump")})
+	if !errors.Is(err, ErrCrashed) {
+		t.Fatalf("apply crashed at bump = %v, want ErrCrashed", err)
+	}
+	if f := orderFieldsOn(t, ctx, n3, id); f["moved"] == "" {
+		t.Fatalf("order %s on n3 after the crashed apply: %v, want the record the removal moved off it, marked", id, f)
+	}
+	// then n3's data goes back to before the removal: st live there, reserved
+	if err := n3.RestoreReplace(ctx, orderKey(id), 0, stale).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := ApplyTopology(ctx, ApplyOptions{To: three, Wait: 5 * time.Second, Logger: quiet})
+	if err != nil || rep.Phase != topology.PhaseStable || rep.Retired != 1 || rep.OrdersMoved != 1 {
+		t.Fatalf("resumed apply = %+v, %v; want stable, 1 retired, 1 order moved", rep, err)
+	}
+	if f := orderFieldsOn(t, ctx, n3, id); f["status"] != string(OrderConfirmed) || f["moved"] != "" {
+		t.Fatalf("order %s on n3, its home again: %v, want the confirmed record, live", id, f)
+	}
+	inv := openInv(t, three, Options{})
+	if _, err := inv.Cancel(ctx, id); !errors.Is(err, ErrConfirmed) {
+		t.Fatalf("Cancel after the move back = %v, want ErrConfirmed", err)
+	}
+}

@@ -77,7 +77,7 @@ type Report struct {
 	Phase          Phase
 	AlreadyApplied bool
 	// Retired counts the stale order records the apply marked moved
-	// before its bump (Driver.Retire).
+	// before the bumps (Driver.Retire), a resumed one's included.
 	Retired int
 	// Forward names the nodes of the applied topology an apply of it
 	// brought forward to its token, without a step 3: they went back to
@@ -109,16 +109,21 @@ type Driver interface {
 	// Pending returns how many parts are pending on the named node.
 	Pending(ctx context.Context, node string) (int, error)
 	// Retire marks moved (dead, its data kept) every live order record
-	// on a node of c.From or c.To that is not the record's home in
-	// c.From, and returns how many it marked. It runs before the bump,
-	// with every node stable at the current token: every record then
-	// lives at its home (step 3 of each apply moved them there), so such
-	// a record is an older copy come back with its node's data (a node
-	// restored from a backup, or rejoining with what it held when it
-	// left). Left live, a later move of the order's home onto that node
-	// would find it and keep it over the order's current record (doc.go,
-	// "A node that went back"). Marking one again is harmless.
-	Retire(ctx context.Context, c Change) (int, error)
+	// on the named nodes (each a node of c.From or c.To) that is not the
+	// record's home in c.From, and returns how many it marked; each node
+	// is written at the token it holds. It runs before a node's bump:
+	// before an apply's first, with every node stable at the current
+	// token, on every node of both topologies; on a rerun that resumes an
+	// interrupted bump, on the nodes not yet at the new token. Such a node
+	// was at c.From's epoch (or, gone back, at an older one) when step 3
+	// began, and step 3 writes a node only once it is bumped, so a live
+	// record on it away from its c.From home is an older copy come back
+	// with its data (a node restored from a backup, even during the apply,
+	// or rejoining with what it held when it left). Left live, a move of
+	// the order's home onto that node would find it and keep it over the
+	// order's current record (doc.go, "A node that went back"). Marking
+	// one again is harmless.
+	Retire(ctx context.Context, c Change, nodes []string) (int, error)
 	// CopyLimits gives the members that join a route of c.To the route's
 	// per-user limits, before any instance can take quota on them, and
 	// returns how many it wrote. Writing a limit again is harmless.
@@ -186,7 +191,12 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 			a.rep.Phase = PhaseMigrating
 			return a.rep, nil
 		}
-		// An interrupted bump left nodes at the previous token: finish it.
+		// An interrupted bump left nodes at the previous token (or one
+		// went back to an older copy since): retire what came back on
+		// them, then finish it.
+		if err := a.retire(ctx, cur.Token, behind(recs, Union(cur.Prev.Nodes(), a.to.Nodes()), cur.Token)); err != nil {
+			return a.rep, err
+		}
 		prevTok := Token(cur.Epoch-1, cur.Prev.Fingerprint())
 		if err := a.bump(ctx, recs, prevTok, cur.Token, cur.Epoch, *cur.Prev); err != nil {
 			return a.rep, err
@@ -205,7 +215,7 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 		return a.rep, nil
 	}
 	tok := Token(cur.Epoch+1, fp)
-	if a.rep.Retired, err = a.d.Retire(ctx, a.change(tok)); err != nil {
+	if err := a.retire(ctx, tok, Union(cur.Current.Nodes(), a.to.Nodes())); err != nil {
 		return a.rep, err
 	}
 	if a.rep.LimitsCopied, err = a.d.CopyLimits(ctx, a.change(tok)); err != nil {
@@ -242,6 +252,28 @@ func (a *applier) forward(ctx context.Context, recs map[string]Record, cur Recor
 	}
 	a.log.Info("topology: nodes brought forward to the applied epoch", "epoch", cur.Epoch, "nodes", a.rep.Forward)
 	return a.rep, nil
+}
+
+// retire has the driver retire the stale order records on nodes before
+// their bump to tok (Driver.Retire) and counts them in the report.
+func (a *applier) retire(ctx context.Context, tok string, nodes []string) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	n, err := a.d.Retire(ctx, a.change(tok), nodes)
+	a.rep.Retired += n
+	return err
+}
+
+// behind returns the names of nodes whose record is not at tok.
+func behind(recs map[string]Record, nodes []string, tok string) []string {
+	var out []string
+	for _, name := range nodes {
+		if recs[name].Token != tok {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // change is the move to token tok, as the driver needs it.

@@ -17,18 +17,19 @@ import (
 // be checked without nodes (the inventory package's tests run the same
 // apply against real ones).
 type fakeDriver struct {
-	recs     map[string]Record // by node; absent: no record
-	writes   []string          // "node:token:phase", in order
-	relocs   int
-	passes   int
-	busy     []int // MoveCounters' waiting counts, one per pass (then 0)
-	pending  map[string]int
-	stable   bool            // Relocate reports the nodes finished step 3
-	gone     map[string]bool // nodes not configured: Read and Write fail
-	copied   int
-	retired  int // what Retire reports
-	retires  int // Retire's calls
-	lastSeen Change
+	recs      map[string]Record // by node; absent: no record
+	writes    []string          // "node:token:phase", in order
+	relocs    int
+	passes    int
+	busy      []int // MoveCounters' waiting counts, one per pass (then 0)
+	pending   map[string]int
+	stable    bool            // Relocate reports the nodes finished step 3
+	gone      map[string]bool // nodes not configured: Read and Write fail
+	copied    int
+	retired   int        // what Retire reports
+	retires   int        // Retire's calls
+	retiredOn [][]string // the nodes of each Retire call
+	lastSeen  Change
 }
 
 func newFake() *fakeDriver {
@@ -72,7 +73,8 @@ func (f *fakeDriver) Pending(_ context.Context, name string) (int, error) {
 	return f.pending[name], nil
 }
 
-func (f *fakeDriver) Retire(_ context.Context, c Change) (int, error) {
+func (f *fakeDriver) Retire(_ context.Context, c Change, nodes []string) (int, error) {
+	f.retiredOn = append(f.retiredOn, nodes)
 	f.retires++
 	return f.retired, nil
 }
@@ -204,8 +206,9 @@ func TestApplyFromInitialises(t *testing.T) {
 }
 
 // TestApplyResumesAfterCrash: a crash after the first bump leaves the
-// nodes split between two tokens; a rerun bumps the rest (none twice) and
-// finishes.
+// nodes split between two tokens; a rerun retires the stale records of
+// the nodes not yet bumped (Driver.Retire: one may have gone back to an
+// older copy meanwhile), bumps them (none twice) and finishes.
 func TestApplyResumesAfterCrash(t *testing.T) {
 	f := newFake()
 	f.at(1, two, nil, PhaseStable, "n1", "n2")
@@ -226,6 +229,12 @@ func TestApplyResumesAfterCrash(t *testing.T) {
 	}
 	if !reflect.DeepEqual(migrating, map[string]int{"n1": 1, "n2": 1, "n3": 1}) {
 		t.Fatalf("bumps per node = %v (writes %v)", migrating, f.writes)
+	}
+	if want := [][]string{{"n1", "n2", "n3"}, {"n2", "n3"}}; !reflect.DeepEqual(f.retiredOn, want) {
+		t.Fatalf("Retire's nodes per call = %v, want %v", f.retiredOn, want)
+	}
+	if rep.Retired != f.retired {
+		t.Fatalf("resumed apply reports %d retired, the driver %d", rep.Retired, f.retired)
 	}
 }
 

@@ -69,7 +69,11 @@
 // An interrupted apply is resumed by running it again: a node already at
 // the new token is not bumped again, and every move of step 3 is
 // idempotent (the driver's contract), so a rerun after a crash at any
-// point applies no change twice.
+// point applies no change twice. Before it bumps the nodes an interrupted
+// bump left behind, it retires their stale records ([Driver.Retire]):
+// such a node may have gone back to an older copy after the first run's
+// retirement, and step 3 has not written it yet, so the rule of step 1
+// still tells a stale record there.
 //
 // A node that went back. A node restored from an older copy of its data
 // and accepted (`shardis node accept`) may hold the record of an earlier
