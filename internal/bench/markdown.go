@@ -291,6 +291,7 @@ func misses(r *Results, s Summary) string {
 	}
 	b.WriteString(ordersMisses(r, s))
 	b.WriteString(floorMisses(r, s))
+	b.WriteString(mintedSeedMiss(s))
 	b.WriteString(rpcMisses(r, s))
 	if f := r.Failover; f != nil && !s.Targets["detect<=1s"] {
 		fmt.Fprintf(&b, "- **Detection** (%.0f ms): see the failover table; the cycle's other processes' CPU share says whether the machine was starved.\n", s.DetectMs)

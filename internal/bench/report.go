@@ -74,7 +74,7 @@ func TargetsTable(r *Results, s Summary) string {
 	rendered := map[string]bool{}
 	row := func(target, measured, key string) {
 		ok, present := s.Targets[key]
-		if !present || rendered[key] {
+		if !present {
 			return
 		}
 		rendered[key] = true
@@ -125,7 +125,9 @@ func TargetsTable(r *Results, s Summary) string {
 	}
 	// a target without a row above still shows, by its summary key
 	for _, key := range slices.Sorted(maps.Keys(s.Targets)) {
-		row("`"+key+"`", "see the summary line", key)
+		if !rendered[key] {
+			row("`"+key+"`", "see the summary line", key)
+		}
 	}
 	return b.String()
 }
