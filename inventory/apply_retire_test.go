@@ -11,6 +11,33 @@ import (
 	"github.com/shardis/shardis/topology"
 )
 
+// retireWorld starts the retirement tests' three nodes and returns them
+// with two configurations over them: three, routes a, b, c on n1, n2, n3,
+// and two, route c moved onto n2 (n3 left); and homedOn, which returns an
+// order id whose home in three is the named node.
+func retireWorld(t *testing.T) (e *stagedEnv, three, two *config.Config, homedOn func(string) string) {
+	e = newStagedEnv(t)
+	addrs := map[string]string{}
+	for i, s := range e.srvs {
+		addrs[fmt.Sprintf("n%d", i+1)] = s.Addr()
+	}
+	three = leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}})
+	two = leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}})
+	homes, err := NewHomes(three)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, three, two, func(name string) string {
+		for i := 1; i <= 200; i++ {
+			if c := fmt.Sprintf("st%d", i); homes.Home(c) == name {
+				return c
+			}
+		}
+		t.Fatalf("no id of st1..st200 is homed on %s", name)
+		return ""
+	}
+}
+
 // TestApplyRetiresAStaleRecord: order st is reserved with its record on
 // n3; n3 leaves (its record moves to its new home, where st is then
 // confirmed), and n3's data goes back to a copy from before the move
@@ -25,27 +52,8 @@ import (
 // configuration lacks a node of the applied topology (the instance it
 // runs on serves the new one).
 func TestApplyRetiresAStaleRecord(t *testing.T) {
-	e := newStagedEnv(t)
+	e, three, two, homedOn := retireWorld(t)
 	ctx := e.ctx
-	addrs := map[string]string{}
-	for i, s := range e.srvs {
-		addrs[fmt.Sprintf("n%d", i+1)] = s.Addr()
-	}
-	three := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}})
-	two := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}})
-	homes, err := NewHomes(three)
-	if err != nil {
-		t.Fatal(err)
-	}
-	homedOn := func(name string) string {
-		for i := 1; i <= 200; i++ {
-			if c := fmt.Sprintf("st%d", i); homes.Home(c) == name {
-				return c
-			}
-		}
-		t.Fatalf("no id of st1..st200 is homed on %s", name)
-		return ""
-	}
 	id, other := homedOn("n3"), homedOn("n2")
 	apply := func(to, from *config.Config) topology.Report {
 		t.Helper()
@@ -126,27 +134,9 @@ func TestApplyRetiresAStaleRecord(t *testing.T) {
 // not yet bumped: the install writes the confirmed record. Without that
 // retirement n3 keeps the stale record and st reads reserved.
 func TestApplyRetiresAStaleRecordOnResume(t *testing.T) {
-	e := newStagedEnv(t)
+	e, three, two, homedOn := retireWorld(t)
 	ctx := e.ctx
-	addrs := map[string]string{}
-	for i, s := range e.srvs {
-		addrs[fmt.Sprintf("n%d", i+1)] = s.Addr()
-	}
-	three := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}})
-	two := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}})
-	homes, err := NewHomes(three)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := ""
-	for i := 1; i <= 200 && id == ""; i++ {
-		if c := fmt.Sprintf("st%d", i); homes.Home(c) == "n3" {
-			id = c
-		}
-	}
-	if id == "" {
-		t.Fatal("no id of st1..st200 is homed on n3")
-	}
+	id := homedOn("n3")
 	quiet := slog.New(slog.DiscardHandler)
 	inv3 := openInv(t, three, Options{})
 	if _, err := inv3.LoadStock(ctx, "a", "s", 10, 0); err != nil {
