@@ -39,12 +39,15 @@ type observed struct {
 	// losses are the nodes the data-loss actor rolled back (loss.go);
 	// atT1 are the orders the topology actor reserved at T1; problems
 	// are violations an actor saw as it ran (kind: detail).
-	losses   []string
-	atT1     []orderPlan
-	routers  []*router.Router // made by actors (the topology actor's of T1)
-	problems []string
-	log      []string
-	closer   []func() // run after the schedule's actors finished
+	losses []string
+	atT1   []orderPlan
+	// applies counts the topology applies run, retired the stale
+	// records they retired (applied).
+	applies, retired int
+	routers          []*router.Router // made by actors (the topology actor's of T1)
+	problems         []string
+	log              []string
+	closer           []func() // run after the schedule's actors finished
 	// died is told every Reserve's error (Scheduler.Died): an attempt
 	// stopped at a fan-out crash point kills its actor only on return.
 	died func(ctx context.Context, err error)
@@ -88,6 +91,14 @@ func (o *observed) lost(name string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.losses = append(o.losses, name)
+}
+
+// applied counts a topology apply and the stale records it retired.
+func (o *observed) applied(rep topology.Report) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.applies++
+	o.retired += rep.Retired
 }
 
 // problem records a violation an actor saw as it ran.
@@ -256,6 +267,7 @@ func (w *World) topology(o *observed, s *Scheduler, who string, plan topologyPla
 			}
 			rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: to, From: from, Wait: wait,
 				Logger: discard, Faults: s})
+			o.applied(rep)
 			o.note(who, fmt.Sprintf("topology apply %s (phase %s)", step.to, rep.Phase), err)
 			if err != nil {
 				return

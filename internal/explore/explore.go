@@ -62,7 +62,10 @@ type Summary struct {
 	// writes and was accepted (Result.Lost); Excused sums their excused
 	// violations (Result.Excused).
 	Losses, Excused int
-	WorldErr        []error
+	// Applies and Retired sum the schedules' topology applies and the
+	// stale order records they retired (Result.Applies, Result.Retired).
+	Applies, Retired int
+	WorldErr         []error
 	// Last is the last schedule that finished (for a replay of one seed).
 	Last Result
 }
@@ -143,6 +146,8 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 				sum.Waited += res.Waited
 				sum.Slowest = max(sum.Slowest, res.Took)
 				sum.Excused += res.Excused
+				sum.Applies += res.Applies
+				sum.Retired += res.Retired
 				if len(res.Lost) > 0 {
 					sum.Losses++
 				}

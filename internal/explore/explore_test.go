@@ -54,3 +54,21 @@ func TestExploreShort(t *testing.T) {
 		t.Errorf("only %d schedules ran in %s", sum.Ran, ciBudget)
 	}
 }
+
+// WriteSummary says how many topology applies the schedules ran and how
+// many stale order records they retired, so a run shows whether it
+// exercised the retirement at all.
+func TestWriteSummaryCountsRetirements(t *testing.T) {
+	var b strings.Builder
+	WriteSummary(&b, Summary{Ran: 3, Applies: 5, Retired: 2, Losses: 1, Excused: 4})
+	for _, want := range []string{"explore: 3 schedules", "5 topology apply(s) ran; they retired 2 stale order record(s)", "4 violation(s)"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	WriteSummary(&b, Summary{Ran: 3})
+	if strings.Contains(b.String(), "topology apply") {
+		t.Errorf("summary of a run without applies names them:\n%s", b.String())
+	}
+}

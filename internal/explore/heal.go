@@ -26,13 +26,13 @@ const healBound = 2 * time.Second
 // pending, waiting for deadlines, for at most healBound past the latest
 // one. It returns the time spent waiting, and why the topology could not
 // be brought back to a stable T0 (a violation), if it could not.
-func (w *World) heal(ctx context.Context, healer *inventory.Inventory) (waited time.Duration, topoProblem string, err error) {
+func (w *World) heal(ctx context.Context, o *observed, healer *inventory.Inventory) (waited time.Duration, topoProblem string, err error) {
 	at, stable, err := w.topologyNow(ctx)
 	if err != nil {
 		return 0, "", err
 	}
 	if at == "T1" {
-		_ = w.apply(ctx, "T1", 50*time.Millisecond) // finish an interrupted bump
+		_ = w.apply(ctx, o, "T1", 50*time.Millisecond) // finish an interrupted bump
 		r, err := router.New(ctx, w.cfg1, router.Options{KeepData: w.cfg1.KeepData(), Logger: discard})
 		if err != nil {
 			return 0, "", fmt.Errorf("explore: T1 router: %w", err)
@@ -42,7 +42,7 @@ func (w *World) heal(ctx context.Context, healer *inventory.Inventory) (waited t
 			inv1.Close()
 		}
 		_ = r.Close()
-		if err := w.apply(ctx, "T1", 3*time.Second); err != nil {
+		if err := w.apply(ctx, o, "T1", 3*time.Second); err != nil {
 			return waited, err.Error(), w.waitUsable(ctx)
 		}
 	}
@@ -50,7 +50,7 @@ func (w *World) heal(ctx context.Context, healer *inventory.Inventory) (waited t
 		if at == "T0" {
 			waited += w.settleAll(ctx, healer)
 		}
-		if err := w.apply(ctx, "T0", 3*time.Second); err != nil {
+		if err := w.apply(ctx, o, "T0", 3*time.Second); err != nil {
 			topoProblem = err.Error()
 		}
 	}
@@ -125,14 +125,15 @@ func (w *World) topologyNow(ctx context.Context) (at string, stable bool, err er
 	return at, stable, nil
 }
 
-// apply runs topology apply to "T0" or "T1" without faults; an error
-// says why it did not end stable.
-func (w *World) apply(ctx context.Context, to string, wait time.Duration) error {
+// apply runs topology apply to "T0" or "T1" without faults, counted in
+// o; an error says why it did not end stable.
+func (w *World) apply(ctx context.Context, o *observed, to string, wait time.Duration) error {
 	cto, cfrom := w.cfg0, w.cfg1
 	if to == "T1" {
 		cto, cfrom = w.cfg1, w.cfg0
 	}
 	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: cto, From: cfrom, Wait: wait, Logger: discard})
+	o.applied(rep)
 	if err != nil {
 		return fmt.Errorf("healing topology apply %s: %w", to, err)
 	}

@@ -134,6 +134,7 @@ func (w *World) reapply(ctx context.Context, o *observed, s *Scheduler, who stri
 		to, from = w.cfg1, w.cfg0
 	}
 	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: to, From: from, Wait: 300 * time.Millisecond, Logger: discard, Faults: s})
+	o.applied(rep)
 	o.note(who, fmt.Sprintf("topology apply %s again after the accept (phase %s)", at, rep.Phase), err)
 }
 

@@ -97,6 +97,9 @@ func WriteSummary(out io.Writer, s Summary) {
 	if s.Losses > 0 {
 		fmt.Fprintf(out, "explore: %d schedule(s) had a node lose acknowledged writes and accepted; %d violation(s) about the orders and counters exposed were excused\n", s.Losses, s.Excused)
 	}
+	if s.Applies > 0 {
+		fmt.Fprintf(out, "explore: %d topology apply(s) ran; they retired %d stale order record(s) (topology.Driver.Retire)\n", s.Applies, s.Retired)
+	}
 	for _, err := range s.WorldErr {
 		fmt.Fprintf(out, "explore: world error: %v\n", err)
 	}

@@ -90,12 +90,17 @@ type Result struct {
 	Excused int
 	// Lost are the nodes the data-loss actor rolled back to an older copy
 	// holding fewer writes than were acknowledged, then accepted.
-	Lost   []string
-	Trace  []string // the scheduler's picks and fates, and crash points
-	Log    []string // what each actor was told
-	Digest string   // of the trace's decisions: equal on every run of the seed that decided alike
-	Took   time.Duration
-	Waited time.Duration // of Took, spent waiting for deadlines
+	Lost []string
+	// Applies counts the topology applies the schedule ran (actors',
+	// re-applies after an accept, the heal's), and Retired the stale
+	// order records they retired (topology.Report.Retired): how often a
+	// schedule exercised the retirement.
+	Applies, Retired int
+	Trace            []string // the scheduler's picks and fates, and crash points
+	Log              []string // what each actor was told
+	Digest           string   // of the trace's decisions: equal on every run of the seed that decided alike
+	Took             time.Duration
+	Waited           time.Duration // of Took, spent waiting for deadlines
 }
 
 // scheduleLimit bounds one schedule (see RunSchedule).
@@ -164,7 +169,7 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	}
 	obs.close()
 	t2 := time.Now()
-	healWait, topoProblem, err := w.heal(ctx, healer)
+	healWait, topoProblem, err := w.heal(ctx, obs, healer)
 	s.Note("-- set-up %s, phase 1 %s, phase 2 %s, heal %s", t0.Sub(start).Round(time.Millisecond),
 		t1.Sub(t0).Round(time.Millisecond), t2.Sub(t1).Round(time.Millisecond), time.Since(t2).Round(time.Millisecond))
 	if err != nil {
@@ -188,6 +193,7 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	}
 	found, excused := check(st, obs, orders, w.homes, exposed, lostRoutes)
 	res.Violations, res.Excused, res.Lost = append(res.Violations, found...), len(excused), slices.Clone(obs.losses)
+	res.Applies, res.Retired = obs.applies, obs.retired
 	for _, e := range excused {
 		s.Note("-- excused (%s lost acknowledged writes): %s", strings.Join(obs.losses, ", "), e)
 	}
