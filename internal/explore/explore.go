@@ -45,8 +45,8 @@ type Config struct {
 	// Options configures every schedule.
 	Options Options
 	// Progress, if set, receives a line per failing schedule, a line per
-	// schedule with excused violations (Result.Excused) and a summary
-	// line every 100 schedules.
+	// schedule with excused violations (Result.Excused) or stale records
+	// retired (Result.Retired) and a summary line every 100 schedules.
 	Progress io.Writer
 }
 
@@ -150,6 +150,9 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 				sum.Retired += res.Retired
 				if len(res.Lost) > 0 {
 					sum.Losses++
+				}
+				if res.Retired > 0 && cfg.Progress != nil {
+					fmt.Fprintf(cfg.Progress, "seed %d: %d stale order record(s) retired by its topology applies\n", seed, res.Retired)
 				}
 				if res.Excused > 0 && cfg.Progress != nil {
 					fmt.Fprintf(cfg.Progress, "seed %d: %d violation(s) excused, about the orders and counters exposed when %v lost acknowledged writes\n", seed, res.Excused, res.Lost)
