@@ -70,6 +70,7 @@ func TestApplyRetiresAStaleRecord(t *testing.T) {
 	if _, err := inv3.Reserve(ctx, id, []Item{{Route: "a", SKU: "s", Quantity: 2}}, "", time.Hour); err != nil {
 		t.Fatal(err)
 	}
+	inv3.Close() // its one-round commit lands: the copy below holds st reserved
 	n3 := e.clients["n3"]
 	stale, err := n3.Dump(ctx, orderKey(id)).Result()
 	if err != nil {
@@ -134,6 +135,14 @@ func TestApplyRetiresAStaleRecord(t *testing.T) {
 // not yet bumped: the install writes the confirmed record. Without that
 // retirement n3 keeps the stale record and st reads reserved.
 func TestApplyRetiresAStaleRecordOnResume(t *testing.T) {
+	t.Run("retired", func(t *testing.T) { staleOnResume(t, "") })
+	// the explorer's mutation brings the loss back: the stale record wins
+	t.Run(string(MutationRetireSkip), func(t *testing.T) { staleOnResume(t, MutationRetireSkip) })
+}
+
+// staleOnResume is TestApplyRetiresAStaleRecordOnResume's scenario, with
+// mut re-introduced in both applies that bring n3 back.
+func staleOnResume(t *testing.T, mut Mutation) {
 	e, three, two, homedOn := retireWorld(t)
 	ctx := e.ctx
 	id := homedOn("n3")
@@ -145,6 +154,7 @@ func TestApplyRetiresAStaleRecordOnResume(t *testing.T) {
 	if _, err := inv3.Reserve(ctx, id, []Item{{Route: "a", SKU: "s", Quantity: 2}}, "", time.Hour); err != nil {
 		t.Fatal(err)
 	}
+	inv3.Close() // its one-round commit lands: the copy below holds st reserved
 	n3 := e.clients["n3"]
 	stale, err := n3.Dump(ctx, orderKey(id)).Result()
 	if err != nil {
@@ -158,7 +168,7 @@ func TestApplyRetiresAStaleRecordOnResume(t *testing.T) {
 		t.Fatalf("Confirm at the 2-node topology: %+v, %v", out, err)
 	}
 	// the apply that brings n3 back dies after its first bump (n1's)
-	_, err = ApplyTopology(ctx, ApplyOptions{To: three, Wait: 5 * time.Second, Logger: quiet, Faults: crashAtPoint("bump")})
+	_, err = ApplyTopology(ctx, ApplyOptions{To: three, Wait: 5 * time.Second, Logger: quiet, Faults: &topoFaults{point: "bump", nth: 1, mut: mut}})
 	if !errors.Is(err, ErrCrashed) {
 		t.Fatalf("apply crashed at bump = %v, want ErrCrashed", err)
 	}
@@ -169,7 +179,13 @@ func TestApplyRetiresAStaleRecordOnResume(t *testing.T) {
 	if err := n3.RestoreReplace(ctx, orderKey(id), 0, stale).Err(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := ApplyTopology(ctx, ApplyOptions{To: three, Wait: 5 * time.Second, Logger: quiet})
+	rep, err := ApplyTopology(ctx, ApplyOptions{To: three, Wait: 5 * time.Second, Logger: quiet, Faults: &topoFaults{mut: mut}})
+	if mut == MutationRetireSkip {
+		if f := orderFieldsOn(t, ctx, n3, id); err != nil || rep.Retired != 0 || f["status"] != string(OrderReserved) {
+			t.Fatalf("with %s: resumed apply = %+v, %v; order %s on n3: %v; want nothing retired and the stale record kept", mut, rep, err, id, f)
+		}
+		return
+	}
 	if err != nil || rep.Phase != topology.PhaseStable || rep.Retired != 1 || rep.OrdersMoved != 1 {
 		t.Fatalf("resumed apply = %+v, %v; want stable, 1 retired, 1 order moved", rep, err)
 	}

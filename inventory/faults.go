@@ -131,6 +131,11 @@ const (
 	// copy of its data, a lost part reads as pending, and deciding the
 	// order moves another order's units.
 	MutationInstallInline Mutation = "install-inline"
+	// MutationRetireSkip: topology apply retires no stale order record
+	// (apply_retire.go), so a record a node's older copy brought back,
+	// live away from its home, is kept over the order's current one when
+	// a move brings the order's home back onto that node.
+	MutationRetireSkip Mutation = "retire-skip"
 )
 
 // Mutator is implemented by a [Faults] that re-introduces mutations.

@@ -44,10 +44,13 @@ type observed struct {
 	// applies counts the topology applies run, retired the stale
 	// records they retired (applied).
 	applies, retired int
-	routers          []*router.Router // made by actors (the topology actor's of T1)
-	problems         []string
-	log              []string
-	closer           []func() // run after the schedule's actors finished
+	// diffs is what each roll back took, by node (lossdiff.go; none for
+	// a node whose state could not be read around it)
+	diffs    map[string][]lossDiff
+	routers  []*router.Router // made by actors (the topology actor's of T1)
+	problems []string
+	log      []string
+	closer   []func() // run after the schedule's actors finished
 	// died is told every Reserve's error (Scheduler.Died): an attempt
 	// stopped at a fan-out crash point kills its actor only on return.
 	died func(ctx context.Context, err error)
@@ -91,6 +94,16 @@ func (o *observed) lost(name string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.losses = append(o.losses, name)
+}
+
+// diffed records what node name's roll back took.
+func (o *observed) diffed(name string, d lossDiff) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.diffs == nil {
+		o.diffs = map[string][]lossDiff{}
+	}
+	o.diffs[name] = append(o.diffs[name], d)
 }
 
 // applied counts a topology apply and the stale records it retired.

@@ -174,15 +174,26 @@ func (v *violations) order(id, kind, format string, a ...any) {
 	v.add(kind, format, a...)
 }
 
-// check runs every check; it returns the violations found and those it
-// excused: those about the orders in exposed (a node's accepted data
-// loss may have taken what they held: loss.go). lostRoutes are the
-// routes whose counters' totals a data loss may have changed (lossMoved):
+// lossView is what the schedule's data losses took, as the checks
+// weigh it: exposed, the orders whose per-order violations are excused (a
+// node's accepted data loss took a write of theirs: lossdiff.go);
+// resurrected, by node, the orders whose moved record a loss brought back
+// unmarked there (passed over while away from their home); lostRoutes,
+// the routes whose counters' totals a loss may have changed (lossMoved):
 // for their stock only the sum of the nodes' counters is held against
 // the sum of their loaded counts, and their quota counters' checks
 // against the parts that count them are excused.
-func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.Homes, exposed, lostRoutes map[string]bool) (found, excused []string) {
-	v := &violations{exposed: exposed}
+type lossView struct {
+	exposed     map[string]bool
+	resurrected map[string]map[string]bool
+	lostRoutes  map[string]bool
+}
+
+// check runs every check; it returns the violations found and those it
+// excused (lossView).
+func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.Homes, loss lossView) (found, excused []string) {
+	v := &violations{exposed: loss.exposed}
+	lostRoutes := loss.lostRoutes
 	for _, name := range allNodes {
 		for _, b := range st.nodes[name].bad {
 			v.add("bad-record", "node %s: %s", name, b)
@@ -190,7 +201,7 @@ func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.H
 	}
 	checkStock(v, st, obs, lostRoutes)
 	checkQuota(v, st, lostRoutes)
-	checkOrders(v, st, obs, orders, homes)
+	checkOrders(v, st, obs, orders, homes, loss.resurrected)
 	checkQuiet(v, st)
 	return v.list, v.excused
 }
@@ -309,7 +320,7 @@ type orderView struct {
 	where map[*inventory.PartRecord]string
 }
 
-func checkOrders(v *violations, st *worldState, obs *observed, orders []orderPlan, homes *inventory.Homes) {
+func checkOrders(v *violations, st *worldState, obs *observed, orders []orderPlan, homes *inventory.Homes, resurrected map[string]map[string]bool) {
 	views := map[string]*orderView{}
 	view := func(id string) *orderView {
 		if views[id] == nil {
@@ -324,6 +335,9 @@ func checkOrders(v *violations, st *worldState, obs *observed, orders []orderPla
 		for id, r := range st.nodes[name].orders {
 			if r.Moved != "" {
 				continue // moved away by a topology change: dead here
+			}
+			if resurrected[name][id] && homes.Home(id) != name {
+				continue // brought back by a loss, away from its home: dead by the rule (lossdiff.go)
 			}
 			ov := view(id)
 			ov.recOn = append(ov.recOn, name)

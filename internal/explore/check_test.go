@@ -75,3 +75,47 @@ func mustConfig(t *testing.T) *config.Config {
 	}
 	return cfg
 }
+
+// TestCheckResurrectedRecord: a record a loss brought back live away from
+// its order's home is passed over (dead by the rule; lossdiff.go), so the
+// order's one live record is at its home; the same record at the home is
+// the order's record and is checked (a stale state there fails).
+func TestCheckResurrectedRecord(t *testing.T) {
+	homes, err := inventory.NewHomes(mustConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	home, away := homes.Home("x"), ""
+	for _, n := range nodesT0 {
+		if n != home {
+			away = n
+			break
+		}
+	}
+	stale := &inventory.OrderRecord{ID: "x", Status: inventory.OrderCancelled, Token: "T"}
+	current := &inventory.OrderRecord{ID: "x", Status: inventory.OrderCancelled, Token: "U"}
+	st := &worldState{nodes: map[string]*nodeState{}}
+	for _, n := range allNodes {
+		st.nodes[n] = &nodeState{name: n, orders: map[string]*inventory.OrderRecord{}, parts: map[string]*inventory.PartRecord{}}
+	}
+	st.nodes[away].orders["x"], st.nodes[home].orders["x"] = stale, current
+	several := func(resurrected map[string]map[string]bool) bool {
+		var v violations
+		checkOrders(&v, st, newObserved(), nil, homes, resurrected)
+		for _, l := range v.list {
+			if strings.Contains(l, "live record on several nodes") {
+				return true
+			}
+		}
+		return false
+	}
+	if !several(nil) {
+		t.Errorf("two live records of x, none resurrected: not reported")
+	}
+	if several(map[string]map[string]bool{away: {"x": true}}) {
+		t.Errorf("x's record resurrected on %s, away from its home %s: reported", away, home)
+	}
+	if !several(map[string]map[string]bool{home: {"x": true}}) {
+		t.Errorf("x's record resurrected on its home %s and another live on %s: not reported", home, away)
+	}
+}

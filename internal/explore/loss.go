@@ -54,9 +54,14 @@ import (
 // sooner or later, and the heal needs it.
 //
 // The checks (check.go) excuse the per-order violations of the orders the
-// node's loss exposes (lossExposure): the orders of phase 1 and the
-// topology actor's order whose items, quota parts or record home could
-// live on the node. The node-level checks (counters against parts, stock
+// node's loss exposes (lossdiff.go): those whose record or parts on the
+// node differ between just before the roll back (writes paused) and just
+// after it, and those whose record promises a part on the node at its
+// older incarnation; a record marked moved that comes back live exposes
+// nothing (the move took the order's data away first). When the node
+// could not be read around the roll back, every order of phase 1 and the
+// topology actor's whose items, quota parts or record home could live on
+// the node is exposed (lossExposure). The node-level checks (counters against parts, stock
 // conserved, quota counters, nothing pending, the topology stable) and
 // the orders begun after the accept (phase 2's) are checked as ever, but
 // on a route whose nodes the topology actor changes and the node serves
@@ -176,16 +181,30 @@ func (w *World) copyData(ctx context.Context, name, snap string) error {
 // refuses within 5s is a violation (o.problem): the step ends, and the
 // actors' calls may then reach the older data.
 func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap string) (int64, error) {
+	// Writes are paused from here to the kill (CLIENT PAUSE WRITE): a
+	// call let go before this step may still be on its way, and what the
+	// node holds when it is read must be what the kill loses (lossdiff.go).
+	paused := w.direct[name].Do(ctx, "CLIENT", "PAUSE", "10000", "WRITE").Err() == nil
 	before, err := w.seq(ctx, name)
 	if err != nil {
 		return -1, err
 	}
+	var pre *nodeState // what it held: lossdiff.go
+	if paused {
+		pre = w.readForDiff(ctx, name)
+	}
 	if err := w.srvs[name].RestartFrom(snap); err != nil {
+		if paused {
+			_ = w.direct[name].Do(ctx, "CLIENT", "UNPAUSE").Err()
+		}
 		return -1, err
 	}
 	after, err := w.seq(ctx, name)
 	if err != nil {
 		return -1, err
+	}
+	if post := w.readForDiff(ctx, name); pre != nil && post != nil {
+		o.diffed(name, diffLoss(pre, post))
 	}
 	// Marks of the node's writes reach its peers up to a heartbeat after
 	// the write (node/witness.go), from the actors' routers and from the

@@ -48,7 +48,8 @@ func ParseMutations(s string) ([]inventory.Mutation, error) {
 		return nil, nil
 	}
 	known := []inventory.Mutation{inventory.MutationStageTakeover, inventory.MutationApplyLeavesStaging,
-		inventory.MutationXferNegativeZero, inventory.MutationLimitWithdraw, inventory.MutationFenceSkip, inventory.MutationInlineUnwritten, inventory.MutationInstallInline}
+		inventory.MutationXferNegativeZero, inventory.MutationLimitWithdraw, inventory.MutationFenceSkip, inventory.MutationInlineUnwritten, inventory.MutationInstallInline,
+		inventory.MutationRetireSkip}
 	var out []inventory.Mutation
 	for _, f := range strings.Split(s, ",") {
 		m := inventory.Mutation(strings.TrimSpace(f))

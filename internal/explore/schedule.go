@@ -185,13 +185,15 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	}
 	obs.mu.Lock()
 	res.Violations = append(res.Violations, obs.problems...)
-	exposed, err := w.lossExposure(obs.losses, slices.Concat(orders, obs.atT1))
+	exposed, resurrected, err := w.exposure(obs, slices.Concat(orders, obs.atT1))
 	lostRoutes := w.lossMoved(obs.losses)
+	lost := slices.Clone(obs.losses)
 	obs.mu.Unlock()
 	if err != nil {
 		return res, err
 	}
-	found, excused := check(st, obs, orders, w.homes, exposed, lostRoutes)
+	promisedAcross(st, lost, w.incarnations(ctx, lost), exposed)
+	found, excused := check(st, obs, orders, w.homes, lossView{exposed, resurrected, lostRoutes})
 	res.Violations, res.Excused, res.Lost = append(res.Violations, found...), len(excused), slices.Clone(obs.losses)
 	res.Applies, res.Retired = obs.applies, obs.retired
 	for _, e := range excused {

@@ -1,0 +1,142 @@
+package explore
+
+import (
+	"context"
+	"maps"
+	"reflect"
+	"slices"
+
+	"github.com/shardis/shardis/node"
+)
+
+// What a data loss took, order by order: the data-loss actor reads the
+// node's keys just before its roll back and just after (readNode), and
+// an order is exposed (its per-order checks excused) only when the two
+// differ in its record or in one of its parts there: those are the
+// writes of it the node lost. An order whose keys on the node came back
+// as they were lost nothing, whatever its items' routes and homes.
+//
+// One difference exposes nothing: a record that was marked moved before
+// the roll back (a topology apply moved the order's record to its home
+// elsewhere, its data with it) and comes back live or absent. The node
+// lost the mark, not the order: the order's record lives where the move
+// put it, and the protocol must keep it there. Such a record is
+// resurrected on the node: dead by the rule (a live record away from its
+// home is never read, and the next apply retires it before any move onto
+// the node: topology.Driver.Retire), so the checks pass over it while it
+// is away from its home; at its home it is checked as the order's record,
+// so a stale copy kept over the order's current one there fails them.
+
+// lossDiff is what one node's roll back took.
+type lossDiff struct {
+	exposed     map[string]bool // orders whose record or parts the node lost
+	resurrected map[string]bool // orders whose moved record came back unmarked
+}
+
+// diffLoss compares the node's state before its roll back (pre) with the
+// state it came back with (post).
+func diffLoss(pre, post *nodeState) lossDiff {
+	d := lossDiff{exposed: map[string]bool{}, resurrected: map[string]bool{}}
+	for id := range unionKeys(pre.orders, post.orders) {
+		a, b := pre.orders[id], post.orders[id]
+		switch {
+		case a != nil && a.Moved != "":
+			if b != nil && b.Moved == "" {
+				d.resurrected[id] = true
+			}
+		case a == nil || b == nil || !reflect.DeepEqual(*a, *b):
+			d.exposed[id] = true
+		}
+	}
+	for id := range unionKeys(pre.parts, post.parts) {
+		a, b := pre.parts[id], post.parts[id]
+		if a == nil || b == nil || !reflect.DeepEqual(*a, *b) {
+			if a != nil {
+				d.exposed[a.Order] = true
+			}
+			if b != nil {
+				d.exposed[b.Order] = true
+			}
+		}
+	}
+	return d
+}
+
+// unionKeys is the set of the keys of a and b.
+func unionKeys[V any](a, b map[string]V) map[string]bool {
+	out := map[string]bool{}
+	for k := range maps.Keys(a) {
+		out[k] = true
+	}
+	for k := range maps.Keys(b) {
+		out[k] = true
+	}
+	return out
+}
+
+// readForDiff reads node name's state for diffLoss; nil when it cannot
+// (the checks then fall back to lossExposure for that loss).
+func (w *World) readForDiff(ctx context.Context, name string) *nodeState {
+	ns, err := readNode(ctx, w.direct[name], name)
+	if err != nil {
+		return nil
+	}
+	return ns
+}
+
+// exposure returns the orders the schedule's losses exposed and, by node,
+// the orders whose record a loss resurrected there: for a lost node whose
+// state was read around its roll back, what the roll back took
+// (diffLoss); for one that was not, every order of plans lossExposure
+// names. Called with o.mu held.
+func (w *World) exposure(o *observed, plans []orderPlan) (map[string]bool, map[string]map[string]bool, error) {
+	exposed, resurrected := map[string]bool{}, map[string]map[string]bool{}
+	var unread []string
+	for _, name := range o.losses {
+		ds := o.diffs[name]
+		if len(ds) == 0 {
+			unread = append(unread, name)
+			continue
+		}
+		for _, d := range ds {
+			maps.Copy(exposed, d.exposed)
+			if resurrected[name] == nil {
+				resurrected[name] = map[string]bool{}
+			}
+			maps.Copy(resurrected[name], d.resurrected)
+		}
+	}
+	broad, err := w.lossExposure(unread, plans)
+	maps.Copy(exposed, broad)
+	return exposed, resurrected, err
+}
+
+// promisedAcross adds to exposed the orders whose live record promises a
+// part on a lost node at an incarnation other than the node's current
+// one (inc, by node): a probe that finds such a part absent reports it
+// lost, not never taken (inventory's OrderPart.Incarnation), and the
+// order is decided as if the node had lost it, whether its take ever
+// reached the node or not. The loss took that answer from it.
+func promisedAcross(st *worldState, lost []string, inc map[string]string, exposed map[string]bool) {
+	for _, ns := range st.nodes {
+		for id, r := range ns.orders {
+			if r.Moved != "" {
+				continue
+			}
+			for _, p := range r.Parts {
+				if p.Incarnation != "" && slices.Contains(lost, p.Node) && p.Incarnation != inc[p.Node] {
+					exposed[id] = true
+				}
+			}
+		}
+	}
+}
+
+// incarnations reads the current incarnation of each of names' stamps.
+func (w *World) incarnations(ctx context.Context, names []string) map[string]string {
+	out := map[string]string{}
+	for _, name := range names {
+		out[name], _ = w.direct[name].HGet(ctx, node.StampKey, "incarnation").Result()
+	}
+	return out
+}
