@@ -38,6 +38,26 @@ func retireWorld(t *testing.T) (e *stagedEnv, three, two *config.Config, homedOn
 	}
 }
 
+// reservedCopy loads 10 units of a/s at cfg, reserves 2 of them for
+// order id and returns the inventory and a copy (DUMP) of the order's
+// record on n3, once its one-round commit landed (Close): reserved.
+func reservedCopy(t *testing.T, e *stagedEnv, cfg *config.Config, id string) (*Inventory, string) {
+	t.Helper()
+	inv := openInv(t, cfg, Options{})
+	if _, err := inv.LoadStock(e.ctx, "a", "s", 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inv.Reserve(e.ctx, id, []Item{{Route: "a", SKU: "s", Quantity: 2}}, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	inv.Close()
+	rec, err := e.clients["n3"].Dump(e.ctx, orderKey(id)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inv, rec
+}
+
 // TestApplyRetiresAStaleRecord: order st is reserved with its record on
 // n3; n3 leaves (its record moves to its new home, where st is then
 // confirmed), and n3's data goes back to a copy from before the move
@@ -63,19 +83,8 @@ func TestApplyRetiresAStaleRecord(t *testing.T) {
 		}
 		return rep
 	}
-	inv3 := openInv(t, three, Options{})
-	if _, err := inv3.LoadStock(ctx, "a", "s", 10, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := inv3.Reserve(ctx, id, []Item{{Route: "a", SKU: "s", Quantity: 2}}, "", time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	inv3.Close() // its one-round commit lands: the copy below holds st reserved
+	inv3, stale := reservedCopy(t, e, three, id)
 	n3 := e.clients["n3"]
-	stale, err := n3.Dump(ctx, orderKey(id)).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// and a copy of another order's record strays onto n1: the removal
 	// of n3 (whose configuration lacks n3) retires it before its bump
 	if _, err := inv3.Reserve(ctx, other, []Item{{Route: "a", SKU: "s", Quantity: 1}}, "", time.Hour); err != nil {
@@ -147,19 +156,8 @@ func staleOnResume(t *testing.T, mut Mutation) {
 	ctx := e.ctx
 	id := homedOn("n3")
 	quiet := slog.New(slog.DiscardHandler)
-	inv3 := openInv(t, three, Options{})
-	if _, err := inv3.LoadStock(ctx, "a", "s", 10, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := inv3.Reserve(ctx, id, []Item{{Route: "a", SKU: "s", Quantity: 2}}, "", time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	inv3.Close() // its one-round commit lands: the copy below holds st reserved
+	_, stale := reservedCopy(t, e, three, id)
 	n3 := e.clients["n3"]
-	stale, err := n3.Dump(ctx, orderKey(id)).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
 	if rep, err := ApplyTopology(ctx, ApplyOptions{To: two, From: three, Wait: 5 * time.Second, Logger: quiet}); err != nil || rep.OrdersMoved != 1 {
 		t.Fatalf("removal of n3 = %+v, %v; want 1 order moved", rep, err)
 	}
@@ -168,7 +166,7 @@ func staleOnResume(t *testing.T, mut Mutation) {
 		t.Fatalf("Confirm at the 2-node topology: %+v, %v", out, err)
 	}
 	// the apply that brings n3 back dies after its first bump (n1's)
-	_, err = ApplyTopology(ctx, ApplyOptions{To: three, Wait: 5 * time.Second, Logger: quiet, Faults: &topoFaults{point: "bump", nth: 1, mut: mut}})
+	_, err := ApplyTopology(ctx, ApplyOptions{To: three, Wait: 5 * time.Second, Logger: quiet, Faults: &topoFaults{point: "bump", nth: 1, mut: mut}})
 	if !errors.Is(err, ErrCrashed) {
 		t.Fatalf("apply crashed at bump = %v, want ErrCrashed", err)
 	}
