@@ -10,14 +10,18 @@ package bench
 // 3 items on 3 nodes; the hot SKU with records hashed over the nodes; the
 // hot SKU with minted ids, whose records sit next to the stock as the
 // local floor's do.
-// Field is the Summary field the ratio goes to; Key is its JSON name.
+// Field is the Summary field the ratio goes to; Key is its JSON name;
+// What names the shardis row in the report's targets table.
 var VsFloor = []struct {
-	Key, Shardis, Floor string
-	Field               func(*Summary) *float64
+	Key, Shardis, Floor, What string
+	Field                     func(*Summary) *float64
 }{
-	{"inventory_3item_vs_floor", VarInv3, VarFloor3, func(s *Summary) *float64 { return &s.Inventory3ItemVsFloor }},
-	{"inventory_hot_sku_vs_floor", VarHot1, VarHotFloor, func(s *Summary) *float64 { return &s.InventoryHotVsFloor }},
-	{"inventory_hot_sku_minted_vs_floor", VarHot1Minted, VarHotFloorLocal, func(s *Summary) *float64 { return &s.InventoryHotMintedVsFloor }},
+	{"inventory_3item_vs_floor", VarInv3, VarFloor3, "3-item orders",
+		func(s *Summary) *float64 { return &s.Inventory3ItemVsFloor }},
+	{"inventory_hot_sku_vs_floor", VarHot1, VarHotFloor, "hot SKU on one node, ids the caller made up,",
+		func(s *Summary) *float64 { return &s.InventoryHotVsFloor }},
+	{"inventory_hot_sku_minted_vs_floor", VarHot1Minted, VarHotFloorLocal, "hot SKU on one node, ids minted by `NewOrderID`,",
+		func(s *Summary) *float64 { return &s.InventoryHotMintedVsFloor }},
 }
 
 // FloorForm pairs a floor row with another form of it (Form: the same

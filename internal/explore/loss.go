@@ -61,9 +61,10 @@ import (
 // nothing (the move took the order's data away first). When the node
 // could not be read around the roll back, every order of phase 1 and the
 // topology actor's whose items, quota parts or record home could live on
-// the node is exposed (lossExposure). The node-level checks (counters against parts, stock
-// conserved, quota counters, nothing pending, the topology stable) and
-// the orders begun after the accept (phase 2's) are checked as ever, but
+// the node is exposed (lossExposure). The node-level checks (counters
+// against parts, stock conserved, quota counters, nothing pending, the
+// topology stable) and the orders begun after the accept (phase 2's) are
+// checked as ever, but
 // on a route whose nodes the topology actor changes and the node serves
 // (lossMoved): there a counter moves between nodes while the parts that
 // count it stay, so the loss may take the one and not the other. Its
@@ -185,8 +186,14 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 	// call let go before this step may still be on its way, and what the
 	// node holds when it is read must be what the kill loses (lossdiff.go).
 	paused := w.direct[name].Do(ctx, "CLIENT", "PAUSE", "10000", "WRITE").Err() == nil
+	unpause := func() {
+		if paused {
+			_ = w.direct[name].Do(ctx, "CLIENT", "UNPAUSE").Err()
+		}
+	}
 	before, err := w.seq(ctx, name)
 	if err != nil {
+		unpause()
 		return -1, err
 	}
 	var pre *nodeState // what it held: lossdiff.go
@@ -194,9 +201,7 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 		pre = w.readForDiff(ctx, name)
 	}
 	if err := w.srvs[name].RestartFrom(snap); err != nil {
-		if paused {
-			_ = w.direct[name].Do(ctx, "CLIENT", "UNPAUSE").Err()
-		}
+		unpause()
 		return -1, err
 	}
 	after, err := w.seq(ctx, name)
