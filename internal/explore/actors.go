@@ -22,6 +22,7 @@ type orderPlan struct {
 	ID    string
 	User  string
 	Items []inventory.Item
+	TTL   time.Duration // 0: orderTTL
 }
 
 // observed is what the actors' callers were told, per order: the claims
@@ -37,7 +38,8 @@ type observed struct {
 	// load whose outcome is unknown).
 	extra map[string]int64
 	// losses are the nodes the data-loss actor rolled back (loss.go);
-	// atT1 are the orders the topology actor reserved at T1; problems
+	// atT1 are the orders the topology actor reserved (at T1, and its
+	// moved order at T0: moved.go); problems
 	// are violations an actor saw as it ran (kind: detail).
 	losses []string
 	atT1   []orderPlan
@@ -54,11 +56,43 @@ type observed struct {
 	// died is told every Reserve's error (Scheduler.Died): an attempt
 	// stopped at a fan-out crash point kills its actor only on return.
 	died func(ctx context.Context, err error)
+	// ended are the Reserve, Confirm and Cancel actors that returned, by
+	// name (the data-loss actor's milestones: lossPlan.followReserve)
+	ended map[string]bool
 }
 
 func newObserved() *observed {
 	return &observed{reserved: map[string][]inventory.Receipt{}, confirmed: map[string]string{},
-		cancelled: map[string]string{}, dataLoss: map[string]bool{}, refused: map[string][]refusal{}, extra: map[string]int64{}}
+		cancelled: map[string]string{}, dataLoss: map[string]bool{}, refused: map[string][]refusal{}, extra: map[string]int64{},
+		ended: map[string]bool{}}
+}
+
+// end records that actor who returned.
+func (o *observed) end(who string) {
+	o.mu.Lock()
+	o.ended[who] = true
+	o.mu.Unlock()
+}
+
+// waitEnded waits, as actor who, until the actor named returned: each
+// wait is a scheduled pick that does nothing, up to waitPicks of them.
+func (o *observed) waitEnded(ctx context.Context, s *Scheduler, who, name string) {
+	for i := 0; i < waitPicks && !o.hasEnded(name) && ctx.Err() == nil; i++ {
+		_ = s.Step(ctx, who+" waits for "+name, func() error {
+			time.Sleep(2 * time.Millisecond) // lets what no pick drives go on (an apply's wait)
+			return nil
+		})
+	}
+}
+
+// waitPicks bounds each of waitEnded's waits.
+const waitPicks = 300
+
+// hasEnded reports whether the actor named returned.
+func (o *observed) hasEnded(name string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.ended[name]
 }
 
 // refusal is a Reserve call answered with a refusal for good (the order
@@ -154,9 +188,14 @@ func (o *observed) note(who, what string, err error) {
 // or the order is in progress.
 func (o *observed) reserve(inv *inventory.Inventory, who string, p orderPlan, tries int) func(ctx context.Context) {
 	return func(ctx context.Context) {
+		defer o.end(who)
 		for i := 0; i < tries; i++ {
 			cctx, sent := withFirstSend(ctx)
-			res, err := inv.Reserve(cctx, p.ID, p.Items, p.User, orderTTL)
+			ttl := p.TTL
+			if ttl == 0 {
+				ttl = orderTTL
+			}
+			res, err := inv.Reserve(cctx, p.ID, p.Items, p.User, ttl)
 			o.note(who, "Reserve "+p.ID, err)
 			if start := sent.time(); refusedForGood(err) && !start.IsZero() {
 				o.mu.Lock()
@@ -186,6 +225,7 @@ func (o *observed) reserve(inv *inventory.Inventory, who string, p orderPlan, tr
 // is in progress or not reserved yet.
 func (o *observed) confirm(inv *inventory.Inventory, who, id string, tries int) func(ctx context.Context) {
 	return func(ctx context.Context) {
+		defer o.end(who)
 		for i := 0; i < tries; i++ {
 			_, err := inv.Confirm(ctx, id)
 			o.note(who, "Confirm "+id, err)
@@ -211,6 +251,7 @@ func (o *observed) confirm(inv *inventory.Inventory, who, id string, tries int) 
 // cancel is a Cancel actor.
 func (o *observed) cancel(inv *inventory.Inventory, who, id string) func(ctx context.Context) {
 	return func(ctx context.Context) {
+		defer o.end(who)
 		out, err := inv.Cancel(ctx, id)
 		o.note(who, "Cancel "+id, err)
 		if err == nil && out.Status == inventory.StatusCancelled {
@@ -249,6 +290,12 @@ type topologyPlan struct {
 	// record it lost lives away from it, before the apply of T0 moves
 	// the record back.
 	between int
+	// moved, with decide, is the moved order (moved.go): reserved at T0
+	// before the apply of T1, decided at T1 after o4's Reserve, as decide
+	// says (decideNone: no moved order); movedHome is its home at T0.
+	moved     orderPlan
+	movedHome string
+	decide    decision
 }
 
 // topology is the membership actor: topology apply adds n4 (T1); once
@@ -256,7 +303,9 @@ type topologyPlan struct {
 // n4) and a Reserve actor of order o4 of user starts on it (a one-round
 // order may promise a part on n4); then topology apply removes n4 again (T0),
 // with o4's reservation and n4's stock to move or decide. Each apply
-// first waits the picks plan draws for it.
+// first waits the picks plan draws for it. With a moved order
+// (plan.decide; moved.go) the actor reserves it before the apply of T1
+// and decides it at T1, so the removal carries its decision back.
 func (w *World) topology(o *observed, s *Scheduler, who string, plan topologyPlan) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		for _, step := range []struct{ to, from string }{{"T1", "T0"}, {"T0", "T1"}} {
@@ -267,6 +316,9 @@ func (w *World) topology(o *observed, s *Scheduler, who string, plan topologyPla
 			for range picks {
 				_ = s.Step(ctx, who+" waits", func() error { return nil })
 			}
+			if step.to == "T1" && plan.decide != decideNone {
+				w.reserveMoved(ctx, o, s, plan.moved)
+			}
 			to, from := w.cfg1, w.cfg0
 			if step.to == "T0" {
 				to, from = w.cfg0, w.cfg1
@@ -275,7 +327,12 @@ func (w *World) topology(o *observed, s *Scheduler, who string, plan topologyPla
 			// the stock there until they settle), so it moves n4's stock
 			// itself, under the schedule's faults.
 			wait := 300 * time.Millisecond
-			if step.to == "T0" {
+			if step.to == "T0" || plan.decide != decideNone {
+				// with a moved order, the apply of T1 waits as long
+				// too: phase 1's quota parts on route c, held past
+				// their deadline's grace until a reconciler or a
+				// decision settles them, keep their counters from
+				// moving, and T1 stable is when o4 is reserved
 				wait = 2 * time.Second
 			}
 			rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: to, From: from, Wait: wait,
@@ -285,36 +342,41 @@ func (w *World) topology(o *observed, s *Scheduler, who string, plan topologyPla
 			if err != nil {
 				return
 			}
-			if step.to == "T1" && rep.Phase == topology.PhaseStable {
-				w.reserveAtT1(ctx, o, s, plan.order, plan.user)
+			if step.to == "T1" {
+				w.atT1(ctx, o, s, plan, rep.Phase == topology.PhaseStable)
 			}
 		}
 	}
 }
 
-// reserveAtT1 makes an instance of T1, loads 4 units of c/s over n3 and
-// n4 (set-up: not scheduled), and reserves order o4 of user on it, as
-// part of the topology actor: the removal of n4 that follows races o4's
-// background commit.
-func (w *World) reserveAtT1(ctx context.Context, o *observed, s *Scheduler, order, user string) {
-	r, err := router.New(ctx, w.cfg1, router.Options{KeepData: w.cfg1.KeepData(), Logger: discard})
-	if err != nil {
-		o.note("topology", "T1 router", err)
+// atT1 makes an instance of T1 once the apply of T1 returned without an
+// error; when T1 is stable, it loads 4 units of c/s over n3 and n4
+// (set-up: not scheduled) and reserves order plan.order of plan.user on
+// it; then it decides the moved order on it as plan.decide says (in phase
+// migrating too: the apply moves order records before the counters it may
+// still be waiting for). All as part of the topology actor: the removal
+// of n4 that follows races o4's background commit, and carries the moved
+// order's decision back to its T0 home.
+func (w *World) atT1(ctx context.Context, o *observed, s *Scheduler, plan topologyPlan, stable bool) {
+	if !stable && plan.decide == decideNone {
 		return
 	}
-	o.closeLater(func() { _ = r.Close() })
-	o.mu.Lock()
-	o.routers = append(o.routers, r)
-	o.mu.Unlock()
-	inv, err := inventory.New(r, inventory.Options{Logger: discard, Faults: s, AttemptLease: attemptLease, GroupCommit: 1, CarryWait: s.carryWait})
-	if err != nil {
-		o.note("topology", "T1 instance", err)
+	inv := w.instance(ctx, o, s, w.cfg1, "T1")
+	if inv == nil {
 		return
 	}
-	o.closeLater(inv.Close)
+	if stable {
+		w.reserveAtT1(ctx, o, s, inv, plan.order, plan.user)
+	}
+	decideMoved(ctx, o, s, inv, plan.moved.ID, plan.decide)
+}
+
+// reserveAtT1 loads 4 units of c/s over n3 and n4 (set-up: not
+// scheduled) and reserves order o4 of user on inv, an instance of T1.
+func (w *World) reserveAtT1(ctx context.Context, o *observed, s *Scheduler, inv *inventory.Inventory, order, user string) {
 	lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // no actor: not scheduled
 	defer cancel()
-	_, err = inv.LoadStock(lctx, "c", "s", 4, -1)
+	_, err := inv.LoadStock(lctx, "c", "s", 4, -1)
 	o.note("topology", "LoadStock c/s 4 at T1", err)
 	o.loaded(inventory.StockKey("c", "s"), 4, err)
 	o4 := orderPlan{ID: order, User: user, Items: []inventory.Item{{Route: "a", SKU: "s", Quantity: 1}, {Route: "c", SKU: "s", Quantity: 2}}}

@@ -157,6 +157,7 @@ func atoi(s string) int64 {
 type violations struct {
 	list    []string
 	exposed map[string]bool // orders a node's data loss exposed (loss.go)
+	records map[string]bool // of exposed, those whose record a loss took
 	excused []string        // violations about them, not listed
 }
 
@@ -174,9 +175,22 @@ func (v *violations) order(id, kind, format string, a ...any) {
 	v.add(kind, format, a...)
 }
 
+// decided adds a violation about order id's acknowledged decision, or
+// counts it as excused when a node's data loss took the order's record
+// (lossdiff.go says why a lost part excuses none).
+func (v *violations) decided(id, kind, format string, a ...any) {
+	if v.records[id] {
+		v.excused = append(v.excused, kind+": "+fmt.Sprintf(format, a...))
+		return
+	}
+	v.add(kind, format, a...)
+}
+
 // lossView is what the schedule's data losses took, as the checks
 // weigh it: exposed, the orders whose per-order violations are excused (a
-// node's accepted data loss took a write of theirs: lossdiff.go);
+// node's accepted data loss took a write of theirs: lossdiff.go), but for
+// those about an acknowledged Confirm or Cancel, excused only for records,
+// the orders whose record a loss took;
 // resurrected, by node, the orders whose moved record a loss brought back
 // unmarked there (passed over while away from their home); lostRoutes,
 // the routes whose counters' totals a loss may have changed (lossMoved):
@@ -185,6 +199,7 @@ func (v *violations) order(id, kind, format string, a ...any) {
 // against the parts that count them are excused.
 type lossView struct {
 	exposed     map[string]bool
+	records     map[string]bool
 	resurrected map[string]map[string]bool
 	lostRoutes  map[string]bool
 }
@@ -192,7 +207,7 @@ type lossView struct {
 // check runs every check; it returns the violations found and those it
 // excused (lossView).
 func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.Homes, loss lossView) (found, excused []string) {
-	v := &violations{exposed: loss.exposed}
+	v := &violations{exposed: loss.exposed, records: loss.records}
 	lostRoutes := loss.lostRoutes
 	for _, name := range allNodes {
 		for _, b := range st.nodes[name].bad {
@@ -450,10 +465,10 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 	}
 	checkRefusedHeld(v, id, ov, obs, status)
 	if confirmedBy != "" && status != inventory.OrderConfirmed {
-		v.order(id, "acked-gone", "order %s: %s was told confirmed, the order is %s", id, confirmedBy, status)
+		v.decided(id, "acked-gone", "order %s: %s was told confirmed, the order is %s", id, confirmedBy, status)
 	}
 	if cancelledBy != "" && status != inventory.OrderCancelled {
-		v.order(id, "decided-once", "order %s: %s was told cancelled, the order is %s", id, cancelledBy, status)
+		v.decided(id, "decided-once", "order %s: %s was told cancelled, the order is %s", id, cancelledBy, status)
 	}
 }
 

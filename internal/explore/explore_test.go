@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/inventory"
 )
 
 type quiet struct{}
@@ -70,5 +72,17 @@ func TestWriteSummaryCountsRetirements(t *testing.T) {
 	WriteSummary(&b, Summary{Ran: 3})
 	if strings.Contains(b.String(), "topology apply") {
 		t.Errorf("summary of a run without applies names them:\n%s", b.String())
+	}
+}
+
+// A failing seed's replay line names every option that changes its
+// draws, the moved order's chance included: without it the seed replays
+// another schedule.
+func TestReplayCommandNamesEveryOption(t *testing.T) {
+	opts := Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: 1, Moved: 1,
+		Mutations: []inventory.Mutation{inventory.MutationRetireSkip}}
+	want := "make explore SEED=2 N=1 MUTATIONS=retire-skip PROFILE=calm TOPOLOGY=1 RESTART=-1 LIMIT=-1 INLINE=-1 LOSS=1 MOVED=1"
+	if got := ReplayCommand(2, opts); got != want {
+		t.Errorf("ReplayCommand = %q, want %q", got, want)
 	}
 }

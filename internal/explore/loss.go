@@ -58,7 +58,9 @@ import (
 // node differ between just before the roll back (writes paused) and just
 // after it, and those whose record promises a part on the node at its
 // older incarnation; a record marked moved that comes back live exposes
-// nothing (the move took the order's data away first). When the node
+// nothing (the move took the order's data away first); an acknowledged
+// Confirm or Cancel is excused only when the loss took the order's
+// record itself. When the node
 // could not be read around the roll back, every order of phase 1 and the
 // topology actor's whose items, quota parts or record home could live on
 // the node is exposed (lossExposure). The node-level checks (counters
@@ -82,6 +84,15 @@ type lossPlan struct {
 	// actor's first call (as of a backup taken earlier): the actor's
 	// first step is then the roll back.
 	snap string
+	// A following loss ties its steps to the moved order's (moved.go;
+	// node is its T0 home): the copy waits until its Reserve returned,
+	// before the topology actor's apply of T1 moves its record to n4, and
+	// the roll back until its decision at T1 returned, so the node goes
+	// back to the order's record as it was before the move, undecided and
+	// not marked moved, while the removal of n4 has still to carry the
+	// decision back. Each wait is observed.waitEnded's. followReserve
+	// and followDecide name the moved order's clients ("": no follow).
+	followReserve, followDecide string
 }
 
 // loss is the data-loss actor of plan.
@@ -93,6 +104,9 @@ func (w *World) loss(o *observed, s *Scheduler, who string, plan lossPlan) func(
 			}
 		}
 		name, snap := plan.node, plan.snap
+		if plan.followReserve != "" {
+			o.waitEnded(ctx, s, who, plan.followReserve)
+		}
 		if snap == "" {
 			wait(plan.before)
 			snap = w.snapPath(name)
@@ -104,6 +118,9 @@ func (w *World) loss(o *observed, s *Scheduler, who string, plan lossPlan) func(
 			}
 		}
 		defer os.RemoveAll(snap) // put in place by the roll back, or left over
+		if plan.followDecide != "" {
+			o.waitEnded(ctx, s, who, plan.followDecide)
+		}
 		wait(plan.held)
 		var restarted int64 = -1 // the write sequence the older copy came back with
 		err := s.Step(ctx, "roll back "+name, func() (err error) {
@@ -209,7 +226,7 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 		return -1, err
 	}
 	if post := w.readForDiff(ctx, name); pre != nil && post != nil {
-		o.diffed(name, diffLoss(pre, post))
+		o.diffed(name, diffLoss(pre, post, w.homeAt))
 	}
 	// Marks of the node's writes reach its peers up to a heartbeat after
 	// the write (node/witness.go), from the actors' routers and from the

@@ -5,8 +5,10 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/topology"
 )
 
 // What a data loss took, order by order: the data-loss actor reads the
@@ -27,16 +29,41 @@ import (
 // is away from its home; at its home it is checked as the order's record,
 // so a stale copy kept over the order's current one there fails them.
 
+// An order whose record the node lost is exposed further than one that
+// lost only parts there: a Confirm or Cancel acknowledged before the loss
+// decided the record for good, and only losing the record itself (or
+// keeping a stale one over it: the resurrected records) can change that
+// decision; a lost part changes what later readers of the record find,
+// not the record. So the checks that an acknowledged Confirm or Cancel is
+// the order's final status are excused only for the orders whose record
+// a loss took (lossDiff.records).
+
+// A live record can also change with its value unchanged: a node copied
+// during an apply comes back at the topology it had then (its epoch
+// record), and the rule reads its records by that topology. A record at
+// its order's home before the roll back and away from it after (or the
+// reverse), both live, is read as stale where it was the order's
+// (topology.Driver.Retire then retires it), or the other way round: the
+// roll back took the write that made it the order's. Seed 24412
+// (PROFILE=crash TOPOLOGY=1 RESTART=0.3 LOSS=0.6): n2 was copied at T1,
+// before the apply moved order p6's record to n4; the apply of T0 moved it
+// back; n2 went back to the copy, at T1, where p6's record, the same
+// value, is away from p6's home n4, whose copy is marked moved; the next
+// apply retired it, and p6 has no live record: its record's last write,
+// on n2, was lost.
+
 // lossDiff is what one node's roll back took.
 type lossDiff struct {
 	exposed     map[string]bool // orders whose record or parts the node lost
+	records     map[string]bool // of exposed, those whose record the node lost
 	resurrected map[string]bool // orders whose moved record came back unmarked
 }
 
 // diffLoss compares the node's state before its roll back (pre) with the
-// state it came back with (post).
-func diffLoss(pre, post *nodeState) lossDiff {
-	d := lossDiff{exposed: map[string]bool{}, resurrected: map[string]bool{}}
+// state it came back with (post); home is an order's home by the
+// topology a node's epoch record says it is at (World.homeAt).
+func diffLoss(pre, post *nodeState, home func(topo map[string]string, id string) string) lossDiff {
+	d := lossDiff{exposed: map[string]bool{}, records: map[string]bool{}, resurrected: map[string]bool{}}
 	for id := range unionKeys(pre.orders, post.orders) {
 		a, b := pre.orders[id], post.orders[id]
 		switch {
@@ -44,8 +71,9 @@ func diffLoss(pre, post *nodeState) lossDiff {
 			if b != nil && b.Moved == "" {
 				d.resurrected[id] = true
 			}
-		case a == nil || b == nil || !reflect.DeepEqual(*a, *b):
-			d.exposed[id] = true
+		case a == nil || b == nil || !reflect.DeepEqual(*a, *b),
+			b.Moved == "" && (home(pre.topo, id) == pre.name) != (home(post.topo, id) == post.name):
+			d.exposed[id], d.records[id] = true, true
 		}
 	}
 	for id := range unionKeys(pre.parts, post.parts) {
@@ -60,6 +88,16 @@ func diffLoss(pre, post *nodeState) lossDiff {
 		}
 	}
 	return d
+}
+
+// homeAt is order id's home by the topology a node's epoch record (topo,
+// shardis:topology) says the node is at: T1's when its token names T1's
+// fingerprint, else T0's.
+func (w *World) homeAt(topo map[string]string, id string) string {
+	if _, fp, _ := strings.Cut(topo["token"], ":"); fp == topology.Of(w.cfg1).Fingerprint() {
+		return w.homes1.Home(id)
+	}
+	return w.homes.Home(id)
 }
 
 // unionKeys is the set of the keys of a and b.
@@ -84,13 +122,13 @@ func (w *World) readForDiff(ctx context.Context, name string) *nodeState {
 	return ns
 }
 
-// exposure returns the orders the schedule's losses exposed and, by node,
-// the orders whose record a loss resurrected there: for a lost node whose
-// state was read around its roll back, what the roll back took
-// (diffLoss); for one that was not, every order of plans lossExposure
-// names. Called with o.mu held.
-func (w *World) exposure(o *observed, plans []orderPlan) (map[string]bool, map[string]map[string]bool, error) {
-	exposed, resurrected := map[string]bool{}, map[string]map[string]bool{}
+// exposure returns what the schedule's losses took (lossView but for
+// lostRoutes): for a lost node whose state was read around its roll
+// back, what the roll back took (diffLoss); for one that was not, every
+// order of plans lossExposure names, its record included. Called with
+// o.mu held.
+func (w *World) exposure(o *observed, plans []orderPlan) (lossView, error) {
+	exposed, records, resurrected := map[string]bool{}, map[string]bool{}, map[string]map[string]bool{}
 	var unread []string
 	for _, name := range o.losses {
 		ds := o.diffs[name]
@@ -100,6 +138,7 @@ func (w *World) exposure(o *observed, plans []orderPlan) (map[string]bool, map[s
 		}
 		for _, d := range ds {
 			maps.Copy(exposed, d.exposed)
+			maps.Copy(records, d.records)
 			if resurrected[name] == nil {
 				resurrected[name] = map[string]bool{}
 			}
@@ -108,7 +147,8 @@ func (w *World) exposure(o *observed, plans []orderPlan) (map[string]bool, map[s
 	}
 	broad, err := w.lossExposure(unread, plans)
 	maps.Copy(exposed, broad)
-	return exposed, resurrected, err
+	maps.Copy(records, broad)
+	return lossView{exposed: exposed, records: records, resurrected: resurrected}, err
 }
 
 // promisedAcross adds to exposed the orders whose live record promises a

@@ -8,8 +8,9 @@ import (
 )
 
 // diffLoss exposes the orders whose record or parts the roll back
-// changed, and only those; a moved record that comes back live is
-// resurrected, not exposed.
+// changed, and only those, with their record when it changed (its value,
+// or, the node back at another topology, whether it is at its order's
+// home); a moved record that comes back live is resurrected, not exposed.
 func TestDiffLoss(t *testing.T) {
 	rec := func(id string, st inventory.OrderState, moved string) *inventory.OrderRecord {
 		return &inventory.OrderRecord{ID: id, Status: st, Token: "T", Moved: moved}
@@ -17,24 +18,36 @@ func TestDiffLoss(t *testing.T) {
 	part := func(order string, st inventory.PartState) *inventory.PartRecord {
 		return &inventory.PartRecord{ID: order + "|T|0", Order: order, State: st, Qty: 1}
 	}
-	pre := &nodeState{
+	pre := &nodeState{name: "n2", topo: map[string]string{"token": "3:t0"},
 		orders: map[string]*inventory.OrderRecord{
 			"same": rec("same", inventory.OrderReserved, ""), "gone": rec("gone", inventory.OrderReserved, ""),
 			"back": rec("back", inventory.OrderReserved, "2:fp"), "older": rec("older", inventory.OrderConfirmed, ""),
-			"left": rec("left", inventory.OrderReserved, "2:fp"),
+			"left": rec("left", inventory.OrderReserved, "2:fp"), "flip": rec("flip", inventory.OrderReserved, ""),
 		},
 		parts: map[string]*inventory.PartRecord{"settled": part("settled", inventory.PartConfirmed), "kept": part("kept", inventory.PartPending)},
 	}
-	post := &nodeState{
+	post := &nodeState{name: "n2", topo: map[string]string{"token": "2:t1"},
 		orders: map[string]*inventory.OrderRecord{
 			"same": rec("same", inventory.OrderReserved, ""), "back": rec("back", inventory.OrderReserved, ""),
 			"older": rec("older", inventory.OrderReserved, ""), "new": rec("new", inventory.OrderStaging, ""),
+			"flip": rec("flip", inventory.OrderReserved, ""),
 		},
 		parts: map[string]*inventory.PartRecord{"settled": part("settled", inventory.PartPending), "kept": part("kept", inventory.PartPending)},
 	}
-	d := diffLoss(pre, post)
-	if want := map[string]bool{"gone": true, "older": true, "new": true, "settled": true}; !reflect.DeepEqual(d.exposed, want) {
+	// every order is homed on n2 at t0; at t1, flip is homed on n4 (the
+	// node came back at t1, where its unchanged record is away from home)
+	home := func(topo map[string]string, id string) string {
+		if topo["token"] == "2:t1" && id == "flip" {
+			return "n4"
+		}
+		return "n2"
+	}
+	d := diffLoss(pre, post, home)
+	if want := map[string]bool{"gone": true, "older": true, "new": true, "settled": true, "flip": true}; !reflect.DeepEqual(d.exposed, want) {
 		t.Errorf("exposed = %v, want %v", d.exposed, want)
+	}
+	if want := map[string]bool{"gone": true, "older": true, "new": true, "flip": true}; !reflect.DeepEqual(d.records, want) {
+		t.Errorf("records = %v, want %v (a lost part exposes no record)", d.records, want)
 	}
 	if want := map[string]bool{"back": true}; !reflect.DeepEqual(d.resurrected, want) {
 		t.Errorf("resurrected = %v, want %v", d.resurrected, want)

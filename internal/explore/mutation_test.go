@@ -13,14 +13,14 @@ import (
 // schedules' Faults, inventory.Mutator) the explorer finds a failing seed
 // among n schedules of seeds seed, seed+1, …, and that seed passes
 // without the mutation. Each case names the profile and actors that reach
-// its bug (none but inline-unwritten's has the inline-part order, which
-// came later: their seeds draw as they did before it); none scripts the
-// bug's interleaving.
+// its bug (none but inline-unwritten's has the inline-part order, none
+// but retire-skip's the moved order, which came later: their seeds draw
+// as they did before them); none scripts the bug's interleaving.
 //
 // install-inline (a record moved away and back around its node's data
 // loss is installed so that its inline part is still read from it) is
 // not among them either: with PROFILE=calm TOPOLOGY=1 INLINE=1 LOSS=1
-// the explorer finds it in 2 of 450 schedules (seeds 17074 and 17415 of
+// MOVED=-1 the explorer finds it in 2 of 450 schedules (seeds 17074 and 17415 of
 // 17000 to 17449), too rare for a bounded look.
 // TestInlinePartLostAfterMoveBack (inventory/inline_test.go) drives it
 // directly.
@@ -54,7 +54,7 @@ var mutationCases = []struct {
 }{
 	// A3: the transfer of the leaving node's stock writes part of its
 	// change, then fails (20 of seeds 1 to 30 find it, the first at 2).
-	{inventory.MutationXferNegativeZero, Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: -1}, 1, 20},
+	{inventory.MutationXferNegativeZero, Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: -1, Moved: -1}, 1, 20},
 	// A2: the topology actor's order dies after its stage landed (a
 	// crash-point fate), and the removal of n4 writes stable with its
 	// record staging, promising a part on n4. Seeds 22 and 25 of the
@@ -62,7 +62,7 @@ var mutationCases = []struct {
 	// applies, 9 of seeds 41 to 100 did too; now 165 and 187 are the next
 	// (4 of seeds 1 to 200, each a schedule without a pause before the
 	// removal): a pause lets o9's commit end before the removal begins.
-	{inventory.MutationApplyLeavesStaging, Options{Profile: "crash", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: -1}, 20, 64},
+	{inventory.MutationApplyLeavesStaging, Options{Profile: "crash", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: -1, Moved: -1}, 20, 64},
 	// A limit refusal withdrawn: o6's first attempt takes its quota and
 	// its stock, its stage is held back; the retry's stage lands, its
 	// quota part is refused by the first attempt's units, it withdraws
@@ -78,6 +78,13 @@ var mutationCases = []struct {
 	// or expired, and its part's settle finds nothing (20 of seeds 1 to
 	// 30 find it).
 	{inventory.MutationInlineUnwritten, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: -1, Inline: 1, Loss: -1}, 1, 10},
+	// A stale record kept (topology.Driver.Retire marks nothing): the
+	// moved order's T0 home goes back, after the order's decision at T1,
+	// to its record as it was before the move; the removal of n4
+	// installs the decided record over it, finds it there and keeps it,
+	// and the order ends failed though its Reserve answered success (9 of
+	// seeds 1 to 60 find it, the first at 2).
+	{inventory.MutationRetireSkip, Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: 1, Moved: 1}, 1, 20},
 }
 
 // mutationBudget bounds the look for each mutation (the n schedules take

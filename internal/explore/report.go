@@ -39,6 +39,9 @@ func ReplayCommand(seed int64, opts Options) string {
 	if opts.Loss != 0 {
 		cmd += fmt.Sprintf(" LOSS=%g", opts.Loss)
 	}
+	if opts.Moved != 0 {
+		cmd += fmt.Sprintf(" MOVED=%g", opts.Moved)
+	}
 	return cmd
 }
 

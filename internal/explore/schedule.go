@@ -43,6 +43,15 @@ type Options struct {
 	// for it (its seeds run as they did before it was added).
 	// default: 0.15
 	Loss float64
+	// Moved is the chance that a schedule with the topology actor has
+	// the moved order (moved.go): reserved at T0 by the topology actor,
+	// its record moved to n4 by the apply of T1, confirmed or cancelled
+	// there, and carried back by the removal of n4; in half of those with
+	// the data-loss actor, the loss follows it (lossPlan.followReserve). A
+	// negative one is 0, and then the schedule draws nothing for it (its
+	// seeds run as they did before it was added).
+	// default: 0.5
+	Moved float64
 }
 
 func (o Options) probs() (Probs, error) {
@@ -76,6 +85,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Loss == 0 {
 		o.Loss = 0.15
+	}
+	if o.Moved == 0 {
+		o.Moved = 0.5
 	}
 	return o
 }
@@ -185,15 +197,15 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	}
 	obs.mu.Lock()
 	res.Violations = append(res.Violations, obs.problems...)
-	exposed, resurrected, err := w.exposure(obs, slices.Concat(orders, obs.atT1))
-	lostRoutes := w.lossMoved(obs.losses)
+	view, err := w.exposure(obs, slices.Concat(orders, obs.atT1))
+	view.lostRoutes = w.lossMoved(obs.losses)
 	lost := slices.Clone(obs.losses)
 	obs.mu.Unlock()
 	if err != nil {
 		return res, err
 	}
-	promisedAcross(st, lost, w.incarnations(ctx, lost), exposed)
-	found, excused := check(st, obs, orders, w.homes, lossView{exposed, resurrected, lostRoutes})
+	promisedAcross(st, lost, w.incarnations(ctx, lost), view.exposed)
+	found, excused := check(st, obs, orders, w.homes, view)
 	res.Violations, res.Excused, res.Lost = append(res.Violations, found...), len(excused), slices.Clone(obs.losses)
 	res.Applies, res.Retired = obs.applies, obs.retired
 	for _, e := range excused {
@@ -297,6 +309,7 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 			retry(ctx)
 		})
 	}
+	var moved topologyPlan // the topology actor's moved order, if any
 	if s.Chance(opts.Topology) {
 		// The order reserved at T1: its home at T1 is n4, n1 or n2, and
 		// its route c item goes first to its user's quota node, n3 or
@@ -309,6 +322,11 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		if s.Chance(0.3) {
 			plan.between = s.Intn(16)
 		}
+		if opts.Moved > 0 && s.Chance(opts.Moved) {
+			plan.moved, plan.movedHome = w.movedPlan(s.Intn(len(movedOrders)))
+			plan.decide = decideConfirm + decision(s.Intn(2))
+			moved = plan
+		}
 		s.Go(ctx, "topology", w.topology(obs, s, "topology", plan))
 	}
 	if s.Chance(opts.Restart) {
@@ -317,7 +335,12 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 	}
 	if opts.Loss > 0 && s.Chance(opts.Loss) {
 		plan := lossPlan{node: nodesT0[s.Intn(len(nodesT0))], before: s.Intn(6), held: 1 + s.Intn(30), out: s.Intn(8)}
-		if s.Chance(0.5) { // a copy from before the schedule (set-up: not scheduled)
+		if moved.decide != decideNone && s.Chance(0.5) { // drawn only then: other seeds run as before
+			plan.node = moved.movedHome
+			plan.followReserve, plan.followDecide = movedReserver(moved.moved.ID), movedDecider(moved.moved.ID, moved.decide)
+			plan.before, plan.held = 0, s.Intn(4)
+		}
+		if plan.followReserve == "" && s.Chance(0.5) { // a copy from before the schedule (set-up: not scheduled)
 			plan.snap = w.snapPath(plan.node)
 			err := w.copyData(ctx, plan.node, plan.snap)
 			obs.note("loss", "copy "+plan.node+"'s data at the start", err)

@@ -32,6 +32,7 @@ type World struct {
 	healR   *router.Router
 	saved   map[string][]any // node → its epoch-1 topology state (resetScript's ARGV)
 	homes   *inventory.Homes // order homes of T0
+	homes1  *inventory.Homes // order homes of T1
 	log     *slog.Logger
 }
 
@@ -73,6 +74,9 @@ func NewWorld() (w *World, err error) {
 		return w, err
 	}
 	if w.homes, err = inventory.NewHomes(w.cfg0); err != nil {
+		return w, err
+	}
+	if w.homes1, err = inventory.NewHomes(w.cfg1); err != nil {
 		return w, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
