@@ -327,12 +327,7 @@ func (w *World) topology(o *observed, s *Scheduler, who string, plan topologyPla
 			// the stock there until they settle), so it moves n4's stock
 			// itself, under the schedule's faults.
 			wait := 300 * time.Millisecond
-			if step.to == "T0" || plan.decide != decideNone {
-				// with a moved order, the apply of T1 waits as long
-				// too: phase 1's quota parts on route c, held past
-				// their deadline's grace until a reconciler or a
-				// decision settles them, keep their counters from
-				// moving, and T1 stable is when o4 is reserved
+			if step.to == "T0" {
 				wait = 2 * time.Second
 			}
 			rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: to, From: from, Wait: wait,

@@ -36,9 +36,10 @@ const (
 	decideCancel
 )
 
-// movedTTL is the moved order's hold time (the worlds' configuration caps
-// a TTL at 1 s).
-const movedTTL = time.Second
+// movedTTL is the moved order's hold time (the worlds' configuration's
+// max_reservation_ttl): its decision at T1 comes after the apply of T1,
+// which may wait 300 ms for counters, and more on a loaded machine.
+const movedTTL = 3 * time.Second
 
 // movedOrders are the moved order's draws: ids homed on n1, n2 and n3 at
 // T0 and on n4 at T1 (movedPlan checks it), each with an item whose

@@ -138,7 +138,7 @@ func worldConfig(addrs map[string]string, withN4 bool) (*config.Config, error) {
 	cfg.Client.CommandTimeout = 2 * time.Second
 	cfg.Pipeline.Enabled = false
 	cfg.Inventory.ReservationTTL = orderTTL
-	cfg.Inventory.MaxReservationTTL = time.Second
+	cfg.Inventory.MaxReservationTTL = movedTTL
 	cfg.Inventory.Retention = time.Hour
 	cfg.Inventory.AttemptLease = attemptLease
 	cfg.Inventory.GroupCommit = 1
