@@ -75,13 +75,12 @@ func (o *observed) end(who string) {
 }
 
 // waitEnded waits, as actor who, until the actor named returned: each
-// wait is a scheduled pick that does nothing, up to waitPicks of them.
+// wait is an idle pick (Scheduler.Idle: outside the fault budget) of
+// 2 ms, which lets what no pick drives go on (an apply's wait), up to
+// waitPicks of them.
 func (o *observed) waitEnded(ctx context.Context, s *Scheduler, who, name string) {
 	for i := 0; i < waitPicks && !o.hasEnded(name) && ctx.Err() == nil; i++ {
-		_ = s.Step(ctx, who+" waits for "+name, func() error {
-			time.Sleep(2 * time.Millisecond) // lets what no pick drives go on (an apply's wait)
-			return nil
-		})
+		s.Idle(ctx, who+" waits for "+name, 2*time.Millisecond)
 	}
 }
 
@@ -291,8 +290,9 @@ type topologyPlan struct {
 	// the record back.
 	between int
 	// moved, with decide, is the moved order (moved.go): reserved at T0
-	// before the apply of T1, decided at T1 after o4's Reserve, as decide
-	// says (decideNone: no moved order); movedHome is its home at T0.
+	// before the apply of T1, decided at T1 once that apply returned (after
+	// o4's Reserve when T1 is stable), as decide says (decideNone: no
+	// moved order); movedHome is its home at T0.
 	moved     orderPlan
 	movedHome string
 	decide    decision

@@ -123,8 +123,9 @@ func TestCheckResurrectedRecord(t *testing.T) {
 // TestCheckToldDecisionExcusedOnlyByRecordLoss: a Cancel acknowledged
 // before a data loss decided the order's record for good, so a record
 // that ends in another state is a violation when the loss took only a
-// part of the order (seed 130 with MUTATIONS=retire-skip: o1's part on
-// n1 lost, its stale record kept over the cancelled one), and excused
+// part of the order (seed 130 with MUTATIONS=retire-skip PROFILE=calm
+// TOPOLOGY=1 RESTART=-1 LOSS=1, when a client of T1 cancelled o1: its
+// part on n1 lost, its stale record kept over the cancelled one), and excused
 // when it took the order's record.
 func TestCheckToldDecisionExcusedOnlyByRecordLoss(t *testing.T) {
 	homes, err := inventory.NewHomes(mustConfig(t))

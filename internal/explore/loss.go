@@ -86,7 +86,8 @@ type lossPlan struct {
 	snap string
 	// A following loss ties its steps to the moved order's (moved.go;
 	// node is its T0 home): the copy waits until its Reserve returned,
-	// before the topology actor's apply of T1 moves its record to n4, and
+	// mostly before the topology actor's apply of T1 moves its record to
+	// n4, and
 	// the roll back until its decision at T1 returned, so the node goes
 	// back to the order's record as it was before the move, undecided and
 	// not marked moved, while the removal of n4 has still to carry the
@@ -226,7 +227,7 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 		return -1, err
 	}
 	if post := w.readForDiff(ctx, name); pre != nil && post != nil {
-		o.diffed(name, diffLoss(pre, post, w.homeAt))
+		o.diffed(name, diffLoss(pre, post, w.fromHome))
 	}
 	// Marks of the node's writes reach its peers up to a heartbeat after
 	// the write (node/witness.go), from the actors' routers and from the
@@ -345,10 +346,7 @@ func (w *World) lossExposure(lost []string, plans []orderPlan) (map[string]bool,
 		return out, nil
 	}
 	r0, r1 := w.cfg0.Servers["inventory"].Routes, w.cfg1.Servers["inventory"].Routes
-	homes1, err := inventory.NewHomes(w.cfg1)
-	if err != nil {
-		return nil, err
-	}
+	homes1 := w.homes1
 	for _, name := range lost {
 		for _, p := range plans {
 			touches := w.homes.Home(p.ID) == name || homes1.Home(p.ID) == name

@@ -5,7 +5,6 @@ import (
 	"maps"
 	"reflect"
 	"slices"
-	"strings"
 
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/topology"
@@ -38,19 +37,19 @@ import (
 // the order's final status are excused only for the orders whose record
 // a loss took (lossDiff.records).
 
-// A live record can also change with its value unchanged: a node copied
-// during an apply comes back at the topology it had then (its epoch
-// record), and the rule reads its records by that topology. A record at
-// its order's home before the roll back and away from it after (or the
-// reverse), both live, is read as stale where it was the order's
-// (topology.Driver.Retire then retires it), or the other way round: the
-// roll back took the write that made it the order's. Seed 24412
-// (PROFILE=crash TOPOLOGY=1 RESTART=0.3 LOSS=0.6): n2 was copied at T1,
-// before the apply moved order p6's record to n4; the apply of T0 moved it
-// back; n2 went back to the copy, at T1, where p6's record, the same
-// value, is away from p6's home n4, whose copy is marked moved; the next
-// apply retired it, and p6 has no live record: its record's last write,
-// on n2, was lost.
+// A live record can also be taken with its value unchanged: a node
+// copied during an apply comes back at the epoch it had then, and the
+// apply it was in when it went back, resumed, retires on the nodes behind
+// it the records away from their home in the topology it moves from
+// (topology.Driver.Retire). A record that was the order's there before
+// the roll back (the apply had moved it back onto the node), and that
+// such a resume retires after it, is taken: the roll back took the write
+// that made it the order's. Seed 24412 (PROFILE=crash TOPOLOGY=1
+// RESTART=0.3 LOSS=0.6): n2 was copied at T1, before the apply moved
+// order p6's record to n4; the apply of T0 moved it back; n2 went back
+// to the copy, at T1, where p6's record, the same value, is away from
+// p6's home n4, whose copy is marked moved; the resumed apply retired
+// it, and p6 has no live record.
 
 // lossDiff is what one node's roll back took.
 type lossDiff struct {
@@ -60,9 +59,10 @@ type lossDiff struct {
 }
 
 // diffLoss compares the node's state before its roll back (pre) with the
-// state it came back with (post); home is an order's home by the
-// topology a node's epoch record says it is at (World.homeAt).
-func diffLoss(pre, post *nodeState, home func(topo map[string]string, id string) string) lossDiff {
+// state it came back with (post); fromHome is an order's home in the
+// topology a node's epoch record says it migrates from (World.fromHome).
+func diffLoss(pre, post *nodeState, fromHome func(topo map[string]string, id string) string) lossDiff {
+	behind := resumeRetires(pre.topo, post.topo)
 	d := lossDiff{exposed: map[string]bool{}, records: map[string]bool{}, resurrected: map[string]bool{}}
 	for id := range unionKeys(pre.orders, post.orders) {
 		a, b := pre.orders[id], post.orders[id]
@@ -72,7 +72,7 @@ func diffLoss(pre, post *nodeState, home func(topo map[string]string, id string)
 				d.resurrected[id] = true
 			}
 		case a == nil || b == nil || !reflect.DeepEqual(*a, *b),
-			b.Moved == "" && (home(pre.topo, id) == pre.name) != (home(post.topo, id) == post.name):
+			b.Moved == "" && behind && fromHome(pre.topo, id) != pre.name:
 			d.exposed[id], d.records[id] = true, true
 		}
 	}
@@ -90,14 +90,23 @@ func diffLoss(pre, post *nodeState, home func(topo map[string]string, id string)
 	return d
 }
 
-// homeAt is order id's home by the topology a node's epoch record (topo,
-// shardis:topology) says the node is at: T1's when its token names T1's
-// fingerprint, else T0's.
-func (w *World) homeAt(topo map[string]string, id string) string {
-	if _, fp, _ := strings.Cut(topo["token"], ":"); fp == topology.Of(w.cfg1).Fingerprint() {
-		return w.homes1.Home(id)
+// resumeRetires reports whether a node whose epoch record was pre before
+// its roll back and post after it is one a resumed apply retires on: it
+// was migrating (an apply under way) and came back at an older epoch.
+func resumeRetires(pre, post map[string]string) bool {
+	e0, _, ok0 := topology.SplitToken(pre["token"])
+	e1, _, ok1 := topology.SplitToken(post["token"])
+	return ok0 && ok1 && e1 < e0 && pre["phase"] == string(topology.PhaseMigrating)
+}
+
+// fromHome is order id's home in the topology a node's epoch record
+// (topo, shardis:topology) says it migrates from: a world has two, so it
+// is T0's when the record's token names T1's fingerprint, else T1's.
+func (w *World) fromHome(topo map[string]string, id string) string {
+	if _, fp, _ := topology.SplitToken(topo["token"]); fp == w.fp1 {
+		return w.homes.Home(id)
 	}
-	return w.homes.Home(id)
+	return w.homes1.Home(id)
 }
 
 // unionKeys is the set of the keys of a and b.

@@ -9,8 +9,8 @@ import (
 
 // diffLoss exposes the orders whose record or parts the roll back
 // changed, and only those, with their record when it changed (its value,
-// or, the node back at another topology, whether it is at its order's
-// home); a moved record that comes back live is resurrected, not exposed.
+// or, the node back behind an apply under way, whether the resume retires
+// it); a moved record that comes back live is resurrected, not exposed.
 func TestDiffLoss(t *testing.T) {
 	rec := func(id string, st inventory.OrderState, moved string) *inventory.OrderRecord {
 		return &inventory.OrderRecord{ID: id, Status: st, Token: "T", Moved: moved}
@@ -18,7 +18,7 @@ func TestDiffLoss(t *testing.T) {
 	part := func(order string, st inventory.PartState) *inventory.PartRecord {
 		return &inventory.PartRecord{ID: order + "|T|0", Order: order, State: st, Qty: 1}
 	}
-	pre := &nodeState{name: "n2", topo: map[string]string{"token": "3:t0"},
+	pre := &nodeState{name: "n2", topo: map[string]string{"token": "3:t0", "phase": "migrating"},
 		orders: map[string]*inventory.OrderRecord{
 			"same": rec("same", inventory.OrderReserved, ""), "gone": rec("gone", inventory.OrderReserved, ""),
 			"back": rec("back", inventory.OrderReserved, "2:fp"), "older": rec("older", inventory.OrderConfirmed, ""),
@@ -34,15 +34,16 @@ func TestDiffLoss(t *testing.T) {
 		},
 		parts: map[string]*inventory.PartRecord{"settled": part("settled", inventory.PartPending), "kept": part("kept", inventory.PartPending)},
 	}
-	// every order is homed on n2 at t0; at t1, flip is homed on n4 (the
-	// node came back at t1, where its unchanged record is away from home)
-	home := func(topo map[string]string, id string) string {
-		if topo["token"] == "2:t1" && id == "flip" {
+	// every order is homed on n2 in the topology the node migrates from
+	// but flip, homed on n4 there: the node came back behind an apply
+	// under way, whose resume retires flip's unchanged record
+	fromHome := func(topo map[string]string, id string) string {
+		if id == "flip" {
 			return "n4"
 		}
 		return "n2"
 	}
-	d := diffLoss(pre, post, home)
+	d := diffLoss(pre, post, fromHome)
 	if want := map[string]bool{"gone": true, "older": true, "new": true, "settled": true, "flip": true}; !reflect.DeepEqual(d.exposed, want) {
 		t.Errorf("exposed = %v, want %v", d.exposed, want)
 	}
@@ -72,5 +73,24 @@ func TestPromisedAcross(t *testing.T) {
 	promisedAcross(st, []string{"n2"}, map[string]string{"n2": "new"}, exposed)
 	if want := map[string]bool{"before": true}; !reflect.DeepEqual(exposed, want) {
 		t.Errorf("exposed = %v, want %v", exposed, want)
+	}
+}
+
+// resumeRetires holds for a node that was migrating and came back at an
+// older epoch, and only then.
+func TestResumeRetires(t *testing.T) {
+	for _, c := range []struct {
+		pre, post map[string]string
+		want      bool
+	}{
+		{map[string]string{"token": "3:a", "phase": "migrating"}, map[string]string{"token": "2:b"}, true},
+		{map[string]string{"token": "3:a", "phase": "migrating"}, map[string]string{"token": "1:a"}, true},
+		{map[string]string{"token": "3:a", "phase": "stable"}, map[string]string{"token": "2:b"}, false},
+		{map[string]string{"token": "2:b", "phase": "migrating"}, map[string]string{"token": "2:b"}, false},
+		{map[string]string{"token": "3:a", "phase": "migrating"}, map[string]string{}, false},
+	} {
+		if got := resumeRetires(c.pre, c.post); got != c.want {
+			t.Errorf("resumeRetires(%v, %v) = %v, want %v", c.pre, c.post, got, c.want)
+		}
 	}
 }

@@ -13,14 +13,17 @@ import (
 // the actor first reserves an order of its own at T0, homed at T1 on n4,
 // the node T1 adds, and one unit of an item on another node than its T0
 // home, so its record is all its home holds of it. The apply of T1 moves
-// the record to n4 (and marks the home's copy moved); once T1 is stable
-// an instance of T1 confirms or cancels the order there; the removal of
-// n4 carries the decision back to the T0 home.
+// the record to n4 (and marks the home's copy moved); once the apply
+// returned (stable, or migrating: records move before the counters it may
+// wait for) an instance of T1 confirms or cancels the order there; the
+// removal of n4 carries the decision back to the T0 home.
 //
-// A data loss may follow it (lossPlan.followReserve): the order's T0 home is
-// copied once its Reserve returned, before the move, and rolled back once
-// its decision at T1 returned. The home then holds the order's record as
-// it was before the move, live and not marked moved: a stale record,
+// A data loss may follow it (lossPlan.followReserve): the order's T0 home
+// is copied once its Reserve returned, mostly before the move (nothing
+// orders the copy before the apply: a copy after it holds the marked
+// record, and the roll back then takes nothing of the order), and rolled
+// back once its decision at T1 returned. The home then holds the order's
+// record as it was before the move, live and not marked moved: a stale record,
 // away from the order's home while T1 stands and on it again at T0, which
 // every apply must retire (topology.Driver.Retire) before it moves the
 // order's record back; one kept is installed over the decision (the
@@ -103,9 +106,10 @@ func decideMoved(ctx context.Context, o *observed, s *Scheduler, inv *inventory.
 	}
 }
 
-// movedReserver and movedDecider name the moved order's clients.
+// movedReserver names the moved order's Reserve client.
 func movedReserver(id string) string { return "reserve-" + id + "@T0" }
 
+// movedDecider names the moved order's client at T1, which d says.
 func movedDecider(id string, d decision) string {
 	if d == decideCancel {
 		return "cancel-" + id + "@T1"

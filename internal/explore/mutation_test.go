@@ -72,17 +72,17 @@ var mutationCases = []struct {
 	// 49, 60, 67 before each schedule drew how one-round commits travel;
 	// again 15, 49 and 60 of seeds 1 to 64 on 2026-12-01), so from 13, 64
 	// schedules hold three chances, not one.
-	{inventory.MutationLimitWithdraw, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: 1, Inline: -1, Loss: -1}, 13, 64},
+	{inventory.MutationLimitWithdraw, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: 1, Inline: -1, Loss: -1, Moved: -1}, 13, 64},
 	// An inline part left without a record by its order's decision
 	// (inventory/inline.go): the inline-part order is confirmed, cancelled
 	// or expired, and its part's settle finds nothing (20 of seeds 1 to
 	// 30 find it).
-	{inventory.MutationInlineUnwritten, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: -1, Inline: 1, Loss: -1}, 1, 10},
+	{inventory.MutationInlineUnwritten, Options{Profile: "calm", Topology: -1, Restart: -1, Limit: -1, Inline: 1, Loss: -1, Moved: -1}, 1, 10},
 	// A stale record kept (topology.Driver.Retire marks nothing): the
 	// moved order's T0 home goes back, after the order's decision at T1,
 	// to its record as it was before the move; the removal of n4
 	// installs the decided record over it, finds it there and keeps it,
-	// and the order ends failed though its Reserve answered success (9 of
+	// and the order ends failed though its Reserve answered success (8 of
 	// seeds 1 to 60 find it, the first at 2).
 	{inventory.MutationRetireSkip, Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: 1, Moved: 1}, 1, 20},
 }

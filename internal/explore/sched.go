@@ -68,6 +68,7 @@ type call struct {
 	a      *actor
 	desc   string
 	step   bool // an explorer step, not a script: always delivered
+	idle   bool // a step that only waits (Idle): outside the fault budget
 	ready  chan Fate
 	held   bool // held once already
 	until  int  // held: not picked before this many picks
@@ -91,6 +92,7 @@ type Scheduler struct {
 	closed   bool // Run returned: later calls are not scheduled
 	phase    int  // 0 first phase, then 1 (NextPhase)
 	steps    int
+	idle     int // of steps, Idle's: maxSteps bounds the others
 	trace    []string
 	wake     chan struct{}
 	wg       sync.WaitGroup
@@ -218,6 +220,18 @@ func (s *Scheduler) Step(ctx context.Context, desc string, fn func() error) erro
 	return err
 }
 
+// Idle is one scheduled step of the actor in ctx that does nothing but
+// let real time pass (d): a wait for another actor's progress
+// (observed.waitEnded). Its picks advance held calls as any pick does but
+// do not count toward maxSteps, so a long wait leaves the schedule its
+// faults.
+func (s *Scheduler) Idle(ctx context.Context, desc string, d time.Duration) {
+	_, _ = s.submitCall(ctx, &call{desc: desc, step: true, idle: true}, func() (any, error) {
+		time.Sleep(d)
+		return nil, nil
+	})
+}
+
 // describe names a call by node, script and keys, with the attempts'
 // random tokens in part ids replaced by "T", so the order of an actor's
 // waiting calls and the trace are the same on every run of a seed.
@@ -229,6 +243,12 @@ func describe(c inventory.ScriptCall) string {
 var tokenRE = regexp.MustCompile(`\|[0-9A-Za-z_-]{8}\|`)
 
 func (s *Scheduler) submit(ctx context.Context, desc string, step bool, send func() (any, error)) (any, error) {
+	return s.submitCall(ctx, &call{desc: desc, step: step}, send)
+}
+
+// submitCall waits until the scheduler picks c (its actor, its ready
+// channel set here), then sends it as its fate says.
+func (s *Scheduler) submitCall(ctx context.Context, c *call, send func() (any, error)) (any, error) {
 	a, _ := ctx.Value(actorKey{}).(*actor)
 	s.mu.Lock()
 	if a == nil || s.closed {
@@ -241,7 +261,7 @@ func (s *Scheduler) submit(ctx context.Context, desc string, step bool, send fun
 		s.mu.Unlock()
 		return nil, fmt.Errorf("explore: actor %s: %w", a.name, inventory.ErrCrashed)
 	}
-	c := &call{a: a, desc: desc, step: step, ready: make(chan Fate, 1)}
+	c.a, c.ready = a, make(chan Fate, 1)
 	s.waiting = append(s.waiting, c)
 	a.waiting++
 	a.busy = false
@@ -444,10 +464,13 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 	i := eligible[s.rng.Intn(len(eligible))]
 	c := s.waiting[i]
 	fate := Deliver
-	if !c.step && s.steps < s.maxSteps {
+	if !c.step && s.steps-s.idle < s.maxSteps {
 		fate = s.drawFate()
 	}
 	s.steps++
+	if c.idle {
+		s.idle++
+	}
 	if (fate == Hold && (c.held || unparked == 1)) || (fate == Park && (c.held || s.phase > 0)) {
 		fate = Deliver
 	}
