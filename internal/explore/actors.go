@@ -64,7 +64,7 @@ type observed struct {
 func newObserved() *observed {
 	return &observed{reserved: map[string][]inventory.Receipt{}, confirmed: map[string]string{},
 		cancelled: map[string]string{}, dataLoss: map[string]bool{}, refused: map[string][]refusal{}, extra: map[string]int64{},
-		ended: map[string]bool{}}
+		diffs: map[string][]lossDiff{}, ended: map[string]bool{}}
 }
 
 // end records that actor who returned.
@@ -133,9 +133,6 @@ func (o *observed) lost(name string) {
 func (o *observed) diffed(name string, d lossDiff) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.diffs == nil {
-		o.diffs = map[string][]lossDiff{}
-	}
 	o.diffs[name] = append(o.diffs[name], d)
 }
 

@@ -340,16 +340,12 @@ func (w *World) seq(ctx context.Context, name string) (int64, error) {
 // topology actor's) with an item on a route the node serves at T0 or T1
 // (its stock and quota parts live there) or a home on the node at T0 or
 // T1 (its record does).
-func (w *World) lossExposure(lost []string, plans []orderPlan) (map[string]bool, error) {
+func (w *World) lossExposure(lost []string, plans []orderPlan) map[string]bool {
 	out := map[string]bool{}
-	if len(lost) == 0 {
-		return out, nil
-	}
 	r0, r1 := w.cfg0.Servers["inventory"].Routes, w.cfg1.Servers["inventory"].Routes
-	homes1 := w.homes1
 	for _, name := range lost {
 		for _, p := range plans {
-			touches := w.homes.Home(p.ID) == name || homes1.Home(p.ID) == name
+			touches := w.homes.Home(p.ID) == name || w.homes1.Home(p.ID) == name
 			for _, it := range p.Items {
 				touches = touches || slices.Contains(r0[it.Route], name) || slices.Contains(r1[it.Route], name)
 			}
@@ -358,7 +354,7 @@ func (w *World) lossExposure(lost []string, plans []orderPlan) (map[string]bool,
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // lossMoved are the routes whose counters' totals the loss of the nodes

@@ -136,7 +136,7 @@ func (w *World) readForDiff(ctx context.Context, name string) *nodeState {
 // back, what the roll back took (diffLoss); for one that was not, every
 // order of plans lossExposure names, its record included. Called with
 // o.mu held.
-func (w *World) exposure(o *observed, plans []orderPlan) (lossView, error) {
+func (w *World) exposure(o *observed, plans []orderPlan) lossView {
 	exposed, records, resurrected := map[string]bool{}, map[string]bool{}, map[string]map[string]bool{}
 	var unread []string
 	for _, name := range o.losses {
@@ -154,10 +154,10 @@ func (w *World) exposure(o *observed, plans []orderPlan) (lossView, error) {
 			maps.Copy(resurrected[name], d.resurrected)
 		}
 	}
-	broad, err := w.lossExposure(unread, plans)
+	broad := w.lossExposure(unread, plans)
 	maps.Copy(exposed, broad)
 	maps.Copy(records, broad)
-	return lossView{exposed: exposed, records: records, resurrected: resurrected}, err
+	return lossView{exposed: exposed, records: records, resurrected: resurrected}
 }
 
 // promisedAcross adds to exposed the orders whose live record promises a

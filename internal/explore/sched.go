@@ -211,12 +211,12 @@ func (s *Scheduler) Crashed(ctx context.Context) bool {
 
 // Call implements inventory.Faults.
 func (s *Scheduler) Call(ctx context.Context, c inventory.ScriptCall, send func() (any, error)) (any, error) {
-	return s.submit(ctx, describe(c), false, send)
+	return s.submit(ctx, &call{desc: describe(c)}, send)
 }
 
 // Step runs fn as one scheduled step of the actor in ctx (never faulted).
 func (s *Scheduler) Step(ctx context.Context, desc string, fn func() error) error {
-	_, err := s.submit(ctx, desc, true, func() (any, error) { return nil, fn() })
+	_, err := s.submit(ctx, &call{desc: desc, step: true}, func() (any, error) { return nil, fn() })
 	return err
 }
 
@@ -226,7 +226,7 @@ func (s *Scheduler) Step(ctx context.Context, desc string, fn func() error) erro
 // do not count toward maxSteps, so a long wait leaves the schedule its
 // faults.
 func (s *Scheduler) Idle(ctx context.Context, desc string, d time.Duration) {
-	_, _ = s.submitCall(ctx, &call{desc: desc, step: true, idle: true}, func() (any, error) {
+	_, _ = s.submit(ctx, &call{desc: desc, step: true, idle: true}, func() (any, error) {
 		time.Sleep(d)
 		return nil, nil
 	})
@@ -242,13 +242,9 @@ func describe(c inventory.ScriptCall) string {
 // tokenRE matches the token of a part id (order|token|item).
 var tokenRE = regexp.MustCompile(`\|[0-9A-Za-z_-]{8}\|`)
 
-func (s *Scheduler) submit(ctx context.Context, desc string, step bool, send func() (any, error)) (any, error) {
-	return s.submitCall(ctx, &call{desc: desc, step: step}, send)
-}
-
-// submitCall waits until the scheduler picks c (its actor, its ready
-// channel set here), then sends it as its fate says.
-func (s *Scheduler) submitCall(ctx context.Context, c *call, send func() (any, error)) (any, error) {
+// submit waits until the scheduler picks c (its actor, its ready channel
+// set here), then sends it as its fate says.
+func (s *Scheduler) submit(ctx context.Context, c *call, send func() (any, error)) (any, error) {
 	a, _ := ctx.Value(actorKey{}).(*actor)
 	s.mu.Lock()
 	if a == nil || s.closed {

@@ -197,13 +197,10 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	}
 	obs.mu.Lock()
 	res.Violations = append(res.Violations, obs.problems...)
-	view, err := w.exposure(obs, slices.Concat(orders, obs.atT1))
+	view := w.exposure(obs, slices.Concat(orders, obs.atT1))
 	view.lostRoutes = w.lossMoved(obs.losses)
 	lost := slices.Clone(obs.losses)
 	obs.mu.Unlock()
-	if err != nil {
-		return res, err
-	}
 	promisedAcross(st, lost, w.incarnations(ctx, lost), view.exposed)
 	found, excused := check(st, obs, orders, w.homes, view)
 	res.Violations, res.Excused, res.Lost = append(res.Violations, found...), len(excused), slices.Clone(obs.losses)
@@ -378,13 +375,9 @@ func homedOn(homes *inventory.Homes, node string, ids ...string) string {
 // and at T1 on another node when moving (the topology actor then moves
 // its record away, and back).
 func (w *World) inlineOrder(moving bool) string {
-	homes1, err := inventory.NewHomes(w.cfg1)
-	if err != nil {
-		panic("explore: homes of T1: " + err.Error())
-	}
 	for i := 1; i <= 100; i++ {
 		id := fmt.Sprintf("p%d", i)
-		if w.homes.Home(id) == "n2" && (homes1.Home(id) != "n2") == moving {
+		if w.homes.Home(id) == "n2" && (w.homes1.Home(id) != "n2") == moving {
 			return id
 		}
 	}
