@@ -3,14 +3,17 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/topology"
 )
 
-// Retire implements [topology.Driver]: before their bump, it marks moved
-// every live order record on the named nodes (of c.From or c.To) that is
-// not the record's home in c.From, each node at the token it holds.
+// Retire implements [topology.Driver]: before their bump (or, c.Forward,
+// their move forward), it marks moved every live order record on the
+// named nodes (of c.From or c.To) that is not the record's home in
+// c.From, each node at the token it holds; then it puts back on them the
+// records step 3 at c.Token had moved onto them (reinstall).
 //
 // Why such a record is stale, and why marking it is safe: in a stable
 // topology every record lives at its home (step 3 of each apply moved the
@@ -35,48 +38,213 @@ import (
 // kept, frozen, and an install overwrites it; its inline parts get their
 // records on the node first, as at any move, so the reconcilers settle
 // the units they hold there by the order's decision at its home instead
-// of leaving them reserved for good. Nothing can install a record on such
-// a node meanwhile (installs run in step 3, at c.Token, which the node
-// refuses until its bump), and a rerun marks nothing twice.
-func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string) (int, error) {
+// of leaving them reserved for good. Nothing but the put back below
+// installs a record on such a node meanwhile (step 3's installs run at
+// c.Token, which the node refuses until its bump), so a rerun marks again
+// only a record a put back installed, and puts it back again. An apply
+// of the current topology that brings forward the nodes that went back
+// (c.Forward, topology/doc.go) asks for those: step 3 ran to its end at
+// c.Token on the others, and the same rule holds on them.
+//
+// Each node is acted on at the token read from it here, so every script
+// is refused once the node moved on; a node read at c.Token (bumped or
+// brought forward by an apply running concurrently) is left alone: its
+// records may be the ones instances act on now.
+func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string) (topology.Retirement, error) {
 	a.begin(c)
+	var done topology.Retirement
 	homes, err := homesOf(c.From)
 	if err != nil {
-		return 0, fmt.Errorf("%w: the applied topology: %v", ErrInvalid, err)
+		return done, fmt.Errorf("%w: the applied topology: %v", ErrInvalid, err)
 	}
-	if a.inv.mutated(MutationRetireSkip) {
-		return 0, nil // test-only (faults.go)
-	}
-	retired := 0
+	behind := map[string]string{} // node → the token it holds
 	for _, name := range nodes {
 		n, err := a.node(name)
 		if err != nil {
-			return retired, err
+			return done, err
 		}
-		ids, err := strayOrders(ctx, homes, n)
+		rec, err := a.Read(ctx, name)
 		if err != nil {
-			return retired, err
+			return done, err
 		}
-		if len(ids) == 0 {
-			continue
+		if rec.Token == c.Token {
+			continue // no longer behind: moved on by a concurrent apply
 		}
-		rec, err := a.Read(ctx, name) // its token: the scripts check it
+		behind[name] = rec.Token
+		if a.inv.mutated(MutationRetireSkip) {
+			continue // test-only (faults.go)
+		}
+		k, err := a.retireOn(ctx, homes, n, rec.Token)
+		done.Retired += k
 		if err != nil {
-			return retired, err
+			return done, err
 		}
-		for _, id := range ids {
-			if _, err := a.inv.runAt(ctx, n, orderMoveOutScript, rec.Token, []string{orderKey(id)}, rec.Token); err != nil {
-				return retired, fmt.Errorf("retiring the stale record of order %q on %s (run apply again to resume): %w", id, name, err)
-			}
-			a.log.Warn("topology: stale order record retired: it came back with its node's data, away from its home",
-				"node", name, "order", id, "home", homes.Home(id))
-			retired++
-			if a.inv.crash(ctx, "retire") {
-				return retired, errCrashed
-			}
+	}
+	done.Reinstalled, err = a.reinstall(ctx, c, behind)
+	return done, err
+}
+
+// retireOn marks moved, at token tok (n's), the live order records on n
+// whose home is another node, and returns how many it marked.
+func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok string) (int, error) {
+	ids, err := strayOrders(ctx, homes, n)
+	if err != nil {
+		return 0, err
+	}
+	retired := 0
+	for _, id := range ids {
+		if _, err := a.inv.runAt(ctx, n, orderMoveOutScript, tok, []string{orderKey(id)}, tok); err != nil {
+			return retired, fmt.Errorf("retiring the stale record of order %q on %s (run apply again to resume): %w", id, n.Name(), err)
+		}
+		a.log.Warn("topology: stale order record retired: it came back with its node's data, away from its home",
+			"node", n.Name(), "order", id, "home", homes.Home(id))
+		retired++
+		if a.inv.crash(ctx, "retire") {
+			return retired, errCrashed
 		}
 	}
 	return retired, nil
+}
+
+// reinstall puts back, on each node of behind (name → the token it
+// holds, read from it before c.Token), the order records that step 3 at
+// c.Token moved onto it: those homed on it in c.To whose copy at their
+// c.From home is marked moved at c.Token. It returns how many it
+// installed.
+//
+// Why: a mark at c.Token is step 3's move of the order to its c.To home
+// (order_move_out.lua, by the apply's sweep or an instance's touch),
+// written only once every node was bumped; Retire marks only nodes read
+// behind c.Token, at the token read, which their scripts refuse once the
+// node is at c.Token. A node behind c.Token holds data from before its
+// bump, so it lost the install, and whatever it holds of the order (an
+// older copy from before an earlier move off it, retired above as stale
+// since it is away from its c.From home) is older than the marked copy.
+// Decisions taken on the node after the install are lost with its data;
+// the marked copy is the order's newest surviving record. Left retired,
+// the order would have no live record: its home's copy is marked, and
+// step 3 is not run again on a rerun once a node is stable at c.Token,
+// nor by a move forward. The copy is read by order_move_out.lua at
+// c.Token, which marks it again as it was and returns its value (what
+// step 3's move read), and installed at the node's token, which it holds
+// until its bump: no instance writes it meanwhile. Installing it again
+// on a rerun is harmless (the install answers "exists", or the record
+// was retired again above). A node at another token than c.Token holds
+// no mark at c.Token, and is not read further (markedHome).
+func (a *migrator) reinstall(ctx context.Context, c topology.Change, behind map[string]string) (int, error) {
+	if len(behind) == 0 || a.inv.mutated(MutationReinstallSkip) {
+		return 0, nil // the mutation is test-only (faults.go)
+	}
+	from, err := homesOf(c.From)
+	if err != nil {
+		return 0, fmt.Errorf("%w: the applied topology: %v", ErrInvalid, err)
+	}
+	to, err := homesOf(c.To)
+	if err != nil {
+		return 0, fmt.Errorf("%w: the new topology: %v", ErrInvalid, err)
+	}
+	put := 0
+	for _, name := range c.From.Nodes() {
+		h, err := a.markedHome(ctx, c, name)
+		if err != nil {
+			return put, err
+		}
+		if h == nil {
+			continue
+		}
+		ids, err := movedOnto(ctx, h, from, to, behind, c.Token)
+		if err != nil {
+			return put, err
+		}
+		for _, id := range ids {
+			dest := to.Home(id)
+			ok, err := a.putBack(ctx, h, dest, behind[dest], id, c.Token)
+			if err != nil {
+				return put, fmt.Errorf("putting back order %q on %s from its moved copy on %s (run apply again to resume): %w", id, dest, name, err)
+			}
+			if !ok {
+				continue
+			}
+			a.log.Warn("topology: order record put back from its moved copy: its node went back to data from before the apply moved it there",
+				"node", dest, "order", id, "from", name)
+			put++
+			if a.inv.crash(ctx, "reinstall") {
+				return put, errCrashed
+			}
+		}
+	}
+	return put, nil
+}
+
+// markedHome returns the node named name, a member of c.From, when it is
+// at c.Token (only then can it hold copies marked moved at c.Token), nil
+// when it is not. With c.Forward, a node that left with the apply and is
+// no longer configured or usable is passed over (nil) with a warning:
+// the records the apply moved off it onto a node brought forward cannot
+// be put back from it; they may be none.
+func (a *migrator) markedHome(ctx context.Context, c topology.Change, name string) (*node.Node, error) {
+	h, err := a.node(name)
+	if err != nil && c.Forward && slices.Contains(c.Left, name) {
+		a.log.Warn("topology: a node that left is not configured or usable: order records the apply moved off it onto a node brought forward may not be put back",
+			"node", name, "err", err)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec, err := readRecord(ctx, h)
+	if err != nil || rec.Token != c.Token {
+		return nil, err
+	}
+	return h, nil
+}
+
+// movedOnto returns the ids of the order records on h, their home in
+// from, that are marked moved at tok and whose home in to is a node of
+// behind.
+func movedOnto(ctx context.Context, h *node.Node, from, to *Homes, behind map[string]string, tok string) ([]string, error) {
+	keys, err := scan(ctx, h, orderKeyPrefix+"*")
+	if err != nil {
+		return nil, err
+	}
+	var cand []string
+	for _, k := range keys {
+		id := k[len(orderKeyPrefix):]
+		if _, ok := behind[to.Home(id)]; ok && from.Home(id) == h.Name() && to.Home(id) != h.Name() {
+			cand = append(cand, id)
+		}
+	}
+	var ids []string
+	err = readOrders(ctx, h, cand, func(id string, f map[string]string) {
+		if f["moved"] == tok {
+			ids = append(ids, id)
+		}
+	})
+	return ids, err
+}
+
+// putBack installs order id's record, marked moved at tok on h, on the
+// node named dest at dest's token destTok. It reports whether it
+// installed it: not when h's copy is no longer marked at tok, nor when
+// dest holds a live record already (put back by a concurrent run).
+func (a *migrator) putBack(ctx context.Context, h *node.Node, dest, destTok, id, tok string) (bool, error) {
+	out, err := a.inv.runAt(ctx, h, orderMoveOutScript, tok, []string{orderKey(id)}, tok)
+	if err != nil {
+		return false, err
+	}
+	moved, pttl, val, err := decodeMoveOut(h.Name(), out)
+	if err != nil || !moved {
+		return false, err
+	}
+	n, err := a.node(dest)
+	if err != nil {
+		return false, err
+	}
+	reply, err := a.inv.runAt(ctx, n, orderInstallScript, destTok, []string{orderKey(id)}, pttl, val)
+	if err != nil {
+		return false, err
+	}
+	return decodeInstall(n.Name(), reply)
 }
 
 // strayOrders returns the ids of the live order records on n whose home

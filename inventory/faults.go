@@ -49,11 +49,11 @@ var ErrCrashed = errors.New("inventory: actor crashed (fault injected)")
 
 // CrashPoints lists the crash points [Faults.Crash] is asked about: the
 // topology protocol's ("bump" in package topology's Apply; "move-out", "xfer-out",
-// "xfer-in" in migrate.go; "retire", after each stale record retired, in
-// apply_retire.go) and one-round reservations' ("staged:…",
-// staged_reserve.go).
+// "xfer-in" in migrate.go; "retire", after each stale record retired,
+// and "reinstall", after each record put back, in apply_retire.go) and
+// one-round reservations' ("staged:…", staged_reserve.go).
 var CrashPoints = []string{
-	"bump", "move-out", "xfer-out", "xfer-in", "retire",
+	"bump", "move-out", "xfer-out", "xfer-in", "retire", "reinstall",
 	"staged:before", "staged:takes-only", "staged:stage-only", "staged:some-takes", "staged:before-commit",
 	"staged:before-withdraw",
 }
@@ -136,6 +136,11 @@ const (
 	// live away from its home, is kept over the order's current one when
 	// a move brings the order's home back onto that node.
 	MutationRetireSkip Mutation = "retire-skip"
+	// MutationReinstallSkip: topology apply puts back no order record
+	// step 3 had moved onto a node that then went back (apply_retire.go,
+	// reinstall), so the stale copy retired there leaves the order with
+	// no live record, or the older copy kept there hides its decision.
+	MutationReinstallSkip Mutation = "reinstall-skip"
 )
 
 // Mutator is implemented by a [Faults] that re-introduces mutations.

@@ -67,8 +67,26 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 	if inv.mutated(MutationInstallInline) {
 		install = orderInstallInlineScript // test-only (faults.go)
 	}
-	_, err = inv.run(ctx, dest, install, []string{orderKey(orderID)}, pttl, rec)
+	out, err = inv.run(ctx, dest, install, []string{orderKey(orderID)}, pttl, rec)
+	if err != nil {
+		return err
+	}
+	_, err = decodeInstall(dest.Name(), out)
 	return err
+}
+
+// decodeInstall reads orderInstallScript's reply: "installed" (true) or
+// "exists" (false: the node holds a live record, kept).
+func decodeInstall(nodeName string, v any) (bool, error) {
+	switch v {
+	case "installed":
+		return true, nil
+	case "exists":
+		return false, nil
+	}
+	r := newReplyReader(nodeName, orderInstallScript.name)
+	r.fail(-1, `"installed" or "exists"`, v)
+	return false, r.err
 }
 
 // decodeMoveOut reads orderMoveOutScript's reply: {"none"}, or {"moved",

@@ -77,8 +77,14 @@ type Report struct {
 	Phase          Phase
 	AlreadyApplied bool
 	// Retired counts the stale order records the apply marked moved
-	// before the bumps (Driver.Retire), a resumed one's included.
+	// before the bumps or a move forward (Driver.Retire), a resumed one's
+	// included (a record put back and retired again by a rerun counts
+	// again).
 	Retired int
+	// Reinstalled counts the order records step 3 had moved onto a node
+	// that then went back, put back there from their moved copy before
+	// the node's bump or its move forward (Driver.Retire).
+	Reinstalled int
 	// Forward names the nodes of the applied topology an apply of it
 	// brought forward to its token, without a step 3: they went back to
 	// an older copy of their data (doc.go, "A node that went back").
@@ -91,6 +97,16 @@ type Change struct {
 	Epoch        int64    // the epoch moved to
 	Token        string   // its token
 	Joined, Left []string // nodes that join and leave, sorted
+	// Forward is set when the apply brings nodes that went back forward
+	// (doc.go, "A node that went back"): step 3 ran to its end at Token,
+	// and the nodes that left with it need not answer (they may be gone).
+	Forward bool
+}
+
+// Retirement is what [Driver.Retire] did.
+type Retirement struct {
+	Retired     int // stale order records marked moved
+	Reinstalled int // records put back from their moved copy
 }
 
 // Driver runs the protocol's steps on the nodes (the inventory package
@@ -110,20 +126,29 @@ type Driver interface {
 	Pending(ctx context.Context, node string) (int, error)
 	// Retire marks moved (dead, its data kept) every live order record
 	// on the named nodes (each a node of c.From or c.To) that is not the
-	// record's home in c.From, and returns how many it marked; each node
-	// is written at the token it holds. It runs before a node's bump:
-	// before an apply's first, with every node stable at the current
-	// token, on every node of both topologies; on a rerun that resumes an
-	// interrupted bump, on the nodes not yet at the new token. Such a node
-	// was at c.From's epoch (or, gone back, at an older one) when step 3
-	// began, and step 3 writes a node only once it is bumped, so a live
-	// record on it away from its c.From home is an older copy come back
-	// with its data (a node restored from a backup, even during the apply,
-	// or rejoining with what it held when it left). Left live, a move of
-	// the order's home onto that node would find it and keep it over the
-	// order's current record (doc.go, "A node that went back"). Marking
-	// one again is harmless.
-	Retire(ctx context.Context, c Change, nodes []string) (int, error)
+	// record's home in c.From, and then puts back on them the records
+	// step 3 at c.Token had moved onto them; each node is written at the
+	// token it holds. It runs before a node's bump: before an apply's
+	// first, with every node stable at the current token, on every node
+	// of both topologies; on a rerun that resumes an interrupted bump, on
+	// the nodes not yet at the new token; before an apply of the current
+	// topology brings nodes that went back forward (c.Forward), on those.
+	// Such a node was at c.From's epoch (or, gone back, at an older one)
+	// when step 3 began, and step 3 writes a node only once it is bumped,
+	// so a live record on it away from its c.From home is an older copy
+	// come back with its data (a node restored from a backup, even during
+	// the apply, or rejoining with what it held when it left). Left live,
+	// a move of the order's home onto that node would find it and keep it
+	// over the order's current record (doc.go, "A node that went back").
+	// And a record that step 3 moved onto it (a copy marked moved at
+	// c.Token on another node, the order's c.From home) is gone with the
+	// writes it lost, or older there: the moved copy is the order's
+	// newest surviving record, and it is installed over what the node
+	// holds. Marking or installing one again is harmless. Each node is
+	// acted on at the token read from it, so its scripts are refused once
+	// it moved on, and a node read at c.Token (moved on by an apply running
+	// concurrently) is left alone.
+	Retire(ctx context.Context, c Change, nodes []string) (Retirement, error)
 	// CopyLimits gives the members that join a route of c.To the route's
 	// per-user limits, before any instance can take quota on them, and
 	// returns how many it wrote. Writing a limit again is harmless.
@@ -231,9 +256,11 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 // forward brings the nodes of cur's topology that are behind its token
 // to it when every node at the token is stable: step 3 ran to its end,
 // and a node behind went back to an older copy of its data (doc.go, "A
-// node that went back"). Each is written cur's stable record by
-// compare-and-set from the token read; no other node is written, so the
-// nodes that left with cur's apply need not answer (they may be gone).
+// node that went back"). The driver first retires what came back on
+// them and puts back what step 3 had moved onto them (Driver.Retire,
+// c.Forward); then each is written cur's stable record by compare-and-set
+// from the token read. No other node changes, and the nodes that left
+// with cur's apply need not answer (they may be gone).
 func (a *applier) forward(ctx context.Context, recs map[string]Record, cur Record) (Report, error) {
 	for _, name := range cur.Current.Nodes() {
 		if recs[name].Token != cur.Token {
@@ -244,8 +271,15 @@ func (a *applier) forward(ctx context.Context, recs map[string]Record, cur Recor
 	if a.opts.DryRun {
 		return a.rep, nil
 	}
+	c := Change{From: *cur.Prev, To: a.to, Epoch: cur.Epoch, Token: cur.Token, Forward: true}
+	c.Joined, c.Left = joinedLeft(c.From, c.To)
+	if err := a.retireAt(ctx, c, a.rep.Forward); err != nil {
+		return a.rep, err
+	}
 	for _, name := range a.rep.Forward {
-		stable := Record{Node: name, Epoch: cur.Epoch, Token: cur.Token, Current: cur.Current, Phase: PhaseStable}
+		// with cur's Prev: a forwarded node read first as the newest record
+		// must still tell a rerun that the apply is not done (run's switch)
+		stable := Record{Node: name, Epoch: cur.Epoch, Token: cur.Token, Current: cur.Current, Prev: cur.Prev, Phase: PhaseStable}
 		if err := a.d.Write(ctx, name, recs[name].Token, stable); err != nil {
 			return a.rep, fmt.Errorf("bringing %s forward to epoch %d (run apply again to resume): %w", name, cur.Epoch, err)
 		}
@@ -257,11 +291,19 @@ func (a *applier) forward(ctx context.Context, recs map[string]Record, cur Recor
 // retire has the driver retire the stale order records on nodes before
 // their bump to tok (Driver.Retire) and counts them in the report.
 func (a *applier) retire(ctx context.Context, tok string, nodes []string) error {
+	return a.retireAt(ctx, a.change(tok), nodes)
+}
+
+// retireAt has the driver retire the stale order records on nodes for
+// change c, and put back what step 3 moved onto them (Driver.Retire),
+// and counts both in the report.
+func (a *applier) retireAt(ctx context.Context, c Change, nodes []string) error {
 	if len(nodes) == 0 {
 		return nil
 	}
-	n, err := a.d.Retire(ctx, a.change(tok), nodes)
-	a.rep.Retired += n
+	r, err := a.d.Retire(ctx, c, nodes)
+	a.rep.Retired += r.Retired
+	a.rep.Reinstalled += r.Reinstalled
 	return err
 }
 
@@ -390,20 +432,27 @@ func allAt(recs map[string]Record, nodes []string, tok string) bool {
 
 // diff fills Joined and Left.
 func (a *applier) diff() {
+	a.rep.Joined, a.rep.Left = joinedLeft(a.rep.From, a.to)
+}
+
+// joinedLeft returns the nodes of to that from lacks and those of from
+// that to lacks, each sorted.
+func joinedLeft(from, to Topology) (joined, left []string) {
 	old := map[string]bool{}
-	for _, n := range a.rep.From.Nodes() {
+	for _, n := range from.Nodes() {
 		old[n] = true
 	}
-	for _, n := range a.to.Nodes() {
+	for _, n := range to.Nodes() {
 		if !old[n] {
-			a.rep.Joined = append(a.rep.Joined, n)
+			joined = append(joined, n)
 		}
 		delete(old, n)
 	}
 	for n := range old {
-		a.rep.Left = append(a.rep.Left, n)
+		left = append(left, n)
 	}
-	sort.Strings(a.rep.Left)
+	sort.Strings(left)
+	return joined, left
 }
 
 // check refuses a bump that could lose or strand anything, and counts the

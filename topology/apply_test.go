@@ -17,19 +17,21 @@ import (
 // be checked without nodes (the inventory package's tests run the same
 // apply against real ones).
 type fakeDriver struct {
-	recs      map[string]Record // by node; absent: no record
-	writes    []string          // "node:token:phase", in order
-	relocs    int
-	passes    int
-	busy      []int // MoveCounters' waiting counts, one per pass (then 0)
-	pending   map[string]int
-	stable    bool            // Relocate reports the nodes finished step 3
-	gone      map[string]bool // nodes not configured: Read and Write fail
-	copied    int
-	retired   int        // what Retire reports
-	retires   int        // Retire's calls
-	retiredOn [][]string // the nodes of each Retire call
-	lastSeen  Change
+	recs         map[string]Record // by node; absent: no record
+	writes       []string          // "node:token:phase", in order
+	relocs       int
+	passes       int
+	busy         []int // MoveCounters' waiting counts, one per pass (then 0)
+	pending      map[string]int
+	stable       bool            // Relocate reports the nodes finished step 3
+	gone         map[string]bool // nodes not configured: Read and Write fail
+	copied       int
+	retired      int        // what Retire reports
+	retires      int        // Retire's calls
+	retiredOn    [][]string // the nodes of each Retire call
+	reinstalled  int        // what Retire reports it put back
+	retireChange Change     // the change of the last Retire call
+	lastSeen     Change
 }
 
 func newFake() *fakeDriver {
@@ -73,10 +75,11 @@ func (f *fakeDriver) Pending(_ context.Context, name string) (int, error) {
 	return f.pending[name], nil
 }
 
-func (f *fakeDriver) Retire(_ context.Context, c Change, nodes []string) (int, error) {
+func (f *fakeDriver) Retire(_ context.Context, c Change, nodes []string) (Retirement, error) {
 	f.retiredOn = append(f.retiredOn, nodes)
 	f.retires++
-	return f.retired, nil
+	f.retireChange = c
+	return Retirement{Retired: f.retired, Reinstalled: f.reinstalled}, nil
 }
 
 func (f *fakeDriver) CopyLimits(_ context.Context, c Change) (int, error) {
@@ -304,9 +307,21 @@ func TestApplyBringsBackANodeThatWentBack(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(rep.Forward, []string{"n2"}) || len(f.writes) != 0 {
 		t.Fatalf("dry run = %+v, %v; writes %v", rep, err, f.writes)
 	}
+	if f.retires != 0 {
+		t.Fatalf("the dry run retired on %v", f.retiredOn)
+	}
+	f.retired, f.reinstalled = 2, 1
 	rep, err = apply(t, f, Options{To: three})
 	if err != nil || rep.Phase != PhaseStable || rep.AlreadyApplied || f.relocs != 0 || !reflect.DeepEqual(rep.Forward, []string{"n2"}) {
 		t.Fatalf("apply = %+v, %v; relocates %d", rep, err, f.relocs)
+	}
+	// before the write, what came back on n2 is retired and what step 3
+	// moved onto it put back, for the move from two to three at epoch 2
+	c := f.retireChange
+	if f.retires != 1 || !reflect.DeepEqual(f.retiredOn[0], []string{"n2"}) || rep.Retired != 2 || rep.Reinstalled != 1 ||
+		!c.Forward || c.Token != Token(2, three.Fingerprint()) || c.From.Fingerprint() != two.Fingerprint() ||
+		c.To.Fingerprint() != three.Fingerprint() || !reflect.DeepEqual(c.Joined, []string{"n3"}) {
+		t.Fatalf("retire calls %v with %+v; report %+v", f.retiredOn, c, rep)
 	}
 	tok := Token(2, three.Fingerprint())
 	for _, n := range []string{"n1", "n2", "n3"} {
@@ -320,6 +335,16 @@ func TestApplyBringsBackANodeThatWentBack(t *testing.T) {
 	rep, err = apply(t, f, Options{To: three})
 	if err != nil || !rep.AlreadyApplied {
 		t.Fatalf("second apply = %+v, %v", rep, err)
+	}
+	// n1 goes back now: n2's forwarded record, read first as the newest,
+	// keeps the previous topology, so the apply is not taken as done
+	if p := f.recs["n2"].Prev; p == nil || p.Fingerprint() != two.Fingerprint() {
+		t.Fatalf("n2's forwarded record has prev %v, want the previous topology", p)
+	}
+	f.at(1, two, nil, PhaseStable, "n1")
+	rep, err = apply(t, f, Options{To: three})
+	if err != nil || rep.AlreadyApplied || !reflect.DeepEqual(rep.Forward, []string{"n1"}) || f.recs["n1"].Token != tok {
+		t.Fatalf("apply after n1 went back = %+v, %v; n1 at %s", rep, err, f.recs["n1"].Token)
 	}
 
 	// n4 left with the last apply and is gone; n2 is two epochs behind.

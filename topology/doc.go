@@ -70,7 +70,8 @@
 // the new token is not bumped again, and every move of step 3 is
 // idempotent (the driver's contract), so a rerun after a crash at any
 // point applies no change twice. Before it bumps the nodes an interrupted
-// bump left behind, it retires their stale records ([Driver.Retire]):
+// bump left behind, it retires their stale records and puts back what
+// step 3 had moved onto them ([Driver.Retire], "A node that went back"):
 // such a node may have gone back to an older copy after the first run's
 // retirement, and step 3 has not written it yet, so the rule of step 1
 // still tells a stale record there.
@@ -83,17 +84,41 @@
 // is done only when every node of the current topology is at its token:
 // running the apply of the current topology again sees every node at the
 // token stable (step 3 ran to its end: stable is written only after it)
-// and that node behind, and writes it the current topology's stable
-// record by compare-and-set from the token it read (Report.Forward).
-// Only that node is written: the nodes that left with the last apply
-// need not answer, nor be configured (they may be gone). Step 3 is not
-// run again, so this only makes the node usable; what
-// its older copy holds stays as it was, lost writes lost
-// (SECURITY.md): a record the earlier step 3 moved off it is live there
-// again but never read (not its home), until the next apply to a new
-// topology retires it before its bump (so a move of that order's home
-// back onto the node installs the order's current record, not the older
-// one), and a transfer or a quota counter moved onto it since the copy is
+// and that node behind, and brings it forward: it retires what came back
+// on it ([Driver.Retire], Change.Forward), then writes it the current
+// topology's stable record by compare-and-set from the token it read
+// (Report.Forward). Only that node changes (a previous home's copy marked
+// moved is read by marking it again, as it was), and the nodes that left
+// with the last apply need not answer, nor be configured (they may be
+// gone). Step 3 is not run again. What
+// the node's older copy holds stays as it was, lost writes lost
+// (SECURITY.md), but for the order records:
+//   - one the earlier step 3 moved off it is live there again but never
+//     read (not its home), until the next apply to a new topology retires
+//     it before its bump (so a move of that order's home back onto the
+//     node installs the order's current record, not the older one);
+//   - one step 3 moved onto it (its copy at its previous home is marked
+//     moved at the token) is put back from that copy: the node lost the
+//     install, or holds an older copy of the order from before an
+//     earlier move off it. Retired as stale and left at that, the order
+//     would have no live record anywhere, though its home's copy still
+//     holds it: the inventory's explorer found that (seed 24412 of
+//     `make explore PROFILE=crash TOPOLOGY=1 RESTART=0.3 LOSS=0.6`).
+//     A rerun that resumes an interrupted bump puts them back the same
+//     way before it bumps the nodes behind: step 3 at the token may have
+//     run to its end on the others (a rerun does not run it again once a
+//     node is stable at the token), or may move the order onto the node
+//     again (its install then finds the record live and keeps it: the
+//     same value).
+//
+// Not put back (lost with the node's writes, SECURITY.md): a record whose
+// previous home went back too (its mark went with its data); and a record
+// step 3 installed on a node that went back to a copy taken after its
+// bump, at the token in phase migrating, once another node is stable at
+// the token: that node is not behind, so a rerun neither retires nor puts
+// back anything on it, and does not run step 3 again.
+//
+// A transfer or a quota counter moved onto the node since the copy is
 // gone. An apply to a new topology still
 // refuses while any node is at another token (its check): the current
 // one is applied again first.

@@ -104,8 +104,9 @@ func writeApplyReport(stdout io.Writer, rep topology.Report, dry bool, took time
 		if dry {
 			verb = "dry run: would bring"
 		}
-		fmt.Fprintf(stdout, "%s forward to epoch %d: %s (behind it, with an older copy of their data; nothing else written)\n",
+		fmt.Fprintf(stdout, "%s forward to epoch %d: %s (behind it, with an older copy of their data; no other node changed)\n",
 			verb, rep.ToEpoch, list(rep.Forward))
+		writeRetired(stdout, rep)
 		return
 	case dry:
 		fmt.Fprintf(stdout, "dry run: epoch %d → %d\n", rep.FromEpoch, rep.ToEpoch)
@@ -124,8 +125,17 @@ func writeApplyReport(stdout io.Writer, rep topology.Report, dry bool, took time
 		fmt.Fprintf(stdout, "limits copied %d, orders moved %d, staged orders decided %d, quota counters moved %d, stock moved %d, parts settled %d\n",
 			rep.LimitsCopied, rep.OrdersMoved, rep.StagedDecided, rep.QuotasMoved, rep.StockMoved, rep.PartsSettled)
 	}
+	writeRetired(stdout, rep)
+}
+
+// writeRetired prints what the apply retired and put back on nodes that
+// came back with older data (topology.Driver.Retire), when it did.
+func writeRetired(stdout io.Writer, rep topology.Report) {
 	if rep.Retired > 0 {
 		fmt.Fprintf(stdout, "stale order records retired %d: live away from their home, come back with a node's older data (logged one by one)\n", rep.Retired)
+	}
+	if rep.Reinstalled > 0 {
+		fmt.Fprintf(stdout, "order records put back %d: moved onto a node by the apply, lost when it went back to older data; put back from their moved copy (logged one by one)\n", rep.Reinstalled)
 	}
 }
 

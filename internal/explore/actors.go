@@ -44,8 +44,9 @@ type observed struct {
 	losses []string
 	atT1   []orderPlan
 	// applies counts the topology applies run, retired the stale
-	// records they retired (applied).
-	applies, retired int
+	// records they retired, reinstalled the records they put back
+	// (applied).
+	applies, retired, reinstalled int
 	// diffs is what each roll back took, by node (lossdiff.go; none for
 	// a node whose state could not be read around it)
 	diffs    map[string][]lossDiff
@@ -53,6 +54,9 @@ type observed struct {
 	problems []string
 	log      []string
 	closer   []func() // run after the schedule's actors finished
+	// bugs are the schedule's mutations, for the heal's applies
+	// (heal.go, codeBugs); set before the actors start.
+	bugs codeBugs
 	// died is told every Reserve's error (Scheduler.Died): an attempt
 	// stopped at a fan-out crash point kills its actor only on return.
 	died func(ctx context.Context, err error)
@@ -136,12 +140,14 @@ func (o *observed) diffed(name string, d lossDiff) {
 	o.diffs[name] = append(o.diffs[name], d)
 }
 
-// applied counts a topology apply and the stale records it retired.
+// applied counts a topology apply, the stale records it retired and the
+// records it put back.
 func (o *observed) applied(rep topology.Report) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.applies++
 	o.retired += rep.Retired
+	o.reinstalled += rep.Reinstalled
 }
 
 // problem records a violation an actor saw as it ran.

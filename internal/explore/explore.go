@@ -46,7 +46,8 @@ type Config struct {
 	Options Options
 	// Progress, if set, receives a line per failing schedule, a line per
 	// schedule with excused violations (Result.Excused) or stale records
-	// retired (Result.Retired) and a summary line every 100 schedules.
+	// retired or put back (Result.Retired, Result.Reinstalled) and a
+	// summary line every 100 schedules.
 	Progress io.Writer
 }
 
@@ -62,10 +63,11 @@ type Summary struct {
 	// writes and was accepted (Result.Lost); Excused sums their excused
 	// violations (Result.Excused).
 	Losses, Excused int
-	// Applies and Retired sum the schedules' topology applies and the
-	// stale order records they retired (Result.Applies, Result.Retired).
-	Applies, Retired int
-	WorldErr         []error
+	// Applies, Retired and Reinstalled sum the schedules' topology
+	// applies, the stale order records they retired and the records they
+	// put back (Result.Applies, Result.Retired, Result.Reinstalled).
+	Applies, Retired, Reinstalled int
+	WorldErr                      []error
 	// Last is the last schedule that finished (for a replay of one seed).
 	Last Result
 }
@@ -148,11 +150,12 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 				sum.Excused += res.Excused
 				sum.Applies += res.Applies
 				sum.Retired += res.Retired
+				sum.Reinstalled += res.Reinstalled
 				if len(res.Lost) > 0 {
 					sum.Losses++
 				}
-				if res.Retired > 0 && cfg.Progress != nil {
-					fmt.Fprintf(cfg.Progress, "seed %d: %d stale order record(s) retired by its topology applies\n", seed, res.Retired)
+				if res.Retired+res.Reinstalled > 0 && cfg.Progress != nil {
+					fmt.Fprintf(cfg.Progress, "seed %d: %d stale order record(s) retired, %d put back by its topology applies\n", seed, res.Retired, res.Reinstalled)
 				}
 				if res.Excused > 0 && cfg.Progress != nil {
 					fmt.Fprintf(cfg.Progress, "seed %d: %d violation(s) excused, about the orders and counters exposed when %v lost acknowledged writes\n", seed, res.Excused, res.Lost)

@@ -126,13 +126,15 @@ func (w *World) topologyNow(ctx context.Context) (at string, stable bool, err er
 }
 
 // apply runs topology apply to "T0" or "T1" without faults, counted in
-// o; an error says why it did not end stable.
+// o; an error says why it did not end stable. It runs the schedule's
+// mutations (o.bugs): a mutation is a bug of the code, which the
+// operator's apply runs too.
 func (w *World) apply(ctx context.Context, o *observed, to string, wait time.Duration) error {
 	cto, cfrom := w.cfg0, w.cfg1
 	if to == "T1" {
 		cto, cfrom = w.cfg1, w.cfg0
 	}
-	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: cto, From: cfrom, Wait: wait, Logger: discard})
+	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: cto, From: cfrom, Wait: wait, Logger: discard, Faults: o.bugs.faults()})
 	o.applied(rep)
 	if err != nil {
 		return fmt.Errorf("healing topology apply %s: %w", to, err)
@@ -163,4 +165,28 @@ func (w *World) pendingSpan(ctx context.Context) (earliest, latest time.Time, n 
 		}
 	}
 	return earliest, latest, n, nil
+}
+
+// codeBugs is the [inventory.Faults] of the heal's applies: no fault,
+// no crash, only the schedule's mutations (inventory.Mutator).
+type codeBugs map[inventory.Mutation]bool
+
+// Call sends c as it is.
+func (codeBugs) Call(_ context.Context, _ inventory.ScriptCall, send func() (any, error)) (any, error) {
+	return send()
+}
+
+// Crash stops at no crash point.
+func (codeBugs) Crash(context.Context, string) bool { return false }
+
+// Mutated reports whether the schedule re-introduces m.
+func (b codeBugs) Mutated(m inventory.Mutation) bool { return b[m] }
+
+// faults is b as the heal's applies take it: nil without a mutation, so
+// an unmutated schedule's heal runs exactly the operator's apply.
+func (b codeBugs) faults() inventory.Faults {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }

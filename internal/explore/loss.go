@@ -227,7 +227,7 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 		return -1, err
 	}
 	if post := w.readForDiff(ctx, name); pre != nil && post != nil {
-		o.diffed(name, diffLoss(pre, post, w.fromHome))
+		o.diffed(name, diffLoss(pre, post))
 	}
 	// Marks of the node's writes reach its peers up to a heartbeat after
 	// the write (node/witness.go), from the actors' routers and from the

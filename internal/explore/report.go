@@ -52,7 +52,7 @@ func ParseMutations(s string) ([]inventory.Mutation, error) {
 	}
 	known := []inventory.Mutation{inventory.MutationStageTakeover, inventory.MutationApplyLeavesStaging,
 		inventory.MutationXferNegativeZero, inventory.MutationLimitWithdraw, inventory.MutationFenceSkip, inventory.MutationInlineUnwritten, inventory.MutationInstallInline,
-		inventory.MutationRetireSkip}
+		inventory.MutationRetireSkip, inventory.MutationReinstallSkip}
 	var out []inventory.Mutation
 	for _, f := range strings.Split(s, ",") {
 		m := inventory.Mutation(strings.TrimSpace(f))
@@ -102,7 +102,7 @@ func WriteSummary(out io.Writer, s Summary) {
 		fmt.Fprintf(out, "explore: %d schedule(s) had a node lose acknowledged writes and accepted; %d violation(s) about the orders and counters exposed were excused\n", s.Losses, s.Excused)
 	}
 	if s.Applies > 0 {
-		fmt.Fprintf(out, "explore: %d topology apply(s) ran; they retired %d stale order record(s) (topology.Driver.Retire)\n", s.Applies, s.Retired)
+		fmt.Fprintf(out, "explore: %d topology apply(s) ran; they retired %d stale order record(s) and put back %d (topology.Driver.Retire)\n", s.Applies, s.Retired, s.Reinstalled)
 	}
 	for _, err := range s.WorldErr {
 		fmt.Fprintf(out, "explore: world error: %v\n", err)

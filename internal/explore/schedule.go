@@ -104,15 +104,16 @@ type Result struct {
 	// holding fewer writes than were acknowledged, then accepted.
 	Lost []string
 	// Applies counts the topology applies the schedule ran (actors',
-	// re-applies after an accept, the heal's), and Retired the stale
-	// order records they retired (topology.Report.Retired): how often a
-	// schedule exercised the retirement.
-	Applies, Retired int
-	Trace            []string // the scheduler's picks and fates, and crash points
-	Log              []string // what each actor was told
-	Digest           string   // of the trace's decisions: equal on every run of the seed that decided alike
-	Took             time.Duration
-	Waited           time.Duration // of Took, spent waiting for deadlines
+	// re-applies after an accept, the heal's), Retired the stale order
+	// records they retired and Reinstalled the records they put back on
+	// a node that went back (topology.Report): how often a schedule
+	// exercised the retirement.
+	Applies, Retired, Reinstalled int
+	Trace                         []string // the scheduler's picks and fates, and crash points
+	Log                           []string // what each actor was told
+	Digest                        string   // of the trace's decisions: equal on every run of the seed that decided alike
+	Took                          time.Duration
+	Waited                        time.Duration // of Took, spent waiting for deadlines
 }
 
 // scheduleLimit bounds one schedule (see RunSchedule).
@@ -171,6 +172,7 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	}
 	obs := newObserved()
 	obs.died = s.Died
+	obs.bugs = codeBugs(s.mutations)
 	t0 := time.Now()
 	orders := w.phase1(ctx, s, obs, insts, opts)
 	t1 := time.Now()
@@ -204,7 +206,7 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	promisedAcross(st, lost, w.incarnations(ctx, lost), view.exposed)
 	found, excused := check(st, obs, orders, w.homes, view)
 	res.Violations, res.Excused, res.Lost = append(res.Violations, found...), len(excused), slices.Clone(obs.losses)
-	res.Applies, res.Retired = obs.applies, obs.retired
+	res.Applies, res.Retired, res.Reinstalled = obs.applies, obs.retired, obs.reinstalled
 	for _, e := range excused {
 		s.Note("-- excused (%s lost acknowledged writes): %s", strings.Join(obs.losses, ", "), e)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/router"
-	"github.com/shardis/shardis/topology"
 )
 
 // A World is the real servers schedules run against: four redis-server
@@ -34,7 +33,6 @@ type World struct {
 	saved   map[string][]any // node → its epoch-1 topology state (resetScript's ARGV)
 	homes   *inventory.Homes // order homes of T0
 	homes1  *inventory.Homes // order homes of T1
-	fp1     string           // T1's fingerprint
 	log     *slog.Logger
 }
 
@@ -81,7 +79,6 @@ func NewWorld() (w *World, err error) {
 	if w.homes1, err = inventory.NewHomes(w.cfg1); err != nil {
 		return w, err
 	}
-	w.fp1 = topology.Of(w.cfg1).Fingerprint()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i := 0; i < 3; i++ {

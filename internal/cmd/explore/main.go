@@ -25,7 +25,7 @@ func main() {
 	n := flag.Int("n", 1000, "schedules to run")
 	budget := flag.Duration("budget", 0, "stop starting schedules after this long (0: no limit)")
 	worlds := flag.Int("worlds", 2, "worlds (four redis-server nodes each) running schedules side by side")
-	mutations := flag.String("mutations", "", "comma-separated mutations to re-introduce (stage-takeover, apply-leaves-staging, xfer-negative-zero, limit-withdraw, fence-skip, inline-unwritten, install-inline, retire-skip)")
+	mutations := flag.String("mutations", "", "comma-separated mutations to re-introduce (stage-takeover, apply-leaves-staging, xfer-negative-zero, limit-withdraw, fence-skip, inline-unwritten, install-inline, retire-skip, reinstall-skip)")
 	topo := flag.Float64("topology", 0, "chance of the topology actor per schedule (0: the default 0.2, negative: never)")
 	restart := flag.Float64("restart", 0, "chance of the node-restart actor per schedule (0: the default 0.15, negative: never)")
 	limit := flag.Float64("limit", 0, "chance of the limit order o6 and its retry per schedule (0: the default 0.4, negative: never)")

@@ -1,0 +1,194 @@
+package inventory
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/router"
+	"github.com/shardis/shardis/topology"
+)
+
+// TestApplyPutsBackWhatStep3MovedOntoANodeThatWentBack: order st is
+// reserved with its record on n3 (copied then, with n3's epoch: the
+// older copy); n3 leaves (st moves to its new home, where it is
+// confirmed), and comes back (the apply moves st onto n3 again, marking
+// the copy at its previous home moved). Then n3 goes back to the older
+// copy: st live there, reserved, at epoch 1. The apply run again must
+// leave st confirmed on n3, live, whether it brings n3 forward (n1 went
+// back too, only its topology record: the put back passes over it to
+// st's previous home, n2) or resumes an apply whose stable writes were
+// cut short (n1 still migrating, so step 3 is not run again): it
+// retires the older copy and puts the marked one back before n3 moves to
+// the token (topology/doc.go, "A node that went back"). Seed 24412 of the
+// explorer found the loss. With the mutation the older copy is only
+// retired: st has no live record anywhere, though its previous home
+// still holds it. An apply that dies at crash point "retire" (the older
+// copy marked) or "reinstall" (the marked copy put back) leaves n3
+// behind; its rerun ends the same (the record put back is retired and
+// put back again).
+func TestApplyPutsBackWhatStep3MovedOntoANodeThatWentBack(t *testing.T) {
+	for _, resume := range []bool{false, true} {
+		name := "forward"
+		if resume {
+			name = "resume"
+		}
+		t.Run(name, func(t *testing.T) { putBackAfterGoingBack(t, resume, "", "") })
+		t.Run(name+"/"+string(MutationReinstallSkip), func(t *testing.T) { putBackAfterGoingBack(t, resume, MutationReinstallSkip, "") })
+		for _, point := range []string{"retire", "reinstall"} {
+			t.Run(name+"/crash-at-"+point, func(t *testing.T) { putBackAfterGoingBack(t, resume, "", point) })
+		}
+	}
+}
+
+// putBackAfterGoingBack is TestApplyPutsBackWhatStep3MovedOntoANodeThatWentBack's
+// scenario; resume cuts the last apply's stable writes short, mut is
+// re-introduced in the apply run after n3 went back, and a first run of
+// it dies at crash point crash (none when "").
+func putBackAfterGoingBack(t *testing.T, resume bool, mut Mutation, crash string) {
+	e, three, two, _ := retireWorld(t)
+	ctx := e.ctx
+	id := ""
+	h3, _ := NewHomes(three)
+	h2, _ := NewHomes(two)
+	for i := 0; id == ""; i++ {
+		if c := fmt.Sprintf("st%d", i); h3.Home(c) == "n3" && h2.Home(c) == "n2" {
+			id = c
+		}
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	apply := func(to, from *config.Config) topology.Report {
+		t.Helper()
+		rep, err := ApplyTopology(ctx, ApplyOptions{To: to, From: from, Wait: 5 * time.Second, Logger: quiet})
+		if err != nil || rep.Phase != topology.PhaseStable {
+			t.Fatalf("apply to %s = %+v, %v", topology.Of(to), rep, err)
+		}
+		return rep
+	}
+	_, stale := reservedCopy(t, e, three, id)
+	n1, n3 := e.clients["n1"], e.clients["n3"]
+	topo, err := n3.Dump(ctx, "shardis:topology").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := n3.HGet(ctx, "shardis:node", "epoch").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo1, err := n1.Dump(ctx, "shardis:topology").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := apply(two, three); rep.OrdersMoved != 1 {
+		t.Fatalf("removal of n3: %+v, want 1 order moved", rep)
+	}
+	if out, err := openInv(t, two, Options{}).Confirm(ctx, id); err != nil || out.Status != StatusConfirmed {
+		t.Fatalf("Confirm at the 2-node topology: %+v, %v", out, err)
+	}
+	if rep := apply(three, two); rep.OrdersMoved != 1 || rep.ToEpoch != 3 {
+		t.Fatalf("n3 back: %+v, want 1 order moved, epoch 3", rep)
+	}
+	// n3 goes back to the copy: epoch 1, st live and reserved
+	if err := n3.RestoreReplace(ctx, "shardis:topology", 0, topo).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n3.HSet(ctx, "shardis:node", "epoch", epoch).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n3.RestoreReplace(ctx, orderKey(id), 0, stale).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if resume { // the apply died between its stable writes: n1's was not written
+		if err := n1.HSet(ctx, "shardis:topology", "phase", string(topology.PhaseMigrating)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	} else { // n1's topology record goes back too: it is brought forward with n3
+		if err := n1.RestoreReplace(ctx, "shardis:topology", 0, topo1).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := n1.HSet(ctx, "shardis:node", "epoch", epoch).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	retired := 1
+	if crash != "" {
+		_, err := ApplyTopology(ctx, ApplyOptions{To: three, Wait: 5 * time.Second, Logger: quiet, Faults: crashAtPoint(crash)})
+		if !errors.Is(err, ErrCrashed) {
+			t.Fatalf("apply crashed at %s = %v, want ErrCrashed", crash, err)
+		}
+		if ep, err := n3.HGet(ctx, "shardis:topology", "epoch").Result(); err != nil || ep != "1" {
+			t.Fatalf("n3 after the crashed apply is at epoch %q, %v; want still 1", ep, err)
+		}
+		if crash == "retire" {
+			retired = 0 // marked already
+		}
+	}
+	rep, err := ApplyTopology(ctx, ApplyOptions{To: three, Wait: 5 * time.Second, Logger: quiet, Faults: &topoFaults{mut: mut}})
+	if err != nil || rep.Phase != topology.PhaseStable || rep.Retired != retired || rep.OrdersMoved != 0 || (len(rep.Forward) > 0) == resume {
+		t.Fatalf("the apply after n3 went back = %+v, %v; want stable, %d retired, nothing moved, brought forward %v", rep, err, retired, !resume)
+	}
+	f := orderFieldsOn(t, ctx, n3, id)
+	if mut != "" {
+		if rep.Reinstalled != 0 || f["moved"] == "" {
+			t.Fatalf("with %s: %d put back, order %s on n3: %v; want none, its record retired", mut, rep.Reinstalled, id, f)
+		}
+		return
+	}
+	if rep.Reinstalled != 1 || f["status"] != string(OrderConfirmed) || f["moved"] != "" {
+		t.Fatalf("%d put back; order %s on n3, its home: %v; want 1, the confirmed record, live", rep.Reinstalled, id, f)
+	}
+	inv := openInv(t, three, Options{})
+	if _, err := inv.Cancel(ctx, id); !errors.Is(err, ErrConfirmed) {
+		t.Fatalf("Cancel after n3 was brought back = %v, want ErrConfirmed", err)
+	}
+	if rep, err := ApplyTopology(ctx, ApplyOptions{To: three, Wait: 5 * time.Second, Logger: quiet}); err != nil || !rep.AlreadyApplied {
+		t.Fatalf("apply once more = %+v, %v; want already applied", rep, err)
+	}
+	if !resume && crash == "" {
+		lateRetireLeavesTheNodeAlone(t, e, three, two, inv)
+	}
+}
+
+// lateRetireLeavesTheNodeAlone: an apply that read n3 behind before the
+// forward above retires once n3 is at the token, with the forward's
+// change. n3 now holds what instances act on: an order reserved there
+// since (homed on n3, away from its home in the previous topology, which
+// lacks n3) must stay live and be confirmed, and nothing is put back.
+func lateRetireLeavesTheNodeAlone(t *testing.T, e *stagedEnv, three, two *config.Config, inv *Inventory) {
+	ctx := e.ctx
+	tok, err := e.clients["n3"].HGet(ctx, "shardis:topology", "token").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := ""
+	homes, _ := NewHomes(three)
+	for i := 0; late == ""; i++ {
+		if id := fmt.Sprintf("late%d", i); homes.Home(id) == "n3" {
+			late = id
+		}
+	}
+	if _, err := inv.Reserve(ctx, late, []Item{{Route: "a", SKU: "s", Quantity: 1}}, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	r, err := router.New(ctx, three, router.Options{KeepData: three.KeepData(), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	mi, err := newInventory(r, Options{Logger: log}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := topology.Change{From: topology.Of(two), To: topology.Of(three), Epoch: 3, Token: tok, Forward: true}
+	got, err := (&migrator{inv: mi, r: r, log: log}).Retire(ctx, c, []string{"n3"})
+	if err != nil || got != (topology.Retirement{}) {
+		t.Fatalf("a late Retire of n3, at the token = %+v, %v; want nothing done", got, err)
+	}
+	if out, err := inv.Confirm(ctx, late); err != nil || out.Status != StatusConfirmed {
+		t.Fatalf("Confirm %s, reserved on n3 after the forward, after the late Retire: %+v, %v", late, out, err)
+	}
+}
