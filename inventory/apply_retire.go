@@ -130,7 +130,12 @@ func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok
 // until its bump: no instance writes it meanwhile. Installing it again
 // on a rerun is harmless (the install answers "exists", or the record
 // was retired again above). A node at another token than c.Token holds
-// no mark at c.Token, and is not read further (markedHome).
+// no mark at c.Token, and is not read further (markedHome). A limit: a
+// marked copy keeps no TTL while its order was reserved at the move, so
+// a node that went back to a copy older than the decision's
+// inventory.retention gets the order back reserved, where its decided
+// record had expired (as such a copy brings back its own records of that
+// time: SECURITY.md).
 func (a *migrator) reinstall(ctx context.Context, c topology.Change, behind map[string]string) (int, error) {
 	if len(behind) == 0 || a.inv.mutated(MutationReinstallSkip) {
 		return 0, nil // the mutation is test-only (faults.go)

@@ -111,6 +111,10 @@
 //     again (its install then finds the record live and keeps it: the
 //     same value).
 //
+// A copy older than the records' retention after an order's decision gets
+// the order back as it was moved (reserved), its decided record having
+// expired: as it brings back the node's own records of that time.
+//
 // Not put back (lost with the node's writes, SECURITY.md): a record whose
 // previous home went back too (its mark went with its data); and a record
 // step 3 installed on a node that went back to a copy taken after its
