@@ -192,3 +192,86 @@ func lateRetireLeavesTheNodeAlone(t *testing.T, e *stagedEnv, three, two *config
 		t.Fatalf("Confirm %s, reserved on n3 after the forward, after the late Retire: %+v, %v", late, out, err)
 	}
 }
+
+// TestApplyForwardPutsBackFromALeftNode: order st is reserved on n3, its
+// home, and n3 leaves: the removal moves st onto n2 (n3's copy marked
+// moved), where it is confirmed. Then n2 goes back to a copy from before
+// the removal (epoch 1, no record of st). Bringing n2 forward puts st
+// back from n3's marked copy when n3, gone from the topology, is still
+// configured (`--from`); st is reserved again, as it was moved: the
+// Confirm went with n2's writes. When n3 is not configured any more, the
+// forward still ends, with nothing put back (a warning names n3), and st
+// has no live record.
+func TestApplyForwardPutsBackFromALeftNode(t *testing.T) {
+	for _, configured := range []bool{true, false} {
+		name := "configured"
+		if !configured {
+			name = "gone"
+		}
+		t.Run(name, func(t *testing.T) { forwardFromLeftNode(t, configured) })
+	}
+}
+
+// forwardFromLeftNode is TestApplyForwardPutsBackFromALeftNode's
+// scenario; configured says whether the forward's configuration names n3.
+func forwardFromLeftNode(t *testing.T, configured bool) {
+	e, three, two, _ := retireWorld(t)
+	ctx := e.ctx
+	id := ""
+	h3, _ := NewHomes(three)
+	h2, _ := NewHomes(two)
+	for i := 0; id == ""; i++ {
+		if c := fmt.Sprintf("st%d", i); h3.Home(c) == "n3" && h2.Home(c) == "n2" {
+			id = c
+		}
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	reservedCopy(t, e, three, id)
+	n2 := e.clients["n2"]
+	topo, err := n2.Dump(ctx, "shardis:topology").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := n2.HGet(ctx, "shardis:node", "epoch").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := ApplyTopology(ctx, ApplyOptions{To: two, From: three, Wait: 5 * time.Second, Logger: quiet}); err != nil || rep.OrdersMoved != 1 {
+		t.Fatalf("removal of n3 = %+v, %v; want 1 order moved", rep, err)
+	}
+	if out, err := openInv(t, two, Options{}).Confirm(ctx, id); err != nil || out.Status != StatusConfirmed {
+		t.Fatalf("Confirm at the 2-node topology: %+v, %v", out, err)
+	}
+	// n2 goes back to its copy from before the removal
+	if err := n2.RestoreReplace(ctx, "shardis:topology", 0, topo).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n2.HSet(ctx, "shardis:node", "epoch", epoch).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n2.Del(ctx, orderKey(id)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts := ApplyOptions{To: two, Wait: 5 * time.Second, Logger: quiet}
+	if configured {
+		opts.From = three
+	}
+	rep, err := ApplyTopology(ctx, opts)
+	want := 0
+	if configured {
+		want = 1
+	}
+	if err != nil || rep.Phase != topology.PhaseStable || len(rep.Forward) != 1 || rep.Reinstalled != want {
+		t.Fatalf("bringing n2 forward = %+v, %v; want it forward, %d put back", rep, err, want)
+	}
+	f := orderFieldsOn(t, ctx, n2, id)
+	if !configured {
+		if len(f) > 0 && f["moved"] == "" {
+			t.Fatalf("order %s on n2 with n3 gone: %v; want no live record", id, f)
+		}
+		return
+	}
+	if f["status"] != string(OrderReserved) || f["moved"] != "" {
+		t.Fatalf("order %s on n2 after the put back: %v; want it live, reserved as it was moved", id, f)
+	}
+}
