@@ -51,14 +51,7 @@ func TestApplyPutsBackWhatStep3MovedOntoANodeThatWentBack(t *testing.T) {
 func putBackAfterGoingBack(t *testing.T, resume bool, mut Mutation, crash string) {
 	e, three, two, _ := retireWorld(t)
 	ctx := e.ctx
-	id := ""
-	h3, _ := NewHomes(three)
-	h2, _ := NewHomes(two)
-	for i := 0; id == ""; i++ {
-		if c := fmt.Sprintf("st%d", i); h3.Home(c) == "n3" && h2.Home(c) == "n2" {
-			id = c
-		}
-	}
+	id := movedN3ToN2(t, three, two)
 	quiet := slog.New(slog.DiscardHandler)
 	apply := func(to, from *config.Config) topology.Report {
 		t.Helper()
@@ -164,8 +157,11 @@ func lateRetireLeavesTheNodeAlone(t *testing.T, e *stagedEnv, three, two *config
 		t.Fatal(err)
 	}
 	late := ""
-	homes, _ := NewHomes(three)
-	for i := 0; late == ""; i++ {
+	homes, err := NewHomes(three)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; late == "" && i < 1000; i++ {
 		if id := fmt.Sprintf("late%d", i); homes.Home(id) == "n3" {
 			late = id
 		}
@@ -217,14 +213,7 @@ func TestApplyForwardPutsBackFromALeftNode(t *testing.T) {
 func forwardFromLeftNode(t *testing.T, configured bool) {
 	e, three, two, _ := retireWorld(t)
 	ctx := e.ctx
-	id := ""
-	h3, _ := NewHomes(three)
-	h2, _ := NewHomes(two)
-	for i := 0; id == ""; i++ {
-		if c := fmt.Sprintf("st%d", i); h3.Home(c) == "n3" && h2.Home(c) == "n2" {
-			id = c
-		}
-	}
+	id := movedN3ToN2(t, three, two)
 	quiet := slog.New(slog.DiscardHandler)
 	reservedCopy(t, e, three, id)
 	n2 := e.clients["n2"]
@@ -274,4 +263,24 @@ func forwardFromLeftNode(t *testing.T, configured bool) {
 	if f["status"] != string(OrderReserved) || f["moved"] != "" {
 		t.Fatalf("order %s on n2 after the put back: %v; want it live, reserved as it was moved", id, f)
 	}
+}
+
+// movedN3ToN2 returns an order id whose home is n3 in three and n2 in two.
+func movedN3ToN2(t *testing.T, three, two *config.Config) string {
+	t.Helper()
+	h3, err := NewHomes(three)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2, err := NewHomes(two)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 1000; i++ {
+		if id := fmt.Sprintf("st%d", i); h3.Home(id) == "n3" && h2.Home(id) == "n2" {
+			return id
+		}
+	}
+	t.Fatal("no id of st0..st999 moves from n3 to n2")
+	return ""
 }

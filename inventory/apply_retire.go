@@ -80,7 +80,7 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 			return done, err
 		}
 	}
-	done.Reinstalled, err = a.reinstall(ctx, c, behind)
+	done.Reinstalled, err = a.reinstall(ctx, c, homes, behind)
 	return done, err
 }
 
@@ -109,8 +109,8 @@ func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok
 // reinstall puts back, on each node of behind (name → the token it
 // holds, read from it before c.Token), the order records that step 3 at
 // c.Token moved onto it: those homed on it in c.To whose copy at their
-// c.From home is marked moved at c.Token. It returns how many it
-// installed.
+// c.From home (from: c.From's homes) is marked moved at c.Token. It
+// returns how many it installed.
 //
 // Why: a mark at c.Token is step 3's move of the order to its c.To home
 // (order_move_out.lua, by the apply's sweep or an instance's touch),
@@ -136,13 +136,9 @@ func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok
 // inventory.retention gets the order back reserved, where its decided
 // record had expired (as such a copy brings back its own records of that
 // time: SECURITY.md).
-func (a *migrator) reinstall(ctx context.Context, c topology.Change, behind map[string]string) (int, error) {
+func (a *migrator) reinstall(ctx context.Context, c topology.Change, from *Homes, behind map[string]string) (int, error) {
 	if len(behind) == 0 || a.inv.mutated(MutationReinstallSkip) {
 		return 0, nil // the mutation is test-only (faults.go)
-	}
-	from, err := homesOf(c.From)
-	if err != nil {
-		return 0, fmt.Errorf("%w: the applied topology: %v", ErrInvalid, err)
 	}
 	to, err := homesOf(c.To)
 	if err != nil {
