@@ -191,13 +191,14 @@ func lateRetireLeavesTheNodeAlone(t *testing.T, e *stagedEnv, three, two *config
 
 // TestApplyForwardPutsBackFromALeftNode: order st is reserved on n3, its
 // home, and n3 leaves: the removal moves st onto n2 (n3's copy marked
-// moved), where it is confirmed. Then n2 goes back to a copy from before
-// the removal (epoch 1, no record of st). Bringing n2 forward puts st
-// back from n3's marked copy when n3, gone from the topology, is still
-// configured (`--from`); st is reserved again, as it was moved: the
-// Confirm went with n2's writes. When n3 is not configured any more, the
-// forward still ends, with nothing put back (a warning names n3), and st
-// has no live record.
+// moved), where it is confirmed. Then n2 goes back to an older copy
+// (epoch 1, holding an older record of st, live and reserved). Bringing
+// n2 forward retires that record and puts st back from n3's marked copy
+// when n3, gone from the topology, is still configured (`--from`); st is
+// reserved, as it was moved: the Confirm went with n2's writes. When n3
+// is not configured any more, the forward still ends; nothing can be put
+// back from n3, so n2's older record is kept (with a warning), not
+// retired: it is the only one left.
 func TestApplyForwardPutsBackFromALeftNode(t *testing.T) {
 	for _, configured := range []bool{true, false} {
 		name := "configured"
@@ -215,7 +216,7 @@ func forwardFromLeftNode(t *testing.T, configured bool) {
 	ctx := e.ctx
 	id := movedN3ToN2(t, three, two)
 	quiet := slog.New(slog.DiscardHandler)
-	reservedCopy(t, e, three, id)
+	_, stale := reservedCopy(t, e, three, id)
 	n2 := e.clients["n2"]
 	topo, err := n2.Dump(ctx, "shardis:topology").Result()
 	if err != nil {
@@ -238,7 +239,7 @@ func forwardFromLeftNode(t *testing.T, configured bool) {
 	if err := n2.HSet(ctx, "shardis:node", "epoch", epoch).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := n2.Del(ctx, orderKey(id)).Err(); err != nil {
+	if err := n2.RestoreReplace(ctx, orderKey(id), 0, stale).Err(); err != nil {
 		t.Fatal(err)
 	}
 	opts := ApplyOptions{To: two, Wait: 5 * time.Second, Logger: quiet}
@@ -250,18 +251,11 @@ func forwardFromLeftNode(t *testing.T, configured bool) {
 	if configured {
 		want = 1
 	}
-	if err != nil || rep.Phase != topology.PhaseStable || len(rep.Forward) != 1 || rep.Reinstalled != want {
-		t.Fatalf("bringing n2 forward = %+v, %v; want it forward, %d put back", rep, err, want)
+	if err != nil || rep.Phase != topology.PhaseStable || len(rep.Forward) != 1 || rep.Retired != want || rep.Reinstalled != want {
+		t.Fatalf("bringing n2 forward = %+v, %v; want it forward, %d retired and put back", rep, err, want)
 	}
-	f := orderFieldsOn(t, ctx, n2, id)
-	if !configured {
-		if len(f) > 0 && f["moved"] == "" {
-			t.Fatalf("order %s on n2 with n3 gone: %v; want no live record", id, f)
-		}
-		return
-	}
-	if f["status"] != string(OrderReserved) || f["moved"] != "" {
-		t.Fatalf("order %s on n2 after the put back: %v; want it live, reserved as it was moved", id, f)
+	if f := orderFieldsOn(t, ctx, n2, id); f["status"] != string(OrderReserved) || f["moved"] != "" {
+		t.Fatalf("order %s on n2 brought forward (n3 configured %v): %v; want it live, reserved", id, configured, f)
 	}
 }
 

@@ -3,7 +3,6 @@ package inventory
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/topology"
@@ -50,6 +49,13 @@ import (
 // is refused once the node moved on; a node read at c.Token (bumped or
 // brought forward by an apply running concurrently) is left alone: its
 // records may be the ones instances act on now.
+//
+// With c.Forward, a node that left with the apply need not answer: when
+// it is no longer configured or usable (goneLeft), nothing can be put
+// back from it, so a record on a node brought forward whose home in c.To
+// is that node and whose c.From home is the gone one is kept, with a
+// warning: retired, the order would have no live record, and the older
+// copy is the only one left (as before forwards retired anything).
 func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string) (topology.Retirement, error) {
 	a.begin(c)
 	var done topology.Retirement
@@ -57,6 +63,11 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 	if err != nil {
 		return done, fmt.Errorf("%w: the applied topology: %v", ErrInvalid, err)
 	}
+	to, err := homesOf(c.To)
+	if err != nil {
+		return done, fmt.Errorf("%w: the new topology: %v", ErrInvalid, err)
+	}
+	gone := a.goneLeft(c)
 	behind := map[string]string{} // node → the token it holds
 	for _, name := range nodes {
 		n, err := a.node(name)
@@ -74,25 +85,50 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 		if a.inv.mutated(MutationRetireSkip) {
 			continue // test-only (faults.go)
 		}
-		k, err := a.retireOn(ctx, homes, n, rec.Token)
+		keep := func(id string) bool { return gone[homes.Home(id)] && to.Home(id) == name }
+		k, err := a.retireOn(ctx, homes, n, rec.Token, keep)
 		done.Retired += k
 		if err != nil {
 			return done, err
 		}
 	}
-	done.Reinstalled, err = a.reinstall(ctx, c, homes, behind)
+	done.Reinstalled, err = a.reinstall(ctx, c, homes, to, gone, behind)
 	return done, err
 }
 
+// goneLeft returns, with c.Forward, the nodes that left with the apply
+// and are no longer configured or usable, each named in a warning; none
+// without it (every node of both topologies must answer then).
+func (a *migrator) goneLeft(c topology.Change) map[string]bool {
+	gone := map[string]bool{}
+	if !c.Forward {
+		return gone
+	}
+	for _, name := range c.Left {
+		if _, err := a.node(name); err != nil {
+			gone[name] = true
+			a.log.Warn("topology: a node that left is not configured or usable: the order records the apply moved off it cannot be put back from it, and their older copies on the nodes brought forward are kept",
+				"node", name, "err", err)
+		}
+	}
+	return gone
+}
+
 // retireOn marks moved, at token tok (n's), the live order records on n
-// whose home is another node, and returns how many it marked.
-func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok string) (int, error) {
+// whose home is another node, but those keep names, and returns how many
+// it marked.
+func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok string, keep func(id string) bool) (int, error) {
 	ids, err := strayOrders(ctx, homes, n)
 	if err != nil {
 		return 0, err
 	}
 	retired := 0
 	for _, id := range ids {
+		if keep(id) {
+			a.log.Warn("topology: order record kept though it came back with its node's data: its previous home left and cannot give its moved copy back, so this older copy is the only one left",
+				"node", n.Name(), "order", id, "previous_home", homes.Home(id))
+			continue
+		}
 		if _, err := a.inv.runAt(ctx, n, orderMoveOutScript, tok, []string{orderKey(id)}, tok); err != nil {
 			return retired, fmt.Errorf("retiring the stale record of order %q on %s (run apply again to resume): %w", id, n.Name(), err)
 		}
@@ -110,7 +146,8 @@ func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok
 // holds, read from it before c.Token), the order records that step 3 at
 // c.Token moved onto it: those homed on it in c.To whose copy at their
 // c.From home (from: c.From's homes) is marked moved at c.Token. It
-// returns how many it installed.
+// returns how many it installed. The nodes of gone (goneLeft) are passed
+// over.
 //
 // Why: a mark at c.Token is step 3's move of the order to its c.To home
 // (order_move_out.lua, by the apply's sweep or an instance's touch),
@@ -136,16 +173,15 @@ func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok
 // inventory.retention gets the order back reserved, where its decided
 // record had expired (as such a copy brings back its own records of that
 // time: SECURITY.md).
-func (a *migrator) reinstall(ctx context.Context, c topology.Change, from *Homes, behind map[string]string) (int, error) {
+func (a *migrator) reinstall(ctx context.Context, c topology.Change, from, to *Homes, gone map[string]bool, behind map[string]string) (int, error) {
 	if len(behind) == 0 || a.inv.mutated(MutationReinstallSkip) {
 		return 0, nil // the mutation is test-only (faults.go)
 	}
-	to, err := homesOf(c.To)
-	if err != nil {
-		return 0, fmt.Errorf("%w: the new topology: %v", ErrInvalid, err)
-	}
 	put := 0
 	for _, name := range c.From.Nodes() {
+		if gone[name] {
+			continue
+		}
 		h, err := a.markedHome(ctx, c, name)
 		if err != nil {
 			return put, err
@@ -179,17 +215,9 @@ func (a *migrator) reinstall(ctx context.Context, c topology.Change, from *Homes
 
 // markedHome returns the node named name, a member of c.From, when it is
 // at c.Token (only then can it hold copies marked moved at c.Token), nil
-// when it is not. With c.Forward, a node that left with the apply and is
-// no longer configured or usable is passed over (nil) with a warning:
-// the records the apply moved off it onto a node brought forward cannot
-// be put back from it; they may be none.
+// when it is not.
 func (a *migrator) markedHome(ctx context.Context, c topology.Change, name string) (*node.Node, error) {
 	h, err := a.node(name)
-	if err != nil && c.Forward && slices.Contains(c.Left, name) {
-		a.log.Warn("topology: a node that left is not configured or usable: order records the apply moved off it onto a node brought forward may not be put back",
-			"node", name, "err", err)
-		return nil, nil
-	}
 	if err != nil {
 		return nil, err
 	}

@@ -116,11 +116,16 @@
 // expired: as it brings back the node's own records of that time.
 //
 // Not put back (lost with the node's writes, SECURITY.md): a record whose
-// previous home went back too (its mark went with its data); and a record
-// step 3 installed on a node that went back to a copy taken after its
-// bump, at the token in phase migrating, once another node is stable at
-// the token: that node is not behind, so a rerun neither retires nor puts
-// back anything on it, and does not run step 3 again.
+// previous home went back too (its mark went with its data); a record an
+// earlier apply moved onto a node that went back to a copy older than
+// that apply (only the marks of the token being finished are read); a
+// record whose previous home left with the apply and is gone when the
+// node is brought forward (then the node's older copy of it, if any, is
+// kept, not retired: it is the only one left); and a record step 3
+// installed on a node that went back to a copy taken after its bump, at
+// the token in phase migrating, once another node is stable at the token:
+// that node is not behind, so a rerun neither retires nor puts back
+// anything on it, and does not run step 3 again.
 //
 // A transfer or a quota counter moved onto the node since the copy is
 // gone. An apply to a new topology still
