@@ -11,8 +11,9 @@ import (
 // Retire implements [topology.Driver]: before their bump (or, c.Forward,
 // their move forward), it marks moved every live order record on the
 // named nodes (of c.From or c.To) that is not the record's home in
-// c.From, each node at the token it holds; then it puts back on them the
-// records step 3 at c.Token had moved onto them (reinstall).
+// c.From (but for the ones kept below), each node at the token it holds;
+// then it puts back on them the records step 3 at c.Token had moved onto
+// them (reinstall).
 //
 // Why such a record is stale, and why marking it is safe: in a stable
 // topology every record lives at its home (step 3 of each apply moved the
@@ -55,7 +56,8 @@ import (
 // back from it, so a record on a node brought forward whose home in c.To
 // is that node and whose c.From home is the gone one is kept, with a
 // warning: retired, the order would have no live record, and the older
-// copy is the only one left (as before forwards retired anything).
+// copy is the only one left (forwards kept every record before they
+// retired any).
 func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string) (topology.Retirement, error) {
 	a.begin(c)
 	var done topology.Retirement
