@@ -1,11 +1,14 @@
 package inventory
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/router"
@@ -63,18 +66,7 @@ func putBackAfterGoingBack(t *testing.T, resume bool, mut Mutation, crash string
 	}
 	_, stale := reservedCopy(t, e, three, id)
 	n1, n3 := e.clients["n1"], e.clients["n3"]
-	topo, err := n3.Dump(ctx, "shardis:topology").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	epoch, err := n3.HGet(ctx, "shardis:node", "epoch").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	topo1, err := n1.Dump(ctx, "shardis:topology").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	old1, old3 := copyEpoch(t, n1), copyEpoch(t, n3)
 	if rep := apply(two, three); rep.OrdersMoved != 1 {
 		t.Fatalf("removal of n3: %+v, want 1 order moved", rep)
 	}
@@ -85,12 +77,7 @@ func putBackAfterGoingBack(t *testing.T, resume bool, mut Mutation, crash string
 		t.Fatalf("n3 back: %+v, want 1 order moved, epoch 3", rep)
 	}
 	// n3 goes back to the copy: epoch 1, st live and reserved
-	if err := n3.RestoreReplace(ctx, "shardis:topology", 0, topo).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := n3.HSet(ctx, "shardis:node", "epoch", epoch).Err(); err != nil {
-		t.Fatal(err)
-	}
+	old3.restore(t, n3)
 	if err := n3.RestoreReplace(ctx, orderKey(id), 0, stale).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -99,12 +86,7 @@ func putBackAfterGoingBack(t *testing.T, resume bool, mut Mutation, crash string
 			t.Fatal(err)
 		}
 	} else { // n1's topology record goes back too: it is brought forward with n3
-		if err := n1.RestoreReplace(ctx, "shardis:topology", 0, topo1).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := n1.HSet(ctx, "shardis:node", "epoch", epoch).Err(); err != nil {
-			t.Fatal(err)
-		}
+		old1.restore(t, n1)
 	}
 	retired := 1
 	if crash != "" {
@@ -218,14 +200,7 @@ func forwardFromLeftNode(t *testing.T, configured bool) {
 	quiet := slog.New(slog.DiscardHandler)
 	_, stale := reservedCopy(t, e, three, id)
 	n2 := e.clients["n2"]
-	topo, err := n2.Dump(ctx, "shardis:topology").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	epoch, err := n2.HGet(ctx, "shardis:node", "epoch").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	old2 := copyEpoch(t, n2)
 	if rep, err := ApplyTopology(ctx, ApplyOptions{To: two, From: three, Wait: 5 * time.Second, Logger: quiet}); err != nil || rep.OrdersMoved != 1 {
 		t.Fatalf("removal of n3 = %+v, %v; want 1 order moved", rep, err)
 	}
@@ -233,12 +208,7 @@ func forwardFromLeftNode(t *testing.T, configured bool) {
 		t.Fatalf("Confirm at the 2-node topology: %+v, %v", out, err)
 	}
 	// n2 goes back to its copy from before the removal
-	if err := n2.RestoreReplace(ctx, "shardis:topology", 0, topo).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := n2.HSet(ctx, "shardis:node", "epoch", epoch).Err(); err != nil {
-		t.Fatal(err)
-	}
+	old2.restore(t, n2)
 	if err := n2.RestoreReplace(ctx, orderKey(id), 0, stale).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -277,4 +247,36 @@ func movedN3ToN2(t *testing.T, three, two *config.Config) string {
 	}
 	t.Fatal("no id of st0..st999 moves from n3 to n2")
 	return ""
+}
+
+// nodeEpoch is a copy of a node's topology record (DUMP) and its stamp's
+// epoch: what a node that goes back to an older copy of its data gets
+// back of them.
+type nodeEpoch struct{ topo, epoch string }
+
+// copyEpoch copies c's topology record and stamp's epoch.
+func copyEpoch(t *testing.T, c *redis.Client) nodeEpoch {
+	t.Helper()
+	ctx := context.Background()
+	topo, err := c.Dump(ctx, "shardis:topology").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := c.HGet(ctx, "shardis:node", "epoch").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nodeEpoch{topo, epoch}
+}
+
+// restore puts the copy back on c.
+func (ne nodeEpoch) restore(t *testing.T, c *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.RestoreReplace(ctx, "shardis:topology", 0, ne.topo).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(ctx, "shardis:node", "epoch", ne.epoch).Err(); err != nil {
+		t.Fatal(err)
+	}
 }
