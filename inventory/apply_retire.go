@@ -76,7 +76,7 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 		if err != nil {
 			return done, err
 		}
-		rec, err := a.Read(ctx, name)
+		rec, err := readRecord(ctx, n)
 		if err != nil {
 			return done, err
 		}
@@ -149,7 +149,9 @@ func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok
 // c.Token moved onto it: those homed on it in c.To whose copy at their
 // c.From home (from: c.From's homes) is marked moved at c.Token. It
 // returns how many it installed. The nodes of gone (goneLeft) are passed
-// over.
+// over, and so are those of behind: read before c.Token just now, they
+// hold no mark at it (before an apply's first bump every node is behind,
+// and nothing more is read).
 //
 // Why: a mark at c.Token is step 3's move of the order to its c.To home
 // (order_move_out.lua, by the apply's sweep or an instance's touch),
@@ -181,7 +183,7 @@ func (a *migrator) reinstall(ctx context.Context, c topology.Change, from, to *H
 	}
 	put := 0
 	for _, name := range c.From.Nodes() {
-		if gone[name] {
+		if _, back := behind[name]; back || gone[name] {
 			continue
 		}
 		h, err := a.markedHome(ctx, c, name)
