@@ -70,6 +70,7 @@ func putBackAfterGoingBack(t *testing.T, resume bool, mut Mutation, crash string
 	if rep := apply(two, three); rep.OrdersMoved != 1 {
 		t.Fatalf("removal of n3: %+v, want 1 order moved", rep)
 	}
+	movedCopyTTLs(t, e, id, "n2", "n3", three.Inventory.Retention)
 	if out, err := openInv(t, two, Options{}).Confirm(ctx, id); err != nil || out.Status != StatusConfirmed {
 		t.Fatalf("Confirm at the 2-node topology: %+v, %v", out, err)
 	}
@@ -204,6 +205,7 @@ func forwardFromLeftNode(t *testing.T, configured bool) {
 	if rep, err := ApplyTopology(ctx, ApplyOptions{To: two, From: three, Wait: 5 * time.Second, Logger: quiet}); err != nil || rep.OrdersMoved != 1 {
 		t.Fatalf("removal of n3 = %+v, %v; want 1 order moved", rep, err)
 	}
+	movedCopyTTLs(t, e, id, "n2", "n3", three.Inventory.Retention)
 	if out, err := openInv(t, two, Options{}).Confirm(ctx, id); err != nil || out.Status != StatusConfirmed {
 		t.Fatalf("Confirm at the 2-node topology: %+v, %v", out, err)
 	}
@@ -226,6 +228,33 @@ func forwardFromLeftNode(t *testing.T, configured bool) {
 	}
 	if f := orderFieldsOn(t, ctx, n2, id); f["status"] != string(OrderReserved) || f["moved"] != "" {
 		t.Fatalf("order %s on n2 brought forward (n3 configured %v): %v; want it live, reserved", id, configured, f)
+	}
+	if configured { // put back from n3's copy, which has the retention: n2's record has no TTL
+		movedCopyTTLs(t, e, id, "n2", "n3", three.Inventory.Retention)
+	}
+}
+
+// movedCopyTTLs checks the TTLs of order id's records once it was moved
+// (or put back) from the node named from onto the one named to, reserved:
+// none on to (a reserved record has none: it lives until decided), and
+// on from, where its copy is marked moved, at most retention and more
+// than a minute less (the copy gets the retention once the install
+// landed: migrate.go, expireMoved). Before, the copy kept no TTL, and
+// each apply left one such key per reserved order for good; a put back
+// from a copy with the TTL gave it to the live record too, which would
+// have expired while reserved.
+func movedCopyTTLs(t *testing.T, e *stagedEnv, id, to, from string, retention time.Duration) {
+	t.Helper()
+	live, err := e.clients[to].PTTL(e.ctx, orderKey(id)).Result()
+	if err != nil || live != -1 { // go-redis: -1 (not a duration) for a key with none
+		t.Errorf("order %s's reserved record on %s has TTL %v, %v; want none", id, to, live, err)
+	}
+	if f := orderFieldsOn(t, e.ctx, e.clients[from], id); f["moved"] == "" {
+		t.Fatalf("order %s's copy on %s: %v; want it marked moved", id, from, f)
+	}
+	ttl, err := e.clients[from].PTTL(e.ctx, orderKey(id)).Result()
+	if err != nil || ttl <= retention-time.Minute || ttl > retention {
+		t.Errorf("order %s's moved copy on %s has TTL %v, %v; want the retention, %v", id, from, ttl, err, retention)
 	}
 }
 

@@ -35,7 +35,8 @@ import (
 // (order_install.lua answers "exists"): a decision taken since the copy
 // (a Confirm, a Cancel) would be lost on a node that lost nothing. The
 // mark is order_move_out.lua's, at the node's token: the record's data is
-// kept, frozen, and an install overwrites it; its inline parts get their
+// kept, frozen, for the retention (expireMoved), and an install
+// overwrites it; its inline parts get their
 // records on the node first, as at any move, so the reconcilers settle
 // the units they hold there by the order's decision at its home instead
 // of leaving them reserved for good. Nothing but the put back below
@@ -134,6 +135,9 @@ func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok
 		if _, err := a.inv.runAt(ctx, n, orderMoveOutScript, tok, []string{orderKey(id)}, tok); err != nil {
 			return retired, fmt.Errorf("retiring the stale record of order %q on %s (run apply again to resume): %w", id, n.Name(), err)
 		}
+		if err := a.inv.expireMoved(ctx, n, tok, id); err != nil {
+			return retired, fmt.Errorf("giving the retired record of order %q on %s the retention (run apply again to resume): %w", id, n.Name(), err)
+		}
 		a.log.Warn("topology: stale order record retired: it came back with its node's data, away from its home",
 			"node", n.Name(), "order", id, "home", homes.Home(id))
 		retired++
@@ -167,16 +171,15 @@ func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok
 // step 3 is not run again on a rerun once a node is stable at c.Token,
 // nor by a move forward. The copy is read by order_move_out.lua at
 // c.Token, which marks it again as it was and returns its value (what
-// step 3's move read), and installed at the node's token, which it holds
-// until its bump: no instance writes it meanwhile. Installing it again
-// on a rerun is harmless (the install answers "exists", or the record
-// was retired again above). A node at another token than c.Token holds
-// no mark at c.Token, and is not read further (markedHome). A limit: a
-// marked copy keeps no TTL while its order was reserved at the move, so
-// a node that went back to a copy older than the decision's
-// inventory.retention gets the order back reserved, where its decided
-// record had expired (as such a copy brings back its own records of that
-// time: SECURITY.md).
+// step 3's move read, without a TTL when reserved), and installed at the
+// node's token, which it holds until its bump: no instance writes it
+// meanwhile. Installing it again on a rerun is harmless (the install
+// answers "exists", or the record was retired again above). A node at
+// another token than c.Token holds no mark at c.Token, and is not read
+// further (markedHome). A limit: a marked copy lives inventory.retention
+// after its install landed (expireMoved), so a node that went back to a
+// copy older than that gets nothing put back for such an order, which
+// came due and was decided long before (SECURITY.md).
 func (a *migrator) reinstall(ctx context.Context, c topology.Change, from, to *Homes, gone map[string]bool, behind map[string]string) (int, error) {
 	if len(behind) == 0 || a.inv.mutated(MutationReinstallSkip) {
 		return 0, nil // the mutation is test-only (faults.go)
@@ -277,7 +280,11 @@ func (a *migrator) putBack(ctx context.Context, h *node.Node, dest, destTok, id,
 	if err != nil {
 		return false, err
 	}
-	return decodeInstall(n.Name(), reply)
+	installed, err := decodeInstall(n.Name(), reply)
+	if err != nil {
+		return false, err
+	}
+	return installed, a.inv.expireMoved(ctx, h, tok, id)
 }
 
 // strayOrders returns the ids of the live order records on n whose home

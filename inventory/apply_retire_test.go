@@ -103,6 +103,11 @@ func TestApplyRetiresAStaleRecord(t *testing.T) {
 	if f := orderFieldsOn(t, ctx, e.clients["n1"], other); f["moved"] == "" {
 		t.Fatalf("order %s's stray copy on n1 after the removal: %v, want it marked moved", other, f)
 	}
+	// the retired copy goes away after the retention (reserved, it had no TTL)
+	if ttl, err := e.clients["n1"].PTTL(ctx, orderKey(other)).Result(); err != nil || ttl <= three.Inventory.Retention-time.Minute {
+		t.Fatalf("order %s's stray copy on n1, retired: TTL %v, %v; want the retention", other, ttl, err)
+	}
+	movedCopyTTLs(t, e, id, "n2", "n3", three.Inventory.Retention)
 	inv2 := openInv(t, two, Options{})
 	if out, err := inv2.Confirm(ctx, id); err != nil || out.Status != StatusConfirmed {
 		t.Fatalf("Confirm at the 2-node topology: %+v, %v", out, err)

@@ -18,7 +18,9 @@ import (
 // returns it. KEYS: 2 order key. ARGV: 4 the epoch token of the move.
 // Returns {"none"} (no live record, or only a dead mark of an older
 // epoch), or {"moved", pttl ms, the record's packed value} (orderrec.go:
-// a record of the hash layout is marked in the packed one).
+// a record of the hash layout is marked in the packed one); pttl is the
+// TTL the record has where it is installed: -1 (none) for a reserved
+// one, whatever its copy here has (expireMoved), else the copy's.
 var orderMoveOutScript = newScript("order-move-out", true, luaFile("order_move_out.lua"))
 
 // orderInstallScript writes a moved record, less its moved mark (and, for
@@ -33,6 +35,13 @@ var orderInstallScript = newScript("order-install", true, luaFile("order_install
 // [MutationInstallInline] (test-only, faults.go).
 var orderInstallInlineScript = newScript("order-install", true,
 	mustCut(luaFile("order_install.lua"), "if t.status == 'reserved' and not t.reserved_at then t.reserved_at = t.created end\n"))
+
+// orderMovedExpireScript gives a copy marked moved the records' retention
+// once its order's record is live at its new home (expireMoved). KEYS: 2
+// order key. ARGV: 4 the mark (the move's epoch token), 5 the retention
+// in seconds. Returns 1 (the TTL given) or 0 (left as it was: not marked
+// at that token, gone, or with a TTL of its own).
+var orderMovedExpireScript = newReleaseScript("order-moved-expire", luaFile("order_moved_expire.lua"))
 
 // quotaReadScript reads a quota counter. KEYS: 2 counter. Returns it.
 var quotaReadScript = newScript("quota-read", false, luaFile("quota_read.lua"))
@@ -71,8 +80,44 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 	if err != nil {
 		return err
 	}
-	_, err = decodeInstall(dest.Name(), out)
-	return err
+	if _, err = decodeInstall(dest.Name(), out); err != nil {
+		return err
+	}
+	if err := inv.expireMoved(ctx, src, v.token, orderID); err != nil {
+		// the move is done; the copy only keeps its key for good
+		inv.log.Warn("inventory: moved order's copy kept without a TTL", "order", orderID, "node", src.Name(), "err", err)
+	}
+	return nil
+}
+
+// expireMoved gives order id's copy on n, marked moved at tok, the
+// records' retention (orderMovedExpireScript), at n's token tok: called
+// once the order's record is live at its new home (its install answered
+// "installed" or "exists"), never before, so the copy outlives any
+// crash between its mark and the install that a rerun or a touch
+// finishes from it.
+//
+// Why: a copy whose order was reserved at the move had no TTL (a
+// reserved record has none), so each apply left one frozen key per such
+// order on its previous home for good. The copy serves only a put back
+// (apply_retire.go, reinstall) onto a new home that went back to data
+// older than the install; with the retention, which is longer than any
+// reservation (config: retention above max_reservation_ttl), it is kept
+// until the order came due. A crash between the install and this call,
+// or this call failing in a move (logged, not returned: the move is
+// done), leaves that one copy without a TTL (nothing lost; the key
+// stays).
+func (inv *Inventory) expireMoved(ctx context.Context, n *node.Node, tok, id string) error {
+	out, err := inv.runAt(ctx, n, orderMovedExpireScript, tok, []string{orderKey(id)}, tok, seconds(inv.cfg.Retention))
+	if err != nil {
+		return err
+	}
+	if out != int64(0) && out != int64(1) {
+		r := newReplyReader(n.Name(), orderMovedExpireScript.name)
+		r.fail(-1, "1 or 0", out)
+		return r.err
+	}
+	return nil
 }
 
 // decodeInstall reads orderInstallScript's reply: "installed" (true) or

@@ -82,8 +82,10 @@ import (
 // expires while its order is pending, whatever the retention. The one
 // record that no decision reaches is a reservation all of whose parts were
 // lost with their nodes' data (nothing comes due): it stays reserved
-// until a Confirm or Cancel of its order meets it. Moved records keep
-// their TTL or its absence (orderMoveOutScript's PTTL, -1 for none).
+// until a Confirm or Cancel of its order meets it. A moved record is
+// installed with its TTL, none when reserved (orderMoveOutScript's PTTL,
+// -1 for none); its copy marked moved keeps its own, or, reserved, gets
+// the retention once the install landed (migrate.go, expireMoved).
 //
 // Hash layout: what the releases before wrote, one hash field per field,
 // as named in orderFields. The rule that keeps every interleaving safe

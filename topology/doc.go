@@ -111,9 +111,12 @@
 //     again (its install then finds the record live and keeps it: the
 //     same value).
 //
-// A copy older than the records' retention after an order's decision gets
-// the order back as it was moved (reserved), its decided record having
-// expired: as it brings back the node's own records of that time.
+// A marked copy lives the records' retention after the install that
+// moved its order (it gets that TTL once the install landed; the order's
+// live record keeps none while reserved), which is longer than any
+// reservation: a node that went back to a copy older than that gets
+// nothing put back for such an order, which came due and was decided at
+// its new home long before, a decision lost with the node's writes.
 //
 // Not put back (lost with the node's writes, SECURITY.md): a record whose
 // previous home went back too (its mark went with its data); a record an

@@ -9,4 +9,10 @@ inline_write(key, t)
 -- as it was, packed when the hash layout held it)
 t.moved = ARGV[4]
 local v = order_put(key, t)
-return {'moved', redis.call('PTTL', key), v}
+-- the TTL the record has where it lives next: a reserved record has none
+-- (orderrec.go, "TTL"), though its copy here may have one (the retention
+-- a copy gets once its install landed: order_moved_expire.lua), which an
+-- install must not copy; any other keeps its own
+local pttl = -1
+if t.status ~= 'reserved' then pttl = redis.call('PTTL', key) end
+return {'moved', pttl, v}
