@@ -48,12 +48,13 @@ type ScriptCall struct {
 var ErrCrashed = errors.New("inventory: actor crashed (fault injected)")
 
 // CrashPoints lists the crash points [Faults.Crash] is asked about: the
-// topology protocol's ("bump" in package topology's Apply; "move-out", "xfer-out",
-// "xfer-in" in migrate.go; "retire", after each stale record retired,
+// topology protocol's ("bump" in package topology's Apply; "move-out",
+// "install" (after a moved record's install, before its copy gets the
+// retention), "xfer-out", "xfer-in" in migrate.go; "retire", after each stale record retired,
 // and "reinstall", after each record put back, in apply_retire.go) and
 // one-round reservations' ("staged:…", staged_reserve.go).
 var CrashPoints = []string{
-	"bump", "move-out", "xfer-out", "xfer-in", "retire", "reinstall",
+	"bump", "move-out", "install", "xfer-out", "xfer-in", "retire", "reinstall",
 	"staged:before", "staged:takes-only", "staged:stage-only", "staged:some-takes", "staged:before-commit",
 	"staged:before-withdraw",
 }

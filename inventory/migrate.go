@@ -83,6 +83,9 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 	if _, err = decodeInstall(dest.Name(), out); err != nil {
 		return err
 	}
+	if inv.crash(ctx, "install") {
+		return errCrashed
+	}
 	if err := inv.expireMoved(ctx, src, v.token, orderID); err != nil {
 		// the move is done; the copy only keeps its key for good
 		inv.log.Warn("inventory: moved order's copy kept without a TTL", "order", orderID, "node", src.Name(), "err", err)

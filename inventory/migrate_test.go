@@ -165,22 +165,66 @@ func (e *migrateEnv) finished(what string) {
 	}
 }
 
+// TestTopologyCrashPoints: an apply that dies at each crash point of the
+// migration, run again, ends with what the old topology decided, and
+// with every copy marked moved expiring (expireMoved): a reserved order
+// moved too (held) is reserved on its new home with no TTL. A crash at
+// "install" (its copy not yet given the retention) is tried at each of
+// the three moved orders, so one of them is held.
 func TestTopologyCrashPoints(t *testing.T) {
-	for _, point := range []string{"bump", "move-out", "xfer-out", "xfer-in"} {
-		t.Run(point, func(t *testing.T) {
-			e := newMigrateEnv(t)
-			_, err := e.applyWith(crashAtPoint(point))
-			if !errors.Is(err, errCrashed) {
+	run := func(t *testing.T, f Faults, point string) {
+		e := newMigrateEnv(t)
+		held := e.reserveMoving(e.open(e.old), "held", 1)[0]
+		if f != nil {
+			if _, err := e.applyWith(f); !errors.Is(err, errCrashed) {
 				t.Fatalf("apply with a crash at %s = %v, want the injected crash", point, err)
 			}
 			e.check("after a crash at "+point, point == "bump")
-			e.finished("crash at " + point)
-		})
+		}
+		e.finished("crash at " + point)
+		e.movedCopiesExpire(held)
 	}
-	t.Run("none", func(t *testing.T) {
-		e := newMigrateEnv(t)
-		e.finished("no crash")
-	})
+	for _, point := range []string{"bump", "move-out", "xfer-out", "xfer-in"} {
+		t.Run(point, func(t *testing.T) { run(t, crashAtPoint(point), point) })
+	}
+	for nth := int32(1); nth <= 3; nth++ {
+		t.Run(fmt.Sprintf("install-%d", nth), func(t *testing.T) { run(t, &topoFaults{point: "install", nth: nth}, "install") })
+	}
+	t.Run("none", func(t *testing.T) { run(t, nil, "none") })
+}
+
+// movedCopiesExpire checks that every order record marked moved on the
+// old topology's nodes has a TTL, and that held, reserved, is live on n4
+// with none.
+func (e *migrateEnv) movedCopiesExpire(held string) {
+	e.t.Helper()
+	if f := orderFieldsOn(e.t, e.ctx, e.clients["n4"], held); f["status"] != string(OrderReserved) || f["moved"] != "" {
+		e.t.Errorf("order %s on n4: %v; want it live, reserved", held, f)
+	}
+	if ttl, err := e.clients["n4"].PTTL(e.ctx, orderKey(held)).Result(); err != nil || ttl != -1 {
+		e.t.Errorf("order %s on n4 has TTL %v, %v; want none (reserved)", held, ttl, err)
+	}
+	marked := 0
+	for _, name := range []string{"n1", "n2", "n3"} {
+		c := e.clients[name]
+		keys, err := c.Keys(e.ctx, orderKeyPrefix+"*").Result()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, k := range keys {
+			id := k[len(orderKeyPrefix):]
+			if orderFieldsOn(e.t, e.ctx, c, id)["moved"] == "" {
+				continue
+			}
+			marked++
+			if ttl, err := c.PTTL(e.ctx, k).Result(); err != nil || ttl <= 0 {
+				e.t.Errorf("order %s's copy on %s, marked moved, has TTL %v, %v; want one", id, name, ttl, err)
+			}
+		}
+	}
+	if marked != 3 {
+		e.t.Errorf("%d copies marked moved on n1..n3, want 3 (the confirmed order, the tombstone, %s)", marked, held)
+	}
 }
 
 // movingStock is the stock of route r's SKU "free" that the tests of
