@@ -106,10 +106,12 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 // (apply_retire.go, reinstall) onto a new home that went back to data
 // older than the install; with the retention, which is longer than any
 // reservation (config: retention above max_reservation_ttl), it is kept
-// until the order came due. A crash between the install and this call,
-// or this call failing in a move (logged, not returned: the move is
-// done), leaves that one copy without a TTL (nothing lost; the key
-// stays).
+// until the order came due. A crash between the install and this call
+// (crash point "install") leaves the copy without a TTL until the next
+// move of the order while the apply is under way (a rerun's step 3, or a
+// touch) gives it one: its install answers "exists". This call failing
+// in a move is logged, not returned (the move is done; nothing is lost,
+// and the copy may keep its key for good).
 func (inv *Inventory) expireMoved(ctx context.Context, n *node.Node, tok, id string) error {
 	out, err := inv.runAt(ctx, n, orderMovedExpireScript, tok, []string{orderKey(id)}, tok, seconds(inv.cfg.Retention))
 	if err != nil {
