@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/topology"
 )
@@ -35,7 +37,8 @@ import (
 // (order_install.lua answers "exists"): a decision taken since the copy
 // (a Confirm, a Cancel) would be lost on a node that lost nothing. The
 // mark is order_move_out.lua's, at the node's token: the record's data is
-// kept, frozen, for the retention (expireMoved), and an install
+// kept, frozen, for the retention (expireMoved; so are copies marked
+// before and left without a TTL: expireFrozen), and an install
 // overwrites it; its inline parts get their
 // records on the node first, as at any move, so the reconcilers settle
 // the units they hold there by the order's decision at its home instead
@@ -119,10 +122,14 @@ func (a *migrator) goneLeft(c topology.Change) map[string]bool {
 
 // retireOn marks moved, at token tok (n's), the live order records on n
 // whose home is another node, but those keep names, and returns how many
-// it marked.
+// it marked. Each copy it marks, and each copy marked before that still
+// has no TTL (frozenMarks), gets the records' retention (expireMoved).
 func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok string, keep func(id string) bool) (int, error) {
-	ids, err := strayOrders(ctx, homes, n)
+	ids, marked, err := strayOrders(ctx, homes, n)
 	if err != nil {
+		return 0, err
+	}
+	if err := a.expireFrozen(ctx, n, tok, marked); err != nil {
 		return 0, err
 	}
 	retired := 0
@@ -132,11 +139,16 @@ func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok
 				"node", n.Name(), "order", id, "previous_home", homes.Home(id))
 			continue
 		}
-		if _, err := a.inv.runAt(ctx, n, orderMoveOutScript, tok, []string{orderKey(id)}, tok); err != nil {
+		out, err := a.inv.runAt(ctx, n, orderMoveOutScript, tok, []string{orderKey(id)}, tok)
+		var m movedOut
+		if err == nil {
+			m, err = decodeMoveOut(n.Name(), out)
+		}
+		if err != nil {
 			return retired, fmt.Errorf("retiring the stale record of order %q on %s (run apply again to resume): %w", id, n.Name(), err)
 		}
-		if err := a.inv.expireMoved(ctx, n, tok, id); err != nil {
-			return retired, fmt.Errorf("giving the retired record of order %q on %s the retention (run apply again to resume): %w", id, n.Name(), err)
+		if m.frozen {
+			a.inv.expireMoved(ctx, n, tok, tok, id)
 		}
 		a.log.Warn("topology: stale order record retired: it came back with its node's data, away from its home",
 			"node", n.Name(), "order", id, "home", homes.Home(id))
@@ -176,10 +188,10 @@ func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok
 // meanwhile. Installing it again on a rerun is harmless (the install
 // answers "exists", or the record was retired again above). A node at
 // another token than c.Token holds no mark at c.Token, and is not read
-// further (markedHome). A limit: a marked copy lives inventory.retention
-// after its install landed (expireMoved), so a node that went back to a
-// copy older than that gets nothing put back for such an order, which
-// came due and was decided long before (SECURITY.md).
+// further (markedHome). A limit: a copy marked without a TTL (its order
+// reserved) lives inventory.retention after its install landed
+// (expireMoved), so a put back run later than that finds nothing for such
+// an order, which came due and was decided long before (SECURITY.md).
 func (a *migrator) reinstall(ctx context.Context, c topology.Change, from, to *Homes, gone map[string]bool, behind map[string]string) (int, error) {
 	if len(behind) == 0 || a.inv.mutated(MutationReinstallSkip) {
 		return 0, nil // the mutation is test-only (faults.go)
@@ -268,31 +280,32 @@ func (a *migrator) putBack(ctx context.Context, h *node.Node, dest, destTok, id,
 	if err != nil {
 		return false, err
 	}
-	moved, pttl, val, err := decodeMoveOut(h.Name(), out)
-	if err != nil || !moved {
+	m, err := decodeMoveOut(h.Name(), out)
+	if err != nil || !m.moved {
 		return false, err
 	}
 	n, err := a.node(dest)
 	if err != nil {
 		return false, err
 	}
-	reply, err := a.inv.runAt(ctx, n, orderInstallScript, destTok, []string{orderKey(id)}, pttl, val)
+	reply, err := a.inv.runAt(ctx, n, orderInstallScript, destTok, []string{orderKey(id)}, m.pttl, m.rec)
 	if err != nil {
 		return false, err
 	}
 	installed, err := decodeInstall(n.Name(), reply)
-	if err != nil {
-		return false, err
+	if err == nil && m.frozen {
+		a.inv.expireMoved(ctx, h, tok, tok, id)
 	}
-	return installed, a.inv.expireMoved(ctx, h, tok, id)
+	return installed, err
 }
 
 // strayOrders returns the ids of the live order records on n whose home
-// is another node.
-func strayOrders(ctx context.Context, homes *Homes, n *node.Node) ([]string, error) {
+// is another node, and the marks (id → token) of the records there marked
+// moved.
+func strayOrders(ctx context.Context, homes *Homes, n *node.Node) (live []string, marked map[string]string, err error) {
 	keys, err := scan(ctx, n, orderKeyPrefix+"*")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var away []string
 	for _, k := range keys {
@@ -300,13 +313,49 @@ func strayOrders(ctx context.Context, homes *Homes, n *node.Node) ([]string, err
 			away = append(away, id)
 		}
 	}
-	var ids []string
+	marked = map[string]string{}
 	err = readOrders(ctx, n, away, func(id string, f map[string]string) {
-		if len(f) > 0 && f["moved"] == "" {
-			ids = append(ids, id)
+		switch {
+		case len(f) == 0:
+		case f["moved"] == "":
+			live = append(live, id)
+		default:
+			marked[id] = f["moved"]
 		}
 	})
-	return ids, err
+	return live, marked, err
+}
+
+// expireFrozen gives the copies of marked (id → mark) on n, n's token tok,
+// that have no TTL the records' retention (expireMoved): the copies an
+// earlier apply or release left frozen (a crash at "install", a failed
+// expireMoved, or a release before expireMoved). Why that is safe: no
+// put back reads a mark on a node behind the apply's token (reinstall),
+// and no other step reads a marked copy but as no record; the retention
+// outlasts any reservation its order held.
+func (a *migrator) expireFrozen(ctx context.Context, n *node.Node, tok string, marked map[string]string) error {
+	ids := make([]string, 0, len(marked))
+	for id := range marked {
+		ids = append(ids, id)
+	}
+	const batch = 500
+	for i := 0; i < len(ids); i += batch {
+		part := ids[i:min(i+batch, len(ids))]
+		pipe := n.Client().Pipeline()
+		ttls := make([]*redis.DurationCmd, len(part))
+		for j, id := range part {
+			ttls[j] = pipe.PTTL(ctx, orderKey(id))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("%w: node %s: reading the TTLs of marked order records: %w", ErrUnavailable, n.Name(), err)
+		}
+		for j, id := range part {
+			if ttls[j].Val() == -1 { // go-redis: -1, not a duration, for a key without one
+				a.inv.expireMoved(ctx, n, tok, marked[id], id)
+			}
+		}
+	}
+	return nil
 }
 
 // readOrders reads the records of ids on n, pipelined in batches, and

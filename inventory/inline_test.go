@@ -328,7 +328,7 @@ func inlinePartLostAfterMoveBack(t *testing.T, decision string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, pttl, rec, err := decodeMoveOut("n1", out)
+	m, err := decodeMoveOut("n1", out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +353,7 @@ func inlinePartLostAfterMoveBack(t *testing.T, decision string) {
 	// moved back: the install of what the move-out returned (straight
 	// back here; through another node, that node's install writes the
 	// same reserved_at, which its own move-out then carries)
-	if _, err := inv.run(ctx, e.n, orderInstallScript, []string{orderKey("lost-1")}, pttl, rec); err != nil {
+	if _, err := inv.run(ctx, e.n, orderInstallScript, []string{orderKey("lost-1")}, m.pttl, m.rec); err != nil {
 		t.Fatal(err)
 	}
 	if f := orderFieldsOn(t, ctx, c, "lost-1"); f["status"] != string(OrderReserved) || f["reserved_at"] != f["created"] {

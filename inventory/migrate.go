@@ -17,10 +17,11 @@ import (
 // orderMoveOutScript marks an order record moved (data kept, frozen) and
 // returns it. KEYS: 2 order key. ARGV: 4 the epoch token of the move.
 // Returns {"none"} (no live record, or only a dead mark of an older
-// epoch), or {"moved", pttl ms, the record's packed value} (orderrec.go:
-// a record of the hash layout is marked in the packed one); pttl is the
-// TTL the record has where it is installed: -1 (none) for a reserved
-// one, whatever its copy here has (expireMoved), else the copy's.
+// epoch), or {"moved", pttl ms, the record's packed value, frozen}
+// (orderrec.go: a record of the hash layout is marked in the packed one);
+// pttl is the TTL the record has where it is installed: -1 (none) for a
+// reserved one, whatever its copy here has (expireMoved), else the
+// copy's; frozen is 1 when the copy here has no TTL, else 0.
 var orderMoveOutScript = newScript("order-move-out", true, luaFile("order_move_out.lua"))
 
 // orderInstallScript writes a moved record, less its moved mark (and, for
@@ -37,10 +38,10 @@ var orderInstallInlineScript = newScript("order-install", true,
 	mustCut(luaFile("order_install.lua"), "if t.status == 'reserved' and not t.reserved_at then t.reserved_at = t.created end\n"))
 
 // orderMovedExpireScript gives a copy marked moved the records' retention
-// once its order's record is live at its new home (expireMoved). KEYS: 2
-// order key. ARGV: 4 the mark (the move's epoch token), 5 the retention
-// in seconds. Returns 1 (the TTL given) or 0 (left as it was: not marked
-// at that token, gone, or with a TTL of its own).
+// (expireMoved). KEYS: 2 order key. ARGV: 4 the mark (the epoch token of
+// the move or retirement), 5 the retention in ms. Returns 1 (the TTL
+// given) or 0 (left as it was: not marked at that token, gone, or with a
+// TTL of its own).
 var orderMovedExpireScript = newReleaseScript("order-moved-expire", luaFile("order_moved_expire.lua"))
 
 // quotaReadScript reads a quota counter. KEYS: 2 counter. Returns it.
@@ -65,8 +66,8 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 	if err != nil {
 		return err
 	}
-	moved, pttl, rec, err := decodeMoveOut(src.Name(), out)
-	if err != nil || !moved {
+	m, err := decodeMoveOut(src.Name(), out)
+	if err != nil || !m.moved {
 		return err
 	}
 	if inv.crash(ctx, "move-out") {
@@ -76,7 +77,7 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 	if inv.mutated(MutationInstallInline) {
 		install = orderInstallInlineScript // test-only (faults.go)
 	}
-	out, err = inv.run(ctx, dest, install, []string{orderKey(orderID)}, pttl, rec)
+	out, err = inv.run(ctx, dest, install, []string{orderKey(orderID)}, m.pttl, m.rec)
 	if err != nil {
 		return err
 	}
@@ -86,43 +87,45 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 	if inv.crash(ctx, "install") {
 		return errCrashed
 	}
-	if err := inv.expireMoved(ctx, src, v.token, orderID); err != nil {
-		// the move is done; the copy only keeps its key for good
-		inv.log.Warn("inventory: moved order's copy kept without a TTL", "order", orderID, "node", src.Name(), "err", err)
+	if m.frozen {
+		inv.expireMoved(ctx, src, v.token, v.token, orderID)
 	}
 	return nil
 }
 
-// expireMoved gives order id's copy on n, marked moved at tok, the
-// records' retention (orderMovedExpireScript), at n's token tok: called
-// once the order's record is live at its new home (its install answered
-// "installed" or "exists"), never before, so the copy outlives any
-// crash between its mark and the install that a rerun or a touch
-// finishes from it.
+// expireMoved gives order id's copy on n, marked moved at mark and
+// without a TTL, the records' retention (orderMovedExpireScript), at n's
+// token tok. A failure is logged, not returned: the move or retirement
+// is done, and nothing is lost (Retire gives the copy its TTL on the
+// next apply, frozenMarks).
 //
-// Why: a copy whose order was reserved at the move had no TTL (a
+// When: once the order's record is live at its new home (its install
+// answered "installed" or "exists"), never before, so the copy outlives
+// any crash between its mark and the install, which a rerun or a touch
+// finishes from it; a retired copy (Retire, apply_retire.go: a stale
+// record no install follows) right after its mark.
+//
+// Why: a copy whose order was reserved when it was marked had no TTL (a
 // reserved record has none), so each apply left one frozen key per such
-// order on its previous home for good. The copy serves only a put back
-// (apply_retire.go, reinstall) onto a new home that went back to data
-// older than the install; with the retention, which is longer than any
-// reservation (config: retention above max_reservation_ttl), it is kept
-// until the order came due. A crash between the install and this call
-// (crash point "install") leaves the copy without a TTL until the next
-// move of the order while the apply is under way (a rerun's step 3, or a
-// touch) gives it one: its install answers "exists". This call failing
-// in a move is logged, not returned (the move is done; nothing is lost,
-// and the copy may keep its key for good).
-func (inv *Inventory) expireMoved(ctx context.Context, n *node.Node, tok, id string) error {
-	out, err := inv.runAt(ctx, n, orderMovedExpireScript, tok, []string{orderKey(id)}, tok, seconds(inv.cfg.Retention))
-	if err != nil {
-		return err
-	}
-	if out != int64(0) && out != int64(1) {
+// order for good. A moved copy serves only a put back (apply_retire.go,
+// reinstall) onto a new home that went back to data older than the
+// install, by an apply that runs within the retention after the
+// install; the retention is longer than any reservation (config:
+// retention above max_reservation_ttl), so the copy is kept until its
+// order came due. A crash between the install and this call (crash
+// point "install") leaves the copy without a TTL until the next move of
+// the order while the apply is under way (a rerun's step 3, or a touch)
+// gives it one, or the next apply.
+func (inv *Inventory) expireMoved(ctx context.Context, n *node.Node, tok, mark, id string) {
+	out, err := inv.runAt(ctx, n, orderMovedExpireScript, tok, []string{orderKey(id)}, mark, ms(inv.cfg.Retention))
+	if err == nil && out != int64(0) && out != int64(1) {
 		r := newReplyReader(n.Name(), orderMovedExpireScript.name)
 		r.fail(-1, "1 or 0", out)
-		return r.err
+		err = r.err
 	}
-	return nil
+	if err != nil {
+		inv.log.Warn("inventory: an order's copy marked moved keeps no TTL until the next apply", "order", id, "node", n.Name(), "err", err)
+	}
 }
 
 // decodeInstall reads orderInstallScript's reply: "installed" (true) or
@@ -139,41 +142,51 @@ func decodeInstall(nodeName string, v any) (bool, error) {
 	return false, r.err
 }
 
+// movedOut is orderMoveOutScript's reply: whether it marked a record,
+// and then the TTL to install it with (ms, -1 for none), its packed
+// value, and whether the copy it marked has no TTL.
+type movedOut struct {
+	moved  bool
+	pttl   int64
+	rec    string
+	frozen bool
+}
+
 // decodeMoveOut reads orderMoveOutScript's reply: {"none"}, or {"moved",
-// pttl ms, the record's packed value}; the value must decode
-// (unpackOrderValue) and carry a moved mark.
-func decodeMoveOut(nodeName string, v any) (moved bool, pttl int64, rec string, err error) {
+// pttl ms, the record's packed value, frozen 1 or 0}; the value must
+// decode (unpackOrderValue) and carry a moved mark.
+func decodeMoveOut(nodeName string, v any) (movedOut, error) {
 	r := newReplyReader(nodeName, orderMoveOutScript.name)
 	raw := r.list(v, -1)
 	if r.err == nil && len(raw) == 0 {
-		r.fail(-1, `{"none"} or {"moved", pttl, record}`, v)
+		r.fail(-1, `{"none"} or {"moved", pttl, record, frozen}`, v)
 	}
 	if r.err != nil {
-		return false, 0, "", r.err
+		return movedOut{}, r.err
 	}
 	switch r.str(raw, 0) {
 	case "none":
 		r.list(v, 1)
-		return false, 0, "", r.err
+		return movedOut{}, r.err
 	case "moved":
 	default:
 		if r.err == nil {
 			r.fail(0, `"none" or "moved"`, raw[0])
 		}
-		return false, 0, "", r.err
+		return movedOut{}, r.err
 	}
-	raw = r.list(v, 3)
+	raw = r.list(v, 4)
 	if r.err != nil {
-		return false, 0, "", r.err
+		return movedOut{}, r.err
 	}
-	pttl, rec = r.int(raw, 1), r.str(raw, 2)
+	m := movedOut{moved: true, pttl: r.int(raw, 1), rec: r.str(raw, 2), frozen: r.flag(raw, 3)}
 	if r.err != nil {
-		return false, 0, "", r.err
+		return movedOut{}, r.err
 	}
-	if f, err := unpackOrderValue(rec); err != nil || f["moved"] == "" {
-		r.fail(2, "a packed order record with a moved mark", rec)
+	if f, err := unpackOrderValue(m.rec); err != nil || f["moved"] == "" {
+		r.fail(2, "a packed order record with a moved mark", m.rec)
 	}
-	return true, pttl, rec, r.err
+	return m, r.err
 }
 
 // quotaElsewhere returns, while migrating, what the user's previous quota

@@ -272,3 +272,33 @@ func (e *migrateEnv) settleMoved(ids []string) {
 		e.t.Errorf("stock after the move: %+v, %v; want 1 confirmed, %d available", lvl, err, movingStock-1)
 	}
 }
+
+// TestApplyExpiresFrozenCopies: a copy marked moved that kept no TTL (as
+// every release before expireMoved left the copies of orders reserved at
+// their move, or a failed expireMoved leaves one) gets the records'
+// retention from the next apply's retirement step (Retire, frozenMarks),
+// here an apply that adds a route over the same nodes, so no order
+// moves; the order stays reserved on its home, with no TTL.
+func TestApplyExpiresFrozenCopies(t *testing.T) {
+	e := newMigrateEnv(t)
+	held := e.reserveMoving(e.open(e.old), "held", 1)[0]
+	if rep, err := e.apply(); err != nil || rep.Phase != topology.PhaseStable {
+		t.Fatalf("apply = %+v, %v", rep, err)
+	}
+	oh, _ := NewHomes(e.old)
+	prev := e.clients[oh.Home(held)]
+	if err := prev.Persist(e.ctx, orderKey(held)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	more := *e.new
+	more.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail,
+		Routes: map[string][]string{"r": {"n1", "n2", "n3", "n4"}, "x": {"n1"}}}}
+	if err := more.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := ApplyTopology(e.ctx, ApplyOptions{To: &more, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil || rep.Phase != topology.PhaseStable || rep.OrdersMoved != 0 {
+		t.Fatalf("apply adding route x = %+v, %v; want stable, no order moved", rep, err)
+	}
+	e.movedCopiesExpire(held)
+}

@@ -146,15 +146,19 @@ func TestReplyDecodersStrict(t *testing.T) {
 			return err
 		}},
 		{"order-move-out: pttl a string", "order-move-out", "reply[1]", func() error {
-			_, _, _, err := decodeMoveOut("n1", []any{"moved", "100", "Rt"})
+			_, err := decodeMoveOut("n1", []any{"moved", "100", "Rt", int64(0)})
 			return err
 		}},
 		{"order-move-out: the record a list", "order-move-out", "reply[2]", func() error {
-			_, _, _, err := decodeMoveOut("n1", []any{"moved", int64(100), []any{"status", "reserved"}})
+			_, err := decodeMoveOut("n1", []any{"moved", int64(100), []any{"status", "reserved"}, int64(0)})
 			return err
 		}},
 		{"order-move-out: the record without its mark", "order-move-out", "reply[2]", func() error {
-			_, _, _, err := decodeMoveOut("n1", []any{"moved", int64(100), "rtok"})
+			_, err := decodeMoveOut("n1", []any{"moved", int64(100), "rtok", int64(0)})
+			return err
+		}},
+		{"order-move-out: frozen not a flag", "order-move-out", "reply[3]", func() error {
+			_, err := decodeMoveOut("n1", []any{"moved", int64(100), "Rt", int64(2)})
 			return err
 		}},
 		{"redo-batch: generation a string", "redo-batch", "reply[1]", func() error {

@@ -111,12 +111,13 @@
 //     again (its install then finds the record live and keeps it: the
 //     same value).
 //
-// A marked copy lives the records' retention after the install that
-// moved its order (it gets that TTL once the install landed; the order's
-// live record keeps none while reserved), which is longer than any
-// reservation: a node that went back to a copy older than that gets
-// nothing put back for such an order, which came due and was decided at
-// its new home long before, a decision lost with the node's writes.
+// A marked copy whose order was reserved when it was moved (no TTL, as
+// the order's live record keeps none while reserved) gets the records'
+// retention once the install landed; others keep their own TTL. The
+// retention is longer than any reservation: a put back by an apply run
+// more than that after the install finds nothing for such an order,
+// which came due and was decided at its new home long before, a decision
+// lost with the node's writes.
 //
 // Not put back (lost with the node's writes, SECURITY.md): a record whose
 // previous home went back too (its mark went with its data); a record an

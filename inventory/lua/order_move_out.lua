@@ -12,7 +12,10 @@ local v = order_put(key, t)
 -- the TTL the record has where it lives next: a reserved record has none
 -- (orderrec.go, "TTL"), though its copy here may have one (the retention
 -- a copy gets once its install landed: order_moved_expire.lua), which an
--- install must not copy; any other keeps its own
-local pttl = -1
-if t.status ~= 'reserved' then pttl = redis.call('PTTL', key) end
-return {'moved', pttl, v}
+-- install must not copy; any other keeps its own. frozen: 1 when the
+-- copy has no TTL (then expireMoved gives it one), else 0
+local own = redis.call('PTTL', key)
+local pttl, frozen = -1, 0
+if t.status ~= 'reserved' then pttl = own end
+if own == -1 then frozen = 1 end
+return {'moved', pttl, v, frozen}
