@@ -48,6 +48,7 @@ type nodeState struct {
 	xfers   []string
 	topo    map[string]string // shardis:topology
 	bad     []string
+	frozen  int // order records marked moved that have no TTL (Result.Frozen)
 }
 
 type worldState struct {
@@ -117,6 +118,11 @@ func readNode(ctx context.Context, c *redis.Client, name string) (*nodeState, er
 					continue
 				}
 				ns.orders[rest] = &o
+				if o.Moved != "" {
+					if ttl, err := c.PTTL(ctx, k).Result(); err == nil && ttl == -1 {
+						ns.frozen++
+					}
+				}
 				in, err := inventory.InlineParts(name, rest, f)
 				if err != nil {
 					ns.bad = append(ns.bad, err.Error())

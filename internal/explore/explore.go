@@ -67,7 +67,10 @@ type Summary struct {
 	// applies, the stale order records they retired and the records they
 	// put back (Result.Applies, Result.Retired, Result.Reinstalled).
 	Applies, Retired, Reinstalled int
-	WorldErr                      []error
+	// Frozen sums Result.Frozen.
+	Frozen int
+	// WorldErr are the errors that stopped a world (its schedules not run).
+	WorldErr []error
 	// Last is the last schedule that finished (for a replay of one seed).
 	Last Result
 }
@@ -151,6 +154,7 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 				sum.Applies += res.Applies
 				sum.Retired += res.Retired
 				sum.Reinstalled += res.Reinstalled
+				sum.Frozen += res.Frozen
 				if len(res.Lost) > 0 {
 					sum.Losses++
 				}

@@ -109,11 +109,15 @@ type Result struct {
 	// a node that went back (topology.Report): how often a schedule
 	// exercised the retirement.
 	Applies, Retired, Reinstalled int
-	Trace                         []string // the scheduler's picks and fates, and crash points
-	Log                           []string // what each actor was told
-	Digest                        string   // of the trace's decisions: equal on every run of the seed that decided alike
-	Took                          time.Duration
-	Waited                        time.Duration // of Took, spent waiting for deadlines
+	// Frozen counts the order records marked moved left without a TTL on
+	// the nodes at the schedule's end (inventory/migrate.go, expireMoved):
+	// not a violation (nothing is lost), a key kept for good.
+	Frozen int
+	Trace  []string // the scheduler's picks and fates, and crash points
+	Log    []string // what each actor was told
+	Digest string   // of the trace's decisions: equal on every run of the seed that decided alike
+	Took   time.Duration
+	Waited time.Duration // of Took, spent waiting for deadlines
 }
 
 // scheduleLimit bounds one schedule (see RunSchedule).
@@ -207,6 +211,9 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	found, excused := check(st, obs, orders, w.homes, view)
 	res.Violations, res.Excused, res.Lost = append(res.Violations, found...), len(excused), slices.Clone(obs.losses)
 	res.Applies, res.Retired, res.Reinstalled = obs.applies, obs.retired, obs.reinstalled
+	for _, ns := range st.nodes {
+		res.Frozen += ns.frozen
+	}
 	for _, e := range excused {
 		s.Note("-- excused (%s lost acknowledged writes): %s", strings.Join(obs.losses, ", "), e)
 	}
