@@ -123,7 +123,7 @@ func (a *migrator) goneLeft(c topology.Change) map[string]bool {
 // retireOn marks moved, at token tok (n's), the live order records on n
 // whose home is another node, but those keep names, and returns how many
 // it marked. Each copy it marks, and each copy marked before that still
-// has no TTL (frozenMarks), gets the records' retention (expireMoved).
+// has no TTL (expireFrozen), gets the records' retention (expireMoved).
 func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok string, keep func(id string) bool) (int, error) {
 	ids, marked, err := strayOrders(ctx, homes, n)
 	if err != nil {

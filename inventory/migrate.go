@@ -97,7 +97,7 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 // without a TTL, the records' retention (orderMovedExpireScript), at n's
 // token tok. A failure is logged, not returned: the move or retirement
 // is done, and nothing is lost (Retire gives the copy its TTL on the
-// next apply, frozenMarks).
+// next apply: expireFrozen).
 //
 // When: once the order's record is live at its new home (its install
 // answered "installed" or "exists"), never before, so the copy outlives

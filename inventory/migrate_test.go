@@ -276,7 +276,7 @@ func (e *migrateEnv) settleMoved(ids []string) {
 // TestApplyExpiresFrozenCopies: a copy marked moved that kept no TTL (as
 // every release before expireMoved left the copies of orders reserved at
 // their move, or a failed expireMoved leaves one) gets the records'
-// retention from the next apply's retirement step (Retire, frozenMarks),
+// retention from the next apply's retirement step (Retire, expireFrozen),
 // here an apply that adds a route over the same nodes, so no order
 // moves; the order stays reserved on its home, with no TTL.
 func TestApplyExpiresFrozenCopies(t *testing.T) {
