@@ -51,9 +51,11 @@ import (
 // c.Token on the others, and the same rule holds on them.
 //
 // Each node is acted on at the token read from it here, so every script
-// is refused once the node moved on; a node read at c.Token (bumped or
-// brought forward by an apply running concurrently) is left alone: its
-// records may be the ones instances act on now.
+// is refused once the node moved on; a node read at c.Token, or at any
+// token of c.Epoch or later (bumped or brought forward by an apply
+// running concurrently, or by a later one: a Retire that read the node
+// behind may run late), is left alone: its records may be the ones
+// instances act on now, and c.From's homes are not theirs.
 //
 // With c.Forward, a node that left with the apply need not answer: when
 // it is no longer configured or usable (goneLeft), nothing can be put
@@ -84,8 +86,8 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 		if err != nil {
 			return done, err
 		}
-		if rec.Token == c.Token {
-			continue // no longer behind: moved on by a concurrent apply
+		if rec.Token == c.Token || rec.Epoch >= c.Epoch {
+			continue // no longer behind: moved on by a concurrent apply (to c.Token, or past it)
 		}
 		behind[name] = rec.Token
 		if a.inv.mutated(MutationRetireSkip) {

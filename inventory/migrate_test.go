@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -301,4 +302,84 @@ func TestApplyExpiresFrozenCopies(t *testing.T) {
 		t.Fatalf("apply adding route x = %+v, %v; want stable, no order moved", rep, err)
 	}
 	e.movedCopiesExpire(held)
+}
+
+// TestApplyRefusedWhileMigrating: an apply to another topology while the
+// last one is still migrating (it died in step 3, its user's quota
+// counter not yet moved) is refused, naming the node still migrating;
+// before, it ended stable with the counter left on its old node, and a
+// Reserve past the user's limit (2 of 2 held) succeeded. Once the last
+// apply is run again to its end, the new one goes through and the limit
+// holds.
+func TestApplyRefusedWhileMigrating(t *testing.T) {
+	e := newMigrateEnv(t)
+	if _, err := e.applyWith(crashAtPoint("xfer-out")); !errors.Is(err, errCrashed) {
+		t.Fatalf("apply with a crash at xfer-out = %v, want the injected crash", err)
+	}
+	more := *e.new
+	more.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail,
+		Routes: map[string][]string{"r": {"n1", "n2", "n3", "n4"}, "x": {"n1"}}}}
+	if err := more.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	apply := func() (topology.Report, error) {
+		return ApplyTopology(e.ctx, ApplyOptions{To: &more, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	}
+	if rep, err := apply(); !errors.Is(err, topology.ErrInvalid) || !strings.Contains(err.Error(), "still migrating") {
+		t.Fatalf("apply of another topology while migrating = %+v, %v; want refused, a node still migrating", rep, err)
+	}
+	e.finished("the crashed apply run again")
+	if rep, err := apply(); err != nil || rep.Phase != topology.PhaseStable {
+		t.Fatalf("apply of another topology once stable = %+v, %v", rep, err)
+	}
+	_, err := e.open(&more).Reserve(e.ctx, "more-"+e.user, []Item{{Route: "r", SKU: "lim", Quantity: 1}}, e.user, time.Minute)
+	if !errors.Is(err, ErrLimitExceeded) {
+		t.Fatalf("Reserve past the user's limit = %v, want ErrLimitExceeded", err)
+	}
+}
+
+// TestLateRetireLeavesANewerNodeAlone: a Retire of the apply to e.new
+// (epoch 2) that read n4 behind but runs only after later applies moved
+// n4 on to epoch 3 must leave n4 alone: its records are the ones
+// instances act on, homed by epoch 3's topology, not epoch 1's. Before,
+// only a node at the change's own token was passed over, so n4 was
+// treated as behind and its live records away from their epoch-1 homes
+// were retired at its token: the confirmed order then read as never
+// reserved.
+func TestLateRetireLeavesANewerNodeAlone(t *testing.T) {
+	e := newMigrateEnv(t)
+	if rep, err := e.apply(); err != nil || rep.Phase != topology.PhaseStable {
+		t.Fatalf("apply = %+v, %v", rep, err)
+	}
+	t2, err := e.clients["n4"].HGet(e.ctx, "shardis:topology", "token").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	more := *e.new
+	more.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail,
+		Routes: map[string][]string{"r": {"n1", "n2", "n3", "n4"}, "x": {"n1"}}}}
+	if err := more.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	if rep, err := ApplyTopology(e.ctx, ApplyOptions{To: &more, Wait: 5 * time.Second, Logger: log}); err != nil || rep.Phase != topology.PhaseStable {
+		t.Fatalf("apply of route x = %+v, %v", rep, err)
+	}
+	r, err := router.New(e.ctx, e.new, router.Options{KeepData: e.new.KeepData(), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	inv, err := newInventory(r, Options{Logger: log}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := topology.Change{From: topology.Of(e.old), To: topology.Of(e.new), Epoch: 2, Token: t2}
+	got, err := (&migrator{inv: inv, r: r, log: log}).Retire(e.ctx, c, []string{"n4"})
+	if err != nil || got.Retired != 0 || got.Reinstalled != 0 {
+		t.Fatalf("late Retire of epoch 2 on n4, at epoch 3 = %+v, %v; want nothing retired or put back", got, err)
+	}
+	if out, err := e.open(&more).Confirm(e.ctx, e.order); err != nil || out.Status != StatusConfirmed {
+		t.Fatalf("Confirm of the confirmed %s = %+v, %v", e.order, out, err)
+	}
 }

@@ -456,7 +456,14 @@ func joinedLeft(from, to Topology) (joined, left []string) {
 }
 
 // check refuses a bump that could lose or strand anything, and counts the
-// leaving nodes' pending parts.
+// leaving nodes' pending parts. Every node must be at the current token
+// and stable (or new, with no record): an apply to a new topology while
+// the current one is still migrating would start from records, quota
+// counters and stock that step 3 has not moved yet, and its own step 3
+// looks for them only at their homes in the current topology, so they
+// would stay where they are (a per-user limit counted twice, stock left
+// on a node that left). The current apply is finished by running it
+// again first.
 func (a *applier) check(ctx context.Context, cur Record, recs map[string]Record) error {
 	var bad []string
 	oldNodes := map[string]bool{}
@@ -465,7 +472,10 @@ func (a *applier) check(ctx context.Context, cur Record, recs map[string]Record)
 	}
 	for name, rec := range recs {
 		switch {
+		case rec.Token == cur.Token && rec.Phase == PhaseStable:
 		case rec.Token == cur.Token:
+			bad = append(bad, fmt.Sprintf("%s is still %s at epoch %d (%s): finish that apply first (run `shardis topology apply` with its configuration until it reports stable)",
+				name, rec.Phase, rec.Epoch, cur.Current))
 		case rec.Epoch == 0 && !oldNodes[name]:
 		default:
 			bad = append(bad, fmt.Sprintf("%s is at %q, not the current %q", name, rec.Token, cur.Token))
