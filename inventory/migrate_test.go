@@ -306,11 +306,12 @@ func TestApplyExpiresFrozenCopies(t *testing.T) {
 
 // TestApplyRefusedWhileMigrating: an apply to another topology while the
 // last one is still migrating (it died in step 3, its user's quota
-// counter not yet moved) is refused, naming the node still migrating;
-// before, it ended stable with the counter left on its old node, and a
-// Reserve past the user's limit (2 of 2 held) succeeded. Once the last
-// apply is run again to its end, the new one goes through and the limit
-// holds.
+// counter not yet moved) is refused, naming the node still migrating,
+// whether it adds a route or goes back to the previous topology. Before,
+// the first ended stable with the counter left on its old node, and a
+// Reserve past the user's limit (2 of 2 held) succeeded; going back left
+// the transfer record begun on the counter's node. Once the last apply
+// is run again to its end, the new one goes through and the limit holds.
 func TestApplyRefusedWhileMigrating(t *testing.T) {
 	e := newMigrateEnv(t)
 	if _, err := e.applyWith(crashAtPoint("xfer-out")); !errors.Is(err, errCrashed) {
@@ -322,14 +323,16 @@ func TestApplyRefusedWhileMigrating(t *testing.T) {
 	if err := more.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	apply := func() (topology.Report, error) {
-		return ApplyTopology(e.ctx, ApplyOptions{To: &more, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	apply := func(to *config.Config) (topology.Report, error) {
+		return ApplyTopology(e.ctx, ApplyOptions{To: to, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	}
-	if rep, err := apply(); !errors.Is(err, topology.ErrInvalid) || !strings.Contains(err.Error(), "still migrating") {
-		t.Fatalf("apply of another topology while migrating = %+v, %v; want refused, a node still migrating", rep, err)
+	for _, to := range []*config.Config{&more, e.old} {
+		if rep, err := apply(to); !errors.Is(err, topology.ErrInvalid) || !strings.Contains(err.Error(), "still migrating") {
+			t.Fatalf("apply of %s while migrating = %+v, %v; want refused, a node still migrating", topology.Of(to), rep, err)
+		}
 	}
 	e.finished("the crashed apply run again")
-	if rep, err := apply(); err != nil || rep.Phase != topology.PhaseStable {
+	if rep, err := apply(&more); err != nil || rep.Phase != topology.PhaseStable {
 		t.Fatalf("apply of another topology once stable = %+v, %v", rep, err)
 	}
 	_, err := e.open(&more).Reserve(e.ctx, "more-"+e.user, []Item{{Route: "r", SKU: "lim", Quantity: 1}}, e.user, time.Minute)

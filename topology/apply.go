@@ -457,13 +457,16 @@ func joinedLeft(from, to Topology) (joined, left []string) {
 
 // check refuses a bump that could lose or strand anything, and counts the
 // leaving nodes' pending parts. Every node must be at the current token
-// and stable (or new, with no record): an apply to a new topology while
-// the current one is still migrating would start from records, quota
-// counters and stock that step 3 has not moved yet, and its own step 3
-// looks for them only at their homes in the current topology, so they
-// would stay where they are (a per-user limit counted twice, stock left
-// on a node that left). The current apply is finished by running it
-// again first.
+// (or new, with no record), and stable: an apply to another topology
+// while the current one is still migrating would start from records,
+// quota counters and stock that step 3 has not moved yet, and its own
+// step 3 looks for them only at their homes in the current topology, so
+// they would stay where they are (a per-user limit counted twice, stock
+// left on a node that left). Going back to the previous topology is no
+// exception: a record whose move step 3 had begun (marked moved at its
+// previous home, not yet installed) would be found at neither home, and
+// a transfer record begun would be left behind. The current apply is
+// finished first, by running it again.
 func (a *applier) check(ctx context.Context, cur Record, recs map[string]Record) error {
 	var bad []string
 	oldNodes := map[string]bool{}

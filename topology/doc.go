@@ -45,11 +45,12 @@
 // Epochs move forward only by [Apply] (`shardis topology apply`):
 //
 //  1. Check: every node of the old and new topology answers and is at the
-//     current token, stable (an apply to a new topology is refused while
-//     the current one is still migrating: its step 3 would look for
-//     records and counters only at their homes in the current topology,
-//     and those step 3 has not moved yet would stay where they are; run
-//     the current one again until it is stable); order records live away from their home (older
+//     current token, stable (an apply to another topology, the previous
+//     one included, is refused while the current one is still migrating:
+//     its step 3 would look for records and counters only at their homes
+//     in the current topology, and those step 3 has not moved yet, or is
+//     moving, would stay where they are; run the current one again until
+//     it is stable); order records live away from their home (older
 //     copies come back with a node's data) are marked moved
 //     ([Driver.Retire]); nodes that join get the per-user limits of their
 //     routes ([Driver.CopyLimits]).
