@@ -331,10 +331,13 @@ func strayOrders(ctx context.Context, homes *Homes, n *node.Node) (live []string
 // expireFrozen gives the copies of marked (id → mark) on n, n's token tok,
 // that have no TTL the records' retention (expireMoved): the copies an
 // earlier apply or release left frozen (a crash at "install", a failed
-// expireMoved, or a release before expireMoved). Why that is safe: no
-// put back reads a mark on a node behind the apply's token (reinstall),
-// and no other step reads a marked copy but as no record; the retention
-// outlasts any reservation its order held.
+// expireMoved, or a release before expireMoved). Why that is safe: a
+// mark on a node Retire reads is at an older token than the change's,
+// whose apply ran step 3 to its end (an apply starts only from nodes all
+// stable: topology's check), so the install that followed it landed;
+// the retention, counted from now, keeps the copy as long as a put back
+// from it (a forward of that older topology, reinstall) could need it,
+// and no other step reads a marked copy but as no record.
 func (a *migrator) expireFrozen(ctx context.Context, n *node.Node, tok string, marked map[string]string) error {
 	ids := make([]string, 0, len(marked))
 	for id := range marked {
