@@ -306,9 +306,7 @@ type topologyPlan struct {
 // n4) and a Reserve actor of order o4 of user starts on it (a one-round
 // order may promise a part on n4); then topology apply removes n4 again (T0),
 // with o4's reservation and n4's stock to move or decide. Each apply
-// first waits the picks plan draws for it. An apply that returns still
-// migrating is run again (up to three times, waiting 2 s each) as an
-// operator would: the next one is refused until it is stable. With a moved order
+// first waits the picks plan draws for it. With a moved order
 // (plan.decide; moved.go) the actor reserves it before the apply of T1
 // and decides it at T1, so the removal carries its decision back.
 func (w *World) topology(o *observed, s *Scheduler, who string, plan topologyPlan) func(ctx context.Context) {
@@ -339,15 +337,6 @@ func (w *World) topology(o *observed, s *Scheduler, who string, plan topologyPla
 				Logger: discard, Faults: s})
 			o.applied(rep)
 			o.note(who, fmt.Sprintf("topology apply %s (phase %s)", step.to, rep.Phase), err)
-			// still migrating (counters held by pending parts): the
-			// operator runs it again until it is stable, as the next
-			// apply is refused until then
-			for try := 0; err == nil && rep.Phase != topology.PhaseStable && try < 3; try++ {
-				rep, err = inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: to, From: from, Wait: 2 * time.Second,
-					Logger: discard, Faults: s})
-				o.applied(rep)
-				o.note(who, fmt.Sprintf("topology apply %s again (phase %s)", step.to, rep.Phase), err)
-			}
 			if err != nil {
 				return
 			}
