@@ -51,6 +51,13 @@ func (n *nemesis) topologyChange(ctx context.Context) {
 		n.record(f)
 	}()
 	old := c.config()
+	// The last change may still be migrating (counters held by pending
+	// parts): the operator finishes it first, as the next apply is
+	// refused until it is stable (a no-op when it is).
+	if _, err := applyWithRetry(old, nil, c.opts.ReservationTTL+5*time.Second, 6); err != nil {
+		f.Err = "finishing the last change: " + err.Error()
+		return
+	}
 	routes := map[string][]string{}
 	for r, ms := range old.Servers[invServer].Routes {
 		routes[r] = append([]string(nil), ms...)
