@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/router"
 	"github.com/shardis/shardis/topology"
@@ -27,17 +28,7 @@ func TestMigratorKeepsDriverContract(t *testing.T) {
 	cfg := leaveConfig(t, map[string]string{"n1": srv.Addr()}, map[string][]string{"r": {"n1"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	log := slog.New(slog.DiscardHandler)
-	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	inv, err := newInventory(r, Options{Logger: log}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d topology.Driver = &migrator{inv: inv, r: r, log: log}
+	var d topology.Driver = testMigrator(t, ctx, cfg)
 
 	t1 := topology.Of(cfg)
 	t2 := t1
@@ -62,7 +53,7 @@ func TestMigratorKeepsDriverContract(t *testing.T) {
 		t.Fatalf("epoch 1: %+v", rec)
 	}
 	// Compare-and-set: a write expecting another token changes nothing.
-	err = d.Write(ctx, "n1", "", topology.Record{Epoch: 2, Token: tok2, Current: t2, Prev: &t1, Phase: topology.PhaseMigrating})
+	err := d.Write(ctx, "n1", "", topology.Record{Epoch: 2, Token: tok2, Current: t2, Prev: &t1, Phase: topology.PhaseMigrating})
 	if !errors.Is(err, ErrTopology) {
 		t.Fatalf("write expecting no record on a node at %s = %v, want ErrTopology", tok1, err)
 	}
@@ -102,4 +93,22 @@ func TestMigratorKeepsDriverContract(t *testing.T) {
 	if _, err := d.Read(ctx, "n9"); err == nil {
 		t.Fatal("Read of a node the configuration lacks succeeded")
 	}
+}
+
+// testMigrator opens the topology.Driver an apply at cfg drives: its
+// instance does not initialise a topology record (as the apply's own
+// does not). Its router is closed when t ends.
+func testMigrator(t *testing.T, ctx context.Context, cfg *config.Config) *migrator {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	inv, err := newInventory(r, Options{Logger: log}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &migrator{inv: inv, r: r, log: log}
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/config"
-	"github.com/shardis/shardis/router"
 	"github.com/shardis/shardis/topology"
 )
 
@@ -152,18 +151,8 @@ func lateRetireLeavesTheNodeAlone(t *testing.T, e *stagedEnv, three, two *config
 	if _, err := inv.Reserve(ctx, late, []Item{{Route: "a", SKU: "s", Quantity: 1}}, "", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
-	r, err := router.New(ctx, three, router.Options{KeepData: three.KeepData(), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	mi, err := newInventory(r, Options{Logger: log}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
 	c := topology.Change{From: topology.Of(two), To: topology.Of(three), Epoch: 3, Token: tok, Forward: true}
-	got, err := (&migrator{inv: mi, r: r, log: log}).Retire(ctx, c, []string{"n3"})
+	got, err := testMigrator(t, ctx, three).Retire(ctx, c, []string{"n3"})
 	if err != nil || got != (topology.Retirement{}) {
 		t.Fatalf("a late Retire of n3, at the token = %+v, %v; want nothing done", got, err)
 	}

@@ -291,13 +291,8 @@ func TestApplyExpiresFrozenCopies(t *testing.T) {
 	if err := prev.Persist(e.ctx, orderKey(held)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	more := *e.new
-	more.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail,
-		Routes: map[string][]string{"r": {"n1", "n2", "n3", "n4"}, "x": {"n1"}}}}
-	if err := more.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := ApplyTopology(e.ctx, ApplyOptions{To: &more, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	more := e.routeX()
+	rep, err := ApplyTopology(e.ctx, ApplyOptions{To: more, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil || rep.Phase != topology.PhaseStable || rep.OrdersMoved != 0 {
 		t.Fatalf("apply adding route x = %+v, %v; want stable, no order moved", rep, err)
 	}
@@ -317,25 +312,20 @@ func TestApplyRefusedWhileMigrating(t *testing.T) {
 	if _, err := e.applyWith(crashAtPoint("xfer-out")); !errors.Is(err, errCrashed) {
 		t.Fatalf("apply with a crash at xfer-out = %v, want the injected crash", err)
 	}
-	more := *e.new
-	more.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail,
-		Routes: map[string][]string{"r": {"n1", "n2", "n3", "n4"}, "x": {"n1"}}}}
-	if err := more.Validate(); err != nil {
-		t.Fatal(err)
-	}
+	more := e.routeX()
 	apply := func(to *config.Config) (topology.Report, error) {
 		return ApplyTopology(e.ctx, ApplyOptions{To: to, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	}
-	for _, to := range []*config.Config{&more, e.old} {
+	for _, to := range []*config.Config{more, e.old} {
 		if rep, err := apply(to); !errors.Is(err, topology.ErrInvalid) || !strings.Contains(err.Error(), "still migrating") {
 			t.Fatalf("apply of %s while migrating = %+v, %v; want refused, a node still migrating", topology.Of(to), rep, err)
 		}
 	}
 	e.finished("the crashed apply run again")
-	if rep, err := apply(&more); err != nil || rep.Phase != topology.PhaseStable {
+	if rep, err := apply(more); err != nil || rep.Phase != topology.PhaseStable {
 		t.Fatalf("apply of another topology once stable = %+v, %v", rep, err)
 	}
-	_, err := e.open(&more).Reserve(e.ctx, "more-"+e.user, []Item{{Route: "r", SKU: "lim", Quantity: 1}}, e.user, time.Minute)
+	_, err := e.open(more).Reserve(e.ctx, "more-"+e.user, []Item{{Route: "r", SKU: "lim", Quantity: 1}}, e.user, time.Minute)
 	if !errors.Is(err, ErrLimitExceeded) {
 		t.Fatalf("Reserve past the user's limit = %v, want ErrLimitExceeded", err)
 	}
@@ -358,31 +348,29 @@ func TestLateRetireLeavesANewerNodeAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	more := e.routeX()
+	if rep, err := ApplyTopology(e.ctx, ApplyOptions{To: more, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}); err != nil || rep.Phase != topology.PhaseStable {
+		t.Fatalf("apply of route x = %+v, %v", rep, err)
+	}
+	c := topology.Change{From: topology.Of(e.old), To: topology.Of(e.new), Epoch: 2, Token: t2}
+	got, err := testMigrator(t, e.ctx, e.new).Retire(e.ctx, c, []string{"n4"})
+	if err != nil || got.Retired != 0 || got.Reinstalled != 0 {
+		t.Fatalf("late Retire of epoch 2 on n4, at epoch 3 = %+v, %v; want nothing retired or put back", got, err)
+	}
+	if out, err := e.open(more).Confirm(e.ctx, e.order); err != nil || out.Status != StatusConfirmed {
+		t.Fatalf("Confirm of the confirmed %s = %+v, %v", e.order, out, err)
+	}
+}
+
+// routeX returns e.new with a route x on n1 added: an apply of it moves
+// no order (the nodes are the same) and bumps every node.
+func (e *migrateEnv) routeX() *config.Config {
+	e.t.Helper()
 	more := *e.new
 	more.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail,
 		Routes: map[string][]string{"r": {"n1", "n2", "n3", "n4"}, "x": {"n1"}}}}
 	if err := more.Validate(); err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
-	if rep, err := ApplyTopology(e.ctx, ApplyOptions{To: &more, Wait: 5 * time.Second, Logger: log}); err != nil || rep.Phase != topology.PhaseStable {
-		t.Fatalf("apply of route x = %+v, %v", rep, err)
-	}
-	r, err := router.New(e.ctx, e.new, router.Options{KeepData: e.new.KeepData(), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	inv, err := newInventory(r, Options{Logger: log}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := topology.Change{From: topology.Of(e.old), To: topology.Of(e.new), Epoch: 2, Token: t2}
-	got, err := (&migrator{inv: inv, r: r, log: log}).Retire(e.ctx, c, []string{"n4"})
-	if err != nil || got.Retired != 0 || got.Reinstalled != 0 {
-		t.Fatalf("late Retire of epoch 2 on n4, at epoch 3 = %+v, %v; want nothing retired or put back", got, err)
-	}
-	if out, err := e.open(&more).Confirm(e.ctx, e.order); err != nil || out.Status != StatusConfirmed {
-		t.Fatalf("Confirm of the confirmed %s = %+v, %v", e.order, out, err)
-	}
+	return &more
 }
