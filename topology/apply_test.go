@@ -179,6 +179,11 @@ func TestApplyRefusals(t *testing.T) {
 			f.recs["n2"] = Record{Node: "n2", Epoch: 1, Token: Token(1, "other"), Current: two, Phase: PhaseStable}
 		}, Options{To: three}},
 		"no route": {func(*fakeDriver) {}, Options{}},
+		// another topology, or the previous one, while the current one
+		// still migrates (check): its step 3 has not moved everything
+		"while migrating": {func(f *fakeDriver) { f.at(2, three, &two, PhaseMigrating, "n1", "n2", "n3") },
+			Options{To: Topology{Routes: map[string][]router.Member{"r": {{Name: "n1", Weight: 1}, {Name: "n3", Weight: 1}}}}}},
+		"back while migrating": {func(f *fakeDriver) { f.at(2, three, &two, PhaseMigrating, "n1", "n2", "n3") }, Options{To: two}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFake()
