@@ -86,7 +86,7 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 		if err != nil {
 			return done, err
 		}
-		if rec.Token == c.Token || rec.Epoch >= c.Epoch {
+		if rec.Epoch >= c.Epoch {
 			continue // no longer behind: moved on by a concurrent apply (to c.Token, or past it)
 		}
 		behind[name] = rec.Token
