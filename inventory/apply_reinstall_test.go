@@ -24,14 +24,13 @@ import (
 // back too, only its topology record: the put back passes over it to
 // st's previous home, n2) or resumes an apply whose stable writes were
 // cut short (n1 still migrating, so step 3 is not run again): it
-// retires the older copy and puts the marked one back before n3 moves to
-// the token (topology/doc.go, "A node that went back"). Seed 24412 of the
-// explorer found the loss. With the mutation the older copy is only
-// retired: st has no live record anywhere, though its previous home
-// still holds it. An apply that dies at crash point "retire" (the older
-// copy marked) or "reinstall" (the marked copy put back) leaves n3
-// behind; its rerun ends the same (the record put back is retired and
-// put back again).
+// puts the marked copy back in place of the older one before n3 moves to
+// the token (topology/doc.go, "A node that went back"; it retires
+// nothing). Seed 24412 of the explorer found the loss. With the mutation
+// the older copy is only retired: st has no live record anywhere, though
+// its previous home still holds it. An apply that dies at crash point
+// "reinstall" (the marked copy put back) leaves n3 behind; its rerun
+// ends the same (the record put back is found there: none put back).
 func TestApplyPutsBackWhatStep3MovedOntoANodeThatWentBack(t *testing.T) {
 	for _, resume := range []bool{false, true} {
 		name := "forward"
@@ -40,9 +39,7 @@ func TestApplyPutsBackWhatStep3MovedOntoANodeThatWentBack(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) { putBackAfterGoingBack(t, resume, "", "") })
 		t.Run(name+"/"+string(MutationReinstallSkip), func(t *testing.T) { putBackAfterGoingBack(t, resume, MutationReinstallSkip, "") })
-		for _, point := range []string{"retire", "reinstall"} {
-			t.Run(name+"/crash-at-"+point, func(t *testing.T) { putBackAfterGoingBack(t, resume, "", point) })
-		}
+		t.Run(name+"/crash-at-reinstall", func(t *testing.T) { putBackAfterGoingBack(t, resume, "", "reinstall") })
 	}
 }
 
@@ -88,7 +85,10 @@ func putBackAfterGoingBack(t *testing.T, resume bool, mut Mutation, crash string
 	} else { // n1's topology record goes back too: it is brought forward with n3
 		old1.restore(t, n1)
 	}
-	retired := 1
+	retired, put := 0, 1
+	if mut == MutationReinstallSkip {
+		retired, put = 1, 0
+	}
 	if crash != "" {
 		_, err := ApplyTopology(ctx, ApplyOptions{To: three, Wait: 5 * time.Second, Logger: quiet, Faults: crashAtPoint(crash)})
 		if !errors.Is(err, ErrCrashed) {
@@ -97,23 +97,21 @@ func putBackAfterGoingBack(t *testing.T, resume bool, mut Mutation, crash string
 		if ep, err := n3.HGet(ctx, "shardis:topology", "epoch").Result(); err != nil || ep != "1" {
 			t.Fatalf("n3 after the crashed apply is at epoch %q, %v; want still 1", ep, err)
 		}
-		if crash == "retire" {
-			retired = 0 // marked already
-		}
+		put = 0 // put back already
 	}
 	rep, err := ApplyTopology(ctx, ApplyOptions{To: three, Wait: 5 * time.Second, Logger: quiet, Faults: &topoFaults{mut: mut}})
-	if err != nil || rep.Phase != topology.PhaseStable || rep.Retired != retired || rep.OrdersMoved != 0 || (len(rep.Forward) > 0) == resume {
-		t.Fatalf("the apply after n3 went back = %+v, %v; want stable, %d retired, nothing moved, brought forward %v", rep, err, retired, !resume)
+	if err != nil || rep.Phase != topology.PhaseStable || rep.Retired != retired || rep.Reinstalled != put || rep.OrdersMoved != 0 || (len(rep.Forward) > 0) == resume {
+		t.Fatalf("the apply after n3 went back = %+v, %v; want stable, %d retired, %d put back, nothing moved, brought forward %v", rep, err, retired, put, !resume)
 	}
 	f := orderFieldsOn(t, ctx, n3, id)
 	if mut != "" {
-		if rep.Reinstalled != 0 || f["moved"] == "" {
-			t.Fatalf("with %s: %d put back, order %s on n3: %v; want none, its record retired", mut, rep.Reinstalled, id, f)
+		if f["moved"] == "" {
+			t.Fatalf("with %s: order %s on n3: %v; want its record retired", mut, id, f)
 		}
 		return
 	}
-	if rep.Reinstalled != 1 || f["status"] != string(OrderConfirmed) || f["moved"] != "" {
-		t.Fatalf("%d put back; order %s on n3, its home: %v; want 1, the confirmed record, live", rep.Reinstalled, id, f)
+	if f["status"] != string(OrderConfirmed) || f["moved"] != "" {
+		t.Fatalf("order %s on n3, its home: %v; want the confirmed record, live", id, f)
 	}
 	inv := openInv(t, three, Options{})
 	if _, err := inv.Cancel(ctx, id); !errors.Is(err, ErrConfirmed) {
@@ -164,13 +162,13 @@ func lateRetireLeavesTheNodeAlone(t *testing.T, e *stagedEnv, three, two *config
 // TestApplyForwardPutsBackFromALeftNode: order st is reserved on n3, its
 // home, and n3 leaves: the removal moves st onto n2 (n3's copy marked
 // moved), where it is confirmed. Then n2 goes back to an older copy
-// (epoch 1, holding an older record of st, live and reserved). Bringing
-// n2 forward retires that record and puts st back from n3's marked copy
-// when n3, gone from the topology, is still configured (`--from`); st is
-// reserved, as it was moved: the Confirm went with n2's writes. When n3
-// is not configured any more, the forward still ends; nothing can be put
-// back from n3, so n2's older record is kept (with a warning), not
-// retired: it is the only one left.
+// (epoch 1). Bringing n2 forward puts st back from n3's marked copy when
+// n3, gone from the topology, is still configured (`--from`): n2's copy
+// held no record of st; st is reserved, as it was moved: the Confirm
+// went with n2's writes. When n3 is not configured any more, the forward
+// still ends; nothing can be put back from n3, so the older record of st
+// n2's copy held (live, reserved) is kept (with a warning), not retired:
+// it is the only one left.
 func TestApplyForwardPutsBackFromALeftNode(t *testing.T) {
 	for _, configured := range []bool{true, false} {
 		name := "configured"
@@ -198,10 +196,15 @@ func forwardFromLeftNode(t *testing.T, configured bool) {
 	if out, err := openInv(t, two, Options{}).Confirm(ctx, id); err != nil || out.Status != StatusConfirmed {
 		t.Fatalf("Confirm at the 2-node topology: %+v, %v", out, err)
 	}
-	// n2 goes back to its copy from before the removal
+	// n2 goes back to its copy from before the removal: without st's
+	// record, or (n3 gone) with an older one
 	old2.restore(t, n2)
-	if err := n2.RestoreReplace(ctx, orderKey(id), 0, stale).Err(); err != nil {
-		t.Fatal(err)
+	lost := n2.Del(ctx, orderKey(id)).Err()
+	if !configured {
+		lost = n2.RestoreReplace(ctx, orderKey(id), 0, stale).Err()
+	}
+	if lost != nil {
+		t.Fatal(lost)
 	}
 	opts := ApplyOptions{To: two, Wait: 5 * time.Second, Logger: quiet}
 	if configured {
@@ -212,8 +215,8 @@ func forwardFromLeftNode(t *testing.T, configured bool) {
 	if configured {
 		want = 1
 	}
-	if err != nil || rep.Phase != topology.PhaseStable || len(rep.Forward) != 1 || rep.Retired != want || rep.Reinstalled != want {
-		t.Fatalf("bringing n2 forward = %+v, %v; want it forward, %d retired and put back", rep, err, want)
+	if err != nil || rep.Phase != topology.PhaseStable || len(rep.Forward) != 1 || rep.Retired != 0 || rep.Reinstalled != want {
+		t.Fatalf("bringing n2 forward = %+v, %v; want it forward, nothing retired, %d put back", rep, err, want)
 	}
 	if f := orderFieldsOn(t, ctx, n2, id); f["status"] != string(OrderReserved) || f["moved"] != "" {
 		t.Fatalf("order %s on n2 brought forward (n3 configured %v): %v; want it live, reserved", id, configured, f)

@@ -15,7 +15,8 @@ import (
 // named nodes (of c.From or c.To) that is not the record's home in
 // c.From (but for the ones kept below), each node at the token it holds;
 // then it puts back on them the records step 3 at c.Token had moved onto
-// them (reinstall).
+// them (apply_putback.go: planned before anything is retired, and never
+// retired on the node they are put back on, but replaced in place).
 //
 // Why such a record is stale, and why marking it is safe: in a stable
 // topology every record lives at its home (step 3 of each apply moved the
@@ -42,10 +43,10 @@ import (
 // overwrites it; its inline parts get their
 // records on the node first, as at any move, so the reconcilers settle
 // the units they hold there by the order's decision at its home instead
-// of leaving them reserved for good. Nothing but the put back below
-// installs a record on such a node meanwhile (step 3's installs run at
-// c.Token, which the node refuses until its bump), so a rerun marks again
-// only a record a put back installed, and puts it back again. An apply
+// of leaving them reserved for good. Nothing but a put back installs a
+// record on such a node meanwhile (step 3's installs run at c.Token,
+// which the node refuses until its bump), and a record put back is
+// planned again on a rerun, so it is never retired. An apply
 // of the current topology that brings forward the nodes that went back
 // (c.Forward, topology/doc.go) asks for those: step 3 ran to its end at
 // c.Token on the others, and the same rule holds on them.
@@ -76,32 +77,62 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 		return done, fmt.Errorf("%w: the new topology: %v", ErrInvalid, err)
 	}
 	gone := a.goneLeft(c)
-	behind := map[string]string{} // node → the token it holds
+	behind, err := a.behind(ctx, c, nodes)
+	if err != nil {
+		return done, err
+	}
+	plan, err := a.planPutBacks(ctx, c, homes, to, gone, behind)
+	if err != nil {
+		return done, err
+	}
 	for _, name := range nodes {
+		tok, ok := behind[name]
+		if !ok || a.inv.mutated(MutationRetireSkip) {
+			continue // the mutation is test-only (faults.go)
+		}
 		n, err := a.node(name)
 		if err != nil {
 			return done, err
 		}
-		rec, err := readRecord(ctx, n)
-		if err != nil {
-			return done, err
+		keep := func(id string) bool {
+			if plan.dest[id] == name {
+				return true // replaced in place by its put back
+			}
+			if !gone[homes.Home(id)] || to.Home(id) != name {
+				return false
+			}
+			a.log.Warn("topology: order record kept though it came back with its node's data: its previous home left and cannot give its moved copy back, so this older copy is the only one left",
+				"node", name, "order", id, "previous_home", homes.Home(id))
+			return true
 		}
-		if rec.Epoch >= c.Epoch {
-			continue // no longer behind: moved on by a concurrent apply (to c.Token, or past it)
-		}
-		behind[name] = rec.Token
-		if a.inv.mutated(MutationRetireSkip) {
-			continue // test-only (faults.go)
-		}
-		keep := func(id string) bool { return gone[homes.Home(id)] && to.Home(id) == name }
-		k, err := a.retireOn(ctx, homes, n, rec.Token, keep)
+		k, err := a.retireOn(ctx, homes, n, tok, keep)
 		done.Retired += k
 		if err != nil {
 			return done, err
 		}
 	}
-	done.Reinstalled, err = a.reinstall(ctx, c, homes, to, gone, behind)
+	done.Reinstalled, err = a.reinstall(ctx, c, plan, behind)
 	return done, err
+}
+
+// behind reads the topology record of each of nodes and returns those
+// behind c (an epoch before c.Epoch), each with the token it holds.
+func (a *migrator) behind(ctx context.Context, c topology.Change, nodes []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, name := range nodes {
+		n, err := a.node(name)
+		if err != nil {
+			return nil, err
+		}
+		rec, err := readRecord(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		if rec.Epoch < c.Epoch { // else moved on by a concurrent apply (to c.Token, or past it)
+			out[name] = rec.Token
+		}
+	}
+	return out, nil
 }
 
 // goneLeft returns, with c.Forward, the nodes that left with the apply
@@ -137,8 +168,6 @@ func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok
 	retired := 0
 	for _, id := range ids {
 		if keep(id) {
-			a.log.Warn("topology: order record kept though it came back with its node's data: its previous home left and cannot give its moved copy back, so this older copy is the only one left",
-				"node", n.Name(), "order", id, "previous_home", homes.Home(id))
 			continue
 		}
 		out, err := a.inv.runAt(ctx, n, orderMoveOutScript, tok, []string{orderKey(id)}, tok)
@@ -160,145 +189,6 @@ func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok
 		}
 	}
 	return retired, nil
-}
-
-// reinstall puts back, on each node of behind (name → the token it
-// holds, read from it before c.Token), the order records that step 3 at
-// c.Token moved onto it: those homed on it in c.To whose copy at their
-// c.From home (from: c.From's homes) is marked moved at c.Token. It
-// returns how many it installed. The nodes of gone (goneLeft) are passed
-// over, and so are those of behind: read before c.Token just now, they
-// hold no mark at it (before an apply's first bump every node is behind,
-// and nothing more is read).
-//
-// Why: a mark at c.Token is step 3's move of the order to its c.To home
-// (order_move_out.lua, by the apply's sweep or an instance's touch),
-// written only once every node was bumped; Retire marks only nodes read
-// behind c.Token, at the token read, which their scripts refuse once the
-// node is at c.Token. A node behind c.Token holds data from before its
-// bump, so it lost the install, and whatever it holds of the order (an
-// older copy from before an earlier move off it, retired above as stale
-// since it is away from its c.From home) is older than the marked copy.
-// Decisions taken on the node after the install are lost with its data;
-// the marked copy is the order's newest surviving record. Left retired,
-// the order would have no live record: its home's copy is marked, and
-// step 3 is not run again on a rerun once a node is stable at c.Token,
-// nor by a move forward. The copy is read by order_move_out.lua at
-// c.Token, which marks it again as it was and returns its value (what
-// step 3's move read, without a TTL when reserved), and installed at the
-// node's token, which it holds until its bump: no instance writes it
-// meanwhile. Installing it again on a rerun is harmless (the install
-// answers "exists", or the record was retired again above). A node at
-// another token than c.Token holds no mark at c.Token, and is not read
-// further (markedHome). A limit: a copy marked without a TTL (its order
-// reserved) lives inventory.retention after its install landed
-// (expireMoved), so a put back run later than that finds nothing for such
-// an order, which came due and was decided long before (SECURITY.md).
-func (a *migrator) reinstall(ctx context.Context, c topology.Change, from, to *Homes, gone map[string]bool, behind map[string]string) (int, error) {
-	if len(behind) == 0 || a.inv.mutated(MutationReinstallSkip) {
-		return 0, nil // the mutation is test-only (faults.go)
-	}
-	put := 0
-	for _, name := range c.From.Nodes() {
-		if _, back := behind[name]; back || gone[name] {
-			continue
-		}
-		h, err := a.markedHome(ctx, c, name)
-		if err != nil {
-			return put, err
-		}
-		if h == nil {
-			continue
-		}
-		ids, err := movedOnto(ctx, h, from, to, behind, c.Token)
-		if err != nil {
-			return put, err
-		}
-		for _, id := range ids {
-			dest := to.Home(id)
-			ok, err := a.putBack(ctx, h, dest, behind[dest], id, c.Token)
-			if err != nil {
-				return put, fmt.Errorf("putting back order %q on %s from its moved copy on %s (run apply again to resume): %w", id, dest, name, err)
-			}
-			if !ok {
-				continue
-			}
-			a.log.Warn("topology: order record put back from its moved copy: its node went back to data from before the apply moved it there",
-				"node", dest, "order", id, "from", name)
-			put++
-			if a.inv.crash(ctx, "reinstall") {
-				return put, errCrashed
-			}
-		}
-	}
-	return put, nil
-}
-
-// markedHome returns the node named name, a member of c.From, when it is
-// at c.Token (only then can it hold copies marked moved at c.Token), nil
-// when it is not.
-func (a *migrator) markedHome(ctx context.Context, c topology.Change, name string) (*node.Node, error) {
-	h, err := a.node(name)
-	if err != nil {
-		return nil, err
-	}
-	rec, err := readRecord(ctx, h)
-	if err != nil || rec.Token != c.Token {
-		return nil, err
-	}
-	return h, nil
-}
-
-// movedOnto returns the ids of the order records on h, their home in
-// from, that are marked moved at tok and whose home in to is a node of
-// behind.
-func movedOnto(ctx context.Context, h *node.Node, from, to *Homes, behind map[string]string, tok string) ([]string, error) {
-	keys, err := scan(ctx, h, orderKeyPrefix+"*")
-	if err != nil {
-		return nil, err
-	}
-	var cand []string
-	for _, k := range keys {
-		id := k[len(orderKeyPrefix):]
-		if _, ok := behind[to.Home(id)]; ok && from.Home(id) == h.Name() && to.Home(id) != h.Name() {
-			cand = append(cand, id)
-		}
-	}
-	var ids []string
-	err = readOrders(ctx, h, cand, func(id string, f map[string]string) {
-		if f["moved"] == tok {
-			ids = append(ids, id)
-		}
-	})
-	return ids, err
-}
-
-// putBack installs order id's record, marked moved at tok on h, on the
-// node named dest at dest's token destTok. It reports whether it
-// installed it: not when h's copy is no longer marked at tok, nor when
-// dest holds a live record already (put back by a concurrent run).
-func (a *migrator) putBack(ctx context.Context, h *node.Node, dest, destTok, id, tok string) (bool, error) {
-	out, err := a.inv.runAt(ctx, h, orderMoveOutScript, tok, []string{orderKey(id)}, tok)
-	if err != nil {
-		return false, err
-	}
-	m, err := decodeMoveOut(h.Name(), out)
-	if err != nil || !m.moved {
-		return false, err
-	}
-	n, err := a.node(dest)
-	if err != nil {
-		return false, err
-	}
-	reply, err := a.inv.runAt(ctx, n, orderInstallScript, destTok, []string{orderKey(id)}, m.pttl, m.rec)
-	if err != nil {
-		return false, err
-	}
-	installed, err := decodeInstall(n.Name(), reply)
-	if err == nil && m.frozen {
-		a.inv.expireMoved(ctx, h, tok, tok, id)
-	}
-	return installed, err
 }
 
 // strayOrders returns the ids of the live order records on n whose home

@@ -51,7 +51,7 @@ var ErrCrashed = errors.New("inventory: actor crashed (fault injected)")
 // topology protocol's ("bump" in package topology's Apply; "move-out",
 // "install" (after a moved record's install, before its copy gets the
 // retention), "xfer-out", "xfer-in" in migrate.go; "retire", after each stale record retired,
-// and "reinstall", after each record put back, in apply_retire.go) and
+// and "reinstall", after each record put back, in apply_putback.go) and
 // one-round reservations' ("staged:…", staged_reserve.go).
 var CrashPoints = []string{
 	"bump", "move-out", "install", "xfer-out", "xfer-in", "retire", "reinstall",

@@ -27,8 +27,12 @@ var orderMoveOutScript = newScript("order-move-out", true, luaFile("order_move_o
 // orderInstallScript writes a moved record, less its moved mark (and, for
 // a reserved record without a reserved_at, with its created as one:
 // inline.go), unless the key holds a live one. KEYS: 2 order key. ARGV: 4
-// pttl ms, 5 the record's packed value (orderMoveOutScript's). Returns
-// "installed" or "exists".
+// pttl ms, 5 the record's packed value (orderMoveOutScript's), 6
+// "replace" (a put back, apply_putback.go) or absent. Returns "installed"
+// or "exists": without "replace", a live record is kept as it is
+// ("exists"); with it, a live record is replaced (its inline parts get
+// their records first), "exists" then meaning it held that value
+// already.
 var orderInstallScript = newScript("order-install", true, luaFile("order_install.lua"))
 
 // orderInstallInlineScript is orderInstallScript without the reserved_at
@@ -129,7 +133,8 @@ func (inv *Inventory) expireMoved(ctx context.Context, n *node.Node, tok, mark, 
 }
 
 // decodeInstall reads orderInstallScript's reply: "installed" (true) or
-// "exists" (false: the node holds a live record, kept).
+// "exists" (false: the node holds a live record, kept, or, replacing, that
+// value already).
 func decodeInstall(nodeName string, v any) (bool, error) {
 	switch v {
 	case "installed":

@@ -1,7 +1,17 @@
 
 local key = KEYS[2]
 local _, moved = order_head(key)
-if redis.call('EXISTS', key) == 1 and not moved then return 'exists' end
+local before
+if redis.call('EXISTS', key) == 1 and not moved then
+  if ARGV[6] ~= 'replace' then return 'exists' end
+  -- a put back (apply_putback.go) replaces the live record in place: a
+  -- stale copy that came back with the node's data, or the same record a
+  -- concurrent or earlier put back wrote. Its inline parts get their
+  -- records first, as at a move (order_move_out.lua), so the reconcilers
+  -- settle the units they hold here
+  inline_write(key, order_get(key))
+  before = redis.pcall('GET', key)
+end
 local t = order_unpack(ARGV[5])
 t.moved = nil
 -- a record the local reserve wrote (reserved, no reserved_at) is its
@@ -14,7 +24,9 @@ t.moved = nil
 -- been lost with an older snapshot
 if t.status == 'reserved' and not t.reserved_at then t.reserved_at = t.created end
 redis.call('DEL', key)
-order_put(key, t)
+local v = order_put(key, t)
 local pttl = tonumber(ARGV[4])
 if pttl and pttl > 0 then redis.call('PEXPIRE', key, I(pttl)) end
+-- replaced by the same value: put back before
+if v == before then return 'exists' end
 return 'installed'
