@@ -30,41 +30,58 @@ import (
 // or an older one: step 3 is not run again on a rerun once a node is
 // stable at c.Token, nor by a move forward.
 //
-// The states of such an order on its node N (behind) and the rule that
-// keeps every interleaving of applies safe, two forwards at once
-// included:
+// The states of such an order's record on its node N (behind), and the
+// rules that keep every interleaving of applies safe, reruns after a
+// crash and two forwards at once included:
 //
-//	absent or stale ──put back──▶ newest (live) ──N moves forward──▶ served
+//	absent or older ──put back──▶ newest, remembered ──N moves forward──▶ served
+//	      │
+//	      └──(no put back of the change landed)──retire──▶ marked moved
 //
+//   - a put back is remembered: order_install.lua with "replace" writes
+//     the record and, in the same script, the node's memory of the put
+//     back (putBackKey: the change's token and the order), and a
+//     retirement of the change checks that memory in the script that
+//     would mark the record (order_move_out.lua answers "kept"). So no
+//     retirement of a change ever marks what a put back of that change
+//     wrote, whatever it read and planned before: a node that goes back
+//     to data older than the put back loses the memory with the record.
 //   - planned first: Retire reads the plan (planPutBacks) before it
-//     retires anything, and never retires a planned record on its node:
-//     the put back replaces it in place (order_install.lua with
-//     "replace": its inline parts get their records first, as at a
-//     retirement). So no apply ever marks a record another apply put
-//     back. Before, the stale record was retired and the put back
-//     followed; a second apply that had read N behind retired the record
-//     the first had put back, the first moved N forward, and the
-//     second's put back was refused at N's new token: the order was left
-//     with no live record (found by a review with a gated test:
-//     TestConcurrentForwardsKeepThePutBack).
+//     retires anything and passes a planned record over on its node; the
+//     put back replaces it in place (its inline parts get their records
+//     first, as at a retirement). A planned put back whose marked copy is
+//     gone when it runs (expired after the retention since the plan read
+//     it) retires the record instead, as Retire would have (retireOne,
+//     which keeps one a put back wrote meanwhile).
 //   - every put back writes the same value: the marked copy is read by
 //     order_move_out.lua at c.Token, which marks it again as it was and
 //     returns its value (what step 3's move read, without a TTL when
-//     reserved); nothing writes a copy marked at c.Token, so every plan
-//     of every apply names the same records and every put back installs
-//     the same value. A put back that finds that value answers "exists".
-//   - only while N is behind: each install runs at the token read from N,
-//     which N refuses once it moved forward (or was bumped), so no put
-//     back overwrites what instances write after; until then no instance
-//     at c.Token writes N (its scripts are refused there).
+//     reserved); nothing writes a copy marked at c.Token, so every put
+//     back installs the same value. One that finds that value answers
+//     "exists" (not counted in Reinstalled: nothing changed).
+//   - only while N is behind: each install and retirement runs at the
+//     token read from N, which N refuses once it moved forward (or was
+//     bumped), so neither overwrites what instances write after; until
+//     then no instance at c.Token writes N (its scripts are refused
+//     there).
 //
-// A rerun after any crash plans again and puts back again (a record put
-// back answers "exists"). A node at another token than c.Token holds no
-// mark at c.Token, and is not read further (markedHome). A limit: a copy
-// marked without a TTL (its order reserved) lives inventory.retention
-// after its install landed (expireMoved), so a put back run later than
-// that finds nothing for such an order, which came due and was decided
-// long before (SECURITY.md).
+// Before these rules the stale record was retired and the put back
+// followed, and an order could be left with no live record: a second
+// apply that had read N behind retired the record the first had put back,
+// the first moved N forward, and the second's put back was refused at
+// N's new token (TestConcurrentForwardsKeepThePutBack); or a rerun after
+// a crash past the put back, once the marked copy's node had gone back
+// too, planned nothing and retired the record put back
+// (TestRerunKeepsWhatWasPutBack). Both were found by reviews with gated
+// tests against real nodes.
+//
+// A node at another token than c.Token holds no mark at c.Token, and is
+// not read further (markedHome): a record whose copy went back with its
+// node before any put back of it landed is not put back (SECURITY.md).
+// A copy marked without a TTL (its order reserved) lives
+// inventory.retention after its install landed (expireMoved), so a put
+// back run later than that finds nothing for such an order, which came
+// due and was decided long before (SECURITY.md).
 
 // putBackOf is one planned put back: order id, whose copy on h is marked
 // moved at the change's token, onto its home dest.
@@ -111,25 +128,44 @@ func (a *migrator) planPutBacks(ctx context.Context, c topology.Change, from, to
 }
 
 // reinstall runs plan's put backs, each at its destination's token in
-// behind, and returns how many it installed.
-func (a *migrator) reinstall(ctx context.Context, c topology.Change, plan putBackPlan, behind map[string]string) (int, error) {
-	put := 0
+// behind, and returns how many it installed and how many records it
+// retired: a planned put back whose marked copy is gone by the time it
+// runs (it expired after the retention since the plan read it) retires
+// the record Retire kept on its promise, as Retire would have (retireOne:
+// not a record a put back of the change wrote meanwhile).
+func (a *migrator) reinstall(ctx context.Context, c topology.Change, plan putBackPlan, behind map[string]string) (put, retired int, err error) {
 	for _, p := range plan.list {
-		ok, err := a.putBack(ctx, p.h, p.dest, behind[p.dest], p.id, c.Token)
+		got, err := a.putBack(ctx, p.h, p.dest, behind[p.dest], p.id, c.Token)
 		if err != nil {
-			return put, fmt.Errorf("putting back order %q on %s from its moved copy on %s (run apply again to resume): %w", p.id, p.dest, p.h.Name(), err)
+			return put, retired, fmt.Errorf("putting back order %q on %s from its moved copy on %s (run apply again to resume): %w", p.id, p.dest, p.h.Name(), err)
 		}
-		if !ok {
+		switch got {
+		case putHeld:
+			continue
+		case putNoCopy:
+			n, err := a.node(p.dest)
+			if err != nil {
+				return put, retired, err
+			}
+			ok, err := a.retireOne(ctx, c.Token, n, behind[p.dest], p.id)
+			if err != nil {
+				return put, retired, fmt.Errorf("retiring the stale record of order %q on %s, its moved copy on %s gone (run apply again to resume): %w", p.id, p.dest, p.h.Name(), err)
+			}
+			if ok {
+				a.log.Warn("topology: stale order record retired: its moved copy expired before it could be put back",
+					"node", p.dest, "order", p.id, "from", p.h.Name())
+				retired++
+			}
 			continue
 		}
 		a.log.Warn("topology: order record put back from its moved copy: its node went back to data from before the apply moved it there",
 			"node", p.dest, "order", p.id, "from", p.h.Name())
 		put++
 		if a.inv.crash(ctx, "reinstall") {
-			return put, errCrashed
+			return put, retired, errCrashed
 		}
 	}
-	return put, nil
+	return put, retired, nil
 }
 
 // markedHome returns the node named name, a member of c.From, when it is
@@ -171,31 +207,54 @@ func movedOnto(ctx context.Context, h *node.Node, from, to *Homes, behind map[st
 	return ids, err
 }
 
+// putOutcome is what a put back did.
+type putOutcome int
+
+const (
+	putWritten putOutcome = iota // the record written on its node
+	putHeld                      // the node held that record already (put back by a concurrent or earlier run)
+	putNoCopy                    // nothing written: the copy is no longer marked at the change's token
+)
+
 // putBack installs order id's record, marked moved at tok on h, on the
 // node named dest at dest's token destTok, replacing the live record
-// dest may hold (this file's rule). It reports whether it wrote it: not
-// when h's copy is no longer marked at tok, nor when dest holds that
-// record already (put back by a concurrent or earlier run).
-func (a *migrator) putBack(ctx context.Context, h *node.Node, dest, destTok, id, tok string) (bool, error) {
+// dest may hold (this file's rule), and says what it did.
+func (a *migrator) putBack(ctx context.Context, h *node.Node, dest, destTok, id, tok string) (putOutcome, error) {
 	out, err := a.inv.runAt(ctx, h, orderMoveOutScript, tok, []string{orderKey(id)}, tok)
 	if err != nil {
-		return false, err
+		return putNoCopy, err
 	}
 	m, err := decodeMoveOut(h.Name(), out)
 	if err != nil || !m.moved {
-		return false, err
+		return putNoCopy, err
 	}
 	n, err := a.node(dest)
 	if err != nil {
-		return false, err
+		return putNoCopy, err
 	}
-	reply, err := a.inv.runAt(ctx, n, orderInstallScript, destTok, []string{orderKey(id)}, m.pttl, m.rec, "replace")
+	keys := []string{orderKey(id), putBackKey(tok, id)}
+	reply, err := a.inv.runAt(ctx, n, orderInstallScript, destTok, keys, m.pttl, m.rec, "replace", xferMarkerTTL)
 	if err != nil {
-		return false, err
+		return putNoCopy, err
 	}
 	installed, err := decodeInstall(n.Name(), reply)
-	if err == nil && m.frozen {
+	if err != nil {
+		return putNoCopy, err
+	}
+	if m.frozen {
 		a.inv.expireMoved(ctx, h, tok, tok, id)
 	}
-	return installed, err
+	if !installed {
+		return putHeld, nil
+	}
+	return putWritten, nil
+}
+
+// putBackKey is the key of a node's memory of a put back of order id by
+// the change of token tok: a transfer marker ([KeyTransferMarker], the
+// same family as a counter transfer's: a record moved onto the node once)
+// named by the token, "putback" and the order key. It lives
+// xferMarkerTTL, longer than an apply is expected to wait for its rerun.
+func putBackKey(tok, id string) string {
+	return xferMarkerKey(tok + "|putback|" + orderKey(id))
 }

@@ -2,12 +2,14 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/topology"
 )
 
@@ -46,29 +48,25 @@ func (g *gatedApply) Mutated(Mutation) bool { return false }
 // planned ahead of the retirement (apply_putback.go), A2 retired the
 // record A1 had put back as stale, and a rerun found every node stable:
 // st had no live record anywhere (a review found it with this
-// interleaving).
+// interleaving). In "home-back", n3 goes back to a copy from before the
+// removal once A1 put st back: A2 plans nothing (n3 holds no mark at the
+// token) and would retire what A1 put back but for its memory of the put
+// back (putBackKey); it brings n2 forward itself.
 func TestConcurrentForwardsKeepThePutBack(t *testing.T) {
-	e, three, two, _ := retireWorld(t)
-	ctx := e.ctx
-	id := movedN3ToN2(t, three, two)
-	quiet := slog.New(slog.DiscardHandler)
-	reservedCopy(t, e, three, id)
-	n2 := e.clients["n2"]
-	old2 := copyEpoch(t, n2)
-	if rep, err := ApplyTopology(ctx, ApplyOptions{To: two, From: three, Wait: 5 * time.Second, Logger: quiet}); err != nil || rep.OrdersMoved != 1 {
-		t.Fatalf("removal of n3 = %+v, %v; want 1 order moved", rep, err)
-	}
-	old2.restore(t, n2)
-	if err := n2.Del(ctx, orderKey(id)).Err(); err != nil {
-		t.Fatal(err)
-	}
+	t.Run("plan", func(t *testing.T) { concurrentForwards(t, false) })
+	t.Run("home-back", func(t *testing.T) { concurrentForwards(t, true) })
+}
+
+// concurrentForwards is TestConcurrentForwardsKeepThePutBack's scenario;
+// homeBack sends n3 back once A1 put st back.
+func concurrentForwards(t *testing.T, homeBack bool) {
+	w := n2WentBack(t, false)
+	ctx, id, n2 := w.e.ctx, w.id, w.e.clients["n2"]
 	a1PutBack, a2AtPutBack, a1Done := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var release sync.Once
 	a1 := &gatedApply{point: "reinstall", hook: func() { close(a1PutBack); <-a2AtPutBack }}
 	a2 := &gatedApply{script: orderInstallScript.name, node: "n2", hook: func() { release.Do(func() { close(a2AtPutBack) }); <-a1Done }}
-	forward := func(f Faults) (topology.Report, error) {
-		return ApplyTopology(ctx, ApplyOptions{To: two, From: three, Wait: 5 * time.Second, Logger: quiet, Faults: f})
-	}
+	forward := w.forward
 	var rep1 topology.Report
 	var err1 error
 	go func() {
@@ -80,10 +78,13 @@ func TestConcurrentForwardsKeepThePutBack(t *testing.T) {
 	case <-a1Done:
 		t.Fatalf("A1 ended before its put back: %+v, %v", rep1, err1)
 	}
+	if homeBack {
+		w.n3Back(t)
+	}
 	rep2, err2 := forward(a2)
 	release.Do(func() { close(a2AtPutBack) }) // A2 ended before its put back: let A1 go on
 	<-a1Done
-	if err1 != nil || len(rep1.Forward) != 1 || rep1.Reinstalled != 1 {
+	if !homeBack && (err1 != nil || len(rep1.Forward) != 1 || rep1.Reinstalled != 1) {
 		t.Fatalf("A1 = %+v, %v; want n2 brought forward, 1 put back", rep1, err1)
 	}
 	if rep, err := forward(nil); err != nil || !rep.AlreadyApplied {
@@ -92,11 +93,40 @@ func TestConcurrentForwardsKeepThePutBack(t *testing.T) {
 	if f := orderFieldsOn(t, ctx, n2, id); f["status"] != string(OrderReserved) || f["moved"] != "" {
 		t.Fatalf("order %s on n2, its home: %v; want its record live, reserved", id, f)
 	}
-	if out, err := openInv(t, two, Options{}).Confirm(ctx, id); err != nil || out.Status != StatusConfirmed {
+	if out, err := openInv(t, w.two, Options{}).Confirm(ctx, id); err != nil || out.Status != StatusConfirmed {
 		t.Fatalf("Confirm %s after both forwards = %+v, %v", id, out, err)
 	}
-	if err2 == nil || rep2.Retired != 0 {
+	switch {
+	case homeBack && (err2 != nil || rep2.Retired != 0 || len(rep2.Forward) != 1):
+		t.Fatalf("A2 = %+v, %v; want n2 brought forward, nothing retired", rep2, err2)
+	case !homeBack && (err2 == nil || rep2.Retired != 0):
 		t.Fatalf("A2 = %+v, %v; want nothing retired, its put back refused at n2's new token", rep2, err2)
+	}
+}
+
+// TestRerunKeepsWhatWasPutBack: as TestConcurrentForwardsKeepThePutBack,
+// one forward at a time: the forward puts st back on n2 and dies at
+// crash point "reinstall" (n2 still behind); then n3, the previous home
+// holding st's marked copy, goes back to its older copy. The rerun plans
+// nothing for st (n3 is not at the token) and must not retire the record
+// the first run put back (putBackKey): before, st was left with no live
+// record at its home (found by a review).
+func TestRerunKeepsWhatWasPutBack(t *testing.T) {
+	w := n2WentBack(t, false)
+	ctx, id, n2 := w.e.ctx, w.id, w.e.clients["n2"]
+	if _, err := w.forward(crashAtPoint("reinstall")); !errors.Is(err, ErrCrashed) {
+		t.Fatalf("the forward crashed at reinstall = %v, want ErrCrashed", err)
+	}
+	w.n3Back(t)
+	rep, err := w.forward(nil)
+	if err != nil || len(rep.Forward) != 1 || rep.Retired != 0 || rep.Reinstalled != 0 {
+		t.Fatalf("the rerun = %+v, %v; want n2 brought forward, nothing retired or put back", rep, err)
+	}
+	if f := orderFieldsOn(t, ctx, n2, id); f["status"] != string(OrderReserved) || f["moved"] != "" {
+		t.Fatalf("order %s on n2, its home: %v; want the record put back, live", id, f)
+	}
+	if out, err := openInv(t, w.two, Options{}).Confirm(ctx, id); err != nil || out.Status != StatusConfirmed {
+		t.Fatalf("Confirm %s after the rerun = %+v, %v", id, out, err)
 	}
 }
 
@@ -104,9 +134,10 @@ func TestConcurrentForwardsKeepThePutBack(t *testing.T) {
 // "replace" (a put back) writes the newest record over a live one, after
 // writing the records of the live one's inline parts (it was written by
 // the local reserve: its part lives in it alone), so the reconcilers
-// still settle the units that part holds; the same put back again
-// answers "exists". Without "replace" (step 3's install) the live record
-// is kept.
+// still settle the units that part holds, and remembers the put back
+// (putBackKey, for the TTL given); the same put back again answers
+// "exists". Without "replace" (step 3's install) the live record is
+// kept.
 func TestPutBackReplacesAStaleRecordInPlace(t *testing.T) {
 	e := newGroupEnv(t, 32)
 	ctx, c, inv := e.ctx, e.admin, e.inv
@@ -130,7 +161,8 @@ func TestPutBackReplacesAStaleRecordInPlace(t *testing.T) {
 	}
 	install := func(args ...any) bool {
 		t.Helper()
-		out, err := inv.run(ctx, e.n, orderInstallScript, []string{orderKey("pb-1")}, args...)
+		keys := []string{orderKey("pb-1"), putBackKey("9:copy", "pb-1")}
+		out, err := inv.run(ctx, e.n, orderInstallScript, keys, args...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +175,7 @@ func TestPutBackReplacesAStaleRecordInPlace(t *testing.T) {
 	if install(-1, v) || !maps.Equal(orderFieldsOn(t, ctx, c, "pb-1"), stale) {
 		t.Fatalf("step 3's install over the live record: %v; want it kept", orderFieldsOn(t, ctx, c, "pb-1"))
 	}
-	if !install(-1, v, "replace") {
+	if !install(-1, v, "replace", 60) {
 		t.Fatal(`the put back over the stale record answered "exists"`)
 	}
 	if f := orderFieldsOn(t, ctx, c, "pb-1"); f["status"] != string(OrderConfirmed) || f["moved"] != "" {
@@ -152,7 +184,91 @@ func TestPutBackReplacesAStaleRecordInPlace(t *testing.T) {
 	if f, _ := ReadPart(ctx, c, pid).Fields(); f["state"] != string(PartPending) || f["qty"] != "3" {
 		t.Fatalf("part %s after the put back: %v; want its own record, pending, 3 units", pid, f)
 	}
-	if install(-1, v, "replace") {
+	if install(-1, v, "replace", 60) {
 		t.Fatal(`the same put back again answered "installed"; want "exists"`)
+	}
+	if ttl := c.TTL(ctx, putBackKey("9:copy", "pb-1")).Val(); ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("the put back's memory has TTL %v; want the 60 s given", ttl)
+	}
+}
+
+// TestPutBackOfAGoneCopyRetires: order st was moved from n3 onto n2, and
+// n2 went back to an older copy holding st's record from before the move.
+// The forward plans st's put back, so it does not retire that older
+// record; when n3's marked copy is gone by the time the put back reads
+// it (here deleted just then: an expiry after the retention), the put
+// back retires the older record instead, as the retirement would have:
+// it is not the order's current record (the review's window between the
+// plan and the put back).
+func TestPutBackOfAGoneCopyRetires(t *testing.T) {
+	w := n2WentBack(t, true)
+	ctx, id, n3 := w.e.ctx, w.id, w.e.clients["n3"]
+	expire := &gatedApply{script: orderMoveOutScript.name, node: "n3", hook: func() {
+		if err := n3.Del(ctx, orderKey(id)).Err(); err != nil {
+			t.Error(err)
+		}
+	}}
+	rep, err := w.forward(expire)
+	if err != nil || len(rep.Forward) != 1 || rep.Retired != 1 || rep.Reinstalled != 0 {
+		t.Fatalf("the forward = %+v, %v; want n2 brought forward, 1 retired, none put back", rep, err)
+	}
+	if f := orderFieldsOn(t, ctx, w.e.clients["n2"], id); f["moved"] == "" {
+		t.Fatalf("order %s on n2: %v; want the older record retired", id, f)
+	}
+}
+
+// wentBack is the put-back tests' world (n2WentBack).
+type wentBack struct {
+	e          *stagedEnv
+	three, two *config.Config
+	id, stale  string    // the order, and a copy (DUMP) of its record reserved on n3
+	old3       nodeEpoch // n3's topology record from before the removal
+}
+
+// n2WentBack builds the put-back tests' world: order id reserved on n3,
+// its home in three, moved onto n2 by the removal of n3 (two, n3's copy
+// marked moved); then n2 goes back to its copy from before the removal,
+// holding id's record from then (withStale) or none.
+func n2WentBack(t *testing.T, withStale bool) *wentBack {
+	e, three, two, _ := retireWorld(t)
+	w := &wentBack{e: e, three: three, two: two, id: movedN3ToN2(t, three, two)}
+	_, w.stale = reservedCopy(t, e, three, w.id)
+	n2 := e.clients["n2"]
+	old2 := copyEpoch(t, n2)
+	w.old3 = copyEpoch(t, e.clients["n3"])
+	if rep, err := w.apply(nil, three); err != nil || rep.OrdersMoved != 1 {
+		t.Fatalf("removal of n3 = %+v, %v; want 1 order moved", rep, err)
+	}
+	old2.restore(t, n2)
+	lost := n2.Del(e.ctx, orderKey(w.id)).Err()
+	if withStale {
+		lost = n2.RestoreReplace(e.ctx, orderKey(w.id), 0, w.stale).Err()
+	}
+	if lost != nil {
+		t.Fatal(lost)
+	}
+	return w
+}
+
+// apply applies two (from, when not nil) with faults f.
+func (w *wentBack) apply(f Faults, from *config.Config) (topology.Report, error) {
+	opts := ApplyOptions{To: w.two, From: from, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}
+	if f != nil {
+		opts.Faults = f
+	}
+	return ApplyTopology(w.e.ctx, opts)
+}
+
+// forward applies two again, from three (configured: n3 can give its
+// marked copies back), with faults f: n2 is brought forward.
+func (w *wentBack) forward(f Faults) (topology.Report, error) { return w.apply(f, w.three) }
+
+// n3Back sends n3 back to its copy from before the removal: epoch 1, the
+// order's record live there, reserved.
+func (w *wentBack) n3Back(t *testing.T) {
+	n3 := w.e.clients["n3"]
+	w.old3.restore(t, n3)
+	if err := n3.RestoreReplace(w.e.ctx, orderKey(w.id), 0, w.stale).Err(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -45,8 +45,9 @@ import (
 // the units they hold there by the order's decision at its home instead
 // of leaving them reserved for good. Nothing but a put back installs a
 // record on such a node meanwhile (step 3's installs run at c.Token,
-// which the node refuses until its bump), and a record put back is
-// planned again on a rerun, so it is never retired. An apply
+// which the node refuses until its bump), and no retirement of the
+// change marks a record a put back of it wrote (apply_putback.go). An
+// apply
 // of the current topology that brings forward the nodes that went back
 // (c.Forward, topology/doc.go) asks for those: step 3 ran to its end at
 // c.Token on the others, and the same rule holds on them.
@@ -105,13 +106,14 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 				"node", name, "order", id, "previous_home", homes.Home(id))
 			return true
 		}
-		k, err := a.retireOn(ctx, homes, n, tok, keep)
+		k, err := a.retireOn(ctx, c.Token, homes, n, tok, keep)
 		done.Retired += k
 		if err != nil {
 			return done, err
 		}
 	}
-	done.Reinstalled, err = a.reinstall(ctx, c, plan, behind)
+	put, k, err := a.reinstall(ctx, c, plan, behind)
+	done.Reinstalled, done.Retired = put, done.Retired+k
 	return done, err
 }
 
@@ -154,10 +156,12 @@ func (a *migrator) goneLeft(c topology.Change) map[string]bool {
 }
 
 // retireOn marks moved, at token tok (n's), the live order records on n
-// whose home is another node, but those keep names, and returns how many
-// it marked. Each copy it marks, and each copy marked before that still
-// has no TTL (expireFrozen), gets the records' retention (expireMoved).
-func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok string, keep func(id string) bool) (int, error) {
+// whose home is another node, but those keep names and those a put back
+// of the change of token change wrote (apply_putback.go: the script
+// checks its memory, putBackKey, where it marks), and returns how many it
+// marked. Each copy it marks, and each copy marked before that still has
+// no TTL (expireFrozen), gets the records' retention (expireMoved).
+func (a *migrator) retireOn(ctx context.Context, change string, homes *Homes, n *node.Node, tok string, keep func(id string) bool) (int, error) {
 	ids, marked, err := strayOrders(ctx, homes, n)
 	if err != nil {
 		return 0, err
@@ -170,16 +174,12 @@ func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok
 		if keep(id) {
 			continue
 		}
-		out, err := a.inv.runAt(ctx, n, orderMoveOutScript, tok, []string{orderKey(id)}, tok)
-		var m movedOut
-		if err == nil {
-			m, err = decodeMoveOut(n.Name(), out)
-		}
+		ok, err := a.retireOne(ctx, change, n, tok, id)
 		if err != nil {
 			return retired, fmt.Errorf("retiring the stale record of order %q on %s (run apply again to resume): %w", id, n.Name(), err)
 		}
-		if m.frozen {
-			a.inv.expireMoved(ctx, n, tok, tok, id)
+		if !ok {
+			continue // put back by this change: the order's newest record
 		}
 		a.log.Warn("topology: stale order record retired: it came back with its node's data, away from its home",
 			"node", n.Name(), "order", id, "home", homes.Home(id))
@@ -189,6 +189,26 @@ func (a *migrator) retireOn(ctx context.Context, homes *Homes, n *node.Node, tok
 		}
 	}
 	return retired, nil
+}
+
+// retireOne marks order id's record on n moved at n's token tok, unless
+// a put back of the change of token change wrote it (putBackKey, checked
+// by the script where it marks), and gives a marked copy without a TTL
+// the records' retention. It reports whether it marked the record (or
+// found it gone or marked already), false when it kept it.
+func (a *migrator) retireOne(ctx context.Context, change string, n *node.Node, tok, id string) (bool, error) {
+	out, err := a.inv.runAt(ctx, n, orderMoveOutScript, tok, []string{orderKey(id), putBackKey(change, id)}, tok)
+	if err != nil {
+		return false, err
+	}
+	m, err := decodeMoveOut(n.Name(), out)
+	if err != nil || m.kept {
+		return false, err
+	}
+	if m.frozen {
+		a.inv.expireMoved(ctx, n, tok, tok, id)
+	}
+	return true, nil
 }
 
 // strayOrders returns the ids of the live order records on n whose home
@@ -219,7 +239,8 @@ func strayOrders(ctx context.Context, homes *Homes, n *node.Node) (live []string
 }
 
 // expireFrozen gives the copies of marked (id → mark) on n, n's token tok,
-// that have no TTL the records' retention (expireMoved): the copies an
+// that have no TTL the records' retention (expireCopies: one script per
+// batch of 500): the copies an
 // earlier apply or release left frozen (a crash at "install", a failed
 // expireMoved, or a release before expireMoved). Why that is safe: a
 // mark on a node Retire reads is at an older token than the change's,
@@ -244,10 +265,14 @@ func (a *migrator) expireFrozen(ctx context.Context, n *node.Node, tok string, m
 		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("%w: node %s: reading the TTLs of marked order records: %w", ErrUnavailable, n.Name(), err)
 		}
+		var frozen, marks []string
 		for j, id := range part {
 			if ttls[j].Val() == -1 { // go-redis: -1, not a duration, for a key without one
-				a.inv.expireMoved(ctx, n, tok, marked[id], id)
+				frozen, marks = append(frozen, id), append(marks, marked[id])
 			}
+		}
+		if len(frozen) > 0 {
+			a.inv.expireCopies(ctx, n, tok, frozen, marks)
 		}
 	}
 	return nil

@@ -135,12 +135,15 @@ const (
 	// MutationRetireSkip: topology apply retires no stale order record
 	// (apply_retire.go), so a record a node's older copy brought back,
 	// live away from its home, is kept over the order's current one when
-	// a move brings the order's home back onto that node.
+	// a move brings the order's home back onto that node (a record a put
+	// back replaces is replaced still: apply_putback.go).
 	MutationRetireSkip Mutation = "retire-skip"
 	// MutationReinstallSkip: topology apply puts back no order record
-	// step 3 had moved onto a node that then went back (apply_retire.go,
-	// reinstall), so the stale copy retired there leaves the order with
-	// no live record, or the older copy kept there hides its decision.
+	// step 3 had moved onto a node that then went back (apply_putback.go,
+	// reinstall; nothing is planned, so the older copy there is retired
+	// as any stale record), so the order is left with no live record,
+	// or with the older copy kept there (its previous home gone), which
+	// hides its decision.
 	MutationReinstallSkip Mutation = "reinstall-skip"
 )
 

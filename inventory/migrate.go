@@ -16,7 +16,9 @@ import (
 
 // orderMoveOutScript marks an order record moved (data kept, frozen) and
 // returns it. KEYS: 2 order key. ARGV: 4 the epoch token of the move.
-// Returns {"none"} (no live record, or only a dead mark of an older
+// KEYS: 3 (a retirement's only, apply_retire.go) the memory of a put back
+// of the change (putBackKey). Returns {"kept"} (KEYS[3] exists: nothing
+// written), {"none"} (no live record, or only a dead mark of an older
 // epoch), or {"moved", pttl ms, the record's packed value, frozen}
 // (orderrec.go: a record of the hash layout is marked in the packed one);
 // pttl is the TTL the record has where it is installed: -1 (none) for a
@@ -28,11 +30,12 @@ var orderMoveOutScript = newScript("order-move-out", true, luaFile("order_move_o
 // a reserved record without a reserved_at, with its created as one:
 // inline.go), unless the key holds a live one. KEYS: 2 order key. ARGV: 4
 // pttl ms, 5 the record's packed value (orderMoveOutScript's), 6
-// "replace" (a put back, apply_putback.go) or absent. Returns "installed"
-// or "exists": without "replace", a live record is kept as it is
-// ("exists"); with it, a live record is replaced (its inline parts get
-// their records first), "exists" then meaning it held that value
-// already.
+// "replace" (a put back, apply_putback.go) or absent; with "replace",
+// KEYS: 3 the memory of the put back (putBackKey), written for ARGV 7 s.
+// Returns "installed" or "exists": without "replace", a live record is
+// kept as it is ("exists"); with it, a live record is replaced (its
+// inline parts get their records first), "exists" then meaning it held
+// that value already.
 var orderInstallScript = newScript("order-install", true, luaFile("order_install.lua"))
 
 // orderInstallInlineScript is orderInstallScript without the reserved_at
@@ -41,11 +44,12 @@ var orderInstallScript = newScript("order-install", true, luaFile("order_install
 var orderInstallInlineScript = newScript("order-install", true,
 	mustCut(luaFile("order_install.lua"), "if t.status == 'reserved' and not t.reserved_at then t.reserved_at = t.created end\n"))
 
-// orderMovedExpireScript gives a copy marked moved the records' retention
-// (expireMoved). KEYS: 2 order key. ARGV: 4 the mark (the epoch token of
-// the move or retirement), 5 the retention in ms. Returns 1 (the TTL
-// given) or 0 (left as it was: not marked at that token, gone, or with a
-// TTL of its own).
+// orderMovedExpireScript gives copies marked moved the records'
+// retention (expireMoved, expireCopies). KEYS: 2.. the order keys. ARGV:
+// 4 the retention in ms, 5.. each key's mark (the epoch token of its move
+// or retirement), in the keys' order. Returns how many got the TTL: only
+// a copy marked at its mark that has no TTL gets it (one with a TTL keeps
+// its own; one gone, or not marked at that token, is left as it is).
 var orderMovedExpireScript = newReleaseScript("order-moved-expire", luaFile("order_moved_expire.lua"))
 
 // quotaReadScript reads a quota counter. KEYS: 2 counter. Returns it.
@@ -111,7 +115,7 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 //
 // Why: a copy whose order was reserved when it was marked had no TTL (a
 // reserved record has none), so each apply left one frozen key per such
-// order for good. A moved copy serves only a put back (apply_retire.go,
+// order for good. A moved copy serves only a put back (apply_putback.go,
 // reinstall) onto a new home that went back to data older than the
 // install, by an apply that runs within the retention after the
 // install; the retention is longer than any reservation (config:
@@ -121,14 +125,27 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 // the order while the apply is under way (a rerun's step 3, or a touch)
 // gives it one, or the next apply.
 func (inv *Inventory) expireMoved(ctx context.Context, n *node.Node, tok, mark, id string) {
-	out, err := inv.runAt(ctx, n, orderMovedExpireScript, tok, []string{orderKey(id)}, mark, ms(inv.cfg.Retention))
-	if err == nil && out != int64(0) && out != int64(1) {
+	inv.expireCopies(ctx, n, tok, []string{id}, []string{mark})
+}
+
+// expireCopies is expireMoved for the copies of ids on n, each marked at
+// the mark of the same index, in one script call.
+func (inv *Inventory) expireCopies(ctx context.Context, n *node.Node, tok string, ids, marks []string) {
+	keys := make([]string, len(ids))
+	args := make([]any, 0, 1+len(marks))
+	args = append(args, ms(inv.cfg.Retention))
+	for i, id := range ids {
+		keys[i] = orderKey(id)
+		args = append(args, marks[i])
+	}
+	out, err := inv.runAt(ctx, n, orderMovedExpireScript, tok, keys, args...)
+	if got, ok := out.(int64); err == nil && (!ok || got < 0 || got > int64(len(ids))) {
 		r := newReplyReader(n.Name(), orderMovedExpireScript.name)
-		r.fail(-1, "1 or 0", out)
+		r.fail(-1, fmt.Sprintf("a count from 0 to %d", len(ids)), out)
 		err = r.err
 	}
 	if err != nil {
-		inv.log.Warn("inventory: an order's copy marked moved keeps no TTL until the next apply", "order", id, "node", n.Name(), "err", err)
+		inv.log.Warn("inventory: order copies marked moved keep no TTL until the next apply", "order", ids[0], "copies", len(ids), "node", n.Name(), "err", err)
 	}
 }
 
@@ -147,36 +164,38 @@ func decodeInstall(nodeName string, v any) (bool, error) {
 	return false, r.err
 }
 
-// movedOut is orderMoveOutScript's reply: whether it marked a record,
-// and then the TTL to install it with (ms, -1 for none), its packed
-// value, and whether the copy it marked has no TTL.
+// movedOut is orderMoveOutScript's reply: whether it kept the record (a
+// put back of the change wrote it) or marked it, and then the TTL to
+// install it with (ms, -1 for none), its packed value, and whether the
+// copy it marked has no TTL.
 type movedOut struct {
+	kept   bool
 	moved  bool
 	pttl   int64
 	rec    string
 	frozen bool
 }
 
-// decodeMoveOut reads orderMoveOutScript's reply: {"none"}, or {"moved",
-// pttl ms, the record's packed value, frozen 1 or 0}; the value must
-// decode (unpackOrderValue) and carry a moved mark.
+// decodeMoveOut reads orderMoveOutScript's reply: {"kept"}, {"none"}, or
+// {"moved", pttl ms, the record's packed value, frozen 1 or 0}; the value
+// must decode (unpackOrderValue) and carry a moved mark.
 func decodeMoveOut(nodeName string, v any) (movedOut, error) {
 	r := newReplyReader(nodeName, orderMoveOutScript.name)
 	raw := r.list(v, -1)
 	if r.err == nil && len(raw) == 0 {
-		r.fail(-1, `{"none"} or {"moved", pttl, record, frozen}`, v)
+		r.fail(-1, `{"kept"}, {"none"} or {"moved", pttl, record, frozen}`, v)
 	}
 	if r.err != nil {
 		return movedOut{}, r.err
 	}
-	switch r.str(raw, 0) {
-	case "none":
+	switch word := r.str(raw, 0); word {
+	case "kept", "none":
 		r.list(v, 1)
-		return movedOut{}, r.err
+		return movedOut{kept: word == "kept"}, r.err
 	case "moved":
 	default:
 		if r.err == nil {
-			r.fail(0, `"none" or "moved"`, raw[0])
+			r.fail(0, `"kept", "none" or "moved"`, raw[0])
 		}
 		return movedOut{}, r.err
 	}

@@ -195,15 +195,17 @@ func TestTopologyCrashPoints(t *testing.T) {
 }
 
 // movedCopiesExpire checks that every order record marked moved on the
-// old topology's nodes has a TTL, and that held, reserved, is live on n4
-// with none.
-func (e *migrateEnv) movedCopiesExpire(held string) {
+// old topology's nodes has a TTL, and that each of held, reserved, is
+// live on n4 with none.
+func (e *migrateEnv) movedCopiesExpire(held ...string) {
 	e.t.Helper()
-	if f := orderFieldsOn(e.t, e.ctx, e.clients["n4"], held); f["status"] != string(OrderReserved) || f["moved"] != "" {
-		e.t.Errorf("order %s on n4: %v; want it live, reserved", held, f)
-	}
-	if ttl, err := e.clients["n4"].PTTL(e.ctx, orderKey(held)).Result(); err != nil || ttl != -1 {
-		e.t.Errorf("order %s on n4 has TTL %v, %v; want none (reserved)", held, ttl, err)
+	for _, id := range held {
+		if f := orderFieldsOn(e.t, e.ctx, e.clients["n4"], id); f["status"] != string(OrderReserved) || f["moved"] != "" {
+			e.t.Errorf("order %s on n4: %v; want it live, reserved", id, f)
+		}
+		if ttl, err := e.clients["n4"].PTTL(e.ctx, orderKey(id)).Result(); err != nil || ttl != -1 {
+			e.t.Errorf("order %s on n4 has TTL %v, %v; want none (reserved)", id, ttl, err)
+		}
 	}
 	marked := 0
 	for _, name := range []string{"n1", "n2", "n3"} {
@@ -223,8 +225,8 @@ func (e *migrateEnv) movedCopiesExpire(held string) {
 			}
 		}
 	}
-	if marked != 3 {
-		e.t.Errorf("%d copies marked moved on n1..n3, want 3 (the confirmed order, the tombstone, %s)", marked, held)
+	if marked != 2+len(held) {
+		e.t.Errorf("%d copies marked moved on n1..n3, want %d (the confirmed order, the tombstone, %v)", marked, 2+len(held), held)
 	}
 }
 
@@ -274,29 +276,31 @@ func (e *migrateEnv) settleMoved(ids []string) {
 	}
 }
 
-// TestApplyExpiresFrozenCopies: a copy marked moved that kept no TTL (as
+// TestApplyExpiresFrozenCopies: copies marked moved that kept no TTL (as
 // every release before expireMoved left the copies of orders reserved at
-// their move, or a failed expireMoved leaves one) gets the records'
-// retention from the next apply's retirement step (Retire, expireFrozen),
-// here an apply that adds a route over the same nodes, so no order
-// moves; the order stays reserved on its home, with no TTL.
+// their move, or a failed expireMoved leaves one) get the records'
+// retention from the next apply's retirement step (Retire, expireFrozen:
+// one script call per node and batch), here an apply that adds a route
+// over the same nodes, so no order moves; the orders stay reserved on
+// their home, with no TTL.
 func TestApplyExpiresFrozenCopies(t *testing.T) {
 	e := newMigrateEnv(t)
-	held := e.reserveMoving(e.open(e.old), "held", 1)[0]
+	held := e.reserveMoving(e.open(e.old), "held", 4)
 	if rep, err := e.apply(); err != nil || rep.Phase != topology.PhaseStable {
 		t.Fatalf("apply = %+v, %v", rep, err)
 	}
 	oh, _ := NewHomes(e.old)
-	prev := e.clients[oh.Home(held)]
-	if err := prev.Persist(e.ctx, orderKey(held)).Err(); err != nil {
-		t.Fatal(err)
+	for _, id := range held {
+		if err := e.clients[oh.Home(id)].Persist(e.ctx, orderKey(id)).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	more := e.routeX()
 	rep, err := ApplyTopology(e.ctx, ApplyOptions{To: more, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil || rep.Phase != topology.PhaseStable || rep.OrdersMoved != 0 {
 		t.Fatalf("apply adding route x = %+v, %v; want stable, no order moved", rep, err)
 	}
-	e.movedCopiesExpire(held)
+	e.movedCopiesExpire(held...)
 }
 
 // TestApplyRefusedWhileMigrating: an apply to another topology while the

@@ -161,6 +161,10 @@ func TestReplyDecodersStrict(t *testing.T) {
 			_, err := decodeMoveOut("n1", []any{"moved", int64(100), "Rt", int64(2)})
 			return err
 		}},
+		{"order-move-out: kept with more", "order-move-out", "reply", func() error {
+			_, err := decodeMoveOut("n1", []any{"kept", int64(0)})
+			return err
+		}},
 		{"redo-batch: generation a string", "redo-batch", "reply[1]", func() error {
 			_, err := decodeRedoBatch("n1", []any{"inc", "3", []any{}, int64(0)}, nil)
 			return err
@@ -195,6 +199,12 @@ func TestReplyDecodersStrict(t *testing.T) {
 	}
 
 	// The well-formed replies read as before.
+	if m, err := decodeMoveOut("n1", []any{"kept"}); err != nil || !m.kept || m.moved {
+		t.Errorf(`decodeMoveOut({"kept"}) = %+v, %v`, m, err)
+	}
+	if m, err := decodeMoveOut("n1", []any{"none"}); err != nil || m.kept || m.moved {
+		t.Errorf(`decodeMoveOut({"none"}) = %+v, %v`, m, err)
+	}
 	if r, err := decodeReserveReplies("n1", []any{"pending", int64(1), int64(2), int64(0), "none", int64(0), int64(0), int64(5)}, 2, 1); err != nil ||
 		r[0] != (reply{takePending, 1, 2, 0}) || r[1] != (reply{takeNone, 0, 0, 5}) {
 		t.Errorf("decodeReserveReplies = %v, %v", r, err)

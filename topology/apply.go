@@ -78,12 +78,13 @@ type Report struct {
 	AlreadyApplied bool
 	// Retired counts the stale order records the apply marked moved
 	// before the bumps or a move forward (Driver.Retire), a resumed one's
-	// included (a record put back and retired again by a rerun counts
-	// again).
+	// included.
 	Retired int
 	// Reinstalled counts the order records step 3 had moved onto a node
 	// that then went back, put back there from their moved copy before
-	// the node's bump or its move forward (Driver.Retire).
+	// the node's bump or its move forward (Driver.Retire): those written,
+	// not those the node held already (put back by an earlier or
+	// concurrent run, or an older copy that was the same record).
 	Reinstalled int
 	// Forward names the nodes of the applied topology an apply of it
 	// brought forward to its token, without a step 3: they went back to

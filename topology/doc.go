@@ -106,9 +106,10 @@
 //     moved at the token) is put back from that copy: the node lost the
 //     install, or holds an older copy of the order from before an
 //     earlier move off it, which the put back replaces in place (never
-//     retiring it first: two applies bringing the node forward at once
-//     then write the same record, and neither retires what the other
-//     put back). Retired as stale and left at that, the order
+//     retiring it first; the node remembers the put back, and no
+//     retirement of the change marks what a put back wrote: two applies
+//     bringing the node forward at once, or a rerun after a crash, keep
+//     it). Retired as stale and left at that, the order
 //     would have no live record anywhere, though its home's copy still
 //     holds it: the inventory's explorer found that (seed 24412 of
 //     `make explore PROFILE=crash TOPOLOGY=1 RESTART=0.3 LOSS=0.6`).

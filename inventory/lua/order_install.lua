@@ -27,6 +27,9 @@ redis.call('DEL', key)
 local v = order_put(key, t)
 local pttl = tonumber(ARGV[4])
 if pttl and pttl > 0 then redis.call('PEXPIRE', key, I(pttl)) end
+-- a put back is remembered (KEYS[3], ARGV[7] s), so no retirement of its
+-- change marks what it wrote (order_move_out.lua)
+if ARGV[6] == 'replace' then redis.call('SET', KEYS[3], '1', 'EX', ARGV[7]) end
 -- replaced by the same value: put back before
 if v == before then return 'exists' end
 return 'installed'

@@ -1,5 +1,9 @@
 
 local key = KEYS[2]
+-- a retirement (apply_retire.go) names the memory of a put back of the
+-- change it runs for (KEYS[3], apply_putback.go): a record a put back
+-- wrote is the order's newest surviving one, never retired
+if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then return {'kept'} end
 local t = order_get(key)
 if not t then return {'none'} end
 if t.moved and t.moved ~= ARGV[4] then return {'none'} end
