@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/topology"
@@ -46,6 +47,14 @@ import (
 //     retirement of a change ever marks what a put back of that change
 //     wrote, whatever it read and planned before: a node that goes back
 //     to data older than the put back loses the memory with the record.
+//     The memory counts only once the apply at c.Token has begun (a node
+//     at c.Epoch or later: putBackMemory): a token is the epoch and the
+//     topology's fingerprint, so once every node went back below c.Epoch
+//     an apply of the same topology runs at the same token, and a memory
+//     an earlier apply at it left on a node behind (written while the
+//     node was behind, so kept by its older data) would keep a record
+//     that is stale by then (a review found a lost Cancel that way). It
+//     lives putBackMemoryTTL, longer than the marked copies.
 //   - planned first: Retire reads the plan (planPutBacks) before it
 //     retires anything and passes a planned record over on its node; the
 //     put back replaces it in place (its inline parts get their records
@@ -143,18 +152,12 @@ func (a *migrator) reinstall(ctx context.Context, c topology.Change, plan putBac
 		case putHeld:
 			continue
 		case putNoCopy:
-			n, err := a.node(p.dest)
+			ok, err := a.retirePlanned(ctx, c, p, behind[p.dest])
+			if ok {
+				retired++
+			}
 			if err != nil {
 				return put, retired, err
-			}
-			ok, err := a.retireOne(ctx, c.Token, n, behind[p.dest], p.id)
-			if err != nil {
-				return put, retired, fmt.Errorf("retiring the stale record of order %q on %s, its moved copy on %s gone (run apply again to resume): %w", p.id, p.dest, p.h.Name(), err)
-			}
-			if ok {
-				a.log.Warn("topology: stale order record retired: its moved copy expired before it could be put back",
-					"node", p.dest, "order", p.id, "from", p.h.Name())
-				retired++
 			}
 			continue
 		}
@@ -166,6 +169,61 @@ func (a *migrator) reinstall(ctx context.Context, c topology.Change, plan putBac
 		}
 	}
 	return put, retired, nil
+}
+
+// retirePlanned retires the record on p.dest (at its token tok) that
+// Retire passed over for put back p, whose marked copy is gone (retireOne,
+// keeping one a put back of the change wrote meanwhile), and reports
+// whether it marked it; crash point "retire" follows, as after any
+// retirement, and [MutationRetireSkip] skips it (test-only, faults.go).
+func (a *migrator) retirePlanned(ctx context.Context, c topology.Change, p putBackOf, tok string) (bool, error) {
+	if a.inv.mutated(MutationRetireSkip) {
+		return false, nil
+	}
+	n, err := a.node(p.dest)
+	if err != nil {
+		return false, err
+	}
+	ok, err := a.retireOne(ctx, c.Token, n, tok, p.id)
+	if err != nil {
+		return false, fmt.Errorf("retiring the stale record of order %q on %s, its moved copy on %s gone (run apply again to resume): %w", p.id, p.dest, p.h.Name(), err)
+	}
+	if !ok {
+		return false, nil
+	}
+	a.log.Warn("topology: stale order record retired: its moved copy expired before it could be put back",
+		"node", p.dest, "order", p.id, "from", p.h.Name())
+	if a.inv.crash(ctx, "retire") {
+		return true, errCrashed
+	}
+	return true, nil
+}
+
+// putBackMemory returns the token whose put backs Retire's retirements
+// keep (putBackKey): c.Token once the apply at it has begun, that is
+// once some node of either topology (but the gone ones) is at c.Epoch or
+// later; "" before (no put back of this apply can have been written, and
+// a memory of c.Token on a node is then an earlier apply's at the same
+// token, void: every node went back below c.Epoch since, and the same
+// topology was applied again, which yields the same token).
+func (a *migrator) putBackMemory(ctx context.Context, c topology.Change, gone map[string]bool) (string, error) {
+	for _, name := range topology.Union(c.From.Nodes(), c.To.Nodes()) {
+		if gone[name] {
+			continue
+		}
+		n, err := a.node(name)
+		if err != nil {
+			return "", err
+		}
+		rec, err := readRecord(ctx, n)
+		if err != nil {
+			return "", err
+		}
+		if rec.Epoch >= c.Epoch {
+			return c.Token, nil
+		}
+	}
+	return "", nil
 }
 
 // markedHome returns the node named name, a member of c.From, when it is
@@ -233,7 +291,7 @@ func (a *migrator) putBack(ctx context.Context, h *node.Node, dest, destTok, id,
 		return putNoCopy, err
 	}
 	keys := []string{orderKey(id), putBackKey(tok, id)}
-	reply, err := a.inv.runAt(ctx, n, orderInstallScript, destTok, keys, m.pttl, m.rec, "replace", xferMarkerTTL)
+	reply, err := a.inv.runAt(ctx, n, orderInstallScript, destTok, keys, m.pttl, m.rec, "replace", a.putBackMemoryTTL())
 	if err != nil {
 		return putNoCopy, err
 	}
@@ -254,7 +312,15 @@ func (a *migrator) putBack(ctx context.Context, h *node.Node, dest, destTok, id,
 // the change of token tok: a transfer marker ([KeyTransferMarker], the
 // same family as a counter transfer's: a record moved onto the node once)
 // named by the token, "putback" and the order key. It lives
-// xferMarkerTTL, longer than an apply is expected to wait for its rerun.
+// putBackMemoryTTL.
 func putBackKey(tok, id string) string {
 	return xferMarkerKey(tok + "|putback|" + orderKey(id))
+}
+
+// putBackMemoryTTL is how long a node remembers a put back (s): the
+// longer of xferMarkerTTL and inventory.retention, so it outlives the
+// marked copies it was read from, and any wait an interrupted apply is
+// expected to have before its rerun.
+func (a *migrator) putBackMemoryTTL() int64 {
+	return max(int64(xferMarkerTTL), int64(a.inv.cfg.Retention/time.Second))
 }

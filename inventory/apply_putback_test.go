@@ -222,7 +222,7 @@ type wentBack struct {
 	e          *stagedEnv
 	three, two *config.Config
 	id, stale  string    // the order, and a copy (DUMP) of its record reserved on n3
-	old3       nodeEpoch // n3's topology record from before the removal
+	old1, old3 nodeEpoch // n1's and n3's topology records from before the removal
 }
 
 // n2WentBack builds the put-back tests' world: order id reserved on n3,
@@ -235,7 +235,7 @@ func n2WentBack(t *testing.T, withStale bool) *wentBack {
 	_, w.stale = reservedCopy(t, e, three, w.id)
 	n2 := e.clients["n2"]
 	old2 := copyEpoch(t, n2)
-	w.old3 = copyEpoch(t, e.clients["n3"])
+	w.old1, w.old3 = copyEpoch(t, e.clients["n1"]), copyEpoch(t, e.clients["n3"])
 	if rep, err := w.apply(nil, three); err != nil || rep.OrdersMoved != 1 {
 		t.Fatalf("removal of n3 = %+v, %v; want 1 order moved", rep, err)
 	}
@@ -270,5 +270,43 @@ func (w *wentBack) n3Back(t *testing.T) {
 	w.old3.restore(t, n3)
 	if err := n3.RestoreReplace(w.e.ctx, orderKey(w.id), 0, w.stale).Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPutBackMemoryOfAnEarlierApplyIsVoid: a token is the epoch and the
+// topology's fingerprint, so an apply of the same topology after every
+// node went back below its epoch runs at the same token. The forward
+// puts st back on n2 (the put back remembered there) and dies at crash
+// point "reinstall"; then n1 and n3 go back to their copies from before
+// the removal, so every node is at epoch 1 (three), stable, and st,
+// homed on n3 there, is cancelled (acknowledged). Applying two again
+// runs at the same token: its retirement before the first bump must mark
+// n2's record of st (stale: away from its home in three) so step 3
+// installs the cancelled record, whatever the memory says; a review
+// found st kept reserved by the memory, its Cancel lost and a Confirm
+// then taking units already given back.
+func TestPutBackMemoryOfAnEarlierApplyIsVoid(t *testing.T) {
+	w := n2WentBack(t, false)
+	ctx, id, n1, n2 := w.e.ctx, w.id, w.e.clients["n1"], w.e.clients["n2"]
+	if _, err := w.forward(crashAtPoint("reinstall")); !errors.Is(err, ErrCrashed) {
+		t.Fatalf("the forward crashed at reinstall = %v, want ErrCrashed", err)
+	}
+	if n := n2.Exists(ctx, putBackKey(topology.Token(2, topology.Of(w.two).Fingerprint()), id)).Val(); n != 1 {
+		t.Fatalf("the put back's memory on n2: %d keys, want 1", n)
+	}
+	w.old1.restore(t, n1)
+	w.n3Back(t)
+	if out, err := openInv(t, w.three, Options{}).Cancel(ctx, id); err != nil || out.Status != StatusCancelled {
+		t.Fatalf("Cancel at epoch 1 = %+v, %v", out, err)
+	}
+	rep, err := w.apply(nil, w.three)
+	if err != nil || rep.ToEpoch != 2 || rep.Retired != 1 || rep.OrdersMoved != 1 {
+		t.Fatalf("applying two again = %+v, %v; want epoch 2, n2's record of %s retired, 1 order moved", rep, err, id)
+	}
+	if f := orderFieldsOn(t, ctx, n2, id); f["status"] != string(OrderCancelled) || f["moved"] != "" {
+		t.Fatalf("order %s on n2, its home: %v; want the cancelled record, live", id, f)
+	}
+	if _, err := openInv(t, w.two, Options{}).Confirm(ctx, id); !errors.Is(err, ErrCancelled) {
+		t.Fatalf("Confirm %s after the re-apply = %v, want ErrCancelled", id, err)
 	}
 }

@@ -86,6 +86,10 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 	if err != nil {
 		return done, err
 	}
+	memory, err := a.putBackMemory(ctx, c, gone)
+	if err != nil {
+		return done, err
+	}
 	for _, name := range nodes {
 		tok, ok := behind[name]
 		if !ok || a.inv.mutated(MutationRetireSkip) {
@@ -106,7 +110,7 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 				"node", name, "order", id, "previous_home", homes.Home(id))
 			return true
 		}
-		k, err := a.retireOn(ctx, c.Token, homes, n, tok, keep)
+		k, err := a.retireOn(ctx, memory, homes, n, tok, keep)
 		done.Retired += k
 		if err != nil {
 			return done, err
@@ -156,12 +160,13 @@ func (a *migrator) goneLeft(c topology.Change) map[string]bool {
 }
 
 // retireOn marks moved, at token tok (n's), the live order records on n
-// whose home is another node, but those keep names and those a put back
-// of the change of token change wrote (apply_putback.go: the script
-// checks its memory, putBackKey, where it marks), and returns how many it
-// marked. Each copy it marks, and each copy marked before that still has
-// no TTL (expireFrozen), gets the records' retention (expireMoved).
-func (a *migrator) retireOn(ctx context.Context, change string, homes *Homes, n *node.Node, tok string, keep func(id string) bool) (int, error) {
+// whose home is another node, but those keep names and, when memory is
+// not "", those a put back of the change of token memory wrote
+// (apply_putback.go: the script checks its memory, putBackKey, where it
+// marks), and returns how many it marked. Each copy it marks, and each
+// copy marked before that still has no TTL (expireFrozen), gets the
+// records' retention (expireMoved).
+func (a *migrator) retireOn(ctx context.Context, memory string, homes *Homes, n *node.Node, tok string, keep func(id string) bool) (int, error) {
 	ids, marked, err := strayOrders(ctx, homes, n)
 	if err != nil {
 		return 0, err
@@ -174,12 +179,12 @@ func (a *migrator) retireOn(ctx context.Context, change string, homes *Homes, n 
 		if keep(id) {
 			continue
 		}
-		ok, err := a.retireOne(ctx, change, n, tok, id)
+		ok, err := a.retireOne(ctx, memory, n, tok, id)
 		if err != nil {
 			return retired, fmt.Errorf("retiring the stale record of order %q on %s (run apply again to resume): %w", id, n.Name(), err)
 		}
 		if !ok {
-			continue // put back by this change: the order's newest record
+			continue // put back by this change (the order's newest record), or retired meanwhile
 		}
 		a.log.Warn("topology: stale order record retired: it came back with its node's data, away from its home",
 			"node", n.Name(), "order", id, "home", homes.Home(id))
@@ -192,17 +197,22 @@ func (a *migrator) retireOn(ctx context.Context, change string, homes *Homes, n 
 }
 
 // retireOne marks order id's record on n moved at n's token tok, unless
-// a put back of the change of token change wrote it (putBackKey, checked
-// by the script where it marks), and gives a marked copy without a TTL
-// the records' retention. It reports whether it marked the record (or
-// found it gone or marked already), false when it kept it.
-func (a *migrator) retireOne(ctx context.Context, change string, n *node.Node, tok, id string) (bool, error) {
-	out, err := a.inv.runAt(ctx, n, orderMoveOutScript, tok, []string{orderKey(id), putBackKey(change, id)}, tok)
+// memory is not "" and a put back of the change of token memory wrote it
+// (putBackKey, checked by the script where it marks), and gives a marked
+// copy without a TTL the records' retention. It reports whether it
+// marked the record: not when it kept it, nor when the record was gone
+// or marked already (by a concurrent run).
+func (a *migrator) retireOne(ctx context.Context, memory string, n *node.Node, tok, id string) (bool, error) {
+	keys := []string{orderKey(id)}
+	if memory != "" {
+		keys = append(keys, putBackKey(memory, id))
+	}
+	out, err := a.inv.runAt(ctx, n, orderMoveOutScript, tok, keys, tok)
 	if err != nil {
 		return false, err
 	}
 	m, err := decodeMoveOut(n.Name(), out)
-	if err != nil || m.kept {
+	if err != nil || !m.moved {
 		return false, err
 	}
 	if m.frozen {
