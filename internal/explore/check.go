@@ -49,6 +49,10 @@ type nodeState struct {
 	topo    map[string]string // shardis:topology
 	bad     []string
 	frozen  int // order records marked moved that have no TTL (Result.Frozen)
+	// movedLive: of orders marked moved here, those live on another node
+	// when this state was read before a roll back (liveElsewhere); nil
+	// otherwise
+	movedLive map[string]bool
 }
 
 type worldState struct {

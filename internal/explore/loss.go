@@ -216,7 +216,9 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 	}
 	var pre *nodeState // what it held: lossdiff.go
 	if paused {
-		pre = w.readForDiff(ctx, name)
+		if pre = w.readForDiff(ctx, name); pre != nil {
+			pre.movedLive = w.liveElsewhere(ctx, pre)
+		}
 	}
 	if err := w.srvs[name].RestartFrom(snap); err != nil {
 		unpause()

@@ -9,7 +9,9 @@ import (
 
 // diffLoss exposes the orders whose record or parts the roll back
 // changed, and only those, with their record when its value changed; a
-// moved record that comes back live is resurrected, not exposed. A record
+// moved record that comes back live is resurrected, not exposed, when
+// the order was live on another node before the roll back (its install
+// landed), else exposed like any lost record ("uninstalled"). A record
 // that comes back unchanged on a node behind an apply under way (flip,
 // away from its home in the topology the apply moves from) is not
 // exposed: the apply's rerun puts it back if it retires it
@@ -27,8 +29,10 @@ func TestDiffLoss(t *testing.T) {
 			"back": rec("back", inventory.OrderReserved, "2:fp"), "older": rec("older", inventory.OrderConfirmed, ""),
 			"left": rec("left", inventory.OrderReserved, "2:fp"), "flip": rec("flip", inventory.OrderReserved, ""),
 		},
-		parts: map[string]*inventory.PartRecord{"settled": part("settled", inventory.PartConfirmed), "kept": part("kept", inventory.PartPending)},
+		parts:     map[string]*inventory.PartRecord{"settled": part("settled", inventory.PartConfirmed), "kept": part("kept", inventory.PartPending)},
+		movedLive: map[string]bool{"back": true, "left": true},
 	}
+	pre.orders["uninstalled"] = rec("uninstalled", inventory.OrderReserved, "2:fp")
 	post := &nodeState{name: "n2", topo: map[string]string{"token": "2:t1"},
 		orders: map[string]*inventory.OrderRecord{
 			"same": rec("same", inventory.OrderReserved, ""), "back": rec("back", inventory.OrderReserved, ""),
@@ -38,10 +42,10 @@ func TestDiffLoss(t *testing.T) {
 		parts: map[string]*inventory.PartRecord{"settled": part("settled", inventory.PartPending), "kept": part("kept", inventory.PartPending)},
 	}
 	d := diffLoss(pre, post)
-	if want := map[string]bool{"gone": true, "older": true, "new": true, "settled": true}; !reflect.DeepEqual(d.exposed, want) {
+	if want := map[string]bool{"gone": true, "older": true, "new": true, "settled": true, "uninstalled": true}; !reflect.DeepEqual(d.exposed, want) {
 		t.Errorf("exposed = %v, want %v", d.exposed, want)
 	}
-	if want := map[string]bool{"gone": true, "older": true, "new": true}; !reflect.DeepEqual(d.records, want) {
+	if want := map[string]bool{"gone": true, "older": true, "new": true, "uninstalled": true}; !reflect.DeepEqual(d.records, want) {
 		t.Errorf("records = %v, want %v (a lost part exposes no record)", d.records, want)
 	}
 	if want := map[string]bool{"back": true}; !reflect.DeepEqual(d.resurrected, want) {
