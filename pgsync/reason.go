@@ -20,9 +20,12 @@ import (
 // cancelled state.
 type CancelReason string
 
-// The reasons. A cancelled row whose order record could not be read (its
-// home node down, or the record gone after inventory.retention) has none
-// (NULL), as has every row that is not cancelled.
+// The reasons. A cancelled row whose order record could not be read (a
+// node down or slow, or the topology not stable) has none (NULL), as has
+// every row that is not cancelled. A record found on no node, every node
+// read, reads as [ReasonRefused] (cancelReasons); a reservation's record
+// outlives its parts by inventory.retention, so only a sync that lags
+// further behind than that reads a reservation's cancelled part so.
 const (
 	// ReasonCancelled: the order was cancelled (Cancel) by the same
 	// attempt that took the part.
