@@ -60,11 +60,11 @@ func TestMigratorKeepsDriverContract(t *testing.T) {
 	if rec := read("after a refused write"); rec.Token != tok1 || rec.Phase != topology.PhaseStable {
 		t.Fatalf("refused write changed the node: %+v", rec)
 	}
-	if err := d.Write(ctx, "n1", tok1, topology.Record{Epoch: 2, Token: tok2, Current: t2, Prev: &t1, Phase: topology.PhaseMigrating}); err != nil {
+	if err := d.Write(ctx, "n1", tok1, topology.Record{Epoch: 2, Token: tok2, Current: t2, Prev: &t1, Phase: topology.PhaseMigrating, Attempt: "a1"}); err != nil {
 		t.Fatal(err)
 	}
 	if rec := read("bumped"); rec.Epoch != 2 || rec.Token != tok2 || rec.Phase != topology.PhaseMigrating ||
-		rec.Prev == nil || rec.Prev.Fingerprint() != t1.Fingerprint() {
+		rec.Prev == nil || rec.Prev.Fingerprint() != t1.Fingerprint() || rec.Attempt != "a1" {
 		t.Fatalf("bumped: %+v", rec)
 	}
 	// The node's own token: stable, keeping the record; never back.
@@ -74,8 +74,8 @@ func TestMigratorKeepsDriverContract(t *testing.T) {
 	if err := d.Write(ctx, "n1", tok2, topology.Record{Epoch: 2, Token: tok2, Current: t2, Phase: topology.PhaseMigrating}); err != nil {
 		t.Fatal(err)
 	}
-	if rec := read("stable"); rec.Phase != topology.PhaseStable || rec.Prev == nil || rec.Token != tok2 {
-		t.Fatalf("stable: %+v, want phase stable with the previous topology kept", rec)
+	if rec := read("stable"); rec.Phase != topology.PhaseStable || rec.Prev == nil || rec.Token != tok2 || rec.Attempt != "a1" {
+		t.Fatalf("stable: %+v, want phase stable with the previous topology and the attempt kept", rec)
 	}
 	c := srv.Client(t)
 	if err := c.Del(ctx, keyTopology).Err(); err != nil {

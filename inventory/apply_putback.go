@@ -47,14 +47,16 @@ import (
 //     retirement of a change ever marks what a put back of that change
 //     wrote, whatever it read and planned before: a node that goes back
 //     to data older than the put back loses the memory with the record.
-//     The memory counts only once the apply at c.Token has begun (a node
-//     at c.Epoch or later: putBackMemory): a token is the epoch and the
+//     The memory is named by the change's token and its apply's attempt
+//     (memoryOf, topology.Change.Attempt): a token is the epoch and the
 //     topology's fingerprint, so once every node went back below c.Epoch
 //     an apply of the same topology runs at the same token, and a memory
-//     an earlier apply at it left on a node behind (written while the
-//     node was behind, so kept by its older data) would keep a record
-//     that is stale by then (a review found a lost Cancel that way). It
-//     lives putBackMemoryTTL, longer than the marked copies.
+//     an earlier attempt at it left on a node behind (written while the
+//     node was behind, so kept by its older data, even by a copy taken
+//     before the new attempt retired the record) would keep a record that
+//     is stale by then (reviews found a lost Cancel that way, twice:
+//     TestPutBackMemoryOfAnEarlierApplyIsVoid). It lives
+//     putBackMemoryTTL, longer than the marked copies.
 //   - planned first: Retire reads the plan (planPutBacks) before it
 //     retires anything and passes a planned record over on its node; the
 //     put back replaces it in place (its inline parts get their records
@@ -144,7 +146,7 @@ func (a *migrator) planPutBacks(ctx context.Context, c topology.Change, from, to
 // not a record a put back of the change wrote meanwhile).
 func (a *migrator) reinstall(ctx context.Context, c topology.Change, plan putBackPlan, behind map[string]string) (put, retired int, err error) {
 	for _, p := range plan.list {
-		got, err := a.putBack(ctx, p.h, p.dest, behind[p.dest], p.id, c.Token)
+		got, err := a.putBack(ctx, c, p, behind[p.dest])
 		if err != nil {
 			return put, retired, fmt.Errorf("putting back order %q on %s from its moved copy on %s (run apply again to resume): %w", p.id, p.dest, p.h.Name(), err)
 		}
@@ -184,7 +186,7 @@ func (a *migrator) retirePlanned(ctx context.Context, c topology.Change, p putBa
 	if err != nil {
 		return false, err
 	}
-	ok, err := a.retireOne(ctx, c.Token, n, tok, p.id)
+	ok, err := a.retireOne(ctx, memoryOf(c), n, tok, p.id)
 	if err != nil {
 		return false, fmt.Errorf("retiring the stale record of order %q on %s, its moved copy on %s gone (run apply again to resume): %w", p.id, p.dest, p.h.Name(), err)
 	}
@@ -199,32 +201,10 @@ func (a *migrator) retirePlanned(ctx context.Context, c topology.Change, p putBa
 	return true, nil
 }
 
-// putBackMemory returns the token whose put backs Retire's retirements
-// keep (putBackKey): c.Token once the apply at it has begun, that is
-// once some node of either topology (but the gone ones) is at c.Epoch or
-// later; "" before (no put back of this apply can have been written, and
-// a memory of c.Token on a node is then an earlier apply's at the same
-// token, void: every node went back below c.Epoch since, and the same
-// topology was applied again, which yields the same token).
-func (a *migrator) putBackMemory(ctx context.Context, c topology.Change, gone map[string]bool) (string, error) {
-	for _, name := range topology.Union(c.From.Nodes(), c.To.Nodes()) {
-		if gone[name] {
-			continue
-		}
-		n, err := a.node(name)
-		if err != nil {
-			return "", err
-		}
-		rec, err := readRecord(ctx, n)
-		if err != nil {
-			return "", err
-		}
-		if rec.Epoch >= c.Epoch {
-			return c.Token, nil
-		}
-	}
-	return "", nil
-}
+// memoryOf names what a put back of change c leaves on its node
+// (putBackKey): c's token and attempt (topology.Change.Attempt), so a
+// memory left by another attempt at the same token never counts.
+func memoryOf(c topology.Change) string { return c.Token + "/" + c.Attempt }
 
 // markedHome returns the node named name, a member of c.From, when it is
 // at c.Token (only then can it hold copies marked moved at c.Token), nil
@@ -274,10 +254,12 @@ const (
 	putNoCopy                    // nothing written: the copy is no longer marked at the change's token
 )
 
-// putBack installs order id's record, marked moved at tok on h, on the
-// node named dest at dest's token destTok, replacing the live record
-// dest may hold (this file's rule), and says what it did.
-func (a *migrator) putBack(ctx context.Context, h *node.Node, dest, destTok, id, tok string) (putOutcome, error) {
+// putBack installs order p.id's record, marked moved at c.Token on p.h,
+// on the node p.dest at its token destTok, replacing the live record it
+// may hold and remembering the put back there (this file's rules), and
+// says what it did.
+func (a *migrator) putBack(ctx context.Context, c topology.Change, p putBackOf, destTok string) (putOutcome, error) {
+	h, id, tok := p.h, p.id, c.Token
 	out, err := a.inv.runAt(ctx, h, orderMoveOutScript, tok, []string{orderKey(id)}, tok)
 	if err != nil {
 		return putNoCopy, err
@@ -286,11 +268,11 @@ func (a *migrator) putBack(ctx context.Context, h *node.Node, dest, destTok, id,
 	if err != nil || !m.moved {
 		return putNoCopy, err
 	}
-	n, err := a.node(dest)
+	n, err := a.node(p.dest)
 	if err != nil {
 		return putNoCopy, err
 	}
-	keys := []string{orderKey(id), putBackKey(tok, id)}
+	keys := []string{orderKey(id), putBackKey(memoryOf(c), id)}
 	reply, err := a.inv.runAt(ctx, n, orderInstallScript, destTok, keys, m.pttl, m.rec, "replace", a.putBackMemoryTTL())
 	if err != nil {
 		return putNoCopy, err
@@ -309,12 +291,12 @@ func (a *migrator) putBack(ctx context.Context, h *node.Node, dest, destTok, id,
 }
 
 // putBackKey is the key of a node's memory of a put back of order id by
-// the change of token tok: a transfer marker ([KeyTransferMarker], the
-// same family as a counter transfer's: a record moved onto the node once)
-// named by the token, "putback" and the order key. It lives
-// putBackMemoryTTL.
-func putBackKey(tok, id string) string {
-	return xferMarkerKey(tok + "|putback|" + orderKey(id))
+// the apply memory names (memoryOf): a transfer marker
+// ([KeyTransferMarker], the same family as a counter transfer's: a record
+// moved onto the node once) named by memory, "putback" and the order
+// key. It lives putBackMemoryTTL.
+func putBackKey(memory, id string) string {
+	return xferMarkerKey(memory + "|putback|" + orderKey(id))
 }
 
 // putBackMemoryTTL is how long a node remembers a put back (s): the

@@ -275,29 +275,53 @@ func (w *wentBack) n3Back(t *testing.T) {
 
 // TestPutBackMemoryOfAnEarlierApplyIsVoid: a token is the epoch and the
 // topology's fingerprint, so an apply of the same topology after every
-// node went back below its epoch runs at the same token. The forward
-// puts st back on n2 (the put back remembered there) and dies at crash
-// point "reinstall"; then n1 and n3 go back to their copies from before
-// the removal, so every node is at epoch 1 (three), stable, and st,
-// homed on n3 there, is cancelled (acknowledged). Applying two again
-// runs at the same token: its retirement before the first bump must mark
-// n2's record of st (stale: away from its home in three) so step 3
-// installs the cancelled record, whatever the memory says; a review
-// found st kept reserved by the memory, its Cancel lost and a Confirm
-// then taking units already given back.
+// node went back below its epoch runs at the same token, as another
+// attempt. The forward puts st back on n2 (the put back remembered
+// there) and dies at crash point "reinstall"; then n1 and n3 go back to
+// their copies from before the removal, so every node is at epoch 1
+// (three), stable, and st, homed on n3 there, is cancelled
+// (acknowledged). Applying two again runs at the same token: its
+// retirement before the first bump must mark n2's record of st (stale:
+// away from its home in three) so step 3 installs the cancelled record,
+// whatever the earlier attempt's memory says. In "resume" that apply
+// dies after bumping n1, n2's record of st goes back to the one put back
+// (the memory still there), and the rerun, whose retirement sees the
+// apply begun, must retire it again. Reviews found both: st kept
+// reserved by the memory, its Cancel lost, and a Confirm then taking
+// units already given back; a memory named by the token alone, then by
+// the token once the apply at it had begun, let them through.
 func TestPutBackMemoryOfAnEarlierApplyIsVoid(t *testing.T) {
+	t.Run("fresh", func(t *testing.T) { earlierAttemptMemory(t, false) })
+	t.Run("resume", func(t *testing.T) { earlierAttemptMemory(t, true) })
+}
+
+// earlierAttemptMemory is TestPutBackMemoryOfAnEarlierApplyIsVoid's
+// scenario; resume has the second apply die after its first bump.
+func earlierAttemptMemory(t *testing.T, resume bool) {
 	w := n2WentBack(t, false)
 	ctx, id, n1, n2 := w.e.ctx, w.id, w.e.clients["n1"], w.e.clients["n2"]
 	if _, err := w.forward(crashAtPoint("reinstall")); !errors.Is(err, ErrCrashed) {
 		t.Fatalf("the forward crashed at reinstall = %v, want ErrCrashed", err)
 	}
-	if n := n2.Exists(ctx, putBackKey(topology.Token(2, topology.Of(w.two).Fingerprint()), id)).Val(); n != 1 {
-		t.Fatalf("the put back's memory on n2: %d keys, want 1", n)
+	if keys := n2.Keys(ctx, xferMarkerKeyPrefix+"*|putback|"+orderKey(id)).Val(); len(keys) != 1 {
+		t.Fatalf("the put back's memory on n2: %v, want one key", keys)
+	}
+	putBack, err := n2.Dump(ctx, orderKey(id)).Result()
+	if err != nil {
+		t.Fatal(err)
 	}
 	w.old1.restore(t, n1)
 	w.n3Back(t)
 	if out, err := openInv(t, w.three, Options{}).Cancel(ctx, id); err != nil || out.Status != StatusCancelled {
 		t.Fatalf("Cancel at epoch 1 = %+v, %v", out, err)
+	}
+	if resume {
+		if _, err := w.apply(crashAtPoint("bump"), w.three); !errors.Is(err, ErrCrashed) {
+			t.Fatalf("applying two again, crashed at bump = %v, want ErrCrashed", err)
+		}
+		if err := n2.RestoreReplace(ctx, orderKey(id), 0, putBack).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	rep, err := w.apply(nil, w.three)
 	if err != nil || rep.ToEpoch != 2 || rep.Retired != 1 || rep.OrdersMoved != 1 {

@@ -86,10 +86,7 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 	if err != nil {
 		return done, err
 	}
-	memory, err := a.putBackMemory(ctx, c, gone)
-	if err != nil {
-		return done, err
-	}
+	memory := memoryOf(c)
 	for _, name := range nodes {
 		tok, ok := behind[name]
 		if !ok || a.inv.mutated(MutationRetireSkip) {
@@ -160,10 +157,10 @@ func (a *migrator) goneLeft(c topology.Change) map[string]bool {
 }
 
 // retireOn marks moved, at token tok (n's), the live order records on n
-// whose home is another node, but those keep names and, when memory is
-// not "", those a put back of the change of token memory wrote
-// (apply_putback.go: the script checks its memory, putBackKey, where it
-// marks), and returns how many it marked. Each copy it marks, and each
+// whose home is another node, but those keep names and those a put back
+// of the apply memory names wrote (apply_putback.go: the script checks
+// its memory, putBackKey, where it marks), and returns how many it
+// marked. Each copy it marks, and each
 // copy marked before that still has no TTL (expireFrozen), gets the
 // records' retention (expireMoved).
 func (a *migrator) retireOn(ctx context.Context, memory string, homes *Homes, n *node.Node, tok string, keep func(id string) bool) (int, error) {
@@ -197,17 +194,13 @@ func (a *migrator) retireOn(ctx context.Context, memory string, homes *Homes, n 
 }
 
 // retireOne marks order id's record on n moved at n's token tok, unless
-// memory is not "" and a put back of the change of token memory wrote it
-// (putBackKey, checked by the script where it marks), and gives a marked
+// a put back of the apply memory names wrote it (putBackKey, checked by
+// the script where it marks), and gives a marked
 // copy without a TTL the records' retention. It reports whether it
 // marked the record: not when it kept it, nor when the record was gone
 // or marked already (by a concurrent run).
 func (a *migrator) retireOne(ctx context.Context, memory string, n *node.Node, tok, id string) (bool, error) {
-	keys := []string{orderKey(id)}
-	if memory != "" {
-		keys = append(keys, putBackKey(memory, id))
-	}
-	out, err := a.inv.runAt(ctx, n, orderMoveOutScript, tok, keys, tok)
+	out, err := a.inv.runAt(ctx, n, orderMoveOutScript, tok, []string{orderKey(id), putBackKey(memory, id)}, tok)
 	if err != nil {
 		return false, err
 	}

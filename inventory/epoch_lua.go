@@ -34,7 +34,8 @@ var topoReadScript = newBareScript("topo-read", identityLua+luaFile("topo_read.l
 
 // topoWriteScript moves a node to a token by compare-and-set.
 // ARGV: 2 expected token ("" = the node has none), 3 new token, 4 epoch,
-// 5 current topology JSON, 6 previous topology JSON (""), 7 phase.
+// 5 current topology JSON, 6 previous topology JSON (""), 7 phase, 8 the
+// apply's attempt id (topology.Record.Attempt; "" writes none).
 // Writing the token the node already has only moves its phase from
 // migrating to stable (never back), or writes the record again when it
 // was lost. Replies "ok", or SHARDIS_EPOCH when
@@ -94,6 +95,7 @@ func readRecord(ctx context.Context, n *node.Node) (topology.Record, error) {
 			return bad("prev", err)
 		}
 	}
+	rec.Attempt = f["attempt"]
 	rec.Phase = topology.Phase(f["phase"])
 	if !rec.Phase.Valid() {
 		return bad("phase", fmt.Errorf("%q is not a phase", f["phase"]))
@@ -102,7 +104,7 @@ func readRecord(ctx context.Context, n *node.Node) (topology.Record, error) {
 }
 
 // writeRecord runs topoWriteScript on n: it writes rec (its Token, Epoch,
-// Current, Prev and Phase; not its Node) when n is at expect.
+// Current, Prev, Phase and Attempt; not its Node) when n is at expect.
 func writeRecord(ctx context.Context, n *node.Node, expect string, rec topology.Record) error {
 	cj, _ := json.Marshal(rec.Current)
 	pj := ""
@@ -111,7 +113,7 @@ func writeRecord(ctx context.Context, n *node.Node, expect string, rec topology.
 		pj = string(b)
 	}
 	v, err := topoWriteScript.Run(ctx, n.Client(), []string{stampKey, keyTopology},
-		n.Name(), expect, rec.Token, rec.Epoch, string(cj), pj, string(rec.Phase)).Result()
+		n.Name(), expect, rec.Token, rec.Epoch, string(cj), pj, string(rec.Phase), rec.Attempt).Result()
 	if err != nil {
 		return nodeErr(n, err)
 	}

@@ -2,6 +2,8 @@ package topology
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -102,6 +104,13 @@ type Change struct {
 	// (doc.go, "A node that went back"): step 3 ran to its end at Token,
 	// and the nodes that left with it need not answer (they may be gone).
 	Forward bool
+	// Attempt names this apply at Token (Record.Attempt): drawn afresh
+	// before an apply's first bump, read from the nodes at Token by a
+	// resume or a forward. A token is the epoch and the topology's
+	// fingerprint, so an apply of the same topology after every node went
+	// back below Epoch runs at the same Token, as another attempt: what
+	// the driver keeps of an attempt on the nodes it names by both.
+	Attempt string
 }
 
 // Retirement is what [Driver.Retire] did.
@@ -186,11 +195,12 @@ func Apply(ctx context.Context, opts Options, d Driver) (Report, error) {
 }
 
 type applier struct {
-	d    Driver
-	opts Options
-	log  *slog.Logger
-	to   Topology
-	rep  Report
+	d       Driver
+	opts    Options
+	log     *slog.Logger
+	to      Topology
+	rep     Report
+	attempt string // Change.Attempt
 }
 
 func (a *applier) run(ctx context.Context) (Report, error) {
@@ -212,6 +222,7 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 			return a.forward(ctx, recs, cur)
 		}
 		a.rep.FromEpoch, a.rep.From = cur.Epoch-1, *cur.Prev // resume
+		a.attempt = attemptAt(recs, cur.Token)
 		a.diff()
 		if a.opts.DryRun {
 			a.rep.Phase = PhaseMigrating
@@ -241,6 +252,7 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 		return a.rep, nil
 	}
 	tok := Token(cur.Epoch+1, fp)
+	a.attempt = newAttempt()
 	if err := a.retire(ctx, tok, Union(cur.Current.Nodes(), a.to.Nodes())); err != nil {
 		return a.rep, err
 	}
@@ -272,7 +284,7 @@ func (a *applier) forward(ctx context.Context, recs map[string]Record, cur Recor
 	if a.opts.DryRun {
 		return a.rep, nil
 	}
-	c := Change{From: *cur.Prev, To: a.to, Epoch: cur.Epoch, Token: cur.Token, Forward: true}
+	c := Change{From: *cur.Prev, To: a.to, Epoch: cur.Epoch, Token: cur.Token, Forward: true, Attempt: attemptAt(recs, cur.Token)}
 	c.Joined, c.Left = joinedLeft(c.From, c.To)
 	if err := a.retireAt(ctx, c, a.rep.Forward); err != nil {
 		return a.rep, err
@@ -280,7 +292,7 @@ func (a *applier) forward(ctx context.Context, recs map[string]Record, cur Recor
 	for _, name := range a.rep.Forward {
 		// with cur's Prev: a forwarded node read first as the newest record
 		// must still tell a rerun that the apply is not done (run's switch)
-		stable := Record{Node: name, Epoch: cur.Epoch, Token: cur.Token, Current: cur.Current, Prev: cur.Prev, Phase: PhaseStable}
+		stable := Record{Node: name, Epoch: cur.Epoch, Token: cur.Token, Current: cur.Current, Prev: cur.Prev, Phase: PhaseStable, Attempt: c.Attempt}
 		if err := a.d.Write(ctx, name, recs[name].Token, stable); err != nil {
 			return a.rep, fmt.Errorf("bringing %s forward to epoch %d (run apply again to resume): %w", name, cur.Epoch, err)
 		}
@@ -321,7 +333,30 @@ func behind(recs map[string]Record, nodes []string, tok string) []string {
 
 // change is the move to token tok, as the driver needs it.
 func (a *applier) change(tok string) Change {
-	return Change{From: a.rep.From, To: a.to, Epoch: a.rep.ToEpoch, Token: tok, Joined: a.rep.Joined, Left: a.rep.Left}
+	return Change{From: a.rep.From, To: a.to, Epoch: a.rep.ToEpoch, Token: tok, Joined: a.rep.Joined, Left: a.rep.Left, Attempt: a.attempt}
+}
+
+// newAttempt draws an apply's attempt id (Change.Attempt): 16 hex digits.
+func newAttempt() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+	return hex.EncodeToString(b[:])
+}
+
+// attemptAt returns the attempt id of the records at tok (the first by
+// node name that has one; "" when none has: records of a release before).
+func attemptAt(recs map[string]Record, tok string) string {
+	names := make([]string, 0, len(recs))
+	for name := range recs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if r := recs[name]; r.Token == tok && r.Attempt != "" {
+			return r.Attempt
+		}
+	}
+	return ""
 }
 
 // bump moves every node of prev and the new topology from the token from
@@ -344,7 +379,7 @@ func (a *applier) bump(ctx context.Context, recs map[string]Record, from, tok st
 			// bump; doc.go, "A node that went back"): from what was read.
 			expect = rec.Token
 		}
-		next := Record{Node: name, Epoch: epoch, Token: tok, Current: a.to, Prev: &prev, Phase: PhaseMigrating}
+		next := Record{Node: name, Epoch: epoch, Token: tok, Current: a.to, Prev: &prev, Phase: PhaseMigrating, Attempt: a.attempt}
 		if err := a.d.Write(ctx, name, expect, next); err != nil {
 			return fmt.Errorf("moving %s to epoch %d (run apply again to resume): %w", name, epoch, err)
 		}

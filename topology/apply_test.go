@@ -31,6 +31,7 @@ type fakeDriver struct {
 	retiredOn    [][]string // the nodes of each Retire call
 	reinstalled  int        // what Retire reports it put back
 	retireChange Change     // the change of the last Retire call
+	attempts     []string   // the attempt of each Retire call's change
 	lastSeen     Change
 }
 
@@ -79,6 +80,7 @@ func (f *fakeDriver) Retire(_ context.Context, c Change, nodes []string) (Retire
 	f.retiredOn = append(f.retiredOn, nodes)
 	f.retires++
 	f.retireChange = c
+	f.attempts = append(f.attempts, c.Attempt)
 	return Retirement{Retired: f.retired, Reinstalled: f.reinstalled}, nil
 }
 
@@ -243,6 +245,51 @@ func TestApplyResumesAfterCrash(t *testing.T) {
 	}
 	if rep.Retired != f.retired {
 		t.Fatalf("resumed apply reports %d retired, the driver %d", rep.Retired, f.retired)
+	}
+}
+
+// TestApplyAttempt: an apply draws its attempt id before its first bump
+// and writes it with every bump; a resume and a forward read it from the
+// nodes at the token and pass it on (Change.Attempt); an apply of the
+// same topology after every node went back below its epoch runs at the
+// same token but draws another.
+func TestApplyAttempt(t *testing.T) {
+	f := newFake()
+	f.at(1, two, nil, PhaseStable, "n1", "n2")
+	crashed := errors.New("crashed")
+	if _, err := apply(t, f, Options{To: three, Crash: func(context.Context, string) error { return crashed }}); !errors.Is(err, crashed) {
+		t.Fatalf("crashing apply = %v", err)
+	}
+	first := f.attempts[0]
+	if len(first) != 16 || f.recs["n1"].Attempt != first {
+		t.Fatalf("the first apply's attempt %q, n1's record %+v; want 16 hex digits, written with the bump", first, f.recs["n1"])
+	}
+	if _, err := apply(t, f, Options{To: three}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if f.recs[n].Attempt != first {
+			t.Fatalf("%s's record after the resume: %+v; want attempt %s", n, f.recs[n], first)
+		}
+	}
+	if got := f.attempts[len(f.attempts)-1]; got != first {
+		t.Fatalf("the resume's change names attempt %q, want %q", got, first)
+	}
+	// n3 goes back to no record: the forward passes the attempt on
+	delete(f.recs, "n3")
+	f.at(1, two, nil, PhaseStable, "n3")
+	rep, err := apply(t, f, Options{To: three})
+	if err != nil || len(rep.Forward) != 1 || f.retireChange.Attempt != first || f.recs["n3"].Attempt != first {
+		t.Fatalf("forward = %+v, %v; change %+v, n3 %+v; want attempt %s", rep, err, f.retireChange, f.recs["n3"], first)
+	}
+	// every node goes back below epoch 2: the same token, another attempt
+	f.at(1, two, nil, PhaseStable, "n1", "n2")
+	delete(f.recs, "n3")
+	if _, err := apply(t, f, Options{To: three}); err != nil {
+		t.Fatal(err)
+	}
+	if again := f.recs["n1"]; again.Token != Token(2, three.Fingerprint()) || again.Attempt == first || len(again.Attempt) != 16 {
+		t.Fatalf("n1 after the apply at the same token again: %+v; want another attempt than %s", again, first)
 	}
 }
 

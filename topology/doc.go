@@ -18,7 +18,9 @@
 //	shardis:topology epoch, token, current (Topology JSON), prev (the
 //	                 Topology of epoch E-1, or ""), phase
 //	                 ([PhaseMigrating] or [PhaseStable]), at (the node's
-//	                 clock at the write, seconds)
+//	                 clock at the write, seconds), attempt (the apply
+//	                 that moved it to the token: [Change.Attempt]; none
+//	                 for a first epoch or a record of a release before)
 //
 // A node moves only forward: none → E:fp at phase stable (the first
 // instance to find no record anywhere), or E:fp → E+1:fp' at phase

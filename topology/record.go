@@ -50,6 +50,11 @@ type Record struct {
 	// first epoch).
 	Prev  *Topology
 	Phase Phase
+	// Attempt names the apply that moved the node to Token: a random id
+	// its first bump drew, which its resumes and forwards keep (Change.
+	// Attempt); "" for a first epoch's record, one of a release before,
+	// or one rewritten after it was lost.
+	Attempt string
 	// Lost is true when the node's stamp names Token but its record is
 	// gone; the other fields but Node and Token are unknown.
 	Lost bool

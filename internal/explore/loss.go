@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -229,6 +230,10 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 		return -1, err
 	}
 	if post := w.readForDiff(ctx, name); pre != nil && post != nil {
+		// an install under way when the others were read (not paused) may
+		// have landed since: a live record now comes from it, the mark
+		// being gone (lossdiff.go)
+		maps.Copy(pre.movedLive, w.liveElsewhere(ctx, pre))
 		o.diffed(name, diffLoss(pre, post))
 	}
 	// Marks of the node's writes reach its peers up to a heartbeat after

@@ -21,7 +21,9 @@ import (
 // the roll back (a topology apply moved the order's record to its home
 // elsewhere, its data with it) and comes back live or absent, when the
 // order's record was live on another node then (its install had landed:
-// movedLive, read before the roll back). The node lost the mark, not the
+// movedLive, read before the roll back and again after it, for an
+// install under way at the first read: the other nodes are not paused).
+// The node lost the mark, not the
 // order: the order's record lives where the move put it, and the
 // protocol must keep it there. A mark whose install had not landed is a
 // lost write like any other: the move's rerun finishes it from the marked

@@ -13,4 +13,5 @@ redis.call('HSET', KEYS[1], 'epoch', ARGV[3])
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[2], 'epoch', ARGV[4], 'token', ARGV[3], 'current', ARGV[5], 'prev', ARGV[6],
   'phase', ARGV[7], 'at', t[1])
+if ARGV[8] and ARGV[8] ~= '' then redis.call('HSET', KEYS[2], 'attempt', ARGV[8]) end
 return 'ok'
