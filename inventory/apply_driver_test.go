@@ -77,6 +77,13 @@ func TestMigratorKeepsDriverContract(t *testing.T) {
 	if rec := read("stable"); rec.Phase != topology.PhaseStable || rec.Prev == nil || rec.Token != tok2 || rec.Attempt != "a1" {
 		t.Fatalf("stable: %+v, want phase stable with the previous topology and the attempt kept", rec)
 	}
+	// Another attempt at the node's token is refused.
+	if err := d.Write(ctx, "n1", tok1, topology.Record{Epoch: 2, Token: tok2, Current: t2, Prev: &t1, Phase: topology.PhaseMigrating, Attempt: "a2"}); !errors.Is(err, ErrTopology) {
+		t.Fatalf("write of attempt a2 at the token of a1 = %v, want ErrTopology", err)
+	}
+	if rec := read("after another attempt"); rec.Attempt != "a1" {
+		t.Fatalf("another attempt's write changed the record: %+v", rec)
+	}
 	c := srv.Client(t)
 	if err := c.Del(ctx, keyTopology).Err(); err != nil {
 		t.Fatal(err)

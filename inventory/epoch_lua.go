@@ -37,8 +37,9 @@ var topoReadScript = newBareScript("topo-read", identityLua+luaFile("topo_read.l
 // 5 current topology JSON, 6 previous topology JSON (""), 7 phase, 8 the
 // apply's attempt id (topology.Record.Attempt; "" writes none).
 // Writing the token the node already has only moves its phase from
-// migrating to stable (never back), or writes the record again when it
-// was lost. Replies "ok", or SHARDIS_EPOCH when
+// migrating to stable (never back) and gives a record without an attempt
+// ARGV 8's, or writes the record again when it was lost; it is refused
+// (SHARDIS_EPOCH) when ARGV 8 names another attempt than the record's. Replies "ok", or SHARDIS_EPOCH when
 // the node is at another token.
 var topoWriteScript = newBareScript("topo-write", identityLua+luaFile("topo_write.lua"))
 

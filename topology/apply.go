@@ -129,8 +129,10 @@ type Driver interface {
 	Read(ctx context.Context, node string) (Record, error)
 	// Write writes rec on the named node by compare-and-set: only when
 	// the node's token is expect ("" = none), or already rec.Token (then
-	// it only moves the phase from migrating to stable, never back).
-	// Otherwise it fails and the node is unchanged.
+	// it only moves the phase from migrating to stable, never back, and
+	// gives a record without an attempt rec.Attempt; it fails when
+	// rec.Attempt names another attempt than the record's). Otherwise it
+	// fails and the node is unchanged.
 	Write(ctx context.Context, node, expect string, rec Record) error
 	// Pending returns how many parts are pending on the named node.
 	Pending(ctx context.Context, node string) (int, error)
@@ -222,7 +224,9 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 			return a.forward(ctx, recs, cur)
 		}
 		a.rep.FromEpoch, a.rep.From = cur.Epoch-1, *cur.Prev // resume
-		a.attempt = attemptAt(recs, cur.Token)
+		if a.attempt, err = attemptAt(recs, cur.Token); err != nil {
+			return a.rep, err
+		}
 		a.diff()
 		if a.opts.DryRun {
 			a.rep.Phase = PhaseMigrating
@@ -284,7 +288,11 @@ func (a *applier) forward(ctx context.Context, recs map[string]Record, cur Recor
 	if a.opts.DryRun {
 		return a.rep, nil
 	}
-	c := Change{From: *cur.Prev, To: a.to, Epoch: cur.Epoch, Token: cur.Token, Forward: true, Attempt: attemptAt(recs, cur.Token)}
+	attempt, err := attemptAt(recs, cur.Token)
+	if err != nil {
+		return a.rep, err
+	}
+	c := Change{From: *cur.Prev, To: a.to, Epoch: cur.Epoch, Token: cur.Token, Forward: true, Attempt: attempt}
 	c.Joined, c.Left = joinedLeft(c.From, c.To)
 	if err := a.retireAt(ctx, c, a.rep.Forward); err != nil {
 		return a.rep, err
@@ -343,20 +351,31 @@ func newAttempt() string {
 	return hex.EncodeToString(b[:])
 }
 
-// attemptAt returns the attempt id of the records at tok (the first by
-// node name that has one; "" when none has: records of a release before).
-func attemptAt(recs map[string]Record, tok string) string {
+// attemptAt returns the attempt id of the records at tok ("" when none
+// has one: records of a release before). Records that name different
+// ones are refused (ErrInvalid): a write of another attempt at a node's
+// token is refused (Driver.Write), so they cannot come from applies of
+// this release, and what each attempt left on the nodes is told apart by
+// its id.
+func attemptAt(recs map[string]Record, tok string) (string, error) {
 	names := make([]string, 0, len(recs))
 	for name := range recs {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	attempt, by := "", ""
 	for _, name := range names {
-		if r := recs[name]; r.Token == tok && r.Attempt != "" {
-			return r.Attempt
+		r := recs[name]
+		if r.Token != tok || r.Attempt == "" || r.Attempt == attempt {
+			continue
 		}
+		if attempt != "" {
+			return "", fmt.Errorf("%w: the nodes at %s name two apply attempts (%s: %s, %s: %s): set one on every node's shardis:topology field attempt by hand before running apply again",
+				ErrInvalid, tok, by, attempt, name, r.Attempt)
+		}
+		attempt, by = r.Attempt, name
 	}
-	return ""
+	return attempt, nil
 }
 
 // bump moves every node of prev and the new topology from the token from
@@ -569,8 +588,11 @@ func (a *applier) migrate(ctx context.Context, tok string) (Report, error) {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+	from := a.rep.From
 	for _, name := range Union(a.rep.From.Nodes(), a.to.Nodes()) {
-		stable := Record{Node: name, Epoch: a.rep.ToEpoch, Token: tok, Current: a.to, Phase: PhaseStable}
+		// whole, for a node whose record was lost meanwhile (Write writes
+		// it again)
+		stable := Record{Node: name, Epoch: a.rep.ToEpoch, Token: tok, Current: a.to, Prev: &from, Phase: PhaseStable, Attempt: a.attempt}
 		if err := a.d.Write(ctx, name, tok, stable); err != nil {
 			return a.rep, err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +57,13 @@ func (f *fakeDriver) Write(_ context.Context, name, expect string, rec Record) e
 	}
 	cur := f.recs[name]
 	if cur.Token == rec.Token && cur.Token != "" {
+		if rec.Attempt != "" && cur.Attempt != "" && rec.Attempt != cur.Attempt {
+			return fmt.Errorf("node %s is at %q by attempt %s, not %s", name, cur.Token, cur.Attempt, rec.Attempt)
+		}
+		if cur.Attempt == "" {
+			cur.Attempt = rec.Attempt
+			f.recs[name] = cur
+		}
 		if rec.Phase == PhaseStable {
 			cur.Phase = PhaseStable
 			f.recs[name] = cur
@@ -290,6 +298,63 @@ func TestApplyAttempt(t *testing.T) {
 	}
 	if again := f.recs["n1"]; again.Token != Token(2, three.Fingerprint()) || again.Attempt == first || len(again.Attempt) != 16 {
 		t.Fatalf("n1 after the apply at the same token again: %+v; want another attempt than %s", again, first)
+	}
+}
+
+// hookDriver is the fake driver running hook (once) at its first Retire,
+// before it.
+type hookDriver struct {
+	*fakeDriver
+	hook func()
+}
+
+func (h *hookDriver) Retire(ctx context.Context, c Change, nodes []string) (Retirement, error) {
+	if hk := h.hook; hk != nil {
+		h.hook = nil
+		hk()
+	}
+	return h.fakeDriver.Retire(ctx, c, nodes)
+}
+
+// TestConcurrentFreshAppliesKeepOneAttempt: two fresh applies of the same
+// topology at once both read every node at epoch 1 and draw an attempt
+// each; P1 bumps n1 and dies; P2's bump of n1 is refused (another
+// attempt at its token), so it writes no node; the rerun resumes P1's
+// attempt on every node. Before, P2's write at n1's token changed
+// nothing and passed, and P2 bumped n2 and n3 under its own attempt: a
+// later forward named one attempt or the other depending on which nodes
+// had gone back (found by a review), and what the put backs of one had
+// left was read under the other's name.
+func TestConcurrentFreshAppliesKeepOneAttempt(t *testing.T) {
+	f := newFake()
+	f.at(1, two, nil, PhaseStable, "n1", "n2")
+	crashed := errors.New("crashed")
+	h := &hookDriver{fakeDriver: f, hook: func() {
+		// P1 runs between P2's reads and P2's bumps
+		if _, err := apply(t, f, Options{To: three, Crash: func(context.Context, string) error { return crashed }}); !errors.Is(err, crashed) {
+			t.Errorf("P1 = %v, want it crashed after its first bump", err)
+		}
+	}}
+	_, err := Apply(context.Background(), Options{To: three, Logger: quiet}, h)
+	p1 := f.recs["n1"].Attempt
+	if err == nil || !strings.Contains(err.Error(), "attempt") || f.recs["n2"].Token == f.recs["n1"].Token {
+		t.Fatalf("P2 = %v; n2 %+v; want it refused at n1, n2 not bumped", err, f.recs["n2"])
+	}
+	if _, err := apply(t, f, Options{To: three}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if f.recs[n].Attempt != p1 {
+			t.Fatalf("%s after the rerun: %+v; want P1's attempt %s", n, f.recs[n], p1)
+		}
+	}
+	// records that name two attempts are refused, not guessed between
+	f.recs["n2"] = Record{Node: "n2", Epoch: 1, Token: Token(1, two.Fingerprint()), Current: two, Phase: PhaseStable}
+	n3 := f.recs["n3"]
+	n3.Attempt = "0123456789abcdef"
+	f.recs["n3"] = n3
+	if _, err := apply(t, f, Options{To: three}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "two apply attempts") {
+		t.Fatalf("forward with records of two attempts = %v, want ErrInvalid naming both", err)
 	}
 }
 

@@ -52,8 +52,11 @@ type Record struct {
 	Phase Phase
 	// Attempt names the apply that moved the node to Token: a random id
 	// its first bump drew, which its resumes and forwards keep (Change.
-	// Attempt); "" for a first epoch's record, one of a release before,
-	// or one rewritten after it was lost.
+	// Attempt; a write of another attempt at the node's token is
+	// refused); "" for a first epoch's record, one of a release before,
+	// or one an instance wrote again after it was lost with no other
+	// node's record at its token to copy (the next write of the apply
+	// gives it the attempt).
 	Attempt string
 	// Lost is true when the node's stamp names Token but its record is
 	// gone; the other fields but Node and Token are unknown.

@@ -1,6 +1,19 @@
 
 local cur = redis.call('HGET', KEYS[1], 'epoch') or ''
 if cur == ARGV[3] and redis.call('EXISTS', KEYS[2]) == 1 then
+  -- the apply attempt (topology.Record.Attempt) is compared and set too:
+  -- a write of another attempt at the same token is refused (two fresh
+  -- applies of one topology at once: the first to reach a node wins, the
+  -- other stops there); one that names an attempt gives it to a record
+  -- without one
+  local att = redis.call('HGET', KEYS[2], 'attempt')
+  if ARGV[8] and ARGV[8] ~= '' then
+    if att and att ~= ARGV[8] then
+      return redis.error_reply('SHARDIS_EPOCH node ' .. ARGV[1] .. ' is at topology ' .. cur ..
+        ' by another apply (attempt ' .. att .. ', not ' .. ARGV[8] .. ')')
+    end
+    if not att then redis.call('HSET', KEYS[2], 'attempt', ARGV[8]) end
+  end
   if ARGV[7] == 'stable' then redis.call('HSET', KEYS[2], 'phase', 'stable') end
   return 'ok'
 end
