@@ -84,6 +84,17 @@ func TestMigratorKeepsDriverContract(t *testing.T) {
 	if rec := read("after another attempt"); rec.Attempt != "a1" {
 		t.Fatalf("another attempt's write changed the record: %+v", rec)
 	}
+	// A record without an attempt (a release before's) is given the one
+	// a write at its token names.
+	if err := srv.Client(t).HDel(ctx, keyTopology, "attempt").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Write(ctx, "n1", tok2, topology.Record{Epoch: 2, Token: tok2, Current: t2, Phase: topology.PhaseStable, Attempt: "a3"}); err != nil {
+		t.Fatal(err)
+	}
+	if rec := read("given an attempt"); rec.Attempt != "a3" || rec.Prev == nil {
+		t.Fatalf("a record without an attempt, written at its token: %+v, want attempt a3, the rest kept", rec)
+	}
 	c := srv.Client(t)
 	if err := c.Del(ctx, keyTopology).Err(); err != nil {
 		t.Fatal(err)

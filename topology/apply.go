@@ -370,7 +370,7 @@ func attemptAt(recs map[string]Record, tok string) (string, error) {
 			continue
 		}
 		if attempt != "" {
-			return "", fmt.Errorf("%w: the nodes at %s name two apply attempts (%s: %s, %s: %s): set one on every node's shardis:topology field attempt by hand before running apply again",
+			return "", fmt.Errorf("%w: the nodes at %s name two apply attempts (%s: %s, %s: %s; a node went back to a copy taken during an earlier apply at this token): set the latest apply's attempt (of the records written last: field at) as field attempt of every node's shardis:topology at this token by hand before running apply again",
 				ErrInvalid, tok, by, attempt, name, r.Attempt)
 		}
 		attempt, by = r.Attempt, name
@@ -594,7 +594,7 @@ func (a *applier) migrate(ctx context.Context, tok string) (Report, error) {
 		// it again)
 		stable := Record{Node: name, Epoch: a.rep.ToEpoch, Token: tok, Current: a.to, Prev: &from, Phase: PhaseStable, Attempt: a.attempt}
 		if err := a.d.Write(ctx, name, tok, stable); err != nil {
-			return a.rep, err
+			return a.rep, fmt.Errorf("writing %s stable at epoch %d (run apply again to resume): %w", name, a.rep.ToEpoch, err)
 		}
 	}
 	a.rep.Phase = PhaseStable

@@ -20,7 +20,8 @@
 //	                 ([PhaseMigrating] or [PhaseStable]), at (the node's
 //	                 clock at the write, seconds), attempt (the apply
 //	                 that moved it to the token: [Change.Attempt]; none
-//	                 for a first epoch or a record of a release before)
+//	                 for a first epoch, a record of a release before, or
+//	                 one an instance wrote again after it was lost)
 //
 // A node moves only forward: none → E:fp at phase stable (the first
 // instance to find no record anywhere), or E:fp → E+1:fp' at phase
