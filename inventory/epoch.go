@@ -177,7 +177,7 @@ func (inv *Inventory) TopologyStatus(ctx context.Context) topology.Status {
 func (inv *Inventory) readView(ctx context.Context) *view {
 	now := time.Now()
 	recs, unread := inv.readRecords(ctx, inv.nodes)
-	if inv.repairLost(ctx, recs) {
+	if inv.repairLost(ctx, recs, len(unread) == 0) {
 		recs, unread = inv.readRecords(ctx, inv.nodes)
 	}
 	newest := topology.Newest(recs)
@@ -324,12 +324,17 @@ func (v *view) refuse() error {
 }
 
 // repairLost writes the record again on nodes that lost it (Lost): from a
-// node holding the same token, or, when none does, from this instance's
-// own topology if the token's fingerprint is this topology's (the token
-// proves it; written as stable: a migration under way when every node
-// lost its record is not resumed, run topology apply again). It reports
-// whether it wrote anything.
-func (inv *Inventory) repairLost(ctx context.Context, recs []topology.Record) bool {
+// node holding the same token, or, when none does and every node of this
+// instance's configuration was read (allRead), from this instance's own
+// topology if the token's fingerprint is this topology's (the token
+// proves it; written as stable, with no previous topology or apply
+// attempt: a migration under way when every node lost its record is not
+// resumed, run topology apply again). A node that could not be read may
+// hold the record whole (its previous topology, its phase, its attempt):
+// written from the configuration meanwhile, a record lost during a
+// migration would read stable, and the node would never be repaired from
+// its peers (it is no longer lost). It reports whether it wrote anything.
+func (inv *Inventory) repairLost(ctx context.Context, recs []topology.Record, allRead bool) bool {
 	wrote := false
 	for _, r := range recs {
 		if !r.Lost {
@@ -347,7 +352,7 @@ func (inv *Inventory) repairLost(ctx context.Context, recs []topology.Record) bo
 		switch {
 		case src != nil:
 			err = inv.writeRecord(ctx, r.Node, r.Token, *src)
-		case ok && fp == inv.topo.fp && !inv.topo.noInit:
+		case allRead && ok && fp == inv.topo.fp && !inv.topo.noInit:
 			err = inv.writeRecord(ctx, r.Node, r.Token, topology.Record{Epoch: epoch, Token: r.Token, Current: inv.topo.self, Phase: topology.PhaseStable})
 		default:
 			continue
