@@ -41,12 +41,13 @@ import (
 //
 //   - a put back is remembered: order_install.lua with "replace" writes
 //     the record and, in the same script, the node's memory of the put
-//     back (putBackKey: the change's token and the order), and a
-//     retirement of the change checks that memory in the script that
-//     would mark the record (order_move_out.lua answers "kept"). So no
-//     retirement of a change ever marks what a put back of that change
-//     wrote, whatever it read and planned before: a node that goes back
-//     to data older than the put back loses the memory with the record.
+//     back (putBackKey: the change's token, its apply's attempt and the
+//     order), and a retirement of the change checks that memory in the
+//     script that would mark the record (order_move_out.lua answers
+//     "kept"). So no retirement of an apply ever marks what a put back of
+//     that apply wrote, whatever it read and planned before: a node that
+//     goes back to data older than the put back loses the memory with the
+//     record.
 //     The memory is named by the change's token and its apply's attempt
 //     (memoryOf, topology.Change.Attempt): a token is the epoch and the
 //     topology's fingerprint, so once every node went back below c.Epoch

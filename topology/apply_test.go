@@ -275,11 +275,7 @@ func TestApplyAttempt(t *testing.T) {
 	if _, err := apply(t, f, Options{To: three}); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"n1", "n2", "n3"} {
-		if f.recs[n].Attempt != first {
-			t.Fatalf("%s's record after the resume: %+v; want attempt %s", n, f.recs[n], first)
-		}
-	}
+	f.wantAttempt(t, "the resume", first, "n1", "n2", "n3")
 	if got := f.attempts[len(f.attempts)-1]; got != first {
 		t.Fatalf("the resume's change names attempt %q, want %q", got, first)
 	}
@@ -298,6 +294,17 @@ func TestApplyAttempt(t *testing.T) {
 	}
 	if again := f.recs["n1"]; again.Token != Token(2, three.Fingerprint()) || again.Attempt == first || len(again.Attempt) != 16 {
 		t.Fatalf("n1 after the apply at the same token again: %+v; want another attempt than %s", again, first)
+	}
+}
+
+// wantAttempt fails t unless every one of nodes' records names attempt
+// after what.
+func (f *fakeDriver) wantAttempt(t *testing.T, what, attempt string, nodes ...string) {
+	t.Helper()
+	for _, n := range nodes {
+		if f.recs[n].Attempt != attempt {
+			t.Fatalf("%s's record after %s: %+v; want attempt %s", n, what, f.recs[n], attempt)
+		}
 	}
 }
 
@@ -343,11 +350,7 @@ func TestConcurrentFreshAppliesKeepOneAttempt(t *testing.T) {
 	if _, err := apply(t, f, Options{To: three}); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"n1", "n2", "n3"} {
-		if f.recs[n].Attempt != p1 {
-			t.Fatalf("%s after the rerun: %+v; want P1's attempt %s", n, f.recs[n], p1)
-		}
-	}
+	f.wantAttempt(t, "the rerun", p1, "n1", "n2", "n3")
 	// records that name two attempts are refused, not guessed between
 	f.recs["n2"] = Record{Node: "n2", Epoch: 1, Token: Token(1, two.Fingerprint()), Current: two, Phase: PhaseStable}
 	n3 := f.recs["n3"]
