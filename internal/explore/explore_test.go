@@ -76,13 +76,17 @@ func TestWriteSummaryCountsRetirements(t *testing.T) {
 }
 
 // A failing seed's replay line names every option that changes its
-// draws, the moved order's chance included: without it the seed replays
-// another schedule.
+// draws, the moved order's chance and the twin's included: without them
+// the seed replays another schedule.
 func TestReplayCommandNamesEveryOption(t *testing.T) {
 	opts := Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: 1, Moved: 1,
 		Mutations: []inventory.Mutation{inventory.MutationRetireSkip}}
 	want := "make explore SEED=2 N=1 MUTATIONS=retire-skip PROFILE=calm TOPOLOGY=1 RESTART=-1 LIMIT=-1 INLINE=-1 LOSS=1 MOVED=1"
 	if got := ReplayCommand(2, opts); got != want {
 		t.Errorf("ReplayCommand = %q, want %q", got, want)
+	}
+	opts.Twin = 0.5
+	if got := ReplayCommand(2, opts); got != want+" TWIN=0.5" {
+		t.Errorf("ReplayCommand with a twin = %q, want %q", got, want+" TWIN=0.5")
 	}
 }

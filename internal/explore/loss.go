@@ -145,6 +145,18 @@ func (w *World) loss(o *observed, s *Scheduler, who string, plan lossPlan) func(
 	}
 }
 
+// twin is the twin actor (Options.Twin): a second operator who, after
+// wait picks, reruns the apply as the data-loss actor does after its
+// accept (reapply), whatever the other actors are doing then.
+func (w *World) twin(o *observed, s *Scheduler, who string, wait int) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		for range wait {
+			_ = s.Step(ctx, who+" waits", func() error { return nil })
+		}
+		w.reapply(ctx, o, s, who)
+	}
+}
+
 // reapply is the operator's step after an accept: when the nodes are not
 // all stable at the newest record's token (the node's copy predates the
 // last apply, or an apply is under way), `shardis topology apply` of that
@@ -160,7 +172,7 @@ func (w *World) reapply(ctx context.Context, o *observed, s *Scheduler, who stri
 	}
 	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: to, From: from, Wait: 300 * time.Millisecond, Logger: discard, Faults: s})
 	o.applied(rep)
-	o.note(who, fmt.Sprintf("topology apply %s again after the accept (phase %s)", at, rep.Phase), err)
+	o.note(who, fmt.Sprintf("topology apply %s again (phase %s)", at, rep.Phase), err)
 }
 
 // snapPath is a new path for a copy of node name's AOF.

@@ -42,6 +42,9 @@ func ReplayCommand(seed int64, opts Options) string {
 	if opts.Moved != 0 {
 		cmd += fmt.Sprintf(" MOVED=%g", opts.Moved)
 	}
+	if opts.Twin > 0 {
+		cmd += fmt.Sprintf(" TWIN=%g", opts.Twin)
+	}
 	return cmd
 }
 

@@ -52,6 +52,15 @@ type Options struct {
 	// seeds run as they did before it was added).
 	// default: 0.5
 	Moved float64
+	// Twin is the chance that a schedule with the topology actor or the
+	// data-loss actor has a second operator (the twin actor, loss.go): it
+	// reruns `shardis topology apply` of the newest record's topology
+	// when the nodes are not all stable, racing the topology actor's
+	// applies and the data-loss actor's re-apply (two resumes, or two
+	// forwards of a node that went back, at once). Drawn only when above
+	// 0 (its seeds run as they did before it was added otherwise).
+	// default: 0 (off)
+	Twin float64
 }
 
 func (o Options) probs() (Probs, error) {
@@ -316,6 +325,7 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		})
 	}
 	var moved topologyPlan // the topology actor's moved order, if any
+	twinned := false       // an actor a twin can race: the topology or data-loss actor
 	if s.Chance(opts.Topology) {
 		// The order reserved at T1: its home at T1 is n4, n1 or n2, and
 		// its route c item goes first to its user's quota node, n3 or
@@ -334,6 +344,7 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 			moved = plan
 		}
 		s.Go(ctx, "topology", w.topology(obs, s, "topology", plan))
+		twinned = true
 	}
 	if s.Chance(opts.Restart) {
 		name := nodesT0[s.Intn(len(nodesT0))]
@@ -355,6 +366,10 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 			}
 		}
 		s.Go(ctx, "loss", w.loss(obs, s, "loss", plan))
+		twinned = true
+	}
+	if twinned && opts.Twin > 0 && s.Chance(opts.Twin) {
+		s.Go(ctx, "twin", w.twin(obs, s, "twin", s.Intn(40)))
 	}
 	s.Run()
 	return orders
