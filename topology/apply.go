@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -381,9 +382,17 @@ func attemptAt(recs map[string]Record, tok string) (string, error) {
 // bump moves every node of prev and the new topology from the token from
 // (or none, for a node that never had one; or, for a node at an epoch
 // before from's, the token read) to tok, by compare-and-set; nodes
-// already at tok are left alone.
+// already at tok are left alone. prev's nodes go first, in name order,
+// then the joining ones: two applies from the same topology, of the same
+// topology or not, both write prev's first node first, so the one that
+// comes second is refused there before it wrote any node (by the token,
+// or by the attempt, [Change.Attempt]); with the joining nodes in the
+// order too, an apply whose joining node sorts first bumped it, and the
+// other apply then finished without it, leaving it migrating at a token
+// no rerun could finish (a review found it).
 func (a *applier) bump(ctx context.Context, recs map[string]Record, from, tok string, epoch int64, prev Topology) error {
-	for _, name := range Union(prev.Nodes(), a.to.Nodes()) {
+	joining := slices.DeleteFunc(a.to.Nodes(), func(n string) bool { return slices.Contains(prev.Nodes(), n) })
+	for _, name := range append(prev.Nodes(), joining...) {
 		rec := recs[name]
 		if rec.Token == tok {
 			continue

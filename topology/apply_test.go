@@ -361,6 +361,41 @@ func TestConcurrentFreshAppliesKeepOneAttempt(t *testing.T) {
 	}
 }
 
+// TestConcurrentAppliesOfDifferentTopologies: two fresh applies from the
+// same topology to different ones, X adding a0 and Y adding b0, both
+// names sorting before every current node. X bumps its first node and
+// dies in Y's retirement; Y's first bump is refused (both write the
+// current topology's first node first), so Y writes no node; X's rerun
+// finishes it, a0 with the others. Before, each bumped its joining node
+// first: Y finished without a0, which stayed migrating at X's token,
+// refused by every rerun (found by a review).
+func TestConcurrentAppliesOfDifferentTopologies(t *testing.T) {
+	f := newFake()
+	f.at(1, two, nil, PhaseStable, "n1", "n2")
+	x := topo(map[string][]string{"r": {"a0", "n1", "n2"}})
+	y := topo(map[string][]string{"r": {"b0", "n1", "n2"}})
+	crashed := errors.New("crashed")
+	h := &hookDriver{fakeDriver: f, hook: func() {
+		if _, err := apply(t, f, Options{To: x, Crash: func(context.Context, string) error { return crashed }}); !errors.Is(err, crashed) {
+			t.Errorf("X = %v, want it crashed after its first bump", err)
+		}
+	}}
+	if _, err := Apply(context.Background(), Options{To: y, Logger: quiet}, h); err == nil {
+		t.Fatal("Y went through though X had bumped a node")
+	}
+	if _, ok := f.recs["b0"]; ok {
+		t.Fatalf("b0 written by the refused Y: %+v", f.recs["b0"])
+	}
+	if rep, err := apply(t, f, Options{To: x}); err != nil || rep.Phase != PhaseStable {
+		t.Fatalf("X's rerun = %+v, %v", rep, err)
+	}
+	for _, n := range []string{"a0", "n1", "n2"} {
+		if r := f.recs[n]; r.Token != Token(2, x.Fingerprint()) || r.Phase != PhaseStable {
+			t.Fatalf("%s after X's rerun: %+v; want stable at X's token", n, r)
+		}
+	}
+}
+
 // TestApplyWaitsThenFinishes: counters held past Wait leave the phase
 // migrating with Waiting counted and nothing stable; a later rerun ends it.
 func TestApplyWaitsThenFinishes(t *testing.T) {
