@@ -152,8 +152,6 @@ func (a *migrator) reinstall(ctx context.Context, c topology.Change, plan putBac
 			return put, retired, fmt.Errorf("putting back order %q on %s from its moved copy on %s (run apply again to resume): %w", p.id, p.dest, p.h.Name(), err)
 		}
 		switch got {
-		case putHeld:
-			continue
 		case putNoCopy:
 			ok, err := a.retirePlanned(ctx, c, p, behind[p.dest])
 			if ok {
@@ -162,13 +160,13 @@ func (a *migrator) reinstall(ctx context.Context, c topology.Change, plan putBac
 			if err != nil {
 				return put, retired, err
 			}
-			continue
-		}
-		a.log.Warn("topology: order record put back from its moved copy: its node went back to data from before the apply moved it there",
-			"node", p.dest, "order", p.id, "from", p.h.Name())
-		put++
-		if a.inv.crash(ctx, "reinstall") {
-			return put, retired, errCrashed
+		case putWritten:
+			a.log.Warn("topology: order record put back from its moved copy: its node went back to data from before the apply moved it there",
+				"node", p.dest, "order", p.id, "from", p.h.Name())
+			put++
+			if a.inv.crash(ctx, "reinstall") {
+				return put, retired, errCrashed
+			}
 		}
 	}
 	return put, retired, nil

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -391,7 +390,7 @@ func attemptAt(recs map[string]Record, tok string) (string, error) {
 // other apply then finished without it, leaving it migrating at a token
 // no rerun could finish (a review found it).
 func (a *applier) bump(ctx context.Context, recs map[string]Record, from, tok string, epoch int64, prev Topology) error {
-	joining := slices.DeleteFunc(a.to.Nodes(), func(n string) bool { return slices.Contains(prev.Nodes(), n) })
+	joining, _ := joinedLeft(prev, a.to)
 	for _, name := range append(prev.Nodes(), joining...) {
 		rec := recs[name]
 		if rec.Token == tok {
