@@ -26,7 +26,7 @@ func (e *env) mismatches(ctx context.Context, skus [][2]string, oldIncarnations 
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	type total struct{ confirmed, pending int64 }
-	totals := map[[2]string]*total{} // rows of the nodes' current incarnations
+	totals := map[[2]string]*total{} // rows of the nodes' current incarnations and of the parts they hold
 	for _, s := range skus {
 		totals[s] = &total{}
 	}
@@ -60,7 +60,10 @@ func (e *env) mismatches(ctx context.Context, skus [][2]string, oldIncarnations 
 			}
 		}
 		for id, r := range rows {
-			if t := totals[[2]string{r.route, r.sku}]; t != nil && r.inc == inc {
+			// a part the node hands out again under a later incarnation
+			// keeps the row of its first landing
+			_, held := parts[id]
+			if t := totals[[2]string{r.route, r.sku}]; t != nil && (r.inc == inc || held) {
 				switch r.state {
 				case "confirmed":
 					t.confirmed += r.qty

@@ -75,7 +75,10 @@
 //     took it back) gets positions of its own from offset 0; the change is
 //     logged and counted (shardis_sync_new_incarnations_total). Pending
 //     parts of the old incarnation that the node no longer holds become
-//     lost.
+//     lost. A part the node hands out again keeps its row: a lost row is
+//     pending again (and re-checked), a settled row stays as it is, and
+//     another state there is a conflict, logged and counted
+//     (shardis_sync_conflicting_parts_total).
 //   - A node that went back under the committed position without a new
 //     incarnation (what rollback detection cannot see) pauses that queue,
 //     logged and counted (shardis_sync_rewound_queues), instead of

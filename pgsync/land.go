@@ -35,6 +35,9 @@ type worker struct {
 	rewound map[int]bool   // queues reported as gone back, paused
 	locks   lockWait       // queues skipped as locked by another session
 	held    time.Duration  // the last read held a queue back: nothing is ready before this (0: none)
+	// restored: the node had another incarnation before inc, so a part it
+	// hands out may have a row of that one already (conflicts, tx.go)
+	restored bool
 
 	redis, db, ack, settle streak
 }
@@ -201,14 +204,13 @@ ON CONFLICT DO NOTHING`, w.node, inc, gen)
 		if err != nil {
 			return err
 		}
-		if inserted = tag.RowsAffected() == 1; inserted {
-			rows, _ := tx.Query(ctx, `SELECT incarnation FROM sync_incarnations WHERE node = $1 AND incarnation <> $2
-ORDER BY first_seen`, w.node, inc)
-			if previous, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-				return err
-			}
+		inserted = tag.RowsAffected() == 1
+		rows, _ := tx.Query(ctx, `SELECT incarnation FROM sync_incarnations WHERE node = $1 AND incarnation <> $2
+ORDER BY first_seen`, w.node, inc) // every earlier one, not only at a first sight: worker.restored
+		if previous, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return err
 		}
-		rows, _ := tx.Query(ctx, `SELECT queue, redo_offset, part_id FROM sync_positions WHERE node = $1 AND incarnation = $2`, w.node, inc)
+		rows, _ = tx.Query(ctx, `SELECT queue, redo_offset, part_id FROM sync_positions WHERE node = $1 AND incarnation = $2`, w.node, inc)
 		var q int32
 		var c cursor
 		_, err = pgx.ForEachRow(rows, []any{&q, &c.off, &c.part}, func() error {
@@ -226,14 +228,14 @@ ORDER BY first_seen`, w.node, inc)
 	case inserted && len(previous) > 0:
 		w.s.m.incarnations.WithLabelValues(w.node).Inc()
 		w.s.log.Warn("NEW INCARNATION: the node lost data and was accepted; its redo log is landed from a new position, "+
-			"never merged into the old one (rows of parts it still holds keep their first landing and follow their state)",
+			"never merged into the old one (rows of parts it still holds keep their first landing; pending and lost ones follow their state, settled ones stay)",
 			"node", w.node, "incarnation", inc, "generation", gen, "previous_incarnations", strings.Join(previous, ","))
 	case inserted:
 		w.s.log.Info("landing a node's redo log", "node", w.node, "incarnation", inc, "generation", gen)
 	}
 	w.s.log.Info("resuming the redo log from the committed positions", "node", w.node, "incarnation", inc,
 		"positions", positionsText(pos))
-	w.inc, w.gen, w.pos = inc, gen, pos
+	w.inc, w.gen, w.pos, w.restored = inc, gen, pos, len(previous) > 0
 	w.owed = map[int]cursor{}
 	for q, c := range pos {
 		if c.off > 0 {

@@ -25,6 +25,7 @@ type Metrics struct {
 	unsettled    *prometheus.GaugeVec
 	lost         *prometheus.CounterVec
 	skipped      *prometheus.CounterVec
+	conflicts    *prometheus.CounterVec
 
 	mu       sync.Mutex
 	rewoundQ map[string]map[int]bool // node → queues paused because they went back
@@ -91,13 +92,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "shardis_sync_lost_parts_total",
 		Help: "Landed pending parts whose node no longer holds them under a new incarnation (state lost).",
 	}, []string{"node"})
+	m.conflicts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardis_sync_conflicting_parts_total",
+		Help: "Settled parts whose node, at a later incarnation (it went back to an older copy and was accepted), handed them out in another state: the database keeps its settled state.",
+	}, []string{"node"})
 	m.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardis_sync_skipped_refused_parts_total",
 		Help: "Redo-log entries left out of PostgreSQL because their part was given back by a Reserve attempt that never became a reservation (read cancelled, reason refused, before it landed), by node.",
 	}, []string{"node"})
 	if reg != nil {
 		reg.MustRegister(m.landed, m.settled, m.lag, m.delay, m.errors, m.dbUp, m.incarnations, m.generation,
-			m.trimmed, m.rewound, m.unsettled, m.lost, m.skipped)
+			m.trimmed, m.rewound, m.unsettled, m.lost, m.skipped, m.conflicts)
 	}
 	return m
 }
@@ -117,6 +122,7 @@ func (m *Metrics) initNode(node string) {
 	m.unsettled.WithLabelValues(node)
 	m.lost.WithLabelValues(node)
 	m.skipped.WithLabelValues(node)
+	m.conflicts.WithLabelValues(node)
 }
 
 func (m *Metrics) setLag(node string, queue int, lag int64) {
@@ -181,6 +187,11 @@ func (m *Metrics) SkippedRefused() float64 { return sumOf(m.skipped) }
 // Lost returns how many landed pending parts were found lost, over every
 // node.
 func (m *Metrics) Lost() float64 { return sumOf(m.lost) }
+
+// Conflicts returns how many settled parts a later incarnation of their
+// node handed out in another state, over every node
+// (shardis_sync_conflicting_parts_total).
+func (m *Metrics) Conflicts() float64 { return sumOf(m.conflicts) }
 
 // sumOf adds up the counters and gauges c collects.
 func sumOf(c prometheus.Collector) float64 {

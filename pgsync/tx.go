@@ -19,7 +19,11 @@ const (
 WHERE node = $1 AND incarnation = $2 AND queue = ANY($3::int[])`
 	// sqlInsert lands entries. A part already landed (a replay, or a part
 	// a restored node still holds under a new incarnation) keeps its row:
-	// only its state moves forward.
+	// only its state moves forward, but for a row lost or expired that a
+	// later incarnation of its node hands out again, which is pending
+	// again (the settle pass then follows it). A settled row stays
+	// settled: one a later incarnation holds in another state is a
+	// conflict (sqlConflicts).
 	sqlInsert = `INSERT INTO stock_movements
   (node, incarnation, queue, redo_offset, part_id, order_id, route, sku, quantity, state, reserved_at, settled_at, reason)
 SELECT $1, $2, u.queue, u.off, u.part, u.ord, u.route, u.sku, u.qty, u.state, u.at, u.settled, u.reason
@@ -28,7 +32,17 @@ FROM unnest($3::int[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::tex
 ON CONFLICT (node, part_id) DO UPDATE SET state = EXCLUDED.state, settled_at = EXCLUDED.settled_at, reason = EXCLUDED.reason,
   updated_at = now()
 WHERE (stock_movements.state IN ('pending', 'lost', 'expired') AND EXCLUDED.state IN ('confirmed', 'cancelled'))
-   OR (stock_movements.state = 'pending' AND EXCLUDED.state IN ('lost', 'expired'))`
+   OR (stock_movements.state = 'pending' AND EXCLUDED.state IN ('lost', 'expired'))
+   OR (stock_movements.state IN ('lost', 'expired') AND EXCLUDED.state = 'pending'
+       AND stock_movements.incarnation <> EXCLUDED.incarnation)`
+	// sqlConflicts returns the parts of entries ($2 ids, $3 states) landed
+	// at incarnation $4 whose row, of another incarnation of the node, is
+	// settled in another state: the node lost the decision the row holds
+	// (it went back to an older copy and was accepted), or decided again.
+	// Run only for a node with an earlier incarnation (worker.restored).
+	sqlConflicts = `SELECT m.part_id, m.state, u.state FROM stock_movements m
+JOIN unnest($2::text[], $3::text[]) AS u(part, state) ON m.node = $1 AND m.part_id = u.part
+WHERE m.incarnation <> $4 AND m.state IN ('confirmed', 'cancelled') AND m.state <> u.state`
 	// sqlAdvance moves the positions, in the same transaction.
 	sqlAdvance = `INSERT INTO sync_positions (node, incarnation, queue, redo_offset, part_id)
 SELECT $1, $2, u.q, u.off, u.part FROM unnest($3::int[], $4::bigint[], $5::text[]) AS u(q, off, part)
@@ -65,8 +79,14 @@ func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead, reaso
 	if err != nil {
 		return err
 	}
+	var conflicts []conflict
 	if len(b.mv.off) > 0 {
 		mv := &b.mv
+		if w.restored {
+			if conflicts, err = w.conflicts(ctx, tx, mv.part, mv.state); err != nil {
+				return err
+			}
+		}
 		if _, err := tx.Exec(ctx, sqlInsert, w.node, w.inc, mv.queue, mv.off, mv.part, mv.order, mv.route, mv.sku,
 			mv.qty, mv.state, mv.at, mv.settled, mv.reason); err != nil {
 			return err
@@ -83,7 +103,37 @@ func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead, reaso
 		w.owed[q] = c
 	}
 	w.landed(work, b, missing)
+	w.reportConflicts(conflicts)
 	return nil
+}
+
+// conflict is a part whose settled row a later incarnation of its node
+// holds in another state.
+type conflict struct{ part, row, node string }
+
+// conflicts runs sqlConflicts in tx for the entries parts (in states).
+func (w *worker) conflicts(ctx context.Context, tx pgx.Tx, parts, states []string) ([]conflict, error) {
+	rows, _ := tx.Query(ctx, sqlConflicts, w.node, parts, states, w.inc)
+	var c conflict
+	var out []conflict
+	_, err := pgx.ForEachRow(rows, []any{&c.part, &c.row, &c.node}, func() error {
+		out = append(out, c)
+		return nil
+	})
+	return out, err
+}
+
+// reportConflicts logs and counts the conflicts of a committed landing.
+func (w *worker) reportConflicts(cs []conflict) {
+	if len(cs) == 0 {
+		return
+	}
+	w.s.m.conflicts.WithLabelValues(w.node).Add(float64(len(cs)))
+	for _, c := range cs {
+		w.s.log.Error("CONFLICT: a settled part is in another state on its node, which went back to an older copy of its data and was accepted: "+
+			"the database keeps its settled state; the node lost that decision and its counters follow its own (reconcile by hand)",
+			"node", w.node, "incarnation", w.inc, "part", c.part, "database_state", c.row, "node_state", c.node)
+	}
 }
 
 // lockQueues takes the advisory lock of each of queues it can get in tx
