@@ -95,17 +95,33 @@ type lossPlan struct {
 	// decision back. Each wait is observed.waitEnded's. followReserve
 	// and followDecide name the moved order's clients ("": no follow).
 	followReserve, followDecide string
+	// after names an actor that must have ended before this one's first
+	// step: a second loss of the same node (secondLoss) goes back only
+	// once the first was accepted and its re-apply ran, and not at all
+	// when the first has not ended after observed.waitEnded's wait ("":
+	// none).
+	after string
 }
 
 // loss is the data-loss actor of plan.
 func (w *World) loss(o *observed, s *Scheduler, who string, plan lossPlan) func(ctx context.Context) {
 	return func(ctx context.Context) {
+		defer o.end(who)
 		wait := func(n int) {
 			for range n {
 				_ = s.Step(ctx, who+" waits", func() error { return nil })
 			}
 		}
 		name, snap := plan.node, plan.snap
+		if plan.after != "" {
+			// bounded: the first actor's calls may be parked until the
+			// next phase, which waits for this one
+			if o.waitEnded(ctx, s, who, plan.after); !o.hasEnded(plan.after) {
+				o.note(who, "go back after "+plan.after+" ended: it had not", nil)
+				_ = os.RemoveAll(snap)
+				return
+			}
+		}
 		if plan.followReserve != "" {
 			o.waitEnded(ctx, s, who, plan.followReserve)
 		}
@@ -143,6 +159,27 @@ func (w *World) loss(o *observed, s *Scheduler, who string, plan lossPlan) func(
 		o.note(who, "accept "+name, err)
 		w.reapply(ctx, o, s, who)
 	}
+}
+
+// secondLoss starts the second data-loss actor (Options.Loss2) beside
+// the first, whose node is first: its own node, drawn among n1..n3 (the
+// same node waits for the first actor's end: lossPlan.after), its own
+// waits, and in half the schedules a copy taken now, at the schedule's
+// start.
+func (w *World) secondLoss(ctx context.Context, o *observed, s *Scheduler, first string) {
+	plan := lossPlan{node: nodesT0[s.Intn(len(nodesT0))], before: s.Intn(6), held: 1 + s.Intn(30), out: s.Intn(8)}
+	if plan.node == first {
+		plan.after = "loss"
+	}
+	if s.Chance(0.5) { // a copy from before the schedule (set-up: not scheduled)
+		plan.snap = w.snapPath(plan.node)
+		err := w.copyData(ctx, plan.node, plan.snap)
+		o.note("loss2", "copy "+plan.node+"'s data at the start", err)
+		if err != nil {
+			plan.snap = ""
+		}
+	}
+	s.Go(ctx, "loss2", w.loss(o, s, "loss2", plan))
 }
 
 // twin is the twin actor (Options.Twin): a second operator who, after
@@ -227,6 +264,7 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 		unpause()
 		return -1, err
 	}
+	incBefore := w.incarnations(ctx, []string{name})[name]
 	var pre *nodeState // what it held: lossdiff.go
 	if paused {
 		if pre = w.readForDiff(ctx, name); pre != nil {
@@ -241,6 +279,10 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 	if err != nil {
 		return -1, err
 	}
+	// A copy from before an accept (a second loss of the node: Loss2)
+	// holds an older incarnation, whose write sequence does not compare
+	// with the one it replaced: only a refusal tells it lost something.
+	past := w.incarnations(ctx, []string{name})[name] != incBefore
 	if post := w.readForDiff(ctx, name); pre != nil && post != nil {
 		// an install under way when the others were read (not paused) may
 		// have landed since: a live record now comes from it, the mark
@@ -254,11 +296,11 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 	var seen int64
 	for wait := time.Now().Add(4 * w.cfg0.Health.Heartbeat); ; time.Sleep(2 * time.Millisecond) {
 		seen = max(w.maxSeen(o, name), w.witnessed(ctx, name))
-		if seen > after || w.refused(o, name) || time.Now().After(wait) {
+		if (!past && seen > after) || w.refused(o, name) || time.Now().After(wait) {
 			break
 		}
 	}
-	if after >= before || (seen <= after && !w.refused(o, name)) {
+	if refused := w.refused(o, name); (past && !refused) || (!past && (after >= before || (seen <= after && !refused))) {
 		o.note(who, fmt.Sprintf("%s came back at write seq %d (was %d, %d seen acknowledged): nothing acknowledged lost", name, after, before, seen), nil)
 		return -1, nil
 	}

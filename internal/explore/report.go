@@ -45,6 +45,9 @@ func ReplayCommand(seed int64, opts Options) string {
 	if opts.Twin > 0 {
 		cmd += fmt.Sprintf(" TWIN=%g", opts.Twin)
 	}
+	if opts.Loss2 > 0 {
+		cmd += fmt.Sprintf(" LOSS2=%g", opts.Loss2)
+	}
 	return cmd
 }
 

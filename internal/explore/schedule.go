@@ -61,6 +61,17 @@ type Options struct {
 	// 0 (its seeds run as they did before it was added otherwise).
 	// default: 0 (off)
 	Twin float64
+	// Loss2 is the chance that a schedule with the data-loss actor has a
+	// second one (loss2, loss.go): a node drawn among n1..n3 on its own,
+	// so another node than the first's (two nodes go back, each accepted
+	// and followed by its re-apply) or the same one again (it goes back a
+	// second time once the first loss actor has ended, to a copy of its
+	// own: taken after the first accept, or, in half the schedules, at
+	// the schedule's start, past every write of the schedule). Drawn only
+	// when above 0 (its seeds run as they did before it was added
+	// otherwise).
+	// default: 0 (off)
+	Loss2 float64
 }
 
 func (o Options) probs() (Probs, error) {
@@ -367,6 +378,9 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		}
 		s.Go(ctx, "loss", w.loss(obs, s, "loss", plan))
 		twinned = true
+		if opts.Loss2 > 0 && s.Chance(opts.Loss2) {
+			w.secondLoss(ctx, obs, s, plan.node)
+		}
 	}
 	if twinned && opts.Twin > 0 && s.Chance(opts.Twin) {
 		s.Go(ctx, "twin", w.twin(obs, s, "twin", s.Intn(40)))
