@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/shardis/shardis/node"
@@ -115,8 +116,12 @@ func decodeDue(nodeName string, v any) ([]PendingPart, error) {
 // order's home node, or the node of another promised part of a staged
 // order, is unreachable or refuses, for a reason other than data to
 // repair: see [Unsettleable]) the part is postponed by a few seconds and
-// the error returned, so the parts behind it are not held up. Safe to run
-// from several processes at once: each part changes state at most once.
+// the error returned, so the parts behind it are not held up; so is a
+// part whose order it found staging, decided, and then found staging
+// again (a withdraw deleted the record, and a late stage landed on the
+// empty key: ErrUnavailable): it acts only on a record decided, or one it
+// decided itself. Safe to run from several processes at once: each part
+// changes state at most once.
 func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolution, error) {
 	n, err := inv.r.Node(p.Node)
 	if err != nil {
@@ -153,6 +158,15 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 				return putOff(err)
 			}
 			rec, err = inv.orderOp(ctx, home, p.OrderID, opExpire, p.Token, seconds(inv.cfg.Retention))
+			if err == nil && rec.status == recStaging {
+				// Staged again since it was decided: a withdraw deleted
+				// the record decided, and a late stage (this part's own
+				// attempt's, or another's) landed on the empty key. Only
+				// a record decided, or one this pass decided itself, is
+				// acted on: cancelling now would give back the units of
+				// an attempt that may yet answer success.
+				return putOff(fmt.Errorf("%w: order %q is staging again", ErrUnavailable, p.OrderID))
+			}
 		}
 		if err != nil {
 			if Unsettleable(err) {

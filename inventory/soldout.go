@@ -160,7 +160,14 @@ import (
 // commit, resolveStaged), so a reader that saw it staging finds it missing
 // and re-reads: a Cancel then writes its tombstone, a Confirm finds no
 // order, the reconciler has no part of the attempt to look at, a retry
-// begins anew. If a reader decided it first, the withdraw changes nothing
+// begins anew. The key emptied, another attempt's late stage may land
+// there: a reader that decided the withdrawn record and reads again may
+// find a staging record once more, of any token, and must not act on it
+// as decided (the reconciler puts its part off and looks again: a
+// withdraw between its decision and its second read let the first
+// attempt's late stage land, the attempt answered success, and the
+// reconciler cancelled its part as not the record's: an oversell, found
+// by a review; reconcile.go, ResolveExpired). If a reader decided it first, the withdraw changes nothing
 // and the attempt follows the record as before (staged.go); probes in
 // prevent mode may have left tombstones then, which expire with the
 // retention. The general path's records are not withdrawn: a record that
