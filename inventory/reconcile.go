@@ -106,6 +106,28 @@ func decodeDue(nodeName string, v any) ([]PendingPart, error) {
 	return out, nil
 }
 
+// byDecision is what the decided record rec of due part p's order says
+// of p: confirm it (confirmed by p's attempt), put it off to the order's
+// deadline (reserved or being reserved by that attempt: later, done
+// here), or cancel it (anything else).
+func (inv *Inventory) byDecision(ctx context.Context, n *node.Node, p PendingPart, rec orderRecord) (action Action, later bool, err error) {
+	if rec.token != p.Token {
+		return Cancel, false, nil
+	}
+	switch rec.status {
+	case recConfirmed:
+		return Confirm, false, nil
+	case recReserved, recReserving:
+		until := rec.deadline
+		if rec.status == recReserving {
+			until = time.Now().Add(rec.wait)
+		}
+		_, err := inv.pendingAdjust(ctx, n, "later", p.PartID, until.Add(partGrace).UnixMilli())
+		return Cancel, true, err
+	}
+	return Cancel, false, nil
+}
+
 // ResolveExpired settles one expired part by the decision recorded for its
 // order: confirmed by the same attempt → confirm; still reserved or being
 // reserved by that attempt → postpone to the order's deadline; anything
@@ -174,20 +196,12 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 			}
 			return putOff(err)
 		}
-		if rec.token == p.Token {
-			switch rec.status {
-			case recConfirmed:
-				action = Confirm
-			case recReserved, recReserving:
-				until := rec.deadline
-				if rec.status == recReserving {
-					until = time.Now().Add(rec.wait)
-				}
-				if _, err := inv.pendingAdjust(ctx, n, "later", p.PartID, until.Add(partGrace).UnixMilli()); err != nil {
-					return "", err
-				}
-				return Postponed, nil
-			}
+		var later bool
+		if action, later, err = inv.byDecision(ctx, n, p, rec); err != nil {
+			return "", err
+		}
+		if later {
+			return Postponed, nil
 		}
 	}
 	res, err := inv.SettleNow(ctx, Settle{Node: p.Node, Action: action, OrderID: p.OrderID, PartIDs: []string{p.PartID}})
