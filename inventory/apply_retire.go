@@ -119,7 +119,8 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 }
 
 // behind reads the topology record of each of nodes and returns those
-// behind c (an epoch before c.Epoch), each with the token it holds.
+// behind c (an epoch before c.Epoch, or fenced: accepted behind its
+// peers, at any epoch), each with the token it holds.
 func (a *migrator) behind(ctx context.Context, c topology.Change, nodes []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, name := range nodes {
@@ -131,7 +132,7 @@ func (a *migrator) behind(ctx context.Context, c topology.Change, nodes []string
 		if err != nil {
 			return nil, err
 		}
-		if rec.Epoch < c.Epoch { // else moved on by a concurrent apply (to c.Token, or past it)
+		if rec.Epoch < c.Epoch || rec.Fenced { // else moved on by a concurrent apply (to c.Token, or past it)
 			out[name] = rec.Token
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/topology"
@@ -81,7 +82,11 @@ func readRecord(ctx context.Context, n *node.Node) (topology.Record, error) {
 	bad := func(what string, err error) (topology.Record, error) {
 		return rec, fmt.Errorf("%w: node %s: %s %s: %v", ErrCorrupt, n.Name(), keyTopology, what, err)
 	}
-	if f["token"] != rec.Token {
+	stampTok := rec.Token
+	if t, ok := strings.CutPrefix(rec.Token, node.FencePrefix); ok {
+		rec.Fenced, stampTok = true, t // Token keeps the fence: what the stamp holds, for compare-and-set
+	}
+	if f["token"] != stampTok {
 		return bad("token", fmt.Errorf("record token %q differs from the stamp's %q", f["token"], rec.Token))
 	}
 	if rec.Epoch, err = strconv.ParseInt(f["epoch"], 10, 64); err != nil || rec.Epoch < 1 {

@@ -225,22 +225,48 @@ func (n *Node) WitnessMarks(ctx context.Context) (map[string]Mark, error) {
 }
 
 // acceptScript gives a node a new incarnation at generation ARGV[2],
-// keeping its write sequence; it stamps a node without a stamp.
+// keeping its write sequence; it stamps a node without a stamp. With
+// ARGV[5] set, a topology token in field epoch that is still ARGV[5]
+// becomes FencePrefix .. ARGV[5] (Accept's fence).
 var acceptScript = redis.NewScript(`
 redis.call('HSET', KEYS[1], 'name', ARGV[1], 'incarnation', ARGV[3], 'gen', ARGV[2], 'stamped_at', ARGV[4])
+if ARGV[5] ~= '' and redis.call('HGET', KEYS[1], 'epoch') == ARGV[5] then
+  redis.call('HSET', KEYS[1], 'epoch', '` + FencePrefix + `' .. ARGV[5])
+end
 return tonumber(redis.call('HGET', KEYS[1], 'seq')) or 0
 `)
+
+// FencePrefix begins the topology token of a node accepted behind its
+// peers (Accept with a fence): no script's prelude matches it, so every
+// instance refuses the node until `shardis topology apply` brings it
+// forward (inventory: topology/doc.go, "A node that went back").
+const FencePrefix = "behind:"
+
+// Topology returns the node's topology token and apply attempt, the
+// stamp's fields epoch and attempt that the inventory writes ("" when
+// absent), read on the probe connection (a refused node answers too).
+func (n *Node) Topology(ctx context.Context) (token, attempt string, err error) {
+	v, err := n.probeClient().HMGet(ctx, StampKey, "epoch", "attempt").Result()
+	if err != nil {
+		return "", "", err
+	}
+	token, _ = v[0].(string)
+	attempt, _ = v[1].(string)
+	return token, attempt, nil
+}
 
 // Accept makes the node's current data the truth: its stamp gets a new
 // incarnation (a new redo-log generation: consumers key offsets by it) at
 // generation gen, keeping its write sequence, and it returns the new mark,
 // which the caller writes to every peer ([Node.Witness]). gen must exceed
 // every generation witnessed of the node. Accept works on a refused
-// (DOWN) node: it runs on the probe connection.
-func (n *Node) Accept(ctx context.Context, gen int64) (Mark, error) {
+// (DOWN) node: it runs on the probe connection. A non-empty fence is the
+// node's topology token as the caller read it: when the node still holds
+// it, it is fenced (FencePrefix), in the same script.
+func (n *Node) Accept(ctx context.Context, gen int64, fence string) (Mark, error) {
 	inc := newIncarnation()
 	seq, err := acceptScript.Run(ctx, n.probeClient(), []string{StampKey},
-		n.opts.Name, gen, inc, time.Now().UnixMilli()).Int64()
+		n.opts.Name, gen, inc, time.Now().UnixMilli(), fence).Int64()
 	if err != nil {
 		return Mark{}, fmt.Errorf("node %s: accept: %w", n.opts.Name, err)
 	}

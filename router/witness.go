@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -300,12 +302,54 @@ func (w *witnesses) flush() {
 // servers of Options.KeepData: its writes are not witnessed, there is nothing to accept.
 var ErrNotWitnessed = errors.New("node is not witnessed")
 
+// fenceOf returns n's topology token when a peer holds another that is
+// not older (a later epoch, or the same one of another topology or apply
+// attempt): n went back behind an apply, and must serve no instance until
+// the apply brings it forward ("": no fence; a node without a token, or
+// one fenced already, is left as it is). A peer that cannot be read, has
+// no token or is fenced itself is passed over.
+func (r *Router) fenceOf(ctx context.Context, n *node.Node) string {
+	tok, att, err := n.Topology(ctx)
+	if err != nil || tok == "" || strings.HasPrefix(tok, node.FencePrefix) {
+		return ""
+	}
+	for _, p := range r.wit.peers(n.Name()) {
+		ptok, patt, err := p.Topology(ctx)
+		switch {
+		case err != nil || ptok == "" || strings.HasPrefix(ptok, node.FencePrefix):
+		case ptok != tok && tokenEpoch(ptok) >= tokenEpoch(tok):
+			return tok
+		case ptok == tok && patt != "" && att != "" && patt != att:
+			return tok
+		}
+	}
+	return ""
+}
+
+// tokenEpoch is the epoch of a topology token "E:fingerprint" (0 when it
+// is not one).
+func tokenEpoch(tok string) int64 {
+	e, _, _ := strings.Cut(tok, ":")
+	v, err := strconv.ParseInt(e, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
 // AcceptNode makes a node's current data the truth after it was refused
 // for having gone back (node.ErrRolledBack) or come back empty
 // (node.ErrDataLost): the node gets a new incarnation at a generation above
 // every one witnessed, and every reachable peer is told; its next probe
 // passes. What the node lost stays lost (reload stock, check orders); the
-// new incarnation starts a new redo-log generation. It fails for a node
+// new incarnation starts a new redo-log generation. A node whose
+// topology token is behind a peer's (a later epoch, or the same one of
+// another topology or apply attempt: it went back to a copy from before
+// an apply) is fenced in the same step (node.FencePrefix): every
+// instance, whatever topology it is at, refuses it until `shardis
+// topology apply` of the current configuration brings it forward, which
+// retires what came back on it and puts back what the apply had moved
+// onto it first. It fails for a node
 // outside the servers of Options.KeepData (nothing is witnessed of it) or one that
 // cannot be reached.
 func (r *Router) AcceptNode(ctx context.Context, name string) (node.Mark, error) {
@@ -321,9 +365,14 @@ func (r *Router) AcceptNode(ctx context.Context, name string) (node.Mark, error)
 	if m, ok := n.Mark(); ok && m.Gen >= gen {
 		gen = m.Gen + 1
 	}
-	m, err := n.Accept(ctx, gen)
+	fence := r.fenceOf(ctx, n)
+	m, err := n.Accept(ctx, gen, fence)
 	if err != nil {
 		return node.Mark{}, err
+	}
+	if fence != "" {
+		r.log.Warn("node accepted behind its peers' topology: fenced, every instance refuses it until `shardis topology apply` of the current configuration brings it forward",
+			"node", name, "token", fence)
 	}
 	told := 0
 	for _, p := range r.wit.peers(name) {

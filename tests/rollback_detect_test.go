@@ -148,7 +148,7 @@ func TestAcceptCrashBeforePeersTold(t *testing.T) {
 	// Step one of an accept only, as if the process died before telling peers.
 	n1, _ := r2.Node("n1")
 	seen, _ := node.ParseMark(peer.HGet(ctx, node.WitnessKey, "n1").Val())
-	if _, err := n1.Accept(ctx, seen.Gen+1); err != nil {
+	if _, err := n1.Accept(ctx, seen.Gen+1, ""); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "n1 UP with peers still at the old generation", func() bool { return n1.Usable() })

@@ -400,10 +400,11 @@ func (a *applier) bump(ctx context.Context, recs map[string]Record, from, tok st
 		switch {
 		case rec.Epoch == 0:
 			expect = ""
-		case rec.Epoch < epoch-1:
-			// Behind the token bumped from: only a node that went back
-			// to an older copy (check refuses it before a new epoch's
-			// bump; doc.go, "A node that went back"): from what was read.
+		case rec.Epoch < epoch-1 || rec.Fenced:
+			// Behind the token bumped from, or accepted behind its peers
+			// and fenced: only a node that went back to an older copy
+			// (check refuses it before a new epoch's bump; doc.go, "A
+			// node that went back"): from what was read.
 			expect = rec.Token
 		}
 		next := Record{Node: name, Epoch: epoch, Token: tok, Current: a.to, Prev: &prev, Phase: PhaseMigrating, Attempt: a.attempt}
@@ -434,7 +435,7 @@ func (a *applier) current(ctx context.Context) (Record, map[string]Record, error
 				return err
 			}
 			recs[name] = rec
-			if rec.Epoch > newest.Epoch {
+			if rec.Epoch > newest.Epoch && !rec.Fenced {
 				newest = rec
 			}
 		}

@@ -14,7 +14,11 @@
 //
 // Every inventory node holds (written only by the topology scripts):
 //
-//	shardis:node     field epoch = the epoch token "E:fingerprint" ([Token])
+//	shardis:node     field epoch = the epoch token "E:fingerprint" ([Token]),
+//	                 or "behind:" and the token for a node accepted
+//	                 behind its peers ("A node that went back"); field
+//	                 attempt = the record's attempt, which the accept
+//	                 compares with the peers'
 //	shardis:topology epoch, token, current (Topology JSON), prev (the
 //	                 Topology of epoch E-1, or ""), phase
 //	                 ([PhaseMigrating] or [PhaseStable]), at (the node's
@@ -26,7 +30,9 @@
 // A node moves only forward: none → E:fp at phase stable (the first
 // instance to find no record anywhere), or E:fp → E+1:fp' at phase
 // migrating (the bump, by compare-and-set on E:fp), then migrating →
-// stable at the same token. Nothing moves a node back.
+// stable at the same token. Nothing moves a node back. An accept fences
+// a node behind its peers (E:fp → behind:E:fp), and only an apply moves
+// it on from there.
 //
 // # The rule
 //
@@ -88,7 +94,20 @@
 // and accepted (`shardis node accept`) may hold the record of an earlier
 // epoch while every other node is stable at the current one:
 // instances at the current token are refused there, so nothing on it can
-// be decided, and its orders' parts elsewhere stay pending. So the apply
+// be decided, and its orders' parts elsewhere stay pending. An instance
+// still at the node's older topology is not refused by the token, so the
+// accept fences such a node (router.AcceptNode: its stamp's token, when
+// a peer holds a later epoch's, or the same epoch's of another topology
+// or apply attempt, becomes node.FencePrefix + token): no instance, at
+// any topology, matches it, and Record.Fenced makes it no one's newest
+// record; the apply treats it as behind whatever its epoch. Before, an
+// instance of the older topology that could read only that node (a peer
+// unreachable while it read the topology) took its epoch as current and
+// cancelled an order there that the current topology's instances
+// confirmed at its new home; and a node that went back to a copy from an
+// earlier attempt of the same apply (every node went back below the
+// epoch, and the same topology was applied again: the same token) was
+// served at once, its stale records decided. Both found by a review. So the apply
 // is done only when every node of the current topology is at its token:
 // running the apply of the current topology again sees every node at the
 // token stable (step 3 ran to its end: stable is written only after it)

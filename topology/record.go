@@ -61,6 +61,13 @@ type Record struct {
 	// Lost is true when the node's stamp names Token but its record is
 	// gone; the other fields but Node and Token are unknown.
 	Lost bool
+	// Fenced is true when the node was accepted behind its peers (it went
+	// back to a copy from before an apply: doc.go, "A node that went
+	// back"): Token is the fenced token its stamp holds, which no
+	// instance matches, and the other fields are the record it came back
+	// with. It is never the newest record; an apply brings the node
+	// forward.
+	Fenced bool
 }
 
 // Initial is the record of a topology's first epoch: epoch 1, stable, no
@@ -69,12 +76,12 @@ func Initial(t Topology) Record {
 	return Record{Epoch: 1, Token: Token(1, t.Fingerprint()), Current: t, Phase: PhaseStable}
 }
 
-// Newest returns the record of the highest epoch among recs, lost ones
-// left out (the first of equals); nil when there is none.
+// Newest returns the record of the highest epoch among recs, lost and
+// fenced ones left out (the first of equals); nil when there is none.
 func Newest(recs []Record) *Record {
 	var newest *Record
 	for i := range recs {
-		if recs[i].Lost {
+		if recs[i].Lost || recs[i].Fenced {
 			continue
 		}
 		if newest == nil || recs[i].Epoch > newest.Epoch {

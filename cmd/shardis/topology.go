@@ -177,10 +177,12 @@ func cmdTopologyShow(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "%-12s unreadable: %v\n", r.Node, errs[r.Node])
 		case r.Epoch == 0:
 			fmt.Fprintf(stdout, "%-12s no topology record\n", r.Node)
+		case r.Fenced:
+			fmt.Fprintf(stdout, "%-12s epoch %d %-9s %s (accepted behind its peers: fenced)\n", r.Node, r.Epoch, r.Phase, r.Current)
 		default:
 			fmt.Fprintf(stdout, "%-12s epoch %d %-9s %s\n", r.Node, r.Epoch, r.Phase, r.Current)
 		}
-		if r.Epoch > newest.Epoch {
+		if r.Epoch > newest.Epoch && !r.Fenced {
 			newest = r
 		}
 	}
@@ -207,7 +209,11 @@ func writeUnfinished(w io.Writer, recs []topology.Record, errs map[string]error,
 	var behind []string
 	members := newest.Current.Nodes()
 	for _, r := range recs {
-		if errs[r.Node] == nil && r.Epoch > 0 && r.Epoch < newest.Epoch && slices.Contains(members, r.Node) {
+		switch {
+		case errs[r.Node] != nil || !slices.Contains(members, r.Node):
+		case r.Fenced:
+			behind = append(behind, fmt.Sprintf("%s (epoch %d, fenced)", r.Node, r.Epoch))
+		case r.Epoch > 0 && r.Epoch < newest.Epoch:
 			behind = append(behind, fmt.Sprintf("%s (epoch %d)", r.Node, r.Epoch))
 		}
 	}

@@ -161,7 +161,7 @@ func nodesAt(cfg *config.Config) bool {
 	}
 	var newest topology.Record
 	for _, r := range recs {
-		if r.Epoch > newest.Epoch {
+		if r.Epoch > newest.Epoch && !r.Fenced {
 			newest = r
 		}
 	}

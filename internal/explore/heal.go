@@ -107,7 +107,7 @@ func (w *World) topologyNow(ctx context.Context) (at string, stable bool, err er
 	}
 	var newest topology.Record
 	for _, r := range recs {
-		if r.Epoch > newest.Epoch {
+		if r.Epoch > newest.Epoch && !r.Fenced { // a fenced node is behind, whatever its epoch
 			newest = r
 		}
 	}

@@ -13,6 +13,7 @@ if cur == ARGV[3] and redis.call('EXISTS', KEYS[2]) == 1 then
         ' by another apply (attempt ' .. att .. ', not ' .. ARGV[8] .. ')')
     end
     if not att then redis.call('HSET', KEYS[2], 'attempt', ARGV[8]) end
+    redis.call('HSET', KEYS[1], 'attempt', ARGV[8])
   end
   if ARGV[7] == 'stable' then redis.call('HSET', KEYS[2], 'phase', 'stable') end
   return 'ok'
@@ -22,7 +23,14 @@ if cur ~= ARGV[2] and cur ~= ARGV[3] then
     ', expected ' .. (ARGV[2] == '' and 'none' or ARGV[2]))
 end
 local t = redis.call('TIME')
+-- the stamp names the attempt too, which an accept compares with the
+-- peers' (node.FencePrefix)
 redis.call('HSET', KEYS[1], 'epoch', ARGV[3])
+if ARGV[8] and ARGV[8] ~= '' then
+  redis.call('HSET', KEYS[1], 'attempt', ARGV[8])
+else
+  redis.call('HDEL', KEYS[1], 'attempt')
+end
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[2], 'epoch', ARGV[4], 'token', ARGV[3], 'current', ARGV[5], 'prev', ARGV[6],
   'phase', ARGV[7], 'at', t[1])
