@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,10 +26,13 @@ import (
 // nodeCopy is a node's data as a backup holds it: every key but the
 // witness marks, and its stamp's topology fields.
 type nodeCopy struct {
-	keys           map[string]string
-	ttls           map[string]time.Duration
-	epoch, attempt string
+	keys  map[string]string
+	ttls  map[string]time.Duration
+	stamp map[string]string // the stamp's topology fields
 }
+
+// stampTopoFields are the stamp's fields a topology write sets.
+var stampTopoFields = []string{"epoch", "attempt", "topo_at"}
 
 // takeCopy copies c's data.
 func takeCopy(t *testing.T, c *redis.Client) nodeCopy {
@@ -49,8 +53,10 @@ func takeCopy(t *testing.T, c *redis.Client) nodeCopy {
 		}
 		nc.keys[k], nc.ttls[k] = d, max(c.PTTL(ctx, k).Val(), 0)
 	}
-	nc.epoch = c.HGet(ctx, node.StampKey, "epoch").Val()
-	nc.attempt = c.HGet(ctx, node.StampKey, "attempt").Val()
+	nc.stamp = map[string]string{}
+	for _, f := range stampTopoFields {
+		nc.stamp[f] = c.HGet(ctx, node.StampKey, f).Val()
+	}
 	return nc
 }
 
@@ -75,7 +81,7 @@ func (nc nodeCopy) restore(t *testing.T, c *redis.Client) {
 			t.Fatal(err)
 		}
 	}
-	for f, v := range map[string]string{"epoch": nc.epoch, "attempt": nc.attempt} {
+	for f, v := range nc.stamp {
 		if v == "" {
 			c.HDel(ctx, node.StampKey, f)
 		} else if err := c.HSet(ctx, node.StampKey, f, v).Err(); err != nil {
@@ -259,5 +265,162 @@ func TestAcceptFencesASameEpochCopyOfAnotherTopology(t *testing.T) {
 	}
 	if out, err := openInv(t, twoB, Options{}).Confirm(ctx, id); err == nil && out.Status == StatusConfirmed {
 		t.Errorf("order %s, cancelled (acknowledged), confirmed: %+v", id, out)
+	}
+}
+
+// attemptsWorld applies three from two twice over nodes that all went
+// back below its epoch in between (attempts A1, then A2 at the same
+// token), reserving x (homed on n2 at two, n3 at three) before the first;
+// n1's copy taken after A1 is returned. Orders x and y are ids homed on
+// n3 at three and n2 at two.
+func attemptsWorld(t *testing.T) (srvs []*redistest.Server, ctx context.Context, two, three *config.Config, x, y string, a1n1 nodeCopy) {
+	srvs = redistest.StartN(t, 3, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	n1, n2, n3 := srvs[0].Client(t), srvs[1].Client(t), srvs[2].Client(t)
+	addrs := map[string]string{"n1": srvs[0].Addr(), "n2": srvs[1].Addr(), "n3": srvs[2].Addr()}
+	two = leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}})
+	three = leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}})
+	h2, _ := NewHomes(two)
+	h3, _ := NewHomes(three)
+	for i := 0; i < 1000 && (x == "" || y == ""); i++ {
+		id := fmt.Sprintf("o%d", i)
+		if h3.Home(id) != "n3" || h2.Home(id) != "n2" {
+			continue
+		}
+		if x == "" {
+			x = id
+		} else {
+			y = id
+		}
+	}
+	inv2 := openInv(t, two, Options{})
+	if _, err := inv2.LoadStock(ctx, "b", "s", 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inv2.Reserve(ctx, x, []Item{{Route: "b", SKU: "s", Quantity: 2}}, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	inv2.Close()
+	all1 := map[*redis.Client]nodeCopy{n1: takeCopy(t, n1), n2: takeCopy(t, n2), n3: takeCopy(t, n3)}
+	if _, err := applyTopo(ctx, three, two); err != nil { // A1
+		t.Fatal(err)
+	}
+	a1n1 = takeCopy(t, n1)
+	for c, cp := range all1 {
+		cp.restore(t, c)
+	}
+	time.Sleep(5 * time.Millisecond)                      // A2's writes are later than A1's by the nodes' clocks
+	if _, err := applyTopo(ctx, three, two); err != nil { // A2
+		t.Fatal(err)
+	}
+	return srvs, ctx, two, three, x, y, a1n1
+}
+
+// n1 goes back to a copy of the first attempt A1 while n3 holds the
+// second's, A2, and lost nothing; n3 is accepted first. Only n1 is
+// behind: n3 must not be fenced, and the apply must leave what n3 holds
+// as it is. Before the fence ordered the two by when each moved to its
+// attempt, n3 was fenced too, and the forward retired order y's live
+// record there and put x's older copy back over its acknowledged Cancel.
+func TestAcceptFencesOnlyTheNodeBehind(t *testing.T) {
+	srvs, ctx, two, three, x, y, a1n1 := attemptsWorld(t)
+	n1, n3 := srvs[0].Client(t), srvs[2].Client(t)
+	inv3 := openInv(t, three, Options{})
+	if out, err := inv3.Cancel(ctx, x); err != nil || out.Status != StatusCancelled {
+		t.Fatalf("Cancel %s = %+v, %v", x, out, err)
+	}
+	if _, err := inv3.Reserve(ctx, y, []Item{{Route: "b", SKU: "s", Quantity: 3}}, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	inv3.Close()
+	a1n1.restore(t, n1)
+	if acceptNode(t, ctx, three, n3, "n3") {
+		t.Error("n3, at its peers' current token and attempt, was fenced")
+	}
+	if !acceptNode(t, ctx, three, n1, "n1") {
+		t.Error("n1, back at the first attempt, was not fenced")
+	}
+	if _, err := applyTopo(ctx, three, two); err != nil {
+		t.Fatal(err)
+	}
+	inv := openInv(t, three, Options{})
+	if out, err := inv.Confirm(ctx, y); err != nil || out.Status != StatusConfirmed {
+		t.Errorf("Confirm %s, reserved and untouched by the loss = %+v, %v", y, out, err)
+	}
+	if out, err := inv.Confirm(ctx, x); err == nil && out.Status == StatusConfirmed {
+		t.Errorf("order %s, cancelled (acknowledged), confirmed: %+v", x, out)
+	}
+}
+
+// The node behind is fenced whatever the order of the accepts: accepted
+// after a peer that lost nothing but was compared with it, and with
+// every node accepted at once. Before, a fenced peer was passed over, so
+// the node behind accepted last was served; and accepts at once fenced
+// every node, which no apply could bring back.
+func TestAcceptFenceIsTheSameInAnyOrder(t *testing.T) {
+	t.Run("sequential", func(t *testing.T) {
+		srvs, ctx, _, three, _, _, a1n1 := attemptsWorld(t)
+		n1, n2, n3 := srvs[0].Client(t), srvs[1].Client(t), srvs[2].Client(t)
+		a1n1.restore(t, n1)
+		got := []bool{acceptNode(t, ctx, three, n2, "n2"), acceptNode(t, ctx, three, n3, "n3"), acceptNode(t, ctx, three, n1, "n1")}
+		if got[0] || got[1] || !got[2] {
+			t.Errorf("fenced n2, n3, n1 = %v; want only n1", got)
+		}
+	})
+	t.Run("at once", func(t *testing.T) {
+		srvs, ctx, two, three, _, _, a1n1 := attemptsWorld(t)
+		n1 := srvs[0].Client(t)
+		a1n1.restore(t, n1)
+		r := openInv(t, three, Options{}).r
+		var wg sync.WaitGroup
+		for _, name := range []string{"n1", "n2", "n3"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := r.AcceptNode(ctx, name); err != nil {
+					t.Errorf("accept %s: %v", name, err)
+				}
+			}()
+		}
+		wg.Wait()
+		for i, c := range []*redis.Client{n1, srvs[1].Client(t), srvs[2].Client(t)} {
+			fenced := strings.HasPrefix(c.HGet(ctx, node.StampKey, "epoch").Val(), node.FencePrefix)
+			if fenced != (i == 0) {
+				t.Errorf("n%d fenced: %v", i+1, fenced)
+			}
+		}
+		if rep, err := applyTopo(ctx, three, two); err != nil || len(rep.Forward) != 1 {
+			t.Errorf("apply = %+v, %v; want n1 brought forward", rep, err)
+		}
+		if st := openInv(t, three, Options{}).TopologyStatus(ctx); !st.Ready {
+			t.Errorf("after the apply: %+v", st)
+		}
+	})
+}
+
+// A node fenced at the apply's own token and attempt (fenced by hand, or
+// by a clock that ordered two writes wrong) holds what the apply wrote:
+// the forward unfences it and retires nothing there. Before, a fenced
+// node was behind whatever it held, and the forward retired the live
+// records its previous topology homed elsewhere.
+func TestForwardOfAFenceAtTheTokenRetiresNothing(t *testing.T) {
+	srvs, ctx, two, three, _, y, _ := attemptsWorld(t)
+	n3 := srvs[2].Client(t)
+	inv3 := openInv(t, three, Options{})
+	if _, err := inv3.Reserve(ctx, y, []Item{{Route: "b", SKU: "s", Quantity: 3}}, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	inv3.Close()
+	tok := n3.HGet(ctx, node.StampKey, "epoch").Val()
+	if err := n3.HSet(ctx, node.StampKey, "epoch", node.FencePrefix+tok).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := applyTopo(ctx, three, two)
+	if err != nil || len(rep.Forward) != 1 || rep.Retired != 0 || rep.Reinstalled != 0 {
+		t.Fatalf("apply = %+v, %v; want n3 brought forward, nothing retired or put back", rep, err)
+	}
+	if out, err := openInv(t, three, Options{}).Confirm(ctx, y); err != nil || out.Status != StatusConfirmed {
+		t.Errorf("Confirm %s = %+v, %v", y, out, err)
 	}
 }

@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -120,7 +121,8 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 
 // behind reads the topology record of each of nodes and returns those
 // behind c (an epoch before c.Epoch, or fenced: accepted behind its
-// peers, at any epoch), each with the token it holds.
+// peers, at any epoch, but at c.Token and c.Attempt), each with the token
+// it holds.
 func (a *migrator) behind(ctx context.Context, c topology.Change, nodes []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, name := range nodes {
@@ -132,7 +134,11 @@ func (a *migrator) behind(ctx context.Context, c topology.Change, nodes []string
 		if err != nil {
 			return nil, err
 		}
-		if rec.Epoch < c.Epoch || rec.Fenced { // else moved on by a concurrent apply (to c.Token, or past it)
+		switch {
+		case rec.Fenced && strings.TrimPrefix(rec.Token, node.FencePrefix) == c.Token && rec.Attempt != "" && rec.Attempt == c.Attempt:
+			// fenced, but at the change's own token and attempt: it holds
+			// what the apply wrote; brought forward, nothing retired
+		case rec.Epoch < c.Epoch || rec.Fenced: // else moved on by a concurrent apply (to c.Token, or past it)
 			out[name] = rec.Token
 		}
 	}

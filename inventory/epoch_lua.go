@@ -28,7 +28,7 @@ import (
 var identityLua = luaFile("lib_identity.lua")
 
 // keyTopology is the topology record hash on every inventory node.
-const keyTopology = "shardis:topology"
+const keyTopology = node.TopologyKey
 
 // topoReadScript returns {stamp epoch token, record fields as a flat list}.
 var topoReadScript = newBareScript("topo-read", identityLua+luaFile("topo_read.lua"))

@@ -242,17 +242,47 @@ return tonumber(redis.call('HGET', KEYS[1], 'seq')) or 0
 // forward (inventory: topology/doc.go, "A node that went back").
 const FencePrefix = "behind:"
 
-// Topology returns the node's topology token and apply attempt, the
-// stamp's fields epoch and attempt that the inventory writes ("" when
-// absent), read on the probe connection (a refused node answers too).
-func (n *Node) Topology(ctx context.Context) (token, attempt string, err error) {
-	v, err := n.probeClient().HMGet(ctx, StampKey, "epoch", "attempt").Result()
+// TopologyKey is the inventory's topology record on every inventory node
+// (topology/doc.go): Topology reads its fields attempt and at.
+const TopologyKey = "shardis:topology"
+
+// TopoStamp is where a node's topology stands, as an accept compares it
+// with its peers' (router.AcceptNode): Token is the stamp's field epoch as
+// it is (FencePrefix included; "" when none), Attempt the apply attempt
+// that moved it there (the stamp's field attempt, or the record's for a
+// node stamped by a release before) and At when it moved there, in
+// milliseconds of the node's clock (the stamp's field topo_at, or the
+// record's at, in seconds, for a release before; 0 when unknown).
+type TopoStamp struct {
+	Token, Attempt string
+	At             int64
+}
+
+// topoStampScript reads a TopoStamp: {epoch, attempt, topo_at} of the
+// stamp KEYS[1] and {attempt, at} of the record KEYS[2].
+var topoStampScript = redis.NewScript(`
+local s = redis.call('HMGET', KEYS[1], 'epoch', 'attempt', 'topo_at')
+local r = redis.call('HMGET', KEYS[2], 'attempt', 'at')
+return {s[1] or '', s[2] or r[1] or '', s[3] or '', r[2] or ''}
+`)
+
+// Topology reads where the node's topology stands, on the probe
+// connection (a refused node answers too).
+func (n *Node) Topology(ctx context.Context) (TopoStamp, error) {
+	v, err := topoStampScript.Run(ctx, n.probeClient(), []string{StampKey, TopologyKey}).StringSlice()
 	if err != nil {
-		return "", "", err
+		return TopoStamp{}, err
 	}
-	token, _ = v[0].(string)
-	attempt, _ = v[1].(string)
-	return token, attempt, nil
+	if len(v) != 4 {
+		return TopoStamp{}, fmt.Errorf("node %s: topology stamp: %d fields, want 4", n.opts.Name, len(v))
+	}
+	ts := TopoStamp{Token: v[0], Attempt: v[1]}
+	if ms, err := strconv.ParseInt(v[2], 10, 64); err == nil {
+		ts.At = ms
+	} else if s, err := strconv.ParseInt(v[3], 10, 64); err == nil {
+		ts.At = s * 1000
+	}
+	return ts, nil
 }
 
 // Accept makes the node's current data the truth: its stamp gets a new

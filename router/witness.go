@@ -302,28 +302,48 @@ func (w *witnesses) flush() {
 // servers of Options.KeepData: its writes are not witnessed, there is nothing to accept.
 var ErrNotWitnessed = errors.New("node is not witnessed")
 
-// fenceOf returns n's topology token when a peer holds another that is
-// not older (a later epoch, or the same one of another topology or apply
-// attempt): n went back behind an apply, and must serve no instance until
-// the apply brings it forward ("": no fence; a node without a token, or
-// one fenced already, is left as it is). A peer that cannot be read, has
-// no token or is fenced itself is passed over.
+// fenceOf returns n's topology token when a peer's topology is ahead of
+// it: a later epoch, or the same epoch at another token or apply attempt
+// that the peer moved to later (TopoStamp.At, by the nodes' clocks). n
+// went back behind an apply and must serve no instance until the apply
+// brings it forward ("": no fence). A node without a token, or fenced
+// already, is left as it is. A fenced peer counts by the token under its
+// fence (it is behind, but what it holds still orders), so the answer
+// does not depend on the order of the accepts. A peer that cannot be read
+// or has no token is passed over, with a warning: the accept could not
+// tell whether n is behind it. Equal times order nothing: no fence.
 func (r *Router) fenceOf(ctx context.Context, n *node.Node) string {
-	tok, att, err := n.Topology(ctx)
-	if err != nil || tok == "" || strings.HasPrefix(tok, node.FencePrefix) {
+	own, err := n.Topology(ctx)
+	if err != nil || own.Token == "" || strings.HasPrefix(own.Token, node.FencePrefix) {
 		return ""
 	}
 	for _, p := range r.wit.peers(n.Name()) {
-		ptok, patt, err := p.Topology(ctx)
-		switch {
-		case err != nil || ptok == "" || strings.HasPrefix(ptok, node.FencePrefix):
-		case ptok != tok && tokenEpoch(ptok) >= tokenEpoch(tok):
-			return tok
-		case ptok == tok && patt != "" && att != "" && patt != att:
-			return tok
+		peer, err := p.Topology(ctx)
+		if err != nil {
+			r.log.Warn("node accept: a peer's topology could not be read, so the accept cannot tell whether the node is behind it",
+				"node", n.Name(), "peer", p.Name(), "err", err)
+			continue
+		}
+		if topoAhead(peer, own) {
+			return own.Token
 		}
 	}
 	return ""
+}
+
+// topoAhead reports whether peer's topology is ahead of own's (fenceOf).
+func topoAhead(peer, own node.TopoStamp) bool {
+	ptok := strings.TrimPrefix(peer.Token, node.FencePrefix)
+	pe, oe := tokenEpoch(ptok), tokenEpoch(own.Token)
+	switch {
+	case ptok == "" || pe < oe:
+		return false
+	case pe > oe:
+		return true
+	case ptok == own.Token && (peer.Attempt == "" || own.Attempt == "" || peer.Attempt == own.Attempt):
+		return false // the same apply
+	}
+	return peer.At > own.At && own.At > 0
 }
 
 // tokenEpoch is the epoch of a topology token "E:fingerprint" (0 when it
@@ -343,9 +363,10 @@ func tokenEpoch(tok string) int64 {
 // every one witnessed, and every reachable peer is told; its next probe
 // passes. What the node lost stays lost (reload stock, check orders); the
 // new incarnation starts a new redo-log generation. A node whose
-// topology token is behind a peer's (a later epoch, or the same one of
-// another topology or apply attempt: it went back to a copy from before
-// an apply) is fenced in the same step (node.FencePrefix): every
+// topology is behind a peer's (a later epoch, or the same one at another
+// token or apply attempt that the peer moved to later: it went back to a
+// copy from before an apply; fenceOf) is fenced in the same step
+// (node.FencePrefix): every
 // instance, whatever topology it is at, refuses it until `shardis
 // topology apply` of the current configuration brings it forward, which
 // retires what came back on it and puts back what the apply had moved

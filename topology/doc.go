@@ -16,9 +16,10 @@
 //
 //	shardis:node     field epoch = the epoch token "E:fingerprint" ([Token]),
 //	                 or "behind:" and the token for a node accepted
-//	                 behind its peers ("A node that went back"); field
-//	                 attempt = the record's attempt, which the accept
-//	                 compares with the peers'
+//	                 behind its peers ("A node that went back"); fields
+//	                 attempt = the record's attempt and topo_at = when
+//	                 the node moved to the token (its clock, ms), which
+//	                 the accept compares with the peers'
 //	shardis:topology epoch, token, current (Topology JSON), prev (the
 //	                 Topology of epoch E-1, or ""), phase
 //	                 ([PhaseMigrating] or [PhaseStable]), at (the node's
@@ -98,16 +99,24 @@
 // still at the node's older topology is not refused by the token, so the
 // accept fences such a node (router.AcceptNode: its stamp's token, when
 // a peer holds a later epoch's, or the same epoch's of another topology
-// or apply attempt, becomes node.FencePrefix + token): no instance, at
-// any topology, matches it, and Record.Fenced makes it no one's newest
-// record; the apply treats it as behind whatever its epoch. Before, an
+// or apply attempt that the peer moved to later by the nodes' clocks,
+// becomes node.FencePrefix + token; a fenced peer counts by the token
+// under its fence, so the accepts' order does not matter; a peer that
+// cannot be read is passed over with a warning): no instance, at any
+// topology, matches it, and Record.Fenced makes it no one's newest
+// record; the apply treats it as behind whatever its epoch, but for a
+// node fenced at the apply's own token and attempt, which holds what the
+// apply wrote: that one is brought forward with nothing retired. Before, an
 // instance of the older topology that could read only that node (a peer
 // unreachable while it read the topology) took its epoch as current and
 // cancelled an order there that the current topology's instances
 // confirmed at its new home; and a node that went back to a copy from an
 // earlier attempt of the same apply (every node went back below the
 // epoch, and the same topology was applied again: the same token) was
-// served at once, its stale records decided. Both found by a review. So the apply
+// served at once, its stale records decided. Both found by a review; a
+// second review found the first fence's rule (any difference) fenced a
+// node that lost nothing when a peer that went back was compared with it,
+// and its forward retired live records. So the apply
 // is done only when every node of the current topology is at its token:
 // running the apply of the current topology again sees every node at the
 // token stable (step 3 ran to its end: stable is written only after it)

@@ -2,7 +2,6 @@ package explore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -99,15 +98,19 @@ func NewWorld() (w *World, err error) {
 	}
 	w.saved = map[string][]any{}
 	for _, name := range allNodes {
-		epoch, err := w.direct[name].HGet(ctx, node.StampKey, "epoch").Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
+		stamp, err := w.direct[name].HMGet(ctx, node.StampKey, stampTopo...).Result()
+		if err != nil {
 			return w, err
 		}
 		fields, err := w.direct[name].HGetAll(ctx, "shardis:topology").Result()
 		if err != nil {
 			return w, err
 		}
-		args := []any{epoch}
+		var args []any
+		for _, v := range stamp {
+			s, _ := v.(string)
+			args = append(args, s)
+		}
 		for k, v := range fields {
 			args = append(args, k, v)
 		}
@@ -149,16 +152,23 @@ func worldConfig(addrs map[string]string, withN4 bool) (*config.Config, error) {
 }
 
 // resetScript empties a node's inventory and gives it back its epoch-1
-// topology state: ARGV[1] the stamp's epoch ("" for none), then field,
-// value pairs of shardis:topology. The stamp's other fields (name,
-// incarnation, write sequence) stay: the routers know them.
+// topology state: ARGV[1..3] the stamp's topology fields (stampTopo; ""
+// for none), then field, value pairs of shardis:topology. The stamp's
+// other fields (name, incarnation, write sequence) stay: the routers know
+// them.
 var resetScript = redis.NewScript(`
 for _, k in ipairs(redis.call('KEYS', 'inv:*')) do redis.call('DEL', k) end
 redis.call('DEL', 'shardis:topology')
-if ARGV[1] ~= '' then redis.call('HSET', 'shardis:node', 'epoch', ARGV[1]) else redis.call('HDEL', 'shardis:node', 'epoch') end
-for i = 2, #ARGV, 2 do redis.call('HSET', 'shardis:topology', ARGV[i], ARGV[i + 1]) end
+for i, f in ipairs({'epoch', 'attempt', 'topo_at'}) do
+  if ARGV[i] ~= '' then redis.call('HSET', 'shardis:node', f, ARGV[i]) else redis.call('HDEL', 'shardis:node', f) end
+end
+for i = 4, #ARGV, 2 do redis.call('HSET', 'shardis:topology', ARGV[i], ARGV[i + 1]) end
 return 1
 `)
+
+// stampTopo are the stamp's fields a topology write sets (resetScript's
+// first three arguments, in this order).
+var stampTopo = []string{"epoch", "attempt", "topo_at"}
 
 // Reset empties every node and waits until every router sees every node
 // usable (a restarted node comes back through a health probe).
