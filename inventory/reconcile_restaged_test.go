@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shardis/shardis/config"
 )
 
 // hookFaults calls call for every script call (send as it is when nil)
@@ -188,6 +190,82 @@ func TestResolveExpiredLeavesARestagedOrder(t *testing.T) {
 		confirmed = append(confirmed, "y")
 	} else if !errors.Is(err, ErrInsufficientStock) {
 		t.Fatal(err)
+	}
+	for _, p := range e.checkConfirmed("b", "t", loaded, confirmed...) {
+		t.Error(p)
+	}
+}
+
+// A Cancel's tombstone (or any record that keeps an attempt's stage out)
+// read by the reconciler near its expiry: the reconciler cancels the due
+// part of an attempt whose stage is still on its way, relying on the
+// record to keep that stage out. The expire op gives the record the
+// retention again, so the stage, sent before the read and delayed far
+// less than the retention, is refused and the attempt does not answer
+// success. Before, the tombstone expired a moment later, the stage landed
+// on the empty key, and the order was reserved without its part: 4 units
+// confirmed of 2 loaded. Found by a review.
+func TestExpireKeepsTheRecordItReliesOn(t *testing.T) {
+	const retention = 4 * time.Second
+	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
+		c.Inventory.Retention = retention
+		c.Inventory.ReservationTTL = time.Second
+		c.Inventory.MaxReservationTTL = 2 * time.Second
+	})
+	const loaded = 2
+	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
+		t.Fatal(err)
+	}
+	items := []Item{{Route: "b", SKU: "t", Quantity: 2}}
+	x := e.awayOrder("x")
+	if out, err := e.inv.Cancel(e.ctx, x); err != nil || out.Reason != "tombstone" {
+		t.Fatalf("Cancel %s = %+v, %v", x, out, err)
+	}
+	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), x)
+	hc := e.clients[home.Name()]
+	for hc.PTTL(e.ctx, orderKey(x)).Val() > 2200*time.Millisecond {
+		time.Sleep(20 * time.Millisecond)
+	}
+	l := newLateStage(x)
+	late, err := New(e.r, Options{Logger: slog.New(slog.DiscardHandler), AttemptLease: stagedLease, Faults: l, CarryWait: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(late.Close)
+	s0 := make(chan error, 1)
+	go func() {
+		_, err := late.Reserve(e.ctx, x, items, "", 300*time.Millisecond)
+		s0 <- err
+	}()
+	e.wait(l.held, "x's stage held")
+	e.wait(l.taken, "x's take")
+	before := hc.PTTL(e.ctx, orderKey(x)).Val()
+	if res := e.expireOrder(x); len(res) != 1 || res[0] != Cancelled {
+		t.Fatalf("reconciler on x's part (its record a tombstone) = %v; want cancelled", res)
+	}
+	if after := hc.PTTL(e.ctx, orderKey(x)).Val(); after < retention-time.Second {
+		t.Errorf("tombstone's TTL after the reconciler relied on it = %v (was %v); want about the retention, %v", after, before, retention)
+	}
+	if _, err := e.inv.Reserve(e.ctx, "y", items, "", time.Second); err != nil {
+		t.Fatalf("Reserve y: %v", err)
+	}
+	if _, err := e.inv.Confirm(e.ctx, "y"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(before + 200*time.Millisecond) // past the tombstone's own expiry
+	close(l.release)
+	var err0 error
+	select {
+	case err0 = <-s0:
+	case <-time.After(10 * time.Second):
+		t.Fatal("x's Reserve did not answer")
+	}
+	confirmed := []string{"y"}
+	if err0 == nil {
+		t.Errorf("x's Reserve, its part cancelled and its stage late, answered success")
+		if _, err := e.inv.Confirm(e.ctx, x); err == nil {
+			confirmed = append(confirmed, x)
+		}
 	}
 	for _, p := range e.checkConfirmed("b", "t", loaded, confirmed...) {
 		t.Error(p)

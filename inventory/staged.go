@@ -183,7 +183,12 @@ import (
 // inspect (an absent part may still be on its way: "in progress"); Cancel,
 // expiry and anything after the lease prevent. The one assumption: a
 // stage is not delayed beyond inventory.retention, after which a record
-// expires and looks like none (the bound tombstones rely on too).
+// expires and looks like none (the bound tombstones rely on too),
+// counted from the last time a reader relied on the record that keeps it
+// out: the reconciler's expire op gives a record it reads at least the
+// retention again (a tombstone or failed record read near its expiry
+// would otherwise let a stage sent just before it land after the part it
+// excluded was cancelled: found by a review).
 //
 // Crash points (inventory/staged_test.go stops an attempt at each): before
 // the round (nothing written), after the stage only, after some takes,

@@ -45,7 +45,11 @@ func newStagedEnv(t *testing.T) *stagedEnv { return newStagedEnvWith(t, Options{
 
 // newStagedEnvWith is newStagedEnv with opts (its logger, lease and faults
 // are the env's).
-func newStagedEnvWith(t *testing.T, opts Options) *stagedEnv {
+func newStagedEnvWith(t *testing.T, opts Options) *stagedEnv { return newStagedEnvConfig(t, opts, nil) }
+
+// newStagedEnvConfig is newStagedEnvWith with the configuration changed
+// by mut (nil: none) before it is validated.
+func newStagedEnvConfig(t *testing.T, opts Options, mut func(*config.Config)) *stagedEnv {
 	srvs := redistest.StartN(t, 3, redistest.Options{})
 	cfg := config.Default()
 	cfg.Nodes = map[string]config.Node{}
@@ -57,6 +61,9 @@ func newStagedEnvWith(t *testing.T, opts Options) *stagedEnv {
 	}
 	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail,
 		Routes: map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}}}}
+	if mut != nil {
+		mut(&cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -117,6 +117,14 @@ elseif op == 'expire' then
     order_set({status = 'failed', decided_at = now})
     status = 'failed'
   end
+  if status then
+    -- The reader relies on this record from now: a stage of another
+    -- attempt still on its way must meet it (a stage writes only where
+    -- there is no record), so it lives the retention from this read at
+    -- least, not from its own write (staged.go, "The one assumption").
+    local ms = redis.call('PTTL', key)
+    if ms >= 0 and ms < retention * 1000 then redis.call('PEXPIRE', key, retention * 1000) end
+  end
   return record(status or 'missing')
 end
 return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))
