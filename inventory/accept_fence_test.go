@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -32,7 +33,7 @@ type nodeCopy struct {
 }
 
 // stampTopoFields are the stamp's fields a topology write sets.
-var stampTopoFields = []string{"epoch", "attempt", "topo_at"}
+var stampTopoFields = []string{"epoch", "attempt"}
 
 // takeCopy copies c's data.
 func takeCopy(t *testing.T, c *redis.Client) nodeCopy {
@@ -318,12 +319,16 @@ func attemptsWorld(t *testing.T) (srvs []*redistest.Server, ctx context.Context,
 }
 
 // n1 goes back to a copy of the first attempt A1 while n3 holds the
-// second's, A2, and lost nothing; n3 is accepted first. Only n1 is
-// behind: n3 must not be fenced, and the apply must leave what n3 holds
-// as it is. Before the fence ordered the two by when each moved to its
-// attempt, n3 was fenced too, and the forward retired order y's live
-// record there and put x's older copy back over its acknowledged Cancel.
-func TestAcceptFencesOnlyTheNodeBehind(t *testing.T) {
+// second's, A2, and lost nothing; n3 is accepted first, compared with n1
+// before n1 is. Nothing tells the accept which copy of the epoch is
+// current, so it fences n3 too (it fails closed), and the apply, which
+// takes n2's unfenced A2 as current, brings n3 forward with nothing
+// retired and n1 with its stale records retired and put back. A review
+// found the first rule (any difference) fencing n3 and its forward
+// retiring order y's live record and putting x's older copy back over
+// its acknowledged Cancel; the second (ordered by the nodes' clocks)
+// failed with a clock running fast.
+func TestAcceptFenceOfANodeThatLostNothingRetiresNothing(t *testing.T) {
 	srvs, ctx, two, three, x, y, a1n1 := attemptsWorld(t)
 	n1, n3 := srvs[0].Client(t), srvs[2].Client(t)
 	inv3 := openInv(t, three, Options{})
@@ -335,14 +340,12 @@ func TestAcceptFencesOnlyTheNodeBehind(t *testing.T) {
 	}
 	inv3.Close()
 	a1n1.restore(t, n1)
-	if acceptNode(t, ctx, three, n3, "n3") {
-		t.Error("n3, at its peers' current token and attempt, was fenced")
+	if !acceptNode(t, ctx, three, n3, "n3") || !acceptNode(t, ctx, three, n1, "n1") {
+		t.Fatal("n3 and n1, each accepted while the other's copy of the epoch differs, were not both fenced")
 	}
-	if !acceptNode(t, ctx, three, n1, "n1") {
-		t.Error("n1, back at the first attempt, was not fenced")
-	}
-	if _, err := applyTopo(ctx, three, two); err != nil {
-		t.Fatal(err)
+	rep, err := applyTopo(ctx, three, two)
+	if err != nil || len(rep.Forward) != 2 {
+		t.Fatalf("apply = %+v, %v; want n1 and n3 brought forward", rep, err)
 	}
 	inv := openInv(t, three, Options{})
 	if out, err := inv.Confirm(ctx, y); err != nil || out.Status != StatusConfirmed {
@@ -353,25 +356,51 @@ func TestAcceptFencesOnlyTheNodeBehind(t *testing.T) {
 	}
 }
 
-// The node behind is fenced whatever the order of the accepts: accepted
-// after a peer that lost nothing but was compared with it, and with
-// every node accepted at once. Before, a fenced peer was passed over, so
-// the node behind accepted last was served; and accepts at once fenced
-// every node, which no apply could bring back.
-func TestAcceptFenceIsTheSameInAnyOrder(t *testing.T) {
-	t.Run("sequential", func(t *testing.T) {
-		srvs, ctx, _, three, _, _, a1n1 := attemptsWorld(t)
-		n1, n2, n3 := srvs[0].Client(t), srvs[1].Client(t), srvs[2].Client(t)
-		a1n1.restore(t, n1)
-		got := []bool{acceptNode(t, ctx, three, n2, "n2"), acceptNode(t, ctx, three, n3, "n3"), acceptNode(t, ctx, three, n1, "n1")}
-		if got[0] || got[1] || !got[2] {
-			t.Errorf("fenced n2, n3, n1 = %v; want only n1", got)
+// Every node accepted while n1 holds a copy of the first attempt, one by
+// one in any order or all at once: each is fenced (a fenced peer counts
+// by the copy under its fence, and the copies differ), nothing is served,
+// and the apply refuses to guess which copy is current (ErrInvalid, naming
+// both). Once the operator unfences a node holding the current one by
+// hand, the apply brings the others forward. Before, the accepts' order
+// decided which node was served, and accepts at once fenced every node
+// for good.
+func TestAcceptFenceFailsClosedInAnyOrder(t *testing.T) {
+	check := func(t *testing.T, srvs []*redistest.Server, ctx context.Context, two, three *config.Config) {
+		t.Helper()
+		for i, s := range srvs {
+			if tok := s.Client(t).HGet(ctx, node.StampKey, "epoch").Val(); !strings.HasPrefix(tok, node.FencePrefix) {
+				t.Errorf("n%d not fenced: %s", i+1, tok)
+			}
 		}
+		if st := openInv(t, three, Options{}).TopologyStatus(ctx); st.Ready {
+			t.Errorf("an instance is ready with every node fenced: %+v", st)
+		}
+		if rep, err := applyTopo(ctx, three, two); !errors.Is(err, topology.ErrInvalid) || !strings.Contains(err.Error(), "two topologies of epoch 2") {
+			t.Fatalf("apply with every node fenced, two copies of epoch 2 = %+v, %v; want ErrInvalid", rep, err)
+		}
+		n2 := srvs[1].Client(t)
+		tok := strings.TrimPrefix(n2.HGet(ctx, node.StampKey, "epoch").Val(), node.FencePrefix)
+		if err := n2.HSet(ctx, node.StampKey, "epoch", tok).Err(); err != nil { // the operator's choice
+			t.Fatal(err)
+		}
+		if rep, err := applyTopo(ctx, three, two); err != nil || len(rep.Forward) != 2 {
+			t.Fatalf("apply once n2 is unfenced = %+v, %v; want n1 and n3 brought forward", rep, err)
+		}
+		if st := openInv(t, three, Options{}).TopologyStatus(ctx); !st.Ready {
+			t.Errorf("after the apply: %+v", st)
+		}
+	}
+	t.Run("one by one", func(t *testing.T) {
+		srvs, ctx, two, three, _, _, a1n1 := attemptsWorld(t)
+		a1n1.restore(t, srvs[0].Client(t))
+		for _, name := range []string{"n2", "n3", "n1"} {
+			acceptNode(t, ctx, three, srvs[name[1]-'1'].Client(t), name)
+		}
+		check(t, srvs, ctx, two, three)
 	})
 	t.Run("at once", func(t *testing.T) {
 		srvs, ctx, two, three, _, _, a1n1 := attemptsWorld(t)
-		n1 := srvs[0].Client(t)
-		a1n1.restore(t, n1)
+		a1n1.restore(t, srvs[0].Client(t))
 		r := openInv(t, three, Options{}).r
 		var wg sync.WaitGroup
 		for _, name := range []string{"n1", "n2", "n3"} {
@@ -384,23 +413,33 @@ func TestAcceptFenceIsTheSameInAnyOrder(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		for i, c := range []*redis.Client{n1, srvs[1].Client(t), srvs[2].Client(t)} {
-			fenced := strings.HasPrefix(c.HGet(ctx, node.StampKey, "epoch").Val(), node.FencePrefix)
-			if fenced != (i == 0) {
-				t.Errorf("n%d fenced: %v", i+1, fenced)
-			}
-		}
-		if rep, err := applyTopo(ctx, three, two); err != nil || len(rep.Forward) != 1 {
-			t.Errorf("apply = %+v, %v; want n1 brought forward", rep, err)
-		}
-		if st := openInv(t, three, Options{}).TopologyStatus(ctx); !st.Ready {
-			t.Errorf("after the apply: %+v", st)
-		}
+		check(t, srvs, ctx, two, three)
 	})
 }
 
-// A node fenced at the apply's own token and attempt (fenced by hand, or
-// by a clock that ordered two writes wrong) holds what the apply wrote:
+// A peer that cannot be read while a node is accepted: the accept cannot
+// tell whether the node is behind it, so it fences the node. Before, the
+// peer was passed over, n2 (a copy of the first attempt) was served, and
+// the apply found every node at the token.
+func TestAcceptFencesWhenAPeerCannotBeRead(t *testing.T) {
+	srvs, ctx, _, three, _, _, _ := attemptsWorld(t)
+	n2 := srvs[1].Client(t)
+	r := openInv(t, three, Options{}).r
+	srvs[0].Pause()
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err := r.AcceptNode(actx, "n2")
+	cancel()
+	srvs[0].Resume()
+	if err != nil {
+		t.Fatalf("accept n2 with n1 unreadable: %v", err)
+	}
+	if tok := n2.HGet(ctx, node.StampKey, "epoch").Val(); !strings.HasPrefix(tok, node.FencePrefix) {
+		t.Errorf("n2, accepted with a peer unreadable, not fenced: %s", tok)
+	}
+}
+
+// A node fenced at the apply's own token and attempt (an accept that
+// failed closed) holds what the apply wrote:
 // the forward unfences it and retires nothing there. Before, a fenced
 // node was behind whatever it held, and the forward retired the live
 // records its previous topology homed elsewhere.

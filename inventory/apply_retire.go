@@ -3,7 +3,6 @@ package inventory
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -135,7 +134,7 @@ func (a *migrator) behind(ctx context.Context, c topology.Change, nodes []string
 			return nil, err
 		}
 		switch {
-		case rec.Fenced && strings.TrimPrefix(rec.Token, node.FencePrefix) == c.Token && rec.Attempt != "" && rec.Attempt == c.Attempt:
+		case rec.Fenced && rec.Held == c.Token && rec.Attempt == c.Attempt:
 			// fenced, but at the change's own token and attempt: it holds
 			// what the apply wrote; brought forward, nothing retired
 		case rec.Epoch < c.Epoch || rec.Fenced: // else moved on by a concurrent apply (to c.Token, or past it)

@@ -188,6 +188,11 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 		if err := allDown(inv.nodes, unread); err != nil {
 			return &view{read: now, notReady: err}
 		}
+		for _, r := range recs {
+			if r.Fenced {
+				return notReady("every inventory node read is fenced (accepted behind a peer's topology): run `shardis topology apply` with the current configuration")
+			}
+		}
 		return notReady("no inventory node could be read (%s)", strings.Join(unread, "; "))
 	}
 	if newest.Epoch == 0 && inv.topo.noInit {

@@ -84,7 +84,7 @@ func readRecord(ctx context.Context, n *node.Node) (topology.Record, error) {
 	}
 	stampTok := rec.Token
 	if t, ok := strings.CutPrefix(rec.Token, node.FencePrefix); ok {
-		rec.Fenced, stampTok = true, t // Token keeps the fence: what the stamp holds, for compare-and-set
+		rec.Fenced, rec.Held, stampTok = true, t, t // Token keeps the fence: what the stamp holds, for compare-and-set
 	}
 	if f["token"] != stampTok {
 		return bad("token", fmt.Errorf("record token %q differs from the stamp's %q", f["token"], rec.Token))

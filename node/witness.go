@@ -243,27 +243,23 @@ return tonumber(redis.call('HGET', KEYS[1], 'seq')) or 0
 const FencePrefix = "behind:"
 
 // TopologyKey is the inventory's topology record on every inventory node
-// (topology/doc.go): Topology reads its fields attempt and at.
+// (topology/doc.go): Topology reads its field attempt.
 const TopologyKey = "shardis:topology"
 
 // TopoStamp is where a node's topology stands, as an accept compares it
 // with its peers' (router.AcceptNode): Token is the stamp's field epoch as
 // it is (FencePrefix included; "" when none), Attempt the apply attempt
 // that moved it there (the stamp's field attempt, or the record's for a
-// node stamped by a release before) and At when it moved there, in
-// milliseconds of the node's clock (the stamp's field topo_at, or the
-// record's at, in seconds, for a release before; 0 when unknown).
+// node stamped by a release before; "" for a first epoch).
 type TopoStamp struct {
 	Token, Attempt string
-	At             int64
 }
 
-// topoStampScript reads a TopoStamp: {epoch, attempt, topo_at} of the
-// stamp KEYS[1] and {attempt, at} of the record KEYS[2].
+// topoStampScript reads a TopoStamp: {epoch, attempt} of the stamp
+// KEYS[1], the record KEYS[2]'s attempt when the stamp has none.
 var topoStampScript = redis.NewScript(`
-local s = redis.call('HMGET', KEYS[1], 'epoch', 'attempt', 'topo_at')
-local r = redis.call('HMGET', KEYS[2], 'attempt', 'at')
-return {s[1] or '', s[2] or r[1] or '', s[3] or '', r[2] or ''}
+local s = redis.call('HMGET', KEYS[1], 'epoch', 'attempt')
+return {s[1] or '', s[2] or redis.call('HGET', KEYS[2], 'attempt') or ''}
 `)
 
 // Topology reads where the node's topology stands, on the probe
@@ -273,16 +269,10 @@ func (n *Node) Topology(ctx context.Context) (TopoStamp, error) {
 	if err != nil {
 		return TopoStamp{}, err
 	}
-	if len(v) != 4 {
-		return TopoStamp{}, fmt.Errorf("node %s: topology stamp: %d fields, want 4", n.opts.Name, len(v))
+	if len(v) != 2 {
+		return TopoStamp{}, fmt.Errorf("node %s: topology stamp: %d fields, want 2", n.opts.Name, len(v))
 	}
-	ts := TopoStamp{Token: v[0], Attempt: v[1]}
-	if ms, err := strconv.ParseInt(v[2], 10, 64); err == nil {
-		ts.At = ms
-	} else if s, err := strconv.ParseInt(v[3], 10, 64); err == nil {
-		ts.At = s * 1000
-	}
-	return ts, nil
+	return TopoStamp{Token: v[0], Attempt: v[1]}, nil
 }
 
 // Accept makes the node's current data the truth: its stamp gets a new

@@ -302,16 +302,18 @@ func (w *witnesses) flush() {
 // servers of Options.KeepData: its writes are not witnessed, there is nothing to accept.
 var ErrNotWitnessed = errors.New("node is not witnessed")
 
-// fenceOf returns n's topology token when a peer's topology is ahead of
-// it: a later epoch, or the same epoch at another token or apply attempt
-// that the peer moved to later (TopoStamp.At, by the nodes' clocks). n
-// went back behind an apply and must serve no instance until the apply
-// brings it forward ("": no fence). A node without a token, or fenced
-// already, is left as it is. A fenced peer counts by the token under its
-// fence (it is behind, but what it holds still orders), so the answer
-// does not depend on the order of the accepts. A peer that cannot be read
-// or has no token is passed over, with a warning: the accept could not
-// tell whether n is behind it. Equal times order nothing: no fence.
+// fenceOf returns n's topology token unless every peer's topology is
+// n's own (the same token and apply attempt) or at an earlier epoch: a
+// peer at a later epoch, or at the same epoch at another token or
+// attempt, or one that cannot be read, fences n ("" for no fence). The
+// accept cannot tell which of two copies of one epoch is the current one
+// (the nodes' clocks are not to be trusted with it), so it fails closed:
+// a fenced node serves no instance until `shardis topology apply` of the
+// current topology brings it forward, which retires nothing on a node
+// fenced at the apply's own token and attempt. A fenced peer counts by
+// the topology under its fence, so the answer does not depend on the
+// order of the accepts. A node without a token, or fenced already, is
+// left as it is.
 func (r *Router) fenceOf(ctx context.Context, n *node.Node) string {
 	own, err := n.Topology(ctx)
 	if err != nil || own.Token == "" || strings.HasPrefix(own.Token, node.FencePrefix) {
@@ -320,30 +322,29 @@ func (r *Router) fenceOf(ctx context.Context, n *node.Node) string {
 	for _, p := range r.wit.peers(n.Name()) {
 		peer, err := p.Topology(ctx)
 		if err != nil {
-			r.log.Warn("node accept: a peer's topology could not be read, so the accept cannot tell whether the node is behind it",
+			r.log.Warn("node accept: a peer's topology could not be read, so the node is fenced until topology apply brings it forward",
 				"node", n.Name(), "peer", p.Name(), "err", err)
-			continue
+			return own.Token
 		}
-		if topoAhead(peer, own) {
+		if topoNotBehind(peer, own) {
 			return own.Token
 		}
 	}
 	return ""
 }
 
-// topoAhead reports whether peer's topology is ahead of own's (fenceOf).
-func topoAhead(peer, own node.TopoStamp) bool {
+// topoNotBehind reports whether peer's topology differs from own's and
+// is not at an earlier epoch (fenceOf).
+func topoNotBehind(peer, own node.TopoStamp) bool {
 	ptok := strings.TrimPrefix(peer.Token, node.FencePrefix)
 	pe, oe := tokenEpoch(ptok), tokenEpoch(own.Token)
 	switch {
 	case ptok == "" || pe < oe:
 		return false
-	case pe > oe:
+	case pe > oe || ptok != own.Token:
 		return true
-	case ptok == own.Token && (peer.Attempt == "" || own.Attempt == "" || peer.Attempt == own.Attempt):
-		return false // the same apply
 	}
-	return peer.At > own.At && own.At > 0
+	return peer.Attempt != "" && own.Attempt != "" && peer.Attempt != own.Attempt
 }
 
 // tokenEpoch is the epoch of a topology token "E:fingerprint" (0 when it
@@ -363,10 +364,10 @@ func tokenEpoch(tok string) int64 {
 // every one witnessed, and every reachable peer is told; its next probe
 // passes. What the node lost stays lost (reload stock, check orders); the
 // new incarnation starts a new redo-log generation. A node whose
-// topology is behind a peer's (a later epoch, or the same one at another
-// token or apply attempt that the peer moved to later: it went back to a
-// copy from before an apply; fenceOf) is fenced in the same step
-// (node.FencePrefix): every
+// topology may be behind a peer's (the peer at a later epoch, or at the
+// same one at another token or apply attempt, or unreadable: it may have
+// gone back to a copy from before an apply; fenceOf) is fenced in the
+// same step (node.FencePrefix): every
 // instance, whatever topology it is at, refuses it until `shardis
 // topology apply` of the current configuration brings it forward, which
 // retires what came back on it and puts back what the apply had moved

@@ -217,14 +217,14 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 		a.rep.ToEpoch = cur.Epoch
 		stable := allStable(recs, cur.Token)
 		switch {
-		case cur.Prev == nil || (stable && allAt(recs, cur.Current.Nodes(), cur.Token)):
+		case (cur.Prev == nil && !anyFenced(recs, cur.Current.Nodes())) || (stable && allAt(recs, cur.Current.Nodes(), cur.Token)):
 			a.rep.AlreadyApplied, a.rep.Phase = true, PhaseStable
 			return a.rep, nil
 		case cur.Phase == PhaseStable && stable:
 			return a.forward(ctx, recs, cur)
 		}
 		a.rep.FromEpoch, a.rep.From = cur.Epoch-1, *cur.Prev // resume
-		if a.attempt, err = attemptAt(recs, cur.Token); err != nil {
+		if a.attempt, err = attemptOf(recs, cur); err != nil {
 			return a.rep, err
 		}
 		a.diff()
@@ -288,11 +288,15 @@ func (a *applier) forward(ctx context.Context, recs map[string]Record, cur Recor
 	if a.opts.DryRun {
 		return a.rep, nil
 	}
-	attempt, err := attemptAt(recs, cur.Token)
+	attempt, err := attemptOf(recs, cur)
 	if err != nil {
 		return a.rep, err
 	}
-	c := Change{From: *cur.Prev, To: a.to, Epoch: cur.Epoch, Token: cur.Token, Forward: true, Attempt: attempt}
+	from := cur.Current // a first epoch's fenced nodes: nothing moved
+	if cur.Prev != nil {
+		from = *cur.Prev
+	}
+	c := Change{From: from, To: a.to, Epoch: cur.Epoch, Token: cur.Token, Forward: true, Attempt: attempt}
 	c.Joined, c.Left = joinedLeft(c.From, c.To)
 	if err := a.retireAt(ctx, c, a.rep.Forward); err != nil {
 		return a.rep, err
@@ -378,6 +382,16 @@ func attemptAt(recs map[string]Record, tok string) (string, error) {
 	return attempt, nil
 }
 
+// attemptOf is the apply attempt at cur's token: attemptAt's, or cur's
+// own when no unfenced node holds the token (every node fenced: newestOf).
+func attemptOf(recs map[string]Record, cur Record) (string, error) {
+	attempt, err := attemptAt(recs, cur.Token)
+	if err == nil && attempt == "" {
+		attempt = cur.Attempt
+	}
+	return attempt, err
+}
+
 // bump moves every node of prev and the new topology from the token from
 // (or none, for a node that never had one; or, for a node at an epoch
 // before from's, the token read) to tok, by compare-and-set; nodes
@@ -421,10 +435,9 @@ func (a *applier) bump(ctx context.Context, recs map[string]Record, from, tok st
 }
 
 // current reads every node of the new topology and of the nodes'
-// current one, and returns the newest record.
+// current one, and returns the newest record (newest).
 func (a *applier) current(ctx context.Context) (Record, map[string]Record, error) {
 	recs := map[string]Record{}
-	var newest Record
 	read := func(names []string) error {
 		for _, name := range names {
 			if _, ok := recs[name]; ok {
@@ -435,13 +448,14 @@ func (a *applier) current(ctx context.Context) (Record, map[string]Record, error
 				return err
 			}
 			recs[name] = rec
-			if rec.Epoch > newest.Epoch && !rec.Fenced {
-				newest = rec
-			}
 		}
 		return nil
 	}
 	if err := read(a.to.Nodes()); err != nil {
+		return Record{}, nil, err
+	}
+	newest, err := newestOf(recs)
+	if err != nil {
 		return newest, nil, err
 	}
 	if newest.Epoch == 0 && a.opts.From == nil {
@@ -449,6 +463,9 @@ func (a *applier) current(ctx context.Context) (Record, map[string]Record, error
 	}
 	if a.opts.From != nil {
 		if err := read(a.opts.From.Nodes()); err != nil {
+			return newest, nil, err
+		}
+		if newest, err = newestOf(recs); err != nil {
 			return newest, nil, err
 		}
 	}
@@ -469,7 +486,74 @@ func (a *applier) current(ctx context.Context) (Record, map[string]Record, error
 			return newest, nil, err
 		}
 	}
-	return newest, recs, nil
+	newest, err = newestOf(recs)
+	return newest, recs, err
+}
+
+// newestOf returns the record of the highest epoch among recs, lost and
+// fenced ones left out; when every record is fenced, the highest under
+// its fence (its Token the token held: the nodes are brought forward to
+// it). Records of that epoch must agree, token and apply attempt (a
+// fenced one, when the newest is not, is a node to bring forward): two
+// copies of one epoch mean a node went back to a copy of an earlier
+// apply of it, and nothing on the nodes tells which is current, so the
+// apply refuses (ErrInvalid) rather than guess.
+func newestOf(recs map[string]Record) (Record, error) {
+	names := make([]string, 0, len(recs))
+	for name := range recs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	newest, fenced := highest(recs, names, false), false
+	if newest.Epoch == 0 {
+		newest, fenced = highest(recs, names, true), true
+	}
+	if newest.Epoch == 0 {
+		return newest, nil
+	}
+	for _, name := range names {
+		r := recs[name]
+		if r.Lost || r.Epoch != newest.Epoch || (r.Fenced && !fenced) {
+			continue
+		}
+		tok := r.Token
+		if r.Fenced {
+			tok = r.Held
+		}
+		if tok != newest.Token || (r.Attempt != "" && newest.Attempt != "" && r.Attempt != newest.Attempt) {
+			return newest, fmt.Errorf("%w: the nodes hold two topologies of epoch %d (%s at %s, attempt %q; %s at %s, attempt %q): a node went back to a copy of an earlier apply of this epoch, and the nodes cannot tell which is current: on each node whose topology is the current one, set field epoch of %s to its token (without the %q prefix of a fenced node), then run apply again",
+				ErrInvalid, newest.Epoch, newest.Node, newest.Token, newest.Attempt, name, tok, r.Attempt, "shardis:node", "behind:")
+		}
+	}
+	return newest, nil
+}
+
+// highest is the record of the highest epoch among recs (names, sorted):
+// of the unfenced ones, or, with fenced, of the fenced ones, as held under
+// the fence (its Token the token held).
+func highest(recs map[string]Record, names []string, fenced bool) Record {
+	var newest Record
+	for _, name := range names {
+		r := recs[name]
+		if r.Lost || r.Fenced != fenced || r.Epoch <= newest.Epoch {
+			continue
+		}
+		newest = r
+		if fenced {
+			newest.Token, newest.Fenced, newest.Held = r.Held, false, ""
+		}
+	}
+	return newest
+}
+
+// anyFenced reports whether one of nodes is fenced (Record.Fenced).
+func anyFenced(recs map[string]Record, nodes []string) bool {
+	for _, n := range nodes {
+		if recs[n].Fenced {
+			return true
+		}
+	}
+	return false
 }
 
 // allStable reports whether every node at tok is stable.

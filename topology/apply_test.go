@@ -356,7 +356,7 @@ func TestConcurrentFreshAppliesKeepOneAttempt(t *testing.T) {
 	n3 := f.recs["n3"]
 	n3.Attempt = "0123456789abcdef"
 	f.recs["n3"] = n3
-	if _, err := apply(t, f, Options{To: three}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "two apply attempts") {
+	if _, err := apply(t, f, Options{To: three}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "0123456789abcdef") {
 		t.Fatalf("forward with records of two attempts = %v, want ErrInvalid naming both", err)
 	}
 }

@@ -16,10 +16,9 @@
 //
 //	shardis:node     field epoch = the epoch token "E:fingerprint" ([Token]),
 //	                 or "behind:" and the token for a node accepted
-//	                 behind its peers ("A node that went back"); fields
-//	                 attempt = the record's attempt and topo_at = when
-//	                 the node moved to the token (its clock, ms), which
-//	                 the accept compares with the peers'
+//	                 behind its peers ("A node that went back"); field
+//	                 attempt = the record's attempt, which the accept
+//	                 compares with the peers'
 //	shardis:topology epoch, token, current (Topology JSON), prev (the
 //	                 Topology of epoch E-1, or ""), phase
 //	                 ([PhaseMigrating] or [PhaseStable]), at (the node's
@@ -97,26 +96,37 @@
 // instances at the current token are refused there, so nothing on it can
 // be decided, and its orders' parts elsewhere stay pending. An instance
 // still at the node's older topology is not refused by the token, so the
-// accept fences such a node (router.AcceptNode: its stamp's token, when
-// a peer holds a later epoch's, or the same epoch's of another topology
-// or apply attempt that the peer moved to later by the nodes' clocks,
-// becomes node.FencePrefix + token; a fenced peer counts by the token
-// under its fence, so the accepts' order does not matter; a peer that
-// cannot be read is passed over with a warning): no instance, at any
-// topology, matches it, and Record.Fenced makes it no one's newest
-// record; the apply treats it as behind whatever its epoch, but for a
-// node fenced at the apply's own token and attempt, which holds what the
-// apply wrote: that one is brought forward with nothing retired. Before, an
+// accept fences such a node (router.AcceptNode: its stamp's token
+// becomes node.FencePrefix + token unless every peer holds the same
+// token and attempt or an earlier epoch; a peer at a later epoch, at the
+// same epoch at another token or attempt, or unreadable, fences it: two
+// copies of one epoch cannot be ordered, the nodes' clocks not being
+// trusted with it, so the accept fails closed; a fenced peer counts by
+// the copy under its fence, so the accepts' order does not matter): no
+// instance, at any topology, matches it, and Record.Fenced makes it no
+// one's newest record. The apply takes the highest unfenced epoch as
+// current and brings every fenced node forward, retiring and putting back
+// as for a node behind, but for a node fenced at the apply's own token
+// and attempt, which holds what the apply wrote (a node that lost nothing
+// but was accepted while a peer differed): brought forward, nothing
+// retired. Two copies of one epoch among the unfenced nodes, or among the
+// fenced ones when every node is fenced, make the apply refuse (ErrInvalid,
+// naming them) rather than guess: the operator unfences, by hand, the
+// nodes whose copy is current. What this cannot see: a node that went
+// back without being refused (so never accepted, never fenced) while the
+// nodes holding the current copy were all accepted and fenced is taken as
+// current. Before, an
 // instance of the older topology that could read only that node (a peer
 // unreachable while it read the topology) took its epoch as current and
 // cancelled an order there that the current topology's instances
 // confirmed at its new home; and a node that went back to a copy from an
 // earlier attempt of the same apply (every node went back below the
 // epoch, and the same topology was applied again: the same token) was
-// served at once, its stale records decided. Both found by a review; a
-// second review found the first fence's rule (any difference) fenced a
-// node that lost nothing when a peer that went back was compared with it,
-// and its forward retired live records. So the apply
+// served at once, its stale records decided. Both found by a review;
+// two more reviews found the first rules wrong: fencing on any difference
+// with its forward retiring what a node fenced at the current copy held,
+// and ordering two copies by the nodes' clocks failing with a clock
+// running fast. So the apply
 // is done only when every node of the current topology is at its token:
 // running the apply of the current topology again sees every node at the
 // token stable (step 3 ran to its end: stable is written only after it)

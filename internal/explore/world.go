@@ -152,23 +152,23 @@ func worldConfig(addrs map[string]string, withN4 bool) (*config.Config, error) {
 }
 
 // resetScript empties a node's inventory and gives it back its epoch-1
-// topology state: ARGV[1..3] the stamp's topology fields (stampTopo; ""
+// topology state: ARGV[1..2] the stamp's topology fields (stampTopo; ""
 // for none), then field, value pairs of shardis:topology. The stamp's
 // other fields (name, incarnation, write sequence) stay: the routers know
 // them.
 var resetScript = redis.NewScript(`
 for _, k in ipairs(redis.call('KEYS', 'inv:*')) do redis.call('DEL', k) end
 redis.call('DEL', 'shardis:topology')
-for i, f in ipairs({'epoch', 'attempt', 'topo_at'}) do
+for i, f in ipairs({'epoch', 'attempt'}) do
   if ARGV[i] ~= '' then redis.call('HSET', 'shardis:node', f, ARGV[i]) else redis.call('HDEL', 'shardis:node', f) end
 end
-for i = 4, #ARGV, 2 do redis.call('HSET', 'shardis:topology', ARGV[i], ARGV[i + 1]) end
+for i = 3, #ARGV, 2 do redis.call('HSET', 'shardis:topology', ARGV[i], ARGV[i + 1]) end
 return 1
 `)
 
 // stampTopo are the stamp's fields a topology write sets (resetScript's
-// first three arguments, in this order).
-var stampTopo = []string{"epoch", "attempt", "topo_at"}
+// first two arguments, in this order).
+var stampTopo = []string{"epoch", "attempt"}
 
 // Reset empties every node and waits until every router sees every node
 // usable (a restarted node comes back through a health probe).

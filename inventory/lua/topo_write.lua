@@ -23,9 +23,9 @@ if cur ~= ARGV[2] and cur ~= ARGV[3] then
     ', expected ' .. (ARGV[2] == '' and 'none' or ARGV[2]))
 end
 local t = redis.call('TIME')
--- the stamp names the attempt too, and when the node moved to the token
--- (milliseconds), which an accept compares with the peers' (node.TopoStamp)
-redis.call('HSET', KEYS[1], 'epoch', ARGV[3], 'topo_at', string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000)))
+-- the stamp names the attempt too, which an accept compares with the
+-- peers' (node.TopoStamp)
+redis.call('HSET', KEYS[1], 'epoch', ARGV[3])
 if ARGV[8] and ARGV[8] ~= '' then
   redis.call('HSET', KEYS[1], 'attempt', ARGV[8])
 else
