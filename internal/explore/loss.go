@@ -171,15 +171,23 @@ func (w *World) secondLoss(ctx context.Context, o *observed, s *Scheduler, first
 	if plan.node == first {
 		plan.after = "loss"
 	}
-	if s.Chance(0.5) { // a copy from before the schedule (set-up: not scheduled)
-		plan.snap = w.snapPath(plan.node)
-		err := w.copyData(ctx, plan.node, plan.snap)
-		o.note("loss2", "copy "+plan.node+"'s data at the start", err)
-		if err != nil {
-			plan.snap = ""
-		}
+	if s.Chance(0.5) {
+		plan.snap = w.startCopy(ctx, o, "loss2", plan.node)
 	}
 	s.Go(ctx, "loss2", w.loss(o, s, "loss2", plan))
+}
+
+// startCopy copies node name's data for data-loss actor who at the
+// schedule's start, before any actor's first call (set-up: not
+// scheduled), and returns the copy's path ("" when it failed, noted).
+func (w *World) startCopy(ctx context.Context, o *observed, who, name string) string {
+	snap := w.snapPath(name)
+	err := w.copyData(ctx, name, snap)
+	o.note(who, "copy "+name+"'s data at the start", err)
+	if err != nil {
+		return ""
+	}
+	return snap
 }
 
 // twin is the twin actor (Options.Twin): a second operator who, after

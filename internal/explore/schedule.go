@@ -368,13 +368,8 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 			plan.followReserve, plan.followDecide = movedReserver(moved.moved.ID), movedDecider(moved.moved.ID, moved.decide)
 			plan.before, plan.held = 0, s.Intn(4)
 		}
-		if plan.followReserve == "" && s.Chance(0.5) { // a copy from before the schedule (set-up: not scheduled)
-			plan.snap = w.snapPath(plan.node)
-			err := w.copyData(ctx, plan.node, plan.snap)
-			obs.note("loss", "copy "+plan.node+"'s data at the start", err)
-			if err != nil {
-				plan.snap = ""
-			}
+		if plan.followReserve == "" && s.Chance(0.5) {
+			plan.snap = w.startCopy(ctx, obs, "loss", plan.node)
 		}
 		s.Go(ctx, "loss", w.loss(obs, s, "loss", plan))
 		twinned = true
