@@ -463,3 +463,89 @@ func TestForwardOfAFenceAtTheTokenRetiresNothing(t *testing.T) {
 		t.Errorf("Confirm %s = %+v, %v", y, out, err)
 	}
 }
+
+// weighted is the three-route topology of leaveConfig with node weights w.
+func weighted(t *testing.T, addrs map[string]string, w map[string]int) *config.Config {
+	t.Helper()
+	cfg := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}})
+	for n, v := range w {
+		nd := cfg.Nodes[n]
+		nd.Weight = v
+		cfg.Nodes[n] = nd
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// An apply's bump stops after n1 (epoch 3; n2 and n3 still at 2), and n1,
+// which lost nothing, is accepted while n2 is unreadable: fenced, ahead of
+// every other node. The apply takes n1's copy as current and resumes to
+// it, retiring nothing on n1. Before, the highest unfenced epoch (2) was
+// current: the resume was refused, `topology show` advised the apply of
+// epoch 2, and that apply "brought n1 forward" backwards, retiring order
+// w's live record (acknowledged, its units stranded) and putting back z's
+// older copy over its acknowledged Cancel. Found by a review.
+func TestApplyResumesToAFencedNodeAhead(t *testing.T) {
+	srvs := redistest.StartN(t, 3, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	n1 := srvs[0].Client(t)
+	addrs := map[string]string{"n1": srvs[0].Addr(), "n2": srvs[1].Addr(), "n3": srvs[2].Addr()}
+	p, q, r := weighted(t, addrs, nil), weighted(t, addrs, map[string]int{"n1": 4}), weighted(t, addrs, map[string]int{"n1": 4, "n2": 3})
+	hp, _ := NewHomes(p)
+	hq, _ := NewHomes(q)
+	var ids []string
+	for i := 0; i < 2000 && len(ids) < 2; i++ {
+		if id := fmt.Sprintf("q%d", i); hp.Home(id) != "n1" && hq.Home(id) == "n1" {
+			ids = append(ids, id)
+		}
+	}
+	z, w := ids[0], ids[1]
+	invP := openInv(t, p, Options{})
+	if _, err := invP.LoadStock(ctx, "a", "s", 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := invP.Reserve(ctx, z, []Item{{Route: "a", SKU: "s", Quantity: 2}}, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	invP.Close()
+	if rep, err := applyTopo(ctx, q, p); err != nil || rep.OrdersMoved < 1 {
+		t.Fatalf("apply q = %+v, %v", rep, err)
+	}
+	invQ := openInv(t, q, Options{})
+	if out, err := invQ.Cancel(ctx, z); err != nil || out.Status != StatusCancelled {
+		t.Fatalf("Cancel %s = %+v, %v", z, out, err)
+	}
+	if _, err := invQ.Reserve(ctx, w, []Item{{Route: "a", SKU: "s", Quantity: 3}}, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	invQ.Close()
+	if _, err := ApplyTopology(ctx, ApplyOptions{To: r, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler), Faults: &topoFaults{point: "bump", nth: 1}}); !errors.Is(err, ErrCrashed) {
+		t.Fatalf("apply r, crashed after its first bump: %v", err)
+	}
+	router := openInv(t, r, Options{}).r
+	srvs[1].Pause()
+	actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err := router.AcceptNode(actx, "n1")
+	acancel()
+	srvs[1].Resume()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := n1.HGet(ctx, node.StampKey, "epoch").Val(); !strings.HasPrefix(tok, node.FencePrefix) {
+		t.Fatalf("n1, accepted with n2 unreadable, not fenced: %s", tok)
+	}
+	rep, err := applyTopo(ctx, r, q)
+	if err != nil || rep.Phase != topology.PhaseStable || rep.Retired != 0 {
+		t.Fatalf("resuming the apply of r = %+v, %v; want stable, nothing retired", rep, err)
+	}
+	inv := openInv(t, r, Options{})
+	if out, err := inv.Confirm(ctx, w); err != nil || out.Status != StatusConfirmed {
+		t.Errorf("Confirm %s (reserved, acknowledged) = %+v, %v", w, out, err)
+	}
+	if out, err := inv.Confirm(ctx, z); err == nil && out.Status == StatusConfirmed {
+		t.Errorf("order %s, cancelled (acknowledged), confirmed: %+v", z, out)
+	}
+}

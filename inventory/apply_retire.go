@@ -119,9 +119,9 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 }
 
 // behind reads the topology record of each of nodes and returns those
-// behind c (an epoch before c.Epoch, or fenced: accepted behind its
-// peers, at any epoch, but at c.Token and c.Attempt), each with the token
-// it holds.
+// behind c (an epoch before c.Epoch, or fenced at c.Epoch: accepted
+// behind its peers, but at c.Token and c.Attempt), each with the token it
+// holds. A node fenced at a later epoch is ahead of c, not behind.
 func (a *migrator) behind(ctx context.Context, c topology.Change, nodes []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, name := range nodes {
@@ -137,7 +137,7 @@ func (a *migrator) behind(ctx context.Context, c topology.Change, nodes []string
 		case rec.Fenced && rec.Held == c.Token && rec.Attempt == c.Attempt:
 			// fenced, but at the change's own token and attempt: it holds
 			// what the apply wrote; brought forward, nothing retired
-		case rec.Epoch < c.Epoch || rec.Fenced: // else moved on by a concurrent apply (to c.Token, or past it)
+		case rec.Epoch < c.Epoch || (rec.Fenced && rec.Epoch == c.Epoch): // else moved on by a concurrent apply (to c.Token, or past it), or fenced ahead of it
 			out[name] = rec.Token
 		}
 	}

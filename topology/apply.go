@@ -490,11 +490,13 @@ func (a *applier) current(ctx context.Context) (Record, map[string]Record, error
 	return newest, recs, err
 }
 
-// newestOf returns the record of the highest epoch among recs, lost and
-// fenced ones left out; when every record is fenced, the highest under
-// its fence (its Token the token held: the nodes are brought forward to
-// it). Records of that epoch must agree, token and apply attempt (a
-// fenced one, when the newest is not, is a node to bring forward): two
+// newestOf returns the record of the highest epoch among recs, lost ones
+// left out, a fenced one by the copy under its fence (its Token the token
+// held) when it is above every unfenced one (every node fenced, or a
+// bump stopped after a node that was then fenced): the nodes are brought
+// forward, or resume, to it. Records of that epoch must agree, token and
+// apply attempt (a fenced one, when the newest is not, is a node to bring
+// forward): two
 // copies of one epoch mean a node went back to a copy of an earlier
 // apply of it, and nothing on the nodes tells which is current, so the
 // apply refuses (ErrInvalid) rather than guess.
@@ -505,8 +507,11 @@ func newestOf(recs map[string]Record) (Record, error) {
 	}
 	sort.Strings(names)
 	newest, fenced := highest(recs, names, false), false
-	if newest.Epoch == 0 {
-		newest, fenced = highest(recs, names, true), true
+	if f := highest(recs, names, true); f.Epoch > newest.Epoch {
+		// every node fenced, or a fenced one ahead of every other (an
+		// apply's bump stopped after it, and it was accepted with a peer
+		// unreadable): its copy is the newest, the others resume to it
+		newest, fenced = f, true
 	}
 	if newest.Epoch == 0 {
 		return newest, nil
@@ -544,6 +549,19 @@ func highest(recs map[string]Record, names []string, fenced bool) Record {
 		}
 	}
 	return newest
+}
+
+// Current is the record an apply takes as current among recs (the nodes'
+// records, one per node): the highest epoch, a fenced record by the copy
+// under its fence when it is above every unfenced one; ErrInvalid when
+// two copies of that epoch disagree (token or apply attempt), for an
+// operator to decide. What `shardis topology show` advises from.
+func Current(recs []Record) (Record, error) {
+	m := make(map[string]Record, len(recs))
+	for _, r := range recs {
+		m[r.Node] = r
+	}
+	return newestOf(m)
 }
 
 // anyFenced reports whether one of nodes is fenced (Record.Fenced).

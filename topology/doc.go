@@ -104,12 +104,15 @@
 // trusted with it, so the accept fails closed; a fenced peer counts by
 // the copy under its fence, so the accepts' order does not matter): no
 // instance, at any topology, matches it, and Record.Fenced makes it no
-// one's newest record. The apply takes the highest unfenced epoch as
-// current and brings every fenced node forward, retiring and putting back
-// as for a node behind, but for a node fenced at the apply's own token
-// and attempt, which holds what the apply wrote (a node that lost nothing
-// but was accepted while a peer differed): brought forward, nothing
-// retired. Two copies of one epoch among the unfenced nodes, or among the
+// one's newest record. The apply takes the highest epoch as current (a
+// fenced node by the copy under its fence, when it is above every
+// unfenced one: a bump stopped after it, and it was accepted with a peer
+// unreadable; the apply then resumes to it) and brings every fenced node
+// of that epoch forward, retiring and putting back as for a node behind,
+// but for a node fenced at the apply's own token and attempt, which holds
+// what the apply wrote (a node that lost nothing but was accepted while a
+// peer differed): brought forward, nothing retired; a node fenced at a
+// later epoch than a change is never behind it. Two copies of one epoch among the unfenced nodes, or among the
 // fenced ones when every node is fenced, make the apply refuse (ErrInvalid,
 // naming them) rather than guess: the operator unfences, by hand, the
 // nodes whose copy is current. What this cannot see: a node that went

@@ -23,7 +23,8 @@ func TestNewestOf(t *testing.T) {
 	}{
 		{"highest epoch", []Record{rec("n1", 1, "1:a", ""), rec("n2", 2, "2:b", "x")}, "2:b", false},
 		{"a fenced copy of the epoch is brought forward", []Record{rec("n1", 2, "2:b", "x"), fenced(rec("n2", 2, "2:b", "y"))}, "2:b", false},
-		{"a fenced later epoch is not the newest", []Record{rec("n1", 1, "1:a", ""), fenced(rec("n2", 2, "2:b", "y"))}, "1:a", false},
+		{"a fenced later epoch is the newest (a bump stopped after it)", []Record{rec("n1", 1, "1:a", ""), fenced(rec("n2", 2, "2:b", "y"))}, "2:b", false},
+		{"a fenced earlier epoch is not", []Record{rec("n1", 2, "2:b", "y"), fenced(rec("n2", 1, "1:a", ""))}, "2:b", false},
 		{"two unfenced copies of one epoch", []Record{rec("n1", 2, "2:b", "x"), rec("n2", 2, "2:b", "y")}, "", true},
 		{"two unfenced topologies of one epoch", []Record{rec("n1", 2, "2:b", "x"), rec("n2", 2, "2:c", "x")}, "", true},
 		{"every node fenced, agreeing", []Record{fenced(rec("n1", 2, "2:b", "x")), fenced(rec("n2", 2, "2:b", "x"))}, "2:b", false},

@@ -170,8 +170,11 @@ func cmdTopologyShow(args []string, stdout, stderr io.Writer) error {
 	}
 	mine := topology.Of(cfg)
 	fmt.Fprintf(stdout, "configuration: %s (fingerprint %s)\n", mine, mine.Fingerprint())
-	var newest topology.Record
+	var read []topology.Record
 	for _, r := range recs {
+		if errs[r.Node] == nil {
+			read = append(read, r)
+		}
 		switch {
 		case errs[r.Node] != nil:
 			fmt.Fprintf(stdout, "%-12s unreadable: %v\n", r.Node, errs[r.Node])
@@ -182,11 +185,12 @@ func cmdTopologyShow(args []string, stdout, stderr io.Writer) error {
 		default:
 			fmt.Fprintf(stdout, "%-12s epoch %d %-9s %s\n", r.Node, r.Epoch, r.Phase, r.Current)
 		}
-		if r.Epoch > newest.Epoch && !r.Fenced {
-			newest = r
-		}
 	}
+	newest, err := topology.Current(read) // what an apply takes as current
 	switch {
+	case err != nil:
+		fmt.Fprintf(stdout, "the apply cannot tell the current topology: %v\n", err)
+		return nil
 	case newest.Epoch == 0:
 		fmt.Fprintln(stdout, "no node has a topology record: the first instance started initialises them")
 		return nil

@@ -159,13 +159,8 @@ func nodesAt(cfg *config.Config) bool {
 	if err != nil {
 		return false
 	}
-	var newest topology.Record
-	for _, r := range recs {
-		if r.Epoch > newest.Epoch && !r.Fenced {
-			newest = r
-		}
-	}
-	return newest.Epoch > 0 && newest.Current.Fingerprint() == topology.Of(cfg).Fingerprint()
+	newest, err := topology.Current(recs)
+	return err == nil && newest.Epoch > 0 && newest.Current.Fingerprint() == topology.Of(cfg).Fingerprint()
 }
 
 // finishTopology finishes a topology change still migrating (healing):

@@ -105,12 +105,7 @@ func (w *World) topologyNow(ctx context.Context) (at string, stable bool, err er
 			return "", false, fmt.Errorf("explore: reading the topology: %w", err)
 		}
 	}
-	var newest topology.Record
-	for _, r := range recs {
-		if r.Epoch > newest.Epoch && !r.Fenced { // a fenced node is behind, whatever its epoch
-			newest = r
-		}
-	}
+	newest, _ := topology.Current(recs) // two copies of an epoch: the heal's apply reports the refusal
 	at = "T0"
 	members := nodesT0
 	if newest.Current.Fingerprint() == topology.Of(w.cfg1).Fingerprint() {
