@@ -342,12 +342,12 @@ func (v *view) refuse() error {
 func (inv *Inventory) repairLost(ctx context.Context, recs []topology.Record, allRead bool) bool {
 	wrote := false
 	for _, r := range recs {
-		if !r.Lost {
+		if !r.Lost || r.Fenced { // a fenced node's copy cannot be told: Retire refuses it
 			continue
 		}
 		var src *topology.Record
 		for i := range recs {
-			if !recs[i].Lost && recs[i].Token == r.Token {
+			if !recs[i].Lost && !recs[i].Fenced && recs[i].Token == r.Token {
 				src = &recs[i]
 				break
 			}

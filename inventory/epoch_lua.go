@@ -73,18 +73,19 @@ func readRecord(ctx context.Context, n *node.Node) (topology.Record, error) {
 	if rec.Token == "" {
 		return rec, nil
 	}
+	stampTok := rec.Token
+	if t, ok := strings.CutPrefix(rec.Token, node.FencePrefix); ok {
+		rec.Fenced, rec.Held, stampTok = true, t, t // Token keeps the fence: what the stamp holds, for compare-and-set
+	}
 	if len(f) == 0 {
 		// The stamp names an epoch but the record is gone (deleted by
-		// hand, or a flush that kept the stamp): readView repairs it.
+		// hand, or a flush that kept the stamp): readView repairs it
+		// (not a fenced one's: Retire refuses it, for an operator).
 		rec.Lost = true
 		return rec, nil
 	}
 	bad := func(what string, err error) (topology.Record, error) {
 		return rec, fmt.Errorf("%w: node %s: %s %s: %v", ErrCorrupt, n.Name(), keyTopology, what, err)
-	}
-	stampTok := rec.Token
-	if t, ok := strings.CutPrefix(rec.Token, node.FencePrefix); ok {
-		rec.Fenced, rec.Held, stampTok = true, t, t // Token keeps the fence: what the stamp holds, for compare-and-set
 	}
 	if f["token"] != stampTok {
 		return bad("token", fmt.Errorf("record token %q differs from the stamp's %q", f["token"], rec.Token))

@@ -344,7 +344,7 @@ func topoNotBehind(peer, own node.TopoStamp) bool {
 	case pe > oe || ptok != own.Token:
 		return true
 	}
-	return peer.Attempt != "" && own.Attempt != "" && peer.Attempt != own.Attempt
+	return peer.Attempt != own.Attempt // one unknown (a release before's copy) fails closed too
 }
 
 // tokenEpoch is the epoch of a topology token "E:fingerprint" (0 when it

@@ -412,9 +412,9 @@ func (a *applier) bump(ctx context.Context, recs map[string]Record, from, tok st
 		}
 		expect := from
 		switch {
-		case rec.Epoch == 0:
-			expect = ""
-		case rec.Epoch < epoch-1 || rec.Fenced:
+		case rec.Token == "":
+			expect = "" // no stamp token: a new node
+		case rec.Epoch < epoch-1 || rec.Fenced || rec.Lost:
 			// Behind the token bumped from, or accepted behind its peers
 			// and fenced: only a node that went back to an older copy
 			// (check refuses it before a new epoch's bump; doc.go, "A
@@ -525,7 +525,7 @@ func newestOf(recs map[string]Record) (Record, error) {
 		if r.Fenced {
 			tok = r.Held
 		}
-		if tok != newest.Token || (r.Attempt != "" && newest.Attempt != "" && r.Attempt != newest.Attempt) {
+		if tok != newest.Token || r.Attempt != newest.Attempt {
 			return newest, fmt.Errorf("%w: the nodes hold two topologies of epoch %d (%s at %s, attempt %q; %s at %s, attempt %q): a node went back to a copy of an earlier apply of this epoch, and the nodes cannot tell which is current: on each node whose topology is the current one, set field epoch of %s to its token (without the %q prefix of a fenced node), then run apply again",
 				ErrInvalid, newest.Epoch, newest.Node, newest.Token, newest.Attempt, name, tok, r.Attempt, "shardis:node", "behind:")
 		}

@@ -112,7 +112,10 @@
 // but for a node fenced at the apply's own token and attempt, which holds
 // what the apply wrote (a node that lost nothing but was accepted while a
 // peer differed): brought forward, nothing retired; a node fenced at a
-// later epoch than a change is never behind it. Two copies of one epoch among the unfenced nodes, or among the
+// later epoch than a change is never behind it. Copies that cannot be
+// told apart are left to the operator: an apply attempt known on one
+// side only is another attempt, and a fenced node whose record is lost
+// (Record.Lost) makes the apply refuse until the record is restored. Two copies of one epoch among the unfenced nodes, or among the
 // fenced ones when every node is fenced, make the apply refuse (ErrInvalid,
 // naming them) rather than guess: the operator unfences, by hand, the
 // nodes whose copy is current. What this cannot see: a node that went

@@ -29,7 +29,8 @@ func TestNewestOf(t *testing.T) {
 		{"two unfenced topologies of one epoch", []Record{rec("n1", 2, "2:b", "x"), rec("n2", 2, "2:c", "x")}, "", true},
 		{"every node fenced, agreeing", []Record{fenced(rec("n1", 2, "2:b", "x")), fenced(rec("n2", 2, "2:b", "x"))}, "2:b", false},
 		{"every node fenced, two copies", []Record{fenced(rec("n1", 2, "2:b", "x")), fenced(rec("n2", 2, "2:b", "y"))}, "", true},
-		{"an attempt unknown agrees", []Record{rec("n1", 2, "2:b", ""), rec("n2", 2, "2:b", "y")}, "2:b", false},
+		{"an attempt unknown does not agree", []Record{rec("n1", 2, "2:b", ""), rec("n2", 2, "2:b", "y")}, "", true},
+		{"every node fenced, one copy without an attempt", []Record{fenced(rec("n1", 2, "2:b", "")), fenced(rec("n2", 2, "2:b", "y"))}, "", true},
 	}
 	for _, c := range cases {
 		recs := map[string]Record{}
