@@ -181,25 +181,9 @@ func TestAcceptFencesANodeBehindAnApply(t *testing.T) {
 // on top of an acknowledged Cancel after its units were sold again.
 func TestAcceptFencesAnEarlierAttemptsCopy(t *testing.T) {
 	e, three, two, _ := retireWorld(t)
-	ctx := e.ctx
-	n1, n2, n3 := e.clients["n1"], e.clients["n2"], e.clients["n3"]
+	ctx, n2 := e.ctx, e.clients["n2"]
 	id := movedN3ToN2(t, three, two)
-	reservedCopy(t, e, three, id)
-	all1 := map[*redis.Client]nodeCopy{n1: takeCopy(t, n1), n2: takeCopy(t, n2), n3: takeCopy(t, n3)}
-	if rep, err := applyTopo(ctx, two, three); err != nil || rep.OrdersMoved != 1 || rep.Phase != topology.PhaseStable {
-		t.Fatalf("first apply = %+v, %v", rep, err)
-	}
-	a1n2 := takeCopy(t, n2)
-	for c, cp := range all1 {
-		cp.restore(t, c)
-	}
-	if out, err := openInv(t, three, Options{}).Cancel(ctx, id); err != nil || out.Status != StatusCancelled {
-		t.Fatalf("Cancel at epoch 1 = %+v, %v", out, err)
-	}
-	if rep, err := applyTopo(ctx, two, three); err != nil || rep.OrdersMoved != 1 || rep.Phase != topology.PhaseStable {
-		t.Fatalf("second apply = %+v, %v", rep, err)
-	}
-	a1n2.restore(t, n2)
+	earlierAttemptOnN2(t, e, three, two, two, id, false)
 	if !acceptNode(t, ctx, two, n2, "n2") {
 		t.Fatal("n2, accepted at its peers' token but another apply attempt, was not fenced")
 	}
@@ -220,6 +204,39 @@ func TestAcceptFencesAnEarlierAttemptsCopy(t *testing.T) {
 	}
 }
 
+// earlierAttemptOnN2 runs, in retireWorld's e, the first apply of two
+// from three with order id reserved (moved off n3 onto n2), every node's
+// going back to its copy from before it, id's Cancel at epoch 1 and the
+// apply of second (two again: the same token, another attempt; or
+// another topology at the same epoch); then n2 goes back to its copy
+// from the first apply, holding id reserved (without its apply attempt
+// when strip: a release before's copy).
+func earlierAttemptOnN2(t *testing.T, e *stagedEnv, three, two, second *config.Config, id string, strip bool) {
+	t.Helper()
+	ctx := e.ctx
+	n1, n2, n3 := e.clients["n1"], e.clients["n2"], e.clients["n3"]
+	reservedCopy(t, e, three, id)
+	all1 := map[*redis.Client]nodeCopy{n1: takeCopy(t, n1), n2: takeCopy(t, n2), n3: takeCopy(t, n3)}
+	if rep, err := applyTopo(ctx, two, three); err != nil || rep.OrdersMoved != 1 || rep.Phase != topology.PhaseStable {
+		t.Fatalf("first apply = %+v, %v", rep, err)
+	}
+	a1n2 := takeCopy(t, n2)
+	for c, cp := range all1 {
+		cp.restore(t, c)
+	}
+	if out, err := openInv(t, three, Options{}).Cancel(ctx, id); err != nil || out.Status != StatusCancelled {
+		t.Fatalf("Cancel at epoch 1 = %+v, %v", out, err)
+	}
+	if rep, err := applyTopo(ctx, second, three); err != nil || rep.OrdersMoved != 1 || rep.Phase != topology.PhaseStable || rep.ToEpoch != 2 {
+		t.Fatalf("second apply = %+v, %v", rep, err)
+	}
+	a1n2.restore(t, n2)
+	if strip {
+		n2.HDel(ctx, node.StampKey, "attempt")
+		n2.HDel(ctx, node.TopologyKey, "attempt")
+	}
+}
+
 // applyTopo applies to, from from, waiting up to 5 s for step 3.
 func applyTopo(ctx context.Context, to, from *config.Config) (topology.Report, error) {
 	return ApplyTopology(ctx, ApplyOptions{To: to, From: from, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
@@ -233,30 +250,14 @@ func applyTopo(ctx context.Context, to, from *config.Config) (topology.Report, e
 // confirmed on top of its acknowledged Cancel.
 func TestAcceptFencesASameEpochCopyOfAnotherTopology(t *testing.T) {
 	e, three, two, _ := retireWorld(t)
-	ctx := e.ctx
-	n1, n2, n3 := e.clients["n1"], e.clients["n2"], e.clients["n3"]
+	ctx, n2 := e.ctx, e.clients["n2"]
 	addrs := map[string]string{"n1": e.srvs[0].Addr(), "n2": e.srvs[1].Addr(), "n3": e.srvs[2].Addr()}
 	twoB := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n1"}})
 	id := movedN3ToN2(t, three, twoB)
 	if id != movedN3ToN2(t, three, two) {
 		t.Fatal("the two topologies home the order apart")
 	}
-	reservedCopy(t, e, three, id)
-	all1 := map[*redis.Client]nodeCopy{n1: takeCopy(t, n1), n2: takeCopy(t, n2), n3: takeCopy(t, n3)}
-	if rep, err := applyTopo(ctx, two, three); err != nil || rep.OrdersMoved != 1 || rep.Phase != topology.PhaseStable {
-		t.Fatalf("apply two = %+v, %v", rep, err)
-	}
-	c2 := takeCopy(t, n2)
-	for c, cp := range all1 {
-		cp.restore(t, c)
-	}
-	if out, err := openInv(t, three, Options{}).Cancel(ctx, id); err != nil || out.Status != StatusCancelled {
-		t.Fatalf("Cancel at epoch 1 = %+v, %v", out, err)
-	}
-	if rep, err := applyTopo(ctx, twoB, three); err != nil || rep.OrdersMoved != 1 || rep.Phase != topology.PhaseStable || rep.ToEpoch != 2 {
-		t.Fatalf("apply twoB = %+v, %v", rep, err)
-	}
-	c2.restore(t, n2)
+	earlierAttemptOnN2(t, e, three, two, twoB, id, false)
 	if !acceptNode(t, ctx, twoB, n2, "n2") {
 		t.Fatal("n2, accepted at its peers' epoch but another topology's token, was not fenced")
 	}
@@ -622,27 +623,9 @@ func TestFencedCopiesThatCannotBeToldAreLeftToTheOperator(t *testing.T) {
 	})
 	t.Run("a release before's copy", func(t *testing.T) {
 		e, three, two, _ := retireWorld(t)
-		ctx := e.ctx
-		n1, n2, n3 := e.clients["n1"], e.clients["n2"], e.clients["n3"]
+		ctx, n2 := e.ctx, e.clients["n2"]
 		id := movedN3ToN2(t, three, two)
-		reservedCopy(t, e, three, id)
-		all1 := map[*redis.Client]nodeCopy{n1: takeCopy(t, n1), n2: takeCopy(t, n2), n3: takeCopy(t, n3)}
-		if _, err := applyTopo(ctx, two, three); err != nil {
-			t.Fatal(err)
-		}
-		a1n2 := takeCopy(t, n2)
-		for c, cp := range all1 {
-			cp.restore(t, c)
-		}
-		if out, err := openInv(t, three, Options{}).Cancel(ctx, id); err != nil || out.Status != StatusCancelled {
-			t.Fatal(out, err)
-		}
-		if _, err := applyTopo(ctx, two, three); err != nil {
-			t.Fatal(err)
-		}
-		a1n2.restore(t, n2)
-		n2.HDel(ctx, node.StampKey, "attempt")
-		n2.HDel(ctx, node.TopologyKey, "attempt")
+		earlierAttemptOnN2(t, e, three, two, two, id, true)
 		if !acceptNode(t, ctx, two, n2, "n2") {
 			t.Error("n2, a copy without an attempt at its peers' token, was not fenced")
 		}
