@@ -496,10 +496,9 @@ func (a *applier) current(ctx context.Context) (Record, map[string]Record, error
 // bump stopped after a node that was then fenced): the nodes are brought
 // forward, or resume, to it. Records of that epoch must agree, token and
 // apply attempt (a fenced one, when the newest is not, is a node to bring
-// forward): two
-// copies of one epoch mean a node went back to a copy of an earlier
-// apply of it, and nothing on the nodes tells which is current, so the
-// apply refuses (ErrInvalid) rather than guess.
+// forward): two copies of one epoch mean a node went back to a copy of an
+// earlier apply of it, and nothing on the nodes tells which is current,
+// so the apply refuses (ErrInvalid) rather than guess.
 func newestOf(recs map[string]Record) (Record, error) {
 	names := make([]string, 0, len(recs))
 	for name := range recs {
