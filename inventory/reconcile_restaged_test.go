@@ -26,6 +26,26 @@ func (h *hookFaults) Call(ctx context.Context, c ScriptCall, send func() (any, e
 
 func (h *hookFaults) Crash(context.Context, string) bool { return false }
 
+// reserveAsync starts inv.Reserve of id in the background; the function
+// it returns waits up to 10 s for its error.
+func reserveAsync(ctx context.Context, inv *Inventory, id string, items []Item, ttl time.Duration) func(t *testing.T) error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := inv.Reserve(ctx, id, items, "", ttl)
+		done <- err
+	}()
+	return func(t *testing.T) error {
+		t.Helper()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Reserve %s did not answer", id)
+			return nil
+		}
+	}
+}
+
 // orderOpOf is the op of an order script call ("" for other scripts).
 func orderOpOf(c ScriptCall) string {
 	if c.Script != "order" || len(c.Args) == 0 {
@@ -74,15 +94,7 @@ func TestResolveExpiredLeavesARestagedOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(late.Close)
-	type answer struct {
-		res Reservation
-		err error
-	}
-	s0 := make(chan answer, 1)
-	go func() {
-		res, err := late.Reserve(e.ctx, x, items, "", 2*time.Second)
-		s0 <- answer{res, err}
-	}()
+	s0 := reserveAsync(e.ctx, late, x, items, 2*time.Second)
 	e.wait(l.held, "S0's stage held")
 	e.wait(l.taken, "S0's take")
 	tookAt := time.Now()
@@ -167,14 +179,8 @@ func TestResolveExpiredLeavesARestagedOrder(t *testing.T) {
 			t.Fatal("S0's part did not come due")
 		}
 	}
-	var a answer
-	select {
-	case a = <-s0:
-	case <-time.After(10 * time.Second):
-		t.Fatal("S0 did not answer")
-	}
-	if a.err != nil {
-		t.Fatalf("S0, its stage landed on the emptied key, answered %v; want success", a.err)
+	if err := s0(t); err != nil {
+		t.Fatalf("S0, its stage landed on the emptied key, answered %v; want success", err)
 	}
 	close(commitRelease)
 	late.Close()
@@ -232,11 +238,7 @@ func TestExpireKeepsTheRecordItReliesOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(late.Close)
-	s0 := make(chan error, 1)
-	go func() {
-		_, err := late.Reserve(e.ctx, x, items, "", 300*time.Millisecond)
-		s0 <- err
-	}()
+	s0 := reserveAsync(e.ctx, late, x, items, 300*time.Millisecond)
 	e.wait(l.held, "x's stage held")
 	e.wait(l.taken, "x's take")
 	before := hc.PTTL(e.ctx, orderKey(x)).Val()
@@ -254,14 +256,8 @@ func TestExpireKeepsTheRecordItReliesOn(t *testing.T) {
 	}
 	time.Sleep(before + 200*time.Millisecond) // past the tombstone's own expiry
 	close(l.release)
-	var err0 error
-	select {
-	case err0 = <-s0:
-	case <-time.After(10 * time.Second):
-		t.Fatal("x's Reserve did not answer")
-	}
 	confirmed := []string{"y"}
-	if err0 == nil {
+	if s0(t) == nil {
 		t.Errorf("x's Reserve, its part cancelled and its stage late, answered success")
 		if _, err := e.inv.Confirm(e.ctx, x); err == nil {
 			confirmed = append(confirmed, x)

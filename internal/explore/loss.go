@@ -308,7 +308,12 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 			break
 		}
 	}
-	if refused := w.refused(o, name); (past && !refused) || (!past && (after >= before || (seen <= after && !refused))) {
+	refused := w.refused(o, name)
+	lostNothing := after >= before || (seen <= after && !refused)
+	if past {
+		lostNothing = !refused // sequences of two incarnations do not compare
+	}
+	if lostNothing {
 		o.note(who, fmt.Sprintf("%s came back at write seq %d (was %d, %d seen acknowledged): nothing acknowledged lost", name, after, before, seen), nil)
 		return -1, nil
 	}
