@@ -28,12 +28,20 @@ var (
 
 // RedoCursor is a consumer's position in one queue: every entry up to
 // After was landed, and the entry at After was PartID ("" when After is
-// 0 or the part is not known).
+// 0 or the part is not known, [RedoPartTrimmed] when it was trimmed
+// unread).
 type RedoCursor struct {
 	Queue  int
 	After  int64
 	PartID string
 }
+
+// RedoPartTrimmed is the PartID of a cursor whose entry at After was
+// trimmed when the consumer passed it (it never read it). It is no part
+// id (those hold "|"), so an entry found at After later (the node went
+// back to an older copy and handed the offset out again: trimming never
+// brings an entry back) reads as another part: [ErrRewound], Rewound.
+const RedoPartTrimmed = "trimmed"
 
 // RedoBatch is one read of several queues of a node.
 type RedoBatch struct {

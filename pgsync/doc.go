@@ -76,13 +76,16 @@
 //     logged and counted (shardis_sync_new_incarnations_total). Pending
 //     parts of the old incarnation that the node no longer holds become
 //     lost. A part the node hands out again keeps its row: a lost row is
-//     pending again (and re-checked), a settled row stays as it is, and
-//     another state there is a conflict, logged and counted
-//     (shardis_sync_conflicting_parts_total).
+//     pending again (and re-checked against the incarnation that handed
+//     it out, held_by), a settled row stays as it is, and another state
+//     there is a conflict, logged and counted once per part and
+//     incarnation (shardis_sync_conflicting_parts_total, conflict_in).
 //   - A node that went back under the committed position without a new
 //     incarnation (what rollback detection cannot see) pauses that queue,
 //     logged and counted (shardis_sync_rewound_queues), instead of
-//     skipping entries.
+//     skipping entries. A position past entries trimmed unread names
+//     inventory.RedoPartTrimmed as its part, so an entry found there
+//     later is the node gone back too.
 //   - A database or node outage pauses the affected nodes (nothing is
 //     acknowledged, nothing skipped); each retries after retry_backoff,
 //     or as soon as the database answers again. Whether it answers is

@@ -65,6 +65,14 @@ CREATE TABLE sync_incarnations (
 	`
 ALTER TABLE stock_movements ADD COLUMN reason text CHECK (reason IN ('cancelled', 'expired', 'refused'));
 `,
+	// 3: held_by, the later incarnation of the node that handed a lost or
+	// expired row's part out again (NULL: the row's own), which a missing
+	// part is read against (expired or lost); conflict_in, the incarnation
+	// whose conflict with the row was reported (once: a replay does not
+	// report it again).
+	`
+ALTER TABLE stock_movements ADD COLUMN held_by text, ADD COLUMN conflict_in text;
+`,
 }
 
 // SchemaVersion is the schema version this build reads and writes.

@@ -22,7 +22,7 @@ type settleKey struct {
 
 // The statements of a settle step.
 const (
-	sqlPending = `SELECT incarnation, queue, redo_offset, part_id, order_id FROM stock_movements
+	sqlPending = `SELECT incarnation, queue, redo_offset, part_id, order_id, coalesce(held_by, incarnation) FROM stock_movements
 WHERE node = $1 AND state = 'pending' AND (incarnation, queue, redo_offset) > ($2, $3, $4)
 ORDER BY incarnation, queue, redo_offset LIMIT $5`
 	sqlSettle = `UPDATE stock_movements m SET state = u.state, settled_at = u.settled, reason = u.reason, updated_at = now()
@@ -131,6 +131,7 @@ func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pend
 type pendingRow struct {
 	key         settleKey
 	part, order string
+	holder      string // the incarnation that last handed the part out
 }
 
 // pendingRows reads up to settleChunk landed pending parts of node after
@@ -139,7 +140,7 @@ func pendingRows(ctx context.Context, tx pgx.Tx, node string, from settleKey) ([
 	var list []pendingRow
 	var r pendingRow
 	rows, _ := tx.Query(ctx, sqlPending, node, from.inc, from.queue, from.off, settleChunk)
-	_, err := pgx.ForEachRow(rows, []any{&r.key.inc, &r.key.queue, &r.key.off, &r.part, &r.order}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&r.key.inc, &r.key.queue, &r.key.off, &r.part, &r.order, &r.holder}, func() error {
 		list = append(list, r)
 		return nil
 	})
@@ -187,7 +188,7 @@ func (w *worker) recheck(ctx context.Context, list []pendingRow) (upd settleUpda
 			continue
 		case inventory.PartMissing:
 			state = "expired"
-			if list[i].key.inc != nodeInc {
+			if list[i].holder != nodeInc {
 				state = "lost"
 				upd.lost++
 			}

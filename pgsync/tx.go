@@ -30,11 +30,14 @@ SELECT $1, $2, u.queue, u.off, u.part, u.ord, u.route, u.sku, u.qty, u.state, u.
 FROM unnest($3::int[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::bigint[], $10::text[],
             $11::timestamptz[], $12::timestamptz[], $13::text[]) AS u(queue, off, part, ord, route, sku, qty, state, at, settled, reason)
 ON CONFLICT (node, part_id) DO UPDATE SET state = EXCLUDED.state, settled_at = EXCLUDED.settled_at, reason = EXCLUDED.reason,
+  held_by = CASE WHEN EXCLUDED.incarnation <> stock_movements.incarnation THEN EXCLUDED.incarnation ELSE stock_movements.held_by END,
   updated_at = now()
 WHERE (stock_movements.state IN ('pending', 'lost', 'expired') AND EXCLUDED.state IN ('confirmed', 'cancelled'))
    OR (stock_movements.state = 'pending' AND EXCLUDED.state IN ('lost', 'expired'))
    OR (stock_movements.state IN ('lost', 'expired') AND EXCLUDED.state = 'pending'
-       AND stock_movements.incarnation <> EXCLUDED.incarnation)`
+       AND stock_movements.incarnation <> EXCLUDED.incarnation)
+   OR (stock_movements.state = 'pending' AND EXCLUDED.state = 'pending'
+       AND coalesce(stock_movements.held_by, stock_movements.incarnation) <> EXCLUDED.incarnation)`
 	// sqlConflicts returns the parts of entries ($2 ids, $3 states) landed
 	// at incarnation $4 whose row, of another incarnation of the node, is
 	// settled in another state: the node lost the decision the row holds
@@ -42,7 +45,11 @@ WHERE (stock_movements.state IN ('pending', 'lost', 'expired') AND EXCLUDED.stat
 	// Run only for a node with an earlier incarnation (worker.restored).
 	sqlConflicts = `SELECT m.part_id, m.state, u.state FROM stock_movements m
 JOIN unnest($2::text[], $3::text[]) AS u(part, state) ON m.node = $1 AND m.part_id = u.part
-WHERE m.incarnation <> $4 AND m.state IN ('confirmed', 'cancelled') AND m.state <> u.state`
+WHERE m.incarnation <> $4 AND m.state IN ('confirmed', 'cancelled') AND m.state <> u.state
+  AND m.conflict_in IS DISTINCT FROM $4`
+	// sqlConflictsSeen records that the conflicts of parts $2 at
+	// incarnation $3 were reported.
+	sqlConflictsSeen = `UPDATE stock_movements SET conflict_in = $3 WHERE node = $1 AND part_id = ANY($2::text[])`
 	// sqlAdvance moves the positions, in the same transaction.
 	sqlAdvance = `INSERT INTO sync_positions (node, incarnation, queue, redo_offset, part_id)
 SELECT $1, $2, u.q, u.off, u.part FROM unnest($3::int[], $4::bigint[], $5::text[]) AS u(q, off, part)
@@ -85,6 +92,15 @@ func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead, reaso
 		if w.restored {
 			if conflicts, err = w.conflicts(ctx, tx, mv.part, mv.state); err != nil {
 				return err
+			}
+			if len(conflicts) > 0 {
+				ids := make([]string, len(conflicts))
+				for i, c := range conflicts {
+					ids[i] = c.part
+				}
+				if _, err := tx.Exec(ctx, sqlConflictsSeen, w.node, ids, w.inc); err != nil {
+					return err
+				}
 			}
 		}
 		if _, err := tx.Exec(ctx, sqlInsert, w.node, w.inc, mv.queue, mv.off, mv.part, mv.order, mv.route, mv.sku,
@@ -194,6 +210,10 @@ func (w *worker) batch(work []inventory.RedoQueueRead, locked map[int]bool, db m
 			b.trimmed[r.Queue] = [2]int64{after + 1, after + r.Trimmed}
 		}
 		last := cursor{off: after + r.Trimmed}
+		if r.Trimmed > 0 {
+			// its entry is gone: one there later is the node gone back
+			last.part = inventory.RedoPartTrimmed
+		}
 		for _, e := range r.Entries {
 			last = cursor{off: e.Offset, part: e.PartID}
 			if skipRefused(e, reasons) {
@@ -219,9 +239,13 @@ func (w *worker) missingTrimmed(ctx context.Context, tx pgx.Tx, trimmed map[int]
 	missing := map[int]int64{}
 	for q, r := range trimmed {
 		var have int64
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM stock_movements
-WHERE node = $1 AND incarnation = $2 AND queue = $3 AND redo_offset BETWEEN $4 AND $5`,
-			w.node, w.inc, q, r[0], r[1]).Scan(&have); err != nil {
+		// A node accepted with its data (restored from a copy) keeps its
+		// redo log, offsets and acknowledgements: what the copy had
+		// trimmed was landed, and acknowledged, under an earlier
+		// incarnation, whose rows count too (w.restored).
+		if err := tx.QueryRow(ctx, `SELECT count(DISTINCT redo_offset) FROM stock_movements
+WHERE node = $1 AND (incarnation = $2 OR $6) AND queue = $3 AND redo_offset BETWEEN $4 AND $5`,
+			w.node, w.inc, q, r[0], r[1], w.restored).Scan(&have); err != nil {
 			return nil, err
 		}
 		if n := r[1] - r[0] + 1 - have; n > 0 {
