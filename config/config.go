@@ -330,7 +330,11 @@ type Inventory struct {
 	// Retention is how long settled orders, settled parts and tombstones
 	// are kept (the idempotency and anti-hanging window), and how old a
 	// settled redo-log entry may grow before it is trimmed without a
-	// consumer's acknowledgement. Must exceed max_reservation_ttl.
+	// consumer's acknowledgement. A decided order's record lives this long
+	// after its parts come due (its deadline + 1s), so a part whose settle
+	// did not land must be reached by a reconciler within it: past it the
+	// record is gone and the part is cancelled, a confirmed order's too.
+	// Must exceed max_reservation_ttl.
 	// default: 168h
 	Retention time.Duration `koanf:"retention"`
 	// RedoMaxAge, when > 0, is how old a settled redo-log entry may grow

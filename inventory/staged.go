@@ -188,7 +188,14 @@ import (
 // out: the reconciler's expire op gives a record it reads at least the
 // retention again (a tombstone or failed record read near its expiry
 // would otherwise let a stage sent just before it land after the part it
-// excluded was cancelled: found by a review).
+// excluded was cancelled: found by a review). Its twin, for a record
+// that is decided: a part left pending (its settle did not land) is
+// looked at by a reconciler within inventory.retention of coming due. A
+// decided record lives the retention from when its parts come due, not
+// from its decision (order.lua, final), since a reconciler meeting no
+// record reads "never landed" and cancels: a Confirm's record counted
+// from the Confirm expired before its part came due, and the part of a
+// confirmed order was cancelled (found by a review).
 //
 // Crash points (inventory/staged_test.go stops an attempt at each): before
 // the round (nothing written), after the stage only, after some takes,

@@ -28,7 +28,13 @@ end
 local function final(st, why, retention)
   -- a reserved record's inline parts get their records first (inline.go)
   if status == 'reserved' then inline_write(key, f) end
-  order_set({status = st, reason = why, decided_at = now}, retention)
+  -- the retention counts from when its parts come due (the order's
+  -- deadline + partGrace), not from a decision before it: a part whose
+  -- settle did not land is settled by the reconciler after it came due,
+  -- by this record, and with the record gone it would read "no record"
+  -- and cancel a part of a confirmed order
+  local ttl = retention + math.max(0, math.ceil((deadline + PART_GRACE - now) / 1000))
+  order_set({status = st, reason = why, decided_at = now}, ttl)
   status, reason = st, why
 end
 if status == 'staging' and op ~= 'commit' and op ~= 'fail' and op ~= 'withdraw' then
