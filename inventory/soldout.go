@@ -36,11 +36,14 @@ import (
 // and some SKU of the order
 //
 //   - has a per-user limit while the order has no user (ErrInvalid, as
-//     refusal in take.go: no attempt of such an order ever succeeds), or
+//     refusal in take.go: no attempt of such an order that starts now
+//     succeeds), and fewer units reserved on the route than the order
+//     wants of it, or
 //   - has a per-user limit on every node of its route, the greatest less
 //     than the order's items want of it, and the order has a user
-//     (ErrLimitExceeded, as refusal in take.go: no attempt of it ever
-//     passes its quota part), or
+//     (ErrLimitExceeded, as refusal in take.go: no attempt of it that
+//     starts now passes its quota part) who holds less than the order
+//     wants on the quota node, or
 //   - was never loaded on any node of its route (no node's stock hash of
 //     it has a loaded counter: ErrUnknownSKU, the service's not_found; the
 //     same read that counts its units tells it, so telling an unknown SKU
@@ -56,9 +59,16 @@ import (
 // but enough once the units reserved are counted; or, for an order with a
 // user, the user's quota node of the SKU's route (quotaNode) has a limit,
 // the units the user holds there plus what the order wants exceed it, and
-// the user holds at least what the order wants (limitMayBeOwn's rule). An
-// order of a user is refused with no write at all when the user holds less
-// than it wants there (ErrLimitExceeded).
+// the user holds at least what the order wants (limitMayBeOwn's rule); or
+// the first two cases above with units held that may be the order's own
+// (units reserved, or the user's, at least what the order wants). A limit
+// set or lowered after an earlier attempt of the order took its parts
+// leaves that attempt holding them, its stage maybe still on its way: the
+// limit refuses a new attempt, not that one, so the refusal needs the
+// fence as a shortage does (found by a review; the one-round path's take
+// refused for the limit keeps its record as a fence the same way:
+// needsUserMayBeOwn). An order of a user is refused with no write at all
+// when the user holds less than it wants there (ErrLimitExceeded).
 //
 // Otherwise it decides nothing and the order takes its next path, whose
 // refusal leaves the usual fence (a failed record, tombstones).
@@ -357,11 +367,15 @@ func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID 
 // (the file comment's list), or nil, and whether it marks the hint.
 func (s *shortSKU) refusal(userID string) (hint bool, err error) {
 	switch {
-	case s.limit > 0 && userID == "":
-		return true, fmt.Errorf("%w: items[%d] sku %s (route %s) has a per-user limit of %d: an order of it needs user_id",
-			ErrInvalid, s.item, s.ref.sku, s.ref.route, s.limit)
-	case userID != "" && s.allLimited && s.want > s.limit:
-		// as the general path: its quota part is refused whatever the stock
+	case s.limit > 0 && userID == "" && !heldMayBeOwn(s.held, s.want):
+		// no attempt of the order holds its part (a limit set after an
+		// attempt took it leaves that attempt holding: fencedRefusal)
+		return true, s.needsUserError()
+	case userID != "" && s.allLimited && s.want > s.limit && !heldMayBeOwn(s.qheld, s.want):
+		// as the general path: its quota part is refused whatever the
+		// stock; but a limit lowered (or set) after an attempt of the
+		// order took its quota part leaves that attempt holding what it
+		// wants (qheld ≥ want): fencedRefusal answers then, behind a fence
 		return false, fmt.Errorf("%w: user %q: the order wants %d of %s/%s, limit %d",
 			ErrLimitExceeded, userID, s.want, s.ref.route, s.ref.sku, s.limit)
 	case userID != "" && s.overQuota() && !heldMayBeOwn(s.qheld, s.want):
@@ -381,12 +395,21 @@ func (s *shortSKU) refusal(userID string) (hint bool, err error) {
 // comment), or nil, and whether it marks the hint.
 func (s *shortSKU) fencedRefusal(userID string) (hint bool, err error) {
 	switch {
+	case s.limit > 0 && userID == "":
+		return true, s.needsUserError()
 	case userID != "" && s.overQuota():
 		return false, s.limitError(userID)
 	case s.avail < s.want:
 		return true, &shortStockError{*s}
 	}
 	return false, nil
+}
+
+// needsUserError is the ErrInvalid of an order without a user of a SKU
+// with a per-user limit.
+func (s *shortSKU) needsUserError() error {
+	return fmt.Errorf("%w: items[%d] sku %s (route %s) has a per-user limit of %d: an order of it needs user_id",
+		ErrInvalid, s.item, s.ref.sku, s.ref.route, s.limit)
 }
 
 // overQuota reports whether the user's quota node has a limit that the

@@ -323,7 +323,7 @@ func stagedTakes(results []batchResult, want int, userID string) (round stagedRo
 			rep := res.replies[j]
 			if round.refused == nil {
 				round.refused = refusal(r, rep, userID)
-				round.fence = round.refused != nil && limitMayBeOwn(r, rep)
+				round.fence = round.refused != nil && (limitMayBeOwn(r, rep) || needsUserMayBeOwn(r, rep))
 			}
 			if rep.state != takePending {
 				all = false

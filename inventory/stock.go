@@ -59,7 +59,11 @@ type NodeStock struct {
 // loads like a restock). A node that fails during the call is named in the
 // error; a limit change it missed is recorded on the nodes that took it and
 // reaches it when it returns (the reconciler's ConvergeLimits, limits.go).
-// It returns the stock after loading.
+// Each change carries a version (this instance's clock, ms) and a node
+// keeps the limit of the highest version it was sent, so two racing
+// changes end at the later one everywhere: a change older than one a node
+// holds is not applied there, and the level returned shows the limit in
+// effect. It returns the stock after loading.
 //
 // Parts of the SKU set aside as stuck on the nodes that took the load are
 // retried at once (stuck.go): loading is often what follows a repair.

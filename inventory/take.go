@@ -336,6 +336,15 @@ func (inv *Inventory) quotaParts(ctx context.Context, orderID, token string, ite
 	return out
 }
 
+// needsUserMayBeOwn reports whether rep, a reply to stock part r of an
+// order without a user refusing it for the SKU's per-user limit, took
+// less than r wants: the units missing may be held by an earlier attempt
+// of the same order that took them before the limit was set, whose stage
+// may still land, so the refusal needs a record that fences it out.
+func needsUserMayBeOwn(r partReq, rep reply) bool {
+	return r.Kind == PartStock && rep.limit > 0 && rep.qty < r.Qty
+}
+
 // limitMayBeOwn reports whether rep, a reply to quota part r refusing
 // the order for the user's limit, counted units that may be another
 // attempt's of the same order: the user holds (here and on a quota node
