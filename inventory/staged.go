@@ -185,17 +185,25 @@ import (
 // stage is not delayed beyond inventory.retention, after which a record
 // expires and looks like none (the bound tombstones rely on too),
 // counted from the last time a reader relied on the record that keeps it
-// out: the reconciler's expire op gives a record it reads at least the
-// retention again (a tombstone or failed record read near its expiry
-// would otherwise let a stage sent just before it land after the part it
-// excluded was cancelled: found by a review). Its twin, for a record
-// that is decided: a part left pending (its settle did not land) is
-// looked at by a reconciler within inventory.retention of coming due. A
-// decided record lives the retention from when its parts come due, not
-// from its decision (order.lua, final), since a reconciler meeting no
-// record reads "never landed" and cancels: a Confirm's record counted
-// from the Confirm expired before its part came due, and the part of a
-// confirmed order was cancelled (found by a review).
+// out: the ops whose answer relies on a record they read give it at least
+// the retention again (order.lua, relied_on: the reconciler's expire op,
+// a refusal's fence answered by a failed record, a Cancel answered by a
+// cancelled one), since such a record read near its expiry would
+// otherwise let a stage sent just before it land after the part it
+// excluded was cancelled, or after the refusal or Cancel answered (each
+// found by a review). Its twin, for a record that is decided: a part left
+// pending (its settle did not land) is looked at by a reconciler within
+// inventory.retention of coming due. A decided record lives the
+// retention from when its parts come due, not from its decision
+// (order.lua, final: from the deadline plus partGrace, moved on by the
+// commit's lag behind the record's created, since a one-round take
+// that reached its node late comes due as much later), since a
+// reconciler meeting no record reads "never landed" and cancels: a
+// Confirm's record counted from the Confirm expired before its part came
+// due, and the part of a confirmed order was cancelled (found by a
+// review). A settled part lives the retention from when it comes due too
+// (settle.lua), so it outlives no record that lists it the other way
+// round: a Confirm retried while its record lives finds its parts.
 //
 // Crash points (inventory/staged_test.go stops an attempt at each): before
 // the round (nothing written), after the stage only, after some takes,

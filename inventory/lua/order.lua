@@ -25,6 +25,15 @@ local function order_set(ch, ttl)
   for k, v in pairs(ch) do f[k] = v end
   order_put(key, f, ttl)
 end
+-- relied_on: the caller relies on the record read from now (a refusal's
+-- fence, a Cancel's answer, the reconciler's read): a stage of another
+-- attempt still on its way must meet it (a stage writes only where there
+-- is no record), so it lives the retention from this read at least, not
+-- from its own write (staged.go, "The one assumption").
+local function relied_on(retention)
+  local ms = redis.call('PTTL', key)
+  if ms >= 0 and ms < retention * 1000 then redis.call('PEXPIRE', key, retention * 1000) end
+end
 local function final(st, why, retention)
   -- a reserved record's inline parts get their records first (inline.go)
   if status == 'reserved' then inline_write(key, f) end
@@ -33,7 +42,14 @@ local function final(st, why, retention)
   -- settle did not land is settled by the reconciler after it came due,
   -- by this record, and with the record gone it would read "no record"
   -- and cancel a part of a confirmed order
-  local ttl = retention + math.max(0, math.ceil((deadline + PART_GRACE - now) / 1000))
+  -- A one-round take's part comes due by its node's clock when the take
+  -- ran (a hold: ttl + grace), which may be after the stage; every take
+  -- ran before the commit (reserved_at), so none comes due later than
+  -- the deadline moved on by the commit's lag behind created
+  local due = deadline + PART_GRACE
+  local ra, cr = tonumber(f.reserved_at), tonumber(f.created)
+  if ra and cr and ra > cr then due = due + (ra - cr) end
+  local ttl = retention + math.max(0, math.ceil((due - now) / 1000))
   order_set({status = st, reason = why, decided_at = now}, ttl)
   status, reason = st, why
 end
@@ -98,6 +114,10 @@ elseif op == 'cancel' then
   end
   if status == 'reserved' or status == 'reserving' or status == 'failed' then
     final('cancelled', 'cancelled', retention)
+  elseif status == 'cancelled' then
+    -- a Cancel answered by a record already cancelled (a tombstone
+    -- included) is as final as one that wrote it
+    relied_on(retention)
   end
   return record(status)
 elseif op == 'fence' then
@@ -107,6 +127,9 @@ elseif op == 'fence' then
     cur, reason = token, 'refused'
     return record('failed')
   end
+  -- the refusal answers behind this failed record: the fence its
+  -- holder's late stage must meet
+  if status == 'failed' then relied_on(retention) end
   return record(status)
 elseif op == 'expire' then
   if not status and not moved and token ~= '' then
@@ -123,14 +146,7 @@ elseif op == 'expire' then
     order_set({status = 'failed', decided_at = now})
     status = 'failed'
   end
-  if status then
-    -- The reader relies on this record from now: a stage of another
-    -- attempt still on its way must meet it (a stage writes only where
-    -- there is no record), so it lives the retention from this read at
-    -- least, not from its own write (staged.go, "The one assumption").
-    local ms = redis.call('PTTL', key)
-    if ms >= 0 and ms < retention * 1000 then redis.call('PEXPIRE', key, retention * 1000) end
-  end
+  if status then relied_on(retention) end
   return record(status or 'missing')
 end
 return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))

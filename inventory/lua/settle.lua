@@ -56,7 +56,11 @@ for _, p in ipairs(todo) do
     end
     p.rec.state = target
     p.rec.settled_at = nowS
-    part_put(p.pk, p.rec, retention)
+    -- as its order's decided record (order.lua, final): the retention
+    -- from when the part comes due, so a settled part outlives the record
+    -- that lists it (a Confirm retried would read it missing: data loss)
+    local dl = tonumber(p.rec.deadline) or 0
+    part_put(p.pk, p.rec, retention + math.max(0, math.ceil((dl - now) / 1000)))
     redis.call('ZREM', KEYS[2], pend_member(p.id, p.rec), p.id)
   end
 end
