@@ -145,6 +145,12 @@ const (
 	// or with the older copy kept there (its previous home gone), which
 	// hides its decision.
 	MutationReinstallSkip Mutation = "reinstall-skip"
+	// MutationLimitUnfenced: a refusal by reads for a per-user limit
+	// (soldout.go, shortSKU.refusal) answers with no write even when the
+	// units the user holds may be a late attempt's of the same order,
+	// taken before the limit was set or lowered, so that attempt's stage
+	// lands and reserves the order the refusal answered for.
+	MutationLimitUnfenced Mutation = "limit-unfenced"
 )
 
 // Mutator is implemented by a [Faults] that re-introduces mutations.

@@ -339,7 +339,7 @@ func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID 
 		}
 	}
 	for _, s := range skus {
-		if hint, err := s.refusal(userID); err != nil {
+		if hint, err := s.refusal(userID, inv.mutated(MutationLimitUnfenced)); err != nil {
 			if hint {
 				inv.soldOut.mark(s.ref)
 			}
@@ -365,13 +365,14 @@ func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID 
 
 // refusal returns the error that refuses the order with no write for s
 // (the file comment's list), or nil, and whether it marks the hint.
-func (s *shortSKU) refusal(userID string) (hint bool, err error) {
+// unfenced re-introduces MutationLimitUnfenced.
+func (s *shortSKU) refusal(userID string, unfenced bool) (hint bool, err error) {
 	switch {
-	case s.limit > 0 && userID == "" && !heldMayBeOwn(s.held, s.want):
+	case s.limit > 0 && userID == "" && (unfenced || !heldMayBeOwn(s.held, s.want)):
 		// no attempt of the order holds its part (a limit set after an
 		// attempt took it leaves that attempt holding: fencedRefusal)
 		return true, s.needsUserError()
-	case userID != "" && s.allLimited && s.want > s.limit && !heldMayBeOwn(s.qheld, s.want):
+	case userID != "" && s.allLimited && s.want > s.limit && (unfenced || !heldMayBeOwn(s.qheld, s.want)):
 		// as the general path: its quota part is refused whatever the
 		// stock; but a limit lowered (or set) after an attempt of the
 		// order took its quota part leaves that attempt holding what it

@@ -185,6 +185,20 @@ func (o *observed) note(who, what string, err error) {
 	}
 }
 
+// relimit is the limit order's operator (Options.Relimit): after waits
+// picks of other calls it sets c/s's per-user limit to limit on inv, a
+// limit change alone (LoadStock of 0 units), once; a change some node
+// missed reaches it through the reconcilers (ConvergeLimits).
+func (o *observed) relimit(inv *inventory.Inventory, s *Scheduler, waits int, limit int64) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		for range waits {
+			_ = s.Step(ctx, "relimit waits", func() error { return nil })
+		}
+		_, err := inv.LoadStock(ctx, "c", "s", 0, limit)
+		o.note("relimit", fmt.Sprintf("LoadStock c/s limit %d", limit), err)
+	}
+}
+
 // reserve is a Reserve actor: as a client does, it calls Reserve again
 // with the same order id (up to tries calls) while the outcome is unknown
 // or the order is in progress.

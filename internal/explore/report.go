@@ -48,6 +48,9 @@ func ReplayCommand(seed int64, opts Options) string {
 	if opts.Loss2 > 0 {
 		cmd += fmt.Sprintf(" LOSS2=%g", opts.Loss2)
 	}
+	if opts.Relimit > 0 {
+		cmd += fmt.Sprintf(" RELIMIT=%g", opts.Relimit)
+	}
 	return cmd
 }
 
@@ -58,7 +61,7 @@ func ParseMutations(s string) ([]inventory.Mutation, error) {
 	}
 	known := []inventory.Mutation{inventory.MutationStageTakeover, inventory.MutationApplyLeavesStaging,
 		inventory.MutationXferNegativeZero, inventory.MutationLimitWithdraw, inventory.MutationFenceSkip, inventory.MutationInlineUnwritten, inventory.MutationInstallInline,
-		inventory.MutationRetireSkip, inventory.MutationReinstallSkip}
+		inventory.MutationRetireSkip, inventory.MutationReinstallSkip, inventory.MutationLimitUnfenced}
 	var out []inventory.Mutation
 	for _, f := range strings.Split(s, ",") {
 		m := inventory.Mutation(strings.TrimSpace(f))

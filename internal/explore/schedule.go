@@ -72,6 +72,14 @@ type Options struct {
 	// otherwise).
 	// default: 0 (off)
 	Loss2 float64
+	// Relimit is the chance that a schedule with the limit order o6 has
+	// an operator who, after up to 5 picks of other calls, sets c/s's
+	// per-user limit (6) to 2 or 3, below what o6 wants, on the retry's instance (relimit,
+	// actors.go): an attempt of o6 may hold its quota and stock when a
+	// retry meets the lower limit. Drawn only when above 0 (its seeds run
+	// as they did before it was added otherwise).
+	// default: 0 (off)
+	Relimit float64
 }
 
 func (o Options) probs() (Probs, error) {
@@ -334,6 +342,11 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 			}
 			retry(ctx)
 		})
+		if opts.Relimit > 0 && s.Chance(opts.Relimit) {
+			// on the retry's instance: the change marks its limit hint,
+			// so the retry reads first (inventory's spreadQuotas)
+			s.Go(ctx, "relimit", obs.relimit(insts[1], s, s.Intn(6), int64(2+s.Intn(2))))
+		}
 	}
 	var moved topologyPlan // the topology actor's moved order, if any
 	twinned := false       // an actor a twin can race: the topology or data-loss actor

@@ -33,6 +33,7 @@ func main() {
 	loss := flag.Float64("loss", 0, "chance of the data-loss actor per schedule (a node goes back to an older copy of its data and is accepted; 0: the default 0.15, negative: never)")
 	moved := flag.Float64("moved", 0, "chance, with the topology actor, of its moved order: reserved at T0, its record moved to n4, confirmed or cancelled at T1, moved back (0: the default 0.5, negative: never)")
 	twin := flag.Float64("twin", 0, "chance, with the topology or data-loss actor, of a second operator who reruns topology apply while the nodes are not all stable (0 or negative: never)")
+	relimit := flag.Float64("relimit", 0, "chance, with the limit order, of an operator setting its SKU's per-user limit below what it wants mid-schedule (0 or negative: never)")
 	loss2 := flag.Float64("loss2", 0, "chance, with the data-loss actor, of a second one: another node goes back too, or the same node again once the first is accepted (0 or negative: never)")
 	profile := flag.String("profile", "", `fault chances: "" (default), "stall" (many calls parked past the deadlines), "calm" (reorderings and delays only) or "crash" (calm, and half the actors die at one of their first crash points)`)
 	verbose := flag.Bool("v", false, "print each failing schedule's trace and what its actors were told")
@@ -48,7 +49,7 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-	opts := explore.Options{Mutations: muts, Topology: *topo, Restart: *restart, Limit: *limit, Inline: *inline, Loss: *loss, Moved: *moved, Twin: *twin, Loss2: *loss2, Profile: *profile}
+	opts := explore.Options{Mutations: muts, Topology: *topo, Restart: *restart, Limit: *limit, Inline: *inline, Loss: *loss, Moved: *moved, Twin: *twin, Loss2: *loss2, Relimit: *relimit, Profile: *profile}
 	fmt.Printf("explore: seeds %d..%d, %d world(s)\n", *seed, *seed+int64(*n)-1, *worlds)
 	sum, err := explore.Explore(ctx, explore.Config{Seed: *seed, N: *n, Budget: *budget, Worlds: *worlds,
 		Options: opts, Progress: os.Stdout})
