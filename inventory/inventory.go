@@ -112,9 +112,11 @@ var (
 	// counters by hand, then retry the parts (`shardis parts retry`).
 	ErrStockMissing = errors.New("stock missing on node")
 	// ErrDataLoss is wrapped by Confirm when the order is confirmed but a
-	// part it recorded no longer exists on its node: that node lost data
-	// (restarted empty or from an older snapshot). The order stays
-	// confirmed; the error names the parts.
+	// part it recorded no longer exists on its node before the part's
+	// retention could have removed it (its deadline plus 1s plus
+	// inventory.retention): that node lost data (restarted empty or from
+	// an older snapshot). The order stays confirmed; the error names the
+	// parts.
 	ErrDataLoss = errors.New("data loss")
 	// ErrTopology is wrapped (together with [ErrUnavailable]) when a node
 	// is at another topology epoch than this instance: the instance runs

@@ -18,8 +18,9 @@ import (
 // → "limit:version:route"), and the error names the nodes that still
 // differ. The reconciler (package rollback) calls ConvergeLimits on every pass:
 // a node whose limit version is older takes the newer limit (a limit is
-// only ever replaced by one of a higher version, so two racing changes end
-// at the later one everywhere), and the record is dropped once every node
+// only ever replaced by one of a higher version, or of the same version by
+// a higher limit, in load.lua and limit_sync.lua alike, so two racing
+// changes end at the later one everywhere), and the record is dropped once every node
 // of the route holds it.
 
 const keyLimitsTodo = "inv:limits:todo"

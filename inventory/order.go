@@ -109,7 +109,7 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 	switch rec.status {
 	case recConfirmed:
 		pending, missing := inv.settleParts(ctx, orderID, Confirm, rec.parts)
-		if len(missing) > 0 {
+		if len(missing) > 0 && !inv.partsMayHaveExpired(rec) {
 			inv.log.Error("DATA LOSS: confirmed order has parts missing on their nodes", "order", orderID, "parts", missing)
 			return Outcome{OrderID: orderID, Status: StatusConfirmed, PendingParts: pending},
 				fmt.Errorf("%w: order %q is confirmed, but its part(s) %v no longer exist on their node: the node lost data (see SECURITY.md)",
@@ -130,6 +130,18 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 		return Outcome{}, fmt.Errorf("%w: order %q (%s)", ErrCancelled, orderID, rec.reason)
 	}
 	return Outcome{}, fmt.Errorf("%w: order %q: unexpected state %q", ErrUnavailable, orderID, rec.status)
+}
+
+// partsMayHaveExpired reports whether the settled parts of decided record
+// rec may be gone by their retention rather than lost: a settled part
+// lives inventory.retention from when it comes due (settle.lua), at the
+// order's deadline plus partGrace or later, while a record a reader relied
+// on lives the retention from that read (order.lua, relied_on), so a
+// Confirm retried after the first finds the record and not its parts.
+// Missing before then, a part was lost with its node's data. It reads this
+// instance's clock, for what Confirm reports only.
+func (inv *Inventory) partsMayHaveExpired(rec orderRecord) bool {
+	return time.Now().After(rec.deadline.Add(partGrace + inv.cfg.Retention))
 }
 
 // Cancel cancels an order and returns its stock and per-user quota. It is

@@ -202,8 +202,10 @@ import (
 // Confirm's record counted from the Confirm expired before its part came
 // due, and the part of a confirmed order was cancelled (found by a
 // review). A settled part lives the retention from when it comes due too
-// (settle.lua), so it outlives no record that lists it the other way
-// round: a Confirm retried while its record lives finds its parts.
+// (settle.lua), so a Confirm retried while its record lives finds its
+// parts; a record a reader relied on since lives longer, and a Confirm
+// that finds it past its parts' retention reports their absence as
+// expiry, not data loss (order.go, partsMayHaveExpired).
 //
 // Crash points (inventory/staged_test.go stops an attempt at each): before
 // the round (nothing written), after the stage only, after some takes,

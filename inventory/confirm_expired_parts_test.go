@@ -1,0 +1,81 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/shardis/shardis/config"
+)
+
+// The reconciler's expire op gives a confirmed record it reads the
+// retention again (relied_on: it may be what keeps another attempt's late
+// stage out), but the parts its Confirm settled keep the retention from
+// their due (settle.lua): the record then outlives a part it lists. A
+// Confirm retried within the record's life, past its parts' retention,
+// reads the part missing: that is expiry, not a node's loss, and Confirm
+// answers confirmed (partsMayHaveExpired). Before, it answered
+// ErrDataLoss and logged DATA LOSS though no node lost anything (found by
+// a review).
+func TestConfirmRetryAfterARecordReliedOn(t *testing.T) {
+	const retention = 3 * time.Second
+	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
+		c.Inventory.Retention = retention
+		c.Inventory.ReservationTTL = time.Second
+		c.Inventory.MaxReservationTTL = 2 * time.Second
+	})
+	for _, rt := range []string{"b", "c"} {
+		if _, err := e.inv.LoadStock(e.ctx, rt, "t", 2, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	items := []Item{{Route: "b", SKU: "t", Quantity: 1}, {Route: "c", SKU: "t", Quantity: 1}}
+	x := e.awayOrder("x")
+	f := &hookFaults{call: func(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error) {
+		if c.Script == "settle" && c.Node == "n2" {
+			return nil, errors.New("n2 unreachable (injected)")
+		}
+		return send()
+	}}
+	slow, err := New(e.r, Options{Logger: slog.New(slog.DiscardHandler), AttemptLease: stagedLease, Faults: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(slow.Close)
+	if _, err := slow.Reserve(e.ctx, x, items, "", time.Second); err != nil {
+		t.Fatalf("Reserve %s: %v", x, err)
+	}
+	out, err := slow.Confirm(e.ctx, x)
+	if err != nil || out.Status != StatusConfirmed {
+		t.Fatalf("Confirm %s = %+v, %v", x, out, err)
+	}
+	t.Logf("Confirm: %+v", out)
+	n2, _ := e.r.Node("n2")
+	var part PendingPart
+	for part.PartID == "" {
+		due, err := e.inv.DueParts(e.ctx, n2, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range due {
+			if p.OrderID == x {
+				part = p
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// the reconciler reaches the pending part late, within the retention of its due
+	time.Sleep(time.Until(part.Deadline.Add(retention - 700*time.Millisecond)))
+	r, err := e.inv.ResolveExpired(e.ctx, part)
+	t.Logf("ResolveExpired: %v, %v", r, err)
+	// past the retention of the parts' due: the part settled on n3 is gone,
+	// the record the reconciler relied on is not
+	time.Sleep(time.Until(part.Deadline.Add(retention + 800*time.Millisecond)))
+	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), x)
+	t.Logf("home %s; record TTL %v", home.Name(), e.clients[home.Name()].PTTL(e.ctx, orderKey(x)).Val())
+	if out, err := e.inv.Confirm(e.ctx, x); errors.Is(err, ErrDataLoss) {
+		t.Errorf("Confirm %s retried while its record lives = %+v, %v; want confirmed, no error", x, out, err)
+	}
+}

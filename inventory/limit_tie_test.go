@@ -1,0 +1,50 @@
+package inventory
+
+import (
+	"testing"
+	"time"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/node"
+)
+
+// Two limit changes of the same version (two instances in the same ms):
+// load.lua settles a tie on the higher limit, so every node ends at the
+// same one whatever order the calls arrive in, and ConvergeLimits
+// (limit_sync.lua) follows the same rule. The higher change (5) fails on
+// n2 mid-call, so it is recorded as pending on n1, which took it; the
+// lower (3) reached both; ConvergeLimits then sends (5, V) to n2. Before,
+// limit_sync.lua applied only a strictly newer version: n2 stayed at 3,
+// n1 at 5, and the pending change was dropped as done (found by a
+// review).
+func TestLimitTieConverges(t *testing.T) {
+	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
+		c.Servers["inventory"].Routes["d"] = []string{"n1", "n2"}
+	})
+	if _, err := e.inv.LoadStock(e.ctx, "d", "t", 20, 0); err != nil {
+		t.Fatal(err)
+	}
+	n1, _ := e.r.Node("n1")
+	key := stockKey("d", "t")
+	ver := time.Now().UnixMilli() + 1
+	// I1's change (3, V) reaches both nodes
+	for _, n := range []string{"n1", "n2"} {
+		nn, _ := e.r.Node(n)
+		if _, err := e.inv.run(e.ctx, nn, loadScript, []string{key}, int64(0), int64(3), ver); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// I2's change (5, V) reaches n1; its call to n2 failed: the change is
+	// recorded on n1 (LoadStock's recordLimitTodo)
+	if _, err := e.inv.run(e.ctx, n1, loadScript, []string{key}, int64(0), int64(5), ver); err != nil {
+		t.Fatal(err)
+	}
+	e.inv.recordLimitTodo(e.ctx, []*node.Node{n1}, "d", "t", 5, ver)
+	left, err := e.inv.ConvergeLimits(e.ctx, "n1")
+	t.Logf("ConvergeLimits(n1): left %d, %v", left, err)
+	l1 := e.clients["n1"].HGet(e.ctx, key, "limit").Val()
+	l2 := e.clients["n2"].HGet(e.ctx, key, "limit").Val()
+	if l1 != l2 {
+		t.Errorf("after ConvergeLimits the route's nodes hold different limits: n1 %s, n2 %s", l1, l2)
+	}
+}
