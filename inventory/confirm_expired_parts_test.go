@@ -3,11 +3,8 @@ package inventory
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
-
-	"github.com/shardis/shardis/config"
 )
 
 // The reconciler's expire op gives a confirmed record it reads the
@@ -21,11 +18,7 @@ import (
 // a review).
 func TestConfirmRetryAfterARecordReliedOn(t *testing.T) {
 	const retention = 3 * time.Second
-	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
-		c.Inventory.Retention = retention
-		c.Inventory.ReservationTTL = time.Second
-		c.Inventory.MaxReservationTTL = 2 * time.Second
-	})
+	e := newShortRetentionEnv(t, retention)
 	for _, rt := range []string{"b", "c"} {
 		if _, err := e.inv.LoadStock(e.ctx, rt, "t", 2, 0); err != nil {
 			t.Fatal(err)
@@ -39,11 +32,7 @@ func TestConfirmRetryAfterARecordReliedOn(t *testing.T) {
 		}
 		return send()
 	}}
-	slow, err := New(e.r, Options{Logger: slog.New(slog.DiscardHandler), AttemptLease: stagedLease, Faults: f})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(slow.Close)
+	slow := e.faultyInstance(f)
 	if _, err := slow.Reserve(e.ctx, x, items, "", time.Second); err != nil {
 		t.Fatalf("Reserve %s: %v", x, err)
 	}
@@ -52,20 +41,7 @@ func TestConfirmRetryAfterARecordReliedOn(t *testing.T) {
 		t.Fatalf("Confirm %s = %+v, %v", x, out, err)
 	}
 	t.Logf("Confirm: %+v", out)
-	n2, _ := e.r.Node("n2")
-	var part PendingPart
-	for part.PartID == "" {
-		due, err := e.inv.DueParts(e.ctx, n2, 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range due {
-			if p.OrderID == x {
-				part = p
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	part := e.dueOf("n2", x)
 	// the reconciler reaches the pending part late, within the retention of its due
 	time.Sleep(time.Until(part.Deadline.Add(retention - 700*time.Millisecond)))
 	r, err := e.inv.ResolveExpired(e.ctx, part)

@@ -24,15 +24,7 @@ func limitLoweredUnderLateStage(t *testing.T, before int64) {
 	}
 	items := []Item{{Route: "b", SKU: "t", Quantity: 2}}
 	x := e.awayOrder("x")
-	l := newLateStage(x)
-	late := e.lateInstance(l)
-	done := make(chan error, 1)
-	go func() {
-		_, err := late.Reserve(e.ctx, x, items, "u", time.Minute)
-		done <- err
-	}()
-	e.wait(l.held, "the late attempt's stage being held")
-	e.wait(l.taken, "the late attempt's take")
+	r0 := e.startHeld(x, items, "u", time.Minute)
 
 	// Sold out: another user's order is refused short (marks the hint).
 	if _, err := e.inv.Reserve(e.ctx, "y", []Item{{Route: "b", SKU: "t", Quantity: 1}}, "v", time.Minute); !errors.Is(err, ErrInsufficientStock) {
@@ -54,14 +46,7 @@ func limitLoweredUnderLateStage(t *testing.T, before int64) {
 		t.Fatal("no part of the late attempt is pending when the retry answered")
 	}
 
-	close(l.release)
-	var lerr error
-	select {
-	case lerr = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the late attempt did not answer within 10s of its stage landing")
-	}
-	late.Close()
+	lerr := r0.land()
 	t.Logf("late attempt R0 answered: %v", lerr)
 	_, cerr := e.inv.Confirm(e.ctx, x)
 	refusedForGood := errors.Is(rerr, ErrLimitExceeded) || errors.Is(rerr, ErrInsufficientStock)
@@ -106,15 +91,7 @@ func limitSetNoUser(t *testing.T, loaded int64, hint bool) {
 	}
 	items := []Item{{Route: "b", SKU: "t", Quantity: 2}}
 	x := e.awayOrder("x")
-	l := newLateStage(x)
-	late := e.lateInstance(l)
-	done := make(chan error, 1)
-	go func() {
-		_, err := late.Reserve(e.ctx, x, items, "", time.Minute)
-		done <- err
-	}()
-	e.wait(l.held, "the late attempt's stage being held")
-	e.wait(l.taken, "the late attempt's take")
+	r0 := e.startHeld(x, items, "", time.Minute)
 	if hint {
 		if _, err := e.inv.Reserve(e.ctx, "y", []Item{{Route: "b", SKU: "t", Quantity: 1}}, "", time.Minute); !errors.Is(err, ErrInsufficientStock) {
 			t.Fatalf("Reserve y while X's late attempt holds all the stock = %v, want ErrInsufficientStock", err)
@@ -135,14 +112,7 @@ func limitSetNoUser(t *testing.T, loaded int64, hint bool) {
 	if pending == 0 {
 		t.Fatal("no part of the late attempt is pending when the retry answered")
 	}
-	close(l.release)
-	var lerr error
-	select {
-	case lerr = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the late attempt did not answer within 10s of its stage landing")
-	}
-	late.Close()
+	lerr := r0.land()
 	_, cerr := e.inv.Confirm(e.ctx, x)
 	t.Logf("late attempt R0 answered %v; Confirm answered %v", lerr, cerr)
 	if rerr != nil && !errors.Is(rerr, ErrUnavailable) && (lerr == nil || cerr == nil) {

@@ -24,11 +24,7 @@ import (
 // sold again (found by a review).
 func TestDecidedRecordOutlivesItsDueParts(t *testing.T) {
 	const retention = 3 * time.Second
-	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
-		c.Inventory.Retention = retention
-		c.Inventory.ReservationTTL = time.Second
-		c.Inventory.MaxReservationTTL = 2 * time.Second
-	})
+	e := newShortRetentionEnv(t, retention)
 	const loaded = 2
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
 		t.Fatal(err)
@@ -44,11 +40,7 @@ func TestDecidedRecordOutlivesItsDueParts(t *testing.T) {
 		}
 		return send()
 	}}
-	conf, err := New(e.r, Options{Logger: slog.New(slog.DiscardHandler), AttemptLease: stagedLease, Faults: f})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conf.Close)
+	conf := e.faultyInstance(f)
 	if _, err := e.inv.Reserve(e.ctx, x, items, "", 2*time.Second); err != nil {
 		t.Fatalf("Reserve %s: %v", x, err)
 	}
@@ -95,4 +87,45 @@ func TestDecidedRecordOutlivesItsDueParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("b/t: %+v", lvl)
+}
+
+// newShortRetentionEnv is a staged env whose records live retention
+// (reservations 1s, at most 2s), so a test can wait a retention out.
+func newShortRetentionEnv(t *testing.T, retention time.Duration) *stagedEnv {
+	return newStagedEnvConfig(t, Options{}, func(c *config.Config) {
+		c.Inventory.Retention = retention
+		c.Inventory.ReservationTTL = time.Second
+		c.Inventory.MaxReservationTTL = 2 * time.Second
+	})
+}
+
+// faultyInstance is a second Inventory on e's router with faults f,
+// closed at the test's end.
+func (e *stagedEnv) faultyInstance(f Faults) *Inventory {
+	e.t.Helper()
+	inv, err := New(e.r, Options{Logger: slog.New(slog.DiscardHandler), AttemptLease: stagedLease, Faults: f})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(inv.Close)
+	return inv
+}
+
+// dueOf waits until a part of order on node name comes due and returns
+// it as the reconciler would read it.
+func (e *stagedEnv) dueOf(name, order string) PendingPart {
+	e.t.Helper()
+	n, _ := e.r.Node(name)
+	for {
+		due, err := e.inv.DueParts(e.ctx, n, 100)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, p := range due {
+			if p.OrderID == order {
+				return p
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

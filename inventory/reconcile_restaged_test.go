@@ -7,8 +7,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/shardis/shardis/config"
 )
 
 // hookFaults calls call for every script call (send as it is when nil)
@@ -213,11 +211,7 @@ func TestResolveExpiredLeavesARestagedOrder(t *testing.T) {
 // confirmed of 2 loaded. Found by a review.
 func TestExpireKeepsTheRecordItReliesOn(t *testing.T) {
 	const retention = 4 * time.Second
-	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
-		c.Inventory.Retention = retention
-		c.Inventory.ReservationTTL = time.Second
-		c.Inventory.MaxReservationTTL = 2 * time.Second
-	})
+	e := newShortRetentionEnv(t, retention)
 	const loaded = 2
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
 		t.Fatal(err)

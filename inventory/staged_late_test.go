@@ -583,3 +583,42 @@ func TestStagedLateStageOverOwnFailure(t *testing.T) {
 		t.Error(p)
 	}
 }
+
+// heldAttempt is an attempt of one order on a lateInstance whose take has
+// landed and whose stage is held back (startHeld).
+type heldAttempt struct {
+	e    *stagedEnv
+	l    *lateStage
+	inv  *Inventory
+	done chan error
+}
+
+// startHeld starts an attempt of order (items, user, ttl) on a
+// lateInstance and returns once its take landed and its stage is held.
+func (e *stagedEnv) startHeld(order string, items []Item, user string, ttl time.Duration) *heldAttempt {
+	e.t.Helper()
+	a := &heldAttempt{e: e, l: newLateStage(order), done: make(chan error, 1)}
+	a.inv = e.lateInstance(a.l)
+	go func() {
+		_, err := a.inv.Reserve(e.ctx, order, items, user, ttl)
+		a.done <- err
+	}()
+	e.wait(a.l.held, "the late attempt's stage being held")
+	e.wait(a.l.taken, "the late attempt's take")
+	return a
+}
+
+// land lets the held stage land and returns the attempt's answer, once
+// its instance closed (its background commit, if any, has landed).
+func (a *heldAttempt) land() error {
+	a.e.t.Helper()
+	close(a.l.release)
+	var err error
+	select {
+	case err = <-a.done:
+	case <-time.After(10 * time.Second):
+		a.e.t.Fatal("the late attempt did not answer within 10s of its stage landing")
+	}
+	a.inv.Close()
+	return err
+}

@@ -3,11 +3,8 @@ package inventory
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
-
-	"github.com/shardis/shardis/config"
 )
 
 // staged.go's twin assumption: a part left pending (its settle did not
@@ -23,11 +20,7 @@ import (
 // cancelled a confirmed part (found by a review).
 func TestDecidedRecordOutlivesALateTakesDue(t *testing.T) {
 	const retention = 3 * time.Second
-	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
-		c.Inventory.Retention = retention
-		c.Inventory.ReservationTTL = time.Second
-		c.Inventory.MaxReservationTTL = 2 * time.Second
-	})
+	e := newShortRetentionEnv(t, retention)
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", 2, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -42,11 +35,7 @@ func TestDecidedRecordOutlivesALateTakesDue(t *testing.T) {
 		}
 		return send()
 	}}
-	slow, err := New(e.r, Options{Logger: slog.New(slog.DiscardHandler), AttemptLease: stagedLease, Faults: f})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(slow.Close)
+	slow := e.faultyInstance(f)
 	res, err := slow.Reserve(e.ctx, x, items, "", 2*time.Second)
 	if err != nil {
 		t.Fatalf("Reserve %s: %v", x, err)
@@ -55,20 +44,7 @@ func TestDecidedRecordOutlivesALateTakesDue(t *testing.T) {
 	if err != nil || out.Status != StatusConfirmed {
 		t.Fatalf("Confirm %s = %+v, %v", x, out, err)
 	}
-	n2, _ := e.r.Node("n2")
-	var part PendingPart
-	for part.PartID == "" {
-		due, err := e.inv.DueParts(e.ctx, n2, 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range due {
-			if p.OrderID == x {
-				part = p
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	part := e.dueOf("n2", x)
 	t.Logf("order deadline %v, its part on n2 due %v later than deadline+grace", res.Deadline.Format("15:04:05.000"),
 		part.Deadline.Sub(res.Deadline.Add(partGrace)).Round(time.Millisecond))
 	// the reconciler looks within the retention of the part's due

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/shardis/shardis/config"
 )
 
 // A refusal behind a fence may rely on a failed record that was already
@@ -22,11 +20,7 @@ import (
 // hold refused it (found by a review).
 func TestRefusalFenceOnOldFailedRecordKeepsLateStageOut(t *testing.T) {
 	const retention = 3 * time.Second
-	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
-		c.Inventory.Retention = retention
-		c.Inventory.ReservationTTL = time.Second
-		c.Inventory.MaxReservationTTL = 2 * time.Second
-	})
+	e := newShortRetentionEnv(t, retention)
 	const loaded = 2
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
 		t.Fatal(err)
@@ -54,19 +48,7 @@ func TestRefusalFenceOnOldFailedRecordKeepsLateStageOut(t *testing.T) {
 
 	// R0, a new attempt of X: its take lands on n2 (all the stock), its
 	// stage is held back (a paused home, a stall).
-	l := newLateStage(x)
-	late := e.lateInstance(l)
-	type answer struct {
-		res Reservation
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		res, err := late.Reserve(e.ctx, x, items, "", 2*time.Second)
-		done <- answer{res, err}
-	}()
-	e.wait(l.held, "the late attempt's stage being held")
-	e.wait(l.taken, "the late attempt's take")
+	r0 := e.startHeld(x, items, "", 2*time.Second)
 
 	// Another order is refused meanwhile (a sold-out storm): the SKU's
 	// hint is marked, so the retry of X reads first.
@@ -93,15 +75,7 @@ func TestRefusalFenceOnOldFailedRecordKeepsLateStageOut(t *testing.T) {
 	// inside staged.go's one assumption).
 	time.Sleep(time.Until(refusedAt.Add(retention - 300*time.Millisecond)))
 	t.Logf("X's record when R0's stage lands: exists=%v", hc.Exists(e.ctx, orderKey(x)).Val() == 1)
-	close(l.release)
-	var a answer
-	select {
-	case a = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("R0 did not answer within 10s of its stage landing")
-	}
-	late.Close()
-	t.Logf("R0 answered %v", a.err)
+	t.Logf("R0 answered %v", r0.land())
 	if _, err := e.inv.Confirm(e.ctx, x); err == nil {
 		for _, p := range e.checkConfirmed("b", "t", loaded, x) {
 			t.Error(p)
@@ -123,11 +97,7 @@ func TestRefusalFenceOnOldFailedRecordKeepsLateStageOut(t *testing.T) {
 // logging DATA LOSS, though no node lost anything (found by a review).
 func TestConfirmRetryAfterPartsExpireIsNoDataLoss(t *testing.T) {
 	const retention = 3 * time.Second
-	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
-		c.Inventory.Retention = retention
-		c.Inventory.ReservationTTL = time.Second
-		c.Inventory.MaxReservationTTL = 2 * time.Second
-	})
+	e := newShortRetentionEnv(t, retention)
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", 2, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -157,11 +127,7 @@ func TestConfirmRetryAfterPartsExpireIsNoDataLoss(t *testing.T) {
 // and expire ops do.
 func TestCancelAnsweredByATombstoneKeepsLateStageOut(t *testing.T) {
 	const retention = 3 * time.Second
-	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
-		c.Inventory.Retention = retention
-		c.Inventory.ReservationTTL = time.Second
-		c.Inventory.MaxReservationTTL = 2 * time.Second
-	})
+	e := newShortRetentionEnv(t, retention)
 	const loaded = 2
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
 		t.Fatal(err)
@@ -172,29 +138,14 @@ func TestCancelAnsweredByATombstoneKeepsLateStageOut(t *testing.T) {
 		t.Fatalf("Cancel %s with no record = %+v, %v; want cancelled (a tombstone)", x, out, err)
 	}
 	time.Sleep(retention - time.Second) // the tombstone ages
-	l := newLateStage(x)
-	late := e.lateInstance(l)
-	done := make(chan error, 1)
-	go func() {
-		_, err := late.Reserve(e.ctx, x, items, "", 2*time.Second)
-		done <- err
-	}()
-	e.wait(l.held, "the late attempt's stage being held")
-	e.wait(l.taken, "the late attempt's take")
+	r0 := e.startHeld(x, items, "", 2*time.Second)
 	out, err := e.inv.Cancel(e.ctx, x)
 	if err != nil || out.Status != StatusCancelled {
 		t.Fatalf("Cancel %s again = %+v, %v; want cancelled", x, out, err)
 	}
 	cancelledAt := time.Now()
 	time.Sleep(time.Until(cancelledAt.Add(retention - 300*time.Millisecond)))
-	close(l.release)
-	var lerr error
-	select {
-	case lerr = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("R0 did not answer within 10s of its stage landing")
-	}
-	late.Close()
+	lerr := r0.land()
 	_, cerr := e.inv.Confirm(e.ctx, x)
 	t.Logf("R0 answered %v; Confirm answered %v", lerr, cerr)
 	if lerr == nil || cerr == nil {
