@@ -2,8 +2,10 @@
 if ARGV[5] == '' then return redis.call('HDEL', KEYS[2], ARGV[4]) end
 local cur = redis.call('HGET', KEYS[2], ARGV[4])
 if cur then
-  local cv = tonumber(string.match(cur, '^[^:]*:([^:]*):'))
-  local nv = tonumber(string.match(ARGV[5], '^[^:]*:([^:]*):'))
-  if cv and nv and cv >= nv then return 0 end
+  local cl, cv = string.match(cur, '^([^:]*):([^:]*):')
+  local nl, nv = string.match(ARGV[5], '^([^:]*):([^:]*):')
+  cl, cv, nl, nv = tonumber(cl), tonumber(cv), tonumber(nl), tonumber(nv)
+  -- load.lua's rule: a newer version, or the same one with a higher limit
+  if cv and nv and (cv > nv or (cv == nv and cl and nl and cl >= nl)) then return 0 end
 end
 return redis.call('HSET', KEYS[2], ARGV[4], ARGV[5])
