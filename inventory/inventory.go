@@ -113,9 +113,8 @@ var (
 	ErrStockMissing = errors.New("stock missing on node")
 	// ErrDataLoss is wrapped by Confirm when the order is confirmed but a
 	// part it recorded no longer exists on its node before the part's
-	// retention could have removed it (inventory.retention after the
-	// parts came due, at the order's deadline plus 1s or, for a take that
-	// reached its node late, as much later): that node lost data (restarted empty or from
+	// retention could have removed it (its deadline plus 1s plus
+	// inventory.retention): that node lost data (restarted empty or from
 	// an older snapshot). The order stays confirmed; the error names the
 	// parts.
 	ErrDataLoss = errors.New("data loss")

@@ -58,10 +58,6 @@ type orderRecord struct {
 	parts    []part
 	reason   string
 	wait     time.Duration
-	// partsDue: when the record's parts come due at the latest: its
-	// deadline + partGrace, moved on by the commit's lag behind its
-	// creation (order.lua, parts_due)
-	partsDue time.Time
 }
 
 // orderOp runs one step of the order state machine on the home node.
@@ -77,22 +73,20 @@ func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID stri
 	if err != nil {
 		return orderRecord{}, err
 	}
-	// {status, token, deadline ms, parts blob, reason, wait ms, parts due ms (confirmed; else 0)}
+	// {status, token, deadline ms, parts blob, reason, wait ms}
 	r := newReplyReader(home.Name(), script.name)
-	raw := r.list(v, 7)
+	raw := r.list(v, 6)
 	if r.err != nil {
 		return orderRecord{}, r.err
 	}
 	var rec orderRecord
 	status, token, dl, blob, reason, wait := r.str(raw, 0), r.str(raw, 1), r.int(raw, 2), r.str(raw, 3), r.str(raw, 4), r.int(raw, 5)
-	due := r.int(raw, 6)
 	if r.err != nil {
 		return orderRecord{}, r.err
 	}
 	rec.status, rec.token, rec.reason = recStatus(status), token, reason
 	rec.deadline = time.UnixMilli(dl)
 	rec.wait = time.Duration(wait) * time.Millisecond
-	rec.partsDue = time.UnixMilli(due)
 	if blob != "" {
 		if rec.parts, err = unmarshalOrderParts(orderID, blob); err != nil {
 			return orderRecord{}, fmt.Errorf("node %s: order %q holds unreadable parts: %w", home.Name(), orderID, err)
@@ -140,15 +134,20 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 
 // partsMayHaveExpired reports whether the settled parts of decided record
 // rec may be gone by their retention rather than lost: a settled part
-// lives inventory.retention from when it comes due (settle.lua), at
-// rec.partsDue at the latest (the deadline plus partGrace, moved on by
-// the commit's lag: order.lua, parts_due), while a record a reader relied
+// lives inventory.retention from when it comes due (settle.lua), at the
+// order's deadline plus partGrace or later, while a record a reader relied
 // on lives the retention from that read (order.lua, relied_on), so a
 // Confirm retried after the first finds the record and not its parts.
-// Missing before then, a part was lost with its node's data. It reads this
-// instance's clock, for what Confirm reports only.
+// Missing before then, a part was lost with its node's data. It counts
+// from the earliest a part may expire, not the latest: the record cannot
+// tell a take that reached its node late (its part comes due, and
+// expires, that much later) from a commit that landed late (every part
+// came due at the deadline), so a part lost in that lag after its
+// earliest expiry is reported as expiry, never the other way round (a
+// late commit's parts reported lost, a false DATA LOSS: found by a
+// review). It reads this instance's clock, for what Confirm reports only.
 func (inv *Inventory) partsMayHaveExpired(rec orderRecord) bool {
-	return time.Now().After(rec.partsDue.Add(inv.cfg.Retention))
+	return time.Now().After(rec.deadline.Add(partGrace + inv.cfg.Retention))
 }
 
 // Cancel cancels an order and returns its stock and per-user quota. It is

@@ -5,7 +5,7 @@ if op == 'commit' then
   -- writes, and this answers, what the commit below does for the record
   local created, dlS, leaseS = order_commit_staged(key, token, order_pack(ARGV[6], token))
   if created then
-    return {'reserved', token, created + tonumber(dlS), '', '', math.max(created + tonumber(leaseS) - now, 0), 0}
+    return {'reserved', token, created + tonumber(dlS), '', '', math.max(created + tonumber(leaseS) - now, 0)}
   end
 end
 local f = order_get(key) or {}
@@ -17,19 +17,8 @@ if moved then
 end
 local status, cur, deadline, parts, reason = f.status, f.token or '', tonumber(f.deadline) or 0, f.parts or '', f.reason or ''
 local lease = tonumber(f.lease) or 0
--- parts_due: when the record's parts come due at the latest (node clock):
--- the deadline + PART_GRACE, moved on by the commit's lag behind created
--- (a one-round take that reached its node late comes due that much later)
-local function parts_due()
-  local due = deadline + PART_GRACE
-  local ra, cr = tonumber(f.reserved_at), tonumber(f.created)
-  if ra and cr and ra > cr then due = due + (ra - cr) end
-  return due
-end
--- the 7th field: a confirmed record's parts' latest due (ms, node clock),
--- for Confirm's data-loss rule (order.go, partsMayHaveExpired); 0 otherwise
 local function record(st, why)
-  return {st, cur, deadline, parts, why or reason, math.max(lease - now, 0), st == 'confirmed' and parts_due() or 0}
+  return {st, cur, deadline, parts, why or reason, math.max(lease - now, 0)}
 end
 -- order_set changes fields of the record read (f) and writes it whole (order_put)
 local function order_set(ch, ttl)
@@ -57,7 +46,10 @@ local function final(st, why, retention)
   -- ran (a hold: ttl + grace), which may be after the stage; every take
   -- ran before the commit (reserved_at), so none comes due later than
   -- the deadline moved on by the commit's lag behind created
-  local ttl = retention + math.max(0, math.ceil((parts_due() - now) / 1000))
+  local due = deadline + PART_GRACE
+  local ra, cr = tonumber(f.reserved_at), tonumber(f.created)
+  if ra and cr and ra > cr then due = due + (ra - cr) end
+  local ttl = retention + math.max(0, math.ceil((due - now) / 1000))
   order_set({status = st, reason = why, decided_at = now}, ttl)
   status, reason = st, why
 end
@@ -99,7 +91,7 @@ elseif op == 'fail' then
 elseif op == 'withdraw' then
   if status == 'staging' and cur == token then
     redis.call('DEL', key)
-    return {'missing', '', 0, '', '', 0, 0}
+    return {'missing', '', 0, '', '', 0}
   end
   return record(status or 'missing')
 end
