@@ -8,8 +8,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/shardis/shardis/config"
 )
 
 // holdLoad holds back the first "load" call of one instance on node n
@@ -49,12 +47,7 @@ func (h *holdLoad) Crash(context.Context, string) bool { return false }
 // whose quota node is n1 then held 5 units of a SKU whose limit was set
 // to 1 last (found by a review).
 func TestRacingLimitChangesEndAtTheLater(t *testing.T) {
-	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
-		c.Servers["inventory"].Routes["d"] = []string{"n1", "n2"}
-	})
-	if _, err := e.inv.LoadStock(e.ctx, "d", "t", 20, 0); err != nil {
-		t.Fatal(err)
-	}
+	e := newLimitRouteEnv(t)
 	h := &holdLoad{node: "n1", held: make(chan struct{}), release: make(chan struct{})}
 	first, err := New(e.r, Options{Logger: slog.New(slog.DiscardHandler), AttemptLease: stagedLease, Faults: h})
 	if err != nil {

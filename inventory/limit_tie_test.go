@@ -18,12 +18,7 @@ import (
 // n1 at 5, and the pending change was dropped as done (found by a
 // review).
 func TestLimitTieConverges(t *testing.T) {
-	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
-		c.Servers["inventory"].Routes["d"] = []string{"n1", "n2"}
-	})
-	if _, err := e.inv.LoadStock(e.ctx, "d", "t", 20, 0); err != nil {
-		t.Fatal(err)
-	}
+	e := newLimitRouteEnv(t)
 	n1, _ := e.r.Node("n1")
 	key := stockKey("d", "t")
 	ver := time.Now().UnixMilli() + 1
@@ -47,4 +42,46 @@ func TestLimitTieConverges(t *testing.T) {
 	if l1 != l2 {
 		t.Errorf("after ConvergeLimits the route's nodes hold different limits: n1 %s, n2 %s", l1, l2)
 	}
+}
+
+// Two limit changes of one version, both missing n2, are recorded as
+// pending on n1: the record keeps the higher limit (limit_todo.lua, as
+// load.lua and limit_sync.lua settle a tie), so ConvergeLimits brings n2
+// to what n1 holds. Before, it kept the first recorded, the lower, and the
+// nodes ended split for good (found by a review).
+func TestLimitTieTodoKeepsTheHigher(t *testing.T) {
+	e := newLimitRouteEnv(t)
+	n1, _ := e.r.Node("n1")
+	key := stockKey("d", "t")
+	ver := time.Now().UnixMilli() + 1
+	// I1's change (3, V) reaches n1, its call to n2 failed: recorded on n1
+	if _, err := e.inv.run(e.ctx, n1, loadScript, []string{key}, int64(0), int64(3), ver); err != nil {
+		t.Fatal(err)
+	}
+	e.inv.recordLimitTodo(e.ctx, []*node.Node{n1}, "d", "t", 3, ver)
+	// I2's change (5, V) the same
+	if _, err := e.inv.run(e.ctx, n1, loadScript, []string{key}, int64(0), int64(5), ver); err != nil {
+		t.Fatal(err)
+	}
+	e.inv.recordLimitTodo(e.ctx, []*node.Node{n1}, "d", "t", 5, ver)
+	t.Logf("todo on n1: %v", e.clients["n1"].HGetAll(e.ctx, keyLimitsTodo).Val())
+	left, err := e.inv.ConvergeLimits(e.ctx, "n1")
+	t.Logf("ConvergeLimits(n1): left %d, %v; todo now %v", left, err, e.clients["n1"].HGetAll(e.ctx, keyLimitsTodo).Val())
+	l1 := e.clients["n1"].HGet(e.ctx, key, "limit").Val()
+	l2 := e.clients["n2"].HGet(e.ctx, key, "limit").Val()
+	if l1 != l2 {
+		t.Errorf("after ConvergeLimits the route's nodes hold different limits: n1 %s, n2 %s", l1, l2)
+	}
+}
+
+// newLimitRouteEnv is a staged env with route d on n1 and n2, 20 units of
+// d/t loaded, for tests of limit changes across a route's nodes.
+func newLimitRouteEnv(t *testing.T) *stagedEnv {
+	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
+		c.Servers["inventory"].Routes["d"] = []string{"n1", "n2"}
+	})
+	if _, err := e.inv.LoadStock(e.ctx, "d", "t", 20, 0); err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
