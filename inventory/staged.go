@@ -188,7 +188,7 @@ import (
 // out: the ops whose answer relies on a record they read give it at least
 // the retention again (order.lua, relied_on: the reconciler's expire op,
 // a refusal's fence answered by a failed record, a Cancel answered by a
-// cancelled one), since such a record read near its expiry would
+// cancelled one, a Confirm answered by a decided one), since such a record read near its expiry would
 // otherwise let a stage sent just before it land after the part it
 // excluded was cancelled, or after the refusal or Cancel answered (each
 // found by a review). Its twin, for a record that is decided: a part left

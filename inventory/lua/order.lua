@@ -26,7 +26,7 @@ local function order_set(ch, ttl)
   order_put(key, f, ttl)
 end
 -- relied_on: the caller relies on the record read from now (a refusal's
--- fence, a Cancel's answer, the reconciler's read): a stage of another
+-- fence, a Cancel's or a Confirm's answer, the reconciler's read): a stage of another
 -- attempt still on its way must meet it (a stage writes only where there
 -- is no record), so it lives the retention from this read at least, not
 -- from its own write (staged.go, "The one assumption").
@@ -105,6 +105,10 @@ if op == 'confirm' then
   end
   if status == 'reserved' then
     if now >= deadline then final('cancelled', 'expired', retention) else final('confirmed', 'confirmed', retention) end
+  elseif status == 'confirmed' or status == 'cancelled' or status == 'failed' then
+    -- a Confirm answered by a decided record is as final as one that
+    -- decided it: a late stage of another attempt must meet the record
+    relied_on(retention)
   end
   return record(status)
 elseif op == 'cancel' then
