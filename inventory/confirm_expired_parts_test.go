@@ -17,6 +17,7 @@ import (
 // ErrDataLoss and logged DATA LOSS though no node lost anything (found by
 // a review).
 func TestConfirmRetryAfterARecordReliedOn(t *testing.T) {
+	t.Parallel() // it mostly waits a retention out
 	const retention = 3 * time.Second
 	e := newShortRetentionEnv(t, retention)
 	for _, rt := range []string{"b", "c"} {

@@ -19,6 +19,7 @@ import (
 // commit's lag there too, as a late take's, reported a false data loss
 // (found by a review).
 func TestConfirmAfterALateCommitIsNoDataLoss(t *testing.T) {
+	t.Parallel() // it mostly waits a retention out
 	const retention = 3 * time.Second
 	e := newShortRetentionEnv(t, retention)
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", 2, 0); err != nil {

@@ -13,6 +13,7 @@ import (
 // landed on the empty key: the order Confirm had answered confirmed was
 // then cancelled by a Cancel (found by a review).
 func TestConfirmAnsweredByAConfirmedRecordKeepsLateStageOut(t *testing.T) {
+	t.Parallel() // it mostly waits a retention out
 	const retention = 3 * time.Second
 	e := newShortRetentionEnv(t, retention)
 	const loaded = 4
@@ -39,7 +40,7 @@ func TestConfirmAnsweredByAConfirmedRecordKeepsLateStageOut(t *testing.T) {
 	}
 	confirmedAt := time.Now()
 	t.Logf("record TTL after the retried Confirm: %v", hc.PTTL(e.ctx, orderKey(x)).Val())
-	time.Sleep(time.Until(confirmedAt.Add(retention - 300*time.Millisecond)))
+	time.Sleep(time.Until(confirmedAt.Add(retention - time.Second)))
 	t.Logf("X's record when R0's stage lands: exists=%v", hc.Exists(e.ctx, orderKey(x)).Val() == 1)
 	lerr := r0.land()
 	cout, cerr := e.inv.Cancel(e.ctx, x)

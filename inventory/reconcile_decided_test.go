@@ -23,6 +23,7 @@ import (
 // landed"), and the part of a confirmed order was cancelled and its units
 // sold again (found by a review).
 func TestDecidedRecordOutlivesItsDueParts(t *testing.T) {
+	t.Parallel() // it mostly waits a retention out
 	const retention = 3 * time.Second
 	e := newShortRetentionEnv(t, retention)
 	const loaded = 2

@@ -19,6 +19,7 @@ import (
 // reconciler within the retention of the part's due met no record and
 // cancelled a confirmed part (found by a review).
 func TestDecidedRecordOutlivesALateTakesDue(t *testing.T) {
+	t.Parallel() // it mostly waits a retention out
 	const retention = 3 * time.Second
 	e := newShortRetentionEnv(t, retention)
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", 2, 0); err != nil {

@@ -19,6 +19,7 @@ import (
 // insufficient stock was reserved and confirmed by the very units whose
 // hold refused it (found by a review).
 func TestRefusalFenceOnOldFailedRecordKeepsLateStageOut(t *testing.T) {
+	t.Parallel() // it mostly waits a retention out
 	const retention = 3 * time.Second
 	e := newShortRetentionEnv(t, retention)
 	const loaded = 2
@@ -73,7 +74,7 @@ func TestRefusalFenceOnOldFailedRecordKeepsLateStageOut(t *testing.T) {
 
 	// R0's stage lands within the retention of the refusal's read (well
 	// inside staged.go's one assumption).
-	time.Sleep(time.Until(refusedAt.Add(retention - 300*time.Millisecond)))
+	time.Sleep(time.Until(refusedAt.Add(retention - time.Second)))
 	t.Logf("X's record when R0's stage lands: exists=%v", hc.Exists(e.ctx, orderKey(x)).Val() == 1)
 	t.Logf("R0 answered %v", r0.land())
 	if _, err := e.inv.Confirm(e.ctx, x); err == nil {
@@ -96,6 +97,7 @@ func TestRefusalFenceOnOldFailedRecordKeepsLateStageOut(t *testing.T) {
 // its parts "missing", and answered ErrDataLoss ("the node lost data"),
 // logging DATA LOSS, though no node lost anything (found by a review).
 func TestConfirmRetryAfterPartsExpireIsNoDataLoss(t *testing.T) {
+	t.Parallel() // it mostly waits a retention out
 	const retention = 3 * time.Second
 	e := newShortRetentionEnv(t, retention)
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", 2, 0); err != nil {
@@ -126,6 +128,7 @@ func TestConfirmRetryAfterPartsExpireIsNoDataLoss(t *testing.T) {
 // it answers by the retention again (order.lua, relied_on), as the fence
 // and expire ops do.
 func TestCancelAnsweredByATombstoneKeepsLateStageOut(t *testing.T) {
+	t.Parallel() // it mostly waits a retention out
 	const retention = 3 * time.Second
 	e := newShortRetentionEnv(t, retention)
 	const loaded = 2
@@ -144,7 +147,7 @@ func TestCancelAnsweredByATombstoneKeepsLateStageOut(t *testing.T) {
 		t.Fatalf("Cancel %s again = %+v, %v; want cancelled", x, out, err)
 	}
 	cancelledAt := time.Now()
-	time.Sleep(time.Until(cancelledAt.Add(retention - 300*time.Millisecond)))
+	time.Sleep(time.Until(cancelledAt.Add(retention - time.Second)))
 	lerr := r0.land()
 	_, cerr := e.inv.Confirm(e.ctx, x)
 	t.Logf("R0 answered %v; Confirm answered %v", lerr, cerr)
