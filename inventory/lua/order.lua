@@ -26,10 +26,11 @@ local function order_set(ch, ttl)
   order_put(key, f, ttl)
 end
 -- relied_on: the caller relies on the record read from now (a refusal's
--- fence, a Cancel's or a Confirm's answer, the reconciler's read): a stage of another
--- attempt still on its way must meet it (a stage writes only where there
--- is no record), so it lives the retention from this read at least, not
--- from its own write (staged.go, "The one assumption").
+-- fence, a Cancel's or a Confirm's answer, the reconciler's read): a
+-- stage of another attempt still on its way must meet it (a stage writes
+-- only where there is no record), so it lives the retention from this
+-- read at least, not from its own write (staged.go, "The one
+-- assumption").
 local function relied_on(retention)
   local ms = redis.call('PTTL', key)
   if ms >= 0 and ms < retention * 1000 then redis.call('PEXPIRE', key, retention * 1000) end
@@ -37,15 +38,15 @@ end
 local function final(st, why, retention)
   -- a reserved record's inline parts get their records first (inline.go)
   if status == 'reserved' then inline_write(key, f) end
-  -- the retention counts from when its parts come due (the order's
-  -- deadline + partGrace), not from a decision before it: a part whose
-  -- settle did not land is settled by the reconciler after it came due,
-  -- by this record, and with the record gone it would read "no record"
-  -- and cancel a part of a confirmed order
-  -- A one-round take's part comes due by its node's clock when the take
-  -- ran (a hold: ttl + grace), which may be after the stage; every take
-  -- ran before the commit (reserved_at), so none comes due later than
-  -- the deadline moved on by the commit's lag behind created
+  -- The retention counts from when its parts come due, not from a
+  -- decision before it: a part whose settle did not land is settled by
+  -- the reconciler after it came due, by this record, and with the record
+  -- gone it would read "no record" and cancel a part of a confirmed
+  -- order. A part comes due at the deadline + partGrace, or, for a
+  -- one-round take that reached its node late (its node's clock when the
+  -- take ran, plus a hold of ttl + grace), as much later; every take ran
+  -- before the commit (reserved_at), so none comes due later than the
+  -- deadline moved on by the commit's lag behind created.
   local due = deadline + PART_GRACE
   local ra, cr = tonumber(f.reserved_at), tonumber(f.created)
   if ra and cr and ra > cr then due = due + (ra - cr) end
