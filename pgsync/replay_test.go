@@ -3,8 +3,6 @@ package pgsync_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -66,12 +64,7 @@ func TestTrimmedPositionStillSeesARewind(t *testing.T) {
 	defer cancel()
 	skus := [][2]string{{"one", "d"}}
 	e.loadStock("one", "d", 100)
-	e.reserveN("a", "one", "d", 3, time.Minute)
-	for i := range 3 {
-		if _, err := e.inv.Confirm(ctx, fmt.Sprintf("a-%d", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.confirmedN(t, ctx, "a", 3)
 	st := e.openSyncer(quiet(), pgsync.Settings{Metrics: pgsync.NewMetrics(nil)})
 	e.waitConsistent(15*time.Second, skus, nil)
 	q := queueOf(t, e, "n2")
@@ -132,30 +125,18 @@ func TestAcceptedCopyReportsNothingTrimmedUnlanded(t *testing.T) {
 	defer cancel()
 	skus := [][2]string{{"one", "d"}}
 	e.loadStock("one", "d", 100)
-	e.reserveN("a", "one", "d", 3, time.Minute)
-	for i := range 3 {
-		if _, err := e.inv.Confirm(ctx, fmt.Sprintf("a-%d", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.confirmedN(t, ctx, "a", 3)
 	m := pgsync.NewMetrics(nil)
 	e.syncer(m)
 	e.waitConsistent(15*time.Second, skus, nil)
 	e.drainN2(t, ctx)
 	n2, _ := e.stack.Router.Node("n2")
 	inc1 := n2.Incarnation()
-	if err := e.raw["n2"].Save(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	dump := filepath.Join(e.srv["n2"].Dir(), "dump.rdb")
-	snap := filepath.Join(t.TempDir(), "dump.rdb")
-	copyFile(t, dump, snap)
+	snap := e.snapshotN2(t, ctx)
 	e.reserveN("b", "one", "d", 1, time.Hour) // the copy is behind this
 	e.waitConsistent(15*time.Second, skus, nil)
 	time.Sleep(2 * time.Second) // the peers' marks pass it
-	e.srv["n2"].Kill()
-	copyFile(t, snap, dump)
-	e.srv["n2"].Restart()
+	e.restartN2(t, snap)
 	e.acceptWentBack(t, ctx, "n2 refused as gone back")
 	waitFor(t, 15*time.Second, "the new incarnation landed", func() bool { return m.NewIncarnations("n2") == 1 })
 	e.waitConsistent(15*time.Second, skus, map[string]bool{inc1: true})
@@ -182,24 +163,13 @@ func TestPendingAgainRowExpires(t *testing.T) {
 	st := e.openSyncer(testLog(t), pgsync.Settings{Metrics: m})
 	skus := [][2]string{{"one", "d"}}
 	e.waitConsistent(15*time.Second, skus, nil)
-	if err := e.raw["n2"].Save(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	dump := filepath.Join(e.srv["n2"].Dir(), "dump.rdb")
-	backup := filepath.Join(t.TempDir(), "dump.rdb")
-	copyFile(t, dump, backup)
+	backup := e.snapshotN2(t, ctx)
 	time.Sleep(1500 * time.Millisecond)
-	e.srv["n2"].Kill() // restarts empty, accepted: the row becomes lost
-	if err := os.Remove(dump); err != nil {
-		t.Fatal(err)
-	}
-	e.srv["n2"].Restart()
+	e.restartN2(t, "") // restarts empty, accepted: the row becomes lost
 	e.acceptWentBack(t, ctx, "n2 refused (empty)")
 	waitFor(t, 15*time.Second, "the row lost", func() bool { return m.Lost() == 1 })
 	time.Sleep(1500 * time.Millisecond)
-	e.srv["n2"].Kill() // restored from its backup, accepted again
-	copyFile(t, backup, dump)
-	e.srv["n2"].Restart()
+	e.restartN2(t, backup) // restored from its backup, accepted again
 	e.acceptWentBack(t, ctx, "n2 refused (restored backup)")
 	waitFor(t, 15*time.Second, "the new incarnation landed", func() bool { return m.NewIncarnations("n2") == 2 })
 	var id string
@@ -243,16 +213,7 @@ func TestConflictCountedOncePerIncarnation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	e.loadStock("one", "d", 100)
-	homes, err := inventory.NewHomes(e.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	order := ""
-	for i := 0; order == ""; i++ {
-		if o := fmt.Sprintf("o%d", i); homes.Home(o) == "n2" {
-			order = o
-		}
-	}
+	order := e.orderOnN2(t)
 	if _, err := e.inv.Reserve(ctx, order, []inventory.Item{{Route: "one", SKU: "d", Quantity: 3}}, "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -260,19 +221,13 @@ func TestConflictCountedOncePerIncarnation(t *testing.T) {
 	st := e.openSyncer(testLog(t), pgsync.Settings{Metrics: m})
 	skus := [][2]string{{"one", "d"}}
 	e.waitConsistent(15*time.Second, skus, nil)
-	if err := e.raw["n2"].Save(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	snap := filepath.Join(t.TempDir(), "dump.rdb")
-	copyFile(t, filepath.Join(e.srv["n2"].Dir(), "dump.rdb"), snap)
+	snap := e.snapshotN2(t, ctx)
 	if _, err := e.inv.Confirm(ctx, order); err != nil {
 		t.Fatal(err)
 	}
 	e.waitConsistent(15*time.Second, skus, nil)
 	time.Sleep(2 * time.Second) // the peers' marks pass the confirm
-	e.srv["n2"].Kill()
-	copyFile(t, snap, filepath.Join(e.srv["n2"].Dir(), "dump.rdb"))
-	e.srv["n2"].Restart()
+	e.restartN2(t, snap)
 	e.acceptWentBack(t, ctx, "n2 refused as gone back")
 	waitFor(t, 20*time.Second, "the conflict counted", func() bool { return m.Conflicts() == 1 })
 	st.Close()

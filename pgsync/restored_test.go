@@ -40,6 +40,60 @@ func copyFile(t *testing.T, from, to string) {
 	}
 }
 
+// snapshotN2 saves n2's data and returns a copy of its dump file, to
+// restart n2 from later (restartN2).
+func (e *env) snapshotN2(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	if err := e.raw["n2"].Save(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(t.TempDir(), "dump.rdb")
+	copyFile(t, filepath.Join(e.srv["n2"].Dir(), "dump.rdb"), snap)
+	return snap
+}
+
+// restartN2 kills n2 and restarts it from the dump file snap, or empty
+// when snap is "".
+func (e *env) restartN2(t *testing.T, snap string) {
+	t.Helper()
+	e.srv["n2"].Kill()
+	dump := filepath.Join(e.srv["n2"].Dir(), "dump.rdb")
+	if snap == "" {
+		if err := os.Remove(dump); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	} else {
+		copyFile(t, snap, dump)
+	}
+	e.srv["n2"].Restart()
+}
+
+// orderOnN2 returns an order id whose home node is n2.
+func (e *env) orderOnN2(t *testing.T) string {
+	t.Helper()
+	homes, err := inventory.NewHomes(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if o := fmt.Sprintf("o%d", i); homes.Home(o) == "n2" {
+			return o
+		}
+	}
+}
+
+// confirmedN reserves n orders prefix-0.. of 1 unit of one/d each
+// (reserveN) and confirms them.
+func (e *env) confirmedN(t *testing.T, ctx context.Context, prefix string, n int) {
+	t.Helper()
+	e.reserveN(prefix, "one", "d", n, time.Minute)
+	for i := range n {
+		if _, err := e.inv.Confirm(ctx, fmt.Sprintf("%s-%d", prefix, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // acceptWentBack waits until the router refuses n2 for its data, accepts
 // it and waits until it is usable.
 func (e *env) acceptWentBack(t *testing.T, ctx context.Context, what string) {
@@ -64,16 +118,7 @@ func TestRestoredNodeConflictsWithASettledRow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	e.loadStock("one", "d", 100)
-	homes, err := inventory.NewHomes(e.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	order := ""
-	for i := 0; order == ""; i++ {
-		if o := fmt.Sprintf("o%d", i); homes.Home(o) == "n2" {
-			order = o
-		}
-	}
+	order := e.orderOnN2(t)
 	if _, err := e.inv.Reserve(ctx, order, []inventory.Item{{Route: "one", SKU: "d", Quantity: 3}}, "", 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -81,19 +126,13 @@ func TestRestoredNodeConflictsWithASettledRow(t *testing.T) {
 	e.syncer(m)
 	skus := [][2]string{{"one", "d"}}
 	e.waitConsistent(15*time.Second, skus, nil)
-	if err := e.raw["n2"].Save(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	snap := filepath.Join(t.TempDir(), "dump.rdb")
-	copyFile(t, filepath.Join(e.srv["n2"].Dir(), "dump.rdb"), snap)
+	snap := e.snapshotN2(t, ctx)
 	if _, err := e.inv.Confirm(ctx, order); err != nil {
 		t.Fatal(err)
 	}
 	e.waitConsistent(15*time.Second, skus, nil)
 	time.Sleep(2 * time.Second) // the peers' marks pass the confirm
-	e.srv["n2"].Kill()
-	copyFile(t, snap, filepath.Join(e.srv["n2"].Dir(), "dump.rdb"))
-	e.srv["n2"].Restart()
+	e.restartN2(t, snap)
 	e.acceptWentBack(t, ctx, "n2 refused as gone back")
 	waitFor(t, 20*time.Second, "the conflict counted", func() bool { return m.Conflicts() == 1 })
 	waitFor(t, 20*time.Second, "the part cancelled on n2", func() bool {
@@ -144,25 +183,14 @@ func TestLostPartComesBack(t *testing.T) {
 	e.waitConsistent(15*time.Second, skus, nil)
 	n2, _ := e.stack.Router.Node("n2")
 	inc1 := n2.Incarnation()
-	if err := e.raw["n2"].Save(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	dump := filepath.Join(e.srv["n2"].Dir(), "dump.rdb")
-	backup := filepath.Join(t.TempDir(), "dump.rdb")
-	copyFile(t, dump, backup)
+	backup := e.snapshotN2(t, ctx)
 	time.Sleep(1500 * time.Millisecond)
-	e.srv["n2"].Kill() // restarts empty, accepted: the row becomes lost
-	if err := os.Remove(dump); err != nil {
-		t.Fatal(err)
-	}
-	e.srv["n2"].Restart()
+	e.restartN2(t, "") // restarts empty, accepted: the row becomes lost
 	e.acceptWentBack(t, ctx, "n2 refused (empty)")
 	inc2 := n2.Incarnation()
 	waitFor(t, 15*time.Second, "the row lost", func() bool { return m.Lost() == 1 })
 	time.Sleep(1500 * time.Millisecond)
-	e.srv["n2"].Kill() // restored from its backup, accepted again
-	copyFile(t, backup, dump)
-	e.srv["n2"].Restart()
+	e.restartN2(t, backup) // restored from its backup, accepted again
 	e.acceptWentBack(t, ctx, "n2 refused (restored backup)")
 	waitFor(t, 15*time.Second, "the new incarnation landed", func() bool { return m.NewIncarnations("n2") == 2 })
 	if _, err := e.inv.Confirm(ctx, "held"); err != nil {
