@@ -48,6 +48,13 @@ type RedoBatch struct {
 	// Incarnation and Generation are the node's stamp when it was read.
 	Incarnation string
 	Generation  int64
+	// DataOf is the incarnation the node's data descends from, as its
+	// last stamp or accept found it (the stamp's data_of): another
+	// incarnation, or this one's, for a node accepted with its data (a
+	// copy, or data that went back); [node.NoEarlierData] for one that
+	// came back empty, whose offsets start again with new entries; "" when
+	// unknown (stamped by a release that did not record it).
+	DataOf string
 	// Queues is one result per cursor, in the cursors' order; empty when
 	// the node was not at the incarnation asked for.
 	Queues []RedoQueueRead
@@ -85,7 +92,8 @@ type RedoQueueRead struct {
 // cursor. ARGV: 4 incarnation expected ("" = any), 5 most entries in
 // all, 6 hold ms (0: none), then per cursor: after, part id at after.
 // Returns {incarnation, gen, per cursor {head, acked, rewound, entries,
-// trimmed, held}, wait ms}, with no queues when the incarnation differs;
+// trimmed, held}, wait ms, data_of}, with no queues when the incarnation
+// differs;
 // trimmed counts the offsets past the cursor with no entry (trimmed), for
 // a queue read; held is 1 when the entries stop before a part pending for
 // less than hold ms (the node's clock), and wait is the least time until
@@ -140,15 +148,16 @@ func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation s
 const MaxRedoHold = time.Minute
 
 // decodeRedoBatch reads redoBatchScript's reply to cursors: {incarnation,
-// generation, queues, wait ms}, queues empty or one {head, acked, rewound
-// 0/1, entries, trimmed, held 0/1} per cursor.
+// generation, queues, wait ms, data_of}, queues empty or one {head, acked,
+// rewound 0/1, entries, trimmed, held 0/1} per cursor.
 func decodeRedoBatch(nodeName string, v any, cursors []RedoCursor) (RedoBatch, error) {
 	r := newReplyReader(nodeName, redoBatchScript.name)
-	raw := r.list(v, 4)
+	raw := r.list(v, 5)
 	if r.err != nil {
 		return RedoBatch{}, r.err
 	}
-	b := RedoBatch{Incarnation: r.str(raw, 0), Generation: r.int(raw, 1), Wait: time.Duration(r.int(raw, 3)) * time.Millisecond}
+	b := RedoBatch{Incarnation: r.str(raw, 0), Generation: r.int(raw, 1), Wait: time.Duration(r.int(raw, 3)) * time.Millisecond,
+		DataOf: r.str(raw, 4)}
 	queues := r.listAt(raw, 2, -1)
 	if r.err == nil && len(queues) != 0 && len(queues) != len(cursors) {
 		r.enter(2)

@@ -166,28 +166,32 @@ func TestReplyDecodersStrict(t *testing.T) {
 			return err
 		}},
 		{"redo-batch: generation a string", "redo-batch", "reply[1]", func() error {
-			_, err := decodeRedoBatch("n1", []any{"inc", "3", []any{}, int64(0)}, nil)
+			_, err := decodeRedoBatch("n1", []any{"inc", "3", []any{}, int64(0), ""}, nil)
 			return err
 		}},
 		{"redo-batch: an entry's qty nil", "redo-batch", "reply[2][0][3][0][4]", func() error {
 			e := entry()
 			e[4] = nil
-			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{e}, int64(0), int64(0)}}, int64(0)},
+			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{e}, int64(0), int64(0)}}, int64(0), ""},
 				[]RedoCursor{{Queue: 0}})
 			return err
 		}},
 		{"redo-batch: rewound 2", "redo-batch", "reply[2][0][2]", func() error {
-			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(2), []any{}, int64(0), int64(0)}}, int64(0)},
+			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(2), []any{}, int64(0), int64(0)}}, int64(0), ""},
 				[]RedoCursor{{Queue: 0}})
 			return err
 		}},
 		{"redo-batch: held 2", "redo-batch", "reply[2][0][5]", func() error {
-			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{}, int64(0), int64(2)}}, int64(0)},
+			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{}, int64(0), int64(2)}}, int64(0), ""},
 				[]RedoCursor{{Queue: 0}})
 			return err
 		}},
 		{"redo-batch: without its wait", "redo-batch", "reply", func() error {
 			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{}}, nil)
+			return err
+		}},
+		{"redo-batch: without its data_of", "redo-batch", "reply", func() error {
+			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{}, int64(0)}, nil)
 			return err
 		}},
 		{"part-states: settled_at a string", "part-states", "reply[1][0][1]", func() error {
@@ -235,9 +239,9 @@ func TestReplyDecodersStrict(t *testing.T) {
 	if st, _, over, err := decodeLocal("n1", []any{"limit", int64(2), int64(3), int64(5)}, 2, nil); err != nil || st != localLimit || fmt.Sprint(over) != "[2 3 5]" {
 		t.Errorf("decodeLocal(limit) = %v %v %v", st, over, err)
 	}
-	if b, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{entry()}, int64(0), int64(1)}}, int64(250)},
+	if b, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{entry()}, int64(0), int64(1)}}, int64(250), "inc0"},
 		[]RedoCursor{{Queue: 2}}); err != nil || b.Queues[0].Queue != 2 || b.Queues[0].Entries[0].Route != "r" || b.Generation != 3 ||
-		!b.Queues[0].Held || b.Wait != 250*time.Millisecond {
+		!b.Queues[0].Held || b.Wait != 250*time.Millisecond || b.DataOf != "inc0" {
 		t.Errorf("decodeRedoBatch = %+v, %v", b, err)
 	}
 	if ps, err := decodeDue("n1", nil); err != nil || len(ps) != 0 {

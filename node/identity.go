@@ -17,8 +17,11 @@ import (
 // StampKey is the hash on every node that records which node it is:
 // fields name (configured node name), incarnation (random id, new each time
 // the node is stamped or accepted), stamped_at (unix ms), seq (the write
-// sequence every inventory write script advances) and gen (the acceptance
-// generation, raised by `shardis node accept`; missing = 0).
+// sequence every inventory write script advances), gen (the acceptance
+// generation, raised by `shardis node accept`; missing = 0) and data_of
+// (the incarnation the node's data was stamped with before its last stamp
+// or accept, [NoEarlierData] when it had none; missing on a stamp written
+// before shardis recorded it: unknown).
 const StampKey = "shardis:node"
 
 // stampScript reads the stamp, writing a fresh one when it is missing and
@@ -34,7 +37,7 @@ end
 local f = redis.call('HMGET', KEYS[1], 'name', 'incarnation', 'seq', 'gen')
 if not f[1] then
   if ARGV[4] ~= '1' then return {'', '', 0, 0, 0} end
-  redis.call('HSET', KEYS[1], 'name', ARGV[1], 'incarnation', ARGV[2], 'stamped_at', ARGV[3])
+  redis.call('HSET', KEYS[1], 'name', ARGV[1], 'incarnation', ARGV[2], 'stamped_at', ARGV[3], 'data_of', '` + NoEarlierData + `')
   return {ARGV[1], ARGV[2], 1, 0, 0}
 end
 return {f[1], f[2] or '', 0, tonumber(f[3]) or 0, tonumber(f[4]) or 0}

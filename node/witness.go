@@ -225,16 +225,25 @@ func (n *Node) WitnessMarks(ctx context.Context) (map[string]Mark, error) {
 }
 
 // acceptScript gives a node a new incarnation at generation ARGV[2],
-// keeping its write sequence; it stamps a node without a stamp. With
-// ARGV[5] set, a topology token in field epoch that is still ARGV[5]
-// becomes FencePrefix .. ARGV[5] (Accept's fence).
+// keeping its write sequence; it stamps a node without a stamp. Field
+// data_of becomes the incarnation the node's data was stamped with before
+// (NoEarlierData when it had no stamp: it came back empty). With ARGV[5]
+// set, a topology token in field epoch that is still ARGV[5] becomes
+// FencePrefix .. ARGV[5] (Accept's fence).
 var acceptScript = redis.NewScript(`
-redis.call('HSET', KEYS[1], 'name', ARGV[1], 'incarnation', ARGV[3], 'gen', ARGV[2], 'stamped_at', ARGV[4])
+local was = redis.call('HGET', KEYS[1], 'incarnation') or '` + NoEarlierData + `'
+redis.call('HSET', KEYS[1], 'name', ARGV[1], 'incarnation', ARGV[3], 'gen', ARGV[2], 'stamped_at', ARGV[4], 'data_of', was)
 if ARGV[5] ~= '' and redis.call('HGET', KEYS[1], 'epoch') == ARGV[5] then
   redis.call('HSET', KEYS[1], 'epoch', '` + FencePrefix + `' .. ARGV[5])
 end
 return tonumber(redis.call('HGET', KEYS[1], 'seq')) or 0
 `)
+
+// NoEarlierData is a stamp's data_of when the node had no stamp before
+// it was stamped or accepted: its data descends from no earlier
+// incarnation (it came back empty), so nothing it holds, and nothing in
+// its redo log, was written under one.
+const NoEarlierData = "none"
 
 // FencePrefix begins the topology token of a node accepted behind its
 // peers (Accept with a fence): no script's prelude matches it, so every

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
 )
 
 // cursor is a committed position in one queue: the last offset landed
@@ -38,6 +39,13 @@ type worker struct {
 	// restored: the node had another incarnation before inc, so a part it
 	// hands out may have a row of that one already (conflicts, tx.go)
 	restored bool
+	// copied: restored, and inc's data descends from an earlier
+	// incarnation's (accepted with its data, or not known: a stamp from
+	// before data_of), so its redo log continues that one's offsets and
+	// what it trimmed may have landed under it (missingTrimmed). Not for
+	// a node that came back empty (node.NoEarlierData): its offsets start
+	// again with new entries.
+	copied bool
 
 	redis, db, ack, settle streak
 }
@@ -88,7 +96,7 @@ func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 		if err != nil {
 			return false, w.failRedis(err)
 		}
-		if err := w.adopt(ctx, b.Incarnation, b.Generation); err != nil {
+		if err := w.adopt(ctx, b); err != nil {
 			return false, w.failDB(err)
 		}
 	}
@@ -190,11 +198,13 @@ func (w *worker) reportRewound(q inventory.RedoQueueRead) {
 		"node", w.node, "incarnation", w.inc, "queue", q.Queue, "position", p.off, "part_at_position", p.part, "head", q.Head)
 }
 
-// adopt makes inc the worker's incarnation: it records the incarnation
-// (reporting one that follows another), loads its committed positions
-// and owes an acknowledgement of each (a sync killed between a commit and
-// its acknowledgement left them behind; acknowledging is idempotent).
-func (w *worker) adopt(ctx context.Context, inc string, gen int64) error {
+// adopt makes the incarnation b was read at the worker's: it records the
+// incarnation (reporting one that follows another), loads its committed
+// positions and owes an acknowledgement of each (a sync killed between a
+// commit and its acknowledgement left them behind; acknowledging is
+// idempotent).
+func (w *worker) adopt(ctx context.Context, b inventory.RedoBatch) error {
+	inc, gen := b.Incarnation, b.Generation
 	pos := make([]cursor, w.s.queues)
 	var inserted bool
 	var previous []string
@@ -236,6 +246,7 @@ ORDER BY first_seen`, w.node, inc) // every earlier one, not only at a first sig
 	w.s.log.Info("resuming the redo log from the committed positions", "node", w.node, "incarnation", inc,
 		"positions", positionsText(pos))
 	w.inc, w.gen, w.pos, w.restored = inc, gen, pos, len(previous) > 0
+	w.copied = w.restored && b.DataOf != node.NoEarlierData
 	w.owed = map[int]cursor{}
 	for q, c := range pos {
 		if c.off > 0 {

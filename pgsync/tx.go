@@ -242,10 +242,12 @@ func (w *worker) missingTrimmed(ctx context.Context, tx pgx.Tx, trimmed map[int]
 		// A node accepted with its data (restored from a copy) keeps its
 		// redo log, offsets and acknowledgements: what the copy had
 		// trimmed was landed, and acknowledged, under an earlier
-		// incarnation, whose rows count too (w.restored).
+		// incarnation, whose rows count too (w.copied). A node that came
+		// back empty hands its offsets out again to new entries: only
+		// its own incarnation's rows count.
 		if err := tx.QueryRow(ctx, `SELECT count(DISTINCT redo_offset) FROM stock_movements
 WHERE node = $1 AND (incarnation = $2 OR $6) AND queue = $3 AND redo_offset BETWEEN $4 AND $5`,
-			w.node, w.inc, q, r[0], r[1], w.restored).Scan(&have); err != nil {
+			w.node, w.inc, q, r[0], r[1], w.copied).Scan(&have); err != nil {
 			return nil, err
 		}
 		if n := r[1] - r[0] + 1 - have; n > 0 {

@@ -1,7 +1,7 @@
 
-local st = redis.call('HMGET', KEYS[1], 'incarnation', 'gen')
-local inc, gen = st[1] or '', tonumber(st[2]) or 0
-if ARGV[4] ~= '' and ARGV[4] ~= inc then return {inc, gen, {}, 0} end
+local st = redis.call('HMGET', KEYS[1], 'incarnation', 'gen', 'data_of')
+local inc, gen, data_of = st[1] or '', tonumber(st[2]) or 0, st[3] or ''
+if ARGV[4] ~= '' and ARGV[4] ~= inc then return {inc, gen, {}, 0, data_of} end
 local left, hold = tonumber(ARGV[5]), tonumber(ARGV[6])
 local wait = 0
 local out = {}
@@ -42,4 +42,4 @@ for k = 4, #KEYS do
   end
   out[#out + 1] = {head, acked, rewound, entries, trimmed, held}
 end
-return {inc, gen, out, wait}
+return {inc, gen, out, wait, data_of}
