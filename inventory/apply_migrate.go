@@ -321,12 +321,20 @@ func (a *migrator) settleLeaving(ctx context.Context) error {
 }
 
 // pendingQuotaCounters returns the quota counters that pending parts on n
-// still count.
+// still count: those in its pending index, and those set aside (stuck.go:
+// a part set aside is still pending, and its counter still counts it, so
+// moved from under it, its cancel would decrement a counter no longer
+// there while the new home kept its units for good).
 func pendingQuotaCounters(ctx context.Context, n *node.Node) (map[string]bool, error) {
 	ids, err := n.Client().ZRange(ctx, PendingKey, 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("%w: node %s: %v", ErrUnavailable, n.Name(), err)
 	}
+	stuck, err := n.Client().ZRange(ctx, keyStuck, 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: node %s: %v", ErrUnavailable, n.Name(), err)
+	}
+	ids = append(ids, stuck...)
 	// only quota parts count here, and they are indexed by their ids; a
 	// stock part's member is its redo-log place, with no '|' ([PendingKey])
 	ids = slices.DeleteFunc(ids, func(m string) bool { return !strings.Contains(m, "|") })
@@ -344,7 +352,7 @@ func pendingQuotaCounters(ctx context.Context, n *node.Node) (map[string]bool, e
 			if err != nil {
 				return nil, fmt.Errorf("%w: node %s: %v", ErrUnavailable, n.Name(), err)
 			}
-			if f["kind"] == "q" && f["counter"] != "" {
+			if f["kind"] == "q" && f["counter"] != "" && f["state"] == string(PartPending) {
 				out[f["counter"]] = true
 			}
 		}

@@ -6,7 +6,10 @@ for _, m in ipairs(ms) do
   -- as one whose record is gone, under the member itself, which
   -- pending_adjust's drop removes (pending_index.lua)
   local id = pend_id(m) or m
-  local f = part_get(partPrefix .. id) or {}
+  local f = part_get(partPrefix .. id)
+  -- a place whose part's record is gone: reported under the member too,
+  -- so the drop removes the member itself (it cannot rebuild it)
+  if not f then id, f = m, {} end
   out[#out + 1] = {id, f.order or '', f.token or '', f.state or '', tonumber(f.deadline) or 0}
 end
 return out
