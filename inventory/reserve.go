@@ -329,7 +329,7 @@ func (inv *Inventory) abandon(ctx context.Context, home *node.Node, orderID, tok
 	if pending > 0 {
 		inv.log.Warn("reserve rollback deferred", "order", orderID, "pending_parts", pending)
 	}
-	if _, err := inv.orderOp(ctx, home, orderID, opFail, token); err != nil {
+	if _, err := inv.orderOp(ctx, home, orderID, opFail, token, seconds(inv.cfg.Retention)); err != nil {
 		inv.log.Warn("could not mark failed attempt; its lease will expire", "order", orderID, "err", err)
 	}
 }

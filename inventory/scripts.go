@@ -85,8 +85,9 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //	commit  ARGV 6 parts JSON. reserving+token or staging+token →
 //	        reserved, with no TTL (orderrec.go, "TTL"). Otherwise "lost"
 //	        with the current status as reason.
-//	fail    reserving+token or staging+token → failed (the attempt gave up,
-//	        or a recovery found a promised part missing).
+//	fail    ARGV 6 retention s. reserving+token or staging+token → failed
+//	        (the attempt gave up, or a recovery found a promised part
+//	        missing), living the retention from now at least (relied_on).
 //	withdraw staging+token → no record ("missing"): only for an attempt
 //	        that left nothing on any node (soldout.go); otherwise the
 //	        record as is.

@@ -187,7 +187,9 @@ import (
 // counted from the last time a reader relied on the record that keeps it
 // out: the ops whose answer relies on a record they read give it at least
 // the retention again (order.lua, relied_on: the reconciler's expire op,
-// a refusal's fence answered by a failed record, a Cancel answered by a
+// a refusal's fence answered by a failed record, a fail (a refusal for
+// good answered behind the attempt's own failed record: its TTL was the
+// stage's or begin's, found by a review), a Cancel answered by a
 // cancelled one, a Confirm answered by a decided one), since such a record read near its expiry would
 // otherwise let a stage sent just before it land after the part it
 // excluded was cancelled, or after the refusal or Cancel answered (each
@@ -462,7 +464,7 @@ func (rec orderRecord) verdict(seen []probedPart) (stagedVerdict, []string) {
 // parts (tombstones for absent ones). If the record was decided otherwise
 // first (a recovery committed it), nothing is cancelled.
 func (inv *Inventory) failStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part) error {
-	rec, err := inv.orderOp(ctx, home, orderID, opFail, token)
+	rec, err := inv.orderOp(ctx, home, orderID, opFail, token, seconds(inv.cfg.Retention))
 	if err != nil {
 		return err
 	}

@@ -210,7 +210,7 @@ func (inv *Inventory) unwindStaged(ctx context.Context, home *node.Node, orderID
 		}
 		return Reservation{}, false, errShortSeen
 	}
-	rec, err := inv.orderOp(cctx, home, orderID, opFail, token)
+	rec, err := inv.orderOp(cctx, home, orderID, opFail, token, seconds(inv.cfg.Retention))
 	if err != nil {
 		inv.releaseStaged(ctx, home, orderID, token, taken, promised) // counts what it aborts
 		return Reservation{}, true, fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id: %w", ErrUnavailable, orderID, err)

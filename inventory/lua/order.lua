@@ -86,6 +86,13 @@ elseif op == 'commit' then
 elseif op == 'fail' then
   if (status == 'reserving' or status == 'staging') and cur == token then
     order_set({status = 'failed', decided_at = now})
+    -- the attempt's answer (a refusal for good behind this record, the
+    -- general path's refusal) relies on it from now: a late stage of
+    -- another attempt of the order, sent before this decision, must meet
+    -- it, so it lives the retention (ARGV 6) from here at least, not
+    -- from the stage or begin that wrote it (staged.go, "The one
+    -- assumption")
+    if ARGV[6] then relied_on(tonumber(ARGV[6])) end
     return record('failed')
   end
   return record(status or 'missing')
@@ -100,8 +107,10 @@ local retention = tonumber(ARGV[6])
 if op == 'confirm' then
   if not status then return record('missing') end
   if status == 'reserving' and lease <= now then
-    -- the attempt died without committing: it failed
+    -- the attempt died without committing: it failed, and the answer
+    -- relies on that (a late stage must meet the record)
     order_set({status = 'failed', decided_at = now})
+    relied_on(retention)
     return record('failed')
   end
   if status == 'reserved' then
