@@ -82,7 +82,7 @@ func (n *Node) checkDial(conn net.Conn) error {
 	if err := behind(stamp, seen, "this process saw acknowledged"); err != nil {
 		return n.rolledBack(err)
 	}
-	return nil
+	return n.settling(res) // a new server process: held back (identity.go)
 }
 
 // peerRead is the bookkeeping of the dial checks' reads of the peers'
@@ -143,7 +143,9 @@ func (n *Node) readStamp(conn net.Conn) ([]any, error) {
 	if n.IsSentinel() {
 		cmds = append(cmds, []string{"ROLE"})
 	}
-	cmds = append(cmds, []string{"HMGET", StampKey, "name", "incarnation", "seq", "gen"})
+	// the stamp script, never stamping (the scheduler's probe does), its
+	// role check done by ROLE above
+	cmds = append(cmds, []string{"EVAL", stampSrc, "1", StampKey, n.opts.Name, "-", "0", "0", "0", n.settleMs()})
 	if _, err := conn.Write(appendCommands(nil, cmds)); err != nil {
 		return nil, err
 	}
@@ -168,12 +170,12 @@ func (n *Node) readStamp(conn net.Conn) ([]any, error) {
 		return nil, err
 	}
 	f, _ := last.([]any)
-	if len(f) != 4 {
-		return nil, fmt.Errorf("unexpected HMGET reply %v", last)
+	if len(f) != 6 {
+		return nil, fmt.Errorf("unexpected stamp reply %v", last)
 	}
 	str := func(v any) string { s, _ := v.(string); return s }
-	num := func(v any) int64 { i, _ := strconv.ParseInt(str(v), 10, 64); return i } // as the stamp script's tonumber(f) or 0
-	return []any{str(f[0]), str(f[1]), int64(0), num(f[2]), num(f[3])}, nil
+	num := func(v any) int64 { i, _ := v.(int64); return i }
+	return []any{str(f[0]), str(f[1]), int64(0), num(f[3]), num(f[4]), num(f[5])}, nil
 }
 
 // first is v's first element when v is a non-empty array, else nil.

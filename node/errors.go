@@ -30,6 +30,13 @@ var (
 	// although other nodes witnessed it: it restarted empty. It is not
 	// re-stamped; it stays DOWN until an operator accepts it.
 	ErrDataLost = errors.New("node lost its data")
+	// ErrHeldBack is wrapped by a probe or dial check error while a node
+	// that keeps inventory data is held back after it came up on a new
+	// server process (a restart, a promotion): Options.Settle, long enough
+	// for every running process to mark the writes it saw acknowledged
+	// (identity.go, "A new server process"). It passes by itself, or ends
+	// as ErrRolledBack when the marks show the node lost writes.
+	ErrHeldBack = errors.New("node held back after a new server process")
 	// ErrUnwitnessed is wrapped by the [*Error] of [Node.Acknowledge] when
 	// the first write of the node's incarnation that this process
 	// acknowledges could not be witnessed on any peer (witness.go): the

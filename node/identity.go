@@ -21,27 +21,66 @@ import (
 // generation, raised by `shardis node accept`; missing = 0) and data_of
 // (the incarnation the node's data was stamped with before its last stamp
 // or accept, [NoEarlierData] when it had none; missing on a stamp written
-// before shardis recorded it: unknown).
+// before shardis recorded it: unknown), run and run_at (the server
+// process's run_id the stamp was last read on, and when, by the node's
+// clock in ms, it was first read there: "A new server process").
 const StampKey = "shardis:node"
 
 // stampScript reads the stamp, writing a fresh one when it is missing and
 // ARGV[4] is "1" (nobody witnessed the node before). Returns {name,
-// incarnation, created(0|1), seq, gen}; name "" when the stamp is missing
-// and was not written. With ARGV[5] "1" (a Sentinel node) it first
+// incarnation, created(0|1), seq, gen, settle}; name "" when the stamp is
+// missing and was not written. settle is how many ms the node's data is
+// still held back (ARGV[6]: the hold in ms) since the stamp was first
+// read on this server process (fields run and run_at: "A new server
+// process" below). With ARGV[5] "1" (a Sentinel node) it first
 // refuses, with SHARDIS_REPLICA, a server that is not a master.
-var stampScript = redis.NewScript(`
+var stampScript = redis.NewScript(stampSrc)
+
+const stampSrc = `
 if ARGV[5] == '1' then
   local role = string.match(redis.call('INFO', 'replication'), 'role:(%a+)')
   if role ~= 'master' then return redis.error_reply('SHARDIS_REPLICA role:' .. tostring(role)) end
 end
-local f = redis.call('HMGET', KEYS[1], 'name', 'incarnation', 'seq', 'gen')
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') or ''
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local f = redis.call('HMGET', KEYS[1], 'name', 'incarnation', 'seq', 'gen', 'run', 'run_at')
 if not f[1] then
-  if ARGV[4] ~= '1' then return {'', '', 0, 0, 0} end
-  redis.call('HSET', KEYS[1], 'name', ARGV[1], 'incarnation', ARGV[2], 'stamped_at', ARGV[3], 'data_of', '` + NoEarlierData + `')
-  return {ARGV[1], ARGV[2], 1, 0, 0}
+  if ARGV[4] ~= '1' then return {'', '', 0, 0, 0, 0} end
+  redis.call('HSET', KEYS[1], 'name', ARGV[1], 'incarnation', ARGV[2], 'stamped_at', ARGV[3], 'data_of', '` + NoEarlierData + `',
+    'run', run, 'run_at', '0')
+  return {ARGV[1], ARGV[2], 1, 0, 0, 0}
 end
-return {f[1], f[2] or '', 0, tonumber(f[3]) or 0, tonumber(f[4]) or 0}
-`)
+local at = tonumber(f[6]) or 0
+if f[1] == ARGV[1] and f[5] ~= run then
+  -- first contact with this server process: a stamp recorded by an
+  -- earlier one (restart, promotion) holds the data back; a stamp without
+  -- one (written before runs were recorded) does not
+  if f[5] then at = now else at = 0 end
+  redis.call('HSET', KEYS[1], 'run', run, 'run_at', tostring(at))
+end
+local left = 0
+if at > 0 then left = math.max(0, at + (tonumber(ARGV[6]) or 0) - now) end
+return {f[1], f[2] or '', 0, tonumber(f[3]) or 0, tonumber(f[4]) or 0, left}
+`
+
+// A new server process. A node's write sequence counts its writes; it
+// does not name them. A node that came back with older data (a restart
+// from an older RDB/AOF, a promoted replica that missed writes) is behind
+// the writes some process saw acknowledged, but the marks of them reach
+// the peers up to a heartbeat late; a process that saw less and wrote to
+// the older data within that lag advanced the sequence past them, and
+// the node's loss could no longer be seen by anyone: not by the marks,
+// not by the process that saw the lost writes (its probe finds the stamp
+// at or after what it saw). So the first read of the stamp on a server
+// process other than the one recorded in the stamp (field run, the
+// server's run_id) records when (run_at), and the node is refused, by
+// every probe and every new connection of every process, until Settle
+// passed since then: by then every running process has marked on the
+// peers what it saw acknowledged (every heartbeat, and at once when it
+// finds the node DOWN), and the marks are read again before the stamp
+// by every new connection (dialcheck.go). A node stamped before runs
+// were recorded, or a new one, is not held back.
 
 // identity remembers what this process last saw of the node's stamp.
 type identity struct {
@@ -128,6 +167,9 @@ func (n *Node) Probe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := n.settling(trip.stamp); err != nil {
+		return err
+	}
 	if reconnect && n.IsSentinel() {
 		if err := n.sentinelsAgree(ctx, n.MasterAddr()); err != nil {
 			return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: %w", err)}
@@ -149,7 +191,7 @@ func (n *Node) Probe(ctx context.Context) error {
 // stamped under another name, or a mark behind the one peers witnessed
 // (seen, when witnessed) is refused.
 func (n *Node) verifyStamp(res []any, witnessed bool, seen Mark) (stamp Mark, created bool, err error) {
-	if len(res) != 5 {
+	if len(res) != 6 {
 		return Mark{}, false, n.refusal(fmt.Errorf("%w: unexpected stamp reply %v", ErrIdentity, res))
 	}
 	name, _ := res[0].(string)
@@ -176,6 +218,19 @@ func (n *Node) verifyStamp(res []any, witnessed bool, seen Mark) (stamp Mark, cr
 		}
 	}
 	return stamp, c == 1, nil
+}
+
+// settling refuses a node whose stamp script's reply res says its data is
+// still held back ("A new server process").
+func (n *Node) settling(res []any) error {
+	if !n.opts.Critical || n.opts.Settle <= 0 {
+		return nil
+	}
+	if left, _ := res[5].(int64); left > 0 {
+		return n.refusal(fmt.Errorf("%w (restart or failover): %dms more, "+
+			"until every process has marked the writes it saw acknowledged", ErrHeldBack, left))
+	}
+	return nil
 }
 
 // connectProbe establishes the probe's connection when it has none: the
@@ -225,7 +280,7 @@ func (n *Node) probeTrip(ctx context.Context, probe *redis.Client, allow, withSe
 	out.drainGen = n.drainGen.Load()
 	pipe := probe.Pipeline()
 	st := stampScript.Eval(ctx, pipe, []string{StampKey}, n.opts.Name, newIncarnation(),
-		strconv.FormatInt(time.Now().UnixMilli(), 10), flag(allow), flag(n.IsSentinel()))
+		strconv.FormatInt(time.Now().UnixMilli(), 10), flag(allow), flag(n.IsSentinel()), n.settleMs())
 	dr := pipe.HGetAll(ctx, DrainKey)
 	if withSettings {
 		out.config, out.info = settingsCmds(ctx, pipe)
@@ -298,6 +353,14 @@ func behind(stamp, mark Mark, who string) error {
 			stamp.Seq, who, mark.Seq)
 	}
 	return nil
+}
+
+// settleMs is Options.Settle in ms, as the stamp script takes it.
+func (n *Node) settleMs() string {
+	if !n.opts.Critical {
+		return "0"
+	}
+	return strconv.FormatInt(n.opts.Settle.Milliseconds(), 10)
 }
 
 func newIncarnation() string {

@@ -118,6 +118,13 @@ type Options struct {
 	// (dialcheck.go).
 	// default: false
 	Critical bool
+	// Settle, for a Critical node, is how long its data is held back
+	// after it came up on another server process (a restart, a Sentinel
+	// promotion): long enough for every running process to have marked
+	// on the peers the writes it saw acknowledged (identity.go, "A new
+	// server process"). The router sets it from its heartbeat.
+	// default: 0 (not held back)
+	Settle time.Duration
 	// Hooks are added to every client the node builds (also after an
 	// outage), before its own hooks: they see every command and pipeline
 	// the caller issues, whether it is sent on its own or auto-pipelined.

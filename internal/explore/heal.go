@@ -92,7 +92,9 @@ const healCap = 15 * time.Second
 // "T1") and whether every node of it is stable at that record's token.
 func (w *World) topologyNow(ctx context.Context) (at string, stable bool, err error) {
 	var recs []topology.Record
-	for try := 0; ; try++ {
+	// a node that restarted is held back a while (node: "A new server
+	// process"), so a failed read is tried again for a while
+	for give := time.Now().Add(healCap); ; time.Sleep(50 * time.Millisecond) {
 		var unread map[string]error
 		recs, unread, err = inventory.ReadTopology(ctx, w.cfg1)
 		if err == nil && len(unread) > 0 {
@@ -101,7 +103,7 @@ func (w *World) topologyNow(ctx context.Context) (at string, stable bool, err er
 		if err == nil {
 			break
 		}
-		if try == 2 {
+		if time.Now().After(give) || ctx.Err() != nil {
 			return "", false, fmt.Errorf("explore: reading the topology: %w", err)
 		}
 	}
