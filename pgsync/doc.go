@@ -47,10 +47,13 @@
 // Why no reservation is left out: a part is skipped only when it is
 // cancelled (a cancelled part is never pending again) and its attempt is
 // not the one its order's record holds as reserved, confirmed or
-// cancelled by a user or by expiry; an acknowledged reservation's record
+// cancelled by a user or by expiry (a Cancel of a record that never was
+// reserved, failed or still reserving, writes reason "tombstone", as a
+// Cancel before any record: refused too); an acknowledged reservation's record
 // outlives its parts (inventory.retention) and keeps its token, so its
 // parts are never read as a refused attempt's, and it is always found: a
-// copy a topology change moved is read too, and "no record" is concluded
+// copy a topology change moved is read too (only for an attempt it
+// decided for good: it is frozen at the move), and "no record" is concluded
 // only from every node while the topology is stable (records sit on the
 // applied members, which a ready instance's configuration names). A
 // record that could not be read leaves the reason unknown and the part
@@ -70,7 +73,10 @@
 //     on restart.
 //   - A part landed while pending is re-checked on its node every
 //     settle_interval until it is confirmed or cancelled; the row is
-//     updated, never duplicated. States only move forward.
+//     updated, never duplicated, and only while the incarnation whose
+//     state the re-check read still holds it (held_by: a landing that
+//     handed it to a later one meanwhile leaves it to the next pass).
+//     States only move forward.
 //   - A node at a new incarnation (it lost data and `shardis node accept`
 //     took it back) gets positions of its own from offset 0; the change is
 //     logged and counted (shardis_sync_new_incarnations_total). Pending

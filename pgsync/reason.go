@@ -55,11 +55,26 @@ func reasonOf(rec inventory.OrderRecord, token string) (CancelReason, bool) {
 			return ReasonExpired, true
 		case string(ReasonCancelled):
 			return ReasonCancelled, true
+		case "tombstone":
+			// cancelled while it was never reserved (order.lua: a
+			// Cancel of a failed record, or of an attempt before its
+			// commit): the attempt gave its parts back
+			return ReasonRefused, true
 		}
 	case inventory.OrderFailed, inventory.OrderReserving, inventory.OrderStaging:
 		return ReasonRefused, true // the attempt gave its parts back
 	}
 	return "", false
+}
+
+// frozenFinal reports whether a record copy frozen at a topology move
+// (rec.Moved) still tells the fate of attempt token's parts: it names that
+// attempt and has decided it for good (failed or cancelled, which nothing
+// moves back for that token). Any other copy may be behind the live
+// record: a reserving attempt commits at the new home, a failed record is
+// taken over there by a later attempt of the order id.
+func frozenFinal(rec inventory.OrderRecord, token string) bool {
+	return rec.Token == token && (rec.Status == inventory.OrderFailed || rec.Status == inventory.OrderCancelled)
 }
 
 // partToken returns the attempt token in a part id (order|token|…), ""
@@ -80,7 +95,9 @@ const reasonTimeout = 2 * time.Second
 // cancelReasons reads the order record of each cancelled part (parts:
 // part id → order id) from every usable node (the record is on its home
 // node; a copy a topology change moved away is marked moved, and read only
-// when no live one is found: a moved copy holds the record's data frozen)
+// when no live one is found: a moved copy holds the record's data frozen,
+// so it gives a reason only when it has decided the part's attempt for
+// good, frozenFinal)
 // and returns each part's reason. A part whose order has no record on any
 // node (orderRecords' allRead) is ReasonRefused: its attempt's record
 // was withdrawn (a one-round attempt refused after taking) or never
@@ -103,7 +120,15 @@ func (s *Syncer) cancelReasons(ctx context.Context, parts map[string]string) map
 		rec, found := recs[o]
 		switch {
 		case found:
-			if r, ok := reasonOf(rec, partToken(o, id)); ok {
+			tok := partToken(o, id)
+			if rec.Moved != "" && !frozenFinal(rec, tok) {
+				// a copy frozen at a move, read while the live record
+				// could not be: the order may have gone on since (a
+				// later attempt took a failed record over, an attempt
+				// committed): no reason
+				continue
+			}
+			if r, ok := reasonOf(rec, tok); ok {
 				out[id] = r
 			}
 		case allRead:

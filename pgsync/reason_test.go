@@ -103,13 +103,13 @@ func TestReasonOf(t *testing.T) {
 	}{
 		{rec(inventory.OrderCancelled, "t1", "cancelled"), pgsync.ReasonCancelled, true},
 		{rec(inventory.OrderCancelled, "t1", "expired"), pgsync.ReasonExpired, true},
-		{rec(inventory.OrderCancelled, "t2", "expired"), pgsync.ReasonRefused, true}, // a later attempt's order
-		{rec(inventory.OrderReserved, "t2", ""), pgsync.ReasonRefused, true},         // taken over
-		{rec(inventory.OrderFailed, "t1", ""), pgsync.ReasonRefused, true},           // the attempt failed
-		{rec(inventory.OrderReserving, "t1", ""), pgsync.ReasonRefused, true},        // failing now
-		{rec(inventory.OrderCancelled, "", "tombstone"), pgsync.ReasonRefused, true}, // cancelled before it was reserved
-		{rec(inventory.OrderCancelled, "t1", "tombstone"), "", false},                // not a cause of a taken part
-		{rec(inventory.OrderConfirmed, "t1", "confirmed"), "", false},                // not cancelled
+		{rec(inventory.OrderCancelled, "t2", "expired"), pgsync.ReasonRefused, true},   // a later attempt's order
+		{rec(inventory.OrderReserved, "t2", ""), pgsync.ReasonRefused, true},           // taken over
+		{rec(inventory.OrderFailed, "t1", ""), pgsync.ReasonRefused, true},             // the attempt failed
+		{rec(inventory.OrderReserving, "t1", ""), pgsync.ReasonRefused, true},          // failing now
+		{rec(inventory.OrderCancelled, "", "tombstone"), pgsync.ReasonRefused, true},   // cancelled before it was reserved
+		{rec(inventory.OrderCancelled, "t1", "tombstone"), pgsync.ReasonRefused, true}, // cancelled after it failed
+		{rec(inventory.OrderConfirmed, "t1", "confirmed"), "", false},                  // not cancelled
 		{rec(inventory.OrderReserved, "t1", ""), "", false},
 	} {
 		got, ok := pgsync.ReasonOf(c.rec, "t1")

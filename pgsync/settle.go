@@ -25,9 +25,14 @@ const (
 	sqlPending = `SELECT incarnation, queue, redo_offset, part_id, order_id, coalesce(held_by, incarnation) FROM stock_movements
 WHERE node = $1 AND state = 'pending' AND (incarnation, queue, redo_offset) > ($2, $3, $4)
 ORDER BY incarnation, queue, redo_offset LIMIT $5`
+	// sqlSettle writes what a step read, only to a row still pending and
+	// still held by the incarnation whose state it read: a landing that
+	// handed the row to a later incarnation since (held_by) leaves it to
+	// the next pass, which reads the part there.
 	sqlSettle = `UPDATE stock_movements m SET state = u.state, settled_at = u.settled, reason = u.reason, updated_at = now()
-FROM unnest($2::text[], $3::int[], $4::bigint[], $5::text[], $6::timestamptz[], $7::text[]) AS u(inc, q, off, state, settled, reason)
-WHERE m.node = $1 AND m.incarnation = u.inc AND m.queue = u.q AND m.redo_offset = u.off AND m.state = 'pending'`
+FROM unnest($2::text[], $3::int[], $4::bigint[], $5::text[], $6::timestamptz[], $7::text[], $8::text[]) AS u(inc, q, off, state, settled, reason, holder)
+WHERE m.node = $1 AND m.incarnation = u.inc AND m.queue = u.q AND m.redo_offset = u.off AND m.state = 'pending'
+  AND coalesce(m.held_by, m.incarnation) = u.holder`
 )
 
 // settleLoop re-checks the node's landed pending parts until ctx is done:
@@ -107,7 +112,7 @@ func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pend
 		return fail(stageSettle, err)
 	}
 	if len(upd.st) > 0 {
-		if _, err := tx.Exec(ctx, sqlSettle, w.node, upd.incs, upd.qs, upd.offs, upd.st, upd.settled, upd.why); err != nil {
+		if _, err := tx.Exec(ctx, sqlSettle, w.node, upd.incs, upd.qs, upd.offs, upd.st, upd.settled, upd.why, upd.holders); err != nil {
 			return fail(stageDB, err)
 		}
 	}
@@ -151,6 +156,7 @@ func pendingRows(ctx context.Context, tx pgx.Tx, node string, from settleKey) ([
 // are no longer pending, column by column, with the step's tallies.
 type settleUpdate struct {
 	incs, st []string
+	holders  []string // the incarnation each row was held by when read
 	qs       []int32
 	offs     []int64
 	settled  []pgtype.Timestamptz
@@ -194,6 +200,7 @@ func (w *worker) recheck(ctx context.Context, list []pendingRow) (upd settleUpda
 			}
 		}
 		upd.incs = append(upd.incs, list[i].key.inc)
+		upd.holders = append(upd.holders, list[i].holder)
 		upd.qs = append(upd.qs, list[i].key.queue)
 		upd.offs = append(upd.offs, list[i].key.off)
 		upd.st = append(upd.st, state)

@@ -126,8 +126,15 @@ elseif op == 'cancel' then
     order_set({status = 'cancelled', reason = 'tombstone', decided_at = now}, retention)
     return record('cancelled', 'tombstone')
   end
-  if status == 'reserved' or status == 'reserving' or status == 'failed' then
+  if status == 'reserved' then
     final('cancelled', 'cancelled', retention)
+  elseif status == 'reserving' or status == 'failed' then
+    -- never reserved: the attempt it names failed, or will (its commit
+    -- meets this record), and gave or gives its parts back. The reason
+    -- says so, as a Cancel before any record does: a reader of the
+    -- record (pgsync's refused attempts) must not take them for a
+    -- reservation the user cancelled
+    final('cancelled', 'tombstone', retention)
   elseif status == 'cancelled' then
     -- a Cancel answered by a record already cancelled (a tombstone
     -- included) is as final as one that wrote it
