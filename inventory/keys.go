@@ -36,7 +36,7 @@ const (
 	// RedoOffsetsKey is a node's hash of redo queue key → the last
 	// offset handed out in that queue ([RedoLogKey]).
 	RedoOffsetsKey = "inv:redo:offsets"
-	keyRedoAcked   = "inv:redo:acked" // hash: redo queue key → acknowledged offset
+	keyRedoAcked   = "inv:redo:acked" // hash: redo queue key → acknowledged offset; redoAckedInc → their incarnation
 )
 
 // Prefixes of the key families; the constructors below and ParseKey
@@ -51,6 +51,10 @@ const (
 )
 
 var stampKey = node.StampKey
+
+// redoAckedInc is the field of keyRedoAcked that names the incarnation its
+// offsets were acknowledged at (redo_log.lua, redo_acks_current).
+const redoAckedInc = "inc"
 
 func stockKey(route, sku string) string { return stockKeyPrefix + route + ":" + sku }
 

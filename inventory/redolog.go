@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The redo log's layout. Queue q of a node hands out offsets 1, 2, 3 …
@@ -291,17 +293,22 @@ func (inv *Inventory) RedoUnacked(ctx context.Context, nodeName string) (int64, 
 	pipe := n.Client().Pipeline()
 	heads := pipe.HGetAll(ctx, RedoOffsetsKey)
 	acked := pipe.HGetAll(ctx, keyRedoAcked)
-	if _, err := pipe.Exec(ctx); err != nil {
+	inc := pipe.HGet(ctx, stampKey, "incarnation")
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return 0, nodeErr(n, err)
 	}
 	hs, err := RedoHeads(n.Name(), heads.Val())
 	if err != nil {
 		return 0, err
 	}
+	// acknowledgements of another incarnation count as none (redo_log.lua,
+	// redo_acks_current)
+	ackedAt, tagged := acked.Val()[redoAckedInc]
+	current := !tagged || ackedAt == inc.Val()
 	var total int64
 	for q, head := range hs {
 		var a int64
-		if s, ok := acked.Val()[q]; ok {
+		if s, ok := acked.Val()[q]; ok && current {
 			if a, err = strconv.ParseInt(s, 10, 64); err != nil {
 				return 0, fmt.Errorf("%w: node %s: %s %s holds %q, not an integer", ErrCorrupt, n.Name(), keyRedoAcked, q, s)
 			}

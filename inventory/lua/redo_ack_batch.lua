@@ -20,6 +20,7 @@ for k = 4, #KEYS do
     end
   end
 end
+redo_acks_own(KEYS[3], inc)
 local out = {}
 for k = 4, #KEYS do
   local off = tonumber(ARGV[5 + (k - 4) * 2])

@@ -5,6 +5,7 @@ if ARGV[4] ~= '' and ARGV[4] ~= inc then return {inc, gen, {}, 0, data_of} end
 local left, hold = tonumber(ARGV[5]), tonumber(ARGV[6])
 local wait = 0
 local out = {}
+local acks = redo_acks_current(KEYS[3], KEYS[1])
 for k = 4, #KEYS do
   local a = 7 + (k - 4) * 2
   local key, after, pid = KEYS[k], tonumber(ARGV[a]), ARGV[a + 1]
@@ -13,6 +14,7 @@ for k = 4, #KEYS do
   local acked, first
   acked, err = int(redis.call('HGET', KEYS[3], key), KEYS[3] .. ' ' .. key)
   if err then return err end
+  if not acks then acked = 0 end
   first, err = redo_first(KEYS[2], key)
   if err then return err end
   local rewound = 0

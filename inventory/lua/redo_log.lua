@@ -114,3 +114,25 @@ local function redo_at(xk, off)
   if #at == 0 then at = redis.call('ZRANGEBYSCORE', xk, o, o) end
   return at[1]
 end
+-- The acknowledged offsets (inv:redo:acked) belong to the incarnation in
+-- the hash's field inc. A node accepted with a copy of its data keeps the
+-- acknowledgements consumers gave its earlier incarnation, which say
+-- nothing of what was landed of it since (a consumer lands the new
+-- incarnation from a new position: pgsync re-reads it, and meets there
+-- the parts the node settled differently from the rows, its conflicts),
+-- so they count as none until a consumer acknowledges the new one. A hash
+-- without the field (acknowledgements of an earlier release) counts as
+-- the node's.
+local function redo_acks_current(acked, stamp)
+  local inc = redis.call('HGET', acked, 'inc')
+  return not inc or inc == (redis.call('HGET', stamp, 'incarnation') or '')
+end
+-- redo_acks_own(acked, inc): before an acknowledgement at incarnation
+-- inc, the acknowledgements of another one are dropped.
+local function redo_acks_own(acked, inc)
+  local was = redis.call('HGET', acked, 'inc')
+  if was ~= inc then
+    if was then redis.call('DEL', acked) end
+    redis.call('HSET', acked, 'inc', inc)
+  end
+end

@@ -7,6 +7,9 @@ if op == 'ack' then
   if off > head then
     return redis.error_reply('SHARDIS_RANGE ack offset ' .. ARGV[5] .. ' is past the head of ' .. KEYS[4] .. ' (last offset handed out ' .. head .. ')')
   end
+  local inc = redis.call('HGET', KEYS[1], 'incarnation') or ''
+  if not redo_acks_current(KEYS[2], KEYS[1]) then cur = 0 end
+  redo_acks_own(KEYS[2], inc)
   if off > cur then redis.call('HSET', KEYS[2], KEYS[4], off) return off end
   return cur
 elseif op == 'trim' then
@@ -27,9 +30,10 @@ elseif op == 'trim' then
     end
     return n, false
   end
+  local current = redo_acks_current(KEYS[2], KEYS[1])
   for k = 4, #KEYS do
     local xk = KEYS[k]
-    local acked = tonumber(redis.call('HGET', KEYS[2], xk)) or 0
+    local acked = current and tonumber(redis.call('HGET', KEYS[2], xk)) or 0
     -- the entries still in the queue key itself first: all below the
     -- segments' (redo_log.lua)
     local n, stopped = trim_key(xk, acked, batch)
