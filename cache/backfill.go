@@ -86,12 +86,16 @@ func (c *Cache) backfillOne(ctx context.Context, key string, loader Loader) erro
 	if key == "" {
 		return nil
 	}
+	var gen uint64
+	if c.l1 != nil {
+		gen = c.l1.generation()
+	}
 	if _, found, err := c.read(ctx, key); err != nil {
 		return err
 	} else if found {
 		return nil
 	}
-	enc, err := c.flight.do(key, func() ([]byte, error) { return c.fill(ctx, key, loader, false) })
+	enc, err := c.flight.do(ctx, key, func(ctx context.Context) ([]byte, error) { return c.fill(ctx, key, loader, false, gen) })
 	if err != nil {
 		return err
 	}

@@ -254,6 +254,14 @@ func (c *Cache) shuffle(n int) []int {
 // found is false on a miss; err wraps router.ErrUnavailable when no copy
 // could be read.
 func (c *Cache) read(ctx context.Context, key string) (val []byte, found bool, err error) {
+	val, found, _, err = c.readLeft(ctx, key, false)
+	return val, found, err
+}
+
+// readLeft is read that, with withTTL, also returns the copy's remaining
+// TTL (0 when unknown), read in the same round trip: an L1 copy of a value
+// read from Redis must not outlive the value in Redis.
+func (c *Cache) readLeft(ctx context.Context, key string, withTTL bool) (val []byte, found bool, left time.Duration, err error) {
 	nodes, names := c.copies(key)
 	var lastErr error
 	for _, i := range c.shuffle(len(nodes)) {
@@ -261,32 +269,53 @@ func (c *Cache) read(ctx context.Context, key string) (val []byte, found bool, e
 		if !n.Usable() {
 			continue
 		}
-		b, err := n.Client().Get(ctx, c.prefix+"k:"+names[i]).Bytes()
+		k := c.prefix + "k:" + names[i]
+		var b []byte
+		var err error
+		if withTTL {
+			var get *redis.StringCmd
+			var pttl *redis.DurationCmd
+			_, err = n.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
+				get, pttl = p.Get(ctx, k), p.PTTL(ctx, k)
+				return nil
+			})
+			if err == nil || err == redis.Nil {
+				b, err = get.Bytes()
+				left = max(0, pttl.Val())
+			}
+		} else {
+			b, err = n.Client().Get(ctx, k).Bytes()
+		}
 		if err == redis.Nil {
-			return nil, false, nil
+			return nil, false, 0, nil
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, false, ctx.Err()
+				return nil, false, 0, ctx.Err()
 			}
 			lastErr = err
 			continue
 		}
 		c.stats.nodeReads(n.Name())
-		return b, true, nil
+		return b, true, left, nil
 	}
 	if lastErr == nil {
 		lastErr = errors.New("no copy on a usable node")
 	}
-	return nil, false, fmt.Errorf("%w: cache key %q: %w", router.ErrUnavailable, key, lastErr)
+	return nil, false, 0, fmt.Errorf("%w: cache key %q: %w", router.ErrUnavailable, key, lastErr)
 }
 
 // write stores an encoded value on every copy with its own jittered ttl.
-func (c *Cache) write(ctx context.Context, key string, enc []byte, ttl time.Duration) error {
+// A copy on an unusable node is skipped; strict reports it as an error (it
+// keeps its older value, and serves it again when the node is back).
+func (c *Cache) write(ctx context.Context, key string, enc []byte, ttl time.Duration, strict bool) error {
 	nodes, names := c.copies(key)
 	var errs []error
 	for i, n := range nodes {
 		if !n.Usable() {
+			if strict {
+				errs = append(errs, fmt.Errorf("node %s: %w: copy not written", n.Name(), router.ErrUnavailable))
+			}
 			continue
 		}
 		if err := n.Client().Set(ctx, c.prefix+"k:"+names[i], enc, c.jittered(ttl)).Err(); err != nil {
@@ -311,13 +340,15 @@ func decode(b []byte) ([]byte, error) {
 // the package comment). Errors: ErrNotFound, ErrThrottled, ErrFilling,
 // one wrapping router.ErrUnavailable, or the loader's own error.
 func (c *Cache) Get(ctx context.Context, key string, loader Loader) ([]byte, error) {
+	var gen uint64
 	if c.l1 != nil {
 		if enc, ok := c.l1.get(key); ok {
 			c.stats.l1Hits.Add(1)
 			return decode(enc)
 		}
+		gen = c.l1.generation()
 	}
-	enc, found, err := c.read(ctx, key)
+	enc, found, left, err := c.readLeft(ctx, key, c.l1 != nil)
 	if err != nil {
 		if c.opts.FallbackToLoader && errors.Is(err, router.ErrUnavailable) {
 			return c.loadUncached(ctx, key, loader)
@@ -325,32 +356,47 @@ func (c *Cache) Get(ctx context.Context, key string, loader Loader) ([]byte, err
 		return nil, err
 	}
 	if found {
-		c.hit(key, enc)
+		c.hit(key, enc, gen, left)
 		return decode(enc)
 	}
 	c.stats.misses.Add(1)
-	enc, err = c.flight.do(key, func() ([]byte, error) { return c.fill(ctx, key, loader, c.opts.Backfill) })
+	enc, err = c.flight.do(ctx, key, func(ctx context.Context) ([]byte, error) { return c.fill(ctx, key, loader, c.opts.Backfill, gen) })
 	if err != nil {
 		return nil, err
 	}
 	return decode(enc)
 }
 
-func (c *Cache) hit(key string, enc []byte) {
+// hit counts a value read from Redis and keeps it in L1 for no longer than
+// left, its remaining TTL there (0: unknown).
+func (c *Cache) hit(key string, enc []byte, gen uint64, left time.Duration) {
 	if len(enc) > 0 && enc[0] == kindNegative {
 		c.stats.negativeHits.Add(1)
 	} else {
 		c.stats.hits.Add(1)
 	}
 	if c.l1 != nil {
-		c.l1.add(key, enc, c.opts.L1TTL)
+		ttl := c.l1TTL(enc)
+		if left > 0 {
+			ttl = min(ttl, left)
+		}
+		c.l1.add(key, enc, ttl, gen)
 	}
+}
+
+// l1TTL is how long an encoded value may stay in L1: L1TTL, and no longer
+// than NegativeTTL for a "not found" marker.
+func (c *Cache) l1TTL(enc []byte) time.Duration {
+	if len(enc) > 0 && enc[0] == kindNegative {
+		return min(c.opts.L1TTL, c.opts.NegativeTTL)
+	}
+	return c.opts.L1TTL
 }
 
 // fill runs one instance's fill of a miss: take the gate or wait for the
 // holder's value. queue says whether a throttled miss goes to the
-// backfill stream.
-func (c *Cache) fill(ctx context.Context, key string, loader Loader, queue bool) ([]byte, error) {
+// backfill stream; gen is the L1 generation taken before the miss was read.
+func (c *Cache) fill(ctx context.Context, key string, loader Loader, queue bool, gen uint64) ([]byte, error) {
 	nodes, _ := c.copies(key)
 	gateNode := nodes[0]
 	for _, n := range nodes {
@@ -392,11 +438,11 @@ func (c *Cache) fill(ctx context.Context, key string, loader Loader, queue bool)
 	default:
 		enc = append([]byte{kindValue}, val...)
 	}
-	if werr := c.write(ctx, key, enc, ttl); werr != nil {
+	if werr := c.write(ctx, key, enc, ttl, false); werr != nil {
 		c.log.Warn("cache: storing a filled value", "key", key, "err", werr)
 	}
 	if c.l1 != nil {
-		c.l1.add(key, enc, c.opts.L1TTL)
+		c.l1.add(key, enc, c.l1TTL(enc), gen)
 	}
 	return enc, nil
 }
@@ -440,12 +486,11 @@ func (c *Cache) loadUncached(ctx context.Context, key string, loader Loader) ([]
 }
 
 // Set stores a value in every copy of key and drops it from every
-// instance's L1.
+// instance's L1. An error says some copy may still hold an older value
+// (its node was unusable or failed); the L1s are dropped all the same.
 func (c *Cache) Set(ctx context.Context, key string, val []byte) error {
-	if err := c.write(ctx, key, append([]byte{kindValue}, val...), c.opts.TTL); err != nil {
-		return err
-	}
-	return c.invalidateL1(ctx, key)
+	err := c.write(ctx, key, append([]byte{kindValue}, val...), c.opts.TTL, true)
+	return errors.Join(err, c.invalidateL1(ctx, key))
 }
 
 // Invalidate deletes every copy of key and drops it from every
@@ -458,8 +503,5 @@ func (c *Cache) Invalidate(ctx context.Context, key string) error {
 			errs = append(errs, fmt.Errorf("node %s: %w", n.Name(), err))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	return c.invalidateL1(ctx, key)
+	return errors.Join(errors.Join(errs...), c.invalidateL1(ctx, key))
 }

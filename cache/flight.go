@@ -1,40 +1,63 @@
 package cache
 
-import "sync"
+import (
+	"context"
+	"errors"
+	"sync"
+)
 
 // flightGroup runs one function per key at a time; concurrent callers of
 // the same key wait for it and share its result (in-process single
 // flight, as golang.org/x/sync/singleflight, without the dependency).
+//
+// The function runs under the first caller's context. A caller that
+// joined waits no longer than its own context, and when the run ended
+// because the first caller's context did, a caller whose own context is
+// still live runs it again (as the first caller of a new run) rather than
+// get someone else's cancellation.
 type flightGroup struct {
 	mu    sync.Mutex
 	calls map[string]*flightCall // guarded by mu
 }
 
 type flightCall struct {
-	done chan struct{}
-	val  []byte
-	err  error
+	done     chan struct{}
+	val      []byte
+	err      error
+	canceled bool // the run's context was done when it returned
 }
 
-func (g *flightGroup) do(key string, fn func() ([]byte, error)) ([]byte, error) {
-	g.mu.Lock()
-	if g.calls == nil {
-		g.calls = map[string]*flightCall{}
-	}
-	if c, ok := g.calls[key]; ok {
+var errFillPanicked = errors.New("cache: the fill panicked")
+
+func (g *flightGroup) do(ctx context.Context, key string, fn func(context.Context) ([]byte, error)) ([]byte, error) {
+	for {
+		g.mu.Lock()
+		if g.calls == nil {
+			g.calls = map[string]*flightCall{}
+		}
+		if c, ok := g.calls[key]; ok {
+			g.mu.Unlock()
+			select {
+			case <-c.done:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			if c.canceled && ctx.Err() == nil {
+				continue
+			}
+			return c.val, c.err
+		}
+		c := &flightCall{done: make(chan struct{}), err: errFillPanicked}
+		g.calls[key] = c
 		g.mu.Unlock()
-		<-c.done
+		defer func() {
+			g.mu.Lock()
+			delete(g.calls, key)
+			g.mu.Unlock()
+			close(c.done)
+		}()
+		c.val, c.err = fn(ctx)
+		c.canceled = ctx.Err() != nil
 		return c.val, c.err
 	}
-	c := &flightCall{done: make(chan struct{})}
-	g.calls[key] = c
-	g.mu.Unlock()
-	defer func() {
-		g.mu.Lock()
-		delete(g.calls, key)
-		g.mu.Unlock()
-		close(c.done)
-	}()
-	c.val, c.err = fn()
-	return c.val, c.err
 }

@@ -22,26 +22,39 @@ import (
 func (c *Cache) channel() string { return c.prefix + "inv" }
 
 // invalidateL1 drops key from this instance's L1 and publishes it for the
-// others.
+// others, on every usable node of the key's copies: an instance whose
+// subscription on one of them is down (its path to that node is cut) has
+// read its L1 copy from another copy's node, and hears it there. With no
+// copy's node usable it publishes on the first usable node of the route.
 func (c *Cache) invalidateL1(ctx context.Context, key string) error {
 	if c.l1 != nil {
 		c.l1.remove(key)
 	}
 	nodes, _ := c.copies(key)
-	var pub *node.Node
-	for _, n := range append(nodes, c.set.Nodes()...) {
+	var pubs []*node.Node
+	for _, n := range nodes {
 		if n.Usable() {
-			pub = n
-			break
+			pubs = append(pubs, n)
 		}
 	}
-	if pub == nil {
+	if len(pubs) == 0 {
+		for _, n := range c.set.Nodes() {
+			if n.Usable() {
+				pubs = append(pubs, n)
+				break
+			}
+		}
+	}
+	if len(pubs) == 0 {
 		return fmt.Errorf("cache: invalidating %q: no usable node to publish on", key)
 	}
-	if err := pub.Client().Publish(ctx, c.channel(), key).Err(); err != nil {
-		return fmt.Errorf("cache: invalidating %q on node %s: %w", key, pub.Name(), err)
+	var errs []error
+	for _, pub := range pubs {
+		if err := pub.Client().Publish(ctx, c.channel(), key).Err(); err != nil {
+			errs = append(errs, fmt.Errorf("cache: invalidating %q on node %s: %w", key, pub.Name(), err))
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // subscriber keeps one subscription per node of the route.

@@ -13,6 +13,12 @@ type l1Cache struct {
 	size  int
 	order *list.List               // front = most recently used; values are *l1Entry
 	items map[string]*list.Element // key → element of order
+	// gen counts removals and purges. A reader takes it before it reads a
+	// value from Redis and adds the value only if no invalidation came in
+	// between: one that arrived while the read was under way would
+	// otherwise be undone by the add, and the old value would stay until
+	// its L1 TTL.
+	gen uint64
 }
 
 type l1Entry struct {
@@ -42,9 +48,21 @@ func (l *l1Cache) get(key string) ([]byte, bool) {
 	return e.enc, true
 }
 
-func (l *l1Cache) add(key string, enc []byte, ttl time.Duration) {
+// generation returns the removal count for a later add.
+func (l *l1Cache) generation() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.gen
+}
+
+// add stores a value read or loaded after generation returned gen, unless
+// a removal or purge happened since.
+func (l *l1Cache) add(key string, enc []byte, ttl time.Duration, gen uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gen != gen {
+		return
+	}
 	if el, ok := l.items[key]; ok {
 		e := el.Value.(*l1Entry)
 		e.enc, e.expires = enc, time.Now().Add(ttl)
@@ -62,6 +80,7 @@ func (l *l1Cache) add(key string, enc []byte, ttl time.Duration) {
 func (l *l1Cache) remove(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.gen++
 	if el, ok := l.items[key]; ok {
 		l.order.Remove(el)
 		delete(l.items, key)
@@ -71,6 +90,7 @@ func (l *l1Cache) remove(key string) {
 func (l *l1Cache) purge() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.gen++
 	l.order.Init()
 	l.items = map[string]*list.Element{}
 }
