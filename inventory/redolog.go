@@ -263,7 +263,13 @@ const maxRedoOffset = 1 << 53
 // lowers an acknowledgement; it returns the acknowledged offset. An offset
 // past the queue's head (the last offset handed out) is refused with
 // [ErrInvalid] naming both: acknowledging entries nobody read yet would let
-// them be trimmed unseen.
+// them be trimmed unseen. The acknowledgement is taken at the node's
+// incarnation when it runs (redo_log.lua, redo_acks_own): a consumer that
+// read before the node was accepted with a copy of its data, and
+// acknowledges after, acknowledges what it did not read at the new
+// incarnation. Consumers that may meet an accept use
+// [Inventory.AckRedoBatch], which names the incarnation it read at and is
+// refused at another.
 func (inv *Inventory) AckRedoLog(ctx context.Context, nodeName string, queue int, offset int64) (int64, error) {
 	if queue < 0 || queue >= inv.cfg.RedoQueues {
 		return 0, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, queue, inv.cfg.RedoQueues-1)

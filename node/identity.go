@@ -57,6 +57,12 @@ if f[1] == ARGV[1] and f[5] ~= run then
   -- earlier one (restart, promotion) holds the data back; a stamp without
   -- one (written before runs were recorded) does not
   if f[5] then at = now else at = 0 end
+  -- a write that takes no memory first (HDEL is not denyoom): Redis then
+  -- lets the script's later writes through on a node over its maxmemory
+  -- (it refuses only a script's first write), as it must, or a full node
+  -- that restarted would fail every probe and dial check for ever
+  -- (SECURITY.md, out of memory: probes work on a full node)
+  redis.call('HDEL', KEYS[1], 'run')
   redis.call('HSET', KEYS[1], 'run', run, 'run_at', tostring(at))
 end
 local left = 0
