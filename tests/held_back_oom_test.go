@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/shardis/shardis/config"
-	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/node"
 )
 
