@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/router"
 	"github.com/shardis/shardis/topology"
@@ -326,15 +328,16 @@ func (a *migrator) settleLeaving(ctx context.Context) error {
 // moved from under it, its cancel would decrement a counter no longer
 // there while the new home kept its units for good).
 func pendingQuotaCounters(ctx context.Context, n *node.Node) (map[string]bool, error) {
-	ids, err := n.Client().ZRange(ctx, PendingKey, 0, -1).Result()
-	if err != nil {
+	// both indexes in one transaction: a stuck retry moving a part from
+	// one to the other between two reads would hide it
+	var pend, stuck *redis.StringSliceCmd
+	if _, err := n.Client().TxPipelined(ctx, func(p redis.Pipeliner) error {
+		pend, stuck = p.ZRange(ctx, PendingKey, 0, -1), p.ZRange(ctx, keyStuck, 0, -1)
+		return nil
+	}); err != nil {
 		return nil, fmt.Errorf("%w: node %s: %v", ErrUnavailable, n.Name(), err)
 	}
-	stuck, err := n.Client().ZRange(ctx, keyStuck, 0, -1).Result()
-	if err != nil {
-		return nil, fmt.Errorf("%w: node %s: %v", ErrUnavailable, n.Name(), err)
-	}
-	ids = append(ids, stuck...)
+	ids := append(pend.Val(), stuck.Val()...)
 	// only quota parts count here, and they are indexed by their ids; a
 	// stock part's member is its redo-log place, with no '|' ([PendingKey])
 	ids = slices.DeleteFunc(ids, func(m string) bool { return !strings.Contains(m, "|") })

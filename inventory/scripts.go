@@ -81,7 +81,9 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //	        caller's token: status "begin". A reserving order whose lease
 //	        ran out is taken over the same way. Otherwise the record as is
 //	        ("reserving" with wait_ms, "reserved", "confirmed",
-//	        "cancelled"), or "mismatch" when the digest differs.
+//	        "cancelled"), or "mismatch" when the digest differs; a decided
+//	        record it answers by lives the retention from now at least
+//	        (relied_on: the Reserve's answer relies on it).
 //	commit  ARGV 6 parts JSON. reserving+token or staging+token →
 //	        reserved, with no TTL (orderrec.go, "TTL"). Otherwise "lost"
 //	        with the current status as reason.

@@ -190,7 +190,9 @@ import (
 // a refusal's fence answered by a failed record, a fail (a refusal for
 // good answered behind the attempt's own failed record: its TTL was the
 // stage's or begin's, found by a review), a Cancel answered by a
-// cancelled one, a Confirm answered by a decided one), since such a record read near its expiry would
+// cancelled one, a Confirm answered by a decided one, a Reserve's begin
+// answered by a decided one: ErrCancelled, or a confirmed order's
+// receipts), since such a record read near its expiry would
 // otherwise let a stage sent just before it land after the part it
 // excluded was cancelled, or after the refusal or Cancel answered (each
 // found by a review). Its twin, for a record that is decided: a part left

@@ -64,6 +64,11 @@ if op == 'begin' then
     if lease > now then return record('reserving') end
     -- the attempt's lease ran out: take over under a new token
   elseif status and status ~= 'failed' then
+    -- a Reserve answered by a decided record (ErrCancelled, or the
+    -- receipts of a confirmed order) relies on it as a Cancel or a
+    -- Confirm answered by it does: a late stage of another attempt must
+    -- meet it (relied_on; ARGV 10 is the retention)
+    relied_on(tonumber(ARGV[10]))
     if status ~= 'cancelled' and f.digest and f.digest ~= ARGV[7] then return record('mismatch') end
     return record(status)
   elseif status == 'failed' and cur == token then
