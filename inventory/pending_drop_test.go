@@ -13,6 +13,7 @@ import (
 // member stayed due for ever: enough of them (a batch) kept every pass on
 // the same entries, so no other due part was reached.
 func TestDropUnindexesAPlaceWhosePartRecordIsGone(t *testing.T) {
+	t.Parallel() // it mostly waits a deadline out
 	e := newStagedEnv(t)
 	cl := e.clients["n1"]
 	one := []Item{{Route: "a", SKU: "s", Quantity: 1}}

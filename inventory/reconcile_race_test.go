@@ -13,6 +13,7 @@ import (
 // lease), B settles the part meanwhile, then A's settle runs. The part is
 // confirmed once; the stock adds up.
 func TestTwoReconcilersSettleADuePartOnce(t *testing.T) {
+	t.Parallel() // it mostly waits a deadline out
 	e := newShortRetentionEnv(t, 30*time.Second)
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", 2, 0); err != nil {
 		t.Fatal(err)
