@@ -242,6 +242,24 @@ type Health struct {
 	// default: [500ms, 1s, 1.5s] (a restarted node is noticed within about
 	// 1.7s; longer delays mean fewer dials to a dead node but slower recovery)
 	Backoff []time.Duration `koanf:"backoff"`
+	// HoldBack is how long a node that keeps inventory data is refused
+	// after it comes up on a new server process (a restart, a Sentinel
+	// promotion), so that every running instance has marked on the node's
+	// peers the writes it saw acknowledged before anyone writes to it
+	// (node/identity.go, "A new server process"). Every instance must
+	// have its marks on the peers within it: set it no shorter than two
+	// heartbeats plus a mark's round trip to a peer. 0 means the default.
+	// default: 2 × heartbeat + client.command_timeout + timeout (2.3s)
+	HoldBack time.Duration `koanf:"hold_back"`
+}
+
+// HoldBackOrDefault returns HoldBack, or when it is 0 its default: two
+// heartbeats, the command timeout and the probe timeout.
+func (c *Config) HoldBackOrDefault() time.Duration {
+	if c.Health.HoldBack > 0 {
+		return c.Health.HoldBack
+	}
+	return 2*c.Health.Heartbeat + c.Client.CommandTimeout + c.Health.Timeout
 }
 
 // Breaker configures the per-node circuit breaker.

@@ -379,7 +379,7 @@ servrs:
 		{
 			name: "unknown health key",
 			yaml: nodesOK + serversOK + "health: {heartbeet: 1s}",
-			path: "health.heartbeet", msg: "unknown key (known: backoff, heartbeat, timeout)",
+			path: "health.heartbeet", msg: "unknown key (known: backoff, heartbeat, hold_back, timeout)",
 		},
 		{
 			name: "unknown node key",
@@ -1022,6 +1022,7 @@ func TestValidate(t *testing.T) {
 			c.Servers["inventory"] = Server{Routes: c.Servers["inventory"].Routes}
 		}, []string{"servers.inventory.on_node_down"}},
 		{"nil backoff", func(c *Config) { c.Health.Backoff = nil }, []string{"health.backoff"}},
+		{"negative hold_back", func(c *Config) { c.Health.HoldBack = -time.Second }, []string{"health.hold_back"}},
 		{"busy_from 1", func(c *Config) { c.Pipeline.BusyFrom = 1 }, []string{"pipeline.busy_from"}},
 		{"busy_from 0 (default)", func(c *Config) { c.Pipeline.BusyFrom = 0 }, nil},
 		{"negative from", func(c *Config) { c.Pipeline.From = -1 }, []string{"pipeline.from"}},

@@ -49,6 +49,6 @@ health:
 	}
 	// Output:
 	// invalid configuration (1 problem):
-	//   health.heartbeet: unknown key (known: backoff, heartbeat, timeout)
+	//   health.heartbeet: unknown key (known: backoff, heartbeat, hold_back, timeout)
 	// health.heartbeet
 }

@@ -186,6 +186,9 @@ func (c *Config) checkRoute(ps *Problems, rp, rname string, nodes []string) {
 func (c *Config) healthProblems(ps *Problems) {
 	positive(ps, "health.heartbeat", c.Health.Heartbeat)
 	positive(ps, "health.timeout", c.Health.Timeout)
+	if c.Health.HoldBack < 0 {
+		ps.add("health.hold_back", c.Health.HoldBack.String(), "must be 0 (the default) or positive")
+	}
 	if len(c.Health.Backoff) == 0 {
 		ps.add("health.backoff", nil, "at least one delay is required")
 	}

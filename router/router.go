@@ -148,7 +148,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 			BreakerFailures:    cfg.Breaker.Failures,
 			BreakerOpenTimeout: cfg.Breaker.OpenTimeout,
 			Critical:           critical[name],
-			Settle:             2*cfg.Health.Heartbeat + cfg.Client.CommandTimeout + cfg.Health.Timeout,
+			Settle:             cfg.HoldBackOrDefault(),
 			Witnesses:          r.wit,
 			Pipeline:           pipelineOptions(cfg.Pipeline),
 			BusyPipeline:       busyPipelineOptions(cfg.Pipeline),

@@ -135,8 +135,11 @@ func worldConfig(addrs map[string]string, withN4 bool) (*config.Config, error) {
 		routes["c"] = []string{"n3", "n4"}
 	}
 	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: routes}}
+	// a restarted node is held back 400 ms (its default here, 3.1 s, is
+	// mostly the command timeout; marks reach a peer on loopback within a
+	// few heartbeats)
 	cfg.Health = config.Health{Heartbeat: 50 * time.Millisecond, Timeout: time.Second,
-		Backoff: []time.Duration{20 * time.Millisecond}}
+		Backoff: []time.Duration{20 * time.Millisecond}, HoldBack: 400 * time.Millisecond}
 	cfg.Breaker = config.Breaker{Failures: 1000, OpenTimeout: 50 * time.Millisecond}
 	cfg.Client.CommandTimeout = 2 * time.Second
 	cfg.Pipeline.Enabled = false
