@@ -17,29 +17,19 @@ import (
 // confirms the order Reserve had answered cancelled.
 func TestReserveAnsweredCancelledKeepsLateStageOut(t *testing.T) {
 	t.Parallel() // it mostly waits a retention out
-	const retention = 3 * time.Second
-	e := newShortRetentionEnv(t, retention)
-	const loaded = 4
-	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
-		t.Fatal(err)
-	}
-	items := []Item{{Route: "b", SKU: "t", Quantity: 2}}
-	x := e.awayOrder("x")
+	c := newLateStageCase(t, 4)
+	e, items, x := c.e, c.items, c.x
 	if out, err := e.inv.Cancel(e.ctx, x); err != nil || out.Status != StatusCancelled {
 		t.Fatalf("Cancel %s with no record = %+v, %v; want cancelled (a tombstone)", x, out, err)
 	}
-	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), x)
-	hc := e.clients[home.Name()]
-	time.Sleep(retention - time.Second) // the tombstone ages
+	time.Sleep(lateRetention - time.Second) // the tombstone ages
 	r0 := e.startHeld(x, items, "", 2*time.Second)
 	if _, err := e.inv.Reserve(e.ctx, x, items, "", 2*time.Second); !errors.Is(err, ErrCancelled) {
 		t.Fatalf("Reserve %s after its Cancel = %v, want ErrCancelled", x, err)
 	}
 	answeredAt := time.Now()
-	t.Logf("Reserve refused with ErrCancelled; X's record has %v left", hc.PTTL(e.ctx, orderKey(x)).Val())
-	time.Sleep(time.Until(answeredAt.Add(retention - time.Second)))
-	t.Logf("X's record when R0's stage lands: exists=%v", hc.Exists(e.ctx, orderKey(x)).Val() == 1)
-	lerr := r0.land()
+	t.Logf("Reserve refused with ErrCancelled; X's record has %v left", c.ttl())
+	lerr := c.landBefore(t, r0, answeredAt)
 	_, cerr := e.inv.Confirm(e.ctx, x)
 	t.Logf("R0 answered %v; Confirm answered %v; parts %v", lerr, cerr, e.partsOf(x))
 	if lerr == nil || cerr == nil {
@@ -63,14 +53,8 @@ func TestReserveAnsweredCancelledKeepsLateStageOut(t *testing.T) {
 // order of 2).
 func TestReserveAnsweredConfirmedKeepsLateStageOut(t *testing.T) {
 	t.Parallel() // it mostly waits a retention out
-	const retention = 3 * time.Second
-	e := newShortRetentionEnv(t, retention)
-	const loaded = 6
-	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
-		t.Fatal(err)
-	}
-	items := []Item{{Route: "b", SKU: "t", Quantity: 2}}
-	x := e.awayOrder("x")
+	c := newLateStageCase(t, 6)
+	e, items, x := c.e, c.items, c.x
 	first, err := e.inv.Reserve(e.ctx, x, items, "", time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -78,21 +62,15 @@ func TestReserveAnsweredConfirmedKeepsLateStageOut(t *testing.T) {
 	if out, err := e.inv.Confirm(e.ctx, x); err != nil || out.Status != StatusConfirmed {
 		t.Fatalf("Confirm %s = %+v, %v", x, out, err)
 	}
-	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), x)
-	hc := e.clients[home.Name()]
-	for hc.PTTL(e.ctx, orderKey(x)).Val() > time.Second {
-		time.Sleep(20 * time.Millisecond)
-	}
+	c.waitTTLUnder(time.Second)
 	r0 := e.startHeld(x, items, "", 2*time.Second)
 	again, err := e.inv.Reserve(e.ctx, x, items, "", time.Second)
 	if err != nil || len(again.Receipts) != len(first.Receipts) {
 		t.Fatalf("Reserve %s retried = %+v, %v; want its receipts", x, again, err)
 	}
 	answeredAt := time.Now()
-	t.Logf("Reserve retry answered its receipts; X's record has %v left", hc.PTTL(e.ctx, orderKey(x)).Val())
-	time.Sleep(time.Until(answeredAt.Add(retention - time.Second)))
-	t.Logf("X's record when R0's stage lands: exists=%v", hc.Exists(e.ctx, orderKey(x)).Val() == 1)
-	lerr := r0.land()
+	t.Logf("Reserve retry answered its receipts; X's record has %v left", c.ttl())
+	lerr := c.landBefore(t, r0, answeredAt)
 	_, cerr := e.inv.Confirm(e.ctx, x)
 	parts := e.partsOf(x)
 	lvl, err := e.inv.GetStock(e.ctx, "b", "t")

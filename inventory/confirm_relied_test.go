@@ -14,35 +14,23 @@ import (
 // then cancelled by a Cancel (found by a review).
 func TestConfirmAnsweredByAConfirmedRecordKeepsLateStageOut(t *testing.T) {
 	t.Parallel() // it mostly waits a retention out
-	const retention = 3 * time.Second
-	e := newShortRetentionEnv(t, retention)
-	const loaded = 4
-	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
-		t.Fatal(err)
-	}
-	items := []Item{{Route: "b", SKU: "t", Quantity: 2}}
-	x := e.awayOrder("x")
+	c := newLateStageCase(t, 4)
+	e, items, x := c.e, c.items, c.x
 	if _, err := e.inv.Reserve(e.ctx, x, items, "", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := e.inv.Confirm(e.ctx, x); err != nil || out.Status != StatusConfirmed {
 		t.Fatalf("Confirm %s = %+v, %v", x, out, err)
 	}
-	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), x)
-	hc := e.clients[home.Name()]
-	for hc.PTTL(e.ctx, orderKey(x)).Val() > time.Second {
-		time.Sleep(20 * time.Millisecond)
-	}
+	c.waitTTLUnder(time.Second)
 	r0 := e.startHeld(x, items, "", 2*time.Second)
 	out, err := e.inv.Confirm(e.ctx, x)
 	if err != nil || out.Status != StatusConfirmed {
 		t.Fatalf("Confirm %s retried = %+v, %v; want confirmed", x, out, err)
 	}
 	confirmedAt := time.Now()
-	t.Logf("record TTL after the retried Confirm: %v", hc.PTTL(e.ctx, orderKey(x)).Val())
-	time.Sleep(time.Until(confirmedAt.Add(retention - time.Second)))
-	t.Logf("X's record when R0's stage lands: exists=%v", hc.Exists(e.ctx, orderKey(x)).Val() == 1)
-	lerr := r0.land()
+	t.Logf("record TTL after the retried Confirm: %v", c.ttl())
+	lerr := c.landBefore(t, r0, confirmedAt)
 	cout, cerr := e.inv.Cancel(e.ctx, x)
 	t.Logf("R0 answered %v; Cancel answered %+v, %v; parts %v", lerr, cout, cerr, e.partsOf(x))
 	if cerr == nil && cout.Status == StatusCancelled {

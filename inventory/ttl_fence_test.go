@@ -20,14 +20,9 @@ import (
 // hold refused it (found by a review).
 func TestRefusalFenceOnOldFailedRecordKeepsLateStageOut(t *testing.T) {
 	t.Parallel() // it mostly waits a retention out
-	const retention = 3 * time.Second
-	e := newShortRetentionEnv(t, retention)
 	const loaded = 2
-	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
-		t.Fatal(err)
-	}
-	items := []Item{{Route: "b", SKU: "t", Quantity: 2}}
-	x := e.awayOrder("x")
+	c := newLateStageCase(t, loaded)
+	e, items, x := c.e, c.items, c.x
 
 	// An earlier attempt of X was refused (y1 held the stock): X has a
 	// failed record, its retention counted from then.
@@ -41,11 +36,9 @@ func TestRefusalFenceOnOldFailedRecordKeepsLateStageOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.verify(x, "failed")
-	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), x)
-	hc := e.clients[home.Name()]
 	// The failed record ages (a retry of an order id long after its
 	// earlier refusal: here most of the short retention).
-	time.Sleep(retention - time.Second)
+	time.Sleep(lateRetention - time.Second)
 
 	// R0, a new attempt of X: its take lands on n2 (all the stock), its
 	// stage is held back (a paused home, a stall).
@@ -61,7 +54,7 @@ func TestRefusalFenceOnOldFailedRecordKeepsLateStageOut(t *testing.T) {
 		t.Fatalf("retry of %s while R0 holds the stock = %v, want ErrInsufficientStock", x, err)
 	}
 	refusedAt := time.Now()
-	t.Logf("R1 refused; X's failed record has %v left", hc.PTTL(e.ctx, orderKey(x)).Val())
+	t.Logf("R1 refused; X's failed record has %v left", c.ttl())
 	held := map[string]bool{}
 	for id, st := range e.partsOf(x) {
 		if st == "pending" {
@@ -74,9 +67,7 @@ func TestRefusalFenceOnOldFailedRecordKeepsLateStageOut(t *testing.T) {
 
 	// R0's stage lands within the retention of the refusal's read (well
 	// inside staged.go's one assumption).
-	time.Sleep(time.Until(refusedAt.Add(retention - time.Second)))
-	t.Logf("X's record when R0's stage lands: exists=%v", hc.Exists(e.ctx, orderKey(x)).Val() == 1)
-	t.Logf("R0 answered %v", r0.land())
+	t.Logf("R0 answered %v", c.landBefore(t, r0, refusedAt))
 	if _, err := e.inv.Confirm(e.ctx, x); err == nil {
 		for _, p := range e.checkConfirmed("b", "t", loaded, x) {
 			t.Error(p)
@@ -129,26 +120,18 @@ func TestConfirmRetryAfterPartsExpireIsNoDataLoss(t *testing.T) {
 // and expire ops do.
 func TestCancelAnsweredByATombstoneKeepsLateStageOut(t *testing.T) {
 	t.Parallel() // it mostly waits a retention out
-	const retention = 3 * time.Second
-	e := newShortRetentionEnv(t, retention)
-	const loaded = 2
-	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
-		t.Fatal(err)
-	}
-	items := []Item{{Route: "b", SKU: "t", Quantity: 2}}
-	x := e.awayOrder("x")
+	c := newLateStageCase(t, 2)
+	e, items, x := c.e, c.items, c.x
 	if out, err := e.inv.Cancel(e.ctx, x); err != nil || out.Status != StatusCancelled {
 		t.Fatalf("Cancel %s with no record = %+v, %v; want cancelled (a tombstone)", x, out, err)
 	}
-	time.Sleep(retention - time.Second) // the tombstone ages
+	time.Sleep(lateRetention - time.Second) // the tombstone ages
 	r0 := e.startHeld(x, items, "", 2*time.Second)
 	out, err := e.inv.Cancel(e.ctx, x)
 	if err != nil || out.Status != StatusCancelled {
 		t.Fatalf("Cancel %s again = %+v, %v; want cancelled", x, out, err)
 	}
-	cancelledAt := time.Now()
-	time.Sleep(time.Until(cancelledAt.Add(retention - time.Second)))
-	lerr := r0.land()
+	lerr := c.landBefore(t, r0, time.Now())
 	_, cerr := e.inv.Confirm(e.ctx, x)
 	t.Logf("R0 answered %v; Confirm answered %v", lerr, cerr)
 	if lerr == nil || cerr == nil {
