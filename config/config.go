@@ -247,19 +247,23 @@ type Health struct {
 	// promotion), so that every running instance has marked on the node's
 	// peers the writes it saw acknowledged before anyone writes to it
 	// (node/identity.go, "A new server process"). Every instance must
-	// have its marks on the peers within it: set it no shorter than two
-	// heartbeats plus a mark's round trip to a peer. 0 means the default.
-	// default: 2 × heartbeat + client.command_timeout + timeout (2.3s)
+	// have its marks on the peers within it: set it no shorter than a
+	// heartbeat plus the probe timeout and a mark's round trip to a peer.
+	// 0 means the default.
+	// default: heartbeat + timeout (800ms)
 	HoldBack time.Duration `koanf:"hold_back"`
 }
 
-// HoldBackOrDefault returns HoldBack, or when it is 0 its default: two
-// heartbeats, the command timeout and the probe timeout.
+// HoldBackOrDefault returns HoldBack, or when it is 0 its default: a
+// heartbeat and the probe timeout. An instance that saw writes
+// acknowledged on the node's earlier process finds it gone within that
+// (its next probe, or a command on a broken connection) and marks what it
+// saw at once, besides every heartbeat.
 func (c *Config) HoldBackOrDefault() time.Duration {
 	if c.Health.HoldBack > 0 {
 		return c.Health.HoldBack
 	}
-	return 2*c.Health.Heartbeat + c.Client.CommandTimeout + c.Health.Timeout
+	return c.Health.Heartbeat + c.Health.Timeout
 }
 
 // Breaker configures the per-node circuit breaker.

@@ -15,6 +15,7 @@ package health
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -31,6 +32,19 @@ type Target interface {
 	// SetDown marks the target DOWN and reports whether its state changed.
 	SetDown(reason error) bool
 }
+
+// RetryAfterError is implemented by a failed probe's error (or one it
+// wraps) that knows when the target may pass: its next probe is due then,
+// when that comes before the backoff's delay (a node held back after a
+// restart says how much longer).
+type RetryAfterError interface {
+	error
+	// RetryAfter is how long from now the target may pass.
+	RetryAfter() time.Duration
+}
+
+// retryMargin is added to a RetryAfter, so the probe lands just after it.
+const retryMargin = 10 * time.Millisecond
 
 // Event is a state change of one target.
 type Event struct {
@@ -260,7 +274,7 @@ func (s *Scheduler) probe(e *entry) {
 	if err == nil {
 		e.due = now.Add(s.set.Heartbeat)
 	} else {
-		e.due = now.Add(s.backoff(failures))
+		e.due = now.Add(retryDelay(err, s.backoff(failures)))
 	}
 	e.inflight = false
 	heap.Push(&s.queue, e)
@@ -273,6 +287,18 @@ func (s *Scheduler) probe(e *entry) {
 	}
 	s.mu.Unlock()
 	s.poke()
+}
+
+// retryDelay is backoff, or the failed probe's RetryAfter (plus
+// retryMargin) when err has one that comes sooner.
+func retryDelay(err error, backoff time.Duration) time.Duration {
+	var ra RetryAfterError
+	if errors.As(err, &ra) {
+		if d := ra.RetryAfter() + retryMargin; d > 0 && d < backoff {
+			return d
+		}
+	}
+	return backoff
 }
 
 // backoff returns the delay before reconnect probe number failures+1, with

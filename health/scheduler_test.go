@@ -1124,3 +1124,27 @@ func TestBackoffJitter(t *testing.T) {
 		}
 	}
 }
+
+// heldBack is a probe error that knows when the target may pass.
+type heldBack struct{ left time.Duration }
+
+func (h heldBack) Error() string             { return fmt.Sprintf("held back %v more", h.left) }
+func (h heldBack) RetryAfter() time.Duration { return h.left }
+
+// A failed probe whose error says when the target may pass (a node held
+// back after a restart) is followed by a probe then, not after the
+// backoff's longer delay; a RetryAfter longer than the backoff changes
+// nothing.
+func TestRetryAfterComesBeforeTheBackoff(t *testing.T) {
+	clk := newFakeClock()
+	backoff := []time.Duration{2 * time.Second}
+	held := fmt.Errorf("probe: %w", heldBack{left: 300 * time.Millisecond})
+	f := newTarget("a", clk, results(held, heldBack{left: 5 * time.Second}, nil))
+	h := start(t, clk, Settings{Backoff: backoff}, f)
+	recv(t, h.s.Ready(), "Ready")
+	last := h.expectNextProbe(f, fakeEpoch, 300*time.Millisecond+retryMargin, 300*time.Millisecond+retryMargin)
+	h.expectJittered(f, last, 2*time.Second)
+	if !f.IsUp() {
+		t.Fatal("target DOWN after its third probe passed")
+	}
+}

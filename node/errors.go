@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -117,3 +118,23 @@ func (n *Node) refusal(cause error) *Error {
 func isBreakerRefusal(err error) bool {
 	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)
 }
+
+// HeldBackError is the cause of a refusal of a node held back after it
+// came up on a new server process ([ErrHeldBack]): Left is how much longer
+// the hold lasts, by the node's clock when it was read. The health
+// scheduler probes the node again when it ends (RetryAfter).
+type HeldBackError struct {
+	Left time.Duration
+}
+
+// Error says the node is held back and for how long.
+func (e *HeldBackError) Error() string {
+	return fmt.Sprintf("%v (restart or failover): %v more, until every process has marked the writes it saw acknowledged",
+		ErrHeldBack, e.Left)
+}
+
+// Unwrap returns ErrHeldBack.
+func (e *HeldBackError) Unwrap() error { return ErrHeldBack }
+
+// RetryAfter returns Left: when the node may pass.
+func (e *HeldBackError) RetryAfter() time.Duration { return e.Left }

@@ -233,8 +233,7 @@ func (n *Node) settling(res []any) error {
 		return nil
 	}
 	if left, _ := res[5].(int64); left > 0 {
-		return n.refusal(fmt.Errorf("%w (restart or failover): %dms more, "+
-			"until every process has marked the writes it saw acknowledged", ErrHeldBack, left))
+		return n.refusal(&HeldBackError{Left: time.Duration(left) * time.Millisecond})
 	}
 	return nil
 }

@@ -122,7 +122,7 @@ type Options struct {
 	// after it came up on another server process (a restart, a Sentinel
 	// promotion): long enough for every running process to have marked
 	// on the peers the writes it saw acknowledged (identity.go, "A new
-	// server process"). The router sets it from its heartbeat.
+	// server process"). The router sets it from config health.hold_back.
 	// default: 0 (not held back)
 	Settle time.Duration
 	// Hooks are added to every client the node builds (also after an
