@@ -135,8 +135,8 @@ func worldConfig(addrs map[string]string, withN4 bool) (*config.Config, error) {
 		routes["c"] = []string{"n3", "n4"}
 	}
 	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: routes}}
-	// a restarted node is held back 400 ms (its default here, 3.1 s, is
-	// mostly the command timeout; marks reach a peer on loopback within a
+	// a restarted node is held back 400 ms (its default here, 1.05 s, is
+	// mostly the probe timeout; marks reach a peer on loopback within a
 	// few heartbeats)
 	cfg.Health = config.Health{Heartbeat: 50 * time.Millisecond, Timeout: time.Second,
 		Backoff: []time.Duration{20 * time.Millisecond}, HoldBack: 400 * time.Millisecond}
