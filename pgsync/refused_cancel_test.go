@@ -43,22 +43,7 @@ func TestSyncLeavesRefusedAttemptOutAfterCancel(t *testing.T) {
 		t.Fatalf("Cancel %s: %v", refused, err)
 	}
 	t.Logf("Cancel of the refused order: %+v", out)
-	parts, err := e.nodeParts(ctx, "n2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	took := 0
-	for _, p := range parts {
-		if p.order == refused {
-			took++
-			if p.state != string(inventory.PartCancelled) {
-				t.Fatalf("the refused order's part is %s, want cancelled", p.state)
-			}
-		}
-	}
-	if took == 0 {
-		t.Fatal("the refused order took nothing: the test needs an attempt that takes, then is refused")
-	}
+	took := e.refusedTookAndGaveBack(t, ctx, refused)
 	m := pgsync.NewMetrics(nil)
 	e.openSyncer(quiet(), pgsync.Settings{Metrics: m})
 	waitFor(t, 10*time.Second, "n2's positions at its heads", func() bool {

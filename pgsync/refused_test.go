@@ -60,22 +60,7 @@ func testRefusedAttempts(t *testing.T, migrating, noRecord bool) {
 	if _, err := e.inv.Reserve(ctx, kept, []inventory.Item{{Route: "one", SKU: "b", Quantity: 1}}, "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	parts, err := e.nodeParts(ctx, "n2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	took := 0
-	for _, p := range parts {
-		if p.order == refused {
-			took++
-			if p.state != string(inventory.PartCancelled) {
-				t.Fatalf("the refused order's part is %s, want cancelled", p.state)
-			}
-		}
-	}
-	if took == 0 {
-		t.Fatal("the refused order took nothing: the test needs an attempt that takes, then is refused")
-	}
+	took := e.refusedTookAndGaveBack(t, ctx, refused)
 	if noRecord {
 		if n, err := e.raw[homes.Home(refused)].Del(ctx, "inv:order:"+refused).Result(); err != nil || n != 1 {
 			t.Fatalf("deleting the refused order's record: %d, %v", n, err)
@@ -113,4 +98,27 @@ FROM stock_movements`, refused, kept).Scan(&rows, &keptRows); err != nil {
 	if got := m.SkippedRefused(); got != float64(wantSkipped) {
 		t.Errorf("migrating %v, no record %v: shardis_sync_skipped_refused_parts_total = %v, want %d", migrating, noRecord, got, wantSkipped)
 	}
+}
+
+// refusedTookAndGaveBack checks that the refused order took parts on n2
+// and that each is cancelled (given back): the attempt these tests need.
+// It returns how many parts it took.
+func (e *env) refusedTookAndGaveBack(t *testing.T, ctx context.Context, refused string) (took int) {
+	t.Helper()
+	parts, err := e.nodeParts(ctx, "n2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		if p.order == refused {
+			took++
+			if p.state != string(inventory.PartCancelled) {
+				t.Fatalf("the refused order's part is %s, want cancelled", p.state)
+			}
+		}
+	}
+	if took == 0 {
+		t.Fatal("the refused order took nothing: the test needs an attempt that takes, then is refused")
+	}
+	return took
 }
