@@ -48,7 +48,10 @@ type Reservation struct {
 	// home node's clock.
 	Deadline time.Time
 	// TTL is the hold time applied: the ttl asked for, or
-	// inventory.reservation_ttl for 0, capped by max_reservation_ttl.
+	// inventory.reservation_ttl for 0, capped by max_reservation_ttl. A
+	// retry of an order already reserved keeps the first attempt's hold
+	// (Deadline); TTL and TTLCapped then describe the retry's ttl, as the
+	// record keeps the deadline, not the ttl it came from.
 	TTL time.Duration
 	// TTLCapped is true when the ttl asked for exceeded
 	// inventory.max_reservation_ttl and TTL is the cap.

@@ -854,7 +854,10 @@ type ReserveResponse struct {
 	DeadlineUnixMs int64 `protobuf:"varint,3,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"`
 	// The hold time applied, in seconds: the request's ttl_seconds, or
 	// inventory.reservation_ttl when it gave none, capped by
-	// inventory.max_reservation_ttl.
+	// inventory.max_reservation_ttl. A retry of an order already reserved
+	// takes nothing and keeps the first attempt's hold: deadline_unix_ms is
+	// the order's, while ttl_seconds and ttl_capped describe the retry's
+	// request (the record keeps the deadline, not the ttl it came from).
 	TtlSeconds int64 `protobuf:"varint,4,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
 	// True when the request asked for more than inventory.max_reservation_ttl
 	// and ttl_seconds is the cap.
