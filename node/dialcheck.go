@@ -73,6 +73,12 @@ func (n *Node) checkDial(conn net.Conn) error {
 	view, witnessed := n.Witnessed()
 	res, err := n.readStamp(conn)
 	if err != nil {
+		var reply respError
+		if errors.As(err, &reply) {
+			if refused := n.wentBack(string(reply)); refused != nil {
+				return refused // a loss recorded on the node (wentback.go)
+			}
+		}
 		return n.refusal(fmt.Errorf("reading the stamp on a new connection: %w", err))
 	}
 	stamp, _, err := n.verifyStamp(res, witnessed, view) // identity, a missing stamp, the peers' marks

@@ -33,7 +33,9 @@ const StampKey = "shardis:node"
 // still held back (ARGV[6]: the hold in ms) since the stamp was first
 // read on this server process (fields run and run_at: "A new server
 // process" below). With ARGV[5] "1" (a Sentinel node) it first
-// refuses, with SHARDIS_REPLICA, a server that is not a master.
+// refuses, with SHARDIS_REPLICA, a server that is not a master. A stamp
+// that records a loss (field went_back, wentback.go) is refused with
+// SHARDIS_WENT_BACK and the field's value, stamped or not.
 var stampScript = redis.NewScript(stampSrc)
 
 const stampSrc = `
@@ -44,7 +46,8 @@ end
 local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') or ''
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local f = redis.call('HMGET', KEYS[1], 'name', 'incarnation', 'seq', 'gen', 'run', 'run_at')
+local f = redis.call('HMGET', KEYS[1], 'name', 'incarnation', 'seq', 'gen', 'run', 'run_at', '` + wentBackField + `')
+if f[7] then return redis.error_reply('` + wentBackReply + `' .. f[7]) end
 if not f[1] then
   if ARGV[4] ~= '1' then return {'', '', 0, 0, 0, 0} end
   redis.call('HSET', KEYS[1], 'name', ARGV[1], 'incarnation', ARGV[2], 'stamped_at', ARGV[3], 'data_of', '` + NoEarlierData + `',
@@ -85,8 +88,9 @@ return {f[1], f[2] or '', 0, tonumber(f[3]) or 0, tonumber(f[4]) or 0, left}
 // passed since then: by then every running process has marked on the
 // peers what it saw acknowledged (every heartbeat, and at once when it
 // finds the node DOWN), and the marks are read again before the stamp
-// by every new connection (dialcheck.go). A node stamped before runs
-// were recorded, or a new one, is not held back.
+// by every new connection (dialcheck.go); a process that cannot reach
+// the peers records what it found on the node itself (wentback.go). A
+// node stamped before runs were recorded, or a new one, is not held back.
 
 // identity remembers what this process last saw of the node's stamp.
 type identity struct {
@@ -167,10 +171,12 @@ func (n *Node) Probe(ctx context.Context) error {
 	}
 	stamp, created, err := n.verifyStamp(trip.stamp, witnessed, seen)
 	if err != nil {
+		n.recordWentBack(ctx, probe, stamp, err) // missing, or behind the peers' marks
 		return err
 	}
 	prev, err := n.checkLocal(stamp, ackedBefore)
 	if err != nil {
+		n.recordWentBack(ctx, probe, stamp, err) // behind what this process saw
 		return err
 	}
 	if err := n.settling(trip.stamp); err != nil {
@@ -195,7 +201,8 @@ func (n *Node) Probe(ctx context.Context) error {
 // whether this probe created the stamp. A missing stamp (the node
 // restarted empty while peers or this process had seen it), a node
 // stamped under another name, or a mark behind the one peers witnessed
-// (seen, when witnessed) is refused.
+// (seen, when witnessed) is refused; a mark behind is returned with its
+// refusal (recordWentBack writes it conditionally on it).
 func (n *Node) verifyStamp(res []any, witnessed bool, seen Mark) (stamp Mark, created bool, err error) {
 	if len(res) != 6 {
 		return Mark{}, false, n.refusal(fmt.Errorf("%w: unexpected stamp reply %v", ErrIdentity, res))
@@ -220,7 +227,7 @@ func (n *Node) verifyStamp(res []any, witnessed bool, seen Mark) (stamp Mark, cr
 	stamp = Mark{Gen: gen, Incarnation: inc, Seq: seq}
 	if witnessed {
 		if err := behind(stamp, seen, "other nodes witnessed"); err != nil {
-			return Mark{}, false, n.rolledBack(err)
+			return stamp, false, n.rolledBack(err)
 		}
 	}
 	return stamp, c == 1, nil
@@ -301,7 +308,11 @@ func (n *Node) probeTrip(ctx context.Context, probe *redis.Client, allow, withSe
 			return out, &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: %w (%s at %s)", ErrNotMaster,
 				strings.TrimPrefix(reply.Error(), "SHARDIS_REPLICA "), n.MasterAddr())}
 		}
-		if !errors.As(err, &reply) {
+		if errors.As(err, &reply) {
+			if refused := n.wentBack(reply.Error()); refused != nil {
+				return out, refused
+			}
+		} else {
 			n.resetProbe(probe) // the connection failed, not the node's script
 		}
 		return out, &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: %w", err)}

@@ -67,7 +67,8 @@ import (
 // reached a peer, when every process that saw them died with the node
 // (marks of later writes lag by up to a heartbeat); a node without peers;
 // peers that lost their own data; peers that did not answer the reads of
-// the view.
+// the view. A process that saw the writes, is alive and reaches the node
+// but not its peers records the loss on the node (wentback.go).
 
 // WitnessKey is the hash on every node holding the marks of its peers
 // (field: node name; value: "gen:incarnation:seq").
@@ -229,10 +230,12 @@ func (n *Node) WitnessMarks(ctx context.Context) (map[string]Mark, error) {
 // data_of becomes the incarnation the node's data was stamped with before
 // (NoEarlierData when it had no stamp: it came back empty). With ARGV[5]
 // set, a topology token in field epoch that is still ARGV[5] becomes
-// FencePrefix .. ARGV[5] (Accept's fence).
+// FencePrefix .. ARGV[5] (Accept's fence). A loss recorded on the node
+// (field went_back, wentback.go) is forgotten: the operator accepted it.
 var acceptScript = redis.NewScript(`
 local was = redis.call('HGET', KEYS[1], 'incarnation') or '` + NoEarlierData + `'
 redis.call('HSET', KEYS[1], 'name', ARGV[1], 'incarnation', ARGV[3], 'gen', ARGV[2], 'stamped_at', ARGV[4], 'data_of', was)
+redis.call('HDEL', KEYS[1], '` + wentBackField + `')
 if ARGV[5] ~= '' and redis.call('HGET', KEYS[1], 'epoch') == ARGV[5] then
   redis.call('HSET', KEYS[1], 'epoch', '` + FencePrefix + `' .. ARGV[5])
 end

@@ -1,0 +1,51 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/node"
+)
+
+// A node found empty by a process that saw it is recorded so on the node
+// (wentback.go): a fresh process, which reads no mark of it (no peers
+// here) and would stamp an empty node afresh, is refused with ErrDataLost
+// too, by its probe and by a new connection's check, until an accept;
+// the accept clears the record and the node is used again. Before, the
+// fresh process stamped the node with a new incarnation and used it.
+func TestEmptyNodeRecordedLostRefusesAFreshProcess(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := redistest.Start(t, redistest.Options{})
+	opts := node.Options{Name: "n1", Addr: s.Addr(), Critical: true}
+	seen := newNode(t, opts, nil)
+	if err := seen.Probe(ctx); err != nil {
+		t.Fatalf("first probe: %v", err)
+	}
+	if err := s.Client(t).FlushAll(ctx).Err(); err != nil { // came back empty
+		t.Fatal(err)
+	}
+	if err := seen.Probe(ctx); !errors.Is(err, node.ErrDataLost) {
+		t.Fatalf("probe of the emptied node by the process that saw it: %v, want ErrDataLost", err)
+	}
+	fresh := newNode(t, opts, nil)
+	for i := 0; i < 2; i++ {
+		if err := fresh.Probe(ctx); !errors.Is(err, node.ErrDataLost) {
+			t.Fatalf("probe %d by a fresh process: %v, want ErrDataLost (recorded on the node)", i+1, err)
+		}
+	}
+	if v := s.Client(t).HGet(ctx, node.StampKey, "name").Val(); v != "" {
+		t.Fatalf("the fresh process stamped the node (name %q) although a loss is recorded on it", v)
+	}
+	if _, err := fresh.Accept(ctx, 1, ""); err != nil {
+		t.Fatalf("Accept: %v", err)
+	}
+	if err := fresh.Probe(ctx); err != nil {
+		t.Fatalf("probe after the accept: %v", err)
+	}
+	if err := seen.Probe(ctx); err != nil {
+		t.Fatalf("probe after the accept by the process that saw the loss: %v", err)
+	}
+}
