@@ -117,11 +117,17 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 // Shutdown) once the listener stops.
 func (s *Server) Done() <-chan error { return s.served }
 
-// Shutdown stops accepting calls, waits for in-flight calls (up to ctx),
-// then stops the reconciler and closes node clients.
+// Shutdown stops accepting calls on both ports at once, waits for
+// in-flight calls (up to ctx; then the gRPC port's are cut off), then
+// stops the reconciler and closes node clients.
 func (s *Server) Shutdown(ctx context.Context) error {
+	grpcDone := make(chan struct{})
+	go func() {
+		defer close(grpcDone)
+		s.stopGRPC(ctx)
+	}()
 	err := s.http.Shutdown(ctx)
-	s.stopGRPC(ctx)
+	<-grpcDone
 	s.closeLibs()
 	return err
 }
