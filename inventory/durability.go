@@ -46,6 +46,19 @@ import (
 // die, and the old master keeps accepting writes during a partition until
 // it is demoted. See README "HA shards (Sentinel)".
 
+// Reads a consumer lands. A read sees what the master holds, unacknowledged
+// writes included, and a failover may undo those: what `shardis sync`
+// lands in PostgreSQL from such a read (a part of a Reserve whose outcome
+// was unknown, a redo-log position past entries the promoted replica
+// never received) would then name data the node no longer has, and its
+// queue would stop as gone back for good. So with durability replica or
+// aof, [Inventory.ReadRedoBatch] and [Inventory.PartStates] are followed
+// by a fence (durableFence): a write script with nothing but the write
+// epilogue, run with its WAIT like any write. The replication stream is
+// ordered, so a replica that has the fence has every write the read saw;
+// a fence not acknowledged fails the read as unknown ([ErrNotDurable]),
+// and the consumer retries it later, as after a timeout.
+
 // ErrNotDurable is wrapped (with [ErrUnavailable]) when a write script ran
 // on a node's master but no replica (durability replica) or AOF (aof)
 // acknowledged it within inventory.durability_timeout: its outcome is
@@ -97,6 +110,20 @@ func versionOf(s node.Settings) string {
 		return "of unknown version"
 	}
 	return s.Version
+}
+
+// durableFenceScript is the fence: no keys, no body but its reply.
+var durableFenceScript = newScript("durable-fence", true, luaFile("durable_fence.lua"))
+
+// durableFence returns nil once a replica (or the AOFs) acknowledged
+// every write n applied before it was called, at once when durability is
+// none: see "Reads a consumer lands".
+func (inv *Inventory) durableFence(ctx context.Context, n *node.Node) error {
+	if !inv.durable() {
+		return nil
+	}
+	_, err := inv.run(ctx, n, durableFenceScript, nil)
+	return err
 }
 
 // runDurable runs a write script followed by WAIT (or WAITAOF) in one

@@ -112,6 +112,10 @@ var redoBatchScript = newScript("redo-batch", false, redoEntryLua+luaFile("redo_
 // clock (RedoQueueRead.Held, RedoBatch.Wait): what a consumer that lands
 // only decided attempts reads, so that an attempt refused after taking
 // has given its parts back by then (pgsync, "Refused attempts").
+//
+// With durability replica or aof, a read that returns an entry or a
+// trimmed offset returns only once a replica has everything it read
+// ([ErrNotDurable] otherwise: durability.go, "Reads a consumer lands").
 func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation string, cursors []RedoCursor, limit int, hold time.Duration) (RedoBatch, error) {
 	if limit <= 0 || limit > 10000 {
 		return RedoBatch{}, fmt.Errorf("%w: limit %d, want 1..10000", ErrInvalid, limit)
@@ -141,7 +145,27 @@ func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation s
 	if err != nil {
 		return RedoBatch{}, err
 	}
-	return decodeRedoBatch(nodeName, v, cursors)
+	b, err := decodeRedoBatch(nodeName, v, cursors)
+	if err != nil || !b.landable() {
+		return b, err
+	}
+	if err := inv.durableFence(ctx, n); err != nil { // durability.go
+		return RedoBatch{}, err
+	}
+	return b, nil
+}
+
+// landable reports whether a consumer could move a position on by b:
+// an entry, or offsets trimmed past a cursor. Only such a read needs the
+// durability fence (durability.go, "Reads a consumer lands"): an idle
+// poll costs no write.
+func (b RedoBatch) landable() bool {
+	for _, q := range b.Queues {
+		if len(q.Entries) > 0 || q.Trimmed > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // MaxRedoHold is the longest hold [Inventory.ReadRedoBatch] accepts.
@@ -262,7 +286,8 @@ var partStatesScript = newScript("part-states", false, luaFile("part_states.lua"
 
 // PartStates returns the state of each part (like partIDs) on node, read
 // in one atomic step, and the node's incarnation at that moment. At most
-// 10000 parts per call.
+// 10000 parts per call. With durability replica or aof, what it read is
+// on a replica when it returns, as for [Inventory.ReadRedoBatch].
 func (inv *Inventory) PartStates(ctx context.Context, nodeName string, partIDs []string) (string, []PartSnapshot, error) {
 	if len(partIDs) > 10000 {
 		return "", nil, fmt.Errorf("%w: %d parts, at most 10000 per call", ErrInvalid, len(partIDs))
@@ -277,6 +302,9 @@ func (inv *Inventory) PartStates(ctx context.Context, nodeName string, partIDs [
 	}
 	v, err := inv.run(ctx, n, partStatesScript, keys)
 	if err != nil {
+		return "", nil, err
+	}
+	if err := inv.durableFence(ctx, n); err != nil { // durability.go
 		return "", nil, err
 	}
 	return decodePartStates(n.Name(), v, len(partIDs))
