@@ -127,7 +127,7 @@ func (a *migrator) Write(ctx context.Context, name, expect string, rec topology.
 	if err != nil {
 		return err
 	}
-	return writeRecord(ctx, n, expect, rec)
+	return writeRecord(ctx, a.inv, n, expect, rec)
 }
 
 // Pending implements [topology.Driver]: the size of the node's pending
@@ -173,7 +173,9 @@ func scan(ctx context.Context, n *node.Node, pattern string) ([]string, error) {
 // refuse (SHARDIS_EPOCH), and the migrator works on a router of its own
 // (both topologies' nodes), not the inventory's view. It checks the
 // node's identity as the prelude does; its errors go through nodeErr and
-// its reply through a replyReader (reply.go).
+// its reply through a replyReader (reply.go). It is sent with the
+// durability wait (runBare: durability.go, "Bare writes"): the apply does
+// not copy the limits again once it bumped the nodes.
 var limitSetScript = newBareScript("limit-set", identityLua+luaFile("limit_set.lua"))
 
 // CopyLimits implements [topology.Driver]: members that join a route get
@@ -244,7 +246,7 @@ func (a *migrator) setLimits(ctx context.Context, name string, limits map[string
 		return 0, err
 	}
 	for k, v := range limits {
-		reply, err := limitSetScript.Run(ctx, n.Client(), []string{stampKey, k}, name, v).Result()
+		reply, err := a.inv.runBare(ctx, n, limitSetScript, "limit-set", []string{stampKey, k}, name, v)
 		if err != nil {
 			return set, nodeErr(n, err)
 		}

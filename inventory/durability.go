@@ -144,23 +144,88 @@ func (inv *Inventory) runDurable(ctx context.Context, n *node.Node, s *luaScript
 	if err := ev.Err(); err != nil {
 		return nil, err
 	}
-	raw := ev.Val()
-	acked, werr := inv.acks(wait)
-	if werr != nil || !acked {
-		what := "WAIT 1"
-		if inv.cfg.Durability == config.DurabilityAOF {
-			what = "WAITAOF 1 1"
-		}
-		cause := "no replica acknowledged it"
-		if werr != nil {
-			cause = werr.Error()
-		}
-		// Not %w of werr: an error reply of WAIT must not read as "the
-		// script did not run" (outcomeUnknown).
-		return nil, fmt.Errorf("%w: the %s script ran on the master, then %s %dms: %s; its outcome is unknown",
-			ErrNotDurable, s.name, what, inv.cfg.DurabilityTimeout.Milliseconds(), cause)
+	if err := inv.waited(s.name, wait); err != nil {
+		return nil, err
 	}
-	return raw, nil
+	return ev.Val(), nil
+}
+
+// waited returns nil when the wait command sent after the script name
+// reports the write acknowledged, else an error wrapping [ErrNotDurable].
+func (inv *Inventory) waited(name string, wait *redis.Cmd) error {
+	acked, werr := inv.acks(wait)
+	if werr == nil && acked {
+		return nil
+	}
+	what := "WAIT 1"
+	if inv.cfg.Durability == config.DurabilityAOF {
+		what = "WAITAOF 1 1"
+	}
+	cause := "no replica acknowledged it"
+	if werr != nil {
+		cause = werr.Error()
+	}
+	// Not %w of werr: an error reply of WAIT must not read as "the
+	// script did not run" (outcomeUnknown).
+	return fmt.Errorf("%w: the %s script ran on the master, then %s %dms: %s; its outcome is unknown",
+		ErrNotDurable, name, what, inv.cfg.DurabilityTimeout.Milliseconds(), cause)
+}
+
+// Bare writes. The scripts that run outside the runner (newBareScript:
+// topoWriteScript, which moves a node's epoch, and limitSetScript, which
+// copies per-user limits to a joining node) write inventory data too, and
+// what they acknowledge is relied on: an apply that reported a node moved
+// and its limits copied does not copy them again. So with durability
+// replica or aof they are sent with the wait like every write script
+// (runBare): one that was not acknowledged fails as unknown
+// ([ErrNotDurable]), and the caller retries it (the apply is run again;
+// an instance reads the topology again). Before, a failover that promoted
+// a replica without them undid them silently: the joining node kept the
+// new epoch (an instance gave it the record again) but no per-user limit,
+// and users whose quota counter it held bought past their limit (a review
+// found it: tests/sentinel_topology_durable_test.go).
+
+// runBare runs the bare script s (named name) on n with keys and args and
+// returns its reply: with durability replica or aof, followed by the wait
+// in one pipeline on one connection (runDurable's rule). Errors are n's
+// raw ones, or one wrapping [ErrNotDurable]: callers map them by nodeErr.
+func (inv *Inventory) runBare(ctx context.Context, n *node.Node, s *redis.Script, name string, keys []string, args ...any) (any, error) {
+	c := n.Client()
+	if !inv.durable() {
+		return s.Run(ctx, c, keys, args...).Result()
+	}
+	ev, wait := inv.bareWait(ctx, c, s, false, keys, args)
+	if redis.HasErrorPrefix(ev.Err(), "NOSCRIPT") {
+		ev, wait = inv.bareWait(ctx, c, s, true, keys, args) // not cached on the node: nothing ran
+	}
+	if err := ev.Err(); err != nil {
+		return nil, err
+	}
+	if err := inv.waited(name, wait); err != nil {
+		return nil, err
+	}
+	return ev.Val(), nil
+}
+
+// bareWait sends s by its hash (by its source when source is set) and the
+// wait command as one pipeline.
+func (inv *Inventory) bareWait(ctx context.Context, c *redis.Client, s *redis.Script, source bool, keys []string, args []any) (*redis.Cmd, *redis.Cmd) {
+	p := c.Pipeline()
+	var ev *redis.Cmd
+	if source {
+		ev = s.Eval(ctx, p, keys, args...)
+	} else {
+		ev = s.EvalSha(ctx, p, keys, args...)
+	}
+	ms := inv.cfg.DurabilityTimeout.Milliseconds()
+	var wait *redis.Cmd
+	if inv.cfg.Durability == config.DurabilityAOF {
+		wait = p.Do(ctx, "waitaof", 1, 1, ms)
+	} else {
+		wait = p.Do(ctx, "wait", 1, ms)
+	}
+	_, _ = p.Exec(ctx) // errors are on the commands
+	return ev, wait
 }
 
 // evalWait sends the script's command line a (its function, or its

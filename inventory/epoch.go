@@ -292,7 +292,7 @@ func (inv *Inventory) writeRecord(ctx context.Context, name, expect string, rec 
 	if err != nil {
 		return err
 	}
-	return writeRecord(ctx, n, expect, rec)
+	return writeRecord(ctx, inv, n, expect, rec)
 }
 
 // allDown returns an error wrapping ErrUnavailable and node.ErrDown,

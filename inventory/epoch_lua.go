@@ -111,16 +111,17 @@ func readRecord(ctx context.Context, n *node.Node) (topology.Record, error) {
 }
 
 // writeRecord runs topoWriteScript on n: it writes rec (its Token, Epoch,
-// Current, Prev, Phase and Attempt; not its Node) when n is at expect.
-func writeRecord(ctx context.Context, n *node.Node, expect string, rec topology.Record) error {
+// Current, Prev, Phase and Attempt; not its Node) when n is at expect,
+// with inv's durability wait (durability.go, "Bare writes").
+func writeRecord(ctx context.Context, inv *Inventory, n *node.Node, expect string, rec topology.Record) error {
 	cj, _ := json.Marshal(rec.Current)
 	pj := ""
 	if rec.Prev != nil {
 		b, _ := json.Marshal(rec.Prev)
 		pj = string(b)
 	}
-	v, err := topoWriteScript.Run(ctx, n.Client(), []string{stampKey, keyTopology},
-		n.Name(), expect, rec.Token, rec.Epoch, string(cj), pj, string(rec.Phase), rec.Attempt).Result()
+	v, err := inv.runBare(ctx, n, topoWriteScript, "topo-write", []string{stampKey, keyTopology},
+		n.Name(), expect, rec.Token, rec.Epoch, string(cj), pj, string(rec.Phase), rec.Attempt)
 	if err != nil {
 		return nodeErr(n, err)
 	}
