@@ -5,15 +5,18 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
 )
 
 // Per-user limit changes that did not reach every node of a route.
 //
 // LoadStock changes a SKU's limit on every node of its route, each with a
-// version (the caller's clock, ms). When a node fails during the call,
+// version (the caller's clock, ms, raised above the versions the route's
+// nodes hold: nextLimitVersion). When a node fails during the call,
 // the nodes that took the change record it in `inv:limits:todo` (stock key
 // → "limit:version:route"), and the error names the nodes that still
 // differ. The reconciler (package rollback) calls ConvergeLimits on every pass:
@@ -34,8 +37,43 @@ var limitSyncScript = newScript("limit-sync", true, luaFile("limit_sync.lua"))
 // or drops (ARGV 5 = "") a pending limit change. KEYS: 2 the todo hash.
 var limitTodoScript = newScript("limit-todo", true, luaFile("limit_todo.lua"))
 
-// limitVersion is the version of a limit change made now.
+// limitVersion is the version of a limit change made now, by this
+// instance's clock alone (nextLimitVersion raises it above the route's).
 func limitVersion() int64 { return time.Now().UnixMilli() }
+
+// nextLimitVersion is the version of a limit change of stock key on the
+// nodes of set made now: this instance's clock (ms), or one above the
+// highest version a usable node of set holds when that is higher. A node
+// keeps the highest version it was sent, so a version by the clock alone
+// let a change made after another one had answered lose to it on every
+// node, when the earlier change's instance ran ahead of this one's clock
+// (by a second or two: SECURITY.md, "Clock skew"), while its LoadStock
+// answered success. A node whose version cannot be read is left out: its
+// load fails as well and is reported and converged as any (a change that
+// answered reached every node, so another node holds its version too).
+func (inv *Inventory) nextLimitVersion(ctx context.Context, set *router.Set, key string) int64 {
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		high int64
+	)
+	for _, n := range set.Nodes() {
+		if !inv.usable(n) {
+			continue
+		}
+		wg.Add(1)
+		go func(n *node.Node) {
+			defer wg.Done()
+			if v, err := n.Client().HGet(ctx, key, "limit_ver").Int64(); err == nil {
+				mu.Lock()
+				high = max(high, v)
+				mu.Unlock()
+			}
+		}(n)
+	}
+	wg.Wait()
+	return max(limitVersion(), high+1)
+}
 
 // recordLimitTodo records a partial limit change on the nodes that took it.
 func (inv *Inventory) recordLimitTodo(ctx context.Context, took []*node.Node, route, sku string, limit, ver int64) {

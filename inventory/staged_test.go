@@ -50,7 +50,12 @@ func newStagedEnvWith(t *testing.T, opts Options) *stagedEnv { return newStagedE
 // newStagedEnvConfig is newStagedEnvWith with the configuration changed
 // by mut (nil: none) before it is validated.
 func newStagedEnvConfig(t *testing.T, opts Options, mut func(*config.Config)) *stagedEnv {
-	srvs := redistest.StartN(t, 3, redistest.Options{})
+	return newStagedEnvOn(t, redistest.StartN(t, 3, redistest.Options{}), opts, mut)
+}
+
+// newStagedEnvOn is newStagedEnvConfig over the three servers srvs (n1,
+// n2, n3).
+func newStagedEnvOn(t *testing.T, srvs []*redistest.Server, opts Options, mut func(*config.Config)) *stagedEnv {
 	cfg := config.Default()
 	cfg.Nodes = map[string]config.Node{}
 	e := &stagedEnv{t: t, srvs: srvs, clients: map[string]*redis.Client{}, faults: &crashPoint{}}

@@ -59,11 +59,13 @@ type NodeStock struct {
 // loads like a restock). A node that fails during the call is named in the
 // error; a limit change it missed is recorded on the nodes that took it and
 // reaches it when it returns (the reconciler's ConvergeLimits, limits.go).
-// Each change carries a version (this instance's clock, ms) and a node
-// keeps the limit of the highest version it was sent, so two racing
-// changes end at the later one everywhere: a change older than one a node
-// holds is not applied there, and the level returned shows the limit in
-// effect. It returns the stock after loading.
+// Each change carries a version (nextLimitVersion: this instance's clock,
+// ms, raised above every version the route's nodes hold) and a node keeps
+// the limit of the highest version it was sent, so two racing changes end
+// at the later one everywhere, and a change made after another one
+// answered outranks it whatever the two instances' clocks say: a change
+// older than one a node holds is not applied there, and the level
+// returned shows the limit in effect. It returns the stock after loading.
 //
 // Parts of the SKU set aside as stuck on the nodes that took the load are
 // retried at once (stuck.go): loading is often what follows a repair.
@@ -94,6 +96,9 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 		}
 	}
 	ver := limitVersion()
+	if perUserLimit >= 0 {
+		ver = inv.nextLimitVersion(ctx, set, stockKey(route, sku))
+	}
 	took, failed := inv.loadShares(ctx, set, stockKey(route, sku), shares(targets, qty), perUserLimit, ver)
 	if perUserLimit > 0 {
 		inv.limited.mark(stockRef{route, sku}) // soldout.go, "Per-user limits"

@@ -104,6 +104,9 @@ func (s *Server) spawn() (*process, error) {
 	}
 	cmd := exec.Command(s.bin, s.args()...)
 	cmd.Dir = s.dir
+	if len(s.opts.Env) > 0 {
+		cmd.Env = append(os.Environ(), s.opts.Env...)
+	}
 	cmd.Stdout = out // *os.File: passed directly, no copying goroutine
 	cmd.Stderr = out
 	cmd.SysProcAttr = sysProcAttr(s.opts.KillWithParent)

@@ -71,6 +71,10 @@ type Options struct {
 	// Args are extra redis-server arguments appended after the package's
 	// own, so they can override them, e.g. {"--maxmemory", "1mb"}.
 	Args []string
+	// Env is extra environment (KEY=value) for the server process, added
+	// to this process's, e.g. LD_PRELOAD and FAKETIME of libfaketime to
+	// run the server with a skewed clock.
+	Env []string
 	// Bin is the redis-server executable: a path, or a name looked up in
 	// PATH. "" means "redis-server" from PATH.
 	Bin string

@@ -18,7 +18,12 @@ package redistest
 
 import (
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -39,6 +44,43 @@ type Options struct {
 	// Args are extra redis-server arguments appended after the harness's
 	// own, e.g. {"--maxmemory", "1mb"}.
 	Args []string
+	// Env is extra environment (KEY=value) for the server process, e.g.
+	// SkewClock's.
+	Env []string
+}
+
+// SkewClock returns the environment (for Options.Env) that runs a server
+// with its wall clock (gettimeofday, time, clock_gettime of
+// CLOCK_REALTIME: Redis's TIME and key expiry) moved by the number of ms
+// written in file, which a test may rewrite while the server runs (read
+// again at most every 10 ms); the monotonic clock is left alone. It
+// builds a small LD_PRELOAD library with gcc (libfaketime deadlocks in
+// Redis 7's jemalloc start-up) and skips the test when gcc is missing.
+func SkewClock(t testing.TB, file string) []string {
+	t.Helper()
+	cc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("gcc not installed: cannot build the clock skew library")
+	}
+	dir := t.TempDir()
+	src, lib := filepath.Join(dir, "skew.c"), filepath.Join(dir, "skew.so")
+	if err := os.WriteFile(src, []byte(skewSrc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(cc, "-O2", "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
+		t.Fatalf("building the clock skew library: %v\n%s", err, out)
+	}
+	return []string{"LD_PRELOAD=" + lib, "SKEW_FILE=" + file}
+}
+
+// SetSkew writes ms to a SkewClock file: the servers started with it
+// read their wall clock ms later (earlier when negative) from then on.
+func SetSkew(t testing.TB, file string, ms int64) {
+	t.Helper()
+	if err := os.WriteFile(file, []byte(strconv.FormatInt(ms, 10)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // past the library's 10 ms cache
 }
 
 // Server is one redis-server process started for a test. Its port and
@@ -66,6 +108,7 @@ func Start(t testing.TB, opts Options) *Server {
 		AOF:            opts.AOF,
 		Password:       opts.Password,
 		Args:           opts.Args,
+		Env:            opts.Env,
 		KillWithParent: true,
 	})
 	if errors.Is(err, redisproc.ErrNotFound) {
