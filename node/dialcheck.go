@@ -127,7 +127,7 @@ func (n *Node) rolledBack(why error) *Error {
 
 // readStamp reads the stamp on conn in one round trip, in the shape of the
 // stamp script's reply (verifyStamp): {name ("" when missing),
-// incarnation, 0, seq, gen}. It authenticates and selects the node's
+// incarnation, 0, seq, gen, settle, run}. It authenticates and selects the node's
 // database first when configured; for a Sentinel node it refuses a server
 // whose role is not master.
 func (n *Node) readStamp(conn net.Conn) ([]any, error) {
@@ -176,12 +176,12 @@ func (n *Node) readStamp(conn net.Conn) ([]any, error) {
 		return nil, err
 	}
 	f, _ := last.([]any)
-	if len(f) != 6 {
+	if len(f) != 7 {
 		return nil, fmt.Errorf("unexpected stamp reply %v", last)
 	}
 	str := func(v any) string { s, _ := v.(string); return s }
 	num := func(v any) int64 { i, _ := v.(int64); return i }
-	return []any{str(f[0]), str(f[1]), int64(0), num(f[3]), num(f[4]), num(f[5])}, nil
+	return []any{str(f[0]), str(f[1]), int64(0), num(f[3]), num(f[4]), num(f[5]), str(f[6])}, nil
 }
 
 // first is v's first element when v is a non-empty array, else nil.

@@ -28,11 +28,11 @@ const StampKey = "shardis:node"
 
 // stampScript reads the stamp, writing a fresh one when it is missing and
 // ARGV[4] is "1" (nobody witnessed the node before). Returns {name,
-// incarnation, created(0|1), seq, gen, settle}; name "" when the stamp is
+// incarnation, created(0|1), seq, gen, settle, run}; name "" when the stamp is
 // missing and was not written. settle is how many ms the node's data is
 // still held back (ARGV[6]: the hold in ms) since the stamp was first
 // read on this server process (fields run and run_at: "A new server
-// process" below). With ARGV[5] "1" (a Sentinel node) it first
+// process" below), run the server process's run_id. With ARGV[5] "1" (a Sentinel node) it first
 // refuses, with SHARDIS_REPLICA, a server that is not a master. A stamp
 // that records a loss (field went_back, wentback.go) is refused with
 // SHARDIS_WENT_BACK and the field's value, stamped or not.
@@ -49,10 +49,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local f = redis.call('HMGET', KEYS[1], 'name', 'incarnation', 'seq', 'gen', 'run', 'run_at', '` + wentBackField + `')
 if f[7] then return redis.error_reply('` + wentBackReply + `' .. f[7]) end
 if not f[1] then
-  if ARGV[4] ~= '1' then return {'', '', 0, 0, 0, 0} end
+  if ARGV[4] ~= '1' then return {'', '', 0, 0, 0, 0, run} end
   redis.call('HSET', KEYS[1], 'name', ARGV[1], 'incarnation', ARGV[2], 'stamped_at', ARGV[3], 'data_of', '` + NoEarlierData + `',
     'run', run, 'run_at', '0')
-  return {ARGV[1], ARGV[2], 1, 0, 0, 0}
+  return {ARGV[1], ARGV[2], 1, 0, 0, 0, run}
 end
 local at = tonumber(f[6]) or 0
 if f[1] == ARGV[1] and f[5] ~= run then
@@ -70,7 +70,7 @@ if f[1] == ARGV[1] and f[5] ~= run then
 end
 local left = 0
 if at > 0 then left = math.max(0, at + (tonumber(ARGV[6]) or 0) - now) end
-return {f[1], f[2] or '', 0, tonumber(f[3]) or 0, tonumber(f[4]) or 0, left}
+return {f[1], f[2] or '', 0, tonumber(f[3]) or 0, tonumber(f[4]) or 0, left, run}
 `
 
 // A new server process. A node's write sequence counts its writes; it
@@ -92,11 +92,45 @@ return {f[1], f[2] or '', 0, tonumber(f[3]) or 0, tonumber(f[4]) or 0, left}
 // the peers records what it found on the node itself (wentback.go). A
 // node stamped before runs were recorded, or a new one, is not held back.
 
+// The hold by this process's clock. The hold above is counted by the
+// node's clock, and a node's clock may step (NTP setting the clock of a
+// host that just rebooted): stepped forward past run_at + Settle, it ends
+// the hold at once, and a process that saw less writes to the older data
+// before the others marked what they saw (as above). So a process that
+// saw the node on one server process and now finds it on another (the
+// stamp script returns the run_id) also holds the node back, by its own
+// monotonic clock, for Settle from when it first found the new one
+// (localHold); the node is refused while either hold lasts. Every process
+// that was using the node before it restarted is one that could write to
+// the older data early, and each finds the new process on its first probe
+// or new connection, by then at most a heartbeat and a probe timeout
+// after the restart: its hold outlasts the others' marking as the
+// node's own does. Not covered: a process that first contacts the node
+// after the restart, during a hold its clock step ended.
+
 // identity remembers what this process last saw of the node's stamp.
 type identity struct {
 	mu          sync.Mutex
-	incarnation string // guarded by mu; "" until the first successful probe
-	gen         int64  // guarded by mu
+	incarnation string    // guarded by mu; "" until the first successful probe
+	gen         int64     // guarded by mu
+	run         string    // guarded by mu: the server process's run_id last read with the stamp; "" before
+	heldUntil   time.Time // guarded by mu: the end of this process's own hold of run (monotonic)
+}
+
+// localHold records run as the node's server process and returns how
+// much longer this process holds the node back by its own clock: Settle
+// from when it first found run, when it had seen another one before
+// ("The hold by this process's clock"); 0 otherwise.
+func (n *Node) localHold(run string) time.Duration {
+	n.ident.mu.Lock()
+	defer n.ident.mu.Unlock()
+	if run != n.ident.run {
+		if n.ident.run != "" && run != "" {
+			n.ident.heldUntil = time.Now().Add(n.opts.Settle)
+		}
+		n.ident.run = run
+	}
+	return max(0, time.Until(n.ident.heldUntil))
 }
 
 // Incarnation returns the node's stamp incarnation as last seen by a probe,
@@ -204,7 +238,7 @@ func (n *Node) Probe(ctx context.Context) error {
 // (seen, when witnessed) is refused; a mark behind is returned with its
 // refusal (recordWentBack writes it conditionally on it).
 func (n *Node) verifyStamp(res []any, witnessed bool, seen Mark) (stamp Mark, created bool, err error) {
-	if len(res) != 6 {
+	if len(res) != 7 {
 		return Mark{}, false, n.refusal(fmt.Errorf("%w: unexpected stamp reply %v", ErrIdentity, res))
 	}
 	name, _ := res[0].(string)
@@ -234,13 +268,17 @@ func (n *Node) verifyStamp(res []any, witnessed bool, seen Mark) (stamp Mark, cr
 }
 
 // settling refuses a node whose stamp script's reply res says its data is
-// still held back ("A new server process").
+// still held back ("A new server process"), or that this process holds
+// back by its own clock ("The hold by this process's clock").
 func (n *Node) settling(res []any) error {
 	if !n.opts.Critical || n.opts.Settle <= 0 {
 		return nil
 	}
-	if left, _ := res[5].(int64); left > 0 {
-		return n.refusal(&HeldBackError{Left: time.Duration(left) * time.Millisecond})
+	run, _ := res[6].(string)
+	left, _ := res[5].(int64)
+	hold := max(time.Duration(left)*time.Millisecond, n.localHold(run))
+	if hold > 0 {
+		return n.refusal(&HeldBackError{Left: hold})
 	}
 	return nil
 }
