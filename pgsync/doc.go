@@ -107,6 +107,11 @@
 //     holding them mid-transaction is ended by PostgreSQL after
 //     idle_in_transaction_session_timeout ([Settings]), which releases
 //     them.
+//     An instance held up between its read and its landing (a pause, a
+//     slow host) while the node was accepted again re-reads the node's
+//     incarnation under the locks and drops what it read of the old one,
+//     so another instance's rows of the new incarnation never get the old
+//     incarnation's states written over them.
 //   - At start (and at a new incarnation) each node's committed position
 //     per queue, where landing resumes, is logged.
 //

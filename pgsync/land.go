@@ -147,7 +147,13 @@ func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 		return false, nil
 	}
 	if err := w.land(ctx, work, w.s.cancelReasons(ctx, cancelledParts(work))); err != nil {
+		if ne := (nodeError{}); errors.As(err, &ne) {
+			return false, w.failRedis(ne.err)
+		}
 		return false, w.failDB(err)
+	}
+	if w.inc == "" {
+		return true, nil // the node was accepted again since the read (superseded): read it
 	}
 	w.s.health.observe(nil)
 	w.db.ok("incarnation", w.inc)

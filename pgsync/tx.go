@@ -78,6 +78,11 @@ func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead, reaso
 		return err
 	}
 	w.noteLocked(queues, locked)
+	if len(locked) > 0 {
+		if gone, err := w.superseded(ctx); err != nil || gone {
+			return err
+		}
+	}
 	b := w.batch(work, locked, db, reasons)
 	if len(b.next) == 0 {
 		return tx.Commit(ctx) // releases the locks
@@ -122,6 +127,40 @@ func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead, reaso
 	w.reportConflicts(conflicts)
 	return nil
 }
+
+// superseded reports, under the queue locks taken in tx, whether the
+// node is no longer at the incarnation work was read at: it was accepted
+// again since, while this instance was held up between its read and its
+// landing (a pause, a slow host). The entries then must not land: another
+// instance may have landed the same parts under the new incarnation, and
+// the old one's states written over those rows would be applied out of
+// the incarnations' order (a part cancelled before the node went back,
+// written over its pending row of the new incarnation, stays cancelled
+// when the node confirms it, and no conflict is seen). The worker drops
+// the batch and its debts, as when its read finds the node at another
+// incarnation (landStep): the old incarnation's rows stay as landed. The
+// locks keep the order once the node is found at the incarnation: a
+// landing of the new one in a queue this transaction holds waits for it.
+func (w *worker) superseded(ctx context.Context) (bool, error) {
+	b, err := w.s.inv.ReadRedoBatch(ctx, w.node, "", nil, 1, 0)
+	if err != nil {
+		return false, nodeError{err}
+	}
+	if b.Incarnation == w.inc {
+		return false, nil
+	}
+	w.s.log.Warn("node was accepted again since its redo log was read: the batch read at the old incarnation is dropped, "+
+		"landing moves to the new one", "node", w.node, "old_incarnation", w.inc, "incarnation", b.Incarnation)
+	w.inc, w.owed = "", nil
+	return true, nil
+}
+
+// nodeError is a failure to read the node inside a landing transaction
+// (superseded): landStep counts it as the node's, not the database's.
+type nodeError struct{ err error }
+
+func (e nodeError) Error() string { return e.err.Error() }
+func (e nodeError) Unwrap() error { return e.err }
 
 // conflict is a part whose settled row a later incarnation of its node
 // holds in another state.
