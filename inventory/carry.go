@@ -242,7 +242,7 @@ func (inv *Inventory) sendCommits(commits []carriedCommit) {
 
 // sendCommit sends c by itself: the order script's commit op.
 func (inv *Inventory) sendCommit(ctx context.Context, c carriedCommit) {
-	if _, err := inv.orderOp(ctx, c.home, c.orderID, opCommit, c.token, c.parts); err != nil {
+	if _, err := inv.orderOp(ctx, c.home, c.orderID, opCommit, c.token, c.parts, seconds(inv.cfg.Retention)); err != nil {
 		inv.log.Debug("staged commit did not land; the next reader of the order commits it", "order", c.orderID, "err", err)
 	}
 }

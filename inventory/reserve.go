@@ -226,7 +226,7 @@ func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, order
 	// outcome is known whenever the node answers.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
-	rec, err = inv.orderOp(cctx, home, orderID, opCommit, token, blob)
+	rec, err = inv.orderOp(cctx, home, orderID, opCommit, token, blob, seconds(inv.cfg.Retention))
 	if err != nil {
 		if !outcomeUnknown(err) {
 			// Refused before the network, or answered with an error reply

@@ -84,9 +84,11 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //	        "cancelled"), or "mismatch" when the digest differs; a decided
 //	        record it answers by lives the retention from now at least
 //	        (relied_on: the Reserve's answer relies on it).
-//	commit  ARGV 6 parts JSON. reserving+token or staging+token →
-//	        reserved, with no TTL (orderrec.go, "TTL"). Otherwise "lost"
-//	        with the current status as reason.
+//	commit  ARGV 6 parts JSON, 7 retention s. reserving+token or
+//	        staging+token → reserved, with no TTL (orderrec.go, "TTL").
+//	        Otherwise "lost" with the current status as reason; a record
+//	        it answers by lives the retention from now at least
+//	        (relied_on: the general path answers ErrCancelled by it).
 //	fail    ARGV 6 retention s. reserving+token or staging+token → failed
 //	        (the attempt gave up, or a recovery found a promised part
 //	        missing), living the retention from now at least (relied_on).
@@ -95,6 +97,8 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //	        record as is.
 //	confirm reserved → confirmed, or → cancelled/"expired" past the deadline.
 //	cancel  reserved/reserving/failed → cancelled; missing → tombstone.
+//	        A cancelled or confirmed record it answers by lives the
+//	        retention from now at least (relied_on).
 //	expire  (reconciler, ARGV 5 the due part's token) reserved past
 //	        deadline → cancelled/"expired"; reserving past lease → failed;
 //	        missing (never written, not moved away) → failed under the

@@ -190,9 +190,11 @@ import (
 // a refusal's fence answered by a failed record, a fail (a refusal for
 // good answered behind the attempt's own failed record: its TTL was the
 // stage's or begin's, found by a review), a Cancel answered by a
-// cancelled one, a Confirm answered by a decided one, a Reserve's begin
-// answered by a decided one: ErrCancelled, or a confirmed order's
-// receipts), since such a record read near its expiry would
+// cancelled or a confirmed one, a Confirm answered by a decided one, a
+// Reserve's begin answered by a decided one: ErrCancelled, or a
+// confirmed order's receipts, a general-path commit answered "lost" by
+// one: ErrCancelled for a Cancel's tombstone (found by a review)), since
+// such a record read near its expiry would
 // otherwise let a stage sent just before it land after the part it
 // excluded was cancelled, or after the refusal or Cancel answered (each
 // found by a review). Its twin, for a record that is decided: a part left
@@ -320,7 +322,7 @@ func (inv *Inventory) resolveStaged(ctx context.Context, home *node.Node, orderI
 		return fmt.Errorf("%w: order %q: %w", ErrInProgress, orderID, errStagedInFlight)
 	case verdictReserved:
 		blob := encodeOrderParts(orderID, rec.token, parts)
-		got, err := inv.orderOp(ctx, home, orderID, opCommit, rec.token, blob)
+		got, err := inv.orderOp(ctx, home, orderID, opCommit, rec.token, blob, seconds(inv.cfg.Retention))
 		if err == nil && got.status == recReserved {
 			inv.stats.stagedRecovered.Add(1)
 		}

@@ -83,7 +83,14 @@ if op == 'begin' then
   cur, parts, reason = token, '', ''
   return record('begin')
 elseif op == 'commit' then
-  if (status ~= 'reserving' and status ~= 'staging') or cur ~= token then return record('lost', tostring(status)) end
+  if (status ~= 'reserving' and status ~= 'staging') or cur ~= token then
+    -- the caller answers by the record (the general path's ErrCancelled
+    -- for a Cancel's tombstone) and gives its parts back: it relies on
+    -- the record from now, as a begin answered by it does (relied_on;
+    -- ARGV 7 is the retention)
+    if status and ARGV[7] then relied_on(tonumber(ARGV[7])) end
+    return record('lost', tostring(status))
+  end
   -- no TTL while reserved: a decision gives it the retention (orderrec.go)
   order_set({status = 'reserved', parts = ARGV[6], reserved_at = nowS}, false)
   parts = '' -- the caller has them: do not send them back
@@ -140,9 +147,11 @@ elseif op == 'cancel' then
     -- record (pgsync's refused attempts) must not take them for a
     -- reservation the user cancelled
     final('cancelled', 'tombstone', retention)
-  elseif status == 'cancelled' then
+  elseif status == 'cancelled' or status == 'confirmed' then
     -- a Cancel answered by a record already cancelled (a tombstone
-    -- included) is as final as one that wrote it
+    -- included) is as final as one that wrote it, and one answered by a
+    -- confirmed record (ErrConfirmed) relies on it as a Confirm answered
+    -- by it does
     relied_on(retention)
   end
   return record(status)
