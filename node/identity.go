@@ -67,6 +67,15 @@ if f[1] == ARGV[1] and f[5] ~= run then
   -- (SECURITY.md, out of memory: probes work on a full node)
   redis.call('HDEL', KEYS[1], 'run')
   redis.call('HSET', KEYS[1], 'run', run, 'run_at', tostring(at))
+elseif f[1] == ARGV[1] and at > now then
+  -- the node's clock went back since the hold began (run_at is ahead of
+  -- it): the hold counts from now, or it would last until the clock
+  -- caught up with run_at (the whole step: every process refuses a node
+  -- that lost nothing); a later start, never an earlier one. HDEL first,
+  -- as above.
+  at = now
+  redis.call('HDEL', KEYS[1], 'run_at')
+  redis.call('HSET', KEYS[1], 'run_at', tostring(at))
 end
 local left = 0
 if at > 0 then left = math.max(0, at + (tonumber(ARGV[6]) or 0) - now) end
@@ -106,7 +115,11 @@ return {f[1], f[2] or '', 0, tonumber(f[3]) or 0, tonumber(f[4]) or 0, left, run
 // or new connection, by then at most a heartbeat and a probe timeout
 // after the restart: its hold outlasts the others' marking as the
 // node's own does. Not covered: a process that first contacts the node
-// after the restart, during a hold its clock step ended.
+// after the restart, during a hold its clock step ended. A clock stepped
+// back instead would make the node's hold last the whole step: a read
+// that finds run_at ahead of the node's clock counts the hold from then
+// (stampSrc), so it ends at most Settle after the step
+// (TestHoldBackEndsAfterTheNodeClockStepsBack).
 
 // identity remembers what this process last saw of the node's stamp.
 type identity struct {
