@@ -49,3 +49,41 @@ func TestEmptyNodeRecordedLostRefusesAFreshProcess(t *testing.T) {
 		t.Fatalf("probe after the accept by the process that saw the loss: %v", err)
 	}
 }
+
+// Two accepts that chose the same generation (a retry after a lost reply,
+// before the peers were told) give the node two generations, not two
+// incarnations of one: a process that probed between them takes the
+// second for an accept since, not for data gone back, and records no
+// loss. Before, the second reused the generation, the process refused the
+// node as rolled back and recorded it, and every process refused it until
+// a third accept.
+func TestRepeatedAcceptTakesANewGeneration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := redistest.Start(t, redistest.Options{})
+	opts := node.Options{Name: "n1", Addr: s.Addr(), Critical: true}
+	seen := newNode(t, opts, nil)
+	if err := seen.Probe(ctx); err != nil {
+		t.Fatalf("first probe: %v", err)
+	}
+	m1, err := seen.Accept(ctx, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := seen.Probe(ctx); err != nil {
+		t.Fatalf("probe after the first accept: %v", err)
+	}
+	m2, err := seen.Accept(ctx, 1, "") // the same generation chosen again
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m2.Gen <= m1.Gen {
+		t.Fatalf("second accept at generation %d, the first at %d: want a later one", m2.Gen, m1.Gen)
+	}
+	if err := seen.Probe(ctx); err != nil {
+		t.Fatalf("probe after the second accept by a process that saw the first: %v", err)
+	}
+	if v := s.Client(t).HGet(ctx, node.StampKey, "went_back").Val(); v != "" {
+		t.Fatalf("a loss was recorded after two accepts: %q", v)
+	}
+}

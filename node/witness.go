@@ -225,8 +225,12 @@ func (n *Node) WitnessMarks(ctx context.Context) (map[string]Mark, error) {
 	return out, nil
 }
 
-// acceptScript gives a node a new incarnation at generation ARGV[2],
-// keeping its write sequence; it stamps a node without a stamp. Field
+// acceptScript gives a node a new incarnation at generation ARGV[2], or
+// one above the stamp's when that is not above it (two accepts that chose
+// the same generation, a retry after a lost reply: the second must not
+// reuse the first's generation with another incarnation, which every
+// process that saw the first would refuse as gone back), keeping its
+// write sequence; it stamps a node without a stamp. Returns {seq, gen}. Field
 // data_of becomes the incarnation the node's data was stamped with before
 // (NoEarlierData when it had no stamp: it came back empty). With ARGV[5]
 // set, a topology token in field epoch that is still ARGV[5] becomes
@@ -234,12 +238,13 @@ func (n *Node) WitnessMarks(ctx context.Context) (map[string]Mark, error) {
 // (field went_back, wentback.go) is forgotten: the operator accepted it.
 var acceptScript = redis.NewScript(`
 local was = redis.call('HGET', KEYS[1], 'incarnation') or '` + NoEarlierData + `'
-redis.call('HSET', KEYS[1], 'name', ARGV[1], 'incarnation', ARGV[3], 'gen', ARGV[2], 'stamped_at', ARGV[4], 'data_of', was)
+local gen = math.max(tonumber(ARGV[2]), (tonumber(redis.call('HGET', KEYS[1], 'gen')) or 0) + 1)
+redis.call('HSET', KEYS[1], 'name', ARGV[1], 'incarnation', ARGV[3], 'gen', gen, 'stamped_at', ARGV[4], 'data_of', was)
 redis.call('HDEL', KEYS[1], '` + wentBackField + `')
 if ARGV[5] ~= '' and redis.call('HGET', KEYS[1], 'epoch') == ARGV[5] then
   redis.call('HSET', KEYS[1], 'epoch', '` + FencePrefix + `' .. ARGV[5])
 end
-return tonumber(redis.call('HGET', KEYS[1], 'seq')) or 0
+return {tonumber(redis.call('HGET', KEYS[1], 'seq')) or 0, gen}
 `)
 
 // NoEarlierData is a stamp's data_of when the node had no stamp before
@@ -289,7 +294,8 @@ func (n *Node) Topology(ctx context.Context) (TopoStamp, error) {
 
 // Accept makes the node's current data the truth: its stamp gets a new
 // incarnation (a new redo-log generation: consumers key offsets by it) at
-// generation gen, keeping its write sequence, and it returns the new mark,
+// generation gen (or one above the stamp's, acceptScript), keeping its
+// write sequence, and it returns the new mark,
 // which the caller writes to every peer ([Node.Witness]). gen must exceed
 // every generation witnessed of the node. Accept works on a refused
 // (DOWN) node: it runs on the probe connection. A non-empty fence is the
@@ -297,11 +303,15 @@ func (n *Node) Topology(ctx context.Context) (TopoStamp, error) {
 // it, it is fenced (FencePrefix), in the same script.
 func (n *Node) Accept(ctx context.Context, gen int64, fence string) (Mark, error) {
 	inc := newIncarnation()
-	seq, err := acceptScript.Run(ctx, n.probeClient(), []string{StampKey},
-		n.opts.Name, gen, inc, time.Now().UnixMilli(), fence).Int64()
+	v, err := acceptScript.Run(ctx, n.probeClient(), []string{StampKey},
+		n.opts.Name, gen, inc, time.Now().UnixMilli(), fence).Int64Slice()
+	if err == nil && len(v) != 2 {
+		err = fmt.Errorf("unexpected reply %v", v)
+	}
 	if err != nil {
 		return Mark{}, fmt.Errorf("node %s: accept: %w", n.opts.Name, err)
 	}
+	seq, gen := v[0], v[1]
 	n.log.Warn("node data accepted by an operator: new incarnation", "incarnation", inc, "generation", gen, "seq", seq)
 	return Mark{Gen: gen, Incarnation: inc, Seq: seq}, nil
 }
