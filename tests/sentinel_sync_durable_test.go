@@ -29,64 +29,9 @@ import (
 // unit is back in stock. The database must not say the unit was sold.
 func TestSentinelSyncLandsOnlyDurableStates(t *testing.T) {
 	t.Parallel()
-	const pw = "grouppw"
-	g := redistest.StartGroup(t, redistest.GroupOptions{Name: "sync-durable", Password: pw})
-	pg := pgtest.Start(t, "")
-	cfg := config.Default()
-	n := sentinelNode(g, "")
-	n.Password = pw
-	cfg.Nodes = map[string]config.Node{"n1": n}
-	cfg.Servers = map[string]config.Server{invServer: server(config.OnNodeDownFail, map[string][]string{"r": {"n1"}})}
-	cfg.Health = sentinelHealth
-	cfg.Inventory.ReconcileInterval = 100 * time.Millisecond
-	cfg.Inventory.ReservationTTL = 3 * time.Second
-	cfg.Inventory.Durability = config.DurabilityReplica
-	cfg.Inventory.DurabilityTimeout = 300 * time.Millisecond
-	cfg.Sync.DSN = pg.URL()
-	cfg.Sync.Listen = ""
-	cfg.Sync.PollInterval = 20 * time.Millisecond
-	cfg.Sync.SettleInterval = 100 * time.Millisecond
-	cfg.Sync.RetryBackoff = 100 * time.Millisecond
-	cfg.Sync.DecideWait = 50 * time.Millisecond
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.ValidateSync(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	logger := slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := stack.Open(ctx, &cfg, stack.Options{Logger: logger})
-	if err != nil {
-		t.Fatalf("stack.Open: %v", err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	n1, _ := st.Router.Node("n1")
-	waitFor(t, 10*time.Second, "n1 usable", func() bool { return n1.Usable() })
-	sy, err := stack.OpenSync(ctx, &cfg, stack.SyncOptions{Logger: logger, Migrate: true})
-	if err != nil {
-		t.Fatalf("stack.OpenSync: %v", err)
-	}
-	sy.Syncer.Start()
-	t.Cleanup(sy.Close)
-	pool, err := pgxpool.New(ctx, pg.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	rowState := func() string {
-		var s string
-		if err := pool.QueryRow(context.Background(), `SELECT state FROM stock_movements WHERE order_id = 'x'`).Scan(&s); err != nil {
-			return "(" + err.Error() + ")"
-		}
-		return s
-	}
-
+	g, st, _, ctx, rowState := newSyncDurableEnv(t)
 	inv := st.Inventory
-	if _, err := inv.LoadStock(ctx, "r", "tee", 10, 0); err != nil {
-		t.Fatalf("LoadStock: %v", err)
-	}
+	n1, _ := st.Router.Node("n1")
 	if _, err := inv.Reserve(ctx, "x", []inventory.Item{{Route: "r", SKU: "tee", Quantity: 1}}, "", 0); err != nil {
 		t.Fatalf("Reserve: %v", err)
 	}
@@ -113,7 +58,7 @@ func TestSentinelSyncLandsOnlyDurableStates(t *testing.T) {
 		return strings.Contains(info, "connected_slaves:0")
 	})
 
-	_, err = inv.Confirm(ctx, "x")
+	_, err := inv.Confirm(ctx, "x")
 	t.Logf("Confirm while the replica is cut off: %v", err)
 	if !errors.Is(err, inventory.ErrNotDurable) {
 		t.Fatalf("Confirm without a replica: %v, want ErrNotDurable (unknown outcome)", err)
@@ -127,7 +72,7 @@ func TestSentinelSyncLandsOnlyDurableStates(t *testing.T) {
 	t.Logf("row of x before the failover: %s", rowState())
 
 	old := g.KillMaster()
-	_ = rc.ConfigSet(ctx, "masterauth", pw).Err()
+	_ = rc.ConfigSet(ctx, "masterauth", syncDurablePW).Err()
 	g.WaitPromoted(old, 30*time.Second)
 	g.Rejoin(old, 30*time.Second) // a replica again: writes are acknowledged again
 	waitFor(t, 20*time.Second, "n1 usable on the promoted replica", func() bool { return n1.Usable() })
@@ -165,64 +110,9 @@ func TestSentinelSyncLandsOnlyDurableStates(t *testing.T) {
 // after it would never reach PostgreSQL.
 func TestSentinelSyncAfterUnacknowledgedReserve(t *testing.T) {
 	t.Parallel()
-	const pw = "grouppw"
-	g := redistest.StartGroup(t, redistest.GroupOptions{Name: "sync-durable", Password: pw})
-	pg := pgtest.Start(t, "")
-	cfg := config.Default()
-	n := sentinelNode(g, "")
-	n.Password = pw
-	cfg.Nodes = map[string]config.Node{"n1": n}
-	cfg.Servers = map[string]config.Server{invServer: server(config.OnNodeDownFail, map[string][]string{"r": {"n1"}})}
-	cfg.Health = sentinelHealth
-	cfg.Inventory.ReconcileInterval = 100 * time.Millisecond
-	cfg.Inventory.ReservationTTL = 3 * time.Second
-	cfg.Inventory.Durability = config.DurabilityReplica
-	cfg.Inventory.DurabilityTimeout = 300 * time.Millisecond
-	cfg.Sync.DSN = pg.URL()
-	cfg.Sync.Listen = ""
-	cfg.Sync.PollInterval = 20 * time.Millisecond
-	cfg.Sync.SettleInterval = 100 * time.Millisecond
-	cfg.Sync.RetryBackoff = 100 * time.Millisecond
-	cfg.Sync.DecideWait = 50 * time.Millisecond
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.ValidateSync(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	logger := slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := stack.Open(ctx, &cfg, stack.Options{Logger: logger})
-	if err != nil {
-		t.Fatalf("stack.Open: %v", err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	n1, _ := st.Router.Node("n1")
-	waitFor(t, 10*time.Second, "n1 usable", func() bool { return n1.Usable() })
-	sy, err := stack.OpenSync(ctx, &cfg, stack.SyncOptions{Logger: logger, Migrate: true})
-	if err != nil {
-		t.Fatalf("stack.OpenSync: %v", err)
-	}
-	sy.Syncer.Start()
-	t.Cleanup(sy.Close)
-	pool, err := pgxpool.New(ctx, pg.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	rowState := func() string {
-		var s string
-		if err := pool.QueryRow(context.Background(), `SELECT state FROM stock_movements WHERE order_id = 'x'`).Scan(&s); err != nil {
-			return "(" + err.Error() + ")"
-		}
-		return s
-	}
-
+	g, st, pool, ctx, rowState := newSyncDurableEnv(t)
 	inv := st.Inventory
-	if _, err := inv.LoadStock(ctx, "r", "tee", 10, 0); err != nil {
-		t.Fatalf("LoadStock: %v", err)
-	}
+	n1, _ := st.Router.Node("n1")
 	// Cut the replica off its master: it cannot authenticate again, so it
 	// stays disconnected and receives nothing more.
 	master := g.Master()
@@ -244,7 +134,7 @@ func TestSentinelSyncAfterUnacknowledgedReserve(t *testing.T) {
 		return strings.Contains(info, "connected_slaves:0")
 	})
 
-	_, err = inv.Reserve(ctx, "x", []inventory.Item{{Route: "r", SKU: "tee", Quantity: 1}}, "", 0)
+	_, err := inv.Reserve(ctx, "x", []inventory.Item{{Route: "r", SKU: "tee", Quantity: 1}}, "", 0)
 	t.Logf("Reserve while the replica is cut off: %v", err)
 	if !errors.Is(err, inventory.ErrNotDurable) {
 		t.Fatalf("Reserve without a replica: %v, want ErrNotDurable (unknown outcome)", err)
@@ -255,7 +145,7 @@ func TestSentinelSyncAfterUnacknowledgedReserve(t *testing.T) {
 	}
 	t.Logf("row of x before the failover: %s", rowState())
 	old := g.KillMaster()
-	_ = rc.ConfigSet(ctx, "masterauth", pw).Err()
+	_ = rc.ConfigSet(ctx, "masterauth", syncDurablePW).Err()
 	g.WaitPromoted(old, 30*time.Second)
 	g.Rejoin(old, 30*time.Second) // a replica again: writes are acknowledged again
 	waitFor(t, 20*time.Second, "n1 usable on the promoted replica", func() bool { return n1.Usable() })
@@ -318,4 +208,73 @@ func TestSentinelSyncAfterUnacknowledgedReserve(t *testing.T) {
 	if int64(conf) != lvl.Confirmed {
 		t.Errorf("PostgreSQL has %d confirmed rows, the inventory %d confirmed units", conf, lvl.Confirmed)
 	}
+}
+
+// syncDurablePW is the password of newSyncDurableEnv's group.
+const syncDurablePW = "grouppw"
+
+// newSyncDurableEnv starts what both tests share: a Sentinel group (its
+// master n1, one replica) behind durability replica with a 300 ms wait,
+// PostgreSQL, the stack with a short reservation TTL and its syncer
+// landing, and 10 units of r/tee; it returns the group, the stack, a
+// pool on the database, a context bounding the test, and a reader of order x's row state.
+func newSyncDurableEnv(t *testing.T) (*redistest.Group, *stack.Stack, *pgxpool.Pool, context.Context, func() string) {
+	t.Helper()
+	g := redistest.StartGroup(t, redistest.GroupOptions{Name: "sync-durable", Password: syncDurablePW})
+	pg := pgtest.Start(t, "")
+	cfg := config.Default()
+	n := sentinelNode(g, "")
+	n.Password = syncDurablePW
+	cfg.Nodes = map[string]config.Node{"n1": n}
+	cfg.Servers = map[string]config.Server{invServer: server(config.OnNodeDownFail, map[string][]string{"r": {"n1"}})}
+	cfg.Health = sentinelHealth
+	cfg.Inventory.ReconcileInterval = 100 * time.Millisecond
+	cfg.Inventory.ReservationTTL = 3 * time.Second
+	cfg.Inventory.Durability = config.DurabilityReplica
+	cfg.Inventory.DurabilityTimeout = 300 * time.Millisecond
+	cfg.Sync.DSN = pg.URL()
+	cfg.Sync.Listen = ""
+	cfg.Sync.PollInterval = 20 * time.Millisecond
+	cfg.Sync.SettleInterval = 100 * time.Millisecond
+	cfg.Sync.RetryBackoff = 100 * time.Millisecond
+	cfg.Sync.DecideWait = 50 * time.Millisecond
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.ValidateSync(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	t.Cleanup(cancel)
+	logger := slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	st, err := stack.Open(ctx, &cfg, stack.Options{Logger: logger})
+	if err != nil {
+		t.Fatalf("stack.Open: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	n1, _ := st.Router.Node("n1")
+	waitFor(t, 10*time.Second, "n1 usable", func() bool { return n1.Usable() })
+	sy, err := stack.OpenSync(ctx, &cfg, stack.SyncOptions{Logger: logger, Migrate: true})
+	if err != nil {
+		t.Fatalf("stack.OpenSync: %v", err)
+	}
+	sy.Syncer.Start()
+	t.Cleanup(sy.Close)
+	pool, err := pgxpool.New(ctx, pg.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	rowState := func() string {
+		var s string
+		if err := pool.QueryRow(context.Background(), `SELECT state FROM stock_movements WHERE order_id = 'x'`).Scan(&s); err != nil {
+			return "(" + err.Error() + ")"
+		}
+		return s
+	}
+
+	if _, err := st.Inventory.LoadStock(ctx, "r", "tee", 10, 0); err != nil {
+		t.Fatalf("LoadStock: %v", err)
+	}
+	return g, st, pool, ctx, rowState
 }
