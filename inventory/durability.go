@@ -217,13 +217,7 @@ func (inv *Inventory) bareWait(ctx context.Context, c *redis.Client, s *redis.Sc
 	} else {
 		ev = s.EvalSha(ctx, p, keys, args...)
 	}
-	ms := inv.cfg.DurabilityTimeout.Milliseconds()
-	var wait *redis.Cmd
-	if inv.cfg.Durability == config.DurabilityAOF {
-		wait = p.Do(ctx, "waitaof", 1, 1, ms)
-	} else {
-		wait = p.Do(ctx, "wait", 1, ms)
-	}
+	wait := inv.queueWait(ctx, p)
 	_, _ = p.Exec(ctx) // errors are on the commands
 	return ev, wait
 }
@@ -234,15 +228,19 @@ func (inv *Inventory) evalWait(ctx context.Context, c *redis.Client, s *luaScrip
 	p := c.Pipeline()
 	ev := s.cmd(ctx, a, source)
 	_ = p.Process(ctx, ev) // queued; its error is the command's after Exec
-	ms := inv.cfg.DurabilityTimeout.Milliseconds()
-	var wait *redis.Cmd
-	if inv.cfg.Durability == config.DurabilityAOF {
-		wait = p.Do(ctx, "waitaof", 1, 1, ms)
-	} else {
-		wait = p.Do(ctx, "wait", 1, ms)
-	}
+	wait := inv.queueWait(ctx, p)
 	_, _ = p.Exec(ctx) // errors are on the commands
 	return ev, wait
+}
+
+// queueWait queues the durability level's wait command on p: WAIT 1, or
+// WAITAOF 1 1, for durability_timeout.
+func (inv *Inventory) queueWait(ctx context.Context, p redis.Pipeliner) *redis.Cmd {
+	ms := inv.cfg.DurabilityTimeout.Milliseconds()
+	if inv.cfg.Durability == config.DurabilityAOF {
+		return p.Do(ctx, "waitaof", 1, 1, ms)
+	}
+	return p.Do(ctx, "wait", 1, ms)
 }
 
 // acks reads a WAIT (replicas) or WAITAOF ([local, replicas]) reply:
