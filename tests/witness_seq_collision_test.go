@@ -9,6 +9,7 @@ import (
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
 )
 
 // Two instances, W and R. W acknowledges writes on n1 past the snapshot
@@ -64,36 +65,64 @@ func TestLostWritesMaskedByAnotherInstancesWrites(t *testing.T) {
 	// R writes (its dial check finds no mark ahead of the stamp) until
 	// n1's sequence reaches what W saw acknowledged, for 12 s at most
 	// (longer than W's marks take to reach the peers).
-	deadline := time.Now().Add(12 * time.Second)
-	for i := 0; time.Now().Before(deadline) && seqAt() < acked; i++ {
+	m := maskedLoss{cfg: cfg, invR: invR, invW: invW, rW: rW, nW: nW, seqAt: seqAt, acked: acked, after: after}
+	m.rWrites(t, 12*time.Second)
+	m.check(t)
+}
+
+// maskedLoss is what the masked-loss tests share once n1 came back
+// older: W saw writes up to acked, n1 came back at after (seqAt reads its
+// sequence), R is the other instance.
+type maskedLoss struct {
+	cfg          *config.Config
+	invR, invW   *inventory.Inventory
+	rW           *router.Router
+	nW           *node.Node
+	seqAt        func() int64
+	acked, after int64
+}
+
+// rWrites has R write (its dial check finds no mark ahead of the stamp)
+// until n1's sequence reaches what W saw acknowledged, for d at most
+// (longer than W's marks take to reach the peers).
+func (m maskedLoss) rWrites(t *testing.T, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(d)
+	for i := 0; time.Now().Before(deadline) && m.seqAt() < m.acked; i++ {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := invR.Reserve(rctx, "r1-"+string(rune('a'+i%26))+string(rune('a'+i/26%26)), []inventory.Item{invItem("r", "rb", 1)}, "", 0)
+		_, err := m.invR.Reserve(rctx, "r1-"+string(rune('a'+i%26))+string(rune('a'+i/26%26)), []inventory.Item{invItem("r", "rb", 1)}, "", 0)
 		cancel()
 		if err != nil {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	now := seqAt()
-	t.Logf("n1: W saw %d acknowledged, came back at %d, R brought it to %d", acked, after, now)
-	// W writes again (its connections redial and check the stamp), then
-	// closes, leaving its marks on the peers.
+	t.Logf("n1: W saw %d acknowledged, came back at %d, R brought it to %d", m.acked, m.after, m.seqAt())
+}
+
+// check has W write again (its connections redial and check the stamp)
+// and probe n1, which must refuse it; then W closes, leaving its marks on
+// the peers, the lost reservations are counted, and a fresh instance must
+// not find n1 UP.
+func (m maskedLoss) check(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
 	for i := 0; i < 6; i++ {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, _ = invW.Reserve(rctx, "w2-"+string(rune('a'+i)), []inventory.Item{invItem("r", "rb", 1)}, "", 0)
+		_, _ = m.invW.Reserve(rctx, "w2-"+string(rune('a'+i)), []inventory.Item{invItem("r", "rb", 1)}, "", 0)
 		cancel()
 	}
-	if err := nW.Probe(ctx); err != nil && !errors.Is(err, node.ErrRolledBack) {
+	if err := m.nW.Probe(ctx); err != nil && !errors.Is(err, node.ErrRolledBack) {
 		t.Logf("W's probe: %v", err)
 	} else if err == nil {
-		t.Errorf("W's probe of n1 passes: n1 lost writes W saw acknowledged (up to %d; it came back at %d) and W cannot tell", acked, after)
+		t.Errorf("W's probe of n1 passes: n1 lost writes W saw acknowledged (up to %d; it came back at %d) and W cannot tell", m.acked, m.after)
 	}
-	invW.Close()
-	_ = rW.Close()
-	// What became of W's acknowledged reservations.
+	m.invW.Close()
+	_ = m.rW.Close()
 	lost := 0
 	for i := 0; i < 12; i++ {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := invR.Confirm(cctx, "w1-"+string(rune('a'+i)))
+		_, err := m.invR.Confirm(cctx, "w1-"+string(rune('a'+i)))
 		cancel()
 		if errors.Is(err, inventory.ErrNotFound) || errors.Is(err, inventory.ErrDataLoss) {
 			lost++
@@ -101,11 +130,10 @@ func TestLostWritesMaskedByAnotherInstancesWrites(t *testing.T) {
 		t.Logf("Confirm w1-%c (acknowledged to W): %v", 'a'+i, err)
 	}
 	t.Logf("%d of W's 12 acknowledged reservations lost with n1's writes", lost)
-	// A fresh instance, with every mark on the peers.
-	r3, _ := startRouter(t, cfg)
+	r3, _ := startRouter(t, m.cfg)
 	n3, _ := r3.Node("n1")
 	time.Sleep(500 * time.Millisecond)
 	if n3.State() == node.StateUp {
-		t.Errorf("n1 is UP for a fresh instance: the writes it lost (acknowledged to W up to %d, came back at %d) are never detected", acked, after)
+		t.Errorf("n1 is UP for a fresh instance: the writes it lost (acknowledged to W up to %d, came back at %d) are never detected", m.acked, m.after)
 	}
 }
