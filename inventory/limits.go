@@ -34,7 +34,8 @@ const keyLimitsTodo = "inv:limits:todo"
 var limitSyncScript = newScript("limit-sync", true, luaFile("limit_sync.lua"))
 
 // limitTodoScript records (ARGV 4 = "stock key", 5 = "limit:version:route")
-// or drops (ARGV 5 = "") a pending limit change. KEYS: 2 the todo hash.
+// or drops (ARGV 5 = "", 6 = the value the caller read: dropped only if the
+// field still holds it) a pending limit change. KEYS: 2 the todo hash.
 var limitTodoScript = newScript("limit-todo", true, luaFile("limit_todo.lua"))
 
 // limitVersion is the version of a limit change made now, by this
@@ -116,7 +117,7 @@ func (inv *Inventory) ConvergeLimits(ctx context.Context, name string) (int, err
 		}
 		if e1 != nil || e2 != nil || set == nil {
 			inv.log.Warn("dropping an unreadable pending limit change", "node", name, "key", key, "value", val)
-			_, _ = inv.run(ctx, n, limitTodoScript, []string{keyLimitsTodo}, key, "")
+			_, _ = inv.run(ctx, n, limitTodoScript, []string{keyLimitsTodo}, key, "", val)
 			continue
 		}
 		done := true
@@ -144,7 +145,11 @@ func (inv *Inventory) ConvergeLimits(ctx context.Context, name string) (int, err
 			left++
 			continue
 		}
-		if _, err := inv.run(ctx, n, limitTodoScript, []string{keyLimitsTodo}, key, ""); err != nil {
+		// Dropped only if it still holds the change read: a newer one
+		// recorded since (a LoadStock that missed a node while this ran)
+		// replaced it in the same field and must stay until it reaches
+		// every node (limit_todo.lua).
+		if _, err := inv.run(ctx, n, limitTodoScript, []string{keyLimitsTodo}, key, "", val); err != nil {
 			left++
 		}
 	}

@@ -1,5 +1,10 @@
 
-if ARGV[5] == '' then return redis.call('HDEL', KEYS[2], ARGV[4]) end
+if ARGV[5] == '' then
+  -- a drop names the value its caller read (ARGV 6): a newer change
+  -- recorded since, in the same field, stays (limits.go)
+  if ARGV[6] and redis.call('HGET', KEYS[2], ARGV[4]) ~= ARGV[6] then return 0 end
+  return redis.call('HDEL', KEYS[2], ARGV[4])
+end
 local cur = redis.call('HGET', KEYS[2], ARGV[4])
 if cur then
   local cl, cv = string.match(cur, '^([^:]*):([^:]*):')

@@ -1,0 +1,121 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestConvergeKeepsANewerPendingChange: a reconciler pass
+// (ConvergeLimits) reads node n1's pending limit change v1, then pauses
+// (a GC or VM pause past its node lease, a slow node) before it finishes.
+// Meanwhile a newer limit change v2 misses n2 too (n2 fails during that
+// LoadStock) and is recorded on n1 in the same field, replacing v1. The
+// paused pass resumes, sends v1 (older: a no-op where v2 is) and drops
+// the field it read: before, the drop deleted whatever the field held, so
+// v2's record went with it and no reconciler ever took v2 to n2. The
+// route then kept two limits for good: a user whose quota node is n2
+// could hold more than the limit the last LoadStock set (found by a
+// review).
+func TestConvergeKeepsANewerPendingChange(t *testing.T) {
+	e := newLimitRouteEnv(t)
+	if _, err := e.inv.LoadStock(e.ctx, "d", "t", 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	// An instance whose loads never reach n2 (it fails during the call).
+	lossy := e.faultyInstance(&hookFaults{call: func(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error) {
+		if c.Script == "load" && c.Node == "n2" {
+			return nil, errors.New("n2 unreachable (injected: the call never reached the node)")
+		}
+		return send()
+	}})
+	// The paused reconciler: its first limit-sync is held back.
+	var once sync.Once
+	held, release := make(chan struct{}), make(chan struct{})
+	paused := e.faultyInstance(&hookFaults{call: func(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error) {
+		if c.Script == "limit-sync" {
+			first := false
+			once.Do(func() { first = true; close(held) })
+			if first {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+		}
+		return send()
+	}})
+
+	// v1: limit 3 reaches n1 only; recorded on n1.
+	if _, err := lossy.LoadStock(e.ctx, "d", "t", 0, 3); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("LoadStock limit 3 with n2 failing = %v; want ErrUnavailable", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := paused.ConvergeLimits(e.ctx, "n1")
+		done <- err
+	}()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the paused pass never reached its limit-sync")
+	}
+	// v2: limit 1, again n1 only; recorded on n1 over v1.
+	time.Sleep(5 * time.Millisecond)
+	if _, err := lossy.LoadStock(e.ctx, "d", "t", 0, 1); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("LoadStock limit 1 with n2 failing = %v; want ErrUnavailable", err)
+	}
+	todo := e.clients["n1"].HGetAll(e.ctx, keyLimitsTodo).Val()
+	t.Logf("n1's pending changes before the paused pass resumes: %v", todo)
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("n1's pending changes after it: %v", e.clients["n1"].HGetAll(e.ctx, keyLimitsTodo).Val())
+
+	// Later passes of any reconciler, every node.
+	for range 3 {
+		for _, n := range []string{"n1", "n2"} {
+			if _, err := e.inv.ConvergeLimits(e.ctx, n); err != nil {
+				t.Fatalf("ConvergeLimits %s: %v", n, err)
+			}
+		}
+	}
+	limits := map[string]string{}
+	for _, n := range []string{"n1", "n2"} {
+		f, err := e.clients[n].HMGet(e.ctx, stockKey("d", "t"), "limit", "limit_ver").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		limits[n], _ = f[0].(string)
+		t.Logf("%s: limit %v, limit_ver %v", n, f[0], f[1])
+	}
+	if limits["n1"] != "1" || limits["n2"] != "1" {
+		t.Errorf("after the last LoadStock set limit 1 and the reconcilers' passes, the route's limits are %v; want 1 everywhere", limits)
+	}
+	// A user whose quota node in route d is n2.
+	set, _ := e.inv.set(e.ctx, "d")
+	user := ""
+	for i := 0; ; i++ {
+		if u := "u" + strconv.Itoa(i); quotaNode(set, u).Name() == "n2" {
+			user = u
+			break
+		}
+	}
+	var got int64
+	for i := range 3 {
+		_, err := e.inv.Reserve(e.ctx, "cv"+strconv.Itoa(i), []Item{{Route: "d", SKU: "t", Quantity: 1}}, user, time.Minute)
+		if err == nil {
+			got++
+		} else if !errors.Is(err, ErrLimitExceeded) {
+			t.Fatal(err)
+		}
+	}
+	if got > 1 {
+		t.Errorf("user %s holds %d units of d/t, whose per-user limit the last LoadStock set to 1", user, got)
+	}
+}
