@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/pgtest"
@@ -37,26 +38,7 @@ func TestSentinelSyncLandsOnlyDurableStates(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "x's part landed as pending", func() bool { return rowState() == "pending" })
 
-	// Cut the replica off its master: it cannot authenticate again, so it
-	// stays disconnected and receives nothing more.
-	master := g.Master()
-	var replica string
-	for _, s := range g.Data() {
-		if s.Addr() != master {
-			replica = s.Addr()
-		}
-	}
-	rc := g.Client(t, replica)
-	if err := rc.ConfigSet(ctx, "masterauth", "wrong").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.Do(ctx, "client", "kill", "type", "master").Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "replica link down", func() bool {
-		info, _ := g.Client(t, master).Info(ctx, "replication").Result()
-		return strings.Contains(info, "connected_slaves:0")
-	})
+	rc := cutReplica(t, ctx, g)
 
 	_, err := inv.Confirm(ctx, "x")
 	t.Logf("Confirm while the replica is cut off: %v", err)
@@ -113,26 +95,7 @@ func TestSentinelSyncAfterUnacknowledgedReserve(t *testing.T) {
 	g, st, pool, ctx, rowState := newSyncDurableEnv(t)
 	inv := st.Inventory
 	n1, _ := st.Router.Node("n1")
-	// Cut the replica off its master: it cannot authenticate again, so it
-	// stays disconnected and receives nothing more.
-	master := g.Master()
-	var replica string
-	for _, s := range g.Data() {
-		if s.Addr() != master {
-			replica = s.Addr()
-		}
-	}
-	rc := g.Client(t, replica)
-	if err := rc.ConfigSet(ctx, "masterauth", "wrong").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.Do(ctx, "client", "kill", "type", "master").Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "replica link down", func() bool {
-		info, _ := g.Client(t, master).Info(ctx, "replication").Result()
-		return strings.Contains(info, "connected_slaves:0")
-	})
+	rc := cutReplica(t, ctx, g)
 
 	_, err := inv.Reserve(ctx, "x", []inventory.Item{{Route: "r", SKU: "tee", Quantity: 1}}, "", 0)
 	t.Logf("Reserve while the replica is cut off: %v", err)
@@ -277,4 +240,30 @@ func newSyncDurableEnv(t *testing.T) (*redistest.Group, *stack.Stack, *pgxpool.P
 		t.Fatalf("LoadStock: %v", err)
 	}
 	return g, st, pool, ctx, rowState
+}
+
+// cutReplica cuts g's replica off its master: it is made unable to
+// authenticate again, so it stays disconnected and receives nothing
+// more, until the returned client of the replica sets masterauth back.
+func cutReplica(t *testing.T, ctx context.Context, g *redistest.Group) *redis.Client {
+	t.Helper()
+	master := g.Master()
+	var replica string
+	for _, s := range g.Data() {
+		if s.Addr() != master {
+			replica = s.Addr()
+		}
+	}
+	rc := g.Client(t, replica)
+	if err := rc.ConfigSet(ctx, "masterauth", "wrong").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Do(ctx, "client", "kill", "type", "master").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "replica link down", func() bool {
+		info, _ := g.Client(t, master).Info(ctx, "replication").Result()
+		return strings.Contains(info, "connected_slaves:0")
+	})
+	return rc
 }

@@ -102,23 +102,7 @@ func TestSentinelTopologyApplyLimitsSurviveFailover(t *testing.T) {
 	if n, err := mc.Wait(ctx, 1, 5*time.Second).Result(); err != nil || n < 1 {
 		t.Fatalf("n2's replica not in sync: %d, %v", n, err)
 	}
-	var replica string
-	for _, s := range g.Data() {
-		if s.Addr() != master {
-			replica = s.Addr()
-		}
-	}
-	rc := g.Client(t, replica)
-	if err := rc.ConfigSet(ctx, "masterauth", "wrong").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.Do(ctx, "client", "kill", "type", "master").Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "n2's replica link down", func() bool {
-		info, _ := mc.Info(ctx, "replication").Result()
-		return strings.Contains(info, "connected_slaves:0")
-	})
+	rc := cutReplica(t, ctx, g)
 
 	apply := func() (topology.Report, error) {
 		actx, acancel := context.WithTimeout(ctx, 30*time.Second)
