@@ -204,6 +204,9 @@ func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, order
 	token := newToken()
 	rec, err := inv.begin(ctx, home, orderID, token, digestOf(items, userID), userID, ttl)
 	if err != nil {
+		if outcomeUnknown(err) {
+			inv.releaseLease(ctx, home, orderID, token)
+		}
 		return Reservation{}, err
 	}
 	if rec.status != recBegun {
@@ -305,6 +308,23 @@ func (inv *Inventory) begin(ctx context.Context, home *node.Node, orderID, token
 			return rec, fmt.Errorf("%w: order %q: another attempt is still reserving it: %w", ErrUnavailable, orderID, ctx.Err())
 		case <-time.After(wait):
 		}
+	}
+}
+
+// releaseLease ends an attempt whose begin may have landed on the home
+// node but whose answer was lost (the caller gave up mid-call, a
+// timeout): its record would stay "reserving" under token, and every
+// retry of the order wait out inventory.attempt_lease as after a crashed
+// attempt, though this one took nothing and answered. It marks the
+// attempt failed (a no-op unless the record is this token's, reserving),
+// whatever the caller's context, so a retry begins at once. A begin that
+// lands after this (sent later by a group that had already taken it, or
+// reordered on another connection) keeps its lease, as before.
+func (inv *Inventory) releaseLease(ctx context.Context, home *node.Node, orderID, token string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	if _, err := inv.orderOp(cctx, home, orderID, opFail, token, seconds(inv.cfg.Retention)); err != nil {
+		inv.log.Debug("could not release an attempt whose begin was not answered; its lease will expire", "order", orderID, "err", err)
 	}
 }
 
