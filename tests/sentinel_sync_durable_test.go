@@ -16,6 +16,7 @@ import (
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/internal/stack"
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
 )
 
 // With durability replica, a write that no replica acknowledged has an
@@ -53,11 +54,7 @@ func TestSentinelSyncLandsOnlyDurableStates(t *testing.T) {
 	}
 	t.Logf("row of x before the failover: %s", rowState())
 
-	old := g.KillMaster()
-	_ = rc.ConfigSet(ctx, "masterauth", syncDurablePW).Err()
-	g.WaitPromoted(old, 30*time.Second)
-	g.Rejoin(old, 30*time.Second) // a replica again: writes are acknowledged again
-	waitFor(t, 20*time.Second, "n1 usable on the promoted replica", func() bool { return n1.Usable() })
+	failOverToCutReplica(t, ctx, g, rc, syncDurablePW, n1, 20*time.Second)
 
 	// The client retries its unknown Confirm, as the contract asks.
 	var final error
@@ -107,11 +104,7 @@ func TestSentinelSyncAfterUnacknowledgedReserve(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("row of x before the failover: %s", rowState())
-	old := g.KillMaster()
-	_ = rc.ConfigSet(ctx, "masterauth", syncDurablePW).Err()
-	g.WaitPromoted(old, 30*time.Second)
-	g.Rejoin(old, 30*time.Second) // a replica again: writes are acknowledged again
-	waitFor(t, 20*time.Second, "n1 usable on the promoted replica", func() bool { return n1.Usable() })
+	failOverToCutReplica(t, ctx, g, rc, syncDurablePW, n1, 20*time.Second)
 
 	// The client retries its unknown Reserve with the same id, as the
 	// contract asks, then confirms; others order too.
@@ -266,4 +259,17 @@ func cutReplica(t *testing.T, ctx context.Context, g *redistest.Group) *redis.Cl
 		return strings.Contains(info, "connected_slaves:0")
 	})
 	return rc
+}
+
+// failOverToCutReplica kills g's master so the sentinels promote the
+// replica cutReplica cut off (rc, which gets masterauth pw back), brings
+// the old master back as a replica (writes are acknowledged again), and
+// waits up to wait for n to be usable on the promoted replica.
+func failOverToCutReplica(t *testing.T, ctx context.Context, g *redistest.Group, rc *redis.Client, pw string, n *node.Node, wait time.Duration) {
+	t.Helper()
+	old := g.KillMaster()
+	_ = rc.ConfigSet(ctx, "masterauth", pw).Err()
+	g.WaitPromoted(old, 30*time.Second)
+	g.Rejoin(old, 30*time.Second)
+	waitFor(t, wait, n.Name()+" usable on the promoted replica", func() bool { return n.Usable() })
 }

@@ -116,11 +116,7 @@ func TestSentinelTopologyApplyLimitsSurviveFailover(t *testing.T) {
 
 	// n2's master dies; the replica, which never received what the apply
 	// wrote, is promoted.
-	old := g.KillMaster()
-	_ = rc.ConfigSet(ctx, "masterauth", pw).Err()
-	g.WaitPromoted(old, 30*time.Second)
-	g.Rejoin(old, 30*time.Second)
-	waitFor(t, 30*time.Second, "n2 usable on the promoted replica", func() bool { return n2.Usable() })
+	failOverToCutReplica(t, ctx, g, rc, pw, n2, 30*time.Second)
 
 	// The operator runs the apply again until it reports the topology
 	// applied (a no-op, or it brings n2 forward, or it applies it).
