@@ -190,14 +190,13 @@ func readStaging(ctx context.Context, n *node.Node, id string) (rec orderRecord,
 	return rec, true, nil
 }
 
-// moveCounters transfers quota counters whose home moved and leaving
-// nodes' stock. It returns how many could not move yet because pending
-// parts still count them.
+// moveCounters transfers quota counters whose home moved and the stock
+// of every node that leaves a route (the server, or only that route: a
+// node that stays for another route is no node of this one any more, so
+// no instance takes or loads the route's stock there, and units left on
+// it would be stranded). It returns how many could not move yet because
+// pending parts still count them.
 func (a *migrator) moveCounters(ctx context.Context) (busy int, err error) {
-	leaving := map[string]bool{}
-	for _, n := range a.c.Left {
-		leaving[n] = true
-	}
 	for route, oldMs := range a.c.From.Routes {
 		newMs, ok := a.c.To.Routes[route]
 		if !ok {
@@ -211,6 +210,10 @@ func (a *migrator) moveCounters(ctx context.Context) (busy int, err error) {
 		if sameMembers(oldMs, newMs) {
 			continue
 		}
+		stays := map[string]bool{}
+		for _, m := range newMs {
+			stays[m.Name] = true
+		}
 		for _, m := range oldMs {
 			n, err := a.node(m.Name)
 			if err != nil {
@@ -221,7 +224,7 @@ func (a *migrator) moveCounters(ctx context.Context) (busy int, err error) {
 				return 0, err
 			}
 			busy += b
-			if leaving[m.Name] {
+			if !stays[m.Name] {
 				b, err := a.moveStock(ctx, route, n, ring)
 				if err != nil {
 					return 0, err
@@ -260,7 +263,7 @@ func (a *migrator) moveQuotas(ctx context.Context, route string, n *node.Node, r
 		if err != nil {
 			return 0, err
 		}
-		moved, err := a.inv.transfer(ctx, xferQuota, xferID(a.c.Epoch, xferQuota, k), k, n, dst)
+		moved, err := a.inv.transfer(ctx, xferQuota, xferID(a.c.Epoch, xferQuota, n.Name(), k), k, n, dst)
 		if err != nil {
 			return 0, fmt.Errorf("moving %s from %s to %s: %w", k, n.Name(), home, err)
 		}
@@ -282,7 +285,7 @@ func (a *migrator) moveStock(ctx context.Context, route string, n *node.Node, ri
 		if err != nil {
 			return 0, err
 		}
-		moved, err := a.inv.transfer(ctx, xferStock, xferID(a.c.Epoch, xferStock, k), k, n, dst)
+		moved, err := a.inv.transfer(ctx, xferStock, xferID(a.c.Epoch, xferStock, n.Name(), k), k, n, dst)
 		if errors.Is(err, errXferBusy) {
 			busy++
 			continue

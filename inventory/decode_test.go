@@ -34,7 +34,7 @@ func TestParseKeyReadsTheConstructors(t *testing.T) {
 		{keyStuckWhy, KeyStuckWhy, ""},
 		{keyStuckRetry, KeyStuckRetry, ""},
 		{keyLimitsTodo, KeyLimitsTodo, ""},
-		{xferKey(xferID(3, xferStock, stockKey("r", "x"))), KeyTransfer, "3|stock|inv:stock:r:x"},
+		{xferKey(xferID(3, xferStock, "n3", stockKey("r", "x"))), KeyTransfer, "3|stock|n3|inv:stock:r:x"},
 		{xferMarkerKey("3|quota|k"), KeyTransferMarker, "3|quota|k"},
 	} {
 		kind, rest := ParseKey(c.key)

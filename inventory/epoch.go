@@ -72,8 +72,9 @@ import (
 // reserve; it can only fall, since nothing takes quota there any more).
 //
 // Stock needs no move: a joining node starts empty (load stock onto it);
-// a leaving node's counters are transferred to its route's home of the
-// SKU by the same transfer records.
+// a node's counters of a route it leaves (leaving the server, or that
+// route only) are transferred to the route's home of the SKU by the same
+// transfer records.
 
 // view is an immutable snapshot of what an instance acts on: the epoch
 // token and the placement of the applied topology (served.go).

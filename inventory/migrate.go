@@ -244,8 +244,8 @@ func (inv *Inventory) quotaElsewhere(ctx context.Context, v *view, route, sku, u
 }
 
 // Transfers move counters between nodes exactly once. A transfer is
-// named by its id (xferID: the epoch, the kind and the counter key) and
-// goes through three states, each entered by one script:
+// named by its id (xferID: the epoch, the kind, the source node and the
+// counter key) and goes through three states, each entered by one script:
 //
 //	(none) ──out──▶ recorded ──in──▶ applied ──done──▶ finished
 //
@@ -373,7 +373,12 @@ func (inv *Inventory) transfer(ctx context.Context, kind xferKind, id, key strin
 	return v[0], nil
 }
 
-// xferID names the transfer of key at an epoch.
-func xferID(epoch int64, kind xferKind, key string) string {
-	return strconv.FormatInt(epoch, 10) + "|" + string(kind) + "|" + key
+// xferID names the transfer of key off the node named src at an epoch.
+// The source is part of it: the nodes of a route each hold the route's
+// stock hash under the same key, and two of them leaving in one apply
+// transfer it to the same destination, whose marker of the first would
+// otherwise turn the second's in into a no-op before its done subtracted
+// the units on its source (lost).
+func xferID(epoch int64, kind xferKind, src, key string) string {
+	return strconv.FormatInt(epoch, 10) + "|" + string(kind) + "|" + src + "|" + key
 }

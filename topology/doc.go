@@ -72,9 +72,10 @@
 //     waits or [Options.Wait] passes): every order record whose home moved
 //     is moved; every record still staging is decided at its new home;
 //     every quota counter whose home moved and that no pending part still
-//     counts is transferred exactly once; a leaving node's stock is
-//     transferred once it holds no reserved units; the leaving nodes'
-//     pending parts are settled after their deadlines. The inventory
+//     counts is transferred exactly once; the stock of a node leaving a
+//     route (the server, or that route only) is transferred once it holds
+//     no reserved units; the leaving nodes' pending parts are settled
+//     after their deadlines. The inventory
 //     package's epoch.go and migrate.go say why each move is safe.
 //  4. Stable: phase stable on every node. Instances stop consulting the
 //     previous topology. Written only once step 3 ran to its end in this
