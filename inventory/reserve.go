@@ -45,7 +45,10 @@ type Reservation struct {
 	// Receipts has one entry per part of stock taken, in item order.
 	Receipts []Receipt
 	// Deadline is when an unconfirmed reservation expires, by the order
-	// home node's clock.
+	// home node's clock. The hold counts from when the attempt began on
+	// the home, so a Reserve slowed past its ttl (a paused caller, a retry
+	// of an order reserved long before) may return a Deadline already
+	// past: a Confirm then answers ErrExpired.
 	Deadline time.Time
 	// TTL is the hold time applied: the ttl asked for, or
 	// inventory.reservation_ttl for 0, capped by max_reservation_ttl. A

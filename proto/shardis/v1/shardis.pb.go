@@ -850,7 +850,11 @@ type ReserveResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	OrderId  string                 `protobuf:"bytes,1,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
 	Receipts []*Receipt             `protobuf:"bytes,2,rep,name=receipts,proto3" json:"receipts,omitempty"`
-	// Unix milliseconds after which an unconfirmed reservation expires.
+	// Unix milliseconds after which an unconfirmed reservation expires (the
+	// order home node's clock). The hold counts from when the attempt began,
+	// so a Reserve slowed past its ttl (a paused service, a retry of an
+	// order reserved long before) may answer a deadline already past: a
+	// Confirm then fails with FAILED_PRECONDITION, "reservation expired".
 	DeadlineUnixMs int64 `protobuf:"varint,3,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"`
 	// The hold time applied, in seconds: the request's ttl_seconds, or
 	// inventory.reservation_ttl when it gave none, capped by
