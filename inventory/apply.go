@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/node"
@@ -163,9 +162,12 @@ func scan(ctx context.Context, n *node.Node, pattern string) ([]string, error) {
 	return out, nil
 }
 
-// limitSetScript writes a per-user limit onto a stock hash of a node that
-// may not be at any epoch yet (a joining node). KEYS: 1 stamp, 2 stock
-// hash. ARGV: 1 node name, 2 limit. Replies "ok".
+// limitSetScript writes a per-user limit and its version onto a stock
+// hash of a node that may not be at any epoch yet (a joining node), unless
+// the node holds a newer version (limit_sync.lua's rule: a change made at
+// the new epoch reached it) or that limit at that version. KEYS: 1 stamp,
+// 2 stock hash. ARGV: 1 node name, 2 limit, 3 version. Replies "ok"
+// (written) or "kept".
 //
 // It runs outside the prelude and runner of lua.go, and must: copyLimits
 // runs before bump moves the joining nodes to the new epoch, when such a
@@ -179,9 +181,18 @@ func scan(ctx context.Context, n *node.Node, pattern string) ([]string, error) {
 var limitSetScript = newBareScript("limit-set", identityLua+luaFile("limit_set.lua"))
 
 // CopyLimits implements [topology.Driver]: members that join a route get
-// the route's per-user limits before any instance can take quota on them,
-// the smallest positive limit the old members hold for each SKU (0 only
-// when all say 0).
+// the route's per-user limits before any instance can take quota on them:
+// for each SKU, the limit of the newest version the old members hold (the
+// smallest positive one of that version, 0 only when all say 0), with its
+// version, unless the joining node holds a newer one. The apply calls it
+// before its first bump and again once every old node is bumped: until
+// then an instance of the old topology may change a limit on the route's
+// old members (a LoadStock that answers success), which the first copy
+// missed, and a joining node kept the limit from before the change for
+// good (no record of it is left for ConvergeLimits), so a user whose
+// quota node it is could pass the changed limit. Once the old nodes are
+// bumped no old instance changes them, and a change of the new topology
+// carries a newer version, which the second copy keeps.
 func (a *migrator) CopyLimits(ctx context.Context, c topology.Change) (copied int, err error) {
 	for route, ms := range c.To.Routes {
 		old := map[string]bool{}
@@ -212,10 +223,14 @@ func (a *migrator) CopyLimits(ctx context.Context, c topology.Change) (copied in
 	return copied, nil
 }
 
+// versionedLimit is a per-user limit and the version of its change.
+type versionedLimit struct{ limit, ver int64 }
+
 // routeLimits reads the per-user limit of every stock hash of route on the
-// members old: per hash, the smallest positive one (0 only when all say 0).
-func (a *migrator) routeLimits(ctx context.Context, route string, old map[string]bool) (map[string]int64, error) {
-	limits := map[string]int64{}
+// members old: per hash, the newest version's, and of that version the
+// smallest positive one (0 only when all say 0).
+func (a *migrator) routeLimits(ctx context.Context, route string, old map[string]bool) (map[string]versionedLimit, error) {
+	limits := map[string]versionedLimit{}
 	for name := range old {
 		n, err := a.node(name)
 		if err != nil {
@@ -226,11 +241,22 @@ func (a *migrator) routeLimits(ctx context.Context, route string, old map[string
 			return nil, err
 		}
 		for _, k := range keys {
-			v, err := n.Client().HGet(ctx, k, "limit").Int64()
-			if err != nil && err != redis.Nil {
-				return nil, fmt.Errorf("%w: node %s: %s limit: %v", ErrCorrupt, name, k, err)
+			got, err := n.Client().HMGet(ctx, k, "limit", "limit_ver").Result()
+			if err != nil {
+				return nil, fmt.Errorf("%w: node %s: %s limit: %v", ErrUnavailable, name, k, err)
 			}
-			if cur, ok := limits[k]; !ok || (v > 0 && (cur == 0 || v < cur)) {
+			var v versionedLimit
+			for i, p := range []*int64{&v.limit, &v.ver} {
+				if got[i] == nil {
+					continue
+				}
+				s, _ := got[i].(string)
+				if *p, err = strconv.ParseInt(s, 10, 64); err != nil {
+					return nil, fmt.Errorf("%w: node %s: %s limit: %v", ErrCorrupt, name, k, err)
+				}
+			}
+			cur, ok := limits[k]
+			if !ok || v.ver > cur.ver || (v.ver == cur.ver && v.limit > 0 && (cur.limit == 0 || v.limit < cur.limit)) {
 				limits[k] = v
 			}
 		}
@@ -239,16 +265,20 @@ func (a *migrator) routeLimits(ctx context.Context, route string, old map[string
 }
 
 // setLimits writes limits (stock hash → limit) onto the joining node name
-// and returns how many it wrote.
-func (a *migrator) setLimits(ctx context.Context, name string, limits map[string]int64) (set int, err error) {
+// and returns how many it wrote (those the node held already, or held at
+// a newer version, are not written).
+func (a *migrator) setLimits(ctx context.Context, name string, limits map[string]versionedLimit) (set int, err error) {
 	n, err := a.node(name)
 	if err != nil {
 		return 0, err
 	}
 	for k, v := range limits {
-		reply, err := a.inv.runBare(ctx, n, limitSetScript, "limit-set", []string{stampKey, k}, name, v)
+		reply, err := a.inv.runBare(ctx, n, limitSetScript, "limit-set", []string{stampKey, k}, name, v.limit, v.ver)
 		if err != nil {
 			return set, nodeErr(n, err)
+		}
+		if reply == "kept" {
+			continue
 		}
 		r := newReplyReader(name, "limit-set")
 		if r.word(reply, "ok"); r.err != nil {

@@ -163,7 +163,10 @@ type Driver interface {
 	Retire(ctx context.Context, c Change, nodes []string) (Retirement, error)
 	// CopyLimits gives the members that join a route of c.To the route's
 	// per-user limits, before any instance can take quota on them, and
-	// returns how many it wrote. Writing a limit again is harmless.
+	// returns how many it wrote. Writing a limit again is harmless, and
+	// never replaces a newer change of the new topology's: it is called
+	// before an apply's first bump and again once the old nodes are
+	// bumped (a limit changed by an old instance in between).
 	CopyLimits(ctx context.Context, c Change) (int, error)
 	// Relocate runs the first part of step 3 at c.Token: it moves every
 	// order record whose home moved and decides every record still
@@ -260,7 +263,7 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 	if err := a.retire(ctx, tok, Union(cur.Current.Nodes(), a.to.Nodes())); err != nil {
 		return a.rep, err
 	}
-	if a.rep.LimitsCopied, err = a.d.CopyLimits(ctx, a.change(tok)); err != nil {
+	if err := a.copyLimits(ctx, tok); err != nil {
 		return a.rep, err
 	}
 	if err := a.bump(ctx, recs, cur.Token, tok, cur.Epoch+1, cur.Current); err != nil {
@@ -403,9 +406,21 @@ func attemptOf(recs map[string]Record, cur Record) (string, error) {
 // order too, an apply whose joining node sorts first bumped it, and the
 // other apply then finished without it, leaving it migrating at a token
 // no rerun could finish (a review found it).
+//
+// Once prev's nodes are at tok, before the joining ones, it has the
+// driver copy the per-user limits onto the members that join a route
+// again (Driver.CopyLimits): an instance of prev may have changed one on
+// the route's old members since the copy before the first bump (its
+// LoadStock answered success), and no one can once they are all bumped.
 func (a *applier) bump(ctx context.Context, recs map[string]Record, from, tok string, epoch int64, prev Topology) error {
 	joining, _ := joinedLeft(prev, a.to)
-	for _, name := range append(prev.Nodes(), joining...) {
+	olds := len(prev.Nodes())
+	for i, name := range append(prev.Nodes(), joining...) {
+		if i == olds {
+			if err := a.copyLimits(ctx, tok); err != nil {
+				return err
+			}
+		}
 		rec := recs[name]
 		if rec.Token == tok {
 			continue
@@ -431,7 +446,19 @@ func (a *applier) bump(ctx context.Context, recs map[string]Record, from, tok st
 			}
 		}
 	}
+	if len(joining) == 0 {
+		return a.copyLimits(ctx, tok)
+	}
 	return nil
+}
+
+// copyLimits has the driver copy the routes' per-user limits onto the
+// members that join a route (Driver.CopyLimits) for the move to tok, and
+// counts them in the report.
+func (a *applier) copyLimits(ctx context.Context, tok string) error {
+	n, err := a.d.CopyLimits(ctx, a.change(tok))
+	a.rep.LimitsCopied += n
+	return err
 }
 
 // current reads every node of the new topology and of the nodes'

@@ -26,13 +26,14 @@ type fakeDriver struct {
 	pending      map[string]int
 	stable       bool            // Relocate reports the nodes finished step 3
 	gone         map[string]bool // nodes not configured: Read and Write fail
-	copied       int
-	retired      int        // what Retire reports
-	retires      int        // Retire's calls
-	retiredOn    [][]string // the nodes of each Retire call
-	reinstalled  int        // what Retire reports it put back
-	retireChange Change     // the change of the last Retire call
-	attempts     []string   // the attempt of each Retire call's change
+	copied       int             // what the first CopyLimits call reports (a copy again writes nothing new)
+	copiesAt     []int           // len(writes) at each CopyLimits call
+	retired      int             // what Retire reports
+	retires      int             // Retire's calls
+	retiredOn    [][]string      // the nodes of each Retire call
+	reinstalled  int             // what Retire reports it put back
+	retireChange Change          // the change of the last Retire call
+	attempts     []string        // the attempt of each Retire call's change
 	lastSeen     Change
 }
 
@@ -94,7 +95,10 @@ func (f *fakeDriver) Retire(_ context.Context, c Change, nodes []string) (Retire
 
 func (f *fakeDriver) CopyLimits(_ context.Context, c Change) (int, error) {
 	f.lastSeen = c
-	return f.copied, nil
+	f.copiesAt = append(f.copiesAt, len(f.writes))
+	n := f.copied
+	f.copied = 0
+	return n, nil
 }
 
 func (f *fakeDriver) Relocate(_ context.Context, c Change) (Moved, bool, error) {
@@ -168,6 +172,11 @@ func TestApplyAddsNode(t *testing.T) {
 	}
 	if f.passes != 2 || f.lastSeen.Token != tok || f.lastSeen.Epoch != 2 {
 		t.Fatalf("passes = %d, change = %+v", f.passes, f.lastSeen)
+	}
+	// the limits are copied before the first bump, and again once the old
+	// nodes n1 and n2 are bumped, before the joining n3
+	if !reflect.DeepEqual(f.copiesAt, []int{0, 2}) {
+		t.Fatalf("CopyLimits called after %v writes, want [0 2]", f.copiesAt)
 	}
 	rep, err = apply(t, f, Options{To: three})
 	if err != nil || !rep.AlreadyApplied || len(f.writes) != len(want) {

@@ -67,7 +67,10 @@
 //     "E+1:fp(new)" with prev = the old topology and phase migrating. From
 //     the first node bumped, old-configuration instances are refused
 //     there; an order that spans nodes at both epochs fails cleanly (no
-//     part is taken at the wrong epoch).
+//     part is taken at the wrong epoch). Once the old nodes are bumped,
+//     before the joining ones, the limits are copied again: an old
+//     instance could change one on the old nodes until their bump (a copy
+//     never replaces a newer version, a change of the new topology).
 //  3. Migrate ([Driver.Relocate], then [Driver.MoveCounters] until nothing
 //     waits or [Options.Wait] passes): every order record whose home moved
 //     is moved; every record still staging is decided at its new home;
