@@ -224,7 +224,7 @@ func (a *migrator) moveCounters(ctx context.Context) (busy int, err error) {
 				return 0, err
 			}
 			busy += b
-			if !stays[m.Name] {
+			if a.leaves(m.Name, stays) {
 				b, err := a.moveStock(ctx, route, n, ring)
 				if err != nil {
 					return 0, err
@@ -234,6 +234,26 @@ func (a *migrator) moveCounters(ctx context.Context) (busy int, err error) {
 		}
 	}
 	return busy, nil
+}
+
+// leaves reports whether the node named moves its stock of a route whose
+// new members are stays: whether it is not one of them.
+// [MutationStockLeftOnly] (test-only, faults.go) asks whether it leaves
+// the server instead.
+func (a *migrator) leaves(name string, stays map[string]bool) bool {
+	if a.inv.mutated(MutationStockLeftOnly) {
+		return slices.Contains(a.c.Left, name)
+	}
+	return !stays[name]
+}
+
+// xferSrc is the source of a transfer off n as its id names it: n's name,
+// or none under [MutationXferNoSource] (test-only, faults.go).
+func (a *migrator) xferSrc(n *node.Node) string {
+	if a.inv.mutated(MutationXferNoSource) {
+		return ""
+	}
+	return n.Name()
 }
 
 func (a *migrator) moveQuotas(ctx context.Context, route string, n *node.Node, ring *router.Ring) (busy int, err error) {
@@ -263,7 +283,7 @@ func (a *migrator) moveQuotas(ctx context.Context, route string, n *node.Node, r
 		if err != nil {
 			return 0, err
 		}
-		moved, err := a.inv.transfer(ctx, xferQuota, xferID(a.c.Epoch, xferQuota, n.Name(), k), k, n, dst)
+		moved, err := a.inv.transfer(ctx, xferQuota, xferID(a.c.Epoch, xferQuota, a.xferSrc(n), k), k, n, dst)
 		if err != nil {
 			return 0, fmt.Errorf("moving %s from %s to %s: %w", k, n.Name(), home, err)
 		}
@@ -285,7 +305,7 @@ func (a *migrator) moveStock(ctx context.Context, route string, n *node.Node, ri
 		if err != nil {
 			return 0, err
 		}
-		moved, err := a.inv.transfer(ctx, xferStock, xferID(a.c.Epoch, xferStock, n.Name(), k), k, n, dst)
+		moved, err := a.inv.transfer(ctx, xferStock, xferID(a.c.Epoch, xferStock, a.xferSrc(n), k), k, n, dst)
 		if errors.Is(err, errXferBusy) {
 			busy++
 			continue

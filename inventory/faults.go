@@ -151,6 +151,18 @@ const (
 	// taken before the limit was set or lowered, so that attempt's stage
 	// lands and reserves the order the refusal answered for.
 	MutationLimitUnfenced Mutation = "limit-unfenced"
+	// MutationStockLeftOnly: topology apply moves the stock of a route
+	// only off the nodes that leave the server (Change.Left), not off a
+	// node that leaves the route but stays for another one
+	// (apply_migrate.go, moveCounters), which keeps the route's units
+	// for good, out of every instance's reach (fixed in 4dd7130).
+	MutationStockLeftOnly Mutation = "stock-left-only"
+	// MutationXferNoSource: a transfer's id names no source node
+	// (migrate.go, xferID), so two nodes leaving one route in one apply
+	// send the same stock key to the same home under one id, and the
+	// first's applied marker turns the second's in into a no-op before
+	// its done takes the units off its source: lost (fixed in 4dd7130).
+	MutationXferNoSource Mutation = "xfer-no-source"
 )
 
 // Mutator is implemented by a [Faults] that re-introduces mutations.

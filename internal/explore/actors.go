@@ -57,6 +57,9 @@ type observed struct {
 	// bugs are the schedule's mutations, for the heal's applies
 	// (heal.go, codeBugs); set before the actors start.
 	bugs codeBugs
+	// shrink says the topology actor's second apply goes to T2
+	// (Options.Shrink), and so does the heal's last one.
+	shrink bool
 	// died is told every Reserve's error (Scheduler.Died): an attempt
 	// stopped at a fan-out crash point kills its actor only on return.
 	died func(ctx context.Context, err error)
@@ -313,6 +316,9 @@ type topologyPlan struct {
 	moved     orderPlan
 	movedHome string
 	decide    decision
+	// shrink (Options.Shrink): the second apply goes to T2, not back to
+	// T0: n4 leaves the server and n3 route c only, both in one apply.
+	shrink bool
 }
 
 // topology is the membership actor: topology apply adds n4 (T1); once
@@ -322,43 +328,69 @@ type topologyPlan struct {
 // with o4's reservation and n4's stock to move or decide. Each apply
 // first waits the picks plan draws for it. With a moved order
 // (plan.decide; moved.go) the actor reserves it before the apply of T1
-// and decides it at T1, so the removal carries its decision back.
+// and decides it at T1, so the removal carries its decision back. With
+// plan.shrink the removal goes to T2 instead: n4 leaves the server and
+// n3 leaves route c but stays for route d, so c's units on both (and the
+// parts of c's orders on n3, which the new instances' reconcilers settle:
+// no apply settles a node that stays) move to c's new nodes.
 func (w *World) topology(o *observed, s *Scheduler, who string, plan topologyPlan) func(ctx context.Context) {
 	return func(ctx context.Context) {
-		for _, step := range []struct{ to, from string }{{"T1", "T0"}, {"T0", "T1"}} {
+		back := "T0" // the second apply's topology
+		if plan.shrink {
+			back = "T2"
+		}
+		for _, to := range []string{"T1", back} {
 			picks := plan.before
-			if step.to == "T0" {
+			if to != "T1" {
 				picks = plan.between
 			}
 			for range picks {
 				_ = s.Step(ctx, who+" waits", func() error { return nil })
 			}
-			if step.to == "T1" && plan.decide != decideNone {
+			if to == "T1" && plan.decide != decideNone {
 				w.reserveMoved(ctx, o, s, plan.moved)
-			}
-			to, from := w.cfg1, w.cfg0
-			if step.to == "T0" {
-				to, from = w.cfg0, w.cfg1
 			}
 			// The removal waits past o4's deadline (its parts on n4 hold
 			// the stock there until they settle), so it moves n4's stock
 			// itself, under the schedule's faults.
-			wait := 300 * time.Millisecond
-			if step.to == "T0" {
-				wait = 2 * time.Second
+			wait, from := 2*time.Second, w.cfg1
+			if to == "T1" {
+				wait, from = 300*time.Millisecond, w.cfg0
 			}
-			rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: to, From: from, Wait: wait,
+			rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: w.config(to), From: from, Wait: wait,
 				Logger: discard, Faults: s})
 			o.applied(rep)
-			o.note(who, fmt.Sprintf("topology apply %s (phase %s)", step.to, rep.Phase), err)
+			o.note(who, fmt.Sprintf("topology apply %s (phase %s)", to, rep.Phase), err)
 			if err != nil {
 				return
 			}
-			if step.to == "T1" {
+			if to == "T1" {
 				w.atT1(ctx, o, s, plan, rep.Phase == topology.PhaseStable)
+			}
+			if to == "T2" && rep.Phase == topology.PhaseMigrating {
+				w.rerunT2(ctx, o, s, who)
 			}
 		}
 	}
+}
+
+// rerunT2 is the operator's rerun of an apply of T2 that ended migrating:
+// c's parts on n3, which stays in the server, hold c's stock there, and
+// no apply settles the parts of a node that stays. An instance of T1 (it
+// names every node of T1 and T2, as the instances running during a
+// removal do) reconciles them, as a client of the topology actor's own (a
+// sub-actor, with its own fates), while the apply of T2 runs again and
+// moves the stock once they settled.
+func (w *World) rerunT2(ctx context.Context, o *observed, s *Scheduler, who string) {
+	inv := w.instance(ctx, o, s, w.cfg1, "T1")
+	if inv == nil {
+		return
+	}
+	s.Sub(ctx, "recon@T1", o.reconcile(inv, "recon@T1", 2))
+	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: w.cfg2, From: w.cfg1, Wait: 2 * time.Second,
+		Logger: discard, Faults: s})
+	o.applied(rep)
+	o.note(who, fmt.Sprintf("topology apply T2 again (phase %s)", rep.Phase), err)
 }
 
 // atT1 makes an instance of T1 once the apply of T1 returned without an

@@ -22,6 +22,10 @@ import (
 //     = loaded, none negative, reserved and confirmed equal to what the
 //     node's pending and confirmed parts hold, and the SKU's total loaded
 //     what the schedule loaded;
+//   - no stock stranded: a node that does not serve a SKU's route at the
+//     topology the schedule ends at holds none of its units (the apply
+//     that took it off the route moved them, whether it left the server
+//     or only the route: checkStranded);
 //   - quota counters equal what their parts hold, and no user above the
 //     per-user limit;
 //   - no part settled twice (the counters above would drift) or against
@@ -164,9 +168,17 @@ func atoi(s string) int64 {
 	return n
 }
 
+// topoView is what the checks weigh of the schedule's topologies: the
+// routes of the one it ended at (checkStranded), and split, the routes a
+// node left while it stayed in the server (splitRoutes).
+type topoView struct {
+	routes map[string][]string
+	split  map[string]bool
+}
+
 // check runs every check; it returns the violations found and those it
 // excused (lossView).
-func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.Homes, loss lossView) (found, excused []string) {
+func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.Homes, topo topoView, loss lossView) (found, excused []string) {
 	v := &violations{exposed: loss.exposed, records: loss.records}
 	lostRoutes := loss.lostRoutes
 	for _, name := range allNodes {
@@ -174,15 +186,20 @@ func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.H
 			v.add("bad-record", "node %s: %s", name, b)
 		}
 	}
-	checkStock(v, st, obs, lostRoutes)
-	checkQuota(v, st, lostRoutes)
+	checkStock(v, st, obs, lostRoutes, topo.split)
+	checkStranded(v, st, topo.routes, lostRoutes)
+	checkQuota(v, st, lostRoutes, topo.split)
 	checkOrders(v, st, obs, orders, homes, loss.resurrected)
 	checkQuiet(v, st)
 	return v.list, v.excused
 }
 
-func checkStock(v *violations, st *worldState, obs *observed, lostRoutes map[string]bool) {
-	type sums struct{ pending, confirmed int64 }
+// checkStock holds each SKU's counters against its parts and loads. On
+// a route in split (a node left it while it stayed in the server:
+// splitRoutes) a node's confirmed count is held against its confirmed
+// parts over all nodes only: the apply moved the leaving node's confirmed
+// count with its stock, and its confirmed parts, final, stayed there.
+func checkStock(v *violations, st *worldState, obs *observed, lostRoutes, split map[string]bool) {
 	for _, k := range skus {
 		key := inventory.StockKey(k.Route, k.SKU)
 		obs.mu.Lock()
@@ -191,54 +208,108 @@ func checkStock(v *violations, st *worldState, obs *observed, lostRoutes map[str
 		if lostRoutes[k.Route] {
 			extra = -1
 		}
-		var total, loaded int64
+		var sum stockSums
 		for _, name := range allNodes {
-			ns := st.nodes[name]
-			var s sums
-			for _, p := range ns.parts {
-				if p.Kind != inventory.PartStock || p.Counter != key {
-					continue
-				}
-				switch p.State {
-				case inventory.PartPending:
-					s.pending += p.Qty
-				case inventory.PartConfirmed:
-					s.confirmed += p.Qty
-				}
-			}
-			f, ok := ns.stock[key]
-			if !ok {
-				if s.pending != 0 || s.confirmed != 0 {
-					v.add("stock-vs-parts", "%s on %s: no counters, its parts hold %d pending and %d confirmed", key, name, s.pending, s.confirmed)
-				}
-				continue
-			}
-			a, r, c, l := atoi(f["available"]), atoi(f["reserved"]), atoi(f["confirmed"]), atoi(f["loaded"])
-			if a < 0 || r < 0 || c < 0 || l < 0 {
-				v.add("stock-negative", "%s on %s: available %d reserved %d confirmed %d loaded %d", key, name, a, r, c, l)
-			}
-			if a+r+c != l {
-				v.add("stock-conserved", "%s on %s: available %d + reserved %d + confirmed %d = %d, loaded %d", key, name, a, r, c, a+r+c, l)
-			}
-			if r != s.pending || c != s.confirmed {
-				v.add("settled-twice", "%s on %s: reserved %d confirmed %d, but its parts hold %d pending and %d confirmed",
-					key, name, r, c, s.pending, s.confirmed)
-			}
-			total += a + r + c
-			loaded += l
+			sum.add(checkNodeStock(v, st.nodes[name], key, split[k.Route]))
+		}
+		if split[k.Route] && sum.confirmed != sum.partsConfirmed {
+			v.add("settled-twice", "%s: confirmed %d over all nodes, but its parts hold %d confirmed", key, sum.confirmed, sum.partsConfirmed)
 		}
 		switch want := stockPerSKU + extra; {
 		case extra < 0:
-			if total != loaded {
-				v.add("stock-conserved", "%s: %d units over all nodes, %d loaded", key, total, loaded)
+			if sum.total != sum.loaded {
+				v.add("stock-conserved", "%s: %d units over all nodes, %d loaded", key, sum.total, sum.loaded)
 			}
-		case total != want || loaded != want:
-			v.add("stock-conserved", "%s: %d units and %d loaded over all nodes, the schedule loaded %d", key, total, loaded, want)
+		case sum.total != want || sum.loaded != want:
+			v.add("stock-conserved", "%s: %d units and %d loaded over all nodes, the schedule loaded %d", key, sum.total, sum.loaded, want)
 		}
 	}
 }
 
-func checkQuota(v *violations, st *worldState, lostRoutes map[string]bool) {
+// stockSums is what checkNodeStock read of one SKU on one node, or,
+// added up, on all of them.
+type stockSums struct{ total, loaded, confirmed, partsConfirmed int64 }
+
+func (s *stockSums) add(o stockSums) {
+	s.total += o.total
+	s.loaded += o.loaded
+	s.confirmed += o.confirmed
+	s.partsConfirmed += o.partsConfirmed
+}
+
+// checkNodeStock checks the stock counters of key on ns against its parts
+// there (their confirmed counts only unless split: checkStock).
+func checkNodeStock(v *violations, ns *nodeState, key string, split bool) stockSums {
+	var pending, confirmed int64
+	for _, p := range ns.parts {
+		if p.Kind != inventory.PartStock || p.Counter != key {
+			continue
+		}
+		switch p.State {
+		case inventory.PartPending:
+			pending += p.Qty
+		case inventory.PartConfirmed:
+			confirmed += p.Qty
+		}
+	}
+	f, ok := ns.stock[key]
+	if !ok {
+		if pending != 0 || (confirmed != 0 && !split) {
+			v.add("stock-vs-parts", "%s on %s: no counters, its parts hold %d pending and %d confirmed", key, ns.name, pending, confirmed)
+		}
+		return stockSums{partsConfirmed: confirmed}
+	}
+	a, r, c, l := atoi(f["available"]), atoi(f["reserved"]), atoi(f["confirmed"]), atoi(f["loaded"])
+	if a < 0 || r < 0 || c < 0 || l < 0 {
+		v.add("stock-negative", "%s on %s: available %d reserved %d confirmed %d loaded %d", key, ns.name, a, r, c, l)
+	}
+	if a+r+c != l {
+		v.add("stock-conserved", "%s on %s: available %d + reserved %d + confirmed %d = %d, loaded %d", key, ns.name, a, r, c, a+r+c, l)
+	}
+	if r != pending || (c != confirmed && !split) {
+		v.add("settled-twice", "%s on %s: reserved %d confirmed %d, but its parts hold %d pending and %d confirmed",
+			key, ns.name, r, c, pending, confirmed)
+	}
+	return stockSums{total: a + r + c, loaded: l, confirmed: c, partsConfirmed: confirmed}
+}
+
+// checkStranded: a node that does not serve a SKU's route in routes (the
+// topology the schedule ended at) holds none of the SKU's units, nor any
+// loaded count of it. No instance takes, loads or gives back the route's
+// stock there any more, so units left on it are out of every order's
+// reach for good, though checkStock's totals over all nodes still count
+// them. On a route whose counters a data loss may have changed (a node
+// that went back may hold the route's units again: lossMoved) it is
+// excused.
+func checkStranded(v *violations, st *worldState, routes map[string][]string, lostRoutes map[string]bool) {
+	for _, k := range skus {
+		key := inventory.StockKey(k.Route, k.SKU)
+		for _, name := range allNodes {
+			f, ok := st.nodes[name].stock[key]
+			if !ok || slices.Contains(routes[k.Route], name) {
+				continue
+			}
+			a, r, c, l := atoi(f["available"]), atoi(f["reserved"]), atoi(f["confirmed"]), atoi(f["loaded"])
+			if a == 0 && r == 0 && c == 0 && l == 0 {
+				continue
+			}
+			msg := fmt.Sprintf("%s on %s, which does not serve route %s (its nodes %v): available %d reserved %d confirmed %d loaded %d",
+				key, name, k.Route, routes[k.Route], a, r, c, l)
+			if lostRoutes[k.Route] {
+				v.excused = append(v.excused, "stock-stranded: "+msg)
+				continue
+			}
+			v.add("stock-stranded", "%s", msg)
+		}
+	}
+}
+
+// checkQuota holds each quota counter against the parts that count it
+// on its node, and the confirmed units against the per-user limit. On a
+// route in split (splitRoutes) a counter is held against its parts over
+// all nodes: the apply moves a counter to its new home once no pending
+// part counts it, and the confirmed parts stay where they were taken.
+func checkQuota(v *violations, st *worldState, lostRoutes, split map[string]bool) {
 	held := map[string]int64{} // route/sku/user → confirmed units
 	// counted adds a counter-against-its-parts violation, or counts it
 	// as excused on a route whose counters a data loss may have changed.
@@ -249,6 +320,11 @@ func checkQuota(v *violations, st *worldState, lostRoutes map[string]bool) {
 		}
 		v.add("quota-vs-parts", format, a...)
 	}
+	splitKey := func(key string) bool {
+		route, _, _, err := inventory.ParseQuotaKey(key)
+		return err == nil && split[route]
+	}
+	allCounters, allParts := map[string]int64{}, map[string]int64{} // of split routes' keys, over all nodes
 	for _, name := range allNodes {
 		ns := st.nodes[name]
 		sums := map[string]int64{}
@@ -256,12 +332,20 @@ func checkQuota(v *violations, st *worldState, lostRoutes map[string]bool) {
 			if p.Kind != inventory.PartQuota || (p.State != inventory.PartPending && p.State != inventory.PartConfirmed) {
 				continue
 			}
-			sums[p.Counter] += p.Qty
 			if p.State == inventory.PartConfirmed {
 				held[p.Counter] += p.Qty
 			}
+			if splitKey(p.Counter) {
+				allParts[p.Counter] += p.Qty
+				continue
+			}
+			sums[p.Counter] += p.Qty
 		}
 		for key, n := range ns.quota {
+			if splitKey(key) {
+				allCounters[key] += n
+				continue
+			}
 			if n != sums[key] {
 				counted(key, "%s on %s holds %d, its parts hold %d", key, name, n, sums[key])
 			}
@@ -271,6 +355,14 @@ func checkQuota(v *violations, st *worldState, lostRoutes map[string]bool) {
 			if n != 0 {
 				counted(key, "%s on %s is absent, its parts hold %d", key, name, n)
 			}
+		}
+	}
+	for key := range allParts {
+		allCounters[key] += 0 // a key whose counter is absent everywhere
+	}
+	for key, n := range allCounters {
+		if n != allParts[key] {
+			counted(key, "%s holds %d over all nodes, its parts hold %d", key, n, allParts[key])
 		}
 	}
 	for key, n := range held {

@@ -4,7 +4,9 @@
 //
 // A schedule is one seed. Its actors (a Reserve attempt, a concurrent
 // retry of the same order on a second instance, Confirm, Cancel, a second
-// order, topology apply adding and removing a node, a node restart from
+// order, topology apply adding and removing a node (or, with
+// Options.Shrink, removing it while route c moves off a node that stays
+// in the server), a node restart from
 // its AOF, a node going back to an older copy of its data and accepted
 // (loss.go), and, once the deadlines passed, the reconciler on both
 // instances) run against one World (world.go). Every script call of every

@@ -21,36 +21,49 @@ const healBound = 2 * time.Second
 // the background reconcilers would. If the nodes are at T1 (the topology
 // actor added n4 and did not remove it), T1's apply is finished with an
 // instance of T1 reconciling (its pending parts may hold quota counters
-// the apply must move), then T0 is applied again; an unfinished T0 apply
-// is finished the same way. Then the reconciler runs until no part is
-// pending, waiting for deadlines, for at most healBound past the latest
-// one. It returns the time spent waiting, and why the topology could not
-// be brought back to a stable T0 (a violation), if it could not.
+// the apply must move), then T0 is applied again (T2 in a schedule that
+// shrinks route c: observed.shrink); an unfinished T0 apply is finished
+// the same way, the healer reconciling, and an unfinished T2 apply too,
+// an instance of T1 reconciling (it names every node of T1 and T2: while
+// T2 migrates, a part's order may still have its previous home on n4,
+// which the healer's configuration lacks, and c's parts on n3 hold the
+// stock the apply is to move off it). Then the reconciler runs until no
+// part is pending, waiting for deadlines, for at most healBound past the
+// latest one. It returns the time spent waiting, and why the topology
+// could not be brought back to a stable T0 or T2 (a violation), if it
+// could not.
 func (w *World) heal(ctx context.Context, o *observed, healer *inventory.Inventory) (waited time.Duration, topoProblem string, err error) {
 	at, stable, err := w.topologyNow(ctx)
 	if err != nil {
 		return 0, "", err
 	}
-	if at == "T1" {
-		_ = w.apply(ctx, o, "T1", 50*time.Millisecond) // finish an interrupted bump
-		r, err := router.New(ctx, w.cfg1, router.Options{KeepData: w.cfg1.KeepData(), Logger: discard})
+	to := at // the topology the heal ends at
+	if at == "T1" || (at == "T2" && !stable) {
+		// finish an interrupted bump: the instance of T1 acts only once
+		// every node is at the newest token
+		_ = w.apply(ctx, o, at, 50*time.Millisecond)
+		d, err := w.settleT1(ctx)
 		if err != nil {
-			return 0, "", fmt.Errorf("explore: T1 router: %w", err)
+			return 0, "", err
 		}
-		if inv1, err := inventory.New(r, inventory.Options{Logger: discard}); err == nil {
-			waited += w.settleAll(ctx, inv1)
-			inv1.Close()
-		}
-		_ = r.Close()
+		waited += d
+	}
+	if at == "T1" {
 		if err := w.apply(ctx, o, "T1", 3*time.Second); err != nil {
 			return waited, err.Error(), w.waitUsable(ctx)
 		}
+		o.mu.Lock()
+		to = "T0"
+		if o.shrink {
+			to = "T2"
+		}
+		o.mu.Unlock()
 	}
 	if at == "T1" || !stable {
 		if at == "T0" {
 			waited += w.settleAll(ctx, healer)
 		}
-		if err := w.apply(ctx, o, "T0", 3*time.Second); err != nil {
+		if err := w.apply(ctx, o, to, 3*time.Second); err != nil {
 			topoProblem = err.Error()
 		}
 	}
@@ -58,6 +71,21 @@ func (w *World) heal(ctx context.Context, o *observed, healer *inventory.Invento
 		return waited, topoProblem, err
 	}
 	return waited + w.settleAll(ctx, healer), topoProblem, nil
+}
+
+// settleT1 runs settleAll with an instance of T1, unfaulted.
+func (w *World) settleT1(ctx context.Context) (time.Duration, error) {
+	r, err := router.New(ctx, w.cfg1, router.Options{KeepData: w.cfg1.KeepData(), Logger: discard})
+	if err != nil {
+		return 0, fmt.Errorf("explore: T1 router: %w", err)
+	}
+	defer func() { _ = r.Close() }()
+	inv1, err := inventory.New(r, inventory.Options{Logger: discard})
+	if err != nil {
+		return 0, nil // as before: the apply then reports what holds it
+	}
+	defer inv1.Close()
+	return w.settleAll(ctx, inv1), nil
 }
 
 // settleAll runs inv's reconciler until no part is pending on the nodes,
@@ -88,8 +116,9 @@ func (w *World) settleAll(ctx context.Context, inv *inventory.Inventory) (waited
 // healCap bounds settleAll's whole wait.
 const healCap = 15 * time.Second
 
-// topologyNow says which topology the nodes' newest record is ("T0" or
-// "T1") and whether every node of it is stable at that record's token.
+// topologyNow says which topology the nodes' newest record is ("T0",
+// "T1" or "T2") and whether every node of it is stable at that record's
+// token.
 func (w *World) topologyNow(ctx context.Context) (at string, stable bool, err error) {
 	var recs []topology.Record
 	// a node that restarted is held back a while (node: "A new server
@@ -109,9 +138,12 @@ func (w *World) topologyNow(ctx context.Context) (at string, stable bool, err er
 	}
 	newest, _ := topology.Current(recs) // two copies of an epoch: the heal's apply reports the refusal
 	at = "T0"
-	members := nodesT0
-	if newest.Current.Fingerprint() == topology.Of(w.cfg1).Fingerprint() {
+	members := nodesT0 // T2's too
+	switch newest.Current.Fingerprint() {
+	case topology.Of(w.cfg1).Fingerprint():
 		at, members = "T1", allNodes
+	case topology.Of(w.cfg2).Fingerprint():
+		at = "T2"
 	}
 	stable = true
 	for _, r := range recs {
@@ -122,16 +154,16 @@ func (w *World) topologyNow(ctx context.Context) (at string, stable bool, err er
 	return at, stable, nil
 }
 
-// apply runs topology apply to "T0" or "T1" without faults, counted in
-// o; an error says why it did not end stable. It runs the schedule's
-// mutations (o.bugs): a mutation is a bug of the code, which the
-// operator's apply runs too.
+// apply runs topology apply to "T0", "T1" or "T2" without faults,
+// counted in o; an error says why it did not end stable. It runs the
+// schedule's mutations (o.bugs): a mutation is a bug of the code, which
+// the operator's apply runs too.
 func (w *World) apply(ctx context.Context, o *observed, to string, wait time.Duration) error {
-	cto, cfrom := w.cfg0, w.cfg1
+	cfrom := w.cfg1 // the addresses of nodes with records
 	if to == "T1" {
-		cto, cfrom = w.cfg1, w.cfg0
+		cfrom = w.cfg0
 	}
-	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: cto, From: cfrom, Wait: wait, Logger: discard, Faults: o.bugs.faults()})
+	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: w.config(to), From: cfrom, Wait: wait, Logger: discard, Faults: o.bugs.faults()})
 	o.applied(rep)
 	if err != nil {
 		return fmt.Errorf("healing topology apply %s: %w", to, err)

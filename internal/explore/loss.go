@@ -211,11 +211,11 @@ func (w *World) reapply(ctx context.Context, o *observed, s *Scheduler, who stri
 	if err != nil || stable {
 		return
 	}
-	to, from := w.cfg0, w.cfg1 // from: the addresses of nodes with records
+	from := w.cfg1 // the addresses of nodes with records
 	if at == "T1" {
-		to, from = w.cfg1, w.cfg0
+		from = w.cfg0
 	}
-	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: to, From: from, Wait: 300 * time.Millisecond, Logger: discard, Faults: s})
+	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: w.config(at), From: from, Wait: 300 * time.Millisecond, Logger: discard, Faults: s})
 	o.applied(rep)
 	o.note(who, fmt.Sprintf("topology apply %s again (phase %s)", at, rep.Phase), err)
 }
@@ -411,17 +411,20 @@ func (w *World) seq(ctx context.Context, name string) (int64, error) {
 
 // lossExposure is the set of order ids whose per-order checks a loss of
 // the nodes lost excuses: those of plans (phase 1's orders and the
-// topology actor's) with an item on a route the node serves at T0 or T1
-// (its stock and quota parts live there) or a home on the node at T0 or
-// T1 (its record does).
-func (w *World) lossExposure(lost []string, plans []orderPlan) map[string]bool {
+// topology actor's) with an item on a route the node serves at T0, T1 or,
+// in a schedule that shrinks route c, T2 (its stock and quota parts live
+// there) or a home on the node at T0 or T1 (its record does; T2's homes
+// are T0's).
+func (w *World) lossExposure(lost []string, plans []orderPlan, shrink bool) map[string]bool {
 	out := map[string]bool{}
-	r0, r1 := w.cfg0.Servers["inventory"].Routes, w.cfg1.Servers["inventory"].Routes
+	cfgs := w.topologies(shrink)
 	for _, name := range lost {
 		for _, p := range plans {
 			touches := w.homes.Home(p.ID) == name || w.homes1.Home(p.ID) == name
 			for _, it := range p.Items {
-				touches = touches || slices.Contains(r0[it.Route], name) || slices.Contains(r1[it.Route], name)
+				for _, cfg := range cfgs {
+					touches = touches || slices.Contains(cfg.Servers["inventory"].Routes[it.Route], name)
+				}
 			}
 			if touches {
 				out[p.ID] = true
@@ -433,23 +436,28 @@ func (w *World) lossExposure(lost []string, plans []orderPlan) map[string]bool {
 
 // lossMoved are the routes whose counters' totals the loss of the nodes
 // lost may change: those the node serves whose nodes differ between T0
-// and T1 (route c: the topology actor loads stock on it at T1 and moves
-// n4's stock back to n3, and user quota counters move to their home at
-// T1 and back, while the parts that count them stay where they were
-// taken; the node may lose a counter moved onto it, or a part whose
-// counter was away and comes back). Every other route's stock was all
-// loaded before the copy, and its quota counters never leave the node
-// that holds their parts.
-func (w *World) lossMoved(lost []string) map[string]bool {
+// and T1, or T2 in a schedule that shrinks route c (route c: the
+// topology actor loads stock on it at T1 and moves n4's stock back to n3,
+// or n3's and n4's to n1 and n2, and user quota counters move to their
+// home at T1 and back, while the parts that count them stay where they
+// were taken; the node may lose a counter moved onto it, or a part whose
+// counter was away and comes back, or come back with a route's units the
+// apply had moved off it: checkStranded). Every other route's stock was
+// all loaded before the copy, and its quota counters never leave the
+// node that holds their parts.
+func (w *World) lossMoved(lost []string, shrink bool) map[string]bool {
 	out := map[string]bool{}
-	r0, r1 := w.cfg0.Servers["inventory"].Routes, w.cfg1.Servers["inventory"].Routes
-	for route, ms := range r1 {
-		if slices.Equal(r0[route], ms) {
-			continue
-		}
-		for _, name := range lost {
-			if slices.Contains(r0[route], name) || slices.Contains(ms, name) {
-				out[route] = true
+	cfgs := w.topologies(shrink)
+	r0 := cfgs[0].Servers["inventory"].Routes
+	for _, cfg := range cfgs[1:] {
+		for route, ms := range cfg.Servers["inventory"].Routes {
+			if slices.Equal(r0[route], ms) {
+				continue
+			}
+			for _, name := range lost {
+				if slices.Contains(r0[route], name) || slices.Contains(ms, name) {
+					out[route] = true
+				}
 			}
 		}
 	}

@@ -14,8 +14,9 @@ import (
 // among n schedules of seeds seed, seed+1, …, and that seed passes
 // without the mutation. Each case names the profile and actors that reach
 // its bug (none but inline-unwritten's has the inline-part order, none
-// but retire-skip's the moved order, which came later: their seeds draw
-// as they did before them); none scripts the bug's interleaving.
+// but retire-skip's the moved order, none but stock-left-only's the
+// shrink of route c, which came later: their seeds draw as they did
+// before them); none scripts the bug's interleaving.
 //
 // install-inline (a record moved away and back around its node's data
 // loss is installed so that its inline part is still read from it) is
@@ -98,6 +99,13 @@ var mutationCases = []struct {
 	// 39 reached only 16 schedules in a loaded CI run), so from 55, 28
 	// schedules hold two chances, the first the third schedule.
 	{inventory.MutationRetireSkip, Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: 1, Moved: 1}, 55, 28},
+	// A node that leaves a route but stays in the server keeps the
+	// route's stock (fixed in 4dd7130): the topology actor's second apply
+	// goes to T2 (Shrink), where n3 leaves route c for route d, and the
+	// apply moves n4's c/s units only; n3's are stranded there
+	// (checkStranded). Every one of seeds 1 to 10 finds it (and of 50600
+	// to 50609), none fails without it.
+	{inventory.MutationStockLeftOnly, Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: -1, Moved: -1, Shrink: 1}, 1, 10},
 }
 
 // mutationBudget bounds the look for each mutation (the n schedules take

@@ -51,6 +51,9 @@ func ReplayCommand(seed int64, opts Options) string {
 	if opts.Relimit > 0 {
 		cmd += fmt.Sprintf(" RELIMIT=%g", opts.Relimit)
 	}
+	if opts.Shrink > 0 {
+		cmd += fmt.Sprintf(" SHRINK=%g", opts.Shrink)
+	}
 	return cmd
 }
 
@@ -61,7 +64,8 @@ func ParseMutations(s string) ([]inventory.Mutation, error) {
 	}
 	known := []inventory.Mutation{inventory.MutationStageTakeover, inventory.MutationApplyLeavesStaging,
 		inventory.MutationXferNegativeZero, inventory.MutationLimitWithdraw, inventory.MutationFenceSkip, inventory.MutationInlineUnwritten, inventory.MutationInstallInline,
-		inventory.MutationRetireSkip, inventory.MutationReinstallSkip, inventory.MutationLimitUnfenced}
+		inventory.MutationRetireSkip, inventory.MutationReinstallSkip, inventory.MutationLimitUnfenced,
+		inventory.MutationStockLeftOnly, inventory.MutationXferNoSource}
 	var out []inventory.Mutation
 	for _, f := range strings.Split(s, ",") {
 		m := inventory.Mutation(strings.TrimSpace(f))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,19 +14,22 @@ import (
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/router"
+	"github.com/shardis/shardis/topology"
 )
 
 // A World is the real servers schedules run against: four redis-server
 // processes with AOF (appendfsync always, so a restart from the AOF loses
 // nothing acknowledged), started once and reset between schedules, and
 // the routers of the inventory instances. Topology T0 is n1..n3 (routes
-// a: n1, b: n2, c: n3); T1 adds n4 to route c. Schedules start at T0,
-// epoch 1.
+// a: n1, b: n2, c: n3); T1 adds n4 to route c; T2 (Options.Shrink) moves
+// route c to n1 and n2 and removes n4, while n3 stays for a route of its
+// own, d. Schedules start at T0, epoch 1.
 type World struct {
 	srvs   map[string]*redisproc.Server
 	direct map[string]*redis.Client // plain clients: reset and checks
 	cfg0   *config.Config           // topology T0 (n1..n3)
 	cfg1   *config.Config           // topology T1 (n1..n4)
+	cfg2   *config.Config           // topology T2 (n1..n3, route c moved off n3)
 	// actors' routers (one per instance) and the healer's, all over T0
 	routers []*router.Router
 	healR   *router.Router
@@ -39,6 +43,18 @@ type World struct {
 var (
 	nodesT0  = []string{"n1", "n2", "n3"}
 	allNodes = []string{"n1", "n2", "n3", "n4"}
+)
+
+// The routes of the world's topologies. T2 has T0's nodes, so its order
+// homes are T0's and the schedule's instances of T0 serve it (their
+// configuration names every node of it: inventory/epoch.go); from T1,
+// two nodes leave route c in one apply, n4 the server and n3 only the
+// route (it serves d, which holds no stock): each one's c/s units move to
+// c/s's home among n1 and n2.
+var (
+	routesT0 = map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}}
+	routesT1 = map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3", "n4"}}
+	routesT2 = map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n1", "n2"}, "d": {"n3"}}
 )
 
 // Timing of a schedule: short, so expiry paths run within it.
@@ -66,10 +82,13 @@ func NewWorld() (w *World, err error) {
 		addrs[name] = s.Addr()
 		w.direct[name] = redis.NewClient(&redis.Options{Addr: s.Addr(), Protocol: 2, MaxRetries: -1})
 	}
-	if w.cfg0, err = worldConfig(addrs, false); err != nil {
+	if w.cfg0, err = worldConfig(addrs, routesT0); err != nil {
 		return w, err
 	}
-	if w.cfg1, err = worldConfig(addrs, true); err != nil {
+	if w.cfg1, err = worldConfig(addrs, routesT1); err != nil {
+		return w, err
+	}
+	if w.cfg2, err = worldConfig(addrs, routesT2); err != nil {
 		return w, err
 	}
 	if w.homes, err = inventory.NewHomes(w.cfg0); err != nil {
@@ -119,22 +138,21 @@ func NewWorld() (w *World, err error) {
 	return w, nil
 }
 
-// worldConfig is the configuration of T0 (or T1 with n4): fast health
-// checks, a breaker that does not open on injected faults, group commit
-// off (one script per call, so every call is scheduled alone), short
-// leases and TTLs.
-func worldConfig(addrs map[string]string, withN4 bool) (*config.Config, error) {
+// worldConfig is the configuration of the topology of routes (T0, T1 or
+// T2) over the nodes they name: fast health checks, a breaker that does
+// not open on injected faults, group commit off (one script per call, so
+// every call is scheduled alone), short leases and TTLs.
+func worldConfig(addrs map[string]string, routes map[string][]string) (*config.Config, error) {
 	cfg := config.Default()
 	cfg.Nodes = map[string]config.Node{}
-	routes := map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}}
-	for _, name := range nodesT0 {
-		cfg.Nodes[name] = config.Node{Addr: addrs[name], Weight: 1}
+	own := map[string][]string{} // a copy: the configuration is the world's
+	for route, ms := range routes {
+		own[route] = slices.Clone(ms)
+		for _, name := range ms {
+			cfg.Nodes[name] = config.Node{Addr: addrs[name], Weight: 1}
+		}
 	}
-	if withN4 {
-		cfg.Nodes["n4"] = config.Node{Addr: addrs["n4"], Weight: 1}
-		routes["c"] = []string{"n3", "n4"}
-	}
-	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: routes}}
+	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: own}}
 	// a restarted node is held back 400 ms (its default here, 1.05 s, is
 	// mostly the probe timeout; marks reach a peer on loopback within a
 	// few heartbeats)
@@ -204,6 +222,48 @@ func (w *World) waitUsable(ctx context.Context) error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// config is the configuration of topology at ("T0", "T1" or "T2").
+func (w *World) config(at string) *config.Config {
+	switch at {
+	case "T1":
+		return w.cfg1
+	case "T2":
+		return w.cfg2
+	}
+	return w.cfg0
+}
+
+// topologies are the configurations of the topologies a schedule may
+// reach: T0 and T1, and T2 when it shrinks route c (Options.Shrink).
+func (w *World) topologies(shrink bool) []*config.Config {
+	if shrink {
+		return []*config.Config{w.cfg0, w.cfg1, w.cfg2}
+	}
+	return []*config.Config{w.cfg0, w.cfg1}
+}
+
+// splitRoutes are the routes a node leaves while it stays in the server,
+// in a schedule that shrinks route c (T1 to T2: n3 leaves c for d): the
+// apply moves the node's stock counters of the route, confirmed counts
+// included, and its quota counters to their new homes, while its parts,
+// final, stay on it (checkStock, checkQuota).
+func (w *World) splitRoutes(shrink bool) map[string]bool {
+	out := map[string]bool{}
+	if !shrink {
+		return out
+	}
+	t1, t2 := w.cfg1.Servers["inventory"].Routes, w.cfg2.Servers["inventory"].Routes
+	nodes2 := topology.Of(w.cfg2).Nodes()
+	for route, ms := range t1 {
+		for _, name := range ms {
+			if !slices.Contains(t2[route], name) && slices.Contains(nodes2, name) {
+				out[route] = true
+			}
+		}
+	}
+	return out
 }
 
 // Restart kills node name (kill -9) and starts it again from its AOF.

@@ -25,7 +25,7 @@ func main() {
 	n := flag.Int("n", 1000, "schedules to run")
 	budget := flag.Duration("budget", 0, "stop starting schedules after this long (0: no limit)")
 	worlds := flag.Int("worlds", 2, "worlds (four redis-server nodes each) running schedules side by side")
-	mutations := flag.String("mutations", "", "comma-separated mutations to re-introduce (stage-takeover, apply-leaves-staging, xfer-negative-zero, limit-withdraw, fence-skip, inline-unwritten, install-inline, retire-skip, reinstall-skip)")
+	mutations := flag.String("mutations", "", "comma-separated mutations to re-introduce (stage-takeover, apply-leaves-staging, xfer-negative-zero, limit-withdraw, fence-skip, inline-unwritten, install-inline, retire-skip, reinstall-skip, limit-unfenced, stock-left-only, xfer-no-source)")
 	topo := flag.Float64("topology", 0, "chance of the topology actor per schedule (0: the default 0.2, negative: never)")
 	restart := flag.Float64("restart", 0, "chance of the node-restart actor per schedule (0: the default 0.15, negative: never)")
 	limit := flag.Float64("limit", 0, "chance of the limit order o6 and its retry per schedule (0: the default 0.4, negative: never)")
@@ -34,6 +34,7 @@ func main() {
 	moved := flag.Float64("moved", 0, "chance, with the topology actor, of its moved order: reserved at T0, its record moved to n4, confirmed or cancelled at T1, moved back (0: the default 0.5, negative: never)")
 	twin := flag.Float64("twin", 0, "chance, with the topology or data-loss actor, of a second operator who reruns topology apply while the nodes are not all stable (0 or negative: never)")
 	relimit := flag.Float64("relimit", 0, "chance, with the limit order, of an operator setting its SKU's per-user limit below what it wants mid-schedule (0 or negative: never)")
+	shrink := flag.Float64("shrink", 0, "chance, with the topology actor, that its second apply moves route c off n3 (which stays for route d) and n4 in one apply rather than removing n4 (0 or negative: never)")
 	loss2 := flag.Float64("loss2", 0, "chance, with the data-loss actor, of a second one: another node goes back too, or the same node again once the first is accepted (0 or negative: never)")
 	profile := flag.String("profile", "", `fault chances: "" (default), "stall" (many calls parked past the deadlines), "calm" (reorderings and delays only) or "crash" (calm, and half the actors die at one of their first crash points)`)
 	verbose := flag.Bool("v", false, "print each failing schedule's trace and what its actors were told")
@@ -49,7 +50,7 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-	opts := explore.Options{Mutations: muts, Topology: *topo, Restart: *restart, Limit: *limit, Inline: *inline, Loss: *loss, Moved: *moved, Twin: *twin, Loss2: *loss2, Relimit: *relimit, Profile: *profile}
+	opts := explore.Options{Mutations: muts, Topology: *topo, Restart: *restart, Limit: *limit, Inline: *inline, Loss: *loss, Moved: *moved, Twin: *twin, Loss2: *loss2, Relimit: *relimit, Shrink: *shrink, Profile: *profile}
 	fmt.Printf("explore: seeds %d..%d, %d world(s)\n", *seed, *seed+int64(*n)-1, *worlds)
 	sum, err := explore.Explore(ctx, explore.Config{Seed: *seed, N: *n, Budget: *budget, Worlds: *worlds,
 		Options: opts, Progress: os.Stdout})
