@@ -100,6 +100,17 @@ func newLeaveEnv(t *testing.T, sold bool) *leaveEnv {
 	return e
 }
 
+// startNamed starts n redis-server nodes and returns them with their
+// addresses by name (n1, n2, ...), for leaveConfig.
+func startNamed(t *testing.T, n int) ([]*redistest.Server, map[string]string) {
+	srvs := redistest.StartN(t, n, redistest.Options{})
+	addrs := map[string]string{}
+	for i, s := range srvs {
+		addrs[fmt.Sprintf("n%d", i+1)] = s.Addr()
+	}
+	return srvs, addrs
+}
+
 // leaveConfig is a configuration over the named nodes of addrs that the
 // routes name (a node the routes do not name is not known to it).
 func leaveConfig(t *testing.T, addrs map[string]string, routes map[string][]string) *config.Config {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/router"
 	"github.com/shardis/shardis/topology"
@@ -56,6 +57,22 @@ func userHomedOn(t *testing.T, want string, members ...string) string {
 	return ""
 }
 
+// joinRouteStart starts n1..n3 with the topologies of a route r (n2, n3)
+// that n1, a node of the server (route s), joins, and an instance of the
+// old one that loaded 100 units of r/z with a per-user limit of 5.
+func joinRouteStart(t *testing.T) (srvs []*redistest.Server, old, next *config.Config, ctx context.Context, p1 *Inventory) {
+	srvs, addrs := startNamed(t, 3)
+	old = leaveConfig(t, addrs, map[string][]string{"r": {"n2", "n3"}, "s": {"n1"}})
+	next = leaveConfig(t, addrs, map[string][]string{"r": {"n1", "n2", "n3"}, "s": {"n1"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	p1 = openInv(t, old, Options{})
+	if _, err := p1.LoadStock(ctx, "r", "z", 100, 5); err != nil {
+		t.Fatal(err)
+	}
+	return srvs, old, next, ctx, p1
+}
+
 // TestApplyJoiningRouteKeepsALimitChangedMeanwhile adds n1, a node of the
 // server (route s), to route r (n2, n3). The apply copies r's per-user
 // limits onto n1 before its bump; an instance still at the old topology
@@ -65,20 +82,7 @@ func userHomedOn(t *testing.T, want string, members ...string) string {
 // quota node in the new r is n1 must get no more than 1 unit of r/z: the
 // limit every node of r held when the change answered.
 func TestApplyJoiningRouteKeepsALimitChangedMeanwhile(t *testing.T) {
-	srvs := redistest.StartN(t, 3, redistest.Options{})
-	addrs := map[string]string{}
-	for i, s := range srvs {
-		addrs[fmt.Sprintf("n%d", i+1)] = s.Addr()
-	}
-	old := leaveConfig(t, addrs, map[string][]string{"r": {"n2", "n3"}, "s": {"n1"}})
-	next := leaveConfig(t, addrs, map[string][]string{"r": {"n1", "n2", "n3"}, "s": {"n1"}})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-
-	p1 := openInv(t, old, Options{})
-	if _, err := p1.LoadStock(ctx, "r", "z", 100, 5); err != nil {
-		t.Fatal(err)
-	}
+	srvs, old, next, ctx, p1 := joinRouteStart(t)
 	var lowered error
 	f := &bumpHook{point: "bump", hook: func() {
 		lvl, err := p1.LoadStock(ctx, "r", "z", 0, 1)
@@ -125,20 +129,7 @@ func TestApplyJoiningRouteKeepsALimitChangedMeanwhile(t *testing.T) {
 // n3 are bumped: that copy must keep n1's newer change, so every node of
 // r ends at 3 once the change converges.
 func TestApplyLimitCopiedAgainKeepsANewerChange(t *testing.T) {
-	srvs := redistest.StartN(t, 3, redistest.Options{})
-	addrs := map[string]string{}
-	for i, s := range srvs {
-		addrs[fmt.Sprintf("n%d", i+1)] = s.Addr()
-	}
-	old := leaveConfig(t, addrs, map[string][]string{"r": {"n2", "n3"}, "s": {"n1"}})
-	next := leaveConfig(t, addrs, map[string][]string{"r": {"n1", "n2", "n3"}, "s": {"n1"}})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-
-	p1 := openInv(t, old, Options{})
-	if _, err := p1.LoadStock(ctx, "r", "z", 100, 5); err != nil {
-		t.Fatal(err)
-	}
+	srvs, old, next, ctx, _ := joinRouteStart(t)
 	apply := func(f Faults) (topology.Report, error) {
 		return ApplyTopology(ctx, ApplyOptions{To: next, From: old, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler), Faults: f})
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/topology"
 )
 
@@ -20,11 +19,7 @@ import (
 // left on its r/z hash (its share of the load, and the units the cancel
 // gave back there) can be taken and given back by nobody.
 func TestApplyMovesTheStockOfANodeThatLeavesARoute(t *testing.T) {
-	srvs := redistest.StartN(t, 3, redistest.Options{})
-	addrs := map[string]string{}
-	for i, s := range srvs {
-		addrs[fmt.Sprintf("n%d", i+1)] = s.Addr()
-	}
+	srvs, addrs := startNamed(t, 3)
 	old := leaveConfig(t, addrs, map[string][]string{"r": {"n1", "n2", "n3"}, "s": {"n3"}})
 	next := leaveConfig(t, addrs, map[string][]string{"r": {"n1", "n2"}, "s": {"n3"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -98,11 +93,7 @@ func TestApplyMovesTheStockOfANodeThatLeavesARoute(t *testing.T) {
 // same node for both: each transfer must land, so the route keeps every
 // unit loaded.
 func TestApplyMovesTheStockOfTwoLeavingNodes(t *testing.T) {
-	srvs := redistest.StartN(t, 4, redistest.Options{})
-	addrs := map[string]string{}
-	for i, s := range srvs {
-		addrs[fmt.Sprintf("n%d", i+1)] = s.Addr()
-	}
+	srvs, addrs := startNamed(t, 4)
 	old := leaveConfig(t, addrs, map[string][]string{"r": {"n1", "n2", "n3", "n4"}})
 	next := leaveConfig(t, addrs, map[string][]string{"r": {"n1", "n2"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
