@@ -90,16 +90,19 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 	if len(targets) == 0 {
 		return StockLevel{}, fmt.Errorf("%w: route %q has no usable node: %s", ErrUnavailable, route, inv.unusableNodes(set))
 	}
+	mustReach := false // a limit change every node of the route must take (or be named failed)
 	if perUserLimit >= 0 {
-		if err := inv.limitReaches(ctx, set, route, sku, perUserLimit); err != nil {
+		unchanged, err := inv.limitReaches(ctx, set, route, sku, perUserLimit)
+		if err != nil {
 			return StockLevel{}, err
 		}
+		mustReach = !unchanged
 	}
 	ver := limitVersion()
 	if perUserLimit >= 0 {
 		ver = inv.nextLimitVersion(ctx, set, stockKey(route, sku))
 	}
-	took, failed := inv.loadShares(ctx, set, stockKey(route, sku), shares(targets, qty), perUserLimit, ver)
+	took, failed := inv.loadShares(ctx, set, stockKey(route, sku), shares(targets, qty), perUserLimit, ver, mustReach)
 	if perUserLimit > 0 {
 		inv.limited.mark(stockRef{route, sku}) // soldout.go, "Per-user limits"
 	}
@@ -141,19 +144,23 @@ func checkLoad(sku string, qty, perUserLimit int64) (int64, error) {
 
 // limitReaches refuses a per-user limit change that cannot reach every
 // node of the route (one is not usable), unless the limit is already
-// limit everywhere it can be read.
-func (inv *Inventory) limitReaches(ctx context.Context, set *router.Set, route, sku string, limit int64) error {
+// limit everywhere it can be read: then it reports unchanged (the nodes
+// that are not usable may be passed over, they hold it too).
+func (inv *Inventory) limitReaches(ctx context.Context, set *router.Set, route, sku string, limit int64) (unchanged bool, err error) {
 	var down []string
 	for _, n := range set.Nodes() {
 		if !inv.usable(n) {
 			down = append(down, n.Name())
 		}
 	}
-	if len(down) > 0 && !inv.limitIs(ctx, route, sku, limit) {
-		return fmt.Errorf("%w: a per-user limit change (to %d) must reach every node of route %q; unavailable: %s (nothing changed)",
+	if len(down) == 0 {
+		return false, nil
+	}
+	if !inv.limitIs(ctx, route, sku, limit) {
+		return false, fmt.Errorf("%w: a per-user limit change (to %d) must reach every node of route %q; unavailable: %s (nothing changed)",
 			ErrUnavailable, limit, route, strings.Join(down, ", "))
 	}
-	return nil
+	return true, nil
 }
 
 // shares splits qty over targets as evenly as it goes (the first ones
@@ -173,8 +180,13 @@ func shares(targets []*node.Node, qty int64) map[string]int64 {
 // loadShares runs the load script on every node of set at once: each
 // target adds its share, and every other usable node takes the limit
 // (limitArg at version ver). It returns the nodes that took it, and a
-// line per node that failed.
-func (inv *Inventory) loadShares(ctx context.Context, set *router.Set, key string, share map[string]int64, limitArg, ver int64) (took []*node.Node, failed []string) {
+// line per node that failed. With mustReach, a node that is neither a
+// target (drained for the route) nor usable any longer is one that failed:
+// limitReaches found every node usable, and a drained node still keeps the
+// quota counters of the users it owns in the route (quotaNode), so a
+// limit change it missed must be named and recorded (recordLimitTodo), not
+// passed over.
+func (inv *Inventory) loadShares(ctx context.Context, set *router.Set, key string, share map[string]int64, limitArg, ver int64, mustReach bool) (took []*node.Node, failed []string) {
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -182,6 +194,11 @@ func (inv *Inventory) loadShares(ctx context.Context, set *router.Set, key strin
 	for _, n := range set.Nodes() {
 		add, isTarget := share[n.Name()]
 		if !isTarget && !inv.usable(n) {
+			if mustReach && limitArg >= 0 {
+				mu.Lock()
+				failed = append(failed, fmt.Sprintf("%s (limit only): %s", n.Name(), inv.unusableReason(n)))
+				mu.Unlock()
+			}
 			continue
 		}
 		wg.Add(1)
