@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -192,28 +193,31 @@ var limitSetScript = newBareScript("limit-set", identityLua+luaFile("limit_set.l
 // good (no record of it is left for ConvergeLimits), so a user whose
 // quota node it is could pass the changed limit. Once the old nodes are
 // bumped no old instance changes them, and a change of the new topology
-// carries a newer version, which the second copy keeps.
+// carries a newer version, which the second copy keeps. The members that
+// stay get, the same way, every limit some old member does not hold as
+// is: a LoadStock that failed on some nodes recorded its change for
+// ConvergeLimits on the nodes that took it only, and when those leave the
+// route the record leaves with them (the staying members kept no limit for
+// good, though the failure promised they would take it).
 func (a *migrator) CopyLimits(ctx context.Context, c topology.Change) (copied int, err error) {
 	for route, ms := range c.To.Routes {
 		old := map[string]bool{}
 		for _, m := range c.From.Routes[route] {
 			old[m.Name] = true
 		}
-		var joining []string
-		for _, m := range ms {
-			if !old[m.Name] {
-				joining = append(joining, m.Name)
-			}
-		}
-		if len(joining) == 0 || len(old) == 0 {
+		if len(old) == 0 || sameMembers(c.From.Routes[route], ms) {
 			continue
 		}
-		limits, err := a.routeLimits(ctx, route, old)
+		limits, mixed, err := a.routeLimits(ctx, route, old)
 		if err != nil {
 			return copied, err
 		}
-		for _, name := range joining {
-			n, err := a.setLimits(ctx, name, limits)
+		for _, m := range ms {
+			give := limits
+			if old[m.Name] {
+				give = mixed
+			}
+			n, err := a.setLimits(ctx, m.Name, give)
 			copied += n
 			if err != nil {
 				return copied, err
@@ -228,40 +232,60 @@ type versionedLimit struct{ limit, ver int64 }
 
 // routeLimits reads the per-user limit of every stock hash of route on the
 // members old: per hash, the newest version's, and of that version the
-// smallest positive one (0 only when all say 0).
-func (a *migrator) routeLimits(ctx context.Context, route string, old map[string]bool) (map[string]versionedLimit, error) {
-	limits := map[string]versionedLimit{}
+// smallest positive one (0 only when all say 0). mixed holds those of
+// limits that some member of old does not hold as is (a change that did
+// not reach every node: its record for ConvergeLimits may be on a node
+// that leaves).
+func (a *migrator) routeLimits(ctx context.Context, route string, old map[string]bool) (limits, mixed map[string]versionedLimit, err error) {
+	limits = map[string]versionedLimit{}
+	held := map[string][]versionedLimit{}
 	for name := range old {
 		n, err := a.node(name)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		keys, err := scan(ctx, n, stockKeyPrefix+route+":*")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, k := range keys {
-			got, err := n.Client().HMGet(ctx, k, "limit", "limit_ver").Result()
+			v, err := readLimit(ctx, n, k)
 			if err != nil {
-				return nil, fmt.Errorf("%w: node %s: %s limit: %v", ErrUnavailable, name, k, err)
+				return nil, nil, err
 			}
-			var v versionedLimit
-			for i, p := range []*int64{&v.limit, &v.ver} {
-				if got[i] == nil {
-					continue
-				}
-				s, _ := got[i].(string)
-				if *p, err = strconv.ParseInt(s, 10, 64); err != nil {
-					return nil, fmt.Errorf("%w: node %s: %s limit: %v", ErrCorrupt, name, k, err)
-				}
-			}
+			held[k] = append(held[k], v)
 			cur, ok := limits[k]
 			if !ok || v.ver > cur.ver || (v.ver == cur.ver && v.limit > 0 && (cur.limit == 0 || v.limit < cur.limit)) {
 				limits[k] = v
 			}
 		}
 	}
-	return limits, nil
+	mixed = map[string]versionedLimit{}
+	for k, vs := range held {
+		if len(vs) < len(old) || slices.ContainsFunc(vs, func(v versionedLimit) bool { return v != limits[k] }) {
+			mixed[k] = limits[k]
+		}
+	}
+	return limits, mixed, nil
+}
+
+// readLimit reads the per-user limit and its version off stock hash k on
+// n (0 for a field not there).
+func readLimit(ctx context.Context, n *node.Node, k string) (v versionedLimit, err error) {
+	got, err := n.Client().HMGet(ctx, k, "limit", "limit_ver").Result()
+	if err != nil {
+		return v, fmt.Errorf("%w: node %s: %s limit: %v", ErrUnavailable, n.Name(), k, err)
+	}
+	for i, p := range []*int64{&v.limit, &v.ver} {
+		if got[i] == nil {
+			continue
+		}
+		s, _ := got[i].(string)
+		if *p, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return v, fmt.Errorf("%w: node %s: %s limit: %v", ErrCorrupt, n.Name(), k, err)
+		}
+	}
+	return v, nil
 }
 
 // setLimits writes limits (stock hash → limit) onto the joining node name

@@ -163,7 +163,9 @@ type Driver interface {
 	Retire(ctx context.Context, c Change, nodes []string) (Retirement, error)
 	// CopyLimits gives the members that join a route of c.To the route's
 	// per-user limits, before any instance can take quota on them, and
-	// returns how many it wrote. Writing a limit again is harmless, and
+	// the members that stay a limit change some old member missed (its
+	// record may leave with a leaving node), and returns how many it
+	// wrote. Writing a limit again is harmless, and
 	// never replaces a newer change of the new topology's: it is called
 	// before an apply's first bump and again once the old nodes are
 	// bumped (a limit changed by an old instance in between).
