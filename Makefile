@@ -165,10 +165,11 @@ drill-docker: deps-redis deps-docker
 ## SENTINEL=1: every node a Sentinel group (master, replica, 3 sentinels), durability replica, and the
 ## nemesis kills (kill -9 master) and pauses masters; DURABILITY=none|replica overrides.
 ## V=1 lists examples of the excused violations (data lost by design after an accepted rollback).
+## SYNC=1: PostgreSQL and `shardis sync` run beside it, and the database is checked against the nodes.
 .PHONY: chaos
-chaos: deps-redis $(if $(SENTINEL),deps-sentinel)
+chaos: deps-redis $(if $(SENTINEL),deps-sentinel) $(if $(SYNC),deps-pg)
 	m=$$($(TESTMOD)) && $(GO) run -modfile=$$m ./internal/cmd/chaos $(if $(SEED),--seed $(SEED)) --duration $(or $(DURATION),60s) --clients $(or $(CLIENTS),8) \
-		$(if $(SENTINEL),--sentinel) $(if $(DURABILITY),--durability $(DURABILITY)) $(if $(V),-v)
+		$(if $(SENTINEL),--sentinel) $(if $(DURABILITY),--durability $(DURABILITY)) $(if $(SYNC),--sync) $(if $(V),-v)
 
 ## explore: the schedule explorer (internal/explore): N seeded schedules (default 1000) of a Reserve,
 ## its concurrent retry on a second instance, Confirm, Cancel, the reconciler on two instances,

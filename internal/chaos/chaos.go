@@ -93,6 +93,10 @@ type Options struct {
 	// Durability is inventory.durability: "none" or "replica".
 	// default: replica with Sentinel, none without
 	Durability string
+	// Sync runs PostgreSQL and a `shardis sync` instance beside the run and
+	// holds the database against the nodes after healing (sync.go).
+	// default: false
+	Sync bool
 }
 
 func (o *Options) defaults() error {
@@ -183,6 +187,9 @@ func (o Options) ReplayCommand() string {
 	if o.Durability != "" && o.Durability != o.defaultDurability() {
 		cmd += " --durability " + o.Durability
 	}
+	if o.Sync {
+		cmd += " --sync"
+	}
 	return cmd
 }
 
@@ -231,6 +238,18 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 		c.mu.Unlock()
 	}()
 	c.t0 = start
+	var rs *recordSync
+	if opts.Sync {
+		if rs, err = startSync(c, svcLog, out); err != nil {
+			return nil, err
+		}
+		c.sync = rs
+		defer func() {
+			if cerr := rs.close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+	}
 	skus, err := c.loadStock(opts)
 	if err != nil {
 		return nil, err
@@ -310,6 +329,11 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	rep.excuse = exposed(lost, outages(c.t0, rep.Timeline), w.orders, st, seen, decideWindowOf(opts, c.cfg.Health))
 	rep.mu.Unlock()
 	check(rep, st, w.orders, skus, homes)
+	if rs != nil {
+		if err := rs.check(rep, st, w.orders); err != nil {
+			return rep, err
+		}
+	}
 	for name, inc := range incarnations {
 		if now := st.nodes[name].incarnation; now != inc {
 			rep.violate("data-loss", "node %s: stamp incarnation %q at start, %q at the end: the node lost its data (AOF)", name, inc, now)

@@ -26,6 +26,7 @@ type nodeState struct {
 	quota       map[string]string                 // quota key → value
 	redo        map[string][]redis.Z              // redo queue key → entries by score
 	redoOffsets map[string]string                 // inv:redo:offsets
+	redoAcked   map[string]string                 // inv:redo:acked (a sync acknowledges and trims)
 	pending     []redis.Z                         // inv:pending
 	other       []string                          // keys nobody expects
 	xfers       []string                          // unfinished topology transfer records
@@ -190,6 +191,8 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 				switch v := cmd.Val(); kinds[i] {
 				case inventory.KeyRedoOffsets:
 					ns.redoOffsets = v
+				case inventory.KeyRedoAcked:
+					ns.redoAcked = v
 				case inventory.KeyStock:
 					ns.stock[k] = v
 				}

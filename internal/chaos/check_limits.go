@@ -120,8 +120,12 @@ func checkLimits(rep *Report, st *state, views map[string]*orderView, skus []SKU
 }
 
 // checkRedo checks every redo-log queue of every node: offsets exactly
-// 1..max with max the queue's recorded offset, every entry a stock part
-// of that queue at that offset, and every stock part in its queue.
+// first..max with max the queue's recorded offset, every entry a stock
+// part of that queue at that offset, and every stock part in its queue.
+// first is 1 unless a sync acknowledged the queue (Options.Sync): the
+// entries before first were trimmed, which the node does only to settled
+// parts at or before the acknowledged offset, so first is at most one past
+// it and no part before first is pending.
 func checkRedo(rep *Report, st *state) {
 	for _, name := range st.names {
 		ns := st.nodes[name]
@@ -145,29 +149,12 @@ func checkRedo(rep *Report, st *state) {
 			queues[f] = true
 		}
 		at := map[string]map[int64]string{} // queue → offset → part id
+		first := map[string]int64{}         // queue → its first entry's offset
 		for q := range queues {
-			entries := ns.redo[q]
-			rep.RedoEntries += int64(len(entries))
-			last := atoi(ns.redoOffsets[q])
-			at[q] = map[int64]string{}
-			for i, z := range entries {
-				want := int64(i + 1)
-				if float64(want) != z.Score {
-					rep.violate("redo-log", "node %s %s: entry %d has offset %v, want %d (gap or duplicate)", name, q, i, z.Score, want)
-					break
-				}
+			first[q], at[q] = checkQueue(rep, ns, q), map[int64]string{}
+			for i, z := range ns.redo[q] {
 				id, _ := z.Member.(string)
-				at[q][want] = id
-				p, ok := ns.parts[id]
-				switch {
-				case !ok:
-					rep.violate("redo-log", "node %s %s offset %d: part %s has no record", name, q, want, id)
-				case p.Kind != inventory.PartStock || p.Redo != q || p.Offset != want:
-					rep.violate("redo-log", "node %s %s offset %d: part %s says kind %s queue %s offset %d", name, q, want, id, p.Kind, p.Redo, p.Offset)
-				}
-			}
-			if int64(len(entries)) != last {
-				rep.violate("redo-log", "node %s %s: %d entries, last offset recorded %d", name, q, len(entries), last)
+				at[q][first[q]+int64(i)] = id
 			}
 		}
 		if st.svcRedo != nil {
@@ -177,11 +164,54 @@ func checkRedo(rep *Report, st *state) {
 			if p.Kind != inventory.PartStock {
 				continue
 			}
-			if at[p.Redo][p.Offset] != id {
+			switch {
+			case first[p.Redo] > 0 && p.Offset < first[p.Redo]:
+				if p.State == inventory.PartPending {
+					rep.violate("redo-log", "node %s: stock part %s (queue %s offset %d) is pending but trimmed from the redo log", name, id, p.Redo, p.Offset)
+				}
+			case at[p.Redo][p.Offset] != id:
 				rep.violate("redo-log", "node %s: stock part %s (queue %s offset %d) is not in the redo log", name, id, p.Redo, p.Offset)
 			}
 		}
 	}
+}
+
+// checkQueue checks queue q of node ns (checkRedo) and returns the offset
+// its entries start at (0 when they are broken).
+func checkQueue(rep *Report, ns *nodeState, q string) int64 {
+	entries := ns.redo[q]
+	rep.RedoEntries += int64(len(entries))
+	last, acked := atoi(ns.redoOffsets[q]), int64(0)
+	if inc := ns.redoAcked["inc"]; inc == "" || inc == ns.incarnation {
+		acked = atoi(ns.redoAcked[q])
+	}
+	first := last + 1 // every entry trimmed
+	if len(entries) > 0 {
+		first = int64(entries[0].Score)
+	}
+	if first < 1 || first > acked+1 {
+		rep.violate("redo-log", "node %s %s: entries start at offset %d, acknowledged up to %d (want 1 to %d)", ns.name, q, first, acked, acked+1)
+		return 0
+	}
+	for i, z := range entries {
+		want := first + int64(i)
+		if float64(want) != z.Score {
+			rep.violate("redo-log", "node %s %s: entry %d has offset %v, want %d (gap or duplicate)", ns.name, q, i, z.Score, want)
+			return 0
+		}
+		id, _ := z.Member.(string)
+		p, ok := ns.parts[id]
+		switch {
+		case !ok:
+			rep.violate("redo-log", "node %s %s offset %d: part %s has no record", ns.name, q, want, id)
+		case p.Kind != inventory.PartStock || p.Redo != q || p.Offset != want:
+			rep.violate("redo-log", "node %s %s offset %d: part %s says kind %s queue %s offset %d", ns.name, q, want, id, p.Kind, p.Redo, p.Offset)
+		}
+	}
+	if first+int64(len(entries))-1 != last {
+		rep.violate("redo-log", "node %s %s: %d entries from offset %d, last offset recorded %d", ns.name, q, len(entries), first, last)
+	}
+	return first
 }
 
 // checkRedoRead compares what ReadRedoLog returned with the node's queues

@@ -185,3 +185,69 @@ func TestReportSummarisesExcused(t *testing.T) {
 		t.Fatalf("verbose report lacks the examples:\n%s", out)
 	}
 }
+
+// A redo log a sync acknowledged and trimmed starts past the
+// acknowledged offset's prefix: consistent when it starts at most one past
+// the ack (of the node's incarnation) and no trimmed part is pending.
+func TestCheckTrimmedRedoLog(t *testing.T) {
+	trim := func(st *state, acked map[string]string) {
+		n1 := st.nodes["n1"]
+		n1.redo["inv:redo:5"] = []redis.Z{{Score: 2, Member: "c0-2|t2|0"}}
+		n1.redoAcked = acked
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(st *state)
+		ok     bool
+	}{
+		{"trimmed to the ack", func(st *state) { trim(st, map[string]string{"inv:redo:5": "1"}) }, true},
+		{"every entry trimmed", func(st *state) {
+			trim(st, map[string]string{"inv:redo:5": "2"})
+			st.nodes["n1"].redo["inv:redo:5"] = nil
+		}, true},
+		{"trimmed past the ack", func(st *state) { trim(st, map[string]string{"inv:redo:5": "0"}) }, false},
+		{"acks of another incarnation", func(st *state) {
+			trim(st, map[string]string{"inv:redo:5": "1", "inc": "before"})
+			st.nodes["n1"].incarnation = "now"
+		}, false},
+		{"a pending part trimmed", func(st *state) {
+			trim(st, map[string]string{"inv:redo:5": "1"})
+			st.nodes["n1"].parts["c0-1|t1|0"].State = inventory.PartPending
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, _, _, _ := fixture(t)
+			tc.mutate(st)
+			rep := newReport(Options{})
+			checkRedo(rep, st)
+			if got := rep.ViolationCounts["redo-log"] == 0; got != tc.ok {
+				t.Errorf("redo-log consistent = %v, want %v: %+v", got, tc.ok, rep.Violations)
+			}
+		})
+	}
+}
+
+// The database's confirmed rows are held against each node's confirmed
+// counter, both ways.
+func TestCheckSyncedStock(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sums map[string]map[string]*syncSums
+		ok   bool
+	}{
+		{"equal", map[string]map[string]*syncSums{"n1": {"inv:stock:a:lim": {confirmed: 2}}}, true},
+		{"a sale missing", map[string]map[string]*syncSums{"n1": {"inv:stock:a:lim": {confirmed: 1}}}, false},
+		{"none landed", nil, false},
+		{"a sale on a node without the counter", map[string]map[string]*syncSums{
+			"n1": {"inv:stock:a:lim": {confirmed: 2}}, "n2": {"inv:stock:a:big": {confirmed: 1}}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, _, _, _ := fixture(t)
+			rep := newReport(Options{})
+			checkSyncedStock(rep, st, tc.sums)
+			if got := rep.ViolationCounts["sync-confirmed"] == 0; got != tc.ok {
+				t.Errorf("sync-confirmed consistent = %v, want %v: %+v", got, tc.ok, rep.Violations)
+			}
+		})
+	}
+}

@@ -39,6 +39,7 @@ type cluster struct {
 	procs  map[string]*redisproc.Server // by node name (standalone nodes)
 	groups map[string]*redisproc.Group  // by node name (Options.Sentinel; sentinel.go)
 	httpc  *http.Client
+	sync   *recordSync // Options.Sync: the system of record (sync.go); set before the load
 
 	mu sync.Mutex
 	// paths tallies the reserve paths of every service instance stopped

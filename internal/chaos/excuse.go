@@ -218,7 +218,7 @@ func (e *exposure) excuses(kind, detail string) bool {
 	if e == nil {
 		return false
 	}
-	if kind == "data-loss" {
+	if kind == "data-loss" || kind == "sync-confirmed" {
 		for n := range e.nodes {
 			if strings.HasPrefix(detail, "node "+n+":") {
 				return true

@@ -71,6 +71,12 @@ func (n *nemesis) topologyChange(ctx context.Context) {
 			f.Err = "drain: " + err.Error()
 			return
 		}
+		// The sync follows a node only while its configuration names
+		// it: the operator waits until it landed the leaving node's
+		// redo log and its pending parts settled (README, step 5).
+		if c.sync != nil && !c.sync.waitNode(c.spare, c.opts.ReservationTTL+attemptLease) {
+			f.Err = "sync: the leaving node's rows still lag or are pending; applying anyway"
+		}
 	} else {
 		routes["a"] = append(routes["a"], c.spare)
 		f.Target = "+" + c.spare
@@ -131,6 +137,11 @@ func (n *nemesis) topologyChange(ctx context.Context) {
 	c.mu.Unlock()
 	if err := c.shutdown(prev); err != nil && f.Err == "" {
 		f.Err = "shutdown: " + err.Error()
+	}
+	if c.sync != nil {
+		if err := c.sync.restart(&next); err != nil && f.Err == "" {
+			f.Err = "sync restart: " + err.Error()
+		}
 	}
 }
 

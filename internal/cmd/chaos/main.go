@@ -37,6 +37,7 @@ func main() {
 	svcLog := flag.String("service-log", "", "write the service's logs to this file")
 	sentinel := flag.Bool("sentinel", false, "every node a Sentinel group (master, replica, 3 sentinels); the nemesis kills and pauses masters")
 	durability := flag.String("durability", "", "inventory.durability: none or replica (default: replica with --sentinel, none without)")
+	syncDB := flag.Bool("sync", false, "run PostgreSQL and shardis sync beside the run and check the database against the nodes after healing")
 	verbose := flag.Bool("v", false, "list examples of the excused violations under their counts")
 	flag.Parse()
 	if *seed == 0 {
@@ -46,7 +47,7 @@ func main() {
 	opts := chaos.Options{
 		Seed: *seed, Duration: *duration, Clients: *clients, Nodes: *nodes,
 		ReservationTTL: *ttl, ClientTimeout: *clientTimeout, FaultGapMin: *gapMin, FaultGapMax: *gapMax,
-		Dir: *dir, Out: os.Stdout, Sentinel: *sentinel, Durability: *durability,
+		Dir: *dir, Out: os.Stdout, Sentinel: *sentinel, Durability: *durability, Sync: *syncDB,
 	}
 	if *svcLog != "" {
 		f, err := os.Create(*svcLog)

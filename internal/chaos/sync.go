@@ -1,0 +1,292 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/shardis/shardis/config"
+
+	"github.com/shardis/shardis/internal/pgproc"
+	"github.com/shardis/shardis/internal/stack"
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/pgsync"
+)
+
+// The system of record (Options.Sync): a PostgreSQL server and a
+// `shardis sync` instance (stack.OpenSync, its configuration the run's,
+// every node named, the spare included) land the redo log while the
+// clients and the nemesis run. After healing, once the sync reports no
+// lag and no pending row on any node, the database is held against the
+// nodes:
+//
+//   - sync-caught-up: every node's redo log landed and no row is pending
+//     (every part settled on the nodes is settled in the database);
+//   - sync-confirmed: per node and SKU, the confirmed rows' quantities add
+//     up to the node's confirmed counter (no sale missing, none twice);
+//     excused on a node accepted after a rollback (the database keeps the
+//     sales the node lost, as it should);
+//   - sync-seen-confirmed: an order a client saw confirmed has confirmed
+//     rows for all its items' quantities.
+
+// syncDB is the database name of a run's sync.
+const syncDB = "shardis"
+
+// syncCatchUp bounds the wait for the sync after healing.
+const syncCatchUp = 60 * time.Second
+
+// recordSync is a run's system of record: the server and the sync.
+type recordSync struct {
+	pg  *pgproc.Server
+	log *slog.Logger
+
+	mu sync.Mutex // guards st: restart replaces it
+	st *stack.Sync
+}
+
+// startSync starts PostgreSQL and a sync instance over the run's
+// configuration, and starts the sync.
+func startSync(c *cluster, log *slog.Logger, out io.Writer) (*recordSync, error) {
+	pg, err := pgproc.Start(pgproc.Options{Password: "chaos", KillWithParent: true})
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := pg.CreateDatabase(ctx, syncDB); err != nil {
+		_ = pg.Close()
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	s := &recordSync{pg: pg, log: log}
+	if s.st, err = s.open(ctx, c.config()); err != nil {
+		_ = pg.Close()
+		return nil, err
+	}
+	fmt.Fprintf(out, "  sync: PostgreSQL %s, database %s, shardis sync restarted with every topology change\n", pg.Addr(), syncDB)
+	return s, nil
+}
+
+// open starts a sync instance over configuration run.
+func (s *recordSync) open(ctx context.Context, run *config.Config) (*stack.Sync, error) {
+	cfg := *run
+	cfg.Sync.DSN = s.pg.DSN(syncDB)
+	cfg.Sync.Listen = ""
+	st, err := stack.OpenSync(ctx, &cfg, stack.SyncOptions{Logger: s.log, Migrate: true})
+	if err != nil {
+		return nil, fmt.Errorf("chaos: sync: %w", err)
+	}
+	st.Syncer.Start()
+	return st, nil
+}
+
+// restart replaces the sync instance with one over run, as an operator
+// restarts `shardis sync` with a topology change's configuration.
+func (s *recordSync) restart(run *config.Config) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := s.open(ctx, run)
+	if err != nil {
+		s.st = nil
+		return err
+	}
+	s.st = st
+	return nil
+}
+
+// current returns the sync instance, nil after a failed restart.
+func (s *recordSync) current() *stack.Sync {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st
+}
+
+// close stops the sync and the server.
+func (s *recordSync) close() error {
+	if st := s.current(); st != nil {
+		st.Close()
+	}
+	return s.pg.Close()
+}
+
+// status reads the sync status of every node (pgsync.Status).
+func (s *recordSync) status() ([]pgsync.NodeStatus, error) {
+	st := s.current()
+	if st == nil {
+		return nil, errors.New("chaos: the sync did not restart")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return pgsync.Status(ctx, st.Inventory, st.Pool)
+}
+
+// waitNode waits up to timeout until node's status shows no lag and no
+// pending row.
+func (s *recordSync) waitNode(node string, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		sts, err := s.status()
+		for _, n := range sts {
+			if err == nil && n.Node == node && n.Err == "" && n.Lag == 0 && n.Pending == 0 {
+				return true
+			}
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// waitCaughtUp waits until every node's status shows no lag and no
+// pending row, up to syncCatchUp; it returns the last statuses and
+// whether they were caught up.
+func (s *recordSync) waitCaughtUp() ([]pgsync.NodeStatus, bool) {
+	deadline := time.Now().Add(syncCatchUp)
+	for {
+		sts, err := s.status()
+		done := err == nil && len(sts) > 0
+		for _, n := range sts {
+			if n.Err != "" || n.Lag != 0 || n.Pending != 0 {
+				done = false
+			}
+		}
+		if done || time.Now().After(deadline) {
+			return sts, done
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// syncSums are the database's rows of one node and stock key.
+type syncSums struct{ confirmed, pending int64 }
+
+// check holds the database against the nodes' state st and the orders
+// the clients saw (the package comment above).
+func (s *recordSync) check(rep *Report, st *state, orders []*order) error {
+	sts, ok := s.waitCaughtUp()
+	if !ok {
+		for _, n := range sts {
+			if n.Err != "" || n.Lag != 0 || n.Pending != 0 {
+				rep.violate("sync-caught-up", "node %s: lag %d, pending rows %d, error %q %v after healing",
+					n.Node, n.Lag, n.Pending, n.Err, syncCatchUp)
+			}
+		}
+	}
+	syn := s.current()
+	if syn == nil {
+		rep.violate("sync-caught-up", "the sync did not restart after a topology change")
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := syn.Pool.Query(ctx, `SELECT node, route, sku, state, sum(quantity), count(*)
+		FROM stock_movements GROUP BY node, route, sku, state`)
+	if err != nil {
+		return fmt.Errorf("chaos: reading stock_movements: %w", err)
+	}
+	sums := map[string]map[string]*syncSums{} // node → stock key → sums
+	var total int64
+	for rows.Next() {
+		var nd, route, sku, state string
+		var qty, n int64
+		if err := rows.Scan(&nd, &route, &sku, &state, &qty, &n); err != nil {
+			rows.Close()
+			return fmt.Errorf("chaos: reading stock_movements: %w", err)
+		}
+		total += n
+		if sums[nd] == nil {
+			sums[nd] = map[string]*syncSums{}
+		}
+		key := inventory.StockKey(route, sku)
+		if sums[nd][key] == nil {
+			sums[nd][key] = &syncSums{}
+		}
+		switch state {
+		case string(inventory.PartConfirmed):
+			sums[nd][key].confirmed += qty
+		case string(inventory.PartPending):
+			sums[nd][key].pending += qty
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("chaos: reading stock_movements: %w", err)
+	}
+	rep.note("sync: %d rows in stock_movements", total)
+	checkSyncedStock(rep, st, sums)
+	return checkSeenConfirmed(ctx, syn, rep, orders)
+}
+
+// checkSyncedStock compares, per node and stock key, the confirmed rows
+// with the node's confirmed counter.
+func checkSyncedStock(rep *Report, st *state, sums map[string]map[string]*syncSums) {
+	for _, name := range st.names {
+		ns := st.nodes[name]
+		seen := map[string]bool{}
+		for key, f := range ns.stock {
+			seen[key] = true
+			var db syncSums
+			if s := sums[name][key]; s != nil {
+				db = *s
+			}
+			if c := atoi(f["confirmed"]); c != db.confirmed {
+				rep.violate("sync-confirmed", "node %s: %s: confirmed %d on the node, %d in stock_movements", name, key, c, db.confirmed)
+			}
+		}
+		for key, s := range sums[name] {
+			if !seen[key] && s.confirmed != 0 {
+				rep.violate("sync-confirmed", "node %s: %s: no counter on the node, %d confirmed in stock_movements", name, key, s.confirmed)
+			}
+		}
+	}
+}
+
+// checkSeenConfirmed checks that every order a client saw confirmed has
+// confirmed rows for each of its items' quantities.
+func checkSeenConfirmed(ctx context.Context, st *stack.Sync, rep *Report, orders []*order) error {
+	for _, o := range orders {
+		o.mu.Lock()
+		seen := o.confirmedBy != ""
+		o.mu.Unlock()
+		if !seen {
+			continue
+		}
+		want := map[string]int64{}
+		for _, it := range o.Items {
+			want[inventory.StockKey(it.Route, it.SKU)] += it.Qty
+		}
+		rows, err := st.Pool.Query(ctx, `SELECT route, sku, sum(quantity) FROM stock_movements
+			WHERE order_id = $1 AND state = 'confirmed' GROUP BY route, sku`, o.ID)
+		if err != nil {
+			return fmt.Errorf("chaos: reading stock_movements: %w", err)
+		}
+		got := map[string]int64{}
+		for rows.Next() {
+			var route, sku string
+			var qty int64
+			if err := rows.Scan(&route, &sku, &qty); err != nil {
+				rows.Close()
+				return fmt.Errorf("chaos: reading stock_movements: %w", err)
+			}
+			got[inventory.StockKey(route, sku)] = qty
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("chaos: reading stock_movements: %w", err)
+		}
+		for key, q := range want {
+			if got[key] != q {
+				rep.violate("sync-seen-confirmed", "order %s: a client saw it confirmed; %s: %d confirmed in stock_movements, ordered %d",
+					o.ID, key, got[key], q)
+			}
+		}
+	}
+	return nil
+}
