@@ -251,3 +251,29 @@ func TestCheckSyncedStock(t *testing.T) {
 		})
 	}
 }
+
+// Each order's confirmed rows are held against what its clients saw.
+func TestCheckOrderRows(t *testing.T) {
+	lim := func(q int64) map[string]int64 { return map[string]int64{"inv:stock:a:lim": q} }
+	for _, tc := range []struct {
+		name string
+		rows map[string]map[string]int64
+		want string // the violation kind, "" for none
+	}{
+		{"as seen", map[string]map[string]int64{"c0-1": lim(2)}, ""},
+		{"a confirmed order short", map[string]map[string]int64{"c0-1": lim(1)}, "sync-seen-confirmed"},
+		{"a confirmed order missing", nil, "sync-seen-confirmed"},
+		{"a cancelled order confirmed", map[string]map[string]int64{"c0-1": lim(2), "c0-2": lim(1)}, "sync-seen-cancelled"},
+		{"an order nobody confirmed", map[string]map[string]int64{"c0-1": lim(2), "c0-9": lim(1)}, "sync-never-confirmed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, orders, _, _ := fixture(t)
+			orders = append(orders, &order{ID: "c0-9", Items: []item{{"a", "lim", 1}}})
+			rep := newReport(Options{})
+			checkOrderRows(rep, orders, tc.rows)
+			if tc.want == "" && !rep.OK() || tc.want != "" && rep.ViolationCounts[tc.want] == 0 {
+				t.Errorf("violations %+v, want %q", rep.Violations, tc.want)
+			}
+		})
+	}
+}

@@ -31,7 +31,9 @@ import (
 //     excused on a node accepted after a rollback (the database keeps the
 //     sales the node lost, as it should);
 //   - sync-seen-confirmed: an order a client saw confirmed has confirmed
-//     rows for all its items' quantities.
+//     rows for all its items' quantities; sync-seen-cancelled and
+//     sync-never-confirmed: one a client saw cancelled, or that no client
+//     ever confirmed, has none.
 
 // syncDB is the database name of a run's sync.
 const syncDB = "shardis"
@@ -248,45 +250,61 @@ func checkSyncedStock(rep *Report, st *state, sums map[string]map[string]*syncSu
 	}
 }
 
-// checkSeenConfirmed checks that every order a client saw confirmed has
-// confirmed rows for each of its items' quantities.
+// checkSeenConfirmed reads the confirmed rows of every order and holds
+// them against what the clients saw (checkOrderRows).
 func checkSeenConfirmed(ctx context.Context, st *stack.Sync, rep *Report, orders []*order) error {
+	rows, err := st.Pool.Query(ctx, `SELECT order_id, route, sku, sum(quantity) FROM stock_movements
+		WHERE state = 'confirmed' GROUP BY order_id, route, sku`)
+	if err != nil {
+		return fmt.Errorf("chaos: reading stock_movements: %w", err)
+	}
+	confirmed := map[string]map[string]int64{} // order id → stock key → units
+	for rows.Next() {
+		var id, route, sku string
+		var qty int64
+		if err := rows.Scan(&id, &route, &sku, &qty); err != nil {
+			rows.Close()
+			return fmt.Errorf("chaos: reading stock_movements: %w", err)
+		}
+		if confirmed[id] == nil {
+			confirmed[id] = map[string]int64{}
+		}
+		confirmed[id][inventory.StockKey(route, sku)] = qty
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("chaos: reading stock_movements: %w", err)
+	}
+	checkOrderRows(rep, orders, confirmed)
+	return nil
+}
+
+// checkOrderRows holds the confirmed rows of each order (order id →
+// stock key → units) against what the clients saw: an order seen
+// confirmed has rows for all its items' units, one seen cancelled or
+// never confirmed by a client has none.
+func checkOrderRows(rep *Report, orders []*order, confirmed map[string]map[string]int64) {
 	for _, o := range orders {
 		o.mu.Lock()
-		seen := o.confirmedBy != ""
+		seenConfirmed, seenCancelled, issued := o.confirmedBy, o.cancelledBy, o.confirmIssued
 		o.mu.Unlock()
-		if !seen {
-			continue
-		}
-		want := map[string]int64{}
-		for _, it := range o.Items {
-			want[inventory.StockKey(it.Route, it.SKU)] += it.Qty
-		}
-		rows, err := st.Pool.Query(ctx, `SELECT route, sku, sum(quantity) FROM stock_movements
-			WHERE order_id = $1 AND state = 'confirmed' GROUP BY route, sku`, o.ID)
-		if err != nil {
-			return fmt.Errorf("chaos: reading stock_movements: %w", err)
-		}
-		got := map[string]int64{}
-		for rows.Next() {
-			var route, sku string
-			var qty int64
-			if err := rows.Scan(&route, &sku, &qty); err != nil {
-				rows.Close()
-				return fmt.Errorf("chaos: reading stock_movements: %w", err)
+		got := confirmed[o.ID]
+		switch {
+		case seenConfirmed != "":
+			want := map[string]int64{}
+			for _, it := range o.Items {
+				want[inventory.StockKey(it.Route, it.SKU)] += it.Qty
 			}
-			got[inventory.StockKey(route, sku)] = qty
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("chaos: reading stock_movements: %w", err)
-		}
-		for key, q := range want {
-			if got[key] != q {
-				rep.violate("sync-seen-confirmed", "order %s: a client saw it confirmed; %s: %d confirmed in stock_movements, ordered %d",
-					o.ID, key, got[key], q)
+			for key, q := range want {
+				if got[key] != q {
+					rep.violate("sync-seen-confirmed", "order %s: a client saw it confirmed; %s: %d confirmed in stock_movements, ordered %d",
+						o.ID, key, got[key], q)
+				}
 			}
+		case len(got) > 0 && seenCancelled != "":
+			rep.violate("sync-seen-cancelled", "order %s: a client saw %q; stock_movements holds confirmed rows %v", o.ID, seenCancelled, got)
+		case len(got) > 0 && !issued:
+			rep.violate("sync-never-confirmed", "order %s was never confirmed by a client; stock_movements holds confirmed rows %v", o.ID, got)
 		}
 	}
-	return nil
 }
