@@ -128,46 +128,54 @@ func (s *recordSync) status() ([]pgsync.NodeStatus, error) {
 	return pgsync.Status(ctx, st.Inventory, st.Pool)
 }
 
-// waitNode waits up to timeout until node's status shows no lag and no
-// pending row.
-func (s *recordSync) waitNode(node string, timeout time.Duration) bool {
+// caughtUp reports whether a node's sync status shows its redo log
+// landed with no row pending.
+func caughtUp(n pgsync.NodeStatus) bool { return n.Err == "" && n.Lag == 0 && n.Pending == 0 }
+
+// waitStatus reads the sync status every 250 ms until done says so of it
+// or timeout passes; it returns the last statuses and whether done said so.
+func (s *recordSync) waitStatus(timeout time.Duration, done func([]pgsync.NodeStatus) bool) ([]pgsync.NodeStatus, bool) {
 	deadline := time.Now().Add(timeout)
 	for {
 		sts, err := s.status()
+		if err == nil && done(sts) {
+			return sts, true
+		}
+		if time.Now().After(deadline) {
+			return sts, false
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// waitNode waits up to timeout until node is caught up.
+func (s *recordSync) waitNode(node string, timeout time.Duration) bool {
+	_, ok := s.waitStatus(timeout, func(sts []pgsync.NodeStatus) bool {
 		for _, n := range sts {
-			if err == nil && n.Node == node && n.Err == "" && n.Lag == 0 && n.Pending == 0 {
+			if n.Node == node && caughtUp(n) {
 				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return false
+	})
+	return ok
 }
 
-// waitCaughtUp waits until every node's status shows no lag and no
-// pending row, up to syncCatchUp; it returns the last statuses and
-// whether they were caught up.
+// waitCaughtUp waits up to syncCatchUp until every node is caught up; it
+// returns the last statuses and whether they were.
 func (s *recordSync) waitCaughtUp() ([]pgsync.NodeStatus, bool) {
-	deadline := time.Now().Add(syncCatchUp)
-	for {
-		sts, err := s.status()
-		done := err == nil && len(sts) > 0
+	return s.waitStatus(syncCatchUp, func(sts []pgsync.NodeStatus) bool {
 		for _, n := range sts {
-			if n.Err != "" || n.Lag != 0 || n.Pending != 0 {
-				done = false
+			if !caughtUp(n) {
+				return false
 			}
 		}
-		if done || time.Now().After(deadline) {
-			return sts, done
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return len(sts) > 0
+	})
 }
 
 // syncSums are the database's rows of one node and stock key.
-type syncSums struct{ confirmed, pending int64 }
+type syncSums struct{ confirmed int64 }
 
 // check holds the database against the nodes' state st and the orders
 // the clients saw (the package comment above).
@@ -175,7 +183,7 @@ func (s *recordSync) check(rep *Report, st *state, orders []*order) error {
 	sts, ok := s.waitCaughtUp()
 	if !ok {
 		for _, n := range sts {
-			if n.Err != "" || n.Lag != 0 || n.Pending != 0 {
+			if !caughtUp(n) {
 				rep.violate("sync-caught-up", "node %s: lag %d, pending rows %d, error %q %v after healing",
 					n.Node, n.Lag, n.Pending, n.Err, syncCatchUp)
 			}
@@ -210,11 +218,8 @@ func (s *recordSync) check(rep *Report, st *state, orders []*order) error {
 		if sums[nd][key] == nil {
 			sums[nd][key] = &syncSums{}
 		}
-		switch state {
-		case string(inventory.PartConfirmed):
+		if state == string(inventory.PartConfirmed) {
 			sums[nd][key].confirmed += qty
-		case string(inventory.PartPending):
-			sums[nd][key].pending += qty
 		}
 	}
 	rows.Close()
