@@ -286,6 +286,28 @@ func (inv *Inventory) homeFor(ctx context.Context, orderID string) (*node.Node, 
 	return home, nil
 }
 
+// OrderHomes returns the names of the nodes that may hold orderID's live
+// record in the instance's current view of the topology: its home, and
+// while a change migrates, its home in the previous topology as well (a
+// record moves when first touched, migrate.go). ok is false when the
+// instance has no ready view (the topology not read yet, or refused): no
+// node can be ruled out then. A record found elsewhere is a leftover (a
+// copy a move marked, or one a restore or a rejoining node brought back)
+// and tells nothing for certain about the order's current attempt.
+func (inv *Inventory) OrderHomes(ctx context.Context, orderID string) (names []string, ok bool) {
+	v := inv.topology(ctx)
+	if v.notReady != nil || v.homes == nil {
+		return nil, false
+	}
+	names = []string{v.homes.Home(orderID)}
+	if v.migrating() {
+		if prev := v.prevHomes.Home(orderID); prev != names[0] {
+			names = append(names, prev)
+		}
+	}
+	return names, true
+}
+
 // orderHome returns the node holding an order's record in the placement
 // of v (Homes.member). It never fails over: an order's decision lives on one
 // node.

@@ -53,7 +53,10 @@
 // outlives its parts (inventory.retention) and keeps its token, so its
 // parts are never read as a refused attempt's, and it is always found: a
 // copy a topology change moved is read too (only for an attempt it
-// decided for good: it is frozen at the move), and "no record" is concluded
+// decided for good: it is frozen at the move), as is a record found on a
+// node that is not one of the order's homes (inventory.Inventory.OrderHomes:
+// a leftover a restore or a rejoining node brought back, which may name an
+// attempt the order has long moved past), and "no record" is concluded
 // only from every node while the topology is stable (records sit on the
 // applied members, which a ready instance's configuration names). A
 // record that could not be read leaves the reason unknown and the part

@@ -2,6 +2,7 @@ package pgsync
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -94,11 +95,11 @@ const reasonTimeout = 2 * time.Second
 
 // cancelReasons reads the order record of each cancelled part (parts:
 // part id → order id) from every usable node (the record is on its home
-// node; a copy a topology change moved away is marked moved, and read only
-// when no live one is found: a moved copy holds the record's data frozen,
+// node; a copy a topology change moved away is marked moved, and a record
+// on a node that is not one of the order's homes is a leftover: either is
+// read only when no live one is found, and holds the record's data frozen,
 // so it gives a reason only when it has decided the part's attempt for
-// good, frozenFinal)
-// and returns each part's reason. A part whose order has no record on any
+// good, frozenFinal) and returns each part's reason. A part whose order has no record on any
 // node (orderRecords' allRead) is ReasonRefused: its attempt's record
 // was withdrawn (a one-round attempt refused after taking) or never
 // written, so it never was a reservation (a reservation's record outlives
@@ -121,14 +122,14 @@ func (s *Syncer) cancelReasons(ctx context.Context, parts map[string]string) map
 		switch {
 		case found:
 			tok := partToken(o, id)
-			if rec.Moved != "" && !frozenFinal(rec, tok) {
-				// a copy frozen at a move, read while the live record
-				// could not be: the order may have gone on since (a
+			if rec.frozen && !frozenFinal(rec.OrderRecord, tok) {
+				// a copy frozen at a move (or a leftover), read while the
+				// live record could not be: the order may have gone on since (a
 				// later attempt took a failed record over, an attempt
 				// committed): no reason
 				continue
 			}
-			if r, ok := reasonOf(rec, tok); ok {
+			if r, ok := reasonOf(rec.OrderRecord, tok); ok {
 				out[id] = r
 			}
 		case allRead:
@@ -139,16 +140,25 @@ func (s *Syncer) cancelReasons(ctx context.Context, parts map[string]string) map
 }
 
 // orderRecords reads the records of orders from every usable inventory
-// node: the live one, else a copy marked moved. allRead reports that an
+// node: the live one, else a copy marked moved or a leftover away from the
+// order's homes (Inventory.OrderHomes: a record a restore or a rejoining
+// node brought back onto a node that no longer homes the order, frozen
+// where it was left, read as a moved copy). allRead reports that an
 // order missing from recs has no record anywhere: this instance acts at
 // the nodes' topology, which is stable (no record is still on a node a
 // change moved it from, possibly one this configuration no longer names),
 // and every inventory node was usable and answered every read.
-func (s *Syncer) orderRecords(ctx context.Context, orders map[string]bool) (recs map[string]inventory.OrderRecord, allRead bool) {
-	recs = map[string]inventory.OrderRecord{}
-	moved := map[string]inventory.OrderRecord{}
+func (s *Syncer) orderRecords(ctx context.Context, orders map[string]bool) (recs map[string]readRecord, allRead bool) {
+	recs = map[string]readRecord{}
+	moved := map[string]readRecord{}
 	st := s.inv.TopologyStatus(ctx)
 	allRead = st.Ready && st.Phase == topology.PhaseStable
+	homes := map[string][]string{} // order → nodes its live record may be on
+	for o := range orders {
+		if h, ok := s.inv.OrderHomes(ctx, o); ok {
+			homes[o] = h
+		}
+	}
 	for _, n := range s.inv.Nodes() {
 		if !n.Usable() {
 			allRead = false
@@ -176,10 +186,10 @@ func (s *Syncer) orderRecords(ctx context.Context, orders map[string]bool) (recs
 			switch {
 			case err != nil:
 				allRead = false
-			case rec.Moved == "":
-				recs[o] = rec
+			case rec.Moved == "" && atHome(homes, o, n.Name()):
+				recs[o] = readRecord{OrderRecord: rec}
 			default:
-				moved[o] = rec
+				moved[o] = readRecord{OrderRecord: rec, frozen: true}
 			}
 		}
 	}
@@ -189,6 +199,21 @@ func (s *Syncer) orderRecords(ctx context.Context, orders map[string]bool) (recs
 		}
 	}
 	return recs, allRead
+}
+
+// readRecord is an order record as orderRecords found it: frozen when it
+// is a copy a move marked or a leftover away from the order's homes, whose
+// data may be behind the order's live record.
+type readRecord struct {
+	inventory.OrderRecord
+	frozen bool
+}
+
+// atHome reports whether node may hold order's live record (homes from
+// orderRecords; an order whose homes are unknown may be on any node).
+func atHome(homes map[string][]string, order, node string) bool {
+	h, known := homes[order]
+	return !known || slices.Contains(h, node)
 }
 
 // skipRefused reports whether entry e stays out of the database (doc.go,
