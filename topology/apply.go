@@ -168,7 +168,12 @@ type Driver interface {
 	// wrote. Writing a limit again is harmless, and
 	// never replaces a newer change of the new topology's: it is called
 	// before an apply's first bump and again once the old nodes are
-	// bumped (a limit changed by an old instance in between).
+	// bumped (a limit changed by an old instance in between). It fails
+	// with an error wrapping [ErrInvalid], before the first bump, when a
+	// route c.From does not have left counters from an earlier epoch on
+	// nodes where c.To's route would not find them (an apply that removed
+	// the route left them; added back over other nodes, their units would
+	// be stranded and users could buy their limit again).
 	CopyLimits(ctx context.Context, c Change) (int, error)
 	// Relocate runs the first part of step 3 at c.Token: it moves every
 	// order record whose home moved and decides every record still
