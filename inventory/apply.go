@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -200,24 +201,16 @@ var limitSetScript = newBareScript("limit-set", identityLua+luaFile("limit_set.l
 // ConvergeLimits on the nodes that took it only, and when those leave the
 // route the record leaves with them (the staying members kept no limit for
 // good, though the failure promised they would take it).
-//
-// A route that c.From does not have (added, or added back after an apply
-// removed it: its counters stayed on its old nodes) is checked instead
-// (addedRoute): the apply is refused while a counter of it sits where the
-// new route would not find it.
+// A route that c.From does not have gets none: it has no old members
+// (Check refuses one added back over other nodes while its old counters
+// are there).
 func (a *migrator) CopyLimits(ctx context.Context, c topology.Change) (copied int, err error) {
 	for route, ms := range c.To.Routes {
 		old := map[string]bool{}
 		for _, m := range c.From.Routes[route] {
 			old[m.Name] = true
 		}
-		if len(old) == 0 {
-			if err := a.addedRoute(ctx, c, route); err != nil {
-				return copied, err
-			}
-			continue
-		}
-		if sameMembers(c.From.Routes[route], ms) {
+		if len(old) == 0 || sameMembers(c.From.Routes[route], ms) {
 			continue
 		}
 		limits, mixed, err := a.routeLimits(ctx, route, old)
@@ -237,6 +230,21 @@ func (a *migrator) CopyLimits(ctx context.Context, c topology.Change) (copied in
 		}
 	}
 	return copied, nil
+}
+
+// Check implements [topology.Driver]: it refuses c when a route c.From
+// does not have holds counters where c.To's route would not find them
+// (addedRoute).
+func (a *migrator) Check(ctx context.Context, c topology.Change) error {
+	for _, route := range slices.Sorted(maps.Keys(c.To.Routes)) {
+		if _, ok := c.From.Routes[route]; ok {
+			continue
+		}
+		if err := a.addedRoute(ctx, c, route); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // addedRoute refuses the apply (an error wrapping topology.ErrInvalid)

@@ -61,6 +61,10 @@ func TestApplyReaddedRouteHoldsItsLimitAndStock(t *testing.T) {
 		if !errors.Is(err, topology.ErrInvalid) || !strings.Contains(err.Error(), "n1") || !strings.Contains(err.Error(), "inv:stock:r:") {
 			t.Fatalf("apply re-adding r over other nodes: %v; want topology.ErrInvalid naming n1 and its stock key of r", err)
 		}
+		dry, err := ApplyTopology(ctx, ApplyOptions{To: back, From: gone, DryRun: true, Logger: slog.New(slog.DiscardHandler)})
+		if !errors.Is(err, topology.ErrInvalid) {
+			t.Fatalf("dry run re-adding r over n2, n3: %+v, %v; want the same refusal", dry, err)
+		}
 		// the way out: r back over its old nodes, then moved
 		if _, err := apply(gone, same); err != nil {
 			t.Fatalf("apply re-adding r over its old nodes: %v", err)

@@ -136,6 +136,15 @@ type Driver interface {
 	Write(ctx context.Context, node, expect string, rec Record) error
 	// Pending returns how many parts are pending on the named node.
 	Pending(ctx context.Context, node string) (int, error)
+	// Check refuses change c for what the nodes hold, with an error
+	// wrapping [ErrInvalid] that names the node and what is wrong (e.g. a
+	// route c.From does not have whose counters from an earlier epoch sit
+	// where c.To's route would not find them: an apply that removed the
+	// route left them; added back over other nodes, their units would be
+	// stranded and users could buy their limit again). It writes nothing.
+	// Every apply that starts a new epoch calls it, a dry run too, before
+	// it writes any node.
+	Check(ctx context.Context, c Change) error
 	// Retire marks moved (dead, its data kept) every live order record
 	// on the named nodes (each a node of c.From or c.To) that is not the
 	// record's home in c.From, and then puts back on them the records
@@ -168,12 +177,7 @@ type Driver interface {
 	// wrote. Writing a limit again is harmless, and
 	// never replaces a newer change of the new topology's: it is called
 	// before an apply's first bump and again once the old nodes are
-	// bumped (a limit changed by an old instance in between). It fails
-	// with an error wrapping [ErrInvalid], before the first bump, when a
-	// route c.From does not have left counters from an earlier epoch on
-	// nodes where c.To's route would not find them (an apply that removed
-	// the route left them; added back over other nodes, their units would
-	// be stranded and users could buy their limit again).
+	// bumped (a limit changed by an old instance in between).
 	CopyLimits(ctx context.Context, c Change) (int, error)
 	// Relocate runs the first part of step 3 at c.Token: it moves every
 	// order record whose home moved and decides every record still
@@ -262,10 +266,13 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 		return a.rep, err
 	}
 	a.rep.ToEpoch = cur.Epoch + 1
+	tok := Token(cur.Epoch+1, fp)
+	if err := a.d.Check(ctx, a.change(tok)); err != nil {
+		return a.rep, err
+	}
 	if a.opts.DryRun {
 		return a.rep, nil
 	}
-	tok := Token(cur.Epoch+1, fp)
 	a.attempt = newAttempt()
 	if err := a.retire(ctx, tok, Union(cur.Current.Nodes(), a.to.Nodes())); err != nil {
 		return a.rep, err

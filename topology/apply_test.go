@@ -28,6 +28,8 @@ type fakeDriver struct {
 	gone         map[string]bool // nodes not configured: Read and Write fail
 	copied       int             // what the first CopyLimits call reports (a copy again writes nothing new)
 	copiesAt     []int           // len(writes) at each CopyLimits call
+	checked      []Change        // Check's calls
+	checkErr     error           // what Check returns
 	retired      int             // what Retire reports
 	retires      int             // Retire's calls
 	retiredOn    [][]string      // the nodes of each Retire call
@@ -91,6 +93,11 @@ func (f *fakeDriver) Retire(_ context.Context, c Change, nodes []string) (Retire
 	f.retireChange = c
 	f.attempts = append(f.attempts, c.Attempt)
 	return Retirement{Retired: f.retired, Reinstalled: f.reinstalled}, nil
+}
+
+func (f *fakeDriver) Check(_ context.Context, c Change) error {
+	f.checked = append(f.checked, c)
+	return f.checkErr
 }
 
 func (f *fakeDriver) CopyLimits(_ context.Context, c Change) (int, error) {
@@ -203,6 +210,16 @@ func TestApplyRefusals(t *testing.T) {
 		"while migrating": {func(f *fakeDriver) { f.at(2, three, &two, PhaseMigrating, "n1", "n2", "n3") },
 			Options{To: Topology{Routes: map[string][]router.Member{"r": {{Name: "n1", Weight: 1}, {Name: "n3", Weight: 1}}}}}},
 		"back while migrating": {func(f *fakeDriver) { f.at(2, three, &two, PhaseMigrating, "n1", "n2", "n3") }, Options{To: two}},
+		// the driver refuses what the nodes hold (Driver.Check), before
+		// any write, a dry run too
+		"driver check": {func(f *fakeDriver) {
+			f.at(1, two, nil, PhaseStable, "n1", "n2")
+			f.checkErr = fmt.Errorf("%w: counters left", ErrInvalid)
+		}, Options{To: three}},
+		"driver check, dry run": {func(f *fakeDriver) {
+			f.at(1, two, nil, PhaseStable, "n1", "n2")
+			f.checkErr = fmt.Errorf("%w: counters left", ErrInvalid)
+		}, Options{To: three, DryRun: true}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFake()
@@ -436,6 +453,9 @@ func TestApplyDryRunAndFinishedMigration(t *testing.T) {
 	rep, err := apply(t, f, Options{To: three, DryRun: true})
 	if err != nil || len(f.writes) != 0 || rep.ToEpoch != 2 {
 		t.Fatalf("dry run = %+v, %v; writes %v", rep, err, f.writes)
+	}
+	if tok := Token(2, three.Fingerprint()); len(f.checked) != 1 || f.checked[0].Token != tok || f.checked[0].From.Fingerprint() != two.Fingerprint() {
+		t.Fatalf("the dry run's Driver.Check calls: %+v, want one for %s from %s", f.checked, tok, two)
 	}
 	f.at(2, three, &two, PhaseMigrating, "n1", "n2", "n3")
 	f.stable = true

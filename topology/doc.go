@@ -59,7 +59,10 @@
 //     its step 3 would look for records and counters only at their homes
 //     in the current topology, and those step 3 has not moved yet, or is
 //     moving, would stay where they are; run the current one again until
-//     it is stable); order records live away from their home (older
+//     it is stable); the driver finds nothing on the nodes the change
+//     would leave out of reach ([Driver.Check]: e.g. a route added back
+//     over other nodes while an earlier removal's counters sit where it
+//     would not find them; a dry run stops here); order records live away from their home (older
 //     copies come back with a node's data) are marked moved
 //     ([Driver.Retire]); nodes that join get the per-user limits of their
 //     routes ([Driver.CopyLimits]).
