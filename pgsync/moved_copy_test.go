@@ -22,47 +22,11 @@ import (
 // at the move, marked moved, on the node it moved from).
 func TestSyncLandsAReservationReadFromAFrozenCopy(t *testing.T) {
 	e := newEnv(t, false)
-	e.loadStock("one", "b", 10)
-	e.loadStock("one", "c", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	homes, err := inventory.NewHomes(e.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	order := ""
-	for i := 0; order == ""; i++ { // homed off n2, the node of route "one"
-		if id := fmt.Sprintf("o-%d", i); homes.Home(id) != "n2" {
-			order = id
-		}
-	}
-	home := homes.Home(order)
-	other := "n1"
-	if home == "n1" {
-		other = "n3"
-	}
-	items := []inventory.Item{{Route: "one", SKU: "b", Quantity: 1}, {Route: "one", SKU: "c", Quantity: 2}}
-	if _, err := e.inv.Reserve(ctx, order, items, "", time.Minute); !errors.Is(err, inventory.ErrInsufficientStock) {
-		t.Fatalf("Reserve %s: %v, want ErrInsufficientStock", order, err)
-	}
-	frozen, err := inventory.ReadOrder(ctx, e.raw[home], order).Fields()
-	if err != nil || frozen["status"] != string(inventory.OrderFailed) {
-		t.Fatalf("the refused order's record: %v, %v", frozen, err)
-	}
-	// restocked: the order id is reserved again (its failed record taken
-	// over by a new attempt), acknowledged, then cancelled by the user
-	e.loadStock("one", "c", 10)
-	if _, err := e.inv.Reserve(ctx, order, items, "", time.Minute); err != nil {
-		t.Fatalf("Reserve %s again: %v", order, err)
-	}
-	rec, _ := inventory.ReadOrder(ctx, e.raw[home], order).Fields()
-	if _, err := e.inv.Cancel(ctx, order); err != nil {
-		t.Fatal(err)
-	}
-	reserved := rec["token"]
-	t.Logf("order %s (home %s): refused attempt %s, reservation %s", order, home, frozen["token"], reserved)
-
+	o := e.refusedThenReserved(t, ctx, "o")
 	// the copy a topology change left on the node the record moved from
+	frozen := o.failed
 	frozen["moved"] = "2:moved"
 	args := []any{}
 	for k, v := range frozen {
@@ -70,12 +34,74 @@ func TestSyncLandsAReservationReadFromAFrozenCopy(t *testing.T) {
 			args = append(args, k, v)
 		}
 	}
-	if err := e.raw[other].HSet(ctx, inventory.OrderKey(order), args...).Err(); err != nil {
+	if err := e.raw[o.other].HSet(ctx, inventory.OrderKey(o.order), args...).Err(); err != nil {
 		t.Fatal(err)
 	}
-	// the order's home is down when the sync reads its parts
-	e.srv[home].Kill()
-	n, _ := e.stack.Router.Node(home)
+	e.landsWithHomeDown(t, ctx, o, "the frozen copy")
+}
+
+// reusedOrder is an order id refused once and then reserved, acknowledged
+// and cancelled by its user (refusedThenReserved).
+type reusedOrder struct {
+	order, home string
+	other       string            // a node that is neither home nor n2
+	failed      map[string]string // the refused attempt's record
+	dump        string            // that record, DUMPed from home
+	reserved    string            // the reservation's attempt token
+}
+
+// refusedThenReserved picks an order id (prefix-i) homed off n2, the
+// node of route "one"; it is refused (r/c short), restocked, reserved
+// again (its failed record taken over by a new attempt), acknowledged,
+// then cancelled by the user.
+func (e *env) refusedThenReserved(t *testing.T, ctx context.Context, prefix string) reusedOrder {
+	t.Helper()
+	e.loadStock("one", "b", 10)
+	e.loadStock("one", "c", 1)
+	homes, err := inventory.NewHomes(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o reusedOrder
+	for i := 0; o.order == ""; i++ {
+		if id := fmt.Sprintf("%s-%d", prefix, i); homes.Home(id) != "n2" {
+			o.order = id
+		}
+	}
+	o.home, o.other = homes.Home(o.order), "n1"
+	if o.home == "n1" {
+		o.other = "n3"
+	}
+	items := []inventory.Item{{Route: "one", SKU: "b", Quantity: 1}, {Route: "one", SKU: "c", Quantity: 2}}
+	if _, err := e.inv.Reserve(ctx, o.order, items, "", time.Minute); !errors.Is(err, inventory.ErrInsufficientStock) {
+		t.Fatalf("Reserve %s: %v, want ErrInsufficientStock", o.order, err)
+	}
+	if o.failed, err = inventory.ReadOrder(ctx, e.raw[o.home], o.order).Fields(); err != nil || o.failed["status"] != string(inventory.OrderFailed) {
+		t.Fatalf("the refused order's record: %v, %v", o.failed, err)
+	}
+	if o.dump, err = e.raw[o.home].Dump(ctx, inventory.OrderKey(o.order)).Result(); err != nil {
+		t.Fatal(err)
+	}
+	e.loadStock("one", "c", 10)
+	if _, err := e.inv.Reserve(ctx, o.order, items, "", time.Minute); err != nil {
+		t.Fatalf("Reserve %s again: %v", o.order, err)
+	}
+	rec, _ := inventory.ReadOrder(ctx, e.raw[o.home], o.order).Fields()
+	if _, err := e.inv.Cancel(ctx, o.order); err != nil {
+		t.Fatal(err)
+	}
+	o.reserved = rec["token"]
+	t.Logf("order %s (home %s): refused attempt %s, reservation %s", o.order, o.home, o.failed["token"], o.reserved)
+	return o
+}
+
+// landsWithHomeDown kills o's home, runs a sync, and fails the test
+// unless every part of o's reservation on n2 has a row (what is a copy
+// that must not make them read as refused).
+func (e *env) landsWithHomeDown(t *testing.T, ctx context.Context, o reusedOrder, what string) {
+	t.Helper()
+	e.srv[o.home].Kill()
+	n, _ := e.stack.Router.Node(o.home)
 	waitFor(t, 10*time.Second, "the home down", func() bool { return !n.Usable() })
 
 	m := pgsync.NewMetrics(nil)
@@ -94,15 +120,20 @@ func TestSyncLandsAReservationReadFromAFrozenCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	seen := 0
 	for id, p := range parts {
-		if p.order != order || pgsync.PartToken(order, id) != reserved {
+		if p.order != o.order || pgsync.PartToken(o.order, id) != o.reserved {
 			continue
 		}
+		seen++
 		if r, ok := rows[id]; !ok {
-			t.Errorf("part %s of the acknowledged reservation %s (cancelled by the user) has no row: skipped as refused by the frozen copy (skipped %v)",
-				id, reserved, m.SkippedRefused())
+			t.Errorf("part %s of the acknowledged reservation %s (cancelled by the user) has no row: skipped as refused by %s on %s (skipped %v)",
+				id, o.reserved, what, o.other, m.SkippedRefused())
 		} else {
 			t.Logf("part %s: row %+v", id, r)
 		}
+	}
+	if seen == 0 {
+		t.Fatalf("no part of reservation %s on n2: %v", o.reserved, parts)
 	}
 }
