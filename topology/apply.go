@@ -258,6 +258,12 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 		}
 		return a.migrate(ctx, cur.Token)
 	}
+	return a.start(ctx, cur, recs, fp)
+}
+
+// start runs an apply that begins a new epoch after cur (the nodes'
+// newest record, recs every node's): check, bump, migrate.
+func (a *applier) start(ctx context.Context, cur Record, recs map[string]Record, fp string) (Report, error) {
 	if a.opts.From != nil && a.opts.From.Fingerprint() != cur.Current.Fingerprint() {
 		return a.rep, fmt.Errorf("%w: --from is %s, but the nodes are at epoch %d with %s", ErrInvalid, a.opts.From, cur.Epoch, cur.Current)
 	}
