@@ -319,14 +319,17 @@ func (inv *Inventory) begin(ctx context.Context, home *node.Node, orderID, token
 // timeout): its record would stay "reserving" under token, and every
 // retry of the order wait out inventory.attempt_lease as after a crashed
 // attempt, though this one took nothing and answered. It marks the
-// attempt failed (a no-op unless the record is this token's, reserving),
-// whatever the caller's context, so a retry begins at once. A begin that
-// lands after this (sent later by a group that had already taken it, or
-// reordered on another connection) keeps its lease, as before.
+// attempt failed, whatever the caller's context, so a retry begins at
+// once (opRelease): a record of this token's, reserving, becomes failed;
+// where the order has no record, a failed one under this token is
+// written, so the begin, if it lands after this (sent later by a group
+// that had already taken it), meets it and answers failed instead of
+// holding the lease (under load in CI a retry waited out a lease so).
+// Any other record is left as is.
 func (inv *Inventory) releaseLease(ctx context.Context, home *node.Node, orderID, token string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
-	if _, err := inv.orderOp(cctx, home, orderID, opFail, token, seconds(inv.cfg.Retention)); err != nil {
+	if _, err := inv.orderOp(cctx, home, orderID, opRelease, token, seconds(inv.cfg.Retention)); err != nil {
 		inv.log.Debug("could not release an attempt whose begin was not answered; its lease will expire", "order", orderID, "err", err)
 	}
 }

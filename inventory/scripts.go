@@ -92,6 +92,11 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //	fail    ARGV 6 retention s. reserving+token or staging+token → failed
 //	        (the attempt gave up, or a recovery found a promised part
 //	        missing), living the retention from now at least (relied_on).
+//	release ARGV 6 retention s. As fail; and missing (not moved away) →
+//	        failed under the caller's token, reason "no record": the
+//	        attempt's begin was not answered, and if it lands later it
+//	        meets this record (begin answers "failed" for a failed record
+//	        of its own token) instead of holding the lease.
 //	withdraw staging+token → no record ("missing"): only for an attempt
 //	        that left nothing on any node (soldout.go); otherwise the
 //	        record as is.
@@ -110,7 +115,7 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //	        "Refusals behind a fence"). Otherwise the record as is.
 //
 // A "staging" record is never taken over, confirmed, cancelled or expired
-// here: every op but commit, fail and withdraw returns it as it is ("staging", with
+// here: every op but commit, fail (not release) and withdraw returns it as it is ("staging", with
 // its promised parts and wait_ms), and the caller decides it first
 // (staged.go: resolveStaged), then repeats the op.
 //

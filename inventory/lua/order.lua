@@ -95,7 +95,7 @@ elseif op == 'commit' then
   order_set({status = 'reserved', parts = ARGV[6], reserved_at = nowS}, false)
   parts = '' -- the caller has them: do not send them back
   return record('reserved')
-elseif op == 'fail' then
+elseif op == 'fail' or op == 'release' then
   if (status == 'reserving' or status == 'staging') and cur == token then
     order_set({status = 'failed', decided_at = now})
     -- the attempt's answer (a refusal for good behind this record, the
@@ -105,6 +105,16 @@ elseif op == 'fail' then
     -- from the stage or begin that wrote it (staged.go, "The one
     -- assumption")
     if ARGV[6] then relied_on(tonumber(ARGV[6])) end
+    return record('failed')
+  end
+  if op == 'release' and not status and not moved then
+    -- the attempt's begin was not answered and is not here (yet): its
+    -- failure is recorded under its token, so that begin, if it lands
+    -- later (a group sent it after this), meets it (begin: failed under
+    -- its own token) instead of holding the order's lease; a retry's
+    -- begin takes the failed record over
+    order_set({status = 'failed', token = token, reason = 'no record', decided_at = now}, tonumber(ARGV[6]))
+    cur, reason = token, 'no record'
     return record('failed')
   end
   return record(status or 'missing')
