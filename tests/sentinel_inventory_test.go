@@ -414,6 +414,16 @@ func TestDurabilityReplicaWithoutReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	// The instance's first read initialises the topology record on n1: the
+	// script runs, its WAIT fails, and the view stays not ready until the
+	// next read (250 ms later) finds the record. Wait for that, so the
+	// LoadStock below meets its own durability wait, not that cached view.
+	for !st.Inventory.TopologyStatus(ctx).Ready {
+		if ctx.Err() != nil {
+			t.Fatalf("topology never ready: %s", st.Inventory.TopologyStatus(context.Background()).Reason)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	start := time.Now()
 	_, err = st.Inventory.LoadStock(ctx, "r", "tee", 10, 0)
 	// LoadStock reports every node's failure in its message.
