@@ -99,11 +99,11 @@ const reasonTimeout = 2 * time.Second
 // on a node that is not one of the order's homes is a leftover: either is
 // read only when no live one is found, and holds the record's data frozen,
 // so it gives a reason only when it has decided the part's attempt for
-// good, frozenFinal) and returns each part's reason. A part whose order has no record on any
-// node (orderRecords' allRead) is ReasonRefused: its attempt's record
-// was withdrawn (a one-round attempt refused after taking) or never
-// written, so it never was a reservation (a reservation's record outlives
-// its parts, inventory.retention). A part whose record is not found while
+// good, frozenFinal) and returns each part's reason. A part whose order
+// has no record on any node (orderRecords' allRead) is ReasonRefused: its
+// attempt's record was withdrawn (a one-round attempt refused after
+// taking) or never written, so it never was a reservation (a
+// reservation's record outlives its parts, inventory.retention). A part whose record is not found while
 // a node could not be read has none: the landing goes on without it.
 func (s *Syncer) cancelReasons(ctx context.Context, parts map[string]string) map[string]CancelReason {
 	out := map[string]CancelReason{}
@@ -124,9 +124,9 @@ func (s *Syncer) cancelReasons(ctx context.Context, parts map[string]string) map
 			tok := partToken(o, id)
 			if rec.frozen && !frozenFinal(rec.OrderRecord, tok) {
 				// a copy frozen at a move (or a leftover), read while the
-				// live record could not be: the order may have gone on since (a
-				// later attempt took a failed record over, an attempt
-				// committed): no reason
+				// live record could not be: the order may have gone on
+				// since (a later attempt took a failed record over, an
+				// attempt committed): no reason
 				continue
 			}
 			if r, ok := reasonOf(rec.OrderRecord, tok); ok {

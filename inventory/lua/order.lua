@@ -35,6 +35,14 @@ local function relied_on(retention)
   local ms = redis.call('PTTL', key)
   if ms >= 0 and ms < retention * 1000 then redis.call('PEXPIRE', key, retention * 1000) end
 end
+-- failed_here: where the order has no record, a failed one under the
+-- caller's token (fence, release, expire), so that attempt's begin or
+-- stage, if it lands later, meets it instead of starting the order
+local function failed_here(why, retention)
+  order_set({status = 'failed', token = token, reason = why, decided_at = now}, retention)
+  cur, reason = token, why
+  return record('failed')
+end
 local function final(st, why, retention)
   -- a reserved record's inline parts get their records first (inline.go)
   if status == 'reserved' then inline_write(key, f) end
@@ -113,9 +121,7 @@ elseif op == 'fail' or op == 'release' then
     -- later (a group sent it after this), meets it (begin: failed under
     -- its own token) instead of holding the order's lease; a retry's
     -- begin takes the failed record over
-    order_set({status = 'failed', token = token, reason = 'no record', decided_at = now}, tonumber(ARGV[6]))
-    cur, reason = token, 'no record'
-    return record('failed')
+    return failed_here('no record', tonumber(ARGV[6]))
   end
   return record(status or 'missing')
 elseif op == 'withdraw' then
@@ -168,9 +174,7 @@ elseif op == 'cancel' then
 elseif op == 'fence' then
   -- a refusal's fence (soldout.go): failed, only where there is no record
   if not status then
-    order_set({status = 'failed', token = token, reason = 'refused', decided_at = now}, retention)
-    cur, reason = token, 'refused'
-    return record('failed')
+    return failed_here('refused', retention)
   end
   -- the refusal answers behind this failed record: the fence its
   -- holder's late stage must meet
@@ -181,9 +185,7 @@ elseif op == 'expire' then
     -- A part of attempt token is due and its order has no record: the
     -- attempt's stage or begin never landed. Record its failure, so a stale
     -- copy arriving later cannot stage it (staged.go).
-    order_set({status = 'failed', token = token, reason = 'no record', decided_at = now}, retention)
-    cur, reason = token, 'no record'
-    return record('failed')
+    return failed_here('no record', retention)
   end
   if status == 'reserved' and now >= deadline then
     final('cancelled', 'expired', retention)
