@@ -135,7 +135,8 @@ func Start(opts Options) (*Server, error) {
 			s.proc = p
 			return s, nil
 		}
-		if opts.Port != 0 || attempt >= 4 || !strings.Contains(err.Error(), "in use") {
+		inUse := errors.Is(err, errOtherServer) || strings.Contains(err.Error(), "in use")
+		if opts.Port != 0 || attempt >= 4 || !inUse {
 			return fail(fmt.Errorf("pgproc: starting postgres: %w", err))
 		}
 	}

@@ -85,8 +85,16 @@ func (s *Server) spawn() (*process, error) {
 	return p, nil
 }
 
+// errOtherServer is waitReady's answer when the server answering on the
+// port is not the one it started.
+var errOtherServer = errors.New("port in use by another server")
+
 // waitReady polls until the server answers a query, it exits, or the
-// ready timeout passes.
+// ready timeout passes. The server that answers must be the one started
+// on s.dir: a port picked free may be taken by another process before the
+// postmaster binds it (the postmaster then exits), and until it exits
+// the other server answers on the port. That case fails with
+// errOtherServer, which reads as "in use" (Start picks another port).
 func (s *Server) waitReady(p *process) error {
 	deadline := time.Now().Add(s.opts.ReadyTimeout)
 	var last error
@@ -94,20 +102,41 @@ func (s *Server) waitReady(p *process) error {
 		if p.exited() {
 			return fmt.Errorf("postgres on %s exited: %v", s.Addr(), p.err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		conn, err := pgx.Connect(ctx, s.DSN("postgres"))
+		dir, err := s.dataDirectory()
 		if err == nil {
-			_, err = conn.Exec(ctx, "SELECT 1")
-			_ = conn.Close(ctx)
-		}
-		cancel()
-		if err == nil {
+			if !sameDir(dir, s.dir) {
+				return fmt.Errorf("postgres on %s: %w (its data directory is %s, not %s)", s.Addr(), errOtherServer, dir, s.dir)
+			}
 			return nil
 		}
 		last = err
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("postgres on %s not ready within %v: %v", s.Addr(), s.opts.ReadyTimeout, last)
+}
+
+// dataDirectory asks the server on s's port for its data directory.
+func (s *Server) dataDirectory() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	var dir string
+	err = conn.QueryRow(ctx, "SHOW data_directory").Scan(&dir)
+	return dir, err
+}
+
+// sameDir reports whether a and b name one directory.
+func sameDir(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(sa, sb)
 }
 
 func (s *Server) logTail(off int64) string {
