@@ -138,30 +138,33 @@ func TestSentinelSyncAfterUnacknowledgedReserve(t *testing.T) {
 		}
 		return out
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		got := rows()
-		ok := 0
-		for k, v := range got {
-			if v == "confirmed" && !strings.HasPrefix(k, "x ") {
-				ok++
+	// Every confirmed unit lands as a confirmed row: y1..y3 land
+	// confirmed, x's row pending first (it landed before its Confirm),
+	// then confirmed by the sync's settle pass, which may come after the
+	// y rows on a busy machine (waiting for the y rows alone failed CI
+	// with x still pending).
+	confirmed := func() (conf int, others int) {
+		for k, v := range rows() {
+			if v == "confirmed" {
+				conf++
+				if !strings.HasPrefix(k, "x ") {
+					others++
+				}
 			}
 		}
-		if ok == 3 {
+		return conf, others
+	}
+	lvl, _ := inv.GetStock(context.Background(), "r", "tee")
+	deadline = time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if conf, others := confirmed(); others == 3 && int64(conf) == lvl.Confirmed {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("rows in PostgreSQL: %v", rows())
-	lvl, _ := inv.GetStock(context.Background(), "r", "tee")
 	t.Logf("stock: %+v", lvl)
-	conf := 0
-	for _, v := range rows() {
-		if v == "confirmed" {
-			conf++
-		}
-	}
-	if int64(conf) != lvl.Confirmed {
+	if conf, _ := confirmed(); int64(conf) != lvl.Confirmed {
 		t.Errorf("PostgreSQL has %d confirmed rows, the inventory %d confirmed units", conf, lvl.Confirmed)
 	}
 }
