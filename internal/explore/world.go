@@ -112,7 +112,15 @@ func NewWorld() (w *World, err error) {
 	if err != nil {
 		return w, err
 	}
-	if st := inv.TopologyStatus(ctx); !st.Ready {
+	// The first read initialises the nodes' topology records within its
+	// own second (inventory/epoch.go: resync); on a loaded machine that
+	// can pass first, and the view says not ready until a later read.
+	st := inv.TopologyStatus(ctx)
+	for !st.Ready && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+		st = inv.TopologyStatus(ctx)
+	}
+	if !st.Ready {
 		return w, fmt.Errorf("explore: topology not ready: %s", st.Reason)
 	}
 	w.saved = map[string][]any{}
