@@ -88,6 +88,7 @@ func TestSentinelTopologyApplyLimitsSurviveFailover(t *testing.T) {
 	inv := st.Inventory
 	n2, _ := st.Router.Node("n2")
 	waitFor(t, 20*time.Second, "n2 usable", func() bool { return n2.Usable() })
+	waitReady(t, inv)
 	if s := inv.TopologyStatus(ctx); !s.Ready || s.Epoch != 1 {
 		t.Fatalf("new instance before the apply: %+v, want ready at epoch 1", s)
 	}

@@ -71,6 +71,7 @@ func TestTopologyRollingDeployServesApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	waitReady(t, b)
 	st := b.TopologyStatus(ctx)
 	if !st.Ready || st.Epoch != 1 || st.Pending != wantPending {
 		t.Fatalf("B's TopologyStatus = %+v, want ready at epoch 1 with Pending %q", st, wantPending)
@@ -179,6 +180,7 @@ func TestTopologyPendingLoggedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitReady(t, inv)
 	for i := 0; i < 3; i++ {
 		if st := inv.TopologyStatus(ctx); !st.Ready || st.Pending != "pending topology change: config epoch differs: n3 +route x" {
 			t.Fatalf("TopologyStatus = %+v, want ready with n3 +route x pending", st)

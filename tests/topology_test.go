@@ -190,6 +190,7 @@ func TestTopologyAddNode(t *testing.T) {
 	ctx := invCtx(t, 20*time.Second)
 	// Before the apply the new configuration serves the applied topology
 	// (inventory/served.go) and reports what its own would change.
+	waitReady(t, newInv)
 	if st := newInv.TopologyStatus(ctx); !st.Ready || st.Epoch != 1 || st.Pending != "pending topology change: config epoch differs: +n4 (route r)" {
 		t.Fatalf("TopologyStatus before apply = %+v, want ready at epoch 1 with n4 pending", st)
 	}
@@ -485,9 +486,7 @@ func TestTopologyLostRecordRestored(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, inv := c.newInventory(t, nil)
-	if st := inv.TopologyStatus(ctx); !st.Ready {
-		t.Fatalf("instance with one node's record deleted: %+v", st)
-	}
+	waitReady(t, inv) // fails naming the reason when it is not ready in 5 s
 	if n, _ := c.clients["n2"].Exists(ctx, "shardis:topology").Result(); n != 1 {
 		t.Fatal("n2's record was not restored from its peers")
 	}
