@@ -108,6 +108,7 @@ func acceptNode(t *testing.T, ctx context.Context, cfg *config.Config, c *redis.
 // took n2's epoch as current and cancelled x there while the current
 // topology's instances confirmed it on its new home.
 func TestAcceptFencesANodeBehindAnApply(t *testing.T) {
+	t.Parallel()
 	srvs := redistest.StartN(t, 3, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -430,6 +431,7 @@ func TestAcceptFenceFailsClosedInAnyOrder(t *testing.T) {
 // peer was passed over, n2 (a copy of the first attempt) was served, and
 // the apply found every node at the token.
 func TestAcceptFencesWhenAPeerCannotBeRead(t *testing.T) {
+	t.Parallel()
 	srvs, ctx, _, three, _, _, _ := attemptsWorld(t)
 	n2 := srvs[1].Client(t)
 	r := openInv(t, three, Options{}).r
@@ -496,6 +498,7 @@ func weighted(t *testing.T, addrs map[string]string, w map[string]int) *config.C
 // w's live record (acknowledged, its units stranded) and putting back z's
 // older copy over its acknowledged Cancel. Found by a review.
 func TestApplyResumesToAFencedNodeAhead(t *testing.T) {
+	t.Parallel()
 	srvs := redistest.StartN(t, 3, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -582,6 +585,7 @@ func acceptWithPaused(t *testing.T, ctx context.Context, inv *Inventory, name st
 // a copy of a release before, without an attempt, at its peers' token
 // (before: not fenced at all).
 func TestFencedCopiesThatCannotBeToldAreLeftToTheOperator(t *testing.T) {
+	t.Parallel()
 	t.Run("record lost", func(t *testing.T) {
 		srvs, ctx, two, three, _, y, _ := attemptsWorld(t)
 		n3 := srvs[2].Client(t)

@@ -32,6 +32,7 @@ import (
 // "reinstall" (the marked copy put back) leaves n3 behind; its rerun
 // ends the same (the record put back is found there: none put back).
 func TestApplyPutsBackWhatStep3MovedOntoANodeThatWentBack(t *testing.T) {
+	t.Parallel()
 	for _, resume := range []bool{false, true} {
 		name := "forward"
 		if resume {

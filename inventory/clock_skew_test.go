@@ -91,6 +91,7 @@ func (e *skewEnv) passFor(d time.Duration) map[Resolution]int {
 // their clocks and are postponed, never cancelled, while the home says
 // the order may be confirmed; Confirm then confirms every part.
 func TestSkewPartNodesAheadOfHome(t *testing.T) {
+	t.Parallel()
 	e := newSkewEnv(t)
 	e.skew("n2", 5000)
 	e.skew("n3", 5000)
@@ -120,6 +121,7 @@ func TestSkewPartNodesAheadOfHome(t *testing.T) {
 // then (only when, not whether: SECURITY.md), and Confirm after the
 // deadline reports expiry.
 func TestSkewPartNodesBehindHome(t *testing.T) {
+	t.Parallel()
 	e := newSkewEnv(t)
 	e.skew("n2", -3000)
 	e.skew("n3", -3000)
@@ -143,6 +145,7 @@ func TestSkewPartNodesBehindHome(t *testing.T) {
 // Stepped forward: the order expires early at the home, Confirm reports
 // expiry, and every part is cancelled.
 func TestSkewHomeClockSteps(t *testing.T) {
+	t.Parallel()
 	e := newSkewEnv(t)
 	for _, step := range []int64{-10000, 10000} {
 		t.Run(strconv.FormatInt(step, 10), func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 // was recorded, the node kept no limit once it answered again, and a user
 // whose quota node it is reserved 3 units of a SKU limited to 1.
 func TestLimitChangeReachesADrainedNodeThatFails(t *testing.T) {
+	t.Parallel()
 	e := newLimitRouteEnv(t)
 	if err := e.r.SetRouteEnabled(e.ctx, "n1", "inventory", "d", false); err != nil {
 		t.Fatal(err)

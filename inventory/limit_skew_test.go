@@ -20,6 +20,7 @@ import (
 // nothing", SECURITY.md "Clock skew"). The instance ahead is played by
 // its load scripts as it sends them: the same calls, at its version.
 func TestLimitLoweredAfterAFastClocksChange(t *testing.T) {
+	t.Parallel()
 	e := newLimitRouteEnv(t)
 	set, err := e.inv.set(e.ctx, "d")
 	if err != nil {

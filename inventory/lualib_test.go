@@ -43,6 +43,7 @@ func TestScriptMissingHelperFailsAtInit(t *testing.T) {
 // that reads nothing of the library, not even TIME). Every script starts
 // with the stamp check, whole.
 func TestPreludePerScript(t *testing.T) {
+	t.Parallel()
 	if len(scripts) < 20 {
 		t.Fatalf("%d scripts registered", len(scripts))
 	}

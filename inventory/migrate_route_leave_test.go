@@ -19,6 +19,7 @@ import (
 // left on its r/z hash (its share of the load, and the units the cancel
 // gave back there) can be taken and given back by nobody.
 func TestApplyMovesTheStockOfANodeThatLeavesARoute(t *testing.T) {
+	t.Parallel()
 	srvs, addrs := startNamed(t, 3)
 	old := leaveConfig(t, addrs, map[string][]string{"r": {"n1", "n2", "n3"}, "s": {"n3"}})
 	next := leaveConfig(t, addrs, map[string][]string{"r": {"n1", "n2"}, "s": {"n3"}})

@@ -161,6 +161,7 @@ func TestTopologyRemoveNodeStagedPart(t *testing.T) {
 // before that rule it could never be decided, and its home's parts held
 // their stock for good.
 func TestTopologyMutationApplyLeavesStaging(t *testing.T) {
+	t.Parallel()
 	s := newStagedLeave(t)
 	s.apply(&topoFaults{mut: MutationApplyLeavesStaging})
 	inv := openInv(t, s.new, Options{AttemptLease: stagedLease})

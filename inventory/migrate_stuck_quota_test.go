@@ -19,6 +19,7 @@ import (
 // there (its old node), while the new home keeps the units for good: the
 // user is refused below the limit forever.
 func TestApplyKeepsAStuckQuotaPartsCounter(t *testing.T) {
+	t.Parallel()
 	e := newMigrateEnv(t)
 	oq, _ := router.NewRing(topology.Of(e.old).Routes["r"])
 	nq, _ := router.NewRing(topology.Of(e.new).Routes["r"])

@@ -173,6 +173,7 @@ func (e *migrateEnv) finished(what string) {
 // "install" (its copy not yet given the retention) is tried at each of
 // the three moved orders, so one of them is held.
 func TestTopologyCrashPoints(t *testing.T) {
+	t.Parallel()
 	run := func(t *testing.T, f Faults, point string) {
 		e := newMigrateEnv(t)
 		held := e.reserveMoving(e.open(e.old), "held", 1)[0]

@@ -18,6 +18,7 @@ import (
 // settled twice, the stock adds up; every record the new code writes is
 // packed.
 func TestOrderRecordsHashLayoutUpgrade(t *testing.T) {
+	t.Parallel()
 	e := newStagedEnv(t)
 	one := []Item{{Route: "a", SKU: "s", Quantity: 1}}
 	var confirm, cancel, expire, retry []upgradeOrder

@@ -13,6 +13,7 @@ import (
 // their order after the upgrade: nothing reserved is lost, nothing is
 // settled twice, the stock and the user's quota counters add up.
 func TestPartRecordsHashLayoutUpgrade(t *testing.T) {
+	t.Parallel()
 	e := newStagedEnv(t)
 	one := []Item{{Route: "a", SKU: "s", Quantity: 1}}
 	type order struct {

@@ -58,6 +58,7 @@ func TestOrderRecordCompactOnNode(t *testing.T) {
 // retried and recovered (a staging record decided by a reader) by the
 // new code, and the stock adds up.
 func TestOrderRecordsLayout1Upgrade(t *testing.T) {
+	t.Parallel()
 	e := newStagedEnv(t)
 	one := []Item{{Route: "a", SKU: "s", Quantity: 1}}
 	reserve := func(id string, items []Item, ttl time.Duration) Reservation {

@@ -15,6 +15,7 @@ import (
 // member behind; a member that names no part is listed as a part whose
 // record is gone and unindexed.
 func TestPendingIndexMembers(t *testing.T) {
+	t.Parallel()
 	e := newStagedEnv(t)
 	cl := e.clients["n1"]
 	one := []Item{{Route: "a", SKU: "s", Quantity: 1}}

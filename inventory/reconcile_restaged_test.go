@@ -210,6 +210,7 @@ func TestResolveExpiredLeavesARestagedOrder(t *testing.T) {
 // on the empty key, and the order was reserved without its part: 4 units
 // confirmed of 2 loaded. Found by a review.
 func TestExpireKeepsTheRecordItReliesOn(t *testing.T) {
+	t.Parallel()
 	const retention = 4 * time.Second
 	e := newShortRetentionEnv(t, retention)
 	const loaded = 2

@@ -19,6 +19,7 @@ import (
 // acknowledged is confirmed by a Confirm sent before the Deadline Reserve
 // told, every part follows, and the stock adds up.
 func TestSkewHeldCommitConfirmedBeforeTheToldDeadline(t *testing.T) {
+	t.Parallel()
 	for _, stageDelay := range []time.Duration{0, 1500 * time.Millisecond} {
 		t.Run(fmt.Sprintf("stage-late-%v", stageDelay), func(t *testing.T) {
 			e := newSkewEnv(t)

@@ -71,6 +71,7 @@ func (e *stagedEnv) finishFailed(id string) {
 // The home node frozen (SIGSTOP) while the stage is on its way: the stage
 // times out, and the part taken on the healthy node n1 is back at once.
 func TestStagedAbortHomePaused(t *testing.T) {
+	t.Parallel()
 	e := newStagedEnv(t)
 	id := e.homedOn("paused", "n2")
 	e.srvs[1].Pause()
@@ -91,6 +92,7 @@ func TestStagedAbortHomePaused(t *testing.T) {
 // when Reserve returns, the home node's soon after (the attempt decides
 // its record failed off the caller's path).
 func TestStagedAbortStageReplyLost(t *testing.T) {
+	t.Parallel()
 	e := newStagedEnv(t)
 	drop := &dropStageReply{}
 	inv, err := New(e.r, Options{Logger: e.inv.log, AttemptLease: stagedLease, Faults: drop})

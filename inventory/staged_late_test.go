@@ -309,6 +309,7 @@ func lateStageOverFailed(t *testing.T, mutate bool) (problems []string, lateErr 
 // the failed record, so nothing is confirmed beyond the stock; the late
 // attempt takes the general path and finds the stock gone.
 func TestStagedLateStageOverFailedRecord(t *testing.T) {
+	t.Parallel()
 	problems, err := lateStageOverFailed(t, false)
 	for _, p := range problems {
 		t.Error(p)
@@ -322,6 +323,7 @@ func TestStagedLateStageOverFailedRecord(t *testing.T) {
 // re-introduced the same schedule oversells, so the mutation the schedule
 // explorer's self-check looks for is the bug.
 func TestMutationStageTakeoverOversells(t *testing.T) {
+	t.Parallel()
 	problems, err := lateStageOverFailed(t, true)
 	if err != nil {
 		t.Errorf("with the mutation the late attempt answered %v, want OK (its stage took over the failed record)", err)
@@ -548,6 +550,7 @@ func TestMutationStageTakeoverInstanceDeadlines(t *testing.T) {
 // knows its outcome (failed, its parts cancelled): it takes the general
 // path and reserves, instead of answering "outcome unknown".
 func TestStagedLateStageOverOwnFailure(t *testing.T) {
+	t.Parallel()
 	e := newStagedEnv(t)
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", 2, 0); err != nil {
 		t.Fatal(err)

@@ -208,6 +208,7 @@ var stagedPoints = []string{"", "staged:before", "staged:stage-only", "staged:ta
 var stagedReserved = map[string]bool{"": true, "staged:before-commit": true}
 
 func TestStagedCrashPoints(t *testing.T) {
+	t.Parallel()
 	e := newStagedEnv(t)
 	for _, point := range stagedPoints {
 		name := strings.TrimPrefix(point, "staged:")
@@ -296,6 +297,7 @@ func TestStagedCrashPoints(t *testing.T) {
 // Concurrent retries of one order id and a Cancel racing them: one
 // decision, every part following it, the stock adding up.
 func TestStagedRaces(t *testing.T) {
+	t.Parallel()
 	e := newStagedEnv(t)
 	for i := 0; i < 20; i++ {
 		id := fmt.Sprintf("race-%d", i)
@@ -353,6 +355,7 @@ func TestStagedRaces(t *testing.T) {
 // the reconciler cannot decide it, puts the part off (so parts behind it
 // are not held up) and decides it once the node is back.
 func TestStagedExpiryWithPartNodeDown(t *testing.T) {
+	t.Parallel()
 	e := newStagedEnv(t)
 	var id string
 	for i := 0; id == ""; i++ {
