@@ -28,6 +28,7 @@ import (
 // every position is at its queue's head, and nothing was trimmed before it
 // landed.
 func TestSyncAcceptance(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("acceptance run: skipped with -short")
 	}

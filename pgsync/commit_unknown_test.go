@@ -98,6 +98,7 @@ func (p *cutProxy) serve() {
 // database's, and lands every part once with its final state; every
 // position reaches its queue's head.
 func TestSyncCommitOutcomeUnknown(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

@@ -16,6 +16,7 @@ import (
 // incarnation, the change is reported, the old incarnation's rows stay,
 // and its pending parts the node no longer holds become lost.
 func TestSyncNewIncarnation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

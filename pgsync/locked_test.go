@@ -17,6 +17,7 @@ import (
 // lands the queue then, and the skip is logged meanwhile (once, not per
 // poll) along with the release.
 func TestSyncHungLockHolder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	skus := [][2]string{{"one", "d"}}
 	e.loadStock("one", "d", 100) // route "one" is node n2 only

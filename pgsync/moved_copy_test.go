@@ -21,6 +21,7 @@ import (
 // The moved copy is written here as a move leaves it (the record's fields
 // at the move, marked moved, on the node it moved from).
 func TestSyncLandsAReservationReadFromAFrozenCopy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

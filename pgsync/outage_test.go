@@ -15,6 +15,7 @@ import (
 // again); and the recovery is logged when it happens, with the outage's
 // real duration.
 func TestSyncDatabaseOutage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	skus := [][2]string{{"all", "a"}}
 	e.loadStock("all", "a", 1000)

@@ -17,6 +17,7 @@ import (
 // or is landed pending and settled later; other rows have no reason. The
 // final states stay as the nodes hold them, each part one row.
 func TestSyncCancelReason(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	skus := [][2]string{{"all", "a"}}
 	e.loadStock("all", "a", 1000)
@@ -122,6 +123,7 @@ func TestReasonOf(t *testing.T) {
 // Migrating a database of schema version 1 adds the reason column and
 // keeps its rows (reason NULL).
 func TestMigrateAddsReason(t *testing.T) {
+	t.Parallel()
 	pg := newPG(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

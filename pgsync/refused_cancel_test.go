@@ -18,6 +18,7 @@ import (
 // they stay out of the database as before the Cancel (doc.go, "Refused
 // attempts": a refused attempt never reaches the database as rows).
 func TestSyncLeavesRefusedAttemptOutAfterCancel(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	e.loadStock("one", "b", 10)
 	e.loadStock("one", "c", 1)

@@ -21,6 +21,7 @@ import (
 // deleted before the sync starts). An order reserved beside them lands as
 // usual.
 func TestSyncLeavesRefusedAttemptsOut(t *testing.T) {
+	t.Parallel()
 	testRefusedAttempts(t, false, false)
 	testRefusedAttempts(t, false, true)
 }
@@ -31,6 +32,7 @@ func TestSyncLeavesRefusedAttemptsOut(t *testing.T) {
 // record land, cancelled, as before; those whose record says refused are
 // still left out.
 func TestSyncLandsRefusedWhileMigrating(t *testing.T) {
+	t.Parallel()
 	testRefusedAttempts(t, true, false)
 	testRefusedAttempts(t, true, true)
 }

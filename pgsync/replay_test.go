@@ -59,6 +59,7 @@ func (e *env) partsOf(t *testing.T, ctx context.Context) map[string]nodePart {
 // queue resume past it, and the reservations at the offsets up to it never
 // got a row.
 func TestTrimmedPositionStillSeesARewind(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -120,6 +121,7 @@ func TestTrimmedPositionStillSeesARewind(t *testing.T) {
 // incarnation only, which count as landed (they were reported as trimmed
 // before they landed).
 func TestAcceptedCopyReportsNothingTrimmedUnlanded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -152,6 +154,7 @@ func TestAcceptedCopyReportsNothingTrimmedUnlanded(t *testing.T) {
 // incarnation and read as lost, counted and logged, though the node that
 // holds the part now never lost it).
 func TestPendingAgainRowExpires(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -209,6 +212,7 @@ func TestPendingAgainRowExpires(t *testing.T) {
 // back: the database restored from a backup older than its positions,
 // README "Exactly once") changes no row and counts nothing again.
 func TestConflictCountedOncePerIncarnation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

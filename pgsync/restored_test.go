@@ -114,6 +114,7 @@ func (e *env) acceptWentBack(t *testing.T, ctx context.Context, what string) {
 // confirmed (a settled row never moves), and the node's other state is
 // counted as a conflict. Before, nothing told the operator.
 func TestRestoredNodeConflictsWithASettledRow(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -170,6 +171,7 @@ func TestRestoredNodeConflictsWithASettledRow(t *testing.T) {
 // again: its row is pending again and follows the part, so a Confirm
 // reaches the database. Before, the row stayed lost.
 func TestLostPartComesBack(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

@@ -15,6 +15,7 @@ import (
 // A restarted sync logs, per node, the committed position of every queue
 // it resumes from: the positions the database holds.
 func TestSyncLogsResumePositions(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	skus := [][2]string{{"all", "a"}}
 	e.loadStock("all", "a", 1000)

@@ -20,6 +20,7 @@ import (
 // statement trigger (before it locks any row) while n2 is restored and
 // accepted again and the part landed under the new incarnation.
 func TestSettleDoesNotLoseARowHandedOutAgain(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()

@@ -17,6 +17,7 @@ import (
 // down, the leftover names the refused attempt and proves nothing about
 // the later one, whose cancelled parts were a reservation and must land.
 func TestSyncIgnoresAStaleRecordAwayFromItsHome(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

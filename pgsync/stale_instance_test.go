@@ -64,6 +64,7 @@ func (g *gate) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) 
 // counted conflict, as it is when one instance lands both incarnations in
 // order (TestRestoredNodeConflictsWithASettledRow).
 func TestPausedInstanceLandsAnOldIncarnationOverANewOne(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()

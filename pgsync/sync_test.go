@@ -20,6 +20,7 @@ import (
 // and is a no-op after; CheckSchema refuses a database without it and one
 // from a newer build.
 func TestMigrate(t *testing.T) {
+	t.Parallel()
 	pg := newPG(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -60,6 +61,7 @@ func TestMigrate(t *testing.T) {
 // their settled state, reports status and metrics, treats a replay as a
 // no-op, and pauses a queue that went back under its position.
 func TestSyncLandsAndSettles(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -19,6 +19,7 @@ import (
 // other entries, so the loss is reported (before data_of, missingTrimmed
 // counted them as landed and said nothing).
 func TestEmptyIncarnationReportsTrimmedUnlanded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
