@@ -38,7 +38,10 @@ func TestConfirmAfterALateCommitIsNoDataLoss(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Reserve %s: %v", x, err)
 	}
-	time.Sleep(1700 * time.Millisecond) // the next reader comes 1.7 s later
+	// the next reader comes about 1.5 s later, 0.5 s before the deadline
+	// (counted from the deadline: a Reserve slowed by a loaded machine
+	// returned so late that 1.7 s after it the order had expired)
+	time.Sleep(time.Until(res.Deadline.Add(-500 * time.Millisecond)))
 	out, err := e.inv.Confirm(e.ctx, x)
 	if err != nil || out.Status != StatusConfirmed {
 		t.Fatalf("Confirm %s = %+v, %v", x, out, err)

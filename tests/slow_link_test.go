@@ -78,11 +78,11 @@ func TestSlowLinkNodeStaysUp(t *testing.T) {
 	})
 	p, f, trips := probes.Load()-p0, failed.Load()-f0, proxy.RoundTrips()-trips0
 	t.Logf("%d probes, %d failed, the slowest %v; %d round trips to n1 (probes and marks)", p, f, time.Duration(slowest.Load()), trips)
+	// A probe of two round trips (800 ms) passes the 700 ms timeout and
+	// fails: counted here. Its duration is only logged (a loaded machine
+	// made a one-trip probe take 660 ms).
 	if f > 0 {
-		t.Errorf("%d of %d probes of n1 failed", f, p)
-	}
-	if d := time.Duration(slowest.Load()); d >= 600*time.Millisecond {
-		t.Errorf("the slowest of %d probes of n1 took %v behind a 400 ms round trip: want one round trip per probe", p, d)
+		t.Errorf("%d of %d probes of n1 failed: want one round trip per probe", f, p)
 	}
 }
 
