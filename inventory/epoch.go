@@ -269,19 +269,42 @@ func (v *view) setPrevious(prev *topology.Topology) error {
 }
 
 // readRecords reads the records of nodes, skipping unusable ones (their
-// names and reasons are returned).
+// names and reasons are returned), in nodes' order. The nodes are read at
+// once, each within ctx: read one after another, a node slow to answer
+// used up the reread's second (resync) and left the others unread, so a
+// loaded machine made an instance refuse every call ("no inventory node
+// could be read") though one answer was enough.
 func (inv *Inventory) readRecords(ctx context.Context, nodes []*node.Node) (recs []topology.Record, unread []string) {
-	for _, n := range nodes {
+	type read struct {
+		rec topology.Record
+		ok  bool   // rec was read
+		why string // else why not
+	}
+	reads := make([]read, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
 		if !n.Usable() {
-			unread = append(unread, n.Name()+": "+inv.unusableReason(n))
+			reads[i].why = inv.unusableReason(n)
 			continue
 		}
-		r, err := readRecord(ctx, n)
-		if err != nil {
-			unread = append(unread, n.Name()+": "+err.Error())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := readRecord(ctx, n)
+			if err != nil {
+				reads[i].why = err.Error()
+				return
+			}
+			reads[i].rec, reads[i].ok = r, true
+		}()
+	}
+	wg.Wait()
+	for i, rd := range reads {
+		if !rd.ok {
+			unread = append(unread, nodes[i].Name()+": "+rd.why)
 			continue
 		}
-		recs = append(recs, r)
+		recs = append(recs, rd.rec)
 	}
 	return recs, unread
 }

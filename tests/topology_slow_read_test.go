@@ -1,0 +1,75 @@
+package tests
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
+)
+
+// An instance reads the nodes' topology records within a second. Two of
+// three nodes answer only after 1.5 s (UP: their probe timeout is 5 s),
+// the third at once: the instance is ready, serving the topology the
+// third holds. Read one after another, the first slow node used the whole
+// second and the others were left unread, so the instance refused every
+// call ("no inventory node could be read": a CI run on a loaded machine
+// met it through `shardis serve`).
+func TestTopologyReadyWithTwoSlowNodes(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartN(t, 3, redistest.Options{})
+	routes := map[string]config.Server{"inventory": server(config.OnNodeDownFail, map[string][]string{"r": {"n1", "n2", "n3"}})}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// The nodes' first records, written by an instance that reads them
+	// directly.
+	direct := newConfig(t, map[string]string{"n1": srv[0].Addr(), "n2": srv[1].Addr(), "n3": srv[2].Addr()}, routes, nil)
+	r0, err := router.New(ctx, direct, router.Options{KeepData: direct.KeepData(), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv0, err := inventory.New(r0, inventory.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, inv0)
+	inv0.Close()
+	if err := r0.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	p1 := startLatencyProxy(t, srv[0].Addr(), 750*time.Millisecond)
+	p2 := startLatencyProxy(t, srv[1].Addr(), 750*time.Millisecond)
+	h := config.Health{Heartbeat: time.Second, Timeout: 5 * time.Second, Backoff: []time.Duration{time.Second}}
+	slow := newConfig(t, map[string]string{"n1": p1.Addr(), "n2": p2.Addr(), "n3": srv[2].Addr()}, routes, &h)
+	slow.Client.CommandTimeout = 10 * time.Second
+	r, err := router.New(ctx, slow, router.Options{KeepData: slow.KeepData(), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, name := range []string{"n1", "n2", "n3"} {
+		n, _ := r.Node(name)
+		waitFor(t, 30*time.Second, name+" UP", func() bool { return n.State() == node.StateUp })
+	}
+	// A new command connection of n3 first reads n3's marks off its
+	// peers (node/witness.go, dialcheck.go), 1.5 s away: open one now.
+	n3, _ := r.Node("n3")
+	if err := n3.Client().Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := inventory.New(r, inventory.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inv.Close()
+	st := inv.TopologyStatus(ctx) // the first read
+	if !st.Ready || st.Epoch != 1 {
+		t.Fatalf("TopologyStatus with n1 and n2 1.5 s away, n3 at once = %+v; want ready at epoch 1", st)
+	}
+}
