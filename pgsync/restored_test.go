@@ -120,7 +120,9 @@ func TestRestoredNodeConflictsWithASettledRow(t *testing.T) {
 	defer cancel()
 	e.loadStock("one", "d", 100)
 	order := e.orderOnN2(t)
-	if _, err := e.inv.Reserve(ctx, order, []inventory.Item{{Route: "one", SKU: "d", Quantity: 3}}, "", 3*time.Second); err != nil {
+	// 8 s: the sync's first landing and n2's snapshot come before the
+	// Confirm (3 s ran out on a loaded machine); n2's copy expires later
+	if _, err := e.inv.Reserve(ctx, order, []inventory.Item{{Route: "one", SKU: "d", Quantity: 3}}, "", 8*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	m := pgsync.NewMetrics(nil)
