@@ -33,8 +33,12 @@ type Config struct {
 	Seed int64
 	// N is the most schedules to run.
 	N int
-	// Budget stops starting new schedules once it has passed (0: none).
+	// Budget stops starting new schedules once it has passed (0: none),
+	// but not before MinRun were started.
 	Budget time.Duration
+	// MinRun is how many schedules are started whatever the Budget (at
+	// most N; StopAtFirst and ctx still stop the look).
+	MinRun int
 	// Worlds is how many worlds (four redis-server nodes each) run
 	// schedules side by side; a schedule's outcome depends only on its
 	// seed, not on its world. default: 2
@@ -101,7 +105,8 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 		defer close(seeds)
 		for i := 0; i < cfg.N; i++ {
 			mu.Lock()
-			done := stop || (cfg.Budget > 0 && time.Since(start) > cfg.Budget) || ctx.Err() != nil
+			over := cfg.Budget > 0 && time.Since(start) > cfg.Budget && i >= cfg.MinRun
+			done := stop || over || ctx.Err() != nil
 			mu.Unlock()
 			if done {
 				return

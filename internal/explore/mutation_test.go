@@ -114,8 +114,14 @@ var mutationCases = []struct {
 }
 
 // mutationBudget bounds the look for each mutation (the n schedules take
-// a fraction of it on 2 cores).
-const mutationBudget = 60 * time.Second
+// a fraction of it on 2 cores), once mutationMinRun schedules (three
+// rounds of its three worlds) were started: a machine busy enough
+// started only 4 or 5 in it (ci368, with the explorer's crash profile on
+// both cores beside make test), none of which found its mutation.
+const (
+	mutationBudget = 60 * time.Second
+	mutationMinRun = 9
+)
 
 func TestExplorerFindsMutations(t *testing.T) {
 	if testing.Short() {
@@ -124,11 +130,11 @@ func TestExplorerFindsMutations(t *testing.T) {
 	for _, c := range mutationCases {
 		t.Run(string(c.m), func(t *testing.T) {
 			t.Parallel() // most of a schedule is waiting for deadlines
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // mutationMinRun on a busy machine
 			defer cancel()
 			opts := c.opts
 			opts.Mutations = []inventory.Mutation{c.m}
-			sum, err := Explore(ctx, Config{Seed: c.seed, N: c.n, Budget: mutationBudget, Worlds: 3, StopAtFirst: true, Options: opts})
+			sum, err := Explore(ctx, Config{Seed: c.seed, N: c.n, Budget: mutationBudget, MinRun: mutationMinRun, Worlds: 3, StopAtFirst: true, Options: opts})
 			if err != nil {
 				t.Fatal(err)
 			}
