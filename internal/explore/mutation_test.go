@@ -130,7 +130,8 @@ func TestExplorerFindsMutations(t *testing.T) {
 	for _, c := range mutationCases {
 		t.Run(string(c.m), func(t *testing.T) {
 			t.Parallel() // most of a schedule is waiting for deadlines
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // mutationMinRun on a busy machine
+			// 3 minutes: mutationMinRun schedules on a busy machine
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			opts := c.opts
 			opts.Mutations = []inventory.Mutation{c.m}
