@@ -28,20 +28,13 @@ func TestTopologyReadyWithTwoSlowNodes(t *testing.T) {
 
 	// The nodes' first records, written by an instance that reads them
 	// directly.
-	direct := newConfig(t, map[string]string{"n1": srv[0].Addr(), "n2": srv[1].Addr(), "n3": srv[2].Addr()}, routes, nil)
-	r0, err := router.New(ctx, direct, router.Options{KeepData: direct.KeepData(), Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r0, _ := startRouter(t, newConfig(t, nodeAddrs(srv), routes, nil))
 	inv0, err := inventory.New(r0, inventory.Options{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, inv0)
 	inv0.Close()
-	if err := r0.Close(); err != nil {
-		t.Fatal(err)
-	}
 
 	p1 := startLatencyProxy(t, srv[0].Addr(), 750*time.Millisecond)
 	p2 := startLatencyProxy(t, srv[1].Addr(), 750*time.Millisecond)
