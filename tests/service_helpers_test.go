@@ -88,6 +88,10 @@ func newSvcEnv(t *testing.T, o svcOpts) *svcEnv {
 		t.Fatal(err)
 	}
 	e.srv = svcStartLog(t, e.cfg, o.log)
+	// Served once ready, as behind a readiness probe: the first read of
+	// the topology has a second, which a loaded machine can overrun (the
+	// first call then answered unavailable, and the test failed).
+	waitReady(t, e.srv.Inv)
 	e.base = "http://" + e.srv.Addr()
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	t.Cleanup(tr.CloseIdleConnections)
