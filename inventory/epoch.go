@@ -25,7 +25,8 @@ import (
 // topology keeps serving and reconciling the applied one, reports the
 // pending difference, and moves to the new topology by itself once it is
 // applied (it rereads the nodes when a script is refused, and every
-// resyncEvery while it is not ready, migrating or has a change pending).
+// resyncEvery while it is not ready, migrating or has a change pending;
+// a reread that could read no node at all keeps the last view read).
 // An instance that cannot serve the applied topology (a node it needs is
 // missing from its configuration) changes nothing anywhere: [New] refuses
 // it, and a running one answers [ErrTopology] and reports not ready.
@@ -87,6 +88,11 @@ type view struct {
 	prevHomes *Homes
 	prevRoute map[string]*router.Ring // route → ring of the previous epoch
 	read      time.Time
+	// unread is set when the read that made this view could read no
+	// node at all (none of them answered within the reread's second,
+	// none of them DOWN): nothing was learned. resync then keeps the
+	// previous view if it was ready, with unread set, instead.
+	unread error
 }
 
 func (v *view) migrating() bool {
@@ -145,6 +151,24 @@ func (inv *Inventory) resync(ctx context.Context, old *view) *view {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	v := inv.readView(ctx)
+	if v.unread != nil && old.notReady == nil {
+		// Nothing was learned: keep acting on the last view read. It is
+		// as safe as a stable instance that never rereads, or one paused
+		// since its last read: every script compares the caller's token
+		// with its node's (lua.go), so a view the nodes moved past is
+		// refused with SHARDIS_EPOCH and reread. Refusing instead made an
+		// instance that rereads (migrating, a change pending, a script
+		// refused) answer unavailable whenever every node was slower than
+		// the reread's second, though they still served its calls.
+		if old.unread == nil {
+			inv.log.Warn("inventory: could not reread the topology; acting on the last view read", "epoch", old.epoch, "reason", v.unread)
+		}
+		kept := *old
+		kept.read, kept.unread = v.read, v.unread
+		v = &kept
+	} else if v.unread == nil && old.unread != nil && v.notReady == nil {
+		inv.log.Info("inventory: topology read again", "epoch", v.epoch)
+	}
 	inv.topo.cur.Store(v)
 	if v.notReady != nil && (old.notReady == nil || old.notReady.Error() != v.notReady.Error()) {
 		inv.log.Error("inventory: not acting on the nodes", "reason", v.notReady)
@@ -194,7 +218,9 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 				return notReady("every inventory node read is fenced (accepted behind a peer's topology): run `shardis topology apply` with the current configuration")
 			}
 		}
-		return notReady("no inventory node could be read (%s)", strings.Join(unread, "; "))
+		v := notReady("no inventory node could be read (%s)", strings.Join(unread, "; "))
+		v.unread = v.notReady
+		return v
 	}
 	if newest.Epoch == 0 && inv.topo.noInit {
 		return notReady("no node has a topology record")

@@ -10,14 +10,14 @@ import (
 
 // latencyProxy forwards TCP connections on a loopback port to a target,
 // delaying every chunk by delay in each direction (a slow link without
-// netem or root). It counts round trips: a client→server chunk sent while
+// netem or root; SetDelay changes it for chunks read after). It counts round trips: a client→server chunk sent while
 // no request of its connection is waiting for a reply starts one; the
 // first server→client chunk ends it. A pipeline is one round trip.
 type latencyProxy struct {
 	t      testing.TB
 	ln     net.Listener
 	target string
-	delay  time.Duration
+	delay  atomic.Int64 // a time.Duration
 	trips  atomic.Int64
 	mu     sync.Mutex
 	conns  []net.Conn // guarded by mu
@@ -33,7 +33,8 @@ func startLatencyProxy(t testing.TB, target string, delay time.Duration) *latenc
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &latencyProxy{t: t, ln: ln, target: target, delay: delay}
+	p := &latencyProxy{t: t, ln: ln, target: target}
+	p.delay.Store(int64(delay))
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.close)
@@ -42,6 +43,9 @@ func startLatencyProxy(t testing.TB, target string, delay time.Duration) *latenc
 
 // Addr is the proxy's host:port.
 func (p *latencyProxy) Addr() string { return p.ln.Addr().String() }
+
+// SetDelay makes every chunk read from now on wait d in each direction.
+func (p *latencyProxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
 // RoundTrips is the number of round trips through the proxy so far.
 func (p *latencyProxy) RoundTrips() int64 { return p.trips.Load() }
@@ -112,7 +116,7 @@ func (p *latencyProxy) pipe(src, dst net.Conn, seen func()) {
 		k, err := src.Read(buf)
 		if k > 0 {
 			seen()
-			q <- chunk{data: append([]byte(nil), buf[:k]...), due: time.Now().Add(p.delay)}
+			q <- chunk{data: append([]byte(nil), buf[:k]...), due: time.Now().Add(time.Duration(p.delay.Load()))}
 		}
 		if err != nil {
 			break

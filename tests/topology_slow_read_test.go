@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -64,5 +65,80 @@ func TestTopologyReadyWithTwoSlowNodes(t *testing.T) {
 	st := inv.TopologyStatus(ctx) // the first read
 	if !st.Ready || st.Epoch != 1 {
 		t.Fatalf("TopologyStatus with n1 and n2 1.5 s away, n3 at once = %+v; want ready at epoch 1", st)
+	}
+}
+
+// An instance that rereads the nodes (here: its configuration differs
+// from the applied topology, so it rereads every 250 ms to notice the
+// apply) keeps acting on its last view when a reread reads no node at all
+// (all three 1.5 s away, past the reread's second, none of them DOWN).
+// It used to drop to not ready on every such reread ("no inventory node
+// could be read") and refuse calls the nodes still served, only slowly.
+func TestTopologyRereadKeepsLastViewWhenNoNodeAnswers(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartN(t, 3, redistest.Options{})
+	applied := map[string]config.Server{"inventory": server(config.OnNodeDownFail, map[string][]string{"r": {"n1", "n2", "n3"}})}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	r0, _ := startRouter(t, newConfig(t, nodeAddrs(srv), applied, nil))
+	inv0, err := inventory.New(r0, inventory.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, inv0)
+	if _, err := inv0.LoadStock(ctx, "r", "s", 30, 0); err != nil {
+		t.Fatal(err)
+	}
+	inv0.Close()
+
+	var proxies []*latencyProxy
+	addrs := map[string]string{}
+	for i, s := range srv {
+		p := startLatencyProxy(t, s.Addr(), 0)
+		proxies = append(proxies, p)
+		addrs[fmt.Sprintf("n%d", i+1)] = p.Addr()
+	}
+	// A route more: a change not applied (pending).
+	pending := map[string]config.Server{"inventory": server(config.OnNodeDownFail, map[string][]string{"r": {"n1", "n2", "n3"}, "r2": {"n1"}})}
+	h := config.Health{Heartbeat: time.Second, Timeout: 5 * time.Second, Backoff: []time.Duration{time.Second}}
+	cfg := newConfig(t, addrs, pending, &h)
+	cfg.Client.CommandTimeout = 10 * time.Second
+	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	inv, err := inventory.New(r, inventory.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inv.Close()
+	waitReady(t, inv)
+	if st := inv.TopologyStatus(ctx); st.Pending == "" || st.Epoch != 1 {
+		t.Fatalf("TopologyStatus = %+v; want ready at epoch 1 with a change pending", st)
+	}
+	// Warm the connections a reserve's scripts use while the links are fast.
+	if _, err := inv.Reserve(ctx, "warm", []inventory.Item{invItem("r", "s", 1)}, "", time.Minute); err != nil {
+		t.Fatalf("Reserve before the links slow down: %v", err)
+	}
+
+	for _, p := range proxies {
+		p.SetDelay(750 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // past resyncEvery: the next call rereads
+	if st := inv.TopologyStatus(ctx); !st.Ready || st.Epoch != 1 {
+		t.Fatalf("TopologyStatus after a reread that read no node = %+v; want still ready at epoch 1", st)
+	}
+	time.Sleep(300 * time.Millisecond)
+	res, err := inv.Reserve(ctx, "slow", []inventory.Item{invItem("r", "s", 1)}, "", time.Minute)
+	if err != nil {
+		t.Fatalf("Reserve over links 1.5 s slow, after rereads that read no node: %v", err)
+	}
+	for _, p := range proxies {
+		p.SetDelay(0)
+	}
+	if out, err := inv.Confirm(ctx, res.OrderID); err != nil {
+		t.Fatalf("Confirm %s: %v (%+v)", res.OrderID, err, out)
 	}
 }

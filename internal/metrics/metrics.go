@@ -145,7 +145,7 @@ var (
 	descTopoEpoch = prometheus.NewDesc("shardis_topology_epoch",
 		"The inventory nodes' topology epoch as this instance last read it (0: unknown).", nil, nil)
 	descTopoReady = prometheus.NewDesc("shardis_topology_ready",
-		"1 when this instance acts at the nodes' topology; 0 when it cannot (a node the applied topology needs is missing from its configuration, or no node could be read): it refuses inventory calls.", nil, nil)
+		"1 when this instance acts at the nodes' topology; 0 when it cannot (a node the applied topology needs is missing from its configuration, or no node could be read and it had no ready view to keep acting on): it refuses inventory calls.", nil, nil)
 	descTopoPending = prometheus.NewDesc("shardis_topology_config_pending",
 		"1 when this instance's configuration differs from the topology applied on the nodes: it serves the applied one until shardis topology apply runs (the difference is in /readyz and the log).", nil, nil)
 	descTopoMigrating = prometheus.NewDesc("shardis_topology_migrating",
