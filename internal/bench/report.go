@@ -298,7 +298,7 @@ func Tables(r *Results) string {
 	if r.Sync != nil {
 		fmt.Fprintf(&b, "\n## 4b. Database sync\n\n`shardis sync` (package pgsync, shipped settings: batch 1000, poll 100ms) landing the redo log in a local PostgreSQL "+
 			"(fsync on) while %d clients reserve 1-item orders at full rate for %v; lag is from the deduction to its landing transaction; "+
-			"then a backlog reserved with no sync running is landed.\n\n", r.Sync.Conc, r.Sync.Window)
+			"then a backlog reserved with no sync running is landed.%s\n\n", r.Sync.Conc, r.Sync.Window, syncRunsNote(r.Sync))
 		b.WriteString(SyncTable(r.Sync))
 	}
 	if r.Failover != nil {
