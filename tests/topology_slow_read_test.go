@@ -29,24 +29,11 @@ func TestTopologyReadyWithTwoSlowNodes(t *testing.T) {
 
 	// The nodes' first records, written by an instance that reads them
 	// directly.
-	r0, _ := startRouter(t, newConfig(t, nodeAddrs(srv), routes, nil))
-	inv0, err := inventory.New(r0, inventory.Options{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitReady(t, inv0)
-	inv0.Close()
+	directInventory(t, srv, routes).Close()
 
 	p1 := startLatencyProxy(t, srv[0].Addr(), 750*time.Millisecond)
 	p2 := startLatencyProxy(t, srv[1].Addr(), 750*time.Millisecond)
-	h := config.Health{Heartbeat: time.Second, Timeout: 5 * time.Second, Backoff: []time.Duration{time.Second}}
-	slow := newConfig(t, map[string]string{"n1": p1.Addr(), "n2": p2.Addr(), "n3": srv[2].Addr()}, routes, &h)
-	slow.Client.CommandTimeout = 10 * time.Second
-	r, err := router.New(ctx, slow, router.Options{KeepData: slow.KeepData(), Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := slowLinkRouter(t, ctx, map[string]string{"n1": p1.Addr(), "n2": p2.Addr(), "n3": srv[2].Addr()}, routes)
 	for _, name := range []string{"n1", "n2", "n3"} {
 		n, _ := r.Node(name)
 		waitFor(t, 30*time.Second, name+" UP", func() bool { return n.State() == node.StateUp })
@@ -81,12 +68,7 @@ func TestTopologyRereadKeepsLastViewWhenNoNodeAnswers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	r0, _ := startRouter(t, newConfig(t, nodeAddrs(srv), applied, nil))
-	inv0, err := inventory.New(r0, inventory.Options{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitReady(t, inv0)
+	inv0 := directInventory(t, srv, applied)
 	if _, err := inv0.LoadStock(ctx, "r", "s", 30, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -101,14 +83,7 @@ func TestTopologyRereadKeepsLastViewWhenNoNodeAnswers(t *testing.T) {
 	}
 	// A route more: a change not applied (pending).
 	pending := map[string]config.Server{"inventory": server(config.OnNodeDownFail, map[string][]string{"r": {"n1", "n2", "n3"}, "r2": {"n1"}})}
-	h := config.Health{Heartbeat: time.Second, Timeout: 5 * time.Second, Backoff: []time.Duration{time.Second}}
-	cfg := newConfig(t, addrs, pending, &h)
-	cfg.Client.CommandTimeout = 10 * time.Second
-	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(), Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := slowLinkRouter(t, ctx, addrs, pending)
 	inv, err := inventory.New(r, inventory.Options{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -141,4 +116,34 @@ func TestTopologyRereadKeepsLastViewWhenNoNodeAnswers(t *testing.T) {
 	if out, err := inv.Confirm(ctx, res.OrderID); err != nil {
 		t.Fatalf("Confirm %s: %v (%+v)", res.OrderID, err, out)
 	}
+}
+
+// directInventory is a ready inventory over srv (n1, n2, ...) reached
+// directly, serving servers: it writes the nodes' first topology records.
+// The caller closes it.
+func directInventory(t *testing.T, srv []*redistest.Server, servers map[string]config.Server) *inventory.Inventory {
+	t.Helper()
+	r, _ := startRouter(t, newConfig(t, nodeAddrs(srv), servers, nil))
+	inv, err := inventory.New(r, inventory.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, inv)
+	return inv
+}
+
+// slowLinkRouter is a router over the nodes at addrs (name → address)
+// that tolerates links seconds slow: probes time out after 5 s, commands
+// after 10 s. It is closed when the test ends.
+func slowLinkRouter(t *testing.T, ctx context.Context, addrs map[string]string, servers map[string]config.Server) *router.Router {
+	t.Helper()
+	h := config.Health{Heartbeat: time.Second, Timeout: 5 * time.Second, Backoff: []time.Duration{time.Second}}
+	cfg := newConfig(t, addrs, servers, &h)
+	cfg.Client.CommandTimeout = 10 * time.Second
+	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
 }
