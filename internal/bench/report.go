@@ -296,7 +296,7 @@ func Tables(r *Results) string {
 		b.WriteString(roundsNote(r.RPC.Rounds) + "\n" + RPCTable(r.RPC))
 	}
 	if r.Sync != nil {
-		fmt.Fprintf(&b, "\n## 4b. Database sync\n\n`shardis sync` (package pgsync, shipped settings: batch 1000, poll 100ms) landing the redo log in a local PostgreSQL "+
+		fmt.Fprintf(&b, "\n## 4b. Database sync\n\n`shardis sync` (package pgsync, shipped settings: batch 1000, poll 100ms; in a process of its own, as users run it) landing the redo log in a local PostgreSQL "+
 			"(fsync on) while %d clients reserve 1-item orders at full rate for %v; lag is from the deduction to its landing transaction; "+
 			"then a backlog reserved with no sync running is landed.%s\n\n", r.Sync.Conc, r.Sync.Window, syncRunsNote(r.Sync))
 		b.WriteString(SyncTable(r.Sync))

@@ -1,20 +1,15 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"runtime/pprof"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -95,11 +90,9 @@ func serveChild(addrs []string, profile string) error {
 	go func() { _ = gfloor.Serve(gln) }()
 	defer gfloor.Stop()
 	fmt.Printf("listening %s %s %s %s\n", srv.Addr(), floorLn.Addr(), gln.Addr(), srv.GRPCAddr())
-	stdinClosed := make(chan struct{})
-	go func() { _, _ = io.Copy(io.Discard, os.Stdin); close(stdinClosed) }()
 	select {
 	case <-ctx.Done():
-	case <-stdinClosed:
+	case <-untilStdinCloses():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -144,81 +137,28 @@ func floorServer() (*http.Server, net.Listener, error) {
 
 // ServiceProc is a running service child.
 type ServiceProc struct {
+	*childProc
 	Addr string
 	// FloorAddr is the RPC floor's address (floorServer), GRPCFloorAddr
 	// the grpc-go floor's (rpcgrpc.go).
 	FloorAddr, GRPCFloorAddr string
 	// GRPCAddr is the service's gRPC port (service.grpc_listen).
 	GRPCAddr string
-	cmd      *exec.Cmd
-	stdin    io.Closer
-	done     chan struct{}
-	once     sync.Once
 }
 
 // StartServiceProc starts the service child over addrs and waits until it
 // listens. profile, when not "", is where the child writes its CPU
 // profile (complete once Stop returns).
 func StartServiceProc(addrs []string, profile string) (*ServiceProc, error) {
-	exe, err := os.Executable()
+	child, l, err := startChild("service child", ServeEnv+"="+strings.Join(addrs, ","), ServeProfileEnv+"="+profile)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), ServeEnv+"="+strings.Join(addrs, ","), ServeProfileEnv+"="+profile)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting the service child: %w", err)
-	}
-	p := &ServiceProc{cmd: cmd, stdin: stdin, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	line := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		if sc.Scan() {
-			line <- sc.Text()
+	if addrs, found := strings.CutPrefix(l, "listening "); found {
+		if f := strings.Fields(addrs); len(f) == 4 {
+			return &ServiceProc{childProc: child, Addr: f[0], FloorAddr: f[1], GRPCFloorAddr: f[2], GRPCAddr: f[3]}, nil
 		}
-		close(line)
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	select {
-	case l, ok := <-line:
-		if addrs, found := strings.CutPrefix(l, "listening "); ok && found {
-			if f := strings.Fields(addrs); len(f) == 4 {
-				p.Addr, p.FloorAddr, p.GRPCFloorAddr, p.GRPCAddr = f[0], f[1], f[2], f[3]
-				return p, nil
-			}
-		}
-		p.Stop()
-		return nil, fmt.Errorf("service child said %q instead of its address", l)
-	case <-time.After(30 * time.Second):
-		p.Stop()
-		return nil, errors.New("service child did not listen within 30s")
 	}
-}
-
-// Pid returns the child's process id.
-func (p *ServiceProc) Pid() int { return p.cmd.Process.Pid }
-
-// Stop closes the child's stdin (it shuts down cleanly, writing its
-// profile) and waits for it, killing it after 10s.
-func (p *ServiceProc) Stop() {
-	p.once.Do(func() {
-		_ = p.stdin.Close()
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
+	child.Stop()
+	return nil, fmt.Errorf("service child said %q instead of its address", l)
 }

@@ -18,6 +18,7 @@ import (
 // as the benchmark binary is (ServeChild returns at once otherwise).
 func TestMain(m *testing.M) {
 	ServeChild()
+	SyncChild()
 	os.Exit(m.Run())
 }
 

@@ -34,6 +34,9 @@ type SyncResult struct {
 	// Lag is from a deduction (node clock) to its landing transaction
 	// (PostgreSQL clock, same machine), over every part of the window.
 	LagP50, LagP99, LagMax time.Duration
+	// CPUPerPart is the sync process's CPU (user + system) per part
+	// landed in the live run, from start to the last part landed.
+	CPUPerPart time.Duration
 	// RunsP99 is every live run's p99 lag, in the order they ran, when
 	// the plan ran more than one (Plan.SyncRuns): the fields above are
 	// the run with the median of them.
@@ -93,11 +96,7 @@ func RunSync(ctx context.Context, c *Cluster, p Plan, progress func(string)) (*S
 			return nil
 		})
 	}
-	startSync := func() *pgsync.Syncer {
-		s := pgsync.New(c.Inv, pool, pgsync.Settings{Logger: c.Log})
-		s.Start()
-		return s
-	}
+	startSync := func() (*childProc, error) { return startSyncProc(c.Addrs, pg.DSN("shardis")) }
 	load := NewLoad(p.Conc, 7)
 
 	// Live: the sync runs while the inventory reserves at full rate. A
@@ -126,10 +125,13 @@ func RunSync(ctx context.Context, c *Cluster, p Plan, progress func(string)) (*S
 	}
 	load.Run(p.SyncBacklog, reserve)
 	t0 := time.Now()
-	s := startSync()
+	s, err := startSync()
+	if err != nil {
+		return res, err
+	}
 	res.BacklogParts, err = waitLanded(ctx, c, pool, 60*time.Second)
 	took := time.Since(t0)
-	s.Close()
+	s.Stop()
 	if err != nil {
 		return res, err
 	}
@@ -140,19 +142,26 @@ func RunSync(ctx context.Context, c *Cluster, p Plan, progress func(string)) (*S
 
 // syncLive runs the reserve load for p.SyncFor with a sync started by
 // startSync, waits until every part landed, and measures it.
-func syncLive(ctx context.Context, c *Cluster, pool *pgxpool.Pool, p Plan, load *Load, reserve Op, startSync func() *pgsync.Syncer) (*SyncResult, error) {
+func syncLive(ctx context.Context, c *Cluster, pool *pgxpool.Pool, p Plan, load *Load, reserve Op, startSync func() (*childProc, error)) (*SyncResult, error) {
 	res := &SyncResult{Conc: p.Conc, Window: p.SyncFor}
-	s := startSync()
+	s, err := startSync()
+	if err != nil {
+		return res, err
+	}
 	sample := load.Run(p.SyncFor, reserve)
 	stopped := time.Now()
 	res.ReserveOps = sample.OpsPerSec()
 	heads, err := waitLanded(ctx, c, pool, 30*time.Second)
 	res.Drain = time.Since(stopped)
-	s.Close()
+	cpu := ticks(procTicks(s.Pid()))
+	s.Stop()
 	if err != nil {
 		return res, err
 	}
 	res.Parts = heads
+	if heads > 0 {
+		res.CPUPerPart = cpu / time.Duration(heads)
+	}
 	res.LandedPerSec = float64(heads) / (sample.Elapsed + res.Drain).Seconds()
 	var p50, p99, pmax float64
 	if err := pool.QueryRow(ctx, `SELECT
@@ -234,6 +243,9 @@ func SyncTable(sr *SyncResult) string {
 	fmt.Fprintf(&b, "| reserve rate while the sync ran (1-item orders = parts/s) | %s |\n", fmtOps(sr.ReserveOps))
 	fmt.Fprintf(&b, "| parts landed per second (window + drain) | %s |\n", fmtOps(sr.LandedPerSec))
 	fmt.Fprintf(&b, "| drained after the load stopped | %s |\n", fmtMs(sr.Drain))
+	if sr.CPUPerPart > 0 {
+		fmt.Fprintf(&b, "| the sync process's CPU per part landed | %.1f µs |\n", float64(sr.CPUPerPart)/float64(time.Microsecond))
+	}
 	fmt.Fprintf(&b, "| end-to-end lag p50 / p99 / max | %s / %s / %s |\n", fmtMs(sr.LagP50), fmtMs(sr.LagP99), fmtMs(sr.LagMax))
 	if len(sr.RunsP99) > 1 {
 		ps := make([]string, len(sr.RunsP99))

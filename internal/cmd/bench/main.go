@@ -27,6 +27,7 @@ import (
 
 func main() {
 	bench.ServeChild() // the RPC section's service child: serves, then exits
+	bench.SyncChild()  // the sync section's `shardis sync` child: lands, then exits
 	testing.Init()     // testing.Benchmark (routing cost, allocations) needs the test flags registered
 	quick := flag.Bool("quick", false, "shortened run (about two minutes)")
 	out := flag.String("out", "", "write the Markdown report to this file (e.g. BENCHMARKS.md)")
