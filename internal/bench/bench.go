@@ -58,6 +58,11 @@ type Plan struct {
 	// RPCProfile, when set, is a file the RPC section's service child
 	// writes a CPU profile of its whole run to (bench --rpc-profile).
 	RPCProfile string
+	// SyncProfile, when set, is a file the sync section's children write a
+	// CPU profile of their runs to, each over the one before: the last is
+	// the backlog's, the sync landing as fast as it can (bench
+	// --sync-profile).
+	SyncProfile string
 
 	// SyncFor is how long the sync section reserves at full rate with the
 	// sync running; SyncBacklog how long it reserves without, for the

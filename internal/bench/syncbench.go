@@ -96,7 +96,7 @@ func RunSync(ctx context.Context, c *Cluster, p Plan, progress func(string)) (*S
 			return nil
 		})
 	}
-	startSync := func() (*childProc, error) { return startSyncProc(c.Addrs, pg.DSN("shardis")) }
+	startSync := func() (*childProc, error) { return startSyncProc(c.Addrs, pg.DSN("shardis"), p.SyncProfile) }
 	load := NewLoad(p.Conc, 7)
 
 	// Live: the sync runs while the inventory reserves at full rate. A

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -20,8 +21,12 @@ import (
 
 // SyncEnv names the environment variable that makes the benchmark binary a
 // sync child: its value is the nodes' addresses, comma-separated (like
-// nodeNames), a space, then the PostgreSQL DSN.
-const SyncEnv = "SHARDIS_BENCH_SYNC"
+// nodeNames), a space, then the PostgreSQL DSN. SyncProfileEnv, when set
+// too, names a file the child writes a CPU profile of its whole life to.
+const (
+	SyncEnv        = "SHARDIS_BENCH_SYNC"
+	SyncProfileEnv = "SHARDIS_BENCH_SYNC_PROFILE"
+)
 
 // SyncChild runs the sync child when SyncEnv is set and then exits the
 // process; it returns at once otherwise. The child lands the nodes' redo
@@ -32,17 +37,28 @@ func SyncChild() {
 	if v == "" {
 		return
 	}
-	if err := syncChild(v); err != nil {
+	if err := syncChild(v, os.Getenv(SyncProfileEnv)); err != nil {
 		fmt.Fprintln(os.Stderr, "bench sync child:", err)
 		os.Exit(1)
 	}
 	os.Exit(0)
 }
 
-func syncChild(v string) error {
+func syncChild(v, profile string) error {
 	addrs, dsn, ok := strings.Cut(v, " ")
 	if !ok || addrs == "" || dsn == "" {
 		return fmt.Errorf("%s: want the nodes' addresses, a space, then the DSN", SyncEnv)
+	}
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -63,9 +79,10 @@ func syncChild(v string) error {
 }
 
 // startSyncProc starts a sync child over addrs landing in the database at
-// dsn, and waits until it started.
-func startSyncProc(addrs []string, dsn string) (*childProc, error) {
-	child, l, err := startChild("sync child", SyncEnv+"="+strings.Join(addrs, ",")+" "+dsn)
+// dsn, and waits until it started. profile, when not "", is where the
+// child writes its CPU profile (complete once Stop returns).
+func startSyncProc(addrs []string, dsn, profile string) (*childProc, error) {
+	child, l, err := startChild("sync child", SyncEnv+"="+strings.Join(addrs, ",")+" "+dsn, SyncProfileEnv+"="+profile)
 	if err != nil {
 		return nil, err
 	}

@@ -63,7 +63,7 @@ func TestSyncProc(t *testing.T) {
 		}
 	}
 
-	p, err := startSyncProc(addrs, pg.DSN("shardis"))
+	p, err := startSyncProc(addrs, pg.DSN("shardis"), "")
 	if err != nil {
 		t.Fatal(err)
 	}

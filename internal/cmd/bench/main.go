@@ -37,6 +37,7 @@ func main() {
 	save := flag.String("save", "bin/bench/results-PLAN.json", "write the measured results as JSON here (PLAN: full or quick; \"\" = don't)")
 	render := flag.String("render", "", "measure nothing: render the report of results saved by --save (with --out)")
 	rpcProfile := flag.String("rpc-profile", "", "write a CPU profile of the RPC section's service process to this file")
+	syncProfile := flag.String("sync-profile", "", "write a CPU profile of the sync section's last sync process (the backlog's) to this file")
 	cpuProfile := flag.String("cpu-profile", "", "write a CPU profile of this process (the clients) over the whole run to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -82,6 +83,7 @@ func main() {
 		plan.Sections = strings.Split(*sections, ",")
 	}
 	plan.RPCProfile = *rpcProfile
+	plan.SyncProfile = *syncProfile
 	if *rounds > 0 {
 		plan.Rounds = *rounds
 	}
