@@ -18,6 +18,7 @@ import (
 // first decision, and every case ends with the invariant, no pending part
 // and no mixed outcome.
 func TestInvFence(t *testing.T) {
+	t.Parallel()
 	c := newInvCluster(t, invOpts{})
 	const loaded = 30
 

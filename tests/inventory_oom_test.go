@@ -76,6 +76,7 @@ func invFree(t *testing.T, ctx context.Context, c *redis.Client, keys []string) 
 // loaded. Reserves refused by n2 say so, typed. Once n2 is freed, orders
 // go through again and stock still adds up.
 func TestInvOOMNodeStrandsNothing(t *testing.T) {
+	t.Parallel()
 	h := invFastHealth
 	h.Timeout = 500 * time.Millisecond // a loaded machine must not make nodes flap
 	c := newInvCluster(t, invOpts{routes: map[string][]string{

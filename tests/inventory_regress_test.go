@@ -18,6 +18,7 @@ import (
 // integer parsing, a reconciler stalled behind unreachable order homes, an
 // abandoned attempt confirmed as "in progress" forever).
 func TestInvRegressions(t *testing.T) {
+	t.Parallel()
 	// on1 keeps its stock on n1 only, so an order of it can have its part
 	// on n1 and its record elsewhere (every item goes to the order's home
 	// node first when its route has it).

@@ -84,6 +84,7 @@ func invWaitParts(t *testing.T, c *invCluster, orders []string, timeout time.Dur
 // that node (the pass gave up when a whole batch failed), silently. Its
 // parts must be set aside (listed, counted) and the others settle.
 func TestInvStuckCorruptCounter(t *testing.T) {
+	t.Parallel()
 	c := newInvCluster(t, invOpts{})
 	ctx := invCtx(t, 60*time.Second)
 	const nBad, nGood = 230, 20
@@ -157,6 +158,7 @@ func TestInvStuckCorruptCounter(t *testing.T) {
 // error: it must say the hash is missing while the parts reference it
 // (safety issue B8).
 func TestInvStuckDeletedSKU(t *testing.T) {
+	t.Parallel()
 	c := newInvCluster(t, invOpts{})
 	ctx := invCtx(t, 30*time.Second)
 	c.load("r", "st-del", 30, 0)
@@ -221,6 +223,7 @@ func TestInvStuckDeletedSKU(t *testing.T) {
 // reconciler leaves that node alone (the work is shared, not repeated) and
 // still settles the other nodes; once the lease is gone it takes the node.
 func TestInvReconcileLease(t *testing.T) {
+	t.Parallel()
 	c := newInvCluster(t, invOpts{})
 	ctx := invCtx(t, 30*time.Second)
 	c.load("r", "st-lease", 30, 0)
@@ -265,6 +268,7 @@ func invStuckCount(t *testing.T, c *invCluster, node string) int64 {
 // They are retried by themselves with exponential backoff, capped, and
 // settle once the data is repaired (safety issue B9).
 func TestInvStuckRetriedByItself(t *testing.T) {
+	t.Parallel()
 	c := newInvCluster(t, invOpts{})
 	ctx := invCtx(t, 30*time.Second)
 	const k = 5

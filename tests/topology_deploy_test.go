@@ -50,6 +50,7 @@ const wantPending = "pending topology change: config epoch differs: +n4 (route x
 // expired parts, report the pending change, refuse x until the apply, and
 // serve x after it.
 func TestTopologyRollingDeployServesApplied(t *testing.T) {
+	t.Parallel()
 	c := newInvCluster(t, invOpts{nodes: 4, routes: map[string][]string{"r": {"n1", "n2", "n3"}}, health: &deployHealth})
 	ctx := invCtx(t, 30*time.Second)
 	c.load("r", "s", 300, 0)

@@ -241,6 +241,7 @@ func TestTopologyAddNode(t *testing.T) {
 }
 
 func TestTopologyRemoveNode(t *testing.T) {
+	t.Parallel()
 	c := newInvCluster(t, invOpts{nodes: 4})
 	c.load("r", "s", 400, 0)
 	c.load("r", "lim", 400, 2)
