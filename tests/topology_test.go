@@ -246,12 +246,15 @@ func TestTopologyRemoveNode(t *testing.T) {
 	c.load("r", "s", 400, 0)
 	c.load("r", "lim", 400, 2)
 	st := topoPrepare(t, c.inv)
-	ctx := invCtx(t, 30*time.Second)
+	ctx := invCtx(t, 60*time.Second)
 	confirmAll(t, c.inv, st.reserved...)
 	confirmAll(t, c.inv, limitedOrders(st)...)
-	// One order keeps a pending part on n4 (2 s hold) when the apply
-	// starts: no instance of the new topology reaches n4, so the apply
-	// settles it after its deadline by the order's decision.
+	// One order keeps a pending part on n4 (8 s hold: its Confirm comes
+	// after the first apply and a new instance's first read, which took
+	// more than 2 s on a busy machine, ci378) when the apply starts: no
+	// instance of the new topology reaches n4, so the apply settles it
+	// after its deadline by the order's decision (the second apply waits
+	// up to 10 s for it).
 	// Its record lives on n1 and its part on n4: items go to the order's
 	// home node first, so n1 is drained for the reserve and the part goes
 	// to the next candidate, n4.
@@ -277,7 +280,7 @@ func TestTopologyRemoveNode(t *testing.T) {
 	if err := c.r.SetRouteEnabled(ctx, "n1", invServer, "r", false); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.inv.Reserve(ctx, holdID, []inventory.Item{invItem("r", "s", 1)}, "", 2*time.Second)
+	res, err := c.inv.Reserve(ctx, holdID, []inventory.Item{invItem("r", "s", 1)}, "", 8*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
