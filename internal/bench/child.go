@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
@@ -17,6 +18,41 @@ import (
 // benchmark's main calls ServeChild and SyncChild first thing. A child
 // prints one line on stdout once it is ready and stops when its stdin
 // closes (the parent is done, or gone).
+
+// runChild runs body with the value of the environment variable env when
+// it is set, under a CPU profile written to the file profileEnv names when
+// that is set too, then exits the process: 1, with the error on stderr
+// (naming the child: what), when body failed. It returns at once when env
+// is not set.
+func runChild(what, env, profileEnv string, body func(v string) error) {
+	v := os.Getenv(env)
+	if v == "" {
+		return
+	}
+	if err := profiled(os.Getenv(profileEnv), func() error { return body(v) }); err != nil {
+		fmt.Fprintf(os.Stderr, "bench %s: %v\n", what, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// profiled runs f under a CPU profile written to file ("" = none),
+// complete once it returns.
+func profiled(file string, f func() error) error {
+	if file == "" {
+		return f()
+	}
+	out, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	if err := pprof.StartCPUProfile(out); err != nil {
+		return err
+	}
+	defer pprof.StopCPUProfile()
+	return f()
+}
 
 // childProc is a running child.
 type childProc struct {

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -44,31 +43,12 @@ const (
 // and stops when its stdin closes (the parent is gone or done) or on
 // SIGTERM.
 func ServeChild() {
-	addrs := os.Getenv(ServeEnv)
-	if addrs == "" {
-		return
-	}
-	if err := serveChild(strings.Split(addrs, ","), os.Getenv(ServeProfileEnv)); err != nil {
-		fmt.Fprintln(os.Stderr, "bench service child:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
+	runChild("service child", ServeEnv, ServeProfileEnv, func(v string) error { return serveChild(strings.Split(v, ",")) })
 }
 
-func serveChild(addrs []string, profile string) error {
+func serveChild(addrs []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if profile != "" {
-		f, err := os.Create(profile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
 	cfg := BenchConfig(addrs)
 	cfg.Service.GRPCListen = "127.0.0.1:0"
 	srv, err := service.Start(ctx, cfg, slog.New(slog.DiscardHandler))

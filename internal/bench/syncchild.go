@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -33,32 +32,13 @@ const (
 // logs in the database, prints "syncing" on stdout once it started, and
 // stops when its stdin closes or on SIGTERM.
 func SyncChild() {
-	v := os.Getenv(SyncEnv)
-	if v == "" {
-		return
-	}
-	if err := syncChild(v, os.Getenv(SyncProfileEnv)); err != nil {
-		fmt.Fprintln(os.Stderr, "bench sync child:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
+	runChild("sync child", SyncEnv, SyncProfileEnv, syncChild)
 }
 
-func syncChild(v, profile string) error {
+func syncChild(v string) error {
 	addrs, dsn, ok := strings.Cut(v, " ")
 	if !ok || addrs == "" || dsn == "" {
 		return fmt.Errorf("%s: want the nodes' addresses, a space, then the DSN", SyncEnv)
-	}
-	if profile != "" {
-		f, err := os.Create(profile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
