@@ -88,11 +88,11 @@ type view struct {
 	prevHomes *Homes
 	prevRoute map[string]*router.Ring // route → ring of the previous epoch
 	read      time.Time
-	// unread is set when the read that made this view could read no
-	// node at all (none of them answered within the reread's second,
-	// none of them DOWN): nothing was learned. resync then keeps the
-	// previous view if it was ready, with unread set, instead.
-	unread error
+	// unread: the read that made this view could read no node at all
+	// (none of them answered within the reread's second, none of them
+	// DOWN), so nothing was learned. resync then keeps the previous view
+	// if it was ready, marked unread, instead.
+	unread bool
 }
 
 func (v *view) migrating() bool {
@@ -151,7 +151,7 @@ func (inv *Inventory) resync(ctx context.Context, old *view) *view {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	v := inv.readView(ctx)
-	if v.unread != nil && old.notReady == nil {
+	if v.unread && old.notReady == nil {
 		// Nothing was learned: keep acting on the last view read. It is
 		// as safe as a stable instance that never rereads, or one paused
 		// since its last read: every script compares the caller's token
@@ -160,13 +160,13 @@ func (inv *Inventory) resync(ctx context.Context, old *view) *view {
 		// instance that rereads (migrating, a change pending, a script
 		// refused) answer unavailable whenever every node was slower than
 		// the reread's second, though they still served its calls.
-		if old.unread == nil {
-			inv.log.Warn("inventory: could not reread the topology; acting on the last view read", "epoch", old.epoch, "reason", v.unread)
+		if !old.unread {
+			inv.log.Warn("inventory: could not reread the topology; acting on the last view read", "epoch", old.epoch, "reason", v.notReady)
 		}
 		kept := *old
-		kept.read, kept.unread = v.read, v.unread
+		kept.read, kept.unread = v.read, true
 		v = &kept
-	} else if v.unread == nil && old.unread != nil && v.notReady == nil {
+	} else if !v.unread && old.unread && v.notReady == nil {
 		inv.log.Info("inventory: topology read again", "epoch", v.epoch)
 	}
 	inv.topo.cur.Store(v)
@@ -219,7 +219,7 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 			}
 		}
 		v := notReady("no inventory node could be read (%s)", strings.Join(unread, "; "))
-		v.unread = v.notReady
+		v.unread = true
 		return v
 	}
 	if newest.Epoch == 0 && inv.topo.noInit {
@@ -307,24 +307,19 @@ func (inv *Inventory) readRecords(ctx context.Context, nodes []*node.Node) (recs
 		why string // else why not
 	}
 	reads := make([]read, len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
+	atOnce(len(nodes), func(i int) {
+		n := nodes[i]
 		if !n.Usable() {
 			reads[i].why = inv.unusableReason(n)
-			continue
+			return
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := readRecord(ctx, n)
-			if err != nil {
-				reads[i].why = err.Error()
-				return
-			}
-			reads[i].rec, reads[i].ok = r, true
-		}()
-	}
-	wg.Wait()
+		r, err := readRecord(ctx, n)
+		if err != nil {
+			reads[i].why = err.Error()
+			return
+		}
+		reads[i].rec, reads[i].ok = r, true
+	})
 	for i, rd := range reads {
 		if !rd.ok {
 			unread = append(unread, nodes[i].Name()+": "+rd.why)

@@ -55,24 +55,18 @@ func limitVersion() int64 { return time.Now().UnixMilli() }
 func (inv *Inventory) nextLimitVersion(ctx context.Context, set *router.Set, key string) int64 {
 	var (
 		mu   sync.Mutex
-		wg   sync.WaitGroup
 		high int64
 	)
-	for _, n := range set.Nodes() {
-		if !inv.usable(n) {
-			continue
-		}
-		wg.Add(1)
-		go func(n *node.Node) {
-			defer wg.Done()
+	nodes := set.Nodes()
+	atOnce(len(nodes), func(i int) {
+		if n := nodes[i]; inv.usable(n) {
 			if v, err := n.Client().HGet(ctx, key, "limit_ver").Int64(); err == nil {
 				mu.Lock()
 				high = max(high, v)
 				mu.Unlock()
 			}
-		}(n)
-	}
-	wg.Wait()
+		}
+	})
 	return max(limitVersion(), high+1)
 }
 

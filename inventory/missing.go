@@ -3,7 +3,6 @@ package inventory
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/shardis/shardis/node"
 )
@@ -79,16 +78,9 @@ func (inv *Inventory) flagMissing(ctx context.Context, nodes []*node.Node, route
 	for _, e := range exists {
 		elsewhere = elsewhere || e
 	}
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		if exists[i] || !ns[i].Reachable {
-			continue
+	atOnce(len(nodes), func(i int) {
+		if !exists[i] && ns[i].Reachable {
+			ns[i].MissingParts, ns[i].Err = inv.missingStock(ctx, nodes[i], route, sku, elsewhere)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ns[i].MissingParts, ns[i].Err = inv.missingStock(ctx, n, route, sku, elsewhere)
-		}()
-	}
-	wg.Wait()
+	})
 }

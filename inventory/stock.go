@@ -258,31 +258,26 @@ func (inv *Inventory) GetStock(ctx context.Context, route, sku string) (StockLev
 	out := StockLevel{SKU: sku, Nodes: make([]NodeStock, len(nodes))}
 	key := stockKey(route, sku)
 	exists := make([]bool, len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Add(1)
-		go func(i int, n *node.Node) {
-			defer wg.Done()
-			ns := NodeStock{Node: n.Name()}
-			raw, err := inv.run(ctx, n, stockScript, []string{key})
-			var v []int64
-			if err == nil {
-				v, err = asInt64s(n, stockScript, raw)
-			}
-			if err == nil && len(v) != 6 {
-				err = malformed(n, stockScript, raw, "a list of 6 integers {available, reserved, confirmed, loaded, limit, exists}")
-			}
-			if err != nil {
-				ns.Err = err
-			} else {
-				ns.Reachable = true
-				ns.Available, ns.Reserved, ns.Confirmed, ns.Loaded, ns.Limit = v[0], v[1], v[2], v[3], v[4]
-				exists[i] = v[5] == 1
-			}
-			out.Nodes[i] = ns
-		}(i, n)
-	}
-	wg.Wait()
+	atOnce(len(nodes), func(i int) {
+		n := nodes[i]
+		ns := NodeStock{Node: n.Name()}
+		raw, err := inv.run(ctx, n, stockScript, []string{key})
+		var v []int64
+		if err == nil {
+			v, err = asInt64s(n, stockScript, raw)
+		}
+		if err == nil && len(v) != 6 {
+			err = malformed(n, stockScript, raw, "a list of 6 integers {available, reserved, confirmed, loaded, limit, exists}")
+		}
+		if err != nil {
+			ns.Err = err
+		} else {
+			ns.Reachable = true
+			ns.Available, ns.Reserved, ns.Confirmed, ns.Loaded, ns.Limit = v[0], v[1], v[2], v[3], v[4]
+			exists[i] = v[5] == 1
+		}
+		out.Nodes[i] = ns
+	})
 	inv.flagMissing(ctx, nodes, route, sku, exists, out.Nodes)
 	for _, ns := range out.Nodes {
 		if ns.Err != nil && (errors.Is(ns.Err, ErrCorrupt) || errors.Is(ns.Err, ErrMalformedReply)) {
