@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +28,7 @@ func (e *env) mismatches(ctx context.Context, skus [][2]string, oldIncarnations 
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	type total struct{ confirmed, pending int64 }
 	totals := map[[2]string]*total{} // rows of the nodes' current incarnations and of the parts they hold
+	recs := map[string]*inventory.OrderRecord{}
 	for _, s := range skus {
 		totals[s] = &total{}
 	}
@@ -47,7 +49,7 @@ func (e *env) mismatches(ctx context.Context, skus [][2]string, oldIncarnations 
 		for id, p := range parts {
 			r, ok := rows[id]
 			switch {
-			case !ok && p.state == string(inventory.PartCancelled) && e.refusedAttempt(ctx, p.order, id):
+			case !ok && p.state == string(inventory.PartCancelled) && e.refusedAttempt(ctx, recs, p.order, id):
 				// given back by an attempt that never became a reservation:
 				// left out (doc.go, "Refused attempts")
 			case !ok:
@@ -119,28 +121,56 @@ func (e *env) mismatches(ctx context.Context, skus [][2]string, oldIncarnations 
 // refusedAttempt reports whether part id of order was taken by a Reserve
 // attempt that never became a reservation, by the order's record on the
 // nodes (the live one, else a copy marked moved): none anywhere, or one
-// that says so (pgsync.ReasonOf).
-func (e *env) refusedAttempt(ctx context.Context, order, id string) bool {
-	var live, moved *inventory.OrderRecord
-	for _, c := range e.raw {
-		f, err := inventory.ReadOrder(ctx, c, order).Fields()
-		if err != nil || len(f) == 0 {
-			continue
-		}
-		if rec, err := inventory.DecodeOrder(order, f); err == nil && rec.Moved == "" {
-			live = &rec
-		} else if err == nil {
-			moved = &rec
-		}
-	}
-	if live == nil {
-		live = moved
+// that says so (pgsync.ReasonOf). recs caches the records read during one
+// pass (an order's parts share it; a pass over a load's refused attempts
+// read every node once per part and ran past its 10 s on a busy machine).
+func (e *env) refusedAttempt(ctx context.Context, recs map[string]*inventory.OrderRecord, order, id string) bool {
+	live, read := recs[order]
+	if !read {
+		live = e.orderOnNodes(ctx, order)
+		recs[order] = live
 	}
 	if live == nil {
 		return true
 	}
 	r, ok := pgsync.ReasonOf(*live, pgsync.PartToken(order, id))
 	return ok && r == pgsync.ReasonRefused
+}
+
+// orderOnNodes reads order's record on every node at once: the live one,
+// else a copy marked moved, else nil.
+func (e *env) orderOnNodes(ctx context.Context, order string) *inventory.OrderRecord {
+	var (
+		mu          sync.Mutex
+		wg          sync.WaitGroup
+		live, moved *inventory.OrderRecord
+	)
+	for _, c := range e.raw {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := inventory.ReadOrder(ctx, c, order).Fields()
+			if err != nil || len(f) == 0 {
+				return
+			}
+			rec, err := inventory.DecodeOrder(order, f)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if rec.Moved == "" {
+				live = &rec
+			} else {
+				moved = &rec
+			}
+		}()
+	}
+	wg.Wait()
+	if live == nil {
+		return moved
+	}
+	return live
 }
 
 // waitConsistent polls mismatches until there are none, and fails the
