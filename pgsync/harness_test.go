@@ -220,9 +220,18 @@ type nodePart struct {
 func (e *env) nodeParts(ctx context.Context, name string) (map[string]nodePart, error) {
 	c := e.raw[name]
 	out := map[string]nodePart{}
-	iter := c.Scan(ctx, 0, "inv:part:*", 1000).Iterator()
-	for iter.Next(ctx) {
-		rec, err := inventory.ReadPart(ctx, c, strings.TrimPrefix(iter.Val(), "inv:part:")).Fields()
+	ids, err := scanIDs(ctx, c, "inv:part:*")
+	if err != nil {
+		return nil, err
+	}
+	parts := make([]*inventory.PartRead, len(ids))
+	pipelined(ctx, c, func(p redis.Pipeliner) {
+		for i, id := range ids {
+			parts[i] = inventory.ReadPart(ctx, p, id)
+		}
+	})
+	for i, id := range ids {
+		rec, err := parts[i].Fields()
 		if err != nil {
 			return nil, err
 		}
@@ -235,16 +244,21 @@ func (e *env) nodeParts(ctx context.Context, name string) (map[string]nodePart, 
 		p.qty, _ = strconv.ParseInt(s(4), 10, 64)
 		p.offset, _ = strconv.ParseInt(s(7), 10, 64)
 		p.route, _, _ = strings.Cut(strings.TrimPrefix(s(5), "inv:stock:"), ":")
-		out[strings.TrimPrefix(iter.Val(), "inv:part:")] = p
-	}
-	if err := iter.Err(); err != nil {
-		return nil, err
+		out[id] = p
 	}
 	// the orders' inline parts, which have no key (inventory/inline.go)
-	orders := c.Scan(ctx, 0, inventory.OrderKey("*"), 1000).Iterator()
-	for orders.Next(ctx) {
-		_, id := inventory.ParseKey(orders.Val())
-		f, err := inventory.ReadOrder(ctx, c, id).Fields()
+	orderIDs, err := scanIDs(ctx, c, inventory.OrderKey("*"))
+	if err != nil {
+		return nil, err
+	}
+	orders := make([]*inventory.OrderRead, len(orderIDs))
+	pipelined(ctx, c, func(p redis.Pipeliner) {
+		for i, id := range orderIDs {
+			orders[i] = inventory.ReadOrder(ctx, p, id)
+		}
+	})
+	for i, id := range orderIDs {
+		f, err := orders[i].Fields()
 		if err != nil {
 			return nil, err
 		}
@@ -261,7 +275,29 @@ func (e *env) nodeParts(ctx context.Context, name string) (map[string]nodePart, 
 				route: route, queue: strings.TrimPrefix(ip.Redo, "inv:redo:")}
 		}
 	}
-	return out, orders.Err()
+	return out, nil
+}
+
+// scanIDs returns the ids of the keys on c that match pattern (an
+// inventory key pattern: the id is what follows the key's prefix).
+func scanIDs(ctx context.Context, c *redis.Client, pattern string) ([]string, error) {
+	var ids []string
+	iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+	for iter.Next(ctx) {
+		_, id := inventory.ParseKey(iter.Val())
+		ids = append(ids, id)
+	}
+	return ids, iter.Err()
+}
+
+// pipelined sends what queue queues on c in one pipeline. Its commands'
+// own errors (a GET of a missing key, a hash read of a packed string)
+// stay on the commands for the reads' Fields to judge; a failed
+// connection fails every command the same way.
+func pipelined(ctx context.Context, c *redis.Client, queue func(redis.Pipeliner)) {
+	p := c.Pipeline()
+	queue(p)
+	_, _ = p.Exec(ctx)
 }
 
 // dbRow is a stock_movements row.
