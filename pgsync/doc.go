@@ -21,7 +21,11 @@
 // the parts of an attempt that took and was then refused are left out
 // (below).
 // sync_positions holds the committed position per (node, incarnation,
-// queue); sync_incarnations every incarnation seen per node;
+// queue); sync_incarnations every incarnation seen per node; sync_gaps
+// every redo-log range trimmed before it landed (node, incarnation,
+// queue, first_offset, last_offset, missing, found_at), written in the
+// transaction that moves the position past it, so a loss is on record
+// exactly when the position is ([Status] reads them);
 // shardis_sync_schema the schema version ([Migrate]).
 //
 // # Refused attempts

@@ -73,6 +73,22 @@ ALTER TABLE stock_movements ADD COLUMN reason text CHECK (reason IN ('cancelled'
 	`
 ALTER TABLE stock_movements ADD COLUMN held_by text, ADD COLUMN conflict_in text;
 `,
+	// 4: sync_gaps, the redo-log ranges trimmed before they landed, written
+	// in the transaction that moves the position past them (before, the
+	// loss was only logged and counted after the commit: a crash between
+	// the two left it nowhere).
+	`
+CREATE TABLE sync_gaps (
+  node         text        NOT NULL,
+  incarnation  text        NOT NULL,
+  queue        integer     NOT NULL,
+  first_offset bigint      NOT NULL,
+  last_offset  bigint      NOT NULL,
+  missing      bigint      NOT NULL,
+  found_at     timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (node, incarnation, queue, first_offset)
+);
+`,
 }
 
 // SchemaVersion is the schema version this build reads and writes.

@@ -28,6 +28,21 @@ type NodeStatus struct {
 	// Incarnations lists what the database landed of each incarnation,
 	// oldest first.
 	Incarnations []IncarnationStatus `json:"incarnations"`
+	// Gaps lists the redo-log ranges of the node that were trimmed
+	// before they landed (table sync_gaps), oldest first: entries the
+	// database will never have. Empty when nothing was lost.
+	Gaps []GapStatus `json:"gaps,omitempty"`
+}
+
+// GapStatus is one range of a queue's redo log trimmed before it landed:
+// offsets First..Last of the incarnation, Missing of them with no row.
+type GapStatus struct {
+	Incarnation string    `json:"incarnation"`
+	Queue       int       `json:"queue"`
+	First       int64     `json:"first"`
+	Last        int64     `json:"last"`
+	Missing     int64     `json:"missing"`
+	FoundAt     time.Time `json:"found_at"`
 }
 
 // QueueStatus is one queue of a node's current incarnation.
@@ -83,6 +98,11 @@ FROM sync_incarnations i WHERE i.node = $1 ORDER BY i.first_seen`, st.Node)
 	var err error
 	st.Incarnations, err = pgx.CollectRows(rows, pgx.RowToStructByPos[IncarnationStatus])
 	if err != nil {
+		return err
+	}
+	rows, _ = pool.Query(ctx, `SELECT incarnation, queue, first_offset, last_offset, missing, found_at
+FROM sync_gaps WHERE node = $1 ORDER BY found_at, queue, first_offset`, st.Node)
+	if st.Gaps, err = pgx.CollectRows(rows, pgx.RowToStructByPos[GapStatus]); err != nil {
 		return err
 	}
 	b, err := inv.ReadRedoBatch(ctx, st.Node, "", nil, 1, 0)

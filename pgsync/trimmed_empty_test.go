@@ -17,7 +17,8 @@ import (
 // unlanded (settled, older than redo_max_age). On restart the sync reads
 // I1 from 0 and meets the trimmed range: I0's rows at the same offsets are
 // other entries, so the loss is reported (before data_of, missingTrimmed
-// counted them as landed and said nothing).
+// counted them as landed and said nothing), and recorded in sync_gaps
+// with the position that passes it.
 func TestEmptyIncarnationReportsTrimmedUnlanded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, false)
@@ -90,6 +91,31 @@ func TestEmptyIncarnationReportsTrimmedUnlanded(t *testing.T) {
 	}
 	if unlanded == 0 {
 		t.Fatal("every I1 entry has a row: the test did not trim them before the sync read them")
+	}
+	// The loss is on record once the position is past it, with no wait:
+	// the gap's row commits with the position (tx.go, recordGaps), so a
+	// sync killed right after that commit cannot lose the report.
+	var gapMissing int64
+	if err := e.pool.QueryRow(ctx, "SELECT coalesce(sum(missing), 0) FROM sync_gaps WHERE node = 'n2' AND incarnation = $1", inc1).Scan(&gapMissing); err != nil {
+		t.Fatal(err)
+	}
+	if gapMissing != int64(unlanded) {
+		t.Fatalf("sync_gaps records %d missing entries of I1 as the position passed them, want the %d parts with no row", gapMissing, unlanded)
+	}
+	status, err := pgsync.Status(ctx, e.inv, e.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gaps []pgsync.GapStatus
+	for _, n := range status {
+		if n.Node == "n2" {
+			gaps = n.Gaps
+		} else if len(n.Gaps) > 0 {
+			t.Errorf("Status reports gaps on %s, which lost nothing: %+v", n.Node, n.Gaps)
+		}
+	}
+	if len(gaps) != 1 || gaps[0].Incarnation != inc1 || gaps[0].Missing != int64(unlanded) || gaps[0].First != 1 || gaps[0].Last < 3 {
+		t.Fatalf("Status gaps of n2 = %+v, want one range of I1 (%s) from offset 1 with %d missing", gaps, inc1, unlanded)
 	}
 	// The loss is counted once the transaction that moves the position
 	// past it committed (tx.go, landed): a moment after the position

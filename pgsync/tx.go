@@ -91,6 +91,9 @@ func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead, reaso
 	if err != nil {
 		return err
 	}
+	if err := w.recordGaps(ctx, tx, b.trimmed, missing); err != nil {
+		return err
+	}
 	var conflicts []conflict
 	if len(b.mv.off) > 0 {
 		mv := &b.mv
@@ -296,6 +299,23 @@ WHERE node = $1 AND (incarnation = $2 OR $6) AND queue = $3 AND redo_offset BETW
 	return missing, nil
 }
 
+// recordGaps writes a sync_gaps row per queue of missing in tx, the
+// transaction that moves the position past the range: the loss is in the
+// database exactly when the position is (a crash after the commit loses
+// only the log line and the metric, which landed reports). A range found
+// again (a position set back over it, the same first offset) keeps its
+// first row; a set back to another offset may record an overlapping one.
+func (w *worker) recordGaps(ctx context.Context, tx pgx.Tx, trimmed map[int][2]int64, missing map[int]int64) error {
+	for q, n := range missing {
+		r := trimmed[q]
+		if _, err := tx.Exec(ctx, `INSERT INTO sync_gaps (node, incarnation, queue, first_offset, last_offset, missing)
+VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, w.node, w.inc, q, r[0], r[1], n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // landed reports a committed land: the metrics, the landing delay of each
 // movement, an error per queue that lost trimmed entries, and each queue's
 // lag.
@@ -314,7 +334,7 @@ func (w *worker) landed(work []inventory.RedoQueueRead, b landBatch, missing map
 		r := b.trimmed[q]
 		m.trimmed.WithLabelValues(w.node).Add(float64(n))
 		w.s.log.Error("redo-log entries were trimmed before they landed (inventory.redo_max_age, another consumer acknowledged them, or the database was restored from an older backup): "+
-			"they are not in the database", "node", w.node, "incarnation", w.inc, "queue", q, "from", r[0], "to", r[1], "missing_entries", n)
+			"they are not in the database (sync_gaps has the range)", "node", w.node, "incarnation", w.inc, "queue", q, "from", r[0], "to", r[1], "missing_entries", n)
 	}
 	for _, r := range work {
 		if c, ok := b.next[r.Queue]; ok {

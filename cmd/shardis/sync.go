@@ -174,7 +174,8 @@ func syncStatus(ctx context.Context, cfg *config.Config, log *slog.Logger, w io.
 }
 
 // writeSyncStatus prints the node table, then the queues with lag or
-// pending parts (every queue with all), then earlier incarnations.
+// pending parts (every queue with all), then earlier incarnations, then
+// every redo-log range trimmed before it landed (sync_gaps).
 func writeSyncStatus(out io.Writer, nodes []pgsync.NodeStatus, all bool) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "NODE\tINCARNATION\tGEN\tLAG\tPENDING\tQUEUES")
@@ -221,5 +222,11 @@ func writeSyncStatus(out io.Writer, nodes []pgsync.NodeStatus, all bool) {
 				inc.Incarnation, inc.Generation, inc.FirstSeen.UTC().Format(time.RFC3339), inc.Rows, inc.Pending, cur))
 		}
 		fmt.Fprintf(out, "\n%s incarnations: %s\n", n.Node, strings.Join(parts, "; "))
+	}
+	for _, n := range nodes {
+		for _, g := range n.Gaps {
+			fmt.Fprintf(out, "\n%s LOST TO THE DATABASE: incarnation %s queue %d offsets %d..%d, %d entries trimmed before they landed (found %s)\n",
+				n.Node, g.Incarnation, g.Queue, g.First, g.Last, g.Missing, g.FoundAt.UTC().Format(time.RFC3339))
+		}
 	}
 }

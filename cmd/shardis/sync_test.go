@@ -238,3 +238,24 @@ sync: {dsn: %q}
 		t.Fatalf("sync status: exit %d\nstdout:\n%s\nstderr:\n%s\nwant no \"node up\" and no empty queue table", code, out, errOut)
 	}
 }
+
+// The status text names every range lost to the database, with its node,
+// incarnation, queue and offsets, and only those.
+func TestWriteSyncStatusListsGaps(t *testing.T) {
+	at := time.Date(2026, 12, 4, 8, 0, 0, 0, time.UTC)
+	nodes := []pgsync.NodeStatus{
+		{Node: "n1", Incarnation: "i1", Generation: 1},
+		{Node: "n2", Incarnation: "i2", Generation: 2, Gaps: []pgsync.GapStatus{
+			{Incarnation: "i2", Queue: 6, First: 1, Last: 3, Missing: 3, FoundAt: at},
+		}},
+	}
+	var b strings.Builder
+	writeSyncStatus(&b, nodes, false)
+	want := "n2 LOST TO THE DATABASE: incarnation i2 queue 6 offsets 1..3, 3 entries trimmed before they landed (found 2026-12-04T08:00:00Z)"
+	if !strings.Contains(b.String(), want) {
+		t.Fatalf("status text lacks %q:\n%s", want, b.String())
+	}
+	if strings.Count(b.String(), "LOST TO THE DATABASE") != 1 {
+		t.Fatalf("status text lists a gap n1 does not have:\n%s", b.String())
+	}
+}
