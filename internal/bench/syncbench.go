@@ -85,7 +85,7 @@ func RunSync(ctx context.Context, c *Cluster, p Plan, progress func(string)) (*S
 			if err := c.Reset(ctx); err != nil {
 				return err
 			}
-			if _, err := pool.Exec(ctx, "TRUNCATE stock_movements, sync_positions, sync_incarnations"); err != nil {
+			if _, err := pool.Exec(ctx, "TRUNCATE stock_movements, sync_positions, sync_incarnations, sync_gaps"); err != nil {
 				return err
 			}
 			for _, it := range items {
