@@ -112,6 +112,7 @@ func newGroupEnv(t *testing.T, groupCommit int) *groupEnv {
 	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail,
 		Routes: map[string][]string{"a": {"n1"}}}}
 	cfg.Inventory.GroupCommit = groupCommit
+	cfg.Health.Timeout = pauseProofProbe
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +139,13 @@ func newGroupEnv(t *testing.T, groupCommit int) *groupEnv {
 	}
 	return &groupEnv{ctx: ctx, inv: inv, n: n, admin: srv.Client(t), sent: sent}
 }
+
+// pauseProofProbe is the probe timeout of the envs whose tests pause
+// their nodes (CLIENT PAUSE, up to 500ms): a heartbeat sent during a pause
+// is answered when it ends, so the default 300ms timed it out and marked
+// the node DOWN, failing the calls the test queued (ci385, busy:
+// TestStagedGroupsShareContexts, "probe: … i/o timeout").
+const pauseProofProbe = 2 * time.Second
 
 // pause blocks the node's other clients for d (CLIENT PAUSE), so calls
 // sent meanwhile pile up: groupInFlight on the node, the rest queued.
