@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/shardis/shardis/node"
@@ -26,7 +25,10 @@ import (
 // pending difference, and moves to the new topology by itself once it is
 // applied (it rereads the nodes when a script is refused, and every
 // resyncEvery while it is not ready, migrating or has a change pending;
-// a reread that could read no node at all keeps the last view read).
+// a reread that could read no node at all keeps the last view read, and
+// one a not-ready instance's caller cut short is not kept: resync).
+// Timing never decides safety here: a view is only ever a guess that
+// every script checks against its node's token.
 // An instance that cannot serve the applied topology (a node it needs is
 // missing from its configuration) changes nothing anywhere: [New] refuses
 // it, and a running one answers [ErrTopology] and reports not ready.
@@ -89,7 +91,7 @@ type view struct {
 	prevRoute map[string]*router.Ring // route → ring of the previous epoch
 	read      time.Time
 	// unread: the read that made this view could read no node at all
-	// (none of them answered within the reread's second, none of them
+	// (none of them answered within the reread's budget, none of them
 	// DOWN), so nothing was learned. resync then keeps the previous view
 	// if it was ready, marked unread, instead.
 	unread bool
@@ -101,7 +103,10 @@ func (v *view) migrating() bool {
 
 // topoState holds the instance's view and serialises rereads.
 type topoState struct {
-	mu   sync.Mutex // held while rereading the nodes
+	// turn is held (one token in it) while rereading the nodes; a caller
+	// waiting for it gives up when its context ends (resync). Made by
+	// New.
+	turn chan struct{}
 	cur  atomicView
 	self topology.Topology
 	fp   string
@@ -112,6 +117,17 @@ type topoState struct {
 // resyncEvery bounds how often a not-ready or refused instance rereads the
 // nodes, and how long a migrating view lives before it is reread.
 const resyncEvery = 250 * time.Millisecond
+
+// A reread may take rereadReady while the instance is ready (a reread
+// that reads no node keeps the last view, so a short one costs nothing)
+// and rereadNotReady while it is not (its callers are refused until a
+// read succeeds: a longer wait beats a refusal, and the first read of a
+// new instance on a busy host took more than a second). Either is cut by
+// the caller's context.
+const (
+	rereadReady    = time.Second
+	rereadNotReady = 3 * time.Second
+)
 
 // errTopologyUnread is the view before the nodes were read.
 var errTopologyUnread = fmt.Errorf("%w: %w: topology not read from the nodes yet", ErrUnavailable, ErrTopology)
@@ -142,15 +158,31 @@ func (inv *Inventory) staleTopology() {
 }
 
 // resync rereads the nodes unless another caller did since old was read.
+// A caller whose context ends while another caller rereads gets the view
+// as it is then. A not-ready instance's reread that the caller's own
+// context cut short, having read no node, is not kept: it says nothing of
+// the nodes, and kept it made every caller in the next resyncEvery refuse
+// without a read (a ready instance keeps its last view then, below).
 func (inv *Inventory) resync(ctx context.Context, old *view) *view {
-	inv.topo.mu.Lock()
-	defer inv.topo.mu.Unlock()
+	select {
+	case inv.topo.turn <- struct{}{}:
+	case <-ctx.Done():
+		return inv.topo.cur.Load()
+	}
+	defer func() { <-inv.topo.turn }()
 	if v := inv.topo.cur.Load(); v != old {
 		return v
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	budget := rereadReady
+	if old.notReady != nil {
+		budget = rereadNotReady
+	}
+	rctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	v := inv.readView(ctx)
+	v := inv.readView(rctx)
+	if v.unread && old.notReady != nil && ctx.Err() != nil {
+		return v
+	}
 	if v.unread && old.notReady == nil {
 		// Nothing was learned: keep acting on the last view read. It is
 		// as safe as a stable instance that never rereads, or one paused

@@ -317,8 +317,9 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 	inv.topo.noInit = noInit
 	inv.topo.fp = inv.topo.self.Fingerprint()
 	inv.topo.cur.Store(&view{notReady: errTopologyUnread})
+	inv.topo.turn = make(chan struct{}, 1)
 	if !noInit {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), rereadNotReady)
 		defer cancel()
 		v := inv.resync(ctx, inv.topo.cur.Load())
 		// A configuration that cannot serve the applied topology at all

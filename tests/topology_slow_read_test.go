@@ -13,13 +13,13 @@ import (
 	"github.com/shardis/shardis/router"
 )
 
-// An instance reads the nodes' topology records within a second. Two of
-// three nodes answer only after 1.5 s (UP: their probe timeout is 5 s),
-// the third at once: the instance is ready, serving the topology the
-// third holds. Read one after another, the first slow node used the whole
-// second and the others were left unread, so the instance refused every
-// call ("no inventory node could be read": a CI run on a loaded machine
-// met it through `shardis serve`).
+// An instance reads the nodes' topology records at once. Two of three
+// nodes answer only after 1.5 s (UP: their probe timeout is 5 s), the
+// third at once: the instance is ready, serving the topology the third
+// holds. Read one after another (when a read had a second), the first
+// slow node used the whole second and the others were left unread, so
+// the instance refused every call ("no inventory node could be read": a
+// CI run on a loaded machine met it through `shardis serve`).
 func TestTopologyReadyWithTwoSlowNodes(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartN(t, 3, redistest.Options{})
