@@ -183,6 +183,15 @@ func (inv *Inventory) resync(ctx context.Context, old *view) *view {
 	if v.unread && old.notReady != nil && ctx.Err() != nil {
 		return v
 	}
+	v = inv.keepLastView(old, v)
+	inv.topo.cur.Store(v)
+	inv.logView(old, v)
+	return v
+}
+
+// keepLastView returns v, the view a reread made, or, when that reread
+// learned nothing (v.unread) and old was ready, old marked unread.
+func (inv *Inventory) keepLastView(old, v *view) *view {
 	if v.unread && old.notReady == nil {
 		// Nothing was learned: keep acting on the last view read. It is
 		// as safe as a stable instance that never rereads, or one paused
@@ -197,11 +206,17 @@ func (inv *Inventory) resync(ctx context.Context, old *view) *view {
 		}
 		kept := *old
 		kept.read, kept.unread = v.read, true
-		v = &kept
-	} else if !v.unread && old.unread && v.notReady == nil {
+		return &kept
+	}
+	if !v.unread && old.unread && v.notReady == nil {
 		inv.log.Info("inventory: topology read again", "epoch", v.epoch)
 	}
-	inv.topo.cur.Store(v)
+	return v
+}
+
+// logView logs what changed from view old to v: not ready (or another
+// reason), the topology acted on, a pending change.
+func (inv *Inventory) logView(old, v *view) {
 	if v.notReady != nil && (old.notReady == nil || old.notReady.Error() != v.notReady.Error()) {
 		inv.log.Error("inventory: not acting on the nodes", "reason", v.notReady)
 	} else if v.notReady == nil && (old.notReady != nil || old.token != v.token || old.phase != v.phase) {
@@ -211,7 +226,6 @@ func (inv *Inventory) resync(ctx context.Context, old *view) *view {
 		inv.log.Warn("inventory: "+v.pending+": serving the applied topology until `shardis topology apply` runs",
 			"epoch", v.epoch, "applied", v.applied.String(), "config", inv.topo.self.String())
 	}
-	return v
 }
 
 // TopologyStatus reports the instance's view of the topology, rereading
