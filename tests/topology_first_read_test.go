@@ -15,13 +15,18 @@ import (
 )
 
 // slowLinkNodes starts three nodes holding their first topology records
-// (served: one route r on all three) behind latency proxies with no delay
-// yet, and a router over the proxies whose connections to every node are
-// open (a new connection reads its node's marks off the peers first).
-func slowLinkNodes(t *testing.T, ctx context.Context) (*router.Router, []*latencyProxy, map[string]config.Server) {
+// (applied: one route r on all three, with 30 units of SKU s) behind
+// latency proxies with no delay yet, and a router over the proxies,
+// configured with servers (nil: the applied ones), whose connections to
+// every node are open (a new connection reads its node's marks off the
+// peers first).
+func slowLinkNodes(t *testing.T, ctx context.Context, servers map[string]config.Server) (*router.Router, []*latencyProxy) {
 	t.Helper()
 	srv := redistest.StartN(t, 3, redistest.Options{})
 	routes := map[string]config.Server{"inventory": server(config.OnNodeDownFail, map[string][]string{"r": {"n1", "n2", "n3"}})}
+	if servers == nil {
+		servers = routes
+	}
 	inv0 := directInventory(t, srv, routes)
 	if _, err := inv0.LoadStock(ctx, "r", "s", 30, 0); err != nil {
 		t.Fatal(err)
@@ -34,7 +39,7 @@ func slowLinkNodes(t *testing.T, ctx context.Context) (*router.Router, []*latenc
 		proxies = append(proxies, p)
 		addrs[fmt.Sprintf("n%d", i+1)] = p.Addr()
 	}
-	r := slowLinkRouter(t, ctx, addrs, routes)
+	r := slowLinkRouter(t, ctx, addrs, servers)
 	for name := range addrs {
 		n, _ := r.Node(name)
 		waitFor(t, 30*time.Second, name+" UP", func() bool { return n.State() == node.StateUp })
@@ -42,7 +47,7 @@ func slowLinkNodes(t *testing.T, ctx context.Context) (*router.Router, []*latenc
 			t.Fatal(err)
 		}
 	}
-	return r, proxies, routes
+	return r, proxies
 }
 
 func setDelay(proxies []*latencyProxy, d time.Duration) {
@@ -59,7 +64,7 @@ func TestTopologyFirstReadOutlastsASecond(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	r, proxies, _ := slowLinkNodes(t, ctx)
+	r, proxies := slowLinkNodes(t, ctx, nil)
 	setDelay(proxies, 750*time.Millisecond)
 	inv, err := inventory.New(r, inventory.Options{Logger: testLogger(t)})
 	if err != nil {
@@ -82,7 +87,7 @@ func TestTopologyNotReadyReadsAreTheirRequests(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	r, proxies, _ := slowLinkNodes(t, ctx)
+	r, proxies := slowLinkNodes(t, ctx, nil)
 	setDelay(proxies, 2*time.Second)
 	inv, err := inventory.New(r, inventory.Options{Logger: testLogger(t)})
 	if err != nil {

@@ -2,7 +2,6 @@ package tests
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -63,27 +62,11 @@ func TestTopologyReadyWithTwoSlowNodes(t *testing.T) {
 // could be read") and refuse calls the nodes still served, only slowly.
 func TestTopologyRereadKeepsLastViewWhenNoNodeAnswers(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartN(t, 3, redistest.Options{})
-	applied := map[string]config.Server{"inventory": server(config.OnNodeDownFail, map[string][]string{"r": {"n1", "n2", "n3"}})}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-
-	inv0 := directInventory(t, srv, applied)
-	if _, err := inv0.LoadStock(ctx, "r", "s", 30, 0); err != nil {
-		t.Fatal(err)
-	}
-	inv0.Close()
-
-	var proxies []*latencyProxy
-	addrs := map[string]string{}
-	for i, s := range srv {
-		p := startLatencyProxy(t, s.Addr(), 0)
-		proxies = append(proxies, p)
-		addrs[fmt.Sprintf("n%d", i+1)] = p.Addr()
-	}
 	// A route more: a change not applied (pending).
 	pending := map[string]config.Server{"inventory": server(config.OnNodeDownFail, map[string][]string{"r": {"n1", "n2", "n3"}, "r2": {"n1"}})}
-	r := slowLinkRouter(t, ctx, addrs, pending)
+	r, proxies := slowLinkNodes(t, ctx, pending)
 	inv, err := inventory.New(r, inventory.Options{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -98,9 +81,7 @@ func TestTopologyRereadKeepsLastViewWhenNoNodeAnswers(t *testing.T) {
 		t.Fatalf("Reserve before the links slow down: %v", err)
 	}
 
-	for _, p := range proxies {
-		p.SetDelay(750 * time.Millisecond)
-	}
+	setDelay(proxies, 750*time.Millisecond)
 	time.Sleep(300 * time.Millisecond) // past resyncEvery: the next call rereads
 	if st := inv.TopologyStatus(ctx); !st.Ready || st.Epoch != 1 {
 		t.Fatalf("TopologyStatus after a reread that read no node = %+v; want still ready at epoch 1", st)
@@ -110,9 +91,7 @@ func TestTopologyRereadKeepsLastViewWhenNoNodeAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Reserve over links 1.5 s slow, after rereads that read no node: %v", err)
 	}
-	for _, p := range proxies {
-		p.SetDelay(0)
-	}
+	setDelay(proxies, 0)
 	if out, err := inv.Confirm(ctx, res.OrderID); err != nil {
 		t.Fatalf("Confirm %s: %v (%+v)", res.OrderID, err, out)
 	}
