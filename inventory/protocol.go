@@ -12,9 +12,10 @@ const (
 	opBegin  orderOp = "begin"  // start (or take over) a general-path attempt
 	opCommit orderOp = "commit" // reserving/staging → reserved, with the parts
 	opFail   orderOp = "fail"   // reserving/staging → failed (the attempt's own token)
-	// opRelease is opFail for an attempt whose begin was not answered: where
-	// the order has no record, a failed one under the caller's token, which
-	// the begin meets if it lands later (reserve.go: releaseLease).
+	// opRelease is opFail for an attempt whose begin or stage was not
+	// answered: where the order has no record, a failed one under the
+	// caller's token, which the begin or stage meets if it lands later
+	// (reserve.go: releaseLease; staged_abort.go: releaseStaged).
 	opRelease orderOp = "release"
 	opConfirm orderOp = "confirm" // reserved → confirmed (cancelled when past its deadline)
 	opCancel  orderOp = "cancel"  // → cancelled; a tombstone when there is no record

@@ -94,9 +94,10 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //	        missing), living the retention from now at least (relied_on).
 //	release ARGV 6 retention s. As fail; and missing (not moved away) →
 //	        failed under the caller's token, reason "no record": the
-//	        attempt's begin was not answered, and if it lands later it
-//	        meets this record (begin answers "failed" for a failed record
-//	        of its own token) instead of holding the lease.
+//	        attempt's begin or stage was not answered, and if it lands
+//	        later it meets this record (begin answers "failed" for a
+//	        failed record of its own token; a stage writes only where
+//	        there is no record) instead of holding the lease.
 //	withdraw staging+token → no record ("missing"): only for an attempt
 //	        that left nothing on any node (soldout.go); otherwise the
 //	        record as is.
@@ -115,7 +116,7 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //	        "Refusals behind a fence"). Otherwise the record as is.
 //
 // A "staging" record is never taken over, confirmed, cancelled or expired
-// here: every op but commit, fail (not release) and withdraw returns it as it is ("staging", with
+// here: every op but commit, fail, release and withdraw returns it as it is ("staging", with
 // its promised parts and wait_ms), and the caller decides it first
 // (staged.go: resolveStaged), then repeats the op.
 //

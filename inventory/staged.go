@@ -90,9 +90,12 @@ import (
 //     and T's part ids are T's alone), and a probe of the failed record's
 //     parts never runs (the record is decided).
 //   - A part of attempt T is cancelled only after a record was read that
-//     excludes T: failed under T (the attempt's or a probe's fail, or the
-//     reconciler's expire op, which writes it where the order has no
-//     record at all), cancelled or expired, or a record of another token;
+//     excludes T: failed under T (the attempt's or a probe's fail; or
+//     the attempt's release, which it sends when it does not know whether
+//     its stage landed, or the reconciler's expire op, each of which
+//     writes it where the order has no record at all, so a stage of T
+//     that lands later meets it), cancelled or expired, or a record of
+//     another token;
 //     or by the attempt's own abort (below). It is confirmed only after a
 //     confirm of T is recorded.
 //
@@ -328,7 +331,7 @@ func (inv *Inventory) resolveStaged(ctx context.Context, home *node.Node, orderI
 		}
 		return err
 	}
-	return inv.failStaged(ctx, home, orderID, rec.token, rec.parts)
+	return inv.failStaged(ctx, home, opFail, orderID, rec.token, rec.parts)
 }
 
 // probeStaged probes every promised part of rec, nodes concurrently, and
@@ -464,11 +467,14 @@ func (rec orderRecord) verdict(seen []probedPart) (stagedVerdict, []string) {
 	return verdict, lost
 }
 
-// failStaged records the failure of a staged attempt, then cancels its
+// failStaged records the failure of a staged attempt (op: opFail, or
+// opRelease from the attempt that does not know whether its stage landed:
+// where the order has no record, the failure is written under token, so
+// a stage that lands later meets it and writes nothing), then cancels its
 // parts (tombstones for absent ones). If the record was decided otherwise
 // first (a recovery committed it), nothing is cancelled.
-func (inv *Inventory) failStaged(ctx context.Context, home *node.Node, orderID, token string, parts []part) error {
-	rec, err := inv.orderOp(ctx, home, orderID, opFail, token, seconds(inv.cfg.Retention))
+func (inv *Inventory) failStaged(ctx context.Context, home *node.Node, op orderOp, orderID, token string, parts []part) error {
+	rec, err := inv.orderOp(ctx, home, orderID, op, token, seconds(inv.cfg.Retention))
 	if err != nil {
 		return err
 	}

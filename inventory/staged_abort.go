@@ -21,7 +21,15 @@ const settleHeld = "held"
 // it aborts the parts it took on nodes other than home (staged.go,
 // "Abort"); then, off the caller's path, it tries to decide the record
 // failed and cancel every promised part (failStaged), which releases the
-// home node's parts too once that node answers. Whatever it cannot do is
+// home node's parts too once that node answers. It decides with
+// opRelease, not opFail: a stage whose caller stopped waiting may still be
+// on its way, behind this decision (its group under way on one
+// connection, the decision on another), and where the order has no
+// record the release writes the failure under the attempt's token, which
+// that stage then meets and writes nothing. (A fail wrote nothing there:
+// the stage left a staging record whose takes, taken off their queues,
+// never came, and a retry of the order id waited out the attempt lease
+// before it could decide it.) Whatever it cannot do is
 // left to the next reader of the order, or to the reconciler through a
 // part the attempt took (it follows pending parts, not records): a record
 // none of whose parts was taken, its home unreachable for that one try,
@@ -37,7 +45,7 @@ func (inv *Inventory) releaseStaged(ctx context.Context, home *node.Node, orderI
 	}
 	inv.abortParts(ctx, orderID, away)
 	inv.offPath(ctx, func(ctx context.Context) {
-		if err := inv.failStaged(ctx, home, orderID, token, promised); err != nil {
+		if err := inv.failStaged(ctx, home, opRelease, orderID, token, promised); err != nil {
 			inv.log.Debug("staged attempt not decided; the next reader of the order decides it", "order", orderID, "err", err)
 		}
 	})

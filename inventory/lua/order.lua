@@ -62,7 +62,7 @@ local function final(st, why, retention)
   order_set({status = st, reason = why, decided_at = now}, ttl)
   status, reason = st, why
 end
-if status == 'staging' and op ~= 'commit' and op ~= 'fail' and op ~= 'withdraw' then
+if status == 'staging' and op ~= 'commit' and op ~= 'fail' and op ~= 'release' and op ~= 'withdraw' then
   if op == 'begin' and f.digest ~= ARGV[7] then return record('mismatch') end
   return record('staging')
 end
@@ -116,11 +116,12 @@ elseif op == 'fail' or op == 'release' then
     return record('failed')
   end
   if op == 'release' and not status and not moved then
-    -- the attempt's begin was not answered and is not here (yet): its
-    -- failure is recorded under its token, so that begin, if it lands
-    -- later (a group sent it after this), meets it (begin: failed under
-    -- its own token) instead of holding the order's lease; a retry's
-    -- begin takes the failed record over
+    -- the attempt's begin or stage was not answered and is not here
+    -- (yet): its failure is recorded under its token, so that begin or
+    -- stage, if it lands later (a group sent it after this), meets it
+    -- (begin: failed under its own token; a stage writes only where there
+    -- is no record) instead of holding the order's lease; a retry's begin
+    -- takes the failed record over
     return failed_here('no record', tonumber(ARGV[6]))
   end
   return record(status or 'missing')
