@@ -76,7 +76,7 @@ func TestWriteSummaryCountsRetirements(t *testing.T) {
 }
 
 // A failing seed's replay line names every option that changes its
-// draws, the moved order's chance, the twin's, the second loss's and the shrink's included: without them
+// draws, the moved order's chance, the twin's, the second loss's, the shrink's and the abandoned calls' included: without them
 // the seed replays another schedule.
 func TestReplayCommandNamesEveryOption(t *testing.T) {
 	opts := Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: 1, Moved: 1,
@@ -96,5 +96,9 @@ func TestReplayCommandNamesEveryOption(t *testing.T) {
 	opts.Loss2, opts.Shrink = 0, 1
 	if got := ReplayCommand(2, opts); got != want+" SHRINK=1" {
 		t.Errorf("ReplayCommand with the shrink of route c = %q, want %q", got, want+" SHRINK=1")
+	}
+	opts.Shrink, opts.Abandon = 0, 0.05
+	if got := ReplayCommand(2, opts); got != want+" ABANDON=0.05" {
+		t.Errorf("ReplayCommand with abandoned calls = %q, want %q", got, want+" ABANDON=0.05")
 	}
 }

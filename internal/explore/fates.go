@@ -40,15 +40,27 @@ const (
 	// released after a few picks (a message stuck in the network for
 	// longer than a lease and a deadline). First phase only.
 	Park
+	// Abandon answers the caller at once that the call's outcome is
+	// unknown, as a caller whose deadline ran out while its call's group
+	// was under way is answered (inventory/group.go, awaitGroup), and
+	// keeps the call, unsent, for 1 to 20 more picks: its caller goes on
+	// and its own later calls may overtake it. A call is abandoned once
+	// at most; when picked again it draws its fate again (never held or
+	// parked). Drawn only with Options.Abandon above 0.
+	Abandon
 )
 
 // String is the fate's name as traces print it.
 func (f Fate) String() string {
-	return [...]string{"deliver", "delay", "drop-reply", "crash-after", "crash-before", "hold", "park"}[f]
+	return [...]string{"deliver", "delay", "drop-reply", "crash-after", "crash-before", "hold", "park", "abandon"}[f]
 }
 
 // errReplyLost is returned for a call whose reply was dropped.
 var errReplyLost = errors.New("explore: reply lost (fault injected): outcome unknown")
+
+// errAbandoned is returned for a call its caller stopped waiting for
+// (Abandon): it is sent later, or never.
+var errAbandoned = errors.New("explore: the caller stopped waiting (fault injected): outcome unknown, the call still on its way")
 
 // Probs are the chances of each fault per call (the rest is Deliver) and
 // of a crash at each crash point an actor passes.
@@ -60,6 +72,9 @@ type Probs struct {
 	// crashAtMax: every crash point of a protocol (staged:stage-only, the
 	// third of a one-round attempt's) is as likely as the first.
 	CrashAt float64
+	// Abandon is the chance per call of the Abandon fate (Options.Abandon;
+	// 0 in every profile).
+	Abandon float64
 }
 
 // crashAtMax is the latest crash point a CrashAt fate names.
@@ -145,7 +160,7 @@ func (s *Scheduler) drawFate() Fate {
 	for _, f := range []struct {
 		p    float64
 		fate Fate
-	}{{p.Delay, Delay}, {p.DropReply, DropReply}, {p.CrashAfter, CrashAfter}, {p.CrashBefore, CrashBefore}, {p.Hold, Hold}, {p.Park, Park}} {
+	}{{p.Delay, Delay}, {p.DropReply, DropReply}, {p.CrashAfter, CrashAfter}, {p.CrashBefore, CrashBefore}, {p.Hold, Hold}, {p.Park, Park}, {p.Abandon, Abandon}} {
 		if x < f.p {
 			return f.fate
 		}

@@ -54,6 +54,9 @@ func ReplayCommand(seed int64, opts Options) string {
 	if opts.Shrink > 0 {
 		cmd += fmt.Sprintf(" SHRINK=%g", opts.Shrink)
 	}
+	if opts.Abandon > 0 {
+		cmd += fmt.Sprintf(" ABANDON=%g", opts.Abandon)
+	}
 	return cmd
 }
 

@@ -73,6 +73,9 @@ type call struct {
 	held   bool // held once already
 	until  int  // held: not picked before this many picks
 	parked bool // parked until the next phase
+	// abandoned: its caller was answered (Abandon); a to-be-sent call of
+	// a's, an actor of its own that ends when the call was sent
+	abandoned bool
 }
 
 // Scheduler orders and faults the calls of one schedule's actors. It is
@@ -257,7 +260,8 @@ func (s *Scheduler) submit(ctx context.Context, c *call, send func() (any, error
 		s.mu.Unlock()
 		return nil, fmt.Errorf("explore: actor %s: %w", a.name, inventory.ErrCrashed)
 	}
-	c.a, c.ready = a, make(chan Fate, 1)
+	ready := make(chan Fate, 1)
+	c.a, c.ready = a, ready
 	s.waiting = append(s.waiting, c)
 	a.waiting++
 	a.busy = false
@@ -267,11 +271,11 @@ func (s *Scheduler) submit(ctx context.Context, c *call, send func() (any, error
 
 	var fate Fate
 	select {
-	case fate = <-c.ready:
+	case fate = <-ready:
 	case <-ctx.Done():
 		s.mu.Lock()
 		for i, w := range s.waiting {
-			if w == c {
+			if w == c && !c.abandoned {
 				s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
 				a.waiting--
 				if c.parked {
@@ -284,7 +288,16 @@ func (s *Scheduler) submit(ctx context.Context, c *call, send func() (any, error
 			}
 		}
 		s.mu.Unlock()
-		fate = <-c.ready // picked already: honour the pick
+		fate = <-ready // picked already: honour the pick
+	}
+	if fate == Abandon {
+		go s.sendLate(c, send)
+		s.mu.Lock()
+		a.waiting--
+		a.busy, a.retAt = true, time.Now()
+		s.mu.Unlock()
+		s.notify()
+		return nil, errAbandoned
 	}
 	if f, ok := ctx.Value(firstSendKey{}).(*firstSend); ok {
 		f.mark()
@@ -297,6 +310,23 @@ func (s *Scheduler) submit(ctx context.Context, c *call, send func() (any, error
 	s.mu.Unlock()
 	s.notify()
 	return v, err
+}
+
+// sendLate sends c, which its caller abandoned (pick gave it an actor of
+// its own and a channel of its own), when the scheduler picks it again,
+// as its fate then says; the actor ends with it. Nobody reads its reply.
+func (s *Scheduler) sendLate(c *call, send func() (any, error)) {
+	s.mu.Lock()
+	g, ready := c.a, c.ready
+	s.mu.Unlock()
+	fate := <-ready
+	_, _ = s.run(g, fate, send)
+	s.mu.Lock()
+	g.waiting--
+	g.done, g.busy, g.retAt = true, false, time.Now()
+	s.inflight = nil
+	s.mu.Unlock()
+	s.notify()
 }
 
 // firstSend is when the first scheduled call made under a context of
@@ -476,6 +506,13 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 		s.trace = append(s.trace, fmt.Sprintf("%d %s: %s [park until the next phase]", s.steps, c.a.name, c.desc))
 		return 0, false
 	}
+	if fate == Abandon && (c.step || c.abandoned) {
+		fate = Deliver
+	}
+	if fate == Abandon {
+		s.abandon(c)
+		return 0, false
+	}
 	if fate == Hold {
 		c.held, c.until = true, s.steps+3+s.rng.Intn(38)
 		s.trace = append(s.trace, fmt.Sprintf("%d %s: %s [hold until pick %d]", s.steps, c.a.name, c.desc, c.until))
@@ -489,6 +526,20 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 	s.trace = append(s.trace, fmt.Sprintf("%d %s: %s [%s]", s.steps, c.a.name, c.desc, fate))
 	c.ready <- fate
 	return 0, false
+}
+
+// abandon answers c's caller (s.mu held): c stays waiting, unsent, for 1
+// to 20 picks, owned by an actor of its own, on a channel of its own
+// (sendLate), and is never held or parked after.
+func (s *Scheduler) abandon(c *call) {
+	owner := c.a
+	g := s.newActor(owner.name + "'s abandoned call")
+	g.busy, g.waiting = false, 1
+	answer := c.ready
+	c.a, c.ready, c.abandoned, c.held = g, make(chan Fate, 1), true, true
+	c.until = s.steps + 1 + s.rng.Intn(20)
+	s.trace = append(s.trace, fmt.Sprintf("%d %s: %s [abandon: the caller goes on; sent after pick %d]", s.steps, owner.name, c.desc, c.until))
+	answer <- Abandon
 }
 
 // NextPhase ends the first phase: parked calls become eligible again,

@@ -90,6 +90,13 @@ type Options struct {
 	// otherwise).
 	// default: 0 (off)
 	Shrink float64
+	// Abandon is the chance per call that its caller stops waiting for it
+	// and goes on while it is still on its way (the Abandon fate). Drawn
+	// only when above 0 (its seeds run as they did before it was added
+	// otherwise: a fate is one draw either way, and the chance takes what
+	// was Deliver's).
+	// default: 0 (off)
+	Abandon float64
 }
 
 func (o Options) probs() (Probs, error) {
@@ -199,6 +206,9 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	probs, err := opts.probs()
 	if err != nil {
 		return res, err
+	}
+	if opts.Abandon > 0 {
+		probs.Abandon = opts.Abandon
 	}
 	s := NewScheduler(seed, probs, opts.Mutations)
 	if s.carryWait < 0 {
