@@ -26,7 +26,12 @@ type Faults interface {
 	//   - call send, then return an error that is not a Redis error reply
 	//     (e.g. one wrapping ErrCrashed or context.DeadlineExceeded): the
 	//     call ran but its reply was lost, so its outcome is unknown to
-	//     the caller, as after a network failure.
+	//     the caller, as after a network failure;
+	//   - return such an error at once and call send later, on another
+	//     goroutine (or never): the caller stopped waiting while the call
+	//     was on its way, as a caller whose deadline ran out while its
+	//     group was under way (group.go, awaitGroup), and the call lands
+	//     after whatever the caller does next. Its reply goes nowhere.
 	Call(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error)
 	// Crash reports whether the actor stops at the named crash point (see
 	// CrashPoints); the step then returns an error wrapping ErrCrashed, as

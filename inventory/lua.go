@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -303,13 +304,13 @@ func (inv *Inventory) execFaulty(ctx context.Context, n *node.Node, s *luaScript
 	if inv.opts.Faults == nil {
 		return inv.exec(ctx, n, s, token, keys, args)
 	}
-	var seq int64
+	var seq atomic.Int64 // send may run after faulty returned (Faults.Call)
 	reply, err := inv.faulty(ctx, n, s, keys, args, func() (any, error) {
 		r, sq, err := inv.exec(ctx, n, s, token, keys, args)
-		seq = sq
+		seq.Store(sq)
 		return r, err
 	})
-	return reply, seq, err
+	return reply, seq.Load(), err
 }
 
 // exec runs one call of s on n under the epoch token: alone, or with the

@@ -26,8 +26,9 @@ func TestMain(m *testing.M) {
 const ciBudget = 20 * time.Second
 
 // ciOptions are the schedules make test explores: every actor, the
-// default fault chances.
-var ciOptions = Options{}
+// default fault chances, and one call in twenty abandoned by its caller
+// (the Abandon fate).
+var ciOptions = Options{Abandon: 0.05}
 
 // TestExploreShort runs the schedules of seeds 1, 2, … for ciBudget on
 // four worlds: every invariant must hold in each.
@@ -46,7 +47,7 @@ func TestExploreShort(t *testing.T) {
 	t.Log(b.String())
 	for _, r := range sum.Failed {
 		var b strings.Builder
-		WriteResult(&b, r, Options{}, true)
+		WriteResult(&b, r, ciOptions, true)
 		t.Error(b.String())
 	}
 	if len(sum.WorldErr) > 0 {

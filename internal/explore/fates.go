@@ -44,9 +44,10 @@ const (
 	// unknown, as a caller whose deadline ran out while its call's group
 	// was under way is answered (inventory/group.go, awaitGroup), and
 	// keeps the call, unsent, for 1 to 20 more picks: its caller goes on
-	// and its own later calls may overtake it. A call is abandoned once
-	// at most; when picked again it draws its fate again (never held or
-	// parked). Drawn only with Options.Abandon above 0.
+	// and its own later calls may overtake it. Only a script that may
+	// write is abandoned (a late read changes nothing), once at most; when
+	// picked again it draws its fate again (never held or parked). Drawn
+	// only with Options.Abandon above 0.
 	Abandon
 )
 

@@ -68,6 +68,7 @@ type call struct {
 	a      *actor
 	desc   string
 	step   bool // an explorer step, not a script: always delivered
+	write  bool // a script that may change its node (only such are abandoned)
 	idle   bool // a step that only waits (Idle): outside the fault budget
 	ready  chan Fate
 	held   bool // held once already
@@ -214,7 +215,7 @@ func (s *Scheduler) Crashed(ctx context.Context) bool {
 
 // Call implements inventory.Faults.
 func (s *Scheduler) Call(ctx context.Context, c inventory.ScriptCall, send func() (any, error)) (any, error) {
-	return s.submit(ctx, &call{desc: describe(c)}, send)
+	return s.submit(ctx, &call{desc: describe(c), write: c.Write}, send)
 }
 
 // Step runs fn as one scheduled step of the actor in ctx (never faulted).
@@ -506,7 +507,7 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 		s.trace = append(s.trace, fmt.Sprintf("%d %s: %s [park until the next phase]", s.steps, c.a.name, c.desc))
 		return 0, false
 	}
-	if fate == Abandon && (c.step || c.abandoned) {
+	if fate == Abandon && (!c.write || c.abandoned) {
 		fate = Deliver
 	}
 	if fate == Abandon {

@@ -28,7 +28,7 @@ func TestAbandonedCallIsOvertakenByItsCallersNext(t *testing.T) {
 		}
 	}
 	s.Go(context.Background(), "caller", func(ctx context.Context) {
-		_, errA = s.Call(ctx, inventory.ScriptCall{Node: "n1", Script: "stage-take"}, note("first"))
+		_, errA = s.Call(ctx, inventory.ScriptCall{Node: "n1", Script: "stage-take", Write: true}, note("first"))
 		_ = s.Step(ctx, "second", func() error { _, err := note("second")(); return err })
 	})
 	s.Run()
