@@ -291,13 +291,8 @@ func (s *Scheduler) submit(ctx context.Context, c *call, send func() (any, error
 		s.mu.Unlock()
 		fate = <-ready // picked already: honour the pick
 	}
-	if fate == Abandon {
+	if fate == Abandon { // its caller was counted back to work by abandon
 		go s.sendLate(c, send)
-		s.mu.Lock()
-		a.waiting--
-		a.busy, a.retAt = true, time.Now()
-		s.mu.Unlock()
-		s.notify()
 		return nil, errAbandoned
 	}
 	if f, ok := ctx.Value(firstSendKey{}).(*firstSend); ok {
@@ -531,9 +526,13 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 
 // abandon answers c's caller (s.mu held): c stays waiting, unsent, for 1
 // to 20 picks, owned by an actor of its own, on a channel of its own
-// (sendLate), and is never held or parked after.
+// (sendLate), and is never held or parked after. The caller is busy from
+// here, as after a call that returned, so no pick is made before it is
+// back at a call (or grace passed).
 func (s *Scheduler) abandon(c *call) {
 	owner := c.a
+	owner.waiting--
+	owner.busy, owner.retAt = true, time.Now()
 	g := s.newActor(owner.name + "'s abandoned call")
 	g.busy, g.waiting = false, 1
 	answer := c.ready
