@@ -64,6 +64,13 @@ type actor struct {
 	retAt   time.Time
 }
 
+// returned counts one of a's calls as returned (s.mu held): one fewer
+// waiting, and a is busy from now until it is back at a call.
+func (a *actor) returned() {
+	a.waiting--
+	a.busy, a.retAt = true, time.Now()
+}
+
 type call struct {
 	a      *actor
 	desc   string
@@ -278,11 +285,10 @@ func (s *Scheduler) submit(ctx context.Context, c *call, send func() (any, error
 		for i, w := range s.waiting {
 			if w == c && !c.abandoned {
 				s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
-				a.waiting--
 				if c.parked {
 					a.parked--
 				}
-				a.busy, a.retAt = true, time.Now()
+				a.returned()
 				s.mu.Unlock()
 				s.notify()
 				return nil, ctx.Err()
@@ -300,8 +306,7 @@ func (s *Scheduler) submit(ctx context.Context, c *call, send func() (any, error
 	}
 	v, err := s.run(a, fate, send)
 	s.mu.Lock()
-	a.waiting--
-	a.busy, a.retAt = true, time.Now()
+	a.returned()
 	s.inflight = nil
 	s.mu.Unlock()
 	s.notify()
@@ -318,8 +323,8 @@ func (s *Scheduler) sendLate(c *call, send func() (any, error)) {
 	fate := <-ready
 	_, _ = s.run(g, fate, send)
 	s.mu.Lock()
-	g.waiting--
-	g.done, g.busy, g.retAt = true, false, time.Now()
+	g.returned()
+	g.done, g.busy = true, false // the call was all it had to do
 	s.inflight = nil
 	s.mu.Unlock()
 	s.notify()
@@ -531,8 +536,7 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 // back at a call (or grace passed).
 func (s *Scheduler) abandon(c *call) {
 	owner := c.a
-	owner.waiting--
-	owner.busy, owner.retAt = true, time.Now()
+	owner.returned()
 	g := s.newActor(owner.name + "'s abandoned call")
 	g.busy, g.waiting = false, 1
 	answer := c.ready
