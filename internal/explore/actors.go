@@ -66,6 +66,9 @@ type observed struct {
 	// ended are the Reserve, Confirm and Cancel actors that returned, by
 	// name (the data-loss actor's milestones: lossPlan.followReserve)
 	ended map[string]bool
+	// clockSlack is what the checks that compare times read on two
+	// clocks allow (clock.go): twice the largest skew a node's clock had.
+	clockSlack time.Duration
 }
 
 func newObserved() *observed {

@@ -501,6 +501,7 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 	obs.mu.Lock()
 	receipts, acked := obs.reserved[id]
 	confirmedBy, cancelledBy, loss := obs.confirmed[id], obs.cancelled[id], obs.dataLoss[id]
+	slack := obs.clockSlack
 	obs.mu.Unlock()
 	if acked && !loss {
 		switch status {
@@ -509,13 +510,13 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 				v.order(id, "acked-gone", "order %s: Reserve answered %v, the record holds %v", id, sortReceipts(receipts), got)
 			}
 			if status == inventory.OrderCancelled && ov.rec.Reason == "expired" {
-				checkHeldToDeadline(v, id, ov)
+				checkHeldToDeadline(v, id, ov, slack)
 			}
 		default:
 			v.order(id, "acked-gone", "order %s: Reserve answered success, the order is %s", id, status)
 		}
 	}
-	checkRefusedHeld(v, id, ov, obs, status)
+	checkRefusedHeld(v, id, ov, obs, status, slack)
 	if confirmedBy != "" && status != inventory.OrderConfirmed {
 		v.decided(id, "acked-gone", "order %s: %s was told confirmed, the order is %s", id, confirmedBy, status)
 	}
@@ -533,8 +534,9 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 // not end reserved (or confirmed, or expired after being reserved). An
 // attempt whose last take landed after the call began ran concurrently
 // with it: either answer stands. The nodes share this machine's clock,
-// read in whole ms: the parts must predate the call by more than that.
-func checkRefusedHeld(v *violations, id string, ov *orderView, obs *observed, status inventory.OrderState) {
+// read in whole ms: the parts must predate the call by more than that,
+// and by slack more when the clock actor skewed a node's (clock.go).
+func checkRefusedHeld(v *violations, id string, ov *orderView, obs *observed, status inventory.OrderState, slack time.Duration) {
 	if ov.rec == nil || !(status == inventory.OrderReserved || status == inventory.OrderConfirmed ||
 		(status == inventory.OrderCancelled && ov.rec.Reason == "expired")) {
 		return
@@ -558,7 +560,7 @@ func checkRefusedHeld(v *violations, id string, ov *orderView, obs *observed, st
 		}
 	}
 	for _, r := range refusals {
-		if !last.IsZero() && last.Before(r.start.Add(-2*time.Millisecond)) {
+		if !last.IsZero() && last.Before(r.start.Add(-2*time.Millisecond-slack)) {
 			v.order(id, "refused-held", "order %s is %s by attempt %s, whose every part was taken by %s, %s before %s's Reserve began; that call answered %v",
 				id, status, ov.rec.Token, last.Format("15:04:05.000"), r.start.Sub(last).Round(time.Millisecond), r.who, r.err)
 		}
@@ -567,16 +569,17 @@ func checkRefusedHeld(v *violations, id string, ov *orderView, obs *observed, st
 
 // checkHeldToDeadline: an acknowledged reservation that expired held
 // every part of its record until its deadline (the nodes share this
-// machine's clock): a part cancelled before it was gone early, and the
+// machine's clock, but for slack when the clock actor skewed a node's:
+// clock.go): a part cancelled before it was gone early, and the
 // stock it held may have been sold again while the order could still be
 // confirmed.
-func checkHeldToDeadline(v *violations, id string, ov *orderView) {
+func checkHeldToDeadline(v *violations, id string, ov *orderView, slack time.Duration) {
 	for _, rp := range ov.rec.Parts {
 		for _, p := range ov.parts {
 			if p.ID != rp.ID || ov.where[p] != rp.Node || p.State != inventory.PartCancelled || p.SettledAt.IsZero() {
 				continue
 			}
-			if early := ov.rec.Deadline.Sub(p.SettledAt); early > 0 {
+			if early := ov.rec.Deadline.Sub(p.SettledAt); early > slack {
 				v.order(id, "acked-gone", "order %s: acknowledged, its part %s on %s was cancelled %s before the reservation's deadline",
 					id, p.ID, rp.Node, early.Round(time.Millisecond))
 			}

@@ -117,7 +117,7 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 	var wg sync.WaitGroup
 	started := 0
 	for i := 0; i < cfg.Worlds; i++ {
-		w, err := NewWorld()
+		w, err := newWorld(cfg.Options.Clock > 0)
 		if err != nil {
 			if started == 0 && i == cfg.Worlds-1 {
 				go func() {

@@ -3,6 +3,7 @@ package explore
 import (
 	"context"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -26,9 +27,16 @@ func TestMain(m *testing.M) {
 const ciBudget = 20 * time.Second
 
 // ciOptions are the schedules make test explores: every actor, the
-// default fault chances, and one call in twenty abandoned by its caller
-// (the Abandon fate).
-var ciOptions = Options{Abandon: 0.05}
+// default fault chances, one call in twenty abandoned by its caller (the
+// Abandon fate) and, where gcc can build the clock skew library
+// (clock.go), the clock actor in one schedule in four.
+func ciOptions() Options {
+	opts := Options{Abandon: 0.05}
+	if _, err := exec.LookPath("gcc"); err == nil {
+		opts.Clock = 0.25
+	}
+	return opts
+}
 
 // TestExploreShort runs the schedules of seeds 1, 2, … for ciBudget on
 // four worlds: every invariant must hold in each.
@@ -38,7 +46,8 @@ func TestExploreShort(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sum, err := Explore(ctx, Config{Seed: 1, N: 100000, Budget: ciBudget, Worlds: 4, Options: ciOptions})
+	opts := ciOptions()
+	sum, err := Explore(ctx, Config{Seed: 1, N: 100000, Budget: ciBudget, Worlds: 4, Options: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +56,7 @@ func TestExploreShort(t *testing.T) {
 	t.Log(b.String())
 	for _, r := range sum.Failed {
 		var b strings.Builder
-		WriteResult(&b, r, ciOptions, true)
+		WriteResult(&b, r, opts, true)
 		t.Error(b.String())
 	}
 	if len(sum.WorldErr) > 0 {
@@ -101,5 +110,9 @@ func TestReplayCommandNamesEveryOption(t *testing.T) {
 	opts.Shrink, opts.Abandon = 0, 0.05
 	if got := ReplayCommand(2, opts); got != want+" ABANDON=0.05" {
 		t.Errorf("ReplayCommand with abandoned calls = %q, want %q", got, want+" ABANDON=0.05")
+	}
+	opts.Abandon, opts.Clock = 0, 0.3
+	if got := ReplayCommand(2, opts); got != want+" CLOCK=0.3" {
+		t.Errorf("ReplayCommand with the clock actor = %q, want %q", got, want+" CLOCK=0.3")
 	}
 }

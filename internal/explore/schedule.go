@@ -97,6 +97,15 @@ type Options struct {
 	// was Deliver's).
 	// default: 0 (off)
 	Abandon float64
+	// Clock is the chance that a schedule has the clock actor (clock.go):
+	// one node's wall clock steps by up to clockStepMax either way, once
+	// or twice, while the other actors run, and every clock is set right
+	// before the heal. Above 0 only in a world made for it (Explore makes
+	// its worlds so when Config.Options.Clock is above 0; it needs gcc);
+	// drawn only when above 0 (its seeds run as they did before it was
+	// added otherwise).
+	// default: 0 (off)
+	Clock float64
 }
 
 func (o Options) probs() (Probs, error) {
@@ -185,6 +194,9 @@ type skuPlan struct {
 // that does not come back), not a violation.
 func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Result, error) {
 	opts = opts.withDefaults()
+	if opts.Clock > 0 && w.clock.files == nil {
+		return Result{Seed: seed}, fmt.Errorf("explore: Options.Clock is %g, but the world's nodes read the machine's clock (make it with the clock skew library: Explore does when Config.Options.Clock is above 0)", opts.Clock)
+	}
 	// A watchdog: past it every actor's waiting call fails with the
 	// context's error, so a schedule that cannot end still ends.
 	ctx, cancel := context.WithTimeout(ctx, scheduleLimit)
@@ -234,6 +246,9 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 		inv.Close()
 	}
 	obs.close()
+	if err := w.resetClocks(); err != nil {
+		return res, err
+	}
 	t2 := time.Now()
 	healWait, topoProblem, err := w.heal(ctx, obs, healer)
 	s.Note("-- set-up %s, phase 1 %s, phase 2 %s, heal %s", t0.Sub(start).Round(time.Millisecond),
@@ -399,6 +414,9 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		}
 		s.Go(ctx, "topology", w.topology(obs, s, "topology", plan))
 		twinned = true
+	}
+	if opts.Clock > 0 && s.Chance(opts.Clock) {
+		s.Go(ctx, "clock", w.clockActor(obs, s, "clock", drawClock(s)))
 	}
 	if s.Chance(opts.Restart) {
 		name := nodesT0[s.Intn(len(nodesT0))]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"time"
 
@@ -37,6 +38,9 @@ type World struct {
 	homes   *inventory.Homes // order homes of T0
 	homes1  *inventory.Homes // order homes of T1
 	log     *slog.Logger
+	// clock is the nodes' clock skew (clock.go): zero in a world whose
+	// nodes read the machine's clock.
+	clock worldClock
 }
 
 // Nodes of a world; n4 joins in T1 only.
@@ -63,8 +67,13 @@ const (
 	orderTTL     = 80 * time.Millisecond
 )
 
-// NewWorld starts the servers and routers. Close it.
-func NewWorld() (w *World, err error) {
+// NewWorld starts the servers and routers, every node on the machine's
+// clock. Close it.
+func NewWorld() (*World, error) { return newWorld(false) }
+
+// newWorld is NewWorld; with skew, every node reads its wall clock
+// through a skew file (clock.go), so the clock actor can step it.
+func newWorld(skew bool) (w *World, err error) {
 	w = &World{srvs: map[string]*redisproc.Server{}, direct: map[string]*redis.Client{},
 		log: slog.New(slog.DiscardHandler)}
 	defer func() {
@@ -72,9 +81,19 @@ func NewWorld() (w *World, err error) {
 			w.Close()
 		}
 	}()
+	var env func(name string) []string
+	if skew {
+		if env, err = w.skewEnv(); err != nil {
+			return w, err
+		}
+	}
 	addrs := map[string]string{}
 	for _, name := range allNodes {
-		s, err := redisproc.Start(redisproc.Options{AOF: true, KillWithParent: true})
+		opts := redisproc.Options{AOF: true, KillWithParent: true}
+		if env != nil {
+			opts.Env = env(name)
+		}
+		s, err := redisproc.Start(opts)
 		if err != nil {
 			return w, fmt.Errorf("explore: starting node %s: %w", name, err)
 		}
@@ -202,6 +221,9 @@ var stampTopo = []string{"epoch", "attempt"}
 // Reset empties every node and waits until every router sees every node
 // usable (a restarted node comes back through a health probe).
 func (w *World) Reset(ctx context.Context) error {
+	if err := w.resetClocks(); err != nil {
+		return err
+	}
 	for _, name := range allNodes {
 		if err := resetScript.Run(ctx, w.direct[name], nil, w.saved[name]...).Err(); err != nil {
 			return fmt.Errorf("explore: resetting %s: %w", name, err)
@@ -292,5 +314,8 @@ func (w *World) Close() {
 	for _, s := range w.srvs {
 		_ = s.Kill()
 		_ = s.Close()
+	}
+	if w.clock.dir != "" {
+		_ = os.RemoveAll(w.clock.dir)
 	}
 }

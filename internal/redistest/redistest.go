@@ -18,12 +18,7 @@ package redistest
 
 import (
 	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -58,29 +53,23 @@ type Options struct {
 // Redis 7's jemalloc start-up) and skips the test when gcc is missing.
 func SkewClock(t testing.TB, file string) []string {
 	t.Helper()
-	cc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("gcc not installed: cannot build the clock skew library")
+	lib, err := redisproc.BuildSkewClock(t.TempDir())
+	if errors.Is(err, redisproc.ErrNoCompiler) {
+		t.Skip(err)
 	}
-	dir := t.TempDir()
-	src, lib := filepath.Join(dir, "skew.c"), filepath.Join(dir, "skew.so")
-	if err := os.WriteFile(src, []byte(skewSrc), 0o644); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(cc, "-O2", "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
-		t.Fatalf("building the clock skew library: %v\n%s", err, out)
-	}
-	return []string{"LD_PRELOAD=" + lib, "SKEW_FILE=" + file}
+	return redisproc.SkewEnv(lib, file)
 }
 
 // SetSkew writes ms to a SkewClock file: the servers started with it
 // read their wall clock ms later (earlier when negative) from then on.
 func SetSkew(t testing.TB, file string, ms int64) {
 	t.Helper()
-	if err := os.WriteFile(file, []byte(strconv.FormatInt(ms, 10)), 0o644); err != nil {
+	if err := redisproc.SetSkew(file, ms); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond) // past the library's 10 ms cache
 }
 
 // Server is one redis-server process started for a test. Its port and

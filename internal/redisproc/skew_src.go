@@ -1,6 +1,6 @@
-package redistest
+package redisproc
 
-// skewSrc is the LD_PRELOAD library of SkewClock.
+// skewSrc is the LD_PRELOAD library BuildSkewClock builds.
 const skewSrc = `#define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdlib.h>
