@@ -29,10 +29,12 @@ import (
 // skew library (internal/redisproc, skew.go), each reading its skew from
 // a file of its own; a world's nodes otherwise read the machine's clock.
 
-// clockStepMax bounds one step of the clock actor (either way): above
-// the schedule's attempt lease and order TTL (world.go), so a step can
-// jump a lease or a deadline, and below partGrace (inventory, 1 s).
-const clockStepMax = 300 * time.Millisecond
+// defaultClockStep is Options.ClockStep's default, the bound of one step
+// of the clock actor (either way): above the schedule's attempt lease and
+// order TTL (world.go), so a step can jump a lease or a deadline, and
+// below partGrace (inventory, 1 s), the skew between nodes within which
+// an expired part waits for its order's deadline by every clock.
+const defaultClockStep = 300 * time.Millisecond
 
 // worldClock is a world's clock skew files and the skew each node was
 // last set to.
@@ -104,11 +106,12 @@ type clockPlan struct {
 	waits []int
 }
 
-// drawClock draws the clock actor's plan from the scheduler's generator.
-func drawClock(s *Scheduler) clockPlan {
+// drawClock draws the clock actor's plan from the scheduler's generator:
+// steps of up to bound (at least 1 ms) either way.
+func drawClock(s *Scheduler, bound time.Duration) clockPlan {
 	p := clockPlan{node: nodesT0[s.Intn(len(nodesT0))]}
 	for range 1 + s.Intn(2) {
-		ms := 1 + int64(s.Intn(int(clockStepMax.Milliseconds())))
+		ms := 1 + int64(s.Intn(max(1, int(bound.Milliseconds()))))
 		if s.Chance(0.5) {
 			ms = -ms
 		}

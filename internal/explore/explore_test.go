@@ -115,4 +115,8 @@ func TestReplayCommandNamesEveryOption(t *testing.T) {
 	if got := ReplayCommand(2, opts); got != want+" CLOCK=0.3" {
 		t.Errorf("ReplayCommand with the clock actor = %q, want %q", got, want+" CLOCK=0.3")
 	}
+	opts.ClockStep = 2 * time.Second
+	if got := ReplayCommand(2, opts); got != want+" CLOCK=0.3 CLOCKSTEP=2s" {
+		t.Errorf("ReplayCommand with the clock actor's larger steps = %q, want %q", got, want+" CLOCK=0.3 CLOCKSTEP=2s")
+	}
 }

@@ -59,6 +59,9 @@ func ReplayCommand(seed int64, opts Options) string {
 	}
 	if opts.Clock > 0 {
 		cmd += fmt.Sprintf(" CLOCK=%g", opts.Clock)
+		if opts.ClockStep > 0 && opts.ClockStep != defaultClockStep {
+			cmd += " CLOCKSTEP=" + opts.ClockStep.String()
+		}
 	}
 	return cmd
 }

@@ -98,7 +98,7 @@ type Options struct {
 	// default: 0 (off)
 	Abandon float64
 	// Clock is the chance that a schedule has the clock actor (clock.go):
-	// one node's wall clock steps by up to clockStepMax either way, once
+	// one node's wall clock steps by up to ClockStep either way, once
 	// or twice, while the other actors run, and every clock is set right
 	// before the heal. Above 0 only in a world made for it (Explore makes
 	// its worlds so when Config.Options.Clock is above 0; it needs gcc);
@@ -106,6 +106,12 @@ type Options struct {
 	// added otherwise).
 	// default: 0 (off)
 	Clock float64
+	// ClockStep bounds one step of the clock actor. Above partGrace
+	// (inventory, 1 s) expired stock may come back before its order's
+	// deadline by some clock, which the checks allow; it must never be
+	// sold twice (SECURITY.md, "Clock skew").
+	// default: 300ms
+	ClockStep time.Duration
 }
 
 func (o Options) probs() (Probs, error) {
@@ -142,6 +148,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Moved == 0 {
 		o.Moved = 0.5
+	}
+	if o.ClockStep <= 0 {
+		o.ClockStep = defaultClockStep
 	}
 	return o
 }
@@ -416,7 +425,7 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		twinned = true
 	}
 	if opts.Clock > 0 && s.Chance(opts.Clock) {
-		s.Go(ctx, "clock", w.clockActor(obs, s, "clock", drawClock(s)))
+		s.Go(ctx, "clock", w.clockActor(obs, s, "clock", drawClock(s, opts.ClockStep)))
 	}
 	if s.Chance(opts.Restart) {
 		name := nodesT0[s.Intn(len(nodesT0))]
