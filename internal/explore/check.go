@@ -35,8 +35,9 @@ import (
 //     (not staging, reserving, or reserved past its deadline);
 //   - no acknowledged reservation silently gone: a Reserve that answered
 //     success leaves the order reserved, confirmed or cancelled with the
-//     receipts it answered (or a Confirm reported data_loss); a Confirm or
-//     Cancel that answered success is the order's final status;
+//     receipts it answered (or a Confirm reported data_loss, which only a
+//     node that lost data may cause); a Confirm or Cancel that answered
+//     success is the order's final status;
 //   - no refusal for good answered while an attempt of the same order
 //     held what it wanted and then ended reserved (checkRefusedHeld);
 //   - nothing pending past its deadline plus healBound;
@@ -501,8 +502,13 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 	obs.mu.Lock()
 	receipts, acked := obs.reserved[id]
 	confirmedBy, cancelledBy, loss := obs.confirmed[id], obs.cancelled[id], obs.dataLoss[id]
-	slack := obs.clockSlack
+	slack, lost := obs.clockSlack, len(obs.losses) > 0
 	obs.mu.Unlock()
+	if loss && !lost {
+		// a node restarted from its AOF (appendfsync always) loses
+		// nothing: only the data-loss actor (loss.go) makes a part go
+		v.order(id, "false-data-loss", "order %s: a Confirm reported data loss, but no node lost data", id)
+	}
 	if acked && !loss {
 		switch status {
 		case inventory.OrderReserved, inventory.OrderConfirmed, inventory.OrderCancelled:

@@ -204,3 +204,29 @@ func TestCheckStranded(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckFalseDataLoss: a Confirm that reported data loss in a schedule
+// where no node lost data is a violation (the report would excuse the
+// acknowledged reservation's checks); where a node lost data it is not.
+func TestCheckFalseDataLoss(t *testing.T) {
+	homes, err := inventory.NewHomes(mustConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lost := range []bool{false, true} {
+		ov := stagingView("n2", inventory.PartConfirmed)
+		ov.recOn = []string{homes.Home("x")}
+		ov.rec.Status = "confirmed"
+		obs := newObserved()
+		obs.dataLoss["x"] = true
+		if lost {
+			obs.losses = []string{"n2"}
+		}
+		var v violations
+		checkOrder(&v, "x", ov, obs, homes)
+		found := strings.Contains(strings.Join(v.list, "\n"), "false-data-loss")
+		if found == lost {
+			t.Errorf("a node lost data: %v; violations %q", lost, v.list)
+		}
+	}
+}
