@@ -115,7 +115,11 @@ func TestReplayCommandNamesEveryOption(t *testing.T) {
 	if got := ReplayCommand(2, opts); got != want+" CLOCK=0.3" {
 		t.Errorf("ReplayCommand with the clock actor = %q, want %q", got, want+" CLOCK=0.3")
 	}
-	opts.ClockStep = 2 * time.Second
+	opts.Clock, opts.OOM = 0, 0.3
+	if got := ReplayCommand(2, opts); got != want+" OOM=0.3" {
+		t.Errorf("ReplayCommand with the memory actor = %q, want %q", got, want+" OOM=0.3")
+	}
+	opts.Clock, opts.OOM, opts.ClockStep = 0.3, 0, 2*time.Second
 	if got := ReplayCommand(2, opts); got != want+" CLOCK=0.3 CLOCKSTEP=2s" {
 		t.Errorf("ReplayCommand with the clock actor's larger steps = %q, want %q", got, want+" CLOCK=0.3 CLOCKSTEP=2s")
 	}

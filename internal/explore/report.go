@@ -57,6 +57,9 @@ func ReplayCommand(seed int64, opts Options) string {
 	if opts.Abandon > 0 {
 		cmd += fmt.Sprintf(" ABANDON=%g", opts.Abandon)
 	}
+	if opts.OOM > 0 {
+		cmd += fmt.Sprintf(" OOM=%g", opts.OOM)
+	}
 	if opts.Clock > 0 {
 		cmd += fmt.Sprintf(" CLOCK=%g", opts.Clock)
 		if opts.ClockStep > 0 && opts.ClockStep != defaultClockStep {

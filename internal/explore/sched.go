@@ -105,6 +105,7 @@ type Scheduler struct {
 	steps    int
 	idle     int // of steps, Idle's: maxSteps bounds the others
 	trace    []string
+	sentTo   map[string]int // script calls picked to be sent, by node (callsTo)
 	wake     chan struct{}
 	wg       sync.WaitGroup
 
@@ -524,9 +525,23 @@ func (s *Scheduler) pick() (time.Duration, bool) {
 		c.a.crashed = true
 	}
 	s.inflight = c
+	if !c.step && fate != CrashBefore {
+		if s.sentTo == nil {
+			s.sentTo = map[string]int{}
+		}
+		s.sentTo[strings.Fields(c.desc)[0]]++
+	}
 	s.trace = append(s.trace, fmt.Sprintf("%d %s: %s [%s]", s.steps, c.a.name, c.desc, fate))
 	c.ready <- fate
 	return 0, false
+}
+
+// callsTo is how many script calls to node were picked to be sent so
+// far (a call's description starts with its node: describe).
+func (s *Scheduler) callsTo(node string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sentTo[node]
 }
 
 // abandon answers c's caller (s.mu held): c stays waiting, unsent, for 1

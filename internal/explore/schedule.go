@@ -112,6 +112,13 @@ type Options struct {
 	// sold twice (SECURITY.md, "Clock skew").
 	// default: 300ms
 	ClockStep time.Duration
+	// OOM is the chance that a schedule has the memory actor (oom.go):
+	// one of n1..n3 runs out of memory while the other actors send it 1
+	// to 6 calls, refusing every script that may take memory. Drawn
+	// only when above 0 (its seeds run as they did before it was added
+	// otherwise).
+	// default: 0 (off)
+	OOM float64
 }
 
 func (o Options) probs() (Probs, error) {
@@ -256,6 +263,9 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	}
 	obs.close()
 	if err := w.resetClocks(); err != nil {
+		return res, err
+	}
+	if err := w.liftMemoryLimits(ctx); err != nil {
 		return res, err
 	}
 	t2 := time.Now()
@@ -426,6 +436,9 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 	}
 	if opts.Clock > 0 && s.Chance(opts.Clock) {
 		s.Go(ctx, "clock", w.clockActor(obs, s, "clock", drawClock(s, opts.ClockStep)))
+	}
+	if opts.OOM > 0 && s.Chance(opts.OOM) {
+		s.Go(ctx, "oom", w.oomActor(obs, s, "oom", drawOOM(s)))
 	}
 	if s.Chance(opts.Restart) {
 		name := nodesT0[s.Intn(len(nodesT0))]

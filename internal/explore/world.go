@@ -224,6 +224,9 @@ func (w *World) Reset(ctx context.Context) error {
 	if err := w.resetClocks(); err != nil {
 		return err
 	}
+	if err := w.liftMemoryLimits(ctx); err != nil {
+		return err
+	}
 	for _, name := range allNodes {
 		if err := resetScript.Run(ctx, w.direct[name], nil, w.saved[name]...).Err(); err != nil {
 			return fmt.Errorf("explore: resetting %s: %w", name, err)

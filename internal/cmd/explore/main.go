@@ -38,6 +38,7 @@ func main() {
 	loss2 := flag.Float64("loss2", 0, "chance, with the data-loss actor, of a second one: another node goes back too, or the same node again once the first is accepted (0 or negative: never)")
 	abandon := flag.Float64("abandon", 0, "chance per call that its caller stops waiting for it (its outcome unknown) and goes on while it is still on its way, sent 1 to 20 picks later (0 or negative: never)")
 	clock := flag.Float64("clock", 0, "chance of the clock actor per schedule: one node's wall clock steps by up to -clockstep either way, once or twice, and is set right before the heal (needs gcc; 0 or negative: never)")
+	oom := flag.Float64("oom", 0, "chance of the memory actor per schedule: one node runs out of memory while 1 to 6 calls are sent to it, refusing every script that may take memory (0 or negative: never)")
 	clockStep := flag.Duration("clockstep", 0, "bound of one step of the clock actor (0: the default 300ms)")
 	profile := flag.String("profile", "", `fault chances: "" (default), "stall" (many calls parked past the deadlines), "calm" (reorderings and delays only) or "crash" (calm, and half the actors die at one of their first crash points)`)
 	verbose := flag.Bool("v", false, "print each failing schedule's trace and what its actors were told")
@@ -53,7 +54,7 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-	opts := explore.Options{Mutations: muts, Topology: *topo, Restart: *restart, Limit: *limit, Inline: *inline, Loss: *loss, Moved: *moved, Twin: *twin, Loss2: *loss2, Relimit: *relimit, Shrink: *shrink, Abandon: *abandon, Clock: *clock, ClockStep: *clockStep, Profile: *profile}
+	opts := explore.Options{Mutations: muts, Topology: *topo, Restart: *restart, Limit: *limit, Inline: *inline, Loss: *loss, Moved: *moved, Twin: *twin, Loss2: *loss2, Relimit: *relimit, Shrink: *shrink, Abandon: *abandon, Clock: *clock, ClockStep: *clockStep, OOM: *oom, Profile: *profile}
 	fmt.Printf("explore: seeds %d..%d, %d world(s)\n", *seed, *seed+int64(*n)-1, *worlds)
 	sum, err := explore.Explore(ctx, explore.Config{Seed: *seed, N: *n, Budget: *budget, Worlds: *worlds,
 		Options: opts, Progress: os.Stdout})
