@@ -86,7 +86,8 @@ func TestWriteSummaryCountsRetirements(t *testing.T) {
 }
 
 // A failing seed's replay line names every option that changes its
-// draws, the moved order's chance, the twin's, the second loss's, the shrink's and the abandoned calls' included: without them
+// draws, the moved order's chance, the twin's, the second loss's, the shrink's, the abandoned calls', the clock
+// actor's and the memory actor's included: without them
 // the seed replays another schedule.
 func TestReplayCommandNamesEveryOption(t *testing.T) {
 	opts := Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: 1, Moved: 1,
@@ -95,32 +96,23 @@ func TestReplayCommandNamesEveryOption(t *testing.T) {
 	if got := ReplayCommand(2, opts); got != want {
 		t.Errorf("ReplayCommand = %q, want %q", got, want)
 	}
-	opts.Twin = 0.5
-	if got := ReplayCommand(2, opts); got != want+" TWIN=0.5" {
-		t.Errorf("ReplayCommand with a twin = %q, want %q", got, want+" TWIN=0.5")
-	}
-	opts.Twin, opts.Loss2 = 0, 0.5
-	if got := ReplayCommand(2, opts); got != want+" LOSS2=0.5" {
-		t.Errorf("ReplayCommand with a second loss = %q, want %q", got, want+" LOSS2=0.5")
-	}
-	opts.Loss2, opts.Shrink = 0, 1
-	if got := ReplayCommand(2, opts); got != want+" SHRINK=1" {
-		t.Errorf("ReplayCommand with the shrink of route c = %q, want %q", got, want+" SHRINK=1")
-	}
-	opts.Shrink, opts.Abandon = 0, 0.05
-	if got := ReplayCommand(2, opts); got != want+" ABANDON=0.05" {
-		t.Errorf("ReplayCommand with abandoned calls = %q, want %q", got, want+" ABANDON=0.05")
-	}
-	opts.Abandon, opts.Clock = 0, 0.3
-	if got := ReplayCommand(2, opts); got != want+" CLOCK=0.3" {
-		t.Errorf("ReplayCommand with the clock actor = %q, want %q", got, want+" CLOCK=0.3")
-	}
-	opts.Clock, opts.OOM = 0, 0.3
-	if got := ReplayCommand(2, opts); got != want+" OOM=0.3" {
-		t.Errorf("ReplayCommand with the memory actor = %q, want %q", got, want+" OOM=0.3")
-	}
-	opts.Clock, opts.OOM, opts.ClockStep = 0.3, 0, 2*time.Second
-	if got := ReplayCommand(2, opts); got != want+" CLOCK=0.3 CLOCKSTEP=2s" {
-		t.Errorf("ReplayCommand with the clock actor's larger steps = %q, want %q", got, want+" CLOCK=0.3 CLOCKSTEP=2s")
+	for _, c := range []struct {
+		what string
+		set  func(*Options)
+		tail string
+	}{
+		{"a twin", func(o *Options) { o.Twin = 0.5 }, " TWIN=0.5"},
+		{"a second loss", func(o *Options) { o.Loss2 = 0.5 }, " LOSS2=0.5"},
+		{"the shrink of route c", func(o *Options) { o.Shrink = 1 }, " SHRINK=1"},
+		{"abandoned calls", func(o *Options) { o.Abandon = 0.05 }, " ABANDON=0.05"},
+		{"the clock actor", func(o *Options) { o.Clock = 0.3 }, " CLOCK=0.3"},
+		{"the clock actor's larger steps", func(o *Options) { o.Clock, o.ClockStep = 0.3, 2*time.Second }, " CLOCK=0.3 CLOCKSTEP=2s"},
+		{"the memory actor", func(o *Options) { o.OOM = 0.3 }, " OOM=0.3"},
+	} {
+		o := opts
+		c.set(&o)
+		if got := ReplayCommand(2, o); got != want+c.tail {
+			t.Errorf("ReplayCommand with %s = %q, want %q", c.what, got, want+c.tail)
+		}
 	}
 }
