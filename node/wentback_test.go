@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/shardis/shardis/internal/redistest"
@@ -85,5 +86,44 @@ func TestRepeatedAcceptTakesANewGeneration(t *testing.T) {
 	}
 	if v := s.Client(t).HGet(ctx, node.StampKey, "went_back").Val(); v != "" {
 		t.Fatalf("a loss was recorded after two accepts: %q", v)
+	}
+}
+
+// A node over its maxmemory (noeviction) can be accepted, and a full peer
+// still records a witness mark: both scripts' first write is an HDEL,
+// which takes no memory, so Redis lets their later writes through. Before,
+// `shardis node accept` of a node that came back full was refused with
+// OOM until an operator raised its limit (found by the explorer's memory
+// actor, seed 91053), and a full peer recorded no mark.
+func TestAcceptAndWitnessOnAFullNode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := redistest.Start(t, redistest.Options{})
+	n := newNode(t, node.Options{Name: "n1", Addr: s.Addr(), Critical: true}, nil)
+	if err := n.Probe(ctx); err != nil {
+		t.Fatalf("first probe: %v", err)
+	}
+	c := s.Client(t)
+	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, "k", "v", 0).Err(); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("SET on the full node: %v, want an OOM refusal", err)
+	}
+	m, err := n.Accept(ctx, 1, "")
+	if err != nil {
+		t.Fatalf("Accept of a full node: %v", err)
+	}
+	if v := c.HGet(ctx, node.StampKey, "incarnation").Val(); v != m.Incarnation {
+		t.Fatalf("the stamp's incarnation after the accept is %q, want %q", v, m.Incarnation)
+	}
+	for _, seq := range []int64{7, 8} { // a new mark, then a raise
+		mark := node.Mark{Gen: m.Gen, Incarnation: m.Incarnation, Seq: seq}
+		if ok, err := n.Witness(ctx, "n2", mark); err != nil || !ok {
+			t.Fatalf("Witness of seq %d on a full peer: %v, %v", seq, ok, err)
+		}
+		if got, found, err := n.WitnessOf(ctx, "n2"); err != nil || !found || got != mark {
+			t.Fatalf("the mark recorded: %+v, %v, %v; want %+v", got, found, err, mark)
+		}
 	}
 }

@@ -166,7 +166,9 @@ func (n *Node) Witnessed() (Mark, bool) {
 // when it raised the mark, 2 when the stored mark already covers it (same
 // generation and incarnation, a sequence at least as high; or a higher
 // generation), 0 when the stored mark is of another incarnation of the
-// same generation (left as it is).
+// same generation (left as it is). The mark is deleted before it is set:
+// an HDEL takes no memory, so the HSET after it is let through on a peer
+// over its maxmemory (stampSrc says why): a full peer still witnesses.
 var raiseScript = redis.NewScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 local gen, inc, seq = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
@@ -178,6 +180,7 @@ if cur then
     if gen == g and inc ~= i then return 0 end
   end
 end
+redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. ':' .. ARGV[4])
 return 1
 `)
@@ -236,11 +239,14 @@ func (n *Node) WitnessMarks(ctx context.Context) (map[string]Mark, error) {
 // set, a topology token in field epoch that is still ARGV[5] becomes
 // FencePrefix .. ARGV[5] (Accept's fence). A loss recorded on the node
 // (field went_back, wentback.go) is forgotten: the operator accepted it.
+// That HDEL comes first: it takes no memory, so the writes after it are
+// let through on a node over its maxmemory (stampSrc says why), and an
+// operator can accept a node that came back full.
 var acceptScript = redis.NewScript(`
 local was = redis.call('HGET', KEYS[1], 'incarnation') or '` + NoEarlierData + `'
 local gen = math.max(tonumber(ARGV[2]), (tonumber(redis.call('HGET', KEYS[1], 'gen')) or 0) + 1)
-redis.call('HSET', KEYS[1], 'name', ARGV[1], 'incarnation', ARGV[3], 'gen', gen, 'stamped_at', ARGV[4], 'data_of', was)
 redis.call('HDEL', KEYS[1], '` + wentBackField + `')
+redis.call('HSET', KEYS[1], 'name', ARGV[1], 'incarnation', ARGV[3], 'gen', gen, 'stamped_at', ARGV[4], 'data_of', was)
 if ARGV[5] ~= '' and redis.call('HGET', KEYS[1], 'epoch') == ARGV[5] then
   redis.call('HSET', KEYS[1], 'epoch', '` + FencePrefix + `' .. ARGV[5])
 end
