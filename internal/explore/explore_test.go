@@ -28,10 +28,11 @@ const ciBudget = 20 * time.Second
 
 // ciOptions are the schedules make test explores: every actor, the
 // default fault chances, one call in twenty abandoned by its caller (the
-// Abandon fate) and, where gcc can build the clock skew library
-// (clock.go), the clock actor in one schedule in four.
+// Abandon fate), the memory actor (oom.go) in one schedule in four and,
+// where gcc can build the clock skew library (clock.go), the clock actor
+// in one schedule in four.
 func ciOptions() Options {
-	opts := Options{Abandon: 0.05}
+	opts := Options{Abandon: 0.05, OOM: 0.25}
 	if _, err := exec.LookPath("gcc"); err == nil {
 		opts.Clock = 0.25
 	}
