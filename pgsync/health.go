@@ -34,16 +34,24 @@ const (
 // outage). Only a success moves down → up and only an unreachable-class
 // error moves up → down; an error the server itself answered (a PgError of
 // any class but connection, resources, operator intervention or system
-// error) is an answer: the database is reachable.
+// error) is an answer: the database is reachable. An outcome counts only
+// if its operation started after the last change of state: the syncer's
+// operations run concurrently and end in any order, so one that began
+// before an outage was seen may still succeed after (a statement on a
+// connection the shutting-down server had not terminated yet), and one
+// that began before a recovery may still fail after it. Counted, either
+// made the state flap (an outage logged over, 5 ms after it began, while
+// PostgreSQL shut down: TestSyncDatabaseOutage, under load).
 type dbHealth struct {
 	log   *slog.Logger
 	gauge prometheus.Gauge
 
-	mu    sync.Mutex
-	down  bool
-	since time.Time     // first failure of the current outage
-	fails int           // failures seen during it
-	woken chan struct{} // closed when the database answers again
+	mu      sync.Mutex
+	down    bool
+	changed time.Time     // when the state last changed (zero: never)
+	since   time.Time     // first failure of the current outage
+	fails   int           // failures seen during it
+	woken   chan struct{} // closed when the database answers again
 }
 
 func newDBHealth(log *slog.Logger, gauge prometheus.Gauge) *dbHealth {
@@ -53,9 +61,11 @@ func newDBHealth(log *slog.Logger, gauge prometheus.Gauge) *dbHealth {
 	return h
 }
 
-// observe records the outcome of one database operation. A cancellation
-// (the syncer closing) says nothing about the database.
-func (h *dbHealth) observe(err error) {
+// observe records the outcome of one database operation, which started
+// at started. A cancellation (the syncer closing) says nothing about the
+// database, nor does an outcome that would change the state but whose
+// operation started before its last change (see the type).
+func (h *dbHealth) observe(err error, started time.Time) {
 	if errors.Is(err, context.Canceled) {
 		return
 	}
@@ -64,14 +74,16 @@ func (h *dbHealth) observe(err error) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	stale := started.Before(h.changed)
 	switch {
-	case err == nil && h.down:
-		h.down = false
+	case err == nil && h.down && !stale:
+		h.down, h.changed = false, time.Now()
 		h.gauge.Set(1)
 		close(h.woken)
 		h.log.Info("PostgreSQL answers again: landing resumes", "after", time.Since(h.since).Round(time.Millisecond), "failures", h.fails)
-	case err != nil && !h.down:
+	case err != nil && !h.down && !stale:
 		h.down, h.since, h.fails = true, time.Now(), 1
+		h.changed = h.since
 		h.gauge.Set(0)
 		h.woken = make(chan struct{})
 		h.log.Warn("PostgreSQL unreachable: landing and settling paused (nothing is acknowledged), probing it every "+probeDown.String(), "err", err)
@@ -135,11 +147,12 @@ func (s *Syncer) probeLoop(ctx context.Context) {
 			return
 		}
 		pctx, cancel := context.WithTimeout(ctx, min(probeTimeout, s.set.StepTimeout))
+		started := time.Now()
 		err := s.pool.Ping(pctx)
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
-		s.health.observe(err)
+		s.health.observe(err, started)
 	}
 }

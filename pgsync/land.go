@@ -96,8 +96,9 @@ func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 		if err != nil {
 			return false, w.failRedis(err)
 		}
+		started := time.Now()
 		if err := w.adopt(ctx, b); err != nil {
-			return false, w.failDB(err)
+			return false, w.failDB(err, started)
 		}
 	}
 	if len(w.owed) > 0 {
@@ -146,16 +147,17 @@ func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 	if len(work) == 0 {
 		return false, nil
 	}
+	started := time.Now() // the database's part of the step (dbHealth.observe)
 	if err := w.land(ctx, work, w.s.cancelReasons(ctx, cancelledParts(work))); err != nil {
 		if ne := (nodeError{}); errors.As(err, &ne) {
 			return false, w.failRedis(ne.err)
 		}
-		return false, w.failDB(err)
+		return false, w.failDB(err, started)
 	}
 	if w.inc == "" {
 		return true, nil // the node was accepted again since the read (superseded): read it
 	}
-	w.s.health.observe(nil)
+	w.s.health.observe(nil, started)
 	w.db.ok("incarnation", w.inc)
 	w.payAcks(ctx)
 	return total >= w.s.set.Batch, nil
@@ -180,9 +182,10 @@ func (w *worker) failRedis(err error) error {
 	return err
 }
 
-func (w *worker) failDB(err error) error {
+// failDB records a database failure of the step that started at started.
+func (w *worker) failDB(err error, started time.Time) error {
 	w.s.m.errors.WithLabelValues(w.node, stageDB).Inc()
-	w.s.health.observe(err)
+	w.s.health.observe(err, started)
 	w.db.fail(err, "incarnation", w.inc)
 	return err
 }

@@ -2,6 +2,7 @@ package pgsync
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -73,11 +74,11 @@ func (w *worker) settleLoop(ctx context.Context) {
 func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pending int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, w.s.set.StepTimeout)
 	defer cancel()
-	m := w.s.m
+	m, started := w.s.m, time.Now()
 	fail := func(stage string, err error) (int64, int64, error) {
 		m.errors.WithLabelValues(w.node, stage).Inc()
 		if stage == stageDB {
-			w.s.health.observe(err)
+			w.s.health.observe(err, started)
 		}
 		w.settle.fail(err)
 		return 0, 0, err
@@ -91,7 +92,7 @@ func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pend
 	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1, -1)", w.key).Scan(&mine); err != nil {
 		return fail(stageDB, err)
 	}
-	w.s.health.observe(nil)
+	w.s.health.observe(nil, started)
 	if !mine {
 		w.settle.ok() // the database answered: another instance does this pass
 		return -1, 0, nil
