@@ -22,8 +22,9 @@ import (
 // cancelled that much before its order's deadline by the home's clock
 // (acked-gone: a home clock jumping forward expires reservations early,
 // as SECURITY.md says), or taken that much before a refusal began by the
-// caller's clock (refused-held). The heal's bound (healBound, 2 s) is
-// above any skew the actor makes.
+// caller's clock (refused-held). The heal sets every clock right first
+// and then runs the reconciler until nothing is pending, so the checks
+// of what is left pending past its deadline do not depend on the skew.
 //
 // A world made for it (newWorld with skew) runs its nodes with the clock
 // skew library (internal/redisproc, skew.go), each reading its skew from
