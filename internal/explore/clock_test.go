@@ -13,6 +13,7 @@ import (
 // schedule with the clock actor steps a clock and holds every check; a
 // schedule asking for it in a world made without skew is refused.
 func TestClockActorStepsANodesClock(t *testing.T) {
+	t.Parallel() // most of a schedule is waiting for deadlines
 	if testing.Short() {
 		t.Skip("starts four redis-server nodes")
 	}

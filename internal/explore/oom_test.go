@@ -11,6 +11,7 @@ import (
 // node, some actor is refused for it (inventory.ErrOutOfMemory: "node nX is out of memory"), every
 // check holds, and no node is left with a memory limit.
 func TestOOMActorRefusesAndLifts(t *testing.T) {
+	t.Parallel() // most of a schedule is waiting for deadlines
 	if testing.Short() {
 		t.Skip("starts four redis-server nodes")
 	}
