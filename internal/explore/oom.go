@@ -18,16 +18,19 @@ import (
 // refusal is an answer, not a lost reply: the call changed nothing. So
 // an attempt meets it at any step of its protocol (its stage refused
 // while its takes landed elsewhere, one take refused of several, a
-// retry's begin refused), and every check must hold as without it. The
-// node's limit is lifted again at the actor's end, by Reset, and before
-// the heal.
+// retry's begin refused), and every check must hold as without it. In
+// three schedules of ten the node stays full through the second phase,
+// where the reconcilers expire and settle on it what the first left. The
+// node's limit is lifted again at the actor's end (or, for those, only
+// before the heal), and by Reset.
 
 // oomPlan is the memory actor's draw: the node that fills, the picks of
 // other actors' calls before it does, and how many calls to the node are
-// sent while it is full.
+// sent while it is full, or that it stays full until the heal.
 type oomPlan struct {
 	node         string
 	before, held int
+	untilHeal    bool
 }
 
 // oomWaitMax bounds the memory actor's wait for the calls it stays full
@@ -37,7 +40,7 @@ const oomWaitMax = 200
 
 // drawOOM draws the memory actor's plan from the scheduler's generator.
 func drawOOM(s *Scheduler) oomPlan {
-	return oomPlan{node: nodesT0[s.Intn(len(nodesT0))], before: s.Intn(12), held: 1 + s.Intn(6)}
+	return oomPlan{node: nodesT0[s.Intn(len(nodesT0))], before: s.Intn(12), held: 1 + s.Intn(6), untilHeal: s.Chance(0.3)}
 }
 
 // oomActor fills plan.node after plan.before picks, and lifts its limit
@@ -51,6 +54,9 @@ func (w *World) oomActor(o *observed, s *Scheduler, who string, plan oomPlan) fu
 		what := "node " + plan.node + " out of memory"
 		err := s.Step(ctx, what, func() error { return w.setMaxmemory(ctx, plan.node, "1") })
 		o.note(who, what, err)
+		if plan.untilHeal {
+			return // lifted before the heal (RunSchedule)
+		}
 		until := s.callsTo(plan.node) + plan.held
 		for i := 0; i < oomWaitMax && s.callsTo(plan.node) < until && ctx.Err() == nil; i++ {
 			s.Idle(ctx, who+" waits", time.Millisecond)
