@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"fmt"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Drains are stored on the node they drain, in the hash DrainKey (field
@@ -21,6 +23,15 @@ import (
 // DrainKey is the hash on every node that lists its drained routes.
 const DrainKey = "shardis:drain"
 
+// drainScript records the drain of route ARGV[1] in KEYS[1]. The HDEL
+// first takes no memory, so Redis lets the HSET after it through on a
+// node over its maxmemory (stampSrc says why): an operator can drain a
+// node that filled up, the moment it is most likely to be drained.
+var drainScript = redis.NewScript(`
+redis.call('HDEL', KEYS[1], ARGV[1])
+return redis.call('HSET', KEYS[1], ARGV[1], '1')
+`)
+
 // PersistRouteEnabled drains (enabled=false) or re-enables one route on
 // this node for every process over it: it records the decision on the node
 // itself, then flips the local flag. It fails, changing nothing, when the
@@ -35,7 +46,7 @@ func (n *Node) PersistRouteEnabled(ctx context.Context, rk RouteKey, enabled boo
 	if enabled {
 		err = n.Client().HDel(ctx, DrainKey, rk.String()).Err()
 	} else {
-		err = n.Client().HSet(ctx, DrainKey, rk.String(), "1").Err()
+		err = drainScript.Run(ctx, n.Client(), []string{DrainKey}, rk.String()).Err()
 	}
 	if err != nil {
 		return fmt.Errorf("node %s: recording the drain of %s on the node: %w", n.opts.Name, rk, err)

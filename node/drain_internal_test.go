@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,5 +58,40 @@ func TestStaleDrainReadDropped(t *testing.T) {
 	n.applyDrains(read())
 	if !enabled() {
 		t.Fatal("a drain lifted on the node by another process was not applied")
+	}
+}
+
+// A route of a node over its maxmemory (noeviction) can be drained: the
+// drain's HSET comes after an HDEL, which takes no memory, so Redis lets
+// it through. Before, the drain of a full node was refused with OOM.
+func TestDrainOnAFullNode(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	rk := RouteKey{Server: "inventory", Route: "clothes"}
+	n, err := New(Options{Name: "n1", Addr: srv.Addr(), Routes: []RouteKey{rk}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n.SetUp()
+	c := srv.Client(t)
+	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, "k", "v", 0).Err(); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("SET on the full node: %v, want an OOM refusal", err)
+	}
+	if err := n.PersistRouteEnabled(ctx, rk, false); err != nil {
+		t.Fatalf("drain of a full node: %v", err)
+	}
+	if v := c.HGet(ctx, DrainKey, rk.String()).Val(); v != "1" || n.Routes()[rk] {
+		t.Fatalf("after the drain: %s holds %q, route enabled %v; want \"1\" and false", DrainKey, v, n.Routes()[rk])
+	}
+	if err := n.PersistRouteEnabled(ctx, rk, true); err != nil || !n.Routes()[rk] {
+		t.Fatalf("re-enable on the full node: %v, enabled %v", err, n.Routes()[rk])
 	}
 }
