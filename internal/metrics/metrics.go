@@ -161,6 +161,28 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// nodeReadTimeout bounds the reads of one node's gauges in a scrape. Each
+// node has its own: with one budget for every node, a scrape on a loaded
+// machine ran out of it before the last node's reads, and that node's
+// gauges were missing from /metrics (TestSvcHealthMetricsUnavailable).
+const nodeReadTimeout = 500 * time.Millisecond
+
+// collectNode sends node name's redo-log, unacknowledged and stuck
+// gauges; one whose read fails or times out is left out of the scrape.
+func collectNode(ch chan<- prometheus.Metric, inv *inventory.Inventory, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), nodeReadTimeout)
+	defer cancel()
+	if k, err := inv.RedoLogLen(ctx, name); err == nil {
+		ch <- prometheus.MustNewConstMetric(descRedoLen, prometheus.GaugeValue, float64(k), name)
+	}
+	if k, err := inv.RedoUnacked(ctx, name); err == nil {
+		ch <- prometheus.MustNewConstMetric(descRedoUnacked, prometheus.GaugeValue, float64(k), name)
+	}
+	if k, err := inv.StuckCount(ctx, name); err == nil {
+		ch <- prometheus.MustNewConstMetric(descStuck, prometheus.GaugeValue, float64(k), name)
+	}
+}
+
 // Collect implements prometheus.Collector.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
@@ -204,17 +226,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descTopoMigrating, prometheus.GaugeValue, b2f(ts.Ready && ts.Phase == topology.PhaseMigrating))
 		ch <- prometheus.MustNewConstMetric(descTopoPending, prometheus.GaugeValue, b2f(ts.Ready && ts.Pending != ""))
 		for _, n := range inv.Nodes() {
-			if !n.Usable() {
-				continue
-			}
-			if k, err := inv.RedoLogLen(ctx, n.Name()); err == nil {
-				ch <- prometheus.MustNewConstMetric(descRedoLen, prometheus.GaugeValue, float64(k), n.Name())
-			}
-			if k, err := inv.RedoUnacked(ctx, n.Name()); err == nil {
-				ch <- prometheus.MustNewConstMetric(descRedoUnacked, prometheus.GaugeValue, float64(k), n.Name())
-			}
-			if k, err := inv.StuckCount(ctx, n.Name()); err == nil {
-				ch <- prometheus.MustNewConstMetric(descStuck, prometheus.GaugeValue, float64(k), n.Name())
+			if n.Usable() {
+				collectNode(ch, inv, n.Name())
 			}
 		}
 	}
