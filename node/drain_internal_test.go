@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/shardis/shardis/internal/redistest"
 )
 
@@ -15,20 +17,7 @@ import (
 // reported by SetRouteEnabled read back enabled from ListNodes). A read
 // that began after the write applies as before.
 func TestStaleDrainReadDropped(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	rk := RouteKey{Server: "inventory", Route: "clothes"}
-	n, err := New(Options{Name: "n1", Addr: srv.Addr(), Routes: []RouteKey{rk}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := n.Probe(ctx); err != nil { // stamps the node
-		t.Fatal(err)
-	}
-	n.SetUp() // as the health scheduler does after a probe passed
-	c := srv.Client(t)
+	n, rk, c, ctx := drainNode(t)
 	read := func() (map[string]string, uint64) {
 		gen := n.drainGen.Load() // as probeTrip: before the read
 		d, err := c.HGetAll(ctx, DrainKey).Result()
@@ -65,20 +54,7 @@ func TestStaleDrainReadDropped(t *testing.T) {
 // drain's HSET comes after an HDEL, which takes no memory, so Redis lets
 // it through. Before, the drain of a full node was refused with OOM.
 func TestDrainOnAFullNode(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	rk := RouteKey{Server: "inventory", Route: "clothes"}
-	n, err := New(Options{Name: "n1", Addr: srv.Addr(), Routes: []RouteKey{rk}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := n.Probe(ctx); err != nil {
-		t.Fatal(err)
-	}
-	n.SetUp()
-	c := srv.Client(t)
+	n, rk, c, ctx := drainNode(t)
 	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -94,4 +70,25 @@ func TestDrainOnAFullNode(t *testing.T) {
 	if err := n.PersistRouteEnabled(ctx, rk, true); err != nil || !n.Routes()[rk] {
 		t.Fatalf("re-enable on the full node: %v, enabled %v", err, n.Routes()[rk])
 	}
+}
+
+// drainNode starts a server and a node n1 over it serving route
+// inventory/clothes, probed (stamped) and up, and returns it with that
+// route, a plain client of the server and a context of 10 s.
+func drainNode(t *testing.T) (*Node, RouteKey, *redis.Client, context.Context) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	rk := RouteKey{Server: "inventory", Route: "clothes"}
+	n, err := New(Options{Name: "n1", Addr: srv.Addr(), Routes: []RouteKey{rk}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	if err := n.Probe(ctx); err != nil { // stamps the node
+		t.Fatal(err)
+	}
+	n.SetUp() // as the health scheduler does after a probe passed
+	return n, rk, srv.Client(t), ctx
 }

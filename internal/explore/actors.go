@@ -197,9 +197,7 @@ func (o *observed) note(who, what string, err error) {
 // missed reaches it through the reconcilers (ConvergeLimits).
 func (o *observed) relimit(inv *inventory.Inventory, s *Scheduler, waits int, limit int64) func(ctx context.Context) {
 	return func(ctx context.Context) {
-		for range waits {
-			_ = s.Step(ctx, "relimit waits", func() error { return nil })
-		}
+		s.Pass(ctx, "relimit", waits)
 		_, err := inv.LoadStock(ctx, "c", "s", 0, limit)
 		o.note("relimit", fmt.Sprintf("LoadStock c/s limit %d", limit), err)
 	}
@@ -347,9 +345,7 @@ func (w *World) topology(o *observed, s *Scheduler, who string, plan topologyPla
 			if to != "T1" {
 				picks = plan.between
 			}
-			for range picks {
-				_ = s.Step(ctx, who+" waits", func() error { return nil })
-			}
+			s.Pass(ctx, who, picks)
 			if to == "T1" && plan.decide != decideNone {
 				w.reserveMoved(ctx, o, s, plan.moved)
 			}

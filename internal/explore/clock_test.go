@@ -14,22 +14,13 @@ import (
 // schedule asking for it in a world made without skew is refused.
 func TestClockActorStepsANodesClock(t *testing.T) {
 	t.Parallel() // most of a schedule is waiting for deadlines
-	if testing.Short() {
-		t.Skip("starts four redis-server nodes")
-	}
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("gcc not installed: no clock skew library")
 	}
 	if _, err := (&World{}).RunSchedule(context.Background(), 1, Options{Clock: 1}); err == nil || !strings.Contains(err.Error(), "Options.Clock") {
 		t.Errorf("a schedule with the clock actor in a world without skew: %v, want an error naming Options.Clock", err)
 	}
-	w, err := newWorld(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	w, ctx := testWorld(t, true, time.Minute)
 	off := func(name string) time.Duration {
 		t.Helper()
 		at, err := w.direct[name].Time(ctx).Result()

@@ -22,16 +22,7 @@ import (
 // before the pass (which left the parts pending and failed the quiet
 // check).
 func TestSettleAllFollowsPutOffParts(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts four redis-server nodes")
-	}
-	w, err := NewWorld()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	w, ctx := testWorld(t, false, time.Minute)
 	if err := w.Reset(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -70,4 +61,22 @@ func TestSettleAllFollowsPutOffParts(t *testing.T) {
 	if waited < time.Second {
 		t.Errorf("settleAll waited %s: the order's deadline was about 1.5 s away", waited)
 	}
+}
+
+// testWorld starts a world for t (with the clock skew library when skew),
+// closed when t ends, and a context that ends after limit; it skips t
+// with -short.
+func testWorld(t *testing.T, skew bool, limit time.Duration) (*World, context.Context) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts four redis-server nodes")
+	}
+	w, err := newWorld(skew)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	t.Cleanup(cancel)
+	return w, ctx
 }

@@ -107,11 +107,6 @@ type lossPlan struct {
 func (w *World) loss(o *observed, s *Scheduler, who string, plan lossPlan) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		defer o.end(who)
-		wait := func(n int) {
-			for range n {
-				_ = s.Step(ctx, who+" waits", func() error { return nil })
-			}
-		}
 		name, snap := plan.node, plan.snap
 		if plan.after != "" {
 			// bounded: the first actor's calls may be parked until the
@@ -126,7 +121,7 @@ func (w *World) loss(o *observed, s *Scheduler, who string, plan lossPlan) func(
 			o.waitEnded(ctx, s, who, plan.followReserve)
 		}
 		if snap == "" {
-			wait(plan.before)
+			s.Pass(ctx, who, plan.before)
 			snap = w.snapPath(name)
 			err := s.Step(ctx, "copy "+name, func() error { return w.copyData(ctx, name, snap) })
 			o.note(who, "copy "+name+"'s data", err)
@@ -139,7 +134,7 @@ func (w *World) loss(o *observed, s *Scheduler, who string, plan lossPlan) func(
 		if plan.followDecide != "" {
 			o.waitEnded(ctx, s, who, plan.followDecide)
 		}
-		wait(plan.held)
+		s.Pass(ctx, who, plan.held)
 		var restarted int64 = -1 // the write sequence the older copy came back with
 		err := s.Step(ctx, "roll back "+name, func() (err error) {
 			restarted, err = w.rollBack(ctx, o, who, name, snap)
@@ -150,7 +145,7 @@ func (w *World) loss(o *observed, s *Scheduler, who string, plan lossPlan) func(
 			return // nothing lost, or not restarted (a world error, at the heal)
 		}
 		o.lost(name)
-		wait(plan.out)
+		s.Pass(ctx, who, plan.out)
 		err = s.Step(ctx, "accept "+name, func() error { return w.accept(ctx, o, name, restarted) })
 		if errors.Is(err, inventory.ErrCrashed) || ctx.Err() != nil {
 			o.note(who, "accept "+name, w.accept(context.Background(), o, name, restarted))
@@ -195,9 +190,7 @@ func (w *World) startCopy(ctx context.Context, o *observed, who, name string) st
 // accept (reapply), whatever the other actors are doing then.
 func (w *World) twin(o *observed, s *Scheduler, who string, wait int) func(ctx context.Context) {
 	return func(ctx context.Context) {
-		for range wait {
-			_ = s.Step(ctx, who+" waits", func() error { return nil })
-		}
+		s.Pass(ctx, who, wait)
 		w.reapply(ctx, o, s, who)
 	}
 }

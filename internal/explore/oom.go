@@ -48,9 +48,7 @@ func drawOOM(s *Scheduler) oomPlan {
 // own, each a ms of real time).
 func (w *World) oomActor(o *observed, s *Scheduler, who string, plan oomPlan) func(ctx context.Context) {
 	return func(ctx context.Context) {
-		for range plan.before {
-			_ = s.Step(ctx, who+" waits", func() error { return nil })
-		}
+		s.Pass(ctx, who, plan.before)
 		what := "node " + plan.node + " out of memory"
 		err := s.Step(ctx, what, func() error { return w.setMaxmemory(ctx, plan.node, "1") })
 		o.note(who, what, err)

@@ -1,7 +1,6 @@
 package explore
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -12,16 +11,7 @@ import (
 // check holds, and no node is left with a memory limit.
 func TestOOMActorRefusesAndLifts(t *testing.T) {
 	t.Parallel() // most of a schedule is waiting for deadlines
-	if testing.Short() {
-		t.Skip("starts four redis-server nodes")
-	}
-	w, err := NewWorld()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	w, ctx := testWorld(t, false, 2*time.Minute)
 	filled, refused := false, false
 	for seed := int64(1); seed <= 8 && !(filled && refused); seed++ {
 		res, err := w.RunSchedule(ctx, seed, Options{OOM: 1})

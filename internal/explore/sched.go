@@ -232,6 +232,15 @@ func (s *Scheduler) Step(ctx context.Context, desc string, fn func() error) erro
 	return err
 }
 
+// Pass is n scheduled steps of the actor in ctx that do nothing, each
+// traced as who's wait: it lets n picks of other actors' calls (or of
+// these steps) go by.
+func (s *Scheduler) Pass(ctx context.Context, who string, n int) {
+	for range n {
+		_ = s.Step(ctx, who+" waits", func() error { return nil })
+	}
+}
+
 // Idle is one scheduled step of the actor in ctx that does nothing but
 // let real time pass (d): a wait for another actor's progress
 // (observed.waitEnded). Its picks advance held calls as any pick does but

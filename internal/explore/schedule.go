@@ -395,9 +395,7 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		s.Go(ctx, "reserve-o6@i0", obs.reserve(insts[0], "reserve-o6@i0", o6, 2))
 		retry := obs.reserve(insts[1], "retry-o6@i1", o6, 2)
 		s.Go(ctx, "retry-o6@i1", func(ctx context.Context) {
-			for range late {
-				_ = s.Step(ctx, "retry-o6@i1 waits", func() error { return nil })
-			}
+			s.Pass(ctx, "retry-o6@i1", late)
 			retry(ctx)
 		})
 		if opts.Relimit > 0 && s.Chance(opts.Relimit) {
