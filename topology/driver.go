@@ -1,0 +1,106 @@
+package topology
+
+import (
+	"context"
+)
+
+// What Apply needs of the nodes: the Driver interface (the inventory
+// package implements it) and the Change it is handed.
+
+// Change is the move one apply makes, as its [Driver] needs it.
+type Change struct {
+	From, To     Topology
+	Epoch        int64    // the epoch moved to
+	Token        string   // its token
+	Joined, Left []string // nodes that join and leave, sorted
+	// Forward is set when the apply brings nodes that went back forward
+	// (doc.go, "A node that went back"): step 3 ran to its end at Token,
+	// and the nodes that left with it need not answer (they may be gone).
+	Forward bool
+	// Attempt names this apply at Token (Record.Attempt): drawn afresh
+	// before an apply's first bump, read from the nodes at Token by a
+	// resume or a forward. A token is the epoch and the topology's
+	// fingerprint, so an apply of the same topology after every node went
+	// back below Epoch runs at the same Token, as another attempt: what
+	// the driver keeps of an attempt on the nodes it names by both.
+	Attempt string
+}
+
+// Retirement is what [Driver.Retire] did.
+type Retirement struct {
+	Retired     int // stale order records marked moved
+	Reinstalled int // records put back from their moved copy
+}
+
+// Driver runs the protocol's steps on the nodes (the inventory package
+// implements it). Every method names the node in its errors; none is
+// called concurrently with another by one Apply.
+type Driver interface {
+	// Read returns the named node's record (Epoch 0 when it has none). It
+	// fails when the node is not configured or does not answer: every
+	// node of both topologies must.
+	Read(ctx context.Context, node string) (Record, error)
+	// Write writes rec on the named node by compare-and-set: only when
+	// the node's token is expect ("" = none), or already rec.Token (then
+	// it only moves the phase from migrating to stable, never back, and
+	// gives a record without an attempt rec.Attempt; it fails when
+	// rec.Attempt names another attempt than the record's). Otherwise it
+	// fails and the node is unchanged.
+	Write(ctx context.Context, node, expect string, rec Record) error
+	// Pending returns how many parts are pending on the named node.
+	Pending(ctx context.Context, node string) (int, error)
+	// Check refuses change c for what the nodes hold, with an error
+	// wrapping [ErrInvalid] that names the node and what is wrong (e.g. a
+	// route c.From does not have whose counters from an earlier epoch sit
+	// where c.To's route would not find them: an apply that removed the
+	// route left them; added back over other nodes, their units would be
+	// stranded and users could buy their limit again). It writes nothing.
+	// Every apply that starts a new epoch calls it, a dry run too, before
+	// it writes any node.
+	Check(ctx context.Context, c Change) error
+	// Retire marks moved (dead, its data kept) every live order record
+	// on the named nodes (each a node of c.From or c.To) that is not the
+	// record's home in c.From, and then puts back on them the records
+	// step 3 at c.Token had moved onto them; each node is written at the
+	// token it holds. It runs before a node's bump: before an apply's
+	// first, with every node stable at the current token, on every node
+	// of both topologies; on a rerun that resumes an interrupted bump, on
+	// the nodes not yet at the new token; before an apply of the current
+	// topology brings nodes that went back forward (c.Forward), on those.
+	// Such a node was at c.From's epoch (or, gone back, at an older one)
+	// when step 3 began, and step 3 writes a node only once it is bumped,
+	// so a live record on it away from its c.From home is an older copy
+	// come back with its data (a node restored from a backup, even during
+	// the apply, or rejoining with what it held when it left). Left live,
+	// a move of the order's home onto that node would find it and keep it
+	// over the order's current record (doc.go, "A node that went back").
+	// And a record that step 3 moved onto it (a copy marked moved at
+	// c.Token on another node, the order's c.From home) is gone with the
+	// writes it lost, or older there: the moved copy is the order's
+	// newest surviving record, and it is installed over what the node
+	// holds. Marking or installing one again is harmless. Each node is
+	// acted on at the token read from it, so its scripts are refused once
+	// it moved on, and a node read at c.Token (moved on by an apply running
+	// concurrently) is left alone.
+	Retire(ctx context.Context, c Change, nodes []string) (Retirement, error)
+	// CopyLimits gives the members that join a route of c.To the route's
+	// per-user limits, before any instance can take quota on them, and
+	// the members that stay a limit change some old member missed (its
+	// record may leave with a leaving node), and returns how many it
+	// wrote. Writing a limit again is harmless, and
+	// never replaces a newer change of the new topology's: it is called
+	// before an apply's first bump and again once the old nodes are
+	// bumped (a limit changed by an old instance in between).
+	CopyLimits(ctx context.Context, c Change) (int, error)
+	// Relocate runs the first part of step 3 at c.Token: it moves every
+	// order record whose home moved and decides every record still
+	// staging. It reports migrating false, having moved nothing, when the
+	// nodes already finished step 3 at c.Token. Every move is idempotent.
+	Relocate(ctx context.Context, c Change) (m Moved, migrating bool, err error)
+	// MoveCounters runs one pass of the rest of step 3: it transfers the
+	// quota counters whose home moved and the leaving nodes' stock, and
+	// settles the leaving nodes' due pending parts. It returns how many
+	// counters could not move yet because pending parts still count them.
+	// Every transfer happens once, whatever the passes and reruns.
+	MoveCounters(ctx context.Context, c Change) (m Moved, waiting int, err error)
+}
