@@ -1,0 +1,260 @@
+package explore
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/shardis/shardis/inventory"
+)
+
+// The checks of each order: its record, its parts and what its
+// clients were told.
+
+// orderView is one order id's record and parts over all nodes.
+type orderView struct {
+	recOn []string
+	rec   *inventory.OrderRecord
+	parts []*inventory.PartRecord
+	where map[*inventory.PartRecord]string
+}
+
+func checkOrders(v *violations, st *worldState, obs *observed, orders []orderPlan, homes *inventory.Homes, resurrected map[string]map[string]bool) {
+	views := map[string]*orderView{}
+	view := func(id string) *orderView {
+		if views[id] == nil {
+			views[id] = &orderView{where: map[*inventory.PartRecord]string{}}
+		}
+		return views[id]
+	}
+	for _, o := range orders {
+		view(o.ID)
+	}
+	for _, name := range allNodes {
+		for id, r := range st.nodes[name].orders {
+			if r.Moved != "" {
+				continue // moved away by a topology change: dead here
+			}
+			if resurrected[name][id] && homes.Home(id) != name {
+				continue // brought back by a loss, away from its home: dead by the rule (lossdiff.go)
+			}
+			ov := view(id)
+			ov.recOn = append(ov.recOn, name)
+			if ov.rec == nil || homes.Home(id) == name {
+				ov.rec = r
+			}
+		}
+		for _, p := range st.nodes[name].parts {
+			ov := view(p.Order)
+			ov.parts = append(ov.parts, p)
+			ov.where[p] = name
+		}
+	}
+	ids := make([]string, 0, len(views))
+	for id := range views {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		checkOrder(v, id, views[id], obs, homes)
+	}
+}
+
+func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *inventory.Homes) {
+	if len(ov.recOn) > 1 {
+		v.order(id, "decided-once", "order %s: live record on several nodes %v", id, ov.recOn)
+	} else if len(ov.recOn) == 1 && ov.recOn[0] != homes.Home(id) {
+		v.order(id, "decided-once", "order %s: record on %s, its home is %s", id, ov.recOn[0], homes.Home(id))
+	}
+	status, token := inventory.OrderMissing, ""
+	if ov.rec != nil {
+		status, token = ov.rec.Status, ov.rec.Token
+	}
+	switch status {
+	case inventory.OrderStaging:
+		// An attempt that died before it took anything, or that aborted
+		// what it took (staged.go, "Abort": its parts cancelled before any
+		// record is decided), leaves an undecided record and nothing held:
+		// harmless (whoever meets it decides it). A part of the attempt
+		// that is not cancelled says the record should have been decided
+		// (nothing pending is left here).
+		for _, p := range ov.parts {
+			if p.Token == token && !p.Tombstone && p.State != inventory.PartCancelled {
+				v.order(id, "decided-once", "order %s is still staging at quiescence, with part %s on %s (%s)", id, p.ID, ov.where[p], p.State)
+				break
+			}
+		}
+		// A part on a node the topology no longer has (n4, after its
+		// removal) reads as gone to whoever meets the record (staged.go,
+		// "Parts on a node that left"), but the reconcilers meet records
+		// only through pending parts: the apply that removed the node
+		// must have decided it (safety issue A2).
+		for _, rp := range ov.rec.Parts {
+			if !slices.Contains(nodesT0, rp.Node) {
+				v.order(id, "decided-once", "order %s is still staging at quiescence, promising part %s on %s, which is not in the topology: the apply that removed it left it undecided", id, rp.ID, rp.Node)
+				break
+			}
+		}
+	// "reserving" at quiescence: the general path's attempt died; it
+	// cancels its parts before it records the failure (reserve.go), so
+	// cancelled parts under it are the protocol's, and a confirmed one is
+	// reported below.
+	case inventory.OrderReserved:
+		if time.Since(ov.rec.Deadline) > healBound {
+			v.order(id, "decided-once", "order %s is still reserved, %s past its deadline", id, time.Since(ov.rec.Deadline).Round(time.Millisecond))
+		}
+	}
+	for _, p := range ov.parts {
+		where := ov.where[p]
+		if p.State == inventory.PartPending {
+			continue // checkQuiet reports it
+		}
+		want := inventory.PartCancelled
+		if status == inventory.OrderConfirmed && p.Token == token {
+			want = inventory.PartConfirmed
+		}
+		if p.State != want {
+			v.order(id, "decided-once", "order %s is %s (token %s), but part %s on %s (token %s) is %s", id, status, token, p.ID, where, p.Token, p.State)
+		}
+	}
+	if status == inventory.OrderConfirmed {
+		byID := map[string]*inventory.PartRecord{}
+		for _, p := range ov.parts {
+			byID[ov.where[p]+"/"+p.ID] = p
+		}
+		for _, rp := range ov.rec.Parts {
+			p := byID[rp.Node+"/"+rp.ID]
+			if p == nil || p.State != inventory.PartConfirmed || p.Qty != rp.Qty {
+				v.order(id, "decided-once", "order %s is confirmed, its part %s on %s is %v", id, rp.ID, rp.Node, p)
+			}
+		}
+	}
+
+	obs.mu.Lock()
+	receipts, acked := obs.reserved[id]
+	confirmedBy, cancelledBy, loss := obs.confirmed[id], obs.cancelled[id], obs.dataLoss[id]
+	slack, lost := obs.clockSlack, len(obs.losses) > 0
+	obs.mu.Unlock()
+	if loss && !lost {
+		// a node restarted from its AOF (appendfsync always) loses
+		// nothing: only the data-loss actor (loss.go) makes a part go
+		v.order(id, "false-data-loss", "order %s: a Confirm reported data loss, but no node lost data", id)
+	}
+	if acked && !loss {
+		switch status {
+		case inventory.OrderReserved, inventory.OrderConfirmed, inventory.OrderCancelled:
+			if got := recordReceipts(ov.rec); fmt.Sprint(got) != fmt.Sprint(sortReceipts(receipts)) {
+				v.order(id, "acked-gone", "order %s: Reserve answered %v, the record holds %v", id, sortReceipts(receipts), got)
+			}
+			if status == inventory.OrderCancelled && ov.rec.Reason == "expired" {
+				checkHeldToDeadline(v, id, ov, slack)
+			}
+		default:
+			v.order(id, "acked-gone", "order %s: Reserve answered success, the order is %s", id, status)
+		}
+	}
+	checkRefusedHeld(v, id, ov, obs, status, slack)
+	if confirmedBy != "" && status != inventory.OrderConfirmed {
+		v.decided(id, "acked-gone", "order %s: %s was told confirmed, the order is %s", id, confirmedBy, status)
+	}
+	if cancelledBy != "" && status != inventory.OrderCancelled {
+		v.decided(id, "decided-once", "order %s: %s was told cancelled, the order is %s", id, cancelledBy, status)
+	}
+}
+
+// checkRefusedHeld: a Reserve refused for good (insufficient stock, a
+// per-user limit) says the order is not reserved. An attempt of the order
+// whose every part was taken before that call began held what it wanted
+// all through the call, so the refusal must have fenced it out (a hold
+// that may be the order's own is never refused without a failed record:
+// soldout.go; a stage never takes over a record: staged.go), and it must
+// not end reserved (or confirmed, or expired after being reserved). An
+// attempt whose last take landed after the call began ran concurrently
+// with it: either answer stands. The nodes share this machine's clock,
+// read in whole ms: the parts must predate the call by more than that,
+// and by slack more when the clock actor skewed a node's (clock.go).
+func checkRefusedHeld(v *violations, id string, ov *orderView, obs *observed, status inventory.OrderState, slack time.Duration) {
+	if ov.rec == nil || !(status == inventory.OrderReserved || status == inventory.OrderConfirmed ||
+		(status == inventory.OrderCancelled && ov.rec.Reason == "expired")) {
+		return
+	}
+	obs.mu.Lock()
+	refusals := obs.refused[id]
+	obs.mu.Unlock()
+	var last time.Time
+	for _, rp := range ov.rec.Parts {
+		var taken time.Time
+		for _, p := range ov.parts {
+			if p.ID == rp.ID && ov.where[p] == rp.Node {
+				taken = p.At
+			}
+		}
+		if taken.IsZero() {
+			return // a part not found (moved, lost): nothing to date the attempt by
+		}
+		if taken.After(last) {
+			last = taken
+		}
+	}
+	for _, r := range refusals {
+		if !last.IsZero() && last.Before(r.start.Add(-2*time.Millisecond-slack)) {
+			v.order(id, "refused-held", "order %s is %s by attempt %s, whose every part was taken by %s, %s before %s's Reserve began; that call answered %v",
+				id, status, ov.rec.Token, last.Format("15:04:05.000"), r.start.Sub(last).Round(time.Millisecond), r.who, r.err)
+		}
+	}
+}
+
+// checkHeldToDeadline: an acknowledged reservation that expired held
+// every part of its record until its deadline (the nodes share this
+// machine's clock, but for slack when the clock actor skewed a node's:
+// clock.go): a part cancelled before it was gone early, and the
+// stock it held may have been sold again while the order could still be
+// confirmed.
+func checkHeldToDeadline(v *violations, id string, ov *orderView, slack time.Duration) {
+	for _, rp := range ov.rec.Parts {
+		for _, p := range ov.parts {
+			if p.ID != rp.ID || ov.where[p] != rp.Node || p.State != inventory.PartCancelled || p.SettledAt.IsZero() {
+				continue
+			}
+			if early := ov.rec.Deadline.Sub(p.SettledAt); early > slack {
+				v.order(id, "acked-gone", "order %s: acknowledged, its part %s on %s was cancelled %s before the reservation's deadline",
+					id, p.ID, rp.Node, early.Round(time.Millisecond))
+			}
+		}
+	}
+}
+
+type receipt struct {
+	Item        int
+	SKU, Node   string
+	Qty, Offset int64
+}
+
+func recordReceipts(rec *inventory.OrderRecord) []receipt {
+	var out []receipt
+	for _, p := range rec.Parts {
+		if p.Kind == inventory.PartStock {
+			out = append(out, receipt{p.Item, p.SKU, p.Node, p.Qty, p.Offset})
+		}
+	}
+	return sortR(out)
+}
+
+func sortReceipts(rs []inventory.Receipt) []receipt {
+	out := make([]receipt, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, receipt{r.ItemIndex, r.SKU, r.Node, r.Quantity, r.Offset})
+	}
+	return sortR(out)
+}
+
+func sortR(rs []receipt) []receipt {
+	sort.Slice(rs, func(i, j int) bool {
+		if rs[i].Item != rs[j].Item {
+			return rs[i].Item < rs[j].Item
+		}
+		return rs[i].Node < rs[j].Node
+	})
+	return rs
+}

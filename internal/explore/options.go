@@ -1,0 +1,185 @@
+package explore
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/shardis/shardis/inventory"
+)
+
+// Options configures a schedule.
+type Options struct {
+	// Profile names the fault chances: "" (DefaultProbs), "stall"
+	// (StallProbs), "calm" (CalmProbs), "crash" (CrashProbs) or "lossy"
+	// (LossyProbs).
+	Profile string
+	// Mutations re-introduce known bugs (the explorer's self-check).
+	Mutations []inventory.Mutation
+	// Topology and Restart are the chances that a schedule has the
+	// topology actor and the node-restart actor; a negative one is 0.
+	// default: 0.2 and 0.15
+	Topology, Restart float64
+	// Limit is the chance that a schedule has the limit order o6 and its
+	// retry; a negative one is 0, and then the schedule draws nothing for
+	// it (its seeds run as they did before o6 was added).
+	// default: 0.4
+	Limit float64
+	// Inline is the chance that a schedule has the inline-part order (one
+	// item homed on its stock's node, with or without a user:
+	// inventory/inline.go) and its retry, Confirm or Cancel; a negative
+	// one is 0, and then the schedule draws nothing for it (its seeds run
+	// as they did before it was added).
+	// default: 0.5
+	Inline float64
+	// Loss is the chance that a schedule has the data-loss actor (one of
+	// n1..n3 goes back to an older copy of its data and is accepted:
+	// loss.go); a negative one is 0, and then the schedule draws nothing
+	// for it (its seeds run as they did before it was added).
+	// default: 0.15
+	Loss float64
+	// Moved is the chance that a schedule with the topology actor has
+	// the moved order (moved.go): reserved at T0 by the topology actor,
+	// its record moved to n4 by the apply of T1, confirmed or cancelled
+	// there, and carried back by the removal of n4; in half of those with
+	// the data-loss actor, the loss follows it (lossPlan.followReserve). A
+	// negative one is 0, and then the schedule draws nothing for it (its
+	// seeds run as they did before it was added).
+	// default: 0.5
+	Moved float64
+	// Twin is the chance that a schedule with the topology actor or the
+	// data-loss actor has a second operator (the twin actor, loss.go): it
+	// reruns `shardis topology apply` of the newest record's topology
+	// when the nodes are not all stable, racing the topology actor's
+	// applies and the data-loss actor's re-apply (two resumes, or two
+	// forwards of a node that went back, at once). Drawn only when above
+	// 0 (its seeds run as they did before it was added otherwise).
+	// default: 0 (off)
+	Twin float64
+	// Loss2 is the chance that a schedule with the data-loss actor has a
+	// second one (loss2, loss.go): a node drawn among n1..n3 on its own,
+	// so another node than the first's (two nodes go back, each accepted
+	// and followed by its re-apply) or the same one again (it goes back a
+	// second time once the first loss actor has ended, to a copy of its
+	// own: taken after the first accept, or, in half the schedules, at
+	// the schedule's start, past every write of the schedule). Drawn only
+	// when above 0 (its seeds run as they did before it was added
+	// otherwise).
+	// default: 0 (off)
+	Loss2 float64
+	// Relimit is the chance that a schedule with the limit order o6 has
+	// an operator who, after up to 5 picks of other calls, sets c/s's
+	// per-user limit (6) to 2 or 3, below what o6 wants, on the retry's instance (relimit,
+	// actors.go): an attempt of o6 may hold its quota and stock when a
+	// retry meets the lower limit. Drawn only when above 0 (its seeds run
+	// as they did before it was added otherwise).
+	// default: 0 (off)
+	Relimit float64
+	// Shrink is the chance that a schedule with the topology actor has
+	// its second apply go to T2 rather than back to T0 (world.go): n4
+	// leaves the server and n3 leaves route c but stays for route d, in
+	// one apply, with c's stock on both and c's parts on n3 (phase 1's
+	// orders', o4's) in flight; the heal finishes T2, and c's stock must
+	// all be on c's nodes of T2 (check.go, checkStranded). Drawn only
+	// when above 0 (its seeds run as they did before it was added
+	// otherwise).
+	// default: 0 (off)
+	Shrink float64
+	// Abandon is the chance per call that its caller stops waiting for it
+	// and goes on while it is still on its way (the Abandon fate). Drawn
+	// only when above 0 (its seeds run as they did before it was added
+	// otherwise: a fate is one draw either way, and the chance takes what
+	// was Deliver's).
+	// default: 0 (off)
+	Abandon float64
+	// Clock is the chance that a schedule has the clock actor (clock.go):
+	// one node's wall clock steps by up to ClockStep either way, once
+	// or twice, while the other actors run, and every clock is set right
+	// before the heal. Above 0 only in a world made for it (Explore makes
+	// its worlds so when Config.Options.Clock is above 0; it needs gcc);
+	// drawn only when above 0 (its seeds run as they did before it was
+	// added otherwise).
+	// default: 0 (off)
+	Clock float64
+	// ClockStep bounds one step of the clock actor. Above partGrace
+	// (inventory, 1 s) expired stock may come back before its order's
+	// deadline by some clock, which the checks allow; it must never be
+	// sold twice (SECURITY.md, "Clock skew").
+	// default: 300ms
+	ClockStep time.Duration
+	// OOM is the chance that a schedule has the memory actor (oom.go):
+	// one of n1..n3 runs out of memory while the other actors send it 1
+	// to 6 calls, refusing every script that may take memory. Drawn
+	// only when above 0 (its seeds run as they did before it was added
+	// otherwise).
+	// default: 0 (off)
+	OOM float64
+}
+
+func (o Options) probs() (Probs, error) {
+	switch o.Profile {
+	case "":
+		return DefaultProbs, nil
+	case "stall":
+		return StallProbs, nil
+	case "calm":
+		return CalmProbs, nil
+	case "crash":
+		return CrashProbs, nil
+	case "lossy":
+		return LossyProbs, nil
+	}
+	return Probs{}, fmt.Errorf("explore: unknown profile %q (want \"\", \"stall\", \"calm\", \"crash\" or \"lossy\")", o.Profile)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Topology == 0 {
+		o.Topology = 0.2
+	}
+	if o.Restart == 0 {
+		o.Restart = 0.15
+	}
+	if o.Limit == 0 {
+		o.Limit = 0.4
+	}
+	if o.Inline == 0 {
+		o.Inline = 0.5
+	}
+	if o.Loss == 0 {
+		o.Loss = 0.15
+	}
+	if o.Moved == 0 {
+		o.Moved = 0.5
+	}
+	if o.ClockStep <= 0 {
+		o.ClockStep = defaultClockStep
+	}
+	return o
+}
+
+// Result is one schedule's outcome.
+type Result struct {
+	Seed       int64
+	Violations []string // empty: every check held
+	// Excused counts the violations about the orders and counters a
+	// node's accepted data loss exposed (loss.go): expected by design,
+	// not failures.
+	Excused int
+	// Lost are the nodes the data-loss actor rolled back to an older copy
+	// holding fewer writes than were acknowledged, then accepted.
+	Lost []string
+	// Applies counts the topology applies the schedule ran (actors',
+	// re-applies after an accept, the heal's), Retired the stale order
+	// records they retired and Reinstalled the records they put back on
+	// a node that went back (topology.Report): how often a schedule
+	// exercised the retirement.
+	Applies, Retired, Reinstalled int
+	// Frozen counts the order records marked moved left without a TTL on
+	// the nodes at the schedule's end (inventory/migrate.go, expireMoved):
+	// not a violation (nothing is lost), a key kept for good.
+	Frozen int
+	Trace  []string // the scheduler's picks and fates, and crash points
+	Log    []string // what each actor was told
+	Digest string   // of the trace's decisions: equal on every run of the seed that decided alike
+	Took   time.Duration
+	Waited time.Duration // of Took, spent waiting for deadlines
+}
