@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/shardis/shardis/config"
 )
 
 // A one-round order whose takes all landed on time but whose commit did
@@ -20,8 +22,18 @@ import (
 // (found by a review).
 func TestConfirmAfterALateCommitIsNoDataLoss(t *testing.T) {
 	t.Parallel() // it mostly waits a retention out
-	const retention = 3 * time.Second
-	e := newShortRetentionEnv(t, retention)
+	const retention = 6 * time.Second
+	// a hold of 5 s, read 2.5 s before its deadline: on a loaded machine
+	// (load 10 on two cores, make test beside an explorer) a hold of 2 s
+	// read 0.5 s before its deadline was confirmed too late (the Reserve
+	// and the Confirm took longer). The record outlives the parts by about
+	// the commit's lag less partGrace, the retry's window: 2.5 s of lag
+	// leave it about 2 s. The retention must exceed the hold.
+	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
+		c.Inventory.Retention = retention
+		c.Inventory.ReservationTTL = time.Second
+		c.Inventory.MaxReservationTTL = 5 * time.Second
+	})
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", 2, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -34,14 +46,14 @@ func TestConfirmAfterALateCommitIsNoDataLoss(t *testing.T) {
 		return send()
 	}}
 	lost := e.faultyInstance(f)
-	res, err := lost.Reserve(e.ctx, x, items, "", 2*time.Second)
+	res, err := lost.Reserve(e.ctx, x, items, "", 5*time.Second)
 	if err != nil {
 		t.Fatalf("Reserve %s: %v", x, err)
 	}
-	// the next reader comes about 1.5 s later, 0.5 s before the deadline
+	// the next reader comes about 2.5 s later, 2.5 s before the deadline
 	// (counted from the deadline: a Reserve slowed by a loaded machine
 	// returned so late that 1.7 s after it the order had expired)
-	time.Sleep(time.Until(res.Deadline.Add(-500 * time.Millisecond)))
+	time.Sleep(time.Until(res.Deadline.Add(-2500 * time.Millisecond)))
 	out, err := e.inv.Confirm(e.ctx, x)
 	if err != nil || out.Status != StatusConfirmed {
 		t.Fatalf("Confirm %s = %+v, %v", x, out, err)
