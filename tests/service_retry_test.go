@@ -364,7 +364,8 @@ func TestSvcRetriesUnderShortDeadlines(t *testing.T) {
 
 // TestSvcRetryAfterTimeoutIsPrompt: a Reserve whose client deadline ran
 // out mid-order, retried at once with the same order id and a generous
-// deadline, is answered promptly.
+// deadline, is answered promptly: within half the attempt lease, so
+// without waiting out an attempt the timed-out call left behind.
 func TestSvcRetryAfterTimeoutIsPrompt(t *testing.T) {
 	t.Parallel()
 	e := newRetryEnv(t, 1500*time.Microsecond)
@@ -395,7 +396,9 @@ func TestSvcRetryAfterTimeoutIsPrompt(t *testing.T) {
 			}
 		}
 		t.Logf("%s k=%d first(%v)=%v retry=%v in %v (%v) record%s", id, k, d, code1, code2, took.Round(time.Millisecond), err, rec)
-		if err != nil || took > 2*time.Second {
+		// prompt: not waiting out inventory.attempt_lease (10 s); with
+		// make test beside an explorer a prompt retry took 2.2 s
+		if err != nil || took > 5*time.Second {
 			t.Errorf("%s: retry after a timed-out Reserve (%v): %v after %v", id, code1, err, took)
 		}
 	}
