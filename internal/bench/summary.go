@@ -73,7 +73,7 @@ type Summary struct {
 
 	// Inventory3ItemVsFloor, InventoryHotVsFloor and
 	// InventoryHotMintedVsFloor are each shardis inventory row over its
-	// floor row (VsFloor in invbench.go names the pairs), paired per round.
+	// floor row (VsFloor in floorpairs.go names the pairs), paired per round.
 	Inventory3ItemVsFloor     float64 `json:"inventory_3item_vs_floor,omitempty"`
 	InventoryHotVsFloor       float64 `json:"inventory_hot_sku_vs_floor,omitempty"`
 	InventoryHotMintedVsFloor float64 `json:"inventory_hot_sku_minted_vs_floor,omitempty"`
