@@ -78,6 +78,10 @@ type Summary struct {
 	Frozen int
 	// WorldErr are the errors that stopped a world (its schedules not run).
 	WorldErr []error
+	// Interrupted counts the schedules that Explore's context cut short
+	// (the caller's interrupt or deadline): neither run nor failed, their
+	// outcome, errors and violations alike, is not counted.
+	Interrupted int
 	// Last is the last schedule that finished (for a replay of one seed).
 	Last Result
 }
@@ -139,12 +143,20 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 				mu.Lock()
 				skip := abandoned
 				mu.Unlock()
-				if skip {
+				if skip || ctx.Err() != nil {
 					continue // drain
 				}
 				res, err := w.RunSchedule(runCtx, seed, cfg.Options)
 				mu.Lock()
 				if abandoned {
+					mu.Unlock()
+					continue
+				}
+				if ctx.Err() != nil {
+					// the caller stopped the look while this one ran: what
+					// it found is its cut, not the protocol's
+					sum.Interrupted++
+					stop = true
 					mu.Unlock()
 					continue
 				}

@@ -63,6 +63,9 @@ func TestExploreShort(t *testing.T) {
 	if len(sum.WorldErr) > 0 {
 		t.Errorf("world errors: %v", sum.WorldErr)
 	}
+	if sum.Interrupted > 0 {
+		t.Errorf("%d schedule(s) still running when the test's 2 minutes ran out (a schedule stops itself after %s)", sum.Interrupted, scheduleLimit)
+	}
 	if sum.Ran < 8 {
 		t.Errorf("only %d schedules ran in %s", sum.Ran, ciBudget)
 	}
@@ -81,8 +84,35 @@ func TestWriteSummaryCountsRetirements(t *testing.T) {
 	}
 	b.Reset()
 	WriteSummary(&b, Summary{Ran: 3})
-	if strings.Contains(b.String(), "topology apply") {
-		t.Errorf("summary of a run without applies names them:\n%s", b.String())
+	if strings.Contains(b.String(), "topology apply") || strings.Contains(b.String(), "interrupted") {
+		t.Errorf("summary of a run without applies or interruption names them:\n%s", b.String())
+	}
+	b.Reset()
+	WriteSummary(&b, Summary{Ran: 3, Interrupted: 2})
+	if want := "explore: interrupted: 2 schedule(s) cut short, not counted"; !strings.Contains(b.String(), want) {
+		t.Errorf("summary lacks %q:\n%s", want, b.String())
+	}
+}
+
+// A look stopped by its caller (an interrupt, a deadline) counts the
+// schedule it cut short as interrupted: not run, not failed, and not a
+// world error (each interrupt of `make explore` reported one per world).
+func TestExploreInterruptedIsNotAWorldError(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts four redis-server nodes")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	// mid-schedule: the world is up well before (four nodes start in
+	// under a second, a few on a loaded machine), and it runs schedules
+	// back to back, each of seconds (most of them waiting for deadlines)
+	time.AfterFunc(5*time.Second, cancel)
+	sum, err := Explore(ctx, Config{Seed: 1, N: 1000, Worlds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sum.WorldErr) > 0 || len(sum.Failed) > 0 || sum.Interrupted != 1 {
+		t.Errorf("interrupted look: world errors %v, %d failed, %d interrupted; want none, none, 1", sum.WorldErr, len(sum.Failed), sum.Interrupted)
 	}
 }
 

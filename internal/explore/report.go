@@ -133,4 +133,7 @@ func WriteSummary(out io.Writer, s Summary) {
 	for _, err := range s.WorldErr {
 		fmt.Fprintf(out, "explore: world error: %v\n", err)
 	}
+	if s.Interrupted > 0 {
+		fmt.Fprintf(out, "explore: interrupted: %d schedule(s) cut short, not counted\n", s.Interrupted)
+	}
 }

@@ -72,6 +72,9 @@ func main() {
 	if len(sum.Failed) > 0 || len(sum.WorldErr) > 0 {
 		os.Exit(1)
 	}
+	if sum.Interrupted > 0 {
+		os.Exit(130) // as a shell reports a run stopped by Ctrl-C
+	}
 }
 
 // quiet drops go-redis's own log lines (dial failures while a node
