@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/shardis/shardis/config"
 )
 
 // slowTakes is the Faults of an instance whose takes of one order reach
@@ -37,8 +39,18 @@ func (s *slowTakes) Crash(context.Context, string) bool { return false }
 // answered.
 func TestStagedRefusalFenceOutlivesStageTTL(t *testing.T) {
 	t.Parallel() // it mostly waits a retention out
-	const retention = 3 * time.Second
-	e := newShortRetentionEnv(t, retention)
+	// The schedule's times, twice those it was written with (a 1.6 s
+	// window for R0's start and the limit, not 0.8 s: a loaded machine
+	// needs it). The retention must exceed the hold.
+	const (
+		retention = 6 * time.Second
+		hold      = 4 * time.Second // R1's and R0's ttl
+	)
+	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
+		c.Inventory.Retention = retention
+		c.Inventory.ReservationTTL = time.Second
+		c.Inventory.MaxReservationTTL = hold
+	})
 	const loaded = 10
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
 		t.Fatal(err)
@@ -48,12 +60,12 @@ func TestStagedRefusalFenceOutlivesStageTTL(t *testing.T) {
 	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), x)
 	hc := e.clients[home.Name()]
 
-	// R1: its stage lands at once, its take on n2 two seconds later.
-	r1 := e.faultyInstance(&slowTakes{order: x, delay: 2 * time.Second})
+	// R1: its stage lands at once, its take on n2 a hold later.
+	r1 := e.faultyInstance(&slowTakes{order: x, delay: hold})
 	start := time.Now()
 	r1done := make(chan error, 1)
 	go func() {
-		_, err := r1.Reserve(e.ctx, x, items, "", 2*time.Second)
+		_, err := r1.Reserve(e.ctx, x, items, "", hold)
 		r1done <- err
 	}()
 	for hc.Exists(e.ctx, orderKey(x)).Val() == 0 {
@@ -66,22 +78,22 @@ func TestStagedRefusalFenceOutlivesStageTTL(t *testing.T) {
 
 	// R0, another attempt of X, starts after R1's stage landed: its take
 	// lands on n2 (no limit yet), its stage is held back.
-	time.Sleep(time.Until(staged.Add(1200 * time.Millisecond)))
-	r0 := e.startHeld(x, items, "", 2*time.Second)
+	time.Sleep(time.Until(staged.Add(2400 * time.Millisecond)))
+	r0 := e.startHeld(x, items, "", hold)
 	r0sent := time.Now()
 	// The operator sets a per-user limit before R1's take lands. (R1's
-	// take must land within R1's own TTL, 2 s, and R0's stage within
-	// R0's: 0.8 s of margin for R0's take and the limit.)
+	// take must land within R1's own TTL, 4 s, and R0's stage within
+	// R0's: 1.6 s of margin for R0's take and the limit.)
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", 0, 1); err != nil {
 		t.Fatal(err)
 	}
-	if late := time.Since(staged); late > 1900*time.Millisecond {
-		t.Fatalf("the limit was set %v after R1's stage, too close to R1's take (2 s): the machine is too slow for this schedule", late)
+	if late := time.Since(staged); late > 3800*time.Millisecond {
+		t.Fatalf("the limit was set %v after R1's stage, too close to R1's take (4 s): the machine is too slow for this schedule", late)
 	}
 	var rerr error
 	select {
 	case rerr = <-r1done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(20 * time.Second):
 		t.Fatal("R1 did not answer")
 	}
 	refusedAt := time.Now()
@@ -100,8 +112,8 @@ func TestStagedRefusalFenceOutlivesStageTTL(t *testing.T) {
 		t.Fatal("no part of R0 is pending when R1 was refused")
 	}
 
-	// R0's stage lands 2.1s after it was sent (less than the retention),
-	// 1.3s after R1's refusal, after the stage's own retention ran out.
+	// R0's stage lands 3.9s after it was sent (less than the retention),
+	// 2.3s after R1's refusal, after the stage's own retention ran out.
 	time.Sleep(time.Until(staged.Add(retention + 300*time.Millisecond)))
 	t.Logf("R0's stage lands %v after it was sent, %v after the refusal; X's record exists=%v",
 		time.Since(r0sent).Round(time.Millisecond), time.Since(refusedAt).Round(time.Millisecond),
