@@ -79,15 +79,16 @@ type Summary struct {
 	// WorldErr are the errors that stopped a world (its schedules not run).
 	WorldErr []error
 	// Interrupted counts the schedules that Explore's context cut short
-	// (the caller's interrupt or deadline): neither run nor failed, their
-	// outcome, errors and violations alike, is not counted.
+	// (the caller's interrupt or deadline): they ended with an error after
+	// the context ended, and count neither as run nor as a world error.
 	Interrupted int
 	// Last is the last schedule that finished (for a replay of one seed).
 	Last Result
 }
 
-// Explore runs schedules until N ran, the budget passed, or (with
-// StopAtFirst) one failed. An error means no world could be started.
+// Explore runs schedules until N ran, the budget passed, (with
+// StopAtFirst) one failed, or ctx ended (the schedules it cut short are
+// Summary.Interrupted). An error means no world could be started.
 func Explore(ctx context.Context, cfg Config) (Summary, error) {
 	if cfg.Worlds <= 0 {
 		cfg.Worlds = 2
@@ -152,9 +153,10 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 					mu.Unlock()
 					continue
 				}
-				if ctx.Err() != nil {
-					// the caller stopped the look while this one ran: what
-					// it found is its cut, not the protocol's
+				if err != nil && ctx.Err() != nil {
+					// the caller stopped the look while this one ran: its
+					// error is the cut, not the world's (a schedule that
+					// ended before the cut is counted as it ended)
 					sum.Interrupted++
 					stop = true
 					mu.Unlock()
