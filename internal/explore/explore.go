@@ -52,9 +52,10 @@ type Config struct {
 	// Options configures every schedule.
 	Options Options
 	// Progress, if set, receives a line per failing schedule, a line per
-	// schedule with excused violations (Result.Excused) or stale records
-	// retired or put back (Result.Retired, Result.Reinstalled) and a
-	// summary line every 100 schedules.
+	// schedule with excused violations (Result.Excused), stale records
+	// retired or put back (Result.Retired, Result.Reinstalled) or copies
+	// left without a TTL (Result.Frozen), and a summary line every 100
+	// schedules.
 	Progress io.Writer
 }
 
@@ -182,6 +183,9 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 				}
 				if res.Retired+res.Reinstalled > 0 && cfg.Progress != nil {
 					fmt.Fprintf(cfg.Progress, "seed %d: %d stale order record(s) retired, %d put back by its topology applies\n", seed, res.Retired, res.Reinstalled)
+				}
+				if res.Frozen > 0 && cfg.Progress != nil {
+					fmt.Fprintf(cfg.Progress, "seed %d: %d order record copies marked moved left without a TTL\n", seed, res.Frozen)
 				}
 				if res.Excused > 0 && cfg.Progress != nil {
 					fmt.Fprintf(cfg.Progress, "seed %d: %d violation(s) excused, about the orders and counters exposed when %v lost acknowledged writes\n", seed, res.Excused, res.Lost)
