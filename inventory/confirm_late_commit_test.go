@@ -5,8 +5,6 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/shardis/shardis/config"
 )
 
 // A one-round order whose takes all landed on time but whose commit did
@@ -29,11 +27,7 @@ func TestConfirmAfterALateCommitIsNoDataLoss(t *testing.T) {
 	// and the Confirm took longer). The record outlives the parts by about
 	// the commit's lag less partGrace, the retry's window: 2.5 s of lag
 	// leave it about 2 s. The retention must exceed the hold.
-	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
-		c.Inventory.Retention = retention
-		c.Inventory.ReservationTTL = time.Second
-		c.Inventory.MaxReservationTTL = 5 * time.Second
-	})
+	e := newRetentionEnv(t, retention, 5*time.Second)
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", 2, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/shardis/shardis/config"
 )
 
 // slowTakes is the Faults of an instance whose takes of one order reach
@@ -46,11 +44,7 @@ func TestStagedRefusalFenceOutlivesStageTTL(t *testing.T) {
 		retention = 6 * time.Second
 		hold      = 4 * time.Second // R1's and R0's ttl
 	)
-	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
-		c.Inventory.Retention = retention
-		c.Inventory.ReservationTTL = time.Second
-		c.Inventory.MaxReservationTTL = hold
-	})
+	e := newRetentionEnv(t, retention, hold)
 	const loaded = 10
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
 		t.Fatal(err)

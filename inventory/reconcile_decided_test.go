@@ -93,10 +93,16 @@ func TestDecidedRecordOutlivesItsDueParts(t *testing.T) {
 // newShortRetentionEnv is a staged env whose records live retention
 // (reservations 1s, at most 2s), so a test can wait a retention out.
 func newShortRetentionEnv(t *testing.T, retention time.Duration) *stagedEnv {
+	return newRetentionEnv(t, retention, 2*time.Second)
+}
+
+// newRetentionEnv is newShortRetentionEnv with holds of up to maxHold
+// (inventory.max_reservation_ttl; the retention must exceed it).
+func newRetentionEnv(t *testing.T, retention, maxHold time.Duration) *stagedEnv {
 	return newStagedEnvConfig(t, Options{}, func(c *config.Config) {
 		c.Inventory.Retention = retention
 		c.Inventory.ReservationTTL = time.Second
-		c.Inventory.MaxReservationTTL = 2 * time.Second
+		c.Inventory.MaxReservationTTL = maxHold
 	})
 }
 

@@ -158,8 +158,7 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 					// the caller stopped the look while this one ran: its
 					// error is the cut, not the world's (a schedule that
 					// ended before the cut is counted as it ended)
-					sum.Interrupted++
-					stop = true
+					sum.Interrupted++ // the feeder stops on ctx too
 					mu.Unlock()
 					continue
 				}
