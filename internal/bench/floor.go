@@ -35,8 +35,10 @@ import (
 // retention), integers go as strings. There is no identity stamp, no
 // topology epoch, no write sequence, no recovery: it is the least a node
 // must do per order, so its orders/s against the seed's, measured in the
-// same rounds, bounds what a design that keeps a record per order can
-// reach on this machine.
+// same rounds, bounds what a design that keeps a record per order, each
+// record and fence a key of its own, can reach on this machine. (A record
+// that is a field of a shared hash costs a node less: floorbucket.go
+// measures that structure beside it.)
 
 // floorBatch is the most entries one floor script call carries (shardis's
 // inventory.group_commit default).

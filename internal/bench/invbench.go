@@ -40,6 +40,10 @@ const (
 	VarHotFloor      = "floor: hot SKU on 1 node, a record per order (hashed over 3 nodes) and a part fence, batched"
 	VarHotFloorLocal = "floor: hot SKU on 1 node, a record per order next to the stock, batched"
 	VarFloor3        = "floor: 3 items on 3 nodes, a record and two part fences per order, batched"
+	// VarHotFloorBucket is VarHotFloorLocal with each record one field of
+	// its minute's hash instead of a key (floorbucket.go): a yardstick for
+	// the records' structure, not a floor row of any target.
+	VarHotFloorBucket = "bucketed-record floor: hot SKU on 1 node, a record per order as a field of its minute's hash next to the stock, batched"
 	// VarHotFloorOneRound and VarFloor3OneRound are VarHotFloor and
 	// VarFloor3 placed in one round trip (floorOrderOneRound), as
 	// shardis's one-round paths place VarHot1's and VarInv3's orders: the
@@ -110,6 +114,11 @@ func (ir *InvResult) FloorVsSeed() float64 { return ir.vsSeedHot(VarHotFloor) }
 // FloorLocalVsSeed: see FloorVsSeed.
 func (ir *InvResult) FloorLocalVsSeed() float64 { return ir.vsSeedHot(VarHotFloorLocal) }
 
+// FloorBucketVsSeed is HotVsSeed for VarHotFloorBucket: FloorLocalVsSeed
+// with the records hash fields instead of keys (0 when the run has no
+// such series).
+func (ir *InvResult) FloorBucketVsSeed() float64 { return ir.vsSeedHot(VarHotFloorBucket) }
+
 // Floor3VsSeed is VarFloor3's orders/s over VarSeed3's, paired per round
 // (0 when the run has no such series).
 func (ir *InvResult) Floor3VsSeed() float64 { return ir.Over(VarFloor3, VarSeed3) }
@@ -159,7 +168,7 @@ func orderID(w *Worker, prefix byte) string {
 
 // invTableOrder is the order of the report's table and of
 // InvResult.Variants.
-var invTableOrder = []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone, VarHotFloor, VarHotFloorLocal, VarFloor3,
+var invTableOrder = []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone, VarHotFloor, VarHotFloorLocal, VarHotFloorBucket, VarFloor3,
 	VarHotFloorOneRound, VarFloor3OneRound, VarSoldOut, VarSeedSoldOut, VarHotFloorGuarded, VarHotFloorLocalGuarded, VarFloor3Guarded}
 
 // invRoundOrder is the order in which a round runs the inventory
@@ -175,7 +184,7 @@ var invTableOrder = []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHo
 var invRoundOrder = []string{
 	VarInv1,
 	VarInv3Alone, VarFloor3OneRound, VarInv3, VarFloor3, VarSeed3, VarFloor3Guarded,
-	VarHot3, VarHotFloorOneRound, VarHot1, VarHotFloor, VarSeedHot1, VarHot1Minted, VarHotFloorLocal,
+	VarHot3, VarHotFloorOneRound, VarHot1, VarHotFloor, VarHotFloorBucket, VarSeedHot1, VarHot1Minted, VarHotFloorLocal,
 	VarHotFloorLocalGuarded, VarHotFloorGuarded, VarHot1Alone,
 	VarSoldOut, VarSeedSoldOut,
 }
@@ -255,10 +264,10 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 				for v, s := range got {
 					res.Series[v].Add(s)
 				}
-			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f (minted ids %.0f), seed hot 1 node %.0f; group commit off: 3 items %.0f, hot 1 node %.0f; floor: hot %.0f (next to the stock %.0f), 3 items %.0f; one round: hot %.0f, 3 items %.0f; sold out: refused %.0f, seed %.0f; guarded floor: hot %.0f (next to the stock %.0f), 3 items %.0f",
+			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f (minted ids %.0f), seed hot 1 node %.0f; group commit off: 3 items %.0f, hot 1 node %.0f; floor: hot %.0f (next to the stock %.0f, bucketed records %.0f), 3 items %.0f; one round: hot %.0f, 3 items %.0f; sold out: refused %.0f, seed %.0f; guarded floor: hot %.0f (next to the stock %.0f), 3 items %.0f",
 				got[VarInv1].OpsPerSec(), got[VarInv3].OpsPerSec(), got[VarSeed3].OpsPerSec(),
 				got[VarHot3].OpsPerSec(), got[VarHot1].OpsPerSec(), got[VarHot1Minted].OpsPerSec(), got[VarSeedHot1].OpsPerSec(),
-				got[VarInv3Alone].OpsPerSec(), got[VarHot1Alone].OpsPerSec(), got[VarHotFloor].OpsPerSec(), got[VarHotFloorLocal].OpsPerSec(), got[VarFloor3].OpsPerSec(),
+				got[VarInv3Alone].OpsPerSec(), got[VarHot1Alone].OpsPerSec(), got[VarHotFloor].OpsPerSec(), got[VarHotFloorLocal].OpsPerSec(), got[VarHotFloorBucket].OpsPerSec(), got[VarFloor3].OpsPerSec(),
 				got[VarHotFloorOneRound].OpsPerSec(), got[VarFloor3OneRound].OpsPerSec(),
 				got[VarSoldOut].OpsPerSec(), got[VarSeedSoldOut].OpsPerSec(),
 				got[VarHotFloorGuarded].OpsPerSec(), got[VarHotFloorLocalGuarded].OpsPerSec(), got[VarFloor3Guarded].OpsPerSec()), nil

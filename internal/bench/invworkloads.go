@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/node"
@@ -61,7 +62,8 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 	seedHotItems := []SeedItem{{Nodes: routeNodes[0], SKU: seedHot, Qty: 1}}
 	seedHotQueue := seedQueue(seedHotSKU)
 	floors := make([]*floorBatcher, len(singleRoutes))
-	gfloors := make([]*floorBatcher, len(singleRoutes)) // the guarded floor's (floorguard.go)
+	bucketFloor := newFloorBucketBatcher(ctx, routeNodes[0][0]) // the bucketed-record floor's (floorbucket.go)
+	gfloors := make([]*floorBatcher, len(singleRoutes))         // the guarded floor's (floorguard.go)
 	for r := range floors {
 		floors[r] = newFloorBatcher(ctx, routeNodes[r][0])
 		gfloors[r] = newGuardedFloorBatcher(ctx, routeNodes[r][0])
@@ -192,6 +194,15 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 		}},
 		VarHotFloorLocal: {VarHotFloorLocal, floorHotSetup, func(w *Worker) error {
 			return floorOrder(floors, 0, orderID(w, 'f'), floorHot)
+		}},
+		VarHotFloorBucket: {VarHotFloorBucket, func(ctx context.Context) error {
+			if err := bucketFloor.checkBucket(ctx); err != nil {
+				return err
+			}
+			return bucketFloor.load(ctx, floorHotSKU, inventory.MaxQuantity)
+		}, func(w *Worker) error {
+			id, minute := floorBucketID(time.Now(), orderID(w, 'b'))
+			return floorBucketOrder(bucketFloor, id, minute, floorHotSKU)
 		}},
 		VarFloor3: {VarFloor3, floor3Setup, func(w *Worker) error {
 			id := orderID(w, 'f')

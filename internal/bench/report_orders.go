@@ -262,10 +262,23 @@ func mintedSeedMiss(s Summary) string {
 	}
 	reading := "the floor reaches the target here, so the distance is shardis's own work per order (its CPU per order in the table against the floor's)"
 	if s.InventoryHotFloorLocalVsSeed < 1.5 {
-		reading = fmt.Sprintf("so on this machine the target asks shardis for %.2f× its floor, more than the least a reservation that keeps a record per order writes", 1.5/s.InventoryHotFloorLocalVsSeed)
+		reading = fmt.Sprintf("so on this machine the target asks shardis for %.2f× its floor, more than the least a reservation that keeps a record per order, each a key, writes", 1.5/s.InventoryHotFloorLocalVsSeed)
 	}
-	return fmt.Sprintf("- **inventory_hot_sku_minted_vs_seed** (%.3f, target 1.5): the floor yardstick with every record next to the stock (a record per order, set only if the id has none, with the stock's take in the same entry, batched; `internal/bench/floor.go`) ran at %.3f× the seed's EVAL in the same rounds, and shardis at %.3f of that floor: %s.\n",
-		s.InventoryHotMintedVsSeed, s.InventoryHotFloorLocalVsSeed, s.InventoryHotMintedVsFloor, reading)
+	return fmt.Sprintf("- **inventory_hot_sku_minted_vs_seed** (%.3f, target 1.5): the floor yardstick with every record next to the stock (a record per order, set only if the id has none, with the stock's take in the same entry, batched; `internal/bench/floor.go`) ran at %.3f× the seed's EVAL in the same rounds, and shardis at %.3f of that floor: %s.%s\n",
+		s.InventoryHotMintedVsSeed, s.InventoryHotFloorLocalVsSeed, s.InventoryHotMintedVsFloor, reading, bucketReading(s))
+}
+
+// bucketReading is mintedSeedMiss's sentence on the bucketed-record floor
+// (floorbucket.go), or "" when the run has no such row: what making each
+// record a hash field instead of a key gained the floor, and how much of
+// that floor the target asks of shardis.
+func bucketReading(s Summary) string {
+	b, f := s.InventoryHotFloorBucketVsSeed, s.InventoryHotFloorLocalVsSeed
+	if b <= 0 || f <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" The same floor with each record one field of a hash of its minute's records instead of a key with its own retention (`internal/bench/floorbucket.go`; everything else as the floor's) ran at %.3f× the seed, %.2f× the floor: a layout of that kind is where the records could still give, and the target asks shardis for %.2f× even that floor.",
+		b, b/f, 1.5/b)
 }
 
 // coldReading is a floor miss's sentence on what the parts of shardis row

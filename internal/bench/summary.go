@@ -54,6 +54,10 @@ type Summary struct {
 	// the minted ids'). Not shardis: bounds on what such a design reaches.
 	InventoryHotFloorVsSeed      float64 `json:"inventory_hot_sku_floor_vs_seed,omitempty"`
 	InventoryHotFloorLocalVsSeed float64 `json:"inventory_hot_sku_floor_local_vs_seed,omitempty"`
+	// InventoryHotFloorBucketVsSeed is InventoryHotFloorLocalVsSeed with
+	// each record one field of its minute's hash instead of a key
+	// (floorbucket.go): what the records' structure costs.
+	InventoryHotFloorBucketVsSeed float64 `json:"inventory_hot_sku_floor_bucket_vs_seed,omitempty"`
 	// Inventory3ItemFloorVsSeed is the 3-item floor yardstick's orders/s
 	// over the seed's 3-item orders, paired per round (floor.go).
 	Inventory3ItemFloorVsSeed float64 `json:"inventory_3item_floor_vs_seed,omitempty"`
@@ -246,6 +250,9 @@ func Summarize(r *Results) Summary {
 		}
 		if h := ir.FloorLocalVsSeed(); h > 0 {
 			s.InventoryHotFloorLocalVsSeed = round3(h)
+		}
+		if h := ir.FloorBucketVsSeed(); h > 0 {
+			s.InventoryHotFloorBucketVsSeed = round3(h)
 		}
 		if h := ir.Floor3VsSeed(); h > 0 {
 			s.Inventory3ItemFloorVsSeed = round3(h)
