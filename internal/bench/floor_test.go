@@ -74,6 +74,21 @@ func TestFloorHot(t *testing.T) {
 	take := func(i int) error {
 		return floorOrder(fs, 0, "o"+strconv.Itoa(i), []floorItem{{0, floorHotSKU}})
 	}
+	errs := takeHot60(t, f, take)
+	c := f.n.Client()
+	if n, err := c.ZCard(ctx, floorPending).Result(); err != nil || n != 60 {
+		t.Fatalf("pending index holds %d (%v), want 60", n, err)
+	}
+	retakeRefused(t, f, errs, take)
+}
+
+// takeHot60 runs take(0..99) at once against f's 60 units of the hot SKU
+// and asserts that exactly 60 were taken and 40 short, the counter ends
+// at 0 available and 60 reserved, and the redo queue holds 60 entries at
+// offsets 1..60. It returns each order's error.
+func takeHot60(t *testing.T, f *floorBatcher, take func(i int) error) []error {
+	t.Helper()
+	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make([]error, 100)
 	for i := range errs {
@@ -108,10 +123,14 @@ func TestFloorHot(t *testing.T) {
 			t.Fatalf("redo entry %d has offset %v, want %d", i, z.Score, i+1)
 		}
 	}
-	if n, err := c.ZCard(ctx, floorPending).Result(); err != nil || n != 60 {
-		t.Fatalf("pending index holds %d (%v), want 60", n, err)
-	}
-	if err := f.load(ctx, floorHotSKU, 1); err != nil {
+	return errs
+}
+
+// retakeRefused gives f's hot SKU a unit again and asserts that an order
+// taken in errs (a nil error) is refused for its record when taken again.
+func retakeRefused(t *testing.T, f *floorBatcher, errs []error, take func(i int) error) {
+	t.Helper()
+	if err := f.load(context.Background(), floorHotSKU, 1); err != nil {
 		t.Fatal(err)
 	}
 	for i, err := range errs {
@@ -119,7 +138,7 @@ func TestFloorHot(t *testing.T) {
 			if err := take(i); err == nil || errors.Is(err, errFloorShort) {
 				t.Fatalf("order o%d again: %v, want a refusal for its record", i, err)
 			}
-			break
+			return
 		}
 	}
 }

@@ -1,11 +1,8 @@
 package bench
 
 import (
-	"context"
-	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -36,39 +33,7 @@ func TestFloorBucket(t *testing.T) {
 		id, minute := floorBucketID(now, "o"+strconv.Itoa(i))
 		return floorBucketOrder(f, id, minute, floorHotSKU)
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, 100)
-	for i := range errs {
-		wg.Go(func() { errs[i] = take(i) })
-	}
-	wg.Wait()
-	var ok, short int
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			ok++
-		case errors.Is(err, errFloorShort):
-			short++
-		default:
-			t.Errorf("order %d: %v", i, err)
-		}
-	}
-	if ok != 60 || short != 40 {
-		t.Fatalf("%d taken, %d short; want 60 and 40", ok, short)
-	}
-	st, err := c.HMGet(context.Background(), floorStock(floorHotSKU), "available", "reserved").Result()
-	if err != nil || st[0] != "0" || st[1] != "60" {
-		t.Fatalf("stock %v (%v), want available 0, reserved 60", st, err)
-	}
-	redo, err := c.ZRangeWithScores(ctx, floorRedo(floorHotSKU), 0, -1).Result()
-	if err != nil || len(redo) != 60 {
-		t.Fatalf("redo queue holds %d entries (%v), want 60", len(redo), err)
-	}
-	for i, z := range redo {
-		if z.Score != float64(i+1) {
-			t.Fatalf("redo entry %d has offset %v, want %d", i, z.Score, i+1)
-		}
-	}
+	errs := takeHot60(t, f, take)
 	_, minute := floorBucketID(now, "")
 	bk := floorBucketKey(minute)
 	recs, err := c.HGetAll(ctx, bk).Result()
@@ -90,15 +55,5 @@ func TestFloorBucket(t *testing.T) {
 	if err != nil || len(keys) != 5 { // the stock, the offsets, the redo queue, the pending index, the minute's hash
 		t.Fatalf("keys written: %v (%v), want the stock, the offsets, the redo queue, the pending index and %s", keys, err, bk)
 	}
-	if err := f.load(ctx, floorHotSKU, 1); err != nil {
-		t.Fatal(err)
-	}
-	for i, err := range errs {
-		if err == nil {
-			if err := take(i); err == nil || errors.Is(err, errFloorShort) {
-				t.Fatalf("order o%d again: %v, want a refusal for its record", i, err)
-			}
-			break
-		}
-	}
+	retakeRefused(t, f, errs, take)
 }
