@@ -186,9 +186,19 @@ func invInlineParts(ctx context.Context, c *redis.Client, name string) ([]invent
 	if err := iter.Err(); err != nil {
 		return nil, fmt.Errorf("node %s: SCAN: %w", name, err)
 	}
+	// one pipeline for every record (one round trip, not two per order:
+	// a poll of a few hundred orders stays short on a loaded machine)
+	reads := make([]*inventory.OrderRead, len(ids))
+	pipe := c.Pipeline()
+	for i, id := range ids {
+		reads[i] = inventory.ReadOrder(ctx, pipe, id)
+	}
+	if len(ids) > 0 {
+		_, _ = pipe.Exec(ctx) // each read's own error is checked below (a record's two layouts)
+	}
 	var out []inventory.PartRecord
-	for _, id := range ids {
-		f, err := inventory.ReadOrder(ctx, c, id).Fields()
+	for i, id := range ids {
+		f, err := reads[i].Fields()
 		if err != nil {
 			return nil, fmt.Errorf("node %s: reading orders: %w", name, err)
 		}

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -62,7 +63,9 @@ func invWaitParts(t *testing.T, c *invCluster, orders []string, timeout time.Dur
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		left, err := invPendingOf(invCtx(t, 5*time.Second), c.clients, orders)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		left, err := invPendingOf(ctx, c.clients, orders)
+		cancel()
 		if indexOnly {
 			left = slices.DeleteFunc(left, func(p invPart) bool { return !p.inIndex })
 		}
