@@ -281,9 +281,22 @@ func invCheckDecisions(t testing.TB, c *invCluster, orders []string) map[string]
 	for _, p := range parts {
 		byOrder[p.order] = append(byOrder[p.order], p)
 	}
+	// the records, one pipeline per home node
+	pipes := map[string]redis.Pipeliner{}
+	reads := make([]*inventory.OrderRead, len(orders))
+	for i, o := range orders {
+		h := c.home(o)
+		if pipes[h] == nil {
+			pipes[h] = c.clients[h].Pipeline()
+		}
+		reads[i] = inventory.ReadOrder(ctx, pipes[h], o)
+	}
+	for _, pipe := range pipes {
+		_, _ = pipe.Exec(ctx) // each read's own error is checked below (a record's two layouts)
+	}
 	out := map[string]string{}
-	for _, o := range orders {
-		f, err := inventory.ReadOrder(ctx, c.clients[c.home(o)], o).Fields()
+	for i, o := range orders {
+		f, err := reads[i].Fields()
 		if err != nil {
 			t.Fatalf("order %s on %s: %v", o, c.home(o), err)
 		}
