@@ -38,15 +38,19 @@ func newEnv(t *testing.T, instances int) *env {
 	}
 	cfg.Servers = map[string]config.Server{"cache": {OnNodeDown: config.OnNodeDownFail,
 		Routes: map[string][]string{"r": {"n1", "n2", "n3"}}}}
-	// Timeout is also the dial and command timeout: 3s, not 200ms, so a
-	// loaded machine (-race, parallel packages, a CI run beside other
-	// work) does not fail a thousand concurrent Gets' dials and reads (at
-	// 1s, TestSingleFlightAcrossInstances saw 6 of its 1000 answers fail
-	// in a clean-clone CI run); a killed node is noticed at once
+	// The dial timeout (Health.Timeout) and the command timeout
+	// (Client.CommandTimeout) are 3s, not 200ms and 1s, so a loaded
+	// machine (-race, parallel packages, a CI run beside other work) does
+	// not fail a thousand concurrent Gets' dials and reads (at 1s,
+	// TestSingleFlightAcrossInstances saw 6 of its 1000 answers fail in a
+	// clean-clone CI run, and 56 with "pipelined command: no reply within
+	// 1s" in ci421, beside an explorer, after only Health.Timeout had been
+	// raised); a killed node is noticed at once
 	// (connection refused), and no test here stops a node without killing
 	// it.
 	cfg.Health = config.Health{Heartbeat: 100 * time.Millisecond, Timeout: 3 * time.Second,
 		Backoff: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}}
+	cfg.Client.CommandTimeout = 3 * time.Second
 	if err := cfg.ValidateRouter(); err != nil {
 		t.Fatal(err)
 	}
