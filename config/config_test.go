@@ -98,7 +98,7 @@ func exampleConfig() Config {
 			CarryWait:         2 * time.Millisecond,
 		},
 		Sync: Sync{Listen: "127.0.0.1:7401", Batch: 1000, PollInterval: 100 * time.Millisecond,
-			SettleInterval: time.Second, DecideWait: 250 * time.Millisecond, RetryBackoff: time.Second},
+			SettleInterval: time.Second, SettleWalkInterval: time.Minute, DecideWait: 250 * time.Millisecond, RetryBackoff: time.Second},
 	}
 }
 
@@ -200,6 +200,7 @@ sync:
   batch: 10000
   poll_interval: 20ms
   settle_interval: 250ms
+  settle_walk_interval: 30s
   decide_wait: 0s
   retry_backoff: 3s
 `), nil)
@@ -233,7 +234,8 @@ sync:
 			CarryWait:         2 * time.Millisecond,
 		},
 		Sync: Sync{DSN: "postgres://shardis@db.internal:5432/shardis?sslmode=require", Listen: "", Batch: 10000,
-			PollInterval: 20 * time.Millisecond, SettleInterval: 250 * time.Millisecond, DecideWait: 0, RetryBackoff: 3 * time.Second},
+			PollInterval: 20 * time.Millisecond, SettleInterval: 250 * time.Millisecond, SettleWalkInterval: 30 * time.Second,
+			DecideWait: 0, RetryBackoff: 3 * time.Second},
 	}
 	if !reflect.DeepEqual(*got, want) {
 		t.Errorf("Parse:\n got %+v\nwant %+v", *got, want)
@@ -1016,7 +1018,7 @@ func TestValidate(t *testing.T) {
 			"health.timeout", "inventory.attempt_lease", "inventory.max_reservation_ttl", "inventory.reconcile_interval",
 			"inventory.redo_queues", "inventory.reservation_ttl", "inventory.retention",
 			"inventory.server", "nodes", "pipeline.max_batch", "servers", "service.listen", "service.max_body_bytes", "service.shutdown_timeout",
-			"sync.batch", "sync.poll_interval", "sync.retry_backoff", "sync.settle_interval",
+			"sync.batch", "sync.poll_interval", "sync.retry_backoff", "sync.settle_interval", "sync.settle_walk_interval",
 		}},
 		{"empty policy", func(c *Config) {
 			c.Servers["inventory"] = Server{Routes: c.Servers["inventory"].Routes}

@@ -31,10 +31,19 @@ type Sync struct {
 	// read again.
 	// default: 100ms
 	PollInterval time.Duration `koanf:"poll_interval"`
-	// SettleInterval is how often parts landed while pending are checked
-	// on their node again, until they are confirmed or cancelled.
+	// SettleInterval is how often the sync reads each node's settled log
+	// (the parts that left pending there), so a part landed while pending
+	// has its row updated within about this once it is confirmed or
+	// cancelled.
 	// default: 1s
 	SettleInterval time.Duration `koanf:"settle_interval"`
+	// SettleWalkInterval is how often the sync re-reads every part landed
+	// while pending on its node anyway (a cost in proportion to how many
+	// are pending), for what the settled log does not name: a part whose
+	// record outlived its retention, one a release without the log
+	// settled, entries trimmed before they were read.
+	// default: 1m
+	SettleWalkInterval time.Duration `koanf:"settle_walk_interval"`
 	// DecideWait is how long a part must have been pending, by its node's
 	// clock, before the sync lands it (0..1m; 0: at once). A Reserve
 	// attempt that takes stock and is then refused gives it back within
@@ -52,8 +61,8 @@ type Sync struct {
 
 // String formats the sync settings with the DSN's password redacted.
 func (s Sync) String() string {
-	return fmt.Sprintf("{DSN:%s Listen:%s Batch:%d PollInterval:%v SettleInterval:%v DecideWait:%v RetryBackoff:%v}",
-		RedactDSN(s.DSN), s.Listen, s.Batch, s.PollInterval, s.SettleInterval, s.DecideWait, s.RetryBackoff)
+	return fmt.Sprintf("{DSN:%s Listen:%s Batch:%d PollInterval:%v SettleInterval:%v SettleWalkInterval:%v DecideWait:%v RetryBackoff:%v}",
+		RedactDSN(s.DSN), s.Listen, s.Batch, s.PollInterval, s.SettleInterval, s.SettleWalkInterval, s.DecideWait, s.RetryBackoff)
 }
 
 // RedactDSN returns dsn with its password replaced by "<redacted>", in
@@ -93,12 +102,13 @@ func isURLDSN(dsn string) bool {
 // defaultSync holds the sync defaults.
 func defaultSync() Sync {
 	return Sync{
-		Listen:         "127.0.0.1:7401",
-		Batch:          1000,
-		PollInterval:   100 * time.Millisecond,
-		SettleInterval: time.Second,
-		DecideWait:     250 * time.Millisecond,
-		RetryBackoff:   time.Second,
+		Listen:             "127.0.0.1:7401",
+		Batch:              1000,
+		PollInterval:       100 * time.Millisecond,
+		SettleInterval:     time.Second,
+		SettleWalkInterval: time.Minute,
+		DecideWait:         250 * time.Millisecond,
+		RetryBackoff:       time.Second,
 	}
 }
 
@@ -118,6 +128,7 @@ func (c *Config) syncProblems(ps *Problems) {
 	}
 	positive(ps, "sync.poll_interval", s.PollInterval)
 	positive(ps, "sync.settle_interval", s.SettleInterval)
+	positive(ps, "sync.settle_walk_interval", s.SettleWalkInterval)
 	if s.DecideWait < 0 || s.DecideWait > time.Minute {
 		ps.add("sync.decide_wait", s.DecideWait.String(), "must be 0s..1m (0s: land parts at once)")
 	}

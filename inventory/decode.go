@@ -67,13 +67,16 @@ const (
 	// number (offset / 32), or, for a segment of the release before, the
 	// queue number, ":", the segment number (offset / 100).
 	KeyRedoSegment
+	// KeySettledLog is the node's settled log (stream: the ids of parts
+	// that left pending, [SettledLogKey]); rest is "".
+	KeySettledLog
 )
 
 var keyKindNames = [...]string{KeyOther: "other", KeyStock: "stock", KeyQuota: "quota", KeyPart: "part",
 	KeyOrder: "order", KeyRedoLog: "redo-log", KeyRedoOffsets: "redo-offsets", KeyRedoAcked: "redo-acked",
 	KeyPending: "pending", KeyStuck: "stuck", KeyStuckWhy: "stuck-why", KeyLimitsTodo: "limits-todo",
 	KeyTransfer: "transfer", KeyTransferMarker: "transfer-marker", KeyStuckRetry: "stuck-retry",
-	KeyRedoSegment: "redo-segment"}
+	KeyRedoSegment: "redo-segment", KeySettledLog: "settled-log"}
 
 // String returns the kind's short name ("stock", "part", "redo-log" …).
 func (k KeyKind) String() string {
@@ -86,7 +89,7 @@ func (k KeyKind) String() string {
 // fixedKeys are the keys of which a node holds one each.
 var fixedKeys = map[string]KeyKind{RedoOffsetsKey: KeyRedoOffsets, keyRedoAcked: KeyRedoAcked,
 	PendingKey: KeyPending, keyStuck: KeyStuck, keyStuckWhy: KeyStuckWhy, keyStuckRetry: KeyStuckRetry,
-	keyLimitsTodo: KeyLimitsTodo}
+	keyLimitsTodo: KeyLimitsTodo, SettledLogKey: KeySettledLog}
 
 // keyFamilies are the prefixed families, a longer prefix before any
 // prefix of it.

@@ -34,6 +34,7 @@ func TestParseKeyReadsTheConstructors(t *testing.T) {
 		{keyStuckWhy, KeyStuckWhy, ""},
 		{keyStuckRetry, KeyStuckRetry, ""},
 		{keyLimitsTodo, KeyLimitsTodo, ""},
+		{SettledLogKey, KeySettledLog, ""},
 		{xferKey(xferID(3, xferStock, "n3", stockKey("r", "x"))), KeyTransfer, "3|stock|n3|inv:stock:r:x"},
 		{xferMarkerKey("3|quota|k"), KeyTransferMarker, "3|quota|k"},
 	} {

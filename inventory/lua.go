@@ -41,10 +41,12 @@ import (
 //	        `partPrefix`.
 //
 // A script's own keys start at KEYS[2] and its own arguments at ARGV[4].
-// Every key a script touches is in KEYS, but for one kind: a part whose
-// id the script itself reads from an index (the pending index, a redo
-// queue) is named partPrefix .. id, so the key format still has its one
-// definition in keys.go. The stamp check defines `partPrefix`; the
+// Every key a script touches is in KEYS, but for a few: a part whose id
+// the script itself reads from an index (the pending index, a redo queue)
+// is named partPrefix .. id, so the key format still has its one
+// definition in keys.go; the node's settled log, which part_put appends
+// to (settledlog.go); and the pending index and redo offsets hash the
+// reserve scripts name themselves (lua/prelude.lua). The stamp check defines `partPrefix`; the
 // prelude library (a script carries what it uses) `now` (the node's clock,
 // ms) and `nowS` (the same as a string), `int(v, what, suffix)`
 // (a strict integer parse returning n, or nil and an error reply naming

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -70,7 +71,8 @@ func TestPartCodecLuaSpellsGoConstants(t *testing.T) {
 	sep := `\031`
 	want := []string{"local " + strings.Join(partFields[:], ", ") + " = string.match(v .. PPAD, PPAT)",
 		"local PPAD = '" + strings.Repeat(sep, len(partFields)) + "'",
-		"'" + stockKeyPrefix + "'", "'" + quotaKeyPrefix + "'", "'" + redoLogKeyPrefix + "'", "'" + sep + "'"}
+		"'" + stockKeyPrefix + "'", "'" + quotaKeyPrefix + "'", "'" + redoLogKeyPrefix + "'", "'" + sep + "'",
+		"local SETTLED_LOG, SETTLED_CAP = '" + SettledLogKey + "', '" + strconv.Itoa(SettledLogCap) + "'"}
 	for st, code := range partStateCodes {
 		want = append(want, st+" = '"+code+"'", code+" = '"+st+"'")
 	}

@@ -78,12 +78,12 @@
 //     any point resumes from the committed position: entries between the
 //     commit and the acknowledgement are landed already and acknowledged
 //     on restart.
-//   - A part landed while pending is re-checked on its node every
-//     settle_interval until it is confirmed or cancelled; the row is
-//     updated, never duplicated, and only while the incarnation whose
-//     state the re-check read still holds it (held_by: a landing that
-//     handed it to a later one meanwhile leaves it to the next pass).
-//     States only move forward.
+//   - A part landed while pending is re-read on its node once it settles
+//     (below, "Settled states") until it is confirmed or cancelled; the
+//     row is updated, never duplicated, and only while the incarnation
+//     whose state the re-read found still holds it (held_by: a landing
+//     that handed it to a later one meanwhile leaves it to the next
+//     pass). States only move forward.
 //   - A node at a new incarnation (it lost data and `shardis node accept`
 //     took it back) gets positions of its own from offset 0; the change is
 //     logged and counted (shardis_sync_new_incarnations_total). Pending
@@ -121,6 +121,42 @@
 //     incarnation's states written over them.
 //   - At start (and at a new incarnation) each node's committed position
 //     per queue, where landing resumes, is logged.
+//
+// # Settled states
+//
+// A row landed pending must follow its part when the part settles. Re-
+// reading every pending row on its node every pass costs in proportion
+// to how many are pending (in a sale with a long payment window, most of
+// them, every second), so a node names each part that leaves pending in
+// its settled log (inventory/settledlog.go: appended by the same script
+// that writes the settled record, bounded, lost with the node's data).
+// Per node, under the node's settle lock, one loop does:
+//
+//	follow  every settle_interval: read the log after this instance's
+//	        cursor, re-read the parts it names that have a pending row,
+//	        write the settled ones, commit, then move the cursor;
+//	again   the parts a follow step read are looked for once more a step
+//	        timeout plus a second later, with a later follow step;
+//	walk    re-read every pending row, in chunks: at start, when entries
+//	        after the cursor were trimmed before they were read or the
+//	        log is not the one the cursor was in (SettledCursor.Advance),
+//	        when the node is at another incarnation, and every
+//	        settle_walk_interval.
+//
+// Why no settle is missed: a part's entry is written after its settled
+// record, in the same script, so a re-read for the entry finds it
+// settled. Its row either exists when the follow step looks (then it is
+// written) or is landed later: by a landing that read the part after it
+// settled (it lands settled), or by one that read it pending before the
+// entry existed; that landing's step ends within the step timeout of its
+// read, before the second look, which writes it. A cursor moves only past
+// entries whose step committed; another instance that holds the lock
+// meanwhile follows from its own cursor, and re-reading a part twice is
+// harmless. What the log cannot tell — entries trimmed unread, a node
+// that went back to older data, a record that outlived its retention
+// (read missing: expired), a part settled by a release without the log, a
+// landing held up past its step timeout — the next walk finds, at the
+// latest settle_walk_interval later.
 //
 // It uses github.com/jackc/pgx/v5 (pgxpool), the standard PostgreSQL
 // driver for Go: maintained, no cgo, native arrays for the unnest-based

@@ -107,6 +107,10 @@ func newEnv(t *testing.T, aof bool) *env {
 	cfg.Sync.Listen = ""
 	cfg.Sync.PollInterval = 20 * time.Millisecond
 	cfg.Sync.SettleInterval = 100 * time.Millisecond
+	// a walk over every pending row as often: most tests here change a
+	// part's state in ways the settled log names and in ways only a walk
+	// finds (TestSettledLogAlone sets a long one)
+	cfg.Sync.SettleWalkInterval = 100 * time.Millisecond
 	cfg.Sync.RetryBackoff = 100 * time.Millisecond
 	cfg.Sync.Batch = 200
 	if err := cfg.ValidateSync(); err != nil {
@@ -119,7 +123,7 @@ func newEnv(t *testing.T, aof bool) *env {
     routes: {all: [n1, n2, n3], one: [n2]}
 health: {heartbeat: 100ms, timeout: 500ms, backoff: [100ms, 200ms]}
 inventory: {redo_queues: 8}
-sync: {dsn: "` + cfg.Sync.DSN + `", listen: "", poll_interval: 20ms, settle_interval: 100ms, retry_backoff: 100ms, batch: 200}
+sync: {dsn: "` + cfg.Sync.DSN + `", listen: "", poll_interval: 20ms, settle_interval: 100ms, settle_walk_interval: 100ms, retry_backoff: 100ms, batch: 200}
 `
 	if err := os.WriteFile(e.yaml, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ type Metrics struct {
 	lost         *prometheus.CounterVec
 	skipped      *prometheus.CounterVec
 	conflicts    *prometheus.CounterVec
+	walks        *prometheus.CounterVec
 
 	mu       sync.Mutex
 	rewoundQ map[string]map[int]bool // node → queues paused because they went back
@@ -86,7 +87,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"node"})
 	m.unsettled = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "shardis_sync_unsettled_parts",
-		Help: "Landed parts still pending (re-checked every settle_interval), as of the last full pass.",
+		Help: "Landed parts still pending, as of the last walk over all of them (every settle_walk_interval).",
 	}, []string{"node"})
 	m.lost = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardis_sync_lost_parts_total",
@@ -100,9 +101,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "shardis_sync_skipped_refused_parts_total",
 		Help: "Redo-log entries left out of PostgreSQL because their part was given back by a Reserve attempt that never became a reservation (read cancelled, reason refused, before it landed), by node.",
 	}, []string{"node"})
+	m.walks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardis_sync_settle_walks_total",
+		Help: "Walks over every landed pending part of the node, re-reading each on the node: at start, after a gap in the node's settled log or a new incarnation, and every settle_walk_interval (between walks only the parts the settled log names are re-read).",
+	}, []string{"node"})
 	if reg != nil {
 		reg.MustRegister(m.landed, m.settled, m.lag, m.delay, m.errors, m.dbUp, m.incarnations, m.generation,
-			m.trimmed, m.rewound, m.unsettled, m.lost, m.skipped, m.conflicts)
+			m.trimmed, m.rewound, m.unsettled, m.lost, m.skipped, m.conflicts, m.walks)
 	}
 	return m
 }
@@ -123,6 +128,7 @@ func (m *Metrics) initNode(node string) {
 	m.lost.WithLabelValues(node)
 	m.skipped.WithLabelValues(node)
 	m.conflicts.WithLabelValues(node)
+	m.walks.WithLabelValues(node)
 }
 
 func (m *Metrics) setLag(node string, queue int, lag int64) {
@@ -207,3 +213,7 @@ func sumOf(c prometheus.Collector) float64 {
 	}
 	return total
 }
+
+// Walks returns how many walks over every landed pending part were
+// completed, over every node (shardis_sync_settle_walks_total).
+func (m *Metrics) Walks() float64 { return sumOf(m.walks) }

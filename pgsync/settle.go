@@ -36,12 +36,39 @@ WHERE m.node = $1 AND m.incarnation = u.inc AND m.queue = u.q AND m.redo_offset 
   AND coalesce(m.held_by, m.incarnation) = u.holder`
 )
 
-// settleLoop re-checks the node's landed pending parts until ctx is done:
-// a pass walks all of them in chunks, then waits settle_interval.
+// settleLoop keeps the node's landed pending rows' states current until
+// ctx is done (doc.go, "Settled states"): it walks every pending row in
+// chunks at start, when the node's settled log had a gap or the node is at
+// another incarnation, and every settle_walk_interval; between walks it
+// follows the log every settle_interval, re-reading only the parts its
+// entries name.
 func (w *worker) settleLoop(ctx context.Context) {
 	var from settleKey
 	var still int64
+	var f follower
+	walking, walked := true, time.Time{}
 	for ctx.Err() == nil {
+		if !walking {
+			read, err := w.followStep(ctx, &f)
+			switch {
+			case err != nil:
+				if ctx.Err() != nil || !w.s.health.wait(ctx, w.s.set.RetryBackoff) {
+					return
+				}
+				continue
+			case f.walkDue || time.Since(walked) >= w.s.set.SettleWalkInterval:
+				walking, f.walkDue = true, false
+				continue
+			case read < settleChunk:
+				if !sleep(ctx, w.s.set.SettleInterval) {
+					return
+				}
+			}
+			continue
+		}
+		if f.inc == "" && from == (settleKey{}) {
+			w.startFollowing(ctx, &f) // before the walk: it covers what came before
+		}
 		scanned, pending, err := w.settleStep(ctx, &from)
 		if err != nil {
 			if ctx.Err() != nil || !w.s.health.wait(ctx, w.s.set.RetryBackoff) {
@@ -60,11 +87,41 @@ func (w *worker) settleLoop(ctx context.Context) {
 		if scanned < settleChunk {
 			w.s.m.unsettled.WithLabelValues(w.node).Set(float64(still))
 			from, still = settleKey{}, 0
-			if !sleep(ctx, w.s.set.SettleInterval) {
-				return
-			}
+			walking, walked = false, time.Now()
+			w.s.m.walks.WithLabelValues(w.node).Inc()
 		}
 	}
+}
+
+// settleTx begins a settle step's transaction and tries the node's settle
+// lock in it: mine is false (and tx rolled back) when another instance
+// holds it. started is when the step began (dbHealth.observe).
+func (w *worker) settleTx(ctx context.Context) (tx pgx.Tx, started time.Time, mine bool, err error) {
+	started = time.Now()
+	tx, err = w.s.pool.Begin(ctx)
+	if err != nil {
+		return nil, started, false, w.settleFailed(stageDB, err, started)
+	}
+	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1, -1)", w.key).Scan(&mine); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, started, false, w.settleFailed(stageDB, err, started)
+	}
+	w.s.health.observe(nil, started)
+	if !mine {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		w.settle.ok() // the database answered: another instance does this pass
+	}
+	return tx, started, mine, nil
+}
+
+// settleFailed counts a settle step's failure at stage and returns err.
+func (w *worker) settleFailed(stage string, err error, started time.Time) error {
+	w.s.m.errors.WithLabelValues(w.node, stage).Inc()
+	if stage == stageDB {
+		w.s.health.observe(err, started)
+	}
+	w.settle.fail(err)
+	return err
 }
 
 // settleStep re-checks up to settleChunk landed pending parts after from,
@@ -74,63 +131,57 @@ func (w *worker) settleLoop(ctx context.Context) {
 func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pending int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, w.s.set.StepTimeout)
 	defer cancel()
-	m, started := w.s.m, time.Now()
-	fail := func(stage string, err error) (int64, int64, error) {
-		m.errors.WithLabelValues(w.node, stage).Inc()
-		if stage == stageDB {
-			w.s.health.observe(err, started)
-		}
-		w.settle.fail(err)
+	tx, started, mine, err := w.settleTx(ctx)
+	if err != nil {
 		return 0, 0, err
 	}
-	tx, err := w.s.pool.Begin(ctx)
-	if err != nil {
-		return fail(stageDB, err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	var mine bool
-	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1, -1)", w.key).Scan(&mine); err != nil {
-		return fail(stageDB, err)
-	}
-	w.s.health.observe(nil, started)
 	if !mine {
-		w.settle.ok() // the database answered: another instance does this pass
 		return -1, 0, nil
 	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	list, err := pendingRows(ctx, tx, w.node, *from)
 	if err != nil {
-		return fail(stageDB, err)
+		return 0, 0, w.settleFailed(stageDB, err, started)
 	}
-	if len(list) == 0 {
-		if err := tx.Commit(ctx); err != nil {
-			return fail(stageDB, err)
+	var upd settleUpdate
+	if len(list) > 0 {
+		if upd, pending, err = w.recheck(ctx, list); err != nil {
+			return 0, 0, w.settleFailed(stageSettle, err, started)
 		}
-		w.settle.ok()
-		return 0, 0, nil
-	}
-	upd, pending, err := w.recheck(ctx, list)
-	if err != nil {
-		return fail(stageSettle, err)
-	}
-	if len(upd.st) > 0 {
-		if _, err := tx.Exec(ctx, sqlSettle, w.node, upd.incs, upd.qs, upd.offs, upd.st, upd.settled, upd.why, upd.holders); err != nil {
-			return fail(stageDB, err)
+		if err := w.writeSettled(ctx, tx, upd); err != nil {
+			return 0, 0, w.settleFailed(stageDB, err, started)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fail(stageDB, err)
+		return 0, 0, w.settleFailed(stageDB, err, started)
 	}
 	w.settle.ok()
+	w.settled(upd)
+	if len(list) > 0 {
+		*from = list[len(list)-1].key
+	}
+	return int64(len(list)), pending, nil
+}
+
+// writeSettled writes upd's states in tx (sqlSettle), when it has any.
+func (w *worker) writeSettled(ctx context.Context, tx pgx.Tx, upd settleUpdate) error {
+	if len(upd.st) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, sqlSettle, w.node, upd.incs, upd.qs, upd.offs, upd.st, upd.settled, upd.why, upd.holders)
+	return err
+}
+
+// settled counts and logs what a committed step wrote (upd).
+func (w *worker) settled(upd settleUpdate) {
 	for _, s := range upd.st {
-		m.settled.WithLabelValues(w.node, s).Inc()
+		w.s.m.settled.WithLabelValues(w.node, s).Inc()
 	}
 	if upd.lost > 0 {
-		m.lost.WithLabelValues(w.node).Add(float64(upd.lost))
+		w.s.m.lost.WithLabelValues(w.node).Add(float64(upd.lost))
 		w.s.log.Error("landed pending parts are gone from their node, which is at a new incarnation: state set to lost",
 			"node", w.node, "incarnation", upd.nodeInc, "parts", upd.lost)
 	}
-	*from = list[len(list)-1].key
-	return int64(len(list)), pending, nil
 }
 
 // pendingRow is one landed pending part settleStep re-checks.

@@ -22,9 +22,17 @@ type Settings struct {
 	// PollInterval is how often a node with nothing new is read again.
 	// default: 100ms
 	PollInterval time.Duration
-	// SettleInterval is how often landed pending parts are re-checked.
+	// SettleInterval is how often each node's settled log is read, so a
+	// landed pending part that settles has its row updated within about
+	// this (doc.go, "Settled states").
 	// default: 1s
 	SettleInterval time.Duration
+	// SettleWalkInterval is how often every landed pending part is
+	// re-read on its node anyway, for the changes the settled log does not
+	// name (a record that outlived its retention, a settle by a release
+	// without the log).
+	// default: 1m
+	SettleWalkInterval time.Duration
 	// DecideWait is how long a part must have been pending, by its node's
 	// clock, before it lands (doc.go, "Refused attempts"): the time a
 	// refused Reserve attempt has to give its parts back, which are then
@@ -59,7 +67,7 @@ type Settings struct {
 // SettingsFrom returns the settings of a configuration's sync section.
 func SettingsFrom(c config.Sync) Settings {
 	st := Settings{Batch: c.Batch, PollInterval: c.PollInterval, SettleInterval: c.SettleInterval,
-		DecideWait: c.DecideWait, RetryBackoff: c.RetryBackoff}
+		SettleWalkInterval: c.SettleWalkInterval, DecideWait: c.DecideWait, RetryBackoff: c.RetryBackoff}
 	if c.DecideWait == 0 {
 		st.DecideWait = -1 // sync.decide_wait: 0 is none
 	}
@@ -79,6 +87,9 @@ func (s *Settings) defaults() {
 	}
 	if s.SettleInterval <= 0 {
 		s.SettleInterval = time.Second
+	}
+	if s.SettleWalkInterval <= 0 {
+		s.SettleWalkInterval = time.Minute
 	}
 	if s.DecideWait == 0 {
 		s.DecideWait = 250 * time.Millisecond

@@ -145,6 +145,8 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 				cmds[i] = pipe.Get(ctx, k)
 			case inventory.KeyTransferMarker:
 				// a destination's memory of an applied transfer (topology)
+			case inventory.KeySettledLog:
+				// a hint for the sync (inventory/settledlog.go), not a record
 			case inventory.KeyTransfer:
 				ns.xfers = append(ns.xfers, k)
 			default:

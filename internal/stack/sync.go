@@ -91,6 +91,9 @@ func syncSettings(c config.Sync, opts SyncOptions) pgsync.Settings {
 	if o.SettleInterval > 0 {
 		set.SettleInterval = o.SettleInterval
 	}
+	if o.SettleWalkInterval > 0 {
+		set.SettleWalkInterval = o.SettleWalkInterval
+	}
 	if o.DecideWait != 0 {
 		set.DecideWait = o.DecideWait
 	}

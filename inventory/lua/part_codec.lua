@@ -19,6 +19,9 @@ local PSD = {p = 'pending', c = 'confirmed', x = 'cancelled'}
 -- out (reserveCall)
 local PNEW_STOCK = PSC.pending .. '\031s\031'
 local PFX_STOCK, PFX_QUOTA, PFX_REDO = 'inv:stock:', 'inv:quota:', 'inv:redo:'
+-- The node's settled log (SettledLogKey, settledlog.go): a stream naming
+-- each part that leaves pending, the newest SETTLED_CAP or so kept
+local SETTLED_LOG, SETTLED_CAP = 'inv:settled', '100000'
 -- 18 fields, each followed by a separator: a record less its empty
 -- trailing fields, padded with PPAD, matches PPAT; the fields after the
 -- 18th (none are written) are left unread. (One literal: Lua 5.1 would
@@ -143,6 +146,12 @@ local function part_put(key, t, ttl)
   while string.byte(s, e) == 31 do e = e - 1 end
   if e < #s then s = string.sub(s, 1, e) end
   set_value(key, s, ttl)
+  -- a part that leaves pending (confirmed, cancelled, expired) is named in
+  -- the settled log, a hint for a consumer that lands its state elsewhere
+  -- (pgsync); a tombstone never was pending
+  if (state == PSC.confirmed or state == PSC.cancelled) and not tombstone then
+    redis.call('XADD', SETTLED_LOG, 'MAXLEN', '~', SETTLED_CAP, '*', 'p', id)
+  end
 end
 -- part_new(key, a, b, qty, off, dlS, nx, offS): a new pending part
 -- record, written from the template its caller encoded (rectemplate.go,
