@@ -152,11 +152,16 @@
 // read, before the second look, which writes it. A cursor moves only past
 // entries whose step committed; another instance that holds the lock
 // meanwhile follows from its own cursor, and re-reading a part twice is
-// harmless. What the log cannot tell — entries trimmed unread, a node
-// that went back to older data, a record that outlived its retention
-// (read missing: expired), a part settled by a release without the log, a
-// landing held up past its step timeout — the next walk finds, at the
-// latest settle_walk_interval later.
+// harmless. A follower keeps at most about as many parts for their second
+// look as the log keeps entries, and walks instead past that (more
+// settles on one node within a step timeout). A follower that never read
+// the log starts before the log's first entry at that moment, then walks:
+// the walk covers every part that settled before. What the log cannot
+// tell — entries trimmed unread, a node that went back to older data, a
+// record that outlived its retention (read missing: expired), a part
+// settled by a release without the log, a landing held up past its step
+// timeout — the next walk finds, at the latest settle_walk_interval
+// later.
 //
 // It uses github.com/jackc/pgx/v5 (pgxpool), the standard PostgreSQL
 // driver for Go: maintained, no cgo, native arrays for the unnest-based

@@ -23,7 +23,8 @@ type follower struct {
 	// (oldest first): a landing that read one as pending before its entry
 	// was written commits its row within its step (StepTimeout) after
 	// that read, perhaps after this step looked for the row
-	again []againBatch
+	again  []againBatch
+	againN int // ids in again, at most maxAgain
 	// walkDue: every landed pending row must be read again (a gap in the
 	// log, a new incarnation)
 	walkDue bool
@@ -34,6 +35,11 @@ type againBatch struct {
 	due time.Time
 	ids []string
 }
+
+// maxAgain bounds the ids a follower keeps for their second look (a few
+// MB): past it, it drops the oldest batch and walks instead, which reads
+// every row a second look would.
+const maxAgain = inventory.SettledLogCap
 
 // secondLook is how long after a step reads an entry it looks for the
 // part's row again: past the step timeout of any landing that read the
@@ -83,10 +89,7 @@ func (w *worker) followStep(ctx context.Context, f *follower) (read int, err err
 		ids = append(ids, e.PartID)
 	}
 	now := time.Now()
-	due := 0
-	for due < len(f.again) && !f.again[due].due.After(now) {
-		due++
-	}
+	due := f.dueAt(now)
 	look := ids
 	for _, b := range f.again[:due] {
 		look = append(look, b.ids...)
@@ -102,15 +105,41 @@ func (w *worker) followStep(ctx context.Context, f *follower) (read int, err err
 	}
 	w.settle.ok()
 	w.settled(upd)
-	f.again = f.again[due:]
-	if len(ids) > 0 {
-		f.again = append(f.again, againBatch{due: now.Add(w.s.set.secondLook()), ids: ids})
-	}
+	f.looked(due, ids, now.Add(w.s.set.secondLook()))
 	if gap || (f.inc != "" && r.Incarnation != f.inc) {
 		f.walkDue = true
 	}
 	f.cur, f.inc = next, r.Incarnation
 	return len(r.Entries), nil
+}
+
+// dueAt returns how many of f's batches are due for their second look at
+// now (they come first).
+func (f *follower) dueAt(now time.Time) int {
+	due := 0
+	for due < len(f.again) && !f.again[due].due.After(now) {
+		due++
+	}
+	return due
+}
+
+// looked records a committed step that looked again at f's first due
+// batches and read ids, to be looked at again at next: it keeps at most
+// maxAgain ids, dropping the oldest batches past that and marking a walk
+// due, which reads every row their second look would.
+func (f *follower) looked(due int, ids []string, next time.Time) {
+	for _, b := range f.again[:due] {
+		f.againN -= len(b.ids)
+	}
+	f.again = f.again[due:]
+	if len(ids) > 0 {
+		f.again = append(f.again, againBatch{due: next, ids: ids})
+		f.againN += len(ids)
+	}
+	for f.againN > maxAgain {
+		f.againN -= len(f.again[0].ids)
+		f.again, f.walkDue = f.again[1:], true
+	}
 }
 
 // settleRows re-reads on the node those of parts that have a landed
