@@ -37,6 +37,10 @@ const (
 	// offset handed out in that queue ([RedoLogKey]).
 	RedoOffsetsKey = "inv:redo:offsets"
 	keyRedoAcked   = "inv:redo:acked" // hash: redo queue key → acknowledged offset; redoAckedInc → their incarnation
+	// SettledLogKey is a node's settled log: a stream whose entries have
+	// one field, "p", the id of a part that left pending there, the
+	// newest [SettledLogCap] or so kept (settledlog.go).
+	SettledLogKey = "inv:settled"
 )
 
 // Prefixes of the key families; the constructors below and ParseKey

@@ -27,10 +27,6 @@ import (
 // inventory.retention (it reads as missing) or when a release before this
 // one settled it.
 
-// SettledLogKey is a node's settled log: a stream whose entries have one
-// field, "p", the id of a part that left pending.
-const SettledLogKey = "inv:settled"
-
 // SettledLogCap is about how many entries a node's settled log keeps
 // (XADD MAXLEN ~, SETTLED_CAP of lua/part_codec.lua): a consumer that
 // reads it every second falls behind only past this many settles in a
