@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
@@ -216,6 +217,44 @@ func BenchmarkReserveSoldOutParallel(b *testing.B) {
 			id := string(strconv.AppendInt(buf[:7], seq.Add(1), 10))
 			if _, err := inv.Reserve(ctx, id, items, "", 0); !errors.Is(err, inventory.ErrInsufficientStock) {
 				b.Errorf("order %s: got %v, want ErrInsufficientStock", id, err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkConfirmParallel confirms 1-item orders of a SKU whose stock
+// lives on one node (route r1), reserved with ids minted for the items
+// before the timer starts (one script each: record and part on the stock's
+// node), from GOMAXPROCS*8 goroutines: each Confirm decides the record,
+// then settles the part, which appends its settled-log entry
+// (settledlog.go). With the entry's XADD cut out of lua/part_codec.lua,
+// three paired runs of 20000 confirms read 65.6–69.2 µs/op against
+// 66.4–70.2 µs/op with it (2026-12-04, this 2-core machine).
+func BenchmarkConfirmParallel(b *testing.B) {
+	inv := benchInventory(b, "sku-1")
+	items := []inventory.Item{{Route: "r1", SKU: "sku-1", Quantity: 1}}
+	ctx := context.Background()
+	ids := make([]string, b.N)
+	for i := range ids {
+		id, err := inv.NewOrderID(ctx, items...)
+		if err == nil {
+			_, err = inv.Reserve(ctx, id, items, "", time.Hour)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = id
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			id := ids[next.Add(1)-1]
+			if _, err := inv.Confirm(ctx, id); err != nil {
+				b.Errorf("Confirm %s: %v", id, err)
 				return
 			}
 		}
