@@ -146,25 +146,10 @@ func (f *follower) looked(due int, ids []string, next time.Time) {
 // pending row, and writes the states of the ones that settled, in tx; it
 // returns what it wrote.
 func (w *worker) settleRows(ctx context.Context, tx pgx.Tx, parts []string, started time.Time) (settleUpdate, error) {
-	var list []pendingRow
-	var r pendingRow
-	rows, _ := tx.Query(ctx, sqlPendingParts, w.node, parts)
-	_, err := pgx.ForEachRow(rows, []any{&r.key.inc, &r.key.queue, &r.key.off, &r.part, &r.order, &r.holder}, func() error {
-		list = append(list, r)
-		return nil
-	})
+	list, err := pendingRows(ctx, tx, sqlPendingParts, w.node, parts)
 	if err != nil {
 		return settleUpdate{}, w.settleFailed(stageDB, err, started)
 	}
-	if len(list) == 0 {
-		return settleUpdate{}, nil
-	}
-	upd, _, err := w.recheck(ctx, list)
-	if err != nil {
-		return settleUpdate{}, w.settleFailed(stageSettle, err, started)
-	}
-	if err := w.writeSettled(ctx, tx, upd); err != nil {
-		return settleUpdate{}, w.settleFailed(stageDB, err, started)
-	}
-	return upd, nil
+	upd, _, err := w.settleList(ctx, tx, list, started)
+	return upd, err
 }

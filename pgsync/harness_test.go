@@ -99,6 +99,11 @@ func newEnv(t *testing.T, aof bool) *env {
 	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: testRoutes}}
 	cfg.Health = config.Health{Heartbeat: 100 * time.Millisecond, Timeout: 500 * time.Millisecond,
 		Backoff: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}}
+	// commands get 3 s, not the default 1 s: these tests kill and restart
+	// nodes, not pause them, and on a loaded machine (make test beside
+	// other work) a command of a live node took over a second to answer
+	// (TestPendingAgainRowExpires: "accept: read tcp …: i/o timeout")
+	cfg.Client.CommandTimeout = 3 * time.Second
 	cfg.Inventory.ReservationTTL = 2 * time.Second
 	cfg.Inventory.ReconcileInterval = 100 * time.Millisecond
 	cfg.Inventory.RedoQueues = 8
@@ -122,6 +127,7 @@ func newEnv(t *testing.T, aof bool) *env {
   inventory:
     routes: {all: [n1, n2, n3], one: [n2]}
 health: {heartbeat: 100ms, timeout: 500ms, backoff: [100ms, 200ms]}
+client: {command_timeout: 3s}
 inventory: {redo_queues: 8}
 sync: {dsn: "` + cfg.Sync.DSN + `", listen: "", poll_interval: 20ms, settle_interval: 100ms, settle_walk_interval: 100ms, retry_backoff: 100ms, batch: 200}
 `

@@ -139,18 +139,13 @@ func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pend
 		return -1, 0, nil
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	list, err := pendingRows(ctx, tx, w.node, *from)
+	list, err := pendingRows(ctx, tx, sqlPending, w.node, from.inc, from.queue, from.off, settleChunk)
 	if err != nil {
 		return 0, 0, w.settleFailed(stageDB, err, started)
 	}
-	var upd settleUpdate
-	if len(list) > 0 {
-		if upd, pending, err = w.recheck(ctx, list); err != nil {
-			return 0, 0, w.settleFailed(stageSettle, err, started)
-		}
-		if err := w.writeSettled(ctx, tx, upd); err != nil {
-			return 0, 0, w.settleFailed(stageDB, err, started)
-		}
+	upd, pending, err := w.settleList(ctx, tx, list, started)
+	if err != nil {
+		return 0, 0, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, 0, w.settleFailed(stageDB, err, started)
@@ -163,13 +158,22 @@ func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pend
 	return int64(len(list)), pending, nil
 }
 
-// writeSettled writes upd's states in tx (sqlSettle), when it has any.
-func (w *worker) writeSettled(ctx context.Context, tx pgx.Tx, upd settleUpdate) error {
-	if len(upd.st) == 0 {
-		return nil
+// settleList re-reads list's parts on the node and writes the states of
+// the ones that settled (sqlSettle) in tx; it returns what it wrote and
+// how many are still pending. A failure is counted (settleFailed).
+func (w *worker) settleList(ctx context.Context, tx pgx.Tx, list []pendingRow, started time.Time) (upd settleUpdate, pending int64, err error) {
+	if len(list) == 0 {
+		return upd, 0, nil
 	}
-	_, err := tx.Exec(ctx, sqlSettle, w.node, upd.incs, upd.qs, upd.offs, upd.st, upd.settled, upd.why, upd.holders)
-	return err
+	if upd, pending, err = w.recheck(ctx, list); err != nil {
+		return upd, 0, w.settleFailed(stageSettle, err, started)
+	}
+	if len(upd.st) > 0 {
+		if _, err := tx.Exec(ctx, sqlSettle, w.node, upd.incs, upd.qs, upd.offs, upd.st, upd.settled, upd.why, upd.holders); err != nil {
+			return upd, 0, w.settleFailed(stageDB, err, started)
+		}
+	}
+	return upd, pending, nil
 }
 
 // settled counts and logs what a committed step wrote (upd).
@@ -191,12 +195,13 @@ type pendingRow struct {
 	holder      string // the incarnation that last handed the part out
 }
 
-// pendingRows reads up to settleChunk landed pending parts of node after
-// from, in key order, inside tx.
-func pendingRows(ctx context.Context, tx pgx.Tx, node string, from settleKey) ([]pendingRow, error) {
+// pendingRows reads the landed pending parts query selects (sqlPending:
+// up to a chunk of a node's after a key, in key order; sqlPendingParts:
+// those of a node among some parts), inside tx.
+func pendingRows(ctx context.Context, tx pgx.Tx, query string, args ...any) ([]pendingRow, error) {
 	var list []pendingRow
 	var r pendingRow
-	rows, _ := tx.Query(ctx, sqlPending, node, from.inc, from.queue, from.off, settleChunk)
+	rows, _ := tx.Query(ctx, query, args...)
 	_, err := pgx.ForEachRow(rows, []any{&r.key.inc, &r.key.queue, &r.key.off, &r.part, &r.order, &r.holder}, func() error {
 		list = append(list, r)
 		return nil
