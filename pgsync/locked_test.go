@@ -40,11 +40,15 @@ func TestSyncHungLockHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
+	// taken before the statement is sent: PostgreSQL's idle timer starts
+	// once the statement is done, after this but before its reply reaches
+	// the test (a clock read after the reply was 2 ms late for the bound
+	// below on a loaded machine)
+	locked := time.Now()
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, q) FROM generate_series(0, $2 - 1) AS q",
 		pgsync.LockKey("n2"), e.cfg.Inventory.RedoQueues); err != nil {
 		t.Fatal(err)
 	}
-	locked := time.Now()
 
 	e.reserveN("o", "one", "d", 5, time.Minute)
 	waitFor(t, 5*time.Second, "the skipped queue to be logged", func() bool { return len(logs.lines("queue skipped")) > 0 })
