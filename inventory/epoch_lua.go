@@ -57,11 +57,8 @@ func readRecord(ctx context.Context, n *node.Node) (topology.Record, error) {
 		return rec, r.err
 	}
 	rec.Token = r.str(raw, 0)
-	flat := r.listAt(raw, 1, -1)
+	flat := r.pairsAt(raw, 1, "field, value pairs")
 	r.enter(1)
-	if r.err == nil && len(flat)%2 != 0 {
-		r.fail(-1, "field, value pairs", flat)
-	}
 	f := map[string]string{}
 	for i := 0; i+1 < len(flat); i += 2 {
 		f[r.str(flat, i)] = r.str(flat, i+1)

@@ -161,6 +161,21 @@ func (r *replyReader) listAt(t []any, i, n int) []any {
 	return r.list(t[i], n)
 }
 
+// pairsAt reads element i of t as a flat list of pairs (even length;
+// what names the pairs in the mismatch), or nil once a mismatch is found.
+func (r *replyReader) pairsAt(t []any, i int, what string) []any {
+	flat := r.listAt(t, i, -1)
+	if r.err == nil && len(flat)%2 != 0 {
+		r.enter(i)
+		r.fail(-1, what, flat)
+		r.leave()
+	}
+	if r.err != nil {
+		return nil
+	}
+	return flat
+}
+
 // replies reads element i of t as a group's flat replies
 // (epilogue_group.lua) and returns them one per call: an integer n then n
 // elements is a list reply (those elements, sharing t's backing array); a

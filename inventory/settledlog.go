@@ -129,15 +129,7 @@ func decodeSettledRead(nodeName string, v any) (SettledRead, error) {
 		return SettledRead{}, r.err
 	}
 	out := SettledRead{Incarnation: r.str(raw, 0), Added: r.int(raw, 1), Length: r.int(raw, 2)}
-	flat := r.listAt(raw, 3, -1)
-	if r.err == nil && len(flat)%2 != 0 {
-		r.enter(3)
-		r.fail(-1, "a list of entry id, part id pairs", flat)
-		r.leave()
-	}
-	if r.err != nil {
-		return SettledRead{}, r.err
-	}
+	flat := r.pairsAt(raw, 3, "a list of entry id, part id pairs")
 	r.enter(3)
 	out.Entries = make([]SettledEntry, len(flat)/2)
 	for i := range out.Entries {
