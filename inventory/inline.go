@@ -33,13 +33,24 @@ import (
 //   - Written before it can vanish. A reserved record has no TTL and
 //     nothing deletes it; every step that changes a reserved record —
 //     its decision (order.lua's final: confirm, cancel, expire) and a
-//     topology move (order_move_out.lua) — first writes the record of each
-//     inline part it lists (inline_write, the pending record part_get
-//     read), in the same script. So a part whose order was decided or
-//     moved has a record of its own (it then settles, expires and syncs
-//     as every part does), and part_get never reads an inline part from a
-//     record that is not reserved: a settled part whose record outlived
-//     its retention is not read back as pending.
+//     topology move (order_move_out.lua) — first writes, in the same
+//     script, the record of each inline part it lists that has none.
+//     A move, and the reconciler's expiry (which settles each due part
+//     itself), write the pending record part_get read (inline_write). A
+//     Confirm's or Cancel's decision writes it settled as the order
+//     (inline_settle): what settle.lua does to a pending part (its units
+//     moved from reserved, its pending-index entry dropped, its
+//     settled-log entry), so the Confirm or Cancel sends no settle for
+//     it; the reply names those parts (orderRecord.toSettle), and a
+//     counter settle.lua would refuse makes it write them all pending
+//     instead, for that settle to refuse. So a part whose order was
+//     decided or moved has a record of its own (a pending one then
+//     settles, expires and syncs as every part does), and part_get never
+//     reads an inline part from a record that is not reserved: a settled
+//     part whose record outlived its retention is not read back as
+//     pending. A part is settled once: by the decision, atomically with
+//     it, or after it by a settle that meets its record; a settle that
+//     comes after the decision's finds it settled ("already").
 //   - Any write makes it a record. A step that changes a part (settle,
 //     a stuck mark) writes the whole record with part_put; from then on
 //     part_get reads that record, never the order's entry.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,6 +59,39 @@ type orderRecord struct {
 	parts    []part
 	reason   string
 	wait     time.Duration
+	// home is the node the record was read on; settledNow the ids of the
+	// inline parts (inline.go) this read's decision settled there, in
+	// the same script, each followed by \x1f (no id holds a control
+	// character): their Confirm or Cancel has nothing to send for them
+	home, settledNow string
+}
+
+// toSettle returns the parts of rec that a Confirm, Cancel or expiry still
+// settles: all but those its decision settled on its home.
+func (rec orderRecord) toSettle() []part {
+	if rec.settledNow == "" {
+		return rec.parts
+	}
+	out := make([]part, 0, len(rec.parts))
+	for _, p := range rec.parts {
+		if !rec.settledHere(p.Node, p.ID) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// settledHere reports whether rec's decision settled part id of node.
+func (rec orderRecord) settledHere(node, id string) bool {
+	if node != rec.home || id == "" {
+		return false
+	}
+	for s := range strings.SplitSeq(rec.settledNow, "\x1f") {
+		if s == id {
+			return true
+		}
+	}
+	return false
 }
 
 // orderOp runs one step of the order state machine on the home node.
@@ -73,14 +107,14 @@ func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID stri
 	if err != nil {
 		return orderRecord{}, err
 	}
-	// {status, token, deadline ms, parts blob, reason, wait ms}
+	// {status, token, deadline ms, parts blob, reason, wait ms, settled}
 	r := newReplyReader(home.Name(), script.name)
-	raw := r.list(v, 6)
+	raw := r.list(v, 7)
 	if r.err != nil {
 		return orderRecord{}, r.err
 	}
-	var rec orderRecord
 	status, token, dl, blob, reason, wait := r.str(raw, 0), r.str(raw, 1), r.int(raw, 2), r.str(raw, 3), r.str(raw, 4), r.int(raw, 5)
+	rec := orderRecord{home: home.Name(), settledNow: r.str(raw, 6)}
 	if r.err != nil {
 		return orderRecord{}, r.err
 	}
@@ -95,7 +129,9 @@ func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID stri
 	return rec, nil
 }
 
-// Confirm moves a reserved order to confirmed, then every part. It is
+// Confirm moves a reserved order to confirmed, then every part: the parts
+// an order reserved whole on its home took there (inline.go) in the same
+// script as the decision, the others with one settle per node. It is
 // idempotent. Errors wrap [ErrNotFound] (never reserved, or its Reserve
 // failed), [ErrCancelled], [ErrExpired] (past its deadline: the order is
 // cancelled instead), [ErrInProgress], or [ErrUnavailable] (the order's
@@ -108,7 +144,7 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 	}
 	switch rec.status {
 	case recConfirmed:
-		pending, missing := inv.settleParts(ctx, orderID, Confirm, rec.parts)
+		pending, missing := inv.settleParts(ctx, orderID, Confirm, rec.toSettle())
 		if len(missing) > 0 && !inv.partsMayHaveExpired(rec) {
 			inv.log.Error("DATA LOSS: confirmed order has parts missing on their nodes", "order", orderID, "parts", missing)
 			return Outcome{OrderID: orderID, Status: StatusConfirmed, PendingParts: pending},
@@ -124,7 +160,7 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 		return Outcome{}, fmt.Errorf("%w: order %q", ErrInProgress, orderID)
 	case recCancelled:
 		if rec.reason == reasonExpired {
-			_, _ = inv.settleParts(ctx, orderID, Cancel, rec.parts)
+			_, _ = inv.settleParts(ctx, orderID, Cancel, rec.toSettle())
 			return Outcome{}, fmt.Errorf("%w: order %q passed its deadline %s", ErrExpired, orderID, rec.deadline.UTC().Format(time.RFC3339))
 		}
 		return Outcome{}, fmt.Errorf("%w: order %q (%s)", ErrCancelled, orderID, rec.reason)
@@ -153,8 +189,10 @@ func (inv *Inventory) partsMayHaveExpired(rec orderRecord) bool {
 // Cancel cancels an order and returns its stock and per-user quota. It is
 // idempotent. Cancel of an order never reserved records a tombstone, so a
 // later Reserve of that order id is refused. Cancel of a confirmed order
-// wraps [ErrConfirmed]. Parts on unreachable nodes are cancelled when they
-// come back; the Outcome counts them.
+// wraps [ErrConfirmed]. Its parts settle as Confirm's do: with the
+// decision when the order was reserved whole on its home. Parts on
+// unreachable nodes are cancelled when they come back; the Outcome counts
+// them.
 func (inv *Inventory) Cancel(ctx context.Context, orderID string) (Outcome, error) {
 	ctx, rec, err := inv.decide(ctx, orderID, opCancel)
 	if err != nil {
@@ -162,7 +200,7 @@ func (inv *Inventory) Cancel(ctx context.Context, orderID string) (Outcome, erro
 	}
 	switch rec.status {
 	case recCancelled:
-		pending, _ := inv.settleParts(ctx, orderID, Cancel, rec.parts)
+		pending, _ := inv.settleParts(ctx, orderID, Cancel, rec.toSettle())
 		return Outcome{OrderID: orderID, Status: StatusCancelled, PendingParts: pending, Reason: rec.reason}, nil
 	case recConfirmed:
 		return Outcome{}, fmt.Errorf("%w: order %q", ErrConfirmed, orderID)

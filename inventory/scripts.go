@@ -74,7 +74,9 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //
 // KEYS: 1 stamp, 2 order key. ARGV: 4 op, 5 token, then op-specific
 // arguments. Returns {status, token, deadline, parts, reason,
-// wait_ms}; what the caller does with it depends on op:
+// wait_ms, settled}; settled is the ids of the inline parts (inline.go)
+// that the op's decision settled with the record, each followed by \x1f
+// ("" for none); what the caller does with it depends on op:
 //
 //	begin   ARGV 6 lease ms, 7 digest, 8 user, 9 ttl ms, 10 retention s.
 //	        A free order (missing or failed) becomes "reserving" under the
@@ -134,10 +136,10 @@ var orderScript = newGroupedScript("order", true, orderBody)
 var orderDecideScript = newGroupedReleaseScript("order", luaFile("order_decide.lua")+orderBody)
 
 // orderDecideInlineUnwrittenScript is orderDecideScript without its
-// decisions' inline_write: sent in its place only when the injected faults
+// decisions' inline_settle: sent in its place only when the injected faults
 // re-introduce [MutationInlineUnwritten] (test-only, faults.go).
 var orderDecideInlineUnwrittenScript = newGroupedReleaseScript("order",
-	mustCut(luaFile("order_decide.lua")+orderBody, "  if status == 'reserved' then inline_write(key, f) end\n"))
+	mustCut(luaFile("order_decide.lua")+orderBody, "  if status == 'reserved' then settled = inline_settle(key, f, op ~= 'expire' and st, retention) end\n"))
 
 // mustCut is src without its one occurrence of piece; it panics when
 // piece is not in src exactly once (a test-only script built from a

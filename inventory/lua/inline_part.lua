@@ -8,7 +8,8 @@
 -- inline_write(key, t) writes the record of every inline part of the
 -- order record t (order_get's table) at key that has none yet, as
 -- part_get reads it: every step that decides or moves a reserved record
--- calls it first.
+-- calls it first; a decision calls inline_settle, which writes them
+-- settled as the order.
 local PFX_ORDER = 'inv:order:'
 -- the grace (partGrace, reserve.go) the local reserve adds to an order's
 -- deadline for its parts' deadline
@@ -66,4 +67,53 @@ local function inline_write(key, t)
     local pk = partPrefix .. inline_id(order, t, e)
     if redis.call('EXISTS', pk) == 0 then part_put(pk, inline_fields(order, t, e)) end
   end
+end
+-- inline_settle(key, t, st, retention) is inline_write for a decision of
+-- the order record t at key to st ('confirmed' or 'cancelled'; false:
+-- inline_write, and no part settled): it writes
+-- the record of every inline part that has none yet settled as st, as
+-- settle.lua settles a pending part (its units move from reserved to
+-- confirmed or available, its pending-index entry goes, its record lives
+-- retention from when it comes due), in the decision's script, so the
+-- Confirm or Cancel has no settle to send for it. It returns the ids of
+-- the parts it settled, each followed by \031 (no id holds a control
+-- character). When a part's counter would make settle.lua refuse the
+-- part (fewer units reserved than it holds, a value that is not an
+-- integer), it settles none and writes them pending (inline_write): the
+-- settle that follows refuses that part as before.
+local function inline_settle(key, t, st, retention)
+  if not st then
+    inline_write(key, t)
+    return ''
+  end
+  local order = string.sub(key, #PFX_ORDER + 1)
+  local to = st == 'confirmed' and 'confirmed' or 'available'
+  local todo = {}
+  for _, e in ipairs(inline_list(t, ARGV[1])) do
+    local id = inline_id(order, t, e)
+    local pk = partPrefix .. id
+    if redis.call('EXISTS', pk) == 0 then
+      local p = inline_fields(order, t, e)
+      local q, r = tonumber(p.qty), int(redis.call('HGET', p.counter, 'reserved'), p.counter, ' reserved')
+      local _, terr = int(redis.call('HGET', p.counter, to), p.counter, ' ' .. to)
+      if not q or not r or r < q or terr then
+        inline_write(key, t)
+        return ''
+      end
+      todo[#todo + 1] = {pk = pk, id = id, p = p, q = q}
+    end
+  end
+  if #todo == 0 then return '' end
+  redis.call('ZCARD', PENDING) -- fails now, before any write, if the index is not a sorted set
+  local out = {}
+  for _, d in ipairs(todo) do
+    redis.call('HINCRBY', d.p.counter, 'reserved', I(-d.q))
+    redis.call('HINCRBY', d.p.counter, to, I(d.q))
+    d.p.state, d.p.settled_at = st, nowS
+    local dl = tonumber(d.p.deadline) or 0
+    part_put(d.pk, d.p, retention + math.max(0, math.ceil((dl - now) / 1000)))
+    redis.call('ZREM', PENDING, pend_member(d.id, d.p), d.id)
+    out[#out + 1] = d.id .. '\031'
+  end
+  return table.concat(out)
 end

@@ -5,7 +5,7 @@ if op == 'commit' then
   -- writes, and this answers, what the commit below does for the record
   local created, dlS, leaseS = order_commit_staged(key, token, order_pack(ARGV[6], token))
   if created then
-    return {'reserved', token, created + tonumber(dlS), '', '', math.max(created + tonumber(leaseS) - now, 0)}
+    return {'reserved', token, created + tonumber(dlS), '', '', math.max(created + tonumber(leaseS) - now, 0), ''}
   end
 end
 local f = order_get(key) or {}
@@ -17,8 +17,9 @@ if moved then
 end
 local status, cur, deadline, parts, reason = f.status, f.token or '', tonumber(f.deadline) or 0, f.parts or '', f.reason or ''
 local lease = tonumber(f.lease) or 0
+local settled = '' -- the inline parts a decision settled (inline_settle)
 local function record(st, why)
-  return {st, cur, deadline, parts, why or reason, math.max(lease - now, 0)}
+  return {st, cur, deadline, parts, why or reason, math.max(lease - now, 0), settled}
 end
 -- order_set changes fields of the record read (f) and writes it whole (order_put)
 local function order_set(ch, ttl)
@@ -44,8 +45,10 @@ local function failed_here(why, retention)
   return record('failed')
 end
 local function final(st, why, retention)
-  -- a reserved record's inline parts get their records first (inline.go)
-  if status == 'reserved' then inline_write(key, f) end
+  -- a reserved record's inline parts get their records first, settled
+  -- as the order is (inline.go); pending for the reconciler's expiry,
+  -- which settles each due part itself
+  if status == 'reserved' then settled = inline_settle(key, f, op ~= 'expire' and st, retention) end
   -- The retention counts from when its parts come due, not from a
   -- decision before it: a part whose settle did not land is settled by
   -- the reconciler after it came due, by this record, and with the record
@@ -128,7 +131,7 @@ elseif op == 'fail' or op == 'release' then
 elseif op == 'withdraw' then
   if status == 'staging' and cur == token then
     redis.call('DEL', key)
-    return {'missing', '', 0, '', '', 0}
+    return {'missing', '', 0, '', '', 0, ''}
   end
   return record(status or 'missing')
 end
