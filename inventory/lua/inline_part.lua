@@ -72,9 +72,8 @@ end
 -- the order record t at key to st ('confirmed' or 'cancelled'; false:
 -- inline_write, and no part settled): it writes
 -- the record of every inline part that has none yet settled as st, as
--- settle.lua settles a pending part (its units move from reserved to
--- confirmed or available, its pending-index entry goes, its record lives
--- retention from when it comes due), in the decision's script, so the
+-- settle.lua settles a pending part (part_settle), in the decision's
+-- script, so the
 -- Confirm or Cancel has no settle to send for it. It returns the ids of
 -- the parts it settled, each followed by \031 (no id holds a control
 -- character). When a part's counter would make settle.lua refuse the
@@ -107,12 +106,7 @@ local function inline_settle(key, t, st, retention)
   redis.call('ZCARD', PENDING) -- fails now, before any write, if the index is not a sorted set
   local out = {}
   for _, d in ipairs(todo) do
-    redis.call('HINCRBY', d.p.counter, 'reserved', I(-d.q))
-    redis.call('HINCRBY', d.p.counter, to, I(d.q))
-    d.p.state, d.p.settled_at = st, nowS
-    local dl = tonumber(d.p.deadline) or 0
-    part_put(d.pk, d.p, retention + math.max(0, math.ceil((dl - now) / 1000)))
-    redis.call('ZREM', PENDING, pend_member(d.id, d.p), d.id)
+    part_settle(d.pk, d.id, d.p, d.q, st == 'confirmed', retention)
     out[#out + 1] = d.id .. '\031'
   end
   return table.concat(out)

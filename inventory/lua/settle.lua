@@ -36,7 +36,7 @@ for i = 3, #KEYS do
       local _, cerr = int(redis.call('GET', f[4]), f[4])
       if cerr then return cerr end
     end
-    todo[#todo + 1] = {pk = pk, id = ARGV[i + 4], kind = f[2], q = q, ck = f[4], rec = rec}
+    todo[#todo + 1] = {pk = pk, id = ARGV[i + 4], q = q, rec = rec}
     out[#out + 1] = 'done'
   elseif st == target then
     out[#out + 1] = 'already'
@@ -48,20 +48,7 @@ for _, p in ipairs(todo) do
   if p.tomb then
     part_put(p.pk, {state = 'cancelled', qty = '0', order = ARGV[6], tombstone = '1', at = nowS}, retention)
   else
-    if p.kind == 's' then
-      redis.call('HINCRBY', p.ck, 'reserved', I(-p.q))
-      redis.call('HINCRBY', p.ck, action == 'confirm' and 'confirmed' or 'available', I(p.q))
-    elseif action ~= 'confirm' then
-      if redis.call('DECRBY', p.ck, I(p.q)) <= 0 then redis.call('DEL', p.ck) end
-    end
-    p.rec.state = target
-    p.rec.settled_at = nowS
-    -- as its order's decided record (order.lua, final): the retention
-    -- from when the part comes due, so a settled part outlives the record
-    -- that lists it (a Confirm retried would read it missing: data loss)
-    local dl = tonumber(p.rec.deadline) or 0
-    part_put(p.pk, p.rec, retention + math.max(0, math.ceil((dl - now) / 1000)))
-    redis.call('ZREM', KEYS[2], pend_member(p.id, p.rec), p.id)
+    part_settle(p.pk, p.id, p.rec, p.q, action == 'confirm', retention)
   end
 end
 return out
