@@ -35,15 +35,17 @@ import (
 //     its decision (order.lua's final: confirm, cancel, expire) and a
 //     topology move (order_move_out.lua) — first writes, in the same
 //     script, the record of each inline part it lists that has none.
-//     A move, and the reconciler's expiry (which settles each due part
-//     itself), write the pending record part_get read (inline_write). A
+//     A move writes the pending record part_get read (inline_write). A
 //     Confirm's or Cancel's decision writes it settled as the order
 //     (inline_settle): what settle.lua does to a pending part (its units
 //     moved from reserved, its pending-index entry dropped, its
 //     settled-log entry), so the Confirm or Cancel sends no settle for
-//     it; the reply names those parts (orderRecord.toSettle), and a
-//     counter settle.lua would refuse makes it write them all pending
-//     instead, for that settle to refuse. So a part whose order was
+//     it; the reply names those parts (orderRecord.toSettle). The
+//     reconciler's expiry, which comes for one due part, settles that
+//     part so and writes the others pending: each is settled, and
+//     counted, by the pass that finds it due. A counter settle.lua would
+//     refuse makes a decision write them all pending instead, for that
+//     settle to refuse. So a part whose order was
 //     decided or moved has a record of its own (a pending one then
 //     settles, expires and syncs as every part does), and part_get never
 //     reads an inline part from a record that is not reserved: a settled

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -208,5 +209,64 @@ func TestDecisionSettleReplyLost(t *testing.T) {
 	}
 	if got, want := e.stockOn(t, "a", "s"), [3]string{"98", "0", "2"}; got != want {
 		t.Errorf("stock %v, want %v", got, want)
+	}
+}
+
+// The reconciler's expiry of a due inline part settles that part with
+// the order's decision, in one script, and writes the order's other
+// inline parts pending: each of those is settled, and counted, by the
+// pass that finds it due. Every part is cancelled once and every unit
+// comes back.
+func TestExpirySettlesTheDueInlinePart(t *testing.T) {
+	e := newGroupEnv(t, 32)
+	for _, sku := range []string{"s", "t"} {
+		if _, err := e.inv.LoadStock(e.ctx, "a", sku, 100, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.reserveInline(t, e.inv, "dx-0", 1) // loads the scripts the counts see
+	for range 2 {
+		if _, err := e.inv.Confirm(e.ctx, "dx-0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, items := range map[string][]Item{
+		"dx-1": {{Route: "a", SKU: "s", Quantity: 2}},
+		"dx-2": {{Route: "a", SKU: "s", Quantity: 3}, {Route: "a", SKU: "t", Quantity: 4}},
+	} {
+		if _, err := e.inv.Reserve(e.ctx, id, items, "", time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2*time.Second + partGrace)
+	due, err := e.inv.DueParts(e.ctx, e.n, 10)
+	if err != nil || len(due) != 3 {
+		t.Fatalf("due parts %+v, %v; want dx-1's and dx-2's 3", due, err)
+	}
+	e.sent.of(orderDecideScript)
+	e.sent.of(settleScript)
+	var scripts []string
+	for _, p := range due {
+		r, err := e.inv.ResolveExpired(e.ctx, p)
+		if err != nil || r != Cancelled {
+			t.Fatalf("ResolveExpired %s: %v, %v; want cancelled", p.PartID, r, err)
+		}
+		scripts = append(scripts, fmt.Sprintf("%s: %d+%d", p.PartID[:4], e.sent.of(orderDecideScript), e.sent.of(settleScript)))
+	}
+	// per part, decision + settle scripts: dx-1's and the first of dx-2's
+	// parts settle with their order's decision, the second of dx-2's
+	// meets the decided record and is settled by itself
+	slices.Sort(scripts)
+	if want := []string{"dx-1: 1+0", "dx-2: 1+0", "dx-2: 1+1"}; !slices.Equal(scripts, want) {
+		t.Errorf("scripts per due part (decision+settle) %v, want %v", scripts, want)
+	}
+	// every unit available again but dx-0's confirmed one
+	for sku, want := range map[string][3]string{"s": {"99", "0", "1"}, "t": {"100", "0", "<nil>"}} {
+		if got := e.stockOn(t, "a", sku); got != want {
+			t.Errorf("stock of %s %v after the expiry, want %v", sku, got, want)
+		}
+	}
+	if n := e.admin.ZCard(e.ctx, "inv:pending").Val(); n != 0 {
+		t.Errorf("%d pending-index entries, want none", n)
 	}
 }

@@ -172,14 +172,14 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 		if err != nil {
 			return putOff(err)
 		}
-		rec, err := inv.orderOp(ctx, home, p.OrderID, opExpire, p.Token, seconds(inv.cfg.Retention))
+		rec, err := inv.orderOp(ctx, home, p.OrderID, opExpire, p.Token, seconds(inv.cfg.Retention), p.PartID)
 		if err == nil && rec.status == recStaging {
 			// Decide the staged order first (long past its lease), then
 			// read its decision.
 			if err = inv.resolveStaged(ctx, home, p.OrderID, rec, true); err != nil {
 				return putOff(err)
 			}
-			rec, err = inv.orderOp(ctx, home, p.OrderID, opExpire, p.Token, seconds(inv.cfg.Retention))
+			rec, err = inv.orderOp(ctx, home, p.OrderID, opExpire, p.Token, seconds(inv.cfg.Retention), p.PartID)
 			if err == nil && rec.status == recStaging {
 				// Staged again since it was decided: a withdraw deleted
 				// the record decided, and a late stage (this part's own
@@ -195,6 +195,9 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 				return "", err // an unreadable record: the caller sets the part aside
 			}
 			return putOff(err)
+		}
+		if rec.settledHere(p.Node, p.PartID) {
+			return Cancelled, nil // this expiry settled it with the record (inline.go)
 		}
 		var later bool
 		if action, later, err = inv.byDecision(ctx, n, p, rec); err != nil {

@@ -107,7 +107,8 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //	cancel  reserved/reserving/failed → cancelled; missing → tombstone.
 //	        A cancelled or confirmed record it answers by lives the
 //	        retention from now at least (relied_on).
-//	expire  (reconciler, ARGV 5 the due part's token) reserved past
+//	expire  (reconciler, ARGV 5 the due part's token, 6 retention s, 7
+//	        the due part's id) reserved past
 //	        deadline → cancelled/"expired"; reserving past lease → failed;
 //	        missing (never written, not moved away) → failed under the
 //	        part's token (a stale stage of that token, stageTakeScript, is
@@ -139,7 +140,7 @@ var orderDecideScript = newGroupedReleaseScript("order", luaFile("order_decide.l
 // decisions' inline_settle: sent in its place only when the injected faults
 // re-introduce [MutationInlineUnwritten] (test-only, faults.go).
 var orderDecideInlineUnwrittenScript = newGroupedReleaseScript("order",
-	mustCut(luaFile("order_decide.lua")+orderBody, "  if status == 'reserved' then settled = inline_settle(key, f, op ~= 'expire' and st, retention) end\n"))
+	mustCut(luaFile("order_decide.lua")+orderBody, "  if status == 'reserved' then settled = inline_settle(key, f, st, retention, op == 'expire' and (ARGV[7] or '')) end\n"))
 
 // mustCut is src without its one occurrence of piece; it panics when
 // piece is not in src exactly once (a test-only script built from a

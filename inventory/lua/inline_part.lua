@@ -68,23 +68,20 @@ local function inline_write(key, t)
     if redis.call('EXISTS', pk) == 0 then part_put(pk, inline_fields(order, t, e)) end
   end
 end
--- inline_settle(key, t, st, retention) is inline_write for a decision of
--- the order record t at key to st ('confirmed' or 'cancelled'; false:
--- inline_write, and no part settled): it writes
--- the record of every inline part that has none yet settled as st, as
--- settle.lua settles a pending part (part_settle), in the decision's
--- script, so the
--- Confirm or Cancel has no settle to send for it. It returns the ids of
--- the parts it settled, each followed by \031 (no id holds a control
--- character). When a part's counter would make settle.lua refuse the
--- part (fewer units reserved than it holds, a value that is not an
--- integer), it settles none and writes them pending (inline_write): the
--- settle that follows refuses that part as before.
-local function inline_settle(key, t, st, retention)
-  if not st then
-    inline_write(key, t)
-    return ''
-  end
+-- inline_settle(key, t, st, retention, only) is inline_write for a
+-- decision of the order record t at key to st ('confirmed' or
+-- 'cancelled'): it writes the record of every inline part that has none
+-- yet settled as st, as settle.lua settles a pending part (part_settle),
+-- in the decision's script, so the Confirm or Cancel has no settle to
+-- send for it; with only a string (the reconciler's expiry of a due
+-- part), it settles only the part of that id and writes the others
+-- pending ('': none). It returns the ids of the parts it settled, each
+-- followed by \031 (no id holds a control character). When a part's
+-- counter would make settle.lua refuse it (fewer units reserved than it
+-- holds, a value that is not an integer), it settles none and writes
+-- them pending (inline_write): the settle that follows refuses that part
+-- as before.
+local function inline_settle(key, t, st, retention, only)
   local order = string.sub(key, #PFX_ORDER + 1)
   local to = st == 'confirmed' and 'confirmed' or 'available'
   local todo = {}
@@ -93,13 +90,17 @@ local function inline_settle(key, t, st, retention)
     local pk = partPrefix .. id
     if redis.call('EXISTS', pk) == 0 then
       local p = inline_fields(order, t, e)
-      local q, r = tonumber(p.qty), int(redis.call('HGET', p.counter, 'reserved'), p.counter, ' reserved')
-      local _, terr = int(redis.call('HGET', p.counter, to), p.counter, ' ' .. to)
-      if not q or not r or r < q or terr then
-        inline_write(key, t)
-        return ''
+      if only and id ~= only then
+        part_put(pk, p)
+      else
+        local q, r = tonumber(p.qty), int(redis.call('HGET', p.counter, 'reserved'), p.counter, ' reserved')
+        local _, terr = int(redis.call('HGET', p.counter, to), p.counter, ' ' .. to)
+        if not q or not r or r < q or terr then
+          inline_write(key, t)
+          return ''
+        end
+        todo[#todo + 1] = {pk = pk, id = id, p = p, q = q}
       end
-      todo[#todo + 1] = {pk = pk, id = id, p = p, q = q}
     end
   end
   if #todo == 0 then return '' end

@@ -46,9 +46,9 @@ local function failed_here(why, retention)
 end
 local function final(st, why, retention)
   -- a reserved record's inline parts get their records first, settled
-  -- as the order is (inline.go); pending for the reconciler's expiry,
-  -- which settles each due part itself
-  if status == 'reserved' then settled = inline_settle(key, f, op ~= 'expire' and st, retention) end
+  -- as the order is (inline.go); the reconciler's expiry settles the due
+  -- part it names (ARGV 7) alone, and writes the others pending
+  if status == 'reserved' then settled = inline_settle(key, f, st, retention, op == 'expire' and (ARGV[7] or '')) end
   -- The retention counts from when its parts come due, not from a
   -- decision before it: a part whose settle did not land is settled by
   -- the reconciler after it came due, by this record, and with the record
