@@ -66,7 +66,7 @@ type orderRecord struct {
 	home, settledNow string
 }
 
-// toSettle returns the parts of rec that a Confirm, Cancel or expiry still
+// toSettle returns the parts of rec that a Confirm or Cancel still
 // settles: all but those its decision settled on its home.
 func (rec orderRecord) toSettle() []part {
 	if rec.settledNow == "" {

@@ -1,13 +1,14 @@
 -- part_settle(pk, id, p, q, confirm, retention) settles the pending part
 -- record p (part_get's table) of part id at key pk, which holds q units:
--- confirmed when confirm is true, else cancelled. A stock part's units move from its
--- counter's reserved to confirmed or available, a quota part's units
--- leave its counter on a cancel; its record is written settled
--- (part_put, which logs it in the settled log), living retention seconds
--- from when it comes due, so it outlives the order record that lists it
--- (a Confirm retried would read it missing: data loss); its pending-index
--- entry goes. The caller checked the counter first (settle.lua, and
--- inline_settle for a decision's inline parts): this only writes.
+-- confirmed when confirm is true, else cancelled. A stock part's units
+-- move from its counter's reserved to confirmed or available, a quota
+-- part's units leave its counter on a cancel; its record is written
+-- settled (part_put, which logs it in the settled log), living retention
+-- seconds from when it comes due, so it outlives the order record that
+-- lists it (a Confirm retried would read it missing: data loss); its
+-- pending-index entry goes. The caller checked the counter first
+-- (settle.lua, and inline_settle for a decision's inline parts): this
+-- only writes.
 local function part_settle(pk, id, p, q, confirm, retention)
   if p.kind == 's' then
     redis.call('HINCRBY', p.counter, 'reserved', I(-q))
