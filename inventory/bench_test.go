@@ -232,8 +232,8 @@ func BenchmarkReserveSoldOutParallel(b *testing.B) {
 // lua/part_codec.lua, three paired runs of 20000 confirms read 65.6–69.2
 // µs/op against 66.4–70.2 µs/op with it, when the part was settled by a
 // second script (2026-12-04, this 2-core machine); settled with the
-// decision, three paired runs read 49.0–58.8 µs/op against 74.1–89.0
-// µs/op (33 allocations against 47).
+// decision, three paired runs read 45.0–46.5 µs/op against 60.8–66.6
+// µs/op (33 allocations against 46; 2026-12-05, idle).
 func BenchmarkConfirmParallel(b *testing.B) {
 	inv := benchInventory(b, "sku-1")
 	items := []inventory.Item{{Route: "r1", SKU: "sku-1", Quantity: 1}}
