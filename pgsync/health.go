@@ -41,7 +41,12 @@ const (
 // connection the shutting-down server had not terminated yet), and one
 // that began before a recovery may still fail after it. Counted, either
 // made the state flap (an outage logged over, 5 ms after it began, while
-// PostgreSQL shut down: TestSyncDatabaseOutage, under load).
+// PostgreSQL shut down: TestSyncDatabaseOutage, under load). And an
+// outage lasts at least probeDown: only an operation that started that
+// long after it was seen can end it. A server shutting down terminates
+// its sessions one by one, so a statement that starts after the first
+// failure, on a session not terminated yet, still succeeds for a few ms
+// (an outage logged over 9 ms after it began: ci431, idle).
 type dbHealth struct {
 	log   *slog.Logger
 	gauge prometheus.Gauge
@@ -64,7 +69,8 @@ func newDBHealth(log *slog.Logger, gauge prometheus.Gauge) *dbHealth {
 // observe records the outcome of one database operation, which started
 // at started. A cancellation (the syncer closing) says nothing about the
 // database, nor does an outcome that would change the state but whose
-// operation started before its last change (see the type).
+// operation started before its last change, nor a success of one that
+// started less than probeDown after an outage was seen (see the type).
 func (h *dbHealth) observe(err error, started time.Time) {
 	if errors.Is(err, context.Canceled) {
 		return
@@ -76,7 +82,7 @@ func (h *dbHealth) observe(err error, started time.Time) {
 	defer h.mu.Unlock()
 	stale := started.Before(h.changed)
 	switch {
-	case err == nil && h.down && !stale:
+	case err == nil && h.down && !stale && started.Sub(h.changed) >= probeDown:
 		h.down, h.changed = false, time.Now()
 		h.gauge.Set(1)
 		close(h.woken)

@@ -13,7 +13,8 @@ import (
 // operations end in any order, so a success of an operation that started
 // before the outage was seen does not end it, and a failure of one that
 // started before the recovery does not begin another; the same outcomes of
-// operations started after the change do.
+// operations started after the change do, a success only from probeDown
+// into the outage on.
 func TestHealthIgnoresOutcomesOfOperationsFromBeforeAChange(t *testing.T) {
 	gauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "up"})
 	h := newDBHealth(slog.New(slog.DiscardHandler), gauge)
@@ -30,8 +31,10 @@ func TestHealthIgnoresOutcomesOfOperationsFromBeforeAChange(t *testing.T) {
 	state(false, "after a failure")
 	h.observe(nil, early)
 	state(false, "after a success of an operation started before the outage")
-	h.observe(nil, time.Now())
-	state(true, "after a success of an operation started during the outage")
+	h.observe(nil, h.changed.Add(probeDown-time.Millisecond))
+	state(false, "after a success of an operation started less than probeDown into the outage (a session a shutting-down server has not terminated yet)")
+	h.observe(nil, h.changed.Add(probeDown))
+	state(true, "after a success of an operation started probeDown into the outage")
 	h.observe(unreachable, early)
 	state(true, "after a failure of an operation started before the recovery")
 	h.observe(unreachable, time.Now())
