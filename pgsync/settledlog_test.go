@@ -136,7 +136,7 @@ func TestSettledLogGapWalks(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the row expired by a walk", func() bool { return e.rowStates(ctx)["expired"] == 1 })
-	if got := m.Walks(); got <= walks {
-		t.Errorf("walks %v, want more than %v", got, walks)
-	}
+	// the walk is counted once its last chunk committed, a moment after
+	// the row is seen expired (ci433, under load: read in between)
+	waitFor(t, 5*time.Second, fmt.Sprintf("more walks than %v", walks), func() bool { return m.Walks() > walks })
 }
