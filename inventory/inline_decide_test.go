@@ -270,3 +270,41 @@ func TestExpirySettlesTheDueInlinePart(t *testing.T) {
 		t.Errorf("%d pending-index entries, want none", n)
 	}
 }
+
+// The crash point of an expiry that settles the due part: the decision's
+// reply is lost after the script ran. The part is settled with the
+// record; the reconciler's retry finds it settled and moves nothing.
+func TestExpirySettleReplyLost(t *testing.T) {
+	e := newGroupEnv(t, 32)
+	if _, err := e.inv.LoadStock(e.ctx, "a", "s", 100, 0); err != nil {
+		t.Fatal(err)
+	}
+	f := &lostReplies{script: "order"}
+	inv, err := New(e.inv.r, Options{Logger: slog.New(slog.DiscardHandler), Faults: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inv.Close)
+	if _, err := inv.Reserve(e.ctx, "xl-1", []Item{{Route: "a", SKU: "s", Quantity: 2}}, "", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2*time.Second + partGrace)
+	due, err := inv.DueParts(e.ctx, e.n, 10)
+	if err != nil || len(due) != 1 {
+		t.Fatalf("due parts %+v, %v; want xl-1's", due, err)
+	}
+	f.n.Store(1)
+	if _, err := inv.ResolveExpired(e.ctx, due[0]); !errors.Is(err, ErrCrashed) {
+		t.Fatalf("ResolveExpired with the decision's reply lost: %v, want ErrCrashed", err)
+	}
+	if st, rec := e.partStateOn(t, due[0].PartID); st != "cancelled" || !rec {
+		t.Errorf("part %s reads %q (a record: %v) after the lost reply, want cancelled: the expiry settled it", due[0].PartID, st, rec)
+	}
+	after := e.stockOn(t, "a", "s")
+	if r, err := inv.ResolveExpired(e.ctx, due[0]); err != nil || r != AlreadySettled {
+		t.Fatalf("ResolveExpired retried: %v, %v; want already settled", r, err)
+	}
+	if got, want := e.stockOn(t, "a", "s"), after; got != want || got[0] != "100" || got[1] != "0" {
+		t.Errorf("stock %v after the retry, %v before it; want every unit available once", got, want)
+	}
+}
