@@ -554,7 +554,7 @@ func FuzzCorruptValue(f *testing.F) {
 				queue: queue, ck: stockKey(route, sku)}
 		}
 		deadline := partDue{hold: time.Hour}
-		batch := inv.runBatch(ctx, n, order, token, deadline, []partReq{partReqFor(stockPartID(order, token, 0))})
+		batch := inv.runBatches(ctx, order, token, deadline, nodeBatches{{n: n, reqs: []partReq{partReqFor(stockPartID(order, token, 0))}}})[0]
 		rep, err := batch.replies, batch.err
 		if err != nil || len(rep) != 1 || rep[0].state != "pending" || rep[0].qty != 1 {
 			t.Fatalf("reserve script = %+v, %v", rep, err)
@@ -592,7 +592,7 @@ func FuzzCorruptValue(f *testing.F) {
 		corrupt("load script", err)
 		// The reserve script reads available, reserved and limit.
 		if field == "available" || field == "reserved" || field == "limit" {
-			res := inv.runBatch(ctx, n, order, "tok2", deadline, []partReq{partReqFor(stockPartID(order, "tok2", 0))})
+			res := inv.runBatches(ctx, order, "tok2", deadline, nodeBatches{{n: n, reqs: []partReq{partReqFor(stockPartID(order, "tok2", 0))}}})[0]
 			corrupt("reserve script", res.err)
 		}
 		// Settling reads reserved, and the counter the units go to.

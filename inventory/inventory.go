@@ -432,8 +432,9 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 func seconds(d time.Duration) int64 { return int64(d / time.Second) }
 
 // atOnce runs f(0) … f(n-1), each on a goroutine of its own, and returns
-// once every one returned: the inventory's fan-out over a set of nodes
-// (f writes only its own index's result, or locks what it shares).
+// once every one returned: the inventory's fan-out over a set of nodes for
+// work other than one script call per node, which sendRound sends (f
+// writes only its own index's result, or locks what it shares).
 func atOnce(n int, f func(i int)) {
 	var wg sync.WaitGroup
 	for i := range n {

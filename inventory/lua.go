@@ -229,45 +229,6 @@ func (inv *Inventory) run(ctx context.Context, n *node.Node, s *luaScript, keys 
 	return inv.ran(ctx, n, s, v, keys, args, reply, seq, err)
 }
 
-// start begins run(ctx, n, s, keys, args...) and returns wait, which waits
-// for it and returns what run returns (call it once). A call of a grouped
-// script that queues behind its node's groups under way (group.go), the
-// usual case under load, takes no goroutine: its group answers it. Any
-// other call (one that takes a free slot, or is not grouped, or goes
-// through injected faults) runs on a goroutine of its own, a reused one
-// when one is parked (workers.go). A caller that
-// sends calls to several nodes at once starts all but the last, runs the
-// last itself, then waits for the others.
-func (inv *Inventory) start(ctx context.Context, n *node.Node, s *luaScript, keys []string, args ...any) (wait func() (any, error)) {
-	if s.group && inv.opts.GroupCommit > 1 && inv.opts.Faults == nil {
-		v := inv.topology(ctx)
-		if err := v.refuse(); err != nil {
-			return func() (any, error) { return nil, err }
-		}
-		c, q, own := inv.enterGroup(n, s, v.token, keys, args)
-		if own {
-			inv.workers.run(func() { inv.sendOwn(ctx, n, q, s, v.token, c, true) })
-		}
-		return func() (any, error) {
-			reply, seq, err := awaitGroup(ctx, q, s, c)
-			return inv.ran(ctx, n, s, v, keys, args, reply, seq, err)
-		}
-	}
-	var (
-		reply any
-		err   error
-	)
-	done := make(chan struct{})
-	inv.workers.run(func() {
-		defer close(done)
-		reply, err = inv.run(ctx, n, s, keys, args...)
-	})
-	return func() (any, error) {
-		<-done
-		return reply, err
-	}
-}
-
 // ran finishes run once its call under view v answered (reply, seq, err):
 // errors mapped by nodeErr, a call refused for its topology epoch run once
 // more, a write acknowledged.

@@ -2,13 +2,14 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
 )
 
 // OrderStatus is an order's state as Confirm and Cancel report it.
@@ -239,61 +240,58 @@ func (inv *Inventory) decide(ctx context.Context, orderID string, op orderOp) (c
 // their node ("node/part"): a part of a decided order that does not exist
 // is data its node lost.
 func (inv *Inventory) settleParts(ctx context.Context, orderID string, action Action, parts []part) (pending int, missing []string) {
-	var mu sync.Mutex
-	settleByNode(parts, func(name string, ids []string) {
-		if _, err := inv.r.Node(name); err != nil {
+	for _, r := range inv.settleRound(ctx, orderID, action, parts) {
+		switch {
+		case errors.Is(r.err, router.ErrUnknownNode):
 			// The node left the topology: `shardis topology apply`
 			// settles its parts by their orders' decisions after their
 			// deadlines (apply_migrate.go).
-			mu.Lock()
-			pending += len(ids)
-			mu.Unlock()
-			return
-		}
-		s := Settle{Node: name, Action: action, OrderID: orderID, PartIDs: ids}
-		res, err := inv.SettleNow(ctx, s)
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			inv.log.Warn("settle deferred", "node", name, "order", orderID, "action", string(action), "parts", len(ids), "err", err)
-			inv.defer_(s)
-			pending += len(ids)
-			return
-		}
-		for i, r := range res {
-			if r == settleMissing {
-				missing = append(missing, name+"/"+ids[i])
+			pending += len(r.s.PartIDs)
+		case r.err != nil:
+			inv.log.Warn("settle deferred", "node", r.s.Node, "order", orderID, "action", string(action), "parts", len(r.s.PartIDs), "err", r.err)
+			inv.defer_(r.s)
+			pending += len(r.s.PartIDs)
+		default:
+			for i, w := range r.res {
+				if w == settleMissing {
+					missing = append(missing, r.s.Node+"/"+r.s.PartIDs[i])
+				}
 			}
 		}
-	})
+	}
 	sort.Strings(missing)
 	return pending, missing
 }
 
-// settleByNode groups parts by node and calls f once per node with the
-// node's part ids, nodes concurrently (one node's on the caller's
-// goroutine); it returns when every call has. f guards what it shares
-// with the other calls.
-func settleByNode(parts []part, f func(name string, ids []string)) {
-	byNode := map[string][]string{}
-	for _, p := range parts {
-		byNode[p.Node] = append(byNode[p.Node], p.ID)
-	}
-	if len(byNode) == 1 {
-		for name, ids := range byNode {
-			f(name, ids)
+// nodeSettled is one node's settle of a settleRound: what it asked, and
+// each part's result or the error (SettleNow's).
+type nodeSettled struct {
+	s   Settle
+	res []string
+	err error
+}
+
+// settleRound settles parts of an order by action, one settle script per
+// node, all at once (sendRound), and returns each node's settle with its
+// outcome, in the order the parts name their nodes first. A node that is
+// not a member of the topology gets no call: its error wraps
+// router.ErrUnknownNode.
+func (inv *Inventory) settleRound(ctx context.Context, orderID string, action Action, parts []part) []nodeSettled {
+	groups := byNode(parts)
+	out := make([]nodeSettled, len(groups))
+	calls := make([]scriptCall, len(groups))
+	for k, g := range groups {
+		ids := make([]string, len(g.idx))
+		for j, i := range g.idx {
+			ids[j] = parts[i].ID
 		}
-		return
+		out[k].s = Settle{Node: g.node, Action: action, OrderID: orderID, PartIDs: ids}
+		calls[k] = inv.settleCall(out[k].s)
 	}
-	var wg sync.WaitGroup
-	for name, ids := range byNode {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f(name, ids)
-		}()
+	for i, r := range inv.sendRound(ctx, calls, make([]callReply, 0, len(calls))) {
+		out[i].res, out[i].err = inv.settleResult(out[i].s, calls[i].n, r)
 	}
-	wg.Wait()
+	return out
 }
 
 // SettleNow settles parts of one order on one node now and returns each
@@ -301,9 +299,21 @@ func settleByNode(parts []part, f func(name string, ids []string)) {
 // "conflict:<state>"). It is idempotent: a part changes state at most once.
 // An error means nothing is known to have changed; retry it later.
 func (inv *Inventory) SettleNow(ctx context.Context, s Settle) ([]string, error) {
+	c := inv.settleCall(s)
+	if c.err != nil {
+		return nil, c.err
+	}
+	var r callReply
+	r.v, r.err = inv.run(ctx, c.n, c.s, c.keys, c.args...)
+	return inv.settleResult(s, c.n, r)
+}
+
+// settleCall is settleScript's call for s on its node, or the error that
+// the node is not a member of the topology.
+func (inv *Inventory) settleCall(s Settle) scriptCall {
 	n, err := inv.r.Node(s.Node)
 	if err != nil {
-		return nil, err
+		return scriptCall{err: err}
 	}
 	keys := make([]string, 0, 1+len(s.PartIDs))
 	keys = append(keys, PendingKey)
@@ -313,21 +323,26 @@ func (inv *Inventory) SettleNow(ctx context.Context, s Settle) ([]string, error)
 		keys = append(keys, partKey(id))
 		args = append(args, id)
 	}
-	v, err := inv.run(ctx, n, settleScript, keys, args...)
-	if err != nil {
-		return nil, err
+	return scriptCall{n: n, s: settleScript, keys: keys, args: args}
+}
+
+// settleResult reads the outcome r of s's settleCall on n: one result word
+// per part (a conflict logged), or the call's error.
+func (inv *Inventory) settleResult(s Settle, n *node.Node, r callReply) ([]string, error) {
+	if r.err != nil {
+		return nil, r.err
 	}
-	res, err := asStrings(n, settleScript, v)
+	res, err := asStrings(n, settleScript, r.v)
 	if err != nil {
 		return nil, err
 	}
 	if len(res) != len(s.PartIDs) {
-		return nil, malformed(n, settleScript, v, fmt.Sprintf("a list of %d result words (one per part)", len(s.PartIDs)))
+		return nil, malformed(n, settleScript, r.v, fmt.Sprintf("a list of %d result words (one per part)", len(s.PartIDs)))
 	}
-	for i, r := range res {
-		if len(r) > 9 && r[:9] == "conflict:" {
+	for i, w := range res {
+		if len(w) > 9 && w[:9] == "conflict:" {
 			inv.log.Error("part settle conflict", "node", n.Name(), "order", s.OrderID, "part", s.PartIDs[i],
-				"action", string(s.Action), "state", r[9:])
+				"action", string(s.Action), "state", w[9:])
 		}
 	}
 	return res, nil

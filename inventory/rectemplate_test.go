@@ -267,10 +267,10 @@ func TestOneScriptRecordsAsCodec(t *testing.T) {
 	r := partReq{part: part{ID: stockPartID(id, token, 0), Node: "n1", Kind: PartStock, Item: 0, Route: "a", SKU: "s", Qty: 1},
 		queue: inv.redoQueue("a", "s"), ck: stockKey("a", "s")}
 	promised := encodeOrderParts(id, token, []part{r.part})
-	st, err := inv.stageTake(ctx, id, token, stagedCall{home: home, due: partDue{hold: time.Minute}, ttl: ttl, digest: "dg",
-		promised: promised, reqs: []partReq{r}})
+	_, st, err := inv.stageAndTake(ctx, id, token, stagedCall{home: home, due: partDue{hold: time.Minute}, ttl: ttl, digest: "dg",
+		promised: promised, reqs: []partReq{r}}, nil)
 	if err != nil || st.status != stageStaged {
-		t.Fatalf("stageTake: %+v, %v", st, err)
+		t.Fatalf("stage: %+v, %v", st, err)
 	}
 	_, f := readOrder(id)
 	created, _ := strconv.ParseInt(f["created"], 10, 64)

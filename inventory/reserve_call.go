@@ -85,61 +85,36 @@ func (b nodeBatches) cut(n *node.Node) ([]partReq, nodeBatches) {
 	return reqs, append(b[:i], b[i+1:]...)
 }
 
-// runBatches runs one reserve script per node, concurrently: each but the
-// first begun by start (lua.go), then the first on the caller's goroutine.
+// runBatches runs one reserve script per node, all at once (sendRound),
+// and returns each batch's result, in the batches' order.
 func (inv *Inventory) runBatches(ctx context.Context, orderID, token string, deadline partDue, batches nodeBatches) []batchResult {
+	var callArr [5]scriptCall // an order of up to 5 nodes: no allocation
+	var replyArr [5]callReply
+	calls := appendTakeCalls(callArr[:0], orderID, token, deadline, batches)
+	return inv.takeResults(batches, inv.sendRound(ctx, calls, replyArr[:0]))
+}
+
+// appendTakeCalls appends to calls the reserve script's call for each of
+// batches: the take of the batch's parts on its node (reserveCall).
+func appendTakeCalls(calls []scriptCall, orderID, token string, deadline partDue, batches nodeBatches) []scriptCall {
+	for _, b := range batches {
+		keys, args, err := reserveCall(orderID, token, deadline, b.reqs)
+		calls = append(calls, scriptCall{n: b.n, s: reserveScript, keys: keys, args: args, err: err})
+	}
+	return calls
+}
+
+// takeResults is each batch's result from its call's outcome (replies[i]
+// is batches[i]'s), nil for no batch.
+func (inv *Inventory) takeResults(batches nodeBatches, replies []callReply) []batchResult {
 	if len(batches) == 0 {
 		return nil
 	}
-	out := make([]batchResult, 0, len(batches))
-	var startedArr [4]startedBatch // an order of up to 5 nodes: no allocation
-	started := startedArr[:0]
-	for _, b := range batches[1:] {
-		started = append(started, inv.startBatch(ctx, b.n, orderID, token, deadline, b.reqs))
-	}
-	out = append(out, inv.runBatch(ctx, batches[0].n, orderID, token, deadline, batches[0].reqs))
-	for _, b := range started {
-		out = append(out, b.wait(inv))
+	out := make([]batchResult, len(batches))
+	for i, b := range batches {
+		out[i] = inv.batchResult(b.n, b.reqs, replies[i].v, replies[i].err)
 	}
 	return out
-}
-
-// runBatch runs the reserve script of reqs on n (see batchResult).
-func (inv *Inventory) runBatch(ctx context.Context, n *node.Node, orderID, token string, deadline partDue, reqs []partReq) batchResult {
-	keys, args, err := reserveCall(orderID, token, deadline, reqs)
-	if err != nil {
-		return inv.batchResult(n, reqs, nil, err)
-	}
-	v, err := inv.run(ctx, n, reserveScript, keys, args...)
-	return inv.batchResult(n, reqs, v, err)
-}
-
-// startBatch is runBatch begun by start (lua.go): its wait returns its
-// result.
-func (inv *Inventory) startBatch(ctx context.Context, n *node.Node, orderID, token string, deadline partDue, reqs []partReq) startedBatch {
-	keys, args, err := reserveCall(orderID, token, deadline, reqs)
-	if err != nil {
-		return startedBatch{n: n, reqs: reqs, err: err}
-	}
-	return startedBatch{sent: inv.start(ctx, n, reserveScript, keys, args...), n: n, reqs: reqs}
-}
-
-// startedBatch is a batch begun by startBatch, a value (no closure to
-// allocate): sent waits for its script call, unless err failed it before.
-type startedBatch struct {
-	sent func() (any, error)
-	n    *node.Node
-	reqs []partReq
-	err  error
-}
-
-// wait waits for the batch and returns its result (call it once).
-func (b startedBatch) wait(inv *Inventory) batchResult {
-	if b.err != nil {
-		return inv.batchResult(b.n, b.reqs, nil, b.err)
-	}
-	v, err := b.sent()
-	return inv.batchResult(b.n, b.reqs, v, err)
 }
 
 // batchResult is the result of the reserve script of reqs on n, from its

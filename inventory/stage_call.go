@@ -1,7 +1,6 @@
 package inventory
 
 import (
-	"context"
 	"time"
 
 	"github.com/shardis/shardis/node"
@@ -39,55 +38,25 @@ type stagedCall struct {
 	reqs     []partReq
 }
 
-// stageTake stages the order's record on its home node with the home
-// node's parts, all or nothing (stageTakeScript).
-func (inv *Inventory) stageTake(ctx context.Context, orderID, token string, c stagedCall) (stageReply, error) {
+// stageCall is the stage's script call: it stages the order's record on
+// its home node with the home node's parts, all or nothing
+// (stageTakeScript), sent in the round of the order's takes
+// (stageAndTake). rec is the staging record's two pieces (stageTakeCall),
+// which its reply keeps.
+func (inv *Inventory) stageCall(orderID, token string, c stagedCall) (call scriptCall, rec [2]string) {
 	keys, args, rec, err := inv.stageTakeCall(orderID, token, c.due, c.mutation, c.ttl, c.digest, c.userID, c.promised, c.reqs)
-	if err != nil {
-		return stageReply{}, err
-	}
-	v, err := inv.run(ctx, c.home, stageTakeScript, keys, args...)
-	return c.reply(rec, v, err)
+	return scriptCall{n: c.home, s: stageTakeScript, keys: keys, args: args, err: err}, rec
 }
 
-// reply is the stage's result from its script call's reply v or error
-// err, rec being the staging record's two pieces (stageTakeCall).
-func (c stagedCall) reply(rec [2]string, v any, err error) (stageReply, error) {
-	if err != nil {
-		return stageReply{}, err
+// reply is the stage's result from its script call's outcome r, rec being
+// the staging record's two pieces (stageCall).
+func (c stagedCall) reply(rec [2]string, r callReply) (stageReply, error) {
+	if r.err != nil {
+		return stageReply{}, r.err
 	}
-	r, err := decodeStageTake(c.home.Name(), v, len(c.reqs))
-	r.rec = rec
-	return r, err
-}
-
-// startStageTake is stageTake begun by start (lua.go): its wait returns
-// its results.
-func (inv *Inventory) startStageTake(ctx context.Context, orderID, token string, c stagedCall) startedStage {
-	keys, args, rec, err := inv.stageTakeCall(orderID, token, c.due, c.mutation, c.ttl, c.digest, c.userID, c.promised, c.reqs)
-	if err != nil {
-		return startedStage{err: err}
-	}
-	return startedStage{sent: inv.start(ctx, c.home, stageTakeScript, keys, args...), c: c, rec: rec}
-}
-
-// startedStage is a stage begun by startStageTake, a value (no closure to
-// allocate): sent waits for its script call, unless err failed it before.
-type startedStage struct {
-	sent func() (any, error)
-	c    stagedCall
-	rec  [2]string
-	err  error
-}
-
-// wait waits for the stage and returns what stageTake returns (call it
-// once).
-func (st startedStage) wait() (stageReply, error) {
-	if st.err != nil {
-		return stageReply{}, st.err
-	}
-	v, err := st.sent()
-	return st.c.reply(st.rec, v, err)
+	st, err := decodeStageTake(c.home.Name(), r.v, len(c.reqs))
+	st.rec = rec
+	return st, err
 }
 
 // stageTakeCall is stageTakeScript's keys and arguments (see stageTake),

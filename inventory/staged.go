@@ -1,12 +1,10 @@
 package inventory
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/topology"
@@ -338,49 +336,37 @@ func (inv *Inventory) resolveStaged(ctx context.Context, home *node.Node, orderI
 // returns the verdict and, for verdictReserved, the parts with their redo
 // offsets.
 func (inv *Inventory) probeStaged(ctx context.Context, orderID string, rec orderRecord, prevent bool) (stagedVerdict, []part, error) {
-	byNode := map[string][]int{}
-	for i, p := range rec.parts {
-		byNode[p.Node] = append(byNode[p.Node], i)
-	}
 	mode := "inspect"
 	if prevent {
 		mode = "prevent"
 	}
 	seen := make([]probedPart, len(rec.parts))
 	var (
-		mu       sync.Mutex
-		wg       sync.WaitGroup
-		firstErr error
+		calls []scriptCall
+		asked []nodeParts // asked[k]: the parts calls[k] probes
 	)
-	for name, idx := range byNode {
-		n, err := inv.r.Node(name)
-		if err != nil && inv.departed(ctx, name) {
-			for _, i := range idx {
+	for _, g := range byNode(rec.parts) {
+		n, err := inv.r.Node(g.node)
+		if err != nil && inv.departed(ctx, g.node) {
+			for _, i := range g.idx {
 				seen[i] = probedPart{state: probeGone}
 			}
 			continue
 		}
 		if err != nil {
-			return 0, nil, fmt.Errorf("%w: order %q: promised part on node %s, which is not in the topology: %w", ErrUnavailable, orderID, name, err)
+			return 0, nil, fmt.Errorf("%w: order %q: promised part on node %s, which is not in the topology: %w", ErrUnavailable, orderID, g.node, err)
 		}
-		wg.Add(1)
-		go func(n *node.Node, idx []int) {
-			defer wg.Done()
-			got, err := inv.probeNode(ctx, n, mode, orderID, rec.parts, idx)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				firstErr = cmp.Or(firstErr, err)
-				return
-			}
-			for j, i := range idx {
-				seen[i] = got[j]
-			}
-		}(n, idx)
+		calls = append(calls, inv.probeCall(n, mode, orderID, rec.parts, g.idx))
+		asked = append(asked, g)
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return 0, nil, firstErr
+	for k, r := range inv.sendRound(ctx, calls, make([]callReply, 0, len(calls))) {
+		got, err := probeResult(calls[k].n, len(asked[k].idx), r)
+		if err != nil {
+			return 0, nil, err
+		}
+		for j, i := range asked[k].idx {
+			seen[i] = got[j]
+		}
 	}
 	verdict, lost := rec.verdict(seen)
 	if verdict != verdictReserved {
@@ -411,34 +397,39 @@ type probedPart struct {
 	qty, offset int64
 }
 
-// probeNode runs probeScript in mode on node n for the promised parts
-// parts[i], i in idx, and reads its reply strictly: one {state, token,
-// qty, offset} per part, or a malformed-reply error naming the script.
-func (inv *Inventory) probeNode(ctx context.Context, n *node.Node, mode, orderID string, parts []part, idx []int) ([]probedPart, error) {
+// probeCall is probeScript's call in mode on node n for the promised
+// parts parts[i], i in idx.
+func (inv *Inventory) probeCall(n *node.Node, mode, orderID string, parts []part, idx []int) scriptCall {
 	keys := make([]string, len(idx))
 	args := []any{mode, orderID, seconds(inv.cfg.Retention)}
 	for j, i := range idx {
 		keys[j] = partKey(parts[i].ID)
 		args = append(args, parts[i].Incarnation)
 	}
-	v, err := inv.run(ctx, n, probeScript, keys, args...)
-	if err != nil {
-		return nil, err
-	}
-	r := newReplyReader(n.Name(), probeScript.name)
-	raw := r.list(v, len(idx))
-	out := make([]probedPart, len(raw))
-	for j := range raw {
-		t := r.listAt(raw, j, 4) // {state word, token, qty, offset}
-		if r.err != nil {
-			break
-		}
-		r.enter(j)
-		out[j] = probedPart{state: probeWord(r.str(t, 0)), token: r.str(t, 1), qty: r.int(t, 2), offset: r.int(t, 3)}
-		r.leave()
-	}
+	return scriptCall{n: n, s: probeScript, keys: keys, args: args}
+}
+
+// probeResult reads the outcome r of a probeCall of k parts on n
+// strictly: one {state, token, qty, offset} per part, or a
+// malformed-reply error naming the script, or the call's error.
+func probeResult(n *node.Node, k int, r callReply) ([]probedPart, error) {
 	if r.err != nil {
 		return nil, r.err
+	}
+	rr := newReplyReader(n.Name(), probeScript.name)
+	raw := rr.list(r.v, k)
+	out := make([]probedPart, len(raw))
+	for j := range raw {
+		t := rr.listAt(raw, j, 4) // {state word, token, qty, offset}
+		if rr.err != nil {
+			break
+		}
+		rr.enter(j)
+		out[j] = probedPart{state: probeWord(rr.str(t, 0)), token: rr.str(t, 1), qty: rr.int(t, 2), offset: rr.int(t, 3)}
+		rr.leave()
+	}
+	if rr.err != nil {
+		return nil, rr.err
 	}
 	return out, nil
 }

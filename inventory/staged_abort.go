@@ -2,7 +2,6 @@ package inventory
 
 import (
 	"context"
-	"sync"
 
 	"github.com/shardis/shardis/node"
 )
@@ -61,22 +60,18 @@ func (inv *Inventory) abortParts(ctx context.Context, orderID string, parts []pa
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
-	var mu sync.Mutex
-	settleByNode(parts, func(name string, ids []string) {
-		res, err := inv.SettleNow(ctx, Settle{Node: name, Action: actionAbort, OrderID: orderID, PartIDs: ids})
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			inv.log.Warn("staged abort did not land; the parts follow the order's decision", "node", name, "order", orderID, "parts", len(ids), "err", err)
-			left += len(ids)
-			return
+	for _, r := range inv.settleRound(ctx, orderID, actionAbort, parts) {
+		if r.err != nil {
+			inv.log.Warn("staged abort did not land; the parts follow the order's decision", "node", r.s.Node, "order", orderID, "parts", len(r.s.PartIDs), "err", r.err)
+			left += len(r.s.PartIDs)
+			continue
 		}
-		for _, r := range res {
-			if r == settleHeld {
+		for _, w := range r.res {
+			if w == settleHeld {
 				left++
 			}
 		}
-	})
+	}
 	inv.stats.rolledBack.Add(int64(len(parts) - left))
 	return left
 }

@@ -84,21 +84,26 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 }
 
 // stageAndTake runs a staged round: the stage (unless stage.home is nil)
-// and the takes of batches, all at once, the stage begun by start (lua.go)
-// unless no takes go out. It returns once every one of them returned; the
-// stage's outcome is errCrashed when none was sent.
+// and the takes of batches, all at once (sendRound, the stage first). It
+// returns once every one of them returned; the stage's outcome is
+// errCrashed when none was sent.
 func (inv *Inventory) stageAndTake(ctx context.Context, orderID, token string, stage stagedCall, batches nodeBatches) (results []batchResult, staged stageReply, stageErr error) {
-	switch {
-	case stage.home == nil:
-		return inv.runBatches(ctx, orderID, token, stage.due, batches), stageReply{}, errCrashed
-	case len(batches) == 0:
-		staged, stageErr = inv.stageTake(ctx, orderID, token, stage)
-		return nil, staged, stageErr
+	var callArr [6]scriptCall // a stage and up to 5 nodes' takes: no allocation
+	var replyArr [6]callReply
+	calls := callArr[:0]
+	var rec [2]string
+	if stage.home != nil {
+		var c scriptCall
+		c, rec = inv.stageCall(orderID, token, stage)
+		calls = append(calls, c)
 	}
-	st := inv.startStageTake(ctx, orderID, token, stage)
-	results = inv.runBatches(ctx, orderID, token, stage.due, batches)
-	staged, stageErr = st.wait()
-	return results, staged, stageErr
+	calls = appendTakeCalls(calls, orderID, token, stage.due, batches)
+	replies := inv.sendRound(ctx, calls, replyArr[:0])
+	if stage.home == nil {
+		return inv.takeResults(batches, replies), stageReply{}, errCrashed
+	}
+	staged, stageErr = stage.reply(rec, replies[0])
+	return inv.takeResults(batches, replies[1:]), staged, stageErr
 }
 
 // roundCrashes applies the crash points inside a staged round (faults.go)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/router"
@@ -187,34 +186,26 @@ func shares(targets []*node.Node, qty int64) map[string]int64 {
 // limit change it missed must be named and recorded (recordLimitTodo), not
 // passed over.
 func (inv *Inventory) loadShares(ctx context.Context, set *router.Set, key string, share map[string]int64, limitArg, ver int64, mustReach bool) (took []*node.Node, failed []string) {
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
+	var calls []scriptCall
+	var adds []int64 // adds[k]: the share calls[k] adds
 	for _, n := range set.Nodes() {
 		add, isTarget := share[n.Name()]
 		if !isTarget && !inv.usable(n) {
 			if mustReach && limitArg >= 0 {
-				mu.Lock()
 				failed = append(failed, fmt.Sprintf("%s (limit only): %s", n.Name(), inv.unusableReason(n)))
-				mu.Unlock()
 			}
 			continue
 		}
-		wg.Add(1)
-		go func(n *node.Node, add int64) {
-			defer wg.Done()
-			_, err := inv.run(ctx, n, loadScript, []string{key}, add, limitArg, ver)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				failed = append(failed, fmt.Sprintf("%s (share %d): %v", n.Name(), add, err))
-				return
-			}
-			took = append(took, n)
-		}(n, add)
+		calls = append(calls, scriptCall{n: n, s: loadScript, keys: []string{key}, args: []any{add, limitArg, ver}})
+		adds = append(adds, add)
 	}
-	wg.Wait()
+	for k, r := range inv.sendRound(ctx, calls, make([]callReply, 0, len(calls))) {
+		if r.err != nil {
+			failed = append(failed, fmt.Sprintf("%s (share %d): %v", calls[k].n.Name(), adds[k], r.err))
+			continue
+		}
+		took = append(took, calls[k].n)
+	}
 	return took, failed
 }
 
@@ -258,16 +249,20 @@ func (inv *Inventory) GetStock(ctx context.Context, route, sku string) (StockLev
 	out := StockLevel{SKU: sku, Nodes: make([]NodeStock, len(nodes))}
 	key := stockKey(route, sku)
 	exists := make([]bool, len(nodes))
-	atOnce(len(nodes), func(i int) {
+	calls := make([]scriptCall, len(nodes))
+	for i, n := range nodes {
+		calls[i] = scriptCall{n: n, s: stockScript, keys: []string{key}}
+	}
+	for i, r := range inv.sendRound(ctx, calls, make([]callReply, 0, len(calls))) {
 		n := nodes[i]
 		ns := NodeStock{Node: n.Name()}
-		raw, err := inv.run(ctx, n, stockScript, []string{key})
 		var v []int64
+		err := r.err
 		if err == nil {
-			v, err = asInt64s(n, stockScript, raw)
+			v, err = asInt64s(n, stockScript, r.v)
 		}
 		if err == nil && len(v) != 6 {
-			err = malformed(n, stockScript, raw, "a list of 6 integers {available, reserved, confirmed, loaded, limit, exists}")
+			err = malformed(n, stockScript, r.v, "a list of 6 integers {available, reserved, confirmed, loaded, limit, exists}")
 		}
 		if err != nil {
 			ns.Err = err
@@ -277,7 +272,7 @@ func (inv *Inventory) GetStock(ctx context.Context, route, sku string) (StockLev
 			exists[i] = v[5] == 1
 		}
 		out.Nodes[i] = ns
-	})
+	}
 	inv.flagMissing(ctx, nodes, route, sku, exists, out.Nodes)
 	for _, ns := range out.Nodes {
 		if ns.Err != nil && (errors.Is(ns.Err, ErrCorrupt) || errors.Is(ns.Err, ErrMalformedReply)) {
