@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -277,18 +278,22 @@ type nodeSettled struct {
 // not a member of the topology gets no call: its error wraps
 // router.ErrUnknownNode.
 func (inv *Inventory) settleRound(ctx context.Context, orderID string, action Action, parts []part) []nodeSettled {
-	groups := byNode(parts)
-	out := make([]nodeSettled, len(groups))
-	calls := make([]scriptCall, len(groups))
-	for k, g := range groups {
-		ids := make([]string, len(g.idx))
-		for j, i := range g.idx {
-			ids[j] = parts[i].ID
+	out := make([]nodeSettled, 0, min(len(parts), 4))
+	for _, p := range parts {
+		k := slices.IndexFunc(out, func(r nodeSettled) bool { return r.s.Node == p.Node })
+		if k < 0 {
+			out = append(out, nodeSettled{s: Settle{Node: p.Node, Action: action, OrderID: orderID}})
+			k = len(out) - 1
 		}
-		out[k].s = Settle{Node: g.node, Action: action, OrderID: orderID, PartIDs: ids}
-		calls[k] = inv.settleCall(out[k].s)
+		out[k].s.PartIDs = append(out[k].s.PartIDs, p.ID)
 	}
-	for i, r := range inv.sendRound(ctx, calls, make([]callReply, 0, len(calls))) {
+	var callArr [4]scriptCall // an order of up to 4 nodes: no allocation
+	var replyArr [4]callReply
+	calls := callArr[:0]
+	for _, r := range out {
+		calls = append(calls, inv.settleCall(r.s))
+	}
+	for i, r := range inv.sendRound(ctx, calls, replyArr[:0]) {
 		out[i].res, out[i].err = inv.settleResult(out[i].s, calls[i].n, r)
 	}
 	return out
