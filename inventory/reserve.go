@@ -138,12 +138,13 @@ func (inv *Inventory) effectiveTTL(ttl time.Duration) (time.Duration, bool) {
 //   - One round: staged_reserve.go (plan, stage and takes at once, the
 //     outcome; the protocol's states and rule are in staged.go), the home's
 //     stage in stage_call.go (lua/stage_take.lua) and the other nodes'
-//     takes in reserve_call.go (lua/reserve.lua), both through group.go;
+//     takes in reserve_call.go (lua/reserve.lua), sent in one round
+//     (round.go) through group.go;
 //     then the commit, carried on a later group call (carry.go), or the
 //     release of an attempt that failed (staged_abort.go).
 //   - The general path (reserveGeneral below): begin and commit on the
 //     record (order.go, lua/order.lua) around the takes (take.go,
-//     reserve_call.go).
+//     reserve_call.go, a round each: round.go).
 func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item, userID string, ttl time.Duration) (Reservation, error) {
 	ctx, _ = inv.pin(ctx)
 	if err := inv.checkReserve(ctx, orderID, items, userID); err != nil {

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// start (lua.go) against a real node: calls begun on a paused node return
+// start (round.go) against a real node: calls begun on a paused node return
 // at once, those that queue behind its groups under way take no goroutine,
 // every call gets its own reply when the node answers, in as few script
 // calls as run's would, and a queued call whose caller gives up sends
@@ -65,5 +65,46 @@ func TestStartQueuesWithoutGoroutines(t *testing.T) {
 	}
 	if n, err := e.admin.Exists(e.ctx, "gaveup").Result(); err != nil || n != 0 {
 		t.Fatalf("the call given up while queued ran (exists %d, %v)", n, err)
+	}
+}
+
+// TestSendRound runs a round (round.go) against a real node: every call's
+// outcome comes back in the calls' order, each from its own call (the
+// begun ones and the last, which runs on the caller's goroutine), an
+// error reply stays its call's, a call whose arguments could not be made
+// is not sent and answers its own error, every call has run when the
+// round returns, and an empty round appends nothing.
+func TestSendRound(t *testing.T) {
+	e := newGroupEnv(t, 32)
+	e.warm(t)
+	noArgs := errors.New("its arguments could not be made")
+	call := func(key, add string) scriptCall {
+		return scriptCall{n: e.n, s: groupTestScript, keys: []string{key, "x"}, args: []any{add}}
+	}
+	calls := []scriptCall{call("round-a", "3"), {n: e.n, s: groupTestScript, err: noArgs}, call("round-b", "bad"), call("round-c", "5")}
+	out := e.inv.sendRound(e.ctx, calls, make([]callReply, 0, len(calls)))
+	if len(out) != len(calls) {
+		t.Fatalf("%d outcomes for %d calls", len(out), len(calls))
+	}
+	if v, ok := out[0].v.(int64); out[0].err != nil || !ok || v != 3 {
+		t.Errorf("begun call: %v, %v; want 3", out[0].v, out[0].err)
+	}
+	if out[1].err != noArgs || out[1].v != nil {
+		t.Errorf("call that could not be made: %v, %v; want its own error", out[1].v, out[1].err)
+	}
+	if out[2].err == nil || errors.Is(out[2].err, noArgs) {
+		t.Errorf("call answered with an error reply: %v, %v; want that error", out[2].v, out[2].err)
+	}
+	if v, ok := out[3].v.(int64); out[3].err != nil || !ok || v != 5 {
+		t.Errorf("last call (run on the caller's goroutine): %v, %v; want 5", out[3].v, out[3].err)
+	}
+	for key, want := range map[string]string{"round-a": "3", "round-b": "", "round-c": "5"} {
+		got, err := e.admin.Get(e.ctx, key).Result()
+		if err != nil && want != "" || got != want {
+			t.Errorf("after the round, %s = %q (%v), want %q", key, got, err, want)
+		}
+	}
+	if out := e.inv.sendRound(e.ctx, nil, out[:0]); len(out) != 0 {
+		t.Errorf("an empty round: %d outcomes, want none", len(out))
 	}
 }
