@@ -278,6 +278,9 @@ type nodeSettled struct {
 // not a member of the topology gets no call: its error wraps
 // router.ErrUnknownNode.
 func (inv *Inventory) settleRound(ctx context.Context, orderID string, action Action, parts []part) []nodeSettled {
+	// grouped straight into the settles' id lists, not by byNode (every
+	// Confirm and Cancel of an order with parts on other nodes comes here:
+	// byNode's index lists cost it 5 allocations more)
 	out := make([]nodeSettled, 0, min(len(parts), 4))
 	for _, p := range parts {
 		k := slices.IndexFunc(out, func(r nodeSettled) bool { return r.s.Node == p.Node })
