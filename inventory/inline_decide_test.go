@@ -158,6 +158,24 @@ type lostReplies struct {
 	n      atomic.Int32
 }
 
+// lostOrderReplies is a node with 100 units of SKU s on route a and an
+// inventory over it whose order script replies f loses (none until f.n is
+// set), beside e's own.
+func lostOrderReplies(t *testing.T) (*groupEnv, *Inventory, *lostReplies) {
+	t.Helper()
+	e := newGroupEnv(t, 32)
+	if _, err := e.inv.LoadStock(e.ctx, "a", "s", 100, 0); err != nil {
+		t.Fatal(err)
+	}
+	f := &lostReplies{script: "order"}
+	inv, err := New(e.inv.r, Options{Logger: slog.New(slog.DiscardHandler), Faults: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inv.Close)
+	return e, inv, f
+}
+
 func (f *lostReplies) Call(_ context.Context, c ScriptCall, send func() (any, error)) (any, error) {
 	v, err := send()
 	if c.Script == f.script && f.n.Add(-1) >= 0 {
@@ -174,16 +192,7 @@ func (f *lostReplies) Crash(context.Context, string) bool { return false }
 // settles what the decision settled already: found settled, nothing moves
 // twice.
 func TestDecisionSettleReplyLost(t *testing.T) {
-	e := newGroupEnv(t, 32)
-	if _, err := e.inv.LoadStock(e.ctx, "a", "s", 100, 0); err != nil {
-		t.Fatal(err)
-	}
-	f := &lostReplies{script: "order"}
-	inv, err := New(e.inv.r, Options{Logger: slog.New(slog.DiscardHandler), Faults: f})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(inv.Close)
+	e, inv, f := lostOrderReplies(t)
 	for _, op := range []string{"confirm", "cancel"} {
 		id := "dl-" + op
 		p := e.reserveInline(t, inv, id, 2)
@@ -275,16 +284,7 @@ func TestExpirySettlesTheDueInlinePart(t *testing.T) {
 // reply is lost after the script ran. The part is settled with the
 // record; the reconciler's retry finds it settled and moves nothing.
 func TestExpirySettleReplyLost(t *testing.T) {
-	e := newGroupEnv(t, 32)
-	if _, err := e.inv.LoadStock(e.ctx, "a", "s", 100, 0); err != nil {
-		t.Fatal(err)
-	}
-	f := &lostReplies{script: "order"}
-	inv, err := New(e.inv.r, Options{Logger: slog.New(slog.DiscardHandler), Faults: f})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(inv.Close)
+	e, inv, f := lostOrderReplies(t)
 	if _, err := inv.Reserve(e.ctx, "xl-1", []Item{{Route: "a", SKU: "s", Quantity: 2}}, "", time.Second); err != nil {
 		t.Fatal(err)
 	}
