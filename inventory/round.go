@@ -74,13 +74,13 @@ type callReply struct {
 // sendRound runs a round's calls, one per node, at once: every call but
 // the last begun by start, the last run on this goroutine, then the
 // others waited for. It appends calls[i]'s outcome to out for each i,
-// in order (out is the caller's array: a round of up to 5 calls allocates
-// nothing here).
+// in order (out is the caller's array: a round of up to 6 calls, a stage
+// and five nodes' takes, allocates nothing here).
 func (inv *Inventory) sendRound(ctx context.Context, calls []scriptCall, out []callReply) []callReply {
 	if len(calls) == 0 {
 		return out
 	}
-	var waitArr [4]func() (any, error) // the begun calls' waits
+	var waitArr [5]func() (any, error) // the begun calls' waits
 	waits := waitArr[:0]
 	last := len(calls) - 1
 	for _, c := range calls[:last] {

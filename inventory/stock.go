@@ -187,7 +187,6 @@ func shares(targets []*node.Node, qty int64) map[string]int64 {
 // passed over.
 func (inv *Inventory) loadShares(ctx context.Context, set *router.Set, key string, share map[string]int64, limitArg, ver int64, mustReach bool) (took []*node.Node, failed []string) {
 	var calls []scriptCall
-	var adds []int64 // adds[k]: the share calls[k] adds
 	for _, n := range set.Nodes() {
 		add, isTarget := share[n.Name()]
 		if !isTarget && !inv.usable(n) {
@@ -197,11 +196,10 @@ func (inv *Inventory) loadShares(ctx context.Context, set *router.Set, key strin
 			continue
 		}
 		calls = append(calls, scriptCall{n: n, s: loadScript, keys: []string{key}, args: []any{add, limitArg, ver}})
-		adds = append(adds, add)
 	}
 	for k, r := range inv.sendRound(ctx, calls, make([]callReply, 0, len(calls))) {
 		if r.err != nil {
-			failed = append(failed, fmt.Sprintf("%s (share %d): %v", calls[k].n.Name(), adds[k], r.err))
+			failed = append(failed, fmt.Sprintf("%s (share %v): %v", calls[k].n.Name(), calls[k].args[0], r.err))
 			continue
 		}
 		took = append(took, calls[k].n)
