@@ -47,7 +47,7 @@ import (
 // Batching: a call that finds fewer than groupInFlight groups under way on
 // its node, and no call waiting there, is sent at once by its own
 // goroutine (a lone caller waits for nobody), or, when its caller only
-// began it (start, lua.go: a round's calls to several nodes), by a
+// began it (start, round.go: a round's calls to several nodes), by a
 // goroutine of its own while the caller goes on. Calls that arrive while
 // groupInFlight groups are under way queue, one queue per script; when a
 // group returns, the goroutine that sent it takes the next script's queue

@@ -227,6 +227,7 @@ func TestDecisionSettleReplyLost(t *testing.T) {
 // pass that finds it due. Every part is cancelled once and every unit
 // comes back.
 func TestExpirySettlesTheDueInlinePart(t *testing.T) {
+	t.Parallel() // sleeps past the parts' deadlines on nodes of its own
 	e := newGroupEnv(t, 32)
 	for _, sku := range []string{"s", "t"} {
 		if _, err := e.inv.LoadStock(e.ctx, "a", sku, 100, 0); err != nil {
@@ -284,6 +285,7 @@ func TestExpirySettlesTheDueInlinePart(t *testing.T) {
 // reply is lost after the script ran. The part is settled with the
 // record; the reconciler's retry finds it settled and moves nothing.
 func TestExpirySettleReplyLost(t *testing.T) {
+	t.Parallel() // sleeps past the parts' deadlines on nodes of its own
 	e, inv, f := lostOrderReplies(t)
 	if _, err := inv.Reserve(e.ctx, "xl-1", []Item{{Route: "a", SKU: "s", Quantity: 2}}, "", time.Second); err != nil {
 		t.Fatal(err)

@@ -59,7 +59,7 @@ func (c stagedCall) reply(rec [2]string, r callReply) (stageReply, error) {
 	return st, err
 }
 
-// stageTakeCall is stageTakeScript's keys and arguments (see stageTake),
+// stageTakeCall is stageTakeScript's keys and arguments (see stageTakeScript),
 // the record's pieces, the keys and the part templates cut from one
 // string, and the staging record's two pieces (around its created hole:
 // what a carried commit compares, stagedCommitValues). It fails with

@@ -343,15 +343,16 @@ func profileReading(r *Results) string {
 		}
 		return 0
 	}
-	t := fmt.Sprintf("Reading: go-redis's script calls take %.1f %% of the client's samples, their socket writes and reads %.1f %% and %.1f %% "+
+	t := fmt.Sprintf("Reading: the script calls (`Inventory.call`: FCALL through go-redis, the network I/O included) take %.1f %% of the client's samples, their socket writes and reads %.1f %% and %.1f %% "+
 		"(the round trips, which group commit and auto-pipelining share between orders); allocation takes %.1f %% (go-redis's commands and replies, the parts, "+
 		"the groups' argument lists) and goroutine scheduling %.1f %%: a call is handed to its group's sender and to its node's pipeliner, "+
 		"and a round's calls to several nodes (the one-round path's stage and takes, the general path's takes) queue on their nodes' groups without a goroutine each "+
-		"unless one finds a free slot, which gets a sender of its own (`start`, `inventory/lua.go`), and the commit rides a later script call on its home "+
-		"(starting goroutines %.1f %%, growing their stacks %.1f %%). The parts' lists (a compact string, `inventory/parts.go`), encoded twice per one-round order (the promised list for the stage, then the taken list with its offsets for the commit), take %.1f %%. "+
+		"unless one finds a free slot, which gets a sender of its own (`start`, `inventory/round.go`), and the commit rides a later script call on its home "+
+		"(starting goroutines %.1f %%, growing their stacks %.1f %%). The parts' lists (a compact string, `inventory/parts.go`), encoded once per one-round order (the promised list for the stage; the commit's list is that string with the taken offsets written into its holes, `withOffsets`), take %.1f %%. "+
 		"The lists are the protocol's (the record names the parts it is decided on); the allocations per call are what could still be trimmed on the client. ",
-		cum("(*Script).Run"), cum("syscall.write"), cum("syscall.read"), cum("runtime.mallocgc"),
-		cum("runtime.schedule"), cum("runtime.newproc"), cum("runtime.copystack"), cum("inventory.encodeOrderParts"))
+		cum("inventory.(*Inventory).call"), cum("syscall.write"), cum("syscall.read"), cum("runtime.mallocgc"),
+		cum("runtime.schedule"), cum("runtime.newproc"), cum("runtime.copystack"),
+		cum("inventory.encodeOrderPartsHoles")+cum("inventory.withOffsets"))
 	if ir := r.Inventory; ir != nil {
 		c3, s3, _ := ir.Series[VarInv3].CPUPerOp()
 		t += fmt.Sprintf("Per 3-item order the client spent %s of CPU and the nodes %s (section 3): ", fmtCPU(c3), fmtCPU(s3))
