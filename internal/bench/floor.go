@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -183,6 +184,30 @@ type floorBatcher struct {
 func newFloorBatcher(ctx context.Context, n *node.Node) *floorBatcher {
 	return &floorBatcher{ctx: ctx, n: n, script: redis.NewScript(floorScript), queue: make(chan *floorReq, 1024),
 		headKeys: []string{floorPending, floorOffsets}, headArgs: []any{"600000", "604800"}}
+}
+
+// floorTakeSet is floorScript's write of a taken entry's key: set only if
+// absent, with the retention.
+const floorTakeSet = "elseif redis.call('SET', key, value, 'NX', 'EX', ARGV[2]) then"
+
+// floorNoTTLScript is floorScript with a taken entry's key set only if
+// absent and without a TTL (SET NX), as shardis writes a reserved order's
+// record (no TTL until the order is decided: inventory/orderrec.go). It
+// is everything else the floor's; the no-TTL floor row
+// (VarHotFloorLocalNoTTL) runs it next to the stock, the yardstick for
+// what the bucketed-record row saves beside a per-key TTL.
+var floorNoTTLScript = func() string {
+	if strings.Count(floorScript, floorTakeSet) != 1 {
+		panic("bench: floorScript has not one " + floorTakeSet)
+	}
+	return strings.Replace(floorScript, floorTakeSet, "elseif redis.call('SET', key, value, 'NX') then", 1)
+}()
+
+// newFloorNoTTLBatcher is newFloorBatcher running floorNoTTLScript.
+func newFloorNoTTLBatcher(ctx context.Context, n *node.Node) *floorBatcher {
+	f := newFloorBatcher(ctx, n)
+	f.script = redis.NewScript(floorNoTTLScript)
+	return f
 }
 
 // load gives the floor's SKU units on the node.

@@ -44,6 +44,11 @@ const (
 	// its minute's hash instead of a key (floorbucket.go): a yardstick for
 	// the records' structure, not a floor row of any target.
 	VarHotFloorBucket = "bucketed-record floor: hot SKU on 1 node, a record per order as a field of its minute's hash next to the stock, batched"
+	// VarHotFloorLocalNoTTL is VarHotFloorLocal with each record a key
+	// without a TTL (floorNoTTLScript), as shardis keeps a reserved
+	// order's record: a yardstick beside VarHotFloorBucket, which saves
+	// the per-key TTL too, not a floor row of any target.
+	VarHotFloorLocalNoTTL = "no-TTL floor: hot SKU on 1 node, a record per order next to the stock, a key without a TTL, batched"
 	// VarHotFloorOneRound and VarFloor3OneRound are VarHotFloor and
 	// VarFloor3 placed in one round trip (floorOrderOneRound), as
 	// shardis's one-round paths place VarHot1's and VarInv3's orders: the
@@ -119,6 +124,11 @@ func (ir *InvResult) FloorLocalVsSeed() float64 { return ir.vsSeedHot(VarHotFloo
 // such series).
 func (ir *InvResult) FloorBucketVsSeed() float64 { return ir.vsSeedHot(VarHotFloorBucket) }
 
+// FloorNoTTLVsSeed is HotVsSeed for VarHotFloorLocalNoTTL:
+// FloorLocalVsSeed with the records keys without a TTL (0 when the run
+// has no such series).
+func (ir *InvResult) FloorNoTTLVsSeed() float64 { return ir.vsSeedHot(VarHotFloorLocalNoTTL) }
+
 // Floor3VsSeed is VarFloor3's orders/s over VarSeed3's, paired per round
 // (0 when the run has no such series).
 func (ir *InvResult) Floor3VsSeed() float64 { return ir.Over(VarFloor3, VarSeed3) }
@@ -168,7 +178,7 @@ func orderID(w *Worker, prefix byte) string {
 
 // invTableOrder is the order of the report's table and of
 // InvResult.Variants.
-var invTableOrder = []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone, VarHotFloor, VarHotFloorLocal, VarHotFloorBucket, VarFloor3,
+var invTableOrder = []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone, VarHotFloor, VarHotFloorLocal, VarHotFloorBucket, VarHotFloorLocalNoTTL, VarFloor3,
 	VarHotFloorOneRound, VarFloor3OneRound, VarSoldOut, VarSeedSoldOut, VarHotFloorGuarded, VarHotFloorLocalGuarded, VarFloor3Guarded}
 
 // invRoundOrder is the order in which a round runs the inventory
@@ -184,7 +194,7 @@ var invTableOrder = []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHo
 var invRoundOrder = []string{
 	VarInv1,
 	VarInv3Alone, VarFloor3OneRound, VarInv3, VarFloor3, VarSeed3, VarFloor3Guarded,
-	VarHot3, VarHotFloorOneRound, VarHot1, VarHotFloor, VarHotFloorBucket, VarSeedHot1, VarHot1Minted, VarHotFloorLocal,
+	VarHot3, VarHotFloorOneRound, VarHot1, VarHotFloor, VarHotFloorBucket, VarSeedHot1, VarHot1Minted, VarHotFloorLocal, VarHotFloorLocalNoTTL,
 	VarHotFloorLocalGuarded, VarHotFloorGuarded, VarHot1Alone,
 	VarSoldOut, VarSeedSoldOut,
 }

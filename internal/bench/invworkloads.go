@@ -63,6 +63,7 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 	seedHotQueue := seedQueue(seedHotSKU)
 	floors := make([]*floorBatcher, len(singleRoutes))
 	bucketFloor := newFloorBucketBatcher(ctx, routeNodes[0][0]) // the bucketed-record floor's (floorbucket.go)
+	noTTLFloor := newFloorNoTTLBatcher(ctx, routeNodes[0][0])   // the no-TTL floor's (floor.go: floorNoTTLScript)
 	gfloors := make([]*floorBatcher, len(singleRoutes))         // the guarded floor's (floorguard.go)
 	for r := range floors {
 		floors[r] = newFloorBatcher(ctx, routeNodes[r][0])
@@ -203,6 +204,18 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 		}, func(w *Worker) error {
 			id, minute := floorBucketID(time.Now(), orderID(w, 'b'))
 			return floorBucketOrder(bucketFloor, id, minute, floorHotSKU)
+		}},
+		VarHotFloorLocalNoTTL: {VarHotFloorLocalNoTTL, func(ctx context.Context) error {
+			if err := noTTLFloor.check(ctx); err != nil {
+				return err
+			}
+			// the check's taken record a: a key without a TTL
+			if ttl, err := noTTLFloor.n.Client().TTL(ctx, "floor:order:a").Result(); err != nil || ttl != -1 {
+				return fmt.Errorf("no-TTL floor check: record a's TTL is %v (%v), want none", ttl, err)
+			}
+			return noTTLFloor.load(ctx, floorHotSKU, inventory.MaxQuantity)
+		}, func(w *Worker) error {
+			return floorOrder([]*floorBatcher{noTTLFloor}, 0, orderID(w, 'n'), floorHot)
 		}},
 		VarFloor3: {VarFloor3, floor3Setup, func(w *Worker) error {
 			id := orderID(w, 'f')

@@ -58,6 +58,11 @@ type Summary struct {
 	// each record one field of its minute's hash instead of a key
 	// (floorbucket.go): what the records' structure costs.
 	InventoryHotFloorBucketVsSeed float64 `json:"inventory_hot_sku_floor_bucket_vs_seed,omitempty"`
+	// InventoryHotFloorNoTTLVsSeed is InventoryHotFloorLocalVsSeed with
+	// each record a key without a TTL, as shardis keeps a reserved
+	// order's (floor.go: floorNoTTLScript): beside the bucketed row, what
+	// the per-key TTL alone costs.
+	InventoryHotFloorNoTTLVsSeed float64 `json:"inventory_hot_sku_floor_nottl_vs_seed,omitempty"`
 	// Inventory3ItemFloorVsSeed is the 3-item floor yardstick's orders/s
 	// over the seed's 3-item orders, paired per round (floor.go).
 	Inventory3ItemFloorVsSeed float64 `json:"inventory_3item_floor_vs_seed,omitempty"`
@@ -253,6 +258,9 @@ func Summarize(r *Results) Summary {
 		}
 		if h := ir.FloorBucketVsSeed(); h > 0 {
 			s.InventoryHotFloorBucketVsSeed = round3(h)
+		}
+		if h := ir.FloorNoTTLVsSeed(); h > 0 {
+			s.InventoryHotFloorNoTTLVsSeed = round3(h)
 		}
 		if h := ir.Floor3VsSeed(); h > 0 {
 			s.Inventory3ItemFloorVsSeed = round3(h)
