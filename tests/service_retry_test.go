@@ -64,6 +64,13 @@ func newRetryEnv(t *testing.T, delay time.Duration) *retryEnv {
 	cfg.Health = quickHealth
 	cfg.Health.Backoff = append([]time.Duration(nil), quickHealth.Backoff...)
 	cfg.Inventory.ReconcileInterval = 100 * time.Millisecond
+	// The tests time out their clients, not the nodes: a command gets
+	// 3 s, not the default 1 s, which a script call queued behind others
+	// on a loaded machine overran (an outcome-unknown answer to a retry
+	// TestSvcRetryAfterTimeoutIsPrompt expects served, under make test
+	// beside an explorer run). Still well inside the attempt lease (10 s)
+	// the retries must not wait out.
+	cfg.Client.CommandTimeout = 3 * time.Second
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
