@@ -256,7 +256,7 @@ type OrderRecord struct {
 	Status OrderState
 	Token  string // the attempt that holds (or held) it; "" for a tombstone
 	User   string
-	Reason string // why it was decided: "confirmed", "cancelled", "expired", "tombstone" …
+	Reason DecisionReason // why it was decided; "" until it is
 	// Deadline is when the reservation expires (node clock); zero if the
 	// record has none (a tombstone).
 	Deadline time.Time
@@ -273,7 +273,7 @@ type OrderRecord struct {
 // field.
 func DecodeOrder(id string, fields map[string]string) (OrderRecord, error) {
 	r := OrderRecord{ID: id, Token: fields["token"], User: fields["user"],
-		Reason: fields["reason"], Moved: fields["moved"]}
+		Reason: DecisionReason(fields["reason"]), Moved: fields["moved"]}
 	wrap := func(err error) (OrderRecord, error) {
 		return OrderRecord{}, fmt.Errorf("order record %s: %w", orderKey(id), err)
 	}

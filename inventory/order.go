@@ -47,10 +47,10 @@ type Outcome struct {
 	// PendingParts counts parts whose node could not be reached: they are
 	// settled when it comes back (deferred queue, then the reconciler).
 	PendingParts int
-	// Reason, for Cancel: "cancelled"; "expired" when the order ran past
-	// its deadline first; "tombstone" when it was never reserved (a later
-	// Reserve of the id is refused).
-	Reason string
+	// Reason, for Cancel: [ReasonCancelled]; [ReasonExpired] when the
+	// order ran past its deadline first; [ReasonTombstone] when it was
+	// never reserved (a later Reserve of the id is refused).
+	Reason DecisionReason
 }
 
 // orderRecord is the order script's reply.
@@ -59,7 +59,7 @@ type orderRecord struct {
 	token    string
 	deadline time.Time
 	parts    []part
-	reason   string
+	reason   DecisionReason
 	wait     time.Duration
 	// home is the node the record was read on; settledNow the ids of the
 	// inline parts (inline.go) this read's decision settled there, in
@@ -120,7 +120,7 @@ func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID stri
 	if r.err != nil {
 		return orderRecord{}, r.err
 	}
-	rec.status, rec.token, rec.reason = recStatus(status), token, reason
+	rec.status, rec.token, rec.reason = recStatus(status), token, DecisionReason(reason)
 	rec.deadline = time.UnixMilli(dl)
 	rec.wait = time.Duration(wait) * time.Millisecond
 	if blob != "" {
@@ -161,7 +161,7 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 	case recReserving:
 		return Outcome{}, fmt.Errorf("%w: order %q", ErrInProgress, orderID)
 	case recCancelled:
-		if rec.reason == reasonExpired {
+		if rec.reason == ReasonExpired {
 			_, _ = inv.settleParts(ctx, orderID, Cancel, rec.toSettle())
 			return Outcome{}, fmt.Errorf("%w: order %q passed its deadline %s", ErrExpired, orderID, rec.deadline.UTC().Format(time.RFC3339))
 		}

@@ -38,7 +38,7 @@ const (
 	recStaging   = recStatus(OrderStaging)   // a one-round attempt staged it: decide it first (staged.go)
 	recReserved  = recStatus(OrderReserved)
 	recConfirmed = recStatus(OrderConfirmed)
-	recCancelled = recStatus(OrderCancelled) // reason: cancelled, expired or tombstone
+	recCancelled = recStatus(OrderCancelled) // reason: ReasonCancelled, ReasonExpired or ReasonTombstone
 	recFailed    = recStatus(OrderFailed)    // the attempt under the record's token took nothing for good
 
 	// Verdicts.
@@ -46,13 +46,6 @@ const (
 	recMismatch recStatus = "mismatch" // opBegin: the id was used with other items or user
 	recLost     recStatus = "lost"     // opCommit: the record is not this attempt's any more
 	recMissing  recStatus = "missing"  // no record
-)
-
-// Reasons a cancelled record gives (orderRecord.reason).
-const (
-	reasonCancelled = "cancelled"
-	reasonExpired   = "expired"
-	reasonTombstone = "tombstone"
 )
 
 // stageStatus is the first word of stageTakeScript's reply (staged.go).

@@ -250,7 +250,7 @@ func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, order
 	}
 	if rec.status != recReserved {
 		inv.abandon(ctx, home, orderID, token, parts, nil)
-		if rec.reason == reasonCancelled {
+		if rec.reason == ReasonCancelled {
 			return Reservation{}, fmt.Errorf("%w: order %q was cancelled while it was being reserved", ErrCancelled, orderID)
 		}
 		return Reservation{}, fmt.Errorf("%w: order %q: the attempt lost its lease (order is %s); retry", ErrUnavailable, orderID, rec.reason)

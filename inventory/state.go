@@ -132,6 +132,38 @@ func (s OrderState) CanMoveTo(t OrderState) bool {
 	return false
 }
 
+// DecisionReason is why an order record was decided: the word order.lua
+// writes in the record's `reason` field with a final or failed status, and
+// the reason [Outcome] and [OrderRecord] carry. A record not decided yet
+// has none (""). state_test.go reads the scripts' sources and fails on a
+// reason written that is not one of these.
+type DecisionReason string
+
+// The reasons a decided record gives.
+const (
+	// ReasonConfirmed: a Confirm before the deadline (status confirmed).
+	ReasonConfirmed DecisionReason = "confirmed"
+	// ReasonCancelled: a Cancel of a reserved order (status cancelled).
+	ReasonCancelled DecisionReason = "cancelled"
+	// ReasonExpired: the order ran past its deadline before a Confirm (a
+	// Confirm or Cancel after it, or the reconciler's expiry; status
+	// cancelled).
+	ReasonExpired DecisionReason = "expired"
+	// ReasonTombstone: a Cancel of an order never reserved (no record, or
+	// an attempt that failed or had not committed; status cancelled): a
+	// later Reserve of the id is refused.
+	ReasonTombstone DecisionReason = "tombstone"
+	// ReasonRefused: a refusal by reads alone fenced an id with no record
+	// (soldout.go; status failed).
+	ReasonRefused DecisionReason = "refused"
+	// ReasonNoRecord: an attempt whose begin or stage never landed was
+	// released, or one of its parts came due (status failed).
+	ReasonNoRecord DecisionReason = "no record"
+)
+
+// decisionReasons are the reasons the scripts write.
+var decisionReasons = []DecisionReason{ReasonConfirmed, ReasonCancelled, ReasonExpired, ReasonTombstone, ReasonRefused, ReasonNoRecord}
+
 // PartState is the state of a part record, as its `state` field stores
 // it. The zero value, [PartMissing], is no record. A part moves from
 // pending to confirmed or cancelled at most once.

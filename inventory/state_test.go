@@ -123,16 +123,25 @@ func TestParseStates(t *testing.T) {
 // TestScriptStatusWords reads every script's Lua source and checks that
 // each word written to an order record's `status` field or a part
 // record's `state` field (HSET …, 'status', <word> / 'state', <word>) is a
-// state of state.go, and that the scripts write every state: a typo in
-// the Lua, or a state no script writes any more, fails here.
+// state of state.go, and each written to an order record's `reason` field
+// (order_set({…, reason = <word>})) a DecisionReason, and that the scripts
+// write every state and reason: a typo in the Lua, or a word no script
+// writes any more, fails here.
 func TestScriptStatusWords(t *testing.T) {
 	if len(scripts) < 20 {
 		t.Fatalf("%d scripts registered; newScript and its siblings register every script (lua.go)", len(scripts))
 	}
 	orderWords, partWords := map[OrderState][]string{}, map[PartState][]string{}
+	reasonWords := map[DecisionReason][]string{}
 	for _, s := range scripts {
 		for _, w := range statusWrites(t, s.name, s.src) {
 			switch w.field {
+			case "reason":
+				r := DecisionReason(w.word)
+				if !slices.Contains(decisionReasons, r) {
+					t.Errorf("script %s writes order reason %q (%s): not a DecisionReason of state.go", s.name, w.word, w.at)
+				}
+				reasonWords[r] = append(reasonWords[r], s.name)
 			case "status":
 				st, err := ParseOrderState(w.word)
 				if err != nil {
@@ -194,6 +203,11 @@ func TestScriptStatusWords(t *testing.T) {
 	for _, st := range partStates {
 		if len(partWords[st]) == 0 {
 			t.Errorf("no script writes part state %v", st)
+		}
+	}
+	for _, r := range decisionReasons {
+		if len(reasonWords[r]) == 0 {
+			t.Errorf("no script writes order reason %q", r)
 		}
 	}
 	// Spot checks that the parser sees what it must.
@@ -358,8 +372,11 @@ func partWrites(t *testing.T, name, src string) []statusWrite {
 			continue
 		}
 		for _, entry := range luaArgs(args[tab], 1) {
-			if field, expr, ok := strings.Cut(entry, "="); ok && (strings.TrimSpace(field) == "state" || strings.TrimSpace(field) == "status") {
-				add(loc[0], strings.TrimSpace(field), expr)
+			if field, expr, ok := strings.Cut(entry, "="); ok {
+				switch f := strings.TrimSpace(field); f {
+				case "state", "status", "reason":
+					add(loc[0], f, expr)
+				}
 			}
 		}
 	}

@@ -52,11 +52,11 @@ func reasonOf(rec inventory.OrderRecord, token string) (CancelReason, bool) {
 	switch rec.Status {
 	case inventory.OrderCancelled:
 		switch rec.Reason {
-		case string(ReasonExpired):
+		case inventory.ReasonExpired:
 			return ReasonExpired, true
-		case string(ReasonCancelled):
+		case inventory.ReasonCancelled:
 			return ReasonCancelled, true
-		case "tombstone":
+		case inventory.ReasonTombstone:
 			// cancelled while it was never reserved (order.lua: a
 			// Cancel of a failed record, or of an attempt before its
 			// commit): the attempt gave its parts back

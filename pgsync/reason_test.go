@@ -94,7 +94,7 @@ func TestSyncCancelReason(t *testing.T) {
 // when the attempt never became a reservation, none when the record does
 // not say (the part is not one of a cancelled order).
 func TestReasonOf(t *testing.T) {
-	rec := func(st inventory.OrderState, token, reason string) inventory.OrderRecord {
+	rec := func(st inventory.OrderState, token string, reason inventory.DecisionReason) inventory.OrderRecord {
 		return inventory.OrderRecord{ID: "o", Status: st, Token: token, Reason: reason}
 	}
 	for _, c := range []struct {

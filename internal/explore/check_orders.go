@@ -147,7 +147,7 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 			if got := recordReceipts(ov.rec); fmt.Sprint(got) != fmt.Sprint(sortReceipts(receipts)) {
 				v.order(id, "acked-gone", "order %s: Reserve answered %v, the record holds %v", id, sortReceipts(receipts), got)
 			}
-			if status == inventory.OrderCancelled && ov.rec.Reason == "expired" {
+			if status == inventory.OrderCancelled && ov.rec.Reason == inventory.ReasonExpired {
 				checkHeldToDeadline(v, id, ov, slack)
 			}
 		default:
@@ -176,7 +176,7 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 // and by slack more when the clock actor skewed a node's (clock.go).
 func checkRefusedHeld(v *violations, id string, ov *orderView, obs *observed, status inventory.OrderState, slack time.Duration) {
 	if ov.rec == nil || !(status == inventory.OrderReserved || status == inventory.OrderConfirmed ||
-		(status == inventory.OrderCancelled && ov.rec.Reason == "expired")) {
+		(status == inventory.OrderCancelled && ov.rec.Reason == inventory.ReasonExpired)) {
 		return
 	}
 	obs.mu.Lock()

@@ -115,7 +115,7 @@ func (h *Handlers) Cancel(ctx context.Context, req *connect.Request[v1.CancelReq
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(&v1.CancelResponse{
-		OrderId: out.OrderID, Status: v1.OrderStatus(out.Status), PendingParts: int32(out.PendingParts), Reason: out.Reason,
+		OrderId: out.OrderID, Status: v1.OrderStatus(out.Status), PendingParts: int32(out.PendingParts), Reason: string(out.Reason),
 	}), nil
 }
 
