@@ -32,6 +32,10 @@ import (
 type Config struct {
 	// Seed is the first schedule's seed; schedule i runs seed Seed+i.
 	Seed int64
+	// Seeds, when not empty, are the schedules' seeds instead, in this
+	// order: schedule i runs Seeds[i] (Seed is ignored; an N of 0 or more
+	// than len(Seeds) runs them all).
+	Seeds []int64
 	// N is the most schedules to run.
 	N int
 	// Budget stops starting new schedules once it has passed (0: none),
@@ -94,6 +98,9 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 	if cfg.Worlds <= 0 {
 		cfg.Worlds = 2
 	}
+	if len(cfg.Seeds) > 0 && (cfg.N <= 0 || cfg.N > len(cfg.Seeds)) {
+		cfg.N = len(cfg.Seeds)
+	}
 	if cfg.N <= 0 {
 		return Summary{}, fmt.Errorf("explore: N is %d, want at least 1", cfg.N)
 	}
@@ -118,7 +125,7 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 			if done {
 				return
 			}
-			seeds <- cfg.Seed + int64(i)
+			seeds <- cfg.seed(i)
 		}
 	}()
 	var wg sync.WaitGroup
@@ -211,4 +218,12 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 	sum.Took = time.Since(start)
 	sortResults(sum.Failed)
 	return sum, nil
+}
+
+// seed is schedule i's seed: Seeds[i], or Seed+i without Seeds.
+func (cfg *Config) seed(i int) int64 {
+	if len(cfg.Seeds) > 0 {
+		return cfg.Seeds[i]
+	}
+	return cfg.Seed + int64(i)
 }
