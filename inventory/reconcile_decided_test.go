@@ -97,18 +97,12 @@ func newShortRetentionEnv(t *testing.T, retention time.Duration) *stagedEnv {
 }
 
 // newRetentionEnv is newShortRetentionEnv with holds of up to maxHold
-// (inventory.max_reservation_ttl; the retention must exceed it). Its
-// tests wait retentions out and none is about a node failing, so a probe
-// gets 2 s, not the default 300 ms: on a loaded machine a probe answered
-// late marked a node DOWN, and the attempt under test could not give its
-// part back when the test looked (TestStagedRefusalFenceOutlivesStageTTL
-// under make test beside an explorer run).
+// (inventory.max_reservation_ttl; the retention must exceed it).
 func newRetentionEnv(t *testing.T, retention, maxHold time.Duration) *stagedEnv {
 	return newStagedEnvConfig(t, Options{}, func(c *config.Config) {
 		c.Inventory.Retention = retention
 		c.Inventory.ReservationTTL = time.Second
 		c.Inventory.MaxReservationTTL = maxHold
-		c.Health.Timeout = 2 * time.Second
 	})
 }
 
