@@ -74,7 +74,7 @@ func TestPartCodecLuaSpellsGoConstants(t *testing.T) {
 		"'" + stockKeyPrefix + "'", "'" + quotaKeyPrefix + "'", "'" + redoLogKeyPrefix + "'", "'" + sep + "'",
 		"local SETTLED_LOG, SETTLED_CAP = '" + SettledLogKey + "', '" + strconv.Itoa(SettledLogCap) + "'"}
 	for st, code := range partStateCodes {
-		want = append(want, st+" = '"+code+"'", code+" = '"+st+"'")
+		want = append(want, string(st)+" = '"+code+"'", code+" = '"+string(st)+"'")
 	}
 	for _, w := range want {
 		if !strings.Contains(flat, w) {
@@ -114,7 +114,7 @@ func TestPartCodecLuaSpellsGoConstants(t *testing.T) {
 		t.Errorf("lua/part_codec.lua does not spell %q", w)
 	}
 	buf, cut, err := appendPartTemplate(nil, "o", "tok", partReq{part: part{ID: "o|tok|0", Kind: PartStock, SKU: "s"}, queue: "inv:redo:1", ck: "inv:stock:r:s"})
-	if err != nil || string(buf[:cut]) != partStateCodes[string(PartPending)]+partUS+string(PartStock)+partUS {
+	if err != nil || string(buf[:cut]) != partStateCodes[PartPending]+partUS+string(PartStock)+partUS {
 		t.Errorf("a stock part's template starts %q (%v), not PNEW_STOCK's value", buf[:cut], err)
 	}
 }

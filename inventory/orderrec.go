@@ -114,8 +114,8 @@ const orderGS = "\x1d" // between a packed order record's fields
 
 // orderStatusCodes are the CODE byte of each status (lower case: no
 // moved mark).
-var orderStatusCodes = map[string]byte{"reserving": 'b', "staging": 's', "reserved": 'r', "confirmed": 'c',
-	"cancelled": 'x', "failed": 'f'}
+var orderStatusCodes = map[OrderState]byte{OrderReserving: 'b', OrderStaging: 's', OrderReserved: 'r',
+	OrderConfirmed: 'c', OrderCancelled: 'x', OrderFailed: 'f'}
 
 // orderRelFields are the fields stored as an offset from created.
 var orderRelFields = map[string]bool{"deadline": true, "lease": true, "reserved_at": true, "decided_at": true}
@@ -143,7 +143,7 @@ func packOrder(f map[string]string) (string, error) {
 	}
 	var b strings.Builder
 	st, moved := f["status"], f["moved"] != ""
-	if c, ok := orderStatusCodes[st]; ok {
+	if c, ok := orderStatusCodes[OrderState(st)]; ok {
 		if moved {
 			c -= 'a' - 'A'
 		}
@@ -268,7 +268,7 @@ func unpackOrderHead(v string) (status string, mark bool, rest string, err error
 	}
 	for s, code := range orderStatusCodes {
 		if code == c {
-			return s, mark, v[1:], nil
+			return string(s), mark, v[1:], nil
 		}
 	}
 	return "", false, "", fmt.Errorf("%w: status code %q", ErrCorrupt, v[:1])

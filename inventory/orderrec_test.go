@@ -234,8 +234,8 @@ func setOrderFields(t testing.TB, ctx context.Context, c redis.Cmdable, id strin
 // the separator as the Go codec does (orderStatusCodes, orderGS).
 func TestOrderCodecLuaSpellsGoConstants(t *testing.T) {
 	for st, c := range orderStatusCodes {
-		for _, w := range []string{"st == '" + st + "' then head = '" + string(c) + "'",
-			"b == " + strconv.Itoa(int(c-'a'+'A')) + " then return '" + st + "'"} {
+		for _, w := range []string{"st == '" + string(st) + "' then head = '" + string(c) + "'",
+			"b == " + strconv.Itoa(int(c-'a'+'A')) + " then return '" + string(st) + "'"} {
 			if !strings.Contains(orderCodecLua, w) {
 				t.Errorf("the order codec's Lua does not spell %q as the Go constants do", w)
 			}

@@ -88,7 +88,7 @@ var partFields = [...]string{"state", "kind", "qty", "offset", "redo", "counter"
 const partUS = "\x1f" // between a packed part's fields
 
 // partStateCodes are the STATE field's codes.
-var partStateCodes = map[string]string{"pending": "p", "confirmed": "c", "cancelled": "x"}
+var partStateCodes = map[PartState]string{PartPending: "p", PartConfirmed: "c", PartCancelled: "x"}
 
 // partCodecLua defines part_read(key) (the part record at key, either
 // layout, as a table of field → string value; nil when the key does not
@@ -122,7 +122,7 @@ func packPart(id string, f map[string]string) string {
 // The other fields are stored as they are.
 var partRefs = map[string]func(v, id string, f map[string]string) (string, bool){
 	"state": func(v, _ string, _ map[string]string) (string, bool) {
-		c, ok := partStateCodes[v]
+		c, ok := partStateCodes[PartState(v)]
 		return c, ok
 	},
 	"redo": func(v, _ string, _ map[string]string) (string, bool) {
@@ -267,7 +267,7 @@ func partDeref(name, r, id string, f map[string]string) (string, error) {
 	case "state":
 		for s, c := range partStateCodes {
 			if c == r {
-				return s, nil
+				return string(s), nil
 			}
 		}
 		return "", fmt.Errorf("not a state code")

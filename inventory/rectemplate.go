@@ -106,7 +106,7 @@ func appendPartTemplate(dst []byte, orderID, token string, r partReq) ([]byte, i
 		}
 		return appendPartRef(dst, name, v, r.ID, nil)
 	}
-	dst = append(dst, partStateCodes[string(PartPending)]...)
+	dst = append(dst, partStateCodes[PartPending]...)
 	dst = append(append(append(dst, partUS...), kind...), partUS...)
 	cut := len(dst)
 	dst = ref(append(dst, partUS...), "redo", redo)
@@ -222,7 +222,7 @@ func stagedCommitValues(token string, rec [2]string, created int64, packed strin
 // appendOrderHead appends a packed record's status code and token, up
 // to its created field, to dst.
 func appendOrderHead(dst []byte, st OrderState, token string) []byte {
-	return append(append(append(dst, orderStatusCodes[string(st)]), token...), orderGS...)
+	return append(append(append(dst, orderStatusCodes[st]), token...), orderGS...)
 }
 
 // appendPartPieces appends, for each of reqs, its part key and the two
