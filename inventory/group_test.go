@@ -144,7 +144,10 @@ func newGroupEnv(t *testing.T, groupCommit int) *groupEnv {
 // their nodes (CLIENT PAUSE, up to 500ms): a heartbeat sent during a pause
 // is answered when it ends, so the default 300ms timed it out and marked
 // the node DOWN, failing the calls the test queued (ci385, busy:
-// TestStagedGroupsShareContexts, "probe: … i/o timeout").
+// TestStagedGroupsShareContexts, "probe: … i/o timeout"). The envs whose
+// tests kill nodes, or none, use it too: on a loaded machine a live
+// node's probe outlasted 300ms as well (ci447: the staged env,
+// staged_test.go).
 const pauseProofProbe = 2 * time.Second
 
 // pause blocks the node's other clients for d (CLIENT PAUSE), so calls

@@ -122,6 +122,7 @@ func leaveConfig(t *testing.T, addrs map[string]string, routes map[string][]stri
 		}
 	}
 	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: routes}}
+	cfg.Health.Timeout = pauseProofProbe
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,7 @@ func newSoldOutEnv(t *testing.T) *soldOutEnv {
 	}
 	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail,
 		Routes: map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}, "all": {"n1", "n2", "n3"}}}}
+	cfg.Health.Timeout = pauseProofProbe
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -97,7 +97,13 @@ func newEnv(t *testing.T, aof bool) *env {
 	}
 	sort.Strings(e.names)
 	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: testRoutes}}
-	cfg.Health = config.Health{Heartbeat: 100 * time.Millisecond, Timeout: 500 * time.Millisecond,
+	// a probe gets 1.5 s: these tests kill nodes (a refused connection
+	// fails a probe at once) and never pause one, and on a loaded machine a
+	// probe of a live node outlasted 500 ms and marked it DOWN
+	// (TestSyncCancelReason's LoadStock: "probe: read tcp …: i/o timeout",
+	// make test beside an explorer and a chaos run). A restarted node is
+	// held back a heartbeat plus this (health.hold_back's default).
+	cfg.Health = config.Health{Heartbeat: 100 * time.Millisecond, Timeout: 1500 * time.Millisecond,
 		Backoff: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}}
 	// commands get 3 s, not the default 1 s: these tests kill and restart
 	// nodes, not pause them, and on a loaded machine (make test beside
