@@ -145,9 +145,10 @@ const (
 	ReasonConfirmed DecisionReason = "confirmed"
 	// ReasonCancelled: a Cancel of a reserved order (status cancelled).
 	ReasonCancelled DecisionReason = "cancelled"
-	// ReasonExpired: the order ran past its deadline before a Confirm (a
-	// Confirm or Cancel after it, or the reconciler's expiry; status
-	// cancelled).
+	// ReasonExpired: the order ran past its deadline undecided, and a
+	// Confirm after the deadline or the reconciler's expiry decided it
+	// (status cancelled; a Cancel of a reserved record writes
+	// ReasonCancelled, deadline or not).
 	ReasonExpired DecisionReason = "expired"
 	// ReasonTombstone: a Cancel of an order never reserved (no record, or
 	// an attempt that failed or had not committed; status cancelled): a
