@@ -12,11 +12,11 @@ import (
 // The explorer's self-check: with a known bug re-introduced (through the
 // schedules' Faults, inventory.Mutator) the explorer finds a failing seed
 // among n schedules of seeds seed, seed+1, … (or of the seeds a case
-// lists), and that seed passes without the mutation. Each case names the profile and actors that reach
-// its bug (none but inline-unwritten's has the inline-part order, none
-// but retire-skip's the moved order, none but stock-left-only's the
-// shrink of route c, which came later: their seeds draw as they did
-// before them); none scripts the bug's interleaving.
+// lists), and that seed passes without the mutation. Each case names the
+// profile and actors that reach its bug (none but inline-unwritten's has
+// the inline-part order, none but retire-skip's the moved order, none but
+// stock-left-only's the shrink of route c, which came later: their seeds
+// draw as they did before them); none scripts the bug's interleaving.
 //
 // install-inline (a record moved away and back around its node's data
 // loss is installed so that its inline part is still read from it) is
