@@ -107,12 +107,11 @@ func (h *scriptCounter) take(m map[string]int, s *luaScript) int {
 
 func newGroupEnv(t *testing.T, groupCommit int) *groupEnv {
 	srv := redistest.StartN(t, 1, redistest.Options{})[0]
-	cfg := config.Default()
+	cfg := envConfig()
 	cfg.Nodes = map[string]config.Node{"n1": {Addr: srv.Addr(), Weight: 1}}
 	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail,
 		Routes: map[string][]string{"a": {"n1"}}}}
 	cfg.Inventory.GroupCommit = groupCommit
-	cfg.Health.Timeout = pauseProofProbe
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -140,15 +139,25 @@ func newGroupEnv(t *testing.T, groupCommit int) *groupEnv {
 	return &groupEnv{ctx: ctx, inv: inv, n: n, admin: srv.Client(t), sent: sent}
 }
 
-// pauseProofProbe is the probe timeout of the envs whose tests pause
-// their nodes (CLIENT PAUSE, up to 500ms): a heartbeat sent during a pause
-// is answered when it ends, so the default 300ms timed it out and marked
-// the node DOWN, failing the calls the test queued (ci385, busy:
-// TestStagedGroupsShareContexts, "probe: … i/o timeout"). The envs whose
-// tests kill nodes, or none, use it too: on a loaded machine a live
-// node's probe outlasted 300ms as well (ci447: the staged env,
-// staged_test.go).
-const pauseProofProbe = 2 * time.Second
+// envProbeTimeout is the probe timeout of this package's test envs
+// (envConfig), not the default 300ms. Tests that pause their nodes (CLIENT
+// PAUSE, up to 500ms) get a heartbeat sent during a pause answered when it
+// ends, so 300ms timed it out and marked the node DOWN, failing the calls
+// the test queued (ci385, busy: TestStagedGroupsShareContexts, "probe: …
+// i/o timeout"); and on a loaded machine a live node's probe outlasted
+// 300ms as well (ci447: TestStagedRefusalFenceOutlivesStageTTL's attempt
+// could not give its part back when the test looked). No env relies on a
+// probe to find a frozen or killed node: a frozen node's commands still
+// time out after client.command_timeout, a killed one refuses at once.
+const envProbeTimeout = 2 * time.Second
+
+// envConfig is config.Default() with the test envs' probe timeout
+// (envProbeTimeout).
+func envConfig() config.Config {
+	cfg := config.Default()
+	cfg.Health.Timeout = envProbeTimeout
+	return cfg
+}
 
 // pause blocks the node's other clients for d (CLIENT PAUSE), so calls
 // sent meanwhile pile up: groupInFlight on the node, the rest queued.

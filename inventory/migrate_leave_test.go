@@ -114,7 +114,7 @@ func startNamed(t *testing.T, n int) ([]*redistest.Server, map[string]string) {
 // leaveConfig is a configuration over the named nodes of addrs that the
 // routes name (a node the routes do not name is not known to it).
 func leaveConfig(t *testing.T, addrs map[string]string, routes map[string][]string) *config.Config {
-	cfg := config.Default()
+	cfg := envConfig()
 	cfg.Nodes = map[string]config.Node{}
 	for _, ms := range routes {
 		for _, m := range ms {
@@ -122,7 +122,6 @@ func leaveConfig(t *testing.T, addrs map[string]string, routes map[string][]stri
 		}
 	}
 	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: routes}}
-	cfg.Health.Timeout = pauseProofProbe
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

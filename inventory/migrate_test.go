@@ -35,11 +35,10 @@ type migrateEnv struct {
 
 func newMigrateEnv(t *testing.T) *migrateEnv {
 	srvs := redistest.StartN(t, 4, redistest.Options{})
-	base := config.Default()
 	// No test of this env stops a node, and the default 300ms dial timeout
 	// failed a loopback dial on a busy machine (ci442, TestTopologyCrashPoints/bump:
-	// "dial tcp …: i/o timeout" in the rerun of the apply).
-	base.Health.Timeout = pauseProofProbe
+	// "dial tcp …: i/o timeout" in the rerun of the apply): envConfig.
+	base := envConfig()
 	base.Nodes = map[string]config.Node{}
 	e := &migrateEnv{t: t, clients: map[string]*redis.Client{}}
 	for i, s := range srvs {

@@ -32,7 +32,7 @@ type soldOutEnv struct {
 // Routes a, b, c live on one node each; "all" spans the three nodes.
 func newSoldOutEnv(t *testing.T) *soldOutEnv {
 	srvs := redistest.StartN(t, 3, redistest.Options{})
-	cfg := config.Default()
+	cfg := envConfig()
 	cfg.Nodes = map[string]config.Node{}
 	e := &soldOutEnv{t: t, clients: map[string]*redis.Client{}}
 	for i, s := range srvs {
@@ -42,7 +42,6 @@ func newSoldOutEnv(t *testing.T) *soldOutEnv {
 	}
 	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail,
 		Routes: map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}, "all": {"n1", "n2", "n3"}}}}
-	cfg.Health.Timeout = pauseProofProbe
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

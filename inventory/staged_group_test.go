@@ -16,7 +16,7 @@ import (
 // once, and the stock adds up: a call of a run read its own keys and
 // arguments, and the run's context, whichever call brought it.
 func TestStagedGroupsShareContexts(t *testing.T) {
-	e := newStagedEnv(t) // its probes get pauseProofProbe (staged_test.go)
+	e := newStagedEnv(t) // its probes get envProbeTimeout (envConfig)
 	before := e.inv.Stats()
 	const orders = 24 // half of 1 item on a, half of 1 each on a and b
 	items := func(i int) []Item {

@@ -56,7 +56,7 @@ func newStagedEnvConfig(t *testing.T, opts Options, mut func(*config.Config)) *s
 // newStagedEnvOn is newStagedEnvConfig over the three servers srvs (n1,
 // n2, n3).
 func newStagedEnvOn(t *testing.T, srvs []*redistest.Server, opts Options, mut func(*config.Config)) *stagedEnv {
-	cfg := config.Default()
+	cfg := envConfig() // mut may set its probe timeout back
 	cfg.Nodes = map[string]config.Node{}
 	e := &stagedEnv{t: t, srvs: srvs, clients: map[string]*redis.Client{}, faults: &crashPoint{}}
 	for i, s := range srvs {
@@ -66,14 +66,6 @@ func newStagedEnvOn(t *testing.T, srvs []*redistest.Server, opts Options, mut fu
 	}
 	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail,
 		Routes: map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}}}}
-	// A probe gets pauseProofProbe, not the default 300 ms: these tests
-	// freeze or kill nodes where they mean to (a frozen node's commands
-	// still time out after client.command_timeout), and on a loaded
-	// machine a probe answered late marked a healthy node DOWN, so the
-	// attempt under test could not give its part back when the test
-	// looked (TestStagedRefusalFenceOutlivesStageTTL under make test
-	// beside an explorer run). mut may set it back.
-	cfg.Health.Timeout = pauseProofProbe
 	if mut != nil {
 		mut(&cfg)
 	}
