@@ -164,6 +164,26 @@ func TestFunctionLibraryRule(t *testing.T) {
 	}
 }
 
+// Every script's source and function library declare every name they
+// use (checkLuaNames): the source is checked as the package initialises,
+// in the pieces lualib.go's script joins, and here whole, so the two
+// readings agree; the library, this package's rewriting of the source,
+// only here. A name nothing declares fails the check.
+func TestFunctionLibrariesDeclareEveryName(t *testing.T) {
+	t.Parallel()
+	for _, s := range scripts {
+		if err := checkLuaNames(s.src); err != nil {
+			t.Errorf("script %s, its source: %v", s.name, err)
+		}
+		if err := checkLuaNames(s.lib); err != nil {
+			t.Errorf("script %s, its function library: %v", s.name, err)
+		}
+		if err := checkLuaNames(s.lib, "\nreturn part_gett\n"); err == nil || !strings.Contains(err.Error(), "part_gett") {
+			t.Errorf("script %s, its library with part_gett: %v, want an error naming it", s.name, err)
+		}
+	}
+}
+
 // Every script's library is named as isShardisLibrary recognises, and
 // FunctionLibraries lists each once; other names are not shardis's.
 func TestFunctionLibraryNames(t *testing.T) {

@@ -43,7 +43,11 @@ import (
 // attempted to access nonexistent global variable". The check does not
 // follow scopes: a name declared in one function and used in another
 // passes it, as it did before (Redis still refuses such a global at run
-// time).
+// time). It reads the source in the pieces script joins, so a definition
+// many scripts carry is split into tokens once. The function library
+// derived from the source (luafunc.go) is checked the same way by
+// TestFunctionLibrariesDeclareEveryName, not at init: it is this
+// package's rewriting of a source that passed, not a script's own code.
 
 // luaLibFiles are the files of the prelude library, in the order their
 // definitions appear in a script. A file joins the prelude by being
@@ -225,26 +229,20 @@ func (l *luaLib) script(body, epilogue string, grouped bool) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("its epilogue does not start by closing the body (%q)", bodyEnd)
 	}
-	var b strings.Builder
-	b.WriteString(stampLua)
-	b.WriteString(markDefs)
+	pieces := []string{stampLua, markDefs}
 	for i, d := range l.defs {
 		if need[i] {
-			b.WriteString(d.text)
+			pieces = append(pieces, d.text)
 		}
 	}
-	b.WriteString(markBody)
+	pieces = append(pieces, markBody)
 	if grouped {
-		b.WriteString(groupHeaderKA + "local function body(kb, ab, nk, na, cb, ca, cnk, cna)\n")
+		pieces = append(pieces, groupHeaderKA+"local function body(kb, ab, nk, na, cb, ca, cnk, cna)\n")
 	} else {
-		b.WriteString("\nlocal function body(KEYS, ARGV)\nlocal kb, ab = 0, 0\n")
+		pieces = append(pieces, "\nlocal function body(KEYS, ARGV)\nlocal kb, ab = 0, 0\n")
 	}
-	b.WriteString(body)
-	b.WriteString(bodyEnd)
-	b.WriteString(markMain)
-	b.WriteString(rest)
-	src := b.String()
-	return src, checkLuaNames(src)
+	pieces = append(pieces, body, bodyEnd, markMain, rest)
+	return strings.Join(pieces, ""), checkLuaNames(pieces...)
 }
 
 // mustScript is preludeLib.script for a script declared at init: an error
