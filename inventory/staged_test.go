@@ -217,10 +217,19 @@ func TestStagedCrashPoints(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			e.t = t
+			// An attempt that takes every part is confirmed below after
+			// steps and a sleep past the lease that a busy machine can
+			// stretch past stagedTTL (ci458: "passed its deadline"): it
+			// gets a long TTL. One that does not keeps stagedTTL, so
+			// what it took comes due for expireAll.
+			ttl := stagedTTL
+			if stagedReserved[point] {
+				ttl = time.Hour
+			}
 			// Retry of the same order id: ends reserved (by the crashed
 			// attempt if it was complete, else by the retry), then confirmed.
 			id := "retry-" + name
-			first, err := e.reserveAt(point, id)
+			first, err := e.reserveAtTTL(point, id, ttl)
 			if (err != nil) != (point != "") {
 				t.Fatalf("Reserve stopped at %q: %v", point, err)
 			}
@@ -241,7 +250,7 @@ func TestStagedCrashPoints(t *testing.T) {
 
 			// Confirm alone: confirmed iff the attempt took every part.
 			id = "confirm-" + name
-			_, _ = e.reserveAt(point, id)
+			_, _ = e.reserveAtTTL(point, id, ttl)
 			time.Sleep(stagedLease + 50*time.Millisecond)
 			out, err := e.inv.Confirm(e.ctx, id)
 			if stagedReserved[point] {
