@@ -81,9 +81,9 @@ type luaLexer struct {
 // package initialises, by source (nil after: the init func below drops
 // it). Building the scripts splits the same prelude definitions again and
 // again (lualib.go's script and need, luafunc.go's splitDefs); with it
-// each is split once, which halved the package's initialisation (125 to
-// about 60 ms and 61 to 14 MB allocated, what every shardis command pays
-// before it starts). The token slices are shared: no caller changes one.
+// each is split once, which halved the package's initialisation (about
+// 105 to 55 ms, and 61 to 13 MB allocated, on this 2-core machine: what
+// every shardis command pays before it starts). The token slices are shared: no caller changes one.
 // Only the package's var initialisers run while it is set, one after
 // another, so it needs no lock.
 var initTokens = map[string][]luaTok{}
