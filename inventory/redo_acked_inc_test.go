@@ -33,10 +33,17 @@ func TestAcksOfAnEarlierIncarnationTrimNothing(t *testing.T) {
 	if _, err := e.inv.AckRedoBatch(e.ctx, r.Node, inc0, []RedoCursor{{Queue: q, After: r.Offset}}); err != nil {
 		t.Fatal(err)
 	}
-	// the node is accepted with this data: a new incarnation, the same
-	// acknowledgements
-	if err := cl.HSet(e.ctx, stampKey, "incarnation", "accepted-copy").Err(); err != nil {
+	// the node is accepted with this data (`shardis node accept`): a new
+	// incarnation, the same acknowledgements. The accept, not a write of
+	// the stamp, so this process and the peers witness the new incarnation:
+	// a connection dialled after a bare write (a probe's, a grown pool's)
+	// found the node gone back and marked it down (ci467).
+	if _, err := e.r.AcceptNode(e.ctx, r.Node); err != nil {
 		t.Fatal(err)
+	}
+	inc1 := cl.HGet(e.ctx, stampKey, "incarnation").Val()
+	if inc1 == inc0 || inc1 == "" {
+		t.Fatalf("incarnation after the accept = %q, want a new one (was %q)", inc1, inc0)
 	}
 	if n, err := e.inv.TrimRedoLog(e.ctx, r.Node, 0, 100); err != nil || n != 0 {
 		t.Fatalf("TrimRedoLog after the accept = %d, %v; want 0: the acknowledgements are the earlier incarnation's", n, err)
@@ -49,7 +56,7 @@ func TestAcksOfAnEarlierIncarnationTrimNothing(t *testing.T) {
 		t.Fatalf("ReadRedoBatch after the accept = %+v, %v; want the entry there, acknowledged 0", b, err)
 	}
 	// a consumer acknowledges it at the new incarnation: trimmed
-	if _, err := e.inv.AckRedoBatch(e.ctx, r.Node, "accepted-copy", []RedoCursor{{Queue: q, After: r.Offset}}); err != nil {
+	if _, err := e.inv.AckRedoBatch(e.ctx, r.Node, inc1, []RedoCursor{{Queue: q, After: r.Offset}}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := e.inv.TrimRedoLog(e.ctx, r.Node, 0, 100); err != nil || n == 0 {
