@@ -1,9 +1,11 @@
 package redisproc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -148,5 +150,29 @@ func (s *Server) killLocked() error {
 	_ = s.proc.signal(syscall.SIGCONT)
 	<-s.proc.done
 	s.paused = false
+	return nil
+}
+
+// Rebind moves the running server to port with CONFIG SET port (Redis 7
+// changes it at run time): from then on it listens there and no longer on
+// its old port, so a client that dials the old address is refused as if
+// the server had gone; connections already open stay open. Restart keeps
+// the new port. It fails, leaving the port as it was, when the server is
+// not running, is paused, or refuses the change (port taken).
+func (s *Server) Rebind(ctx context.Context, port int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	if s.proc == nil || s.proc.exited() || s.paused {
+		return fmt.Errorf("redisproc: rebinding %s: the server is not running or is paused", s.Addr())
+	}
+	c := s.adminClient()
+	defer c.Close()
+	if err := c.ConfigSet(ctx, "port", strconv.Itoa(port)).Err(); err != nil {
+		return fmt.Errorf("redisproc: rebinding %s to port %d: %w", s.Addr(), port, err)
+	}
+	s.port.Store(int64(port))
 	return nil
 }

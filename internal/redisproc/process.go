@@ -73,7 +73,7 @@ func (s *Server) args() []string {
 		a = append(a, s.sentinelConfPath()) // a sentinel's config file comes first
 	}
 	a = append(a,
-		"--port", strconv.Itoa(s.port),
+		"--port", strconv.Itoa(s.Port()),
 		"--bind", "127.0.0.1",
 		"--dir", s.dir,
 		"--save", "",
@@ -132,18 +132,7 @@ func (s *Server) spawn() (*process, error) {
 // waitReady polls until p answers PING on s.Addr(), p exits, or
 // s.opts.ReadyTimeout passes.
 func (s *Server) waitReady(p *process) error {
-	c := redis.NewClient(&redis.Options{
-		Addr:                     s.Addr(),
-		Password:                 s.opts.Password,
-		Protocol:                 2,
-		DialTimeout:              200 * time.Millisecond,
-		ReadTimeout:              500 * time.Millisecond,
-		WriteTimeout:             500 * time.Millisecond,
-		MaxRetries:               -1,
-		PoolSize:                 1,
-		DisableIdentity:          true,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	})
+	c := s.adminClient()
 	defer c.Close()
 
 	deadline := time.NewTimer(s.opts.ReadyTimeout)
@@ -163,6 +152,23 @@ func (s *Server) waitReady(p *process) error {
 			return nil
 		}
 	}
+}
+
+// adminClient returns a one-connection client of the server's current
+// address with short timeouts and no retries (the caller closes it).
+func (s *Server) adminClient() *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr:                     s.Addr(),
+		Password:                 s.opts.Password,
+		Protocol:                 2,
+		DialTimeout:              200 * time.Millisecond,
+		ReadTimeout:              500 * time.Millisecond,
+		WriteTimeout:             500 * time.Millisecond,
+		MaxRetries:               -1,
+		PoolSize:                 1,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
 }
 
 // probe checks once that the redis-server with the given pid answers on
@@ -188,7 +194,7 @@ func (s *Server) probe(c *redis.Client, pid int) error {
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
 			if v != strconv.Itoa(pid) {
-				return fmt.Errorf("port %d is served by another redis-server (pid %s, ours %d)", s.port, v, pid)
+				return fmt.Errorf("port %d is served by another redis-server (pid %s, ours %d)", s.Port(), v, pid)
 			}
 			return nil
 		}

@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -101,7 +102,7 @@ type Options struct {
 type Server struct {
 	bin     string
 	opts    Options
-	port    int
+	port    atomic.Int64 // changed only by Start and Rebind
 	dir     string
 	ownsDir bool // dir was created by Start and is removed by Close
 
@@ -155,12 +156,13 @@ func Start(opts Options) (*Server, error) {
 		attempts = startAttempts
 	}
 	for i := 0; i < attempts; i++ {
-		s.port = opts.Port
-		if s.port == 0 {
-			if s.port, err = FreePort(); err != nil {
+		port := opts.Port
+		if port == 0 {
+			if port, err = FreePort(); err != nil {
 				break
 			}
 		}
+		s.port.Store(int64(port))
 		var p *process
 		if p, err = s.spawn(); err == nil {
 			s.proc = p
@@ -210,13 +212,15 @@ func FreePort() (int, error) {
 	return port, nil
 }
 
-// Addr returns the server's address, "127.0.0.1:PORT". It never changes.
+// Addr returns the server's address, "127.0.0.1:PORT". Only Rebind
+// changes it.
 func (s *Server) Addr() string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port()))
 }
 
-// Port returns the server's TCP port. It never changes, also across Restart.
-func (s *Server) Port() int { return s.port }
+// Port returns the server's TCP port. Only Rebind changes it; Restart
+// keeps it.
+func (s *Server) Port() int { return int(s.port.Load()) }
 
 // Dir returns the server's absolute working and data directory; the log is
 // Dir()/redis.log and AOF files live below it. It never changes.

@@ -2,12 +2,18 @@
 // ports for integration tests. It is a thin testing.TB wrapper over
 // internal/redisproc, which does the process management.
 //
-// Every server is started in its own process group, bound to 127.0.0.1, and
-// uses a t.TempDir() as its working directory. A t.Cleanup registered by Start
-// SIGKILLs the whole process group (also when the test failed or the server is
-// paused), so no redis-server outlives its test. On Linux the process is
-// also SIGKILLed by the kernel if the test binary dies without running its
-// cleanups (panic, -timeout, kill -9).
+// Every server is started in its own process group and bound to 127.0.0.1.
+// A server with Options set uses a t.TempDir() as its working directory,
+// and a t.Cleanup registered by Start SIGKILLs its whole process group
+// (also when the test failed or the server is paused), so it does not
+// outlive its test. A server with the zero Options that its test did not
+// kill, stop, restart, pause or resume is instead reset when the test ends
+// and handed to a later Start in this process: moved to a new port, its
+// clients disconnected, its data, scripts, functions and statistics
+// flushed, its configuration set back (pool.go says what exactly, and when
+// it is killed after all). On Linux every server is also SIGKILLed by the
+// kernel if the test binary dies without running its cleanups (panic,
+// -timeout, kill -9) or exits.
 //
 // Failures (redis-server missing, server not coming up) are reported with
 // t.Fatalf on the testing.TB passed to Start, so methods that can fail
@@ -18,6 +24,7 @@ package redistest
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -80,17 +87,35 @@ type Server struct {
 	t    testing.TB
 	opts Options
 	srv  *redisproc.Server
+	pool *pooled // nil: not for the pool (Options set)
+
+	touched  atomic.Bool // Kill, Stop, Restart, Pause or Resume was called
+	released atomic.Bool // the test ended: every method but Addr, Port, Dir is a no-op
 }
 
 // Start starts a redis-server configured by opts on a free loopback port
-// with a fresh t.TempDir() as its directory, and returns once it answers
-// PING. It fails the test with t.Fatalf if redis-server is not in PATH or
-// does not come up within 10s (the message includes the tail of its log).
-// If the chosen port turns out to be taken, Start retries with another
-// port, up to 5 times. A t.Cleanup stops the server (SIGKILL) when the test
-// ends.
+// and returns once it answers PING: with opts set, in a fresh t.TempDir();
+// with the zero Options, a server from the pool when one is idle (empty,
+// on a port no earlier test used), else a new one in a folder of the
+// pool's. It fails the test with t.Fatalf if redis-server is not in PATH
+// or does not come up within 10s (the message includes the tail of its
+// log). If the chosen port turns out to be taken, Start retries with
+// another port, up to 5 times. A t.Cleanup stops the server (SIGKILL) when
+// the test ends, or resets it for the pool (see the package comment).
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
+	if opts.zero() {
+		p := takeIdle()
+		if p == nil {
+			var err error
+			if p, err = startPooled(); err != nil {
+				fail(t, err)
+			}
+		}
+		s := &Server{t: t, srv: p.srv, pool: p}
+		t.Cleanup(s.cleanup)
+		return s
+	}
 	dir := t.TempDir() // before t.Cleanup below: removed after the kill
 	srv, err := redisproc.Start(redisproc.Options{
 		Dir:            dir,
@@ -100,15 +125,26 @@ func Start(t testing.TB, opts Options) *Server {
 		Env:            opts.Env,
 		KillWithParent: true,
 	})
-	if errors.Is(err, redisproc.ErrNotFound) {
-		t.Fatal(notFoundMsg)
-	}
 	if err != nil {
-		t.Fatal(err)
+		fail(t, err)
 	}
 	s := &Server{t: t, opts: opts, srv: srv}
 	t.Cleanup(s.cleanup)
 	return s
+}
+
+// fail fails the test with Start's error.
+func fail(t testing.TB, err error) {
+	t.Helper()
+	if errors.Is(err, redisproc.ErrNotFound) {
+		t.Fatal(notFoundMsg)
+	}
+	t.Fatal(err)
+}
+
+// zero reports whether o is the zero Options (a pooled server).
+func (o Options) zero() bool {
+	return !o.AOF && o.Password == "" && len(o.Args) == 0 && len(o.Env) == 0
 }
 
 // StartN starts n independent servers with the same opts (see Start) and
@@ -135,14 +171,17 @@ func FreePort(t testing.TB) int {
 	return port
 }
 
-// Addr returns the server's address, "127.0.0.1:PORT". It never changes.
+// Addr returns the server's address, "127.0.0.1:PORT". It does not change
+// while its test runs, also across Restart.
 func (s *Server) Addr() string { return s.srv.Addr() }
 
-// Port returns the server's TCP port. It never changes, also across Restart.
+// Port returns the server's TCP port. It does not change while its test
+// runs, also across Restart.
 func (s *Server) Port() int { return s.srv.Port() }
 
-// Dir returns the server's working and data directory (a t.TempDir()); the
-// log is Dir()/redis.log and AOF files live below it.
+// Dir returns the server's working and data directory (a t.TempDir(), or
+// a pool's folder for the zero Options: the log of earlier tests' leases
+// in it too); the log is Dir()/redis.log and AOF files live below it.
 func (s *Server) Dir() string { return s.srv.Dir() }
 
 // Running reports whether the redis-server process is alive (a paused
@@ -152,12 +191,20 @@ func (s *Server) Running() bool { return s.srv.Running() }
 // Kill sends SIGKILL to the server's process group and waits until the
 // process has exited, like kill -9 (without AOF all data is lost). It is idempotent
 // and a no-op if the server is not running.
-func (s *Server) Kill() { s.report(s.srv.Kill()) }
+func (s *Server) Kill() {
+	if s.use() {
+		s.report(s.srv.Kill())
+	}
+}
 
 // Stop shuts the server down gracefully: SIGTERM (resuming it if paused),
 // then waits for it to exit, sending SIGKILL after 5s. It is idempotent and
 // a no-op if the server is not running.
-func (s *Server) Stop() { s.report(s.srv.Stop()) }
+func (s *Server) Stop() {
+	if s.use() {
+		s.report(s.srv.Stop())
+	}
+}
 
 // Restart starts redis-server again on the same port and directory (so AOF
 // data is kept) and returns once it answers PING, authenticating if a
@@ -166,6 +213,9 @@ func (s *Server) Stop() { s.report(s.srv.Stop()) }
 // with t.Fatalf on the TB given to Start.
 func (s *Server) Restart() {
 	s.t.Helper()
+	if !s.use() {
+		return
+	}
 	if err := s.srv.Restart(); err != nil {
 		s.t.Fatal(err)
 	}
@@ -174,11 +224,19 @@ func (s *Server) Restart() {
 // Pause freezes the server's process group with SIGSTOP: connections stay
 // open but nothing is answered until Resume. It is a no-op if the server is
 // not running or already paused. Kill, Stop and cleanup handle paused servers.
-func (s *Server) Pause() { s.report(s.srv.Pause()) }
+func (s *Server) Pause() {
+	if s.use() {
+		s.report(s.srv.Pause())
+	}
+}
 
 // Resume continues a server frozen by Pause with SIGCONT. It is a no-op if
 // the server is not running or not paused.
-func (s *Server) Resume() { s.report(s.srv.Resume()) }
+func (s *Server) Resume() {
+	if s.use() {
+		s.report(s.srv.Resume())
+	}
+}
 
 // Client returns a go-redis client for the server (authenticating with
 // Options.Password), with go-redis default timeouts. The client is closed
@@ -198,9 +256,29 @@ func (s *Server) report(err error) {
 	}
 }
 
-// cleanup is registered with t.Cleanup and always kills the server, then
-// closes it (the t.TempDir() is removed by the testing package).
+// use marks the server as no longer fit for the pool and reports whether
+// its test still runs (after it, the server may be another test's).
+func (s *Server) use() bool {
+	s.touched.Store(true)
+	return !s.released.Load()
+}
+
+// cleanup is registered with t.Cleanup. It hands a pooled server that its
+// test left running untouched back to the pool once reset; any other it
+// kills, then closes (the t.TempDir() is removed by the testing package;
+// a pool's folder here).
 func (s *Server) cleanup() {
+	s.released.Store(true)
+	if s.pool != nil {
+		if !s.touched.Load() && s.srv.Running() {
+			if err := s.pool.reset(); err == nil {
+				putIdle(s.pool)
+				return
+			}
+		}
+		s.pool.discard()
+		return
+	}
 	s.report(s.srv.Kill())
 	s.report(s.srv.Close())
 }

@@ -313,9 +313,14 @@ func TestStartFailureIncludesLog(t *testing.T) {
 
 func TestStartWithoutRedisServer(t *testing.T) { // not parallel: changes PATH
 	t.Setenv("PATH", t.TempDir())
-	f := &fakeTB{TB: t}
-	got := f.run(func() { Start(f, Options{}) })
-	if want := "redis-server not found in PATH; run `make test`, which installs it"; got != want {
-		t.Fatalf("fatal message = %q, want %q", got, want)
+	for p := takeIdle(); p != nil; p = takeIdle() { // none from the pool: Start must run one
+		p.discard()
+	}
+	for _, opts := range []Options{{}, {Args: []string{"--loglevel", "notice"}}} {
+		f := &fakeTB{TB: t}
+		got := f.run(func() { Start(f, opts) })
+		if want := "redis-server not found in PATH; run `make test`, which installs it"; got != want {
+			t.Fatalf("Options %+v: fatal message = %q, want %q", opts, got, want)
+		}
 	}
 }
