@@ -158,13 +158,18 @@ func TestExplorerFindsMutations(t *testing.T) {
 			WriteResult(&b, f, opts, false)
 			t.Logf("found after %d schedules (took %s, slowest %s, busy %s):\n%s", sum.Ran, sum.Took, sum.Slowest, sum.Busy, b.String())
 
-			// The same seed without the mutation holds every invariant.
+			// The same seed without the mutation holds every invariant. Its
+			// own deadline: the search may have used most of the other's on a
+			// busy machine (ci471: 2m45s of 3m, then this schedule, which had
+			// taken 1m19s there, ran out of it).
+			rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer rcancel()
 			w, err := NewWorld()
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer w.Close()
-			res, err := w.RunSchedule(ctx, f.Seed, c.opts)
+			res, err := w.RunSchedule(rctx, f.Seed, c.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
