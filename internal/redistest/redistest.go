@@ -88,9 +88,11 @@ type Server struct {
 	opts Options
 	srv  *redisproc.Server
 	pool *pooled // nil: not for the pool (Options set)
+	addr string  // srv's address while this test has it (a reset moves a pooled server)
+	port int
 
 	touched  atomic.Bool // Kill, Stop, Restart, Pause or Resume was called
-	released atomic.Bool // the test ended: every method but Addr, Port, Dir is a no-op
+	released atomic.Bool // the test ended: Kill, Stop, Restart, Pause and Resume are no-ops
 }
 
 // Start starts a redis-server configured by opts on a free loopback port
@@ -112,7 +114,7 @@ func Start(t testing.TB, opts Options) *Server {
 				fail(t, err)
 			}
 		}
-		s := &Server{t: t, srv: p.srv, pool: p}
+		s := &Server{t: t, srv: p.srv, pool: p, addr: p.srv.Addr(), port: p.srv.Port()}
 		t.Cleanup(s.cleanup)
 		return s
 	}
@@ -128,7 +130,7 @@ func Start(t testing.TB, opts Options) *Server {
 	if err != nil {
 		fail(t, err)
 	}
-	s := &Server{t: t, opts: opts, srv: srv}
+	s := &Server{t: t, opts: opts, srv: srv, addr: srv.Addr(), port: srv.Port()}
 	t.Cleanup(s.cleanup)
 	return s
 }
@@ -171,13 +173,13 @@ func FreePort(t testing.TB) int {
 	return port
 }
 
-// Addr returns the server's address, "127.0.0.1:PORT". It does not change
-// while its test runs, also across Restart.
-func (s *Server) Addr() string { return s.srv.Addr() }
+// Addr returns the server's address, "127.0.0.1:PORT". It never changes,
+// also across Restart (a pooled server that a later test has is elsewhere).
+func (s *Server) Addr() string { return s.addr }
 
-// Port returns the server's TCP port. It does not change while its test
-// runs, also across Restart.
-func (s *Server) Port() int { return s.srv.Port() }
+// Port returns the server's TCP port. It never changes, also across
+// Restart.
+func (s *Server) Port() int { return s.port }
 
 // Dir returns the server's working and data directory (a t.TempDir(), or
 // a pool's folder for the zero Options: the log of earlier tests' leases
