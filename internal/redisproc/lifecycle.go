@@ -168,7 +168,7 @@ func (s *Server) Rebind(ctx context.Context, port int) error {
 	if s.proc == nil || s.proc.exited() || s.paused {
 		return fmt.Errorf("redisproc: rebinding %s: the server is not running or is paused", s.Addr())
 	}
-	c := s.adminClient()
+	c := s.AdminClient(2 * time.Second)
 	defer c.Close()
 	if err := c.ConfigSet(ctx, "port", strconv.Itoa(port)).Err(); err != nil {
 		return fmt.Errorf("redisproc: rebinding %s to port %d: %w", s.Addr(), port, err)

@@ -132,7 +132,7 @@ func (s *Server) spawn() (*process, error) {
 // waitReady polls until p answers PING on s.Addr(), p exits, or
 // s.opts.ReadyTimeout passes.
 func (s *Server) waitReady(p *process) error {
-	c := s.adminClient()
+	c := s.AdminClient(500 * time.Millisecond)
 	defer c.Close()
 
 	deadline := time.NewTimer(s.opts.ReadyTimeout)
@@ -154,16 +154,18 @@ func (s *Server) waitReady(p *process) error {
 	}
 }
 
-// adminClient returns a one-connection client of the server's current
-// address with short timeouts and no retries (the caller closes it).
-func (s *Server) adminClient() *redis.Client {
+// AdminClient returns a one-connection client of the server's current
+// address that does not retry, authenticating with Options.Password, with
+// timeout for each read and write and 40% of it to dial (the caller
+// closes it).
+func (s *Server) AdminClient(timeout time.Duration) *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr:                     s.Addr(),
 		Password:                 s.opts.Password,
 		Protocol:                 2,
-		DialTimeout:              200 * time.Millisecond,
-		ReadTimeout:              500 * time.Millisecond,
-		WriteTimeout:             500 * time.Millisecond,
+		DialTimeout:              timeout * 2 / 5,
+		ReadTimeout:              timeout,
+		WriteTimeout:             timeout,
 		MaxRetries:               -1,
 		PoolSize:                 1,
 		DisableIdentity:          true,

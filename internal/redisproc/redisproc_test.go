@@ -3,6 +3,7 @@ package redisproc
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -211,5 +212,52 @@ func TestStartNotInPath(t *testing.T) { // not parallel: changes PATH
 	_, err := Start(Options{})
 	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "redis-server not found in PATH") {
 		t.Fatalf("Start without redis-server in PATH: got %v, want ErrNotFound with the PATH hint", err)
+	}
+}
+
+// Rebind moves a running server to another port: the old one refuses,
+// connections already open stay, Restart comes back on the new port; a
+// stopped server is not moved.
+func TestRebindMovesThePort(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	open := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1}) // go-redis's timeouts: a busy machine is slow
+	defer open.Close()
+	if err := open.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	old := s.Addr()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Rebind(ctx, port); err != nil {
+		t.Fatal(err)
+	}
+	if s.Port() != port || s.Addr() == old {
+		t.Fatalf("after Rebind(%d): Port() %d, Addr() %s (was %s)", port, s.Port(), s.Addr(), old)
+	}
+	if v, err := open.Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Errorf("GET on the connection opened before = %q, %v; want v", v, err)
+	}
+	if conn, err := net.DialTimeout("tcp", old, time.Second); err == nil {
+		conn.Close()
+		t.Errorf("the old address %s still accepts connections", old)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	again := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	defer again.Close()
+	if err := again.Ping(ctx).Err(); err != nil || s.Port() != port {
+		t.Errorf("after Restart: PING %v on port %d, want it on %d", err, s.Port(), port)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Rebind(ctx, port+1); err == nil || s.Port() != port {
+		t.Errorf("Rebind of a stopped server = %v, port %d; want an error and port %d", err, s.Port(), port)
 	}
 }

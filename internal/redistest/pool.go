@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/shardis/shardis/internal/redisproc"
 )
@@ -115,7 +114,7 @@ func startPooled() (*pooled, error) {
 	p := &pooled{srv: srv}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c := adminClient(srv.Addr())
+	c := srv.AdminClient(2 * time.Second)
 	defer c.Close()
 	if p.base, err = configAll(ctx, c); err == nil {
 		p.acl, err = c.ACLList(ctx).Result()
@@ -146,7 +145,7 @@ func (p *pooled) reset() error {
 	if err := p.srv.Rebind(ctx, port); err != nil {
 		return err
 	}
-	c := adminClient(p.srv.Addr())
+	c := p.srv.AdminClient(2 * time.Second)
 	defer c.Close()
 	for _, cmd := range [][]any{
 		{"CLIENT", "UNPAUSE"},
@@ -227,19 +226,4 @@ func configAll(ctx context.Context, c *redis.Client) (map[string]string, error) 
 	}
 	delete(m, "port")
 	return m, nil
-}
-
-// adminClient is a one-connection client of addr that does not retry.
-func adminClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{
-		Addr:                     addr,
-		Protocol:                 2,
-		DialTimeout:              time.Second,
-		ReadTimeout:              2 * time.Second,
-		WriteTimeout:             2 * time.Second,
-		MaxRetries:               -1,
-		PoolSize:                 1,
-		DisableIdentity:          true,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	})
 }
