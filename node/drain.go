@@ -18,7 +18,11 @@ import (
 // it would undo the local flag until the next heartbeat. So a write bumps
 // the node's drain generation once the hash holds it, and a probe applies
 // what it read only when the generation it took before reading is still
-// the current one (a read that began after the bump saw the write).
+// the current one (a read that began after the bump saw the write). The
+// check and the probe's apply are one step under drainMu, as are the bump
+// and the write's flag: checked, then bumped and flagged by a write, then
+// applied, a probe's older read undid the write's flag (ci474: an enable
+// answered enabled, and the next ListNodes showed the route drained).
 
 // DrainKey is the hash on every node that lists its drained routes.
 const DrainKey = "shardis:drain"
@@ -51,6 +55,8 @@ func (n *Node) PersistRouteEnabled(ctx context.Context, rk RouteKey, enabled boo
 	if err != nil {
 		return fmt.Errorf("node %s: recording the drain of %s on the node: %w", n.opts.Name, rk, err)
 	}
+	n.drainMu.Lock()
+	defer n.drainMu.Unlock()
 	n.drainGen.Add(1)
 	return n.SetRouteEnabled(rk, enabled)
 }
@@ -59,6 +65,8 @@ func (n *Node) PersistRouteEnabled(ctx context.Context, rk RouteKey, enabled boo
 // read began at drain generation gen, to the local route flags; a read
 // older than this process's last drain write is dropped.
 func (n *Node) applyDrains(drained map[string]string, gen uint64) {
+	n.drainMu.Lock()
+	defer n.drainMu.Unlock()
 	if n.drainGen.Load() != gen {
 		return
 	}

@@ -50,6 +50,37 @@ func TestStaleDrainReadDropped(t *testing.T) {
 	}
 }
 
+// A probe's apply of an older read that races a drain write of this
+// process never ends with the older read in force: the write's flag is
+// applied after the probe's, or the probe's is dropped. Before drainMu,
+// a probe that had checked the generation just before the write's bump
+// set the route back to drained after the write enabled it (ci474).
+func TestStaleDrainApplyRacingAWrite(t *testing.T) {
+	n, rk, c, ctx := drainNode(t)
+	for i := range 300 {
+		if err := n.PersistRouteEnabled(ctx, rk, false); err != nil {
+			t.Fatal(err)
+		}
+		gen := n.drainGen.Load()
+		stale, err := c.HGetAll(ctx, DrainKey).Result() // drained
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			n.applyDrains(stale, gen)
+		}()
+		if err := n.PersistRouteEnabled(ctx, rk, true); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		if !n.Routes()[rk] {
+			t.Fatalf("round %d: the route is drained after the write that enabled it returned", i)
+		}
+	}
+}
+
 // A route of a node over its maxmemory (noeviction) can be drained: the
 // drain's HSET comes after an HDEL, which takes no memory, so Redis lets
 // it through. Before, the drain of a full node was refused with OOM.

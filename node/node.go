@@ -221,6 +221,7 @@ type Node struct {
 	busyPipelined atomic.Int64              // of them, on the busy pipeline
 	settings      atomic.Pointer[Settings]  // eviction and persistence settings (settings.go); nil until read
 	side          *redis.Client             // witness traffic (witness.go): no hook, off the probe's connection
+	drainMu       sync.Mutex                // held across drainGen's check and a probe's apply, and across its bump and the write's flag (drain.go)
 	drainGen      atomic.Uint64             // bumped by each drain write of this process (drain.go)
 	witnessed     atomic.Pointer[peerView]  // the highest mark peers hold of this node, as last read (SetWitnessed)
 	held          atomic.Pointer[Mark]      // a mark a peer is known to hold of this node (NoteHeld)
