@@ -147,17 +147,15 @@ func (p *pooled) reset() error {
 	}
 	c := p.srv.AdminClient(2 * time.Second)
 	defer c.Close()
-	for _, cmd := range [][]any{
-		{"CLIENT", "UNPAUSE"},
-		{"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"},
-		{"CLIENT", "KILL", "TYPE", "pubsub", "SKIPME", "yes"},
-		{"FLUSHALL", "SYNC"},
-		{"SCRIPT", "FLUSH", "SYNC"},
-		{"FUNCTION", "FLUSH", "SYNC"},
-	} {
-		if err := c.Do(ctx, cmd...).Err(); err != nil {
-			return fmt.Errorf("%v: %w", cmd, err)
-		}
+	if err := run(ctx, c,
+		[]any{"CLIENT", "UNPAUSE"},
+		[]any{"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"},
+		[]any{"CLIENT", "KILL", "TYPE", "pubsub", "SKIPME", "yes"},
+		[]any{"FLUSHALL", "SYNC"},
+		[]any{"SCRIPT", "FLUSH", "SYNC"},
+		[]any{"FUNCTION", "FLUSH", "SYNC"},
+	); err != nil {
+		return err
 	}
 	info, err := c.Info(ctx, "replication", "keyspace").Result()
 	if err != nil {
@@ -172,12 +170,20 @@ func (p *pooled) reset() error {
 	if acl, err := c.ACLList(ctx).Result(); err != nil || !slices.Equal(acl, p.acl) {
 		return fmt.Errorf("ACL LIST %v, %v; want %v", acl, err, p.acl)
 	}
-	for _, cmd := range [][]any{{"CONFIG", "RESETSTAT"}, {"SLOWLOG", "RESET"}, {"LATENCY", "RESET"}} {
+	if err := run(ctx, c, []any{"CONFIG", "RESETSTAT"}, []any{"SLOWLOG", "RESET"}, []any{"LATENCY", "RESET"}); err != nil {
+		return err
+	}
+	return p.clearFolder()
+}
+
+// run sends cmds one after another, stopping at the first that fails.
+func run(ctx context.Context, c *redis.Client, cmds ...[]any) error {
+	for _, cmd := range cmds {
 		if err := c.Do(ctx, cmd...).Err(); err != nil {
 			return fmt.Errorf("%v: %w", cmd, err)
 		}
 	}
-	return p.clearFolder()
+	return nil
 }
 
 // restoreConfig sets every parameter back to its value at start.

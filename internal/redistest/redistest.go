@@ -193,20 +193,12 @@ func (s *Server) Running() bool { return s.srv.Running() }
 // Kill sends SIGKILL to the server's process group and waits until the
 // process has exited, like kill -9 (without AOF all data is lost). It is idempotent
 // and a no-op if the server is not running.
-func (s *Server) Kill() {
-	if s.use() {
-		s.report(s.srv.Kill())
-	}
-}
+func (s *Server) Kill() { s.act(s.srv.Kill) }
 
 // Stop shuts the server down gracefully: SIGTERM (resuming it if paused),
 // then waits for it to exit, sending SIGKILL after 5s. It is idempotent and
 // a no-op if the server is not running.
-func (s *Server) Stop() {
-	if s.use() {
-		s.report(s.srv.Stop())
-	}
-}
+func (s *Server) Stop() { s.act(s.srv.Stop) }
 
 // Restart starts redis-server again on the same port and directory (so AOF
 // data is kept) and returns once it answers PING, authenticating if a
@@ -226,19 +218,11 @@ func (s *Server) Restart() {
 // Pause freezes the server's process group with SIGSTOP: connections stay
 // open but nothing is answered until Resume. It is a no-op if the server is
 // not running or already paused. Kill, Stop and cleanup handle paused servers.
-func (s *Server) Pause() {
-	if s.use() {
-		s.report(s.srv.Pause())
-	}
-}
+func (s *Server) Pause() { s.act(s.srv.Pause) }
 
 // Resume continues a server frozen by Pause with SIGCONT. It is a no-op if
 // the server is not running or not paused.
-func (s *Server) Resume() {
-	if s.use() {
-		s.report(s.srv.Resume())
-	}
-}
+func (s *Server) Resume() { s.act(s.srv.Resume) }
 
 // Client returns a go-redis client for the server (authenticating with
 // Options.Password), with go-redis default timeouts. The client is closed
@@ -258,6 +242,14 @@ func (s *Server) report(err error) {
 	}
 }
 
+// act runs one of the process's lifecycle steps while the test has the
+// server (see use), reporting its error.
+func (s *Server) act(step func() error) {
+	if s.use() {
+		s.report(step())
+	}
+}
+
 // use marks the server as no longer fit for the pool and reports whether
 // its test still runs (after it, the server may be another test's).
 func (s *Server) use() bool {
@@ -273,10 +265,12 @@ func (s *Server) cleanup() {
 	s.released.Store(true)
 	if s.pool != nil {
 		if !s.touched.Load() && s.srv.Running() {
-			if err := s.pool.reset(); err == nil {
+			err := s.pool.reset()
+			if err == nil {
 				putIdle(s.pool)
 				return
 			}
+			s.t.Logf("redistest: %s not reused (killed): %v", s.addr, err)
 		}
 		s.pool.discard()
 		return
