@@ -15,7 +15,9 @@ type Settings struct {
 	MaxmemoryPolicy string // noeviction, allkeys-lru, volatile-ttl …
 	AppendOnly      string // yes | no
 	AppendFsync     string // always | everysec | no
-	Version         string // redis_version of INFO server, e.g. 7.0.15
+	// AOFLoadTruncated is aof-load-truncated: yes (Redis's default) | no.
+	AOFLoadTruncated string
+	Version          string // redis_version of INFO server, e.g. 7.0.15
 }
 
 // AtLeast reports whether Version is major.minor or newer; false when the
@@ -42,6 +44,24 @@ func (s Settings) Evicts() bool { return s.MaxmemoryPolicy != "" && s.MaxmemoryP
 // first: AOF with appendfsync always.
 func (s Settings) Durable() bool { return s.AppendOnly == "yes" && s.AppendFsync == "always" }
 
+// LoadsTornScripts reports whether the node runs AOF with
+// aof-load-truncated yes, under which a crash that cuts the AOF inside one
+// script's writes can leave part of that script applied after a later
+// restart: Redis 7.0 loads such a file cut at its last whole command even
+// inside the script's MULTI … EXEC, keeps that open MULTI in the file, and
+// at the next restart applies its first writes with the next transaction
+// (valkey-io/valkey#4342 fixed the loader). With aof-load-truncated no the
+// node refuses to start instead, and redis-check-aof --fix cuts the file
+// back to before the MULTI. False when the setting is unknown.
+func (s Settings) LoadsTornScripts() bool {
+	return s.AppendOnly == "yes" && s.AOFLoadTruncated == "yes"
+}
+
+// Safe reports whether the node keeps what it acknowledges and every
+// script whole across crashes: Durable and not LoadsTornScripts, the
+// setting known.
+func (s Settings) Safe() bool { return s.Durable() && s.AOFLoadTruncated == "no" }
+
 // Warning describes what is unsafe about the settings for data that must
 // not be lost, or "" when nothing is.
 func (s Settings) Warning() string {
@@ -61,6 +81,13 @@ func (s Settings) Warning() string {
 		default:
 			w += "appendfsync " + s.AppendFsync + ": up to a second of acknowledged writes can be lost on a crash"
 		}
+	}
+	if s.LoadsTornScripts() {
+		if w != "" {
+			w += "; "
+		}
+		w += "aof-load-truncated yes: after a crash that cuts the AOF inside a script's writes, a later restart can apply half the script " +
+			"(set aof-load-truncated no, and repair a cut AOF with redis-check-aof --fix)"
 	}
 	return w
 }
@@ -85,7 +112,7 @@ func (n *Node) Evicts() bool {
 // settingsCmds queues the commands that read the settings on a probe's
 // pipeline: CONFIG GET (not allowed in a script) and INFO server.
 func settingsCmds(ctx context.Context, pipe redis.Pipeliner) (*redis.Cmd, *redis.StringCmd) {
-	return pipe.Do(ctx, "config", "get", "maxmemory-policy", "appendonly", "appendfsync"), pipe.Info(ctx, "server")
+	return pipe.Do(ctx, "config", "get", "maxmemory-policy", "appendonly", "appendfsync", "aof-load-truncated"), pipe.Info(ctx, "server")
 }
 
 // applySettings reads the replies of settingsCmds, records the settings
@@ -105,6 +132,8 @@ func (n *Node) applySettings(cfg *redis.Cmd, info *redis.StringCmd) {
 				s.AppendOnly = v
 			case "appendfsync":
 				s.AppendFsync = v
+			case "aof-load-truncated":
+				s.AOFLoadTruncated = v
 			}
 		}
 	} else {

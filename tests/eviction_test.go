@@ -88,8 +88,8 @@ func TestEvictingNodeRefusedForInventory(t *testing.T) {
 				t.Errorf("n3 status: settings %+v warning %q; want allkeys-lru and an eviction warning", st.Settings, st.Warning)
 			}
 		default:
-			if !st.Settings.Durable() || st.Warning != "" {
-				t.Errorf("%s status: settings %+v warning %q; want AOF always and no warning", st.Name, st.Settings, st.Warning)
+			if !st.Settings.Safe() || st.Warning != "" {
+				t.Errorf("%s status: settings %+v warning %q; want AOF always, aof-load-truncated no and no warning", st.Name, st.Settings, st.Warning)
 			}
 		}
 	}
@@ -105,6 +105,21 @@ func TestNonDurableNodeWarned(t *testing.T) {
 	st := r.Status()[0]
 	if st.Settings.Durable() || !strings.Contains(st.Warning, "appendonly no") {
 		t.Errorf("status of a node without AOF: settings %+v warning %q; want a persistence warning", st.Settings, st.Warning)
+	}
+}
+
+// A node with AOF always that would load an AOF cut inside a script's
+// writes (aof-load-truncated yes, Redis's default) is warned about: a
+// later restart could apply half a script (node.Settings.LoadsTornScripts).
+func TestTornScriptLoaderWarned(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{AOF: true, Args: []string{"--aof-load-truncated", "yes"}})
+	cfg := newConfig(t, map[string]string{"n1": srv.Addr()},
+		map[string]config.Server{"inventory": server(config.OnNodeDownFail, map[string][]string{"r": {"n1"}})}, &quickHealth)
+	r, _ := startRouter(t, cfg)
+	st := r.Status()[0]
+	if !st.Settings.Durable() || st.Settings.Safe() || !strings.Contains(st.Warning, "aof-load-truncated yes") {
+		t.Errorf("status of a node with aof-load-truncated yes: settings %+v warning %q; want durable, not safe, and a warning naming the setting", st.Settings, st.Warning)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -210,7 +211,27 @@ func (n *nemesis) at() time.Duration { return time.Since(n.c.t0) }
 
 func (n *nemesis) kill(ctx context.Context, node string, hold time.Duration) {
 	p := n.c.procs[node]
+	repairs := len(p.AOFRepairs())
 	n.outage(ctx, FaultKill, node, hold, p.Kill, p.Restart, "restart: ")
+	n.noteRepairs(node, p.AOFRepairs()[repairs:])
+}
+
+// noteRepairs reports each repair a restart of node made of an AOF the
+// kill or the older copy cut inside a write (redisproc.RepairAOF: the
+// operator's redis-check-aof --fix, which the nodes' aof-load-truncated no
+// calls for).
+func (n *nemesis) noteRepairs(node string, reports []string) {
+	for _, r := range reports {
+		msg := fmt.Sprintf("%s: its AOF ended inside a write and was repaired before the restart (redis-check-aof --fix): %s", node, lastLine(r))
+		n.rep.note("%s", msg)
+		fmt.Fprintf(n.out, "  %s %s\n", n.c.since(), msg)
+	}
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
 
 func (n *nemesis) pause(ctx context.Context, node string, hold time.Duration) {

@@ -117,7 +117,7 @@ type collector Metrics
 var (
 	descNodeUp      = prometheus.NewDesc("shardis_node_up", "1 when the node is UP, 0 when DOWN.", []string{"node"}, nil)
 	descEvicting    = prometheus.NewDesc("shardis_node_evicting", "1 when the node's maxmemory-policy can evict keys (not used for inventory data).", []string{"node"}, nil)
-	descDurable     = prometheus.NewDesc("shardis_node_persistence_safe", "1 when the node runs AOF with appendfsync always, 0 otherwise or unknown.", []string{"node"}, nil)
+	descDurable     = prometheus.NewDesc("shardis_node_persistence_safe", "1 when the node runs AOF with appendfsync always and aof-load-truncated no, 0 otherwise or unknown.", []string{"node"}, nil)
 	descBreaker     = prometheus.NewDesc("shardis_node_breaker_state", "Breaker state: 0 closed, 1 half-open, 2 open.", []string{"node"}, nil)
 	descFailedProbe = prometheus.NewDesc("shardis_node_consecutive_failed_probes", "Consecutive failed probes of the node.", []string{"node"}, nil)
 	descReserve     = prometheus.NewDesc("shardis_reservations_total", "Reserve calls by outcome.", []string{"outcome"}, nil)
@@ -196,7 +196,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(descNodeUp, prometheus.GaugeValue, up, st.Name)
 			ch <- prometheus.MustNewConstMetric(descEvicting, prometheus.GaugeValue, b2f(st.Settings.Evicts()), st.Name)
-			ch <- prometheus.MustNewConstMetric(descDurable, prometheus.GaugeValue, b2f(st.Settings.Durable()), st.Name)
+			ch <- prometheus.MustNewConstMetric(descDurable, prometheus.GaugeValue, b2f(st.Settings.Safe()), st.Name)
 			ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, breakerValue(st.Breaker), st.Name)
 			ch <- prometheus.MustNewConstMetric(descFailedProbe, prometheus.GaugeValue, float64(st.FailedProbes), st.Name)
 		}

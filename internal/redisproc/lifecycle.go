@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -34,9 +35,11 @@ func (s *Server) Stop() error {
 // Restart starts redis-server again with the same options, port and
 // directory (so AOF data is kept) and returns once it answers PING. If the
 // server is still running it is killed (SIGKILL) first. If the port is
-// busy, Restart retries for up to 5s. On failure the server is left not
-// running and the error includes the tail of its log; after Close, Restart
-// always fails.
+// busy, Restart retries for up to 5s. When redis-server refuses its AOF
+// because a crash cut it inside a write, Restart repairs it once with
+// RepairAOF, the operator's step, and starts it again (AOFRepairs lists
+// each repair). On failure the server is left not running and the error
+// includes the tail of its log; after Close, Restart always fails.
 func (s *Server) Restart() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -47,11 +50,21 @@ func (s *Server) Restart() error {
 		return err
 	}
 	deadline := time.Now().Add(restartBusyTimeout)
+	repaired := false
 	for {
 		p, err := s.spawn()
 		if err == nil {
 			s.proc = p
 			return nil
+		}
+		if isTornAOF(err) && !repaired {
+			report, rerr := RepairAOF(filepath.Join(s.dir, aofDir))
+			if rerr != nil {
+				return fmt.Errorf("redisproc: restarting redis-server on %s: %w; repairing its AOF: %w", s.Addr(), err, rerr)
+			}
+			repaired = true
+			s.repairs = append(s.repairs, report)
+			continue
 		}
 		if !isAddrInUse(err) || time.Now().After(deadline) {
 			return fmt.Errorf("redisproc: restarting redis-server on %s: %w", s.Addr(), err)
@@ -175,4 +188,13 @@ func (s *Server) Rebind(ctx context.Context, port int) error {
 	}
 	s.port.Store(int64(port))
 	return nil
+}
+
+// AOFRepairs returns the report of each repair Restart made of the
+// server's AOF (RepairAOF), oldest first: none when no restart met an AOF
+// cut inside a write.
+func (s *Server) AOFRepairs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.repairs...)
 }

@@ -51,6 +51,7 @@ func (p *process) signal(sig syscall.Signal) error {
 // startError describes a redis-server that exited or never answered.
 type startError struct {
 	addrInUse bool
+	tornAOF   bool // it refused an AOF that ends inside a write (tornAOFLog)
 	msg       string
 }
 
@@ -60,6 +61,13 @@ func (e *startError) Error() string { return e.msg }
 func isAddrInUse(err error) bool {
 	var se *startError
 	return errors.As(err, &se) && se.addrInUse
+}
+
+// isTornAOF reports whether err says redis refused to load an AOF that
+// ends inside a write.
+func isTornAOF(err error) bool {
+	var se *startError
+	return errors.As(err, &se) && se.tornAOF
 }
 
 func (s *Server) logPath() string          { return filepath.Join(s.dir, "redis.log") }
@@ -82,7 +90,9 @@ func (s *Server) args() []string {
 		"--logfile", s.logPath(),
 	)
 	if s.opts.AOF && s.opts.SentinelConf == "" {
-		a = append(a, "--appendonly", "yes", "--appendfsync", "always")
+		// aof-load-truncated no: an AOF cut inside a write is refused,
+		// and Restart repairs it (RepairAOF says why)
+		a = append(a, "--appendonly", "yes", "--appendfsync", "always", "--aof-load-truncated", "no")
 	}
 	if s.opts.Password != "" {
 		a = append(a, "--requirepass", s.opts.Password)
@@ -219,7 +229,7 @@ func (s *Server) describe(err error, p *process, logOffset int64) error {
 		logTail = "(empty)"
 	}
 	fmt.Fprintf(&b, "\n--- tail of %s ---\n%s", s.logPath(), logTail)
-	return &startError{addrInUse: inUse, msg: b.String()}
+	return &startError{addrInUse: inUse, tornAOF: strings.Contains(logTail, tornAOFLog), msg: b.String()}
 }
 
 // readTail returns the last 20 lines of path starting at offset, or a

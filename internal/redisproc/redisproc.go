@@ -64,7 +64,10 @@ type Options struct {
 	// default: os.TempDir()
 	TempRoot string
 	// AOF enables append-only persistence with appendfsync always, so data
-	// written before a Kill (kill -9) survives a Restart.
+	// written before a Kill (kill -9) survives a Restart, and
+	// aof-load-truncated no, so an AOF a crash cut inside a write is
+	// refused rather than loaded cut inside a script (RepairAOF says why;
+	// Restart repairs it).
 	AOF bool
 	// Password, if non-empty, is set as requirepass; the readiness probe
 	// authenticates with it.
@@ -106,10 +109,11 @@ type Server struct {
 	dir     string
 	ownsDir bool // dir was created by Start and is removed by Close
 
-	mu     sync.Mutex
-	proc   *process // current process; never nil after Start returns
-	paused bool
-	closed bool
+	mu      sync.Mutex
+	proc    *process // current process; never nil after Start returns
+	paused  bool
+	closed  bool
+	repairs []string // RepairAOF's reports, one per repair Restart made
 }
 
 // Start starts a redis-server configured by opts and returns once it
