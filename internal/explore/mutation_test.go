@@ -151,7 +151,8 @@ func TestExplorerFindsMutations(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(sum.Failed) == 0 {
-				t.Fatalf("the explorer did not find mutation %s in %d schedules (%s)", c.m, sum.Ran, sum.Took.Round(time.Second))
+				t.Fatalf("the explorer did not find mutation %s in %d schedules (%s; %d interrupted; world errors: %v)",
+					c.m, sum.Ran, sum.Took.Round(time.Second), sum.Interrupted, sum.WorldErr)
 			}
 			f := sum.Failed[0]
 			var b strings.Builder

@@ -218,6 +218,13 @@ return 1
 // first two arguments, in this order).
 var stampTopo = []string{"epoch", "attempt"}
 
+// usableWait bounds the wait for a world's nodes to be usable again
+// before a schedule (a restarted node comes back at a router's next
+// probe): a setup step, not a check, so it is generous; a CI run under
+// load ~25 once ended every world of a look with no schedule run, which
+// 5s could explain.
+const usableWait = 30 * time.Second
+
 // Reset empties every node and waits until every router sees every node
 // usable (a restarted node comes back through a health probe).
 func (w *World) Reset(ctx context.Context) error {
@@ -235,9 +242,10 @@ func (w *World) Reset(ctx context.Context) error {
 	return w.waitUsable(ctx)
 }
 
-// waitUsable polls until every router's nodes are usable (at most 5s).
+// waitUsable polls until every router's nodes are usable (at most
+// usableWait).
 func (w *World) waitUsable(ctx context.Context) error {
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(usableWait)
 	for {
 		down := ""
 		for _, r := range append([]*router.Router{w.healR}, w.routers...) {
@@ -251,7 +259,7 @@ func (w *World) waitUsable(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("explore: node %s not usable after 5s", down)
+			return fmt.Errorf("explore: node %s not usable after %v", down, usableWait)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
