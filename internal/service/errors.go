@@ -60,7 +60,12 @@ func rpcError(err error) error {
 		code = connect.CodeInternal
 	case errors.Is(err, inventory.ErrDataLoss), errors.Is(err, inventory.ErrStockMissing):
 		code = connect.CodeDataLoss
-	case errors.Is(err, router.ErrUnavailable):
+	case errors.Is(err, router.ErrUnavailable), errors.Is(err, node.ErrDown), errors.Is(err, node.ErrBreakerOpen),
+		errors.Is(err, node.ErrHeldBack):
+		// a node that cannot serve now (an admin call that writes to
+		// it, such as a drain, meets it unwrapped): gRPC's code for a
+		// transient state a retry can outlast (seed 444: a drain of a
+		// DOWN node answered internal)
 		code = connect.CodeUnavailable
 	}
 	return connect.NewError(code, trimSentinels(err, code))

@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
 )
 
 // The gRPC code of each inventory error class, as gRPC's rules have it:
@@ -24,6 +25,11 @@ func TestRPCErrorCodes(t *testing.T) {
 		{fmt.Errorf("%w: sku s", inventory.ErrInsufficientStock), connect.CodeFailedPrecondition},
 		{fmt.Errorf("%w: order o", inventory.ErrInProgress), connect.CodeAborted},
 		{fmt.Errorf("%w: part p", inventory.ErrDataLoss), connect.CodeDataLoss},
+		// a drain of a DOWN node (node.PersistRouteEnabled's wrapping)
+		{fmt.Errorf("node n1: recording the drain of inventory/a on the node: %w",
+			&node.Error{Node: "n1", Addr: "127.0.0.1:1", Err: fmt.Errorf("%w: probe: connecting: i/o timeout", node.ErrDown)}), connect.CodeUnavailable},
+		{&node.Error{Node: "n1", Addr: "127.0.0.1:1", Err: node.ErrBreakerOpen}, connect.CodeUnavailable},
+		{errors.New("node vanished"), connect.CodeInternal},
 	} {
 		var ce *connect.Error
 		if got := rpcError(c.err); !errors.As(got, &ce) || ce.Code() != c.want {
