@@ -222,15 +222,22 @@ func (n *nemesis) kill(ctx context.Context, node string, hold time.Duration) {
 // calls for).
 func (n *nemesis) noteRepairs(node string, reports []string) {
 	for _, r := range reports {
-		msg := fmt.Sprintf("%s: its AOF ended inside a write and was repaired before the restart (redis-check-aof --fix): %s", node, lastLine(r))
+		msg := fmt.Sprintf("%s: its AOF ended inside a write and was repaired before the restart (redis-check-aof --fix): %s", node, repairLine(r))
 		n.rep.note("%s", msg)
 		fmt.Fprintf(n.out, "  %s %s\n", n.c.since(), msg)
 	}
 }
 
-// lastLine is the last non-empty line of s.
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
+// repairLine is the line of redis-check-aof's report that says what the
+// repair cut ("This will shrink the AOF … from N bytes, with D bytes, to
+// M bytes"), or its last line when it has none.
+func repairLine(report string) string {
+	lines := strings.Split(strings.TrimSpace(report), "\n")
+	for _, l := range lines {
+		if strings.HasPrefix(l, "This will shrink") {
+			return strings.TrimSpace(l)
+		}
+	}
 	return lines[len(lines)-1]
 }
 
