@@ -157,8 +157,8 @@ func checkRedo(rep *Report, st *state) {
 				at[q][first[q]+int64(i)] = id
 			}
 		}
-		if st.svcRedo != nil {
-			checkRedoRead(rep, ns, st.svcRedo[name])
+		if got, ok := st.svcRedo[name]; ok { // read through the service (redoViaService)
+			checkRedoRead(rep, ns, got)
 		}
 		for id, p := range ns.parts {
 			if p.Kind != inventory.PartStock {
