@@ -300,7 +300,7 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	rep.HealTook = time.Since(loadEnd)
 	fmt.Fprintf(out, "%s healed in %v, %d parts pending\n", c.since(), rep.HealTook.Round(100*time.Millisecond), left)
 	if rs != nil {
-		rs.quiesce() // no trim between the two reads of the redo logs
+		rs.quiesce() // no acknowledgement from here on: the trims stop soon
 	}
 	svcRedo, redoErr := c.redoViaService()
 	switch c := connect.CodeOf(redoErr); {

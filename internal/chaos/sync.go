@@ -181,10 +181,13 @@ func (s *recordSync) waitCaughtUp() ([]pgsync.NodeStatus, bool) {
 
 // quiesce waits until the sync caught up (or syncCatchUp passes), then
 // stops its workers, keeping its database pool and its inventory for
-// check: from then on nothing acknowledges and trims the redo logs, so the
-// service's ReadRedoLog and the nodes' own queues, read one after the
-// other, see the same entries (seed 421: the sync, still landing what a
-// node's rollback had un-acknowledged, trimmed 200 entries between them).
+// check: from then on nothing acknowledges the redo logs, so the service's
+// reconciler, which trims what is acknowledged, soon has nothing left to
+// trim, and the nodes' queues and acknowledged offsets read after it agree
+// (seed 421: the sync, still landing what a node's rollback had
+// un-acknowledged, let 200 entries be trimmed between the service's read
+// and the nodes'; checkRedoRead allows for a trim of what was acknowledged
+// before, seed 447).
 func (s *recordSync) quiesce() {
 	s.caught, s.caughtAll = s.waitCaughtUp()
 	s.quiesced = true
