@@ -146,6 +146,16 @@ func (n *Node) localHold(run string) time.Duration {
 	return max(0, time.Until(n.ident.heldUntil))
 }
 
+// ServerRun returns the run_id of the node's server process as last read
+// with its stamp, or "" before that (a node whose stamp is not read: one
+// without inventory data). It changes when the server restarts or another
+// server answers at the node's address (a promoted replica).
+func (n *Node) ServerRun() string {
+	n.ident.mu.Lock()
+	defer n.ident.mu.Unlock()
+	return n.ident.run
+}
+
 // Incarnation returns the node's stamp incarnation as last seen by a probe,
 // or "" before the first successful probe.
 func (n *Node) Incarnation() string {

@@ -100,6 +100,7 @@ func (r *Reconciler) leased(ctx context.Context, n *node.Node) int {
 // node reconciles one node and returns the number of failed steps.
 func (r *Reconciler) node(ctx context.Context, n *node.Node) int {
 	r.passes.Add(1)
+	r.auditStock(ctx, n)
 	failed := 0
 	for _, s := range r.queue.take(n.Name()) {
 		if _, err := r.inv.SettleNow(ctx, s); err != nil {

@@ -92,7 +92,9 @@ type Stats struct {
 // logged once, so it never blocks other parts; it is retried by itself
 // with backoff (Settings.StuckRetry) at the start of the node's passes.
 // Several reconcilers (processes) may run over the same nodes: every part
-// changes state at most once. Methods are safe for concurrent use.
+// changes state at most once. A node pass also audits the node's stock
+// counters once per server process (audit.go). Methods are safe for
+// concurrent use.
 type Reconciler struct {
 	inv   *inventory.Inventory
 	queue *Queue
@@ -111,6 +113,7 @@ type Reconciler struct {
 	cancelled, confirmed, postponed, deferred, errs, passes, trimmed atomic.Int64
 	setAside, skipped, retried                                       atomic.Int64
 	startOnce, closeOnce                                             sync.Once
+	audit                                                            audits // the stock audits (audit.go)
 }
 
 // New returns a reconciler; call Start to run it in the background, or

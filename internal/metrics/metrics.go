@@ -140,6 +140,8 @@ var (
 	descRedoLen     = prometheus.NewDesc("shardis_redo_log_entries", "Entries in all redo-log queues of the node.", []string{"node"}, nil)
 	descRedoUnacked = prometheus.NewDesc("shardis_redo_unacked_entries",
 		"Redo-log entries of the node (all queues) no consumer has acknowledged (AckRedoLog): the database-sync backlog.", []string{"node"}, nil)
+	descUnbalanced = prometheus.NewDesc("shardis_unbalanced_stock_counters",
+		"Stock hashes on the node whose available + reserved + confirmed did not equal loaded (or held a negative or non-integer field) when the reconciler last audited its server process: 0 is the only healthy value (SECURITY.md, Persistence).", []string{"node"}, nil)
 	descStuck = prometheus.NewDesc("shardis_stuck_parts",
 		"Parts set aside on the node because they cannot be settled (shardis parts stuck).", []string{"node"}, nil)
 	descTopoEpoch = prometheus.NewDesc("shardis_topology_epoch",
@@ -155,7 +157,7 @@ var (
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descNodeUp, descEvicting, descDurable, descBreaker, descFailedProbe, descReserve, descReservePath, descGroupSent, descGroupCalls, descCarried, descPeekSent, descPeekReads, descRolledBack,
-		descDeferred, descQueue, descReconciled, descRedoLen, descRedoUnacked, descStuck,
+		descDeferred, descQueue, descReconciled, descRedoLen, descRedoUnacked, descStuck, descUnbalanced,
 		descTopoEpoch, descTopoReady, descTopoMigrating, descTopoPending} {
 		ch <- d
 	}
@@ -238,6 +240,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descReconciled, prometheus.CounterValue, float64(s.SetAside), "set_aside")
 		ch <- prometheus.MustNewConstMetric(descReconciled, prometheus.CounterValue, float64(s.Retried), "stuck_retried")
 		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(s.QueueLength))
+		for name, bad := range rec.Unbalanced() {
+			ch <- prometheus.MustNewConstMetric(descUnbalanced, prometheus.GaugeValue, float64(bad), name)
+		}
 	}
 }
 
