@@ -44,11 +44,10 @@ func (s StockImbalance) String() string {
 		s.Key, s.Node, s.Available, s.Reserved, s.Confirmed, s.Available+s.Reserved+s.Confirmed, s.Loaded)
 }
 
-// auditBatch is how many stock hashes one SCAN step asks for and one
-// pipeline reads.
+// auditBatch is how many stock hashes one pipeline reads.
 const auditBatch = 500
 
-// AuditStock reads every stock hash on node nodeName (SCAN, then their
+// AuditStock reads every stock hash on node nodeName (scan, then their
 // counters, auditBatch at a time) and returns those that do not add up
 // (StockImbalance), none when all do. A hash a script changes while the
 // audit reads it is read whole (HMGET is one command). It fails when the
@@ -58,34 +57,30 @@ func (inv *Inventory) AuditStock(ctx context.Context, nodeName string) ([]StockI
 	if err != nil {
 		return nil, err
 	}
-	c := n.Client()
+	keys, err := scan(ctx, n, stockKeyPrefix+"*")
+	if err != nil {
+		return nil, err
+	}
 	var out []StockImbalance
-	var cursor uint64
-	for {
-		keys, next, err := c.Scan(ctx, cursor, stockKeyPrefix+"*", auditBatch).Result()
-		if err != nil {
-			return nil, fmt.Errorf("inventory: auditing the stock on %s: %w", nodeName, err)
-		}
-		if len(keys) > 0 {
-			cmds := make([]*redis.SliceCmd, len(keys))
-			if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for i, k := range keys {
-					cmds[i] = p.HMGet(ctx, k, "available", "reserved", "confirmed", "loaded")
-				}
-				return nil
-			}); err != nil {
-				return nil, fmt.Errorf("inventory: auditing the stock on %s: %w", nodeName, err)
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), auditBatch)]
+		keys = keys[len(batch):]
+		cmds := make([]*redis.SliceCmd, len(batch))
+		if _, err := n.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, k := range batch {
+				cmds[i] = p.HMGet(ctx, k, "available", "reserved", "confirmed", "loaded")
 			}
-			for i, k := range keys {
-				if s, ok := auditHash(nodeName, k, cmds[i].Val()); !ok {
-					out = append(out, s)
-				}
-			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("%w: node %s: auditing the stock: %v", ErrUnavailable, nodeName, err)
 		}
-		if cursor = next; cursor == 0 {
-			return out, nil
+		for i, k := range batch {
+			if s, ok := auditHash(nodeName, k, cmds[i].Val()); !ok {
+				out = append(out, s)
+			}
 		}
 	}
+	return out, nil
 }
 
 // auditHash checks the fields of stock hash key (available, reserved,

@@ -17,30 +17,38 @@ import (
 // went away, an ACL without SCAN) is tried again by the next pass and
 // logged once per server process; it is not a failed step of the pass.
 
-// audits is what the reconciler audited: per node, the server process
-// (node.Node.ServerRun) and how many stock hashes did not add up.
+// audits is what the reconciler audited, per node (guarded by mu).
 type audits struct {
-	mu     sync.Mutex
-	run    map[string]string // guarded by mu: node → the server process audited
-	bad    map[string]int    // guarded by mu: node → hashes that did not add up then
-	warned map[string]string // guarded by mu: node → the server process whose failed audit was logged
+	mu    sync.Mutex
+	nodes map[string]nodeAudit // guarded by mu
+}
+
+// nodeAudit is one node's audit: the server process (node.Node.ServerRun)
+// last audited ("" before any), how many stock hashes did not add up
+// then, and the server process whose failed audit was logged.
+type nodeAudit struct {
+	run    string
+	bad    int
+	warned string
 }
 
 // due reports whether node name on server process run was not audited yet.
 func (a *audits) due(name, run string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return run != "" && a.run[name] != run
+	return run != "" && a.nodes[name].run != run
 }
 
 // done records the audit of node name on server process run.
 func (a *audits) done(name, run string, bad int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.run == nil {
-		a.run, a.bad = map[string]string{}, map[string]int{}
+	if a.nodes == nil {
+		a.nodes = map[string]nodeAudit{}
 	}
-	a.run[name], a.bad[name] = run, bad
+	st := a.nodes[name]
+	st.run, st.bad = run, bad
+	a.nodes[name] = st
 }
 
 // firstFailure reports whether a failed audit of node name on server
@@ -48,11 +56,13 @@ func (a *audits) done(name, run string, bad int) {
 func (a *audits) firstFailure(name, run string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.warned == nil {
-		a.warned = map[string]string{}
+	if a.nodes == nil {
+		a.nodes = map[string]nodeAudit{}
 	}
-	first := a.warned[name] != run
-	a.warned[name] = run
+	st := a.nodes[name]
+	first := st.warned != run
+	st.warned = run
+	a.nodes[name] = st
 	return first
 }
 
@@ -91,9 +101,11 @@ func (r *Reconciler) auditStock(ctx context.Context, n *node.Node) {
 func (r *Reconciler) Unbalanced() map[string]int {
 	r.audit.mu.Lock()
 	defer r.audit.mu.Unlock()
-	out := make(map[string]int, len(r.audit.bad))
-	for k, v := range r.audit.bad {
-		out[k] = v
+	out := map[string]int{}
+	for name, st := range r.audit.nodes {
+		if st.run != "" {
+			out[name] = st.bad
+		}
 	}
 	return out
 }

@@ -225,7 +225,7 @@ func (w *World) copyData(ctx context.Context, name, snap string) error {
 	if err := c.BgRewriteAOF(ctx).Err(); err != nil && !strings.Contains(err.Error(), "in progress") {
 		return fmt.Errorf("explore: rewriting %s's AOF: %w", name, err)
 	}
-	deadline := time.Now().Add(usableWait) // a setup step too
+	deadline := time.Now().Add(setupWait)
 	for {
 		info, err := c.Info(ctx, "persistence").Result()
 		if err != nil {
@@ -235,7 +235,7 @@ func (w *World) copyData(ctx context.Context, name, snap string) error {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("explore: %s's AOF rewrite did not end within %v", name, usableWait)
+			return fmt.Errorf("explore: %s's AOF rewrite did not end within %v", name, setupWait)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -218,12 +218,12 @@ return 1
 // first two arguments, in this order).
 var stampTopo = []string{"epoch", "attempt"}
 
-// usableWait bounds the wait for a world's nodes to be usable again
-// before a schedule (a restarted node comes back at a router's next
-// probe): a setup step, not a check, so it is generous; a CI run under
+// setupWait bounds a world's setup waits (its nodes usable again before a
+// schedule, a restarted node coming back at a router's next probe; an AOF
+// rewrite before a copy): setup steps, not checks, so it is generous; a CI run under
 // load ~25 once ended every world of a look with no schedule run, which
 // 5s could explain.
-const usableWait = 30 * time.Second
+const setupWait = 30 * time.Second
 
 // Reset empties every node and waits until every router sees every node
 // usable (a restarted node comes back through a health probe).
@@ -243,9 +243,9 @@ func (w *World) Reset(ctx context.Context) error {
 }
 
 // waitUsable polls until every router's nodes are usable (at most
-// usableWait).
+// setupWait).
 func (w *World) waitUsable(ctx context.Context) error {
-	deadline := time.Now().Add(usableWait)
+	deadline := time.Now().Add(setupWait)
 	for {
 		down := ""
 		for _, r := range append([]*router.Router{w.healR}, w.routers...) {
@@ -259,7 +259,7 @@ func (w *World) waitUsable(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("explore: node %s not usable after %v", down, usableWait)
+			return fmt.Errorf("explore: node %s not usable after %v", down, setupWait)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
