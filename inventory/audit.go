@@ -47,6 +47,10 @@ func (s StockImbalance) String() string {
 // auditBatch is how many stock hashes one pipeline reads.
 const auditBatch = 500
 
+// auditFields are the stock hash's counters the audit reads, in the
+// order auditHash takes them.
+var auditFields = []string{"available", "reserved", "confirmed", "loaded"}
+
 // AuditStock reads every stock hash on node nodeName (scan, then their
 // counters, auditBatch at a time) and returns those that do not add up
 // (StockImbalance), none when all do. A hash a script changes while the
@@ -68,7 +72,7 @@ func (inv *Inventory) AuditStock(ctx context.Context, nodeName string) ([]StockI
 		cmds := make([]*redis.SliceCmd, len(batch))
 		if _, err := n.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, k := range batch {
-				cmds[i] = p.HMGet(ctx, k, "available", "reserved", "confirmed", "loaded")
+				cmds[i] = p.HMGet(ctx, k, auditFields...)
 			}
 			return nil
 		}); err != nil {
@@ -89,14 +93,14 @@ func (inv *Inventory) AuditStock(ctx context.Context, nodeName string) ([]StockI
 func auditHash(nodeName, key string, f []any) (StockImbalance, bool) {
 	s := StockImbalance{Node: nodeName, Key: key}
 	dst := []*int64{&s.Available, &s.Reserved, &s.Confirmed, &s.Loaded}
-	for i, name := range []string{"available", "reserved", "confirmed", "loaded"} {
+	for i, name := range auditFields {
 		if i >= len(f) || f[i] == nil {
 			continue
 		}
-		str, _ := f[i].(string)
+		str, isStr := f[i].(string)
 		v, err := strconv.ParseInt(str, 10, 64)
-		if err != nil {
-			s.Err = fmt.Sprintf("%s is %q, not an integer", name, str)
+		if !isStr || err != nil {
+			s.Err = fmt.Sprintf("%s is %#v, not an integer", name, f[i])
 			return s, false
 		}
 		*dst[i] = v

@@ -39,30 +39,27 @@ func (a *audits) due(name, run string) bool {
 	return run != "" && a.nodes[name].run != run
 }
 
-// done records the audit of node name on server process run.
-func (a *audits) done(name, run string, bad int) {
+// update applies f to node name's record under mu.
+func (a *audits) update(name string, f func(*nodeAudit)) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.nodes == nil {
 		a.nodes = map[string]nodeAudit{}
 	}
 	st := a.nodes[name]
-	st.run, st.bad = run, bad
+	f(&st)
 	a.nodes[name] = st
+}
+
+// done records the audit of node name on server process run.
+func (a *audits) done(name, run string, bad int) {
+	a.update(name, func(st *nodeAudit) { st.run, st.bad = run, bad })
 }
 
 // firstFailure reports whether a failed audit of node name on server
 // process run is the first one (the one to log).
-func (a *audits) firstFailure(name, run string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.nodes == nil {
-		a.nodes = map[string]nodeAudit{}
-	}
-	st := a.nodes[name]
-	first := st.warned != run
-	st.warned = run
-	a.nodes[name] = st
+func (a *audits) firstFailure(name, run string) (first bool) {
+	a.update(name, func(st *nodeAudit) { first, st.warned = st.warned != run, run })
 	return first
 }
 
