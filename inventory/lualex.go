@@ -275,14 +275,24 @@ func luaDeclaredInto(decl map[string]bool, toks []luaTok) {
 // pieces are checked as their concatenation is, and a piece used by many
 // sources is split into tokens once (luaTokens).
 func checkLuaNames(src ...string) error {
+	toks := make([][]luaTok, len(src))
+	for i, piece := range src {
+		toks[i] = luaTokens(piece)
+	}
+	return checkLuaTokens(toks...)
+}
+
+// checkLuaTokens is checkLuaNames of pieces already split into tokens
+// (luaTokens), each whole statements.
+func checkLuaTokens(pieces ...[]luaTok) error {
 	decl := map[string]bool{}
-	for _, piece := range src {
-		luaDeclaredInto(decl, luaTokens(piece))
+	for _, toks := range pieces {
+		luaDeclaredInto(decl, toks)
 	}
 	var missing []string
 	seen := map[string]bool{}
-	for _, piece := range src {
-		for _, t := range luaTokens(piece) {
+	for _, toks := range pieces {
+		for _, t := range toks {
 			if t.name() && !t.field && !t.key && !decl[t.s] && !luaGlobals[t.s] && !seen[t.s] {
 				seen[t.s] = true
 				missing = append(missing, t.s)
