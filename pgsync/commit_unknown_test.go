@@ -16,13 +16,18 @@ import (
 // cutProxy forwards TCP connections to PostgreSQL. Armed, it lets the
 // next COMMIT a client sends through, swallows the server's answer and
 // cuts the connection: the transaction is committed, the client cannot
-// know (the outcome of its COMMIT is unknown to it).
+// know (the outcome of its COMMIT is unknown to it). When the test ends
+// it closes its listener and every connection, and waits for its
+// goroutines.
 type cutProxy struct {
 	ln    net.Listener
 	to    string
 	armed atomic.Int32
 	cuts  atomic.Int32
-	wg    sync.WaitGroup
+	wg    sync.WaitGroup // serve and the forwarding goroutines
+
+	mu    sync.Mutex
+	conns map[net.Conn]bool // open, both sides; nil once closed
 }
 
 func startCutProxy(t *testing.T, to string) *cutProxy {
@@ -31,13 +36,42 @@ func startCutProxy(t *testing.T, to string) *cutProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{ln: ln, to: to}
+	p := &cutProxy{ln: ln, to: to, conns: map[net.Conn]bool{}}
+	p.wg.Add(1)
 	go p.serve()
-	t.Cleanup(func() { _ = ln.Close() })
+	t.Cleanup(p.close)
 	return p
 }
 
+// close closes the listener and every open connection, and waits for
+// the proxy's goroutines.
+func (p *cutProxy) close() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// track adds c and s to the open connections; false (both closed) once
+// the proxy is closed.
+func (p *cutProxy) track(c, s net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		_ = c.Close()
+		_ = s.Close()
+		return false
+	}
+	p.conns[c], p.conns[s] = true, true
+	return true
+}
+
 func (p *cutProxy) serve() {
+	defer p.wg.Done()
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
@@ -48,8 +82,13 @@ func (p *cutProxy) serve() {
 			_ = c.Close()
 			continue
 		}
+		if !p.track(c, s) {
+			return
+		}
 		var cut atomic.Bool
+		p.wg.Add(2)
 		go func() { // client → server
+			defer p.wg.Done()
 			buf := make([]byte, 64<<10)
 			for {
 				n, err := c.Read(buf)
@@ -74,6 +113,7 @@ func (p *cutProxy) serve() {
 			_ = s.Close()
 		}()
 		go func() { // server → client, nothing once cut
+			defer p.wg.Done()
 			buf := make([]byte, 64<<10)
 			for {
 				n, err := s.Read(buf)

@@ -34,7 +34,7 @@ func TestSentinelTopologyApplyLimitsSurviveFailover(t *testing.T) {
 	host, port, _ := strings.Cut(s1.Addr(), ":")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if err := s1r.Client(t).SlaveOf(ctx, host, port).Err(); err != nil {
+	if err := s1r.Client(t).ReplicaOf(ctx, host, port).Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "n1's replica in sync", func() bool {
