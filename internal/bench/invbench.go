@@ -148,6 +148,17 @@ func (ir *InvResult) Over(a, b string) float64 {
 	return PairedRatio([]*Series{x}, []*Series{y})
 }
 
+// OverRange returns the lowest and the highest of the per-round ratios
+// whose median Over returns (ok false when Over would return 0): how far
+// apart the rounds of one run put the same pair.
+func (ir *InvResult) OverRange(a, b string) (lo, hi float64, ok bool) {
+	if ir.Over(a, b) == 0 {
+		return 0, 0, false
+	}
+	r := pairedRatios([]*Series{ir.Series[a]}, []*Series{ir.Series[b]})
+	return slices.Min(r), slices.Max(r), true
+}
+
 // AllocResult is a sequential (one goroutine) benchmark of one order.
 type AllocResult struct {
 	Name        string

@@ -222,6 +222,11 @@ func (s *Series) Errors() (int64, string) {
 // den's in the same round: a paired comparison, so drift of the machine
 // between rounds cancels out. num and den must have the same rounds.
 func PairedRatio(num, den []*Series) float64 {
+	return medianF(pairedRatios(num, den))
+}
+
+// pairedRatios are PairedRatio's per-round ratios, in round order.
+func pairedRatios(num, den []*Series) []float64 {
 	var ratios []float64
 	for r := range num[0].Samples {
 		var a, b float64
@@ -235,7 +240,7 @@ func PairedRatio(num, den []*Series) float64 {
 			ratios = append(ratios, a/b)
 		}
 	}
-	return medianF(ratios)
+	return ratios
 }
 
 func mapS[T any](xs []Sample, f func(Sample) T) []T {

@@ -3,6 +3,7 @@ package bench
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // Every target a summary holds shows in the report's targets table: the
@@ -64,5 +65,29 @@ func TestMintedSeedMissReading(t *testing.T) {
 	s.Targets["inventory_hot_sku_minted_vs_seed>=1.5"] = true
 	if got := mintedSeedMiss(s); got != "" {
 		t.Errorf("met target explained: %s", got)
+	}
+}
+
+// A floor target's row shows, beside the median of its paired rounds,
+// the lowest and the highest of them: how far the same pair moved within
+// the run.
+func TestTargetsTableShowsFloorRoundSpread(t *testing.T) {
+	ir := &InvResult{Series: map[string]*Series{}}
+	for v, ops := range map[string][]int64{VarInv3: {600, 750, 900}, VarFloor3: {1000, 1000, 1000}} {
+		s := &Series{Name: v}
+		for _, n := range ops {
+			s.Add(Sample{Ops: n, Elapsed: time.Second})
+		}
+		ir.Series[v] = s
+	}
+	s := Summary{Targets: map[string]bool{"inventory_3item_vs_floor>=0.8": false, "inventory_hot_sku_vs_floor>=0.8": true}}
+	s.Inventory3ItemVsFloor, s.InventoryHotVsFloor = ir.Over(VarInv3, VarFloor3), 0.9
+	table := TargetsTable(&Results{Inventory: ir}, s)
+	if want := "| 3-item orders ≥ 0.8 × its floor row (orders/s, paired per round) | 0.750 (its 3 rounds: 0.600 to 0.900) | **missed** |"; !strings.Contains(table, want) {
+		t.Errorf("targets table lacks %q:\n%s", want, table)
+	}
+	// the hot row's series are not in this run: its median alone
+	if want := "ids the caller made up, ≥ 0.8 × its floor row (orders/s, paired per round) | 0.900 | met |"; !strings.Contains(table, want) {
+		t.Errorf("targets table lacks %q:\n%s", want, table)
 	}
 }
