@@ -27,7 +27,7 @@ type cutProxy struct {
 	wg    sync.WaitGroup // serve and the forwarding goroutines
 
 	mu    sync.Mutex
-	conns map[net.Conn]bool // open, both sides; nil once closed
+	conns map[net.Conn]bool // open, both sides (track, untrack); nil once closed
 }
 
 func startCutProxy(t *testing.T, to string) *cutProxy {
@@ -70,6 +70,16 @@ func (p *cutProxy) track(c, s net.Conn) bool {
 	return true
 }
 
+// untrack closes c and s and takes them off the open connections.
+func (p *cutProxy) untrack(c, s net.Conn) {
+	_ = c.Close()
+	_ = s.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.conns, c) // a no-op on the nil map once closed
+	delete(p.conns, s)
+}
+
 func (p *cutProxy) serve() {
 	defer p.wg.Done()
 	for {
@@ -109,8 +119,7 @@ func (p *cutProxy) serve() {
 					break
 				}
 			}
-			_ = c.Close()
-			_ = s.Close()
+			p.untrack(c, s)
 		}()
 		go func() { // server → client, nothing once cut
 			defer p.wg.Done()
@@ -126,8 +135,7 @@ func (p *cutProxy) serve() {
 					break
 				}
 			}
-			_ = c.Close()
-			_ = s.Close()
+			p.untrack(c, s)
 		}()
 	}
 }

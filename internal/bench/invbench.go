@@ -141,22 +141,28 @@ func (ir *InvResult) HotMintedVsSeed() float64 { return ir.vsSeedHot(VarHot1Mint
 // or 0 when either series is missing or their rounds differ (results
 // saved before one of them existed).
 func (ir *InvResult) Over(a, b string) float64 {
-	x, y := ir.Series[a], ir.Series[b]
-	if x == nil || y == nil || len(x.Samples) != len(y.Samples) || len(y.Samples) == 0 {
-		return 0
-	}
-	return PairedRatio([]*Series{x}, []*Series{y})
+	return medianF(ir.overRounds(a, b))
 }
 
 // OverRange returns the lowest and the highest of the per-round ratios
 // whose median Over returns (ok false when Over would return 0): how far
 // apart the rounds of one run put the same pair.
 func (ir *InvResult) OverRange(a, b string) (lo, hi float64, ok bool) {
-	if ir.Over(a, b) == 0 {
+	r := ir.overRounds(a, b)
+	if len(r) == 0 {
 		return 0, 0, false
 	}
-	r := pairedRatios([]*Series{ir.Series[a]}, []*Series{ir.Series[b]})
 	return slices.Min(r), slices.Max(r), true
+}
+
+// overRounds are a's orders/s over b's round by round, none when either
+// series is missing or their rounds differ.
+func (ir *InvResult) overRounds(a, b string) []float64 {
+	x, y := ir.Series[a], ir.Series[b]
+	if x == nil || y == nil || len(x.Samples) != len(y.Samples) || len(y.Samples) == 0 {
+		return nil
+	}
+	return pairedRatios([]*Series{x}, []*Series{y})
 }
 
 // AllocResult is a sequential (one goroutine) benchmark of one order.
