@@ -11,13 +11,18 @@
 //     caller run the loader while the others poll the key for up to
 //     Options.FillWait and then get ErrFilling.
 //   - Negative caching. A loader that returns ErrNotFound leaves a marker
-//     for Options.NegativeTTL; Get answers ErrNotFound from it without the
-//     loader, never an empty value.
+//     for at most Options.NegativeTTL; Get answers ErrNotFound from it
+//     without the loader, never an empty value.
 //   - TTL jitter. Every value lives TTL ± Jitter·TTL, drawn uniformly, so keys
-//     filled together do not expire together.
+//     filled together do not expire together; a marker lives NegativeTTL
+//     less up to Jitter·NegativeTTL. An L1 copy (below) never outlives the
+//     copy in Redis it was read from, nor, in the instance that filled it,
+//     the shortest-lived of the copies it wrote.
 //   - Hot-key replicas. Options.Replicas(key) = n keeps n copies on n
 //     distinct nodes of the route (copy 0 is the key on its own node; copy i
-//     is placed by hashing key#i, skipping nodes already used); reads pick a
+//     is placed by hashing key#i, skipping nodes already used, and stored
+//     under a Redis key of its own copy number's namespace, never another
+//     key's: copies.go, copyKey); reads pick a
 //     random usable copy and fail over to the others, so a hot key's reads
 //     spread over several Redis processes and survive one node's loss.
 //     Writes and invalidations touch every copy.
@@ -87,10 +92,13 @@ type Loader func(ctx context.Context, key string) ([]byte, error)
 type Options struct {
 	// TTL is how long a value lives. default: 5m
 	TTL time.Duration
-	// Jitter is the fraction of TTL added or removed at random.
-	// default: 0.1 (values live 0.9·TTL..1.1·TTL); must be in [0, 1)
+	// Jitter is the fraction of TTL added or removed at random (of
+	// NegativeTTL only removed). default: 0.1 (values live
+	// 0.9·TTL..1.1·TTL, markers 0.9·NegativeTTL..NegativeTTL); must be in
+	// [0, 1)
 	Jitter float64
-	// NegativeTTL is how long a "not found" marker lives. default: 30s
+	// NegativeTTL is how long a "not found" marker lives at most (Jitter
+	// only shortens it). default: 30s
 	NegativeTTL time.Duration
 	// FillLease is how long a filler holds a key's gate. default: 5s
 	FillLease time.Duration
@@ -196,6 +204,11 @@ func (c *Cache) Close() {
 // Get returns key's value: from L1, from Redis, or filled by loader (see
 // the package comment). Errors: ErrNotFound, ErrThrottled, ErrFilling,
 // one wrapping router.ErrUnavailable, or the loader's own error.
+//
+// The returned slice is shared: an L1 hit returns the entry's own bytes,
+// and the callers of one fill get the same slice. Treat it as read-only;
+// copy it before changing it (a change would be what every later hit of
+// the key returns, until the entry leaves L1).
 func (c *Cache) Get(ctx context.Context, key string, loader Loader) ([]byte, error) {
 	var gen uint64
 	if c.l1 != nil {
@@ -225,14 +238,14 @@ func (c *Cache) Get(ctx context.Context, key string, loader Loader) ([]byte, err
 }
 
 // hit counts a value read from Redis and keeps it in L1 for no longer than
-// left, its remaining TTL there (0: unknown).
+// left, its remaining TTL there (readLeft: 0 unknown, negative not at all).
 func (c *Cache) hit(key string, enc []byte, gen uint64, left time.Duration) {
-	if len(enc) > 0 && enc[0] == kindNegative {
+	if isNegative(enc) {
 		c.stats.negativeHits.Add(1)
 	} else {
 		c.stats.hits.Add(1)
 	}
-	if c.l1 != nil {
+	if c.l1 != nil && left >= 0 {
 		ttl := c.l1TTL(enc)
 		if left > 0 {
 			ttl = min(ttl, left)
@@ -244,7 +257,7 @@ func (c *Cache) hit(key string, enc []byte, gen uint64, left time.Duration) {
 // l1TTL is how long an encoded value may stay in L1: L1TTL, and no longer
 // than NegativeTTL for a "not found" marker.
 func (c *Cache) l1TTL(enc []byte) time.Duration {
-	if len(enc) > 0 && enc[0] == kindNegative {
+	if isNegative(enc) {
 		return min(c.opts.L1TTL, c.opts.NegativeTTL)
 	}
 	return c.opts.L1TTL
@@ -286,20 +299,20 @@ func (c *Cache) fill(ctx context.Context, key string, loader Loader, queue bool,
 	c.stats.fills.Add(1)
 	val, err := loader(ctx, key)
 	var enc []byte
-	ttl := c.opts.TTL
 	switch {
 	case errors.Is(err, ErrNotFound):
-		enc, ttl = []byte{kindNegative}, c.opts.NegativeTTL
+		enc = []byte{kindNegative}
 	case err != nil:
 		return nil, err
 	default:
 		enc = append([]byte{kindValue}, val...)
 	}
-	if werr := c.write(ctx, key, enc, ttl, false); werr != nil {
+	ttl, werr := c.write(ctx, key, enc, false)
+	if werr != nil {
 		c.log.Warn("cache: storing a filled value", "key", key, "err", werr)
 	}
-	if c.l1 != nil {
-		c.l1.add(key, enc, c.l1TTL(enc), gen)
+	if c.l1 != nil { // no longer than its shortest-lived copy in Redis
+		c.l1.add(key, enc, min(c.l1TTL(enc), ttl), gen)
 	}
 	return enc, nil
 }
@@ -346,7 +359,7 @@ func (c *Cache) loadUncached(ctx context.Context, key string, loader Loader) ([]
 // instance's L1. An error says some copy may still hold an older value
 // (its node was unusable or failed); the L1s are dropped all the same.
 func (c *Cache) Set(ctx context.Context, key string, val []byte) error {
-	err := c.write(ctx, key, append([]byte{kindValue}, val...), c.opts.TTL, true)
+	_, err := c.write(ctx, key, append([]byte{kindValue}, val...), true)
 	return errors.Join(err, c.invalidateL1(ctx, key))
 }
 
@@ -356,7 +369,7 @@ func (c *Cache) Invalidate(ctx context.Context, key string) error {
 	nodes, names := c.copies(key)
 	var errs []error
 	for i, n := range nodes {
-		if err := n.Client().Del(ctx, c.prefix+"k:"+names[i]).Err(); err != nil {
+		if err := n.Client().Del(ctx, names[i]).Err(); err != nil {
 			errs = append(errs, fmt.Errorf("node %s: %w", n.Name(), err))
 		}
 	}

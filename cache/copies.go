@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -23,9 +24,9 @@ const (
 	kindNegative = 'n'
 )
 
-// copies returns the nodes of a key's copies and their key names: copy 0
-// is the key on its own node, copy i (key#i) the first node of key#i's
-// ring walk not used by an earlier copy.
+// copies returns the nodes of a key's copies and their Redis keys
+// (copyKey): copy 0 is the key on its own node, copy i the first node of
+// key#i's ring walk not used by an earlier copy.
 func (c *Cache) copies(key string) ([]*node.Node, []string) {
 	n := 1
 	if c.opts.Replicas != nil {
@@ -33,21 +34,21 @@ func (c *Cache) copies(key string) ([]*node.Node, []string) {
 	}
 	n = max(1, min(n, len(c.set.Nodes())))
 	if n == 1 { // the common case: no allocation for the walk
-		return []*node.Node{c.set.Nodes()[c.set.Ring().Home(key)]}, []string{key}
+		return []*node.Node{c.set.Nodes()[c.set.Ring().Home(key)]}, []string{c.copyKey(key, 0)}
 	}
 	nodes := make([]*node.Node, 0, n)
 	names := make([]string, 0, n)
 	used := map[*node.Node]bool{}
 	for i := 0; i < n; i++ {
-		name := key
+		at := key // where copy i goes: key#i's ring walk
 		if i > 0 {
-			name = key + "#" + strconv.Itoa(i)
+			at = key + "#" + strconv.Itoa(i)
 		}
-		for _, cand := range c.set.Candidates(name) {
+		for _, cand := range c.set.Candidates(at) {
 			if !used[cand] {
 				used[cand] = true
 				nodes = append(nodes, cand)
-				names = append(names, name)
+				names = append(names, c.copyKey(key, i))
 				break
 			}
 		}
@@ -55,12 +56,34 @@ func (c *Cache) copies(key string) ([]*node.Node, []string) {
 	return nodes, names
 }
 
-func (c *Cache) jittered(d time.Duration) time.Duration {
-	c.mu.Lock()
-	f := 1 + c.opts.Jitter*(2*c.rng.Float64()-1)
-	c.mu.Unlock()
-	return time.Duration(float64(d) * f)
+// copyKey is the Redis key of key's copy i: <prefix>k:<key> for copy 0,
+// <prefix>k<i>:<key> for copy i > 0. Each copy number has a namespace of
+// its own, so a copy of one key is never another key or another key's
+// copy (the copies of "sku" are not the key "sku#1", whatever the ring
+// does with either).
+func (c *Cache) copyKey(key string, i int) string {
+	if i == 0 {
+		return c.prefix + "k:" + key
+	}
+	return c.prefix + "k" + strconv.Itoa(i) + ":" + key
 }
+
+// jittered is how long a copy of enc lives, drawn at random: a value
+// TTL ± Jitter·TTL (uniform), a "not found" marker NegativeTTL less up to
+// Jitter·NegativeTTL, never more (Options.NegativeTTL is how long a marker
+// lives at most).
+func (c *Cache) jittered(enc []byte) time.Duration {
+	c.mu.Lock()
+	r := c.rng.Float64()
+	c.mu.Unlock()
+	if isNegative(enc) {
+		return time.Duration(float64(c.opts.NegativeTTL) * (1 - c.opts.Jitter*r))
+	}
+	return time.Duration(float64(c.opts.TTL) * (1 + c.opts.Jitter*(2*r-1)))
+}
+
+// isNegative reports whether enc is a "not found" marker.
+func isNegative(enc []byte) bool { return len(enc) > 0 && enc[0] == kindNegative }
 
 var one = []int{0}
 
@@ -82,8 +105,11 @@ func (c *Cache) read(ctx context.Context, key string) (val []byte, found bool, e
 }
 
 // readLeft is read that, with withTTL, also returns the copy's remaining
-// TTL (0 when unknown), read in the same round trip: an L1 copy of a value
-// read from Redis must not outlive the value in Redis.
+// TTL, read in the same round trip: an L1 copy of a value read from Redis
+// must not outlive the value in Redis. left is 0 when unknown (not asked,
+// or the copy has no TTL), and negative when the copy expired as it was
+// read (Redis answers GET in a key's last millisecond, where PTTL says 0,
+// and PTTL says -2 when the key expired between the two): no L1 for it.
 func (c *Cache) readLeft(ctx context.Context, key string, withTTL bool) (val []byte, found bool, left time.Duration, err error) {
 	nodes, names := c.copies(key)
 	var lastErr error
@@ -92,7 +118,7 @@ func (c *Cache) readLeft(ctx context.Context, key string, withTTL bool) (val []b
 		if !n.Usable() {
 			continue
 		}
-		k := c.prefix + "k:" + names[i]
+		k := names[i]
 		var b []byte
 		var err error
 		if withTTL {
@@ -104,7 +130,7 @@ func (c *Cache) readLeft(ctx context.Context, key string, withTTL bool) (val []b
 			})
 			if err == nil || err == redis.Nil {
 				b, err = get.Bytes()
-				left = max(0, pttl.Val())
+				left = leftOf(pttl.Val())
 			}
 		} else {
 			b, err = n.Client().Get(ctx, k).Bytes()
@@ -128,24 +154,42 @@ func (c *Cache) readLeft(ctx context.Context, key string, withTTL bool) (val []b
 	return nil, false, 0, fmt.Errorf("%w: cache key %q: %w", router.ErrUnavailable, key, lastErr)
 }
 
-// write stores an encoded value on every copy with its own jittered ttl.
-// A copy on an unusable node is skipped; strict reports it as an error (it
-// keeps its older value, and serves it again when the node is back).
-func (c *Cache) write(ctx context.Context, key string, enc []byte, ttl time.Duration, strict bool) error {
+// leftOf is readLeft's left for PTTL's answer d, as go-redis gives it:
+// -1 (no TTL) unknown, 0 or -2 (expired) negative, else d.
+func leftOf(d time.Duration) time.Duration {
+	switch {
+	case d > 0:
+		return d
+	case d == -1:
+		return 0
+	default:
+		return -1
+	}
+}
+
+// write stores an encoded value on every copy, each with its own jittered
+// TTL, and returns the shortest TTL it drew (what an L1 copy of the value
+// may live at most). A copy on an unusable node is skipped; strict
+// reports it as an error (it keeps its older value, and serves it again
+// when the node is back).
+func (c *Cache) write(ctx context.Context, key string, enc []byte, strict bool) (time.Duration, error) {
 	nodes, names := c.copies(key)
 	var errs []error
+	shortest := time.Duration(math.MaxInt64)
 	for i, n := range nodes {
+		ttl := c.jittered(enc)
+		shortest = min(shortest, ttl)
 		if !n.Usable() {
 			if strict {
 				errs = append(errs, fmt.Errorf("node %s: %w: copy not written", n.Name(), router.ErrUnavailable))
 			}
 			continue
 		}
-		if err := n.Client().Set(ctx, c.prefix+"k:"+names[i], enc, c.jittered(ttl)).Err(); err != nil {
+		if err := n.Client().Set(ctx, names[i], enc, ttl).Err(); err != nil {
 			errs = append(errs, fmt.Errorf("node %s: %w", n.Name(), err))
 		}
 	}
-	return errors.Join(errs...)
+	return shortest, errors.Join(errs...)
 }
 
 // decode turns a stored value into Get's result.
