@@ -86,6 +86,15 @@ import (
 
 // groupInFlight is how many groups may be under way on one node at once,
 // whichever their scripts: while one runs, the next fills.
+//
+// One slot makes larger groups (0.19 script calls per 3-item order, against
+// 0.26 with two) but no cheaper orders: in four alternating runs of the
+// bench's inventory section (2026-12-06; -quick -rounds 3 -round 5s) the
+// floor ratios moved with the machine, not with the setting (3-item 0.794
+// and 0.894 with one slot, 0.838 and 0.757 with two), and a lone caller's
+// 3-item reserve took longer with one (431 to 438 µs against 353 to 377).
+// On nodes a network away from the caller a second slot would also keep
+// the node busy during the round trip, where one leaves it idle.
 const groupInFlight = 2
 
 // A grouped script's source ends with bodyEnd (closing the body's
