@@ -46,7 +46,9 @@
 //   - Node down. With on_node_down: fail a key's copies on a down node are
 //     not read; when no copy is usable Get fails at once with an error
 //     wrapping router.ErrUnavailable, or, with Options.FallbackToLoader,
-//     calls the loader (still rate limited) without caching.
+//     calls the loader without caching, still rate limited and still in
+//     the key's in-process single flight (concurrent Gets of the key in
+//     one process share one loader call).
 //
 // What it does not promise: a value is as fresh as its TTL or the last Set
 // or Invalidate; a Set racing a fill may be overwritten by the fill's
@@ -120,8 +122,10 @@ type Options struct {
 	// Backfill queues throttled misses on a Redis stream for a
 	// Backfiller. default: false
 	Backfill bool
-	// FallbackToLoader makes Get call the loader (without caching) when
-	// no copy of the key is on a usable node. default: false (fail fast)
+	// FallbackToLoader makes Get call the loader (without caching; one
+	// call per key at a time in a process, shared by the Gets that wait
+	// for it) when no copy of the key is on a usable node. default: false
+	// (fail fast)
 	FallbackToLoader bool
 	// Name separates caches sharing a route (key prefix of gates,
 	// buckets, channels and streams). default: "default"
@@ -220,10 +224,14 @@ func (c *Cache) Get(ctx context.Context, key string, loader Loader) ([]byte, err
 	}
 	enc, found, left, err := c.readLeft(ctx, key, c.l1 != nil)
 	if err != nil {
-		if c.opts.FallbackToLoader && errors.Is(err, router.ErrUnavailable) {
-			return c.loadUncached(ctx, key, loader)
+		if !c.opts.FallbackToLoader || !errors.Is(err, router.ErrUnavailable) {
+			return nil, err
 		}
-		return nil, err
+		enc, err = c.flight.do(ctx, key, func(ctx context.Context) ([]byte, error) { return c.loadUncached(ctx, key, loader) })
+		if err != nil {
+			return nil, err
+		}
+		return decode(enc)
 	}
 	if found {
 		c.hit(key, enc, gen, left)
@@ -346,13 +354,19 @@ func (c *Cache) waitFill(ctx context.Context, key string) ([]byte, error) {
 	}
 }
 
-// loadUncached calls the loader for a key none of whose copies is usable.
+// loadUncached calls the loader for a key none of whose copies is usable
+// and returns its value encoded (ErrNotFound as the loader's error). Get
+// runs it in the key's single flight, as a fill.
 func (c *Cache) loadUncached(ctx context.Context, key string, loader Loader) ([]byte, error) {
 	if err := c.allowLoad(ctx, key, false); err != nil {
 		return nil, err
 	}
 	c.stats.fills.Add(1)
-	return loader(ctx, key)
+	val, err := loader(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{kindValue}, val...), nil
 }
 
 // Set stores a value in every copy of key and drops it from every

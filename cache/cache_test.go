@@ -367,3 +367,50 @@ func TestL1Invalidation(t *testing.T) {
 		t.Fatalf("stats %+v: want L1 hits and invalidations", cs[0].Stats())
 	}
 }
+
+// With FallbackToLoader, Gets of a key whose copies are all on a down node
+// share one loader call in a process (its single flight), as a fill's
+// would: a read flood during a node's outage does not become a flood of
+// loader calls. Each such Get once called the loader itself.
+func TestFallbackToLoaderIsSingleFlight(t *testing.T) {
+	e := newEnv(t, 1)
+	c := e.caches(cache.Options{FallbackToLoader: true})[0]
+	e.srv[1].Kill()
+	waitDown(t, e.rtrs[0], "n2")
+	var onDead string
+	for i := 0; onDead == ""; i++ {
+		k := fmt.Sprintf("cold%d", i)
+		if _, err := e.rtrs[0].Pick("cache", "r", k); err != nil {
+			onDead = k
+		}
+	}
+	var calls atomic.Int64
+	release := make(chan struct{})
+	load := func(ctx context.Context, key string) ([]byte, error) {
+		calls.Add(1)
+		<-release
+		return []byte("row of " + key), nil
+	}
+	const readers = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, readers)
+	for i := 0; i < readers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if v, err := c.Get(e.ctx, onDead, load); err != nil || string(v) != "row of "+onDead {
+				errs <- fmt.Errorf("Get = %q, %v", v, err)
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // the readers have asked (a straggler may start a second call)
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := calls.Load(); n > 3 {
+		t.Fatalf("%d concurrent Gets of a key on a down node called the loader %d times, want them to share a call", readers, n)
+	}
+}
