@@ -45,7 +45,9 @@ func (c *Cache) firstUsable(key string) *node.Node {
 }
 
 // allowLoad takes a token for one loader call, or returns ErrThrottled
-// (queuing the key for the backfiller when queue is set).
+// (queuing the key for the backfiller when queue is set; wrapping the
+// bucket's error too when the bucket could not be read: the limit fails
+// closed), or ctx's error when ctx ended first.
 func (c *Cache) allowLoad(ctx context.Context, key string, queue bool) error {
 	if c.opts.LoaderRate <= 0 {
 		return nil
@@ -58,8 +60,11 @@ func (c *Cache) allowLoad(ctx context.Context, key string, queue bool) error {
 	}
 	ok, err := bucketScript.Run(ctx, n.Client(), []string{bk}, c.opts.LoaderRate, c.opts.LoaderBurst).Int()
 	if err != nil {
+		if ctx.Err() != nil { // the caller gave up: not a throttle
+			return ctx.Err()
+		}
 		c.stats.throttled.Add(1)
-		return fmt.Errorf("%w: key %q: loader bucket on node %s: %v", ErrThrottled, key, n.Name(), err)
+		return fmt.Errorf("%w: key %q: loader bucket on node %s: %w", ErrThrottled, key, n.Name(), err)
 	}
 	if ok == 1 {
 		return nil

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/shardis/shardis/cache"
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
@@ -412,5 +414,45 @@ func TestFallbackToLoaderIsSingleFlight(t *testing.T) {
 	}
 	if n := calls.Load(); n > 3 {
 		t.Fatalf("%d concurrent Gets of a key on a down node called the loader %d times, want them to share a call", readers, n)
+	}
+}
+
+// cancelOnScript cancels a context as a script call starts and fails the
+// call with its error, as go-redis does for a caller that gave up.
+type cancelOnScript struct{ cancel context.CancelFunc }
+
+func (h *cancelOnScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *cancelOnScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			h.cancel()
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *cancelOnScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A caller whose context ends while the loader bucket is asked gets its
+// context's error, not ErrThrottled, and is not counted as throttled.
+func TestCancelledCallerIsNotThrottled(t *testing.T) {
+	e := newEnv(t, 1)
+	c := e.caches(cache.Options{LoaderRate: 1000})[0]
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	for _, name := range []string{"n1", "n2", "n3"} {
+		n, _ := e.rtrs[0].Node(name)
+		n.Client().AddHook(&cancelOnScript{cancel: cancel})
+	}
+	load := func(context.Context, string) ([]byte, error) { return []byte("v"), nil }
+	_, err := c.Get(ctx, "k", load)
+	if !errors.Is(err, context.Canceled) || errors.Is(err, cache.ErrThrottled) {
+		t.Fatalf("Get whose context ended at the loader bucket = %v, want context.Canceled, not ErrThrottled", err)
+	}
+	if n := c.Stats().Throttled; n != 0 {
+		t.Fatalf("Stats().Throttled = %d, want 0", n)
 	}
 }
