@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,24 +21,45 @@ func (h hook) DialHook(next redis.DialHook) redis.DialHook {
 	}
 }
 
-// handshake reports whether a command is part of go-redis's connection
-// setup (HELLO, AUTH, SELECT, CLIENT SETNAME). go-redis runs those through
-// the hooks too, inside the command that needed a new connection: they
-// belong to a command already admitted and must neither be admitted again
-// (a half-open breaker would refuse them, failing its own trial) nor be
-// counted twice. Matching by name costs no allocation, unlike marking the
-// context of every admitted command.
-func handshake(name string) bool {
-	switch name {
-	case "hello", "auth", "select", "client":
+// handshake reports whether cmd is one of go-redis's connection-setup
+// commands (HELLO, AUTH, SELECT, READONLY, CLIENT SETNAME, SETINFO or
+// TRACKING). go-redis runs those through the hooks too, inside the command
+// that needed a new connection: they belong to a command already admitted
+// and must neither be admitted again (a half-open breaker would refuse
+// them, failing its own trial) nor be counted twice. A caller's own CLIENT
+// ID, CLIENT LIST and the like are not setup: they are admitted as any
+// command. Matching name and subcommand costs no allocation, unlike
+// marking the context of every admitted command.
+func handshake(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "hello", "auth", "select", "readonly":
 		return true
+	case "client":
+		args := cmd.Args()
+		if len(args) < 2 {
+			return false
+		}
+		sub, _ := args[1].(string)
+		return strings.EqualFold(sub, "setname") || strings.EqualFold(sub, "setinfo") || strings.EqualFold(sub, "tracking")
 	}
 	return false
 }
 
+// handshakes reports whether cmds is go-redis's setup pipeline: not
+// empty, and every command in it a handshake. A pipeline of a caller's
+// that only begins with one is admitted as any pipeline.
+func handshakes(cmds []redis.Cmder) bool {
+	for _, cmd := range cmds {
+		if !handshake(cmd) {
+			return false
+		}
+	}
+	return len(cmds) > 0
+}
+
 func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if handshake(cmd.Name()) {
+		if handshake(cmd) {
 			return next(ctx, cmd)
 		}
 		g, done, err := h.n.admit()
@@ -57,7 +79,7 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) > 0 && handshake(cmds[0].Name()) {
+		if handshakes(cmds) {
 			return next(ctx, cmds)
 		}
 		g, done, err := h.n.admit()

@@ -252,7 +252,7 @@ func (h readHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h readHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if handshake(cmd.Name()) {
+		if handshake(cmd) {
 			return next(ctx, cmd)
 		}
 		if err := h.n.admitRead(); err != nil {
@@ -265,7 +265,7 @@ func (h readHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h readHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) > 0 && handshake(cmds[0].Name()) {
+		if handshakes(cmds) {
 			return next(ctx, cmds)
 		}
 		if err := h.n.admitRead(); err != nil {
