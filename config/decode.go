@@ -155,9 +155,15 @@ func asMap(raw any) (map[string]any, bool) {
 	return nil, false
 }
 
+// parseDuration reads a duration: a string with a unit ("500ms", "2s"),
+// or a bare 0 (YAML's integer, as in `hold_back: 0`), which needs none.
+// Any other bare number is refused: its unit would be a guess.
 func parseDuration(raw any) (time.Duration, error) {
 	s, ok := raw.(string)
 	if !ok {
+		if n, err := parseInt(raw); err == nil && n == 0 {
+			return 0, nil
+		}
 		return 0, fmt.Errorf("want a duration with a unit, like 500ms or 2s")
 	}
 	dur, err := time.ParseDuration(strings.TrimSpace(s))

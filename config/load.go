@@ -72,9 +72,11 @@ func (ps *Problems) add(path string, value any, msg string) {
 	*ps = append(*ps, Problem{Path: path, Value: value, Msg: msg})
 }
 
-// isSecret reports whether a key path holds a credential.
+// isSecret reports whether a key path holds a credential. The sync
+// section itself counts: a DSN is what a scalar given to it most likely
+// is (`sync: postgres://…`, SHARDIS_SYNC=…).
 func isSecret(path string) bool {
-	return strings.HasSuffix(path, ".password") || path == "service.auth_token" || path == "sync.dsn"
+	return strings.HasSuffix(path, ".password") || path == "service.auth_token" || path == "sync.dsn" || path == "sync"
 }
 
 // Load reads the YAML file at path, applies SHARDIS_* environment overrides
@@ -221,7 +223,11 @@ func envMisspelt(environ []string) Problems {
 		for _, sec := range sections() {
 			switch {
 			case key == sec:
-				ps = append(ps, Problem{Path: key, Value: val, Env: name,
+				var value any = val
+				if isSecret(key) {
+					value = "<redacted>"
+				}
+				ps = append(ps, Problem{Path: key, Value: value, Env: name,
 					Msg: "a section is not set from one variable: name a key, e.g. " + EnvPrefix + strings.ToUpper(sec) + "__<KEY>"})
 			case strings.HasPrefix(key, sec+"_"):
 				ps = append(ps, Problem{Path: key, Env: name,

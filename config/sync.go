@@ -86,13 +86,83 @@ func RedactDSN(dsn string) string {
 		}
 		return strings.Replace(u.String(), ":redacted@", ":<redacted>@", 1)
 	}
-	fields := strings.Fields(dsn)
-	for i, f := range fields {
-		if k, _, ok := strings.Cut(f, "="); ok && strings.TrimSpace(k) == "password" {
-			fields[i] = "password=<redacted>"
+	pairs, ok := scanKV(dsn)
+	if !ok {
+		if strings.Contains(dsn, "password") {
+			return "<unparsable DSN redacted>"
+		}
+		return dsn
+	}
+	var b strings.Builder
+	at := 0
+	for _, p := range pairs {
+		if p.key == "password" {
+			b.WriteString(dsn[at:p.from])
+			b.WriteString("<redacted>")
+			at = p.to
 		}
 	}
-	return strings.Join(fields, " ")
+	b.WriteString(dsn[at:])
+	return b.String()
+}
+
+// kvPair is one pair of a key=value DSN: its key, and where its value
+// (with its quotes, if any) starts and ends in the DSN.
+type kvPair struct {
+	key      string
+	from, to int
+}
+
+// scanKV splits a key=value DSN into its pairs by libpq's rules (pgx's
+// parseKeywordValueSettings): a key of non-space characters, spaces
+// allowed around '=', then a value single-quoted (a backslash escapes the
+// next character) or running to the next space (the same escapes). ok is
+// false for anything else: a key without '=', a space inside a key, an
+// unterminated quote, a NUL byte.
+func scanKV(dsn string) (pairs []kvPair, ok bool) {
+	if strings.IndexByte(dsn, 0) >= 0 {
+		return nil, false
+	}
+	const space = " \t\n\r\v\f"
+	i := 0
+	skip := func() {
+		for i < len(dsn) && strings.IndexByte(space, dsn[i]) >= 0 {
+			i++
+		}
+	}
+	for skip(); i < len(dsn); skip() {
+		eq := strings.IndexByte(dsn[i:], '=')
+		if eq < 0 {
+			return nil, false
+		}
+		key := strings.TrimRight(dsn[i:i+eq], space)
+		if key == "" || strings.ContainsAny(key, space) {
+			return nil, false
+		}
+		i += eq + 1
+		skip()
+		from := i
+		if i < len(dsn) && dsn[i] == '\'' {
+			for i++; i < len(dsn) && dsn[i] != '\''; i++ {
+				if dsn[i] == '\\' {
+					i++
+				}
+			}
+			if i >= len(dsn) {
+				return nil, false // unterminated quote
+			}
+			i++ // the closing quote
+		} else {
+			for ; i < len(dsn) && strings.IndexByte(space, dsn[i]) < 0; i++ {
+				if dsn[i] == '\\' {
+					i++
+				}
+			}
+			i = min(i, len(dsn))
+		}
+		pairs = append(pairs, kvPair{key: key, from: from, to: i})
+	}
+	return pairs, true
 }
 
 func isURLDSN(dsn string) bool {
@@ -150,10 +220,8 @@ func dsnProblem(dsn string) string {
 	if strings.Contains(dsn, "://") {
 		return "want a postgres:// or postgresql:// URL, or key=value pairs"
 	}
-	for _, f := range strings.Fields(dsn) {
-		if k, _, ok := strings.Cut(f, "="); !ok || k == "" {
-			return "want a postgres:// or postgresql:// URL, or key=value pairs"
-		}
+	if _, ok := scanKV(dsn); !ok {
+		return "want a postgres:// or postgresql:// URL, or key=value pairs (a value with spaces in single quotes)"
 	}
 	return ""
 }

@@ -100,6 +100,20 @@ func (c *Config) nodeProblems(ps *Problems) {
 	}
 }
 
+// addrKey is the form of a host:port address two spellings of one
+// server share: the host in lower case (host names are case-insensitive),
+// the port as its number (007001 dials 7001).
+func addrKey(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if n, err := strconv.Atoi(port); err == nil {
+		port = strconv.Itoa(n)
+	}
+	return net.JoinHostPort(strings.ToLower(host), port)
+}
+
 // checkNode checks node name, recording its address in addrs and its
 // master group in groups (to find the next node that repeats them).
 func checkNode(ps *Problems, name string, n Node, addrs, groups map[string]string) {
@@ -113,10 +127,11 @@ func checkNode(ps *Problems, name string, n Node, addrs, groups map[string]strin
 	case n.Addr == "":
 		ps.add(p+".addr", nil, "required (host:port), or a sentinel block for a Sentinel master group")
 	case checkAddr(ps, p+".addr", n.Addr, false):
-		if other, dup := addrs[n.Addr]; dup {
+		key := addrKey(n.Addr)
+		if other, dup := addrs[key]; dup {
 			ps.add(p+".addr", n.Addr, "same address as node "+other)
 		}
-		addrs[n.Addr] = name
+		addrs[key] = name
 	}
 	switch n.ReadFrom {
 	case "", ReadFromMaster:
