@@ -3,6 +3,7 @@ package rollback
 import (
 	"context"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -12,13 +13,17 @@ import (
 	"github.com/shardis/shardis/node"
 )
 
-// Settings configures [New]. The zero value works.
+// Settings configures [New]. The zero value works, and so does any other:
+// New puts a zero or negative field at its default and brings a field out
+// of range to the nearest value in range, as each field says.
 type Settings struct {
 	// Interval is the time between passes over all nodes.
 	// default: 1s
 	Interval time.Duration
-	// Batch is how many due parts are read from a node at a time; a pass
-	// reads at most 20 batches per node.
+	// Batch is how many due parts are read from a node at a time, and
+	// how many stuck parts whose backoff ran out a pass retries per node;
+	// a pass reads at most 20 batches per node. Above 10000 (the most
+	// inventory.Inventory.RetryDueStuck takes) it is 10000.
 	// default: 200
 	Batch int
 	// Nodes is how many nodes are worked at once. A node whose previous
@@ -34,7 +39,8 @@ type Settings struct {
 	// (inv:reconcile:lease on the node): while one instance holds it,
 	// other instances skip the node, so several instances share the work
 	// instead of repeating it. It is released when the pass ends; it only
-	// runs out when an instance dies mid-pass.
+	// runs out when an instance dies mid-pass. The node keeps it in whole
+	// milliseconds: under 1ms it is 1ms.
 	// default: 3 × Interval, at least 1s
 	Lease time.Duration
 	// TrimEvery runs a redo-log trim every that many passes of a node (0 =
@@ -43,12 +49,15 @@ type Settings struct {
 	TrimEvery int
 	// TrimAge, when > 0, also trims settled redo-log entries older than it
 	// that no consumer acknowledged. 0 never trims an unacknowledged entry.
+	// The node keeps ages in whole milliseconds: above 0 and under 1ms it
+	// is 1ms.
 	// default: 0 (never)
 	TrimAge time.Duration
 	// StuckRetry is how long after a part was set aside as stuck
 	// (inventory.StuckPart) the reconciler retries it by itself; each time
 	// it is set aside again the wait doubles, up to StuckRetryMax. The
 	// backoff is kept on the part's node, so any instance retries it.
+	// Under 1ms it is 1ms (the node keeps whole milliseconds).
 	// default: 5s
 	StuckRetry time.Duration
 	// StuckRetryMax caps the wait between automatic retries of a stuck
@@ -67,6 +76,10 @@ const (
 	DefaultStuckRetry    = 5 * time.Second
 	DefaultStuckRetryMax = 5 * time.Minute
 )
+
+// maxBatch is the largest Settings.Batch used: the most parts
+// inventory.Inventory.RetryDueStuck takes per call.
+const maxBatch = 10000
 
 // Stats counts what reconcilers did; every field is cumulative.
 type Stats struct {
@@ -135,8 +148,10 @@ func New(inv *inventory.Inventory, queue *Queue, set Settings) *Reconciler {
 	return r
 }
 
-// filled returns s with every zero (or out-of-range) field at its
-// default, as documented on each field.
+// filled returns s with every zero or negative field at its default and
+// every field out of range brought to the nearest value in range, as
+// documented on each field: what it returns is accepted by every
+// inventory call and node command a pass makes with it.
 func (set Settings) filled() Settings {
 	if set.Interval <= 0 {
 		set.Interval = time.Second
@@ -144,6 +159,7 @@ func (set Settings) filled() Settings {
 	if set.Batch <= 0 {
 		set.Batch = 200
 	}
+	set.Batch = min(set.Batch, maxBatch)
 	if set.Nodes <= 0 {
 		set.Nodes = 4
 	}
@@ -151,13 +167,22 @@ func (set Settings) filled() Settings {
 		set.Workers = 16
 	}
 	if set.Lease <= 0 {
-		set.Lease = max(3*set.Interval, time.Second)
+		// 3 × Interval, or the longest Duration where that would overflow
+		set.Lease = time.Duration(math.MaxInt64)
+		if set.Interval <= set.Lease/3 {
+			set.Lease = 3 * set.Interval
+		}
+		set.Lease = max(set.Lease, time.Second)
 	}
+	set.Lease = max(set.Lease, time.Millisecond) // sent as PX whole ms: PX 0 is refused
 	if set.TrimEvery <= 0 {
 		set.TrimEvery = 30
 	}
 	if set.TrimAge < 0 {
 		set.TrimAge = 0
+	}
+	if set.TrimAge > 0 {
+		set.TrimAge = max(set.TrimAge, time.Millisecond) // sent as whole ms: 0 would mean never
 	}
 	if set.Logger == nil {
 		set.Logger = slog.Default()

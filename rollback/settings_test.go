@@ -2,6 +2,7 @@ package rollback
 
 import (
 	"log/slog"
+	"math"
 	"testing"
 	"time"
 )
@@ -29,6 +30,40 @@ func TestSettingsFilled(t *testing.T) {
 		f := c.in.filled()
 		if f.StuckRetry != c.out.StuckRetry || f.StuckRetryMax != c.out.StuckRetryMax {
 			t.Errorf("%v/%v filled: %v/%v, want %v/%v", c.in.StuckRetry, c.in.StuckRetryMax, f.StuckRetry, f.StuckRetryMax, c.out.StuckRetry, c.out.StuckRetryMax)
+		}
+	}
+}
+
+// TestSettingsFilledInRange: filled() brings every field out of range
+// into the range of what a pass hands it to, as each field's doc says. A
+// Batch above 10000 used to reach RetryDueStuck (which refuses it) and a
+// Lease or TrimAge under 1ms went to the node as 0 ms (PX 0, refused; a
+// trim age 0, "never"); a huge Interval made the default Lease (3 ×
+// Interval) overflow.
+func TestSettingsFilledInRange(t *testing.T) {
+	maxDur := time.Duration(math.MaxInt64)
+	for _, c := range []struct {
+		name  string
+		in    Settings
+		field func(Settings) any
+		want  any
+	}{
+		{"Batch above 10000", Settings{Batch: 20000}, func(s Settings) any { return s.Batch }, 10000},
+		{"Batch 10000", Settings{Batch: 10000}, func(s Settings) any { return s.Batch }, 10000},
+		{"Batch negative", Settings{Batch: -1}, func(s Settings) any { return s.Batch }, 200},
+		{"Lease under 1ms", Settings{Lease: 500 * time.Microsecond}, func(s Settings) any { return s.Lease }, time.Millisecond},
+		{"Lease 1ns", Settings{Lease: 1}, func(s Settings) any { return s.Lease }, time.Millisecond},
+		{"Lease 2ms", Settings{Lease: 2 * time.Millisecond}, func(s Settings) any { return s.Lease }, 2 * time.Millisecond},
+		{"Lease default, short Interval", Settings{Interval: time.Millisecond}, func(s Settings) any { return s.Lease }, time.Second},
+		{"Lease default, Interval 1m", Settings{Interval: time.Minute}, func(s Settings) any { return s.Lease }, 3 * time.Minute},
+		{"Lease default, Interval that overflows ×3", Settings{Interval: maxDur / 2}, func(s Settings) any { return s.Lease }, maxDur},
+		{"Lease default, largest Interval", Settings{Interval: maxDur}, func(s Settings) any { return s.Lease }, maxDur},
+		{"TrimAge under 1ms", Settings{TrimAge: 500 * time.Microsecond}, func(s Settings) any { return s.TrimAge }, time.Millisecond},
+		{"TrimAge 0", Settings{}, func(s Settings) any { return s.TrimAge }, time.Duration(0)},
+		{"TrimAge negative", Settings{TrimAge: -time.Second}, func(s Settings) any { return s.TrimAge }, time.Duration(0)},
+	} {
+		if got := c.field(c.in.filled()); got != c.want {
+			t.Errorf("%s: filled %v, want %v", c.name, got, c.want)
 		}
 	}
 }
