@@ -12,8 +12,9 @@ import (
 
 // ErrInvalid is wrapped by the errors of an apply refused for its input or
 // for the nodes' state (no record yet and no From, From not the applied
-// topology, a node at another token): nothing was written, and running it
-// again with the same input fails alike.
+// topology, a node at another token or whose record is lost): nothing was
+// written (not even From's first epoch), and running it again with the
+// same input fails alike.
 var ErrInvalid = errors.New("topology: apply refused")
 
 // Options configures [Apply].
@@ -22,8 +23,9 @@ type Options struct {
 	To Topology
 	// From is the topology the caller believes is applied, or nil. When
 	// given, Apply refuses unless the nodes are at From (or at To, to
-	// resume); when the nodes have no record yet, From is written as
-	// epoch 1 first.
+	// resume); when the nodes have no record yet, From is taken as epoch
+	// 1, and written as such on its nodes once the apply goes past its
+	// checks (not by a dry run, nor by an apply refused).
 	// default: nil (the applied topology is read from the nodes)
 	From *Topology
 	// Wait bounds how long step 3 waits for pending parts that keep a
@@ -34,7 +36,9 @@ type Options struct {
 	// apply again later finishes.
 	// default: 1 minute
 	Wait time.Duration
-	// DryRun checks and reports what would change without writing.
+	// DryRun checks and reports what would change without writing
+	// anything on any node (a --from epoch 1 and lost records to write
+	// again included).
 	DryRun bool
 	// Logger receives progress.
 	// default: slog.Default()
@@ -90,6 +94,12 @@ type Report struct {
 	// brought forward to its token, without a step 3: they went back to
 	// an older copy of their data (doc.go, "A node that went back").
 	Forward []string
+	// Repaired names the nodes whose stamp is at the applied token but
+	// whose record was lost (Record.Lost) and that an apply of the
+	// applied topology wrote again, with the token's stable record, once
+	// every other record at the token was stable (a dry run: would
+	// write). Alone, with AlreadyApplied: the apply wrote nothing else.
+	Repaired []string
 }
 
 // Apply moves the nodes to opts.To following the protocol of the package
@@ -117,6 +127,9 @@ type applier struct {
 	to      Topology
 	rep     Report
 	attempt string // Change.Attempt
+	// initial names the nodes current gave opts.From's first epoch in
+	// memory (no record on any node): initialise writes it on them.
+	initial []string
 }
 
 func (a *applier) run(ctx context.Context) (Report, error) {
@@ -128,37 +141,124 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 	}
 	a.rep.FromEpoch, a.rep.From = cur.Epoch, cur.Current
 	if cur.Current.Fingerprint() == fp {
-		a.rep.ToEpoch = cur.Epoch
-		stable := allStable(recs, cur.Token)
-		switch {
-		case (cur.Prev == nil && !anyFenced(recs, cur.Current.Nodes())) || (stable && allAt(recs, cur.Current.Nodes(), cur.Token)):
-			a.rep.AlreadyApplied, a.rep.Phase = true, PhaseStable
-			return a.rep, nil
-		case cur.Phase == PhaseStable && stable:
-			return a.forward(ctx, recs, cur)
-		}
-		a.rep.FromEpoch, a.rep.From = cur.Epoch-1, *cur.Prev // resume
-		if a.attempt, err = attemptOf(recs, cur); err != nil {
-			return a.rep, err
-		}
-		a.diff()
-		if a.opts.DryRun {
-			a.rep.Phase = PhaseMigrating
-			return a.rep, nil
-		}
-		// An interrupted bump left nodes at the previous token (or one
-		// went back to an older copy since): retire what came back on
-		// them, then finish it.
-		if err := a.retire(ctx, cur.Token, behind(recs, Union(cur.Prev.Nodes(), a.to.Nodes()), cur.Token)); err != nil {
-			return a.rep, err
-		}
-		prevTok := Token(cur.Epoch-1, cur.Prev.Fingerprint())
-		if err := a.bump(ctx, recs, prevTok, cur.Token, cur.Epoch, *cur.Prev); err != nil {
-			return a.rep, err
-		}
-		return a.migrate(ctx, cur.Token)
+		return a.again(ctx, cur, recs)
 	}
 	return a.start(ctx, cur, recs, fp)
+}
+
+// again runs an apply of the nodes' current topology (cur, the newest
+// record; recs every node's): it resumes cur's apply while a record at
+// its token is migrating; once every record at the token is stable (step
+// 3 ran to its end: stable is written only after it; a record without a
+// previous topology, a first epoch's, is only ever written stable), it
+// writes the token's stable record again on the nodes that lost theirs
+// under a stamp at the token (repair), then brings forward the nodes of
+// cur's topology behind the token or fenced (forward), if any; with none,
+// the topology is already applied.
+func (a *applier) again(ctx context.Context, cur Record, recs map[string]Record) (Report, error) {
+	a.rep.ToEpoch = cur.Epoch
+	if !(cur.Phase == PhaseStable && allStable(recs, cur.Token)) {
+		return a.resume(ctx, cur, recs)
+	}
+	// lost records at the token: cur's stable record is theirs
+	a.rep.Repaired = lostAt(recs, cur.Token)
+	if !a.opts.DryRun {
+		if err := a.initialise(ctx); err != nil {
+			return a.rep, err
+		}
+		if err := a.repair(ctx, recs, cur); err != nil {
+			return a.rep, err
+		}
+	}
+	if (cur.Prev == nil && !anyFenced(recs, cur.Current.Nodes())) || allAt(recs, cur.Current.Nodes(), cur.Token) {
+		a.rep.AlreadyApplied, a.rep.Phase = true, PhaseStable
+		return a.rep, nil
+	}
+	return a.forward(ctx, recs, cur)
+}
+
+// resume finishes cur's apply (cur migrating, or a record at its token
+// is): it retires what came back on the nodes its bump left behind,
+// bumps them, and runs steps 3 and 4 (whose last writes give a node that
+// lost its record under the token its record again).
+func (a *applier) resume(ctx context.Context, cur Record, recs map[string]Record) (Report, error) {
+	if cur.Prev == nil {
+		// no apply of this release writes such a record (a record without
+		// a previous topology is a first epoch's, or one an instance wrote
+		// again, both stable): nothing tells what to resume from
+		return a.rep, fmt.Errorf("%w: %s is at %s in phase %s with no previous topology, so the apply that moved it there cannot be resumed: set field prev of its %s to the topology of epoch %d (JSON) by hand, then run apply again",
+			ErrInvalid, cur.Node, cur.Token, cur.Phase, "shardis:topology", cur.Epoch-1)
+	}
+	prev := *cur.Prev
+	a.rep.FromEpoch, a.rep.From = cur.Epoch-1, prev
+	var err error
+	if a.attempt, err = attemptOf(recs, cur); err != nil {
+		return a.rep, err
+	}
+	a.diff()
+	if a.opts.DryRun {
+		a.rep.Phase = PhaseMigrating
+		return a.rep, nil
+	}
+	// An interrupted bump left nodes at the previous token (or one
+	// went back to an older copy since): retire what came back on
+	// them, then finish it.
+	if err := a.retire(ctx, cur.Token, behind(recs, Union(prev.Nodes(), a.to.Nodes()), cur.Token)); err != nil {
+		return a.rep, err
+	}
+	prevTok := Token(cur.Epoch-1, prev.Fingerprint())
+	if err := a.bump(ctx, recs, prevTok, cur.Token, cur.Epoch, prev); err != nil {
+		return a.rep, err
+	}
+	return a.migrate(ctx, cur.Token)
+}
+
+// repair writes cur's stable record again, by compare-and-set at its
+// token, on the nodes that lost theirs under a stamp at it
+// (Report.Repaired): every record read at the token is stable, so step 3
+// ran to its end there (or there is none: a first epoch), and the
+// token's stable record is what the apply's last step writes on every
+// node at it (migrate), the same as an instance's repair from a peer.
+// Such a node is at the token, so it is not behind (Driver.Retire reads
+// nothing of its data), and its record is then known.
+func (a *applier) repair(ctx context.Context, recs map[string]Record, cur Record) error {
+	if len(a.rep.Repaired) == 0 {
+		return nil
+	}
+	attempt, err := attemptOf(recs, cur)
+	if err != nil {
+		return err
+	}
+	for _, name := range a.rep.Repaired {
+		rec := Record{Node: name, Epoch: cur.Epoch, Token: cur.Token, Current: cur.Current, Prev: cur.Prev, Phase: PhaseStable, Attempt: attempt}
+		if err := a.d.Write(ctx, name, cur.Token, rec); err != nil {
+			return fmt.Errorf("writing %s's lost topology record again at epoch %d (run apply again to resume): %w", name, cur.Epoch, err)
+		}
+		recs[name] = rec
+	}
+	a.log.Warn("topology: wrote the lost topology record of nodes again", "epoch", cur.Epoch, "nodes", a.rep.Repaired)
+	return nil
+}
+
+// initialise writes opts.From's first epoch on the nodes current gave it
+// in memory (applier.initial; none when the nodes had a record): by
+// compare-and-set on no token, so a node another instance or apply
+// initialised or moved meanwhile refuses it, but one at that same first
+// epoch (only its record lost) is written again. Called once the apply
+// is past its checks, never by a dry run.
+func (a *applier) initialise(ctx context.Context) error {
+	if len(a.initial) == 0 {
+		return nil
+	}
+	first := Initial(*a.opts.From)
+	for _, name := range a.initial {
+		first.Node = name
+		if err := a.d.Write(ctx, name, "", first); err != nil {
+			return fmt.Errorf("writing %s the first epoch of --from (run apply again to resume): %w", name, err)
+		}
+	}
+	a.initial = nil
+	return nil
 }
 
 // start runs an apply that begins a new epoch after cur (the nodes'
@@ -178,6 +278,9 @@ func (a *applier) start(ctx context.Context, cur Record, recs map[string]Record,
 	}
 	if a.opts.DryRun {
 		return a.rep, nil
+	}
+	if err := a.initialise(ctx); err != nil {
+		return a.rep, err
 	}
 	a.attempt = newAttempt()
 	if err := a.retire(ctx, tok, Union(cur.Current.Nodes(), a.to.Nodes())); err != nil {
@@ -362,7 +465,10 @@ func joinedLeft(from, to Topology) (joined, left []string) {
 // exception: a record whose move step 3 had begun (marked moved at its
 // previous home, not yet installed) would be found at neither home, and
 // a transfer record begun would be left behind. The current apply is
-// finished first, by running it again.
+// finished first, by running it again. A node whose record is lost
+// (Record.Lost) is named as such: at the current token, an apply of the
+// current topology writes it again (applier.again); behind it, the operator
+// restores it.
 func (a *applier) check(ctx context.Context, cur Record, recs map[string]Record) error {
 	var bad []string
 	oldNodes := map[string]bool{}
@@ -372,6 +478,12 @@ func (a *applier) check(ctx context.Context, cur Record, recs map[string]Record)
 	for name, rec := range recs {
 		switch {
 		case rec.Token == cur.Token && rec.Phase == PhaseStable:
+		case rec.Lost && !rec.Fenced && rec.Token == cur.Token:
+			bad = append(bad, fmt.Sprintf("%s lost its topology record (its stamp names the current %q, its %s is gone): run `shardis topology apply` with the current configuration (%s): it writes the record again (after it finishes that apply, if a node at the token is still migrating); an instance (`shardis serve`) also writes it again from a peer at the token",
+				name, cur.Token, "shardis:topology", cur.Current))
+		case rec.Lost:
+			bad = append(bad, fmt.Sprintf("%s lost its topology record, and its stamp names %q, not the current %q: which copy of its data it holds cannot be told, so no apply writes its record again: restore its %s of that token by hand (from a peer or a backup that holds it; an instance copies it from an unfenced peer at that token, if any), then run `shardis topology apply` with the current configuration (%s) to bring it forward",
+				name, rec.Token, cur.Token, "shardis:topology", cur.Current))
 		case rec.Token == cur.Token:
 			bad = append(bad, fmt.Sprintf("%s is still %s at epoch %d (%s): finish that apply first (run `shardis topology apply` with its configuration until it reports stable)",
 				name, rec.Phase, rec.Epoch, cur.Current))

@@ -220,6 +220,11 @@ func TestApplyRefusals(t *testing.T) {
 			f.at(1, two, nil, PhaseStable, "n1", "n2")
 			f.checkErr = fmt.Errorf("%w: counters left", ErrInvalid)
 		}, Options{To: three, DryRun: true}},
+		// no record yet: From's epoch 1 is not written either (it was,
+		// before any check)
+		"driver check, from on nodes without a record": {func(f *fakeDriver) {
+			f.checkErr = fmt.Errorf("%w: counters left", ErrInvalid)
+		}, Options{To: three, From: &two}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFake()
@@ -236,11 +241,16 @@ func TestApplyRefusals(t *testing.T) {
 }
 
 // TestApplyFromInitialises: nodes without any record get From as epoch 1
-// before the change.
+// before the change; a dry run only reports the change (it wrote epoch 1,
+// before).
 func TestApplyFromInitialises(t *testing.T) {
 	f := newFake()
 	from := two
-	rep, err := apply(t, f, Options{To: three, From: &from})
+	rep, err := apply(t, f, Options{To: three, From: &from, DryRun: true})
+	if err != nil || rep.FromEpoch != 1 || rep.ToEpoch != 2 || len(f.writes) != 0 {
+		t.Fatalf("dry run = %+v, %v; writes %v", rep, err, f.writes)
+	}
+	rep, err = apply(t, f, Options{To: three, From: &from})
 	if err != nil || rep.FromEpoch != 1 || rep.ToEpoch != 2 || rep.Phase != PhaseStable {
 		t.Fatalf("apply = %+v, %v", rep, err)
 	}

@@ -28,7 +28,9 @@
 //	                 one an instance wrote again after it was lost)
 //
 // A node moves only forward: none → E:fp at phase stable (the first
-// instance to find no record anywhere), or E:fp → E+1:fp' at phase
+// instance to find no record anywhere, or an apply given the topology
+// applied before ([Options.From]) once it is past its checks: a dry run or
+// a refused apply writes nothing), or E:fp → E+1:fp' at phase
 // migrating (the bump, by compare-and-set on E:fp), then migrating →
 // stable at the same token. Nothing moves a node back. An accept fences
 // a node behind its peers (E:fp → behind:E:fp), and only an apply moves
@@ -62,7 +64,11 @@
 //     it is stable); the driver finds nothing on the nodes the change
 //     would leave out of reach ([Driver.Check]: e.g. a route added back
 //     over other nodes while an earlier removal's counters sit where it
-//     would not find them; a dry run stops here); order records live away from their home (older
+//     would not find them; a dry run stops here, and a refusal writes
+//     nothing). A node whose record is lost under a stamp at the
+//     current token ([Record.Lost]) is refused by name: an apply of the
+//     current topology writes it again ("A lost record"). Order records
+//     live away from their home (older
 //     copies come back with a node's data) are marked moved
 //     ([Driver.Retire]); nodes that join get the per-user limits of their
 //     routes ([Driver.CopyLimits]).
@@ -198,6 +204,20 @@
 // gone. An apply to a new topology still
 // refuses while any node is at another token (its check): the current
 // one is applied again first.
+//
+// A lost record. A node whose stamp names the current token but whose
+// record is gone (deleted by hand, a flush that kept the stamp:
+// [Record.Lost]) is at the token, not behind it, but its phase, previous
+// topology and attempt are unknown. An apply of the current topology
+// writes it again (Report.Repaired): once every record read at the token
+// is stable (step 3 ran to its end; a first epoch's records are written
+// stable), it writes the token's stable record there (what the apply's
+// last step writes on every node at the token) by compare-and-set at the
+// token, before it brings any node forward; while one is still migrating,
+// the apply resumes, and its last step writes it. Nothing is retired or
+// put back on it, as on any node at the token. An instance restores it
+// too, from a peer at the token. A lost record behind the current token,
+// or a fenced one, tells no copy, and stays for the operator to restore.
 //
 // This package holds the protocol's steps and their order; a [Driver]
 // (the inventory package's) holds what runs on the nodes: the record

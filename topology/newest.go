@@ -11,10 +11,14 @@ import (
 // Which record is current: an apply reads the records of every node it
 // may touch (current), takes the newest of them (newestOf, Current) and
 // the apply attempt at its token (attemptAt, attemptOf), and asks which
-// nodes are at a token (behind, allAt, allStable, anyFenced).
+// nodes are at a token (behind, allAt, allStable, anyFenced, lostAt).
 
 // current reads every node of the new topology and of the nodes'
-// current one, and returns the newest record (newest).
+// current one, and returns the newest record (newest). When no node has
+// a record and opts.From is given, From's nodes are given From's first
+// epoch ([Initial]) in the records returned, not on the nodes: the apply
+// writes it there (initialise) only once it goes past its checks, a dry
+// run's return and every refusal.
 func (a *applier) current(ctx context.Context) (Record, map[string]Record, error) {
 	recs := map[string]Record{}
 	read := func(names []string) error {
@@ -48,14 +52,24 @@ func (a *applier) current(ctx context.Context) (Record, map[string]Record, error
 			return newest, nil, err
 		}
 	}
-	if newest.Epoch == 0 { // never initialised: the --from topology is epoch 1
+	if newest.Epoch == 0 {
+		// never initialised: the --from topology is epoch 1, in memory
+		// only; written (initialise) once the apply goes past its checks
+		// and a dry run's return, so a dry run and a refusal write nothing
 		first := Initial(*a.opts.From)
 		for _, name := range a.opts.From.Nodes() {
-			if err := a.d.Write(ctx, name, "", first); err != nil {
-				return newest, nil, err
+			if r := recs[name]; r.Token != "" && (!r.Lost || r.Fenced || r.Token != first.Token) {
+				// a stamp at another token: Initial's write would be
+				// refused; check refuses it, naming it
+				continue
 			}
+			first.Node = name
+			recs[name] = first
+			a.initial = append(a.initial, name)
 		}
-		return a.current(ctx)
+		if newest, err = newestOf(recs); err != nil {
+			return newest, nil, err
+		}
 	}
 	if err := read(newest.Current.Nodes()); err != nil {
 		return newest, nil, err
@@ -152,14 +166,29 @@ func anyFenced(recs map[string]Record, nodes []string) bool {
 	return false
 }
 
-// allStable reports whether every node at tok is stable.
+// allStable reports whether every node at tok whose record is known is
+// stable: a lost record (Record.Lost: its phase unknown) does not count
+// either way (lostAt names those).
 func allStable(recs map[string]Record, tok string) bool {
 	for _, r := range recs {
-		if r.Token == tok && r.Phase != PhaseStable {
+		if r.Token == tok && !r.Lost && r.Phase != PhaseStable {
 			return false
 		}
 	}
 	return true
+}
+
+// lostAt returns the names, sorted, of the unfenced nodes whose stamp is
+// at tok but whose record is lost (Record.Lost).
+func lostAt(recs map[string]Record, tok string) []string {
+	var out []string
+	for name, r := range recs {
+		if r.Lost && !r.Fenced && r.Token == tok {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // allAt reports whether every one of nodes is at token tok: a node of the

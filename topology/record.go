@@ -59,7 +59,10 @@ type Record struct {
 	// gives it the attempt).
 	Attempt string
 	// Lost is true when the node's stamp names Token but its record is
-	// gone; the other fields but Node and Token are unknown.
+	// gone; the other fields but Node and Token are unknown (Epoch 0,
+	// Phase ""). At the current token, an apply of the current topology
+	// writes it again (Report.Repaired; doc.go, "A lost record"), and a
+	// new apply refuses it by name.
 	Lost bool
 	// Fenced is true when the node was accepted behind its peers (it went
 	// back to a copy from before an apply: doc.go, "A node that went

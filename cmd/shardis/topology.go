@@ -95,6 +95,14 @@ func cmdTopologyApply(args []string, stdout, stderr io.Writer) error {
 // writeApplyReport prints an apply's report for people: what moved, and
 // whether a rerun is needed to finish.
 func writeApplyReport(stdout io.Writer, rep topology.Report, dry bool, took time.Duration) {
+	if len(rep.Repaired) > 0 {
+		verb := "wrote"
+		if dry {
+			verb = "dry run: would write"
+		}
+		fmt.Fprintf(stdout, "%s the lost topology record of %s again at epoch %d (its stamp names it; every other record at it is stable)\n",
+			verb, list(rep.Repaired), rep.ToEpoch)
+	}
 	switch {
 	case rep.AlreadyApplied:
 		fmt.Fprintf(stdout, "topology already applied at epoch %d: %s\n", rep.ToEpoch, rep.To)
