@@ -95,6 +95,13 @@ var (
 	// ErrInProgress is wrapped by Confirm of an order whose Reserve is
 	// still running. Retry later.
 	ErrInProgress = errors.New("reservation in progress")
+	// ErrPartlyApplied is wrapped, with ErrUnavailable, by the error of a
+	// LoadStock that failed on some node of the route after another added
+	// its share (or may have: an outcome unknown). A retry of the same
+	// call adds again where units were added: read GetStock and load what
+	// is missing. The message names the nodes that added their share and
+	// the ones that failed.
+	ErrPartlyApplied = errors.New("partly applied")
 	// ErrCorrupt is wrapped when a node holds a value the scripts cannot
 	// read (a counter that is not an integer, a key of the wrong type:
 	// SHARDIS_CORRUPT and WRONGTYPE replies): nothing was changed, and a

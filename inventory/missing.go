@@ -64,8 +64,8 @@ func (inv *Inventory) missingStock(ctx context.Context, n *node.Node, route, sku
 	if v[1] == 1 {
 		atLeast = "at least "
 	}
-	return v[0], fmt.Errorf("%w: node %s: SKU %s's stock hash %s is missing while %s%d pending part(s) reference it "+
-		"(restore the hash's counters, then `shardis parts retry --sku %s`)",
+	return v[0], fmt.Errorf("%w: node %s: SKU %q's stock hash %q is missing while %s%d pending part(s) reference it "+
+		"(restore the hash's counters, then `shardis parts retry --sku %q`)",
 		ErrStockMissing, n.Name(), sku, key, atLeast, v[0], sku)
 }
 

@@ -377,13 +377,13 @@ func (s *shortSKU) refusal(userID string, unfenced bool) (hint bool, err error) 
 		// stock; but a limit lowered (or set) after an attempt of the
 		// order took its quota part leaves that attempt holding what it
 		// wants (qheld ≥ want): fencedRefusal answers then, behind a fence
-		return false, fmt.Errorf("%w: user %q: the order wants %d of %s/%s, limit %d",
-			ErrLimitExceeded, userID, s.want, s.ref.route, s.ref.sku, s.limit)
+		return false, fmt.Errorf("%w: user %q: the order wants %d of sku %q (route %q), limit %d",
+			ErrLimitExceeded, userID, s.want, s.ref.sku, s.ref.route, s.limit)
 	case userID != "" && s.overQuota() && !heldMayBeOwn(s.qheld, s.want):
 		// no attempt of the order holds its quota part
 		return false, s.limitError(userID)
 	case s.avail+s.held < s.want && !s.known:
-		return true, fmt.Errorf("%w: items[%d] sku %s was never loaded on route %s",
+		return true, fmt.Errorf("%w: items[%d] sku %q was never loaded on route %q",
 			ErrUnknownSKU, s.item, s.ref.sku, s.ref.route)
 	case s.avail+s.held < s.want:
 		return true, &shortStockError{*s}
@@ -409,7 +409,7 @@ func (s *shortSKU) fencedRefusal(userID string) (hint bool, err error) {
 // needsUserError is the ErrInvalid of an order without a user of a SKU
 // with a per-user limit.
 func (s *shortSKU) needsUserError() error {
-	return fmt.Errorf("%w: items[%d] sku %s (route %s) has a per-user limit of %d: an order of it needs user_id",
+	return fmt.Errorf("%w: items[%d] sku %q (route %q) has a per-user limit of %d: an order of it needs user_id",
 		ErrInvalid, s.item, s.ref.sku, s.ref.route, s.limit)
 }
 
@@ -450,7 +450,7 @@ type shortStockError struct{ s shortSKU }
 
 func (e *shortStockError) Error() string {
 	s := e.s
-	return fmt.Sprintf("%v: items[%d] sku %s (route %s): wanted %d, %d available on %d usable node(s)",
+	return fmt.Sprintf("%v: items[%d] sku %q (route %q): wanted %d, %d available on %d usable node(s)",
 		ErrInsufficientStock, s.item, s.ref.sku, s.ref.route, s.want, s.avail, s.nodes)
 }
 

@@ -73,8 +73,14 @@ type NodeStock struct {
 // added; every node of the route takes the limit as above); a qty of 0
 // without a limit is refused (ErrInvalid).
 //
-// LoadStock is not idempotent: retrying after an error may add twice (the
-// error says which nodes took their share; GetStock shows the totals).
+// LoadStock is not idempotent: retrying after an error may add twice. A
+// node that fails during the call makes the error wrap [ErrUnavailable];
+// when another node added its share, or the failed node may have (its
+// outcome unknown: a timeout, a connection cut), it wraps
+// [ErrPartlyApplied] too, and the message names the nodes that added
+// their share and says that a retry adds again: read GetStock and load
+// what is missing. Without ErrPartlyApplied no unit was added and the same
+// call may be retried.
 func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, perUserLimit int64) (StockLevel, error) {
 	perUserLimit, err := checkLoad(sku, qty, perUserLimit)
 	if err != nil {
@@ -101,7 +107,8 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 	if perUserLimit >= 0 {
 		ver = inv.nextLimitVersion(ctx, set, stockKey(route, sku))
 	}
-	took, failed := inv.loadShares(ctx, set, stockKey(route, sku), shares(targets, qty), perUserLimit, ver, mustReach)
+	share := shares(targets, qty)
+	took, failed, maybe := inv.loadShares(ctx, set, stockKey(route, sku), share, perUserLimit, ver, mustReach)
 	if perUserLimit > 0 {
 		inv.limited.mark(stockRef{route, sku}) // soldout.go, "Per-user limits"
 	}
@@ -116,10 +123,52 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 			what = fmt.Sprintf("; the per-user limit %d reached %d of %d nodes, the others take it when they return (reconciler)",
 				perUserLimit, len(took), len(set.Nodes()))
 		}
-		return level, fmt.Errorf("%w: load of %s/%s failed on %d node(s): %v%s", ErrUnavailable, route, sku, len(failed), failed, what)
+		names := make([]string, len(took))
+		for i, n := range took {
+			names[i] = n.Name()
+		}
+		return level, loadFailed(route, sku, qty, share, names, failed, maybe, what)
 	}
 	return level, gerr
 }
+
+// loadFailed is the error of a load of share (units by node name) that
+// failed on the nodes failed (one line each, loadShares) while the nodes
+// named took took it and those named maybe, failed targets, may have
+// added their share; what is said of the limit. It wraps ErrUnavailable,
+// and ErrPartlyApplied as well when some unit was, or may have been,
+// added (LoadStock). Before, a partly applied load answered ErrUnavailable
+// alone, which an RPC client reads as "retry the same call" (gRPC's
+// unavailable): the retry added the shares of the nodes that took them
+// twice.
+func loadFailed(route, sku string, qty int64, share map[string]int64, took, failed, maybe []string, what string) error {
+	msg := fmt.Sprintf("load of sku %q (route %q) failed on %d node(s): %v%s", sku, route, len(failed), failed, what)
+	var added []string
+	var units int64
+	for _, name := range took {
+		if sh := share[name]; sh > 0 {
+			added = append(added, fmt.Sprintf("%s (%d)", name, sh))
+			units += sh
+		}
+	}
+	if len(added) == 0 && len(maybe) == 0 {
+		return fmt.Errorf("%w: %s; no unit was added: the same call may be retried", ErrUnavailable, msg)
+	}
+	if len(added) > 0 {
+		msg += fmt.Sprintf("; %d of %d units were added, on %s", units, qty, strings.Join(added, ", "))
+	}
+	if len(maybe) > 0 {
+		msg += fmt.Sprintf("; %s may have added their share too (outcome unknown)", strings.Join(maybe, ", "))
+	}
+	return partlyApplied{msg + ": a retry of the same call adds them again; read GetStock and load only what is missing"}
+}
+
+// partlyApplied is loadFailed's error when units were added: it wraps
+// ErrPartlyApplied and ErrUnavailable and reads "partly applied: msg".
+type partlyApplied struct{ msg string }
+
+func (e partlyApplied) Error() string   { return ErrPartlyApplied.Error() + ": " + e.msg }
+func (e partlyApplied) Unwrap() []error { return []error{ErrPartlyApplied, ErrUnavailable} }
 
 // checkLoad checks LoadStock's arguments and returns the per-user limit
 // as the load script takes it (-1: leave as is). A quantity of 0 is a
@@ -178,14 +227,16 @@ func shares(targets []*node.Node, qty int64) map[string]int64 {
 
 // loadShares runs the load script on every node of set at once: each
 // target adds its share, and every other usable node takes the limit
-// (limitArg at version ver). It returns the nodes that took it, and a
-// line per node that failed. With mustReach, a node that is neither a
+// (limitArg at version ver). It returns the nodes that took it, a line
+// per node that failed, and the targets among those whose call may have
+// run all the same (outcomeUnknown: a timeout, a connection cut), so
+// their share may be on the node. With mustReach, a node that is neither a
 // target (drained for the route) nor usable any longer is one that failed:
 // limitReaches found every node usable, and a drained node still keeps the
 // quota counters of the users it owns in the route (quotaNode), so a
 // limit change it missed must be named and recorded (recordLimitTodo), not
 // passed over.
-func (inv *Inventory) loadShares(ctx context.Context, set *router.Set, key string, share map[string]int64, limitArg, ver int64, mustReach bool) (took []*node.Node, failed []string) {
+func (inv *Inventory) loadShares(ctx context.Context, set *router.Set, key string, share map[string]int64, limitArg, ver int64, mustReach bool) (took []*node.Node, failed, maybe []string) {
 	var calls []scriptCall
 	for _, n := range set.Nodes() {
 		add, isTarget := share[n.Name()]
@@ -200,11 +251,14 @@ func (inv *Inventory) loadShares(ctx context.Context, set *router.Set, key strin
 	for k, r := range inv.sendRound(ctx, calls, make([]callReply, 0, len(calls))) {
 		if r.err != nil {
 			failed = append(failed, fmt.Sprintf("%s (share %v): %v", calls[k].n.Name(), calls[k].args[0], r.err))
+			if share[calls[k].n.Name()] > 0 && outcomeUnknown(r.err) {
+				maybe = append(maybe, calls[k].n.Name())
+			}
 			continue
 		}
 		took = append(took, calls[k].n)
 	}
-	return took, failed
+	return took, failed, maybe
 }
 
 // limitIs reports whether every node of route that answers holds limit as

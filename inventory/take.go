@@ -195,11 +195,11 @@ func (t *takeRun) absorbReply(r partReq, rep reply) {
 	case takeLimit:
 		t.fail(refusal(r, rep, t.userID))
 	case takeElsewhere:
-		t.fail(fmt.Errorf("%w: %w: %s/%s has a per-user limit and user %q's quota is being moved by a topology change from a node that cannot be read now; retry",
-			ErrUnavailable, ErrTopology, r.Route, r.SKU, t.userID))
+		t.fail(fmt.Errorf("%w: %w: sku %q (route %q) has a per-user limit and user %q's quota is being moved by a topology change from a node that cannot be read now; retry",
+			ErrUnavailable, ErrTopology, r.SKU, r.Route, t.userID))
 	case takeNone:
 	default:
-		t.fail(fmt.Errorf("%w: node %s: part %s is already %s", ErrUnavailable, r.Node, r.ID, rep.state))
+		t.fail(fmt.Errorf("%w: node %s: part %q is already %s", ErrUnavailable, r.Node, r.ID, rep.state))
 	}
 	if r.Kind == PartStock && rep.limit > 0 && t.userID == "" {
 		t.fail(refusal(r, rep, t.userID))
@@ -222,8 +222,8 @@ func (t *takeRun) fail(err error) {
 func (t *takeRun) shortfall() error {
 	for k, name := range t.quotaDown {
 		if t.limited[k] {
-			return fmt.Errorf("%w: %s/%s has a per-user limit and node %s, which keeps user %q's quota, is unavailable",
-				ErrUnavailable, k.route, k.sku, name, t.userID)
+			return fmt.Errorf("%w: sku %q (route %q) has a per-user limit and node %s, which keeps user %q's quota, is unavailable",
+				ErrUnavailable, k.sku, k.route, name, t.userID)
 		}
 	}
 	for i, st := range t.states {
@@ -232,10 +232,10 @@ func (t *takeRun) shortfall() error {
 		}
 		it := t.items[i]
 		if st.usable == 0 {
-			return fmt.Errorf("%w: items[%d] %s/%s: no usable node in the route: %s",
-				ErrUnavailable, i, it.Route, it.SKU, t.inv.unusableNodes(st.set))
+			return fmt.Errorf("%w: items[%d] sku %q (route %q): no usable node in the route: %s",
+				ErrUnavailable, i, it.SKU, it.Route, t.inv.unusableNodes(st.set))
 		}
-		return fmt.Errorf("%w: items[%d] sku %s (route %s): wanted %d, %d available on %d usable node(s)",
+		return fmt.Errorf("%w: items[%d] sku %q (route %q): wanted %d, %d available on %d usable node(s)",
 			ErrInsufficientStock, i, it.SKU, it.Route, it.Quantity, it.Quantity-st.need, st.usable)
 	}
 	return nil
@@ -367,8 +367,8 @@ func heldMayBeOwn(held, want int64) bool { return held >= want }
 // limitExceeded is the ErrLimitExceeded of a quota part that wants want of
 // route/sku while userID holds held there, over limit.
 func limitExceeded(userID string, held int64, route, sku string, limit, want int64) error {
-	return fmt.Errorf("%w: user %q holds %d of %s/%s, limit %d, order wants %d",
-		ErrLimitExceeded, userID, held, route, sku, limit, want)
+	return fmt.Errorf("%w: user %q holds %d of sku %q (route %q), limit %d, order wants %d",
+		ErrLimitExceeded, userID, held, sku, route, limit, want)
 }
 
 // refusal returns the error that refuses an order for good on a take
@@ -380,7 +380,7 @@ func refusal(r partReq, rep reply, userID string) error {
 	case r.Kind == PartQuota && rep.state == takeLimit:
 		return limitExceeded(userID, rep.qty, r.Route, r.SKU, rep.limit, r.Qty)
 	case r.Kind == PartStock && rep.limit > 0 && userID == "":
-		return fmt.Errorf("%w: items[%d] sku %s (route %s) has a per-user limit of %d: an order of it needs user_id",
+		return fmt.Errorf("%w: items[%d] sku %q (route %q) has a per-user limit of %d: an order of it needs user_id",
 			ErrInvalid, r.Item, r.SKU, r.Route, rep.limit)
 	}
 	return nil

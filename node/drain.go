@@ -38,13 +38,16 @@ return redis.call('HSET', KEYS[1], ARGV[1], '1')
 
 // PersistRouteEnabled drains (enabled=false) or re-enables one route on
 // this node for every process over it: it records the decision on the node
-// itself, then flips the local flag. It fails, changing nothing, when the
-// route is not one the node serves ([ErrUnknownRoute]) or the node cannot
-// be written (DOWN, unreachable): a drain nobody else would see is not
-// applied.
+// itself, then flips the local flag. It fails, leaving the local flag as
+// it was, when the route is not one the node serves ([ErrUnknownRoute]) or
+// the node cannot be written: DOWN or its breaker open (an [*Error]
+// wrapping [ErrDown] or [ErrBreakerOpen]: nothing was sent), or unreachable
+// before a probe noticed ([ErrUnreachable]: a write cut off mid-reply may
+// have reached the node; repeating the call is safe). A drain nobody else
+// would see is not applied.
 func (n *Node) PersistRouteEnabled(ctx context.Context, rk RouteKey, enabled bool) error {
 	if _, ok := n.routes[rk]; !ok {
-		return fmt.Errorf("%w: node %s does not serve %s", ErrUnknownRoute, n.opts.Name, rk)
+		return fmt.Errorf("%w: node %s does not serve %q", ErrUnknownRoute, n.opts.Name, rk.String())
 	}
 	var err error
 	if enabled {
@@ -53,7 +56,7 @@ func (n *Node) PersistRouteEnabled(ctx context.Context, rk RouteKey, enabled boo
 		err = drainScript.Run(ctx, n.Client(), []string{DrainKey}, rk.String()).Err()
 	}
 	if err != nil {
-		return fmt.Errorf("node %s: recording the drain of %s on the node: %w", n.opts.Name, rk, err)
+		return fmt.Errorf("node %s: recording the drain of %q on the node: %w", n.opts.Name, rk.String(), unreachable(err))
 	}
 	n.drainMu.Lock()
 	defer n.drainMu.Unlock()

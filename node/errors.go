@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,7 +50,37 @@ var (
 	// ErrUnknownRoute is returned by [Node.SetRouteEnabled] for a route the
 	// node does not serve.
 	ErrUnknownRoute = errors.New("unknown route")
+	// ErrUnreachable is wrapped by the error of an operator's call on the
+	// node ([Node.Accept], [Node.PersistRouteEnabled]) that could not reach
+	// or talk to it ([IsTransport]: refused, reset, timed out, closed
+	// mid-reply): the node cannot serve now, like a DOWN one, but no probe
+	// has marked it DOWN yet (or the call runs past the state gate). The
+	// network error stays wrapped.
+	ErrUnreachable = errors.New("node unreachable")
 )
+
+// IsTransport reports whether err is a failure to reach or talk to a node:
+// a network error (net.Error: a dial refused, a timeout), a connection
+// reset or closed mid-reply (io.EOF, io.ErrUnexpectedEOF, ECONNRESET,
+// EPIPE), or [ErrUnreachable]. An error reply, a reply of the wrong shape
+// and a refusal by this package ([ErrDown], [ErrBreakerOpen]) are not.
+func IsTransport(err error) bool {
+	var ne net.Error
+	return err != nil && (errors.Is(err, ErrUnreachable) || errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE))
+}
+
+// unreachable wraps err in [ErrUnreachable] when it is a transport failure
+// ([IsTransport]) and does not wrap it yet; other errors are returned as
+// they are.
+func unreachable(err error) error {
+	if err == nil || errors.Is(err, ErrUnreachable) || !IsTransport(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnreachable, err)
+}
 
 // errExcluded marks an outcome the breaker must not count either way.
 var errExcluded = errors.New("excluded")

@@ -372,7 +372,7 @@ func (n *Node) RouteFlag(rk RouteKey) RouteFlag { return RouteFlag{n.routes[rk]}
 func (n *Node) SetRouteEnabled(rk RouteKey, enabled bool) error {
 	f, ok := n.routes[rk]
 	if !ok {
-		return fmt.Errorf("%w: node %s does not serve %s", ErrUnknownRoute, n.opts.Name, rk)
+		return fmt.Errorf("%w: node %s does not serve %q", ErrUnknownRoute, n.opts.Name, rk.String())
 	}
 	if f.Swap(enabled) != enabled {
 		n.log.Info("route flag changed", "route", rk.String(), "enabled", enabled)

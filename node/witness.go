@@ -306,7 +306,9 @@ func (n *Node) Topology(ctx context.Context) (TopoStamp, error) {
 // every generation witnessed of the node. Accept works on a refused
 // (DOWN) node: it runs on the probe connection. A non-empty fence is the
 // node's topology token as the caller read it: when the node still holds
-// it, it is fenced (FencePrefix), in the same script.
+// it, it is fenced (FencePrefix), in the same script. A node it cannot
+// reach or talk to fails it with an error wrapping [ErrUnreachable]
+// (whether the script ran is then unknown; accepting again is safe).
 func (n *Node) Accept(ctx context.Context, gen int64, fence string) (Mark, error) {
 	inc := newIncarnation()
 	v, err := acceptScript.Run(ctx, n.probeClient(), []string{StampKey},
@@ -315,7 +317,7 @@ func (n *Node) Accept(ctx context.Context, gen int64, fence string) (Mark, error
 		err = fmt.Errorf("unexpected reply %v", v)
 	}
 	if err != nil {
-		return Mark{}, fmt.Errorf("node %s: accept: %w", n.opts.Name, err)
+		return Mark{}, fmt.Errorf("node %s: accept: %w", n.opts.Name, unreachable(err))
 	}
 	seq, gen := v[0], v[1]
 	n.log.Warn("node data accepted by an operator: new incarnation", "incarnation", inc, "generation", gen, "seq", seq)

@@ -362,8 +362,9 @@ func (r *Router) Nodes() []*node.Node {
 // candidate whatever the server's on_node_down policy, because draining
 // is a decision, not a failure. The drain is recorded on the node itself
 // (node.DrainKey), so every router over that node applies it within one
-// heartbeat and it outlives restarts; it fails, changing nothing, while
-// the node cannot be written.
+// heartbeat and it outlives restarts; it fails, leaving the route as it
+// was here, while the node cannot be written (node.PersistRouteEnabled:
+// DOWN, or unreachable, wrapping node.ErrUnreachable).
 func (r *Router) SetRouteEnabled(ctx context.Context, nodeName, server, route string, enabled bool) error {
 	n, err := r.Node(nodeName)
 	if err != nil {

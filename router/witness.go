@@ -373,7 +373,7 @@ func tokenEpoch(tok string) int64 {
 // retires what came back on it and puts back what the apply had moved
 // onto it first. It fails for a node
 // outside the servers of Options.KeepData (nothing is witnessed of it) or one that
-// cannot be reached.
+// cannot be reached (an error wrapping node.ErrUnreachable).
 func (r *Router) AcceptNode(ctx context.Context, name string) (node.Mark, error) {
 	n, err := r.Node(name)
 	if err != nil {

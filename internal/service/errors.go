@@ -29,7 +29,9 @@ import (
 //     rewritten.
 
 // rpcError maps library errors to Connect codes; the message keeps the
-// library's text, which names the field, SKU, order or node.
+// library's text, which names the field, SKU, order or node. An error of
+// no known class is internal, except a failure to reach a node
+// (node.IsTransport), which is unavailable.
 func rpcError(err error) error {
 	code := connect.CodeInternal
 	switch {
@@ -53,6 +55,15 @@ func rpcError(err error) error {
 		code = connect.CodeFailedPrecondition
 	case errors.Is(err, inventory.ErrInProgress):
 		code = connect.CodeAborted
+	case errors.Is(err, inventory.ErrPartlyApplied):
+		// A LoadStock that added units on some nodes and failed on
+		// others (it wraps ErrUnavailable too). gRPC's rule: unavailable
+		// is for a call the client can retry as it is, aborted for one
+		// to retry at a higher level (read, then write again). LoadStock
+		// adds: retried as it is, it adds twice where it was applied,
+		// and unavailable is what retry policies retry by themselves.
+		// The message names the nodes that added their share.
+		code = connect.CodeAborted
 	case errors.Is(err, inventory.ErrCorrupt), errors.Is(err, inventory.ErrScriptFailed):
 		// A malformed reply (inventory.ErrMalformedReply) is internal too
 		// (the default), unless the library wrapped it as an unknown
@@ -61,11 +72,17 @@ func rpcError(err error) error {
 	case errors.Is(err, inventory.ErrDataLoss), errors.Is(err, inventory.ErrStockMissing):
 		code = connect.CodeDataLoss
 	case errors.Is(err, router.ErrUnavailable), errors.Is(err, node.ErrDown), errors.Is(err, node.ErrBreakerOpen),
-		errors.Is(err, node.ErrHeldBack):
+		errors.Is(err, node.ErrHeldBack), node.IsTransport(err):
 		// a node that cannot serve now (an admin call that writes to
 		// it, such as a drain, meets it unwrapped): gRPC's code for a
 		// transient state a retry can outlast (seed 444: a drain of a
-		// DOWN node answered internal)
+		// DOWN node answered internal). That includes a node this
+		// process could not reach or talk to before a probe marked it
+		// DOWN: node.ErrUnreachable (Accept, a drain), or any network
+		// error that reached here unwrapped (node.IsTransport); those
+		// answered internal, the code for corrupt data and failed
+		// scripts. The cases above win: a malformed reply, a failed
+		// script or lost data stays what it is.
 		code = connect.CodeUnavailable
 	}
 	return connect.NewError(code, trimSentinels(err, code))

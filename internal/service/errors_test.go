@@ -3,6 +3,10 @@ package service
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -26,10 +30,26 @@ func TestRPCErrorCodes(t *testing.T) {
 		{fmt.Errorf("%w: order o", inventory.ErrInProgress), connect.CodeAborted},
 		{fmt.Errorf("%w: part p", inventory.ErrDataLoss), connect.CodeDataLoss},
 		// a drain of a DOWN node (node.PersistRouteEnabled's wrapping)
-		{fmt.Errorf("node n1: recording the drain of inventory/a on the node: %w",
+		{fmt.Errorf("node n1: recording the drain of \"inventory/a\" on the node: %w",
 			&node.Error{Node: "n1", Addr: "127.0.0.1:1", Err: fmt.Errorf("%w: probe: connecting: i/o timeout", node.ErrDown)}), connect.CodeUnavailable},
 		{&node.Error{Node: "n1", Addr: "127.0.0.1:1", Err: node.ErrBreakerOpen}, connect.CodeUnavailable},
 		{errors.New("node vanished"), connect.CodeInternal},
+		// a node that cannot be reached or talked to: unavailable, as a
+		// DOWN one (these answered internal)
+		{fmt.Errorf("node n1: accept: %w: %w", node.ErrUnreachable, dialRefused), connect.CodeUnavailable},
+		{fmt.Errorf("node n1: recording the drain of %q on the node: %w", "inventory/a", dialRefused), connect.CodeUnavailable},
+		{fmt.Errorf("node n1: accept: %w", io.EOF), connect.CodeUnavailable},
+		{fmt.Errorf("node n1: %w", syscall.ECONNRESET), connect.CodeUnavailable},
+		// what a node answered keeps its code, a network error wrapped
+		// in it or not
+		{fmt.Errorf("%w: node n1: %w", inventory.ErrCorrupt, dialRefused), connect.CodeInternal},
+		{fmt.Errorf("%w: node n1: %w", inventory.ErrScriptFailed, io.EOF), connect.CodeInternal},
+		{fmt.Errorf("%w: part p: %w", inventory.ErrDataLoss, dialRefused), connect.CodeDataLoss},
+		{fmt.Errorf("node n1: accept: %w", errors.New("unexpected reply [1]")), connect.CodeInternal},
+		// a Reserve whose outcome is unknown: retry it as it is
+		{fmt.Errorf("%w: order %q: outcome unknown, retry Reserve with the same order id: %w", inventory.ErrUnavailable, "o", dialRefused), connect.CodeUnavailable},
+		// a LoadStock applied on some nodes: retried as it is, it adds twice
+		{fmt.Errorf("%w: load of sku %q", inventory.ErrPartlyApplied, "s"), connect.CodeAborted},
 	} {
 		var ce *connect.Error
 		if got := rpcError(c.err); !errors.As(got, &ce) || ce.Code() != c.want {
@@ -37,6 +57,9 @@ func TestRPCErrorCodes(t *testing.T) {
 		}
 	}
 }
+
+// dialRefused is the error of a dial to a node that is not listening.
+var dialRefused error = &net.OpError{Op: "dial", Net: "tcp", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}
 
 // A message says its class once: a sentinel that only repeats the code
 // is dropped wherever the library's wrapping put it.
@@ -49,8 +72,8 @@ func TestRPCErrorSaysClassOnce(t *testing.T) {
 			`items[0]: route_key "nope" is not a route of server "inventory"`},
 		{fmt.Errorf("%w: %w: route %q is not in the applied topology (epoch 3): run `shardis topology apply`", inventory.ErrInvalid, inventory.ErrNotApplied, "x"),
 			"route \"x\" is not in the applied topology (epoch 3): run `shardis topology apply`"},
-		{fmt.Errorf("%w: items[0] sku %s was never loaded on route %s", inventory.ErrUnknownSKU, "s", "r"),
-			"items[0] sku s was never loaded on route r"},
+		{fmt.Errorf("%w: items[0] sku %q was never loaded on route %q", inventory.ErrUnknownSKU, "s", "r"),
+			`items[0] sku "s" was never loaded on route "r"`},
 		{fmt.Errorf("%w: sku s", inventory.ErrInsufficientStock), "insufficient stock: sku s"},
 	} {
 		var ce *connect.Error

@@ -31,6 +31,11 @@ import (
 //     with resource_exhausted, as grpc-go and connect-go answer an
 //     oversized message, the limit named in the message. A body of unknown
 //     length (chunked, gRPC over HTTP/2) is read up to the limit first.
+//     The limit holds for grpc.health.v1 and reflection on the port too
+//     (unauthenticated, like every probe): a body declared over it is
+//     refused unread, and their handlers refuse a message over it
+//     (mountProbes); before, a health Check read and decoded a body of
+//     any size.
 //   - Every answered request is counted in shardis_rpc_requests_total with
 //     the code it was answered and logged, also when the RPC layer refused
 //     it before the interceptors ran (a body that does not decode: bad
@@ -89,7 +94,20 @@ func (s *Server) frontDoor(mux http.Handler) http.Handler {
 	max := int64(s.cfg.Service.MaxBodyBytes)
 	ew := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, "/shardis.v1.") {
+		if r.Method != http.MethodPost {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		if !strings.HasPrefix(r.URL.Path, "/shardis.v1.") {
+			// grpc.health.v1 and reflection: a body declared over the
+			// limit is refused unread; their handlers refuse any message
+			// over it (connect.WithReadMaxBytes, mountProbes), so a body
+			// of unknown length is not read ahead (reflection is a
+			// bidirectional stream).
+			if r.ContentLength > max {
+				_ = ew.Write(w, r, connect.NewError(connect.CodeResourceExhausted, errors.New(overLimit(r.ContentLength, max))))
+				return
+			}
 			mux.ServeHTTP(w, r)
 			return
 		}
@@ -118,10 +136,7 @@ func (s *Server) frontDoor(mux http.Handler) http.Handler {
 			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		}
 		if r.ContentLength > max {
-			msg := fmt.Sprintf("request body is %d bytes, over the limit of %d bytes (service.max_body_bytes)", r.ContentLength, max)
-			if r.ContentLength == max+1 {
-				msg = fmt.Sprintf("request body is over the limit of %d bytes (service.max_body_bytes)", max)
-			}
+			msg := overLimit(r.ContentLength, max)
 			_ = ew.Write(w, r, connect.NewError(connect.CodeResourceExhausted, errors.New(msg)))
 			s.answered(r.Context(), proc, connect.CodeResourceExhausted.String(), msg, start)
 			return
@@ -135,6 +150,15 @@ func (s *Server) frontDoor(mux http.Handler) http.Handler {
 			s.answered(r.Context(), proc, code, msg, start)
 		}
 	})
+}
+
+// overLimit says that a body of n bytes is over the limit max (n is
+// max+1 for a body of unknown length read up to the limit).
+func overLimit(n, max int64) string {
+	if n == max+1 {
+		return fmt.Sprintf("request body is over the limit of %d bytes (service.max_body_bytes)", max)
+	}
+	return fmt.Sprintf("request body is %d bytes, over the limit of %d bytes (service.max_body_bytes)", n, max)
 }
 
 // answered counts and logs a request the interceptors did not see, by

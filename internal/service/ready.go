@@ -124,9 +124,13 @@ func (s *Server) mountProbes(mux *http.ServeMux) {
 		fmt.Fprintf(w, "ok: %d/%d nodes up (liveness; see /readyz for readiness)\n", up, len(nodes))
 	})
 	mux.HandleFunc("GET /readyz", s.serveReady)
-	mux.Handle(grpchealth.NewHandler(healthChecker{s}))
+	// service.max_body_bytes holds for every message of the port, as
+	// grpc-go's MaxRecvMsgSize does on the gRPC port (frontDoor refuses a
+	// body declared over it unread).
+	limit := connect.WithReadMaxBytes(s.cfg.Service.MaxBodyBytes)
+	mux.Handle(grpchealth.NewHandler(healthChecker{s}, limit))
 	reflector := grpcreflect.NewStaticReflector(shardisv1connect.InventoryServiceName, shardisv1connect.AdminServiceName,
 		grpchealth.HealthV1ServiceName)
-	mux.Handle(grpcreflect.NewHandlerV1(reflector))
-	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, limit))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, limit))
 }

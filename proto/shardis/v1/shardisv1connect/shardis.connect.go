@@ -82,6 +82,11 @@ type InventoryServiceClient interface {
 	// LoadStock adds quantity units of a SKU, split over the route's nodes,
 	// and sets its per-user limit when per_user_limit is present. Quantity 0
 	// with per_user_limit present changes only the limit.
+	// Not idempotent: it adds. ABORTED when a node of the route failed after
+	// others added their share (or may have: its outcome unknown); the message
+	// names them, and a retry of the same call adds again there: read GetStock
+	// and load what is missing. UNAVAILABLE when no unit was added: the same
+	// call may be retried.
 	LoadStock(context.Context, *connect.Request[v1.LoadStockRequest]) (*connect.Response[v1.LoadStockResponse], error)
 	// GetStock returns a SKU's counters, totals and per node.
 	GetStock(context.Context, *connect.Request[v1.GetStockRequest]) (*connect.Response[v1.GetStockResponse], error)
@@ -196,6 +201,11 @@ type InventoryServiceHandler interface {
 	// LoadStock adds quantity units of a SKU, split over the route's nodes,
 	// and sets its per-user limit when per_user_limit is present. Quantity 0
 	// with per_user_limit present changes only the limit.
+	// Not idempotent: it adds. ABORTED when a node of the route failed after
+	// others added their share (or may have: its outcome unknown); the message
+	// names them, and a retry of the same call adds again there: read GetStock
+	// and load what is missing. UNAVAILABLE when no unit was added: the same
+	// call may be retried.
 	LoadStock(context.Context, *connect.Request[v1.LoadStockRequest]) (*connect.Response[v1.LoadStockResponse], error)
 	// GetStock returns a SKU's counters, totals and per node.
 	GetStock(context.Context, *connect.Request[v1.GetStockRequest]) (*connect.Response[v1.GetStockResponse], error)

@@ -1,0 +1,60 @@
+package service
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/shardis/shardis/node"
+	v1 "github.com/shardis/shardis/proto/shardis/v1"
+)
+
+// An admin call that cannot reach its node answers unavailable (README's
+// table: "no node can serve (the message names the node)"), as for a
+// node already DOWN. Before, node.Accept and node.PersistRouteEnabled
+// returned the raw dial error, which rpcError answered internal: the code
+// of corrupt data, failed scripts and malformed replies. Now the node
+// package wraps it in node.ErrUnreachable, and rpcError answers any
+// network error unavailable.
+
+// AcceptNode of a node whose Redis cannot be reached (Accept runs on the
+// probe connection, past the state gate).
+func TestAcceptUnreachableNodeIsUnavailable(t *testing.T) {
+	_, srvs, admin := startOverNodes(t, 0)
+	srvs[0].Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := admin.AcceptNode(ctx, connect.NewRequest(&v1.AcceptNodeRequest{Node: "n1"}))
+	if err == nil {
+		t.Fatal("AcceptNode of a killed node succeeded")
+	}
+	if code := connect.CodeOf(err); code != connect.CodeUnavailable {
+		t.Errorf("AcceptNode of an unreachable node: code %v (%v), want unavailable", code, err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "n1") || !strings.Contains(msg, node.ErrUnreachable.Error()) {
+		t.Errorf("AcceptNode of an unreachable node: message %q, want it to name n1 and say %q", msg, node.ErrUnreachable)
+	}
+}
+
+// SetRouteEnabled (a drain) of a node whose Redis just died, before a
+// probe marked it DOWN (a heartbeat of a minute): the node cannot serve,
+// as a DOWN one.
+func TestDrainUnreachableNodeIsUnavailable(t *testing.T) {
+	_, srvs, admin := startOverNodes(t, time.Minute)
+	srvs[0].Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := admin.SetRouteEnabled(ctx, connect.NewRequest(&v1.SetRouteEnabledRequest{Node: "n1", Server: "inventory", Route: "all", Enabled: false}))
+	if err == nil {
+		t.Fatal("drain of a killed node succeeded")
+	}
+	if code := connect.CodeOf(err); code != connect.CodeUnavailable {
+		t.Errorf("drain of an unreachable node: code %v (%v), want unavailable", code, err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "n1") || !strings.Contains(msg, node.ErrUnreachable.Error()) {
+		t.Errorf("drain of an unreachable node: message %q, want it to name n1 and say %q", msg, node.ErrUnreachable)
+	}
+}
