@@ -214,13 +214,7 @@ func TestHotKeyReplicas(t *testing.T) {
 	}
 	// A plain key on the dead node fails fast, or falls back to the loader.
 	waitDown(t, e.rtrs[0], "n2")
-	var onDead string
-	for i := 0; onDead == ""; i++ {
-		k := fmt.Sprintf("cold%d", i)
-		if _, err := e.rtrs[0].Pick("cache", "r", k); err != nil {
-			onDead = k
-		}
-	}
+	onDead := keyOnDownNode(e)
 	start := time.Now()
 	// At once: well under the health timeout (1s) a wait for the node
 	// would take.
@@ -230,6 +224,17 @@ func TestHotKeyReplicas(t *testing.T) {
 	fb := e.caches(cache.Options{FallbackToLoader: true})[0]
 	if v, err := fb.Get(e.ctx, onDead, load); err != nil || string(v) != "hot value" {
 		t.Fatalf("Get with FallbackToLoader of a key on the dead node = %q, %v", v, err)
+	}
+}
+
+// keyOnDownNode returns a key (cold0, cold1, ...) whose one copy is on a
+// node e's first router finds unusable.
+func keyOnDownNode(e *env) string {
+	for i := 0; ; i++ {
+		k := fmt.Sprintf("cold%d", i)
+		if _, err := e.rtrs[0].Pick("cache", "r", k); err != nil {
+			return k
+		}
 	}
 }
 
@@ -379,13 +384,7 @@ func TestFallbackToLoaderIsSingleFlight(t *testing.T) {
 	c := e.caches(cache.Options{FallbackToLoader: true})[0]
 	e.srv[1].Kill()
 	waitDown(t, e.rtrs[0], "n2")
-	var onDead string
-	for i := 0; onDead == ""; i++ {
-		k := fmt.Sprintf("cold%d", i)
-		if _, err := e.rtrs[0].Pick("cache", "r", k); err != nil {
-			onDead = k
-		}
-	}
+	onDead := keyOnDownNode(e)
 	var calls atomic.Int64
 	release := make(chan struct{})
 	load := func(ctx context.Context, key string) ([]byte, error) {
