@@ -2,9 +2,7 @@ package service
 
 import (
 	"context"
-	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +17,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shardis/shardis/config"
-	"github.com/shardis/shardis/internal/redistest"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 )
 
@@ -44,32 +41,14 @@ func (rawCodec) Name() string                    { return "proto" }
 // server and a grpc-go connection to its gRPC port.
 func startGRPCService(t *testing.T) (*Server, *grpc.ClientConn) {
 	t.Helper()
-	srvs := redistest.StartN(t, 3, redistest.Options{})
-	cfg := config.Default()
-	cfg.Service.Listen = "127.0.0.1:0"
-	cfg.Service.GRPCListen = "127.0.0.1:0"
-	cfg.Service.AuthToken = "s3cret"
-	cfg.Service.MaxBodyBytes = 4096
-	cfg.Health.Timeout = 5 * time.Second
-	cfg.Nodes = map[string]config.Node{}
-	var names []string
-	for i, s := range srvs {
-		name := "n" + strconv.Itoa(i+1)
-		cfg.Nodes[name] = config.Node{Addr: s.Addr(), Weight: 1}
-		names = append(names, name)
-	}
-	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: map[string][]string{"all": names}}}
+	s, _ := startService(t, func(cfg *config.Config) {
+		cfg.Service.GRPCListen = "127.0.0.1:0"
+		cfg.Service.AuthToken = "s3cret"
+		cfg.Service.MaxBodyBytes = 4096
+		cfg.Health.Timeout = 5 * time.Second
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := Start(ctx, &cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
 	if _, err := s.Inv.LoadStock(ctx, "all", "hat", 5, 0); err != nil {
 		t.Fatal(err)
 	}
