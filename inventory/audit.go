@@ -53,9 +53,11 @@ var auditFields = []string{"available", "reserved", "confirmed", "loaded"}
 
 // AuditStock reads every stock hash on node nodeName (scan, then their
 // counters, auditBatch at a time) and returns those that do not add up
-// (StockImbalance), none when all do. A hash a script changes while the
-// audit reads it is read whole (HMGET is one command). It fails when the
-// node is unknown or cannot be read; it writes nothing.
+// (StockImbalance), none when all do; a stock key that is not a hash is
+// one of them (its Err says so), and the others are still read. A hash a
+// script changes while the audit reads it is read whole (HMGET is one
+// command). It fails when the node is unknown or cannot be read; it
+// writes nothing.
 func (inv *Inventory) AuditStock(ctx context.Context, nodeName string) ([]StockImbalance, error) {
 	n, err := inv.r.Node(nodeName)
 	if err != nil {
@@ -70,15 +72,19 @@ func (inv *Inventory) AuditStock(ctx context.Context, nodeName string) ([]StockI
 		batch := keys[:min(len(keys), auditBatch)]
 		keys = keys[len(batch):]
 		cmds := make([]*redis.SliceCmd, len(batch))
-		if _, err := n.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, _ = n.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, k := range batch {
 				cmds[i] = p.HMGet(ctx, k, auditFields...)
 			}
 			return nil
-		}); err != nil {
-			return nil, fmt.Errorf("%w: node %s: auditing the stock: %v", ErrUnavailable, nodeName, err)
-		}
+		}) // each command's own error is read below
 		for i, k := range batch {
+			if err := cmds[i].Err(); isWrongType(err) {
+				out = append(out, StockImbalance{Node: nodeName, Key: k, Err: "the key is not a hash (WRONGTYPE): its counters cannot be read"})
+				continue
+			} else if err != nil {
+				return nil, fmt.Errorf("%w: node %s: auditing the stock: %w", ErrUnavailable, nodeName, err)
+			}
 			if s, ok := auditHash(nodeName, k, cmds[i].Val()); !ok {
 				out = append(out, s)
 			}

@@ -385,6 +385,13 @@ func (inv *Inventory) call(ctx context.Context, n *node.Node, s *luaScript, a ev
 // as an internal error.
 var ErrScriptFailed = errors.New("script failed on node")
 
+// isWrongType reports whether err is Redis's WRONGTYPE error reply: a
+// command met a key of another type than it works on.
+func isWrongType(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "WRONGTYPE")
+}
+
 // nodeErr maps an error of a script (or command) on n to the inventory's
 // typed errors, in one place: nothing else reads an error's text.
 // Error replies are classified by their first word (the scripts' own

@@ -322,7 +322,8 @@ func ReadPart(ctx context.Context, c redis.Cmdable, id string) *PartRead {
 // Fields returns the record's fields under the hash layout's names, for
 // [DecodePart]; an empty map when the part does not exist. It fails when
 // neither read answered (the node's error), or with [ErrCorrupt] when the
-// packed value is malformed; the error names the key.
+// packed value is malformed or the key is neither a string nor a hash;
+// the error names the key.
 func (r *PartRead) Fields() (map[string]string, error) {
 	if v, err := r.packed.Result(); err == nil {
 		f, err := unpackPartValue(r.id, v)
@@ -333,6 +334,9 @@ func (r *PartRead) Fields() (map[string]string, error) {
 	}
 	h, err := r.hash.Result()
 	if err != nil {
+		if isWrongType(err) && isWrongType(r.packed.Err()) {
+			return nil, fmt.Errorf("part record %s: %w: the key is neither a string nor a hash (%w)", partKey(r.id), ErrCorrupt, err)
+		}
 		if r.packed.Err() != redis.Nil {
 			err = r.packed.Err()
 		}

@@ -73,9 +73,13 @@ const (
 	Postponed Resolution = "postponed"
 )
 
-// DueParts returns up to limit pending parts of n whose deadline has
-// passed, by n's clock.
+// DueParts returns up to limit (0..10000) pending parts of n whose
+// deadline has passed, by n's clock.
 func (inv *Inventory) DueParts(ctx context.Context, n *node.Node, limit int) ([]PendingPart, error) {
+	if limit < 0 || limit > 10000 {
+		// a negative one reached ZRANGEBYSCORE's LIMIT as "no limit"
+		return nil, fmt.Errorf("%w: limit %d, want 0..10000", ErrInvalid, limit)
+	}
 	v, err := inv.run(ctx, n, pendingDueScript, []string{PendingKey}, limit)
 	if err != nil {
 		return nil, err

@@ -212,6 +212,11 @@ func (inv *Inventory) ReadRedoLog(ctx context.Context, nodeName string, queue in
 	if queue < 0 || queue >= inv.cfg.RedoQueues {
 		return nil, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, queue, inv.cfg.RedoQueues-1)
 	}
+	if after > maxRedoOffset {
+		// past every offset the scripts hold exactly (a larger one
+		// reached Lua as a negative number: the queue read from its start)
+		return nil, fmt.Errorf("%w: after %d, at most %d", ErrInvalid, after, int64(maxRedoOffset))
+	}
 	if limit <= 0 || limit > 10000 {
 		return nil, fmt.Errorf("%w: limit %d, want 1..10000", ErrInvalid, limit)
 	}
@@ -325,11 +330,15 @@ func (inv *Inventory) RedoUnacked(ctx context.Context, nodeName string) (int64, 
 }
 
 // TrimRedoLog removes, from the head of every queue on node, up to batch
-// entries per queue whose part is settled and that are acknowledged or,
-// when maxAge > 0, older than maxAge (maxAge 0 never trims an
-// unacknowledged entry). It returns how many it removed. Only a prefix is ever
-// removed, so what remains stays gap-free.
+// (1..10000) entries per queue whose part is settled and that are
+// acknowledged or, when maxAge > 0, older than maxAge (maxAge 0 never
+// trims an unacknowledged entry). It returns how many it removed. Only a
+// prefix is ever removed, so what remains stays gap-free.
 func (inv *Inventory) TrimRedoLog(ctx context.Context, nodeName string, maxAge time.Duration, batch int) (int, error) {
+	if batch < 1 || batch > 10000 {
+		// 0 reached ZRANGE as the range 0..-1: the whole queue
+		return 0, fmt.Errorf("%w: batch %d, want 1..10000", ErrInvalid, batch)
+	}
 	n, err := inv.r.Node(nodeName)
 	if err != nil {
 		return 0, err

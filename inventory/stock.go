@@ -326,7 +326,8 @@ func (inv *Inventory) GetStock(ctx context.Context, route, sku string) (StockLev
 		out.Nodes[i] = ns
 	}
 	inv.flagMissing(ctx, nodes, route, sku, exists, out.Nodes)
-	for _, ns := range out.Nodes {
+	limitRead := false
+	for i, ns := range out.Nodes {
 		if ns.Err != nil && (errors.Is(ns.Err, ErrCorrupt) || errors.Is(ns.Err, ErrMalformedReply)) {
 			return out, ns.Err
 		}
@@ -334,8 +335,8 @@ func (inv *Inventory) GetStock(ctx context.Context, route, sku string) (StockLev
 		out.Reserved += ns.Reserved
 		out.Confirmed += ns.Confirmed
 		out.Loaded += ns.Loaded
-		if out.Limit == 0 && ns.Reachable {
-			out.Limit = ns.Limit
+		if !limitRead && ns.Reachable && exists[i] {
+			out.Limit, limitRead = ns.Limit, true // the first reachable node holding the SKU, 0 included
 		}
 	}
 	return out, nil

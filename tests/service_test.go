@@ -157,7 +157,7 @@ func TestSvcGRPCAndJSON(t *testing.T) {
 	_, err = ginv.Reserve(ctx, connect.NewRequest(&v1.ReserveRequest{OrderId: "g-2", Items: []*v1.Item{svcItem("clothes", "g", 0)}}))
 	svcWantCode(t, "gRPC Reserve quantity 0", err, connect.CodeInvalidArgument, "items[0].quantity")
 	_, err = ginv.Reserve(ctx, connect.NewRequest(&v1.ReserveRequest{OrderId: "g-3", Items: []*v1.Item{svcItem("clothes", "g", 7)}}))
-	svcWantCode(t, "gRPC Reserve short", err, connect.CodeFailedPrecondition, "insufficient stock", "sku g ")
+	svcWantCode(t, "gRPC Reserve short", err, connect.CodeFailedPrecondition, "insufficient stock", `sku "g"`)
 	svcWantStock(t, e.stock("clothes", "g"), 6, 0, 4, 10)
 
 	const inv = "/shardis.v1.InventoryService/"

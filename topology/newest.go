@@ -53,21 +53,7 @@ func (a *applier) current(ctx context.Context) (Record, map[string]Record, error
 		}
 	}
 	if newest.Epoch == 0 {
-		// never initialised: the --from topology is epoch 1, in memory
-		// only; written (initialise) once the apply goes past its checks
-		// and a dry run's return, so a dry run and a refusal write nothing
-		first := Initial(*a.opts.From)
-		for _, name := range a.opts.From.Nodes() {
-			if r := recs[name]; r.Token != "" && (!r.Lost || r.Fenced || r.Token != first.Token) {
-				// a stamp at another token: Initial's write would be
-				// refused; check refuses it, naming it
-				continue
-			}
-			first.Node = name
-			recs[name] = first
-			a.initial = append(a.initial, name)
-		}
-		if newest, err = newestOf(recs); err != nil {
+		if newest, err = a.firstEpoch(recs); err != nil {
 			return newest, nil, err
 		}
 	}
@@ -81,6 +67,25 @@ func (a *applier) current(ctx context.Context) (Record, map[string]Record, error
 	}
 	newest, err = newestOf(recs)
 	return newest, recs, err
+}
+
+// firstEpoch gives the nodes of opts.From, none of which has a record,
+// From's first epoch in recs, and returns the newest record then. It is
+// in memory only: initialise writes it once the apply goes past its
+// checks and a dry run's return, so a dry run and a refusal write
+// nothing. A node whose stamp names another token is left as read
+// (Initial's write would be refused there): check refuses it, naming it.
+func (a *applier) firstEpoch(recs map[string]Record) (Record, error) {
+	first := Initial(*a.opts.From)
+	for _, name := range a.opts.From.Nodes() {
+		if r := recs[name]; r.Token != "" && (!r.Lost || r.Fenced || r.Token != first.Token) {
+			continue
+		}
+		first.Node = name
+		recs[name] = first
+		a.initial = append(a.initial, name)
+	}
+	return newestOf(recs)
 }
 
 // newestOf returns the record of the highest epoch among recs, lost ones

@@ -52,7 +52,11 @@ func TestTopologyCLI(t *testing.T) {
 	if out, code = sh("topology", "apply", "--config", newCfg, "--from", oldCfg, "--dry-run"); code != 0 || !strings.Contains(out, "dry run: epoch 1 → 2") || !strings.Contains(out, "joined: n4") {
 		t.Fatalf("dry run = %d:\n%s", code, out)
 	}
-	if out, code = sh("topology", "apply", "--config", newCfg); code != 0 || !strings.Contains(out, "applied: epoch 1 → 2 (stable)") {
+	// The dry run wrote nothing: without --from the apply is still refused.
+	if out, code = sh("topology", "apply", "--config", newCfg); code != 1 || !strings.Contains(out, "no topology record yet") {
+		t.Fatalf("apply with no --from after a dry run = %d:\n%s", code, out)
+	}
+	if out, code = sh("topology", "apply", "--config", newCfg, "--from", oldCfg); code != 0 || !strings.Contains(out, "applied: epoch 1 → 2 (stable)") {
 		t.Fatalf("apply = %d:\n%s", code, out)
 	}
 	if out, code = sh("topology", "show", "--config", oldCfg); code != 0 || !strings.Contains(out, "NOT the applied topology (epoch 2") {
