@@ -1,7 +1,6 @@
 package inventory
 
 import (
-	"errors"
 	"math"
 	"testing"
 
@@ -30,8 +29,8 @@ func TestReadRedoLogHugeAfter(t *testing.T) {
 	}
 	for _, after := range []int64{math.MaxInt64, 1 << 62} {
 		got, err := e.inv.ReadRedoLog(e.ctx, "n1", q, after, 10)
-		if !errors.Is(err, ErrInvalid) {
-			t.Errorf("ReadRedoLog after %d = %+v, %v; want ErrInvalid (it read the queue from its start)", after, got, err)
+		if err != nil || len(got) != 0 {
+			t.Errorf("ReadRedoLog after %d = %+v, %v; want no entry (it read the queue from its start)", after, got, err)
 		}
 	}
 }

@@ -212,17 +212,17 @@ func (inv *Inventory) ReadRedoLog(ctx context.Context, nodeName string, queue in
 	if queue < 0 || queue >= inv.cfg.RedoQueues {
 		return nil, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, queue, inv.cfg.RedoQueues-1)
 	}
-	if after > maxRedoOffset {
-		// past every offset the scripts hold exactly (a larger one
-		// reached Lua as a negative number: the queue read from its start)
-		return nil, fmt.Errorf("%w: after %d, at most %d", ErrInvalid, after, int64(maxRedoOffset))
-	}
 	if limit <= 0 || limit > 10000 {
 		return nil, fmt.Errorf("%w: limit %d, want 1..10000", ErrInvalid, limit)
 	}
 	n, err := inv.r.Node(nodeName)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if after >= maxRedoOffset {
+		// no offset is past it (a larger after reached Lua as a negative
+		// number, and the queue was read from its start)
+		return []RedoEntry{}, nil
 	}
 	v, err := inv.run(ctx, n, redoReadScript, []string{RedoOffsetsKey, RedoLogKey(queue)}, after, limit)
 	if err != nil {
