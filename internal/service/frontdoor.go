@@ -3,6 +3,7 @@ package service
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +28,11 @@ import (
 //     text body naming the accepted ones (connect-go would answer an empty
 //     415 for any "application/..." type it has no codec for: curl's
 //     default form type, application/xml).
+//   - With service.auth_token set, a call without the bearer token is
+//     refused with unauthenticated before its body is read or decoded (a
+//     stranger's malformed body is not told apart from a good one, and
+//     nothing of it is buffered); authInterceptor checks it again for any
+//     call that reaches the RPC layer another way.
 //   - A body over service.max_body_bytes is refused before it is read
 //     with resource_exhausted, as grpc-go and connect-go answer an
 //     oversized message, the limit named in the message. A body of unknown
@@ -93,6 +99,8 @@ func seenInterceptor() connect.Interceptor {
 func (s *Server) frontDoor(mux http.Handler) http.Handler {
 	max := int64(s.cfg.Service.MaxBodyBytes)
 	ew := connect.NewErrorWriter()
+	token := s.cfg.Service.AuthToken
+	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			mux.ServeHTTP(w, r)
@@ -125,6 +133,11 @@ func (s *Server) frontDoor(mux http.Handler) http.Handler {
 			s.answered(r.Context(), proc, connect.CodeInvalidArgument.String(), msg, start)
 			return
 		}
+		if token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			_ = ew.Write(w, r, connect.NewError(connect.CodeUnauthenticated, errors.New(errBearer)))
+			s.answered(r.Context(), proc, connect.CodeUnauthenticated.String(), errBearer, start)
+			return
+		}
 		if r.ContentLength < 0 {
 			body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 			if err != nil {
@@ -151,6 +164,9 @@ func (s *Server) frontDoor(mux http.Handler) http.Handler {
 		}
 	})
 }
+
+// errBearer is the message of a call refused for its bearer token.
+const errBearer = "missing or wrong bearer token"
 
 // overLimit says that a body of n bytes is over the limit max (n is
 // max+1 for a body of unknown length read up to the limit).

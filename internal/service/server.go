@@ -176,7 +176,7 @@ func authInterceptor(token string) connect.Interceptor {
 			if token != "" {
 				got := []byte(req.Header().Get("Authorization"))
 				if subtle.ConstantTimeCompare(got, want) != 1 {
-					return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("missing or wrong bearer token"))
+					return nil, connect.NewError(connect.CodeUnauthenticated, errors.New(errBearer))
 				}
 			}
 			return next(ctx, req)
