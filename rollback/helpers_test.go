@@ -1,10 +1,8 @@
 package rollback_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"sync"
 	"testing"
 
 	"github.com/shardis/shardis/config"
@@ -12,24 +10,6 @@ import (
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/router"
 )
-
-// syncBuf is a bytes.Buffer safe for the reconciler's workers.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // oneNodeInv is an inventory over one fresh node n1 (route r).
 func oneNodeInv(t *testing.T, ctx context.Context) (*inventory.Inventory, *redistest.Server) {

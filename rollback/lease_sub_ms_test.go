@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardis/shardis/internal/syncbuf"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/rollback"
 )
@@ -28,7 +29,7 @@ func TestSubMillisecondLeaseStillPasses(t *testing.T) {
 	if _, err := inv.Reserve(ctx, "o-1", []inventory.Item{{Route: "r", SKU: "tee", Quantity: 3}}, "", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuf
+	var logs syncbuf.Buffer
 	rec := rollback.New(inv, nil, rollback.Settings{Interval: 50 * time.Millisecond, Lease: 500 * time.Microsecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	rec.Start()

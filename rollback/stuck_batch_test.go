@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardis/shardis/internal/syncbuf"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/rollback"
 )
@@ -32,7 +33,7 @@ func TestLargeBatchStillRetriesStuck(t *testing.T) {
 	orig := c.HGet(ctx, key, "reserved").Val()
 	c.HSet(ctx, key, "reserved", "x") // corrupt: the expiry sets the part aside
 
-	var logs syncBuf
+	var logs syncbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rec := rollback.New(inv, nil, rollback.Settings{Batch: 20000, StuckRetry: time.Millisecond, StuckRetryMax: time.Millisecond, Logger: log})
 	defer rec.Close()
