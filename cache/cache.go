@@ -62,6 +62,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -96,8 +97,9 @@ type Options struct {
 	TTL time.Duration
 	// Jitter is the fraction of TTL added or removed at random (of
 	// NegativeTTL only removed). default: 0.1 (values live
-	// 0.9·TTL..1.1·TTL, markers 0.9·NegativeTTL..NegativeTTL); must be in
-	// [0, 1)
+	// 0.9·TTL..1.1·TTL, markers 0.9·NegativeTTL..NegativeTTL); must be
+	// below 1. A negative value (e.g. -1) turns jitter off: values live
+	// exactly TTL, markers exactly NegativeTTL. NaN is refused.
 	Jitter float64
 	// NegativeTTL is how long a "not found" marker lives at most (Jitter
 	// only shortens it). default: 30s
@@ -156,8 +158,8 @@ func New(r *router.Router, server, route string, opts Options) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.Jitter < 0 || opts.Jitter >= 1 {
-		return nil, fmt.Errorf("cache: Jitter is %v, want 0 <= Jitter < 1", opts.Jitter)
+	if math.IsNaN(opts.Jitter) || opts.Jitter >= 1 {
+		return nil, fmt.Errorf("cache: Jitter is %v, want below 1 (0: the default 0.1, negative: none)", opts.Jitter)
 	}
 	if opts.LoaderRate < 0 {
 		return nil, fmt.Errorf("cache: LoaderRate is %v, want >= 0", opts.LoaderRate)
@@ -172,8 +174,11 @@ func New(r *router.Router, server, route string, opts Options) (*Cache, error) {
 	def(&opts.FillLease, 5*time.Second)
 	def(&opts.FillWait, time.Second)
 	def(&opts.L1TTL, opts.TTL)
-	if opts.Jitter == 0 {
+	switch {
+	case opts.Jitter == 0:
 		opts.Jitter = 0.1
+	case opts.Jitter < 0:
+		opts.Jitter = 0
 	}
 	if opts.LoaderBurst <= 0 {
 		opts.LoaderBurst = max(1, int(opts.LoaderRate))
