@@ -211,6 +211,7 @@ type Node struct {
 	read          readClient
 	masterAddr    atomic.Pointer[string] // where the probe last connected (sentinel.go)
 
+	upMu          sync.Mutex                // serialises SetUp: its new breaker and renewed clients land before UP
 	state         atomic.Int32              // a State
 	guard         atomic.Pointer[guard]     // the current breaker generation; a fresh one on DOWN→UP (breaker.go)
 	routes        map[RouteKey]*atomic.Bool // immutable map; flags are live
@@ -391,18 +392,24 @@ func (n *Node) Routes() map[RouteKey]bool {
 }
 
 // SetUp marks the node UP and reports whether that changed its state. On a
-// DOWN→UP change the breaker is replaced by a closed one: the probe just
-// proved the node answers.
+// DOWN→UP change the breaker is replaced by a closed one (the probe just
+// proved the node answers) and, for a Sentinel group, the clients are
+// renewed, all before UP is published: a command that sees the node UP
+// never meets the breaker its DOWN spell opened, nor a pooled connection to
+// a former master. Calls are serialised, so two probes that both saw the
+// node DOWN renew it once.
 func (n *Node) SetUp() bool {
-	if State(n.state.Swap(int32(StateUp))) == StateUp {
+	n.upMu.Lock()
+	defer n.upMu.Unlock()
+	if State(n.state.Load()) == StateUp {
 		return false
 	}
 	n.guard.Store(n.newGuard())
-	n.downErr.Store(nil)
 	// A Sentinel group's master may have changed while it was DOWN: no
 	// pooled connection to a former master may survive.
 	n.client.renew(n.IsSentinel())
-	return true
+	n.downErr.Store(nil)
+	return State(n.state.Swap(int32(StateUp))) != StateUp
 }
 
 // SetDown marks the node DOWN for reason and reports whether that changed
