@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os/signal"
 	"syscall"
 	"time"
@@ -42,17 +44,41 @@ func cmdServe(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	return serveUntil(ctx, stop, srv, cfg.Service.ShutdownTimeout, log)
+}
+
+// server is what serveUntil needs of a started service.
+type server interface {
+	Done() <-chan error
+	Shutdown(ctx context.Context) error
+}
+
+// serveUntil waits for a signal (ctx) or for the listener to stop, then
+// shuts srv down within timeout either way: a listener that failed still
+// leaves in-flight calls to finish, the other port to stop, and the
+// libraries to close (the router writes its witness marks on the peers,
+// the inventory its buffered commits, the reconciler gives up its lease).
+// The listener's error, if any, comes first in the result.
+func serveUntil(ctx context.Context, stop func(), srv server, timeout time.Duration, log *slog.Logger) error {
+	var serveErr error
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down: finishing in-flight calls", "timeout", cfg.Service.ShutdownTimeout)
+		log.Info("shutting down: finishing in-flight calls", "timeout", timeout)
 	case err := <-srv.Done():
-		return fmt.Errorf("serve: %w", err)
+		if err == nil {
+			err = errors.New("listener stopped")
+		}
+		serveErr = fmt.Errorf("serve: %w", err)
+		log.Error("listener failed: shutting down", "err", err, "timeout", timeout)
 	}
 	stop()
-	sctx, scancel := context.WithTimeout(context.Background(), cfg.Service.ShutdownTimeout)
+	sctx, scancel := context.WithTimeout(context.Background(), timeout)
 	defer scancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+		return errors.Join(serveErr, fmt.Errorf("shutdown: %w", err))
+	}
+	if serveErr != nil {
+		return serveErr
 	}
 	log.Info("stopped")
 	return nil
