@@ -358,6 +358,23 @@ func tokenEpoch(tok string) int64 {
 	return v
 }
 
+// acceptGen is the generation AcceptNode gives n: above every mark of it
+// that the askable peers hold now (peers not probed yet too), that n's
+// view holds (marks read earlier from peers that may be DOWN now: n's
+// probes compare its stamp with them), and than the stamp this process
+// last saw.
+func (r *Router) acceptGen(ctx context.Context, n *node.Node) int64 {
+	seen, _ := r.wit.witnessedBy(ctx, n.Name(), askable)
+	gen := seen.Gen + 1
+	if v, ok := n.Witnessed(); ok && v.Gen >= gen {
+		gen = v.Gen + 1
+	}
+	if m, ok := n.Mark(); ok && m.Gen >= gen {
+		gen = m.Gen + 1
+	}
+	return gen
+}
+
 // AcceptNode makes a node's current data the truth after it was refused
 // for having gone back (node.ErrRolledBack) or come back empty
 // (node.ErrDataLost): the node gets a new incarnation at a generation above
@@ -382,11 +399,7 @@ func (r *Router) AcceptNode(ctx context.Context, name string) (node.Mark, error)
 	if !r.critical[name] {
 		return node.Mark{}, fmt.Errorf("%w: node %s keeps no data (not a node of a server of router.Options.KeepData)", ErrNotWitnessed, name)
 	}
-	seen, _ := r.wit.witnessedBy(ctx, name, askable) // peers not probed yet too: the generation must be above every mark
-	gen := seen.Gen + 1
-	if m, ok := n.Mark(); ok && m.Gen >= gen {
-		gen = m.Gen + 1
-	}
+	gen := r.acceptGen(ctx, n)
 	fence := r.fenceOf(ctx, n)
 	m, err := n.Accept(ctx, gen, fence)
 	if err != nil {
