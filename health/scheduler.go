@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 )
@@ -36,7 +37,8 @@ type Target interface {
 // RetryAfterError is implemented by a failed probe's error (or one it
 // wraps) that knows when the target may pass: its next probe is due then,
 // when that comes before the backoff's delay (a node held back after a
-// restart says how much longer).
+// restart says how much longer); at once when it may pass already (a
+// RetryAfter of zero or less).
 type RetryAfterError interface {
 	error
 	// RetryAfter is how long from now the target may pass.
@@ -66,7 +68,9 @@ type Settings struct {
 	// default: 500ms
 	Heartbeat time.Duration
 	// Backoff lists the delays between probes of a DOWN target; the last
-	// repeats. Each delay gets ±10 % jitter.
+	// repeats. Each delay gets ±10 % jitter. New copies the list; an entry
+	// of zero or less takes [DefaultBackoff]'s at its place (its last past
+	// the end), so a DOWN target is never probed in a tight loop.
 	// default: [500ms, 1s, 1.5s]
 	Backoff []time.Duration
 	// OnChange, when set, receives every state change, in order per target,
@@ -116,9 +120,7 @@ func New(targets []Target, set Settings) *Scheduler {
 	if set.Heartbeat <= 0 {
 		set.Heartbeat = 500 * time.Millisecond
 	}
-	if len(set.Backoff) == 0 {
-		set.Backoff = DefaultBackoff
-	}
+	set.Backoff = ownBackoff(set.Backoff)
 	if set.Clock == nil {
 		set.Clock = realClock{}
 	}
@@ -290,15 +292,33 @@ func (s *Scheduler) probe(e *entry) {
 }
 
 // retryDelay is backoff, or the failed probe's RetryAfter (plus
-// retryMargin) when err has one that comes sooner.
+// retryMargin) when err has one that comes sooner. A RetryAfter of zero
+// or less (the target may pass already) is retryMargin. The comparison
+// leaves retryMargin out, so a RetryAfter near the largest duration does
+// not overflow into a short delay.
 func retryDelay(err error, backoff time.Duration) time.Duration {
 	var ra RetryAfterError
 	if errors.As(err, &ra) {
-		if d := ra.RetryAfter() + retryMargin; d > 0 && d < backoff {
-			return d
+		if d := max(ra.RetryAfter(), 0); d < backoff-retryMargin {
+			return d + retryMargin
 		}
 	}
 	return backoff
+}
+
+// ownBackoff is a copy of b, or of DefaultBackoff when b is empty, with
+// every entry of zero or less replaced by DefaultBackoff's at its place.
+func ownBackoff(b []time.Duration) []time.Duration {
+	if len(b) == 0 {
+		b = DefaultBackoff
+	}
+	out := slices.Clone(b)
+	for i, d := range out {
+		if d <= 0 {
+			out[i] = DefaultBackoff[min(i, len(DefaultBackoff)-1)]
+		}
+	}
+	return out
 }
 
 // backoff returns the delay before reconnect probe number failures+1, with
