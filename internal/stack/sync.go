@@ -25,6 +25,8 @@ type Sync struct {
 	Inventory *inventory.Inventory
 	Pool      *pgxpool.Pool
 	Syncer    *pgsync.Syncer
+
+	reg *registered // the metrics OpenSync registered, taken back by Close
 }
 
 // SyncOptions configures [OpenSync]. The zero value works.
@@ -46,7 +48,9 @@ type SyncOptions struct {
 // validated by [config.Config.ValidateSync] (OpenSync validates it too).
 // It waits for the database while it cannot be reached ([pgsync.Connect]);
 // ctx bounds the wait. The syncer is built but not started: call
-// Sync.Syncer.Start.
+// Sync.Syncer.Start. When it fails it leaves nothing open, and nothing
+// registered with opts.Registerer: it can be called again with the same
+// one.
 func OpenSync(ctx context.Context, cfg *config.Config, opts SyncOptions) (*Sync, error) {
 	if cfg == nil {
 		return nil, errors.New("stack: nil config")
@@ -57,6 +61,22 @@ func OpenSync(ctx context.Context, cfg *config.Config, opts SyncOptions) (*Sync,
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	reg := &registered{Registerer: opts.Registerer}
+	if opts.Registerer != nil {
+		opts.Registerer = reg
+	}
+	st, err := openSync(ctx, cfg, opts)
+	if err != nil {
+		reg.unregister()
+		return nil, err
+	}
+	st.reg = reg
+	return st, nil
+}
+
+// openSync is OpenSync past the checks: on an error it closes what it
+// opened, but leaves the metrics registered.
+func openSync(ctx context.Context, cfg *config.Config, opts SyncOptions) (*Sync, error) {
 	set := syncSettings(cfg.Sync, opts)
 	pool, err := pgsync.Connect(ctx, cfg.Sync.DSN, len(cfg.Nodes), set, opts.Migrate)
 	if err != nil {
@@ -75,6 +95,40 @@ func OpenSync(ctx context.Context, cfg *config.Config, opts SyncOptions) (*Sync,
 		return nil, fmt.Errorf("stack: %w", err)
 	}
 	return &Sync{Router: r, Inventory: inv, Pool: pool, Syncer: pgsync.New(inv, pool, set)}, nil
+}
+
+// registered is a prometheus.Registerer that remembers what it
+// registered, so that a failed OpenSync can take its metrics back.
+type registered struct {
+	prometheus.Registerer // the caller's (SyncOptions.Registerer)
+	done                  []prometheus.Collector
+}
+
+// Register registers c and remembers it.
+func (r *registered) Register(c prometheus.Collector) error {
+	if err := r.Registerer.Register(c); err != nil {
+		return err
+	}
+	r.done = append(r.done, c)
+	return nil
+}
+
+// MustRegister registers cs and remembers them; it panics on the first
+// that fails, as prometheus.Registerer's does.
+func (r *registered) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// unregister takes back everything registered through r.
+func (r *registered) unregister() {
+	for _, c := range r.done {
+		r.Registerer.Unregister(c)
+	}
+	r.done = nil
 }
 
 // syncSettings are the sync section's settings with opts.Settings'
@@ -109,10 +163,14 @@ func syncSettings(c config.Sync, opts SyncOptions) pgsync.Settings {
 }
 
 // Close stops the syncer, waits for the inventory's work off the callers'
-// paths, then closes the router and the pool.
+// paths, then closes the router and the pool, and takes back the metrics
+// OpenSync registered (the same Registerer can hold the next OpenSync's).
 func (st *Sync) Close() {
 	st.Syncer.Close()
 	st.Inventory.Close()
 	_ = st.Router.Close()
 	st.Pool.Close()
+	if st.reg != nil {
+		st.reg.unregister()
+	}
 }
