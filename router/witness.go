@@ -27,7 +27,7 @@ import (
 type witnesses struct {
 	r       *Router
 	mu      sync.Mutex
-	written map[string]node.Mark // guarded by mu: the last mark written of each node
+	written map[markOn]node.Mark // guarded by mu: the last mark of each node written on each peer
 	wake    chan string
 	stop    chan struct{}
 	done    chan struct{}
@@ -35,7 +35,7 @@ type witnesses struct {
 }
 
 func newWitnesses(r *Router) *witnesses {
-	return &witnesses{r: r, written: map[string]node.Mark{}, wake: make(chan string, 64),
+	return &witnesses{r: r, written: map[markOn]node.Mark{}, wake: make(chan string, 64),
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -110,9 +110,14 @@ func (w *witnesses) witnessedBy(ctx context.Context, name string, ask func(*node
 // errNoPeerHolds is wrapped by Hold when no peer holds the mark.
 var errNoPeerHolds = errors.New("no peer holds the mark")
 
-// Hold implements node.Witnesses: it writes m of name on every UP peer,
-// concurrently within the budget, and returns nil as soon as one
-// holds it (or at once when name has no peers).
+// markOn names the mark of node of held on peer on.
+type markOn struct{ of, on string }
+
+// Hold implements node.Witnesses: it asks every UP peer to hold m of name,
+// concurrently within the budget, and returns nil as soon as one holds it
+// (or at once when name has no peers); the writes still under way are
+// cancelled, and the writer brings m to those peers at its next
+// heartbeat (write keeps what each peer holds).
 func (w *witnesses) Hold(ctx context.Context, name string, m node.Mark) error {
 	peers := w.peers(name)
 	if len(peers) == 0 {
@@ -129,6 +134,9 @@ func (w *witnesses) Hold(ctx context.Context, name string, m node.Mark) error {
 		asked++
 		go func(p *node.Node) {
 			held, err := p.Witness(ctx, name, m)
+			if err == nil && held {
+				w.noteWritten(name, p.Name(), m)
+			}
 			if err == nil && !held {
 				err = fmt.Errorf("peer %s holds a mark of another incarnation", p.Name())
 			} else if err != nil {
@@ -141,7 +149,6 @@ func (w *witnesses) Hold(ctx context.Context, name string, m node.Mark) error {
 	for i := 0; i < asked; i++ {
 		err := <-results
 		if err == nil {
-			w.noteWritten(name, m)
 			return nil
 		}
 		errs = append(errs, err)
@@ -207,61 +214,67 @@ func (w *witnesses) run(heartbeat time.Duration) {
 	}
 }
 
-// write records name's mark on every reachable peer when it moved on since
-// the last write.
+// write records name's mark on every UP peer that does not hold it yet
+// (as far as this process wrote): a peer whose write failed, or that was
+// DOWN, gets it at the next call, even when the mark has not moved on.
 func (w *witnesses) write(name string) {
 	m, ok := w.r.nodes[name].Mark()
 	if !ok {
 		return
 	}
-	w.mu.Lock()
-	last, had := w.written[name]
-	w.mu.Unlock()
-	if had && !m.After(last) {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.budget())
 	defer cancel()
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	held := 0
 	for _, p := range w.peers(name) {
-		if p.State() != node.StateUp {
+		if p.State() != node.StateUp || w.holds(name, p.Name(), m) {
 			continue
 		}
 		wg.Add(1)
 		go func(p *node.Node) {
 			defer wg.Done()
 			if ok, err := p.Witness(ctx, name, m); err == nil && ok {
-				mu.Lock()
-				held++
-				mu.Unlock()
+				w.noteWritten(name, p.Name(), m)
 			}
 		}(p)
 	}
 	wg.Wait()
-	if held > 0 {
-		w.noteWritten(name, m)
-	}
 }
 
-// noteWritten records that a peer holds m of name: the writer skips it
-// until the mark moves on, and name's writes of m's incarnation are
-// acknowledged without waiting for a peer.
-func (w *witnesses) noteWritten(name string, m node.Mark) {
+// holds reports whether this process wrote m of name on peer, or a later
+// mark.
+func (w *witnesses) holds(name, peer string, m node.Mark) bool {
 	w.mu.Lock()
-	if cur, had := w.written[name]; !had || m.After(cur) {
-		w.written[name] = m
+	defer w.mu.Unlock()
+	last, had := w.written[markOn{name, peer}]
+	return had && !m.After(last)
+}
+
+// noteWritten records that peer holds m of name: the writer skips that
+// peer until the mark moves on, and name's writes of m's incarnation are
+// acknowledged without waiting for a peer.
+func (w *witnesses) noteWritten(name, peer string, m node.Mark) {
+	w.mu.Lock()
+	if cur, had := w.written[markOn{name, peer}]; !had || m.After(cur) {
+		w.written[markOn{name, peer}] = m
 	}
 	w.mu.Unlock()
 	w.r.nodes[name].NoteHeld(m)
 }
 
-// nodeDown asks for name's mark to be written now.
+// nodeDown asks for name's mark to be written now, and forgets what was
+// written on name: it may come back without the marks it held (a restart
+// without them), so the writer writes them all again once it is UP.
 func (w *witnesses) nodeDown(name string) {
 	if !w.r.critical[name] {
 		return
 	}
+	w.mu.Lock()
+	for k := range w.written {
+		if k.on == name {
+			delete(w.written, k)
+		}
+	}
+	w.mu.Unlock()
 	select {
 	case w.wake <- name:
 	default:
