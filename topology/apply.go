@@ -36,9 +36,12 @@ type Options struct {
 	// apply again later finishes.
 	// default: 1 minute
 	Wait time.Duration
-	// DryRun checks and reports what would change without writing
-	// anything on any node (a --from epoch 1 and lost records to write
-	// again included).
+	// DryRun checks and reports what would change without writing any
+	// topology record, order or stock on any node (a --from epoch 1 and
+	// lost records to write again included). The router it opens behaves
+	// as every process that connects to the nodes: it stamps a node found
+	// without an identity stamp and writes its peers' witness marks
+	// (node/identity.go, router/witness.go).
 	DryRun bool
 	// Logger receives progress.
 	// default: slog.Default()

@@ -66,7 +66,8 @@ var clientCommands = map[string]clientCommand{
 	"order-id": {"order-id [flags] [ROUTE...]",
 		"Mints an order id whose record goes to a node that is up (given the order's route keys, the node serving most of them); store it, then reserve with it.", cmdOrderID},
 	"redo-log": {"redo-log [flags] --node N --queue Q [--after OFFSET] [--limit 100] [--follow]",
-		"Prints one redo-log queue of a node; Q is a number or a receipt's redo log name.", cmdRedoLog},
+		"Prints one redo-log queue of a node; Q is a number or a receipt's redo log name.\n" +
+			"Subcommand: shardis redo-log ack [flags] --node N --queue Q OFFSET records a consumer's progress (redo-log ack -h).", cmdRedoLog},
 	"redo-log ack": {"redo-log ack [flags] --node N --queue Q OFFSET",
 		"Records that a consumer applied queue Q of node N up to OFFSET (at most the last offset handed out), so settled entries up to it can be trimmed.", cmdRedoLogAck},
 	"parts stuck": {"parts stuck [flags] [--node N] [--limit 1000]",
@@ -280,6 +281,9 @@ func cmdStockLoad(ctx context.Context, c *client, args []string) error {
 	limit := c.fs.Int64("limit", -1, "per-user limit: units one user may hold; 0 removes it, -1 (default) keeps the current one")
 	if _, err := c.parse(args, 0, 0, "route", "sku", "qty"); err != nil {
 		return err
+	}
+	if *limit < -1 {
+		return c.usageErr("--limit %d: want a positive limit, 0 (remove it) or -1 (keep it)", *limit)
 	}
 	req := &v1.LoadStockRequest{RouteKey: *route, SkuId: *sku, Quantity: *qty}
 	if *limit >= 0 {

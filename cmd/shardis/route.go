@@ -23,9 +23,12 @@ func cmdRoute(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: shardis route --config FILE --server S --route R [KEY...]")
 		fmt.Fprintln(stderr, "       shardis route --config FILE --orders [ORDER_ID...]")
 		fmt.Fprintln(stderr, "Prints KEY<TAB>NODE per key; reads keys from stdin, one per line, when none are given.")
+		fmt.Fprintln(stderr, "Flags may come before or after the keys (\"--\" ends them).")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	// Flags may come after the keys too; "--" ends them (shardis help).
+	keys, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
 	if *cfgPath == "" || (!*orders && (*server == "" || *route == "")) {
@@ -53,8 +56,8 @@ func cmdRoute(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		_, err = fmt.Fprintf(w, "%s\t%s\n", key, node)
 		return err
 	}
-	if fs.NArg() > 0 {
-		for _, key := range fs.Args() {
+	if len(keys) > 0 {
+		for _, key := range keys {
 			if err := emit(key); err != nil {
 				return err
 			}

@@ -62,9 +62,13 @@ func cmdSync(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if sub == "status" {
+	if sub != "" && *timeout <= 0 { // status and migrate give up after it
+		return fmt.Errorf("%w: --timeout %v: want a positive duration", errUsage, *timeout)
+	}
+	if sub == "status" && !flagSet(fs, "log-level") {
 		// A status reads and exits: the router's "node up" lines are
 		// noise there; warnings and errors (a node down) still show.
+		// An explicit --log-level is honoured.
 		lvl = max(lvl, slog.LevelWarn)
 	}
 	log := newLogger(stderr, lvl, *jsonOut, "sync")
@@ -94,6 +98,13 @@ func cmdSync(args []string, stdout, stderr io.Writer) error {
 		return syncStatus(ctx, cfg, log, stdout, *asJSON, *all)
 	}
 	return runSync(ctx, cfg, log, *migrate)
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // runSync lands until ctx is done, serving /metrics and /healthz (see

@@ -29,7 +29,9 @@ inventory server) of NEW, as SECURITY.md and README describe: every node of
 the old and new topology must be up; --from OLD gives the addresses of nodes
 that leave (drain them first: their pending parts are settled by the apply
 after their deadlines, and their stock moves once nothing is reserved).
-Running it again resumes an interrupted apply. It talks to the nodes
+Running it again resumes an interrupted apply. An apply that stops with the
+epoch still migrating (pending parts past --wait) has not finished: it exits
+with status 1, and running it again later finishes it. It talks to the nodes
 directly, not to a service.
 `
 
@@ -65,6 +67,9 @@ func cmdTopologyApply(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return fmt.Errorf("%w: topology apply needs --config and no other arguments", errUsage)
 	}
+	if *wait < 0 {
+		return fmt.Errorf("%w: --wait %v: want a duration that is not negative (0: the default, 1m)", errUsage, *wait)
+	}
 	to, err := config.Load(*cfgPath)
 	if err != nil {
 		return err
@@ -86,10 +91,25 @@ func cmdTopologyApply(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		writeApplyReport(stdout, rep, *dry, time.Since(start))
 	}
-	writeApplyReport(stdout, rep, *dry, time.Since(start))
-	return nil
+	return unfinished(rep, *dry)
+}
+
+// unfinished fails an apply that stopped with the epoch still migrating
+// (counters held by pending parts past --wait): the topology is not
+// applied yet, so scripts must not take it as done. A dry run only
+// reports.
+func unfinished(rep topology.Report, dry bool) error {
+	if dry || rep.Phase != topology.PhaseMigrating {
+		return nil
+	}
+	return fmt.Errorf("topology apply: epoch %d not finished, still migrating (%d counters wait for pending parts): run it again later to finish",
+		rep.ToEpoch, rep.Waiting)
 }
 
 // writeApplyReport prints an apply's report for people: what moved, and
