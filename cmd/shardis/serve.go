@@ -27,6 +27,9 @@ func cmdServe(args []string, stderr io.Writer) error {
 	if *cfgPath == "" {
 		return fmt.Errorf("%w: serve needs --config FILE", errUsage)
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: serve takes no arguments, got %q", errUsage, fs.Args())
+	}
 	lvl, err := parseLevel(*level)
 	if err != nil {
 		return err

@@ -71,3 +71,14 @@ func TestServeUntilShutsDownOnSignal(t *testing.T) {
 		t.Fatal("Shutdown did not run after the signal")
 	}
 }
+
+// serve takes no positional arguments: a stray word (a second config file
+// meant as --config, a subcommand typed after it) is a usage error naming
+// it, exit 2, before anything starts. Before, it was ignored.
+func TestServeRefusesArguments(t *testing.T) {
+	var out, errb strings.Builder
+	code := run([]string{"serve", "--config", "/nonexistent.yaml", "extra.yaml"}, strings.NewReader(""), &out, &errb)
+	if code != 2 || !strings.Contains(errb.String(), `"extra.yaml"`) {
+		t.Fatalf("serve with an extra argument: exit %d, stderr %q; want 2 naming it", code, errb.String())
+	}
+}
