@@ -77,8 +77,10 @@ type Settings struct {
 	// on a scheduler goroutine and outside any lock. It must not block for
 	// long: the next probe of that target waits for it.
 	OnChange func(Event)
-	// OnProbe, when set, is called after every probe with its duration and
-	// error (for metrics), on the probe's goroutine, outside any lock.
+	// OnProbe, when set, is called after every probe that ran to its end
+	// with its duration and error (for metrics), on the probe's goroutine,
+	// outside any lock; not for a probe that Close cancelled. It must not
+	// call Close (Close waits for it).
 	OnProbe func(target string, d time.Duration, err error)
 	// Clock is the source of time.
 	// default: the real clock
@@ -168,7 +170,8 @@ func (s *Scheduler) Trigger(name string) {
 }
 
 // Status returns the consecutive failed probes of a target and when it is
-// next probed; ok is false for an unknown name.
+// next probed (while a probe of it is under way: when that probe was due,
+// a time already past); ok is false for an unknown name.
 func (s *Scheduler) Status(name string) (failedProbes int, next time.Time, ok bool) {
 	e := s.byName[name]
 	if e == nil {
@@ -181,7 +184,8 @@ func (s *Scheduler) Status(name string) (failedProbes int, next time.Time, ok bo
 
 // Close stops the scheduler and waits for in-flight probes (they are
 // canceled). No event is delivered after Close returns. Idempotent. Do not
-// call it from OnChange: it waits for the goroutine OnChange runs on.
+// call it from OnChange, OnProbe or a Target's Probe: it waits for the
+// goroutines they run on.
 func (s *Scheduler) Close() {
 	s.mu.Lock()
 	already := s.closed
