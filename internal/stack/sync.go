@@ -31,10 +31,12 @@ type Sync struct {
 
 // SyncOptions configures [OpenSync]. The zero value works.
 type SyncOptions struct {
-	// Logger receives the router's and the syncer's log lines.
+	// Logger receives the router's and the syncer's log lines (it takes
+	// the place of Settings.Logger, which is not read).
 	// default: slog.Default()
 	Logger *slog.Logger
-	// Registerer receives the sync's metrics.
+	// Registerer receives the sync's metrics; not read when
+	// Settings.Metrics is set (those are used as they are).
 	// default: none
 	Registerer prometheus.Registerer
 	// Migrate brings the schema to [pgsync.SchemaVersion] before the
