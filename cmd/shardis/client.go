@@ -42,7 +42,7 @@ type clientCommand struct {
 // clientCommands is keyed by command name ("stock load" for subcommands).
 var clientCommands = map[string]clientCommand{
 	"status": {"status [flags]",
-		"Lists every node (state, breaker, failed probes, persistence settings, redo backlog, stuck parts, routes with drained ones marked), then the service's readiness, topology epoch and any pending configuration difference, and the deferred parts.", cmdStatus},
+		"Lists every node (state, breaker, failed probes, persistence settings, redo backlog, stuck parts, routes with drained ones marked), then the service's readiness, topology epoch and any pending configuration difference, and the deferred parts. When /readyz or /metrics cannot be read, their lines say unknown, the rest is printed, and it exits 1 (a node DOWN is a state it read: exit 0).", cmdStatus},
 	"stock load": {"stock load [flags] --route R --sku S --qty N [--limit L]",
 		"Adds N units of a SKU, split over the route's enabled nodes, and prints the stock.", cmdStockLoad},
 	"stock get": {"stock get [flags] --route R --sku S",
@@ -71,11 +71,11 @@ var clientCommands = map[string]clientCommand{
 	"redo-log ack": {"redo-log ack [flags] --node N --queue Q OFFSET",
 		"Records that a consumer applied queue Q of node N up to OFFSET (at most the last offset handed out), so settled entries up to it can be trimmed.", cmdRedoLogAck},
 	"parts stuck": {"parts stuck [flags] [--node N] [--limit 1000]",
-		"Lists parts the reconciler set aside because they cannot be settled, with the reason.", cmdPartsStuck},
+		"Lists parts the reconciler set aside because they cannot be settled, with the reason. Without --node, a node that cannot be read is named (unreachable: ...) and, after the list, the command exits 1: the list lacks its parts.", cmdPartsStuck},
 	"node accept": {"node accept [flags] NODE",
 		"Accepts the data of an inventory node refused for coming back empty or with older data (new incarnation; what it lost stays lost).", cmdNodeAccept},
 	"parts retry": {"parts retry [flags] NODE PART_ID | --all | --sku SKU [--node N]",
-		"Puts a stuck part (or every stuck part, or a SKU's, of every node or of --node) back in its node's pending index, due now (after repairing its data); the reconciler settles it. Stuck parts are also retried by themselves with backoff, and when their SKU is loaded.", cmdPartsRetry},
+		"Puts a stuck part (or every stuck part, or a SKU's, of every node or of --node) back in its node's pending index, due now (after repairing its data); the reconciler settles it. Stuck parts are also retried by themselves with backoff, and when their SKU is loaded. After printing what it did, --all and --sku exit 1 when a retry failed, a node could not be read (its parts were not retried: run it again once it is back) or a node has more stuck parts than one run looks at (10000: run it again).", cmdPartsRetry},
 }
 
 // cmdClient runs a client subcommand until it ends or SIGINT/SIGTERM.
@@ -375,7 +375,7 @@ func cmdRedoLog(ctx context.Context, c *client, args []string) error {
 	nodeName := c.fs.String("node", "", "node `name` (required)")
 	queueArg := c.fs.String("queue", "", "queue `number`, or a redo log name such as inv:redo:7 (required)")
 	after := c.fs.Int64("after", 0, "print entries with an offset greater than this")
-	limit := c.fs.Int("limit", 100, "entries per call")
+	limit := c.fs.Int("limit", 100, "entries per call (1..10000)")
 	follow := c.fs.Bool("follow", false, "keep polling every second for new entries until interrupted")
 	if _, err := c.parse(args, 0, 0, "node", "queue"); err != nil {
 		return err
@@ -384,8 +384,8 @@ func cmdRedoLog(ctx context.Context, c *client, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *limit < 0 || *limit > 1<<31-1 {
-		return c.usageErr("--limit %d: out of range", *limit)
+	if *limit < 1 || *limit > 10000 {
+		return c.usageErr("--limit %d: want 1..10000", *limit)
 	}
 	f := &redoFollower{c: c, follow: *follow, limit: *limit,
 		req: &v1.ReadRedoLogRequest{Node: *nodeName, Queue: queue, AfterOffset: *after, Limit: int32(*limit)}}
@@ -454,5 +454,5 @@ func (f *redoFollower) poll(ctx context.Context) (full bool, err error) {
 	for _, e := range res.Entries {
 		f.req.AfterOffset = max(f.req.AfterOffset, e.Offset)
 	}
-	return f.limit > 0 && len(res.Entries) >= f.limit, nil
+	return len(res.Entries) >= f.limit, nil
 }

@@ -4,8 +4,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,26 +59,53 @@ func cmdPartsStuck(ctx context.Context, c *client, args []string) error {
 	if *limit < 1 || *limit > 10000 {
 		return c.usageErr("--limit %d: want 1..10000", *limit)
 	}
-	return show(ctx, c, c.admin.ListStuckParts, &v1.ListStuckPartsRequest{Node: *nodeName, Limit: int32(*limit)},
-		func(w io.Writer, res *v1.ListStuckPartsResponse) {
-			if len(res.Parts) == 0 {
-				fmt.Fprintln(w, "no stuck parts")
-			} else {
-				fmt.Fprintln(w, "NODE\tPART\tORDER\tSKU\tQTY\tSTATE\tSINCE\tREASON")
-				for _, p := range res.Parts {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Node, p.PartId, p.OrderId, p.SkuId,
-						p.Quantity, p.State, time.UnixMilli(p.SinceUnixMs).UTC().Format(time.RFC3339), p.Reason)
-				}
-				for _, p := range res.Parts {
-					if p.Problem != "" {
-						fmt.Fprintf(w, "unreadable record of %s on %s: %s\n", p.PartId, p.Node, p.Problem)
-					}
-				}
+	res, err := call(ctx, c, c.admin.ListStuckParts, &v1.ListStuckPartsRequest{Node: *nodeName, Limit: int32(*limit)})
+	if err != nil {
+		return err
+	}
+	if err := c.out.emit(res, func(w io.Writer) { writeStuckParts(w, res) }); err != nil {
+		return err
+	}
+	if len(res.Unreachable) > 0 {
+		// The list is partial: a script must not take it as every stuck part.
+		return fmt.Errorf("parts stuck: %s not read, their stuck parts not listed", nodeNames(res.Unreachable))
+	}
+	return nil
+}
+
+// writeStuckParts prints parts stuck's table, the parts whose record could
+// not be read, then the nodes that could not be read.
+func writeStuckParts(w io.Writer, res *v1.ListStuckPartsResponse) {
+	if len(res.Parts) == 0 {
+		fmt.Fprintln(w, "no stuck parts")
+	} else {
+		fmt.Fprintln(w, "NODE\tPART\tORDER\tSKU\tQTY\tSTATE\tSINCE\tREASON")
+		for _, p := range res.Parts {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Node, p.PartId, p.OrderId, p.SkuId,
+				p.Quantity, p.State, time.UnixMilli(p.SinceUnixMs).UTC().Format(time.RFC3339), p.Reason)
+		}
+		for _, p := range res.Parts {
+			if p.Problem != "" {
+				fmt.Fprintf(w, "unreadable record of %s on %s: %s\n", p.PartId, p.Node, p.Problem)
 			}
-			for _, u := range res.Unreachable {
-				fmt.Fprintf(w, "unreachable: %s\n", u)
-			}
-		})
+		}
+	}
+	for _, u := range res.Unreachable {
+		fmt.Fprintf(w, "unreachable: %s\n", u)
+	}
+}
+
+// nodeNames names the nodes of ListStuckPartsResponse.Unreachable entries
+// ("NODE: error"), e.g. "node n3" or "nodes n2, n3".
+func nodeNames(unreachable []string) string {
+	names := make([]string, len(unreachable))
+	for i, u := range unreachable {
+		names[i], _, _ = strings.Cut(u, ": ")
+	}
+	if len(names) == 1 {
+		return "node " + names[0]
+	}
+	return "nodes " + strings.Join(names, ", ")
 }
 
 func cmdPartsRetry(ctx context.Context, c *client, args []string) error {
@@ -112,59 +141,97 @@ func cmdPartsRetry(ctx context.Context, c *client, args []string) error {
 }
 
 // retryStuckLimit is how many stuck parts per node one `parts retry --all`
-// or `--sku` lists and retries (the most ListStuckParts returns).
-const retryStuckLimit = 10000
+// or `--sku` lists and retries (the most ListStuckParts returns); a
+// variable for tests.
+var retryStuckLimit int32 = 10000
 
 // retryStuckParts retries the parts set aside on nodeName (every node when
 // empty) of sku (every SKU when empty): it lists them, then retries each.
 // It prints what it retried (--json: the retried parts, as
-// ListStuckPartsResponse) and fails when a retry failed.
+// ListStuckPartsResponse) and fails, after printing, when it did not do
+// all of it (retryOutcome.incomplete).
 func retryStuckParts(ctx context.Context, c *client, nodeName, sku string) error {
 	list, err := call(ctx, c, c.admin.ListStuckParts, &v1.ListStuckPartsRequest{Node: nodeName, Limit: retryStuckLimit})
 	if err != nil {
 		return err
 	}
-	done := &v1.ListStuckPartsResponse{Unreachable: list.Unreachable}
-	perNode := map[string]int{}
-	var failed []string
-	gone := 0
+	o := retryEach(ctx, c, list, sku)
+	err = c.out.emit(o.done, func(w io.Writer) {
+		what := "stuck part(s)"
+		if sku != "" {
+			what += " of SKU " + sku
+		}
+		fmt.Fprintf(w, "%d %s pending again, due now (the reconciler settles them, or sets them aside again)\n", len(o.done.Parts), what)
+		if o.gone > 0 {
+			fmt.Fprintf(w, "%d were no longer stuck\n", o.gone)
+		}
+		for _, n := range o.truncated {
+			fmt.Fprintf(w, "node %s: only its %d oldest stuck parts were looked at: run this again\n", n, retryStuckLimit)
+		}
+		for _, u := range o.done.Unreachable {
+			fmt.Fprintf(w, "unreachable: %s\n", u)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return o.incomplete()
+}
+
+// retryOutcome is what a bulk retry did.
+type retryOutcome struct {
+	done      *v1.ListStuckPartsResponse // the parts retried, and the nodes not read
+	failed    []string                   // "NODE PART: error" of each retry that failed
+	gone      int                        // parts no longer stuck when retried
+	truncated []string                   // nodes with retryStuckLimit parts listed: maybe more
+}
+
+// retryEach retries the parts of list (of sku, every SKU when empty).
+func retryEach(ctx context.Context, c *client, list *v1.ListStuckPartsResponse, sku string) retryOutcome {
+	o := retryOutcome{done: &v1.ListStuckPartsResponse{Unreachable: list.Unreachable}}
+	perNode := map[string]int32{}
 	for _, p := range list.Parts {
-		perNode[p.Node]++
+		if perNode[p.Node]++; perNode[p.Node] == retryStuckLimit {
+			o.truncated = append(o.truncated, p.Node)
+		}
 		if sku != "" && p.SkuId != sku {
 			continue
 		}
 		res, err := call(ctx, c, c.admin.RetryStuckPart, &v1.RetryStuckPartRequest{Node: p.Node, PartId: p.PartId})
 		switch {
 		case err != nil:
-			failed = append(failed, fmt.Sprintf("%s %s: %v", p.Node, p.PartId, err))
+			o.failed = append(o.failed, fmt.Sprintf("%s %s: %v", p.Node, p.PartId, err))
 		case res.Retried:
-			done.Parts = append(done.Parts, p)
+			o.done.Parts = append(o.done.Parts, p)
 		default:
-			gone++ // retried meanwhile (by the reconciler's backoff, or another operator)
+			o.gone++ // retried meanwhile (by the reconciler's backoff, or another operator)
 		}
 	}
-	err = c.out.emit(done, func(w io.Writer) {
-		what := "stuck part(s)"
-		if sku != "" {
-			what += " of SKU " + sku
-		}
-		fmt.Fprintf(w, "%d %s pending again, due now (the reconciler settles them, or sets them aside again)\n", len(done.Parts), what)
-		if gone > 0 {
-			fmt.Fprintf(w, "%d were no longer stuck\n", gone)
-		}
-		for n, k := range perNode {
-			if k >= retryStuckLimit {
-				fmt.Fprintf(w, "node %s: only its %d oldest stuck parts were looked at: run this again\n", n, k)
-			}
-		}
-		for _, u := range done.Unreachable {
-			fmt.Fprintf(w, "unreachable: %s\n", u)
-		}
-	})
-	if err == nil && len(failed) > 0 {
-		err = fmt.Errorf("%d retries failed: %s", len(failed), strings.Join(failed, "; "))
+	slices.Sort(o.truncated)
+	return o
+}
+
+// incomplete is the error of a bulk retry that did not do all of its job:
+// retries that failed, nodes that could not be read (their stuck parts
+// were not listed, so not retried), nodes with more stuck parts than one
+// run lists. nil when it did it all.
+func (o retryOutcome) incomplete() error {
+	var msgs []string
+	if len(o.failed) > 0 {
+		msgs = append(msgs, fmt.Sprintf("%d retries failed: %s", len(o.failed), strings.Join(o.failed, "; ")))
 	}
-	return err
+	if len(o.done.Unreachable) > 0 {
+		msgs = append(msgs, fmt.Sprintf("%s not reached, their stuck parts not retried: run this again once they are back",
+			nodeNames(o.done.Unreachable)))
+	}
+	if len(o.truncated) > 0 {
+		msgs = append(msgs, fmt.Sprintf("only the %d oldest stuck parts of %s were looked at: run this again",
+			retryStuckLimit, strings.Join(o.truncated, ", ")))
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 func cmdNodeAccept(ctx context.Context, c *client, args []string) error {

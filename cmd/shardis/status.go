@@ -4,11 +4,12 @@ package main
 // (/readyz) and what its /metrics say about the topology, the redo
 // backlog, deferred and stuck parts. /readyz and /metrics are served
 // unauthenticated on the service's address; when one cannot be read its
-// lines say so and the rest is printed.
+// lines say so, the rest is printed, and status exits 1.
 
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -48,12 +49,20 @@ func cmdStatus(ctx context.Context, c *client, args []string) error {
 	if c.out.json {
 		return c.out.emit(res, nil)
 	}
-	ready := c.readiness(ctx)
+	ready, rerr := c.readiness(ctx)
 	m, merr := c.metrics(ctx)
-	return c.out.emit(res, func(w io.Writer) {
+	if err := c.out.emit(res, func(w io.Writer) {
 		writeNodes(w, res.Nodes, m)
 		writeService(w, ready, m, merr)
-	})
+	}); err != nil {
+		return err
+	}
+	// What could not be read was printed as unknown: a script must not
+	// take the report as complete.
+	if err := errors.Join(rerr, merr); err != nil {
+		return fmt.Errorf("status incomplete: %w", err)
+	}
+	return nil
 }
 
 // writeService prints the service's readiness (with any pending topology
@@ -111,15 +120,16 @@ func persistence(n *v1.NodeInfo) string {
 	return fmt.Sprintf("aof=%s fsync=%s maxmemory=%s", orDash(n.Appendonly), orDash(n.Appendfsync), orDash(n.MaxmemoryPolicy))
 }
 
-// readiness returns the first line of the service's /readyz ("" when it
-// cannot be read).
-func (c *client) readiness(ctx context.Context) string {
+// readiness returns the first line of the service's /readyz: 200 when
+// ready, 503 (its body says why) when not; "" and an error when it cannot
+// be read.
+func (c *client) readiness(ctx context.Context) (string, error) {
 	b, err := c.get(ctx, "/readyz", 4096)
 	if err != nil {
-		return ""
+		return "", fmt.Errorf("/readyz: %w", err)
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
-	return line
+	return line, nil
 }
 
 // metrics reads the gauges status shows from the service's /metrics.
@@ -145,7 +155,8 @@ func (c *client) get(ctx context.Context, path string, limit int64) ([]byte, err
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(res.Body, limit))
-	if err == nil && res.StatusCode != http.StatusOK && path == "/metrics" {
+	ok := res.StatusCode == http.StatusOK || (path == "/readyz" && res.StatusCode == http.StatusServiceUnavailable)
+	if err == nil && !ok {
 		err = fmt.Errorf("HTTP %s", res.Status)
 	}
 	return b, err

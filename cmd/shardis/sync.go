@@ -29,6 +29,8 @@ const syncUsage = `usage: shardis sync [flags]            land the redo log in P
        shardis sync migrate [flags]    create or migrate the schema, then exit
        shardis sync status [flags]     print per node and queue: head, landed, lag, pending parts
 
+sync status exits 1, after printing every node (a node it could not read,
+or the database about it, with its error), when a node could not be read.
 The database is sync.dsn (or SHARDIS_SYNC__DSN). See README.md, "shardis sync".
 `
 
@@ -177,11 +179,29 @@ func syncStatus(ctx context.Context, cfg *config.Config, log *slog.Logger, w io.
 		return err
 	}
 	if asJSON {
-		enc := json.NewEncoder(w)
-		return enc.Encode(nodes)
+		if err := json.NewEncoder(w).Encode(nodes); err != nil {
+			return err
+		}
+	} else {
+		writeSyncStatus(w, nodes, all)
 	}
-	writeSyncStatus(w, nodes, all)
-	return nil
+	return unreadNodes(nodes)
+}
+
+// unreadNodes fails a sync status that could not read a node (or the
+// database about it), naming them: their rows say error, and a script must
+// not take the report as complete.
+func unreadNodes(nodes []pgsync.NodeStatus) error {
+	var bad []string
+	for _, n := range nodes {
+		if n.Err != "" {
+			bad = append(bad, n.Node)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("sync status: %d of %d nodes could not be read: %s", len(bad), len(nodes), strings.Join(bad, ", "))
 }
 
 // writeSyncStatus prints the node table, then the queues with lag or

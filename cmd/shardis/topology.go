@@ -22,7 +22,8 @@ const topologyUsage = `usage: shardis topology show --config FILE
        shardis topology apply --config NEW [--from OLD] [--wait D] [--dry-run] [--json]
 
 show prints each node's topology epoch and phase, and whether FILE's
-topology is the one applied.
+topology is the one applied; when a node cannot be read it says so and,
+after the rest, exits with status 1.
 
 Moves the inventory nodes to the topology (routes, nodes, weights of the
 inventory server) of NEW, as SECURITY.md and README describe: every node of
@@ -196,7 +197,29 @@ func cmdTopologyShow(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	mine := topology.Of(cfg)
+	writeTopologyShow(stdout, topology.Of(cfg), recs, errs)
+	return unreadTopology(errs)
+}
+
+// unreadTopology fails a topology show that could not read a node, naming
+// them: the report lacks their records, and a script must not take it as
+// complete.
+func unreadTopology(errs map[string]error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	bad := make([]string, 0, len(errs))
+	for n := range errs {
+		bad = append(bad, n)
+	}
+	slices.Sort(bad)
+	return fmt.Errorf("topology show: %s could not be read", strings.Join(bad, ", "))
+}
+
+// writeTopologyShow prints topology show's report: the configuration's
+// topology, each node's record (or why it could not be read), and what
+// the apply takes as current and has left to do.
+func writeTopologyShow(stdout io.Writer, mine topology.Topology, recs []topology.Record, errs map[string]error) {
 	fmt.Fprintf(stdout, "configuration: %s (fingerprint %s)\n", mine, mine.Fingerprint())
 	var read []topology.Record
 	for _, r := range recs {
@@ -218,17 +241,16 @@ func cmdTopologyShow(args []string, stdout, stderr io.Writer) error {
 	switch {
 	case err != nil:
 		fmt.Fprintf(stdout, "the apply cannot tell the current topology: %v\n", err)
-		return nil
+		return
 	case newest.Epoch == 0:
 		fmt.Fprintln(stdout, "no node has a topology record: the first instance started initialises them")
-		return nil
+		return
 	case newest.Current.Fingerprint() == mine.Fingerprint():
 		fmt.Fprintf(stdout, "this configuration is the applied topology (epoch %d, %s)\n", newest.Epoch, newest.Phase)
 	default:
 		fmt.Fprintf(stdout, "this configuration is NOT the applied topology (epoch %d: %s): instances with it refuse to act\n", newest.Epoch, newest.Current)
 	}
 	writeUnfinished(stdout, recs, errs, newest)
-	return nil
 }
 
 // writeUnfinished says what `topology apply` has left to do when the
