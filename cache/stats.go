@@ -37,41 +37,53 @@ func (c *Cache) Stats() Snapshot {
 	return out
 }
 
-var cacheDescs = map[string]*prometheus.Desc{}
-
-func desc(name, help string) *prometheus.Desc {
-	d := prometheus.NewDesc("shardis_cache_"+name+"_total", help, []string{"cache"}, nil)
-	cacheDescs[name] = d
-	return d
+// cacheMetrics are the names (shardis_cache_<name>_total) and help of a
+// cache's counters, in the order descs returns them.
+var cacheMetrics = [...]struct{ name, help string }{
+	{"hits", "Reads answered by Redis with a value."},
+	{"misses", "Reads that found nothing in Redis."},
+	{"fills", "Loader calls."},
+	{"negative_hits", "Reads answered by a not-found marker."},
+	{"throttled", "Misses refused by the loader rate limit."},
+	{"l1_hits", "Reads answered by the in-process L1."},
+	{"invalidations", "L1 invalidations received."},
 }
 
-var (
-	descHits          = desc("hits", "Reads answered by Redis with a value.")
-	descMisses        = desc("misses", "Reads that found nothing in Redis.")
-	descFills         = desc("fills", "Loader calls.")
-	descNegativeHits  = desc("negative_hits", "Reads answered by a not-found marker.")
-	descThrottled     = desc("throttled", "Misses refused by the loader rate limit.")
-	descL1Hits        = desc("l1_hits", "Reads answered by the in-process L1.")
-	descInvalidations = desc("invalidations", "L1 invalidations received.")
-)
+// descs returns the descriptors of the cache's counters, in cacheMetrics'
+// order. The label cache=Options.Name is a constant label of each, so the
+// collectors of caches with different names are different collectors to
+// a registry: each can be registered beside the others (with a variable
+// label, their identical descriptors made a second cache's registration
+// fail as a duplicate).
+func (c *Cache) descs() []*prometheus.Desc {
+	out := make([]*prometheus.Desc, len(cacheMetrics))
+	for i, m := range cacheMetrics {
+		out[i] = prometheus.NewDesc("shardis_cache_"+m.name+"_total", m.help, nil, prometheus.Labels{"cache": c.opts.Name})
+	}
+	return out
+}
 
 // Collector returns a Prometheus collector of the cache's counters,
-// labelled cache=Options.Name. Register it where you expose metrics.
-func (c *Cache) Collector() prometheus.Collector { return (*collector)(c) }
+// labelled cache=Options.Name. Register it where you expose metrics; the
+// collectors of caches with different names can share a registry, while
+// a second cache of the same name is refused by the registry
+// (AlreadyRegisteredError), since their series would collide.
+func (c *Cache) Collector() prometheus.Collector { return &collector{c: c, descs: c.descs()} }
 
-type collector Cache
+type collector struct {
+	c     *Cache
+	descs []*prometheus.Desc // cacheMetrics' order
+}
 
 func (k *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range cacheDescs {
+	for _, d := range k.descs {
 		ch <- d
 	}
 }
 
 func (k *collector) Collect(ch chan<- prometheus.Metric) {
-	s := (*Cache)(k).Stats()
-	name := k.opts.Name
-	for d, v := range map[*prometheus.Desc]int64{descHits: s.Hits, descMisses: s.Misses, descFills: s.Fills,
-		descNegativeHits: s.NegativeHits, descThrottled: s.Throttled, descL1Hits: s.L1Hits, descInvalidations: s.Invalidations} {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), name)
+	s := k.c.Stats()
+	for i, v := range [len(cacheMetrics)]int64{s.Hits, s.Misses, s.Fills, s.NegativeHits, s.Throttled, s.L1Hits, s.Invalidations} {
+		ch <- prometheus.MustNewConstMetric(k.descs[i], prometheus.CounterValue, float64(v))
 	}
 }
