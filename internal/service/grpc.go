@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -199,6 +200,7 @@ func (s *Server) startGRPC(tlsCfg *tls.Config) error {
 	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(s.cfg.Service.MaxBodyBytes),
+		grpc.UnknownServiceHandler(s.unknownMethod),
 	}
 	if tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
@@ -214,6 +216,28 @@ func (s *Server) startGRPC(tlsCfg *tls.Config) error {
 	go func() { _ = gs.Serve(ln) }()
 	s.log.Info("shardis serving gRPC (grpc-go transport)", "addr", ln.Addr().String(), "tls", tlsCfg != nil)
 	return nil
+}
+
+// unknownMethod answers a call of a method the gRPC port does not serve.
+// One under /shardis.v1. is answered, counted and logged as the service
+// port answers it (frontDoor): unauthenticated without the token, else
+// unimplemented, as procedure "unknown" in shardis_rpc_requests_total.
+// Others (another API's) are answered unimplemented, uncounted, as there.
+func (s *Server) unknownMethod(_ any, stream grpc.ServerStream) error {
+	start := time.Now()
+	method, _ := grpc.MethodFromServerStream(stream)
+	unimplemented := status.Error(codes.Unimplemented, "no such procedure: "+method)
+	if !strings.HasPrefix(method, "/shardis.v1.") {
+		return unimplemented
+	}
+	ctx := stream.Context()
+	md, _ := metadata.FromIncomingContext(ctx)
+	if s.cfg.Service.AuthToken != "" && !bearerOK(md, []byte("Bearer "+s.cfg.Service.AuthToken)) {
+		s.answered(ctx, "unknown", connect.CodeUnauthenticated.String(), errBearer, start)
+		return status.Error(codes.Unauthenticated, errBearer)
+	}
+	s.answered(ctx, "unknown", connect.CodeUnimplemented.String(), "no such procedure", start)
+	return unimplemented
 }
 
 // GRPCAddr returns the address of the gRPC port, or "" when
