@@ -46,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{rewoundQ: map[string]map[int]bool{}}
 	m.landed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardis_sync_landed_parts_total",
-		Help: "Redo-log entries landed in PostgreSQL (committed, then acknowledged), by node.",
+		Help: "Redo-log entries landed in PostgreSQL (counted at the commit; acknowledged to the node after it), by node.",
 	}, []string{"node"})
 	m.settled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardis_sync_settled_parts_total",

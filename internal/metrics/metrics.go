@@ -136,7 +136,7 @@ var (
 	descPeekReads = prometheus.NewDesc("shardis_refusal_reads_total",
 		"Orders' reads carried by those script calls: divided by shardis_refusal_read_script_calls_total, the mean batch size.", nil, nil)
 	descQueue       = prometheus.NewDesc("shardis_deferred_parts", "Deferred parts waiting for their node.", nil, nil)
-	descReconciled  = prometheus.NewDesc("shardis_reconciler_parts_total", "Expired parts the reconciler settled (cancelled, confirmed) or set aside as stuck (set_aside), by action.", []string{"action"}, nil)
+	descReconciled  = prometheus.NewDesc("shardis_reconciler_parts_total", "Expired parts the reconciler settled (cancelled, confirmed), set aside as stuck (set_aside) or retried once repaired (stuck_retried), by action.", []string{"action"}, nil)
 	descRedoLen     = prometheus.NewDesc("shardis_redo_log_entries", "Entries in all redo-log queues of the node.", []string{"node"}, nil)
 	descRedoUnacked = prometheus.NewDesc("shardis_redo_unacked_entries",
 		"Redo-log entries of the node (all queues) no consumer has acknowledged (AckRedoLog): the database-sync backlog.", []string{"node"}, nil)
