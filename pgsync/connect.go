@@ -20,7 +20,8 @@ import (
 // cannot be reached (logging once to set.Logger, retrying every
 // set.RetryBackoff), so a sync started before PostgreSQL simply starts
 // late; ctx bounds the wait. Credentials refused return [ErrAuth] at
-// once. Unset settings take their defaults, as in [New].
+// once, a database not encoded in UTF8 [ErrEncoding]. Unset settings
+// take their defaults, as in [New].
 func Connect(ctx context.Context, dsn string, nodes int, set Settings, migrate bool) (*pgxpool.Pool, error) {
 	set.defaults()
 	pc, err := pgxpool.ParseConfig(dsn)
@@ -31,6 +32,8 @@ func Connect(ctx context.Context, dsn string, nodes int, set Settings, migrate b
 	// ended by the server (Settings.IdleInTransactionTimeout).
 	pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] =
 		strconv.FormatInt(max(set.IdleInTransactionTimeout.Milliseconds(), 1), 10)
+	// Ids are UTF-8 (the database must be too: checkEncoding).
+	pc.ConnConfig.RuntimeParams["client_encoding"] = "UTF8"
 	// Two workers per node each hold at most one connection at a time;
 	// beyond 32 they take turns rather than crowd the server.
 	pc.MaxConns = int32(max(4, min(32, 2*nodes+2)))
@@ -51,6 +54,12 @@ func Connect(ctx context.Context, dsn string, nodes int, set Settings, migrate b
 // [Connect] returns it at once.
 var ErrAuth = errors.New("PostgreSQL refused the credentials of sync.dsn")
 
+// ErrEncoding is wrapped when sync.dsn's database is not encoded in UTF8
+// (or SQL_ASCII, which stores the bytes as they are): ids are UTF-8, and
+// another encoding would store them as other characters, or refuse them
+// and stop the landing. [Connect] returns it at once.
+var ErrEncoding = errors.New("the sync's database is not encoded in UTF8")
+
 // authFailure wraps err in ErrAuth when it is PostgreSQL refusing the
 // credentials; it returns nil otherwise.
 func authFailure(err error) error {
@@ -61,21 +70,14 @@ func authFailure(err error) error {
 	return nil
 }
 
-// waitSchema migrates or checks the schema, retrying while the database
-// cannot be reached. A schema at the wrong version, or credentials
-// refused, are returned at once.
+// waitSchema checks the database's encoding, then migrates or checks the
+// schema, retrying while the database cannot be reached. A database not
+// in UTF8, a schema at the wrong version, or credentials refused, are
+// returned at once.
 func waitSchema(ctx context.Context, pool *pgxpool.Pool, migrate bool, log *slog.Logger, backoff time.Duration) error {
 	for tries := 0; ; tries++ {
-		var err error
-		if migrate {
-			var from, to int
-			if from, to, err = Migrate(ctx, pool); err == nil && from != to {
-				log.Info("sync schema migrated", "from_version", from, "to_version", to)
-			}
-		} else {
-			err = CheckSchema(ctx, pool)
-		}
-		if err == nil || errors.Is(err, ErrSchema) {
+		err := checkSchemaOnce(ctx, pool, migrate, log)
+		if err == nil || errors.Is(err, ErrSchema) || errors.Is(err, ErrEncoding) {
 			return err
 		}
 		if aerr := authFailure(err); aerr != nil {
@@ -88,4 +90,33 @@ func waitSchema(ctx context.Context, pool *pgxpool.Pool, migrate bool, log *slog
 			return fmt.Errorf("pgsync: waiting for PostgreSQL: %w (last error: %v)", ctx.Err(), err)
 		}
 	}
+}
+
+// checkSchemaOnce checks the database's encoding, then migrates the
+// schema (migrate) or checks its version.
+func checkSchemaOnce(ctx context.Context, pool *pgxpool.Pool, migrate bool, log *slog.Logger) error {
+	if err := checkEncoding(ctx, pool); err != nil {
+		return err
+	}
+	if !migrate {
+		return CheckSchema(ctx, pool)
+	}
+	from, to, err := Migrate(ctx, pool)
+	if err == nil && from != to {
+		log.Info("sync schema migrated", "from_version", from, "to_version", to)
+	}
+	return err
+}
+
+// checkEncoding returns an error wrapping ErrEncoding when the database
+// pool connects to is encoded in neither UTF8 nor SQL_ASCII.
+func checkEncoding(ctx context.Context, pool *pgxpool.Pool) error {
+	var enc string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('server_encoding')").Scan(&enc); err != nil {
+		return fmt.Errorf("pgsync: reading the database's encoding: %w", err)
+	}
+	if enc != "UTF8" && enc != "SQL_ASCII" {
+		return fmt.Errorf("pgsync: %w: it is %s; create it with ENCODING 'UTF8'", ErrEncoding, enc)
+	}
+	return nil
 }

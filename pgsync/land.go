@@ -60,8 +60,8 @@ func newWorker(s *Syncer, node string) *worker {
 	return w
 }
 
-// landLoop lands until ctx is done: at once while batches come back full,
-// every poll interval when idle, after the retry backoff on failure (or
+// landLoop lands until ctx is done: at once while batches come back full
+// (and it got a queue's lock), every poll interval when idle, after the retry backoff on failure (or
 // as soon as the database answers again, when it was the database that
 // failed).
 func (w *worker) landLoop(ctx context.Context) {
@@ -83,7 +83,9 @@ func (w *worker) landLoop(ctx context.Context) {
 }
 
 // landStep reads every queue once and lands what it found in one
-// transaction, then acknowledges it. It reports whether more is waiting.
+// transaction, then acknowledges it. It reports whether more is waiting
+// that it can land now: not when another session held every queue it
+// read.
 func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, w.s.set.StepTimeout)
 	defer cancel()
@@ -127,8 +129,35 @@ func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 		clear(w.rewound)
 		return true, nil
 	}
-	var work []inventory.RedoQueueRead
-	total := 0
+	work, total := w.workOf(b)
+	if len(work) == 0 {
+		return false, nil
+	}
+	started := time.Now() // the database's part of the step (dbHealth.observe)
+	gotLock, err := w.land(ctx, work, w.s.cancelReasons(ctx, cancelledParts(work)))
+	if err != nil {
+		if ne := (nodeError{}); errors.As(err, &ne) {
+			return false, w.failRedis(ne.err)
+		}
+		return false, w.failDB(err, started)
+	}
+	if w.inc == "" {
+		return true, nil // the node was accepted again since the read (superseded): read it
+	}
+	w.s.health.observe(nil, started)
+	w.db.ok("incarnation", w.inc)
+	w.payAcks(ctx)
+	// a full batch whose queues another session all held moved nothing:
+	// read again after the poll interval, not at once
+	return gotLock && total >= w.s.set.Batch, nil
+}
+
+// workOf returns the queues of b with something to land (entries, or
+// offsets trimmed past the position) and how many entries they hold; it
+// reports the queues that went back (paused) and those that match again,
+// and each queue's lag.
+func (w *worker) workOf(b inventory.RedoBatch) (work []inventory.RedoQueueRead, total int) {
+	m := w.s.m
 	for _, q := range b.Queues {
 		m.setLag(w.node, q.Queue, q.Head-w.pos[q.Queue].off)
 		if q.Rewound {
@@ -144,23 +173,7 @@ func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 			total += len(q.Entries)
 		}
 	}
-	if len(work) == 0 {
-		return false, nil
-	}
-	started := time.Now() // the database's part of the step (dbHealth.observe)
-	if err := w.land(ctx, work, w.s.cancelReasons(ctx, cancelledParts(work))); err != nil {
-		if ne := (nodeError{}); errors.As(err, &ne) {
-			return false, w.failRedis(ne.err)
-		}
-		return false, w.failDB(err, started)
-	}
-	if w.inc == "" {
-		return true, nil // the node was accepted again since the read (superseded): read it
-	}
-	w.s.health.observe(nil, started)
-	w.db.ok("incarnation", w.inc)
-	w.payAcks(ctx)
-	return total >= w.s.set.Batch, nil
+	return work, total
 }
 
 // cancelledParts returns the cancelled entries of work: part id → order.

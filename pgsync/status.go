@@ -35,7 +35,9 @@ type NodeStatus struct {
 }
 
 // GapStatus is one range of a queue's redo log trimmed before it landed:
-// offsets First..Last of the incarnation, Missing of them with no row.
+// offsets First..Last of the incarnation, Missing of them never landed
+// (no row; for a node accepted with its data, past what its earlier
+// incarnations landed too).
 type GapStatus struct {
 	Incarnation string    `json:"incarnation"`
 	Queue       int       `json:"queue"`

@@ -62,31 +62,39 @@ SET redo_offset = EXCLUDED.redo_offset, part_id = EXCLUDED.part_id, updated_at =
 // committed position is still the worker's (another instance may have
 // moved it: the worker takes the database's position and reads again).
 // Only after the commit does it move the worker's positions and owe the
-// acknowledgements.
-func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead, reasons map[string]CancelReason) error {
+// acknowledgements. gotLock is false when another session held the lock
+// of every queue of work: nothing moved, and reading again at once would
+// only read the same entries again (landStep waits its poll interval).
+func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead, reasons map[string]CancelReason) (gotLock bool, err error) {
 	queues := make([]int32, len(work))
 	for i, q := range work {
 		queues[i] = int32(q.Queue)
 	}
 	tx, err := w.s.pool.Begin(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
 	locked, db, err := w.lockQueues(ctx, tx, queues)
 	if err != nil {
-		return err
+		return false, err
 	}
 	w.noteLocked(queues, locked)
 	if len(locked) > 0 {
 		if gone, err := w.superseded(ctx); err != nil || gone {
-			return err
+			return true, err
 		}
 	}
 	b := w.batch(work, locked, db, reasons)
 	if len(b.next) == 0 {
-		return tx.Commit(ctx) // releases the locks
+		return len(locked) > 0, tx.Commit(ctx) // releases the locks
 	}
+	return true, w.write(ctx, tx, work, b)
+}
+
+// write writes b (the landBatch of work) in tx, commits, and only then
+// moves the worker's positions and owes the acknowledgements.
+func (w *worker) write(ctx context.Context, tx pgx.Tx, work []inventory.RedoQueueRead, b landBatch) error {
 	missing, err := w.missingTrimmed(ctx, tx, b.trimmed)
 	if err != nil {
 		return err
@@ -272,31 +280,54 @@ func (w *worker) batch(work []inventory.RedoQueueRead, locked map[int]bool, db m
 	return b
 }
 
-// missingTrimmed counts, per queue, the trimmed offsets with no row: those
-// with one were landed before (a position set back), the others are lost
-// to the database. An offset skipped as a refused attempt's (skipRefused)
-// has no row either: after a position set back over one, it is counted
-// too.
+// missingTrimmed counts, per queue, the trimmed offsets that never
+// landed: those with a row were landed before (a position set back), the
+// others are lost to the database. An offset skipped as a refused
+// attempt's (skipRefused) has no row either: after a position set back
+// over one, it is counted too.
+//
+// A node accepted with its data (restored from a copy, w.copied) keeps
+// its redo log, offsets and acknowledgements: what the copy had trimmed
+// was handled, and acknowledged, under an earlier incarnation. Its rows
+// count, and so does its committed position: every offset up to it was
+// landed, left out as a refused attempt's, or recorded as a gap then
+// (copiedUpTo). A node that came back empty hands its offsets out again
+// to new entries: only its own incarnation's rows count.
 func (w *worker) missingTrimmed(ctx context.Context, tx pgx.Tx, trimmed map[int][2]int64) (map[int]int64, error) {
 	missing := map[int]int64{}
 	for q, r := range trimmed {
-		var have int64
-		// A node accepted with its data (restored from a copy) keeps its
-		// redo log, offsets and acknowledgements: what the copy had
-		// trimmed was landed, and acknowledged, under an earlier
-		// incarnation, whose rows count too (w.copied). A node that came
-		// back empty hands its offsets out again to new entries: only
-		// its own incarnation's rows count.
-		if err := tx.QueryRow(ctx, `SELECT count(DISTINCT redo_offset) FROM stock_movements
-WHERE node = $1 AND (incarnation = $2 OR $6) AND queue = $3 AND redo_offset BETWEEN $4 AND $5`,
-			w.node, w.inc, q, r[0], r[1], w.copied).Scan(&have); err != nil {
+		first, err := w.copiedUpTo(ctx, tx, q)
+		if err != nil {
 			return nil, err
 		}
-		if n := r[1] - r[0] + 1 - have; n > 0 {
+		first = max(first+1, r[0])
+		if first > r[1] {
+			continue
+		}
+		var have int64
+		if err := tx.QueryRow(ctx, `SELECT count(DISTINCT redo_offset) FROM stock_movements
+WHERE node = $1 AND (incarnation = $2 OR $6) AND queue = $3 AND redo_offset BETWEEN $4 AND $5`,
+			w.node, w.inc, q, first, r[1], w.copied).Scan(&have); err != nil {
+			return nil, err
+		}
+		if n := r[1] - first + 1 - have; n > 0 {
 			missing[q] = n
 		}
 	}
 	return missing, nil
+}
+
+// copiedUpTo is, for a node accepted with its data (w.copied), the
+// highest position committed in queue q under its earlier incarnations:
+// the copy's offsets up to there were handled then. 0 otherwise.
+func (w *worker) copiedUpTo(ctx context.Context, tx pgx.Tx, q int) (int64, error) {
+	if !w.copied {
+		return 0, nil
+	}
+	var upTo int64
+	err := tx.QueryRow(ctx, `SELECT coalesce(max(redo_offset), 0) FROM sync_positions
+WHERE node = $1 AND incarnation <> $2 AND queue = $3`, w.node, w.inc, q).Scan(&upTo)
+	return upTo, err
 }
 
 // recordGaps writes a sync_gaps row per queue of missing in tx, the
