@@ -2,17 +2,13 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/shardis/shardis/internal/pgtest"
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/pgsync"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
@@ -47,18 +43,7 @@ func TestReview2PartsStuckUnreachableFails(t *testing.T) {
 
 // sync status with a node down: its row says error, exit 1.
 func TestReview2SyncStatusNodeErrorFails(t *testing.T) {
-	nodes := redistest.StartN(t, 2, redistest.Options{})
-	pg := pgtest.Start(t, "review2-pw")
-	t.Setenv("SHARDIS_SYNC__DSN", pg.URL())
-	yml := fmt.Sprintf("nodes:\n  n1: {addr: %s}\n  n2: {addr: %s}\nservers:\n  inventory: {routes: {clothes: [n1, n2]}}\n",
-		nodes[0].Addr(), nodes[1].Addr())
-	p := filepath.Join(t.TempDir(), "sync.yaml")
-	if err := os.WriteFile(p, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if code, out, errOut := cli(t, "sync", "migrate", "--config", p); code != 0 {
-		t.Fatalf("sync migrate: exit %d %q %q", code, out, errOut)
-	}
+	nodes, p := migratedSync(t, "review2-pw")
 	if code, out, errOut := cli(t, "sync", "status", "--config", p); code != 0 {
 		t.Fatalf("sync status, every node up: exit %d %q %q", code, out, errOut)
 	}

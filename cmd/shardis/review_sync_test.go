@@ -34,8 +34,25 @@ func TestReviewSyncTimeoutValidated(t *testing.T) {
 // sync status quiets the router's info lines by default, but a
 // --log-level given explicitly is the level it logs at.
 func TestReviewSyncStatusHonoursLogLevel(t *testing.T) {
+	_, p := migratedSync(t, "review-pw")
+	code, _, errOut := cli(t, "sync", "status", "--config", p)
+	if code != 0 || strings.Contains(errOut, "node up") {
+		t.Fatalf("sync status: exit %d, stderr %q; want no \"node up\" by default", code, errOut)
+	}
+	code, _, errOut = cli(t, "sync", "status", "--config", p, "--log-level", "info")
+	if code != 0 || !strings.Contains(errOut, "node up") {
+		t.Errorf("sync status --log-level info: exit %d, stderr %q; want the info lines (\"node up\")", code, errOut)
+	}
+}
+
+// migratedSync starts two real redis-server nodes and a PostgreSQL whose
+// password is pw, writes a configuration of an inventory over both with
+// sync.dsn given by SHARDIS_SYNC__DSN, and runs sync migrate on it. It
+// returns the nodes and the configuration's path.
+func migratedSync(t *testing.T, pw string) ([]*redistest.Server, string) {
+	t.Helper()
 	nodes := redistest.StartN(t, 2, redistest.Options{})
-	pg := pgtest.Start(t, "review-pw")
+	pg := pgtest.Start(t, pw)
 	t.Setenv("SHARDIS_SYNC__DSN", pg.URL())
 	yml := fmt.Sprintf("nodes:\n  n1: {addr: %s}\n  n2: {addr: %s}\nservers:\n  inventory: {routes: {clothes: [n1, n2]}}\n",
 		nodes[0].Addr(), nodes[1].Addr())
@@ -46,12 +63,5 @@ func TestReviewSyncStatusHonoursLogLevel(t *testing.T) {
 	if code, out, errOut := cli(t, "sync", "migrate", "--config", p); code != 0 {
 		t.Fatalf("sync migrate: exit %d %q %q", code, out, errOut)
 	}
-	code, _, errOut := cli(t, "sync", "status", "--config", p)
-	if code != 0 || strings.Contains(errOut, "node up") {
-		t.Fatalf("sync status: exit %d, stderr %q; want no \"node up\" by default", code, errOut)
-	}
-	code, _, errOut = cli(t, "sync", "status", "--config", p, "--log-level", "info")
-	if code != 0 || !strings.Contains(errOut, "node up") {
-		t.Errorf("sync status --log-level info: exit %d, stderr %q; want the info lines (\"node up\")", code, errOut)
-	}
+	return nodes, p
 }
