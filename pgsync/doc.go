@@ -77,7 +77,29 @@
 //     at the offset, so it never applies to other data. A sync killed at
 //     any point resumes from the committed position: entries between the
 //     commit and the acknowledgement are landed already and acknowledged
-//     on restart.
+//     on restart. An acknowledgement that failed (the node did not
+//     answer) is owed, and checked against the committed positions read
+//     again from the database before it is retried: one past them (the
+//     database lost the commit since: restored from a backup, an
+//     asynchronous replica promoted) is dropped, never sent, and the
+//     entries, still in the node's redo log, land again. So is one owed
+//     past a position a landing reads lower under its locks. What no
+//     check can see is a commit lost after its acknowledgement went
+//     through (sent right after the commit): those entries are trimmed,
+//     and recorded in sync_gaps when the position is read past them.
+//   - The schema is checked at start ([Connect]) and by every landing
+//     and settle transaction, in statements they run anyway (no round
+//     trip added): each takes the migration lock shared (tried, as the
+//     queue locks are) and reads the version in a later statement, so a
+//     migration commits either before the transaction, which then sees
+//     it, or after it. The transaction that loads a node's positions (at
+//     start, at a new incarnation) does the same, with one statement
+//     more (it waits for the lock). A database migrated to another version while the
+//     sync runs (a newer build's `shardis sync migrate`) stops every
+//     worker before it writes: one error, naming both versions, is
+//     logged, [Syncer.Err] returns it and [Syncer.DatabaseUp] (/healthz)
+//     is false. (A worker that finds nothing to land or settle reads no
+//     version: it writes nothing either.)
 //   - A part landed while pending is re-read on its node once it settles
 //     (below, "Settled states") until it is confirmed or cancelled; the
 //     row is updated, never duplicated, and only while the incarnation

@@ -11,7 +11,8 @@ import (
 
 // sqlPendingParts reads the landed pending rows of a node among some parts
 // (the unique index on (node, part_id)).
-const sqlPendingParts = `SELECT incarnation, queue, redo_offset, part_id, order_id, coalesce(held_by, incarnation) FROM stock_movements
+const sqlPendingParts = `SELECT incarnation, queue, redo_offset, part_id, order_id, coalesce(held_by, incarnation),
+  (SELECT coalesce(max(version), 0) FROM shardis_sync_schema) FROM stock_movements
 WHERE node = $1 AND part_id = ANY($2) AND state = 'pending'`
 
 // follower is a worker's place in its node's settled log (doc.go,

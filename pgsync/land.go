@@ -32,6 +32,7 @@ type worker struct {
 	gen     int64          // its acceptance generation
 	pos     []cursor       // per queue, as committed (or as another instance committed)
 	owed    map[int]cursor // committed but not yet acknowledged in Redis
+	unsure  bool           // an acknowledgement of owed failed: the database may have lost it since (checkOwed)
 	rot     int            // first queue of the next read (fairness)
 	rewound map[int]bool   // queues reported as gone back, paused
 	locks   lockWait       // queues skipped as locked by another session
@@ -68,8 +69,8 @@ func (w *worker) landLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		more, err := w.landStep(ctx)
 		switch {
-		case err != nil && ctx.Err() == nil:
-			if !w.s.health.wait(ctx, w.s.set.RetryBackoff) {
+		case err != nil:
+			if !w.retry(ctx, err) {
 				return
 			}
 		case !more:
@@ -195,8 +196,23 @@ func (w *worker) failRedis(err error) error {
 	return err
 }
 
+// retry waits out the failure err of a step (landing or settle), and
+// reports whether the loop goes on: not once ctx is done, nor after a
+// schema at another version (ErrSchema), which stops the syncer.
+func (w *worker) retry(ctx context.Context, err error) bool {
+	if errors.Is(err, ErrSchema) {
+		w.s.halt(err)
+		return false
+	}
+	return ctx.Err() == nil && w.s.health.wait(ctx, w.s.set.RetryBackoff)
+}
+
 // failDB records a database failure of the step that started at started.
+// A schema at another version is not one: the database answered.
 func (w *worker) failDB(err error, started time.Time) error {
+	if errors.Is(err, ErrSchema) {
+		return err
+	}
 	w.s.m.errors.WithLabelValues(w.node, stageDB).Inc()
 	w.s.health.observe(err, started)
 	w.db.fail(err, "incarnation", w.inc)
@@ -242,15 +258,15 @@ ORDER BY first_seen`, w.node, inc) // every earlier one, not only at a first sig
 		if previous, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return err
 		}
-		rows, _ = tx.Query(ctx, `SELECT queue, redo_offset, part_id FROM sync_positions WHERE node = $1 AND incarnation = $2`, w.node, inc)
-		var q int32
-		var c cursor
-		_, err = pgx.ForEachRow(rows, []any{&q, &c.off, &c.part}, func() error {
-			if int(q) < len(pos) {
-				pos[q] = c
-			}
-			return nil
-		})
+		// a migration commits before this transaction or after it, and
+		// positions sees it (the version)
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock_shared($1)", migrateLock); err != nil {
+			return err
+		}
+		db, err := w.positions(ctx, tx, inc, allQueues(len(pos)))
+		for q, c := range db {
+			pos[q] = c
+		}
 		return err
 	})
 	if err != nil {
@@ -269,7 +285,7 @@ ORDER BY first_seen`, w.node, inc) // every earlier one, not only at a first sig
 		"positions", positionsText(pos))
 	w.inc, w.gen, w.pos, w.restored = inc, gen, pos, len(previous) > 0
 	w.copied = w.restored && b.DataOf != node.NoEarlierData
-	w.owed = map[int]cursor{}
+	w.owed, w.unsure = map[int]cursor{}, false
 	for q, c := range pos {
 		if c.off > 0 {
 			w.owed[q] = c
@@ -277,6 +293,15 @@ ORDER BY first_seen`, w.node, inc) // every earlier one, not only at a first sig
 	}
 	w.s.m.generation.WithLabelValues(w.node).Set(float64(gen))
 	return nil
+}
+
+// allQueues is 0..n-1.
+func allQueues(n int) []int32 {
+	qs := make([]int32, n)
+	for i := range qs {
+		qs[i] = int32(i)
+	}
+	return qs
 }
 
 // positionsText is each queue's committed position, "queue:offset"
@@ -294,8 +319,12 @@ func positionsText(pos []cursor) string {
 
 // payAcks acknowledges what was committed. A failure leaves the debt for
 // the next step: the entries are in the database, Redis only keeps them
-// longer.
+// longer. A debt left by a failure is checked against the database's
+// positions before it is paid (checkOwed).
 func (w *worker) payAcks(ctx context.Context) {
+	if w.unsure && !w.checkOwed(ctx) {
+		return
+	}
 	acks := make([]inventory.RedoCursor, 0, len(w.owed))
 	for q, c := range w.owed {
 		acks = append(acks, inventory.RedoCursor{Queue: q, After: c.off, PartID: c.part})
@@ -314,17 +343,68 @@ func (w *worker) payAcks(ctx context.Context) {
 		// pause it.
 		for _, a := range acks {
 			_, err := w.s.inv.AckRedoBatch(ctx, w.node, w.inc, []inventory.RedoCursor{a})
-			if err == nil {
+			switch {
+			case err == nil:
 				delete(w.owed, a.Queue)
-			} else if errors.Is(err, inventory.ErrRewound) || errors.Is(err, inventory.ErrInvalid) {
+			case errors.Is(err, inventory.ErrRewound) || errors.Is(err, inventory.ErrInvalid):
 				delete(w.owed, a.Queue)
 				w.reportRewound(inventory.RedoQueueRead{Queue: a.Queue, Rewound: true})
+			default:
+				w.unsure = true
 			}
 		}
 		return
 	}
+	w.unsure = true
 	w.s.m.errors.WithLabelValues(w.node, stageAck).Inc()
 	w.ack.fail(err)
+}
+
+// checkOwed re-reads the committed positions of the queues owed an
+// acknowledgement that failed: the database may have lost the commit
+// since (restored from a backup, an asynchronous replica promoted). An
+// acknowledgement past the database's position is dropped, never sent
+// (the node would trim entries the database does not hold), and the queue
+// is read again from that position (dbMoved): the entries, still in the
+// node's redo log, land again. It reports whether the debt may be paid; a
+// failure to read leaves it, unsure, for the next step.
+func (w *worker) checkOwed(ctx context.Context) bool {
+	queues := make([]int32, 0, len(w.owed))
+	for q := range w.owed {
+		queues = append(queues, int32(q))
+	}
+	started := time.Now()
+	db, err := w.positions(ctx, w.s.pool, w.inc, queues)
+	if err != nil {
+		if errors.Is(err, ErrSchema) {
+			w.s.halt(err) // the database answered: at another schema version
+		}
+		_ = w.failDB(err, started)
+		return false
+	}
+	w.s.health.observe(nil, started)
+	for _, q := range queues {
+		if c := db[int(q)]; w.owed[int(q)].off > c.off {
+			w.dbMoved(int(q), c)
+		}
+	}
+	w.unsure = false
+	return true
+}
+
+// dbMoved takes c, the committed position of queue q read from the
+// database, when it is not the worker's: another instance landed past it,
+// or the database went back under it. The worker reads the queue again
+// from there, and drops an acknowledgement owed past it: the database
+// does not hold those entries (any more), so the node must keep them.
+func (w *worker) dbMoved(q int, c cursor) {
+	if o, ok := w.owed[q]; ok && o.off > c.off {
+		delete(w.owed, q)
+		w.s.log.Warn("the database no longer holds entries landed and not yet acknowledged (restored from a backup, or a replica promoted): "+
+			"their acknowledgement is dropped and they are landed again from the committed position",
+			"node", w.node, "incarnation", w.inc, "queue", q, "owed", o.off, "position", c.off)
+	}
+	w.pos[q] = c
 }
 
 // movements are the rows of stock_movements to write, by column.

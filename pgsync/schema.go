@@ -102,6 +102,9 @@ const migrateLock int64 = 0x7368617264697331
 // to run from several instances at once: they serialise on an advisory
 // lock) and returns the version it found and the version it left. A
 // database at a newer version than this build is refused with [ErrSchema].
+// Running syncers' landing and settle transactions hold the same lock
+// shared: a migration waits for those under way, and the next ones read
+// the new version and stop a syncer of another build ([Syncer.Err]).
 func Migrate(ctx context.Context, pool *pgxpool.Pool) (from, to int, err error) {
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLock); err != nil {
@@ -153,4 +156,12 @@ func CheckSchema(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("%w: the database is at schema version %d, this shardis writes version %d: upgrade shardis", ErrSchema, v, SchemaVersion)
 	}
 	return nil
+}
+
+// schemaChanged is the error of a running syncer that finds the database
+// at schema version v, not [SchemaVersion]: migrated since it started
+// (by a newer build, whose rows this one must not write), or set back.
+func schemaChanged(v int) error {
+	return fmt.Errorf("%w: the database is now at schema version %d, this shardis writes version %d: "+
+		"it was migrated while this sync ran; stopped (run the shardis that migrated it)", ErrSchema, v, SchemaVersion)
 }

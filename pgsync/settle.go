@@ -2,6 +2,7 @@ package pgsync
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,7 +24,8 @@ type settleKey struct {
 
 // The statements of a settle step.
 const (
-	sqlPending = `SELECT incarnation, queue, redo_offset, part_id, order_id, coalesce(held_by, incarnation) FROM stock_movements
+	sqlPending = `SELECT incarnation, queue, redo_offset, part_id, order_id, coalesce(held_by, incarnation),
+  (SELECT coalesce(max(version), 0) FROM shardis_sync_schema) FROM stock_movements
 WHERE node = $1 AND state = 'pending' AND (incarnation, queue, redo_offset) > ($2, $3, $4)
 ORDER BY incarnation, queue, redo_offset LIMIT $5`
 	// sqlSettle writes what a step read, only to a row still pending and
@@ -52,7 +54,7 @@ func (w *worker) settleLoop(ctx context.Context) {
 			read, err := w.followStep(ctx, &f)
 			switch {
 			case err != nil:
-				if ctx.Err() != nil || !w.s.health.wait(ctx, w.s.set.RetryBackoff) {
+				if !w.retry(ctx, err) {
 					return
 				}
 				continue
@@ -71,7 +73,7 @@ func (w *worker) settleLoop(ctx context.Context) {
 		}
 		scanned, pending, err := w.settleStep(ctx, &from)
 		if err != nil {
-			if ctx.Err() != nil || !w.s.health.wait(ctx, w.s.set.RetryBackoff) {
+			if !w.retry(ctx, err) {
 				return
 			}
 			continue
@@ -102,7 +104,10 @@ func (w *worker) settleTx(ctx context.Context) (tx pgx.Tx, started time.Time, mi
 	if err != nil {
 		return nil, started, false, w.settleFailed(stageDB, err, started)
 	}
-	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1, -1)", w.key).Scan(&mine); err != nil {
+	// with migrateLock shared, tried: a migration under way leaves the
+	// step for later, as another instance's lock does (sqlLockQueues)
+	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock_shared($2::bigint) AND pg_try_advisory_xact_lock($1, -1)",
+		w.key, migrateLock).Scan(&mine); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, started, false, w.settleFailed(stageDB, err, started)
 	}
@@ -115,7 +120,11 @@ func (w *worker) settleTx(ctx context.Context) (tx pgx.Tx, started time.Time, mi
 }
 
 // settleFailed counts a settle step's failure at stage and returns err.
+// A schema at another version is not one: the database answered.
 func (w *worker) settleFailed(stage string, err error, started time.Time) error {
+	if errors.Is(err, ErrSchema) {
+		return err
+	}
 	w.s.m.errors.WithLabelValues(w.node, stage).Inc()
 	if stage == stageDB {
 		w.s.health.observe(err, started)
@@ -197,15 +206,22 @@ type pendingRow struct {
 
 // pendingRows reads the landed pending parts query selects (sqlPending:
 // up to a chunk of a node's after a key, in key order; sqlPendingParts:
-// those of a node among some parts), inside tx.
+// those of a node among some parts), inside tx, under migrateLock
+// (settleTx). Each row carries the schema version: rows read from a
+// database at another version are an error wrapping ErrSchema (with none,
+// the step writes nothing).
 func pendingRows(ctx context.Context, tx pgx.Tx, query string, args ...any) ([]pendingRow, error) {
 	var list []pendingRow
 	var r pendingRow
+	version := SchemaVersion
 	rows, _ := tx.Query(ctx, query, args...)
-	_, err := pgx.ForEachRow(rows, []any{&r.key.inc, &r.key.queue, &r.key.off, &r.part, &r.order, &r.holder}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&r.key.inc, &r.key.queue, &r.key.off, &r.part, &r.order, &r.holder, &version}, func() error {
 		list = append(list, r)
 		return nil
 	})
+	if err == nil && version != SchemaVersion {
+		err = schemaChanged(version)
+	}
 	return list, err
 }
 

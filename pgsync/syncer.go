@@ -131,6 +131,8 @@ type Syncer struct {
 	started bool
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
+	err     error         // why the workers stopped on their own (halt)
+	halted  chan struct{} // closed by halt
 }
 
 // New returns a syncer over inv's nodes writing to pool. The schema must
@@ -138,7 +140,7 @@ type Syncer struct {
 func New(inv *inventory.Inventory, pool *pgxpool.Pool, set Settings) *Syncer {
 	set.defaults()
 	s := &Syncer{inv: inv, pool: pool, set: set, log: set.Logger, m: set.Metrics,
-		queues: inv.RedoQueues()}
+		queues: inv.RedoQueues(), halted: make(chan struct{})}
 	s.health = newDBHealth(s.log, s.m.dbUp)
 	for _, n := range inv.Nodes() {
 		s.m.initNode(n.Name())
@@ -169,8 +171,44 @@ func (s *Syncer) Start() {
 // DatabaseUp reports whether PostgreSQL answered the syncer's last
 // statement or ping (it is pinged every second while it answers, so an
 // outage is seen even when nothing needs landing). `shardis sync` serves
-// it as /healthz; it is shardis_sync_database_up.
-func (s *Syncer) DatabaseUp() bool { return s.health.up() }
+// it as /healthz; it is shardis_sync_database_up. It is false once the
+// syncer stopped on its own ([Syncer.Err]).
+func (s *Syncer) DatabaseUp() bool { return s.health.up() && s.Err() == nil }
+
+// Err returns why the syncer's workers stopped on their own, nil while
+// they run (or were stopped by Close): an error wrapping [ErrSchema] when
+// a landing or settle transaction found the database at another schema
+// version than [SchemaVersion] (migrated while it ran). Nothing is
+// written after that; the process should exit.
+func (s *Syncer) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Halted returns a channel closed when the syncer's workers stop on their
+// own ([Syncer.Err] says why); never closed by Close. `shardis sync`
+// exits on it.
+func (s *Syncer) Halted() <-chan struct{} { return s.halted }
+
+// halt stops every worker for good, for err (the schema changed under the
+// syncer: every worker would find the same), and logs it once.
+func (s *Syncer) halt(err error) {
+	s.mu.Lock()
+	first := s.err == nil
+	if first {
+		s.err = err
+		close(s.halted)
+	}
+	cancel := s.cancel
+	s.mu.Unlock()
+	if first {
+		s.log.Error("SYNC STOPPED: nothing more is landed or settled by this instance", "err", err)
+	}
+	if cancel != nil {
+		cancel()
+	}
+}
 
 // Close stops the workers and waits for them. What was committed stays;
 // a batch in flight is rolled back (it is landed again by the next run).

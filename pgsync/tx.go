@@ -12,11 +12,19 @@ import (
 // The statements of one landing transaction.
 const (
 	// sqlLockQueues takes the advisory lock of every queue it can; a queue
-	// another instance is landing right now is left to it.
-	sqlLockQueues = `SELECT q FROM unnest($2::int[]) AS q WHERE pg_try_advisory_xact_lock($1, q)`
-	// sqlPositions re-reads the committed positions under the locks.
-	sqlPositions = `SELECT queue, redo_offset, part_id FROM sync_positions
-WHERE node = $1 AND incarnation = $2 AND queue = ANY($3::int[])`
+	// another instance is landing right now is left to it. With them it
+	// takes migrateLock shared (tried, not waited for: a migration under
+	// way holds it, and the queues are left for the next poll, as when
+	// another instance holds them), so no migration commits before this
+	// transaction does, and sqlPositions, the next statement, sees every
+	// one committed before.
+	sqlLockQueues = `SELECT q FROM unnest($2::int[]) AS q
+WHERE pg_try_advisory_xact_lock_shared($3::bigint) AND pg_try_advisory_xact_lock($1, q)`
+	// sqlPositions re-reads the committed positions under the locks, and
+	// the schema version (one row with NULL positions when there are none).
+	sqlPositions = `SELECT p.queue, p.redo_offset, p.part_id, s.version
+FROM (SELECT coalesce(max(version), 0) AS version FROM shardis_sync_schema) AS s
+LEFT JOIN sync_positions p ON p.node = $1 AND p.incarnation = $2 AND p.queue = ANY($3::int[])`
 	// sqlInsert lands entries. A part already landed (a replay, or a part
 	// a restored node still holds under a new incarnation) keeps its row:
 	// only its state moves forward, but for a row lost or expired that a
@@ -60,7 +68,9 @@ SET redo_offset = EXCLUDED.redo_offset, part_id = EXCLUDED.part_id, updated_at =
 // land writes the entries of work in one transaction with the new
 // positions of their queues, for the queues whose lock it gets and whose
 // committed position is still the worker's (another instance may have
-// moved it: the worker takes the database's position and reads again).
+// moved it, or the database gone back: the worker takes the database's
+// position and reads again). A database at another schema version is an
+// error wrapping ErrSchema (positions).
 // Only after the commit does it move the worker's positions and owe the
 // acknowledgements. gotLock is false when another session held the lock
 // of every queue of work: nothing moved, and reading again at once would
@@ -203,9 +213,10 @@ func (w *worker) reportConflicts(cs []conflict) {
 }
 
 // lockQueues takes the advisory lock of each of queues it can get in tx
-// (another instance holds the others) and reads their committed positions.
+// (another instance holds the others) and reads their committed positions
+// (positions: a schema at another version is an error wrapping ErrSchema).
 func (w *worker) lockQueues(ctx context.Context, tx pgx.Tx, queues []int32) (map[int]bool, map[int]cursor, error) {
-	rows, _ := tx.Query(ctx, sqlLockQueues, w.key, queues)
+	rows, _ := tx.Query(ctx, sqlLockQueues, w.key, queues, migrateLock)
 	lockedList, err := pgx.CollectRows(rows, pgx.RowTo[int32])
 	if err != nil {
 		return nil, nil, err
@@ -214,17 +225,43 @@ func (w *worker) lockQueues(ctx context.Context, tx pgx.Tx, queues []int32) (map
 	for _, q := range lockedList {
 		locked[int(q)] = true
 	}
-	db := map[int]cursor{}
-	rows, _ = tx.Query(ctx, sqlPositions, w.node, w.inc, lockedList)
-	var q int32
-	var c cursor
-	if _, err := pgx.ForEachRow(rows, []any{&q, &c.off, &c.part}, func() error {
-		db[int(q)] = c
-		return nil
-	}); err != nil {
+	db, err := w.positions(ctx, tx, w.inc, lockedList)
+	if err != nil {
 		return nil, nil, err
 	}
 	return locked, db, nil
+}
+
+// querier runs a query: a transaction or the pool.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// positions reads the committed positions of incarnation inc's queues
+// (sqlPositions) and checks the schema version in the same statement: a database migrated
+// to another version since this syncer started (a newer build's
+// `shardis sync migrate`) is an error wrapping ErrSchema that names both
+// versions, and the syncer stops (Syncer.halt) rather than write what
+// this build writes into it.
+func (w *worker) positions(ctx context.Context, q querier, inc string, queues []int32) (map[int]cursor, error) {
+	rows, _ := q.Query(ctx, sqlPositions, w.node, inc, queues)
+	db := map[int]cursor{}
+	var queue *int32
+	var off *int64
+	var part *string
+	var version int
+	if _, err := pgx.ForEachRow(rows, []any{&queue, &off, &part, &version}, func() error {
+		if queue != nil {
+			db[int(*queue)] = cursor{off: *off, part: *part}
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if version != SchemaVersion {
+		return nil, schemaChanged(version)
+	}
+	return db, nil
 }
 
 // landBatch is what one land writes: the movements, the new position of
@@ -241,8 +278,10 @@ type landBatch struct {
 }
 
 // batch builds the landBatch of work (reasons: of its cancelled parts) for the locked queues whose database
-// position db is still the worker's; a queue moved by another instance
-// takes the database's position and is left for the next read.
+// position db is still the worker's; a queue moved by another instance,
+// or set back (the database went back: dbMoved drops an acknowledgement
+// owed past it), takes the database's position and is left for the next
+// read.
 func (w *worker) batch(work []inventory.RedoQueueRead, locked map[int]bool, db map[int]cursor, reasons map[string]CancelReason) landBatch {
 	b := landBatch{next: map[int]cursor{}, trimmed: map[int][2]int64{}}
 	for _, r := range work {
@@ -250,7 +289,7 @@ func (w *worker) batch(work []inventory.RedoQueueRead, locked map[int]bool, db m
 			continue
 		}
 		if db[r.Queue] != w.pos[r.Queue] {
-			w.pos[r.Queue] = db[r.Queue] // moved by another instance: read again from there
+			w.dbMoved(r.Queue, db[r.Queue]) // read again from there
 			continue
 		}
 		after := w.pos[r.Queue].off

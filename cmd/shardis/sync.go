@@ -144,7 +144,12 @@ func runSync(ctx context.Context, cfg *config.Config, log *slog.Logger, migrate 
 	running.Store(st.Syncer)
 	log.Info("shardis sync landing the redo log", "nodes", len(cfg.Nodes), "queues", cfg.Inventory.RedoQueues,
 		"database", config.RedactDSN(cfg.Sync.DSN))
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-st.Syncer.Halted():
+		st.Close()
+		return fmt.Errorf("sync stopped: %w", st.Syncer.Err())
+	}
 	log.Info("shutting down: the batch in flight is rolled back and landed again on the next start")
 	st.Close()
 	log.Info("stopped")
