@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -218,7 +219,14 @@ func (inv *Inventory) keepLastView(old, v *view) *view {
 // reason), the topology acted on, a pending change.
 func (inv *Inventory) logView(old, v *view) {
 	if v.notReady != nil && (old.notReady == nil || old.notReady.Error() != v.notReady.Error()) {
-		inv.log.Error("inventory: not acting on the nodes", "reason", v.notReady)
+		if held := errors.Is(v.notReady, node.ErrHeldBack); held && !errors.Is(old.notReady, node.ErrHeldBack) {
+			// Every node restarted (a start of the whole stack): they are
+			// served once the hold ends (health.hold_back), in a moment.
+			// Logged once, not at each countdown of the hold.
+			inv.log.Info("inventory: waiting for the nodes held back after a new server process", "reason", v.notReady)
+		} else if !held {
+			inv.log.Error("inventory: not acting on the nodes", "reason", v.notReady)
+		}
 	} else if v.notReady == nil && (old.notReady != nil || old.token != v.token || old.phase != v.phase) {
 		inv.log.Info("inventory: topology", "epoch", v.epoch, "phase", string(v.phase), "topology", v.applied.String())
 	}
@@ -389,7 +397,10 @@ func (inv *Inventory) writeRecord(ctx context.Context, name, expect string, rec 
 // allDown returns an error wrapping ErrUnavailable and node.ErrDown,
 // naming the nodes, when every inventory node is DOWN (the topology could
 // not be read because no node is up, not because the nodes disagree);
-// nil otherwise. unread are readRecords' reasons, one per node.
+// nil otherwise. unread are readRecords' reasons, one per node. When every
+// node is only held back after a new server process (a start of the whole
+// stack), it wraps node.ErrHeldBack too: a wait of a moment, not an
+// outage (logView).
 func allDown(nodes []*node.Node, unread []string) error {
 	if len(nodes) == 0 {
 		return nil
@@ -406,8 +417,23 @@ func allDown(nodes []*node.Node, unread []string) error {
 		}
 		return fmt.Errorf("%w: %w: %s is the only inventory node: %v", ErrUnavailable, node.ErrDown, nodes[0].Name(), why)
 	}
+	if allHeldBack(nodes) {
+		return fmt.Errorf("%w: %w: %w: every inventory node is held back (%s)",
+			ErrUnavailable, node.ErrDown, node.ErrHeldBack, strings.Join(unread, "; "))
+	}
 	return fmt.Errorf("%w: %w: every inventory node is down (%s)",
 		ErrUnavailable, node.ErrDown, strings.Join(unread, "; "))
+}
+
+// allHeldBack reports whether every node of nodes is DOWN only because it
+// is held back after a new server process (node.ErrHeldBack).
+func allHeldBack(nodes []*node.Node) bool {
+	for _, n := range nodes {
+		if !errors.Is(n.DownReason(), node.ErrHeldBack) {
+			return false
+		}
+	}
+	return true
 }
 
 // refuse returns why the instance may not act at v (an error wrapping

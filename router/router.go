@@ -214,8 +214,14 @@ func (r *Router) logDownAtStart() {
 			continue
 		}
 		var reason any = "no probe answered before New returned"
-		if err := n.DownReason(); err != nil {
+		err := n.DownReason()
+		if err != nil {
 			reason = err
+		}
+		if errors.Is(err, node.ErrHeldBack) {
+			// A new server process: UP once the hold ends, in a moment.
+			r.log.Info("node held back at start", "node", name, "addr", n.Addr(), "err", reason)
+			continue
 		}
 		r.log.Warn("node down at start", "node", name, "addr", n.Addr(), "err", reason)
 	}
