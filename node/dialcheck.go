@@ -195,8 +195,10 @@ func first(v any) any {
 // afterDial is what the dial hooks do with a dial's outcome: a connection
 // is checked (checkDial) and closed when refused; a failed or refused
 // dial is recorded (clients.dialed), so the next DOWN→UP renews the
-// client.
+// client. A Sentinel group's dial that found no master is a node failure
+// (noMaster).
 func (n *Node) afterDial(conn net.Conn, err error) (net.Conn, error) {
+	err = n.noMaster(err)
 	if err == nil {
 		if err = n.checkDial(conn); err != nil {
 			_ = conn.Close()

@@ -94,9 +94,27 @@ func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 			start = time.Now()
 		}
 		err = next(ctx, cmds)
-		h.n.record(ctx, g, done, err, start)
+		h.n.record(ctx, g, done, h.n.pipelineErr(ctx, err, cmds), start)
 		return err
 	}
+}
+
+// pipelineErr is the error a pipeline's outcome is recorded with: err,
+// its first command's error, or, for a Sentinel node when err is no node
+// failure, a later command's READONLY reply. A pipeline whose first
+// error is a harmless one (a GET of a missing key) must not hide that the
+// server reached was demoted ([Node.failed]). Reading the commands' errors
+// here does not wait: the hook runs on the goroutine that executed them.
+func (n *Node) pipelineErr(ctx context.Context, err error, cmds []redis.Cmder) error {
+	if err == nil || n.opts.Sentinel == nil || n.failed(ctx, err) {
+		return err
+	}
+	for _, cmd := range cmds {
+		if e := cmd.Err(); e != nil && redis.IsReadOnlyError(e) {
+			return e
+		}
+	}
+	return err
 }
 
 // admit lets a command through, or refuses it at once, and returns the

@@ -209,7 +209,9 @@ type Node struct {
 
 	newReadClient func() *redis.Client // the replica read client's factory (sentinel.go)
 	read          readClient
-	masterAddr    atomic.Pointer[string] // where the probe last connected (sentinel.go)
+	masterAddr    atomic.Pointer[string]   // where the probe last connected (sentinel.go)
+	sentinels     atomic.Pointer[[]string] // the group's sentinels known: seeds and discovered (sentinel.go); nil = the seeds
+	sentinelsMu   sync.Mutex               // serialises learnSentinels
 
 	upMu          sync.Mutex                // serialises SetUp: its new breaker and renewed clients land before UP
 	state         atomic.Int32              // a State

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 
@@ -44,6 +45,12 @@ import (
 // succeeds only once every configured sentinel that answers names the
 // master it reached (sentinelsAgree): the node's clients each ask a
 // sentinel of their own, so until then some would still dial the old one.
+// The sentinels asked are the configured seeds and the others of the
+// group that they named on earlier reconnect probes (learnSentinels):
+// every client the node builds gets them all, so a node whose seeds died
+// still reaches its group. A dial that finds no master at all (no
+// sentinel knows the group's name) fails with [ErrNoMaster], a node
+// failure.
 
 // ErrNotMaster is wrapped by a probe error of a Sentinel node when the
 // server reached is not (or no longer) the group's master: the sentinels
@@ -54,7 +61,9 @@ var ErrNotMaster = errors.New("server reached is a replica, not the master")
 type SentinelOptions struct {
 	// Master is the group's name as the sentinels know it.
 	Master string
-	// Addrs is a seed list of sentinel host:port addresses.
+	// Addrs is a seed list of sentinel host:port addresses. The other
+	// sentinels of the group that they name (SENTINEL SENTINELS) are
+	// learnt on every reconnect probe and asked too (learnSentinels).
 	Addrs []string
 	// Username and Password authenticate to the sentinels. The data
 	// nodes use Options.Username and Options.Password.
@@ -94,7 +103,7 @@ func (n *Node) factory(o redis.Options, replica bool) func() *redis.Client {
 	return func() *redis.Client {
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName:              s.Master,
-			SentinelAddrs:           append([]string(nil), s.Addrs...),
+			SentinelAddrs:           n.knownSentinels(),
 			SentinelUsername:        s.Username,
 			SentinelPassword:        s.Password,
 			ReplicaOnly:             replica,
@@ -125,64 +134,173 @@ func (n *Node) factory(o redis.Options, replica bool) func() *redis.Client {
 // answered names addr (and at least one answered). During a failover the
 // sentinels disagree for a moment (the leader names the promoted replica
 // first; the others learn it from its announcements), and each of the
-// node's clients asks a sentinel of its own: a node declared UP while
+// node's clients asks a sentinel of their own: a node declared UP while
 // some still name the old master would send part of its commands there.
+// A sentinel that names the master by host name (announce-hostnames yes)
+// names addr when the name resolves to addr's IP, on addr's port
+// (sameServer): addr is where the probe's connection went, an IP.
 func (n *Node) sentinelsAgree(ctx context.Context, addr string) error {
 	s := n.opts.Sentinel
-	type answer struct {
-		sentinel, master string
-		err              error
+	known := n.knownSentinels()
+	answers := make(chan sentinelAnswer, len(known))
+	for _, a := range known {
+		go func(a string) { answers <- n.askSentinel(ctx, a, addr) }(a)
 	}
-	answers := make(chan answer, len(s.Addrs))
-	for _, a := range s.Addrs {
-		go func(a string) {
-			c := redis.NewSentinelClient(&redis.Options{
-				Addr: a, Username: s.Username, Password: s.Password, TLSConfig: n.opts.TLSConfig,
-				Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
-				DialTimeout: n.opts.ProbeTimeout, ReadTimeout: n.opts.ProbeTimeout, WriteTimeout: n.opts.ProbeTimeout,
-				ContextTimeoutEnabled: true,
-			})
-			defer c.Close()
-			v, err := c.GetMasterAddrByName(ctx, s.Master).Result()
-			if err == nil && len(v) != 2 {
-				err = fmt.Errorf("reply %v", v)
-			}
-			if err != nil {
-				answers <- answer{sentinel: a, err: err}
-				return
-			}
-			answers <- answer{sentinel: a, master: net.JoinHostPort(v[0], v[1])}
-		}(a)
-	}
-	var others []string
+	var others, peers []string
 	answered := 0
-	for range s.Addrs {
+	for range known {
 		a := <-answers
 		if a.err != nil {
 			continue
 		}
 		answered++
-		if a.master != addr {
+		peers = append(peers, a.peers...)
+		if !a.same {
 			others = append(others, a.sentinel+" names "+a.master)
 		}
 	}
+	n.learnSentinels(peers)
 	switch {
 	case answered == 0:
-		return fmt.Errorf("no sentinel of %v answered", s.Addrs)
+		return fmt.Errorf("no sentinel of %v answered", known)
 	case len(others) > 0:
 		return fmt.Errorf("the sentinels do not agree yet on the master of %s (%s reached; %s)", s.Master, addr, strings.Join(others, ", "))
 	}
 	return nil
 }
 
+// sentinelAnswer is one sentinel's answer to sentinelsAgree: the master
+// it names, and whether that is the server reached.
+type sentinelAnswer struct {
+	sentinel, master string
+	same             bool
+	peers            []string // the other sentinels it knows of the group
+	err              error
+}
+
+// askSentinel asks the sentinel at a which server is the group's master,
+// and whether it is addr (sameServer), and then which other sentinels
+// monitor the group (peers; none when that fails).
+func (n *Node) askSentinel(ctx context.Context, a, addr string) sentinelAnswer {
+	s := n.opts.Sentinel
+	c := redis.NewSentinelClient(&redis.Options{
+		Addr: a, Username: s.Username, Password: s.Password, TLSConfig: n.opts.TLSConfig,
+		Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
+		DialTimeout: n.opts.ProbeTimeout, ReadTimeout: n.opts.ProbeTimeout, WriteTimeout: n.opts.ProbeTimeout,
+		ContextTimeoutEnabled: true,
+	})
+	defer c.Close()
+	v, err := c.GetMasterAddrByName(ctx, s.Master).Result()
+	if err == nil && len(v) != 2 {
+		err = fmt.Errorf("reply %v", v)
+	}
+	if err != nil {
+		return sentinelAnswer{sentinel: a, err: err}
+	}
+	master := net.JoinHostPort(v[0], v[1])
+	var peers []string
+	if list, err := c.Sentinels(ctx, s.Master).Result(); err == nil {
+		for _, p := range list {
+			if ip, port := p["ip"], p["port"]; ip != "" && port != "" {
+				peers = append(peers, net.JoinHostPort(ip, port))
+			}
+		}
+	}
+	return sentinelAnswer{sentinel: a, master: master, same: sameServer(ctx, master, addr), peers: peers}
+}
+
+// knownSentinels returns the sentinels the node knows of its group: the
+// configured seeds (SentinelOptions.Addrs) and those they named since
+// (learnSentinels).
+func (n *Node) knownSentinels() []string {
+	if p := n.sentinels.Load(); p != nil {
+		return append([]string(nil), *p...)
+	}
+	return append([]string(nil), n.opts.Sentinel.Addrs...)
+}
+
+// learnSentinels adds the sentinels in peers that the node did not know
+// yet. Every client built from then on asks them too, and so does
+// sentinelsAgree: a node whose seeds died still reaches the group through
+// the others (a failover client's own discovery dies with the client,
+// and the node replaces its clients: resetProbe, SetUp). Sentinels are
+// never forgotten; one that is gone just does not answer.
+func (n *Node) learnSentinels(peers []string) {
+	n.sentinelsMu.Lock()
+	defer n.sentinelsMu.Unlock()
+	known := n.knownSentinels()
+	added := false
+	for _, p := range peers {
+		if !slices.Contains(known, p) {
+			known = append(known, p)
+			added = true
+		}
+	}
+	if added {
+		n.sentinels.Store(&known)
+		n.log.Info("sentinels of the group discovered", "sentinels", known)
+	}
+}
+
+// sameServer reports whether the address named (by a sentinel: an IP or
+// a host name, and a port) is the address reached (the remote address
+// of a connection): the same string, or the same port and a host that
+// is, or resolves to, the reached IP.
+func sameServer(ctx context.Context, named, reached string) bool {
+	if named == reached {
+		return true
+	}
+	host, port, err1 := net.SplitHostPort(named)
+	rhost, rport, err2 := net.SplitHostPort(reached)
+	rip := net.ParseIP(rhost)
+	if err1 != nil || err2 != nil || port != rport || rip == nil {
+		return false
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.Equal(rip)
+	}
+	ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil {
+		return false
+	}
+	for _, ip := range ips {
+		if ip.IP.Equal(rip) {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrNoMaster is wrapped by the error of a Sentinel node's dial (and so
+// of the command or probe that needed the connection) when no sentinel
+// named a master of the group: none knows the group's name (SENTINEL
+// REMOVE, a sentinel restarted without its configuration). It is a node
+// failure ([IsFailure]).
+var ErrNoMaster = errors.New("no sentinel names a master of the group")
+
+// noMaster turns a Sentinel node's dial error err that says no sentinel
+// knows the master into one wrapping [ErrNoMaster]. go-redis's failover
+// dialer wraps the sentinels' nil replies (redis.Nil) in its error: a
+// command failing with it would read as a missing key or a script that
+// returned nil, not as a node failure, and a probe's failed dial as a
+// reply of the node (resetProbe). Other errors are returned as they are.
+func (n *Node) noMaster(err error) error {
+	if err == nil || !n.IsSentinel() || !errors.Is(err, redis.Nil) {
+		return err
+	}
+	return fmt.Errorf("%w (%s): %s", ErrNoMaster, n.opts.Sentinel.Master, strings.ReplaceAll(err.Error(), "\n", "; "))
+}
+
 // addrHook records the remote address of every connection the probe
 // client dials: for a failover client the dial hook's addr argument is a
-// placeholder, the connection knows where it went.
+// placeholder, the connection knows where it went. A dial that found no
+// master fails with [ErrNoMaster] (noMaster).
 type addrHook struct{ n *Node }
 
 func (h addrHook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := next(ctx, network, addr)
+		err = h.n.noMaster(err)
 		if err == nil && conn != nil && conn.RemoteAddr() != nil {
 			a := conn.RemoteAddr().String()
 			if prev := h.n.masterAddr.Swap(&a); h.n.IsSentinel() && (prev == nil || *prev != a) {
