@@ -73,7 +73,7 @@ var clientCommands = map[string]clientCommand{
 	"parts stuck": {"parts stuck [flags] [--node N] [--limit 1000]",
 		"Lists parts the reconciler set aside because they cannot be settled, with the reason. Without --node, a node that cannot be read is named (unreachable: ...) and, after the list, the command exits 1: the list lacks its parts.", cmdPartsStuck},
 	"node accept": {"node accept [flags] NODE",
-		"Accepts the data of an inventory node refused for coming back empty or with older data (new incarnation; what it lost stays lost).", cmdNodeAccept},
+		"Accepts the data of an inventory node refused for coming back empty or with older data (new incarnation; what it lost stays lost). A node that is UP is refused unless --force.", cmdNodeAccept},
 	"parts retry": {"parts retry [flags] NODE PART_ID | --all | --sku SKU [--node N]",
 		"Puts a stuck part (or every stuck part, or a SKU's, of every node or of --node) back in its node's pending index, due now (after repairing its data); the reconciler settles it. Stuck parts are also retried by themselves with backoff, and when their SKU is loaded. After printing what it did, --all and --sku exit 1 when a retry failed, a node could not be read (its parts were not retried: run it again once it is back) or a node has more stuck parts than one run looks at (10000: run it again).", cmdPartsRetry},
 }

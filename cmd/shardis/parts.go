@@ -235,11 +235,12 @@ func (o retryOutcome) incomplete() error {
 }
 
 func cmdNodeAccept(ctx context.Context, c *client, args []string) error {
+	force := c.fs.Bool("force", false, "accept the node even when it is UP (not refused)")
 	rest, err := c.parse(args, 1, 1)
 	if err != nil {
 		return err
 	}
-	return show(ctx, c, c.admin.AcceptNode, &v1.AcceptNodeRequest{Node: rest[0]},
+	return show(ctx, c, c.admin.AcceptNode, &v1.AcceptNodeRequest{Node: rest[0], Force: *force},
 		func(w io.Writer, res *v1.AcceptNodeResponse) {
 			fmt.Fprintf(w, "node %s accepted: incarnation %s, generation %d, write sequence %d\n",
 				res.Node, res.Incarnation, res.Generation, res.Seq)

@@ -163,6 +163,10 @@ func TestClientNodeAccept(t *testing.T) {
 	}
 	fails(t, 1, "invalid_argument", "node", "accept", "--addr", addr, "n9")
 	fails(t, 2, "accept", "node")
+	// n1 is UP again: accepting it once more would start a new incarnation
+	// for nothing, so it takes --force.
+	fails(t, 1, "failed_precondition", "node", "accept", "--addr", addr, "n1")
+	mustContain(t, ok(t, addr, "node", "accept", "n1", "--force"), "node n1 accepted")
 }
 
 // `parts retry --sku` retries every stuck part of one SKU and `--all` the

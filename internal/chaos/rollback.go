@@ -106,8 +106,8 @@ func (n *nemesis) rollback(ctx context.Context, name string, hold time.Duration)
 		actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_, err := admin.AcceptNode(actx, connect.NewRequest(&v1.AcceptNodeRequest{Node: name}))
 		cancel()
-		if err == nil {
-			break
+		if err == nil || (try > 0 && connect.CodeOf(err) == connect.CodeFailedPrecondition) {
+			break // a retry finding the node UP: an earlier try's accept went through
 		}
 		if try == 20 {
 			f.Err = "accept: " + err.Error()

@@ -119,8 +119,25 @@ func (h *Handlers) Cancel(ctx context.Context, req *connect.Request[v1.CancelReq
 	}), nil
 }
 
+// acceptable refuses the accept of a node that is UP, unless force: the
+// accept is for a node refused for going back or coming back empty, and
+// on a healthy node it would only start a new incarnation (a new redo-log
+// generation, reported by the sync as an accept after a loss). An unknown
+// node is left to Router.AcceptNode.
+func (h *Handlers) acceptable(name string, force bool) error {
+	n, err := h.Router.Node(name)
+	if err != nil || force || n.State() != node.StateUp {
+		return nil
+	}
+	return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+		"node %q is UP, not refused: accepting it would give it a new incarnation for nothing; pass force (shardis node accept --force) to accept it anyway", name))
+}
+
 // AcceptNode implements AdminService.AcceptNode.
 func (h *Handlers) AcceptNode(ctx context.Context, req *connect.Request[v1.AcceptNodeRequest]) (*connect.Response[v1.AcceptNodeResponse], error) {
+	if err := h.acceptable(req.Msg.Node, req.Msg.Force); err != nil {
+		return nil, err
+	}
 	m, err := h.Router.AcceptNode(ctx, req.Msg.Node)
 	if err != nil {
 		return nil, rpcError(err)

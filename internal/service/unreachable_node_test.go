@@ -21,13 +21,14 @@ import (
 // network error unavailable.
 
 // AcceptNode of a node whose Redis cannot be reached (Accept runs on the
-// probe connection, past the state gate).
+// probe connection, past the state gate). The node is still UP (no probe
+// saw it die yet), so the accept takes force.
 func TestAcceptUnreachableNodeIsUnavailable(t *testing.T) {
 	_, srvs, admin := startOverNodes(t, 0)
 	srvs[0].Kill()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := admin.AcceptNode(ctx, connect.NewRequest(&v1.AcceptNodeRequest{Node: "n1"}))
+	_, err := admin.AcceptNode(ctx, connect.NewRequest(&v1.AcceptNodeRequest{Node: "n1", Force: true}))
 	if err == nil {
 		t.Fatal("AcceptNode of a killed node succeeded")
 	}
@@ -56,5 +57,24 @@ func TestDrainUnreachableNodeIsUnavailable(t *testing.T) {
 	}
 	if msg := err.Error(); !strings.Contains(msg, "n1") || !strings.Contains(msg, node.ErrUnreachable.Error()) {
 		t.Errorf("drain of an unreachable node: message %q, want it to name n1 and say %q", msg, node.ErrUnreachable)
+	}
+}
+
+// AcceptNode of a node that is UP (not refused) is refused,
+// failed_precondition naming the node and force, and changes nothing:
+// accepting a healthy node gave it a new incarnation for nothing, and the
+// sync reported it as a node accepted after a loss. With force it runs.
+func TestAcceptOfAnUpNodeNeedsForce(t *testing.T) {
+	_, _, admin := startOverNodes(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := admin.AcceptNode(ctx, connect.NewRequest(&v1.AcceptNodeRequest{Node: "n1"}))
+	if code := connect.CodeOf(err); code != connect.CodeFailedPrecondition ||
+		!strings.Contains(err.Error(), `"n1"`) || !strings.Contains(err.Error(), "force") {
+		t.Fatalf("AcceptNode of an UP node: %v (code %v), want failed_precondition naming n1 and force", err, code)
+	}
+	res, err := admin.AcceptNode(ctx, connect.NewRequest(&v1.AcceptNodeRequest{Node: "n1", Force: true}))
+	if err != nil || res.Msg.Generation < 1 {
+		t.Fatalf("AcceptNode of an UP node with force: %v, %v; want a new incarnation", res, err)
 	}
 }

@@ -2207,8 +2207,11 @@ func (x *RetryStuckPartResponse) GetRetried() bool {
 }
 
 type AcceptNodeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// Accept the node even when it is UP (not refused): for an operator who
+	// knows it went back or lost data in a way the instances did not see.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2248,6 +2251,13 @@ func (x *AcceptNodeRequest) GetNode() string {
 		return x.Node
 	}
 	return ""
+}
+
+func (x *AcceptNodeRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
 }
 
 type AcceptNodeResponse struct {
@@ -2477,9 +2487,10 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
 	"\apart_id\x18\x02 \x01(\tR\x06partId\"2\n" +
 	"\x16RetryStuckPartResponse\x12\x18\n" +
-	"\aretried\x18\x01 \x01(\bR\aretried\"'\n" +
+	"\aretried\x18\x01 \x01(\bR\aretried\"=\n" +
 	"\x11AcceptNodeRequest\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\"|\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"|\n" +
 	"\x12AcceptNodeResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1e\n" +
 	"\n" +

@@ -336,7 +336,10 @@ type AdminServiceClient interface {
 	// Accepts the current data of an inventory node refused for having come
 	// back empty or with older data: a new incarnation (a new redo-log
 	// generation) at a higher generation, told to every reachable peer. What
-	// the node lost stays lost.
+	// the node lost stays lost. A node that is UP (not refused) is refused
+	// with FAILED_PRECONDITION unless force is set: accepting it would start
+	// a new incarnation for nothing (the sync reports it as accepted after
+	// a loss).
 	AcceptNode(context.Context, *connect.Request[v1.AcceptNodeRequest]) (*connect.Response[v1.AcceptNodeResponse], error)
 }
 
@@ -463,7 +466,10 @@ type AdminServiceHandler interface {
 	// Accepts the current data of an inventory node refused for having come
 	// back empty or with older data: a new incarnation (a new redo-log
 	// generation) at a higher generation, told to every reachable peer. What
-	// the node lost stays lost.
+	// the node lost stays lost. A node that is UP (not refused) is refused
+	// with FAILED_PRECONDITION unless force is set: accepting it would start
+	// a new incarnation for nothing (the sync reports it as accepted after
+	// a loss).
 	AcceptNode(context.Context, *connect.Request[v1.AcceptNodeRequest]) (*connect.Response[v1.AcceptNodeResponse], error)
 }
 
