@@ -138,7 +138,7 @@ func (n *Node) factory(o redis.Options, replica bool) func() *redis.Client {
 // some still name the old master would send part of its commands there.
 // A sentinel that names the master by host name (announce-hostnames yes)
 // names addr when the name resolves to addr's IP, on addr's port
-// (sameServer): addr is where the probe's connection went, an IP.
+// (SameServer): addr is where the probe's connection went, an IP.
 func (n *Node) sentinelsAgree(ctx context.Context, addr string) error {
 	s := n.opts.Sentinel
 	known := n.knownSentinels()
@@ -179,7 +179,7 @@ type sentinelAnswer struct {
 }
 
 // askSentinel asks the sentinel at a which server is the group's master,
-// and whether it is addr (sameServer), and then which other sentinels
+// and whether it is addr (SameServer), and then which other sentinels
 // monitor the group (peers; none when that fails).
 func (n *Node) askSentinel(ctx context.Context, a, addr string) sentinelAnswer {
 	s := n.opts.Sentinel
@@ -206,7 +206,7 @@ func (n *Node) askSentinel(ctx context.Context, a, addr string) sentinelAnswer {
 			}
 		}
 	}
-	return sentinelAnswer{sentinel: a, master: master, same: sameServer(ctx, master, addr), peers: peers}
+	return sentinelAnswer{sentinel: a, master: master, same: SameServer(ctx, master, addr), peers: peers}
 }
 
 // knownSentinels returns the sentinels the node knows of its group: the
@@ -242,11 +242,12 @@ func (n *Node) learnSentinels(peers []string) {
 	}
 }
 
-// sameServer reports whether the address named (by a sentinel: an IP or
+// SameServer reports whether the address named (by a sentinel: an IP or
 // a host name, and a port) is the address reached (the remote address
-// of a connection): the same string, or the same port and a host that
-// is, or resolves to, the reached IP.
-func sameServer(ctx context.Context, named, reached string) bool {
+// of a connection, an IP and a port): the same string, or the same port
+// and a host that is, or resolves to, the reached IP. A name that does
+// not resolve (within ctx) is another server.
+func SameServer(ctx context.Context, named, reached string) bool {
 	if named == reached {
 		return true
 	}

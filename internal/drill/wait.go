@@ -3,10 +3,12 @@ package drill
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/shardis/shardis/node"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
 )
@@ -64,4 +66,17 @@ func Poll(limit time.Duration, cond func() bool) error {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return nil
+}
+
+// OnPromoted reports whether a node's address as the service shows it
+// ("sentinel:<group> (master <ip:port>)") names the promoted master, which
+// the sentinels may name by host name (announce-hostnames): the same
+// server by node.SameServer's rule. A drill that compared the text saw a
+// node UP on "127.0.0.1:26312" as not on the promoted "localhost:26312".
+func OnPromoted(ctx context.Context, shown, promoted string) bool {
+	_, master, ok := strings.Cut(shown, "(master ")
+	if !ok {
+		return false
+	}
+	return node.SameServer(ctx, promoted, strings.TrimSuffix(master, ")"))
 }

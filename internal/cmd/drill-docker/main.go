@@ -199,7 +199,7 @@ func (d *dockerDrill) failover(ctx context.Context, old, container string, kille
 	out.SetPhase(drill.After)
 	fmt.Printf("%-40s %v after the kill, on %s\n", "time to mark "+d.victim+" UP", time.Since(killed).Round(time.Millisecond), addr)
 	var problems []string
-	if !strings.Contains(addr, promoted) {
+	if !drill.OnPromoted(ctx, addr, promoted) {
 		problems = append(problems, fmt.Sprintf("%s is UP on %q, not on the promoted replica %s", d.victim, addr, promoted))
 	}
 	time.Sleep(time.Until(killed.Add(d.outage)))

@@ -25,7 +25,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/shardis/shardis/config"
@@ -155,7 +154,7 @@ func run(workers int, outage time.Duration, victim, durability string) (bool, er
 	fmt.Printf("\n%-40s %v\n", "time to mark "+victim+" DOWN", downAfter.Round(time.Millisecond))
 	fmt.Printf("%-40s %v (%s -> %s)\n", "sentinels promoted the replica after", promotedAfter.Round(time.Millisecond), old, promoted)
 	fmt.Printf("%-40s %v after the kill, on %s\n", "time to mark "+victim+" UP", upAfter.Round(time.Millisecond), addr)
-	if !strings.Contains(addr, promoted) {
+	if !drill.OnPromoted(ctx, addr, promoted) {
 		fmt.Printf("VIOLATION: %s is UP on %q, not on the promoted replica %s\n", victim, addr, promoted)
 		holds = false
 	}
