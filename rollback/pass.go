@@ -2,110 +2,41 @@ package rollback
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"sync"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/node"
 )
 
-// LeaseKey is the key, on every inventory node, of the lease a background
-// reconciler pass holds on that node (a string: the holder's token, with
-// a TTL of Settings.Lease). Instances that find it held skip the node.
-const LeaseKey = "inv:reconcile:lease"
-
-// The lease scripts run outside the inventory's runner and prelude
-// (inventory/lua.go). The runner is the inventory's own (unexported: it
-// runs only the inventory's scripts on the inventory's keys), and the
-// lease is this package's key, no inventory data: it needs neither the
-// epoch check (a pass at a stale epoch that takes the lease meets its
-// inventory scripts' SHARDIS_EPOCH refusals right after, and the lease
-// expires by itself) nor a write sequence. Their replies are read as
-// strictly as the runner's: anything but the integer 0 or 1 is an
-// *inventory.ReplyError (leaseReply), and a lease whose take reply
-// cannot be read is not used.
-
-// takeScript takes the lease (KEYS[1]) for token ARGV[1] and ARGV[2] ms
-// if no one holds it: 1 if taken, 0 if held. It is declared allow-oom, as
-// the inventory's settle scripts are (inventory/oom.go): a pass over a
-// node out of memory is what returns the stock held there, and the lease
-// is one small key. A plain SET NX would be refused on such a node, and
-// the pass with it.
-var takeScript = redis.NewScript(`#!lua flags=allow-oom
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
-return 0
-`)
-
-// releaseScript deletes the lease only if the caller still holds it
-// (allow-oom, as takeScript).
-var releaseScript = redis.NewScript(`#!lua flags=allow-oom
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-`)
-
-// leaseReply reads a lease script's reply on nodeName: the integer 1
-// (true) or 0 (false); anything else is an *inventory.ReplyError naming
-// script.
-func leaseReply(nodeName, script string, v any) (bool, error) {
-	if n, ok := v.(int64); ok && (n == 0 || n == 1) {
-		return n == 1, nil
-	}
-	return false, &inventory.ReplyError{Node: nodeName, Script: script, At: "reply", Want: "the integer 0 or 1", Got: v}
-}
-
-func leaseToken() string {
-	b := make([]byte, 12)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// leased runs one pass over n if this reconciler gets n's lease, and
-// releases it afterwards. It returns the number of failed steps.
-func (r *Reconciler) leased(ctx context.Context, n *node.Node) int {
-	v, err := takeScript.Run(ctx, n.Client(), []string{LeaseKey}, r.id, r.set.Lease.Milliseconds()).Result()
-	var ok bool
-	if err == nil {
-		// A malformed reply: the lease may be ours; it expires by itself.
-		ok, err = leaseReply(n.Name(), "lease-take", v)
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("reconciler: taking the node lease", "node", n.Name(), "err", err)
-		}
-		return 1
-	}
-	if !ok {
-		r.skipped.Add(1)
-		return 0
-	}
-	defer func() {
-		// A fresh context: the pass's may be cancelled by Close, and a
-		// lease left behind would only delay other instances by Lease.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.set.Lease)
-		defer cancel()
-		v, err := releaseScript.Run(rctx, n.Client(), []string{LeaseKey}, r.id).Result()
-		if err == nil {
-			_, err = leaseReply(n.Name(), "lease-release", v)
-		}
-		if err != nil && rctx.Err() == nil {
-			r.log.Warn("reconciler: releasing the node lease (it expires by itself)", "node", n.Name(), "err", err)
-		}
-	}()
-	return r.node(ctx, n)
-}
-
-// node reconciles one node and returns the number of failed steps.
-func (r *Reconciler) node(ctx context.Context, n *node.Node) int {
+// node reconciles one node and returns the number of failed steps. l is
+// the background pass's lease (nil for RunOnce): each step that changes
+// the node is taken only while it is held (lease.held), and what a pass
+// stopped by a lost lease leaves is left to the next pass, of whichever
+// instance holds the lease then.
+func (r *Reconciler) node(ctx context.Context, n *node.Node, l *lease) int {
 	r.passes.Add(1)
 	r.auditStock(ctx, n)
-	failed := 0
-	for _, s := range r.queue.take(n.Name()) {
+	failed := r.settleQueued(ctx, n, l)
+	failed += r.retryStuck(ctx, n, l)
+	failed += r.expire(ctx, n, l)
+	failed += r.converge(ctx, n, l)
+	return failed + r.trim(ctx, n, l)
+}
+
+// settleQueued runs n's deferred settles; what it does not get to goes
+// back to the queue.
+func (r *Reconciler) settleQueued(ctx context.Context, n *node.Node, l *lease) (failed int) {
+	work := r.queue.take(n.Name())
+	for i, s := range work {
+		if !l.held(ctx) {
+			for _, s := range work[i:] {
+				r.queue.Enqueue(s)
+			}
+			return failed
+		}
 		if _, err := r.inv.SettleNow(ctx, s); err != nil {
 			if inventory.Unsettleable(err) {
-				failed += r.unsettleable(ctx, s, err)
+				failed += r.unsettleable(ctx, s, err, l)
 				continue
 			}
 			r.queue.Enqueue(s)
@@ -118,15 +49,32 @@ func (r *Reconciler) node(ctx context.Context, n *node.Node) int {
 		}
 		r.deferred.Add(int64(len(s.PartIDs)))
 	}
-	if k, err := r.inv.RetryDueStuck(ctx, n.Name(), r.set.Batch); err != nil {
+	return failed
+}
+
+// retryStuck moves n's stuck parts whose backoff ran out back to its
+// pending index, due now.
+func (r *Reconciler) retryStuck(ctx context.Context, n *node.Node, l *lease) int {
+	if !l.held(ctx) {
+		return 0
+	}
+	k, err := r.inv.RetryDueStuck(ctx, n.Name(), r.set.Batch)
+	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("reconciler: retrying stuck parts", "node", n.Name(), "err", err)
 		}
-		failed++
-	} else {
-		r.retried.Add(int64(k))
+		return 1
 	}
+	r.retried.Add(int64(k))
+	return 0
+}
+
+// expire settles n's due parts, at most 20 batches.
+func (r *Reconciler) expire(ctx context.Context, n *node.Node, l *lease) (failed int) {
 	for range 20 {
+		if !l.held(ctx) {
+			return failed
+		}
 		due, err := r.inv.DueParts(ctx, n, r.set.Batch)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -134,29 +82,43 @@ func (r *Reconciler) node(ctx context.Context, n *node.Node) int {
 			}
 			return failed + 1
 		}
-		f, progress := r.resolve(ctx, due)
+		f, progress := r.resolve(ctx, due, l)
 		failed += f
 		if len(due) < r.set.Batch || progress == 0 || ctx.Err() != nil {
 			break
 		}
 	}
+	return failed
+}
+
+// converge finishes n's per-user limit changes.
+func (r *Reconciler) converge(ctx context.Context, n *node.Node, l *lease) int {
+	if !l.held(ctx) {
+		return 0
+	}
 	if _, err := r.inv.ConvergeLimits(ctx, n.Name()); err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("reconciler: finishing per-user limit changes", "node", n.Name(), "err", err)
 		}
-		failed++
+		return 1
 	}
-	if r.nodeN[n.Name()].Add(1)%int64(r.set.TrimEvery) == 0 {
-		k, err := r.inv.TrimRedoLog(ctx, n.Name(), r.set.TrimAge, 200)
-		if err != nil {
-			if ctx.Err() == nil {
-				r.log.Warn("reconciler: trimming the redo log", "node", n.Name(), "err", err)
-			}
-			failed++
+	return 0
+}
+
+// trim trims n's redo log every TrimEvery passes of n.
+func (r *Reconciler) trim(ctx context.Context, n *node.Node, l *lease) int {
+	if !l.held(ctx) || r.nodeN[n.Name()].Add(1)%int64(r.set.TrimEvery) != 0 {
+		return 0
+	}
+	k, err := r.inv.TrimRedoLog(ctx, n.Name(), r.set.TrimAge, 200)
+	r.trimmed.Add(int64(k))
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("reconciler: trimming the redo log", "node", n.Name(), "err", err)
 		}
-		r.trimmed.Add(int64(k))
+		return 1
 	}
-	return failed
+	return 0
 }
 
 // unsettleable handles deferred work s that failed with an error that
@@ -168,7 +130,7 @@ func (r *Reconciler) node(ctx context.Context, n *node.Node) int {
 // queue is only for speed: every pending part has a deadline). A part that
 // fails for a transient reason goes back to the queue. It returns the
 // number of failed steps.
-func (r *Reconciler) unsettleable(ctx context.Context, s inventory.Settle, err error) int {
+func (r *Reconciler) unsettleable(ctx context.Context, s inventory.Settle, err error, l *lease) int {
 	var dropped []string
 	if len(s.PartIDs) == 1 {
 		dropped = s.PartIDs
@@ -176,6 +138,10 @@ func (r *Reconciler) unsettleable(ctx context.Context, s inventory.Settle, err e
 		for _, id := range s.PartIDs {
 			one := s
 			one.PartIDs = []string{id}
+			if !l.held(ctx) {
+				r.queue.Enqueue(one)
+				continue
+			}
 			switch _, perr := r.inv.SettleNow(ctx, one); {
 			case perr == nil:
 				r.deferred.Add(1)
@@ -197,7 +163,7 @@ func (r *Reconciler) unsettleable(ctx context.Context, s inventory.Settle, err e
 // resolve settles due parts, Settings.Workers at a time. A part that
 // cannot be settled is set aside. It returns the failed steps and the
 // parts that left the pending index's due range (progress).
-func (r *Reconciler) resolve(ctx context.Context, due []inventory.PendingPart) (failed, progress int) {
+func (r *Reconciler) resolve(ctx context.Context, due []inventory.PendingPart, l *lease) (failed, progress int) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	work := make(chan inventory.PendingPart)
@@ -206,7 +172,7 @@ func (r *Reconciler) resolve(ctx context.Context, due []inventory.PendingPart) (
 		go func() {
 			defer wg.Done()
 			for p := range work {
-				f, moved := r.resolveOne(ctx, p)
+				f, moved := r.resolveOne(ctx, p, l)
 				mu.Lock()
 				failed += f
 				if moved {
@@ -226,7 +192,10 @@ func (r *Reconciler) resolve(ctx context.Context, due []inventory.PendingPart) (
 
 // resolveOne settles one due part; moved reports whether it left the due
 // range of the pending index.
-func (r *Reconciler) resolveOne(ctx context.Context, p inventory.PendingPart) (failed int, moved bool) {
+func (r *Reconciler) resolveOne(ctx context.Context, p inventory.PendingPart, l *lease) (failed int, moved bool) {
+	if !l.held(ctx) {
+		return 0, false
+	}
 	res, err := r.inv.ResolveExpired(ctx, p)
 	if err == nil {
 		switch res {
@@ -247,6 +216,9 @@ func (r *Reconciler) resolveOne(ctx context.Context, p inventory.PendingPart) (f
 			r.log.Warn("reconciler: settling an expired part", "node", p.Node, "part", p.PartID, "order", p.OrderID, "err", err)
 		}
 		return 1, false
+	}
+	if !l.held(ctx) {
+		return 0, false
 	}
 	tries, aerr := r.inv.SetAside(ctx, p, err.Error(), r.set.StuckRetry, r.set.StuckRetryMax)
 	if aerr != nil {

@@ -36,11 +36,18 @@ type Settings struct {
 	// default: 16
 	Workers int
 	// Lease is how long a background pass holds a node's lease
-	// (inv:reconcile:lease on the node): while one instance holds it,
-	// other instances skip the node, so several instances share the work
-	// instead of repeating it. It is released when the pass ends; it only
-	// runs out when an instance dies mid-pass. The node keeps it in whole
-	// milliseconds: under 1ms it is 1ms.
+	// (inv:reconcile:lease on the node) without renewing it: while one
+	// instance holds it, other instances skip the node, so several
+	// instances share the work instead of repeating it. The pass renews
+	// it every Lease/3 and releases it when it ends; it only runs out
+	// when an instance dies, stops (a GC pause, SIGSTOP) or cannot reach
+	// the node for longer than Lease mid-pass, or early when the node's
+	// clock steps forward (Redis expires keys by its wall clock). A pass
+	// takes each step that changes the node only with the lease
+	// confirmed less than Lease ago (by this process's monotonic clock),
+	// and stops when it cannot confirm it (another instance holds it, or
+	// the node does not answer). The node keeps it in whole milliseconds:
+	// under 1ms it is 1ms.
 	// default: 3 × Interval, at least 1s
 	Lease time.Duration
 	// TrimEvery runs a redo-log trim every that many passes of a node (0 =
@@ -91,7 +98,7 @@ type Stats struct {
 	SetAside    int64 // parts set aside as stuck (see inventory.StuckPart), each counted once until an explicit retry
 	Retried     int64 // stuck parts whose backoff ran out, put back to pending
 	Passes      int64
-	Skipped     int64 // node passes skipped: another instance held the lease
+	Skipped     int64 // node passes skipped: another instance held the lease (a lease lost mid-pass is an Error)
 	Trimmed     int64 // redo-log entries trimmed
 	QueueLength int   // deferred parts waiting now
 }
@@ -100,7 +107,9 @@ type Stats struct {
 // topology an inventory serves (the applied one), every Interval and right away for a node that comes back.
 // Nodes are worked concurrently (at most Settings.Nodes at once), each by
 // at most one pass of this process at a time and, for background passes,
-// by one instance at a time (the node's lease). A part that cannot be
+// by one instance at a time (the node's lease, Settings.Lease; not a
+// fence: an instance paused right between its check of the lease and a
+// write may still make that write beside the next holder). A part that cannot be
 // settled is set aside on its node (inventory.Inventory.SetAside) and
 // logged once, so it never blocks other parts; it is retried by itself
 // with backoff (Settings.StuckRetry) at the start of the node's passes.
@@ -313,7 +322,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) int {
 			defer mu.Unlock()
 			r.sem <- struct{}{}
 			defer func() { <-r.sem }()
-			failed.Add(int64(r.node(ctx, n)))
+			failed.Add(int64(r.node(ctx, n, nil)))
 		}(n)
 	}
 	wg.Wait()
