@@ -159,7 +159,7 @@ func RedoHeads(node string, fields map[string]string) (map[string]int64, error) 
 // redoReadScript reads one redo-log queue.
 // KEYS: 1 stamp, 2 offsets hash, 3 queue. ARGV: 4 after offset, 5 limit.
 // Returns entries with offset > after, each in the form redoEntryLua
-// builds.
+// builds; SHARDIS_CORRUPT when the queue's head is not an integer.
 var redoReadScript = newScript("redo-read", false, redoEntryLua+luaFile("redo_read.lua"))
 
 // redoEntryLua defines redoEntry(part id, offset): one redo entry as
@@ -175,7 +175,8 @@ var redoEntryLua = luaFile("lib_redo_entry.lua")
 //	ack   5 offset (KEYS[4]): raise the acknowledged offset; never lowers it.
 //	      Returns the acknowledged offset. An offset past the queue's head
 //	      (the last offset handed out, in inv:redo:offsets) is refused with
-//	      SHARDIS_RANGE naming both.
+//	      SHARDIS_RANGE naming both; a head or acknowledged offset that is
+//	      not an integer with SHARDIS_CORRUPT.
 //	trim  5 max age ms, 6 batch: from the head of each queue, remove entries
 //	      whose part is settled (or gone) and that are acknowledged or, when
 //	      max age > 0, older than max age; stop at the first that is not.
@@ -207,7 +208,8 @@ type RedoEntry struct {
 // ReadRedoLog returns up to limit entries of queue (0 ≤ queue <
 // inventory.redo_queues) on node with offset > after, in offset order. A
 // consumer replays them and resumes from the last offset it saw;
-// offsets are gap-free per (node, queue).
+// offsets are gap-free per (node, queue). A queue whose head on the node
+// is not an integer is [ErrCorrupt], not an empty queue.
 func (inv *Inventory) ReadRedoLog(ctx context.Context, nodeName string, queue int, after int64, limit int) ([]RedoEntry, error) {
 	if queue < 0 || queue >= inv.cfg.RedoQueues {
 		return nil, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, queue, inv.cfg.RedoQueues-1)
@@ -268,7 +270,8 @@ const maxRedoOffset = 1 << 53
 // lowers an acknowledgement; it returns the acknowledged offset. An offset
 // past the queue's head (the last offset handed out) is refused with
 // [ErrInvalid] naming both: acknowledging entries nobody read yet would let
-// them be trimmed unseen. The acknowledgement is taken at the node's
+// them be trimmed unseen. A head or acknowledged offset on the node that
+// is not an integer is [ErrCorrupt]. The acknowledgement is taken at the node's
 // incarnation when it runs (redo_log.lua, redo_acks_own): a consumer that
 // read before the node was accepted with a copy of its data, and
 // acknowledges after, acknowledges what it did not read at the new

@@ -9,7 +9,7 @@ for k = 4, #KEYS do
   local head, err = int(redis.call('HGET', KEYS[2], key), KEYS[2] .. ' ' .. key)
   if err then return err end
   if off > head then
-    return redis.error_reply('SHARDIS_RANGE ack offset ' .. ARGV[a] .. ' is past the head of ' .. key .. ' (last offset handed out ' .. head .. ')')
+    return redis.error_reply('SHARDIS_RANGE ack offset ' .. ARGV[a] .. ' is past the head of ' .. key .. ' (last offset handed out ' .. I(head) .. ')')
   end
   local _, aerr = int(redis.call('HGET', KEYS[3], key), KEYS[3] .. ' ' .. key)
   if aerr then return aerr end

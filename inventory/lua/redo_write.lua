@@ -1,11 +1,16 @@
 
 local op = ARGV[4]
 if op == 'ack' then
-  local cur = tonumber(redis.call('HGET', KEYS[2], KEYS[4])) or 0
-  local head = tonumber(redis.call('HGET', KEYS[3], KEYS[4])) or 0
+  -- the head and the acknowledged offset checked as redo_ack_batch.lua
+  -- checks them (not an integer: corrupt); the head named by I, not by
+  -- Lua's %.14g (which prints 2^53 - 1 as 9.007199254741e+15)
+  local head, err = int(redis.call('HGET', KEYS[3], KEYS[4]), KEYS[3] .. ' ' .. KEYS[4])
+  if err then return err end
+  local cur, aerr = int(redis.call('HGET', KEYS[2], KEYS[4]), KEYS[2] .. ' ' .. KEYS[4])
+  if aerr then return aerr end
   local off = tonumber(ARGV[5])
   if off > head then
-    return redis.error_reply('SHARDIS_RANGE ack offset ' .. ARGV[5] .. ' is past the head of ' .. KEYS[4] .. ' (last offset handed out ' .. head .. ')')
+    return redis.error_reply('SHARDIS_RANGE ack offset ' .. ARGV[5] .. ' is past the head of ' .. KEYS[4] .. ' (last offset handed out ' .. I(head) .. ')')
   end
   local inc = redis.call('HGET', KEYS[1], 'incarnation') or ''
   if not redo_acks_current(KEYS[2], KEYS[1]) then cur = 0 end
