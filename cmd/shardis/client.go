@@ -418,6 +418,7 @@ type redoFollower struct {
 	polled  bool   // a call succeeded: later transient errors are retried
 	lastErr string // the last error reported while retrying
 	waiting bool   // following: "waiting" was said (once)
+	inc     string // following: the node's incarnation at the last read
 }
 
 // poll reads and prints one page. full reports a full page (more may be
@@ -439,6 +440,9 @@ func (f *redoFollower) poll(ctx context.Context) (full bool, err error) {
 		return false, err
 	}
 	f.polled, f.lastErr = true, ""
+	if f.newIncarnation(res) {
+		return true, nil // read again at once, from the start
+	}
 	if f.follow && len(res.Entries) == 0 && !f.waiting {
 		// Following an idle queue prints nothing on stdout: say so once
 		// (stderr: stdout stays the entries).
@@ -455,4 +459,26 @@ func (f *redoFollower) poll(ctx context.Context) (full bool, err error) {
 		f.req.AfterOffset = max(f.req.AfterOffset, e.Offset)
 	}
 	return len(res.Entries) >= f.limit, nil
+}
+
+// newIncarnation reports whether a follower's read res comes from a new
+// incarnation of the node (it lost its data and was accepted: its offsets
+// started again from 1, so the entries after the follower's offset are
+// not the ones it waits for). It says so on stderr and starts the follower
+// again from offset 0, res's entries unprinted; the caller reads again. A
+// follower that kept its offset printed nothing until the new head passed
+// it, then skipped the new incarnation's first entries without a word.
+func (f *redoFollower) newIncarnation(res *v1.ReadRedoLogResponse) bool {
+	if !f.follow || res.Incarnation == "" {
+		return false
+	}
+	prev := f.inc
+	f.inc = res.Incarnation
+	if prev == "" || prev == res.Incarnation {
+		return false
+	}
+	fmt.Fprintf(f.c.stderr, "%s on %s: the node is at a new incarnation %s (was %s): it lost its data and its offsets started again; following from offset 0\n",
+		res.RedoLog, res.Node, res.Incarnation, prev)
+	f.req.AfterOffset, f.waiting = 0, false
+	return true
 }
