@@ -122,11 +122,12 @@ func (inv *Inventory) byDecision(ctx context.Context, n *node.Node, p PendingPar
 	case recConfirmed:
 		return Confirm, false, nil
 	case recReserved, recReserving:
-		until := rec.deadline
+		at := fmt.Sprint(rec.deadline.Add(partGrace).UnixMilli())
 		if rec.status == recReserving {
-			until = time.Now().Add(rec.wait)
+			// a wait from now, on the part node's clock (the index's)
+			at = "+" + fmt.Sprint((rec.wait + partGrace).Milliseconds())
 		}
-		_, err := inv.pendingAdjust(ctx, n, "later", p.PartID, until.Add(partGrace).UnixMilli())
+		_, err := inv.pendingAdjust(ctx, n, "later", p.PartID, at)
 		return Cancel, true, err
 	}
 	return Cancel, false, nil
@@ -165,7 +166,9 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 	// staged order, down, timing out, or refusing), so the parts of other
 	// orders behind it in the pending index are not held up.
 	putOff := func(err error) (Resolution, error) {
-		if _, lerr := inv.pendingAdjust(ctx, n, "later", p.PartID, time.Now().Add(homeRetry).UnixMilli()); lerr != nil {
+		// homeRetry from now on the part node's clock, which the index is
+		// read by: the process's clock behind it made the part due at once
+		if _, lerr := inv.pendingAdjust(ctx, n, "later", p.PartID, "+"+fmt.Sprint(homeRetry.Milliseconds())); lerr != nil {
 			return "", lerr
 		}
 		return Postponed, err

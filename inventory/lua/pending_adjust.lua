@@ -5,10 +5,15 @@ local op, id = ARGV[4], ARGV[5]
 local f = part_get(KEYS[3])
 local m = pend_member(id, f)
 if op == 'later' then
+  -- ARGV[6]: when, in ms of the node's clock, or '+ms' from its now (a
+  -- delay the caller's clock must not shift: the index is read by the
+  -- node's clock)
+  local at = ARGV[6]
+  if string.sub(at, 1, 1) == '+' then at = now + tonumber(string.sub(at, 2)) else at = tonumber(at) end
   if m ~= id and redis.call('ZREM', KEYS[2], id) == 1 then
-    return redis.call('ZADD', KEYS[2], tonumber(ARGV[6]), m) - 1
+    return redis.call('ZADD', KEYS[2], at, m) - 1
   end
-  return redis.call('ZADD', KEYS[2], 'XX', tonumber(ARGV[6]), m)
+  return redis.call('ZADD', KEYS[2], 'XX', at, m)
 elseif op == 'drop' then
   if (f or {}).state == 'pending' then return 0 end
   return redis.call('ZREM', KEYS[2], m, id)
