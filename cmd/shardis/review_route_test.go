@@ -1,12 +1,9 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/router"
 )
@@ -15,16 +12,7 @@ import (
 // (shardis help): route takes its flags after the keys too, rather than
 // routing "--server" as a key or saying --config is missing.
 func TestReviewRouteFlagsAfterKeys(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "c.yaml")
-	yaml := "nodes:\n  n1: {addr: 127.0.0.1:1}\n  n2: {addr: 127.0.0.1:2}\n  n3: {addr: 127.0.0.1:3}\n" +
-		"servers:\n  inventory:\n    routes:\n      clothes: [n1, n2, n3]\n"
-	if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, cfg := routeConfig(t)
 	layout, _ := router.NewLayout(cfg)
 	homes, _ := inventory.NewHomes(cfg)
 	var wantKeys, wantOrders strings.Builder

@@ -15,16 +15,7 @@ import (
 // shardis route prints, from the configuration alone, the node of each key
 // of a route, and with --orders the node holding each order's record.
 func TestRouteCLI(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "c.yaml")
-	yaml := "nodes:\n  n1: {addr: 127.0.0.1:1}\n  n2: {addr: 127.0.0.1:2}\n  n3: {addr: 127.0.0.1:3}\n" +
-		"servers:\n  inventory:\n    routes:\n      clothes: [n1, n2, n3]\n      shoes: [n2]\n"
-	if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, cfg := routeConfig(t)
 	sh := func(stdin string, args ...string) (string, string, int) {
 		var out, errb bytes.Buffer
 		code := run(args, strings.NewReader(stdin), &out, &errb)
@@ -63,4 +54,23 @@ func TestRouteCLI(t *testing.T) {
 	if _, errs, code = sh("", "route", "--config", p, "--orders", "--route", "shoes", "o-1"); code != 2 || !strings.Contains(errs, "--orders") {
 		t.Fatalf("route --orders --route = %d %q, want a usage error", code, errs)
 	}
+}
+
+// routeConfig writes a configuration of three nodes (unreachable
+// addresses: route reads the configuration only) and an inventory with
+// routes clothes (n1, n2, n3) and shoes (n2), and returns its path and
+// what it loads as.
+func routeConfig(t *testing.T) (string, *config.Config) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	yaml := "nodes:\n  n1: {addr: 127.0.0.1:1}\n  n2: {addr: 127.0.0.1:2}\n  n3: {addr: 127.0.0.1:3}\n" +
+		"servers:\n  inventory:\n    routes:\n      clothes: [n1, n2, n3]\n      shoes: [n2]\n"
+	if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, cfg
 }
