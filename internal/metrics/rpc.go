@@ -93,15 +93,6 @@ func (m *Metrics) CountRPC(procedure, code string) {
 	m.rpc.requests.WithLabelValues(procedure, code).Inc()
 }
 
-// PreCreateRPC makes the per-procedure counters exist at 0 for procs.
-func (m *Metrics) PreCreateRPC(procs []string) {
-	for _, p := range procs {
-		for _, c := range []string{"ok", "invalid_argument", "failed_precondition", "not_found", "unavailable", "internal"} {
-			m.rpc.requests.WithLabelValues(strings.TrimPrefix(p, "/shardis.v1."), c)
-		}
-	}
-}
-
 func settleOutcome(err error, ok string) string {
 	switch {
 	case err == nil:
