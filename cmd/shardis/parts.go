@@ -12,19 +12,20 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardis/shardis/inventory"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 )
 
 // parseQueue reads a --queue value: a number or a redo log name such as
 // inv:redo:7.
 func parseQueue(c *client, arg string) (int32, error) {
-	q := arg
-	if i := strings.LastIndexByte(q, ':'); i >= 0 {
-		q = q[i+1:]
-	}
+	// a redo log's name is its key: the prefix, then the number (a
+	// segment key's suffix, inv:redo:7:3, is not a queue number)
+	prefix := strings.TrimSuffix(inventory.RedoLogKey(0), "0") // inv:redo:
+	q := strings.TrimPrefix(arg, prefix)
 	queue, err := strconv.ParseInt(q, 10, 32)
 	if err != nil {
-		return 0, c.usageErr("--queue %q: want a queue number or a redo log name ending in :NUMBER", arg)
+		return 0, c.usageErr("--queue %q: want a queue number or a redo log name such as %s", arg, inventory.RedoLogKey(7))
 	}
 	return int32(queue), nil
 }
