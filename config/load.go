@@ -30,7 +30,9 @@ type Problem struct {
 	// Msg says what is wrong.
 	Msg string
 	// Env names the environment variable the value came from, or "" when
-	// it came from the file or the defaults.
+	// it came from the file or the defaults. For a problem with a key the
+	// environment reached only below it (an unknown section, a node only
+	// the environment has), it names those variables, comma-separated.
 	Env string
 }
 
@@ -106,15 +108,22 @@ func Load(path string) (*Config, error) {
 //	SHARDIS_HEALTH__BACKOFF=500ms,1s,5s             lists are comma-separated
 //	SHARDIS_SERVERS__INVENTORY__ROUTES__CLOTHES=n1,n2
 //
-// Names reached through the environment are lower-case. An override of an
+// Names reached through the environment are lower-case: an override may
+// add a node, server or route the file does not have, but one naming an
+// entry the file spells in another case (SHARDIS_NODES__N1__ADDR for the
+// file's N1) is an error rather than a second entry. An override of an
 // unknown key is an error like any other unknown key; a problem with a
-// value from the environment names the variable (Problem.Env).
+// value from the environment names the variable (Problem.Env), or the
+// variables under the key it is about (an unknown section, a node the
+// environment alone added).
 func Parse(yamlData []byte, environ []string) (*Config, error) {
 	k := koanf.New(keyDelim)
 	if err := k.Load(rawbytes.Provider(yamlData), yaml.Parser()); err != nil {
 		return nil, fmt.Errorf("config: parse YAML: %w", err)
 	}
-	if ps := append(envConflicts(environ), envMisspelt(environ)...); len(ps) > 0 {
+	file := k.Raw() // the file's keys alone, before the environment's
+	ps := append(envConflicts(environ), envMisspelt(environ)...)
+	if ps = append(ps, envCaseClashes(environ, file)...); len(ps) > 0 {
 		return nil, ps
 	}
 	envProvider := env.Provider(keyDelim, env.Opt{
@@ -140,28 +149,74 @@ func Parse(yamlData []byte, environ []string) (*Config, error) {
 		}
 	}
 	if len(problems) > 0 {
-		vars := envVars(environ)
+		vars, inFile := envVars(environ), filePaths("", file, map[string]bool{})
 		for i := range problems {
-			problems[i].Env = envSource(vars, problems[i].Path)
+			problems[i].Env = envSource(vars, inFile, problems[i].Path)
 		}
 		return nil, problems
 	}
 	return &cfg, nil
 }
 
-// envSource returns the variable that set path or one of its parents.
-func envSource(vars map[string]string, path string) string {
-	for p := path; p != ""; {
+// envSource returns the variable that set path or one of its parents;
+// else those that set keys under path (SHARDIS_NODE__N1__ADDR for an
+// unknown section "node"); else those under the nearest parent that
+// the file does not have (an entry the environment alone made: a node
+// whose addr is missing), comma-separated. inFile holds the file's paths.
+func envSource(vars map[string]string, inFile map[string]bool, path string) string {
+	if v := envSetter(vars, path); v != "" {
+		return v
+	}
+	for p := path; p != "" && (p == path || !inFile[p]); p = parentPath(p) {
+		if names := envUnder(vars, p); names != "" {
+			return names
+		}
+	}
+	return ""
+}
+
+// envSetter returns the variable that set path or one of its parents.
+func envSetter(vars map[string]string, path string) string {
+	for p := path; p != ""; p = parentPath(p) {
 		if v, ok := vars[p]; ok {
 			return v
 		}
-		i := strings.LastIndexAny(p, ".[")
-		if i < 0 {
-			return ""
-		}
-		p = p[:i]
 	}
 	return ""
+}
+
+// envUnder returns the variables that set keys under path, sorted and
+// comma-separated.
+func envUnder(vars map[string]string, path string) string {
+	var names []string
+	for _, k := range sortedKeys(vars) {
+		if strings.HasPrefix(k, path+".") {
+			names = append(names, vars[k])
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// parentPath is path without its last key or index ("" at the top).
+func parentPath(path string) string {
+	i := strings.LastIndexAny(path, ".[")
+	if i < 0 {
+		return ""
+	}
+	return path[:i]
+}
+
+// filePaths adds to paths the dotted path of every key of the nested map
+// m (the file's), under prefix, and returns paths.
+func filePaths(prefix string, m map[string]any, paths map[string]bool) map[string]bool {
+	for k, v := range m {
+		p := join(prefix, k)
+		paths[p] = true
+		if sub, ok := v.(map[string]any); ok {
+			filePaths(p, sub, paths)
+		}
+	}
+	return paths
 }
 
 // envKey maps SHARDIS_A__B_C=v to the koanf key a␟b_c, and a variable
@@ -205,6 +260,52 @@ func envConflicts(environ []string) Problems {
 		}
 	}
 	return ps
+}
+
+// envCaseClashes reports overrides that name a map entry (a node, a
+// server, a route) the file spells in another case: names reached through
+// the environment are lower-case, so SHARDIS_NODES__N1__ADDR for the
+// file's node N1 would otherwise add a second node n1 beside it, and
+// leave N1 as the file has it.
+func envCaseClashes(environ []string, file map[string]any) Problems {
+	var ps Problems
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, EnvPrefix) {
+			continue
+		}
+		key, _ := envKey(name, "")
+		if key == "" {
+			continue
+		}
+		if path, spelt := caseClash(file, strings.Split(key, keyDelim)); path != "" {
+			ps = append(ps, Problem{Path: path, Env: name, Msg: fmt.Sprintf(
+				"the file spells this entry %q, and names reached through the environment are lower-case: "+
+					"the variable would add a second entry, not override %q; spell it in lower case in the file", spelt, spelt)})
+		}
+	}
+	return ps
+}
+
+// caseClash follows the keys segs down the nested map m (the file's). At
+// the first key m lacks, it returns that key's dotted path and the key m
+// holds in another case, if any; "" otherwise.
+func caseClash(m map[string]any, segs []string) (path, spelt string) {
+	for i, seg := range segs {
+		v, ok := m[seg]
+		if !ok {
+			for _, k := range sortedKeys(m) {
+				if strings.EqualFold(k, seg) {
+					return strings.Join(segs[:i+1], "."), k
+				}
+			}
+			return "", ""
+		}
+		if m, ok = v.(map[string]any); !ok {
+			return "", ""
+		}
+	}
+	return "", ""
 }
 
 // envMisspelt reports SHARDIS_ variables without a double underscore that

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shardis/shardis/config"
 )
 
 // Connect opens the PostgreSQL pool a syncer over nodes redis nodes lands
@@ -26,7 +29,7 @@ func Connect(ctx context.Context, dsn string, nodes int, set Settings, migrate b
 	set.defaults()
 	pc, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("sync.dsn: %w", err) // pgx masks the password
+		return nil, dsnError(dsn, err)
 	}
 	// A hung instance's session holding queue locks mid-transaction is
 	// ended by the server (Settings.IdleInTransactionTimeout).
@@ -46,6 +49,23 @@ func Connect(ctx context.Context, dsn string, nodes int, set Settings, migrate b
 		return nil, err
 	}
 	return pool, nil
+}
+
+// dsnError is pgx's refusal to parse dsn, quoting the DSN as
+// config.RedactDSN redacts it: pgx quotes it redacted by two patterns
+// (password='…', password=…), which miss libpq's other spellings
+// (password = '…', an escaped quote or space in the value) and show the
+// password or its tail. Only what follows pgx's quote is kept.
+func dsnError(dsn string, err error) error {
+	msg := err.Error()
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		msg = "cannot parse it"
+		if i := strings.LastIndex(pe.Error(), "`: "); i >= 0 {
+			msg = pe.Error()[i+len("`: "):]
+		}
+	}
+	return fmt.Errorf("sync.dsn: cannot parse `%s`: %s", config.RedactDSN(dsn), msg)
 }
 
 // ErrAuth is wrapped when PostgreSQL refuses sync.dsn's credentials
