@@ -37,6 +37,10 @@ import (
 //     with resource_exhausted, as grpc-go and connect-go answer an
 //     oversized message, the limit named in the message. A body of unknown
 //     length (chunked, gRPC over HTTP/2) is read up to the limit first.
+//     The limit is the message's: gRPC and gRPC-Web bodies may be 5 bytes
+//     longer, their message's envelope (bodyLimit), so a message of
+//     exactly the limit is served on every protocol and on the gRPC port
+//     alike; before, gRPC and gRPC-Web refused one of the last 5 bytes.
 //     The limit holds for grpc.health.v1 and reflection on the port too
 //     (unauthenticated, like every probe): a body declared over it is
 //     refused unread, and their handlers refuse a message over it
@@ -112,7 +116,7 @@ func (s *Server) frontDoor(mux http.Handler) http.Handler {
 			// over it (connect.WithReadMaxBytes, mountProbes), so a body
 			// of unknown length is not read ahead (reflection is a
 			// bidirectional stream).
-			if r.ContentLength > max {
+			if r.ContentLength > bodyLimit(r, max) {
 				_ = ew.Write(w, r, connect.NewError(connect.CodeResourceExhausted, errors.New(overLimit(r.ContentLength, max))))
 				return
 			}
@@ -138,8 +142,9 @@ func (s *Server) frontDoor(mux http.Handler) http.Handler {
 			s.answered(r.Context(), proc, connect.CodeUnauthenticated.String(), errBearer, start)
 			return
 		}
+		limit := bodyLimit(r, max)
 		if r.ContentLength < 0 {
-			body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+			body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 			if err != nil {
 				msg := "reading the request body: " + err.Error()
 				_ = ew.Write(w, r, connect.NewError(connect.CodeInvalidArgument, errors.New(msg)))
@@ -148,13 +153,16 @@ func (s *Server) frontDoor(mux http.Handler) http.Handler {
 			}
 			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		}
-		if r.ContentLength > max {
+		if r.ContentLength > limit {
 			msg := overLimit(r.ContentLength, max)
+			if r.ContentLength == limit+1 { // read up to the limit: its length is unknown
+				msg = overLimit(max+1, max)
+			}
 			_ = ew.Write(w, r, connect.NewError(connect.CodeResourceExhausted, errors.New(msg)))
 			s.answered(r.Context(), proc, connect.CodeResourceExhausted.String(), msg, start)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, max+1024)
+		r.Body = http.MaxBytesReader(w, r.Body, limit+1024)
 		seen := &callSeen{}
 		rec := &answerRecorder{ResponseWriter: w, seen: seen}
 		mux.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), callSeenKey{}, seen)))
@@ -163,6 +171,20 @@ func (s *Server) frontDoor(mux http.Handler) http.Handler {
 			s.answered(r.Context(), proc, code, msg, start)
 		}
 	})
+}
+
+// envelopeBytes is the prefix of each message of gRPC and gRPC-Web (a
+// flags byte and a 4-byte length), not counted in the message's size.
+const envelopeBytes = 5
+
+// bodyLimit is the longest body r may have for a message of max bytes:
+// max, plus one envelope for gRPC and gRPC-Web (Content-Type
+// application/grpc…), whose unary request is one enveloped message.
+func bodyLimit(r *http.Request, max int64) int64 {
+	if strings.HasPrefix(strings.ToLower(r.Header.Get("Content-Type")), "application/grpc") {
+		return max + envelopeBytes
+	}
+	return max
 }
 
 // errBearer is the message of a call refused for its bearer token.

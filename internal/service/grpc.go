@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	_ "google.golang.org/grpc/encoding/gzip" // gzip-compressed calls, as the service port takes them
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
@@ -38,6 +39,10 @@ import (
 // grpc-go's transport that it costs over net/http's HTTP/2 (BENCHMARKS.md,
 // the RPC section's floor rows). Binary protobuf ignores unknown fields,
 // as protobuf's compatibility rule asks; gRPC clients send nothing else.
+// A request compressed with gzip is served (its limit counts the message
+// decompressed) and its reply compressed the same way, as on the service
+// port; before grpc-go's gzip codec was linked in, every compressed call
+// was answered unimplemented.
 
 // grpcMethod is one unary method of a service on the gRPC port.
 type grpcMethod struct {
@@ -120,9 +125,7 @@ func (s *Server) grpcDesc(service string, methods []grpcMethod) *grpc.ServiceDes
 				} else {
 					res, err = m.call(ctx, md, dec)
 				}
-				if err != nil {
-					err = contextCode(ctx, err)
-				}
+				err = callerCode(ctx, err)
 				s.Metrics.ObserveRPC(procedure, err, time.Since(start))
 				logRPC(ctx, s.log, procedure, err, time.Since(start))
 				if err != nil {
@@ -142,20 +145,54 @@ func bearerOK(md metadata.MD, want []byte) bool {
 	return len(got) == 1 && subtle.ConstantTimeCompare([]byte(got[0]), want) == 1
 }
 
-// contextCode gives an error caused by the call's own context the code
-// Connect gives it (canceled, deadline_exceeded).
-func contextCode(ctx context.Context, err error) error {
+// callerCode gives an error answered once the call's own context ended
+// the code of that, as Connect gives it: deadline_exceeded past the
+// deadline (by the clock: go-redis sets a connection's deadline to the
+// context's, so a read on a silent node fails with "i/o timeout" a moment
+// before the context's timer fires), canceled when the client went away.
+// Only an error of no code, or unavailable (a node that did not answer in
+// time, an outcome left unknown), is the context's doing; its message
+// stays (an unknown outcome still says to retry with the same order id).
+// Any other answer (insufficient stock, a corrupt value) keeps its code.
+// Before, a call cut by its deadline was answered, counted and logged at
+// warn as unavailable, a node's failure, whenever the read lost the race.
+func callerCode(ctx context.Context, err error) error {
 	var ce *connect.Error
-	if errors.As(err, &ce) {
+	if err == nil || errors.As(err, &ce) && ce.Code() != connect.CodeUnavailable {
 		return err
 	}
-	switch {
-	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		return connect.NewError(connect.CodeCanceled, err)
-	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
-		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	code := connect.CodeCanceled
+	switch d, ok := ctx.Deadline(); {
+	case ok && !time.Now().Before(d):
+		code = connect.CodeDeadlineExceeded
+	case ctx.Err() == nil:
+		return err
 	}
-	return err
+	if ce == nil {
+		return connect.NewError(code, err)
+	}
+	out := connect.NewError(code, trimmed{msg: ce.Message(), err: ce.Unwrap()})
+	for _, d := range ce.Details() {
+		out.AddDetail(d)
+	}
+	for k, v := range ce.Meta() {
+		out.Meta()[k] = v
+	}
+	return out
+}
+
+// callerCodeInterceptor applies callerCode to the service port's calls
+// (inside the metrics and log interceptors: they see the code answered).
+func callerCodeInterceptor() connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			res, err := next(ctx, req)
+			if err != nil {
+				return nil, callerCode(ctx, err)
+			}
+			return res, nil
+		}
+	})
 }
 
 // grpcStatus is err as a gRPC status: Connect's codes are gRPC's, by

@@ -151,9 +151,9 @@ func (s *Server) handler() http.Handler {
 		// Replies are a few hundred bytes: gzip would cost more CPU per
 		// call (a compressor reset is ~1 KB of tables) than it saves.
 		connect.WithCompressMinBytes(compressMinBytes),
-		connect.WithCodec(strictJSON{}), connect.WithCodec(binaryProto{}),
+		connect.WithCodec(strictJSON{}), connect.WithCodec(strictJSONCharset{}), connect.WithCodec(binaryProto{}),
 		connect.WithInterceptors(seenInterceptor(), s.Metrics.RPCInterceptor(), logInterceptor(s.log),
-			jsonNamesInterceptor(), authInterceptor(s.cfg.Service.AuthToken)),
+			callerCodeInterceptor(), jsonNamesInterceptor(), authInterceptor(s.cfg.Service.AuthToken)),
 	}
 	mux := http.NewServeMux()
 	mux.Handle(shardisv1connect.NewInventoryServiceHandler(h, opts...))
