@@ -2,12 +2,9 @@ package pgsync_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"testing"
 	"time"
 
-	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/pgsync"
 )
 
@@ -24,20 +21,7 @@ func TestSyncLeavesRefusedAttemptOutAfterCancel(t *testing.T) {
 	e.loadStock("one", "c", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	homes, err := inventory.NewHomes(e.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := ""
-	for i := 0; refused == ""; i++ { // homed off n2: the one-round path
-		if id := fmt.Sprintf("refused-%d", i); homes.Home(id) != "n2" {
-			refused = id
-		}
-	}
-	_, err = e.inv.Reserve(ctx, refused, []inventory.Item{{Route: "one", SKU: "b", Quantity: 1}, {Route: "one", SKU: "c", Quantity: 2}}, "", time.Minute)
-	if !errors.Is(err, inventory.ErrInsufficientStock) {
-		t.Fatalf("Reserve %s: %v, want ErrInsufficientStock", refused, err)
-	}
+	refused := e.refusedOffN2(t, ctx)
 	// the client cleans up the order it could not reserve
 	out, err := e.inv.Cancel(ctx, refused)
 	if err != nil {

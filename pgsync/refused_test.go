@@ -102,6 +102,28 @@ FROM stock_movements`, refused, kept).Scan(&rows, &keptRows); err != nil {
 	}
 }
 
+// refusedOffN2 reserves a 2-item order homed off n2 (the one-round path)
+// that asks for 2 units of one/c, which holds 1: it is refused for
+// insufficient stock after its other part took one/b. It returns its id.
+func (e *env) refusedOffN2(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	homes, err := inventory.NewHomes(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := ""
+	for i := 0; refused == ""; i++ {
+		if id := fmt.Sprintf("refused-%d", i); homes.Home(id) != "n2" {
+			refused = id
+		}
+	}
+	_, err = e.inv.Reserve(ctx, refused, []inventory.Item{{Route: "one", SKU: "b", Quantity: 1}, {Route: "one", SKU: "c", Quantity: 2}}, "", time.Minute)
+	if !errors.Is(err, inventory.ErrInsufficientStock) {
+		t.Fatalf("Reserve %s: %v, want ErrInsufficientStock", refused, err)
+	}
+	return refused
+}
+
 // refusedTookAndGaveBack checks that the refused order took parts on n2
 // and that each is cancelled (given back): the attempt these tests need.
 // It returns how many parts it took.

@@ -134,12 +134,9 @@ func TestAcceptedCopyReportsNothingTrimmedUnlanded(t *testing.T) {
 	e.drainN2(t, ctx)
 	n2, _ := e.stack.Router.Node("n2")
 	inc1 := n2.Incarnation()
-	snap := e.snapshotN2(t, ctx)
-	e.reserveN("b", "one", "d", 1, time.Hour) // the copy is behind this
-	e.waitConsistent(15*time.Second, skus, nil)
-	time.Sleep(2 * time.Second) // the peers' marks pass it
-	e.restartN2(t, snap)
-	e.acceptWentBack(t, ctx, "n2 refused as gone back")
+	e.goBackN2(t, ctx, skus, func() {
+		e.reserveN("b", "one", "d", 1, time.Hour) // the copy is behind this
+	})
 	waitFor(t, 15*time.Second, "the new incarnation landed", func() bool { return m.NewIncarnations("n2") == 1 })
 	e.waitConsistent(15*time.Second, skus, map[string]bool{inc1: true})
 	if got := m.Trimmed(); got != 0 {
@@ -225,14 +222,11 @@ func TestConflictCountedOncePerIncarnation(t *testing.T) {
 	st := e.openSyncer(testLog(t), pgsync.Settings{Metrics: m})
 	skus := [][2]string{{"one", "d"}}
 	e.waitConsistent(15*time.Second, skus, nil)
-	snap := e.snapshotN2(t, ctx)
-	if _, err := e.inv.Confirm(ctx, order); err != nil {
-		t.Fatal(err)
-	}
-	e.waitConsistent(15*time.Second, skus, nil)
-	time.Sleep(2 * time.Second) // the peers' marks pass the confirm
-	e.restartN2(t, snap)
-	e.acceptWentBack(t, ctx, "n2 refused as gone back")
+	e.goBackN2(t, ctx, skus, func() {
+		if _, err := e.inv.Confirm(ctx, order); err != nil {
+			t.Fatal(err)
+		}
+	})
 	waitFor(t, 20*time.Second, "the conflict counted", func() bool { return m.Conflicts() == 1 })
 	st.Close()
 	n2, _ := e.stack.Router.Node("n2")

@@ -94,6 +94,20 @@ func (e *env) confirmedN(t *testing.T, ctx context.Context, prefix string, n int
 	}
 }
 
+// goBackN2 snapshots n2, runs after (writes the copy will lack), waits
+// until skus are consistent and the peers' marks passed those writes,
+// then restarts n2 from the snapshot and accepts it once it is refused as
+// gone back.
+func (e *env) goBackN2(t *testing.T, ctx context.Context, skus [][2]string, after func()) {
+	t.Helper()
+	snap := e.snapshotN2(t, ctx)
+	after()
+	e.waitConsistent(15*time.Second, skus, nil)
+	time.Sleep(2 * time.Second) // the peers' marks pass the writes
+	e.restartN2(t, snap)
+	e.acceptWentBack(t, ctx, "n2 refused as gone back")
+}
+
 // acceptWentBack waits until the router refuses n2 for its data, accepts
 // it and waits until it is usable.
 func (e *env) acceptWentBack(t *testing.T, ctx context.Context, what string) {
@@ -129,14 +143,11 @@ func TestRestoredNodeConflictsWithASettledRow(t *testing.T) {
 	e.syncer(m)
 	skus := [][2]string{{"one", "d"}}
 	e.waitConsistent(15*time.Second, skus, nil)
-	snap := e.snapshotN2(t, ctx)
-	if _, err := e.inv.Confirm(ctx, order); err != nil {
-		t.Fatal(err)
-	}
-	e.waitConsistent(15*time.Second, skus, nil)
-	time.Sleep(2 * time.Second) // the peers' marks pass the confirm
-	e.restartN2(t, snap)
-	e.acceptWentBack(t, ctx, "n2 refused as gone back")
+	e.goBackN2(t, ctx, skus, func() {
+		if _, err := e.inv.Confirm(ctx, order); err != nil {
+			t.Fatal(err)
+		}
+	})
 	waitFor(t, 20*time.Second, "the conflict counted", func() bool { return m.Conflicts() == 1 })
 	waitFor(t, 20*time.Second, "the part cancelled on n2", func() bool {
 		ps, err := e.nodeParts(ctx, "n2")

@@ -2,7 +2,6 @@ package pgsync_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -28,20 +27,7 @@ func TestReview2AcceptedCopyWithSkippedRefusedReportsNoGap(t *testing.T) {
 	skus := [][2]string{{"one", "b"}, {"one", "c"}}
 	e.loadStock("one", "b", 10)
 	e.loadStock("one", "c", 1)
-	homes, err := inventory.NewHomes(e.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := ""
-	for i := 0; refused == ""; i++ { // homed off n2: the one-round path
-		if id := fmt.Sprintf("refused-%d", i); homes.Home(id) != "n2" {
-			refused = id
-		}
-	}
-	_, err = e.inv.Reserve(ctx, refused, []inventory.Item{{Route: "one", SKU: "b", Quantity: 1}, {Route: "one", SKU: "c", Quantity: 2}}, "", time.Minute)
-	if !errors.Is(err, inventory.ErrInsufficientStock) {
-		t.Fatalf("Reserve %s: %v, want ErrInsufficientStock", refused, err)
-	}
+	refused := e.refusedOffN2(t, ctx)
 	e.refusedTookAndGaveBack(t, ctx, refused)
 	for i := range 2 {
 		id := fmt.Sprintf("kept-%d", i)
@@ -61,12 +47,9 @@ func TestReview2AcceptedCopyWithSkippedRefusedReportsNoGap(t *testing.T) {
 	e.drainN2(t, ctx) // landed, acknowledged, trimmed: the skipped entries too
 	n2, _ := e.stack.Router.Node("n2")
 	inc1 := n2.Incarnation()
-	snap := e.snapshotN2(t, ctx)
-	e.reserveN("late", "one", "b", 1, time.Hour) // the copy is behind this
-	e.waitConsistent(15*time.Second, skus, nil)
-	time.Sleep(2 * time.Second) // the peers' marks pass it
-	e.restartN2(t, snap)
-	e.acceptWentBack(t, ctx, "n2 refused as gone back")
+	e.goBackN2(t, ctx, skus, func() {
+		e.reserveN("late", "one", "b", 1, time.Hour) // the copy is behind this
+	})
 	waitFor(t, 15*time.Second, "the new incarnation landed", func() bool { return m.NewIncarnations("n2") == 1 })
 	e.waitConsistent(15*time.Second, skus, map[string]bool{inc1: true})
 
