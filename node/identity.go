@@ -207,7 +207,9 @@ func (n *Node) Probe(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.opts.ProbeTimeout)
 	defer cancel()
-	reconnect := n.State() != StateUp
+	// A Sentinel group whose probe reached another master is met anew
+	// too: its settings read, its sentinels asked to agree.
+	reconnect := n.State() != StateUp || (n.IsSentinel() && n.masterMoved())
 	// What was acknowledged before the stamp is read: the node's sequence
 	// can only be at least that (a write acknowledged during the read may
 	// be past the sequence the read returns).

@@ -207,11 +207,11 @@ type Node struct {
 	newProbe    func() *redis.Client
 	probeClosed bool // guarded by probeMu
 
-	newReadClient func() *redis.Client // the replica read client's factory (sentinel.go)
-	read          readClient
-	masterAddr    atomic.Pointer[string]   // where the probe last connected (sentinel.go)
-	sentinels     atomic.Pointer[[]string] // the group's sentinels known: seeds and discovered (sentinel.go); nil = the seeds
-	sentinelsMu   sync.Mutex               // serialises learnSentinels
+	read        *renewed                 // the replica read client, built on first use (sentinel.go); renewed by SetUp
+	masterAddr  atomic.Pointer[string]   // where the probe last connected (sentinel.go)
+	upAddr      atomic.Pointer[string]   // the master the clients were last renewed for (SetUp; written under upMu)
+	sentinels   atomic.Pointer[[]string] // the group's sentinels known: seeds and discovered (sentinel.go); nil = the seeds
+	sentinelsMu sync.Mutex               // serialises learnSentinels
 
 	upMu          sync.Mutex                // serialises SetUp: its new breaker and renewed clients land before UP
 	state         atomic.Int32              // a State
@@ -223,7 +223,7 @@ type Node struct {
 	pipelined     atomic.Int64              // commands that rode a shared pipeline (pipeline.go)
 	busyPipelined atomic.Int64              // of them, on the busy pipeline
 	settings      atomic.Pointer[Settings]  // eviction and persistence settings (settings.go); nil until read
-	side          *redis.Client             // witness traffic (witness.go): no hook, off the probe's connection
+	side          *renewed                  // witness traffic (witness.go): no hook, off the probe's connection; renewed by SetUp
 	drainMu       sync.Mutex                // held across drainGen's check and a probe's apply, and across its bump and the write's flag (drain.go)
 	drainGen      atomic.Uint64             // bumped by each drain write of this process (drain.go)
 	witnessed     atomic.Pointer[peerView]  // the highest mark peers hold of this node, as last read (SetWitnessed)
@@ -280,7 +280,7 @@ func New(opts Options) (*Node, error) {
 		mkGated = func() *redis.Client { return n.factory(n.gatedOptions(base), false)() }
 	}
 	n.client = newClients(n, n.factory(base, false), mkGated)
-	n.newReadClient = n.factory(base, true)
+	n.read = newRenewed(n, n.readFactory(base), false)
 
 	probe := base
 	probe.PoolSize = 1
@@ -300,7 +300,7 @@ func New(opts Options) (*Node, error) {
 	side := base
 	side.PoolSize = 2
 	side.MaxIdleConns = 2
-	n.side = n.factory(side, false)()
+	n.side = newRenewed(n, n.factory(side, false), true)
 
 	n.guard.Store(n.newGuard())
 	n.setDownErr(errors.New("not probed yet"))
@@ -396,20 +396,32 @@ func (n *Node) Routes() map[RouteKey]bool {
 // SetUp marks the node UP and reports whether that changed its state. On a
 // DOWN→UP change the breaker is replaced by a closed one (the probe just
 // proved the node answers) and, for a Sentinel group, the clients are
-// renewed, all before UP is published: a command that sees the node UP
-// never meets the breaker its DOWN spell opened, nor a pooled connection to
-// a former master. Calls are serialised, so two probes that both saw the
-// node DOWN renew it once.
+// renewed (the hooked clients, the witness client and the replica read
+// client), all before UP is published: a command, witness mark or replica
+// read that sees the node UP never meets the breaker its DOWN spell
+// opened, nor a pooled connection to a former master (or, for the read
+// client, to a replica since promoted). Calls are serialised, so two
+// probes that both saw the node DOWN renew it once. A Sentinel group
+// that stayed UP while its probe reached another master (a switch the
+// node never saw fail) has its clients renewed too, at the SetUp after
+// that probe.
 func (n *Node) SetUp() bool {
 	n.upMu.Lock()
 	defer n.upMu.Unlock()
 	if State(n.state.Load()) == StateUp {
+		if n.IsSentinel() && n.masterMoved() {
+			n.renewForMaster()
+		}
 		return false
 	}
 	n.guard.Store(n.newGuard())
 	// A Sentinel group's master may have changed while it was DOWN: no
 	// pooled connection to a former master may survive.
-	n.client.renew(n.IsSentinel())
+	if n.IsSentinel() {
+		n.renewForMaster()
+	} else {
+		n.client.renew(false)
+	}
 	n.downErr.Store(nil)
 	return State(n.state.Swap(int32(StateUp))) != StateUp
 }
@@ -442,7 +454,8 @@ func (n *Node) setDownErr(reason error) {
 // BreakerState returns "closed", "half-open" or "open".
 func (n *Node) BreakerState() string { return n.guard.Load().cb.State().String() }
 
-// Close closes both clients. Commands after Close fail with redis.ErrClosed.
+// Close closes every client of the node. Commands after Close fail with
+// redis.ErrClosed.
 // It is idempotent.
 func (n *Node) Close() error {
 	var err error
@@ -451,7 +464,7 @@ func (n *Node) Close() error {
 		n.probeClosed = true
 		probe := n.probe
 		n.probeMu.Unlock()
-		err = errors.Join(n.client.close(), probe.Close(), n.side.Close(), n.closeRead())
+		err = errors.Join(n.client.close(), probe.Close(), n.side.close(), n.read.close())
 	})
 	return err
 }

@@ -7,7 +7,7 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,7 +20,7 @@ import (
 // replica read client) is a go-redis failover client
 // (redis.NewFailoverClient): it asks the sentinels for the group's master
 // at every dial and drops its connections to a former master when the
-// sentinels announce a switch. Everything else is the same as for a
+// one sentinel it listens to announces a switch. Everything else is the same as for a
 // standalone node: the name, routes, breaker, identity stamp, pipelining
 // and metrics belong to the group, whichever server is its master.
 //
@@ -33,9 +33,15 @@ import (
 // name, incarnation and write sequence, so it is recognised as the same
 // node; one whose data is behind what was acknowledged is refused as
 // rolled back, like a standalone node restored from an old snapshot), and
-// the node is UP again. On every DOWN→UP of a group the hooked client is
-// replaced by a fresh one, so no pooled connection to a former master
-// survives.
+// the node is UP again. On every DOWN→UP of a group the hooked client,
+// the witness client and the replica read client are replaced by fresh
+// ones (SetUp), so no pooled connection to a former master survives, nor
+// one of the read client to a replica since promoted: a failover client
+// drops them itself only when its own sentinel's announcement reaches it
+// (that sentinel may be dead or the message late) or when it dials, and
+// the sentinels convert a demoted master, which kills its clients'
+// connections, only up to ten seconds after the switch: until then a
+// mark written there is acknowledged and then lost at its resync.
 //
 // A probe of a group also checks that the server it reached is a master
 // (INFO replication inside the stamp script): a demoted master still
@@ -122,6 +128,8 @@ func (n *Node) factory(o redis.Options, replica bool) func() *redis.Client {
 			PoolSize:                o.PoolSize,
 			PoolTimeout:             o.PoolTimeout,
 			MaxIdleConns:            o.MaxIdleConns,
+			ConnMaxLifetime:         o.ConnMaxLifetime,
+			ConnMaxLifetimeJitter:   o.ConnMaxLifetimeJitter,
 			PipelinePoolSize:        o.PipelinePoolSize,
 			PipelineReadBufferSize:  o.PipelineReadBufferSize,
 			PipelineWriteBufferSize: o.PipelineWriteBufferSize,
@@ -318,49 +326,79 @@ func (h addrHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return next
 }
 
-// readClient is the replica read client of a Sentinel node with
-// ReadFromReplicas, built on first use.
-type readClient struct {
-	once sync.Once
-	c    *redis.Client
+// masterMoved reports whether the probe last reached a master other than
+// the one the clients were last renewed for (renewForMaster).
+func (n *Node) masterMoved() bool {
+	a, u := n.masterAddr.Load(), n.upAddr.Load()
+	return a != nil && (u == nil || *u != *a)
+}
+
+// renewForMaster replaces a Sentinel group's clients (the hooked ones,
+// the witness client and the replica read client) by fresh ones, so no
+// pooled connection to a former master survives, and records the master
+// the probe last reached as the one they were renewed for. Called under
+// upMu.
+func (n *Node) renewForMaster() {
+	if a := n.masterAddr.Load(); a != nil {
+		n.upAddr.Store(a)
+	}
+	n.client.renew(true)
+	n.side.renew()
+	n.read.renew()
+}
+
+// replicaConnLifetime bounds how long a connection of the replica read
+// client is used (ConnMaxLifetime, give or take replicaConnJitter): every
+// dial picks a replica anew, so a read client that fell back to the master
+// (no replica was healthy) or whose replica was promoted or went away
+// while the node stayed UP reads from a healthy replica again within it.
+// It costs each pooled read connection one dial (and one SENTINEL
+// REPLICAS) that often.
+const (
+	replicaConnLifetime = 10 * time.Second
+	replicaConnJitter   = 2 * time.Second
+)
+
+// readFactory returns the builder of the replica read client with the
+// options o: a failover client that prefers replicas, its connections
+// redialled every replicaConnLifetime, with the node's hooks and readHook.
+func (n *Node) readFactory(o redis.Options) func() *redis.Client {
+	o.ConnMaxLifetime = replicaConnLifetime
+	o.ConnMaxLifetimeJitter = replicaConnJitter
+	mk := n.factory(o, true)
+	return func() *redis.Client {
+		cl := mk()
+		for _, h := range n.opts.Hooks {
+			cl.AddHook(h)
+		}
+		cl.AddHook(readHook{n})
+		return cl
+	}
 }
 
 // ReadClient returns the client of the router's read path. For a Sentinel
 // node with ReadFromReplicas it is a client that sends every command to a
 // replica of the group (one the sentinels list as healthy, chosen at
-// dial; the master when none is); otherwise it is [Node.Client]. Replica
-// reads may lag the master (replication is asynchronous) and may come from
-// a replica that is about to be promoted or demoted. The state gate
-// admits them like any command (refused at once while the node is DOWN or
-// its breaker is open), but their failures say nothing about the master:
-// they are observed, not counted against the breaker. Do not write
-// through it and do not Close it.
+// dial; the master when none is). Its connections are redialled, and the
+// replica chosen again, at least every 10s (replicaConnLifetime), and it
+// is replaced on every DOWN→UP of the node ([Node.SetUp]): after a
+// failover it leaves the replica just promoted, and once a replica is
+// healthy again it reads from one within that time. Otherwise it is
+// [Node.Client]. Replica reads may lag the master (replication is
+// asynchronous) and may come from a replica that is about to be promoted
+// or demoted. The state gate admits them like any command (refused at
+// once while the node is DOWN or its breaker is open), but their failures
+// say nothing about the master: they are observed, not counted against
+// the breaker. Fetch it per use; do not write through it and do not
+// Close it.
 func (n *Node) ReadClient() *redis.Client {
 	if n.opts.Sentinel == nil || !n.opts.Sentinel.ReadFromReplicas {
 		return n.Client()
 	}
-	n.read.once.Do(func() {
-		cl := n.newReadClient()
-		for _, h := range n.opts.Hooks {
-			cl.AddHook(h)
-		}
-		cl.AddHook(readHook{n})
-		n.read.c = cl
-	})
-	if n.read.c == nil {
-		return n.Client() // closed before first use: fails with redis.ErrClosed
+	if c := n.read.get(); c != nil {
+		return c
 	}
-	return n.read.c
-}
-
-// closeRead closes the read client if it was built.
-func (n *Node) closeRead() error {
-	var err error
-	n.read.once.Do(func() {}) // no client is built after Close
-	if n.read.c != nil {
-		err = n.read.c.Close()
-	}
-	return err
+	return n.Client() // closed before first use: the node's closed client
 }
 
 // readHook admits the read client's commands through the node's state

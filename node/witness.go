@@ -191,16 +191,18 @@ return 1
 // another incarnation of the same generation). It runs on the node's
 // witness client, off the probe's connection and past the state gate and
 // breaker, so neither a peer's open breaker stops it nor does it delay a
-// probe.
+// probe. For a Sentinel group that client is replaced on every DOWN→UP
+// ([Node.SetUp]): once the node is UP at a new master, marks are written
+// and read there, not on the demoted one.
 func (n *Node) Witness(ctx context.Context, name string, m Mark) (bool, error) {
-	r, err := raiseScript.Run(ctx, n.side, []string{WitnessKey}, name, m.Gen, m.Incarnation, m.Seq).Int64()
+	r, err := raiseScript.Run(ctx, n.side.get(), []string{WitnessKey}, name, m.Gen, m.Incarnation, m.Seq).Int64()
 	return r != 0, err
 }
 
 // WitnessOf returns the mark this node (a peer) holds of node name, read
 // on the witness client.
 func (n *Node) WitnessOf(ctx context.Context, name string) (Mark, bool, error) {
-	v, err := n.side.HGet(ctx, WitnessKey, name).Result()
+	v, err := n.side.get().HGet(ctx, WitnessKey, name).Result()
 	if err == redis.Nil {
 		return Mark{}, false, nil
 	}
@@ -215,7 +217,7 @@ func (n *Node) WitnessOf(ctx context.Context, name string) (Mark, bool, error) {
 // read on the witness client in one command. Unparsable entries are left
 // out.
 func (n *Node) WitnessMarks(ctx context.Context) (map[string]Mark, error) {
-	all, err := n.side.HGetAll(ctx, WitnessKey).Result()
+	all, err := n.side.get().HGetAll(ctx, WitnessKey).Result()
 	if err != nil {
 		return nil, err
 	}
