@@ -157,9 +157,14 @@ func RedoHeads(node string, fields map[string]string) (map[string]int64, error) 
 }
 
 // redoReadScript reads one redo-log queue.
-// KEYS: 1 stamp, 2 offsets hash, 3 queue. ARGV: 4 after offset, 5 limit.
-// Returns entries with offset > after, each in the form redoEntryLua
-// builds; SHARDIS_CORRUPT when the queue's head is not an integer.
+// KEYS: 1 stamp, 2 offsets hash, 3 queue. ARGV: 4 after offset (0 or
+// more), 5 limit. Returns {incarnation, head, rewound 0/1, entries,
+// trimmed}: the node's incarnation and the queue's head, read in the same
+// call; rewound 1 (and no entries) when after is past the head; the
+// entries with offset > after, each in the form redoEntryLua builds; and
+// how many offsets right past after have no entry left (trimmed), as
+// redoBatchScript counts them. SHARDIS_CORRUPT when the queue's head is
+// not an integer.
 var redoReadScript = newScript("redo-read", false, redoEntryLua+luaFile("redo_read.lua"))
 
 // redoEntryLua defines redoEntry(part id, offset): one redo entry as
@@ -172,8 +177,11 @@ var redoEntryLua = luaFile("lib_redo_entry.lua")
 // KEYS: 1 stamp, 2 acked hash, 3 offsets hash, then queue keys. ARGV: 4
 // op:
 //
-//	ack   5 offset (KEYS[4]): raise the acknowledged offset; never lowers it.
-//	      Returns the acknowledged offset. An offset past the queue's head
+//	ack   5 offset (KEYS[4]), 6 incarnation ("" = any): raise the
+//	      acknowledged offset; never lowers it. Returns the acknowledged
+//	      offset. At another incarnation than 6 (when not ""), refused
+//	      with SHARDIS_INCARNATION naming both, before anything else
+//	      is read. An offset past the queue's head
 //	      (the last offset handed out, in inv:redo:offsets) is refused with
 //	      SHARDIS_RANGE naming both; a head or acknowledged offset that is
 //	      not an integer with SHARDIS_CORRUPT.
@@ -209,38 +217,24 @@ type RedoEntry struct {
 // inventory.redo_queues) on node with offset > after, in offset order. A
 // consumer replays them and resumes from the last offset it saw;
 // offsets are gap-free per (node, queue). A queue whose head on the node
-// is not an integer is [ErrCorrupt], not an empty queue.
+// is not an integer is [ErrCorrupt], not an empty queue. It reports
+// neither the node's incarnation nor offsets trimmed past after: a
+// consumer uses [Inventory.ReadRedoPage], which does. A negative after
+// reads from the start.
 func (inv *Inventory) ReadRedoLog(ctx context.Context, nodeName string, queue int, after int64, limit int) ([]RedoEntry, error) {
-	if queue < 0 || queue >= inv.cfg.RedoQueues {
-		return nil, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, queue, inv.cfg.RedoQueues-1)
-	}
-	if limit <= 0 || limit > 10000 {
-		return nil, fmt.Errorf("%w: limit %d, want 1..10000", ErrInvalid, limit)
-	}
-	n, err := inv.r.Node(nodeName)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	if _, err := inv.redoReadable(nodeName, queue, limit); err != nil {
+		return nil, err
 	}
 	if after >= maxRedoOffset {
 		// no offset is past it (a larger after reached Lua as a negative
 		// number, and the queue was read from its start)
 		return []RedoEntry{}, nil
 	}
-	v, err := inv.run(ctx, n, redoReadScript, []string{RedoOffsetsKey, RedoLogKey(queue)}, after, limit)
+	p, err := inv.ReadRedoPage(ctx, nodeName, queue, max(after, 0), limit)
 	if err != nil {
 		return nil, err
 	}
-	r := newReplyReader(nodeName, redoReadScript.name)
-	raw := r.list(v, -1)
-	out := make([]RedoEntry, 0, len(raw))
-	for i := range raw {
-		e := readRedoEntry(r, raw, i)
-		if r.err != nil {
-			return nil, r.err
-		}
-		out = append(out, e)
-	}
-	return out, nil
+	return p.Entries, nil
 }
 
 // readRedoEntry reads element i of t as one entry built by redoEntryLua:
@@ -266,34 +260,15 @@ func readRedoEntry(r *replyReader, t []any, i int) RedoEntry {
 const maxRedoOffset = 1 << 53
 
 // AckRedoLog records that a consumer has durably applied queue's entries up
-// to offset on node, allowing them to be trimmed once settled. It never
-// lowers an acknowledgement; it returns the acknowledged offset. An offset
-// past the queue's head (the last offset handed out) is refused with
-// [ErrInvalid] naming both: acknowledging entries nobody read yet would let
-// them be trimmed unseen. A head or acknowledged offset on the node that
-// is not an integer is [ErrCorrupt]. The acknowledgement is taken at the node's
-// incarnation when it runs (redo_log.lua, redo_acks_own): a consumer that
-// read before the node was accepted with a copy of its data, and
-// acknowledges after, acknowledges what it did not read at the new
-// incarnation. Consumers that may meet an accept use
-// [Inventory.AckRedoBatch], which names the incarnation it read at and is
-// refused at another.
+// to offset on node, allowing them to be trimmed once settled: it is
+// [Inventory.AckRedoLogAt] with no incarnation (unfenced). The
+// acknowledgement is taken at the node's incarnation when it runs
+// (redo_log.lua, redo_acks_own): a consumer that read before the node was
+// accepted, and acknowledges after, acknowledges what it did not read at
+// the new incarnation. Consumers use AckRedoLogAt with the incarnation
+// they read at ([RedoPage].Incarnation), or [Inventory.AckRedoBatch].
 func (inv *Inventory) AckRedoLog(ctx context.Context, nodeName string, queue int, offset int64) (int64, error) {
-	if queue < 0 || queue >= inv.cfg.RedoQueues {
-		return 0, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, queue, inv.cfg.RedoQueues-1)
-	}
-	if offset > maxRedoOffset {
-		return 0, fmt.Errorf("%w: offset %d, at most %d", ErrInvalid, offset, int64(maxRedoOffset))
-	}
-	n, err := inv.r.Node(nodeName)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	v, err := inv.run(ctx, n, redoWriteScript, []string{keyRedoAcked, RedoOffsetsKey, RedoLogKey(queue)}, "ack", offset)
-	if err != nil {
-		return 0, err
-	}
-	return asInt64(n, redoWriteScript, v)
+	return inv.AckRedoLogAt(ctx, nodeName, "", queue, offset)
 }
 
 // RedoUnacked returns how many redo-log entries of node, over all its

@@ -46,7 +46,7 @@ var clientCommands = map[string]clientCommand{
 	"stock load": {"stock load [flags] --route R --sku S --qty N [--limit L]",
 		"Adds N units of a SKU, split over the route's enabled nodes, and prints the stock.", cmdStockLoad},
 	"stock get": {"stock get [flags] --route R --sku S",
-		"Prints a SKU's totals and per-node counters.", cmdStockGet},
+		"Prints a SKU's totals and per-node counters. When a node cannot be read, it is marked unreachable, the totals leave it out (partial), and after printing it exits 1 naming it.", cmdStockGet},
 	"reserve": {"reserve [flags] --order O [--user U] [--ttl 30s] ROUTE:SKU:QTY...",
 		"Reserves every item of an order, all or nothing (e.g. clothes:tshirt-1:2).", cmdReserve},
 	"confirm": {"confirm [flags] ORDER", "Confirms a reserved order.", cmdConfirm},
@@ -68,8 +68,9 @@ var clientCommands = map[string]clientCommand{
 	"redo-log": {"redo-log [flags] --node N --queue Q [--after OFFSET] [--limit 100] [--follow]",
 		"Prints one redo-log queue of a node; Q is a number or a receipt's redo log name.\n" +
 			"Subcommand: shardis redo-log ack [flags] --node N --queue Q OFFSET records a consumer's progress (redo-log ack -h).", cmdRedoLog},
-	"redo-log ack": {"redo-log ack [flags] --node N --queue Q OFFSET",
-		"Records that a consumer applied queue Q of node N up to OFFSET (at most the last offset handed out), so settled entries up to it can be trimmed.", cmdRedoLogAck},
+	"redo-log ack": {"redo-log ack [flags] --node N --queue Q [--incarnation INC] OFFSET",
+		"Records that a consumer applied queue Q of node N up to OFFSET (at most the last offset handed out), so settled entries up to it can be trimmed.\n" +
+			"--incarnation INC (the incarnation redo-log printed with the entries) refuses the acknowledgement when the node is at another one (failed_precondition): without it, an acknowledgement of entries read before an accept lets the trim remove entries nobody read.", cmdRedoLogAck},
 	"parts stuck": {"parts stuck [flags] [--node N] [--limit 1000]",
 		"Lists parts the reconciler set aside because they cannot be settled, with the reason. Without --node, a node that cannot be read is named (unreachable: ...) and, after the list, the command exits 1: the list lacks its parts.", cmdPartsStuck},
 	"node accept": {"node accept [flags] NODE",
@@ -298,8 +299,15 @@ func cmdStockGet(ctx context.Context, c *client, args []string) error {
 	if _, err := c.parse(args, 0, 0, "route", "sku"); err != nil {
 		return err
 	}
-	return show(ctx, c, c.inv.GetStock, &v1.GetStockRequest{RouteKey: *route, SkuId: *sku},
-		func(w io.Writer, res *v1.GetStockResponse) { writeStock(w, res.Stock) })
+	res, err := call(ctx, c, c.inv.GetStock, &v1.GetStockRequest{RouteKey: *route, SkuId: *sku})
+	if err != nil {
+		return err
+	}
+	if err := c.out.emit(res, func(w io.Writer) { writeStock(w, res.Stock) }); err != nil {
+		return err
+	}
+	// The totals are partial: a script must not take them as the SKU's.
+	return stockUnread(res.GetStock().GetNodes())
 }
 
 func cmdReserve(ctx context.Context, c *client, args []string) error {
@@ -419,6 +427,8 @@ type redoFollower struct {
 	lastErr string // the last error reported while retrying
 	waiting bool   // following: "waiting" was said (once)
 	inc     string // following: the node's incarnation at the last read
+	saidInc bool   // the incarnation was said on stderr (notes)
+	rewound bool   // the last read was past the queue's head (said once: notes)
 }
 
 // poll reads and prints one page. full reports a full page (more may be
@@ -443,6 +453,7 @@ func (f *redoFollower) poll(ctx context.Context) (full bool, err error) {
 	if f.newIncarnation(res) {
 		return true, nil // read again at once, from the start
 	}
+	f.notes(res) // redolog_notes.go
 	if f.follow && len(res.Entries) == 0 && !f.waiting {
 		// Following an idle queue prints nothing on stdout: say so once
 		// (stderr: stdout stays the entries).

@@ -262,9 +262,13 @@ func TestClientCommands(t *testing.T) {
 
 	t.Run("follow", func(t *testing.T) { testFollow(t, addr, rc.Node, rc.RedoLog, last) })
 
-	// A dead node: partial stock totals, DOWN with its reason.
+	// A dead node: partial stock totals printed, n3 named on stderr, exit
+	// 1 (review3_stockget_test.go); status shows it DOWN with its reason.
 	redis[2].Kill()
-	out = ok(t, addr, "stock", "get", "--route", "clothes", "--sku", "tshirt-1")
+	code, out, errOut := cli(t, "stock", "get", "--addr", addr, "--route", "clothes", "--sku", "tshirt-1")
+	if code != 1 || !strings.Contains(errOut, "node n3 could not be read") {
+		t.Fatalf("stock get with n3 dead: exit %d, stderr %q; want 1 naming n3", code, errOut)
+	}
 	mustContain(t, out, "totals are partial: 1 of 3 nodes unreachable", "\nn3    no ", "\nn3: ")
 	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(out, "n3 DOWN: "); {
 		if time.Now().After(deadline) {

@@ -192,6 +192,25 @@ func unreachable(nodes []*v1.NodeStock) int {
 	return n
 }
 
+// stockUnread names the nodes of a stock report that could not be read,
+// e.g. "stock get: node n3 could not be read: the totals leave out its
+// counters"; nil when every node was read.
+func stockUnread(nodes []*v1.NodeStock) error {
+	var names []string
+	for _, n := range nodes {
+		if !n.Reachable {
+			names = append(names, n.Node)
+		}
+	}
+	switch len(names) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("stock get: node %s could not be read: the totals leave out its counters", names[0])
+	}
+	return fmt.Errorf("stock get: nodes %s could not be read: the totals leave out their counters", strings.Join(names, ", "))
+}
+
 // writeReservation prints the order's deadline and one line per receipt.
 func writeReservation(w io.Writer, r *v1.ReserveResponse) {
 	fmt.Fprintf(w, "order %s reserved until %s\n", r.OrderId, formatMs(r.DeadlineUnixMs))

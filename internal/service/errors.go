@@ -39,10 +39,13 @@ func rpcError(err error) error {
 		code = connect.CodeCanceled
 	case errors.Is(err, context.DeadlineExceeded):
 		code = connect.CodeDeadlineExceeded
-	case errors.Is(err, router.ErrNotWitnessed), errors.Is(err, inventory.ErrNotApplied):
+	case errors.Is(err, router.ErrNotWitnessed), errors.Is(err, inventory.ErrNotApplied),
+		errors.Is(err, inventory.ErrIncarnation), errors.Is(err, inventory.ErrRewound):
 		// The system is not in the state the call needs (gRPC's rule for
 		// failed_precondition); a valid route of the configuration that
 		// `shardis topology apply` has not applied yet is served after it.
+		// A redo-log acknowledgement for another incarnation, or for a
+		// queue that went back under it, needs a fresh read first.
 		code = connect.CodeFailedPrecondition
 	case errors.Is(err, inventory.ErrInvalid), errors.Is(err, router.ErrUnknownRoute),
 		errors.Is(err, router.ErrUnknownNode), errors.Is(err, node.ErrUnknownRoute):

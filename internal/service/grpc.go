@@ -205,23 +205,34 @@ func grpcStatus(err error) error {
 	return status.Error(codes.Unknown, err.Error())
 }
 
-// grpcHealth answers grpc.health.v1.Health/Check on the gRPC port from
-// readiness, as healthChecker does on the service port.
+// grpcHealth answers grpc.health.v1.Health/Check and Watch on the gRPC
+// port from readiness, as healthChecker and watchHandler do on the
+// service port.
 type grpcHealth struct {
 	healthpb.UnimplementedHealthServer
 	s *Server
 }
 
 func (h grpcHealth) Check(_ context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	switch req.GetService() {
-	case "", shardisv1connect.InventoryServiceName, shardisv1connect.AdminServiceName:
-	default:
+	if !healthServed(req.GetService()) {
 		return nil, status.Errorf(codes.NotFound, "unknown service %q", req.GetService())
 	}
 	if h.s.unready() != "" {
 		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
 	}
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+// Watch streams readiness on the gRPC port from the same hub as the
+// service port's Watch (watchHealth).
+func (h grpcHealth) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	err := h.s.watchHealth(stream.Context(), req.GetService(), func(st healthpb.HealthCheckResponse_ServingStatus) error {
+		return stream.Send(&healthpb.HealthCheckResponse{Status: st})
+	})
+	if _, ok := status.FromError(err); ok {
+		return err // nil, or stream.Send's own status
+	}
+	return grpcStatus(err)
 }
 
 // startGRPC listens on service.grpc_listen (nothing when it is empty) and

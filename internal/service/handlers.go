@@ -168,22 +168,28 @@ func (h *Handlers) SetRouteEnabled(ctx context.Context, req *connect.Request[v1.
 	return nil, connect.NewError(connect.CodeInternal, errors.New("node vanished"))
 }
 
-// ReadRedoLog implements AdminService.ReadRedoLog.
+// ReadRedoLog implements AdminService.ReadRedoLog: the entries, the
+// node's incarnation and the queue's head are read on the node in one
+// atomic step (inventory.ReadRedoPage), with the offsets trimmed past
+// after_offset (trimmed) and a position past the head (rewound) reported.
+// A negative after_offset is invalid_argument.
 func (h *Handlers) ReadRedoLog(ctx context.Context, req *connect.Request[v1.ReadRedoLogRequest]) (*connect.Response[v1.ReadRedoLogResponse], error) {
 	m := req.Msg
+	if m.AfterOffset < 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument,
+			fmt.Errorf("after_offset: %d is negative, want an offset of 0 or more", m.AfterOffset))
+	}
 	limit := int(m.Limit)
 	if limit == 0 {
 		limit = 100
 	}
-	entries, err := h.Inventory.ReadRedoLog(ctx, m.Node, int(m.Queue), m.AfterOffset, limit)
+	p, err := h.Inventory.ReadRedoPage(ctx, m.Node, int(m.Queue), m.AfterOffset, limit)
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	out := &v1.ReadRedoLogResponse{Node: m.Node, Queue: m.Queue, RedoLog: inventory.RedoLogKey(int(m.Queue))}
-	if n, err := h.Router.Node(m.Node); err == nil {
-		out.Incarnation = n.Incarnation()
-	}
-	for _, e := range entries {
+	out := &v1.ReadRedoLogResponse{Node: m.Node, Queue: m.Queue, RedoLog: inventory.RedoLogKey(int(m.Queue)),
+		Incarnation: p.Incarnation, Head: p.Head, Trimmed: p.Trimmed, Rewound: p.Rewound}
+	for _, e := range p.Entries {
 		out.Entries = append(out.Entries, &v1.RedoEntry{
 			Offset: e.Offset, PartId: e.PartID, OrderId: e.OrderID, SkuId: e.SKU,
 			Quantity: e.Quantity, State: e.State, AtUnixMs: e.At.UnixMilli(),
@@ -192,10 +198,13 @@ func (h *Handlers) ReadRedoLog(ctx context.Context, req *connect.Request[v1.Read
 	return connect.NewResponse(out), nil
 }
 
-// AckRedoLog implements AdminService.AckRedoLog.
+// AckRedoLog implements AdminService.AckRedoLog. With an incarnation, a
+// node at another one refuses the acknowledgement on the node itself
+// (inventory.AckRedoLogAt): failed_precondition, naming both; nothing is
+// acknowledged. Without one it is unfenced.
 func (h *Handlers) AckRedoLog(ctx context.Context, req *connect.Request[v1.AckRedoLogRequest]) (*connect.Response[v1.AckRedoLogResponse], error) {
 	m := req.Msg
-	acked, err := h.Inventory.AckRedoLog(ctx, m.Node, int(m.Queue), m.Offset)
+	acked, err := h.Inventory.AckRedoLogAt(ctx, m.Node, m.Incarnation, int(m.Queue), m.Offset)
 	if err != nil {
 		return nil, rpcError(err)
 	}

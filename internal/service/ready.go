@@ -29,7 +29,8 @@ import (
 // (route x)"): it stays ready, serving the applied topology, until
 // `shardis topology apply` runs. The standard grpc.health.v1.Health
 // service answers the same: SERVING for "" and the two shardis services
-// when ready, NOT_SERVING otherwise. Both stay unauthenticated (probes),
+// when ready, NOT_SERVING otherwise; its Watch streams that answer and
+// each change of it (healthwatch.go). Both stay unauthenticated (probes),
 // like /metrics; they name routes and nodes, nothing else.
 
 // unready returns "" when the service can serve, or why it cannot.
@@ -99,9 +100,7 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 type healthChecker struct{ s *Server }
 
 func (h healthChecker) Check(_ context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
-	switch req.Service {
-	case "", shardisv1connect.InventoryServiceName, shardisv1connect.AdminServiceName:
-	default:
+	if !healthServed(req.Service) {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown service %q", req.Service))
 	}
 	if h.s.unready() != "" {
@@ -129,6 +128,7 @@ func (s *Server) mountProbes(mux *http.ServeMux) {
 	// body declared over it unread).
 	limit := connect.WithReadMaxBytes(s.cfg.Service.MaxBodyBytes)
 	mux.Handle(grpchealth.NewHandler(healthChecker{s}, limit))
+	mux.Handle(s.watchHandler(limit)) // grpchealth's handler answers Watch unimplemented
 	reflector := grpcreflect.NewStaticReflector(shardisv1connect.InventoryServiceName, shardisv1connect.AdminServiceName,
 		grpchealth.HealthV1ServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, limit))

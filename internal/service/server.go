@@ -45,6 +45,9 @@ type Server struct {
 	// service.grpc_listen is not set.
 	grpc   *grpc.Server
 	grpcLn net.Listener
+	// watch feeds grpc.health.v1.Health/Watch on both ports
+	// (healthwatch.go).
+	watch *healthHub
 }
 
 // Start builds everything from cfg, listens on cfg.Service.Listen (an
@@ -55,12 +58,16 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Server, 
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, log: log, Metrics: metrics.New(), served: make(chan error, 1)}
+	s.watch = newHealthHub(func() bool { return s.unready() == "" }, healthWatchEvery)
 	st, err := stack.Open(ctx, cfg, stack.Options{
 		Logger: log,
 		Router: router.Options{
 			ObserveCommand: s.Metrics.ObserveCommand,
 			OnProbe:        s.Metrics.OnProbe,
-			OnStateChange:  func(ev health.Event) { s.Metrics.OnStateChange(ev.Target, ev.Up) },
+			OnStateChange: func(ev health.Event) {
+				s.Metrics.OnStateChange(ev.Target, ev.Up)
+				s.watch.poke()
+			},
 		},
 	})
 	if err != nil {
@@ -117,10 +124,12 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 // Shutdown) once the listener stops.
 func (s *Server) Done() <-chan error { return s.served }
 
-// Shutdown stops accepting calls on both ports at once, waits for
+// Shutdown stops accepting calls on both ports at once, ends every
+// grpc.health.v1 Watch stream (NOT_SERVING, then unavailable), waits for
 // in-flight calls (up to ctx; then the gRPC port's are cut off), then
 // stops the reconciler and closes node clients.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.watch.stop()
 	grpcDone := make(chan struct{})
 	go func() {
 		defer close(grpcDone)
@@ -128,6 +137,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}()
 	err := s.http.Shutdown(ctx)
 	<-grpcDone
+	s.watch.wait()
 	s.closeLibs()
 	return err
 }

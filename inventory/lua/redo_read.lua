@@ -1,4 +1,6 @@
-
+-- the node's incarnation, read with the entries: the offsets are its
+-- (ReadRedoPage)
+local inc = redis.call('HGET', KEYS[1], 'incarnation') or ''
 -- a head that is not an integer is corrupt (as redo_batch.lua reads it),
 -- not an empty queue
 local head, err = int(redis.call('HGET', KEYS[2], KEYS[3]), KEYS[2] .. ' ' .. KEYS[3])
@@ -6,9 +8,19 @@ if err then return err end
 local first
 first, err = redo_first(KEYS[2], KEYS[3])
 if err then return err end
-local e = redo_range(KEYS[3], tonumber(ARGV[4]), tonumber(ARGV[5]), head, first)
+local after = tonumber(ARGV[4])
+-- past the head: the queue went back under the reader (redo_batch.lua's
+-- rewound)
+if after > head then return {inc, head, 1, {}, 0} end
+local e = redo_range(KEYS[3], after, tonumber(ARGV[5]), head, first)
 local out = {}
 for i = 1, #e, 2 do
   out[#out + 1] = redoEntry(e[i], e[i + 1])
 end
-return out
+-- the offsets past after with no entry left (trimmed), as redo_batch.lua
+-- counts them
+local trimmed = 0
+if head > after then
+  if #e > 0 then trimmed = tonumber(e[2]) - after - 1 else trimmed = head - after end
+end
+return {inc, head, 0, out, trimmed}

@@ -1,6 +1,12 @@
 
 local op = ARGV[4]
 if op == 'ack' then
+  -- ARGV[6], when not '', is the incarnation the consumer read at: at
+  -- another one nothing is acknowledged (redo_ack_batch.lua's fence)
+  local inc = redis.call('HGET', KEYS[1], 'incarnation') or ''
+  if (ARGV[6] or '') ~= '' and ARGV[6] ~= inc then
+    return redis.error_reply('SHARDIS_INCARNATION node is at incarnation ' .. inc .. ', the acknowledgement is for ' .. ARGV[6])
+  end
   -- the head and the acknowledged offset checked as redo_ack_batch.lua
   -- checks them (not an integer: corrupt); the head named by I, not by
   -- Lua's %.14g (which prints 2^53 - 1 as 9.007199254741e+15)
@@ -12,7 +18,6 @@ if op == 'ack' then
   if off > head then
     return redis.error_reply('SHARDIS_RANGE ack offset ' .. ARGV[5] .. ' is past the head of ' .. KEYS[4] .. ' (last offset handed out ' .. I(head) .. ')')
   end
-  local inc = redis.call('HGET', KEYS[1], 'incarnation') or ''
   if not redo_acks_current(KEYS[2], KEYS[1]) then cur = 0 end
   redo_acks_own(KEYS[2], inc)
   if off > cur then redis.call('HSET', KEYS[2], KEYS[4], off) return off end

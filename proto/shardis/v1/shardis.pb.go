@@ -1547,7 +1547,8 @@ type ReadRedoLogRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	Queue int32                  `protobuf:"varint,2,opt,name=queue,proto3" json:"queue,omitempty"`
-	// Entries with offset greater than this are returned.
+	// Entries with offset greater than this are returned (0 or more: a
+	// negative one is refused with invalid_argument).
 	AfterOffset   int64 `protobuf:"varint,3,opt,name=after_offset,json=afterOffset,proto3" json:"after_offset,omitempty"`
 	Limit         int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1710,10 +1711,24 @@ type ReadRedoLogResponse struct {
 	Queue   int32                  `protobuf:"varint,2,opt,name=queue,proto3" json:"queue,omitempty"`
 	RedoLog string                 `protobuf:"bytes,3,opt,name=redo_log,json=redoLog,proto3" json:"redo_log,omitempty"`
 	Entries []*RedoEntry           `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
-	// The node's stamp incarnation. When it changes, the node lost its data
-	// (restart without persistence) and offsets started again from 1: a
-	// consumer must resynchronize instead of resuming.
-	Incarnation   string `protobuf:"bytes,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// The node's stamp incarnation, read on the node in the same atomic step
+	// as the entries: the offsets are this incarnation's. When it changes,
+	// the node was accepted (`shardis node accept`: with a copy of its data,
+	// or empty, its offsets starting again from 1): a consumer must
+	// resynchronize instead of resuming, and acknowledges with it
+	// (AckRedoLogRequest.incarnation).
+	Incarnation string `protobuf:"bytes,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// The last offset the queue handed out, read with the entries.
+	Head int64 `protobuf:"varint,6,opt,name=head,proto3" json:"head,omitempty"`
+	// How many offsets right past after_offset had their entries trimmed
+	// before this read (acknowledged by a consumer, or older than
+	// inventory.redo_max_age): they cannot be read any more, and entries
+	// start at after_offset + trimmed + 1. 0 when nothing was missed.
+	Trimmed int64 `protobuf:"varint,7,opt,name=trimmed,proto3" json:"trimmed,omitempty"`
+	// after_offset is past head: the queue went back under the consumer's
+	// position (the node came back with older data under the same
+	// incarnation), or the offset is not one of this node's. No entries.
+	Rewound       bool `protobuf:"varint,8,opt,name=rewound,proto3" json:"rewound,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1783,11 +1798,40 @@ func (x *ReadRedoLogResponse) GetIncarnation() string {
 	return ""
 }
 
+func (x *ReadRedoLogResponse) GetHead() int64 {
+	if x != nil {
+		return x.Head
+	}
+	return 0
+}
+
+func (x *ReadRedoLogResponse) GetTrimmed() int64 {
+	if x != nil {
+		return x.Trimmed
+	}
+	return 0
+}
+
+func (x *ReadRedoLogResponse) GetRewound() bool {
+	if x != nil {
+		return x.Rewound
+	}
+	return false
+}
+
 type AckRedoLogRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Queue         int32                  `protobuf:"varint,2,opt,name=queue,proto3" json:"queue,omitempty"`
-	Offset        int64                  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Node   string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Queue  int32                  `protobuf:"varint,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	Offset int64                  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The incarnation the consumer read the entries at
+	// (ReadRedoLogResponse.incarnation). When set, the acknowledgement is
+	// refused with failed_precondition, naming both, if the node is at
+	// another one (checked on the node, atomically with the write): nothing
+	// is acknowledged. Empty: unfenced, acknowledged at whatever incarnation
+	// the node is at (an acknowledgement of entries read before an accept
+	// then lets entries the consumer never read be trimmed).
+	Incarnation   string `protobuf:"bytes,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1841,6 +1885,13 @@ func (x *AckRedoLogRequest) GetOffset() int64 {
 		return x.Offset
 	}
 	return 0
+}
+
+func (x *AckRedoLogRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
 }
 
 type AckRedoLogResponse struct {
@@ -2454,17 +2505,21 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\bquantity\x18\x05 \x01(\x03R\bquantity\x12\x14\n" +
 	"\x05state\x18\x06 \x01(\tR\x05state\x12\x1c\n" +
 	"\n" +
-	"at_unix_ms\x18\a \x01(\x03R\batUnixMs\"\xad\x01\n" +
+	"at_unix_ms\x18\a \x01(\x03R\batUnixMs\"\xf5\x01\n" +
 	"\x13ReadRedoLogResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\x05R\x05queue\x12\x19\n" +
 	"\bredo_log\x18\x03 \x01(\tR\aredoLog\x12/\n" +
 	"\aentries\x18\x04 \x03(\v2\x15.shardis.v1.RedoEntryR\aentries\x12 \n" +
-	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"U\n" +
+	"\vincarnation\x18\x05 \x01(\tR\vincarnation\x12\x12\n" +
+	"\x04head\x18\x06 \x01(\x03R\x04head\x12\x18\n" +
+	"\atrimmed\x18\a \x01(\x03R\atrimmed\x12\x18\n" +
+	"\arewound\x18\b \x01(\bR\arewound\"w\n" +
 	"\x11AckRedoLogRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\x05R\x05queue\x12\x16\n" +
-	"\x06offset\x18\x03 \x01(\x03R\x06offset\"7\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12 \n" +
+	"\vincarnation\x18\x04 \x01(\tR\vincarnation\"7\n" +
 	"\x12AckRedoLogResponse\x12!\n" +
 	"\facked_offset\x18\x01 \x01(\x03R\vackedOffset\"A\n" +
 	"\x15ListStuckPartsRequest\x12\x12\n" +

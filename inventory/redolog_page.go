@@ -1,0 +1,140 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/shardis/shardis/node"
+)
+
+// What a consumer of one queue (AdminService.ReadRedoLog and AckRedoLog)
+// needs to land the log exactly: the node's incarnation read in the same
+// atomic step as the entries (a cached one may be another incarnation's:
+// the node was accepted since this process last probed it), the offsets
+// trimmed under its position and a position past the queue's head
+// reported as ReadRedoBatch reports them, and an acknowledgement fenced
+// on the incarnation it read at, checked on the node by the script that
+// writes it.
+
+// RedoPage is one read of a redo-log queue by [Inventory.ReadRedoPage].
+type RedoPage struct {
+	// Incarnation is the node's stamp incarnation when the entries were
+	// read (in the same script call): the offsets are this incarnation's.
+	// "" when the node is not stamped.
+	Incarnation string
+	// Head is the last offset the queue handed out (0: none).
+	Head int64
+	// Rewound reports that after is past Head: the queue went back under
+	// the reader's position (the node came back with older data under the
+	// same incarnation: [RedoQueueRead].Rewound's notion), or the
+	// position is not this node's. Entries is empty.
+	Rewound bool
+	// Trimmed counts the offsets right past after whose entries were
+	// trimmed before this read (acknowledged, or older than
+	// inventory.redo_max_age): they cannot be read any more, and Entries
+	// start at after+Trimmed+1 ([RedoQueueRead].Trimmed's notion). 0 when
+	// nothing past after was missed.
+	Trimmed int64
+	// Entries are the entries with offset > after, in offset order, at
+	// most the read's limit; never nil.
+	Entries []RedoEntry
+}
+
+// ReadRedoPage reads, in one atomic step on node, up to limit (1..10000)
+// entries of queue (0 ≤ queue < inventory.redo_queues) with offset >
+// after, with the node's incarnation, the queue's head, and what the
+// queue lost under after (RedoPage.Trimmed, RedoPage.Rewound). after must
+// be 0..2^53 ([ErrInvalid] naming it otherwise). A consumer resumes from
+// the last offset it landed while the incarnation stays the same, and
+// acknowledges with [Inventory.AckRedoLogAt] at that incarnation. A queue
+// whose head on the node is not an integer is [ErrCorrupt].
+func (inv *Inventory) ReadRedoPage(ctx context.Context, nodeName string, queue int, after int64, limit int) (RedoPage, error) {
+	n, err := inv.redoReadable(nodeName, queue, limit)
+	if err != nil {
+		return RedoPage{}, err
+	}
+	if after < 0 || after > maxRedoOffset {
+		return RedoPage{}, fmt.Errorf("%w: after %d, want 0..%d", ErrInvalid, after, int64(maxRedoOffset))
+	}
+	v, err := inv.run(ctx, n, redoReadScript, []string{RedoOffsetsKey, RedoLogKey(queue)}, after, limit)
+	if err != nil {
+		return RedoPage{}, err
+	}
+	return decodeRedoPage(nodeName, v)
+}
+
+// redoReadable checks a read's queue, limit and node, in that order, and
+// returns the node.
+func (inv *Inventory) redoReadable(nodeName string, queue, limit int) (*node.Node, error) {
+	if queue < 0 || queue >= inv.cfg.RedoQueues {
+		return nil, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, queue, inv.cfg.RedoQueues-1)
+	}
+	if limit <= 0 || limit > 10000 {
+		return nil, fmt.Errorf("%w: limit %d, want 1..10000", ErrInvalid, limit)
+	}
+	n, err := inv.r.Node(nodeName)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return n, nil
+}
+
+// decodeRedoPage reads redoReadScript's reply: {incarnation, head,
+// rewound 0/1, entries, trimmed}.
+func decodeRedoPage(nodeName string, v any) (RedoPage, error) {
+	r := newReplyReader(nodeName, redoReadScript.name)
+	raw := r.list(v, 5)
+	if r.err != nil {
+		return RedoPage{}, r.err
+	}
+	p := RedoPage{Incarnation: r.str(raw, 0), Head: r.int(raw, 1), Rewound: r.flag(raw, 2), Trimmed: r.int(raw, 4)}
+	entries := r.listAt(raw, 3, -1)
+	if r.err != nil {
+		return RedoPage{}, r.err
+	}
+	r.enter(3)
+	defer r.leave()
+	p.Entries = make([]RedoEntry, 0, len(entries))
+	for i := range entries {
+		e := readRedoEntry(r, entries, i)
+		if r.err != nil {
+			return RedoPage{}, r.err
+		}
+		p.Entries = append(p.Entries, e)
+	}
+	return p, nil
+}
+
+// AckRedoLogAt records that a consumer has durably applied queue's
+// entries up to offset on node, read at incarnation, allowing them to be
+// trimmed once settled. It never lowers an acknowledgement; it returns
+// the acknowledged offset.
+//
+// When incarnation is not "" and the node is at another one, nothing is
+// acknowledged and the error wraps [ErrIncarnation], naming both: the
+// check is made by the script that writes, against the node's own stamp,
+// so no accept can come between them. incarnation "" is unfenced: the
+// acknowledgement is taken at whatever incarnation the node is at
+// ([Inventory.AckRedoLog]).
+//
+// An offset past the queue's head (the last offset handed out) is refused
+// with [ErrInvalid] naming both: acknowledging entries nobody read yet
+// would let them be trimmed unseen; so is one over 2^53. A head or
+// acknowledged offset on the node that is not an integer is [ErrCorrupt].
+func (inv *Inventory) AckRedoLogAt(ctx context.Context, nodeName, incarnation string, queue int, offset int64) (int64, error) {
+	if queue < 0 || queue >= inv.cfg.RedoQueues {
+		return 0, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, queue, inv.cfg.RedoQueues-1)
+	}
+	if offset > maxRedoOffset {
+		return 0, fmt.Errorf("%w: offset %d, at most %d", ErrInvalid, offset, int64(maxRedoOffset))
+	}
+	n, err := inv.r.Node(nodeName)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	v, err := inv.run(ctx, n, redoWriteScript, []string{keyRedoAcked, RedoOffsetsKey, RedoLogKey(queue)}, "ack", offset, incarnation)
+	if err != nil {
+		return 0, err
+	}
+	return asInt64(n, redoWriteScript, v)
+}
