@@ -158,10 +158,13 @@ func RedoHeads(node string, fields map[string]string) (map[string]int64, error) 
 
 // redoReadScript reads one redo-log queue.
 // KEYS: 1 stamp, 2 offsets hash, 3 queue. ARGV: 4 after offset (0 or
-// more), 5 limit. Returns {incarnation, head, rewound 0/1, entries,
-// trimmed}: the node's incarnation and the queue's head, read in the same
-// call; rewound 1 (and no entries) when after is past the head; the
-// entries with offset > after, each in the form redoEntryLua builds; and
+// more), 5 limit, 6 part id at after ("" = not checked; absent reads as
+// ""). Returns {incarnation, head, rewound 0/1, entries, trimmed}: the
+// node's incarnation and the queue's head, read in the same call; rewound
+// 1 (and no entries) when after is past the head, or when ARGV 6 is set,
+// after > 0 and the entry at after holds another part (redoBatchScript's
+// rule: an entry gone is no other part); the entries with offset > after,
+// each in the form redoEntryLua builds; and
 // how many offsets right past after have no entry left (trimmed), as
 // redoBatchScript counts them. SHARDIS_CORRUPT when the queue's head is
 // not an integer.
@@ -220,7 +223,8 @@ type RedoEntry struct {
 // is not an integer is [ErrCorrupt], not an empty queue. It reports
 // neither the node's incarnation nor offsets trimmed past after: a
 // consumer uses [Inventory.ReadRedoPage], which does. A negative after
-// reads from the start.
+// reads from the start. With durability replica or aof, entries are
+// returned only once a replica has them, as ReadRedoPage's.
 func (inv *Inventory) ReadRedoLog(ctx context.Context, nodeName string, queue int, after int64, limit int) ([]RedoEntry, error) {
 	if _, err := inv.redoReadable(nodeName, queue, limit); err != nil {
 		return nil, err

@@ -16,7 +16,8 @@ import (
 // on the incarnation it read at, checked on the node by the script that
 // writes it.
 
-// RedoPage is one read of a redo-log queue by [Inventory.ReadRedoPage].
+// RedoPage is one read of a redo-log queue by [Inventory.ReadRedoPage]
+// or [Inventory.ReadRedoPageFrom].
 type RedoPage struct {
 	// Incarnation is the node's stamp incarnation when the entries were
 	// read (in the same script call): the offsets are this incarnation's.
@@ -24,10 +25,12 @@ type RedoPage struct {
 	Incarnation string
 	// Head is the last offset the queue handed out (0: none).
 	Head int64
-	// Rewound reports that after is past Head: the queue went back under
-	// the reader's position (the node came back with older data under the
-	// same incarnation: [RedoQueueRead].Rewound's notion), or the
-	// position is not this node's. Entries is empty.
+	// Rewound reports that after is past Head, or (read with a part id,
+	// [Inventory.ReadRedoPageFrom]) that the entry at after holds another
+	// part: the queue went back under the reader's position (the node
+	// came back with older data under the same incarnation:
+	// [RedoQueueRead].Rewound's notion), or the position is not this
+	// node's. Entries is empty.
 	Rewound bool
 	// Trimmed counts the offsets right past after whose entries were
 	// trimmed before this read (acknowledged, or older than
@@ -47,21 +50,55 @@ type RedoPage struct {
 // be 0..2^53 ([ErrInvalid] naming it otherwise). A consumer resumes from
 // the last offset it landed while the incarnation stays the same, and
 // acknowledges with [Inventory.AckRedoLogAt] at that incarnation. A queue
-// whose head on the node is not an integer is [ErrCorrupt].
+// whose head on the node is not an integer is [ErrCorrupt]. It is
+// [Inventory.ReadRedoPageFrom] with no part id at after: a queue that went
+// back to a point at or beyond after is not seen (see there); durability
+// as there.
 func (inv *Inventory) ReadRedoPage(ctx context.Context, nodeName string, queue int, after int64, limit int) (RedoPage, error) {
-	n, err := inv.redoReadable(nodeName, queue, limit)
-	if err != nil {
-		return RedoPage{}, err
-	}
-	if after < 0 || after > maxRedoOffset {
-		return RedoPage{}, fmt.Errorf("%w: after %d, want 0..%d", ErrInvalid, after, int64(maxRedoOffset))
-	}
-	v, err := inv.run(ctx, n, redoReadScript, []string{RedoOffsetsKey, RedoLogKey(queue)}, after, limit)
-	if err != nil {
-		return RedoPage{}, err
-	}
-	return decodeRedoPage(nodeName, v)
+	return inv.ReadRedoPageFrom(ctx, nodeName, RedoCursor{Queue: queue, After: after}, limit)
 }
+
+// ReadRedoPageFrom is [Inventory.ReadRedoPage] from cursor c (c.Queue,
+// c.After), checking c.PartID as [Inventory.ReadRedoBatch] does, in the
+// same script call: when c.PartID is not "", c.After > 0 and the entry at
+// c.After holds another part, the queue went back under the consumer
+// (the node came back with older data and handed the offset out again)
+// and the page is Rewound, with no entries. An entry no longer there
+// (trimmed) is no other part; [RedoPartTrimmed], for a cursor whose entry
+// was trimmed unread, reads any entry found there as another.
+//
+// With durability replica or aof, a page that returns an entry or a
+// trimmed offset returns only once a replica (or the AOFs) has
+// everything it read, by ReadRedoBatch's fence; otherwise the error
+// wraps [ErrNotDurable] and [ErrUnavailable], and the consumer reads
+// again later (durability.go, "Reads a consumer lands"). A page with
+// neither (an idle poll, a rewound queue) costs no fence.
+func (inv *Inventory) ReadRedoPageFrom(ctx context.Context, nodeName string, c RedoCursor, limit int) (RedoPage, error) {
+	n, err := inv.redoReadable(nodeName, c.Queue, limit)
+	if err != nil {
+		return RedoPage{}, err
+	}
+	if c.After < 0 || c.After > maxRedoOffset {
+		return RedoPage{}, fmt.Errorf("%w: after %d, want 0..%d", ErrInvalid, c.After, int64(maxRedoOffset))
+	}
+	v, err := inv.run(ctx, n, redoReadScript, []string{RedoOffsetsKey, RedoLogKey(c.Queue)}, c.After, limit, c.PartID)
+	if err != nil {
+		return RedoPage{}, err
+	}
+	p, err := decodeRedoPage(nodeName, v)
+	if err != nil || !p.landable() {
+		return p, err
+	}
+	if err := inv.durableFence(ctx, n); err != nil { // durability.go
+		return RedoPage{}, err
+	}
+	return p, nil
+}
+
+// landable reports whether a consumer could move its position on by p
+// ([RedoBatch].landable's rule): an entry, or offsets trimmed past after.
+// Only such a page needs the durability fence.
+func (p RedoPage) landable() bool { return len(p.Entries) > 0 || p.Trimmed > 0 }
 
 // redoReadable checks a read's queue, limit and node, in that order, and
 // returns the node.

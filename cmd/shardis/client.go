@@ -44,7 +44,7 @@ var clientCommands = map[string]clientCommand{
 	"status": {"status [flags]",
 		"Lists every node (state, breaker, failed probes, persistence settings, redo backlog, stuck parts, routes with drained ones marked), then the service's readiness, topology epoch and any pending configuration difference, and the deferred parts. When /readyz or /metrics cannot be read, their lines say unknown, the rest is printed, and it exits 1 (a node DOWN is a state it read: exit 0).", cmdStatus},
 	"stock load": {"stock load [flags] --route R --sku S --qty N [--limit L]",
-		"Adds N units of a SKU, split over the route's enabled nodes, and prints the stock.", cmdStockLoad},
+		"Adds N units of a SKU, split over the route's enabled nodes, and prints the stock. A load that failed on a node is an error naming the nodes that took their share; a load applied whose stock report could not read a node (a node DOWN, not loaded) prints the report, the totals partial, and exits 1 naming it, as stock get.", cmdStockLoad},
 	"stock get": {"stock get [flags] --route R --sku S",
 		"Prints a SKU's totals and per-node counters. When a node cannot be read, it is marked unreachable, the totals leave it out (partial), and after printing it exits 1 naming it.", cmdStockGet},
 	"reserve": {"reserve [flags] --order O [--user U] [--ttl 30s] ROUTE:SKU:QTY...",
@@ -290,8 +290,12 @@ func cmdStockLoad(ctx context.Context, c *client, args []string) error {
 	if *limit >= 0 {
 		req.PerUserLimit = limit // absent: the service keeps the SKU's limit
 	}
-	return show(ctx, c, c.inv.LoadStock, req,
-		func(w io.Writer, res *v1.LoadStockResponse) { writeStock(w, res.Stock) })
+	// a partly applied load is the call's error; an applied one fails after the report when a node was unread
+	res, err := call(ctx, c, c.inv.LoadStock, req)
+	if err != nil {
+		return err
+	}
+	return emitStock(c.out, res, res.GetStock(), "stock load: the load was applied, but ")
 }
 
 func cmdStockGet(ctx context.Context, c *client, args []string) error {
@@ -303,11 +307,7 @@ func cmdStockGet(ctx context.Context, c *client, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.out.emit(res, func(w io.Writer) { writeStock(w, res.Stock) }); err != nil {
-		return err
-	}
-	// The totals are partial: a script must not take them as the SKU's.
-	return stockUnread(res.GetStock().GetNodes())
+	return emitStock(c.out, res, res.GetStock(), "stock get: ")
 }
 
 func cmdReserve(ctx context.Context, c *client, args []string) error {

@@ -192,10 +192,20 @@ func unreachable(nodes []*v1.NodeStock) int {
 	return n
 }
 
+// emitStock prints res, a stock report of st, and then, when a node of it
+// could not be read, returns the error naming them (stockUnread): the
+// totals are partial, and a script must not take them as the SKU's.
+func emitStock(p printer, res proto.Message, st *v1.StockLevel, prefix string) error {
+	if err := p.emit(res, func(w io.Writer) { writeStock(w, st) }); err != nil {
+		return err
+	}
+	return stockUnread(prefix, st.GetNodes())
+}
+
 // stockUnread names the nodes of a stock report that could not be read,
-// e.g. "stock get: node n3 could not be read: the totals leave out its
-// counters"; nil when every node was read.
-func stockUnread(nodes []*v1.NodeStock) error {
+// its message opened by prefix, e.g. "stock get: node n3 could not be
+// read: the totals leave out its counters"; nil when every node was read.
+func stockUnread(prefix string, nodes []*v1.NodeStock) error {
 	var names []string
 	for _, n := range nodes {
 		if !n.Reachable {
@@ -206,9 +216,9 @@ func stockUnread(nodes []*v1.NodeStock) error {
 	case 0:
 		return nil
 	case 1:
-		return fmt.Errorf("stock get: node %s could not be read: the totals leave out its counters", names[0])
+		return fmt.Errorf("%snode %s could not be read: the totals leave out its counters", prefix, names[0])
 	}
-	return fmt.Errorf("stock get: nodes %s could not be read: the totals leave out their counters", strings.Join(names, ", "))
+	return fmt.Errorf("%snodes %s could not be read: the totals leave out their counters", prefix, strings.Join(names, ", "))
 }
 
 // writeReservation prints the order's deadline and one line per receipt.

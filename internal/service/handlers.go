@@ -170,9 +170,13 @@ func (h *Handlers) SetRouteEnabled(ctx context.Context, req *connect.Request[v1.
 
 // ReadRedoLog implements AdminService.ReadRedoLog: the entries, the
 // node's incarnation and the queue's head are read on the node in one
-// atomic step (inventory.ReadRedoPage), with the offsets trimmed past
-// after_offset (trimmed) and a position past the head (rewound) reported.
-// A negative after_offset is invalid_argument.
+// atomic step (inventory.ReadRedoPageFrom), with the offsets trimmed past
+// after_offset (trimmed) and a position past the head, or an entry at
+// after_offset holding another part than after_part_id (rewound),
+// reported. With inventory.durability replica or aof, entries (or trimmed
+// offsets) are handed out only once a replica has them, as pgsync's read
+// (inventory.ReadRedoBatch): unavailable otherwise, read again later. A
+// negative after_offset is invalid_argument.
 func (h *Handlers) ReadRedoLog(ctx context.Context, req *connect.Request[v1.ReadRedoLogRequest]) (*connect.Response[v1.ReadRedoLogResponse], error) {
 	m := req.Msg
 	if m.AfterOffset < 0 {
@@ -183,7 +187,8 @@ func (h *Handlers) ReadRedoLog(ctx context.Context, req *connect.Request[v1.Read
 	if limit == 0 {
 		limit = 100
 	}
-	p, err := h.Inventory.ReadRedoPage(ctx, m.Node, int(m.Queue), m.AfterOffset, limit)
+	c := inventory.RedoCursor{Queue: int(m.Queue), After: m.AfterOffset, PartID: m.AfterPartId}
+	p, err := h.Inventory.ReadRedoPageFrom(ctx, m.Node, c, limit)
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -201,9 +206,14 @@ func (h *Handlers) ReadRedoLog(ctx context.Context, req *connect.Request[v1.Read
 // AckRedoLog implements AdminService.AckRedoLog. With an incarnation, a
 // node at another one refuses the acknowledgement on the node itself
 // (inventory.AckRedoLogAt): failed_precondition, naming both; nothing is
-// acknowledged. Without one it is unfenced.
+// acknowledged. Without one it is unfenced. A negative offset is
+// invalid_argument, naming the field.
 func (h *Handlers) AckRedoLog(ctx context.Context, req *connect.Request[v1.AckRedoLogRequest]) (*connect.Response[v1.AckRedoLogResponse], error) {
 	m := req.Msg
+	if m.Offset < 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument,
+			fmt.Errorf("offset: %d is negative, want an offset of 0 or more", m.Offset))
+	}
 	acked, err := h.Inventory.AckRedoLogAt(ctx, m.Node, m.Incarnation, int(m.Queue), m.Offset)
 	if err != nil {
 		return nil, rpcError(err)

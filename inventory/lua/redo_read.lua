@@ -8,10 +8,15 @@ if err then return err end
 local first
 first, err = redo_first(KEYS[2], KEYS[3])
 if err then return err end
-local after = tonumber(ARGV[4])
--- past the head: the queue went back under the reader (redo_batch.lua's
--- rewound)
+local after, pid = tonumber(ARGV[4]), ARGV[6] or ''
+-- past the head, or the entry at after holds another part than the
+-- reader's: the queue went back under the reader (redo_batch.lua's
+-- rewound, the same rule: an entry gone is trimmed, not another part)
 if after > head then return {inc, head, 1, {}, 0} end
+if after > 0 and pid ~= '' then
+  local at = redo_at(KEYS[3], after)
+  if at and at ~= pid then return {inc, head, 1, {}, 0} end
+end
 local e = redo_range(KEYS[3], after, tonumber(ARGV[5]), head, first)
 local out = {}
 for i = 1, #e, 2 do

@@ -1549,8 +1549,17 @@ type ReadRedoLogRequest struct {
 	Queue int32                  `protobuf:"varint,2,opt,name=queue,proto3" json:"queue,omitempty"`
 	// Entries with offset greater than this are returned (0 or more: a
 	// negative one is refused with invalid_argument).
-	AfterOffset   int64 `protobuf:"varint,3,opt,name=after_offset,json=afterOffset,proto3" json:"after_offset,omitempty"`
-	Limit         int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	AfterOffset int64 `protobuf:"varint,3,opt,name=after_offset,json=afterOffset,proto3" json:"after_offset,omitempty"`
+	Limit       int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The part the consumer landed at after_offset (RedoEntry.part_id), or
+	// "trimmed" when that offset was trimmed before the consumer read it
+	// (trimmed reported it). When set and after_offset > 0, the entry at
+	// after_offset is checked in the same atomic step as the read: if it
+	// holds another part, the queue went back under the consumer (the node
+	// came back with older data and handed the offset out again): rewound,
+	// no entries. An entry no longer there (trimmed since) is no other
+	// part. Empty: not checked (only an after_offset past head is seen).
+	AfterPartId   string `protobuf:"bytes,5,opt,name=after_part_id,json=afterPartId,proto3" json:"after_part_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1611,6 +1620,13 @@ func (x *ReadRedoLogRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *ReadRedoLogRequest) GetAfterPartId() string {
+	if x != nil {
+		return x.AfterPartId
+	}
+	return ""
 }
 
 type RedoEntry struct {
@@ -1725,7 +1741,8 @@ type ReadRedoLogResponse struct {
 	// inventory.redo_max_age): they cannot be read any more, and entries
 	// start at after_offset + trimmed + 1. 0 when nothing was missed.
 	Trimmed int64 `protobuf:"varint,7,opt,name=trimmed,proto3" json:"trimmed,omitempty"`
-	// after_offset is past head: the queue went back under the consumer's
+	// after_offset is past head, or the entry at after_offset holds another
+	// part than after_part_id: the queue went back under the consumer's
 	// position (the node came back with older data under the same
 	// incarnation), or the offset is not one of this node's. No entries.
 	Rewound       bool `protobuf:"varint,8,opt,name=rewound,proto3" json:"rewound,omitempty"`
@@ -1820,10 +1837,12 @@ func (x *ReadRedoLogResponse) GetRewound() bool {
 }
 
 type AckRedoLogRequest struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Node   string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Queue  int32                  `protobuf:"varint,2,opt,name=queue,proto3" json:"queue,omitempty"`
-	Offset int64                  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Queue int32                  `protobuf:"varint,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	// The last offset the consumer landed (0 or more: a negative one is
+	// refused with invalid_argument).
+	Offset int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
 	// The incarnation the consumer read the entries at
 	// (ReadRedoLogResponse.incarnation). When set, the acknowledgement is
 	// refused with failed_precondition, naming both, if the node is at
@@ -2491,12 +2510,13 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\x05route\x18\x03 \x01(\tR\x05route\x12\x18\n" +
 	"\aenabled\x18\x04 \x01(\bR\aenabled\"C\n" +
 	"\x17SetRouteEnabledResponse\x12(\n" +
-	"\x04node\x18\x01 \x01(\v2\x14.shardis.v1.NodeInfoR\x04node\"w\n" +
+	"\x04node\x18\x01 \x01(\v2\x14.shardis.v1.NodeInfoR\x04node\"\x9b\x01\n" +
 	"\x12ReadRedoLogRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\x05R\x05queue\x12!\n" +
 	"\fafter_offset\x18\x03 \x01(\x03R\vafterOffset\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\x05R\x05limit\"\xbe\x01\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12\"\n" +
+	"\rafter_part_id\x18\x05 \x01(\tR\vafterPartId\"\xbe\x01\n" +
 	"\tRedoEntry\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x17\n" +
 	"\apart_id\x18\x02 \x01(\tR\x06partId\x12\x19\n" +
