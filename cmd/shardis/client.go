@@ -467,7 +467,10 @@ func (f *redoFollower) poll(ctx context.Context) (full bool, err error) {
 		}
 	}
 	for _, e := range res.Entries {
-		f.req.AfterOffset = max(f.req.AfterOffset, e.Offset)
+		if e.Offset > f.req.AfterOffset {
+			// the part read there: the next read's rewind check
+			f.req.AfterOffset, f.req.AfterPartId = e.Offset, e.PartId
+		}
 	}
 	return len(res.Entries) >= f.limit, nil
 }
@@ -490,6 +493,6 @@ func (f *redoFollower) newIncarnation(res *v1.ReadRedoLogResponse) bool {
 	}
 	fmt.Fprintf(f.c.stderr, "%s on %s: the node is at a new incarnation %s (was %s): it lost its data and its offsets started again; following from offset 0\n",
 		res.RedoLog, res.Node, res.Incarnation, prev)
-	f.req.AfterOffset, f.waiting = 0, false
+	f.req.AfterOffset, f.req.AfterPartId, f.waiting = 0, "", false
 	return true
 }
