@@ -73,7 +73,10 @@ type Options struct {
 	// Routes lists the (server, route) pairs the node serves. Each starts
 	// enabled; [Node.SetRouteEnabled] on any other pair is an error.
 	Routes []RouteKey
-	// DialTimeout bounds connecting to the node.
+	// DialTimeout bounds connecting to the node. For a Sentinel node it
+	// includes asking the sentinels for the master, each of them within a
+	// quarter of it (and, for the probe's dial, of ProbeTimeout): a
+	// sentinel that does not answer costs at most three quarters.
 	// default: 300ms
 	DialTimeout time.Duration
 	// CommandTimeout is the read and write timeout of commands. A caller's

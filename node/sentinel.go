@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,6 +58,9 @@ import (
 // still reaches its group. A dial that finds no master at all (no
 // sentinel knows the group's name) fails with [ErrNoMaster], a node
 // failure.
+// A hung sentinel (frozen, or behind a partition that drops packets; its
+// port may still accept connections) costs a bounded part of a dial or a
+// probe, not all of it: see sentinelBound (TestReview4FrozenSentinelFirst).
 
 // ErrNotMaster is wrapped by a probe error of a Sentinel node when the
 // server reached is not (or no longer) the group's master: the sentinels
@@ -133,14 +137,82 @@ func (n *Node) factory(o redis.Options, replica bool) func() *redis.Client {
 			PipelinePoolSize:        o.PipelinePoolSize,
 			PipelineReadBufferSize:  o.PipelineReadBufferSize,
 			PipelineWriteBufferSize: o.PipelineWriteBufferSize,
+			Dialer:                  n.failoverDialer(o),
 		})
 	}
 }
 
+// sentinelBound returns how long one exchange with one sentinel (its
+// connection, or one round trip) may take within a dial or probe bounded
+// by d: a quarter of it. go-redis's failover dialer asks the sentinel it
+// listens to, twice, then all of them at once, waiting for every answer:
+// a hung sentinel costs it up to three bounds before the master's dial.
+// Unbounded, it held the whole dial, which then failed ("i/o timeout").
+func sentinelBound(d time.Duration) time.Duration { return d / 4 }
+
+// failoverDialer returns the dialer of a failover client with options o,
+// which go-redis uses both for the master (or replica) and for the
+// sentinels it asks. A known sentinel (knownSentinels) is dialled within
+// sentinelBound(o.DialTimeout), and every deadline go-redis sets on its
+// connection is brought within that bound (boundedConn); other addresses
+// are dialled as go-redis would. A sentinel the failover client
+// discovered that the node has not learnt yet is not bounded.
+func (n *Node) failoverDialer(o redis.Options) func(context.Context, string, string) (net.Conn, error) {
+	bound := sentinelBound(o.DialTimeout)
+	data := redis.NewDialer(&redis.Options{DialTimeout: o.DialTimeout, TLSConfig: o.TLSConfig})
+	sentinel := redis.NewDialer(&redis.Options{DialTimeout: bound, TLSConfig: o.TLSConfig})
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if !slices.Contains(n.knownSentinels(), addr) {
+			return data(ctx, network, addr)
+		}
+		ctx, cancel := context.WithTimeout(ctx, bound)
+		defer cancel()
+		conn, err := sentinel(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		b := boundedConn{Conn: conn, bound: bound}
+		if sc, ok := conn.(syscall.Conn); ok {
+			return boundedSysConn{b, sc}, nil // keeps go-redis's health check of pooled connections
+		}
+		return b, nil
+	}
+}
+
+// boundedConn is a connection to a sentinel whose deadlines are at most
+// bound from when they are set. No deadline stays none: a subscription
+// waits for the sentinel's announcements as long as it takes.
+type boundedConn struct {
+	net.Conn
+	bound time.Duration
+}
+
+func (c boundedConn) within(t time.Time) time.Time {
+	if limit := time.Now().Add(c.bound); !t.IsZero() && t.After(limit) {
+		return limit
+	}
+	return t
+}
+
+func (c boundedConn) SetDeadline(t time.Time) error      { return c.Conn.SetDeadline(c.within(t)) }
+func (c boundedConn) SetReadDeadline(t time.Time) error  { return c.Conn.SetReadDeadline(c.within(t)) }
+func (c boundedConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWriteDeadline(c.within(t)) }
+
+// boundedSysConn is a boundedConn over a connection that exposes its file
+// descriptor (TCP, not TLS).
+type boundedSysConn struct {
+	boundedConn
+	sc syscall.Conn
+}
+
+func (c boundedSysConn) SyscallConn() (syscall.RawConn, error) { return c.sc.SyscallConn() }
+
 // sentinelsAgree asks every configured sentinel, concurrently, which
 // server is the group's master, and returns nil when every sentinel that
-// answered names addr (and at least one answered). During a failover the
-// sentinels disagree for a moment (the leader names the promoted replica
+// answered names addr (and at least one answered). One that has not
+// answered within sentinelBound(ProbeTimeout) has not answered: a hung
+// sentinel costs a quarter of the probe, not all of it. During a failover
+// the sentinels disagree for a moment (the leader names the promoted replica
 // first; the others learn it from its announcements), and each of the
 // node's clients asks a sentinel of their own: a node declared UP while
 // some still name the old master would send part of its commands there.
@@ -188,17 +260,21 @@ type sentinelAnswer struct {
 
 // askSentinel asks the sentinel at a which server is the group's master,
 // and whether it is addr (SameServer), and then which other sentinels
-// monitor the group (peers; none when that fails).
+// monitor the group (peers; none when that fails). The questions are
+// bounded by sentinelBound(ProbeTimeout) together, SameServer by ctx.
 func (n *Node) askSentinel(ctx context.Context, a, addr string) sentinelAnswer {
 	s := n.opts.Sentinel
+	bound := sentinelBound(n.opts.ProbeTimeout)
 	c := redis.NewSentinelClient(&redis.Options{
 		Addr: a, Username: s.Username, Password: s.Password, TLSConfig: n.opts.TLSConfig,
 		Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
-		DialTimeout: n.opts.ProbeTimeout, ReadTimeout: n.opts.ProbeTimeout, WriteTimeout: n.opts.ProbeTimeout,
+		DialTimeout: bound, ReadTimeout: bound, WriteTimeout: bound,
 		ContextTimeoutEnabled: true,
 	})
 	defer c.Close()
-	v, err := c.GetMasterAddrByName(ctx, s.Master).Result()
+	qctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	v, err := c.GetMasterAddrByName(qctx, s.Master).Result()
 	if err == nil && len(v) != 2 {
 		err = fmt.Errorf("reply %v", v)
 	}
@@ -207,7 +283,7 @@ func (n *Node) askSentinel(ctx context.Context, a, addr string) sentinelAnswer {
 	}
 	master := net.JoinHostPort(v[0], v[1])
 	var peers []string
-	if list, err := c.Sentinels(ctx, s.Master).Result(); err == nil {
+	if list, err := c.Sentinels(qctx, s.Master).Result(); err == nil {
 		for _, p := range list {
 			if ip, port := p["ip"], p["port"]; ip != "" && port != "" {
 				peers = append(peers, net.JoinHostPort(ip, port))
