@@ -36,8 +36,15 @@ var dialPaths = []struct {
 // node saw acknowledged: the state of a node in use.
 func usedNode(t *testing.T, opts node.Options, db *redis.Client) *node.Node {
 	t.Helper()
+	return usedNodeCounted(t, opts, db, nil)
+}
+
+// usedNodeCounted is usedNode with its node failures counted in failures
+// (nil: not counted).
+func usedNodeCounted(t *testing.T, opts node.Options, db *redis.Client, failures *atomic.Int32) *node.Node {
+	t.Helper()
 	ctx := context.Background()
-	n := newNode(t, opts, nil)
+	n := newNode(t, opts, failures)
 	if err := n.Probe(ctx); err != nil {
 		t.Fatal(err)
 	}

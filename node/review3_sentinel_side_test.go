@@ -46,22 +46,7 @@ func sentinelMaster(t *testing.T, g *redistest.Group, addr, name, old string, li
 // upAt probes n, as the health scheduler would, until it is UP at master.
 func upAt(t *testing.T, n *node.Node, master string, limit time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		err := n.Probe(context.Background())
-		if err == nil {
-			n.SetUp()
-		} else {
-			n.SetDown(err)
-		}
-		if err == nil && n.MasterAddr() == master {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the node is not UP at %s within %v (MasterAddr %q, last probe %v)", master, limit, n.MasterAddr(), err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	probeUntil(t, n, limit, "UP at "+master, func(err error) bool { return err == nil && n.MasterAddr() == master })
 }
 
 // killOldClients kills, on the data server c, the normal client

@@ -92,19 +92,3 @@ func TestDialCheckLeavesAtCallersDeadline(t *testing.T) {
 		}
 	}
 }
-
-// usedNodeCounted is usedNode with its node failures counted in failures.
-func usedNodeCounted(t *testing.T, opts node.Options, db *redis.Client, failures *atomic.Int32) *node.Node {
-	t.Helper()
-	ctx := context.Background()
-	n := newNode(t, opts, failures)
-	if err := n.Probe(ctx); err != nil {
-		t.Fatal(err)
-	}
-	n.SetUp()
-	if err := db.HSet(ctx, node.StampKey, "seq", 10).Err(); err != nil {
-		t.Fatal(err)
-	}
-	n.ObserveSeq(10)
-	return n
-}
