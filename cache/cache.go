@@ -9,7 +9,9 @@
 //     process share one fill (in-process single flight); across processes a
 //     gate key (SET NX PX on the key's node, seed 000 §2.1) lets exactly one
 //     caller run the loader while the others poll the key for up to
-//     Options.FillWait and then get ErrFilling.
+//     Options.FillWait and then get ErrFilling; when the gate's holder
+//     lets it go without storing a value (its caller gave up, its loader
+//     failed), a waiter takes the gate and fills the key itself.
 //   - Negative caching. A loader that returns ErrNotFound leaves a marker
 //     for at most Options.NegativeTTL; Get answers ErrNotFound from it
 //     without the loader, never an empty value.
@@ -36,7 +38,9 @@
 //     clients and plain connections, and one channel per route serves
 //     every instance; the cost, that a message published while an instance
 //     is disconnected is lost, is covered by dropping that instance's whole
-//     L1 whenever a subscription breaks or is made again.
+//     L1 whenever a subscription breaks or is made again, or goes silent
+//     (a subscription that hears nothing PINGs, and is dropped and made
+//     again when not even the PONG came within 3s).
 //   - Loader rate limit. With Options.LoaderRate > 0 a token bucket in Redis
 //     (bucket.go, one Lua script, on the node that owns the bucket's key)
 //     caps loader calls per second across all instances; over it Get
@@ -49,10 +53,19 @@
 //     calls the loader without caching, still rate limited and still in
 //     the key's in-process single flight (concurrent Gets of the key in
 //     one process share one loader call).
+//   - Writes win over racing fills. Set and Invalidate leave a new version
+//     beside every copy (version.go); a fill reads the versions before its
+//     loader runs and stores a copy only where the version is unchanged,
+//     so a value (or "not found") its loader read before a Set or
+//     Invalidate is returned to its callers but not stored, in Redis or
+//     L1. A fill that takes longer than FillLease plus a minute stores
+//     nothing.
+//   - Close stops the subscriptions and turns L1 off: later Gets read
+//     Redis.
 //
 // What it does not promise: a value is as fresh as its TTL or the last Set
-// or Invalidate; a Set racing a fill may be overwritten by the fill's
-// older value until the TTL; L1 copies may be stale for the time an
+// or Invalidate (a copy on a node the Set or Invalidate could not reach
+// keeps its older value until its TTL); L1 copies may be stale for the time an
 // invalidation takes to arrive (measured under 100 ms on loopback) and, if
 // a publish is lost while the subscription looks healthy, until L1TTL.
 package cache
@@ -71,6 +84,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/router"
 )
 
@@ -104,10 +118,13 @@ type Options struct {
 	// NegativeTTL is how long a "not found" marker lives at most (Jitter
 	// only shortens it). default: 30s
 	NegativeTTL time.Duration
-	// FillLease is how long a filler holds a key's gate. default: 5s
+	// FillLease is how long a filler holds a key's gate. default: 5s. A
+	// fill whose loader runs longer than FillLease plus a minute returns
+	// its value without storing it (a write racing it could not be told).
 	FillLease time.Duration
 	// FillWait is how long a caller waits for another instance's fill
-	// before ErrFilling. default: 1s
+	// before ErrFilling (it fills the key itself if that fill gives up
+	// its gate without a value meanwhile). default: 1s
 	FillWait time.Duration
 	// Replicas returns how many copies a key keeps (1..nodes of the
 	// route; values out of range are clamped). default: 1 for every key
@@ -117,7 +134,8 @@ type Options struct {
 	// L1TTL bounds how long an entry stays in L1. default: TTL
 	L1TTL time.Duration
 	// LoaderRate is the loader calls per second allowed across all
-	// instances of this (server, route, Name). default: 0 (no limit)
+	// instances of this (server, route, Name). default: 0 (no limit);
+	// negative, NaN and infinite values are refused.
 	LoaderRate float64
 	// LoaderBurst is the bucket's size. default: max(1, LoaderRate)
 	LoaderBurst int
@@ -161,8 +179,8 @@ func New(r *router.Router, server, route string, opts Options) (*Cache, error) {
 	if math.IsNaN(opts.Jitter) || opts.Jitter >= 1 {
 		return nil, fmt.Errorf("cache: Jitter is %v, want below 1 (0: the default 0.1, negative: none)", opts.Jitter)
 	}
-	if opts.LoaderRate < 0 {
-		return nil, fmt.Errorf("cache: LoaderRate is %v, want >= 0", opts.LoaderRate)
+	if opts.LoaderRate < 0 || math.IsNaN(opts.LoaderRate) || math.IsInf(opts.LoaderRate, 0) {
+		return nil, fmt.Errorf("cache: LoaderRate is %v, want a finite number >= 0 (0: no limit)", opts.LoaderRate)
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -203,10 +221,16 @@ func New(r *router.Router, server, route string, opts Options) (*Cache, error) {
 	return c, nil
 }
 
-// Close stops the invalidation subscriptions. It is idempotent.
+// Close stops the invalidation subscriptions and turns L1 off: a closed
+// cache no longer hears invalidations, so its later Gets read Redis (an
+// L1 kept after Close would answer a key changed since until L1TTL). It
+// is idempotent; Get, Set and Invalidate keep working after it.
 func (c *Cache) Close() {
 	if c.sub != nil {
 		c.sub.close()
+	}
+	if c.l1 != nil {
+		c.l1.stop()
 	}
 }
 
@@ -290,12 +314,19 @@ func (c *Cache) fill(ctx context.Context, key string, loader Loader, queue bool,
 	}
 	token := strconv.FormatUint(rand.Uint64(), 36)
 	gate := c.prefix + "g:" + key
-	ok, err := gateNode.Client().SetNX(ctx, gate, token, c.opts.FillLease).Result()
-	if err != nil {
-		return nil, fmt.Errorf("%w: cache key %q: gate on node %s: %w", router.ErrUnavailable, key, gateNode.Name(), err)
-	}
-	if !ok {
-		return c.waitFill(ctx, key)
+	deadline := time.Now().Add(c.opts.FillWait)
+	for { // take the gate, or wait for its holder's value (or for it to give up)
+		ok, err := gateNode.Client().SetNX(ctx, gate, token, c.opts.FillLease).Result()
+		if err != nil {
+			return nil, fmt.Errorf("%w: cache key %q: gate on node %s: %w", router.ErrUnavailable, key, gateNode.Name(), err)
+		}
+		if ok {
+			break
+		}
+		enc, err := c.waitFill(ctx, key, gateNode, gate, deadline)
+		if !errors.Is(err, errGateFree) {
+			return enc, err
+		}
 	}
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -309,6 +340,7 @@ func (c *Cache) fill(ctx context.Context, key string, loader Loader, queue bool,
 	if err := c.allowLoad(ctx, key, queue); err != nil {
 		return nil, err
 	}
+	fv := c.versions(ctx, key) // before the loader reads the row: a write after it wins
 	c.stats.fills.Add(1)
 	val, err := loader(ctx, key)
 	var enc []byte
@@ -320,11 +352,11 @@ func (c *Cache) fill(ctx context.Context, key string, loader Loader, queue bool,
 	default:
 		enc = append([]byte{kindValue}, val...)
 	}
-	ttl, werr := c.write(ctx, key, enc, false)
+	ttl, stored, werr := c.storeFill(ctx, key, enc, fv)
 	if werr != nil {
 		c.log.Warn("cache: storing a filled value", "key", key, "err", werr)
 	}
-	if c.l1 != nil { // no longer than its shortest-lived copy in Redis
+	if c.l1 != nil && stored { // no longer than its shortest-lived copy in Redis
 		c.l1.add(key, enc, min(c.l1TTL(enc), ttl), gen)
 	}
 	return enc, nil
@@ -335,9 +367,16 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 `)
 
-// waitFill polls the key while another instance fills it.
-func (c *Cache) waitFill(ctx context.Context, key string) ([]byte, error) {
-	deadline := time.Now().Add(c.opts.FillWait)
+// errGateFree is waitFill's answer when the gate's holder let it go (or
+// lost it) without storing a value: its caller gave up, its loader
+// failed, or a write came in between. The waiter then takes the gate
+// itself rather than wait out FillWait for a value that will not come.
+var errGateFree = errors.New("cache: the gate is free")
+
+// waitFill polls the key while another instance fills it, until deadline
+// (ErrFilling) or until the gate on gateNode is free with no value stored
+// (errGateFree).
+func (c *Cache) waitFill(ctx context.Context, key string, gateNode *node.Node, gate string, deadline time.Time) ([]byte, error) {
 	for {
 		t := time.NewTimer(10 * time.Millisecond)
 		select {
@@ -352,6 +391,9 @@ func (c *Cache) waitFill(ctx context.Context, key string) ([]byte, error) {
 		}
 		if found {
 			return enc, nil
+		}
+		if n, err := gateNode.Client().Exists(ctx, gate).Result(); err == nil && n == 0 && time.Now().Before(deadline) {
+			return nil, errGateFree
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("%w: %q (waited %v)", ErrFilling, key, c.opts.FillWait)
@@ -378,19 +420,12 @@ func (c *Cache) loadUncached(ctx context.Context, key string, loader Loader) ([]
 // instance's L1. An error says some copy may still hold an older value
 // (its node was unusable or failed); the L1s are dropped all the same.
 func (c *Cache) Set(ctx context.Context, key string, val []byte) error {
-	_, err := c.write(ctx, key, append([]byte{kindValue}, val...), true)
+	err := c.mark(ctx, key, append([]byte{kindValue}, val...))
 	return errors.Join(err, c.invalidateL1(ctx, key))
 }
 
 // Invalidate deletes every copy of key and drops it from every
 // instance's L1.
 func (c *Cache) Invalidate(ctx context.Context, key string) error {
-	nodes, names := c.copies(key)
-	var errs []error
-	for i, n := range nodes {
-		if err := n.Client().Del(ctx, names[i]).Err(); err != nil {
-			errs = append(errs, fmt.Errorf("node %s: %w", n.Name(), err))
-		}
-	}
-	return errors.Join(errors.Join(errs...), c.invalidateL1(ctx, key))
+	return errors.Join(c.mark(ctx, key, nil), c.invalidateL1(ctx, key))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
@@ -165,31 +164,6 @@ func leftOf(d time.Duration) time.Duration {
 	default:
 		return -1
 	}
-}
-
-// write stores an encoded value on every copy, each with its own jittered
-// TTL, and returns the shortest TTL it drew (what an L1 copy of the value
-// may live at most). A copy on an unusable node is skipped; strict
-// reports it as an error (it keeps its older value, and serves it again
-// when the node is back).
-func (c *Cache) write(ctx context.Context, key string, enc []byte, strict bool) (time.Duration, error) {
-	nodes, names := c.copies(key)
-	var errs []error
-	shortest := time.Duration(math.MaxInt64)
-	for i, n := range nodes {
-		ttl := c.jittered(enc)
-		shortest = min(shortest, ttl)
-		if !n.Usable() {
-			if strict {
-				errs = append(errs, fmt.Errorf("node %s: %w: copy not written", n.Name(), router.ErrUnavailable))
-			}
-			continue
-		}
-		if err := n.Client().Set(ctx, names[i], enc, ttl).Err(); err != nil {
-			errs = append(errs, fmt.Errorf("node %s: %w", n.Name(), err))
-		}
-	}
-	return shortest, errors.Join(errs...)
 }
 
 // decode turns a stored value into Get's result.

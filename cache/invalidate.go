@@ -16,8 +16,9 @@ import (
 // L1 invalidation over Redis pub/sub: Set and Invalidate publish the key
 // on the route's channel on one node; every instance subscribes on every
 // node of the route (so a publish on any node reaches it) and drops the
-// key from its L1. Whenever a subscription is made (again) or breaks, the
-// instance drops its whole L1: messages published meanwhile are lost.
+// key from its L1. Whenever a subscription is made (again), breaks or goes
+// silent (session), the instance drops its whole L1: messages published
+// meanwhile are lost.
 
 func (c *Cache) channel() string { return c.prefix + "inv" }
 
@@ -101,22 +102,40 @@ func (s *subscriber) loop(ctx context.Context, n *node.Node) {
 	}
 }
 
+// A session PINGs its connection after every subscriberPoll without a
+// message, and ends (dropping L1) when it heard nothing, not even a PONG,
+// for subscriberSilence: a connection the path dropped silently (no error,
+// no close, e.g. a NAT that forgot it) would otherwise lose every
+// invalidation while looking healthy.
+const (
+	subscriberPoll    = 500 * time.Millisecond
+	subscriberSilence = 3 * time.Second
+)
+
 func (s *subscriber) session(ctx context.Context, n *node.Node) {
 	cl := n.Client()
 	ps := cl.Subscribe(ctx, s.c.channel())
 	defer ps.Close()
+	heard := time.Now()
 	for {
-		msg, err := ps.ReceiveTimeout(ctx, 500*time.Millisecond)
+		msg, err := ps.ReceiveTimeout(ctx, subscriberPoll)
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil && n.Client() == cl && n.Usable() {
-				continue
+				if time.Since(heard) < subscriberSilence {
+					if err = ps.Ping(ctx); err == nil {
+						continue
+					}
+				} else {
+					err = fmt.Errorf("nothing heard for %v, not even a PONG", time.Since(heard).Round(time.Millisecond))
+				}
 			}
 			if ctx.Err() == nil {
 				s.c.log.Debug("cache: invalidation subscription broke; L1 dropped", "node", n.Name(), "err", err)
 			}
 			return
 		}
+		heard = time.Now()
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			s.c.l1.purge() // (re)subscribed: anything published before is lost to us

@@ -19,6 +19,8 @@ type l1Cache struct {
 	// otherwise be undone by the add, and the old value would stay until
 	// its L1 TTL.
 	gen uint64
+	// off is set by stop (Close): nothing is kept or answered any more.
+	off bool
 }
 
 type l1Entry struct {
@@ -35,7 +37,7 @@ func (l *l1Cache) get(key string) ([]byte, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	el, ok := l.items[key]
-	if !ok {
+	if !ok || l.off {
 		return nil, false
 	}
 	e := el.Value.(*l1Entry)
@@ -60,7 +62,7 @@ func (l *l1Cache) generation() uint64 {
 func (l *l1Cache) add(key string, enc []byte, ttl time.Duration, gen uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.gen != gen {
+	if l.gen != gen || l.off {
 		return
 	}
 	if el, ok := l.items[key]; ok {
@@ -93,4 +95,12 @@ func (l *l1Cache) purge() {
 	l.gen++
 	l.order.Init()
 	l.items = map[string]*list.Element{}
+}
+
+// stop empties the L1 and keeps it empty.
+func (l *l1Cache) stop() {
+	l.purge()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.off = true
 }

@@ -1,0 +1,142 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
+)
+
+// Writes racing fills. A fill's loader may read the row before a writer
+// changes it and calls Set or Invalidate; if the fill then stored what it
+// read, the old value (or "not found") would be served for a whole TTL
+// after the writer did everything asked of it. So every Set and
+// Invalidate leaves, on each copy's node and in the same script as its
+// SET or DEL, a fresh random version under <prefix>ver:<key>; a fill reads
+// the versions before its loader runs and stores a copy only if that
+// copy's version is still the one it read (compared and set in one
+// script), so a write that came in between wins. A version lives
+// verLife; a fill that took longer than verLife-verMargin (when the
+// version it read may have expired and come back as "none") does not
+// store at all.
+
+const verMargin = time.Minute
+
+func (c *Cache) verKey(key string) string { return c.prefix + "ver:" + key }
+
+// verLife is how long a write's version stays on a node.
+func (c *Cache) verLife() time.Duration { return c.opts.FillLease + 2*verMargin }
+
+// markScript records a write. KEYS: 1 copy, 2 version. ARGV: 1 version,
+// 2 its life in ms, then for a Set 3 the encoded value and 4 its TTL in
+// ms (for an Invalidate nothing: the copy is deleted).
+var markScript = redis.NewScript(`
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+if #ARGV < 4 then return redis.call('DEL', KEYS[1]) end
+return redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+`)
+
+// fillScript stores a filled copy unless a write came since the fill read
+// the version. KEYS: 1 copy, 2 version. ARGV: 1 encoded value, 2 TTL in
+// ms, 3 the version read ("" for none). Returns 1 stored, 0 refused.
+var fillScript = redis.NewScript(`
+if (redis.call('GET', KEYS[2]) or '') ~= ARGV[3] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`)
+
+// mark runs a Set (enc != nil: stored in every copy) or an Invalidate
+// (enc nil: every copy deleted) on every copy, each with a new version. A
+// copy on an unusable node or one that failed is an error: it keeps its
+// older value until its TTL.
+func (c *Cache) mark(ctx context.Context, key string, enc []byte) error {
+	nodes, names := c.copies(key)
+	ver := strconv.FormatUint(rand.Uint64(), 36)
+	life := c.verLife()
+	var errs []error
+	for i, n := range nodes {
+		args := []any{ver, ms(life)}
+		if enc != nil {
+			args = append(args, enc, ms(c.jittered(enc)))
+		}
+		if !n.Usable() && enc != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w: copy not written", n.Name(), router.ErrUnavailable))
+			continue
+		}
+		if err := markScript.Run(ctx, n.Client(), []string{names[i], c.verKey(key)}, args...).Err(); err != nil && err != redis.Nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", n.Name(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fillVersions is what a fill read of its copies' versions before the
+// loader ran: the nodes and names of the copies, each copy's version (""
+// none) and whether it could be read (a copy whose version is unknown is
+// not stored), and when.
+type fillVersions struct {
+	nodes []*node.Node
+	names []string
+	vers  []string
+	known []bool
+	at    time.Time
+}
+
+// versions reads the versions of key's copies on their usable nodes.
+func (c *Cache) versions(ctx context.Context, key string) fillVersions {
+	nodes, names := c.copies(key)
+	fv := fillVersions{nodes: nodes, names: names, vers: make([]string, len(nodes)), known: make([]bool, len(nodes)), at: time.Now()}
+	for i, n := range nodes {
+		if !n.Usable() {
+			continue
+		}
+		v, err := n.Client().Get(ctx, c.verKey(key)).Result()
+		if err == nil || err == redis.Nil {
+			fv.vers[i], fv.known[i] = v, true
+		}
+	}
+	return fv
+}
+
+// storeFill stores a filled value in every copy whose version is still
+// the one fv read, each with its own jittered TTL. It returns the
+// shortest TTL it drew (what an L1 copy of the value may live at most)
+// and whether every copy it could try was stored: false when a write came
+// in between (the value is then not kept anywhere: not in L1 either), or
+// the fill took too long to tell.
+func (c *Cache) storeFill(ctx context.Context, key string, enc []byte, fv fillVersions) (time.Duration, bool, error) {
+	if time.Since(fv.at) > c.verLife()-verMargin {
+		return 0, false, nil
+	}
+	var errs []error
+	shortest, stored := time.Duration(math.MaxInt64), true
+	for i, n := range fv.nodes {
+		ttl := c.jittered(enc)
+		shortest = min(shortest, ttl)
+		if !n.Usable() { // skipped, as a copy whose node is down always was
+			continue
+		}
+		if !fv.known[i] { // its version could not be read: not stored
+			stored = false
+			continue
+		}
+		ok, err := fillScript.Run(ctx, n.Client(), []string{fv.names[i], c.verKey(key)}, enc, ms(ttl), fv.vers[i]).Int()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", n.Name(), err))
+			continue
+		}
+		stored = stored && ok == 1
+	}
+	return shortest, stored, errors.Join(errs...)
+}
+
+// ms is d in whole milliseconds for PX, at least 1.
+func ms(d time.Duration) int64 { return max(1, d.Milliseconds()) }
