@@ -333,14 +333,16 @@ func (c *Cache) fill(ctx context.Context, key string, loader Loader, queue bool,
 		defer cancel()
 		_ = releaseGate.Run(rctx, gateNode.Client(), []string{gate}, token).Err()
 	}()
-	// Another instance may have filled it between our read and the gate.
-	if enc, found, err := c.read(ctx, key); err == nil && found {
-		return enc, nil
+	// Another instance may have filled it between our read and the gate;
+	// the copies' versions are read with it, before the loader reads the
+	// row: a write after them wins (storeFill).
+	filled, found, fv := c.versions(ctx, key)
+	if found {
+		return filled, nil
 	}
 	if err := c.allowLoad(ctx, key, queue); err != nil {
 		return nil, err
 	}
-	fv := c.versions(ctx, key) // before the loader reads the row: a write after it wins
 	c.stats.fills.Add(1)
 	val, err := loader(ctx, key)
 	var enc []byte

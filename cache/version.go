@@ -19,11 +19,12 @@ import (
 // changes it and calls Set or Invalidate; if the fill then stored what it
 // read, the old value (or "not found") would be served for a whole TTL
 // after the writer did everything asked of it. So every Set and
-// Invalidate leaves, on each copy's node and in the same script as its
-// SET or DEL, a fresh random version under <prefix>ver:<key>; a fill reads
-// the versions before its loader runs and stores a copy only if that
-// copy's version is still the one it read (compared and set in one
-// script), so a write that came in between wins. A version lives
+// Invalidate leaves, on each copy's node, a fresh random version under
+// <prefix>ver:<key>, written just before its SET or DEL on the same
+// connection; a fill reads the versions (with the copies, after its gate)
+// before its loader runs and stores a copy only if that copy's version is
+// still the one it read (compared and set in one script), so a write that
+// came in between wins. A version lives
 // verLife; a fill that took longer than verLife-verMargin (when the
 // version it read may have expired and come back as "none") does not
 // store at all.
@@ -34,15 +35,6 @@ func (c *Cache) verKey(key string) string { return c.prefix + "ver:" + key }
 
 // verLife is how long a write's version stays on a node.
 func (c *Cache) verLife() time.Duration { return c.opts.FillLease + 2*verMargin }
-
-// markScript records a write. KEYS: 1 copy, 2 version. ARGV: 1 version,
-// 2 its life in ms, then for a Set 3 the encoded value and 4 its TTL in
-// ms (for an Invalidate nothing: the copy is deleted).
-var markScript = redis.NewScript(`
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-if #ARGV < 4 then return redis.call('DEL', KEYS[1]) end
-return redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
-`)
 
 // fillScript stores a filled copy unless a write came since the fill read
 // the version. KEYS: 1 copy, 2 version. ARGV: 1 encoded value, 2 TTL in
@@ -63,15 +55,24 @@ func (c *Cache) mark(ctx context.Context, key string, enc []byte) error {
 	life := c.verLife()
 	var errs []error
 	for i, n := range nodes {
-		args := []any{ver, ms(life)}
-		if enc != nil {
-			args = append(args, enc, ms(c.jittered(enc)))
-		}
 		if !n.Usable() && enc != nil {
 			errs = append(errs, fmt.Errorf("node %s: %w: copy not written", n.Name(), router.ErrUnavailable))
 			continue
 		}
-		if err := markScript.Run(ctx, n.Client(), []string{names[i], c.verKey(key)}, args...).Err(); err != nil && err != redis.Nil {
+		// The version first, on one connection: a fill's compare and
+		// set (fillScript, atomic) that runs before it stores what the
+		// write then replaces, one that runs after it finds the version
+		// changed.
+		_, err := n.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, c.verKey(key), ver, life)
+			if enc != nil {
+				p.Set(ctx, names[i], enc, c.jittered(enc))
+			} else {
+				p.Del(ctx, names[i])
+			}
+			return nil
+		})
+		if err != nil {
 			errs = append(errs, fmt.Errorf("node %s: %w", n.Name(), err))
 		}
 	}
@@ -90,20 +91,35 @@ type fillVersions struct {
 	at    time.Time
 }
 
-// versions reads the versions of key's copies on their usable nodes.
-func (c *Cache) versions(ctx context.Context, key string) fillVersions {
+// versions reads, on each usable node of key's copies, the copy and its
+// version in one round trip: found, with the copy's enc, when a copy is
+// there (another instance filled the key between this one's miss and its
+// gate), else the versions storeFill compares with, read before the
+// loader reads the row.
+func (c *Cache) versions(ctx context.Context, key string) (enc []byte, found bool, fv fillVersions) {
 	nodes, names := c.copies(key)
-	fv := fillVersions{nodes: nodes, names: names, vers: make([]string, len(nodes)), known: make([]bool, len(nodes)), at: time.Now()}
+	fv = fillVersions{nodes: nodes, names: names, vers: make([]string, len(nodes)), known: make([]bool, len(nodes)), at: time.Now()}
 	for i, n := range nodes {
 		if !n.Usable() {
 			continue
 		}
-		v, err := n.Client().Get(ctx, c.verKey(key)).Result()
-		if err == nil || err == redis.Nil {
+		var get, ver *redis.StringCmd
+		_, err := n.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
+			get, ver = p.Get(ctx, names[i]), p.Get(ctx, c.verKey(key))
+			return nil
+		})
+		if err != nil && err != redis.Nil {
+			continue // unknown: not stored there
+		}
+		if b, err := get.Bytes(); err == nil {
+			c.stats.nodeReads(n.Name())
+			return b, true, fv
+		}
+		if v, err := ver.Result(); err == nil || err == redis.Nil {
 			fv.vers[i], fv.known[i] = v, true
 		}
 	}
-	return fv
+	return nil, false, fv
 }
 
 // storeFill stores a filled value in every copy whose version is still
