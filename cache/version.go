@@ -20,8 +20,8 @@ import (
 // read, the old value (or "not found") would be served for a whole TTL
 // after the writer did everything asked of it. So every Set and
 // Invalidate leaves, on each copy's node, a fresh random version under
-// <prefix>ver:<key>, written just before its SET or DEL on the same
-// connection; a fill reads the versions (with the copies, after its gate)
+// <prefix>ver:<key>, written in one script with its SET or DEL; a fill
+// reads the versions (with the copies, after its gate)
 // before its loader runs and stores a copy only if that copy's version is
 // still the one it read (compared and set in one script), so a write that
 // came in between wins. A version lives
@@ -35,6 +35,15 @@ func (c *Cache) verKey(key string) string { return c.prefix + "ver:" + key }
 
 // verLife is how long a write's version stays on a node.
 func (c *Cache) verLife() time.Duration { return c.opts.FillLease + 2*verMargin }
+
+// markScript records a write. KEYS: 1 copy, 2 version. ARGV: 1 version,
+// 2 its life in ms, then for a Set 3 the encoded value and 4 its TTL in
+// ms (for an Invalidate nothing: the copy is deleted).
+var markScript = redis.NewScript(`
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+if #ARGV < 4 then return redis.call('DEL', KEYS[1]) end
+return redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+`)
 
 // fillScript stores a filled copy unless a write came since the fill read
 // the version. KEYS: 1 copy, 2 version. ARGV: 1 encoded value, 2 TTL in
@@ -59,20 +68,11 @@ func (c *Cache) mark(ctx context.Context, key string, enc []byte) error {
 			errs = append(errs, fmt.Errorf("node %s: %w: copy not written", n.Name(), router.ErrUnavailable))
 			continue
 		}
-		// The version first, on one connection: a fill's compare and
-		// set (fillScript, atomic) that runs before it stores what the
-		// write then replaces, one that runs after it finds the version
-		// changed.
-		_, err := n.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.Set(ctx, c.verKey(key), ver, life)
-			if enc != nil {
-				p.Set(ctx, names[i], enc, c.jittered(enc))
-			} else {
-				p.Del(ctx, names[i])
-			}
-			return nil
-		})
-		if err != nil {
+		args := []any{ver, ms(life)}
+		if enc != nil {
+			args = append(args, enc, ms(c.jittered(enc)))
+		}
+		if err := markScript.Run(ctx, n.Client(), []string{names[i], c.verKey(key)}, args...).Err(); err != nil && err != redis.Nil {
 			errs = append(errs, fmt.Errorf("node %s: %w", n.Name(), err))
 		}
 	}
@@ -103,21 +103,18 @@ func (c *Cache) versions(ctx context.Context, key string) (enc []byte, found boo
 		if !n.Usable() {
 			continue
 		}
-		var get, ver *redis.StringCmd
-		_, err := n.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
-			get, ver = p.Get(ctx, names[i]), p.Get(ctx, c.verKey(key))
-			return nil
-		})
-		if err != nil && err != redis.Nil {
+		// one MGET, which rides the node's shared pipeline (an explicit
+		// pipeline takes a connection of its own: a third fewer Gets/s)
+		v, err := n.Client().MGet(ctx, names[i], c.verKey(key)).Result()
+		if err != nil || len(v) != 2 {
 			continue // unknown: not stored there
 		}
-		if b, err := get.Bytes(); err == nil {
+		if b, ok := v[0].(string); ok {
 			c.stats.nodeReads(n.Name())
-			return b, true, fv
+			return []byte(b), true, fv
 		}
-		if v, err := ver.Result(); err == nil || err == redis.Nil {
-			fv.vers[i], fv.known[i] = v, true
-		}
+		ver, _ := v[1].(string) // nil: none
+		fv.vers[i], fv.known[i] = ver, true
 	}
 	return nil, false, fv
 }
