@@ -4,7 +4,6 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -26,16 +25,15 @@ type clients struct {
 	mkGated    func() *redis.Client
 	dialFailed atomic.Bool // set by the dial hook or the gated dialer
 
-	cur     atomic.Pointer[clientRef] // swapped under mu, read lock-free; never nil
-	mu      sync.Mutex
-	retired map[*redis.Client]*time.Timer     // guarded by mu; closed by their timer or by close
-	inner   map[*redis.Client][]*redis.Client // guarded by mu; a client's pipeliner clients
-	closed  bool                              // guarded by mu
+	cur     *renewed                          // the current client and the replaced ones (renewed.go)
+	innerMu sync.Mutex                        // guards inner
+	inner   map[*redis.Client][]*redis.Client // a client's pipeliner clients
 }
 
 func newClients(n *Node, mk, mkGated func() *redis.Client) *clients {
-	c := &clients{n: n, mk: mk, mkGated: mkGated, retired: map[*redis.Client]*time.Timer{}, inner: map[*redis.Client][]*redis.Client{}}
-	c.cur.Store(&clientRef{c.build()})
+	c := &clients{n: n, mk: mk, mkGated: mkGated, inner: map[*redis.Client][]*redis.Client{}}
+	c.cur = newRenewed(n, c.build, true)
+	c.cur.closeFn = c.closeClient
 	return c
 }
 
@@ -73,9 +71,9 @@ func (c *clients) build() *redis.Client {
 			inners = append(inners, in)
 		}
 	}
-	c.mu.Lock()
+	c.innerMu.Lock()
 	c.inner[cl] = inners
-	c.mu.Unlock()
+	c.innerMu.Unlock()
 	return cl
 }
 
@@ -101,17 +99,20 @@ func (c *clients) pipeliner(o *redis.AutoPipelineOptions) (*redis.AutoPipeliner,
 	return ap, inner
 }
 
-// closeClient closes cl and its pipeliner clients. Called with mu held.
+// closeClient closes cl and its pipeliner clients.
 func (c *clients) closeClient(cl *redis.Client) error {
+	c.innerMu.Lock()
+	inners := c.inner[cl]
+	delete(c.inner, cl)
+	c.innerMu.Unlock()
 	err := cl.Close()
-	for _, in := range c.inner[cl] {
+	for _, in := range inners {
 		err = errors.Join(err, in.Close())
 	}
-	delete(c.inner, cl)
 	return err
 }
 
-func (c *clients) get() *redis.Client { return c.cur.Load().c }
+func (c *clients) get() *redis.Client { return c.cur.get() }
 
 // clientRef and pipelinerRef hold a go-redis pointer for an atomic.Pointer.
 // atomic.Pointer[redis.Client] would be instantiated again by every package
@@ -140,34 +141,9 @@ func (c *clients) renew(force bool) {
 	if !c.dialFailed.Swap(false) && !force {
 		return
 	}
-	fresh := c.build()
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		_ = fresh.Close()
-		return
-	}
-	old := c.cur.Swap(&clientRef{fresh}).c
-	c.retired[old] = time.AfterFunc(2*c.n.opts.CommandTimeout+time.Second, func() {
-		c.mu.Lock()
-		if _, ok := c.retired[old]; ok {
-			delete(c.retired, old)
-			_ = c.closeClient(old)
-		}
-		c.mu.Unlock()
-	})
-	c.mu.Unlock()
+	c.cur.renew()
 }
 
-func (c *clients) close() error {
-	c.mu.Lock()
-	c.closed = true
-	errs := []error{c.closeClient(c.cur.Load().c)}
-	for old, t := range c.retired {
-		t.Stop()
-		errs = append(errs, c.closeClient(old))
-	}
-	c.retired = nil
-	c.mu.Unlock()
-	return errors.Join(errs...)
-}
+// close closes the current client and the replaced ones, with their
+// pipeliner clients.
+func (c *clients) close() error { return c.cur.close() }
