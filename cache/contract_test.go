@@ -323,6 +323,26 @@ func (p *cutProxy) closeAll() {
 
 func (p *cutProxy) Cut() { p.cut.Store(true); p.closeAll() }
 
+// routerVia returns a router of e's configuration whose node name is
+// reached at addr (a proxy in front of it), closed with the test.
+func (e *env) routerVia(t *testing.T, name, addr string) *router.Router {
+	t.Helper()
+	cfg := *e.cfg
+	cfg.Nodes = map[string]config.Node{}
+	for k, v := range e.cfg.Nodes {
+		cfg.Nodes[k] = v
+	}
+	nb := cfg.Nodes[name]
+	nb.Addr = addr
+	cfg.Nodes[name] = nb
+	r, err := router.New(e.ctx, &cfg, router.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
 // An instance whose subscription on one node is down (its path to that
 // node is cut; the other instances still reach it) keeps filling and
 // serving its L1 from the other nodes; a Set elsewhere publishes on that
@@ -333,19 +353,7 @@ func (p *cutProxy) Cut() { p.cut.Store(true); p.closeAll() }
 func TestInvalidationReachesAnL1FilledDuringASubscriptionGap(t *testing.T) {
 	e := newEnv(t, 1)
 	p := newCutProxy(t, e.srv[0].Addr())
-	cfgB := *e.cfg
-	cfgB.Nodes = map[string]config.Node{}
-	for k, v := range e.cfg.Nodes {
-		cfgB.Nodes[k] = v
-	}
-	nb := cfgB.Nodes["n1"]
-	nb.Addr = p.ln.Addr().String()
-	cfgB.Nodes["n1"] = nb
-	rB, err := router.New(e.ctx, &cfgB, router.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rB.Close() })
+	rB := e.routerVia(t, "n1", p.ln.Addr().String())
 	opts := cache.Options{TTL: time.Minute, L1Size: 100, Replicas: func(string) int { return 2 }}
 	a := e.caches(opts)[0]
 	b, err := cache.New(rB, "cache", "r", opts)

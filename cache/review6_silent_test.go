@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -13,8 +12,6 @@ import (
 	"time"
 
 	"github.com/shardis/shardis/cache"
-	"github.com/shardis/shardis/config"
-	"github.com/shardis/shardis/router"
 )
 
 // blackholeProxy forwards TCP to a Redis server; Blackhole makes every
@@ -114,19 +111,7 @@ func (p *blackholeProxy) Blackhole() int {
 func TestReview6SilentSubscriptionIsNoticed(t *testing.T) {
 	e := newEnv(t, 1)
 	p := newBlackholeProxy(t, e.srv[0].Addr())
-	cfgB := *e.cfg
-	cfgB.Nodes = map[string]config.Node{}
-	for k, v := range e.cfg.Nodes {
-		cfgB.Nodes[k] = v
-	}
-	nb := cfgB.Nodes["n1"]
-	nb.Addr = p.ln.Addr().String()
-	cfgB.Nodes["n1"] = nb
-	rB, err := router.New(e.ctx, &cfgB, router.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rB.Close() })
+	rB := e.routerVia(t, "n1", p.ln.Addr().String())
 	opts := cache.Options{TTL: time.Minute, L1Size: 100}
 	a := e.caches(opts)[0]
 	b, err := cache.New(rB, "cache", "r", opts)
