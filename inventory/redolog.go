@@ -180,11 +180,13 @@ var redoEntryLua = luaFile("lib_redo_entry.lua")
 // KEYS: 1 stamp, 2 acked hash, 3 offsets hash, then queue keys. ARGV: 4
 // op:
 //
-//	ack   5 offset (KEYS[4]), 6 incarnation ("" = any): raise the
-//	      acknowledged offset; never lowers it. Returns the acknowledged
-//	      offset. At another incarnation than 6 (when not ""), refused
-//	      with SHARDIS_INCARNATION naming both, before anything else
-//	      is read. An offset past the queue's head
+//	ack   5 offset (KEYS[4]), 6 incarnation ("" = any), 7 part id at
+//	      the offset ("" = not checked): raise the acknowledged offset;
+//	      never lowers it. Returns the acknowledged offset. At another
+//	      incarnation than 6 (when not ""), refused with
+//	      SHARDIS_INCARNATION naming both, before anything else is read;
+//	      when the entry at the offset holds another part than 7,
+//	      SHARDIS_REWOUND. An offset past the queue's head
 //	      (the last offset handed out, in inv:redo:offsets) is refused with
 //	      SHARDIS_RANGE naming both; a head or acknowledged offset that is
 //	      not an integer with SHARDIS_CORRUPT.
@@ -272,7 +274,9 @@ const maxRedoOffset = 1 << 53
 // the new incarnation. Consumers use AckRedoLogAt with the incarnation
 // they read at ([RedoPage].Incarnation), or [Inventory.AckRedoBatch].
 func (inv *Inventory) AckRedoLog(ctx context.Context, nodeName string, queue int, offset int64) (int64, error) {
-	return inv.AckRedoLogAt(ctx, nodeName, "", queue, offset)
+	// a negative offset acknowledges nothing and answers the acknowledged
+	// offset, as it always did
+	return inv.AckRedoLogAt(ctx, nodeName, "", RedoCursor{Queue: queue, After: max(offset, 0)})
 }
 
 // RedoUnacked returns how many redo-log entries of node, over all its

@@ -142,8 +142,8 @@ func decodeRedoPage(nodeName string, v any) (RedoPage, error) {
 	return p, nil
 }
 
-// AckRedoLogAt records that a consumer has durably applied queue's
-// entries up to offset on node, read at incarnation, allowing them to be
+// AckRedoLogAt records that a consumer has durably applied c.Queue's
+// entries up to c.After on node, read at incarnation, allowing them to be
 // trimmed once settled. It never lowers an acknowledgement; it returns
 // the acknowledged offset.
 //
@@ -152,24 +152,28 @@ func decodeRedoPage(nodeName string, v any) (RedoPage, error) {
 // check is made by the script that writes, against the node's own stamp,
 // so no accept can come between them. incarnation "" is unfenced: the
 // acknowledgement is taken at whatever incarnation the node is at
-// ([Inventory.AckRedoLog]).
+// ([Inventory.AckRedoLog]). When c.PartID is not "" and the entry at
+// c.After holds another part, nothing is acknowledged and the error wraps
+// [ErrRewound] ([Inventory.AckRedoBatch]'s rule: an entry gone is no
+// other part; [RedoPartTrimmed] reads any entry found there as another).
 //
 // An offset past the queue's head (the last offset handed out) is refused
 // with [ErrInvalid] naming both: acknowledging entries nobody read yet
-// would let them be trimmed unseen; so is one over 2^53. A head or
-// acknowledged offset on the node that is not an integer is [ErrCorrupt].
-func (inv *Inventory) AckRedoLogAt(ctx context.Context, nodeName, incarnation string, queue int, offset int64) (int64, error) {
-	if queue < 0 || queue >= inv.cfg.RedoQueues {
-		return 0, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, queue, inv.cfg.RedoQueues-1)
+// would let them be trimmed unseen; so is one over 2^53 or below 0. A
+// head or acknowledged offset on the node that is not an integer is
+// [ErrCorrupt].
+func (inv *Inventory) AckRedoLogAt(ctx context.Context, nodeName, incarnation string, c RedoCursor) (int64, error) {
+	if c.Queue < 0 || c.Queue >= inv.cfg.RedoQueues {
+		return 0, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, c.Queue, inv.cfg.RedoQueues-1)
 	}
-	if offset > maxRedoOffset {
-		return 0, fmt.Errorf("%w: offset %d, at most %d", ErrInvalid, offset, int64(maxRedoOffset))
+	if c.After < 0 || c.After > maxRedoOffset {
+		return 0, fmt.Errorf("%w: offset %d, want 0..%d", ErrInvalid, c.After, int64(maxRedoOffset))
 	}
 	n, err := inv.r.Node(nodeName)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	v, err := inv.run(ctx, n, redoWriteScript, []string{keyRedoAcked, RedoOffsetsKey, RedoLogKey(queue)}, "ack", offset, incarnation)
+	v, err := inv.run(ctx, n, redoWriteScript, []string{keyRedoAcked, RedoOffsetsKey, RedoLogKey(c.Queue)}, "ack", c.After, incarnation, c.PartID)
 	if err != nil {
 		return 0, err
 	}

@@ -43,7 +43,7 @@ func TestReview3StaleAckTrimsUnreadEntries(t *testing.T) {
 		}
 	}
 	incB := e.clients[last.Node].HGet(e.ctx, stampKey, "incarnation").Val()
-	_, err = e.inv.AckRedoLogAt(e.ctx, last.Node, read.Incarnation, q, last.Offset)
+	_, err = e.inv.AckRedoLogAt(e.ctx, last.Node, read.Incarnation, RedoCursor{Queue: q, After: last.Offset})
 	if !errors.Is(err, ErrIncarnation) || !strings.Contains(err.Error(), read.Incarnation) || !strings.Contains(err.Error(), incB) {
 		t.Fatalf("AckRedoLogAt(%s) on a node at %s: %v; want ErrIncarnation naming both", read.Incarnation, incB, err)
 	}
@@ -58,7 +58,7 @@ func TestReview3StaleAckTrimsUnreadEntries(t *testing.T) {
 	if err != nil || again.Incarnation != incB || len(again.Entries) != 2 || again.Entries[1].State != "confirmed" {
 		t.Fatalf("ReadRedoPage at B = %+v, %v; want both entries confirmed at %s", again, err, incB)
 	}
-	if a, err := e.inv.AckRedoLogAt(e.ctx, last.Node, incB, q, last.Offset); err != nil || a != last.Offset {
+	if a, err := e.inv.AckRedoLogAt(e.ctx, last.Node, incB, RedoCursor{Queue: q, After: last.Offset}); err != nil || a != last.Offset {
 		t.Fatalf("AckRedoLogAt(%s) = %d, %v; want %d", incB, a, err, last.Offset)
 	}
 	if n, err := e.inv.TrimRedoLog(e.ctx, last.Node, 0, 100); err != nil || n != 2 {
@@ -108,7 +108,7 @@ func TestReview3ReadRedoPageTrimmedRewound(t *testing.T) {
 		rs = append(rs, res.Receipts[0])
 	}
 	nn, q := rs[0].Node, invQueue(t, rs[0].RedoLog)
-	if _, err := e.inv.AckRedoLogAt(e.ctx, nn, "", q, rs[1].Offset); err != nil {
+	if _, err := e.inv.AckRedoLogAt(e.ctx, nn, "", RedoCursor{Queue: q, After: rs[1].Offset}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := e.inv.TrimRedoLog(e.ctx, nn, 0, 100); err != nil || n != 2 {

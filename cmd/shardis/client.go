@@ -68,9 +68,10 @@ var clientCommands = map[string]clientCommand{
 	"redo-log": {"redo-log [flags] --node N --queue Q [--after OFFSET] [--limit 100] [--follow]",
 		"Prints one redo-log queue of a node; Q is a number or a receipt's redo log name.\n" +
 			"Subcommand: shardis redo-log ack [flags] --node N --queue Q OFFSET records a consumer's progress (redo-log ack -h).", cmdRedoLog},
-	"redo-log ack": {"redo-log ack [flags] --node N --queue Q [--incarnation INC] OFFSET",
+	"redo-log ack": {"redo-log ack [flags] --node N --queue Q [--incarnation INC] [--part ID] OFFSET",
 		"Records that a consumer applied queue Q of node N up to OFFSET (at most the last offset handed out), so settled entries up to it can be trimmed.\n" +
-			"--incarnation INC (the incarnation redo-log printed with the entries) refuses the acknowledgement when the node is at another one (failed_precondition): without it, an acknowledgement of entries read before an accept lets the trim remove entries nobody read.", cmdRedoLogAck},
+			"--incarnation INC (the incarnation redo-log printed with the entries) refuses the acknowledgement when the node is at another one (failed_precondition): without it, an acknowledgement of entries read before an accept lets the trim remove entries nobody read.\n" +
+			"--part ID (the part of the entry at OFFSET) refuses it when the entry there now holds another part: the queue went back under the consumer (failed_precondition).", cmdRedoLogAck},
 	"parts stuck": {"parts stuck [flags] [--node N] [--limit 1000]",
 		"Lists parts the reconciler set aside because they cannot be settled, with the reason. Without --node, a node that cannot be read is named (unreachable: ...) and, after the list, the command exits 1: the list lacks its parts.", cmdPartsStuck},
 	"node accept": {"node accept [flags] NODE",

@@ -41,7 +41,7 @@ client commands (talk to a running service; --addr, --token, --timeout, --json):
             enabled node of a route unless --force
   undrain   re-enable a route on a node (NODE SERVER ROUTE)
   redo-log  read a node's redo-log queue (--node N --queue Q [--follow]);
-            redo-log ack --node N --queue Q [--incarnation INC] OFFSET records a consumer's progress
+            redo-log ack --node N --queue Q [--incarnation INC] [--part ID] OFFSET records a consumer's progress
   parts     parts stuck lists parts the reconciler set aside (cannot be settled);
             parts retry NODE PART_ID | --all | --sku SKU retries them after a repair
   node      node accept NODE: accept the data of an inventory node refused for

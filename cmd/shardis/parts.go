@@ -34,6 +34,7 @@ func cmdRedoLogAck(ctx context.Context, c *client, args []string) error {
 	nodeName := c.fs.String("node", "", "node `name` (required)")
 	queueArg := c.fs.String("queue", "", "queue `number`, or a redo log name such as inv:redo:7 (required)")
 	inc := c.fs.String("incarnation", "", "the node's incarnation the entries were read at (redo-log prints it): refused at another one; empty: unfenced")
+	part := c.fs.String("part", "", "the part `id` landed at OFFSET (trimmed: it was trimmed unread): refused if the entry there holds another part; empty: unchecked")
 	rest, err := c.parse(args, 1, 1, "node", "queue")
 	if err != nil {
 		return err
@@ -46,7 +47,7 @@ func cmdRedoLogAck(ctx context.Context, c *client, args []string) error {
 	if err != nil || offset < 0 {
 		return c.usageErr("OFFSET %q: want a non-negative integer", rest[0])
 	}
-	return show(ctx, c, c.admin.AckRedoLog, &v1.AckRedoLogRequest{Node: *nodeName, Queue: queue, Offset: offset, Incarnation: *inc},
+	return show(ctx, c, c.admin.AckRedoLog, &v1.AckRedoLogRequest{Node: *nodeName, Queue: queue, Offset: offset, Incarnation: *inc, PartId: *part},
 		func(w io.Writer, res *v1.AckRedoLogResponse) {
 			fmt.Fprintf(w, "node %s queue %d acknowledged up to offset %d\n", *nodeName, queue, res.AckedOffset)
 		})

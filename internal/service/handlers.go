@@ -214,7 +214,8 @@ func (h *Handlers) AckRedoLog(ctx context.Context, req *connect.Request[v1.AckRe
 		return nil, connect.NewError(connect.CodeInvalidArgument,
 			fmt.Errorf("offset: %d is negative, want an offset of 0 or more", m.Offset))
 	}
-	acked, err := h.Inventory.AckRedoLogAt(ctx, m.Node, m.Incarnation, int(m.Queue), m.Offset)
+	acked, err := h.Inventory.AckRedoLogAt(ctx, m.Node, m.Incarnation,
+		inventory.RedoCursor{Queue: int(m.Queue), After: m.Offset, PartID: m.PartId})
 	if err != nil {
 		return nil, rpcError(err)
 	}

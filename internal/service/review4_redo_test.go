@@ -63,6 +63,11 @@ func TestReview4ReadRedoLogAfterPartID(t *testing.T) {
 	if m := read(""); m["rewound"] == true {
 		t.Fatalf("ReadRedoLog without after_part_id = %v; want read on (nothing to compare)", m)
 	}
+	// an ack naming the part landed there is refused: the queue went back
+	_, err = e.admin.AckRedoLog(e.ctx, connect.NewRequest(&v1.AckRedoLogRequest{Node: name, Queue: q, Offset: rs[0].Offset, PartId: landed}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "other|part|0") {
+		t.Fatalf("AckRedoLog part_id %s, the entry at %d now another part's: %v; want failed_precondition naming it", landed, rs[0].Offset, err)
+	}
 }
 
 // Gap 3: AckRedoLog with a negative offset is invalid_argument naming the

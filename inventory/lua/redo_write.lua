@@ -18,6 +18,16 @@ if op == 'ack' then
   if off > head then
     return redis.error_reply('SHARDIS_RANGE ack offset ' .. ARGV[5] .. ' is past the head of ' .. KEYS[4] .. ' (last offset handed out ' .. I(head) .. ')')
   end
+  -- ARGV[7], when not '', is the part the consumer landed at the offset:
+  -- another part there means the queue went back under it
+  -- (redo_ack_batch.lua's rule: an entry gone is no other part)
+  local pid = ARGV[7] or ''
+  if pid ~= '' then
+    local at = redo_at(KEYS[4], off)
+    if at and at ~= pid then
+      return redis.error_reply('SHARDIS_REWOUND ' .. KEYS[4] .. ' offset ' .. ARGV[5] .. ' holds part ' .. at .. ', the consumer landed ' .. pid)
+    end
+  end
   if not redo_acks_current(KEYS[2], KEYS[1]) then cur = 0 end
   redo_acks_own(KEYS[2], inc)
   if off > cur then redis.call('HSET', KEYS[2], KEYS[4], off) return off end

@@ -1850,7 +1850,13 @@ type AckRedoLogRequest struct {
 	// is acknowledged. Empty: unfenced, acknowledged at whatever incarnation
 	// the node is at (an acknowledgement of entries read before an accept
 	// then lets entries the consumer never read be trimmed).
-	Incarnation   string `protobuf:"bytes,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Incarnation string `protobuf:"bytes,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// The part the consumer landed at offset (the entry's part_id;
+	// "trimmed" when that offset was trimmed before it read it). When set
+	// and the entry there now holds another part, the queue went back under
+	// the consumer: refused with failed_precondition, nothing acknowledged
+	// (an entry gone since is no other part). Empty: not checked.
+	PartId        string `protobuf:"bytes,5,opt,name=part_id,json=partId,proto3" json:"part_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1909,6 +1915,13 @@ func (x *AckRedoLogRequest) GetOffset() int64 {
 func (x *AckRedoLogRequest) GetIncarnation() string {
 	if x != nil {
 		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *AckRedoLogRequest) GetPartId() string {
+	if x != nil {
+		return x.PartId
 	}
 	return ""
 }
@@ -2534,12 +2547,13 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\vincarnation\x18\x05 \x01(\tR\vincarnation\x12\x12\n" +
 	"\x04head\x18\x06 \x01(\x03R\x04head\x12\x18\n" +
 	"\atrimmed\x18\a \x01(\x03R\atrimmed\x12\x18\n" +
-	"\arewound\x18\b \x01(\bR\arewound\"w\n" +
+	"\arewound\x18\b \x01(\bR\arewound\"\x90\x01\n" +
 	"\x11AckRedoLogRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\x05R\x05queue\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12 \n" +
-	"\vincarnation\x18\x04 \x01(\tR\vincarnation\"7\n" +
+	"\vincarnation\x18\x04 \x01(\tR\vincarnation\x12\x17\n" +
+	"\apart_id\x18\x05 \x01(\tR\x06partId\"7\n" +
 	"\x12AckRedoLogResponse\x12!\n" +
 	"\facked_offset\x18\x01 \x01(\x03R\vackedOffset\"A\n" +
 	"\x15ListStuckPartsRequest\x12\x12\n" +
