@@ -4,9 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // AckRedoLogAt with the part the consumer landed at its offset refuses,
@@ -16,14 +13,7 @@ import (
 // gone since acknowledge; a negative offset is ErrInvalid.
 func TestAckRedoLogAtChecksThePartLanded(t *testing.T) {
 	e := newStagedEnv(t)
-	var rs []Receipt
-	for _, id := range []string{"ak-a", "ak-b"} {
-		res, err := e.inv.Reserve(e.ctx, id, []Item{{Route: "a", SKU: "s", Quantity: 1}}, "", time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rs = append(rs, res.Receipts[0])
-	}
+	rs := reserveOneEach(t, e, "ak-a", "ak-b")
 	nn, q := rs[0].Node, invQueue(t, rs[0].RedoLog)
 	p, err := e.inv.ReadRedoPage(e.ctx, nn, q, 0, 10)
 	if err != nil || len(p.Entries) != 2 {
@@ -33,14 +23,7 @@ func TestAckRedoLogAtChecksThePartLanded(t *testing.T) {
 	if a, err := e.inv.AckRedoLogAt(e.ctx, nn, p.Incarnation, RedoCursor{Queue: q, After: first.Offset, PartID: first.PartID}); err != nil || a != first.Offset {
 		t.Fatalf("ack of the part landed = %d, %v; want %d", a, err, first.Offset)
 	}
-	seg := redoSegmentKey(rs[0].RedoLog, second.Offset)
-	cl := e.clients[nn]
-	if err := cl.ZRem(e.ctx, seg, second.PartID).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.ZAdd(e.ctx, seg, redis.Z{Score: float64(second.Offset), Member: "other|part"}).Err(); err != nil {
-		t.Fatal(err)
-	}
+	handOutAgain(t, e, nn, rs[0].RedoLog, second, "other|part")
 	_, err = e.inv.AckRedoLogAt(e.ctx, nn, p.Incarnation, RedoCursor{Queue: q, After: second.Offset, PartID: second.PartID})
 	if !errors.Is(err, ErrRewound) || !strings.Contains(err.Error(), "other|part") {
 		t.Fatalf("ack with another part at the offset: %v; want ErrRewound naming it", err)

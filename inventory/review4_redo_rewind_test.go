@@ -18,14 +18,7 @@ import (
 // is rewound. ReadRedoBatch answers the same for every cursor.
 func TestReview4ReadRedoPageFromPartID(t *testing.T) {
 	e := newStagedEnv(t)
-	var rs []Receipt
-	for _, id := range []string{"r4-a", "r4-b", "r4-c"} {
-		res, err := e.inv.Reserve(e.ctx, id, []Item{{Route: "a", SKU: "s", Quantity: 1}}, "", time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rs = append(rs, res.Receipts[0])
-	}
+	rs := reserveOneEach(t, e, "r4-a", "r4-b", "r4-c")
 	nn, q := rs[0].Node, invQueue(t, rs[0].RedoLog)
 	p, err := e.inv.ReadRedoPage(e.ctx, nn, q, 0, 10)
 	if err != nil || len(p.Entries) != 3 {
@@ -49,14 +42,8 @@ func TestReview4ReadRedoPageFromPartID(t *testing.T) {
 
 	// the node went back and handed offset landed.Offset out again, to
 	// another part: the head is where it was, the entry another part's
-	seg := redoSegmentKey(rs[0].RedoLog, landed.Offset)
+	seg := handOutAgain(t, e, nn, rs[0].RedoLog, landed, "other|part")
 	cl := e.clients[nn]
-	if err := cl.ZRem(e.ctx, seg, landed.PartID).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.ZAdd(e.ctx, seg, redis.Z{Score: float64(landed.Offset), Member: "other|part"}).Err(); err != nil {
-		t.Fatal(err)
-	}
 	check("another part at after", RedoCursor{Queue: q, After: landed.Offset, PartID: landed.PartID}, true, 0)
 	if got, err := e.inv.ReadRedoPage(e.ctx, nn, q, landed.Offset, 10); err != nil || got.Rewound || len(got.Entries) != 1 {
 		t.Fatalf("ReadRedoPage (no part id) = %+v, %v; want read on: without the part there is nothing to compare", got, err)
@@ -75,4 +62,35 @@ func TestReview4ReadRedoPageFromPartID(t *testing.T) {
 	if _, err := e.inv.ReadRedoPageFrom(e.ctx, nn, RedoCursor{Queue: q, After: -1}, 10); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "after") {
 		t.Fatalf("ReadRedoPageFrom(after -1): %v; want ErrInvalid naming after", err)
 	}
+}
+
+// reserveOneEach reserves one unit of a/s for each order id and returns
+// their receipts (each order's one part).
+func reserveOneEach(t *testing.T, e *stagedEnv, ids ...string) []Receipt {
+	t.Helper()
+	var rs []Receipt
+	for _, id := range ids {
+		res, err := e.inv.Reserve(e.ctx, id, []Item{{Route: "a", SKU: "s", Quantity: 1}}, "", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, res.Receipts[0])
+	}
+	return rs
+}
+
+// handOutAgain makes node nn's queue redoLog hold part other at entry's
+// offset instead of entry's part, as a node gone back to an older copy
+// that handed the offset out again would; it returns the segment key.
+func handOutAgain(t *testing.T, e *stagedEnv, nn, redoLog string, entry RedoEntry, other string) string {
+	t.Helper()
+	seg := redoSegmentKey(redoLog, entry.Offset)
+	cl := e.clients[nn]
+	if err := cl.ZRem(e.ctx, seg, entry.PartID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ZAdd(e.ctx, seg, redis.Z{Score: float64(entry.Offset), Member: other}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return seg
 }
