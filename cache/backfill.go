@@ -8,16 +8,29 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/node"
 )
 
 // Asynchronous backfill: with Options.Backfill a miss refused by the
-// loader rate limit is appended to a Redis stream (XADD), and Backfill
-// workers in any instance fill those keys later, within the same limit,
-// through a consumer group: a key is acknowledged (XACK) once filled or
-// found cached; one a worker died on is claimed again by another worker
-// after Options.FillLease (XAUTOCLAIM).
+// loader rate limit is appended to a Redis stream (XADD) on the first
+// usable node of the stream key's ring walk, and Backfill workers in any
+// instance fill those keys later, within the same limit, through a
+// consumer group: a key is acknowledged (XACK) once filled or found
+// cached; one a worker died on is claimed again by another worker after
+// Options.FillLease (XAUTOCLAIM).
+//
+// A miss queued while the stream's first node was down went to the next
+// node of the walk. Workers read the first usable node, waiting there for
+// new entries, and every backfillSweep the other nodes of the walk too
+// (those whose stream holds entries), so such entries are filled once the
+// first node is back rather than left there.
 
 const backfillGroup = "shardis-fill"
+
+// backfillSweep is how often a Backfill worker also reads the streams
+// on the walk's other nodes.
+const backfillSweep = 2 * time.Second
 
 func (c *Cache) streamKey() string { return c.prefix + "backfill" }
 
@@ -35,50 +48,86 @@ func (c *Cache) enqueueBackfill(ctx context.Context, key string) error {
 // returns ctx's error.
 func (c *Cache) Backfill(ctx context.Context, consumer string, loader Loader) error {
 	sk := c.streamKey()
+	var swept time.Time
 	for ctx.Err() == nil {
-		n := c.firstUsable(sk)
-		if n == nil {
+		var first *node.Node
+		var others []*node.Node
+		for _, n := range c.set.Candidates(sk) {
+			switch {
+			case !n.Usable():
+			case first == nil:
+				first = n
+			default:
+				others = append(others, n)
+			}
+		}
+		if first == nil {
 			sleep(ctx, 200*time.Millisecond)
 			continue
 		}
-		cl := n.Client()
-		if err := cl.XGroupCreateMkStream(ctx, sk, backfillGroup, "0").Err(); err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
-			c.log.Warn("cache: backfill group", "err", err)
+		if time.Since(swept) >= backfillSweep {
+			swept = time.Now()
+			for _, n := range others {
+				c.backfillFrom(ctx, n, consumer, loader, 0)
+			}
+		}
+		if !c.backfillFrom(ctx, first, consumer, loader, 500*time.Millisecond) && ctx.Err() == nil {
 			sleep(ctx, 200*time.Millisecond)
-			continue
-		}
-		msgs, _, err := cl.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: sk, Group: backfillGroup, Consumer: consumer,
-			MinIdle: c.opts.FillLease, Start: "0-0", Count: 10}).Result()
-		if err == nil && len(msgs) == 0 {
-			var streams []redis.XStream
-			streams, err = cl.XReadGroup(ctx, &redis.XReadGroupArgs{Group: backfillGroup, Consumer: consumer,
-				Streams: []string{sk, ">"}, Count: 10, Block: 500 * time.Millisecond}).Result()
-			for _, s := range streams {
-				msgs = append(msgs, s.Messages...)
-			}
-		}
-		if err != nil && err != redis.Nil {
-			if ctx.Err() == nil {
-				c.log.Warn("cache: reading the backfill stream", "err", err)
-				sleep(ctx, 200*time.Millisecond)
-			}
-			continue
-		}
-		for _, m := range msgs {
-			key, _ := m.Values["key"].(string)
-			if err := c.backfillOne(ctx, key, loader); err != nil {
-				if !errors.Is(err, ErrThrottled) && ctx.Err() == nil {
-					c.log.Warn("cache: backfill", "key", key, "err", err)
-				}
-				if errors.Is(err, ErrThrottled) {
-					sleep(ctx, 50*time.Millisecond)
-				}
-				continue // left pending: claimed again after FillLease
-			}
-			_ = cl.XAck(ctx, sk, backfillGroup, m.ID).Err()
 		}
 	}
 	return ctx.Err()
+}
+
+// backfillFrom fills up to ten entries of the stream on n: those a
+// worker left pending for FillLease first, else new ones, waiting up to
+// block for them (not at all for 0, and then only where the stream
+// exists: a node that never held the first place keeps none). It reports
+// false when the stream could not be read.
+func (c *Cache) backfillFrom(ctx context.Context, n *node.Node, consumer string, loader Loader, block time.Duration) bool {
+	sk := c.streamKey()
+	cl := n.Client()
+	if block == 0 {
+		if k, err := cl.Exists(ctx, sk).Result(); err != nil || k == 0 {
+			return err == nil
+		}
+	}
+	if err := cl.XGroupCreateMkStream(ctx, sk, backfillGroup, "0").Err(); err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+		c.log.Warn("cache: backfill group", "node", n.Name(), "err", err)
+		return false
+	}
+	msgs, _, err := cl.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: sk, Group: backfillGroup, Consumer: consumer,
+		MinIdle: c.opts.FillLease, Start: "0-0", Count: 10}).Result()
+	if err == nil && len(msgs) == 0 {
+		args := &redis.XReadGroupArgs{Group: backfillGroup, Consumer: consumer, Streams: []string{sk, ">"}, Count: 10, Block: block}
+		if block == 0 {
+			args.Block = -1 // no BLOCK argument: answer at once
+		}
+		var streams []redis.XStream
+		streams, err = cl.XReadGroup(ctx, args).Result()
+		for _, s := range streams {
+			msgs = append(msgs, s.Messages...)
+		}
+	}
+	if err != nil && err != redis.Nil {
+		if ctx.Err() == nil {
+			c.log.Warn("cache: reading the backfill stream", "node", n.Name(), "err", err)
+		}
+		return false
+	}
+	for _, m := range msgs {
+		key, _ := m.Values["key"].(string)
+		if err := c.backfillOne(ctx, key, loader); err != nil {
+			if !errors.Is(err, ErrThrottled) && ctx.Err() == nil {
+				c.log.Warn("cache: backfill", "key", key, "err", err)
+			}
+			if errors.Is(err, ErrThrottled) {
+				sleep(ctx, 50*time.Millisecond)
+			}
+			continue // left pending: claimed again after FillLease
+		}
+		_ = cl.XAck(ctx, sk, backfillGroup, m.ID).Err()
+	}
+	return true
 }
 
 // backfillOne fills key unless it is cached already.

@@ -323,6 +323,9 @@ func (p *cutProxy) closeAll() {
 
 func (p *cutProxy) Cut() { p.cut.Store(true); p.closeAll() }
 
+// Mend lets new connections through again.
+func (p *cutProxy) Mend() { p.cut.Store(false) }
+
 // routerVia returns a router of e's configuration whose node name is
 // reached at addr (a proxy in front of it), closed with the test.
 func (e *env) routerVia(t *testing.T, name, addr string) *router.Router {
