@@ -184,7 +184,9 @@ func (n *Node) Mark() (m Mark, ok bool) {
 // the drain read and, on first contact and every reconnect, the settings
 // read (probeTrip). It never talks to peers: the marks they hold of the
 // node were read off its path ([Node.SetWitnessed], witness.go). A
-// Sentinel node's reconnect also asks its sentinels who the master is. It
+// Sentinel node's probe also asks its sentinels who the master is: on a
+// reconnect each that answers must name the server reached, and while UP
+// none may name another (sentinelsAgree). It
 // changes no state itself: the caller (the health scheduler) calls
 // [Node.SetUp] or [Node.SetDown].
 //
@@ -241,8 +243,11 @@ func (n *Node) Probe(ctx context.Context) error {
 	if err := n.settling(trip.stamp); err != nil {
 		return err
 	}
-	if reconnect && n.IsSentinel() {
-		if err := n.sentinelsAgree(ctx, n.MasterAddr()); err != nil {
+	if n.IsSentinel() {
+		if err := n.sentinelsAgree(ctx, n.MasterAddr(), !reconnect); err != nil {
+			if errors.Is(err, errMasterNamedElsewhere) {
+				n.resetProbe(probe) // the next probe dials anew through the sentinels
+			}
 			return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("probe: %w", err)}
 		}
 	}

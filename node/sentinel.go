@@ -52,6 +52,9 @@ import (
 // succeeds only once every configured sentinel that answers names the
 // master it reached (sentinelsAgree): the node's clients each ask a
 // sentinel of their own, so until then some would still dial the old one.
+// While the node is UP, every probe asks them too, and one that names
+// another server fails it: the node does not stay UP at a demoted master
+// whose switch its clients' sentinel never announced to them.
 // The sentinels asked are the configured seeds and the others of the
 // group that they named on earlier reconnect probes (learnSentinels):
 // every client the node builds gets them all, so a node whose seeds died
@@ -219,7 +222,19 @@ func (c boundedSysConn) SyscallConn() (syscall.RawConn, error) { return c.sc.Sys
 // A sentinel that names the master by host name (announce-hostnames yes)
 // names addr when the name resolves to addr's IP, on addr's port
 // (SameServer): addr is where the probe's connection went, an IP.
-func (n *Node) sentinelsAgree(ctx context.Context, addr string) error {
+//
+// While the node is UP (up), every probe asks too, and only a sentinel
+// that names another server counts: none answering says nothing of the
+// master, which keeps serving while the sentinels restart. It closes the
+// window in which the node stays UP at a demoted master that its clients'
+// sentinel never told them about (the one they listen to hung, or its
+// +switch-master was lost): such a master still takes writes until the
+// sentinels convert it, ten seconds or more later, and loses them at its
+// resync. With the check, the probe that follows the switch fails, the
+// node is DOWN and its probe client dials anew through the sentinels: a
+// heartbeat and a quarter of the probe timeout after the sentinels name
+// the new master (TestReview4FrozenSentinelFirstFailover).
+func (n *Node) sentinelsAgree(ctx context.Context, addr string, up bool) error {
 	s := n.opts.Sentinel
 	known := n.knownSentinels()
 	answers := make(chan sentinelAnswer, len(known))
@@ -241,13 +256,20 @@ func (n *Node) sentinelsAgree(ctx context.Context, addr string) error {
 	}
 	n.learnSentinels(peers)
 	switch {
-	case answered == 0:
+	case answered == 0 && !up:
 		return fmt.Errorf("no sentinel of %v answered", known)
 	case len(others) > 0:
-		return fmt.Errorf("the sentinels do not agree yet on the master of %s (%s reached; %s)", s.Master, addr, strings.Join(others, ", "))
+		return fmt.Errorf("%w of %s (%s reached; %s)", errMasterNamedElsewhere, s.Master, addr, strings.Join(others, ", "))
 	}
 	return nil
 }
+
+// errMasterNamedElsewhere is wrapped by sentinelsAgree's error when a
+// sentinel names another server than the one reached as the group's
+// master: the sentinels are switching, or the probe client was left at a
+// former master. The probe then dials anew through the sentinels
+// (resetProbe).
+var errMasterNamedElsewhere = errors.New("a sentinel names another server as the master")
 
 // sentinelAnswer is one sentinel's answer to sentinelsAgree: the master
 // it names, and whether that is the server reached.
