@@ -215,6 +215,7 @@ type Node struct {
 	upAddr      atomic.Pointer[string]   // the master the clients were last renewed for (SetUp; written under upMu)
 	sentinels   atomic.Pointer[[]string] // the group's sentinels known: seeds and discovered (sentinel.go); nil = the seeds
 	sentinelsMu sync.Mutex               // serialises learnSentinels
+	askers      askers                   // sentinelsAgree's clients, one per sentinel (askers.go)
 
 	upMu          sync.Mutex                // serialises SetUp: its new breaker and renewed clients land before UP
 	state         atomic.Int32              // a State
@@ -467,7 +468,7 @@ func (n *Node) Close() error {
 		n.probeClosed = true
 		probe := n.probe
 		n.probeMu.Unlock()
-		err = errors.Join(n.client.close(), probe.Close(), n.side.close(), n.read.close())
+		err = errors.Join(n.client.close(), probe.Close(), n.side.close(), n.read.close(), n.askers.close())
 	})
 	return err
 }

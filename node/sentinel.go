@@ -282,18 +282,23 @@ type sentinelAnswer struct {
 
 // askSentinel asks the sentinel at a which server is the group's master,
 // and whether it is addr (SameServer), and then which other sentinels
-// monitor the group (peers; none when that fails). The questions are
-// bounded by sentinelBound(ProbeTimeout) together, SameServer by ctx.
+// monitor the group (peers; none when that fails), on the node's kept
+// connection to it (askers.go). The questions are bounded by
+// sentinelBound(ProbeTimeout) together, SameServer by ctx.
 func (n *Node) askSentinel(ctx context.Context, a, addr string) sentinelAnswer {
 	s := n.opts.Sentinel
 	bound := sentinelBound(n.opts.ProbeTimeout)
-	c := redis.NewSentinelClient(&redis.Options{
-		Addr: a, Username: s.Username, Password: s.Password, TLSConfig: n.opts.TLSConfig,
-		Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
-		DialTimeout: bound, ReadTimeout: bound, WriteTimeout: bound,
-		ContextTimeoutEnabled: true,
+	c := n.askers.get(a, func() *redis.SentinelClient {
+		return redis.NewSentinelClient(&redis.Options{
+			Addr: a, Username: s.Username, Password: s.Password, TLSConfig: n.opts.TLSConfig,
+			Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
+			DialTimeout: bound, ReadTimeout: bound, WriteTimeout: bound, PoolTimeout: bound,
+			ContextTimeoutEnabled: true,
+		})
 	})
-	defer c.Close()
+	if c == nil {
+		return sentinelAnswer{sentinel: a, err: redis.ErrClosed}
+	}
 	qctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	v, err := c.GetMasterAddrByName(qctx, s.Master).Result()
