@@ -17,8 +17,9 @@ import (
 // usable node of the stream key's ring walk, and Backfill workers in any
 // instance fill those keys later, within the same limit, through a
 // consumer group: a key is acknowledged (XACK) once filled or found
-// cached; one a worker died on is claimed again by another worker after
-// Options.FillLease (XAUTOCLAIM).
+// cached; one a worker died on, or whose fill failed, is claimed again by
+// another worker after Options.FillLease (XAUTOCLAIM), and one whose fill
+// failed at its backfillTries-th delivery is dropped.
 //
 // A miss queued while the stream's first node was down went to the next
 // node of the walk. Workers read the first usable node, waiting there for
@@ -27,6 +28,13 @@ import (
 // first node is back rather than left there.
 
 const backfillGroup = "shardis-fill"
+
+// backfillTries is how many deliveries of a queued key a worker's failing
+// loader gets: after the last, the entry is acknowledged and dropped (a
+// later throttled miss of the key queues it again). A throttled fill
+// leaves its entry pending without counting against it here, but each
+// delivery counts, so a key throttled often gets fewer loader calls.
+const backfillTries = 5
 
 // backfillSweep is how often a Backfill worker also reads the streams
 // on the walk's other nodes.
@@ -122,12 +130,24 @@ func (c *Cache) backfillFrom(ctx context.Context, n *node.Node, consumer string,
 			}
 			if errors.Is(err, ErrThrottled) {
 				sleep(ctx, 50*time.Millisecond)
+				continue // left pending: claimed again after FillLease
 			}
-			continue // left pending: claimed again after FillLease
+			if ctx.Err() != nil || !c.lastTry(ctx, cl, m.ID) {
+				continue // left pending: claimed again after FillLease
+			}
+			c.log.Warn("cache: backfill dropped after its last try", "key", key, "tries", backfillTries)
 		}
 		_ = cl.XAck(ctx, sk, backfillGroup, m.ID).Err()
 	}
 	return true
+}
+
+// lastTry reports whether the stream entry id, whose fill just failed,
+// has been delivered backfillTries times (XPENDING's delivery count).
+func (c *Cache) lastTry(ctx context.Context, cl *redis.Client, id string) bool {
+	p, err := cl.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: c.streamKey(), Group: backfillGroup,
+		Start: id, End: id, Count: 1}).Result()
+	return err == nil && len(p) == 1 && p[0].RetryCount >= backfillTries
 }
 
 // backfillOne fills key unless it is cached already.

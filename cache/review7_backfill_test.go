@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,5 +125,56 @@ func waitState(t *testing.T, n *node.Node, want node.State) {
 			t.Fatalf("node %s is %v, want %v within 10s", n.Name(), n.State(), want)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A queued key whose loader always fails was claimed again every
+// FillLease for good: its entry never left the group's pending list and
+// took a loader call (of the shared rate) each time. After a few tries it
+// is dropped; the worker goes on with the others.
+func TestBackfillDropsAKeyWhoseLoaderKeepsFailing(t *testing.T) {
+	e := newEnv(t, 1)
+	c := e.caches(cache.Options{LoaderRate: 1, LoaderBurst: 1, Backfill: true, FillLease: 100 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})[0]
+	ok := func(ctx context.Context, key string) ([]byte, error) { return []byte("v"), nil }
+	if _, err := c.Get(e.ctx, "p0", ok); err != nil { // the bucket's one token
+		t.Fatal(err)
+	}
+	if _, err := c.Get(e.ctx, "p1", ok); !errors.Is(err, cache.ErrThrottled) {
+		t.Fatalf("second miss within the limit's second = %v, want ErrThrottled", err)
+	}
+	var calls atomic.Int64
+	failing := func(ctx context.Context, key string) ([]byte, error) {
+		calls.Add(1)
+		return nil, errors.New("the database refuses " + key)
+	}
+	c2 := e.caches(cache.Options{LoaderRate: 20, LoaderBurst: 20, Backfill: true, FillLease: 100 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})[0]
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- c2.Backfill(ctx, "w1", failing) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	const stream = "shardis:cache:default:cache:r:backfill"
+	sn, err := e.rtrs[0].Pick("cache", "r", stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p, err := sn.Client().XPending(e.ctx, stream, "shardis-fill").Result()
+		if err == nil && p.Count == 0 && calls.Load() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failing key is still pending after 10s (%+v, %v) with %d loader calls", p, err, calls.Load())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // five FillLeases more: no more calls
+	if n := calls.Load(); n > 5 {
+		t.Fatalf("the failing loader was called %d times, want at most 5", n)
 	}
 }
