@@ -17,7 +17,10 @@ import (
 )
 
 // review4DurableEnv is one node, n1 (route "a", SKU "s" loaded), with a
-// replica attached, behind durability replica with a 200 ms wait.
+// replica attached, behind durability replica with a 700 ms wait: a
+// replica's acknowledgement under a loaded CI machine (a cold build
+// beside the tests) took longer than 200 ms, and the set-up's LoadStock
+// failed as not durable.
 type review4DurableEnv struct {
 	ctx     context.Context
 	inv     *Inventory
@@ -55,7 +58,7 @@ func newReview4DurableEnv(t *testing.T) *review4DurableEnv {
 	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail,
 		Routes: map[string][]string{"a": {"n1"}}}}
 	cfg.Inventory.Durability = config.DurabilityReplica
-	cfg.Inventory.DurabilityTimeout = 200 * time.Millisecond
+	cfg.Inventory.DurabilityTimeout = 700 * time.Millisecond
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
