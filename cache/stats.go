@@ -15,7 +15,27 @@ type counters struct {
 
 // Snapshot is a copy of a Cache's counters.
 type Snapshot struct {
-	Hits, Misses, Fills, NegativeHits, Throttled, L1Hits, Invalidations int64
+	// Hits counts Gets answered by a value read from Redis (L1 misses
+	// that found the key there, not-found markers excluded).
+	Hits int64
+	// Misses counts Gets that found neither a value nor a not-found
+	// marker in Redis and so went on to a fill.
+	Misses int64
+	// Fills counts loader calls, whether from a fill or from the
+	// FallbackToLoader path when no copy of the key was usable.
+	Fills int64
+	// NegativeHits counts Gets answered by a not-found marker read from
+	// Redis.
+	NegativeHits int64
+	// Throttled counts loader calls refused by the loader rate limit
+	// (LoaderRate), including those refused because no usable node
+	// keeps the bucket or it could not be read (the limit fails closed).
+	Throttled int64
+	// L1Hits counts Gets answered by the in-process L1 without reading
+	// Redis (values and not-found markers alike).
+	L1Hits int64
+	// Invalidations counts L1 invalidation messages received over pub/sub.
+	Invalidations int64
 	// NodeReads counts values read from Redis per node.
 	NodeReads map[string]int64
 }

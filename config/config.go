@@ -71,9 +71,11 @@ type Service struct {
 
 // ServiceTLS configures TLS on the service listener.
 type ServiceTLS struct {
-	// CertFile and KeyFile are the PEM server certificate and key.
+	// CertFile is the PEM server certificate; set together with KeyFile.
+	// Empty (with KeyFile) means no TLS: plaintext h2c.
 	CertFile string `koanf:"cert_file"`
-	KeyFile  string `koanf:"key_file"`
+	// KeyFile is the PEM private key of CertFile; set together with it.
+	KeyFile string `koanf:"key_file"`
 	// ClientCAFile, when set, requires and verifies client certificates.
 	ClientCAFile string `koanf:"client_ca_file"`
 }
@@ -132,10 +134,13 @@ type Sentinel struct {
 	// Addrs is a seed list of the sentinels' host:port (more are discovered
 	// from them). At least one.
 	Addrs []string `koanf:"addrs"`
-	// Username and Password authenticate to the sentinels (their ACL user
-	// and requirepass), not to the data nodes: those use the node's own
-	// username and password.
+	// Username is the ACL user name for the sentinels, not for the data
+	// nodes: those use the node's own username. Empty means the default
+	// user.
 	Username string `koanf:"username"`
+	// Password authenticates to the sentinels (their requirepass or the
+	// ACL user's password), not to the data nodes: those use the node's
+	// own password. Empty means no AUTH to the sentinels.
 	Password string `koanf:"password"`
 	// TLS configures TLS to the sentinels and to the group's data nodes
 	// alike (go-redis dials both with one TLS configuration); the node's
@@ -157,10 +162,12 @@ type NodeTLS struct {
 	// CAFile is a PEM bundle of the CAs that sign the node's certificate;
 	// empty means the system roots.
 	CAFile string `koanf:"ca_file"`
-	// CertFile and KeyFile are a PEM client certificate and key, for nodes
-	// that require client certificates (tls-auth-clients yes).
+	// CertFile is a PEM client certificate, for nodes that require client
+	// certificates (tls-auth-clients yes); set together with KeyFile.
+	// Empty means no client certificate.
 	CertFile string `koanf:"cert_file"`
-	KeyFile  string `koanf:"key_file"`
+	// KeyFile is the PEM private key of CertFile; set together with it.
+	KeyFile string `koanf:"key_file"`
 	// ServerName overrides the name verified in the node's certificate;
 	// default: the host of addr.
 	ServerName string `koanf:"server_name"`

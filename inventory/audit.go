@@ -29,9 +29,21 @@ import (
 // available + reserved + confirmed != loaded, a field below zero, or a
 // field that is not an integer (Err says which).
 type StockImbalance struct {
-	Node, Key                              string
-	Available, Reserved, Confirmed, Loaded int64
-	Err                                    string // a field that is not an integer; "" otherwise
+	Node string // the node's name, as AuditStock was given it
+	Key  string // the stock hash's Redis key, e.g. "inv:stock:a:hot"
+	// The counters below are the hash's fields as read, in units of
+	// stock; a missing field reads as 0. When Err is set, the field it
+	// names and those after it are 0, not read (all four for a key that
+	// is not a hash).
+	Available int64 // units that a take may take
+	Reserved  int64 // units held by parts not yet confirmed or cancelled
+	Confirmed int64 // units of confirmed parts (sold)
+	// Loaded is the units added to the hash by loads, plus those moved in
+	// by topology transfers and minus those moved out.
+	Loaded int64
+	// Err says why the counters could not be read (a field that is not an
+	// integer, or a key that is not a hash); "" otherwise.
+	Err string
 }
 
 // String names the hash and its counters, e.g. "inv:stock:a:hot on n1:

@@ -193,13 +193,13 @@ const (
 // OrderPart is one part as an order record lists it (the record's "parts"
 // field, layout 1 or 2 above; the JSON names are layout 1).
 type OrderPart struct {
-	ID     string   `json:"p"` // part id, unique per node
-	Node   string   `json:"n"` // node holding the part
-	Kind   PartKind `json:"k"`
-	Item   int      `json:"i"` // index of the order item; -1 for a quota part
-	Route  string   `json:"r"`
-	SKU    string   `json:"s"`
-	Qty    int64    `json:"q"`
+	ID     string   `json:"p"`           // part id, unique per node
+	Node   string   `json:"n"`           // node holding the part
+	Kind   PartKind `json:"k"`           // PartStock or PartQuota
+	Item   int      `json:"i"`           // index of the order item; -1 for a quota part
+	Route  string   `json:"r"`           // the route of the SKU's stock (stock part) or quota (quota part)
+	SKU    string   `json:"s"`           // the SKU whose stock or per-user quota the part holds
+	Qty    int64    `json:"q"`           // units held; at least 1
 	Redo   string   `json:"l,omitempty"` // stock part: its redo-log queue key on Node
 	Offset int64    `json:"o,omitempty"` // stock part: its offset in Redo; 0 while only promised (staged.go)
 	// Incarnation is, in the parts a staged attempt promised (staged.go),
@@ -250,12 +250,12 @@ func (p OrderPart) problem() string {
 // the scripts (orderBody); created, reserved_at and decided_at are for
 // operators.
 type OrderRecord struct {
-	ID string
+	ID string // the order id, as DecodeOrder was given it
 	// Status is the record's state (never OrderMissing in a decoded
 	// record).
 	Status OrderState
-	Token  string // the attempt that holds (or held) it; "" for a tombstone
-	User   string
+	Token  string         // the attempt that holds (or held) it; "" for a tombstone
+	User   string         // the user id; "" for an order without one
 	Reason DecisionReason // why it was decided; "" until it is
 	// Deadline is when the reservation expires (node clock); zero if the
 	// record has none (a tombstone).
@@ -294,21 +294,21 @@ func DecodeOrder(id string, fields map[string]string) (OrderRecord, error) {
 // (written by a cancel that came before the reserve) has only ID, State
 // (cancelled), Order, Token (from the id), At and Tombstone.
 type PartRecord struct {
-	ID        string
-	State     PartState
-	Kind      PartKind // "" for a tombstone
-	Order     string
-	Token     string // the Reserve attempt that took it
-	SKU       string
-	Qty       int64  // 0 for a tombstone
-	Item      int    // index of the order item; -1 for a quota part
-	Counter   string // the stock key (stock part) or quota key (quota part) it counts in
-	Redo      string // stock part: its redo-log queue key; "" otherwise
-	Offset    int64  // stock part: its offset in Redo; 0 otherwise
-	Deadline  time.Time
+	ID        string    // the part id, as DecodePart was given it; it starts with Order
+	State     PartState // pending, confirmed or cancelled (never PartMissing)
+	Kind      PartKind  // "" for a tombstone
+	Order     string    // the id of the order the part belongs to
+	Token     string    // the Reserve attempt that took it
+	SKU       string    // the SKU of the stock or quota it holds; "" for a tombstone
+	Qty       int64     // 0 for a tombstone
+	Item      int       // index of the order item; -1 for a quota part
+	Counter   string    // the stock key (stock part) or quota key (quota part) it counts in
+	Redo      string    // stock part: its redo-log queue key; "" otherwise
+	Offset    int64     // stock part: its offset in Redo; 0 otherwise
+	Deadline  time.Time // when the reservation expires (node clock); zero for a tombstone
 	At        time.Time // when it was written (node clock)
 	SettledAt time.Time // when it was confirmed or cancelled; zero while pending
-	Tombstone bool
+	Tombstone bool      // true for a tombstone: a cancel that came before the reserve, holding no units
 }
 
 // DecodePart decodes the fields of part id's record ([PartRead.Fields],

@@ -41,11 +41,11 @@ type Faults interface {
 
 // ScriptCall describes one script call for [Faults.Call].
 type ScriptCall struct {
-	Node   string // the node's configured name
-	Script string // the script's name (e.g. "stage-take", "order")
-	Write  bool   // whether the script may change the node
-	Keys   []string
-	Args   []any // the script's own arguments (after the header): strings, integers
+	Node   string   // the node's configured name
+	Script string   // the script's name (e.g. "stage-take", "order")
+	Write  bool     // whether the script may change the node
+	Keys   []string // the Redis keys the script is given (KEYS), in order
+	Args   []any    // the script's own arguments (after the header): strings, integers
 }
 
 // ErrCrashed is wrapped by errors of a step stopped by an injected fault

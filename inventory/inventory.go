@@ -181,10 +181,10 @@ type Deferrer interface {
 
 // Settle is deferred work: settle these parts of one order on one node.
 type Settle struct {
-	Node    string
-	Action  Action
-	OrderID string
-	PartIDs []string
+	Node    string   // the configured name of the node holding the parts
+	Action  Action   // Confirm or Cancel
+	OrderID string   // the order the parts belong to
+	PartIDs []string // the ids of the parts to settle, all on Node
 }
 
 // Action is what a settle does to pending parts.

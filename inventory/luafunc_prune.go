@@ -59,7 +59,7 @@ func isShardisLibrary(name string) bool {
 
 // NodeLibraries is what PruneFunctions found on one node.
 type NodeLibraries struct {
-	Node    string
+	Node    string   // the node's configured name
 	Current []string // this release's libraries loaded on the node, sorted
 	Other   []string // libraries of other releases, sorted: deleted unless the run was a dry one
 	Err     error    // why the node could not be read, or a library not deleted; nil when all went well

@@ -42,8 +42,11 @@ func (s OrderStatus) String() string {
 
 // Outcome is the result of Confirm or Cancel.
 type Outcome struct {
+	// OrderID is the order Confirm or Cancel was called for.
 	OrderID string
-	Status  OrderStatus
+	// Status is the order's status after the call: StatusConfirmed or
+	// StatusCancelled.
+	Status OrderStatus
 	// PendingParts counts parts whose node could not be reached: they are
 	// settled when it comes back (deferred queue, then the reconciler).
 	PendingParts int

@@ -49,11 +49,14 @@ const homeRetry = 2 * time.Second
 
 // PendingPart is a pending part past its deadline on a node.
 type PendingPart struct {
-	Node     string
-	PartID   string
-	OrderID  string
-	Token    string    // the Reserve attempt that took it
-	State    PartState // PartPending unless the index is stale
+	Node    string    // the configured name of the node whose pending index lists it
+	PartID  string    // the part id (the index member itself when its record is gone)
+	OrderID string    // the order the part belongs to; "" when its record is gone
+	Token   string    // the Reserve attempt that took it
+	State   PartState // PartPending unless the index is stale
+	// Deadline is the part record's deadline (node clock, ms precision);
+	// the Unix epoch (time.UnixMilli(0)), not the zero Time, when the
+	// record has none or is gone.
 	Deadline time.Time
 }
 

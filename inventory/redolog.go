@@ -200,10 +200,17 @@ var redoWriteScript = newScript("redo-write", true, luaFile("redo_write.lua"))
 
 // RedoEntry is one deduction in a redo log.
 type RedoEntry struct {
-	Offset   int64
-	PartID   string
-	OrderID  string
-	SKU      string
+	// Offset is the entry's place in its queue: from 1, gap-free per
+	// (node, queue).
+	Offset int64
+	// PartID is the id of the part whose take the entry records.
+	PartID string
+	// OrderID is the order the part belongs to; "" when the part's
+	// record is gone.
+	OrderID string
+	// SKU is the SKU the part took; "" when the part's record is gone.
+	SKU string
+	// Quantity is the units the part took; 0 when its record is gone.
 	Quantity int64
 	// State is the part's state now: "pending", "confirmed", "cancelled",
 	// or "expired" when its record outlived inventory.retention.

@@ -31,9 +31,9 @@ var (
 // 0 or the part is not known, [RedoPartTrimmed] when it was trimmed
 // unread).
 type RedoCursor struct {
-	Queue  int
-	After  int64
-	PartID string
+	Queue  int    // the queue number, 0 ≤ Queue < inventory.redo_queues
+	After  int64  // the offset of the last entry landed; 0 before the first
+	PartID string // the part id of the entry at After, as above
 }
 
 // RedoPartTrimmed is the PartID of a cursor whose entry at After was
@@ -45,9 +45,11 @@ const RedoPartTrimmed = "trimmed"
 
 // RedoBatch is one read of several queues of a node.
 type RedoBatch struct {
-	// Incarnation and Generation are the node's stamp when it was read.
+	// Incarnation is the node's stamp incarnation when it was read.
 	Incarnation string
-	Generation  int64
+	// Generation is the node's stamp generation (the acceptance
+	// generation, [node.Mark].Gen) when it was read.
+	Generation int64
 	// DataOf is the incarnation the node's data descends from, as its
 	// last stamp or accept found it (the stamp's data_of): another
 	// incarnation, or this one's, for a node accepted with its data (a
@@ -66,7 +68,7 @@ type RedoBatch struct {
 
 // RedoQueueRead is what one queue held past a cursor.
 type RedoQueueRead struct {
-	Queue int
+	Queue int // the queue number, as its cursor named it
 	// Head is the last offset the queue handed out; Acked the offset a
 	// consumer acknowledged.
 	Head, Acked int64

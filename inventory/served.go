@@ -73,8 +73,9 @@ type MissingNodeError struct {
 	Node string
 	// Server is the configuration's inventory server key.
 	Server string
-	// Epoch and Applied are the nodes' record.
-	Epoch   int64
+	// Epoch is the epoch of the topology record on the nodes.
+	Epoch int64
+	// Applied is the topology that record holds as applied.
 	Applied topology.Topology
 }
 

@@ -59,8 +59,8 @@ type SettledRead struct {
 // been given up to that one (Seq). The zero cursor is before the log's
 // first entry.
 type SettledCursor struct {
-	ID  string
-	Seq int64
+	ID  string // the stream id of the last entry read; "" before the first
+	Seq int64  // the number of entries the log had been given up to ID's; 0 before the first
 }
 
 // after is the XRANGE start after c: exclusive of c's entry.

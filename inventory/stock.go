@@ -12,11 +12,12 @@ import (
 
 // StockLevel is a SKU's counters summed over its route's reachable nodes.
 type StockLevel struct {
-	SKU       string
-	Available int64 // units that a Reserve may take
-	Reserved  int64 // units held by reservations not yet confirmed or cancelled
-	Confirmed int64 // units of confirmed orders (sold)
-	// Loaded is everything ever added by LoadStock on reachable nodes:
+	SKU       string // the SKU, as asked for
+	Available int64  // units that a Reserve may take
+	Reserved  int64  // units held by reservations not yet confirmed or cancelled
+	Confirmed int64  // units of confirmed orders (sold)
+	// Loaded is everything added by LoadStock on reachable nodes, net of
+	// the units topology transfers moved between nodes:
 	// Available+Reserved+Confirmed == Loaded on each node, always.
 	Loaded int64
 	// Limit is the per-user limit (0 = none), as the first reachable node
@@ -36,11 +37,11 @@ type NodeStock struct {
 	// hash is missing there while pending parts hold units of it (wraps
 	// [ErrStockMissing]; see MissingParts). Nil otherwise.
 	Err       error
-	Available int64
-	Reserved  int64
-	Confirmed int64
-	Loaded    int64
-	Limit     int64
+	Available int64 // units on this node that a Reserve may take
+	Reserved  int64 // units on this node held by reservations not yet confirmed or cancelled
+	Confirmed int64 // units on this node of confirmed orders (sold)
+	Loaded    int64 // units loaded into this node (net of topology transfers): Available+Reserved+Confirmed
+	Limit     int64 // the per-user limit this node holds (0 = none)
 	// MissingParts is how many pending parts on the node reference the
 	// SKU's stock hash while it does not exist there (a lower bound, see
 	// missing.go); 0 when the hash exists.

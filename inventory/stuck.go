@@ -43,10 +43,10 @@ import (
 // only the settle script does, once (the fence), by its order's decision.
 // StuckPart is a part set aside on a node.
 type StuckPart struct {
-	Node    string
-	PartID  string
-	OrderID string
-	SKU     string
+	Node    string // the configured name of the node the part is on
+	PartID  string // the part id, as the node's stuck index holds it
+	OrderID string // the order the part belongs to; "" when its record is gone
+	SKU     string // the SKU the part holds units of; "" when its record is gone
 	// Quantity is the units the part holds (reserved on its node).
 	Quantity int64
 	// State is the part's state now (PartPending unless an order decision

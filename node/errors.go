@@ -94,7 +94,7 @@ var errFailure = errors.New("failure")
 type Error struct {
 	Node string // configured node name
 	Addr string // host:port
-	Err  error
+	Err  error  // the cause: a sentinel such as ErrDown, or the underlying error; never nil
 }
 
 // Error returns "node NAME (ADDR): cause".
@@ -157,7 +157,7 @@ func isBreakerRefusal(err error) bool {
 // the hold lasts, by the node's clock when it was read. The health
 // scheduler probes the node again when it ends (RetryAfter).
 type HeldBackError struct {
-	Left time.Duration
+	Left time.Duration // how much longer the hold lasts, by the node's clock when read
 }
 
 // Error says the node is held back and for how long.

@@ -42,8 +42,8 @@ func (s State) String() string {
 
 // RouteKey names a second-level route of a first-level server key.
 type RouteKey struct {
-	Server string
-	Route  string
+	Server string // the first-level server key (config.Config.Servers)
+	Route  string // the route key within that server
 }
 
 // String returns "server/route".

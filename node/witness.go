@@ -77,9 +77,15 @@ const WitnessKey = "shardis:witness"
 // Mark is what is known of a node's writes: its acceptance generation, its
 // stamp's incarnation and its write sequence.
 type Mark struct {
-	Gen         int64
+	// Gen is the node's acceptance generation: 0 until the node is first
+	// accepted, raised only by [Node.Accept].
+	Gen int64
+	// Incarnation is the stamp's incarnation: a random hex id written
+	// when the node was first stamped and replaced by each Accept.
 	Incarnation string
-	Seq         int64
+	// Seq is the highest write sequence (the stamp's seq field, advanced
+	// by every inventory write script) known acknowledged.
+	Seq int64
 }
 
 // String formats the mark as stored: "gen:incarnation:seq".
@@ -277,7 +283,13 @@ const TopologyKey = "shardis:topology"
 // that moved it there (the stamp's field attempt, or the record's for a
 // node stamped by a release before; "" for a first epoch).
 type TopoStamp struct {
-	Token, Attempt string
+	// Token is the stamp's field epoch as it is, FencePrefix included;
+	// "" when the node has none.
+	Token string
+	// Attempt is the apply attempt that moved the node to Token (the
+	// stamp's field attempt, or the topology record's for a node stamped
+	// by a release before); "" for a first epoch.
+	Attempt string
 }
 
 // topoStampScript reads a TopoStamp: {epoch, attempt} of the stamp

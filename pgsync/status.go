@@ -14,17 +14,24 @@ import (
 // the node reports it, the queues with anything in them, and every
 // incarnation the database holds rows of.
 type NodeStatus struct {
-	Node        string `json:"node"`
+	// Node is the node's configured name.
+	Node string `json:"node"`
+	// Incarnation is the node's current stamp incarnation as the node
+	// reports it; "" when it could not be read (see Err).
 	Incarnation string `json:"incarnation"`
-	Generation  int64  `json:"generation"`
+	// Generation is the node's current stamp generation (its acceptance
+	// generation) as the node reports it.
+	Generation int64 `json:"generation"`
 	// Err says why the node or the database could not be read ("" when
 	// they could).
 	Err string `json:"error,omitempty"`
-	// Lag is the sum of the queues' lag; Pending the sum of their landed
-	// parts still pending.
-	Lag     int64         `json:"lag"`
-	Pending int64         `json:"pending"`
-	Queues  []QueueStatus `json:"queues"`
+	// Lag is the sum of the queues' lag (entries not landed yet).
+	Lag int64 `json:"lag"`
+	// Pending is the sum of the queues' landed parts still pending.
+	Pending int64 `json:"pending"`
+	// Queues lists the current incarnation's queues with anything in
+	// them (a head, a landed position or pending parts), by queue number.
+	Queues []QueueStatus `json:"queues"`
 	// Incarnations lists what the database landed of each incarnation,
 	// oldest first.
 	Incarnations []IncarnationStatus `json:"incarnations"`
@@ -39,21 +46,24 @@ type NodeStatus struct {
 // (no row; for a node accepted with its data, past what its earlier
 // incarnations landed too).
 type GapStatus struct {
-	Incarnation string    `json:"incarnation"`
-	Queue       int       `json:"queue"`
-	First       int64     `json:"first"`
-	Last        int64     `json:"last"`
-	Missing     int64     `json:"missing"`
-	FoundAt     time.Time `json:"found_at"`
+	Incarnation string    `json:"incarnation"` // the node incarnation the offsets belong to
+	Queue       int       `json:"queue"`       // the redo-log queue number
+	First       int64     `json:"first"`       // the first offset of the trimmed range
+	Last        int64     `json:"last"`        // the last offset of the trimmed range (inclusive)
+	Missing     int64     `json:"missing"`     // how many offsets of First..Last never landed
+	FoundAt     time.Time `json:"found_at"`    // when the sync recorded the gap (database clock)
 }
 
 // QueueStatus is one queue of a node's current incarnation.
 type QueueStatus struct {
+	// Queue is the redo-log queue number.
 	Queue int `json:"queue"`
-	// Head is the last offset handed out; Acked what the node holds as
-	// acknowledged; Landed the committed position.
-	Head   int64 `json:"head"`
-	Acked  int64 `json:"acked"`
+	// Head is the last offset the queue handed out; 0 when none.
+	Head int64 `json:"head"`
+	// Acked is the offset the node holds as acknowledged.
+	Acked int64 `json:"acked"`
+	// Landed is the committed position: the offset of the last entry the
+	// database landed (table sync_positions); 0 when none.
 	Landed int64 `json:"landed"`
 	// Lag is Head - Landed: entries not landed yet.
 	Lag int64 `json:"lag"`
@@ -66,11 +76,11 @@ type QueueStatus struct {
 
 // IncarnationStatus is what the database holds of one incarnation.
 type IncarnationStatus struct {
-	Incarnation string    `json:"incarnation"`
-	Generation  int64     `json:"generation"`
-	FirstSeen   time.Time `json:"first_seen"`
-	Rows        int64     `json:"rows"`
-	Pending     int64     `json:"pending"`
+	Incarnation string    `json:"incarnation"` // the node's stamp incarnation
+	Generation  int64     `json:"generation"`  // the stamp generation the sync first read it at
+	FirstSeen   time.Time `json:"first_seen"`  // when the sync first recorded it (database clock)
+	Rows        int64     `json:"rows"`        // stock_movements rows landed of it
+	Pending     int64     `json:"pending"`     // of those rows, the ones still pending
 }
 
 // Status reads, for every node of inv, the redo log's heads from the node

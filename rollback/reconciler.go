@@ -97,7 +97,7 @@ type Stats struct {
 	Errors      int64 // failed steps (retried on a later pass)
 	SetAside    int64 // parts set aside as stuck (see inventory.StuckPart), each counted once until an explicit retry
 	Retried     int64 // stuck parts whose backoff ran out, put back to pending
-	Passes      int64
+	Passes      int64 // node passes run (background and RunOnce), one per node per pass; skipped ones not counted
 	Skipped     int64 // node passes skipped: another instance held the lease (a lease lost mid-pass is an Error)
 	Trimmed     int64 // redo-log entries trimmed
 	QueueLength int   // deferred parts waiting now

@@ -36,8 +36,8 @@ const maxWeight = 100
 // is treated as 1 and a Weight above 100 is rejected by NewRing. The zero
 // Member is invalid because its Name is empty.
 type Member struct {
-	Name   string
-	Weight int
+	Name   string // the node's name: unique on the ring, not empty
+	Weight int    // relative share of the ring: 1..100, below 1 counts as 1
 }
 
 // Ring is an immutable consistent-hash ring over member names. It is

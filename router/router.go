@@ -384,21 +384,23 @@ func (r *Router) SetRouteEnabled(ctx context.Context, nodeName, server, route st
 
 // NodeStatus is a snapshot of one node for status displays.
 type NodeStatus struct {
-	Name string
+	Name string // the node's configured name
 	// Addr is host:port of a standalone node; for a Sentinel node
 	// "sentinel:MASTER (master HOST:PORT)", the master as last connected.
 	Addr         string
-	State        node.State
-	DownReason   error // nil when UP
-	Breaker      string
-	FailedProbes int
-	Incarnation  string
+	State        node.State             // StateUp or StateDown, as the node holds it now
+	DownReason   error                  // nil when UP
+	Breaker      string                 // the circuit breaker's state: "closed", "half-open" or "open"
+	FailedProbes int                    // consecutive failed health probes; 0 after a success
+	Incarnation  string                 // the stamp incarnation last seen by a probe; "" before the first successful one
 	Routes       map[node.RouteKey]bool // route → enabled
 	// Settings are the node's eviction and persistence settings (zero
-	// until read); Warning says what is unsafe about them for a node of
-	// a server of Options.KeepData, or that a node evicts ("" otherwise).
+	// until read).
 	Settings node.Settings
-	Warning  string
+	// Warning says what is unsafe about Settings for a node of a server
+	// of Options.KeepData, or, for another node, that it evicts; ""
+	// otherwise (and until Settings are read).
+	Warning string
 }
 
 // Status returns a snapshot of every node, sorted by name.

@@ -72,16 +72,34 @@ func (m *Moved) add(o Moved) {
 
 // Report says what [Apply] did.
 type Report struct {
-	FromEpoch, ToEpoch int64
-	From, To           Topology
-	Joined, Left       []string // nodes that join or leave the inventory server
-	LimitsCopied       int      // per-user limits written to joining route members
+	// FromEpoch is the epoch of From: the nodes' epoch when the apply
+	// began, or, for an apply it resumed, the one before it.
+	FromEpoch int64
+	// ToEpoch is the epoch of To: FromEpoch+1 for a new epoch, the
+	// nodes' epoch for an apply of the topology they hold already; 0
+	// when the apply was refused before it knew it.
+	ToEpoch int64
+	// From is the topology moved from (the topology of FromEpoch).
+	From Topology
+	// To is the topology applied (Options.To).
+	To           Topology
+	Joined, Left []string // nodes that join or leave the inventory server
+	LimitsCopied int      // per-user limits written to joining route members
 	Moved
 	LeftPending int // pending parts leaving nodes held at the check
 	// Waiting counts counters still held by pending parts when the apply
 	// returned in phase migrating; run it again later to finish.
-	Waiting        int
-	Phase          Phase
+	Waiting int
+	// Phase is the phase the apply left the nodes' records at ToEpoch in:
+	// PhaseStable once To is applied, PhaseMigrating when it returned
+	// with Waiting > 0. A dry run reports PhaseMigrating for an apply it
+	// would resume, PhaseStable for a topology applied already (or nodes
+	// to bring forward), and "" for a new epoch; an apply that failed
+	// may report "".
+	Phase Phase
+	// AlreadyApplied is true when every node was at To's token and
+	// stable already: the apply had nothing to resume or bring forward
+	// (it may still have repaired lost records, Repaired).
 	AlreadyApplied bool
 	// Retired counts the stale order records the apply marked moved
 	// before the bumps or a move forward (Driver.Retire), a resumed one's

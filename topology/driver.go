@@ -9,7 +9,8 @@ import (
 
 // Change is the move one apply makes, as its [Driver] needs it.
 type Change struct {
-	From, To     Topology
+	From         Topology // the topology moved from: Epoch-1's (To itself for a first epoch brought forward)
+	To           Topology // the topology moved to, the one of Epoch
 	Epoch        int64    // the epoch moved to
 	Token        string   // its token
 	Joined, Left []string // nodes that join and leave, sorted

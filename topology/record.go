@@ -41,14 +41,18 @@ func SplitToken(tok string) (epoch int64, fingerprint string, ok bool) {
 
 // Record is one node's topology record.
 type Record struct {
-	Node  string
-	Epoch int64 // 0: the node has no record
+	Node  string // the configured name of the node holding the record
+	Epoch int64  // 0: the node has no record
+	// Token is the record's epoch token, Token(Epoch, Current's
+	// fingerprint); for a Lost record the token the stamp names, for a
+	// Fenced one the fenced token the stamp holds.
 	Token string
 	// Current is the topology of Epoch.
 	Current Topology
 	// Prev is the topology of Epoch-1; nil when the record has none (the
 	// first epoch).
-	Prev  *Topology
+	Prev *Topology
+	// Phase is the record's phase; "" for a Lost record.
 	Phase Phase
 	// Attempt names the apply that moved the node to Token: a random id
 	// its first bump drew, which its resumes and forwards keep (Change.
@@ -99,9 +103,11 @@ func Newest(recs []Record) *Record {
 
 // Status is what an instance knows of the topology.
 type Status struct {
-	// Epoch and Phase are the nodes' newest record's (0 and "" when no
-	// node could be read).
+	// Epoch is the epoch of the nodes' newest record (0 when no node
+	// could be read).
 	Epoch int64
+	// Phase is the phase of the nodes' newest record ("" when no node
+	// could be read).
 	Phase Phase
 	// Fingerprint is the fingerprint of this instance's configuration.
 	Fingerprint string

@@ -23,7 +23,7 @@ import (
 
 // Plan sizes a benchmark run.
 type Plan struct {
-	Name      string
+	Name      string        // the plan's name, "full" or "quick", reported as Summary.Plan
 	Conc      int           // concurrent goroutines of every load
 	Keys      int           // router throughput: keys
 	ValueSize int           // router throughput: value bytes
@@ -43,10 +43,10 @@ type Plan struct {
 	// MaxDiscards bounds the disturbed rounds re-run per section.
 	MaxDiscards int
 
-	FailoverKeys   int
-	FailoverWarmup time.Duration // load before the measured window
-	FailoverBefore time.Duration // the "before" window, just before the kill
-	Failover       []FailoverSpec
+	FailoverKeys   int            // failover: keys written to every node and read by the GET load
+	FailoverWarmup time.Duration  // load before the measured window
+	FailoverBefore time.Duration  // the "before" window, just before the kill
+	Failover       []FailoverSpec // failover: the kill cycles to run, in order
 	// OutageWindow is how long the outage section counts orders after
 	// killing a node under order load.
 	OutageWindow time.Duration
@@ -54,6 +54,8 @@ type Plan struct {
 	// ProfileDir, when set, is where a CPU profile of this process during
 	// ProfileFor of 3-item reserve load is written and read back.
 	ProfileDir string
+	// ProfileFor is how long that profile runs; used only with
+	// ProfileDir.
 	ProfileFor time.Duration
 	// RPCProfile, when set, is a file the RPC section's service child
 	// writes a CPU profile of its whole run to (bench --rpc-profile).
@@ -66,11 +68,12 @@ type Plan struct {
 
 	// SyncFor is how long the sync section reserves at full rate with the
 	// sync running; SyncBacklog how long it reserves without, for the
-	// backlog the sync then drains. SyncRuns is how many times the live
-	// measurement runs (each from empty nodes and tables); the run with
-	// the median p99 lag is reported. Default 1.
+	// backlog the sync then drains.
 	SyncFor, SyncBacklog time.Duration
-	SyncRuns             int
+	// SyncRuns is how many times the live measurement runs (each from
+	// empty nodes and tables); the run with the median p99 lag is
+	// reported. 0 means 1.
+	SyncRuns int
 
 	// Sections, when not empty, limits the run to these sections:
 	// "lookup", "router", "latency", "inventory", "rpc", "sync", "failover",
@@ -125,21 +128,23 @@ func QuickPlan() Plan {
 
 // Results is everything one run measured.
 type Results struct {
-	Plan      Plan
-	Machine   Machine
-	Started   time.Time
-	Took      time.Duration
-	Lookups   []LookupResult
-	Router    *RouterResult
-	Latency   *LatencyResult
-	Inventory *InvResult
+	Plan      Plan           // the plan the run followed
+	Machine   Machine        // the machine it ran on
+	Started   time.Time      // when the run began
+	Took      time.Duration  // how long the whole run took
+	Lookups   []LookupResult // routing cost (RunLookups); nil when the lookup section did not run
+	Router    *RouterResult  // router throughput; nil when the section did not run
+	Latency   *LatencyResult // single-caller latency; nil when the section did not run
+	Inventory *InvResult     // inventory reservations; nil when the section did not run
 	// Memory is node memory per pending 1-item order (memory.go).
-	Memory   *MemoryResult `json:",omitempty"`
-	RPC      *RPCResult
-	Sync     *SyncResult
-	Failover *FailoverResult
+	Memory   *MemoryResult   `json:",omitempty"`
+	RPC      *RPCResult      // `shardis serve` against the library; nil when the section did not run
+	Sync     *SyncResult     // the redo-log sync to PostgreSQL; nil when the section did not run
+	Failover *FailoverResult // kill -9 cycles; nil when the section did not run
 	// Outage is order success while a node is down (outage.go).
-	Outage  *OutageResult
+	Outage *OutageResult
+	// Profile is the CPU profile of 3-item reserves; nil unless
+	// Plan.ProfileDir is set and the inventory section ran.
 	Profile *ProfileResult
 	// Durability is the cost of inventory.durability replica over a
 	// Sentinel group (durability.go).

@@ -30,15 +30,16 @@ const (
 
 // CacheResult is the read-path cache comparison.
 type CacheResult struct {
-	Conc     int
-	Variants []string
-	Series   map[string]*Series
-	Rounds   RoundStats
+	Conc     int                // concurrent goroutines of the load (Plan.Conc)
+	Variants []string           // the variants measured, in the report's order
+	Series   map[string]*Series // each variant's samples over the rounds, by variant name
+	Rounds   RoundStats         // how the rounds went (kept, discarded)
 	// Loads counts loader calls per variant over all rounds.
 	Loads map[string]int64
 	// NodeShare is each node's share of the hottest key's reads through
-	// cache.Get; HotSpread is max/min of it.
+	// cache.Get.
 	NodeShare map[string]float64
+	// HotSpread is max/min of NodeShare (1 is an even spread).
 	HotSpread float64
 	// StormLoads is the loader calls when 200 goroutines over 3
 	// instances Get one missing key at once, per variant.

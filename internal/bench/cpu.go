@@ -120,10 +120,11 @@ func Foreign(a, b CPUSnap) float64 {
 
 // RoundStats tells how the rounds of a section went.
 type RoundStats struct {
-	Kept, Discarded int
-	Foreign         []float64     // other processes' CPU share in each kept round
-	MaxForeign      float64       // the threshold a round was discarded above
-	Waited          time.Duration // time spent waiting for a quiet machine
+	Kept       int           // rounds kept (Plan.Rounds once the section finished)
+	Discarded  int           // rounds discarded and re-run because other processes used too much CPU
+	Foreign    []float64     // other processes' CPU share in each kept round
+	MaxForeign float64       // the threshold a round was discarded above
+	Waited     time.Duration // time spent waiting for a quiet machine
 }
 
 // MedianForeign returns the median share of the CPU other processes used

@@ -24,10 +24,10 @@ const (
 // DurabilityResult is the cost of inventory.durability replica: 1-item
 // reserves per second and their latency, none and replica interleaved.
 type DurabilityResult struct {
-	Conc     int
-	Variants []string
-	Series   map[string]*Series
-	Rounds   RoundStats
+	Conc     int                // concurrent goroutines of the load (Plan.Conc)
+	Variants []string           // VarDurNone and VarDurReplica
+	Series   map[string]*Series // each variant's samples over the rounds, by variant name
+	Rounds   RoundStats         // how the rounds went (kept, discarded)
 }
 
 // Ratio returns replica's orders/s over none's, paired per round.

@@ -62,29 +62,34 @@ func clientOptions(addr string, timeout time.Duration) *redis.Options {
 // over them: the shardis router and inventory, a direct go-redis client
 // per node, a go-redis Ring and a twemproxy.
 type Cluster struct {
-	Servers []*redisproc.Server // like nodeNames
-	Addrs   []string
-	Cfg     *config.Config
-	Router  *router.Router
-	Inv     *inventory.Inventory
+	Servers []*redisproc.Server  // like nodeNames
+	Addrs   []string             // the nodes' host:port, like nodeNames
+	Cfg     *config.Config       // the configuration Router and the inventories run on (BenchConfig)
+	Router  *router.Router       // the shardis router over the nodes, auto-pipelining on
+	Inv     *inventory.Inventory // the inventory over Router, shipped settings
 	// InvAlone is an inventory over Router with group commit off
 	// (inventory.group_commit 1): every script call carries one order.
 	InvAlone *inventory.Inventory
-	Log      *slog.Logger
+	Log      *slog.Logger // the logger everything started is given
 
 	Direct   []*redis.Client        // like nodeNames
 	DirectAP []*redis.AutoPipeliner // Direct[i]'s go-redis auto-pipeliner (blocking face)
 	HandRing *router.Ring           // members like nodeNames: picks Direct[i] by hand
-	// PlainRouter and PlainInv are the router and inventory of the same
-	// build and nodes with auto-pipelining off (single-caller latency).
+	// PlainRouter is the router of the same build and nodes with
+	// auto-pipelining off (single-caller latency); nil without baselines.
 	PlainRouter *router.Router
-	PlainInv    *inventory.Inventory
-	Ring        *redis.Ring
-	Twemproxy   *Twemproxy
+	// PlainInv is the inventory over PlainRouter; nil without baselines.
+	PlainInv *inventory.Inventory
+	// Ring is a go-redis Ring over the nodes (a baseline); nil without
+	// baselines.
+	Ring *redis.Ring
+	// Twemproxy is the twemproxy process in front of the nodes; nil
+	// without baselines.
+	Twemproxy *Twemproxy
 	// Service is the RPC section's service child while it runs
 	// (rpcserve.go); its CPU is counted apart (Sample.ServiceCPU).
 	Service    atomic.Pointer[ServiceProc]
-	TwemClient *redis.Client
+	TwemClient *redis.Client   // the go-redis client to Twemproxy; nil without baselines
 	Admin      []*redis.Client // plain clients for setup (flush, preload)
 	Meter      *CPUMeter       // CPU of other processes (see runRounds)
 }

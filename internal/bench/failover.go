@@ -40,7 +40,8 @@ type FailoverCycle struct {
 	// in the window before the kill, and from the kill until the node was
 	// UP again.
 	P50Before, P99Before, P50During, P99During time.Duration
-	OpsBefore, OpsDuring                       float64
+	OpsBefore                                  float64       // successful healthy-node GETs/s in the window before the kill
+	OpsDuring                                  float64       // successful healthy-node GETs/s from the kill until the node was UP again
 	HealthyErrors                              int64         // failed GETs of healthy-node keys during the outage
 	VictimFailed                               int64         // GETs of the dead node's keys refused during the outage
 	VictimFailedSlowP99                        time.Duration // p99 latency of those refusals
@@ -54,9 +55,9 @@ type FailoverCycle struct {
 
 // FailoverResult holds every cycle.
 type FailoverResult struct {
-	Conc   int
-	Victim string
-	Cycles []FailoverCycle
+	Conc   int             // concurrent goroutines of the GET load (Plan.Conc)
+	Victim string          // the name of the node killed in every cycle
+	Cycles []FailoverCycle // one per Plan.Failover spec, in order
 }
 
 // startNodes starts one redis-server per name of nodeNames with opts and

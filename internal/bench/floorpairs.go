@@ -31,8 +31,11 @@ var VsFloor = []struct {
 // orders/s over the floor's, VsForm that of shardis's over the form's,
 // both paired per round.
 type FloorForm struct {
-	Shardis, Floor, Form string
-	OverFloor, VsForm    func(*Summary) *float64
+	Shardis   string                  // the shardis row's variant (Var…)
+	Floor     string                  // the floor row's variant
+	Form      string                  // the variant of the floor's other form
+	OverFloor func(*Summary) *float64 // the Summary field of Form's orders/s over Floor's
+	VsForm    func(*Summary) *float64 // the Summary field of Shardis's orders/s over Form's
 }
 
 // ratios are the form's orders/s over the floor's and shardis's over the

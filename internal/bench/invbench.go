@@ -80,11 +80,12 @@ const seedHotSKU = 7777
 // InvResult holds the inventory series by variant, and the allocation
 // benchmarks of one reserve.
 type InvResult struct {
-	Conc, SKUs int
-	Variants   []string
-	Series     map[string]*Series
-	Allocs     []AllocResult
-	Rounds     RoundStats
+	Conc     int                // concurrent goroutines of the load (Plan.Conc)
+	SKUs     int                // SKUs per route the orders pick from (Plan.SKUs)
+	Variants []string           // the variants, in the report's table order
+	Series   map[string]*Series // each variant's samples over the rounds, by variant name
+	Allocs   []AllocResult      // one-goroutine benchmarks of VarInv1, VarInv3 and VarSeed3
+	Rounds   RoundStats         // how the rounds went (kept, discarded)
 	// RoundTrips is the sequential round trips of one Reserve, counted
 	// (roundtrips.go); nil when the plan counts none.
 	RoundTrips *RoundTripResult
@@ -167,10 +168,10 @@ func (ir *InvResult) overRounds(a, b string) []float64 {
 
 // AllocResult is a sequential (one goroutine) benchmark of one order.
 type AllocResult struct {
-	Name        string
-	NsPerOp     float64
-	AllocsPerOp int64
-	BytesPerOp  int64
+	Name        string  // the variant benchmarked (Var…)
+	NsPerOp     float64 // wall time per order (ns), nodes' round trips included
+	AllocsPerOp int64   // this process's heap allocations per order
+	BytesPerOp  int64   // this process's heap bytes allocated per order
 }
 
 // invWorkload is one inventory variant: how to prepare the nodes and how

@@ -37,10 +37,10 @@ var fewConc = map[string]int{VarFew6On: 6, VarFew6Off: 6, VarFew12On: 12, VarFew
 
 // LatencyResult holds the single-caller series by variant.
 type LatencyResult struct {
-	Variants  []string
-	Series    map[string]*Series
-	Rounds    RoundStats // of the one-goroutine rounds
-	FewRounds RoundStats // of the few-callers rounds, which run after them
+	Variants  []string           // the one-goroutine variants, then the few-callers ones
+	Series    map[string]*Series // each variant's samples over the rounds, by variant name
+	Rounds    RoundStats         // of the one-goroutine rounds
+	FewRounds RoundStats         // of the few-callers rounds, which run after them
 }
 
 // Ratio returns the median over rounds of p50(on)/p50(off) of one op

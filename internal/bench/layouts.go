@@ -38,6 +38,8 @@ const (
 
 // LayoutBytes is what one record costs in one layout.
 type LayoutBytes struct {
+	// Layout describes the candidate structure, e.g. "one key per
+	// record: a 74-byte string, with a TTL".
 	Layout string
 	// Bytes is used_memory's growth per record (client buffers excluded),
 	// the structure's own growth (its hash tables, its listpacks) shared

@@ -12,10 +12,10 @@ import (
 // private random source and a private counter (for unique ids). It is
 // never shared between goroutines.
 type Worker struct {
-	ID  int
-	Rng *rand.Rand
-	Seq int64
-	Buf []byte // scratch space for building ids without fmt
+	ID  int        // the worker's index, 0 ≤ ID < the load's goroutines
+	Rng *rand.Rand // private random source, seeded from the load's seed and ID
+	Seq int64      // private counter for unique ids; operations advance it
+	Buf []byte     // scratch space for building ids without fmt
 }
 
 // Op is one operation of a load run. It runs on its worker's goroutine; an
@@ -27,9 +27,9 @@ type Sample struct {
 	Ops      int64         // operations that succeeded
 	Errors   int64         // operations that failed
 	Elapsed  time.Duration // from the start barrier until every worker stopped
-	P50      time.Duration
-	P99      time.Duration
-	FirstErr string // the first failure's message
+	P50      time.Duration // median latency of the successful operations
+	P99      time.Duration // 99th-percentile latency of the successful operations
+	FirstErr string        // the first failure's message
 	// CPU time the processes used during the run (see Cluster.measure):
 	// this process (the clients), the redis-servers, twemproxy, and the
 	// service child of the RPC section (rpcserve.go).
@@ -37,9 +37,9 @@ type Sample struct {
 	// Scripts the nodes ran (EVAL, EVALSHA, FCALL: one round trip each), the
 	// time they spent running them, and the other commands they executed
 	// (including those the scripts called), from INFO commandstats.
-	Scripts    int64
-	ScriptExec time.Duration
-	Commands   int64
+	Scripts    int64         // scripts the nodes ran
+	ScriptExec time.Duration // time the nodes spent running them
+	Commands   int64         // other commands the nodes executed
 	// Mallocs counts this process's heap allocations during the run.
 	Mallocs int64
 }
@@ -152,8 +152,8 @@ func percentile(sorted []int64, q float64) time.Duration {
 
 // Series collects the samples of one variant over the rounds.
 type Series struct {
-	Name    string
-	Samples []Sample
+	Name    string   // the variant's name (Var…)
+	Samples []Sample // one per kept round, in round order
 }
 
 // Add appends a sample.

@@ -10,14 +10,14 @@ import (
 
 // Machine describes where the benchmark ran.
 type Machine struct {
-	Cores      int
-	GOMAXPROCS int
-	CPU        string
-	Kernel     string
-	Go         string
-	Redis      string
-	Twemproxy  string
-	Date       time.Time
+	Cores      int       // logical CPUs (runtime.NumCPU)
+	GOMAXPROCS int       // this process's GOMAXPROCS
+	CPU        string    // the CPU's model name from /proc/cpuinfo; "unknown" when not found
+	Kernel     string    // "Linux " and the kernel release, or runtime.GOOS elsewhere
+	Go         string    // the Go version of the build (runtime.Version)
+	Redis      string    // redis-server's version; "unknown" when it could not be run
+	Twemproxy  string    // nutcracker's version line; "" when it could not be run
+	Date       time.Time // when the description was taken (UTC)
 }
 
 func goMaxProcs() int { return runtime.GOMAXPROCS(0) }

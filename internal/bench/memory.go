@@ -68,8 +68,8 @@ type MemoryResult struct {
 // FamilyBytes is what one key family holds on the nodes.
 type FamilyBytes struct {
 	Family string // inventory.KeyKind's name
-	Keys   int64
-	Bytes  int64 // MEMORY USAGE summed
+	Keys   int64  // keys of the family on the nodes
+	Bytes  int64  // MEMORY USAGE summed
 }
 
 // PerOrder is Bytes per order (0 when none was measured).

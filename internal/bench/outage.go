@@ -24,8 +24,8 @@ import (
 // before its Reserve (Minted) or made up by the caller (Own), so both
 // kinds of order see the same load and the same outage.
 type OutageResult struct {
-	Conc   int
-	Victim string
+	Conc   int    // goroutines placing orders (Plan.Conc)
+	Victim string // the name of the node killed
 	// Window is how long orders were counted from the kill (the node
 	// stays down throughout); Detect is from the kill until the router
 	// marked the node DOWN.
@@ -52,11 +52,13 @@ type OutageOrders struct {
 	// node (inventory.Homes) was the victim.
 	FailedHomeOnVictim int64
 	// Unavailable and OtherErrors split the failures: wrapping
-	// inventory.ErrUnavailable, or anything else. FirstErr is the first
-	// failure's message; HomeErr the first of an order whose home was the
-	// victim, placed after the victim was marked DOWN.
+	// inventory.ErrUnavailable, or anything else.
 	Unavailable, OtherErrors int64
-	FirstErr, HomeErr        string
+	// FirstErr is the first failure's message; "" when none failed.
+	FirstErr string
+	// HomeErr is the first failure's message of an order whose home was
+	// the victim, placed after the victim was marked DOWN; "" when none.
+	HomeErr string
 }
 
 // Share returns OK / Started (0 with no order started).

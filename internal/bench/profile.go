@@ -27,10 +27,11 @@ type ProfileResult struct {
 
 // ProfileLine is one function's share of the profile's samples.
 type ProfileLine struct {
-	Name      string
-	What      string // what it stands for, for the report
-	Flat, Cum float64
-	Missing   bool // no sample fell in it
+	Name    string  // the function's name as pprof prints it
+	What    string  // what it stands for, for the report
+	Flat    float64 // percent of the samples in the function itself
+	Cum     float64 // percent of the samples in it or the functions it called
+	Missing bool    // no sample fell in it
 }
 
 // Reread reads the profile file again (if it is still there), e.g. when

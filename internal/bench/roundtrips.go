@@ -33,7 +33,8 @@ const (
 // when the caller handed it to go-redis and when go-redis returned, in
 // nanoseconds from any fixed origin. End ≥ Start.
 type Interval struct {
-	Start, End int64
+	Start int64 // when the caller handed it to go-redis (ns)
+	End   int64 // when go-redis returned (ns)
 }
 
 // SequentialRoundTrips returns the length of the longest chain of
@@ -74,8 +75,8 @@ func cmpInt64(a, b int64) int {
 
 // RoundTripShape is the count over the orders of one shape.
 type RoundTripShape struct {
-	Name   string
-	Orders int
+	Name   string // the shape's description (RTShape…)
+	Orders int    // the orders of the shape counted
 	// Median (the upper one for an even count) and Max are over the
 	// orders of the shape.
 	Median, Max int
@@ -91,7 +92,7 @@ type RoundTripShape struct {
 // router with the benchmark's configuration (auto-pipelining on), one
 // order at a time from one goroutine with nothing else running.
 type RoundTripResult struct {
-	Shapes []RoundTripShape
+	Shapes []RoundTripShape // one per shape counted, in the order they ran
 }
 
 // Shape returns the named shape, or nil.

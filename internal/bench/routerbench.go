@@ -23,10 +23,12 @@ const (
 // RouterResult holds the router-throughput series by op ("GET", "SET") and
 // variant.
 type RouterResult struct {
-	Keys, ValueSize, Conc int
-	Variants              []string
-	Series                map[string]map[string]*Series // op → variant → series
-	Rounds                RoundStats
+	Keys      int                           // keys the load picks from (Plan.Keys)
+	ValueSize int                           // bytes per value (Plan.ValueSize)
+	Conc      int                           // concurrent goroutines of the load (Plan.Conc)
+	Variants  []string                      // the variants measured, in the report's order
+	Series    map[string]map[string]*Series // op → variant → series
+	Rounds    RoundStats                    // how the rounds went (kept, discarded)
 }
 
 // Get returns the series of one op and variant.

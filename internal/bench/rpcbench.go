@@ -37,10 +37,10 @@ var rpcConnsPer = 16
 
 // RPCResult holds the library and RPC series of the 1-item reserve.
 type RPCResult struct {
-	Conc     int
-	Variants []string
-	Series   map[string]*Series
-	Rounds   RoundStats
+	Conc     int                // concurrent goroutines of the load (Plan.Conc)
+	Variants []string           // the variants measured, in the report's order
+	Series   map[string]*Series // each variant's samples over the rounds, by variant name
+	Rounds   RoundStats         // how the rounds went (kept, discarded)
 }
 
 // RunRPC measures the 1-item reserve through `shardis serve` (the service

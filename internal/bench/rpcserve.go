@@ -118,7 +118,7 @@ func floorServer() (*http.Server, net.Listener, error) {
 // ServiceProc is a running service child.
 type ServiceProc struct {
 	*childProc
-	Addr string
+	Addr string // the service's Connect address (host:port)
 	// FloorAddr is the RPC floor's address (floorServer), GRPCFloorAddr
 	// the grpc-go floor's (rpcgrpc.go).
 	FloorAddr, GRPCFloorAddr string

@@ -80,9 +80,9 @@ var errSeedShort = errors.New("seed: insufficient stock")
 // SeedItem is one line of a seed order: a SKU on the nodes of its route,
 // tried in configuration order.
 type SeedItem struct {
-	Nodes []*node.Node
-	SKU   string
-	Qty   int64
+	Nodes []*node.Node // the route's nodes, tried in this order
+	SKU   string       // the seed's SKU id (its stock key)
+	Qty   int64        // units to deduct
 }
 
 // seedQueue is the seed's redo-log queue of a numeric SKU id (sku % 50).

@@ -9,10 +9,16 @@ import (
 // Summary is the one-line JSON object `make bench-quick` ends with. Ratios
 // are medians of per-round ratios of GET+SET (router) or orders/s.
 type Summary struct {
+	// Plan is the plan's name (Plan.Name: "full", "quick").
 	Plan string `json:"plan"`
 
-	RouterVsDirect    float64 `json:"router_vs_direct"`
-	RouterVsRing      float64 `json:"router_vs_ring"`
+	// RouterVsDirect is GET+SET ops/s through Router.Client over
+	// hand-routed go-redis, paired per round; 0 when the router section
+	// did not run.
+	RouterVsDirect float64 `json:"router_vs_direct"`
+	// RouterVsRing is the same over go-redis's Ring.
+	RouterVsRing float64 `json:"router_vs_ring"`
+	// RouterVsTwemproxy is the same over go-redis through twemproxy.
 	RouterVsTwemproxy float64 `json:"router_vs_twemproxy"`
 	// RouterVsDirectAP compares with hand-routed go-redis using its own
 	// AutoPipeline(): the best a go-redis user could hand-write.
@@ -23,21 +29,42 @@ type Summary struct {
 	// FewCallersThroughputRatio is GET ops/s with auto-pipelining on / off
 	// (same build) from 6 and from 12 goroutines, the smaller of the two.
 	FewCallersThroughputRatio float64 `json:"few_callers_throughput_ratio,omitempty"`
-	SetPickVsDirect           float64 `json:"setpick_vs_direct,omitempty"`
-	RouterGetOps              float64 `json:"router_get_ops"`
-	RouterSetOps              float64 `json:"router_set_ops"`
+	// SetPickVsDirect is RouterVsDirect for a held *Set (Set.Pick); 0
+	// unless the plan measures it (Plan.SetPick).
+	SetPickVsDirect float64 `json:"setpick_vs_direct,omitempty"`
+	// RouterGetOps is the median GET ops/s through Router.Client.
+	RouterGetOps float64 `json:"router_get_ops"`
+	// RouterSetOps is the median SET ops/s through Router.Client.
+	RouterSetOps float64 `json:"router_set_ops"`
 
-	RouteLookupNs     float64 `json:"route_lookup_ns"`
-	RouteLookupAllocs int64   `json:"route_lookup_allocs"`
-	SetPickNs         float64 `json:"set_pick_ns"`
+	// RouteLookupNs is ns per Router.Client(server, route, key) lookup,
+	// no I/O (testing.Benchmark, one goroutine).
+	RouteLookupNs float64 `json:"route_lookup_ns"`
+	// RouteLookupAllocs is heap allocations per such lookup.
+	RouteLookupAllocs int64 `json:"route_lookup_allocs"`
+	// SetPickNs is ns per Set.Pick(key) on a held *Set.
+	SetPickNs float64 `json:"set_pick_ns"`
 
-	Inventory1ItemOps    float64 `json:"inventory_1item_ops"`
-	Inventory3ItemOps    float64 `json:"inventory_3item_ops"`
-	Seed3ItemOps         float64 `json:"seed_3item_ops"`
+	// Inventory1ItemOps is the median orders/s of 1-item reserves
+	// through the library.
+	Inventory1ItemOps float64 `json:"inventory_1item_ops"`
+	// Inventory3ItemOps is the same for 3 items on 3 nodes.
+	Inventory3ItemOps float64 `json:"inventory_3item_ops"`
+	// Seed3ItemOps is the seed baseline's orders/s for 3 items on 3
+	// nodes (an EVAL per item).
+	Seed3ItemOps float64 `json:"seed_3item_ops"`
+	// Inventory3ItemVsSeed is shardis's 3-item orders/s over the seed
+	// baseline's, paired per round.
 	Inventory3ItemVsSeed float64 `json:"inventory_3item_vs_seed"`
-	HotSplitVsSingle     float64 `json:"hot_split3_vs_single"`
-	Reserve1ItemAllocs   int64   `json:"reserve_1item_allocs"`
-	Reserve3ItemAllocs   int64   `json:"reserve_3item_allocs"`
+	// HotSplitVsSingle is 1-item orders/s on a hot SKU whose stock is
+	// split over 3 nodes over the same with its stock on 1 node, paired
+	// per round.
+	HotSplitVsSingle float64 `json:"hot_split3_vs_single"`
+	// Reserve1ItemAllocs is this process's heap allocations per 1-item
+	// Reserve, one goroutine (testing.Benchmark).
+	Reserve1ItemAllocs int64 `json:"reserve_1item_allocs"`
+	// Reserve3ItemAllocs is the same for a 3-item Reserve.
+	Reserve3ItemAllocs int64 `json:"reserve_3item_allocs"`
 	// InventoryHotVsSeed is orders/s of 1-item orders on one SKU whose
 	// stock lives on one node, shardis over the seed's shape on the same
 	// node, paired per round.
@@ -49,10 +76,11 @@ type Summary struct {
 	// InventoryHotFloorVsSeed is the same for the floor yardstick
 	// (floor.go): the hot-SKU workload written with the least state a
 	// reservation with a record per order needs, batched, the records
-	// hashed over the nodes as inventory_hot_sku_vs_seed's;
-	// InventoryHotFloorLocalVsSeed with every record next to the stock (as
-	// the minted ids'). Not shardis: bounds on what such a design reaches.
-	InventoryHotFloorVsSeed      float64 `json:"inventory_hot_sku_floor_vs_seed,omitempty"`
+	// hashed over the nodes as inventory_hot_sku_vs_seed's. Not shardis:
+	// a bound on what such a design reaches.
+	InventoryHotFloorVsSeed float64 `json:"inventory_hot_sku_floor_vs_seed,omitempty"`
+	// InventoryHotFloorLocalVsSeed is InventoryHotFloorVsSeed with every
+	// record next to the stock (as the minted ids').
 	InventoryHotFloorLocalVsSeed float64 `json:"inventory_hot_sku_floor_local_vs_seed,omitempty"`
 	// InventoryHotFloorBucketVsSeed is InventoryHotFloorLocalVsSeed with
 	// each record one field of its minute's hash instead of a key
@@ -66,124 +94,182 @@ type Summary struct {
 	// Inventory3ItemFloorVsSeed is the 3-item floor yardstick's orders/s
 	// over the seed's 3-item orders, paired per round (floor.go).
 	Inventory3ItemFloorVsSeed float64 `json:"inventory_3item_floor_vs_seed,omitempty"`
-	// ReserveRoundTrips1Item and ReserveRoundTrips3Item are the median
-	// sequential round trips of one successful Reserve, counted by a
-	// go-redis hook, one order at a time: 1 item with stock on every node;
-	// for 3 items the worse of stock on every node and one item on each of
-	// three one-node routes (the one-round staged path).
-	// GroupCommitGain3Item and GroupCommitGainHot are the orders/s of
-	// 3-item orders and of the hot-SKU-on-one-node orders with group
+	// GroupCommitGain3Item is the orders/s of 3-item orders with group
 	// commit on over the same workload with it off (inventory.group_commit
 	// 1), paired per round.
-	GroupCommitGain3Item   float64 `json:"group_commit_gain_3item,omitempty"`
-	GroupCommitGainHot     float64 `json:"group_commit_gain_hot_sku,omitempty"`
-	ReserveRoundTrips1Item int     `json:"reserve_round_trips_1item,omitempty"`
-	ReserveRoundTrips3Item int     `json:"reserve_round_trips_3item,omitempty"`
+	GroupCommitGain3Item float64 `json:"group_commit_gain_3item,omitempty"`
+	// GroupCommitGainHot is the same for the hot-SKU-on-one-node orders.
+	GroupCommitGainHot float64 `json:"group_commit_gain_hot_sku,omitempty"`
+	// ReserveRoundTrips1Item is the median sequential round trips of one
+	// successful 1-item Reserve with stock on every node, counted by a
+	// go-redis hook, one order at a time; 0 when not counted
+	// (Plan.RoundTripOrders 0).
+	ReserveRoundTrips1Item int `json:"reserve_round_trips_1item,omitempty"`
+	// ReserveRoundTrips3Item is the same for 3 items: the worse of stock
+	// on every node and one item on each of three one-node routes (the
+	// one-round staged path).
+	ReserveRoundTrips3Item int `json:"reserve_round_trips_3item,omitempty"`
 
-	// Inventory3ItemVsFloor, InventoryHotVsFloor and
-	// InventoryHotMintedVsFloor are each shardis inventory row over its
-	// floor row (VsFloor in floorpairs.go names the pairs), paired per round.
-	Inventory3ItemVsFloor     float64 `json:"inventory_3item_vs_floor,omitempty"`
-	InventoryHotVsFloor       float64 `json:"inventory_hot_sku_vs_floor,omitempty"`
+	// Inventory3ItemVsFloor is shardis's 3-item orders/s over the 3-item
+	// floor row's (VsFloor in floorpairs.go names the pairs), paired per
+	// round; 0 when the run lacks either row.
+	Inventory3ItemVsFloor float64 `json:"inventory_3item_vs_floor,omitempty"`
+	// InventoryHotVsFloor is the same for the hot SKU on one node with
+	// ids the caller made up, over the floor with records hashed over the
+	// nodes.
+	InventoryHotVsFloor float64 `json:"inventory_hot_sku_vs_floor,omitempty"`
+	// InventoryHotMintedVsFloor is the same for the hot SKU with ids
+	// minted by NewOrderID, over the floor with records next to the
+	// stock.
 	InventoryHotMintedVsFloor float64 `json:"inventory_hot_sku_minted_vs_floor,omitempty"`
-	// Inventory3ItemFloorOneRoundVsFloor and
-	// InventoryHotFloorOneRoundVsFloor are the one-round floor rows over
-	// their floor rows; Inventory3ItemVsFloorOneRound and
-	// InventoryHotVsFloorOneRound the shardis rows over the one-round
-	// floor rows (OneRoundFloors in floorpairs.go), paired per round.
-	// Yardsticks, without targets.
+	// The one-round ratios below (OneRoundFloors in floorpairs.go) are
+	// paired per round, 0 when the run lacks a row; yardsticks, without
+	// targets.
+	//
+	// Inventory3ItemFloorOneRoundVsFloor is the 3-item one-round floor
+	// row over the 3-item floor row.
 	Inventory3ItemFloorOneRoundVsFloor float64 `json:"inventory_3item_floor_one_round_vs_floor,omitempty"`
-	InventoryHotFloorOneRoundVsFloor   float64 `json:"inventory_hot_sku_floor_one_round_vs_floor,omitempty"`
-	Inventory3ItemVsFloorOneRound      float64 `json:"inventory_3item_vs_floor_one_round,omitempty"`
-	InventoryHotVsFloorOneRound        float64 `json:"inventory_hot_sku_vs_floor_one_round,omitempty"`
-	// Inventory3ItemGuardedFloorVsFloor, InventoryHotGuardedFloorVsFloor
-	// and InventoryHotMintedGuardedFloorVsFloor are the guarded floor rows
-	// over their floor rows; Inventory3ItemVsGuardedFloor,
-	// InventoryHotVsGuardedFloor and InventoryHotMintedVsGuardedFloor the
-	// shardis rows over the guarded floor rows (GuardedFloors in
-	// floorpairs.go), paired per round. Yardsticks, without targets.
-	Inventory3ItemGuardedFloorVsFloor     float64 `json:"inventory_3item_guarded_floor_vs_floor,omitempty"`
-	InventoryHotGuardedFloorVsFloor       float64 `json:"inventory_hot_sku_guarded_floor_vs_floor,omitempty"`
+	// InventoryHotFloorOneRoundVsFloor is the hot-SKU one-round floor row
+	// over the hot-SKU floor row.
+	InventoryHotFloorOneRoundVsFloor float64 `json:"inventory_hot_sku_floor_one_round_vs_floor,omitempty"`
+	// Inventory3ItemVsFloorOneRound is shardis's 3-item row over the
+	// 3-item one-round floor row.
+	Inventory3ItemVsFloorOneRound float64 `json:"inventory_3item_vs_floor_one_round,omitempty"`
+	// InventoryHotVsFloorOneRound is shardis's hot-SKU row (ids the
+	// caller made up) over the hot-SKU one-round floor row.
+	InventoryHotVsFloorOneRound float64 `json:"inventory_hot_sku_vs_floor_one_round,omitempty"`
+	// The guarded-floor ratios below (GuardedFloors in floorpairs.go)
+	// are paired per round, 0 when the run lacks a row; yardsticks,
+	// without targets.
+	//
+	// Inventory3ItemGuardedFloorVsFloor is the 3-item guarded floor row
+	// over the 3-item floor row.
+	Inventory3ItemGuardedFloorVsFloor float64 `json:"inventory_3item_guarded_floor_vs_floor,omitempty"`
+	// InventoryHotGuardedFloorVsFloor is the hot-SKU guarded floor row
+	// (records hashed over the nodes) over its floor row.
+	InventoryHotGuardedFloorVsFloor float64 `json:"inventory_hot_sku_guarded_floor_vs_floor,omitempty"`
+	// InventoryHotMintedGuardedFloorVsFloor is the hot-SKU guarded floor
+	// row with records next to the stock over its floor row.
 	InventoryHotMintedGuardedFloorVsFloor float64 `json:"inventory_hot_sku_minted_guarded_floor_vs_floor,omitempty"`
-	Inventory3ItemVsGuardedFloor          float64 `json:"inventory_3item_vs_guarded_floor,omitempty"`
-	InventoryHotVsGuardedFloor            float64 `json:"inventory_hot_sku_vs_guarded_floor,omitempty"`
-	InventoryHotMintedVsGuardedFloor      float64 `json:"inventory_hot_sku_minted_vs_guarded_floor,omitempty"`
+	// Inventory3ItemVsGuardedFloor is shardis's 3-item row over the
+	// 3-item guarded floor row.
+	Inventory3ItemVsGuardedFloor float64 `json:"inventory_3item_vs_guarded_floor,omitempty"`
+	// InventoryHotVsGuardedFloor is shardis's hot-SKU row (ids the caller
+	// made up) over the hot-SKU guarded floor row.
+	InventoryHotVsGuardedFloor float64 `json:"inventory_hot_sku_vs_guarded_floor,omitempty"`
+	// InventoryHotMintedVsGuardedFloor is shardis's hot-SKU row with
+	// minted ids over the guarded floor row with records next to the
+	// stock.
+	InventoryHotMintedVsGuardedFloor float64 `json:"inventory_hot_sku_minted_vs_guarded_floor,omitempty"`
 
 	// InventorySoldOutVsSeed is orders/s of 1-item orders with distinct
 	// ids on a SKU with no stock left (every one refused), shardis over
-	// the seed's refusing EVAL on the same node, paired per round;
-	// SoldOutKeysPerRefusal the keys such refusals left on the nodes per
-	// order (DBSIZE after minus before, the nodes' witness hashes left
-	// out, soldout.go).
-	InventorySoldOutVsSeed float64  `json:"inventory_soldout_vs_seed,omitempty"`
-	SoldOutKeysPerRefusal  *float64 `json:"soldout_keys_per_refusal,omitempty"`
+	// the seed's refusing EVAL on the same node, paired per round.
+	InventorySoldOutVsSeed float64 `json:"inventory_soldout_vs_seed,omitempty"`
+	// SoldOutKeysPerRefusal is the keys such refusals left on the nodes
+	// per order (DBSIZE after minus before, the nodes' witness hashes
+	// left out, soldout.go); nil when not measured.
+	SoldOutKeysPerRefusal *float64 `json:"soldout_keys_per_refusal,omitempty"`
 
 	// ReserveBytesPerOrder1Item is node memory (INFO used_memory, after
 	// minus before, summed over the nodes) per pending 1-item order, over
 	// memOrders orders (memory.go).
 	ReserveBytesPerOrder1Item float64 `json:"reserve_bytes_per_order_1item,omitempty"`
 
+	// RPCVsLibrary is 1-item reserves/s through `shardis serve`
+	// (Connect over h2c) over the library's, paired per round.
 	RPCVsLibrary float64 `json:"rpc_vs_library"`
-	RPCOps       float64 `json:"rpc_1item_ops"`
+	// RPCOps is the median 1-item reserves/s through `shardis serve`.
+	RPCOps float64 `json:"rpc_1item_ops"`
 	// RPCServerCPUUs is the service process's CPU per 1-item Reserve
-	// through `shardis serve` (µs, median over the rounds), RPCClientCPUUs
-	// the Connect client's (this process), and LibraryCPUUs the library's
-	// own CPU per 1-item Reserve in the same rounds (the caller's process,
-	// nodes excluded), the yardstick of the server's.
+	// through `shardis serve` (µs, median over the rounds).
 	RPCServerCPUUs float64 `json:"rpc_server_cpu_us_1item,omitempty"`
+	// RPCClientCPUUs is the Connect client's (this process's) CPU per
+	// such Reserve (µs, median over the rounds).
 	RPCClientCPUUs float64 `json:"rpc_client_cpu_us_1item,omitempty"`
-	LibraryCPUUs   float64 `json:"library_cpu_us_1item,omitempty"`
+	// LibraryCPUUs is the library's own CPU per 1-item Reserve in the
+	// same rounds (µs, the caller's process, nodes excluded), the
+	// yardstick of the server's.
+	LibraryCPUUs float64 `json:"library_cpu_us_1item,omitempty"`
+	// RPCGRPCVsLibrary is RPCVsLibrary through the service's gRPC port
+	// (service.grpc_listen) from a grpc-go client.
+	RPCGRPCVsLibrary float64 `json:"rpc_grpc_vs_library,omitempty"`
+	// RPCGRPCServerCPUUs is RPCServerCPUUs through the gRPC port (µs).
+	RPCGRPCServerCPUUs float64 `json:"rpc_grpc_server_cpu_us_1item,omitempty"`
 	// RPCFloorVsLibrary is the RPC floor's calls/s (VarRPCFloor: the same
 	// call answered at once) over the library's 1-item reserves/s, paired
-	// per round; RPCFloorServerCPUUs and RPCFloorClientCPUUs its CPU per
-	// call on each side (µs).
-	// RPCGRPCVsLibrary and RPCGRPCServerCPUUs are rpc_vs_library and
-	// rpc_server_cpu_us_1item through the service's gRPC port
-	// (service.grpc_listen) from a grpc-go client.
-	RPCGRPCVsLibrary    float64 `json:"rpc_grpc_vs_library,omitempty"`
-	RPCGRPCServerCPUUs  float64 `json:"rpc_grpc_server_cpu_us_1item,omitempty"`
-	RPCFloorVsLibrary   float64 `json:"rpc_floor_vs_library,omitempty"`
+	// per round.
+	RPCFloorVsLibrary float64 `json:"rpc_floor_vs_library,omitempty"`
+	// RPCFloorServerCPUUs is the service process's CPU per RPC floor
+	// call (µs).
 	RPCFloorServerCPUUs float64 `json:"rpc_floor_server_cpu_us,omitempty"`
+	// RPCFloorClientCPUUs is the client's (this process's) CPU per RPC
+	// floor call (µs).
 	RPCFloorClientCPUUs float64 `json:"rpc_floor_client_cpu_us,omitempty"`
 
+	// SyncReserveOps is the 1-item reserves/s the inventory ran with the
+	// sync running (SyncResult.ReserveOps).
+	SyncReserveOps float64 `json:"sync_reserve_ops,omitempty"`
 	// SyncLandedPerSec is parts landed per second while the inventory
-	// reserved at full rate (window + drain); SyncBacklogPerSec the rate a
-	// backlog was landed at; SyncLagP99Ms the p99 from deduction to
-	// landing; SyncKeepsUp whether the sync drained within 1 s of the load
-	// stopping with p99 lag ≤ 1 s.
-	SyncReserveOps    float64 `json:"sync_reserve_ops,omitempty"`
-	SyncLandedPerSec  float64 `json:"sync_landed_per_s,omitempty"`
+	// reserved at full rate (window + drain).
+	SyncLandedPerSec float64 `json:"sync_landed_per_s,omitempty"`
+	// SyncBacklogPerSec is the rate a backlog was landed at (parts/s).
 	SyncBacklogPerSec float64 `json:"sync_backlog_landed_per_s,omitempty"`
-	SyncLagP99Ms      float64 `json:"sync_lag_p99_ms,omitempty"`
-	SyncKeepsUp       *bool   `json:"sync_keeps_up,omitempty"`
+	// SyncLagP99Ms is the p99 from deduction to landing (ms).
+	SyncLagP99Ms float64 `json:"sync_lag_p99_ms,omitempty"`
+	// SyncKeepsUp is whether the sync drained within 1 s of the load
+	// stopping with p99 lag ≤ 1 s; nil when the sync section did not run.
+	SyncKeepsUp *bool `json:"sync_keeps_up,omitempty"`
 
-	DetectMs  float64 `json:"detect_ms"`
+	// DetectMs is the worst failover cycle's time from the SIGKILL until
+	// the router marked the node DOWN (ms); 0 when the failover section
+	// did not run.
+	DetectMs float64 `json:"detect_ms"`
+	// RecoverMs is the worst time, over the cycles with the default
+	// backoff, from the restarted node accepting a TCP connection until
+	// the router marked it UP (ms).
 	RecoverMs float64 `json:"recover_ms"`
 
 	// OrdersOKDuringOutage is the share of 1-item orders (stock on every
 	// node, ids minted by inventory.NewOrderID) started while one of three
-	// nodes was killed that succeeded; OrdersOKDuringOutageOwnIDs the same
-	// for orders whose ids the caller made up (their home is hashed from
-	// the id, so about a third of them live on the dead node).
-	OrdersOKDuringOutage       *float64 `json:"orders_ok_during_outage,omitempty"`
+	// nodes was killed that succeeded; nil when the outage section did
+	// not run.
+	OrdersOKDuringOutage *float64 `json:"orders_ok_during_outage,omitempty"`
+	// OrdersOKDuringOutageOwnIDs is the same for orders whose ids the
+	// caller made up (their home is hashed from the id, so about a third
+	// of them live on the dead node).
 	OrdersOKDuringOutageOwnIDs *float64 `json:"orders_ok_during_outage_own_ids,omitempty"`
 
 	// DurabilityReplicaVsNone is 1-item reserves/s with
 	// inventory.durability replica over none, on one Sentinel group.
 	DurabilityReplicaVsNone float64 `json:"durability_replica_vs_none,omitempty"`
-	DurabilityNoneOps       float64 `json:"durability_none_ops,omitempty"`
-	DurabilityReplicaOps    float64 `json:"durability_replica_ops,omitempty"`
-	DurabilityNoneP99Ms     float64 `json:"durability_none_p99_ms,omitempty"`
-	DurabilityReplicaP99Ms  float64 `json:"durability_replica_p99_ms,omitempty"`
+	// DurabilityNoneOps is the median 1-item reserves/s with durability
+	// none.
+	DurabilityNoneOps float64 `json:"durability_none_ops,omitempty"`
+	// DurabilityReplicaOps is the same with durability replica.
+	DurabilityReplicaOps float64 `json:"durability_replica_ops,omitempty"`
+	// DurabilityNoneP99Ms is the p99 latency of those reserves with
+	// durability none (ms, median over the rounds).
+	DurabilityNoneP99Ms float64 `json:"durability_none_p99_ms,omitempty"`
+	// DurabilityReplicaP99Ms is the same with durability replica.
+	DurabilityReplicaP99Ms float64 `json:"durability_replica_p99_ms,omitempty"`
 
 	// CacheHotkeySpread is max/min of the nodes' shares of a 3-replica
-	// hot key's reads; CacheLoaderCallsPerMissStorm the loader calls of
-	// 200 concurrent Gets of one missing key over 3 instances.
-	CacheHotkeySpread            float64 `json:"cache_hotkey_spread,omitempty"`
-	CacheLoaderCallsPerMissStorm *int64  `json:"cache_loader_calls_per_miss_storm,omitempty"`
-	CacheGetOps                  float64 `json:"cache_get_ops,omitempty"`
-	CachePlainOps                float64 `json:"cache_plain_fill_ops,omitempty"`
+	// hot key's reads.
+	CacheHotkeySpread float64 `json:"cache_hotkey_spread,omitempty"`
+	// CacheLoaderCallsPerMissStorm is the loader calls of 200 concurrent
+	// Gets of one missing key over 3 instances, through cache.Get; nil
+	// when the cache section did not run.
+	CacheLoaderCallsPerMissStorm *int64 `json:"cache_loader_calls_per_miss_storm,omitempty"`
+	// CacheGetOps is the median ops/s of the cache section's Zipf
+	// workload through cache.Get.
+	CacheGetOps float64 `json:"cache_get_ops,omitempty"`
+	// CachePlainOps is the same through the router's plain client with a
+	// hand-written fill.
+	CachePlainOps float64 `json:"cache_plain_fill_ops,omitempty"`
 
+	// Targets maps each target checked (e.g. "router_vs_direct>=3.0") to
+	// whether it was met; a target whose section did not run is absent.
 	Targets map[string]bool `json:"targets_met"`
 }
 

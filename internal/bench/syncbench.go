@@ -20,13 +20,14 @@ import (
 // settings) landing the redo log in a local PostgreSQL (fsync on) while
 // the inventory reserves at its full rate, then draining a backlog.
 type SyncResult struct {
-	Conc int
-	// Window is how long the reserve load ran with the sync running;
-	// ReserveOps its 1-item reserves per second (each one part); Parts the
-	// parts it handed out.
-	Window     time.Duration
+	Conc int // concurrent goroutines of the reserve load (Plan.Conc)
+	// Window is how long the reserve load ran with the sync running.
+	Window time.Duration
+	// ReserveOps is that load's 1-item reserves per second (each one
+	// part).
 	ReserveOps float64
-	Parts      int64
+	// Parts is the parts the load handed out in the window.
+	Parts int64
 	// Drain is how long after the load stopped the last part landed.
 	Drain time.Duration
 	// LandedPerSec is Parts over Window plus Drain.
@@ -41,9 +42,10 @@ type SyncResult struct {
 	// the plan ran more than one (Plan.SyncRuns): the fields above are
 	// the run with the median of them.
 	RunsP99 []time.Duration
-	// BacklogParts were reserved with no sync running; BacklogPerSec is
-	// how fast a sync started afterwards landed them (its capacity).
-	BacklogParts  int64
+	// BacklogParts were reserved with no sync running.
+	BacklogParts int64
+	// BacklogPerSec is how fast (parts/s) a sync started afterwards
+	// landed them: its capacity.
 	BacklogPerSec float64
 	// KeepsUp: the sync drained within a second of the load stopping and
 	// its p99 lag stayed under a second.

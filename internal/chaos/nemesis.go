@@ -28,7 +28,7 @@ var faultKinds = []string{FaultKill, FaultPause, FaultDrain, FaultRestart, Fault
 // Fault is one fault the nemesis injected.
 type Fault struct {
 	At     time.Duration // since the start of the run
-	Kind   string
+	Kind   string        // what was injected: one of the Fault… constants
 	Target string        // node, route@node or "service"
 	Hold   time.Duration // how long the fault lasted (planned for drains)
 	Err    string        // injection or healing error, if any

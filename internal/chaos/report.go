@@ -13,10 +13,10 @@ import (
 
 // Report is the outcome of a run.
 type Report struct {
-	Seed     int64
-	Duration time.Duration
-	Clients  int
-	Nodes    int
+	Seed     int64         // Options.Seed: the run's seed
+	Duration time.Duration // Options.Duration: how long the clients ran
+	Clients  int           // Options.Clients: concurrent order clients
+	Nodes    int           // Options.Nodes: redis-server nodes (or Sentinel groups), the spare left out
 	// Topology says what the nodes were (standalone or Sentinel groups)
 	// and the inventory durability.
 	Topology string
@@ -31,22 +31,28 @@ type Report struct {
 	Ops map[string]map[string]int64
 	// Timeline lists the faults injected, in order.
 	Timeline []Fault
-	// SKUs is what the run loaded; Stock what the nodes held at the end.
-	SKUs  []SKU
+	// SKUs is what the run loaded.
+	SKUs []SKU
+	// Stock is what the nodes held of each SKU at the end, in SKUs' order.
 	Stock []SKUResult
-	// Orders counts the order ids the clients used; Statuses their final
-	// order-record status; Known what the clients knew of them.
-	Orders   int
+	// Orders counts the order ids the clients used.
+	Orders int
+	// Statuses counts those orders by their final order-record status
+	// ("missing" for an order with no record).
 	Statuses map[string]int
-	Known    map[string]int
+	// Known counts those orders by what their clients knew of them (e.g.
+	// "seen confirmed", "outcome unknown").
+	Known map[string]int
 	// LimitPairs counts the (SKU, user) pairs whose per-user limit was
 	// checked, LimitReached those whose user holds exactly the limit.
 	LimitPairs, LimitReached int
 	// RedoEntries counts the redo-log entries checked.
 	RedoEntries int64
-	// Violations lists the first violations of each kind;
-	// ViolationCounts counts them all.
-	Violations      []Violation
+	// Violations lists the first violations of each kind (at most 20
+	// each), excused ones left out.
+	Violations []Violation
+	// ViolationCounts counts every violation by kind, excused ones left
+	// out.
 	ViolationCounts map[string]int
 	// Notes are unexpected but allowed observations (internal errors,
 	// stray keys).
@@ -62,22 +68,30 @@ type Report struct {
 	Verbose bool
 	excuse  *exposure
 
-	LoadTook, HealTook, Elapsed time.Duration
+	LoadTook time.Duration // from the start until the clients stopped
+	HealTook time.Duration // from the load's end until no part was pending
+	Elapsed  time.Duration // the whole run, checks included
 
 	mu sync.Mutex
 }
 
 // Violation is one broken invariant.
 type Violation struct {
-	Kind   string
-	Detail string
+	Kind   string // the invariant broken, e.g. "stock-balance"
+	Detail string // what was found, naming the order, SKU or node
 }
 
 // SKUResult is one SKU's totals over its nodes at the end.
 type SKUResult struct {
 	SKU
-	Available, Reserved, Confirmed, LoadedOnNodes int64
-	OK                                            bool
+	Available     int64 // units available, summed over the nodes
+	Reserved      int64 // units reserved, summed over the nodes
+	Confirmed     int64 // units confirmed, summed over the nodes
+	LoadedOnNodes int64 // the stock hashes' loaded counters, summed over the nodes
+	// OK is true when the SKU's counters passed every stock check: none
+	// negative, each node's and the total adding up to what the run
+	// loaded, and each node's matching its parts.
+	OK bool
 }
 
 // maxPerKind is how many violations of one kind the report keeps.

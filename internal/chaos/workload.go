@@ -15,9 +15,10 @@ import (
 
 // SKU is one SKU the run loads, and what it loaded.
 type SKU struct {
-	Route, SKU string
-	Loaded     int64
-	Limit      int64 // per-user limit; 0 = none
+	Route  string // the inventory route the SKU is on
+	SKU    string // the SKU id
+	Loaded int64  // units the run loaded, over all the route's nodes
+	Limit  int64  // per-user limit; 0 = none
 }
 
 // String is "route/sku".

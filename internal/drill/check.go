@@ -77,9 +77,9 @@ func stockAddsUp(ctx context.Context, inv shardisv1connect.InventoryServiceClien
 // Acked is what a drill's clients were told: the orders whose Reserve was
 // acknowledged (order id → units), and those whose Confirm or Cancel was.
 type Acked struct {
-	Reserved  map[string]int64
-	Confirmed map[string]bool
-	Cancelled map[string]bool
+	Reserved  map[string]int64 // order id → units, for every acknowledged Reserve
+	Confirmed map[string]bool  // order ids whose Confirm was acknowledged
+	Cancelled map[string]bool  // order ids whose Cancel was acknowledged
 }
 
 // LostOutcomes checks that every acknowledged outcome is on the order's

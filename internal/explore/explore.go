@@ -65,12 +65,12 @@ type Config struct {
 
 // Summary is what Explore found.
 type Summary struct {
-	Ran     int
-	Failed  []Result // in seed order
-	Took    time.Duration
+	Ran     int           // schedules run
+	Failed  []Result      // in seed order
+	Took    time.Duration // wall time of the whole exploration
 	Busy    time.Duration // schedules' time summed over worlds
 	Waited  time.Duration // of Busy, waiting for deadlines
-	Slowest time.Duration
+	Slowest time.Duration // the longest one schedule took (Result.Took)
 	// Losses counts the schedules in which a node lost acknowledged
 	// writes and was accepted (Result.Lost); Excused sums their excused
 	// violations (Result.Excused).

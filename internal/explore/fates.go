@@ -66,8 +66,15 @@ var errAbandoned = errors.New("explore: the caller stopped waiting (fault inject
 // Probs are the chances of each fault per call (the rest is Deliver) and
 // of a crash at each crash point an actor passes.
 type Probs struct {
-	Delay, DropReply, CrashAfter, CrashBefore, Hold, Park float64
-	CrashPoint                                            float64
+	Delay       float64 // chance per call of the Delay fate
+	DropReply   float64 // chance per call of the DropReply fate
+	CrashAfter  float64 // chance per call of the CrashAfter fate
+	CrashBefore float64 // chance per call of the CrashBefore fate
+	Hold        float64 // chance per call of the Hold fate
+	Park        float64 // chance per call of the Park fate
+	// CrashPoint is the chance that an actor dies at each crash point it
+	// passes (Faults.Crash), besides its CrashAt fate.
+	CrashPoint float64
 	// CrashAt is the chance that an actor is fated, when it starts, to
 	// die at the k-th crash point it passes, k drawn uniformly from 1 to
 	// crashAtMax: every crash point of a protocol (staged:stage-only, the

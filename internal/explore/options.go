@@ -158,7 +158,7 @@ func (o Options) withDefaults() Options {
 
 // Result is one schedule's outcome.
 type Result struct {
-	Seed       int64
+	Seed       int64    // the seed that drove the schedule's random choices
 	Violations []string // empty: every check held
 	// Excused counts the violations about the orders and counters a
 	// node's accepted data loss exposed (loss.go): expected by design,
@@ -177,9 +177,9 @@ type Result struct {
 	// the nodes at the schedule's end (inventory/migrate.go, expireMoved):
 	// not a violation (nothing is lost), a key kept for good.
 	Frozen int
-	Trace  []string // the scheduler's picks and fates, and crash points
-	Log    []string // what each actor was told
-	Digest string   // of the trace's decisions: equal on every run of the seed that decided alike
-	Took   time.Duration
+	Trace  []string      // the scheduler's picks and fates, and crash points
+	Log    []string      // what each actor was told
+	Digest string        // of the trace's decisions: equal on every run of the seed that decided alike
+	Took   time.Duration // wall time the schedule took
 	Waited time.Duration // of Took, spent waiting for deadlines
 }

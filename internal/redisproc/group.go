@@ -38,12 +38,16 @@ type GroupOptions struct {
 	// delay before a failed failover is tried again).
 	// default: 2s
 	FailoverTimeout time.Duration
-	// AOF, Password and Args configure every data server (see Options).
-	// Password is also the masterauth of replicas and the auth-pass the
-	// sentinels use; the sentinels themselves need none.
-	AOF      bool
+	// AOF turns the append-only file on for every data server (see
+	// Options.AOF).
+	AOF bool
+	// Password is every data server's requirepass ("" = none), also the
+	// masterauth of replicas and the auth-pass the sentinels use; the
+	// sentinels themselves need none.
 	Password string
-	Args     []string
+	// Args are extra redis-server arguments for every data server (see
+	// Options.Args).
+	Args []string
 	// Dir is a base directory: the data servers get Dir/server-N. ""
 	// gives each its own temporary directory, removed by Close. The
 	// sentinels always run in temporary directories (removed by Close) on

@@ -21,8 +21,8 @@ import (
 // Handlers implements shardisv1connect.InventoryServiceHandler and
 // AdminServiceHandler. Safe for concurrent use.
 type Handlers struct {
-	Router    *router.Router
-	Inventory *inventory.Inventory
+	Router    *router.Router       // the router the admin calls read and change (node and route state)
+	Inventory *inventory.Inventory // the inventory every call works on
 }
 
 // LoadStock implements InventoryService.LoadStock.

@@ -33,11 +33,11 @@ import (
 type Server struct {
 	cfg     *config.Config
 	log     *slog.Logger
-	Router  *router.Router
-	Inv     *inventory.Inventory
-	Rec     *rollback.Reconciler
-	Queue   *rollback.Queue
-	Metrics *metrics.Metrics
+	Router  *router.Router       // the router over the configured nodes
+	Inv     *inventory.Inventory // the inventory over Router
+	Rec     *rollback.Reconciler // the running reconciler of Inv's nodes
+	Queue   *rollback.Queue      // the deferred-settle queue Inv feeds and Rec drains
+	Metrics *metrics.Metrics     // the Prometheus metrics the server exposes, bound to Router, Inv and Rec
 	http    *http.Server
 	ln      net.Listener
 	served  chan error

@@ -29,10 +29,10 @@ import (
 // queue, and a running reconciler that a node coming back wakes at once.
 // Close it to stop the reconciler and close every node client.
 type Stack struct {
-	Router     *router.Router
-	Inventory  *inventory.Inventory
-	Queue      *rollback.Queue
-	Reconciler *rollback.Reconciler
+	Router     *router.Router       // the router over the configured nodes
+	Inventory  *inventory.Inventory // the inventory over Router, deferring settles to Queue
+	Queue      *rollback.Queue      // the deferred-settle queue
+	Reconciler *rollback.Reconciler // the running reconciler over Inventory and Queue
 }
 
 // Options configures [Open]. The zero value works.

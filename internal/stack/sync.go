@@ -21,10 +21,10 @@ import (
 // detection), the inventory over it (no reconciler: the service runs
 // that), a PostgreSQL pool and the syncer. Close it to stop everything.
 type Sync struct {
-	Router    *router.Router
-	Inventory *inventory.Inventory
-	Pool      *pgxpool.Pool
-	Syncer    *pgsync.Syncer
+	Router    *router.Router       // the router over the configured nodes
+	Inventory *inventory.Inventory // the inventory over Router, without a reconciler
+	Pool      *pgxpool.Pool        // the PostgreSQL pool the syncer lands into
+	Syncer    *pgsync.Syncer       // the syncer; not started by OpenSync (call Start)
 
 	reg *registered // the metrics OpenSync registered, taken back by Close
 }
