@@ -29,11 +29,11 @@ type orderPlan struct {
 // the final state must honour (check.go).
 type observed struct {
 	mu        sync.Mutex
-	reserved  map[string][]inventory.Receipt // Reserve answered success (first answer)
-	confirmed map[string]string              // Confirm answered confirmed: by whom
-	cancelled map[string]string              // Cancel answered cancelled: by whom
-	dataLoss  map[string]bool                // Confirm reported data loss
-	refused   map[string][]refusal           // Reserve calls refused for good
+	reserved  map[string][][]inventory.Receipt // Reserve answered success: each such answer's receipts, in the order they came
+	confirmed map[string]string                // Confirm answered confirmed: by whom
+	cancelled map[string]string                // Cancel answered cancelled: by whom
+	dataLoss  map[string]bool                  // Confirm reported data loss
+	refused   map[string][]refusal             // Reserve calls refused for good
 	// extra is stock loaded during the schedule, by stock key (-1: a
 	// load whose outcome is unknown).
 	extra map[string]int64
@@ -72,7 +72,7 @@ type observed struct {
 }
 
 func newObserved() *observed {
-	return &observed{reserved: map[string][]inventory.Receipt{}, confirmed: map[string]string{},
+	return &observed{reserved: map[string][][]inventory.Receipt{}, confirmed: map[string]string{},
 		cancelled: map[string]string{}, dataLoss: map[string]bool{}, refused: map[string][]refusal{}, extra: map[string]int64{},
 		diffs: map[string][]lossDiff{}, ended: map[string]bool{}}
 }
@@ -227,9 +227,7 @@ func (o *observed) reserve(inv *inventory.Inventory, who string, p orderPlan, tr
 			}
 			if err == nil {
 				o.mu.Lock()
-				if _, ok := o.reserved[p.ID]; !ok {
-					o.reserved[p.ID] = res.Receipts
-				}
+				o.reserved[p.ID] = append(o.reserved[p.ID], res.Receipts)
 				o.mu.Unlock()
 				return
 			}

@@ -3,6 +3,7 @@ package explore
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/inventory"
@@ -228,5 +229,45 @@ func TestCheckFalseDataLoss(t *testing.T) {
 		if found == lost {
 			t.Errorf("a node lost data: %v; violations %q", lost, v.list)
 		}
+	}
+}
+
+// TestCheckEveryReserveAnswer: each Reserve that answered success is held
+// against the record's receipts, not only the first: a retry answered
+// with receipts the record does not hold is a violation (the helper's
+// replay-receipts mutation went unseen in 152 schedules when only the
+// first answer was kept).
+func TestCheckEveryReserveAnswer(t *testing.T) {
+	homes, err := inventory.NewHomes(mustConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := inventory.Receipt{ItemIndex: 0, SKU: "s", Quantity: 1, Node: "n2", Offset: 7}
+	other := held
+	other.Offset = 1007
+	for _, c := range []struct {
+		name    string
+		answers [][]inventory.Receipt
+		want    bool
+	}{
+		{"one answer, as held", [][]inventory.Receipt{{held}}, false},
+		{"a retry, as held", [][]inventory.Receipt{{held}, {held}}, false},
+		{"a retry told other receipts", [][]inventory.Receipt{{held}, {other}}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ov := stagingView("n2", inventory.PartPending)
+			ov.recOn = []string{homes.Home("x")}
+			ov.rec.Status = inventory.OrderReserved
+			ov.rec.Deadline = time.Now().Add(time.Hour)
+			ov.rec.Parts[0].SKU, ov.rec.Parts[0].Offset = "s", 7
+			obs := newObserved()
+			obs.reserved["x"] = c.answers
+			var v violations
+			checkOrder(&v, "x", ov, obs, homes)
+			found := strings.Contains(strings.Join(v.list, "\n"), "Reserve answered")
+			if found != c.want {
+				t.Errorf("acked-gone listed = %v, want %v (violations %q)", found, c.want, v.list)
+			}
+		})
 	}
 }
