@@ -32,8 +32,11 @@ type observed struct {
 	reserved  map[string][][]inventory.Receipt // Reserve answered success: each such answer's receipts, in the order they came
 	confirmed map[string]string                // Confirm answered confirmed: by whom
 	cancelled map[string]string                // Cancel answered cancelled: by whom
-	dataLoss  map[string]bool                  // Confirm reported data loss
-	refused   map[string][]refusal             // Reserve calls refused for good
+	// cancelFrom is when the first Cancel call of an order began,
+	// whatever it answered (one whose reply was lost may have applied).
+	cancelFrom map[string]time.Time
+	dataLoss   map[string]bool      // Confirm reported data loss
+	refused    map[string][]refusal // Reserve calls refused for good
 	// extra is stock loaded during the schedule, by stock key (-1: a
 	// load whose outcome is unknown).
 	extra map[string]int64
@@ -73,7 +76,7 @@ type observed struct {
 
 func newObserved() *observed {
 	return &observed{reserved: map[string][][]inventory.Receipt{}, confirmed: map[string]string{},
-		cancelled: map[string]string{}, dataLoss: map[string]bool{}, refused: map[string][]refusal{}, extra: map[string]int64{},
+		cancelled: map[string]string{}, cancelFrom: map[string]time.Time{}, dataLoss: map[string]bool{}, refused: map[string][]refusal{}, extra: map[string]int64{},
 		diffs: map[string][]lossDiff{}, ended: map[string]bool{}}
 }
 
@@ -270,6 +273,11 @@ func (o *observed) confirm(inv *inventory.Inventory, who, id string, tries int) 
 func (o *observed) cancel(inv *inventory.Inventory, who, id string) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		defer o.end(who)
+		o.mu.Lock()
+		if _, ok := o.cancelFrom[id]; !ok {
+			o.cancelFrom[id] = time.Now()
+		}
+		o.mu.Unlock()
 		out, err := inv.Cancel(ctx, id)
 		o.note(who, "Cancel "+id, err)
 		if err == nil && out.Status == inventory.StatusCancelled {

@@ -271,3 +271,49 @@ func TestCheckEveryReserveAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckHeldToDeadlineOrCancel: an acknowledged order's record parts
+// are held to its deadline while it is reserved or expired, and, when a
+// Cancel cancelled it, to the deadline or the first Cancel call's start,
+// whichever came first: a part cancelled earlier was released early.
+func TestCheckHeldToDeadlineOrCancel(t *testing.T) {
+	homes, err := inventory.NewHomes(mustConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Hour)
+	held := inventory.Receipt{ItemIndex: 0, SKU: "s", Quantity: 1, Node: "n2", Offset: 7}
+	for _, c := range []struct {
+		name       string
+		status     inventory.OrderState
+		reason     inventory.DecisionReason
+		settled    time.Time     // the part's cancel
+		cancelFrom time.Duration // the first Cancel's start, before the deadline; 0 none
+		want       bool
+	}{
+		{"reserved, part cancelled early", inventory.OrderReserved, "", deadline.Add(-time.Minute), 0, true},
+		{"expired, part cancelled after the deadline", inventory.OrderCancelled, inventory.ReasonExpired, deadline.Add(time.Second), 0, false},
+		{"expired, part cancelled early", inventory.OrderCancelled, inventory.ReasonExpired, deadline.Add(-time.Minute), 0, true},
+		{"cancelled, part cancelled after the Cancel began", inventory.OrderCancelled, inventory.ReasonCancelled, deadline.Add(-29 * time.Minute), 30 * time.Minute, false},
+		{"cancelled, part cancelled before the Cancel began", inventory.OrderCancelled, inventory.ReasonCancelled, deadline.Add(-31 * time.Minute), 30 * time.Minute, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ov := stagingView("n2", inventory.PartCancelled)
+			ov.recOn = []string{homes.Home("x")}
+			ov.rec.Status, ov.rec.Reason, ov.rec.Deadline = c.status, c.reason, deadline
+			ov.rec.Parts[0].SKU, ov.rec.Parts[0].Offset = "s", 7
+			ov.parts[0].SettledAt = c.settled
+			obs := newObserved()
+			obs.reserved["x"] = [][]inventory.Receipt{{held}}
+			if c.cancelFrom > 0 {
+				obs.cancelFrom["x"] = deadline.Add(-c.cancelFrom)
+			}
+			var v violations
+			checkOrder(&v, "x", ov, obs, homes)
+			found := strings.Contains(strings.Join(v.list, "\n"), "was cancelled")
+			if found != c.want {
+				t.Errorf("early release listed = %v, want %v (violations %q)", found, c.want, v.list)
+			}
+		})
+	}
+}
