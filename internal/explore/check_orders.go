@@ -2,6 +2,7 @@ package explore
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -30,6 +31,17 @@ func checkOrders(v *violations, st *worldState, obs *observed, orders []orderPla
 	}
 	for _, o := range orders {
 		view(o.ID)
+	}
+	// and every order a caller was told of (phase 2's and the topology
+	// actor's too), so one whose record and parts are all gone is still
+	// held to what its callers were told
+	obs.mu.Lock()
+	told := slices.Collect(maps.Keys(obs.reserved))
+	told = append(told, slices.Collect(maps.Keys(obs.confirmed))...)
+	told = append(told, slices.Collect(maps.Keys(obs.cancelled))...)
+	obs.mu.Unlock()
+	for _, id := range told {
+		view(id)
 	}
 	for _, name := range allNodes {
 		for id, r := range st.nodes[name].orders {

@@ -317,3 +317,26 @@ func TestCheckHeldToDeadlineOrCancel(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckOrdersToldOfOutsidePhaseOne: an order a caller was told was
+// reserved is checked though it is not among the schedule's phase-1
+// orders and nothing of it is left on the nodes (phase 2's order, the
+// topology actor's): before, such an order was looked at only when a
+// record or a part of it remained.
+func TestCheckOrdersToldOfOutsidePhaseOne(t *testing.T) {
+	homes, err := inventory.NewHomes(mustConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &worldState{nodes: map[string]*nodeState{}}
+	for _, n := range allNodes {
+		st.nodes[n] = &nodeState{name: n, orders: map[string]*inventory.OrderRecord{}, parts: map[string]*inventory.PartRecord{}}
+	}
+	obs := newObserved()
+	obs.reserved["o3"] = [][]inventory.Receipt{{{ItemIndex: 0, SKU: "s", Quantity: 1, Node: "n2", Offset: 7}}}
+	var v violations
+	checkOrders(&v, st, obs, nil, homes, nil)
+	if !strings.Contains(strings.Join(v.list, "\n"), "order o3: Reserve answered success, the order is") {
+		t.Errorf("an acknowledged order with nothing left, outside phase 1: not reported (violations %q)", v.list)
+	}
+}
