@@ -24,6 +24,34 @@ func stagingView(promisedOn string, st inventory.PartState) *orderView {
 	return ov
 }
 
+// ackedView is order x's view at its home: a record in status with its
+// deadline, promising 1 unit of s at offset 7 on n2, and that part found
+// on n2 in state st (the receipt heldReceipt names).
+func ackedView(homes *inventory.Homes, status inventory.OrderState, deadline time.Time, st inventory.PartState) *orderView {
+	ov := stagingView("n2", st)
+	ov.recOn = []string{homes.Home("x")}
+	ov.rec.Status, ov.rec.Deadline = status, deadline
+	ov.rec.Parts[0].SKU, ov.rec.Parts[0].Offset = "s", 7
+	return ov
+}
+
+// heldReceipt is the receipt of ackedView's part.
+var heldReceipt = inventory.Receipt{ItemIndex: 0, SKU: "s", Quantity: 1, Node: "n2", Offset: 7}
+
+// emptyWorld is a world state with every node and nothing on them.
+func emptyWorld() *worldState {
+	st := &worldState{nodes: map[string]*nodeState{}}
+	for _, n := range allNodes {
+		st.nodes[n] = &nodeState{name: n, orders: map[string]*inventory.OrderRecord{}, parts: map[string]*inventory.PartRecord{}}
+	}
+	return st
+}
+
+// listed reports whether a violation in v holds substr.
+func listed(v *violations, substr string) bool {
+	return strings.Contains(strings.Join(v.list, "\n"), substr)
+}
+
 // TestCheckStagingRecord: a record left staging at quiescence is a
 // violation when it cannot be decided (it promises a part on a node the
 // topology no longer has: issue A2) or when a part of its attempt is
@@ -95,10 +123,7 @@ func TestCheckResurrectedRecord(t *testing.T) {
 	}
 	stale := &inventory.OrderRecord{ID: "x", Status: inventory.OrderCancelled, Token: "T"}
 	current := &inventory.OrderRecord{ID: "x", Status: inventory.OrderCancelled, Token: "U"}
-	st := &worldState{nodes: map[string]*nodeState{}}
-	for _, n := range allNodes {
-		st.nodes[n] = &nodeState{name: n, orders: map[string]*inventory.OrderRecord{}, parts: map[string]*inventory.PartRecord{}}
-	}
+	st := emptyWorld()
 	st.nodes[away].orders["x"], st.nodes[home].orders["x"] = stale, current
 	several := func(resurrected map[string]map[string]bool) bool {
 		var v violations
@@ -242,8 +267,7 @@ func TestCheckEveryReserveAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := inventory.Receipt{ItemIndex: 0, SKU: "s", Quantity: 1, Node: "n2", Offset: 7}
-	other := held
+	held, other := heldReceipt, heldReceipt
 	other.Offset = 1007
 	for _, c := range []struct {
 		name    string
@@ -255,17 +279,12 @@ func TestCheckEveryReserveAnswer(t *testing.T) {
 		{"a retry told other receipts", [][]inventory.Receipt{{held}, {other}}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ov := stagingView("n2", inventory.PartPending)
-			ov.recOn = []string{homes.Home("x")}
-			ov.rec.Status = inventory.OrderReserved
-			ov.rec.Deadline = time.Now().Add(time.Hour)
-			ov.rec.Parts[0].SKU, ov.rec.Parts[0].Offset = "s", 7
+			ov := ackedView(homes, inventory.OrderReserved, time.Now().Add(time.Hour), inventory.PartPending)
 			obs := newObserved()
 			obs.reserved["x"] = c.answers
 			var v violations
 			checkOrder(&v, "x", ov, obs, homes)
-			found := strings.Contains(strings.Join(v.list, "\n"), "Reserve answered")
-			if found != c.want {
+			if found := listed(&v, "Reserve answered"); found != c.want {
 				t.Errorf("acked-gone listed = %v, want %v (violations %q)", found, c.want, v.list)
 			}
 		})
@@ -282,7 +301,6 @@ func TestCheckHeldToDeadlineOrCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Hour)
-	held := inventory.Receipt{ItemIndex: 0, SKU: "s", Quantity: 1, Node: "n2", Offset: 7}
 	for _, c := range []struct {
 		name       string
 		status     inventory.OrderState
@@ -298,20 +316,17 @@ func TestCheckHeldToDeadlineOrCancel(t *testing.T) {
 		{"cancelled, part cancelled before the Cancel began", inventory.OrderCancelled, inventory.ReasonCancelled, deadline.Add(-31 * time.Minute), 30 * time.Minute, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ov := stagingView("n2", inventory.PartCancelled)
-			ov.recOn = []string{homes.Home("x")}
-			ov.rec.Status, ov.rec.Reason, ov.rec.Deadline = c.status, c.reason, deadline
-			ov.rec.Parts[0].SKU, ov.rec.Parts[0].Offset = "s", 7
+			ov := ackedView(homes, c.status, deadline, inventory.PartCancelled)
+			ov.rec.Reason = c.reason
 			ov.parts[0].SettledAt = c.settled
 			obs := newObserved()
-			obs.reserved["x"] = [][]inventory.Receipt{{held}}
+			obs.reserved["x"] = [][]inventory.Receipt{{heldReceipt}}
 			if c.cancelFrom > 0 {
 				obs.cancelFrom["x"] = deadline.Add(-c.cancelFrom)
 			}
 			var v violations
 			checkOrder(&v, "x", ov, obs, homes)
-			found := strings.Contains(strings.Join(v.list, "\n"), "was cancelled")
-			if found != c.want {
+			if found := listed(&v, "was cancelled"); found != c.want {
 				t.Errorf("early release listed = %v, want %v (violations %q)", found, c.want, v.list)
 			}
 		})
@@ -328,15 +343,11 @@ func TestCheckOrdersToldOfOutsidePhaseOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &worldState{nodes: map[string]*nodeState{}}
-	for _, n := range allNodes {
-		st.nodes[n] = &nodeState{name: n, orders: map[string]*inventory.OrderRecord{}, parts: map[string]*inventory.PartRecord{}}
-	}
 	obs := newObserved()
-	obs.reserved["o3"] = [][]inventory.Receipt{{{ItemIndex: 0, SKU: "s", Quantity: 1, Node: "n2", Offset: 7}}}
+	obs.reserved["o3"] = [][]inventory.Receipt{{heldReceipt}}
 	var v violations
-	checkOrders(&v, st, obs, nil, homes, nil)
-	if !strings.Contains(strings.Join(v.list, "\n"), "order o3: Reserve answered success, the order is") {
+	checkOrders(&v, emptyWorld(), obs, nil, homes, nil)
+	if !listed(&v, "order o3: Reserve answered success, the order is") {
 		t.Errorf("an acknowledged order with nothing left, outside phase 1: not reported (violations %q)", v.list)
 	}
 }
