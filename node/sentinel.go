@@ -239,7 +239,7 @@ func (n *Node) sentinelsAgree(ctx context.Context, addr string, up bool) error {
 	known := n.knownSentinels()
 	answers := make(chan sentinelAnswer, len(known))
 	for _, a := range known {
-		go func(a string) { answers <- n.askSentinel(ctx, a, addr) }(a)
+		go func(a string) { answers <- n.askSentinel(ctx, a, addr, !up) }(a)
 	}
 	var others, peers []string
 	answered := 0
@@ -281,11 +281,13 @@ type sentinelAnswer struct {
 }
 
 // askSentinel asks the sentinel at a which server is the group's master,
-// and whether it is addr (SameServer), and then which other sentinels
-// monitor the group (peers; none when that fails), on the node's kept
-// connection to it (askers.go). The questions are bounded by
-// sentinelBound(ProbeTimeout) together, SameServer by ctx.
-func (n *Node) askSentinel(ctx context.Context, a, addr string) sentinelAnswer {
+// and whether it is addr (SameServer), and, with discover (a reconnect
+// probe's question, not an UP one's: the group's sentinels are learnt on
+// reconnects), which other sentinels monitor the group (peers; none when
+// that fails), on the node's kept connection to it (askers.go). The
+// questions are bounded by sentinelBound(ProbeTimeout) together,
+// SameServer by ctx.
+func (n *Node) askSentinel(ctx context.Context, a, addr string, discover bool) sentinelAnswer {
 	s := n.opts.Sentinel
 	bound := sentinelBound(n.opts.ProbeTimeout)
 	c := n.askers.get(a, func() *redis.SentinelClient {
@@ -310,6 +312,9 @@ func (n *Node) askSentinel(ctx context.Context, a, addr string) sentinelAnswer {
 	}
 	master := net.JoinHostPort(v[0], v[1])
 	var peers []string
+	if !discover {
+		return sentinelAnswer{sentinel: a, master: master, same: SameServer(ctx, master, addr)}
+	}
 	if list, err := c.Sentinels(qctx, s.Master).Result(); err == nil {
 		for _, p := range list {
 			if ip, port := p["ip"], p["port"]; ip != "" && port != "" {
