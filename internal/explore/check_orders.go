@@ -147,12 +147,14 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 	answers, acked := obs.reserved[id]
 	confirmedBy, cancelledBy, loss := obs.confirmed[id], obs.cancelled[id], obs.dataLoss[id]
 	cancelFrom, cancelCalled := obs.cancelFrom[id]
-	slack, lost := obs.clockSlack, len(obs.losses) > 0
+	slack, nlost := obs.clockSlack, len(obs.losses)
 	obs.mu.Unlock()
-	if loss && !lost {
+	if loss && !v.exposed[id] {
 		// a node restarted from its AOF (appendfsync always) loses
-		// nothing: only the data-loss actor (loss.go) makes a part go
-		v.order(id, "false-data-loss", "order %s: a Confirm reported data loss, but no node lost data", id)
+		// nothing: only the data-loss actor (loss.go) makes a part go,
+		// and a part or record of this order it took (or a promise at
+		// the lost node's old incarnation) exposes the order (lossdiff.go)
+		v.add("false-data-loss", "order %s: a Confirm reported data loss, but no node's data loss took a write of it (nodes that lost data: %d)", id, nlost)
 	}
 	if acked && !loss {
 		switch status {

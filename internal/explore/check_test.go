@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/inventory"
 )
@@ -231,28 +233,36 @@ func TestCheckStranded(t *testing.T) {
 	}
 }
 
-// TestCheckFalseDataLoss: a Confirm that reported data loss in a schedule
-// where no node lost data is a violation (the report would excuse the
-// acknowledged reservation's checks); where a node lost data it is not.
+// TestCheckFalseDataLoss: a Confirm that reported data loss is a
+// violation unless a node's data loss exposed the order (the report would
+// excuse the acknowledged reservation's checks): not where no node lost
+// data, nor where a node lost data but none of this order's.
 func TestCheckFalseDataLoss(t *testing.T) {
 	homes, err := inventory.NewHomes(mustConfig(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, lost := range []bool{false, true} {
+	for _, c := range []struct {
+		name          string
+		lost, exposed bool
+		want          bool
+	}{
+		{"no loss", false, false, true},
+		{"another order's loss", true, false, true},
+		{"its own loss", true, true, false},
+	} {
 		ov := stagingView("n2", inventory.PartConfirmed)
 		ov.recOn = []string{homes.Home("x")}
 		ov.rec.Status = "confirmed"
 		obs := newObserved()
 		obs.dataLoss["x"] = true
-		if lost {
+		if c.lost {
 			obs.losses = []string{"n2"}
 		}
-		var v violations
+		v := violations{exposed: map[string]bool{"x": c.exposed}}
 		checkOrder(&v, "x", ov, obs, homes)
-		found := strings.Contains(strings.Join(v.list, "\n"), "false-data-loss")
-		if found == lost {
-			t.Errorf("a node lost data: %v; violations %q", lost, v.list)
+		if found := listed(&v, "false-data-loss"); found != c.want {
+			t.Errorf("%s: false-data-loss listed %v, want %v; violations %q", c.name, found, c.want, v.list)
 		}
 	}
 }
@@ -349,5 +359,75 @@ func TestCheckOrdersToldOfOutsidePhaseOne(t *testing.T) {
 	checkOrders(&v, emptyWorld(), obs, nil, homes, nil)
 	if !listed(&v, "order o3: Reserve answered success, the order is") {
 		t.Errorf("an acknowledged order with nothing left, outside phase 1: not reported (violations %q)", v.list)
+	}
+}
+
+// TestCheckStuck: a part left in a node's stuck index after the heal is a
+// violation naming the part, its state and why it was set aside, unless
+// a node's data loss exposed its order; an empty stuck index is none.
+func TestCheckStuck(t *testing.T) {
+	st := emptyWorld()
+	v := &violations{exposed: map[string]bool{}}
+	checkQuiet(v, st)
+	if listed(v, "part-stuck") {
+		t.Fatalf("no part set aside, but: %v", v.list)
+	}
+	n2 := st.nodes["n2"]
+	n2.parts["o1|T|0"] = &inventory.PartRecord{ID: "o1|T|0", Order: "o1", State: inventory.PartPending}
+	n2.stuck = []redis.Z{{Score: 1, Member: "o1|T|0"}}
+	n2.stuckWhy = map[string]string{"o1|T|0": "script failed"}
+	checkQuiet(v, st)
+	if !listed(v, "part-stuck: node n2: part o1|T|0 (pending) set aside") || !listed(v, "script failed") {
+		t.Fatalf("part o1|T|0 left set aside, but: %v", v.list)
+	}
+	v = &violations{exposed: map[string]bool{"o1": true}}
+	checkQuiet(v, st)
+	if listed(v, "part-stuck") || len(v.excused) != 1 {
+		t.Fatalf("o1 exposed by a data loss: want the violation excused, got %v (excused %v)", v.list, v.excused)
+	}
+}
+
+// TestCheckRedo: a redo log gap-free to its head with each stock part
+// once, at the offset its record names, passes; a gap, two parts at an
+// offset, a part the log lacks or names elsewhere, an entry naming no
+// part each fail, and a part's violation is excused for an order a data
+// loss exposed.
+func TestCheckRedo(t *testing.T) {
+	const xk = "inv:redo:3"
+	part := func(id string, off int64) *inventory.PartRecord {
+		return &inventory.PartRecord{ID: id, Order: strings.Split(id, "|")[0], State: inventory.PartPending,
+			Kind: inventory.PartStock, Redo: xk, Offset: off, Qty: 1}
+	}
+	good := func() *nodeState {
+		return &nodeState{name: "n1", heads: map[string]int64{xk: 2},
+			redo:  map[string]map[int64][]string{xk: {1: {"a|T|0"}, 2: {"b|T|0"}}},
+			parts: map[string]*inventory.PartRecord{"a|T|0": part("a|T|0", 1), "b|T|0": part("b|T|0", 2)}}
+	}
+	for _, c := range []struct {
+		name    string
+		mangle  func(ns *nodeState)
+		exposed string
+		want    string // "" no violation
+	}{
+		{"agree", func(*nodeState) {}, "", ""},
+		{"gap", func(ns *nodeState) { ns.heads[xk] = 3 }, "", "has no entry at offset 3 (head 3)"},
+		{"two parts at an offset", func(ns *nodeState) { ns.redo[xk][2] = append(ns.redo[xk][2], "a|T|0") }, "", "holds parts [b|T|0 a|T|0] at offset 2"},
+		{"part not logged", func(ns *nodeState) { ns.parts["c|T|0"] = part("c|T|0", 7) }, "", "part c|T|0's record names redo entry inv:redo:3@7, the log has it at []"},
+		{"part not logged, exposed", func(ns *nodeState) { ns.parts["c|T|0"] = part("c|T|0", 7) }, "c", ""},
+		{"logged elsewhere", func(ns *nodeState) { ns.parts["b|T|0"].Offset = 1 }, "", "the log has it at [inv:redo:3@2]"},
+		{"entry with no part", func(ns *nodeState) { delete(ns.parts, "b|T|0") }, "", "names part b|T|0, which has no record"},
+		{"past the head", func(ns *nodeState) { ns.redo[xk][5] = []string{"e|T|0"} }, "", "outside 1..2"},
+		{"no head", func(ns *nodeState) { delete(ns.heads, xk) }, "", "name no head for it"},
+	} {
+		ns := good()
+		c.mangle(ns)
+		v := &violations{exposed: map[string]bool{c.exposed: c.exposed != ""}}
+		checkRedo(v, ns)
+		switch {
+		case c.want == "" && len(v.list) > 0:
+			t.Errorf("%s: want no violation, got %q", c.name, v.list)
+		case c.want != "" && !listed(v, c.want):
+			t.Errorf("%s: want a violation with %q, got %q", c.name, c.want, v.list)
+		}
 	}
 }

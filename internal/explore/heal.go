@@ -89,6 +89,8 @@ func (w *World) settleT1(ctx context.Context) (time.Duration, error) {
 }
 
 // settleAll runs inv's reconciler until no part is pending on the nodes,
+// each pass after moving every part set aside back to pending
+// (retryStuck),
 // waiting for deadlines, for at most healBound past the latest one, read
 // again after every pass: a pass may rightly put a part off past its own
 // deadline (ResolveExpired: its order, still reserved by the same attempt,
@@ -101,6 +103,7 @@ func (w *World) settleAll(ctx context.Context, inv *inventory.Inventory) (waited
 	r := rollback.New(inv, nil, rollback.Settings{Logger: discard})
 	start := time.Now()
 	for {
+		w.retryStuck(ctx, inv)
 		r.RunOnce(ctx)
 		earliest, latest, n, err := w.pendingSpan(ctx)
 		now := time.Now()
@@ -110,6 +113,24 @@ func (w *World) settleAll(ctx context.Context, inv *inventory.Inventory) (waited
 		d := max(earliest.Sub(now)+10*time.Millisecond, 10*time.Millisecond)
 		time.Sleep(d)
 		waited += d
+	}
+}
+
+// retryStuck moves every part set aside on a node inv names back into
+// its pending index, due now, as an operator's `shardis parts retry` does
+// once the cause is repaired: the heal runs without faults, so a part a
+// fault set aside settles, and one that fails again is set aside again,
+// for checkStuck. A part set aside on a node inv does not name (n4 under
+// T0) stays: nothing of that instance would settle it.
+func (w *World) retryStuck(ctx context.Context, inv *inventory.Inventory) {
+	for _, name := range allNodes {
+		parts, err := inv.StuckParts(ctx, name, 10000)
+		if err != nil {
+			continue
+		}
+		for _, p := range parts {
+			_, _ = inv.RetryStuck(ctx, name, p.PartID)
+		}
 	}
 }
 

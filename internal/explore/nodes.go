@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -21,10 +22,20 @@ type nodeState struct {
 	orders  map[string]*inventory.OrderRecord
 	quota   map[string]int64
 	pending []redis.Z
-	xfers   []string
-	topo    map[string]string // shardis:topology
-	bad     []string
-	frozen  int // order records marked moved that have no TTL (Result.Frozen)
+	// stuck is the node's index of parts set aside (inv:stuck), and
+	// stuckWhy why each was (inv:stuck:why)
+	stuck    []redis.Z
+	stuckWhy map[string]string
+	// redo is the node's redo log, from every place that holds entries
+	// (a queue's own key and both kinds of segment): queue key → offset
+	// → the part ids there; heads the last offset handed out per queue
+	// key (inv:redo:offsets)
+	redo   map[string]map[int64][]string
+	heads  map[string]int64
+	xfers  []string
+	topo   map[string]string // shardis:topology
+	bad    []string
+	frozen int // order records marked moved that have no TTL (Result.Frozen)
 	// movedLive: of orders marked moved here, those live on another node
 	// when this state was read before a roll back (liveElsewhere); nil
 	// otherwise
@@ -50,7 +61,7 @@ func (w *World) read(ctx context.Context) (*worldState, error) {
 
 func readNode(ctx context.Context, c *redis.Client, name string) (*nodeState, error) {
 	ns := &nodeState{name: name, stock: map[string]map[string]string{}, parts: map[string]*inventory.PartRecord{},
-		orders: map[string]*inventory.OrderRecord{}, quota: map[string]int64{}}
+		orders: map[string]*inventory.OrderRecord{}, quota: map[string]int64{}, redo: map[string]map[int64][]string{}}
 	keys, err := c.Keys(ctx, "inv:*").Result()
 	if err != nil {
 		return nil, err
@@ -64,6 +75,36 @@ func readNode(ctx context.Context, c *redis.Client, name string) (*nodeState, er
 		switch kind {
 		case inventory.KeyPending:
 			if ns.pending, err = c.ZRangeWithScores(ctx, k, 0, -1).Result(); err != nil {
+				return nil, err
+			}
+		case inventory.KeyRedoLog, inventory.KeyRedoSegment:
+			zs, err := c.ZRangeWithScores(ctx, k, 0, -1).Result()
+			if err != nil {
+				return nil, err
+			}
+			queue, _, _ := strings.Cut(rest, ":")
+			xk := inventory.RedoLogKey(int(atoi(queue)))
+			if ns.redo[xk] == nil {
+				ns.redo[xk] = map[int64][]string{}
+			}
+			for _, z := range zs {
+				id, _ := z.Member.(string)
+				ns.redo[xk][int64(z.Score)] = append(ns.redo[xk][int64(z.Score)], id)
+			}
+		case inventory.KeyRedoOffsets:
+			f, err := c.HGetAll(ctx, k).Result()
+			if err != nil {
+				return nil, err
+			}
+			if ns.heads, err = inventory.RedoHeads(name, f); err != nil {
+				ns.bad = append(ns.bad, err.Error())
+			}
+		case inventory.KeyStuck:
+			if ns.stuck, err = c.ZRangeWithScores(ctx, k, 0, -1).Result(); err != nil {
+				return nil, err
+			}
+		case inventory.KeyStuckWhy:
+			if ns.stuckWhy, err = c.HGetAll(ctx, k).Result(); err != nil {
 				return nil, err
 			}
 		case inventory.KeyStock:
