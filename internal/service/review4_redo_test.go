@@ -104,6 +104,17 @@ func TestReview4ReadRedoLogNotDurable(t *testing.T) {
 	admin := shardisv1connect.NewAdminServiceClient(http.DefaultClient, "http://"+s.Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// The first view writes the topology records, which no replica
+	// acknowledges either: the view is not ready ("initialising the
+	// topology on n1: … not acknowledged by a replica") until a read
+	// finds them on the masters. A Reserve while it is not ready ran
+	// nowhere, and is refused as unavailable, not ErrNotDurable (a CI run
+	// under load, whose LoadStock and Reserve fell in that window).
+	for give := time.Now().Add(10 * time.Second); !s.Inv.TopologyStatus(ctx).Ready; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(give) {
+			t.Fatalf("topology not ready after 10 s: %v", s.Inv.TopologyStatus(ctx).Reason)
+		}
+	}
 	_, _ = s.Inv.LoadStock(ctx, "all", "s", 30, 0) // not acknowledged either: ran on the masters
 	_, err := s.Inv.Reserve(ctx, "r4-nd", []inventory.Item{{Route: "all", SKU: "s", Quantity: 1}}, "", time.Minute)
 	if !errors.Is(err, inventory.ErrNotDurable) {
