@@ -85,8 +85,11 @@
 //     entries, still in the node's redo log, land again. So is one owed
 //     past a position a landing reads lower under its locks. What no
 //     check can see is a commit lost after its acknowledgement went
-//     through (sent right after the commit): those entries are trimmed,
-//     and recorded in sync_gaps when the position is read past them.
+//     through (sent right after the commit, or a retried one sent right
+//     after the check read the positions: the check and the
+//     acknowledgement are two systems' steps): those entries are
+//     trimmed, and recorded in sync_gaps when the position is read past
+//     them.
 //   - The schema is checked at start ([Connect]) and by every landing
 //     and settle transaction, in statements they run anyway (no round
 //     trip added): each takes the migration lock shared (tried, as the
