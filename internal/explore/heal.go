@@ -88,12 +88,11 @@ func (w *World) settleT1(ctx context.Context) (time.Duration, error) {
 	return w.settleAll(ctx, inv1), nil
 }
 
-// settleAll runs inv's reconciler until no part is pending on the nodes,
-// each pass after moving every part set aside back to pending
-// (retryStuck),
-// waiting for deadlines, for at most healBound past the latest one, read
-// again after every pass: a pass may rightly put a part off past its own
-// deadline (ResolveExpired: its order, still reserved by the same attempt,
+// settleAll runs inv's reconciler until no part is pending on the nodes
+// (each pass after moving every part set aside back to pending:
+// retryStuck), waiting for deadlines, for at most healBound past the
+// latest one, read again after every pass: a pass may rightly put a part
+// off past its own deadline (ResolveExpired: its order, still reserved by the same attempt,
 // runs to a later deadline of its own, as when the order's stage landed
 // long after its parts' takes), and the wait follows it. It stops after
 // healCap in all whatever the deadlines say (a reconciler that keeps
