@@ -15,9 +15,9 @@
 // picks, from the seed, which waiting call runs next and whether it is
 // delivered, delayed, its reply dropped, or its actor crashed after or
 // before sending it. After a fault-free heal (heal.go) the checks
-// (check.go, check_orders.go) read the nodes directly (nodes.go). A
-// failing seed is replayed with `make explore SEED=<seed> N=1`
-// (report.go).
+// (check.go, check_orders.go, check_redo.go) read the nodes directly
+// (nodes.go). A failing seed is replayed with `make explore SEED=<seed>
+// N=1` (report.go).
 package explore
 
 import (
