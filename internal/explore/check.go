@@ -31,8 +31,8 @@ import (
 //     success leaves the order reserved, confirmed or cancelled with the
 //     receipts it answered (or a Confirm reported data_loss, which only a
 //     node's data loss that took a write of the order may cause); a
-//     Confirm or Cancel that answered
-//     success is the order's final status;
+//     Confirm or Cancel that answered success is the order's final
+//     status;
 //   - no refusal for good answered while an attempt of the same order
 //     held what it wanted and then ended reserved (checkRefusedHeld);
 //   - each node's redo log gap-free from offset 1 to each queue's head
@@ -296,7 +296,7 @@ func checkQuiet(v *violations, st *worldState) {
 func checkStuck(v *violations, ns *nodeState) {
 	for _, z := range ns.stuck {
 		id, _ := z.Member.(string)
-		order, state := "", "no record"
+		order, state := orderOfPart(id), "no record"
 		if p := ns.parts[id]; p != nil {
 			order, state = p.Order, string(p.State)
 		}
