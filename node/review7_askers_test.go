@@ -15,8 +15,13 @@ import (
 
 // Every probe of an UP Sentinel node asks each sentinel who the master is
 // (sentinelsAgree). It must ask on kept connections, not dial each
-// sentinel per heartbeat: ten probes may add at most one connection per
-// sentinel (its first), and the node's Close closes them.
+// sentinel per heartbeat: ten probes of a node whose askers exist add at
+// most two connections per sentinel, and the node's Close closes them.
+// Dialling per probe added ten. Not none: on a loaded machine an exchange
+// that outlasts its bound (a quarter of the probe timeout) drops its
+// connection and the next probe dials again, and the sentinels' own links
+// to each other count in the same statistic (a CI run beside other work:
+// one connection more).
 func TestUpProbesAskSentinelsOnKeptConnections(t *testing.T) {
 	t.Parallel()
 	g := redistest.StartGroup(t, redistest.GroupOptions{Name: "k7grp"})
@@ -44,8 +49,8 @@ func TestUpProbesAskSentinelsOnKeptConnections(t *testing.T) {
 	after := sentinelStat(t, g, "total_connections_received")
 	for addr, b := range before {
 		// One connection is the stat's own read.
-		if d := after[addr] - b; d > 1 {
-			t.Errorf("sentinel %s: %d connections for 10 probes of an UP node, want 0 (plus this read's 1)", addr, d-1)
+		if d := after[addr] - b - 1; d > 2 {
+			t.Errorf("sentinel %s: %d connections for 10 probes of an UP node, want at most 2 (not one per probe)", addr, d)
 		}
 	}
 	clients := sentinelStat(t, g, "connected_clients")
