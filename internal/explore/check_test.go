@@ -49,6 +49,14 @@ func emptyWorld() *worldState {
 	return st
 }
 
+// checkX runs checkOrder on order "x" of ov, with what obs observed and
+// no data loss, and returns its violations.
+func checkX(ov *orderView, obs *observed, homes *inventory.Homes) *violations {
+	var v violations
+	checkOrder(&v, "x", ov, obs, homes)
+	return &v
+}
+
 // listed reports whether a violation in v holds substr.
 func listed(v *violations, substr string) bool {
 	return strings.Contains(strings.Join(v.list, "\n"), substr)
@@ -79,8 +87,7 @@ func TestCheckStagingRecord(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ov := stagingView(c.promisedOn, c.st)
 			ov.recOn = []string{home}
-			var v violations
-			checkOrder(&v, "x", ov, newObserved(), homes)
+			v := checkX(ov, newObserved(), homes)
 			var got []string
 			for _, l := range v.list {
 				if strings.Contains(l, "still staging") {
@@ -292,9 +299,8 @@ func TestCheckEveryReserveAnswer(t *testing.T) {
 			ov := ackedView(homes, inventory.OrderReserved, time.Now().Add(time.Hour), inventory.PartPending)
 			obs := newObserved()
 			obs.reserved["x"] = c.answers
-			var v violations
-			checkOrder(&v, "x", ov, obs, homes)
-			if found := listed(&v, "Reserve answered"); found != c.want {
+			v := checkX(ov, obs, homes)
+			if found := listed(v, "Reserve answered"); found != c.want {
 				t.Errorf("acked-gone listed = %v, want %v (violations %q)", found, c.want, v.list)
 			}
 		})
@@ -334,9 +340,8 @@ func TestCheckHeldToDeadlineOrCancel(t *testing.T) {
 			if c.cancelFrom > 0 {
 				obs.cancelFrom["x"] = deadline.Add(-c.cancelFrom)
 			}
-			var v violations
-			checkOrder(&v, "x", ov, obs, homes)
-			if found := listed(&v, "was cancelled"); found != c.want {
+			v := checkX(ov, obs, homes)
+			if found := listed(v, "was cancelled"); found != c.want {
 				t.Errorf("early release listed = %v, want %v (violations %q)", found, c.want, v.list)
 			}
 		})
