@@ -81,7 +81,9 @@ staticcheck:
 ## make test's 6-minute budget) and make fuzz (all eight, longer). The longest packages
 ## are named first, longest first: go test starts packages in the order given, so the short ones
 ## fill in beside them instead of the longest starting last (with only the first four named, node's
-## 47 s and cache's 63 s started last and a quiet run took 294 s; named too, 265 s). Three at a time on two cores: the tests wait on
+## 47 s and cache's 63 s started last and a quiet run of the tests took 294 s; with the first eight, 265 s;
+## a clean-clone make test with a busy loop beside it for the whole run, 337 s, where one with the first
+## four named and a busy loop for most of it had taken 383 s). Three at a time on two cores: the tests wait on
 ## servers and deadlines much of the time (a clean-clone run took 279 s with -p 3, 339 s with 2).
 ## -parallel 4: a package's parallel tests (most wait out a retention, a deadline or a restarted node's
 ## hold-back) run four at a time instead of GOMAXPROCS (two).
