@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -99,6 +101,40 @@ func TestToJSONNames(t *testing.T) {
 	} {
 		if got := toJSONNames(in); got != want {
 			t.Errorf("toJSONNames(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// callerCode gives a call its context ended the code of how it ended: a
+// context cancelled at or past its deadline is deadline_exceeded whether
+// its own timer fired first or grpc-go's (which closes the stream at the
+// deadline, cancelling the context: ci521 answered one such call
+// canceled), a context cancelled before its deadline is canceled, and an
+// answer of the system's (insufficient stock) keeps its code.
+func TestCallerCode(t *testing.T) {
+	cutAt := func(d time.Duration, wait bool) context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		cancel() // Canceled, as grpc-go's timer leaves it
+		if wait {
+			time.Sleep(d + 5*time.Millisecond)
+		}
+		return ctx
+	}
+	short := fmt.Errorf("%w: sku s", inventory.ErrInsufficientStock)
+	for _, c := range []struct {
+		what string
+		ctx  context.Context
+		err  error
+		want connect.Code
+	}{
+		{"canceled past the deadline", cutAt(10*time.Millisecond, true), rpcError(context.Canceled), connect.CodeDeadlineExceeded},
+		{"unavailable past the deadline", cutAt(10*time.Millisecond, true), rpcError(node.ErrDown), connect.CodeDeadlineExceeded},
+		{"canceled before the deadline", cutAt(time.Hour, false), rpcError(context.Canceled), connect.CodeCanceled},
+		{"unavailable, context live", context.Background(), rpcError(node.ErrDown), connect.CodeUnavailable},
+		{"insufficient stock past the deadline", cutAt(10*time.Millisecond, true), rpcError(short), connect.CodeFailedPrecondition},
+	} {
+		if got := connect.CodeOf(callerCode(c.ctx, c.err)); got != c.want {
+			t.Errorf("%s: %v, want %v", c.what, got, c.want)
 		}
 	}
 }

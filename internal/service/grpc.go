@@ -150,15 +150,19 @@ func bearerOK(md metadata.MD, want []byte) bool {
 // deadline (by the clock: go-redis sets a connection's deadline to the
 // context's, so a read on a silent node fails with "i/o timeout" a moment
 // before the context's timer fires), canceled when the client went away.
-// Only an error of no code, or unavailable (a node that did not answer in
-// time, an outcome left unknown), is the context's doing; its message
-// stays (an unknown outcome still says to retry with the same order id).
-// Any other answer (insufficient stock, a corrupt value) keeps its code.
-// Before, a call cut by its deadline was answered, counted and logged at
-// warn as unavailable, a node's failure, whenever the read lost the race.
+// Only an error of no code, unavailable (a node that did not answer in
+// time, an outcome left unknown) or canceled is the context's doing; its
+// message stays (an unknown outcome still says to retry with the same
+// order id). Canceled past the deadline is deadline_exceeded too: at the
+// deadline grpc-go closes the stream, cancelling the call's context, on
+// a timer of its own that can fire before the context's (seen once under
+// load, ci521). Any other answer (insufficient stock, a corrupt value)
+// keeps its code. Before, a call cut by its deadline was answered,
+// counted and logged at warn as unavailable, a node's failure, whenever
+// the read lost the race.
 func callerCode(ctx context.Context, err error) error {
 	var ce *connect.Error
-	if err == nil || errors.As(err, &ce) && ce.Code() != connect.CodeUnavailable {
+	if err == nil || errors.As(err, &ce) && ce.Code() != connect.CodeUnavailable && ce.Code() != connect.CodeCanceled {
 		return err
 	}
 	code := connect.CodeCanceled
