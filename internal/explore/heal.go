@@ -92,12 +92,12 @@ func (w *World) settleT1(ctx context.Context) (time.Duration, error) {
 // (each pass after moving every part set aside back to pending:
 // retryStuck), waiting for deadlines, for at most healBound past the
 // latest one, read again after every pass: a pass may rightly put a part
-// off past its own deadline (ResolveExpired: its order, still reserved by the same attempt,
-// runs to a later deadline of its own, as when the order's stage landed
-// long after its parts' takes), and the wait follows it. It stops after
-// healCap in all whatever the deadlines say (a reconciler that keeps
-// putting a part off is left to the checks). It returns the time it
-// waited.
+// off past its own deadline (ResolveExpired: its order, still reserved by
+// the same attempt, runs to a later deadline of its own, as when the
+// order's stage landed long after its parts' takes), and the wait follows
+// it. It stops after healCap in all whatever the deadlines say (a
+// reconciler that keeps putting a part off is left to the checks). It
+// returns the time it waited.
 func (w *World) settleAll(ctx context.Context, inv *inventory.Inventory) (waited time.Duration) {
 	r := rollback.New(inv, nil, rollback.Settings{Logger: discard})
 	start := time.Now()
