@@ -131,7 +131,7 @@ type LoadStockRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	RouteKey string                 `protobuf:"bytes,1,opt,name=route_key,json=routeKey,proto3" json:"route_key,omitempty"`
 	SkuId    string                 `protobuf:"bytes,2,opt,name=sku_id,json=skuId,proto3" json:"sku_id,omitempty"`
-	// Units to add, 1..2^53; 0 only with per_user_limit present (a change of
+	// Units to add, 1..10^9; 0 only with per_user_limit present (a change of
 	// the limit alone, no stock added).
 	Quantity int64 `protobuf:"varint,3,opt,name=quantity,proto3" json:"quantity,omitempty"`
 	// Units one user may hold reserved plus confirmed: > 0 sets it, 0 removes
