@@ -2,7 +2,8 @@
 //
 // A SKU belongs to a route of the inventory server key; its stock is split
 // over the route's nodes so a hot SKU spreads over several Redis processes.
-// Each node keeps three counters per SKU (available, reserved, confirmed),
+// Each node keeps counters per SKU (available, reserved, confirmed; and
+// loaded, with the per-user limit beside them: keys.go StockKey),
 // changed only by Lua scripts that also keep the state of every part (one
 // deduction on one node) in the same atomic step: the part record is the
 // TCC fence. Every reserve appends the part to a redo log (queues with
@@ -10,7 +11,8 @@
 // redolog.go) that a database sync consumer can replay.
 //
 // An order's outcome is decided by its order record on the order's home
-// node (consistent hashing over all nodes of the inventory server): begin
+// node (the node an id minted by NewOrderID names, else consistent
+// hashing over all nodes of the inventory server: homes.go): begin
 // (or stage), commit, confirm, cancel and expiry are compare-and-set steps
 // on that one key, and parts follow the decision (the states of both and
 // the one transition table: state.go). Reserve takes one of

@@ -34,7 +34,10 @@ const (
 	// zset: part id set aside → when it is retried by itself (ms, stuck.go)
 	keyStuckRetry = "inv:stuck:retry"
 	// RedoOffsetsKey is a node's hash of redo queue key → the last
-	// offset handed out in that queue ([RedoLogKey]).
+	// offset handed out in that queue ([RedoLogKey]); it also holds each
+	// queue's first offset in this release's segments (the queue key and
+	// [RedoFirstSuffix]) and a padding field ([RedoOffsetsPad]) that keeps
+	// it a hash table (redolog.go).
 	RedoOffsetsKey = "inv:redo:offsets"
 	keyRedoAcked   = "inv:redo:acked" // hash: redo queue key → acknowledged offset; redoAckedInc → their incarnation
 	// SettledLogKey is a node's settled log: a stream whose entries have
@@ -49,7 +52,7 @@ const (
 	stockKeyPrefix      = "inv:stock:"   // hash, then route ":" sku
 	quotaKeyPrefix      = "inv:quota:"   // string, see quotaKey
 	orderKeyPrefix      = "inv:order:"   // packed string (orderrec.go), then order id
-	redoLogKeyPrefix    = "inv:redo:"    // zset, then the queue number (and ":" segment, RedoLogKey)
+	redoLogKeyPrefix    = "inv:redo:"    // zset, then the queue number (and ":s" segment of 32 offsets, or the release before's ":" segment of 100; redolog.go)
 	xferKeyPrefix       = "inv:xfer:"    // hash, then a transfer id (migrate.go)
 	xferMarkerKeyPrefix = "inv:xfer:in:" // a destination's memory of a transfer id
 )
@@ -63,8 +66,8 @@ const redoAckedInc = "inc"
 func stockKey(route, sku string) string { return stockKeyPrefix + route + ":" + sku }
 
 // StockKey returns the key of the stock counters (a hash: available,
-// reserved, confirmed, loaded, limit) of sku of route, on every node of
-// the route.
+// reserved, confirmed, loaded, limit, limit_ver) of sku of route, on
+// every node of the route.
 func StockKey(route, sku string) string { return stockKey(route, sku) }
 
 // quotaKey names the units a user holds of a SKU. Route names cannot hold

@@ -23,11 +23,13 @@ import (
 // incarnation the staged attempt promised ("" unknown), and ID "" when the
 // part id is the one the token derives (stockPartID / quotaPartID of the
 // record's order id and TOKEN), else the id itself. The order id is the
-// record's key, never repeated in the value. Why: an order record is a
-// Redis hash, kept in the compact listpack encoding only while every value
-// is at most hash-max-listpack-value (64 bytes by default); a JSON list of
-// one part is about 110 bytes and turned each record into a hash table,
-// 755 bytes instead of 264 (`reserve_bytes_per_order_1item`,
+// record's key, never repeated in the value. Why: when it was made, an
+// order record was a Redis hash (records are packed strings now,
+// orderrec.go, and a short list still costs fewer bytes), kept in the
+// compact listpack encoding only while every value is at most
+// hash-max-listpack-value (64 bytes by default); a JSON list of one part
+// is about 110 bytes and turned each record into a hash table, 755 bytes
+// instead of 264 (`reserve_bytes_per_order_1item`,
 // internal/bench/memory.go).
 //
 // Layout 1, JSON (a list of [OrderPart] under its json names, "null" or
@@ -36,7 +38,7 @@ import (
 // every script (a script stores what the caller passed, in a local
 // reserve's record with the offsets in its holes, rectemplate.go, and
 // hands it back unread), and
-// this file's decoder (decodeOrderParts) is the one reader in Go; it reads
+// this file's decoder (unmarshalOrderParts) is the one reader in Go; it reads
 // both layouts by the first byte ('~' or JSON), so a record written before
 // the upgrade is confirmed, cancelled, expired, recovered and moved as
 // before. Nothing rewrites a record's part list but the steps that always

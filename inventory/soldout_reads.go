@@ -13,7 +13,7 @@ import (
 
 // peekRead is one stock hash a peekCall reads.
 type peekRead struct {
-	sku   int  // index into the order's shortSKUs
+	sku   int  // index into the order's []shortSKU (refuseShort's skus)
 	cand  bool // the node is one of the SKU's candidates
 	quota bool // the node is the user's quota node of the SKU's route
 }
@@ -24,7 +24,7 @@ type peekCall struct {
 	home   bool
 	reads  []peekRead
 	keys   []string // their stock hashes
-	quotas []int    // the SKUs (indexes into shortSKUs) whose user's quota counter it reads
+	quotas []int    // the SKUs (indexes into that []shortSKU) whose user's quota counter it reads
 	qkeys  []string // those counters
 	status string
 	vals   []stockVals // per read

@@ -17,19 +17,23 @@ import "fmt"
 //	   │                 │  └─ begin after the lease ran out (take over, new token)
 //	   │                 └──cancel──▶ cancelled
 //	   ├──stage(T)──▶ staging ──commit──▶ reserved
-//	   │                 └──fail──────▶ failed
+//	   │                 ├──fail──────▶ failed
+//	   │                 └──withdraw (its own token; nothing of the attempt on any node, soldout.go)──▶ missing
 //	   ├──local (one script, local.go)──▶ reserved
 //	   ├──cancel──▶ cancelled (a tombstone: a later Reserve of the id is refused)
 //	   ├──expire (a due part's attempt left no record)──▶ failed
 //	   └──fence (a refusal after reads, soldout.go)──▶ failed
 //	failed ──begin──▶ reserving;  failed ──local──▶ reserved;  failed ──cancel──▶ cancelled
 //
-// confirmed and cancelled are final. A record's end is not a transition of
-// the machine: every record expires after inventory.retention, and a
-// topology change marks a record moved, after which it is read as missing
-// where it was and installed verbatim (its status unchanged) on its new
-// home (migrate.go). A staging record is decided (commit or fail) before
-// anything else is done to it (staged.go).
+// confirmed and cancelled are final. Withdraw is the one write that makes
+// a record missing: the attempt that staged it deletes it when its round
+// took nothing anywhere (soldout.go, "Withdraw"). Otherwise a record's end
+// is not a transition of the machine: every record expires after
+// inventory.retention, and a topology change marks a record moved, after
+// which it is read as missing where it was and installed verbatim (its
+// status unchanged) on its new home (migrate.go). A staging record is
+// decided (commit or fail) or withdrawn before anything else is done to
+// it (staged.go).
 //
 // States of a part record on its node (reserveScript, localScript,
 // stageTakeScript, settleScript, probeScript):
@@ -81,7 +85,7 @@ var orderStates = []OrderState{OrderReserving, OrderStaging, OrderReserved, Orde
 var orderMoves = map[OrderState][]OrderState{
 	OrderMissing:   {OrderReserving, OrderStaging, OrderReserved, OrderCancelled, OrderFailed},
 	OrderReserving: {OrderReserving, OrderReserved, OrderFailed, OrderCancelled},
-	OrderStaging:   {OrderReserved, OrderFailed},
+	OrderStaging:   {OrderReserved, OrderFailed, OrderMissing},
 	OrderReserved:  {OrderConfirmed, OrderCancelled},
 	OrderFailed:    {OrderReserving, OrderReserved, OrderCancelled},
 }
@@ -121,8 +125,9 @@ func ParseOrderState(status string) (OrderState, error) {
 
 // CanMoveTo reports whether a script may write state t over a record in
 // state s (t == s only for a take-over of a reserving record). Final
-// states move nowhere; no write makes a record missing (its end is not a
-// transition, see the file comment).
+// states move nowhere; the one write that makes a record missing is a
+// staging record's withdraw (any other end is not a transition, see the
+// file comment).
 func (s OrderState) CanMoveTo(t OrderState) bool {
 	for _, to := range orderMoves[s] {
 		if to == t {

@@ -29,6 +29,7 @@ var orderEdges = [][2]OrderState{
 	{OrderReserving, OrderCancelled}, // cancel
 	{OrderStaging, OrderReserved},    // commit
 	{OrderStaging, OrderFailed},      // fail
+	{OrderStaging, OrderMissing},     // withdraw: the attempt took nothing anywhere
 	{OrderReserved, OrderConfirmed},  // confirm
 	{OrderReserved, OrderCancelled},  // cancel, expire, confirm past the deadline
 	{OrderFailed, OrderReserving},    // begin takes a failed record over

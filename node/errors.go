@@ -143,7 +143,9 @@ func callerGaveUp(ctx context.Context) bool {
 	return ok && !time.Now().Before(d)
 }
 
-// breakerErr maps a gobreaker refusal to ours.
+// refusal wraps cause (the state gate's or the breaker's refusal, or a
+// failed identity check) in the node's *Error, naming the node and its
+// address.
 func (n *Node) refusal(cause error) *Error {
 	return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: cause}
 }

@@ -27,7 +27,7 @@ import (
 // itself: a probe that refuses a node whose data must be kept
 // (Options.Critical) for having gone back ([ErrRolledBack]) or come back
 // empty ([ErrDataLost]) writes the field went_back into the node's stamp
-// (markWentBack), conditionally on the stamp it compared being still
+// (recordWentBack), conditionally on the stamp it compared being still
 // there (the same generation and incarnation; for an empty node, still
 // no stamp), so an accept in between is never undone. From then on the
 // stamp script refuses the node to every probe and every new connection

@@ -152,7 +152,7 @@ end
 -- in a script only when it uses zadd_later, stock_set or next_offset.
 -- redo_first_field(xk): the field of the redo offsets hash that holds
 -- queue xk's first offset in this release's segments (redolog.go,
--- redoFirstSuffix).
+-- RedoFirstSuffix).
 local function redo_first_field(xk) return xk .. ':s' end
 local zchecked = {}
 local zqueued, zkeys = {}, {}
