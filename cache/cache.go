@@ -45,14 +45,19 @@
 //     (bucket.go, one Lua script, on the node that owns the bucket's key)
 //     caps loader calls per second across all instances; over it Get
 //     returns ErrThrottled without calling the loader, and with
-//     Options.Backfill the miss is queued on a Redis stream for a Backfiller
-//     (backfill.go) to fill later.
-//   - Node down. With on_node_down: fail a key's copies on a down node are
-//     not read; when no copy is usable Get fails at once with an error
+//     Options.Backfill the miss is queued on a Redis stream for
+//     [Cache.Backfill] (backfill.go) to fill later.
+//   - Node down. A key's copies on a node that is not usable are not read;
+//     when no copy can be read Get fails at once with an error
 //     wrapping router.ErrUnavailable, or, with Options.FallbackToLoader,
 //     calls the loader without caching, still rate limited and still in
 //     the key's in-process single flight (concurrent Gets of the key in
-//     one process share one loader call).
+//     one process share one loader call). Copies never move: each sits on
+//     the node the ring gives it (copies.go), whatever the server's
+//     on_node_down or a route's drain says, so a Set or Invalidate always
+//     reaches the copies a Get reads (a copy moved while its node was down
+//     or drained would miss the writes in between, and be read stale once
+//     the node is back).
 //   - Writes win over racing fills. Set and Invalidate leave a new version
 //     beside every copy (version.go); a fill reads the versions before its
 //     loader runs and stores a copy only where the version is unchanged,
@@ -139,13 +144,15 @@ type Options struct {
 	LoaderRate float64
 	// LoaderBurst is the bucket's size. default: max(1, LoaderRate)
 	LoaderBurst int
-	// Backfill queues throttled misses on a Redis stream for a
-	// Backfiller. default: false
+	// Backfill queues throttled misses on a Redis stream for
+	// [Cache.Backfill]. default: false
 	Backfill bool
 	// FallbackToLoader makes Get call the loader (without caching; one
 	// call per key at a time in a process, shared by the Gets that wait
-	// for it) when no copy of the key is on a usable node. default: false
-	// (fail fast)
+	// for it) when no copy of the key can be read: none is on a usable
+	// node, or every read of one failed as unavailable. (A miss whose
+	// fill gate cannot be taken, its node failing, is not loaded: Get
+	// returns that error.) default: false (fail fast)
 	FallbackToLoader bool
 	// Name separates caches sharing a route (key prefix of gates,
 	// buckets, channels and streams). default: "default"

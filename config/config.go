@@ -4,7 +4,11 @@
 // variables with the SHARDIS_ prefix (see [Load] for the mapping). Loading
 // never half-succeeds: [Load] either returns a fully defaulted and validated
 // *[Config] or an error listing every problem found, each naming the key
-// path and the offending value.
+// path and the offending value. Two kinds come first and alone, because
+// the configuration they stand in front of is unknown: YAML that does not
+// parse, and environment variables that cannot be applied (one giving a
+// key a value while another gives it sub-keys, a section named without
+// the double underscore, an entry the file spells in another case).
 package config
 
 import (
@@ -228,7 +232,8 @@ type Server struct {
 	// the router; the inventory's server ignores it (stock fails over to
 	// any usable node of the route, order records and quota counters
 	// never move).
-	// default: fail
+	// default: fail (applied by Load and Parse, where the key is absent;
+	// Validate refuses "" in a Config built by hand: say which)
 	OnNodeDown string `koanf:"on_node_down"`
 	// Routes maps a second-level route key to the names of its nodes. The
 	// order of names does not matter: placement is by consistent hashing.

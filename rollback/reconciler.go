@@ -221,7 +221,8 @@ func (r *Reconciler) NodeUp(name string) {
 	}
 }
 
-// Close stops the background loop and waits for passes in progress.
+// Close stops the background loop and waits for its passes in progress
+// (a RunOnce runs in its caller's goroutine: the caller waits for it).
 // Idempotent; safe to call without Start.
 func (r *Reconciler) Close() {
 	r.closeOnce.Do(func() {

@@ -98,7 +98,9 @@ type Router struct {
 // node and waits until each has been probed once or ctx is done, whichever
 // comes first (a node not probed by then stays DOWN until its first probe
 // answers). Unreachable nodes are not an error: they are DOWN and probed
-// on the backoff list. New fails only on an invalid configuration.
+// on the backoff list. New fails only on what it is given: an invalid
+// configuration, an Options.KeepData that names no server of it, or TLS
+// files (a node's CA, certificate or key) that do not load.
 func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error) {
 	if cfg == nil {
 		return nil, errors.New("router: nil config")
