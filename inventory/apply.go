@@ -417,10 +417,9 @@ func parseQuotaKey(route, key string) (sku, user string, ok bool) {
 	return sku, user, err == nil && r == route
 }
 
-// ReadTopology reads the topology record of every node of cfg's inventory
-// server (and of extra, e.g. nodes that left), for `shardis topology
-// show`. A node that cannot be read is reported with Epoch 0 and its
-// error.
+// ReadTopology reads the topology record of every node cfg configures
+// (the inventory server's and any other), for `shardis topology show`. A
+// node that cannot be read is reported with Epoch 0 and its error.
 func ReadTopology(ctx context.Context, cfg *config.Config) ([]topology.Record, map[string]error, error) {
 	r, err := router.New(ctx, cfg, router.Options{KeepData: cfg.KeepData(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

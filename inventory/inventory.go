@@ -102,7 +102,9 @@ var (
 	// its share (or may have: an outcome unknown). A retry of the same
 	// call adds again where units were added: read GetStock and load what
 	// is missing. The message names the nodes that added their share and
-	// the ones that failed.
+	// the ones that failed. It is wrapped too, with the read's error, by
+	// that of a LoadStock whose every share was added but whose read of
+	// the stock afterwards failed (the message says so).
 	ErrPartlyApplied = errors.New("partly applied")
 	// ErrCorrupt is wrapped when a node holds a value the scripts cannot
 	// read (a counter that is not an integer, a key of the wrong type:

@@ -141,7 +141,9 @@ func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID stri
 // failed), [ErrCancelled], [ErrExpired] (past its deadline: the order is
 // cancelled instead), [ErrInProgress], or [ErrUnavailable] (the order's
 // home node is down). Parts on unreachable nodes are confirmed later; the
-// Outcome counts them.
+// Outcome counts them. An order confirmed (now or before) whose recorded
+// parts no longer exist on their nodes is answered with its Outcome and
+// an error wrapping [ErrDataLoss] that names them.
 func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, error) {
 	ctx, rec, err := inv.decide(ctx, orderID, opConfirm)
 	if err != nil {

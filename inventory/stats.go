@@ -8,7 +8,8 @@ import (
 // Stats counts what an Inventory did since New; every field is cumulative.
 type Stats struct {
 	// Reservations counts Reserve calls by outcome: "ok", "insufficient",
-	// "limit", "unavailable", "cancelled", "mismatch", "invalid", "error".
+	// "limit", "unavailable", "cancelled", "mismatch", "invalid",
+	// "unknown_sku", "error" (OutcomeOf).
 	Reservations map[string]int64
 	// PartsRolledBack counts parts cancelled by a failed Reserve (taken
 	// parts and tombstones for unknown outcomes).
@@ -43,10 +44,10 @@ type Stats struct {
 	RefusalReadScripts, RefusalReads int64
 }
 
-var outcomes = []string{"ok", "insufficient", "limit", "unavailable", "cancelled", "mismatch", "invalid", "error"}
+var outcomes = [...]string{"ok", "insufficient", "limit", "unavailable", "cancelled", "mismatch", "invalid", "unknown_sku", "error"}
 
 type counters struct {
-	reservations [8]atomic.Int64 // indexed like outcomes
+	reservations [len(outcomes)]atomic.Int64 // indexed like outcomes
 	rolledBack   atomic.Int64
 	deferred     atomic.Int64
 	local        atomic.Int64
@@ -82,11 +83,15 @@ func (inv *Inventory) Stats() Stats {
 	return s
 }
 
-// OutcomeOf returns the Stats.Reservations label of a Reserve error.
+// OutcomeOf returns the Stats.Reservations label of a Reserve error:
+// "unknown_sku" for a SKU never loaded on its route (a caller's typo, not
+// the system's failure), "error" for an error of no other label.
 func OutcomeOf(err error) string {
 	switch {
 	case err == nil:
 		return "ok"
+	case errors.Is(err, ErrUnknownSKU):
+		return "unknown_sku"
 	case errors.Is(err, ErrInsufficientStock):
 		return "insufficient"
 	case errors.Is(err, ErrLimitExceeded):

@@ -80,8 +80,11 @@ type NodeStock struct {
 // outcome unknown: a timeout, a connection cut), it wraps
 // [ErrPartlyApplied] too, and the message names the nodes that added
 // their share and says that a retry adds again: read GetStock and load
-// what is missing. Without ErrPartlyApplied no unit was added and the same
-// call may be retried.
+// what is missing. When every node took its share but reading the stock
+// back failed (a corrupt value on a node the load skipped), the error
+// wraps ErrPartlyApplied and the read's error, and says every unit was
+// added. Without ErrPartlyApplied no unit was added and the same call may
+// be retried.
 func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, perUserLimit int64) (StockLevel, error) {
 	perUserLimit, err := checkLoad(sku, qty, perUserLimit)
 	if err != nil {
@@ -129,6 +132,14 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 			names[i] = n.Name()
 		}
 		return level, loadFailed(route, sku, qty, share, names, failed, maybe, what)
+	}
+	if gerr != nil && qty > 0 {
+		// Every target took its share; a node of the route read
+		// afterwards (one the load skipped, drained or not usable then)
+		// refused the read. The units are in: say so, or a retry adds
+		// them twice.
+		return level, fmt.Errorf("%w: load of sku %q (route %q): all %d units were added (a retry adds them again), "+
+			"but reading the stock back failed: %w", ErrPartlyApplied, sku, route, qty, gerr)
 	}
 	return level, gerr
 }

@@ -273,6 +273,10 @@ func TestSvcUnknownSKUNotFound(t *testing.T) {
 	svcOK(t)(e.inv.LoadStock(svcCtx(t), connect.NewRequest(&v1.LoadStockRequest{RouteKey: "clothes", SkuId: "later", PerUserLimit: proto.Int64(2)})))
 	_, err = e.reserve("k-4", "u", 0, svcItem("clothes", "later", 1))
 	svcWantCode(t, "Reserve of a SKU with a limit but no stock", err, connect.CodeNotFound, "later")
+	// Counted as the caller's mistake, not as a failure of the system.
+	if st := e.srv.Inv.Stats(); st.Reservations["unknown_sku"] != 3 || st.Reservations["error"] != 0 || st.Reservations["insufficient"] != 1 {
+		t.Errorf("reservations by outcome %v, want unknown_sku 3 (k-1, k-3, k-4), insufficient 1 (k-2), error 0", st.Reservations)
+	}
 }
 
 // Every wrong Content-Type gets 415 with a body naming the accepted
