@@ -180,6 +180,8 @@ type Options struct {
 // Deferrer takes settle work that could not be done now. Enqueue must not
 // block for long; it is called from request paths.
 type Deferrer interface {
+	// Enqueue takes s, to be settled later (SettleNow); it must not block
+	// for long.
 	Enqueue(Settle)
 }
 

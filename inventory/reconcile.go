@@ -71,8 +71,9 @@ const (
 	Confirmed = Resolution(PartConfirmed)
 	// AlreadySettled: another process settled it first.
 	AlreadySettled Resolution = "already"
-	// Postponed: its order is not decided yet; the part's deadline was
-	// moved to the order's.
+	// Postponed: its order is not decided yet, or its decision is out of
+	// reach; the part comes due again later (at the order's deadline, past
+	// the attempt's lease while it is being reserved, or in a few seconds).
 	Postponed Resolution = "postponed"
 )
 
@@ -138,7 +139,8 @@ func (inv *Inventory) byDecision(ctx context.Context, n *node.Node, p PendingPar
 
 // ResolveExpired settles one expired part by the decision recorded for its
 // order: confirmed by the same attempt → confirm; still reserved or being
-// reserved by that attempt → postpone to the order's deadline; anything
+// reserved by that attempt → postpone (to the order's deadline, or past
+// the attempt's lease while it is being reserved); anything
 // else (cancelled, expired, failed, superseded or missing) → cancel. The
 // order's expiry itself is decided first, by compare-and-set on the order
 // record, so a racing Confirm either wins (the part is confirmed) or loses
@@ -187,6 +189,9 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 			// Decide the staged order first (long past its lease), then
 			// read its decision.
 			if err = inv.resolveStaged(ctx, home, p.OrderID, rec, true); err != nil {
+				if Unsettleable(err) {
+					return "", err // a promised part's data to repair: set aside
+				}
 				return putOff(err)
 			}
 			rec, err = inv.orderOp(ctx, home, p.OrderID, opExpire, p.Token, seconds(inv.cfg.Retention), p.PartID)

@@ -21,7 +21,7 @@ import (
 type Item struct {
 	Route string // route key of the inventory server, e.g. "clothes"
 	// SKU names the stock on Route: 1..MaxIDLen bytes of valid UTF-8
-	// without control characters.
+	// without ASCII control bytes (below 0x20, and 0x7f).
 	SKU string
 	// Quantity is the number of units, 1..MaxQuantity.
 	Quantity int64

@@ -85,12 +85,13 @@ func Unsettleable(err error) bool {
 // SetAside moves an expired part out of its node's pending index into the
 // node's stuck index with reason (see [StuckPart]), to be retried by
 // itself first after first, twice as long after each further time it is
-// set aside, never longer than most (the backoff is the reconciler's
-// policy: rollback.Settings.StuckRetry, StuckRetryMax). It returns how
-// many times the part has been set aside since it was last retried
-// explicitly (1 the first time), or 0 when it did not move the part (it
-// was no longer indexed as pending, e.g. another instance set it aside
-// first). first must be at least 1ms and most at least first
+// set aside, never longer than most (a part with no record, where the
+// backoff cannot be kept, after most from the start; the backoff is the
+// reconciler's policy: rollback.Settings.StuckRetry, StuckRetryMax).
+// It returns how many times the part has been set aside since it was last
+// retried explicitly (1 the first time), or 0 when it did not move the
+// part (it was no longer indexed as pending, e.g. another instance set it
+// aside first). first must be at least 1ms and most at least first
 // ([ErrInvalid] naming them otherwise).
 func (inv *Inventory) SetAside(ctx context.Context, p PendingPart, reason string, first, most time.Duration) (int, error) {
 	if first < time.Millisecond || most < first {
