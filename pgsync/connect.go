@@ -17,14 +17,17 @@ import (
 
 // Connect opens the PostgreSQL pool a syncer over nodes redis nodes lands
 // through: sessions with idle_in_transaction_session_timeout set to
-// set.IdleInTransactionTimeout, at most two connections per node (4..32).
+// set.IdleInTransactionTimeout, at most two connections per node and two
+// more (4..32).
 // With migrate it brings the schema to [SchemaVersion], else a schema at
 // another version is an error ([ErrSchema]). It waits while the database
 // cannot be reached (logging once to set.Logger, retrying every
 // set.RetryBackoff), so a sync started before PostgreSQL simply starts
 // late; ctx bounds the wait. Credentials refused return [ErrAuth] at
-// once, a database not encoded in UTF8 [ErrEncoding]. Unset settings
-// take their defaults, as in [New].
+// once, a database not encoded in UTF8 [ErrEncoding], and any other
+// refusal of the server that a retry would meet again (a database that
+// does not exist, a privilege the role lacks) the server's error. Unset
+// settings take their defaults, as in [New].
 func Connect(ctx context.Context, dsn string, nodes int, set Settings, migrate bool) (*pgxpool.Pool, error) {
 	set.defaults()
 	pc, err := pgxpool.ParseConfig(dsn)
@@ -92,8 +95,12 @@ func authFailure(err error) error {
 
 // waitSchema checks the database's encoding, then migrates or checks the
 // schema, retrying while the database cannot be reached. A database not
-// in UTF8, a schema at the wrong version, or credentials refused, are
-// returned at once.
+// in UTF8, a schema at the wrong version, credentials refused, or any
+// other refusal the server answered that a retry would meet again (a
+// database that does not exist, a privilege the role lacks) are returned
+// at once; a server starting up or shutting down, out of resources, or
+// a transaction it rolled back (serialization, deadlock, a lock not
+// available) is waited for.
 func waitSchema(ctx context.Context, pool *pgxpool.Pool, migrate bool, log *slog.Logger, backoff time.Duration) error {
 	for tries := 0; ; tries++ {
 		err := checkSchemaOnce(ctx, pool, migrate, log)
@@ -103,6 +110,9 @@ func waitSchema(ctx context.Context, pool *pgxpool.Pool, migrate bool, log *slog
 		if aerr := authFailure(err); aerr != nil {
 			return aerr
 		}
+		if answered(err) && !transientAnswer(err) {
+			return fmt.Errorf("pgsync: PostgreSQL refused the sync's setup: %w", err)
+		}
 		if tries == 0 {
 			log.Warn("PostgreSQL not reachable: waiting for it", "err", err)
 		}
@@ -110,6 +120,14 @@ func waitSchema(ctx context.Context, pool *pgxpool.Pool, migrate bool, log *slog
 			return fmt.Errorf("pgsync: waiting for PostgreSQL: %w (last error: %v)", ctx.Err(), err)
 		}
 	}
+}
+
+// transientAnswer reports whether err, a reply of the server, is one a
+// retry may not meet: a transaction rolled back (class 40: serialization
+// failure, deadlock) or a lock not available (55P03).
+func transientAnswer(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "40") || pe.Code == "55P03")
 }
 
 // checkSchemaOnce checks the database's encoding, then migrates the
