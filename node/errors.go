@@ -23,7 +23,9 @@ var (
 	// command never reached the network.
 	ErrBreakerOpen = errors.New("circuit breaker is open")
 	// ErrIdentity is wrapped by a probe error when the node's stamp names
-	// another node (ports swapped, wrong host) or cannot be read or written.
+	// another node (ports swapped, wrong host) or its reply is not a stamp;
+	// a stamp script that fails or is refused is the probe's error as it
+	// came.
 	ErrIdentity = errors.New("node identity mismatch")
 	// ErrRolledBack is wrapped by a probe error when the node's data went
 	// back in time: its write sequence is below one witnessed before, or its

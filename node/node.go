@@ -115,7 +115,7 @@ type Options struct {
 	Witnesses Witnesses
 	// Critical marks a node that holds data which must not be lost (the
 	// inventory's): unsafe eviction or persistence settings are logged as
-	// warnings at first contact and on every reconnect, a probe refuses it
+	// warnings at first contact and whenever they change, a probe refuses it
 	// when its data went back, and every command connection dialled once
 	// its stamp was seen reads the stamp before its first command
 	// (dialcheck.go).

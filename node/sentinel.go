@@ -93,8 +93,8 @@ func (n *Node) IsSentinel() bool { return n.opts.Sentinel != nil }
 
 // MasterAddr returns the address of the server the node's probe last
 // connected to: for a Sentinel node, the group's master as of the last
-// (re)connection; for a standalone node, its address. "" before the first
-// connection.
+// (re)connection; for a standalone node, the address its connection
+// resolved to (IP:port). "" before the first connection.
 func (n *Node) MasterAddr() string {
 	if p := n.masterAddr.Load(); p != nil {
 		return *p
@@ -488,7 +488,8 @@ func (n *Node) readFactory(o redis.Options) func() *redis.Client {
 // node with ReadFromReplicas it is a client that sends every command to a
 // replica of the group (one the sentinels list as healthy, chosen at
 // dial; the master when none is). Its connections are redialled, and the
-// replica chosen again, at least every 10s (replicaConnLifetime), and it
+// replica chosen again, every 10s or so (replicaConnLifetime, with
+// go-redis's jitter of 2s either way), and it
 // is replaced on every DOWN→UP of the node ([Node.SetUp]): after a
 // failover it leaves the replica just promoted, and once a replica is
 // healthy again it reads from one within that time. Otherwise it is

@@ -143,9 +143,9 @@ type peerView struct {
 // SetWitnessed records the highest mark the node's peers hold of it, as
 // read off the probe's path (package router). The view only rises: a mark
 // that does not supersede the one recorded ([Mark.After]) is ignored, so a
-// peer that did not answer one read does not lower it. A reconnecting
-// probe of a node whose data must be kept (Options.Critical) refuses the
-// node when its stamp is behind the view.
+// peer that did not answer one read does not lower it. Every probe of a
+// node whose data must be kept (Options.Critical) refuses the node when
+// its stamp is behind the view (Probe).
 func (n *Node) SetWitnessed(m Mark) {
 	for {
 		cur := n.witnessed.Load()

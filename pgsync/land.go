@@ -22,7 +22,8 @@ type cursor struct {
 }
 
 // worker lands one node's redo log. Its fields belong to the landing
-// goroutine; the settle goroutine uses only s, node and key.
+// goroutine; the settle goroutine uses only s, node and key, and settle
+// (its streak), which the landing goroutine does not touch.
 type worker struct {
 	s    *Syncer
 	node string
@@ -222,7 +223,8 @@ func (w *worker) failDB(err error, started time.Time) error {
 // reportRewound pauses a queue whose node went back under the committed
 // position without a new incarnation (what rollback detection could not
 // see): landing past it would skip the entries that now hold its
-// offsets. It stays paused until the node is accepted with a new
+// offsets. It stays paused until a read no longer finds it behind the
+// position (its log caught up again), or the node is accepted with a new
 // incarnation (`shardis node accept`), which starts a new position.
 func (w *worker) reportRewound(q inventory.RedoQueueRead) {
 	if w.rewound[q.Queue] {

@@ -8,9 +8,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// Metrics are the sync's Prometheus metrics. Every per-node series of the
-// configured nodes exists from the start (counters at 0), so rate alerts
-// work before the first event.
+// Metrics are the sync's Prometheus metrics. Every per-node counter of
+// the configured nodes exists from the start, at 0, so rate alerts work
+// before the first event (the gauges of a node's generation, landing
+// delay and queue lag appear with their first value).
 type Metrics struct {
 	landed       *prometheus.CounterVec
 	settled      *prometheus.CounterVec

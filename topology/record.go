@@ -72,9 +72,9 @@ type Record struct {
 	// back to a copy from before an apply: doc.go, "A node that went
 	// back"): Token is the fenced token its stamp holds, which no
 	// instance matches, and the other fields are the record it came back
-	// with. It is the newest record only when every node read is fenced
-	// and they agree (the applier's current); an apply brings the node
-	// forward.
+	// with. Its copy is the newest record only when it is above every
+	// unfenced one (every node read fenced, or a bump stopped after it:
+	// newestOf); an apply brings the node forward.
 	Fenced bool
 	// Held is the token under a fenced record's fence ("" otherwise).
 	Held string
