@@ -115,10 +115,10 @@ type Options struct {
 	Witnesses Witnesses
 	// Critical marks a node that holds data which must not be lost (the
 	// inventory's): unsafe eviction or persistence settings are logged as
-	// warnings at first contact and whenever they change, a probe refuses it
-	// when its data went back, and every command connection dialled once
-	// its stamp was seen reads the stamp before its first command
-	// (dialcheck.go).
+	// warnings at first contact and when a reconnect finds them changed,
+	// a probe refuses it when its data went back, and every command
+	// connection dialled once its stamp was seen reads the stamp before
+	// its first command (dialcheck.go).
 	// default: false
 	Critical bool
 	// Settle, for a Critical node, is how long its data is held back
