@@ -175,11 +175,29 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 // writes the token's stable record again on the nodes that lost theirs
 // under a stamp at the token (repair), then brings forward the nodes of
 // cur's topology behind the token or fenced (forward), if any; with none,
-// the topology is already applied.
+// the topology is already applied. At a first epoch, a node whose record
+// is lost under another token's stamp refuses the apply before any write
+// (lostElsewhere), as check refuses it on a new epoch's path.
 func (a *applier) again(ctx context.Context, cur Record, recs map[string]Record) (Report, error) {
 	a.rep.ToEpoch = cur.Epoch
 	if !(cur.Phase == PhaseStable && allStable(recs, cur.Token)) {
 		return a.resume(ctx, cur, recs)
+	}
+	if cur.Prev == nil {
+		// a first epoch (From's, given to the nodes without a record):
+		// a node whose record is lost under another token's stamp is
+		// neither given it (firstEpoch) nor brought forward (nothing
+		// moved at a first epoch), so the apply cannot finish: refused
+		// before any write, as check refuses it
+		var bad []string
+		for _, name := range cur.Current.Nodes() {
+			if r := recs[name]; r.Lost && !r.Fenced && r.Token != cur.Token {
+				bad = append(bad, lostElsewhere(name, r, cur))
+			}
+		}
+		if len(bad) > 0 {
+			return a.rep, fmt.Errorf("%w: %s", ErrInvalid, strings.Join(bad, "; "))
+		}
 	}
 	// lost records at the token: cur's stable record is theirs
 	a.rep.Repaired = lostAt(recs, cur.Token)
@@ -503,8 +521,7 @@ func (a *applier) check(ctx context.Context, cur Record, recs map[string]Record)
 			bad = append(bad, fmt.Sprintf("%s lost its topology record (its stamp names the current %q, its %s is gone): run `shardis topology apply` with the current configuration (%s): it writes the record again (after it finishes that apply, if a node at the token is still migrating); an instance (`shardis serve`) also writes it again from a peer at the token",
 				name, cur.Token, "shardis:topology", cur.Current))
 		case rec.Lost:
-			bad = append(bad, fmt.Sprintf("%s lost its topology record, and its stamp names %q, not the current %q: which copy of its data it holds cannot be told, so no apply writes its record again: restore its %s of that token by hand (from a peer or a backup that holds it; an instance copies it from an unfenced peer at that token, if any), then run `shardis topology apply` with the current configuration (%s) to bring it forward",
-				name, rec.Token, cur.Token, "shardis:topology", cur.Current))
+			bad = append(bad, lostElsewhere(name, rec, cur))
 		case rec.Token == cur.Token:
 			bad = append(bad, fmt.Sprintf("%s is still %s at epoch %d (%s): finish that apply first (run `shardis topology apply` with its configuration until it reports stable)",
 				name, rec.Phase, rec.Epoch, cur.Current))
@@ -525,6 +542,13 @@ func (a *applier) check(ctx context.Context, cur Record, recs map[string]Record)
 		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(bad, "; "))
 	}
 	return nil
+}
+
+// lostElsewhere is the refusal of node name, whose record is lost under
+// a stamp that names rec.Token, not cur's.
+func lostElsewhere(name string, rec, cur Record) string {
+	return fmt.Sprintf("%s lost its topology record, and its stamp names %q, not the current %q: which copy of its data it holds cannot be told, so no apply writes its record again: restore its %s of that token by hand (from a peer or a backup that holds it; an instance copies it from an unfenced peer at that token, if any), then run `shardis topology apply` with the current configuration (%s) to bring it forward",
+		name, rec.Token, cur.Token, "shardis:topology", cur.Current)
 }
 
 // migrate runs steps 3 and 4 at token tok. When counters are still held

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/node"
@@ -54,5 +55,40 @@ func TestLostRecordRefusalLeadsOut(t *testing.T) {
 	}
 	if err3 != nil || rep.ToEpoch != 2 || rep.Phase != "stable" {
 		t.Errorf("the new apply after the advice = epoch %d %s, %v; want epoch 2 stable", rep.ToEpoch, rep.Phase, err3)
+	}
+}
+
+// TestFromIsToRefusesALostRecordElsewhere: an apply of the topology given
+// as From (`--from` equal to the configuration) over nodes that have no
+// record, but one whose record is lost under another token's stamp, is
+// refused naming that node, and writes nothing: epoch 1 is not given to
+// the others either. Before, the others got epoch 1 and the apply
+// reported AlreadyApplied, leaving the node behind a token no instance
+// serves (every script refused there), unreported.
+func TestFromIsToRefusesALostRecordElsewhere(t *testing.T) {
+	srvs := redistest.StartN(t, 2, redistest.Options{})
+	old := routeConfig(t, srvs)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	initNodes(t, ctx, old) // epoch 1 of old on n1 and n2
+	c1, c2 := srvs[0].Client(t), srvs[1].Client(t)
+	// n1: no record at all; n2: its record lost, its stamp at old's token
+	if err := c1.Del(ctx, node.TopologyKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.HDel(ctx, node.StampKey, "epoch").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Del(ctx, node.TopologyKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	next := routeConfig(t, srvs)
+	next.Nodes["n2"] = config.Node{Addr: srvs[1].Addr(), Weight: 2} // another fingerprint
+	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: next, From: next, Logger: slog.New(slog.DiscardHandler)})
+	if err == nil || !strings.Contains(err.Error(), "n2 lost its topology record") {
+		t.Fatalf("apply = %+v, %v; want a refusal naming n2's record lost", rep, err)
+	}
+	if rec := c1.HGetAll(ctx, node.TopologyKey).Val(); len(rec) != 0 {
+		t.Errorf("n1 after the refused apply: %s = %v; want nothing written", node.TopologyKey, rec)
 	}
 }

@@ -74,7 +74,8 @@ func (a *applier) current(ctx context.Context) (Record, map[string]Record, error
 // in memory only: initialise writes it once the apply goes past its
 // checks and a dry run's return, so a dry run and a refusal write
 // nothing. A node whose stamp names another token is left as read
-// (Initial's write would be refused there): check refuses it, naming it.
+// (Initial's write would be refused there): check refuses it, naming it
+// (again, when From is the topology applied: lostElsewhere).
 func (a *applier) firstEpoch(recs map[string]Record) (Record, error) {
 	first := Initial(*a.opts.From)
 	for _, name := range a.opts.From.Nodes() {
