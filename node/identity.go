@@ -156,8 +156,9 @@ func (n *Node) ServerRun() string {
 	return n.ident.run
 }
 
-// Incarnation returns the node's stamp incarnation as last seen by a probe,
-// or "" before the first successful probe.
+// Incarnation returns the node's stamp incarnation as last seen by a probe
+// that read it (a probe that then refused the node, held back or behind,
+// included), or "" before any probe read it.
 func (n *Node) Incarnation() string {
 	n.ident.mu.Lock()
 	defer n.ident.mu.Unlock()
@@ -167,7 +168,7 @@ func (n *Node) Incarnation() string {
 // Mark returns what this process knows of the node's writes: the stamp's
 // generation and incarnation as last seen by a probe, and the highest
 // write sequence acknowledged to this process ([Node.ObserveSeq]). ok is
-// false before the first successful probe.
+// false before any probe read the stamp (as Incarnation).
 func (n *Node) Mark() (m Mark, ok bool) {
 	n.ident.mu.Lock()
 	defer n.ident.mu.Unlock()

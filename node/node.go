@@ -100,12 +100,15 @@ type Options struct {
 	// default: 1s
 	BreakerOpenTimeout time.Duration
 	// OnFailure, when set, is called after every command that failed with a
-	// node failure (see [IsFailure]). It runs on the caller's goroutine and
-	// must return quickly (the health scheduler's Trigger does).
+	// node failure (see [IsFailure]); for commands the node's pipelines
+	// sent, once per batch. It runs on the caller's goroutine (a pipeline's
+	// sender's, for a batch) and must return quickly (the health
+	// scheduler's Trigger does).
 	OnFailure func()
 	// Observe, when set, is called after every command or pipeline that
 	// reached the network, with its duration and whether it was a node
-	// failure (for latency metrics). It runs on the caller's goroutine.
+	// failure (for latency metrics); for commands the node's pipelines
+	// sent, once per batch. It runs on the goroutine OnFailure runs on.
 	Observe func(d time.Duration, failure bool)
 	// Witnesses, when set with Critical, holds the first write of each
 	// incarnation on a peer before it is acknowledged ([Node.Acknowledge],
