@@ -249,6 +249,13 @@ func (w *worker) adopt(ctx context.Context, b inventory.RedoBatch) error {
 	var inserted bool
 	var previous []string
 	err := pgx.BeginFunc(ctx, w.s.pool, func(tx pgx.Tx) error {
+		// a migration commits before this transaction or after it, and
+		// positions sees it (the version); taken before the first write,
+		// so a migration never waits on this transaction's rows while it
+		// waits for the migration's lock
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock_shared($1)", migrateLock); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `INSERT INTO sync_incarnations (node, incarnation, generation) VALUES ($1, $2, $3)
 ON CONFLICT DO NOTHING`, w.node, inc, gen)
 		if err != nil {
@@ -258,11 +265,6 @@ ON CONFLICT DO NOTHING`, w.node, inc, gen)
 		rows, _ := tx.Query(ctx, `SELECT incarnation FROM sync_incarnations WHERE node = $1 AND incarnation <> $2
 ORDER BY first_seen`, w.node, inc) // every earlier one, not only at a first sight: worker.restored
 		if previous, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-			return err
-		}
-		// a migration commits before this transaction or after it, and
-		// positions sees it (the version)
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock_shared($1)", migrateLock); err != nil {
 			return err
 		}
 		db, err := w.positions(ctx, tx, inc, allQueues(len(pos)))
