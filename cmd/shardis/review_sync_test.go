@@ -31,6 +31,37 @@ func TestReviewSyncTimeoutValidated(t *testing.T) {
 	}
 }
 
+// A flag given to a form of sync it does nothing for, and an argument
+// after the flags, are usage errors naming them (they were accepted and
+// ignored: `sync status --migrate` migrated nothing, `sync --json` printed
+// no JSON; `sync --config F status` blamed --config).
+func TestSyncRefusesFlagsItIgnores(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "s.yaml")
+	for _, c := range []struct {
+		args string // "CFG" stands for --config and the file
+		want string
+	}{
+		{"sync status --migrate CFG", "--migrate applies to shardis sync (the landing) only"},
+		{"sync --json CFG", "--json applies to shardis sync status only"},
+		{"sync migrate --all CFG", "--all applies to shardis sync status only"},
+		{"sync --timeout -1s CFG", "--timeout applies to shardis sync status or shardis sync migrate only"},
+		{"sync CFG status", `unexpected argument "status"`},
+	} {
+		var args []string
+		for _, a := range strings.Fields(c.args) {
+			if a == "CFG" {
+				args = append(args, "--config", p)
+			} else {
+				args = append(args, a)
+			}
+		}
+		code, _, errOut := cli(t, args...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("shardis %s: exit %d, stderr %q; want exit 2 with %q", strings.Join(args, " "), code, lastLine(errOut), c.want)
+		}
+	}
+}
+
 // sync status quiets the router's info lines by default, but a
 // --log-level given explicitly is the level it logs at.
 func TestReviewSyncStatusHonoursLogLevel(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -56,9 +57,16 @@ func cmdSync(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *cfgPath == "" || fs.NArg() > 0 {
+	if fs.NArg() > 0 {
 		fs.Usage()
-		return fmt.Errorf("%w: sync needs --config FILE and no arguments", errUsage)
+		return fmt.Errorf("%w: sync: unexpected argument %q (the subcommand, migrate or status, comes first)", errUsage, fs.Arg(0))
+	}
+	if *cfgPath == "" {
+		fs.Usage()
+		return fmt.Errorf("%w: sync needs --config FILE", errUsage)
+	}
+	if err := syncFlagsApply(fs, sub); err != nil {
+		return err
 	}
 	lvl, err := parseLevel(*level)
 	if err != nil {
@@ -100,6 +108,25 @@ func cmdSync(args []string, stdout, stderr io.Writer) error {
 		return syncStatus(ctx, cfg, log, stdout, *asJSON, *all)
 	}
 	return runSync(ctx, cfg, log, *migrate)
+}
+
+// syncFlagsApply refuses a flag given to a form of sync it does nothing
+// for: --migrate is the landing's, --json and --all the status's,
+// --timeout the status's and the migrate's.
+func syncFlagsApply(fs *flag.FlagSet, sub string) error {
+	for _, f := range []struct{ name, forms string }{
+		{"migrate", ""}, {"json", "status"}, {"all", "status"}, {"timeout", "status migrate"},
+	} {
+		if !flagSet(fs, f.name) || slices.Contains(strings.Fields(f.forms), sub) || (f.forms == "" && sub == "") {
+			continue
+		}
+		want := "shardis sync " + strings.ReplaceAll(f.forms, " ", " or shardis sync ")
+		if f.forms == "" {
+			want = "shardis sync (the landing)"
+		}
+		return fmt.Errorf("%w: --%s applies to %s only", errUsage, f.name, want)
+	}
+	return nil
 }
 
 // flagSet reports whether the flag name was given on the command line.
