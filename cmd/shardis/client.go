@@ -287,6 +287,9 @@ func cmdStockLoad(ctx context.Context, c *client, args []string) error {
 	if *limit < -1 {
 		return c.usageErr("--limit %d: want a positive limit, 0 (remove it) or -1 (keep it)", *limit)
 	}
+	if *qty < 0 {
+		return c.usageErr("--qty %d: want units to add, 0 or more (0 with --limit changes only the limit)", *qty)
+	}
 	req := &v1.LoadStockRequest{RouteKey: *route, SkuId: *sku, Quantity: *qty}
 	if *limit >= 0 {
 		req.PerUserLimit = limit // absent: the service keeps the SKU's limit
@@ -395,6 +398,9 @@ func cmdRedoLog(ctx context.Context, c *client, args []string) error {
 	}
 	if *limit < 1 || *limit > 10000 {
 		return c.usageErr("--limit %d: want 1..10000", *limit)
+	}
+	if *after < 0 {
+		return c.usageErr("--after %d: want an offset, 0 or more", *after)
 	}
 	f := &redoFollower{c: c, follow: *follow, limit: *limit,
 		req: &v1.ReadRedoLogRequest{Node: *nodeName, Queue: queue, AfterOffset: *after, Limit: int32(*limit)}}

@@ -24,7 +24,7 @@ func parseQueue(c *client, arg string) (int32, error) {
 	prefix := strings.TrimSuffix(inventory.RedoLogKey(0), "0") // inv:redo:
 	q := strings.TrimPrefix(arg, prefix)
 	queue, err := strconv.ParseInt(q, 10, 32)
-	if err != nil {
+	if err != nil || queue < 0 {
 		return 0, c.usageErr("--queue %q: want a queue number or a redo log name such as %s", arg, inventory.RedoLogKey(7))
 	}
 	return int32(queue), nil
