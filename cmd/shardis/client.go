@@ -42,7 +42,7 @@ type clientCommand struct {
 // clientCommands is keyed by command name ("stock load" for subcommands).
 var clientCommands = map[string]clientCommand{
 	"status": {"status [flags]",
-		"Lists every node (state, breaker, failed probes, persistence settings, redo backlog, stuck parts, routes with drained ones marked), then the service's readiness, topology epoch and any pending configuration difference, and the deferred parts. When /readyz or /metrics cannot be read, their lines say unknown, the rest is printed, and it exits 1 (a node DOWN is a state it read: exit 0). With --json it prints the node list alone (ListNodes' response; the rest is /readyz's and /metrics'), and exits 1 on the same conditions.", cmdStatus},
+		"Lists every node (state, breaker, failed probes, persistence settings, redo backlog, stuck parts, routes with drained ones marked), then the service's readiness, topology epoch and any pending configuration difference, and the deferred parts. When /readyz or /metrics cannot be read, their lines say unknown, the rest is printed, and it exits 1 (a node DOWN is a state it read: exit 0). With --json it prints the node list alone (ListNodes' response; the rest is /readyz's and /metrics', which it does not read), and exits 0 once it has it.", cmdStatus},
 	"stock load": {"stock load [flags] --route R --sku S --qty N [--limit L]",
 		"Adds N units of a SKU, split over the route's enabled nodes, and prints the stock. A load that failed on a node is an error naming the nodes that took their share; a load applied whose stock report could not read a node (a node DOWN, not loaded) prints the report, the totals partial, and exits 1 naming it, as stock get.", cmdStockLoad},
 	"stock get": {"stock get [flags] --route R --sku S",
@@ -110,7 +110,7 @@ func runClient(ctx context.Context, name string, args []string, stdout, stderr i
 	if !ok {
 		return fmt.Errorf("%w: unknown command %q", errUsage, name)
 	}
-	c := newClient(cmd, stdout, stderr)
+	c := newClient(name, cmd, stdout, stderr)
 	defer c.close()
 	return cmd.run(ctx, c, args)
 }
@@ -151,9 +151,11 @@ type client struct {
 	admin    shardisv1connect.AdminServiceClient
 }
 
-func newClient(cmd clientCommand, stdout, stderr io.Writer) *client {
+// newClient is the client of command name ("stock load"), which its usage
+// errors name.
+func newClient(name string, cmd clientCommand, stdout, stderr io.Writer) *client {
 	c := &client{synopsis: cmd.synopsis, stderr: stderr, out: printer{w: stdout}}
-	c.fs = flag.NewFlagSet(strings.Fields(cmd.synopsis)[0], flag.ContinueOnError)
+	c.fs = flag.NewFlagSet(name, flag.ContinueOnError)
 	c.fs.SetOutput(stderr)
 	c.fs.StringVar(&c.addr, "addr", defaultAddr, "service `URL` or host:port")
 	c.fs.StringVar(&c.token, "token", "", "bearer `token` (default $"+tokenEnv+")")

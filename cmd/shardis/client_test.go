@@ -388,7 +388,7 @@ func TestClientUsage(t *testing.T) {
 		{2, "--ttl", "reserve --order o --ttl 1500ms c:s:1"},
 		{2, "load or get", "stock"},
 		{2, "load or get", "stock put"},
-		{2, "needs --qty", "stock load --route r --sku s"},
+		{2, "stock load needs --qty", "stock load --route r --sku s"}, // the command, not its group
 		{2, "not defined", "stock get --nope"},
 		{2, "wrong number of arguments", "confirm"},
 		{2, "wrong number of arguments", "cancel o1 o2 --json"},

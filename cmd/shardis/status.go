@@ -46,9 +46,11 @@ func cmdStatus(ctx context.Context, c *client, args []string) error {
 	if err != nil {
 		return err
 	}
-	// Read in both forms: --json prints the node list alone (ListNodes'
-	// response, one JSON line), but exits 1 as the table does when the
-	// service's readiness or gauges cannot be read.
+	if c.out.json {
+		// the node list alone (ListNodes' response), complete: exit 0;
+		// readiness and gauges are /readyz's and /metrics' to read
+		return c.out.emit(res, nil)
+	}
 	ready, rerr := c.readiness(ctx)
 	m, merr := c.metrics(ctx)
 	if err := c.out.emit(res, func(w io.Writer) {

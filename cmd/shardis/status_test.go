@@ -1,10 +1,6 @@
 package main
 
 import (
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"testing"
 
@@ -51,34 +47,4 @@ func TestStatusShowsOperations(t *testing.T) {
 		}
 	}
 	t.Fatalf("no row for %s:\n%s", res.Receipts[0].Node, out)
-}
-
-// `shardis status --json` prints the node list alone (ListNodes'
-// response, one JSON line) and exits 1, as the table does, when the
-// service's /metrics cannot be read; with everything readable, 0. Before,
-// --json returned before reading /readyz and /metrics and always exited
-// 0: a script took an incomplete report for a complete one.
-func TestStatusJSONExitsOneWhenMetricsUnreadable(t *testing.T) {
-	addr, _ := startService(t, "")
-	target, err := url.Parse("http://" + addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/metrics" {
-			http.Error(w, "broken", http.StatusInternalServerError)
-			return
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	defer front.Close()
-	code, out, errOut := cli(t, "status", "--json", "--addr", front.URL)
-	nodes := decodeLine(t, out, &v1.ListNodesResponse{})
-	if code != 1 || len(nodes.Nodes) != 3 || !strings.Contains(errOut, "/metrics") {
-		t.Fatalf("status --json with /metrics failing: exit %d, %d nodes, stderr %q; want exit 1 naming /metrics after the node list", code, len(nodes.Nodes), errOut)
-	}
-	if code, out, errOut := cli(t, "status", "--json", "--addr", addr); code != 0 || len(decodeLine(t, out, &v1.ListNodesResponse{}).Nodes) != 3 {
-		t.Fatalf("status --json: exit %d, stderr %q", code, errOut)
-	}
 }
