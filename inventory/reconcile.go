@@ -137,6 +137,29 @@ func (inv *Inventory) byDecision(ctx context.Context, n *node.Node, p PendingPar
 	return Cancel, false, nil
 }
 
+// expiredRecord runs the expiry's compare-and-set on the record of p's
+// order on home and returns the record decided: a staging record (long
+// past its lease) is decided first (resolveStaged) and read again. One
+// found staging again after that is an error wrapping ErrUnavailable:
+// a withdraw deleted the record decided, and a late stage (this part's
+// own attempt's, or another's) landed on the empty key. Only a record
+// decided, or one this pass decided itself, is acted on: cancelling now
+// would give back the units of an attempt that may yet answer success.
+func (inv *Inventory) expiredRecord(ctx context.Context, home *node.Node, p PendingPart) (orderRecord, error) {
+	rec, err := inv.orderOp(ctx, home, p.OrderID, opExpire, p.Token, seconds(inv.cfg.Retention), p.PartID)
+	if err != nil || rec.status != recStaging {
+		return rec, err
+	}
+	if err := inv.resolveStaged(ctx, home, p.OrderID, rec, true); err != nil {
+		return orderRecord{}, err
+	}
+	rec, err = inv.orderOp(ctx, home, p.OrderID, opExpire, p.Token, seconds(inv.cfg.Retention), p.PartID)
+	if err == nil && rec.status == recStaging {
+		return orderRecord{}, fmt.Errorf("%w: order %q is staging again", ErrUnavailable, p.OrderID)
+	}
+	return rec, err
+}
+
 // ResolveExpired settles one expired part by the decision recorded for its
 // order: confirmed by the same attempt → confirm; still reserved or being
 // reserved by that attempt → postpone (to the order's deadline, or past
@@ -184,30 +207,12 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 		if err != nil {
 			return putOff(err)
 		}
-		rec, err := inv.orderOp(ctx, home, p.OrderID, opExpire, p.Token, seconds(inv.cfg.Retention), p.PartID)
-		if err == nil && rec.status == recStaging {
-			// Decide the staged order first (long past its lease), then
-			// read its decision.
-			if err = inv.resolveStaged(ctx, home, p.OrderID, rec, true); err != nil {
-				if Unsettleable(err) {
-					return "", err // a promised part's data to repair: set aside
-				}
-				return putOff(err)
-			}
-			rec, err = inv.orderOp(ctx, home, p.OrderID, opExpire, p.Token, seconds(inv.cfg.Retention), p.PartID)
-			if err == nil && rec.status == recStaging {
-				// Staged again since it was decided: a withdraw deleted
-				// the record decided, and a late stage (this part's own
-				// attempt's, or another's) landed on the empty key. Only
-				// a record decided, or one this pass decided itself, is
-				// acted on: cancelling now would give back the units of
-				// an attempt that may yet answer success.
-				return putOff(fmt.Errorf("%w: order %q is staging again", ErrUnavailable, p.OrderID))
-			}
-		}
+		rec, err := inv.expiredRecord(ctx, home, p)
 		if err != nil {
 			if Unsettleable(err) {
-				return "", err // an unreadable record: the caller sets the part aside
+				// an unreadable record, or a promised part's data to
+				// repair: the caller sets the part aside
+				return "", err
 			}
 			return putOff(err)
 		}
