@@ -53,7 +53,20 @@ func TestUpProbesAskSentinelsOnKeptConnections(t *testing.T) {
 			t.Errorf("sentinel %s: %d connections for 10 probes of an UP node, want at most 2 (not one per probe)", addr, d)
 		}
 	}
+	// Each sentinel's clients are its peers' links to it and this read's
+	// own (the floor), and the node's connections. Under load one asker
+	// may have dropped its connection (an exchange past its bound) just
+	// before: the node holds connections to some sentinels, not
+	// necessarily all, and Close must leave none anywhere.
+	floor := len(g.SentinelAddrs())
 	clients := sentinelStat(t, g, "connected_clients")
+	held := false
+	for _, c := range clients {
+		held = held || c > floor
+	}
+	if !held {
+		t.Fatalf("connected clients per sentinel %v: the node holds no connection to any (floor %d)", clients, floor)
+	}
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -61,17 +74,17 @@ func TestUpProbesAskSentinelsOnKeptConnections(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		now := sentinelStat(t, g, "connected_clients")
-		dropped := 0
-		for addr, c := range clients {
-			if now[addr] < c {
-				dropped++
+		left := 0
+		for _, c := range now {
+			if c > floor {
+				left++
 			}
 		}
-		if dropped == len(clients) {
+		if left == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("connected clients per sentinel %v before Close, %v 5s after: Close left a sentinel's connection open", clients, now)
+			t.Fatalf("connected clients per sentinel %v before Close, %v 5s after (floor %d: peers' links and this read): Close left a sentinel's connection open", clients, now, floor)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
