@@ -38,11 +38,11 @@ func (c *corruptBeforeRead) Call(ctx context.Context, sc ScriptCall, send func()
 func TestLoadAddedThenReadBackFails(t *testing.T) {
 	t.Parallel()
 	f := &corruptBeforeRead{node: "n1", key: stockKey("a", "s")}
-	e := newStagedEnvWith(t, Options{}) // routes a, b, c on n1, n2, n3
+	e := newStagedEnv(t) // routes a, b, c on n1, n2, n3
 	f.client = e.clients["n1"]
-	e.inv.opts.Faults = f
+	inv := e.faultyInstance(f)
 	f.armed.Store(true)
-	_, err := e.inv.LoadStock(e.ctx, "a", "s", 7, -1)
+	_, err := inv.LoadStock(e.ctx, "a", "s", 7, -1)
 	if f.armed.Load() {
 		t.Fatal("LoadStock read no stock on n1 after loading")
 	}

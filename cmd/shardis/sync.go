@@ -114,17 +114,24 @@ func cmdSync(args []string, stdout, stderr io.Writer) error {
 // for: --migrate is the landing's, --json and --all the status's,
 // --timeout the status's and the migrate's.
 func syncFlagsApply(fs *flag.FlagSet, sub string) error {
-	for _, f := range []struct{ name, forms string }{
-		{"migrate", ""}, {"json", "status"}, {"all", "status"}, {"timeout", "status migrate"},
+	for _, f := range []struct {
+		name  string
+		forms []string // the subcommands it applies to; "" the landing
+	}{
+		{"migrate", []string{""}}, {"json", []string{"status"}}, {"all", []string{"status"}},
+		{"timeout", []string{"status", "migrate"}},
 	} {
-		if !flagSet(fs, f.name) || slices.Contains(strings.Fields(f.forms), sub) || (f.forms == "" && sub == "") {
+		if !flagSet(fs, f.name) || slices.Contains(f.forms, sub) {
 			continue
 		}
-		want := "shardis sync " + strings.ReplaceAll(f.forms, " ", " or shardis sync ")
-		if f.forms == "" {
-			want = "shardis sync (the landing)"
+		want := make([]string, len(f.forms))
+		for i, form := range f.forms {
+			want[i] = strings.TrimSpace("shardis sync " + form)
+			if form == "" {
+				want[i] += " (the landing)"
+			}
 		}
-		return fmt.Errorf("%w: --%s applies to %s only", errUsage, f.name, want)
+		return fmt.Errorf("%w: --%s applies to %s only", errUsage, f.name, strings.Join(want, " or "))
 	}
 	return nil
 }
