@@ -56,7 +56,7 @@ func (n *Node) PersistRouteEnabled(ctx context.Context, rk RouteKey, enabled boo
 		err = drainScript.Run(ctx, n.Client(), []string{DrainKey}, rk.String()).Err()
 	}
 	if err != nil {
-		return fmt.Errorf("node %s: recording the drain of %q on the node: %w", n.opts.Name, rk.String(), unreachable(err))
+		return fmt.Errorf("node %s: recording the drain of %q on the node: %w", n.opts.Name, rk.String(), unreachable(ctx, err))
 	}
 	n.drainMu.Lock()
 	defer n.drainMu.Unlock()

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -122,4 +123,36 @@ func drainNode(t *testing.T) (*Node, RouteKey, *redis.Client, context.Context) {
 	}
 	n.SetUp() // as the health scheduler does after a probe passed
 	return n, rk, srv.Client(t), ctx
+}
+
+// A drain whose caller's deadline passes while the node does not answer
+// (paused) is the caller's deadline, not an unreachable node: it wraps
+// context.DeadlineExceeded (the service answers deadline_exceeded) and
+// not ErrUnreachable, which the service answered unavailable, blaming
+// the node for a wait the caller chose.
+func TestDrainPastTheCallersDeadline(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	rk := RouteKey{Server: "inventory", Route: "clothes"}
+	n, err := New(Options{Name: "n1", Addr: srv.Addr(), Routes: []RouteKey{rk}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n.SetUp()
+	if err := n.PersistRouteEnabled(ctx, rk, true); err != nil { // a pooled connection
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	short, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel2()
+	err = n.PersistRouteEnabled(short, rk, false)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnreachable) {
+		t.Fatalf("drain past the caller's deadline: %v; want it to wrap context.DeadlineExceeded, not ErrUnreachable", err)
+	}
 }

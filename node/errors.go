@@ -57,7 +57,9 @@ var (
 	// or talk to it ([IsTransport]: refused, reset, timed out, closed
 	// mid-reply): the node cannot serve now, like a DOWN one, but no probe
 	// has marked it DOWN yet (or the call runs past the state gate). The
-	// network error stays wrapped.
+	// network error stays wrapped. A call that timed out past its
+	// context's deadline, or was canceled, wraps the context's error
+	// instead: the wait was the caller's.
 	ErrUnreachable = errors.New("node unreachable")
 )
 
@@ -74,12 +76,25 @@ func IsTransport(err error) bool {
 		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE))
 }
 
-// unreachable wraps err in [ErrUnreachable] when it is a transport failure
-// ([IsTransport]) and does not wrap it yet; other errors are returned as
-// they are.
-func unreachable(err error) error {
+// unreachable wraps err, the error of a call run with ctx, in
+// [ErrUnreachable] when it is a transport failure ([IsTransport]) and does
+// not wrap it yet; other errors are returned as they are. A timeout after
+// the caller gave up (callerGaveUp: go-redis sets the connection's
+// deadline to ctx's) is the caller's: it wraps ctx's error
+// (context.DeadlineExceeded, context.Canceled), not ErrUnreachable.
+func unreachable(ctx context.Context, err error) error {
 	if err == nil || errors.Is(err, ErrUnreachable) || !IsTransport(err) {
 		return err
+	}
+	if callerGaveUp(ctx) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return err
+		}
+		cause := ctx.Err()
+		if cause == nil { // the deadline passed, its timer not fired yet
+			cause = context.DeadlineExceeded
+		}
+		return fmt.Errorf("%w: %w", cause, err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnreachable, err)
 }
@@ -125,12 +140,57 @@ func IsFailure(ctx context.Context, err error) bool {
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
-		msg := rerr.Error()
-		return strings.HasPrefix(msg, "LOADING") || strings.HasPrefix(msg, "BUSY") ||
-			strings.HasPrefix(msg, "MASTERDOWN")
+		return busyReply(rerr)
 	}
 	return true
 }
+
+// busyReply reports whether reply is one by which the server says it
+// cannot serve now: LOADING (reading its data at startup), BUSY (a script
+// or function running past the busy threshold), MASTERDOWN (a replica
+// whose link to its master is down).
+func busyReply(reply redis.Error) bool {
+	msg := reply.Error()
+	return strings.HasPrefix(msg, "LOADING") || strings.HasPrefix(msg, "BUSY") ||
+		strings.HasPrefix(msg, "MASTERDOWN")
+}
+
+// CannotServe reports whether err says the node cannot serve now, as
+// opposed to an answer it gave on purpose (an error reply of a script, a
+// reply of the wrong shape): a transport failure ([IsTransport]); a
+// refusal by this package or a failed check of the node, which come as
+// an [*Error] and are matched by it or by their sentinel ([ErrDown],
+// [ErrBreakerOpen], [ErrHeldBack], [ErrUnwitnessed], and a probe's or a
+// new connection's failed stamp check: [ErrRolledBack], [ErrDataLost],
+// [ErrIdentity], [ErrNotMaster]); [ErrNoMaster]; or a reply by which the
+// server says it cannot serve (LOADING, BUSY, MASTERDOWN). It is what a
+// command of the data path meets when its node is unusable. Most pass by
+// themselves; a node refused as rolled back or empty serves again only
+// once an operator accepts its data ([Node.Accept]).
+func CannotServe(err error) bool {
+	if err == nil {
+		return false
+	}
+	var named *Error
+	var rerr redis.Error
+	switch {
+	case IsTransport(err), errors.As(err, &named):
+		return true
+	case errors.As(err, &rerr):
+		return busyReply(rerr)
+	}
+	for _, s := range cannotServe {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// cannotServe are the sentinels [CannotServe] matches however they are
+// wrapped.
+var cannotServe = []error{ErrDown, ErrBreakerOpen, ErrHeldBack, ErrUnwitnessed,
+	ErrRolledBack, ErrDataLost, ErrIdentity, ErrNotMaster, ErrNoMaster}
 
 // callerGaveUp reports whether ctx is canceled or past its deadline. The
 // deadline is checked against the clock, not only through ctx.Err(): with

@@ -590,6 +590,44 @@ func TestIsFailure(t *testing.T) {
 	}
 }
 
+// CannotServe: what the data path meets when a node is unusable, against
+// what a node answered on purpose.
+func TestCannotServe(t *testing.T) {
+	t.Parallel()
+	refusal := func(cause error) error {
+		return &node.Error{Node: "n1", Addr: "127.0.0.1:1", Err: fmt.Errorf("%w: x", cause)}
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"redis.Nil", redis.Nil, false},
+		{"script error reply", replyErr("my error"), false},
+		{"WRONGTYPE reply", fmt.Errorf("drain: %w", replyErr("WRONGTYPE Operation against a key")), false},
+		{"OOM reply", replyErr("OOM command not allowed"), false},
+		{"plain error", errors.New("unexpected reply [1]"), false},
+		{"BUSY reply", fmt.Errorf("drain: %w", replyErr("BUSY Redis is busy running a script")), true},
+		{"LOADING reply", replyErr("LOADING Redis is loading the dataset in memory"), true},
+		{"MASTERDOWN reply", replyErr("MASTERDOWN Link with MASTER is down"), true},
+		{"network error", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}, true},
+		{"EOF", io.EOF, true},
+		{"ErrDown", refusal(node.ErrDown), true},
+		{"ErrDataLost", fmt.Errorf("drain: %w", refusal(node.ErrDataLost)), true},
+		{"ErrRolledBack", refusal(node.ErrRolledBack), true},
+		{"ErrIdentity", refusal(node.ErrIdentity), true},
+		{"ErrNotMaster", refusal(node.ErrNotMaster), true},
+		{"ErrNoMaster", fmt.Errorf("%w (m): redis: nil", node.ErrNoMaster), true},
+		{"bare ErrDown", fmt.Errorf("x: %w", node.ErrDown), true},
+		{"bare ErrHeldBack", node.ErrHeldBack, true},
+	} {
+		if got := node.CannotServe(tc.err); got != tc.want {
+			t.Errorf("CannotServe(%s: %v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+}
+
 type timeoutErr struct{}
 
 func (timeoutErr) Error() string   { return "i/o timeout" }

@@ -35,7 +35,7 @@ func TestUnreachableWrapsTransportErrorsOnly(t *testing.T) {
 		{&Error{Node: "n1", Addr: "a", Err: ErrDown}, false},
 		{context.Canceled, false},
 	} {
-		err := unreachable(c.err)
+		err := unreachable(context.Background(), c.err)
 		if got := errors.Is(err, ErrUnreachable); got != c.want {
 			t.Errorf("unreachable(%v) = %v: wraps ErrUnreachable %v, want %v", c.err, err, got, c.want)
 		}
@@ -46,7 +46,7 @@ func TestUnreachableWrapsTransportErrorsOnly(t *testing.T) {
 			t.Errorf("IsTransport(%v) = %v, want %v", c.err, !c.want, c.want)
 		}
 	}
-	if err := unreachable(unreachable(refused)); err.Error() != unreachable(refused).Error() {
+	if err := unreachable(context.Background(), unreachable(context.Background(), refused)); err.Error() != unreachable(context.Background(), refused).Error() {
 		t.Errorf("wrapped twice: %v", err)
 	}
 }

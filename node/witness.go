@@ -331,7 +331,7 @@ func (n *Node) Accept(ctx context.Context, gen int64, fence string) (Mark, error
 		err = fmt.Errorf("unexpected reply %v", v)
 	}
 	if err != nil {
-		return Mark{}, fmt.Errorf("node %s: accept: %w", n.opts.Name, unreachable(err))
+		return Mark{}, fmt.Errorf("node %s: accept: %w", n.opts.Name, unreachable(ctx, err))
 	}
 	seq, gen := v[0], v[1]
 	n.log.Warn("node data accepted by an operator: new incarnation", "incarnation", inc, "generation", gen, "seq", seq)

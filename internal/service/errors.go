@@ -30,8 +30,9 @@ import (
 
 // rpcError maps library errors to Connect codes; the message keeps the
 // library's text, which names the field, SKU, order or node. An error of
-// no known class is internal, except a failure to reach a node
-// (node.IsTransport), which is unavailable.
+// no known class is internal, except one saying a node cannot serve now
+// (node.CannotServe: unreachable, refused by its checks, busy), which is
+// unavailable.
 func rpcError(err error) error {
 	code := connect.CodeInternal
 	switch {
@@ -74,18 +75,21 @@ func rpcError(err error) error {
 		code = connect.CodeInternal
 	case errors.Is(err, inventory.ErrDataLoss), errors.Is(err, inventory.ErrStockMissing):
 		code = connect.CodeDataLoss
-	case errors.Is(err, router.ErrUnavailable), errors.Is(err, node.ErrDown), errors.Is(err, node.ErrBreakerOpen),
-		errors.Is(err, node.ErrHeldBack), node.IsTransport(err):
+	case errors.Is(err, router.ErrUnavailable), node.CannotServe(err):
 		// a node that cannot serve now (an admin call that writes to
-		// it, such as a drain, meets it unwrapped): gRPC's code for a
-		// transient state a retry can outlast (seed 444: a drain of a
-		// DOWN node answered internal). That includes a node this
-		// process could not reach or talk to before a probe marked it
-		// DOWN: node.ErrUnreachable (Accept, a drain), or any network
-		// error that reached here unwrapped (node.IsTransport); those
-		// answered internal, the code for corrupt data and failed
-		// scripts. The cases above win: a malformed reply, a failed
-		// script or lost data stays what it is.
+		// it, such as a drain, meets it unwrapped; node.CannotServe):
+		// gRPC's code for a transient state a retry can outlast, and
+		// the code the data path answers for the same node (its
+		// commands wrap these in router.ErrUnavailable). Each of these
+		// answered internal once, the code for corrupt data and failed
+		// scripts: a drain of a DOWN node (seed 444); a node this
+		// process could not reach before a probe marked it DOWN
+		// (node.ErrUnreachable, or a network error unwrapped); a new
+		// connection's stamp check that refused the node (restarted
+		// empty, rolled back, another node, a replica) or a BUSY,
+		// LOADING or MASTERDOWN reply. The cases above win: a
+		// malformed reply, a failed script or lost data stays what it
+		// is.
 		code = connect.CodeUnavailable
 	}
 	return connect.NewError(code, trimSentinels(err, code))

@@ -36,6 +36,14 @@ func TestRPCErrorCodes(t *testing.T) {
 			&node.Error{Node: "n1", Addr: "127.0.0.1:1", Err: fmt.Errorf("%w: probe: connecting: i/o timeout", node.ErrDown)}), connect.CodeUnavailable},
 		{&node.Error{Node: "n1", Addr: "127.0.0.1:1", Err: node.ErrBreakerOpen}, connect.CodeUnavailable},
 		{errors.New("node vanished"), connect.CodeInternal},
+		// a new connection's stamp check refused the node before a probe
+		// marked it DOWN (a drain meets it unwrapped): the data path
+		// answers unavailable for it, so does the drain
+		{fmt.Errorf("node n1: recording the drain of %q on the node: %w", "inventory/a",
+			&node.Error{Node: "n1", Addr: "127.0.0.1:1", Err: fmt.Errorf("%w: no stamp", node.ErrDataLost)}), connect.CodeUnavailable},
+		{&node.Error{Node: "n1", Addr: "127.0.0.1:1", Err: fmt.Errorf("%w: seq 3 < 9", node.ErrRolledBack)}, connect.CodeUnavailable},
+		{&node.Error{Node: "n1", Addr: "127.0.0.1:1", Err: fmt.Errorf("%w: the server reached has role %q", node.ErrNotMaster, "slave")}, connect.CodeUnavailable},
+		{fmt.Errorf("node n1: %w (mymaster): redis: nil", node.ErrNoMaster), connect.CodeUnavailable},
 		// a node that cannot be reached or talked to: unavailable, as a
 		// DOWN one (these answered internal)
 		{fmt.Errorf("node n1: accept: %w: %w", node.ErrUnreachable, dialRefused), connect.CodeUnavailable},

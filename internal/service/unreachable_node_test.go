@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/node"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
@@ -76,5 +77,73 @@ func TestAcceptOfAnUpNodeNeedsForce(t *testing.T) {
 	res, err := admin.AcceptNode(ctx, connect.NewRequest(&v1.AcceptNodeRequest{Node: "n1", Force: true}))
 	if err != nil || res.Msg.Generation < 1 {
 		t.Fatalf("AcceptNode of an UP node with force: %v, %v; want a new incarnation", res, err)
+	}
+}
+
+// A drain of a node whose server runs a script past the busy threshold
+// (every other command is answered BUSY), before a probe marked it DOWN:
+// the node cannot serve now, unavailable, as the data path answers for
+// it. The BUSY reply answered internal, the code of corrupt data.
+func TestDrainBusyNodeIsUnavailable(t *testing.T) {
+	_, srvs, admin := startOverNodes(t, time.Minute)
+	c := srvs[0].Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.ConfigSet(ctx, "busy-reply-threshold", "50").Err(); err != nil {
+		t.Fatal(err)
+	}
+	busy := make(chan error, 1)
+	go func() { // a read-only script SCRIPT KILL can end
+		busy <- srvs[0].Client(t).Eval(ctx, "while true do redis.call('PING') end", nil).Err()
+	}()
+	defer func() {
+		for ctx.Err() == nil && c.ScriptKill(ctx).Err() != nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+		<-busy
+	}()
+	waitBusy(ctx, t, c)
+	_, err := admin.SetRouteEnabled(ctx, connect.NewRequest(&v1.SetRouteEnabledRequest{Node: "n1", Server: "inventory", Route: "all", Enabled: false}))
+	if err == nil {
+		t.Fatal("drain of a busy node succeeded")
+	}
+	if code := connect.CodeOf(err); code != connect.CodeUnavailable || !strings.Contains(err.Error(), "n1") {
+		t.Errorf("drain of a busy node: code %v (%v), want unavailable naming n1", code, err)
+	}
+}
+
+// waitBusy waits until the server c reaches answers BUSY.
+func waitBusy(ctx context.Context, t *testing.T, c interface {
+	Ping(context.Context) *redis.StatusCmd
+}) {
+	t.Helper()
+	for {
+		err := c.Ping(ctx).Err()
+		if err != nil && strings.HasPrefix(err.Error(), "BUSY") {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the server never answered BUSY: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A drain of a node restarted empty, before a probe marked it DOWN: the
+// new connection's stamp check refuses it (node.ErrDataLost), and the
+// drain answers unavailable, as a Reserve on it would, naming the node
+// and the loss. It answered internal.
+func TestDrainOfANodeRestartedEmptyIsUnavailable(t *testing.T) {
+	_, srvs, admin := startOverNodes(t, time.Minute)
+	srvs[0].Restart() // killed, and started again without its data
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := admin.SetRouteEnabled(ctx, connect.NewRequest(&v1.SetRouteEnabledRequest{Node: "n1", Server: "inventory", Route: "all", Enabled: false}))
+	if err == nil {
+		t.Fatal("drain of a node restarted empty succeeded")
+	}
+	if code := connect.CodeOf(err); code != connect.CodeUnavailable || !strings.Contains(err.Error(), "n1") ||
+		!strings.Contains(err.Error(), node.ErrDataLost.Error()) {
+		t.Errorf("drain of a node restarted empty: code %v (%v), want unavailable naming n1 and %q", code, err, node.ErrDataLost)
 	}
 }
