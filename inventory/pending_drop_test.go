@@ -7,12 +7,14 @@ import (
 )
 
 // A pending stock part's record disappears (by hand, or evicted) while its
-// redo entry and its pending-index member "queue:offset" stay: the drop
-// unindexes the member. Before, pending_due reported the part under its
-// id, the drop could not rebuild the member from a missing record, and the
-// member stayed due for ever: enough of them (a batch) kept every pass on
-// the same entries, so no other due part was reached.
-func TestDropUnindexesAPlaceWhosePartRecordIsGone(t *testing.T) {
+// redo entry and its pending-index member "queue:offset" stay: the part is
+// set aside (its units stay reserved, and only a repair can say how many),
+// which unindexes the member and lists it stuck. Before, pending_due
+// reported the part under its id, the drop could not rebuild the member
+// from a missing record, and the member stayed due for ever: enough of
+// them (a batch) kept every pass on the same entries, so no other due part
+// was reached. Then it was dropped, unlisted, its units reserved for good.
+func TestAPlaceWhosePartRecordIsGoneIsSetAside(t *testing.T) {
 	t.Parallel() // it mostly waits a deadline out
 	e := newStagedEnv(t)
 	cl := e.clients["n1"]
@@ -40,9 +42,20 @@ func TestDropUnindexesAPlaceWhosePartRecordIsGone(t *testing.T) {
 		for _, p := range due {
 			got, err := e.inv.ResolveExpired(e.ctx, p)
 			t.Logf("pass %d: %+v -> %v %v", i, p, got, err)
+			if !Unsettleable(err) || p.PartID != id {
+				t.Fatalf("ResolveExpired(%+v) = %v, %v; want an Unsettleable error for part %s", p, got, err, id)
+			}
+			// as the reconciler does (rollback/pass.go)
+			if _, err := e.inv.SetAside(e.ctx, p, err.Error(), time.Hour, time.Hour); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if _, err := cl.ZScore(e.ctx, PendingKey, m).Result(); err == nil {
-		t.Errorf("member %s still indexed after the drops: %v", m, cl.ZRange(e.ctx, PendingKey, 0, -1).Val())
+		t.Errorf("member %s still indexed after the set-aside: %v", m, cl.ZRange(e.ctx, PendingKey, 0, -1).Val())
+	}
+	stuck, err := e.inv.StuckParts(e.ctx, "n1", 10)
+	if err != nil || len(stuck) != 1 || stuck[0].PartID != id || stuck[0].State != PartMissing {
+		t.Errorf("stuck %+v, %v; want %s listed, its record missing", stuck, err, id)
 	}
 }

@@ -10,11 +10,15 @@ import (
 
 // pendingDueScript lists pending parts of a node whose deadline passed.
 // KEYS: 1 stamp, 2 pending index. ARGV: 4 limit. Returns up to limit
-// entries {id, order, token, state, deadline}, read from each indexed
-// part's record (partPrefix .. id, see lua.go); an index member that names
-// no part (a redo-log place with no entry, [PendingKey]) is reported as a
-// part whose record is gone, with the member as its id, which the drop op
-// of pendingAdjustScript unindexes.
+// entries {id, order, token, state, deadline, member, problem}, read from
+// each indexed part's record (partPrefix .. id, see lua.go). An index
+// member that names no part (a redo-log place with no entry,
+// [PendingKey]) is reported as a part whose record is gone, with the
+// member as its id, which the drop op of pendingAdjustScript unindexes. A
+// part whose record cannot be read, or is gone (for an inline part: its
+// order record) while the index lists it, is reported with the problem
+// ("" otherwise), so one such part is set aside instead of failing the
+// listing of every part behind it.
 var pendingDueScript = newScript("pending-due", false, luaFile("pending_due.lua"))
 
 // pendingAdjustScript adjusts a node's index of pending parts.
@@ -24,13 +28,18 @@ var pendingDueScript = newScript("pending-due", false, luaFile("pending_due.lua"
 //
 //	later  5 part id, 6 new deadline ms: move a part's deadline (only if
 //	       it is still indexed).
-//	drop   5 part id: unindex a part that is not pending.
+//	drop   5 part id: unindex a part that is not pending (not one whose
+//	       record cannot be read: it may be).
 //	stuck  5 part id, 6 reason, 7 first retry delay ms, 8 most retry
-//	       delay ms: set a part aside (see [Inventory.SetAside]): move it
-//	       from the pending index to the stuck index, with its reason and
-//	       the time it is retried by itself (stuck.go). Returns how many
-//	       times it was set aside since its last explicit retry (1 the
-//	       first time), or 0 when it was not indexed as pending.
+//	       delay ms, 9 the part's member as the due listing read it
+//	       (used only when its record is gone or cannot be read, and
+//	       only when it stands for the part): set a part aside (see
+//	       [Inventory.SetAside]): move it from the pending index to the
+//	       stuck index, with its reason and the time it is retried by
+//	       itself (stuck.go). Returns how many times it was set aside
+//	       since its last explicit retry (1 the first time, and always
+//	       for a record it cannot read or update), or 0 when it was not
+//	       indexed as pending.
 //	retry  5 part id: move a stuck part back to the pending index, due
 //	       now, and restart its backoff. Returns 1, or 0 when it was not
 //	       stuck.
@@ -58,6 +67,17 @@ type PendingPart struct {
 	// the Unix epoch (time.UnixMilli(0)), not the zero Time, when the
 	// record has none or is gone.
 	Deadline time.Time
+	// Problem is "" when the part's record was read, or the index member
+	// names no part (PartID is the member then, State PartMissing: a
+	// stale entry [Inventory.ResolveExpired] drops). Otherwise it says
+	// why the part cannot be settled: its record cannot be read (the
+	// node's error), or it is gone (for an inline part, its order
+	// record) while the index lists it, so the units it holds stay
+	// reserved; OrderID, Token, State and Deadline are then unknown
+	// (zero), and ResolveExpired returns an error wrapping [ErrCorrupt]:
+	// the reconciler sets the part aside ([Inventory.SetAside]).
+	Problem string
+	member  string // the index member the listing read it under
 }
 
 // Resolution is what [Inventory.ResolveExpired] did with a part.
@@ -92,19 +112,21 @@ func (inv *Inventory) DueParts(ctx context.Context, n *node.Node, limit int) ([]
 }
 
 // decodeDue reads pendingDueScript's reply: a list of {id, order, token,
-// state, deadline ms} (the script writes "" and 0 for absent fields).
+// state, deadline ms, member, problem} (the script writes "" and 0 for
+// absent fields).
 func decodeDue(nodeName string, v any) ([]PendingPart, error) {
 	r := newReplyReader(nodeName, pendingDueScript.name)
 	raw := r.list(v, -1)
 	out := make([]PendingPart, 0, len(raw))
 	for i := range raw {
-		t := r.listAt(raw, i, 5)
+		t := r.listAt(raw, i, 7)
 		if r.err != nil {
 			break
 		}
 		r.enter(i)
 		p := PendingPart{Node: nodeName, PartID: r.str(t, 0), OrderID: r.str(t, 1), Token: r.str(t, 2),
-			State: PartState(r.str(t, 3)), Deadline: time.UnixMilli(r.int(t, 4))}
+			State: PartState(r.str(t, 3)), Deadline: time.UnixMilli(r.int(t, 4)), member: r.str(t, 5),
+			Problem: r.str(t, 6)}
 		r.leave()
 		out = append(out, p)
 	}
@@ -164,7 +186,9 @@ func (inv *Inventory) expiredRecord(ctx context.Context, home *node.Node, p Pend
 // order: confirmed by the same attempt → confirm; still reserved or being
 // reserved by that attempt → postpone (to the order's deadline, or past
 // the attempt's lease while it is being reserved); anything
-// else (cancelled, expired, failed, superseded or missing) → cancel. The
+// else (cancelled, expired, failed, superseded or missing) → cancel. A
+// part listed with a [PendingPart.Problem] (its record unreadable or gone)
+// is not settled: the error wraps [ErrCorrupt]. The
 // order's expiry itself is decided first, by compare-and-set on the order
 // record, so a racing Confirm either wins (the part is confirmed) or loses
 // (Confirm reports ErrExpired). When the decision is out of reach (the
@@ -183,6 +207,10 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 		return "", err
 	}
 	ctx, _ = inv.pin(ctx)
+	if p.Problem != "" {
+		// data only a repair can fix: the caller sets the part aside
+		return "", fmt.Errorf("%w: node %s: pending part %q: %s", ErrCorrupt, p.Node, p.PartID, p.Problem)
+	}
 	if p.State != PartPending {
 		if _, err := inv.pendingAdjust(ctx, n, "drop", p.PartID); err != nil {
 			return "", err
@@ -205,6 +233,11 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 	if p.OrderID != "" {
 		home, err := inv.homeFor(ctx, p.OrderID)
 		if err != nil {
+			if Unsettleable(err) {
+				// the record on its previous home (a move not done)
+				// unreadable: data to repair, set aside as below
+				return "", err
+			}
 			return putOff(err)
 		}
 		rec, err := inv.expiredRecord(ctx, home, p)

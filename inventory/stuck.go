@@ -12,7 +12,8 @@ import (
 )
 
 // A part that cannot be settled (its SKU's counters are corrupt or were
-// deleted, its order record is unreadable, a script fails on it every
+// deleted, its order record is unreadable, its own record is unreadable
+// or gone while the pending index lists it, a script fails on it every
 // time) is set aside: the reconciler moves it from the node's pending index
 // (inv:pending) to the node's stuck index (inv:stuck, with the reason in
 // inv:stuck:why), so it never holds up other parts and every instance sees
@@ -28,7 +29,9 @@ import (
 //     with the record). Every reconciler pass first moves the parts whose
 //     time has come back to the pending index, due now
 //     ([Inventory.RetryDueStuck]), and settles them in the same pass, or
-//     sets them aside again.
+//     sets them aside again; one whose record cannot be read or is gone
+//     stays set aside, its next retry pushed back. A part settled while
+//     set aside (a deferred settle) leaves the stuck index as it settles.
 //   - LoadStock retries at once the parts of the SKU it touched on every
 //     node that took the load ([Inventory.RetryStuckSKU]).
 //   - An operator retries one part, or all, or a SKU's, at once
@@ -101,7 +104,7 @@ func (inv *Inventory) SetAside(ctx context.Context, p PendingPart, reason string
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	v, err := inv.pendingAdjust(ctx, n, "stuck", p.PartID, reason, ms(first), ms(most))
+	v, err := inv.pendingAdjust(ctx, n, "stuck", p.PartID, reason, ms(first), ms(most), p.member)
 	if err != nil {
 		return 0, err
 	}
@@ -135,7 +138,9 @@ func (inv *Inventory) RetryStuck(ctx context.Context, nodeName, partID string) (
 // KEYS: 1 stamp, 2 pending index, 3 stuck index, 4 stuck reasons, 5 stuck
 // retry times. ARGV: 4 op, 5 the most parts looked at, then:
 //
-//	due  the parts whose retry time has come (their backoff goes on).
+//	due  6 most retry delay ms: the parts whose retry time has come
+//	     (their backoff goes on); one whose record cannot be read or is
+//	     gone stays, its retry time pushed back (RetryDueStuck).
 //	sku  6 a stock hash, 7 its quota key prefix: the parts whose counter
 //	     is that hash or a quota counter of that SKU (their backoff
 //	     restarts).
@@ -161,11 +166,18 @@ func (inv *Inventory) stuckRetry(ctx context.Context, nodeName string, args ...a
 // RetryDueStuck moves up to limit (1..10000) parts set aside on node whose
 // backoff has run out back into its pending index, due now, and returns
 // how many it moved. The reconciler calls it before each pass over a node.
-func (inv *Inventory) RetryDueStuck(ctx context.Context, nodeName string, limit int) (int, error) {
+// A part whose record cannot be read, or is gone (for an inline part: its
+// order record), stays set aside with its reason, since moving it would
+// only set it aside again: its next automatic retry comes as long after
+// now as it has been set aside (at least a second), at most most (≥ 1ms).
+func (inv *Inventory) RetryDueStuck(ctx context.Context, nodeName string, limit int, most time.Duration) (int, error) {
 	if limit <= 0 || limit > 10000 {
 		return 0, fmt.Errorf("%w: limit %d, want 1..10000", ErrInvalid, limit)
 	}
-	return inv.stuckRetry(ctx, nodeName, "due", limit)
+	if most < time.Millisecond {
+		return 0, fmt.Errorf("%w: most retry delay %v, want ≥ 1ms", ErrInvalid, most)
+	}
+	return inv.stuckRetry(ctx, nodeName, "due", limit, ms(most))
 }
 
 // RetryStuckSKU moves the parts of route/sku set aside on node (stock

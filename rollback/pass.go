@@ -58,7 +58,7 @@ func (r *Reconciler) retryStuck(ctx context.Context, n *node.Node, l *lease) int
 	if !l.held(ctx) {
 		return 0
 	}
-	k, err := r.inv.RetryDueStuck(ctx, n.Name(), r.set.Batch)
+	k, err := r.inv.RetryDueStuck(ctx, n.Name(), r.set.Batch, r.set.StuckRetryMax)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("reconciler: retrying stuck parts", "node", n.Name(), "err", err)

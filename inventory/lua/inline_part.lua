@@ -61,6 +61,17 @@ local function part_get(key)
   end
   return nil
 end
+-- part_try(key) is part_get(key) for a script that must go on past one
+-- record it cannot read (a value of the wrong type, a packed record with a
+-- field that does not parse): the record (nil when gone) and nil, or nil
+-- and why it could not be read. It only reads, so nothing is left half
+-- done when it fails.
+local function part_try(key)
+  local ok, f = pcall(part_get, key)
+  if ok then return f, nil end
+  if type(f) == 'table' then f = f.err end
+  return nil, tostring(f)
+end
 local function inline_write(key, t)
   local order = string.sub(key, #PFX_ORDER + 1)
   for _, e in ipairs(inline_list(t, ARGV[1])) do

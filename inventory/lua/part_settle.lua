@@ -6,7 +6,8 @@
 -- settled (part_put, which logs it in the settled log), living retention
 -- seconds from when it comes due, so it outlives the order record that
 -- lists it (a Confirm retried would read it missing: data loss); its
--- pending-index entry goes. The caller checked the counter first
+-- pending-index entry goes, and its stuck-index entries when it was set
+-- aside. The caller checked the counter first
 -- (settle.lua, and inline_settle for a decision's inline parts): this
 -- only writes.
 local function part_settle(pk, id, p, q, confirm, retention)
@@ -22,4 +23,12 @@ local function part_settle(pk, id, p, q, confirm, retention)
   local dl = tonumber(p.deadline) or 0
   part_put(pk, p, retention + math.max(0, math.ceil((dl - now) / 1000)))
   redis.call('ZREM', PENDING, pend_member(id, p), id)
+  if p.stuck_since then
+    -- set aside once (pending_adjust.lua's stuck op wrote stuck_since):
+    -- it leaves the stuck index too, so a part listed there after its
+    -- record expired is one that never settled (stuck_retry.lua)
+    redis.call('ZREM', 'inv:stuck', id)
+    redis.call('HDEL', 'inv:stuck:why', id)
+    redis.call('ZREM', 'inv:stuck:retry', id)
+  end
 end

@@ -1,9 +1,13 @@
 
 local op, id = ARGV[4], ARGV[5]
 -- the part's member in the index (pending_index.lua); a part a release
--- before indexed by its id is moved to its member when rescheduled
-local f = part_get(KEYS[3])
+-- before indexed by its id is moved to its member when rescheduled. A
+-- record gone, or one it cannot read (bad), says no member: the stuck op
+-- takes the one its caller read from the index (ARGV[9]), when it stands
+-- for this part.
+local f, bad = part_try(KEYS[3])
 local m = pend_member(id, f)
+if not f and op == 'stuck' and ARGV[9] and ARGV[9] ~= '' and pend_id(ARGV[9]) == id then m = ARGV[9] end
 if op == 'later' then
   -- ARGV[6]: when, in ms of the node's clock, or '+ms' from its now (a
   -- delay the caller's clock must not shift: the index is read by the
@@ -15,7 +19,8 @@ if op == 'later' then
   end
   return redis.call('ZADD', KEYS[2], 'XX', at, m)
 elseif op == 'drop' then
-  if (f or {}).state == 'pending' then return 0 end
+  -- only a part known not pending: one whose record cannot be read may be
+  if bad or (f or {}).state == 'pending' then return 0 end
   return redis.call('ZREM', KEYS[2], m, id)
 elseif op == 'stuck' then
   if redis.call('ZREM', KEYS[2], m, id) == 0 then return 0 end

@@ -2,14 +2,25 @@
 local ms = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
 local out = {}
 for _, m in ipairs(ms) do
-  -- a member with no entry at its place names no part: it is reported
-  -- as one whose record is gone, under the member itself, which
-  -- pending_adjust's drop removes (pending_index.lua)
-  local id = pend_id(m) or m
-  local f = part_get(partPrefix .. id)
-  -- a place whose part's record is gone: reported under the member too,
-  -- so the drop removes the member itself (it cannot rebuild it)
-  if not f then id, f = m, {} end
-  out[#out + 1] = {id, f.order or '', f.token or '', f.state or '', tonumber(f.deadline) or 0}
+  -- id: the part the member stands for; nil when it names no part (a
+  -- place whose redo-log entry is gone, pending_index.lua)
+  local id = pend_id(m)
+  local f, problem = nil, nil
+  if id then f, problem = part_try(partPrefix .. id) end
+  if problem then
+    -- a record it cannot read: reported with why, so the caller sets the
+    -- part aside instead of this listing failing for every part behind it
+    f = {}
+  elseif not f and id and string.find(id, '|', 1, true) then
+    -- a part's record (or, for an inline part, its order record) gone
+    -- while the index lists it: what it holds is reserved still, and only
+    -- a repair can say how much; set aside, not dropped
+    f, problem = {}, 'its record (or, held inline, its order record) is gone or unreadable while the pending index lists it'
+  elseif not f then
+    -- a member that names no part: reported under the member itself,
+    -- which pending_adjust's drop removes (it cannot rebuild it)
+    id, f = m, {}
+  end
+  out[#out + 1] = {id, f.order or '', f.token or '', f.state or '', tonumber(f.deadline) or 0, m, problem or ''}
 end
 return out
