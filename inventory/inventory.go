@@ -362,6 +362,21 @@ func (inv *Inventory) usable(n *node.Node) bool {
 	return !old
 }
 
+// Unusable says why the inventory does not use n now, "" when it does:
+// the node is down or its breaker is open, its maxmemory-policy can evict
+// keys, or its Redis is too old for the configured durability. These are
+// the nodes a call refuses, naming the same reason, in "no usable node"
+// (LoadStock, Reserve); a readiness probe counts a node only when it is
+// "" here and the node is enabled for the route ([node.Node.RouteEnabled]),
+// since [node.Node.Usable] alone passes over the eviction policy and the
+// Redis version.
+func (inv *Inventory) Unusable(n *node.Node) string {
+	if inv.usable(n) {
+		return ""
+	}
+	return inv.unusableReason(n)
+}
+
 // unusableReason says why inv.usable(n) is false: its eviction policy,
 // a Redis too old for the configured durability, down (with the probe's
 // reason) or its breaker open.

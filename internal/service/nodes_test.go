@@ -34,7 +34,13 @@ func startOverNodes(t *testing.T, heartbeat time.Duration) (*Server, []*redistes
 // the test ends.
 func startService(t *testing.T, edit func(*config.Config)) (*Server, []*redistest.Server) {
 	t.Helper()
-	srvs := redistest.StartN(t, 3, redistest.Options{})
+	return startServiceOn(t, redistest.StartN(t, 3, redistest.Options{}), edit)
+}
+
+// startServiceOn is startService over the nodes srvs (n1, n2, … in
+// order), started by the caller.
+func startServiceOn(t *testing.T, srvs []*redistest.Server, edit func(*config.Config)) (*Server, []*redistest.Server) {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Service.Listen = "127.0.0.1:0"
 	cfg.Nodes = map[string]config.Node{}

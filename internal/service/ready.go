@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/grpcreflect"
 
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
+	"github.com/shardis/shardis/router"
 )
 
 // Liveness and readiness.
@@ -20,8 +21,10 @@ import (
 // GET /healthz is liveness: 200 while the process serves HTTP at all,
 // whatever the nodes do (restarting the process would not help them).
 // GET /readyz is readiness: 200 when every route of the topology the
-// instance serves (the one applied on the nodes) has at least one enabled,
-// usable node and the instance acts at the nodes' topology
+// instance serves (the one applied on the nodes) has at least one enabled
+// node the inventory uses (inventory.Inventory.Unusable: up, its
+// maxmemory-policy cannot evict keys, its Redis new enough for the
+// configured durability) and the instance acts at the nodes' topology
 // (topology.Status), 503 otherwise, with the routes that cannot
 // serve, or the topology problem, named in the body. A ready instance
 // whose configuration differs from the applied topology says so after
@@ -54,32 +57,40 @@ func (s *Server) readiness() (unready, pending string) {
 		bad = append(bad, "topology: "+ts.Reason)
 	}
 	for route, set := range s.Inv.RouteSets(ctx) {
-		usable := false
-		for _, n := range set.Nodes() {
-			if n.Usable() && n.RouteEnabled(set.Key()) {
-				usable = true
-				break
-			}
-		}
-		if !usable {
-			var why []string
-			for _, n := range set.Nodes() {
-				state := "down"
-				switch {
-				case !n.RouteEnabled(set.Key()):
-					state = "drained"
-				case n.Usable():
-					state = "up"
-				case n.DownReason() == nil:
-					state = "breaker open"
-				}
-				why = append(why, n.Name()+" "+state)
-			}
-			bad = append(bad, fmt.Sprintf("route %s/%s has no usable node (%s)", inv, route, strings.Join(why, ", ")))
+		if why := s.routeUnusable(set); why != "" {
+			bad = append(bad, fmt.Sprintf("route %s/%s has no usable node (%s)", inv, route, why))
 		}
 	}
 	sort.Strings(bad)
 	return strings.Join(bad, "; "), ts.Pending
+}
+
+// routeUnusable returns "" when a node of set is enabled for its route and
+// usable by the inventory (inventory.Inventory.Unusable: up, and neither
+// evicting keys nor too old for the durability), or else each node's
+// state: "n1 down", "n2 drained", "n3 breaker open", or, for a node that
+// is up yet refused by the inventory, the inventory's reason ("n1
+// maxmemory-policy allkeys-lru evicts keys: …"). Before, a route whose
+// nodes all evicted counted as ready while every inventory call on it
+// answered unavailable.
+func (s *Server) routeUnusable(set *router.Set) string {
+	var why []string
+	for _, n := range set.Nodes() {
+		unusable := s.Inv.Unusable(n)
+		state := "down"
+		switch {
+		case !n.RouteEnabled(set.Key()):
+			state = "drained"
+		case unusable == "":
+			return ""
+		case n.Usable():
+			state = unusable
+		case n.DownReason() == nil:
+			state = "breaker open"
+		}
+		why = append(why, n.Name()+" "+state)
+	}
+	return strings.Join(why, ", ")
 }
 
 func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
