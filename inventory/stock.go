@@ -74,17 +74,25 @@ type NodeStock struct {
 // added; every node of the route takes the limit as above); a qty of 0
 // without a limit is refused (ErrInvalid).
 //
-// LoadStock is not idempotent: retrying after an error may add twice. A
-// node that fails during the call makes the error wrap [ErrUnavailable];
-// when another node added its share, or the failed node may have (its
-// outcome unknown: a timeout, a connection cut), it wraps
-// [ErrPartlyApplied] too, and the message names the nodes that added
-// their share and says that a retry adds again: read GetStock and load
-// what is missing. When every node took its share but reading the stock
-// back failed (a corrupt value on a node the load skipped), the error
-// wraps ErrPartlyApplied and the read's error, and says every unit was
-// added. Without ErrPartlyApplied no unit was added and the same call may
-// be retried.
+// LoadStock is not idempotent: retrying after an error may add twice.
+// When a node fails during the call and another node added its share, or
+// the failed node may have (its outcome unknown: a timeout, a connection
+// cut), the error wraps [ErrPartlyApplied] and [ErrUnavailable], and the
+// message names the nodes that added their share and says that a retry
+// adds again: read GetStock and load what is missing. When every node
+// took its share but reading the stock back failed (a corrupt value on a
+// node the load skipped), the error wraps ErrPartlyApplied and the read's
+// error, and says every unit was added. Without ErrPartlyApplied no unit
+// was added, and the error keeps the class of the nodes' failures: when
+// every failed node could not serve for now (each failure wraps
+// ErrUnavailable: down, unreachable, out of memory, at another topology
+// epoch), it wraps ErrUnavailable and says the same call may be retried;
+// when any node refused the load for good (a corrupt value, [ErrCorrupt];
+// stock that would pass 2^53, [ErrInvalid]; a failed script,
+// [ErrScriptFailed]; any failure not wrapping ErrUnavailable), the
+// permanent refusal wins: the error wraps those nodes' errors, not
+// ErrUnavailable, and says a retry meets the same refusal (it is
+// permanent until the node's data or the request changes).
 func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, perUserLimit int64) (StockLevel, error) {
 	perUserLimit, err := checkLoad(sku, qty, perUserLimit)
 	if err != nil {
@@ -145,15 +153,15 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 }
 
 // loadFailed is the error of a load of share (units by node name) that
-// failed on the nodes failed (one line each, loadShares) while the nodes
-// named took took it and those named maybe, failed targets, may have
-// added their share; what is said of the limit. It wraps ErrUnavailable,
-// and ErrPartlyApplied as well when some unit was, or may have been,
-// added (LoadStock). Before, a partly applied load answered ErrUnavailable
-// alone, which an RPC client reads as "retry the same call" (gRPC's
-// unavailable): the retry added the shares of the nodes that took them
-// twice.
-func loadFailed(route, sku string, qty int64, share map[string]int64, took, failed, maybe []string, what string) error {
+// failed on the nodes failed (one error each, naming the node: loadShares)
+// while the nodes named took took it and those named maybe, failed
+// targets, may have added their share; what is said of the limit. It
+// wraps ErrPartlyApplied and ErrUnavailable when some unit was, or may
+// have been, added (LoadStock). Before, a partly applied load answered
+// ErrUnavailable alone, which an RPC client reads as "retry the same
+// call" (gRPC's unavailable): the retry added the shares of the nodes that
+// took them twice. When no unit was added it is nothingAdded.
+func loadFailed(route, sku string, qty int64, share map[string]int64, took []string, failed []error, maybe []string, what string) error {
 	msg := fmt.Sprintf("load of sku %q (route %q) failed on %d node(s): %v%s", sku, route, len(failed), failed, what)
 	var added []string
 	var units int64
@@ -164,7 +172,7 @@ func loadFailed(route, sku string, qty int64, share map[string]int64, took, fail
 		}
 	}
 	if len(added) == 0 && len(maybe) == 0 {
-		return fmt.Errorf("%w: %s; no unit was added: the same call may be retried", ErrUnavailable, msg)
+		return nothingAdded(msg, failed)
 	}
 	if len(added) > 0 {
 		msg += fmt.Sprintf("; %d of %d units were added, on %s", units, qty, strings.Join(added, ", "))
@@ -174,6 +182,40 @@ func loadFailed(route, sku string, qty int64, share map[string]int64, took, fail
 	}
 	return partlyApplied{msg + ": a retry of the same call adds them again; read GetStock and load only what is missing"}
 }
+
+// nothingAdded is loadFailed's error when no unit was added, msg saying
+// what failed. When every failure wraps ErrUnavailable (the node could
+// not serve now) it wraps ErrUnavailable and the failures, and says the
+// same call may be retried. Otherwise a node refused the load for good
+// (ErrCorrupt, ErrInvalid from SHARDIS_RANGE, ErrScriptFailed …): it
+// wraps those failures only, whose classes the caller reads (errors.Is;
+// the service answers internal for a corrupt value, as Reserve and
+// GetStock do on the same data), and says a retry meets the same refusal.
+// Before, it wrapped ErrUnavailable alone and invited the retry: the
+// service answered unavailable, which retry policies retry forever.
+func nothingAdded(msg string, failed []error) error {
+	var refused []error
+	for _, err := range failed {
+		if !errors.Is(err, ErrUnavailable) {
+			refused = append(refused, err)
+		}
+	}
+	if len(refused) == 0 {
+		return loadError{msg: ErrUnavailable.Error() + ": " + msg + "; no unit was added: the same call may be retried",
+			errs: append([]error{ErrUnavailable}, failed...)}
+	}
+	return loadError{msg: msg + fmt.Sprintf("; no unit was added, and a retry of the same call meets the same refusal on %d node(s)", len(refused)),
+		errs: refused}
+}
+
+// loadError is a load's error that reads msg and wraps errs.
+type loadError struct {
+	msg  string
+	errs []error
+}
+
+func (e loadError) Error() string   { return e.msg }
+func (e loadError) Unwrap() []error { return e.errs }
 
 // partlyApplied is loadFailed's error when units were added: it wraps
 // ErrPartlyApplied and ErrUnavailable and reads "partly applied: msg".
@@ -239,8 +281,10 @@ func shares(targets []*node.Node, qty int64) map[string]int64 {
 
 // loadShares runs the load script on every node of set at once: each
 // target adds its share, and every other usable node takes the limit
-// (limitArg at version ver). It returns the nodes that took it, a line
-// per node that failed, and the targets among those whose call may have
+// (limitArg at version ver). It returns the nodes that took it, an error
+// per node that failed (its text a line naming the node and its share,
+// wrapping the node's error, or ErrUnavailable for a node passed over as
+// not usable), and the targets among those whose call may have
 // run all the same (outcomeUnknown: a timeout, a connection cut), so
 // their share may be on the node. With mustReach, a node that is neither a
 // target (drained for the route) nor usable any longer is one that failed:
@@ -248,13 +292,14 @@ func shares(targets []*node.Node, qty int64) map[string]int64 {
 // quota counters of the users it owns in the route (quotaNode), so a
 // limit change it missed must be named and recorded (recordLimitTodo), not
 // passed over.
-func (inv *Inventory) loadShares(ctx context.Context, set *router.Set, key string, share map[string]int64, limitArg, ver int64, mustReach bool) (took []*node.Node, failed, maybe []string) {
+func (inv *Inventory) loadShares(ctx context.Context, set *router.Set, key string, share map[string]int64, limitArg, ver int64, mustReach bool) (took []*node.Node, failed []error, maybe []string) {
 	var calls []scriptCall
 	for _, n := range set.Nodes() {
 		add, isTarget := share[n.Name()]
 		if !isTarget && !inv.usable(n) {
 			if mustReach && limitArg >= 0 {
-				failed = append(failed, fmt.Sprintf("%s (limit only): %s", n.Name(), inv.unusableReason(n)))
+				failed = append(failed, loadError{msg: fmt.Sprintf("%s (limit only): %s", n.Name(), inv.unusableReason(n)),
+					errs: []error{ErrUnavailable}})
 			}
 			continue
 		}
@@ -262,7 +307,7 @@ func (inv *Inventory) loadShares(ctx context.Context, set *router.Set, key strin
 	}
 	for k, r := range inv.sendRound(ctx, calls, make([]callReply, 0, len(calls))) {
 		if r.err != nil {
-			failed = append(failed, fmt.Sprintf("%s (share %v): %v", calls[k].n.Name(), calls[k].args[0], r.err))
+			failed = append(failed, fmt.Errorf("%s (share %v): %w", calls[k].n.Name(), calls[k].args[0], r.err))
 			if share[calls[k].n.Name()] > 0 && outcomeUnknown(r.err) {
 				maybe = append(maybe, calls[k].n.Name())
 			}

@@ -85,8 +85,10 @@ type InventoryServiceClient interface {
 	// Not idempotent: it adds. ABORTED when a node of the route failed after
 	// others added their share (or may have: its outcome unknown); the message
 	// names them, and a retry of the same call adds again there: read GetStock
-	// and load what is missing. UNAVAILABLE when no unit was added: the same
-	// call may be retried.
+	// and load what is missing. When no unit was added: UNAVAILABLE if every
+	// node that failed could not serve for now (the same call may be
+	// retried), else the code of a node's refusal for good, such as INTERNAL
+	// for a corrupt value on it (a retry fails alike until it is repaired).
 	LoadStock(context.Context, *connect.Request[v1.LoadStockRequest]) (*connect.Response[v1.LoadStockResponse], error)
 	// GetStock returns a SKU's counters, totals and per node.
 	GetStock(context.Context, *connect.Request[v1.GetStockRequest]) (*connect.Response[v1.GetStockResponse], error)
@@ -204,8 +206,10 @@ type InventoryServiceHandler interface {
 	// Not idempotent: it adds. ABORTED when a node of the route failed after
 	// others added their share (or may have: its outcome unknown); the message
 	// names them, and a retry of the same call adds again there: read GetStock
-	// and load what is missing. UNAVAILABLE when no unit was added: the same
-	// call may be retried.
+	// and load what is missing. When no unit was added: UNAVAILABLE if every
+	// node that failed could not serve for now (the same call may be
+	// retried), else the code of a node's refusal for good, such as INTERNAL
+	// for a corrupt value on it (a retry fails alike until it is repaired).
 	LoadStock(context.Context, *connect.Request[v1.LoadStockRequest]) (*connect.Response[v1.LoadStockResponse], error)
 	// GetStock returns a SKU's counters, totals and per node.
 	GetStock(context.Context, *connect.Request[v1.GetStockRequest]) (*connect.Response[v1.GetStockResponse], error)
