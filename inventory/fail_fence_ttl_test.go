@@ -93,8 +93,8 @@ func TestStagedRefusalFenceOutlivesStageTTL(t *testing.T) {
 	refusedAt := time.Now()
 	t.Logf("R1 answered %v, %v after its stage; X's record has %v left", rerr, refusedAt.Sub(staged).Round(time.Millisecond),
 		hc.PTTL(e.ctx, orderKey(x)).Val())
-	if !errors.Is(rerr, ErrInvalid) {
-		t.Fatalf("R1 = %v, want ErrInvalid (a limited SKU without a user) behind its failed record", rerr)
+	if !errors.Is(rerr, ErrLimitExceeded) {
+		t.Fatalf("R1 = %v, want ErrLimitExceeded (a limited SKU without a user) behind its failed record", rerr)
 	}
 	held := map[string]bool{}
 	for id, st := range e.partsOf(x) {

@@ -73,7 +73,11 @@ var (
 	// change) the order is refused with ErrInsufficientStock as before.
 	ErrUnknownSKU = errors.New("sku never loaded")
 	// ErrLimitExceeded is wrapped when an order would take a user past the
-	// SKU's per-user limit.
+	// SKU's per-user limit, and when an order without a user includes a
+	// SKU with a per-user limit (the message says it needs user_id). Before,
+	// the latter wrapped ErrInvalid, which the service answered
+	// invalid_argument though the same request is valid for a SKU without
+	// a limit: it answers failed_precondition for both.
 	ErrLimitExceeded = errors.New("per-user limit exceeded")
 	// ErrUnavailable is router.ErrUnavailable: no node could serve (a node
 	// needed is down, answered with an error, or timed out).

@@ -88,10 +88,13 @@ const commitTimeout = 2 * time.Second
 // reserve still in flight takes nothing) and the error wraps
 // [ErrInsufficientStock] (naming the SKU), [ErrLimitExceeded] or
 // [ErrUnavailable]. An order of a user that wants more of a SKU than its
-// per-user limit is refused with [ErrLimitExceeded] whatever the stock. A
-// SKU never loaded on its route is refused with [ErrUnknownSKU] (when the
-// read-only check can tell, see its doc), an order without a user of a
-// SKU with a per-user limit, and a malformed request, with [ErrInvalid].
+// per-user limit is refused with [ErrLimitExceeded] whatever the stock,
+// and so is an order without a user of a SKU with a per-user limit (the
+// message says it needs user_id): the same order is valid for a SKU
+// without a limit, so it is the SKU's state that refuses it, not a
+// malformed request. A SKU never loaded on its route is refused with
+// [ErrUnknownSKU] (when the read-only check can tell, see its doc), a
+// malformed request with [ErrInvalid].
 //
 // Reserve is idempotent per order id: a retry, even concurrent, of an order
 // that succeeded returns the same receipts and takes nothing more; a

@@ -35,7 +35,7 @@ import (
 // record of the order or a failed one (no attempt that answers for it),
 // and some SKU of the order
 //
-//   - has a per-user limit while the order has no user (ErrInvalid, as
+//   - has a per-user limit while the order has no user (ErrLimitExceeded, as
 //     refusal in take.go: no attempt of such an order that starts now
 //     succeeds), and fewer units reserved on the route than the order
 //     wants of it, or
@@ -406,11 +406,11 @@ func (s *shortSKU) fencedRefusal(userID string) (hint bool, err error) {
 	return false, nil
 }
 
-// needsUserError is the ErrInvalid of an order without a user of a SKU
-// with a per-user limit.
+// needsUserError is the ErrLimitExceeded of an order without a user of a
+// SKU with a per-user limit.
 func (s *shortSKU) needsUserError() error {
 	return fmt.Errorf("%w: items[%d] sku %q (route %q) has a per-user limit of %d: an order of it needs user_id",
-		ErrInvalid, s.item, s.ref.sku, s.ref.route, s.limit)
+		ErrLimitExceeded, s.item, s.ref.sku, s.ref.route, s.limit)
 }
 
 // overQuota reports whether the user's quota node has a limit that the

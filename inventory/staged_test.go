@@ -446,8 +446,8 @@ func TestStagedRefusalInOneRound(t *testing.T) {
 		t.Fatalf("Reserve over the limit = %v, want ErrLimitExceeded", err)
 	}
 	noUser := id("nouser")
-	if _, err := e.inv.Reserve(e.ctx, noUser, items(1), "", time.Minute); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "needs user_id") {
-		t.Fatalf("Reserve of a limited SKU without a user = %v, want ErrInvalid naming user_id", err)
+	if _, err := e.inv.Reserve(e.ctx, noUser, items(1), "", time.Minute); !errors.Is(err, ErrLimitExceeded) || !strings.Contains(err.Error(), "needs user_id") {
+		t.Fatalf("Reserve of a limited SKU without a user = %v, want ErrLimitExceeded naming user_id", err)
 	}
 	after := e.inv.Stats()
 	// the order over its limit has quota parts on two nodes (routes a and

@@ -374,14 +374,14 @@ func limitExceeded(userID string, held int64, route, sku string, limit, want int
 // refusal returns the error that refuses an order for good on a take
 // reply, whatever the other nodes hold: a quota part over the user's limit
 // (ErrLimitExceeded), or a stock part of a SKU with a per-user limit
-// taken without a user (ErrInvalid); nil for any other reply.
+// taken without a user (ErrLimitExceeded too); nil for any other reply.
 func refusal(r partReq, rep reply, userID string) error {
 	switch {
 	case r.Kind == PartQuota && rep.state == takeLimit:
 		return limitExceeded(userID, rep.qty, r.Route, r.SKU, rep.limit, r.Qty)
 	case r.Kind == PartStock && rep.limit > 0 && userID == "":
 		return fmt.Errorf("%w: items[%d] sku %q (route %q) has a per-user limit of %d: an order of it needs user_id",
-			ErrInvalid, r.Item, r.SKU, r.Route, rep.limit)
+			ErrLimitExceeded, r.Item, r.SKU, r.Route, rep.limit)
 	}
 	return nil
 }

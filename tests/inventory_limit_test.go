@@ -22,9 +22,9 @@ func TestInvLimitsAndAcks(t *testing.T) {
 		c.load("r", "lim-anon", 30, 2)
 		c.load("r", "lim-free", 30, 0)
 		_, err := c.inv.Reserve(ctx, "lim-anon-1", []inventory.Item{invItem("r", "lim-free", 1), invItem("r", "lim-anon", 5)}, "", time.Minute)
-		if !errors.Is(err, inventory.ErrInvalid) || !strings.Contains(err.Error(), "lim-anon") ||
+		if !errors.Is(err, inventory.ErrLimitExceeded) || !strings.Contains(err.Error(), "lim-anon") ||
 			!strings.Contains(err.Error(), "user_id") {
-			t.Fatalf("Reserve without a user of a SKU limited to 2: %v; want ErrInvalid naming the SKU and user_id", err)
+			t.Fatalf("Reserve without a user of a SKU limited to 2: %v; want ErrLimitExceeded naming the SKU and user_id", err)
 		}
 		checkNoPending(t, c.clients, []string{"lim-anon-1"})
 		if lvl := checkInvariant(t, c.inv, "r", "lim-anon", 30); lvl.Available != 30 {

@@ -73,8 +73,8 @@ func TestInvLocalReservation(t *testing.T) {
 
 	// A limited SKU without a user is refused as before.
 	anon := onHome("anon", "lim")
-	if _, err := c.inv.Reserve(ctx, anon, []inventory.Item{invItem("r", "lim", 1)}, "", time.Minute); !errors.Is(err, inventory.ErrInvalid) {
-		t.Fatalf("anonymous order of a limited SKU = %v, want ErrInvalid", err)
+	if _, err := c.inv.Reserve(ctx, anon, []inventory.Item{invItem("r", "lim", 1)}, "", time.Minute); !errors.Is(err, inventory.ErrLimitExceeded) {
+		t.Fatalf("anonymous order of a limited SKU = %v, want ErrLimitExceeded", err)
 	}
 
 	// A user whose quota node is the home node too: one script, and the

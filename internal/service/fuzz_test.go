@@ -209,7 +209,7 @@ func FuzzReserveRequest(f *testing.F) {
 
 		// What the documented rules say of this request.
 		var req v1.ReserveRequest
-		valid := len(body) > 0 && protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(body, &req) == nil
+		valid := len(body) > 0 && protojson.Unmarshal(body, &req) == nil // strict, as the service (codec.go)
 		valid = valid && req.TtlSeconds >= 0 && len(req.Items) >= 1 && len(req.Items) <= inventory.MaxItems &&
 			validID(req.OrderId) && (req.UserId == "" || validID(req.UserId))
 		var want int64 // units of this iteration's SKU
@@ -225,24 +225,27 @@ func FuzzReserveRequest(f *testing.F) {
 			}
 		}
 		// An order without a user of a SKU with a per-user limit (this
-		// iteration's SKU, or a fixed one with a limit) is refused.
+		// iteration's SKU, or a fixed one with a limit) is refused:
+		// failed_precondition, the SKU's state refuses it (the same order
+		// of a SKU without a limit is valid).
+		needsUser := false
 		if valid && req.UserId == "" {
 			for _, it := range req.Items {
 				limited := it.RouteKey == "clothes" && it.SkuId == sku
 				for _, x := range fuzzFixed {
 					limited = limited || (x.limit > 0 && it.RouteKey == x.route && it.SkuId == x.sku)
 				}
-				if limited {
-					valid = false
-				}
+				needsUser = needsUser || limited
 			}
 		}
 		switch {
 		case !valid && code != "invalid_argument":
 			t.Fatalf("malformed request %q answered %d %s %q, want invalid_argument", body, status, code, out)
+		case needsUser && code != "failed_precondition":
+			t.Fatalf("request %q without a user of a limited SKU answered %d %s %q, want failed_precondition", body, status, code, out)
 		case valid && code != "" && code != "failed_precondition":
 			t.Fatalf("request %q answered %d %s %q, want ok or failed_precondition", body, status, code, out)
-		case valid && req.OrderId == order && onlyFresh:
+		case valid && !needsUser && req.OrderId == order && onlyFresh:
 			// Everything about this request is known: the outcome too.
 			fits := want <= 10 && (req.UserId == "" || want <= 3)
 			if fits != (code == "") {
