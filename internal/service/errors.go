@@ -25,8 +25,10 @@ import (
 //   - A JSON client (Connect JSON, gRPC+JSON, gRPC-Web+JSON) reads the
 //     fields it sends: the message names them in the JSON mapping
 //     ("orderId", "items[0].skuId"); binary clients read the proto names
-//     ("order_id"). Quoted text (a value the client sent) is never
-//     rewritten.
+//     ("order_id"). Quoted text (a value the client sent, which the
+//     library quotes with %q) is never rewritten, by either: a quote
+//     opens it, a backslash escapes the byte after it (\" and \\ stay
+//     inside), the next unescaped quote closes it (mapUnquoted).
 
 // rpcError maps library errors to Connect codes; the message keeps the
 // library's text, which names the field, SKU, order or node. An error of
@@ -113,22 +115,72 @@ func sentinelTexts(err error, code connect.Code) []string {
 
 // trimSentinels drops sentinelTexts from err's message: at its start and
 // after each ": " ("items[0]: invalid argument: route_key …" reads
-// "items[0]: route_key …").
+// "items[0]: route_key …"), outside quoted text (mapUnquoted). Before, it
+// ran over quoted values too: route_key "x: invalid argument: y" came
+// back as "x: y".
 func trimSentinels(err error, code connect.Code) error {
 	texts := sentinelTexts(err, code)
 	if texts == nil {
 		return err
 	}
-	msg := err.Error()
-	for _, t := range texts {
-		t += ": "
-		msg = strings.TrimPrefix(msg, t)
-		msg = strings.ReplaceAll(msg, ": "+t, ": ")
-	}
+	msg := mapUnquoted(err.Error(), func(part string, atStart bool) string {
+		for _, t := range texts {
+			t += ": "
+			if atStart {
+				part = strings.TrimPrefix(part, t)
+			}
+			part = strings.ReplaceAll(part, ": "+t, ": ")
+		}
+		return part
+	})
 	if msg == err.Error() {
 		return err
 	}
 	return trimmed{msg: msg, err: err}
+}
+
+// mapUnquoted returns msg with each part outside double-quoted text
+// replaced by f(part, whether it starts msg), the quoted text copied as it
+// is. Quoted text is what Go's %q writes: a quote opens it, a backslash
+// escapes the byte after it (so \" and \\ are inside it), the next
+// unescaped quote closes it; one left open runs to the end of msg. Before,
+// toJSONNames took any quote not right after a backslash for a boundary,
+// so a value ending in a backslash ("u\\") left it out of step: later
+// quoted values were rewritten, later field names were not. It returns msg
+// itself when no part changed.
+func mapUnquoted(msg string, f func(part string, atStart bool) string) string {
+	var b strings.Builder
+	for i := 0; i < len(msg); {
+		j := strings.IndexByte(msg[i:], '"')
+		if j < 0 {
+			j = len(msg)
+		} else {
+			j += i
+		}
+		b.WriteString(f(msg[i:j], i == 0))
+		k := quotedEnd(msg, j)
+		b.WriteString(msg[j:k])
+		i = k
+	}
+	if b.Len() == len(msg) && b.String() == msg {
+		return msg
+	}
+	return b.String()
+}
+
+// quotedEnd returns the index just past the quoted text that opens at
+// msg[i] (a quote, as %q writes it), len(msg) when it is not closed or i
+// is len(msg).
+func quotedEnd(msg string, i int) int {
+	for j := i + 1; j < len(msg); j++ {
+		switch msg[j] {
+		case '\\':
+			j++ // the escaped byte, a quote or a backslash included
+		case '"':
+			return j + 1
+		}
+	}
+	return len(msg)
 }
 
 type trimmed struct {
@@ -163,36 +215,35 @@ func addJSONNames(out map[string]string, md protoreflect.MessageDescriptor) {
 }
 
 // toJSONNames rewrites the proto field names in msg to their JSON names,
-// outside double-quoted text. A name is a whole run of [A-Za-z0-9_].
+// outside quoted text (mapUnquoted). A name is a whole run of
+// [A-Za-z0-9_].
 func toJSONNames(msg string) string {
-	var b strings.Builder
-	quoted, changed := false, false
-	for i := 0; i < len(msg); {
-		c := msg[i]
-		switch {
-		case c == '"' && (i == 0 || msg[i-1] != '\\'):
-			quoted = !quoted
-		case !quoted && isNameByte(c):
+	return mapUnquoted(msg, func(part string, _ bool) string {
+		var b strings.Builder
+		changed := false
+		for i := 0; i < len(part); {
+			if !isNameByte(part[i]) {
+				b.WriteByte(part[i])
+				i++
+				continue
+			}
 			j := i
-			for j < len(msg) && isNameByte(msg[j]) {
+			for j < len(part) && isNameByte(part[j]) {
 				j++
 			}
-			if name, ok := jsonNames[msg[i:j]]; ok {
+			if name, ok := jsonNames[part[i:j]]; ok {
 				b.WriteString(name)
 				changed = true
 			} else {
-				b.WriteString(msg[i:j])
+				b.WriteString(part[i:j])
 			}
 			i = j
-			continue
 		}
-		b.WriteByte(c)
-		i++
-	}
-	if !changed {
-		return msg
-	}
-	return b.String()
+		if !changed {
+			return part
+		}
+		return b.String()
+	})
 }
 
 func isNameByte(c byte) bool {

@@ -146,3 +146,47 @@ func TestCallerCode(t *testing.T) {
 		}
 	}
 }
+
+// Quoted text, as the library writes a client's value with %q, is never
+// rewritten: not by the trimming of sentinel texts, not by the JSON
+// names, whatever the value holds (a sentinel's text, a field name, an
+// escaped quote, a trailing backslash), and the text after it is
+// rewritten as usual. Before, trimSentinels ran over quoted values
+// (route_key "x: invalid argument: y" came back "x: y"), and toJSONNames
+// took the quote after `\\` for an escaped one, so past a value ending in
+// a backslash ("u\\") it rewrote quoted values ("order_id" → "orderId")
+// and left field names (user_id) alone.
+func TestErrorRewritesLeaveQuotedValues(t *testing.T) {
+	trim := []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("%w: route_key %q is not a route of server %q", inventory.ErrInvalid, "x: invalid argument: y", "inventory"),
+			`route_key "x: invalid argument: y" is not a route of server "inventory"`},
+		{fmt.Errorf("items[0]: %w", fmt.Errorf("%w: route_key %q: %w: x", inventory.ErrInvalid, `a\`, inventory.ErrInvalid)),
+			`items[0]: route_key "a\\": x`},
+		{fmt.Errorf("items[1]: %w: sku_id %q is %q", inventory.ErrInvalid, `": invalid argument: "`, "x\": invalid argument: \\"),
+			`items[1]: sku_id "\": invalid argument: \"" is "x\": invalid argument: \\"`},
+	}
+	for _, c := range trim {
+		var ce *connect.Error
+		if got := rpcError(c.err); !errors.As(got, &ce) || ce.Message() != c.want {
+			t.Errorf("rpcError(%v) message %q, want %q", c.err, ce.Message(), c.want)
+		}
+	}
+	names := []struct{ in, want string }{
+		{fmt.Sprintf("user %q holds 0 of sku %q, user_id", `u\`, "order_id"),
+			`user "u\\" holds 0 of sku "order_id", userId`},
+		{fmt.Sprintf("items[0] sku %q (route %q) has a per-user limit of 5: an order of it needs user_id", `x\`, "all"),
+			`items[0] sku "x\\" (route "all") has a per-user limit of 5: an order of it needs userId`},
+		{fmt.Sprintf("sku_id %q, order_id %q and ttl_seconds", `a"order_id\"`, `\\`),
+			`skuId "a\"order_id\\\"", orderId "\\\\" and ttlSeconds`},
+		{`unclosed "order_id`, `unclosed "order_id`},
+		{fmt.Sprintf("%q is order_id", "user_id"), `"user_id" is orderId`},
+	}
+	for _, c := range names {
+		if got := toJSONNames(c.in); got != c.want {
+			t.Errorf("toJSONNames(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

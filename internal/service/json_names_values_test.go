@@ -51,3 +51,30 @@ func TestJSONClientReadsSKUIdsAsSent(t *testing.T) {
 		}
 	}
 }
+
+// The same through the service: a JSON client whose user id ends in a
+// backslash reads the SKU it sent ("order_id", not "orderId"), and a
+// route key holding a sentinel's text comes back whole. Before, the first
+// read sku "orderId" and the second route_key "x: y"
+// (TestErrorRewritesLeaveQuotedValues has the cases).
+func TestClientValuesComeBackAsSent(t *testing.T) {
+	s, _, _ := startOverNodes(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	inv := shardisv1connect.NewInventoryServiceClient(http.DefaultClient, "http://"+s.Addr(), connect.WithProtoJSON())
+	limit := int64(2)
+	if _, err := inv.LoadStock(ctx, connect.NewRequest(&v1.LoadStockRequest{RouteKey: "all", SkuId: "order_id", Quantity: 30, PerUserLimit: &limit})); err != nil {
+		t.Fatal(err)
+	}
+	_, err := inv.Reserve(ctx, connect.NewRequest(&v1.ReserveRequest{OrderId: "o1", UserId: `u\`,
+		Items: []*v1.Item{{RouteKey: "all", SkuId: "order_id", Quantity: 3}}}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), `user "u\\"`) ||
+		!strings.Contains(err.Error(), `sku "order_id"`) {
+		t.Errorf("Reserve past the limit by user `u\\`: %v, want failed_precondition naming the user and the SKU as sent", err)
+	}
+	route := "x: invalid argument: y"
+	_, err = inv.GetStock(ctx, connect.NewRequest(&v1.GetStockRequest{RouteKey: route, SkuId: "cap"}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), `routeKey "`+route+`"`) {
+		t.Errorf("GetStock of route %q: %v, want invalid_argument naming routeKey %q", route, err, route)
+	}
+}
