@@ -272,6 +272,13 @@ func readRedoEntry(r *replyReader, t []any, i int) RedoEntry {
 // numbers are doubles).
 const maxRedoOffset = 1 << 53
 
+// MaxRedoOffset is the largest redo-log offset a cursor may name (2^53,
+// the largest the scripts hold exactly): the reads and acknowledgements
+// refuse one past it, or below 0, with [ErrInvalid]. A caller that names
+// the offset's field otherwise (the service's after_offset) checks it
+// first.
+const MaxRedoOffset int64 = maxRedoOffset
+
 // AckRedoLog records that a consumer has durably applied queue's entries up
 // to offset on node, allowing them to be trimmed once settled: it is
 // [Inventory.AckRedoLogAt] with no incarnation (unfenced). The

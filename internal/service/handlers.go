@@ -176,12 +176,18 @@ func (h *Handlers) SetRouteEnabled(ctx context.Context, req *connect.Request[v1.
 // reported. With inventory.durability replica or aof, entries (or trimmed
 // offsets) are handed out only once a replica has them, as pgsync's read
 // (inventory.ReadRedoBatch): unavailable otherwise, read again later. A
-// negative after_offset is invalid_argument.
+// negative after_offset, or one over 2^53 (inventory.MaxRedoOffset), is
+// invalid_argument naming after_offset. Before, one over 2^53 reached the
+// inventory, whose message named no field ("after 9007199254740993").
 func (h *Handlers) ReadRedoLog(ctx context.Context, req *connect.Request[v1.ReadRedoLogRequest]) (*connect.Response[v1.ReadRedoLogResponse], error) {
 	m := req.Msg
 	if m.AfterOffset < 0 {
 		return nil, connect.NewError(connect.CodeInvalidArgument,
 			fmt.Errorf("after_offset: %d is negative, want an offset of 0 or more", m.AfterOffset))
+	}
+	if m.AfterOffset > inventory.MaxRedoOffset {
+		return nil, connect.NewError(connect.CodeInvalidArgument,
+			fmt.Errorf("after_offset: %d is over 2^53, want an offset of 0..%d", m.AfterOffset, inventory.MaxRedoOffset))
 	}
 	limit := int(m.Limit)
 	if limit == 0 {

@@ -1547,8 +1547,8 @@ type ReadRedoLogRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	Queue int32                  `protobuf:"varint,2,opt,name=queue,proto3" json:"queue,omitempty"`
-	// Entries with offset greater than this are returned (0 or more: a
-	// negative one is refused with invalid_argument).
+	// Entries with offset greater than this are returned (0 to 2^53: one
+	// out of that range is refused with invalid_argument).
 	AfterOffset int64 `protobuf:"varint,3,opt,name=after_offset,json=afterOffset,proto3" json:"after_offset,omitempty"`
 	Limit       int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	// The part the consumer landed at after_offset (RedoEntry.part_id), or
