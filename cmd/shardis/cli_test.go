@@ -11,7 +11,8 @@ import (
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 )
 
-// stock -h, parts -h and node -h list their subcommands and exit 0; the
+// stock -h, parts -h and node -h (and topology, functions, sync) list
+// their subcommands and exit 0 however help is asked for; the
 // group alone still exits 2, listing them; the top-level help names node
 // accept and order-id.
 func TestGroupHelpListsSubcommands(t *testing.T) {
@@ -35,6 +36,27 @@ func TestGroupHelpListsSubcommands(t *testing.T) {
 	}
 	_, out, _ := cli(t, "help")
 	mustContain(t, out, "node accept NODE", "order-id")
+	// the groups that talk to the nodes or the database directly: help
+	// asked for any way exits 0 (help exited 2 in these), the group alone 2
+	for group, subs := range map[string][]string{
+		"topology":  {"topology show", "topology apply"},
+		"functions": {"functions show", "functions prune"},
+		"sync":      {"sync status", "sync migrate"},
+	} {
+		for _, h := range []string{"-h", "-help", "--help", "help"} {
+			code, _, errOut := cli(t, group, h)
+			if code != 0 {
+				t.Errorf("shardis %s %s: exit %d, want 0\n%s", group, h, code, errOut)
+			}
+			mustContain(t, errOut, subs...)
+		}
+		if group == "sync" {
+			continue // sync alone lands the redo logs (it needs --config)
+		}
+		if code, _, _ := cli(t, group); code != 2 {
+			t.Errorf("shardis %s: exit %d, want 2", group, code)
+		}
+	}
 }
 
 // `version` from a build without -ldflags prints something better than

@@ -126,13 +126,19 @@ func groupUsage(group string, subs, args []string, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stderr, "\nRun \"shardis %s SUBCOMMAND -h\" for its flags.\n", group)
 	switch {
-	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help"):
+	case len(args) > 0 && isHelp(args[0]):
 		return flag.ErrHelp
 	case len(args) == 0:
 		return fmt.Errorf("%w: %s needs a subcommand: %s", errUsage, group, strings.Join(subs, " or "))
 	default:
 		return fmt.Errorf("%w: %s %q: unknown subcommand; want %s", errUsage, group, args[0], strings.Join(subs, " or "))
 	}
+}
+
+// isHelp reports whether arg, a command group's first argument, asks for
+// its help: -h, -help, --help or help (exit status 0 in every group).
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
 }
 
 // client holds the common flags of a client subcommand and, once parsed,

@@ -31,7 +31,7 @@ not to a service.
 func cmdFunctions(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "show" && args[0] != "prune") {
 		fmt.Fprint(stderr, functionsUsage)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		if len(args) > 0 && isHelp(args[0]) {
 			return flag.ErrHelp
 		}
 		return fmt.Errorf("%w: functions needs the subcommand show or prune", errUsage)

@@ -35,12 +35,18 @@ or the database about it, with its error), when a node could not be read.
 The database is sync.dsn (or SHARDIS_SYNC__DSN). See README.md, "shardis sync".
 `
 
+// syncSubcommand splits sync's arguments into its subcommand (migrate,
+// status, help, or "" for the landing) and the rest.
+func syncSubcommand(args []string) (string, []string) {
+	if len(args) > 0 && (args[0] == "migrate" || args[0] == "status" || args[0] == "help") {
+		return args[0], args[1:]
+	}
+	return "", args
+}
+
 // cmdSync runs `shardis sync` and its subcommands.
 func cmdSync(args []string, stdout, stderr io.Writer) error {
-	sub := ""
-	if len(args) > 0 && (args[0] == "migrate" || args[0] == "status") {
-		sub, args = args[0], args[1:]
-	}
+	sub, args := syncSubcommand(args)
 	fs := flag.NewFlagSet("sync "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "config file (required)")
@@ -53,6 +59,10 @@ func cmdSync(args []string, stdout, stderr io.Writer) error {
 	fs.Usage = func() {
 		fmt.Fprint(stderr, syncUsage)
 		fs.PrintDefaults()
+	}
+	if sub == "help" {
+		fs.Usage()
+		return flag.ErrHelp // as -h: sync's landing takes no argument
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err

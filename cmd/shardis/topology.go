@@ -42,7 +42,7 @@ func cmdTopology(args []string, stdout, stderr io.Writer) error {
 	}
 	if len(args) == 0 || args[0] != "apply" {
 		fmt.Fprint(stderr, topologyUsage)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		if len(args) > 0 && isHelp(args[0]) {
 			return flag.ErrHelp
 		}
 		return fmt.Errorf("%w: topology needs the subcommand show or apply", errUsage)
