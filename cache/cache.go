@@ -434,7 +434,9 @@ func (c *Cache) Set(ctx context.Context, key string, val []byte) error {
 }
 
 // Invalidate deletes every copy of key and drops it from every
-// instance's L1.
+// instance's L1. An error says some copy may still hold its value (its
+// node was unusable or failed: an error wrapping router.ErrUnavailable);
+// the L1s are dropped all the same.
 func (c *Cache) Invalidate(ctx context.Context, key string) error {
 	return errors.Join(c.mark(ctx, key, nil), c.invalidateL1(ctx, key))
 }

@@ -166,6 +166,52 @@ func leftOf(d time.Duration) time.Duration {
 	}
 }
 
+// failed is the error of a command on n that failed with err (not
+// redis.Nil), sent for a caller whose context is ctx, naming the node:
+//   - the caller's context error, wrapped, when the caller gave up (its
+//     cancellation or deadline does not count against the node);
+//   - the error reply as it came when the node gave one on purpose
+//     (isReply: a script error, WRONGTYPE, NOPERM, OOM …);
+//   - otherwise an error wrapping router.ErrUnavailable and err: the node
+//     cannot serve (node.CannotServe: unusable, unreachable, LOADING,
+//     BUSY …) or the client could not send the command (a pool timeout).
+func failed(ctx context.Context, n *node.Node, err error) error {
+	switch {
+	case gaveUp(ctx):
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("node %s: %w", n.Name(), err)
+		}
+		cause := ctx.Err()
+		if cause == nil { // the deadline passed, its timer not fired yet
+			cause = context.DeadlineExceeded
+		}
+		return fmt.Errorf("node %s: %w: %w", n.Name(), cause, err)
+	case isReply(err):
+		return fmt.Errorf("node %s: %w", n.Name(), err)
+	default:
+		return fmt.Errorf("node %s: %w: %w", n.Name(), router.ErrUnavailable, err)
+	}
+}
+
+// gaveUp reports whether ctx is canceled or past its deadline (checked
+// against the clock too: go-redis sets a connection's deadline to the
+// context's, so a read can time out a moment before ctx.Err() says so).
+func gaveUp(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
+// isReply reports whether err is an error reply the node gave on purpose,
+// not one by which it says it cannot serve (node.CannotServe: LOADING,
+// BUSY, MASTERDOWN) nor a refusal or failure on the way to it.
+func isReply(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && !node.CannotServe(err)
+}
+
 // decode turns a stored value into Get's result.
 func decode(b []byte) ([]byte, error) {
 	if len(b) > 0 && b[0] == kindNegative {

@@ -56,15 +56,16 @@ return 1
 
 // mark runs a Set (enc != nil: stored in every copy) or an Invalidate
 // (enc nil: every copy deleted) on every copy, each with a new version. A
-// copy on an unusable node or one that failed is an error: it keeps its
-// older value until its TTL.
+// copy on an unusable node, or on one that could not serve the write, is
+// an error wrapping router.ErrUnavailable (failed): it keeps its older
+// value until its TTL.
 func (c *Cache) mark(ctx context.Context, key string, enc []byte) error {
 	nodes, names := c.copies(key)
 	ver := strconv.FormatUint(rand.Uint64(), 36)
 	life := c.verLife()
 	var errs []error
 	for i, n := range nodes {
-		if !n.Usable() && enc != nil {
+		if !n.Usable() {
 			errs = append(errs, fmt.Errorf("node %s: %w: copy not written", n.Name(), router.ErrUnavailable))
 			continue
 		}
@@ -73,7 +74,7 @@ func (c *Cache) mark(ctx context.Context, key string, enc []byte) error {
 			args = append(args, enc, ms(c.jittered(enc)))
 		}
 		if err := markScript.Run(ctx, n.Client(), []string{names[i], c.verKey(key)}, args...).Err(); err != nil && err != redis.Nil {
-			errs = append(errs, fmt.Errorf("node %s: %w", n.Name(), err))
+			errs = append(errs, failed(ctx, n, err))
 		}
 	}
 	return errors.Join(errs...)
