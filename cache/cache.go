@@ -243,7 +243,9 @@ func (c *Cache) Close() {
 
 // Get returns key's value: from L1, from Redis, or filled by loader (see
 // the package comment). Errors: ErrNotFound, ErrThrottled, ErrFilling,
-// one wrapping router.ErrUnavailable, or the loader's own error.
+// one wrapping router.ErrUnavailable, one wrapping ctx's error when ctx
+// ended first (never router.ErrUnavailable then), or the loader's own
+// error.
 //
 // The returned slice is shared: an L1 hit returns the entry's own bytes,
 // and the callers of one fill get the same slice. Treat it as read-only;
@@ -324,8 +326,8 @@ func (c *Cache) fill(ctx context.Context, key string, loader Loader, queue bool,
 	deadline := time.Now().Add(c.opts.FillWait)
 	for { // take the gate, or wait for its holder's value (or for it to give up)
 		ok, err := gateNode.Client().SetNX(ctx, gate, token, c.opts.FillLease).Result()
-		if err != nil {
-			return nil, fmt.Errorf("%w: cache key %q: gate on node %s: %w", router.ErrUnavailable, key, gateNode.Name(), err)
+		if err != nil { // the caller's own end is its context's error, not the node's (failed)
+			return nil, fmt.Errorf("cache: key %q: fill gate: %w", key, failed(ctx, gateNode, err))
 		}
 		if ok {
 			break

@@ -138,8 +138,8 @@ func (c *Cache) readLeft(ctx context.Context, key string, withTTL bool) (val []b
 			return nil, false, 0, nil
 		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, false, 0, ctx.Err()
+			if gaveUp(ctx) {
+				return nil, false, 0, ctxErr(ctx)
 			}
 			lastErr = err
 			continue
@@ -181,11 +181,7 @@ func failed(ctx context.Context, n *node.Node, err error) error {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("node %s: %w", n.Name(), err)
 		}
-		cause := ctx.Err()
-		if cause == nil { // the deadline passed, its timer not fired yet
-			cause = context.DeadlineExceeded
-		}
-		return fmt.Errorf("node %s: %w: %w", n.Name(), cause, err)
+		return fmt.Errorf("node %s: %w: %w", n.Name(), ctxErr(ctx), err)
 	case isReply(err):
 		return fmt.Errorf("node %s: %w", n.Name(), err)
 	default:
@@ -202,6 +198,15 @@ func gaveUp(ctx context.Context) bool {
 	}
 	d, ok := ctx.Deadline()
 	return ok && !time.Now().Before(d)
+}
+
+// ctxErr is ctx's error once gaveUp(ctx): context.DeadlineExceeded when
+// the deadline passed before its timer fired.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return context.DeadlineExceeded
 }
 
 // isReply reports whether err is an error reply the node gave on purpose,
