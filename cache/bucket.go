@@ -45,9 +45,11 @@ func (c *Cache) firstUsable(key string) *node.Node {
 }
 
 // allowLoad takes a token for one loader call, or returns ErrThrottled
-// (queuing the key for the backfiller when queue is set; wrapping the
-// bucket's error too when the bucket could not be read: the limit fails
-// closed), or ctx's error when ctx ended first.
+// (wrapping the bucket's error too when the bucket could not be read or no
+// usable node keeps it: the limit fails closed), or ctx's error when ctx
+// ended first. With queue, every throttled miss is queued for the
+// backfiller, whatever refused it (the stream is a key of its own, on its
+// own node: throttled).
 func (c *Cache) allowLoad(ctx context.Context, key string, queue bool) error {
 	if c.opts.LoaderRate <= 0 {
 		return nil
@@ -55,25 +57,29 @@ func (c *Cache) allowLoad(ctx context.Context, key string, queue bool) error {
 	bk := c.prefix + "bucket"
 	n := c.firstUsable(bk)
 	if n == nil {
-		c.stats.throttled.Add(1)
-		return fmt.Errorf("%w: key %q: no usable node keeps the loader bucket", ErrThrottled, key)
+		return c.throttled(ctx, key, queue, fmt.Errorf("%w: key %q: no usable node keeps the loader bucket", ErrThrottled, key))
 	}
 	ok, err := bucketScript.Run(ctx, n.Client(), []string{bk}, c.opts.LoaderRate, c.opts.LoaderBurst).Int()
-	if err != nil {
-		if ctx.Err() != nil { // the caller gave up: not a throttle
-			return ctx.Err()
-		}
-		c.stats.throttled.Add(1)
-		return fmt.Errorf("%w: key %q: loader bucket on node %s: %w", ErrThrottled, key, n.Name(), err)
-	}
-	if ok == 1 {
+	switch {
+	case err != nil && gaveUp(ctx): // the caller gave up: not a throttle
+		return ctxErr(ctx)
+	case err != nil:
+		return c.throttled(ctx, key, queue, fmt.Errorf("%w: key %q: loader bucket on node %s: %w", ErrThrottled, key, n.Name(), err))
+	case ok == 1:
 		return nil
 	}
+	return c.throttled(ctx, key, queue, fmt.Errorf("%w: key %q (%.0f loads/s)", ErrThrottled, key, c.opts.LoaderRate))
+}
+
+// throttled counts a miss the loader rate limit refused with err, queues
+// it for the backfiller when queue is set (a failure to queue is logged),
+// and returns err.
+func (c *Cache) throttled(ctx context.Context, key string, queue bool, err error) error {
 	c.stats.throttled.Add(1)
 	if queue {
-		if err := c.enqueueBackfill(ctx, key); err != nil {
-			c.log.Warn("cache: queuing a throttled miss for backfill", "key", key, "err", err)
+		if qerr := c.enqueueBackfill(ctx, key); qerr != nil {
+			c.log.Warn("cache: queuing a throttled miss for backfill", "key", key, "err", qerr)
 		}
 	}
-	return fmt.Errorf("%w: key %q (%.0f loads/s)", ErrThrottled, key, c.opts.LoaderRate)
+	return err
 }

@@ -145,7 +145,10 @@ type Options struct {
 	// LoaderBurst is the bucket's size. default: max(1, LoaderRate)
 	LoaderBurst int
 	// Backfill queues throttled misses on a Redis stream for
-	// [Cache.Backfill]. default: false
+	// [Cache.Backfill]: every miss whose fill the loader rate limit
+	// refused, whether the bucket was empty or could not be read (not a
+	// FallbackToLoader load: no copy of its key could be read).
+	// default: false
 	Backfill bool
 	// FallbackToLoader makes Get call the loader (without caching; one
 	// call per key at a time in a process, shared by the Gets that wait
