@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -53,5 +54,63 @@ func TestCancelAtTheFillGateIsTheCallersError(t *testing.T) {
 	_, err := c.Get(ctx, "miss", func(context.Context, string) ([]byte, error) { return []byte("v"), nil })
 	if errors.Is(err, router.ErrUnavailable) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Get canceled at the fill gate = %v, want an error wrapping context.Canceled, not router.ErrUnavailable", err)
+	}
+}
+
+// A fill whose stores all failed (here the caller's context ended after
+// the loader returned, so no copy was written) does not keep its value in
+// L1: an L1 copy lives no longer than the copies it wrote (package doc),
+// and it wrote none. storeFill reported such a fill as stored, and the
+// next Get was answered from L1 for up to L1TTL while Redis held nothing.
+func TestFillThatStoredNothingIsNotKeptInL1(t *testing.T) {
+	e := newEnv(t, 1)
+	c := e.caches(cache.Options{L1Size: 100})[0]
+	waitSubscribed(t, e, c)
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	var calls int
+	load := func(context.Context, string) ([]byte, error) {
+		calls++
+		if calls == 1 {
+			cancel() // the caller gives up as the loader returns: the stores fail
+		}
+		return []byte("v"), nil
+	}
+	hits := c.Stats().L1Hits
+	if v, err := c.Get(ctx, "k", load); err != nil || string(v) != "v" {
+		t.Fatalf("first Get = %q, %v; want the loader's value", v, err)
+	}
+	if v, err := c.Get(e.ctx, "k", load); err != nil || string(v) != "v" {
+		t.Fatalf("second Get = %q, %v", v, err)
+	}
+	if n := c.Stats().L1Hits - hits; n != 0 {
+		t.Fatalf("the second Get was answered from L1 (%d L1 hits) though the fill stored no copy", n)
+	}
+}
+
+// waitSubscribed waits until c's invalidation subscriptions are made on
+// every node (PUBSUB NUMSUB) and c keeps what it reads in L1 (each
+// subscription's confirmation drops the whole L1, and a value read while
+// one arrives is not kept).
+func waitSubscribed(t *testing.T, e *env, c *cache.Cache) {
+	t.Helper()
+	const channel = "shardis:cache:default:cache:r:inv"
+	deadline := time.Now().Add(10 * time.Second)
+	for _, s := range e.srv {
+		for s.Client(t).PubSubNumSub(e.ctx, channel).Val()[channel] == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("no subscription after 10s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	load := func(context.Context, string) ([]byte, error) { return []byte("probe"), nil }
+	for hits := c.Stats().L1Hits; c.Stats().L1Hits == hits; {
+		if time.Now().After(deadline) {
+			t.Fatal("no L1 hit after 10s")
+		}
+		if _, err := c.Get(e.ctx, "l1-probe", load); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -124,8 +124,9 @@ func (c *Cache) versions(ctx context.Context, key string) (enc []byte, found boo
 // the one fv read, each with its own jittered TTL. It returns the
 // shortest TTL it drew (what an L1 copy of the value may live at most)
 // and whether every copy it could try was stored: false when a write came
-// in between (the value is then not kept anywhere: not in L1 either), or
-// the fill took too long to tell.
+// in between (the value is then not kept anywhere: not in L1 either), a
+// store failed (its error is returned too), or the fill took too long to
+// tell. A copy on an unusable node is not tried.
 func (c *Cache) storeFill(ctx context.Context, key string, enc []byte, fv fillVersions) (time.Duration, bool, error) {
 	if time.Since(fv.at) > c.verLife()-verMargin {
 		return 0, false, nil
@@ -143,8 +144,9 @@ func (c *Cache) storeFill(ctx context.Context, key string, enc []byte, fv fillVe
 			continue
 		}
 		ok, err := fillScript.Run(ctx, n.Client(), []string{fv.names[i], c.verKey(key)}, enc, ms(ttl), fv.vers[i]).Int()
-		if err != nil {
+		if err != nil { // tried and not stored
 			errs = append(errs, fmt.Errorf("node %s: %w", n.Name(), err))
+			stored = false
 			continue
 		}
 		stored = stored && ok == 1
