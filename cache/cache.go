@@ -48,7 +48,10 @@
 //     Options.Backfill the miss is queued on a Redis stream for
 //     [Cache.Backfill] (backfill.go) to fill later.
 //   - Node down. A key's copies on a node that is not usable are not read;
-//     when no copy can be read Get fails at once with an error
+//     when no copy can be read because no node of them can serve (an
+//     error reply a node gives on purpose is Get's error as it came, and
+//     a copy of another type, WRONGTYPE, a miss the fill overwrites)
+//     Get fails at once with an error
 //     wrapping router.ErrUnavailable, or, with Options.FallbackToLoader,
 //     calls the loader without caching, still rate limited and still in
 //     the key's in-process single flight (concurrent Gets of the key in
@@ -153,7 +156,8 @@ type Options struct {
 	// FallbackToLoader makes Get call the loader (without caching; one
 	// call per key at a time in a process, shared by the Gets that wait
 	// for it) when no copy of the key can be read: none is on a usable
-	// node, or every read of one failed as unavailable. (A miss whose
+	// node, or every read of one failed as unavailable (its node could
+	// not serve: not an error reply it gave on purpose). (A miss whose
 	// fill gate cannot be taken, its node failing, is not loaded: Get
 	// returns that error.) default: false (fail fast)
 	FallbackToLoader bool
@@ -247,8 +251,11 @@ func (c *Cache) Close() {
 // Get returns key's value: from L1, from Redis, or filled by loader (see
 // the package comment). Errors: ErrNotFound, ErrThrottled, ErrFilling,
 // one wrapping router.ErrUnavailable, one wrapping ctx's error when ctx
-// ended first (never router.ErrUnavailable then), or the loader's own
-// error.
+// ended first (never router.ErrUnavailable then), one wrapping the error
+// reply a usable node gave on purpose (e.g. NOPERM; never
+// router.ErrUnavailable, and no FallbackToLoader), or the loader's own
+// error. A copy holding a key of another type (WRONGTYPE) is a miss: the
+// fill overwrites it.
 //
 // The returned slice is shared: an L1 hit returns the entry's own bytes,
 // and the callers of one fill get the same slice. Treat it as read-only;

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -109,48 +110,76 @@ func (c *Cache) read(ctx context.Context, key string) (val []byte, found bool, e
 // or the copy has no TTL), and negative when the copy expired as it was
 // read (Redis answers GET in a key's last millisecond, where PTTL says 0,
 // and PTTL says -2 when the key expired between the two): no L1 for it.
+//
+// A copy whose read failed is passed over for another. When none holds a
+// value: a miss if one was missing, or held a key of another type
+// (WRONGTYPE: not a value of this cache, so corrupt; the fill or a Set
+// overwrites it); else the error reply a usable node gave on purpose
+// (NOPERM …), not router.ErrUnavailable; else an error wrapping
+// router.ErrUnavailable (no copy on a usable node, or none could serve).
+// A caller that gave up gets ctx's error.
 func (c *Cache) readLeft(ctx context.Context, key string, withTTL bool) (val []byte, found bool, left time.Duration, err error) {
 	nodes, names := c.copies(key)
-	var lastErr error
+	var down, reply error
+	corrupt := false
 	for _, i := range c.shuffle(len(nodes)) {
 		n := nodes[i]
 		if !n.Usable() {
 			continue
 		}
-		k := names[i]
-		var b []byte
-		var err error
-		if withTTL {
-			var get *redis.StringCmd
-			var pttl *redis.DurationCmd
-			_, err = n.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
-				get, pttl = p.Get(ctx, k), p.PTTL(ctx, k)
-				return nil
-			})
-			if err == nil || err == redis.Nil {
-				b, err = get.Bytes()
-				left = leftOf(pttl.Val())
-			}
-		} else {
-			b, err = n.Client().Get(ctx, k).Bytes()
-		}
-		if err == redis.Nil {
+		b, left, err := readCopy(ctx, n, names[i], withTTL)
+		switch {
+		case err == nil:
+			c.stats.nodeReads(n.Name())
+			return b, true, left, nil
+		case err == redis.Nil:
 			return nil, false, 0, nil
+		case gaveUp(ctx):
+			return nil, false, 0, ctxErr(ctx)
+		case isWrongType(err):
+			corrupt = true
+		case isReply(err):
+			reply = fmt.Errorf("node %s: %w", n.Name(), err)
+		default:
+			down = err
 		}
-		if err != nil {
-			if gaveUp(ctx) {
-				return nil, false, 0, ctxErr(ctx)
-			}
-			lastErr = err
-			continue
-		}
-		c.stats.nodeReads(n.Name())
-		return b, true, left, nil
 	}
-	if lastErr == nil {
-		lastErr = errors.New("no copy on a usable node")
+	switch {
+	case corrupt:
+		return nil, false, 0, nil
+	case reply != nil:
+		return nil, false, 0, fmt.Errorf("cache: key %q: %w", key, reply)
+	case down == nil:
+		down = errors.New("no copy on a usable node")
 	}
-	return nil, false, 0, fmt.Errorf("%w: cache key %q: %w", router.ErrUnavailable, key, lastErr)
+	return nil, false, 0, fmt.Errorf("%w: cache key %q: %w", router.ErrUnavailable, key, down)
+}
+
+// readCopy reads the copy k on n, and with withTTL its remaining TTL
+// (leftOf) in the same round trip. A missing copy is redis.Nil.
+func readCopy(ctx context.Context, n *node.Node, k string, withTTL bool) ([]byte, time.Duration, error) {
+	if !withTTL {
+		b, err := n.Client().Get(ctx, k).Bytes()
+		return b, 0, err
+	}
+	var get *redis.StringCmd
+	var pttl *redis.DurationCmd
+	_, err := n.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
+		get, pttl = p.Get(ctx, k), p.PTTL(ctx, k)
+		return nil
+	})
+	if err != nil && err != redis.Nil {
+		return nil, 0, err
+	}
+	b, err := get.Bytes()
+	return b, leftOf(pttl.Val()), err
+}
+
+// isWrongType reports whether err is Redis's WRONGTYPE reply: the key
+// holds a value of another type.
+func isWrongType(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "WRONGTYPE")
 }
 
 // leftOf is readLeft's left for PTTL's answer d, as go-redis gives it:
