@@ -27,7 +27,11 @@
 //     key's: copies.go, copyKey); reads pick a
 //     random usable copy and fail over to the others, so a hot key's reads
 //     spread over several Redis processes and survive one node's loss.
-//     Writes and invalidations touch every copy.
+//     Replicas' answer may change over time: Set and Invalidate touch
+//     every copy up to Options.MaxReplicas, whatever it answers now (a
+//     Set replaces the copies beyond the answer that exist), so a copy
+//     written while the key was hot is not read stale once it is hot
+//     again.
 //   - L1. With Options.L1Size > 0 each instance keeps a bounded in-process
 //     LRU (l1.go: a small own implementation — a map and a list, no
 //     dependency — since only Get/Add/Remove/Purge with a size bound are
@@ -134,9 +138,25 @@ type Options struct {
 	// before ErrFilling (it fills the key itself if that fill gives up
 	// its gate without a value meanwhile). default: 1s
 	FillWait time.Duration
-	// Replicas returns how many copies a key keeps (1..nodes of the
-	// route; values out of range are clamped). default: 1 for every key
+	// Replicas returns how many copies a key keeps, each on a node of its
+	// own (1..MaxReplicas; values out of range are clamped). Get reads
+	// one of the copies of its answer then, and a fill stores them. Its
+	// answer may change over time (a key turning hot, then cooling): Set
+	// and Invalidate reach every copy up to MaxReplicas, whatever it
+	// answers (a Set stores the value in the copies of its answer and
+	// replaces the others that exist), so a Get never reads a copy older
+	// than the last Set or Invalidate that returned nil. default: 1 for
+	// every key
 	Replicas func(key string) int
+	// MaxReplicas bounds Replicas' answer: it is how many copies of a key
+	// every Set and Invalidate writes or deletes (at once, one round
+	// trip per copy's node; one on an unusable node makes their error,
+	// since it may hold a copy an earlier, larger answer put there).
+	// default: 1 without Replicas, else the number of nodes of the route
+	// (every answer Replicas can give; set it to the largest answer
+	// yours gives to keep writes off the other nodes). Above the number
+	// of nodes of the route it is clamped to it; negative is refused.
+	MaxReplicas int
 	// L1Size bounds the in-process cache, in entries. default: 0 (off)
 	L1Size int
 	// L1TTL bounds how long an entry stays in L1. default: TTL
@@ -195,6 +215,15 @@ func New(r *router.Router, server, route string, opts Options) (*Cache, error) {
 	}
 	if opts.LoaderRate < 0 || math.IsNaN(opts.LoaderRate) || math.IsInf(opts.LoaderRate, 0) {
 		return nil, fmt.Errorf("cache: LoaderRate is %v, want a finite number >= 0 (0: no limit)", opts.LoaderRate)
+	}
+	if opts.MaxReplicas < 0 {
+		return nil, fmt.Errorf("cache: MaxReplicas is %d, want >= 0 (0: the default)", opts.MaxReplicas)
+	}
+	switch {
+	case opts.MaxReplicas == 0 && opts.Replicas == nil:
+		opts.MaxReplicas = 1
+	case opts.MaxReplicas == 0 || opts.MaxReplicas > len(set.Nodes()):
+		opts.MaxReplicas = len(set.Nodes())
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -437,18 +466,21 @@ func (c *Cache) loadUncached(ctx context.Context, key string, loader Loader) ([]
 	return append([]byte{kindValue}, val...), nil
 }
 
-// Set stores a value in every copy of key and drops it from every
-// instance's L1. An error says some copy may still hold an older value
-// (its node was unusable or failed); the L1s are dropped all the same.
+// Set stores a value in the copies of key Get reads now
+// (Options.Replicas), replaces its other copies up to Options.MaxReplicas
+// that exist (none is created), and drops it from every instance's L1.
+// An error says some copy may still hold an older value (its node was
+// unusable or failed: an error wrapping router.ErrUnavailable); the L1s
+// are dropped all the same.
 func (c *Cache) Set(ctx context.Context, key string, val []byte) error {
 	err := c.mark(ctx, key, append([]byte{kindValue}, val...))
 	return errors.Join(err, c.invalidateL1(ctx, key))
 }
 
-// Invalidate deletes every copy of key and drops it from every
-// instance's L1. An error says some copy may still hold its value (its
-// node was unusable or failed: an error wrapping router.ErrUnavailable);
-// the L1s are dropped all the same.
+// Invalidate deletes every copy of key up to Options.MaxReplicas and
+// drops it from every instance's L1. An error says some copy may still
+// hold its value (its node was unusable or failed: an error wrapping
+// router.ErrUnavailable); the L1s are dropped all the same.
 func (c *Cache) Invalidate(ctx context.Context, key string) error {
 	return errors.Join(c.mark(ctx, key, nil), c.invalidateL1(ctx, key))
 }

@@ -24,16 +24,29 @@ const (
 	kindNegative = 'n'
 )
 
-// copies returns the nodes of a key's copies and their Redis keys
-// (copyKey): copy 0 is the key on its own node, copy i the first node of
-// key#i's ring walk not used by an earlier copy.
-func (c *Cache) copies(key string) ([]*node.Node, []string) {
-	n := 1
-	if c.opts.Replicas != nil {
-		n = c.opts.Replicas(key)
+// replicas is how many copies of key Get reads and a fill stores now:
+// Options.Replicas' answer, clamped to 1..MaxReplicas.
+func (c *Cache) replicas(key string) int {
+	if c.opts.Replicas == nil {
+		return 1
 	}
-	n = max(1, min(n, len(c.set.Nodes())))
-	if n == 1 { // the common case: no allocation for the walk
+	return max(1, min(c.opts.Replicas(key), c.opts.MaxReplicas))
+}
+
+// copies returns the nodes and Redis keys of the copies Get reads and a
+// fill stores now: the first replicas(key) of copiesUpTo's.
+func (c *Cache) copies(key string) ([]*node.Node, []string) {
+	return c.copiesUpTo(key, c.replicas(key))
+}
+
+// copiesUpTo returns the nodes of a key's first n copies and their Redis
+// keys (copyKey): copy 0 is the key on its own node, copy i the first
+// node of key#i's ring walk not used by an earlier copy. Where copy i
+// sits depends on the earlier copies only, never on n, so the copies of
+// any Replicas answer are the first ones of MaxReplicas' (those Set and
+// Invalidate reach).
+func (c *Cache) copiesUpTo(key string, n int) ([]*node.Node, []string) {
+	if n <= 1 { // the common case: no allocation for the walk
 		return []*node.Node{c.set.Nodes()[c.set.Ring().Home(key)]}, []string{c.copyKey(key, 0)}
 	}
 	nodes := make([]*node.Node, 0, n)

@@ -23,15 +23,17 @@ import (
 func (c *Cache) channel() string { return c.prefix + "inv" }
 
 // invalidateL1 drops key from this instance's L1 and publishes it for the
-// others, on every usable node of the key's copies: an instance whose
-// subscription on one of them is down (its path to that node is cut) has
-// read its L1 copy from another copy's node, and hears it there. With no
-// copy's node usable it publishes on the first usable node of the route.
+// others, on every usable node of the key's copies up to MaxReplicas (the
+// copies mark reaches): an instance whose subscription on one of them is
+// down (its path to that node is cut) has read its L1 copy from another
+// copy's node, maybe one its Replicas answered for and this one's does not
+// now, and hears it there. With no copy's node usable it publishes on the
+// first usable node of the route.
 func (c *Cache) invalidateL1(ctx context.Context, key string) error {
 	if c.l1 != nil {
 		c.l1.remove(key)
 	}
-	nodes, _ := c.copies(key)
+	nodes, _ := c.copiesUpTo(key, c.opts.MaxReplicas)
 	var pubs []*node.Node
 	for _, n := range nodes {
 		if n.Usable() {
@@ -49,12 +51,12 @@ func (c *Cache) invalidateL1(ctx context.Context, key string) error {
 	if len(pubs) == 0 {
 		return fmt.Errorf("cache: invalidating %q: no usable node to publish on", key)
 	}
-	var errs []error
-	for _, pub := range pubs {
-		if err := pub.Client().Publish(ctx, c.channel(), key).Err(); err != nil {
-			errs = append(errs, fmt.Errorf("cache: invalidating %q on node %s: %w", key, pub.Name(), err))
+	errs := make([]error, len(pubs))
+	each(len(pubs), func(i int) {
+		if err := pubs[i].Client().Publish(ctx, c.channel(), key).Err(); err != nil {
+			errs[i] = fmt.Errorf("cache: invalidating %q on node %s: %w", key, pubs[i].Name(), err)
 		}
-	}
+	})
 	return errors.Join(errs...)
 }
 

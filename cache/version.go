@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,11 +38,13 @@ func (c *Cache) verKey(key string) string { return c.prefix + "ver:" + key }
 func (c *Cache) verLife() time.Duration { return c.opts.FillLease + 2*verMargin }
 
 // markScript records a write. KEYS: 1 copy, 2 version. ARGV: 1 version,
-// 2 its life in ms, then for a Set 3 the encoded value and 4 its TTL in
-// ms (for an Invalidate nothing: the copy is deleted).
+// 2 its life in ms, then for a Set 3 the encoded value, 4 its TTL in ms
+// and 5 "XX" to store it only if the copy exists (for an Invalidate
+// nothing: the copy is deleted).
 var markScript = redis.NewScript(`
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 if #ARGV < 4 then return redis.call('DEL', KEYS[1]) end
+if ARGV[5] == 'XX' then return redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4], 'XX') end
 return redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
 `)
 
@@ -54,30 +57,59 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 `)
 
-// mark runs a Set (enc != nil: stored in every copy) or an Invalidate
-// (enc nil: every copy deleted) on every copy, each with a new version. A
-// copy on an unusable node, or on one that could not serve the write, is
-// an error wrapping router.ErrUnavailable (failed): it keeps its older
-// value until its TTL.
+// mark runs a Set (enc != nil) or an Invalidate (enc nil) on every copy
+// up to MaxReplicas, each with a new version: a Set stores enc in the
+// copies Get reads now (replicas) and replaces the others where they
+// exist (SET XX: a copy beyond the answer is not created, and one an
+// earlier, larger answer filled stays warm for when it grows again), an
+// Invalidate deletes them all. Every copy is reached whatever Replicas
+// answers now, so none is read stale once the answer grows again. The
+// copies' nodes are written concurrently. A copy on an unusable node, or
+// on one that could not serve the write, is an error wrapping
+// router.ErrUnavailable (failed): it keeps its older value until its TTL.
 func (c *Cache) mark(ctx context.Context, key string, enc []byte) error {
-	nodes, names := c.copies(key)
+	nodes, names := c.copiesUpTo(key, c.opts.MaxReplicas)
+	keep := 0 // copies 0..keep-1 get the value
+	if enc != nil {
+		keep = c.replicas(key)
+	}
 	ver := strconv.FormatUint(rand.Uint64(), 36)
 	life := c.verLife()
-	var errs []error
-	for i, n := range nodes {
+	errs := make([]error, len(nodes))
+	write := func(i int) {
+		n := nodes[i]
 		if !n.Usable() {
-			errs = append(errs, fmt.Errorf("node %s: %w: copy not written", n.Name(), router.ErrUnavailable))
-			continue
+			errs[i] = fmt.Errorf("node %s: %w: copy %d not written", n.Name(), router.ErrUnavailable, i)
+			return
 		}
 		args := []any{ver, ms(life)}
-		if enc != nil {
+		switch {
+		case enc != nil && i < keep:
 			args = append(args, enc, ms(c.jittered(enc)))
+		case enc != nil:
+			args = append(args, enc, ms(c.jittered(enc)), "XX")
 		}
 		if err := markScript.Run(ctx, n.Client(), []string{names[i], c.verKey(key)}, args...).Err(); err != nil && err != redis.Nil {
-			errs = append(errs, failed(ctx, n, err))
+			errs[i] = failed(ctx, n, err)
 		}
 	}
+	each(len(nodes), write)
 	return errors.Join(errs...)
+}
+
+// each runs f(0) .. f(n-1), concurrently when n > 1 (on the nodes of a
+// key's copies: one round trip's wait for them all), and returns when all
+// have.
+func each(n int, f func(i int)) {
+	if n == 1 {
+		f(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { f(i) })
+	}
+	wg.Wait()
 }
 
 // fillVersions is what a fill read of its copies' versions before the
