@@ -423,6 +423,11 @@ func (inv *Inventory) defer_(s Settle) {
 	}
 }
 
+// CheckOrderID returns nil when id is an order id Reserve, Confirm and
+// Cancel accept, else an error wrapping [ErrInvalid] saying what is
+// wrong with it (empty, over [MaxIDLen] bytes, a control byte).
+func CheckOrderID(id string) error { return checkID("order_id", id) }
+
 func checkID(field, v string) error {
 	if p := idProblem(v); p != "" {
 		return fmt.Errorf("%w: %s %s", ErrInvalid, field, p)

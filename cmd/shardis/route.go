@@ -93,7 +93,13 @@ func keyHome(cfg *config.Config, orders bool, server, route string) (func(string
 		if err != nil {
 			return nil, err
 		}
-		return func(id string) (string, error) { return homes.Home(id), nil }, nil
+		return func(id string) (string, error) {
+			if err := inventory.CheckOrderID(id); err != nil { // no order has it: it has no home
+				why := strings.TrimPrefix(err.Error(), inventory.ErrInvalid.Error()+": order_id ")
+				return "", fmt.Errorf("%w: route --orders: order id %q %s", errUsage, id, why)
+			}
+			return homes.Home(id), nil
+		}, nil
 	}
 	layout, err := router.NewLayout(cfg)
 	if err != nil {

@@ -50,6 +50,13 @@ func TestRouteCLI(t *testing.T) {
 	if out, _, code = sh("", "route", "--config", p, "--server", "inventory", "--route", "shoes", "k"); code != 0 || out != "k\t"+k+"\n" || k != "n2" {
 		t.Fatalf("route of a key = %d %q, want k on n2", code, out)
 	}
+	// An id no order can have has no home: a usage error naming it and
+	// what is wrong (it printed a node for the empty id).
+	for id, why := range map[string]string{"": "is empty", strings.Repeat("x", inventory.MaxIDLen+1): "bytes, at most", "a\x01": "control byte"} {
+		if out, errs, code = sh("", "route", "--config", p, "--orders", id); code != 2 || out != "" || !strings.Contains(errs, why) {
+			t.Errorf("route --orders %q = %d %q %q, want a usage error saying %q", id, code, out, errs, why)
+		}
+	}
 	// --orders with a route is a usage error naming the flags.
 	if _, errs, code = sh("", "route", "--config", p, "--orders", "--route", "shoes", "o-1"); code != 2 || !strings.Contains(errs, "--orders") {
 		t.Fatalf("route --orders --route = %d %q, want a usage error", code, errs)
