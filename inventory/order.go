@@ -50,9 +50,11 @@ type Outcome struct {
 	// PendingParts counts parts whose node could not be reached: they are
 	// settled when it comes back (deferred queue, then the reconciler).
 	PendingParts int
-	// Reason, for Cancel: [ReasonCancelled]; [ReasonExpired] when the
-	// order ran past its deadline first; [ReasonTombstone] when it was
-	// never reserved (a later Reserve of the id is refused).
+	// Reason, for Cancel: [ReasonCancelled] for a reservation still
+	// undecided (its deadline passed or not); [ReasonExpired] when a
+	// Confirm past its deadline, or the reconciler's expiry, decided it
+	// first; [ReasonTombstone] when it was never reserved (a later
+	// Reserve of the id is refused).
 	Reason DecisionReason
 }
 
@@ -128,7 +130,8 @@ func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID stri
 	rec.wait = time.Duration(wait) * time.Millisecond
 	if blob != "" {
 		if rec.parts, err = unmarshalOrderParts(orderID, blob); err != nil {
-			return orderRecord{}, fmt.Errorf("node %s: order %q holds unreadable parts: %w", home.Name(), orderID, err)
+			// the script ran: a decision it made stands (status)
+			return orderRecord{}, fmt.Errorf("node %s: order %q (status %s) holds unreadable parts: %w", home.Name(), orderID, status, err)
 		}
 	}
 	return rec, nil
@@ -188,9 +191,11 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 // came due at the deadline), so a part lost in that lag after its
 // earliest expiry is reported as expiry, never the other way round (a
 // late commit's parts reported lost, a false DATA LOSS: found by a
-// review). It reads this instance's clock, for what Confirm reports only.
+// review). The retention counted is the scripts' (whole seconds,
+// seconds: a retention of 90.5s keeps a part 90s past its due). It reads
+// this instance's clock, for what Confirm reports only.
 func (inv *Inventory) partsMayHaveExpired(rec orderRecord) bool {
-	return time.Now().After(rec.deadline.Add(partGrace + inv.cfg.Retention))
+	return time.Now().After(rec.deadline.Add(partGrace + time.Duration(seconds(inv.cfg.Retention))*time.Second))
 }
 
 // Cancel cancels an order and returns its stock and per-user quota. It is

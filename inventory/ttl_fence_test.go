@@ -143,3 +143,41 @@ func TestCancelAnsweredByATombstoneKeepsLateStageOut(t *testing.T) {
 		}
 	}
 }
+
+// With a retention that is not whole seconds (3.5s), the scripts keep a
+// settled part 3s past its due (seconds truncates): a Confirm retried
+// after the parts' expiry, its record kept alive by the retries, finds
+// the record and not its parts, and reports no data loss. It counted the
+// full 3.5s and reported ErrDataLoss for parts that had expired as
+// designed (found by a review).
+func TestConfirmRetryAfterPartsExpireFractionalRetention(t *testing.T) {
+	t.Parallel() // it mostly waits a retention out
+	const retention = 3500 * time.Millisecond
+	e := newShortRetentionEnv(t, retention)
+	if _, err := e.inv.LoadStock(e.ctx, "b", "t", 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	x := e.awayOrder("x")
+	res, err := e.inv.Reserve(e.ctx, x, []Item{{Route: "b", SKU: "t", Quantity: 2}}, "", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := e.inv.Confirm(e.ctx, x); err != nil || out.Status != StatusConfirmed {
+		t.Fatalf("Confirm %s = %+v, %v", x, out, err)
+	}
+	// the parts are gone 1s (their grace) + 3s past the deadline; retry
+	// until 300ms past that, each retry keeping the record
+	gone := res.Deadline.Add(partGrace + 3*time.Second + 300*time.Millisecond)
+	for time.Now().Before(gone) {
+		time.Sleep(time.Second)
+		if _, err := e.inv.Confirm(e.ctx, x); err != nil {
+			t.Fatalf("Confirm %s retried: %v", x, err)
+		}
+	}
+	if n := len(e.partsOf(x)); n != 0 {
+		t.Fatalf("%d parts of %s left: the test did not reach their expiry", n, x)
+	}
+	if out, err := e.inv.Confirm(e.ctx, x); err != nil {
+		t.Errorf("Confirm %s retried after its parts expired = %+v, %v; want confirmed, no data loss", x, out, err)
+	}
+}

@@ -4,8 +4,10 @@
 -- move from its counter's reserved to confirmed or available, a quota
 -- part's units leave its counter on a cancel; its record is written
 -- settled (part_put, which logs it in the settled log), living retention
--- seconds from when it comes due, so it outlives the order record that
--- lists it (a Confirm retried would read it missing: data loss); its
+-- seconds from when it comes due, so it lives as long as the decided order
+-- record's retention at least (a record a retried decision relied on
+-- lives longer: order.go's partsMayHaveExpired tells a part expired from
+-- one lost); its
 -- pending-index entry goes, and its stuck-index entries when it was set
 -- aside. The caller checked the counter first
 -- (settle.lua, and inline_settle for a decision's inline parts): this

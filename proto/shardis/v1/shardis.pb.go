@@ -1088,8 +1088,10 @@ type CancelResponse struct {
 	OrderId      string                 `protobuf:"bytes,1,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
 	Status       OrderStatus            `protobuf:"varint,2,opt,name=status,proto3,enum=shardis.v1.OrderStatus" json:"status,omitempty"`
 	PendingParts int32                  `protobuf:"varint,3,opt,name=pending_parts,json=pendingParts,proto3" json:"pending_parts,omitempty"`
-	// "cancelled", "expired" (ran past its deadline before the cancel), or
-	// "tombstone" (never reserved: a later Reserve of this id is refused).
+	// "cancelled" (a reservation still undecided, its deadline passed or
+	// not), "expired" (a Confirm past its deadline, or the expiry of the
+	// reconciler, decided it before the cancel), or "tombstone" (never
+	// reserved: a later Reserve of this id is refused).
 	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
