@@ -124,32 +124,101 @@ type fillVersions struct {
 	at    time.Time
 }
 
-// versions reads, on each usable node of key's copies, the copy and its
-// version in one round trip: found, with the copy's enc, when a copy is
-// there (another instance filled the key between this one's miss and its
-// gate), else the versions storeFill compares with, read before the
-// loader reads the row.
+// versions reads, on each usable node of key's copies (concurrently),
+// the copy, its version and its remaining TTL in one round trip: found,
+// with a copy's enc, when a copy is there (another instance filled the
+// key between this one's miss and its gate, or the key's copies grew
+// since it was filled: see refill), else the versions storeFill compares
+// with, read before the loader reads the row.
 func (c *Cache) versions(ctx context.Context, key string) (enc []byte, found bool, fv fillVersions) {
 	nodes, names := c.copies(key)
 	fv = fillVersions{nodes: nodes, names: names, vers: make([]string, len(nodes)), known: make([]bool, len(nodes)), at: time.Now()}
-	for i, n := range nodes {
-		if !n.Usable() {
-			continue
+	reads := make([]copyRead, len(nodes))
+	each(len(nodes), func(i int) {
+		if nodes[i].Usable() {
+			reads[i] = readVersion(ctx, nodes[i], names[i], c.verKey(key))
 		}
-		// one MGET, which rides the node's shared pipeline (an explicit
-		// pipeline takes a connection of its own: a third fewer Gets/s)
-		v, err := n.Client().MGet(ctx, names[i], c.verKey(key)).Result()
-		if err != nil || len(v) != 2 {
+	})
+	src := -1
+	for i, r := range reads {
+		if !r.ok {
 			continue // unknown: not stored there
 		}
-		if b, ok := v[0].(string); ok {
-			c.stats.nodeReads(n.Name())
-			return []byte(b), true, fv
+		fv.vers[i], fv.known[i] = r.ver, true
+		if r.found && src < 0 {
+			src = i
 		}
-		ver, _ := v[1].(string) // nil: none
-		fv.vers[i], fv.known[i] = ver, true
 	}
-	return nil, false, fv
+	if src < 0 {
+		return nil, false, fv
+	}
+	c.stats.nodeReads(nodes[src].Name())
+	c.refill(ctx, key, reads, src, fv)
+	return reads[src].enc, true, fv
+}
+
+// copyRead is what readVersion read of one copy.
+type copyRead struct {
+	ok    bool          // read at all
+	found bool          // the copy holds a value (or a not-found marker)
+	enc   []byte        // the copy, when found
+	ver   string        // the key's version on the copy's node ("" none)
+	left  time.Duration // the copy's remaining TTL, when found (0: none or unknown)
+}
+
+// readVersionScript reads a copy, the key's version on its node and the
+// copy's remaining TTL. KEYS: 1 copy, 2 version. A key of another type
+// reads as none, as MGET reads it (a copy of another type is a miss the
+// fill overwrites). One script call rides the node's shared pipeline (an
+// explicit pipeline takes a connection of its own: a third fewer Gets/s).
+var readVersionScript = redis.NewScript(`
+local v, ver = redis.pcall('GET', KEYS[1]), redis.pcall('GET', KEYS[2])
+if type(v) == 'table' then v = false end
+if type(ver) == 'table' then ver = false end
+return {v, ver, redis.call('PTTL', KEYS[1])}
+`)
+
+// readVersion reads copy k on n with the version vk (readVersionScript).
+func readVersion(ctx context.Context, n *node.Node, k, vk string) copyRead {
+	v, err := readVersionScript.Run(ctx, n.Client(), []string{k, vk}).Slice()
+	if err != nil || len(v) != 3 {
+		return copyRead{}
+	}
+	r := copyRead{ok: true}
+	r.ver, _ = v[1].(string) // nil: none
+	if b, isStr := v[0].(string); isStr {
+		r.found, r.enc = true, []byte(b)
+		if ms, _ := v[2].(int64); ms > 0 {
+			r.left = time.Duration(ms) * time.Millisecond
+		}
+	}
+	return r
+}
+
+// refill copies the value found in copy src into the key's other copies
+// of its answer now that are missing (a key filled while Replicas
+// answered fewer copies, or one whose copy on a node expired or was
+// evicted first), so the Gets that read them stop missing: each would go
+// through the gate, and the key is hot. A copy is refilled only with the
+// found copy's remaining TTL (it never outlives the value it copies), and
+// only when its version is the found copy's (compared and set on its node
+// with fillScript): a write carries one version to all its copies, so
+// equal versions mean no write reached one copy and not the other, and
+// the found value is as new as any write the missing copy saw. A write
+// that comes after the comparison finds the refilled copy and replaces or
+// deletes it. Failures are ignored: the copy stays missing, as it was.
+func (c *Cache) refill(ctx context.Context, key string, reads []copyRead, src int, fv fillVersions) {
+	from := reads[src]
+	if from.left <= 0 {
+		return
+	}
+	each(len(reads), func(i int) {
+		r := reads[i]
+		if i == src || !r.ok || r.found || r.ver != from.ver || !fv.nodes[i].Usable() {
+			return
+		}
+		_ = fillScript.Run(ctx, fv.nodes[i].Client(), []string{fv.names[i], c.verKey(key)}, from.enc, ms(from.left), r.ver).Err()
+	})
 }
 
 // storeFill stores a filled value in every copy whose version is still
