@@ -111,14 +111,18 @@ var (
 	// the stock afterwards failed (the message says so).
 	ErrPartlyApplied = errors.New("partly applied")
 	// ErrCorrupt is wrapped when a node holds a value the scripts cannot
-	// read (a counter that is not an integer, a key of the wrong type:
-	// SHARDIS_CORRUPT and WRONGTYPE replies): nothing was changed (but
-	// for a Confirm or Cancel whose order record's parts list was found
-	// unreadable after the decision was written: the message names the
-	// record's status; the decision stands, and the reconciler sets the
-	// order's other parts aside at their deadlines until the record is
-	// repaired), and a retry meets it again until the value is repaired
-	// (the reconciler sets such a part aside, [Unsettleable]). The decoders
+	// read (a counter that is not an integer, a key of the wrong type, a
+	// part record whose state code is none: SHARDIS_CORRUPT and WRONGTYPE
+	// replies; a part record's error names its key): nothing was changed
+	// (but for a Confirm or Cancel whose order record's parts list was
+	// found unreadable after the decision was written: the message names
+	// the record's status; the decision stands, and the reconciler sets
+	// the order's other parts aside at their deadlines until the record
+	// is repaired), and a retry meets it again until the value is
+	// repaired (the reconciler sets such a part aside, [Unsettleable]). A
+	// record that exists but cannot be read is never read as missing. The
+	// reads that go on past one such record report it instead of failing
+	// ([RedoQueueRead].Problem, [PartSnapshot].Problem, [StuckPart]). The decoders
 	// (ParseStockKey, DecodePart …) wrap it for what they reject. A reply
 	// of the wrong shape is not this but [ErrMalformedReply] (outcome
 	// unknown).

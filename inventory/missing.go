@@ -25,7 +25,8 @@ import (
 // (the SKU exists; a SKU no node holds is either unknown or deleted
 // everywhere, and GetStock of unknown SKUs must stay cheap). Each index is
 // read up to refsScanLimit entries, so a count is a lower bound on a node
-// with more parts than that.
+// with more parts than that; a part whose record cannot be read (corrupt)
+// is not counted either.
 
 // refsScanLimit is the most entries of one index stockRefsScript reads.
 const refsScanLimit = 10000

@@ -167,13 +167,16 @@ func RedoHeads(node string, fields map[string]string) (map[string]int64, error) 
 // each in the form redoEntryLua builds; and
 // how many offsets right past after have no entry left (trimmed), as
 // redoBatchScript counts them. SHARDIS_CORRUPT when the queue's head is
-// not an integer.
+// not an integer, or when an entry's part record is there but cannot be
+// read (naming the queue, the offset, the part and its key).
 var redoReadScript = newScript("redo-read", false, redoEntryLua+luaFile("redo_read.lua"))
 
 // redoEntryLua defines redoEntry(part id, offset): one redo entry as
 // {offset, part id, order, sku, qty, state, at, settled_at, counter key},
 // read from the part's record (partPrefix .. id, see lua.go); state
-// "expired" when the record is gone.
+// "expired" when the record is gone. A record that is there but cannot be
+// read is no entry: nil, its key and why (part_try), which the reading
+// script reports, never an entry read as expired.
 var redoEntryLua = luaFile("lib_redo_entry.lua")
 
 // redoWriteScript acknowledges and trims a node's redo log.
@@ -213,7 +216,11 @@ type RedoEntry struct {
 	// Quantity is the units the part took; 0 when its record is gone.
 	Quantity int64
 	// State is the part's state now: "pending", "confirmed", "cancelled",
-	// or "expired" when its record outlived inventory.retention.
+	// or "expired" when its record is gone (it outlived
+	// inventory.retention). A record that is there but cannot be read is
+	// never an entry: the reads report it instead
+	// ([RedoQueueRead].Problem; [ErrCorrupt] from ReadRedoLog and
+	// ReadRedoPage).
 	State string
 	// At is when the deduction was made, by the node's clock.
 	At time.Time
@@ -229,7 +236,10 @@ type RedoEntry struct {
 // inventory.redo_queues) on node with offset > after, in offset order. A
 // consumer replays them and resumes from the last offset it saw;
 // offsets are gap-free per (node, queue). A queue whose head on the node
-// is not an integer is [ErrCorrupt], not an empty queue. It reports
+// is not an integer is [ErrCorrupt], not an empty queue, and so is an
+// entry whose part record is there but cannot be read (the error names
+// the offset, the part and its key; the entries before it are not
+// returned: read up to it with a smaller limit). It reports
 // neither the node's incarnation nor offsets trimmed past after: a
 // consumer uses [Inventory.ReadRedoPage], which does. A negative after
 // reads from the start. With durability replica or aof, entries are

@@ -50,7 +50,11 @@ type RedoPage struct {
 // be 0..2^53 ([ErrInvalid] naming it otherwise). A consumer resumes from
 // the last offset it landed while the incarnation stays the same, and
 // acknowledges with [Inventory.AckRedoLogAt] at that incarnation. A queue
-// whose head on the node is not an integer is [ErrCorrupt]. It is
+// whose head on the node is not an integer is [ErrCorrupt], and so is an
+// entry within the limit whose part record is there but cannot be read
+// (a key of another type, a state code that is none): the error names the
+// queue, the offset, the part and its key, never an entry read as
+// expired. It is
 // [Inventory.ReadRedoPageFrom] with no part id at after: a queue that went
 // back to a point at or beyond after is not seen (see there); durability
 // as there.

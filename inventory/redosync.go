@@ -14,6 +14,15 @@ import (
 // time under the consumer's position, an acknowledgement that only
 // applies to the incarnation it was meant for, and the current state of
 // parts landed while pending.
+//
+// A part record that is on its node but cannot be read (a key of another
+// type, a packed record whose state code is none) is never read as a part
+// gone (expired, PartMissing), which a consumer would land as a final
+// state: lua/part_codec.lua's part_read fails on it with SHARDIS_CORRUPT
+// naming the key ([ErrCorrupt]), and the reads that go on past it report
+// it instead: ReadRedoBatch stops that queue before its entry
+// ([RedoQueueRead].Problem) and reads the others, PartStates reads it
+// [PartUnreadable] ([PartSnapshot].Problem) and the others as usual.
 
 var (
 	// ErrIncarnation is wrapped by [Inventory.AckRedoBatch] when the node
@@ -87,6 +96,27 @@ type RedoQueueRead struct {
 	// pending for less than the read's hold (by the node's clock), which
 	// is left out with every entry after it.
 	Held bool
+	// Problem, when not nil, is the entry Entries stop before because its
+	// part's record exists but cannot be read (a key of another type, a
+	// packed record whose state code is none): it is left out with every
+	// entry after it, as a held one is (a consumer's position stays a
+	// prefix), until the record is repaired; the other queues of the read
+	// are read as usual. Never read as a part gone (State "expired").
+	Problem *RedoProblem
+}
+
+// RedoProblem is a redo-log entry whose part record is on its node but
+// cannot be read ([RedoQueueRead].Problem).
+type RedoProblem struct {
+	Offset int64  // the entry's offset in its queue
+	PartID string // the part the entry names
+	Key    string // the part's record key on the node
+	Why    string // why it cannot be read, as the node's script said
+}
+
+// String names the offset, the part, its key and why.
+func (p RedoProblem) String() string {
+	return fmt.Sprintf("offset %d: part %s: its record %s cannot be read: %s", p.Offset, p.PartID, p.Key, p.Why)
 }
 
 // redoBatchScript reads several queues of a node.
@@ -94,12 +124,14 @@ type RedoQueueRead struct {
 // cursor. ARGV: 4 incarnation expected ("" = any), 5 most entries in
 // all, 6 hold ms (0: none), then per cursor: after, part id at after.
 // Returns {incarnation, gen, per cursor {head, acked, rewound, entries,
-// trimmed, held}, wait ms, data_of}, with no queues when the incarnation
-// differs;
+// trimmed, held, problem}, wait ms, data_of}, with no queues when the
+// incarnation differs;
 // trimmed counts the offsets past the cursor with no entry (trimmed), for
 // a queue read; held is 1 when the entries stop before a part pending for
 // less than hold ms (the node's clock), and wait is the least time until
-// such a part of any queue is pending for hold (0: none held).
+// such a part of any queue is pending for hold (0: none held); problem is
+// {} or, when the entries stop before an entry whose part record cannot
+// be read (redoEntryLua), {offset, part id, record key, why}.
 var redoBatchScript = newScript("redo-batch", false, redoEntryLua+luaFile("redo_batch.lua"))
 
 // ReadRedoBatch reads, in one atomic step on node, every queue named by
@@ -114,6 +146,11 @@ var redoBatchScript = newScript("redo-batch", false, redoEntryLua+luaFile("redo_
 // clock (RedoQueueRead.Held, RedoBatch.Wait): what a consumer that lands
 // only decided attempts reads, so that an attempt refused after taking
 // has given its parts back by then (pgsync, "Refused attempts").
+//
+// An entry whose part record is on the node but cannot be read stops its
+// queue likewise, reported in RedoQueueRead.Problem; it fails neither the
+// read nor the other queues (a read that failed for one bad record would
+// land nothing of the node, for as long as the record stays bad).
 //
 // With durability replica or aof, a read that returns an entry or a
 // trimmed offset returns only once a replica has everything it read
@@ -175,7 +212,8 @@ const MaxRedoHold = time.Minute
 
 // decodeRedoBatch reads redoBatchScript's reply to cursors: {incarnation,
 // generation, queues, wait ms, data_of}, queues empty or one {head, acked,
-// rewound 0/1, entries, trimmed, held 0/1} per cursor.
+// rewound 0/1, entries, trimmed, held 0/1, problem} per cursor, problem
+// {} or {offset, part id, key, why} (why not "").
 func decodeRedoBatch(nodeName string, v any, cursors []RedoCursor) (RedoBatch, error) {
 	r := newReplyReader(nodeName, redoBatchScript.name)
 	raw := r.list(v, 5)
@@ -196,7 +234,7 @@ func decodeRedoBatch(nodeName string, v any, cursors []RedoCursor) (RedoBatch, e
 	defer r.leave()
 	b.Queues = make([]RedoQueueRead, len(queues))
 	for i := range queues {
-		t := r.listAt(queues, i, 6)
+		t := r.listAt(queues, i, 7)
 		if r.err != nil {
 			return RedoBatch{}, r.err
 		}
@@ -210,6 +248,7 @@ func decodeRedoBatch(nodeName string, v any, cursors []RedoCursor) (RedoBatch, e
 			q.Entries = append(q.Entries, readRedoEntry(r, entries, j))
 		}
 		r.leave()
+		q.Problem = readRedoProblem(r, t, 6)
 		r.leave()
 		if r.err != nil {
 			return RedoBatch{}, r.err
@@ -217,6 +256,26 @@ func decodeRedoBatch(nodeName string, v any, cursors []RedoCursor) (RedoBatch, e
 		b.Queues[i] = q
 	}
 	return b, nil
+}
+
+// readRedoProblem reads element i of t, a queue's problem: {} (nil) or
+// {offset, part id, key, why}, why not "".
+func readRedoProblem(r *replyReader, t []any, i int) *RedoProblem {
+	f := r.listAt(t, i, -1)
+	if r.err != nil || len(f) == 0 {
+		return nil
+	}
+	if len(f) != 4 {
+		r.fail(i, "an empty list or {offset, part id, key, why}", f)
+		return nil
+	}
+	r.enter(i)
+	defer r.leave()
+	p := &RedoProblem{Offset: r.int(f, 0), PartID: r.str(f, 1), Key: r.str(f, 2), Why: r.str(f, 3)}
+	if r.err == nil && p.Why == "" {
+		r.fail(3, "why a record cannot be read (not empty)", f[3])
+	}
+	return p
 }
 
 // redoAckBatchScript acknowledges several queues of a node for one
@@ -275,21 +334,38 @@ func (inv *Inventory) AckRedoBatch(ctx context.Context, nodeName, incarnation st
 type PartSnapshot struct {
 	// State is pending, confirmed or cancelled; PartMissing when the node
 	// holds no record of the part (it outlived inventory.retention, or the
-	// node lost it).
+	// node lost it); [PartUnreadable] when it holds one that cannot be read
+	// (Problem says why): its state is unknown, and it is not missing.
 	State PartState
 	// SettledAt is when it was confirmed or cancelled (node clock); zero
-	// while pending.
+	// while pending, missing or unreadable.
 	SettledAt time.Time
+	// Problem is why the part's record cannot be read (a key of another
+	// type, a packed record whose state code is none), naming its key;
+	// "" when State is read. The other parts of the read are read as
+	// usual.
+	Problem string
 }
 
+// PartUnreadable is the [PartSnapshot].State of a part whose record is on
+// its node but cannot be read. It is no state a record stores (never
+// written, never moved to or from) and not [PartMissing]: a consumer
+// leaves what it knows of the part as it is until the record is repaired.
+const PartUnreadable PartState = "unreadable"
+
 // partStatesScript reads parts' states. KEYS: 1 stamp, 2.. part keys.
-// Returns {incarnation, per part {state, settled_at}}.
+// Returns {incarnation, per part {state, settled_at, problem}}: a part
+// whose record cannot be read (part_try) has state "" and problem why;
+// problem is "" for every other.
 var partStatesScript = newScript("part-states", false, luaFile("part_states.lua"))
 
 // PartStates returns the state of each part (like partIDs) on node, read
 // in one atomic step, and the node's incarnation at that moment. At most
-// 10000 parts per call. With durability replica or aof, what it read is
-// on a replica when it returns, as for [Inventory.ReadRedoBatch].
+// 10000 parts per call. A part whose record is there but cannot be read
+// is [PartUnreadable], with [PartSnapshot].Problem naming its key and why:
+// it fails neither the call nor the other parts. With durability replica
+// or aof, what it read is on a replica when it returns, as for
+// [Inventory.ReadRedoBatch].
 func (inv *Inventory) PartStates(ctx context.Context, nodeName string, partIDs []string) (string, []PartSnapshot, error) {
 	if len(partIDs) > 10000 {
 		return "", nil, fmt.Errorf("%w: %d parts, at most 10000 per call", ErrInvalid, len(partIDs))
@@ -313,7 +389,8 @@ func (inv *Inventory) PartStates(ctx context.Context, nodeName string, partIDs [
 }
 
 // decodePartStates reads partStatesScript's reply for k parts:
-// {incarnation, k × {state or "", settled_at ms or 0}}.
+// {incarnation, k × {state or "", settled_at ms or 0, problem or ""}}; a
+// part with a problem has no state.
 func decodePartStates(nodeName string, v any, k int) (string, []PartSnapshot, error) {
 	r := newReplyReader(nodeName, partStatesScript.name)
 	raw := r.list(v, 2)
@@ -328,15 +405,12 @@ func decodePartStates(nodeName string, v any, k int) (string, []PartSnapshot, er
 	r.enter(1)
 	out := make([]PartSnapshot, len(list))
 	for i := range list {
-		t := r.listAt(list, i, 2)
+		t := r.listAt(list, i, 3)
 		if r.err != nil {
 			return "", nil, r.err
 		}
 		r.enter(i)
-		out[i].State = PartState(r.str(t, 0))
-		if ms := r.int(t, 1); ms > 0 {
-			out[i].SettledAt = time.UnixMilli(ms)
-		}
+		out[i] = readPartSnapshot(r, t)
 		r.leave()
 	}
 	r.leave()
@@ -344,6 +418,23 @@ func decodePartStates(nodeName string, v any, k int) (string, []PartSnapshot, er
 		return "", nil, r.err
 	}
 	return inc, out, nil
+}
+
+// readPartSnapshot reads t, one part of partStatesScript's reply:
+// {state or "", settled_at ms or 0, problem or ""}, a problem only with
+// no state.
+func readPartSnapshot(r *replyReader, t []any) PartSnapshot {
+	s := PartSnapshot{State: PartState(r.str(t, 0)), Problem: r.str(t, 2)}
+	if ms := r.int(t, 1); ms > 0 {
+		s.SettledAt = time.UnixMilli(ms)
+	}
+	if s.Problem != "" {
+		if r.err == nil && s.State != PartMissing {
+			r.fail(0, "no state beside a problem", t[0])
+		}
+		s.State = PartUnreadable
+	}
+	return s
 }
 
 // RedoQueues returns the number of redo-log queues per node

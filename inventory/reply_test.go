@@ -172,17 +172,17 @@ func TestReplyDecodersStrict(t *testing.T) {
 		{"redo-batch: an entry's qty nil", "redo-batch", "reply[2][0][3][0][4]", func() error {
 			e := entry()
 			e[4] = nil
-			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{e}, int64(0), int64(0)}}, int64(0), ""},
+			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{e}, int64(0), int64(0), []any{}}}, int64(0), ""},
 				[]RedoCursor{{Queue: 0}})
 			return err
 		}},
 		{"redo-batch: rewound 2", "redo-batch", "reply[2][0][2]", func() error {
-			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(2), []any{}, int64(0), int64(0)}}, int64(0), ""},
+			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(2), []any{}, int64(0), int64(0), []any{}}}, int64(0), ""},
 				[]RedoCursor{{Queue: 0}})
 			return err
 		}},
 		{"redo-batch: held 2", "redo-batch", "reply[2][0][5]", func() error {
-			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{}, int64(0), int64(2)}}, int64(0), ""},
+			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{}, int64(0), int64(2), []any{}}}, int64(0), ""},
 				[]RedoCursor{{Queue: 0}})
 			return err
 		}},
@@ -194,8 +194,36 @@ func TestReplyDecodersStrict(t *testing.T) {
 			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{}, int64(0)}, nil)
 			return err
 		}},
+		{"redo-batch: without its problem", "redo-batch", "reply[2][0]", func() error {
+			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{}, int64(0), int64(0)}}, int64(0), ""},
+				[]RedoCursor{{Queue: 0}})
+			return err
+		}},
+		{"redo-batch: a problem of 3", "redo-batch", "reply[2][0][6]", func() error {
+			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{}, int64(0), int64(0),
+				[]any{int64(1), "p", "inv:part:p"}}}, int64(0), ""}, []RedoCursor{{Queue: 0}})
+			return err
+		}},
+		{"redo-batch: a problem without why", "redo-batch", "reply[2][0][6][3]", func() error {
+			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{}, int64(0), int64(0),
+				[]any{int64(1), "p", "inv:part:p", ""}}}, int64(0), ""}, []RedoCursor{{Queue: 0}})
+			return err
+		}},
+		{"redo-batch: a problem's offset a string", "redo-batch", "reply[2][0][6][0]", func() error {
+			_, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{}, int64(0), int64(0),
+				[]any{"1", "p", "inv:part:p", "why"}}}, int64(0), ""}, []RedoCursor{{Queue: 0}})
+			return err
+		}},
+		{"part-states: without its problem", "part-states", "reply[1][0]", func() error {
+			_, _, err := decodePartStates("n1", []any{"inc", []any{[]any{"confirmed", int64(5)}}}, 1)
+			return err
+		}},
+		{"part-states: a state beside a problem", "part-states", "reply[1][0][0]", func() error {
+			_, _, err := decodePartStates("n1", []any{"inc", []any{[]any{"pending", int64(0), "why"}}}, 1)
+			return err
+		}},
 		{"part-states: settled_at a string", "part-states", "reply[1][0][1]", func() error {
-			_, _, err := decodePartStates("n1", []any{"inc", []any{[]any{"confirmed", "5"}}}, 1)
+			_, _, err := decodePartStates("n1", []any{"inc", []any{[]any{"confirmed", "5", ""}}}, 1)
 			return err
 		}},
 	} {
@@ -239,10 +267,21 @@ func TestReplyDecodersStrict(t *testing.T) {
 	if st, _, over, err := decodeLocal("n1", []any{"limit", int64(2), int64(3), int64(5)}, 2, nil); err != nil || st != localLimit || fmt.Sprint(over) != "[2 3 5]" {
 		t.Errorf("decodeLocal(limit) = %v %v %v", st, over, err)
 	}
-	if b, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{entry()}, int64(0), int64(1)}}, int64(250), "inc0"},
+	if b, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(1), int64(0), int64(0), []any{entry()}, int64(0), int64(1), []any{}}}, int64(250), "inc0"},
 		[]RedoCursor{{Queue: 2}}); err != nil || b.Queues[0].Queue != 2 || b.Queues[0].Entries[0].Route != "r" || b.Generation != 3 ||
 		!b.Queues[0].Held || b.Wait != 250*time.Millisecond || b.DataOf != "inc0" {
 		t.Errorf("decodeRedoBatch = %+v, %v", b, err)
+	}
+	if b, err := decodeRedoBatch("n1", []any{"inc", int64(3), []any{[]any{int64(4), int64(0), int64(0), []any{entry()}, int64(0), int64(0),
+		[]any{int64(2), "o|t|0", "inv:part:o|t|0", "WRONGTYPE"}}}, int64(0), ""}, []RedoCursor{{Queue: 1}}); err != nil ||
+		b.Queues[0].Problem == nil || *b.Queues[0].Problem != (RedoProblem{Offset: 2, PartID: "o|t|0", Key: "inv:part:o|t|0", Why: "WRONGTYPE"}) ||
+		len(b.Queues[0].Entries) != 1 {
+		t.Errorf("decodeRedoBatch(a problem) = %+v, %v", b, err)
+	}
+	if _, st, err := decodePartStates("n1", []any{"inc", []any{[]any{"", int64(0), "why"}, []any{"", int64(0), ""}, []any{"confirmed", int64(5), ""}}}, 3); err != nil ||
+		st[0] != (PartSnapshot{State: PartUnreadable, Problem: "why"}) || st[1] != (PartSnapshot{}) || st[2].State != PartConfirmed ||
+		st[2].SettledAt.UnixMilli() != 5 {
+		t.Errorf("decodePartStates = %+v, %v", st, err)
 	}
 	if ps, err := decodeDue("n1", nil); err != nil || len(ps) != 0 {
 		t.Errorf("decodeDue(empty) = %v, %v", ps, err)

@@ -205,12 +205,13 @@ var partMoves = map[PartState][]PartState{
 }
 
 // String returns the stored word ("pending" …), "missing" for
-// PartMissing, and PartState("x") quoted for a word that is no state.
+// PartMissing, "unreadable" for [PartUnreadable], and PartState("x")
+// quoted for a word that is no state.
 func (s PartState) String() string {
 	if s == PartMissing {
 		return "missing"
 	}
-	if !s.stored() {
+	if !s.stored() && s != PartUnreadable {
 		return fmt.Sprintf("PartState(%q)", string(s))
 	}
 	return string(s)

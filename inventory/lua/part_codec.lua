@@ -42,13 +42,26 @@ local function part_lit(r)
   if string.byte(r) == 61 then return string.sub(r, 2) end
   return false
 end
+-- part_corrupt(key, why) raises the error of a part record at key that
+-- exists but cannot be read: SHARDIS_CORRUPT naming the key and why
+-- (ErrCorrupt), never a record read as missing or without a state, which
+-- a caller would take for a part gone (expired) or never taken. Bytes
+-- that are no printable ASCII in why are written as \ddd. part_try
+-- (inline_part.lua) catches it where a script goes on past one record.
+local function part_corrupt(key, why)
+  why = string.gsub(why, '[%c\128-\255]', function(c) return string.format('\\%03d', string.byte(c)) end)
+  error({err = 'SHARDIS_CORRUPT part record ' .. key .. ': ' .. why})
+end
 local function part_read(key)
   local v = redis.pcall('GET', key)
   if not v then return nil end
   if type(v) == 'table' then
-    -- WRONGTYPE: a record in the hash layout of the releases before
+    -- WRONGTYPE: a record in the hash layout of the releases before, or a
+    -- key of another type (corrupt: named, where HGETALL's own WRONGTYPE
+    -- would not name it)
     local t = {}
-    local h = redis.call('HGETALL', key)
+    local h = redis.pcall('HGETALL', key)
+    if h.err then return part_corrupt(key, 'the key is neither a string nor a hash (' .. h.err .. ')') end
     for i = 1, #h, 2 do t[h[i]] = h[i + 1] end
     return t
   end
@@ -56,7 +69,14 @@ local function part_read(key)
     moved, stuck_since, stuck_tries = string.match(v .. PPAD, PPAT)
   local id = string.sub(key, #partPrefix + 1)
   local x = part_lit(state)
-  if x == false then state = PSD[state] else state = x end
+  if x == false then
+    -- a code that is no state: the record is there and cannot be read
+    -- (partDeref's "not a state code", in Go); only good records pass
+    -- this one test
+    x = PSD[state]
+    if not x then return part_corrupt(key, 'state code "' .. state .. '" is not one of p, c, x or an =literal') end
+  end
+  state = x
   x = part_lit(redo)
   if x == false then redo = PFX_REDO .. redo else redo = x end
   x = part_lit(counter)

@@ -1,8 +1,14 @@
 
 local out = {}
 local inc = redis.call('HGET', KEYS[1], 'incarnation') or ''
+-- every record read before anything is written: one that cannot be read
+-- fails the probe (part_read: SHARDIS_CORRUPT) with nothing changed
+local recs = {}
 for i = 2, #KEYS do
-  local rec = part_read(KEYS[i]) or {} -- a promised part: never inline (inline.go)
+  recs[i] = part_read(KEYS[i]) or {} -- a promised part: never inline (inline.go)
+end
+for i = 2, #KEYS do
+  local rec = recs[i]
   local f = {rec.state, rec.token, rec.qty, rec.offset}
   local promised = ARGV[5 + i] or ''
   if f[1] == 'pending' and rec.held ~= '1' then

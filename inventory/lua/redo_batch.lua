@@ -24,11 +24,18 @@ for k = 4, #KEYS do
     local at = redo_at(key, after)
     if at and at ~= pid then rewound = 1 end
   end
-  local entries, trimmed, held = {}, 0, 0
+  local entries, trimmed, held, problem = {}, 0, 0, {}
   if rewound == 0 and head > after and left > 0 then
     local e = redo_range(key, after, left, head, first)
     for i = 1, #e, 2 do
-      local entry = redoEntry(e[i], e[i + 1])
+      local entry, pk, why = redoEntry(e[i], e[i + 1])
+      if not entry then
+        -- a part record that cannot be read ends the queue's entries
+        -- there, as a held one does (the consumer's position stays a
+        -- prefix), and is reported; the other queues are read as usual
+        problem = {tonumber(e[i + 1]), e[i], pk, why}
+        break
+      end
       -- a part pending for less than hold ms is held back, and every
       -- entry after it (the consumer's position stays a prefix)
       local young = hold - (now - entry[7])
@@ -42,6 +49,6 @@ for k = 4, #KEYS do
     left = left - #entries
     if #e > 0 then trimmed = tonumber(e[2]) - after - 1 else trimmed = head - after end
   end
-  out[#out + 1] = {head, acked, rewound, entries, trimmed, held}
+  out[#out + 1] = {head, acked, rewound, entries, trimmed, held, problem}
 end
 return {inc, gen, out, wait, data_of}

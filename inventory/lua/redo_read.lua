@@ -20,7 +20,14 @@ end
 local e = redo_range(KEYS[3], after, tonumber(ARGV[5]), head, first)
 local out = {}
 for i = 1, #e, 2 do
-  out[#out + 1] = redoEntry(e[i], e[i + 1])
+  local entry, pk, why = redoEntry(e[i], e[i + 1])
+  -- a part record that cannot be read: the read fails naming it (and the
+  -- entry), never an entry read as expired, nor a WRONGTYPE naming nothing
+  if not entry then
+    return redis.error_reply('SHARDIS_CORRUPT ' .. KEYS[3] .. ' offset ' .. e[i + 1] .. ': part ' .. e[i] ..
+      ': its record ' .. pk .. ' cannot be read: ' .. why)
+  end
+  out[#out + 1] = entry
 end
 -- the offsets past after with no entry left (trimmed), as redo_batch.lua
 -- counts them

@@ -40,7 +40,12 @@ elseif op == 'trim' then
   local function trim_key(key, acked, left)
     local e, n = redis.call('ZRANGE', key, 0, left - 1, 'WITHSCORES'), 0
     for i = 1, #e, 2 do
-      local p = part_get(partPrefix .. e[i]) or {}
+      -- a record that cannot be read stops the queue's trim there: its
+      -- part may be pending, and its entry stays for a consumer to report
+      -- (never read as a part gone, whose entry may go)
+      local p, bad = part_try(partPrefix .. e[i])
+      if bad then return n, true end
+      p = p or {}
       local f = {p.state or false, p.at}
       local settled = f[1] == false or f[1] == 'confirmed' or f[1] == 'cancelled'
       local old = maxAge > 0 and (f[1] == false or (tonumber(f[2]) or 0) + maxAge <= now)
