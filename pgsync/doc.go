@@ -69,6 +69,30 @@
 // its deadline) lands as pending and later becomes a cancelled row with
 // reason refused.
 //
+// # Unreadable part records
+//
+// A part record that is on its node but cannot be read (a key of another
+// type, a packed record whose state code is none: corrupt data, repaired
+// by hand) is never read as a part gone, which would land or settle its
+// row as expired, a final state never revisited. Instead:
+//
+//	landing  the node's redo-log read (inventory.ReadRedoBatch) stops
+//	         that queue before the entry (RedoQueueRead.Problem), as it
+//	         stops before a held one: the queue lands up to it and waits
+//	         there, nothing past it is landed or acknowledged; the node's
+//	         other queues land as usual. The entry is logged (REDO ENTRY
+//	         UNREADABLE: node, queue, offset, part, key, why) when it is
+//	         first met or changes and every few minutes while it lasts,
+//	         counted (shardis_sync_unreadable_queues) and shown by
+//	         [Status] (QueueStatus.Problem); once the record reads again
+//	         the queue lands on (logged once);
+//	settling a landed pending row whose part reads unreadable
+//	         (inventory.PartUnreadable) stays pending, logged alike (PART
+//	         RECORD UNREADABLE: node, part, order, why) and counted
+//	         (shardis_sync_unreadable_parts); the walk and the follow steps
+//	         go on with the node's other rows. Once the record reads again
+//	         the row follows it.
+//
 // # Guarantees
 //
 //   - One transaction per batch writes the rows and the positions; the
@@ -183,7 +207,8 @@
 // the log starts before the log's first entry at that moment, then walks:
 // the walk covers every part that settled before. What the log cannot
 // tell — entries trimmed unread, a node that went back to older data, a
-// record that outlived its retention (read missing: expired), a part
+// record that outlived its retention (read missing: expired; a record
+// that is there but cannot be read is not missing, above), a part
 // settled by a release without the log, a landing held up past its step
 // timeout — the next walk finds, at the latest settle_walk_interval
 // later.

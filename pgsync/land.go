@@ -29,15 +29,16 @@ type worker struct {
 	node string
 	key  int32
 
-	inc     string         // the incarnation positions belong to; "" = read it first
-	gen     int64          // its acceptance generation
-	pos     []cursor       // per queue, as committed (or as another instance committed)
-	owed    map[int]cursor // committed but not yet acknowledged in Redis
-	unsure  bool           // an acknowledgement of owed failed: the database may have lost it since (checkOwed)
-	rot     int            // first queue of the next read (fairness)
-	rewound map[int]bool   // queues reported as gone back, paused
-	locks   lockWait       // queues skipped as locked by another session
-	held    time.Duration  // the last read held a queue back: nothing is ready before this (0: none)
+	inc     string          // the incarnation positions belong to; "" = read it first
+	gen     int64           // its acceptance generation
+	pos     []cursor        // per queue, as committed (or as another instance committed)
+	owed    map[int]cursor  // committed but not yet acknowledged in Redis
+	unsure  bool            // an acknowledgement of owed failed: the database may have lost it since (checkOwed)
+	rot     int             // first queue of the next read (fairness)
+	rewound map[int]bool    // queues reported as gone back, paused
+	unreadQ unreadable[int] // queues stopped at an entry whose part record cannot be read (unreadable.go)
+	locks   lockWait        // queues skipped as locked by another session
+	held    time.Duration   // the last read held a queue back: nothing is ready before this (0: none)
 	// restored: the node had another incarnation before inc, so a part it
 	// hands out may have a row of that one already (conflicts, tx.go)
 	restored bool
@@ -50,6 +51,9 @@ type worker struct {
 	copied bool
 
 	redis, db, ack, settle streak
+	// unreadP: landed pending parts whose record cannot be read (the
+	// settle goroutine's, unreadable.go)
+	unreadP unreadable[string]
 }
 
 func newWorker(s *Syncer, node string) *worker {
@@ -127,8 +131,9 @@ func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 		w.s.log.Warn("node is at another incarnation (it lost data and was accepted): its redo log starts a new position; "+
 			"the old incarnation's rows stay as landed", "node", w.node, "old_incarnation", w.inc, "incarnation", b.Incarnation)
 		w.inc, w.owed = "", nil
-		m.clearRewound(w.node)
+		m.clearQueues(w.node)
 		clear(w.rewound)
+		w.unreadQ.reset()
 		return true, nil
 	}
 	work, total := w.workOf(b)
@@ -157,7 +162,8 @@ func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 // workOf returns the queues of b with something to land (entries, or
 // offsets trimmed past the position) and how many entries they hold; it
 // reports the queues that went back (paused) and those that match again,
-// and each queue's lag.
+// the queues stopped at an entry whose part record cannot be read (and
+// those read past it again), and each queue's lag.
 func (w *worker) workOf(b inventory.RedoBatch) (work []inventory.RedoQueueRead, total int) {
 	m := w.s.m
 	for _, q := range b.Queues {
@@ -170,6 +176,7 @@ func (w *worker) workOf(b inventory.RedoBatch) (work []inventory.RedoQueueRead, 
 			delete(w.rewound, q.Queue)
 			m.setRewound(w.node, q.Queue, false)
 		}
+		w.noteUnreadableQueue(q, w.pos[q.Queue].off)
 		if len(q.Entries) > 0 || q.Trimmed > 0 {
 			work = append(work, q)
 			total += len(q.Entries)

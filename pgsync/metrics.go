@@ -28,9 +28,13 @@ type Metrics struct {
 	skipped      *prometheus.CounterVec
 	conflicts    *prometheus.CounterVec
 	walks        *prometheus.CounterVec
+	unreadable   *prometheus.GaugeVec
+	// unreadableParts is set by each node's settle goroutine alone
+	unreadableParts *prometheus.GaugeVec
 
-	mu       sync.Mutex
-	rewoundQ map[string]map[int]bool // node → queues paused because they went back
+	mu          sync.Mutex
+	rewoundQ    map[string]map[int]bool // node → queues paused because they went back
+	unreadableQ map[string]map[int]bool // node → queues stopped at an unreadable part record
 }
 
 // Error stages of shardis_sync_errors_total.
@@ -44,7 +48,7 @@ const (
 // NewMetrics creates the metrics and registers them with reg (nil: not
 // registered, e.g. in tests that run several syncers).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{rewoundQ: map[string]map[int]bool{}}
+	m := &Metrics{rewoundQ: map[string]map[int]bool{}, unreadableQ: map[string]map[int]bool{}}
 	m.landed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardis_sync_landed_parts_total",
 		Help: "Redo-log entries landed in PostgreSQL (counted at the commit; acknowledged to the node after it), by node.",
@@ -106,9 +110,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "shardis_sync_settle_walks_total",
 		Help: "Walks over every landed pending part of the node, re-reading each on the node: at start, after a gap in the node's settled log or a new incarnation, and every settle_walk_interval (between walks only the parts the settled log names are re-read).",
 	}, []string{"node"})
+	m.unreadable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "shardis_sync_unreadable_queues",
+		Help: "Queues of the node landed up to an entry whose part record is on the node but cannot be read (corrupt), and waiting there until it is repaired.",
+	}, []string{"node"})
+	m.unreadableParts = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "shardis_sync_unreadable_parts",
+		Help: "Landed pending parts of the node whose record is on the node but cannot be read (corrupt): their rows stay pending until it is repaired.",
+	}, []string{"node"})
 	if reg != nil {
 		reg.MustRegister(m.landed, m.settled, m.lag, m.delay, m.errors, m.dbUp, m.incarnations, m.generation,
-			m.trimmed, m.rewound, m.unsettled, m.lost, m.skipped, m.conflicts, m.walks)
+			m.trimmed, m.rewound, m.unsettled, m.lost, m.skipped, m.conflicts, m.walks, m.unreadable, m.unreadableParts)
 	}
 	return m
 }
@@ -130,6 +142,8 @@ func (m *Metrics) initNode(node string) {
 	m.skipped.WithLabelValues(node)
 	m.conflicts.WithLabelValues(node)
 	m.walks.WithLabelValues(node)
+	m.unreadable.WithLabelValues(node)
+	m.unreadableParts.WithLabelValues(node)
 }
 
 func (m *Metrics) setLag(node string, queue int, lag int64) {
@@ -139,27 +153,42 @@ func (m *Metrics) setLag(node string, queue int, lag int64) {
 // setRewound records whether a queue is paused as rewound and updates the
 // node's count.
 func (m *Metrics) setRewound(node string, queue int, on bool) {
+	m.flagQueue(m.rewoundQ, m.rewound, node, queue, on)
+}
+
+// setUnreadable records whether a queue is stopped at an entry whose part
+// record cannot be read and updates the node's count.
+func (m *Metrics) setUnreadable(node string, queue int, on bool) {
+	m.flagQueue(m.unreadableQ, m.unreadable, node, queue, on)
+}
+
+// flagQueue records in set whether a queue of node is flagged and sets
+// gauge to the node's count.
+func (m *Metrics) flagQueue(set map[string]map[int]bool, gauge *prometheus.GaugeVec, node string, queue int, on bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	qs := m.rewoundQ[node]
+	qs := set[node]
 	if qs == nil {
 		qs = map[int]bool{}
-		m.rewoundQ[node] = qs
+		set[node] = qs
 	}
 	if on {
 		qs[queue] = true
 	} else {
 		delete(qs, queue)
 	}
-	m.rewound.WithLabelValues(node).Set(float64(len(qs)))
+	gauge.WithLabelValues(node).Set(float64(len(qs)))
 }
 
-// clearRewound forgets a node's paused queues (a new incarnation).
-func (m *Metrics) clearRewound(node string) {
+// clearQueues forgets a node's paused and stopped queues (a new
+// incarnation).
+func (m *Metrics) clearQueues(node string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.rewoundQ, node)
 	m.rewound.WithLabelValues(node).Set(0)
+	delete(m.unreadableQ, node)
+	m.unreadable.WithLabelValues(node).Set(0)
 }
 
 // Landed returns how many entries were landed, over every node.
@@ -176,6 +205,19 @@ func (m *Metrics) DatabaseUp() float64 { return sumOf(m.dbUp) }
 // Rewound returns how many queues of node are paused as gone back.
 func (m *Metrics) Rewound(node string) float64 {
 	return sumOf(m.rewound.MustCurryWith(prometheus.Labels{"node": node}))
+}
+
+// UnreadableQueues returns how many queues of node are stopped at an
+// entry whose part record cannot be read (shardis_sync_unreadable_queues).
+func (m *Metrics) UnreadableQueues(node string) float64 {
+	return sumOf(m.unreadable.MustCurryWith(prometheus.Labels{"node": node}))
+}
+
+// UnreadableParts returns how many landed pending parts of node have a
+// record that cannot be read, as last re-read
+// (shardis_sync_unreadable_parts).
+func (m *Metrics) UnreadableParts(node string) float64 {
+	return sumOf(m.unreadableParts.MustCurryWith(prometheus.Labels{"node": node}))
 }
 
 // NewIncarnations returns how many new incarnations of node were seen.

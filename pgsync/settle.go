@@ -68,8 +68,11 @@ func (w *worker) settleLoop(ctx context.Context) {
 			}
 			continue
 		}
-		if f.inc == "" && from == (settleKey{}) {
-			w.startFollowing(ctx, &f) // before the walk: it covers what came before
+		if from == (settleKey{}) {
+			w.unreadP.startWalk()
+			if f.inc == "" {
+				w.startFollowing(ctx, &f) // before the walk: it covers what came before
+			}
 		}
 		scanned, pending, err := w.settleStep(ctx, &from)
 		if err != nil {
@@ -87,6 +90,8 @@ func (w *worker) settleLoop(ctx context.Context) {
 		}
 		still += pending
 		if scanned < settleChunk {
+			w.unreadP.sweep() // what the walk did not find unreadable again is not (or not pending)
+			w.s.m.unreadableParts.WithLabelValues(w.node).Set(float64(w.unreadP.len()))
 			w.s.m.unsettled.WithLabelValues(w.node).Set(float64(still))
 			from, still = settleKey{}, 0
 			walking, walked = false, time.Now()
@@ -241,7 +246,10 @@ type settleUpdate struct {
 // recheck reads the node's state of every part of list and returns the
 // update for those no longer pending, and how many still are. A part the
 // node no longer holds is "expired" under the incarnation that landed it
-// (it outlived inventory.retention) and "lost" under a newer one.
+// (it outlived inventory.retention) and "lost" under a newer one. A part
+// whose record is there but cannot be read (inventory.PartUnreadable) is
+// left pending, and reported (noteUnreadableParts): the others are
+// written as usual.
 func (w *worker) recheck(ctx context.Context, list []pendingRow) (upd settleUpdate, pending int64, err error) {
 	ids := make([]string, len(list))
 	for i, r := range list {
@@ -252,6 +260,7 @@ func (w *worker) recheck(ctx context.Context, list []pendingRow) (upd settleUpda
 		return upd, 0, err
 	}
 	upd.nodeInc = nodeInc
+	w.noteUnreadableParts(list, states)
 	cancelled := map[string]string{}
 	for i, s := range states {
 		if s.State == inventory.PartCancelled {
@@ -262,8 +271,8 @@ func (w *worker) recheck(ctx context.Context, list []pendingRow) (upd settleUpda
 	for i, s := range states {
 		state := string(s.State)
 		switch s.State {
-		case inventory.PartPending:
-			pending++
+		case inventory.PartPending, inventory.PartUnreadable:
+			pending++ // an unreadable one stays as it is: its state is not known
 			continue
 		case inventory.PartMissing:
 			state = "expired"

@@ -72,6 +72,12 @@ type QueueStatus struct {
 	// Rewound is set when the queue went back under the landed position
 	// (the sync pauses it).
 	Rewound bool `json:"rewound,omitempty"`
+	// Problem, for a queue with lag, says why the entry right past the
+	// landed position cannot be landed: its part record is on the node
+	// but cannot be read (inventory.RedoProblem: offset, part, key, why).
+	// The sync lands the queue up to it and waits there until the record
+	// is repaired. "" when that entry can be read.
+	Problem string `json:"problem,omitempty"`
 }
 
 // IncarnationStatus is what the database holds of one incarnation.
@@ -158,9 +164,25 @@ WHERE node = $1 AND incarnation = $2 AND state = 'pending' GROUP BY queue`, st.N
 		if qs.Head == 0 && qs.Landed == 0 && qs.Pending == 0 {
 			continue
 		}
+		if qs.Lag > 0 && !qs.Rewound {
+			if qs.Problem, err = queueProblem(ctx, inv, st.Node, st.Incarnation, cursors[r.Queue]); err != nil {
+				return err
+			}
+		}
 		st.Lag += qs.Lag
 		st.Pending += qs.Pending
 		st.Queues = append(st.Queues, qs)
 	}
 	return nil
+}
+
+// queueProblem reads the entry of node past cursor c (incarnation inc)
+// and returns why its part record cannot be read ("" when it can, or
+// when the node is at another incarnation now).
+func queueProblem(ctx context.Context, inv *inventory.Inventory, node, inc string, c inventory.RedoCursor) (string, error) {
+	b, err := inv.ReadRedoBatch(ctx, node, inc, []inventory.RedoCursor{c}, 1, 0)
+	if err != nil || len(b.Queues) == 0 || b.Queues[0].Problem == nil {
+		return "", err
+	}
+	return b.Queues[0].Problem.String(), nil
 }

@@ -254,8 +254,9 @@ func unreadNodes(nodes []pgsync.NodeStatus) error {
 }
 
 // writeSyncStatus prints the node table, then the queues with lag or
-// pending parts (every queue with all), then earlier incarnations, then
-// every redo-log range trimmed before it landed (sync_gaps).
+// pending parts (every queue with all; one stopped at an unreadable part
+// record with its problem), then earlier incarnations, then every redo-log
+// range trimmed before it landed (sync_gaps).
 func writeSyncStatus(out io.Writer, nodes []pgsync.NodeStatus, all bool) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "NODE\tINCARNATION\tGEN\tLAG\tPENDING\tQUEUES")
@@ -280,6 +281,9 @@ func writeSyncStatus(out io.Writer, nodes []pgsync.NodeStatus, all bool) {
 			note := ""
 			if q.Rewound {
 				note = "\tWENT BACK: paused"
+			}
+			if q.Problem != "" {
+				note = "\tUNREADABLE PART RECORD: landed up to it: " + q.Problem
 			}
 			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d%s\n", n.Node, q.Queue, q.Head, q.Acked, q.Landed, q.Lag, q.Pending, note)
 		}

@@ -259,3 +259,16 @@ func TestWriteSyncStatusListsGaps(t *testing.T) {
 		t.Fatalf("status text lists a gap n1 does not have:\n%s", b.String())
 	}
 }
+
+// A queue the sync landed up to an entry whose part record cannot be read
+// says so in the status text, with the problem (pgsync.QueueStatus.Problem).
+func TestWriteSyncStatusShowsUnreadable(t *testing.T) {
+	problem := "offset 4: part o|t|0: its record inv:part:o|t|0 cannot be read: WRONGTYPE"
+	nodes := []pgsync.NodeStatus{{Node: "n1", Incarnation: "i1", Generation: 1, Lag: 2,
+		Queues: []pgsync.QueueStatus{{Queue: 3, Head: 5, Landed: 3, Lag: 2, Problem: problem}}}}
+	var b strings.Builder
+	writeSyncStatus(&b, nodes, false)
+	if !strings.Contains(b.String(), "UNREADABLE PART RECORD: landed up to it: "+problem) {
+		t.Fatalf("status text lacks the unreadable record:\n%s", b.String())
+	}
+}
