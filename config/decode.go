@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"reflect"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -168,10 +170,18 @@ func parseDuration(raw any) (time.Duration, error) {
 	}
 	dur, err := time.ParseDuration(strings.TrimSpace(s))
 	if err != nil {
+		if durationForm.MatchString(strings.TrimSpace(s)) { // well formed: too long for a time.Duration
+			return 0, fmt.Errorf("want a duration of at most %v", time.Duration(math.MaxInt64))
+		}
 		return 0, fmt.Errorf("want a duration with a unit, like 500ms or 2s")
 	}
 	return dur, nil
 }
+
+// durationForm matches what time.ParseDuration reads (numbers, each with
+// a unit), whatever its size: a value of this form it refuses is out of
+// time.Duration's range.
+var durationForm = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 func parseInt(raw any) (int64, error) {
 	switch n := raw.(type) {

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"reflect"
 	"strings"
@@ -68,10 +69,31 @@ func (ps Problems) Error() string {
 }
 
 func (ps *Problems) add(path string, value any, msg string) {
-	if value != nil && isSecret(path) {
+	switch {
+	case value != nil && isSecret(path):
 		value = "<redacted>" // the problem names the key; the secret never reaches a log
+	default:
+		value = redactURL(value)
 	}
 	*ps = append(*ps, Problem{Path: path, Value: value, Msg: msg})
+}
+
+// redactURL returns value with the password of a URL in it redacted (a
+// node given as `n1: redis://:secret@host:port`, a go-redis habit), else
+// value as it is.
+func redactURL(value any) any {
+	s, ok := value.(string)
+	if !ok || !strings.Contains(s, "@") {
+		return value
+	}
+	u, err := url.Parse(strings.TrimSpace(s))
+	if err != nil || u.User == nil {
+		return "<redacted>" // an @ it cannot place: it may be a credential
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "redacted")
+	}
+	return u.String()
 }
 
 // isSecret reports whether a key path holds a credential. The sync
@@ -89,7 +111,11 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return Parse(data, os.Environ())
+	cfg, err := Parse(data, os.Environ())
+	if err != nil { // which file: a command may load two (topology apply --from)
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
 }
 
 // Parse is [Load] on YAML bytes and an explicit environment (KEY=VALUE

@@ -308,14 +308,15 @@ func checkSentinel(ps *Problems, p, name string, s Sentinel, groups map[string]s
 		if !checkAddr(ps, ip, a, false) {
 			continue
 		}
-		if seen[a] {
+		k := addrKey(a) // Sent:26379 and sent:026379 are one sentinel
+		if seen[k] {
 			ps.add(ip, a, "sentinel listed twice")
 		}
-		seen[a] = true
+		seen[k] = true
 		if s.Master == "" {
 			continue
 		}
-		key := s.Master + "@" + a
+		key := s.Master + "@" + k
 		if other, dup := groups[key]; dup && other != name {
 			ps.add(p+".master", s.Master, "same master group (same sentinel "+a+") as node "+other)
 			continue

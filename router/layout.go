@@ -17,9 +17,10 @@ type Layout struct {
 }
 
 // ConfigRing builds the ring of the named nodes of cfg, each with its
-// configured weight. Every ring shardis derives from a configuration (route
-// sets, the offline layout, the inventory's order homes) is built here, so
-// two processes with the same configuration place keys alike.
+// configured weight. The rings shardis derives from a configuration
+// (route sets, the offline layout) are built here, and the inventory's
+// order homes with NewRing over the same (name, weight) pairs, so two
+// processes with the same configuration place keys alike.
 func ConfigRing(cfg *config.Config, names []string) (*Ring, error) {
 	ms := make([]Member, len(names))
 	for i, name := range names {
