@@ -56,11 +56,26 @@ func (n *Node) newGuard() *guard {
 // failure is pending, so a success would change nothing in it.
 func (g *guard) fast() bool { return g.openUntil.Load() == 0 && !g.failing.Load() }
 
-// usable reports whether the breaker admits a command now (closed,
-// half-open, or open past its timeout so the trial can happen).
+// usable reports whether the breaker is not open now: closed, half-open,
+// or open past its timeout. A command that takes no trial (a replica
+// read, admitRead) may go then.
 func (g *guard) usable() bool {
 	until := g.openUntil.Load()
 	return until == 0 || time.Now().UnixNano() >= until
+}
+
+// admits reports whether the breaker admits a command of the node's
+// client now: closed, open past its timeout (so the trial can happen), or
+// half-open with its trial not taken yet (while the trial is in flight
+// every other command is refused). The closed case reads one atomic.
+func (g *guard) admits() bool {
+	if g.openUntil.Load() == 0 {
+		return true
+	}
+	if !g.usable() {
+		return false
+	}
+	return g.cb.State() != gobreaker.StateHalfOpen || g.cb.Counts().Requests == 0
 }
 
 // fail reports a node failure of a command admitted on the fast path (done

@@ -125,8 +125,11 @@ func (e *Error) Unwrap() error { return e.Err }
 // ask for, or a reply meaning the node cannot serve (LOADING, BUSY,
 // MASTERDOWN). These are not failures: nil, redis.Nil, errors the node
 // replied with on purpose (script errors, WRONGTYPE, NOSCRIPT, OOM …),
-// the caller's own cancellation or deadline, and a refusal by this package
-// ([ErrDown], [ErrBreakerOpen]).
+// the caller's own cancellation or deadline, a refusal by this package
+// ([ErrDown], [ErrBreakerOpen]), and the client's own state: every pooled
+// connection busy (redis.ErrPoolTimeout) or the client closed
+// (redis.ErrClosed: after [Node.Close], or a client a renewal retired and
+// a caller still held).
 func IsFailure(ctx context.Context, err error) bool {
 	switch {
 	case err == nil, errors.Is(err, redis.Nil):
@@ -137,6 +140,8 @@ func IsFailure(ctx context.Context, err error) bool {
 		return false
 	case errors.Is(err, redis.ErrPoolTimeout):
 		return false // every connection busy: the client is saturated, not the node
+	case errors.Is(err, redis.ErrClosed):
+		return false // a client this process closed (Close, or one retired by a renewal)
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -189,8 +190,10 @@ func (n *Node) record(ctx context.Context, g *guard, done func(error), err error
 		g.fail(done)
 		n.opts.OnFailure()
 	case done == nil: // admitted on the fast path: nothing to report
-	case err != nil && callerGaveUp(ctx):
-		done(errExcluded) // the caller gave up: says nothing about the node
+	case err != nil && (callerGaveUp(ctx) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed)):
+		// the caller gave up, or the client could not send (saturated,
+		// closed): says nothing about the node, neither way
+		done(errExcluded)
 	default:
 		g.succeed(done) // the node answered, maybe with an error reply
 	}

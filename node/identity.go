@@ -147,9 +147,10 @@ func (n *Node) localHold(run string) time.Duration {
 }
 
 // ServerRun returns the run_id of the node's server process as last read
-// with its stamp, or "" before that (a node whose stamp is not read: one
-// without inventory data). It changes when the server restarts or another
-// server answers at the node's address (a promoted replica).
+// with its stamp, or "" before that, and always for a node whose stamp is
+// not read (one without inventory data) or held back (Options.Settle 0).
+// It changes when the server restarts or another server answers at the
+// node's address (a promoted replica).
 func (n *Node) ServerRun() string {
 	n.ident.mu.Lock()
 	defer n.ident.mu.Unlock()
@@ -157,8 +158,10 @@ func (n *Node) ServerRun() string {
 }
 
 // Incarnation returns the node's stamp incarnation as last seen by a probe
-// that read it (a probe that then refused the node, held back or behind,
-// included), or "" before any probe read it.
+// that read it and did not refuse the node for its identity or for being
+// behind what was witnessed (those refusals name the stamp they read in
+// their error, [Node.DownReason]; a node held back is included), or ""
+// before any probe read it.
 func (n *Node) Incarnation() string {
 	n.ident.mu.Lock()
 	defer n.ident.mu.Unlock()

@@ -92,7 +92,10 @@ type Options struct {
 	// default: go-redis's default, 10 per GOMAXPROCS
 	PoolSize int
 	// BreakerFailures is the number of consecutive failed commands that
-	// opens the breaker.
+	// opens the breaker. While it is closed with no failure counted,
+	// commands skip it (the fast path) and only their failures are
+	// reported, so a success admitted before a failure and answered after
+	// it does not reset the count.
 	// default: 5
 	BreakerFailures int
 	// BreakerOpenTimeout is how long the breaker stays open before it lets
@@ -345,13 +348,15 @@ func (n *Node) DownReason() error {
 }
 
 // Usable reports whether a command would be admitted now: the node is UP
-// and its breaker is closed, half-open, or open past its timeout (so the
-// half-open trial can happen). It is cheap and lock-free.
+// and its breaker is closed, open past its timeout, or half-open with its
+// trial not taken yet (so the trial can happen; while it is in flight,
+// commands are refused). It is cheap, and lock-free while the breaker is
+// closed.
 func (n *Node) Usable() bool {
 	if State(n.state.Load()) != StateUp {
 		return false
 	}
-	return n.guard.Load().usable()
+	return n.guard.Load().admits()
 }
 
 // RouteEnabled reports whether the node takes new traffic for the route.
@@ -461,9 +466,10 @@ func (n *Node) setDownErr(reason error) {
 // BreakerState returns "closed", "half-open" or "open".
 func (n *Node) BreakerState() string { return n.guard.Load().cb.State().String() }
 
-// Close closes every client of the node. Commands after Close fail with
-// redis.ErrClosed.
-// It is idempotent.
+// Close closes every client of the node. Commands after Close fail: with
+// redis.ErrClosed while the node is UP, with its refusal ([ErrDown]) while
+// it is DOWN; neither counts against the node ([IsFailure]). It is
+// idempotent.
 func (n *Node) Close() error {
 	var err error
 	n.closeOnce.Do(func() {
