@@ -67,10 +67,15 @@ var (
 	// ErrUnknownSKU is wrapped when an order names a SKU whose stock was
 	// never loaded on its route (LoadStock never added units of it to any
 	// node of the route): a typo or a SKU not yet stocked, not a sold-out
-	// one. The message names the SKU and the route. Nothing was written.
-	// Told apart by the read-only check before any write (soldout.go);
-	// when that check cannot run (a node of the route unusable, a topology
-	// change) the order is refused with ErrInsufficientStock as before.
+	// one. The message names the SKU and the route. Told apart by the
+	// read-only check (soldout.go), which writes nothing; when that check
+	// cannot run (a node of the route unusable, a topology change) the
+	// order is refused with ErrInsufficientStock as before. The check runs
+	// before any write for an order a refusal marked short or whose items
+	// are all on its home; an order placed in one round across nodes may
+	// have taken its other items first and given them back (a failed
+	// record, its parts cancelled: refused attempts stay out of the
+	// system of record, pgsync) before the check names the SKU.
 	ErrUnknownSKU = errors.New("sku never loaded")
 	// ErrLimitExceeded is wrapped when an order would take a user past the
 	// SKU's per-user limit, and when an order without a user includes a

@@ -120,7 +120,7 @@ func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID stri
 	if r.err != nil {
 		return orderRecord{}, r.err
 	}
-	status, token, dl, blob, reason, wait := r.str(raw, 0), r.str(raw, 1), r.int(raw, 2), r.str(raw, 3), r.str(raw, 4), r.int(raw, 5)
+	status, token, dl, blob, reason, wait := r.oneOf(raw, 0, recStatuses), r.str(raw, 1), r.int(raw, 2), r.str(raw, 3), r.str(raw, 4), r.int(raw, 5)
 	rec := orderRecord{home: home.Name(), settledNow: r.str(raw, 6)}
 	if r.err != nil {
 		return orderRecord{}, r.err

@@ -48,6 +48,10 @@ const (
 	recMissing  recStatus = "missing"  // no record
 )
 
+// recStatuses are the words orderScript replies as its first word.
+var recStatuses = []string{string(recReserving), string(recStaging), string(recReserved), string(recConfirmed),
+	string(recCancelled), string(recFailed), string(recBegun), string(recMismatch), string(recLost), string(recMissing)}
+
 // stageStatus is the first word of stageTakeScript's reply (staged.go).
 type stageStatus string
 
@@ -68,6 +72,11 @@ const (
 	takeElsewhere takeWord = "elsewhere"           // the quota's previous node's count is unknown: nothing written
 )
 
+// takeWords are the words reserveScript replies per part: the take
+// words, and a part's settled state (a retry that found it settled).
+var takeWords = []string{string(takePending), string(takeNone), string(takeLimit), string(takeElsewhere),
+	string(PartConfirmed), string(PartCancelled)}
+
 // probeWord is the state word probeScript replies per part (staged.go):
 // the part's state, or what the probe found where there is no record.
 type probeWord string
@@ -83,6 +92,11 @@ const (
 	// or written there.
 	probeGone probeWord = "gone"
 )
+
+// probeWords are the words probeScript replies per part: a part's state
+// where there is a record, else what the probe found.
+var probeWords = []string{string(probePending), string(PartConfirmed), string(PartCancelled), string(probeAbsent),
+	string(probeLost), string(probePrevented)}
 
 // localStatus is the first word of localScript's reply (local.go).
 type localStatus string

@@ -3,6 +3,7 @@ package inventory
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -270,6 +271,17 @@ func (r *replyReader) str(t []any, i int) string {
 		r.fail(i, "a string", t[i])
 	}
 	return x
+}
+
+// oneOf reads element i of t as a string that must be one of words: a
+// status word no script replies is a malformed reply (protocol.go), never
+// read as a verdict.
+func (r *replyReader) oneOf(t []any, i int, words []string) string {
+	s := r.str(t, i)
+	if r.err == nil && !slices.Contains(words, s) {
+		r.fail(i, "one of "+strings.Join(words, ", "), t[i])
+	}
+	return s
 }
 
 // optStr reads element i of t as a string, or nil (an absent hash field,

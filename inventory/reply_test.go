@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shardis/shardis/node"
 )
 
 // wantMalformed checks that err is a *ReplyError of script at position at,
@@ -95,6 +97,26 @@ func TestReplyDecodersStrict(t *testing.T) {
 		}},
 		{"stage-take: existing token nil", "stage-take", "reply[2]", func() error {
 			_, err := decodeStageTake("n1", []any{"existing", "reserved", nil}, 0)
+			return err
+		}},
+		// a status word no script replies is malformed, never read as a
+		// verdict (a garbled word was taken for a refusal, and a probe's
+		// for a failed part: found by a review)
+		{"reserve: a state word no script replies", "reserve", "reply[0]", func() error {
+			_, err := decodeReserveReplies("n1", []any{"takn", int64(1), int64(7), int64(0)}, 1, 1)
+			return err
+		}},
+		{"stage-take: existing, a status no record has", "stage-take", "reply[1]", func() error {
+			_, err := decodeStageTake("n1", []any{"existing", "reservd", "t"}, 0)
+			return err
+		}},
+		{"probe: a state word no script replies", "probe", "reply[0][0]", func() error {
+			n, err := node.New(node.Options{Name: "n1", Addr: "127.0.0.1:1"})
+			if err != nil {
+				return err
+			}
+			defer n.Close()
+			_, err = probeResult(n, 1, callReply{v: []any{[]any{"pendng", "tok", int64(1), int64(3)}}})
 			return err
 		}},
 		{"reserve: pending, the limit missing", "reserve", "reply", func() error {

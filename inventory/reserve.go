@@ -88,8 +88,11 @@ const commitTimeout = 2 * time.Second
 // reserve still in flight takes nothing) and the error wraps
 // [ErrInsufficientStock] (naming the SKU), [ErrLimitExceeded] or
 // [ErrUnavailable]. An order of a user that wants more of a SKU than its
-// per-user limit is refused with [ErrLimitExceeded] whatever the stock,
-// and so is an order without a user of a SKU with a per-user limit (the
+// per-user limit is refused with [ErrLimitExceeded] whatever that SKU's
+// stock (when another of its items is short, it may be refused with
+// [ErrInsufficientStock] instead: the first refusal found answers, in
+// item order, and a path that checks stock before quotas finds the short
+// item first), and so is an order without a user of a SKU with a per-user limit (the
 // message says it needs user_id): the same order is valid for a SKU
 // without a limit, so it is the SKU's state that refuses it, not a
 // malformed request. A SKU never loaded on its route is refused with

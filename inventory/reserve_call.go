@@ -235,7 +235,7 @@ func decodeReserveReplies(nodeName string, v any, k int, want int64) ([]reply, e
 	}
 	out := make([]reply, k)
 	for i := range out {
-		out[i] = reply{state: takeWord(r.str(raw, 4*i)), qty: r.int(raw, 4*i+1), offset: r.int(raw, 4*i+2), limit: r.int(raw, 4*i+3)}
+		out[i] = reply{state: takeWord(r.oneOf(raw, 4*i, takeWords)), qty: r.int(raw, 4*i+1), offset: r.int(raw, 4*i+2), limit: r.int(raw, 4*i+3)}
 	}
 	if r.err != nil {
 		return nil, r.err

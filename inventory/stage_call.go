@@ -187,7 +187,7 @@ func decodeStageTake(nodeName string, v any, k int) (stageReply, error) {
 		if r.err != nil {
 			break
 		}
-		out.record = recStatus(r.str(raw, 1))
+		out.record = recStatus(r.oneOf(raw, 1, recStatuses))
 		out.token = r.str(raw, 2)
 	case stageShort:
 		r.list(v, 1)

@@ -425,7 +425,7 @@ func probeResult(n *node.Node, k int, r callReply) ([]probedPart, error) {
 			break
 		}
 		rr.enter(j)
-		out[j] = probedPart{state: probeWord(rr.str(t, 0)), token: rr.str(t, 1), qty: rr.int(t, 2), offset: rr.int(t, 3)}
+		out[j] = probedPart{state: probeWord(rr.oneOf(t, 0, probeWords)), token: rr.str(t, 1), qty: rr.int(t, 2), offset: rr.int(t, 3)}
 		rr.leave()
 	}
 	if rr.err != nil {
