@@ -347,12 +347,6 @@ type PartSnapshot struct {
 	Problem string
 }
 
-// PartUnreadable is the [PartSnapshot].State of a part whose record is on
-// its node but cannot be read. It is no state a record stores (never
-// written, never moved to or from) and not [PartMissing]: a consumer
-// leaves what it knows of the part as it is until the record is repaired.
-const PartUnreadable PartState = "unreadable"
-
 // partStatesScript reads parts' states. KEYS: 1 stamp, 2.. part keys.
 // Returns {incarnation, per part {state, settled_at, problem}}: a part
 // whose record cannot be read (part_try) has state "" and problem why;

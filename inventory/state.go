@@ -193,6 +193,12 @@ const (
 	// PartCancelled returned its units (or, as a tombstone, took none;
 	// final).
 	PartCancelled PartState = "cancelled"
+	// PartUnreadable is what a read reports ([PartSnapshot].State) of a
+	// part whose record is on its node but cannot be read. It is no state
+	// a record stores (never written, never moved to or from) and not
+	// PartMissing: a consumer leaves what it knows of the part as it is
+	// until the record is repaired.
+	PartUnreadable PartState = "unreadable"
 )
 
 // partStates are the states a part record stores.

@@ -165,9 +165,11 @@ WHERE node = $1 AND incarnation = $2 AND state = 'pending' GROUP BY queue`, st.N
 			continue
 		}
 		if qs.Lag > 0 && !qs.Rewound {
-			if qs.Problem, err = queueProblem(ctx, inv, st.Node, st.Incarnation, cursors[r.Queue]); err != nil {
-				return err
-			}
+			// advisory: a read that fails (a replica catching up with
+			// durability replica, a node gone since) leaves it empty
+			// rather than failing the node's status; the landing itself
+			// logs and counts the problem (unreadable.go)
+			qs.Problem = queueProblem(ctx, inv, st.Node, st.Incarnation, cursors[r.Queue])
 		}
 		st.Lag += qs.Lag
 		st.Pending += qs.Pending
@@ -177,12 +179,12 @@ WHERE node = $1 AND incarnation = $2 AND state = 'pending' GROUP BY queue`, st.N
 }
 
 // queueProblem reads the entry of node past cursor c (incarnation inc)
-// and returns why its part record cannot be read ("" when it can, or
-// when the node is at another incarnation now).
-func queueProblem(ctx context.Context, inv *inventory.Inventory, node, inc string, c inventory.RedoCursor) (string, error) {
+// and returns why its part record cannot be read: "" when it can, when
+// the node is at another incarnation now, or when the read failed.
+func queueProblem(ctx context.Context, inv *inventory.Inventory, node, inc string, c inventory.RedoCursor) string {
 	b, err := inv.ReadRedoBatch(ctx, node, inc, []inventory.RedoCursor{c}, 1, 0)
 	if err != nil || len(b.Queues) == 0 || b.Queues[0].Problem == nil {
-		return "", err
+		return ""
 	}
-	return b.Queues[0].Problem.String(), nil
+	return b.Queues[0].Problem.String()
 }
