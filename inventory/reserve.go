@@ -51,7 +51,8 @@ type Reservation struct {
 	// past: a Confirm then answers ErrExpired.
 	Deadline time.Time
 	// TTL is the hold time applied: the ttl asked for, or
-	// inventory.reservation_ttl for 0, capped by max_reservation_ttl. A
+	// inventory.reservation_ttl for 0, capped by max_reservation_ttl, in
+	// whole milliseconds (the scripts' unit; at least 1ms). A
 	// retry of an order already reserved keeps the first attempt's hold
 	// (Deadline); TTL and TTLCapped then describe the retry's ttl, as the
 	// record keeps the deadline, not the ttl it came from.
@@ -114,15 +115,18 @@ func (inv *Inventory) Reserve(ctx context.Context, orderID string, items []Item,
 }
 
 // effectiveTTL returns the hold time Reserve applies for ttl (≥ 0) and
-// whether it was capped.
+// whether it was capped: whole milliseconds, as the scripts hold it, and
+// at least one (a ttl under 1ms was held 0ms, its deadline its start,
+// while the reservation reported the ttl asked for: found by a review).
 func (inv *Inventory) effectiveTTL(ttl time.Duration) (time.Duration, bool) {
+	capped := false
 	switch {
 	case ttl == 0:
-		return inv.cfg.ReservationTTL, false
+		ttl = inv.cfg.ReservationTTL
 	case ttl > inv.cfg.MaxReservationTTL:
-		return inv.cfg.MaxReservationTTL, true
+		ttl, capped = inv.cfg.MaxReservationTTL, true
 	}
-	return ttl, false
+	return max(ttl.Truncate(time.Millisecond), time.Millisecond), capped
 }
 
 // reserve places the order by the first path that can: one script on
