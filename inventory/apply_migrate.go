@@ -39,15 +39,44 @@ func (a *migrator) Relocate(ctx context.Context, c topology.Change) (topology.Mo
 }
 
 // MoveCounters implements [topology.Driver]: one pass of moveCounters,
-// then settleLeaving.
+// then settleLeaving; what waits is the counters that could not move and
+// the parts still pending (or set aside) on leaving nodes. The parts
+// count whatever their route: a route removed in the same apply moves no
+// counter, so its parts on a node that leaves would otherwise not be
+// waited for, and once stable no instance reaches the node to settle
+// them (their units reserved there for good: found by a review).
 func (a *migrator) MoveCounters(ctx context.Context, c topology.Change) (topology.Moved, int, error) {
 	a.begin(c)
 	busy, err := a.moveCounters(ctx)
 	if err != nil {
 		return a.moved, 0, err
 	}
-	err = a.settleLeaving(ctx)
-	return a.moved, busy, err
+	if err = a.settleLeaving(ctx); err != nil {
+		return a.moved, busy, err
+	}
+	left, err := a.leftPending(ctx)
+	return a.moved, busy + left, err
+}
+
+// leftPending counts the parts still pending or set aside on the leaving
+// nodes.
+func (a *migrator) leftPending(ctx context.Context) (int, error) {
+	total := 0
+	for _, name := range a.c.Left {
+		n, err := a.node(name)
+		if err != nil {
+			return 0, err
+		}
+		var pend, stuck *redis.IntCmd
+		if _, err := n.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
+			pend, stuck = p.ZCard(ctx, PendingKey), p.ZCard(ctx, keyStuck)
+			return nil
+		}); err != nil {
+			return 0, fmt.Errorf("%w: node %s: counting its pending parts: %v", ErrUnavailable, name, err)
+		}
+		total += int(pend.Val() + stuck.Val())
+	}
+	return total, nil
 }
 
 // moveOrders sweeps every old member (leaving ones first) for order

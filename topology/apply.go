@@ -87,8 +87,9 @@ type Report struct {
 	LimitsCopied int      // per-user limits written to joining route members
 	Moved
 	LeftPending int // pending parts leaving nodes held at the check
-	// Waiting counts counters still held by pending parts when the apply
-	// returned in phase migrating; run it again later to finish.
+	// Waiting counts counters still held by pending parts, and parts
+	// still pending on leaving nodes, when the apply returned in phase
+	// migrating; run it again later to finish.
 	Waiting int
 	// Phase is the phase the apply left the nodes' records at ToEpoch in:
 	// PhaseStable once To is applied, PhaseMigrating when it returned
@@ -575,11 +576,11 @@ func (a *applier) migrate(ctx context.Context, tok string) (Report, error) {
 			// Safe to leave: instances keep consulting the previous
 			// topology until a later apply finishes.
 			a.rep.Phase, a.rep.Waiting = PhaseMigrating, busy
-			a.log.Warn("topology: still migrating: counters wait for pending parts; run `shardis topology apply` again later to finish",
-				"counters", busy, "waited", a.opts.Wait)
+			a.log.Warn("topology: still migrating: counters and leaving nodes wait for pending parts; run `shardis topology apply` again later to finish",
+				"waiting", busy, "waited", a.opts.Wait)
 			return a.rep, nil
 		}
-		a.log.Info("topology: waiting for pending parts before moving counters", "counters", busy)
+		a.log.Info("topology: waiting for pending parts before moving counters and letting nodes leave", "waiting", busy)
 		select {
 		case <-ctx.Done():
 			return a.rep, ctx.Err()

@@ -101,7 +101,9 @@ type Driver interface {
 	// MoveCounters runs one pass of the rest of step 3: it transfers the
 	// quota counters whose home moved and the leaving nodes' stock, and
 	// settles the leaving nodes' due pending parts. It returns how many
-	// counters could not move yet because pending parts still count them.
+	// counters could not move yet because pending parts still count them,
+	// plus the parts still pending (or set aside) on leaving nodes: a
+	// node leaves only once it holds none.
 	// Every transfer happens once, whatever the passes and reruns.
 	MoveCounters(ctx context.Context, c Change) (m Moved, waiting int, err error)
 }
