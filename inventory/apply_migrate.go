@@ -106,10 +106,13 @@ func (a *migrator) moveOrders(ctx context.Context, v *view) error {
 			if home.Name() == name {
 				continue
 			}
-			if err := a.inv.moveOrder(ctx, v, id, name, home); err != nil {
+			installed, err := a.inv.moveOrder(ctx, v, id, name, home)
+			if err != nil {
 				return fmt.Errorf("moving order %q from %s to %s: %w", id, name, home.Name(), err)
 			}
-			a.moved.OrdersMoved++
+			if installed { // a rerun counts only what it moved itself
+				a.moved.OrdersMoved++
+			}
 		}
 	}
 	return nil
@@ -316,7 +319,7 @@ func (a *migrator) moveQuotas(ctx context.Context, route string, n *node.Node, r
 		if err != nil {
 			return 0, fmt.Errorf("moving %s from %s to %s: %w", k, n.Name(), home, err)
 		}
-		if moved > 0 {
+		if moved {
 			a.moved.QuotasMoved++
 		}
 	}
@@ -342,7 +345,7 @@ func (a *migrator) moveStock(ctx context.Context, route string, n *node.Node, ri
 		if err != nil {
 			return 0, fmt.Errorf("moving %s from %s to %s: %w", k, n.Name(), dst.Name(), err)
 		}
-		if moved != 0 {
+		if moved { // a sold-out hash too: its confirmed and loaded units move
 			a.moved.StockMoved++
 		}
 	}

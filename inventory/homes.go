@@ -280,7 +280,7 @@ func (inv *Inventory) homeFor(ctx context.Context, orderID string) (*node.Node, 
 	if prevName == home.Name() {
 		return home, nil
 	}
-	if err := inv.moveOrder(ctx, v, orderID, prevName, home); err != nil {
+	if _, err := inv.moveOrder(ctx, v, orderID, prevName, home); err != nil {
 		return nil, err
 	}
 	return home, nil

@@ -59,27 +59,29 @@ var quotaReadScript = newScript("quota-read", false, luaFile("quota_read.lua"))
 var errCrashed = fmt.Errorf("%w: at a crash point", ErrCrashed)
 
 // moveOrder moves order X's record from the node named from to dest (see
-// epoch.go). It is idempotent and safe to run concurrently.
-func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from string, dest *node.Node) error {
+// epoch.go) and reports whether this call installed it there (false when
+// there was nothing to move, or an earlier move or a rerun's had
+// installed it). It is idempotent and safe to run concurrently.
+func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from string, dest *node.Node) (bool, error) {
 	src, err := inv.r.Node(from)
 	if err != nil {
-		return fmt.Errorf("%w: %w: order %q: its record is being moved off node %s, which left the topology; retry when `shardis topology apply` has finished",
+		return false, fmt.Errorf("%w: %w: order %q: its record is being moved off node %s, which left the topology; retry when `shardis topology apply` has finished",
 			ErrUnavailable, ErrTopology, orderID, from)
 	}
 	if !inv.usable(src) {
-		return fmt.Errorf("%w: order %q: its record is being moved from node %s, which is unavailable: %s",
+		return false, fmt.Errorf("%w: order %q: its record is being moved from node %s, which is unavailable: %s",
 			ErrUnavailable, orderID, from, inv.unusableReason(src))
 	}
 	out, err := inv.run(ctx, src, orderMoveOutScript, []string{orderKey(orderID)}, v.token)
 	if err != nil {
-		return err
+		return false, err
 	}
 	m, err := decodeMoveOut(src.Name(), out)
 	if err != nil || !m.moved {
-		return err
+		return false, err
 	}
 	if inv.crash(ctx, "move-out") {
-		return errCrashed
+		return false, errCrashed
 	}
 	install := orderInstallScript
 	if inv.mutated(MutationInstallInline) {
@@ -87,18 +89,19 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 	}
 	out, err = inv.run(ctx, dest, install, []string{orderKey(orderID)}, m.pttl, m.rec)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if _, err = decodeInstall(dest.Name(), out); err != nil {
-		return err
+	installed, err := decodeInstall(dest.Name(), out)
+	if err != nil {
+		return false, err
 	}
 	if inv.crash(ctx, "install") {
-		return errCrashed
+		return false, errCrashed
 	}
 	if m.frozen {
 		inv.expireMoved(ctx, src, v.token, v.token, orderID)
 	}
-	return nil
+	return installed, nil
 }
 
 // expireMoved gives order id's copy on n, marked moved at mark and
@@ -327,50 +330,51 @@ const xferMarkerTTL = 30 * 24 * 3600
 var errXferBusy = errors.New("stock still reserved")
 
 // transfer moves counter key from src to dst exactly once under id. It
-// returns the units moved (available or quota), or an error wrapping
+// returns whether this call carried a transfer through (false when there
+// was nothing to move: none left, or moved before), or an error wrapping
 // errXferBusy (nothing written).
-func (inv *Inventory) transfer(ctx context.Context, kind xferKind, id, key string, src, dst *node.Node) (int64, error) {
+func (inv *Inventory) transfer(ctx context.Context, kind xferKind, id, key string, src, dst *node.Node) (bool, error) {
 	rec, marker := xferKey(id), xferMarkerKey(id)
 	out, err := inv.run(ctx, src, xferOutScript, []string{key, rec}, string(kind), dst.Name())
 	if err != nil {
-		return 0, err
+		return false, err
 	}
 	r := newReplyReader(src.Name(), xferOutScript.name)
 	raw := r.list(out, 4)
 	if r.err != nil {
-		return 0, r.err
+		return false, r.err
 	}
 	state := r.str(raw, 0)
 	v := []int64{r.int(raw, 1), r.int(raw, 2), r.int(raw, 3)}
 	if r.err != nil {
-		return 0, r.err
+		return false, r.err
 	}
 	switch xferOutState(state) {
 	case xferNone:
-		return 0, nil
+		return false, nil
 	case xferBusy:
-		return 0, fmt.Errorf("%w: node %s: %s has %d reserved units", errXferBusy, src.Name(), key, v[0])
+		return false, fmt.Errorf("%w: node %s: %s has %d reserved units", errXferBusy, src.Name(), key, v[0])
 	case xferRecorded:
 	default:
-		return 0, &ReplyError{Node: src.Name(), Script: xferOutScript.name, At: "reply[0]", Want: "recorded, none or busy", Got: state}
+		return false, &ReplyError{Node: src.Name(), Script: xferOutScript.name, At: "reply[0]", Want: "recorded, none or busy", Got: state}
 	}
 	if inv.crash(ctx, "xfer-out") {
-		return 0, errCrashed
+		return false, errCrashed
 	}
 	if _, err := inv.run(ctx, dst, xferInScript, []string{key, marker}, string(kind), v[0], v[1], v[2], xferMarkerTTL); err != nil {
-		return 0, err
+		return false, err
 	}
 	if inv.crash(ctx, "xfer-in") {
-		return 0, errCrashed
+		return false, errCrashed
 	}
 	done := xferDoneScript
 	if inv.mutated(MutationXferNegativeZero) {
 		done = xferDoneNegZeroScript // test-only (faults.go)
 	}
 	if _, err := inv.run(ctx, src, done, []string{key, rec}); err != nil {
-		return 0, err
+		return false, err
 	}
-	return v[0], nil
+	return true, nil
 }
 
 // xferID names the transfer of key off the node named src at an epoch.

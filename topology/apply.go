@@ -53,11 +53,13 @@ type Options struct {
 	Crash func(ctx context.Context, point string) error
 }
 
-// Moved counts what step 3 moved (fields promoted into [Report]).
+// Moved counts what step 3 moved (fields promoted into [Report]): what
+// this run moved itself, so a rerun does not count again what an earlier
+// run (or an instance's touch) had moved.
 type Moved struct {
 	OrdersMoved   int // order records (tombstones included) moved
 	QuotasMoved   int // quota counters transferred
-	StockMoved    int // stock hashes of leaving nodes transferred
+	StockMoved    int // stock hashes of leaving nodes transferred (sold-out ones included)
 	PartsSettled  int // pending parts of leaving nodes settled by the apply
 	StagedDecided int // staging records (one-round reservations) the apply decided
 }
