@@ -19,12 +19,7 @@ import (
 func TestHotKeyCopiesAreRefilledFromTheValue(t *testing.T) {
 	e := newEnv(t, 1)
 	var hot atomic.Bool
-	c := e.caches(cache.Options{TTL: time.Minute, MaxReplicas: 3, Replicas: func(string) int {
-		if hot.Load() {
-			return 3
-		}
-		return 1
-	}})[0]
+	c := hotWhen(e, &hot)
 	var loads atomic.Int64
 	load := func(context.Context, string) ([]byte, error) { loads.Add(1); return []byte("v"), nil }
 	const key = "sku"
@@ -68,12 +63,7 @@ func TestHotKeyCopiesAreRefilledFromTheValue(t *testing.T) {
 func TestCopyWithAnotherVersionIsNotRefilled(t *testing.T) {
 	e := newEnv(t, 1)
 	var hot atomic.Bool
-	c := e.caches(cache.Options{TTL: time.Minute, MaxReplicas: 3, Replicas: func(string) int {
-		if hot.Load() {
-			return 3
-		}
-		return 1
-	}})[0]
+	c := hotWhen(e, &hot)
 	load := func(context.Context, string) ([]byte, error) { return []byte("v"), nil }
 	const key = "sku"
 	if _, err := c.Get(e.ctx, key, load); err != nil {
@@ -103,4 +93,14 @@ func TestCopyWithAnotherVersionIsNotRefilled(t *testing.T) {
 	if copies != 1 {
 		t.Errorf("%d copies of the key, want 1: a copy was refilled across a version it did not share", copies)
 	}
+}
+
+// hotWhen is e's cache whose keys keep 3 copies while hot is set, else 1.
+func hotWhen(e *env, hot *atomic.Bool) *cache.Cache {
+	return e.caches(cache.Options{TTL: time.Minute, MaxReplicas: 3, Replicas: func(string) int {
+		if hot.Load() {
+			return 3
+		}
+		return 1
+	}})[0]
 }

@@ -109,6 +109,13 @@ func TestDrainOnAFullNode(t *testing.T) {
 // route, a plain client of the server and a context of 10 s.
 func drainNode(t *testing.T) (*Node, RouteKey, *redis.Client, context.Context) {
 	t.Helper()
+	n, rk, srv, ctx := drainNodeOn(t)
+	return n, rk, srv.Client(t), ctx
+}
+
+// drainNodeOn is drainNode returning the node's server.
+func drainNodeOn(t *testing.T) (*Node, RouteKey, *redistest.Server, context.Context) {
+	t.Helper()
 	srv := redistest.Start(t, redistest.Options{})
 	rk := RouteKey{Server: "inventory", Route: "clothes"}
 	n, err := New(Options{Name: "n1", Addr: srv.Addr(), Routes: []RouteKey{rk}})
@@ -122,7 +129,7 @@ func drainNode(t *testing.T) (*Node, RouteKey, *redis.Client, context.Context) {
 		t.Fatal(err)
 	}
 	n.SetUp() // as the health scheduler does after a probe passed
-	return n, rk, srv.Client(t), ctx
+	return n, rk, srv, ctx
 }
 
 // A drain whose caller's deadline passes while the node does not answer
@@ -131,19 +138,7 @@ func drainNode(t *testing.T) (*Node, RouteKey, *redis.Client, context.Context) {
 // not ErrUnreachable, which the service answered unavailable, blaming
 // the node for a wait the caller chose.
 func TestDrainPastTheCallersDeadline(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	rk := RouteKey{Server: "inventory", Route: "clothes"}
-	n, err := New(Options{Name: "n1", Addr: srv.Addr(), Routes: []RouteKey{rk}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := n.Probe(ctx); err != nil {
-		t.Fatal(err)
-	}
-	n.SetUp()
+	n, rk, srv, ctx := drainNodeOn(t)
 	if err := n.PersistRouteEnabled(ctx, rk, true); err != nil { // a pooled connection
 		t.Fatal(err)
 	}
@@ -151,7 +146,7 @@ func TestDrainPastTheCallersDeadline(t *testing.T) {
 	defer srv.Resume()
 	short, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel2()
-	err = n.PersistRouteEnabled(short, rk, false)
+	err := n.PersistRouteEnabled(short, rk, false)
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnreachable) {
 		t.Fatalf("drain past the caller's deadline: %v; want it to wrap context.DeadlineExceeded, not ErrUnreachable", err)
 	}
