@@ -375,7 +375,8 @@ func (inv *Inventory) call(ctx context.Context, n *node.Node, s *luaScript, a ev
 
 // ErrScriptFailed is wrapped when a script failed on the node instead of
 // answering: a Lua runtime error (the node's reply starts "ERR
-// user_script" or "ERR Error running script") or an operation the script
+// user_script" or "ERR Error running script", or a command the script
+// called failed with ERR: luaFailure) or an operation the script
 // does not know (SHARDIS_BADOP). It is a defect or data the script did
 // not expect, not a state that passes: retrying meets it again. The
 // scripts validate before they write, so it normally changed nothing, but
@@ -463,8 +464,20 @@ func nodeErr(n *node.Node, err error) error {
 
 // luaFailure reports whether an ERR reply is a Lua runtime error of a
 // script (Redis 7's "ERR user_script:…" from EVAL, "ERR user_function:…"
-// from FCALL, and the older "ERR Error running script …").
+// from FCALL, and the older "ERR Error running script …"), or a command
+// the script called failing with ERR, which Redis 7 words with the
+// script's place at the end ("ERR Lua redis lib command arguments must be
+// strings or integers script: …, on @user_script:1.", "… on
+// @user_function:2."): a defect or data the script did not expect, met
+// again on a retry. A script stopped by SCRIPT KILL or FUNCTION KILL is
+// not one: the node could not serve it this time.
 func luaFailure(msg string) bool {
-	return strings.HasPrefix(msg, "ERR user_script") || strings.HasPrefix(msg, "ERR user_function") ||
-		strings.HasPrefix(msg, "ERR Error running script")
+	if strings.HasPrefix(msg, "ERR user_script") || strings.HasPrefix(msg, "ERR user_function") ||
+		strings.HasPrefix(msg, "ERR Error running script") {
+		return true
+	}
+	if strings.Contains(msg, "killed by user") {
+		return false
+	}
+	return strings.Contains(msg, ", on @user_script:") || strings.Contains(msg, ", on @user_function:")
 }

@@ -197,3 +197,52 @@ func TestReadRedoBatchStopsQueueAtUnreadablePart(t *testing.T) {
 		t.Errorf("ReadRedoBatch with the record gone = %+v, %v; want 3 entries, the second expired", b, err)
 	}
 }
+
+// TestUnknownCounterReferenceIsCorrupt: a part record whose counter field
+// names no counter kind (neither s… nor q… nor an =literal) cannot be
+// read (partDeref's "not a counter reference"): part_read read it as a
+// part without a counter, so a Cancel marked it cancelled and gave
+// nothing back (its unit reserved for good) and a Confirm settled it.
+// Now a settle fails with ErrCorrupt naming the key and changes nothing.
+func TestUnknownCounterReferenceIsCorrupt(t *testing.T) {
+	e := newStagedEnv(t)
+	ids, _, _ := unreadableParts(t, e, "ctr", "s", 1)
+	key := partKey(ids[0])
+	c := e.clients["n1"]
+	orig, err := c.Get(e.ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Split(orig, "\x1f")
+	if len(f) < 7 || (f[5] == "" || (f[5][0] != 's' && f[5][0] != 'q')) {
+		t.Fatalf("record %q: want its counter reference as field 6", orig)
+	}
+	f[5] = "Z" + f[5][1:]
+	bad := strings.Join(f, "\x1f")
+	if err := c.Set(e.ctx, key, bad, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := e.inv.GetStock(e.ctx, "a", "s")
+	for _, a := range []Action{Cancel, Confirm} {
+		res, err := e.inv.SettleNow(e.ctx, Settle{Node: "n1", Action: a, OrderID: "ctr-0", PartIDs: []string{ids[0]}})
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "counter reference") {
+			t.Errorf("%s of a part whose counter reference is %q = %v, %v; want ErrCorrupt naming %s and the counter", a, f[5], res, err, key)
+		}
+		if v := c.Get(e.ctx, key).Val(); v != bad {
+			t.Errorf("after the %s, the record is %q; want it left as it was", a, v)
+		}
+	}
+	if after, _ := e.inv.GetStock(e.ctx, "a", "s"); after.Available != before.Available || after.Reserved != before.Reserved || after.Confirmed != before.Confirmed {
+		t.Errorf("stock of s went from %+v to %+v; want it unchanged", before, after)
+	}
+	// repaired: a Cancel gives its unit back
+	if err := c.Set(e.ctx, key, orig, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.inv.SettleNow(e.ctx, Settle{Node: "n1", Action: Cancel, OrderID: "ctr-0", PartIDs: []string{ids[0]}}); err != nil || res[0] != "done" {
+		t.Errorf("Cancel after the repair = %v, %v; want done", res, err)
+	}
+	if after, _ := e.inv.GetStock(e.ctx, "a", "s"); after.Available != before.Available+1 || after.Reserved != before.Reserved-1 {
+		t.Errorf("stock of s after the Cancel = %+v; want the unit back from %+v", after, before)
+	}
+}

@@ -9,7 +9,8 @@ import (
 )
 
 // TestScriptFailureTyped: against a real node, a script that fails at run
-// time (a Lua error, as Redis 7.0 words it) and one that refuses an
+// time (a Lua error, as Redis 7.0 words it; a redis.call refused by its
+// own checks, from a script or a function) and one that refuses an
 // operation it does not know (SHARDIS_BADOP) reach the caller as
 // ErrScriptFailed, which the reconciler's Unsettleable reads without
 // looking at any message; neither reads as unavailable.
@@ -25,7 +26,21 @@ func TestScriptFailureTyped(t *testing.T) {
 		t.Fatal("a script adding to nil succeeded")
 	}
 	_, err = e.inv.pendingAdjust(e.ctx, n, "frobnicate", "o|t|0")
-	for what, err := range map[string]error{"Lua runtime error": nodeErr(n, raw), "SHARDIS_BADOP": err} {
+	// errors of redis.call's own checks: Redis 7.0 words them without
+	// "user_script" at the front ("ERR Lua redis lib command arguments
+	// must be strings or integers script: …, on @user_script:1."), and a
+	// function's as "…, on @user_function:2."
+	badArgs := redis.NewScript(`return redis.call('GET', {})`).Run(e.ctx, n.Client(), nil).Err()
+	unknown := redis.NewScript(`return redis.call('NO-SUCH-COMMAND')`).Run(e.ctx, n.Client(), nil).Err()
+	lib := "#!lua name=shardis_test_broken\nredis.register_function('shardis_test_broken', function() return redis.call('GET', {}) end)"
+	if err := n.Client().FunctionLoadReplace(e.ctx, lib).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer n.Client().FunctionDelete(e.ctx, "shardis_test_broken")
+	fnArgs := n.Client().FCall(e.ctx, "shardis_test_broken", nil).Err()
+	for what, err := range map[string]error{"Lua runtime error": nodeErr(n, raw), "SHARDIS_BADOP": err,
+		"bad redis.call arguments": nodeErr(n, badArgs), "unknown command": nodeErr(n, unknown),
+		"bad redis.call arguments in a function": nodeErr(n, fnArgs)} {
 		if !errors.Is(err, ErrScriptFailed) || !Unsettleable(err) || errors.Is(err, ErrUnavailable) {
 			t.Errorf("%s: %v; want ErrScriptFailed (Unsettleable), not ErrUnavailable", what, err)
 		}
@@ -71,5 +86,19 @@ func TestStuckPartsUnreadableRecord(t *testing.T) {
 	got, err = e.inv.StuckParts(e.ctx, "n1", 10)
 	if err != nil || len(got) != 3 || got[0].Quantity != 3 || got[0].OrderID != "o1" || got[0].State != PartPending || got[0].Problem != "" {
 		t.Fatalf("StuckParts after the repair = %+v, %v; want o1's part of 3 units", got, err)
+	}
+}
+
+// TestScriptKilledIsNoScriptFailure: a script stopped by SCRIPT KILL
+// (Redis 7.0's words, placed like a failing call's) could not be served
+// this time: not ErrScriptFailed, whose retry meets it again.
+func TestScriptKilledIsNoScriptFailure(t *testing.T) {
+	for _, msg := range []string{
+		"ERR Script killed by user with SCRIPT KILL... script: 653db1ceb7ef061910af88dc7ebf80737358169d, on @user_script:1.",
+		"ERR Script killed by user with FUNCTION KILL... script: f, on @user_function:2.",
+	} {
+		if luaFailure(msg) {
+			t.Errorf("luaFailure(%q) = true; want false", msg)
+		}
 	}
 }

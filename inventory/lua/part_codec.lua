@@ -84,7 +84,12 @@ local function part_read(key)
     local k = string.sub(counter, 1, 1)
     if k == 's' then counter = PFX_STOCK .. string.sub(counter, 2)
     elseif k == 'q' then counter = PFX_QUOTA .. string.sub(counter, 2)
-    else counter = nil end
+    else
+      -- no counter kind (partDeref's "not a counter reference"): read as
+      -- no counter, a settle would give nothing back and a cancel strand
+      -- the part's units
+      return part_corrupt(key, 'counter reference "' .. counter .. '" does not start with s or q and is no =literal')
+    end
   else
     counter = x
   end
