@@ -69,6 +69,8 @@ type Service struct {
 	// default: 1048576 (1 MiB)
 	MaxBodyBytes int `koanf:"max_body_bytes"`
 	// ShutdownTimeout bounds the wait for in-flight calls on SIGINT/SIGTERM.
+	// Closing the libraries follows it: the witness marks' last writes take
+	// up to client.command_timeout more when a node hangs.
 	// default: 10s
 	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"`
 }
@@ -362,9 +364,8 @@ type Inventory struct {
 	// default: 50
 	RedoQueues int `koanf:"redo_queues"`
 	// Retention is how long settled orders, settled parts and tombstones
-	// are kept (the idempotency and anti-hanging window), and how old a
-	// settled redo-log entry may grow before it is trimmed without a
-	// consumer's acknowledgement. A decided order's record lives this long
+	// are kept (the idempotency and anti-hanging window); it trims no
+	// redo-log entry (redo_max_age does). A decided order's record lives this long
 	// after its parts come due (its deadline + 1s), so a part whose settle
 	// did not land must be reached by a reconciler within it: past it the
 	// record is gone and the part is cancelled, a confirmed order's too.

@@ -434,15 +434,19 @@ func (r *Router) Status() []NodeStatus {
 }
 
 // Close stops the health scheduler, writes on the peers every witness
-// mark that moved on since its last write (each node's bounded by
-// config.Client.CommandTimeout; witness.go), and closes every node's
-// clients. It waits for in-flight probes; commands still running on node
-// clients fail with redis.ErrClosed. Close leaks no goroutine and is
+// mark that moved on since its last write (the nodes' writes at once,
+// bounded by config.Client.CommandTimeout; a witness pass under way is
+// cut short: witness.go), and closes every node's clients. It waits for
+// in-flight probes; commands still running on node clients fail with
+// redis.ErrClosed. With peers that hang, it takes about one command
+// timeout (and the probe timeout). Close leaks no goroutine and is
 // idempotent.
 func (r *Router) Close() error {
 	r.sched.Close()
 	r.wit.close()
-	return r.closeNodes()
+	err := r.closeNodes()
+	r.wit.inflight.Wait()
+	return err
 }
 
 func (r *Router) closeNodes() error {

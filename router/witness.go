@@ -29,14 +29,22 @@ type witnesses struct {
 	mu      sync.Mutex
 	written map[markOn]node.Mark // guarded by mu: the last mark of each node written on each peer
 	wake    chan string
-	stop    chan struct{}
-	done    chan struct{}
-	once    sync.Once
+	// quit is cancelled by close before it stops run: a pass under way
+	// (writes and reads the budget bounds, one node after another) ends
+	// at once instead of holding close for a budget per hung peer
+	quit context.Context
+	stop context.CancelFunc
+	done chan struct{}
+	once sync.Once
+	// inflight counts spread's goroutines, which a pass cut short leaves
+	// behind: Router.Close waits for them once the nodes are closed
+	inflight sync.WaitGroup
 }
 
 func newWitnesses(r *Router) *witnesses {
+	quit, stop := context.WithCancel(context.Background())
 	return &witnesses{r: r, written: map[markOn]node.Mark{}, wake: make(chan string, 64),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		quit: quit, stop: stop, done: make(chan struct{})}
 }
 
 // budget bounds one exchange of marks with the peers. It is the command
@@ -165,27 +173,23 @@ func (w *witnesses) Hold(ctx context.Context, name string, m node.Mark) error {
 func (w *witnesses) readViews(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, w.budget())
 	defer cancel()
-	var wg sync.WaitGroup
+	var from []*node.Node
 	for _, name := range w.r.names {
-		p := w.r.nodes[name]
-		if !w.r.critical[name] || !askable(p) {
-			continue
+		if p := w.r.nodes[name]; w.r.critical[name] && askable(p) {
+			from = append(from, p)
 		}
-		wg.Add(1)
-		go func(holder string, p *node.Node) {
-			defer wg.Done()
-			marks, err := p.WitnessMarks(ctx)
-			if err != nil {
-				return // a silent peer: its marks are read at a later heartbeat
-			}
-			for of, m := range marks {
-				if of != holder && w.r.critical[of] {
-					w.r.nodes[of].SetWitnessed(m)
-				}
-			}
-		}(name, p)
 	}
-	wg.Wait()
+	w.spread(ctx, from, func(p *node.Node) {
+		marks, err := p.WitnessMarks(ctx)
+		if err != nil {
+			return // a silent peer: its marks are read at a later heartbeat
+		}
+		for of, m := range marks {
+			if of != p.Name() && w.r.critical[of] {
+				w.r.nodes[of].SetWitnessed(m)
+			}
+		}
+	})
 }
 
 // run writes marks every heartbeat, and at once for a node named on wake,
@@ -199,17 +203,17 @@ func (w *witnesses) run(heartbeat time.Duration) {
 	defer t.Stop()
 	for {
 		select {
-		case <-w.stop:
+		case <-w.quit.Done():
 			return
 		case name := <-w.wake:
-			w.write(name)
+			w.write(w.quit, name)
 		case <-t.C:
 			for _, name := range w.r.names {
-				if w.r.critical[name] {
-					w.write(name)
+				if w.r.critical[name] && w.quit.Err() == nil {
+					w.write(w.quit, name)
 				}
 			}
-			w.readViews(context.Background())
+			w.readViews(w.quit)
 		}
 	}
 }
@@ -217,27 +221,50 @@ func (w *witnesses) run(heartbeat time.Duration) {
 // write records name's mark on every UP peer that does not hold it yet
 // (as far as this process wrote): a peer whose write failed, or that was
 // DOWN, gets it at the next call, even when the mark has not moved on.
-func (w *witnesses) write(name string) {
+// The budget bounds it, and ctx's end too.
+func (w *witnesses) write(ctx context.Context, name string) {
 	m, ok := w.r.nodes[name].Mark()
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), w.budget())
+	ctx, cancel := context.WithTimeout(ctx, w.budget())
 	defer cancel()
-	var wg sync.WaitGroup
+	var to []*node.Node
 	for _, p := range w.peers(name) {
-		if p.State() != node.StateUp || w.holds(name, p.Name(), m) {
-			continue
+		if p.State() == node.StateUp && !w.holds(name, p.Name(), m) {
+			to = append(to, p)
 		}
-		wg.Add(1)
-		go func(p *node.Node) {
-			defer wg.Done()
-			if ok, err := p.Witness(ctx, name, m); err == nil && ok {
-				w.noteWritten(name, p.Name(), m)
-			}
-		}(p)
 	}
-	wg.Wait()
+	w.spread(ctx, to, func(p *node.Node) {
+		if ok, err := p.Witness(ctx, name, m); err == nil && ok {
+			w.noteWritten(name, p.Name(), m)
+		}
+	})
+}
+
+// spread runs f for each of ps, each in a goroutine of its own, and
+// returns once every f has, or once ctx ends: a peer that does not answer
+// is not waited for (a go-redis command ends at its read deadline, not
+// when its context is cancelled), so close cuts a pass short at once.
+// Such an f still ends within the budget that bounds its command, or when
+// Router.Close closes the nodes; Close waits for it then (inflight).
+func (w *witnesses) spread(ctx context.Context, ps []*node.Node, f func(p *node.Node)) {
+	left := make(chan struct{}, len(ps))
+	for _, p := range ps {
+		w.inflight.Add(1)
+		go func() {
+			defer w.inflight.Done()
+			f(p)
+			left <- struct{}{}
+		}()
+	}
+	for range ps {
+		select {
+		case <-left:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // holds reports whether this process wrote m of name on peer, or a later
@@ -281,11 +308,12 @@ func (w *witnesses) nodeDown(name string) {
 	}
 }
 
-// close stops run, waits for it, and writes every mark that moved on
-// since its last write (flush); idempotent.
+// close stops run (ending the pass under way: quit), waits for it, and
+// writes every mark that moved on since its last write (flush): it takes
+// at most about one budget, however many peers hang. Idempotent.
 func (w *witnesses) close() {
 	w.once.Do(func() {
-		close(w.stop)
+		w.stop()
 		<-w.done
 		w.flush()
 	})
@@ -304,7 +332,7 @@ func (w *witnesses) flush() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				w.write(name)
+				w.write(context.Background(), name)
 			}()
 		}
 	}
