@@ -273,7 +273,7 @@ func localDSN(dsn string) (addr, withPassword string, err error) {
 func startPG(ctx context.Context, data, addr string) (*pgproc.Server, error) {
 	_, port, _ := net.SplitHostPort(addr)
 	p, _ := strconv.Atoi(port)
-	dir, _ := filepath.Abs(filepath.Join(data, "pg"))
+	dir := pgDir(data, os.Geteuid() == 0)
 	pg, err := pgproc.Start(pgproc.Options{Dir: dir, Port: p, Password: devPassword, Durable: true, KillWithParent: true})
 	if err != nil {
 		return nil, fmt.Errorf("postgresql: %w", err)
@@ -286,6 +286,38 @@ func startPG(ctx context.Context, data, addr string) (*pgproc.Server, error) {
 	}
 	fmt.Printf("postgres on %s (data in %s)\n", pg.Addr(), dir)
 	return pg, nil
+}
+
+// pgDir is where startPG keeps PostgreSQL's data: data/pg, unless root
+// runs this (PostgreSQL then runs as user postgres, internal/pgproc) and
+// a folder above data/pg is closed to other users, as /root is on Debian:
+// initdb could not reach it. Then a folder under the system's temporary
+// one, named after data/pg's path, so each checkout keeps its own across
+// runs (until the machine clears its temporary folder); pgDir creates
+// that folder open to others (pgproc creates pg itself, for postgres).
+func pgDir(data string, root bool) string {
+	dir, _ := filepath.Abs(filepath.Join(data, "pg"))
+	if !root || othersCanReach(filepath.Dir(dir)) {
+		return dir
+	}
+	parent := filepath.Join(os.TempDir(), fmt.Sprintf("shardis-run-%016x", xxhash.Sum64String(dir)))
+	if err := os.MkdirAll(parent, 0o755); err == nil {
+		_ = os.Chmod(parent, 0o755) // whatever the umask made of it
+	}
+	return filepath.Join(parent, "pg")
+}
+
+// othersCanReach reports whether a user other than the owner can search
+// every folder from / down to dir (those that exist).
+func othersCanReach(dir string) bool {
+	for d := dir; ; d = filepath.Dir(d) {
+		if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
+			return false
+		}
+		if d == filepath.Dir(d) {
+			return true
+		}
+	}
 }
 
 // startSync starts `shardis sync --migrate` with the DSN (and its

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -40,5 +41,46 @@ func TestTourDoesNotAcknowledge(t *testing.T) {
 		if strings.Contains(c.method, "AckRedoLog") {
 			t.Errorf("make run prints %s %s while shardis sync is the acknowledging consumer", c.method, c.body)
 		}
+	}
+}
+
+// TestPGDirOutOfAPrivateFolder: run by root from a checkout inside a
+// folder closed to other users (/root on Debian, mode 700), PostgreSQL's
+// data goes under the temporary folder, where user postgres can reach it
+// (initdb failed with "Permission denied"); otherwise under data/pg.
+func TestPGDirOutOfAPrivateFolder(t *testing.T) {
+	base := t.TempDir()
+	private := filepath.Join(base, "home")
+	if err := os.MkdirAll(filepath.Join(private, "co"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{filepath.Dir(base), base} { // t.TempDir's folders are 0700
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := filepath.Join(private, "co", ".run")
+	if got := pgDir(data, false); got != filepath.Join(data, "pg") {
+		t.Errorf("not root: pgDir = %s; want %s", got, filepath.Join(data, "pg"))
+	}
+	got := pgDir(data, true)
+	if strings.HasPrefix(got, private) || !strings.HasPrefix(got, os.TempDir()) || filepath.Base(got) != "pg" {
+		t.Errorf("root, private checkout: pgDir = %s; want a folder under %s", got, os.TempDir())
+	}
+	if st, err := os.Stat(filepath.Dir(got)); err != nil || st.Mode().Perm()&0o001 == 0 {
+		t.Errorf("the folder above %s: %v, %v; want it made, searchable by others", got, st, err)
+	}
+	t.Cleanup(func() { os.RemoveAll(filepath.Dir(got)) })
+	if again := pgDir(data, true); again != got {
+		t.Errorf("pgDir twice = %s, %s; want the same folder each run", got, again)
+	}
+	if err := os.Chmod(private, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(private, "co"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := pgDir(data, true); got != filepath.Join(data, "pg") {
+		t.Errorf("root, open checkout: pgDir = %s; want %s", got, filepath.Join(data, "pg"))
 	}
 }
