@@ -10,7 +10,7 @@ BUF_VERSION            := v1.50.0
 PROTOC_GEN_GO_VERSION  := v1.36.12
 CONNECT_GEN_VERSION    := v1.21.1
 
-.PHONY: all build test vet staticcheck unit run drill drill-sentinel drill-docker deps-docker bench bench-quick generate deps-redis deps-pg deps-sentinel deps-bench clean
+.PHONY: all build test vet staticcheck unit run drill drill-sentinel drill-docker deps-docker bench bench-quick generate deps-cc deps-redis deps-pg deps-sentinel deps-bench clean
 
 all: build
 
@@ -18,6 +18,17 @@ all: build
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/shardis
+
+## deps-cc: install a C compiler (Debian's gcc and libc6-dev) when go finds none: the race
+## detector that vet and test build with needs cgo, which Go turns off without one
+## ("-race requires cgo"). Go from its own tarball on a fresh Debian has none.
+deps-cc:
+	@if [ "$$($(GO) env CGO_ENABLED)" != 1 ] && [ -z "$$CGO_ENABLED" ]; then \
+		echo "no C compiler for cgo (the race detector needs one): installing gcc from Debian's packages"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null; \
+	fi
+	@[ "$$($(GO) env CGO_ENABLED)" = 1 ] || { echo "cgo is off (CGO_ENABLED=$$($(GO) env CGO_ENABLED)): vet and test build with -race, which needs it" >&2; exit 1; }
 
 ## deps-redis: install redis-server when it is missing.
 deps-redis:
@@ -63,7 +74,7 @@ deps-sentinel: deps-redis
 ## binaries are linked again either way (go test does not cache them: 35-39 s). From an empty cache it
 ## changes nothing. File names in race reports and panics read as import paths (github.com/shardis/...).
 TESTMOD := $(GO) run ./internal/cmd/testmod
-vet:
+vet: deps-cc
 	m=$$($(TESTMOD)) && $(GO) vet -race -trimpath -modfile=$$m ./...
 
 ## staticcheck: honnef.co/go/tools' staticcheck (pinned: STATICCHECK) over every package, tests
@@ -107,8 +118,8 @@ SLOW_PKGS := ./tests/ ./internal/explore/ ./inventory/ ./pgsync/ ./cache/ ./node
 test: deps-redis deps-pg deps-sentinel vet
 	m=$$($(TESTMOD)) && GORACE="$$GORACE atexit_sleep_ms=0" $(GO) test -modfile=$$m -race -trimpath -vet=off -ldflags=-w -count=1 -p 3 -parallel 4 -timeout 12m $(SLOW_PKGS) ./...
 
-## unit: the fast tests of pure logic only (no Redis).
-unit:
+## unit: the fast tests of config, router and health (two of router's start redis-server).
+unit: deps-redis
 	m=$$($(TESTMOD)) && $(GO) test -modfile=$$m -count=1 -run '^Test' ./config/ ./router/ ./health/
 
 ## fuzz: every fuzz target for FUZZTIME each (default 30s), one after another; the

@@ -19,10 +19,21 @@ TTL=5
 out=$(mktemp -d)
 LOAD=""
 
+# Debian's docker.io comes with docker-compose (v1); Docker's own packages
+# with the compose plugin.
+if docker compose version >/dev/null 2>&1; then
+	compose() { docker compose "$@"; }
+elif command -v docker-compose >/dev/null; then
+	compose() { docker-compose "$@"; }
+else
+	echo "drill: neither docker compose nor docker-compose found" >&2
+	exit 2
+fi
+
 cleanup() {
 	if [ -n "$LOAD" ]; then kill "$LOAD" 2>/dev/null || true; wait "$LOAD" 2>/dev/null || true; fi
 	rm -rf "$out"
-	if [ -z "${KEEP:-}" ]; then docker compose down >/dev/null 2>&1 || true; fi
+	if [ -z "${KEEP:-}" ]; then compose down >/dev/null 2>&1 || true; fi
 }
 # shellcheck disable=SC2317 # invoked by the trap
 trap cleanup EXIT INT TERM
@@ -42,10 +53,17 @@ wait_for() {
 }
 is_state() { [ "$(state "$1")" = "$2" ]; }
 # stock_field JSON FIELD: a top-level counter of a GetStock reply (absent = 0).
-stock_field() { local v; v=$(echo "$1" | sed -n "s/.*\"stock\":{[^[]*\"$2\":\"\([0-9]*\)\".*/\1/p"); echo "${v:-0}"; }
+# The per-node list is cut out first: its entries have fields of the same
+# names, and the reply puts some top-level ones (loaded) after it.
+stock_field() {
+	local v
+	v=$(echo "$1" | sed -e 's/"nodes":\[[^]]*\],\{0,1\}//' -e 's/.*"stock":{//' -e 's/}.*//' |
+		tr ',' '\n' | sed -n "s/^\"$2\":\"\([0-9]*\)\"$/\1/p")
+	echo "${v:-0}"
+}
 
 N=$(node_of "$VICTIM")
-docker compose up -d --build >/dev/null
+compose up -d --build >/dev/null
 wait_for 120 "service ready" curl -sf -m 2 "$S/readyz" -o /dev/null
 [ "$(call InventoryService/LoadStock "{\"routeKey\":\"clothes\",\"skuId\":\"$SKU\",\"quantity\":\"$LOADED\"}")" = 200 ] ||
 	{ echo "drill: LoadStock failed" >&2; exit 1; }
@@ -56,10 +74,10 @@ load > "$out/codes" &
 LOAD=$!
 sleep 3
 t0=$(now_ms)
-docker compose kill -s KILL "$VICTIM" >/dev/null
+compose kill -s KILL "$VICTIM" >/dev/null
 wait_for 10 "$N marked DOWN" is_state "$N" NODE_STATE_DOWN; t1=$(now_ms)
 sleep "$OUTAGE"
-docker compose start "$VICTIM" >/dev/null; t2=$(now_ms)
+compose start "$VICTIM" >/dev/null; t2=$(now_ms)
 wait_for 30 "$N marked UP" is_state "$N" NODE_STATE_UP; t3=$(now_ms)
 sleep 3
 kill "$LOAD"; wait "$LOAD" 2>/dev/null || true; LOAD=""
