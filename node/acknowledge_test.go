@@ -71,3 +71,50 @@ func TestAcknowledgeHoldsFirstWriteOfIncarnationOnce(t *testing.T) {
 		t.Errorf("Mark().Seq = %d after write 5", m.Seq)
 	}
 }
+
+// A mark the peers hold from before the write (the witness writer's mark
+// of an idle node, its sequence below the write's) does not cover the
+// first write of the incarnation: Acknowledge acknowledged write 7 at once
+// with the peers holding only "…:0", so a copy of the node from before
+// the write passed as current. It now waits for a mark at 7 or later.
+func TestAcknowledgeIdleMarkDoesNotCoverFirstWrite(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.Options{})
+	h := &holdRecorder{fail: true}
+	n := newNode(t, node.Options{Name: "n1", Addr: s.Addr(), Critical: true, Witnesses: h}, nil)
+	ctx := context.Background()
+	if err := n.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	idle, ok := n.Mark()
+	if !ok {
+		t.Fatal("no mark after a probe")
+	}
+	n.NoteHeld(idle) // the writer got the idle mark onto a peer
+	if err := n.Acknowledge(ctx, idle.Seq+7); !errors.Is(err, node.ErrUnwitnessed) {
+		t.Fatalf("first write, the peers holding only the idle mark at %d: %v; want ErrUnwitnessed", idle.Seq, err)
+	}
+	h.mu.Lock()
+	h.fail = false
+	h.mu.Unlock()
+	if err := n.Acknowledge(ctx, idle.Seq+8); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Acknowledge(ctx, idle.Seq+9); err != nil {
+		t.Fatal(err)
+	}
+	got := h.calls()
+	if len(got) != 2 || got[1].Seq != idle.Seq+8 {
+		t.Fatalf("marks asked to be held: %+v; want two, the second at write %d (later writes not asking)", got, idle.Seq+8)
+	}
+	// a mark the writer got onto a peer at the write's sequence covers it
+	m := node.Mark{Gen: idle.Gen, Incarnation: idle.Incarnation, Seq: idle.Seq + 20}
+	n2 := newNode(t, node.Options{Name: "n1", Addr: s.Addr(), Critical: true, Witnesses: h}, nil)
+	if err := n2.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n2.NoteHeld(m)
+	if err := n2.Acknowledge(ctx, idle.Seq+20); err != nil || len(h.calls()) != 2 {
+		t.Fatalf("write at a held mark's sequence: %v, %d holds asked; want acknowledged without asking", err, len(h.calls()))
+	}
+}

@@ -238,6 +238,7 @@ type Node struct {
 	drainGen      atomic.Uint64             // bumped by each drain write of this process (drain.go)
 	witnessed     atomic.Pointer[peerView]  // the highest mark peers hold of this node, as last read (SetWitnessed)
 	held          atomic.Pointer[Mark]      // a mark a peer is known to hold of this node (NoteHeld)
+	acked         atomic.Pointer[Mark]      // a write of this mark's generation and incarnation was acknowledged, its mark held (Acknowledge)
 	holdMu        sync.Mutex                // serializes Acknowledge's wait for a peer
 	peerRead      peerRead                  // the dial checks' reads of the peers' marks (dialcheck.go)
 	closeOnce     sync.Once

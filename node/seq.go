@@ -43,12 +43,12 @@ func (n *Node) Acknowledge(ctx context.Context, seq int64) error {
 		return nil
 	}
 	m, ok := n.Mark()
-	if !ok || n.heldCovers(m) {
+	if !ok || n.covered(m, seq) {
 		return nil
 	}
 	n.holdMu.Lock()
 	defer n.holdMu.Unlock()
-	if m, _ = n.Mark(); n.heldCovers(m) {
+	if m, _ = n.Mark(); n.covered(m, seq) {
 		return nil // a concurrent first write got it held
 	}
 	if err := n.opts.Witnesses.Hold(ctx, n.opts.Name, m); err != nil {
@@ -58,14 +58,15 @@ func (n *Node) Acknowledge(ctx context.Context, seq int64) error {
 			ErrUnwitnessed, m.Incarnation, m.Gen, m.Seq, err)}
 	}
 	n.NoteHeld(m)
+	n.acked.Store(&m)
 	return nil
 }
 
 // NoteHeld records that a peer holds mark m of this node (its writer got
-// it there, or [Node.Acknowledge] did): later writes of m's generation and
-// incarnation are acknowledged without waiting for a peer. A mark of
-// another incarnation replaces the one recorded (at worst, one more write
-// waits for a peer).
+// it there, or [Node.Acknowledge] did): a first write of m's generation
+// and incarnation up to m.Seq is acknowledged without waiting for a peer.
+// A mark of another incarnation replaces the one recorded (at worst, one
+// more write waits for a peer).
 func (n *Node) NoteHeld(m Mark) {
 	for {
 		cur := n.held.Load()
@@ -78,9 +79,20 @@ func (n *Node) NoteHeld(m Mark) {
 	}
 }
 
-// heldCovers reports whether a peer is known to hold a mark of m's
-// generation and incarnation.
-func (n *Node) heldCovers(m Mark) bool {
+// covered reports whether write seq of m's generation and incarnation may
+// be acknowledged without waiting for a peer: an earlier write of them
+// was (so a peer holds a mark at its sequence or later), or a peer is
+// known to hold a mark of them at seq or later. A mark written before the
+// write (the writer's marks of an idle node) does not cover it: a copy of
+// the node from before the write would pass as current.
+func (n *Node) covered(m Mark, seq int64) bool {
+	if a := n.acked.Load(); a != nil && a.Gen == m.Gen && a.Incarnation == m.Incarnation {
+		return true
+	}
 	h := n.held.Load()
-	return h != nil && h.Gen == m.Gen && h.Incarnation == m.Incarnation
+	if h == nil || h.Gen != m.Gen || h.Incarnation != m.Incarnation || h.Seq < seq {
+		return false
+	}
+	n.acked.Store(&m)
+	return true
 }
