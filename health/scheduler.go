@@ -169,6 +169,29 @@ func (s *Scheduler) Trigger(name string) {
 	s.poke()
 }
 
+// Reprobe asks for an immediate probe of a target, UP or DOWN: an
+// operator acted on it (a node accepted after it was refused for its
+// data), so what refused it may be gone now, and a DOWN target would
+// otherwise wait out its backoff step. A failing probe goes on with the
+// backoff where it was (the failures are not reset). Cheap and
+// non-blocking like Trigger; nothing for an unknown name, a probe in
+// flight, a target not probed yet or a closed scheduler.
+func (s *Scheduler) Reprobe(name string) {
+	e := s.byName[name]
+	if e == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.closed || e.inflight || !e.probed {
+		s.mu.Unlock()
+		return
+	}
+	e.due = s.set.Clock.Now()
+	heap.Fix(&s.queue, e.index)
+	s.mu.Unlock()
+	s.poke()
+}
+
 // Status returns the consecutive failed probes of a target and when it is
 // next probed (while a probe of it is under way: when that probe was due,
 // a time already past); ok is false for an unknown name.

@@ -706,6 +706,27 @@ func TestTrigger(t *testing.T) {
 		h.expectJittered(f, fakeEpoch.Add(hb), 2*time.Second)
 	})
 
+	t.Run("ReprobeOfADownTargetKeepsItsBackoff", func(t *testing.T) {
+		clk := newFakeClock()
+		f := newTarget("a", clk, results(nil, errProbe, errProbe))
+		h := start(t, clk, set, f)
+		recv(t, h.s.Ready(), "Ready")
+		h.advance(hb) // DOWN
+		h.wantProbes(f, 2, "at the heartbeat")
+		at := clk.Now()
+		h.s.Reprobe("a")
+		waitFor(t, "the probe Reprobe asked for", func() bool { return f.Probes() == 3 })
+		h.idle()
+		if got := f.lastProbe(t); !got.Equal(at) {
+			t.Fatalf("reprobe at %v, want %v (clock not advanced)", got, at)
+		}
+		if failed, _ := h.status("a"); failed != 2 {
+			t.Fatalf("failed probes after a failing reprobe = %d, want 2 (the backoff goes on)", failed)
+		}
+		h.s.Reprobe("nope")
+		h.idle()
+	})
+
 	t.Run("UnknownNameIsNoop", func(t *testing.T) {
 		clk := newFakeClock()
 		f := newTarget("a", clk, alwaysOK)

@@ -355,23 +355,32 @@ var ErrNotWitnessed = errors.New("node is not witnessed")
 // the topology under its fence, so the answer does not depend on the
 // order of the accepts. A node without a token, or fenced already, is
 // left as it is.
-func (r *Router) fenceOf(ctx context.Context, n *node.Node) string {
+//
+// A node whose own topology cannot be read is refused (an error wrapping
+// node.ErrUnreachable: the accept writes nothing), not taken as one
+// without a token: whether it is behind cannot be told, and unfenced it
+// would serve an instance of an older topology.
+func (r *Router) fenceOf(ctx context.Context, n *node.Node) (string, error) {
 	own, err := n.Topology(ctx)
-	if err != nil || own.Token == "" || strings.HasPrefix(own.Token, node.FencePrefix) {
-		return ""
+	if err != nil {
+		return "", fmt.Errorf("%w: node %s: its topology stamp could not be read, so whether it is behind its peers' cannot be told (nothing accepted; try again): %v",
+			node.ErrUnreachable, n.Name(), err)
+	}
+	if own.Token == "" || strings.HasPrefix(own.Token, node.FencePrefix) {
+		return "", nil
 	}
 	for _, p := range r.wit.peers(n.Name()) {
 		peer, err := p.Topology(ctx)
 		if err != nil {
 			r.log.Warn("node accept: a peer's topology could not be read, so the node is fenced until topology apply brings it forward",
 				"node", n.Name(), "peer", p.Name(), "err", err)
-			return own.Token
+			return own.Token, nil
 		}
 		if topoNotBehind(peer, own) {
-			return own.Token
+			return own.Token, nil
 		}
 	}
-	return ""
+	return "", nil
 }
 
 // topoNotBehind reports whether peer's topology differs from own's and
@@ -441,7 +450,10 @@ func (r *Router) AcceptNode(ctx context.Context, name string) (node.Mark, error)
 		return node.Mark{}, fmt.Errorf("%w: node %s keeps no data (not a node of a server of router.Options.KeepData)", ErrNotWitnessed, name)
 	}
 	gen := r.acceptGen(ctx, n)
-	fence := r.fenceOf(ctx, n)
+	fence, err := r.fenceOf(ctx, n)
+	if err != nil {
+		return node.Mark{}, err
+	}
 	m, err := n.Accept(ctx, gen, fence)
 	if err != nil {
 		return node.Mark{}, err
@@ -457,6 +469,6 @@ func (r *Router) AcceptNode(ctx context.Context, name string) (node.Mark, error)
 		}
 	}
 	r.log.Warn("node accepted", "node", name, "generation", m.Gen, "incarnation", m.Incarnation, "seq", m.Seq, "peers_told", told)
-	r.sched.Trigger(name)
+	r.sched.Reprobe(name) // a refused node is DOWN: Trigger would leave it to its backoff
 	return m, nil
 }

@@ -64,13 +64,20 @@ func TestFullNodeComesBackAfterARestart(t *testing.T) {
 		t.Fatalf("a write on the restarted n1: %v, want OOM (the node must come back full)", err)
 	}
 	n1, _ := r.Node("n1")
+	// UP on the new server process: n1 may still read UP from before the
+	// kill until a probe meets the restart (a loaded machine's Cancel then
+	// met the hold-back)
+	run := srv[0].Client(t).InfoMap(ctx, "server").Item("Server", "run_id")
 	settle := 2*cfg.Health.Heartbeat + cfg.Client.CommandTimeout + cfg.Health.Timeout
 	deadline := time.Now().Add(settle + 5*time.Second)
-	for time.Now().Before(deadline) && n1.State() != node.StateUp {
+	for time.Now().Before(deadline) && (n1.State() != node.StateUp || n1.ServerRun() != run) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if n1.State() != node.StateUp {
-		t.Errorf("n1 is %v %v after %v (hold %v): a full node that restarted never comes UP", n1.State(), n1.DownReason(),
+	if run == "" {
+		t.Fatal("no run_id in the restarted n1's INFO server")
+	}
+	if n1.State() != node.StateUp || n1.ServerRun() != run {
+		t.Errorf("n1 is %v %v on run %q after %v (hold %v): a full node that restarted never comes UP", n1.State(), n1.DownReason(), n1.ServerRun(),
 			settle+5*time.Second, settle)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
