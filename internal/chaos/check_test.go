@@ -120,6 +120,10 @@ func TestCheckFindsViolations(t *testing.T) {
 			[]string{"redo-log"}},
 		{"first offset in the segments unreadable", func(st *state, _ []*order) { st.nodes["n1"].redoOffsets["inv:redo:5:s"] = "x" },
 			[]string{"redo-log"}},
+		// a node's hash gone while its parts hold units: counted nowhere
+		// (internal/explore flags it as "no counters")
+		{"parts without counters", func(st *state, _ []*order) { delete(st.nodes["n1"].stock, "inv:stock:a:lim") },
+			[]string{"stock-vs-parts", "stock-balance"}},
 		{"quota over limit", func(st *state, _ []*order) { st.nodes["n2"].quota["inv:quota:a:3:lim:u1"] = "5" },
 			[]string{"user-limit", "quota-balance"}},
 		{"receipts differ", func(_ *state, orders []*order) { orders[0].receipts[0].Offset = 7 },
