@@ -175,6 +175,7 @@ func checkOrder(rep *Report, v *orderView, homes *inventory.Homes) {
 	if o == nil {
 		return
 	}
+	checkOrderUser(rep, v)
 	for _, c := range o.contradictions {
 		rep.violate("client-contradiction", "order %s: %s", v.id, c)
 	}
@@ -224,6 +225,31 @@ func checkOrder(rep *Report, v *orderView, homes *inventory.Homes) {
 	default:
 		rep.addKnown("outcome unknown")
 	}
+}
+
+// checkOrderUser holds the user of an attempt's record (one with a
+// token: a Cancel's tombstone before any Reserve names none) against the
+// user the client sent with every Reserve of the order: the per-user
+// limit is counted for the record's user, so a record of another user (or
+// of none) would let the client's user past its limit unseen.
+func checkOrderUser(rep *Report, v *orderView) {
+	if v.rec == nil || v.rec.Token == "" || v.rec.User == v.client.User {
+		return
+	}
+	rep.violate("order-user", "order %s: its record (%s, token %s) holds user %q, the client reserved it for user %q",
+		v.id, v.status, v.rec.Token, v.rec.User, v.client.User)
+}
+
+// orderUser is the user an order's units count against: the one its
+// client sent (the record's when no client made it, itself a violation).
+func (v *orderView) orderUser() string {
+	if v.client != nil {
+		return v.client.User
+	}
+	if v.rec != nil {
+		return v.rec.User
+	}
+	return ""
 }
 
 // recParts returns the parts the order's record lists (none without a

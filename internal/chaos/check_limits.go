@@ -22,10 +22,13 @@ func checkLimits(rep *Report, st *state, views map[string]*orderView, skus []SKU
 			limits[s.Route+":"+s.SKU] = s.Limit
 		}
 	}
-	// Units confirmed per (route:sku, user), from the parts of confirmed orders.
+	// Units confirmed per (route:sku, user), from the parts of confirmed
+	// orders, for the user their client sent (checkOrderUser holds the
+	// record's against it).
 	confirmed := map[string]int64{}
 	for _, v := range views {
-		if v.status != inventory.OrderConfirmed || v.rec.User == "" {
+		user := v.orderUser()
+		if v.status != inventory.OrderConfirmed || user == "" {
 			continue
 		}
 		for _, p := range v.parts {
@@ -34,7 +37,7 @@ func checkLimits(rep *Report, st *state, views map[string]*orderView, skus []SKU
 			}
 			route, sku, _ := inventory.ParseStockKey(p.Counter) // the decoder checked it
 			if rs := route + ":" + sku; limits[rs] > 0 {
-				confirmed[rs+":"+v.rec.User] += p.Qty
+				confirmed[rs+":"+user] += p.Qty
 			}
 		}
 	}

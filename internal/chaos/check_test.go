@@ -281,3 +281,44 @@ func TestCheckOrderRows(t *testing.T) {
 		})
 	}
 }
+
+// A record's user is held against the one its client sent, and a user's
+// confirmed units are counted for the client's user: a record that lost
+// its user (and so its quota parts) or names another one lets the
+// client's user past the limit unseen.
+func TestCheckOrderUser(t *testing.T) {
+	recOf := func(st *state) *inventory.OrderRecord {
+		for _, ns := range st.nodes {
+			if r := ns.orders["c0-1"]; r != nil {
+				return r
+			}
+		}
+		t.Fatal("no record of c0-1")
+		return nil
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(st *state)
+		want   []string
+	}{
+		{"another user", func(st *state) { recOf(st).User = "u2" }, []string{"order-user"}},
+		{"no user, no quota taken", func(st *state) {
+			r := recOf(st)
+			r.User, r.Parts = "", r.Parts[:1] // the stock part only
+			delete(st.nodes["n2"].parts, "c0-1|t1|q|a|lim")
+			delete(st.nodes["n2"].quota, "inv:quota:a:3:lim:u1")
+		}, []string{"order-user", "quota-balance"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, orders, skus, homes := fixture(t)
+			tc.mutate(st)
+			rep := newReport(Options{})
+			check(rep, st, orders, skus, homes)
+			for _, k := range tc.want {
+				if rep.ViolationCounts[k] == 0 {
+					t.Errorf("no %s violation; got %+v", k, rep.Violations)
+				}
+			}
+		})
+	}
+}
