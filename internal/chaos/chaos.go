@@ -323,7 +323,7 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	}
 	st.svcRedo = svcRedo
 	c.mu.Lock()
-	homes, seen := c.homes, c.homesSeen
+	homes, seen := c.homes, c.seen
 	c.mu.Unlock()
 	n.mu.Lock()
 	lost := n.lost

@@ -100,21 +100,21 @@ func checkLimits(rep *Report, st *state, views map[string]*orderView, skus []SKU
 			// Counted without a limit too (so a limit set later sees
 			// what users hold): the counter must match its parts.
 			if counters[k] != qp.held {
-				rep.violate("quota-balance", "quota counter %s (no limit) is %d, its pending and confirmed quota parts hold %d", k, counters[k], qp.held)
+				rep.violateQuota("quota-balance", k, false, "quota counter %s (no limit) is %d, its pending and confirmed quota parts hold %d", k, counters[k], qp.held)
 			}
 			continue
 		}
 		if c := confirmed[k]; c > limit {
-			rep.violate("user-limit", "user %s holds %d confirmed units of %s/%s, limit %d", seg[2], c, seg[0], seg[1], limit)
+			rep.violateQuota("user-limit", k, false, "user %s holds %d confirmed units of %s/%s, limit %d", seg[2], c, seg[0], seg[1], limit)
 		}
 		if counters[k] < 0 || counters[k] > limit {
-			rep.violate("user-limit", "quota counter %s is %d, limit %d", k, counters[k], limit)
+			rep.violateQuota("user-limit", k, false, "quota counter %s is %d, limit %d", k, counters[k], limit)
 		}
 		if counters[k] != qp.held {
-			rep.violate("quota-balance", "quota counter %s is %d, its pending and confirmed quota parts hold %d", k, counters[k], qp.held)
+			rep.violateQuota("quota-balance", k, false, "quota counter %s is %d, its pending and confirmed quota parts hold %d", k, counters[k], qp.held)
 		}
 		if qp.confirmed != confirmed[k] {
-			rep.violate("quota-balance", "%s: confirmed quota parts hold %d, confirmed stock parts of the user's orders %d", k, qp.confirmed, confirmed[k])
+			rep.violateQuota("quota-balance", k, true, "%s: confirmed quota parts hold %d, confirmed stock parts of the user's orders %d", k, qp.confirmed, confirmed[k])
 		}
 		if confirmed[k] == limit {
 			rep.LimitReached++

@@ -166,7 +166,8 @@ func TestCheckFindsViolations(t *testing.T) {
 // when Verbose; they are not notes and the run passes.
 func TestReportSummarisesExcused(t *testing.T) {
 	r := newReport(Options{Seed: 7})
-	r.excuse = &exposure{orders: map[string]bool{"o-9": true}, users: map[string]bool{}, nodes: map[string]bool{"n2": true}}
+	r.excuse = newExposure()
+	r.excuse.orders["o-9"], r.excuse.nodes["n2"] = true, true
 	for i := range 5 {
 		r.violate("order-status", "order o-9 attempt %d: lost", i)
 		r.violate("data-loss", "node n2: part p%d missing", i)

@@ -49,13 +49,13 @@ type cluster struct {
 	cfg    *config.Config
 	routes map[string][]string // route → node names
 	homes  *inventory.Homes    // order homes: inventory.NewHomes
-	// homesSeen is every order placement of the run, first to last.
-	homesSeen []*inventory.Homes
-	srv       *service.Server // nil while the service is down
-	addr      string          // last address served; kept while the service restarts
-	inv       shardisv1connect.InventoryServiceClient
-	admin     shardisv1connect.AdminServiceClient
-	direct    map[string]*redis.Client // direct clients by address, for healing and checks, made on first use
+	// seen: every placement of the run (order homes, quota nodes), in order.
+	seen   []placement
+	srv    *service.Server // nil while the service is down
+	addr   string          // last address served; kept while the service restarts
+	inv    shardisv1connect.InventoryServiceClient
+	admin  shardisv1connect.AdminServiceClient
+	direct map[string]*redis.Client // direct clients by address, for healing and checks, made on first use
 }
 
 // layout returns the routes over nodes n1..nN: "a" on every node, "b" on
@@ -120,10 +120,11 @@ func startCluster(opts Options, log *slog.Logger, out io.Writer) (c *cluster, er
 	}
 	c.cfg = &cfg
 
-	if c.homes, err = inventory.NewHomes(c.cfg); err != nil {
+	first, err := placementOf(c.cfg)
+	if err != nil {
 		return nil, err
 	}
-	c.homesSeen = []*inventory.Homes{c.homes}
+	c.homes, c.seen = first.homes, []placement{first}
 	c.httpc = &http.Client{Transport: &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
 		MaxIdleConns:        4 * (opts.Clients + 4),

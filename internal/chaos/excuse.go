@@ -12,15 +12,29 @@ import (
 // Accounting for data a rolled-back node lost (rollback.go). Shardis
 // refuses such a node until an operator accepts it; after that its lost
 // writes are gone by design (SECURITY.md). The checker still checks every
-// invariant, but a violation about an order or a user whose data could
-// have lived on that node while its writes were being lost is counted as
+// invariant, but a violation about an order whose data could have lived
+// on that node while its writes were being lost, or about a user's quota
+// of a SKU that loss can explain (exposure.excusesQuota: its counter
+// lived there while an order of that user and SKU ran, or an exposed
+// order of theirs may have lost a stock part's writes), is counted as
 // excused instead (Report.Excused), with the first few kept as notes.
 
 // exposure is what a run's lost windows excuse.
 type exposure struct {
 	orders map[string]bool
-	users  map[string]bool
-	nodes  map[string]bool // accepted after a rollback: a new incarnation is expected
+	// quotas are the quota ids (route:sku:user) whose counter lived on a
+	// node while it lost writes that an order of that user and SKU may
+	// have made: the counter and its quota parts may have lost them.
+	quotas map[string]bool
+	// sold are the quota ids of the users and items of exposed orders:
+	// their stock parts may have lost writes, so the user's confirmed
+	// stock units may differ from the confirmed quota parts.
+	sold  map[string]bool
+	nodes map[string]bool // accepted after a rollback: a new incarnation is expected
+}
+
+func newExposure() *exposure {
+	return &exposure{orders: map[string]bool{}, quotas: map[string]bool{}, sold: map[string]bool{}, nodes: map[string]bool{}}
 }
 
 // outage is a span in which a node could not serve, or, with node "",
@@ -98,49 +112,59 @@ func decidedBy(last time.Time, w decideWindow, outs []outage, nodes map[string]b
 // follow the last one (decidedBy: within the TTL and a slack, later when
 // one of the order's nodes or the service was out), overlapped a lost
 // window and that touch the node: a receipt, a part, or a record home
-// there in any topology of the run; and the users of those orders or with
-// quota data on the node.
-func exposed(lost []lossWindow, outs []outage, orders []*order, st *state, homes []*inventory.Homes, win decideWindow) *exposure {
-	e := &exposure{orders: map[string]bool{}, users: map[string]bool{}, nodes: map[string]bool{}}
+// there in any placement of the run (seen); and the quota ids those
+// losses can explain (exposure.quotas, exposure.sold).
+func exposed(lost []lossWindow, outs []outage, orders []*order, st *state, seen []placement, win decideWindow) *exposure {
+	e := newExposure()
 	if len(lost) == 0 {
 		return e
 	}
 	onNode := map[string]map[string]bool{} // node → order ids with parts there
 	for _, w := range lost {
 		e.nodes[w.node] = true
-		if onNode[w.node] != nil {
-			continue
+		if onNode[w.node] == nil {
+			onNode[w.node] = ordersWithPartsOn(st, w.node)
 		}
-		ids := map[string]bool{}
-		if ns := st.nodes[w.node]; ns != nil {
-			for _, p := range ns.parts {
-				ids[p.Order] = true
-				if p.Kind == inventory.PartQuota {
-					if u := quotaID(p.Counter); u != "" {
-						e.users[u[strings.LastIndex(u, ":")+1:]] = true
-					}
-				}
-			}
-			for k := range ns.quota {
-				u := quotaID(k)
-				e.users[u[strings.LastIndex(u, ":")+1:]] = true
-			}
-		}
-		// Orders whose record (on any node) lists a part on the node:
-		// quota parts are in no client's receipts.
-		for _, other := range st.nodes {
-			for id, r := range other.orders {
-				for _, p := range r.Parts {
-					if p.Node == w.node {
-						ids[id] = true
-					}
-				}
-			}
-		}
-		onNode[w.node] = ids
 	}
-	// the nodes that hold each order's parts or record at the end, and
-	// the orders a replaced incarnation exposes
+	x := &exposer{e: e, lost: lost, outs: outs, win: win, seen: seen, onNode: onNode,
+		held: e.heldBy(st), quotaAt: quotaHolders(st)}
+	for _, o := range orders {
+		x.order(o)
+	}
+	return e
+}
+
+// ordersWithPartsOn returns the orders with a part on node: one it holds,
+// or one an order record on any node lists there (quota parts are in no
+// client's receipts).
+func ordersWithPartsOn(st *state, node string) map[string]bool {
+	ids := map[string]bool{}
+	if ns := st.nodes[node]; ns != nil {
+		for _, p := range ns.parts {
+			ids[p.Order] = true
+		}
+	}
+	for _, other := range st.nodes {
+		for id, r := range other.orders {
+			for _, p := range r.Parts {
+				if p.Node == node {
+					ids[id] = true
+				}
+			}
+		}
+	}
+	return ids
+}
+
+// heldBy returns the nodes that hold each order's parts or record at the
+// end, and exposes the orders a replaced incarnation explains: a part
+// promised at an incarnation its node no longer has (accepted after a
+// rollback) exposes its order, whenever its calls were: a reader that
+// finds the part absent commits the order with it lost, not never taken
+// (inventory/staged.go, "Lost parts"; seed 272,
+// TestExposedByAPromiseAtAReplacedIncarnation). The record's user's quota
+// ids of the order's items are sold; a lost quota part's is in quotas.
+func (e *exposure) heldBy(st *state) map[string]map[string]bool {
 	held := map[string]map[string]bool{}
 	hold := func(id, node string) {
 		if held[id] == nil {
@@ -156,64 +180,163 @@ func exposed(lost []lossWindow, outs []outage, orders []*order, st *state, homes
 			hold(id, name)
 			for _, p := range r.Parts {
 				hold(id, p.Node)
-				// A part promised at an incarnation its node no longer
-				// has (accepted after a rollback) exposes its order,
-				// whenever its calls were: a reader that finds the part
-				// absent commits the order with it lost, not never taken
-				// (inventory/staged.go, "Lost parts"; seed 272,
-				// TestExposedByAPromiseAtAReplacedIncarnation).
 				if on := st.nodes[p.Node]; on != nil && e.nodes[p.Node] && p.Incarnation != "" && p.Incarnation != on.incarnation {
-					e.orders[id] = true
-					if r.User != "" {
-						e.users[r.User] = true
-					}
+					e.exposeRecord(id, r, p)
 				}
 			}
 		}
 	}
-	for _, o := range orders {
-		o.mu.Lock()
-		first, last := o.first, o.last
-		receipts := o.receipts
-		o.mu.Unlock()
-		if first.IsZero() {
-			continue
-		}
-		nodes := map[string]bool{}
-		for n := range held[o.ID] {
-			nodes[n] = true
-		}
-		for _, r := range receipts {
-			nodes[r.Node] = true
-		}
-		for _, h := range homes {
-			nodes[h.Home(o.ID)] = true
-		}
-		decided := decidedBy(last, win, outs, nodes)
-		for _, w := range lost {
-			if decided.Before(w.from) || first.After(w.to) {
-				continue
-			}
-			touches := onNode[w.node][o.ID]
-			for _, r := range receipts {
-				touches = touches || r.Node == w.node
-			}
-			for _, h := range homes {
-				touches = touches || h.Home(o.ID) == w.node
-			}
-			if touches {
-				e.orders[o.ID] = true
-				if o.User != "" {
-					e.users[o.User] = true
-				}
-			}
-		}
-	}
-	return e
+	return held
 }
 
-// excuses reports whether a violation's detail is about an exposed order
-// or user.
+// exposeRecord exposes order id, whose record r promised part lost at a
+// replaced incarnation (heldBy).
+func (e *exposure) exposeRecord(id string, r *inventory.OrderRecord, lost inventory.OrderPart) {
+	e.orders[id] = true
+	if r.User == "" {
+		return
+	}
+	for _, p := range r.Parts {
+		e.sold[quotaOf(p.Route, p.SKU, r.User)] = true
+	}
+	if lost.Kind == inventory.PartQuota {
+		e.quotas[quotaOf(lost.Route, lost.SKU, r.User)] = true
+	}
+}
+
+// quotaOf is the quota id of (route, sku, user), as quotaID names a
+// quota counter key.
+func quotaOf(route, sku, user string) string { return route + ":" + sku + ":" + user }
+
+// quotaHolders returns, per quota id, the nodes that hold its counter or
+// a quota part counting in it at the end.
+func quotaHolders(st *state) map[string]map[string]bool {
+	at := map[string]map[string]bool{}
+	add := func(key, node string) {
+		q := quotaID(key)
+		if at[q] == nil {
+			at[q] = map[string]bool{}
+		}
+		at[q][node] = true
+	}
+	for name, ns := range st.nodes {
+		for k := range ns.quota {
+			add(k, name)
+		}
+		for _, p := range ns.parts {
+			if p.Kind == inventory.PartQuota {
+				add(p.Counter, name)
+			}
+		}
+	}
+	return at
+}
+
+// exposer holds what exposed weighs each order against.
+type exposer struct {
+	e       *exposure
+	lost    []lossWindow
+	outs    []outage
+	win     decideWindow
+	seen    []placement
+	onNode  map[string]map[string]bool // node → order ids with parts there
+	held    map[string]map[string]bool // order id → nodes holding its parts or record
+	quotaAt map[string]map[string]bool // quota id → nodes holding its counter or parts
+}
+
+// quotaNodes returns the nodes quota id q lived on in the run: those
+// holding its counter or parts at the end, and user's quota node of route
+// in every placement of the run.
+func (x *exposer) quotaNodes(q, route, user string) map[string]bool {
+	nodes := map[string]bool{}
+	for n := range x.quotaAt[q] {
+		nodes[n] = true
+	}
+	for _, p := range x.seen {
+		if n := p.quotaNode(route, user); n != "" {
+			nodes[n] = true
+		}
+	}
+	return nodes
+}
+
+// order weighs one client order against the lost windows: exposed when
+// its calls or its expiry overlapped a window and it touches the window's
+// node; its quota ids are in quotas when they lived on that node, and in
+// sold when the order is exposed.
+func (x *exposer) order(o *order) {
+	o.mu.Lock()
+	first, last := o.first, o.last
+	receipts := o.receipts
+	o.mu.Unlock()
+	if first.IsZero() {
+		return
+	}
+	nodes := map[string]bool{}
+	for n := range x.held[o.ID] {
+		nodes[n] = true
+	}
+	for _, r := range receipts {
+		nodes[r.Node] = true
+	}
+	for _, p := range x.seen {
+		nodes[p.homes.Home(o.ID)] = true
+	}
+	quotas := map[string]map[string]bool{} // the order's quota ids → the nodes each lived on
+	for _, it := range o.Items {
+		if o.User == "" {
+			break
+		}
+		q := quotaOf(it.Route, it.SKU, o.User)
+		quotas[q] = x.quotaNodes(q, it.Route, o.User)
+		for n := range quotas[q] {
+			nodes[n] = true
+		}
+	}
+	decided := decidedBy(last, x.win, x.outs, nodes)
+	for _, w := range x.lost {
+		if decided.Before(w.from) || first.After(w.to) {
+			continue
+		}
+		if x.touches(o.ID, receipts, w.node) {
+			x.e.orders[o.ID] = true
+		}
+		for q, on := range quotas {
+			if on[w.node] {
+				x.e.quotas[q] = true
+			}
+		}
+	}
+	if x.e.orders[o.ID] {
+		for q := range quotas {
+			x.e.sold[q] = true
+		}
+	}
+}
+
+// touches reports whether order id has a receipt, a part or a record
+// home on node.
+func (x *exposer) touches(id string, receipts []receipt, node string) bool {
+	if x.onNode[node][id] {
+		return true
+	}
+	for _, r := range receipts {
+		if r.Node == node {
+			return true
+		}
+	}
+	for _, p := range x.seen {
+		if p.homes.Home(id) == node {
+			return true
+		}
+	}
+	return false
+}
+
+// excuses reports whether a violation's detail is about an exposed order,
+// or (data-loss, sync-confirmed) about a node accepted after a rollback.
+// Violations about a quota id are weighed by excusesQuota instead
+// (Report.violateQuota).
 func (e *exposure) excuses(kind, detail string) bool {
 	if e == nil {
 		return false
@@ -230,16 +353,19 @@ func (e *exposure) excuses(kind, detail string) bool {
 		if e.orders[tok] {
 			return true
 		}
-		if i := strings.LastIndex(tok, ":"); i >= 0 && strings.Count(tok, ":") == 2 && e.users[tok[i+1:]] {
-			return true // a route:sku:user quota id
-		}
-	}
-	if kind == "user-limit" || kind == "quota-balance" {
-		for _, f := range strings.Fields(detail) {
-			if e.users[f] && strings.Contains(detail, "user "+f+" ") {
-				return true
-			}
-		}
 	}
 	return false
+}
+
+// excusesQuota reports whether a violation about quota id q
+// (route:sku:user) is one the run's losses explain: its counter or quota
+// parts lived on a node while it lost writes of an order of that user and
+// SKU (quotas), or, when the violation compares the user's confirmed
+// stock units with the quota (stock), an exposed order of that user and
+// SKU may have lost a stock part's writes (sold).
+func (e *exposure) excusesQuota(q string, stock bool) bool {
+	if e == nil {
+		return false
+	}
+	return e.quotas[q] || (stock && e.sold[q])
 }

@@ -56,7 +56,7 @@ func TestExposedFollowsExpiryPutOffByOutages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	homes := []*inventory.Homes{h}
+	homes := []placement{{homes: h}}
 	e := exposed(lost, outs, orders, st, homes, win)
 	if !e.orders["late"] {
 		t.Errorf("the order whose expiry n2's stall put off into n3's lost window is not exposed")
@@ -102,7 +102,7 @@ func TestExposedByAPromiseAtAReplacedIncarnation(t *testing.T) {
 		return &inventory.OrderRecord{Status: inventory.OrderReserved, User: user, Parts: parts}
 	}
 	promised := func(node, inc string) inventory.OrderPart {
-		return inventory.OrderPart{ID: "x", Node: node, Kind: inventory.PartStock, Qty: 1, Incarnation: inc}
+		return inventory.OrderPart{ID: "x", Node: node, Kind: inventory.PartStock, Route: "r", SKU: "s", Qty: 1, Incarnation: inc}
 	}
 	st := &state{nodes: map[string]*nodeState{
 		"n1": {name: "n1", incarnation: "i1", parts: map[string]*inventory.PartRecord{}, orders: map[string]*inventory.OrderRecord{
@@ -120,10 +120,59 @@ func TestExposedByAPromiseAtAReplacedIncarnation(t *testing.T) {
 		orders = append(orders, o)
 	}
 	e := exposed(lost, nil, orders, st, nil, win)
-	if !e.orders["replaced"] || !e.users["u1"] {
-		t.Errorf("the order promised at n2's replaced incarnation is not exposed (orders %v, users %v)", e.orders, e.users)
+	if !e.orders["replaced"] || !e.sold["r:s:u1"] {
+		t.Errorf("the order promised at n2's replaced incarnation is not exposed (orders %v, sold %v)", e.orders, e.sold)
 	}
-	if e.orders["current"] || e.orders["elsewhere"] || e.users["u2"] || e.users["u3"] {
-		t.Errorf("exposed %v (users %v), want only the order promised at n2's replaced incarnation", e.orders, e.users)
+	if e.orders["current"] || e.orders["elsewhere"] || e.sold["r:s:u2"] || e.sold["r:s:u3"] {
+		t.Errorf("exposed %v (sold %v), want only the order promised at n2's replaced incarnation", e.orders, e.sold)
+	}
+}
+
+// A rollback excuses a per-user limit or quota violation only for a quota
+// whose counter lived on the node that lost writes while an order of that
+// user and SKU ran (or, comparing confirmed stock units with the quota,
+// for an exposed order's user and SKU): before, a rollback of n1 excused
+// u1's counter over its limit on n2, which n1's loss cannot explain.
+func TestExcusedQuotaLivedOnTheLostNode(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	win := decideWindow{ttl: 3 * time.Second, slack: 2 * time.Second}
+	overLimit := func(st *state) { st.nodes["n2"].quota["inv:quota:a:3:lim:u1"] = "5" }
+	stockLost := func(st *state) { // n1 lost c0-1's confirm of its stock part
+		n1 := st.nodes["n1"]
+		n1.parts["c0-1|t1|0"].State = inventory.PartCancelled
+		n1.stock["inv:stock:a:lim"]["available"], n1.stock["inv:stock:a:lim"]["confirmed"] = "10", "0"
+	}
+	for _, tc := range []struct {
+		name     string
+		node     string  // rolled back
+		ordered  float64 // c0-1's calls, seconds after t0; the window is 50-53 s
+		mutate   func(st *state)
+		kind     string
+		excused  bool
+		excused2 string // a kind that must be excused too, if any
+	}{
+		{"quota on another node", "n1", 51, overLimit, "user-limit", false, ""},
+		{"quota on the lost node", "n2", 51, overLimit, "user-limit", true, ""},
+		{"quota on the lost node, orders long before", "n2", 20, overLimit, "user-limit", false, ""},
+		{"an exposed order's stock part lost", "n1", 51, stockLost, "quota-balance", true, "mixed-outcome"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, orders, skus, homes := fixture(t)
+			for _, o := range orders {
+				o.first, o.last = at(tc.ordered-0.5), at(tc.ordered)
+			}
+			tc.mutate(st)
+			lost := []lossWindow{{node: tc.node, from: at(50), to: at(53)}}
+			rep := newReport(Options{})
+			rep.excuse = exposed(lost, nil, orders, st, []placement{{homes: homes}}, win)
+			check(rep, st, orders, skus, homes)
+			if got := rep.ViolationCounts[tc.kind] == 0 && rep.Excused[tc.kind] > 0; got != tc.excused {
+				t.Errorf("%s excused = %v, want %v: violations %+v, excused %v", tc.kind, got, tc.excused, rep.Violations, rep.ExcusedExamples)
+			}
+			if tc.excused2 != "" && rep.ViolationCounts[tc.excused2] > 0 {
+				t.Errorf("%s not excused: %+v", tc.excused2, rep.Violations)
+			}
+		})
 	}
 }

@@ -110,10 +110,26 @@ func (r *Report) OK() bool {
 	return len(r.ViolationCounts) == 0
 }
 
+// violate records a violation, excused when it is about an order or node
+// the run's losses expose (exposure.excuses).
 func (r *Report) violate(kind, format string, args ...any) {
+	detail := fmt.Sprintf(format, args...)
+	r.record(kind, detail, func(e *exposure) bool { return e.excuses(kind, detail) })
+}
+
+// violateQuota records a violation about quota id q (route:sku:user),
+// excused only when the run's losses explain it (exposure.excusesQuota;
+// stock: it compares the user's confirmed stock units with the quota).
+func (r *Report) violateQuota(kind, q string, stock bool, format string, args ...any) {
+	r.record(kind, fmt.Sprintf(format, args...), func(e *exposure) bool { return e.excusesQuota(q, stock) })
+}
+
+// record counts a violation of kind, or an excused one when excused says
+// so of the run's exposure.
+func (r *Report) record(kind, detail string, excused func(*exposure) bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if detail := fmt.Sprintf(format, args...); r.excuse.excuses(kind, detail) {
+	if excused(r.excuse) {
 		if r.Excused == nil {
 			r.Excused = map[string]int{}
 		}
@@ -125,7 +141,7 @@ func (r *Report) violate(kind, format string, args ...any) {
 	}
 	r.ViolationCounts[kind]++
 	if r.ViolationCounts[kind] <= maxPerKind {
-		r.Violations = append(r.Violations, Violation{Kind: kind, Detail: fmt.Sprintf(format, args...)})
+		r.Violations = append(r.Violations, Violation{Kind: kind, Detail: detail})
 	}
 }
 

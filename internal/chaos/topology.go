@@ -14,6 +14,7 @@ import (
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/service"
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/router"
 )
 
 // The topology nemesis: the spare node joins route "a" (or leaves it
@@ -26,6 +27,40 @@ import (
 
 // FaultTopology is a topology change: "+n5" joins route a, "-n5" leaves it.
 const FaultTopology = "topology change"
+
+// placement is where one topology of the run puts order records (homes)
+// and users' quota counters (layout: a user's quota node of a route is
+// the home of "user:"+user in the route's ring, inventory's quotaNode).
+type placement struct {
+	homes  *inventory.Homes
+	layout *router.Layout
+}
+
+// placementOf is the placement of configuration cfg.
+func placementOf(cfg *config.Config) (placement, error) {
+	homes, err := inventory.NewHomes(cfg)
+	if err != nil {
+		return placement{}, err
+	}
+	layout, err := router.NewLayout(cfg)
+	if err != nil {
+		return placement{}, err
+	}
+	return placement{homes: homes, layout: layout}, nil
+}
+
+// quotaNode is the node that counts user's per-user quotas of route in
+// this placement ("" when the placement has no such route).
+func (p placement) quotaNode(route, user string) string {
+	if p.layout == nil {
+		return ""
+	}
+	n, err := p.layout.Home(invServer, route, "user:"+user)
+	if err != nil {
+		return ""
+	}
+	return n
+}
 
 // config returns the configuration of the current topology.
 func (c *cluster) config() *config.Config {
@@ -124,14 +159,14 @@ func (n *nemesis) topologyChange(ctx context.Context) {
 	if rep.Phase == topology.PhaseMigrating {
 		f.Target += " (migrating)"
 	}
-	homes, herr := inventory.NewHomes(&next)
+	pl, herr := placementOf(&next)
 	if herr != nil {
 		f.Err = herr.Error()
 	}
 	c.mu.Lock()
 	prev := c.srv
-	c.cfg, c.routes, c.homes = &next, routes, homes
-	c.homesSeen = append(c.homesSeen, homes)
+	c.cfg, c.routes, c.homes = &next, routes, pl.homes
+	c.seen = append(c.seen, pl)
 	c.srv, c.addr = srv, srv.Addr()
 	c.inv, c.admin = newClients(c.httpc, c.addr)
 	c.mu.Unlock()
