@@ -334,14 +334,15 @@ func (x *exposer) touches(id string, receipts []receipt, node string) bool {
 }
 
 // excuses reports whether a violation's detail is about an exposed order,
-// or (data-loss, sync-confirmed) about a node accepted after a rollback.
-// Violations about a quota id are weighed by excusesQuota instead
-// (Report.violateQuota).
+// or (data-loss) about a node accepted after a rollback. Violations about
+// a quota id are weighed by excusesQuota instead (Report.violateQuota),
+// those the database holds against a node by what its loss can explain
+// (Report.violateOnLostNode).
 func (e *exposure) excuses(kind, detail string) bool {
 	if e == nil {
 		return false
 	}
-	if kind == "data-loss" || kind == "sync-confirmed" {
+	if kind == "data-loss" {
 		for n := range e.nodes {
 			if strings.HasPrefix(detail, "node "+n+":") {
 				return true

@@ -124,6 +124,13 @@ func (r *Report) violateQuota(kind, q string, stock bool, format string, args ..
 	r.record(kind, fmt.Sprintf(format, args...), func(e *exposure) bool { return e.excusesQuota(q, stock) })
 }
 
+// violateOnLostNode records a violation about node that its loss of
+// writes can explain only when lossExplains: excused then if node was
+// accepted after a rollback (exposure.nodes), never otherwise.
+func (r *Report) violateOnLostNode(node string, lossExplains bool, kind, format string, args ...any) {
+	r.record(kind, fmt.Sprintf(format, args...), func(e *exposure) bool { return lossExplains && e != nil && e.nodes[node] })
+}
+
 // record counts a violation of kind, or an excused one when excused says
 // so of the run's exposure.
 func (r *Report) record(kind, detail string, excused func(*exposure) bool) {

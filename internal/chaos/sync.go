@@ -28,8 +28,10 @@ import (
 //     (every part settled on the nodes is settled in the database);
 //   - sync-confirmed: per node and SKU, the confirmed rows' quantities add
 //     up to the node's confirmed counter (no sale missing, none twice);
-//     excused on a node accepted after a rollback (the database keeps the
-//     sales the node lost, as it should);
+//     on a node accepted after a rollback, the database holding more
+//     confirmed units than the node is excused (it keeps the sales the
+//     node lost, as it should), never the database holding fewer (sales
+//     the node acknowledged that never landed);
 //   - sync-seen-confirmed: an order a client saw confirmed has confirmed
 //     rows for all its items' quantities; sync-seen-cancelled and
 //     sync-never-confirmed: one a client saw cancelled, or that no client
@@ -257,7 +259,8 @@ func (s *recordSync) check(rep *Report, st *state, orders []*order) error {
 }
 
 // checkSyncedStock compares, per node and stock key, the confirmed rows
-// with the node's confirmed counter.
+// with the node's confirmed counter. Only more confirmed in the database
+// than on the node is what a node's loss explains (violateOnLostNode).
 func checkSyncedStock(rep *Report, st *state, sums map[string]map[string]*syncSums) {
 	for _, name := range st.names {
 		ns := st.nodes[name]
@@ -269,12 +272,14 @@ func checkSyncedStock(rep *Report, st *state, sums map[string]map[string]*syncSu
 				db = *s
 			}
 			if c := atoi(f["confirmed"]); c != db.confirmed {
-				rep.violate("sync-confirmed", "node %s: %s: confirmed %d on the node, %d in stock_movements", name, key, c, db.confirmed)
+				rep.violateOnLostNode(name, db.confirmed > c, "sync-confirmed", "node %s: %s: confirmed %d on the node, %d in stock_movements",
+					name, key, c, db.confirmed)
 			}
 		}
 		for key, s := range sums[name] {
 			if !seen[key] && s.confirmed != 0 {
-				rep.violate("sync-confirmed", "node %s: %s: no counter on the node, %d confirmed in stock_movements", name, key, s.confirmed)
+				rep.violateOnLostNode(name, s.confirmed > 0, "sync-confirmed", "node %s: %s: no counter on the node, %d confirmed in stock_movements",
+					name, key, s.confirmed)
 			}
 		}
 	}
