@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/pgsync"
 )
 
 // fixture is a small consistent end state: order c0-1 (user u1, 2 units
@@ -278,6 +280,32 @@ func TestCheckSyncedStockOnALostNode(t *testing.T) {
 			checkSyncedStock(rep, st, map[string]map[string]*syncSums{"n1": {"inv:stock:a:lim": {confirmed: tc.db}}})
 			if got := rep.ViolationCounts["sync-confirmed"] == 0 && rep.Excused["sync-confirmed"] == 1; got != tc.excused {
 				t.Errorf("excused = %v, want %v: violations %+v, excused %v", got, tc.excused, rep.Violations, rep.Excused)
+			}
+		})
+	}
+}
+
+// A sync status that could not be read, or that lists no node, fails
+// sync-caught-up: before, a failed read left no status to flag and the
+// check passed.
+func TestCheckCaughtUp(t *testing.T) {
+	caught := []pgsync.NodeStatus{{Node: "n1"}, {Node: "n2"}}
+	for _, tc := range []struct {
+		name string
+		sts  []pgsync.NodeStatus
+		err  error
+		ok   bool
+	}{
+		{"every node caught up", caught, nil, true},
+		{"a node lags", []pgsync.NodeStatus{{Node: "n1"}, {Node: "n2", Lag: 3}}, nil, false},
+		{"the read timed out", nil, context.DeadlineExceeded, false},
+		{"no node listed", nil, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := newReport(Options{})
+			all := checkCaughtUp(rep, tc.sts, tc.err)
+			if got := rep.ViolationCounts["sync-caught-up"] == 0; got != tc.ok || all != tc.ok {
+				t.Errorf("caught up = %v (reported %v), want %v: %+v", got, all, tc.ok, rep.Violations)
 			}
 		})
 	}

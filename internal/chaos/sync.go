@@ -25,7 +25,9 @@ import (
 // nodes:
 //
 //   - sync-caught-up: every node's redo log landed and no row is pending
-//     (every part settled on the nodes is settled in the database);
+//     (every part settled on the nodes is settled in the database); a
+//     status that could not be read (after retries with longer timeouts)
+//     or that lists no node is a violation too, never a pass;
 //   - sync-confirmed: per node and SKU, the confirmed rows' quantities add
 //     up to the node's confirmed counter (no sale missing, none twice);
 //     on a node accepted after a rollback, the database holding more
@@ -55,6 +57,7 @@ type recordSync struct {
 	quiesced  bool
 	caught    []pgsync.NodeStatus
 	caughtAll bool
+	caughtErr error // the last status read's error, if it failed
 }
 
 // startSync starts PostgreSQL and a sync instance over the run's
@@ -124,32 +127,46 @@ func (s *recordSync) close() error {
 	return s.pg.Close()
 }
 
-// status reads the sync status of every node (pgsync.Status).
-func (s *recordSync) status() ([]pgsync.NodeStatus, error) {
+// status reads the sync status of every node (pgsync.Status) within
+// timeout.
+func (s *recordSync) status(timeout time.Duration) ([]pgsync.NodeStatus, error) {
 	st := s.current()
 	if st == nil {
 		return nil, errors.New("chaos: the sync did not restart")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	return pgsync.Status(ctx, st.Inventory, st.Pool)
 }
+
+// Status reads start with statusTimeout; each failed one doubles it, up
+// to statusTimeoutMax (a loaded machine, a database busy landing).
+const (
+	statusTimeout    = 5 * time.Second
+	statusTimeoutMax = 30 * time.Second
+)
 
 // caughtUp reports whether a node's sync status shows its redo log
 // landed with no row pending.
 func caughtUp(n pgsync.NodeStatus) bool { return n.Err == "" && n.Lag == 0 && n.Pending == 0 }
 
 // waitStatus reads the sync status every 250 ms until done says so of it
-// or timeout passes; it returns the last statuses and whether done said so.
-func (s *recordSync) waitStatus(timeout time.Duration, done func([]pgsync.NodeStatus) bool) ([]pgsync.NodeStatus, bool) {
+// or timeout passes (a read under way when it passes is let finish); it
+// returns the last statuses, whether done said so, and the last read's
+// error (nil statuses then).
+func (s *recordSync) waitStatus(timeout time.Duration, done func([]pgsync.NodeStatus) bool) ([]pgsync.NodeStatus, bool, error) {
 	deadline := time.Now().Add(timeout)
+	readTimeout := statusTimeout
 	for {
-		sts, err := s.status()
+		sts, err := s.status(readTimeout)
 		if err == nil && done(sts) {
-			return sts, true
+			return sts, true, nil
+		}
+		if err != nil {
+			readTimeout = min(2*readTimeout, statusTimeoutMax)
 		}
 		if time.Now().After(deadline) {
-			return sts, false
+			return sts, false, err
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -157,7 +174,7 @@ func (s *recordSync) waitStatus(timeout time.Duration, done func([]pgsync.NodeSt
 
 // waitNode waits up to timeout until node is caught up.
 func (s *recordSync) waitNode(node string, timeout time.Duration) bool {
-	_, ok := s.waitStatus(timeout, func(sts []pgsync.NodeStatus) bool {
+	_, ok, _ := s.waitStatus(timeout, func(sts []pgsync.NodeStatus) bool {
 		for _, n := range sts {
 			if n.Node == node && caughtUp(n) {
 				return true
@@ -169,8 +186,8 @@ func (s *recordSync) waitNode(node string, timeout time.Duration) bool {
 }
 
 // waitCaughtUp waits up to syncCatchUp until every node is caught up; it
-// returns the last statuses and whether they were.
-func (s *recordSync) waitCaughtUp() ([]pgsync.NodeStatus, bool) {
+// returns the last statuses, whether they were, and the last read's error.
+func (s *recordSync) waitCaughtUp() ([]pgsync.NodeStatus, bool, error) {
 	return s.waitStatus(syncCatchUp, func(sts []pgsync.NodeStatus) bool {
 		for _, n := range sts {
 			if !caughtUp(n) {
@@ -191,7 +208,7 @@ func (s *recordSync) waitCaughtUp() ([]pgsync.NodeStatus, bool) {
 // and the nodes'; checkRedoRead allows for a trim of what was acknowledged
 // before, seed 447).
 func (s *recordSync) quiesce() {
-	s.caught, s.caughtAll = s.waitCaughtUp()
+	s.caught, s.caughtAll, s.caughtErr = s.waitCaughtUp()
 	s.quiesced = true
 	if st := s.current(); st != nil {
 		st.Syncer.Close()
@@ -204,18 +221,11 @@ type syncSums struct{ confirmed int64 }
 // check holds the database against the nodes' state st and the orders
 // the clients saw (the package comment above).
 func (s *recordSync) check(rep *Report, st *state, orders []*order) error {
-	sts, ok := s.caught, s.caughtAll
+	sts, err := s.caught, s.caughtErr
 	if !s.quiesced {
-		sts, ok = s.waitCaughtUp()
+		sts, _, err = s.waitCaughtUp()
 	}
-	if !ok {
-		for _, n := range sts {
-			if !caughtUp(n) {
-				rep.violate("sync-caught-up", "node %s: lag %d, pending rows %d, error %q %v after healing",
-					n.Node, n.Lag, n.Pending, n.Err, syncCatchUp)
-			}
-		}
-	}
+	checkCaughtUp(rep, sts, err)
 	syn := s.current()
 	if syn == nil {
 		rep.violate("sync-caught-up", "the sync did not restart after a topology change")
@@ -256,6 +266,31 @@ func (s *recordSync) check(rep *Report, st *state, orders []*order) error {
 	rep.note("sync: %d rows in stock_movements", total)
 	checkSyncedStock(rep, st, sums)
 	return checkSeenConfirmed(ctx, syn, rep, orders)
+}
+
+// checkCaughtUp holds the sync's last status read after healing (sts, or
+// the read's error err) against sync-caught-up: every node it lists is
+// caught up. A read that failed, or that lists no node, says nothing of
+// the database: a violation as well. It reports whether the status shows
+// every node caught up.
+func checkCaughtUp(rep *Report, sts []pgsync.NodeStatus, err error) bool {
+	switch {
+	case err != nil:
+		rep.violate("sync-caught-up", "the sync status could not be read for %v after healing: %v", syncCatchUp, err)
+		return false
+	case len(sts) == 0:
+		rep.violate("sync-caught-up", "the sync status after healing lists no node")
+		return false
+	}
+	all := true
+	for _, n := range sts {
+		if !caughtUp(n) {
+			rep.violate("sync-caught-up", "node %s: lag %d, pending rows %d, error %q %v after healing",
+				n.Node, n.Lag, n.Pending, n.Err, syncCatchUp)
+			all = false
+		}
+	}
+	return all
 }
 
 // checkSyncedStock compares, per node and stock key, the confirmed rows
