@@ -34,6 +34,9 @@ import (
 //     confirmed units than the node is excused (it keeps the sales the
 //     node lost, as it should), never the database holding fewer (sales
 //     the node acknowledged that never landed);
+//   - sync-part: once it caught up, every stock part a node holds
+//     confirmed or cancelled has the row the sync's contract gives it,
+//     with the part's state and quantity (sync_parts.go);
 //   - sync-seen-confirmed: an order a client saw confirmed has confirmed
 //     rows for all its items' quantities; sync-seen-cancelled and
 //     sync-never-confirmed: one a client saw cancelled, or that no client
@@ -225,7 +228,7 @@ func (s *recordSync) check(rep *Report, st *state, orders []*order) error {
 	if !s.quiesced {
 		sts, _, err = s.waitCaughtUp()
 	}
-	checkCaughtUp(rep, sts, err)
+	caught := checkCaughtUp(rep, sts, err)
 	syn := s.current()
 	if syn == nil {
 		rep.violate("sync-caught-up", "the sync did not restart after a topology change")
@@ -265,6 +268,15 @@ func (s *recordSync) check(rep *Report, st *state, orders []*order) error {
 	}
 	rep.note("sync: %d rows in stock_movements", total)
 	checkSyncedStock(rep, st, sums)
+	if caught {
+		parts, err := readSyncRows(ctx, syn.Pool)
+		if err != nil {
+			return err
+		}
+		checkSyncedParts(rep, st, parts)
+	} else {
+		rep.note("sync: rows not compared part by part: the sync did not catch up (sync-caught-up)")
+	}
 	return checkSeenConfirmed(ctx, syn, rep, orders)
 }
 
