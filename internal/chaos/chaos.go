@@ -290,12 +290,12 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	// Heal everything, then give the reconciler one TTL, the attempt lease
 	// if needed, and a few passes.
 	if err := c.healAll(); err != nil {
-		return rep, err
+		return rep.unchecked(err)
 	}
 	time.Sleep(opts.ReservationTTL + 2*opts.ReconcileInterval)
 	left, err := c.waitNoPending(opts.HealTimeout)
 	if err != nil {
-		return rep, err
+		return rep.unchecked(err)
 	}
 	rep.HealTook = time.Since(loadEnd)
 	fmt.Fprintf(out, "%s healed in %v, %d parts pending\n", c.since(), rep.HealTook.Round(100*time.Millisecond), left)
@@ -319,7 +319,7 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	// Check from the nodes themselves.
 	st, err := c.readState()
 	if err != nil {
-		return rep, err
+		return rep.unchecked(err)
 	}
 	st.svcRedo = svcRedo
 	c.mu.Lock()
@@ -334,7 +334,7 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	check(rep, st, w.orders, skus, homes)
 	if rs != nil {
 		if err := rs.check(rep, st, w.orders); err != nil {
-			return rep, err
+			return rep.unchecked(err)
 		}
 	}
 	for name, inc := range incarnations {

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -190,6 +191,30 @@ func TestReportSummarisesExcused(t *testing.T) {
 	r.Print(&b)
 	if out := b.String(); !strings.Contains(out, "    part p0 missing") && !strings.Contains(out, "    node n2: part p0 missing") {
 		t.Fatalf("verbose report lacks the examples:\n%s", out)
+	}
+}
+
+// A run whose checks did not run to the end (a node that could not be
+// read after healing) prints that, never PASS, whether or not a violation
+// was found before; before, it printed "PASS: no violation".
+func TestReportUnchecked(t *testing.T) {
+	for _, violations := range []int{0, 1} {
+		r := newReport(Options{Seed: 7})
+		for range violations {
+			r.violate("rollback-undetected", "node n1: applied writes")
+		}
+		if _, err := r.unchecked(errors.New("chaos: reading node n2: i/o timeout")); err == nil {
+			t.Fatal("unchecked dropped the error")
+		}
+		var b strings.Builder
+		r.Print(&b)
+		out := b.String()
+		if strings.Contains(out, "PASS") || !strings.Contains(out, "NOT CHECKED") || !strings.Contains(out, "reading node n2") {
+			t.Errorf("%d violations: the report does not say the checks did not run:\n%s", violations, out)
+		}
+		if violations > 0 && !strings.Contains(out, "FAIL: 1 violations") {
+			t.Errorf("the violation found before is not listed:\n%s", out)
+		}
 	}
 }
 

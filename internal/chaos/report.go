@@ -66,7 +66,12 @@ type Report struct {
 	ExcusedExamples []string
 	// Verbose makes Print list ExcusedExamples under their counts.
 	Verbose bool
-	excuse  *exposure
+	// Unchecked says why the checks did not run to the end (a node that
+	// could not be read, the pending parts index unreadable, the
+	// database's rows unreadable); "" when they did. A report with it
+	// never prints PASS: no violation found says nothing then.
+	Unchecked string
+	excuse    *exposure
 
 	LoadTook time.Duration // from the start until the clients stopped
 	HealTook time.Duration // from the load's end until no part was pending
@@ -101,6 +106,15 @@ func newReport(o Options) *Report {
 	return &Report{Seed: o.Seed, Duration: o.Duration, Clients: o.Clients, Nodes: o.Nodes, Topology: o.topology(),
 		Ops: map[string]map[string]int64{}, Statuses: map[string]int{}, Known: map[string]int{},
 		ViolationCounts: map[string]int{}}
+}
+
+// unchecked records that the checks did not run to the end because of
+// err, and returns the report and err (Run's answer then).
+func (r *Report) unchecked(err error) (*Report, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.Unchecked = err.Error()
+	return r, err
 }
 
 // OK reports whether the run found no violation.
@@ -317,8 +331,20 @@ func (r *Report) Print(w io.Writer) {
 			fmt.Fprintf(w, "  %s\n", n)
 		}
 	}
+	r.printVerdict(w)
+}
+
+// printVerdict writes PASS, FAIL and the violations, or, when the checks
+// did not run to the end, that they did not (with any violations found
+// before).
+func (r *Report) printVerdict(w io.Writer) {
+	if r.Unchecked != "" {
+		fmt.Fprintf(w, "\nNOT CHECKED: the checks did not run to the end (seed %d): %s\n", r.Seed, r.Unchecked)
+	}
 	if len(r.ViolationCounts) == 0 {
-		fmt.Fprintf(w, "\nPASS: no violation (seed %d)\n", r.Seed)
+		if r.Unchecked == "" {
+			fmt.Fprintf(w, "\nPASS: no violation (seed %d)\n", r.Seed)
+		}
 		return
 	}
 	n := 0
