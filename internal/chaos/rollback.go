@@ -2,12 +2,14 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/redis/go-redis/v9"
 
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 )
@@ -49,13 +51,11 @@ func (n *nemesis) rollback(ctx context.Context, name string, hold time.Duration)
 	}
 	from := time.Now()
 	sleepCtx(ctx, hold)
-	seqAt := func() int64 {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		v, _ := c.directClient(name).HGet(cctx, "shardis:node", "seq").Int64()
-		return v
+	before, err := c.seqAt(name)
+	if err != nil { // nothing restarted yet: nothing lost
+		f.Err = "write seq before the restart: " + err.Error()
+		return
 	}
-	before := seqAt()
 	lost := lossWindow{node: name, from: from}
 	repairs := len(p.AOFRepairs())
 	if err := p.RestartFrom(snap); err != nil {
@@ -66,41 +66,16 @@ func (n *nemesis) rollback(ctx context.Context, name string, hold time.Duration)
 	// (seed 415 before the nodes refused such a file: a later restart
 	// applied half a script, and a/hot on n1 sold 171 of its 170 units)
 	n.noteRepairs(name, p.AOFRepairs()[repairs:])
-	after := seqAt()
-	if after >= before {
+	r := refusal{before: before}
+	r.after, r.afterErr = c.seqAt(name)
+	if r.afterErr == nil && r.after >= before {
 		f.Target += " (nothing written meanwhile)"
 		return
 	}
-	f.Target += fmt.Sprintf(" (write seq %d→%d)", before, after)
-	// It must be refused, by reason, before it serves a write. A service
-	// that sent it nothing since the kill may still list it UP (it has
-	// not noticed the restart: no probe yet); what it must not do is
-	// apply a write to the older data (the node's write sequence moves)
-	// or list it UP again after it noticed (DOWN, then UP, without an
-	// accept).
-	deadline := time.Now().Add(15 * time.Second)
-	noticed := false
-	for {
-		st, reason := c.nodeState(name)
-		if st == v1.NodeState_NODE_STATE_DOWN && strings.Contains(reason, "rolled back") {
-			break
-		}
-		if st == v1.NodeState_NODE_STATE_UP && noticed {
-			n.rep.violate("rollback-undetected", "node %s came back from an older snapshot (write seq %d, was %d) and was UP again after it was noticed DOWN: %s", name, after, before, reason)
-			break
-		}
-		if st == v1.NodeState_NODE_STATE_DOWN {
-			noticed = true
-		}
-		if time.Now().After(deadline) {
-			f.Err = fmt.Sprintf("not refused within 15s (state %v, reason %q)", st, reason)
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if now := seqAt(); now > after {
-		n.rep.violate("rollback-undetected", "node %s came back from an older snapshot (write seq %d, was %d) and applied %d writes to its older data before it was refused", name, after, before, now-after)
-	}
+	f.Target += fmt.Sprintf(" (write seq %d→%s)", before, r.afterText())
+	n.waitRefused(name, &r)
+	r.now, r.nowErr = c.seqAt(name)
+	judgeRollback(n.rep, name, r)
 	for try := 0; ; try++ {
 		_, admin := c.rpc()
 		actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -119,6 +94,110 @@ func (n *nemesis) rollback(ctx context.Context, name string, hold time.Duration)
 	n.mu.Lock()
 	n.lost = append(n.lost, lost)
 	n.mu.Unlock()
+}
+
+// refusal is what the rollback nemesis saw of a node restarted from
+// older data: its write sequence before the restart, after it, and once
+// the wait for its refusal ended (each with its read's error), and how
+// that wait ended.
+type refusal struct {
+	before, after, now int64
+	afterErr, nowErr   error
+	refused            bool          // listed DOWN, "rolled back", within refuseWithin
+	upAgain            bool          // listed UP again after it was listed DOWN
+	waited             time.Duration // until refused, UP again, or refuseWithin
+	state              v1.NodeState  // the last state the service listed
+	reason             string        // and its down reason
+}
+
+// refuseWithin bounds the wait for the service to refuse a node restarted
+// from older data: it probes every node every heartbeat (200 ms).
+const refuseWithin = 15 * time.Second
+
+// afterText is the write sequence read after the restart, "?" if the
+// read failed.
+func (r refusal) afterText() string {
+	if r.afterErr != nil {
+		return "?"
+	}
+	return fmt.Sprint(r.after)
+}
+
+// waitRefused polls the service's view of node name until it lists it
+// DOWN as rolled back, lists it UP again after it listed it DOWN, or
+// refuseWithin passes, and records how the wait ended in r. A service
+// that sent the node nothing since the kill may list it UP until its next
+// probe: only UP after DOWN, without an accept, is a wrong answer.
+func (n *nemesis) waitRefused(name string, r *refusal) {
+	start := time.Now()
+	noticed := false
+	for {
+		r.state, r.reason = n.c.nodeState(name)
+		r.waited = time.Since(start)
+		switch {
+		case r.state == v1.NodeState_NODE_STATE_DOWN && strings.Contains(r.reason, "rolled back"):
+			r.refused = true
+			return
+		case r.state == v1.NodeState_NODE_STATE_UP && noticed:
+			r.upAgain = true
+			return
+		case r.state == v1.NodeState_NODE_STATE_DOWN:
+			noticed = true
+		}
+		if r.waited > refuseWithin {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// judgeRollback holds what the rollback nemesis saw of node name (r)
+// against the promise: the service refuses the node (DOWN, "rolled
+// back") within refuseWithin, does not list it UP again before an accept,
+// and applies no write to its older data (the write sequence does not
+// move past the one read after the restart). A sequence that could not be
+// read, after the restart or after the wait, leaves that last check
+// undone: a violation too, never a pass.
+func judgeRollback(rep *Report, name string, r refusal) {
+	was := fmt.Sprintf("write seq %s, was %d", r.afterText(), r.before)
+	switch {
+	case r.upAgain:
+		rep.violate("rollback-undetected", "node %s came back from an older snapshot (%s) and was UP again after it was noticed DOWN: %s", name, was, r.reason)
+	case !r.refused:
+		rep.violate("rollback-undetected", "node %s came back from an older snapshot (%s) and was not refused within %v (state %v, reason %q)",
+			name, was, refuseWithin, r.state, r.reason)
+	}
+	switch {
+	case r.afterErr != nil:
+		rep.violate("rollback-unchecked", "node %s came back from an older snapshot: its write sequence could not be read after the restart (%v), so whether it applied writes to its older data is unknown", name, r.afterErr)
+	case r.nowErr != nil:
+		rep.violate("rollback-unchecked", "node %s came back from an older snapshot (%s): its write sequence could not be read after the wait for its refusal (%v), so whether it applied writes to its older data is unknown", name, was, r.nowErr)
+	case r.now > r.after:
+		rep.violate("rollback-undetected", "node %s came back from an older snapshot (%s) and applied %d writes to its older data before it was refused", name, was, r.now-r.after)
+	}
+}
+
+// seqAt reads node name's write sequence (shardis:node seq; 0 before its
+// first write), retrying for up to 5 s a node that does not answer yet (a
+// restart still loading its data).
+func (c *cluster) seqAt(name string) (int64, error) {
+	var err error
+	for try := 0; try < 20; try++ {
+		if try > 0 {
+			time.Sleep(250 * time.Millisecond)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		var v int64
+		v, err = c.directClient(name).HGet(ctx, "shardis:node", "seq").Int64()
+		cancel()
+		switch {
+		case err == nil:
+			return v, nil
+		case errors.Is(err, redis.Nil):
+			return 0, nil
+		}
+	}
+	return 0, fmt.Errorf("reading the write sequence of %s: %w", name, err)
 }
 
 // nodeState asks the service for a node's state and down reason.
