@@ -33,6 +33,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/shardis/shardis/config"
+	v1 "github.com/shardis/shardis/proto/shardis/v1"
 )
 
 // attemptLease is inventory.Options.AttemptLease as the service uses it
@@ -302,16 +303,7 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	if rs != nil {
 		rs.quiesce() // no acknowledgement from here on: the trims stop soon
 	}
-	svcRedo, redoErr := c.redoViaService()
-	switch c := connect.CodeOf(redoErr); {
-	case redoErr == nil:
-	case c == connect.CodeUnavailable || c == connect.CodeDeadlineExceeded:
-		// A flapping node (overloaded machine), not a wrong answer; the
-		// nodes' redo logs are still checked directly.
-		rep.note("redo log not compared with ReadRedoLog: %v", redoErr)
-	default:
-		rep.violate("redo-read", "reading the redo log through the AdminService after healing: %v", redoErr)
-	}
+	svcRedo := readRedoToCompare(rep, c.redoViaService, redoReadTries, redoReadWait)
 	if err := c.stopService(); err != nil {
 		rep.violate("service", "shutdown after healing: %v", err)
 	}
@@ -344,6 +336,38 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil
+}
+
+// A ReadRedoLog comparison the service could not answer is read again up
+// to redoReadTries times in all, redoReadWait apart (each read retries
+// every call for ~10 s itself: cluster.redoViaService).
+const (
+	redoReadTries = 4
+	redoReadWait  = 5 * time.Second
+)
+
+// readRedoToCompare reads every redo log through the service (read) after
+// healing, for checkRedoRead. A read the service could not answer
+// (Unavailable, DeadlineExceeded: a node flapping on an overloaded
+// machine, not a wrong answer) is tried again, up to tries reads wait
+// apart, the faults being over. One that still fails, or that fails
+// otherwise, is a redo-read violation: the comparison did not run, and
+// the run must not pass as if it had. It returns what was read, nil then.
+func readRedoToCompare(rep *Report, read func() (map[string]map[string][]*v1.RedoEntry, error), tries int, wait time.Duration) map[string]map[string][]*v1.RedoEntry {
+	var err error
+	for try := 1; ; try++ {
+		var got map[string]map[string][]*v1.RedoEntry
+		if got, err = read(); err == nil {
+			return got
+		}
+		code := connect.CodeOf(err)
+		if try >= tries || (code != connect.CodeUnavailable && code != connect.CodeDeadlineExceeded) {
+			break
+		}
+		time.Sleep(wait)
+	}
+	rep.violate("redo-read", "reading the redo log through the AdminService after healing (%d reads): %v; ReadRedoLog not compared with the nodes", tries, err)
+	return nil
 }
 
 // syncWriter serializes writes of concurrent goroutines.

@@ -1,9 +1,11 @@
 package chaos
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
+	"connectrpc.com/connect"
 	"github.com/redis/go-redis/v9"
 
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
@@ -47,5 +49,42 @@ func TestCheckRedoReadAllowsAnAcknowledgedPrefix(t *testing.T) {
 		if len(rep.Violations) != c.violations {
 			t.Errorf("%s: violations %v; want %d", c.name, rep.Violations, c.violations)
 		}
+	}
+}
+
+// A ReadRedoLog comparison the service could not answer after healing is
+// read again; one it still cannot answer is a violation. Before, it was
+// a note and the run passed without the comparison.
+func TestReadRedoToCompare(t *testing.T) {
+	unavailable := connect.NewError(connect.CodeUnavailable, errors.New("node n2 is down"))
+	logs := map[string]map[string][]*v1.RedoEntry{"n1": {"inv:redo:5": nil}}
+	for _, tc := range []struct {
+		name     string
+		failures int // reads that fail before one succeeds
+		err      error
+		ok       bool
+	}{
+		{"answered", 0, nil, true},
+		{"answered on a later read", 2, unavailable, true},
+		{"never answered", 10, unavailable, false},
+		{"a wrong answer", 1, connect.NewError(connect.CodeInternal, errors.New("bad entry")), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reads := 0
+			read := func() (map[string]map[string][]*v1.RedoEntry, error) {
+				if reads++; reads <= tc.failures {
+					return nil, tc.err
+				}
+				return logs, nil
+			}
+			rep := newReport(Options{})
+			got := readRedoToCompare(rep, read, 4, 0)
+			if compared := got != nil; compared != tc.ok {
+				t.Errorf("compared = %v, want %v (%d reads)", compared, tc.ok, reads)
+			}
+			if violated := rep.ViolationCounts["redo-read"] > 0; violated == tc.ok {
+				t.Errorf("redo-read violated = %v, want %v (%d reads): %+v", violated, !tc.ok, reads, rep.Violations)
+			}
+		})
 	}
 }
