@@ -227,17 +227,25 @@ func checkOrder(rep *Report, v *orderView, homes *inventory.Homes) {
 	}
 }
 
-// checkOrderUser holds the user of an attempt's record (one with a
-// token: a Cancel's tombstone before any Reserve names none) against the
-// user the client sent with every Reserve of the order: the per-user
-// limit is counted for the record's user, so a record of another user (or
-// of none) would let the client's user past its limit unseen.
+// checkOrderUser holds the user of an order's record against the user
+// the client sent with every Reserve of the order: the per-user limit is
+// counted for the record's user, so a record of another user, or a
+// reservation's record of none, would let the client's user past its
+// limit unseen. A record that never held a reservation may name no user:
+// a refusal's fence (failed_here in order.lua: failed, its token, no
+// user), a Cancel's tombstone.
 func checkOrderUser(rep *Report, v *orderView) {
-	if v.rec == nil || v.rec.Token == "" || v.rec.User == v.client.User {
+	r := v.rec
+	if r == nil || r.User == v.client.User {
 		return
 	}
-	rep.violate("order-user", "order %s: its record (%s, token %s) holds user %q, the client reserved it for user %q",
-		v.id, v.status, v.rec.Token, v.rec.User, v.client.User)
+	reservation := r.Status == inventory.OrderReserved || r.Status == inventory.OrderConfirmed ||
+		(r.Status == inventory.OrderCancelled && (r.Reason == inventory.ReasonCancelled || r.Reason == inventory.ReasonExpired))
+	if r.User == "" && !reservation {
+		return
+	}
+	rep.violate("order-user", "order %s: its record (%s, reason %q, token %s) holds user %q, the client reserved it for user %q",
+		v.id, v.status, r.Reason, r.Token, r.User, v.client.User)
 }
 
 // orderUser is the user an order's units count against: the one its

@@ -382,6 +382,10 @@ func TestCheckOrderUser(t *testing.T) {
 		want   []string
 	}{
 		{"another user", func(st *state) { recOf(st).User = "u2" }, []string{"order-user"}},
+		{"a refusal's fence names no user", func(st *state) {
+			r := recOf(st)
+			r.Status, r.Reason, r.User = inventory.OrderFailed, inventory.ReasonRefused, ""
+		}, nil}, // other violations (the parts), but not order-user
 		{"no user, no quota taken", func(st *state) {
 			r := recOf(st)
 			r.User, r.Parts = "", r.Parts[:1] // the stock part only
@@ -398,6 +402,9 @@ func TestCheckOrderUser(t *testing.T) {
 				if rep.ViolationCounts[k] == 0 {
 					t.Errorf("no %s violation; got %+v", k, rep.Violations)
 				}
+			}
+			if tc.want == nil && rep.ViolationCounts["order-user"] > 0 {
+				t.Errorf("order-user violation: %+v", rep.Violations)
 			}
 		})
 	}

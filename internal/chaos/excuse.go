@@ -260,6 +260,20 @@ func (x *exposer) quotaNodes(q, route, user string) map[string]bool {
 	return nodes
 }
 
+// quotasOf returns the quota ids of order o (none without a user), each
+// with the nodes it lived on (quotaNodes).
+func (x *exposer) quotasOf(o *order) map[string]map[string]bool {
+	quotas := map[string]map[string]bool{}
+	if o.User == "" {
+		return quotas
+	}
+	for _, it := range o.Items {
+		q := quotaOf(it.Route, it.SKU, o.User)
+		quotas[q] = x.quotaNodes(q, it.Route, o.User)
+	}
+	return quotas
+}
+
 // order weighs one client order against the lost windows: exposed when
 // its calls or its expiry overlapped a window and it touches the window's
 // node; its quota ids are in quotas when they lived on that node, and in
@@ -282,14 +296,9 @@ func (x *exposer) order(o *order) {
 	for _, p := range x.seen {
 		nodes[p.homes.Home(o.ID)] = true
 	}
-	quotas := map[string]map[string]bool{} // the order's quota ids → the nodes each lived on
-	for _, it := range o.Items {
-		if o.User == "" {
-			break
-		}
-		q := quotaOf(it.Route, it.SKU, o.User)
-		quotas[q] = x.quotaNodes(q, it.Route, o.User)
-		for n := range quotas[q] {
+	quotas := x.quotasOf(o)
+	for _, on := range quotas {
+		for n := range on {
 			nodes[n] = true
 		}
 	}
