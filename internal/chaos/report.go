@@ -57,9 +57,10 @@ type Report struct {
 	// Notes are unexpected but allowed observations (internal errors,
 	// stray keys).
 	Notes []string
-	// Excused counts, by kind, violations about orders and users whose
-	// data a node lost when it was rolled back to an older snapshot and
-	// accepted (excuse.go): expected by design, not failures.
+	// Excused counts, by kind, violations about orders, quotas and
+	// database rows whose data a node lost when it was rolled back to an
+	// older snapshot and accepted (excuse.go): expected by design, not
+	// failures.
 	Excused map[string]int
 	// ExcusedExamples are the first few excused violations of each kind,
 	// "kind: detail"; Print shows them only when Verbose.

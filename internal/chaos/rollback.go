@@ -23,8 +23,12 @@ import (
 // then accepts it (AcceptNode), as the operator would. A service that sent
 // the node nothing since the kill may list it UP until its next probe.
 // What the node lost is lost: the checker excuses violations of orders
-// and users whose data lived on that node while it was rolled back
-// (Report.Excused), and checks everything else as usual.
+// whose data lived on that node while it was rolled back, and of the
+// quotas (route, SKU, user) and database rows that loss can explain
+// (excuse.go; Report.Excused), and checks everything else as usual. A
+// node that is not refused, or whose write sequence cannot be read to
+// tell whether it applied writes to its older data, is a violation
+// (judgeRollback).
 
 // FaultRollback is a restart from an older snapshot, then AcceptNode.
 const FaultRollback = "restart from older snapshot"
