@@ -171,9 +171,12 @@ type Summary struct {
 	// left out, soldout.go); nil when not measured.
 	SoldOutKeysPerRefusal *float64 `json:"soldout_keys_per_refusal,omitempty"`
 
-	// ReserveBytesPerOrder1Item is node memory (INFO used_memory, after
-	// minus before, summed over the nodes) per pending 1-item order, over
-	// memOrders orders (memory.go).
+	// ReserveBytesPerOrder1Item is node memory per pending 1-item order
+	// (memory.go): INFO used_memory less mem_clients_normal (the
+	// connections' buffers), summed over the nodes and read every memStep
+	// orders over memOrders orders; the least-squares slope of that sum
+	// over the orders is one run's figure, and this is the median of
+	// memRounds runs, each on flushed nodes (MemoryResult.PerOrder).
 	ReserveBytesPerOrder1Item float64 `json:"reserve_bytes_per_order_1item,omitempty"`
 
 	// RPCVsLibrary is 1-item reserves/s through `shardis serve`
