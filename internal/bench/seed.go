@@ -74,8 +74,12 @@ redis.call('zrem', KEYS[2], ARGV[2])
 return 0
 `
 
-// errSeedShort is returned by a seed order that could not be met.
+// errSeedShort is returned by a seed order refused by the deduction
+// script itself: every node of an item answered that it lacks the units.
 var errSeedShort = errors.New("seed: insufficient stock")
+
+// errSeedUnusable is a node of an item skipped as unusable.
+var errSeedUnusable = errors.New("seed: node not usable")
 
 // SeedItem is one line of a seed order: a SKU on the nodes of its route,
 // tried in configuration order.
@@ -95,18 +99,29 @@ type seedTaken struct {
 }
 
 // SeedOrder deducts every item the seed's way and rolls back on failure.
-// skuQueue maps a SKU id to its redo queue.
+// skuQueue maps a SKU id to its redo queue. Like the seed, it tries an
+// item's next node when one fails for any reason; the order's error
+// tells the reasons apart: it wraps errSeedShort only when every node of
+// the item answered the script's "short" (a refusal), and otherwise the
+// nodes' EVAL errors (and errSeedUnusable for a node skipped), which are
+// failures, not refusals.
 func SeedOrder(ctx context.Context, orderID string, items []SeedItem, skuQueue func(string) string) error {
 	taken := make([]seedTaken, 0, len(items))
 	for i, it := range items {
 		itemID := orderID + ":" + strconv.Itoa(i)
 		ok := false
+		var failed []error // nodes that did not answer "short"
 		for _, n := range it.Nodes {
 			if !n.Usable() { // the wrapper's beforeExecute status check
+				failed = append(failed, fmt.Errorf("%w: %s", errSeedUnusable, n.Name()))
 				continue
 			}
 			res, err := n.Client().Eval(ctx, seedDeductScript, []string{it.SKU, skuQueue(it.SKU)}, it.Qty, itemID).Text()
-			if err != nil || res == "" {
+			if err != nil {
+				failed = append(failed, fmt.Errorf("seed: EVAL on node %s: %w", n.Name(), err))
+				continue
+			}
+			if res == "" {
 				continue
 			}
 			taken = append(taken, seedTaken{n: n, item: it, itemID: itemID})
@@ -119,7 +134,11 @@ func SeedOrder(ctx context.Context, orderID string, items []SeedItem, skuQueue f
 				errs = append(errs, t.n.Client().Eval(ctx, seedRollbackScript,
 					[]string{t.item.SKU, skuQueue(t.item.SKU)}, t.item.Qty, t.itemID).Err())
 			}
-			return errors.Join(fmt.Errorf("%w: item %d (%s)", errSeedShort, i, it.SKU), errors.Join(errs...))
+			why := fmt.Errorf("%w: item %d (%s)", errSeedShort, i, it.SKU)
+			if len(failed) > 0 {
+				why = fmt.Errorf("seed: item %d (%s) not deducted: %w", i, it.SKU, errors.Join(failed...))
+			}
+			return errors.Join(why, errors.Join(errs...))
 		}
 	}
 	return nil

@@ -18,7 +18,9 @@ import (
 // confirmed in the setup: sold), ids hashed over the nodes as VarHot1's; VarSeedSoldOut
 // sends the seed's deduction EVAL for a SKU at "0:0" on the same node,
 // which refuses with two reads. Both count a refusal as the operation's
-// success and anything else as a failure.
+// success and anything else as a failure: for the seed, only its script's
+// own "short" answer is a refusal (errSeedShort), an EVAL error or an
+// unusable node a failure.
 
 // seedSoldOutSKU is the seed's id of the sold-out SKU.
 const seedSoldOutSKU = 7778

@@ -83,3 +83,36 @@ func TestKeyCountLeavesWitnessesOut(t *testing.T) {
 		t.Errorf("keyNames = %v, want both order keys", names)
 	}
 }
+
+// TestSeedSoldOutCountsOnlyShort: the seed's sold-out row counts its
+// script's own "short" answer as a refusal (the operation's success), and
+// an EVAL that failed (a node's metadata of the wrong type, so the
+// script's HGET errs) as a failure: it was taken for "try the next node",
+// then for insufficient stock, and counted as a refusal.
+func TestSeedSoldOutCountsOnlyShort(t *testing.T) {
+	nodes, ctx := benchNodes(t)
+	var wl invWorkload
+	for _, w := range soldOutWorkloads(ctx, nil, nodes[:1]) {
+		if w.name == VarSeedSoldOut {
+			wl = w
+		}
+	}
+	if err := wl.setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := NewLoad(1, 1).workers[0]
+	if err := wl.op(w); err != nil {
+		t.Fatalf("a refused seed order: %v, want it counted as a refusal", err)
+	}
+	c := nodes[0].Client()
+	if err := c.Del(ctx, "metadata").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, "metadata", "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err := wl.op(w)
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("a seed order whose EVAL failed: %v, want a failure naming the EVAL's error", err)
+	}
+}
