@@ -157,9 +157,17 @@ var errFloorShort = errors.New("floor: insufficient stock")
 // floorReq is one entry waiting for a floor script call.
 type floorReq struct {
 	mode, key, sku, member, value string
-	unwaited                      bool // nobody waits: a failure goes to the batcher's failed
+	unwaited                      bool   // nobody waits: a failure goes to the batcher's failed
+	gen                           uint64 // the batcher's generation when submitted (floorBatcher.reset)
 	done                          chan struct{}
 	err                           error // set before done is closed
+}
+
+// floorFailure is the failure of an unwaited entry and the generation of
+// its batcher it was submitted in.
+type floorFailure struct {
+	gen uint64
+	err error
 }
 
 // floorBatcher sends the entries queued for one node as floor script calls
@@ -176,9 +184,13 @@ type floorBatcher struct {
 	// guarded floor, its stamp, the node's name and epoch: floorguard.go)
 	headKeys []string
 	headArgs []any
-	// failed is the first failure of an entry nobody waits for (unwaited):
-	// every later submit returns it, so the run counts it.
-	failed atomic.Pointer[error]
+	// failed is the first failure of an entry nobody waits for (unwaited)
+	// of the newest generation that had one: every later submit of that
+	// generation returns it, so the run counts it.
+	failed atomic.Pointer[floorFailure]
+	// gen is the generation: reset starts a new one, whose submits no
+	// failure of an entry submitted before it fails.
+	gen atomic.Uint64
 }
 
 func newFloorBatcher(ctx context.Context, n *node.Node) *floorBatcher {
@@ -215,12 +227,35 @@ func (f *floorBatcher) load(ctx context.Context, sku string, units int64) error 
 	return f.n.Client().HSet(ctx, floorStock(sku), "available", strconv.FormatInt(units, 10), "reserved", "0").Err()
 }
 
-// submit queues r (done is made here); wait waits for it. It fails
-// without queueing once an unwaited entry failed.
-func (f *floorBatcher) submit(r *floorReq) error {
-	if e := f.failed.Load(); e != nil {
-		return *e
+// reset starts a new generation: the failure of an unwaited entry
+// submitted before it fails no later submit. Every floor row's setup
+// calls it (invWorkloads), on nodes just emptied: a one-round row's
+// decision still queued when its run ended finds its record flushed by the
+// next row's Reset and fails, which is no failure of that row, nor of any
+// later one on the node (they all failed for the rest of the section).
+func (f *floorBatcher) reset() { f.gen.Add(1) }
+
+// fail keeps the failure of unwaited entry r unless one of r's generation
+// or a newer one is kept.
+func (f *floorBatcher) fail(r *floorReq) {
+	fl := &floorFailure{gen: r.gen, err: r.err}
+	for {
+		old := f.failed.Load()
+		if old != nil && old.gen >= r.gen || f.failed.CompareAndSwap(old, fl) {
+			return
+		}
 	}
+}
+
+// submit queues r (done is made here); wait waits for it. It fails
+// without queueing once an unwaited entry of the current generation
+// failed.
+func (f *floorBatcher) submit(r *floorReq) error {
+	gen := f.gen.Load()
+	if e := f.failed.Load(); e != nil && e.gen == gen {
+		return e.err
+	}
+	r.gen = gen
 	f.start.Do(func() {
 		for range floorSenders {
 			go f.send()
@@ -289,7 +324,7 @@ func (f *floorBatcher) send() {
 				r.err = fmt.Errorf("floor: %s: key %q exists", r.member, r.key)
 			}
 			if r.unwaited && r.err != nil {
-				f.failed.CompareAndSwap(nil, &r.err)
+				f.fail(r)
 			}
 			close(r.done)
 		}
@@ -335,8 +370,9 @@ func floorOrder(batchers []*floorBatcher, home int, id string, items []floorItem
 // the order holds. The order is answered when the round is back, the
 // decision queued but not waited for (as shardis's carried commit): its
 // CPU is spent all the same, its latency is not the caller's, and its
-// failure fails the node's later orders (floorBatcher.failed). An order
-// whose items are all on its home is one final entry, as in floorOrder.
+// failure fails the node's later orders until the next row's setup
+// (floorBatcher.failed, reset). An order whose items are all on its
+// home is one final entry, as in floorOrder.
 // It is the least a one-round reservation writes on top of floorOrder:
 // one more SET per order with fences, on its home.
 func floorOrderOneRound(batchers []*floorBatcher, home int, id string, items []floorItem) error {

@@ -266,3 +266,43 @@ func TestFloorRedo(t *testing.T) {
 		t.Errorf("floorRedo allocates %.0f times per call", n)
 	}
 }
+
+// TestFloorResetForgetsEarlierFailures: a failed unwaited decision fails
+// the node's later entries until the batcher is reset (as every floor
+// row's setup does), and one submitted before the reset, whatever it
+// lands, fails none after it: a row's decision landing after the next
+// row's FLUSHALL failed every later floor row on its node.
+func TestFloorResetForgetsEarlierFailures(t *testing.T) {
+	f := floorNodes(t)[0]
+	ctx := context.Background()
+	if err := f.load(ctx, floorHotSKU, 10); err != nil {
+		t.Fatal(err)
+	}
+	order := func(id string) error {
+		return floorOrder([]*floorBatcher{f}, 0, id, []floorItem{{0, floorHotSKU}})
+	}
+	late := func() *floorReq {
+		d := &floorReq{mode: "d", key: "floor:order:gone", member: "gone", value: "reserved", unwaited: true}
+		if err := f.submit(d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	<-late().done
+	if err := order("a"); err == nil {
+		t.Fatal("an order after a failed unwaited decision succeeded, want that failure")
+	}
+	f.reset()
+	if err := order("b"); err != nil {
+		t.Fatalf("an order after the reset: %v", err)
+	}
+	d := late() // submitted before the next reset, failing after it
+	f.reset()
+	<-d.done
+	if d.err == nil {
+		t.Fatal("the late decision did not fail")
+	}
+	if err := order("c"); err != nil {
+		t.Fatalf("an order after a reset, an earlier decision failing late: %v", err)
+	}
+}

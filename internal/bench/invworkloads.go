@@ -70,10 +70,13 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 		gfloors[r] = newGuardedFloorBatcher(ctx, routeNodes[r][0])
 	}
 	floorHot := []floorItem{{node: 0, sku: floorHotSKU}}
-	// a floor's setups: every node stamped (the guarded floor's), the
-	// script checked on the stock's node, the stock loaded
+	// a floor's setups: every node's batcher reset (a failure of the
+	// last row's late entries fails no order of this one) and stamped (the
+	// guarded floor's), the script checked on the stock's node, the stock
+	// loaded
 	stamped := func(ctx context.Context, fs []*floorBatcher) error {
 		for _, f := range fs {
+			f.reset()
 			if err := f.stamp(ctx); err != nil {
 				return err
 			}
@@ -197,6 +200,7 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 			return floorOrder(floors, 0, orderID(w, 'f'), floorHot)
 		}},
 		VarHotFloorBucket: {VarHotFloorBucket, func(ctx context.Context) error {
+			bucketFloor.reset()
 			if err := bucketFloor.checkBucket(ctx); err != nil {
 				return err
 			}
@@ -206,6 +210,7 @@ func invWorkloads(ctx context.Context, c *Cluster, nSKU int) (map[string]invWork
 			return floorBucketOrder(bucketFloor, id, minute, floorHotSKU)
 		}},
 		VarHotFloorLocalNoTTL: {VarHotFloorLocalNoTTL, func(ctx context.Context) error {
+			noTTLFloor.reset()
 			if err := noTTLFloor.check(ctx); err != nil {
 				return err
 			}
