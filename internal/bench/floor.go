@@ -26,8 +26,9 @@ import (
 // was taken; for every node that gives units to an order whose record is
 // elsewhere, a fence under the part's id, set only once, so the part is
 // settled once; a deadline entry per taken part, so stock nobody confirms
-// comes back. The floor variants write exactly that and nothing else, in
-// the order that needs the fewest writes (the fences first, then the
+// comes back. The floor variants write exactly that and nothing else
+// (and send each entry's keys only where it writes them: floorEntryKeys),
+// in the order that needs the fewest writes (the fences first, then the
 // record, final at once, so no separate decision: floorOrder), with
 // everything shardis amortises amortised as far: orders waiting
 // on a node share one script call (up to floorBatch), each counter and
@@ -50,9 +51,10 @@ const floorBatch = 32
 const floorSenders = 2
 
 // floorScript writes a batch of entries on one node. KEYS: 1 pending
-// index, 2 redo offsets hash, then per entry: its key (record or fence),
-// its stock hash, its redo queue. ARGV: 1 pending TTL ms, 2 retention s,
-// then per entry: mode, member, value. Mode "t" takes one unit: when the
+// index, 2 redo offsets hash, then per entry: its key (record or fence)
+// and, for a take ("t") only, its stock hash and its redo queue
+// (floorEntryKeys). ARGV: 1 pending TTL ms, 2 retention s, then per
+// entry: mode, member, value. Mode "t" takes one unit: when the
 // stock has one and the key is absent, it sets the key to value and adds
 // member to the redo queue (at the queue's next offset) and to the pending
 // index. Mode "r" sets an absent key to value and takes nothing (the
@@ -75,9 +77,11 @@ local function zadd(key, score, member)
   q[#q + 1] = score
   q[#q + 1] = member
 end
-for i = 0, (#KEYS - 2) / 3 - 1 do
-  local key, sk, rk = KEYS[3 + i * 3], KEYS[4 + i * 3], KEYS[5 + i * 3]
-  local mode, member, value = ARGV[3 + i * 3], ARGV[4 + i * 3], ARGV[5 + i * 3]
+local k = 3
+for a = 3, #ARGV, 3 do
+  local mode, member, value = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  local key, sk, rk = KEYS[k]
+  if mode == 'r' or mode == 'd' then k = k + 1 else sk, rk, k = KEYS[k + 1], KEYS[k + 2], k + 3 end
   if mode == 'r' then
     out[#out + 1] = redis.call('SET', key, value, 'NX', 'EX', ARGV[2]) and 1 or -1
   elseif mode == 'd' then
@@ -129,8 +133,8 @@ const (
 func floorStock(sku string) string { return "floor:stock:" + sku }
 
 // floorRedo is the seed's sku % 50 for a numeric SKU and queue 0 for any
-// other (the hot SKU's; a record entry's, which the script never uses),
-// from a table, so that an entry costs no parse error and no string.
+// other (the hot SKU's), from a table, so that an entry costs no parse
+// error and no string.
 func floorRedo(sku string) string {
 	n := 0
 	for i := 0; i < len(sku); i++ {
@@ -303,7 +307,7 @@ func (f *floorBatcher) send() {
 		keys = append(keys[:0], f.headKeys...)
 		args = append(args[:0], f.headArgs...)
 		for _, r := range batch {
-			keys = append(keys, r.key, floorStock(r.sku), floorRedo(r.sku)) // "r": sku "", keys unused
+			keys = floorEntryKeys(keys, r.mode, r.key, r.sku)
 			args = append(args, r.mode, r.member, r.value)
 		}
 		out, err := f.script.Run(f.ctx, f.n.Client(), keys, args...).Int64Slice()
@@ -329,6 +333,17 @@ func (f *floorBatcher) send() {
 			close(r.done)
 		}
 	}
+}
+
+// floorEntryKeys appends an entry's keys to keys: its key (record or
+// fence) and, for a take, its stock hash and redo queue. A record ("r")
+// or decision ("d") entry writes its key alone and sends no other: the
+// floor sends what it writes and nothing else.
+func floorEntryKeys(keys []string, mode, key, sku string) []string {
+	if mode == "r" || mode == "d" {
+		return append(keys, key)
+	}
+	return append(keys, key, floorStock(sku), floorRedo(sku))
 }
 
 // floorHome is the node of an order id's record: hashed over n nodes.
@@ -439,7 +454,7 @@ func (f *floorBatcher) check(ctx context.Context) error {
 	var keys []string
 	var args []any
 	for _, e := range [][3]string{{"t", "a", "x"}, {"t", "a", "x"}, {"t", "b", "x"}, {"t", "c", "x"}, {"r", "e", "z"}, {"r", "e", "z"}, {"d", "e", "w"}, {"d", "f", "w"}} {
-		keys = append(keys, "floor:order:"+e[1], floorStock(floorHotSKU), floorRedo(floorHotSKU))
+		keys = floorEntryKeys(keys, e[0], "floor:order:"+e[1], floorHotSKU)
 		args = append(args, e[0], e[1], e[2])
 	}
 	if err := f.stamp(ctx); err != nil {

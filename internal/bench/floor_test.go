@@ -306,3 +306,66 @@ func TestFloorResetForgetsEarlierFailures(t *testing.T) {
 		t.Fatalf("an order after a reset, an earlier decision failing late: %v", err)
 	}
 }
+
+// TestFloorEntryKeys: the floor sends what it writes and nothing else. On
+// the home of an order whose item is on another node, its record ("r")
+// and a one-round order's decision ("d") reach the node with their key
+// alone beside the call's head (they sent the stock hash and redo queue
+// of an empty SKU too, which the script never used); the take on the
+// stock's node sends its stock hash and redo queue.
+func TestFloorEntryKeys(t *testing.T) {
+	fs := floorNodes(t)
+	ctx := context.Background()
+	if err := fs[0].load(ctx, floorHotSKU, 10); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fs[:2] {
+		c := f.n.Client()
+		if err := c.ConfigSet(ctx, "slowlog-log-slower-than", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.ConfigSet(context.Background(), "slowlog-log-slower-than", "10000").Err() })
+		if err := c.Do(ctx, "SLOWLOG", "RESET").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	items := []floorItem{{0, floorHotSKU}}
+	if err := floorOrder(fs, 1, "two", items); err != nil {
+		t.Fatal(err)
+	}
+	if err := floorOrderOneRound(fs, 1, "one", items); err != nil {
+		t.Fatal(err)
+	}
+	home := fs[1].n.Client()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		v, err := home.Get(ctx, "floor:order:one").Result()
+		if err == nil && strings.HasPrefix(v, "reserved|") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the one-round order's decision did not land: %q (%v)", v, err)
+		}
+	}
+	// numkeys of every floor script call a node ran, in order
+	calls := func(f *floorBatcher) []string {
+		logs, err := f.n.Client().SlowLogGet(ctx, 1000).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, l := range logs {
+			// the floor's: its head's first key; not the router's probe scripts
+			if len(l.Args) > 3 && (strings.EqualFold(l.Args[0], "evalsha") || strings.EqualFold(l.Args[0], "eval")) && l.Args[3] == floorPending {
+				out = append(out, l.Args[2])
+			}
+		}
+		return out
+	}
+	// each call carried one entry: 2 head keys, then the entry's
+	if got := calls(fs[1]); strings.Join(got, " ") != "3 3 3" {
+		t.Errorf("home's calls (the record, the staged record, the decision) carried %q keys, want 3 each", got)
+	}
+	if got := calls(fs[0]); strings.Join(got, " ") != "5 5" {
+		t.Errorf("the stock node's calls (two fences) carried %q keys, want 5 each", got)
+	}
+}

@@ -40,7 +40,8 @@ import (
 
 // floorGuardedScript is floorScript with the guards above. KEYS: 1 the
 // stamp (floorStampKey), 2 pending index, 3 redo offsets hash, then per
-// entry: its key, its stock hash, its redo queue. ARGV: 1 the node's
+// entry: its key and, for a take only, its stock hash and its redo queue
+// (floorEntryKeys). ARGV: 1 the node's
 // name, 2 its epoch, 3 pending TTL ms, 4 retention s, then per entry:
 // mode, member, value.
 const floorGuardedScript = `
@@ -104,8 +105,12 @@ local function entry(key, sk, rk, mode, member, value)
   zadd(KEYS[2], dl, member)
   return o[1]
 end
-for i = 0, (#KEYS - 3) / 3 - 1 do
-  local ok, r = pcall(entry, KEYS[4 + i * 3], KEYS[5 + i * 3], KEYS[6 + i * 3], ARGV[5 + i * 3], ARGV[6 + i * 3], ARGV[7 + i * 3])
+local k = 4
+for a = 5, #ARGV, 3 do
+  local mode, sk, rk = ARGV[a]
+  local key = KEYS[k]
+  if mode == 'r' or mode == 'd' then k = k + 1 else sk, rk, k = KEYS[k + 1], KEYS[k + 2], k + 3 end
+  local ok, r = pcall(entry, key, sk, rk, mode, ARGV[a + 1], ARGV[a + 2])
   out[#out + 1] = ok and r or -2
 end
 for sk, s in pairs(stock) do

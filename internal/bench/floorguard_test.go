@@ -100,7 +100,7 @@ func (f *floorBatcher) run(ctx context.Context, t *testing.T, reqs []*floorReq) 
 	t.Helper()
 	keys, args := slices.Clone(f.headKeys), slices.Clone(f.headArgs)
 	for _, r := range reqs {
-		keys = append(keys, r.key, floorStock(r.sku), floorRedo(r.sku))
+		keys = floorEntryKeys(keys, r.mode, r.key, r.sku)
 		args = append(args, r.mode, r.member, r.value)
 	}
 	out, err := f.script.Run(ctx, f.n.Client(), keys, args...).Int64Slice()
