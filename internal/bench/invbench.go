@@ -200,19 +200,23 @@ var invTableOrder = []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHo
 	VarHotFloorOneRound, VarFloor3OneRound, VarSoldOut, VarSeedSoldOut, VarHotFloorGuarded, VarHotFloorLocalGuarded, VarFloor3Guarded}
 
 // invRoundOrder is the order in which a round runs the inventory
-// variants: each ratio a target names next to its pair (shardis's rows
-// beside their floor rows, the minted row between the seed's hot row and
-// the floor next to the stock, the sold-out row beside the seed's), so
-// the two runs of a pair are seconds apart, not a whole round. The
-// machine's speed drifts over tens of seconds even in rounds kept as
-// quiet (other processes and the host's steal under Plan.MaxForeign):
-// in one full run (2026-12-01, the rows in the report's order) the
-// 3-item row over its floor row, run 20 s apart, moved 0.54-0.81 from
-// round to round, where over the seed's row, run next to it, 0.72-0.81.
+// variants: the two rows of every ratio a target names side by side
+// (TestInvRoundOrder: the 3-item row between its floor row and the seed's;
+// the hot-SKU rows as floor, shardis, seed, minted, the floor next to the
+// stock; the sold-out row beside the seed's), so the two runs of a pair
+// are seconds apart, not a whole round, and the yardsticks next to what
+// they are read against where that leaves room (the one-round floors
+// beside their floor rows, the bucketed and no-TTL floors after the floor
+// next to the stock). The machine's speed drifts over tens of seconds
+// even in rounds kept as quiet (other processes and the host's steal
+// under Plan.MaxForeign): in one full run (2026-12-01, the rows in the
+// report's order) the 3-item row over its floor row, run 20 s apart,
+// moved 0.54-0.81 from round to round, where over the seed's row, run
+// next to it, 0.72-0.81.
 var invRoundOrder = []string{
 	VarInv1,
-	VarInv3Alone, VarFloor3OneRound, VarInv3, VarFloor3, VarSeed3, VarFloor3Guarded,
-	VarHot3, VarHotFloorOneRound, VarHot1, VarHotFloor, VarHotFloorBucket, VarSeedHot1, VarHot1Minted, VarHotFloorLocal, VarHotFloorLocalNoTTL,
+	VarInv3Alone, VarFloor3OneRound, VarFloor3, VarInv3, VarSeed3, VarFloor3Guarded,
+	VarHot3, VarHotFloorOneRound, VarHotFloor, VarHot1, VarSeedHot1, VarHot1Minted, VarHotFloorLocal, VarHotFloorBucket, VarHotFloorLocalNoTTL,
 	VarHotFloorLocalGuarded, VarHotFloorGuarded, VarHot1Alone,
 	VarSoldOut, VarSeedSoldOut,
 }

@@ -2,22 +2,20 @@ package bench
 
 import (
 	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestInvRoundOrder holds the inventory rounds' order to its contract:
 // every variant of the report's table runs once per round, and each pair
-// whose ratio a target names (VsFloor, the minted row over the seed's hot
-// row, the sold-out row over the seed's) runs side by side, in both orders
-// over two rounds.
+// whose ratio a target names (invTargetPairs) runs side by side, in both
+// orders over two rounds.
 func TestInvRoundOrder(t *testing.T) {
 	if got, want := slices.Sorted(slices.Values(invRoundOrder)), slices.Sorted(slices.Values(invTableOrder)); !slices.Equal(got, want) {
 		t.Fatalf("the round order and the table's hold different variants:\n%q\n%q", got, want)
 	}
-	pairs := [][2]string{{VarHot1Minted, VarSeedHot1}, {VarSoldOut, VarSeedSoldOut}}
-	for _, p := range VsFloor {
-		pairs = append(pairs, [2]string{p.Shardis, p.Floor})
-	}
+	pairs := invTargetPairs()
 	for round := range 2 {
 		order := roundOrder(round)
 		for _, p := range pairs {
@@ -34,5 +32,46 @@ func TestInvRoundOrder(t *testing.T) {
 	}
 	if invRoundOrder[0] != VarInv1 {
 		t.Errorf("roundOrder changed invRoundOrder: %q", invRoundOrder)
+	}
+}
+
+// invTargetPairs are the two rows of every ratio the inventory targets
+// name (Summarize's targets_met keys), shardis's row first.
+func invTargetPairs() [][2]string {
+	pairs := [][2]string{
+		{VarInv3, VarSeed3},          // inventory_3item_vs_seed
+		{VarHot1, VarSeedHot1},       // inventory_hot_sku_vs_seed
+		{VarHot1Minted, VarSeedHot1}, // inventory_hot_sku_minted_vs_seed
+		{VarSoldOut, VarSeedSoldOut}, // inventory_soldout_vs_seed
+	}
+	for _, p := range VsFloor { // the *_vs_floor targets
+		pairs = append(pairs, [2]string{p.Shardis, p.Floor})
+	}
+	return pairs
+}
+
+// TestInvTargetPairsCoverTargets: every inventory ratio target of a full
+// summary has its pair in invTargetPairs, so a target added later is held
+// to the round order too.
+func TestInvTargetPairsCoverTargets(t *testing.T) {
+	ir := &InvResult{Series: map[string]*Series{}}
+	for _, v := range invTableOrder {
+		ir.Series[v] = &Series{Name: v, Samples: []Sample{{Ops: 1000, Elapsed: time.Second}}}
+	}
+	s := Summarize(&Results{Inventory: ir})
+	covered := map[string]bool{
+		"inventory_3item_vs_seed>=2": true, "inventory_hot_sku_vs_seed>=2": true,
+		"inventory_hot_sku_minted_vs_seed>=1.5": true, "inventory_soldout_vs_seed>=1.0": true,
+	}
+	for _, p := range VsFloor {
+		covered[p.Key+">=0.8"] = true
+	}
+	for key := range s.Targets {
+		if strings.HasPrefix(key, "inventory_") && !covered[key] {
+			t.Errorf("target %s has no pair in invTargetPairs", key)
+		}
+	}
+	if len(invTargetPairs()) != len(covered) {
+		t.Errorf("%d pairs for %d targets", len(invTargetPairs()), len(covered))
 	}
 }
