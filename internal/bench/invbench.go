@@ -69,9 +69,14 @@ const (
 	VarFloor3OneRoundGuarded   = "guarded floor, one round: 3 items on 3 nodes, a record (staged, then decided) and two part fences per order, batched"
 	// VarSoldOut and VarSeedSoldOut are VarHot1's and VarSeedHot1's shape
 	// on a SKU with no stock left (soldout.go): every order, each with a
-	// distinct id, is refused.
-	VarSoldOut     = "sold-out SKU on 1 node (shardis, 1 item, refused)"
-	VarSeedSoldOut = "seed baseline sold-out SKU on 1 node (EVAL, refused)"
+	// distinct id, is refused. VarSoldOut's last unit is reserved and
+	// confirmed: nothing is reserved, so a refusal writes nothing.
+	// VarSoldOutReserved is VarSoldOut with its last unit reserved, not
+	// confirmed, the usual state just after a sell-out: each refusal
+	// writes a failed record, a fence (inventory/soldout.go).
+	VarSoldOut         = "sold-out SKU on 1 node, its units confirmed (shardis, 1 item, refused)"
+	VarSeedSoldOut     = "seed baseline sold-out SKU on 1 node (EVAL, refused)"
+	VarSoldOutReserved = "sold-out SKU on 1 node, its last unit reserved, not confirmed (shardis, 1 item, refused behind a fence)"
 )
 
 // seedHotSKU is the seed's id of the hot SKU (its ids are numbers).
@@ -90,8 +95,12 @@ type InvResult struct {
 	// (roundtrips.go); nil when the plan counts none.
 	RoundTrips *RoundTripResult
 	// SoldOutKeys is the keys refused orders left on the nodes, per order
-	// (soldout.go); nil when not measured.
+	// (soldout.go), VarSoldOut's SKU (its units confirmed); nil when not
+	// measured.
 	SoldOutKeys *SoldOutKeys `json:",omitempty"`
+	// SoldOutReservedKeys is the same for VarSoldOutReserved's SKU (its
+	// last unit reserved, not confirmed); nil when not measured.
+	SoldOutReservedKeys *SoldOutKeys `json:",omitempty"`
 }
 
 // HotVsSeed returns the hot-SKU-on-one-node orders/s of shardis over the
@@ -197,14 +206,14 @@ func orderID(w *Worker, prefix byte) string {
 // invTableOrder is the order of the report's table and of
 // InvResult.Variants.
 var invTableOrder = []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone, VarHotFloor, VarHotFloorLocal, VarHotFloorBucket, VarHotFloorLocalNoTTL, VarFloor3,
-	VarHotFloorOneRound, VarFloor3OneRound, VarSoldOut, VarSeedSoldOut, VarHotFloorGuarded, VarHotFloorLocalGuarded, VarFloor3Guarded}
+	VarHotFloorOneRound, VarFloor3OneRound, VarSoldOut, VarSeedSoldOut, VarSoldOutReserved, VarHotFloorGuarded, VarHotFloorLocalGuarded, VarFloor3Guarded}
 
 // invRoundOrder is the order in which a round runs the inventory
 // variants: the two rows of every ratio a target names side by side
 // (TestInvRoundOrder: the 3-item row between its floor row and the seed's;
 // the hot-SKU rows as floor, shardis, seed, minted, the floor next to the
-// stock; the sold-out row beside the seed's), so the two runs of a pair
-// are seconds apart, not a whole round, and the yardsticks next to what
+// stock; the sold-out rows, both states, beside the seed's), so the two
+// runs of a pair are seconds apart, not a whole round, and the yardsticks next to what
 // they are read against where that leaves room (the one-round floors
 // beside their floor rows, the bucketed and no-TTL floors after the floor
 // next to the stock). The machine's speed drifts over tens of seconds
@@ -218,7 +227,7 @@ var invRoundOrder = []string{
 	VarInv3Alone, VarFloor3OneRound, VarFloor3, VarInv3, VarSeed3, VarFloor3Guarded,
 	VarHot3, VarHotFloorOneRound, VarHotFloor, VarHot1, VarSeedHot1, VarHot1Minted, VarHotFloorLocal, VarHotFloorBucket, VarHotFloorLocalNoTTL,
 	VarHotFloorLocalGuarded, VarHotFloorGuarded, VarHot1Alone,
-	VarSoldOut, VarSeedSoldOut,
+	VarSoldOut, VarSeedSoldOut, VarSoldOutReserved,
 }
 
 // roundOrder is the order of round: invRoundOrder in an even round,
@@ -296,12 +305,12 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 				for v, s := range got {
 					res.Series[v].Add(s)
 				}
-			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f (minted ids %.0f), seed hot 1 node %.0f; group commit off: 3 items %.0f, hot 1 node %.0f; floor: hot %.0f (next to the stock %.0f, bucketed records %.0f), 3 items %.0f; one round: hot %.0f, 3 items %.0f; sold out: refused %.0f, seed %.0f; guarded floor: hot %.0f (next to the stock %.0f), 3 items %.0f",
+			}, fmt.Sprintf("orders/s 1 item %.0f, 3 items %.0f, seed 3 items %.0f, hot 3 nodes %.0f, hot 1 node %.0f (minted ids %.0f), seed hot 1 node %.0f; group commit off: 3 items %.0f, hot 1 node %.0f; floor: hot %.0f (next to the stock %.0f, bucketed records %.0f), 3 items %.0f; one round: hot %.0f, 3 items %.0f; sold out: refused %.0f (last unit reserved %.0f), seed %.0f; guarded floor: hot %.0f (next to the stock %.0f), 3 items %.0f",
 				got[VarInv1].OpsPerSec(), got[VarInv3].OpsPerSec(), got[VarSeed3].OpsPerSec(),
 				got[VarHot3].OpsPerSec(), got[VarHot1].OpsPerSec(), got[VarHot1Minted].OpsPerSec(), got[VarSeedHot1].OpsPerSec(),
 				got[VarInv3Alone].OpsPerSec(), got[VarHot1Alone].OpsPerSec(), got[VarHotFloor].OpsPerSec(), got[VarHotFloorLocal].OpsPerSec(), got[VarHotFloorBucket].OpsPerSec(), got[VarFloor3].OpsPerSec(),
 				got[VarHotFloorOneRound].OpsPerSec(), got[VarFloor3OneRound].OpsPerSec(),
-				got[VarSoldOut].OpsPerSec(), got[VarSeedSoldOut].OpsPerSec(),
+				got[VarSoldOut].OpsPerSec(), got[VarSoldOutReserved].OpsPerSec(), got[VarSeedSoldOut].OpsPerSec(),
 				got[VarHotFloorGuarded].OpsPerSec(), got[VarHotFloorLocalGuarded].OpsPerSec(), got[VarFloor3Guarded].OpsPerSec()), nil
 	})
 	res.Rounds = st
@@ -309,13 +318,18 @@ func RunInventory(ctx context.Context, c *Cluster, p Plan, progress func(string)
 		return res, err
 	}
 
-	// Keys refused orders leave on the nodes.
-	waitQuiet(c.Meter, p.MaxForeign, p.QuietWait, progress)
-	if res.SoldOutKeys, err = measureSoldOutKeys(ctx, c, wl[VarSoldOut], p.Conc); err != nil {
-		return res, err
+	// Keys refused orders leave on the nodes, in both sold-out states.
+	for _, k := range []struct {
+		v, state string
+		out      **SoldOutKeys
+	}{{VarSoldOut, "its units confirmed", &res.SoldOutKeys}, {VarSoldOutReserved, "its last unit reserved", &res.SoldOutReservedKeys}} {
+		waitQuiet(c.Meter, p.MaxForeign, p.QuietWait, progress)
+		if *k.out, err = measureSoldOutKeys(ctx, c, wl[k.v], p.Conc); err != nil {
+			return res, err
+		}
+		progress(fmt.Sprintf("sold-out SKU, %s: %d refused orders left %d keys on the nodes (%.3f per order)",
+			k.state, (*k.out).Refused, (*k.out).Keys, (*k.out).PerRefusal()))
 	}
-	progress(fmt.Sprintf("sold-out SKU: %d refused orders left %d keys on the nodes (%.3f per order)",
-		res.SoldOutKeys.Refused, res.SoldOutKeys.Keys, res.SoldOutKeys.PerRefusal()))
 
 	// Allocations and sequential latency of one order (one goroutine).
 	for _, v := range []string{VarInv1, VarInv3, VarSeed3} {

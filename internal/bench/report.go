@@ -98,9 +98,9 @@ func TargetsTable(r *Results, s Summary) string {
 		row(f.What+" ≥ 0.8 × its floor row (orders/s, paired per round)", measured, f.Key+">=0.8")
 	}
 	row("hot SKU on one node, ids minted by `NewOrderID` ≥ 1.5 × the seed baseline", fmt.Sprintf("%.3f", s.InventoryHotMintedVsSeed), "inventory_hot_sku_minted_vs_seed>=1.5")
-	row("sold-out SKU: refused orders ≥ 1 × the seed's refusing EVAL (1-item orders, distinct ids, orders/s)", fmt.Sprintf("%.3f", s.InventorySoldOutVsSeed), "inventory_soldout_vs_seed>=1.0")
+	row("sold-out SKU, its units confirmed (none reserved): refused orders ≥ 1 × the seed's refusing EVAL (1-item orders, distinct ids, orders/s)", fmt.Sprintf("%.3f", s.InventorySoldOutVsSeed), "inventory_soldout_vs_seed>=1.0")
 	if k := r.Inventory; k != nil && k.SoldOutKeys != nil {
-		row("sold-out SKU: 0 keys left on the nodes per refused order (DBSIZE before/after, witness hashes left out)",
+		row("sold-out SKU, its units confirmed (none reserved): 0 keys left on the nodes per refused order (DBSIZE before/after, witness hashes left out; with units still reserved each refusal writes its fence: section 3)",
 			fmt.Sprintf("%.3f (%d keys after %d refusals)", k.SoldOutKeys.PerRefusal(), k.SoldOutKeys.Keys, k.SoldOutKeys.Refused), "soldout_keys_per_refusal==0")
 	}
 	if m := r.Memory; m != nil {
@@ -213,16 +213,8 @@ func InventoryTable(ir *InvResult) string {
 	if h := ir.HotVsSeed(); h > 0 {
 		fmt.Fprintf(&b, "Hot SKU on 1 node, shardis / seed baseline on the same node (paired per round): **%.3f**.\n", h)
 	}
-	if h := ir.SoldOutVsSeed(); h > 0 {
-		fmt.Fprintf(&b, "Sold-out SKU on 1 node (every order refused), shardis / the seed's refusing EVAL on the same node (paired per round): **%.3f**", h)
-		if k := ir.SoldOutKeys; k != nil {
-			fmt.Fprintf(&b, "; %d refused orders (after a warm-up) left %d keys on the nodes (%.3f per order)", k.Refused, k.Keys, k.PerRefusal())
-			if len(k.New) > 0 {
-				fmt.Fprintf(&b, ", e.g. `%s`", strings.Join(k.New, "`, `"))
-			}
-		}
-		b.WriteString(".\n")
-	}
+	b.WriteString(soldOutLine("its units confirmed (nothing reserved)", ir.SoldOutVsSeed(), ir.SoldOutKeys))
+	b.WriteString(soldOutLine("its last unit reserved, not confirmed (each refusal writes its fence, a failed record)", ir.SoldOutReservedVsSeed(), ir.SoldOutReservedKeys))
 	if g3, gh := ir.GroupGain(VarInv3), ir.GroupGain(VarHot1); g3 > 0 && gh > 0 {
 		fmt.Fprintf(&b, "Group commit on / off (`inventory.group_commit` 32 / 1, same router, paired per round): 3-item orders **%.3f**, hot SKU on 1 node **%.3f**. With group commit off, one-round commits still ride the next script call on their home node (`inventory/carry.go`, its own setting).\n", g3, gh)
 	}
@@ -237,6 +229,23 @@ func InventoryTable(ir *InvResult) string {
 		b.WriteString(RoundTripTable(ir.RoundTrips))
 	}
 	return b.String()
+}
+
+// soldOutLine is InventoryTable's sentence on a sold-out row in state:
+// its orders/s over the seed's refusing EVAL (h) and the keys its
+// refusals left (k), or "" when the run has no such row.
+func soldOutLine(state string, h float64, k *SoldOutKeys) string {
+	if h <= 0 {
+		return ""
+	}
+	t := fmt.Sprintf("Sold-out SKU on 1 node, every order refused, %s: shardis / the seed's refusing EVAL on the same node (paired per round): **%.3f**", state, h)
+	if k != nil {
+		t += fmt.Sprintf("; %d refused orders (after a warm-up) left %d keys on the nodes (%.3f per order)", k.Refused, k.Keys, k.PerRefusal())
+		if len(k.New) > 0 {
+			t += fmt.Sprintf(", e.g. `%s`", strings.Join(k.New, "`, `"))
+		}
+	}
+	return t + ".\n"
 }
 
 // RPCTable renders the RPC-overhead section.

@@ -9,13 +9,14 @@ import (
 
 // TestInvRoundOrder holds the inventory rounds' order to its contract:
 // every variant of the report's table runs once per round, and each pair
-// whose ratio a target names (invTargetPairs) runs side by side, in both
-// orders over two rounds.
+// whose ratio a target names (invTargetPairs), and the sold-out row with
+// its last unit reserved with the seed's (a ratio reported without a
+// target), runs side by side, in both orders over two rounds.
 func TestInvRoundOrder(t *testing.T) {
 	if got, want := slices.Sorted(slices.Values(invRoundOrder)), slices.Sorted(slices.Values(invTableOrder)); !slices.Equal(got, want) {
 		t.Fatalf("the round order and the table's hold different variants:\n%q\n%q", got, want)
 	}
-	pairs := invTargetPairs()
+	pairs := append(invTargetPairs(), [2]string{VarSoldOutReserved, VarSeedSoldOut})
 	for round := range 2 {
 		order := roundOrder(round)
 		for _, p := range pairs {

@@ -15,12 +15,18 @@ import (
 // Sold-out storms: after a flash sale sells out nearly every order is
 // refused. VarSoldOut sends 1-item orders with distinct ids for a SKU of
 // a one-node route that has no stock left (one unit loaded, reserved and
-// confirmed in the setup: sold), ids hashed over the nodes as VarHot1's; VarSeedSoldOut
-// sends the seed's deduction EVAL for a SKU at "0:0" on the same node,
-// which refuses with two reads. Both count a refusal as the operation's
-// success and anything else as a failure: for the seed, only its script's
-// own "short" answer is a refusal (errSeedShort), an EVAL error or an
-// unusable node a failure.
+// confirmed in the setup: sold, nothing reserved), ids hashed over the
+// nodes as VarHot1's. VarSoldOutReserved sends the same orders with the
+// unit reserved and not confirmed, the usual state just after a
+// sell-out: the held unit may be a refused order's own, so each refusal
+// writes its fence, a failed record on the order's home
+// (inventory/soldout.go); with nothing reserved a refusal writes nothing.
+// VarSeedSoldOut sends the seed's deduction EVAL for a SKU at "0:0" on
+// the same node, which refuses with two reads (the seed has no reserved
+// state: its deduction is final). All three count a refusal as the
+// operation's success and anything else as a failure: for the seed, only
+// its script's own "short" answer is a refusal (errSeedShort), an EVAL
+// error or an unusable node a failure.
 
 // seedSoldOutSKU is the seed's id of the sold-out SKU.
 const seedSoldOutSKU = 7778
@@ -34,30 +40,38 @@ const soldOutRefusals = 2000
 // errNotRefused is a sold-out order that was not refused.
 var errNotRefused = errors.New("bench: an order of a sold-out SKU was not refused")
 
-// soldOutWorkloads returns VarSoldOut and VarSeedSoldOut over c, the
-// sold-out SKU on route singleRoutes[0], whose nodes are nodes.
+// soldOutWorkloads returns VarSoldOut, VarSoldOutReserved and
+// VarSeedSoldOut over c, the sold-out SKU on route singleRoutes[0], whose
+// nodes are nodes.
 func soldOutWorkloads(ctx context.Context, c *Cluster, nodes []*node.Node) []invWorkload {
 	items := []inventory.Item{{Route: singleRoutes[0], SKU: soldOutSKU, Quantity: 1}}
 	seedSKU := strconv.Itoa(seedSoldOutSKU)
 	seedItems := []SeedItem{{Nodes: nodes, SKU: seedSKU, Qty: 1}}
 	seedQ := seedQueue(seedSoldOutSKU)
-	return []invWorkload{
-		{VarSoldOut, func(ctx context.Context) error {
+	// sellOut loads one unit and reserves it (for the reservation's
+	// default TTL, minutes: longer than any run), then confirms it or not
+	sellOut := func(confirm bool) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
 			if _, err := c.Inv.LoadStock(ctx, singleRoutes[0], soldOutSKU, 1, 0); err != nil {
 				return fmt.Errorf("load %s/%s: %w", singleRoutes[0], soldOutSKU, err)
 			}
-			if _, err := c.Inv.Reserve(ctx, "sold-out-last-unit", items, "", 0); err != nil {
+			if _, err := c.Inv.Reserve(ctx, "sold-out-last-unit", items, "", 0); err != nil || !confirm {
 				return err
 			}
 			_, err := c.Inv.Confirm(ctx, "sold-out-last-unit")
 			return err
-		}, func(w *Worker) error {
-			_, err := c.Inv.Reserve(ctx, orderID(w, 'r'), items, "", 0)
-			if errors.Is(err, inventory.ErrInsufficientStock) {
-				return nil
-			}
-			return errors.Join(errNotRefused, err)
-		}},
+		}
+	}
+	refused := func(w *Worker) error {
+		_, err := c.Inv.Reserve(ctx, orderID(w, 'r'), items, "", 0)
+		if errors.Is(err, inventory.ErrInsufficientStock) {
+			return nil
+		}
+		return errors.Join(errNotRefused, err)
+	}
+	return []invWorkload{
+		{VarSoldOut, sellOut(true), refused},
+		{VarSoldOutReserved, sellOut(false), refused},
 		{VarSeedSoldOut, func(ctx context.Context) error {
 			for _, n := range nodes {
 				if err := loadSeedStock(ctx, n, seedSKU, 0); err != nil {
@@ -92,7 +106,8 @@ func (k *SoldOutKeys) PerRefusal() float64 {
 	return float64(k.Keys) / float64(k.Refused)
 }
 
-// measureSoldOutKeys prepares VarSoldOut's nodes, sends a warm-up of
+// measureSoldOutKeys prepares wl's nodes (VarSoldOut's or
+// VarSoldOutReserved's), sends a warm-up of
 // soldOutRefusals/10 refused orders, then sends soldOutRefusals orders of
 // wl from conc goroutines and counts the keys they left (DBSIZE of every
 // node before and after, and the names of up to five new keys). A node's
@@ -223,12 +238,20 @@ func cmpOr(a, b error) error {
 	return b
 }
 
-// SoldOutVsSeed is VarSoldOut's orders/s over VarSeedSoldOut's, paired
-// per round (0 when the run has no such series).
+// SoldOutVsSeed is VarSoldOut's orders/s (the SKU's units confirmed)
+// over VarSeedSoldOut's, paired per round (0 when the run has no such
+// series).
 func (ir *InvResult) SoldOutVsSeed() float64 {
 	h, s := ir.Series[VarSoldOut], ir.Series[VarSeedSoldOut]
 	if h == nil || s == nil || len(h.Samples) != len(s.Samples) || len(s.Samples) == 0 {
 		return 0
 	}
 	return PairedRatio([]*Series{h}, []*Series{s})
+}
+
+// SoldOutReservedVsSeed is SoldOutVsSeed for VarSoldOutReserved (the
+// SKU's last unit reserved, not confirmed): 0 when the run has no such
+// series (results saved before it existed).
+func (ir *InvResult) SoldOutReservedVsSeed() float64 {
+	return ir.Over(VarSoldOutReserved, VarSeedSoldOut)
 }

@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -11,12 +13,15 @@ import (
 
 // TestSoldOutSummaryKeys: the sold-out keys reach `make bench-quick`'s
 // JSON line (a refusal ratio of the paired rounds, and 0 keys per refusal
-// printed, not omitted) and the targets.
+// printed, not omitted) and the targets, in both states: the units
+// confirmed (the targets') and the last unit reserved (its own keys,
+// without targets).
 func TestSoldOutSummaryKeys(t *testing.T) {
-	ir := &InvResult{Series: map[string]*Series{}, SoldOutKeys: &SoldOutKeys{Refused: 2000}}
-	ops := map[string]int64{VarSoldOut: 3000, VarSeedSoldOut: 2000}
+	ir := &InvResult{Series: map[string]*Series{}, SoldOutKeys: &SoldOutKeys{Refused: 2000},
+		SoldOutReservedKeys: &SoldOutKeys{Refused: 2000, Keys: 2000}}
+	ops := map[string]int64{VarSoldOut: 3000, VarSeedSoldOut: 2000, VarSoldOutReserved: 1000}
 	for _, v := range []string{VarInv1, VarInv3, VarSeed3, VarHot3, VarHot1, VarHot1Minted, VarSeedHot1, VarInv3Alone, VarHot1Alone,
-		VarHotFloor, VarHotFloorLocal, VarFloor3, VarHotFloorOneRound, VarFloor3OneRound, VarSoldOut, VarSeedSoldOut} {
+		VarHotFloor, VarHotFloorLocal, VarFloor3, VarHotFloorOneRound, VarFloor3OneRound, VarSoldOut, VarSeedSoldOut, VarSoldOutReserved} {
 		n := ops[v]
 		if n == 0 {
 			n = 1000
@@ -28,7 +33,8 @@ func TestSoldOutSummaryKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"inventory_soldout_vs_seed":1.5`, `"soldout_keys_per_refusal":0`} {
+	for _, want := range []string{`"inventory_soldout_vs_seed":1.5`, `"soldout_keys_per_refusal":0`,
+		`"inventory_soldout_reserved_vs_seed":0.5`, `"soldout_reserved_keys_per_refusal":1`} {
 		if !strings.Contains(string(line), want) {
 			t.Errorf("summary %s lacks %s", line, want)
 		}
@@ -36,9 +42,62 @@ func TestSoldOutSummaryKeys(t *testing.T) {
 	if !s.Targets["inventory_soldout_vs_seed>=1.0"] || !s.Targets["soldout_keys_per_refusal==0"] {
 		t.Errorf("targets %v", s.Targets)
 	}
+	for key := range s.Targets {
+		if strings.Contains(key, "reserved") {
+			t.Errorf("target %s: the reserved state's figures have none", key)
+		}
+	}
 	ir.SoldOutKeys.Keys = 3
 	if s := Summarize(&Results{Inventory: ir}); s.Targets["soldout_keys_per_refusal==0"] || *s.SoldOutKeysPerRefusal != 0.002 {
 		t.Errorf("3 keys after 2000 refusals: %v per refusal, target met %v", *s.SoldOutKeysPerRefusal, s.Targets["soldout_keys_per_refusal==0"])
+	}
+	table := InventoryTable(ir)
+	for _, want := range []string{"its units confirmed (nothing reserved)", "its last unit reserved, not confirmed"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the inventory section does not say %q:\n%s", want, table)
+		}
+	}
+}
+
+// TestSoldOutKeysBothStates measures, on real nodes through the library,
+// the keys refused orders of a sold-out SKU leave in its two states: none
+// with its unit confirmed, a fence (a failed record on the order's home)
+// per refusal with the unit still reserved, as inventory/soldout.go says.
+// The benchmark measured only the first state.
+func TestSoldOutKeysBothStates(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := startCluster(ctx, false, false, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	set, err := c.Router.Set(invServer, singleRoutes[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl := map[string]invWorkload{}
+	for _, w := range soldOutWorkloads(ctx, c, set.Nodes()) {
+		wl[w.name] = w
+	}
+	confirmed, err := measureSoldOutKeys(ctx, c, wl[VarSoldOut], 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if confirmed.Keys != 0 {
+		t.Errorf("units confirmed: %d refusals left %d keys (%v), want 0", confirmed.Refused, confirmed.Keys, confirmed.New)
+	}
+	reserved, err := measureSoldOutKeys(ctx, c, wl[VarSoldOutReserved], 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reserved.Keys != reserved.Refused {
+		t.Errorf("last unit reserved: %d refusals left %d keys (%v), want one fence each", reserved.Refused, reserved.Keys, reserved.New)
+	}
+	for _, k := range reserved.New {
+		if !strings.Contains(k, "order") {
+			t.Errorf("last unit reserved: a refusal left %s, want only order records", k)
+		}
 	}
 }
 

@@ -163,13 +163,23 @@ type Summary struct {
 	InventoryHotMintedVsGuardedFloor float64 `json:"inventory_hot_sku_minted_vs_guarded_floor,omitempty"`
 
 	// InventorySoldOutVsSeed is orders/s of 1-item orders with distinct
-	// ids on a SKU with no stock left (every one refused), shardis over
-	// the seed's refusing EVAL on the same node, paired per round.
+	// ids on a SKU with no stock left (every one refused), its last unit
+	// reserved and confirmed (nothing reserved: a refusal writes nothing),
+	// shardis over the seed's refusing EVAL on the same node, paired per
+	// round.
 	InventorySoldOutVsSeed float64 `json:"inventory_soldout_vs_seed,omitempty"`
 	// SoldOutKeysPerRefusal is the keys such refusals left on the nodes
-	// per order (DBSIZE after minus before, the nodes' witness hashes
-	// left out, soldout.go); nil when not measured.
+	// per order, the SKU's units confirmed (DBSIZE after minus before, the
+	// nodes' witness hashes left out, soldout.go); nil when not measured.
 	SoldOutKeysPerRefusal *float64 `json:"soldout_keys_per_refusal,omitempty"`
+	// InventorySoldOutReservedVsSeed is InventorySoldOutVsSeed with the
+	// SKU's last unit reserved, not confirmed, the usual state just after
+	// a sell-out, where each refusal writes a failed record, its fence
+	// (inventory/soldout.go). No target.
+	InventorySoldOutReservedVsSeed float64 `json:"inventory_soldout_reserved_vs_seed,omitempty"`
+	// SoldOutReservedKeysPerRefusal is SoldOutKeysPerRefusal in that
+	// state; nil when not measured. No target.
+	SoldOutReservedKeysPerRefusal *float64 `json:"soldout_reserved_keys_per_refusal,omitempty"`
 
 	// ReserveBytesPerOrder1Item is node memory per pending 1-item order
 	// (memory.go): INFO used_memory less mem_clients_normal (the
@@ -380,6 +390,11 @@ func Summarize(r *Results) Summary {
 			per := round3(k.PerRefusal())
 			s.SoldOutKeysPerRefusal = &per
 			s.Targets["soldout_keys_per_refusal==0"] = k.Keys == 0
+		}
+		s.InventorySoldOutReservedVsSeed = round3(ir.SoldOutReservedVsSeed())
+		if k := ir.SoldOutReservedKeys; k != nil {
+			per := round3(k.PerRefusal())
+			s.SoldOutReservedKeysPerRefusal = &per
 		}
 		s.GroupCommitGain3Item = round3(ir.GroupGain(VarInv3))
 		s.GroupCommitGainHot = round3(ir.GroupGain(VarHot1))
