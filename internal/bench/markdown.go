@@ -2,6 +2,8 @@ package bench
 
 import (
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,15 +13,17 @@ import (
 // Markdown renders the whole report (BENCHMARKS.md): machine, method,
 // targets, a reading of the numbers, every table, the causes of the
 // misses and the profile of the reserve path. Every figure in it comes
-// from the run r.
+// from the run r but those marked "measured apart by" (apart): the node
+// instruction counts and script timings that the floor misses quote
+// (floorMisses, coldReading, commitReading), measured by tests run apart
+// from any benchmark run (TestLocalScriptInstructions,
+// TestFloorScriptInstructions, TestTakeScriptInstructions,
+// TestStageScriptInstructions, TestTakeColdScriptInstructions,
+// TestLocalScriptCost, TestWorkloadInstructions) or by timed runs of
+// another build; the header names the tests whose figures it quotes.
 func Markdown(r *Results) string {
 	var b strings.Builder
 	s := Summarize(r)
-	b.WriteString("# Benchmarks\n\n")
-	fmt.Fprintf(&b, "Written by `make bench` (`go run ./internal/cmd/bench --out BENCHMARKS.md`) on %s; the run took %v. "+
-		"Every figure below comes from that run: rerun it to refresh them. `make bench-quick` runs the same measurements, "+
-		"shortened, and prints them with a JSON summary.\n\n",
-		r.Machine.Date.Format("2006-01-02 15:04 MST"), r.Took.Round(time.Second))
 	b.WriteString("## Machine\n\n" + MachineTable(r.Machine) + "\n")
 	b.WriteString(method(r))
 	b.WriteString("\n## Reading the numbers\n\n" + reading(r, s) + "\n")
@@ -34,7 +38,61 @@ func Markdown(r *Results) string {
 		b.WriteString("\n## Record layouts, measured\n\n" + LayoutsTable(m.Layouts))
 	}
 	b.WriteString(reproduce)
-	return b.String()
+	return header(r, b.String()) + b.String()
+}
+
+// header is the report's title and opening paragraph over body: which
+// run its figures come from and, when body quotes figures measured apart
+// (apart), which tests measured them.
+func header(r *Results, body string) string {
+	figures := "Every figure below comes from that run: rerun it to refresh them."
+	if tests := apartTests(body); len(tests) > 0 {
+		figures = fmt.Sprintf("Every figure below comes from that run except those marked *measured apart*: the node instruction counts and script timings that \"Why the misses\" quotes "+
+			"to explain a missed floor target, measured by tests run apart from any benchmark run (%s) or, where it says so, by timed runs of another build. "+
+			"Rerun the benchmark to refresh the run's figures; the quoted ones change only when those tests run again.", strings.Join(tests, ", "))
+	}
+	return fmt.Sprintf("# Benchmarks\n\nWritten by `make bench` (`go run ./internal/cmd/bench --out BENCHMARKS.md`) on %s; the run took %v. "+
+		"%s `make bench-quick` runs the same measurements, shortened, and prints them with a JSON summary.\n\n",
+		r.Machine.Date.Format("2006-01-02 15:04 MST"), r.Took.Round(time.Second), figures)
+}
+
+// apart marks figures the report quotes from tests run apart from the run
+// (named, as `Test…`) or from other measures (what): a reader tells them
+// from the run's own figures by it, and the header names every test it
+// marks (apartTests).
+func apart(what ...string) string {
+	names := make([]string, len(what))
+	for i, w := range what {
+		names[i] = w
+		if strings.HasPrefix(w, "Test") {
+			names[i] = "`" + w + "`"
+		}
+	}
+	list := strings.Join(names, ", ")
+	if n := len(names); n > 1 {
+		list = strings.Join(names[:n-1], ", ") + " and " + names[n-1]
+	}
+	return "*measured apart by " + list + ", not in this run*"
+}
+
+// apartMarks finds apart's marks; apartTest the tests they name.
+var (
+	apartMarks = regexp.MustCompile(`\*measured apart by ([^*]*), not in this run\*`)
+	apartTest  = regexp.MustCompile("`(Test[A-Za-z0-9_]+)`")
+)
+
+// apartTests are the tests body's apart marks name, as `Test…`, in the
+// order they first appear.
+func apartTests(body string) []string {
+	var out []string
+	for _, m := range apartMarks.FindAllStringSubmatch(body, -1) {
+		for _, t := range apartTest.FindAllString(m[1], -1) {
+			if !slices.Contains(out, t) {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
 }
 
 func method(r *Results) string {
