@@ -37,15 +37,20 @@ type observed struct {
 	cancelFrom map[string]time.Time
 	dataLoss   map[string]bool      // Confirm reported data loss
 	refused    map[string][]refusal // Reserve calls refused for good
-	// extra is stock loaded during the schedule, by stock key (-1: a
-	// load whose outcome is unknown).
-	extra map[string]int64
-	// losses are the nodes the data-loss actor rolled back (loss.go);
-	// atT1 are the orders the topology actor reserved (at T1, and its
+	// extra is stock loaded during the schedule, by stock key: the units
+	// of the loads that answered success (min) and of every load tried
+	// (max; a load whose outcome is unknown may have added any part of
+	// its units: its shares go to the route's nodes one by one).
+	extra map[string]loadRange
+	// losses are the nodes the data-loss actor rolled back (loss.go),
+	// and stockLosses, one per loss in the same order, what each did to
+	// its node's loaded counts (checkStock's bounds); atT1 are the
+	// orders the topology actor reserved (at T1, and its
 	// moved order at T0: moved.go); problems
 	// are violations an actor saw as it ran (kind: detail).
-	losses []string
-	atT1   []orderPlan
+	losses      []string
+	stockLosses []stockLoss
+	atT1        []orderPlan
 	// applies counts the topology applies run, retired the stale
 	// records they retired, reinstalled the records they put back
 	// (applied).
@@ -76,7 +81,7 @@ type observed struct {
 
 func newObserved() *observed {
 	return &observed{reserved: map[string][][]inventory.Receipt{}, confirmed: map[string]string{},
-		cancelled: map[string]string{}, cancelFrom: map[string]time.Time{}, dataLoss: map[string]bool{}, refused: map[string][]refusal{}, extra: map[string]int64{},
+		cancelled: map[string]string{}, cancelFrom: map[string]time.Time{}, dataLoss: map[string]bool{}, refused: map[string][]refusal{}, extra: map[string]loadRange{},
 		diffs: map[string][]lossDiff{}, ended: map[string]bool{}}
 }
 
@@ -123,23 +128,30 @@ func refusedForGood(err error) bool {
 	return errors.Is(err, inventory.ErrInsufficientStock) || errors.Is(err, inventory.ErrLimitExceeded)
 }
 
-// loaded records qty units loaded on key (err: the outcome is unknown).
+// loadRange is how many units the schedule's loads of a SKU added
+// during the schedule: at least min, at most max.
+type loadRange struct{ min, max int64 }
+
+// loaded records a load of qty units on key that answered err (not nil:
+// its outcome is unknown, so it added from none to all of them).
 func (o *observed) loaded(key string, qty int64, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	switch {
-	case err != nil || o.extra[key] < 0:
-		o.extra[key] = -1
-	default:
-		o.extra[key] += qty
+	r := o.extra[key]
+	if err == nil {
+		r.min += qty
 	}
+	r.max += qty
+	o.extra[key] = r
 }
 
-// lost records that node name went back to an older copy of its data.
-func (o *observed) lost(name string) {
+// lost records that node name went back to an older copy of its data,
+// which changed its loaded counts as sl says.
+func (o *observed) lost(name string, sl stockLoss) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.losses = append(o.losses, name)
+	o.stockLosses = append(o.stockLosses, sl)
 }
 
 // diffed records what node name's roll back took.

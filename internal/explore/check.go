@@ -2,7 +2,6 @@ package explore
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/shardis/shardis/inventory"
@@ -15,7 +14,8 @@ import (
 //   - stock conserved per SKU and node: available + reserved + confirmed
 //     = loaded, none negative, reserved and confirmed equal to what the
 //     node's pending and confirmed parts hold, and the SKU's total loaded
-//     what the schedule loaded;
+//     what the schedule loaded, less only what a data loss took off its
+//     node, and its confirmed parts no more than that (check_stock.go);
 //   - no stock stranded: a node that does not serve a SKU's route at the
 //     topology the schedule ends at holds none of its units (the apply
 //     that took it off the route moved them, whether it left the server
@@ -63,8 +63,8 @@ func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.H
 			v.add("bad-record", "node %s: %s", name, b)
 		}
 	}
-	checkStock(v, st, obs, lostRoutes, topo.split)
-	checkStranded(v, st, topo.routes, lostRoutes)
+	checkStock(v, st, obs, topo.split)
+	checkStranded(v, st, obs, topo.routes, lostRoutes)
 	checkQuota(v, st, lostRoutes, topo.split)
 	checkOrders(v, st, obs, orders, homes, loss.resurrected)
 	for _, name := range allNodes {
@@ -72,116 +72,6 @@ func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.H
 	}
 	checkQuiet(v, st)
 	return v.list, v.excused
-}
-
-// checkStock holds each SKU's counters against its parts and loads. On
-// a route in split (a node left it while it stayed in the server:
-// splitRoutes) a node's confirmed count is held against its confirmed
-// parts over all nodes only: the apply moved the leaving node's confirmed
-// count with its stock, and its confirmed parts, final, stayed there.
-func checkStock(v *violations, st *worldState, obs *observed, lostRoutes, split map[string]bool) {
-	for _, k := range skus {
-		key := inventory.StockKey(k.Route, k.SKU)
-		obs.mu.Lock()
-		extra := obs.extra[key]
-		obs.mu.Unlock()
-		if lostRoutes[k.Route] {
-			extra = -1
-		}
-		var sum stockSums
-		for _, name := range allNodes {
-			sum.add(checkNodeStock(v, st.nodes[name], key, split[k.Route]))
-		}
-		if split[k.Route] && sum.confirmed != sum.partsConfirmed {
-			v.add("settled-twice", "%s: confirmed %d over all nodes, but its parts hold %d confirmed", key, sum.confirmed, sum.partsConfirmed)
-		}
-		switch want := stockPerSKU + extra; {
-		case extra < 0:
-			if sum.total != sum.loaded {
-				v.add("stock-conserved", "%s: %d units over all nodes, %d loaded", key, sum.total, sum.loaded)
-			}
-		case sum.total != want || sum.loaded != want:
-			v.add("stock-conserved", "%s: %d units and %d loaded over all nodes, the schedule loaded %d", key, sum.total, sum.loaded, want)
-		}
-	}
-}
-
-// stockSums is what checkNodeStock read of one SKU on one node, or,
-// added up, on all of them.
-type stockSums struct{ total, loaded, confirmed, partsConfirmed int64 }
-
-func (s *stockSums) add(o stockSums) {
-	s.total += o.total
-	s.loaded += o.loaded
-	s.confirmed += o.confirmed
-	s.partsConfirmed += o.partsConfirmed
-}
-
-// checkNodeStock checks the stock counters of key on ns against its parts
-// there (their confirmed counts only unless split: checkStock).
-func checkNodeStock(v *violations, ns *nodeState, key string, split bool) stockSums {
-	var pending, confirmed int64
-	for _, p := range ns.parts {
-		if p.Kind != inventory.PartStock || p.Counter != key {
-			continue
-		}
-		switch p.State {
-		case inventory.PartPending:
-			pending += p.Qty
-		case inventory.PartConfirmed:
-			confirmed += p.Qty
-		}
-	}
-	f, ok := ns.stock[key]
-	if !ok {
-		if pending != 0 || (confirmed != 0 && !split) {
-			v.add("stock-vs-parts", "%s on %s: no counters, its parts hold %d pending and %d confirmed", key, ns.name, pending, confirmed)
-		}
-		return stockSums{partsConfirmed: confirmed}
-	}
-	a, r, c, l := atoi(f["available"]), atoi(f["reserved"]), atoi(f["confirmed"]), atoi(f["loaded"])
-	if a < 0 || r < 0 || c < 0 || l < 0 {
-		v.add("stock-negative", "%s on %s: available %d reserved %d confirmed %d loaded %d", key, ns.name, a, r, c, l)
-	}
-	if a+r+c != l {
-		v.add("stock-conserved", "%s on %s: available %d + reserved %d + confirmed %d = %d, loaded %d", key, ns.name, a, r, c, a+r+c, l)
-	}
-	if r != pending || (c != confirmed && !split) {
-		v.add("settled-twice", "%s on %s: reserved %d confirmed %d, but its parts hold %d pending and %d confirmed",
-			key, ns.name, r, c, pending, confirmed)
-	}
-	return stockSums{total: a + r + c, loaded: l, confirmed: c, partsConfirmed: confirmed}
-}
-
-// checkStranded: a node that does not serve a SKU's route in routes (the
-// topology the schedule ended at) holds none of the SKU's units, nor any
-// loaded count of it. No instance takes, loads or gives back the route's
-// stock there any more, so units left on it are out of every order's
-// reach for good, though checkStock's totals over all nodes still count
-// them. On a route whose counters a data loss may have changed (a node
-// that went back may hold the route's units again: lossMoved) it is
-// excused.
-func checkStranded(v *violations, st *worldState, routes map[string][]string, lostRoutes map[string]bool) {
-	for _, k := range skus {
-		key := inventory.StockKey(k.Route, k.SKU)
-		for _, name := range allNodes {
-			f, ok := st.nodes[name].stock[key]
-			if !ok || slices.Contains(routes[k.Route], name) {
-				continue
-			}
-			a, r, c, l := atoi(f["available"]), atoi(f["reserved"]), atoi(f["confirmed"]), atoi(f["loaded"])
-			if a == 0 && r == 0 && c == 0 && l == 0 {
-				continue
-			}
-			msg := fmt.Sprintf("%s on %s, which does not serve route %s (its nodes %v): available %d reserved %d confirmed %d loaded %d",
-				key, name, k.Route, routes[k.Route], a, r, c, l)
-			if lostRoutes[k.Route] {
-				v.excused = append(v.excused, "stock-stranded: "+msg)
-				continue
-			}
-			v.add("stock-stranded", "%s", msg)
-		}
-	}
 }
 
 // checkQuota holds each quota counter against the parts that count it

@@ -195,51 +195,6 @@ func TestCheckToldDecisionExcusedOnlyByRecordLoss(t *testing.T) {
 	}
 }
 
-// TestCheckStranded: a SKU's units on a node that does not serve its
-// route at the topology the schedule ended at are stranded (n3 left
-// route c for route d, and kept c/s: the bug 4dd7130 fixed), a drained
-// hash there is not, a node that serves the route is not looked at, and
-// a route a data loss may have changed is excused.
-func TestCheckStranded(t *testing.T) {
-	key := inventory.StockKey("c", "s")
-	state := func(n3 map[string]string) *worldState {
-		st := &worldState{nodes: map[string]*nodeState{}}
-		for _, name := range allNodes {
-			st.nodes[name] = &nodeState{stock: map[string]map[string]string{}}
-		}
-		if n3 != nil {
-			st.nodes["n3"].stock[key] = n3
-		}
-		return st
-	}
-	held := map[string]string{"available": "6", "reserved": "0", "confirmed": "3", "loaded": "9"}
-	drained := map[string]string{"available": "0", "reserved": "0", "confirmed": "0", "loaded": "0"}
-	for _, c := range []struct {
-		name          string
-		n3            map[string]string
-		routes        map[string][]string
-		lost          bool
-		list, excused int
-	}{
-		{"left the route, kept its units", held, routesT2, false, 1, 0},
-		{"left the route, drained", drained, routesT2, false, 0, 0},
-		{"serves the route", held, routesT0, false, 0, 0},
-		{"left the route, a loss on it", held, routesT2, true, 0, 1},
-		{"no hash", nil, routesT2, false, 0, 0},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			var v violations
-			checkStranded(&v, state(c.n3), c.routes, map[string]bool{"c": c.lost})
-			if len(v.list) != c.list || len(v.excused) != c.excused {
-				t.Errorf("violations %q, excused %q; want %d and %d", v.list, v.excused, c.list, c.excused)
-			}
-			if c.list > 0 && !strings.Contains(v.list[0], "stock-stranded: inv:stock:c:s on n3") {
-				t.Errorf("violation %q does not name c/s on n3", v.list[0])
-			}
-		})
-	}
-}
-
 // TestCheckFalseDataLoss: a Confirm that reported data loss is a
 // violation unless a node's data loss exposed the order (the report would
 // excuse the acknowledged reservation's checks): not where no node lost

@@ -71,10 +71,15 @@ import (
 // on a route whose nodes the topology actor changes and the node serves
 // (lossMoved): there a counter moves between nodes while the parts that
 // count it stay, so the loss may take the one and not the other. Its
-// stock is held to the sum of the nodes' loaded counts, and its quota
-// counters' checks against their parts are excused (seed 17364 with
-// PROFILE=calm TOPOLOGY=1 INLINE=1 LOSS=1: o1's confirmed quota part on
-// n3 lost, its counter away on n4 during the loss and moved back).
+// quota counters' checks against their parts are excused (seed 17364
+// with PROFILE=calm TOPOLOGY=1 INLINE=1 LOSS=1: o1's confirmed quota
+// part on n3 lost, its counter away on n4 during the loss and moved
+// back), and units the node's loss gave back to it there, off the route,
+// as far as it gave them back (checkStranded). Every SKU's units over
+// all nodes are held to what the schedule loaded less what each loss
+// took off its node's loaded count, and never more than was loaded
+// (check_stock.go: the roll back reads the node's counts just before
+// and after it, stockLoss).
 
 // lossPlan is a data-loss actor's draws: its node and how many picks of
 // other calls pass between its steps.
@@ -136,15 +141,16 @@ func (w *World) loss(o *observed, s *Scheduler, who string, plan lossPlan) func(
 		}
 		s.Pass(ctx, who, plan.held)
 		var restarted int64 = -1 // the write sequence the older copy came back with
+		var sl stockLoss         // what it did to the node's loaded counts
 		err := s.Step(ctx, "roll back "+name, func() (err error) {
-			restarted, err = w.rollBack(ctx, o, who, name, snap)
+			restarted, sl, err = w.rollBack(ctx, o, who, name, snap)
 			return err
 		})
 		o.note(who, "roll back "+name+" to the copy", err)
 		if restarted < 0 {
 			return // nothing lost, or not restarted (a world error, at the heal)
 		}
-		o.lost(name)
+		o.lost(name, sl)
 		s.Pass(ctx, who, plan.out)
 		err = s.Step(ctx, "accept "+name, func() error { return w.accept(ctx, o, name, restarted) })
 		if errors.Is(err, inventory.ErrCrashed) || ctx.Err() != nil {
@@ -247,10 +253,14 @@ func (w *World) copyData(ctx context.Context, name, snap string) error {
 // saw acknowledged, once a router refuses it; -1 when it lost nothing a
 // router saw acknowledged (a write whose reply was lost is a write whose
 // outcome no client knows: losing it is not losing data), or did not
-// restart. A node that lost an acknowledged write and that no router
-// refuses within 5s is a violation (o.problem): the step ends, and the
-// actors' calls may then reach the older data.
-func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap string) (int64, error) {
+// restart. With it, what the roll back did to the node's loaded counts
+// (stockLoss: unread when the node could not be read just before the
+// kill, writes paused, or just after the restart). A node that lost an
+// acknowledged write and that no router refuses within 5s is a
+// violation (o.problem): the step ends, and the actors' calls may then
+// reach the older data.
+func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap string) (int64, stockLoss, error) {
+	sl := stockLoss{node: name}
 	// Writes are paused from here to the kill (CLIENT PAUSE WRITE): a
 	// call let go before this step may still be on its way, and what the
 	// node holds when it is read must be what the kill loses (lossdiff.go).
@@ -263,7 +273,7 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 	before, err := w.seq(ctx, name)
 	if err != nil {
 		unpause()
-		return -1, err
+		return -1, sl, err
 	}
 	incBefore := w.incarnations(ctx, []string{name})[name]
 	var pre *nodeState // what it held: lossdiff.go
@@ -274,11 +284,11 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 	}
 	if err := w.srvs[name].RestartFrom(snap); err != nil {
 		unpause()
-		return -1, err
+		return -1, sl, err
 	}
 	after, err := w.seq(ctx, name)
 	if err != nil {
-		return -1, err
+		return -1, sl, err
 	}
 	// A copy from before an accept (a second loss of the node: Loss2)
 	// holds an older incarnation, whose write sequence does not compare
@@ -290,6 +300,7 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 		// being gone (lossdiff.go)
 		maps.Copy(pre.movedLive, w.liveElsewhere(ctx, pre))
 		o.diffed(name, diffLoss(pre, post))
+		sl = stockLossOf(pre, post)
 	}
 	// Marks of the node's writes reach its peers up to a heartbeat after
 	// the write (node/witness.go), from the actors' routers and from the
@@ -308,7 +319,7 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 	}
 	if lostNothing {
 		o.note(who, fmt.Sprintf("%s came back at write seq %d (was %d, %d seen acknowledged): nothing acknowledged lost", name, after, before, seen), nil)
-		return -1, nil
+		return -1, sl, nil
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for !w.refused(o, name) {
@@ -318,7 +329,7 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	return after, nil
+	return after, sl, nil
 }
 
 // allRouters are the world's routers and those the actors made (o.routers).
@@ -435,9 +446,8 @@ func (w *World) lossExposure(lost []string, plans []orderPlan, shrink bool) map[
 // home at T1 and back, while the parts that count them stay where they
 // were taken; the node may lose a counter moved onto it, or a part whose
 // counter was away and comes back, or come back with a route's units the
-// apply had moved off it: checkStranded). Every other route's stock was
-// all loaded before the copy, and its quota counters never leave the
-// node that holds their parts.
+// apply had moved off it: checkStranded). Every other route's quota
+// counters never leave the node that holds their parts.
 func (w *World) lossMoved(lost []string, shrink bool) map[string]bool {
 	out := map[string]bool{}
 	cfgs := w.topologies(shrink)

@@ -15,8 +15,9 @@ import (
 // lists), and that seed passes without the mutation. Each case names the
 // profile and actors that reach its bug (none but inline-unwritten's has
 // the inline-part order, none but retire-skip's the moved order, none but
-// stock-left-only's the shrink of route c, which came later: their seeds
-// draw as they did before them); none scripts the bug's interleaving.
+// stock-left-only's and xfer-no-source's the shrink of route c, which
+// came later: their seeds draw as they did before them); none scripts the
+// bug's interleaving.
 //
 // install-inline (a record moved away and back around its node's data
 // loss is installed so that its inline part is still read from it) is
@@ -140,6 +141,18 @@ var mutationCases = []struct {
 	// (checkStranded). Every one of seeds 1 to 10 finds it (and of 50600
 	// to 50609), none fails without it.
 	{inventory.MutationStockLeftOnly, Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: -1, Moved: -1, Shrink: 1}, 1, nil, 10},
+	// Two nodes leaving route c in one apply transfer c/s to the same
+	// home under one id, and the second's units are lost (fixed in
+	// 4dd7130): the shrink of route c, with the data-loss actor, whose
+	// node serves route c (n3) or its new nodes (n1, n2). The look is at
+	// seeds whose loss is on such a node, where the stock check used to
+	// hold route c only to its own counters (2 or 12 of its 14 units left,
+	// 0 violations: seeds 50601, 50611 and 50619 with n3's loss, 50603,
+	// 50616 and 50617 too); now to what the loss took off its node's
+	// loaded count (checkStock). Without the data loss 6 of seeds 1 to 10
+	// find it too.
+	{inventory.MutationXferNoSource, Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: 1, Moved: -1, Shrink: 1}, 0,
+		[]int64{50601, 50611, 50619, 50603, 50616, 50617}, 0},
 }
 
 // mutationBudget bounds the look for each mutation (the n schedules take

@@ -48,10 +48,11 @@ func (v *violations) decided(id, kind, format string, a ...any) {
 // the orders whose record a loss took;
 // resurrected, by node, the orders whose moved record a loss brought back
 // unmarked there (passed over while away from their home); lostRoutes,
-// the routes whose counters' totals a loss may have changed (lossMoved):
-// for their stock only the sum of the nodes' counters is held against
-// the sum of their loaded counts, and their quota counters' checks
-// against the parts that count them are excused.
+// the routes whose counters a loss may have changed (lossMoved): their
+// quota counters' checks against the parts that count them are excused,
+// and so are units a node's loss gave back to it off such a route
+// (checkStranded); their stock over all nodes is held to what the
+// losses explain like any route's (checkStock).
 type lossView struct {
 	exposed     map[string]bool
 	records     map[string]bool

@@ -1,0 +1,243 @@
+package explore
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/shardis/shardis/inventory"
+)
+
+// The stock checks (check.go): each node's counters against its parts,
+// each SKU's units over all nodes against what the schedule loaded, and
+// no unit left on a node off the SKU's route.
+//
+// What the schedule loaded is stockPerSKU before any actor ran, and the
+// topology actor's load at T1 (observed.extra: exactly its units when
+// it answered success, from none to all of them when its outcome is
+// unknown). Transfers between nodes (topology apply) conserve the total
+// over all nodes at quiescence (no transfer record is left: checkQuiet),
+// so the SKU's loaded count summed over every node, the ones off its
+// route included, is what the schedule loaded, with one exception: an
+// accepted data loss (loss.go). A node that went back to an older copy
+// lost whatever its loaded count gained since the copy (a share of the
+// load at T1, a transfer in), and gained whatever it gave away (a
+// transfer out whose done the copy predates). The checks hold a SKU to
+// bounds those losses explain, read on the node itself just before its
+// roll back (writes paused until the kill) and just after it
+// (stockLoss):
+//
+//   - no stock from nothing: the loaded count over all nodes is at most
+//     what the schedule loaded (a unit a loss gave back is taken off
+//     again by the apply's rerun: the transfer's marker on its
+//     destination makes the rerun's in a no-op, and its done subtracts
+//     the units again), and the units confirmed by the parts over all
+//     nodes are at most that too (no oversell);
+//   - no stock lost but by a loss: the loaded count over all nodes is at
+//     least what the schedule loaded less, for each loss, what the node's
+//     loaded count fell by from just before its roll back to just after
+//     it. A loss whose node could not be read then bounds nothing below.
+
+// stockLoss is what one accepted data loss did to its node's stock
+// hashes: by stock key, the loaded count the node held just before its
+// roll back and the one it came back with. read is false when the node
+// could not be read at either point (writes not paused, a failed read):
+// the loss's effect on the stock is then unknown.
+type stockLoss struct {
+	node          string
+	read          bool
+	before, after map[string]int64
+}
+
+// stockLossOf is the stockLoss of node pre.name, read as pre just before
+// its roll back and as post just after it.
+func stockLossOf(pre, post *nodeState) stockLoss {
+	sl := stockLoss{node: pre.name, read: true, before: map[string]int64{}, after: map[string]int64{}}
+	for k, f := range pre.stock {
+		sl.before[k] = atoi(f["loaded"])
+	}
+	for k, f := range post.stock {
+		sl.after[k] = atoi(f["loaded"])
+	}
+	return sl
+}
+
+// took is how many loaded units of key the loss took off its node (what
+// the count held just before the roll back beyond what it came back
+// with; 0 when it came back with as many or more).
+func (sl stockLoss) took(key string) int64 { return max(0, sl.before[key]-sl.after[key]) }
+
+// gave is how many loaded units of key the loss gave back to its node
+// (what it came back with beyond what it held just before the roll back).
+func (sl stockLoss) gave(key string) int64 { return max(0, sl.after[key]-sl.before[key]) }
+
+// stockBounds is what a SKU's loaded count over all nodes may be at
+// quiescence: from lo to hi, with why saying how they were reached.
+type stockBounds struct {
+	lo, hi int64
+	why    string
+}
+
+// boundsOf is key's stockBounds: stockPerSKU and the schedule's loads of
+// key during the schedule (extra), less what each of losses took off its
+// node (all of it, lo 0, for a loss whose node was not read).
+func boundsOf(key string, extra loadRange, losses []stockLoss) stockBounds {
+	b := stockBounds{lo: stockPerSKU + extra.min, hi: stockPerSKU + extra.max}
+	why := []string{fmt.Sprintf("%d loaded at the start", stockPerSKU)}
+	switch {
+	case extra.min == extra.max && extra.max > 0:
+		why = append(why, fmt.Sprintf("%d during the schedule", extra.max))
+	case extra.min != extra.max:
+		why = append(why, fmt.Sprintf("%d to %d during the schedule (a load's outcome unknown)", extra.min, extra.max))
+	}
+	for _, sl := range losses {
+		switch {
+		case !sl.read:
+			b.lo = 0
+			why = append(why, fmt.Sprintf("any number lost by %s's data loss (not read around its roll back)", sl.node))
+		case sl.took(key) > 0:
+			b.lo -= sl.took(key)
+			why = append(why, fmt.Sprintf("%d lost by %s's data loss (loaded %d just before its roll back, %d after)",
+				sl.took(key), sl.node, sl.before[key], sl.after[key]))
+		}
+	}
+	b.lo = max(b.lo, 0)
+	b.why = strings.Join(why, ", ")
+	return b
+}
+
+// checkStock holds each SKU's counters against its parts, and its units
+// over all nodes against boundsOf. On a route in split (a node left it
+// while it stayed in the server: splitRoutes) a node's confirmed count
+// is held against its confirmed parts over all nodes only: the apply
+// moved the leaving node's confirmed count with its stock, and its
+// confirmed parts, final, stayed there.
+func checkStock(v *violations, st *worldState, obs *observed, split map[string]bool) {
+	obs.mu.Lock()
+	extra, losses := maps.Clone(obs.extra), slices.Clone(obs.stockLosses)
+	obs.mu.Unlock()
+	for _, k := range skus {
+		key := inventory.StockKey(k.Route, k.SKU)
+		var sum stockSums
+		for _, name := range allNodes {
+			sum.add(checkNodeStock(v, st.nodes[name], key, split[k.Route]))
+		}
+		if split[k.Route] && sum.confirmed != sum.partsConfirmed {
+			v.add("settled-twice", "%s: confirmed %d over all nodes, but its parts hold %d confirmed", key, sum.confirmed, sum.partsConfirmed)
+		}
+		b := boundsOf(key, extra[key], losses)
+		if sum.total != sum.loaded {
+			v.add("stock-conserved", "%s: %d units over all nodes, %d loaded", key, sum.total, sum.loaded)
+		}
+		switch {
+		case sum.loaded > b.hi:
+			v.add("stock-conserved", "%s: %d loaded over all nodes, at most %d may be (%s): stock from nothing", key, sum.loaded, b.hi, b.why)
+		case sum.loaded < b.lo:
+			v.add("stock-conserved", "%s: %d loaded over all nodes, at least %d must be (%s): units lost", key, sum.loaded, b.lo, b.why)
+		}
+		if sum.partsConfirmed > b.hi {
+			v.add("oversold", "%s: its parts over all nodes confirm %d units, at most %d were loaded (%s)", key, sum.partsConfirmed, b.hi, b.why)
+		}
+	}
+}
+
+// stockSums is what checkNodeStock read of one SKU on one node, or,
+// added up, on all of them.
+type stockSums struct{ total, loaded, confirmed, partsConfirmed int64 }
+
+func (s *stockSums) add(o stockSums) {
+	s.total += o.total
+	s.loaded += o.loaded
+	s.confirmed += o.confirmed
+	s.partsConfirmed += o.partsConfirmed
+}
+
+// checkNodeStock checks the stock counters of key on ns against its parts
+// there (their confirmed counts only unless split: checkStock).
+func checkNodeStock(v *violations, ns *nodeState, key string, split bool) stockSums {
+	var pending, confirmed int64
+	for _, p := range ns.parts {
+		if p.Kind != inventory.PartStock || p.Counter != key {
+			continue
+		}
+		switch p.State {
+		case inventory.PartPending:
+			pending += p.Qty
+		case inventory.PartConfirmed:
+			confirmed += p.Qty
+		}
+	}
+	f, ok := ns.stock[key]
+	if !ok {
+		if pending != 0 || (confirmed != 0 && !split) {
+			v.add("stock-vs-parts", "%s on %s: no counters, its parts hold %d pending and %d confirmed", key, ns.name, pending, confirmed)
+		}
+		return stockSums{partsConfirmed: confirmed}
+	}
+	a, r, c, l := atoi(f["available"]), atoi(f["reserved"]), atoi(f["confirmed"]), atoi(f["loaded"])
+	if a < 0 || r < 0 || c < 0 || l < 0 {
+		v.add("stock-negative", "%s on %s: available %d reserved %d confirmed %d loaded %d", key, ns.name, a, r, c, l)
+	}
+	if a+r+c != l {
+		v.add("stock-conserved", "%s on %s: available %d + reserved %d + confirmed %d = %d, loaded %d", key, ns.name, a, r, c, a+r+c, l)
+	}
+	if r != pending || (c != confirmed && !split) {
+		v.add("settled-twice", "%s on %s: reserved %d confirmed %d, but its parts hold %d pending and %d confirmed",
+			key, ns.name, r, c, pending, confirmed)
+	}
+	return stockSums{total: a + r + c, loaded: l, confirmed: c, partsConfirmed: confirmed}
+}
+
+// checkStranded: a node that does not serve a SKU's route in routes (the
+// topology the schedule ended at) holds none of the SKU's units, nor any
+// loaded count of it. No instance takes, loads or gives back the route's
+// stock there any more, so units left on it are out of every order's
+// reach for good, though checkStock's totals over all nodes still count
+// them. Units a data loss gave back to the node itself are excused, as
+// far as its losses gave them back (stockLoss.gave; all of them for a
+// loss not read around its roll back), on a route whose counters a loss
+// may have changed (lostRoutes: lossMoved); checkStock's totals still
+// hold them.
+func checkStranded(v *violations, st *worldState, obs *observed, routes map[string][]string, lostRoutes map[string]bool) {
+	obs.mu.Lock()
+	losses := slices.Clone(obs.stockLosses)
+	obs.mu.Unlock()
+	for _, k := range skus {
+		key := inventory.StockKey(k.Route, k.SKU)
+		for _, name := range allNodes {
+			f, ok := st.nodes[name].stock[key]
+			if !ok || slices.Contains(routes[k.Route], name) {
+				continue
+			}
+			a, r, c, l := atoi(f["available"]), atoi(f["reserved"]), atoi(f["confirmed"]), atoi(f["loaded"])
+			if a == 0 && r == 0 && c == 0 && l == 0 {
+				continue
+			}
+			msg := fmt.Sprintf("%s on %s, which does not serve route %s (its nodes %v): available %d reserved %d confirmed %d loaded %d",
+				key, name, k.Route, routes[k.Route], a, r, c, l)
+			if gave, lost := givenBack(losses, name, key); lost && lostRoutes[k.Route] && l <= gave && a+r+c <= gave {
+				v.excused = append(v.excused, "stock-stranded: "+msg)
+				continue
+			}
+			v.add("stock-stranded", "%s", msg)
+		}
+	}
+}
+
+// givenBack is how many loaded units of key losses gave back to node
+// name (lost: whether it lost data at all; gave is then the most any
+// count may be for a loss not read around its roll back).
+func givenBack(losses []stockLoss, name, key string) (gave int64, lost bool) {
+	for _, sl := range losses {
+		if sl.node != name {
+			continue
+		}
+		lost = true
+		if !sl.read {
+			return 1 << 62, true
+		}
+		gave += sl.gave(key)
+	}
+	return gave, lost
+}
