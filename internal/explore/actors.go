@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,8 +54,9 @@ type observed struct {
 	atT1        []orderPlan
 	// applies counts the topology applies run, retired the stale
 	// records they retired, reinstalled the records they put back
-	// (applied).
+	// (applied); ran are those whose writes may have begun (ran).
 	applies, retired, reinstalled int
+	ran                           []topoApply
 	// diffs is what each roll back took, by node (lossdiff.go; none for
 	// a node whose state could not be read around it)
 	diffs    map[string][]lossDiff
@@ -65,8 +67,11 @@ type observed struct {
 	// bugs are the schedule's mutations, for the heal's applies
 	// (heal.go, codeBugs); set before the actors start.
 	bugs codeBugs
-	// shrink says the topology actor's second apply goes to T2
-	// (Options.Shrink), and so does the heal's last one.
+	// shrink says the topology actor drew a second apply to T2
+	// (Options.Shrink), so the heal's last one goes there too (heal.go).
+	// It says nothing of what ran: the actor may end before that apply,
+	// or before the one of T1; the checks weigh the applies that ran
+	// (observed.ran).
 	shrink bool
 	// died is told every Reserve's error (Scheduler.Died): an attempt
 	// stopped at a fan-out crash point kills its actor only on return.
@@ -161,14 +166,34 @@ func (o *observed) diffed(name string, d lossDiff) {
 	o.diffs[name] = append(o.diffs[name], d)
 }
 
-// applied counts a topology apply, the stale records it retired and the
-// records it put back.
-func (o *observed) applied(rep topology.Report) {
+// topoApply is a topology apply of the schedule whose writes may have
+// begun: the topology it applied ("T0", "T1" or "T2") and when it began.
+type topoApply struct {
+	to    string
+	began time.Time
+}
+
+// applied counts a topology apply of topology to ("T0", "T1" or "T2")
+// that began at began and reported rep, the stale records it retired and
+// the records it put back. It is recorded as one that ran (ran) once it
+// knew the epoch it applies (rep.ToEpoch): every write of an apply comes
+// after that; one refused or failed before it (reading the nodes,
+// connecting) wrote nothing and changed no route.
+func (o *observed) applied(to string, began time.Time, rep topology.Report) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.applies++
 	o.retired += rep.Retired
 	o.reinstalled += rep.Reinstalled
+	if rep.ToEpoch > 0 {
+		o.ran = append(o.ran, topoApply{to: to, began: began})
+	}
+}
+
+// ranTo reports whether an apply of topology to ran (applied). Called
+// with o.mu held.
+func (o *observed) ranTo(to string) bool {
+	return slices.ContainsFunc(o.ran, func(a topoApply) bool { return a.to == to })
 }
 
 // problem records a violation an actor saw as it ran.
@@ -374,9 +399,10 @@ func (w *World) topology(o *observed, s *Scheduler, who string, plan topologyPla
 			if to == "T1" {
 				wait, from = 300*time.Millisecond, w.cfg0
 			}
+			began := time.Now()
 			rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: w.config(to), From: from, Wait: wait,
 				Logger: discard, Faults: s})
-			o.applied(rep)
+			o.applied(to, began, rep)
 			o.note(who, fmt.Sprintf("topology apply %s (phase %s)", to, rep.Phase), err)
 			if err != nil {
 				return
@@ -404,9 +430,10 @@ func (w *World) rerunT2(ctx context.Context, o *observed, s *Scheduler, who stri
 		return
 	}
 	s.Sub(ctx, "recon@T1", o.reconcile(inv, "recon@T1", 2))
+	began := time.Now()
 	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: w.cfg2, From: w.cfg1, Wait: 2 * time.Second,
 		Logger: discard, Faults: s})
-	o.applied(rep)
+	o.applied("T2", began, rep)
 	o.note(who, fmt.Sprintf("topology apply T2 again (phase %s)", rep.Phase), err)
 }
 

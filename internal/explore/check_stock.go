@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/shardis/shardis/inventory"
 )
@@ -43,17 +44,19 @@ import (
 // hashes: by stock key, the loaded count the node held just before its
 // roll back and the one it came back with. read is false when the node
 // could not be read at either point (writes not paused, a failed read):
-// the loss's effect on the stock is then unknown.
+// the loss's effect on the stock is then unknown. at is when the roll
+// back killed the node (lossMoved weighs the applies begun before it).
 type stockLoss struct {
 	node          string
+	at            time.Time
 	read          bool
 	before, after map[string]int64
 }
 
 // stockLossOf is the stockLoss of node pre.name, read as pre just before
-// its roll back and as post just after it.
-func stockLossOf(pre, post *nodeState) stockLoss {
-	sl := stockLoss{node: pre.name, read: true, before: map[string]int64{}, after: map[string]int64{}}
+// its roll back, begun at at, and as post just after it.
+func stockLossOf(pre, post *nodeState, at time.Time) stockLoss {
+	sl := stockLoss{node: pre.name, at: at, read: true, before: map[string]int64{}, after: map[string]int64{}}
 	for k, f := range pre.stock {
 		sl.before[k] = atoi(f["loaded"])
 	}

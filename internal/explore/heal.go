@@ -183,8 +183,9 @@ func (w *World) apply(ctx context.Context, o *observed, to string, wait time.Dur
 	if to == "T1" {
 		cfrom = w.cfg0
 	}
+	began := time.Now()
 	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: w.config(to), From: cfrom, Wait: wait, Logger: discard, Faults: o.bugs.faults()})
-	o.applied(rep)
+	o.applied(to, began, rep)
 	if err != nil {
 		return fmt.Errorf("healing topology apply %s: %w", to, err)
 	}

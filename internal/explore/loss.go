@@ -7,7 +7,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -68,9 +67,11 @@ import (
 // against parts, stock conserved, quota counters, nothing pending, the
 // topology stable) and the orders begun after the accept (phase 2's) are
 // checked as ever, but
-// on a route whose nodes the topology actor changes and the node serves
-// (lossMoved): there a counter moves between nodes while the parts that
-// count it stay, so the loss may take the one and not the other. Its
+// on a route the node serves whose nodes an apply changed, one that ran
+// and began before the roll back (lossMoved, lossview.go; a drawn apply
+// the topology actor never reached changes nothing): there a counter
+// moves between nodes while the parts that count it stay, so the loss
+// may take the one and not the other. Its
 // quota counters' checks against their parts are excused (seed 17364
 // with PROFILE=calm TOPOLOGY=1 INLINE=1 LOSS=1: o1's confirmed quota
 // part on n3 lost, its counter away on n4 during the loss and moved
@@ -214,8 +215,9 @@ func (w *World) reapply(ctx context.Context, o *observed, s *Scheduler, who stri
 	if at == "T1" {
 		from = w.cfg0
 	}
+	began := time.Now()
 	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: w.config(at), From: from, Wait: 300 * time.Millisecond, Logger: discard, Faults: s})
-	o.applied(rep)
+	o.applied(at, began, rep)
 	o.note(who, fmt.Sprintf("topology apply %s again (phase %s)", at, rep.Phase), err)
 }
 
@@ -282,6 +284,7 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 			pre.movedLive = w.liveElsewhere(ctx, pre)
 		}
 	}
+	sl.at = time.Now()
 	if err := w.srvs[name].RestartFrom(snap); err != nil {
 		unpause()
 		return -1, sl, err
@@ -300,7 +303,7 @@ func (w *World) rollBack(ctx context.Context, o *observed, who, name, snap strin
 		// being gone (lossdiff.go)
 		maps.Copy(pre.movedLive, w.liveElsewhere(ctx, pre))
 		o.diffed(name, diffLoss(pre, post))
-		sl = stockLossOf(pre, post)
+		sl = stockLossOf(pre, post, sl.at)
 	}
 	// Marks of the node's writes reach its peers up to a heartbeat after
 	// the write (node/witness.go), from the actors' routers and from the
@@ -411,58 +414,4 @@ func (w *World) seq(ctx context.Context, name string) (int64, error) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// lossExposure is the set of order ids whose per-order checks a loss of
-// the nodes lost excuses: those of plans (phase 1's orders and the
-// topology actor's) with an item on a route the node serves at T0, T1 or,
-// in a schedule that shrinks route c, T2 (its stock and quota parts live
-// there) or a home on the node at T0 or T1 (its record does; T2's homes
-// are T0's).
-func (w *World) lossExposure(lost []string, plans []orderPlan, shrink bool) map[string]bool {
-	out := map[string]bool{}
-	cfgs := w.topologies(shrink)
-	for _, name := range lost {
-		for _, p := range plans {
-			touches := w.homes.Home(p.ID) == name || w.homes1.Home(p.ID) == name
-			for _, it := range p.Items {
-				for _, cfg := range cfgs {
-					touches = touches || slices.Contains(cfg.Servers["inventory"].Routes[it.Route], name)
-				}
-			}
-			if touches {
-				out[p.ID] = true
-			}
-		}
-	}
-	return out
-}
-
-// lossMoved are the routes whose counters' totals the loss of the nodes
-// lost may change: those the node serves whose nodes differ between T0
-// and T1, or T2 in a schedule that shrinks route c (route c: the
-// topology actor loads stock on it at T1 and moves n4's stock back to n3,
-// or n3's and n4's to n1 and n2, and user quota counters move to their
-// home at T1 and back, while the parts that count them stay where they
-// were taken; the node may lose a counter moved onto it, or a part whose
-// counter was away and comes back, or come back with a route's units the
-// apply had moved off it: checkStranded). Every other route's quota
-// counters never leave the node that holds their parts.
-func (w *World) lossMoved(lost []string, shrink bool) map[string]bool {
-	out := map[string]bool{}
-	cfgs := w.topologies(shrink)
-	r0 := cfgs[0].Servers["inventory"].Routes
-	for _, cfg := range cfgs[1:] {
-		for route, ms := range cfg.Servers["inventory"].Routes {
-			if slices.Equal(r0[route], ms) {
-				continue
-			}
-			for _, name := range lost {
-				if slices.Contains(r0[route], name) || slices.Contains(ms, name) {
-					out[route] = true
-				}
-			}
-		}
-	}
-	return out
 }

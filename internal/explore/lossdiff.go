@@ -160,7 +160,7 @@ func (w *World) exposure(o *observed, plans []orderPlan) lossView {
 			maps.Copy(resurrected[name], d.resurrected)
 		}
 	}
-	broad := w.lossExposure(unread, plans, o.shrink)
+	broad := w.lossExposure(unread, plans, o.ranTo("T2"))
 	maps.Copy(exposed, broad)
 	maps.Copy(records, broad)
 	return lossView{exposed: exposed, records: records, resurrected: resurrected}

@@ -113,11 +113,12 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	obs.mu.Lock()
 	res.Violations = append(res.Violations, obs.problems...)
 	view := w.exposure(obs, slices.Concat(orders, obs.atT1))
-	view.lostRoutes = w.lossMoved(obs.losses, obs.shrink)
+	lostRoutes, split := w.ranView(obs)
+	view.lostRoutes = lostRoutes
 	lost := slices.Clone(obs.losses)
 	obs.mu.Unlock()
 	promisedAcross(st, lost, w.incarnations(ctx, lost), view.exposed)
-	found, excused := check(st, obs, orders, w.homes, topoView{routes: w.config(at).Servers["inventory"].Routes, split: w.splitRoutes(obs.shrink)}, view)
+	found, excused := check(st, obs, orders, w.homes, topoView{routes: w.config(at).Servers["inventory"].Routes, split: split}, view)
 	res.Violations, res.Excused, res.Lost = append(res.Violations, found...), len(excused), slices.Clone(obs.losses)
 	res.Applies, res.Retired, res.Reinstalled = obs.applies, obs.retired, obs.reinstalled
 	for _, ns := range st.nodes {
@@ -249,7 +250,7 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		if opts.Shrink > 0 && s.Chance(opts.Shrink) {
 			plan.shrink = true
 			obs.mu.Lock()
-			obs.shrink = true
+			obs.shrink = true // where the heal goes; the checks weigh what ran (observed.ran)
 			obs.mu.Unlock()
 		}
 		s.Go(ctx, "topology", w.topology(obs, s, "topology", plan))

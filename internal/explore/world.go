@@ -277,7 +277,7 @@ func (w *World) config(at string) *config.Config {
 }
 
 // topologies are the configurations of the topologies a schedule may
-// reach: T0 and T1, and T2 when it shrinks route c (Options.Shrink).
+// reach: T0 and T1, and T2 when shrink (an apply of T2 ran).
 func (w *World) topologies(shrink bool) []*config.Config {
 	if shrink {
 		return []*config.Config{w.cfg0, w.cfg1, w.cfg2}
@@ -286,10 +286,12 @@ func (w *World) topologies(shrink bool) []*config.Config {
 }
 
 // splitRoutes are the routes a node leaves while it stays in the server,
-// in a schedule that shrinks route c (T1 to T2: n3 leaves c for d): the
-// apply moves the node's stock counters of the route, confirmed counts
-// included, and its quota counters to their new homes, while its parts,
-// final, stay on it (checkStock, checkQuota).
+// when shrink (an apply of T2 ran: observed.ran; T1 to T2, n3 leaves c
+// for d): the apply moves the node's stock counters of the route,
+// confirmed counts included, and its quota counters to their new homes,
+// while its parts, final, stay on it (checkStock, checkQuota). A
+// schedule that drew the shrink (Options.Shrink) but never reached the
+// apply of T2 splits no route.
 func (w *World) splitRoutes(shrink bool) map[string]bool {
 	out := map[string]bool{}
 	if !shrink {
