@@ -1,7 +1,7 @@
 package explore
 
 import (
-	"fmt"
+	"slices"
 	"time"
 
 	"github.com/shardis/shardis/inventory"
@@ -21,7 +21,8 @@ import (
 //     that took it off the route moved them, whether it left the server
 //     or only the route: checkStranded);
 //   - quota counters equal what their parts hold, and no user above the
-//     per-user limit;
+//     per-user limit, by their quota parts and by the confirmed stock
+//     parts of the orders the schedule gave the user (check_quota.go);
 //   - no part settled twice (the counters above would drift) or against
 //     its order's decision: the parts of the record's attempt follow its
 //     status, every other part is cancelled;
@@ -66,87 +67,16 @@ func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.H
 	checkStock(v, st, obs, topo.split)
 	checkStranded(v, st, obs, topo.routes, lostRoutes)
 	checkQuota(v, st, lostRoutes, topo.split)
+	obs.mu.Lock()
+	plans := slices.Concat(orders, obs.atT1)
+	obs.mu.Unlock()
+	checkUserLimit(v, st, plans)
 	checkOrders(v, st, obs, orders, homes, loss.resurrected)
 	for _, name := range allNodes {
 		checkRedo(v, st.nodes[name])
 	}
 	checkQuiet(v, st)
 	return v.list, v.excused
-}
-
-// checkQuota holds each quota counter against the parts that count it
-// on its node, and the confirmed units against the per-user limit. On a
-// route in split (splitRoutes) a counter is held against its parts over
-// all nodes: the apply moves a counter to its new home once no pending
-// part counts it, and the confirmed parts stay where they were taken.
-func checkQuota(v *violations, st *worldState, lostRoutes, split map[string]bool) {
-	held := map[string]int64{} // route/sku/user → confirmed units
-	// counted adds a counter-against-its-parts violation, or counts it
-	// as excused on a route whose counters a data loss may have changed.
-	counted := func(key, format string, a ...any) {
-		if route, _, _, err := inventory.ParseQuotaKey(key); err == nil && lostRoutes[route] {
-			v.excused = append(v.excused, "quota-vs-parts: "+fmt.Sprintf(format, a...))
-			return
-		}
-		v.add("quota-vs-parts", format, a...)
-	}
-	splitKey := func(key string) bool {
-		route, _, _, err := inventory.ParseQuotaKey(key)
-		return err == nil && split[route]
-	}
-	allCounters, allParts := map[string]int64{}, map[string]int64{} // of split routes' keys, over all nodes
-	for _, name := range allNodes {
-		ns := st.nodes[name]
-		sums := map[string]int64{}
-		for _, p := range ns.parts {
-			if p.Kind != inventory.PartQuota || (p.State != inventory.PartPending && p.State != inventory.PartConfirmed) {
-				continue
-			}
-			if p.State == inventory.PartConfirmed {
-				held[p.Counter] += p.Qty
-			}
-			if splitKey(p.Counter) {
-				allParts[p.Counter] += p.Qty
-				continue
-			}
-			sums[p.Counter] += p.Qty
-		}
-		for key, n := range ns.quota {
-			if splitKey(key) {
-				allCounters[key] += n
-				continue
-			}
-			if n != sums[key] {
-				counted(key, "%s on %s holds %d, its parts hold %d", key, name, n, sums[key])
-			}
-			delete(sums, key)
-		}
-		for key, n := range sums {
-			if n != 0 {
-				counted(key, "%s on %s is absent, its parts hold %d", key, name, n)
-			}
-		}
-	}
-	for key := range allParts {
-		allCounters[key] += 0 // a key whose counter is absent everywhere
-	}
-	for key, n := range allCounters {
-		if n != allParts[key] {
-			counted(key, "%s holds %d over all nodes, its parts hold %d", key, n, allParts[key])
-		}
-	}
-	for key, n := range held {
-		route, sku, _, err := inventory.ParseQuotaKey(key)
-		if err != nil {
-			v.add("bad-record", "%v", err)
-			continue
-		}
-		for _, k := range skus {
-			if k.Route == route && k.SKU == sku && k.Limit > 0 && n > k.Limit {
-				v.add("quota-limit", "%s: %d units confirmed, limit %d", key, n, k.Limit)
-			}
-		}
-	}
 }
 
 // checkQuiet: nothing pending past its deadline plus the bound, no part
