@@ -232,8 +232,8 @@ func checkLoad(sku string, qty, perUserLimit int64) (int64, error) {
 		return 0, err
 	}
 	if qty == 0 && perUserLimit < 0 {
-		return 0, fmt.Errorf("%w: quantity is 0 and per_user_limit is not given: nothing to change "+
-			"(quantity 1..%d adds stock; quantity 0 with per_user_limit changes only the limit)", ErrInvalid, MaxQuantity)
+		return 0, fmt.Errorf("%w: quantity is 0 and per_user_limit is not given or negative (keep the limit): nothing to change "+
+			"(quantity 1..%d adds stock; quantity 0 with a per_user_limit of 0 or more changes only the limit)", ErrInvalid, MaxQuantity)
 	}
 	if err := checkQty("quantity", qty); err != nil && qty != 0 {
 		return 0, err

@@ -148,3 +148,22 @@ func TestReview4ReadRedoLogNotDurable(t *testing.T) {
 		t.Fatalf("idle ReadRedoLog: %v; want an answer (no fence)", err)
 	}
 }
+
+// An AckRedoLog refusal quotes the values it names (the incarnation the
+// client sent, the part ids): JSON clients got them rewritten as field
+// names (README: the values the client sent "are quoted and never
+// rewritten"), an incarnation "user_id" came back as userId.
+func TestAckRedoLogRefusalQuotesValues(t *testing.T) {
+	e := newRedoR3Env(t)
+	name, q, rs := e.reserveOn(t, 1)
+	m := e.redoR3JSON(t, "AckRedoLog", fmt.Sprintf(`{"node":%q,"queue":%d,"offset":"%d","incarnation":"user_id"}`, name, q, rs[0].Offset))
+	msg, _ := m["message"].(string)
+	if m["code"] != "failed_precondition" || !strings.Contains(msg, `"user_id"`) || strings.Contains(msg, "userId") {
+		t.Fatalf("AckRedoLog at incarnation user_id (JSON) = %v; want failed_precondition quoting \"user_id\" as sent", m)
+	}
+	m = e.redoR3JSON(t, "AckRedoLog", fmt.Sprintf(`{"node":%q,"queue":%d,"offset":"%d","partId":"order_id|x|0"}`, name, q, rs[0].Offset))
+	msg, _ = m["message"].(string)
+	if m["code"] != "failed_precondition" || !strings.Contains(msg, `"order_id|x|0"`) || strings.Contains(msg, "orderId") {
+		t.Fatalf("AckRedoLog part_id order_id|x|0 (JSON) = %v; want failed_precondition quoting it as sent", m)
+	}
+}

@@ -1,7 +1,7 @@
 
 local inc = redis.call('HGET', KEYS[1], 'incarnation') or ''
 if inc ~= ARGV[4] then
-  return redis.error_reply('SHARDIS_INCARNATION node is at incarnation ' .. inc .. ', the acknowledgement is for ' .. ARGV[4])
+  return redis.error_reply(string.format('SHARDIS_INCARNATION node is at incarnation %q, the acknowledgement is for %q', inc, ARGV[4]))
 end
 for k = 4, #KEYS do
   local a = 5 + (k - 4) * 2
@@ -16,7 +16,7 @@ for k = 4, #KEYS do
   if pid ~= '' then
     local at = redo_at(key, off)
     if at and at ~= pid then
-      return redis.error_reply('SHARDIS_REWOUND ' .. key .. ' offset ' .. ARGV[a] .. ' holds part ' .. at .. ', the consumer landed ' .. pid)
+      return redis.error_reply('SHARDIS_REWOUND ' .. key .. ' offset ' .. ARGV[a] .. string.format(' holds part %q, the consumer landed %q', at, pid))
     end
   end
 end

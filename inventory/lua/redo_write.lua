@@ -5,7 +5,7 @@ if op == 'ack' then
   -- another one nothing is acknowledged (redo_ack_batch.lua's fence)
   local inc = redis.call('HGET', KEYS[1], 'incarnation') or ''
   if (ARGV[6] or '') ~= '' and ARGV[6] ~= inc then
-    return redis.error_reply('SHARDIS_INCARNATION node is at incarnation ' .. inc .. ', the acknowledgement is for ' .. ARGV[6])
+    return redis.error_reply(string.format('SHARDIS_INCARNATION node is at incarnation %q, the acknowledgement is for %q', inc, ARGV[6]))
   end
   -- the head and the acknowledged offset checked as redo_ack_batch.lua
   -- checks them (not an integer: corrupt); the head named by I, not by
@@ -25,7 +25,7 @@ if op == 'ack' then
   if pid ~= '' then
     local at = redo_at(KEYS[4], off)
     if at and at ~= pid then
-      return redis.error_reply('SHARDIS_REWOUND ' .. KEYS[4] .. ' offset ' .. ARGV[5] .. ' holds part ' .. at .. ', the consumer landed ' .. pid)
+      return redis.error_reply('SHARDIS_REWOUND ' .. KEYS[4] .. ' offset ' .. ARGV[5] .. string.format(' holds part %q, the consumer landed %q', at, pid))
     end
   end
   if not redo_acks_current(KEYS[2], KEYS[1]) then cur = 0 end

@@ -131,11 +131,11 @@ type LoadStockRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	RouteKey string                 `protobuf:"bytes,1,opt,name=route_key,json=routeKey,proto3" json:"route_key,omitempty"`
 	SkuId    string                 `protobuf:"bytes,2,opt,name=sku_id,json=skuId,proto3" json:"sku_id,omitempty"`
-	// Units to add, 1..10^9; 0 only with per_user_limit present (a change of
+	// Units to add, 1..10^9; 0 only with per_user_limit 0 or more (a change of
 	// the limit alone, no stock added).
 	Quantity int64 `protobuf:"varint,3,opt,name=quantity,proto3" json:"quantity,omitempty"`
-	// Units one user may hold reserved plus confirmed: > 0 sets it, 0 removes
-	// it; absent (or < 0) keeps the current limit, so a restock that does not
+	// Units one user may hold reserved plus confirmed, at most 10^9: > 0 sets
+	// it, 0 removes it; absent (or < 0) keeps the current limit, so a restock that does not
 	// send it never lifts a limit. A change needs every node of the route
 	// usable, or nothing changes and the error names the nodes that are not;
 	// a limit every reachable node already holds is no change.
@@ -856,7 +856,7 @@ type ReserveResponse struct {
 	// order reserved long before) may answer a deadline already past: a
 	// Confirm then fails with FAILED_PRECONDITION, "reservation expired".
 	DeadlineUnixMs int64 `protobuf:"varint,3,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"`
-	// The hold time applied, in seconds: the request's ttl_seconds, or
+	// The hold time applied, in whole seconds (rounded down): the request's ttl_seconds, or
 	// inventory.reservation_ttl when it gave none, capped by
 	// inventory.max_reservation_ttl. A retry of an order already reserved
 	// takes nothing and keeps the first attempt's hold: deadline_unix_ms is
