@@ -153,21 +153,7 @@ func (s *Scheduler) Ready() <-chan struct{} { return s.ready }
 // failed). It is cheap and never blocks; it does nothing for an unknown
 // name, a probe already in flight, or a DOWN target, whose reconnect
 // probes keep to the backoff list.
-func (s *Scheduler) Trigger(name string) {
-	e := s.byName[name]
-	if e == nil {
-		return
-	}
-	s.mu.Lock()
-	if s.closed || e.inflight || e.failures > 0 || !e.probed {
-		s.mu.Unlock()
-		return
-	}
-	e.due = s.set.Clock.Now()
-	heap.Fix(&s.queue, e.index)
-	s.mu.Unlock()
-	s.poke()
-}
+func (s *Scheduler) Trigger(name string) { s.probeNow(name, false) }
 
 // Reprobe asks for an immediate probe of a target, UP or DOWN: an
 // operator acted on it (a node accepted after it was refused for its
@@ -176,13 +162,18 @@ func (s *Scheduler) Trigger(name string) {
 // backoff where it was (the failures are not reset). Cheap and
 // non-blocking like Trigger; nothing for an unknown name, a probe in
 // flight, a target not probed yet or a closed scheduler.
-func (s *Scheduler) Reprobe(name string) {
+func (s *Scheduler) Reprobe(name string) { s.probeNow(name, true) }
+
+// probeNow makes target name due now (Trigger, Reprobe): not an unknown
+// name, a probe in flight, a target not probed yet or a closed
+// scheduler, nor a failing target unless down is set.
+func (s *Scheduler) probeNow(name string, down bool) {
 	e := s.byName[name]
 	if e == nil {
 		return
 	}
 	s.mu.Lock()
-	if s.closed || e.inflight || !e.probed {
+	if s.closed || e.inflight || (e.failures > 0 && !down) || !e.probed {
 		s.mu.Unlock()
 		return
 	}

@@ -40,18 +40,26 @@ func (h *holdRecorder) calls() []node.Mark {
 	return append([]node.Mark(nil), h.marks...)
 }
 
+// ackNode starts a server and a probed critical node n1 on it whose
+// witnesses h refuse to hold marks until told otherwise.
+func ackNode(t *testing.T) (*redistest.Server, *holdRecorder, *node.Node) {
+	t.Helper()
+	s := redistest.Start(t, redistest.Options{})
+	h := &holdRecorder{fail: true}
+	n := newNode(t, node.Options{Name: "n1", Addr: s.Addr(), Critical: true, Witnesses: h}, nil)
+	if err := n.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s, h, n
+}
+
 // The first write of an incarnation waits for a peer's mark carrying its
 // sequence; an unwitnessed one is refused with ErrUnwitnessed and the next
 // write asks again; once held, later writes do not ask (witness.go).
 func TestAcknowledgeHoldsFirstWriteOfIncarnationOnce(t *testing.T) {
 	t.Parallel()
-	s := redistest.Start(t, redistest.Options{})
-	h := &holdRecorder{fail: true}
-	n := newNode(t, node.Options{Name: "n1", Addr: s.Addr(), Critical: true, Witnesses: h}, nil)
+	_, h, n := ackNode(t)
 	ctx := context.Background()
-	if err := n.Probe(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if err := n.Acknowledge(ctx, 1); !errors.Is(err, node.ErrUnwitnessed) {
 		t.Fatalf("first write, no peer holds its mark: %v, want ErrUnwitnessed", err)
 	}
@@ -79,13 +87,8 @@ func TestAcknowledgeHoldsFirstWriteOfIncarnationOnce(t *testing.T) {
 // the write passed as current. It now waits for a mark at 7 or later.
 func TestAcknowledgeIdleMarkDoesNotCoverFirstWrite(t *testing.T) {
 	t.Parallel()
-	s := redistest.Start(t, redistest.Options{})
-	h := &holdRecorder{fail: true}
-	n := newNode(t, node.Options{Name: "n1", Addr: s.Addr(), Critical: true, Witnesses: h}, nil)
+	s, h, n := ackNode(t)
 	ctx := context.Background()
-	if err := n.Probe(ctx); err != nil {
-		t.Fatal(err)
-	}
 	idle, ok := n.Mark()
 	if !ok {
 		t.Fatal("no mark after a probe")
