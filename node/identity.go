@@ -234,6 +234,7 @@ func (n *Node) Probe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	n.seeRun(trip.stamp)
 	stamp, created, err := n.verifyStamp(trip.stamp, witnessed, seen)
 	if err != nil {
 		n.recordWentBack(ctx, probe, stamp, err) // missing, or behind the peers' marks
@@ -299,6 +300,23 @@ func (n *Node) verifyStamp(res []any, witnessed bool, seen Mark) (stamp Mark, cr
 		}
 	}
 	return stamp, c == 1, nil
+}
+
+// seeRun starts this process's hold of the server process the stamp
+// script's reply res names, if it is a new one (localHold), whatever the
+// probe then finds: the hold runs from when a probe first met the
+// process. A node refused on it (gone back, restarted empty) and
+// accepted later is not held back again from its first probe after the
+// accept: it was, that long after the restart that every process had
+// marked what it saw, and the accept raised the generation above those
+// marks.
+func (n *Node) seeRun(res []any) {
+	if !n.opts.Critical || n.opts.Settle <= 0 || len(res) != 7 {
+		return
+	}
+	if run, _ := res[6].(string); run != "" {
+		n.localHold(run)
+	}
 }
 
 // settling refuses a node whose stamp script's reply res says its data is
