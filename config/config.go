@@ -263,6 +263,11 @@ type Health struct {
 	// (node/identity.go, "A new server process"). Every instance must
 	// have its marks on the peers within it: set it no shorter than a
 	// heartbeat plus the probe timeout and a mark's round trip to a peer.
+	// The default leaves no room for the round trip beyond the probe
+	// timeout: it counts on a restarted node being found within a
+	// heartbeat (its connections broken or refused fail a probe or a
+	// command at once, not after the timeout), which leaves the timeout
+	// for the mark's write. On a slow link to the peers set it higher.
 	// 0 means the default.
 	// default: heartbeat + timeout (800ms)
 	HoldBack time.Duration `koanf:"hold_back"`
