@@ -58,7 +58,7 @@ func (n *Node) Acknowledge(ctx context.Context, seq int64) error {
 			ErrUnwitnessed, m.Incarnation, m.Gen, m.Seq, err)}
 	}
 	n.NoteHeld(m)
-	n.acked.Store(&m)
+	n.noteAcked(m)
 	return nil
 }
 
@@ -93,6 +93,14 @@ func (n *Node) covered(m Mark, seq int64) bool {
 	if h == nil || h.Gen != m.Gen || h.Incarnation != m.Incarnation || h.Seq < seq {
 		return false
 	}
-	n.acked.Store(&m)
+	n.noteAcked(m)
 	return true
+}
+
+// noteAcked records that a write of m's generation and incarnation was
+// acknowledged (covered). A copy is stored, so that covered's and
+// Acknowledge's m stay on the stack on the path every write takes.
+func (n *Node) noteAcked(m Mark) {
+	c := m
+	n.acked.Store(&c)
 }
