@@ -7,7 +7,6 @@ import (
 
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
-	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/node"
 )
 
@@ -23,18 +22,9 @@ func TestAcceptedNodeNotHeldBackAgain(t *testing.T) {
 		Backoff: []time.Duration{100 * time.Millisecond, 5 * time.Second}, HoldBack: 1500 * time.Millisecond}
 	cfg := newConfig(t, nodeAddrs(srv), map[string]config.Server{"inventory": server(config.OnNodeDownFail,
 		map[string][]string{"r": {"n1"}, "s": {"n2", "n3"}})}, &h)
-	r, _ := startRouter(t, cfg)
-	inv, err := inventory.New(r, inventory.Options{Logger: invDiscard})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, inv := rollbackInventory(t, cfg, 10)
+	reserveSome(t, inv, "o", 1)
 	ctx := context.Background()
-	if _, err := inv.LoadStock(ctx, "r", "sku", 10, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := inv.Reserve(ctx, "o1", []inventory.Item{invItem("r", "sku", 1)}, "", time.Hour); err != nil {
-		t.Fatal(err)
-	}
 	n1, _ := r.Node("n1")
 	waitFor(t, 5*time.Second, "n1's mark on a peer", func() bool {
 		m, err := node.ParseMark(srv[1].Client(t).HGet(ctx, node.WitnessKey, "n1").Val())
