@@ -69,13 +69,18 @@ func (ps Problems) Error() string {
 }
 
 func (ps *Problems) add(path string, value any, msg string) {
-	switch {
-	case value != nil && isSecret(path):
-		value = "<redacted>" // the problem names the key; the secret never reaches a log
-	default:
-		value = redactURL(value)
+	*ps = append(*ps, Problem{Path: path, Value: redacted(path, value), Msg: msg})
+}
+
+// redacted returns the value a problem at path may print: none of a
+// secret's (the problem names the key; the secret never reaches a log),
+// and a URL's without its password. Every problem that prints a value
+// gets it from here.
+func redacted(path string, value any) any {
+	if value != nil && isSecret(path) {
+		return "<redacted>"
 	}
-	*ps = append(*ps, Problem{Path: path, Value: value, Msg: msg})
+	return redactURL(value)
 }
 
 // redactURL returns value with the password of a URL in it redacted (a
@@ -350,11 +355,7 @@ func envMisspelt(environ []string) Problems {
 		for _, sec := range sections() {
 			switch {
 			case key == sec:
-				var value any = val
-				if isSecret(key) {
-					value = "<redacted>"
-				}
-				ps = append(ps, Problem{Path: key, Value: value, Env: name,
+				ps = append(ps, Problem{Path: key, Value: redacted(key, val), Env: name,
 					Msg: "a section is not set from one variable: name a key, e.g. " + EnvPrefix + strings.ToUpper(sec) + "__<KEY>"})
 			case strings.HasPrefix(key, sec+"_"):
 				ps = append(ps, Problem{Path: key, Env: name,
