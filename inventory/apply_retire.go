@@ -137,7 +137,7 @@ func (a *migrator) behind(ctx context.Context, c topology.Change, nodes []string
 		case rec.Lost:
 			// which copy its data is cannot be told: retiring by a guess
 			// could retire live records
-			return nil, fmt.Errorf("%w: node %s lost its topology record (its stamp names %s): an instance restores it from a peer at that token (start one with the current configuration), or copy %s from such a peer by hand, then run apply again",
+			return nil, fmt.Errorf("%w: node %s lost its topology record (its stamp names %s): which copy of its data it holds cannot be told: restore its %s of that token by hand (from a peer or a backup that holds it; an instance copies it from an unfenced peer at that token, if any), then run apply again",
 				ErrCorrupt, name, rec.Token, keyTopology)
 		case rec.Fenced && rec.Held == c.Token && rec.Attempt == c.Attempt:
 			// fenced, but at the change's own token and attempt: it holds

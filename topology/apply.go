@@ -178,29 +178,28 @@ func (a *applier) run(ctx context.Context) (Report, error) {
 // writes the token's stable record again on the nodes that lost theirs
 // under a stamp at the token (repair), then brings forward the nodes of
 // cur's topology behind the token or fenced (forward), if any; with none,
-// the topology is already applied. At a first epoch, a node whose record
-// is lost under another token's stamp refuses the apply before any write
+// the topology is already applied. A node whose record is lost under
+// another token's stamp, or fenced, refuses the apply before any write
 // (lostElsewhere), as check refuses it on a new epoch's path.
 func (a *applier) again(ctx context.Context, cur Record, recs map[string]Record) (Report, error) {
 	a.rep.ToEpoch = cur.Epoch
 	if !(cur.Phase == PhaseStable && allStable(recs, cur.Token)) {
 		return a.resume(ctx, cur, recs)
 	}
-	if cur.Prev == nil {
-		// a first epoch (From's, given to the nodes without a record):
-		// a node whose record is lost under another token's stamp is
-		// neither given it (firstEpoch) nor brought forward (nothing
-		// moved at a first epoch), so the apply cannot finish: refused
-		// before any write, as check refuses it
-		var bad []string
-		for _, name := range cur.Current.Nodes() {
-			if r := recs[name]; r.Lost && !r.Fenced && r.Token != cur.Token {
-				bad = append(bad, lostElsewhere(name, r, cur))
-			}
+	// A node whose record is lost under another token's stamp, or
+	// fenced, tells no copy (doc.go, "A lost record"): at a first epoch it
+	// is neither given the epoch (firstEpoch) nor brought forward (nothing
+	// moved), at a later one bringing it forward would retire by a guess
+	// (the driver refuses: Driver.Retire), so the apply cannot finish.
+	// Refused before any write (not even repair's), as check refuses it.
+	var bad []string
+	for _, name := range cur.Current.Nodes() {
+		if r := recs[name]; r.Lost && (r.Fenced || r.Token != cur.Token) {
+			bad = append(bad, lostElsewhere(name, r, cur))
 		}
-		if len(bad) > 0 {
-			return a.rep, fmt.Errorf("%w: %s", ErrInvalid, strings.Join(bad, "; "))
-		}
+	}
+	if len(bad) > 0 {
+		return a.rep, fmt.Errorf("%w: %s", ErrInvalid, strings.Join(bad, "; "))
 	}
 	// lost records at the token: cur's stable record is theirs
 	a.rep.Repaired = lostAt(recs, cur.Token)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // Which record is current: an apply reads the records of every node it
@@ -42,7 +43,12 @@ func (a *applier) current(ctx context.Context) (Record, map[string]Record, error
 		return newest, nil, err
 	}
 	if newest.Epoch == 0 && a.opts.From == nil {
-		return newest, nil, fmt.Errorf("%w: the nodes have no topology record yet: start `shardis serve` once with the current configuration, or pass --from", ErrInvalid)
+		// Only the new topology's nodes were read: the current one may be
+		// on other nodes (an inventory moving to new nodes), which only
+		// From names. An instance started over these nodes would give them
+		// a first epoch of their own, the stock staying where it is.
+		return newest, nil, fmt.Errorf("%w: the nodes have no topology record yet (none of %s has one): if the inventory runs on other nodes now, pass --from with the configuration applied there (starting an instance with this configuration instead would give these nodes an epoch of their own and leave the stock where it is); on nodes new to shardis, start `shardis serve` once with the current configuration, or pass --from",
+			ErrInvalid, strings.Join(a.to.Nodes(), ", "))
 	}
 	if a.opts.From != nil {
 		if err := read(a.opts.From.Nodes()); err != nil {

@@ -1,0 +1,32 @@
+package topology
+
+import (
+	"errors"
+	"testing"
+)
+
+// TestAgainRefusesALostRecordNotAtTheToken: at a later epoch, a node of
+// the current topology whose record is lost under an older token's stamp,
+// or under a fence, makes an apply of the current topology refuse before
+// any write (ErrInvalid, nothing written, nothing retired), as at a first
+// epoch. Before, the check ran at a first epoch only, and the apply
+// brought the node forward (wrote its record) unless the driver refused.
+func TestAgainRefusesALostRecordNotAtTheToken(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rec  Record
+	}{
+		{"behind", Record{Node: "n2", Token: Token(1, two.Fingerprint()), Lost: true}},
+		{"fenced", Record{Node: "n2", Token: "fence:" + Token(2, three.Fingerprint()), Lost: true, Fenced: true, Held: Token(2, three.Fingerprint())}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake()
+			f.at(2, three, &two, PhaseStable, "n1", "n2", "n3")
+			f.recs["n2"] = tc.rec
+			_, err := apply(t, f, Options{To: three})
+			if !errors.Is(err, ErrInvalid) || len(f.writes) != 0 || f.retires != 0 {
+				t.Fatalf("apply = %v; writes %v, retires %d; want ErrInvalid and nothing written", err, f.writes, f.retires)
+			}
+		})
+	}
+}
