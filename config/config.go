@@ -114,7 +114,7 @@ type Node struct {
 	// default: 0
 	DB int `koanf:"db"`
 	// Weight is the node's share of the ring relative to other nodes of
-	// the same route (virtual points per weight unit). Must be >= 1.
+	// the same route (virtual points per weight unit): 1..MaxWeight.
 	// default: 1
 	Weight int `koanf:"weight"`
 	// TLS configures TLS to the node. It is on when Enabled is true or any
@@ -212,8 +212,8 @@ func (s Service) String() string {
 	if s.AuthToken != "" {
 		tok = "<redacted>"
 	}
-	return fmt.Sprintf("{Listen:%s AuthToken:%s TLS:%+v MaxBodyBytes:%d ShutdownTimeout:%v}",
-		s.Listen, tok, s.TLS, s.MaxBodyBytes, s.ShutdownTimeout)
+	return fmt.Sprintf("{Listen:%s GRPCListen:%s AuthToken:%s TLS:%+v MaxBodyBytes:%d ShutdownTimeout:%v}",
+		s.Listen, s.GRPCListen, tok, s.TLS, s.MaxBodyBytes, s.ShutdownTimeout)
 }
 
 // OnNodeDown policies for [Server.OnNodeDown].
@@ -303,8 +303,8 @@ type Client struct {
 	// shorter context deadline wins).
 	// default: 1s
 	CommandTimeout time.Duration `koanf:"command_timeout"`
-	// PoolSize is the connection pool size per node; 0 means go-redis's
-	// default (10 per GOMAXPROCS).
+	// PoolSize is the connection pool size per node (0..10000); 0 means
+	// go-redis's default (10 per GOMAXPROCS).
 	// default: 0
 	PoolSize int `koanf:"pool_size"`
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -25,5 +26,21 @@ func TestMisspeltSectionVariableRedactsURLPassword(t *testing.T) {
 		if !strings.Contains(err.Error(), "redis://:redacted@10.0.0.1:6379") {
 			t.Errorf("%s: the problem does not print the URL without its password:\n%v", env, err)
 		}
+	}
+}
+
+// TestServiceStringNamesEveryField: Service's String names every field of
+// the settings (the auth token redacted); it once left out GRPCListen.
+func TestServiceStringNamesEveryField(t *testing.T) {
+	s := Default().Service
+	s.AuthToken = "hunter2"
+	got := s.String()
+	for _, f := range reflect.VisibleFields(reflect.TypeOf(s)) {
+		if !strings.Contains(got, f.Name+":") {
+			t.Errorf("Service.String() = %s: no %s", got, f.Name)
+		}
+	}
+	if strings.Contains(got, "hunter2") {
+		t.Errorf("Service.String() = %s: prints the auth token", got)
 	}
 }

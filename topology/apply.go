@@ -528,8 +528,11 @@ func (a *applier) check(ctx context.Context, cur Record, recs map[string]Record)
 			bad = append(bad, fmt.Sprintf("%s is still %s at epoch %d (%s): finish that apply first (run `shardis topology apply` with its configuration until it reports stable)",
 				name, rec.Phase, rec.Epoch, cur.Current))
 		case rec.Epoch == 0 && !oldNodes[name]:
+		case oldNodes[name]:
+			bad = append(bad, fmt.Sprintf("%s is at %q, not the current %q: run `shardis topology apply` with the current configuration (%s) first: it brings the node forward",
+				name, rec.Token, cur.Token, cur.Current))
 		default:
-			bad = append(bad, fmt.Sprintf("%s is at %q, not the current %q", name, rec.Token, cur.Token))
+			bad = append(bad, fmt.Sprintf("%s is at %q, not the current %q, and is no node of the current topology (%s)", name, rec.Token, cur.Token, cur.Current))
 		}
 	}
 	for _, name := range a.rep.Left {

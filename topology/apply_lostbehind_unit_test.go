@@ -2,6 +2,8 @@ package topology
 
 import (
 	"errors"
+	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -28,5 +30,27 @@ func TestAgainRefusesALostRecordNotAtTheToken(t *testing.T) {
 				t.Fatalf("apply = %v; writes %v, retires %d; want ErrInvalid and nothing written", err, f.writes, f.retires)
 			}
 		})
+	}
+}
+
+// TestCheckAdvisesApplyingTheCurrentTopologyFirst: a new apply while a
+// node of the current topology is behind its token is refused with the
+// way out: apply the current configuration first, which brings the node
+// forward (and that apply then does). Before, the refusal only said the
+// node was at another token.
+func TestCheckAdvisesApplyingTheCurrentTopologyFirst(t *testing.T) {
+	f := newFake()
+	f.at(2, three, &two, PhaseStable, "n1", "n2", "n3")
+	f.recs["n2"] = Record{Node: "n2", Epoch: 1, Token: Token(1, two.Fingerprint()), Current: two, Phase: PhaseStable}
+	four := topo(map[string][]string{"r": {"n1", "n2", "n3", "n4"}})
+	_, err := apply(t, f, Options{To: four})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "run `shardis topology apply` with the current configuration") {
+		t.Fatalf("apply = %v; want ErrInvalid advising an apply of the current configuration", err)
+	}
+	if rep, err := apply(t, f, Options{To: three}); err != nil || !reflect.DeepEqual(rep.Forward, []string{"n2"}) {
+		t.Fatalf("apply of the current topology = %+v, %v; want n2 brought forward", rep, err)
+	}
+	if _, err := apply(t, f, Options{To: four}); err != nil {
+		t.Fatalf("apply after following the advice: %v", err)
 	}
 }

@@ -60,13 +60,21 @@ func (t Topology) Nodes() []string {
 	return out
 }
 
-// Weights returns each member's weight (the first route's, as
-// configurations give one weight per node).
+// Weights returns each member's weight: its weight in the first route,
+// in name order, that lists it (configurations give one weight per node,
+// the same in every route).
 func (t Topology) Weights() map[string]int {
+	routes := make([]string, 0, len(t.Routes))
+	for r := range t.Routes {
+		routes = append(routes, r)
+	}
+	sort.Strings(routes)
 	w := map[string]int{}
-	for _, ms := range t.Routes {
-		for _, m := range ms {
-			w[m.Name] = m.Weight
+	for _, r := range routes {
+		for _, m := range t.Routes[r] {
+			if _, ok := w[m.Name]; !ok {
+				w[m.Name] = m.Weight
+			}
 		}
 	}
 	return w

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/shardis/shardis/config"
@@ -64,6 +65,23 @@ func TestTopologyDiff(t *testing.T) {
 	} {
 		if got := Diff(applied, tc.cfg); got != tc.want {
 			t.Errorf("Diff(%s, %s) = %q, want %q", applied, tc.cfg, got, tc.want)
+		}
+	}
+}
+
+// TestWeightsTakesTheFirstRoutes: a node listed by several routes with
+// different weights (a topology no configuration makes, but a record can
+// hold) gets the weight of the first route in name order, every time.
+// Before, the last route a map walk met won, so two calls could differ.
+func TestWeightsTakesTheFirstRoutes(t *testing.T) {
+	m := func(name string, w int) router.Member { return router.Member{Name: name, Weight: w} }
+	top := Topology{Routes: map[string][]router.Member{}}
+	for i := 0; i < 8; i++ {
+		top.Routes[string(rune('a'+i))] = []router.Member{m("n1", i+1), m(fmt.Sprintf("n%d", i+2), 1)}
+	}
+	for i := 0; i < 50; i++ {
+		if w := top.Weights()["n1"]; w != 1 {
+			t.Fatalf("Weights()[n1] = %d, want 1 (route a's)", w)
 		}
 	}
 }
