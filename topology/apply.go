@@ -532,7 +532,8 @@ func (a *applier) check(ctx context.Context, cur Record, recs map[string]Record)
 			bad = append(bad, fmt.Sprintf("%s is at %q, not the current %q: run `shardis topology apply` with the current configuration (%s) first: it brings the node forward",
 				name, rec.Token, cur.Token, cur.Current))
 		default:
-			bad = append(bad, fmt.Sprintf("%s is at %q, not the current %q, and is no node of the current topology (%s)", name, rec.Token, cur.Token, cur.Current))
+			bad = append(bad, fmt.Sprintf("%s is at %q, not the current %q, and is no node of the current topology (%s): an apply adds only a node with no topology record (a new, empty one) or one of the current topology (a node that left at an earlier epoch keeps that epoch's record)",
+				name, rec.Token, cur.Token, cur.Current))
 		}
 	}
 	for _, name := range a.rep.Left {

@@ -54,3 +54,25 @@ func TestCheckAdvisesApplyingTheCurrentTopologyFirst(t *testing.T) {
 		t.Fatalf("apply after following the advice: %v", err)
 	}
 }
+
+// TestReaddAfterALaterEpochSaysWhatIsAdded: a node that left at epoch 2
+// keeps that epoch's record; adding it back after epoch 3 is refused
+// (check: every node of the change at the current token or new), and the
+// refusal says which nodes an apply adds. Before, it only said the node
+// was at another token.
+func TestReaddAfterALaterEpochSaysWhatIsAdded(t *testing.T) {
+	f := newFake()
+	f.at(1, three, nil, PhaseStable, "n1", "n2", "n3")
+	if _, err := apply(t, f, Options{To: two}); err != nil {
+		t.Fatal(err)
+	}
+	other := topo(map[string][]string{"r": {"n1", "n2"}, "s": {"n1"}})
+	if _, err := apply(t, f, Options{To: other}); err != nil {
+		t.Fatal(err)
+	}
+	back := topo(map[string][]string{"r": {"n1", "n2", "n3"}, "s": {"n1"}})
+	_, err := apply(t, f, Options{To: back})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "an apply adds only a node with no topology record") {
+		t.Fatalf("apply = %v; want ErrInvalid saying which nodes an apply adds", err)
+	}
+}
