@@ -38,7 +38,9 @@ cleanup() {
 # shellcheck disable=SC2317 # invoked by the trap
 trap cleanup EXIT INT TERM
 
-call() { curl -s -m 5 -o /dev/null -w '%{http_code}' -H "$H" -d "$2" "$S/shardis.v1.$1" || echo 000; }
+# call METHOD BODY prints the HTTP status of one call, without a newline:
+# 000 when it got no answer (curl's -w prints that itself).
+call() { curl -s -m 5 -o /dev/null -w '%{http_code}' -H "$H" -d "$2" "$S/shardis.v1.$1" || true; }
 state() { curl -s -m 2 -H "$H" -d '{}' "$S/shardis.v1.AdminService/ListNodes" | grep -o "\"name\":\"$1\"[^}]*\"state\":\"[A-Z_]*\"" | grep -o 'NODE_STATE_[A-Z]*' || true; }
 node_of() { case $1 in redis1) echo n1;; redis2) echo n2;; redis3) echo n3;; *) echo "unknown VICTIM $1" >&2; exit 2;; esac; }
 now_ms() { date +%s%3N; }
@@ -52,14 +54,45 @@ wait_for() {
 	done
 }
 is_state() { [ "$(state "$1")" = "$2" ]; }
-# stock_field JSON FIELD: a top-level counter of a GetStock reply (absent = 0).
-# The per-node list is cut out first: its entries have fields of the same
-# names, and the reply puts some top-level ones (loaded) after it.
+# stock_field JSON FIELD: a top-level counter of a GetStock reply (absent
+# = 0); it prints nothing and fails when JSON is not one (a failed or
+# empty read: curl's, or a Connect error). It walks the JSON itself rather
+# than matching text: protojson puts a space after some commas in some
+# builds, the per-node list (inside the stock object) has fields of the
+# same names, its error strings may hold brackets, and the reply puts some
+# top-level fields (loaded) after it.
 stock_field() {
-	local v
-	v=$(echo "$1" | sed -e 's/"nodes":\[[^]]*\],\{0,1\}//' -e 's/.*"stock":{//' -e 's/}.*//' |
-		tr ',' '\n' | sed -n "s/^\"$2\":\"\([0-9]*\)\"$/\1/p")
-	echo "${v:-0}"
+	printf '%s' "$1" | awk -v want="$2" '
+	{ s = s $0 "\n" }
+	END {
+		n = length(s); depth = 0; key = ""; found = 0
+		for (i = 1; i <= n; i++) {
+			c = substr(s, i, 1)
+			if (c == "\"") { # a string, read whole; a key when a colon follows
+				str = ""
+				for (i++; i <= n && (c = substr(s, i, 1)) != "\""; i++) {
+					if (c == "\\") { i++; c = substr(s, i, 1) }
+					str = str c
+				}
+				for (j = i + 1; j <= n && substr(s, j, 1) ~ /[ \t\r\n]/; j++) {}
+				if (substr(s, j, 1) == ":") { key = str; i = j; continue }
+				value(str)
+			} else if (c == "{" || c == "[") {
+				depth++
+				if (depth == 2 && c == "{" && key == "stock") found = 1
+			} else if (c == "}" || c == "]") {
+				depth--
+			} else if (c ~ /[-0-9]/) { # a bare number
+				for (str = c; i < n && substr(s, i + 1, 1) ~ /[-+.eE0-9]/; i++) str = str substr(s, i + 1, 1)
+				value(str)
+			}
+		}
+		if (!found) exit 1
+		print (got == "" ? 0 : got)
+	}
+	function value(v) {
+		if (depth == 2 && found && key == want && v ~ /^-?[0-9]+$/) got = v
+	}'
 }
 
 N=$(node_of "$VICTIM")
@@ -86,12 +119,15 @@ failed=$(grep -vc '^200$' "$out/codes" || true)
 
 # Healing: every reservation expires (none is confirmed) and the reconciler
 # returns it; wait for reserved to reach 0, bounded.
-stock() { curl -s -m 5 -H "$H" -d "{\"routeKey\":\"clothes\",\"skuId\":\"$SKU\"}" "$S/shardis.v1.InventoryService/GetStock"; }
-healed() { [ "$(stock_field "$(stock)" reserved)" = 0 ]; }
+stock() { curl -s -m 5 -H "$H" -d "{\"routeKey\":\"clothes\",\"skuId\":\"$SKU\"}" "$S/shardis.v1.InventoryService/GetStock" || true; }
+# healed: a GetStock reply read, with nothing reserved (a failed read is
+# not healed).
+healed() { local r; r=$(stock_field "$(stock)" reserved) && [ "$r" = 0 ]; }
 wait_for $((TTL + 30)) "reserved units returned after the TTL" healed
 st=$(stock)
+loaded=$(stock_field "$st" loaded) || { echo "drill: GetStock after healing: not a stock reply: $st" >&2; exit 1; }
 avail=$(stock_field "$st" available); res=$(stock_field "$st" reserved)
-conf=$(stock_field "$st" confirmed); loaded=$(stock_field "$st" loaded)
+conf=$(stock_field "$st" confirmed)
 
 echo "time to mark $N DOWN:   $((t1-t0)) ms"
 echo "time to mark $N UP:     $((t3-t2)) ms after start"
