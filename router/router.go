@@ -135,7 +135,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Router, error)
 	// through this holder, set before any command can run.
 	var sched *health.Scheduler
 	for name, nc := range cfg.Nodes {
-		tlsCfg, err := nodeTLS(name, nc)
+		tlsCfg, err := NodeTLS(name, nc)
 		if err != nil {
 			r.closeNodes()
 			return nil, fmt.Errorf("router: %w", err)

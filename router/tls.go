@@ -10,11 +10,15 @@ import (
 	"github.com/shardis/shardis/config"
 )
 
-// nodeTLS builds the TLS configuration of a node, or nil when TLS is off.
-// A Sentinel node's comes from sentinel.tls and serves the sentinels and
-// the group's data nodes alike; its server name, unless set, is the host
-// of each address dialed (crypto/tls fills it in per connection).
-func nodeTLS(name string, n config.Node) (*tls.Config, error) {
+// NodeTLS builds the TLS configuration the router dials node name (n, its
+// configuration) with, or nil when TLS is off; programs that dial a node
+// themselves (the drills) use it to dial it the same way. A Sentinel
+// node's comes from sentinel.tls and serves the sentinels and the group's
+// data nodes alike; its server name, unless set, is the host of each
+// address dialed (crypto/tls fills it in per connection). A standalone
+// node's server name, unless set, is the host of its addr. Its errors
+// name the setting (nodes.NAME.tls…) and the file that does not load.
+func NodeTLS(name string, n config.Node) (*tls.Config, error) {
 	t, path := n.TLS, "nodes."+name+".tls"
 	if n.Sentinel.On() {
 		t, path = n.Sentinel.TLS, "nodes."+name+".sentinel.tls"

@@ -12,29 +12,61 @@ import (
 	"github.com/shardis/shardis/inventory"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
 	"github.com/shardis/shardis/proto/shardis/v1/shardisv1connect"
+	"github.com/shardis/shardis/router"
 )
 
-// MasterAddr returns the address of node's Redis master: its addr, or for
-// a Sentinel group what the first answering sentinel names.
-func MasterAddr(ctx context.Context, node config.Node) (string, error) {
+// MasterAddr returns the address of node name's Redis master (node is
+// its configuration): its addr, or for a Sentinel group what the first
+// answering sentinel names, asked as the router asks (DialSentinel).
+func MasterAddr(ctx context.Context, name string, node config.Node) (string, error) {
 	if !node.Sentinel.On() {
 		return node.Addr, nil
 	}
 	var last error
 	for _, a := range node.Sentinel.Addrs {
-		s := redis.NewSentinelClient(&redis.Options{Addr: a, Protocol: 2})
+		s, err := DialSentinel(name, node, a)
+		if err != nil {
+			return "", err
+		}
 		hp, err := s.GetMasterAddrByName(ctx, node.Sentinel.Master).Result()
 		_ = s.Close()
 		if err == nil && len(hp) == 2 {
 			return hp[0] + ":" + hp[1], nil
 		}
-		last = fmt.Errorf("sentinel %s, master %s: %v", a, node.Sentinel.Master, err)
+		last = fmt.Errorf("node %s: sentinel %s, master %s: %v", name, a, node.Sentinel.Master, err)
 	}
 	return "", last
 }
 
-// masters returns a client of every node's master, by node name, and a
-// function that closes them.
+// Dial returns a client of the server at addr that serves node name (node
+// is its configuration; addr its master as MasterAddr names it, or a
+// server of its group), dialed as the router dials the node's data
+// servers: with the node's username, password, database and TLS
+// (router.NodeTLS). It fails only when the node's TLS files do not load.
+func Dial(name string, node config.Node, addr string) (*redis.Client, error) {
+	tlsCfg, err := router.NodeTLS(name, node)
+	if err != nil {
+		return nil, err
+	}
+	return redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, Username: node.Username, Password: node.Password,
+		DB: node.DB, TLSConfig: tlsCfg}), nil
+}
+
+// DialSentinel returns a client of the sentinel at addr of node name's
+// Sentinel group, dialed as the router dials the sentinels: with the
+// sentinels' username, password and TLS (router.NodeTLS). It fails only
+// when the node's TLS files do not load.
+func DialSentinel(name string, node config.Node, addr string) (*redis.SentinelClient, error) {
+	tlsCfg, err := router.NodeTLS(name, node)
+	if err != nil {
+		return nil, err
+	}
+	return redis.NewSentinelClient(&redis.Options{Addr: addr, Protocol: 2, Username: node.Sentinel.Username,
+		Password: node.Sentinel.Password, TLSConfig: tlsCfg}), nil
+}
+
+// masters returns a client of every node's master (Dial), by node name,
+// and a function that closes them.
 func masters(ctx context.Context, cfg *config.Config) (map[string]*redis.Client, func(), error) {
 	out := map[string]*redis.Client{}
 	closeAll := func() {
@@ -43,12 +75,16 @@ func masters(ctx context.Context, cfg *config.Config) (map[string]*redis.Client,
 		}
 	}
 	for name, node := range cfg.Nodes {
-		addr, err := MasterAddr(ctx, node)
+		addr, err := MasterAddr(ctx, name, node)
+		var c *redis.Client
+		if err == nil {
+			c, err = Dial(name, node, addr)
+		}
 		if err != nil {
 			closeAll()
 			return nil, nil, err
 		}
-		out[name] = redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, Username: node.Username, Password: node.Password})
+		out[name] = c
 	}
 	return out, closeAll, nil
 }

@@ -40,7 +40,10 @@ func TestNewDrillFlags(t *testing.T) {
 
 // TestSentinelGroupLookup: against a real Sentinel group (master, replica,
 // three sentinels), waitGroup sees it ready for a failover and drill.MasterAddr
-// names the master the group has.
+// names the master the group has; it asks the sentinels with the node's
+// sentinel credentials, as the router does, so a user these sentinels do
+// not have is refused (found by a review: MasterAddr and
+// waitGroup dialed the sentinels without credentials or TLS).
 func TestSentinelGroupLookup(t *testing.T) {
 	g, err := redisproc.StartGroup(redisproc.GroupOptions{Name: "drill-docker", KillWithParent: true})
 	if err != nil {
@@ -49,19 +52,27 @@ func TestSentinelGroupLookup(t *testing.T) {
 	defer g.Close()
 	node := config.Node{Sentinel: config.Sentinel{Master: g.Name, Addrs: g.SentinelAddrs()}}
 	ctx := context.Background()
-	if err := waitGroup(ctx, node, 30*time.Second); err != nil {
+	if err := waitGroup(ctx, "n1", node, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	want, err := g.Master(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := drill.MasterAddr(ctx, node)
+	got, err := drill.MasterAddr(ctx, "n1", node)
 	if err != nil || got != want {
 		t.Fatalf("MasterAddr = %q, %v; want %q", got, err, want)
 	}
-	if _, err := drill.MasterAddr(ctx, config.Node{Sentinel: config.Sentinel{Master: "no-such-group", Addrs: g.SentinelAddrs()}}); err == nil ||
+	if _, err := drill.MasterAddr(ctx, "n1", config.Node{Sentinel: config.Sentinel{Master: "no-such-group", Addrs: g.SentinelAddrs()}}); err == nil ||
 		!strings.Contains(err.Error(), "no-such-group") {
 		t.Fatalf("unknown group: got %v, want an error naming it", err)
+	}
+	withUser := node
+	withUser.Sentinel.Username, withUser.Sentinel.Password = "no-such-user", "pw"
+	if got, err := drill.MasterAddr(ctx, "n1", withUser); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Fatalf("sentinel.username the sentinels do not have: MasterAddr = %q, %v; want their WRONGPASS refusal", got, err)
+	}
+	if err := waitGroup(ctx, "n1", withUser, time.Second); err == nil {
+		t.Fatal("waitGroup with a sentinel.username the sentinels do not have: ready, want not within 1s")
 	}
 }

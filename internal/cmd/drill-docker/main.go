@@ -30,8 +30,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/drill"
 	v1 "github.com/shardis/shardis/proto/shardis/v1"
@@ -107,7 +105,7 @@ func (d *dockerDrill) run(workers int) (bool, error) {
 		return false, err
 	}
 	for name, node := range d.cfg.Nodes {
-		if err := waitGroup(ctx, node, 120*time.Second); err != nil {
+		if err := waitGroup(ctx, name, node, 120*time.Second); err != nil {
 			return false, fmt.Errorf("node %s: %w", name, err)
 		}
 	}
@@ -116,7 +114,7 @@ func (d *dockerDrill) run(workers int) (bool, error) {
 		return false, err
 	}
 	sentinel := d.cfg.Nodes[d.victim].Sentinel.On()
-	old, err := drill.MasterAddr(ctx, d.cfg.Nodes[d.victim])
+	old, err := drill.MasterAddr(ctx, d.victim, d.cfg.Nodes[d.victim])
 	if err != nil {
 		return false, err
 	}
@@ -185,7 +183,7 @@ func (d *dockerDrill) failover(ctx context.Context, old, container string, kille
 	node := d.cfg.Nodes[d.victim]
 	var promoted string
 	if err := drill.Poll(30*time.Second, func() bool {
-		a, err := drill.MasterAddr(ctx, node)
+		a, err := drill.MasterAddr(ctx, d.victim, node)
 		promoted = a
 		return err == nil && a != old
 	}); err != nil {
@@ -206,7 +204,10 @@ func (d *dockerDrill) failover(ctx context.Context, old, container string, kille
 	if err := docker("start", container); err != nil {
 		return nil, err
 	}
-	c := redis.NewClient(&redis.Options{Addr: old, Protocol: 2, Username: node.Username, Password: node.Password})
+	c, err := drill.Dial(d.victim, node, old)
+	if err != nil {
+		return nil, err
+	}
 	defer c.Close()
 	host, port, _ := strings.Cut(promoted, ":")
 	if err := drill.Poll(60*time.Second, func() bool {
@@ -227,16 +228,20 @@ func (d *dockerDrill) waitState(ctx context.Context, want v1.NodeState, limit ti
 	return drill.WaitState(ctx, d.admin, d.victim, want, limit)
 }
 
-// waitGroup waits until the first sentinel of a Sentinel group's node sees
-// the quorum reachable and a replica linked to the master, so that a
-// failover can happen; a standalone node is ready at once.
-func waitGroup(ctx context.Context, node config.Node, limit time.Duration) error {
+// waitGroup waits until the first sentinel of a Sentinel group's node
+// (name, node its configuration) sees the quorum reachable and a replica
+// linked to the master, so that a failover can happen; a standalone node
+// is ready at once.
+func waitGroup(ctx context.Context, name string, node config.Node, limit time.Duration) error {
 	if !node.Sentinel.On() {
 		return nil
 	}
-	s := redis.NewSentinelClient(&redis.Options{Addr: node.Sentinel.Addrs[0], Protocol: 2})
+	s, err := drill.DialSentinel(name, node, node.Sentinel.Addrs[0])
+	if err != nil {
+		return err
+	}
 	defer s.Close()
-	err := drill.Poll(limit, func() bool {
+	err = drill.Poll(limit, func() bool {
 		if err := s.CkQuorum(ctx, node.Sentinel.Master).Err(); err != nil {
 			return false
 		}
