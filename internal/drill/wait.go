@@ -2,6 +2,7 @@ package drill
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -16,33 +17,50 @@ import (
 // WaitState polls the service's ListNodes until node name is in state
 // want, at most limit, and returns how long that took and the node's
 // address as listed; past limit it returns an error naming the node and
-// the state.
+// the state, with what the last call said (its error, or the state it
+// listed the node in). Every call runs under a deadline at limit after
+// the start, so a service that accepts calls and never answers does not
+// hold it longer.
 func WaitState(ctx context.Context, admin shardisv1connect.AdminServiceClient, name string, want v1.NodeState, limit time.Duration) (time.Duration, string, error) {
 	start := time.Now()
+	ctx, cancel := context.WithDeadline(ctx, start.Add(limit))
+	defer cancel()
 	var addr string
+	last := errors.New("not called")
 	err := Poll(limit, func() bool {
 		res, err := admin.ListNodes(ctx, connect.NewRequest(&v1.ListNodesRequest{}))
 		if err != nil {
+			last = fmt.Errorf("last ListNodes: %w", err)
 			return false
 		}
+		last = errors.New("last ListNodes does not list it")
 		for _, n := range res.Msg.Nodes {
-			if n.Name == name && n.State == want {
+			if n.Name != name {
+				continue
+			}
+			if n.State == want {
 				addr = n.Addr
 				return true
 			}
+			last = fmt.Errorf("last ListNodes lists it %v", n.State)
 		}
 		return false
 	})
 	if err != nil {
-		return 0, "", fmt.Errorf("node %s did not become %v: %w", name, want, err)
+		return 0, "", fmt.Errorf("node %s did not become %v: %w (%v)", name, want, err, last)
 	}
 	return time.Since(start), addr, nil
 }
 
+// downReasonLimit bounds DownReason's call.
+const downReasonLimit = 5 * time.Second
+
 // DownReason returns why the service's ListNodes says node name is down
 // ("not listed" when it lists no such node, the call's error when it
-// fails).
+// fails or takes over 5 s).
 func DownReason(ctx context.Context, admin shardisv1connect.AdminServiceClient, name string) string {
+	ctx, cancel := context.WithTimeout(ctx, downReasonLimit)
+	defer cancel()
 	res, err := admin.ListNodes(ctx, connect.NewRequest(&v1.ListNodesRequest{}))
 	if err != nil {
 		return err.Error()

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,5 +76,31 @@ func TestSentinelGroupLookup(t *testing.T) {
 	}
 	if err := waitGroup(ctx, "n1", withUser, time.Second); err == nil {
 		t.Fatal("waitGroup with a sentinel.username the sentinels do not have: ready, want not within 1s")
+	}
+}
+
+// waitReady returns within its limit, with an error naming /readyz, when
+// the service accepts the request and never answers. Found by a review:
+// its requests ran on context.Background() with http.DefaultClient, so a
+// stalled service held the drill forever.
+func TestWaitReadyBoundedOnStalledService(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	done := make(chan error, 1)
+	go func() { done <- waitReady(context.Background(), srv.URL, 200*time.Millisecond) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "/readyz") {
+			t.Fatalf("waitReady against a stalled service: %v, want an error naming /readyz", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("waitReady with limit 200ms has not returned after 3s")
 	}
 }

@@ -262,8 +262,12 @@ func waitGroup(ctx context.Context, name string, node config.Node, limit time.Du
 	return nil
 }
 
-// waitReady polls GET /readyz until it answers 200.
+// waitReady polls GET /readyz until it answers 200, at most limit: every
+// request runs under a deadline at limit after the start, so a service
+// that accepts and never answers does not hold it longer.
 func waitReady(ctx context.Context, base string, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	err := drill.Poll(limit, func() bool {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
 		res, err := http.DefaultClient.Do(req)
