@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -45,15 +44,16 @@ func cmdFunctions(args []string, stdout, stderr io.Writer) error {
 		fs.BoolVar(&dry, "dry-run", false, "list what prune would delete, delete nothing")
 	}
 	fs.Usage = func() { fmt.Fprint(stderr, functionsUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	rest, err := parseInterspersed(fs, args[1:])
+	if err != nil {
+		return err
 	}
-	if *cfgPath == "" || fs.NArg() > 0 {
+	if len(rest) > 0 {
+		return fmt.Errorf("%w: functions %s takes no arguments, got %q", errUsage, sub, rest)
+	}
+	if *cfgPath == "" {
 		fs.Usage()
-		return fmt.Errorf("%w: functions %s needs --config and no other arguments", errUsage, sub)
+		return fmt.Errorf("%w: functions %s needs --config", errUsage, sub)
 	}
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {

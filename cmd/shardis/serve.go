@@ -21,14 +21,15 @@ func cmdServe(args []string, stderr io.Writer) error {
 	cfgPath := fs.String("config", "", "config file (required)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	jsonLogs := fs.Bool("log-json", false, "log JSON lines instead of text")
-	if err := parseFlags(fs, args); err != nil {
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("%w: serve takes no arguments, got %q", errUsage, rest)
 	}
 	if *cfgPath == "" {
 		return fmt.Errorf("%w: serve needs --config FILE", errUsage)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: serve takes no arguments, got %q", errUsage, fs.Args())
 	}
 	lvl, err := parseLevel(*level)
 	if err != nil {

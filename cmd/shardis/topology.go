@@ -61,12 +61,16 @@ func cmdTopologyApply(args []string, stdout, stderr io.Writer) error {
 	dry := fs.Bool("dry-run", false, "check and report without writing")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	fs.Usage = func() { fmt.Fprint(stderr, topologyUsage); fs.PrintDefaults() }
-	if err := parseFlags(fs, args); err != nil {
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
-	if *cfgPath == "" || fs.NArg() > 0 {
+	if len(rest) > 0 {
+		return fmt.Errorf("%w: topology apply takes no arguments, got %q", errUsage, rest)
+	}
+	if *cfgPath == "" {
 		fs.Usage()
-		return fmt.Errorf("%w: topology apply needs --config and no other arguments", errUsage)
+		return fmt.Errorf("%w: topology apply needs --config", errUsage)
 	}
 	if *wait < 0 {
 		return fmt.Errorf("%w: --wait %v: want a duration that is not negative (0: the default, 1m)", errUsage, *wait)
@@ -180,12 +184,16 @@ func cmdTopologyShow(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration (required)")
 	fs.Usage = func() { fmt.Fprint(stderr, topologyUsage); fs.PrintDefaults() }
-	if err := parseFlags(fs, args); err != nil {
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
-	if *cfgPath == "" || fs.NArg() > 0 {
+	if len(rest) > 0 {
+		return fmt.Errorf("%w: topology show takes no arguments, got %q", errUsage, rest)
+	}
+	if *cfgPath == "" {
 		fs.Usage()
-		return fmt.Errorf("%w: topology show needs --config and no other arguments", errUsage)
+		return fmt.Errorf("%w: topology show needs --config", errUsage)
 	}
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
