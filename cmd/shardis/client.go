@@ -331,7 +331,7 @@ func cmdReserve(ctx context.Context, c *client, args []string) error {
 		return err
 	}
 	if *ttl < 0 || *ttl%time.Second != 0 || *ttl > time.Duration(1<<31-1)*time.Second {
-		return c.usageErr("--ttl %v: want whole seconds, not negative", *ttl)
+		return c.usageErr("--ttl %v: want whole seconds from 0s to %v (2^31-1 s)", *ttl, time.Duration(1<<31-1)*time.Second)
 	}
 	req := &v1.ReserveRequest{OrderId: *order, UserId: *user, TtlSeconds: int32(*ttl / time.Second)}
 	for _, arg := range rest {

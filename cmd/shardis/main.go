@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/shardis/shardis/node"
 )
@@ -105,14 +106,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 }
 
-// parseLevel reads a --log-level value: debug, info, warn or error; any
-// other wraps errUsage, naming it.
+// parseLevel reads a --log-level value: debug, info, warn or error, in any
+// case; any other (slog's offsets such as info+2 too) wraps errUsage,
+// naming it.
 func parseLevel(level string) (slog.Level, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return 0, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, level)
+	for _, lvl := range []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError} {
+		if strings.EqualFold(level, lvl.String()) {
+			return lvl, nil
+		}
 	}
-	return lvl, nil
+	return 0, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, level)
 }
 
 // newLogger returns the logger of a long-running command (serve, sync):
