@@ -46,11 +46,16 @@ func (c *Cache) firstUsable(key string) *node.Node {
 
 // allowLoad takes a token for one loader call, or returns ErrThrottled
 // (wrapping the bucket's error too when the bucket could not be read or no
-// usable node keeps it: the limit fails closed), or ctx's error when ctx
-// ended first. With queue, every throttled miss is queued for the
-// backfiller, whatever refused it (the stream is a key of its own, on its
-// own node: throttled).
+// usable node keeps it: the limit fails closed), or ctx's error, named
+// with the key, when ctx ended first (checked before anything else, with
+// or without a rate limit: no loader is called for a caller that gave up,
+// and its end is not a throttle). With queue, every throttled miss is
+// queued for the backfiller, whatever refused it (the stream is a key of
+// its own, on its own node: throttled).
 func (c *Cache) allowLoad(ctx context.Context, key string, queue bool) error {
+	if gaveUp(ctx) { // no loader call for a caller that gave up: not a throttle, no token taken
+		return fmt.Errorf("cache: key %q: %w", key, ctxErr(ctx))
+	}
 	if c.opts.LoaderRate <= 0 {
 		return nil
 	}
@@ -62,7 +67,7 @@ func (c *Cache) allowLoad(ctx context.Context, key string, queue bool) error {
 	ok, err := bucketScript.Run(ctx, n.Client(), []string{bk}, c.opts.LoaderRate, c.opts.LoaderBurst).Int()
 	switch {
 	case err != nil && gaveUp(ctx): // the caller gave up: not a throttle
-		return ctxErr(ctx)
+		return fmt.Errorf("cache: key %q: %w", key, ctxErr(ctx))
 	case err != nil:
 		return c.throttled(ctx, key, queue, fmt.Errorf("%w: key %q: loader bucket on node %s: %w", ErrThrottled, key, n.Name(), err))
 	case ok == 1:

@@ -130,7 +130,9 @@ func (c *Cache) read(ctx context.Context, key string) (val []byte, found bool, e
 // overwrites it); else the error reply a usable node gave on purpose
 // (NOPERM …), not router.ErrUnavailable; else an error wrapping
 // router.ErrUnavailable (no copy on a usable node, or none could serve).
-// A caller that gave up gets ctx's error.
+// A caller that gave up gets ctx's error, named with the key, instead of
+// router.ErrUnavailable, also when no copy was on a usable node to read
+// (Get's doc: never router.ErrUnavailable once ctx ended).
 func (c *Cache) readLeft(ctx context.Context, key string, withTTL bool) (val []byte, found bool, left time.Duration, err error) {
 	nodes, names := c.copies(key)
 	var down, reply error
@@ -148,7 +150,7 @@ func (c *Cache) readLeft(ctx context.Context, key string, withTTL bool) (val []b
 		case err == redis.Nil:
 			return nil, false, 0, nil
 		case gaveUp(ctx):
-			return nil, false, 0, ctxErr(ctx)
+			return nil, false, 0, fmt.Errorf("cache: key %q: %w", key, ctxErr(ctx))
 		case isWrongType(err):
 			corrupt = true
 		case isReply(err):
@@ -162,6 +164,8 @@ func (c *Cache) readLeft(ctx context.Context, key string, withTTL bool) (val []b
 		return nil, false, 0, nil
 	case reply != nil:
 		return nil, false, 0, fmt.Errorf("cache: key %q: %w", key, reply)
+	case gaveUp(ctx): // the caller's end, not the nodes': no copy was read for it
+		return nil, false, 0, fmt.Errorf("cache: key %q: %w", key, ctxErr(ctx))
 	case down == nil:
 		down = errors.New("no copy on a usable node")
 	}
