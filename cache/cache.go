@@ -469,18 +469,28 @@ func (c *Cache) loadUncached(ctx context.Context, key string, loader Loader) ([]
 // Set stores a value in the copies of key Get reads now
 // (Options.Replicas), replaces its other copies up to Options.MaxReplicas
 // that exist (none is created), and drops it from every instance's L1.
-// An error says some copy may still hold an older value (its node was
-// unusable or failed: an error wrapping router.ErrUnavailable); the L1s
-// are dropped all the same.
+// On a node at maxmemory that refuses new memory (OOM, noeviction) the
+// copy is deleted instead, with no error: no copy is left older than the
+// Set (a Get misses it, and fills it once the node has room).
+//
+// An error says some copy may still hold an older value until its TTL:
+// one wrapping router.ErrUnavailable when its node was unusable or could
+// not serve the write, the error reply a usable node gave on purpose
+// (e.g. NOPERM; not router.ErrUnavailable), or ctx's error when ctx ended
+// first; each names the key and the node. This instance's L1 entry is
+// dropped all the same, and the key is published to the other instances
+// on every usable node of its copies; a publish that failed is an error
+// too, of the same kinds (that node's subscribers were not told).
 func (c *Cache) Set(ctx context.Context, key string, val []byte) error {
 	err := c.mark(ctx, key, append([]byte{kindValue}, val...))
 	return errors.Join(err, c.invalidateL1(ctx, key))
 }
 
 // Invalidate deletes every copy of key up to Options.MaxReplicas and
-// drops it from every instance's L1. An error says some copy may still
-// hold its value (its node was unusable or failed: an error wrapping
-// router.ErrUnavailable); the L1s are dropped all the same.
+// drops it from every instance's L1, also on a node at maxmemory (OOM,
+// noeviction: the delete takes no memory). Its errors are Set's: one says
+// some copy may still hold its value, or that a publish to the other
+// instances' L1s failed.
 func (c *Cache) Invalidate(ctx context.Context, key string) error {
 	return errors.Join(c.mark(ctx, key, nil), c.invalidateL1(ctx, key))
 }

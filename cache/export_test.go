@@ -7,3 +7,9 @@ import "context"
 func (c *Cache) LoadUncached(ctx context.Context, key string, loader Loader) ([]byte, error) {
 	return c.loadUncached(ctx, key, loader)
 }
+
+// InvalidateL1 is invalidateL1, for the tests of package cache_test: the
+// publish half of a Set or Invalidate, apart from its writes' errors.
+func (c *Cache) InvalidateL1(ctx context.Context, key string) error {
+	return c.invalidateL1(ctx, key)
+}

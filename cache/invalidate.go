@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
 )
 
 // L1 invalidation over Redis pub/sub: Set and Invalidate publish the key
@@ -28,7 +29,12 @@ func (c *Cache) channel() string { return c.prefix + "inv" }
 // down (its path to that node is cut) has read its L1 copy from another
 // copy's node, maybe one its Replicas answered for and this one's does not
 // now, and hears it there. With no copy's node usable it publishes on the
-// first usable node of the route.
+// first usable node of the route. A publish that failed is an error naming
+// the key and the node (failed: router.ErrUnavailable when the node could
+// not serve it, as when no node of the route is usable): that node's
+// subscribers were not told, and an instance that heard none of the
+// publishes keeps its L1 copy until L1TTL or until its subscription
+// breaks.
 func (c *Cache) invalidateL1(ctx context.Context, key string) error {
 	if c.l1 != nil {
 		c.l1.remove(key)
@@ -49,12 +55,12 @@ func (c *Cache) invalidateL1(ctx context.Context, key string) error {
 		}
 	}
 	if len(pubs) == 0 {
-		return fmt.Errorf("cache: invalidating %q: no usable node to publish on", key)
+		return fmt.Errorf("cache: invalidating %q: %w: no usable node to publish on", key, router.ErrUnavailable)
 	}
 	errs := make([]error, len(pubs))
 	each(len(pubs), func(i int) {
 		if err := pubs[i].Client().Publish(ctx, c.channel(), key).Err(); err != nil {
-			errs[i] = fmt.Errorf("cache: invalidating %q on node %s: %w", key, pubs[i].Name(), err)
+			errs[i] = fmt.Errorf("cache: invalidating %q: publish: %w", key, failed(ctx, pubs[i], err))
 		}
 	})
 	return errors.Join(errs...)

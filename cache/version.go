@@ -41,11 +41,37 @@ func (c *Cache) verLife() time.Duration { return c.opts.FillLease + 2*verMargin 
 // 2 its life in ms, then for a Set 3 the encoded value, 4 its TTL in ms
 // and 5 "XX" to store it only if the copy exists (for an Invalidate
 // nothing: the copy is deleted).
+//
+// On a node at maxmemory under noeviction Redis refuses a script's
+// commands that take memory (OOM) until the script's first write, and
+// lets everything after that write through (a script that wrote runs to
+// its end). So an Invalidate deletes first: DEL takes no memory, and the
+// version write after it gets through, so a full node's stale copy is
+// deleted rather than served on. The version must be written too: a fill
+// racing the write read the version before its loader read the row, and
+// without a new one it would store that older value as soon as the node
+// has room again (which the DEL itself may give it), not be refused by
+// the same OOM. A Set first writes the version with pcall: refused with
+// OOM (nothing is written yet), it does what an Invalidate does instead
+// of storing the value, which would take the memory the node refuses; the
+// copy then holds nothing older than the Set, and the next Get loads the
+// value. What this costs a full node is one small version key per key
+// written, living verLife. Any other refusal (NOPERM …) is the script's
+// error reply, with nothing written.
 var markScript = redis.NewScript(`
+if #ARGV >= 4 then
+  local v = redis.pcall('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+  if type(v) == 'table' and v.err then
+    if string.sub(v.err, 1, 4) ~= 'OOM ' then return v end
+  elseif ARGV[5] == 'XX' then
+    return redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4], 'XX')
+  else
+    return redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+  end
+end
+local n = redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-if #ARGV < 4 then return redis.call('DEL', KEYS[1]) end
-if ARGV[5] == 'XX' then return redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4], 'XX') end
-return redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+return n
 `)
 
 // fillScript stores a filled copy unless a write came since the fill read
@@ -66,7 +92,11 @@ return 1
 // answers now, so none is read stale once the answer grows again. The
 // copies' nodes are written concurrently. A copy on an unusable node, or
 // on one that could not serve the write, is an error wrapping
-// router.ErrUnavailable (failed): it keeps its older value until its TTL.
+// router.ErrUnavailable, an error reply a usable node gave on purpose
+// (NOPERM …) that reply, and a caller that gave up its context's error
+// (failed); each names the key, the node and the copy, which may keep its
+// older value until its TTL. A node at maxmemory (OOM) is no error: the
+// copy is deleted there (markScript).
 func (c *Cache) mark(ctx context.Context, key string, enc []byte) error {
 	nodes, names := c.copiesUpTo(key, c.opts.MaxReplicas)
 	keep := 0 // copies 0..keep-1 get the value
@@ -79,7 +109,7 @@ func (c *Cache) mark(ctx context.Context, key string, enc []byte) error {
 	write := func(i int) {
 		n := nodes[i]
 		if !n.Usable() {
-			errs[i] = fmt.Errorf("node %s: %w: copy %d not written", n.Name(), router.ErrUnavailable, i)
+			errs[i] = fmt.Errorf("cache: key %q: node %s: %w: copy %d not written", key, n.Name(), router.ErrUnavailable, i)
 			return
 		}
 		args := []any{ver, ms(life)}
@@ -90,7 +120,7 @@ func (c *Cache) mark(ctx context.Context, key string, enc []byte) error {
 			args = append(args, enc, ms(c.jittered(enc)), "XX")
 		}
 		if err := markScript.Run(ctx, n.Client(), []string{names[i], c.verKey(key)}, args...).Err(); err != nil && err != redis.Nil {
-			errs[i] = failed(ctx, n, err)
+			errs[i] = fmt.Errorf("cache: key %q: copy %d not written: %w", key, i, failed(ctx, n, err))
 		}
 	}
 	each(len(nodes), write)
