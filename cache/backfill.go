@@ -3,7 +3,6 @@ package cache
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -164,14 +163,8 @@ func (c *Cache) backfillOne(ctx context.Context, key string, loader Loader) erro
 	} else if found {
 		return nil
 	}
-	enc, err := c.flight.do(ctx, key, func(ctx context.Context) ([]byte, error) { return c.fill(ctx, key, loader, false, gen) })
-	if err != nil {
-		return err
-	}
-	if _, err := decode(enc); err != nil && !errors.Is(err, ErrNotFound) {
-		return fmt.Errorf("cache: backfill of %q: %w", key, err)
-	}
-	return nil
+	_, err := c.flight.do(ctx, key, func(ctx context.Context) ([]byte, error) { return c.fill(ctx, key, loader, false, gen) })
+	return err
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -54,7 +54,8 @@
 //   - Node down. A key's copies on a node that is not usable are not read;
 //     when no copy can be read because no node of them can serve (an
 //     error reply a node gives on purpose is Get's error as it came, and
-//     a copy of another type, WRONGTYPE, a miss the fill overwrites)
+//     a copy of another type, WRONGTYPE, or a string not in the cache's
+//     encoding, a miss the fill overwrites)
 //     Get fails at once with an error
 //     wrapping router.ErrUnavailable, or, with Options.FallbackToLoader,
 //     calls the loader without caching, still rate limited and still in
@@ -283,8 +284,9 @@ func (c *Cache) Close() {
 // ended first (never router.ErrUnavailable then), one wrapping the error
 // reply a usable node gave on purpose (e.g. NOPERM; never
 // router.ErrUnavailable, and no FallbackToLoader), or the loader's own
-// error. A copy holding a key of another type (WRONGTYPE) is a miss: the
-// fill overwrites it.
+// error. A copy holding a key of another type (WRONGTYPE) or a string not
+// in the cache's encoding (something else wrote the cache's key) is a
+// miss: the fill overwrites it.
 //
 // The returned slice is shared: an L1 hit returns the entry's own bytes,
 // and the callers of one fill get the same slice. Treat it as read-only;

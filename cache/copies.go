@@ -95,6 +95,12 @@ func (c *Cache) jittered(enc []byte) time.Duration {
 	return time.Duration(float64(c.opts.TTL) * (1 + c.opts.Jitter*(2*r-1)))
 }
 
+// valid reports whether b, a copy's string as read from Redis, is in the
+// cache's encoding (a value or a "not found" marker). One that is not was
+// written by something else: a corrupt copy, a miss the fill overwrites,
+// as a copy of another type (WRONGTYPE).
+func valid(b []byte) bool { return len(b) > 0 && (b[0] == kindValue || b[0] == kindNegative) }
+
 // isNegative reports whether enc is a "not found" marker.
 func isNegative(enc []byte) bool { return len(enc) > 0 && enc[0] == kindNegative }
 
@@ -126,8 +132,8 @@ func (c *Cache) read(ctx context.Context, key string) (val []byte, found bool, e
 //
 // A copy whose read failed is passed over for another. When none holds a
 // value: a miss if one was missing, or held a key of another type
-// (WRONGTYPE: not a value of this cache, so corrupt; the fill or a Set
-// overwrites it); else the error reply a usable node gave on purpose
+// (WRONGTYPE) or a string not in the cache's encoding (valid): not a value
+// of this cache, so corrupt; the fill or a Set overwrites it; else the error reply a usable node gave on purpose
 // (NOPERM …), not router.ErrUnavailable; else an error wrapping
 // router.ErrUnavailable (no copy on a usable node, or none could serve).
 // A caller that gave up gets ctx's error, named with the key, instead of
@@ -144,6 +150,8 @@ func (c *Cache) readLeft(ctx context.Context, key string, withTTL bool) (val []b
 		}
 		b, left, err := readCopy(ctx, n, names[i], withTTL)
 		switch {
+		case err == nil && !valid(b): // not the cache's encoding: as WRONGTYPE
+			corrupt = true
 		case err == nil:
 			c.stats.nodeReads(n.Name())
 			return b, true, left, nil
@@ -263,13 +271,11 @@ func isReply(err error) bool {
 	return errors.As(err, &reply) && !node.CannotServe(err)
 }
 
-// decode turns a stored value into Get's result.
+// decode turns a stored value, valid (no copy in another encoding is
+// read as a value: readLeft, readVersion), into Get's result.
 func decode(b []byte) ([]byte, error) {
-	if len(b) > 0 && b[0] == kindNegative {
+	if isNegative(b) {
 		return nil, ErrNotFound
-	}
-	if len(b) == 0 || b[0] != kindValue {
-		return nil, fmt.Errorf("cache: stored value of unknown kind %q", b)
 	}
 	return b[1:], nil
 }

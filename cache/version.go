@@ -198,8 +198,8 @@ type copyRead struct {
 
 // readVersionScript reads a copy, the key's version on its node and the
 // copy's remaining TTL. KEYS: 1 copy, 2 version. A key of another type
-// reads as none, as MGET reads it (a copy of another type is a miss the
-// fill overwrites). One script call rides the node's shared pipeline (an
+// reads as none, as MGET reads it, and so does (readVersion) a string not
+// in the cache's encoding: such a copy is a miss the fill overwrites. One script call rides the node's shared pipeline (an
 // explicit pipeline takes a connection of its own: a third fewer Gets/s).
 var readVersionScript = redis.NewScript(`
 local v, ver = redis.pcall('GET', KEYS[1]), redis.pcall('GET', KEYS[2])
@@ -216,7 +216,7 @@ func readVersion(ctx context.Context, n *node.Node, k, vk string) copyRead {
 	}
 	r := copyRead{ok: true}
 	r.ver, _ = v[1].(string) // nil: none
-	if b, isStr := v[0].(string); isStr {
+	if b, isStr := v[0].(string); isStr && valid([]byte(b)) {
 		r.found, r.enc = true, []byte(b)
 		if ms, _ := v[2].(int64); ms > 0 {
 			r.left = time.Duration(ms) * time.Millisecond
