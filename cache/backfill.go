@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
 )
 
 // Asynchronous backfill: with Options.Backfill a miss refused by the
@@ -16,9 +17,10 @@ import (
 // usable node of the stream key's ring walk, and Backfill workers in any
 // instance fill those keys later, within the same limit, through a
 // consumer group: a key is acknowledged (XACK) once filled or found
-// cached; one a worker died on, or whose fill failed, is claimed again by
-// another worker after Options.FillLease (XAUTOCLAIM), and one whose fill
-// failed at its backfillTries-th delivery is dropped.
+// cached; one a worker died on, or whose fill failed or waits its turn,
+// is claimed again by another worker after Options.FillLease
+// (XAUTOCLAIM), and one whose loader failed at its backfillTries-th
+// delivery is dropped.
 //
 // A miss queued while the stream's first node was down went to the next
 // node of the walk. Workers read the first usable node, waiting there for
@@ -30,9 +32,12 @@ const backfillGroup = "shardis-fill"
 
 // backfillTries is how many deliveries of a queued key a worker's failing
 // loader gets: after the last, the entry is acknowledged and dropped (a
-// later throttled miss of the key queues it again). A throttled fill
-// leaves its entry pending without counting against it here, but each
-// delivery counts, so a key throttled often gets fewer loader calls.
+// later throttled miss of the key queues it again). A fill that waits its
+// turn (waiting: throttled, the key's copy on a node that is unusable or
+// could not serve, another instance filling it) leaves its entry pending
+// without counting against it here, so a key is never dropped while its
+// node is down without its loader ever failing; but each delivery counts
+// in XPENDING, so a key that waited often gets fewer loader calls.
 const backfillTries = 5
 
 // backfillSweep is how often a Backfill worker also reads the streams
@@ -124,14 +129,15 @@ func (c *Cache) backfillFrom(ctx context.Context, n *node.Node, consumer string,
 	for _, m := range msgs {
 		key, _ := m.Values["key"].(string)
 		if err := c.backfillOne(ctx, key, loader); err != nil {
-			if !errors.Is(err, ErrThrottled) && ctx.Err() == nil {
-				c.log.Warn("cache: backfill", "key", key, "err", err)
-			}
-			if errors.Is(err, ErrThrottled) {
-				sleep(ctx, 50*time.Millisecond)
+			switch {
+			case ctx.Err() != nil:
 				continue // left pending: claimed again after FillLease
+			case errors.Is(err, ErrThrottled) && !isLoaderFailure(err):
+				sleep(ctx, 50*time.Millisecond)
+				continue // left pending, not counted
 			}
-			if ctx.Err() != nil || !c.lastTry(ctx, cl, m.ID) {
+			c.log.Warn("cache: backfill", "key", key, "err", err)
+			if waiting(err) || !c.lastTry(ctx, cl, m.ID) {
 				continue // left pending: claimed again after FillLease
 			}
 			c.log.Warn("cache: backfill dropped after its last try", "key", key, "tries", backfillTries)
@@ -139,6 +145,29 @@ func (c *Cache) backfillFrom(ctx context.Context, n *node.Node, consumer string,
 		_ = cl.XAck(ctx, sk, backfillGroup, m.ID).Err()
 	}
 	return true
+}
+
+// loaderFailure is an error of the backfill's own loader (backfillOne
+// marks it): what counts against a queued key's backfillTries, whatever
+// it wraps.
+type loaderFailure struct{ err error }
+
+func (f *loaderFailure) Error() string { return f.err.Error() }
+func (f *loaderFailure) Unwrap() error { return f.err }
+
+func isLoaderFailure(err error) bool {
+	var f *loaderFailure
+	return errors.As(err, &f)
+}
+
+// waiting reports whether a backfill fill's error says it waits its turn
+// rather than failed: throttled, the key's copy on a node that is
+// unusable or could not serve (router.ErrUnavailable), or another instance
+// filling it (ErrFilling). Such an error does not count against the
+// entry's tries; a loader's own error always does.
+func waiting(err error) bool {
+	return !isLoaderFailure(err) &&
+		(errors.Is(err, ErrThrottled) || errors.Is(err, router.ErrUnavailable) || errors.Is(err, ErrFilling))
 }
 
 // lastTry reports whether the stream entry id, whose fill just failed,
@@ -149,7 +178,8 @@ func (c *Cache) lastTry(ctx context.Context, cl *redis.Client, id string) bool {
 	return err == nil && len(p) == 1 && p[0].RetryCount >= backfillTries
 }
 
-// backfillOne fills key unless it is cached already.
+// backfillOne fills key unless it is cached already. An error of loader
+// itself comes back as a loaderFailure.
 func (c *Cache) backfillOne(ctx context.Context, key string, loader Loader) error {
 	if key == "" {
 		return nil
@@ -163,7 +193,14 @@ func (c *Cache) backfillOne(ctx context.Context, key string, loader Loader) erro
 	} else if found {
 		return nil
 	}
-	_, err := c.flight.do(ctx, key, func(ctx context.Context) ([]byte, error) { return c.fill(ctx, key, loader, false, gen) })
+	load := func(ctx context.Context, key string) ([]byte, error) {
+		val, err := loader(ctx, key)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			err = &loaderFailure{err}
+		}
+		return val, err
+	}
+	_, err := c.flight.do(ctx, key, func(ctx context.Context) ([]byte, error) { return c.fill(ctx, key, load, false, gen) })
 	return err
 }
 
