@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/redis/go-redis/v9"
 
@@ -13,6 +14,10 @@ import (
 // every instance draws from the same bucket. It lives on the first usable
 // node of its key's ring walk; when that node is down the next one keeps a
 // fresh bucket (the limit holds per bucket, and starts full there).
+
+// maxLoaderBurst bounds Options.LoaderBurst's default: far above any real
+// loader rate, and exact as a Lua number.
+const maxLoaderBurst = math.MaxInt32
 
 // bucketScript takes one token. KEYS: 1 bucket hash. ARGV: 1 rate per
 // second, 2 burst. Returns 1 (allowed) or 0.

@@ -46,7 +46,8 @@
 //     (a subscription that hears nothing PINGs, and is dropped and made
 //     again when not even the PONG came within 3s).
 //   - Loader rate limit. With Options.LoaderRate > 0 a token bucket in Redis
-//     (bucket.go, one Lua script, on the node that owns the bucket's key)
+//     (bucket.go, one Lua script, on the first usable node of the bucket
+//     key's ring walk)
 //     caps loader calls per second across all instances; over it Get
 //     returns ErrThrottled without calling the loader, and with
 //     Options.Backfill the miss is queued on a Redis stream for
@@ -166,7 +167,7 @@ type Options struct {
 	// instances of this (server, route, Name). default: 0 (no limit);
 	// negative, NaN and infinite values are refused.
 	LoaderRate float64
-	// LoaderBurst is the bucket's size. default: max(1, LoaderRate)
+	// LoaderBurst is the bucket's size. default: ⌈LoaderRate⌉, in 1..2³¹-1
 	LoaderBurst int
 	// Backfill queues throttled misses on a Redis stream for
 	// [Cache.Backfill]: every miss whose fill the loader rate limit
@@ -242,8 +243,8 @@ func New(r *router.Router, server, route string, opts Options) (*Cache, error) {
 	case opts.Jitter < 0:
 		opts.Jitter = 0
 	}
-	if opts.LoaderBurst <= 0 {
-		opts.LoaderBurst = max(1, int(opts.LoaderRate))
+	if opts.LoaderBurst <= 0 { // clamped as a float: int() of a huge rate overflows
+		opts.LoaderBurst = int(max(1, min(math.Ceil(opts.LoaderRate), maxLoaderBurst)))
 	}
 	if opts.Name == "" {
 		opts.Name = "default"
