@@ -54,8 +54,8 @@ func (c *Cache) verLife() time.Duration { return c.opts.FillLease + 2*verMargin 
 // the same OOM. A Set first writes the version with pcall: refused with
 // OOM (nothing is written yet), it does what an Invalidate does instead
 // of storing the value, which would take the memory the node refuses; the
-// copy then holds nothing older than the Set, and the next Get loads the
-// value. What this costs a full node is one small version key per key
+// copy then holds nothing older than the Set, and a Get fills it once the
+// node has room (its gate and store take memory too). What this costs a full node is one small version key per key
 // written, living verLife. Any other refusal (NOPERM …) is the script's
 // error reply, with nothing written.
 var markScript = redis.NewScript(`
@@ -90,13 +90,13 @@ return 1
 // earlier, larger answer filled stays warm for when it grows again), an
 // Invalidate deletes them all. Every copy is reached whatever Replicas
 // answers now, so none is read stale once the answer grows again. The
-// copies' nodes are written concurrently. A copy on an unusable node, or
-// on one that could not serve the write, is an error wrapping
-// router.ErrUnavailable, an error reply a usable node gave on purpose
-// (NOPERM …) that reply, and a caller that gave up its context's error
-// (failed); each names the key, the node and the copy, which may keep its
-// older value until its TTL. A node at maxmemory (OOM) is no error: the
-// copy is deleted there (markScript).
+// copies' nodes are written concurrently. A copy not written is an error
+// (failed) naming the key, the node and the copy, which may keep its
+// older value until its TTL: one wrapping router.ErrUnavailable when its
+// node was unusable or could not serve the write, the error reply a
+// usable node gave on purpose (NOPERM …), or ctx's error when the caller
+// gave up. A node at maxmemory (OOM) is no error: the copy is deleted
+// there (markScript).
 func (c *Cache) mark(ctx context.Context, key string, enc []byte) error {
 	nodes, names := c.copiesUpTo(key, c.opts.MaxReplicas)
 	keep := 0 // copies 0..keep-1 get the value
@@ -199,8 +199,9 @@ type copyRead struct {
 // readVersionScript reads a copy, the key's version on its node and the
 // copy's remaining TTL. KEYS: 1 copy, 2 version. A key of another type
 // reads as none, as MGET reads it, and so does (readVersion) a string not
-// in the cache's encoding: such a copy is a miss the fill overwrites. One script call rides the node's shared pipeline (an
-// explicit pipeline takes a connection of its own: a third fewer Gets/s).
+// in the cache's encoding: such a copy is a miss the fill overwrites. One
+// script call rides the node's shared pipeline (an explicit pipeline
+// takes a connection of its own: a third fewer Gets/s).
 var readVersionScript = redis.NewScript(`
 local v, ver = redis.pcall('GET', KEYS[1]), redis.pcall('GET', KEYS[2])
 if type(v) == 'table' then v = false end
