@@ -318,7 +318,8 @@ func ReadOrder(ctx context.Context, c redis.Cmdable, id string) *OrderRead {
 // Fields returns the record's fields under the hash layout's names, for
 // [DecodeOrder]; an empty map when the order has no record. It fails when
 // neither read answered (the node's error), or with [ErrCorrupt] when the
-// packed value is malformed; the error names the key.
+// packed value is malformed or the key is neither a string nor a hash; the
+// error names the key.
 func (r *OrderRead) Fields() (map[string]string, error) {
 	if v, err := r.packed.Result(); err == nil {
 		f, err := unpackOrderValue(v)
@@ -329,6 +330,9 @@ func (r *OrderRead) Fields() (map[string]string, error) {
 	}
 	h, err := r.hash.Result()
 	if err != nil {
+		if isWrongType(err) && isWrongType(r.packed.Err()) {
+			return nil, fmt.Errorf("order record %s: %w: the key is neither a string nor a hash (%w)", orderKey(r.id), ErrCorrupt, err)
+		}
 		if r.packed.Err() != redis.Nil {
 			err = r.packed.Err()
 		}

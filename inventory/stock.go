@@ -104,7 +104,9 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 		return StockLevel{}, err
 	}
 	targets := set.Spread(sku, nil, inv.usable)
-	if len(targets) == 0 {
+	if len(targets) == 0 && qty > 0 {
+		// (a limit-only change needs no target: every node of the route
+		// takes it, drained ones too, and limitReaches needs each usable)
 		return StockLevel{}, fmt.Errorf("%w: route %q has no usable node: %s", ErrUnavailable, route, inv.unusableNodes(set))
 	}
 	mustReach := false // a limit change every node of the route must take (or be named failed)
