@@ -71,7 +71,7 @@ var auditFields = []string{"available", "reserved", "confirmed", "loaded"}
 // command). It fails when the node is unknown or cannot be read; it
 // writes nothing.
 func (inv *Inventory) AuditStock(ctx context.Context, nodeName string) ([]StockImbalance, error) {
-	n, err := inv.r.Node(nodeName)
+	n, err := inv.ownNode(nodeName)
 	if err != nil {
 		return nil, err
 	}

@@ -362,11 +362,6 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 	return inv, nil
 }
 
-// Nodes returns every node of the inventory server in this instance's
-// configuration, sorted by name: every node it may ever act on (the
-// applied topology it serves is a subset, see [Inventory.Members]).
-func (inv *Inventory) Nodes() []*node.Node { return append([]*node.Node(nil), inv.nodes...) }
-
 // usable reports whether the inventory may use n now: it admits commands,
 // its maxmemory-policy cannot evict keys (inventory data must never be
 // dropped by Redis; the node's settings are read at first contact and on

@@ -84,7 +84,7 @@ func (inv *Inventory) recordLimitTodo(ctx context.Context, took []*node.Node, ro
 // reach every node of their route (see the file comment). It returns how
 // many changes are still incomplete (a node of the route is unavailable).
 func (inv *Inventory) ConvergeLimits(ctx context.Context, name string) (int, error) {
-	n, err := inv.r.Node(name)
+	n, err := inv.ownNode(name)
 	if err != nil {
 		return 0, err
 	}

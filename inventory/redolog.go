@@ -307,9 +307,9 @@ func (inv *Inventory) AckRedoLog(ctx context.Context, nodeName string, queue int
 // queues, no consumer has acknowledged yet: for each queue, the last
 // offset handed out minus the acknowledged offset.
 func (inv *Inventory) RedoUnacked(ctx context.Context, nodeName string) (int64, error) {
-	n, err := inv.r.Node(nodeName)
+	n, err := inv.ownNode(nodeName)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return 0, err
 	}
 	pipe := n.Client().Pipeline()
 	heads := pipe.HGetAll(ctx, RedoOffsetsKey)
@@ -349,7 +349,7 @@ func (inv *Inventory) TrimRedoLog(ctx context.Context, nodeName string, maxAge t
 		// 0 reached ZRANGE as the range 0..-1: the whole queue
 		return 0, fmt.Errorf("%w: batch %d, want 1..10000", ErrInvalid, batch)
 	}
-	n, err := inv.r.Node(nodeName)
+	n, err := inv.ownNode(nodeName)
 	if err != nil {
 		return 0, err
 	}
@@ -371,7 +371,7 @@ var redoLenScript = newScript("redo-len", false, luaFile("redo_len.lua"))
 
 // RedoLogLen returns the number of entries in every queue of node.
 func (inv *Inventory) RedoLogLen(ctx context.Context, nodeName string) (int64, error) {
-	n, err := inv.r.Node(nodeName)
+	n, err := inv.ownNode(nodeName)
 	if err != nil {
 		return 0, err
 	}

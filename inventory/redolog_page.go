@@ -113,9 +113,9 @@ func (inv *Inventory) redoReadable(nodeName string, queue, limit int) (*node.Nod
 	if limit <= 0 || limit > 10000 {
 		return nil, fmt.Errorf("%w: limit %d, want 1..10000", ErrInvalid, limit)
 	}
-	n, err := inv.r.Node(nodeName)
+	n, err := inv.ownNode(nodeName)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, err
 	}
 	return n, nil
 }
@@ -173,9 +173,9 @@ func (inv *Inventory) AckRedoLogAt(ctx context.Context, nodeName, incarnation st
 	if c.After < 0 || c.After > maxRedoOffset {
 		return 0, fmt.Errorf("%w: offset %d, want 0..%d", ErrInvalid, c.After, int64(maxRedoOffset))
 	}
-	n, err := inv.r.Node(nodeName)
+	n, err := inv.ownNode(nodeName)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return 0, err
 	}
 	v, err := inv.run(ctx, n, redoWriteScript, []string{keyRedoAcked, RedoOffsetsKey, RedoLogKey(c.Queue)}, "ack", c.After, incarnation, c.PartID)
 	if err != nil {

@@ -162,9 +162,9 @@ func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation s
 	if hold < 0 || hold > MaxRedoHold {
 		return RedoBatch{}, fmt.Errorf("%w: hold %v, want 0..%v", ErrInvalid, hold, MaxRedoHold)
 	}
-	n, err := inv.r.Node(nodeName)
+	n, err := inv.ownNode(nodeName)
 	if err != nil {
-		return RedoBatch{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return RedoBatch{}, err
 	}
 	keys := make([]string, 0, 2+len(cursors))
 	keys = append(keys, RedoOffsetsKey, keyRedoAcked)
@@ -299,9 +299,9 @@ func (inv *Inventory) AckRedoBatch(ctx context.Context, nodeName, incarnation st
 	if len(acks) == 0 {
 		return nil, nil
 	}
-	n, err := inv.r.Node(nodeName)
+	n, err := inv.ownNode(nodeName)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, err
 	}
 	keys := make([]string, 0, 2+len(acks))
 	keys = append(keys, RedoOffsetsKey, keyRedoAcked)
@@ -364,9 +364,9 @@ func (inv *Inventory) PartStates(ctx context.Context, nodeName string, partIDs [
 	if len(partIDs) > 10000 {
 		return "", nil, fmt.Errorf("%w: %d parts, at most 10000 per call", ErrInvalid, len(partIDs))
 	}
-	n, err := inv.r.Node(nodeName)
+	n, err := inv.ownNode(nodeName)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return "", nil, err
 	}
 	keys := make([]string, len(partIDs))
 	for i, id := range partIDs {

@@ -3,6 +3,8 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/router"
@@ -185,4 +187,37 @@ func (inv *Inventory) RouteSets(ctx context.Context) map[string]*router.Set {
 		out[route] = s
 	}
 	return out
+}
+
+// Nodes returns every node of the inventory server in this instance's
+// configuration, sorted by name: every node it may ever act on (the
+// applied topology it serves is a subset, see [Inventory.Members]).
+// The methods that take a node's name from their caller (the stuck
+// parts', the redo log's, the settled log's, [Inventory.PartStates],
+// [Inventory.AuditStock], [Inventory.ConvergeLimits]) take only these:
+// any other name, a node the configuration gives to another server
+// included, is refused with an error wrapping [ErrInvalid] and
+// router.ErrUnknownNode that names it.
+func (inv *Inventory) Nodes() []*node.Node { return append([]*node.Node(nil), inv.nodes...) }
+
+// ownNode returns the node of the inventory server named name (one of
+// [Inventory.Nodes]): every call that acts on a node its caller names
+// resolves the name here. A name that is no node of the inventory server
+// is refused with an error wrapping [ErrInvalid] and
+// router.ErrUnknownNode that names it, whether the configuration does not
+// name it at all or gives it to another server only (the inventory never
+// runs its scripts on another server's node: they answered there as
+// from a node left out of the topology, unavailable, or read nothing).
+func (inv *Inventory) ownNode(name string) (*node.Node, error) {
+	i, ok := slices.BinarySearchFunc(inv.nodes, name, func(n *node.Node, name string) int {
+		return strings.Compare(n.Name(), name)
+	})
+	if ok {
+		return inv.nodes[i], nil
+	}
+	if _, err := inv.r.Node(name); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil, fmt.Errorf("%w: %w: %q is not a node of the inventory server %q (the configuration gives it to another server)",
+		ErrInvalid, router.ErrUnknownNode, name, inv.cfg.Server)
 }

@@ -110,9 +110,9 @@ func (inv *Inventory) ReadSettled(ctx context.Context, nodeName string, cursor S
 	if limit <= 0 || limit > 10000 {
 		return SettledRead{}, fmt.Errorf("%w: limit %d, want 1 to 10000", ErrInvalid, limit)
 	}
-	n, err := inv.r.Node(nodeName)
+	n, err := inv.ownNode(nodeName)
 	if err != nil {
-		return SettledRead{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return SettledRead{}, err
 	}
 	v, err := inv.run(ctx, n, settledReadScript, []string{SettledLogKey}, cursor.after(), limit)
 	if err != nil {

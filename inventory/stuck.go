@@ -100,9 +100,9 @@ func (inv *Inventory) SetAside(ctx context.Context, p PendingPart, reason string
 	if first < time.Millisecond || most < first {
 		return 0, fmt.Errorf("%w: stuck part %s: retry backoff first %v, most %v; want first ≥ 1ms and most ≥ first", ErrInvalid, p.PartID, first, most)
 	}
-	n, err := inv.r.Node(p.Node)
+	n, err := inv.ownNode(p.Node)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return 0, err
 	}
 	v, err := inv.pendingAdjust(ctx, n, "stuck", p.PartID, reason, ms(first), ms(most), p.member)
 	if err != nil {
@@ -120,9 +120,9 @@ func (inv *Inventory) RetryStuck(ctx context.Context, nodeName, partID string) (
 	if partID == "" {
 		return false, fmt.Errorf("%w: part_id is empty", ErrInvalid)
 	}
-	n, err := inv.r.Node(nodeName)
+	n, err := inv.ownNode(nodeName)
 	if err != nil {
-		return false, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return false, err
 	}
 	v, err := inv.pendingAdjust(ctx, n, "retry", partID)
 	if err != nil {
@@ -151,9 +151,9 @@ var stuckRetryScript = newScript("stuck-retry", true, luaFile("stuck_retry.lua")
 
 // stuckRetry runs stuckRetryScript's op on node nodeName.
 func (inv *Inventory) stuckRetry(ctx context.Context, nodeName string, args ...any) (int, error) {
-	n, err := inv.r.Node(nodeName)
+	n, err := inv.ownNode(nodeName)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return 0, err
 	}
 	v, err := inv.run(ctx, n, stuckRetryScript, []string{PendingKey, keyStuck, keyStuckWhy, keyStuckRetry}, args...)
 	if err != nil {
@@ -215,9 +215,9 @@ func (inv *Inventory) StuckParts(ctx context.Context, nodeName string, limit int
 	if limit <= 0 || limit > 10000 {
 		return nil, fmt.Errorf("%w: limit %d, want 1..10000", ErrInvalid, limit)
 	}
-	n, err := inv.r.Node(nodeName)
+	n, err := inv.ownNode(nodeName)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, err
 	}
 	ids, err := n.Client().ZRangeWithScores(ctx, keyStuck, 0, int64(limit-1)).Result()
 	if err != nil {
@@ -284,9 +284,9 @@ func readStuckRecord(n *node.Node, id string, rec *PartRead, sp *StuckPart) erro
 
 // StuckCount returns how many parts are set aside on node.
 func (inv *Inventory) StuckCount(ctx context.Context, nodeName string) (int64, error) {
-	n, err := inv.r.Node(nodeName)
+	n, err := inv.ownNode(nodeName)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return 0, err
 	}
 	v, err := n.Client().ZCard(ctx, keyStuck).Result()
 	if err != nil {

@@ -14,7 +14,9 @@ import (
 // ListStuckParts implements AdminService.ListStuckParts: the parts set
 // aside on one node (req.Node) or on every node, read concurrently. A node
 // that cannot be read is listed in Unreachable, not an error, unless it is
-// the one node asked for.
+// the one node asked for. A req.Node that is no node of the inventory
+// server (another server's included) is invalid_argument naming it
+// (inventory.Inventory.Nodes).
 func (h *Handlers) ListStuckParts(ctx context.Context, req *connect.Request[v1.ListStuckPartsRequest]) (*connect.Response[v1.ListStuckPartsResponse], error) {
 	m := req.Msg
 	limit := int(m.Limit)
