@@ -193,10 +193,12 @@ var redoEntryLua = luaFile("lib_redo_entry.lua")
 //	      (the last offset handed out, in inv:redo:offsets) is refused with
 //	      SHARDIS_RANGE naming both; a head or acknowledged offset that is
 //	      not an integer with SHARDIS_CORRUPT.
-//	trim  5 max age ms, 6 batch: from the head of each queue, remove entries
-//	      whose part is settled (or gone) and that are acknowledged or, when
-//	      max age > 0, older than max age; stop at the first that is not.
-//	      Returns the count.
+//	trim  5 max age ms, 6 batch: from the head of each queue, remove up to
+//	      batch entries whose part is settled (or gone) and that are
+//	      acknowledged or, when max age > 0, older than max age; stop at
+//	      the first that is not. Returns {count, full}: full is 1 when
+//	      some queue had batch entries removed and met none that must
+//	      stay (it may hold more that may go), else 0.
 //
 // Trimming only ever removes a prefix, so the offsets left stay gap-free.
 var redoWriteScript = newScript("redo-write", true, luaFile("redo_write.lua"))
@@ -343,15 +345,39 @@ func (inv *Inventory) RedoUnacked(ctx context.Context, nodeName string) (int64, 
 // (1..10000) entries per queue whose part is settled and that are
 // acknowledged or, when maxAge > 0, older than maxAge (maxAge 0 never
 // trims an unacknowledged entry). It returns how many it removed. Only a
-// prefix is ever removed, so what remains stays gap-free.
+// prefix is ever removed, so what remains stays gap-free. It is
+// [Inventory.TrimRedoLogStep]'s Removed: a queue may hold more entries
+// that may go once it returns.
 func (inv *Inventory) TrimRedoLog(ctx context.Context, nodeName string, maxAge time.Duration, batch int) (int, error) {
+	t, err := inv.TrimRedoLogStep(ctx, nodeName, maxAge, batch)
+	return t.Removed, err
+}
+
+// RedoTrim is what one [Inventory.TrimRedoLogStep] did.
+type RedoTrim struct {
+	// Removed is how many entries it removed, over all queues.
+	Removed int
+	// More reports that some queue had a whole batch of entries removed
+	// without meeting one that must stay: it may hold more that may go,
+	// which another call removes. False when every queue stopped at an
+	// entry that must stay, or ran out, before its batch.
+	More bool
+}
+
+// TrimRedoLogStep is [Inventory.TrimRedoLog], reporting also whether a
+// queue may hold more entries that may go (RedoTrim.More): a caller that
+// trims a log growing faster than batch entries per queue between its
+// trims calls again while it does, or the log grows without bound. The
+// same rules decide what is removed: only settled entries, acknowledged
+// or (maxAge > 0) older than maxAge, and only a prefix of each queue.
+func (inv *Inventory) TrimRedoLogStep(ctx context.Context, nodeName string, maxAge time.Duration, batch int) (RedoTrim, error) {
 	if batch < 1 || batch > 10000 {
 		// 0 reached ZRANGE as the range 0..-1: the whole queue
-		return 0, fmt.Errorf("%w: batch %d, want 1..10000", ErrInvalid, batch)
+		return RedoTrim{}, fmt.Errorf("%w: batch %d, want 1..10000", ErrInvalid, batch)
 	}
 	n, err := inv.ownNode(nodeName)
 	if err != nil {
-		return 0, err
+		return RedoTrim{}, err
 	}
 	keys := []string{keyRedoAcked, RedoOffsetsKey}
 	for q := 0; q < inv.cfg.RedoQueues; q++ {
@@ -359,10 +385,15 @@ func (inv *Inventory) TrimRedoLog(ctx context.Context, nodeName string, maxAge t
 	}
 	v, err := inv.run(ctx, n, redoWriteScript, keys, "trim", ms(maxAge), batch)
 	if err != nil {
-		return 0, err
+		return RedoTrim{}, err
 	}
-	removed, err := asInt64(n, redoWriteScript, v)
-	return int(removed), err
+	r := newReplyReader(n.Name(), redoWriteScript.name)
+	raw := r.list(v, 2)
+	if r.err != nil {
+		return RedoTrim{}, r.err
+	}
+	t := RedoTrim{Removed: int(r.int(raw, 0)), More: r.flag(raw, 1)}
+	return t, r.err
 }
 
 // redoLenScript counts the entries of redo-log queues.

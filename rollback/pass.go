@@ -105,18 +105,35 @@ func (r *Reconciler) converge(ctx context.Context, n *node.Node, l *lease) int {
 	return 0
 }
 
-// trim trims n's redo log every TrimEvery passes of n.
+// A trim step removes up to trimBatch entries per queue per call, and
+// calls again while a queue had a whole batch removed (it may hold more
+// that may go: inventory.RedoTrim.More), at most trimCalls calls: up to
+// trimCalls × trimBatch entries per queue per trim, so one pass stays
+// bounded (each call is one script on the node).
+const (
+	trimBatch = 200
+	trimCalls = 50
+)
+
+// trim trims n's redo log every TrimEvery passes of n: calls of
+// trimBatch entries per queue while a queue may hold more that may go,
+// the lease is held and ctx is not done, at most trimCalls.
 func (r *Reconciler) trim(ctx context.Context, n *node.Node, l *lease) int {
 	if !l.held(ctx) || r.nodeN[n.Name()].Add(1)%int64(r.set.TrimEvery) != 0 {
 		return 0
 	}
-	k, err := r.inv.TrimRedoLog(ctx, n.Name(), r.set.TrimAge, 200)
-	r.trimmed.Add(int64(k))
-	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("reconciler: trimming the redo log", "node", n.Name(), "err", err)
+	for range trimCalls {
+		t, err := r.inv.TrimRedoLogStep(ctx, n.Name(), r.set.TrimAge, trimBatch)
+		r.trimmed.Add(int64(t.Removed))
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("reconciler: trimming the redo log", "node", n.Name(), "err", err)
+			}
+			return 1
 		}
-		return 1
+		if !t.More || ctx.Err() != nil || !l.held(ctx) {
+			break
+		}
 	}
 	return 0
 }

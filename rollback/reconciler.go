@@ -51,7 +51,13 @@ type Settings struct {
 	// default: 3 × Interval, at least 1s
 	Lease time.Duration
 	// TrimEvery runs a redo-log trim every that many passes of a node (0 =
-	// default).
+	// default). A trim removes from the head of each queue the settled
+	// entries a consumer acknowledged (and, with TrimAge, old ones), 200
+	// per queue per call, calling again while a queue had 200 removed
+	// (inventory.RedoTrim.More), at most 50 calls: up to 10000 entries
+	// per queue per trim. At the defaults that is up to ~333 entries a
+	// second per queue; all of one SKU's entries go to one queue, and a
+	// queue that settles faster keeps a backlog until it slows down.
 	// default: 30
 	TrimEvery int
 	// TrimAge, when > 0, also trims settled redo-log entries older than it

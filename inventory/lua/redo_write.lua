@@ -33,7 +33,9 @@ if op == 'ack' then
   if off > cur then redis.call('HSET', KEYS[2], KEYS[4], off) return off end
   return cur
 elseif op == 'trim' then
-  local maxAge, batch, removed = tonumber(ARGV[5]), tonumber(ARGV[6]), 0
+  -- full: 1 once a queue had a whole batch removed without meeting an
+  -- entry that must stay (it may hold more that may go)
+  local maxAge, batch, removed, full = tonumber(ARGV[5]), tonumber(ARGV[6]), 0, 0
   -- trim_key(key, acked, left): removes from the lowest of key's entries
   -- (at most left) those that may go; returns how many it removed and
   -- whether it stopped at one that may not.
@@ -79,7 +81,8 @@ elseif op == 'trim' then
         if stopped or left <= 0 then break end
       end
     end
+    if not stopped and left <= 0 then full = 1 end
   end
-  return removed
+  return {removed, full}
 end
 return redis.error_reply('SHARDIS_BADOP ' .. tostring(op))

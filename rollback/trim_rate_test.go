@@ -1,0 +1,69 @@
+package rollback_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/rollback"
+)
+
+// TestTrimKeepsUpWithAcknowledged checks that the reconciler's trim keeps
+// up with a queue that settles more than one call's batch (200) between
+// trims when a consumer acknowledges everything (README: "Settled
+// redo-log entries are trimmed once acknowledged"): one SKU (one queue)
+// settles 250 parts per 30 passes (TrimEvery's default), all acknowledged,
+// and after each 30 passes none is left. Found by a review: a trim was
+// one TrimRedoLog call of 200 per queue, so 50 entries were left behind
+// each cycle and the redo log grew without bound (50, 100, 150).
+func TestTrimKeepsUpWithAcknowledged(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	inv, _ := oneNodeInv(t, ctx)
+	if _, err := inv.LoadStock(ctx, "r", "tee", 1000, 0); err != nil {
+		t.Fatal(err)
+	}
+	rec := rollback.New(inv, nil, rollback.Settings{Logger: slog.New(slog.DiscardHandler)}) // defaults: TrimEvery 30
+	defer rec.Close()
+	const perCycle, cycles = 250, 3
+	var left []int64
+	for c := range cycles {
+		queue := -1
+		for i := range perCycle {
+			id := fmt.Sprintf("o-%d-%d", c, i)
+			res, err := inv.Reserve(ctx, id, []inventory.Item{{Route: "r", SKU: "tee", Quantity: 1}}, "", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fmt.Sscanf(res.Receipts[0].RedoLog, "inv:redo:%d", &queue); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := inv.Cancel(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// a consumer landed and acknowledged every entry of the queue
+		page, err := inv.ReadRedoPageFrom(ctx, "n1", inventory.RedoCursor{Queue: queue}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := inv.AckRedoLogAt(ctx, "n1", page.Incarnation, inventory.RedoCursor{Queue: queue, After: page.Head}); err != nil {
+			t.Fatal(err)
+		}
+		for range 30 {
+			rec.RunOnce(ctx)
+		}
+		n, err := inv.RedoLogLen(ctx, "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, n)
+	}
+	if left[cycles-1] != 0 {
+		t.Errorf("%d settled parts per 30 passes, every entry acknowledged: entries left after each cycle %v (trimmed %d): the backlog grows by %d per cycle",
+			perCycle, left, rec.Stats().Trimmed, left[1]-left[0])
+	}
+}
