@@ -96,11 +96,24 @@ const maxBatch = 10000
 
 // Stats counts what reconcilers did; every field is cumulative.
 type Stats struct {
-	Cancelled   int64 // expired parts cancelled
-	Confirmed   int64 // parts confirmed after their order was
-	Postponed   int64 // parts whose order was not decided yet
-	Deferred    int64 // deferred settles completed
-	Errors      int64 // failed steps (retried on a later pass)
+	Cancelled int64 // expired parts cancelled
+	Confirmed int64 // parts confirmed after their order was
+	Postponed int64 // parts whose order was not decided yet
+	// Deferred counts the parts of deferred settles (the queue) whose
+	// settle call succeeded, each part whatever its result (settled now,
+	// found settled already, missing, or in another state), and the
+	// parts of an unsettleable settle that settled when tried alone.
+	Deferred int64
+	// Errors counts failed steps of node passes, one per step whatever
+	// the parts it held: a deferred settle that failed (back in the
+	// queue) or could not be done until data is repaired (its parts
+	// dropped from the queue, left to the expiry pass); a read of due
+	// parts, a settle of a due part (a part postponed because its
+	// order's decision was out of reach included), a set-aside, a retry
+	// of stuck parts, a limit convergence or a trim that failed (retried
+	// on a later pass); a lease that could not be taken or was lost
+	// mid-pass.
+	Errors      int64
 	SetAside    int64 // parts set aside as stuck (see inventory.StuckPart), each counted once until an explicit retry
 	Retried     int64 // stuck parts whose backoff ran out, put back to pending
 	Passes      int64 // node passes run (background and RunOnce), one per node per pass; skipped ones not counted
@@ -312,8 +325,8 @@ func (r *Reconciler) members(ctx context.Context) []*node.Node {
 // for it: deferred settles, due parts, and (every TrimEvery passes of a
 // node) a redo-log trim. A node's background pass in progress is waited
 // for first. RunOnce ignores other instances' leases (it is for driving a
-// reconciler by hand). It returns the number of steps that failed (they
-// are retried on a later pass).
+// reconciler by hand). It returns the number of steps that failed, as
+// Stats.Errors counts them.
 func (r *Reconciler) RunOnce(ctx context.Context) int {
 	var failed atomic.Int64
 	var wg sync.WaitGroup
