@@ -107,22 +107,22 @@ func (r *Reconciler) converge(ctx context.Context, n *node.Node, l *lease) int {
 
 // A trim step removes up to trimBatch entries per queue per call, and
 // calls again while a queue had a whole batch removed (it may hold more
-// that may go: inventory.RedoTrim.More), at most trimCalls calls: up to
-// trimCalls × trimBatch entries per queue per trim, so one pass stays
-// bounded (each call is one script on the node).
-const (
-	trimBatch = 200
-	trimCalls = 50
-)
+// that may go: inventory.RedoTrim.More), at most Settings.TrimCalls calls:
+// up to TrimCalls × trimBatch entries per queue per trim, so one pass
+// stays bounded (each call is one script on the node).
+const trimBatch = 200
 
-// trim trims n's redo log every TrimEvery passes of n: calls of
-// trimBatch entries per queue while a queue may hold more that may go,
-// the lease is held and ctx is not done, at most trimCalls.
+// trim trims n's redo log every TrimEvery passes of n, and on every pass
+// while its last trim stopped at TrimCalls with more to remove (behind):
+// calls of trimBatch entries per queue while a queue may hold more that
+// may go, the lease is held and ctx is not done, at most TrimCalls.
 func (r *Reconciler) trim(ctx context.Context, n *node.Node, l *lease) int {
-	if !l.held(ctx) || r.nodeN[n.Name()].Add(1)%int64(r.set.TrimEvery) != 0 {
+	behind := r.behind[n.Name()]
+	if !l.held(ctx) || (r.nodeN[n.Name()].Add(1)%int64(r.set.TrimEvery) != 0 && !behind.Load()) {
 		return 0
 	}
-	for range trimCalls {
+	behind.Store(false)
+	for i := range r.set.TrimCalls {
 		t, err := r.inv.TrimRedoLogStep(ctx, n.Name(), r.set.TrimAge, trimBatch)
 		r.trimmed.Add(int64(t.Removed))
 		if err != nil {
@@ -133,6 +133,9 @@ func (r *Reconciler) trim(ctx context.Context, n *node.Node, l *lease) int {
 		}
 		if !t.More || ctx.Err() != nil || !l.held(ctx) {
 			break
+		}
+		if i == r.set.TrimCalls-1 {
+			behind.Store(true) // more to remove: again on the next pass
 		}
 	}
 	return 0

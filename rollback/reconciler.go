@@ -54,12 +54,17 @@ type Settings struct {
 	// default). A trim removes from the head of each queue the settled
 	// entries a consumer acknowledged (and, with TrimAge, old ones), 200
 	// per queue per call, calling again while a queue had 200 removed
-	// (inventory.RedoTrim.More), at most 50 calls: up to 10000 entries
-	// per queue per trim. At the defaults that is up to ~333 entries a
-	// second per queue; all of one SKU's entries go to one queue, and a
-	// queue that settles faster keeps a backlog until it slows down.
+	// (inventory.RedoTrim.More), at most TrimCalls calls: up to 10000
+	// entries per queue per trim at the default. A trim that stopped at that bound with more to
+	// remove is followed by another on the node's next pass, not
+	// TrimEvery passes later: up to 10000 entries per queue per pass
+	// while a backlog lasts (all of one SKU's entries go to one queue).
 	// default: 30
 	TrimEvery int
+	// TrimCalls bounds the calls of one trim (each one script on the node
+	// removing up to 200 entries per queue).
+	// default: 50
+	TrimCalls int
 	// TrimAge, when > 0, also trims settled redo-log entries older than it
 	// that no consumer acknowledged. 0 never trims an unacknowledged entry.
 	// The node keeps ages in whole milliseconds: above 0 and under 1ms it
@@ -149,6 +154,7 @@ type Reconciler struct {
 	sem     chan struct{}            // bounds nodes worked at once
 	nodeMu  map[string]*sync.Mutex   // one pass per node at a time; fixed after New
 	nodeN   map[string]*atomic.Int64 // passes per node (trim cadence); fixed after New
+	behind  map[string]*atomic.Bool  // the node's last trim stopped at its call bound with more to remove; fixed after New
 	running sync.WaitGroup           // background node passes
 
 	cancelled, confirmed, postponed, deferred, errs, passes, trimmed atomic.Int64
@@ -168,10 +174,12 @@ func New(inv *inventory.Inventory, queue *Queue, set Settings) *Reconciler {
 		inv: inv, queue: queue, set: set, log: set.Logger, id: leaseToken(),
 		wake: make(chan string, 64), stop: make(chan struct{}), done: make(chan struct{}),
 		sem: make(chan struct{}, set.Nodes), nodeMu: map[string]*sync.Mutex{}, nodeN: map[string]*atomic.Int64{},
+		behind: map[string]*atomic.Bool{},
 	}
 	for _, n := range inv.Nodes() {
 		r.nodeMu[n.Name()] = &sync.Mutex{}
 		r.nodeN[n.Name()] = &atomic.Int64{}
+		r.behind[n.Name()] = &atomic.Bool{}
 	}
 	return r
 }
@@ -205,6 +213,9 @@ func (set Settings) filled() Settings {
 	set.Lease = max(set.Lease, time.Millisecond) // sent as PX whole ms: PX 0 is refused
 	if set.TrimEvery <= 0 {
 		set.TrimEvery = 30
+	}
+	if set.TrimCalls <= 0 {
+		set.TrimCalls = 50
 	}
 	if set.TrimAge < 0 {
 		set.TrimAge = 0

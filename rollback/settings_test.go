@@ -12,7 +12,7 @@ import (
 func TestSettingsFilled(t *testing.T) {
 	got := Settings{}.filled()
 	want := Settings{Interval: time.Second, Batch: 200, Nodes: 4, Workers: 16, Lease: 3 * time.Second,
-		TrimEvery: 30, StuckRetry: 5 * time.Second, StuckRetryMax: 5 * time.Minute, Logger: slog.Default()}
+		TrimEvery: 30, TrimCalls: 50, StuckRetry: 5 * time.Second, StuckRetryMax: 5 * time.Minute, Logger: slog.Default()}
 	if got != want {
 		t.Errorf("Settings{}.filled() = %+v, want %+v", got, want)
 	}

@@ -67,3 +67,55 @@ func TestTrimKeepsUpWithAcknowledged(t *testing.T) {
 			perCycle, left, rec.Stats().Trimmed, left[1]-left[0])
 	}
 }
+
+// TestTrimCatchesUpOnTheNextPass: a trim that stopped at its call bound
+// (TrimCalls) with more acknowledged entries to remove trims again on the
+// node's next pass instead of TrimEvery passes later. With one call of
+// 200 per trim and 250 settled, acknowledged entries per 31 passes, none
+// is left after each 31 passes; before, 50 more were left each time, so
+// a queue settling faster than a trim's bound grew without end.
+func TestTrimCatchesUpOnTheNextPass(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	inv, _ := oneNodeInv(t, ctx)
+	if _, err := inv.LoadStock(ctx, "r", "tee", 1000, 0); err != nil {
+		t.Fatal(err)
+	}
+	rec := rollback.New(inv, nil, rollback.Settings{TrimCalls: 1, Logger: slog.New(slog.DiscardHandler)})
+	defer rec.Close()
+	var left []int64
+	for c := range 2 {
+		queue := -1
+		for i := range 250 {
+			id := fmt.Sprintf("o-%d-%d", c, i)
+			res, err := inv.Reserve(ctx, id, []inventory.Item{{Route: "r", SKU: "tee", Quantity: 1}}, "", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fmt.Sscanf(res.Receipts[0].RedoLog, "inv:redo:%d", &queue); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := inv.Cancel(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		page, err := inv.ReadRedoPageFrom(ctx, "n1", inventory.RedoCursor{Queue: queue}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := inv.AckRedoLogAt(ctx, "n1", page.Incarnation, inventory.RedoCursor{Queue: queue, After: page.Head}); err != nil {
+			t.Fatal(err)
+		}
+		for range 31 { // the trim of the 30th pass and the next
+			rec.RunOnce(ctx)
+		}
+		n, err := inv.RedoLogLen(ctx, "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, n)
+	}
+	if left[0] != 0 || left[1] != 0 {
+		t.Errorf("one call of 200 per trim, 250 settled and acknowledged per 31 passes: entries left after each 31 passes %v, want none", left)
+	}
+}
