@@ -251,13 +251,13 @@ func (a *migrator) moveCounters(ctx context.Context) (busy int, err error) {
 			if err != nil {
 				return 0, err
 			}
-			b, err := a.moveQuotas(ctx, route, n, ring)
+			b, err := a.moveQuotas(ctx, route, n, ring, a.inv.transfer)
 			if err != nil {
 				return 0, err
 			}
 			busy += b
 			if a.leaves(m.Name, stays) {
-				b, err := a.moveStock(ctx, route, n, ring)
+				b, err := a.moveStock(ctx, route, n, ring, a.inv.transfer)
 				if err != nil {
 					return 0, err
 				}
@@ -288,7 +288,14 @@ func (a *migrator) xferSrc(n *node.Node) string {
 	return n.Name()
 }
 
-func (a *migrator) moveQuotas(ctx context.Context, route string, n *node.Node, ring *router.Ring) (busy int, err error) {
+// mover carries one transfer of counter key off src to dst under id
+// (Inventory.transfer; a move forward's takeBackAt): whether it moved
+// it, or an error wrapping errXferBusy when the counter is held.
+type mover func(ctx context.Context, kind xferKind, id, key string, src, dst *node.Node) (bool, error)
+
+// moveQuotas moves, with move, the quota counters of route on n whose
+// home in ring is another node; those pending parts count are busy.
+func (a *migrator) moveQuotas(ctx context.Context, route string, n *node.Node, ring *router.Ring, move mover) (busy int, err error) {
 	held, err := pendingQuotaCounters(ctx, n)
 	if err != nil {
 		return 0, err
@@ -315,7 +322,7 @@ func (a *migrator) moveQuotas(ctx context.Context, route string, n *node.Node, r
 		if err != nil {
 			return 0, err
 		}
-		moved, err := a.inv.transfer(ctx, xferQuota, xferID(a.c.Epoch, xferQuota, a.xferSrc(n), k), k, n, dst)
+		moved, err := move(ctx, xferQuota, xferID(a.c.Epoch, xferQuota, a.xferSrc(n), k), k, n, dst)
 		if err != nil {
 			return 0, fmt.Errorf("moving %s from %s to %s: %w", k, n.Name(), home, err)
 		}
@@ -326,7 +333,9 @@ func (a *migrator) moveQuotas(ctx context.Context, route string, n *node.Node, r
 	return busy, nil
 }
 
-func (a *migrator) moveStock(ctx context.Context, route string, n *node.Node, ring *router.Ring) (busy int, err error) {
+// moveStock moves, with move, every stock hash of route on n to its
+// SKU's home in ring; those with reserved units are busy.
+func (a *migrator) moveStock(ctx context.Context, route string, n *node.Node, ring *router.Ring, move mover) (busy int, err error) {
 	keys, err := scan(ctx, n, stockKeyPrefix+route+":*")
 	if err != nil {
 		return 0, err
@@ -337,7 +346,7 @@ func (a *migrator) moveStock(ctx context.Context, route string, n *node.Node, ri
 		if err != nil {
 			return 0, err
 		}
-		moved, err := a.inv.transfer(ctx, xferStock, xferID(a.c.Epoch, xferStock, a.xferSrc(n), k), k, n, dst)
+		moved, err := move(ctx, xferStock, xferID(a.c.Epoch, xferStock, a.xferSrc(n), k), k, n, dst)
 		if errors.Is(err, errXferBusy) {
 			busy++
 			continue

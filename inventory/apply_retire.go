@@ -17,6 +17,9 @@ import (
 // then it puts back on them the records step 3 at c.Token had moved onto
 // them (apply_putback.go: planned before anything is retired, and never
 // retired on the node they are put back on, but replaced in place).
+// With c.Forward it then takes off the nodes the counters c's transfers
+// had moved off them and their older copy brought back
+// (apply_takeback.go).
 //
 // Why such a record is stale, and why marking it is safe: in a stable
 // topology every record lives at its home (step 3 of each apply moved the
@@ -115,6 +118,10 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 	}
 	put, k, err := a.reinstall(ctx, c, plan, behind)
 	done.Reinstalled, done.Retired = put, done.Retired+k
+	if err != nil || !c.Forward {
+		return done, err
+	}
+	done.TakenBack, err = a.takeBack(ctx, c, behind)
 	return done, err
 }
 

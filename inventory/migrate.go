@@ -339,24 +339,15 @@ func (inv *Inventory) transfer(ctx context.Context, kind xferKind, id, key strin
 	if err != nil {
 		return false, err
 	}
-	r := newReplyReader(src.Name(), xferOutScript.name)
-	raw := r.list(out, 4)
-	if r.err != nil {
-		return false, r.err
+	state, v, err := xferOutReply(src.Name(), out)
+	if err != nil {
+		return false, err
 	}
-	state := r.str(raw, 0)
-	v := []int64{r.int(raw, 1), r.int(raw, 2), r.int(raw, 3)}
-	if r.err != nil {
-		return false, r.err
-	}
-	switch xferOutState(state) {
+	switch state {
 	case xferNone:
 		return false, nil
 	case xferBusy:
 		return false, fmt.Errorf("%w: node %s: %s has %d reserved units", errXferBusy, src.Name(), key, v[0])
-	case xferRecorded:
-	default:
-		return false, &ReplyError{Node: src.Name(), Script: xferOutScript.name, At: "reply[0]", Want: "recorded, none or busy", Got: state}
 	}
 	if inv.crash(ctx, "xfer-out") {
 		return false, errCrashed
@@ -375,6 +366,27 @@ func (inv *Inventory) transfer(ctx context.Context, kind xferKind, id, key strin
 		return false, err
 	}
 	return true, nil
+}
+
+// xferOutReply reads xferOutScript's reply on the node named nodeName:
+// its state and the three amounts (the reserved units in place of
+// available when busy); any other shape is a ReplyError.
+func xferOutReply(nodeName string, out any) (xferOutState, []int64, error) {
+	r := newReplyReader(nodeName, xferOutScript.name)
+	raw := r.list(out, 4)
+	if r.err != nil {
+		return "", nil, r.err
+	}
+	state := xferOutState(r.str(raw, 0))
+	v := []int64{r.int(raw, 1), r.int(raw, 2), r.int(raw, 3)}
+	if r.err != nil {
+		return "", nil, r.err
+	}
+	switch state {
+	case xferNone, xferBusy, xferRecorded:
+		return state, v, nil
+	}
+	return "", nil, &ReplyError{Node: nodeName, Script: xferOutScript.name, At: "reply[0]", Want: "recorded, none or busy", Got: string(state)}
 }
 
 // xferID names the transfer of key off the node named src at an epoch.

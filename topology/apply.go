@@ -114,6 +114,11 @@ type Report struct {
 	// not those the node held already (put back by an earlier or
 	// concurrent run, or an older copy that was the same record).
 	Reinstalled int
+	// TakenBack counts the counters (stock hashes, quota counters) an
+	// apply moving nodes forward took off them again: they came back with
+	// the node's older data after the apply's transfer had moved them to
+	// their destination, which holds their units (Driver.Retire).
+	TakenBack int
 	// Forward names the nodes of the applied topology an apply of it
 	// brought forward to its token, without a step 3: they went back to
 	// an older copy of their data (doc.go, "A node that went back").
@@ -396,6 +401,7 @@ func (a *applier) retireAt(ctx context.Context, c Change, nodes []string) error 
 	r, err := a.d.Retire(ctx, c, nodes)
 	a.rep.Retired += r.Retired
 	a.rep.Reinstalled += r.Reinstalled
+	a.rep.TakenBack += r.TakenBack
 	return err
 }
 

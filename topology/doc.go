@@ -201,7 +201,12 @@
 // anything on it, and does not run step 3 again.
 //
 // A transfer or a quota counter moved onto the node since the copy is
-// gone. An apply to a new topology still
+// gone. One moved off it by the apply being finished comes back with the
+// copy, its units counted on its destination too: the move forward takes
+// it off the node again ([Driver.Retire], Report.TakenBack) when the
+// destination's marker shows the transfer applied (the inventory's
+// apply_takeback.go; a counter an earlier apply moved off it stays, out of
+// every instance's reach). An apply to a new topology still
 // refuses while any node is at another token (its check): the current
 // one is applied again first.
 //

@@ -31,6 +31,10 @@ type Change struct {
 type Retirement struct {
 	Retired     int // stale order records marked moved
 	Reinstalled int // records put back from their moved copy
+	// TakenBack counts the counters a move forward took off a node that
+	// came back holding them after the change's transfer had moved them
+	// to their destination (c.Forward only).
+	TakenBack int
 }
 
 // Driver runs the protocol's steps on the nodes (the inventory package

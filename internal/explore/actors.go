@@ -53,10 +53,11 @@ type observed struct {
 	stockLosses []stockLoss
 	atT1        []orderPlan
 	// applies counts the topology applies run, retired the stale
-	// records they retired, reinstalled the records they put back
-	// (applied); ran are those whose writes may have begun (ran).
-	applies, retired, reinstalled int
-	ran                           []topoApply
+	// records they retired, reinstalled the records they put back,
+	// takenBack the counters they took back (applied); ran are those
+	// whose writes may have begun (ran).
+	applies, retired, reinstalled, takenBack int
+	ran                                      []topoApply
 	// diffs is what each roll back took, by node (lossdiff.go; none for
 	// a node whose state could not be read around it)
 	diffs    map[string][]lossDiff
@@ -185,6 +186,7 @@ func (o *observed) applied(to string, began time.Time, rep topology.Report) {
 	o.applies++
 	o.retired += rep.Retired
 	o.reinstalled += rep.Reinstalled
+	o.takenBack += rep.TakenBack
 	if rep.ToEpoch > 0 {
 		o.ran = append(o.ran, topoApply{to: to, began: began})
 	}

@@ -33,7 +33,8 @@ import (
 //     what the schedule loaded (a unit a loss gave back is taken off
 //     again by the apply's rerun: the transfer's marker on its
 //     destination makes the rerun's in a no-op, and its done subtracts
-//     the units again), and the units confirmed by the parts over all
+//     the units again; or, for a node brought forward, by the move
+//     forward's take back, inventory/apply_takeback.go), and the units confirmed by the parts over all
 //     nodes are at most that too (no oversell);
 //   - no stock lost but by a loss: the loaded count over all nodes is at
 //     least what the schedule loaded less, for each loss, what the node's

@@ -75,10 +75,11 @@ type Summary struct {
 	// writes and was accepted (Result.Lost); Excused sums their excused
 	// violations (Result.Excused).
 	Losses, Excused int
-	// Applies, Retired and Reinstalled sum the schedules' topology
-	// applies, the stale order records they retired and the records they
-	// put back (Result.Applies, Result.Retired, Result.Reinstalled).
-	Applies, Retired, Reinstalled int
+	// Applies, Retired, Reinstalled and TakenBack sum the schedules'
+	// topology applies, the stale order records they retired, the records
+	// they put back and the counters they took back (Result.Applies,
+	// Result.Retired, Result.Reinstalled, Result.TakenBack).
+	Applies, Retired, Reinstalled, TakenBack int
 	// Frozen sums Result.Frozen.
 	Frozen int
 	// WorldErr are the errors that stopped a world (its schedules not run).
@@ -183,12 +184,13 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 				sum.Applies += res.Applies
 				sum.Retired += res.Retired
 				sum.Reinstalled += res.Reinstalled
+				sum.TakenBack += res.TakenBack
 				sum.Frozen += res.Frozen
 				if len(res.Lost) > 0 {
 					sum.Losses++
 				}
-				if res.Retired+res.Reinstalled > 0 && cfg.Progress != nil {
-					fmt.Fprintf(cfg.Progress, "seed %d: %d stale order record(s) retired, %d put back by its topology applies\n", seed, res.Retired, res.Reinstalled)
+				if res.Retired+res.Reinstalled+res.TakenBack > 0 && cfg.Progress != nil {
+					fmt.Fprintf(cfg.Progress, "seed %d: %d stale order record(s) retired, %d put back, %d counter(s) taken back by its topology applies\n", seed, res.Retired, res.Reinstalled, res.TakenBack)
 				}
 				if res.Frozen > 0 && cfg.Progress != nil {
 					fmt.Fprintf(cfg.Progress, "seed %d: %d order record copies marked moved left without a TTL\n", seed, res.Frozen)

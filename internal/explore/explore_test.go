@@ -84,7 +84,7 @@ func TestExploreShort(t *testing.T) {
 func TestWriteSummaryCountsRetirements(t *testing.T) {
 	var b strings.Builder
 	WriteSummary(&b, Summary{Ran: 3, Applies: 5, Retired: 2, Reinstalled: 1, Losses: 1, Excused: 4})
-	for _, want := range []string{"explore: 3 schedules", "5 topology apply(s) ran; they retired 2 stale order record(s) and put back 1", "4 violation(s)"} {
+	for _, want := range []string{"explore: 3 schedules", "5 topology apply(s) ran; they retired 2 stale order record(s), put back 1 and took back 0 counter(s)", "4 violation(s)"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, b.String())
 		}

@@ -169,10 +169,11 @@ type Result struct {
 	Lost []string
 	// Applies counts the topology applies the schedule ran (actors',
 	// re-applies after an accept, the heal's), Retired the stale order
-	// records they retired and Reinstalled the records they put back on
-	// a node that went back (topology.Report): how often a schedule
-	// exercised the retirement.
-	Applies, Retired, Reinstalled int
+	// records they retired, Reinstalled the records they put back on
+	// a node that went back and TakenBack the counters they took back
+	// from one (topology.Report): how often a schedule exercised the
+	// retirement.
+	Applies, Retired, Reinstalled, TakenBack int
 	// Frozen counts the order records marked moved left without a TTL on
 	// the nodes at the schedule's end (inventory/migrate.go, expireMoved):
 	// not a violation (nothing is lost), a key kept for good.

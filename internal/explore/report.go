@@ -127,8 +127,8 @@ func WriteSummary(out io.Writer, s Summary) {
 		fmt.Fprintf(out, "explore: %d schedule(s) had a node lose acknowledged writes and accepted; %d violation(s) about the orders and counters exposed were excused\n", s.Losses, s.Excused)
 	}
 	if s.Applies > 0 {
-		fmt.Fprintf(out, "explore: %d topology apply(s) ran; they retired %d stale order record(s) and put back %d (topology.Driver.Retire); %d copies marked moved were left without a TTL\n",
-			s.Applies, s.Retired, s.Reinstalled, s.Frozen)
+		fmt.Fprintf(out, "explore: %d topology apply(s) ran; they retired %d stale order record(s), put back %d and took back %d counter(s) (topology.Driver.Retire); %d copies marked moved were left without a TTL\n",
+			s.Applies, s.Retired, s.Reinstalled, s.TakenBack, s.Frozen)
 	}
 	for _, err := range s.WorldErr {
 		fmt.Fprintf(out, "explore: world error: %v\n", err)

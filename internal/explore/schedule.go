@@ -120,7 +120,7 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	promisedAcross(st, lost, w.incarnations(ctx, lost), view.exposed)
 	found, excused := check(st, obs, orders, w.homes, topoView{routes: w.config(at).Servers["inventory"].Routes, split: split}, view)
 	res.Violations, res.Excused, res.Lost = append(res.Violations, found...), len(excused), slices.Clone(obs.losses)
-	res.Applies, res.Retired, res.Reinstalled = obs.applies, obs.retired, obs.reinstalled
+	res.Applies, res.Retired, res.Reinstalled, res.TakenBack = obs.applies, obs.retired, obs.reinstalled, obs.takenBack
 	for _, ns := range st.nodes {
 		res.Frozen += ns.frozen
 	}
