@@ -79,7 +79,7 @@ func (w *worker) followStep(ctx context.Context, f *follower) (read int, err err
 	if !mine {
 		return -1, nil
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	defer w.s.rollback(ctx, tx)
 	r, err := w.s.inv.ReadSettled(ctx, w.node, f.cur, settleChunk)
 	if err != nil {
 		return 0, w.settleFailed(stageSettle, err, started)

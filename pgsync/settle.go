@@ -113,12 +113,12 @@ func (w *worker) settleTx(ctx context.Context) (tx pgx.Tx, started time.Time, mi
 	// step for later, as another instance's lock does (sqlLockQueues)
 	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock_shared($2::bigint) AND pg_try_advisory_xact_lock($1, -1)",
 		w.key, migrateLock).Scan(&mine); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+		w.s.rollback(ctx, tx)
 		return nil, started, false, w.settleFailed(stageDB, err, started)
 	}
 	w.s.health.observe(nil, started)
 	if !mine {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+		w.s.rollback(ctx, tx)
 		w.settle.ok() // the database answered: another instance does this pass
 	}
 	return tx, started, mine, nil
@@ -152,7 +152,7 @@ func (w *worker) settleStep(ctx context.Context, from *settleKey) (scanned, pend
 	if !mine {
 		return -1, 0, nil
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	defer w.s.rollback(ctx, tx)
 	list, err := pendingRows(ctx, tx, sqlPending, w.node, from.inc, from.queue, from.off, settleChunk)
 	if err != nil {
 		return 0, 0, w.settleFailed(stageDB, err, started)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardis/shardis/config"
@@ -231,6 +232,25 @@ func lockKey(node string) int32 {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte("shardis-sync/" + node))
 	return int32(h.Sum32())
+}
+
+// maxRollbackWait bounds a rollback's wait on the database
+// (Syncer.rollback), whatever Settings.StepTimeout is.
+const maxRollbackWait = 5 * time.Second
+
+// rollback rolls tx back, a no-op once it committed. It runs after its
+// step's context may be done (the step failed, timed out or the syncer is
+// closing), so it does not inherit that context's cancellation, but it
+// has a deadline of its own: min(StepTimeout, maxRollbackWait). A hung
+// database (stopped, its host partitioned) then cannot stall the worker,
+// nor Close, which waits for the workers: when the deadline passes, pgx
+// closes the connection, and PostgreSQL ends the session once it sees
+// that (when it answers again), which rolls the transaction back and
+// releases its advisory locks.
+func (s *Syncer) rollback(ctx context.Context, tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.set.StepTimeout, maxRollbackWait))
+	defer cancel()
+	_ = tx.Rollback(ctx)
 }
 
 // sleep waits d or until ctx is done; it reports whether ctx is still live.

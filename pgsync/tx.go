@@ -84,7 +84,7 @@ func (w *worker) land(ctx context.Context, work []inventory.RedoQueueRead, reaso
 	if err != nil {
 		return false, err
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op after Commit
+	defer w.s.rollback(ctx, tx) // a no-op after Commit
 	locked, db, err := w.lockQueues(ctx, tx, queues)
 	if err != nil {
 		return false, err
