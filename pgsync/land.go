@@ -95,7 +95,7 @@ func (w *worker) landLoop(ctx context.Context) {
 func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, w.s.set.StepTimeout)
 	defer cancel()
-	inv, m := w.s.inv, w.s.m
+	inv := w.s.inv
 	if w.inc == "" {
 		b, err := inv.ReadRedoBatch(ctx, w.node, "", nil, 1, 0)
 		if err == nil && b.Incarnation == "" {
@@ -130,10 +130,7 @@ func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 	if b.Incarnation != w.inc {
 		w.s.log.Warn("node is at another incarnation (it lost data and was accepted): its redo log starts a new position; "+
 			"the old incarnation's rows stay as landed", "node", w.node, "old_incarnation", w.inc, "incarnation", b.Incarnation)
-		w.inc, w.owed = "", nil
-		m.clearQueues(w.node)
-		clear(w.rewound)
-		w.unreadQ.reset()
+		w.leaveIncarnation()
 		return true, nil
 	}
 	work, total := w.workOf(b)
@@ -157,6 +154,21 @@ func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 	// a full batch whose queues another session all held moved nothing:
 	// read again after the poll interval, not at once
 	return gotLock && total >= w.s.set.Batch, nil
+}
+
+// leaveIncarnation forgets the incarnation the worker landed, once the
+// node is found at another one (a read, an acknowledgement refused with
+// inventory.ErrIncarnation, a landing superseded): the next step adopts
+// the node's incarnation, with positions of its own. What belonged to the
+// old one goes with it: the acknowledgements owed, and the queues paused
+// as gone back or stopped at an unreadable part record (their metrics
+// too): the new incarnation's queues start over, and a read of them finds
+// its own.
+func (w *worker) leaveIncarnation() {
+	w.inc, w.owed = "", nil
+	w.s.m.clearQueues(w.node)
+	clear(w.rewound)
+	w.unreadQ.reset()
 }
 
 // workOf returns the queues of b with something to land (entries, or
@@ -347,7 +359,7 @@ func (w *worker) payAcks(ctx context.Context) {
 		w.ack.ok()
 		return
 	case errors.Is(err, inventory.ErrIncarnation):
-		w.inc, w.owed = "", nil // re-read the incarnation; nothing of the new one was landed
+		w.leaveIncarnation() // re-read the incarnation; nothing of the new one was landed
 		return
 	case errors.Is(err, inventory.ErrRewound) || errors.Is(err, inventory.ErrInvalid):
 		// One queue went back: acknowledge the others one by one and

@@ -158,8 +158,10 @@ func (w *worker) write(ctx context.Context, tx pgx.Tx, work []inventory.RedoQueu
 // the incarnations' order (a part cancelled before the node went back,
 // written over its pending row of the new incarnation, stays cancelled
 // when the node confirms it, and no conflict is seen). The worker drops
-// the batch and its debts, as when its read finds the node at another
-// incarnation (landStep): the old incarnation's rows stay as landed. The
+// the batch and leaves the incarnation (leaveIncarnation: its debts and
+// its paused and stopped queues), as when its read finds the node at
+// another incarnation (landStep): the old incarnation's rows stay as
+// landed. The
 // locks keep the order once the node is found at the incarnation: a
 // landing of the new one in a queue this transaction holds waits for it.
 func (w *worker) superseded(ctx context.Context) (bool, error) {
@@ -172,7 +174,7 @@ func (w *worker) superseded(ctx context.Context) (bool, error) {
 	}
 	w.s.log.Warn("node was accepted again since its redo log was read: the batch read at the old incarnation is dropped, "+
 		"landing moves to the new one", "node", w.node, "old_incarnation", w.inc, "incarnation", b.Incarnation)
-	w.inc, w.owed = "", nil
+	w.leaveIncarnation()
 	return true, nil
 }
 
