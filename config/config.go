@@ -365,7 +365,13 @@ type Inventory struct {
 	// ReconcileInterval is how often the reconciler scans for expired parts.
 	// default: 1s
 	ReconcileInterval time.Duration `koanf:"reconcile_interval"`
-	// RedoQueues is the number of redo-log queues (sorted sets) per node.
+	// RedoQueues is the number of redo-log queues (sorted sets) per node,
+	// 1..1024: a part's entry goes to queue xxhash(route:sku) mod
+	// RedoQueues. It may change at any time: a SKU's new parts then go to
+	// another queue, and the nodes keep the queues written before, which
+	// `shardis sync` lands and acknowledges and the service trims like
+	// the others, whatever RedoQueues it runs with (both read every queue
+	// a node holds: inventory.RedoQueuesHeld).
 	// default: 50
 	RedoQueues int `koanf:"redo_queues"`
 	// Retention is how long settled orders, settled parts and tombstones

@@ -341,9 +341,10 @@ func (inv *Inventory) RedoUnacked(ctx context.Context, nodeName string) (int64, 
 	return total, nil
 }
 
-// TrimRedoLog removes, from the head of every queue on node, up to batch
-// (1..10000) entries per queue whose part is settled and that are
-// acknowledged or, when maxAge > 0, older than maxAge (maxAge 0 never
+// TrimRedoLog removes, from the head of every queue on node (those of an
+// earlier, larger inventory.redo_queues too: [Inventory.RedoQueuesHeld]),
+// up to batch (1..10000) entries per queue whose part is settled and that
+// are acknowledged or, when maxAge > 0, older than maxAge (maxAge 0 never
 // trims an unacknowledged entry). It returns how many it removed. Only a
 // prefix is ever removed, so what remains stays gap-free. It is
 // [Inventory.TrimRedoLogStep]'s Removed: a queue may hold more entries
@@ -379,8 +380,12 @@ func (inv *Inventory) TrimRedoLogStep(ctx context.Context, nodeName string, maxA
 	if err != nil {
 		return RedoTrim{}, err
 	}
+	held, err := inv.RedoQueuesHeld(ctx, nodeName)
+	if err != nil {
+		return 0, err
+	}
 	keys := []string{keyRedoAcked, RedoOffsetsKey}
-	for q := 0; q < inv.cfg.RedoQueues; q++ {
+	for q := 0; q < max(inv.cfg.RedoQueues, held); q++ {
 		keys = append(keys, RedoLogKey(q))
 	}
 	v, err := inv.run(ctx, n, redoWriteScript, keys, "trim", ms(maxAge), batch)
@@ -400,14 +405,20 @@ func (inv *Inventory) TrimRedoLogStep(ctx context.Context, nodeName string, maxA
 // KEYS: 1 stamp, 2 offsets hash, then queue keys. Returns the count.
 var redoLenScript = newScript("redo-len", false, luaFile("redo_len.lua"))
 
-// RedoLogLen returns the number of entries in every queue of node.
+// RedoLogLen returns the number of entries in every queue of node (those
+// of an earlier, larger inventory.redo_queues too:
+// [Inventory.RedoQueuesHeld]).
 func (inv *Inventory) RedoLogLen(ctx context.Context, nodeName string) (int64, error) {
 	n, err := inv.ownNode(nodeName)
 	if err != nil {
 		return 0, err
 	}
+	held, err := inv.RedoQueuesHeld(ctx, nodeName)
+	if err != nil {
+		return 0, err
+	}
 	keys := []string{RedoOffsetsKey}
-	for q := 0; q < inv.cfg.RedoQueues; q++ {
+	for q := 0; q < max(inv.cfg.RedoQueues, held); q++ {
 		keys = append(keys, RedoLogKey(q))
 	}
 	v, err := inv.run(ctx, n, redoLenScript, keys)

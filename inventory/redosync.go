@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -40,7 +42,7 @@ var (
 // 0 or the part is not known, [RedoPartTrimmed] when it was trimmed
 // unread).
 type RedoCursor struct {
-	Queue  int    // the queue number, 0 ≤ Queue < inventory.redo_queues
+	Queue  int    // the queue number, 0 ≤ Queue < MaxRedoQueues (ReadRedoBatch, AckRedoBatch) or inventory.redo_queues (the one-queue calls)
 	After  int64  // the offset of the last entry landed; 0 before the first
 	PartID string // the part id of the entry at After, as above
 }
@@ -135,7 +137,9 @@ func (p RedoProblem) String() string {
 var redoBatchScript = newScript("redo-batch", false, redoEntryLua+luaFile("redo_batch.lua"))
 
 // ReadRedoBatch reads, in one atomic step on node, every queue named by
-// cursors past its cursor, at most limit entries in all (queues earlier in
+// cursors past its cursor (any queue up to MaxRedoQueues-1, so that a
+// consumer reads the queues a node kept from a larger
+// inventory.redo_queues: [Inventory.RedoQueuesHeld]), at most limit entries in all (queues earlier in
 // cursors first: rotate them for fairness). When incarnation is not ""
 // and the node is at another one, it returns the node's incarnation and
 // no queues: the cursors belong to the old incarnation and must not be
@@ -171,8 +175,8 @@ func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation s
 	args := make([]any, 0, 2+2*len(cursors))
 	args = append(args, incarnation, limit, hold.Milliseconds())
 	for _, c := range cursors {
-		if c.Queue < 0 || c.Queue >= inv.cfg.RedoQueues {
-			return RedoBatch{}, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, c.Queue, inv.cfg.RedoQueues-1)
+		if c.Queue < 0 || c.Queue >= MaxRedoQueues {
+			return RedoBatch{}, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, c.Queue, MaxRedoQueues-1)
 		}
 		if c.After < 0 || c.After > maxRedoOffset {
 			return RedoBatch{}, fmt.Errorf("%w: queue %d: offset %d, want 0..%d", ErrInvalid, c.Queue, c.After, int64(maxRedoOffset))
@@ -308,8 +312,8 @@ func (inv *Inventory) AckRedoBatch(ctx context.Context, nodeName, incarnation st
 	args := make([]any, 0, 1+2*len(acks))
 	args = append(args, incarnation)
 	for _, c := range acks {
-		if c.Queue < 0 || c.Queue >= inv.cfg.RedoQueues {
-			return nil, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, c.Queue, inv.cfg.RedoQueues-1)
+		if c.Queue < 0 || c.Queue >= MaxRedoQueues {
+			return nil, fmt.Errorf("%w: queue %d, want 0..%d", ErrInvalid, c.Queue, MaxRedoQueues-1)
 		}
 		if c.After < 0 || c.After > maxRedoOffset {
 			return nil, fmt.Errorf("%w: queue %d: offset %d, want 0..%d", ErrInvalid, c.Queue, c.After, int64(maxRedoOffset))
@@ -432,5 +436,48 @@ func readPartSnapshot(r *replyReader, t []any) PartSnapshot {
 }
 
 // RedoQueues returns the number of redo-log queues per node
-// (inventory.redo_queues): queues are 0..RedoQueues()-1.
+// (inventory.redo_queues): new entries go to queues 0..RedoQueues()-1. A
+// node keeps every queue it ever wrote, also those of an earlier, larger
+// setting ([Inventory.RedoQueuesHeld]).
 func (inv *Inventory) RedoQueues() int { return inv.cfg.RedoQueues }
+
+// MaxRedoQueues is the most redo-log queues per node: inventory.redo_queues
+// is 1..MaxRedoQueues, so a node's queues are numbered below it.
+const MaxRedoQueues = 1024
+
+// RedoQueuesHeld returns how many redo-log queues node holds: one more
+// than the highest queue with a head (a field of [RedoOffsetsKey]), 0 when
+// none. It is more than [Inventory.RedoQueues] when the node was written
+// with a larger inventory.redo_queues, or by a service configured with
+// more queues than this one: the entries of those queues are read and
+// acknowledged like the others ([Inventory.ReadRedoBatch] and
+// [Inventory.AckRedoBatch] take any queue below MaxRedoQueues), and
+// [Inventory.TrimRedoLog] trims them. A field named like a queue past
+// MaxRedoQueues-1, or whose number is not one, is [ErrCorrupt].
+func (inv *Inventory) RedoQueuesHeld(ctx context.Context, nodeName string) (int, error) {
+	n, err := inv.r.Node(nodeName)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	fields, err := n.Client().HKeys(ctx, RedoOffsetsKey).Result()
+	if err != nil {
+		return 0, nodeErr(n, err)
+	}
+	return redoQueuesOf(n.Name(), fields)
+}
+
+// redoQueuesOf is RedoQueuesHeld's count of the offsets hash's fields.
+func redoQueuesOf(node string, fields []string) (int, error) {
+	held := 0
+	for _, f := range fields {
+		if f == RedoOffsetsPad || strings.HasSuffix(f, RedoFirstSuffix) {
+			continue
+		}
+		q, err := strconv.Atoi(strings.TrimPrefix(f, redoLogKeyPrefix))
+		if !strings.HasPrefix(f, redoLogKeyPrefix) || err != nil || q < 0 || q >= MaxRedoQueues || f != RedoLogKey(q) {
+			return 0, fmt.Errorf("%w: node %s: %s has field %q, not a redo queue 0..%d", ErrCorrupt, node, RedoOffsetsKey, f, MaxRedoQueues-1)
+		}
+		held = max(held, q+1)
+	}
+	return held, nil
+}

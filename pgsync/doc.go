@@ -168,6 +168,11 @@
 //     incarnation under the locks and drops what it read of the old one,
 //     so another instance's rows of the new incarnation never get the old
 //     incarnation's states written over them.
+//   - Every queue a node holds is landed and acknowledged, also those
+//     past this instance's inventory.redo_queues (the node was written
+//     with a larger setting, or the service runs with more queues):
+//     nothing waits unread because the setting changed (queues.go).
+//     [Status] shows them too.
 //   - At start (and at a new incarnation) each node's committed position
 //     per queue, where landing resumes, is logged.
 //

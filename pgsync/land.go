@@ -31,7 +31,9 @@ type worker struct {
 
 	inc     string          // the incarnation positions belong to; "" = read it first
 	gen     int64           // its acceptance generation
-	pos     []cursor        // per queue, as committed (or as another instance committed)
+	queues  int             // the queues read: every one the node holds, at least inventory.redo_queues (queues.go)
+	heldAt  time.Time       // when the node's queues were last counted (queues.go)
+	pos     []cursor        // per queue, as committed (or as another instance committed); len(pos) == queues
 	owed    map[int]cursor  // committed but not yet acknowledged in Redis
 	unsure  bool            // an acknowledgement of owed failed: the database may have lost it since (checkOwed)
 	rot     int             // first queue of the next read (fairness)
@@ -57,7 +59,7 @@ type worker struct {
 }
 
 func newWorker(s *Syncer, node string) *worker {
-	w := &worker{s: s, node: node, key: lockKey(node), rewound: map[int]bool{}}
+	w := &worker{s: s, node: node, key: lockKey(node), queues: s.queues, rewound: map[int]bool{}}
 	log := s.log.With("node", node)
 	w.redis = streak{log: log, what: "reading the redo log"}
 	w.db = streak{log: log, what: "landing in PostgreSQL"}
@@ -96,6 +98,9 @@ func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, w.s.set.StepTimeout)
 	defer cancel()
 	inv := w.s.inv
+	if err := w.countQueues(ctx); err != nil {
+		return false, w.failRedis(err)
+	}
 	if w.inc == "" {
 		b, err := inv.ReadRedoBatch(ctx, w.node, "", nil, 1, 0)
 		if err == nil && b.Incarnation == "" {
@@ -115,12 +120,12 @@ func (w *worker) landStep(ctx context.Context) (more bool, err error) {
 			return true, nil // the node changed incarnation under the acks
 		}
 	}
-	cursors := make([]inventory.RedoCursor, w.s.queues)
+	cursors := make([]inventory.RedoCursor, w.queues)
 	for i := range cursors {
-		q := (w.rot + i) % w.s.queues
+		q := (w.rot + i) % w.queues
 		cursors[i] = inventory.RedoCursor{Queue: q, After: w.pos[q].off, PartID: w.pos[q].part}
 	}
-	w.rot = (w.rot + 1) % w.s.queues
+	w.rot = (w.rot + 1) % w.queues
 	b, err := inv.ReadRedoBatch(ctx, w.node, w.inc, cursors, w.s.set.Batch, w.s.set.hold())
 	if err != nil {
 		return false, w.failRedis(err)
@@ -264,7 +269,7 @@ func (w *worker) reportRewound(q inventory.RedoQueueRead) {
 // idempotent).
 func (w *worker) adopt(ctx context.Context, b inventory.RedoBatch) error {
 	inc, gen := b.Incarnation, b.Generation
-	pos := make([]cursor, w.s.queues)
+	var db map[int]cursor
 	var inserted bool
 	var previous []string
 	err := pgx.BeginFunc(ctx, w.s.pool, func(tx pgx.Tx) error {
@@ -286,10 +291,9 @@ ORDER BY first_seen`, w.node, inc) // every earlier one, not only at a first sig
 		if previous, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return err
 		}
-		db, err := w.positions(ctx, tx, inc, allQueues(len(pos)))
-		for q, c := range db {
-			pos[q] = c
-		}
+		// every queue's: the node may hold more than it did when they
+		// were committed, or fewer than this instance's redo_queues
+		db, err = w.positions(ctx, tx, inc, allQueues(inventory.MaxRedoQueues))
 		return err
 	})
 	if err != nil {
@@ -304,6 +308,15 @@ ORDER BY first_seen`, w.node, inc) // every earlier one, not only at a first sig
 	case inserted:
 		w.s.log.Info("landing a node's redo log", "node", w.node, "incarnation", inc, "generation", gen)
 	}
+	n := w.queues
+	for q := range db {
+		n = max(n, q+1) // a queue the node no longer holds: read, it is found gone back
+	}
+	pos := make([]cursor, n)
+	for q, c := range db {
+		pos[q] = c
+	}
+	w.queues = n
 	w.s.log.Info("resuming the redo log from the committed positions", "node", w.node, "incarnation", inc,
 		"positions", positionsText(pos))
 	w.inc, w.gen, w.pos, w.restored = inc, gen, pos, len(previous) > 0

@@ -90,7 +90,8 @@ type IncarnationStatus struct {
 }
 
 // Status reads, for every node of inv, the redo log's heads from the node
-// and the positions and rows from the database. A node or a database that
+// (every queue it holds, also those past inv's inventory.redo_queues,
+// which the sync lands too) and the positions and rows from the database. A node or a database that
 // cannot be read gives a NodeStatus with Err set; Status fails only when
 // ctx does.
 func Status(ctx context.Context, inv *inventory.Inventory, pool *pgxpool.Pool) ([]NodeStatus, error) {
@@ -149,7 +150,17 @@ WHERE node = $1 AND incarnation = $2 AND state = 'pending' GROUP BY queue`, st.N
 	}); err != nil {
 		return err
 	}
-	cursors := make([]inventory.RedoCursor, inv.RedoQueues())
+	// every queue the node holds (those of a larger redo_queues too,
+	// which the sync lands: queues.go) and every one landed
+	n, err := inv.RedoQueuesHeld(ctx, st.Node)
+	if err != nil {
+		return err
+	}
+	n = max(n, inv.RedoQueues())
+	for q := range landed {
+		n = max(n, q+1)
+	}
+	cursors := make([]inventory.RedoCursor, n)
 	for i := range cursors {
 		cursors[i] = inventory.RedoCursor{Queue: i, After: landed[i].off, PartID: landed[i].part}
 	}
