@@ -251,15 +251,22 @@ func (w *worker) failDB(err error, started time.Time) error {
 // position (its log caught up again), or the node is accepted with a new
 // incarnation (`shardis node accept`), which starts a new position.
 func (w *worker) reportRewound(q inventory.RedoQueueRead) {
-	if w.rewound[q.Queue] {
+	w.pauseRewound(q.Queue, "head", q.Head)
+}
+
+// pauseRewound pauses queue as reportRewound does; attrs say what showed
+// it (the read's head, or the acknowledgement's refusal: payAcks has no
+// head to log).
+func (w *worker) pauseRewound(queue int, attrs ...any) {
+	if w.rewound[queue] {
 		return
 	}
-	w.rewound[q.Queue] = true
-	w.s.m.setRewound(w.node, q.Queue, true)
-	p := w.pos[q.Queue]
+	w.rewound[queue] = true
+	w.s.m.setRewound(w.node, queue, true)
+	p := w.pos[queue]
 	w.s.log.Error("REDO LOG WENT BACK: the queue no longer holds what was landed at the committed position; "+
 		"queue paused (nothing is landed or acknowledged past it) until it matches again or the node is accepted with `shardis node accept` (a new incarnation, a new position)",
-		"node", w.node, "incarnation", w.inc, "queue", q.Queue, "position", p.off, "part_at_position", p.part, "head", q.Head)
+		append([]any{"node", w.node, "incarnation", w.inc, "queue", queue, "position", p.off, "part_at_position", p.part}, attrs...)...)
 }
 
 // adopt makes the incarnation b was read at the worker's: it records the
@@ -384,7 +391,7 @@ func (w *worker) payAcks(ctx context.Context) {
 				delete(w.owed, a.Queue)
 			case errors.Is(err, inventory.ErrRewound) || errors.Is(err, inventory.ErrInvalid):
 				delete(w.owed, a.Queue)
-				w.reportRewound(inventory.RedoQueueRead{Queue: a.Queue, Rewound: true})
+				w.pauseRewound(a.Queue, "acknowledgement_refused", err.Error())
 			default:
 				w.unsure = true
 			}
