@@ -65,9 +65,11 @@ CREATE TABLE sync_incarnations (
 	`
 ALTER TABLE stock_movements ADD COLUMN reason text CHECK (reason IN ('cancelled', 'expired', 'refused'));
 `,
-	// 3: held_by, the later incarnation of the node that handed a lost or
-	// expired row's part out again (NULL: the row's own), which a missing
-	// part is read against (expired or lost); conflict_in, the incarnation
+	// 3: held_by, the later incarnation of the node whose landing last
+	// updated the row (sqlInsert: it handed the part out again, a lost or
+	// expired row then pending again, or moved its state on; NULL while
+	// only the row's own incarnation updated it), which a pending row is
+	// re-read against (a missing part: expired or lost); conflict_in, the incarnation
 	// whose conflict with the row was reported (once: a replay does not
 	// report it again).
 	`

@@ -17,7 +17,9 @@ import (
 // Settings configures a [Syncer]. Zero fields take the defaults of the
 // configuration's sync section.
 type Settings struct {
-	// Batch is the most redo-log entries one node's transaction lands.
+	// Batch is the most redo-log entries one node's transaction lands,
+	// at most 10000 (inventory.ReadRedoBatch's limit): a larger value
+	// lands 10000.
 	// default: 1000
 	Batch int
 	// PollInterval is how often a node with nothing new is read again.

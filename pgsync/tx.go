@@ -31,7 +31,9 @@ LEFT JOIN sync_positions p ON p.node = $1 AND p.incarnation = $2 AND p.queue = A
 	// later incarnation of its node hands out again, which is pending
 	// again (the settle pass then follows it). A settled row stays
 	// settled: one a later incarnation holds in another state is a
-	// conflict (sqlConflicts).
+	// conflict (sqlConflicts). Every update by another incarnation's
+	// landing sets held_by to it, which the settle pass re-reads a
+	// pending row against.
 	sqlInsert = `INSERT INTO stock_movements
   (node, incarnation, queue, redo_offset, part_id, order_id, route, sku, quantity, state, reserved_at, settled_at, reason)
 SELECT $1, $2, u.queue, u.off, u.part, u.ord, u.route, u.sku, u.qty, u.state, u.at, u.settled, u.reason

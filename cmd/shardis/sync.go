@@ -54,7 +54,7 @@ func cmdSync(args []string, stdout, stderr io.Writer) error {
 	jsonOut := fs.Bool("log-json", false, "log JSON lines instead of text")
 	migrate := fs.Bool("migrate", false, "create or migrate the schema before landing")
 	asJSON := fs.Bool("json", false, "status: print JSON")
-	all := fs.Bool("all", false, "status: list every queue, not only those with lag or pending parts")
+	all := fs.Bool("all", false, "status: list every queue that holds anything (a head, a landed position or pending parts), not only those with lag or pending parts")
 	timeout := fs.Duration("timeout", 10*time.Second, "status and migrate: give up after this long")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, syncUsage)
@@ -254,7 +254,7 @@ func unreadNodes(nodes []pgsync.NodeStatus) error {
 }
 
 // writeSyncStatus prints the node table, then the queues with lag or
-// pending parts (every queue with all; one stopped at an unreadable part
+// pending parts (with all, every queue that holds anything: NodeStatus.Queues; one stopped at an unreadable part
 // record with its problem), then earlier incarnations, then every redo-log
 // range trimmed before it landed (sync_gaps).
 func writeSyncStatus(out io.Writer, nodes []pgsync.NodeStatus, all bool) {
@@ -289,7 +289,7 @@ func writeSyncStatus(out io.Writer, nodes []pgsync.NodeStatus, all bool) {
 		}
 	}
 	if !header {
-		fmt.Fprintln(w, "every queue landed, no pending parts (--all lists every queue)")
+		fmt.Fprintln(w, "every queue landed, no pending parts (--all lists every queue that holds anything)")
 	}
 	_ = w.Flush()
 	for _, n := range nodes {
