@@ -32,14 +32,15 @@ func TestNodeOfAnotherServerRefused(t *testing.T) {
 			_, err := inv.SetAside(ctx, PendingPart{Node: name, PartID: "o|a|0"}, "why", time.Second, time.Second)
 			return err
 		},
-		"RetryStuck":    func(name string) error { _, err := inv.RetryStuck(ctx, name, "o|a|0"); return err },
-		"RetryDueStuck": func(name string) error { _, err := inv.RetryDueStuck(ctx, name, 10, time.Second); return err },
-		"RetryStuckSKU": func(name string) error { _, err := inv.RetryStuckSKU(ctx, name, "a", "s"); return err },
-		"StuckParts":    func(name string) error { _, err := inv.StuckParts(ctx, name, 10); return err },
-		"StuckCount":    func(name string) error { _, err := inv.StuckCount(ctx, name); return err },
-		"RedoUnacked":   func(name string) error { _, err := inv.RedoUnacked(ctx, name); return err },
-		"TrimRedoLog":   func(name string) error { _, err := inv.TrimRedoLog(ctx, name, 0, 10); return err },
-		"RedoLogLen":    func(name string) error { _, err := inv.RedoLogLen(ctx, name); return err },
+		"RetryStuck":     func(name string) error { _, err := inv.RetryStuck(ctx, name, "o|a|0"); return err },
+		"RetryDueStuck":  func(name string) error { _, err := inv.RetryDueStuck(ctx, name, 10, time.Second); return err },
+		"RetryStuckSKU":  func(name string) error { _, err := inv.RetryStuckSKU(ctx, name, "a", "s"); return err },
+		"StuckParts":     func(name string) error { _, err := inv.StuckParts(ctx, name, 10); return err },
+		"StuckCount":     func(name string) error { _, err := inv.StuckCount(ctx, name); return err },
+		"RedoUnacked":    func(name string) error { _, err := inv.RedoUnacked(ctx, name); return err },
+		"TrimRedoLog":    func(name string) error { _, err := inv.TrimRedoLog(ctx, name, 0, 10); return err },
+		"RedoLogLen":     func(name string) error { _, err := inv.RedoLogLen(ctx, name); return err },
+		"RedoQueuesHeld": func(name string) error { _, err := inv.RedoQueuesHeld(ctx, name); return err },
 		"ReadRedoPageFrom": func(name string) error {
 			_, err := inv.ReadRedoPageFrom(ctx, name, RedoCursor{}, 10)
 			return err

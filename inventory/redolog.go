@@ -382,7 +382,7 @@ func (inv *Inventory) TrimRedoLogStep(ctx context.Context, nodeName string, maxA
 	}
 	held, err := inv.RedoQueuesHeld(ctx, nodeName)
 	if err != nil {
-		return 0, err
+		return RedoTrim{}, err
 	}
 	keys := []string{keyRedoAcked, RedoOffsetsKey}
 	for q := 0; q < max(inv.cfg.RedoQueues, held); q++ {

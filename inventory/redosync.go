@@ -455,9 +455,9 @@ const MaxRedoQueues = 1024
 // [Inventory.TrimRedoLog] trims them. A field named like a queue past
 // MaxRedoQueues-1, or whose number is not one, is [ErrCorrupt].
 func (inv *Inventory) RedoQueuesHeld(ctx context.Context, nodeName string) (int, error) {
-	n, err := inv.r.Node(nodeName)
+	n, err := inv.ownNode(nodeName)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return 0, err
 	}
 	fields, err := n.Client().HKeys(ctx, RedoOffsetsKey).Result()
 	if err != nil {
