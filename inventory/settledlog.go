@@ -21,11 +21,11 @@ import (
 // from its record ([Inventory.PartStates]) when an entry names it. It is
 // bounded (about [SettledLogCap] entries, the oldest trimmed first), and
 // it is lost with a node's data, so a consumer must re-read every pending
-// part when entries it did not read were trimmed ([SettledCursor.Advance]
-// reports the gap) and at a new incarnation, and now and then anyway: a
-// part's state also changes without an entry when its record outlives
-// inventory.retention (it reads as missing) or when a release before this
-// one settled it.
+// part when entries it did not read were trimmed or the log is not the one
+// it read (deleted; [SettledCursor.Advance] reports either gap) and at a
+// new incarnation, and now and then anyway: a part's state also changes
+// without an entry when its record outlives inventory.retention (it reads
+// as missing) or when a release before this one settled it.
 
 // SettledLogCap is about how many entries a node's settled log keeps
 // (XADD MAXLEN ~, SETTLED_CAP of lua/part_codec.lua): a consumer that
@@ -52,6 +52,11 @@ type SettledRead struct {
 	Added, Length int64
 	// Entries are the entries after the cursor, oldest first.
 	Entries []SettledEntry
+	// Held reports that the log holds the cursor's own entry (an entry
+	// whose id is the cursor's ID; never for a cursor with no ID).
+	Held bool
+	// First is the id of the log's first entry; "" when it holds none.
+	First string
 }
 
 // SettledCursor is a consumer's place in a node's settled log: the last
@@ -63,8 +68,10 @@ type SettledCursor struct {
 	Seq int64  // the number of entries the log had been given up to ID's; 0 before the first
 }
 
-// after is the XRANGE start after c: exclusive of c's entry.
-func (c SettledCursor) after() string {
+// start is the XRANGE start for a read after c: c's own entry, inclusive
+// (the read reports whether the log holds it, and leaves it out), or 0-0,
+// which no entry has, before the first.
+func (c SettledCursor) start() string {
 	if c.ID == "" {
 		return "0-0"
 	}
@@ -72,40 +79,72 @@ func (c SettledCursor) after() string {
 }
 
 // Advance returns the cursor past r, a read after c, and whether entries
-// after c were trimmed before r read them, or the log is not the one c was
-// in (it was deleted, or the node went back to older data): then the
-// entries between c and r's are unknown, and the consumer must re-read
-// every part it holds as pending. The rule: the log's first entry is entry
-// number Added-Length+1; the entries after c start at number c.Seq+1.
+// after c may be unknown: they were trimmed before r read them, or the log
+// is not the one c was in (it was deleted and written again, or the node
+// went back to data older than c's entry). Then the consumer must re-read
+// every part it holds as pending.
+//
+// The rule. The log's entries are numbered from 1 in the order they were
+// given (stream ids only grow, and trimming, MAXLEN ~, removes only the
+// oldest): its first entry is number Added-Length+1, and c's entry is
+// number c.Seq.
+//
+//   - c with an ID: the log is the one c was in, every entry after c
+//     still there, when it still holds c's entry (Held) and the numbers
+//     agree (Added-Length < c.Seq ≤ Added); then the cursor moves past
+//     r's entries, numbered from c.Seq+1, with no gap. A log deleted and
+//     written again numbers its entries from 1 anew and takes its ids
+//     from the node's clock, so a count cannot tell it from the log c
+//     was in once it has been given c.Seq entries; c's own entry can.
+//     Otherwise there is a gap, and the cursor moves past r's entries
+//     numbered from the log's first when r read from the log's first
+//     entry on (its first entry is the log's First, or the log is
+//     empty), else (r read after an entry with c's id in another log)
+//     back to before the log's first entry, with no ID. A log trimmed
+//     just up to c's entry, its next one now first, is a gap too:
+//     nothing tells it from a new log trimmed at that number, and a
+//     consumer meets it only when it is about [SettledLogCap] entries
+//     behind.
+//   - c with no ID (before the first entry it reads: the zero cursor, or
+//     Seq Added-Length of an earlier read): r read from the log's first
+//     entry on, so the cursor moves past r's entries numbered from the
+//     log's first; there is a gap when entries after c.Seq were trimmed
+//     (Added-Length > c.Seq) or the log was given fewer than c.Seq
+//     (another log).
 func (c SettledCursor) Advance(r SettledRead) (SettledCursor, bool) {
 	first := r.Added - r.Length // entries given before the log's first
 	n := int64(len(r.Entries))
-	next := c
+	last := ""
 	if n > 0 {
-		next.ID = r.Entries[n-1].ID
+		last = r.Entries[n-1].ID
 	}
 	switch {
-	case r.Added < c.Seq:
-		// not the log c read: start again before its first entry (what r
-		// read after c's id may not be all of it)
-		return SettledCursor{Seq: first}, true
-	case first > c.Seq:
-		// trimmed past c: r read from the log's first entry on
-		next.Seq = first + n
-		return next, true
+	case c.ID == "":
+		return SettledCursor{ID: last, Seq: first + n}, first > c.Seq || c.Seq > r.Added
+	case r.Held && first < c.Seq && c.Seq <= r.Added:
+		next := SettledCursor{ID: c.ID, Seq: c.Seq + n}
+		if n > 0 {
+			next.ID = last
+		}
+		return next, false
+	case r.Length == 0 || (n > 0 && r.Entries[0].ID == r.First):
+		return SettledCursor{ID: last, Seq: first + n}, true
 	}
-	next.Seq = c.Seq + n
-	return next, false
+	return SettledCursor{Seq: first}, true
 }
 
 // settledReadScript reads the settled log after a cursor. KEYS: 1 stamp,
-// 2 the log. ARGV: 4 the cursor's id (exclusive), 5 the most entries.
-// Returns {incarnation, entries-added, length, {id, part id, …}}.
+// 2 the log. ARGV: 4 the cursor's id (read inclusive, then left out) or
+// 0-0, 5 the most entries. Returns {incarnation, entries-added, length,
+// {id, part id, …}, held (1: the log holds the cursor's entry), the
+// log's first entry id (empty when it holds none)}.
 var settledReadScript = newScript("settled-read", false, luaFile("settled_read.lua"))
 
 // ReadSettled returns up to limit entries of node's settled log after
-// cursor, with what [SettledCursor.Advance] needs to tell a gap, in one
-// atomic step. limit is 1 to 10000.
+// cursor, with what [SettledCursor.Advance] needs to tell a gap (the
+// log's counts, its first entry's id, and whether it still holds the
+// cursor's own entry), in one atomic step: a range read from the cursor's
+// entry on, O(log n + limit) on the node. limit is 1 to 10000.
 func (inv *Inventory) ReadSettled(ctx context.Context, nodeName string, cursor SettledCursor, limit int) (SettledRead, error) {
 	if limit <= 0 || limit > 10000 {
 		return SettledRead{}, fmt.Errorf("%w: limit %d, want 1 to 10000", ErrInvalid, limit)
@@ -114,7 +153,7 @@ func (inv *Inventory) ReadSettled(ctx context.Context, nodeName string, cursor S
 	if err != nil {
 		return SettledRead{}, err
 	}
-	v, err := inv.run(ctx, n, settledReadScript, []string{SettledLogKey}, cursor.after(), limit)
+	v, err := inv.run(ctx, n, settledReadScript, []string{SettledLogKey}, cursor.start(), limit)
 	if err != nil {
 		return SettledRead{}, err
 	}
@@ -124,11 +163,12 @@ func (inv *Inventory) ReadSettled(ctx context.Context, nodeName string, cursor S
 // decodeSettledRead reads settledReadScript's reply.
 func decodeSettledRead(nodeName string, v any) (SettledRead, error) {
 	r := newReplyReader(nodeName, settledReadScript.name)
-	raw := r.list(v, 4)
+	raw := r.list(v, 6)
 	if r.err != nil {
 		return SettledRead{}, r.err
 	}
-	out := SettledRead{Incarnation: r.str(raw, 0), Added: r.int(raw, 1), Length: r.int(raw, 2)}
+	out := SettledRead{Incarnation: r.str(raw, 0), Added: r.int(raw, 1), Length: r.int(raw, 2),
+		Held: r.flag(raw, 4), First: r.str(raw, 5)}
 	flat := r.pairsAt(raw, 3, "a list of entry id, part id pairs")
 	r.enter(3)
 	out.Entries = make([]SettledEntry, len(flat)/2)

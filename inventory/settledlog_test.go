@@ -6,7 +6,8 @@ import (
 )
 
 // SettledCursor.Advance: entries after the cursor number from its Seq+1;
-// the log's first entry is number Added-Length+1.
+// the log's first entry is number Added-Length+1; a cursor with an ID is
+// in the log only while the log holds its entry (Held).
 func TestSettledCursorAdvance(t *testing.T) {
 	entries := func(ids ...string) []SettledEntry {
 		out := make([]SettledEntry, len(ids))
@@ -23,21 +24,43 @@ func TestSettledCursorAdvance(t *testing.T) {
 		gap  bool
 	}{
 		{"empty log, fresh cursor", SettledCursor{}, SettledRead{}, SettledCursor{}, false},
-		{"fresh cursor reads all", SettledCursor{}, SettledRead{Added: 2, Length: 2, Entries: entries("1-0", "2-0")},
+		{"fresh cursor reads all", SettledCursor{}, SettledRead{Added: 2, Length: 2, Entries: entries("1-0", "2-0"), First: "1-0"},
 			SettledCursor{ID: "2-0", Seq: 2}, false},
-		{"reads on", SettledCursor{ID: "2-0", Seq: 2}, SettledRead{Added: 3, Length: 3, Entries: entries("3-0")},
+		{"reads on", SettledCursor{ID: "2-0", Seq: 2}, SettledRead{Added: 3, Length: 3, Entries: entries("3-0"), Held: true, First: "1-0"},
 			SettledCursor{ID: "3-0", Seq: 3}, false},
-		{"nothing new", SettledCursor{ID: "3-0", Seq: 3}, SettledRead{Added: 3, Length: 3}, SettledCursor{ID: "3-0", Seq: 3}, false},
-		{"trimmed up to the cursor: no gap", SettledCursor{ID: "3-0", Seq: 3}, SettledRead{Added: 5, Length: 2, Entries: entries("4-0", "5-0")},
+		{"nothing new", SettledCursor{ID: "3-0", Seq: 3}, SettledRead{Added: 3, Length: 3, Held: true, First: "1-0"},
+			SettledCursor{ID: "3-0", Seq: 3}, false},
+		{"trimmed up to the cursor's entry, kept", SettledCursor{ID: "3-0", Seq: 3},
+			SettledRead{Added: 5, Length: 3, Entries: entries("4-0", "5-0"), Held: true, First: "3-0"},
 			SettledCursor{ID: "5-0", Seq: 5}, false},
-		{"a partial read", SettledCursor{ID: "3-0", Seq: 3}, SettledRead{Added: 9, Length: 6, Entries: entries("4-0", "5-0")},
+		{"a partial read", SettledCursor{ID: "3-0", Seq: 3}, SettledRead{Added: 9, Length: 7, Entries: entries("4-0", "5-0"), Held: true, First: "3-0"},
 			SettledCursor{ID: "5-0", Seq: 5}, false},
-		{"trimmed past the cursor", SettledCursor{ID: "3-0", Seq: 3}, SettledRead{Added: 9, Length: 2, Entries: entries("8-0", "9-0")},
+		{"trimmed just past the cursor's entry: cannot tell, a gap", SettledCursor{ID: "3-0", Seq: 3},
+			SettledRead{Added: 5, Length: 2, Entries: entries("4-0", "5-0"), First: "4-0"},
+			SettledCursor{ID: "5-0", Seq: 5}, true},
+		{"trimmed past the cursor", SettledCursor{ID: "3-0", Seq: 3}, SettledRead{Added: 9, Length: 2, Entries: entries("8-0", "9-0"), First: "8-0"},
 			SettledCursor{ID: "9-0", Seq: 9}, true},
-		{"trimmed past the cursor, fresh", SettledCursor{}, SettledRead{Added: 9, Length: 1, Entries: entries("9-0")},
+		{"trimmed past the cursor, fresh", SettledCursor{}, SettledRead{Added: 9, Length: 1, Entries: entries("9-0"), First: "9-0"},
 			SettledCursor{ID: "9-0", Seq: 9}, true},
-		{"another log (deleted, or older data)", SettledCursor{ID: "30-0", Seq: 30}, SettledRead{Added: 4, Length: 3, Entries: entries("31-0")},
+		{"fresh cursor at the log's first (a consumer's start)", SettledCursor{Seq: 5},
+			SettledRead{Added: 7, Length: 2, Entries: entries("6-0", "7-0"), First: "6-0"},
+			SettledCursor{ID: "7-0", Seq: 7}, false},
+		{"fresh cursor, another log", SettledCursor{Seq: 5}, SettledRead{Added: 2, Length: 2, Entries: entries("1-0", "2-0"), First: "1-0"},
+			SettledCursor{ID: "2-0", Seq: 2}, true},
+		{"another log given fewer entries (deleted, or older data)", SettledCursor{ID: "30-0", Seq: 30},
+			SettledRead{Added: 4, Length: 3, Entries: entries("31-0"), First: "2-0"},
 			SettledCursor{Seq: 1}, true},
+		{"deleted and written again past the cursor's number (found by a review)", SettledCursor{ID: "3-0", Seq: 3},
+			SettledRead{Added: 5, Length: 5, Entries: entries("10-0", "11-0", "12-0", "13-0", "14-0"), First: "10-0"},
+			SettledCursor{ID: "14-0", Seq: 5}, true},
+		{"deleted and written again, a partial read", SettledCursor{ID: "3-0", Seq: 3},
+			SettledRead{Added: 5, Length: 5, Entries: entries("10-0", "11-0"), First: "10-0"},
+			SettledCursor{ID: "11-0", Seq: 2}, true},
+		{"deleted and written again, emptied", SettledCursor{ID: "3-0", Seq: 3}, SettledRead{Added: 4, Length: 0},
+			SettledCursor{Seq: 4}, true},
+		{"an entry with the cursor's id, numbered otherwise", SettledCursor{ID: "3-0", Seq: 3},
+			SettledRead{Added: 2, Length: 2, Held: true, First: "1-0"},
+			SettledCursor{Seq: 0}, true},
 	} {
 		got, gap := c.cur.Advance(c.read)
 		if got != c.want || gap != c.gap {

@@ -140,3 +140,66 @@ func TestSettledLogGapWalks(t *testing.T) {
 	// the row is seen expired (ci433, under load: read in between)
 	waitFor(t, 5*time.Second, fmt.Sprintf("more walks than %v", walks), func() bool { return m.Walks() > walks })
 }
+
+// A node's settled log deleted and written again under the sync's cursor
+// makes the sync walk every pending row of that node, as a trimmed one
+// does, however busy the new log is: a part whose record went away with
+// no entry lands expired although walks are otherwise an hour apart.
+// Found by a review: the cursor took a new log given at least as many
+// entries as the log it read for that log, read on with no gap, and ran
+// ahead of the new log's count by its old place; while the new log was
+// given that many entries between two reads (here one, by a feeder), no
+// read reported a gap, and the row stayed pending until the next
+// periodic walk (settle_walk_interval).
+func TestSettledLogDeletedWalks(t *testing.T) {
+	e, m, ctx := walksAnHourApart(t, [][2]string{{"one", "c"}})
+	for _, id := range []string{"del-1", "del-2"} {
+		if _, err := e.inv.Reserve(ctx, id, []inventory.Item{{Route: "one", SKU: "c", Quantity: 1}}, "", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "the parts landed pending", func() bool { return e.rowStates(ctx)["pending"] == 2 })
+	// the sync reads del-2's entry: its cursor is past the log's first
+	if _, err := e.inv.Confirm(ctx, "del-2"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "del-2's row confirmed", func() bool { return e.rowStates(ctx)["confirmed"] == 1 })
+	var part string
+	if err := e.pool.QueryRow(ctx, "SELECT part_id FROM stock_movements WHERE state = 'pending'").Scan(&part); err != nil {
+		t.Fatal(err)
+	}
+	n2 := e.raw["n2"] // route "one" is n2 alone
+	// del-1's part record goes (no entry), and so does its order's, which
+	// could hold it inline
+	if err := n2.Del(ctx, "inv:part:"+part, "inv:order:del-1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // a few follow steps: nothing names the part
+	if got := e.rowStates(ctx); got["pending"] != 1 {
+		t.Fatalf("rows by state %v before the log was deleted, want del-1's still pending (walks are an hour apart)", got)
+	}
+	walks := m.Walks()
+	// the log deleted and given more entries than the sync had read, then
+	// an entry every 50ms (settles of parts the sync never landed)
+	if _, err := n2.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, inventory.SettledLogKey)
+		for i := range 3 {
+			p.XAdd(ctx, &redis.XAddArgs{Stream: inventory.SettledLogKey, Values: []any{"p", fmt.Sprintf("nobody-%d", i)}})
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	feed, stop := context.WithCancel(ctx)
+	fed := make(chan struct{})
+	go func() {
+		defer close(fed)
+		for i := 0; feed.Err() == nil; i++ {
+			n2.XAdd(feed, &redis.XAddArgs{Stream: inventory.SettledLogKey, Values: []any{"p", fmt.Sprintf("fed-%d", i)}})
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	defer func() { stop(); <-fed }()
+	waitFor(t, 10*time.Second, "del-1's row expired by a walk", func() bool { return e.rowStates(ctx)["expired"] == 1 })
+	waitFor(t, 5*time.Second, fmt.Sprintf("more walks than %v", walks), func() bool { return m.Walks() > walks })
+}
