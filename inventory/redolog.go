@@ -244,7 +244,9 @@ type RedoEntry struct {
 // returned: read up to it with a smaller limit). It reports
 // neither the node's incarnation nor offsets trimmed past after: a
 // consumer uses [Inventory.ReadRedoPage], which does. A negative after
-// reads from the start. With durability replica or aof, entries are
+// reads from the start, and an after of [MaxRedoOffset] or more returns
+// no entries (no offset is past it), where ReadRedoPage refuses both
+// with [ErrInvalid]. With durability replica or aof, entries are
 // returned only once a replica has them, as ReadRedoPage's.
 func (inv *Inventory) ReadRedoLog(ctx context.Context, nodeName string, queue int, after int64, limit int) ([]RedoEntry, error) {
 	if _, err := inv.redoReadable(nodeName, queue, limit); err != nil {
@@ -286,9 +288,14 @@ const maxRedoOffset = 1 << 53
 
 // MaxRedoOffset is the largest redo-log offset a cursor may name (2^53,
 // the largest the scripts hold exactly): the reads and acknowledgements
-// refuse one past it, or below 0, with [ErrInvalid]. A caller that names
-// the offset's field otherwise (the service's after_offset) checks it
-// first.
+// that take a cursor ([Inventory.ReadRedoPage], ReadRedoPageFrom,
+// ReadRedoBatch, [Inventory.AckRedoLogAt], AckRedoBatch) refuse one past
+// it, or below 0, with [ErrInvalid]. The older calls do not:
+// [Inventory.ReadRedoLog] reads a negative after from the start and
+// returns no entries for one of MaxRedoOffset or more, and
+// [Inventory.AckRedoLog] acknowledges nothing for a negative offset. A
+// caller that names the offset's field otherwise (the service's
+// after_offset) checks it first.
 const MaxRedoOffset int64 = maxRedoOffset
 
 // AckRedoLog records that a consumer has durably applied queue's entries up
@@ -299,6 +306,8 @@ const MaxRedoOffset int64 = maxRedoOffset
 // accepted, and acknowledges after, acknowledges what it did not read at
 // the new incarnation. Consumers use AckRedoLogAt with the incarnation
 // they read at ([RedoPage].Incarnation), or [Inventory.AckRedoBatch].
+// A negative offset acknowledges nothing and returns the acknowledged
+// offset; one over [MaxRedoOffset] is [ErrInvalid].
 func (inv *Inventory) AckRedoLog(ctx context.Context, nodeName string, queue int, offset int64) (int64, error) {
 	// a negative offset acknowledges nothing and answers the acknowledged
 	// offset, as it always did
@@ -341,14 +350,17 @@ func (inv *Inventory) RedoUnacked(ctx context.Context, nodeName string) (int64, 
 	return total, nil
 }
 
-// TrimRedoLog removes, from the head of every queue on node (those of an
-// earlier, larger inventory.redo_queues too: [Inventory.RedoQueuesHeld]),
-// up to batch (1..10000) entries per queue whose part is settled and that
-// are acknowledged or, when maxAge > 0, older than maxAge (maxAge 0 never
+// TrimRedoLog removes, from the start of every queue on node (its lowest
+// offsets, the oldest entries; the queues of an earlier, larger
+// inventory.redo_queues too: [Inventory.RedoQueuesHeld]), up to batch
+// (1..10000) entries per queue whose part is settled and that are
+// acknowledged or, when maxAge > 0, older than maxAge (maxAge 0 never
 // trims an unacknowledged entry). It returns how many it removed. Only a
-// prefix is ever removed, so what remains stays gap-free. It is
-// [Inventory.TrimRedoLogStep]'s Removed: a queue may hold more entries
-// that may go once it returns.
+// prefix is ever removed, so what remains stays gap-free. A queue's head
+// (the last offset handed out) or acknowledged offset on the node that is
+// not an integer is [ErrCorrupt] naming the node and the field, and
+// nothing is removed from any queue. It is [Inventory.TrimRedoLogStep]'s
+// Removed: a queue may hold more entries that may go once it returns.
 func (inv *Inventory) TrimRedoLog(ctx context.Context, nodeName string, maxAge time.Duration, batch int) (int, error) {
 	t, err := inv.TrimRedoLogStep(ctx, nodeName, maxAge, batch)
 	return t.Removed, err
@@ -370,7 +382,9 @@ type RedoTrim struct {
 // trims a log growing faster than batch entries per queue between its
 // trims calls again while it does, or the log grows without bound. The
 // same rules decide what is removed: only settled entries, acknowledged
-// or (maxAge > 0) older than maxAge, and only a prefix of each queue.
+// or (maxAge > 0) older than maxAge, and only a prefix of each queue; and
+// a head or acknowledged offset that is not an integer is [ErrCorrupt],
+// nothing removed.
 func (inv *Inventory) TrimRedoLogStep(ctx context.Context, nodeName string, maxAge time.Duration, batch int) (RedoTrim, error) {
 	if batch < 1 || batch > 10000 {
 		// 0 reached ZRANGE as the range 0..-1: the whole queue
@@ -407,7 +421,9 @@ var redoLenScript = newScript("redo-len", false, luaFile("redo_len.lua"))
 
 // RedoLogLen returns the number of entries in every queue of node (those
 // of an earlier, larger inventory.redo_queues too:
-// [Inventory.RedoQueuesHeld]).
+// [Inventory.RedoQueuesHeld]). A queue whose head on the node is not an
+// integer is [ErrCorrupt] naming the node and the field, not an empty
+// queue.
 func (inv *Inventory) RedoLogLen(ctx context.Context, nodeName string) (int64, error) {
 	n, err := inv.ownNode(nodeName)
 	if err != nil {

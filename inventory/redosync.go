@@ -27,11 +27,13 @@ import (
 // [PartUnreadable] ([PartSnapshot].Problem) and the others as usual.
 
 var (
-	// ErrIncarnation is wrapped by [Inventory.AckRedoBatch] when the node
+	// ErrIncarnation is wrapped by [Inventory.AckRedoBatch] and
+	// [Inventory.AckRedoLogAt] (with an incarnation given) when the node
 	// is no longer at the incarnation the acknowledgement was for (it was
 	// accepted with new data since): nothing was acknowledged.
 	ErrIncarnation = errors.New("node incarnation changed")
-	// ErrRewound is wrapped by [Inventory.AckRedoBatch] when the entry at
+	// ErrRewound is wrapped by [Inventory.AckRedoBatch] and
+	// [Inventory.AckRedoLogAt] (with a part id given) when the entry at
 	// an acknowledged offset holds another part than the consumer landed
 	// there: the node went back in time under the same incarnation.
 	ErrRewound = errors.New("redo log went back under the consumer's position")

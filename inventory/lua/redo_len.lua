@@ -5,8 +5,12 @@ local total = 0
 for k = 3, #KEYS do
   local xk = KEYS[k]
   total = total + redis.call('ZCARD', xk)
-  local head = tonumber(redis.call('HGET', KEYS[2], xk)) or 0
-  local first, err = redo_first(KEYS[2], xk)
+  -- a head that is not an integer is corrupt (as redo_read.lua reads
+  -- it), not an empty queue
+  local head, err = int(redis.call('HGET', KEYS[2], xk), KEYS[2] .. ' ' .. xk)
+  if err then return err end
+  local first
+  first, err = redo_first(KEYS[2], xk)
   if err then return err end
   for _, g in ipairs(redo_gens(head, first)) do
     local s = redo_low(xk, g, 0)

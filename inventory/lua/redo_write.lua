@@ -57,19 +57,31 @@ elseif op == 'trim' then
     end
     return n, false
   end
-  local current = redo_acks_current(KEYS[2], KEYS[1])
+  -- every queue's acknowledged offset, head and first segment offset,
+  -- read and checked before any entry goes (as the ack op and
+  -- redo_read.lua check them: not an integer is corrupt, never 0, and a
+  -- refused trim removes nothing)
+  local current, q = redo_acks_current(KEYS[2], KEYS[1]), {}
   for k = 4, #KEYS do
-    local xk = KEYS[k]
-    local acked = current and tonumber(redis.call('HGET', KEYS[2], xk)) or 0
+    local xk, acked, head, first, err = KEYS[k], 0
+    if current then
+      acked, err = int(redis.call('HGET', KEYS[2], xk), KEYS[2] .. ' ' .. xk)
+      if err then return err end
+    end
+    head, err = int(redis.call('HGET', KEYS[3], xk), KEYS[3] .. ' ' .. xk)
+    if err then return err end
+    first, err = redo_first(KEYS[3], xk)
+    if err then return err end
+    q[k] = {acked, head, first}
+  end
+  for k = 4, #KEYS do
+    local xk, acked, head, first = KEYS[k], q[k][1], q[k][2], q[k][3]
     -- the entries still in the queue key itself first: all below the
     -- segments' (redo_log.lua)
     local n, stopped = trim_key(xk, acked, batch)
     local left = batch - n
     removed = removed + n
     if not stopped and left > 0 then
-      local head = tonumber(redis.call('HGET', KEYS[3], xk)) or 0
-      local first, err = redo_first(KEYS[3], xk)
-      if err then return err end
       -- each kind of segment's run, from its lowest segment left up
       for _, g in ipairs(redo_gens(head, first)) do
         local s = redo_low(xk, g, 0)
