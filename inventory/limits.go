@@ -70,6 +70,18 @@ func (inv *Inventory) nextLimitVersion(ctx context.Context, set *router.Set, key
 	return max(limitVersion(), high+1)
 }
 
+// parseLimitTodo reads a pending limit change's value,
+// "limit:version:route"; ok is false when it is not one.
+func parseLimitTodo(val string) (limit, ver int64, route string, ok bool) {
+	parts := strings.SplitN(val, ":", 3)
+	if len(parts) != 3 {
+		return 0, 0, "", false
+	}
+	limit, e1 := strconv.ParseInt(parts[0], 10, 64)
+	ver, e2 := strconv.ParseInt(parts[1], 10, 64)
+	return limit, ver, parts[2], e1 == nil && e2 == nil
+}
+
 // recordLimitTodo records a partial limit change on the nodes that took it.
 func (inv *Inventory) recordLimitTodo(ctx context.Context, took []*node.Node, route, sku string, limit, ver int64) {
 	val := strconv.FormatInt(limit, 10) + ":" + strconv.FormatInt(ver, 10) + ":" + route
@@ -82,7 +94,13 @@ func (inv *Inventory) recordLimitTodo(ctx context.Context, took []*node.Node, ro
 
 // ConvergeLimits finishes limit changes recorded on node name that did not
 // reach every node of their route (see the file comment). It returns how
-// many changes are still incomplete (a node of the route is unavailable).
+// many changes are still incomplete (a node of the route is unavailable,
+// or the route is configured but not applied yet). A record it cannot
+// finish, one whose value is not "limit:version:route" with integer limit
+// and version or whose route is neither applied nor configured, is logged
+// (a warning naming the node, the field and the value) and dropped: no
+// pass could finish it, and the limit reaches the route's nodes only by
+// a new LoadStock.
 func (inv *Inventory) ConvergeLimits(ctx context.Context, name string) (int, error) {
 	n, err := inv.ownNode(name)
 	if err != nil {
@@ -98,19 +116,18 @@ func (inv *Inventory) ConvergeLimits(ctx context.Context, name string) (int, err
 	}
 	left := 0
 	for key, val := range todo {
-		parts := strings.SplitN(val, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		limit, e1 := strconv.ParseInt(parts[0], 10, 64)
-		ver, e2 := strconv.ParseInt(parts[1], 10, 64)
-		set := v.routes[parts[2]]
-		if set == nil && e1 == nil && e2 == nil && inv.cfgSets[parts[2]] != nil {
+		limit, ver, route, ok := parseLimitTodo(val)
+		set := v.routes[route]
+		if ok && set == nil && inv.cfgSets[route] != nil {
 			left++ // a route of this configuration, not applied yet
 			continue
 		}
-		if e1 != nil || e2 != nil || set == nil {
-			inv.log.Warn("dropping an unreadable pending limit change", "node", name, "key", key, "value", val)
+		if !ok || set == nil {
+			// a value that does not split into three parts included: it
+			// was skipped on every pass with nothing said (found by a
+			// review)
+			inv.log.Warn("dropping a pending limit change that cannot be finished (unreadable, or of a route not configured); repeat its LoadStock",
+				"node", name, "field", keyLimitsTodo+" "+key, "value", val)
 			_, _ = inv.run(ctx, n, limitTodoScript, []string{keyLimitsTodo}, key, "", val)
 			continue
 		}
