@@ -141,7 +141,7 @@ func TestUnreadableRecordRowStaysPending(t *testing.T) {
 func TestUnreadableRecordStopsOnlyItsQueue(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, false)
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Second)
 	defer cancel()
 	e.reserveSpread(ctx, 24)
 	// n1's entries by queue, read before anything lands
@@ -249,7 +249,7 @@ func TestUnreadableRecordStopsOnlyItsQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 20*time.Second, "the spoiled queues landed to their heads", func() bool {
+	waitFor(t, 60*time.Second, "the spoiled queues landed to their heads", func() bool {
 		for _, s := range bad {
 			// to its head: it waited for the offset past the spoiled entry,
 			// which a queue of two entries never has (ci532)
@@ -259,7 +259,7 @@ func TestUnreadableRecordStopsOnlyItsQueue(t *testing.T) {
 		}
 		return true
 	})
-	waitFor(t, 10*time.Second, "the count back to 0", func() bool { return m.UnreadableQueues(node) == 0 })
+	waitFor(t, 30*time.Second, "the count back to 0", func() bool { return m.UnreadableQueues(node) == 0 })
 }
 
 // TestUnreadableRecordSettleFollowsOthers: one landed pending part's
