@@ -15,11 +15,12 @@ import (
 )
 
 // TestForwardTakesBackAStockHashMovedOff: route c moves off n3 (which
-// stays for route d), its 10 units transferred to n2. Then n3 goes back to
-// a copy taken before the apply and is accepted: it holds c's 10 units
-// again, 20 over all nodes. The apply of the current topology, bringing
-// n3 forward, takes them off n3 again (the transfer's marker on n2 shows
-// n2 holds them): 10 over all nodes, n2's unchanged. Before, the move
+// stays for route d), its 10 units and user u's quota count of 2
+// transferred to n2. Then n3 goes back to a copy taken before the apply
+// and is accepted: it holds c's 10 units and u's count again, each
+// counted twice over all nodes. The apply of the current topology,
+// bringing n3 forward, takes both off n3 again (the transfers' markers on
+// n2 show n2 holds them): each counted once, n2's unchanged. Before, the move
 // forward ran no step of the transfer, and the units stayed on n3 for
 // good, out of reach until an apply gave n3 route c again, which would
 // have sold them twice (the schedule explorer's seed 152086). A run that
@@ -41,14 +42,33 @@ func takeBackAfterGoingBack(t *testing.T, crash string) {
 	before := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}, "d": {"n3"}})
 	after := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}, "d": {"n3"}})
 	n2, n3 := srvs[1].Client(t), srvs[2].Client(t)
-	if _, err := openInv(t, before, Options{}).LoadStock(ctx, "c", "s", 10, 0); err != nil {
+	inv := openInv(t, before, Options{})
+	if _, err := inv.LoadStock(ctx, "c", "s", 10, 5); err != nil {
 		t.Fatal(err)
+	}
+	// user u buys 2 of the limit's 5: a quota counter of 2 on n3
+	if _, err := inv.Reserve(ctx, "o-u", []Item{{Route: "c", SKU: "s", Quantity: 2}}, "u", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := inv.Confirm(ctx, "o-u"); err != nil || out.Status != StatusConfirmed {
+		t.Fatalf("Confirm o-u = %+v, %v", out, err)
+	}
+	inv.Close()
+	quota := func(c *redis.Client) int64 {
+		v, err := c.Get(ctx, quotaKey("c", "s", "u")).Int64()
+		if err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if q := quota(n3); q != 2 {
+		t.Fatalf("u's quota count on n3 = %d, want 2", q)
 	}
 	old3 := takeCopy(t, n3)
 	quiet := slog.New(slog.DiscardHandler)
 	rep, err := ApplyTopology(ctx, ApplyOptions{To: after, Wait: 5 * time.Second, Logger: quiet})
-	if err != nil || rep.Phase != topology.PhaseStable || rep.StockMoved != 1 {
-		t.Fatalf("moving route c off n3 = %+v, %v; want stable, 1 stock hash moved", rep, err)
+	if err != nil || rep.Phase != topology.PhaseStable || rep.StockMoved != 1 || rep.QuotasMoved != 1 {
+		t.Fatalf("moving route c off n3 = %+v, %v; want stable, 1 stock hash and 1 quota counter moved", rep, err)
 	}
 	loaded := func(c *redis.Client) int64 {
 		v, err := c.HGet(ctx, stockKey("c", "s"), "loaded").Int64()
@@ -57,13 +77,13 @@ func takeBackAfterGoingBack(t *testing.T, crash string) {
 		}
 		return v
 	}
-	if l2, l3 := loaded(n2), loaded(n3); l2 != 10 || l3 != 0 {
-		t.Fatalf("after the move: n2 holds %d, n3 %d loaded; want 10 and 0", l2, l3)
+	if l2, l3, q2, q3 := loaded(n2), loaded(n3), quota(n2), quota(n3); l2 != 10 || l3 != 0 || q2 != 2 || q3 != 0 {
+		t.Fatalf("after the move: n2 holds %d loaded and u's count %d, n3 %d and %d; want 10 and 2, 0 and 0", l2, q2, l3, q3)
 	}
 	old3.restore(t, n3) // n3 goes back to the copy: route c's 10 units again
 	acceptNode(t, ctx, after, n3, "n3")
-	if l3 := loaded(n3); l3 != 10 {
-		t.Fatalf("n3 back to the copy holds %d loaded, want 10", l3)
+	if l3, q3 := loaded(n3), quota(n3); l3 != 10 || q3 != 2 {
+		t.Fatalf("n3 back to the copy holds %d loaded and u's count %d, want 10 and 2", l3, q3)
 	}
 	if crash != "" {
 		_, err := ApplyTopology(ctx, ApplyOptions{To: after, Wait: 5 * time.Second, Logger: quiet, Faults: crashAtPoint(crash)})
@@ -72,18 +92,18 @@ func takeBackAfterGoingBack(t *testing.T, crash string) {
 		}
 	}
 	rep, err = ApplyTopology(ctx, ApplyOptions{To: after, Wait: 5 * time.Second, Logger: quiet})
-	if l2, l3 := loaded(n2), loaded(n3); l2 != 10 || l3 != 0 {
-		t.Errorf("after n3 was brought forward: n2 holds %d, n3 %d loaded; want 10 and 0 (10 loaded in all)", l2, l3)
+	if l2, l3, q2, q3 := loaded(n2), loaded(n3), quota(n2), quota(n3); l2 != 10 || l3 != 0 || q2 != 2 || q3 != 0 {
+		t.Errorf("after n3 was brought forward: n2 holds %d loaded and u's count %d, n3 %d and %d; want 10 and 2, 0 and 0 (each counted once)", l2, q2, l3, q3)
 	}
-	if err != nil || rep.Phase != topology.PhaseStable || !reflect.DeepEqual(rep.Forward, []string{"n3"}) || rep.TakenBack != 1 {
-		t.Fatalf("the apply after n3 went back = %+v, %v; want stable, n3 brought forward, 1 counter taken back", rep, err)
+	if err != nil || rep.Phase != topology.PhaseStable || !reflect.DeepEqual(rep.Forward, []string{"n3"}) || rep.TakenBack != 2 {
+		t.Fatalf("the apply after n3 went back = %+v, %v; want stable, n3 brought forward, 2 counters taken back", rep, err)
 	}
 	if n := n3.Exists(ctx, xferKey(xferID(rep.ToEpoch, xferStock, "n3", stockKey("c", "s")))).Val(); n != 0 {
 		t.Errorf("the take back left its transfer record on n3")
 	}
 	lvl, err := openInv(t, after, Options{}).GetStock(ctx, "c", "s")
-	if err != nil || lvl.Loaded != 10 || lvl.Available != 10 {
-		t.Errorf("GetStock(c, s) = %+v, %v; want 10 loaded, 10 available", lvl, err)
+	if err != nil || lvl.Loaded != 10 || lvl.Available != 8 || lvl.Confirmed != 2 {
+		t.Errorf("GetStock(c, s) = %+v, %v; want 10 loaded, 8 available, 2 confirmed", lvl, err)
 	}
 	rep, err = ApplyTopology(ctx, ApplyOptions{To: after, Wait: 5 * time.Second, Logger: quiet})
 	if err != nil || !rep.AlreadyApplied || rep.TakenBack != 0 {
