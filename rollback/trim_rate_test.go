@@ -31,28 +31,7 @@ func TestTrimKeepsUpWithAcknowledged(t *testing.T) {
 	const perCycle, cycles = 250, 3
 	var left []int64
 	for c := range cycles {
-		queue := -1
-		for i := range perCycle {
-			id := fmt.Sprintf("o-%d-%d", c, i)
-			res, err := inv.Reserve(ctx, id, []inventory.Item{{Route: "r", SKU: "tee", Quantity: 1}}, "", time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := fmt.Sscanf(res.Receipts[0].RedoLog, "inv:redo:%d", &queue); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := inv.Cancel(ctx, id); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// a consumer landed and acknowledged every entry of the queue
-		page, err := inv.ReadRedoPageFrom(ctx, "n1", inventory.RedoCursor{Queue: queue}, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := inv.AckRedoLogAt(ctx, "n1", page.Incarnation, inventory.RedoCursor{Queue: queue, After: page.Head}); err != nil {
-			t.Fatal(err)
-		}
+		settleAndAck(t, ctx, inv, c, perCycle)
 		for range 30 {
 			rec.RunOnce(ctx)
 		}
@@ -85,27 +64,7 @@ func TestTrimCatchesUpOnTheNextPass(t *testing.T) {
 	defer rec.Close()
 	var left []int64
 	for c := range 2 {
-		queue := -1
-		for i := range 250 {
-			id := fmt.Sprintf("o-%d-%d", c, i)
-			res, err := inv.Reserve(ctx, id, []inventory.Item{{Route: "r", SKU: "tee", Quantity: 1}}, "", time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := fmt.Sscanf(res.Receipts[0].RedoLog, "inv:redo:%d", &queue); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := inv.Cancel(ctx, id); err != nil {
-				t.Fatal(err)
-			}
-		}
-		page, err := inv.ReadRedoPageFrom(ctx, "n1", inventory.RedoCursor{Queue: queue}, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := inv.AckRedoLogAt(ctx, "n1", page.Incarnation, inventory.RedoCursor{Queue: queue, After: page.Head}); err != nil {
-			t.Fatal(err)
-		}
+		settleAndAck(t, ctx, inv, c, 250)
 		for range 31 { // the trim of the 30th pass and the next
 			rec.RunOnce(ctx)
 		}
@@ -117,5 +76,33 @@ func TestTrimCatchesUpOnTheNextPass(t *testing.T) {
 	}
 	if left[0] != 0 || left[1] != 0 {
 		t.Errorf("one call of 200 per trim, 250 settled and acknowledged per 31 passes: entries left after each 31 passes %v, want none", left)
+	}
+}
+
+// settleAndAck reserves and cancels n 1-unit orders of r/tee (cycle c's
+// ids), all in the SKU's one queue on n1, then acknowledges the queue up
+// to its head, as a consumer that landed every entry.
+func settleAndAck(t *testing.T, ctx context.Context, inv *inventory.Inventory, c, n int) {
+	t.Helper()
+	queue := -1
+	for i := range n {
+		id := fmt.Sprintf("o-%d-%d", c, i)
+		res, err := inv.Reserve(ctx, id, []inventory.Item{{Route: "r", SKU: "tee", Quantity: 1}}, "", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fmt.Sscanf(res.Receipts[0].RedoLog, "inv:redo:%d", &queue); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := inv.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page, err := inv.ReadRedoPageFrom(ctx, "n1", inventory.RedoCursor{Queue: queue}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inv.AckRedoLogAt(ctx, "n1", page.Incarnation, inventory.RedoCursor{Queue: queue, After: page.Head}); err != nil {
+		t.Fatal(err)
 	}
 }
