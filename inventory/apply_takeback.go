@@ -107,12 +107,7 @@ func (a *migrator) takeBackAt(tok string, took *int) mover {
 				"node", src.Name(), "key", key, "transfer", id, "destination", dst.Name())
 			return false, nil
 		}
-		rec := xferKey(id)
-		out, err := a.inv.runAt(ctx, src, xferOutScript, tok, []string{key, rec}, string(kind), dst.Name())
-		if err != nil {
-			return false, err
-		}
-		state, v, err := xferOutReply(src.Name(), out)
+		state, v, err := a.inv.xferOut(ctx, src, tok, kind, id, key, dst)
 		if err != nil {
 			return false, err
 		}
@@ -127,7 +122,7 @@ func (a *migrator) takeBackAt(tok string, took *int) mover {
 		if a.inv.crash(ctx, "take-back") {
 			return false, errCrashed
 		}
-		if _, err := a.inv.runAt(ctx, src, xferDoneScript, tok, []string{key, rec}); err != nil {
+		if _, err := a.inv.runAt(ctx, src, xferDoneScript, tok, []string{key, xferKey(id)}); err != nil {
 			return false, err
 		}
 		a.log.Warn("topology: a counter came back with its node's data after its transfer: taken off it again (its destination holds its units)",

@@ -335,11 +335,7 @@ var errXferBusy = errors.New("stock still reserved")
 // errXferBusy (nothing written).
 func (inv *Inventory) transfer(ctx context.Context, kind xferKind, id, key string, src, dst *node.Node) (bool, error) {
 	rec, marker := xferKey(id), xferMarkerKey(id)
-	out, err := inv.run(ctx, src, xferOutScript, []string{key, rec}, string(kind), dst.Name())
-	if err != nil {
-		return false, err
-	}
-	state, v, err := xferOutReply(src.Name(), out)
+	state, v, err := inv.xferOut(ctx, src, "", kind, id, key, dst)
 	if err != nil {
 		return false, err
 	}
@@ -366,6 +362,24 @@ func (inv *Inventory) transfer(ctx context.Context, kind xferKind, id, key strin
 		return false, err
 	}
 	return true, nil
+}
+
+// xferOut runs a transfer's out on src (at its token tok, or the
+// instance's when ""), to dst, and returns its state and the three
+// amounts (the reserved units in place of available when busy).
+func (inv *Inventory) xferOut(ctx context.Context, src *node.Node, tok string, kind xferKind, id, key string, dst *node.Node) (xferOutState, []int64, error) {
+	keys := []string{key, xferKey(id)}
+	var out any
+	var err error
+	if tok == "" {
+		out, err = inv.run(ctx, src, xferOutScript, keys, string(kind), dst.Name())
+	} else {
+		out, err = inv.runAt(ctx, src, xferOutScript, tok, keys, string(kind), dst.Name())
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	return xferOutReply(src.Name(), out)
 }
 
 // xferOutReply reads xferOutScript's reply on the node named nodeName:
