@@ -66,8 +66,13 @@ func (g *guard) usable() bool {
 
 // admits reports whether the breaker admits a command of the node's
 // client now: closed, open past its timeout (so the trial can happen), or
-// half-open with its trial not taken yet (while the trial is in flight
-// every other command is refused). The closed case reads one atomic.
+// half-open with no trial counting against it (while the trial is in
+// flight every other command is refused). It agrees with gobreaker's own
+// admission: a half-open breaker (MaxRequests 0, so one trial) admits
+// while Requests - TotalExclusions < 1, so a trial that ended excluded
+// (its caller gave up, the pool timed out or was closed) frees the slot
+// for the next one. Counts are cleared on every state change, so these
+// are the current half-open period's. The closed case reads one atomic.
 func (g *guard) admits() bool {
 	if g.openUntil.Load() == 0 {
 		return true
@@ -75,7 +80,11 @@ func (g *guard) admits() bool {
 	if !g.usable() {
 		return false
 	}
-	return g.cb.State() != gobreaker.StateHalfOpen || g.cb.Counts().Requests == 0
+	if g.cb.State() != gobreaker.StateHalfOpen {
+		return true
+	}
+	c := g.cb.Counts()
+	return c.Requests <= c.TotalExclusions
 }
 
 // fail reports a node failure of a command admitted on the fast path (done

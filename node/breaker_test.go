@@ -77,3 +77,47 @@ func TestBreakerFastPathRace(t *testing.T) {
 		t.Fatalf("after successes and caller give-ups: breaker %s usable %v", got, n.Usable())
 	}
 }
+
+// A half-open trial whose caller gave up (its context ended before the
+// reply) is excluded by the breaker, which then admits the next trial; the
+// node must be Usable again so the router sends it. Found by a review:
+// Usable read Counts().Requests == 0, which an excluded trial leaves at 1,
+// so a healthy node stayed unusable (no trial was ever sent) until it
+// happened to go DOWN.
+func TestUsableAfterExcludedHalfOpenTrial(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s := redistest.Start(t, redistest.Options{})
+	n := newNode(t, node.Options{Name: "n1", Addr: s.Addr(), BreakerFailures: 1,
+		BreakerOpenTimeout: 200 * time.Millisecond, CommandTimeout: 300 * time.Millisecond}, nil)
+	if err := n.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n.SetUp()
+	if err := n.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Pause()
+	if err := n.Client().Get(ctx, "k").Err(); !node.IsFailure(ctx, err) {
+		t.Fatalf("GET on a paused node: %v, want a node failure", err)
+	}
+	time.Sleep(250 * time.Millisecond) // past the open timeout
+	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
+	_ = n.Client().Get(short, "k").Err() // the trial; its caller gives up: excluded
+	cancelShort()
+	s.Resume()
+	if err := n.Probe(ctx); err != nil {
+		t.Fatalf("probe of the resumed node: %v", err)
+	}
+	n.SetUp() // as the scheduler does after the probe: no change, the breaker is kept
+	if !n.Usable() {
+		t.Fatalf("Usable() = false (breaker %s) after an excluded half-open trial on a healthy node", n.BreakerState())
+	}
+	if err := n.Client().Get(ctx, "k").Err(); err != nil {
+		t.Fatalf("the next trial: %v", err)
+	}
+	if got := n.BreakerState(); got != "closed" {
+		t.Errorf("breaker %s after a successful trial, want closed", got)
+	}
+}

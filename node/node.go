@@ -349,10 +349,11 @@ func (n *Node) DownReason() error {
 }
 
 // Usable reports whether a command would be admitted now: the node is UP
-// and its breaker is closed, open past its timeout, or half-open with its
-// trial not taken yet (so the trial can happen; while it is in flight,
-// commands are refused). It is cheap, and lock-free while the breaker is
-// closed.
+// and its breaker is closed, open past its timeout, or half-open with no
+// trial in flight (so the trial can happen; while it is in flight,
+// commands are refused; a trial that ended without a verdict, its caller
+// having given up or the client not having sent it, lets the next one
+// through). It is cheap, and lock-free while the breaker is closed.
 func (n *Node) Usable() bool {
 	if State(n.state.Load()) != StateUp {
 		return false
