@@ -157,15 +157,26 @@ func (n *Node) admitRead() error {
 }
 
 // observeRead runs a replica read and reports its duration to Observe. A
-// replica's failure is not the master's: nothing else is told.
+// replica's failure is not the master's: nothing else is told. A read the
+// client never sent (notSent) is not observed.
 func (n *Node) observeRead(ctx context.Context, run func() error) error {
 	if n.opts.Observe == nil {
 		return run()
 	}
 	start := time.Now()
 	err := run()
-	n.opts.Observe(time.Since(start), IsFailure(ctx, err))
+	if !notSent(err) {
+		n.opts.Observe(time.Since(start), IsFailure(ctx, err))
+	}
 	return err
+}
+
+// notSent reports whether err says the client never sent the command: no
+// free connection in time (redis.ErrPoolTimeout) or the client closed
+// (redis.ErrClosed). Such a command did not reach the network, so it is
+// neither observed nor counted by the breaker either way.
+func notSent(err error) bool {
+	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed)
 }
 
 // failed reports whether err is a node failure of this node: [IsFailure],
@@ -182,7 +193,7 @@ func (n *Node) failed(ctx context.Context, err error) bool {
 // admitted under and, on a node failure, to OnFailure.
 func (n *Node) record(ctx context.Context, g *guard, done func(error), err error, start time.Time) {
 	failure := n.failed(ctx, err)
-	if n.opts.Observe != nil {
+	if n.opts.Observe != nil && !notSent(err) {
 		n.opts.Observe(time.Since(start), failure)
 	}
 	switch {
@@ -190,7 +201,7 @@ func (n *Node) record(ctx context.Context, g *guard, done func(error), err error
 		g.fail(done)
 		n.opts.OnFailure()
 	case done == nil: // admitted on the fast path: nothing to report
-	case err != nil && (callerGaveUp(ctx) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed)):
+	case err != nil && (callerGaveUp(ctx) || notSent(err)):
 		// the caller gave up, or the client could not send (saturated,
 		// closed): says nothing about the node, neither way
 		done(errExcluded)

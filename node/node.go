@@ -111,7 +111,10 @@ type Options struct {
 	// Observe, when set, is called after every command or pipeline that
 	// reached the network, with its duration and whether it was a node
 	// failure (for latency metrics); for commands the node's pipelines
-	// sent, once per batch. It runs on the goroutine OnFailure runs on.
+	// sent, once per batch. A command the client never sent (no free
+	// connection in time, redis.ErrPoolTimeout, or the client closed,
+	// redis.ErrClosed) is not observed. It runs on the goroutine OnFailure
+	// runs on.
 	Observe func(d time.Duration, failure bool)
 	// Witnesses, when set with Critical, holds the first write of each
 	// incarnation on a peer before it is acknowledged ([Node.Acknowledge],

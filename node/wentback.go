@@ -36,7 +36,10 @@ import (
 // node's data ([Node.Accept] deletes the field).
 //
 // The rule that makes it safe: a node's stamp is read on a new server
-// process by probes only (and new connections, which do not write), every
+// process only by probes and by new connections' dial checks (readStamp),
+// which never stamp and write no data: on first contact with a server
+// process they record only its run and run_at (the hold's start, as a
+// probe would; stampSrc), which no comparison here reads; every
 // process that uses the node probes it at least once per heartbeat, and
 // the hold (Options.Settle, at least a heartbeat and a probe timeout)
 // keeps every process off the node until then; so a process that saw
