@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/node"
@@ -119,5 +121,122 @@ func TestAcknowledgeIdleMarkDoesNotCoverFirstWrite(t *testing.T) {
 	n2.NoteHeld(m)
 	if err := n2.Acknowledge(ctx, idle.Seq+20); err != nil || len(h.calls()) != 2 {
 		t.Fatalf("write at a held mark's sequence: %v, %d holds asked; want acknowledged without asking", err, len(h.calls()))
+	}
+}
+
+// slowHold is a node.Witnesses whose Hold takes 600ms (or until its ctx
+// ends) and then fails: no peer answered.
+type slowHold struct{ calls atomic.Int32 }
+
+func (h *slowHold) Hold(ctx context.Context, _ string, _ node.Mark) error {
+	h.calls.Add(1)
+	select {
+	case <-time.After(600 * time.Millisecond):
+	case <-ctx.Done():
+	}
+	return errors.New("no peer answered")
+}
+
+// Witnessed reports no peer's mark.
+func (h *slowHold) Witnessed(context.Context, string) (node.Mark, bool) { return node.Mark{}, false }
+
+// slowHoldNode starts a server and a probed critical node n1 on it whose
+// witnesses are h.
+func slowHoldNode(t *testing.T, h *slowHold) *node.Node {
+	t.Helper()
+	s := redistest.Start(t, redistest.Options{})
+	n := newNode(t, node.Options{Name: "n1", Addr: s.Addr(), Critical: true, Witnesses: h}, nil)
+	if err := n.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A first write that waits for another's attempt to get a peer's mark
+// waits no longer than its own ctx, and then fails with ErrUnwitnessed
+// wrapping its ctx's error. Found by a review: the wait was a mutex held
+// across the other's whole Witnesses.Hold, past the waiter's deadline,
+// after which the waiter made an attempt of its own.
+func TestAcknowledgeWaitIsBoundedByCtx(t *testing.T) {
+	t.Parallel()
+	h := &slowHold{}
+	n := slowHoldNode(t, h)
+	base := n.MaxSeq()
+	first := make(chan error, 1)
+	go func() { first <- n.Acknowledge(context.Background(), base+1) }()
+	time.Sleep(50 * time.Millisecond) // the first write's attempt under way
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := n.Acknowledge(ctx, base+2)
+	took := time.Since(start)
+	if !errors.Is(err, node.ErrUnwitnessed) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("second first write with a 100ms context: %v, want ErrUnwitnessed wrapping its deadline", err)
+	}
+	if took > 300*time.Millisecond {
+		t.Errorf("Acknowledge with a 100ms context returned after %v: not bounded by its ctx", took)
+	}
+	if err := <-first; !errors.Is(err, node.ErrUnwitnessed) {
+		t.Errorf("first write, no peer answering: %v, want ErrUnwitnessed", err)
+	}
+	if c := h.calls.Load(); c != 1 {
+		t.Errorf("Hold called %d times, want 1 (the waiter gave up before making its own)", c)
+	}
+}
+
+// Concurrent first writes that one attempt's mark covers share it: one
+// Witnesses.Hold, whose failure each of them reports, in the time of one
+// attempt. Found by a review: they ran one Hold after another, each a
+// full Hold bound (N writes, N bounds in sequence).
+func TestAcknowledgeConcurrentFirstWritesShareOneAttempt(t *testing.T) {
+	t.Parallel()
+	h := &slowHold{}
+	n := slowHoldNode(t, h)
+	base := n.MaxSeq()
+	n.ObserveSeq(base + 5) // both writes' mark: every attempt's covers both
+	start := time.Now()
+	errs := make(chan error, 2)
+	for _, seq := range []int64{base + 3, base + 4} {
+		go func() { errs <- n.Acknowledge(context.Background(), seq) }()
+	}
+	for range 2 {
+		if err := <-errs; !errors.Is(err, node.ErrUnwitnessed) || errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("first write, no peer answering: %v, want the shared attempt's ErrUnwitnessed", err)
+		}
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("two concurrent first writes took %v, want about one 600ms attempt", took)
+	}
+	if c := h.calls.Load(); c != 1 {
+		t.Errorf("Hold called %d times, want 1 (shared)", c)
+	}
+}
+
+// When the attempt a waiter shares ends because its starter's ctx did, the
+// waiter, its own ctx still live, makes an attempt of its own rather than
+// report another caller's deadline. It guards the sharing added after a
+// review (TestAcknowledgeConcurrentFirstWritesShareOneAttempt): the
+// serial code before it made its own attempt anyway; shared without this
+// rule, the waiter reported the starter's cut-short attempt.
+func TestAcknowledgeWaiterRetriesWhenStarterGaveUp(t *testing.T) {
+	t.Parallel()
+	h := &slowHold{}
+	n := slowHoldNode(t, h)
+	base := n.MaxSeq()
+	n.ObserveSeq(base + 5)
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() { first <- n.Acknowledge(short, base+3) }()
+	time.Sleep(30 * time.Millisecond) // the starter's attempt under way
+	err := n.Acknowledge(context.Background(), base+4)
+	if !errors.Is(err, node.ErrUnwitnessed) || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("waiter: %v, want ErrUnwitnessed of its own attempt", err)
+	}
+	if err := <-first; !errors.Is(err, node.ErrUnwitnessed) {
+		t.Errorf("starter: %v, want ErrUnwitnessed", err)
+	}
+	if c := h.calls.Load(); c != 2 {
+		t.Errorf("Hold called %d times, want 2 (the starter's, cut short, then the waiter's)", c)
 	}
 }

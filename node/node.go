@@ -242,7 +242,8 @@ type Node struct {
 	witnessed     atomic.Pointer[peerView]  // the highest mark peers hold of this node, as last read (SetWitnessed)
 	held          atomic.Pointer[Mark]      // a mark a peer is known to hold of this node (NoteHeld)
 	acked         atomic.Pointer[Mark]      // a write of this mark's generation and incarnation was acknowledged, its mark held (Acknowledge)
-	holdMu        sync.Mutex                // serializes Acknowledge's wait for a peer
+	holdMu        sync.Mutex                // guards hold
+	hold          *holdAttempt              // the Witnesses.Hold first writes share, nil when none runs (Acknowledge)
 	peerRead      peerRead                  // the dial checks' reads of the peers' marks (dialcheck.go)
 	closeOnce     sync.Once
 

@@ -35,8 +35,17 @@ func (n *Node) MaxSeq() int64 { return n.maxSeq.Load() }
 // its outcome must be reported as unknown (a node restarting empty now
 // might not be noticed), and the next write tries again. Nodes whose data
 // need not be kept (Options.Critical false) and nodes without
-// Options.Witnesses acknowledge at once. Concurrent first writes share one
-// attempt; it is bounded by Witnesses.Hold and ctx.
+// Options.Witnesses acknowledge at once.
+//
+// Concurrent first writes share one attempt (one Witnesses.Hold, run on
+// the caller that started it and bounded by Hold and that caller's ctx):
+// a write the attempt's mark covers (same generation and incarnation, a
+// sequence at least seq) takes its result, except when the attempt ended
+// because its starter's ctx did (then the write makes an attempt of its
+// own); any other write waits for it to end and then is acknowledged (it
+// succeeded: a later write of the incarnation) or makes the next attempt.
+// Each caller waits at most until its own ctx ends: then it returns an
+// error wrapping [ErrUnwitnessed] and ctx's error.
 func (n *Node) Acknowledge(ctx context.Context, seq int64) error {
 	n.ObserveSeq(seq)
 	if !n.opts.Critical || n.opts.Witnesses == nil {
@@ -46,20 +55,81 @@ func (n *Node) Acknowledge(ctx context.Context, seq int64) error {
 	if !ok || n.covered(m, seq) {
 		return nil
 	}
+	return n.awaitHold(ctx, seq)
+}
+
+// holdAttempt is one Witnesses.Hold of mark m that concurrent first writes
+// share (Acknowledge). err and starterGone are set before done is closed.
+type holdAttempt struct {
+	m           Mark
+	done        chan struct{}
+	err         error // nil: a peer holds m
+	starterGone bool  // the attempt failed after its starter's ctx ended
+}
+
+// awaitHold is Acknowledge's slow path: it joins the attempt in flight or
+// starts one, until write seq is covered, an attempt covering it failed,
+// or ctx ends.
+func (n *Node) awaitHold(ctx context.Context, seq int64) error {
+	for {
+		n.holdMu.Lock()
+		m, ok := n.Mark()
+		if !ok || n.covered(m, seq) {
+			n.holdMu.Unlock()
+			return nil // a concurrent first write got it held
+		}
+		a := n.hold
+		if a == nil {
+			a = &holdAttempt{m: m, done: make(chan struct{})}
+			n.hold = a
+			n.holdMu.Unlock()
+			n.runHold(ctx, a)
+			return a.err
+		}
+		n.holdMu.Unlock()
+		select {
+		case <-a.done:
+		case <-ctx.Done():
+			return n.unwitnessed(m, nil, ctx.Err())
+		}
+		if a.err == nil || a.starterGone || a.m.Gen != m.Gen || a.m.Incarnation != m.Incarnation || a.m.Seq < seq {
+			continue // acknowledged at the next check, or the next attempt
+		}
+		return a.err
+	}
+}
+
+// runHold runs attempt a under ctx, records its outcome and ends it.
+func (n *Node) runHold(ctx context.Context, a *holdAttempt) {
+	err := n.opts.Witnesses.Hold(ctx, n.opts.Name, a.m)
+	if err == nil {
+		n.NoteHeld(a.m)
+		n.noteAcked(a.m)
+	} else {
+		a.err = n.unwitnessed(a.m, err, nil)
+		a.starterGone = ctx.Err() != nil
+	}
 	n.holdMu.Lock()
-	defer n.holdMu.Unlock()
-	if m, _ = n.Mark(); n.covered(m, seq) {
-		return nil // a concurrent first write got it held
+	n.hold = nil
+	n.holdMu.Unlock()
+	close(a.done)
+}
+
+// unwitnessed is the error of a first write of mark m that no peer was
+// seen to hold: it wraps ErrUnwitnessed and, when the write's caller gave
+// up waiting (ctxErr, its ctx's error), that error. Hold's error is
+// formatted with %v, not %w: a peer's error reply must not read as "the
+// write did not run" to the caller.
+func (n *Node) unwitnessed(m Mark, holdErr, ctxErr error) error {
+	var err error
+	if ctxErr != nil {
+		err = fmt.Errorf("%w: incarnation %s (generation %d) up to write %d: waiting for a peer's mark: %w",
+			ErrUnwitnessed, m.Incarnation, m.Gen, m.Seq, ctxErr)
+	} else {
+		err = fmt.Errorf("%w: incarnation %s (generation %d) up to write %d: %v",
+			ErrUnwitnessed, m.Incarnation, m.Gen, m.Seq, holdErr)
 	}
-	if err := n.opts.Witnesses.Hold(ctx, n.opts.Name, m); err != nil {
-		// %v, not %w: a peer's error reply must not read as "the write
-		// did not run" to the caller.
-		return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("%w: incarnation %s (generation %d) up to write %d: %v",
-			ErrUnwitnessed, m.Incarnation, m.Gen, m.Seq, err)}
-	}
-	n.NoteHeld(m)
-	n.noteAcked(m)
-	return nil
+	return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: err}
 }
 
 // NoteHeld records that a peer holds mark m of this node (its writer got
