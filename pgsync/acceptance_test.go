@@ -220,6 +220,11 @@ func (e *env) ackedNotPastLanded() string {
 			continue
 		}
 		for key, a := range acked {
+			if !strings.HasPrefix(key, "inv:redo:") {
+				// the hash's incarnation field (redoAckedInc), not a queue:
+				// an incarnation of decimal digits only once read as one
+				continue
+			}
 			if v, _ := strconv.ParseInt(a, 10, 64); v > pos[key] {
 				return fmt.Sprintf("%s %s acknowledged %d, landed %d", name, key, v, pos[key])
 			}
