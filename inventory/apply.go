@@ -206,10 +206,7 @@ var limitSetScript = newBareScript("limit-set", identityLua+luaFile("limit_set.l
 // are there).
 func (a *migrator) CopyLimits(ctx context.Context, c topology.Change) (copied int, err error) {
 	for route, ms := range c.To.Routes {
-		old := map[string]bool{}
-		for _, m := range c.From.Routes[route] {
-			old[m.Name] = true
-		}
+		old := membersOf(c.From.Routes[route])
 		if len(old) == 0 || sameMembers(c.From.Routes[route], ms) {
 			continue
 		}
@@ -264,10 +261,7 @@ func (a *migrator) addedRoute(ctx context.Context, c topology.Change, route stri
 	if err != nil {
 		return err
 	}
-	member := map[string]bool{}
-	for _, m := range ms {
-		member[m.Name] = true
-	}
+	member := membersOf(ms)
 	var stray []string
 	for _, name := range topology.Union(c.From.Nodes(), c.To.Nodes()) {
 		n, err := a.node(name)

@@ -242,10 +242,7 @@ func (a *migrator) moveCounters(ctx context.Context) (busy int, err error) {
 		if sameMembers(oldMs, newMs) {
 			continue
 		}
-		stays := map[string]bool{}
-		for _, m := range newMs {
-			stays[m.Name] = true
-		}
+		stays := membersOf(newMs)
 		for _, m := range oldMs {
 			n, err := a.node(m.Name)
 			if err != nil {
@@ -425,6 +422,15 @@ func pendingQuotaCounters(ctx context.Context, n *node.Node) (map[string]bool, e
 		}
 	}
 	return out, nil
+}
+
+// membersOf returns the names of ms as a set.
+func membersOf(ms []router.Member) map[string]bool {
+	out := make(map[string]bool, len(ms))
+	for _, m := range ms {
+		out[m.Name] = true
+	}
+	return out
 }
 
 func sameMembers(a, b []router.Member) bool {

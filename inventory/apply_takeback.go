@@ -71,7 +71,7 @@ func (a *migrator) takeBack(ctx context.Context, c topology.Change, behind map[s
 		move := a.takeBackAt(tok, &took)
 		for route, oldMs := range c.From.Routes {
 			newMs, ok := c.To.Routes[route]
-			if !ok || sameMembers(oldMs, newMs) || !hasMember(oldMs, name) {
+			if !ok || sameMembers(oldMs, newMs) || !membersOf(oldMs)[name] {
 				continue
 			}
 			ring, err := router.NewRing(newMs)
@@ -130,23 +130,4 @@ func (a *migrator) takeBackAt(tok string, took *int) mover {
 		*took++
 		return true, nil
 	}
-}
-
-// hasMember reports whether ms names the node name.
-func hasMember(ms []router.Member, name string) bool {
-	for _, m := range ms {
-		if m.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
-// membersOf returns the names of ms as a set.
-func membersOf(ms []router.Member) map[string]bool {
-	out := make(map[string]bool, len(ms))
-	for _, m := range ms {
-		out[m.Name] = true
-	}
-	return out
 }

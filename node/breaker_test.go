@@ -88,20 +88,7 @@ func TestUsableAfterExcludedHalfOpenTrial(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s := redistest.Start(t, redistest.Options{})
-	n := newNode(t, node.Options{Name: "n1", Addr: s.Addr(), BreakerFailures: 1,
-		BreakerOpenTimeout: 200 * time.Millisecond, CommandTimeout: 300 * time.Millisecond}, nil)
-	if err := n.Probe(ctx); err != nil {
-		t.Fatal(err)
-	}
-	n.SetUp()
-	if err := n.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	s.Pause()
-	if err := n.Client().Get(ctx, "k").Err(); !node.IsFailure(ctx, err) {
-		t.Fatalf("GET on a paused node: %v, want a node failure", err)
-	}
+	s, n := openedOnPause(t, ctx, 300*time.Millisecond)
 	time.Sleep(250 * time.Millisecond) // past the open timeout
 	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
 	_ = n.Client().Get(short, "k").Err() // the trial; its caller gives up: excluded
@@ -120,4 +107,27 @@ func TestUsableAfterExcludedHalfOpenTrial(t *testing.T) {
 	if got := n.BreakerState(); got != "closed" {
 		t.Errorf("breaker %s after a successful trial, want closed", got)
 	}
+}
+
+// openedOnPause starts a server and an UP node over it whose breaker
+// opens at one failure for 200ms, writes key k, pauses the server and
+// sends a GET, which times out after cmdTimeout: a node failure, so the
+// breaker is open. The server stays paused.
+func openedOnPause(t *testing.T, ctx context.Context, cmdTimeout time.Duration) (*redistest.Server, *node.Node) {
+	t.Helper()
+	s := redistest.Start(t, redistest.Options{})
+	n := newNode(t, node.Options{Name: "n1", Addr: s.Addr(), BreakerFailures: 1,
+		BreakerOpenTimeout: 200 * time.Millisecond, CommandTimeout: cmdTimeout}, nil)
+	if err := n.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n.SetUp()
+	if err := n.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Pause()
+	if err := n.Client().Get(ctx, "k").Err(); !node.IsFailure(ctx, err) {
+		t.Fatalf("GET on a paused node: %v, want a node failure", err)
+	}
+	return s, n
 }

@@ -49,19 +49,8 @@ func TestClosedClientIsNoNodeFailure(t *testing.T) {
 func TestUsableIsFalseWhileTheTrialIsInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s := redistest.Start(t, redistest.Options{})
-	n := newNode(t, node.Options{Name: "n1", Addr: s.Addr(), BreakerFailures: 1,
-		BreakerOpenTimeout: 200 * time.Millisecond, CommandTimeout: 2 * time.Second}, nil)
-	if err := n.Probe(ctx); err != nil {
-		t.Fatal(err)
-	}
-	n.SetUp()
-	if err := n.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	s.Pause()
+	s, n := openedOnPause(t, ctx, 2*time.Second)
 	defer s.Resume()
-	_ = n.Client().Get(ctx, "k").Err() // times out (CommandTimeout): a node failure, the breaker opens
 	if st := n.BreakerState(); st != "open" {
 		t.Fatalf("breaker %s after a timeout, want open", st)
 	}

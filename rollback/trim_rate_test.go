@@ -20,30 +20,11 @@ import (
 // one TrimRedoLog call of 200 per queue, so 50 entries were left behind
 // each cycle and the redo log grew without bound (50, 100, 150).
 func TestTrimKeepsUpWithAcknowledged(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	inv, _ := oneNodeInv(t, ctx)
-	if _, err := inv.LoadStock(ctx, "r", "tee", 1000, 0); err != nil {
-		t.Fatal(err)
-	}
-	rec := rollback.New(inv, nil, rollback.Settings{Logger: slog.New(slog.DiscardHandler)}) // defaults: TrimEvery 30
-	defer rec.Close()
-	const perCycle, cycles = 250, 3
-	var left []int64
-	for c := range cycles {
-		settleAndAck(t, ctx, inv, c, perCycle)
-		for range 30 {
-			rec.RunOnce(ctx)
-		}
-		n, err := inv.RedoLogLen(ctx, "n1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		left = append(left, n)
-	}
-	if left[cycles-1] != 0 {
+	const perCycle = 250
+	left, trimmed := trimCycles(t, rollback.Settings{}, perCycle, 30, 3) // defaults: TrimEvery 30
+	if left[2] != 0 {
 		t.Errorf("%d settled parts per 30 passes, every entry acknowledged: entries left after each cycle %v (trimmed %d): the backlog grows by %d per cycle",
-			perCycle, left, rec.Stats().Trimmed, left[1]-left[0])
+			perCycle, left, trimmed, left[1]-left[0])
 	}
 }
 
@@ -54,18 +35,31 @@ func TestTrimKeepsUpWithAcknowledged(t *testing.T) {
 // is left after each 31 passes; before, 50 more were left each time, so
 // a queue settling faster than a trim's bound grew without end.
 func TestTrimCatchesUpOnTheNextPass(t *testing.T) {
+	// 31 passes a cycle: the trim of the 30th pass and the next
+	left, _ := trimCycles(t, rollback.Settings{TrimCalls: 1}, 250, 31, 2)
+	if left[0] != 0 || left[1] != 0 {
+		t.Errorf("one call of 200 per trim, 250 settled and acknowledged per 31 passes: entries left after each 31 passes %v, want none", left)
+	}
+}
+
+// trimCycles runs cycles of perCycle settled, acknowledged entries (one
+// SKU: one queue on n1, settleAndAck) each followed by passes reconciler
+// passes with set, and returns the entries left on n1 after each cycle
+// and how many the reconciler trimmed.
+func trimCycles(t *testing.T, set rollback.Settings, perCycle, passes, cycles int) (left []int64, trimmed int64) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	inv, _ := oneNodeInv(t, ctx)
 	if _, err := inv.LoadStock(ctx, "r", "tee", 1000, 0); err != nil {
 		t.Fatal(err)
 	}
-	rec := rollback.New(inv, nil, rollback.Settings{TrimCalls: 1, Logger: slog.New(slog.DiscardHandler)})
+	set.Logger = slog.New(slog.DiscardHandler)
+	rec := rollback.New(inv, nil, set)
 	defer rec.Close()
-	var left []int64
-	for c := range 2 {
-		settleAndAck(t, ctx, inv, c, 250)
-		for range 31 { // the trim of the 30th pass and the next
+	for c := range cycles {
+		settleAndAck(t, ctx, inv, c, perCycle)
+		for range passes {
 			rec.RunOnce(ctx)
 		}
 		n, err := inv.RedoLogLen(ctx, "n1")
@@ -74,9 +68,7 @@ func TestTrimCatchesUpOnTheNextPass(t *testing.T) {
 		}
 		left = append(left, n)
 	}
-	if left[0] != 0 || left[1] != 0 {
-		t.Errorf("one call of 200 per trim, 250 settled and acknowledged per 31 passes: entries left after each 31 passes %v, want none", left)
-	}
+	return left, rec.Stats().Trimmed
 }
 
 // settleAndAck reserves and cancels n 1-unit orders of r/tee (cycle c's
