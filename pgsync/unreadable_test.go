@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/pgsync"
 )
@@ -182,8 +184,7 @@ func TestUnreadableRecordStopsOnlyItsQueue(t *testing.T) {
 		key := inventory.PartKey(s.entry.PartID)
 		bad[i].value = e.raw[node].Get(ctx, key).Val()
 		if i == 0 {
-			_ = e.raw[node].Del(ctx, key).Err()
-			if err := e.raw[node].RPush(ctx, key, "x").Err(); err != nil {
+			if err := spoilAsList(ctx, e.raw[node], key); err != nil {
 				t.Fatal(err)
 			}
 		} else if err := e.raw[node].Set(ctx, key, "Z"+bad[i].value[1:], 0).Err(); err != nil {
@@ -246,7 +247,9 @@ func TestUnreadableRecordStopsOnlyItsQueue(t *testing.T) {
 	// repaired: both land to their heads, the count back to 0
 	for _, s := range bad {
 		key := inventory.PartKey(s.entry.PartID)
-		_ = e.raw[node].Del(ctx, key).Err()
+		// one SET, which replaces a key of any type: a DEL first let the
+		// sync read the record missing in between and land the part
+		// expired (ci549's failure)
 		if err := e.raw[node].Set(ctx, key, s.value, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -311,8 +314,7 @@ func TestUnreadableRecordSettleFollowsOthers(t *testing.T) {
 		t.Fatalf("no part of %s has a record", node)
 	}
 	key := inventory.PartKey(bad)
-	_ = e.raw[node].Del(ctx, key).Err()
-	if err := e.raw[node].RPush(ctx, key, "x").Err(); err != nil {
+	if err := spoilAsList(ctx, e.raw[node], key); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the part counted unreadable", func() bool { return m.UnreadableParts(node) == 1 })
@@ -335,4 +337,16 @@ func TestUnreadableRecordSettleFollowsOthers(t *testing.T) {
 	if l := logs.lines("re-checking pending parts failed"); len(l) != 0 {
 		t.Errorf("the settle pass failed: %v", l)
 	}
+}
+
+// spoilAsList turns the record at key into a list in one transaction: a
+// running sync never reads it missing in between (which settles its part
+// expired, for good).
+func spoilAsList(ctx context.Context, c *redis.Client, key string) error {
+	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, key)
+		p.RPush(ctx, key, "x")
+		return nil
+	})
+	return err
 }
