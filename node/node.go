@@ -74,6 +74,7 @@ type Node struct {
 	downErr       atomic.Pointer[error]     // why the node is DOWN; nil when UP
 	ident         identity                  // stamp bookkeeping, own lock
 	maxSeq        atomic.Int64              // highest write sequence acknowledged to this process
+	ackStopped    atomic.Bool               // StopAcknowledging was called: Acknowledge fails (seq.go)
 	pipelined     atomic.Int64              // commands that rode a shared pipeline (pipeline.go)
 	busyPipelined atomic.Int64              // of them, on the busy pipeline
 	settings      atomic.Pointer[Settings]  // eviction and persistence settings (settings.go); nil until read

@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"fmt"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // ObserveSeq records that the node acknowledged a write whose write
@@ -46,16 +48,42 @@ func (n *Node) MaxSeq() int64 { return n.maxSeq.Load() }
 // succeeded: a later write of the incarnation) or makes the next attempt.
 // Each caller waits at most until its own ctx ends: then it returns an
 // error wrapping [ErrUnwitnessed] and ctx's error.
+//
+// After [Node.StopAcknowledging] it acknowledges nothing: it fails with an
+// error wrapping ErrUnwitnessed and redis.ErrClosed (the write ran; its
+// outcome is unknown).
 func (n *Node) Acknowledge(ctx context.Context, seq int64) error {
 	n.ObserveSeq(seq)
 	if !n.opts.Critical || n.opts.Witnesses == nil {
 		return nil
+	}
+	// after ObserveSeq: a write that passes this check is in MaxSeq before
+	// StopAcknowledging returns (both atomics: one order of all of them)
+	if n.ackStopped.Load() {
+		return n.closingAck(seq)
 	}
 	m, ok := n.Mark()
 	if !ok || n.covered(m, seq) {
 		return nil
 	}
 	return n.awaitHold(ctx, seq)
+}
+
+// StopAcknowledging makes every later [Node.Acknowledge] of a node whose
+// data must be kept fail (outcome unknown), for a process that is about
+// to write its last marks and close (router.Router.Close): once it
+// returns, [Node.Mark] covers every write Acknowledge acknowledged, so
+// marks read after it leave none of them unwitnessed. A write whose
+// Acknowledge runs later is reported unknown rather than acknowledged
+// without a mark that any peer will ever get. It cannot be undone;
+// idempotent.
+func (n *Node) StopAcknowledging() { n.ackStopped.Store(true) }
+
+// closingAck is Acknowledge's refusal after StopAcknowledging.
+func (n *Node) closingAck(seq int64) error {
+	m, _ := n.Mark()
+	return &Error{Node: n.opts.Name, Addr: n.opts.Addr, Err: fmt.Errorf("%w: write %d (incarnation %s): this process is closing and writes no more marks: %w",
+		ErrUnwitnessed, seq, m.Incarnation, redis.ErrClosed)}
 }
 
 // holdAttempt is one Witnesses.Hold of mark m that concurrent first writes

@@ -433,15 +433,21 @@ func (r *Router) Status() []NodeStatus {
 	return out
 }
 
-// Close stops the health scheduler, writes on the peers every witness
-// mark that moved on since its last write (the nodes' writes at once,
-// bounded by config.Client.CommandTimeout; a witness pass under way is
-// cut short: witness.go), and closes every node's clients. It waits for
-// in-flight probes; commands still running on node clients fail with
+// Close stops acknowledging writes to the nodes whose data must be kept
+// (node.Node.StopAcknowledging: a write that finishes from then on is
+// reported with an outcome unknown, not acknowledged without a mark),
+// stops the health scheduler, writes on the peers every witness mark that
+// moved on since its last write (the nodes' writes at once, bounded by
+// config.Client.CommandTimeout; a witness pass under way is cut short:
+// witness.go), and closes every node's clients. It waits for in-flight
+// probes; commands still running on node clients fail with
 // redis.ErrClosed. With peers that hang, it takes about one command
 // timeout (and the probe timeout). Close leaks no goroutine and is
 // idempotent.
 func (r *Router) Close() error {
+	for _, n := range r.nodes {
+		n.StopAcknowledging() // before the flush reads the marks
+	}
 	r.sched.Close()
 	r.wit.close()
 	err := r.closeNodes()

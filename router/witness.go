@@ -323,7 +323,9 @@ func (w *witnesses) close() {
 // since it was last written. Marks lag the writes by up to a heartbeat:
 // without it a process that closes (a `shardis topology apply`, a
 // service shutting down) would leave its last writes unmarked, and a node
-// that then lost them would not be refused (SECURITY.md). The nodes'
+// that then lost them would not be refused (SECURITY.md). Router.Close
+// stops the nodes acknowledging first (node.Node.StopAcknowledging), so
+// the marks read here cover every write it acknowledged. The nodes'
 // writes run concurrently, each bounded by the witness budget.
 func (w *witnesses) flush() {
 	var wg sync.WaitGroup
