@@ -43,9 +43,19 @@ func NodeTLS(name string, n config.Node) (*tls.Config, error) {
 		cfg.RootCAs = pool
 	}
 	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		// each file read on its own: tls.LoadX509KeyPair's errors for a
+		// file without PEM, or a key that does not match, name neither
+		certPEM, err := os.ReadFile(t.CertFile)
 		if err != nil {
-			return nil, fmt.Errorf("%s: client certificate: %w", path, err)
+			return nil, fmt.Errorf("%s.cert_file: %w", path, err)
+		}
+		keyPEM, err := os.ReadFile(t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s.key_file: %w", path, err)
+		}
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("%s: client certificate %s with key %s: %w", path, t.CertFile, t.KeyFile, err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}

@@ -69,8 +69,13 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (*Stack, error)
 	var wake rollback.Waker
 	ropts := opts.Router
 	ropts.Logger = opts.Logger
-	if !slices.Contains(ropts.KeepData, cfg.Inventory.Server) {
-		ropts.KeepData = append(slices.Clone(ropts.KeepData), cfg.Inventory.Server)
+	// the inventory's server when configured (cfg.KeepData); when it is
+	// not, inventory.New says so naming inventory.server: the router's
+	// refusal named Options.KeepData, which no operator sets
+	for _, s := range cfg.KeepData() {
+		if !slices.Contains(ropts.KeepData, s) {
+			ropts.KeepData = append(slices.Clone(ropts.KeepData), s)
+		}
 	}
 	user := ropts.OnStateChange
 	ropts.OnStateChange = func(ev health.Event) {
