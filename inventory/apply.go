@@ -231,7 +231,8 @@ func (a *migrator) CopyLimits(ctx context.Context, c topology.Change) (copied in
 
 // Check implements [topology.Driver]: it refuses c when a route c.From
 // does not have holds counters where c.To's route would not find them
-// (addedRoute).
+// (addedRoute), or when a node holds a stale counter c would put in play
+// (refuseStale, apply_stale.go).
 func (a *migrator) Check(ctx context.Context, c topology.Change) error {
 	for _, route := range slices.Sorted(maps.Keys(c.To.Routes)) {
 		if _, ok := c.From.Routes[route]; ok {
@@ -241,7 +242,7 @@ func (a *migrator) Check(ctx context.Context, c topology.Change) error {
 			return err
 		}
 	}
-	return nil
+	return a.refuseStale(ctx, c, topology.Union(c.From.Nodes(), c.To.Nodes()), true)
 }
 
 // addedRoute refuses the apply (an error wrapping topology.ErrInvalid)

@@ -19,7 +19,9 @@ import (
 // retired on the node they are put back on, but replaced in place).
 // With c.Forward it then takes off the nodes the counters c's transfers
 // had moved off them and their older copy brought back
-// (apply_takeback.go).
+// (apply_takeback.go). First of all, before it writes anything, it
+// refuses when a node behind c.Epoch holds a stale counter c would put
+// in play (refuseStale, apply_stale.go).
 //
 // Why such a record is stale, and why marking it is safe: in a stable
 // topology every record lives at its home (step 3 of each apply moved the
@@ -83,6 +85,11 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 	gone := a.goneLeft(c)
 	behind, err := a.behind(ctx, c, nodes)
 	if err != nil {
+		return done, err
+	}
+	// before any write: stale counters c would put in play on a node
+	// about to be bumped or moved forward (apply_stale.go)
+	if err := a.refuseStale(ctx, c, behindEpoch(c, behind), !c.Forward); err != nil {
 		return done, err
 	}
 	plan, err := a.planPutBacks(ctx, c, homes, to, gone, behind)

@@ -206,9 +206,53 @@
 // it off the node again ([Driver.Retire], Report.TakenBack) when the
 // destination's marker shows the transfer applied (the inventory's
 // apply_takeback.go; a counter an earlier apply moved off it stays, out of
-// every instance's reach). An apply to a new topology still
+// every instance's reach, until an apply would put it in play: below). An apply to a new topology still
 // refuses while any node is at another token (its check): the current
 // one is applied again first.
+//
+// Stale counters on a joining node. Counters the take back leaves (their
+// transfer's marker gone, expired or never written; a stock hash with
+// units reserved in the older copy; counters an earlier change than the
+// last moved off the node) stay on a node that does not serve them: a
+// stock hash of a route the node is no member of, a quota counter of a
+// user whose home in the route is another node. No instance reads them,
+// but their units are counted where the transfer put them. An apply that
+// gives the node the route again (or makes it the user's home, or moves
+// the counter from it in step 3) would serve them on top of those: stock
+// sold twice, a count added twice. So, for every route whose members
+// change, a counter with units (any of a stock hash's available,
+// reserved, confirmed, loaded; a quota count) that the change would put
+// in play (a stock hash on a node that joins the route; a quota counter
+// on a node that is not its user's home in the old route, and is its
+// home in the new one or an old member, whose counters step 3 scans) is
+// stale unless the change's own transfer explains it: the node holds the
+// marker of a transfer of that counter at the change's epoch
+// (inventory: xferID(c.Epoch, …), written by the in step of an earlier
+// attempt at the same token, which the same transfer's rerun finishes
+// by the rerun rule). A stale one makes the apply refuse (ErrInvalid,
+// naming node, route, key and units, telling the operator to delete it:
+// its units are counted elsewhere) before the run writes anything:
+//   - a new epoch: in step 1 ([Driver.Check], a dry run too), on every
+//     node of both topologies, all at the current token and stable;
+//   - a rerun that resumes a bump, and a move forward: on the nodes
+//     behind the change's epoch, before anything is retired on them
+//     ([Driver.Retire]): their data predates their bump (they went back
+//     since the check, or were never bumped), and nothing else reads
+//     them before their bump or move forward. A move forward checks the
+//     stock hashes only: it runs no step 3, so nothing is added to a
+//     quota counter there (what the copy holds is read as it is, lost
+//     writes, as for order records).
+//
+// The refused run wrote nothing, so the apply's state is the one an
+// interrupt at that point leaves, which its rerun resumes; the rule
+// reads only the node's own keys and the change's epoch, so every rerun,
+// crash, concurrent apply of the same change and node already bumped
+// (not read again: its data is from after its bump, which the check
+// before it saw clean) gives the same answer. What it does not close: a
+// node that goes back, after the check and before its own bump, to a
+// copy at the current token taken while the last apply's step 3 was
+// still to move the counter off it (bumped then, the node is not behind,
+// and its stock is read as the new route's).
 //
 // A lost record. A node whose stamp names the current token but whose
 // record is gone (deleted by hand, a flush that kept the stamp:

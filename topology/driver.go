@@ -61,7 +61,10 @@ type Driver interface {
 	// route left them; added back over other nodes, their units would be
 	// stranded and users could buy their limit again). It writes nothing.
 	// Every apply that starts a new epoch calls it, a dry run too, before
-	// it writes any node.
+	// it writes any node. It refuses too a counter with units that c
+	// would put in play on a node that does not serve it in c.From and
+	// that no transfer of c explains (doc.go, "Stale counters on a
+	// joining node").
 	Check(ctx context.Context, c Change) error
 	// Retire marks moved (dead, its data kept) every live order record
 	// on the named nodes (each a node of c.From or c.To) that is not the
@@ -86,7 +89,10 @@ type Driver interface {
 	// holds. Marking or installing one again is harmless. Each node is
 	// acted on at the token read from it, so its scripts are refused once
 	// it moved on, and a node read at c.Token (moved on by an apply running
-	// concurrently) is left alone.
+	// concurrently) is left alone. Before it writes anything, it refuses
+	// (an error wrapping [ErrInvalid]) when a node behind c.Epoch holds a
+	// stale counter c would put in play (doc.go, "Stale counters on a
+	// joining node": quota counters too unless c.Forward).
 	Retire(ctx context.Context, c Change, nodes []string) (Retirement, error)
 	// CopyLimits gives the members that join a route of c.To the route's
 	// per-user limits, before any instance can take quota on them, and
