@@ -372,7 +372,9 @@ func (r *Router) Nodes() []*node.Node {
 // (node.DrainKey), so every router over that node applies it within one
 // heartbeat and it outlives restarts; it fails, leaving the route as it
 // was here, while the node cannot be written (node.PersistRouteEnabled:
-// DOWN, or unreachable, wrapping node.ErrUnreachable).
+// DOWN, or unreachable, wrapping node.ErrUnreachable). A server or route
+// that is not configured fails with [ErrUnknownRoute]; a route the node is
+// not a member of, with node.ErrUnknownRoute.
 func (r *Router) SetRouteEnabled(ctx context.Context, nodeName, server, route string, enabled bool) error {
 	n, err := r.Node(nodeName)
 	if err != nil {

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/shardis/shardis/config"
@@ -40,7 +38,7 @@ func cmdServe(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := untilSignal()
 	defer stop()
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	srv, err := service.Start(startCtx, cfg, log)

@@ -9,11 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os/signal"
 	"slices"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -99,7 +97,7 @@ func cmdSync(args []string, stdout, stderr io.Writer) error {
 	if err := cfg.ValidateSync(); err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := untilSignal()
 	defer stop()
 	switch sub {
 	case "migrate":

@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/shardis/shardis/config"
@@ -86,7 +84,7 @@ func cmdTopologyApply(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := untilSignal()
 	defer stop()
 	start := time.Now()
 	rep, err := inventory.ApplyTopology(ctx, opts)
