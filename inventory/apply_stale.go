@@ -204,18 +204,9 @@ func (s staleScan) stock(ctx context.Context) ([]StaleCounter, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: node %s: reading %s: %v", ErrUnavailable, s.n.Name(), k, err)
 		}
-		units, held := describeUnits(fields, got)
-		if !held {
-			continue
-		}
-		stale, err := s.unexplained(ctx, xferStock, k)
-		if err != nil {
+		if out, err = s.note(ctx, out, xferStock, k, fields, got); err != nil {
 			return nil, err
 		}
-		if !stale {
-			continue
-		}
-		out = append(out, StaleCounter{Node: s.n.Name(), Route: s.route, Key: k, Units: units})
 	}
 	return out, nil
 }
@@ -250,20 +241,25 @@ func (s staleScan) quotas(ctx context.Context, oldMs, newMs []router.Member, isO
 		if err != nil && err != redis.Nil {
 			return nil, fmt.Errorf("%w: node %s: reading %s: %v", ErrUnavailable, s.n.Name(), k, err)
 		}
-		units, held := describeUnits([]string{"count"}, []any{nilIfEmpty(got, err)})
-		if !held {
-			continue
-		}
-		stale, err := s.unexplained(ctx, xferQuota, k)
-		if err != nil {
+		if out, err = s.note(ctx, out, xferQuota, k, []string{"count"}, []any{nilIfEmpty(got, err)}); err != nil {
 			return nil, err
 		}
-		if !stale {
-			continue
-		}
-		out = append(out, StaleCounter{Node: s.n.Name(), Route: s.route, Key: k, Units: units})
 	}
 	return out, nil
+}
+
+// note appends to out the counter key (of kind; its fields read as got)
+// when it holds units and no transfer of c explains them.
+func (s staleScan) note(ctx context.Context, out []StaleCounter, kind xferKind, key string, fields []string, got []any) ([]StaleCounter, error) {
+	units, held := describeUnits(fields, got)
+	if !held {
+		return out, nil
+	}
+	stale, err := s.unexplained(ctx, kind, key)
+	if err != nil || !stale {
+		return out, err
+	}
+	return append(out, StaleCounter{Node: s.n.Name(), Route: s.route, Key: key, Units: units}), nil
 }
 
 // unexplained reports whether n holds no marker of c's transfer of key

@@ -1,26 +1,13 @@
-package router_test
+package router
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/shardis/shardis/config"
-	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/node"
-	"github.com/shardis/shardis/router"
 )
 
-// Router.Close "writes on the peers every witness mark that moved on since
-// its last write" (SECURITY.md: a service shutting down "writes its last
-// marks as it closes"). Writes the router still acknowledges while Close
-// runs (the flush waits up to a budget for a slow peer; node clients are
-// closed only after it) are never marked: here n2, a healthy peer, is left
-// holding a mark far behind the last write n1 acknowledged.
 // TestCloseMarksEveryWriteItAcknowledged: writes acknowledged while Close
 // runs are covered by the marks its flush writes. Close read each node's
 // mark once and flushed it, its clients still open: the writes
@@ -30,29 +17,8 @@ import (
 // write that finishes once Close began is reported with its outcome
 // unknown (node.Node.StopAcknowledging).
 func TestCloseMarksEveryWriteItAcknowledged(t *testing.T) {
-	srvs := redistest.StartN(t, 3, redistest.Options{})
-	var b strings.Builder
-	b.WriteString("nodes:\n")
-	for i, s := range srvs {
-		fmt.Fprintf(&b, "  n%d: {addr: %q}\n", i+1, s.Addr())
-	}
-	b.WriteString("client: {command_timeout: 2s}\nhealth: {heartbeat: 1m, timeout: 1s, backoff: [100ms], hold_back: 100ms}\n" +
-		"servers:\n  order:\n    on_node_down: fail\n    routes:\n      a: [n1, n2, n3]\n")
-	cfg, err := config.Parse([]byte(b.String()), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, srvs := witnessRouter(t)
 	ctx := context.Background()
-	r, err := router.New(ctx, cfg, router.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), KeepData: []string{"order"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	for _, name := range []string{"n1", "n2", "n3"} {
-		if n, _ := r.Node(name); n.State() != node.StateUp {
-			t.Fatalf("%s is %v after New; want up", name, n.State())
-		}
-	}
 	n1, _ := r.Node("n1")
 	// write acknowledges one write of n1 the way the inventory does: the
 	// command on the router's client, then Node.Acknowledge of its seq.
