@@ -36,8 +36,11 @@ type observed struct {
 	// cancelFrom is when the first Cancel call of an order began,
 	// whatever it answered (one whose reply was lost may have applied).
 	cancelFrom map[string]time.Time
-	dataLoss   map[string]bool      // Confirm reported data loss
-	refused    map[string][]refusal // Reserve calls refused for good
+	dataLoss   map[string]bool // Confirm reported data loss
+	// plans are the items each order was first reserved for, by order id
+	// (checkConfirmed holds a confirmed record's stock parts to them).
+	plans   map[string][]inventory.Item
+	refused map[string][]refusal // Reserve calls refused for good
 	// extra is stock loaded during the schedule, by stock key: the units
 	// of the loads that answered success (min) and of every load tried
 	// (max; a load whose outcome is unknown may have added any part of
@@ -87,7 +90,7 @@ type observed struct {
 
 func newObserved() *observed {
 	return &observed{reserved: map[string][][]inventory.Receipt{}, confirmed: map[string]string{},
-		cancelled: map[string]string{}, cancelFrom: map[string]time.Time{}, dataLoss: map[string]bool{}, refused: map[string][]refusal{}, extra: map[string]loadRange{},
+		cancelled: map[string]string{}, cancelFrom: map[string]time.Time{}, dataLoss: map[string]bool{}, plans: map[string][]inventory.Item{}, refused: map[string][]refusal{}, extra: map[string]loadRange{},
 		diffs: map[string][]lossDiff{}, ended: map[string]bool{}}
 }
 
@@ -251,6 +254,11 @@ func (o *observed) relimit(inv *inventory.Inventory, s *Scheduler, waits int, li
 func (o *observed) reserve(inv *inventory.Inventory, who string, p orderPlan, tries int) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		defer o.end(who)
+		o.mu.Lock()
+		if o.plans[p.ID] == nil {
+			o.plans[p.ID] = p.Items
+		}
+		o.mu.Unlock()
 		for i := 0; i < tries; i++ {
 			cctx, sent := withFirstSend(ctx)
 			ttl := p.TTL

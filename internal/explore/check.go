@@ -1,8 +1,11 @@
 package explore
 
 import (
+	"maps"
 	"slices"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/topology"
@@ -41,9 +44,11 @@ import (
 //     offset, and every stock part on the node in it once, at the queue
 //     and offset its record names (checkRedo): the log is what the
 //     system of record is built from;
-//   - nothing pending past its deadline plus healBound, and no part left
-//     set aside (the stuck index: the heal retried every such part, so
-//     one still there fails on every retry and holds its units for good);
+//   - nothing left in a pending index, no pending part outside the
+//     pending index (nothing would ever settle it: checkUnindexed), and
+//     no part left set aside (the stuck index: the heal retried every
+//     such part, so one still there fails on every retry and holds its
+//     units for good);
 //   - no topology left migrating, no transfer record left.
 
 // topoView is what the checks weigh of the schedule's topologies: the
@@ -79,9 +84,12 @@ func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.H
 	return v.list, v.excused
 }
 
-// checkQuiet: nothing pending past its deadline plus the bound, no part
-// left set aside (checkStuck), no topology left migrating, no transfer
-// record left.
+// checkQuiet: nothing left in a pending index (the heal ran the
+// reconciler until the indexes were empty, or gave up past the latest
+// deadline plus the bound, or after healCap: whatever is still there was
+// not settled), no pending part outside the indexes (checkUnindexed), no
+// part left set aside (checkStuck), no topology left migrating, no
+// transfer record left.
 func checkQuiet(v *violations, st *worldState) {
 	token := st.nodes["n1"].topo["token"]
 	for _, name := range allNodes {
@@ -90,11 +98,7 @@ func checkQuiet(v *violations, st *worldState) {
 			dl := time.UnixMilli(int64(z.Score))
 			v.add("pending-past-deadline", "node %s: part %v still pending, deadline %s ago", name, z.Member, time.Since(dl).Round(time.Millisecond))
 		}
-		for _, p := range ns.parts {
-			if p.State == inventory.PartPending && !p.Deadline.IsZero() && time.Since(p.Deadline) > healBound {
-				v.add("pending-past-deadline", "node %s: part %s pending, deadline %s ago", name, p.ID, time.Since(p.Deadline).Round(time.Millisecond))
-			}
-		}
+		checkUnindexed(v, ns)
 		checkStuck(v, ns)
 		for _, k := range ns.xfers {
 			v.add("topology-migrating", "node %s: transfer record %s left", name, k)
@@ -105,6 +109,37 @@ func checkQuiet(v *violations, st *worldState) {
 		if ns.topo["phase"] != string(topology.PhaseStable) || ns.topo["token"] != token {
 			v.add("topology-migrating", "node %s: topology token %s phase %s (n1: %s)", name, ns.topo["token"], ns.topo["phase"], token)
 		}
+	}
+}
+
+// checkUnindexed: every pending part on ns is in its pending index (or
+// set aside, for checkStuck). The reconcilers meet a pending part only
+// through the index, and the heal stops once the indexes are empty, so a
+// pending part outside it holds its units reserved for good, whatever
+// its deadline says: one still in the future (or none) was reported by
+// nothing before (a take or a put-off writes the part and its index
+// entry in one script, and a data loss puts back a whole copy of a
+// node's data, both or neither).
+func checkUnindexed(v *violations, ns *nodeState) {
+	indexed := map[string]bool{}
+	for _, zs := range [][]redis.Z{ns.pending, ns.stuck} {
+		for _, z := range zs {
+			if id, ok := z.Member.(string); ok {
+				indexed[id] = true
+			}
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(ns.parts)) {
+		p := ns.parts[id]
+		if p.State != inventory.PartPending || p.Tombstone || indexed[id] {
+			continue
+		}
+		dl := "no deadline"
+		if !p.Deadline.IsZero() {
+			dl = "deadline " + p.Deadline.Format("15:04:05.000")
+		}
+		v.add("pending-unindexed", "node %s: part %s of order %s pending (%d units, %s) and in no pending index: nothing settles it",
+			ns.name, id, p.Order, p.Qty, dl)
 	}
 }
 

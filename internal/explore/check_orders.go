@@ -19,6 +19,7 @@ type orderView struct {
 	rec   *inventory.OrderRecord
 	parts []*inventory.PartRecord
 	where map[*inventory.PartRecord]string
+	items []inventory.Item // what the order was reserved for; nil when no plan names it
 }
 
 func checkOrders(v *violations, st *worldState, obs *observed, orders []orderPlan, homes *inventory.Homes, resurrected map[string]map[string]bool) {
@@ -68,8 +69,67 @@ func checkOrders(v *violations, st *worldState, obs *observed, orders []orderPla
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
+	items := plannedItems(orders, obs)
 	for _, id := range ids {
+		views[id].items = items[id]
 		checkOrder(v, id, views[id], obs, homes)
+	}
+}
+
+// plannedItems returns the items each order was reserved for: those of
+// orders, and of every order a Reserve actor called for (observed.plans:
+// phase 2's and the topology actor's too).
+func plannedItems(orders []orderPlan, obs *observed) map[string][]inventory.Item {
+	items := map[string][]inventory.Item{}
+	obs.mu.Lock()
+	maps.Copy(items, obs.plans)
+	obs.mu.Unlock()
+	for _, o := range orders {
+		items[o.ID] = o.Items
+	}
+	return items
+}
+
+// checkConfirmed: a confirmed order holds exactly the parts its record
+// lists, confirmed in full; no other part of the record's attempt holds
+// units (one more unit sold than ordered would otherwise pass: the part
+// of the attempt is held only to "confirmed", and the record's parts
+// only to what they list); and the record's stock parts hold, item by
+// item, what the order was reserved for (ov.items, when known), as
+// chaos's checkOrder holds them.
+func checkConfirmed(v *violations, id string, ov *orderView) {
+	byID := map[string]*inventory.PartRecord{}
+	for _, p := range ov.parts {
+		byID[ov.where[p]+"/"+p.ID] = p
+	}
+	listed := map[string]bool{}
+	for _, rp := range ov.rec.Parts {
+		listed[rp.Node+"/"+rp.ID] = true
+		p := byID[rp.Node+"/"+rp.ID]
+		if p == nil || p.State != inventory.PartConfirmed || p.Qty != rp.Qty {
+			v.order(id, "decided-once", "order %s is confirmed, its part %s on %s is %v", id, rp.ID, rp.Node, p)
+		}
+	}
+	for _, p := range ov.parts {
+		if p.Token == ov.rec.Token && !p.Tombstone && p.Qty > 0 && !listed[ov.where[p]+"/"+p.ID] {
+			v.order(id, "decided-once", "order %s is confirmed, but part %s on %s of its attempt (%s, %d units of %s) is not in its record",
+				id, p.ID, ov.where[p], p.State, p.Qty, p.SKU)
+		}
+	}
+	items := ov.items
+	if items == nil {
+		return
+	}
+	got := make([]int64, len(items))
+	for _, rp := range ov.rec.Parts {
+		if rp.Kind == inventory.PartStock && rp.Item >= 0 && rp.Item < len(got) {
+			got[rp.Item] += rp.Qty
+		}
+	}
+	for i, it := range items {
+		if got[i] != it.Quantity {
+			v.order(id, "decided-once", "order %s is confirmed with %d of item %d (%s/%s), ordered %d", id, got[i], i, it.Route, it.SKU, it.Quantity)
+		}
 	}
 }
 
@@ -131,16 +191,7 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 		}
 	}
 	if status == inventory.OrderConfirmed {
-		byID := map[string]*inventory.PartRecord{}
-		for _, p := range ov.parts {
-			byID[ov.where[p]+"/"+p.ID] = p
-		}
-		for _, rp := range ov.rec.Parts {
-			p := byID[rp.Node+"/"+rp.ID]
-			if p == nil || p.State != inventory.PartConfirmed || p.Qty != rp.Qty {
-				v.order(id, "decided-once", "order %s is confirmed, its part %s on %s is %v", id, rp.ID, rp.Node, p)
-			}
-		}
+		checkConfirmed(v, id, ov)
 	}
 
 	obs.mu.Lock()
@@ -169,16 +220,14 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 					break
 				}
 			}
-			// its parts are held to its deadline, or to the first Cancel
-			// call if one began before it
-			switch {
-			case status == inventory.OrderReserved,
-				status == inventory.OrderCancelled && ov.rec.Reason == inventory.ReasonExpired:
+			// its parts are held to its deadline, or, once cancelled, to
+			// the first Cancel call if one began before it, whatever
+			// reason the record gives (heldUntil)
+			switch status {
+			case inventory.OrderReserved:
 				checkHeldToDeadline(v, id, ov, ov.rec.Deadline, slack)
-			case status == inventory.OrderCancelled && cancelCalled:
-				// the call's start by this process's clock; the nodes
-				// date a settle in whole ms
-				checkHeldToDeadline(v, id, ov, earliest(ov.rec.Deadline, cancelFrom.Add(-time.Millisecond)), slack)
+			case inventory.OrderCancelled:
+				checkHeldToDeadline(v, id, ov, heldUntil(ov.rec, cancelFrom, cancelCalled), slack)
 			}
 		default:
 			v.order(id, "acked-gone", "order %s: Reserve answered success, the order is %s", id, status)
@@ -261,6 +310,23 @@ func checkHeldToDeadline(v *violations, id string, ov *orderView, until time.Tim
 			}
 		}
 	}
+}
+
+// heldUntil is when an acknowledged reservation's parts may first be
+// released (checkHeldToDeadline): its deadline, or when the first Cancel
+// call of the order began if one began before it (by this process's
+// clock; the nodes date a settle in whole ms, hence the ms off). Only a
+// client's Cancel may release them early: the record's reason says
+// nothing about that, so a record that ends cancelled with reason
+// "cancelled" or "tombstone" while no client called Cancel is held to
+// its deadline like an expired one (before, only a reserved or expired
+// order, or one a Cancel was called for, was held, and such an early
+// release passed).
+func heldUntil(rec *inventory.OrderRecord, cancelFrom time.Time, cancelCalled bool) time.Time {
+	if !cancelCalled {
+		return rec.Deadline
+	}
+	return earliest(rec.Deadline, cancelFrom.Add(-time.Millisecond))
 }
 
 // earliest returns the earlier of a and b.

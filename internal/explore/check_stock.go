@@ -39,7 +39,9 @@ import (
 //   - no stock lost but by a loss: the loaded count over all nodes is at
 //     least what the schedule loaded less, for each loss, what the node's
 //     loaded count fell by from just before its roll back to just after
-//     it. A loss whose node could not be read then bounds nothing below.
+//     it. A loss whose node could not be read then bounds nothing below
+//     for a SKU whose route that node served at a topology the schedule
+//     used (routeNodes), and takes nothing of any other SKU.
 
 // stockLoss is what one accepted data loss did to its node's stock
 // hashes: by stock key, the loaded count the node held just before its
@@ -85,8 +87,11 @@ type stockBounds struct {
 
 // boundsOf is key's stockBounds: stockPerSKU and the schedule's loads of
 // key during the schedule (extra), less what each of losses took off its
-// node (all of it, lo 0, for a loss whose node was not read).
-func boundsOf(key string, extra loadRange, losses []stockLoss) stockBounds {
+// node (all of it, lo 0, for a loss whose node was not read and is one of
+// served, the nodes key's route had at a topology the schedule used: no
+// other node ever held a unit of key, so its loss, read or not, took
+// none; before, an unread loss of any node dropped every key's bound).
+func boundsOf(key string, extra loadRange, losses []stockLoss, served []string) stockBounds {
 	b := stockBounds{lo: stockPerSKU + extra.min, hi: stockPerSKU + extra.max}
 	why := []string{fmt.Sprintf("%d loaded at the start", stockPerSKU)}
 	switch {
@@ -97,6 +102,8 @@ func boundsOf(key string, extra loadRange, losses []stockLoss) stockBounds {
 	}
 	for _, sl := range losses {
 		switch {
+		case !sl.read && !slices.Contains(served, sl.node):
+			continue
 		case !sl.read:
 			b.lo = 0
 			why = append(why, fmt.Sprintf("any number lost by %s's data loss (not read around its roll back)", sl.node))
@@ -119,7 +126,7 @@ func boundsOf(key string, extra loadRange, losses []stockLoss) stockBounds {
 // confirmed parts, final, stayed there.
 func checkStock(v *violations, st *worldState, obs *observed, split map[string]bool) {
 	obs.mu.Lock()
-	extra, losses := maps.Clone(obs.extra), slices.Clone(obs.stockLosses)
+	extra, losses, ran := maps.Clone(obs.extra), slices.Clone(obs.stockLosses), slices.Clone(obs.ran)
 	obs.mu.Unlock()
 	for _, k := range skus {
 		key := inventory.StockKey(k.Route, k.SKU)
@@ -130,7 +137,7 @@ func checkStock(v *violations, st *worldState, obs *observed, split map[string]b
 		if split[k.Route] && sum.confirmed != sum.partsConfirmed {
 			v.add("settled-twice", "%s: confirmed %d over all nodes, but its parts hold %d confirmed", key, sum.confirmed, sum.partsConfirmed)
 		}
-		b := boundsOf(key, extra[key], losses)
+		b := boundsOf(key, extra[key], losses, routeNodes(k.Route, ran))
 		if sum.total != sum.loaded {
 			v.add("stock-conserved", "%s: %d units over all nodes, %d loaded", key, sum.total, sum.loaded)
 		}
@@ -144,6 +151,22 @@ func checkStock(v *violations, st *worldState, obs *observed, split map[string]b
 			v.add("oversold", "%s: its parts over all nodes confirm %d units, at most %d were loaded (%s)", key, sum.partsConfirmed, b.hi, b.why)
 		}
 	}
+}
+
+// routeNodes are the nodes route had at T0 or at the topology of an
+// apply that ran (observed.ran), whenever it ran: every node that may
+// ever have held a unit of the route's stock (a transfer moves units
+// only between nodes of the route at the apply's two topologies).
+func routeNodes(route string, ran []topoApply) []string {
+	nodes := slices.Clone(routesT0[route])
+	for _, a := range ran {
+		for _, n := range topologyRoutes[a.to][route] {
+			if !slices.Contains(nodes, n) {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	return nodes
 }
 
 // stockSums is what checkNodeStock read of one SKU on one node, or,
