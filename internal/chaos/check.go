@@ -124,7 +124,7 @@ func checkOrder(rep *Report, v *orderView, homes *inventory.Homes) {
 			want = inventory.PartConfirmed
 		}
 		if p.State != want {
-			rep.violate("mixed-outcome", "order %s is %s (token %s) but part %v is %s, want %s", v.id, v.status, token, p, p.State, want)
+			rep.violateDecided("mixed-outcome", v.id, []string{p.node}, "order %s is %s (token %s) but part %v is %s, want %s", v.id, v.status, token, p, p.State, want)
 		}
 		if p.State == inventory.PartConfirmed {
 			confirmedParts++
@@ -180,7 +180,13 @@ func checkOrder(rep *Report, v *orderView, homes *inventory.Homes) {
 		rep.violate("client-contradiction", "order %s: %s", v.id, c)
 	}
 	if o.confirmedBy != "" && (v.status != inventory.OrderConfirmed || confirmedParts == 0) {
-		rep.violate("seen-confirmed", "order %s: a client saw %q, but the order is %s with %d confirmed parts (parts %v)",
+		// a record still confirmed kept the decision: only its parts
+		// (none confirmed) may be what a loss took
+		var partNodes []string
+		if v.status == inventory.OrderConfirmed {
+			partNodes = recPartNodes(v)
+		}
+		rep.violateDecided("seen-confirmed", v.id, partNodes, "order %s: a client saw %q, but the order is %s with %d confirmed parts (parts %v)",
 			v.id, o.confirmedBy, v.status, confirmedParts, v.parts)
 	}
 	notHeld := o.cancelledBy
@@ -188,7 +194,15 @@ func checkOrder(rep *Report, v *orderView, homes *inventory.Homes) {
 		notHeld = o.notHeld
 	}
 	if notHeld != "" && (v.status == inventory.OrderConfirmed || len(heldParts) > 0) {
-		rep.violate("seen-not-held", "order %s: a client saw %q, but the order is %s and holds %v", v.id, notHeld, v.status, heldParts)
+		// a record not confirmed kept the decision: only the parts it
+		// holds may be what a loss took (or brought back)
+		var partNodes []string
+		if v.status != inventory.OrderConfirmed {
+			for _, p := range heldParts {
+				partNodes = append(partNodes, p.node)
+			}
+		}
+		rep.violateDecided("seen-not-held", v.id, partNodes, "order %s: a client saw %q, but the order is %s and holds %v", v.id, notHeld, v.status, heldParts)
 	}
 	if !o.confirmIssued && (v.status == inventory.OrderConfirmed || confirmedParts > 0) {
 		rep.violate("never-confirmed", "order %s was never confirmed by a client, but it is %s with %d confirmed parts",
@@ -258,6 +272,15 @@ func (v *orderView) orderUser() string {
 		return v.rec.User
 	}
 	return ""
+}
+
+// recPartNodes returns the nodes of the parts the order's record lists.
+func recPartNodes(v *orderView) []string {
+	var nodes []string
+	for _, p := range v.recParts() {
+		nodes = append(nodes, p.Node)
+	}
+	return nodes
 }
 
 // recParts returns the parts the order's record lists (none without a

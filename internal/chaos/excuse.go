@@ -18,6 +18,24 @@ import (
 // lived there while an order of that user and SKU ran, or an exposed
 // order of theirs may have lost a stock part's writes), is counted as
 // excused instead (Report.Excused), with the first few kept as notes.
+//
+// A violation about an order's acknowledged decision (a Confirm or Cancel
+// told ok, seen-confirmed and seen-not-held) or about a part that does
+// not follow its record's decision (mixed-outcome) is excused more
+// narrowly, as internal/explore's lossdiff.go rules: a Confirm or Cancel
+// acknowledged decided the order's record for good, and a lost part
+// changes what later readers of the record find, not the record. Only a
+// loss that may have taken the record itself (exposure.records: its
+// home, in some placement of the run, is the lost node, and the order
+// was decided after the node's copy was taken) explains a different
+// final status. Parts that differ from a record that kept its decision
+// (mixed-outcome; a confirmed record with no part confirmed; a cancelled
+// one holding parts) are excused too when each is on a node whose loss
+// exposed the order (exposure.lostOn: the part may have lost writes, or
+// been promised at the node's replaced incarnation). Before, any loss
+// that exposed the order, one of a node holding only one of its parts
+// included, excused an acknowledged Confirm undone on a node that lost
+// nothing.
 
 // exposure is what a run's lost windows excuse.
 type exposure struct {
@@ -31,10 +49,25 @@ type exposure struct {
 	// stock units may differ from the confirmed quota parts.
 	sold  map[string]bool
 	nodes map[string]bool // accepted after a rollback: a new incarnation is expected
+	// records are the exposed orders whose record a loss may have taken
+	// (exposer.record); lostOn, by exposed order, the lost nodes whose
+	// windows exposed it (its parts there may have lost writes).
+	records map[string]bool
+	lostOn  map[string]map[string]bool
 }
 
 func newExposure() *exposure {
-	return &exposure{orders: map[string]bool{}, quotas: map[string]bool{}, sold: map[string]bool{}, nodes: map[string]bool{}}
+	return &exposure{orders: map[string]bool{}, quotas: map[string]bool{}, sold: map[string]bool{}, nodes: map[string]bool{},
+		records: map[string]bool{}, lostOn: map[string]map[string]bool{}}
+}
+
+// expose exposes order id to the loss of node.
+func (e *exposure) expose(id, node string) {
+	e.orders[id] = true
+	if e.lostOn[id] == nil {
+		e.lostOn[id] = map[string]bool{}
+	}
+	e.lostOn[id][node] = true
 }
 
 // outage is a span in which a node could not serve, or, with node "",
@@ -192,7 +225,7 @@ func (e *exposure) heldBy(st *state) map[string]map[string]bool {
 // exposeRecord exposes order id, whose record r promised part lost at a
 // replaced incarnation (heldBy).
 func (e *exposure) exposeRecord(id string, r *inventory.OrderRecord, lost inventory.OrderPart) {
-	e.orders[id] = true
+	e.expose(id, lost.Node)
 	if r.User == "" {
 		return
 	}
@@ -280,7 +313,7 @@ func (x *exposer) quotasOf(o *order) map[string]map[string]bool {
 // sold when the order is exposed.
 func (x *exposer) order(o *order) {
 	o.mu.Lock()
-	first, last := o.first, o.last
+	first, last, decidedAt := o.first, o.last, o.decidedAt
 	receipts := o.receipts
 	o.mu.Unlock()
 	if first.IsZero() {
@@ -308,7 +341,10 @@ func (x *exposer) order(o *order) {
 			continue
 		}
 		if x.touches(o.ID, receipts, w.node) {
-			x.e.orders[o.ID] = true
+			x.e.expose(o.ID, w.node)
+		}
+		if x.record(o.ID, decidedAt, w) {
+			x.e.records[o.ID] = true
 		}
 		for q, on := range quotas {
 			if on[w.node] {
@@ -321,6 +357,25 @@ func (x *exposer) order(o *order) {
 			x.e.sold[q] = true
 		}
 	}
+}
+
+// record reports whether lost window w may have taken order id's record
+// (exposure.records), for an order whose calls and expiry overlap it: its
+// home is w's node in some placement of the run, and the order was not
+// decided for good before w's copy was taken. A client told the order's
+// terminal status (decidedAt) before that: the copy holds the decided
+// record, and no later write changes it; with no such claim the
+// decision may come up to decidedBy, which overlaps w.
+func (x *exposer) record(id string, decidedAt time.Time, w lossWindow) bool {
+	if !decidedAt.IsZero() && decidedAt.Before(w.from) {
+		return false
+	}
+	for _, p := range x.seen {
+		if p.homes.Home(id) == w.node {
+			return true
+		}
+	}
+	return false
 }
 
 // touches reports whether order id has a receipt, a part or a record
@@ -365,6 +420,26 @@ func (e *exposure) excuses(kind, detail string) bool {
 		}
 	}
 	return false
+}
+
+// excusesDecided reports whether a violation about order id's decision
+// is one the run's losses explain: its record may have been lost
+// (records), or the violation is about parts that do not follow the
+// record (partNodes, their nodes; none for a violation about the record's
+// status), each on a node whose loss exposed the order (lostOn).
+func (e *exposure) excusesDecided(id string, partNodes []string) bool {
+	if e == nil {
+		return false
+	}
+	if e.records[id] {
+		return true
+	}
+	for _, n := range partNodes {
+		if !e.lostOn[id][n] {
+			return false
+		}
+	}
+	return len(partNodes) > 0
 }
 
 // excusesQuota reports whether a violation about quota id q

@@ -139,6 +139,14 @@ func (r *Report) violateQuota(kind, q string, stock bool, format string, args ..
 	r.record(kind, fmt.Sprintf(format, args...), func(e *exposure) bool { return e.excusesQuota(q, stock) })
 }
 
+// violateDecided records a violation about order id's decision, excused
+// only when the run's losses explain it (exposure.excusesDecided;
+// partNodes: the nodes of the parts that do not follow the decision, none
+// for a violation about the record's status).
+func (r *Report) violateDecided(kind, id string, partNodes []string, format string, args ...any) {
+	r.record(kind, fmt.Sprintf(format, args...), func(e *exposure) bool { return e.excusesDecided(id, partNodes) })
+}
+
 // violateOnLostNode records a violation about node that its loss of
 // writes can explain only when lossExplains: excused then if node was
 // accepted after a rollback (exposure.nodes), never otherwise.

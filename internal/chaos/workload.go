@@ -63,6 +63,10 @@ type order struct {
 	// first and last are when a client call on the order began and
 	// ended, first to last (a node's lost writes may touch it).
 	first, last time.Time
+	// decidedAt is when the first terminal claim (confirmedBy or
+	// cancelledBy) was made, after the call that told it returned: the
+	// order's record was decided for good by then (exposer.record).
+	decidedAt time.Time
 }
 
 // touch records a call on o now.
@@ -86,6 +90,7 @@ func (o *order) claimConfirmed(why string) {
 	}
 	if o.confirmedBy == "" {
 		o.confirmedBy = why
+		o.markDecided()
 	}
 }
 
@@ -95,7 +100,18 @@ func (o *order) claimCancelled(why string) {
 	}
 	if o.cancelledBy == "" {
 		o.cancelledBy = why
+		o.markDecided()
 	}
+}
+
+// markDecided records when the order's first terminal claim was made
+// (decidedAt).
+func (o *order) markDecided() {
+	o.mu.Lock()
+	if o.decidedAt.IsZero() {
+		o.decidedAt = time.Now()
+	}
+	o.mu.Unlock()
 }
 
 func (o *order) decided() bool { return o.confirmedBy != "" || o.cancelledBy != "" }
