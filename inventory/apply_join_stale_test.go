@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,8 +102,15 @@ func joinWithStaleCounters(t *testing.T, scenario string) {
 	old3.restore(t, n3) // c's 10 units and u's count of 2 again
 	acceptNode(t, ctx, last, n3, "n3")
 	if scenario != "mid-apply" {
-		if rep, err := apply(last, nil); err != nil || len(rep.Forward) != 1 || rep.TakenBack != 0 {
+		rep, err := apply(last, nil)
+		if err != nil || len(rep.Forward) != 1 || rep.TakenBack != 0 {
 			t.Fatalf("bringing n3 forward = %+v, %v; want n3 forward, nothing taken back", rep, err)
+		}
+		// the stock hash it leaves is named in the report, and why
+		why := map[string]string{"marker-gone": "no marker", "earlier-change": "moved off by an earlier apply"}[scenario]
+		want := topology.LeftCounter{Node: "n3", Key: stockKey("c", "s"), Why: why}
+		if !slices.Contains(rep.LeftBehind, want) {
+			t.Errorf("bringing n3 forward left behind %+v; want %+v among them", rep.LeftBehind, want)
 		}
 	}
 	stale := []string{stockKey("c", "s"), quotaKey("c", "s", user)}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"testing"
 	"time"
 
@@ -152,7 +153,7 @@ func lateRetireLeavesTheNodeAlone(t *testing.T, e *stagedEnv, three, two *config
 	}
 	c := topology.Change{From: topology.Of(two), To: topology.Of(three), Epoch: 3, Token: tok, Forward: true}
 	got, err := testMigrator(t, ctx, three).Retire(ctx, c, []string{"n3"})
-	if err != nil || got != (topology.Retirement{}) {
+	if err != nil || !reflect.DeepEqual(got, topology.Retirement{}) {
 		t.Fatalf("a late Retire of n3, at the token = %+v, %v; want nothing done", got, err)
 	}
 	if out, err := inv.Confirm(ctx, late); err != nil || out.Status != StatusConfirmed {

@@ -128,7 +128,7 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 	if err != nil || !c.Forward {
 		return done, err
 	}
-	done.TakenBack, err = a.takeBack(ctx, c, behind)
+	done.TakenBack, done.LeftBehind, err = a.takeBack(ctx, c, behind)
 	return done, err
 }
 

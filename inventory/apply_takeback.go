@@ -3,6 +3,8 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/router"
@@ -61,14 +63,22 @@ import (
 //     busy counter, and no later run takes it back (the node is at the
 //     token then). So are counters that earlier applies moved off the
 //     node (only c's transfers are read), as for order records.
-func (a *migrator) takeBack(ctx context.Context, c topology.Change, behind map[string]string) (int, error) {
-	took := 0
+//
+// Every stock hash it leaves with units on a node that does not serve
+// its route in c.To is reported (Retirement.LeftBehind, with a warning):
+// those of c's transfers without a marker or with units reserved, and
+// those an earlier change moved off (named by a scan of the node's stock
+// hashes of those routes once the transfers are done: reads only). Their
+// units are counted where the transfers put them; an apply that would
+// serve them again refuses (apply_stale.go) until they are deleted.
+func (a *migrator) takeBack(ctx context.Context, c topology.Change, behind map[string]string) (int, []topology.LeftCounter, error) {
+	var tb tookBack
 	for name, tok := range behind {
 		n, err := a.node(name)
 		if err != nil {
-			return took, err
+			return tb.took, tb.left, err
 		}
-		move := a.takeBackAt(tok, &took)
+		move := a.takeBackAt(tok, &tb)
 		for route, oldMs := range c.From.Routes {
 			newMs, ok := c.To.Routes[route]
 			if !ok || sameMembers(oldMs, newMs) || !membersOf(oldMs)[name] {
@@ -76,27 +86,71 @@ func (a *migrator) takeBack(ctx context.Context, c topology.Change, behind map[s
 			}
 			ring, err := router.NewRing(newMs)
 			if err != nil {
-				return took, err
+				return tb.took, tb.left, err
 			}
 			if _, err := a.moveQuotas(ctx, route, n, ring, move); err != nil {
-				return took, err
+				return tb.took, tb.left, err
 			}
 			if !a.leaves(name, membersOf(newMs)) {
 				continue
 			}
 			if _, err := a.moveStock(ctx, route, n, ring, move); err != nil {
-				return took, err
+				return tb.took, tb.left, err
 			}
 		}
+		if err := a.leftOffRoute(ctx, c, n, &tb); err != nil {
+			return tb.took, tb.left, err
+		}
 	}
-	return took, nil
+	return tb.took, tb.left, nil
+}
+
+// leftOffRoute adds to tb.left the stock hashes with units that n holds
+// of the routes of c.To it does not serve, but those listed already:
+// counters earlier changes than c moved off it, come back with its copy.
+func (a *migrator) leftOffRoute(ctx context.Context, c topology.Change, n *node.Node, tb *tookBack) error {
+	for _, route := range slices.Sorted(maps.Keys(c.To.Routes)) {
+		if membersOf(c.To.Routes[route])[n.Name()] {
+			continue
+		}
+		keys, err := scan(ctx, n, stockKeyPrefix+route+":*")
+		if err != nil {
+			return err
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if slices.ContainsFunc(tb.left, func(l topology.LeftCounter) bool { return l.Node == n.Name() && l.Key == k }) {
+				continue
+			}
+			fields := []string{"available", "reserved", "confirmed", "loaded"}
+			got, err := n.Client().HMGet(ctx, k, fields...).Result()
+			if err != nil {
+				return fmt.Errorf("%w: node %s: reading %s: %v", ErrUnavailable, n.Name(), k, err)
+			}
+			units, held := describeUnits(fields, got)
+			if !held {
+				continue
+			}
+			a.log.Warn("topology: a stock hash of a route the node does not serve came back with its data, moved off it by an earlier apply than the last: left as it is (no instance reads it there; its units are counted where that apply moved them)",
+				"node", n.Name(), "key", k, "units", units)
+			tb.left = append(tb.left, topology.LeftCounter{Node: n.Name(), Key: k, Why: "moved off by an earlier apply"})
+		}
+	}
+	return nil
+}
+
+// tookBack is what a take back did: how many counters it took off their
+// node, and those it left there (a warning names each).
+type tookBack struct {
+	took int
+	left []topology.LeftCounter
 }
 
 // takeBackAt is the mover of a move forward's take back on a node at
 // token tok (takeBack): it subtracts on src what the copy holds of a
-// counter whose transfer dst applied, counting each in *took, and leaves
-// any other as it is (a warning names it).
-func (a *migrator) takeBackAt(tok string, took *int) mover {
+// counter whose transfer dst applied, counting each in tb, and leaves any
+// other as it is (a warning names it; tb lists it).
+func (a *migrator) takeBackAt(tok string, tb *tookBack) mover {
 	return func(ctx context.Context, kind xferKind, id, key string, src, dst *node.Node) (bool, error) {
 		applied, err := dst.Client().Exists(ctx, xferMarkerKey(id)).Result()
 		if err != nil {
@@ -105,6 +159,7 @@ func (a *migrator) takeBackAt(tok string, took *int) mover {
 		if applied == 0 {
 			a.log.Warn("topology: a counter came back with its node's data, and its destination holds no marker of its transfer: left as it is (no instance reads it there)",
 				"node", src.Name(), "key", key, "transfer", id, "destination", dst.Name())
+			tb.left = append(tb.left, topology.LeftCounter{Node: src.Name(), Key: key, Why: "no marker"})
 			return false, nil
 		}
 		state, v, err := a.inv.xferOut(ctx, src, tok, kind, id, key, dst)
@@ -117,6 +172,7 @@ func (a *migrator) takeBackAt(tok string, took *int) mover {
 		case xferBusy:
 			a.log.Warn("topology: a stock hash came back with its node's data with units reserved: left as it is (the reconcilers settle its parts; its units are counted on its transfer's destination too)",
 				"node", src.Name(), "key", key, "reserved", v[0], "transfer", id)
+			tb.left = append(tb.left, topology.LeftCounter{Node: src.Name(), Key: key, Why: "units reserved"})
 			return false, nil
 		}
 		if a.inv.crash(ctx, "take-back") {
@@ -127,7 +183,7 @@ func (a *migrator) takeBackAt(tok string, took *int) mover {
 		}
 		a.log.Warn("topology: a counter came back with its node's data after its transfer: taken off it again (its destination holds its units)",
 			"node", src.Name(), "key", key, "transfer", id, "destination", dst.Name())
-		*took++
+		tb.took++
 		return true, nil
 	}
 }

@@ -119,6 +119,11 @@ type Report struct {
 	// the node's older data after the apply's transfer had moved them to
 	// their destination, which holds their units (Driver.Retire).
 	TakenBack int
+	// LeftBehind lists the counters of that kind such an apply left on
+	// their node (Retirement.LeftBehind): delete them once their units
+	// reserved, if any, are settled; an apply that would serve them again
+	// refuses until then.
+	LeftBehind []LeftCounter
 	// Forward names the nodes of the applied topology an apply of it
 	// brought forward to its token, without a step 3: they went back to
 	// an older copy of their data (doc.go, "A node that went back").
@@ -402,6 +407,7 @@ func (a *applier) retireAt(ctx context.Context, c Change, nodes []string) error 
 	a.rep.Retired += r.Retired
 	a.rep.Reinstalled += r.Reinstalled
 	a.rep.TakenBack += r.TakenBack
+	a.rep.LeftBehind = append(a.rep.LeftBehind, r.LeftBehind...)
 	return err
 }
 

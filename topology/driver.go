@@ -35,6 +35,25 @@ type Retirement struct {
 	// came back holding them after the change's transfer had moved them
 	// to their destination (c.Forward only).
 	TakenBack int
+	// LeftBehind lists the counters of that kind a move forward left on
+	// their node (c.Forward only): out of every instance's reach there,
+	// their units counted on the transfer's destination too.
+	LeftBehind []LeftCounter
+}
+
+// LeftCounter is a counter a move forward found on a node that came back
+// holding it after a transfer had moved it off, and left there: the
+// transfer's destination holds no marker of it (nothing says where its
+// units are), it is a stock hash with units reserved (its parts, pending
+// in the older copy, are settled by the reconcilers once the node is
+// forward), or an earlier apply than the last moved it off (a stock hash
+// of a route the node does not serve; only the last apply's transfers are
+// taken back). No instance reads it there; an apply that would serve it
+// again refuses until it is deleted (the inventory's stale-counter rule,
+// doc.go "Stale counters on a joining node").
+type LeftCounter struct {
+	Node, Key string
+	Why       string // "no marker", "units reserved" or "moved off by an earlier apply"
 }
 
 // Driver runs the protocol's steps on the nodes (the inventory package

@@ -168,6 +168,12 @@ func writeRetired(stdout io.Writer, rep topology.Report) {
 	if rep.Reinstalled > 0 {
 		fmt.Fprintf(stdout, "order records put back %d: moved onto a node by the apply, lost when it went back to older data; put back from their moved copy (logged one by one)\n", rep.Reinstalled)
 	}
+	if rep.TakenBack > 0 {
+		fmt.Fprintf(stdout, "counters taken back %d: transferred off a node by the apply, come back with its older data; taken off it again (logged one by one)\n", rep.TakenBack)
+	}
+	for _, l := range rep.LeftBehind {
+		fmt.Fprintf(stdout, "counter left behind: %s on %s (%s): came back with the node's older data after its transfer, counted on its destination too; no instance reads it there. Delete it once its reserved units, if any, are settled; an apply that would serve it again refuses until then\n", l.Key, l.Node, l.Why)
+	}
 }
 
 func list(s []string) string {

@@ -61,6 +61,7 @@ type observed struct {
 	// whose writes may have begun (ran).
 	applies, retired, reinstalled, takenBack int
 	ran                                      []topoApply
+	leftBehind                               map[string][]string // stock key → nodes a move forward left it on (noteLeftBehind)
 	// diffs is what each roll back took, by node (lossdiff.go; none for
 	// a node whose state could not be read around it)
 	diffs    map[string][]lossDiff
@@ -190,6 +191,7 @@ func (o *observed) applied(to string, began time.Time, rep topology.Report) {
 	o.retired += rep.Retired
 	o.reinstalled += rep.Reinstalled
 	o.takenBack += rep.TakenBack
+	o.noteLeftBehind(rep.LeftBehind)
 	if rep.ToEpoch > 0 {
 		o.ran = append(o.ran, topoApply{to: to, began: began})
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/topology"
 )
 
 // The stock checks (check.go): each node's counters against its parts,
@@ -36,6 +37,16 @@ import (
 //     the units again; or, for a node brought forward, by the move
 //     forward's take back, inventory/apply_takeback.go), and the units confirmed by the parts over all
 //     nodes are at most that too (no oversell);
+//     A stock hash a move forward left on its node (topology.Report's
+//     LeftBehind: units reserved in the older copy, or no marker on the
+//     transfer's destination) is the exception: its units are counted on
+//     the destination too, and the node, which does not serve the route,
+//     keeps them out of every instance's reach (an apply that would serve
+//     them again refuses: inventory/apply_stale.go). Such a hash's loaded
+//     count on a node off the route at the end is allowed on top, and
+//     named (leftUnits). A move forward that should have taken a hash
+//     back and did not still fails the bound: only those it reports left
+//     are allowed;
 //   - no stock lost but by a loss: the loaded count over all nodes is at
 //     least what the schedule loaded less, for each loss, what the node's
 //     loaded count fell by from just before its roll back to just after
@@ -124,9 +135,9 @@ func boundsOf(key string, extra loadRange, losses []stockLoss, served []string) 
 // is held against its confirmed parts over all nodes only: the apply
 // moved the leaving node's confirmed count with its stock, and its
 // confirmed parts, final, stayed there.
-func checkStock(v *violations, st *worldState, obs *observed, split map[string]bool) {
+func checkStock(v *violations, st *worldState, obs *observed, split map[string]bool, routes map[string][]string) {
 	obs.mu.Lock()
-	extra, losses, ran := maps.Clone(obs.extra), slices.Clone(obs.stockLosses), slices.Clone(obs.ran)
+	extra, losses, ran, left := maps.Clone(obs.extra), slices.Clone(obs.stockLosses), slices.Clone(obs.ran), maps.Clone(obs.leftBehind)
 	obs.mu.Unlock()
 	for _, k := range skus {
 		key := inventory.StockKey(k.Route, k.SKU)
@@ -138,6 +149,10 @@ func checkStock(v *violations, st *worldState, obs *observed, split map[string]b
 			v.add("settled-twice", "%s: confirmed %d over all nodes, but its parts hold %d confirmed", key, sum.confirmed, sum.partsConfirmed)
 		}
 		b := boundsOf(key, extra[key], losses, routeNodes(k.Route, ran))
+		if units, why := leftUnits(st, key, left[key], routes[k.Route]); units > 0 {
+			b.hi += units
+			b.why += ", " + why
+		}
 		if sum.total != sum.loaded {
 			v.add("stock-conserved", "%s: %d units over all nodes, %d loaded", key, sum.total, sum.loaded)
 		}
@@ -151,6 +166,39 @@ func checkStock(v *violations, st *worldState, obs *observed, split map[string]b
 			v.add("oversold", "%s: its parts over all nodes confirm %d units, at most %d were loaded (%s)", key, sum.partsConfirmed, b.hi, b.why)
 		}
 	}
+}
+
+// noteLeftBehind records the stock hashes a move forward left on their
+// node (topology.Report.LeftBehind; quota counters are not stock). Called
+// with o.mu held.
+func (o *observed) noteLeftBehind(left []topology.LeftCounter) {
+	for _, l := range left {
+		if !strings.HasPrefix(l.Key, "inv:stock:") || slices.Contains(o.leftBehind[l.Key], l.Node) {
+			continue
+		}
+		if o.leftBehind == nil {
+			o.leftBehind = map[string][]string{}
+		}
+		o.leftBehind[l.Key] = append(o.leftBehind[l.Key], l.Node)
+	}
+}
+
+// leftUnits is the loaded count of key on the nodes of on (those a move
+// forward left it on) that do not serve its route at the end (members),
+// and why it is allowed over the bound (checkStock).
+func leftUnits(st *worldState, key string, on, members []string) (int64, string) {
+	var units int64
+	var where []string
+	for _, name := range on {
+		if slices.Contains(members, name) {
+			continue
+		}
+		if l := atoi(st.nodes[name].stock[key]["loaded"]); l > 0 {
+			units += l
+			where = append(where, fmt.Sprintf("%d on %s", l, name))
+		}
+	}
+	return units, strings.Join(where, " and ") + " in a hash a move forward left there, out of every instance's reach (topology.Report.LeftBehind)"
 }
 
 // routeNodes are the nodes route had at T0 or at the topology of an
