@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	"github.com/redis/go-redis/v9"
 
@@ -128,8 +129,40 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 	if err != nil || !c.Forward {
 		return done, err
 	}
-	done.TakenBack, done.LeftBehind, err = a.takeBack(ctx, c, behind)
+	mid, err := a.migratingAtToken(ctx, c, nodes)
+	if err != nil {
+		return done, err
+	}
+	maps.Copy(mid, behind)
+	done.TakenBack, done.LeftBehind, err = a.takeBack(ctx, c, mid)
 	return done, err
+}
+
+// migratingAtToken returns those of nodes whose record is at c.Token,
+// unfenced, in phase migrating, each with c.Token. Retire with
+// c.Forward is given such nodes once step 3 at c.Token has ended (a
+// record at the token is stable: topology/doc.go, "A copy taken during
+// step 3"): each holds a copy from before its end, or step 4 is under way
+// on it. Their records are left alone (instances at the token act on
+// them), but what step 3 moved off them is taken back (takeBack: only
+// transfers whose destination holds the marker; on a node step 3 wrote
+// whole, each finds its counter emptied, and writes nothing).
+func (a *migrator) migratingAtToken(ctx context.Context, c topology.Change, nodes []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, name := range nodes {
+		n, err := a.node(name)
+		if err != nil {
+			return nil, err
+		}
+		rec, err := readRecord(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		if !rec.Lost && !rec.Fenced && rec.Token == c.Token && rec.Phase == topology.PhaseMigrating {
+			out[name] = rec.Token
+		}
+	}
+	return out, nil
 }
 
 // behind reads the topology record of each of nodes and returns those

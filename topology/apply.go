@@ -251,6 +251,18 @@ func (a *applier) resume(ctx context.Context, cur Record, recs map[string]Record
 		a.rep.Phase = PhaseMigrating
 		return a.rep, nil
 	}
+	// Step 3 ended if a record at the token is stable: a node at the
+	// token still migrating holds a copy from before its end (doc.go, "A
+	// copy taken during step 3"), or step 4 is under way on it. Either
+	// way it is brought forward as a node that went back, before step 4
+	// writes it stable (on one step 3 wrote whole, nothing to do).
+	if anyStableAt(recs, cur.Token) {
+		fc := a.change(cur.Token)
+		fc.Forward = true
+		if err := a.retireAt(ctx, fc, migratingAt(recs, Union(prev.Nodes(), a.to.Nodes()), cur.Token)); err != nil {
+			return a.rep, err
+		}
+	}
 	// An interrupted bump left nodes at the previous token (or one
 	// went back to an older copy since): retire what came back on
 	// them, then finish it.

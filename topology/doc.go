@@ -210,6 +210,28 @@
 // refuses while any node is at another token (its check): the current
 // one is applied again first.
 //
+// A copy taken during step 3. A node's copy taken once it was bumped but
+// before step 3 moved its counters and records comes back at the token,
+// in phase migrating, at the same attempt as its peers: the accept does
+// not fence it (nothing tells the copies apart), and it is not behind.
+// Once step 3 has ended (a record at the token is stable: stable is
+// written only after it) a rerun of the apply resumes (a record at the
+// token is migrating), and its step 3 finds nothing to do (the inventory
+// reads the phase of its view, stable); so the copy kept what step 3 had
+// moved off the node, counted on the destination too (the schedule
+// explorer's seeds 155100 and 155263: 26 units of a SKU where 14 were
+// loaded). So a resume that finds step 3 ended gives every node still
+// migrating at the token to [Driver.Retire] with Change.Forward before it
+// writes it stable: what step 3 moved off it is taken back, as from a
+// node that went back (only transfers whose destination holds the
+// marker). Its order records are left alone: instances at the token act
+// on them, and a node whose data step 3 wrote whole (step 4 under way
+// on it: stable written on some nodes, not yet on it) cannot be told
+// from a copy; the take back finds each counter of such a node emptied
+// by its transfer's done, and writes nothing. Not closed: order records
+// step 3 moved off or onto the node after its copy was taken (a moved
+// record live on it again, one installed on it lost).
+//
 // Stale counters on a joining node. Counters the take back leaves (their
 // transfer's marker gone, expired or never written; a stock hash with
 // units reserved in the older copy; counters an earlier change than the
