@@ -316,7 +316,16 @@ func (inv *Inventory) settleRound(ctx context.Context, orderID string, action Ac
 // part's result ("done", "already", "tombstoned", "missing" or
 // "conflict:<state>"). It is idempotent: a part changes state at most once.
 // An error means nothing is known to have changed; retry it later.
+//
+// A Settle naming one part id twice is refused with an error wrapping
+// [ErrInvalid] naming the id, before any call (settle.lua settles a part
+// named twice once, the repeat answering "already").
 func (inv *Inventory) SettleNow(ctx context.Context, s Settle) ([]string, error) {
+	for i, id := range s.PartIDs {
+		if slices.Contains(s.PartIDs[:i], id) {
+			return nil, fmt.Errorf("%w: settle of order %q on %s names part %q twice", ErrInvalid, s.OrderID, s.Node, id)
+		}
+	}
 	c := inv.settleCall(s)
 	if c.err != nil {
 		return nil, c.err

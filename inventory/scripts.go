@@ -65,6 +65,8 @@ var reserveScript = newGroupedScript("reserve", true, luaFile("reserve.lua")).wi
 // reserve arriving later takes nothing), "missing" (confirm of a part
 // that does not exist), "held" (abort of a part a probe saw pending:
 // nothing changed, it follows its order's decision) or "conflict:<state>".
+// A part named twice is settled once: a repeat answers "already" when the
+// first settled it or wrote its tombstone, else as the first.
 // A pending stock part whose SKU's stock hash holds fewer reserved units
 // than the part is refused before any write: SHARDIS_NOSTOCK when the hash
 // does not exist at all (deleted), SHARDIS_CORRUPT otherwise.

@@ -4,44 +4,57 @@ local target = action == 'confirm' and 'confirmed' or 'cancelled'
 local retention = tonumber(ARGV[5])
 local out = {}
 local todo = {}
+-- seen[pk] is the first answer for part key pk and whether it queued a
+-- write: every record is read before any is written, so a part named
+-- twice would read pending twice and settle twice (its units moved
+-- twice). A repeat answers "already" when the first settled it (or wrote
+-- its tombstone), else as the first, and queues nothing.
+local seen = {}
 redis.call('ZCARD', KEYS[2]) -- fails now, before any write, if the index is not a sorted set
 for i = 3, #KEYS do
   local pk = KEYS[i]
-  local rec = part_get(pk) or {}
-  local f = {rec.state, rec.kind, rec.qty, rec.counter, rec.held}
-  local st = f[1]
-  if not st then
-    out[#out + 1] = action == 'confirm' and 'missing' or 'tombstoned'
-    if action ~= 'confirm' then todo[#todo + 1] = {pk = pk, tomb = true} end
-  elseif st == 'pending' and action == 'abort' and f[5] then
-    out[#out + 1] = 'held'
-  elseif st == 'pending' then
-    local q, err = int(f[3], pk .. ' qty')
-    if err then return err end
-    if f[2] == 's' then
-      local r
-      r, err = int(redis.call('HGET', f[4], 'reserved'), f[4] .. ' reserved')
-      if err then return err end
-      if r < q then
-        if redis.call('EXISTS', f[4]) == 0 then
-          return redis.error_reply('SHARDIS_NOSTOCK stock hash ' .. f[4] .. ' is missing (deleted?) while part ' .. pk ..
-            ' holds ' .. q .. ' of it')
-        end
-        return redis.error_reply('SHARDIS_CORRUPT ' .. f[4] .. ' reserved is ' .. r .. ', part ' .. pk .. ' holds ' .. q)
-      end
-      local to = action == 'confirm' and 'confirmed' or 'available'
-      local _, terr = int(redis.call('HGET', f[4], to), f[4] .. ' ' .. to)
-      if terr then return terr end
-    elseif action ~= 'confirm' then
-      local _, cerr = int(redis.call('GET', f[4]), f[4])
-      if cerr then return cerr end
-    end
-    todo[#todo + 1] = {pk = pk, id = ARGV[i + 4], q = q, rec = rec}
-    out[#out + 1] = 'done'
-  elseif st == target then
-    out[#out + 1] = 'already'
+  local first = seen[pk]
+  if first then
+    out[#out + 1] = first.queued and 'already' or first.word
   else
-    out[#out + 1] = 'conflict:' .. st
+    local queued = #todo
+    local rec = part_get(pk) or {}
+    local f = {rec.state, rec.kind, rec.qty, rec.counter, rec.held}
+    local st = f[1]
+    if not st then
+      out[#out + 1] = action == 'confirm' and 'missing' or 'tombstoned'
+      if action ~= 'confirm' then todo[#todo + 1] = {pk = pk, tomb = true} end
+    elseif st == 'pending' and action == 'abort' and f[5] then
+      out[#out + 1] = 'held'
+    elseif st == 'pending' then
+      local q, err = int(f[3], pk .. ' qty')
+      if err then return err end
+      if f[2] == 's' then
+        local r
+        r, err = int(redis.call('HGET', f[4], 'reserved'), f[4] .. ' reserved')
+        if err then return err end
+        if r < q then
+          if redis.call('EXISTS', f[4]) == 0 then
+            return redis.error_reply('SHARDIS_NOSTOCK stock hash ' .. f[4] .. ' is missing (deleted?) while part ' .. pk ..
+              ' holds ' .. q .. ' of it')
+          end
+          return redis.error_reply('SHARDIS_CORRUPT ' .. f[4] .. ' reserved is ' .. r .. ', part ' .. pk .. ' holds ' .. q)
+        end
+        local to = action == 'confirm' and 'confirmed' or 'available'
+        local _, terr = int(redis.call('HGET', f[4], to), f[4] .. ' ' .. to)
+        if terr then return terr end
+      elseif action ~= 'confirm' then
+        local _, cerr = int(redis.call('GET', f[4]), f[4])
+        if cerr then return cerr end
+      end
+      todo[#todo + 1] = {pk = pk, id = ARGV[i + 4], q = q, rec = rec}
+      out[#out + 1] = 'done'
+    elseif st == target then
+      out[#out + 1] = 'already'
+    else
+      out[#out + 1] = 'conflict:' .. st
+    end
+    seen[pk] = {word = out[#out], queued = #todo > queued}
   end
 end
 for _, p in ipairs(todo) do
