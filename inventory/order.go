@@ -317,10 +317,16 @@ func (inv *Inventory) settleRound(ctx context.Context, orderID string, action Ac
 // "conflict:<state>"). It is idempotent: a part changes state at most once.
 // An error means nothing is known to have changed; retry it later.
 //
-// A Settle naming one part id twice is refused with an error wrapping
-// [ErrInvalid] naming the id, before any call (settle.lua settles a part
-// named twice once, the repeat answering "already").
+// A Settle whose Action is neither [Confirm] nor [Cancel], or naming one
+// part id twice, is refused with an error wrapping [ErrInvalid] naming
+// the action or the id, before any call (settle.lua refuses any other
+// action word, and settles a part named twice once, the repeat answering
+// "already").
 func (inv *Inventory) SettleNow(ctx context.Context, s Settle) ([]string, error) {
+	if s.Action != Confirm && s.Action != Cancel {
+		return nil, fmt.Errorf("%w: settle of order %q on %s: action %q is neither %q nor %q", ErrInvalid, s.OrderID, s.Node,
+			string(s.Action), string(Confirm), string(Cancel))
+	}
 	for i, id := range s.PartIDs {
 		if slices.Contains(s.PartIDs[:i], id) {
 			return nil, fmt.Errorf("%w: settle of order %q on %s names part %q twice", ErrInvalid, s.OrderID, s.Node, id)

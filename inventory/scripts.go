@@ -58,7 +58,8 @@ var reserveScript = newGroupedScript("reserve", true, luaFile("reserve.lua")).wi
 // KEYS: 1 stamp, 2 pending index, then one part key per part.
 // ARGV: 4 action ("confirm", "cancel", or "abort": a cancel by a staged
 // attempt before its order is decided, staged.go), 5 retention seconds
-// of settled parts, 6 order id, then one part id per part.
+// of settled parts, 6 order id, then one part id per part. Any other
+// action is refused (SHARDIS_BADOP) before any write.
 //
 // Per part it returns "done" (moved now), "already" (was in the target
 // state), "tombstoned" (cancel or abort of a part that does not exist: a

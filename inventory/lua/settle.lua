@@ -1,5 +1,9 @@
 
 local action = ARGV[4]
+if action ~= 'confirm' and action ~= 'cancel' and action ~= 'abort' then
+  -- before any write: any other word was once run as a cancel
+  return redis.error_reply('SHARDIS_BADOP settle action ' .. tostring(action) .. ' is not confirm, cancel or abort')
+end
 local target = action == 'confirm' and 'confirmed' or 'cancelled'
 local retention = tonumber(ARGV[5])
 local out = {}
