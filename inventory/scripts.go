@@ -70,7 +70,9 @@ var reserveScript = newGroupedScript("reserve", true, luaFile("reserve.lua")).wi
 // first settled it or wrote its tombstone, else as the first.
 // A pending stock part whose SKU's stock hash holds fewer reserved units
 // than the part is refused before any write: SHARDIS_NOSTOCK when the hash
-// does not exist at all (deleted), SHARDIS_CORRUPT otherwise.
+// does not exist at all (deleted), SHARDIS_CORRUPT otherwise; so is a
+// pending part whose kind is neither s (stock) nor q (quota)
+// (SHARDIS_CORRUPT naming the part's key and its kind).
 var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 
 // orderScript is the order record's state machine on the order's home node.

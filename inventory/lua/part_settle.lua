@@ -9,14 +9,15 @@
 -- lives longer: order.go's partsMayHaveExpired tells a part expired from
 -- one lost); its
 -- pending-index entry goes, and its stuck-index entries when it was set
--- aside. The caller checked the counter first
+-- aside. The caller checked the counter first, and that the part's kind
+-- is s (stock) or q (quota): any other is refused before any write
 -- (settle.lua, and inline_settle for a decision's inline parts): this
 -- only writes.
 local function part_settle(pk, id, p, q, confirm, retention)
   if p.kind == 's' then
     redis.call('HINCRBY', p.counter, 'reserved', I(-q))
     redis.call('HINCRBY', p.counter, confirm and 'confirmed' or 'available', I(q))
-  elseif not confirm then
+  elseif p.kind == 'q' and not confirm then
     if redis.call('DECRBY', p.counter, I(q)) <= 0 then redis.call('DEL', p.counter) end
   end
   local state = confirm and 'confirmed' or 'cancelled'

@@ -47,6 +47,10 @@ for i = 3, #KEYS do
         local to = action == 'confirm' and 'confirmed' or 'available'
         local _, terr = int(redis.call('HGET', f[4], to), f[4] .. ' ' .. to)
         if terr then return terr end
+      elseif f[2] ~= 'q' then
+        -- no kind (a record written by hand, or garbled) is no quota
+        -- part: settled as one, a stock part's units would stay reserved
+        return part_corrupt(pk, 'kind "' .. tostring(f[2] or '') .. '" of a pending part is neither s (stock) nor q (quota)')
       elseif action ~= 'confirm' then
         local _, cerr = int(redis.call('GET', f[4]), f[4])
         if cerr then return cerr end
