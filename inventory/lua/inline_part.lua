@@ -89,9 +89,11 @@ end
 -- pending ('': none). It returns the ids of the parts it settled, each
 -- followed by \031 (no id holds a control character). When a part's
 -- counter would make settle.lua refuse it (fewer units reserved than it
--- holds, a value that is not an integer), it settles none and writes
--- them pending (inline_write): the settle that follows refuses that part
--- as before.
+-- holds, a value that is not an integer, a key that is not a hash), it
+-- settles none and writes them pending (inline_write): the settle that
+-- follows refuses that part as before, naming the node and the key. Its
+-- counter reads are redis.pcall: a counter of the wrong type must not
+-- fail the decision's script, whose record would stay reserved.
 local function inline_settle(key, t, st, retention, only)
   local order = string.sub(key, #PFX_ORDER + 1)
   local to = st == 'confirmed' and 'confirmed' or 'available'
@@ -104,8 +106,12 @@ local function inline_settle(key, t, st, retention, only)
       if only and id ~= only then
         part_put(pk, p)
       else
-        local q, r = tonumber(p.qty), int(redis.call('HGET', p.counter, 'reserved'), p.counter, ' reserved')
-        local _, terr = int(redis.call('HGET', p.counter, to), p.counter, ' ' .. to)
+        local q, rv, tv = tonumber(p.qty), redis.pcall('HGET', p.counter, 'reserved'), redis.pcall('HGET', p.counter, to)
+        local r, terr
+        if type(rv) ~= 'table' and type(tv) ~= 'table' then
+          r = int(rv, p.counter, ' reserved')
+          terr = select(2, int(tv, p.counter, ' ' .. to))
+        end
         if not q or not r or r < q or terr then
           inline_write(key, t)
           return ''

@@ -34,8 +34,14 @@ for i = 3, #KEYS do
       local q, err = int(f[3], pk .. ' qty')
       if err then return err end
       if f[2] == 's' then
-        local r
-        r, err = int(redis.call('HGET', f[4], 'reserved'), f[4] .. ' reserved')
+        -- pcall: a counter that is not a hash is refused naming its key
+        -- (WRONGTYPE alone would not name it)
+        local r = redis.pcall('HGET', f[4], 'reserved')
+        if type(r) == 'table' then
+          return redis.error_reply('SHARDIS_CORRUPT stock hash ' .. f[4] .. ' of part ' .. pk .. ' is not a hash (' ..
+            tostring(r.err) .. ')')
+        end
+        r, err = int(r, f[4] .. ' reserved')
         if err then return err end
         if r < q then
           if redis.call('EXISTS', f[4]) == 0 then
@@ -52,7 +58,12 @@ for i = 3, #KEYS do
         -- part: settled as one, a stock part's units would stay reserved
         return part_corrupt(pk, 'kind "' .. tostring(f[2] or '') .. '" of a pending part is neither s (stock) nor q (quota)')
       elseif action ~= 'confirm' then
-        local _, cerr = int(redis.call('GET', f[4]), f[4])
+        local v = redis.pcall('GET', f[4])
+        if type(v) == 'table' then
+          return redis.error_reply('SHARDIS_CORRUPT quota counter ' .. f[4] .. ' of part ' .. pk .. ' is not a string (' ..
+            tostring(v.err) .. ')')
+        end
+        local _, cerr = int(v, f[4])
         if cerr then return cerr end
       end
       todo[#todo + 1] = {pk = pk, id = ARGV[i + 4], q = q, rec = rec}
