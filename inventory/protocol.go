@@ -46,11 +46,16 @@ const (
 	recMismatch recStatus = "mismatch" // opBegin: the id was used with other items or user
 	recLost     recStatus = "lost"     // opCommit: the record is not this attempt's any more
 	recMissing  recStatus = "missing"  // no record
+	// recGone: opExpire found no record of a due part that may have
+	// outlived it (set aside before, or due longer than the retention
+	// ago): nothing written, its decision cannot be inferred (stuck.go).
+	recGone recStatus = "gone"
 )
 
 // recStatuses are the words orderScript replies as its first word.
 var recStatuses = []string{string(recReserving), string(recStaging), string(recReserved), string(recConfirmed),
-	string(recCancelled), string(recFailed), string(recBegun), string(recMismatch), string(recLost), string(recMissing)}
+	string(recCancelled), string(recFailed), string(recBegun), string(recMismatch), string(recLost), string(recMissing),
+	string(recGone)}
 
 // stageStatus is the first word of stageTakeScript's reply (staged.go).
 type stageStatus string

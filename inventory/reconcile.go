@@ -10,7 +10,8 @@ import (
 
 // pendingDueScript lists pending parts of a node whose deadline passed.
 // KEYS: 1 stamp, 2 pending index. ARGV: 4 limit. Returns up to limit
-// entries {id, order, token, state, deadline, member, problem}, read from
+// entries {id, order, token, state, deadline, member, problem,
+// stuck_since ms (0: never set aside)}, read from
 // each indexed part's record (partPrefix .. id, see lua.go). An index
 // member that names no part (a redo-log place with no entry,
 // [PendingKey]) is reported as a part whose record is gone, with the
@@ -78,6 +79,10 @@ type PendingPart struct {
 	// the reconciler sets the part aside ([Inventory.SetAside]).
 	Problem string
 	member  string // the index member the listing read it under
+	// setAside: the part was set aside before (its record's stuck_since),
+	// so an expire op met its order's record then: one found missing now
+	// may have expired (stuck.go)
+	setAside bool
 }
 
 // Resolution is what [Inventory.ResolveExpired] did with a part.
@@ -112,21 +117,21 @@ func (inv *Inventory) DueParts(ctx context.Context, n *node.Node, limit int) ([]
 }
 
 // decodeDue reads pendingDueScript's reply: a list of {id, order, token,
-// state, deadline ms, member, problem} (the script writes "" and 0 for
-// absent fields).
+// state, deadline ms, member, problem, stuck_since ms} (the script writes
+// "" and 0 for absent fields).
 func decodeDue(nodeName string, v any) ([]PendingPart, error) {
 	r := newReplyReader(nodeName, pendingDueScript.name)
 	raw := r.list(v, -1)
 	out := make([]PendingPart, 0, len(raw))
 	for i := range raw {
-		t := r.listAt(raw, i, 7)
+		t := r.listAt(raw, i, 8)
 		if r.err != nil {
 			break
 		}
 		r.enter(i)
 		p := PendingPart{Node: nodeName, PartID: r.str(t, 0), OrderID: r.str(t, 1), Token: r.str(t, 2),
 			State: PartState(r.str(t, 3)), Deadline: time.UnixMilli(r.int(t, 4)), member: r.str(t, 5),
-			Problem: r.str(t, 6)}
+			Problem: r.str(t, 6), setAside: r.int(t, 7) > 0}
 		r.leave()
 		out = append(out, p)
 	}
@@ -168,14 +173,24 @@ func (inv *Inventory) byDecision(ctx context.Context, n *node.Node, p PendingPar
 // decided, or one this pass decided itself, is acted on: cancelling now
 // would give back the units of an attempt that may yet answer success.
 func (inv *Inventory) expiredRecord(ctx context.Context, home *node.Node, p PendingPart) (orderRecord, error) {
-	rec, err := inv.orderOp(ctx, home, p.OrderID, opExpire, p.Token, seconds(inv.cfg.Retention), p.PartID)
+	// the part's deadline and whether it was set aside tell the op
+	// whether a missing record may have expired (stuck.go)
+	aside := "0"
+	if p.setAside {
+		aside = "1"
+	}
+	expire := func() (orderRecord, error) {
+		return inv.orderOp(ctx, home, p.OrderID, opExpire, p.Token, seconds(inv.cfg.Retention), p.PartID,
+			p.Deadline.UnixMilli(), aside)
+	}
+	rec, err := expire()
 	if err != nil || rec.status != recStaging {
 		return rec, err
 	}
 	if err := inv.resolveStaged(ctx, home, p.OrderID, rec, true); err != nil {
 		return orderRecord{}, err
 	}
-	rec, err = inv.orderOp(ctx, home, p.OrderID, opExpire, p.Token, seconds(inv.cfg.Retention), p.PartID)
+	rec, err = expire()
 	if err == nil && rec.status == recStaging {
 		return orderRecord{}, fmt.Errorf("%w: order %q is staging again", ErrUnavailable, p.OrderID)
 	}
@@ -187,7 +202,13 @@ func (inv *Inventory) expiredRecord(ctx context.Context, home *node.Node, p Pend
 // reserved by that attempt → postpone (to the order's deadline, or past
 // the attempt's lease while it is being reserved); anything
 // else (cancelled, expired, failed, superseded or missing) → cancel. A
-// part listed with a [PendingPart.Problem] (its record unreadable or gone)
+// missing record is read as an attempt that never landed (its failure
+// recorded) only for a part that may not have outlived it: one set aside
+// before, or due at least inventory.retention ago, that meets no record
+// is not settled (the record may have been a confirmed order's that lived
+// out its retention): the error wraps [ErrCorrupt], says the decision
+// cannot be inferred, and the caller sets the part aside for an operator
+// (stuck.go). A part listed with a [PendingPart.Problem] (its record unreadable or gone)
 // is not settled: the error wraps [ErrCorrupt]. The
 // order's expiry itself is decided first, by compare-and-set on the order
 // record, so a racing Confirm either wins (the part is confirmed) or loses
@@ -248,6 +269,14 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 				return "", err
 			}
 			return putOff(err)
+		}
+		if rec.status == recGone {
+			// no record, and the part may have outlived it: nothing was
+			// written, the caller sets the part aside (stuck.go)
+			return "", fmt.Errorf("%w: node %s: part %q: the record of its order %q is gone (the part was set aside, or came due "+
+				"more than inventory.retention ago: the record may have lived out its retention), so the order's decision cannot be "+
+				"inferred: an operator decides (SettleNow with Confirm or Cancel, by the system of record)", ErrCorrupt, p.Node,
+				p.PartID, p.OrderID)
 		}
 		if rec.settledHere(p.Node, p.PartID) {
 			return Cancelled, nil // this expiry settled it with the record (inline.go)

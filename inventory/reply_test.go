@@ -164,7 +164,7 @@ func TestReplyDecodersStrict(t *testing.T) {
 			return err
 		}},
 		{"pending-due: deadline a string", "pending-due", "reply[0][4]", func() error {
-			_, err := decodeDue("n1", []any{[]any{"p", "o", "t", "pending", "12", "1:2", ""}})
+			_, err := decodeDue("n1", []any{[]any{"p", "o", "t", "pending", "12", "1:2", "", int64(0)}})
 			return err
 		}},
 		{"order-move-out: pttl a string", "order-move-out", "reply[1]", func() error {

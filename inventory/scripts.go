@@ -113,12 +113,15 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //	        A cancelled or confirmed record it answers by lives the
 //	        retention from now at least (relied_on).
 //	expire  (reconciler, ARGV 5 the due part's token, 6 retention s, 7
-//	        the due part's id) reserved past
+//	        the due part's id, 8 its deadline ms, 9 "1" when it was set
+//	        aside before) reserved past
 //	        deadline → cancelled/"expired"; reserving past lease → failed;
 //	        missing (never written, not moved away) → failed under the
 //	        part's token (a stale stage of that token, stageTakeScript, is
-//	        refused afterwards). Returns the record
-//	        either way.
+//	        refused afterwards), unless the part may have outlived the
+//	        record (set aside before, or due at least the retention ago):
+//	        then nothing is written and the verdict is "gone" (stuck.go).
+//	        Returns the record either way.
 //	fence   (a refusal, ARGV 6 retention s) missing (or moved) → failed
 //	        under the caller's token, reason "refused" (soldout.go,
 //	        "Refusals behind a fence"). Otherwise the record as is.

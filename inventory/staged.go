@@ -200,7 +200,11 @@ import (
 // excluded was cancelled, or after the refusal or Cancel answered (each
 // found by a review). Its twin, for a record that is decided: a part left
 // pending (its settle did not land) is looked at by a reconciler within
-// inventory.retention of coming due. A decided record lives the
+// inventory.retention of coming due, and one set aside is retried within
+// it (each retry's expire op relies on the record again: stuck.go); a
+// part that meets no record all the same past that bound is set aside
+// for an operator, not cancelled (its decision cannot be inferred). A
+// decided record lives the
 // retention from when its parts come due, not from its decision
 // (order.lua, final: from the deadline plus partGrace, moved on by the
 // commit's lag behind the record's created, since a one-round take

@@ -38,6 +38,25 @@ import (
 //     ([Inventory.RetryStuck], `shardis parts retry`); an explicit retry
 //     restarts the part's backoff.
 //
+// A set-aside part settles by its order's record, which lives the
+// retention (inventory.retention, [Inventory.Retention]) from the last
+// time a reader relied on it: each retry's expire op (order.lua,
+// relied_on) is such a reader, so a part retried at least once per
+// retention keeps its order's record alive however long it waits for
+// its repair. The reconciler's backoff is capped well below the
+// retention for that (rollback.Settings.StuckRetryMax). A part that meets
+// no record of its order all the same — one set aside before (its
+// record's stuck_since), or due at least the retention ago — is not read
+// as one whose attempt never landed (its failure recorded, the part
+// cancelled), as a part that comes due within the retention is: the
+// record may have been a confirmed order's that lived out its retention
+// (retries stopped, a reconciler down, an explicit backoff longer than
+// the retention), and cancelling would oversell. Nothing is written: the
+// part is set aside again ([Inventory.ResolveExpired] errs wrapping
+// [ErrCorrupt], its reason saying the order's record is gone and its
+// decision cannot be inferred), its units reserved, until an operator
+// decides (SettleNow with Confirm or Cancel, by the system of record).
+//
 // Why the state lives on the node and not in a reconciler: any instance's
 // reconciler may hold a node's lease on a given pass, instances restart,
 // and the stuck index is already there; a retry is one script moving the
@@ -281,6 +300,11 @@ func readStuckRecord(n *node.Node, id string, rec *PartRead, sp *StuckPart) erro
 	sp.Quantity = r.optIntStr(f, 3)
 	return r.err
 }
+
+// Retention is inventory.retention: how long a decided order record, a
+// settled part and a tombstone live after the last reader relied on them.
+// A reconciler retries set-aside parts well within it (stuck.go).
+func (inv *Inventory) Retention() time.Duration { return inv.cfg.Retention }
 
 // StuckCount returns how many parts are set aside on node.
 func (inv *Inventory) StuckCount(ctx context.Context, nodeName string) (int64, error) {

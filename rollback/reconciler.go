@@ -79,8 +79,14 @@ type Settings struct {
 	// default: 5s
 	StuckRetry time.Duration
 	// StuckRetryMax caps the wait between automatic retries of a stuck
-	// part (raised to StuckRetry when below it).
-	// default: 5m
+	// part (raised to StuckRetry when below it). It is capped at a quarter
+	// of the inventory's retention (inventory.retention,
+	// inventory.Inventory.Retention), and StuckRetry with it: each retry
+	// relies on the part's order record, which keeps it the retention from
+	// then, so a part retried within it never outlives the record that
+	// says how it settles (a part that does anyway is set aside for an
+	// operator: inventory.StuckPart).
+	// default: 5m (at most retention/4)
 	StuckRetryMax time.Duration
 	// Logger receives errors and what each pass did.
 	// default: slog.Default()
@@ -166,7 +172,7 @@ type Reconciler struct {
 // New returns a reconciler; call Start to run it in the background, or
 // RunOnce to drive it by hand. queue may be nil.
 func New(inv *inventory.Inventory, queue *Queue, set Settings) *Reconciler {
-	set = set.filled()
+	set = set.filled().within(inv.Retention())
 	if queue == nil {
 		queue = NewQueue()
 	}
@@ -234,6 +240,16 @@ func (set Settings) filled() Settings {
 	}
 	set.StuckRetry = max(set.StuckRetry, time.Millisecond)
 	set.StuckRetryMax = max(set.StuckRetryMax, set.StuckRetry)
+	return set
+}
+
+// within returns s (filled) with its stuck-part backoff capped at a
+// quarter of retention, the inventory's (Settings.StuckRetryMax), at
+// least 1ms.
+func (set Settings) within(retention time.Duration) Settings {
+	most := max(retention/4, time.Millisecond)
+	set.StuckRetryMax = min(set.StuckRetryMax, most)
+	set.StuckRetry = min(set.StuckRetry, set.StuckRetryMax)
 	return set
 }
 

@@ -67,3 +67,27 @@ func TestSettingsFilledInRange(t *testing.T) {
 		}
 	}
 }
+
+// TestSettingsWithinRetention: the stuck-part backoff is capped at a
+// quarter of the inventory's retention (StuckRetry with it), so a part
+// set aside is retried, and its order's record relied on again, within
+// the retention (stuck_retention_test.go shows why).
+func TestSettingsWithinRetention(t *testing.T) {
+	for _, c := range []struct {
+		in        Settings
+		retention time.Duration
+		retry     time.Duration
+		most      time.Duration
+	}{
+		{Settings{}, 7 * 24 * time.Hour, DefaultStuckRetry, DefaultStuckRetryMax},
+		{Settings{}, 8 * time.Minute, DefaultStuckRetry, 2 * time.Minute},
+		{Settings{StuckRetry: time.Minute, StuckRetryMax: time.Hour}, 2 * time.Minute, 30 * time.Second, 30 * time.Second},
+		{Settings{}, time.Millisecond, time.Millisecond, time.Millisecond},
+	} {
+		f := c.in.filled().within(c.retention)
+		if f.StuckRetry != c.retry || f.StuckRetryMax != c.most {
+			t.Errorf("%+v within %v: StuckRetry %v, StuckRetryMax %v; want %v, %v", c.in, c.retention, f.StuckRetry,
+				f.StuckRetryMax, c.retry, c.most)
+		}
+	}
+}

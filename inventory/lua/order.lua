@@ -186,9 +186,23 @@ elseif op == 'fence' then
   return record(status)
 elseif op == 'expire' then
   if not status and not moved and token ~= '' then
-    -- A part of attempt token is due and its order has no record: the
-    -- attempt's stage or begin never landed. Record its failure, so a stale
-    -- copy arriving later cannot stage it (staged.go).
+    -- A part of attempt token is due and its order has no record. A
+    -- decided record lives the retention from when its parts come due,
+    -- and each expire op relies on it again (relied_on), so a part that
+    -- came due within the retention (ARGV 8: its deadline, ms, the
+    -- part's node's clock) and was never set aside (ARGV 9 '1': it was,
+    -- so an expire op read or wrote a record before) meets none only when
+    -- the attempt's stage or begin never landed: record its failure, so a
+    -- stale copy arriving later cannot stage it (staged.go). Any other
+    -- part may have outlived its record (a confirmed order's, set aside
+    -- past the retention): its decision cannot be inferred, nothing is
+    -- written, and the verdict 'gone' makes the caller set it aside for
+    -- an operator (stuck.go). A caller that sends no ARGV 8 gets the
+    -- failure, as before.
+    local pdl = tonumber(ARGV[8] or '')
+    if ARGV[9] == '1' or (pdl and pdl > 0 and now >= pdl + retention * 1000) then
+      return record('gone', 'no record')
+    end
     return failed_here('no record', retention)
   end
   if status == 'reserved' and now >= deadline then

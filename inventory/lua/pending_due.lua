@@ -21,6 +21,9 @@ for _, m in ipairs(ms) do
     -- which pending_adjust's drop removes (it cannot rebuild it)
     id, f = m, {}
   end
-  out[#out + 1] = {id, f.order or '', f.token or '', f.state or '', tonumber(f.deadline) or 0, m, problem or ''}
+  -- stuck_since: the part was set aside before (pending_adjust.lua),
+  -- which the expire op's reading of a missing order record needs
+  out[#out + 1] = {id, f.order or '', f.token or '', f.state or '', tonumber(f.deadline) or 0, m, problem or '',
+    tonumber(f.stuck_since) or 0}
 end
 return out
