@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/topology"
 )
 
@@ -48,12 +47,7 @@ func (f *copyBeforeXferOut) Crash(context.Context, string) bool { return false }
 // back (the transfer's marker on n2 says n2 holds them).
 func TestApplyTakesBackFromACopyTakenDuringStep3(t *testing.T) {
 	t.Parallel()
-	srvs := redistest.StartN(t, 3, redistest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	addrs := map[string]string{"n1": srvs[0].Addr(), "n2": srvs[1].Addr(), "n3": srvs[2].Addr()}
-	before := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}, "d": {"n3"}})
-	after := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}, "d": {"n3"}})
+	ctx, srvs, before, after := routeCOffN3(t)
 	n2, n3 := srvs[1].Client(t), srvs[2].Client(t)
 	inv := openInv(t, before, Options{})
 	if _, err := inv.LoadStock(ctx, "c", "s", 10, 0); err != nil {

@@ -84,7 +84,7 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 		return done, fmt.Errorf("%w: the new topology: %v", ErrInvalid, err)
 	}
 	gone := a.goneLeft(c)
-	behind, err := a.behind(ctx, c, nodes)
+	behind, mid, err := a.behind(ctx, c, nodes)
 	if err != nil {
 		return done, err
 	}
@@ -129,71 +129,52 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 	if err != nil || !c.Forward {
 		return done, err
 	}
-	mid, err := a.migratingAtToken(ctx, c, nodes)
-	if err != nil {
-		return done, err
-	}
 	maps.Copy(mid, behind)
 	done.TakenBack, done.LeftBehind, err = a.takeBack(ctx, c, mid)
 	return done, err
-}
-
-// migratingAtToken returns those of nodes whose record is at c.Token,
-// unfenced, in phase migrating, each with c.Token. Retire with
-// c.Forward is given such nodes once step 3 at c.Token has ended (a
-// record at the token is stable: topology/doc.go, "A copy taken during
-// step 3"): each holds a copy from before its end, or step 4 is under way
-// on it. Their records are left alone (instances at the token act on
-// them), but what step 3 moved off them is taken back (takeBack: only
-// transfers whose destination holds the marker; on a node step 3 wrote
-// whole, each finds its counter emptied, and writes nothing).
-func (a *migrator) migratingAtToken(ctx context.Context, c topology.Change, nodes []string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, name := range nodes {
-		n, err := a.node(name)
-		if err != nil {
-			return nil, err
-		}
-		rec, err := readRecord(ctx, n)
-		if err != nil {
-			return nil, err
-		}
-		if !rec.Lost && !rec.Fenced && rec.Token == c.Token && rec.Phase == topology.PhaseMigrating {
-			out[name] = rec.Token
-		}
-	}
-	return out, nil
 }
 
 // behind reads the topology record of each of nodes and returns those
 // behind c (an epoch before c.Epoch, or fenced at c.Epoch: accepted
 // behind its peers, but at c.Token and c.Attempt), each with the token it
 // holds. A node fenced at a later epoch is ahead of c, not behind.
-func (a *migrator) behind(ctx context.Context, c topology.Change, nodes []string) (map[string]string, error) {
-	out := map[string]string{}
+//
+// With c.Forward it returns too, in mid, those at c.Token, unfenced, in
+// phase migrating, each with c.Token: Retire with c.Forward is given such
+// nodes once step 3 at c.Token has ended (a record at the token is
+// stable: topology/doc.go, "A copy taken during step 3"), so each holds a
+// copy from before its end, or step 4 is under way on it. Their records
+// are left alone (instances at the token act on them), but what step 3
+// moved off them is taken back (takeBack: only transfers whose
+// destination holds the marker; on a node step 3 wrote whole, each finds
+// its counter emptied, and writes nothing).
+func (a *migrator) behind(ctx context.Context, c topology.Change, nodes []string) (behind, mid map[string]string, err error) {
+	behind, mid = map[string]string{}, map[string]string{}
 	for _, name := range nodes {
 		n, err := a.node(name)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rec, err := readRecord(ctx, n)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		switch {
 		case rec.Lost:
 			// which copy its data is cannot be told: retiring by a guess
 			// could retire live records
-			return nil, fmt.Errorf("%w: node %s lost its topology record (its stamp names %s): which copy of its data it holds cannot be told: restore its %s of that token by hand (from a peer or a backup that holds it; an instance copies it from an unfenced peer at that token, if any), then run apply again",
+			return nil, nil, fmt.Errorf("%w: node %s lost its topology record (its stamp names %s): which copy of its data it holds cannot be told: restore its %s of that token by hand (from a peer or a backup that holds it; an instance copies it from an unfenced peer at that token, if any), then run apply again",
 				ErrCorrupt, name, rec.Token, keyTopology)
 		case rec.Fenced && rec.Held == c.Token && rec.Attempt == c.Attempt:
 			// fenced, but at the change's own token and attempt: it holds
 			// what the apply wrote; brought forward, nothing retired
-		case rec.Epoch < c.Epoch || (rec.Fenced && rec.Epoch == c.Epoch): // else moved on by a concurrent apply (to c.Token, or past it), or fenced ahead of it
-			out[name] = rec.Token
-		}
+		case rec.Epoch < c.Epoch || (rec.Fenced && rec.Epoch == c.Epoch):
+			behind[name] = rec.Token
+		case c.Forward && !rec.Fenced && rec.Token == c.Token && rec.Phase == topology.PhaseMigrating:
+			mid[name] = rec.Token
+		} // else moved on by a concurrent apply (to c.Token, or past it), or fenced ahead of it
 	}
-	return out, nil
+	return behind, mid, nil
 }
 
 // goneLeft returns, with c.Forward, the nodes that left with the apply

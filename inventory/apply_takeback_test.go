@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/topology"
 )
@@ -35,12 +36,7 @@ func TestForwardTakesBackAStockHashMovedOff(t *testing.T) {
 }
 
 func takeBackAfterGoingBack(t *testing.T, crash string) {
-	srvs := redistest.StartN(t, 3, redistest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	addrs := map[string]string{"n1": srvs[0].Addr(), "n2": srvs[1].Addr(), "n3": srvs[2].Addr()}
-	before := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}, "d": {"n3"}})
-	after := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}, "d": {"n3"}})
+	ctx, srvs, before, after := routeCOffN3(t)
 	n2, n3 := srvs[1].Client(t), srvs[2].Client(t)
 	inv := openInv(t, before, Options{})
 	if _, err := inv.LoadStock(ctx, "c", "s", 10, 5); err != nil {
@@ -121,12 +117,7 @@ func takeBackAfterGoingBack(t *testing.T, crash string) {
 // move forward named it in a log line only.
 func TestForwardNamesTheReservedStockHashItLeaves(t *testing.T) {
 	t.Parallel()
-	srvs := redistest.StartN(t, 3, redistest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	addrs := map[string]string{"n1": srvs[0].Addr(), "n2": srvs[1].Addr(), "n3": srvs[2].Addr()}
-	before := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}, "d": {"n3"}})
-	after := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}, "d": {"n3"}})
+	ctx, srvs, before, after := routeCOffN3(t)
 	n3 := srvs[2].Client(t)
 	inv := openInv(t, before, Options{})
 	if _, err := inv.LoadStock(ctx, "c", "s", 10, 0); err != nil {
@@ -154,4 +145,19 @@ func TestForwardNamesTheReservedStockHashItLeaves(t *testing.T) {
 	if rep.TakenBack != 0 || !reflect.DeepEqual(rep.LeftBehind, want) {
 		t.Errorf("taken back %d, left behind %+v; want 0 and %+v", rep.TakenBack, rep.LeftBehind, want)
 	}
+}
+
+// routeCOffN3 starts n1..n3 and returns a context bounded for the test
+// (cancelled at its end), the servers, and two configurations: before,
+// routes a, b, c, d on n1, n2, n3, n3; after, route c moved to n2 (n3
+// stays for d).
+func routeCOffN3(t *testing.T) (context.Context, []*redistest.Server, *config.Config, *config.Config) {
+	t.Helper()
+	srvs := redistest.StartN(t, 3, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	addrs := map[string]string{"n1": srvs[0].Addr(), "n2": srvs[1].Addr(), "n3": srvs[2].Addr()}
+	before := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}, "d": {"n3"}})
+	after := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}, "d": {"n3"}})
+	return ctx, srvs, before, after
 }
