@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"testing"
@@ -44,9 +45,17 @@ func (f *copyBeforeXferOut) Crash(context.Context, string) bool { return false }
 // units stayed on n3 for good, counted twice (the schedule explorer's
 // seeds 155100 and 155263: 26 units of a SKU where 14 were loaded). Now
 // such a node is treated as one that went back: its counters are taken
-// back (the transfer's marker on n2 says n2 holds them).
+// back (the transfer's marker on n2 says n2 holds them). A run that dies
+// between the take back's out and done (crash point "take-back") leaves
+// n3 migrating, and the next run finishes it.
 func TestApplyTakesBackFromACopyTakenDuringStep3(t *testing.T) {
 	t.Parallel()
+	for _, crash := range []string{"", "take-back"} {
+		t.Run("crash="+crash, func(t *testing.T) { takeBackMidStep3(t, crash) })
+	}
+}
+
+func takeBackMidStep3(t *testing.T, crash string) {
 	ctx, srvs, before, after := routeCOffN3(t)
 	n2, n3 := srvs[1].Client(t), srvs[2].Client(t)
 	inv := openInv(t, before, Options{})
@@ -73,6 +82,12 @@ func TestApplyTakesBackFromACopyTakenDuringStep3(t *testing.T) {
 	}
 	if l3, phase := loaded(n3), n3.HGet(ctx, keyTopology, "phase").Val(); l3 != 10 || phase != string(topology.PhaseMigrating) {
 		t.Fatalf("setup: n3 back to the copy holds %d loaded, phase %q; want 10, migrating", l3, phase)
+	}
+	if crash != "" {
+		_, err := ApplyTopology(ctx, ApplyOptions{To: after, Wait: 5 * time.Second, Logger: quiet, Faults: crashAtPoint(crash)})
+		if !errors.Is(err, ErrCrashed) {
+			t.Fatalf("apply crashed at %s = %v, want ErrCrashed", crash, err)
+		}
 	}
 	rep, err = ApplyTopology(ctx, ApplyOptions{To: after, Wait: 5 * time.Second, Logger: quiet})
 	if err != nil || rep.Phase != topology.PhaseStable {
