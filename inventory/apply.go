@@ -242,7 +242,7 @@ func (a *migrator) Check(ctx context.Context, c topology.Change) error {
 			return err
 		}
 	}
-	return a.refuseStale(ctx, c, topology.Union(c.From.Nodes(), c.To.Nodes()), true)
+	return a.refuseStale(ctx, c, topology.Union(c.From.Nodes(), c.To.Nodes()), true, true)
 }
 
 // addedRoute refuses the apply (an error wrapping topology.ErrInvalid)

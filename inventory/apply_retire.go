@@ -90,7 +90,7 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 	}
 	// before any write: stale counters c would put in play on a node
 	// about to be bumped or moved forward (apply_stale.go)
-	if err := a.refuseStale(ctx, c, behindEpoch(c, behind), !c.Forward); err != nil {
+	if err := a.refuseStale(ctx, c, behindEpoch(c, behind), !c.Forward, false); err != nil {
 		return done, err
 	}
 	plan, err := a.planPutBacks(ctx, c, homes, to, gone, behind)

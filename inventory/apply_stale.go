@@ -31,7 +31,7 @@ import (
 //	not in play (N does not serve K in c.From nor in c.To) ──▶ left as it is
 //	in play, no units                                      ──▶ fine (a limit only, CopyLimits')
 //	in play, units, N holds the marker of c's transfer of K ──▶ c's own: the rerun rule finishes it
-//	in play, units, no such marker                         ──▶ stale: the apply refuses
+//	in play, units, no such marker                         ──▶ stale: the apply refuses (a quota counter on a resume: logged)
 //
 // In play: a stock hash of R on N when N joins R (not in c.From's
 // members, in c.To's: its units would be sold as R's); a quota counter of
@@ -61,7 +61,11 @@ import (
 //   - Retire, first thing, on the nodes it is given that are behind
 //     c.Epoch (an epoch below it: data from before their bump; a node
 //     fenced at c.Epoch holds data of an attempt at it, and is not read):
-//     those a rerun is about to bump (resume: stock and quota counters),
+//     those a rerun is about to bump (resume: stock hashes refuse, quota
+//     counters are logged and let through: counted twice, a user's limit
+//     is only stricter, while a refusal would leave the nodes behind
+//     unbumped and every order touching them failing until an operator
+//     came: the schedule explorer's seed 157177),
 //     or an apply of the current topology to move forward (c.Forward:
 //     stock hashes only; no step 3 runs, so nothing is added to a quota
 //     counter, which reads as what the older copy holds, lost writes as
@@ -116,8 +120,14 @@ func (e *StaleCountersError) Error() string {
 func (e *StaleCountersError) Unwrap() error { return topology.ErrInvalid }
 
 // refuseStale returns a StaleCountersError for what staleOn finds on
-// nodes for c (quota counters too when quotas), or nil.
-func (a *migrator) refuseStale(ctx context.Context, c topology.Change, nodes []string, quotas bool) error {
+// nodes for c (quota counters too when quotas), or nil. A stale quota
+// counter refuses only when quotaRefuses (a new epoch's check: nothing
+// bumped yet, the nodes serve on at the current epoch while the operator
+// deletes it); on a resume it is logged and let through (see the rule
+// above: counted twice, a limit is only stricter, and a refusal there
+// would leave the nodes behind unbumped, every order touching them
+// failing, until an operator came; the schedule explorer's seed 157177).
+func (a *migrator) refuseStale(ctx context.Context, c topology.Change, nodes []string, quotas, quotaRefuses bool) error {
 	var found []StaleCounter
 	for _, name := range nodes {
 		n, err := a.node(name)
@@ -130,6 +140,14 @@ func (a *migrator) refuseStale(ctx context.Context, c topology.Change, nodes []s
 		}
 		found = append(found, f...)
 	}
+	found = slices.DeleteFunc(found, func(s StaleCounter) bool {
+		if quotaRefuses || !strings.HasPrefix(s.Key, quotaKeyPrefix) {
+			return false
+		}
+		a.log.Warn("topology: a quota counter came back with its node's data after a transfer had moved it: step 3 adds it to the user's count at its new home, counted twice (the user's limit is stricter, nothing is oversold); delete it on the node to avoid that",
+			"node", s.Node, "route", s.Route, "key", s.Key, "units", s.Units)
+		return true
+	})
 	if len(found) == 0 {
 		return nil
 	}

@@ -260,7 +260,10 @@
 //     behind the change's epoch, before anything is retired on them
 //     ([Driver.Retire]): their data predates their bump (they went back
 //     since the check, or were never bumped), and nothing else reads
-//     them before their bump or move forward. A move forward checks the
+//     them before their bump or move forward. A stale quota counter is
+//     only logged there: counted twice, a user's limit is stricter, never
+//     an oversell, and refusing mid-apply would leave those nodes behind,
+//     every order touching them failing, until an operator came. A move forward checks the
 //     stock hashes only: it runs no step 3, so nothing is added to a
 //     quota counter there (what the copy holds is read as it is, lost
 //     writes, as for order records).
