@@ -166,8 +166,14 @@ func (a *migrator) behind(ctx context.Context, c topology.Change, nodes []string
 			return nil, nil, fmt.Errorf("%w: node %s lost its topology record (its stamp names %s): which copy of its data it holds cannot be told: restore its %s of that token by hand (from a peer or a backup that holds it; an instance copies it from an unfenced peer at that token, if any), then run apply again",
 				ErrCorrupt, name, rec.Token, keyTopology)
 		case rec.Fenced && rec.Held == c.Token && rec.Attempt == c.Attempt:
-			// fenced, but at the change's own token and attempt: it holds
-			// what the apply wrote; brought forward, nothing retired
+			// fenced, but at the change's own token and attempt: its
+			// records are the apply's (nothing retired), but a copy taken
+			// during step 3 lacks what step 3 moved off it: with
+			// c.Forward, taken back as for mid (on a node step 3 wrote
+			// whole, nothing to take)
+			if c.Forward {
+				mid[name] = rec.Token
+			}
 		case rec.Epoch < c.Epoch || (rec.Fenced && rec.Epoch == c.Epoch):
 			behind[name] = rec.Token
 		case c.Forward && !rec.Fenced && rec.Token == c.Token && rec.Phase == topology.PhaseMigrating:

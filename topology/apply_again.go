@@ -81,22 +81,21 @@ func (a *applier) resume(ctx context.Context, cur Record, recs map[string]Record
 		a.rep.Phase = PhaseMigrating
 		return a.rep, nil
 	}
-	// Step 3 ended if a record at the token is stable: a node at the
-	// token still migrating holds a copy from before its end (doc.go, "A
-	// copy taken during step 3"), or step 4 is under way on it. Either
-	// way it is brought forward as a node that went back, before step 4
-	// writes it stable (on one step 3 wrote whole, nothing to do).
+	// An interrupted bump left nodes at the previous token (or one went
+	// back to an older copy since): retire what came back on them, then
+	// finish it. If step 3 ended (a record at the token is stable), no
+	// step 3 runs after their bump (the driver sees that record), so they
+	// are brought forward as nodes that went back (Change.Forward: what
+	// the ended step 3 moved off them is taken back too), and so is every
+	// node still migrating at the token: a copy from before step 3's end
+	// (doc.go, "A copy taken during step 3"), or one step 4 has yet to
+	// reach (nothing to do there).
+	all := Union(prev.Nodes(), a.to.Nodes())
+	c, nodes := a.change(cur.Token), behind(recs, all, cur.Token)
 	if anyStableAt(recs, cur.Token) {
-		fc := a.change(cur.Token)
-		fc.Forward = true
-		if err := a.retireAt(ctx, fc, migratingAt(recs, Union(prev.Nodes(), a.to.Nodes()), cur.Token)); err != nil {
-			return a.rep, err
-		}
+		c.Forward, nodes = true, append(migratingAt(recs, all, cur.Token), nodes...)
 	}
-	// An interrupted bump left nodes at the previous token (or one
-	// went back to an older copy since): retire what came back on
-	// them, then finish it.
-	if err := a.retire(ctx, cur.Token, behind(recs, Union(prev.Nodes(), a.to.Nodes()), cur.Token)); err != nil {
+	if err := a.retireAt(ctx, c, nodes); err != nil {
 		return a.rep, err
 	}
 	prevTok := Token(cur.Epoch-1, prev.Fingerprint())

@@ -122,9 +122,11 @@
 // unfenced one: a bump stopped after it, and it was accepted with a peer
 // unreadable; the apply then resumes to it) and brings every fenced node
 // of that epoch forward, retiring and putting back as for a node behind,
-// but for a node fenced at the apply's own token and attempt, which holds
-// what the apply wrote (a node that lost nothing but was accepted while a
-// peer differed): brought forward, nothing retired; a node fenced at a
+// but for a node fenced at the apply's own token and attempt, whose
+// records are the apply's (a node that lost nothing but was accepted
+// while a peer differed, or a copy taken during step 3): brought
+// forward, nothing retired, what step 3 moved off it taken back ("A copy
+// taken during step 3"); a node fenced at a
 // later epoch than a change is never behind it. Copies that cannot be
 // told apart are left to the operator: an apply attempt known on one
 // side only is another attempt, and a fenced node whose record is lost
@@ -224,7 +226,10 @@
 // migrating at the token to [Driver.Retire] with Change.Forward before it
 // writes it stable: what step 3 moved off it is taken back, as from a
 // node that went back (only transfers whose destination holds the
-// marker). Its order records are left alone: instances at the token act
+// marker). The same copy accepted fenced (a peer did not answer) is
+// brought forward, and taken back alike; and the nodes such a resume
+// finds behind the token are given to Retire with Change.Forward too, as
+// no step 3 runs after their bump. Its order records are left alone: instances at the token act
 // on them, and a node whose data step 3 wrote whole (step 4 under way
 // on it: stable written on some nodes, not yet on it) cannot be told
 // from a copy; the take back finds each counter of such a node emptied
