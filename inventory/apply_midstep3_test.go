@@ -10,6 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/topology"
 )
 
@@ -56,51 +58,83 @@ func TestApplyTakesBackFromACopyTakenDuringStep3(t *testing.T) {
 }
 
 func takeBackMidStep3(t *testing.T, crash string) {
-	ctx, srvs, before, after := routeCOffN3(t)
-	n2, n3 := srvs[1].Client(t), srvs[2].Client(t)
-	inv := openInv(t, before, Options{})
-	if _, err := inv.LoadStock(ctx, "c", "s", 10, 0); err != nil {
-		t.Fatal(err)
-	}
-	inv.Close()
-	quiet := slog.New(slog.DiscardHandler)
-	f := &copyBeforeXferOut{t: t, node: "n3", c: n3}
-	rep, err := ApplyTopology(ctx, ApplyOptions{To: after, Wait: 5 * time.Second, Logger: quiet, Faults: f})
-	if err != nil || rep.Phase != topology.PhaseStable || rep.StockMoved != 1 {
-		t.Fatalf("moving route c off n3 = %+v, %v; want stable, 1 stock hash moved", rep, err)
-	}
-	loaded := func(c *redis.Client) int64 {
-		v, err := c.HGet(ctx, stockKey("c", "s"), "loaded").Int64()
-		if err != nil && err != redis.Nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	f.copy.restore(t, n3)
-	if fenced := acceptNode(t, ctx, after, n3, "n3"); fenced {
+	w := newMidStep3(t, 2)
+	n3 := w.srvs[2].Client(t)
+	w.copy.restore(t, n3)
+	if fenced := acceptNode(t, w.ctx, w.after, n3, "n3"); fenced {
 		t.Fatal("setup: n3 fenced; want it accepted at the token (same token and attempt as its peers)")
 	}
-	if l3, phase := loaded(n3), n3.HGet(ctx, keyTopology, "phase").Val(); l3 != 10 || phase != string(topology.PhaseMigrating) {
+	if l3, phase := w.loaded(t, 2), n3.HGet(w.ctx, keyTopology, "phase").Val(); l3 != 10 || phase != string(topology.PhaseMigrating) {
 		t.Fatalf("setup: n3 back to the copy holds %d loaded, phase %q; want 10, migrating", l3, phase)
 	}
 	if crash != "" {
-		_, err := ApplyTopology(ctx, ApplyOptions{To: after, Wait: 5 * time.Second, Logger: quiet, Faults: crashAtPoint(crash)})
-		if !errors.Is(err, ErrCrashed) {
+		if _, err := w.apply(crashAtPoint(crash)); !errors.Is(err, ErrCrashed) {
 			t.Fatalf("apply crashed at %s = %v, want ErrCrashed", crash, err)
 		}
 	}
-	rep, err = ApplyTopology(ctx, ApplyOptions{To: after, Wait: 5 * time.Second, Logger: quiet})
+	rep, err := w.apply(nil)
 	if err != nil || rep.Phase != topology.PhaseStable {
 		t.Fatalf("the apply after n3 went back = %+v, %v; want stable", rep, err)
 	}
-	if l2, l3 := loaded(n2), loaded(n3); l2 != 10 || l3 != 0 {
+	if l2, l3 := w.loaded(t, 1), w.loaded(t, 2); l2 != 10 || l3 != 0 {
 		t.Errorf("after the apply: n2 holds %d loaded, n3 %d; want 10 and 0 (counted once)", l2, l3)
 	}
 	if rep.TakenBack != 1 {
 		t.Errorf("taken back %d; want 1 (c/s off n3)", rep.TakenBack)
 	}
-	rep, err = ApplyTopology(ctx, ApplyOptions{To: after, Wait: 5 * time.Second, Logger: quiet})
-	if err != nil || !rep.AlreadyApplied {
+	if rep, err := w.apply(nil); err != nil || !rep.AlreadyApplied {
 		t.Fatalf("rerun = %+v, %v; want already applied", rep, err)
 	}
+}
+
+// midStep3 is a world in which route c (10 units of c/s on n3) moved off
+// n3 onto n2 (routeCOffN3's after, stable), with a copy of one node's data
+// taken during that apply's step 3, just before n3's transfer's out
+// (copy), and n3's taken before the apply (old3).
+type midStep3 struct {
+	ctx        context.Context
+	srvs       []*redistest.Server
+	after      *config.Config
+	copy, old3 nodeCopy
+	quiet      *slog.Logger
+}
+
+// newMidStep3 builds a midStep3 whose copy during step 3 is of node
+// copyOf (0, 1, 2: n1, n2, n3).
+func newMidStep3(t *testing.T, copyOf int) *midStep3 {
+	t.Helper()
+	ctx, srvs, before, after := routeCOffN3(t)
+	inv := openInv(t, before, Options{})
+	if _, err := inv.LoadStock(ctx, "c", "s", 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	inv.Close()
+	w := &midStep3{ctx: ctx, srvs: srvs, after: after, quiet: slog.New(slog.DiscardHandler)}
+	w.old3 = takeCopy(t, srvs[2].Client(t))
+	f := &copyBeforeXferOut{t: t, node: "n3", c: srvs[copyOf].Client(t)}
+	rep, err := ApplyTopology(ctx, ApplyOptions{To: after, Wait: 5 * time.Second, Logger: w.quiet, Faults: f})
+	if err != nil || rep.Phase != topology.PhaseStable || rep.StockMoved != 1 {
+		t.Fatalf("moving route c off n3 = %+v, %v; want stable, 1 stock hash moved", rep, err)
+	}
+	w.copy = f.copy
+	return w
+}
+
+// apply applies w.after (with faults f, if any).
+func (w *midStep3) apply(f Faults) (topology.Report, error) {
+	opts := ApplyOptions{To: w.after, Wait: 5 * time.Second, Logger: w.quiet}
+	if f != nil {
+		opts.Faults = f
+	}
+	return ApplyTopology(w.ctx, opts)
+}
+
+// loaded is c/s's loaded count on node i (0, 1, 2: n1, n2, n3).
+func (w *midStep3) loaded(t *testing.T, i int) int64 {
+	t.Helper()
+	v, err := w.srvs[i].Client(t).HGet(w.ctx, stockKey("c", "s"), "loaded").Int64()
+	if err != nil && err != redis.Nil {
+		t.Fatal(err)
+	}
+	return v
 }
