@@ -222,14 +222,18 @@
 // reads the phase of its view, stable); so the copy kept what step 3 had
 // moved off the node, counted on the destination too (the schedule
 // explorer's seeds 155100 and 155263: 26 units of a SKU where 14 were
-// loaded). So a resume that finds step 3 ended gives every node still
-// migrating at the token to [Driver.Retire] with Change.Forward before it
-// writes it stable: what step 3 moved off it is taken back, as from a
-// node that went back (only transfers whose destination holds the
-// marker). The same copy accepted fenced (a peer did not answer) is
-// brought forward, and taken back alike; and the nodes such a resume
-// finds behind the token are given to Retire with Change.Forward too, as
-// no step 3 runs after their bump. Its order records are left alone: instances at the token act
+// loaded). So an apply of the current topology that finds step 3 ended
+// (a stable record at the token, or under a fence at it: stable is
+// written only after step 3) never runs it again, nor bumps a node back
+// to migrating (a rerun of step 3 over what instances did at the token
+// since would install an order record's older copy over one that lived
+// out its retention: found by a review). It brings forward every node of
+// the topology not stable at the token (migrating at it, behind it, or
+// fenced) with [Driver.Retire] and Change.Forward: what step 3 moved off
+// a node at the token or fenced at it is taken back, as from a node that
+// went back (only transfers whose destination holds the marker); a node
+// behind is retired and put back as usual.
+// Order records of a node at the token are left alone: instances at the token act
 // on them, and a node whose data step 3 wrote whole (step 4 under way
 // on it: stable written on some nodes, not yet on it) cannot be told
 // from a copy; the take back finds each counter of such a node emptied

@@ -112,10 +112,10 @@ type Driver interface {
 	// (an error wrapping [ErrInvalid]) when a node behind c.Epoch holds a
 	// stale counter c would put in play (doc.go, "Stale counters on a
 	// joining node": quota counters too unless c.Forward). With
-	// c.Forward, the named nodes at c.Token in phase migrating (a resume
-	// that found step 3 ended gives it those: doc.go, "A copy taken
-	// during step 3") have what step 3 moved off them taken back, their
-	// records left alone.
+	// c.Forward, the named nodes at c.Token in phase migrating, or fenced
+	// at c.Token and c.Attempt (an apply that found step 3 ended brings
+	// them forward: doc.go, "A copy taken during step 3"), have what step
+	// 3 moved off them taken back, their records left alone.
 	Retire(ctx context.Context, c Change, nodes []string) (Retirement, error)
 	// CopyLimits gives the members that join a route of c.To the route's
 	// per-user limits, before any instance can take quota on them, and

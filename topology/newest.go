@@ -190,28 +190,17 @@ func allStable(recs map[string]Record, tok string) bool {
 	return true
 }
 
-// anyStableAt reports whether a known, unfenced record at tok is stable:
-// the apply to tok ran its step 3 to its end (stable is written only
-// after it).
-func anyStableAt(recs map[string]Record, tok string) bool {
+// stepThreeEnded reports whether a known record at tok, or under a fence
+// at tok, is stable: the apply to tok ran its step 3 to its end (stable
+// is written only after it).
+func stepThreeEnded(recs map[string]Record, tok string) bool {
 	for _, r := range recs {
-		if r.Token == tok && !r.Lost && !r.Fenced && r.Phase == PhaseStable {
+		at := (!r.Fenced && r.Token == tok) || (r.Fenced && r.Held == tok)
+		if at && !r.Lost && r.Phase == PhaseStable {
 			return true
 		}
 	}
 	return false
-}
-
-// migratingAt returns those of nodes, in their order, whose known,
-// unfenced record is at tok in phase migrating.
-func migratingAt(recs map[string]Record, nodes []string, tok string) []string {
-	var out []string
-	for _, name := range nodes {
-		if r := recs[name]; r.Token == tok && !r.Lost && !r.Fenced && r.Phase == PhaseMigrating {
-			out = append(out, name)
-		}
-	}
-	return out
 }
 
 // lostAt returns the names, sorted, of the unfenced nodes whose stamp is
