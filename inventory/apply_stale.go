@@ -112,7 +112,7 @@ func (e *StaleCountersError) Error() string {
 	}
 	b.WriteString(". They came back with an older copy of the node's data after a transfer had moved their units to another node, which counts them " +
 		"(the move forward leaves them when the transfer's marker is gone, their stock was reserved, or an earlier apply than the last moved them): " +
-		"delete those keys on those nodes (DEL), then run `shardis topology apply` again")
+		"once no part pending on those nodes holds them (`shardis parts stuck`; a part set aside there is settled or retried first), delete those keys on those nodes (DEL), then run `shardis topology apply` again")
 	return b.String()
 }
 

@@ -63,8 +63,14 @@ for i = 3, #KEYS do
           return redis.error_reply('SHARDIS_CORRUPT quota counter ' .. f[4] .. ' of part ' .. pk .. ' is not a string (' ..
             tostring(v.err) .. ')')
         end
-        local _, cerr = int(v, f[4])
+        local held, cerr = int(v, f[4])
         if cerr then return cerr end
+        if held < q then
+          -- as a stock hash's reserved below the part's: a count a part
+          -- no longer holds (the key deleted, or a copy's), refused before
+          -- any write rather than taken off another part's count
+          return redis.error_reply('SHARDIS_CORRUPT quota counter ' .. f[4] .. ' is ' .. held .. ', part ' .. pk .. ' holds ' .. q)
+        end
       end
       todo[#todo + 1] = {pk = pk, id = ARGV[i + 4], q = q, rec = rec}
       out[#out + 1] = 'done'
