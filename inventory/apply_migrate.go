@@ -252,7 +252,7 @@ func (a *migrator) moveCounters(ctx context.Context) (busy int, err error) {
 			if err != nil {
 				return 0, err
 			}
-			busy += b
+			busy += len(b)
 			if a.leaves(m.Name, stays) {
 				b, err := a.moveStock(ctx, route, n, ring, a.inv.transfer)
 				if err != nil {
@@ -291,15 +291,16 @@ func (a *migrator) xferSrc(n *node.Node) string {
 type mover func(ctx context.Context, kind xferKind, id, key string, src, dst *node.Node) (bool, error)
 
 // moveQuotas moves, with move, the quota counters of route on n whose
-// home in ring is another node; those pending parts count are busy.
-func (a *migrator) moveQuotas(ctx context.Context, route string, n *node.Node, ring *router.Ring, move mover) (busy int, err error) {
+// home in ring is another node; those pending parts count are busy (their
+// keys returned).
+func (a *migrator) moveQuotas(ctx context.Context, route string, n *node.Node, ring *router.Ring, move mover) (busy []string, err error) {
 	held, err := pendingQuotaCounters(ctx, n)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	keys, err := scan(ctx, n, quotaKeyPrefix+route+":*")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	for _, k := range keys {
 		_, user, ok := parseQuotaKey(route, k)
@@ -312,16 +313,16 @@ func (a *migrator) moveQuotas(ctx context.Context, route string, n *node.Node, r
 			continue
 		}
 		if held[k] {
-			busy++
+			busy = append(busy, k)
 			continue
 		}
 		dst, err := a.node(home)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		moved, err := move(ctx, xferQuota, xferID(a.c.Epoch, xferQuota, a.xferSrc(n), k), k, n, dst)
 		if err != nil {
-			return 0, fmt.Errorf("moving %s from %s to %s: %w", k, n.Name(), home, err)
+			return nil, fmt.Errorf("moving %s from %s to %s: %w", k, n.Name(), home, err)
 		}
 		if moved {
 			a.moved.QuotasMoved++

@@ -108,22 +108,23 @@ func takeBackAfterGoingBack(t *testing.T, crash string) {
 }
 
 // TestForwardNamesTheReservedStockHashItLeaves: n3's copy holds route c's
-// stock with 3 units reserved (an order pending then, cancelled before
-// the apply moved c off n3). Brought forward, n3's hash is busy: the take
-// back leaves it (the reconcilers settle the copy's part once n3 is
-// forward) and says so in the report, naming the node, the key and why,
-// so that the operator, and the schedule explorer's stock check, know
-// which units are counted twice though no instance reads them there. The
-// move forward named it in a log line only.
+// stock with 3 units reserved and user u's quota count of 3 (an order
+// pending then, cancelled before the apply moved c off n3). Brought
+// forward, n3's hash and u's counter are busy: the take back leaves them
+// (the reconcilers settle the copy's parts once n3 is forward) and says
+// so in the report, naming the node, the key and why, so that the
+// operator, and the schedule explorer's stock check, know which units
+// are counted twice though no instance reads them there. The move
+// forward named the hash in a log line only, and the counter nowhere.
 func TestForwardNamesTheReservedStockHashItLeaves(t *testing.T) {
 	t.Parallel()
 	ctx, srvs, before, after := routeCOffN3(t)
 	n3 := srvs[2].Client(t)
 	inv := openInv(t, before, Options{})
-	if _, err := inv.LoadStock(ctx, "c", "s", 10, 0); err != nil {
+	if _, err := inv.LoadStock(ctx, "c", "s", 10, 5); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := inv.Reserve(ctx, "o-p", []Item{{Route: "c", SKU: "s", Quantity: 3}}, "", time.Hour); err != nil {
+	if _, err := inv.Reserve(ctx, "o-p", []Item{{Route: "c", SKU: "s", Quantity: 3}}, "u", time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	old3 := takeCopy(t, n3) // o-p's 3 units reserved in it
@@ -141,7 +142,8 @@ func TestForwardNamesTheReservedStockHashItLeaves(t *testing.T) {
 	if err != nil || rep.Phase != topology.PhaseStable || !reflect.DeepEqual(rep.Forward, []string{"n3"}) {
 		t.Fatalf("the apply after n3 went back = %+v, %v; want stable, n3 brought forward", rep, err)
 	}
-	want := []topology.LeftCounter{{Node: "n3", Key: stockKey("c", "s"), Why: "units reserved"}}
+	want := []topology.LeftCounter{{Node: "n3", Key: quotaKey("c", "s", "u"), Why: "held by pending parts"},
+		{Node: "n3", Key: stockKey("c", "s"), Why: "units reserved"}}
 	if rep.TakenBack != 0 || !reflect.DeepEqual(rep.LeftBehind, want) {
 		t.Errorf("taken back %d, left behind %+v; want 0 and %+v", rep.TakenBack, rep.LeftBehind, want)
 	}

@@ -53,7 +53,7 @@ type Retirement struct {
 // doc.go "Stale counters on a joining node").
 type LeftCounter struct {
 	Node, Key string
-	Why       string // "no marker", "units reserved" or "moved off by an earlier apply"
+	Why       string // "no marker", "units reserved", "held by pending parts" or "moved off by an earlier apply"
 }
 
 // Driver runs the protocol's steps on the nodes (the inventory package
