@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,26 +14,6 @@ import (
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/topology"
 )
-
-// copyBeforeScript takes a copy of node's data (once) just before the
-// first call of script there.
-type copyBeforeScript struct {
-	t            *testing.T
-	node, script string
-	c            *redis.Client
-	once         sync.Once
-	copy         nodeCopy
-}
-
-// Call implements Faults.
-func (f *copyBeforeScript) Call(_ context.Context, call ScriptCall, send func() (any, error)) (any, error) {
-	if call.Node == f.node && call.Script == f.script {
-		f.once.Do(func() { f.copy = takeCopy(f.t, f.c) })
-	}
-	return send()
-}
-
-func (f *copyBeforeScript) Crash(context.Context, string) bool { return false }
 
 // fencedStamp reports whether c's node is fenced (its stamp's epoch).
 func fencedStamp(c *redis.Client) bool {

@@ -61,17 +61,7 @@ func joinWithStaleCounters(t *testing.T, scenario string) {
 	before, after, rejoin := routes([]string{"n3"}, false), routes([]string{"n2"}, false), routes([]string{"n2", "n3"}, withE)
 	n2, n3 := srvs[1].Client(t), srvs[2].Client(t)
 	user := userHomedOn(t, "n3", "n2", "n3")
-	inv := openInv(t, before, Options{})
-	if _, err := inv.LoadStock(ctx, "c", "s", 10, 5); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := inv.Reserve(ctx, "o-u", []Item{{Route: "c", SKU: "s", Quantity: 2}}, user, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := inv.Confirm(ctx, "o-u"); err != nil || out.Status != StatusConfirmed {
-		t.Fatalf("Confirm o-u = %+v, %v", out, err)
-	}
-	inv.Close()
+	loadAndBuyTwo(t, ctx, openInv(t, before, Options{}), user)
 	old3 := takeCopy(t, n3)
 	quiet := slog.New(slog.DiscardHandler)
 	apply := func(to *config.Config, f Faults) (topology.Report, error) {
@@ -193,17 +183,7 @@ func TestJoinKeepsUnitsOfItsOwnTransfer(t *testing.T) {
 	two := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}})
 	n1, n2, n3 := srvs[0].Client(t), srvs[1].Client(t), srvs[2].Client(t)
 	user := userHomedOn(t, "n2", "n2")
-	inv := openInv(t, three, Options{})
-	if _, err := inv.LoadStock(ctx, "c", "s", 10, 5); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := inv.Reserve(ctx, "o-u", []Item{{Route: "c", SKU: "s", Quantity: 2}}, user, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := inv.Confirm(ctx, "o-u"); err != nil || out.Status != StatusConfirmed {
-		t.Fatalf("Confirm o-u = %+v, %v", out, err)
-	}
-	inv.Close()
+	loadAndBuyTwo(t, ctx, openInv(t, three, Options{}), user)
 	old1, old2, old3 := copyEpoch(t, n1), copyEpoch(t, n2), takeCopy(t, n3)
 	quiet := slog.New(slog.DiscardHandler)
 	apply := func() (topology.Report, error) {
@@ -225,4 +205,20 @@ func TestJoinKeepsUnitsOfItsOwnTransfer(t *testing.T) {
 	if lvl, err := openInv(t, two, Options{}).GetStock(ctx, "c", "s"); err != nil || lvl.Loaded != 10 || lvl.Confirmed != 2 {
 		t.Fatalf("GetStock(c, s) = %+v, %v; want 10 loaded, 2 confirmed", lvl, err)
 	}
+}
+
+// loadAndBuyTwo loads 10 units of c/s with a per-user limit of 5, and
+// user buys 2 of them (order o-u, confirmed); inv is closed.
+func loadAndBuyTwo(t *testing.T, ctx context.Context, inv *Inventory, user string) {
+	t.Helper()
+	if _, err := inv.LoadStock(ctx, "c", "s", 10, 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inv.Reserve(ctx, "o-u", []Item{{Route: "c", SKU: "s", Quantity: 2}}, user, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := inv.Confirm(ctx, "o-u"); err != nil || out.Status != StatusConfirmed {
+		t.Fatalf("Confirm o-u = %+v, %v", out, err)
+	}
+	inv.Close()
 }

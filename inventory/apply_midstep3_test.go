@@ -15,25 +15,27 @@ import (
 	"github.com/shardis/shardis/topology"
 )
 
-// copyBeforeXferOut is the tests' Faults: it passes every script call
-// through, but takes a copy of node's data (once) just before the first
-// transfer's out is sent there, and crashes nowhere.
-type copyBeforeXferOut struct {
-	t    *testing.T
-	node string
-	c    *redis.Client
-	once sync.Once
-	copy nodeCopy
+// copyBeforeScript is the tests' Faults: it passes every script call
+// through, and takes a copy of c's node's data (once) just before the
+// first call of script on node; it crashes nowhere.
+type copyBeforeScript struct {
+	t            *testing.T
+	node, script string
+	c            *redis.Client
+	once         sync.Once
+	copy         nodeCopy
 }
 
-func (f *copyBeforeXferOut) Call(_ context.Context, call ScriptCall, send func() (any, error)) (any, error) {
-	if call.Node == f.node && call.Script == "xfer-out" {
+// Call implements Faults.
+func (f *copyBeforeScript) Call(_ context.Context, call ScriptCall, send func() (any, error)) (any, error) {
+	if call.Node == f.node && call.Script == f.script {
 		f.once.Do(func() { f.copy = takeCopy(f.t, f.c) })
 	}
 	return send()
 }
 
-func (f *copyBeforeXferOut) Crash(context.Context, string) bool { return false }
+// Crash implements Faults: never.
+func (f *copyBeforeScript) Crash(context.Context, string) bool { return false }
 
 // TestApplyTakesBackFromACopyTakenDuringStep3: route c moves off n3
 // (which stays for route d); n3's copy is taken during the apply's step
@@ -111,7 +113,7 @@ func newMidStep3(t *testing.T, copyOf int) *midStep3 {
 	inv.Close()
 	w := &midStep3{ctx: ctx, srvs: srvs, after: after, quiet: slog.New(slog.DiscardHandler)}
 	w.old3 = takeCopy(t, srvs[2].Client(t))
-	f := &copyBeforeXferOut{t: t, node: "n3", c: srvs[copyOf].Client(t)}
+	f := &copyBeforeScript{t: t, node: "n3", script: xferOutScript.name, c: srvs[copyOf].Client(t)}
 	rep, err := ApplyTopology(ctx, ApplyOptions{To: after, Wait: 5 * time.Second, Logger: w.quiet, Faults: f})
 	if err != nil || rep.Phase != topology.PhaseStable || rep.StockMoved != 1 {
 		t.Fatalf("moving route c off n3 = %+v, %v; want stable, 1 stock hash moved", rep, err)

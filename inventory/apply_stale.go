@@ -216,13 +216,12 @@ func (s staleScan) stock(ctx context.Context) ([]StaleCounter, error) {
 		return nil, err
 	}
 	var out []StaleCounter
-	fields := []string{"available", "reserved", "confirmed", "loaded"}
 	for _, k := range keys {
-		got, err := s.n.Client().HMGet(ctx, k, fields...).Result()
+		units, held, err := stockUnits(ctx, s.n, k)
 		if err != nil {
-			return nil, fmt.Errorf("%w: node %s: reading %s: %v", ErrUnavailable, s.n.Name(), k, err)
+			return nil, err
 		}
-		if out, err = s.note(ctx, out, xferStock, k, fields, got); err != nil {
+		if out, err = s.note(ctx, out, xferStock, k, units, held); err != nil {
 			return nil, err
 		}
 	}
@@ -259,17 +258,17 @@ func (s staleScan) quotas(ctx context.Context, oldMs, newMs []router.Member, isO
 		if err != nil && err != redis.Nil {
 			return nil, fmt.Errorf("%w: node %s: reading %s: %v", ErrUnavailable, s.n.Name(), k, err)
 		}
-		if out, err = s.note(ctx, out, xferQuota, k, []string{"count"}, []any{nilIfEmpty(got, err)}); err != nil {
+		units, held := describeUnits([]string{"count"}, []any{nilIfEmpty(got, err)})
+		if out, err = s.note(ctx, out, xferQuota, k, units, held); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
-// note appends to out the counter key (of kind; its fields read as got)
-// when it holds units and no transfer of c explains them.
-func (s staleScan) note(ctx context.Context, out []StaleCounter, kind xferKind, key string, fields []string, got []any) ([]StaleCounter, error) {
-	units, held := describeUnits(fields, got)
+// note appends to out the counter key (of kind; units as describeUnits
+// names them) when it holds units and no transfer of c explains them.
+func (s staleScan) note(ctx context.Context, out []StaleCounter, kind xferKind, key, units string, held bool) ([]StaleCounter, error) {
 	if !held {
 		return out, nil
 	}
@@ -297,6 +296,18 @@ func (s staleScan) unexplained(ctx context.Context, kind xferKind, key string) (
 		return false, fmt.Errorf("%w: node %s: reading the markers of %s's transfers: %v", ErrUnavailable, s.n.Name(), key, err)
 	}
 	return held == 0, nil
+}
+
+// stockUnits reads stock hash key on n and names its counters
+// (describeUnits), reporting whether any is not 0.
+func stockUnits(ctx context.Context, n *node.Node, key string) (units string, held bool, err error) {
+	fields := []string{"available", "reserved", "confirmed", "loaded"}
+	got, err := n.Client().HMGet(ctx, key, fields...).Result()
+	if err != nil {
+		return "", false, fmt.Errorf("%w: node %s: reading %s: %v", ErrUnavailable, n.Name(), key, err)
+	}
+	units, held = describeUnits(fields, got)
+	return units, held, nil
 }
 
 // nilIfEmpty is a GET's value, nil when the key is missing.

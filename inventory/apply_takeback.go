@@ -128,12 +128,10 @@ func (a *migrator) leftOffRoute(ctx context.Context, c topology.Change, n *node.
 			if slices.ContainsFunc(tb.left, func(l topology.LeftCounter) bool { return l.Node == n.Name() && l.Key == k }) {
 				continue
 			}
-			fields := []string{"available", "reserved", "confirmed", "loaded"}
-			got, err := n.Client().HMGet(ctx, k, fields...).Result()
+			units, held, err := stockUnits(ctx, n, k)
 			if err != nil {
-				return fmt.Errorf("%w: node %s: reading %s: %v", ErrUnavailable, n.Name(), k, err)
+				return err
 			}
-			units, held := describeUnits(fields, got)
 			if !held {
 				continue
 			}
