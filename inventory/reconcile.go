@@ -275,8 +275,8 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 			// written, the caller sets the part aside (stuck.go)
 			return "", fmt.Errorf("%w: node %s: part %q: the record of its order %q is gone (the part was set aside, or came due "+
 				"more than inventory.retention ago: the record may have lived out its retention), so the order's decision cannot be "+
-				"inferred: an operator decides (SettleNow with Confirm or Cancel, by the system of record)", ErrCorrupt, p.Node,
-				p.PartID, p.OrderID)
+				"inferred: an operator decides by the system of record (`shardis parts settle %s '%s' confirm|cancel`)", ErrCorrupt, p.Node,
+				p.PartID, p.OrderID, p.Node, p.PartID)
 		}
 		if rec.settledHere(p.Node, p.PartID) {
 			return Cancelled, nil // this expiry settled it with the record (inline.go)

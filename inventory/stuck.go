@@ -55,7 +55,9 @@ import (
 // part is set aside again ([Inventory.ResolveExpired] errs wrapping
 // [ErrCorrupt], its reason saying the order's record is gone and its
 // decision cannot be inferred), its units reserved, until an operator
-// decides (SettleNow with Confirm or Cancel, by the system of record).
+// decides by the system of record: confirm if the order was paid, else
+// cancel ([Inventory.SettleStuck], `shardis parts settle NODE PART_ID
+// confirm|cancel`, which settles only such a part).
 //
 // Why the state lives on the node and not in a reconciler: any instance's
 // reconciler may hold a node's lease on a given pass, instances restart,

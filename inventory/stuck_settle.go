@@ -1,0 +1,175 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/node"
+)
+
+// ErrPrecondition is wrapped when the state of the data does not allow
+// the operation asked, though its arguments are valid: [Inventory.SettleStuck]
+// of a part that is not set aside, or whose order's record exists. The
+// message names the part and the state, and says what to do instead.
+// Nothing was changed. The service answers it failed_precondition.
+var ErrPrecondition = errors.New("precondition failed")
+
+// SettleStuck confirms or cancels (action: [Confirm] or [Cancel]) part
+// partID set aside on node nodeName whose order's record is gone, and
+// returns the part's result word as [Inventory.SettleNow] returns it
+// ("done" when it settled now). It is the operator's decision for the one
+// case no automatic path can decide (stuck.go): a part that meets no
+// record of its order when it may have outlived it, kept reserved since.
+//
+// It settles only a part that is in node's stuck index AND whose order's
+// record is absent at the order's home node. Anything else is refused
+// before any write:
+//
+//   - an action other than Confirm or Cancel, or an empty partID: an
+//     error wrapping [ErrInvalid] naming it;
+//   - a node that is no node of the inventory server: [ErrInvalid]
+//     wrapping router.ErrUnknownNode, naming it;
+//   - a part not set aside (never, or settled or retried since): an error
+//     wrapping [ErrPrecondition] naming the state its record holds;
+//   - a part whose own record is gone (nothing says which order or
+//     counter its units are of): [ErrPrecondition], saying so; one whose
+//     record cannot be read: the read's error (wrapping [ErrCorrupt] for
+//     a record that cannot be decoded, naming it);
+//   - a part whose order's record exists (or cannot be read): its
+//     decision is the record's, and `shardis parts retry` lets the
+//     reconciler settle the part by it: [ErrPrecondition] saying so (the
+//     read's error for a record that cannot be read);
+//   - while a topology change migrates order records (the record may be
+//     on its way between two nodes): an error wrapping [ErrUnavailable]
+//     and [ErrTopology]; retry once `shardis topology apply` has ended.
+//     The home node unavailable: [ErrUnavailable].
+//
+// The order id is the one the part's own record holds (as [StuckPart]
+// reads it). Then it settles that one part by SettleNow; the settle's own
+// refusals (a corrupt counter: [ErrCorrupt], a deleted stock hash:
+// [ErrStockMissing]) come back as they are, nothing written.
+//
+// Why the check, then the settle, is safe: a record that is gone comes
+// back only as the record of a new attempt of the order id (a Reserve
+// after the retention), whose parts have other ids (a part id holds its
+// attempt's token, keys.go), so it decides nothing about this part; and
+// the settle script fences the part: it changes the part's state at most
+// once, from pending, so a reconciler or another operator settling the
+// part between the check and the settle makes this one answer "already"
+// or "conflict:<state>" and change nothing. The reads of the check write
+// nothing (no record moved, no expiry relied on).
+//
+// What the operator must know: nothing in the nodes tells how the order
+// was decided any more, so the decision is the system of record's
+// (pgsync's database, the shop's order and payment records): Confirm when
+// the order was paid (its units are sold), else Cancel (its units go back
+// to available). A wrong Confirm withholds units from sale; a wrong Cancel
+// sells the units of a paid order again (an oversell).
+func (inv *Inventory) SettleStuck(ctx context.Context, nodeName, partID string, action Action) (string, error) {
+	if action != Confirm && action != Cancel {
+		return "", fmt.Errorf("%w: action %q: want %q or %q", ErrInvalid, string(action), string(Confirm), string(Cancel))
+	}
+	if partID == "" {
+		return "", fmt.Errorf("%w: part_id is empty", ErrInvalid)
+	}
+	n, err := inv.ownNode(nodeName)
+	if err != nil {
+		return "", err
+	}
+	orderID, err := inv.stuckGoneOrder(ctx, n, partID)
+	if err != nil {
+		return "", err
+	}
+	if err := inv.orderRecordGone(ctx, orderID, n.Name(), partID); err != nil {
+		return "", err
+	}
+	res, err := inv.SettleNow(ctx, Settle{Node: n.Name(), Action: action, OrderID: orderID, PartIDs: []string{partID}})
+	if err != nil {
+		return "", err
+	}
+	inv.log.Warn("stuck part settled by an operator", "node", n.Name(), "part", partID, "order", orderID,
+		"action", string(action), "result", res[0])
+	return res[0], nil
+}
+
+// stuckGoneOrder reads, on n, whether part partID is set aside and its
+// record, and returns the order id the record holds; an error when the
+// part is not set aside, its record is gone, unreadable or names no order
+// (SettleStuck).
+func (inv *Inventory) stuckGoneOrder(ctx context.Context, n *node.Node, partID string) (string, error) {
+	pipe := n.Client().Pipeline()
+	score := pipe.ZScore(ctx, keyStuck, partID)
+	rec := ReadPart(ctx, pipe, partID)
+	_, _ = pipe.Exec(ctx) // each read's own error is checked below (ReadPart's layouts)
+	stuck := true
+	if err := score.Err(); errors.Is(err, redis.Nil) {
+		stuck = false
+	} else if err != nil {
+		return "", nodeErr(n, err)
+	}
+	fields, err := rec.Fields()
+	var re *ReplyError
+	if err != nil && !errors.Is(err, ErrCorrupt) && !errors.As(err, &re) {
+		return "", nodeErr(n, err)
+	}
+	if !stuck {
+		state := PartState(fields["state"]).String()
+		if err != nil {
+			state = "unknown, its record cannot be read"
+		}
+		return "", fmt.Errorf("%w: node %s: part %q is not set aside (its state: %s): only a part set aside whose order's record "+
+			"is gone is settled by an operator; a pending part settles by its order's decision", ErrPrecondition, n.Name(), partID, state)
+	}
+	if err != nil {
+		return "", fmt.Errorf("node %s: part %q: its record cannot be read, so neither its order nor its units are known: "+
+			"repair it first (shardis parts stuck shows the problem): %w", n.Name(), partID, err)
+	}
+	if len(fields) == 0 {
+		return "", fmt.Errorf("%w: node %s: part %q is set aside but its record %s is gone: nothing tells its order, "+
+			"its counter or its units, so there is nothing to settle (audit the SKU's stock, shardis stock get)",
+			ErrPrecondition, n.Name(), partID, partKey(partID))
+	}
+	orderID := fields["order"]
+	if orderID == "" {
+		return "", fmt.Errorf("%w: node %s: part %q: its record %s names no order", ErrCorrupt, n.Name(), partID, partKey(partID))
+	}
+	return orderID, nil
+}
+
+// orderRecordGone returns nil when orderID's record is absent at its home
+// node, read without a write (no move, no expiry relied on); otherwise
+// why part partID of node nodeName is not settled by an operator
+// (SettleStuck).
+func (inv *Inventory) orderRecordGone(ctx context.Context, orderID, nodeName, partID string) error {
+	v := inv.topology(ctx)
+	if err := v.refuse(); err != nil {
+		return err
+	}
+	if v.migrating() {
+		return fmt.Errorf("%w: %w: node %s: part %q: a topology change is moving order records (the record of order %q may be "+
+			"on its way): retry when `shardis topology apply` has ended", ErrUnavailable, ErrTopology, nodeName, partID, orderID)
+	}
+	home, err := inv.orderHome(v, orderID)
+	if err != nil {
+		return err
+	}
+	rec := ReadOrder(ctx, home.Client(), orderID)
+	fields, err := rec.Fields()
+	if err != nil {
+		var re *ReplyError
+		if !errors.Is(err, ErrCorrupt) && !errors.As(err, &re) {
+			return nodeErr(home, err)
+		}
+		return fmt.Errorf("node %s: part %q: the record of its order %q on its home node %s cannot be read, "+
+			"so it is not known to be gone: %w", nodeName, partID, orderID, home.Name(), err)
+	}
+	if len(fields) > 0 {
+		return fmt.Errorf("%w: node %s: part %q: the record of its order %q exists on its home node %s (status %q): "+
+			"the decision is the record's, not an operator's: run `shardis parts retry %s '%s'` and the reconciler settles the part by it",
+			ErrPrecondition, nodeName, partID, orderID, home.Name(), fields["status"], nodeName, partID)
+	}
+	return nil
+}
