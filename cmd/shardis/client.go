@@ -78,6 +78,8 @@ var clientCommands = map[string]clientCommand{
 		"Accepts the data of an inventory node refused for coming back empty or with older data (new incarnation; what it lost stays lost). A node that is UP is refused unless --force.", cmdNodeAccept},
 	"parts retry": {"parts retry [flags] NODE PART_ID | --all | --sku SKU [--node N]",
 		"Puts a stuck part (or every stuck part, or a SKU's, of every node or of --node) back in its node's pending index, due now (after repairing its data); the reconciler settles it. Stuck parts are also retried by themselves with backoff, and when their SKU is loaded. After printing what it did, --all and --sku exit 1 when a retry failed, a node could not be read (its parts were not retried: run it again once it is back) or a node has more stuck parts than one run looks at (10000: run it again).", cmdPartsRetry},
+	"parts settle": {"parts settle [flags] NODE PART_ID confirm|cancel",
+		"Confirms or cancels one stuck part whose order's record is gone (it lived out its retention), the one case the reconciler cannot decide: decide by the system of record, confirm if the order was paid (its units are sold), else cancel (they go back to available). Only such a part is settled: a part not stuck, or whose order's record exists (then run parts retry: the record decides), is refused (failed_precondition) and nothing changes. It prints the part's result, and exits 1 when the part was not settled as asked.", cmdPartsSettle},
 }
 
 // cmdClient runs a client subcommand until it ends or SIGINT/SIGTERM.
@@ -91,7 +93,7 @@ func cmdClient(name string, args []string, stdout, stderr io.Writer) error {
 // subcommands in the order their usage lists them.
 var clientGroups = map[string][]string{
 	"stock": {"load", "get"},
-	"parts": {"stuck", "retry"},
+	"parts": {"stuck", "retry", "settle"},
 	"node":  {"accept"},
 }
 

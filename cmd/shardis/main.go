@@ -45,6 +45,7 @@ client commands (talk to a running service; --addr, --token, --timeout, --json):
             redo-log ack --node N --queue Q [--incarnation INC] [--part ID] OFFSET records a consumer's progress
   parts     parts stuck lists parts the reconciler set aside (cannot be settled);
             parts retry NODE PART_ID | --all | --sku SKU retries them after a repair
+            parts settle NODE PART_ID confirm|cancel decides one whose order's record is gone
   node      node accept NODE: accept the data of an inventory node refused for
             coming back empty or with older data
 

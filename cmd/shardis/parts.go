@@ -143,6 +143,48 @@ func cmdPartsRetry(ctx context.Context, c *client, args []string) error {
 		})
 }
 
+// cmdPartsSettle confirms or cancels one stuck part whose order's record
+// is gone (AdminService.SettleStuckPart). It prints the part's result; it
+// exits 1 when the part was not settled as asked (settled the other way,
+// or its record gone, between the service's check and its settle).
+func cmdPartsSettle(ctx context.Context, c *client, args []string) error {
+	rest, err := c.parse(args, 3, 3)
+	if err != nil {
+		return err
+	}
+	nodeName, partID, action := rest[0], rest[1], rest[2]
+	var settled, units string
+	switch inventory.Action(action) {
+	case inventory.Confirm:
+		settled, units = "confirmed", "its units sold"
+	case inventory.Cancel:
+		settled, units = "cancelled", "its units back to available"
+	default:
+		return c.usageErr("ACTION %q: want confirm or cancel", action)
+	}
+	res, err := call(ctx, c, c.admin.SettleStuckPart, &v1.SettleStuckPartRequest{Node: nodeName, PartId: partID, Action: action})
+	if err != nil {
+		return err
+	}
+	what := fmt.Sprintf("part %s on %s", partID, nodeName)
+	var line string
+	switch res.Result {
+	case "done":
+		line = fmt.Sprintf("%s %s (%s)", what, settled, units)
+	case "already":
+		line = what + " was already " + settled
+	default:
+		line = fmt.Sprintf("%s was not %s: the settle answered %s (settled otherwise, or its record gone, since the check)", what, settled, res.Result)
+	}
+	if err := c.out.emit(res, func(w io.Writer) { fmt.Fprintln(w, line) }); err != nil {
+		return err
+	}
+	if res.Result != "done" && res.Result != "already" {
+		return fmt.Errorf("parts settle: %s was not %s (%s)", what, settled, res.Result)
+	}
+	return nil
+}
+
 // retryStuckLimit is how many stuck parts per node one `parts retry --all`
 // or `--sku` lists and retries (the most ListStuckParts returns); a
 // variable for tests.

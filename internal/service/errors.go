@@ -21,7 +21,9 @@ import (
 //     library's wrapping put it ("invalid argument: " under
 //     invalid_argument, also after "items[0]: "; "route not in the applied
 //     topology: " under failed_precondition; "no node available: " under
-//     unavailable; "sku never loaded: " under not_found). errors.Is still sees the original error.
+//     unavailable; "sku never loaded: " under not_found; "precondition
+//     failed: " under failed_precondition). errors.Is still sees the
+//     original error.
 //   - A JSON client (Connect JSON, gRPC+JSON, gRPC-Web+JSON) reads the
 //     fields it sends: the message names them in the JSON mapping
 //     ("orderId", "items[0].skuId"); binary clients read the proto names
@@ -43,12 +45,16 @@ func rpcError(err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		code = connect.CodeDeadlineExceeded
 	case errors.Is(err, router.ErrNotWitnessed), errors.Is(err, inventory.ErrNotApplied),
-		errors.Is(err, inventory.ErrIncarnation), errors.Is(err, inventory.ErrRewound):
+		errors.Is(err, inventory.ErrIncarnation), errors.Is(err, inventory.ErrRewound),
+		errors.Is(err, inventory.ErrPrecondition):
 		// The system is not in the state the call needs (gRPC's rule for
 		// failed_precondition); a valid route of the configuration that
 		// `shardis topology apply` has not applied yet is served after it.
 		// A redo-log acknowledgement for another incarnation, or for a
-		// queue that went back under it, needs a fresh read first.
+		// queue that went back under it, needs a fresh read first. An
+		// operator's settle of a part not set aside, or whose order's
+		// record exists (inventory.ErrPrecondition), is refused for the
+		// state, the message saying what to do instead.
 		code = connect.CodeFailedPrecondition
 	case errors.Is(err, inventory.ErrInvalid), errors.Is(err, router.ErrUnknownRoute),
 		errors.Is(err, router.ErrUnknownNode), errors.Is(err, node.ErrUnknownRoute):
@@ -105,6 +111,8 @@ func sentinelTexts(err error, code connect.Code) []string {
 		return []string{inventory.ErrInvalid.Error()}
 	case code == connect.CodeFailedPrecondition && errors.Is(err, inventory.ErrNotApplied):
 		return []string{inventory.ErrInvalid.Error(), inventory.ErrNotApplied.Error()}
+	case code == connect.CodeFailedPrecondition && errors.Is(err, inventory.ErrPrecondition):
+		return []string{inventory.ErrPrecondition.Error()}
 	case code == connect.CodeUnavailable:
 		return []string{router.ErrUnavailable.Error()}
 	case code == connect.CodeNotFound && errors.Is(err, inventory.ErrUnknownSKU):

@@ -29,6 +29,8 @@ func TestRPCErrorCodes(t *testing.T) {
 		{fmt.Errorf("%w: route_key %q is not a route of server %q", inventory.ErrInvalid, "nope", "inventory"), connect.CodeInvalidArgument},
 		{fmt.Errorf("%w: %w: route %q is not in the applied topology (epoch 3)", inventory.ErrInvalid, inventory.ErrNotApplied, "x"), connect.CodeFailedPrecondition},
 		{fmt.Errorf("%w: sku s", inventory.ErrInsufficientStock), connect.CodeFailedPrecondition},
+		// an operator's settle of a part not set aside, or whose order's record exists
+		{fmt.Errorf("%w: node n2: part %q is not set aside", inventory.ErrPrecondition, "p"), connect.CodeFailedPrecondition},
 		{fmt.Errorf("%w: order o", inventory.ErrInProgress), connect.CodeAborted},
 		{fmt.Errorf("%w: part p", inventory.ErrDataLoss), connect.CodeDataLoss},
 		// a drain of a DOWN node (node.PersistRouteEnabled's wrapping)
@@ -85,6 +87,7 @@ func TestRPCErrorSaysClassOnce(t *testing.T) {
 		{fmt.Errorf("%w: items[0] sku %q was never loaded on route %q", inventory.ErrUnknownSKU, "s", "r"),
 			`items[0] sku "s" was never loaded on route "r"`},
 		{fmt.Errorf("%w: sku s", inventory.ErrInsufficientStock), "insufficient stock: sku s"},
+		{fmt.Errorf("%w: node n2: part %q is not set aside", inventory.ErrPrecondition, "p"), `node n2: part "p" is not set aside`},
 	} {
 		var ce *connect.Error
 		got := rpcError(c.err)

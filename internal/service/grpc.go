@@ -100,6 +100,7 @@ func grpcServices(h *Handlers) map[string][]grpcMethod {
 			unaryMethod[v1.AckRedoLogRequest]("AckRedoLog", h.AckRedoLog),
 			unaryMethod[v1.ListStuckPartsRequest]("ListStuckParts", h.ListStuckParts),
 			unaryMethod[v1.RetryStuckPartRequest]("RetryStuckPart", h.RetryStuckPart),
+			unaryMethod[v1.SettleStuckPartRequest]("SettleStuckPart", h.SettleStuckPart),
 			unaryMethod[v1.AcceptNodeRequest]("AcceptNode", h.AcceptNode),
 		},
 	}

@@ -16,9 +16,10 @@ import (
 )
 
 // TestAdminCallOnNonInventoryNode checks that the inventory's admin calls
-// (ListStuckParts, RetryStuckPart, ReadRedoLog, AckRedoLog) take only a
-// node of the inventory: n4, which the configuration gives to server
-// "cache" only, is an unknown node for them, invalid_argument naming it
+// (ListStuckParts, RetryStuckPart, SettleStuckPart, ReadRedoLog,
+// AckRedoLog) take only a node of the inventory: n4, which the
+// configuration gives to server "cache" only, is an unknown node for
+// them, invalid_argument naming it
 // (README, status table: "unknown route/node"), as a name the
 // configuration does not give at all is. Found by a review: they ran on
 // n4 and answered unavailable (a transient state: "retry"), or, for
@@ -42,6 +43,8 @@ func TestAdminCallOnNonInventoryNode(t *testing.T) {
 	check("ListStuckParts", err)
 	_, err = a.RetryStuckPart(ctx, connect.NewRequest(&v1.RetryStuckPartRequest{Node: "n4", PartId: "o-1|t|0"}))
 	check("RetryStuckPart", err)
+	_, err = a.SettleStuckPart(ctx, connect.NewRequest(&v1.SettleStuckPartRequest{Node: "n4", PartId: "o-1|t|0", Action: "cancel"}))
+	check("SettleStuckPart", err)
 	_, err = a.ReadRedoLog(ctx, connect.NewRequest(&v1.ReadRedoLogRequest{Node: "n4"}))
 	check("ReadRedoLog", err)
 	_, err = a.AckRedoLog(ctx, connect.NewRequest(&v1.AckRedoLogRequest{Node: "n4"}))

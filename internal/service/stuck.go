@@ -65,6 +65,21 @@ func (h *Handlers) RetryStuckPart(ctx context.Context, req *connect.Request[v1.R
 	return connect.NewResponse(&v1.RetryStuckPartResponse{Retried: ok}), nil
 }
 
+// SettleStuckPart implements AdminService.SettleStuckPart: an operator's
+// confirm or cancel of a part set aside whose order's record is gone
+// (inventory.Inventory.SettleStuck, whose refusals map as rpcError maps
+// them: failed_precondition for a part not set aside or whose order's
+// record exists, invalid_argument for an unknown node, an empty part_id
+// or an action other than "confirm" or "cancel").
+func (h *Handlers) SettleStuckPart(ctx context.Context, req *connect.Request[v1.SettleStuckPartRequest]) (*connect.Response[v1.SettleStuckPartResponse], error) {
+	m := req.Msg
+	res, err := h.Inventory.SettleStuck(ctx, m.Node, m.PartId, inventory.Action(m.Action))
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&v1.SettleStuckPartResponse{Result: res}), nil
+}
+
 func stuckParts(ps []inventory.StuckPart) []*v1.StuckPart {
 	out := make([]*v1.StuckPart, len(ps))
 	for i, p := range ps {

@@ -2291,6 +2291,119 @@ func (x *RetryStuckPartResponse) GetRetried() bool {
 	return false
 }
 
+type SettleStuckPartRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The inventory node the part is set aside on (as ListStuckParts names it).
+	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// The part's id, as ListStuckParts lists it.
+	PartId string `protobuf:"bytes,2,opt,name=part_id,json=partId,proto3" json:"part_id,omitempty"`
+	// "confirm" (the order was paid: the units are sold) or "cancel" (it was
+	// not: the units go back to available), decided by the system of record.
+	Action        string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleStuckPartRequest) Reset() {
+	*x = SettleStuckPartRequest{}
+	mi := &file_shardis_v1_shardis_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleStuckPartRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleStuckPartRequest) ProtoMessage() {}
+
+func (x *SettleStuckPartRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardis_v1_shardis_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleStuckPartRequest.ProtoReflect.Descriptor instead.
+func (*SettleStuckPartRequest) Descriptor() ([]byte, []int) {
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SettleStuckPartRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *SettleStuckPartRequest) GetPartId() string {
+	if x != nil {
+		return x.PartId
+	}
+	return ""
+}
+
+func (x *SettleStuckPartRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+type SettleStuckPartResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The part's result word, as the node's settle script answered it: "done"
+	// (it settled now, as asked). Only when something else settled the part
+	// (or its record expired) between the check and the settle: "already"
+	// (settled as asked), "conflict:<state>" (settled the other way: nothing
+	// changed), "missing" or "tombstoned" (no record any more).
+	Result        string `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleStuckPartResponse) Reset() {
+	*x = SettleStuckPartResponse{}
+	mi := &file_shardis_v1_shardis_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleStuckPartResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleStuckPartResponse) ProtoMessage() {}
+
+func (x *SettleStuckPartResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardis_v1_shardis_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleStuckPartResponse.ProtoReflect.Descriptor instead.
+func (*SettleStuckPartResponse) Descriptor() ([]byte, []int) {
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *SettleStuckPartResponse) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
 type AcceptNodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -2303,7 +2416,7 @@ type AcceptNodeRequest struct {
 
 func (x *AcceptNodeRequest) Reset() {
 	*x = AcceptNodeRequest{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[32]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2428,7 @@ func (x *AcceptNodeRequest) String() string {
 func (*AcceptNodeRequest) ProtoMessage() {}
 
 func (x *AcceptNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[32]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2441,7 @@ func (x *AcceptNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptNodeRequest.ProtoReflect.Descriptor instead.
 func (*AcceptNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{32}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AcceptNodeRequest) GetNode() string {
@@ -2358,7 +2471,7 @@ type AcceptNodeResponse struct {
 
 func (x *AcceptNodeResponse) Reset() {
 	*x = AcceptNodeResponse{}
-	mi := &file_shardis_v1_shardis_proto_msgTypes[33]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2370,7 +2483,7 @@ func (x *AcceptNodeResponse) String() string {
 func (*AcceptNodeResponse) ProtoMessage() {}
 
 func (x *AcceptNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardis_v1_shardis_proto_msgTypes[33]
+	mi := &file_shardis_v1_shardis_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2383,7 +2496,7 @@ func (x *AcceptNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptNodeResponse.ProtoReflect.Descriptor instead.
 func (*AcceptNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{33}
+	return file_shardis_v1_shardis_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AcceptNodeResponse) GetNode() string {
@@ -2578,7 +2691,13 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
 	"\apart_id\x18\x02 \x01(\tR\x06partId\"2\n" +
 	"\x16RetryStuckPartResponse\x12\x18\n" +
-	"\aretried\x18\x01 \x01(\bR\aretried\"=\n" +
+	"\aretried\x18\x01 \x01(\bR\aretried\"]\n" +
+	"\x16SettleStuckPartRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
+	"\apart_id\x18\x02 \x01(\tR\x06partId\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\"1\n" +
+	"\x17SettleStuckPartResponse\x12\x16\n" +
+	"\x06result\x18\x01 \x01(\tR\x06result\"=\n" +
 	"\x11AcceptNodeRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"|\n" +
@@ -2605,7 +2724,7 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"NewOrderId\x12\x1d.shardis.v1.NewOrderIdRequest\x1a\x1e.shardis.v1.NewOrderIdResponse\x12B\n" +
 	"\aReserve\x12\x1a.shardis.v1.ReserveRequest\x1a\x1b.shardis.v1.ReserveResponse\x12B\n" +
 	"\aConfirm\x12\x1a.shardis.v1.ConfirmRequest\x1a\x1b.shardis.v1.ConfirmResponse\x12?\n" +
-	"\x06Cancel\x12\x19.shardis.v1.CancelRequest\x1a\x1a.shardis.v1.CancelResponse2\xd0\x04\n" +
+	"\x06Cancel\x12\x19.shardis.v1.CancelRequest\x1a\x1a.shardis.v1.CancelResponse2\xac\x05\n" +
 	"\fAdminService\x12H\n" +
 	"\tListNodes\x12\x1c.shardis.v1.ListNodesRequest\x1a\x1d.shardis.v1.ListNodesResponse\x12Z\n" +
 	"\x0fSetRouteEnabled\x12\".shardis.v1.SetRouteEnabledRequest\x1a#.shardis.v1.SetRouteEnabledResponse\x12N\n" +
@@ -2613,7 +2732,8 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\n" +
 	"AckRedoLog\x12\x1d.shardis.v1.AckRedoLogRequest\x1a\x1e.shardis.v1.AckRedoLogResponse\x12W\n" +
 	"\x0eListStuckParts\x12!.shardis.v1.ListStuckPartsRequest\x1a\".shardis.v1.ListStuckPartsResponse\x12W\n" +
-	"\x0eRetryStuckPart\x12!.shardis.v1.RetryStuckPartRequest\x1a\".shardis.v1.RetryStuckPartResponse\x12K\n" +
+	"\x0eRetryStuckPart\x12!.shardis.v1.RetryStuckPartRequest\x1a\".shardis.v1.RetryStuckPartResponse\x12Z\n" +
+	"\x0fSettleStuckPart\x12\".shardis.v1.SettleStuckPartRequest\x1a#.shardis.v1.SettleStuckPartResponse\x12K\n" +
 	"\n" +
 	"AcceptNode\x12\x1d.shardis.v1.AcceptNodeRequest\x1a\x1e.shardis.v1.AcceptNodeResponseB7Z5github.com/shardis/shardis/proto/shardis/v1;shardisv1b\x06proto3"
 
@@ -2630,7 +2750,7 @@ func file_shardis_v1_shardis_proto_rawDescGZIP() []byte {
 }
 
 var file_shardis_v1_shardis_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_shardis_v1_shardis_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_shardis_v1_shardis_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_shardis_v1_shardis_proto_goTypes = []any{
 	(OrderStatus)(0),                // 0: shardis.v1.OrderStatus
 	(NodeState)(0),                  // 1: shardis.v1.NodeState
@@ -2666,8 +2786,10 @@ var file_shardis_v1_shardis_proto_goTypes = []any{
 	(*ListStuckPartsResponse)(nil),  // 31: shardis.v1.ListStuckPartsResponse
 	(*RetryStuckPartRequest)(nil),   // 32: shardis.v1.RetryStuckPartRequest
 	(*RetryStuckPartResponse)(nil),  // 33: shardis.v1.RetryStuckPartResponse
-	(*AcceptNodeRequest)(nil),       // 34: shardis.v1.AcceptNodeRequest
-	(*AcceptNodeResponse)(nil),      // 35: shardis.v1.AcceptNodeResponse
+	(*SettleStuckPartRequest)(nil),  // 34: shardis.v1.SettleStuckPartRequest
+	(*SettleStuckPartResponse)(nil), // 35: shardis.v1.SettleStuckPartResponse
+	(*AcceptNodeRequest)(nil),       // 36: shardis.v1.AcceptNodeRequest
+	(*AcceptNodeResponse)(nil),      // 37: shardis.v1.AcceptNodeResponse
 }
 var file_shardis_v1_shardis_proto_depIdxs = []int32{
 	6,  // 0: shardis.v1.LoadStockResponse.stock:type_name -> shardis.v1.StockLevel
@@ -2696,22 +2818,24 @@ var file_shardis_v1_shardis_proto_depIdxs = []int32{
 	27, // 23: shardis.v1.AdminService.AckRedoLog:input_type -> shardis.v1.AckRedoLogRequest
 	29, // 24: shardis.v1.AdminService.ListStuckParts:input_type -> shardis.v1.ListStuckPartsRequest
 	32, // 25: shardis.v1.AdminService.RetryStuckPart:input_type -> shardis.v1.RetryStuckPartRequest
-	34, // 26: shardis.v1.AdminService.AcceptNode:input_type -> shardis.v1.AcceptNodeRequest
-	3,  // 27: shardis.v1.InventoryService.LoadStock:output_type -> shardis.v1.LoadStockResponse
-	5,  // 28: shardis.v1.InventoryService.GetStock:output_type -> shardis.v1.GetStockResponse
-	10, // 29: shardis.v1.InventoryService.NewOrderId:output_type -> shardis.v1.NewOrderIdResponse
-	13, // 30: shardis.v1.InventoryService.Reserve:output_type -> shardis.v1.ReserveResponse
-	15, // 31: shardis.v1.InventoryService.Confirm:output_type -> shardis.v1.ConfirmResponse
-	17, // 32: shardis.v1.InventoryService.Cancel:output_type -> shardis.v1.CancelResponse
-	19, // 33: shardis.v1.AdminService.ListNodes:output_type -> shardis.v1.ListNodesResponse
-	23, // 34: shardis.v1.AdminService.SetRouteEnabled:output_type -> shardis.v1.SetRouteEnabledResponse
-	26, // 35: shardis.v1.AdminService.ReadRedoLog:output_type -> shardis.v1.ReadRedoLogResponse
-	28, // 36: shardis.v1.AdminService.AckRedoLog:output_type -> shardis.v1.AckRedoLogResponse
-	31, // 37: shardis.v1.AdminService.ListStuckParts:output_type -> shardis.v1.ListStuckPartsResponse
-	33, // 38: shardis.v1.AdminService.RetryStuckPart:output_type -> shardis.v1.RetryStuckPartResponse
-	35, // 39: shardis.v1.AdminService.AcceptNode:output_type -> shardis.v1.AcceptNodeResponse
-	27, // [27:40] is the sub-list for method output_type
-	14, // [14:27] is the sub-list for method input_type
+	34, // 26: shardis.v1.AdminService.SettleStuckPart:input_type -> shardis.v1.SettleStuckPartRequest
+	36, // 27: shardis.v1.AdminService.AcceptNode:input_type -> shardis.v1.AcceptNodeRequest
+	3,  // 28: shardis.v1.InventoryService.LoadStock:output_type -> shardis.v1.LoadStockResponse
+	5,  // 29: shardis.v1.InventoryService.GetStock:output_type -> shardis.v1.GetStockResponse
+	10, // 30: shardis.v1.InventoryService.NewOrderId:output_type -> shardis.v1.NewOrderIdResponse
+	13, // 31: shardis.v1.InventoryService.Reserve:output_type -> shardis.v1.ReserveResponse
+	15, // 32: shardis.v1.InventoryService.Confirm:output_type -> shardis.v1.ConfirmResponse
+	17, // 33: shardis.v1.InventoryService.Cancel:output_type -> shardis.v1.CancelResponse
+	19, // 34: shardis.v1.AdminService.ListNodes:output_type -> shardis.v1.ListNodesResponse
+	23, // 35: shardis.v1.AdminService.SetRouteEnabled:output_type -> shardis.v1.SetRouteEnabledResponse
+	26, // 36: shardis.v1.AdminService.ReadRedoLog:output_type -> shardis.v1.ReadRedoLogResponse
+	28, // 37: shardis.v1.AdminService.AckRedoLog:output_type -> shardis.v1.AckRedoLogResponse
+	31, // 38: shardis.v1.AdminService.ListStuckParts:output_type -> shardis.v1.ListStuckPartsResponse
+	33, // 39: shardis.v1.AdminService.RetryStuckPart:output_type -> shardis.v1.RetryStuckPartResponse
+	35, // 40: shardis.v1.AdminService.SettleStuckPart:output_type -> shardis.v1.SettleStuckPartResponse
+	37, // 41: shardis.v1.AdminService.AcceptNode:output_type -> shardis.v1.AcceptNodeResponse
+	28, // [28:42] is the sub-list for method output_type
+	14, // [14:28] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -2729,7 +2853,7 @@ func file_shardis_v1_shardis_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardis_v1_shardis_proto_rawDesc), len(file_shardis_v1_shardis_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

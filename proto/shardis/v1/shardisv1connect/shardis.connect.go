@@ -73,6 +73,9 @@ const (
 	// AdminServiceRetryStuckPartProcedure is the fully-qualified name of the AdminService's
 	// RetryStuckPart RPC.
 	AdminServiceRetryStuckPartProcedure = "/shardis.v1.AdminService/RetryStuckPart"
+	// AdminServiceSettleStuckPartProcedure is the fully-qualified name of the AdminService's
+	// SettleStuckPart RPC.
+	AdminServiceSettleStuckPartProcedure = "/shardis.v1.AdminService/SettleStuckPart"
 	// AdminServiceAcceptNodeProcedure is the fully-qualified name of the AdminService's AcceptNode RPC.
 	AdminServiceAcceptNodeProcedure = "/shardis.v1.AdminService/AcceptNode"
 )
@@ -337,6 +340,21 @@ type AdminServiceClient interface {
 	// now, once its data was repaired; the reconciler settles it (or sets it
 	// aside again with the error it still meets).
 	RetryStuckPart(context.Context, *connect.Request[v1.RetryStuckPartRequest]) (*connect.Response[v1.RetryStuckPartResponse], error)
+	// SettleStuckPart confirms or cancels one part set aside on its node
+	// whose order's record is gone (it lived out its retention): the case
+	// the reconciler cannot decide, whose units stay reserved until an
+	// operator decides by the system of record (confirm if the order was
+	// paid, else cancel). It settles only such a part: one not set aside,
+	// or whose order's record exists (its decision is the record's: retry
+	// the part instead, RetryStuckPart), is refused with
+	// FAILED_PRECONDITION before any write; a node that is no node of the
+	// inventory server, an empty part_id or an action other than "confirm"
+	// or "cancel" is INVALID_ARGUMENT naming it. A part whose own record
+	// cannot be read or is gone is refused (INTERNAL for an unreadable one,
+	// FAILED_PRECONDITION for one gone), naming why. The settle changes the
+	// part's state at most once: a retry after a lost answer is refused as
+	// no longer set aside, naming the state it settled to.
+	SettleStuckPart(context.Context, *connect.Request[v1.SettleStuckPartRequest]) (*connect.Response[v1.SettleStuckPartResponse], error)
 	// Accepts the current data of an inventory node refused for having come
 	// back empty or with older data: a new incarnation (a new redo-log
 	// generation) at a higher generation, told to every reachable peer. What
@@ -394,6 +412,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("RetryStuckPart")),
 			connect.WithClientOptions(opts...),
 		),
+		settleStuckPart: connect.NewClient[v1.SettleStuckPartRequest, v1.SettleStuckPartResponse](
+			httpClient,
+			baseURL+AdminServiceSettleStuckPartProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("SettleStuckPart")),
+			connect.WithClientOptions(opts...),
+		),
 		acceptNode: connect.NewClient[v1.AcceptNodeRequest, v1.AcceptNodeResponse](
 			httpClient,
 			baseURL+AdminServiceAcceptNodeProcedure,
@@ -411,6 +435,7 @@ type adminServiceClient struct {
 	ackRedoLog      *connect.Client[v1.AckRedoLogRequest, v1.AckRedoLogResponse]
 	listStuckParts  *connect.Client[v1.ListStuckPartsRequest, v1.ListStuckPartsResponse]
 	retryStuckPart  *connect.Client[v1.RetryStuckPartRequest, v1.RetryStuckPartResponse]
+	settleStuckPart *connect.Client[v1.SettleStuckPartRequest, v1.SettleStuckPartResponse]
 	acceptNode      *connect.Client[v1.AcceptNodeRequest, v1.AcceptNodeResponse]
 }
 
@@ -444,6 +469,11 @@ func (c *adminServiceClient) RetryStuckPart(ctx context.Context, req *connect.Re
 	return c.retryStuckPart.CallUnary(ctx, req)
 }
 
+// SettleStuckPart calls shardis.v1.AdminService.SettleStuckPart.
+func (c *adminServiceClient) SettleStuckPart(ctx context.Context, req *connect.Request[v1.SettleStuckPartRequest]) (*connect.Response[v1.SettleStuckPartResponse], error) {
+	return c.settleStuckPart.CallUnary(ctx, req)
+}
+
 // AcceptNode calls shardis.v1.AdminService.AcceptNode.
 func (c *adminServiceClient) AcceptNode(ctx context.Context, req *connect.Request[v1.AcceptNodeRequest]) (*connect.Response[v1.AcceptNodeResponse], error) {
 	return c.acceptNode.CallUnary(ctx, req)
@@ -467,6 +497,21 @@ type AdminServiceHandler interface {
 	// now, once its data was repaired; the reconciler settles it (or sets it
 	// aside again with the error it still meets).
 	RetryStuckPart(context.Context, *connect.Request[v1.RetryStuckPartRequest]) (*connect.Response[v1.RetryStuckPartResponse], error)
+	// SettleStuckPart confirms or cancels one part set aside on its node
+	// whose order's record is gone (it lived out its retention): the case
+	// the reconciler cannot decide, whose units stay reserved until an
+	// operator decides by the system of record (confirm if the order was
+	// paid, else cancel). It settles only such a part: one not set aside,
+	// or whose order's record exists (its decision is the record's: retry
+	// the part instead, RetryStuckPart), is refused with
+	// FAILED_PRECONDITION before any write; a node that is no node of the
+	// inventory server, an empty part_id or an action other than "confirm"
+	// or "cancel" is INVALID_ARGUMENT naming it. A part whose own record
+	// cannot be read or is gone is refused (INTERNAL for an unreadable one,
+	// FAILED_PRECONDITION for one gone), naming why. The settle changes the
+	// part's state at most once: a retry after a lost answer is refused as
+	// no longer set aside, naming the state it settled to.
+	SettleStuckPart(context.Context, *connect.Request[v1.SettleStuckPartRequest]) (*connect.Response[v1.SettleStuckPartResponse], error)
 	// Accepts the current data of an inventory node refused for having come
 	// back empty or with older data: a new incarnation (a new redo-log
 	// generation) at a higher generation, told to every reachable peer. What
@@ -520,6 +565,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("RetryStuckPart")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceSettleStuckPartHandler := connect.NewUnaryHandler(
+		AdminServiceSettleStuckPartProcedure,
+		svc.SettleStuckPart,
+		connect.WithSchema(adminServiceMethods.ByName("SettleStuckPart")),
+		connect.WithHandlerOptions(opts...),
+	)
 	adminServiceAcceptNodeHandler := connect.NewUnaryHandler(
 		AdminServiceAcceptNodeProcedure,
 		svc.AcceptNode,
@@ -540,6 +591,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceListStuckPartsHandler.ServeHTTP(w, r)
 		case AdminServiceRetryStuckPartProcedure:
 			adminServiceRetryStuckPartHandler.ServeHTTP(w, r)
+		case AdminServiceSettleStuckPartProcedure:
+			adminServiceSettleStuckPartHandler.ServeHTTP(w, r)
 		case AdminServiceAcceptNodeProcedure:
 			adminServiceAcceptNodeHandler.ServeHTTP(w, r)
 		default:
@@ -573,6 +626,10 @@ func (UnimplementedAdminServiceHandler) ListStuckParts(context.Context, *connect
 
 func (UnimplementedAdminServiceHandler) RetryStuckPart(context.Context, *connect.Request[v1.RetryStuckPartRequest]) (*connect.Response[v1.RetryStuckPartResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardis.v1.AdminService.RetryStuckPart is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) SettleStuckPart(context.Context, *connect.Request[v1.SettleStuckPartRequest]) (*connect.Response[v1.SettleStuckPartResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("shardis.v1.AdminService.SettleStuckPart is not implemented"))
 }
 
 func (UnimplementedAdminServiceHandler) AcceptNode(context.Context, *connect.Request[v1.AcceptNodeRequest]) (*connect.Response[v1.AcceptNodeResponse], error) {
