@@ -50,8 +50,8 @@ func (f *copyBeforeScript) Crash(context.Context, string) bool { return false }
 // seeds 155100 and 155263: 26 units of a SKU where 14 were loaded). Now
 // such a node is treated as one that went back: its counters are taken
 // back (the transfer's marker on n2 says n2 holds them). A run that dies
-// between the take back's out and done (crash point "take-back") leaves
-// n3 migrating, and the next run finishes it.
+// in its take back (crash point "take-back") leaves n3 migrating, and the
+// next run finishes it.
 func TestApplyTakesBackFromACopyTakenDuringStep3(t *testing.T) {
 	t.Parallel()
 	for _, crash := range []string{"", "take-back"} {

@@ -46,13 +46,22 @@ import (
 // Explained: N holds xferMarkerKey(xferID(c.Epoch, kind, s, K)) for a
 // member s of c.From's R: the in step of c's own transfer of K put units
 // there (an earlier attempt at c.Token, whose nodes all went back below
-// c.Epoch: TestPutBackMemoryOfAnEarlierApplyIsVoid's world); the rerun of
+// c.Epoch: TestJoinKeepsUnitsOfItsOwnTransfer's world); the rerun of
 // that transfer (same id) is a no-op on N and subtracts on s, by the
 // rerun rule (migrate.go). Nothing else explains units on a node that
 // does not serve them: in a stable topology every counter is where the
 // topology reads it (step 3 moved each whose home moved, and waited for
 // the busy ones), so units elsewhere came back with an older copy of N's
 // data, after a transfer had given them to its destination.
+//
+// Not reached by whole copies: xfer_in writes the marker only at
+// c.Token, so a copy of N holding it holds N's bump to c.Epoch too, and
+// N is at c.Epoch or later, never one of the nodes read here (all below
+// c.Epoch; migrate.go, "The rerun rule"). That test's world reaches it by
+// putting back n1's and n2's topology records only, their data kept. It
+// is safe there only while nothing was sold or loaded on s at c.From's
+// topology since: the rerun's out records what s holds now, which its
+// done subtracts and its in (a no-op) adds nowhere.
 //
 // When, each time before the run writes anything:
 //   - Check (a new epoch, a dry run too): every node of c.From and c.To,

@@ -36,7 +36,7 @@ import (
 // home in c.To's route), but only the part that concerns the node, and
 // only for a transfer its destination applied:
 //
-//	destination's marker of the id ──out at the node's token: record what the copy holds──▶ recorded ──done: subtract it──▶ none left
+//	destination's marker of the id ──take back, one script at the node's token: subtract what the copy holds──▶ none left
 //	no marker                     ──▶ left as it is, with a warning
 //	a stock hash with units reserved ──▶ left as it is (busy), with a warning
 //
@@ -53,10 +53,32 @@ import (
 //     sells nothing twice;
 //   - the node is behind (every script refuses callers at another token,
 //     so no instance acts on it) until the move forward writes its
-//     record, after this; out and done are the transfer's own scripts, so
-//     a run cut short anywhere is finished by the next run of the apply,
-//     which finds the node behind still and applies each step at most
-//     once (migrate.go, "The rerun rule");
+//     record, after this; the take back is one script
+//     (xferTakeBackScript: it validates the counter, then subtracts all
+//     it holds and drops any record of the id, or writes nothing), so a
+//     run cut short anywhere took the counter back whole or not at all,
+//     and the next run of the apply, which finds the node behind still,
+//     reads the counter again (nothing left: nothing written);
+//   - it leaves no transfer record. The node may be served again below
+//     c.Epoch: every node that had reached c.Epoch goes back below it
+//     too (older copies, accepted), and the apply of their topology
+//     brings the fenced ones forward, this one with them, whose data
+//     instances then sell, load and count quotas on. An apply of c.To
+//     then runs at c.Epoch again (c.Token, when c.To is applied again:
+//     another attempt), and its step 3 transfers the node's counters
+//     under the same ids (xferID: the epoch, not the attempt). A record
+//     of c's id left on the node by a take back cut short between an
+//     out and a done is what that step 3's out reads as its own (out
+//     returns a record it finds: the rerun rule): its in adds on the
+//     destination, which went back and lost the units, what the copy
+//     held when the take back ran, and its done subtracts that on the
+//     node, whatever was sold or loaded there since: units sold twice,
+//     or stranded; a user's count short of what the user bought (found
+//     by a review: TestTakeBackLeavesNoTransferRecord). A take back
+//     never writes a marker (nothing on the destination), so the
+//     converse, a marker on a node below c.Epoch, never arises: xfer_in
+//     writes it only at c.Token, and a copy holding it is at c.Epoch or
+//     later;
 //   - a stock hash with reserved units holds parts pending in the copy,
 //     which the reconcilers settle once the node is forward (by their
 //     orders' decisions): it is left, with a warning, as step 3 leaves a
@@ -166,7 +188,14 @@ func (a *migrator) takeBackAt(tok string, tb *tookBack) mover {
 			tb.left = append(tb.left, topology.LeftCounter{Node: src.Name(), Key: key, Why: "no marker"})
 			return false, nil
 		}
-		state, v, err := a.inv.xferOut(ctx, src, tok, kind, id, key, dst)
+		if a.inv.crash(ctx, "take-back") {
+			return false, errCrashed
+		}
+		out, err := a.inv.runAt(ctx, src, xferTakeBackScript, tok, []string{key, xferKey(id)}, string(kind))
+		if err != nil {
+			return false, err
+		}
+		state, v, err := xferReply(src.Name(), xferTakeBackScript, out, xferTaken)
 		if err != nil {
 			return false, err
 		}
@@ -178,12 +207,6 @@ func (a *migrator) takeBackAt(tok string, tb *tookBack) mover {
 				"node", src.Name(), "key", key, "reserved", v[0], "transfer", id)
 			tb.left = append(tb.left, topology.LeftCounter{Node: src.Name(), Key: key, Why: "units reserved"})
 			return false, nil
-		}
-		if a.inv.crash(ctx, "take-back") {
-			return false, errCrashed
-		}
-		if _, err := a.inv.runAt(ctx, src, xferDoneScript, tok, []string{key, xferKey(id)}); err != nil {
-			return false, err
 		}
 		a.log.Warn("topology: a counter came back with its node's data after its transfer: taken off it again (its destination holds its units)",
 			"node", src.Name(), "key", key, "transfer", id, "destination", dst.Name())

@@ -25,9 +25,8 @@ import (
 // forward ran no step of the transfer, and the units stayed on n3 for
 // good, out of reach until an apply gave n3 route c again, which would
 // have sold them twice (the schedule explorer's seed 152086). A run that
-// dies between the take back's out and done (crash point "take-back")
-// leaves n3 behind, and the next run finishes it; a rerun once n3 is
-// forward takes nothing.
+// dies in its take back (crash point "take-back") leaves n3 behind, and
+// the next run finishes it; a rerun once n3 is forward takes nothing.
 func TestForwardTakesBackAStockHashMovedOff(t *testing.T) {
 	t.Parallel()
 	for _, crash := range []string{"", "take-back"} {

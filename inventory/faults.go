@@ -57,8 +57,8 @@ var ErrCrashed = errors.New("inventory: actor crashed (fault injected)")
 // "install" (after a moved record's install, before its copy gets the
 // retention), "xfer-out", "xfer-in" in migrate.go; "retire", after each stale record retired,
 // and "reinstall", after each record put back, in apply_putback.go;
-// "take-back", between the out and the done of a counter a move forward
-// takes back, in apply_takeback.go) and
+// "take-back", before the script that takes back a counter a move
+// forward takes back, in apply_takeback.go) and
 // one-round reservations' ("staged:…", staged_reserve.go).
 var CrashPoints = []string{
 	"bump", "move-out", "install", "xfer-out", "xfer-in", "retire", "reinstall", "take-back",

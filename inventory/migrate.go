@@ -282,6 +282,20 @@ func (inv *Inventory) quotaElsewhere(ctx context.Context, v *view, route, sku, u
 //     HINCRBY refuse (safety issue item A3: that refusal came after the
 //     first HINCRBY had landed, so every rerun subtracted again).
 //
+// The rule reads a record or a marker it finds as this transfer's, and
+// ids name the epoch, not the apply's attempt (xferID): after every node
+// went back below an epoch, the same topology applied again runs at the
+// same token, as another attempt, under the same ids. That is safe
+// because no record or marker of an epoch E is ever on a node below E:
+// out and in run at the apply's token only (the prelude refuses any other
+// caller), so a node holds them only from its bump to E on; a node goes
+// back only with a whole copy of its data (its topology record with it,
+// below E: none of them); and the take back of a move forward, the one
+// transfer script run at a node's own token below E, leaves none
+// (apply_takeback.go: TestTakeBackLeavesNoTransferRecord). A record left
+// there would be read by the next attempt's out as its own, whatever was
+// sold or loaded on the node at the older topology since.
+//
 // The one bound: a destination forgets an applied transfer after
 // xferMarkerTTL, so a transfer left between in and done must be finished
 // (the apply rerun) within it.
@@ -320,6 +334,16 @@ var xferDoneScript = newScript("xfer-done", true, luaFile("xfer_done.lua"))
 // command argument, which Redis sends as "-0" and HINCRBY refuses, after
 // the first HINCRBY landed.
 var xferDoneNegZeroScript = newScript("xfer-done", true, luaFile("xfer_done_neg_zero.lua"))
+
+// xferTakeBackScript takes back a counter a transfer moved off a node
+// whose older copy brought it back (apply_takeback.go): out and done in
+// one script, leaving no transfer record. KEYS: 2 counter, 3 transfer
+// record. ARGV: 4 kind. Returns {state, available or quota, confirmed,
+// loaded}: state "taken" with what it subtracted (all the counter held;
+// any record of the id dropped), "none" (nothing held: any record of the
+// id dropped) or "busy" (a stock hash with reserved units, their number
+// in place of available: nothing written).
+var xferTakeBackScript = newScript("xfer-take-back", true, luaFile("xfer_take_back.lua"))
 
 // xferMarkerTTL is how long a destination remembers an applied transfer:
 // longer than any interrupted apply is expected to wait for its rerun.
@@ -379,14 +403,15 @@ func (inv *Inventory) xferOut(ctx context.Context, src *node.Node, tok string, k
 	if err != nil {
 		return "", nil, err
 	}
-	return xferOutReply(src.Name(), out)
+	return xferReply(src.Name(), xferOutScript, out, xferRecorded)
 }
 
-// xferOutReply reads xferOutScript's reply on the node named nodeName:
-// its state and the three amounts (the reserved units in place of
-// available when busy); any other shape is a ReplyError.
-func xferOutReply(nodeName string, out any) (xferOutState, []int64, error) {
-	r := newReplyReader(nodeName, xferOutScript.name)
+// xferReply reads the reply of script (xferOutScript, its done state
+// xferRecorded; xferTakeBackScript, xferTaken) on the node named
+// nodeName: its state and the three amounts (the reserved units in place
+// of available when busy); any other shape is a ReplyError.
+func xferReply(nodeName string, script *luaScript, out any, done xferOutState) (xferOutState, []int64, error) {
+	r := newReplyReader(nodeName, script.name)
 	raw := r.list(out, 4)
 	if r.err != nil {
 		return "", nil, r.err
@@ -397,10 +422,10 @@ func xferOutReply(nodeName string, out any) (xferOutState, []int64, error) {
 		return "", nil, r.err
 	}
 	switch state {
-	case xferNone, xferBusy, xferRecorded:
+	case xferNone, xferBusy, done:
 		return state, v, nil
 	}
-	return "", nil, &ReplyError{Node: nodeName, Script: xferOutScript.name, At: "reply[0]", Want: "recorded, none or busy", Got: string(state)}
+	return "", nil, &ReplyError{Node: nodeName, Script: script.name, At: "reply[0]", Want: string(done) + ", none or busy", Got: string(state)}
 }
 
 // xferID names the transfer of key off the node named src at an epoch.

@@ -124,11 +124,13 @@ const (
 	settleDone    = "done"
 )
 
-// xferOutState is the first word of xferOutScript's reply (migrate.go).
+// xferOutState is the first word of xferOutScript's and
+// xferTakeBackScript's replies (migrate.go).
 type xferOutState string
 
 const (
 	xferRecorded xferOutState = "recorded" // the transfer is recorded: its amounts follow
+	xferTaken    xferOutState = "taken"    // (take back) the counter's units are subtracted: their amounts follow
 	xferNone     xferOutState = "none"     // nothing to move: nothing written
 	xferBusy     xferOutState = "busy"     // the stock hash has reserved units: nothing written
 )
