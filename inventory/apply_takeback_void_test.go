@@ -138,3 +138,41 @@ func takeBackVoid(t *testing.T, quota bool) {
 		}
 	}
 }
+
+// TestTakeBackDropsStep3sRecord: n3's copy is taken during the apply
+// moving route c off it, between its transfer's out and in (step 3's
+// record of c/s on n3, c's 10 units still there); n3 goes back to it and
+// is accepted at the token. The move forward's take back finds that
+// record: it subtracts what n3 holds (the 10 units, which n2 holds) and
+// drops the record, in one script, so the units are counted once and no
+// record of the epoch stays on n3.
+func TestTakeBackDropsStep3sRecord(t *testing.T) {
+	t.Parallel()
+	ctx, srvs, before, after := routeCOffN3(t)
+	n2, n3 := srvs[1].Client(t), srvs[2].Client(t)
+	inv := openInv(t, before, Options{})
+	if _, err := inv.LoadStock(ctx, "c", "s", 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	inv.Close()
+	quiet := slog.New(slog.DiscardHandler)
+	f := &copyBeforeScript{t: t, node: "n2", script: xferInScript.name, c: n3}
+	rep, err := ApplyTopology(ctx, ApplyOptions{To: after, Wait: 5 * time.Second, Logger: quiet, Faults: f})
+	if err != nil || rep.Phase != topology.PhaseStable || rep.StockMoved != 1 {
+		t.Fatalf("moving route c off n3 = %+v, %v; want stable, 1 stock hash moved", rep, err)
+	}
+	id := xferID(rep.ToEpoch, xferStock, "n3", stockKey("c", "s"))
+	f.copy.restore(t, n3)
+	if fenced := acceptNode(t, ctx, after, n3, "n3"); fenced || n3.Exists(ctx, xferKey(id)).Val() != 1 {
+		t.Fatalf("setup: n3 fenced %v, or without step 3's record of %s", fenced, id)
+	}
+	rep, err = ApplyTopology(ctx, ApplyOptions{To: after, Wait: 5 * time.Second, Logger: quiet})
+	if err != nil || rep.Phase != topology.PhaseStable || rep.TakenBack != 1 {
+		t.Fatalf("the apply after n3 went back = %+v, %v; want stable, 1 taken back", rep, err)
+	}
+	l2, _ := n2.HGet(ctx, stockKey("c", "s"), "loaded").Int64()
+	l3, _ := n3.HGet(ctx, stockKey("c", "s"), "loaded").Int64()
+	if l2 != 10 || l3 != 0 || n3.Exists(ctx, xferKey(id)).Val() != 0 {
+		t.Errorf("after the take back: n2 holds %d loaded, n3 %d, n3's record of %s %d; want 10, 0, none", l2, l3, id, n3.Exists(ctx, xferKey(id)).Val())
+	}
+}
