@@ -314,7 +314,7 @@ const (
 // record existed or is written now), "none" (nothing to move: nothing
 // written) or "busy" (a stock hash with reserved units, their number in
 // place of available: nothing written).
-var xferOutScript = newScript("xfer-out", true, luaFile("xfer_out.lua"))
+var xferOutScript = newScript("xfer-out", true, xferAmountsLua+luaFile("xfer_out.lua"))
 
 // xferInScript applies a transfer once. KEYS: 2 counter, 3 applied
 // marker. ARGV: 4 kind, 5 available/quota, 6 confirmed, 7 loaded,
@@ -335,6 +335,11 @@ var xferDoneScript = newScript("xfer-done", true, luaFile("xfer_done.lua"))
 // the first HINCRBY landed.
 var xferDoneNegZeroScript = newScript("xfer-done", true, luaFile("xfer_done_neg_zero.lua"))
 
+// xferAmountsLua defines xfer_amounts for the transfer scripts that read
+// a counter before they move it (xferOutScript, xferTakeBackScript), and
+// refuses a transfer kind other than "stock" or "quota" (ARGV 4).
+var xferAmountsLua = luaFile("lib_xfer_amounts.lua")
+
 // xferTakeBackScript takes back a counter a transfer moved off a node
 // whose older copy brought it back (apply_takeback.go): out and done in
 // one script, leaving no transfer record. KEYS: 2 counter, 3 transfer
@@ -343,7 +348,7 @@ var xferDoneNegZeroScript = newScript("xfer-done", true, luaFile("xfer_done_neg_
 // any record of the id dropped), "none" (nothing held: any record of the
 // id dropped) or "busy" (a stock hash with reserved units, their number
 // in place of available: nothing written).
-var xferTakeBackScript = newScript("xfer-take-back", true, luaFile("xfer_take_back.lua"))
+var xferTakeBackScript = newScript("xfer-take-back", true, xferAmountsLua+luaFile("xfer_take_back.lua"))
 
 // xferMarkerTTL is how long a destination remembers an applied transfer:
 // longer than any interrupted apply is expected to wait for its rerun.
