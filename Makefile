@@ -218,7 +218,10 @@ chaos: deps-redis $(if $(SENTINEL),deps-sentinel) $(if $(SYNC),deps-pg)
 ## second operator rerunning topology apply while the nodes are not all stable (default never), LOSS2=0.5 that of a
 ## second data-loss actor beside the first (another node, or the same one again; default never), RELIMIT=0.5 that of an
 ## operator lowering the limit order's per-user limit mid-schedule (default never), SHRINK=0.5 that the topology actor's
-## second apply moves route c off n3 (which stays for another route) and n4 at once (default never), ABANDON=0.05 the chance per
+## second apply moves route c off n3 (which stays for another route) and n4 at once (default never), REJOIN=0.5 that, once
+## that second apply returned, the topology actor applies the 4-node topology again (a node rejoins route c it left; an
+## apply refused for stale counters a node brought back is a legitimate outcome) and sells one more order of route c
+## there (default never), ABANDON=0.05 the chance per
 ## call that its caller stops waiting for it and goes on while it is still on its way (default never), CLOCK=0.3 that of
 ## the clock actor, stepping one node's wall clock by up to CLOCKSTEP (default 300ms) while the others run (needs gcc; default
 ## never), OOM=0.3 that of the memory actor, one node out of memory while a few calls reach it (default never), PROFILE=stall parks many calls
@@ -231,7 +234,7 @@ explore: deps-redis
 	m=$$($(TESTMOD)) && $(GO) run -modfile=$$m ./internal/cmd/explore $(if $(SEED),-seed $(SEED)) -n $(or $(N),1000) $(if $(BUDGET),-budget $(BUDGET)) \
 		-worlds $(or $(WORLDS),4) $(if $(MUTATIONS),-mutations $(MUTATIONS)) $(if $(TOPOLOGY),-topology $(TOPOLOGY)) \
 		$(if $(RESTART),-restart $(RESTART)) $(if $(LIMIT),-limit $(LIMIT)) $(if $(INLINE),-inline $(INLINE)) $(if $(LOSS),-loss $(LOSS)) \
-		$(if $(MOVED),-moved $(MOVED)) $(if $(TWIN),-twin $(TWIN)) $(if $(LOSS2),-loss2 $(LOSS2)) $(if $(RELIMIT),-relimit $(RELIMIT)) $(if $(SHRINK),-shrink $(SHRINK)) $(if $(ABANDON),-abandon $(ABANDON)) $(if $(CLOCK),-clock $(CLOCK)) $(if $(CLOCKSTEP),-clockstep $(CLOCKSTEP)) $(if $(OOM),-oom $(OOM)) $(if $(PROFILE),-profile $(PROFILE)) $(if $(V),-v)
+		$(if $(MOVED),-moved $(MOVED)) $(if $(TWIN),-twin $(TWIN)) $(if $(LOSS2),-loss2 $(LOSS2)) $(if $(RELIMIT),-relimit $(RELIMIT)) $(if $(SHRINK),-shrink $(SHRINK)) $(if $(REJOIN),-rejoin $(REJOIN)) $(if $(ABANDON),-abandon $(ABANDON)) $(if $(CLOCK),-clock $(CLOCK)) $(if $(CLOCKSTEP),-clockstep $(CLOCKSTEP)) $(if $(OOM),-oom $(OOM)) $(if $(PROFILE),-profile $(PROFILE)) $(if $(V),-v)
 
 ## deps-bench: install nutcracker (twemproxy, the proxy baseline of the benchmarks) when it is missing.
 deps-bench:

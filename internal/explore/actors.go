@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -62,6 +61,12 @@ type observed struct {
 	applies, retired, reinstalled, takenBack int
 	ran                                      []topoApply
 	leftBehind                               map[string][]string // stock key → nodes a move forward left it on (noteLeftBehind)
+	// rejoin counts the rejoin's applies (rejoin.go: rejoinStats), stale
+	// the applies refused for stale counters and staleFound the counters
+	// they named (applied), staleCleared those the heal deleted
+	// (clearStale)
+	rejoin                          rejoinStats
+	stale, staleFound, staleCleared int
 	// diffs is what each roll back took, by node (lossdiff.go; none for
 	// a node whose state could not be read around it)
 	diffs    map[string][]lossDiff
@@ -84,6 +89,9 @@ type observed struct {
 	// ended are the Reserve, Confirm and Cancel actors that returned, by
 	// name (the data-loss actor's milestones: lossPlan.followReserve)
 	ended map[string]bool
+	// rejoinAfter names an actor the rejoin waits for before its picks
+	// (a data-loss actor following it: followRejoin)
+	rejoinAfter string
 	// clockSlack is what the checks that compare times read on two
 	// clocks allow (clock.go): twice the largest skew a node's clock had.
 	clockSlack time.Duration
@@ -169,38 +177,6 @@ func (o *observed) diffed(name string, d lossDiff) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.diffs[name] = append(o.diffs[name], d)
-}
-
-// topoApply is a topology apply of the schedule whose writes may have
-// begun: the topology it applied ("T0", "T1" or "T2") and when it began.
-type topoApply struct {
-	to    string
-	began time.Time
-}
-
-// applied counts a topology apply of topology to ("T0", "T1" or "T2")
-// that began at began and reported rep, the stale records it retired and
-// the records it put back. It is recorded as one that ran (ran) once it
-// knew the epoch it applies (rep.ToEpoch): every write of an apply comes
-// after that; one refused or failed before it (reading the nodes,
-// connecting) wrote nothing and changed no route.
-func (o *observed) applied(to string, began time.Time, rep topology.Report) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.applies++
-	o.retired += rep.Retired
-	o.reinstalled += rep.Reinstalled
-	o.takenBack += rep.TakenBack
-	o.noteLeftBehind(rep.LeftBehind)
-	if rep.ToEpoch > 0 {
-		o.ran = append(o.ran, topoApply{to: to, began: began})
-	}
-}
-
-// ranTo reports whether an apply of topology to ran (applied). Called
-// with o.mu held.
-func (o *observed) ranTo(to string) bool {
-	return slices.ContainsFunc(o.ran, func(a topoApply) bool { return a.to == to })
 }
 
 // problem records a violation an actor saw as it ran.
@@ -375,6 +351,9 @@ type topologyPlan struct {
 	// shrink (Options.Shrink): the second apply goes to T2, not back to
 	// T0: n4 leaves the server and n3 route c only, both in one apply.
 	shrink bool
+	// rejoin (Options.Rejoin): once the second apply returned, T1 again
+	// (rejoin.go).
+	rejoin rejoinPlan
 }
 
 // topology is the membership actor: topology apply adds n4 (T1); once
@@ -388,7 +367,9 @@ type topologyPlan struct {
 // plan.shrink the removal goes to T2 instead: n4 leaves the server and
 // n3 leaves route c but stays for route d, so c's units on both (and the
 // parts of c's orders on n3, which the new instances' reconcilers settle:
-// no apply settles a node that stays) move to c's new nodes.
+// no apply settles a node that stays) move to c's new nodes. With
+// plan.rejoin, once both applies returned, T1 is applied again
+// (rejoin.go).
 func (w *World) topology(o *observed, s *Scheduler, who string, plan topologyPlan) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		back := "T0" // the second apply's topology
@@ -414,7 +395,7 @@ func (w *World) topology(o *observed, s *Scheduler, who string, plan topologyPla
 			began := time.Now()
 			rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: w.config(to), From: from, Wait: wait,
 				Logger: discard, Faults: s})
-			o.applied(to, began, rep)
+			o.applied(to, began, rep, err)
 			o.note(who, fmt.Sprintf("topology apply %s (phase %s)", to, rep.Phase), err)
 			if err != nil {
 				return
@@ -425,6 +406,9 @@ func (w *World) topology(o *observed, s *Scheduler, who string, plan topologyPla
 			if to == "T2" && rep.Phase == topology.PhaseMigrating {
 				w.rerunT2(ctx, o, s, who)
 			}
+		}
+		if plan.rejoin.on {
+			w.rejoin(ctx, o, s, who, back, plan.rejoin)
 		}
 	}
 }
@@ -445,7 +429,7 @@ func (w *World) rerunT2(ctx context.Context, o *observed, s *Scheduler, who stri
 	began := time.Now()
 	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: w.cfg2, From: w.cfg1, Wait: 2 * time.Second,
 		Logger: discard, Faults: s})
-	o.applied("T2", began, rep)
+	o.applied("T2", began, rep, err)
 	o.note(who, fmt.Sprintf("topology apply T2 again (phase %s)", rep.Phase), err)
 }
 

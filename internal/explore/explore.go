@@ -6,7 +6,8 @@
 // retry of the same order on a second instance, Confirm, Cancel, a second
 // order, topology apply adding and removing a node (or, with
 // Options.Shrink, removing it while route c moves off a node that stays
-// in the server), a node restart from
+// in the server; with Options.Rejoin, adding it back to the route it
+// left: rejoin.go), a node restart from
 // its AOF, a node going back to an older copy of its data and accepted
 // (loss.go), and, once the deadlines passed, the reconciler on both
 // instances) run against one World (world.go). Every script call of every
@@ -58,7 +59,9 @@ type Config struct {
 	// Progress, if set, receives a line per failing schedule, a line per
 	// schedule with excused violations (Result.Excused), stale records
 	// retired or put back (Result.Retired, Result.Reinstalled) or copies
-	// left without a TTL (Result.Frozen), and a summary line every 100
+	// left without a TTL (Result.Frozen), applies refused for stale
+	// counters (Result.Stale) or a rejoin refused otherwise
+	// (Result.RejoinInvalid), and a summary line every 100
 	// schedules.
 	Progress io.Writer
 }
@@ -80,6 +83,11 @@ type Summary struct {
 	// they put back and the counters they took back (Result.Applies,
 	// Result.Retired, Result.Reinstalled, Result.TakenBack).
 	Applies, Retired, Reinstalled, TakenBack int
+	// Rejoins, RejoinStable, RejoinRefused, RejoinInvalid, Stale,
+	// StaleFound and StaleCleared sum the schedules' (Result.Rejoins and
+	// the rest).
+	Rejoins, RejoinStable, RejoinRefused, RejoinInvalid int
+	Stale, StaleFound, StaleCleared                     int
 	// Frozen sums Result.Frozen.
 	Frozen int
 	// WorldErr are the errors that stopped a world (its schedules not run).
@@ -186,6 +194,19 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 				sum.Reinstalled += res.Reinstalled
 				sum.TakenBack += res.TakenBack
 				sum.Frozen += res.Frozen
+				sum.Rejoins += res.Rejoins
+				sum.RejoinStable += res.RejoinStable
+				sum.RejoinRefused += res.RejoinRefused
+				sum.RejoinInvalid += res.RejoinInvalid
+				sum.Stale += res.Stale
+				sum.StaleFound += res.StaleFound
+				sum.StaleCleared += res.StaleCleared
+				if res.Stale > 0 && cfg.Progress != nil {
+					fmt.Fprintf(cfg.Progress, "seed %d: %d topology apply(s) refused for stale counters (%d named; %d of them the rejoin's), the heal deleted %d and applied again\n", seed, res.Stale, res.StaleFound, res.RejoinRefused, res.StaleCleared)
+				}
+				if res.RejoinInvalid > 0 && cfg.Progress != nil {
+					fmt.Fprintf(cfg.Progress, "seed %d: its rejoin was refused, not for stale counters (topology.ErrInvalid)\n", seed)
+				}
 				if len(res.Lost) > 0 {
 					sum.Losses++
 				}

@@ -124,7 +124,7 @@ func TestExploreInterruptedIsNotAWorldError(t *testing.T) {
 }
 
 // A failing seed's replay line names every option that changes its
-// draws, the moved order's chance, the twin's, the second loss's, the shrink's, the abandoned calls', the clock
+// draws, the moved order's chance, the twin's, the second loss's, the shrink's, the rejoin's, the abandoned calls', the clock
 // actor's and the memory actor's included: without them
 // the seed replays another schedule.
 func TestReplayCommandNamesEveryOption(t *testing.T) {
@@ -142,6 +142,7 @@ func TestReplayCommandNamesEveryOption(t *testing.T) {
 		{"a twin", func(o *Options) { o.Twin = 0.5 }, " TWIN=0.5"},
 		{"a second loss", func(o *Options) { o.Loss2 = 0.5 }, " LOSS2=0.5"},
 		{"the shrink of route c", func(o *Options) { o.Shrink = 1 }, " SHRINK=1"},
+		{"the rejoin", func(o *Options) { o.Rejoin = 0.7 }, " REJOIN=0.7"},
 		{"abandoned calls", func(o *Options) { o.Abandon = 0.05 }, " ABANDON=0.05"},
 		{"the clock actor", func(o *Options) { o.Clock = 0.3 }, " CLOCK=0.3"},
 		{"the clock actor's larger steps", func(o *Options) { o.Clock, o.ClockStep = 0.3, 2*time.Second }, " CLOCK=0.3 CLOCKSTEP=2s"},

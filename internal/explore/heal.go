@@ -29,9 +29,14 @@ const healBound = 2 * time.Second
 // which the healer's configuration lacks, and c's parts on n3 hold the
 // stock the apply is to move off it). Then the reconciler runs until no
 // part is pending, waiting for deadlines, for at most healBound past the
-// latest one. It returns the time spent waiting, and why the topology
-// could not be brought back to a stable T0 or T2 (a violation), if it
-// could not.
+// latest one. After the topology actor's rejoin (rejoin.go) the nodes
+// are at T1 again, stable or mid-apply, or, its apply refused, still at
+// T0 or T2: the heal goes on from there as from the first T1, so it
+// still ends at T0 or T2. Each apply is the operator's (healApply): one
+// refused for stale counters is answered as the refusal says, and run
+// again. It returns the time spent waiting, and why the topology could
+// not be brought back to a stable T0 or T2 (a violation), if it could
+// not.
 func (w *World) heal(ctx context.Context, o *observed, healer *inventory.Inventory) (waited time.Duration, topoProblem string, err error) {
 	at, stable, err := w.topologyNow(ctx)
 	if err != nil {
@@ -41,7 +46,7 @@ func (w *World) heal(ctx context.Context, o *observed, healer *inventory.Invento
 	if at == "T1" || (at == "T2" && !stable) {
 		// finish an interrupted bump: the instance of T1 acts only once
 		// every node is at the newest token
-		_ = w.apply(ctx, o, at, 50*time.Millisecond)
+		_ = w.healApply(ctx, o, at, 50*time.Millisecond)
 		d, err := w.settleT1(ctx)
 		if err != nil {
 			return 0, "", err
@@ -49,7 +54,7 @@ func (w *World) heal(ctx context.Context, o *observed, healer *inventory.Invento
 		waited += d
 	}
 	if at == "T1" {
-		if err := w.apply(ctx, o, "T1", 3*time.Second); err != nil {
+		if err := w.healApply(ctx, o, "T1", 3*time.Second); err != nil {
 			return waited, err.Error(), w.waitUsable(ctx)
 		}
 		o.mu.Lock()
@@ -63,7 +68,7 @@ func (w *World) heal(ctx context.Context, o *observed, healer *inventory.Invento
 		if at == "T0" {
 			waited += w.settleAll(ctx, healer)
 		}
-		if err := w.apply(ctx, o, to, 3*time.Second); err != nil {
+		if err := w.healApply(ctx, o, to, 3*time.Second); err != nil {
 			topoProblem = err.Error()
 		}
 	}
@@ -185,7 +190,7 @@ func (w *World) apply(ctx context.Context, o *observed, to string, wait time.Dur
 	}
 	began := time.Now()
 	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: w.config(to), From: cfrom, Wait: wait, Logger: discard, Faults: o.bugs.faults()})
-	o.applied(to, began, rep)
+	o.applied(to, began, rep, err)
 	if err != nil {
 		return fmt.Errorf("healing topology apply %s: %w", to, err)
 	}

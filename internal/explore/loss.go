@@ -107,6 +107,12 @@ type lossPlan struct {
 	// when the first has not ended after observed.waitEnded's wait ("":
 	// none).
 	after string
+	// followBack, when set, names the milestone of the topology actor's
+	// second apply (topologyBack): the roll back waits for it, so the
+	// node goes back, after the apply moved route c off it, to a copy
+	// from before, and the rejoin waits for this actor's end (a
+	// following loss: followRejoin).
+	followBack string
 }
 
 // loss is the data-loss actor of plan.
@@ -140,6 +146,7 @@ func (w *World) loss(o *observed, s *Scheduler, who string, plan lossPlan) func(
 		if plan.followDecide != "" {
 			o.waitEnded(ctx, s, who, plan.followDecide)
 		}
+		o.waitLong(ctx, s, who, plan.followBack)
 		s.Pass(ctx, who, plan.held)
 		var restarted int64 = -1 // the write sequence the older copy came back with
 		var sl stockLoss         // what it did to the node's loaded counts
@@ -217,7 +224,7 @@ func (w *World) reapply(ctx context.Context, o *observed, s *Scheduler, who stri
 	}
 	began := time.Now()
 	rep, err := inventory.ApplyTopology(ctx, inventory.ApplyOptions{To: w.config(at), From: from, Wait: 300 * time.Millisecond, Logger: discard, Faults: s})
-	o.applied(at, began, rep)
+	o.applied(at, began, rep, err)
 	o.note(who, fmt.Sprintf("topology apply %s again (phase %s)", at, rep.Phase), err)
 }
 

@@ -1,7 +1,12 @@
 package explore
 
 import (
+	"errors"
 	"slices"
+	"time"
+
+	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/topology"
 )
 
 // What the checks excuse where a node's data loss (loss.go) lacks the
@@ -78,4 +83,45 @@ func lossMoved(losses []stockLoss, ran []topoApply) map[string]bool {
 // apply of T2 ran). Called with o.mu held.
 func (w *World) ranView(o *observed) (lostRoutes, split map[string]bool) {
 	return lossMoved(o.stockLosses, o.ran), w.splitRoutes(o.ranTo("T2"))
+}
+
+// topoApply is a topology apply of the schedule whose writes may have
+// begun: the topology it applied ("T0", "T1" or "T2") and when it began.
+type topoApply struct {
+	to    string
+	began time.Time
+}
+
+// applied counts a topology apply of topology to ("T0", "T1" or "T2")
+// that began at began and reported rep and err, the stale records it
+// retired and the records it put back. It is recorded as one that ran
+// (ran) once it knew the epoch it applies (rep.ToEpoch): every write of
+// an apply comes after that; one refused or failed before it (reading
+// the nodes, connecting) wrote nothing and changed no route, and nor
+// did one refused for stale counters (inventory.StaleCountersError:
+// before the run's first write), which is counted (stale) and not
+// recorded as one that ran, whatever it knew.
+func (o *observed) applied(to string, began time.Time, rep topology.Report, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.applies++
+	o.retired += rep.Retired
+	o.reinstalled += rep.Reinstalled
+	o.takenBack += rep.TakenBack
+	o.noteLeftBehind(rep.LeftBehind)
+	var stale *inventory.StaleCountersError
+	if errors.As(err, &stale) {
+		o.stale++
+		o.staleFound += len(stale.Found)
+		return
+	}
+	if rep.ToEpoch > 0 {
+		o.ran = append(o.ran, topoApply{to: to, began: began})
+	}
+}
+
+// ranTo reports whether an apply of topology to ran (applied). Called
+// with o.mu held.
+func (o *observed) ranTo(to string) bool {
+	return slices.ContainsFunc(o.ran, func(a topoApply) bool { return a.to == to })
 }

@@ -1,12 +1,14 @@
 package explore
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/topology"
 )
 
@@ -82,12 +84,19 @@ func TestRanView(t *testing.T) {
 // counted.
 func TestAppliedRecordsWhatRan(t *testing.T) {
 	o := newObserved()
-	o.applied("T1", time.Now(), topology.Report{})
+	o.applied("T1", time.Now(), topology.Report{}, nil)
 	if o.ranTo("T1") || o.applies != 1 {
 		t.Fatalf("an apply that failed before its epoch: ran %v, applies %d; want not ran, 1", o.ran, o.applies)
 	}
-	o.applied("T2", time.Now(), topology.Report{FromEpoch: 2, ToEpoch: 3})
+	o.applied("T2", time.Now(), topology.Report{FromEpoch: 2, ToEpoch: 3}, nil)
 	if !o.ranTo("T2") || o.ranTo("T1") || o.applies != 2 {
 		t.Fatalf("an apply of T2 at epoch 3: ran %v, applies %d; want T2 only, 2", o.ran, o.applies)
+	}
+	// refused for stale counters before its first write, whatever epoch
+	// it knew: counted, not one that ran
+	stale := &inventory.StaleCountersError{Epoch: 4, Found: []inventory.StaleCounter{{Node: "n3", Route: "c", Key: "inv:stock:c:s"}}}
+	o.applied("T1", time.Now(), topology.Report{FromEpoch: 3, ToEpoch: 4}, fmt.Errorf("apply: %w", stale))
+	if len(o.ran) != 1 || o.applies != 3 || o.stale != 1 || o.staleFound != 1 {
+		t.Fatalf("an apply refused for a stale counter: ran %v, applies %d, stale %d naming %d; want T2 only, 3, 1, 1", o.ran, o.applies, o.stale, o.staleFound)
 	}
 }

@@ -84,6 +84,21 @@ type Options struct {
 	// otherwise).
 	// default: 0 (off)
 	Shrink float64
+	// Rejoin is the chance that a schedule with the topology actor has
+	// the rejoin (rejoin.go): once its second apply (T0, or T2 with
+	// Shrink) returned, after a drawn number of picks of other calls (the
+	// data-loss actor may roll n3 back to a copy holding route c's
+	// counters and see it accepted meanwhile), the actor applies T1
+	// again: n4 rejoins route c (with Shrink, n3 rejoins c and n4 the
+	// server), and once that apply is stable an instance of T1 reserves
+	// and confirms one more order of route c, which would sell units a
+	// node brought back in its older copy if the apply served them. An
+	// apply refused for those stale counters
+	// (inventory.StaleCountersError) is a legitimate outcome, counted
+	// (Result.RejoinRefused). Drawn only when above 0 (its seeds run as
+	// they did before it was added otherwise).
+	// default: 0 (off)
+	Rejoin float64
 	// Abandon is the chance per call that its caller stops waiting for it
 	// and goes on while it is still on its way (the Abandon fate). Drawn
 	// only when above 0 (its seeds run as they did before it was added
@@ -174,6 +189,17 @@ type Result struct {
 	// from one (topology.Report): how often a schedule exercised the
 	// retirement.
 	Applies, Retired, Reinstalled, TakenBack int
+	// Rejoins counts the topology actor's rejoin applies (Options.Rejoin)
+	// that ran, RejoinStable those that returned stable, RejoinRefused
+	// those refused for stale counters (inventory.StaleCountersError:
+	// nothing written, the nodes stay where they were), and
+	// RejoinInvalid those refused otherwise (topology.ErrInvalid). Stale
+	// counts every apply of the schedule refused for stale counters (the
+	// rejoin's, a re-apply's, the heal's) and StaleFound the counters
+	// they named; StaleCleared the counters the heal deleted, as the
+	// refusal tells the operator to, before applying again (heal.go).
+	Rejoins, RejoinStable, RejoinRefused, RejoinInvalid int
+	Stale, StaleFound, StaleCleared                     int
 	// Frozen counts the order records marked moved left without a TTL on
 	// the nodes at the schedule's end (inventory/migrate.go, expireMoved):
 	// not a violation (nothing is lost), a key kept for good.

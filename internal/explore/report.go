@@ -54,6 +54,9 @@ func ReplayCommand(seed int64, opts Options) string {
 	if opts.Shrink > 0 {
 		cmd += fmt.Sprintf(" SHRINK=%g", opts.Shrink)
 	}
+	if opts.Rejoin > 0 {
+		cmd += fmt.Sprintf(" REJOIN=%g", opts.Rejoin)
+	}
 	if opts.Abandon > 0 {
 		cmd += fmt.Sprintf(" ABANDON=%g", opts.Abandon)
 	}
@@ -129,6 +132,10 @@ func WriteSummary(out io.Writer, s Summary) {
 	if s.Applies > 0 {
 		fmt.Fprintf(out, "explore: %d topology apply(s) ran; they retired %d stale order record(s), put back %d and took back %d counter(s) (topology.Driver.Retire); %d copies marked moved were left without a TTL\n",
 			s.Applies, s.Retired, s.Reinstalled, s.TakenBack, s.Frozen)
+	}
+	if s.Rejoins > 0 || s.Stale > 0 {
+		fmt.Fprintf(out, "explore: %d rejoin apply(s) ran, %d stable, %d refused for stale counters, %d refused otherwise; %d apply(s) in all refused for stale counters, naming %d counter(s); the heal deleted %d of them and applied again\n",
+			s.Rejoins, s.RejoinStable, s.RejoinRefused, s.RejoinInvalid, s.Stale, s.StaleFound, s.StaleCleared)
 	}
 	for _, err := range s.WorldErr {
 		fmt.Fprintf(out, "explore: world error: %v\n", err)

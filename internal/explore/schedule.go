@@ -121,6 +121,8 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	found, excused := check(st, obs, orders, w.homes, topoView{routes: w.config(at).Servers["inventory"].Routes, split: split}, view)
 	res.Violations, res.Excused, res.Lost = append(res.Violations, found...), len(excused), slices.Clone(obs.losses)
 	res.Applies, res.Retired, res.Reinstalled, res.TakenBack = obs.applies, obs.retired, obs.reinstalled, obs.takenBack
+	res.Rejoins, res.RejoinStable, res.RejoinRefused, res.RejoinInvalid = obs.rejoin.ran, obs.rejoin.stable, obs.rejoin.refused, obs.rejoin.invalid
+	res.Stale, res.StaleFound, res.StaleCleared = obs.stale, obs.staleFound, obs.staleCleared
 	for _, ns := range st.nodes {
 		res.Frozen += ns.frozen
 	}
@@ -229,6 +231,7 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		}
 	}
 	var moved topologyPlan // the topology actor's moved order, if any
+	var topo topologyPlan  // the topology actor's draws, if any
 	twinned := false       // an actor a twin can race: the topology or data-loss actor
 	if s.Chance(opts.Topology) {
 		// The order reserved at T1: its home at T1 is n4, n1 or n2, and
@@ -253,6 +256,8 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 			obs.shrink = true // where the heal goes; the checks weigh what ran (observed.ran)
 			obs.mu.Unlock()
 		}
+		plan.rejoin = drawRejoin(s, opts.Rejoin) // draws nothing when 0: other seeds run as before
+		topo = plan
 		s.Go(ctx, "topology", w.topology(obs, s, "topology", plan))
 		twinned = true
 	}
@@ -273,6 +278,7 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 			plan.followReserve, plan.followDecide = movedReserver(moved.moved.ID), movedDecider(moved.moved.ID, moved.decide)
 			plan.before, plan.held = 0, s.Intn(4)
 		}
+		plan = followRejoin(s, obs, topo, plan) // draws only with a rejoin from T2: other seeds run as before
 		if plan.followReserve == "" && s.Chance(0.5) {
 			plan.snap = w.startCopy(ctx, obs, "loss", plan.node)
 		}

@@ -277,7 +277,8 @@ func (w *World) config(at string) *config.Config {
 }
 
 // topologies are the configurations of the topologies a schedule may
-// reach: T0 and T1, and T2 when shrink (an apply of T2 ran).
+// reach: T0 and T1, and T2 when shrink (an apply of T2 ran). A rejoin
+// (rejoin.go) reaches T1 again, no other.
 func (w *World) topologies(shrink bool) []*config.Config {
 	if shrink {
 		return []*config.Config{w.cfg0, w.cfg1, w.cfg2}
@@ -287,7 +288,9 @@ func (w *World) topologies(shrink bool) []*config.Config {
 
 // splitRoutes are the routes a node leaves while it stays in the server,
 // when shrink (an apply of T2 ran: observed.ran; T1 to T2, n3 leaves c
-// for d): the apply moves the node's stock counters of the route,
+// for d; a rejoin from T2 to T1, rejoin.go, has n1 and n2 leave c while
+// they stay, the same route, and only after an apply of T2): the apply
+// moves the node's stock counters of the route,
 // confirmed counts included, and its quota counters to their new homes,
 // while its parts, final, stay on it (checkStock, checkQuota). A
 // schedule that drew the shrink (Options.Shrink) but never reached the

@@ -35,6 +35,7 @@ func main() {
 	twin := flag.Float64("twin", 0, "chance, with the topology or data-loss actor, of a second operator who reruns topology apply while the nodes are not all stable (0 or negative: never)")
 	relimit := flag.Float64("relimit", 0, "chance, with the limit order, of an operator setting its SKU's per-user limit below what it wants mid-schedule (0 or negative: never)")
 	shrink := flag.Float64("shrink", 0, "chance, with the topology actor, that its second apply moves route c off n3 (which stays for route d) and n4 in one apply rather than removing n4 (0 or negative: never)")
+	rejoin := flag.Float64("rejoin", 0, "chance, with the topology actor, that once its second apply returned it applies T1 again (n4 rejoins route c; with -shrink n3 rejoins c and n4 the server) and reserves one more order of route c (0 or negative: never)")
 	loss2 := flag.Float64("loss2", 0, "chance, with the data-loss actor, of a second one: another node goes back too, or the same node again once the first is accepted (0 or negative: never)")
 	abandon := flag.Float64("abandon", 0, "chance per call that its caller stops waiting for it (its outcome unknown) and goes on while it is still on its way, sent 1 to 20 picks later (0 or negative: never)")
 	clock := flag.Float64("clock", 0, "chance of the clock actor per schedule: one node's wall clock steps by up to -clockstep either way, once or twice, and is set right before the heal (needs gcc; 0 or negative: never)")
@@ -54,7 +55,7 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-	opts := explore.Options{Mutations: muts, Topology: *topo, Restart: *restart, Limit: *limit, Inline: *inline, Loss: *loss, Moved: *moved, Twin: *twin, Loss2: *loss2, Relimit: *relimit, Shrink: *shrink, Abandon: *abandon, Clock: *clock, ClockStep: *clockStep, OOM: *oom, Profile: *profile}
+	opts := explore.Options{Mutations: muts, Topology: *topo, Restart: *restart, Limit: *limit, Inline: *inline, Loss: *loss, Moved: *moved, Twin: *twin, Loss2: *loss2, Relimit: *relimit, Shrink: *shrink, Rejoin: *rejoin, Abandon: *abandon, Clock: *clock, ClockStep: *clockStep, OOM: *oom, Profile: *profile}
 	fmt.Printf("explore: seeds %d..%d, %d world(s)\n", *seed, *seed+int64(*n)-1, *worlds)
 	sum, err := explore.Explore(ctx, explore.Config{Seed: *seed, N: *n, Budget: *budget, Worlds: *worlds,
 		Options: opts, Progress: os.Stdout})
