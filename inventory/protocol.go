@@ -48,9 +48,16 @@ const (
 	recMissing  recStatus = "missing"  // no record
 	// recGone: opExpire found no record of a due part that may have
 	// outlived it (set aside before, or due longer than the retention
-	// ago): nothing written, its decision cannot be inferred (stuck.go).
+	// ago), or one of another attempt begun at or after the part came
+	// due (reason "another attempt"): nothing written, its decision
+	// cannot be inferred (stuck.go).
 	recGone recStatus = "gone"
 )
+
+// reasonAnotherAttempt is the reason of a recGone verdict whose order
+// holds a record of another attempt begun at or after the part came due
+// (stuck.go); "no record" ([ReasonNoRecord]) when it holds none.
+const reasonAnotherAttempt DecisionReason = "another attempt"
 
 // recStatuses are the words orderScript replies as its first word.
 var recStatuses = []string{string(recReserving), string(recStaging), string(recReserved), string(recConfirmed),

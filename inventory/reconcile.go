@@ -206,7 +206,9 @@ func (inv *Inventory) expiredRecord(ctx context.Context, home *node.Node, p Pend
 // recorded) only for a part that may not have outlived it: one set aside
 // before, or due at least inventory.retention ago, that meets no record
 // is not settled (the record may have been a confirmed order's that lived
-// out its retention): the error wraps [ErrCorrupt], says the decision
+// out its retention), nor is such a part that meets a record of another
+// attempt begun at or after it came due (the order id reserved again
+// since: stuck.go): the error wraps [ErrCorrupt], says the decision
 // cannot be inferred, and the caller sets the part aside for an operator
 // (stuck.go). A part listed with a [PendingPart.Problem] (its record unreadable or gone)
 // is not settled: the error wraps [ErrCorrupt]. The
@@ -271,12 +273,17 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 			return putOff(err)
 		}
 		if rec.status == recGone {
-			// no record, and the part may have outlived it: nothing was
-			// written, the caller sets the part aside (stuck.go)
-			return "", fmt.Errorf("%w: node %s: part %q: the record of its order %q is gone (the part was set aside, or came due "+
+			// no record of the part's attempt, and the part may have
+			// outlived it: nothing was written, the caller sets the part
+			// aside (stuck.go)
+			gone := "is gone"
+			if rec.reason == reasonAnotherAttempt {
+				gone = "is gone, replaced by a new attempt of the order id begun after the part came due"
+			}
+			return "", fmt.Errorf("%w: node %s: part %q: the record of its order %q %s (the part was set aside, or came due "+
 				"more than inventory.retention ago: the record may have lived out its retention), so the order's decision cannot be "+
 				"inferred: an operator decides by the system of record (`shardis parts settle %s '%s' confirm|cancel`)", ErrCorrupt, p.Node,
-				p.PartID, p.OrderID, p.Node, p.PartID)
+				p.PartID, p.OrderID, gone, p.Node, p.PartID)
 		}
 		if rec.settledHere(p.Node, p.PartID) {
 			return Cancelled, nil // this expiry settled it with the record (inline.go)

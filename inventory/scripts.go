@@ -121,6 +121,12 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //	        refused afterwards), unless the part may have outlived the
 //	        record (set aside before, or due at least the retention ago):
 //	        then nothing is written and the verdict is "gone" (stuck.go).
+//	        So for such a part whose order holds a record of another
+//	        token begun at or after the part's deadline (created, else
+//	        decided_at; neither: after), checked first, before a staging
+//	        record is returned: "gone" with reason "another attempt", the
+//	        record's token, nothing written (stuck.go: it may follow a
+//	        confirmed record of the part's attempt that expired).
 //	        Returns the record either way.
 //	fence   (a refusal, ARGV 6 retention s) missing (or moved) → failed
 //	        under the caller's token, reason "refused" (soldout.go,

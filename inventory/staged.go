@@ -93,7 +93,10 @@ import (
 //     its stage landed, or the reconciler's expire op, each of which
 //     writes it where the order has no record at all, so a stage of T
 //     that lands later meets it), cancelled or expired, or a record of
-//     another token;
+//     another token (but one begun at or after the part came due, read
+//     for a part that may have outlived T's own record: that may follow
+//     a confirmed record of T that lived out its retention, and the part
+//     is set aside for an operator instead: stuck.go);
 //     or by the attempt's own abort (below). It is confirmed only after a
 //     confirm of T is recorded.
 //

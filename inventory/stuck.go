@@ -59,6 +59,40 @@ import (
 // cancel ([Inventory.SettleStuck], `shardis parts settle NODE PART_ID
 // confirm|cancel`, which settles only such a part).
 //
+// So is such a part that meets a record of another attempt of its order
+// begun at or after the part came due (its created, or for a record
+// without one, a tombstone or a fence, its decided_at, at or past the
+// part's deadline; none read counts as after): the order id reserved
+// again (a new token: a Reserve, a refusal's fence, a Cancel's tombstone)
+// once the part's own record had lived out its retention. The states of
+// the old attempt T's part p, its order confirmed, its settle not landed
+// (the node unreachable, the counter corrupt):
+//
+//	p pending, T's record confirmed ──retention from p's due──▶ p pending, no record
+//	    ──Reserve (or fence, Cancel) of the id──▶ p pending, a record of T' ≠ T
+//
+// The reconciler that reads the last state must not take T' as excluding
+// T (staged.go: a record of another token): that holds only for a record
+// that was there, or replaced T's, while T's could still be undecided. The
+// rule: a decided record of T lives the retention from its parts' due
+// (order.lua, final) and every expire op relies on it again, so a record
+// of T' begun before p came due was begun while a confirmed record of T
+// would still be there (a begin or stage writes only where there is no
+// record, or takes over a failed or lapsed one): T was never confirmed,
+// and p is cancelled as before. One begun at or after p's due may follow
+// a confirmed record of T that expired: when p may have outlived its
+// record (set aside before, or due at least the retention ago, as for a
+// missing record) the expire op writes nothing and answers 'gone'
+// (reason "another attempt"), and p is set aside for an operator, whose
+// SettleStuck takes it by the same rule. The margin is a whole retention
+// (a part's due and a record's created are read on two nodes' clocks):
+// a part of an attempt that never committed and met a new one begun
+// after its due is left to the operator too, which cancels it (the safe
+// side: its units stay reserved until then, nothing is sold twice).
+// Before, the new record's token cancelled the part of a confirmed order,
+// its units sold again (TestStuckPartMeetsANewAttemptOfItsOrder,
+// TestDuePartMeetsANewAttemptOfItsOrder).
+//
 // Why the state lives on the node and not in a reconciler: any instance's
 // reconciler may hold a node's lease on a given pass, instances restart,
 // and the stuck index is already there; a retry is one script moving the

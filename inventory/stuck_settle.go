@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -25,7 +26,11 @@ var ErrPrecondition = errors.New("precondition failed")
 // record of its order when it may have outlived it, kept reserved since.
 //
 // It settles only a part that is in node's stuck index AND whose order's
-// record is absent at the order's home node. Anything else is refused
+// record is absent at the order's home node, or is a record of another
+// attempt begun at or after the part came due (its created, else its
+// decided_at, at or past the part's deadline: the order id reserved again
+// once the part's own record had lived out its retention; the expire op's
+// 'gone' verdict, by the same rule: stuck.go). Anything else is refused
 // before any write:
 //
 //   - an action other than Confirm or Cancel, or an empty partID: an
@@ -38,7 +43,8 @@ var ErrPrecondition = errors.New("precondition failed")
 //     counter its units are of): [ErrPrecondition], saying so; one whose
 //     record cannot be read: the read's error (wrapping [ErrCorrupt] for
 //     a record that cannot be decoded, naming it);
-//   - a part whose order's record exists (or cannot be read): its
+//   - a part whose order's record exists (or cannot be read), of the
+//     part's attempt or of another begun before the part came due: its
 //     decision is the record's, and `shardis parts retry` lets the
 //     reconciler settle the part by it: [ErrPrecondition] saying so (the
 //     read's error for a record that cannot be read);
@@ -54,8 +60,10 @@ var ErrPrecondition = errors.New("precondition failed")
 //
 // Why the check, then the settle, is safe: a record that is gone comes
 // back only as the record of a new attempt of the order id (a Reserve
-// after the retention), whose parts have other ids (a part id holds its
-// attempt's token, keys.go), so it decides nothing about this part; and
+// after the retention), begun after the part came due, whose parts have
+// other ids (a part id holds its attempt's token, keys.go), so it decides
+// nothing about this part (nor does the reconciler read it so: stuck.go);
+// and
 // the settle script fences the part: it changes the part's state at most
 // once, from pending, so a reconciler or another operator settling the
 // part between the check and the settle makes this one answer "already"
@@ -79,11 +87,11 @@ func (inv *Inventory) SettleStuck(ctx context.Context, nodeName, partID string, 
 	if err != nil {
 		return "", err
 	}
-	orderID, err := inv.stuckGoneOrder(ctx, n, partID)
+	orderID, part, err := inv.stuckGoneOrder(ctx, n, partID)
 	if err != nil {
 		return "", err
 	}
-	if err := inv.orderRecordGone(ctx, orderID, n.Name(), partID); err != nil {
+	if err := inv.orderRecordGone(ctx, orderID, n.Name(), partID, part); err != nil {
 		return "", err
 	}
 	res, err := inv.SettleNow(ctx, Settle{Node: n.Name(), Action: action, OrderID: orderID, PartIDs: []string{partID}})
@@ -96,10 +104,10 @@ func (inv *Inventory) SettleStuck(ctx context.Context, nodeName, partID string, 
 }
 
 // stuckGoneOrder reads, on n, whether part partID is set aside and its
-// record, and returns the order id the record holds; an error when the
-// part is not set aside, its record is gone, unreadable or names no order
-// (SettleStuck).
-func (inv *Inventory) stuckGoneOrder(ctx context.Context, n *node.Node, partID string) (string, error) {
+// record, and returns the order id the record holds and the record; an
+// error when the part is not set aside, its record is gone, unreadable or
+// names no order (SettleStuck).
+func (inv *Inventory) stuckGoneOrder(ctx context.Context, n *node.Node, partID string) (string, map[string]string, error) {
 	pipe := n.Client().Pipeline()
 	score := pipe.ZScore(ctx, keyStuck, partID)
 	rec := ReadPart(ctx, pipe, partID)
@@ -108,42 +116,43 @@ func (inv *Inventory) stuckGoneOrder(ctx context.Context, n *node.Node, partID s
 	if err := score.Err(); errors.Is(err, redis.Nil) {
 		stuck = false
 	} else if err != nil {
-		return "", nodeErr(n, err)
+		return "", nil, nodeErr(n, err)
 	}
 	fields, err := rec.Fields()
 	var re *ReplyError
 	if err != nil && !errors.Is(err, ErrCorrupt) && !errors.As(err, &re) {
-		return "", nodeErr(n, err)
+		return "", nil, nodeErr(n, err)
 	}
 	if !stuck {
 		state := PartState(fields["state"]).String()
 		if err != nil {
 			state = "unknown, its record cannot be read"
 		}
-		return "", fmt.Errorf("%w: node %s: part %q is not set aside (its state: %s): only a part set aside whose order's record "+
+		return "", nil, fmt.Errorf("%w: node %s: part %q is not set aside (its state: %s): only a part set aside whose order's record "+
 			"is gone is settled by an operator; a pending part settles by its order's decision", ErrPrecondition, n.Name(), partID, state)
 	}
 	if err != nil {
-		return "", fmt.Errorf("node %s: part %q: its record cannot be read, so neither its order nor its units are known: "+
+		return "", nil, fmt.Errorf("node %s: part %q: its record cannot be read, so neither its order nor its units are known: "+
 			"repair it first (shardis parts stuck shows the problem): %w", n.Name(), partID, err)
 	}
 	if len(fields) == 0 {
-		return "", fmt.Errorf("%w: node %s: part %q is set aside but its record %s is gone: nothing tells its order, "+
+		return "", nil, fmt.Errorf("%w: node %s: part %q is set aside but its record %s is gone: nothing tells its order, "+
 			"its counter or its units, so there is nothing to settle (audit the SKU's stock, shardis stock get)",
 			ErrPrecondition, n.Name(), partID, partKey(partID))
 	}
 	orderID := fields["order"]
 	if orderID == "" {
-		return "", fmt.Errorf("%w: node %s: part %q: its record %s names no order", ErrCorrupt, n.Name(), partID, partKey(partID))
+		return "", nil, fmt.Errorf("%w: node %s: part %q: its record %s names no order", ErrCorrupt, n.Name(), partID, partKey(partID))
 	}
-	return orderID, nil
+	return orderID, fields, nil
 }
 
 // orderRecordGone returns nil when orderID's record is absent at its home
-// node, read without a write (no move, no expiry relied on); otherwise
-// why part partID of node nodeName is not settled by an operator
-// (SettleStuck).
-func (inv *Inventory) orderRecordGone(ctx context.Context, orderID, nodeName, partID string) error {
+// node, or is of another attempt begun at or after part partID came due
+// (afterPart: part is the part's record), read without a write (no move,
+// no expiry relied on); otherwise why part partID of node nodeName is not
+// settled by an operator (SettleStuck).
+func (inv *Inventory) orderRecordGone(ctx context.Context, orderID, nodeName, partID string, part map[string]string) error {
 	v := inv.topology(ctx)
 	if err := v.refuse(); err != nil {
 		return err
@@ -166,10 +175,28 @@ func (inv *Inventory) orderRecordGone(ctx context.Context, orderID, nodeName, pa
 		return fmt.Errorf("node %s: part %q: the record of its order %q on its home node %s cannot be read, "+
 			"so it is not known to be gone: %w", nodeName, partID, orderID, home.Name(), err)
 	}
-	if len(fields) > 0 {
+	if len(fields) > 0 && !afterPart(fields, part) {
 		return fmt.Errorf("%w: node %s: part %q: the record of its order %q exists on its home node %s (status %q): "+
 			"the decision is the record's, not an operator's: run `shardis parts retry %s '%s'` and the reconciler settles the part by it",
 			ErrPrecondition, nodeName, partID, orderID, home.Name(), fields["status"], nodeName, partID)
 	}
 	return nil
+}
+
+// afterPart reports whether the order record of fields is of another
+// attempt than part's (part's record) begun at or after part came due:
+// its created, else its decided_at (a tombstone, a fence), at or past
+// part's deadline, or neither readable (stuck.go; order.lua's expire op
+// answers 'gone' by the same rule).
+func afterPart(fields, part map[string]string) bool {
+	if fields["token"] == part["token"] {
+		return false
+	}
+	since := fields["created"]
+	if since == "" {
+		since = fields["decided_at"]
+	}
+	at, err := strconv.ParseInt(since, 10, 64)
+	due, derr := strconv.ParseInt(part["deadline"], 10, 64)
+	return err != nil || derr != nil || at >= due
 }

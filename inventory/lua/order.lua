@@ -65,6 +65,28 @@ local function final(st, why, retention)
   order_set({status = st, reason = why, decided_at = now}, ttl)
   status, reason = st, why
 end
+-- outlived(): the reconciler's due part (expire: ARGV 8 its deadline ms,
+-- the part's node's clock; ARGV 9 '1' when it was set aside before, so
+-- an expire op read or wrote a record before) may have outlived its own
+-- attempt's record: a decided record lives the retention (ARGV 6) from
+-- its parts' due, and each expire op relies on it again (relied_on)
+local function outlived()
+  local pdl = tonumber(ARGV[8] or '')
+  return ARGV[9] == '1' or (pdl and pdl > 0 and now >= pdl + tonumber(ARGV[6]) * 1000)
+end
+if op == 'expire' and status and cur ~= token and token ~= '' and outlived() then
+  -- A record of another attempt than the due part's, begun at or after
+  -- the part came due (its created; a tombstone's or a fence's decided_at;
+  -- none read: after), may follow a confirmed record of the part's
+  -- attempt that lived out its retention (the order id reserved again):
+  -- it says nothing of that attempt, whose decision cannot be inferred.
+  -- Nothing is written (not even a staging record decided), and the
+  -- verdict 'gone' sets the part aside for an operator (stuck.go). One
+  -- begun before the part came due was begun while a confirmed record of
+  -- the part's attempt would still be here: it excludes that attempt.
+  local since, pdl = tonumber(f.created or f.decided_at or ''), tonumber(ARGV[8] or '') or 0
+  if not since or since >= pdl then return record('gone', 'another attempt') end
+end
 if status == 'staging' and op ~= 'commit' and op ~= 'fail' and op ~= 'release' and op ~= 'withdraw' then
   if op == 'begin' and f.digest ~= ARGV[7] then return record('mismatch') end
   return record('staging')
@@ -199,10 +221,7 @@ elseif op == 'expire' then
     -- written, and the verdict 'gone' makes the caller set it aside for
     -- an operator (stuck.go). A caller that sends no ARGV 8 gets the
     -- failure, as before.
-    local pdl = tonumber(ARGV[8] or '')
-    if ARGV[9] == '1' or (pdl and pdl > 0 and now >= pdl + retention * 1000) then
-      return record('gone', 'no record')
-    end
+    if outlived() then return record('gone', 'no record') end
     return failed_here('no record', retention)
   end
   if status == 'reserved' and now >= deadline then

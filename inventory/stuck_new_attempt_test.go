@@ -1,0 +1,123 @@
+package inventory
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A part of a confirmed order outlives the order's record (its settle
+// refused on a corrupt counter, then set aside past inventory.retention;
+// or never looked at), and the order id is reserved again meanwhile: a
+// Reserve after the retention starts a new attempt (another token) on the
+// empty key. The new record is no decision about the old attempt's part:
+// a confirmed record of that attempt lived the retention from its parts'
+// due, so a record of another attempt begun after the part came due may
+// follow it, and the old decision cannot be inferred. What must hold: the
+// part is not settled by the new record (not cancelled, its units stay
+// reserved: Confirm answered success for them), ResolveExpired errs
+// (Unsettleable, the decision cannot be inferred), and SettleStuck, the
+// operator's decision, takes it. Before, the reconciler read the record
+// of another token as superseding the part and cancelled it: its 2 units
+// sold again (6 confirmed of 4 loaded).
+//
+// TestStuckPartMeetsANewAttemptOfItsOrder: the part set aside with a
+// backoff longer than the retention.
+func TestStuckPartMeetsANewAttemptOfItsOrder(t *testing.T) { stuckNewAttempt(t, true) }
+
+// TestDuePartMeetsANewAttemptOfItsOrder: the part never set aside (no
+// reconciler looked at it) and due more than the retention ago.
+func TestDuePartMeetsANewAttemptOfItsOrder(t *testing.T) { stuckNewAttempt(t, false) }
+
+func stuckNewAttempt(t *testing.T, aside bool) {
+	const retention = 3 * time.Second
+	e := newShortRetentionEnv(t, retention)
+	const loaded = 4
+	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
+		t.Fatal(err)
+	}
+	items := []Item{{Route: "b", SKU: "t", Quantity: 2}}
+	x := e.awayOrder("x")
+	if _, err := e.inv.Reserve(e.ctx, x, items, "", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c2, ck := e.clients["n2"], StockKey("b", "t")
+	c2.HSet(e.ctx, ck, "reserved", "two") // an operator's mistake on n2
+	if out, err := e.inv.Confirm(e.ctx, x); err != nil || out.Status != StatusConfirmed {
+		t.Fatalf("Confirm %s = %+v, %v; want confirmed", x, out, err)
+	}
+	p := e.dueOf("n2", x)
+	if aside {
+		if _, err := e.inv.ResolveExpired(e.ctx, p); !Unsettleable(err) {
+			t.Fatalf("ResolveExpired of the part on the corrupt counter: %v; want an unsettleable error", err)
+		}
+		if _, err := e.inv.SetAside(e.ctx, p, "corrupt counter", time.Hour, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// the order's record lives out its retention
+	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), x)
+	hc := e.clients[home.Name()]
+	for deadline := time.Now().Add(10 * time.Second); hc.Exists(e.ctx, orderKey(x)).Val() == 1; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("order %s's record still there 10s after its confirm (retention %v)", x, retention)
+		}
+	}
+	c2.HSet(e.ctx, ck, "reserved", "2") // repaired
+	// the order id reserved again: a new attempt, its record of another token
+	if _, err := e.inv.Reserve(e.ctx, x, items, "", time.Second); err != nil {
+		t.Fatalf("Reserve %s again after its record expired: %v", x, err)
+	}
+	if aside {
+		if _, err := e.inv.RetryStuck(e.ctx, "n2", p.PartID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p = e.dueOfToken("n2", x, p.Token)
+	res, err := e.inv.ResolveExpired(e.ctx, p)
+	t.Logf("ResolveExpired of the first attempt's part: %v, %v", res, err)
+	if st := partFieldsOn(t, e.ctx, c2, p.PartID)["state"]; st != "pending" {
+		t.Fatalf("part %s of confirmed order %s settled %s by the record of a new attempt of the order; want pending (set aside for an operator)", p.PartID, x, st)
+	}
+	if !Unsettleable(err) || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "cannot be inferred") {
+		t.Errorf("ResolveExpired of the part = %v, %v; want an unsettleable error saying its decision cannot be inferred", res, err)
+	}
+	if _, err := e.inv.SetAside(e.ctx, p, err.Error(), time.Hour, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// the operator's decision (the order was paid): confirmed, units sold
+	if res, err := e.inv.SettleStuck(e.ctx, "n2", p.PartID, Confirm); err != nil || res != settleDone {
+		t.Fatalf("SettleStuck(confirm) of the part = %q, %v; want done", res, err)
+	}
+	if _, err := e.inv.Confirm(e.ctx, x); err != nil {
+		t.Fatalf("Confirm of %s's new attempt: %v", x, err)
+	}
+	if _, err := e.inv.Reserve(e.ctx, "y", items, "", time.Second); err == nil {
+		if _, err := e.inv.Confirm(e.ctx, "y"); err == nil {
+			t.Errorf("oversold: %s confirmed twice (2 units each) and y (2 units) of %d loaded", x, loaded)
+		}
+	} else if !errors.Is(err, ErrInsufficientStock) {
+		t.Fatal(err)
+	}
+}
+
+// dueOfToken is dueOf for the part of order's attempt token.
+func (e *stagedEnv) dueOfToken(name, order, token string) PendingPart {
+	e.t.Helper()
+	n, _ := e.r.Node(name)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		due, err := e.inv.DueParts(e.ctx, n, 100)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, p := range due {
+			if p.OrderID == order && p.Token == token {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("no part of order %s attempt %s came due on %s", order, token, name)
+		}
+	}
+}
