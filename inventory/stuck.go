@@ -79,7 +79,7 @@ import (
 // of T' begun before p came due was begun while a confirmed record of T
 // would still be there (a begin or stage writes only where there is no
 // record, or takes over a failed or lapsed one): T was never confirmed,
-// and p is cancelled as before. One begun at or after p's due may follow
+// and p is cancelled as before (TestStuckPartOfASupersededAttemptCancels). One begun at or after p's due may follow
 // a confirmed record of T that expired: when p may have outlived its
 // record (set aside before, or due at least the retention ago, as for a
 // missing record) the expire op writes nothing and answers 'gone'

@@ -121,3 +121,55 @@ func (e *stagedEnv) dueOfToken(name, order, token string) PendingPart {
 		}
 	}
 }
+
+// TestStuckPartOfASupersededAttemptCancels: the rule's other side. An
+// attempt that never committed (stopped before its commit, then failed)
+// is taken over at once by a new attempt of the order id, begun before
+// the old part came due (a confirmed record of the old attempt would
+// still have been there: it never was one). The old part, set aside on a
+// corrupt counter, is cancelled by the reconciler after the repair, as
+// before: no operator needed.
+func TestStuckPartOfASupersededAttemptCancels(t *testing.T) {
+	e := newShortRetentionEnv(t, 3*time.Second)
+	if _, err := e.inv.LoadStock(e.ctx, "b", "t", 4, 0); err != nil {
+		t.Fatal(err)
+	}
+	items := []Item{{Route: "b", SKU: "t", Quantity: 2}}
+	x := e.awayOrder("w")
+	point := "staged:before-commit"
+	e.faults.point.Store(&point)
+	_, err := e.inv.Reserve(e.ctx, x, items, "", time.Second)
+	e.faults.point.Store(nil)
+	if !errors.Is(err, errCrashed) {
+		t.Fatalf("Reserve stopped before its commit: %v", err)
+	}
+	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), x)
+	old := orderFieldsOn(t, e.ctx, e.clients[home.Name()], x)["token"]
+	if rec, err := e.inv.orderOp(e.ctx, home, x, opFail, old, seconds(e.inv.cfg.Retention)); err != nil || rec.status != recFailed {
+		t.Fatalf("fail of the staging record: %+v, %v", rec, err)
+	}
+	if _, err := e.inv.Reserve(e.ctx, x, items, "", time.Second); err != nil {
+		t.Fatalf("Reserve %s again: %v", x, err)
+	}
+	c2, ck := e.clients["n2"], StockKey("b", "t")
+	good := c2.HGet(e.ctx, ck, "reserved").Val()
+	c2.HSet(e.ctx, ck, "reserved", "four")
+	p := e.dueOfToken("n2", x, old)
+	if _, err := e.inv.ResolveExpired(e.ctx, p); !Unsettleable(err) {
+		t.Fatalf("ResolveExpired of the old part on the corrupt counter: %v; want an unsettleable error", err)
+	}
+	if _, err := e.inv.SetAside(e.ctx, p, "corrupt counter", time.Hour, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	c2.HSet(e.ctx, ck, "reserved", good)
+	if _, err := e.inv.RetryStuck(e.ctx, "n2", p.PartID); err != nil {
+		t.Fatal(err)
+	}
+	p = e.dueOfToken("n2", x, old)
+	if res, err := e.inv.ResolveExpired(e.ctx, p); err != nil || res != Cancelled {
+		t.Fatalf("ResolveExpired of the superseded attempt's part = %v, %v; want cancelled", res, err)
+	}
+	if lv, err := e.inv.GetStock(e.ctx, "b", "t"); err != nil || lv.Available != 2 || lv.Reserved != 2 {
+		t.Errorf("stock = %+v, %v; want 2 available, 2 reserved (the new attempt's)", lv, err)
+	}
+}
