@@ -34,14 +34,7 @@ func stuckNewAttempt(t *testing.T, aside bool) {
 	const retention = 3 * time.Second
 	e := newShortRetentionEnv(t, retention)
 	const loaded = 4
-	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
-		t.Fatal(err)
-	}
-	items := []Item{{Route: "b", SKU: "t", Quantity: 2}}
-	x := e.awayOrder("x")
-	if _, err := e.inv.Reserve(e.ctx, x, items, "", time.Second); err != nil {
-		t.Fatal(err)
-	}
+	x, items := e.reserveAway(t, loaded)
 	c2, ck := e.clients["n2"], StockKey("b", "t")
 	c2.HSet(e.ctx, ck, "reserved", "two") // an operator's mistake on n2
 	if out, err := e.inv.Confirm(e.ctx, x); err != nil || out.Status != StatusConfirmed {

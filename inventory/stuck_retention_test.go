@@ -39,14 +39,7 @@ func stuckPastRetention(t *testing.T, backoff time.Duration, aside bool) {
 	const retention = 3 * time.Second
 	e := newShortRetentionEnv(t, retention)
 	const loaded = 2
-	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
-		t.Fatal(err)
-	}
-	items := []Item{{Route: "b", SKU: "t", Quantity: 2}}
-	x := e.awayOrder("x")
-	if _, err := e.inv.Reserve(e.ctx, x, items, "", time.Second); err != nil {
-		t.Fatal(err)
-	}
+	x, items := e.reserveAway(t, loaded)
 	c2 := e.clients["n2"]
 	ck := StockKey("b", "t")
 	// an operator's mistake on n2: the counter's reserved field garbled
@@ -131,4 +124,20 @@ func stuckPastRetention(t *testing.T, backoff time.Duration, aside bool) {
 	} else if !errors.Is(err, ErrInsufficientStock) {
 		t.Fatal(err)
 	}
+}
+
+// reserveAway loads loaded units of b/t (route b: n2) and reserves 2 of
+// them for order x, whose id puts its record on another node than n2
+// (awayOrder), for 1 s; it returns the order id and its items.
+func (e *stagedEnv) reserveAway(t *testing.T, loaded int64) (string, []Item) {
+	t.Helper()
+	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
+		t.Fatal(err)
+	}
+	items := []Item{{Route: "b", SKU: "t", Quantity: 2}}
+	x := e.awayOrder("x")
+	if _, err := e.inv.Reserve(e.ctx, x, items, "", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return x, items
 }
