@@ -92,12 +92,37 @@ import (
 // have written it since (a load onto a joining member carries no
 // marker). The operator deletes the keys the refusal names on N (their
 // units are counted elsewhere) and runs the apply again.
+//
+// What the refusal also names, reads only: the transfer records on N of
+// transfers of K off N (StaleCounter.Records; a copy taken between a
+// transfer's out and done holds one), to be deleted with K, since a
+// later apply at their epoch would read them as its own; and, for a
+// stock hash, whether no other node of R (c.From's or c.To's members)
+// holds a loaded unit of K (StaleCounter.NoneElsewhere). Then "counted
+// elsewhere" may not hold: the units moved on, after N's copy, to a node
+// that went back since and lost them (the schedule explorer's seed
+// 195213: the transfer of a later apply onto N itself, lost with N's
+// data). The refusal stands (serving the copy's units could sell again
+// what was sold after the copy), and says so: once the key is deleted,
+// the operator loads the SKU's stock on R again from the system of
+// record.
 
 // StaleCounter is a counter a change would put in play on a node that
 // does not serve it (this file's rule).
 type StaleCounter struct {
 	Node, Route, Key string
 	Units            string // what it holds, e.g. "available 8, reserved 0, confirmed 2, loaded 10"
+	// Records are the transfer records on Node of transfers of Key off it
+	// (a copy taken between a transfer's out and done holds one): delete
+	// them with Key, or a later apply at their epoch would read them as
+	// its own (migrate.go, "The rerun rule").
+	Records []string
+	// NoneElsewhere, for a stock hash, says that no other node of the
+	// route (in the change's old or new members) holds a loaded unit of
+	// it: its units may be counted nowhere else (they moved, after the
+	// copy, onto a node that went back since and lost them), so deleting
+	// it leaves the SKU with no stock on the route.
+	NoneElsewhere bool
 }
 
 // StaleCountersError refuses an apply that would put stale counters in
@@ -118,10 +143,18 @@ func (e *StaleCountersError) Error() string {
 			b.WriteString("; ")
 		}
 		fmt.Fprintf(&b, "node %s holds %s of route %q (%s)", s.Node, s.Key, s.Route, s.Units)
+		if len(s.Records) > 0 {
+			fmt.Fprintf(&b, " and the transfer record(s) %s", strings.Join(s.Records, ", "))
+		}
+		if s.NoneElsewhere {
+			b.WriteString(", and no other node of the route holds a loaded unit of it: its units may be counted nowhere else " +
+				"(a node they moved to went back since), so once it is deleted load the SKU's stock on the route again from your records (`shardis stock load`)")
+		}
 	}
 	b.WriteString(". They came back with an older copy of the node's data after a transfer had moved their units to another node, which counts them " +
 		"(the move forward leaves them when the transfer's marker is gone, their stock was reserved, or an earlier apply than the last moved them): " +
-		"once no part pending on those nodes holds them (`shardis parts stuck`; a part set aside there is settled or retried first), delete those keys on those nodes (DEL), then run `shardis topology apply` again")
+		"once no part pending on those nodes holds them (`shardis parts stuck`; a part set aside there is settled or retried first), delete those keys, " +
+		"and the transfer records named, on those nodes (DEL), then run `shardis topology apply` again")
 	return b.String()
 }
 
@@ -175,7 +208,7 @@ func (a *migrator) staleOn(ctx context.Context, c topology.Change, n *node.Node,
 			continue // a removed route moves nothing; an added one is addedRoute's
 		}
 		old, joins := membersOf(oldMs), membersOf(newMs)
-		s := staleScan{a: a, c: c, n: n, route: route, srcs: a.xferSrcs(oldMs)}
+		s := staleScan{a: a, c: c, n: n, route: route, srcs: a.xferSrcs(oldMs), members: memberNames(oldMs, newMs)}
 		if !old[n.Name()] && joins[n.Name()] {
 			f, err := s.stock(ctx)
 			if err != nil {
@@ -215,6 +248,8 @@ type staleScan struct {
 	n     *node.Node
 	route string
 	srcs  []string // the sources c's transfers of the route name
+	// members are the route's nodes in c.From and c.To (NoneElsewhere)
+	members []string
 }
 
 // stock returns the route's stock hashes on n (which joins the route)
@@ -285,7 +320,68 @@ func (s staleScan) note(ctx context.Context, out []StaleCounter, kind xferKind, 
 	if err != nil || !stale {
 		return out, err
 	}
-	return append(out, StaleCounter{Node: s.n.Name(), Route: s.route, Key: key, Units: units}), nil
+	found := StaleCounter{Node: s.n.Name(), Route: s.route, Key: key, Units: units}
+	if found.Records, err = scan(ctx, s.n, xferKeyPrefix+"*|"+string(kind)+"|"+globEscape(s.n.Name())+"|"+globEscape(key)); err != nil {
+		return out, err
+	}
+	found.Records = slices.DeleteFunc(found.Records, func(k string) bool { return strings.HasPrefix(k, xferMarkerKeyPrefix) })
+	slices.Sort(found.Records)
+	if kind == xferStock {
+		if found.NoneElsewhere, err = s.noneElsewhere(ctx, key); err != nil {
+			return out, err
+		}
+	}
+	return append(out, found), nil
+}
+
+// noneElsewhere reports whether no member of the route but n holds a
+// loaded unit of stock hash key (StaleCounter.NoneElsewhere).
+func (s staleScan) noneElsewhere(ctx context.Context, key string) (bool, error) {
+	for _, name := range s.members {
+		if name == s.n.Name() {
+			continue
+		}
+		m, err := s.a.node(name)
+		if err != nil {
+			return false, err
+		}
+		got, err := m.Client().HGet(ctx, key, "loaded").Result()
+		if err == redis.Nil {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("%w: node %s: reading %s: %v", ErrUnavailable, name, key, err)
+		}
+		if got != "0" {
+			return false, nil // units, or a value that is not 0: counted there
+		}
+	}
+	return true, nil
+}
+
+// memberNames are the names of the members of olds and news, each once.
+func memberNames(olds, news []router.Member) []string {
+	var out []string
+	for _, m := range append(slices.Clone(olds), news...) {
+		if !slices.Contains(out, m.Name) {
+			out = append(out, m.Name)
+		}
+	}
+	return out
+}
+
+// globEscape escapes the characters SCAN's MATCH pattern reads as a glob
+// in s, so that s matches itself only.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // unexplained reports whether n holds no marker of c's transfer of key
