@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/inventory"
 	"github.com/shardis/shardis/topology"
@@ -203,7 +206,7 @@ func (w *World) healApply(ctx context.Context, o *observed, to string, wait time
 		if _, serr := w.settleT1(ctx); serr != nil {
 			return err
 		}
-		if cerr := w.clearStale(ctx, o, stale); cerr != nil {
+		if cerr := w.clearStale(ctx, o, to, stale); cerr != nil {
 			return fmt.Errorf("%w; the counters it names were not deleted: %v", err, cerr)
 		}
 	}
@@ -213,12 +216,11 @@ func (w *World) healApply(ctx context.Context, o *observed, to string, wait time
 // transfer records it names beside them (StaleCounter.Records), each
 // only when no part pending or set aside on its node holds it (then an
 // error names it, and nothing more is deleted), counted
-// (observed.staleCleared) and noted. A counter the refusal says may be
-// counted nowhere else (StaleCounter.NoneElsewhere) is deleted too, as
-// the refusal says; the operator's reload of the SKU's stock from the
-// system of record that it asks for then is not modelled, so a
-// schedule that reaches it (seed 195213) fails the stock bound check.
-func (w *World) clearStale(ctx context.Context, o *observed, stale *inventory.StaleCountersError) error {
+// (observed.staleCleared) and noted. A stock hash the refusal says may
+// be counted nowhere else (StaleCounter.NoneElsewhere) is deleted too,
+// and its stock loaded again on the route, as the refusal asks an
+// operator to do from the system of record (reload: seed 195213).
+func (w *World) clearStale(ctx context.Context, o *observed, to string, stale *inventory.StaleCountersError) error {
 	for _, f := range stale.Found {
 		ns := w.readForDiff(ctx, f.Node)
 		if ns == nil {
@@ -236,6 +238,59 @@ func (w *World) clearStale(ctx context.Context, o *observed, stale *inventory.St
 		o.staleCleared++
 		o.mu.Unlock()
 		o.note("heal", fmt.Sprintf("deleted %s on %s (%s; transfer records %v; none elsewhere: %v), refused as stale", f.Key, f.Node, f.Units, f.Records, f.NoneElsewhere), nil)
+		if f.NoneElsewhere {
+			err := w.reload(ctx, o, to, f)
+			o.note("heal", fmt.Sprintf("loaded %s's stock (%s) again on a node of route %s, none elsewhere", f.Key, f.Units, f.Route), err)
+			if err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// reload puts the units of stock hash f.Key that a stale-counter refusal
+// of an apply to topology to said may be counted nowhere else
+// (StaleCounter.NoneElsewhere), as the refusal named them, onto the
+// first node, by name, of f.Route in the apply's previous topology (T1
+// for an apply to T0 or T2; T2 or T0, as the schedule shrinks, for one
+// to T1) but f.Node: the operator's reload of the SKU's stock from the
+// system of record onto a node that serves the route before the change,
+// whose step 3 then moves it as any counter. The explorer knows that
+// record only as the deleted copy held it (the node's data as its loss
+// left it: what the stock check's bound counts after that loss). Its
+// available, confirmed and loaded units are added as they were (no
+// reserved unit: clearStale deletes no hash a pending part holds), not
+// recorded as a load (observed.loaded): the schedule loaded them before.
+func (w *World) reload(ctx context.Context, o *observed, to string, f inventory.StaleCounter) error {
+	from := "T1"
+	if to == "T1" {
+		o.mu.Lock()
+		from = map[bool]string{true: "T2", false: "T0"}[o.shrink]
+		o.mu.Unlock()
+	}
+	ms := slices.Sorted(slices.Values(w.config(from).Servers["inventory"].Routes[f.Route]))
+	ms = slices.DeleteFunc(ms, func(m string) bool { return m == f.Node })
+	if len(ms) == 0 {
+		return fmt.Errorf("route %s has no node but %s at %s", f.Route, f.Node, from)
+	}
+	units := map[string]int64{}
+	for _, part := range strings.Split(f.Units, ", ") {
+		name, v, ok := strings.Cut(part, " ")
+		if !ok {
+			return fmt.Errorf("units of %s: %q", f.Key, f.Units)
+		}
+		units[name] = atoi(v)
+	}
+	if units["reserved"] != 0 {
+		return fmt.Errorf("%s on %s holds %d units reserved", f.Key, f.Node, units["reserved"])
+	}
+	_, err := w.direct[ms[0]].TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, field := range []string{"available", "confirmed", "loaded"} {
+			p.HIncrBy(ctx, f.Key, field, units[field])
+		}
+		p.HSetNX(ctx, f.Key, "reserved", 0)
+		return nil
+	})
+	return err
 }
