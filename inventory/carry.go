@@ -66,7 +66,7 @@ const defaultCarryWait = 2 * time.Millisecond
 
 // carriedCommit is one buffered commit of a staged order.
 type carriedCommit struct {
-	ctx     context.Context // the committing caller's, without its cancellation (faults attribute a commit sent by itself to it)
+	ctx     context.Context // the committing caller's, without its cancellation, with its pinned view (faults attribute a commit sent by itself to it; sendCommits)
 	home    *node.Node
 	orderID string
 	token   string // the attempt's
@@ -229,6 +229,15 @@ func (inv *Inventory) carriedDone(commits []carriedCommit, applied []bool, err e
 // the other order ops on its node), each on a goroutine of its own with
 // its caller's values and commitTimeout, and marks it done: Close waits
 // for them through the inventory's background work, no caller here does.
+//
+// The caller's values include the view its request pinned (served.go,
+// pin), so a commit sent by itself, however late, runs under the
+// topology its order was placed in, on the home node of that view, with
+// that view's epoch token: a node that a later topology change reached
+// refuses it (the stamp check's SHARDIS_EPOCH) before any write, and the
+// order's next reader decides the staging record (resolveStaged), as
+// for a commit lost with its process. It never runs under a newer view,
+// whose home for the order may be another node.
 func (inv *Inventory) sendCommits(commits []carriedCommit) {
 	for _, c := range commits {
 		go func() {
