@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/shardis/shardis/config"
@@ -243,81 +242,6 @@ func (a *migrator) Check(ctx context.Context, c topology.Change) error {
 		}
 	}
 	return a.refuseStale(ctx, c, topology.Union(c.From.Nodes(), c.To.Nodes()), true, true)
-}
-
-// addedRoute refuses the apply (an error wrapping topology.ErrInvalid)
-// when route, which c.From does not have, left counters from an earlier
-// epoch where c.To's route would not find them: a stock hash on a node
-// that is not one of its members (its units stranded: no instance takes,
-// loads or moves them), or a user's quota counter on a node that is not
-// that user's quota home in the new route (the user could buy the limit
-// again). An apply that removes a route leaves its counters on its nodes
-// (moveCounters), and only a membership change moves them, which an added
-// route does not have. Counters where the new route reads them (the route
-// added back over the members and weights it had) are kept as they are.
-// Every node of both topologies is read.
-func (a *migrator) addedRoute(ctx context.Context, c topology.Change, route string) error {
-	ms := c.To.Routes[route]
-	ring, err := router.NewRing(ms)
-	if err != nil {
-		return err
-	}
-	member := membersOf(ms)
-	var stray []string
-	for _, name := range topology.Union(c.From.Nodes(), c.To.Nodes()) {
-		n, err := a.node(name)
-		if err != nil {
-			return err
-		}
-		keys, err := a.strayCounters(ctx, n, route, member[name], ring)
-		if err != nil {
-			return err
-		}
-		if len(keys) > 0 {
-			stray = append(stray, fmt.Sprintf("node %s holds %s", name, sample(keys, 3)))
-		}
-	}
-	if len(stray) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: route %q is added, but counters of it left when an apply removed it are where the new route would not find them (%s): "+
-		"their units would be stranded and their users could buy past the per-user limit again; add the route back over the nodes and weights it had, "+
-		"then change its members in a later apply (which moves its counters), or delete those keys if the route's stock and quotas are to be forgotten",
-		topology.ErrInvalid, route, strings.Join(stray, "; "))
-}
-
-// strayCounters returns route's counters on n that the route with the
-// members of ring would not find: every stock hash when n is not a member
-// (isMember), and every quota counter whose user's home is another node.
-func (a *migrator) strayCounters(ctx context.Context, n *node.Node, route string, isMember bool, ring *router.Ring) ([]string, error) {
-	var out []string
-	if !isMember {
-		keys, err := scan(ctx, n, stockKeyPrefix+route+":*")
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, keys...)
-	}
-	keys, err := scan(ctx, n, quotaKeyPrefix+route+":*")
-	if err != nil {
-		return nil, err
-	}
-	for _, k := range keys {
-		// an unreadable key is left alone, as moveQuotas leaves it
-		if _, user, ok := parseQuotaKey(route, k); ok && ring.Name(ring.Home("user:"+user)) != n.Name() {
-			out = append(out, k)
-		}
-	}
-	return out, nil
-}
-
-// sample is keys (sorted) as a list, the first max of them named and the
-// rest counted.
-func sample(keys []string, max int) string {
-	if len(keys) <= max {
-		return strings.Join(keys, ", ")
-	}
-	return fmt.Sprintf("%s and %d more", strings.Join(keys[:max], ", "), len(keys)-max)
 }
 
 // versionedLimit is a per-user limit and the version of its change.

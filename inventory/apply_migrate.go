@@ -232,6 +232,9 @@ func (a *migrator) moveCounters(ctx context.Context) (busy int, err error) {
 	for route, oldMs := range a.c.From.Routes {
 		newMs, ok := a.c.To.Routes[route]
 		if !ok {
+			if err := a.markRemoved(ctx, route, oldMs); err != nil {
+				return 0, err
+			}
 			a.log.Warn("topology: route removed: its counters stay on its old nodes (adding it back over other nodes or weights is refused while they are there)", "route", route)
 			continue
 		}

@@ -70,13 +70,17 @@ const (
 	// KeySettledLog is the node's settled log (stream: the ids of parts
 	// that left pending, [SettledLogKey]); rest is "".
 	KeySettledLog
+	// KeyRouteRemoved is a node's mark of the topology apply that removed
+	// a route it served (string: that apply's epoch, apply_readd.go); rest
+	// is the route.
+	KeyRouteRemoved
 )
 
 var keyKindNames = [...]string{KeyOther: "other", KeyStock: "stock", KeyQuota: "quota", KeyPart: "part",
 	KeyOrder: "order", KeyRedoLog: "redo-log", KeyRedoOffsets: "redo-offsets", KeyRedoAcked: "redo-acked",
 	KeyPending: "pending", KeyStuck: "stuck", KeyStuckWhy: "stuck-why", KeyLimitsTodo: "limits-todo",
 	KeyTransfer: "transfer", KeyTransferMarker: "transfer-marker", KeyStuckRetry: "stuck-retry",
-	KeyRedoSegment: "redo-segment", KeySettledLog: "settled-log"}
+	KeyRedoSegment: "redo-segment", KeySettledLog: "settled-log", KeyRouteRemoved: "route-removed"}
 
 // String returns the kind's short name ("stock", "part", "redo-log" …).
 func (k KeyKind) String() string {
@@ -99,7 +103,7 @@ var keyFamilies = []struct {
 }{
 	{stockKeyPrefix, KeyStock}, {quotaKeyPrefix, KeyQuota}, {partKeyPrefix, KeyPart},
 	{orderKeyPrefix, KeyOrder}, {redoLogKeyPrefix, KeyRedoLog},
-	{xferMarkerKeyPrefix, KeyTransferMarker}, {xferKeyPrefix, KeyTransfer},
+	{xferMarkerKeyPrefix, KeyTransferMarker}, {xferKeyPrefix, KeyTransfer}, {removedKeyPrefix, KeyRouteRemoved},
 }
 
 // ParseKey classifies a key of an inventory node and returns what follows

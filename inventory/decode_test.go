@@ -37,6 +37,7 @@ func TestParseKeyReadsTheConstructors(t *testing.T) {
 		{SettledLogKey, KeySettledLog, ""},
 		{xferKey(xferID(3, xferStock, "n3", stockKey("r", "x"))), KeyTransfer, "3|stock|n3|inv:stock:r:x"},
 		{xferMarkerKey("3|quota|k"), KeyTransferMarker, "3|quota|k"},
+		{removedKey("r:1"), KeyRouteRemoved, "r:1"},
 	} {
 		kind, rest := ParseKey(c.key)
 		if kind != c.kind || rest != c.rest {
@@ -46,7 +47,7 @@ func TestParseKeyReadsTheConstructors(t *testing.T) {
 	for _, k := range []string{"", "inv:", "inv:part:", "inv:order:", "inv:redo:", "inv:redo:x", "inv:redo:01",
 		"inv:redo:-1", "inv:stock:nocolon", "inv:stock::x", "inv:quota:r:5:abc:u", "inv:other", "shardis:node",
 		"inv:reconcile:lease", "inv:redo:3:", "inv:redo:3:x", "inv:redo:3:01", "inv:redo:3:-1", "inv:redo:x:3", "inv:redo::3",
-		"inv:redo:3:s", "inv:redo:3:ss1", "inv:redo:3:s01", "inv:redo:3:s-1", "inv:redo:3:S1"} {
+		"inv:redo:3:s", "inv:redo:3:ss1", "inv:removed:", "inv:redo:3:s01", "inv:redo:3:s-1", "inv:redo:3:S1"} {
 		if kind, rest := ParseKey(k); kind != KeyOther || rest != "" {
 			t.Errorf("ParseKey(%q) = %v, %q; want other", k, kind, rest)
 		}

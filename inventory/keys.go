@@ -55,6 +55,7 @@ const (
 	redoLogKeyPrefix    = "inv:redo:"    // zset, then the queue number (and ":s" segment of 32 offsets, or the release before's ":" segment of 100; redolog.go)
 	xferKeyPrefix       = "inv:xfer:"    // hash, then a transfer id (migrate.go)
 	xferMarkerKeyPrefix = "inv:xfer:in:" // a destination's memory of a transfer id
+	removedKeyPrefix    = "inv:removed:" // string, then a route: the epoch of the apply that removed it (apply_readd.go)
 )
 
 var stampKey = node.StampKey

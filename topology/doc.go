@@ -292,6 +292,23 @@
 // still to move the counter off it (bumped then, the node is not behind,
 // and its stock is read as the new route's).
 //
+// A route removed and added back. An apply that removes a route moves
+// none of its counters (no instance reads them until an apply adds the
+// route back, which keeps those the new route finds where they are), and
+// marks, in its step 3, each of the route's members in the old topology
+// with its epoch (inventory: removedKey). When an apply adds the route
+// back, step 1 ([Driver.Check]) reads the marks on every node of both
+// topologies: a node holding counters of the route without the newest
+// mark while another node has it came back with a copy of its data from
+// before the removal (its units moved to a member by an earlier change,
+// counted there too, or a member's with its later writes lost), and the
+// apply refuses (ErrInvalid, naming node and keys: delete them, then load
+// what the system of record says the route lacks). Without any mark (a
+// removal by a release before the marks) the check is what it was: only
+// counters the new route would not find refuse. What it does not close:
+// every marked node going back to a copy from before the removal, an
+// older mark then read as the newest.
+//
 // A lost record. A node whose stamp names the current token but whose
 // record is gone (deleted by hand, a flush that kept the stamp:
 // [Record.Lost]) is at the token, not behind it, but its phase, previous

@@ -78,7 +78,9 @@ type Driver interface {
 	// route c.From does not have whose counters from an earlier epoch sit
 	// where c.To's route would not find them: an apply that removed the
 	// route left them; added back over other nodes, their units would be
-	// stranded and users could buy their limit again). It writes nothing.
+	// stranded and users could buy their limit again; or one on a node
+	// that the removal did not mark: doc.go, "A route removed and added
+	// back"). It writes nothing.
 	// Every apply that starts a new epoch calls it, a dry run too, before
 	// it writes any node. It refuses too a counter with units that c
 	// would put in play on a node that does not serve it in c.From and

@@ -143,8 +143,8 @@ func readNode(cl *redis.Client, name string) (*nodeState, error) {
 				cmds[i] = pipe.HGetAll(ctx, k)
 			case inventory.KeyQuota:
 				cmds[i] = pipe.Get(ctx, k)
-			case inventory.KeyTransferMarker:
-				// a destination's memory of an applied transfer (topology)
+			case inventory.KeyTransferMarker, inventory.KeyRouteRemoved:
+				// a destination's memory of an applied transfer, a route's removal (topology)
 			case inventory.KeySettledLog:
 				// a hint for the sync (inventory/settledlog.go), not a record
 			case inventory.KeyTransfer:
