@@ -48,7 +48,7 @@ const (
 	recMissing  recStatus = "missing"  // no record
 	// recGone: opExpire found no record of a due part that may have
 	// outlived it (set aside before, or due longer than the retention
-	// ago), or one of another attempt begun at or after the part came
+	// less two seconds of clock skew ago), or one of another attempt begun at or after the part came
 	// due (reason "another attempt"): nothing written, its decision
 	// cannot be inferred (stuck.go).
 	recGone recStatus = "gone"

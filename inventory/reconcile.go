@@ -204,7 +204,8 @@ func (inv *Inventory) expiredRecord(ctx context.Context, home *node.Node, p Pend
 // else (cancelled, expired, failed, superseded or missing) → cancel. A
 // missing record is read as an attempt that never landed (its failure
 // recorded) only for a part that may not have outlived it: one set aside
-// before, or due at least inventory.retention ago, that meets no record
+// before, or due at least inventory.retention less two seconds
+// ago, that meets no record
 // is not settled (the record may have been a confirmed order's that lived
 // out its retention), nor is such a part that meets a record of another
 // attempt begun at or after it came due (the order id reserved again
@@ -281,7 +282,7 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 				gone = "is gone, replaced by a new attempt of the order id begun after the part came due"
 			}
 			return "", fmt.Errorf("%w: node %s: part %q: the record of its order %q %s (the part was set aside, or came due "+
-				"more than inventory.retention ago: the record may have lived out its retention), so the order's decision cannot be "+
+				"about inventory.retention ago or more: the record may have lived out its retention), so the order's decision cannot be "+
 				"inferred: an operator decides by the system of record (`shardis parts settle %s '%s' confirm|cancel`)", ErrCorrupt, p.Node,
 				p.PartID, p.OrderID, gone, p.Node, p.PartID)
 		}

@@ -119,7 +119,8 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //	        missing (never written, not moved away) → failed under the
 //	        part's token (a stale stage of that token, stageTakeScript, is
 //	        refused afterwards), unless the part may have outlived the
-//	        record (set aside before, or due at least the retention ago):
+//	        record (set aside before, or due at least the retention less two
+//	        seconds of clock skew ago, order.lua: SKEW):
 //	        then nothing is written and the verdict is "gone" (stuck.go).
 //	        So for such a part whose order holds a record of another
 //	        token begun at or after the part's deadline (created, else

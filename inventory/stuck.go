@@ -46,7 +46,8 @@ import (
 // its repair. The reconciler's backoff is capped well below the
 // retention for that (rollback.Settings.StuckRetryMax). A part that meets
 // no record of its order all the same — one set aside before (its
-// record's stuck_since), or due at least the retention ago — is not read
+// record's stuck_since), or due at least the retention ago, less two
+// seconds of clock skew (order.lua: SKEW) — is not read
 // as one whose attempt never landed (its failure recorded, the part
 // cancelled), as a part that comes due within the retention is: the
 // record may have been a confirmed order's that lived out its retention
@@ -81,7 +82,8 @@ import (
 // record, or takes over a failed or lapsed one): T was never confirmed,
 // and p is cancelled as before (TestStuckPartOfASupersededAttemptCancels). One begun at or after p's due may follow
 // a confirmed record of T that expired: when p may have outlived its
-// record (set aside before, or due at least the retention ago, as for a
+// record (set aside before, or due at least the retention ago less two
+// seconds, as for a
 // missing record) the expire op writes nothing and answers 'gone'
 // (reason "another attempt"), and p is set aside for an operator, whose
 // SettleStuck takes it by the same rule. The margin is a whole retention

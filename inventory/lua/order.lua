@@ -69,10 +69,21 @@ end
 -- the part's node's clock; ARGV 9 '1' when it was set aside before, so
 -- an expire op read or wrote a record before) may have outlived its own
 -- attempt's record: a decided record lives the retention (ARGV 6) from
--- its parts' due, and each expire op relies on it again (relied_on)
+-- its parts' due, and each expire op relies on it again (relied_on).
+-- That due is read on the home's clock, the part's deadline on its own
+-- node's (a one-round part's is its node's TIME plus the hold), which may
+-- run ahead of the home's: the retention is counted SKEW earlier, so a
+-- record that lived out its retention by the home's clock is never read
+-- as one that never landed (found by a review: the part's node 0.9 s
+-- ahead, the part of a confirmed order cancelled,
+-- TestDuePartOnAFastNodeOutlivingItsRecordStaysPending). SKEW is two
+-- partGraces: node clocks each kept within a second of true time
+-- (SECURITY.md, "Clock skew"); a part first examined within it goes to
+-- an operator instead of being cancelled.
+local SKEW = 2 * PART_GRACE
 local function outlived()
   local pdl = tonumber(ARGV[8] or '')
-  return ARGV[9] == '1' or (pdl and pdl > 0 and now >= pdl + tonumber(ARGV[6]) * 1000)
+  return ARGV[9] == '1' or (pdl and pdl > 0 and now + SKEW >= pdl + tonumber(ARGV[6]) * 1000)
 end
 if op == 'expire' and status and cur ~= token and token ~= '' and outlived() then
   -- A record of another attempt than the due part's, begun at or after
