@@ -97,15 +97,18 @@ import (
 // transfers of K off N (StaleCounter.Records; a copy taken between a
 // transfer's out and done holds one), to be deleted with K, since a
 // later apply at their epoch would read them as its own; and, for a
-// stock hash, whether no other node of R (c.From's or c.To's members)
-// holds a loaded unit of K (StaleCounter.NoneElsewhere). Then "counted
-// elsewhere" may not hold: the units moved on, after N's copy, to a node
-// that went back since and lost them (the schedule explorer's seed
-// 195213: the transfer of a later apply onto N itself, lost with N's
-// data). The refusal stands (serving the copy's units could sell again
-// what was sold after the copy), and says so: once the key is deleted,
-// the operator loads the SKU's stock on R again from the system of
-// record.
+// stock hash, the units of K loaded on the other nodes of R (c.From's
+// and c.To's members: StaleCounter.LoadedElsewhere, and NoneElsewhere
+// when there are none). "Counted elsewhere" need not hold: the units
+// moved, after N's copy, to a node that went back since and lost them
+// (the schedule explorer's seed 195213: the transfer of a later apply
+// onto N itself, lost with N's data; or, with the SKU's stock spread
+// over several nodes, a destination that went back to a copy holding
+// only its own share: found by a review, which none elsewhere did not
+// tell). The refusal stands (serving the copy's units could sell again
+// what was sold after the copy), and says what to compare: once the key
+// is deleted, the units loaded on R against what the system of record
+// says was loaded, the difference loaded again.
 
 // StaleCounter is a counter a change would put in play on a node that
 // does not serve it (this file's rule).
@@ -117,11 +120,18 @@ type StaleCounter struct {
 	// them with Key, or a later apply at their epoch would read them as
 	// its own (migrate.go, "The rerun rule").
 	Records []string
+	// LoadedElsewhere, for a stock hash, is the sum of its loaded units
+	// on the route's other nodes (the change's old and new members): the
+	// SKU's stock on the route once Key is deleted. Its units are counted
+	// there unless they moved, after the copy, onto a node that went back
+	// since and lost them: compare this with what the system of record
+	// says was loaded, and load the difference once Key is deleted. A
+	// loaded field that does not read as an integer counts as none.
+	LoadedElsewhere int64
 	// NoneElsewhere, for a stock hash, says that no other node of the
-	// route (in the change's old or new members) holds a loaded unit of
-	// it: its units may be counted nowhere else (they moved, after the
-	// copy, onto a node that went back since and lost them), so deleting
-	// it leaves the SKU with no stock on the route.
+	// route holds a loaded unit of it (LoadedElsewhere is 0 and no node
+	// holds an unreadable loaded field): deleting Key leaves the SKU with
+	// no stock on the route.
 	NoneElsewhere bool
 }
 
@@ -146,15 +156,19 @@ func (e *StaleCountersError) Error() string {
 		if len(s.Records) > 0 {
 			fmt.Fprintf(&b, " and the transfer record(s) %s", strings.Join(s.Records, ", "))
 		}
-		if s.NoneElsewhere {
+		switch {
+		case s.NoneElsewhere:
 			b.WriteString(", and no other node of the route holds a loaded unit of it: its units may be counted nowhere else " +
 				"(a node they moved to went back since), so once it is deleted load the SKU's stock on the route again from your records (`shardis stock load`)")
+		case strings.HasPrefix(s.Key, stockKeyPrefix):
+			fmt.Fprintf(&b, ", and the route's other nodes hold %d loaded units of it", s.LoadedElsewhere)
 		}
 	}
 	b.WriteString(". They came back with an older copy of the node's data after a transfer had moved their units to another node, which counts them " +
-		"(the move forward leaves them when the transfer's marker is gone, their stock was reserved, or an earlier apply than the last moved them): " +
+		"unless it went back since too (the move forward leaves them when the transfer's marker is gone, their stock was reserved, or an earlier apply than the last moved them): " +
 		"once no part pending on those nodes holds them (`shardis parts stuck`; a part set aside there is settled or retried first), delete those keys, " +
-		"and the transfer records named, on those nodes (DEL), then run `shardis topology apply` again")
+		"and the transfer records named, on those nodes (DEL); for each stock hash, compare the units the route's other nodes hold loaded with what your records say was loaded, " +
+		"and load the difference (`shardis stock load`); then run `shardis topology apply` again")
 	return b.String()
 }
 
@@ -327,36 +341,42 @@ func (s staleScan) note(ctx context.Context, out []StaleCounter, kind xferKind, 
 	found.Records = slices.DeleteFunc(found.Records, func(k string) bool { return strings.HasPrefix(k, xferMarkerKeyPrefix) })
 	slices.Sort(found.Records)
 	if kind == xferStock {
-		if found.NoneElsewhere, err = s.noneElsewhere(ctx, key); err != nil {
+		if found.LoadedElsewhere, found.NoneElsewhere, err = s.loadedElsewhere(ctx, key); err != nil {
 			return out, err
 		}
 	}
 	return append(out, found), nil
 }
 
-// noneElsewhere reports whether no member of the route but n holds a
-// loaded unit of stock hash key (StaleCounter.NoneElsewhere).
-func (s staleScan) noneElsewhere(ctx context.Context, key string) (bool, error) {
+// loadedElsewhere sums the loaded units of stock hash key on the
+// members of the route but n (StaleCounter.LoadedElsewhere), and reports
+// whether none holds any (NoneElsewhere: a value that is not an integer
+// counts as units there, but adds nothing to the sum).
+func (s staleScan) loadedElsewhere(ctx context.Context, key string) (sum int64, none bool, err error) {
+	none = true
 	for _, name := range s.members {
 		if name == s.n.Name() {
 			continue
 		}
 		m, err := s.a.node(name)
 		if err != nil {
-			return false, err
+			return 0, false, err
 		}
 		got, err := m.Client().HGet(ctx, key, "loaded").Result()
 		if err == redis.Nil {
 			continue
 		}
 		if err != nil {
-			return false, fmt.Errorf("%w: node %s: reading %s: %v", ErrUnavailable, name, key, err)
+			return 0, false, fmt.Errorf("%w: node %s: reading %s: %v", ErrUnavailable, name, key, err)
 		}
 		if got != "0" {
-			return false, nil // units, or a value that is not 0: counted there
+			none = false // units, or a value that is not 0: counted there
+		}
+		if v, perr := strconv.ParseInt(got, 10, 64); perr == nil {
+			sum += v
 		}
 	}
-	return true, nil
+	return sum, none, nil
 }
 
 // memberNames are the names of the members of olds and news, each once.

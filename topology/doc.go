@@ -262,11 +262,13 @@
 // attempt at the same token, which the same transfer's rerun finishes
 // by the rerun rule). A stale one makes the apply refuse (ErrInvalid,
 // naming node, route, key and units, telling the operator to delete it:
-// its units are counted elsewhere; with it the node's transfer records
-// of it, and, when no other node of the route holds a loaded unit of
-// it, that its units may be counted nowhere else, the SKU's stock to be
-// loaded again from the system of record once it is deleted) before the
-// run writes anything:
+// its units are counted elsewhere, unless the node they moved to went
+// back since too; with it the node's transfer records of it, and, for a
+// stock hash, the units of it loaded on the route's other nodes, to
+// compare with what the system of record says was loaded once it is
+// deleted, the difference loaded again: 0 when the units may be counted
+// nowhere else, or another node's own share of a SKU spread over
+// several) before the run writes anything:
 //   - a new epoch: in step 1 ([Driver.Check], a dry run too), on every
 //     node of both topologies, all at the current token and stable;
 //   - a rerun that resumes a bump, and a move forward: on the nodes
