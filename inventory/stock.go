@@ -58,7 +58,9 @@ type NodeStock struct {
 // (a perUserLimit every reachable node already holds is no change, and
 // loads like a restock). A node that fails during the call is named in the
 // error; a limit change it missed is recorded on the nodes that took it and
-// reaches it when it returns (the reconciler's ConvergeLimits, limits.go).
+// reaches it when it returns (the reconciler's ConvergeLimits, limits.go),
+// as is a limit every usable node already held, passed over on one that
+// is not usable (limitReaches), which may hold another.
 // Each change carries a version (nextLimitVersion: this instance's clock,
 // ms, raised above every version the route's nodes hold) and a node keeps
 // the limit of the highest version it was sent, so two racing changes end
@@ -127,7 +129,15 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 		inv.limited.mark(stockRef{route, sku}) // soldout.go, "Per-user limits"
 	}
 	inv.retryStuckOf(ctx, took, route, sku)
-	if len(failed) > 0 && perUserLimit >= 0 {
+	// A change limitReaches found unchanged passed over the nodes that are
+	// not usable (!mustReach: there is one) yet stamped the nodes it
+	// reached with version ver; a node passed over may hold another limit
+	// all the same (an earlier change that failed midway reached it, and
+	// its record there could no longer bring the others to it, ver being
+	// newer): it is recorded as a change that missed them, so the
+	// reconciler brings them to it (TestLimitUnchangedPassOverKeepsNoSplit:
+	// before, the route kept two limits for good).
+	if perUserLimit >= 0 && (len(failed) > 0 || !mustReach) {
 		inv.recordLimitTodo(context.WithoutCancel(ctx), took, route, sku, perUserLimit, ver)
 	}
 	level, gerr := inv.GetStock(ctx, route, sku)

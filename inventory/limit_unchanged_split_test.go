@@ -1,0 +1,116 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestLimitUnchangedPassOverKeepsNoSplit: a per-user limit change that
+// reached only some nodes, then a LoadStock of the limit the reachable
+// nodes still hold while the node that took the partial change is down.
+//
+//  1. The SKU's limit is 1 on n1 and n2.
+//  2. LoadStock(limit 5) fails on n1 during the call (ErrUnavailable): n2
+//     took 5 at version v1, and n2 records the change for ConvergeLimits.
+//  3. n2 goes down (before a reconciler pass took v1 to n1).
+//  4. The operator sets the limit back to 1: limitReaches finds n2 not
+//     usable, but every reachable node (n1) holds 1 already, so the
+//     change is "unchanged": it answers success, passing n2 over, yet the
+//     load still stamps n1 with a new version v2 > v1, and nothing is
+//     recorded for n2.
+//  5. n2 comes back; ConvergeLimits takes v1 (5) to n1, where v2 is newer:
+//     a no-op, and the pending change is dropped as done.
+//
+// The route keeps two limits for good: n1 1, n2 5. A user whose quota
+// node is n2 holds 5 units of a SKU whose last LoadStock set (and
+// answered success for) a per-user limit of 1; neither LoadStock's limit
+// holds on the whole route.
+func TestLimitUnchangedPassOverKeepsNoSplit(t *testing.T) {
+	e := newLimitRouteEnv(t)
+	if _, err := e.inv.LoadStock(e.ctx, "d", "t", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	// 2. an instance whose loads never reach n1 (it fails during the call)
+	lossy := e.faultyInstance(&hookFaults{call: func(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error) {
+		if c.Script == "load" && c.Node == "n1" {
+			return nil, errors.New("n1 unreachable (injected: the call never reached the node)")
+		}
+		return send()
+	}})
+	time.Sleep(5 * time.Millisecond)
+	if _, err := lossy.LoadStock(e.ctx, "d", "t", 0, 5); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("LoadStock limit 5 with n1 failing = %v; want ErrUnavailable", err)
+	} else {
+		t.Logf("LoadStock(limit 5), n1 failing: %v", err)
+	}
+	t.Logf("n2's pending changes: %v", e.clients["n2"].HGetAll(e.ctx, keyLimitsTodo).Val())
+
+	// 3. n2 goes down
+	e.srvs[1].Pause()
+	n2, _ := e.r.Node("n2")
+	for deadline := time.Now().Add(10 * time.Second); e.inv.usable(n2); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			e.srvs[1].Resume()
+			t.Fatal("n2 still usable 10s after its server was paused")
+		}
+	}
+	// 4. the limit set back to 1
+	time.Sleep(5 * time.Millisecond)
+	_, lerr := e.inv.LoadStock(e.ctx, "d", "t", 0, 1)
+	t.Logf("LoadStock(limit 1) with n2 down: err %v", lerr)
+	e.srvs[1].Resume()
+	waitUsable(t, e, "n2")
+
+	// 5. reconciler passes, every node
+	for range 3 {
+		for _, n := range []string{"n1", "n2"} {
+			left, err := e.inv.ConvergeLimits(e.ctx, n)
+			if err != nil {
+				t.Fatalf("ConvergeLimits %s: %v", n, err)
+			}
+			t.Logf("ConvergeLimits(%s) = %d", n, left)
+		}
+	}
+	limits := map[string]string{}
+	for _, n := range []string{"n1", "n2"} {
+		f, err := e.clients[n].HMGet(e.ctx, stockKey("d", "t"), "limit", "limit_ver").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		limits[n], _ = f[0].(string)
+		t.Logf("%s: limit %v, limit_ver %v", n, f[0], f[1])
+	}
+	if lerr == nil && (limits["n1"] != "1" || limits["n2"] != "1") {
+		t.Errorf("after the last LoadStock set limit 1 and answered success, and the reconcilers' passes, the route's limits are %v; want 1 everywhere", limits)
+	}
+	if limits["n1"] != limits["n2"] {
+		t.Errorf("the route keeps two per-user limits for good: %v", limits)
+	}
+	if lerr != nil {
+		return // refused: the operator knows the limit 1 did not take
+	}
+	// A user whose quota node in route d is n2.
+	set, _ := e.inv.set(e.ctx, "d")
+	user := ""
+	for i := 0; ; i++ {
+		if u := "u" + strconv.Itoa(i); quotaNode(set, u).Name() == "n2" {
+			user = u
+			break
+		}
+	}
+	var got int64
+	for i := range 5 {
+		_, err := e.inv.Reserve(e.ctx, "us"+strconv.Itoa(i), []Item{{Route: "d", SKU: "t", Quantity: 1}}, user, time.Minute)
+		if err == nil {
+			got++
+		} else if !errors.Is(err, ErrLimitExceeded) {
+			t.Fatal(err)
+		}
+	}
+	if got > 1 {
+		t.Errorf("user %s holds %d units of d/t, whose per-user limit the last LoadStock set to 1 (answered success)", user, got)
+	}
+}
