@@ -43,7 +43,9 @@
 //	skipped  its part is cancelled and its reason is refused (the order's
 //	         record names another attempt, says the attempt failed or is
 //	         still deciding, or is found on no node, every node read
-//	         while the topology is stable: a one-round attempt withdraws
+//	         while the topology is stable, and no node that may be its
+//	         home accepted with the data it went back to since a minute
+//	         before the part was taken: a one-round attempt withdraws
 //	         its record): no row, the position moves past it,
 //	         shardis_sync_skipped_refused_parts_total counts it;
 //	landed   otherwise, one row as before.
@@ -62,9 +64,16 @@
 // a leftover a restore or a rejoining node brought back, which may name an
 // attempt the order has long moved past), and "no record" is concluded
 // only from every node while the topology is stable (records sit on the
-// applied members, which a ready instance's configuration names). A
-// record that could not be read leaves the reason unknown and the part
-// lands. What is left: a refused attempt whose giving back takes longer
+// applied members, which a ready instance's configuration names), and
+// only while no node that may be the order's home was accepted
+// (`shardis node accept`, its stamp's stamped_at) later than a minute
+// before the part was taken (by its node's clock: acceptMargin bounds the
+// skew): such a node went back to an older copy of its data, which may
+// have lost the record of a reservation, cancelled by its user since
+// (its part would have been left out: found by a review,
+// TestCancelledReservationLandsAfterItsHomeWentBack); the part lands,
+// reason unknown. A record that could not be read leaves the reason
+// unknown and the part lands. What is left: a refused attempt whose giving back takes longer
 // than decide_wait (its part's node was unreachable, the part waits for
 // its deadline) lands as pending and later becomes a cancelled row with
 // reason refused.

@@ -203,12 +203,12 @@ func (w *worker) workOf(b inventory.RedoBatch) (work []inventory.RedoQueueRead, 
 }
 
 // cancelledParts returns the cancelled entries of work: part id → order.
-func cancelledParts(work []inventory.RedoQueueRead) map[string]string {
-	out := map[string]string{}
+func cancelledParts(work []inventory.RedoQueueRead) map[string]cancelledPart {
+	out := map[string]cancelledPart{}
 	for _, q := range work {
 		for _, e := range q.Entries {
 			if e.State == string(inventory.PartCancelled) {
-				out[e.PartID] = e.OrderID
+				out[e.PartID] = cancelledPart{order: e.OrderID, at: e.At}
 			}
 		}
 	}

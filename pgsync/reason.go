@@ -3,6 +3,7 @@ package pgsync
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/topology"
 )
 
@@ -93,8 +95,22 @@ func partToken(order, id string) string {
 // reason is worth a short wait, never a stalled landing.
 const reasonTimeout = 2 * time.Second
 
+// cancelledPart is a cancelled part whose reason cancelReasons reads:
+// its order, and when it was taken by its node's clock (zero: unknown,
+// a row already landed whose reason only labels it).
+type cancelledPart struct {
+	order string
+	at    time.Time
+}
+
+// acceptMargin is how long before a part was taken (by its node's clock)
+// a node's stamp (by the clock of the process that accepted it) must be
+// for the node's data to be known to hold whatever the part's attempt
+// wrote there: a generous bound on the skew between the two clocks.
+const acceptMargin = time.Minute
+
 // cancelReasons reads the order record of each cancelled part (parts:
-// part id → order id) from every usable node (the record is on its home
+// part id → its order and when it was taken) from every usable node (the record is on its home
 // node; a copy a topology change moved away is marked moved, and a record
 // on a node that is not one of the order's homes is a leftover: either is
 // read only when no live one is found, and holds the record's data frozen,
@@ -103,21 +119,29 @@ const reasonTimeout = 2 * time.Second
 // has no record on any node (orderRecords' allRead) is ReasonRefused: its
 // attempt's record was withdrawn (a one-round attempt refused after
 // taking) or never written, so it never was a reservation (a
-// reservation's record outlives its parts, inventory.retention). A part whose record is not found while
-// a node could not be read has none: the landing goes on without it.
-func (s *Syncer) cancelReasons(ctx context.Context, parts map[string]string) map[string]CancelReason {
+// reservation's record outlives its parts, inventory.retention), unless
+// a node that may be the order's home was accepted with data it went back
+// to (`shardis node accept`) less than acceptMargin before the part was
+// taken, or after: the record may have been lost with that node's
+// data (a reservation cancelled by its user, its part's row then left
+// out: found by a review), and the part has no reason. A part whose
+// record is not found while a node could not be read has none: the
+// landing goes on without it.
+func (s *Syncer) cancelReasons(ctx context.Context, parts map[string]cancelledPart) map[string]CancelReason {
 	out := map[string]CancelReason{}
 	if len(parts) == 0 {
 		return out
 	}
 	orders := map[string]bool{}
-	for _, o := range parts {
-		orders[o] = true
+	for _, p := range parts {
+		orders[p.order] = true
 	}
 	ctx, cancel := context.WithTimeout(ctx, reasonTimeout)
 	defer cancel()
 	recs, allRead := s.orderRecords(ctx, orders)
-	for id, o := range parts {
+	var stamps map[string]time.Time // read once, when a part needs them
+	for id, p := range parts {
+		o := p.order
 		rec, found := recs[o]
 		switch {
 		case found:
@@ -133,10 +157,67 @@ func (s *Syncer) cancelReasons(ctx context.Context, parts map[string]string) map
 				out[id] = r
 			}
 		case allRead:
-			out[id] = ReasonRefused
+			if stamps == nil {
+				stamps = s.stampTimes(ctx)
+			}
+			if !s.homeStampedSince(ctx, stamps, o, p.at.Add(-acceptMargin)) {
+				out[id] = ReasonRefused
+			}
 		}
 	}
 	return out
+}
+
+// stampTimes reads when each usable inventory node was last accepted
+// with its data (node.StampKey's stamped_at where its generation, gen, is
+// above 0: `shardis node accept` raised it; a node never accepted holds
+// every write made since its first stamp, and reads as the zero time); a
+// node it cannot read, or whose accept has no such time, is missing.
+func (s *Syncer) stampTimes(ctx context.Context) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, n := range s.inv.Nodes() {
+		if !n.Usable() {
+			continue
+		}
+		v, err := n.Client().HMGet(ctx, node.StampKey, "stamped_at", "gen").Result()
+		if err != nil || len(v) != 2 {
+			continue
+		}
+		if gen, _ := v[1].(string); gen == "" || gen == "0" {
+			out[n.Name()] = time.Time{}
+			continue
+		}
+		at, _ := v[0].(string)
+		if ms, err := strconv.ParseInt(at, 10, 64); err == nil {
+			out[n.Name()] = time.UnixMilli(ms)
+		}
+	}
+	return out
+}
+
+// homeStampedSince reports whether a node that may hold order's live
+// record (every node when its homes are unknown) was accepted at or after
+// since, or its accept time is unknown (stamps from stampTimes): the
+// order's record may have been lost with the data the node went back to.
+// A zero since (the part's time unknown) reports false.
+func (s *Syncer) homeStampedSince(ctx context.Context, stamps map[string]time.Time, order string, since time.Time) bool {
+	if since.IsZero() || since.Year() < 1971 {
+		return false
+	}
+	homes, ok := s.inv.OrderHomes(ctx, order)
+	if !ok {
+		homes = nil
+		for _, n := range s.inv.Nodes() {
+			homes = append(homes, n.Name())
+		}
+	}
+	for _, h := range homes {
+		at, known := stamps[h]
+		if !known || !at.Before(since) {
+			return true
+		}
+	}
+	return false
 }
 
 // orderRecords reads the records of orders from every usable inventory

@@ -261,10 +261,10 @@ func (w *worker) recheck(ctx context.Context, list []pendingRow) (upd settleUpda
 	}
 	upd.nodeInc = nodeInc
 	w.noteUnreadableParts(list, states)
-	cancelled := map[string]string{}
+	cancelled := map[string]cancelledPart{} // landed rows: their time is not needed
 	for i, s := range states {
 		if s.State == inventory.PartCancelled {
-			cancelled[list[i].part] = list[i].order
+			cancelled[list[i].part] = cancelledPart{order: list[i].order}
 		}
 	}
 	reasons := w.s.cancelReasons(ctx, cancelled)
