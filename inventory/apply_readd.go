@@ -55,7 +55,10 @@ import (
 func removedKey(route string) string { return removedKeyPrefix + route }
 
 // markRemoved marks each of route's members ms (route as c.From has it;
-// c.To does not) with the removal's epoch (apply_readd.go).
+// c.To does not) with the removal's epoch (apply_readd.go). A run that
+// stops midway (crash point "removal-mark", after each mark) leaves the
+// apply migrating, and its rerun marks them all again: no apply adds the
+// route back until this one is stable.
 func (a *migrator) markRemoved(ctx context.Context, route string, ms []router.Member) error {
 	epoch := strconv.FormatInt(a.c.Epoch, 10)
 	for _, m := range ms {
@@ -65,6 +68,9 @@ func (a *migrator) markRemoved(ctx context.Context, route string, ms []router.Me
 		}
 		if err := n.Client().Set(ctx, removedKey(route), epoch, 0).Err(); err != nil {
 			return fmt.Errorf("%w: node %s: marking route %q removed: %v", ErrUnavailable, n.Name(), route, err)
+		}
+		if a.inv.crash(ctx, "removal-mark") {
+			return errCrashed
 		}
 	}
 	return nil

@@ -100,3 +100,64 @@ func TestReaddedRouteRefusesAStaleCounter(t *testing.T) {
 		t.Fatalf("route c added back: %d units of c/s sold, %d available, %d confirmed; want 10 sold of the 10 loaded, none left", sold, lvl.Available, lvl.Confirmed)
 	}
 }
+
+// TestRemovalMarksSurviveACrash: an apply removing route c (on n2 and
+// n3, 5 units each) dies after marking the first node (crash point
+// "removal-mark"): the epoch stays migrating, an apply adding c back is
+// refused until the removal is finished, and the removal's rerun marks
+// both nodes, so adding c back over them keeps their units (no node
+// read as stale) and sells the 10.
+func TestRemovalMarksSurviveACrash(t *testing.T) {
+	t.Parallel()
+	srvs := redistest.StartN(t, 3, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	addrs := map[string]string{"n1": srvs[0].Addr(), "n2": srvs[1].Addr(), "n3": srvs[2].Addr()}
+	routes := func(c ...string) *config.Config {
+		rs := map[string][]string{"a": {"n1"}, "b": {"n2"}, "d": {"n3"}}
+		if len(c) > 0 {
+			rs["c"] = c
+		}
+		return leaveConfig(t, addrs, rs)
+	}
+	with, without := routes("n2", "n3"), routes()
+	inv := openInv(t, with, Options{})
+	if _, err := inv.LoadStock(ctx, "c", "s", 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	inv.Close()
+	quiet := slog.New(slog.DiscardHandler)
+	apply := func(to *config.Config, f Faults) (topology.Report, error) {
+		return ApplyTopology(ctx, ApplyOptions{To: to, Wait: 5 * time.Second, Logger: quiet, Faults: f})
+	}
+	marks := func() (n int) {
+		for _, s := range srvs[1:] {
+			if s.Client(t).Get(ctx, removedKey("c")).Val() == "2" {
+				n++
+			}
+		}
+		return n
+	}
+	if _, err := apply(without, crashAtPoint("removal-mark")); !errors.Is(err, ErrCrashed) {
+		t.Fatalf("removing route c with a crash at removal-mark = %v; want ErrCrashed", err)
+	}
+	if n := marks(); n != 1 {
+		t.Fatalf("after the crash %d nodes hold c's removal mark; want 1 (the crash comes after the first)", n)
+	}
+	if _, err := apply(with, nil); err == nil {
+		t.Fatal("adding route c back while its removal is migrating went through; want refused")
+	}
+	if rep, err := apply(without, nil); err != nil || rep.Phase != topology.PhaseStable {
+		t.Fatalf("the removal's rerun = %+v, %v; want stable", rep, err)
+	}
+	if n := marks(); n != 2 {
+		t.Fatalf("after the rerun %d nodes hold c's removal mark at epoch 2; want both", n)
+	}
+	if rep, err := apply(with, nil); err != nil || rep.Phase != topology.PhaseStable {
+		t.Fatalf("adding route c back over n2 and n3 = %+v, %v; want stable (their counters are the removal's)", rep, err)
+	}
+	lvl, err := openInv(t, with, Options{}).GetStock(ctx, "c", "s")
+	if err != nil || lvl.Available != 10 || lvl.Loaded != 10 {
+		t.Fatalf("c/s after adding c back = %+v, %v; want 10 available of 10 loaded", lvl, err)
+	}
+}

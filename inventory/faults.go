@@ -58,10 +58,11 @@ var ErrCrashed = errors.New("inventory: actor crashed (fault injected)")
 // retention), "xfer-out", "xfer-in" in migrate.go; "retire", after each stale record retired,
 // and "reinstall", after each record put back, in apply_putback.go;
 // "take-back", before the script that takes back a counter a move
-// forward takes back, in apply_takeback.go) and
+// forward takes back, in apply_takeback.go; "removal-mark", after each
+// node marked with a route's removal, in apply_readd.go) and
 // one-round reservations' ("staged:…", staged_reserve.go).
 var CrashPoints = []string{
-	"bump", "move-out", "install", "xfer-out", "xfer-in", "retire", "reinstall", "take-back",
+	"bump", "move-out", "install", "xfer-out", "xfer-in", "retire", "reinstall", "take-back", "removal-mark",
 	"staged:before", "staged:takes-only", "staged:stage-only", "staged:some-takes", "staged:before-commit",
 	"staged:before-withdraw",
 }
