@@ -14,6 +14,11 @@ local PFX_ORDER = 'inv:order:'
 -- the grace (partGrace, reserve.go) the local reserve adds to an order's
 -- deadline for its parts' deadline
 local PART_GRACE_MS = 1000
+-- COUNTER_MAX: the largest value of a counter's field a settle moves
+-- units to or from (2^62): far above any stock (at most 2^53), far enough
+-- below Redis's 64-bit integers that HINCRBY of a part's units never
+-- overflows (settle.lua refuses beyond it too)
+local COUNTER_MAX = 2 ^ 62
 -- inline_list(t, node) is the inline parts of order record t on node: the
 -- entries of its part list (packed layout 2) that are stock parts of node
 -- taken at an offset, when t is reserved, not moved, and written by the
@@ -107,12 +112,15 @@ local function inline_settle(key, t, st, retention, only)
         part_put(pk, p)
       else
         local q, rv, tv = tonumber(p.qty), redis.pcall('HGET', p.counter, 'reserved'), redis.pcall('HGET', p.counter, to)
-        local r, terr
+        local r, tn, terr
         if type(rv) ~= 'table' and type(tv) ~= 'table' then
           r = int(rv, p.counter, ' reserved')
-          terr = select(2, int(tv, p.counter, ' ' .. to))
+          tn, terr = int(tv, p.counter, ' ' .. to)
         end
-        if not q or not r or r < q or terr then
+        -- a value int() reads but HINCRBY would refuse (beyond 64 bits,
+        -- or overflowing) would raise in part_settle, after the parts
+        -- before it were settled and with the record still reserved
+        if not q or not r or r < q or terr or r > COUNTER_MAX or not tn or tn > COUNTER_MAX or tn < -COUNTER_MAX then
           inline_write(key, t)
           return ''
         end

@@ -51,8 +51,14 @@ for i = 3, #KEYS do
           return redis.error_reply('SHARDIS_CORRUPT ' .. f[4] .. ' reserved is ' .. r .. ', part ' .. pk .. ' holds ' .. q)
         end
         local to = action == 'confirm' and 'confirmed' or 'available'
-        local _, terr = int(redis.call('HGET', f[4], to), f[4] .. ' ' .. to)
+        local tn, terr = int(redis.call('HGET', f[4], to), f[4] .. ' ' .. to)
         if terr then return terr end
+        -- refused before any write, not raised by HINCRBY after the first
+        -- (reserved then less the part's units, the part still pending)
+        if r > 2 ^ 62 or tn > 2 ^ 62 or tn < -2 ^ 62 then
+          return redis.error_reply('SHARDIS_CORRUPT ' .. f[4] .. ' reserved ' .. r .. ' or ' .. to .. ' ' .. tn ..
+            ' is beyond the counters\' range (part ' .. pk .. ')')
+        end
       elseif f[2] ~= 'q' then
         -- no kind (a record written by hand, or garbled) is no quota
         -- part: settled as one, a stock part's units would stay reserved
