@@ -58,6 +58,18 @@ import (
 // ordered, so a replica that has the fence has every write the read saw;
 // a fence not acknowledged fails the read as unknown ([ErrNotDurable]),
 // and the consumer retries it later, as after a timeout.
+//
+// The fence is a second call, and a failover may come between it and the
+// read: the read on the old master (an entry of a Reserve no replica
+// had), the fence on the promoted replica, whose own replica acknowledges
+// it, and the read was answered as durable though the node no longer had
+// what it returned (a consumer stalled between the two, for as long as a
+// failover takes: TestFenceAfterFailoverIsNotDurable). So the
+// caller reads the node's server process ([node.Node.ServerRun]) before
+// its read, and the fence fails as unknown when it is another after the
+// fence: every command connection reads the stamp, and with it the
+// server's run_id, before it carries a command (node/dialcheck.go), so a
+// fence that ran on another server process than the read changed it.
 
 // ErrNotDurable is wrapped (with [ErrUnavailable]) when a write script ran
 // on a node's master but no replica (durability replica) or AOF (aof)
@@ -116,14 +128,21 @@ func versionOf(s node.Settings) string {
 var durableFenceScript = newScript("durable-fence", true, luaFile("durable_fence.lua"))
 
 // durableFence returns nil once a replica (or the AOFs) acknowledged
-// every write n applied before it was called, at once when durability is
-// none: see "Reads a consumer lands".
-func (inv *Inventory) durableFence(ctx context.Context, n *node.Node) error {
+// every write n applied before it was called, on the server process
+// readOn (n.ServerRun() read before the caller's read), at once when
+// durability is none: see "Reads a consumer lands".
+func (inv *Inventory) durableFence(ctx context.Context, n *node.Node, readOn string) error {
 	if !inv.durable() {
 		return nil
 	}
-	_, err := inv.run(ctx, n, durableFenceScript, nil)
-	return err
+	if _, err := inv.run(ctx, n, durableFenceScript, nil); err != nil {
+		return err
+	}
+	if on := n.ServerRun(); on != readOn {
+		return fmt.Errorf("%w: %w: node %s: the read ran on server process %q, its fence on %q (a failover or restart "+
+			"between them): what it read may be on no replica; its outcome is unknown", ErrUnavailable, ErrNotDurable, n.Name(), readOn, on)
+	}
+	return nil
 }
 
 // runDurable runs a write script followed by WAIT (or WAITAOF) in one

@@ -85,6 +85,7 @@ func (inv *Inventory) ReadRedoPageFrom(ctx context.Context, nodeName string, c R
 	if c.After < 0 || c.After > maxRedoOffset {
 		return RedoPage{}, fmt.Errorf("%w: after %d, want 0..%d", ErrInvalid, c.After, int64(maxRedoOffset))
 	}
+	readOn := n.ServerRun() // before the read: the fence's check (durability.go)
 	v, err := inv.run(ctx, n, redoReadScript, []string{RedoOffsetsKey, RedoLogKey(c.Queue)}, c.After, limit, c.PartID)
 	if err != nil {
 		return RedoPage{}, err
@@ -93,7 +94,7 @@ func (inv *Inventory) ReadRedoPageFrom(ctx context.Context, nodeName string, c R
 	if err != nil || !p.landable() {
 		return p, err
 	}
-	if err := inv.durableFence(ctx, n); err != nil { // durability.go
+	if err := inv.durableFence(ctx, n, readOn); err != nil { // durability.go
 		return RedoPage{}, err
 	}
 	return p, nil

@@ -186,6 +186,7 @@ func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation s
 		keys = append(keys, RedoLogKey(c.Queue))
 		args = append(args, c.After, c.PartID)
 	}
+	readOn := n.ServerRun() // before the read: the fence's check (durability.go)
 	v, err := inv.run(ctx, n, redoBatchScript, keys, args...)
 	if err != nil {
 		return RedoBatch{}, err
@@ -194,7 +195,7 @@ func (inv *Inventory) ReadRedoBatch(ctx context.Context, nodeName, incarnation s
 	if err != nil || !b.landable() {
 		return b, err
 	}
-	if err := inv.durableFence(ctx, n); err != nil { // durability.go
+	if err := inv.durableFence(ctx, n, readOn); err != nil { // durability.go
 		return RedoBatch{}, err
 	}
 	return b, nil
@@ -378,11 +379,12 @@ func (inv *Inventory) PartStates(ctx context.Context, nodeName string, partIDs [
 	for i, id := range partIDs {
 		keys[i] = partKey(id)
 	}
+	readOn := n.ServerRun() // before the read: the fence's check (durability.go)
 	v, err := inv.run(ctx, n, partStatesScript, keys)
 	if err != nil {
 		return "", nil, err
 	}
-	if err := inv.durableFence(ctx, n); err != nil { // durability.go
+	if err := inv.durableFence(ctx, n, readOn); err != nil { // durability.go
 		return "", nil, err
 	}
 	return decodePartStates(n.Name(), v, len(partIDs))
