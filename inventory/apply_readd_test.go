@@ -26,17 +26,7 @@ import (
 // Following the refusal (delete the key, apply again), c sells its 10.
 func TestReaddedRouteRefusesAStaleCounter(t *testing.T) {
 	t.Parallel()
-	srvs := redistest.StartN(t, 3, redistest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	addrs := map[string]string{"n1": srvs[0].Addr(), "n2": srvs[1].Addr(), "n3": srvs[2].Addr()}
-	routes := func(c ...string) *config.Config {
-		rs := map[string][]string{"a": {"n1"}, "b": {"n2"}, "d": {"n3"}}
-		if len(c) > 0 {
-			rs["c"] = c
-		}
-		return leaveConfig(t, addrs, rs)
-	}
+	srvs, ctx, routes, apply := routeCWorld(t)
 	before, after, removed, readd := routes("n3"), routes("n2"), routes(), routes("n2", "n3")
 	n3 := srvs[2].Client(t)
 	inv := openInv(t, before, Options{})
@@ -45,10 +35,6 @@ func TestReaddedRouteRefusesAStaleCounter(t *testing.T) {
 	}
 	inv.Close()
 	old3 := takeCopy(t, n3)
-	quiet := slog.New(slog.DiscardHandler)
-	apply := func(to *config.Config) (topology.Report, error) {
-		return ApplyTopology(ctx, ApplyOptions{To: to, Wait: 5 * time.Second, Logger: quiet})
-	}
 	if rep, err := apply(after); err != nil || rep.Phase != topology.PhaseStable || rep.StockMoved != 1 {
 		t.Fatalf("moving route c off n3 = %+v, %v; want stable, 1 stock hash moved", rep, err)
 	}
@@ -109,27 +95,13 @@ func TestReaddedRouteRefusesAStaleCounter(t *testing.T) {
 // read as stale) and sells the 10.
 func TestRemovalMarksSurviveACrash(t *testing.T) {
 	t.Parallel()
-	srvs := redistest.StartN(t, 3, redistest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	addrs := map[string]string{"n1": srvs[0].Addr(), "n2": srvs[1].Addr(), "n3": srvs[2].Addr()}
-	routes := func(c ...string) *config.Config {
-		rs := map[string][]string{"a": {"n1"}, "b": {"n2"}, "d": {"n3"}}
-		if len(c) > 0 {
-			rs["c"] = c
-		}
-		return leaveConfig(t, addrs, rs)
-	}
+	srvs, ctx, routes, apply := routeCWorld(t)
 	with, without := routes("n2", "n3"), routes()
 	inv := openInv(t, with, Options{})
 	if _, err := inv.LoadStock(ctx, "c", "s", 10, 0); err != nil {
 		t.Fatal(err)
 	}
 	inv.Close()
-	quiet := slog.New(slog.DiscardHandler)
-	apply := func(to *config.Config, f Faults) (topology.Report, error) {
-		return ApplyTopology(ctx, ApplyOptions{To: to, Wait: 5 * time.Second, Logger: quiet, Faults: f})
-	}
 	marks := func() (n int) {
 		for _, s := range srvs[1:] {
 			if s.Client(t).Get(ctx, removedKey("c")).Val() == "2" {
@@ -144,20 +116,49 @@ func TestRemovalMarksSurviveACrash(t *testing.T) {
 	if n := marks(); n != 1 {
 		t.Fatalf("after the crash %d nodes hold c's removal mark; want 1 (the crash comes after the first)", n)
 	}
-	if _, err := apply(with, nil); err == nil {
+	if _, err := apply(with); err == nil {
 		t.Fatal("adding route c back while its removal is migrating went through; want refused")
 	}
-	if rep, err := apply(without, nil); err != nil || rep.Phase != topology.PhaseStable {
+	if rep, err := apply(without); err != nil || rep.Phase != topology.PhaseStable {
 		t.Fatalf("the removal's rerun = %+v, %v; want stable", rep, err)
 	}
 	if n := marks(); n != 2 {
 		t.Fatalf("after the rerun %d nodes hold c's removal mark at epoch 2; want both", n)
 	}
-	if rep, err := apply(with, nil); err != nil || rep.Phase != topology.PhaseStable {
+	if rep, err := apply(with); err != nil || rep.Phase != topology.PhaseStable {
 		t.Fatalf("adding route c back over n2 and n3 = %+v, %v; want stable (their counters are the removal's)", rep, err)
 	}
 	lvl, err := openInv(t, with, Options{}).GetStock(ctx, "c", "s")
 	if err != nil || lvl.Available != 10 || lvl.Loaded != 10 {
 		t.Fatalf("c/s after adding c back = %+v, %v; want 10 available of 10 loaded", lvl, err)
 	}
+}
+
+// routeCWorld starts three nodes for the tests of route c's counters on a
+// node that came back with an older copy: routes a on n1, b on n2, d on
+// n3, and c over the members routes names (none: no route c). apply runs
+// ApplyTopology to a topology, quietly, with the faults given, if any.
+func routeCWorld(t *testing.T) (srvs []*redistest.Server, ctx context.Context,
+	routes func(c ...string) *config.Config, apply func(to *config.Config, f ...Faults) (topology.Report, error)) {
+	t.Helper()
+	srvs = redistest.StartN(t, 3, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	addrs := map[string]string{"n1": srvs[0].Addr(), "n2": srvs[1].Addr(), "n3": srvs[2].Addr()}
+	routes = func(c ...string) *config.Config {
+		rs := map[string][]string{"a": {"n1"}, "b": {"n2"}, "d": {"n3"}}
+		if len(c) > 0 {
+			rs["c"] = c
+		}
+		return leaveConfig(t, addrs, rs)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	apply = func(to *config.Config, f ...Faults) (topology.Report, error) {
+		opts := ApplyOptions{To: to, Wait: 5 * time.Second, Logger: quiet}
+		if len(f) > 0 {
+			opts.Faults = f[0]
+		}
+		return ApplyTopology(ctx, opts)
+	}
+	return srvs, ctx, routes, apply
 }

@@ -1,16 +1,11 @@
 package inventory
 
 import (
-	"context"
 	"errors"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/shardis/shardis/config"
-	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/topology"
 )
 
@@ -28,21 +23,11 @@ import (
 // 195213 and 195392 with REJOIN=1).
 func TestStaleRefusalNamesRecordsAndLoneUnits(t *testing.T) {
 	t.Parallel()
-	srvs := redistest.StartN(t, 3, redistest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	addrs := map[string]string{"n1": srvs[0].Addr(), "n2": srvs[1].Addr(), "n3": srvs[2].Addr()}
-	routes := func(c ...string) *config.Config {
-		return leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": c, "d": {"n3"}})
-	}
+	srvs, ctx, routes, apply := routeCWorld(t)
 	before, after, rejoin := routes("n3"), routes("n2"), routes("n2", "n3")
 	n2, n3 := srvs[1].Client(t), srvs[2].Client(t)
 	loadAndBuyTwo(t, ctx, openInv(t, before, Options{}), userHomedOn(t, "n3", "n2", "n3"))
 	old3 := takeCopy(t, n3)
-	quiet := slog.New(slog.DiscardHandler)
-	apply := func(to *config.Config) (topology.Report, error) {
-		return ApplyTopology(ctx, ApplyOptions{To: to, Wait: 5 * time.Second, Logger: quiet})
-	}
 	if rep, err := apply(after); err != nil || rep.Phase != topology.PhaseStable || rep.StockMoved != 1 {
 		t.Fatalf("moving route c off n3 = %+v, %v; want stable, 1 stock hash moved", rep, err)
 	}
@@ -100,13 +85,7 @@ func TestStaleRefusalNamesRecordsAndLoneUnits(t *testing.T) {
 // record's 10: deleting the key and loading the difference leaves 10.
 func TestStaleRefusalCountsOtherShares(t *testing.T) {
 	t.Parallel()
-	srvs := redistest.StartN(t, 3, redistest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	addrs := map[string]string{"n1": srvs[0].Addr(), "n2": srvs[1].Addr(), "n3": srvs[2].Addr()}
-	routes := func(c ...string) *config.Config {
-		return leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": c, "d": {"n3"}})
-	}
+	srvs, ctx, routes, apply := routeCWorld(t)
 	before, after := routes("n2", "n3"), routes("n2")
 	n2, n3 := srvs[1].Client(t), srvs[2].Client(t)
 	inv := openInv(t, before, Options{})
@@ -119,10 +98,6 @@ func TestStaleRefusalCountsOtherShares(t *testing.T) {
 		t.Fatalf("setup: c/s loaded %s on n2, %s on n3; want 5 and 5", l2, l3)
 	}
 	old2, old3 := takeCopy(t, n2), takeCopy(t, n3)
-	quiet := slog.New(slog.DiscardHandler)
-	apply := func(to *config.Config) (topology.Report, error) {
-		return ApplyTopology(ctx, ApplyOptions{To: to, Wait: 5 * time.Second, Logger: quiet})
-	}
 	if rep, err := apply(after); err != nil || rep.Phase != topology.PhaseStable || rep.StockMoved != 1 {
 		t.Fatalf("dropping n3 from route c = %+v, %v; want stable, 1 stock hash moved", rep, err)
 	}
