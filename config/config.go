@@ -254,7 +254,11 @@ type Health struct {
 	// Backoff lists the delays between reconnect probes of a DOWN node; the
 	// last one repeats. Each delay gets ±10 % jitter.
 	// default: [500ms, 1s, 1.5s] (a restarted node is noticed within about
-	// 1.7s; longer delays mean fewer dials to a dead node but slower recovery)
+	// 1.7s; longer delays mean fewer dials to a dead node but slower recovery).
+	// A node that keeps inventory data, on which this process saw writes
+	// acknowledged, is probed sooner while DOWN: every (hold_back -
+	// timeout) / 2 at most (250ms by default), so that its probe lands
+	// within any hold (node/wentback.go).
 	Backoff []time.Duration `koanf:"backoff"`
 	// HoldBack is how long a node that keeps inventory data is refused
 	// after it comes up on a new server process (a restart, a Sentinel

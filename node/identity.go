@@ -206,7 +206,51 @@ func (n *Node) Mark() (m Mark, ok bool) {
 // accepts the node's current data ([Node.Accept], `shardis node accept`).
 // A node nobody witnessed is stamped on first contact. Probe is safe to
 // call concurrently (probes serialize on the single probe connection).
+//
+// A failed probe of a node whose data is held back on a new server
+// process (Critical, Settle above 0), on which this process saw writes
+// acknowledged, asks to be probed again within half of what the hold
+// leaves past a probe's timeout (soonProbe): its probe is what records a
+// loss only this process knows of (its marks may not reach the peers:
+// wentback.go), and it must land within the hold another process starts,
+// whatever the scheduler's backoff for a DOWN node says.
 func (n *Node) Probe(ctx context.Context) error {
+	return n.soonProbe(n.probeOnce(ctx))
+}
+
+// soonProbe gives err (a failed probe's, nil passes) a RetryAfter of
+// max((Settle - ProbeTimeout) / 2, 50ms) when the node is Critical, held
+// back (Settle above 0), this process saw writes acknowledged on it, and
+// err carries no RetryAfter of its own (a hold's). Before, a DOWN node was
+// probed on the backoff list (1.5 s apart by default, past the 800 ms
+// hold): another instance's hold ended, its writes took the node's
+// sequence past what this process saw acknowledged before its next
+// probe, and a loss only it knew of was never recorded
+// (TestLossSeenByAProcessOnItsBackoffStaysRefused, found by a review).
+func (n *Node) soonProbe(err error) error {
+	if err == nil || !n.opts.Critical || n.opts.Settle <= 0 || n.MaxSeq() <= 0 {
+		return err
+	}
+	var own interface{ RetryAfter() time.Duration }
+	if errors.As(err, &own) {
+		return err
+	}
+	return &probeSoonError{err: err, after: max((n.opts.Settle-n.opts.ProbeTimeout)/2, 50*time.Millisecond)}
+}
+
+// probeSoonError is a failed probe's error (err) asking to be probed again
+// after at most after (health.RetryAfterError): soonProbe.
+type probeSoonError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *probeSoonError) Error() string             { return e.err.Error() }
+func (e *probeSoonError) Unwrap() error             { return e.err }
+func (e *probeSoonError) RetryAfter() time.Duration { return e.after }
+
+// probeOnce is Probe without soonProbe.
+func (n *Node) probeOnce(ctx context.Context) error {
 	probe := n.probeClient()
 	if err := n.connectProbe(ctx, probe); err != nil {
 		return err

@@ -40,9 +40,14 @@ import (
 // which never stamp and write no data: on first contact with a server
 // process they record only its run and run_at (the hold's start, as a
 // probe would; stampSrc), which no comparison here reads; every
-// process that uses the node probes it at least once per heartbeat, and
-// the hold (Options.Settle, at least a heartbeat and a probe timeout)
-// keeps every process off the node until then; so a process that saw
+// process that uses the node probes it at least once per heartbeat while
+// it is UP, and while it is DOWN, if it saw writes acknowledged there, at
+// least every half of what the hold leaves past a probe's timeout
+// (soonProbe, identity.go: the backoff of a DOWN node, 1.5 s by default,
+// outlasted the 800 ms hold, and another instance's writes hid a loss
+// only this process knew of: found by a review), and the hold
+// (Options.Settle, at least a heartbeat and a probe timeout) keeps every
+// process off the node until then; so a process that saw
 // writes the node lost and can reach it compares the stamp before any
 // other process writes, and records what it found before the hold ends.
 // The field is only ever written on a refusal a probe proved (the stamp
