@@ -36,7 +36,7 @@ import (
 // Per-user quota parts take this path only when the user's quota node is
 // the home node too and the topology is stable. A quota part over the
 // user's limit refuses the order here, writing nothing, when the user
-// holds fewer units than it wants (no attempt of the order can hold them:
+// holds none (no attempt of the order can hold them:
 // limitMayBeOwn, soldout.go "Per-user limits"); otherwise the general path
 // answers, behind its record.
 

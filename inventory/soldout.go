@@ -59,7 +59,8 @@ import (
 // but enough once the units reserved are counted; or, for an order with a
 // user, the user's quota node of the SKU's route (quotaNode) has a limit,
 // the units the user holds there plus what the order wants exceed it, and
-// the user holds at least what the order wants (limitMayBeOwn's rule); or
+// the user holds any there (limitMayBeOwn's rule, quotaMayBeOwn: an
+// earlier attempt of the same order id may want less than this one); or
 // the first two cases above with units held that may be the order's own
 // (units reserved, or the user's, at least what the order wants). A limit
 // set or lowered after an earlier attempt of the order took its parts
@@ -68,7 +69,7 @@ import (
 // fence as a shortage does (found by a review; the one-round path's take
 // refused for the limit keeps its record as a fence the same way:
 // needsUserMayBeOwn). An order of a user is refused with no write at all
-// when the user holds less than it wants there (ErrLimitExceeded).
+// when the user holds none there (ErrLimitExceeded).
 //
 // Otherwise it decides nothing and the order takes its next path, whose
 // refusal leaves the usual fence (a failed record, tombstones).
@@ -253,7 +254,7 @@ import (
 // refuseShort before any take: its reads include the user's quota counter
 // on each quota node, so an order over its limit on one route is refused
 // before a take on another could land (with no write when the user holds
-// less than the order wants there, else behind a fence). That costs such
+// none there, else behind a fence). That costs such
 // orders one round of reads; orders of SKUs without a limit pay nothing.
 // What still refuses after a take landed: a quota taken by another order
 // of the same user between the reads and the takes (as a race for the
@@ -263,18 +264,20 @@ import (
 // sync leaves out of PostgreSQL (pgsync, "Refused attempts").
 //
 // A one-round attempt refused so withdraws its stage (above), leaving
-// nothing, only when the user holds fewer units than its quota part wants
-// (limitMayBeOwn). An attempt's quota part holds all it wants or nothing,
-// so then no attempt of the order holds any of what refused it. When the
-// user holds at least as many, they may be an earlier attempt's of the
+// nothing, only when the user holds no units there (limitMayBeOwn,
+// quotaMayBeOwn), so that no attempt of the order holds any of what
+// refused it. An attempt's quota part holds all it wants or nothing, but
+// an earlier attempt of the same order id may want less (an id reused
+// with other items: TestReusedIDRefusedByReadsIsFenced).
+// When the user holds any, they may be an earlier attempt's of the
 // same order whose stage is still on its way (staged.go): the refusal is
 // answered behind a failed record, as for a hold that makes an order
 // short, and the late stage finds it and rolls back
 // (TestStagedLateStageAfterLimitRefusal). Such refusals write their fence
 // (a failed record and tombstones, kept for inventory.retention) but no
 // redo entry. The one-script path (local.go) refuses by the same rule:
-// at once, writing nothing, when the user holds fewer units than the
-// quota part wants (localLimit), else by the general path, fenced.
+// at once, writing nothing, when the user holds no units there
+// (localLimit), else by the general path, fenced.
 
 // shortSKU is one SKU of an order as refuseShort weighs it.
 type shortSKU struct {
@@ -379,8 +382,8 @@ func (s *shortSKU) refusal(userID string, unfenced bool) (hint bool, err error) 
 		// wants (qheld ≥ want): fencedRefusal answers then, behind a fence
 		return false, fmt.Errorf("%w: user %q: the order wants %d of sku %q (route %q), limit %d",
 			ErrLimitExceeded, userID, s.want, s.ref.sku, s.ref.route, s.limit)
-	case userID != "" && s.overQuota() && !heldMayBeOwn(s.qheld, s.want):
-		// no attempt of the order holds its quota part
+	case userID != "" && s.overQuota() && !quotaMayBeOwn(s.qheld):
+		// no attempt of the order holds its quota part (quotaMayBeOwn)
 		return false, s.limitError(userID)
 	case s.avail+s.held < s.want && !s.known:
 		return true, fmt.Errorf("%w: items[%d] sku %q was never loaded on route %q",

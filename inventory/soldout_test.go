@@ -388,8 +388,18 @@ func TestLimitRefusalAcrossNodes(t *testing.T) {
 	if atQuota == 0 || atQuota == 30 {
 		t.Fatalf("%d of 30 orders have their home on user x's quota node: the test needs both kinds", atQuota)
 	}
+	// the units the user holds may be an earlier attempt's of the same
+	// order id wanting less (quotaMayBeOwn): the fence alone
+	if keys := e.keysNoRedo(before, "orders refused by the user's limit, wanting more than the user holds"); keys > 30 {
+		t.Errorf("30 orders refused by the user's limit, wanting more than the user holds, left %d keys, want at most one each (the fence)", keys)
+	}
+	// a user who holds none: nothing written
+	before = e.state()
+	for i := range 10 {
+		refuse(fmt.Sprintf("over-v-%d", i), "v", 6, i)
+	}
 	if after := e.state(); fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Errorf("orders refused by the user's limit, wanting more than the user holds, changed the nodes: keys and redo entries before %v, after %v", before, after)
+		t.Errorf("orders refused by the user's limit, the user holding none, changed the nodes: keys and redo entries before %v, after %v", before, after)
 	}
 	// within the limit the order is still met
 	if _, err := e.inv.Reserve(e.ctx, "within", []Item{{Route: "all", SKU: "lim", Quantity: 1}}, "w", time.Minute); err != nil {
@@ -444,8 +454,16 @@ func TestLimitRefusalAcrossRoutes(t *testing.T) {
 	}
 	before = e.state()
 	refuse("z", 4)
+	// z's units may be an earlier attempt's of the same order id wanting
+	// less (quotaMayBeOwn): the fence alone
+	if keys := e.keysNoRedo(before, "orders over two routes refused by the user's limit, wanting more than the user holds"); keys > 20 {
+		t.Errorf("20 such orders left %d keys, want at most one each (the fence)", keys)
+	}
+	// a user who holds none of b/lim: nothing written
+	before = e.state()
+	refuse("v", 6)
 	if after := e.state(); fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Errorf("orders over two routes refused by the user's limit, wanting more than the user holds, changed the nodes (keys, redo entries): before %v, after %v", before, after)
+		t.Errorf("orders over two routes refused by the user's limit, the user holding none, changed the nodes (keys, redo entries): before %v, after %v", before, after)
 	}
 	// within the limit on both routes the order is still met
 	if _, err := e.inv.Reserve(e.ctx, "within-y", []Item{{Route: "a", SKU: "lim", Quantity: 2}, {Route: "b", SKU: "lim", Quantity: 1}}, "y", time.Minute); err != nil {

@@ -347,16 +347,27 @@ func needsUserMayBeOwn(r partReq, rep reply) bool {
 
 // limitMayBeOwn reports whether rep, a reply to quota part r refusing
 // the order for the user's limit, counted units that may be another
-// attempt's of the same order: the user holds (here and on a quota node
-// being moved from) at least what r wants, and an attempt's quota part
-// holds all it wants or nothing. An attempt whose stage is still on its
+// attempt's of the same order: the user holds any (here and on a quota
+// node being moved from; quotaMayBeOwn). An attempt whose stage is still on its
 // way (staged.go) may then succeed by the very units that refused this
 // one, so the refusal needs a record that fences it out (soldout.go,
-// "Per-user limits"); when the user holds less than r wants, no attempt of
-// the order holds its quota, and the refusal needs none.
+// "Per-user limits"); when the user holds none, no attempt of the order
+// holds its quota, and the refusal needs none.
 func limitMayBeOwn(r partReq, rep reply) bool {
-	return r.Kind == PartQuota && rep.state == takeLimit && heldMayBeOwn(rep.qty, r.Qty)
+	return r.Kind == PartQuota && rep.state == takeLimit && quotaMayBeOwn(rep.qty)
 }
+
+// quotaMayBeOwn is the rule of a refusal for the user's quota (over its
+// limit by what the user holds plus what the order wants): the held units
+// may be an earlier attempt's of the same order whenever there are any. An
+// attempt's quota part holds all it wants or nothing, but an attempt of
+// the same order id need not want what this one wants (an id reused with
+// other items, answered ErrOrderMismatch once its attempt is known): one
+// that wants less holds less than this one wants, and without its units
+// the user may not be over the limit at all, so no order of the two
+// attempts explains a refusal without a fence (found by a review:
+// TestReusedIDRefusedByReadsIsFenced).
+func quotaMayBeOwn(held int64) bool { return held > 0 }
 
 // heldMayBeOwn is limitMayBeOwn's rule on its numbers: the user holds held
 // units of a (route, SKU) whose quota part wants want; an attempt's quota
