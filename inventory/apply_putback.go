@@ -90,6 +90,13 @@ import (
 // A node at another token than c.Token holds no mark at c.Token, and is
 // not read further (markedHome): a record whose copy went back with its
 // node before any put back of it landed is not put back (SECURITY.md).
+// A node fenced at c.Token and c.Attempt (accepted while a peer differed
+// or could not be read; its data is the apply's) is read like one at
+// c.Token, its scripts run at the fenced token it holds: passing it over
+// retired the older copy on the node that went back while the fenced
+// node held the order's only newer record, confirmed, and a Cancel then
+// undid the acknowledged Confirm (found by a review;
+// TestPutBackFromAHomeFencedAtTheToken).
 // A copy marked without a TTL (its order reserved) lives
 // inventory.retention after its install landed (expireMoved), so a put
 // back run later than that finds nothing for such an order, which came
@@ -99,6 +106,7 @@ import (
 // moved at the change's token, onto its home dest.
 type putBackOf struct {
 	h        *node.Node
+	hTok     string // h's token: c.Token, or its fence at it (markedHome)
 	id, dest string
 }
 
@@ -120,7 +128,7 @@ func (a *migrator) planPutBacks(ctx context.Context, c topology.Change, from, to
 		if _, back := behind[name]; back || gone[name] {
 			continue
 		}
-		h, err := a.markedHome(ctx, c, name)
+		h, hTok, err := a.markedHome(ctx, c, name)
 		if err != nil {
 			return plan, err
 		}
@@ -132,7 +140,7 @@ func (a *migrator) planPutBacks(ctx context.Context, c topology.Change, from, to
 			return plan, err
 		}
 		for _, id := range ids {
-			plan.list = append(plan.list, putBackOf{h: h, id: id, dest: to.Home(id)})
+			plan.list = append(plan.list, putBackOf{h: h, hTok: hTok, id: id, dest: to.Home(id)})
 			plan.dest[id] = to.Home(id)
 		}
 	}
@@ -205,19 +213,24 @@ func (a *migrator) retirePlanned(ctx context.Context, c topology.Change, p putBa
 // memory left by another attempt at the same token never counts.
 func memoryOf(c topology.Change) string { return c.Token + "/" + c.Attempt }
 
-// markedHome returns the node named name, a member of c.From, when it is
-// at c.Token (only then can it hold copies marked moved at c.Token), nil
-// when it is not.
-func (a *migrator) markedHome(ctx context.Context, c topology.Change, name string) (*node.Node, error) {
+// markedHome returns the node named name, a member of c.From, and the
+// token it holds, when it is at c.Token, or fenced at c.Token and
+// c.Attempt (its records are the apply's: accepted while a peer differed
+// or was unreadable; it keeps its marks at c.Token), nil when it is not:
+// only then can it hold copies marked moved at c.Token.
+func (a *migrator) markedHome(ctx context.Context, c topology.Change, name string) (*node.Node, string, error) {
 	h, err := a.node(name)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	rec, err := readRecord(ctx, h)
-	if err != nil || rec.Token != c.Token {
-		return nil, err
+	if err != nil {
+		return nil, "", err
 	}
-	return h, nil
+	if rec.Token == c.Token || (rec.Fenced && rec.Held == c.Token && rec.Attempt == c.Attempt) {
+		return h, rec.Token, nil
+	}
+	return nil, "", nil
 }
 
 // movedOnto returns the ids of the order records on h, their home in
@@ -259,7 +272,7 @@ const (
 // says what it did.
 func (a *migrator) putBack(ctx context.Context, c topology.Change, p putBackOf, destTok string) (putOutcome, error) {
 	h, id, tok := p.h, p.id, c.Token
-	out, err := a.inv.runAt(ctx, h, orderMoveOutScript, tok, []string{orderKey(id)}, tok)
+	out, err := a.inv.runAt(ctx, h, orderMoveOutScript, p.hTok, []string{orderKey(id)}, tok)
 	if err != nil {
 		return putNoCopy, err
 	}
@@ -281,7 +294,7 @@ func (a *migrator) putBack(ctx context.Context, c topology.Change, p putBackOf, 
 		return putNoCopy, err
 	}
 	if m.frozen {
-		a.inv.expireMoved(ctx, h, tok, tok, id)
+		a.inv.expireMoved(ctx, h, p.hTok, tok, id)
 	}
 	if !installed {
 		return putHeld, nil
