@@ -81,7 +81,9 @@ type NodeStock struct {
 // the failed node may have (its outcome unknown: a timeout, a connection
 // cut), the error wraps [ErrPartlyApplied] and [ErrUnavailable], and the
 // message names the nodes that added their share and says that a retry
-// adds again: read GetStock and load what is missing. When every node
+// adds again: read GetStock and load what is missing (a share whose
+// outcome is unknown may still land after that read: a load carries no
+// id a late call could be refused by). When every node
 // took its share but reading the stock back failed (a corrupt value on a
 // node the load skipped), the error wraps ErrPartlyApplied and the read's
 // error, and says every unit was added. Without ErrPartlyApplied no unit
@@ -190,7 +192,8 @@ func loadFailed(route, sku string, qty int64, share map[string]int64, took []str
 		msg += fmt.Sprintf("; %d of %d units were added, on %s", units, qty, strings.Join(added, ", "))
 	}
 	if len(maybe) > 0 {
-		msg += fmt.Sprintf("; %s may have added their share too (outcome unknown)", strings.Join(maybe, ", "))
+		msg += fmt.Sprintf("; %s may have added their share too (outcome unknown), or may still add it: a call whose reply was lost can land after "+
+			"a read of the stock, so wait before reading GetStock for what is missing", strings.Join(maybe, ", "))
 	}
 	return partlyApplied{msg + ": a retry of the same call adds them again; read GetStock and load only what is missing"}
 }
