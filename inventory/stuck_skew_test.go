@@ -29,6 +29,7 @@ import (
 // 0.9 s from the record's expiry: on a loaded machine the reconciler's
 // read may come after it, and the test then passes without the fix too.
 func TestDuePartOnAFastNodeOutlivingItsRecordStaysPending(t *testing.T) {
+	t.Parallel()
 	const retention = 3 * time.Second
 	dir := t.TempDir()
 	files := map[string]string{}
