@@ -405,12 +405,15 @@ func (c *Cache) fill(ctx context.Context, key string, loader Loader, queue bool,
 	default:
 		enc = append([]byte{kindValue}, val...)
 	}
-	ttl, stored, werr := c.storeFill(ctx, key, enc, fv)
+	ttl, stored, raced, werr := c.storeFill(ctx, key, enc, fv)
 	if werr != nil {
 		c.log.Warn("cache: storing a filled value", "key", key, "err", werr)
 	}
 	if c.l1 != nil && stored { // no longer than its shortest-lived copy in Redis
 		c.l1.add(key, enc, min(c.l1TTL(enc), ttl), gen)
+	}
+	if raced { // not for the Gets that joined the fill: they may have started after the write
+		return enc, errFillRaced
 	}
 	return enc, nil
 }

@@ -15,6 +15,14 @@ import (
 // because the first caller's context did, a caller whose own context is
 // still live runs it again (as the first caller of a new run) rather than
 // get someone else's cancellation.
+//
+// A run that returns errFillRaced (a fill whose loader read the row before
+// a Set or Invalidate that came in while it ran: its value was not stored)
+// gives its value to its own caller, whose Get started before that write,
+// but not to the callers that joined it: one of them may have started
+// after the write returned (its read of Redis missed because the
+// Invalidate had deleted the key) and must not get what the loader read
+// before it. They run it again, as a new run.
 type flightGroup struct {
 	mu    sync.Mutex
 	calls map[string]*flightCall // guarded by mu
@@ -25,7 +33,12 @@ type flightCall struct {
 	val      []byte
 	err      error
 	canceled bool // the run's context was done when it returned
+	raced    bool // the run returned errFillRaced: its value is its first caller's only
 }
+
+// errFillRaced is what a fill returns, with its value, when a write came
+// in between its read of the versions and its store (flightGroup.do).
+var errFillRaced = errors.New("cache: a write raced the fill")
 
 var errFillPanicked = errors.New("cache: the fill panicked")
 
@@ -42,8 +55,11 @@ func (g *flightGroup) do(ctx context.Context, key string, fn func(context.Contex
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
-			if c.canceled && ctx.Err() == nil {
+			if (c.canceled || c.raced) && ctx.Err() == nil {
 				continue
+			}
+			if c.raced {
+				return nil, ctx.Err()
 			}
 			return c.val, c.err
 		}
@@ -58,6 +74,9 @@ func (g *flightGroup) do(ctx context.Context, key string, fn func(context.Contex
 		}()
 		c.val, c.err = fn(ctx)
 		c.canceled = ctx.Err() != nil
+		if c.err == errFillRaced {
+			c.raced, c.err = true, nil
+		}
 		return c.val, c.err
 	}
 }

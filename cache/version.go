@@ -258,13 +258,16 @@ func (c *Cache) refill(ctx context.Context, key string, reads []copyRead, src in
 // and whether every copy it could try was stored: false when a write came
 // in between (the value is then not kept anywhere: not in L1 either), a
 // store failed (its error is returned too), or the fill took too long to
-// tell. A copy on an unusable node is not tried.
-func (c *Cache) storeFill(ctx context.Context, key string, enc []byte, fv fillVersions) (time.Duration, bool, error) {
+// tell. A copy on an unusable node is not tried. raced says a write came
+// in between (or may have: the fill took too long to tell), so the value
+// may be older than a Set or Invalidate that returned before the store.
+func (c *Cache) storeFill(ctx context.Context, key string, enc []byte, fv fillVersions) (_ time.Duration, stored, raced bool, _ error) {
 	if time.Since(fv.at) > c.verLife()-verMargin {
-		return 0, false, nil
+		return 0, false, true, nil
 	}
 	var errs []error
-	shortest, stored := time.Duration(math.MaxInt64), true
+	shortest := time.Duration(math.MaxInt64)
+	stored = true
 	for i, n := range fv.nodes {
 		ttl := c.jittered(enc)
 		shortest = min(shortest, ttl)
@@ -282,8 +285,9 @@ func (c *Cache) storeFill(ctx context.Context, key string, enc []byte, fv fillVe
 			continue
 		}
 		stored = stored && ok == 1
+		raced = raced || ok != 1
 	}
-	return shortest, stored, errors.Join(errs...)
+	return shortest, stored, raced, errors.Join(errs...)
 }
 
 // ms is d in whole milliseconds for PX, at least 1.
