@@ -259,8 +259,10 @@ func (c *Cache) refill(ctx context.Context, key string, reads []copyRead, src in
 // in between (the value is then not kept anywhere: not in L1 either), a
 // store failed (its error is returned too), or the fill took too long to
 // tell. A copy on an unusable node is not tried. raced says a write came
-// in between (or may have: the fill took too long to tell), so the value
-// may be older than a Set or Invalidate that returned before the store.
+// in between (or may have: the fill took too long to tell, or a copy whose
+// version it read could not be compared now, its node unusable or its
+// store failing), so the value may be older than a Set or Invalidate that
+// returned before the store.
 func (c *Cache) storeFill(ctx context.Context, key string, enc []byte, fv fillVersions) (_ time.Duration, stored, raced bool, _ error) {
 	if time.Since(fv.at) > c.verLife()-verMargin {
 		return 0, false, true, nil
@@ -272,6 +274,10 @@ func (c *Cache) storeFill(ctx context.Context, key string, enc []byte, fv fillVe
 		ttl := c.jittered(enc)
 		shortest = min(shortest, ttl)
 		if !n.Usable() { // skipped, as a copy whose node is down always was
+			// but a copy whose version was read may have been written
+			// since: that cannot be told now, so the value is not the
+			// joiners' (flightGroup.do)
+			raced = raced || fv.known[i]
 			continue
 		}
 		if !fv.known[i] { // its version could not be read: not stored
@@ -279,9 +285,9 @@ func (c *Cache) storeFill(ctx context.Context, key string, enc []byte, fv fillVe
 			continue
 		}
 		ok, err := fillScript.Run(ctx, n.Client(), []string{fv.names[i], c.verKey(key)}, enc, ms(ttl), fv.vers[i]).Int()
-		if err != nil { // tried and not stored
+		if err != nil { // tried and not stored: a write since cannot be told
 			errs = append(errs, fmt.Errorf("node %s: %w", n.Name(), err))
-			stored = false
+			stored, raced = false, true
 			continue
 		}
 		stored = stored && ok == 1
