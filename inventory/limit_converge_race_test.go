@@ -26,12 +26,7 @@ func TestConvergeKeepsANewerPendingChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An instance whose loads never reach n2 (it fails during the call).
-	lossy := e.faultyInstance(&hookFaults{call: func(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error) {
-		if c.Script == "load" && c.Node == "n2" {
-			return nil, errors.New("n2 unreachable (injected: the call never reached the node)")
-		}
-		return send()
-	}})
+	lossy := e.loadsNeverReach("n2")
 	// The paused reconciler: its first limit-sync is held back.
 	var once sync.Once
 	held, release := make(chan struct{}), make(chan struct{})
@@ -118,4 +113,15 @@ func TestConvergeKeepsANewerPendingChange(t *testing.T) {
 	if got > 1 {
 		t.Errorf("user %s holds %d units of d/t, whose per-user limit the last LoadStock set to 1", user, got)
 	}
+}
+
+// loadsNeverReach is an instance of e's inventory whose load scripts on
+// node fail before they reach it (the call is never sent).
+func (e *stagedEnv) loadsNeverReach(node string) *Inventory {
+	return e.faultyInstance(&hookFaults{call: func(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error) {
+		if c.Script == "load" && c.Node == node {
+			return nil, errors.New(node + " unreachable (injected: the call never reached the node)")
+		}
+		return send()
+	}})
 }

@@ -1,7 +1,6 @@
 package inventory
 
 import (
-	"context"
 	"errors"
 	"strconv"
 	"testing"
@@ -34,12 +33,7 @@ func TestLimitUnchangedPassOverKeepsNoSplit(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 2. an instance whose loads never reach n1 (it fails during the call)
-	lossy := e.faultyInstance(&hookFaults{call: func(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error) {
-		if c.Script == "load" && c.Node == "n1" {
-			return nil, errors.New("n1 unreachable (injected: the call never reached the node)")
-		}
-		return send()
-	}})
+	lossy := e.loadsNeverReach("n1")
 	time.Sleep(5 * time.Millisecond)
 	if _, err := lossy.LoadStock(e.ctx, "d", "t", 0, 5); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("LoadStock limit 5 with n1 failing = %v; want ErrUnavailable", err)
