@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/topology"
 )
@@ -29,14 +28,7 @@ func TestPutBackFromAHomeFencedAtTheToken(t *testing.T) {
 	ctx := e.ctx
 	id := movedN3ToN2(t, three, two)
 	quiet := slog.New(slog.DiscardHandler)
-	apply := func(to, from *config.Config) topology.Report {
-		t.Helper()
-		rep, err := ApplyTopology(ctx, ApplyOptions{To: to, From: from, Wait: 5 * time.Second, Logger: quiet})
-		if err != nil || rep.Phase != topology.PhaseStable {
-			t.Fatalf("apply to %s = %+v, %v", topology.Of(to), rep, err)
-		}
-		return rep
-	}
+	apply := stableApplier(t, ctx)
 	_, stale := reservedCopy(t, e, three, id)
 	n1, n2, n3 := e.clients["n1"], e.clients["n2"], e.clients["n3"]
 	old1, old3 := copyEpoch(t, n1), copyEpoch(t, n3)

@@ -55,14 +55,7 @@ func putBackAfterGoingBack(t *testing.T, resume bool, mut Mutation, crash string
 	ctx := e.ctx
 	id := movedN3ToN2(t, three, two)
 	quiet := slog.New(slog.DiscardHandler)
-	apply := func(to, from *config.Config) topology.Report {
-		t.Helper()
-		rep, err := ApplyTopology(ctx, ApplyOptions{To: to, From: from, Wait: 5 * time.Second, Logger: quiet})
-		if err != nil || rep.Phase != topology.PhaseStable {
-			t.Fatalf("apply to %s = %+v, %v", topology.Of(to), rep, err)
-		}
-		return rep
-	}
+	apply := stableApplier(t, ctx)
 	_, stale := reservedCopy(t, e, three, id)
 	n1, n3 := e.clients["n1"], e.clients["n3"]
 	old1, old3 := copyEpoch(t, n1), copyEpoch(t, n3)

@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -75,14 +76,7 @@ func TestApplyRetiresAStaleRecord(t *testing.T) {
 	e, three, two, homedOn := retireWorld(t)
 	ctx := e.ctx
 	id, other := homedOn("n3"), homedOn("n2")
-	apply := func(to, from *config.Config) topology.Report {
-		t.Helper()
-		rep, err := ApplyTopology(ctx, ApplyOptions{To: to, From: from, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
-		if err != nil || rep.Phase != topology.PhaseStable {
-			t.Fatalf("apply to %s = %+v, %v", topology.Of(to), rep, err)
-		}
-		return rep
-	}
+	apply := stableApplier(t, ctx)
 	inv3, stale := reservedCopy(t, e, three, id)
 	n3 := e.clients["n3"]
 	// and a copy of another order's record strays onto n1: the removal
@@ -198,5 +192,19 @@ func staleOnResume(t *testing.T, mut Mutation) {
 	inv := openInv(t, three, Options{})
 	if _, err := inv.Cancel(ctx, id); !errors.Is(err, ErrConfirmed) {
 		t.Fatalf("Cancel after the move back = %v, want ErrConfirmed", err)
+	}
+}
+
+// stableApplier returns an apply of to from from (nil: the nodes'
+// topology) under ctx, quietly, that fails t unless it ends stable, and
+// returns its report.
+func stableApplier(t *testing.T, ctx context.Context) func(to, from *config.Config) topology.Report {
+	return func(to, from *config.Config) topology.Report {
+		t.Helper()
+		rep, err := ApplyTopology(ctx, ApplyOptions{To: to, From: from, Wait: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil || rep.Phase != topology.PhaseStable {
+			t.Fatalf("apply to %s = %+v, %v", topology.Of(to), rep, err)
+		}
+		return rep
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
 )
 
@@ -26,7 +27,11 @@ type skewEnv struct {
 	files map[string]string
 }
 
-func newSkewEnv(t *testing.T) *skewEnv {
+func newSkewEnv(t *testing.T) *skewEnv { return newSkewEnvWith(t, nil) }
+
+// newSkewEnvWith is newSkewEnv with edit applied to the configuration
+// (nil: none).
+func newSkewEnvWith(t *testing.T, edit func(*config.Config)) *skewEnv {
 	dir := t.TempDir()
 	files := map[string]string{}
 	srvs := make([]*redistest.Server, 3)
@@ -36,7 +41,7 @@ func newSkewEnv(t *testing.T) *skewEnv {
 		redistest.SetSkew(t, files[name], 0)
 		srvs[i] = redistest.Start(t, redistest.Options{Env: redistest.SkewClock(t, files[name])})
 	}
-	return &skewEnv{stagedEnv: newStagedEnvOn(t, srvs, Options{}, nil), files: files}
+	return &skewEnv{stagedEnv: newStagedEnvOn(t, srvs, Options{}, edit), files: files}
 }
 
 // skew moves node name's clock to ms off the real one and checks the

@@ -1,13 +1,10 @@
 package inventory
 
 import (
-	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/shardis/shardis/config"
-	"github.com/shardis/shardis/internal/redistest"
 )
 
 // The rule "a due part that may have outlived its order's record" reads
@@ -31,20 +28,11 @@ import (
 func TestDuePartOnAFastNodeOutlivingItsRecordStaysPending(t *testing.T) {
 	t.Parallel()
 	const retention = 3 * time.Second
-	dir := t.TempDir()
-	files := map[string]string{}
-	srvs := make([]*redistest.Server, 3)
-	for i := range srvs {
-		name := fmt.Sprintf("n%d", i+1)
-		files[name] = filepath.Join(dir, name+".skew")
-		redistest.SetSkew(t, files[name], 0)
-		srvs[i] = redistest.Start(t, redistest.Options{Env: redistest.SkewClock(t, files[name])})
-	}
-	se := &skewEnv{stagedEnv: newStagedEnvOn(t, srvs, Options{}, func(c *config.Config) {
+	se := newSkewEnvWith(t, func(c *config.Config) {
 		c.Inventory.Retention = retention
 		c.Inventory.ReservationTTL = time.Second
 		c.Inventory.MaxReservationTTL = 2 * time.Second
-	}), files: files}
+	})
 	e := se.stagedEnv
 	se.skew("n2", 900) // the part's node 0.9 s ahead of the order's home
 	const loaded = 2
