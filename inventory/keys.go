@@ -22,7 +22,9 @@ const (
 	// ([PendingMember]). The rule that keeps it exact: a place names one
 	// part for good (offsets are gap-free and never handed out twice, and
 	// a pending part's redo-log entry is never trimmed: only settled ones
-	// are), so the scripts that list the index read the part's id at its
+	// are, and a trim keeps the entry of a part whose record is gone while
+	// the index lists its place: redolog.go, "What a trim removes"), so
+	// the scripts that list the index read the part's id at its
 	// place (lua/pending_index.lua); those that remove a part name both its
 	// member and its id, so a part a release before indexed by its id
 	// leaves the index as well, and rescheduling such a part moves it to

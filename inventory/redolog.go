@@ -83,6 +83,25 @@ import (
 // the 32-offset segments: do not go back to one before the log is
 // landed and trimmed (README, "Upgrading shardis").
 
+// What a trim removes. An entry goes only once its part is settled, and
+// acknowledged or (max age > 0) older than the max age; a part whose
+// record is gone counts as settled long ago (a settled record lives out
+// its retention and expires; its entry is then an expired one,
+// [RedoEntry].State) — except while the pending index still lists the
+// entry's place ("queue:offset", [PendingKey]). Then the part was pending
+// when its record went (its node lost acknowledged writes, or the record
+// was deleted or evicted: a pending record has no TTL), its units are
+// still reserved, and the entry is how the index names it: with the
+// entry, the expiry lists the part by its id and sets it aside, listed
+// stuck with its units (stuck.go); without it, the place names no part
+// and is dropped as a stale member, the units reserved for good and
+// nothing reported. So such an entry stays, and the queue's trim stops at
+// it, as at a pending part, until the part leaves the index (set aside,
+// held by id in the stuck index, its entry no longer needed). A record
+// that is there but cannot be read stops the trim too (its part may be
+// pending). lua/redo_write.lua's trim op is the one place this is
+// decided.
+
 // The offsets hash's encoding. A script call reads a queue's two fields
 // (its head and its first offset in the segments) once per queue, and
 // writes the head back once: with the default 50 queues the hash has 100
@@ -194,7 +213,8 @@ var redoEntryLua = luaFile("lib_redo_entry.lua")
 //	      SHARDIS_RANGE naming both; a head or acknowledged offset that is
 //	      not an integer with SHARDIS_CORRUPT.
 //	trim  5 max age ms, 6 batch: from the head of each queue, remove up to
-//	      batch entries whose part is settled (or gone) and that are
+//	      batch entries whose part is settled (or gone, and its place not
+//	      in the pending index: "What a trim removes" above) and that are
 //	      acknowledged or, when max age > 0, older than max age; stop at
 //	      the first that is not. Returns {count, full}: full is 1 when
 //	      some queue had batch entries removed and met none that must
@@ -355,7 +375,10 @@ func (inv *Inventory) RedoUnacked(ctx context.Context, nodeName string) (int64, 
 // inventory.redo_queues too: [Inventory.RedoQueuesHeld]), up to batch
 // (1..10000) entries per queue whose part is settled and that are
 // acknowledged or, when maxAge > 0, older than maxAge (maxAge 0 never
-// trims an unacknowledged entry). It returns how many it removed. Only a
+// trims an unacknowledged entry). A part whose record is gone while the
+// pending index lists its entry's place is pending, not settled: its
+// entry stays until the part is set aside (see "What a trim removes" in
+// redolog.go). It returns how many it removed. Only a
 // prefix is ever removed, so what remains stays gap-free. A queue's head
 // (the last offset handed out) or acknowledged offset on the node that is
 // not an integer is [ErrCorrupt] naming the node and the field, and

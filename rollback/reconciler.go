@@ -67,6 +67,10 @@ type Settings struct {
 	TrimCalls int
 	// TrimAge, when > 0, also trims settled redo-log entries older than it
 	// that no consumer acknowledged. 0 never trims an unacknowledged entry.
+	// Whatever its age, the entry of a part whose record is gone while the
+	// node's pending index lists the part is kept (it is pending, its
+	// record lost) until the expiry sets the part aside
+	// (inventory.TrimRedoLog).
 	// The node keeps ages in whole milliseconds: above 0 and under 1ms it
 	// is 1ms.
 	// default: 0 (never)

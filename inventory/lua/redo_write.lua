@@ -36,10 +36,10 @@ elseif op == 'trim' then
   -- full: 1 once a queue had a whole batch removed without meeting an
   -- entry that must stay (it may hold more that may go)
   local maxAge, batch, removed, full = tonumber(ARGV[5]), tonumber(ARGV[6]), 0, 0
-  -- trim_key(key, acked, left): removes from the lowest of key's entries
-  -- (at most left) those that may go; returns how many it removed and
-  -- whether it stopped at one that may not.
-  local function trim_key(key, acked, left)
+  -- trim_key(xk, key, acked, left): removes from the lowest of the
+  -- entries of queue xk in key (at most left) those that may go; returns
+  -- how many it removed and whether it stopped at one that may not.
+  local function trim_key(xk, key, acked, left)
     local e, n = redis.call('ZRANGE', key, 0, left - 1, 'WITHSCORES'), 0
     for i = 1, #e, 2 do
       -- a record that cannot be read stops the queue's trim there: its
@@ -47,6 +47,13 @@ elseif op == 'trim' then
       -- (never read as a part gone, whose entry may go)
       local p, bad = part_try(partPrefix .. e[i])
       if bad then return n, true end
+      -- a record gone while the pending index lists the entry's place
+      -- (pending_index.lua) is a pending part whose record was lost, not
+      -- one settled: its entry is how the index names it, so the expiry
+      -- sets it aside with its units reserved; without the entry the
+      -- place names no part and is dropped, the units reserved for good
+      -- (redolog.go, "What a trim removes")
+      if not p and redis.call('ZSCORE', PENDING, pend_pos(xk, I(tonumber(e[i + 1])))) then return n, true end
       p = p or {}
       local f = {p.state or false, p.at}
       local settled = f[1] == false or f[1] == 'confirmed' or f[1] == 'cancelled'
@@ -78,7 +85,7 @@ elseif op == 'trim' then
     local xk, acked, head, first = KEYS[k], q[k][1], q[k][2], q[k][3]
     -- the entries still in the queue key itself first: all below the
     -- segments' (redo_log.lua)
-    local n, stopped = trim_key(xk, acked, batch)
+    local n, stopped = trim_key(xk, xk, acked, batch)
     local left = batch - n
     removed = removed + n
     if not stopped and left > 0 then
@@ -86,7 +93,7 @@ elseif op == 'trim' then
       for _, g in ipairs(redo_gens(head, first)) do
         local s = redo_low(xk, g, 0)
         while s and not stopped and left > 0 and s <= g[3] do
-          n, stopped = trim_key(g[1](xk, s), acked, left)
+          n, stopped = trim_key(xk, g[1](xk, s), acked, left)
           left, removed = left - n, removed + n
           s = s + 1
         end
