@@ -62,7 +62,14 @@ import (
 // and the first one wins. A record that did not exist on A when B was
 // checked cannot appear on A later (no one may create it there at E+1).
 // A moved mark left from an older epoch is dead: install overwrites it and
-// the order script treats it as absent. The move out writes the records of
+// the order script treats it as absent, the expire op included: a due
+// part that may have outlived its order's record meets 'gone' there as
+// it would meet no record (stuck.go), never a missing record to cancel
+// by. Such a copy sits on the order's home when an apply moves the home
+// back onto a node whose copy outlived the live record (the copy given
+// the retention late: a failed expireMoved, then the next apply's
+// expireFrozen); read as missing, it cancelled a part of a confirmed
+// order whose record had lived out its retention. The move out writes the records of
 // the record's inline parts on A first, and the install gives a record the
 // local reserve wrote a reserved_at, so no copy of it is read for inline
 // parts again (inline.go, "Read where written").

@@ -205,8 +205,8 @@ func (inv *Inventory) expiredRecord(ctx context.Context, home *node.Node, p Pend
 // missing record is read as an attempt that never landed (its failure
 // recorded) only for a part that may not have outlived it: one set aside
 // before, or due at least inventory.retention less two seconds
-// ago, that meets no record
-// is not settled (the record may have been a confirmed order's that lived
+// ago, that meets no record (or only a copy marked moved by a topology
+// change, dead there) is not settled (the record may have been a confirmed order's that lived
 // out its retention), nor is such a part that meets a record of another
 // attempt begun at or after it came due (the order id reserved again
 // since: stuck.go): the error wraps [ErrCorrupt], says the decision

@@ -121,7 +121,9 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //	        refused afterwards), unless the part may have outlived the
 //	        record (set aside before, or due at least the retention less two
 //	        seconds of clock skew ago, order.lua: SKEW):
-//	        then nothing is written and the verdict is "gone" (stuck.go).
+//	        then nothing is written and the verdict is "gone" (stuck.go);
+//	        a copy marked moved away is no record for this too (read
+//	        within the retention, it answers "missing", writing nothing).
 //	        So for such a part whose order holds a record of another
 //	        token begun at or after the part's deadline (created, else
 //	        decided_at; neither: after), checked first, before a staging

@@ -45,7 +45,8 @@ import (
 // retention keeps its order's record alive however long it waits for
 // its repair. The reconciler's backoff is capped well below the
 // retention for that (rollback.Settings.StuckRetryMax). A part that meets
-// no record of its order all the same — one set aside before (its
+// no record of its order all the same (or only a copy of it marked moved
+// by a topology change, which is no record: epoch.go) — one set aside before (its
 // record's stuck_since), or due at least the retention ago, less two
 // seconds of clock skew (order.lua: SKEW) — is not read
 // as one whose attempt never landed (its failure recorded, the part

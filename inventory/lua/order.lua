@@ -218,7 +218,7 @@ elseif op == 'fence' then
   if status == 'failed' then relied_on(retention) end
   return record(status)
 elseif op == 'expire' then
-  if not status and not moved and token ~= '' then
+  if not status and token ~= '' then
     -- A part of attempt token is due and its order has no record. A
     -- decided record lives the retention from when its parts come due,
     -- and each expire op relies on it again (relied_on), so a part that
@@ -232,8 +232,20 @@ elseif op == 'expire' then
     -- written, and the verdict 'gone' makes the caller set it aside for
     -- an operator (stuck.go). A caller that sends no ARGV 8 gets the
     -- failure, as before.
+    --
+    -- A copy marked moved (deleted above) is no record here either, and
+    -- is asked the same: such a copy on the part's order's home (an
+    -- apply moved the home back onto a node whose copy outlived the
+    -- order's live record, the copy given the retention late: a failed
+    -- expireMoved, Retire's expireFrozen) read as missing cancelled a
+    -- part of a confirmed order whose record had lived out its
+    -- retention at the home it was moved to, its units sold again
+    -- (found by a review,
+    -- TestExpireMeetingAMovedCopyAtItsHomeKeepsAConfirmedPart). A moved
+    -- copy's attempt did land, so within the retention nothing is
+    -- written in its place (no failure recorded): 'missing'.
     if outlived() then return record('gone', 'no record') end
-    return failed_here('no record', retention)
+    if not moved then return failed_here('no record', retention) end
   end
   if status == 'reserved' and now >= deadline then
     final('cancelled', 'expired', retention)
