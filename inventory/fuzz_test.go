@@ -588,7 +588,7 @@ func FuzzCorruptValue(f *testing.F) {
 		// Scripts that read every field.
 		_, err = inv.run(ctx, n, stockScript, []string{key})
 		corrupt("stock script", err)
-		_, err = inv.run(ctx, n, loadScript, []string{key}, 5, 7)
+		_, err = inv.run(ctx, n, loadScript, []string{key}, 5, 7, int64(0), farLoadDeadline())
 		corrupt("load script", err)
 		// The reserve script reads available, reserved and limit.
 		if field == "available" || field == "reserved" || field == "limit" {

@@ -25,13 +25,13 @@ func TestLimitTieConverges(t *testing.T) {
 	// I1's change (3, V) reaches both nodes
 	for _, n := range []string{"n1", "n2"} {
 		nn, _ := e.r.Node(n)
-		if _, err := e.inv.run(e.ctx, nn, loadScript, []string{key}, int64(0), int64(3), ver); err != nil {
+		if _, err := e.inv.run(e.ctx, nn, loadScript, []string{key}, int64(0), int64(3), ver, farLoadDeadline()); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// I2's change (5, V) reaches n1; its call to n2 failed: the change is
 	// recorded on n1 (LoadStock's recordLimitTodo)
-	if _, err := e.inv.run(e.ctx, n1, loadScript, []string{key}, int64(0), int64(5), ver); err != nil {
+	if _, err := e.inv.run(e.ctx, n1, loadScript, []string{key}, int64(0), int64(5), ver, farLoadDeadline()); err != nil {
 		t.Fatal(err)
 	}
 	e.inv.recordLimitTodo(e.ctx, []*node.Node{n1}, "d", "t", 5, ver)
@@ -55,12 +55,12 @@ func TestLimitTieTodoKeepsTheHigher(t *testing.T) {
 	key := stockKey("d", "t")
 	ver := time.Now().UnixMilli() + 1
 	// I1's change (3, V) reaches n1, its call to n2 failed: recorded on n1
-	if _, err := e.inv.run(e.ctx, n1, loadScript, []string{key}, int64(0), int64(3), ver); err != nil {
+	if _, err := e.inv.run(e.ctx, n1, loadScript, []string{key}, int64(0), int64(3), ver, farLoadDeadline()); err != nil {
 		t.Fatal(err)
 	}
 	e.inv.recordLimitTodo(e.ctx, []*node.Node{n1}, "d", "t", 3, ver)
 	// I2's change (5, V) the same
-	if _, err := e.inv.run(e.ctx, n1, loadScript, []string{key}, int64(0), int64(5), ver); err != nil {
+	if _, err := e.inv.run(e.ctx, n1, loadScript, []string{key}, int64(0), int64(5), ver, farLoadDeadline()); err != nil {
 		t.Fatal(err)
 	}
 	e.inv.recordLimitTodo(e.ctx, []*node.Node{n1}, "d", "t", 5, ver)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A LoadStock that failed on a node after another added its share says
@@ -30,7 +31,7 @@ func TestLoadFailedSaysWhatWasAdded(t *testing.T) {
 		{"nothing added", nil, nil, false,
 			[]string{`sku "s" (route "r")`, "no unit was added: the same call may be retried"}},
 	} {
-		err := loadFailed("r", "s", 30, share, c.took, failed, c.maybe, "")
+		err := loadFailed("r", "s", 30, share, c.took, failed, c.maybe, lateAdvice(strings.Join(c.maybe, ", "), time.Now(), true), "")
 		if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrPartlyApplied) != c.partly {
 			t.Errorf("%s: %v: ErrUnavailable %v, ErrPartlyApplied %v; want true, %v", c.name, err,
 				errors.Is(err, ErrUnavailable), errors.Is(err, ErrPartlyApplied), c.partly)
@@ -73,7 +74,7 @@ func TestLoadFailedKeepsTheNodesErrorClasses(t *testing.T) {
 		{"down only", []error{down}, []error{ErrUnavailable}, []error{ErrCorrupt, ErrPartlyApplied},
 			"no unit was added: the same call may be retried", "refusal"},
 	} {
-		err := loadFailed("r", "s", 30, share, nil, c.failed, nil, "")
+		err := loadFailed("r", "s", 30, share, nil, c.failed, nil, "", "")
 		for _, want := range c.is {
 			if !errors.Is(err, want) {
 				t.Errorf("%s: %v does not wrap %v", c.name, err, want)

@@ -413,6 +413,10 @@ func isWrongType(err error) bool {
 //	                            reread the node.
 //	SHARDIS_REWOUND             [ErrRewound]: nothing acknowledged; the
 //	                            node went back in time.
+//	SHARDIS_LATE                [ErrUnavailable]: nothing changed; the
+//	                            call reached the node after its deadline
+//	                            (a load: load_deadline.go); a retry is a
+//	                            new call.
 //	SHARDIS_RANGE               [ErrInvalid]: nothing changed; the input
 //	                            is out of range, a retry fails alike.
 //	SHARDIS_BADOP, Lua errors   [ErrScriptFailed]: a defect; retrying

@@ -178,7 +178,9 @@ var readStock = luaFile("lib_read_stock.lua")
 
 // loadScript adds stock to one node and sets the SKU's per-user limit.
 // KEYS: 1 stamp, 2 stock hash. ARGV: 4 quantity to add (may be 0), 5
-// per-user limit (-1 = leave as is), 6 the limit's version (limits.go).
+// per-user limit (-1 = leave as is), 6 the limit's version (limits.go), 7
+// the call's deadline by the node's clock (ms; load_deadline.go): a call
+// run after it adds nothing (SHARDIS_LATE).
 // Returns {available, reserved, confirmed, loaded, limit}.
 var loadScript = newScript("load", true, readStock+luaFile("load.lua"))
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/router"
@@ -81,9 +82,13 @@ type NodeStock struct {
 // the failed node may have (its outcome unknown: a timeout, a connection
 // cut), the error wraps [ErrPartlyApplied] and [ErrUnavailable], and the
 // message names the nodes that added their share and says that a retry
-// adds again: read GetStock and load what is missing (a share whose
-// outcome is unknown may still land after that read: a load carries no
-// id a late call could be refused by). When every node
+// adds again: read GetStock and load what is missing. Every load call
+// carries a deadline by its node's clock past which it adds nothing
+// (load_deadline.go), and when a share's outcome is unknown LoadStock
+// waits until none of its calls can land any more (about 4 s) before it
+// reads the stock back and answers, so that read, and any after it, shows
+// all the load added; a caller whose context ends first is told until
+// when to wait. When every node
 // took its share but reading the stock back failed (a corrupt value on a
 // node the load skipped), the error wraps ErrPartlyApplied and the read's
 // error, and says every unit was added. Without ErrPartlyApplied no unit
@@ -126,6 +131,7 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 		ver = inv.nextLimitVersion(ctx, set, stockKey(route, sku))
 	}
 	share := shares(targets, qty)
+	began := time.Now() // before loadShares reads the nodes' clocks
 	took, failed, maybe := inv.loadShares(ctx, set, stockKey(route, sku), share, perUserLimit, ver, mustReach)
 	if perUserLimit > 0 {
 		inv.limited.mark(stockRef{route, sku}) // soldout.go, "Per-user limits"
@@ -142,6 +148,7 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 	if perUserLimit >= 0 && (len(failed) > 0 || !mustReach) {
 		inv.recordLimitTodo(context.WithoutCancel(ctx), took, route, sku, perUserLimit, ver)
 	}
+	settled := len(maybe) == 0 || awaitLoadSettled(ctx, began) // (load_deadline.go)
 	level, gerr := inv.GetStock(ctx, route, sku)
 	if len(failed) > 0 {
 		what := ""
@@ -153,7 +160,7 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 		for i, n := range took {
 			names[i] = n.Name()
 		}
-		return level, loadFailed(route, sku, qty, share, names, failed, maybe, what)
+		return level, loadFailed(route, sku, qty, share, names, failed, maybe, lateAdvice(strings.Join(maybe, ", "), began, settled), what)
 	}
 	if gerr != nil && qty > 0 {
 		// Every target took its share; a node of the route read
@@ -169,13 +176,14 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 // loadFailed is the error of a load of share (units by node name) that
 // failed on the nodes failed (one error each, naming the node: loadShares)
 // while the nodes named took took it and those named maybe, failed
-// targets, may have added their share; what is said of the limit. It
+// targets, may have added their share; late is what is said of those
+// (lateAdvice), what what is said of the limit. It
 // wraps ErrPartlyApplied and ErrUnavailable when some unit was, or may
 // have been, added (LoadStock). Before, a partly applied load answered
 // ErrUnavailable alone, which an RPC client reads as "retry the same
 // call" (gRPC's unavailable): the retry added the shares of the nodes that
 // took them twice. When no unit was added it is nothingAdded.
-func loadFailed(route, sku string, qty int64, share map[string]int64, took []string, failed []error, maybe []string, what string) error {
+func loadFailed(route, sku string, qty int64, share map[string]int64, took []string, failed []error, maybe []string, late, what string) error {
 	msg := fmt.Sprintf("load of sku %q (route %q) failed on %d node(s): %v%s", sku, route, len(failed), failed, what)
 	var added []string
 	var units int64
@@ -192,8 +200,7 @@ func loadFailed(route, sku string, qty int64, share map[string]int64, took []str
 		msg += fmt.Sprintf("; %d of %d units were added, on %s", units, qty, strings.Join(added, ", "))
 	}
 	if len(maybe) > 0 {
-		msg += fmt.Sprintf("; %s may have added their share too (outcome unknown), or may still add it: a call whose reply was lost can land after "+
-			"a read of the stock, so wait before reading GetStock for what is missing", strings.Join(maybe, ", "))
+		msg += late
 	}
 	return partlyApplied{msg + ": a retry of the same call adds them again; read GetStock and load only what is missing"}
 }
@@ -320,6 +327,18 @@ func (inv *Inventory) loadShares(ctx context.Context, set *router.Set, key strin
 		}
 		calls = append(calls, scriptCall{n: n, s: loadScript, keys: []string{key}, args: []any{add, limitArg, ver}})
 	}
+	// each call carries its deadline by its node's clock (load_deadline.go)
+	due, clockErrs := loadDeadlines(ctx, calls)
+	sent := calls[:0]
+	for k, c := range calls {
+		if clockErrs[k] != nil {
+			failed = append(failed, fmt.Errorf("%s (share %v): not sent, its clock could not be read: %w", c.n.Name(), c.args[0], clockErrs[k]))
+			continue
+		}
+		c.args = append(c.args, due[k])
+		sent = append(sent, c)
+	}
+	calls = sent
 	for k, r := range inv.sendRound(ctx, calls, make([]callReply, 0, len(calls))) {
 		if r.err != nil {
 			failed = append(failed, fmt.Errorf("%s (share %v): %w", calls[k].n.Name(), calls[k].args[0], r.err))

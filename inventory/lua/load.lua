@@ -1,4 +1,12 @@
 
+-- a call run after its deadline (ARGV[7], ms by this node's clock, which
+-- LoadStock read just before sending it) adds nothing: once the deadline
+-- has passed, a read of the stock shows all a load whose reply was lost
+-- added (load_deadline.go)
+local now = redis.call('TIME')
+if tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > tonumber(ARGV[7]) then
+  return redis.error_reply('SHARDIS_LATE the load reached the node after its deadline: nothing added')
+end
 local add, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
 if v[1] + add > 9007199254740000 or v[4] + add > 9007199254740000 then
   return redis.error_reply('SHARDIS_RANGE stock would exceed 2^53')

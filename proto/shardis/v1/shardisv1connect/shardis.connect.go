@@ -88,7 +88,11 @@ type InventoryServiceClient interface {
 	// Not idempotent: it adds. ABORTED when a node of the route failed after
 	// others added their share (or may have: its outcome unknown); the message
 	// names them, and a retry of the same call adds again there: read GetStock
-	// and load what is missing. When no unit was added: UNAVAILABLE if every
+	// and load what is missing. A share whose outcome is unknown is added
+	// before the answer or never (each node's call has a deadline by its
+	// clock, and the answer waits it out, about 4 s; a caller's deadline
+	// ending first gets the time to wait for in the message), so that read
+	// shows all the call added. When no unit was added: UNAVAILABLE if every
 	// node that failed could not serve for now (the same call may be
 	// retried), else the code of a node's refusal for good, such as INTERNAL
 	// for a corrupt value on it (a retry fails alike until it is repaired).
@@ -209,7 +213,11 @@ type InventoryServiceHandler interface {
 	// Not idempotent: it adds. ABORTED when a node of the route failed after
 	// others added their share (or may have: its outcome unknown); the message
 	// names them, and a retry of the same call adds again there: read GetStock
-	// and load what is missing. When no unit was added: UNAVAILABLE if every
+	// and load what is missing. A share whose outcome is unknown is added
+	// before the answer or never (each node's call has a deadline by its
+	// clock, and the answer waits it out, about 4 s; a caller's deadline
+	// ending first gets the time to wait for in the message), so that read
+	// shows all the call added. When no unit was added: UNAVAILABLE if every
 	// node that failed could not serve for now (the same call may be
 	// retried), else the code of a node's refusal for good, such as INTERNAL
 	// for a corrupt value on it (a retry fails alike until it is repaired).
