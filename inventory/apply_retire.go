@@ -20,7 +20,10 @@ import (
 // retired on the node they are put back on, but replaced in place).
 // With c.Forward it then takes off the nodes the counters c's transfers
 // had moved off them and their older copy brought back
-// (apply_takeback.go). First of all, before it writes anything, it
+// (apply_takeback.go); without it, before their bump, it takes off those
+// of the nodes that went back (fenced, or below c.From's epoch) whose
+// transfer's destination holds the marker (apply_takeback.go, "Before a
+// resumed bump"). First of all, before it writes anything, it
 // refuses when a node behind c.Epoch holds a stale counter c would put
 // in play (refuseStale, apply_stale.go).
 //
@@ -126,11 +129,17 @@ func (a *migrator) Retire(ctx context.Context, c topology.Change, nodes []string
 	}
 	put, k, err := a.reinstall(ctx, c, plan, behind)
 	done.Reinstalled, done.Retired = put, done.Retired+k
-	if err != nil || !c.Forward {
+	if err != nil {
+		return done, err
+	}
+	if !c.Forward {
+		// before their bump: what c's transfers moved off the nodes that
+		// went back (apply_takeback.go, "Before a resumed bump")
+		done.TakenBack, _, err = a.takeBack(ctx, c, goneBack(c, behind), true)
 		return done, err
 	}
 	maps.Copy(mid, behind)
-	done.TakenBack, done.LeftBehind, err = a.takeBack(ctx, c, mid)
+	done.TakenBack, done.LeftBehind, err = a.takeBack(ctx, c, mid, false)
 	return done, err
 }
 

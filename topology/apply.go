@@ -115,9 +115,10 @@ type Report struct {
 	// concurrent run, or an older copy that was the same record).
 	Reinstalled int
 	// TakenBack counts the counters (stock hashes, quota counters) an
-	// apply moving nodes forward took off them again: they came back with
-	// the node's older data after the apply's transfer had moved them to
-	// their destination, which holds their units (Driver.Retire).
+	// apply moving nodes forward, or resuming a bump, took off them again
+	// (a resume: before it bumps them): they came back with the node's
+	// older data after the apply's transfer had moved them to their
+	// destination, which holds their units (Driver.Retire).
 	TakenBack int
 	// LeftBehind lists the counters of that kind such an apply left on
 	// their node (Retirement.LeftBehind): delete them once their units

@@ -101,7 +101,17 @@
 // step 3 had moved onto them ([Driver.Retire], "A node that went back"):
 // such a node may have gone back to an older copy after the first run's
 // retirement, and step 3 has not written it yet, so the rule of step 1
-// still tells a stale record there.
+// still tells a stale record there. On those that went back (fenced, or
+// below the epoch moved from) it also takes back what the change's
+// transfers had moved off them, as a move forward does (below): the
+// resume's own step 3 would finish those transfers once the node is
+// bumped (their in a no-op on the destination's marker, their done
+// subtracting the units again), but a concurrent apply of the same
+// change whose step 3 had passed the node before it went back writes it
+// stable as soon as it is bumped, and then no run reads it again: the
+// units stayed on it, counted on their destination too (the schedule
+// explorer's seed 168235: the resume died after its bump, or after its
+// transfer's out on the node).
 //
 // A node that went back. A node restored from an older copy of its data
 // and accepted (`shardis node accept`) may hold the record of an earlier
@@ -204,8 +214,9 @@
 //
 // A transfer or a quota counter moved onto the node since the copy is
 // gone. One moved off it by the apply being finished comes back with the
-// copy, its units counted on its destination too: the move forward takes
-// it off the node again ([Driver.Retire], Report.TakenBack) when the
+// copy, its units counted on its destination too: the move forward (or a
+// resume, before it bumps the node) takes it off the node again
+// ([Driver.Retire], Report.TakenBack) when the
 // destination's marker shows the transfer applied (the inventory's
 // apply_takeback.go; a counter an earlier apply moved off it stays, out of
 // every instance's reach, until an apply would put it in play: below). An apply to a new topology still
@@ -239,7 +250,15 @@
 // from a copy; the take back finds each counter of such a node emptied
 // by its transfer's done, and writes nothing. Not closed: order records
 // step 3 moved off or onto the node after its copy was taken (a moved
-// record live on it again, one installed on it lost).
+// record live on it again, one installed on it lost); and such a copy
+// that comes back, accepted unfenced, once step 3 has passed the node
+// but before step 4 writes it stable: step 4 writes it stable as it is
+// (nothing in its record tells it from the node step 3 wrote), so the
+// counters step 3 had moved off it stay there, counted on their
+// destination too, and the apply reports itself applied (reproduced on
+// real nodes while fixing the explorer's seed 168235; what would close
+// it: a stable write refused on a node whose incarnation changed since
+// step 3 began, which a rerun would then bring forward).
 //
 // Stale counters on a joining node. Counters the take back leaves (their
 // transfer's marker gone, expired or never written; a stock hash with

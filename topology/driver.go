@@ -31,9 +31,10 @@ type Change struct {
 type Retirement struct {
 	Retired     int // stale order records marked moved
 	Reinstalled int // records put back from their moved copy
-	// TakenBack counts the counters a move forward took off a node that
-	// came back holding them after the change's transfer had moved them
-	// to their destination (c.Forward only).
+	// TakenBack counts the counters a move forward, or a resume before
+	// its bump (of a node that went back: fenced, or below c.From's
+	// epoch), took off a node that came back holding them after the
+	// change's transfer had moved them to their destination.
 	TakenBack int
 	// LeftBehind lists the counters of that kind a move forward left on
 	// their node (c.Forward only): out of every instance's reach there,
@@ -117,7 +118,14 @@ type Driver interface {
 	// c.Forward, the named nodes at c.Token in phase migrating, or fenced
 	// at c.Token and c.Attempt (an apply that found step 3 ended brings
 	// them forward: doc.go, "A copy taken during step 3"), have what step
-	// 3 moved off them taken back, their records left alone.
+	// 3 moved off them taken back, their records left alone. Without
+	// c.Forward, the named nodes that went back (fenced, or below
+	// c.From's epoch) have what step 3 moved off them taken back too
+	// before their bump, those counters only whose transfer's destination
+	// holds its marker, and nothing left is reported (the step 3 after
+	// the bump moves it): a concurrent apply of c may write such a node
+	// stable once it is bumped, before any step 3 reaches it again
+	// (doc.go, "The apply").
 	Retire(ctx context.Context, c Change, nodes []string) (Retirement, error)
 	// CopyLimits gives the members that join a route of c.To the route's
 	// per-user limits, before any instance can take quota on them, and

@@ -35,7 +35,10 @@ import (
 //     again by the apply's rerun: the transfer's marker on its
 //     destination makes the rerun's in a no-op, and its done subtracts
 //     the units again; or, for a node brought forward, by the move
-//     forward's take back, inventory/apply_takeback.go), and the units confirmed by the parts over all
+//     forward's take back, inventory/apply_takeback.go; or, for a node
+//     a resume bumps again, by its take back before the bump, which a
+//     concurrent apply's step 4 cannot cut short as it can the rerun's
+//     step 3: seed 168235), and the units confirmed by the parts over all
 //     nodes are at most that too (no oversell);
 //     A stock hash a move forward left on its node (topology.Report's
 //     LeftBehind: units reserved in the older copy, or no marker on the
