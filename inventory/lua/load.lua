@@ -3,8 +3,7 @@
 -- LoadStock read just before sending it) adds nothing: once the deadline
 -- has passed, a read of the stock shows all a load whose reply was lost
 -- added (load_deadline.go)
-local now = redis.call('TIME')
-if tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > tonumber(ARGV[7]) then
+if now > tonumber(ARGV[7]) then
   return redis.error_reply('SHARDIS_LATE the load reached the node after its deadline: nothing added')
 end
 local add, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
