@@ -52,6 +52,7 @@ func (l *lateLoad) Crash(context.Context, string) bool { return false }
 // deadline: the late share landed after that read, and 45 units were
 // loaded where 30 were meant (found by a review).
 func TestLoadShareArrivingLateAddsNothing(t *testing.T) {
+	t.Parallel()
 	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
 		c.Servers["inventory"].Routes["d"] = []string{"n1", "n2"}
 	})
@@ -108,6 +109,7 @@ func TestLoadShareArrivingLateAddsNothing(t *testing.T) {
 // deadlines says until when a share whose outcome is unknown may still
 // land, instead of inviting a read of the stock at once.
 func TestLoadStoppedEarlySaysUntilWhenAShareMayLand(t *testing.T) {
+	t.Parallel()
 	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
 		c.Servers["inventory"].Routes["d"] = []string{"n1", "n2"}
 	})
