@@ -99,8 +99,9 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //	fail    ARGV 6 retention s. reserving+token or staging+token → failed
 //	        (the attempt gave up, or a recovery found a promised part
 //	        missing), living the retention from now at least (relied_on).
-//	release ARGV 6 retention s. As fail; and missing (not moved away) →
-//	        failed under the caller's token, reason "no record": the
+//	release ARGV 6 retention s. As fail; and missing (or only a copy
+//	        marked moved: epoch.go) → failed under the caller's token,
+//	        reason "no record": the
 //	        attempt's begin or stage was not answered, and if it lands
 //	        later it meets this record (begin answers "failed" for a
 //	        failed record of its own token; a stage writes only where
@@ -116,14 +117,13 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 //	        the due part's id, 8 its deadline ms, 9 "1" when it was set
 //	        aside before) reserved past
 //	        deadline → cancelled/"expired"; reserving past lease → failed;
-//	        missing (never written, not moved away) → failed under the
-//	        part's token (a stale stage of that token, stageTakeScript, is
-//	        refused afterwards), unless the part may have outlived the
+//	        missing (never written; or only a copy marked moved:
+//	        epoch.go) → failed under the part's token (a stale stage of
+//	        that token, stageTakeScript, is refused afterwards), unless the
+//	        part may have outlived the
 //	        record (set aside before, or due at least the retention less two
 //	        seconds of clock skew ago, order.lua: SKEW):
-//	        then nothing is written and the verdict is "gone" (stuck.go);
-//	        a copy marked moved away is no record for this too (read
-//	        within the retention, it answers "missing", writing nothing).
+//	        then nothing is written and the verdict is "gone" (stuck.go).
 //	        So for such a part whose order holds a record of another
 //	        token begun at or after the part's deadline (created, else
 //	        decided_at; neither: after), checked first, before a staging
@@ -140,7 +140,8 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 // its promised parts and wait_ms), and the caller decides it first
 // (staged.go: resolveStaged), then repeats the op.
 //
-// A record marked moved (epoch.go) is treated as absent and dropped.
+// A record marked moved (epoch.go) is dropped and every op reads no
+// record there, as where the key never was.
 //
 // It runs as two scripts of one body (oom.go): orderScript, refused whole
 // on a node out of memory, for begin and fence (they start a record), and

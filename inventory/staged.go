@@ -91,8 +91,9 @@ import (
 //     excludes T: failed under T (the attempt's or a probe's fail; or
 //     the attempt's release, which it sends when it does not know whether
 //     its stage landed, or the reconciler's expire op, each of which
-//     writes it where the order has no record at all, so a stage of T
-//     that lands later meets it), cancelled or expired, or a record of
+//     writes it where the order has no record at all, a copy marked
+//     moved included (epoch.go), so a stage of T that lands later meets
+//     it), cancelled or expired, or a record of
 //     another token (but one begun at or after the part came due, read
 //     for a part that may have outlived T's own record: that may follow
 //     a confirmed record of T that lived out its retention, and the part

@@ -9,9 +9,10 @@ if op == 'commit' then
   end
 end
 local f = order_get(key) or {}
-local moved = f.moved
-if moved then
-  -- moved to another node by a topology change (migrate.go): dead here
+if f.moved then
+  -- moved to another node by a topology change (migrate.go): dead here,
+  -- so every op below reads no record, as where the key never was
+  -- (epoch.go: a copy of an older epoch on the order's home)
   redis.call('DEL', key)
   f = {}
 end
@@ -151,13 +152,15 @@ elseif op == 'fail' or op == 'release' then
     if ARGV[6] then relied_on(tonumber(ARGV[6])) end
     return record('failed')
   end
-  if op == 'release' and not status and not moved then
+  if op == 'release' and not status then
     -- the attempt's begin or stage was not answered and is not here
     -- (yet): its failure is recorded under its token, so that begin or
     -- stage, if it lands later (a group sent it after this), meets it
     -- (begin: failed under its own token; a stage writes only where there
     -- is no record) instead of holding the order's lease; a retry's begin
-    -- takes the failed record over
+    -- takes the failed record over. A copy marked moved (deleted above)
+    -- is no record here either (epoch.go): the late begin or stage would
+    -- land on the empty key (TestReleaseMeetingAMovedCopyFencesALateStage)
     return failed_here('no record', tonumber(ARGV[6]))
   end
   return record(status or 'missing')
@@ -233,19 +236,22 @@ elseif op == 'expire' then
     -- an operator (stuck.go). A caller that sends no ARGV 8 gets the
     -- failure, as before.
     --
-    -- A copy marked moved (deleted above) is no record here either, and
-    -- is asked the same: such a copy on the part's order's home (an
-    -- apply moved the home back onto a node whose copy outlived the
-    -- order's live record, the copy given the retention late: a failed
+    -- A copy marked moved (deleted above) is no record here either, both
+    -- ways (epoch.go): such a copy on the part's order's home (an apply
+    -- moved the home back onto a node whose copy outlived the order's
+    -- live record, the copy given the retention late: a failed
     -- expireMoved, Retire's expireFrozen) read as missing cancelled a
-    -- part of a confirmed order whose record had lived out its
-    -- retention at the home it was moved to, its units sold again
-    -- (found by a review,
-    -- TestExpireMeetingAMovedCopyAtItsHomeKeepsAConfirmedPart). A moved
-    -- copy's attempt did land, so within the retention nothing is
-    -- written in its place (no failure recorded): 'missing'.
+    -- part of a confirmed order whose record had lived out its retention
+    -- at the home it was moved to, its units sold again
+    -- (TestExpireMeetingAMovedCopyAtItsHomeKeepsAConfirmedPart); and
+    -- read within the retention, it is no record that excludes the
+    -- part's attempt, whose stage may still be on its way (the order id
+    -- reserved again after that life): without the failure recorded
+    -- here, the part was cancelled, the late stage staged the record on
+    -- the empty key and Reserve answered success for units given back
+    -- (TestExpireMeetingAMovedCopyWithinTheRetentionFencesALateStage).
     if outlived() then return record('gone', 'no record') end
-    if not moved then return failed_here('no record', retention) end
+    return failed_here('no record', retention)
   end
   if status == 'reserved' and now >= deadline then
     final('cancelled', 'expired', retention)
