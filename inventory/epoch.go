@@ -63,26 +63,16 @@ import (
 // checked cannot appear on A later (no one may create it there at E+1).
 // A moved mark left from an older epoch is dead: install overwrites it and
 // the order script deletes it and reads no record, every op exactly as
-// where the key never was, nothing decided by the mark. Such a copy
-// sits on the order's home when an apply moves the home back onto a
-// node whose copy outlived the live record (the copy given the retention
-// late: a failed expireMoved, then the next apply's expireFrozen), and
-// the order id may be reserved again there. Two ways the mark was read
-// as something else, each found by a review: the expire op read it as a
-// missing record to cancel by, where a due part that may have outlived
-// its order's record meets 'gone' (stuck.go), and a part of a confirmed
-// order whose record had lived out its retention was cancelled
-// (TestExpireMeetingAMovedCopyAtItsHomeKeepsAConfirmedPart); and the
-// expire and release ops wrote no failure in its place where they write
-// one for no record, the fence a late stage or begin of the part's
-// attempt must meet (staged.go): an expiry within the retention
-// cancelled a part of an attempt whose stage was still on its way, the
-// stage then staged the record on the emptied key and Reserve answered
-// success for units sold again
-// (TestExpireMeetingAMovedCopyWithinTheRetentionFencesALateStage), and a
-// retry of an order whose attempt was released waited out the attempt's
-// lease (TestReleaseMeetingAMovedCopyFencesALateStage). The move out
-// writes the records of
+// where the key never was. Such a copy sits on the order's home when an
+// apply moves the home back onto a node whose copy outlived the live
+// record (a failed expireMoved, then expireFrozen), and the order id may
+// be reserved again there. Read otherwise (reviews found both), the
+// expire op cancelled a part of a confirmed order past the retention
+// instead of meeting 'gone' (stuck.go), and the expire and release ops
+// left no failure where they write one for no record, the fence a late
+// stage of the part's attempt meets (staged.go): the stage staged the
+// emptied key and Reserve answered success for units sold again
+// (order.lua, SECURITY.md). The move out writes the records of
 // the record's inline parts on A first, and the install gives a record the
 // local reserve wrote a reserved_at, so no copy of it is read for inline
 // parts again (inline.go, "Read where written").
