@@ -23,7 +23,8 @@ const (
 	// part for good (offsets are gap-free and never handed out twice, and
 	// a pending part's redo-log entry is never trimmed: only settled ones
 	// are, and a trim keeps the entry of a part whose record is gone while
-	// the index lists its place: redolog.go, "What a trim removes"), so
+	// this index or the stuck index lists it: redolog.go, "What a trim
+	// removes"), so
 	// the scripts that list the index read the part's id at its
 	// place (lua/pending_index.lua); those that remove a part name both its
 	// member and its id, so a part a release before indexed by its id

@@ -87,20 +87,32 @@ import (
 // acknowledged or (max age > 0) older than the max age; a part whose
 // record is gone counts as settled long ago (a settled record lives out
 // its retention and expires; its entry is then an expired one,
-// [RedoEntry].State) — except while the pending index still lists the
-// entry's place ("queue:offset", [PendingKey]). Then the part was pending
-// when its record went (its node lost acknowledged writes, or the record
-// was deleted or evicted: a pending record has no TTL), its units are
-// still reserved, and the entry is how the index names it: with the
-// entry, the expiry lists the part by its id and sets it aside, listed
-// stuck with its units (stuck.go); without it, the place names no part
-// and is dropped as a stale member, the units reserved for good and
-// nothing reported. So such an entry stays, and the queue's trim stops at
-// it, as at a pending part, until the part leaves the index (set aside,
-// held by id in the stuck index, its entry no longer needed). A record
-// that is there but cannot be read stops the trim too (its part may be
-// pending). lua/redo_write.lua's trim op is the one place this is
-// decided.
+// [RedoEntry].State) — except while the node lists the part undecided:
+// the pending index holds the entry's place ("queue:offset",
+// [PendingKey]) or the part's id, or the stuck index its id (stuck.go;
+// pend_listed of lua/pending_index.lua). Then the part was pending when
+// its record went (its node lost acknowledged writes, or the record was
+// deleted or evicted: a pending record has no TTL), its units are still
+// reserved, and the entry is how the index names it: with the entry, the
+// expiry lists the part by its id and sets it aside, listed stuck with
+// its units, and once its record is repaired a retry
+// ([Inventory.RetryStuck]) puts it back in the pending index under its
+// place, where the reconciler settles it by its order's decision; without
+// it, the place names no part and is dropped as a stale member, the
+// units reserved for good and nothing reported. So such an entry stays,
+// and the queue's trim stops at it, as at a pending part, until the part
+// is settled (a set-aside part no longer listed is one the operator's
+// data repair settled). A record that is there but cannot be read stops
+// the trim too (its part may be pending). lua/redo_write.lua's trim op is
+// the one place this is decided.
+//
+// The readers hold to the same rule: such a part is never an "expired"
+// entry (a consumer lands that as a final state, the part's units counted
+// neither reserved nor sold, never corrected once it settles): its record
+// is reported as one that cannot be read, its state unknown
+// (lua/lib_redo_entry.lua, [Inventory.ReadRedoBatch]'s Problem, the
+// [ErrCorrupt] of [Inventory.ReadRedoPage], [PartUnreadable] from
+// [Inventory.PartStatesAt]), until it is repaired or settled.
 
 // The offsets hash's encoding. A script call reads a queue's two fields
 // (its head and its first offset in the segments) once per queue, and
@@ -187,15 +199,18 @@ func RedoHeads(node string, fields map[string]string) (map[string]int64, error) 
 // how many offsets right past after have no entry left (trimmed), as
 // redoBatchScript counts them. SHARDIS_CORRUPT when the queue's head is
 // not an integer, or when an entry's part record is there but cannot be
-// read (naming the queue, the offset, the part and its key).
+// read, or is gone while the node lists the part undecided (naming the
+// queue, the offset, the part and its key).
 var redoReadScript = newScript("redo-read", false, redoEntryLua+luaFile("redo_read.lua"))
 
-// redoEntryLua defines redoEntry(part id, offset): one redo entry as
-// {offset, part id, order, sku, qty, state, at, settled_at, counter key},
-// read from the part's record (partPrefix .. id, see lua.go); state
-// "expired" when the record is gone. A record that is there but cannot be
-// read is no entry: nil, its key and why (part_try), which the reading
-// script reports, never an entry read as expired.
+// redoEntryLua defines redoEntry(part id, offset, queue key): one redo
+// entry as {offset, part id, order, sku, qty, state, at, settled_at,
+// counter key}, read from the part's record (partPrefix .. id, see
+// lua.go); state "expired" when the record is gone. A record that is
+// there but cannot be read is no entry: nil, its key and why (part_try),
+// which the reading script reports, never an entry read as expired; and
+// so is a record gone while the node lists the part undecided ("What a
+// trim removes").
 var redoEntryLua = luaFile("lib_redo_entry.lua")
 
 // redoWriteScript acknowledges and trims a node's redo log.
@@ -213,8 +228,8 @@ var redoEntryLua = luaFile("lib_redo_entry.lua")
 //	      SHARDIS_RANGE naming both; a head or acknowledged offset that is
 //	      not an integer with SHARDIS_CORRUPT.
 //	trim  5 max age ms, 6 batch: from the head of each queue, remove up to
-//	      batch entries whose part is settled (or gone, and its place not
-//	      in the pending index: "What a trim removes" above) and that are
+//	      batch entries whose part is settled (or gone, and listed
+//	      neither pending nor stuck: "What a trim removes" above) and that are
 //	      acknowledged or, when max age > 0, older than max age; stop at
 //	      the first that is not. Returns {count, full}: full is 1 when
 //	      some queue had batch entries removed and met none that must
@@ -240,7 +255,9 @@ type RedoEntry struct {
 	// State is the part's state now: "pending", "confirmed", "cancelled",
 	// or "expired" when its record is gone (it outlived
 	// inventory.retention). A record that is there but cannot be read is
-	// never an entry: the reads report it instead
+	// never an entry, nor is a record gone while the node lists its part
+	// pending or set aside (lost while pending, its units reserved still:
+	// "What a trim removes"): the reads report it instead
 	// ([RedoQueueRead].Problem; [ErrCorrupt] from ReadRedoLog and
 	// ReadRedoPage).
 	State string
@@ -261,7 +278,8 @@ type RedoEntry struct {
 // is not an integer is [ErrCorrupt], not an empty queue, and so is an
 // entry whose part record is there but cannot be read (the error names
 // the offset, the part and its key; the entries before it are not
-// returned: read up to it with a smaller limit). It reports
+// returned: read up to it with a smaller limit), or gone while the node
+// lists its part pending or set aside ("What a trim removes"). It reports
 // neither the node's incarnation nor offsets trimmed past after: a
 // consumer uses [Inventory.ReadRedoPage], which does. A negative after
 // reads from the start, and an after of [MaxRedoOffset] or more returns
@@ -376,9 +394,10 @@ func (inv *Inventory) RedoUnacked(ctx context.Context, nodeName string) (int64, 
 // (1..10000) entries per queue whose part is settled and that are
 // acknowledged or, when maxAge > 0, older than maxAge (maxAge 0 never
 // trims an unacknowledged entry). A part whose record is gone while the
-// pending index lists its entry's place is pending, not settled: its
-// entry stays until the part is set aside (see "What a trim removes" in
-// redolog.go). It returns how many it removed. Only a
+// node lists it undecided (its entry's place or its id in the pending
+// index, its id in the stuck index) is pending, not settled: its entry
+// stays while it is listed (see "What a trim removes" in redolog.go). It
+// returns how many it removed. Only a
 // prefix is ever removed, so what remains stays gap-free. A queue's head
 // (the last offset handed out) or acknowledged offset on the node that is
 // not an integer is [ErrCorrupt] naming the node and the field, and

@@ -52,9 +52,10 @@ type RedoPage struct {
 // acknowledges with [Inventory.AckRedoLogAt] at that incarnation. A queue
 // whose head on the node is not an integer is [ErrCorrupt], and so is an
 // entry within the limit whose part record is there but cannot be read
-// (a key of another type, a state code that is none): the error names the
-// queue, the offset, the part and its key, never an entry read as
-// expired. It is
+// (a key of another type, a state code that is none) or is gone while the
+// node lists the part pending or set aside (redolog.go, "What a trim
+// removes"): the error names the queue, the offset, the part and its key,
+// never an entry read as expired. It is
 // [Inventory.ReadRedoPageFrom] with no part id at after: a queue that went
 // back to a point at or beyond after is not seen (see there); durability
 // as there.

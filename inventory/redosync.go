@@ -25,6 +25,16 @@ import (
 // it instead: ReadRedoBatch stops that queue before its entry
 // ([RedoQueueRead].Problem) and reads the others, PartStates reads it
 // [PartUnreadable] ([PartSnapshot].Problem) and the others as usual.
+//
+// Nor is a part whose record is gone while the node lists it undecided
+// (the pending index holds its place or id, or the stuck index its id):
+// it was pending when its record went (deleted, evicted, lost with the
+// node's writes), its units are reserved still, and it settles once the
+// record is repaired and the part retried (stuck.go). The reads report
+// it as they report a record that cannot be read (its state unknown):
+// ReadRedoBatch stops its queue before the entry, ReadRedoPage and
+// ReadRedoLog fail with [ErrCorrupt] naming it, PartStatesAt reads it
+// [PartUnreadable] (redolog.go, "What a trim removes").
 
 var (
 	// ErrIncarnation is wrapped by [Inventory.AckRedoBatch] and
@@ -102,15 +112,19 @@ type RedoQueueRead struct {
 	Held bool
 	// Problem, when not nil, is the entry Entries stop before because its
 	// part's record exists but cannot be read (a key of another type, a
-	// packed record whose state code is none): it is left out with every
-	// entry after it, as a held one is (a consumer's position stays a
-	// prefix), until the record is repaired; the other queues of the read
-	// are read as usual. Never read as a part gone (State "expired").
+	// packed record whose state code is none), or is gone while the node
+	// lists the part pending or set aside (lost while pending, its units
+	// reserved still: redolog.go, "What a trim removes"): it is left out
+	// with every entry after it, as a held one is (a consumer's position
+	// stays a prefix), until the record is repaired (or, gone, the part
+	// leaves both indexes); the other queues of the read are read as
+	// usual. Never read as a part gone (State "expired").
 	Problem *RedoProblem
 }
 
 // RedoProblem is a redo-log entry whose part record is on its node but
-// cannot be read ([RedoQueueRead].Problem).
+// cannot be read, or is gone while the node lists the part undecided
+// ([RedoQueueRead].Problem).
 type RedoProblem struct {
 	Offset int64  // the entry's offset in its queue
 	PartID string // the part the entry names
@@ -135,7 +149,8 @@ func (p RedoProblem) String() string {
 // less than hold ms (the node's clock), and wait is the least time until
 // such a part of any queue is pending for hold (0: none held); problem is
 // {} or, when the entries stop before an entry whose part record cannot
-// be read (redoEntryLua), {offset, part id, record key, why}.
+// be read or is gone while its part is listed undecided (redoEntryLua),
+// {offset, part id, record key, why}.
 var redoBatchScript = newScript("redo-batch", false, redoEntryLua+luaFile("redo_batch.lua"))
 
 // ReadRedoBatch reads, in one atomic step on node, every queue named by
@@ -153,7 +168,8 @@ var redoBatchScript = newScript("redo-batch", false, redoEntryLua+luaFile("redo_
 // only decided attempts reads, so that an attempt refused after taking
 // has given its parts back by then (pgsync, "Refused attempts").
 //
-// An entry whose part record is on the node but cannot be read stops its
+// An entry whose part record is on the node but cannot be read, or is
+// gone while the node lists the part pending or set aside, stops its
 // queue likewise, reported in RedoQueueRead.Problem; it fails neither the
 // read nor the other queues (a read that failed for one bad record would
 // land nothing of the node, for as long as the record stays bad).
@@ -333,110 +349,6 @@ func (inv *Inventory) AckRedoBatch(ctx context.Context, nodeName, incarnation st
 		err = malformed(n, redoAckBatchScript, v, fmt.Sprintf("a list of %d acknowledged offsets (one per ack)", len(acks)))
 	}
 	return out, err
-}
-
-// PartSnapshot is a part's record on its node now, as [Inventory.PartStates]
-// reads it. (It was called PartState before that name went to the state
-// type, state.go.)
-type PartSnapshot struct {
-	// State is pending, confirmed or cancelled; PartMissing when the node
-	// holds no record of the part (it outlived inventory.retention, or the
-	// node lost it); [PartUnreadable] when it holds one that cannot be read
-	// (Problem says why): its state is unknown, and it is not missing.
-	State PartState
-	// SettledAt is when it was confirmed or cancelled (node clock); zero
-	// while pending, missing or unreadable.
-	SettledAt time.Time
-	// Problem is why the part's record cannot be read (a key of another
-	// type, a packed record whose state code is none), naming its key;
-	// "" when State is read. The other parts of the read are read as
-	// usual.
-	Problem string
-}
-
-// partStatesScript reads parts' states. KEYS: 1 stamp, 2.. part keys.
-// Returns {incarnation, per part {state, settled_at, problem}}: a part
-// whose record cannot be read (part_try) has state "" and problem why;
-// problem is "" for every other.
-var partStatesScript = newScript("part-states", false, luaFile("part_states.lua"))
-
-// PartStates returns the state of each part (like partIDs) on node, read
-// in one atomic step, and the node's incarnation at that moment. At most
-// 10000 parts per call. A part whose record is there but cannot be read
-// is [PartUnreadable], with [PartSnapshot].Problem naming its key and why:
-// it fails neither the call nor the other parts. With durability replica
-// or aof, what it read is on a replica when it returns, as for
-// [Inventory.ReadRedoBatch].
-func (inv *Inventory) PartStates(ctx context.Context, nodeName string, partIDs []string) (string, []PartSnapshot, error) {
-	if len(partIDs) > 10000 {
-		return "", nil, fmt.Errorf("%w: %d parts, at most 10000 per call", ErrInvalid, len(partIDs))
-	}
-	n, err := inv.ownNode(nodeName)
-	if err != nil {
-		return "", nil, err
-	}
-	keys := make([]string, len(partIDs))
-	for i, id := range partIDs {
-		keys[i] = partKey(id)
-	}
-	readOn := n.ServerRun() // before the read: the fence's check (durability.go)
-	v, err := inv.run(ctx, n, partStatesScript, keys)
-	if err != nil {
-		return "", nil, err
-	}
-	if err := inv.durableFence(ctx, n, readOn); err != nil { // durability.go
-		return "", nil, err
-	}
-	return decodePartStates(n.Name(), v, len(partIDs))
-}
-
-// decodePartStates reads partStatesScript's reply for k parts:
-// {incarnation, k × {state or "", settled_at ms or 0, problem or ""}}; a
-// part with a problem has no state.
-func decodePartStates(nodeName string, v any, k int) (string, []PartSnapshot, error) {
-	r := newReplyReader(nodeName, partStatesScript.name)
-	raw := r.list(v, 2)
-	if r.err != nil {
-		return "", nil, r.err
-	}
-	inc := r.str(raw, 0)
-	list := r.listAt(raw, 1, k)
-	if r.err != nil {
-		return "", nil, r.err
-	}
-	r.enter(1)
-	out := make([]PartSnapshot, len(list))
-	for i := range list {
-		t := r.listAt(list, i, 3)
-		if r.err != nil {
-			return "", nil, r.err
-		}
-		r.enter(i)
-		out[i] = readPartSnapshot(r, t)
-		r.leave()
-	}
-	r.leave()
-	if r.err != nil {
-		return "", nil, r.err
-	}
-	return inc, out, nil
-}
-
-// readPartSnapshot reads t, one part of partStatesScript's reply:
-// {state or "", settled_at ms or 0, problem or ""}, a problem only with
-// no state.
-func readPartSnapshot(r *replyReader, t []any) PartSnapshot {
-	s := PartSnapshot{State: PartState(r.str(t, 0)), Problem: r.str(t, 2)}
-	if ms := r.int(t, 1); ms > 0 {
-		s.SettledAt = time.UnixMilli(ms)
-	}
-	if s.Problem != "" {
-		if r.err == nil && s.State != PartMissing {
-			r.fail(0, "no state beside a problem", t[0])
-		}
-		s.State = PartUnreadable
-	}
-	return s
 }
 
 // RedoQueues returns the number of redo-log queues per node

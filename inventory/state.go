@@ -194,7 +194,9 @@ const (
 	// final).
 	PartCancelled PartState = "cancelled"
 	// PartUnreadable is what a read reports ([PartSnapshot].State) of a
-	// part whose record is on its node but cannot be read. It is no state
+	// part whose record is on its node but cannot be read, or is gone
+	// while the node lists the part pending or set aside (its record lost
+	// while it was pending: [Inventory.PartStatesAt]). It is no state
 	// a record stores (never written, never moved to or from) and not
 	// PartMissing: a consumer leaves what it knows of the part as it is
 	// until the record is repaired.

@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -9,13 +10,18 @@ import (
 // A pending stock part's record is lost (deleted, or its node lost
 // acknowledged writes) while its redo entry, its pending-index member
 // "queue:offset" and its units stay. A trim keeps the entry, whether a
-// consumer acknowledged it (max age 0) or it is older than the max age:
-// the index names the part by it, and once due the part is set aside,
-// listed stuck with its unit reserved. The trim read the missing record
-// as a part settled long ago and removed the entry; the member then named
-// no part, the expiry dropped it as a stale place, and the unit stayed
-// reserved for good, in no index. Once set aside, the entry goes.
-func TestTrimKeepsTheEntryOfAPartWhoseRecordIsLostUntilSetAside(t *testing.T) {
+// consumer acknowledged it (max age 0) or it is older than the max age,
+// for as long as the node lists the part undecided: the index names the
+// part by it, once due the part is set aside, listed stuck with its unit
+// reserved, and once its record is repaired a retry puts it back under
+// its place, where the expiry finds it by the entry and settles it. The
+// reads never report it as expired. Before, the trim read the missing
+// record as a part settled long ago and removed the entry (while
+// pending, and again once set aside); the member then named no part, the
+// expiry dropped it as a stale place, and the unit stayed reserved for
+// good, in no index; and the reads gave an "expired" entry and
+// PartMissing, which a consumer lands as final.
+func TestTrimKeepsTheEntryOfAPartWhoseRecordIsLostWhileListed(t *testing.T) {
 	t.Parallel() // it mostly waits a deadline out
 	e := newStagedEnv(t)
 	cl := e.clients["n1"]
@@ -32,17 +38,40 @@ func TestTrimKeepsTheEntryOfAPartWhoseRecordIsLostUntilSetAside(t *testing.T) {
 	id, m := en[0].PartID, fmt.Sprintf("%d:%d", q, r.Offset)
 	// the part's record lost, and its order's (a one-node order holds
 	// the part inline in it); the entry, the member and the unit stay
-	cl.Del(e.ctx, partKey(id), orderKey("lost-1"))
+	keys := []string{partKey(id), orderKey("lost-1")}
+	dumps := map[string]string{}
+	for _, k := range keys {
+		if d, err := cl.Dump(e.ctx, k).Result(); err == nil {
+			dumps[k] = d
+		}
+	}
+	cl.Del(e.ctx, keys...)
 	if _, err := e.inv.AckRedoLog(e.ctx, "n1", q, r.Offset); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Millisecond) // the entry older than the 1ms max age
-	for _, age := range []time.Duration{0, time.Millisecond} {
-		if n, err := e.inv.TrimRedoLog(e.ctx, "n1", age, 100); err != nil || n != 0 {
-			t.Fatalf("trim (max age %v) of an acknowledged entry whose part is indexed pending, its record lost: %d removed, %v; want none",
-				age, n, err)
+	kept := func(when string) {
+		t.Helper()
+		for _, age := range []time.Duration{0, time.Millisecond} {
+			if n, err := e.inv.TrimRedoLog(e.ctx, "n1", age, 100); err != nil || n != 0 {
+				t.Fatalf("%s: trim (max age %v) of an acknowledged entry whose part's record is lost: %d removed, %v; want none",
+					when, age, n, err)
+			}
+		}
+		// and no read reports the part expired
+		if en, err := e.inv.ReadRedoLog(e.ctx, "n1", q, r.Offset-1, 1); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: ReadRedoLog = %+v, %v; want ErrCorrupt naming the part, not an expired entry", when, en, err)
+		}
+		b, err := e.inv.ReadRedoBatch(e.ctx, "n1", "", []RedoCursor{{Queue: q, After: r.Offset - 1}}, 10, 0)
+		if err != nil || len(b.Queues) != 1 || len(b.Queues[0].Entries) != 0 || b.Queues[0].Problem == nil || b.Queues[0].Problem.PartID != id {
+			t.Errorf("%s: ReadRedoBatch = %+v, %v; want the queue stopped before the part, a Problem naming it", when, b, err)
+		}
+		_, st, err := e.inv.PartStatesAt(e.ctx, "n1", []RedoCursor{{Queue: q, After: r.Offset, PartID: id}})
+		if err != nil || st[0].State != PartUnreadable || st[0].Problem == "" {
+			t.Errorf("%s: PartStatesAt = %+v, %v; want PartUnreadable with why", when, st, err)
 		}
 	}
+	kept("listed pending")
 	time.Sleep(stagedTTL + 1500*time.Millisecond) // the deadline and the part's grace
 	n1, _ := e.r.Node("n1")
 	due, err := e.inv.DueParts(e.ctx, n1, 100)
@@ -64,7 +93,29 @@ func TestTrimKeepsTheEntryOfAPartWhoseRecordIsLostUntilSetAside(t *testing.T) {
 	if lvl, err := e.inv.GetStock(e.ctx, "a", "s"); err != nil || lvl.Reserved != 1 {
 		t.Errorf("stock %+v, %v; want the part's unit still reserved", lvl, err)
 	}
+	kept("set aside")
+	// the records repaired and the part retried: it is due under its
+	// place again, which names it, and settles by its order's decision
+	// (expired: cancelled)
+	for k, d := range dumps {
+		if err := cl.Restore(e.ctx, k, 0, d).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := e.inv.RetryStuck(e.ctx, "n1", id); err != nil || !ok {
+		t.Fatalf("RetryStuck = %v, %v", ok, err)
+	}
+	due, err = e.inv.DueParts(e.ctx, n1, 100)
+	if err != nil || len(due) != 1 || due[0].PartID != id {
+		t.Fatalf("due after the repair %+v, %v; want part %s, read at its place %s", due, err, id, m)
+	}
+	if _, err := e.inv.ResolveExpired(e.ctx, due[0]); err != nil {
+		t.Fatalf("ResolveExpired after the repair: %v", err)
+	}
+	if lvl, err := e.inv.GetStock(e.ctx, "a", "s"); err != nil || lvl.Reserved != 0 || lvl.Available != lvl.Loaded {
+		t.Errorf("stock %+v, %v; want the part's unit back", lvl, err)
+	}
 	if n, err := e.inv.TrimRedoLog(e.ctx, "n1", 0, 100); err != nil || n != 1 {
-		t.Errorf("trim after the part was set aside: %d removed, %v; want its entry", n, err)
+		t.Errorf("trim once the part settled: %d removed, %v; want its entry", n, err)
 	}
 }

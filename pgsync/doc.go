@@ -7,7 +7,8 @@
 // stock_movements holds one row per part: node, incarnation, queue,
 // redo_offset, part_id, order_id, route, sku, quantity, state (pending,
 // confirmed, cancelled; expired when the part's record outlived
-// inventory.retention before it was read; lost when its node lost it and
+// inventory.retention before it was read, never while the node lists the
+// part pending or set aside; lost when its node lost it and
 // was accepted with a new incarnation), reserved_at and settled_at (node
 // clock), reason (of a cancelled row: cancelled, expired or refused, see
 // [CancelReason]; NULL otherwise, or when the order's record could not
@@ -83,7 +84,17 @@
 // A part record that is on its node but cannot be read (a key of another
 // type, a packed record whose state code is none: corrupt data, repaired
 // by hand) is never read as a part gone, which would land or settle its
-// row as expired, a final state never revisited. Instead:
+// row as expired, a final state never revisited. Nor is a record gone
+// while the node lists its part pending (the pending index holds the
+// entry's place or the part's id) or set aside (the stuck index holds
+// its id): the part was pending when its record was lost (deleted,
+// evicted, lost with the node's writes), its units are reserved still,
+// and once the record is repaired the reconciler settles it by its
+// order's decision, perhaps confirmed (inventory/redolog.go, "What a trim
+// removes"). Landed expired, its units would count neither held nor sold
+// while the node held them, then sold. The node's reads report both alike
+// (the settle pass reads each part with its row's place,
+// inventory.PartStatesAt). Instead:
 //
 //	landing  the node's redo-log read (inventory.ReadRedoBatch) stops
 //	         that queue before the entry (RedoQueueRead.Problem), as it
@@ -222,7 +233,8 @@
 // the walk covers every part that settled before. What the log cannot
 // tell — entries trimmed unread, a node that went back to older data, a
 // record that outlived its retention (read missing: expired; a record
-// that is there but cannot be read is not missing, above), a part
+// that is there but cannot be read, or gone while its part is listed
+// pending or set aside, is not missing, above), a part
 // settled by a release without the log, a landing held up past its step
 // timeout — the next walk finds, at the latest settle_walk_interval
 // later.

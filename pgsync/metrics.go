@@ -112,11 +112,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"node"})
 	m.unreadable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "shardis_sync_unreadable_queues",
-		Help: "Queues of the node landed up to an entry whose part record is on the node but cannot be read (corrupt), and waiting there until it is repaired.",
+		Help: "Queues of the node landed up to an entry whose part record cannot be read (corrupt, or gone while the node lists the part pending or set aside), and waiting there until it is repaired.",
 	}, []string{"node"})
 	m.unreadableParts = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "shardis_sync_unreadable_parts",
-		Help: "Landed pending parts of the node whose record is on the node but cannot be read (corrupt): their rows stay pending until it is repaired.",
+		Help: "Landed pending parts of the node whose record cannot be read (corrupt, or gone while the node lists the part pending or set aside): their rows stay pending until it is repaired.",
 	}, []string{"node"})
 	if reg != nil {
 		reg.MustRegister(m.landed, m.settled, m.lag, m.delay, m.errors, m.dbUp, m.incarnations, m.generation,

@@ -247,15 +247,21 @@ type settleUpdate struct {
 // update for those no longer pending, and how many still are. A part the
 // node no longer holds is "expired" under the incarnation that landed it
 // (it outlived inventory.retention) and "lost" under a newer one. A part
-// whose record is there but cannot be read (inventory.PartUnreadable) is
-// left pending, and reported (noteUnreadableParts): the others are
-// written as usual.
+// whose record is there but cannot be read, or is gone while the node
+// lists the part pending or set aside (inventory.PartUnreadable: its
+// record lost while it was pending, its units reserved still), is left
+// pending, and reported (noteUnreadableParts): the others are written as
+// usual.
 func (w *worker) recheck(ctx context.Context, list []pendingRow) (upd settleUpdate, pending int64, err error) {
-	ids := make([]string, len(list))
+	// each part with its row's place: a part whose record is gone while
+	// the node lists it pending (by that place, or by id) or set aside
+	// reads unreadable, not missing (its units are reserved still), and
+	// stays pending (inventory.PartStatesAt)
+	parts := make([]inventory.RedoCursor, len(list))
 	for i, r := range list {
-		ids[i] = r.part
+		parts[i] = inventory.RedoCursor{Queue: int(r.key.queue), After: r.key.off, PartID: r.part}
 	}
-	nodeInc, states, err := w.s.inv.PartStates(ctx, w.node, ids)
+	nodeInc, states, err := w.s.inv.PartStatesAt(ctx, w.node, parts)
 	if err != nil {
 		return upd, 0, err
 	}

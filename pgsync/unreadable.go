@@ -14,7 +14,9 @@ import (
 // follows the others. Each is logged when it appears or changes, again
 // every unreadableLogEvery while it lasts, and once when the record reads
 // again; shardis_sync_unreadable_queues and shardis_sync_unreadable_parts
-// count them.
+// count them. A record gone while its node lists the part pending or set
+// aside (its record lost while it was pending: its units are reserved
+// still) is read and followed the same way (inventory.PartStatesAt).
 const unreadableLogEvery = 5 * time.Minute
 
 // unreadable is what a worker found unreadable, by key (a queue number, a
@@ -93,8 +95,9 @@ func (w *worker) noteUnreadableQueue(q inventory.RedoQueueRead, pos int64) {
 	if p := q.Problem; p != nil {
 		w.s.m.setUnreadable(w.node, q.Queue, true)
 		if w.unreadQ.note(q.Queue, p.Why, p.Offset, time.Now()) {
-			w.s.log.Warn("REDO ENTRY UNREADABLE: the part record of the queue's next entry is on the node but cannot be read "+
-				"(corrupt: repair it by hand); the queue is landed up to it and waits there, the node's other queues land as usual",
+			w.s.log.Warn("REDO ENTRY UNREADABLE: the part record of the queue's next entry cannot be read (corrupt, or gone "+
+				"while the node lists the part pending or set aside: repair it by hand); the queue is landed up to it and waits "+
+				"there, the node's other queues land as usual",
 				"node", w.node, "incarnation", w.inc, "queue", q.Queue, "offset", p.Offset, "part", p.PartID, "key", p.Key, "why", p.Why)
 		}
 		return
@@ -120,8 +123,9 @@ func (w *worker) noteUnreadableParts(list []pendingRow, states []inventory.PartS
 		switch {
 		case s.State == inventory.PartUnreadable:
 			if w.unreadP.note(r.part, s.Problem, 0, now) {
-				w.s.log.Warn("PART RECORD UNREADABLE: a landed pending part's record is on its node but cannot be read "+
-					"(corrupt: repair it by hand); its row stays pending until it reads again, the node's other rows follow their parts",
+				w.s.log.Warn("PART RECORD UNREADABLE: a landed pending part's record cannot be read (corrupt, or gone while "+
+					"the node lists the part pending or set aside: repair it by hand); its row stays pending until it reads "+
+					"again, the node's other rows follow their parts",
 					"node", w.node, "part", r.part, "order", r.order, "incarnation", r.key.inc, "queue", r.key.queue,
 					"offset", r.key.off, "why", s.Problem)
 			}

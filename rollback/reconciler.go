@@ -68,9 +68,9 @@ type Settings struct {
 	// TrimAge, when > 0, also trims settled redo-log entries older than it
 	// that no consumer acknowledged. 0 never trims an unacknowledged entry.
 	// Whatever its age, the entry of a part whose record is gone while the
-	// node's pending index lists the part is kept (it is pending, its
-	// record lost) until the expiry sets the part aside
-	// (inventory.TrimRedoLog).
+	// node lists the part pending or set aside is kept (it is pending, its
+	// record lost; a retry after a repair puts it back under its entry's
+	// place) while it is listed (inventory.TrimRedoLog).
 	// The node keeps ages in whole milliseconds: above 0 and under 1ms it
 	// is 1ms.
 	// default: 0 (never)

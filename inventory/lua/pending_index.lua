@@ -35,3 +35,18 @@ local function pend_id(m)
   if not q then return m end
   return redo_at(PFX_REDO .. q, tonumber(off))
 end
+-- pend_listed(xk, offS, id) reports whether part id, whose redo-log entry
+-- is at offset offS (as pend_pos takes it; nil: not known) of queue xk,
+-- is listed undecided on this node: the pending index holds its place or
+-- its id, or the stuck index (inv:stuck, stuck.go) its id. A part whose
+-- record is gone while it is listed is a pending part whose record was
+-- lost (deleted, evicted, lost with the node's writes): its units are
+-- reserved still and it may settle yet (a repaired record, retried),
+-- never a part settled long ago whose record lived out its retention
+-- (redolog.go, "What a trim removes"). A caller that takes offS from
+-- anything but the entry itself checks the entry at offS names id.
+local function pend_listed(xk, offS, id)
+  if offS and redis.call('ZSCORE', PENDING, pend_pos(xk, offS)) then return true end
+  if redis.call('ZSCORE', PENDING, id) then return true end
+  return redis.call('ZSCORE', 'inv:stuck', id) ~= false
+end

@@ -28,9 +28,10 @@ for k = 4, #KEYS do
   if rewound == 0 and head > after and left > 0 then
     local e = redo_range(key, after, left, head, first)
     for i = 1, #e, 2 do
-      local entry, pk, why = redoEntry(e[i], e[i + 1])
+      local entry, pk, why = redoEntry(e[i], e[i + 1], key)
       if not entry then
-        -- a part record that cannot be read ends the queue's entries
+        -- a part record that cannot be read, or is gone while its part
+        -- is listed undecided (redoEntry), ends the queue's entries
         -- there, as a held one does (the consumer's position stays a
         -- prefix), and is reported; the other queues are read as usual
         problem = {tonumber(e[i + 1]), e[i], pk, why}

@@ -20,8 +20,9 @@ end
 local e = redo_range(KEYS[3], after, tonumber(ARGV[5]), head, first)
 local out = {}
 for i = 1, #e, 2 do
-  local entry, pk, why = redoEntry(e[i], e[i + 1])
-  -- a part record that cannot be read: the read fails naming it (and the
+  local entry, pk, why = redoEntry(e[i], e[i + 1], KEYS[3])
+  -- a part record that cannot be read, or is gone while its part is
+  -- listed undecided (redoEntry): the read fails naming it (and the
   -- entry), never an entry read as expired, nor a WRONGTYPE naming nothing
   if not entry then
     return redis.error_reply('SHARDIS_CORRUPT ' .. KEYS[3] .. ' offset ' .. e[i + 1] .. ': part ' .. e[i] ..
