@@ -28,7 +28,7 @@ func TestLimitLoweredAfterAFastClocksChange(t *testing.T) {
 	}
 	// the instance 3 s ahead: LoadStock(d, t, 0, 5) as it runs there
 	ahead := time.Now().Add(3 * time.Second).UnixMilli()
-	if took, failed, _ := e.inv.loadShares(e.ctx, set, stockKey("d", "t"), map[string]int64{"n1": 0}, 5, ahead, true); len(failed) > 0 || len(took) != 2 {
+	if took, failed, _, _ := e.inv.loadShares(e.ctx, set, stockKey("d", "t"), map[string]int64{"n1": 0}, 5, ahead, true); len(failed) > 0 || len(took) != 2 {
 		t.Fatalf("the fast instance's limit change: took %d, failed %v", len(took), failed)
 	}
 	time.Sleep(time.Second) // the operator changes it again a second later

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -37,7 +38,9 @@ import (
 // the load is added or never will be, and what GetStock reads is all the
 // load added: the error says so, and the advice to load what is missing
 // adds each missing unit once. A caller whose context ends first is told
-// the time to wait for instead.
+// the time to wait for instead. A call that ran already and could not be
+// confirmed (ErrNotDurable, an unreadable reply: mayStillLand) lands no
+// later, so it is not waited for.
 
 // loadWindow is how long after its node's clock was read a load call may
 // still add its share: above client.command_timeout's default (1s), so a
@@ -95,10 +98,25 @@ func awaitLoadSettled(ctx context.Context, began time.Time) bool {
 	}
 }
 
+// mayStillLand reports whether a load call that failed with err may still
+// reach its node: its outcome is unknown (outcomeUnknown) and the call did
+// not run already (a script that ran on the master but no replica
+// acknowledged, [ErrNotDurable], or whose reply could not be read,
+// [ErrMalformedReply], is there or lost with a failover: it lands no
+// later).
+func mayStillLand(err error) bool {
+	return outcomeUnknown(err) && !errors.Is(err, ErrNotDurable) && !errors.Is(err, ErrMalformedReply)
+}
+
 // lateAdvice is what loadFailed says of the nodes named maybe (their
-// share's outcome unknown), settled telling whether loadSettled(began)
+// share's outcome unknown), inFlight telling whether a call of theirs may
+// still be on its way (mayStillLand), settled whether loadSettled(began)
 // has passed.
-func lateAdvice(maybe string, began time.Time, settled bool) string {
+func lateAdvice(maybe string, began time.Time, inFlight, settled bool) string {
+	if !inFlight {
+		return fmt.Sprintf("; %s ran the load but it could not be confirmed (not acknowledged by a replica, or its reply unreadable): "+
+			"their share is on the node unless a failover lost it, and GetStock shows it", maybe)
+	}
 	if settled {
 		return fmt.Sprintf("; %s may have added their share too (outcome unknown); no call of this load adds anything after its deadline "+
 			"(the node's clock when it was sent plus %v), which has passed, so GetStock now shows all it added", maybe, loadWindow)

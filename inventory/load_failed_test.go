@@ -31,7 +31,7 @@ func TestLoadFailedSaysWhatWasAdded(t *testing.T) {
 		{"nothing added", nil, nil, false,
 			[]string{`sku "s" (route "r")`, "no unit was added: the same call may be retried"}},
 	} {
-		err := loadFailed("r", "s", 30, share, c.took, failed, c.maybe, lateAdvice(strings.Join(c.maybe, ", "), time.Now(), true), "")
+		err := loadFailed("r", "s", 30, share, c.took, failed, c.maybe, lateAdvice(strings.Join(c.maybe, ", "), time.Now(), true, true), "")
 		if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrPartlyApplied) != c.partly {
 			t.Errorf("%s: %v: ErrUnavailable %v, ErrPartlyApplied %v; want true, %v", c.name, err,
 				errors.Is(err, ErrUnavailable), errors.Is(err, ErrPartlyApplied), c.partly)
@@ -92,6 +92,28 @@ func TestLoadFailedKeepsTheNodesErrorClasses(t *testing.T) {
 			if !strings.Contains(err.Error(), f.Error()) {
 				t.Errorf("%s: %q does not name the failure %q", c.name, err, f)
 			}
+		}
+	}
+}
+
+// A load call whose outcome is unknown is waited out only when it may
+// still reach its node: one that ran on the master without a replica's
+// acknowledgement (ErrNotDurable) or whose reply could not be read ran
+// already. Before, LoadStock
+// waited its calls' deadlines out after an unacknowledged load too (about
+// 4 s), and the Reserves that followed it in TestDurabilityReplicaWithoutReplica
+// met their caller's deadline.
+func TestLoadWaitsOnlyForCallsThatMayStillLand(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("%w: node n1: read tcp: i/o timeout", ErrUnavailable), true},
+		{fmt.Errorf("%w: node n1: %w", ErrUnavailable, ErrNotDurable), false},
+		{fmt.Errorf("%w: node n1: a reply of the wrong shape", ErrMalformedReply), false},
+	} {
+		if got := mayStillLand(c.err); got != c.want {
+			t.Errorf("mayStillLand(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }

@@ -132,7 +132,7 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 	}
 	share := shares(targets, qty)
 	began := time.Now() // before loadShares reads the nodes' clocks
-	took, failed, maybe := inv.loadShares(ctx, set, stockKey(route, sku), share, perUserLimit, ver, mustReach)
+	took, failed, maybe, inFlight := inv.loadShares(ctx, set, stockKey(route, sku), share, perUserLimit, ver, mustReach)
 	if perUserLimit > 0 {
 		inv.limited.mark(stockRef{route, sku}) // soldout.go, "Per-user limits"
 	}
@@ -148,7 +148,7 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 	if perUserLimit >= 0 && (len(failed) > 0 || !mustReach) {
 		inv.recordLimitTodo(context.WithoutCancel(ctx), took, route, sku, perUserLimit, ver)
 	}
-	settled := len(maybe) == 0 || awaitLoadSettled(ctx, began) // (load_deadline.go)
+	settled := !inFlight || awaitLoadSettled(ctx, began) // (load_deadline.go)
 	level, gerr := inv.GetStock(ctx, route, sku)
 	if len(failed) > 0 {
 		what := ""
@@ -160,7 +160,7 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 		for i, n := range took {
 			names[i] = n.Name()
 		}
-		return level, loadFailed(route, sku, qty, share, names, failed, maybe, lateAdvice(strings.Join(maybe, ", "), began, settled), what)
+		return level, loadFailed(route, sku, qty, share, names, failed, maybe, lateAdvice(strings.Join(maybe, ", "), began, inFlight, settled), what)
 	}
 	if gerr != nil && qty > 0 {
 		// Every target took its share; a node of the route read
@@ -308,13 +308,14 @@ func shares(targets []*node.Node, qty int64) map[string]int64 {
 // wrapping the node's error, or ErrUnavailable for a node passed over as
 // not usable), and the targets among those whose call may have
 // run all the same (outcomeUnknown: a timeout, a connection cut), so
-// their share may be on the node. With mustReach, a node that is neither a
+// their share may be on the node, inFlight telling whether one of those
+// calls may still be on its way (mayStillLand). With mustReach, a node that is neither a
 // target (drained for the route) nor usable any longer is one that failed:
 // limitReaches found every node usable, and a drained node still keeps the
 // quota counters of the users it owns in the route (quotaNode), so a
 // limit change it missed must be named and recorded (recordLimitTodo), not
 // passed over.
-func (inv *Inventory) loadShares(ctx context.Context, set *router.Set, key string, share map[string]int64, limitArg, ver int64, mustReach bool) (took []*node.Node, failed []error, maybe []string) {
+func (inv *Inventory) loadShares(ctx context.Context, set *router.Set, key string, share map[string]int64, limitArg, ver int64, mustReach bool) (took []*node.Node, failed []error, maybe []string, inFlight bool) {
 	var calls []scriptCall
 	for _, n := range set.Nodes() {
 		add, isTarget := share[n.Name()]
@@ -344,12 +345,13 @@ func (inv *Inventory) loadShares(ctx context.Context, set *router.Set, key strin
 			failed = append(failed, fmt.Errorf("%s (share %v): %w", calls[k].n.Name(), calls[k].args[0], r.err))
 			if share[calls[k].n.Name()] > 0 && outcomeUnknown(r.err) {
 				maybe = append(maybe, calls[k].n.Name())
+				inFlight = inFlight || mayStillLand(r.err)
 			}
 			continue
 		}
 		took = append(took, calls[k].n)
 	}
-	return took, failed, maybe
+	return took, failed, maybe, inFlight
 }
 
 // limitIs reports whether every node of route that answers holds limit as
