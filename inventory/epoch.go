@@ -395,12 +395,14 @@ func (inv *Inventory) readRecords(ctx context.Context, nodes []*node.Node) (recs
 }
 
 // writeRecord writes rec on the named node by compare-and-set on expect
-// (see topoWriteScript).
+// (see topoWriteScript), at any incarnation: an instance writes a peer's
+// record, read with the peer's incarnation.
 func (inv *Inventory) writeRecord(ctx context.Context, name, expect string, rec topology.Record) error {
 	n, err := inv.r.Node(name)
 	if err != nil {
 		return err
 	}
+	rec.Incarnation = ""
 	return writeRecord(ctx, inv, n, expect, rec)
 }
 

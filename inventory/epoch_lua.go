@@ -30,13 +30,17 @@ var identityLua = luaFile("lib_identity.lua")
 // keyTopology is the topology record hash on every inventory node.
 const keyTopology = node.TopologyKey
 
-// topoReadScript returns {stamp epoch token, record fields as a flat list}.
+// topoReadScript returns {stamp epoch token, record fields as a flat list,
+// stamp incarnation}.
 var topoReadScript = newBareScript("topo-read", identityLua+luaFile("topo_read.lua"))
 
 // topoWriteScript moves a node to a token by compare-and-set.
 // ARGV: 2 expected token ("" = the node has none), 3 new token, 4 epoch,
 // 5 current topology JSON, 6 previous topology JSON (""), 7 phase, 8 the
-// apply's attempt id (topology.Record.Attempt; "" writes none).
+// apply's attempt id (topology.Record.Attempt; "" writes none), 9 the
+// stamp incarnation the write expects (topology.Record.Incarnation; ""
+// any): otherwise refused (SHARDIS_EPOCH), unless the record is stable at
+// token 3 already.
 // Writing the token the node already has only moves its phase from
 // migrating to stable (never back) and gives a record without an attempt
 // ARGV 8's, or writes the record again when it was lost; it is refused
@@ -52,11 +56,11 @@ func readRecord(ctx context.Context, n *node.Node) (topology.Record, error) {
 	}
 	rec := topology.Record{Node: n.Name()}
 	r := newReplyReader(n.Name(), "topology-read")
-	raw := r.list(v, 2)
+	raw := r.list(v, 3)
 	if r.err != nil {
 		return rec, r.err
 	}
-	rec.Token = r.str(raw, 0)
+	rec.Token, rec.Incarnation = r.str(raw, 0), r.str(raw, 2)
 	flat := r.pairsAt(raw, 1, "field, value pairs")
 	r.enter(1)
 	f := map[string]string{}
@@ -108,7 +112,8 @@ func readRecord(ctx context.Context, n *node.Node) (topology.Record, error) {
 }
 
 // writeRecord runs topoWriteScript on n: it writes rec (its Token, Epoch,
-// Current, Prev, Phase and Attempt; not its Node) when n is at expect,
+// Current, Prev, Phase and Attempt; not its Node) when n is at expect
+// (and, when rec.Incarnation is set, at that incarnation: topoWriteScript),
 // with inv's durability wait (durability.go, "Bare writes").
 func writeRecord(ctx context.Context, inv *Inventory, n *node.Node, expect string, rec topology.Record) error {
 	cj, _ := json.Marshal(rec.Current)
@@ -118,7 +123,7 @@ func writeRecord(ctx context.Context, inv *Inventory, n *node.Node, expect strin
 		pj = string(b)
 	}
 	v, err := inv.runBare(ctx, n, topoWriteScript, "topo-write", []string{stampKey, keyTopology},
-		n.Name(), expect, rec.Token, rec.Epoch, string(cj), pj, string(rec.Phase), rec.Attempt)
+		n.Name(), expect, rec.Token, rec.Epoch, string(cj), pj, string(rec.Phase), rec.Attempt, rec.Incarnation)
 	if err != nil {
 		return nodeErr(n, err)
 	}

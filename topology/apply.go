@@ -418,9 +418,22 @@ func lostElsewhere(name string, rec, cur Record) string {
 
 // migrate runs steps 3 and 4 at token tok. When counters are still held
 // by pending parts after opts.Wait, it returns with the phase still
-// migrating (Waiting counts them).
+// migrating (Waiting counts them). Step 4 writes a node stable only at
+// the incarnation it read from it before step 3 began (Record.
+// Incarnation): a node accepted since holds a copy of its data that may
+// be from before step 3 moved its counters off it (doc.go, "A copy taken
+// during step 3"), and the write refused, a rerun brings it forward.
 func (a *applier) migrate(ctx context.Context, tok string) (Report, error) {
 	c := a.change(tok)
+	nodes := Union(a.rep.From.Nodes(), a.to.Nodes())
+	inc := map[string]string{}
+	for _, name := range nodes {
+		rec, err := a.d.Read(ctx, name)
+		if err != nil {
+			return a.rep, fmt.Errorf("reading %s before step 3 (run apply again to resume): %w", name, err)
+		}
+		inc[name] = rec.Incarnation
+	}
 	m, migrating, err := a.d.Relocate(ctx, c)
 	a.rep.add(m)
 	if err != nil {
@@ -452,10 +465,10 @@ func (a *applier) migrate(ctx context.Context, tok string) (Report, error) {
 		}
 	}
 	from := a.rep.From
-	for _, name := range Union(a.rep.From.Nodes(), a.to.Nodes()) {
+	for _, name := range nodes {
 		// whole, for a node whose record was lost meanwhile (Write writes
-		// it again)
-		stable := Record{Node: name, Epoch: a.rep.ToEpoch, Token: tok, Current: a.to, Prev: &from, Phase: PhaseStable, Attempt: a.attempt}
+		// it again); at the incarnation read before step 3
+		stable := Record{Node: name, Epoch: a.rep.ToEpoch, Token: tok, Current: a.to, Prev: &from, Phase: PhaseStable, Attempt: a.attempt, Incarnation: inc[name]}
 		if err := a.d.Write(ctx, name, tok, stable); err != nil {
 			return a.rep, fmt.Errorf("writing %s stable at epoch %d (run apply again to resume): %w", name, a.rep.ToEpoch, err)
 		}

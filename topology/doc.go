@@ -107,11 +107,14 @@
 // resume's own step 3 would finish those transfers once the node is
 // bumped (their in a no-op on the destination's marker, their done
 // subtracting the units again), but a concurrent apply of the same
-// change whose step 3 had passed the node before it went back writes it
-// stable as soon as it is bumped, and then no run reads it again: the
+// change whose step 3 had passed the node before it went back wrote it
+// stable as soon as it was bumped, and then no run read it again: the
 // units stayed on it, counted on their destination too (the schedule
 // explorer's seed 168235: the resume died after its bump, or after its
-// transfer's out on the node).
+// transfer's out on the node). Since step 4 writes a node stable only at
+// the incarnation read before its step 3 began ("A copy taken during
+// step 3"), that apply's step 4 refuses such a node (accepted since),
+// unless the resume wrote it stable first.
 //
 // A node that went back. A node restored from an older copy of its data
 // and accepted (`shardis node accept`) may hold the record of an earlier
@@ -250,15 +253,26 @@
 // from a copy; the take back finds each counter of such a node emptied
 // by its transfer's done, and writes nothing. Not closed: order records
 // step 3 moved off or onto the node after its copy was taken (a moved
-// record live on it again, one installed on it lost); and such a copy
-// that comes back, accepted unfenced, once step 3 has passed the node
-// but before step 4 writes it stable: step 4 writes it stable as it is
-// (nothing in its record tells it from the node step 3 wrote), so the
-// counters step 3 had moved off it stay there, counted on their
-// destination too, and the apply reports itself applied (reproduced on
-// real nodes while fixing the explorer's seed 168235; what would close
-// it: a stable write refused on a node whose incarnation changed since
-// step 3 began, which a rerun would then bring forward).
+// record live on it again, one installed on it lost).
+//
+// Such a copy may also come back, accepted unfenced, within one apply:
+// once its step 3 has passed the node, before its step 4 writes it
+// stable. Nothing in the node's record tells it from the node step 3
+// wrote, so step 4 wrote it stable as it was: the counters step 3 had
+// moved off it stayed there, counted on their destination too, and a
+// rerun reported the topology applied (10 units of a SKU on both n2 and
+// n3; TestStableRefusedOnACopyTakenDuringStep3AcceptedBeforeStep4). So
+// step 4 writes a node stable only at the incarnation the apply read
+// from it just before its step 3 began ([Record.Incarnation]: an accept
+// gives the node a new one, router.AcceptNode), compared on the node in
+// the script that writes (a record stable at the token already is left
+// as it is). A node accepted since is refused, and the apply fails; its
+// rerun finds step 3 ended (a node written stable before it) and brings
+// the node forward, with the take back above, or, when no node was
+// written stable yet, resumes, and its step 3 finishes the transfers
+// off the node (the rerun rule). A node accepted since whose copy step
+// 3 did see is refused too: its move forward finds nothing to take
+// back.
 //
 // Stale counters on a joining node. Counters the take back leaves (their
 // transfer's marker gone, expired or never written; a stock hash with

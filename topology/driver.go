@@ -70,7 +70,11 @@ type Driver interface {
 	// it only moves the phase from migrating to stable, never back, and
 	// gives a record without an attempt rec.Attempt; it fails when
 	// rec.Attempt names another attempt than the record's). Otherwise it
-	// fails and the node is unchanged.
+	// fails and the node is unchanged. When rec.Incarnation is set, it
+	// also fails, the node unchanged, unless the node is at that
+	// incarnation (Record.Incarnation) or its record is stable at
+	// rec.Token already (nothing to write): step 4 writes a node stable
+	// only at the incarnation read before step 3 began.
 	Write(ctx context.Context, node, expect string, rec Record) error
 	// Pending returns how many parts are pending on the named node.
 	Pending(ctx context.Context, node string) (int, error)

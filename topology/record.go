@@ -78,6 +78,14 @@ type Record struct {
 	Fenced bool
 	// Held is the token under a fenced record's fence ("" otherwise).
 	Held string
+	// Incarnation is the node's stamp incarnation when its record was
+	// read ([Driver.Read]; "" when the driver tells none): a new one each
+	// time the node is accepted (router.AcceptNode), so a node restored
+	// from a copy of its data since has another. Given to [Driver.Write]
+	// with a record of phase stable, the write is refused unless the node
+	// is still at it (step 4: doc.go, "A copy taken during step 3");
+	// Apply sets it on those writes only.
+	Incarnation string
 }
 
 // Initial is the record of a topology's first epoch: epoch 1, stable, no
