@@ -101,8 +101,10 @@ import (
 // it, the place names no part and is dropped as a stale member, the
 // units reserved for good and nothing reported. So such an entry stays,
 // and the queue's trim stops at it, as at a pending part, until the part
-// is settled (a set-aside part no longer listed is one the operator's
-// data repair settled). A record that is there but cannot be read stops
+// is settled: by its repaired record, or, set aside, by the operator's
+// values of what the record held ([Inventory.SettleStuckLost]), which
+// write its record settled (the entry then reads as settled, in that
+// state, and goes once acknowledged). A record that is there but cannot be read stops
 // the trim too (its part may be pending). lua/redo_write.lua's trim op is
 // the one place this is decided.
 //

@@ -40,9 +40,12 @@ var ErrPrecondition = errors.New("precondition failed")
 //   - a part not set aside (never, or settled or retried since): an error
 //     wrapping [ErrPrecondition] naming the state its record holds;
 //   - a part whose own record is gone (nothing says which order or
-//     counter its units are of): [ErrPrecondition], saying so; one whose
-//     record cannot be read: the read's error (wrapping [ErrCorrupt] for
-//     a record that cannot be decoded, naming it);
+//     counter its units are of): [ErrPrecondition], saying so and naming
+//     the way out, [Inventory.SettleStuckLost] with the route, SKU and
+//     quantity the record held (`shardis parts settle --route R --sku S
+//     --qty N`); one whose record cannot be read: the read's error
+//     (wrapping [ErrCorrupt] for a record that cannot be decoded, naming
+//     it);
 //   - a part whose order's record exists (or cannot be read), of the
 //     part's attempt or of another begun before the part came due: its
 //     decision is the record's, and `shardis parts retry` lets the
@@ -136,9 +139,10 @@ func (inv *Inventory) stuckGoneOrder(ctx context.Context, n *node.Node, partID s
 			"repair it first (shardis parts stuck shows the problem): %w", n.Name(), partID, err)
 	}
 	if len(fields) == 0 {
-		return "", nil, fmt.Errorf("%w: node %s: part %q is set aside but its record %s is gone: nothing tells its order, "+
-			"its counter or its units, so there is nothing to settle (audit the SKU's stock, shardis stock get)",
-			ErrPrecondition, n.Name(), partID, partKey(partID))
+		return "", nil, fmt.Errorf("%w: node %s: part %q is set aside but its record %s is gone: nothing on the node tells its "+
+			"order, its SKU or its units; settle it with the route, SKU and quantity its record held, read from the system of "+
+			"record (pgsync's row of the part, the order): shardis parts settle --route R --sku S --qty N %s '%s' confirm|cancel",
+			ErrPrecondition, n.Name(), partID, partKey(partID), n.Name(), partID)
 	}
 	orderID := fields["order"]
 	if orderID == "" {

@@ -91,7 +91,10 @@
 // evicted, lost with the node's writes), its units are reserved still,
 // and once the record is repaired the reconciler settles it by its
 // order's decision, perhaps confirmed (inventory/redolog.go, "What a trim
-// removes"). Landed expired, its units would count neither held nor sold
+// removes"), or, set aside, an operator settles it by the route, SKU and
+// quantity its row (or the order) holds (inventory.SettleStuckLost,
+// `shardis parts settle --route R --sku S --qty N`): its record is then
+// written settled, so its entry lands, or its row settles, in that state. Landed expired, its units would count neither held nor sold
 // while the node held them, then sold. The node's reads report both alike
 // (the settle pass reads each part with its row's place,
 // inventory.PartStatesAt). Instead:

@@ -116,25 +116,16 @@ FROM stock_movements WHERE node = $1 AND route = $2 AND sku = $3`, node, route, 
 	return pending, confirmed
 }
 
-// TestRowOfAPartWhoseRecordIsLostWaitsForItsDecision: a pending part
-// whose record is lost (deleted, evicted) keeps its units reserved: the
-// reconciler sets it aside, and once the record is repaired and the part
-// retried it settles by its order's decision, here confirmed. The
-// database follows: a row landed pending stays pending, an entry not
-// landed yet stops its queue (reported as an unreadable record), and once
-// the part is confirmed both rows are confirmed, the database's totals
-// those of the node's counters. Before, the entry landed expired and the
-// landed row was written expired, for good: the units counted neither
-// held nor sold while the node held them reserved, then sold. And the
-// repaired part was never confirmed: its redo entry, landed and
-// acknowledged, was trimmed once the part was set aside, so the retry put
-// it back under a place that named no part, and the reconciler dropped it
-// from the pending index, its units reserved for good.
-func TestRowOfAPartWhoseRecordIsLostWaitsForItsDecision(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, false)
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
-	defer cancel()
+// lostPartsSetAside reserves two orders over several nodes and loses a
+// part record of each while pending: early's before the sync reads its
+// entry, late's once its row landed pending. It checks the rows wait
+// (none for early, pending for late, each reported unreadable), confirms
+// both orders and waits until both parts are set aside, their units
+// reserved. It returns the sync's metrics and rowsWait, which checks the
+// rows still wait.
+func (e *env) lostPartsSetAside(ctx context.Context) (m *pgsync.Metrics, early, late lostPart, rowsWait func(when string)) {
+	t := e.t
+	t.Helper()
 	for i := range 8 {
 		e.loadStock("all", fmt.Sprintf("k%d", i), 1000)
 	}
@@ -149,16 +140,16 @@ func TestRowOfAPartWhoseRecordIsLostWaitsForItsDecision(t *testing.T) {
 	}
 	// early: its record lost before the sync reads its entry
 	reserve("o-early", 0)
-	early := e.partOfOrder(ctx, "o-early", nil)
+	early = e.partOfOrder(ctx, "o-early", nil)
 	e.loseRecord(ctx, &early)
 	// late: landed pending (and acknowledged), then its record lost
 	reserve("o-late", 1)
-	late := e.partOfOrder(ctx, "o-late", &early)
-	m := pgsync.NewMetrics(nil)
+	late = e.partOfOrder(ctx, "o-late", &early)
+	m = pgsync.NewMetrics(nil)
 	e.syncer(m)
 	waitFor(t, 20*time.Second, "o-late's part landed pending", func() bool { return e.partRowState(ctx, late.node, late.id) == "pending" })
 	e.loseRecord(ctx, &late)
-	rowsWait := func(when string) {
+	rowsWait = func(when string) {
 		t.Helper()
 		walks := m.Walks()
 		waitFor(t, 20*time.Second, "three more walks", func() bool { return m.Walks() >= walks+3 })
@@ -193,6 +184,29 @@ func TestRowOfAPartWhoseRecordIsLostWaitsForItsDecision(t *testing.T) {
 			t.Fatalf("node %s reserves %d of %s; want at least part %s's %d", lp.node, res, lp.p.sku, lp.id, lp.p.qty)
 		}
 	}
+	return m, early, late, rowsWait
+}
+
+// TestRowOfAPartWhoseRecordIsLostWaitsForItsDecision: a pending part
+// whose record is lost (deleted, evicted) keeps its units reserved: the
+// reconciler sets it aside, and once the record is repaired and the part
+// retried it settles by its order's decision, here confirmed. The
+// database follows: a row landed pending stays pending, an entry not
+// landed yet stops its queue (reported as an unreadable record), and once
+// the part is confirmed both rows are confirmed, the database's totals
+// those of the node's counters. Before, the entry landed expired and the
+// landed row was written expired, for good: the units counted neither
+// held nor sold while the node held them reserved, then sold. And the
+// repaired part was never confirmed: its redo entry, landed and
+// acknowledged, was trimmed once the part was set aside, so the retry put
+// it back under a place that named no part, and the reconciler dropped it
+// from the pending index, its units reserved for good.
+func TestRowOfAPartWhoseRecordIsLostWaitsForItsDecision(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	_, early, late, rowsWait := e.lostPartsSetAside(ctx)
 	// a trim, as the reconciler's (every 5 passes): late's entry is
 	// acknowledged, its record gone, its part no longer in the pending
 	// index
@@ -217,6 +231,60 @@ func TestRowOfAPartWhoseRecordIsLostWaitsForItsDecision(t *testing.T) {
 		})
 		waitFor(t, 20*time.Second, "part "+lp.id+"'s row confirmed", func() bool { return e.partRowState(ctx, lp.node, lp.id) == "confirmed" })
 	}
+	for _, lp := range []lostPart{early, late} {
+		waitFor(t, 20*time.Second, "the database's totals of "+lp.node+"/"+lp.p.sku+" at the node's counters", func() bool {
+			res, conf := e.nodeCounters(ctx, lp.node, lp.p.route, lp.p.sku)
+			pend, sold := e.dbTotals(ctx, lp.node, lp.p.route, lp.p.sku)
+			return res == pend && conf == sold
+		})
+	}
+}
+
+// TestRowOfAPartWhoseRecordIsLostLandsTheOperatorsDecision: a part whose
+// record was lost while pending, set aside, is settled by an operator
+// with the route, SKU and quantity its record held (SettleStuckLost, as
+// pgsync's row of it, or the order, tells them): early's confirmed, late's
+// cancelled. The database follows: early's entry, which stopped its
+// queue, lands confirmed and the queue moves on (an order reserved after
+// lands too), late's pending row is cancelled, and the database's totals
+// are the node's counters. Before, nothing but a hand-made record settled
+// such a part: the queue stayed stopped, the row pending, the units
+// reserved.
+func TestRowOfAPartWhoseRecordIsLostLandsTheOperatorsDecision(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	_, early, late, rowsWait := e.lostPartsSetAside(ctx)
+	rowsWait("set aside")
+	for _, s := range []struct {
+		lp     lostPart
+		action inventory.Action
+	}{{early, inventory.Confirm}, {late, inventory.Cancel}} {
+		res, err := e.inv.SettleStuckLost(ctx, s.lp.node, s.lp.id, s.action,
+			inventory.StuckUnits{Route: s.lp.p.route, SKU: s.lp.p.sku, Quantity: s.lp.p.qty})
+		if err != nil || res != "done" {
+			t.Fatalf("SettleStuckLost(%s, %s) = %q, %v; want done", s.lp.id, s.action, res, err)
+		}
+	}
+	// an order reserved after the stop: it lands behind early's entry
+	after := []inventory.Item{{Route: "all", SKU: early.p.sku, Quantity: 1}}
+	if _, err := e.inv.Reserve(ctx, "o-after", after, "", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "part "+early.id+"'s row confirmed", func() bool {
+		return e.partRowState(ctx, early.node, early.id) == "confirmed"
+	})
+	waitFor(t, 20*time.Second, "part "+late.id+"'s row cancelled", func() bool {
+		return e.partRowState(ctx, late.node, late.id) == "cancelled"
+	})
+	waitFor(t, 20*time.Second, "o-after's rows landed", func() bool {
+		var n int
+		if err := e.pool.QueryRow(ctx, "SELECT count(*) FROM stock_movements WHERE order_id = 'o-after'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
 	for _, lp := range []lostPart{early, late} {
 		waitFor(t, 20*time.Second, "the database's totals of "+lp.node+"/"+lp.p.sku+" at the node's counters", func() bool {
 			res, conf := e.nodeCounters(ctx, lp.node, lp.p.route, lp.p.sku)

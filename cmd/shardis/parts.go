@@ -144,13 +144,25 @@ func cmdPartsRetry(ctx context.Context, c *client, args []string) error {
 }
 
 // cmdPartsSettle confirms or cancels one stuck part whose order's record
-// is gone (AdminService.SettleStuckPart). It prints the part's result; it
-// exits 1 when the part was not settled as asked (settled the other way,
-// or its record gone, between the service's check and its settle).
+// is gone (AdminService.SettleStuckPart); with --route, --sku and --qty
+// (all three, a usage error otherwise), one whose own record is gone, by
+// those values. It prints the part's result; it exits 1 when the part was
+// not settled as asked (settled the other way, or its record gone,
+// between the service's check and its settle).
 func cmdPartsSettle(ctx context.Context, c *client, args []string) error {
+	route := c.fs.String("route", "", "route `key` of the SKU the part holds units of, for a part whose own record is gone (with --sku and --qty)")
+	sku := c.fs.String("sku", "", "the `SKU` the part holds units of, for a part whose own record is gone (with --route and --qty)")
+	qty := c.fs.Int64("qty", 0, "the `units` the part holds, for a part whose own record is gone (with --route and --sku)")
 	rest, err := c.parse(args, 3, 3)
 	if err != nil {
 		return err
+	}
+	req := &v1.SettleStuckPartRequest{Node: rest[0], PartId: rest[1], Action: rest[2]}
+	if given := []bool{flagSet(c.fs, "route"), flagSet(c.fs, "sku"), flagSet(c.fs, "qty")}; slices.Contains(given, true) {
+		if slices.Contains(given, false) {
+			return c.usageErr("--route, --sku and --qty go together: they are what the record of a part whose own record is gone held")
+		}
+		req.RouteKey, req.SkuId, req.Quantity = route, sku, qty
 	}
 	nodeName, partID, action := rest[0], rest[1], rest[2]
 	var settled, units string
@@ -162,7 +174,7 @@ func cmdPartsSettle(ctx context.Context, c *client, args []string) error {
 	default:
 		return c.usageErr("ACTION %q: want confirm or cancel", action)
 	}
-	res, err := call(ctx, c, c.admin.SettleStuckPart, &v1.SettleStuckPartRequest{Node: nodeName, PartId: partID, Action: action})
+	res, err := call(ctx, c, c.admin.SettleStuckPart, req)
 	if err != nil {
 		return err
 	}

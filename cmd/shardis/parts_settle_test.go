@@ -87,3 +87,45 @@ func waitStuck(t *testing.T, addr, reason string) *v1.StuckPart {
 		}
 	}
 }
+
+// A part whose own record is lost while pending (deleted, with its
+// order's record, which holds a one-node order's part inline) is set
+// aside by the service's reconciler once due; `parts settle` alone
+// refuses it (nothing names its units), --route/--sku/--qty must come
+// together, and with the three it settles the part by them: its units
+// sold, the stuck list empty, a second settle refused.
+func TestClientPartsSettleOfAPartWhoseRecordIsGone(t *testing.T) {
+	addr, nodes := startService(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	ok(t, addr, "stock", "load", "--route", "clothes", "--sku", "lost", "--qty", "30")
+	res := okJSON(t, addr, &v1.ReserveResponse{}, "reserve", "--order", "l-1", "--ttl", "1s", "clothes:lost:2")
+	rc := res.Receipts[0]
+	var gone int64
+	for _, n := range nodes {
+		cl := n.Client(t)
+		keys := append(cl.Keys(ctx, "inv:part:l-1|*").Val(), "inv:order:l-1")
+		gone += cl.Del(ctx, keys...).Val()
+	}
+	if gone == 0 {
+		t.Fatal("no record of order l-1 or its part deleted")
+	}
+	p := waitStuck(t, addr, "is gone")
+	mustContain(t, fails(t, 1, "failed_precondition", "parts", "settle", "--addr", addr, rc.Node, p.PartId, "confirm"), "is gone")
+	fails(t, 2, "go together", "parts", "settle", "--addr", addr, "--route", "clothes", "--sku", "lost", rc.Node, p.PartId, "confirm")
+	mustContain(t, fails(t, 1, "invalid_argument", "parts", "settle", "--addr", addr, "--route", "clothes", "--sku", "lost",
+		"--qty", "3", rc.Node, p.PartId, "confirm"), "quantity 3")
+	mustContain(t, ok(t, addr, "parts", "settle", "--route", "clothes", "--sku", "lost", "--qty", "2", rc.Node, p.PartId, "confirm"),
+		"part "+p.PartId+" on "+rc.Node+" confirmed")
+	st := okJSON(t, addr, &v1.GetStockResponse{}, "stock", "get", "--route", "clothes", "--sku", "lost")
+	if st.Stock.Reserved != 0 || st.Stock.Confirmed != 2 || st.Stock.Available != 28 {
+		t.Errorf("stock after parts settle confirm: %v; want 2 confirmed, 28 available", st.Stock)
+	}
+	if left := okJSON(t, addr, &v1.ListStuckPartsResponse{}, "parts", "stuck").Parts; len(left) != 0 {
+		t.Errorf("stuck parts after parts settle: %v; want none", left)
+	}
+	mustContain(t, fails(t, 1, "failed_precondition", "parts", "settle", "--addr", addr, "--route", "clothes", "--sku", "lost",
+		"--qty", "2", rc.Node, p.PartId, "cancel"), "not set aside", "confirmed")
+	_, _, help := cli(t, "parts", "settle", "-h")
+	mustContain(t, help, "--route R --sku S --qty N", "own record is gone")
+}

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"connectrpc.com/connect"
@@ -70,10 +71,37 @@ func (h *Handlers) RetryStuckPart(ctx context.Context, req *connect.Request[v1.R
 // (inventory.Inventory.SettleStuck, whose refusals map as rpcError maps
 // them: failed_precondition for a part not set aside or whose order's
 // record exists, invalid_argument for an unknown node, an empty part_id
-// or an action other than "confirm" or "cancel").
+// or an action other than "confirm" or "cancel"). With route_key, sku_id
+// and quantity (all three, else invalid_argument naming the ones missing)
+// it settles a part set aside whose own record is gone by those values
+// (inventory.Inventory.SettleStuckLost: failed_precondition for a part not
+// set aside or whose record exists, invalid_argument for a value out of
+// range).
 func (h *Handlers) SettleStuckPart(ctx context.Context, req *connect.Request[v1.SettleStuckPartRequest]) (*connect.Response[v1.SettleStuckPartResponse], error) {
 	m := req.Msg
-	res, err := h.Inventory.SettleStuck(ctx, m.Node, m.PartId, inventory.Action(m.Action))
+	var (
+		res string
+		err error
+	)
+	if m.RouteKey != nil || m.SkuId != nil || m.Quantity != nil {
+		var missing []string
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"route_key", m.RouteKey != nil}, {"sku_id", m.SkuId != nil}, {"quantity", m.Quantity != nil}} {
+			if !f.set {
+				missing = append(missing, f.name)
+			}
+		}
+		if len(missing) > 0 {
+			return nil, rpcError(fmt.Errorf("%w: %s not given: a part whose record is gone is settled by route_key, sku_id "+
+				"and quantity together (none of them for one whose record exists)", inventory.ErrInvalid, strings.Join(missing, ", ")))
+		}
+		res, err = h.Inventory.SettleStuckLost(ctx, m.Node, m.PartId, inventory.Action(m.Action),
+			inventory.StuckUnits{Route: m.GetRouteKey(), SKU: m.GetSkuId(), Quantity: m.GetQuantity()})
+	} else {
+		res, err = h.Inventory.SettleStuck(ctx, m.Node, m.PartId, inventory.Action(m.Action))
+	}
 	if err != nil {
 		return nil, rpcError(err)
 	}

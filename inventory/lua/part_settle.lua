@@ -1,3 +1,41 @@
+-- stock_settle_check(counter, pk, q, confirm, short) is nil when stock
+-- hash counter can give up q units of its reserved for part pk (key), to
+-- confirmed when confirm is true, else to available; otherwise the error
+-- reply why, before any write: SHARDIS_CORRUPT for a key that is no hash,
+-- a counter that is no integer or one beyond the counters' range,
+-- SHARDIS_NOSTOCK for a hash that does not exist (deleted) while the part
+-- holds units of it, and the code short (settle.lua: SHARDIS_CORRUPT; an
+-- operator's quantity, stuck_settle_lost.lua: SHARDIS_RANGE) for a
+-- reserved below q. Every settle of a stock part checks by it first
+-- (settle.lua, stuck_settle_lost.lua), then part_settle writes.
+local function stock_settle_check(counter, pk, q, confirm, short)
+  -- pcall: a counter that is not a hash is refused naming its key
+  -- (WRONGTYPE alone would not name it)
+  local r = redis.pcall('HGET', counter, 'reserved')
+  if type(r) == 'table' then
+    return redis.error_reply('SHARDIS_CORRUPT stock hash ' .. counter .. ' of part ' .. pk .. ' is not a hash (' ..
+      tostring(r.err) .. ')')
+  end
+  local err
+  r, err = int(r, counter .. ' reserved')
+  if err then return err end
+  if r < q then
+    if redis.call('EXISTS', counter) == 0 then
+      return redis.error_reply('SHARDIS_NOSTOCK stock hash ' .. counter .. ' is missing (deleted?) while part ' .. pk ..
+        ' holds ' .. q .. ' of it')
+    end
+    return redis.error_reply(short .. ' ' .. counter .. ' reserved is ' .. r .. ', part ' .. pk .. ' holds ' .. q)
+  end
+  local to = confirm and 'confirmed' or 'available'
+  local tn, terr = int(redis.call('HGET', counter, to), counter .. ' ' .. to)
+  if terr then return terr end
+  -- refused before any write, not raised by HINCRBY after the first
+  -- (reserved then less the part's units, the part still pending)
+  if r > 2 ^ 62 or tn > 2 ^ 62 or tn < -2 ^ 62 then
+    return redis.error_reply('SHARDIS_CORRUPT ' .. counter .. ' reserved ' .. r .. ' or ' .. to .. ' ' .. tn ..
+      ' is beyond the counters\' range (part ' .. pk .. ')')
+  end
+end
 -- part_settle(pk, id, p, q, confirm, retention) settles the pending part
 -- record p (part_get's table) of part id at key pk, which holds q units:
 -- confirmed when confirm is true, else cancelled. A stock part's units

@@ -34,31 +34,8 @@ for i = 3, #KEYS do
       local q, err = int(f[3], pk .. ' qty')
       if err then return err end
       if f[2] == 's' then
-        -- pcall: a counter that is not a hash is refused naming its key
-        -- (WRONGTYPE alone would not name it)
-        local r = redis.pcall('HGET', f[4], 'reserved')
-        if type(r) == 'table' then
-          return redis.error_reply('SHARDIS_CORRUPT stock hash ' .. f[4] .. ' of part ' .. pk .. ' is not a hash (' ..
-            tostring(r.err) .. ')')
-        end
-        r, err = int(r, f[4] .. ' reserved')
-        if err then return err end
-        if r < q then
-          if redis.call('EXISTS', f[4]) == 0 then
-            return redis.error_reply('SHARDIS_NOSTOCK stock hash ' .. f[4] .. ' is missing (deleted?) while part ' .. pk ..
-              ' holds ' .. q .. ' of it')
-          end
-          return redis.error_reply('SHARDIS_CORRUPT ' .. f[4] .. ' reserved is ' .. r .. ', part ' .. pk .. ' holds ' .. q)
-        end
-        local to = action == 'confirm' and 'confirmed' or 'available'
-        local tn, terr = int(redis.call('HGET', f[4], to), f[4] .. ' ' .. to)
-        if terr then return terr end
-        -- refused before any write, not raised by HINCRBY after the first
-        -- (reserved then less the part's units, the part still pending)
-        if r > 2 ^ 62 or tn > 2 ^ 62 or tn < -2 ^ 62 then
-          return redis.error_reply('SHARDIS_CORRUPT ' .. f[4] .. ' reserved ' .. r .. ' or ' .. to .. ' ' .. tn ..
-            ' is beyond the counters\' range (part ' .. pk .. ')')
-        end
+        local serr = stock_settle_check(f[4], pk, q, action == 'confirm', 'SHARDIS_CORRUPT')
+        if serr then return serr end
       elseif f[2] ~= 'q' then
         -- no kind (a record written by hand, or garbled) is no quota
         -- part: settled as one, a stock part's units would stay reserved

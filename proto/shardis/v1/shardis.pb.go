@@ -2299,7 +2299,31 @@ type SettleStuckPartRequest struct {
 	PartId string `protobuf:"bytes,2,opt,name=part_id,json=partId,proto3" json:"part_id,omitempty"`
 	// "confirm" (the order was paid: the units are sold) or "cancel" (it was
 	// not: the units go back to available), decided by the system of record.
-	Action        string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	Action string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	// route_key, sku_id and quantity: for a part whose own record is gone
+	// (lost while pending: deleted, evicted, lost with the node's writes),
+	// what the record held, read from the system of record (pgsync's
+	// stock_movements row of the part, the shop's order). With all three the
+	// node, in one script, checks the part is set aside and its record
+	// absent, moves quantity units of the SKU's stock hash on the node from
+	// reserved to confirmed (confirm) or available (cancel), writes the
+	// part's record settled (so its redo entry lands with that state and
+	// pgsync's queue moves on) and takes the part out of the stuck and
+	// pending indexes. Refused before any write: FAILED_PRECONDITION when the
+	// part is not set aside or its record exists (the record decides: send
+	// none of the three); INVALID_ARGUMENT naming the field when one is sent
+	// without the others, the route is unknown, the SKU invalid, quantity is
+	// outside 1..10^9 or above the units the SKU's stock hash holds
+	// reserved, or the part id is no stock part's; DATA_LOSS when the SKU has
+	// no stock hash on the node (as for any settle of its units), INTERNAL
+	// for a hash that is corrupt. Absent (all three): the part's record and
+	// its order's decide, as before.
+	// The route (route_key) of the SKU the part holds units of.
+	RouteKey *string `protobuf:"bytes,4,opt,name=route_key,json=routeKey,proto3,oneof" json:"route_key,omitempty"`
+	// The SKU (sku_id) the part holds units of.
+	SkuId *string `protobuf:"bytes,5,opt,name=sku_id,json=skuId,proto3,oneof" json:"sku_id,omitempty"`
+	// The units the part holds, 1..10^9.
+	Quantity      *int64 `protobuf:"varint,6,opt,name=quantity,proto3,oneof" json:"quantity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2353,6 +2377,27 @@ func (x *SettleStuckPartRequest) GetAction() string {
 		return x.Action
 	}
 	return ""
+}
+
+func (x *SettleStuckPartRequest) GetRouteKey() string {
+	if x != nil && x.RouteKey != nil {
+		return *x.RouteKey
+	}
+	return ""
+}
+
+func (x *SettleStuckPartRequest) GetSkuId() string {
+	if x != nil && x.SkuId != nil {
+		return *x.SkuId
+	}
+	return ""
+}
+
+func (x *SettleStuckPartRequest) GetQuantity() int64 {
+	if x != nil && x.Quantity != nil {
+		return *x.Quantity
+	}
+	return 0
 }
 
 type SettleStuckPartResponse struct {
@@ -2691,11 +2736,18 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
 	"\apart_id\x18\x02 \x01(\tR\x06partId\"2\n" +
 	"\x16RetryStuckPartResponse\x12\x18\n" +
-	"\aretried\x18\x01 \x01(\bR\aretried\"]\n" +
+	"\aretried\x18\x01 \x01(\bR\aretried\"\xe2\x01\n" +
 	"\x16SettleStuckPartRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
 	"\apart_id\x18\x02 \x01(\tR\x06partId\x12\x16\n" +
-	"\x06action\x18\x03 \x01(\tR\x06action\"1\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x12 \n" +
+	"\troute_key\x18\x04 \x01(\tH\x00R\brouteKey\x88\x01\x01\x12\x1a\n" +
+	"\x06sku_id\x18\x05 \x01(\tH\x01R\x05skuId\x88\x01\x01\x12\x1f\n" +
+	"\bquantity\x18\x06 \x01(\x03H\x02R\bquantity\x88\x01\x01B\f\n" +
+	"\n" +
+	"_route_keyB\t\n" +
+	"\a_sku_idB\v\n" +
+	"\t_quantity\"1\n" +
 	"\x17SettleStuckPartResponse\x12\x16\n" +
 	"\x06result\x18\x01 \x01(\tR\x06result\"=\n" +
 	"\x11AcceptNodeRequest\x12\x12\n" +
@@ -2847,6 +2899,7 @@ func file_shardis_v1_shardis_proto_init() {
 		return
 	}
 	file_shardis_v1_shardis_proto_msgTypes[0].OneofWrappers = []any{}
+	file_shardis_v1_shardis_proto_msgTypes[32].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -359,7 +359,9 @@ type AdminServiceClient interface {
 	// inventory server, an empty part_id or an action other than "confirm"
 	// or "cancel" is INVALID_ARGUMENT naming it. A part whose own record
 	// cannot be read or is gone is refused (INTERNAL for an unreadable one,
-	// FAILED_PRECONDITION for one gone), naming why. The settle changes the
+	// FAILED_PRECONDITION for one gone), naming why; one whose record is
+	// gone is settled when the request names the route, SKU and quantity
+	// its record held (see SettleStuckPartRequest). The settle changes the
 	// part's state at most once: a retry after a lost answer is refused as
 	// no longer set aside, naming the state it settled to.
 	SettleStuckPart(context.Context, *connect.Request[v1.SettleStuckPartRequest]) (*connect.Response[v1.SettleStuckPartResponse], error)
@@ -516,7 +518,9 @@ type AdminServiceHandler interface {
 	// inventory server, an empty part_id or an action other than "confirm"
 	// or "cancel" is INVALID_ARGUMENT naming it. A part whose own record
 	// cannot be read or is gone is refused (INTERNAL for an unreadable one,
-	// FAILED_PRECONDITION for one gone), naming why. The settle changes the
+	// FAILED_PRECONDITION for one gone), naming why; one whose record is
+	// gone is settled when the request names the route, SKU and quantity
+	// its record held (see SettleStuckPartRequest). The settle changes the
 	// part's state at most once: a retry after a lost answer is refused as
 	// no longer set aside, naming the state it settled to.
 	SettleStuckPart(context.Context, *connect.Request[v1.SettleStuckPartRequest]) (*connect.Response[v1.SettleStuckPartResponse], error)

@@ -1,0 +1,27 @@
+
+-- A part set aside whose own record is gone, settled by the operator's
+-- account of what its record held (stuck_settle_lost.go holds the rule).
+-- Everything is checked before any write: the part set aside, its record
+-- absent (no key, and no inline part: part_get), the stock hash able to
+-- give up the units (stock_settle_check); then part_settle moves the
+-- units, writes the record settled, and takes the part out of the
+-- pending and stuck indexes, as every settle does.
+local id, action, q, retention = ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+if action ~= 'confirm' and action ~= 'cancel' then
+  return redis.error_reply('SHARDIS_BADOP settle action ' .. tostring(action) .. ' is not confirm or cancel')
+end
+local since = redis.call('ZSCORE', KEYS[2], id)
+local p, bad = part_try(KEYS[3])
+if bad then
+  if string.sub(bad, 1, 8) == 'SHARDIS_' then return redis.error_reply(bad) end
+  return redis.error_reply('SHARDIS_CORRUPT part record ' .. KEYS[3] .. ': ' .. bad)
+end
+if not since then return {'notstuck', (p or {}).state or ''} end
+if p then return {'exists', p.state or ''} end
+local confirm = action == 'confirm'
+local err = stock_settle_check(KEYS[4], KEYS[3], q, confirm, 'SHARDIS_RANGE')
+if err then return err end
+local rec = {kind = 's', qty = ARGV[6], counter = KEYS[4], sku = ARGV[10], item = ARGV[11], order = ARGV[8],
+  token = ARGV[9], stuck_since = since}
+part_settle(KEYS[3], id, rec, q, confirm, retention)
+return {'done', rec.state}
