@@ -126,6 +126,37 @@ func (e *movedCopyEnv) apply(to, from *config.Config, f Faults) {
 	}
 }
 
+// xMovedExpireLost is faults under which every call that gives a copy
+// marked moved on x its retention (orderMovedExpireScript) fails before
+// it reaches the node: x's copy keeps no TTL.
+func (e *movedCopyEnv) xMovedExpireLost() Faults {
+	return &hookFaults{call: func(_ context.Context, c ScriptCall, send func() (any, error)) (any, error) {
+		if c.Script == orderMovedExpireScript.name && c.Node == e.x {
+			return nil, errors.New("x timed out (injected: the call never reached the node)")
+		}
+		return send()
+	}}
+}
+
+// homeBackOnceN4Forgets waits (up to 20 s) until n4 no longer holds the
+// order's record (it lived out its retention there), then applies the old
+// topology again under faults f (the order's home is x again) and wants
+// x holding only a copy marked moved.
+func (e *movedCopyEnv) homeBackOnceN4Forgets(f Faults) {
+	t := e.t
+	t.Helper()
+	n4 := e.clients["n4"]
+	for deadline := time.Now().Add(20 * time.Second); n4.Exists(e.ctx, orderKey(e.order)).Val() == 1; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's record on n4 was still there after 20s", e.order)
+		}
+	}
+	e.apply(e.old, e.new, f)
+	if f := orderFieldsOn(t, e.ctx, e.clients[e.x], e.order); f["moved"] == "" {
+		t.Fatalf("%s's record on its home %s after n4 left: %v; want only a copy marked moved", e.order, e.x, f)
+	}
+}
+
 // confirmLeavingAPart confirms order through an instance of the new
 // topology whose settle on n2 never reaches the node: Confirm answers
 // success, the order's part on n2 stays pending.
@@ -235,28 +266,13 @@ func TestExpireMeetingAMovedCopyAtItsHomeKeepsAConfirmedPart(t *testing.T) {
 	t.Parallel() // it mostly waits a retention out
 	e := newMovedCopyEnv(t, 3*time.Second, 2*time.Second)
 	e.reserve(e.open(e.old, nil))
-	xSlow := &hookFaults{call: func(_ context.Context, c ScriptCall, send func() (any, error)) (any, error) {
-		if c.Script == orderMovedExpireScript.name && c.Node == e.x {
-			return nil, errors.New("x timed out (injected: the call never reached the node)")
-		}
-		return send()
-	}}
+	xSlow := e.xMovedExpireLost()
 	e.apply(e.new, nil, xSlow)
 	if ttl := e.clients[e.x].PTTL(e.ctx, orderKey(e.order)).Val(); ttl != -1 {
 		t.Fatalf("%s's copy on %s has TTL %v; want none (its expireMoved failed)", e.order, e.x, ttl)
 	}
 	e.confirmLeavingAPart()
-	n4 := e.clients["n4"]
-	for deadline := time.Now().Add(20 * time.Second); n4.Exists(e.ctx, orderKey(e.order)).Val() == 1; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s's record on n4 outlived its retention by 15s", e.order)
-		}
-	}
-
-	e.apply(e.old, e.new, xSlow)
-	if f := orderFieldsOn(t, e.ctx, e.clients[e.x], e.order); f["moved"] == "" {
-		t.Fatalf("%s's record on %s after n4 left: %v; want the copy marked moved", e.order, e.x, f)
-	}
+	e.homeBackOnceN4Forgets(xSlow)
 	inv := e.open(e.old, nil)
 	p := e.duePart(inv, e.order)
 	res, err := inv.ResolveExpired(e.ctx, p)

@@ -21,10 +21,11 @@ func farLoadDeadline() int64 { return time.Now().Add(time.Hour).UnixMilli() }
 // landed: a call still on its way while the caller answers and the
 // operator reads the stock back.
 type lateLoad struct {
-	node    string
-	once    sync.Once
-	release chan struct{}
-	landed  chan error
+	node        string
+	once        sync.Once
+	releaseOnce sync.Once
+	release     chan struct{}
+	landed      chan error
 }
 
 func (l *lateLoad) Call(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error) {
@@ -45,14 +46,13 @@ func (l *lateLoad) Call(ctx context.Context, c ScriptCall, send func() (any, err
 
 func (l *lateLoad) Crash(context.Context, string) bool { return false }
 
-// A load call whose reply was lost reaches its node after LoadStock
-// answered: it adds nothing (SHARDIS_LATE), so the stock the operator
-// reads back, as the error advises, is all the load added, and loading
-// what is missing gives the units meant. Before, a load carried no
-// deadline: the late share landed after that read, and 45 units were
-// loaded where 30 were meant (found by a review).
-func TestLoadShareArrivingLateAddsNothing(t *testing.T) {
-	t.Parallel()
+// letLand lets the held call go (once).
+func (l *lateLoad) letLand() { l.releaseOnce.Do(func() { close(l.release) }) }
+
+// newLateLoadEnv is route d over n1 and n2 and an instance of it whose
+// first load call on n2 is held back by a lateLoad (let go at the test's
+// end at the latest).
+func newLateLoadEnv(t *testing.T) (*stagedEnv, *Inventory, *lateLoad) {
 	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
 		c.Servers["inventory"].Routes["d"] = []string{"n1", "n2"}
 	})
@@ -61,15 +61,23 @@ func TestLoadShareArrivingLateAddsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer inv.Close()
-	defer func() {
-		select {
-		case <-l.release:
-		default:
-			close(l.release)
-		}
-	}()
-	_, err = inv.LoadStock(e.ctx, "d", "u", 30, -1)
+	t.Cleanup(func() {
+		l.letLand()
+		inv.Close()
+	})
+	return e, inv, l
+}
+
+// A load call whose reply was lost reaches its node after LoadStock
+// answered: it adds nothing (SHARDIS_LATE), so the stock the operator
+// reads back, as the error advises, is all the load added, and loading
+// what is missing gives the units meant. Before, a load carried no
+// deadline: the late share landed after that read, and 45 units were
+// loaded where 30 were meant (found by a review).
+func TestLoadShareArrivingLateAddsNothing(t *testing.T) {
+	t.Parallel()
+	e, inv, l := newLateLoadEnv(t)
+	_, err := inv.LoadStock(e.ctx, "d", "u", 30, -1)
 	if !errors.Is(err, ErrPartlyApplied) || !strings.Contains(err.Error(), "n2 may have added their share too") ||
 		!strings.Contains(err.Error(), "which has passed") {
 		t.Fatalf("LoadStock with n2's reply lost = %v; want ErrPartlyApplied saying n2's outcome is unknown and its deadline has passed", err)
@@ -81,7 +89,7 @@ func TestLoadShareArrivingLateAddsNothing(t *testing.T) {
 	}
 	missing := 30 - level.Loaded
 	// the lost call reaches n2 now
-	close(l.release)
+	l.letLand()
 	select {
 	case lerr := <-l.landed:
 		if lerr == nil || !strings.Contains(lerr.Error(), "SHARDIS_LATE") {
@@ -110,20 +118,11 @@ func TestLoadShareArrivingLateAddsNothing(t *testing.T) {
 // land, instead of inviting a read of the stock at once.
 func TestLoadStoppedEarlySaysUntilWhenAShareMayLand(t *testing.T) {
 	t.Parallel()
-	e := newStagedEnvConfig(t, Options{}, func(c *config.Config) {
-		c.Servers["inventory"].Routes["d"] = []string{"n1", "n2"}
-	})
-	l := &lateLoad{node: "n2", release: make(chan struct{}), landed: make(chan error, 1)}
-	inv, err := New(e.r, Options{Logger: slog.New(slog.DiscardHandler), AttemptLease: stagedLease, Faults: l})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inv.Close()
-	defer close(l.release)
+	e, inv, _ := newLateLoadEnv(t)
 	ctx, cancel := context.WithTimeout(e.ctx, time.Second)
 	defer cancel()
 	began := time.Now()
-	_, err = inv.LoadStock(ctx, "d", "u", 30, -1)
+	_, err := inv.LoadStock(ctx, "d", "u", 30, -1)
 	if !errors.Is(err, ErrPartlyApplied) || !strings.Contains(err.Error(), "or may still add it until") {
 		t.Fatalf("LoadStock stopped by its context = %v; want ErrPartlyApplied saying until when n2's share may land", err)
 	}

@@ -110,28 +110,14 @@ func (e *movedCopyEnv) onlyAMovedCopyAtHome(items []Item) {
 	if _, err := first.Reserve(e.ctx, e.order, items, "", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	xSlow := &hookFaults{call: func(_ context.Context, c ScriptCall, send func() (any, error)) (any, error) {
-		if c.Script == orderMovedExpireScript.name && c.Node == e.x {
-			return nil, errors.New("x timed out (injected: the call never reached the node)")
-		}
-		return send()
-	}}
+	xSlow := e.xMovedExpireLost()
 	e.apply(e.new, nil, xSlow)
 	// the order's first life ends on n4: cancelled, its record gone after
 	// the retention
 	if out, err := e.open(e.new, nil).Cancel(e.ctx, e.order); err != nil || out.Status != StatusCancelled {
 		t.Fatalf("Cancel %s = %+v, %v; want cancelled", e.order, out, err)
 	}
-	n4 := e.clients["n4"]
-	for deadline := time.Now().Add(20 * time.Second); n4.Exists(e.ctx, orderKey(e.order)).Val() == 1; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s's record on n4 was still there 20s after its Cancel", e.order)
-		}
-	}
-	e.apply(e.old, e.new, xSlow)
-	if f := orderFieldsOn(t, e.ctx, e.clients[e.x], e.order); f["moved"] == "" {
-		t.Fatalf("%s's record on its home %s: %v; want only a copy marked moved", e.order, e.x, f)
-	}
+	e.homeBackOnceN4Forgets(xSlow)
 }
 
 // TestReleaseMeetingAMovedCopyFencesALateStage: the order's home x holds
