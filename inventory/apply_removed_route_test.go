@@ -19,6 +19,7 @@ import (
 // stable at once, no instance reached the node again, and its parts
 // stayed pending, their units reserved for good (found by a review).
 func TestLeavingNodeOfARemovedRouteSettlesItsParts(t *testing.T) {
+	t.Parallel() // its own nodes; it mostly waits
 	_, addrs := startNamed(t, 3)
 	old := leaveConfig(t, addrs, map[string][]string{"r": {"n1", "n2", "n3"}, "s": {"n1", "n2"}})
 	next := leaveConfig(t, addrs, map[string][]string{"s": {"n1", "n2"}})

@@ -28,6 +28,7 @@ import (
 // answered success for) a per-user limit of 1; neither LoadStock's limit
 // holds on the whole route.
 func TestLimitUnchangedPassOverKeepsNoSplit(t *testing.T) {
+	t.Parallel() // its own nodes; it mostly waits
 	e := newLimitRouteEnv(t)
 	if _, err := e.inv.LoadStock(e.ctx, "d", "t", 0, 1); err != nil {
 		t.Fatal(err)

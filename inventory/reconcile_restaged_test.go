@@ -62,6 +62,7 @@ func orderOpOf(c ScriptCall) string {
 // reserved, and its units were sold again (4 confirmed of 2 loaded).
 // Found by a review.
 func TestResolveExpiredLeavesARestagedOrder(t *testing.T) {
+	t.Parallel() // its own nodes; it mostly waits
 	e := newStagedEnv(t)
 	const loaded = 2
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {

@@ -12,6 +12,7 @@ import (
 // aside. It was postponed every few seconds for good, never set aside,
 // never listed.
 func TestResolveExpiredSetsAsideAnUnreadableRecordOfAMove(t *testing.T) {
+	t.Parallel() // its own nodes; it mostly waits
 	e := newMigrateEnv(t)
 	old := e.open(e.old)
 	if _, err := old.LoadStock(e.ctx, "r", "free", 10, 0); err != nil {

@@ -89,6 +89,7 @@ func newReview4DurableEnv(t *testing.T) *review4DurableEnv {
 // (an idle poll) costs no fence and does not fail, as ReadRedoBatch's.
 // Before, ReadRedoPage handed the unacknowledged entry out.
 func TestReview4ReadRedoPageWaitsForReplica(t *testing.T) {
+	t.Parallel() // its own nodes; it mostly waits
 	e := newReview4DurableEnv(t)
 	one := []Item{{Route: "a", SKU: "s", Quantity: 1}}
 	res, err := e.inv.Reserve(e.ctx, "r4-acked", one, "", time.Minute)

@@ -31,6 +31,7 @@ func TestStuckPartMeetsANewAttemptOfItsOrder(t *testing.T) { stuckNewAttempt(t, 
 func TestDuePartMeetsANewAttemptOfItsOrder(t *testing.T) { stuckNewAttempt(t, false) }
 
 func stuckNewAttempt(t *testing.T, aside bool) {
+	t.Parallel() // its own nodes; it mostly waits
 	const retention = 3 * time.Second
 	e := newShortRetentionEnv(t, retention)
 	const loaded = 4
@@ -123,6 +124,7 @@ func (e *stagedEnv) dueOfToken(name, order, token string) PendingPart {
 // corrupt counter, is cancelled by the reconciler after the repair, as
 // before: no operator needed.
 func TestStuckPartOfASupersededAttemptCancels(t *testing.T) {
+	t.Parallel() // its own nodes; it mostly waits
 	e := newShortRetentionEnv(t, 3*time.Second)
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", 4, 0); err != nil {
 		t.Fatal(err)

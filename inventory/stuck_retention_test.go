@@ -36,6 +36,7 @@ func TestStuckPartRetriedWithinRetentionConfirms(t *testing.T) {
 }
 
 func stuckPastRetention(t *testing.T, backoff time.Duration, aside bool) {
+	t.Parallel() // its own nodes; it mostly waits
 	const retention = 3 * time.Second
 	e := newShortRetentionEnv(t, retention)
 	const loaded = 2

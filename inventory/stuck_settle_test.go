@@ -33,6 +33,7 @@ func TestSettleStuckCancelsAPartWhoseOrderRecordIsGone(t *testing.T) {
 }
 
 func settleGoneStuck(t *testing.T, action Action, want func(StockLevel) bool) {
+	t.Parallel() // its own nodes; it mostly waits
 	e := newShortRetentionEnv(t, 3*time.Second)
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", 10, 0); err != nil {
 		t.Fatal(err)
@@ -76,6 +77,7 @@ func settleGoneStuck(t *testing.T, action Action, want func(StockLevel) bool) {
 // decision is the record's), and a part set aside whose own record is
 // gone; then it settles the part it is for.
 func TestSettleStuckRefusesWhatItDoesNotDecide(t *testing.T) {
+	t.Parallel() // its own nodes; it mostly waits
 	e := newShortRetentionEnv(t, 3*time.Second)
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", 10, 0); err != nil {
 		t.Fatal(err)
