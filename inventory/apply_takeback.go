@@ -112,11 +112,20 @@ import (
 // 24 loaded where 14 were; TestResumeTakesBackBeforeItBumpsANodeBehind).
 // Taken back before the bump, the node holds none of them whichever
 // apply's step 3 or 4 comes next; it is behind until the bump, so the
-// same reasons as for a move forward make it safe. Not closed: a busy
-// counter (units reserved, or a quota counter pending parts hold, in the
-// copy) when such a concurrent step 4 comes before the resume's step 3
-// moves it: it stays on the node, counted on its destination too, and
-// is reported nowhere.
+// same reasons as for a move forward make it safe. Since step 4 writes a
+// node stable only at the incarnation read before its step 3 began
+// (topology/doc.go, "A copy taken during step 3"), such a concurrent step
+// 4 no longer writes the node stable at all (the accept that brought the
+// copy back gave it a new incarnation): that apply fails, and the run
+// after brings the node forward (a node written stable by then) or
+// resumes. So a busy counter (units reserved, or a quota counter pending
+// parts hold, in the copy), which this take back leaves to the step 3
+// after the bump, is moved by a resumed step 3 once its parts settle, or
+// left by the move forward's take back and named there
+// (Retirement.LeftBehind, a warning), as every move forward leaves a
+// busy counter: counted on its destination too, out of every instance's
+// reach, no longer reported nowhere
+// (TestResumeBesideAConcurrentStep4NamesABusyCounter).
 func (a *migrator) takeBack(ctx context.Context, c topology.Change, behind map[string]string, resume bool) (int, []topology.LeftCounter, error) {
 	tb := tookBack{resume: resume}
 	for name, tok := range behind {

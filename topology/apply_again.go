@@ -136,8 +136,13 @@ func (a *applier) repair(ctx context.Context, recs map[string]Record, cur Record
 // node that went back"). The driver first retires what came back on
 // them and puts back what step 3 had moved onto them (Driver.Retire,
 // c.Forward); then each is written cur's stable record by compare-and-set
-// from the token read. No other node changes, and the nodes that left
-// with cur's apply need not answer (they may be gone).
+// from the token read, and only at the incarnation read (Record.
+// Incarnation, read in recs before the driver's Retire): a node accepted
+// since may hold a copy of its data from before the take back, with the
+// counters it had taken off it (doc.go, "A copy taken during step 3"),
+// and the write refused, a rerun brings it forward again. No other node
+// changes, and the nodes that left with cur's apply need not answer
+// (they may be gone).
 func (a *applier) forward(ctx context.Context, recs map[string]Record, cur Record) (Report, error) {
 	for _, name := range cur.Current.Nodes() {
 		if r := recs[name]; r.Token != cur.Token || (!r.Lost && r.Phase == PhaseMigrating) {
@@ -163,8 +168,11 @@ func (a *applier) forward(ctx context.Context, recs map[string]Record, cur Recor
 	}
 	for _, name := range a.rep.Forward {
 		// with cur's Prev: a forwarded node read first as the newest record
-		// must still tell a rerun that the apply is not done (run's switch)
-		stable := Record{Node: name, Epoch: cur.Epoch, Token: cur.Token, Current: cur.Current, Prev: cur.Prev, Phase: PhaseStable, Attempt: c.Attempt}
+		// must still tell a rerun that the apply is not done (run's switch);
+		// at the incarnation read before the driver's retire, put back and
+		// take back (doc.go, "A copy taken during step 3"): a node
+		// accepted since may hold a copy from before its take back
+		stable := Record{Node: name, Epoch: cur.Epoch, Token: cur.Token, Current: cur.Current, Prev: cur.Prev, Phase: PhaseStable, Attempt: c.Attempt, Incarnation: recs[name].Incarnation}
 		if err := a.d.Write(ctx, name, recs[name].Token, stable); err != nil {
 			return a.rep, fmt.Errorf("bringing %s forward to epoch %d (run apply again to resume): %w", name, cur.Epoch, err)
 		}

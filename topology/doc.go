@@ -114,7 +114,13 @@
 // transfer's out on the node). Since step 4 writes a node stable only at
 // the incarnation read before its step 3 began ("A copy taken during
 // step 3"), that apply's step 4 refuses such a node (accepted since),
-// unless the resume wrote it stable first.
+// unless the resume wrote it stable first, and the run after brings it
+// forward or resumes: a counter the resume's take back left (busy: units
+// reserved, or a quota counter pending parts hold, in the copy) is then
+// moved by the resumed step 3 once its parts settle, or left and named
+// by the move forward's take back, as any busy counter it finds; before,
+// it stayed on the node reported nowhere
+// (TestResumeBesideAConcurrentStep4NamesABusyCounter).
 //
 // A node that went back. A node restored from an older copy of its data
 // and accepted (`shardis node accept`) may hold the record of an earlier
@@ -166,7 +172,8 @@
 // token stable (step 3 ran to its end: stable is written only after it)
 // and that node behind, and brings it forward: it retires what came back
 // on it ([Driver.Retire], Change.Forward), then writes it the current
-// topology's stable record by compare-and-set from the token it read
+// topology's stable record by compare-and-set from the token it read,
+// at the incarnation it read ("A copy taken during step 3")
 // (Report.Forward). Only that node changes (a previous home's copy marked
 // moved is read by marking it again, as it was), and the nodes that left
 // with the last apply need not answer, nor be configured (they may be
@@ -273,6 +280,24 @@
 // off the node (the rerun rule). A node accepted since whose copy step
 // 3 did see is refused too: its move forward finds nothing to take
 // back.
+//
+// The move forward writes a node stable by the same rule: only at the
+// incarnation the apply read from it before the driver's retire, put
+// back and take back ([Driver.Retire] with Change.Forward; the records
+// read first, in recs). A copy of the node taken before its take back,
+// accepted once the take back ran (fenced as it was, or unfenced at the
+// token, migrating), holds what the take back had subtracted, and its
+// token is the one the forward read, so the compare-and-set alone
+// passed: the forward wrote it stable as it was, the counters on it and
+// on their destination (10 units of a SKU on both n2 and n3), and a
+// rerun reported the topology applied
+// (TestForwardRefusedOnACopyTakenBeforeItsTakeBackAccepted). Now the
+// write is refused and the apply fails; its rerun reads the node again
+// and brings it forward, taking the counters back off it. The rule, for
+// every write of phase stable by an apply (step 4, a move forward): the
+// node is written at the incarnation read before the last step that read
+// or moved its counters began, so no accepted copy older than that step
+// is ever made stable; a rerun reads it again.
 //
 // Stale counters on a joining node. Counters the take back leaves (their
 // transfer's marker gone, expired or never written; a stock hash with

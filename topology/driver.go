@@ -74,7 +74,9 @@ type Driver interface {
 	// also fails, the node unchanged, unless the node is at that
 	// incarnation (Record.Incarnation) or its record is stable at
 	// rec.Token already (nothing to write): step 4 writes a node stable
-	// only at the incarnation read before step 3 began.
+	// only at the incarnation read before step 3 began, a move forward
+	// only at the one read before its Retire (doc.go, "A copy taken
+	// during step 3").
 	Write(ctx context.Context, node, expect string, rec Record) error
 	// Pending returns how many parts are pending on the named node.
 	Pending(ctx context.Context, node string) (int, error)
@@ -127,9 +129,12 @@ type Driver interface {
 	// c.From's epoch) have what step 3 moved off them taken back too
 	// before their bump, those counters only whose transfer's destination
 	// holds its marker, and nothing left is reported (the step 3 after
-	// the bump moves it): a concurrent apply of c may write such a node
-	// stable once it is bumped, before any step 3 reaches it again
-	// (doc.go, "The apply").
+	// the bump moves it, or, when that apply dies and a run after finds
+	// step 3 ended, its move forward: c.Forward): the node then holds
+	// none of them whichever apply's step 3, step 4 or move forward comes
+	// next (doc.go, "The apply"; a concurrent apply of c whose step 3 had
+	// passed the node before it went back no longer writes it stable:
+	// [Driver.Write]'s incarnation).
 	Retire(ctx context.Context, c Change, nodes []string) (Retirement, error)
 	// CopyLimits gives the members that join a route of c.To the route's
 	// per-user limits, before any instance can take quota on them, and

@@ -83,8 +83,8 @@ type Record struct {
 	// time the node is accepted (router.AcceptNode), so a node restored
 	// from a copy of its data since has another. Given to [Driver.Write]
 	// with a record of phase stable, the write is refused unless the node
-	// is still at it (step 4: doc.go, "A copy taken during step 3");
-	// Apply sets it on those writes only.
+	// is still at it (step 4, and a move forward's stable write: doc.go,
+	// "A copy taken during step 3"); Apply sets it on those writes only.
 	Incarnation string
 }
 
