@@ -208,6 +208,18 @@ type Settle struct {
 	Action  Action   // Confirm or Cancel
 	OrderID string   // the order the parts belong to
 	PartIDs []string // the ids of the parts to settle, all on Node
+	// Members, nil or one per PartIDs entry, is each part's member of
+	// Node's [PendingKey] ([PendingMember]: "queue:offset" for a stock
+	// part whose redo-log place is known), "" where it is not known. A
+	// cancel of a part whose record is gone writes a tombstone (a take
+	// still on its way takes nothing) only when the node lists the part
+	// neither by the member given here (the redo-log entry there checked
+	// to name the part) nor by its id, pending or set aside; a part it
+	// lists had its record lost while pending: it answers "lost" and
+	// writes nothing (see [Inventory.SettleNow]). Without its member, a
+	// stock part listed by its place alone is not seen listed: a caller
+	// that knows the place passes it, and a [Deferrer] keeps it.
+	Members []string
 }
 
 // Action is what a settle does to pending parts.

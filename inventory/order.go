@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,7 +49,10 @@ type Outcome struct {
 	// StatusCancelled.
 	Status OrderStatus
 	// PendingParts counts parts whose node could not be reached: they are
-	// settled when it comes back (deferred queue, then the reconciler).
+	// settled when it comes back (deferred queue, then the reconciler);
+	// for a cancel, also the parts whose record is gone while their node
+	// lists them (lost while pending: no tombstone is written, their
+	// units stay reserved; set aside once due, see [Inventory.SettleNow]).
 	PendingParts int
 	// Reason, for Cancel: [ReasonCancelled] for a reservation still
 	// undecided (its deadline passed or not); [ReasonExpired] when a
@@ -247,9 +251,11 @@ func (inv *Inventory) decide(ctx context.Context, orderID string, op orderOp) (c
 
 // settleParts settles parts, one script per node, nodes concurrently. Parts
 // whose node cannot be reached go to the Deferrer. It returns how many
-// parts were not settled now, and the parts a confirm found missing on
-// their node ("node/part"): a part of a decided order that does not exist
-// is data its node lost.
+// parts were not settled now (those, and the parts a cancel found lost:
+// their record gone while their node lists them, left to be set aside
+// once due), and the parts a confirm found missing on their node
+// ("node/part"): a part of a decided order that does not exist is data
+// its node lost.
 func (inv *Inventory) settleParts(ctx context.Context, orderID string, action Action, parts []part) (pending int, missing []string) {
 	for _, r := range inv.settleRound(ctx, orderID, action, parts) {
 		switch {
@@ -264,8 +270,17 @@ func (inv *Inventory) settleParts(ctx context.Context, orderID string, action Ac
 			pending += len(r.s.PartIDs)
 		default:
 			for i, w := range r.res {
-				if w == settleMissing {
+				switch w {
+				case settleMissing:
 					missing = append(missing, r.s.Node+"/"+r.s.PartIDs[i])
+				case settleLost:
+					// not deferred: a settle answers so until the record
+					// is repaired; the expiry sets the part aside once due
+					pending++
+					inv.log.Error("part's record is gone while its node lists it: not settled, its units stay reserved; "+
+						"set aside once due, then settled by its order's decision once repaired, or by an operator "+
+						"(shardis parts settle --route --sku --qty)", "node", r.s.Node, "order", orderID,
+						"part", r.s.PartIDs[i], "action", string(action))
 				}
 			}
 		}
@@ -299,6 +314,12 @@ func (inv *Inventory) settleRound(ctx context.Context, orderID string, action Ac
 			k = len(out) - 1
 		}
 		out[k].s.PartIDs = append(out[k].s.PartIDs, p.ID)
+		if action != Confirm {
+			// only a cancel or an abort writes a tombstone, which a part
+			// its node lists by this member must not get (settle.lua);
+			// a confirm's call stays as it was
+			out[k].s.Members = append(out[k].s.Members, partMember(p))
+		}
 	}
 	var callArr [4]scriptCall // an order of up to 4 nodes: no allocation
 	var replyArr [4]callReply
@@ -313,14 +334,25 @@ func (inv *Inventory) settleRound(ctx context.Context, orderID string, action Ac
 }
 
 // SettleNow settles parts of one order on one node now and returns each
-// part's result ("done", "already", "tombstoned", "missing" or
+// part's result ("done", "already", "tombstoned", "lost", "missing" or
 // "conflict:<state>"). It is idempotent: a part changes state at most once.
 // An error means nothing is known to have changed; retry it later.
 //
-// A Settle whose Action is neither [Confirm] nor [Cancel], or naming one
-// part id twice, is refused with an error wrapping [ErrInvalid] naming
-// the action or the id, before any call (settle.lua refuses any other
-// action word, and settles a part named twice once, the repeat answering
+// A cancel of a part whose record does not exist writes its tombstone
+// ("tombstoned": a take still on its way takes nothing) unless the node
+// lists the part, pending or set aside, by the member [Settle.Members]
+// gives or by its id: then its record was lost while it was pending, its
+// units are reserved still, and a tombstone would read as a part settled
+// (the expiry would drop it, its units reserved for good): it answers
+// "lost" and writes nothing; the part is set aside once due
+// ([Inventory.ResolveExpired]), and settled by its order's decision once
+// its record is repaired, or by [Inventory.SettleStuckLost].
+//
+// A Settle whose Action is neither [Confirm] nor [Cancel], naming one
+// part id twice, or whose Members is neither nil nor one per part, is
+// refused with an error wrapping [ErrInvalid] naming the action, the id
+// or the counts, before any call (settle.lua refuses any other action
+// word, and settles a part named twice once, the repeat answering
 // "already").
 func (inv *Inventory) SettleNow(ctx context.Context, s Settle) ([]string, error) {
 	if s.Action != Confirm && s.Action != Cancel {
@@ -332,6 +364,10 @@ func (inv *Inventory) SettleNow(ctx context.Context, s Settle) ([]string, error)
 			return nil, fmt.Errorf("%w: settle of order %q on %s names part %q twice", ErrInvalid, s.OrderID, s.Node, id)
 		}
 	}
+	if s.Members != nil && len(s.Members) != len(s.PartIDs) {
+		return nil, fmt.Errorf("%w: settle of order %q on %s: %d members for %d parts", ErrInvalid, s.OrderID, s.Node,
+			len(s.Members), len(s.PartIDs))
+	}
 	c := inv.settleCall(s)
 	if c.err != nil {
 		return nil, c.err
@@ -342,21 +378,47 @@ func (inv *Inventory) SettleNow(ctx context.Context, s Settle) ([]string, error)
 }
 
 // settleCall is settleScript's call for s on its node, or the error that
-// the node is not a member of the topology.
+// the node is not a member of the topology. A cancel or an abort with
+// s.Members (one per part) sends them after the ids; a confirm never
+// does (it writes no tombstone).
 func (inv *Inventory) settleCall(s Settle) scriptCall {
 	n, err := inv.r.Node(s.Node)
 	if err != nil {
 		return scriptCall{err: err}
 	}
+	members := s.Action != Confirm && len(s.Members) == len(s.PartIDs)
 	keys := make([]string, 0, 1+len(s.PartIDs))
 	keys = append(keys, PendingKey)
-	args := make([]any, 0, 3+len(s.PartIDs))
+	na := 3 + len(s.PartIDs)
+	if members {
+		na += len(s.PartIDs)
+	}
+	args := make([]any, 0, na)
 	args = append(args, string(s.Action), seconds(inv.cfg.Retention), s.OrderID)
 	for _, id := range s.PartIDs {
 		keys = append(keys, partKey(id))
 		args = append(args, id)
 	}
+	if members {
+		for _, m := range s.Members {
+			args = append(args, m)
+		}
+	}
 	return scriptCall{n: n, s: settleScript, keys: keys, args: args}
+}
+
+// partMember is part p's member of its node's pending index when the
+// order record tells it (a stock part with its redo-log place:
+// [PendingMember]), else "" (the script looks the part up by its id).
+func partMember(p part) string {
+	if p.Kind != PartStock || p.Offset <= 0 {
+		return ""
+	}
+	q, ok := redoQueueNumber(p.Redo)
+	if !ok {
+		return ""
+	}
+	return q + ":" + strconv.FormatInt(p.Offset, 10)
 }
 
 // settleResult reads the outcome r of s's settleCall on n: one result word

@@ -125,10 +125,13 @@ const (
 )
 
 // settleMissing is what settleScript answers for a part its node does not
-// hold (confirm); settleDone for a part it moved now.
+// hold (confirm); settleDone for a part it moved now; settleLost for a
+// part whose record is gone while its node lists it (cancel or abort:
+// nothing written, SettleNow).
 const (
 	settleMissing = "missing"
 	settleDone    = "done"
+	settleLost    = "lost"
 )
 
 // xferOutState is the first word of xferOutScript's and

@@ -297,9 +297,15 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 			return Postponed, nil
 		}
 	}
-	res, err := inv.SettleNow(ctx, Settle{Node: p.Node, Action: action, OrderID: p.OrderID, PartIDs: []string{p.PartID}})
+	res, err := inv.SettleNow(ctx, Settle{Node: p.Node, Action: action, OrderID: p.OrderID, PartIDs: []string{p.PartID},
+		Members: []string{p.member}})
 	if err != nil {
 		return "", err
+	}
+	if res[0] == settleLost {
+		// its record lost since the listing read it: set aside, as a
+		// part listed with its record gone
+		return "", fmt.Errorf("%w: node %s: pending part %q: its record is gone while the node lists it", ErrCorrupt, p.Node, p.PartID)
 	}
 	if res[0] != settleDone {
 		return AlreadySettled, nil

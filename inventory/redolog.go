@@ -104,7 +104,10 @@ import (
 // is settled: by its repaired record, or, set aside, by the operator's
 // values of what the record held ([Inventory.SettleStuckLost]), which
 // write its record settled (the entry then reads as settled, in that
-// state, and goes once acknowledged). A record that is there but cannot be read stops
+// state, and goes once acknowledged). A cancel or an abort does not
+// write such a part a tombstone (settleScript: it answers "lost"), which
+// would read as settled cancelled with qty 0 and let the trim remove the
+// entry and the expiry drop the member. A record that is there but cannot be read stops
 // the trim too (its part may be pending). lua/redo_write.lua's trim op is
 // the one place this is decided.
 //

@@ -58,14 +58,35 @@ var reserveScript = newGroupedScript("reserve", true, luaFile("reserve.lua")).wi
 // KEYS: 1 stamp, 2 pending index, then one part key per part.
 // ARGV: 4 action ("confirm", "cancel", or "abort": a cancel by a staged
 // attempt before its order is decided, staged.go), 5 retention seconds
-// of settled parts, 6 order id, then one part id per part. Any other
-// action is refused (SHARDIS_BADOP) before any write.
+// of settled parts, 6 order id, then one part id per part, then, for a
+// cancel or an abort and optionally, one pending-index member per part
+// ([Settle.Members]: "queue:offset", "" unknown; a confirm sends none,
+// so its call costs what it did). Any other action is refused
+// (SHARDIS_BADOP) before any write.
 //
 // Per part it returns "done" (moved now), "already" (was in the target
 // state), "tombstoned" (cancel or abort of a part that does not exist: a
-// reserve arriving later takes nothing), "missing" (confirm of a part
-// that does not exist), "held" (abort of a part a probe saw pending:
-// nothing changed, it follows its order's decision) or "conflict:<state>".
+// reserve arriving later takes nothing), "lost" (cancel or abort of a
+// part whose record does not exist while the node lists it, pending or
+// set aside: nothing written), "missing" (confirm of a part that does
+// not exist), "held" (abort of a part a probe saw pending: nothing
+// changed, it follows its order's decision) or "conflict:<state>".
+//
+// The tombstone's rule: it is written (state cancelled, qty 0,
+// tombstone=1) for a part whose take has not landed, to fence a take
+// still on its way; never for a part the node lists (pend_listed of
+// lua/pending_index.lua: the pending index holds the member given,
+// whose redo-log entry names the part, or its id, or the stuck index its
+// id). Such a part was taken here and its record lost while pending
+// (deleted, evicted, lost with the node's writes): its units are
+// reserved still, and a tombstone would settle it on paper only: its
+// redo entry read cancelled with qty 0 (landed so by pgsync), the expiry
+// reading it as no longer pending and dropping its member (the units
+// reserved for good, nothing reported), and [Inventory.SettleStuckLost]
+// refusing it (a record exists). So it answers "lost" and the part stays
+// listed: set aside once due, settled by its order's decision once its
+// record is repaired, or by the operator's values. The check runs only
+// where a record is missing on a cancel or an abort.
 // A part named twice is settled once: a repeat answers "already" when the
 // first settled it or wrote its tombstone, else as the first.
 // A pending stock part whose SKU's stock hash holds fewer reserved units

@@ -134,7 +134,9 @@ import (
 // failed; a stage that lands late (its node was paused) meets the same
 // verdict. A lost part (above) is committed without being held: it is
 // absent, and the attempt aborts only parts whose take it saw land, so an
-// abort of it can only write a tombstone, which holds no stock (Confirm
+// abort of it can only write a tombstone, which holds no stock (none
+// where its node still lists it, its record lost while pending: settle
+// answers "lost", settleScript; Confirm
 // then reports a conflict for it instead of the loss: only for an attempt
 // that never answered success, the one that aborts). Retries of the order
 // id take parts under a new token, so an abort touches only its own

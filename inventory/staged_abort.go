@@ -52,8 +52,9 @@ func (inv *Inventory) releaseStaged(ctx context.Context, home *node.Node, orderI
 
 // abortParts aborts parts of a staged attempt, one script per node, nodes
 // concurrently, within commitTimeout whatever the caller's context. It
-// returns how many parts are left pending (held by a probe, or their node
-// did not answer): those follow their order's decision.
+// returns how many parts are left pending (held by a probe, their record
+// lost while their node lists them, or their node did not answer): those
+// follow their order's decision.
 func (inv *Inventory) abortParts(ctx context.Context, orderID string, parts []part) (left int) {
 	if len(parts) == 0 {
 		return 0
@@ -67,7 +68,9 @@ func (inv *Inventory) abortParts(ctx context.Context, orderID string, parts []pa
 			continue
 		}
 		for _, w := range r.res {
-			if w == settleHeld {
+			// held, or lost (its record gone while the node lists it:
+			// set aside once due)
+			if w == settleHeld || w == settleLost {
 				left++
 			}
 		}

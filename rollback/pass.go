@@ -155,9 +155,14 @@ func (r *Reconciler) unsettleable(ctx context.Context, s inventory.Settle, err e
 	if len(s.PartIDs) == 1 {
 		dropped = s.PartIDs
 	} else {
-		for _, id := range s.PartIDs {
+		for i, id := range s.PartIDs {
 			one := s
 			one.PartIDs = []string{id}
+			if len(s.Members) == len(s.PartIDs) {
+				one.Members = []string{s.Members[i]}
+			} else {
+				one.Members = nil
+			}
 			if !l.held(ctx) {
 				r.queue.Enqueue(one)
 				continue

@@ -14,6 +14,12 @@ local todo = {}
 -- twice). A repeat answers "already" when the first settled it (or wrote
 -- its tombstone), else as the first, and queues nothing.
 local seen = {}
+-- places: whether the call passed, after its part ids, each part's
+-- pending-index member ("" unknown; a cancel or an abort's), part KEYS[i]'s
+-- at ARGV[i + 4 + nparts] (read only then: in a group, past the call's own
+-- arguments are the next call's, luaflat.go)
+local nparts = #KEYS - 2
+local places = #ARGV >= 6 + 2 * nparts
 redis.call('ZCARD', KEYS[2]) -- fails now, before any write, if the index is not a sorted set
 for i = 3, #KEYS do
   local pk = KEYS[i]
@@ -25,9 +31,23 @@ for i = 3, #KEYS do
     local rec = part_get(pk) or {}
     local f = {rec.state, rec.kind, rec.qty, rec.counter, rec.held}
     local st = f[1]
-    if not st then
-      out[#out + 1] = action == 'confirm' and 'missing' or 'tombstoned'
-      if action ~= 'confirm' then todo[#todo + 1] = {pk = pk, tomb = true} end
+    if not st and action == 'confirm' then
+      out[#out + 1] = 'missing'
+    elseif not st then
+      -- a tombstone fences a take that has not landed; a part this node
+      -- still lists (pend_listed: by its place, which the caller passes
+      -- when it knows it, the entry there checked to name the part, or by
+      -- its id) was taken here and its record lost since: its units are
+      -- reserved still, and a tombstone (not pending) would make the
+      -- expiry drop it and leave them so for good. It is left as it is,
+      -- to be set aside once due.
+      local id, m = ARGV[i + 4], places and ARGV[i + 4 + nparts] or ''
+      if (m ~= '' and pend_id(m) == id and redis.call('ZSCORE', PENDING, m)) or pend_listed(nil, nil, id) then
+        out[#out + 1] = 'lost'
+      else
+        out[#out + 1] = 'tombstoned'
+        todo[#todo + 1] = {pk = pk, tomb = true}
+      end
     elseif st == 'pending' and action == 'abort' and f[5] then
       out[#out + 1] = 'held'
     elseif st == 'pending' then

@@ -2406,7 +2406,8 @@ type SettleStuckPartResponse struct {
 	// (it settled now, as asked). Only when something else settled the part
 	// (or its record expired) between the check and the settle: "already"
 	// (settled as asked), "conflict:<state>" (settled the other way: nothing
-	// changed), "missing" or "tombstoned" (no record any more).
+	// changed), "missing" or "tombstoned" (no record any more), "lost" (its
+	// record gone while the node lists it: nothing written).
 	Result        string `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
