@@ -200,7 +200,9 @@ func (c *Cache) backfillOne(ctx context.Context, key string, loader Loader) erro
 		}
 		return val, err
 	}
-	_, err := c.flight.do(ctx, key, func(ctx context.Context) ([]byte, error) { return c.fill(ctx, key, load, false, gen) })
+	_, err := c.flight.do(ctx, key, func(ctx context.Context, run flightRun) ([]byte, error) {
+		return c.fill(ctx, key, load, false, gen, run)
+	})
 	return err
 }
 

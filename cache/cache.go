@@ -61,7 +61,8 @@
 //     wrapping router.ErrUnavailable, or, with Options.FallbackToLoader,
 //     calls the loader without caching, still rate limited and still in
 //     the key's in-process single flight (concurrent Gets of the key in
-//     one process share one loader call). Copies never move: each sits on
+//     one process share one loader call, or the next one for those that
+//     joined it after its call: below). Copies never move: each sits on
 //     the node the ring gives it (copies.go), whatever the server's
 //     on_node_down or a route's drain says, so a Set or Invalidate always
 //     reaches the copies a Get reads (a copy moved while its node was down
@@ -74,6 +75,20 @@
 //     Invalidate is returned to its callers but not stored, in Redis or
 //     L1. A fill that takes longer than FillLease plus a minute stores
 //     nothing.
+//   - Which Gets of an in-process run get its answer (flight.go). A Get
+//     that misses joins the key's run (a fill, or a FallbackToLoader
+//     load) whenever it comes, also after the step that decided the
+//     run's answer, and it may have started after a Set or Invalidate
+//     that came after that step. So a run's answer (a value, or "not
+//     found") is its first caller's, and a joined Get's only when a step
+//     sent after it joined confirmed it: the loader's call (it reads the
+//     row after any write that returned before the join), the read that
+//     found the copy (waitFill's poll, or the fill's read of the versions,
+//     which a refill of the other copies follows by a round trip), or a
+//     store its version check accepted on a copy's node. A FallbackToLoader
+//     load has the loader's call alone. The joined Gets it was not
+//     confirmed for are handed together to a next run (one more fill or
+//     loader call, not one each), run by the first of them still waiting.
 //   - Close stops the subscriptions and turns L1 off: later Gets read
 //     Redis.
 //
@@ -91,14 +106,10 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/router"
 )
 
@@ -307,7 +318,7 @@ func (c *Cache) Get(ctx context.Context, key string, loader Loader) ([]byte, err
 		if !c.opts.FallbackToLoader || !errors.Is(err, router.ErrUnavailable) {
 			return nil, err
 		}
-		enc, err = c.flight.do(ctx, key, func(ctx context.Context) ([]byte, error) { return c.loadUncached(ctx, key, loader) })
+		enc, err = c.flight.do(ctx, key, func(ctx context.Context, run flightRun) ([]byte, error) { return c.loadUncached(ctx, key, loader, run) })
 		if err != nil {
 			return nil, err
 		}
@@ -318,7 +329,9 @@ func (c *Cache) Get(ctx context.Context, key string, loader Loader) ([]byte, err
 		return decode(enc)
 	}
 	c.stats.misses.Add(1)
-	enc, err = c.flight.do(ctx, key, func(ctx context.Context) ([]byte, error) { return c.fill(ctx, key, loader, c.opts.Backfill, gen) })
+	enc, err = c.flight.do(ctx, key, func(ctx context.Context, run flightRun) ([]byte, error) {
+		return c.fill(ctx, key, loader, c.opts.Backfill, gen, run)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -349,127 +362,6 @@ func (c *Cache) l1TTL(enc []byte) time.Duration {
 		return min(c.opts.L1TTL, c.opts.NegativeTTL)
 	}
 	return c.opts.L1TTL
-}
-
-// fill runs one instance's fill of a miss: take the gate or wait for the
-// holder's value. queue says whether a throttled miss goes to the
-// backfill stream; gen is the L1 generation taken before the miss was read.
-func (c *Cache) fill(ctx context.Context, key string, loader Loader, queue bool, gen uint64) ([]byte, error) {
-	nodes, _ := c.copies(key)
-	gateNode := nodes[0]
-	for _, n := range nodes {
-		if n.Usable() {
-			gateNode = n
-			break
-		}
-	}
-	token := strconv.FormatUint(rand.Uint64(), 36)
-	gate := c.prefix + "g:" + key
-	deadline := time.Now().Add(c.opts.FillWait)
-	for { // take the gate, or wait for its holder's value (or for it to give up)
-		ok, err := gateNode.Client().SetNX(ctx, gate, token, c.opts.FillLease).Result()
-		if err != nil { // the caller's own end is its context's error, not the node's (failed)
-			return nil, fmt.Errorf("cache: key %q: fill gate: %w", key, failed(ctx, gateNode, err))
-		}
-		if ok {
-			break
-		}
-		enc, err := c.waitFill(ctx, key, gateNode, gate, deadline)
-		if !errors.Is(err, errGateFree) {
-			return enc, err
-		}
-	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = releaseGate.Run(rctx, gateNode.Client(), []string{gate}, token).Err()
-	}()
-	// Another instance may have filled it between our read and the gate;
-	// the copies' versions are read with it, before the loader reads the
-	// row: a write after them wins (storeFill).
-	filled, found, fv := c.versions(ctx, key)
-	if found {
-		return filled, nil
-	}
-	if err := c.allowLoad(ctx, key, queue); err != nil {
-		return nil, err
-	}
-	c.stats.fills.Add(1)
-	val, err := loader(ctx, key)
-	var enc []byte
-	switch {
-	case errors.Is(err, ErrNotFound):
-		enc = []byte{kindNegative}
-	case err != nil:
-		return nil, err
-	default:
-		enc = append([]byte{kindValue}, val...)
-	}
-	ttl, stored, raced, werr := c.storeFill(ctx, key, enc, fv)
-	if werr != nil {
-		c.log.Warn("cache: storing a filled value", "key", key, "err", werr)
-	}
-	if c.l1 != nil && stored { // no longer than its shortest-lived copy in Redis
-		c.l1.add(key, enc, min(c.l1TTL(enc), ttl), gen)
-	}
-	if raced { // not for the Gets that joined the fill: they may have started after the write
-		return enc, errFillRaced
-	}
-	return enc, nil
-}
-
-var releaseGate = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-`)
-
-// errGateFree is waitFill's answer when the gate's holder let it go (or
-// lost it) without storing a value: its caller gave up, its loader
-// failed, or a write came in between. The waiter then takes the gate
-// itself rather than wait out FillWait for a value that will not come.
-var errGateFree = errors.New("cache: the gate is free")
-
-// waitFill polls the key while another instance fills it, until deadline
-// (ErrFilling) or until the gate on gateNode is free with no value stored
-// (errGateFree).
-func (c *Cache) waitFill(ctx context.Context, key string, gateNode *node.Node, gate string, deadline time.Time) ([]byte, error) {
-	for {
-		t := time.NewTimer(10 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-		enc, found, err := c.read(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		if found {
-			return enc, nil
-		}
-		if n, err := gateNode.Client().Exists(ctx, gate).Result(); err == nil && n == 0 && time.Now().Before(deadline) {
-			return nil, errGateFree
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w: %q (waited %v)", ErrFilling, key, c.opts.FillWait)
-		}
-	}
-}
-
-// loadUncached calls the loader for a key none of whose copies is usable
-// and returns its value encoded (ErrNotFound as the loader's error). Get
-// runs it in the key's single flight, as a fill.
-func (c *Cache) loadUncached(ctx context.Context, key string, loader Loader) ([]byte, error) {
-	if err := c.allowLoad(ctx, key, false); err != nil {
-		return nil, err
-	}
-	c.stats.fills.Add(1)
-	val, err := loader(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	return append([]byte{kindValue}, val...), nil
 }
 
 // Set stores a value in the copies of key Get reads now

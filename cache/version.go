@@ -258,14 +258,15 @@ func (c *Cache) refill(ctx context.Context, key string, reads []copyRead, src in
 // and whether every copy it could try was stored: false when a write came
 // in between (the value is then not kept anywhere: not in L1 either), a
 // store failed (its error is returned too), or the fill took too long to
-// tell. A copy on an unusable node is not tried. raced says a write came
-// in between (or may have: the fill took too long to tell, or a copy whose
-// version it read could not be compared now, its node unusable or its
-// store failing), so the value may be older than a Set or Invalidate that
-// returned before the store.
-func (c *Cache) storeFill(ctx context.Context, key string, enc []byte, fv fillVersions) (_ time.Duration, stored, raced bool, _ error) {
+// tell. A copy on an unusable node is not tried. Each store the version
+// check accepted confirms the value to run for the Gets that joined the
+// fill before it was sent (flightGroup's doc): a write that returned
+// before they joined changed that copy's version first. A store refused,
+// failed or not tried confirms nothing, so those Gets run the fill again
+// unless an earlier step confirmed it for them.
+func (c *Cache) storeFill(ctx context.Context, key string, enc []byte, fv fillVersions, run flightRun) (_ time.Duration, stored bool, _ error) {
 	if time.Since(fv.at) > c.verLife()-verMargin {
-		return 0, false, true, nil
+		return 0, false, nil
 	}
 	var errs []error
 	shortest := time.Duration(math.MaxInt64)
@@ -274,26 +275,25 @@ func (c *Cache) storeFill(ctx context.Context, key string, enc []byte, fv fillVe
 		ttl := c.jittered(enc)
 		shortest = min(shortest, ttl)
 		if !n.Usable() { // skipped, as a copy whose node is down always was
-			// but a copy whose version was read may have been written
-			// since: that cannot be told now, so the value is not the
-			// joiners' (flightGroup.do)
-			raced = raced || fv.known[i]
 			continue
 		}
 		if !fv.known[i] { // its version could not be read: not stored
 			stored = false
 			continue
 		}
+		mark := run.mark()
 		ok, err := fillScript.Run(ctx, n.Client(), []string{fv.names[i], c.verKey(key)}, enc, ms(ttl), fv.vers[i]).Int()
-		if err != nil { // tried and not stored: a write since cannot be told
+		if err != nil {
 			errs = append(errs, fmt.Errorf("node %s: %w", n.Name(), err))
-			stored, raced = false, true
+			stored = false
 			continue
 		}
+		if ok == 1 {
+			run.confirm(mark)
+		}
 		stored = stored && ok == 1
-		raced = raced || ok != 1
 	}
-	return shortest, stored, raced, errors.Join(errs...)
+	return shortest, stored, errors.Join(errs...)
 }
 
 // ms is d in whole milliseconds for PX, at least 1.
