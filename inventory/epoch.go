@@ -292,7 +292,7 @@ func (inv *Inventory) readView(ctx context.Context) *view {
 	if newest.Epoch == 0 {
 		first := topology.Initial(inv.topo.self)
 		for _, r := range recs {
-			if err := inv.writeRecord(ctx, r.Node, "", first); err != nil {
+			if err := inv.writeRecord(ctx, r.Node, "", first, ""); err != nil {
 				return notReady("initialising the topology on %s: %v", r.Node, err)
 			}
 		}
@@ -332,7 +332,7 @@ func (inv *Inventory) spreadRecord(ctx context.Context, recs []topology.Record, 
 		case r.Lost:
 			inv.log.Error("inventory: node lost its topology record and no node can restore it", "node", r.Node, "token", r.Token)
 		case r.Epoch == 0 && !inv.topo.noInit:
-			if err := inv.writeRecord(ctx, r.Node, "", *newest); err != nil {
+			if err := inv.writeRecord(ctx, r.Node, "", *newest, ""); err != nil {
 				inv.log.Warn("inventory: could not give a node the topology record", "node", r.Node, "err", err)
 			}
 		case r.Token != newest.Token:
@@ -395,14 +395,15 @@ func (inv *Inventory) readRecords(ctx context.Context, nodes []*node.Node) (recs
 }
 
 // writeRecord writes rec on the named node by compare-and-set on expect
-// (see topoWriteScript), at any incarnation: an instance writes a peer's
-// record, read with the peer's incarnation.
-func (inv *Inventory) writeRecord(ctx context.Context, name, expect string, rec topology.Record) error {
+// (see topoWriteScript), at the node's incarnation inc ("" any): an
+// instance writes a peer's record, read with the peer's incarnation, so
+// rec's own is not the node's.
+func (inv *Inventory) writeRecord(ctx context.Context, name, expect string, rec topology.Record, inc string) error {
 	n, err := inv.r.Node(name)
 	if err != nil {
 		return err
 	}
-	rec.Incarnation = ""
+	rec.Incarnation = inc
 	return writeRecord(ctx, inv, n, expect, rec)
 }
 
@@ -467,7 +468,12 @@ func (v *view) refuse() error {
 // hold the record whole (its previous topology, its phase, its attempt):
 // written from the configuration meanwhile, a record lost during a
 // migration would read stable, and the node would never be repaired from
-// its peers (it is no longer lost). It reports whether it wrote anything.
+// its peers (it is no longer lost). Each node is written only at the
+// incarnation it was read at (topoWriteScript): one accepted since may
+// hold a copy of its record taken during step 3, migrating at the token
+// with the counters step 3 moved off it, which a peer's stable record
+// would make stable as it is (topology doc.go, "A lost record"). It
+// reports whether it wrote anything.
 func (inv *Inventory) repairLost(ctx context.Context, recs []topology.Record, allRead bool) bool {
 	wrote := false
 	for _, r := range recs {
@@ -485,9 +491,9 @@ func (inv *Inventory) repairLost(ctx context.Context, recs []topology.Record, al
 		var err error
 		switch {
 		case src != nil:
-			err = inv.writeRecord(ctx, r.Node, r.Token, *src)
+			err = inv.writeRecord(ctx, r.Node, r.Token, *src, r.Incarnation)
 		case allRead && ok && fp == inv.topo.fp && !inv.topo.noInit:
-			err = inv.writeRecord(ctx, r.Node, r.Token, topology.Record{Epoch: epoch, Token: r.Token, Current: inv.topo.self, Phase: topology.PhaseStable})
+			err = inv.writeRecord(ctx, r.Node, r.Token, topology.Record{Epoch: epoch, Token: r.Token, Current: inv.topo.self, Phase: topology.PhaseStable}, r.Incarnation)
 		default:
 			continue
 		}

@@ -110,7 +110,12 @@ func (a *applier) resume(ctx context.Context, cur Record, recs map[string]Record
 // token's stable record is what the apply's last step writes on every
 // node at it (migrate), the same as an instance's repair from a peer.
 // Such a node is at the token, so it is not behind (Driver.Retire reads
-// nothing of its data), and its record is then known.
+// nothing of its data), and its record is then known. Each is written
+// only at the incarnation read in recs (Record.Incarnation): a node
+// accepted since may hold a copy of its record, at the token, migrating,
+// taken during step 3 with the counters step 3 moved off it, which the
+// compare-and-set alone would write stable as it is (doc.go, "A lost
+// record"); refused, a rerun reads it migrating and brings it forward.
 func (a *applier) repair(ctx context.Context, recs map[string]Record, cur Record) error {
 	if len(a.rep.Repaired) == 0 {
 		return nil
@@ -120,7 +125,9 @@ func (a *applier) repair(ctx context.Context, recs map[string]Record, cur Record
 		return err
 	}
 	for _, name := range a.rep.Repaired {
-		rec := Record{Node: name, Epoch: cur.Epoch, Token: cur.Token, Current: cur.Current, Prev: cur.Prev, Phase: PhaseStable, Attempt: attempt}
+		// at the incarnation read (doc.go, "A lost record"): a node
+		// accepted since may hold a copy taken during step 3, migrating
+		rec := Record{Node: name, Epoch: cur.Epoch, Token: cur.Token, Current: cur.Current, Prev: cur.Prev, Phase: PhaseStable, Attempt: attempt, Incarnation: recs[name].Incarnation}
 		if err := a.d.Write(ctx, name, cur.Token, rec); err != nil {
 			return fmt.Errorf("writing %s's lost topology record again at epoch %d (run apply again to resume): %w", name, cur.Epoch, err)
 		}

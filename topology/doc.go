@@ -294,10 +294,12 @@
 // (TestForwardRefusedOnACopyTakenBeforeItsTakeBackAccepted). Now the
 // write is refused and the apply fails; its rerun reads the node again
 // and brings it forward, taking the counters back off it. The rule, for
-// every write of phase stable by an apply (step 4, a move forward): the
-// node is written at the incarnation read before the last step that read
-// or moved its counters began, so no accepted copy older than that step
-// is ever made stable; a rerun reads it again.
+// every write of phase stable by an apply (step 4, a move forward, the
+// repair of a lost record: "A lost record"): the node is written at the
+// incarnation read before the last step that read or moved its counters
+// began (for a repair, which moves none, the one read with the lost
+// record), so no accepted copy older than that step is ever made stable;
+// a rerun reads it again.
 //
 // Stale counters on a joining node. Counters the take back leaves (their
 // transfer's marker gone, expired or never written; a stock hash with
@@ -382,6 +384,22 @@
 // put back on it, as on any node at the token. An instance restores it
 // too, from a peer at the token. A lost record behind the current token,
 // or a fenced one, tells no copy, and stays for the operator to restore.
+// Both write it only at the incarnation read with the lost record
+// (Record.Incarnation; the rule above): the node's copy taken during step
+// 3 (at the token, migrating, what step 3 moved off it still there),
+// restored and accepted unfenced between that read and the write, passed
+// the compare-and-set on the token, and the write only moved its phase to
+// stable: 10 units of a SKU on both n2 and n3, a rerun reporting the
+// topology applied (the inventory's
+// TestRepairRefusedOnACopyTakenDuringStep3AcceptedAfterTheRead and
+// TestInstanceRepairRefusedOnACopyTakenDuringStep3AcceptedAfterTheRead).
+// Now refused, the apply fails; its rerun reads the node
+// migrating at the token and brings it forward, with the take back. Not
+// closed: such a copy that holds no record itself (the record deleted by
+// hand before the copy was taken; a flush that kept the stamp took the
+// counters too) is read lost after its accept, at its new incarnation,
+// and written stable as it is: a lost record tells no phase, so nothing
+// tells it from a node that lost only its record after step 3.
 //
 // This package holds the protocol's steps and their order; a [Driver]
 // (the inventory package's) holds what runs on the nodes: the record

@@ -76,7 +76,8 @@ type Driver interface {
 	// rec.Token already (nothing to write): step 4 writes a node stable
 	// only at the incarnation read before step 3 began, a move forward
 	// only at the one read before its Retire (doc.go, "A copy taken
-	// during step 3").
+	// during step 3"), the repair of a lost record only at the one read
+	// with it (doc.go, "A lost record").
 	Write(ctx context.Context, node, expect string, rec Record) error
 	// Pending returns how many parts are pending on the named node.
 	Pending(ctx context.Context, node string) (int, error)

@@ -84,7 +84,8 @@ type Record struct {
 	// from a copy of its data since has another. Given to [Driver.Write]
 	// with a record of phase stable, the write is refused unless the node
 	// is still at it (step 4, and a move forward's stable write: doc.go,
-	// "A copy taken during step 3"); Apply sets it on those writes only.
+	// "A copy taken during step 3"; the repair of a lost record: "A lost
+	// record"); Apply sets it on those writes only.
 	Incarnation string
 }
 

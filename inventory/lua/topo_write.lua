@@ -2,16 +2,17 @@
 local cur = redis.call('HGET', KEYS[1], 'epoch') or ''
 -- the incarnation the write expects (ARGV[9], "" = any): step 4 writes a
 -- node stable only at the one read before step 3 began, a move forward
--- only at the one read before its take back; a node accepted since holds
--- a copy that may be from before step 3 (or the take back) moved its
--- counters off it (topology doc.go, "A copy taken during step 3"). A
+-- only at the one read before its take back, a repair of a lost record
+-- only at the one read with it; a node accepted since holds a copy that
+-- may be from before step 3 (or the take back) moved its counters off it
+-- (topology doc.go, "A copy taken during step 3", "A lost record"). A
 -- record stable at the token already is left as it is, whatever the
 -- incarnation.
 if ARGV[9] and ARGV[9] ~= '' then
   local inc = redis.call('HGET', KEYS[1], 'incarnation') or ''
   if inc ~= ARGV[9] and not (cur == ARGV[3] and redis.call('HGET', KEYS[2], 'phase') == 'stable') then
     return redis.error_reply('SHARDIS_EPOCH node ' .. ARGV[1] .. ' is at incarnation ' .. inc .. ', not ' .. ARGV[9] ..
-      ' as when the apply read it before step 3 (or its move forward): it was accepted since, with a copy of its data that step 3 (or the take back) may not have seen; not written ' .. ARGV[7])
+      ' as when it was read before step 3 (or its move forward, or with its lost record): it was accepted since, with a copy of its data that step 3 (or the take back) may not have seen; not written ' .. ARGV[7])
   end
 end
 if cur == ARGV[3] and redis.call('EXISTS', KEYS[2]) == 1 then
