@@ -126,6 +126,7 @@ func TestSettleStuckLostRefusesWhatItDoesNotSettle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.awaitCommitted("other") // its commit lands off the caller's path: not between two snapshots
 	en, err := e.inv.ReadRedoLog(e.ctx, "n1", invQueue(t, other.Receipts[0].RedoLog), other.Receipts[0].Offset-1, 1)
 	if err != nil || len(en) != 1 {
 		t.Fatal(en, err)
@@ -176,4 +177,18 @@ func TestSettleStuckLostRefusesWhatItDoesNotSettle(t *testing.T) {
 		t.Errorf("SettleStuckLost of a part whose record exists = %q, %v; want ErrPrecondition, its record decides", res, err)
 	}
 	e.unchanged(before, "SettleStuckLost of a part whose record exists")
+}
+
+// awaitCommitted waits (up to 10 s) until order's record on its home is
+// reserved: a one-round reservation's commit lands after Reserve returns
+// (carried by a later group or sent by itself, carry.go), and would
+// change the node between two snapshots (under load it did).
+func (e *stagedEnv) awaitCommitted(order string) {
+	e.t.Helper()
+	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), order)
+	for deadline := time.Now().Add(10 * time.Second); orderFieldsOn(e.t, e.ctx, e.clients[home.Name()], order)["status"] != "reserved"; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("the commit of %s did not land in 10s", order)
+		}
+	}
 }
