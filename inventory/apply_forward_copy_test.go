@@ -65,6 +65,15 @@ func copyAcceptedDuringForward(t *testing.T, fenced bool) {
 	if !errors.Is(err, ErrTopology) || !strings.Contains(err.Error(), "incarnation") {
 		t.Errorf("the move forward during which n3 went back = %+v, %v; want its stable write refused on n3 for its new incarnation", rep, err)
 	}
+	w.rerunBringsN3Forward(t)
+}
+
+// rerunBringsN3Forward runs the apply again after a run refused n3 for
+// its new incarnation: it wants n3 brought forward with c/s taken back
+// (10 loaded on n2, 0 on n3: counted once), a last run already applied,
+// and GetStock(c, s) at 10.
+func (w *midStep3) rerunBringsN3Forward(t *testing.T) {
+	t.Helper()
 	again, err := w.apply(nil)
 	if err != nil || again.Phase != topology.PhaseStable {
 		t.Fatalf("the rerun = %+v, %v; want stable", again, err)

@@ -68,23 +68,7 @@ func TestRepairRefusedOnACopyTakenDuringStep3AcceptedAfterTheRead(t *testing.T) 
 	if !errors.Is(err, ErrTopology) || !strings.Contains(err.Error(), "incarnation") || rep.AlreadyApplied {
 		t.Errorf("the apply that repaired n3 as it went back = %+v, %v; want its write refused on n3 for its new incarnation", rep, err)
 	}
-	again, err := w.apply(nil)
-	if err != nil || again.Phase != topology.PhaseStable {
-		t.Fatalf("the rerun = %+v, %v; want stable", again, err)
-	}
-	if !reflect.DeepEqual(again.Forward, []string{"n3"}) || again.TakenBack != 1 {
-		t.Errorf("the rerun brought forward %v, took back %d; want n3, 1 (c/s)", again.Forward, again.TakenBack)
-	}
-	if l2, l3 := w.loaded(t, 1), w.loaded(t, 2); l2 != 10 || l3 != 0 {
-		t.Errorf("at the end: n2 holds %d loaded, n3 %d; want 10 and 0 (counted once)", l2, l3)
-	}
-	if rep, err := w.apply(nil); err != nil || !rep.AlreadyApplied {
-		t.Fatalf("a last run = %+v, %v; want already applied", rep, err)
-	}
-	lvl, err := openInv(t, w.after, Options{}).GetStock(w.ctx, "c", "s")
-	if err != nil || lvl.Loaded != 10 || lvl.Available != 10 {
-		t.Errorf("GetStock(c, s) = %+v, %v; want 10 loaded, 10 available", lvl, err)
-	}
+	w.rerunBringsN3Forward(t)
 }
 
 // TestInstanceRepairRefusedOnACopyTakenDuringStep3AcceptedAfterTheRead:

@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/shardis/shardis/topology"
 )
@@ -30,20 +29,7 @@ import (
 // LeftBehind, a warning each).
 func TestResumeBesideAConcurrentStep4NamesABusyCounter(t *testing.T) {
 	t.Parallel()
-	ctx, srvs, before, after := routeCOffN3(t)
-	n3 := srvs[2].Client(t)
-	inv := openInv(t, before, Options{})
-	if _, err := inv.LoadStock(ctx, "c", "s", 10, 5); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := inv.Reserve(ctx, "o-p", []Item{{Route: "c", SKU: "s", Quantity: 3}}, "u", time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	old3 := takeCopy(t, n3) // o-p's 3 units reserved in it
-	if _, err := inv.Cancel(ctx, "o-p"); err != nil {
-		t.Fatal(err)
-	}
-	inv.Close()
+	ctx, srvs, after, n3, old3 := routeCOffN3WithABusyCopy(t)
 	w := &midStep3{ctx: ctx, srvs: srvs, after: after, quiet: slog.New(slog.DiscardHandler)}
 	var resumeErr error
 	a := &afterScript{node: "n3", script: xferDoneScript.name, then: func() {

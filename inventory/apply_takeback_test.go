@@ -117,20 +117,7 @@ func takeBackAfterGoingBack(t *testing.T, crash string) {
 // forward named the hash in a log line only, and the counter nowhere.
 func TestForwardNamesTheReservedStockHashItLeaves(t *testing.T) {
 	t.Parallel()
-	ctx, srvs, before, after := routeCOffN3(t)
-	n3 := srvs[2].Client(t)
-	inv := openInv(t, before, Options{})
-	if _, err := inv.LoadStock(ctx, "c", "s", 10, 5); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := inv.Reserve(ctx, "o-p", []Item{{Route: "c", SKU: "s", Quantity: 3}}, "u", time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	old3 := takeCopy(t, n3) // o-p's 3 units reserved in it
-	if _, err := inv.Cancel(ctx, "o-p"); err != nil {
-		t.Fatal(err)
-	}
-	inv.Close()
+	ctx, _, after, n3, old3 := routeCOffN3WithABusyCopy(t)
 	quiet := slog.New(slog.DiscardHandler)
 	if rep, err := ApplyTopology(ctx, ApplyOptions{To: after, Wait: 5 * time.Second, Logger: quiet}); err != nil || rep.Phase != topology.PhaseStable || rep.StockMoved != 1 {
 		t.Fatalf("moving route c off n3 = %+v, %v; want stable, 1 stock hash moved", rep, err)
@@ -161,4 +148,28 @@ func routeCOffN3(t *testing.T) (context.Context, []*redistest.Server, *config.Co
 	before := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n3"}, "d": {"n3"}})
 	after := leaveConfig(t, addrs, map[string][]string{"a": {"n1"}, "b": {"n2"}, "c": {"n2"}, "d": {"n3"}})
 	return ctx, srvs, before, after
+}
+
+// routeCOffN3WithABusyCopy is routeCOffN3 with 10 units of c/s loaded
+// (a per-user limit of 5) and a copy of n3 taken while user u's order o-p
+// held 3 of them reserved, o-p cancelled since: the copy's stock hash and
+// u's quota counter are busy. It returns the context, the servers, the
+// topology without n3 in route c, n3's client and the copy.
+func routeCOffN3WithABusyCopy(t *testing.T) (context.Context, []*redistest.Server, *config.Config, *redis.Client, nodeCopy) {
+	t.Helper()
+	ctx, srvs, before, after := routeCOffN3(t)
+	n3 := srvs[2].Client(t)
+	inv := openInv(t, before, Options{})
+	if _, err := inv.LoadStock(ctx, "c", "s", 10, 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inv.Reserve(ctx, "o-p", []Item{{Route: "c", SKU: "s", Quantity: 3}}, "u", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	old3 := takeCopy(t, n3) // o-p's 3 units reserved in it
+	if _, err := inv.Cancel(ctx, "o-p"); err != nil {
+		t.Fatal(err)
+	}
+	inv.Close()
+	return ctx, srvs, after, n3, old3
 }
