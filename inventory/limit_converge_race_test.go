@@ -92,24 +92,7 @@ func TestConvergeKeepsANewerPendingChange(t *testing.T) {
 	if limits["n1"] != "1" || limits["n2"] != "1" {
 		t.Errorf("after the last LoadStock set limit 1 and the reconcilers' passes, the route's limits are %v; want 1 everywhere", limits)
 	}
-	// A user whose quota node in route d is n2.
-	set, _ := e.inv.set(e.ctx, "d")
-	user := ""
-	for i := 0; ; i++ {
-		if u := "u" + strconv.Itoa(i); quotaNode(set, u).Name() == "n2" {
-			user = u
-			break
-		}
-	}
-	var got int64
-	for i := range 3 {
-		_, err := e.inv.Reserve(e.ctx, "cv"+strconv.Itoa(i), []Item{{Route: "d", SKU: "t", Quantity: 1}}, user, time.Minute)
-		if err == nil {
-			got++
-		} else if !errors.Is(err, ErrLimitExceeded) {
-			t.Fatal(err)
-		}
-	}
+	user, got := e.unitsHeldByAUserOnN2("cv", 3)
 	if got > 1 {
 		t.Errorf("user %s holds %d units of d/t, whose per-user limit the last LoadStock set to 1", user, got)
 	}
@@ -124,4 +107,30 @@ func (e *stagedEnv) loadsNeverReach(node string) *Inventory {
 		}
 		return send()
 	}})
+}
+
+// unitsHeldByAUserOnN2 picks a user whose quota node in route d is n2 and
+// reserves n one-unit orders of d/t for it (ids prefix0, prefix1, …); it
+// returns the user and how many were reserved (a refusal other than
+// ErrLimitExceeded fails the test).
+func (e *stagedEnv) unitsHeldByAUserOnN2(prefix string, n int) (string, int64) {
+	e.t.Helper()
+	set, _ := e.inv.set(e.ctx, "d")
+	user := ""
+	for i := 0; ; i++ {
+		if u := "u" + strconv.Itoa(i); quotaNode(set, u).Name() == "n2" {
+			user = u
+			break
+		}
+	}
+	var got int64
+	for i := range n {
+		_, err := e.inv.Reserve(e.ctx, prefix+strconv.Itoa(i), []Item{{Route: "d", SKU: "t", Quantity: 1}}, user, time.Minute)
+		if err == nil {
+			got++
+		} else if !errors.Is(err, ErrLimitExceeded) {
+			e.t.Fatal(err)
+		}
+	}
+	return user, got
 }

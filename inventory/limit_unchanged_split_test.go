@@ -2,7 +2,6 @@ package inventory
 
 import (
 	"errors"
-	"strconv"
 	"testing"
 	"time"
 )
@@ -87,24 +86,7 @@ func TestLimitUnchangedPassOverKeepsNoSplit(t *testing.T) {
 	if lerr != nil {
 		return // refused: the operator knows the limit 1 did not take
 	}
-	// A user whose quota node in route d is n2.
-	set, _ := e.inv.set(e.ctx, "d")
-	user := ""
-	for i := 0; ; i++ {
-		if u := "u" + strconv.Itoa(i); quotaNode(set, u).Name() == "n2" {
-			user = u
-			break
-		}
-	}
-	var got int64
-	for i := range 5 {
-		_, err := e.inv.Reserve(e.ctx, "us"+strconv.Itoa(i), []Item{{Route: "d", SKU: "t", Quantity: 1}}, user, time.Minute)
-		if err == nil {
-			got++
-		} else if !errors.Is(err, ErrLimitExceeded) {
-			t.Fatal(err)
-		}
-	}
+	user, got := e.unitsHeldByAUserOnN2("us", 5)
 	if got > 1 {
 		t.Errorf("user %s holds %d units of d/t, whose per-user limit the last LoadStock set to 1 (answered success)", user, got)
 	}
