@@ -22,6 +22,7 @@ import (
 // router.ErrUnavailable included, so with FillLease 100ms the key was
 // dropped within a second without one loader call, and never filled.
 func TestBackfillKeepsAKeyWhoseNodeIsDown(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1)
 	const stream = "shardis:cache:default:cache:r:backfill"
 	set, _ := e.rtrs[0].Set("cache", "r")
@@ -79,6 +80,7 @@ func TestBackfillKeepsAKeyWhoseNodeIsDown(t *testing.T) {
 // on router.ErrUnavailable: without telling the loader's errors apart,
 // this key would be retried for good.
 func TestBackfillDropsAKeyWhoseLoaderFailsFiveTimes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1)
 	const stream = "shardis:cache:default:cache:r:backfill"
 	set, _ := e.rtrs[0].Set("cache", "r")

@@ -86,6 +86,7 @@ func (e *env) caches(opts cache.Options) []*cache.Cache {
 }
 
 func TestSingleFlightAcrossInstances(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 3)
 	cs := e.caches(cache.Options{FillWait: 5 * time.Second})
 	var calls atomic.Int64
@@ -115,6 +116,7 @@ func TestSingleFlightAcrossInstances(t *testing.T) {
 }
 
 func TestNegativeCachingAndJitter(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1)
 	c := e.caches(cache.Options{TTL: 10 * time.Second, Jitter: 0.2, NegativeTTL: 300 * time.Millisecond})[0]
 	var calls atomic.Int64
@@ -170,6 +172,7 @@ func TestNegativeCachingAndJitter(t *testing.T) {
 }
 
 func TestHotKeyReplicas(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 2)
 	cs := e.caches(cache.Options{Replicas: func(key string) int {
 		if strings.HasPrefix(key, "hot") {
@@ -251,6 +254,7 @@ func waitDown(t *testing.T, r *router.Router, name string) {
 }
 
 func TestLoaderRateLimit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 3)
 	const rate = 50.0
 	cs := e.caches(cache.Options{LoaderRate: rate, LoaderBurst: 5})
@@ -286,6 +290,7 @@ func TestLoaderRateLimit(t *testing.T) {
 }
 
 func TestBackfill(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1)
 	c := e.caches(cache.Options{LoaderRate: 1, LoaderBurst: 1, Backfill: true, FillLease: 300 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler)})[0]
@@ -326,6 +331,7 @@ func TestBackfill(t *testing.T) {
 }
 
 func TestL1Invalidation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 3)
 	cs := e.caches(cache.Options{L1Size: 100})
 	time.Sleep(300 * time.Millisecond) // subscriptions made

@@ -22,6 +22,7 @@ import (
 // for Options.NegativeTTL"); with L1 on, it must not hide a key created
 // after that for the L1's TTL (default: the value TTL, 5 min).
 func TestL1NegativeMarkerLivesNegativeTTL(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1)
 	c := e.caches(cache.Options{TTL: time.Minute, NegativeTTL: 300 * time.Millisecond, L1Size: 100})[0]
 	time.Sleep(300 * time.Millisecond) // subscriptions made
@@ -94,6 +95,7 @@ var _ = net.Dial
 // instance, keeps serving the old value from L1 until L1TTL, although the
 // invalidation arrived (no publish was lost) and Redis holds the new value.
 func TestL1DropsAReadRacingAnInvalidation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 2)
 	cs := e.caches(cache.Options{TTL: time.Minute, L1Size: 100})
 	time.Sleep(300 * time.Millisecond) // subscriptions made
@@ -160,6 +162,7 @@ func waitUsable(t *testing.T, e *env, name string, want bool) {
 // a whole TTL. For a key whose only copy is there, Set stores nothing and
 // still returns nil.
 func TestSetReportsAnUnusableCopy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 2)
 	cs := e.caches(cache.Options{TTL: time.Minute, Replicas: func(key string) int {
 		if strings.HasPrefix(key, "hot") {
@@ -207,6 +210,7 @@ func TestSetReportsAnUnusableCopy(t *testing.T) {
 // context: a caller that joins it with a live context gets the first
 // caller's cancellation, and waits past its own deadline for the fill.
 func TestSingleFlightJoinerKeepsItsContext(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1)
 	c := e.caches(cache.Options{})[0]
 	started := make(chan struct{})
@@ -354,6 +358,7 @@ func (e *env) routerVia(t *testing.T, name, addr string) *router.Router {
 // The package promises the L1 is dropped whenever a subscription breaks:
 // it is dropped once, at the break, not for the gap.
 func TestInvalidationReachesAnL1FilledDuringASubscriptionGap(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1)
 	p := newCutProxy(t, e.srv[0].Addr())
 	rB := e.routerVia(t, "n1", p.ln.Addr().String())
@@ -401,6 +406,7 @@ func TestInvalidationReachesAnL1FilledDuringASubscriptionGap(t *testing.T) {
 // L1TTL: it is served up to TTL+L1TTL after it was loaded ("values live
 // TTL ± jitter"; "L1TTL bounds how long an entry stays in L1").
 func TestL1LivesNoLongerThanRedisTTL(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 2)
 	cs := e.caches(cache.Options{TTL: time.Second, Jitter: 0.05, L1Size: 100})
 	time.Sleep(300 * time.Millisecond) // subscriptions made

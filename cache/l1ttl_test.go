@@ -43,6 +43,7 @@ func (h *pttlHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // L1 entries end when the keys do, so its next read lands in that last
 // millisecond) served the old value for L1TTL after Redis dropped it.
 func TestL1ReadAtExpiryIsNotKept(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 2)
 	cs := e.caches(cache.Options{TTL: 500 * time.Millisecond, Jitter: 0.01, L1Size: 100})
 	time.Sleep(300 * time.Millisecond) // subscriptions made
@@ -96,6 +97,7 @@ func TestL1ReadAtExpiryIsNotKept(t *testing.T) {
 // L1TTL above TTL, it served the loaded value long after every Redis copy
 // expired and the other instances had loaded the new one.
 func TestFilledL1EndsWithItsRedisCopy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 2)
 	cs := e.caches(cache.Options{TTL: 500 * time.Millisecond, Jitter: 0.01, L1Size: 100, L1TTL: time.Minute})
 	time.Sleep(300 * time.Millisecond) // subscriptions made

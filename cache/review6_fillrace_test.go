@@ -109,6 +109,7 @@ func TestReview6FillRacingSetIsNotStored(t *testing.T) {
 // answering (until L1TTL, by default the TTL) a key another instance has
 // since changed.
 func TestReview6GetAfterCloseServesNoStaleL1(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 2)
 	cs := e.caches(cache.Options{TTL: time.Minute, L1Size: 100})
 	time.Sleep(300 * time.Millisecond) // subscriptions made

@@ -19,6 +19,7 @@ import (
 // before, they read the first usable node only and the entry stayed
 // queued on the other for good.
 func TestBackfillFillsMissesQueuedWhileTheStreamsNodeWasDown(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1)
 	const stream = "shardis:cache:default:cache:r:backfill" // Options.Name "default", server "cache", route "r"
 	first, err := e.rtrs[0].Pick("cache", "r", stream)
@@ -133,6 +134,7 @@ func waitState(t *testing.T, n *node.Node, want node.State) {
 // took a loader call (of the shared rate) each time. After a few tries it
 // is dropped; the worker goes on with the others.
 func TestBackfillDropsAKeyWhoseLoaderKeepsFailing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1)
 	c := e.caches(cache.Options{LoaderRate: 1, LoaderBurst: 1, Backfill: true, FillLease: 100 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler)})[0]

@@ -32,7 +32,7 @@ func TestSyncAcceptance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("acceptance run: skipped with -short")
 	}
-	e := newEnv(t, true)
+	e := newEnvOwnPG(t, true)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))

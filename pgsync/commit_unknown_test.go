@@ -152,9 +152,9 @@ func TestSyncCommitOutcomeUnknown(t *testing.T) {
 	defer cancel()
 	skus := [][2]string{{"one", "d"}}
 	e.loadStock("one", "d", 1000)
-	host := strings.SplitN(strings.SplitN(e.pg.URL(), "@", 2)[1], "/", 2)[0] // postgres://user@host:port/db
+	host := strings.SplitN(strings.SplitN(e.pgURL, "@", 2)[1], "/", 2)[0] // postgres://user@host:port/db
 	p := startCutProxy(t, host)
-	dsn := strings.Replace(e.pg.URL(), host, p.ln.Addr().String(), 1)
+	dsn := strings.Replace(e.pgURL, host, p.ln.Addr().String(), 1)
 	pool, err := pgsync.Connect(ctx, dsn, 3, pgsync.Settings{}, true)
 	if err != nil {
 		t.Fatal(err)

@@ -37,7 +37,14 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(childEnv); path != "" {
 		os.Exit(runChild(path))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if err := pgtest.StopShared(); err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // runChild is the sync subprocess: what `shardis sync` does, until
@@ -72,7 +79,8 @@ type env struct {
 	cfg   *config.Config
 	stack *stack.Stack
 	inv   *inventory.Inventory
-	pg    *pgtest.Server
+	pg    *pgtest.Server // the test's own server (newEnvOwnPG); nil on the shared one
+	pgURL string         // the test's database
 	pool  *pgxpool.Pool
 	yaml  string // the configuration file of sync subprocesses
 }
@@ -80,10 +88,30 @@ type env struct {
 // routes of the test configuration: "all" over every node, "one" on n2.
 var testRoutes = map[string][]string{"all": {"n1", "n2", "n3"}, "one": {"n2"}}
 
+// newEnv starts the nodes and the service's side over a database of
+// the test's own on the PostgreSQL server the package's tests share
+// (pgtest.Shared).
 func newEnv(t *testing.T, aof bool) *env {
 	t.Helper()
+	return newEnvOn(t, aof, false)
+}
+
+// newEnvOwnPG is newEnv on a PostgreSQL server of the test's own (e.pg),
+// for a test that stops, kills, restarts or pauses it.
+func newEnvOwnPG(t *testing.T, aof bool) *env {
+	t.Helper()
+	return newEnvOn(t, aof, true)
+}
+
+func newEnvOn(t *testing.T, aof, ownPG bool) *env {
+	t.Helper()
 	e := &env{t: t, srv: map[string]*redistest.Server{}, raw: map[string]*redis.Client{}}
-	e.pg = pgtest.Start(t, "")
+	if ownPG {
+		e.pg = pgtest.Start(t, "")
+		e.pgURL = e.pg.URL()
+	} else {
+		e.pgURL = pgtest.Shared(t)
+	}
 	servers := redistest.StartN(t, 3, redistest.Options{AOF: aof})
 	cfg := config.Default()
 	cfg.Nodes = map[string]config.Node{}
@@ -114,7 +142,7 @@ func newEnv(t *testing.T, aof bool) *env {
 	cfg.Inventory.ReconcileInterval = 100 * time.Millisecond
 	cfg.Inventory.RedoQueues = 8
 	cfg.Inventory.AttemptLease = time.Second
-	cfg.Sync.DSN = e.pg.URL()
+	cfg.Sync.DSN = e.pgURL
 	cfg.Sync.Listen = ""
 	cfg.Sync.PollInterval = 20 * time.Millisecond
 	cfg.Sync.SettleInterval = 100 * time.Millisecond
@@ -150,7 +178,7 @@ sync: {dsn: "` + cfg.Sync.DSN + `", listen: "", poll_interval: 20ms, settle_inte
 	}
 	t.Cleanup(func() { _ = e.stack.Close() })
 	e.inv = e.stack.Inventory
-	if e.pool, err = pgxpool.New(ctx, e.pg.URL()); err != nil {
+	if e.pool, err = pgxpool.New(ctx, e.pgURL); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.pool.Close)

@@ -16,7 +16,7 @@ import (
 // real duration.
 func TestSyncDatabaseOutage(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, false)
+	e := newEnvOwnPG(t, false)
 	skus := [][2]string{{"all", "a"}}
 	e.loadStock("all", "a", 1000)
 	e.reserveN("before", "all", "a", 6, time.Minute)

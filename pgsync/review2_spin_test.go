@@ -61,7 +61,7 @@ func TestReview2LockedFullBatchDoesNotSpin(t *testing.T) {
 	}
 
 	tries := &lockTries{key: pgsync.LockKey("n2")}
-	pc, err := pgxpool.ParseConfig(e.pg.URL())
+	pc, err := pgxpool.ParseConfig(e.pgURL)
 	if err != nil {
 		t.Fatal(err)
 	}

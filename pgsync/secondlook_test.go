@@ -70,7 +70,7 @@ func (e *env) lateLanding(ctx context.Context, order, witness string) {
 	}
 	waitFor(t, 10*time.Second, "the landing held in its insert", func() bool {
 		var n int
-		_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'INSERT INTO stock_movements%' AND wait_event = 'PgSleep'`).Scan(&n)
+		_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'INSERT INTO stock_movements%' AND wait_event = 'PgSleep'`).Scan(&n)
 		return n > 0
 	})
 	for _, id := range []string{order, witness} {

@@ -74,7 +74,7 @@ func TestPausedInstanceLandsAnOldIncarnationOverANewOne(t *testing.T) {
 	// Instance A: its own pool with the gate; it holds pending parts back
 	// for a minute, so it reads the order's part only once cancelled.
 	g := newGate("n2")
-	pc, err := pgxpool.ParseConfig(e.pg.URL())
+	pc, err := pgxpool.ParseConfig(e.pgURL)
 	if err != nil {
 		t.Fatal(err)
 	}

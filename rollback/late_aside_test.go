@@ -14,6 +14,7 @@ import (
 // settled it: the late SetAside moves nothing, the part is in no index
 // and its units moved once.
 func TestLateSetAsideAfterASettleMovesNothing(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	inv, srv := oneNodeInv(t, ctx)

@@ -20,6 +20,7 @@ import (
 // so every background pass failed to take the lease and nothing expired
 // was ever given back by the background reconciler.
 func TestSubMillisecondLeaseStillPasses(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	inv, _ := oneNodeInv(t, ctx)

@@ -19,6 +19,7 @@ import (
 // limit, which refuses anything above 10000: with Batch 20000 that step
 // failed on every pass and stuck parts stayed reserved for good.
 func TestLargeBatchStillRetriesStuck(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	inv, srv := oneNodeInv(t, ctx)

@@ -23,6 +23,7 @@ import (
 // between two retries and, after the repair, the part was cancelled (its
 // units sold again).
 func TestStuckRetryKeepsTheOrderRecord(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const retention = 3 * time.Second

@@ -25,6 +25,7 @@ import (
 // its record is repaired, a retry puts the part back under its place
 // (inventory.TestTrimKeepsTheEntryOfAPartWhoseRecordIsLostWhileListed).
 func TestTrimKeepsTheEntryOfAPendingPartWhoseRecordIsLost(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	inv, srv := oneNodeInv(t, ctx)

@@ -45,6 +45,7 @@ func reserveDue(t *testing.T, ctx context.Context, inv *inventory.Inventory) {
 // due parts are settled: the due listing failed as a whole on it, every
 // pass, and no expired reservation of the node came back.
 func TestUnreadablePartDoesNotHoldUpItsNode(t *testing.T) {
+	t.Parallel()
 	for name, corrupt := range map[string]func(context.Context, *redis.Client, string) error{
 		"list": func(ctx context.Context, c *redis.Client, k string) error { return c.RPush(ctx, k, "x").Err() },
 		"packed": func(ctx context.Context, c *redis.Client, k string) error {
@@ -92,6 +93,7 @@ func TestUnreadablePartDoesNotHoldUpItsNode(t *testing.T) {
 // aside, its units still reserved and listed: it was dropped from the
 // pending index and counted nowhere, its units reserved for good.
 func TestInlinePartWithoutItsOrderRecordIsSetAside(t *testing.T) {
+	t.Parallel()
 	for name, corrupt := range map[string]func(context.Context, *redis.Client, string) error{
 		"deleted": func(ctx context.Context, c *redis.Client, k string) error { return c.Del(ctx, k).Err() },
 		"list": func(ctx context.Context, c *redis.Client, k string) error {
@@ -178,6 +180,7 @@ func TestStuckRetryKeepsAnUnreadablePartSetAside(t *testing.T) {
 // whose record is gone is then one that never settled, kept set aside
 // (the retry above) rather than taken for garbage.
 func TestSettledStuckPartLeavesTheStuckIndex(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	inv, srv := oneNodeInv(t, ctx)

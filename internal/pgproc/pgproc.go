@@ -79,6 +79,10 @@ type Options struct {
 	// KillWithParent asks the kernel to SIGKILL the server when the thread
 	// that started it exits (the parent dying, even by kill -9).
 	KillWithParent bool
+	// MaxConnections is the server's max_connections: a server that many
+	// tests share holds more client connections at once than one test's.
+	// default: 100
+	MaxConnections int
 }
 
 // Server is one PostgreSQL server started by Start. Its port and data

@@ -45,6 +45,14 @@ func (p *process) signalGroup(sig syscall.Signal) error {
 
 func (s *Server) logPath() string { return filepath.Join(s.dir, "postgres.log") }
 
+// maxConnections is Options.MaxConnections or its default.
+func (s *Server) maxConnections() int {
+	if s.opts.MaxConnections > 0 {
+		return s.opts.MaxConnections
+	}
+	return 100
+}
+
 // spawn starts postgres and waits until it accepts connections.
 func (s *Server) spawn() (*process, error) {
 	logf, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
@@ -58,7 +66,7 @@ func (s *Server) spawn() (*process, error) {
 	off, _ := logf.Seek(0, 2)
 	args := []string{"-D", s.dir, "-p", strconv.Itoa(s.port),
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
-		"-c", "shared_buffers=64MB", "-c", "max_connections=100"}
+		"-c", "shared_buffers=64MB", "-c", "max_connections=" + strconv.Itoa(s.maxConnections())}
 	if !s.opts.Durable {
 		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off")
 	}

@@ -9,8 +9,10 @@
 // Each server's data directory is a copy of a template cluster, made by
 // initdb once per machine for each user and superuser password and kept in
 // os.TempDir() as shardis-pgtest-<hash> (about 40 MB each; delete them
-// freely): initdb costs about 2.4 s of CPU, the copy a third of that, and
-// make test starts some twenty servers.
+// freely): initdb costs about 2.4 s of CPU, the copy a third of that.
+// A server's start and stop cost about a second of CPU more: a package
+// whose tests each need a database but not a server of their own takes
+// one from Shared, one server per test binary (pgsync's forty-odd tests).
 //
 // When the server binaries are missing the test fails (it does not skip):
 // `make test` installs Debian's postgresql package first (`make deps-pg`),

@@ -3,6 +3,7 @@ package pgtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -86,4 +87,61 @@ func connect(ctx context.Context, t *testing.T, url string) *pgx.Conn {
 		t.Fatal(err)
 	}
 	return c
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := StopShared(); err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// Two databases from Shared are on one server and share nothing: a
+// table made in one is not in the other; each is dropped when its test
+// ends, its open connections closed by the drop.
+func TestSharedDatabasesAreApart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var urlA string
+	var ca *pgx.Conn
+	t.Run("a", func(t *testing.T) {
+		urlA = Shared(t)
+		ca = connect(ctx, t, urlA)
+		if _, err := ca.Exec(ctx, "CREATE TABLE only_a (v int)"); err != nil {
+			t.Fatal(err)
+		}
+		urlB := Shared(t)
+		if urlA == urlB {
+			t.Fatalf("two Shared calls gave one database: %s", urlA)
+		}
+		cb := connect(ctx, t, urlB)
+		defer cb.Close(ctx)
+		var n int
+		if err := cb.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename = 'only_a'").Scan(&n); err != nil || n != 0 {
+			t.Fatalf("the second database sees %d tables only_a (%v), want 0", n, err)
+		}
+		if pa, pb := portOf(t, urlA), portOf(t, urlB); pa != pb {
+			t.Fatalf("two Shared databases on ports %s and %s, want one server", pa, pb)
+		}
+	})
+	// the subtest's end dropped its database, ca's connection with it
+	if c, err := pgx.Connect(ctx, urlA); err == nil {
+		c.Close(ctx)
+		t.Fatalf("database %s is still there after its test ended", urlA)
+	}
+	if err := ca.Ping(ctx); err == nil {
+		t.Fatal("a connection to a dropped database still answers")
+	}
+}
+
+// portOf returns the port of a connection URL.
+func portOf(t *testing.T, url string) string {
+	t.Helper()
+	c, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprint(c.Port)
 }

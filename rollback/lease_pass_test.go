@@ -85,14 +85,15 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	}
 }
 
-// TestReview2LeaseHeldThroughLongPass: a background pass that lasts
+// TestLeaseHeldThroughALongPass: a background pass that lasts
 // longer than Settings.Lease keeps the node's lease to its end, so
 // another instance skips the node meanwhile (Settings.Lease: "It is
 // released when the pass ends; it only runs out when an instance dies
 // mid-pass"). The lease was taken once with PX Lease and never renewed: a
 // pass held up past Lease lost it while running, and the other instance
 // ran passes over the same node at the same time.
-func TestReview2LeaseHeldThroughLongPass(t *testing.T) {
+func TestLeaseHeldThroughALongPass(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv := redistest.Start(t, redistest.Options{})
@@ -120,12 +121,13 @@ func TestReview2LeaseHeldThroughLongPass(t *testing.T) {
 	}
 }
 
-// TestReview2LostLeaseStopsPass: a pass whose lease another instance took
+// TestLostLeaseStopsThePass: a pass whose lease another instance took
 // meanwhile (A's lease ran out while A was paused) does nothing more on
 // the node. A pass never looked at its lease again after taking it: on
 // resuming it settled the node's due parts while the lease was another
 // instance's, the two instances working the node at once.
-func TestReview2LostLeaseStopsPass(t *testing.T) {
+func TestLostLeaseStopsThePass(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv := redistest.Start(t, redistest.Options{})
