@@ -217,8 +217,11 @@ type Settle struct {
 	// to name the part) nor by its id, pending or set aside; a part it
 	// lists had its record lost while pending: it answers "lost" and
 	// writes nothing (see [Inventory.SettleNow]). Without its member, a
-	// stock part listed by its place alone is not seen listed: a caller
-	// that knows the place passes it, and a [Deferrer] keeps it.
+	// stock part listed by its place alone is not seen listed and gets
+	// its tombstone, which the node's readers that meet the part listed
+	// read as its lost record (the expiry sets it aside once due): a
+	// caller that knows the place passes it, so the answer is "lost" at
+	// once, and a [Deferrer] keeps it.
 	Members []string
 }
 

@@ -346,7 +346,14 @@ func (inv *Inventory) settleRound(ctx context.Context, orderID string, action Ac
 // (the expiry would drop it, its units reserved for good): it answers
 // "lost" and writes nothing; the part is set aside once due
 // ([Inventory.ResolveExpired]), and settled by its order's decision once
-// its record is repaired, or by [Inventory.SettleStuckLost].
+// its record is repaired, or by [Inventory.SettleStuckLost]. A part
+// listed by its place alone, its member not given, is not seen listed:
+// it gets its tombstone (which fences a take still on its way, as the
+// node cannot tell the two apart), and a tombstone of a part its node
+// lists is read by the node's listing, redo-log and stuck readers as the
+// lost record it was written over (lua/pending_index.lua, pend_lost): set
+// aside once due as above, never dropped as settled; a cancel given the
+// member answers "lost" for it.
 //
 // A Settle whose Action is neither [Confirm] nor [Cancel], naming one
 // part id twice, or whose Members is neither nil nor one per part, is

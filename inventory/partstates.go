@@ -63,10 +63,12 @@ func (inv *Inventory) PartStates(ctx context.Context, nodeName string, partIDs [
 //
 // A part whose record is there but cannot be read is [PartUnreadable],
 // with [PartSnapshot].Problem naming its key and why: it fails neither
-// the call nor the other parts. So is a part whose record is gone while
-// the node lists it undecided: its id in the stuck index or the pending
-// index, or its place there (used only when the entry at the place names
-// the part: a place of another incarnation's log is no place of it). That
+// the call nor the other parts. So is a part whose record is gone (or is
+// a tombstone, written over it by a cancel that did not know its place:
+// lua/pending_index.lua, pend_lost) while the node lists it undecided:
+// its id in the stuck index or the pending index, or its place there
+// (used only when the entry at the place names the part: a place of
+// another incarnation's log is no place of it). That
 // part was pending when its record went (deleted, evicted, lost with the
 // node's writes), its units are reserved still, and it may settle yet
 // once its record is repaired: it is never PartMissing, which a consumer

@@ -105,10 +105,16 @@ import (
 // values of what the record held ([Inventory.SettleStuckLost]), which
 // write its record settled (the entry then reads as settled, in that
 // state, and goes once acknowledged). A cancel or an abort does not
-// write such a part a tombstone (settleScript: it answers "lost"), which
-// would read as settled cancelled with qty 0 and let the trim remove the
-// entry and the expiry drop the member. A record that is there but cannot be read stops
-// the trim too (its part may be pending). lua/redo_write.lua's trim op is
+// write such a part a tombstone when it sees it listed (settleScript: it
+// answers "lost"). One that cannot see it (the part listed by its place
+// alone, the place not given: a one-round order decided before its
+// commit landed) writes it, as it must for a take that has not landed;
+// a tombstone of a part the node lists was written over its lost record
+// (a take never lands where a record is), so every reader here counts it
+// as that record gone (pend_lost): the trim keeps the entry, the expiry
+// does not drop the member, neither reads it settled cancelled with qty
+// 0. A record that is there but cannot be read stops the trim too (its
+// part may be pending). lua/redo_write.lua's trim op is
 // the one place this is decided.
 //
 // The readers hold to the same rule: such a part is never an "expired"

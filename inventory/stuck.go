@@ -225,7 +225,8 @@ func (inv *Inventory) stuckRetry(ctx context.Context, nodeName string, args ...a
 // backoff has run out back into its pending index, due now, and returns
 // how many it moved. The reconciler calls it before each pass over a node.
 // A part whose record cannot be read, or is gone (for an inline part: its
-// order record), stays set aside with its reason, since moving it would
+// order record; or a tombstone written over it: lua/pending_index.lua,
+// pend_lost), stays set aside with its reason, since moving it would
 // only set it aside again: its next automatic retry comes as long after
 // now as it has been set aside (at least a second), at most most (≥ 1ms).
 func (inv *Inventory) RetryDueStuck(ctx context.Context, nodeName string, limit int, most time.Duration) (int, error) {

@@ -138,8 +138,11 @@ func (inv *Inventory) stuckGoneOrder(ctx context.Context, n *node.Node, partID s
 		return "", nil, fmt.Errorf("node %s: part %q: its record cannot be read, so neither its order nor its units are known: "+
 			"repair it first (shardis parts stuck shows the problem): %w", n.Name(), partID, err)
 	}
-	if len(fields) == 0 {
-		return "", nil, fmt.Errorf("%w: node %s: part %q is set aside but its record %s is gone: nothing on the node tells its "+
+	if len(fields) == 0 || fields["tombstone"] == "1" {
+		// a tombstone of a part set aside stands for its lost record: a
+		// cancel that did not know the part's place wrote it
+		// (lua/pending_index.lua, pend_lost)
+		return "", nil, fmt.Errorf("%w: node %s: part %q is set aside but its record %s is gone (or a tombstone written over it): nothing on the node tells its "+
 			"order, its SKU or its units; settle it with the route, SKU and quantity its record held, read from the system of "+
 			"record (pgsync's row of the part, the order): shardis parts settle --route R --sku S --qty N %s '%s' confirm|cancel",
 			ErrPrecondition, n.Name(), partID, partKey(partID), n.Name(), partID)

@@ -10,13 +10,15 @@
 -- id, or the stuck index its id): a pending part whose record was lost,
 -- its units reserved still, which may settle yet once its record is
 -- repaired (redolog.go, "What a trim removes"): read as expired, a
--- consumer would land a final state it never revisits.
+-- consumer would land a final state it never revisits; and so is a
+-- tombstone of such a part (pend_lost), which a consumer would land as
+-- cancelled with no units.
 local function redoEntry(id, off, xk)
   local key = partPrefix .. id
   local f, why = part_try(key)
   if why then return nil, key, why end
-  if not f and pend_listed(xk, I(tonumber(off)), id) then
-    return nil, key, 'gone while the part is listed pending or set aside (a pending part whose record ' ..
+  if pend_lost(f, xk, I(tonumber(off)), id) then
+    return nil, key, 'gone (or a tombstone written over it) while the part is listed pending or set aside (a pending part whose record ' ..
       'was lost: deleted, evicted, or lost with the node\'s writes; its units are reserved still): not expired, undecided ' ..
       'until the record is repaired'
   end

@@ -6,6 +6,9 @@ local op, id = ARGV[4], ARGV[5]
 -- takes the one its caller read from the index (ARGV[9]), when it stands
 -- for this part.
 local f, bad = part_try(KEYS[3])
+-- a tombstone of a part listed here stands for its lost record
+-- (pend_lost): no member of its own, no backoff kept on it
+if f and f.tombstone == '1' then f = nil end
 local m = pend_member(id, f)
 if not f and op == 'stuck' and ARGV[9] and ARGV[9] ~= '' and pend_id(ARGV[9]) == id then m = ARGV[9] end
 if op == 'later' then

@@ -11,11 +11,13 @@ for _, m in ipairs(ms) do
     -- a record it cannot read: reported with why, so the caller sets the
     -- part aside instead of this listing failing for every part behind it
     f = {}
-  elseif not f and id and string.find(id, '|', 1, true) then
+  elseif (not f or f.tombstone == '1') and id and string.find(id, '|', 1, true) then
     -- a part's record (or, for an inline part, its order record) gone
-    -- while the index lists it: what it holds is reserved still, and only
-    -- a repair can say how much; set aside, not dropped
-    f, problem = {}, 'its record (or, held inline, its order record) is gone or unreadable while the pending index lists it'
+    -- while the index lists it, or a tombstone written over it (by a
+    -- cancel that did not know its place: pend_lost): what it holds is
+    -- reserved still, and only a repair can say how much; set aside, not
+    -- dropped
+    f, problem = {}, 'its record (or, held inline, its order record) is gone, unreadable or a tombstone while the pending index lists it'
   elseif not f then
     -- a member that names no part: reported under the member itself,
     -- which pending_adjust's drop removes (it cannot rebuild it)

@@ -50,3 +50,19 @@ local function pend_listed(xk, offS, id)
   if redis.call('ZSCORE', PENDING, id) then return true end
   return redis.call('ZSCORE', 'inv:stuck', id) ~= false
 end
+-- pend_lost(f, xk, offS, id) reports whether record f of part id (nil:
+-- gone) stands for a pending part whose record was lost: f gone, or a
+-- tombstone, while the node lists the part (pend_listed, its arguments
+-- as there). A tombstone is written only where the record is gone and
+-- the writer saw no listing (settle.lua, probe.lua), and a take never
+-- lands where a record is (its SETNX): so a tombstone of a part the node
+-- lists was written over a lost record by a writer that did not know the
+-- part's place (a cancel or an abort of a one-round order before its
+-- commit, whose record names no place yet: carry.go), and the part's
+-- units are reserved still. It still fences the take it would have
+-- fenced; only a reader that meets it where the part is listed reads it
+-- as the lost record it stands for.
+local function pend_lost(f, xk, offS, id)
+  if f and f.tombstone ~= '1' then return false end
+  return pend_listed(xk, offS, id)
+end

@@ -49,13 +49,13 @@ elseif op == 'trim' then
       if bad then return n, true end
       -- a record gone while the part is listed undecided (the pending
       -- index holds its place or id, or the stuck index its id:
-      -- pend_listed) is a pending part whose record was lost, not one
-      -- settled: its entry is how the index names it, so the expiry sets
+      -- pend_listed), or a tombstone written over it (pend_lost), is a
+      -- pending part whose record was lost, not one settled: its entry is how the index names it, so the expiry sets
       -- it aside with its units reserved, and a retry after a repair puts
       -- it back under its place; without the entry the place names no
       -- part and is dropped, the units reserved for good (redolog.go,
       -- "What a trim removes")
-      if not p and pend_listed(xk, I(tonumber(e[i + 1])), e[i]) then return n, true end
+      if pend_lost(p, xk, I(tonumber(e[i + 1])), e[i]) then return n, true end
       p = p or {}
       local f = {p.state or false, p.at}
       local settled = f[1] == false or f[1] == 'confirmed' or f[1] == 'cancelled'

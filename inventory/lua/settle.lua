@@ -31,23 +31,32 @@ for i = 3, #KEYS do
     local rec = part_get(pk) or {}
     local f = {rec.state, rec.kind, rec.qty, rec.counter, rec.held}
     local st = f[1]
+    -- lost: a record gone or a tombstone, of a part this node lists
+    -- (pend_listed: by its place, which the caller passes when it knows
+    -- it, the entry there checked to name the part, or by its id); only
+    -- a cancel or an abort looks (a confirm writes no tombstone)
+    local lost = false
+    if (not st or rec.tombstone == '1') and action ~= 'confirm' then
+      local id, m = ARGV[i + 4], places and ARGV[i + 4 + nparts] or ''
+      lost = (m ~= '' and pend_id(m) == id and redis.call('ZSCORE', PENDING, m)) or pend_listed(nil, nil, id)
+    end
     if not st and action == 'confirm' then
       out[#out + 1] = 'missing'
+    elseif lost then
+      -- a part this node still lists was taken here and its record lost
+      -- since: its units are reserved still, and a tombstone (not
+      -- pending) would make the expiry drop it and leave them so for
+      -- good. It is left as it is, to be set aside once due. So is a
+      -- tombstone of such a part: written over its lost record by a
+      -- cancel that did not know its place (pend_lost)
+      out[#out + 1] = 'lost'
     elseif not st then
-      -- a tombstone fences a take that has not landed; a part this node
-      -- still lists (pend_listed: by its place, which the caller passes
-      -- when it knows it, the entry there checked to name the part, or by
-      -- its id) was taken here and its record lost since: its units are
-      -- reserved still, and a tombstone (not pending) would make the
-      -- expiry drop it and leave them so for good. It is left as it is,
-      -- to be set aside once due.
-      local id, m = ARGV[i + 4], places and ARGV[i + 4 + nparts] or ''
-      if (m ~= '' and pend_id(m) == id and redis.call('ZSCORE', PENDING, m)) or pend_listed(nil, nil, id) then
-        out[#out + 1] = 'lost'
-      else
-        out[#out + 1] = 'tombstoned'
-        todo[#todo + 1] = {pk = pk, tomb = true}
-      end
+      -- a tombstone fences a take that has not landed. A part listed by
+      -- its place alone, the place not given (a one-round order's before
+      -- its commit: carry.go), gets one too: every reader that meets it
+      -- listed reads it as the lost record it stands for (pend_lost)
+      out[#out + 1] = 'tombstoned'
+      todo[#todo + 1] = {pk = pk, tomb = true}
     elseif st == 'pending' and action == 'abort' and f[5] then
       out[#out + 1] = 'held'
     elseif st == 'pending' then

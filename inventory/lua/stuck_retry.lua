@@ -23,7 +23,8 @@ for _, id in ipairs(ids) do
   -- 'due' op's longest wait). A part settled while set aside left the
   -- stuck index then (part_settle), so one gone here never settled.
   local p, bad = part_try(partPrefix .. id)
-  if bad or not p then
+  -- a tombstone of a part set aside stands for its lost record (pend_lost)
+  if bad or not p or p.tombstone == '1' then
     local since = tonumber(redis.call('ZSCORE', KEYS[3], id))
     if not since then
       redis.call('ZREM', KEYS[5], id) -- a retry time of a part not set aside

@@ -17,7 +17,9 @@ if bad then
   return redis.error_reply('SHARDIS_CORRUPT part record ' .. KEYS[3] .. ': ' .. bad)
 end
 if not since then return {'notstuck', (p or {}).state or ''} end
-if p then return {'exists', p.state or ''} end
+-- a tombstone of a part set aside stands for its lost record
+-- (pend_lost): a cancel that did not know the part's place wrote it
+if p and p.tombstone ~= '1' then return {'exists', p.state or ''} end
 local confirm = action == 'confirm'
 local err = stock_settle_check(KEYS[4], KEYS[3], q, confirm, 'SHARDIS_RANGE')
 if err then return err end
