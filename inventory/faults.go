@@ -3,8 +3,6 @@ package inventory
 import (
 	"context"
 	"errors"
-
-	"github.com/shardis/shardis/node"
 )
 
 // Faults is the seam through which tests and the schedule explorer inject
@@ -70,14 +68,6 @@ var CrashPoints = []string{
 // crash asks the injected faults whether the actor stops at point.
 func (inv *Inventory) crash(ctx context.Context, point string) bool {
 	return inv.opts.Faults != nil && inv.opts.Faults.Crash(ctx, point)
-}
-
-// faulty runs send through the injected faults, if any.
-func (inv *Inventory) faulty(ctx context.Context, n *node.Node, s *luaScript, keys []string, args []any, send func() (any, error)) (any, error) {
-	if inv.opts.Faults == nil {
-		return send()
-	}
-	return inv.opts.Faults.Call(ctx, ScriptCall{Node: n.Name(), Script: s.name, Write: s.write, Keys: keys, Args: plainArgs(args)}, send)
 }
 
 // plainArgs is args with the values an argBox points to in their place

@@ -167,41 +167,6 @@ func (g *groups) queue(n *node.Node) *groupQueue {
 	return q.(*groupQueue)
 }
 
-// runGrouped runs one call of grouped script s on n under the epoch token
-// and returns the call's body reply and the node's write sequence.
-func (inv *Inventory) runGrouped(ctx context.Context, n *node.Node, s *luaScript, token string, keys []string, args []any) (any, int64, error) {
-	c, q, own := inv.enterGroup(n, s, token, keys, args)
-	if own {
-		inv.sendOwn(ctx, n, q, s, token, c, false)
-	}
-	return awaitGroup(ctx, q, s, c)
-}
-
-// enterGroup makes one call of grouped script s on n and enters it in the
-// node's queue (batchq.go): own reports that it took a free slot, so its
-// caller sends it (sendOwn); otherwise it waits in the queue for a group
-// that another sender sends.
-func (inv *Inventory) enterGroup(n *node.Node, s *luaScript, token string, keys []string, args []any) (c *groupCall, q *groupQueue, own bool) {
-	c = newGroupCall(s, keys, args)
-	q = inv.groups.queue(n)
-	return c, q, q.enter(s, c, token, groupInFlight)
-}
-
-// newGroupCall is a call of grouped script s with keys and args (after
-// the stamp and the header), its context counted by s's rule. A rule
-// that counts more than the call has, or more than a byte holds, is a bug
-// of this package and panics.
-func newGroupCall(s *luaScript, keys []string, args []any) *groupCall {
-	c := &groupCall{keys: keys, args: args, done: make(chan struct{})}
-	if s.context != nil {
-		c.ck, c.ca = s.context(len(keys), len(args))
-		if c.ck > len(keys) || c.ca > len(args) || c.ck > maxContext || c.ca > maxContext || c.ck < 0 || c.ca < 0 {
-			panic(fmt.Sprintf("inventory: script %s: a context of %d keys and %d arguments in a call of %d and %d", s.name, c.ck, c.ca, len(keys), len(args)))
-		}
-	}
-	return c
-}
-
 // sameContext reports whether calls a and b have equal contexts, value by
 // value (argEqual).
 func sameContext(a, b *groupCall) bool {

@@ -439,24 +439,10 @@ func (inv *Inventory) unusableNodes(set *router.Set) string {
 	return strings.Join(out, "; ")
 }
 
-func (inv *Inventory) defer_(s Settle) {
-	if inv.opts.Deferrer != nil && len(s.PartIDs) > 0 {
-		inv.stats.deferred.Add(int64(len(s.PartIDs)))
-		inv.opts.Deferrer.Enqueue(s)
-	}
-}
-
 // CheckOrderID returns nil when id is an order id Reserve, Confirm and
 // Cancel accept, else an error wrapping [ErrInvalid] saying what is
 // wrong with it (empty, over [MaxIDLen] bytes, a control byte).
 func CheckOrderID(id string) error { return checkID("order_id", id) }
-
-func checkID(field, v string) error {
-	if p := idProblem(v); p != "" {
-		return fmt.Errorf("%w: %s %s", ErrInvalid, field, p)
-	}
-	return nil
-}
 
 // idProblem says what is wrong with an id, or "" when nothing is. It does
 // not allocate for a good id.

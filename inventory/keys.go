@@ -3,8 +3,6 @@ package inventory
 import (
 	"strconv"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/shardis/shardis/node"
 )
 
@@ -127,13 +125,6 @@ var redoLogKeys = func() []string {
 // xferMarkerKey the destination's memory that it applied it.
 func xferKey(id string) string       { return xferKeyPrefix + id }
 func xferMarkerKey(id string) string { return xferMarkerKeyPrefix + id }
-
-// redoQueue returns the queue of a SKU: xxhash(route:sku) mod queues.
-func (inv *Inventory) redoQueue(route, sku string) string {
-	var tmp [64]byte // route:sku hashed without a new string when it fits
-	h := xxhash.Sum64(append(append(append(tmp[:0], route...), ':'), sku...))
-	return RedoLogKey(int(h % uint64(inv.cfg.RedoQueues)))
-}
 
 // stockPartID names the part of item i of one attempt. It is the same on
 // every node the item is split over; (node, part id) is unique.

@@ -367,3 +367,25 @@ func kindArg(kind PartKind) any {
 	}
 	return string(kind)
 }
+
+// refusal returns the error that refuses an order for good on a take
+// reply, whatever the other nodes hold: a quota part over the user's limit
+// (ErrLimitExceeded), or a stock part of a SKU with a per-user limit
+// taken without a user (ErrLimitExceeded too); nil for any other reply.
+func refusal(r partReq, rep reply, userID string) error {
+	switch {
+	case r.Kind == PartQuota && rep.state == takeLimit:
+		return limitExceeded(userID, rep.qty, r.Route, r.SKU, rep.limit, r.Qty)
+	case r.Kind == PartStock && rep.limit > 0 && userID == "":
+		return fmt.Errorf("%w: items[%d] sku %q (route %q) has a per-user limit of %d: an order of it needs user_id",
+			ErrLimitExceeded, r.Item, r.SKU, r.Route, rep.limit)
+	}
+	return nil
+}
+
+// limitExceeded is the ErrLimitExceeded of a quota part that wants want of
+// route/sku while userID holds held there, over limit.
+func limitExceeded(userID string, held int64, route, sku string, limit, want int64) error {
+	return fmt.Errorf("%w: user %q holds %d of sku %q (route %q), limit %d, order wants %d",
+		ErrLimitExceeded, userID, held, sku, route, limit, want)
+}

@@ -2,16 +2,13 @@ package inventory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/shardis/shardis/node"
-	"github.com/shardis/shardis/router"
 )
 
 // OrderStatus is an order's state as Confirm and Cancel report it.
@@ -103,42 +100,6 @@ func (rec orderRecord) settledHere(node, id string) bool {
 		}
 	}
 	return false
-}
-
-// orderOp runs one step of the order state machine on the home node.
-func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID string, op orderOp, token string, args ...any) (orderRecord, error) {
-	argv := append([]any{string(op), token}, args...)
-	script := orderDecideScript // runs on a node out of memory too (oom.go)
-	if op == opBegin || op == opFence {
-		script = orderScript // a new record: refused on a full node
-	} else if inv.mutated(MutationInlineUnwritten) {
-		script = orderDecideInlineUnwrittenScript // test-only (faults.go)
-	}
-	v, err := inv.run(ctx, home, script, []string{orderKey(orderID)}, argv...)
-	if err != nil {
-		return orderRecord{}, err
-	}
-	// {status, token, deadline ms, parts blob, reason, wait ms, settled}
-	r := newReplyReader(home.Name(), script.name)
-	raw := r.list(v, 7)
-	if r.err != nil {
-		return orderRecord{}, r.err
-	}
-	status, token, dl, blob, reason, wait := r.oneOf(raw, 0, recStatuses), r.str(raw, 1), r.int(raw, 2), r.str(raw, 3), r.str(raw, 4), r.int(raw, 5)
-	rec := orderRecord{home: home.Name(), settledNow: r.str(raw, 6)}
-	if r.err != nil {
-		return orderRecord{}, r.err
-	}
-	rec.status, rec.token, rec.reason = recStatus(status), token, DecisionReason(reason)
-	rec.deadline = time.UnixMilli(dl)
-	rec.wait = time.Duration(wait) * time.Millisecond
-	if blob != "" {
-		if rec.parts, err = unmarshalOrderParts(orderID, blob); err != nil {
-			// the script ran: a decision it made stands (status)
-			return orderRecord{}, fmt.Errorf("node %s: order %q (status %s) holds unreadable parts: %w", home.Name(), orderID, status, err)
-		}
-	}
-	return rec, nil
 }
 
 // Confirm moves a reserved order to confirmed, then every part: the parts
@@ -249,88 +210,12 @@ func (inv *Inventory) decide(ctx context.Context, orderID string, op orderOp) (c
 	return ctx, rec, err
 }
 
-// settleParts settles parts, one script per node, nodes concurrently. Parts
-// whose node cannot be reached go to the Deferrer. It returns how many
-// parts were not settled now (those, and the parts a cancel found lost:
-// their record gone while their node lists them, left to be set aside
-// once due), and the parts a confirm found missing on their node
-// ("node/part"): a part of a decided order that does not exist is data
-// its node lost.
-func (inv *Inventory) settleParts(ctx context.Context, orderID string, action Action, parts []part) (pending int, missing []string) {
-	for _, r := range inv.settleRound(ctx, orderID, action, parts) {
-		switch {
-		case errors.Is(r.err, router.ErrUnknownNode):
-			// The node left the topology: `shardis topology apply`
-			// settles its parts by their orders' decisions after their
-			// deadlines (apply_migrate.go).
-			pending += len(r.s.PartIDs)
-		case r.err != nil:
-			inv.log.Warn("settle deferred", "node", r.s.Node, "order", orderID, "action", string(action), "parts", len(r.s.PartIDs), "err", r.err)
-			inv.defer_(r.s)
-			pending += len(r.s.PartIDs)
-		default:
-			for i, w := range r.res {
-				switch w {
-				case settleMissing:
-					missing = append(missing, r.s.Node+"/"+r.s.PartIDs[i])
-				case settleLost:
-					// not deferred: a settle answers so until the record
-					// is repaired; the expiry sets the part aside once due
-					pending++
-					inv.log.Error("part's record is gone while its node lists it: not settled, its units stay reserved; "+
-						"set aside once due, then settled by its order's decision once repaired, or by an operator "+
-						"(shardis parts settle --route --sku --qty)", "node", r.s.Node, "order", orderID,
-						"part", r.s.PartIDs[i], "action", string(action))
-				}
-			}
-		}
-	}
-	sort.Strings(missing)
-	return pending, missing
-}
-
 // nodeSettled is one node's settle of a settleRound: what it asked, and
 // each part's result or the error (SettleNow's).
 type nodeSettled struct {
 	s   Settle
 	res []string
 	err error
-}
-
-// settleRound settles parts of an order by action, one settle script per
-// node, all at once (sendRound), and returns each node's settle with its
-// outcome, in the order the parts name their nodes first. A node that is
-// not a member of the topology gets no call: its error wraps
-// router.ErrUnknownNode.
-func (inv *Inventory) settleRound(ctx context.Context, orderID string, action Action, parts []part) []nodeSettled {
-	// grouped straight into the settles' id lists, not by byNode (every
-	// Confirm and Cancel of an order with parts on other nodes comes here:
-	// byNode's index lists cost it 5 allocations more)
-	out := make([]nodeSettled, 0, min(len(parts), 4))
-	for _, p := range parts {
-		k := slices.IndexFunc(out, func(r nodeSettled) bool { return r.s.Node == p.Node })
-		if k < 0 {
-			out = append(out, nodeSettled{s: Settle{Node: p.Node, Action: action, OrderID: orderID}})
-			k = len(out) - 1
-		}
-		out[k].s.PartIDs = append(out[k].s.PartIDs, p.ID)
-		if action != Confirm {
-			// only a cancel or an abort writes a tombstone, which a part
-			// its node lists by this member must not get (settle.lua);
-			// a confirm's call stays as it was
-			out[k].s.Members = append(out[k].s.Members, partMember(p))
-		}
-	}
-	var callArr [4]scriptCall // an order of up to 4 nodes: no allocation
-	var replyArr [4]callReply
-	calls := callArr[:0]
-	for _, r := range out {
-		calls = append(calls, inv.settleCall(r.s))
-	}
-	for i, r := range inv.sendRound(ctx, calls, replyArr[:0]) {
-		out[i].res, out[i].err = inv.settleResult(out[i].s, calls[i].n, r)
-	}
-	return out
 }
 
 // SettleNow settles parts of one order on one node now and returns each

@@ -5,16 +5,12 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
-	"github.com/shardis/shardis/node"
+	"github.com/shardis/shardis/router"
 )
 
 // Item is one line of an order.
@@ -215,62 +211,6 @@ func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item,
 	return res, err
 }
 
-// reserveGeneral is the general path: begin on the home node, the reserve
-// rounds (take.go), commit.
-func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, orderID string, items []Item, userID string, ttl time.Duration) (Reservation, error) {
-	token := newToken()
-	rec, err := inv.begin(ctx, home, orderID, token, digestOf(items, userID), userID, ttl)
-	if err != nil {
-		if outcomeUnknown(err) {
-			inv.releaseLease(ctx, home, orderID, token)
-		}
-		return Reservation{}, err
-	}
-	if rec.status != recBegun {
-		return inv.existing(orderID, rec)
-	}
-
-	parts, unknown, err := inv.take(ctx, home, orderID, token, partDue{at: rec.deadline.Add(partGrace)}, items, userID)
-	if err != nil {
-		inv.abandon(ctx, home, orderID, token, parts, unknown)
-		return Reservation{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		// The caller gave up before the commit: undo now rather than hold
-		// the stock until the attempt's lease runs out.
-		inv.abandon(ctx, home, orderID, token, parts, nil)
-		return Reservation{}, fmt.Errorf("order %q: %w", orderID, err)
-	}
-	blob := encodeOrderParts(orderID, token, parts)
-	// The commit runs to completion even if the caller cancels now, so its
-	// outcome is known whenever the node answers.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	defer cancel()
-	rec, err = inv.orderOp(cctx, home, orderID, opCommit, token, blob, seconds(inv.cfg.Retention))
-	if err != nil {
-		if !outcomeUnknown(err) {
-			// Refused before the network, or answered with an error reply
-			// (OOM …): the commit did not apply. Return the parts now
-			// rather than hold them until their deadline.
-			inv.abandon(ctx, home, orderID, token, parts, nil)
-			return Reservation{}, fmt.Errorf("order %q: commit refused: %w", orderID, err)
-		}
-		// Unknown outcome: committed or not, the parts are safe. A retry
-		// returns the receipts if it committed; otherwise the lease runs
-		// out and the reconciler cancels the parts after their deadline.
-		return Reservation{}, fmt.Errorf("%w: order %q: commit outcome unknown, retry Reserve with the same order id: %w",
-			ErrUnavailable, orderID, err)
-	}
-	if rec.status != recReserved {
-		inv.abandon(ctx, home, orderID, token, parts, nil)
-		if rec.reason == ReasonCancelled {
-			return Reservation{}, fmt.Errorf("%w: order %q was cancelled while it was being reserved", ErrCancelled, orderID)
-		}
-		return Reservation{}, fmt.Errorf("%w: order %q: the attempt lost its lease (order is %s); retry", ErrUnavailable, orderID, rec.reason)
-	}
-	return Reservation{OrderID: orderID, Receipts: receipts(parts), Deadline: rec.deadline}, nil
-}
-
 func (inv *Inventory) checkReserve(ctx context.Context, orderID string, items []Item, userID string) error {
 	if err := checkID("order_id", orderID); err != nil {
 		return err
@@ -300,83 +240,6 @@ func (inv *Inventory) checkReserve(ctx context.Context, orderID string, items []
 	return nil
 }
 
-// begin opens an attempt on the order record, waiting while another
-// attempt holds it. A staged record (staged.go) is decided first: while
-// its attempt's lease runs only by finding every part, after it by
-// preventing the missing ones.
-func (inv *Inventory) begin(ctx context.Context, home *node.Node, orderID, token, digest, userID string, ttl time.Duration) (orderRecord, error) {
-	for {
-		rec, err := inv.orderOp(ctx, home, orderID, opBegin, token,
-			ms(inv.opts.AttemptLease), digest, userID, ms(ttl), seconds(inv.cfg.Retention))
-		if err == nil && rec.status == recStaging {
-			err = inv.resolveStaged(ctx, home, orderID, rec, rec.wait == 0)
-			if err == nil {
-				continue
-			}
-			if !errors.Is(err, errStagedInFlight) {
-				return rec, err
-			}
-		} else if err != nil || rec.status != recReserving {
-			return rec, err
-		}
-		wait := min(rec.wait, 20*time.Millisecond) + time.Millisecond
-		select {
-		case <-ctx.Done():
-			return rec, fmt.Errorf("%w: order %q: another attempt is still reserving it: %w", ErrUnavailable, orderID, ctx.Err())
-		case <-time.After(wait):
-		}
-	}
-}
-
-// releaseLease ends an attempt whose begin may have landed on the home
-// node but whose answer was lost (the caller gave up mid-call, a
-// timeout): its record would stay "reserving" under token, and every
-// retry of the order wait out inventory.attempt_lease as after a crashed
-// attempt, though this one took nothing and answered. It marks the
-// attempt failed, whatever the caller's context, so a retry begins at
-// once (opRelease): a record of this token's, reserving, becomes failed;
-// where the order has no record, a failed one under this token is
-// written, so the begin, if it lands after this (sent later by a group
-// that had already taken it), meets it and answers failed instead of
-// holding the lease (under load in CI a retry waited out a lease so).
-// Any other record is left as is.
-func (inv *Inventory) releaseLease(ctx context.Context, home *node.Node, orderID, token string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	defer cancel()
-	if _, err := inv.orderOp(cctx, home, orderID, opRelease, token, seconds(inv.cfg.Retention)); err != nil {
-		inv.log.Debug("could not release an attempt whose begin was not answered; its lease will expire", "order", orderID, "err", err)
-	}
-}
-
-// existing answers a Reserve whose order already has an outcome.
-func (inv *Inventory) existing(orderID string, rec orderRecord) (Reservation, error) {
-	switch rec.status {
-	case recReserved, recConfirmed:
-		return Reservation{OrderID: orderID, Receipts: receipts(rec.parts), Deadline: rec.deadline}, nil
-	case recCancelled:
-		return Reservation{}, fmt.Errorf("%w: order %q (%s)", ErrCancelled, orderID, rec.reason)
-	case recMismatch:
-		return Reservation{}, fmt.Errorf("%w: order %q", ErrOrderMismatch, orderID)
-	}
-	return Reservation{}, fmt.Errorf("%w: order %q: unexpected order state %q", ErrUnavailable, orderID, rec.status)
-}
-
-// abandon rolls an attempt back: cancel its parts (tombstones for unknown
-// outcomes), then mark the attempt failed so the order id may be retried.
-func (inv *Inventory) abandon(ctx context.Context, home *node.Node, orderID, token string, parts, unknown []part) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	all := append(parts, unknown...)
-	inv.stats.rolledBack.Add(int64(len(all)))
-	pending, _ := inv.settleParts(ctx, orderID, Cancel, all)
-	if pending > 0 {
-		inv.log.Warn("reserve rollback deferred", "order", orderID, "pending_parts", pending)
-	}
-	if _, err := inv.orderOp(ctx, home, orderID, opFail, token, seconds(inv.cfg.Retention)); err != nil {
-		inv.log.Warn("could not mark failed attempt; its lease will expire", "order", orderID, "err", err)
-	}
-}
-
 // receipts is a Receipt per stock part of parts in item order, as
 // [Reservation.Receipts] promises (the parts of one item, split over
 // nodes by the general path, in their order in parts), in one allocation
@@ -404,23 +267,6 @@ func receipts(parts []part) []Receipt {
 	return out
 }
 
-func digestOf(items []Item, userID string) string {
-	var h xxhash.Digest
-	h.Reset()
-	_, _ = h.WriteString(userID)
-	var qty [20]byte
-	for _, it := range items {
-		// "\x00" route "\x00" sku "\x00" quantity, written piece by piece
-		_, _ = h.WriteString("\x00")
-		_, _ = h.WriteString(it.Route)
-		_, _ = h.WriteString("\x00")
-		_, _ = h.WriteString(it.SKU)
-		_, _ = h.WriteString("\x00")
-		_, _ = h.Write(strconv.AppendInt(qty[:0], it.Quantity, 10))
-	}
-	return strconv.FormatUint(h.Sum64(), 16)
-}
-
 // newToken names one reserve attempt: 48 random bits in 8 characters of
 // base64url (A–Z a–z 0–9 - _; never '|', the part id's separator, nor a
 // control byte). The token is in every part id of the attempt (keys and
@@ -446,4 +292,33 @@ func randomFill(b []byte) {
 	for i := 0; i < len(b); i += 8 {
 		binary.LittleEndian.PutUint64(b[i:], rand.Uint64())
 	}
+}
+
+func checkID(field, v string) error {
+	if p := idProblem(v); p != "" {
+		return fmt.Errorf("%w: %s %s", ErrInvalid, field, p)
+	}
+	return nil
+}
+
+// set returns the node set of route in the view ctx acts on. A route of
+// the configuration that the applied topology lacks is refused with
+// [ErrNotApplied]; one of neither with [ErrInvalid].
+func (inv *Inventory) set(ctx context.Context, route string) (*router.Set, error) {
+	return inv.setIn(inv.topology(ctx), route)
+}
+
+// setIn is set in view v.
+func (inv *Inventory) setIn(v *view, route string) (*router.Set, error) {
+	if s := v.routes[route]; s != nil {
+		return s, nil
+	}
+	if _, ok := inv.cfgSets[route]; !ok {
+		return nil, fmt.Errorf("%w: route_key %q is not a route of server %q", ErrInvalid, route, inv.cfg.Server)
+	}
+	if v.notReady != nil {
+		return nil, v.notReady
+	}
+	return nil, fmt.Errorf("%w: %w: route %q is not in the applied topology (epoch %d): run `shardis topology apply`",
+		ErrInvalid, ErrNotApplied, route, v.epoch)
 }

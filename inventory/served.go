@@ -147,28 +147,6 @@ func (inv *Inventory) pinned(ctx context.Context) (*view, bool) {
 	return v, ok
 }
 
-// set returns the node set of route in the view ctx acts on. A route of
-// the configuration that the applied topology lacks is refused with
-// [ErrNotApplied]; one of neither with [ErrInvalid].
-func (inv *Inventory) set(ctx context.Context, route string) (*router.Set, error) {
-	return inv.setIn(inv.topology(ctx), route)
-}
-
-// setIn is set in view v.
-func (inv *Inventory) setIn(v *view, route string) (*router.Set, error) {
-	if s := v.routes[route]; s != nil {
-		return s, nil
-	}
-	if _, ok := inv.cfgSets[route]; !ok {
-		return nil, fmt.Errorf("%w: route_key %q is not a route of server %q", ErrInvalid, route, inv.cfg.Server)
-	}
-	if v.notReady != nil {
-		return nil, v.notReady
-	}
-	return nil, fmt.Errorf("%w: %w: route %q is not in the applied topology (epoch %d): run `shardis topology apply`",
-		ErrInvalid, ErrNotApplied, route, v.epoch)
-}
-
 // Members returns the nodes of the topology this instance serves now (the
 // applied one), sorted by name, rereading the nodes first when the view is
 // due (as every call does); none while it cannot act. The reconciler

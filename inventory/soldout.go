@@ -1,11 +1,7 @@
 package inventory
 
 import (
-	"context"
 	"fmt"
-
-	"github.com/shardis/shardis/node"
-	"github.com/shardis/shardis/topology"
 )
 
 // Refusals without a write (sold-out storms).
@@ -312,60 +308,6 @@ func (s *shortSKU) add(v stockVals, r peekRead) {
 	s.known = s.known || v.known
 }
 
-// refuseShort refuses the order with reads alone when the general path
-// could only refuse it, with no write or behind a fence (see the file
-// comment), or returns nil and the order takes its next path. It marks or
-// clears the hint of the order's SKUs by what it read.
-func (inv *Inventory) refuseShort(ctx context.Context, home *node.Node, orderID string, items []Item, userID string) error {
-	v := inv.topology(ctx)
-	if v.refuse() != nil || v.phase != topology.PhaseStable {
-		return nil
-	}
-	skus, calls := inv.planPeek(ctx, home, orderID, items, userID)
-	if calls == nil {
-		return nil
-	}
-	inv.runPeeks(ctx, v.token, orderID, calls)
-	for _, c := range calls {
-		if c.err != nil || (c.home && c.status != "" && recStatus(c.status) != recFailed) {
-			inv.soldOut.clear(items)
-			return nil // cannot decide, or an attempt answers for the order
-		}
-		for j, r := range c.reads {
-			skus[r.sku].add(c.vals[j], r)
-			if c.vals[j].limit > 0 {
-				inv.limited.mark(skus[r.sku].ref)
-			}
-		}
-		for j, k := range c.quotas {
-			skus[k].qheld = c.held[j]
-		}
-	}
-	for _, s := range skus {
-		if hint, err := s.refusal(userID, inv.mutated(MutationLimitUnfenced)); err != nil {
-			if hint {
-				inv.soldOut.mark(s.ref)
-			}
-			inv.stats.refusedUnwritten.Add(1)
-			return err
-		}
-	}
-	for _, s := range skus {
-		if hint, err := s.fencedRefusal(userID); err != nil {
-			if !inv.mutated(MutationFenceSkip) && !inv.fenceRefusal(ctx, home, orderID) {
-				break // an attempt answers for the order, or the fence failed
-			}
-			if hint {
-				inv.soldOut.mark(s.ref)
-			}
-			inv.stats.refusedFenced.Add(1)
-			return err
-		}
-	}
-	inv.soldOut.clear(items) // enough: the next path answers
-	return nil
-}
-
 // refusal returns the error that refuses the order with no write for s
 // (the file comment's list), or nil, and whether it marks the hint.
 // unfenced re-introduces MutationLimitUnfenced.
@@ -394,21 +336,6 @@ func (s *shortSKU) refusal(userID string, unfenced bool) (hint bool, err error) 
 	return false, nil
 }
 
-// fencedRefusal returns the error that refuses the order behind a fence
-// for s, when the units that refuse it may be the order's own (the file
-// comment), or nil, and whether it marks the hint.
-func (s *shortSKU) fencedRefusal(userID string) (hint bool, err error) {
-	switch {
-	case s.limit > 0 && userID == "":
-		return true, s.needsUserError()
-	case userID != "" && s.overQuota():
-		return false, s.limitError(userID)
-	case s.avail < s.want:
-		return true, &shortStockError{*s}
-	}
-	return false, nil
-}
-
 // needsUserError is the ErrLimitExceeded of an order without a user of a
 // SKU with a per-user limit.
 func (s *shortSKU) needsUserError() error {
@@ -423,27 +350,6 @@ func (s *shortSKU) overQuota() bool { return s.qlimit > 0 && s.qheld+s.want > s.
 // limitError is the ErrLimitExceeded of an order over the user's quota.
 func (s *shortSKU) limitError(userID string) error {
 	return limitExceeded(userID, s.qheld, s.ref.route, s.ref.sku, s.qlimit, s.want)
-}
-
-// fenceRefusal writes the fence of a refusal on the order's home node
-// (orderScript's "fence" op: a failed record under a fresh token where the
-// order has none) and reports whether the order may be refused behind it:
-// the record is failed, this fence or an earlier one. A fence whose
-// outcome is unknown (its reply lost) is asked once more: the op writes
-// only where there is no record, so the second finds the first's record,
-// or whatever came meanwhile, and answers by it.
-func (inv *Inventory) fenceRefusal(ctx context.Context, home *node.Node, orderID string) bool {
-	token := newToken()
-	for range 2 {
-		rec, err := inv.orderOp(ctx, home, orderID, opFence, token, seconds(inv.cfg.Retention))
-		if err == nil {
-			return rec.status == recFailed
-		}
-		if !outcomeUnknown(err) || ctx.Err() != nil {
-			break
-		}
-	}
-	return false
 }
 
 // shortStockError is refuseShort's ErrInsufficientStock for sku s: its

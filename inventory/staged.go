@@ -3,7 +3,6 @@ package inventory
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 
 	"github.com/shardis/shardis/node"
@@ -319,79 +318,6 @@ const (
 // staged order may still be running.
 var errStagedInFlight = errors.New("the order's reserve attempt is still running")
 
-// resolveStaged decides a staging record (see the file comment); the
-// caller then repeats its own step on the decided record. prevent is false only while the
-// attempt's lease may still run and the caller must not cut it short;
-// then an absent part gives errStagedInFlight.
-func (inv *Inventory) resolveStaged(ctx context.Context, home *node.Node, orderID string, rec orderRecord, prevent bool) error {
-	verdict, parts, err := inv.probeStaged(ctx, orderID, rec, prevent)
-	if err != nil {
-		return err
-	}
-	switch verdict {
-	case verdictInFlight:
-		return fmt.Errorf("%w: order %q: %w", ErrInProgress, orderID, errStagedInFlight)
-	case verdictReserved:
-		blob := encodeOrderParts(orderID, rec.token, parts)
-		got, err := inv.orderOp(ctx, home, orderID, opCommit, rec.token, blob, seconds(inv.cfg.Retention))
-		if err == nil && got.status == recReserved {
-			inv.stats.stagedRecovered.Add(1)
-		}
-		return err
-	}
-	return inv.failStaged(ctx, home, opFail, orderID, rec.token, rec.parts)
-}
-
-// probeStaged probes every promised part of rec, nodes concurrently, and
-// returns the verdict and, for verdictReserved, the parts with their redo
-// offsets.
-func (inv *Inventory) probeStaged(ctx context.Context, orderID string, rec orderRecord, prevent bool) (stagedVerdict, []part, error) {
-	mode := "inspect"
-	if prevent {
-		mode = "prevent"
-	}
-	seen := make([]probedPart, len(rec.parts))
-	var (
-		calls []scriptCall
-		asked []nodeParts // asked[k]: the parts calls[k] probes
-	)
-	for _, g := range byNode(rec.parts) {
-		n, err := inv.r.Node(g.node)
-		if err != nil && inv.departed(ctx, g.node) {
-			for _, i := range g.idx {
-				seen[i] = probedPart{state: probeGone}
-			}
-			continue
-		}
-		if err != nil {
-			return 0, nil, fmt.Errorf("%w: order %q: promised part on node %s, which is not in the topology: %w", ErrUnavailable, orderID, g.node, err)
-		}
-		calls = append(calls, inv.probeCall(n, mode, orderID, rec.parts, g.idx))
-		asked = append(asked, g)
-	}
-	for k, r := range inv.sendRound(ctx, calls, make([]callReply, 0, len(calls))) {
-		got, err := probeResult(calls[k].n, len(asked[k].idx), r)
-		if err != nil {
-			return 0, nil, err
-		}
-		for j, i := range asked[k].idx {
-			seen[i] = got[j]
-		}
-	}
-	verdict, lost := rec.verdict(seen)
-	if verdict != verdictReserved {
-		return verdict, nil, nil
-	}
-	if len(lost) > 0 {
-		inv.log.Error("DATA LOSS: staged order has parts its nodes lost since the stage; committing it", "order", orderID, "parts", lost)
-	}
-	parts := append([]part(nil), rec.parts...)
-	for i := range parts {
-		parts[i].Offset = seen[i].offset
-	}
-	return verdictReserved, parts, nil
-}
-
 // departed reports whether node name left the topology: this instance's
 // view is of a stable topology without it (see "Parts on a node that
 // left").
@@ -405,18 +331,6 @@ type probedPart struct {
 	state       probeWord
 	token       string
 	qty, offset int64
-}
-
-// probeCall is probeScript's call in mode on node n for the promised
-// parts parts[i], i in idx.
-func (inv *Inventory) probeCall(n *node.Node, mode, orderID string, parts []part, idx []int) scriptCall {
-	keys := make([]string, len(idx))
-	args := []any{mode, orderID, seconds(inv.cfg.Retention)}
-	for j, i := range idx {
-		keys[j] = partKey(parts[i].ID)
-		args = append(args, parts[i].Incarnation)
-	}
-	return scriptCall{n: n, s: probeScript, keys: keys, args: args}
 }
 
 // probeResult reads the outcome r of a probeCall of k parts on n
@@ -466,24 +380,4 @@ func (rec orderRecord) verdict(seen []probedPart) (stagedVerdict, []string) {
 		}
 	}
 	return verdict, lost
-}
-
-// failStaged records the failure of a staged attempt (op: opFail, or
-// opRelease from the attempt that does not know whether its stage landed:
-// where the order has no record, the failure is written under token, so
-// a stage that lands later meets it and writes nothing), then cancels its
-// parts (tombstones for absent ones). If the record was decided otherwise
-// first (a recovery committed it), nothing is cancelled.
-func (inv *Inventory) failStaged(ctx context.Context, home *node.Node, op orderOp, orderID, token string, parts []part) error {
-	rec, err := inv.orderOp(ctx, home, orderID, op, token, seconds(inv.cfg.Retention))
-	if err != nil {
-		return err
-	}
-	if rec.status != recFailed || rec.token != token {
-		return nil // decided otherwise first: follow the record
-	}
-	if pending, _ := inv.settleParts(ctx, orderID, Cancel, parts); pending > 0 {
-		inv.log.Warn("staged reserve rollback deferred", "order", orderID, "pending_parts", pending)
-	}
-	return nil
 }

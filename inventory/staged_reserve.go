@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/topology"
@@ -426,4 +429,21 @@ func (inv *Inventory) Close() {
 	inv.flushCarried()
 	inv.bg.wg.Wait()
 	inv.workers.close()
+}
+
+func digestOf(items []Item, userID string) string {
+	var h xxhash.Digest
+	h.Reset()
+	_, _ = h.WriteString(userID)
+	var qty [20]byte
+	for _, it := range items {
+		// "\x00" route "\x00" sku "\x00" quantity, written piece by piece
+		_, _ = h.WriteString("\x00")
+		_, _ = h.WriteString(it.Route)
+		_, _ = h.WriteString("\x00")
+		_, _ = h.WriteString(it.SKU)
+		_, _ = h.WriteString("\x00")
+		_, _ = h.Write(strconv.AppendInt(qty[:0], it.Quantity, 10))
+	}
+	return strconv.FormatUint(h.Sum64(), 16)
 }

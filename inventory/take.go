@@ -241,99 +241,11 @@ func (t *takeRun) shortfall() error {
 	return nil
 }
 
-// itemCandidates returns the nodes an item of an order is taken from, in
-// order: the enabled, usable nodes of set, the order's first choice first
-// when it is one of them, then the rest in Candidates(orderID+sku) order.
-//
-// The first choice of an order without a user is its home node, so an
-// order its home node can meet needs no other node (local.go). That of an
-// order with a user is the user's quota node of the route (quotaNode),
-// then the home node when the quota node is not a candidate: the item's
-// first take then runs in the same call as the user's quota part, and a
-// call whose quota part is over the limit takes nothing (reserveScript),
-// so an order refused by the user's limit takes no stock on any node of a
-// one-route order (nothing to roll back, no redo entry, no cancelled row
-// in PostgreSQL); when the quota node is the home node this is the home
-// node as before. Home nodes are spread uniformly by order id and quota
-// nodes by user, so stock is still drawn evenly from every node of the
-// route. Which node is tried first is a choice of cost only: every take
-// is all-or-part of what the node holds, the same on any node.
-func (inv *Inventory) itemCandidates(set *router.Set, home *node.Node, orderID, sku, userID string) []*node.Node {
-	return inv.appendItemCandidates(make([]*node.Node, 0, 4), set, home, orderID, sku, userID)
-}
-
-// appendItemCandidates is itemCandidates appending to dst (a caller's
-// array: no allocation for a route of up to its length).
-func (inv *Inventory) appendItemCandidates(dst []*node.Node, set *router.Set, home *node.Node, orderID, sku, userID string) []*node.Node {
-	var kb [96]byte
-	key := spreadKey(kb[:0], orderID, sku)
-	if userID != "" {
-		q := quotaNode(set, userID)
-		if c := set.AppendSpread(dst, key, q, inv.usable); len(c) == len(dst) || c[len(dst)] == q {
-			return c
-		}
-	}
-	return set.AppendSpread(dst, key, home, inv.usable)
-}
-
-// spreadKey is the key an item's candidates are spread by, orderID+sku,
-// in buf (a caller's array when it fits). The string is buf's bytes
-// (frozen), not a copy: it is for Set.AppendSpread, which keeps no key,
-// and must not be kept either.
-func spreadKey(buf []byte, orderID, sku string) string {
-	return frozen(append(append(buf, orderID...), sku...))
-}
-
-// itemHomeFirst reports whether itemCandidates(set, home, …, userID)
-// starts with home, whatever the order id and SKU (Set.SpreadsFirst: no
-// ring walk, no allocation).
-func (inv *Inventory) itemHomeFirst(set *router.Set, home *node.Node, userID string) bool {
-	if userID != "" {
-		if q := quotaNode(set, userID); set.SpreadsFirst(q, inv.usable) {
-			return q == home
-		}
-	}
-	return set.SpreadsFirst(home, inv.usable)
-}
-
-// quotaNode is the node of set that keeps userID's per-user quotas of the
-// route (Home("user:"+userID)); quotas never fail over, or a limit would
-// split.
-func quotaNode(set *router.Set, userID string) *node.Node {
-	return set.Nodes()[set.Ring().Home("user:"+userID)]
-}
-
 // quotaPart is one per-user quota part of an order and the node that
 // counts it.
 type quotaPart struct {
 	node *node.Node
 	req  partReq
-}
-
-// quotaParts returns an order's per-user quota parts: one per (route,
-// sku), in the order of first appearance, for the units the order wants
-// of it, on the node that owns the user in that route
-// (Home("user:"+userID)); it never fails over, or the limit would split.
-// The routes must be valid (checkReserve).
-func (inv *Inventory) quotaParts(ctx context.Context, orderID, token string, items []Item, userID string) []quotaPart {
-	type rs struct{ route, sku string }
-	idx := map[rs]int{}
-	var out []quotaPart
-	for _, it := range items {
-		k := rs{it.Route, it.SKU}
-		if j, seen := idx[k]; seen {
-			out[j].req.Qty += it.Quantity
-			continue
-		}
-		set, _ := inv.set(ctx, it.Route)
-		n := quotaNode(set, userID)
-		idx[k] = len(out)
-		out = append(out, quotaPart{node: n, req: partReq{
-			part:  part{ID: quotaPartID(orderID, token, it.Route, it.SKU), Node: n.Name(), Kind: PartQuota, Item: -1, Route: it.Route, SKU: it.SKU, Qty: it.Quantity},
-			queue: stockKey(it.Route, it.SKU), ck: quotaKey(it.Route, it.SKU, userID),
-		}})
-	}
-	return out
 }
 
 // needsUserMayBeOwn reports whether rep, a reply to stock part r of an
@@ -374,28 +286,6 @@ func quotaMayBeOwn(held int64) bool { return held > 0 }
 // part holds all it wants or nothing, so the held units may include an
 // attempt's of the same order only when held ≥ want.
 func heldMayBeOwn(held, want int64) bool { return held >= want }
-
-// limitExceeded is the ErrLimitExceeded of a quota part that wants want of
-// route/sku while userID holds held there, over limit.
-func limitExceeded(userID string, held int64, route, sku string, limit, want int64) error {
-	return fmt.Errorf("%w: user %q holds %d of sku %q (route %q), limit %d, order wants %d",
-		ErrLimitExceeded, userID, held, sku, route, limit, want)
-}
-
-// refusal returns the error that refuses an order for good on a take
-// reply, whatever the other nodes hold: a quota part over the user's limit
-// (ErrLimitExceeded), or a stock part of a SKU with a per-user limit
-// taken without a user (ErrLimitExceeded too); nil for any other reply.
-func refusal(r partReq, rep reply, userID string) error {
-	switch {
-	case r.Kind == PartQuota && rep.state == takeLimit:
-		return limitExceeded(userID, rep.qty, r.Route, r.SKU, rep.limit, r.Qty)
-	case r.Kind == PartStock && rep.limit > 0 && userID == "":
-		return fmt.Errorf("%w: items[%d] sku %q (route %q) has a per-user limit of %d: an order of it needs user_id",
-			ErrLimitExceeded, r.Item, r.SKU, r.Route, rep.limit)
-	}
-	return nil
-}
 
 // outcomeUnknown reports whether a failed call may have run on the node.
 // A refusal before the network, or an error reply, means it did not; a
