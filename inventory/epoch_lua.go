@@ -11,8 +11,8 @@ import (
 	"github.com/shardis/shardis/topology"
 )
 
-// The topology scripts. They run without the prelude and the runner of
-// lua.go, and must: the prelude refuses every call whose caller's epoch
+// The topology scripts. They run without the prelude (lua.go) and the
+// runner (script_run.go), and must: the prelude refuses every call whose caller's epoch
 // token differs from the node's (SHARDIS_EPOCH), and these scripts are
 // what reads and moves that token, on nodes at the previous epoch, at none
 // yet (a joining node) or at one this process does not know; the runner

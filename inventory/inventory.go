@@ -19,7 +19,7 @@
 // three paths: one script on the home node when it can meet the whole
 // order (local.go), one round over the items' first nodes with a staged
 // record (staged.go, whose comment holds the protocol's states and safety
-// rule), or the general begin → take → commit (reserve.go, take.go).
+// rule), or the general begin → take → commit (order_ops.go, take.go).
 // Concurrent calls of the reserve, order and settle scripts on one node
 // share one script call (group commit, group.go: the calls run one after
 // the other inside it, each deciding on its own). Parts that cannot be settled at once

@@ -90,7 +90,7 @@ var errHasRecord = errors.New("inventory: the order has a record")
 // errShortSeen is reserveLocal's and reserveStaged's word that the order
 // found a stock part short (or a limited SKU without a user) and that
 // nothing of the attempt can be reserved (it wrote nothing, or its parts
-// are rolled back): refuseShort (soldout.go) may settle the order with
+// are rolled back): refuseShort (reserve_plan.go) may settle the order with
 // reads alone before the general path writes.
 var errShortSeen = errors.New("inventory: a part was short and nothing was written")
 

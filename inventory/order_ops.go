@@ -12,6 +12,15 @@ import (
 	"github.com/shardis/shardis/router"
 )
 
+// The order record's steps, one script call each on the order's home
+// (orderOp: begin, commit, abandon, decide, release; lua/order.lua), the
+// settle rounds that follow a decision to the parts (settleParts,
+// settleRound, defer_ to the rollback queue), resolving a staged record
+// whose attempt is over (resolveStaged, probeStaged) and releasing what a
+// failed one-round attempt took (releaseStaged, failStaged), and the
+// general reserve path built of them: begin, the takes (take.go), commit
+// or abandon. The states these steps move between are protocol.go's.
+
 // actionAbort is the settle action of a staged attempt's abort: cancel a
 // pending part unless a probe holds it (staged.go, "Abort"). It is never
 // deferred: a part it cannot reach follows its order's decision.
@@ -332,7 +341,7 @@ func (inv *Inventory) begin(ctx context.Context, home *node.Node, orderID, token
 	}
 }
 
-// resolveStaged decides a staging record (see the file comment); the
+// resolveStaged decides a staging record (see staged.go's file comment); the
 // caller then repeats its own step on the decided record. prevent is false only while the
 // attempt's lease may still run and the caller must not cut it short;
 // then an absent part gives errStagedInFlight.

@@ -15,7 +15,7 @@ const (
 	// opRelease is opFail for an attempt whose begin or stage was not
 	// answered: where the order has no record, a failed one under the
 	// caller's token, which the begin or stage meets if it lands later
-	// (reserve.go: releaseLease; staged_abort.go: releaseStaged).
+	// (order_ops.go: releaseLease, releaseStaged).
 	opRelease orderOp = "release"
 	opConfirm orderOp = "confirm" // reserved → confirmed (cancelled when past its deadline)
 	opCancel  orderOp = "cancel"  // → cancelled; a tombstone when there is no record

@@ -134,13 +134,14 @@ func (inv *Inventory) effectiveTTL(ttl time.Duration) (time.Duration, bool) {
 //     RPC's checks, the items converted), then this file (Reserve,
 //     reserve: the request's checks, the TTL; the order's home,
 //     homes.go homeFor, whose record migrate.go moves mid-migration).
-//   - Refusals by reads alone, nothing written: soldout.go (refuseShort,
-//     before the paths when a SKU of the order was refused lately, and
-//     after a path found a part short; its reads soldout_reads.go, which
-//     SKUs were refused soldout_hint.go).
+//   - Refusals by reads alone, nothing written: reserve_plan.go
+//     (refuseShort, before the paths when a SKU of the order was refused
+//     lately, and after a path found a part short; its reads, and the
+//     nodes each item may take from; the rule is soldout.go's, which SKUs
+//     were refused soldout_hint.go).
 //   - One script on the home: local.go (reserveLocal: the call's keys and
-//     arguments, the record's template from rectemplate.go), lua.go run
-//     and group.go (the group call that carries it; its queue batchq.go),
+//     arguments, the record's template from rectemplate.go), script_run.go
+//     run and the group call that carries it (group.go; its queue batchq.go),
 //     the script lua/local.lua over the library lua/take_whole.lua and
 //     lua/prelude.lua, back to local.go (decodeLocal, with reply.go's
 //     reader), then receipts in this file.
@@ -150,9 +151,9 @@ func (inv *Inventory) effectiveTTL(ttl time.Duration) (time.Duration, bool) {
 //     takes in reserve_call.go (lua/reserve.lua), sent in one round
 //     (round.go) through group.go;
 //     then the commit, carried on a later group call (carry.go), or the
-//     release of an attempt that failed (staged_abort.go).
-//   - The general path (reserveGeneral below): begin and commit on the
-//     record (order.go, lua/order.lua) around the takes (take.go,
+//     release of an attempt that failed (order_ops.go: releaseStaged).
+//   - The general path (order_ops.go: reserveGeneral): begin and commit on
+//     the record (orderOp there, lua/order.lua) around the takes (take.go,
 //     reserve_call.go, a round each: round.go).
 func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item, userID string, ttl time.Duration) (Reservation, error) {
 	ctx, _ = inv.pin(ctx)

@@ -11,9 +11,17 @@ import (
 	"github.com/shardis/shardis/topology"
 )
 
+// Before a reserve writes: the nodes each item may take from (its home
+// node first, its quota node, the spread key of a SKU split over
+// several nodes), and the refusals decided by reads alone (refuseShort:
+// the reads of an order's stock and quotas, peek, and the fence a refusal
+// writes while a take may still land). The rule the refusals follow, and
+// why they are safe, is soldout.go's; the sold-out and limit hints are
+// soldout_hint.go's, the reads' batches peekbatch.go's.
+
 // spreadQuotas reports whether an order of userID has quota parts on two
 // or more nodes: its items' routes put the user on different quota nodes
-// (the file comment's "Per-user limits": such an order is read first).
+// (soldout.go's "Per-user limits": such an order is read first).
 func (inv *Inventory) spreadQuotas(ctx context.Context, items []Item, userID string) bool {
 	if userID == "" || len(items) < 2 {
 		return false

@@ -8,11 +8,11 @@ import (
 )
 
 // A round: one script call per node, on several nodes at once, each as
-// run sends it (lua.go), the caller waiting for all of them. Every such
+// run sends it (script_run.go), the caller waiting for all of them. Every such
 // fan-out is sent by sendRound: an order's one round (the stage on its
 // home and its takes elsewhere: staged_reserve.go), each round of the
 // general path's takes (take.go), the settles and aborts of an order's
-// parts (order.go, staged_abort.go), the probes of a staged record's parts
+// parts (order_ops.go), the probes of a staged record's parts
 // (staged.go), and a SKU's load and read on its route's nodes (stock.go).
 
 // start begins run(ctx, n, s, keys, args...) and returns wait, which waits

@@ -9,6 +9,12 @@ import (
 	"github.com/shardis/shardis/node"
 )
 
+// Running one script call on a node: run checks the served topology and
+// sends the call alone (exec) or joined to its node's group call
+// (runGrouped, group.go), through the Faults hook when one is set
+// (faulty, faults.go); ran reads what came back. The scripts themselves
+// and their shared prelude are lua.go's.
+
 // run runs s on n with keys (after the stamp hash) and args (after the
 // header), and returns the body's reply. Errors are mapped by nodeErr.
 // The caller must not change keys, or a string an argument points to,

@@ -48,7 +48,7 @@ import (
 // returns what was taken; a cancel that came first left "cancelled").
 // A call with a quota part over the limit takes nothing: its other parts
 // that would have been taken answer "none" (the refusal is for good,
-// take.go's refusal, so nothing of the call is rolled back or reaches the
+// local.go's refusal, so nothing of the call is rolled back or reaches the
 // redo log; soldout.go).
 var reserveScript = newGroupedScript("reserve", true, luaFile("reserve.lua")).withContext(reserveContext)
 
@@ -159,7 +159,7 @@ var settleScript = newGroupedReleaseScript("settle", luaFile("settle.lua"))
 // A "staging" record is never taken over, confirmed, cancelled or expired
 // here: every op but commit, fail, release and withdraw returns it as it is ("staging", with
 // its promised parts and wait_ms), and the caller decides it first
-// (staged.go: resolveStaged), then repeats the op.
+// (order_ops.go: resolveStaged), then repeats the op.
 //
 // A record marked moved (epoch.go) is dropped and every op reads no
 // record there, as where the key never was.

@@ -32,12 +32,12 @@ import (
 // and some SKU of the order
 //
 //   - has a per-user limit while the order has no user (ErrLimitExceeded, as
-//     refusal in take.go: no attempt of such an order that starts now
+//     refusal in local.go: no attempt of such an order that starts now
 //     succeeds), and fewer units reserved on the route than the order
 //     wants of it, or
 //   - has a per-user limit on every node of its route, the greatest less
 //     than the order's items want of it, and the order has a user
-//     (ErrLimitExceeded, as refusal in take.go: no attempt of it that
+//     (ErrLimitExceeded, as refusal in local.go: no attempt of it that
 //     starts now passes its quota part) who holds less than the order
 //     wants on the quota node, or
 //   - was never loaded on any node of its route (no node's stock hash of
@@ -239,7 +239,7 @@ import (
 // on any node when its items share one route (on several routes, with
 // several quota nodes, an item's take could run on one quota node while
 // another refuses, so such an order is read first: see below). Why it is
-// safe: the refusal is for good (take.go's refusal), so a take in the same
+// safe: the refusal is for good (local.go's refusal), so a take in the same
 // call could only be rolled back; taking less writes less, and the call's
 // reply still names the refusal.
 //

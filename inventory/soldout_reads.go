@@ -4,9 +4,11 @@ import (
 	"github.com/shardis/shardis/node"
 )
 
-// refuseShort's reads of one order: which node reads what (planPeek) and
-// running them (runPeeks); the rule they serve is soldout.go's, the
-// batches that carry them peekbatch.go's.
+// What refuseShort's reads of one order are made of (planPeek and
+// runPeeks, reserve_plan.go, plan and run them): the stock hashes and
+// quotas one node's call reads, and how its reply fills them in; the
+// rule they serve is soldout.go's, the batches that carry them
+// peekbatch.go's.
 
 // peekRead is one stock hash a peekCall reads.
 type peekRead struct {

@@ -233,7 +233,7 @@ import (
 // home node; anything it cannot do in full (a short node, a refused part,
 // an existing record) is rolled back, decided as failed, and the order
 // takes the general path (begin → take → commit) in the same call. A take
-// refused for good (refusal in take.go: the user's quota is over the
+// refused for good (refusal in local.go: the user's quota is over the
 // limit, a limited SKU without a user) is the one exception: after the
 // same roll-back and decision the refusal is the answer, because the
 // general path, meeting the same counters, could only refuse again. The

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// A one-round attempt whose caller gave up mid-round (staged_abort.go,
+// A one-round attempt whose caller gave up mid-round (order_ops.go,
 // releaseStaged): its takes never left this instance (taken off their
 // groups' queues), its stage was under way, and the attempt's fail went
 // out on another connection and reached the home node first, where no

@@ -22,7 +22,7 @@ import (
 const LeaseKey = "inv:reconcile:lease"
 
 // The lease scripts run outside the inventory's runner and prelude
-// (inventory/lua.go). The runner is the inventory's own (unexported: it
+// (inventory/lua.go, script_run.go). The runner is the inventory's own (unexported: it
 // runs only the inventory's scripts on the inventory's keys), and the
 // lease is this package's key, no inventory data: it needs neither the
 // epoch check (a pass at a stale epoch that takes the lease meets its

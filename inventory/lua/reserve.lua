@@ -169,7 +169,7 @@ for i = 0, np - 1 do
   plan[#plan + 1] = p
 end
 -- a quota part over the user's limit refuses the order whatever the stock
--- (take.go: refusal): the call takes nothing, so the refusal leaves no
+-- (local.go: refusal): the call takes nothing, so the refusal leaves no
 -- take to roll back, no redo entry (soldout.go)
 for _, q in ipairs(plan) do
   if q.out[1] == 'limit' then
