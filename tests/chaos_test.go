@@ -20,6 +20,10 @@ func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos run: skipped with -short")
 	}
+	// beside the package's other parallel tests: its invariants hold
+	// whatever the load (a violation under load is a bug), and it spends
+	// most of its 12 s waiting on its faults and deadlines
+	t.Parallel()
 	var out bytes.Buffer
 	start := time.Now()
 	rep, err := chaos.Run(context.Background(), chaos.Options{
