@@ -100,15 +100,17 @@ func (e *movedCopyEnv) open(cfg *config.Config, f Faults) *Inventory {
 	return inv
 }
 
-// reserve loads the stock and reserves order (2 units, for 1 s) and held
-// (1 unit, for the longest hold) through inv, an instance of the old
-// topology.
+// reserve loads the stock and reserves order (2 units, for the longest
+// hold up to 4 s: the tests apply a change and confirm it within that,
+// and an apply on a machine busy with other tests took over a second)
+// and held (1 unit, for the longest hold) through inv, an instance of the
+// old topology.
 func (e *movedCopyEnv) reserve(inv *Inventory) {
 	e.t.Helper()
 	if _, err := inv.LoadStock(e.ctx, "s", "t", movedCopyLoaded, 0); err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := inv.Reserve(e.ctx, e.order, []Item{{Route: "s", SKU: "t", Quantity: 2}}, "", time.Second); err != nil {
+	if _, err := inv.Reserve(e.ctx, e.order, []Item{{Route: "s", SKU: "t", Quantity: 2}}, "", min(e.hold, 4*time.Second)); err != nil {
 		e.t.Fatal(err)
 	}
 	if _, err := inv.Reserve(e.ctx, e.held, []Item{{Route: "s", SKU: "t", Quantity: 1}}, "", e.hold); err != nil {

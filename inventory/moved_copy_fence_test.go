@@ -96,7 +96,8 @@ func TestExpireMeetingAMovedCopyWithinTheRetentionFencesALateStage(t *testing.T)
 
 // onlyAMovedCopyAtHome loads the stock and runs the order's first life
 // until its home x holds only a copy marked moved by an older apply:
-// reserved on x (items, for 1 s), its home moved to n4 with x's
+// reserved on x (items, for the longest hold up to 4 s: see reserve),
+// its home moved to n4 with x's
 // expireMoved failing (the copy keeps no TTL), cancelled on n4 and gone
 // from there after the retention, then its home moved back to x, x's
 // copy left without a TTL again (expireFrozen failing too).
@@ -107,7 +108,7 @@ func (e *movedCopyEnv) onlyAMovedCopyAtHome(items []Item) {
 	if _, err := first.LoadStock(e.ctx, "s", "t", movedCopyLoaded, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := first.Reserve(e.ctx, e.order, items, "", time.Second); err != nil {
+	if _, err := first.Reserve(e.ctx, e.order, items, "", min(e.hold, 4*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	xSlow := e.xMovedExpireLost()
