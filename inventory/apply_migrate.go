@@ -44,7 +44,9 @@ func (a *migrator) Relocate(ctx context.Context, c topology.Change) (topology.Mo
 // count whatever their route: a route removed in the same apply moves no
 // counter, so its parts on a node that leaves would otherwise not be
 // waited for, and once stable no instance reaches the node to settle
-// them (their units reserved there for good: found by a review).
+// them (their units reserved there for good: found by a review). A part
+// there that cannot be settled is set aside and listed in the Moved's
+// SetAside (apply_leaving.go).
 func (a *migrator) MoveCounters(ctx context.Context, c topology.Change) (topology.Moved, int, error) {
 	a.begin(c)
 	busy, err := a.moveCounters(ctx)
@@ -360,31 +362,6 @@ func (a *migrator) moveStock(ctx context.Context, route string, n *node.Node, ri
 		}
 	}
 	return busy, nil
-}
-
-// settleLeaving settles the due pending parts of leaving nodes (no
-// instance of the new topology reconciles them).
-func (a *migrator) settleLeaving(ctx context.Context) error {
-	for _, name := range a.c.Left {
-		n, err := a.node(name)
-		if err != nil {
-			return err
-		}
-		due, err := a.inv.DueParts(ctx, n, 500)
-		if err != nil {
-			return err
-		}
-		for _, p := range due {
-			res, err := a.inv.ResolveExpired(ctx, p)
-			if err != nil {
-				return fmt.Errorf("settling part %s on leaving node %s: %w", p.PartID, name, err)
-			}
-			if res == Confirmed || res == Cancelled {
-				a.moved.PartsSettled++
-			}
-		}
-	}
-	return nil
 }
 
 // pendingQuotaCounters returns the quota counters that pending parts on n

@@ -162,6 +162,13 @@ func (inv *Inventory) SetAside(ctx context.Context, p PendingPart, reason string
 	if err != nil {
 		return 0, err
 	}
+	return inv.setAsideOn(ctx, n, p, reason, first, most)
+}
+
+// setAsideOn is SetAside on n, p's node, which may be a node leaving the
+// topology (the apply's settle of leaving nodes: apply_leaving.go),
+// valid first and most.
+func (inv *Inventory) setAsideOn(ctx context.Context, n *node.Node, p PendingPart, reason string, first, most time.Duration) (int, error) {
 	v, err := inv.pendingAdjust(ctx, n, "stuck", p.PartID, reason, ms(first), ms(most), p.member)
 	if err != nil {
 		return 0, err
@@ -213,6 +220,11 @@ func (inv *Inventory) stuckRetry(ctx context.Context, nodeName string, args ...a
 	if err != nil {
 		return 0, err
 	}
+	return inv.stuckRetryOn(ctx, n, args...)
+}
+
+// stuckRetryOn runs stuckRetryScript's op on n.
+func (inv *Inventory) stuckRetryOn(ctx context.Context, n *node.Node, args ...any) (int, error) {
 	v, err := inv.run(ctx, n, stuckRetryScript, []string{PendingKey, keyStuck, keyStuckWhy, keyStuckRetry}, args...)
 	if err != nil {
 		return 0, err
@@ -278,6 +290,11 @@ func (inv *Inventory) StuckParts(ctx context.Context, nodeName string, limit int
 	if err != nil {
 		return nil, err
 	}
+	return stuckPartsOn(ctx, n, limit)
+}
+
+// stuckPartsOn is StuckParts on n, limit valid.
+func stuckPartsOn(ctx context.Context, n *node.Node, limit int) ([]StuckPart, error) {
 	ids, err := n.Client().ZRangeWithScores(ctx, keyStuck, 0, int64(limit-1)).Result()
 	if err != nil {
 		return nil, nodeErr(n, err)

@@ -62,6 +62,24 @@ type Moved struct {
 	StockMoved    int // stock hashes of leaving nodes transferred (sold-out ones included)
 	PartsSettled  int // pending parts of leaving nodes settled by the apply
 	StagedDecided int // staging records (one-round reservations) the apply decided
+	// SetAside lists the parts set aside on leaving nodes when the last
+	// pass of [Driver.MoveCounters] ended (add does not sum it: each
+	// pass's list replaces the one before). Each holds units reserved on
+	// its node, so that node's stock cannot move and the node cannot
+	// leave until an operator settles or repairs it (the inventory's
+	// doc.go, "A part set aside on a leaving node"); a rerun then
+	// finishes.
+	SetAside []SetAsidePart
+}
+
+// SetAsidePart is a part set aside on a node that leaves: it could not
+// be settled (its record, or its order's, gone or unreadable, its
+// counter corrupt), and only an operator's settle or repair lets it go.
+type SetAsidePart struct {
+	Node    string // the leaving node that lists it
+	PartID  string // the part's id, as the node's stuck index holds it
+	OrderID string // its order, when its record says ("" when it is gone)
+	Reason  string // why it was set aside (the error that set it aside)
 }
 
 func (m *Moved) add(o Moved) {
@@ -443,6 +461,7 @@ func (a *applier) migrate(ctx context.Context, tok string) (Report, error) {
 	for migrating {
 		m, busy, err := a.d.MoveCounters(ctx, c)
 		a.rep.add(m)
+		a.rep.SetAside = m.SetAside // the last pass's list, not a sum
 		if err != nil {
 			return a.rep, err
 		}

@@ -87,7 +87,9 @@
 //     counts is transferred exactly once; the stock of a node leaving a
 //     route (the server, or that route only) is transferred once it holds
 //     no reserved units; the leaving nodes' pending parts are settled
-//     after their deadlines. The inventory
+//     after their deadlines (one that cannot be settled is set aside there,
+//     waited for, and named in [Moved.SetAside] until an operator settles
+//     it). The inventory
 //     package's epoch.go and migrate.go say why each move is safe.
 //  4. Stable: phase stable on every node. Instances stop consulting the
 //     previous topology. Written only once step 3 ran to its end in this

@@ -156,7 +156,8 @@ type Driver interface {
 	// settles the leaving nodes' due pending parts. It returns how many
 	// counters could not move yet because pending parts still count them,
 	// plus the parts still pending (or set aside) on leaving nodes: a
-	// node leaves only once it holds none.
+	// node leaves only once it holds none. m.SetAside lists the parts set
+	// aside on leaving nodes at the end of the pass.
 	// Every transfer happens once, whatever the passes and reruns.
 	MoveCounters(ctx context.Context, c Change) (m Moved, waiting int, err error)
 }

@@ -27,7 +27,9 @@ Moves the inventory nodes to the topology (routes, nodes, weights of the
 inventory server) of NEW, as SECURITY.md and README describe: every node of
 the old and new topology must be up; --from OLD gives the addresses of nodes
 that leave (drain them first: their pending parts are settled by the apply
-after their deadlines, and their stock moves once nothing is reserved).
+after their deadlines, and their stock moves once nothing is reserved; a
+part it cannot settle is set aside and named, and waits for an operator's
+shardis parts settle through a service still running OLD).
 Running it again resumes an interrupted apply. An apply that stops with the
 epoch still migrating (pending parts past --wait) has not finished: it exits
 with status 1, and running it again later finishes it. It talks to the nodes
@@ -111,6 +113,10 @@ func unfinished(rep topology.Report, dry bool) error {
 	if dry || rep.Phase != topology.PhaseMigrating {
 		return nil
 	}
+	if len(rep.SetAside) > 0 {
+		return fmt.Errorf("topology apply: epoch %d not finished, still migrating (%d counters wait for pending parts; %d parts set aside on leaving nodes "+
+			"wait for an operator's settle, listed above): run it again once they are settled", rep.ToEpoch, rep.Waiting, len(rep.SetAside))
+	}
 	return fmt.Errorf("topology apply: epoch %d not finished, still migrating (%d counters wait for pending parts): run it again later to finish",
 		rep.ToEpoch, rep.Waiting)
 }
@@ -146,6 +152,7 @@ func writeApplyReport(stdout io.Writer, rep topology.Report, dry bool, took time
 	}
 	if rep.Phase == topology.PhaseMigrating && !dry {
 		fmt.Fprintf(stdout, "still migrating: %d counters wait for pending parts (orders not yet confirmed or cancelled); run this command again later to finish\n", rep.Waiting)
+		writeSetAside(stdout, rep.SetAside)
 	}
 	fmt.Fprintf(stdout, "from: %s\nto:   %s\n", rep.From, rep.To)
 	fmt.Fprintf(stdout, "joined: %s\nleft:   %s\n", list(rep.Joined), list(rep.Left))
@@ -157,6 +164,27 @@ func writeApplyReport(stdout io.Writer, rep topology.Report, dry bool, took time
 			rep.LimitsCopied, rep.OrdersMoved, rep.StagedDecided, rep.QuotasMoved, rep.StockMoved, rep.PartsSettled)
 	}
 	writeRetired(stdout, rep)
+}
+
+// writeSetAside prints the parts set aside on leaving nodes
+// (topology.Moved.SetAside) and what the operator runs: they wait for
+// an operator, not for time, and the node leaves only once they settle.
+func writeSetAside(stdout io.Writer, parts []topology.SetAsidePart) {
+	if len(parts) == 0 {
+		return
+	}
+	for _, p := range parts {
+		order := p.OrderID
+		if order == "" {
+			order = "unknown: its record is gone"
+		}
+		fmt.Fprintf(stdout, "part set aside on leaving node %s: %s (order %s): %s\n", p.Node, p.PartID, order, p.Reason)
+	}
+	fmt.Fprintf(stdout, "the %d parts set aside hold units reserved on their leaving node: its stock cannot move and it cannot leave until each is settled; "+
+		"decide each by the system of record, through a service whose configuration names the node (the --from configuration): "+
+		"`shardis parts settle --route R --sku S --qty N NODE PART_ID confirm|cancel` for a part whose own record is gone (or a tombstone), "+
+		"`shardis parts settle NODE PART_ID confirm|cancel` for one whose order's record is gone, or repair its data and `shardis parts retry NODE PART_ID`; "+
+		"then run this command again\n", len(parts))
 }
 
 // writeRetired prints what the apply retired and put back on nodes that
