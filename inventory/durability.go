@@ -39,6 +39,30 @@ import (
 // inventory reports an older version, and a node found older later (a
 // downgrade, a promoted replica of another version) is not used.
 //
+// The server that acknowledged. On a Sentinel group with two replicas or
+// more, WAIT on the old master can be answered by a replica that the
+// switch under way will resync: the sentinels promoted another (a
+// SENTINEL FAILOVER of a running master, or a master cut off from them),
+// the old master still takes the write, and the replica not yet
+// reconfigured acknowledges it; then it resyncs from the promoted one and
+// the old master is converted: an acknowledged reservation gone (its
+// units sold again: TestAcknowledgedWriteOnADemotedMasterIsNotDurable).
+// Nothing on the server sees it, and the node's own view of the group
+// lags (a probe per heartbeat; a pooled connection of a client being
+// replaced; an UP node that no sentinel answers stays UP). So on a
+// Sentinel group the pipeline carries `INFO server` after the wait, and
+// the write is acknowledged only once [node.Node.ConfirmMaster] finds a
+// majority of the sentinels answering, each naming that server's run_id
+// as the master with no failover under way (node/sentinel_confirm.go);
+// otherwise it fails as unknown ([ErrNotDurable]), like a WAIT that timed
+// out. The fence of a read goes through the same path. The cost: one
+// round of SENTINEL MASTER to every sentinel after each wait (writes
+// waiting together share a round), and no write is acknowledged while a
+// majority of the sentinels does not answer. Not closed: a failover led by
+// a sentinel this process cannot reach while a majority of the others
+// answer, and the promotion, after the write, of a replica that did not
+// have it (below).
+//
 // What none of this does: make Redis strongly consistent. WAIT only
 // says a replica received the write; Sentinel may still promote a replica
 // that did not (it prefers the most advanced reachable one, and with one
@@ -151,30 +175,46 @@ func (inv *Inventory) durableFence(ctx context.Context, n *node.Node, readOn str
 // [ErrNotDurable] when the script ran but was not acknowledged.
 func (inv *Inventory) runDurable(ctx context.Context, n *node.Node, s *luaScript, a evalArgs) (any, error) {
 	c := n.Client()
-	ev, wait := inv.evalWait(ctx, c, s, false, a)
+	ev, wait, run := inv.evalWait(ctx, n, c, s, false, a)
 	// Not loaded on the node (a restarted or flushed node), or FCALL
 	// refused: nothing ran; load it, or send the source (luafunc.go).
 	if functionMissing(ev.Err()) {
 		inv.afterRefusal(ctx, n, s, func(source bool) error {
-			ev, wait = inv.evalWait(ctx, c, s, source, a)
+			ev, wait, run = inv.evalWait(ctx, n, c, s, source, a)
 			return ev.Err()
 		})
 	}
 	if err := ev.Err(); err != nil {
 		return nil, err
 	}
-	if err := inv.waited(s.name, wait); err != nil {
+	if err := inv.waited(ctx, n, s.name, wait, run); err != nil {
 		return nil, err
 	}
 	return ev.Val(), nil
 }
 
 // waited returns nil when the wait command sent after the script name
-// reports the write acknowledged, else an error wrapping [ErrNotDurable].
-func (inv *Inventory) waited(name string, wait *redis.Cmd) error {
+// reports the write acknowledged and, on a Sentinel group, the sentinels
+// then confirm the server it ran on (run: INFO server, sent after the
+// wait on the same connection; nil for a standalone node) as the master
+// ("The server that acknowledged"), else an error wrapping [ErrNotDurable].
+func (inv *Inventory) waited(ctx context.Context, n *node.Node, name string, wait, run *redis.Cmd) error {
 	acked, werr := inv.acks(wait)
 	if werr == nil && acked {
-		return nil
+		if run == nil {
+			return nil
+		}
+		id, err := runID(run)
+		if err == nil {
+			err = n.ConfirmMaster(ctx, id)
+		}
+		if err == nil {
+			return nil
+		}
+		// Not %w of err: it must not read as "the script did not run".
+		return fmt.Errorf("%w: the %s script ran and a replica of its server acknowledged it, but the server is not "+
+			"confirmed as the group's master (a switch under way may resync that replica): %s; its outcome is unknown",
+			ErrNotDurable, name, err)
 	}
 	what := "WAIT 1"
 	if inv.cfg.Durability == config.DurabilityAOF {
@@ -213,53 +253,75 @@ func (inv *Inventory) runBare(ctx context.Context, n *node.Node, s *redis.Script
 	if !inv.durable() {
 		return s.Run(ctx, c, keys, args...).Result()
 	}
-	ev, wait := inv.bareWait(ctx, c, s, false, keys, args)
+	ev, wait, run := inv.bareWait(ctx, n, c, s, false, keys, args)
 	if redis.HasErrorPrefix(ev.Err(), "NOSCRIPT") {
-		ev, wait = inv.bareWait(ctx, c, s, true, keys, args) // not cached on the node: nothing ran
+		ev, wait, run = inv.bareWait(ctx, n, c, s, true, keys, args) // not cached on the node: nothing ran
 	}
 	if err := ev.Err(); err != nil {
 		return nil, err
 	}
-	if err := inv.waited(name, wait); err != nil {
+	if err := inv.waited(ctx, n, name, wait, run); err != nil {
 		return nil, err
 	}
 	return ev.Val(), nil
 }
 
 // bareWait sends s by its hash (by its source when source is set) and the
-// wait command as one pipeline.
-func (inv *Inventory) bareWait(ctx context.Context, c *redis.Client, s *redis.Script, source bool, keys []string, args []any) (*redis.Cmd, *redis.Cmd) {
+// wait command as one pipeline (with INFO server on a Sentinel group:
+// queueWait).
+func (inv *Inventory) bareWait(ctx context.Context, n *node.Node, c *redis.Client, s *redis.Script, source bool, keys []string, args []any) (ev, wait, run *redis.Cmd) {
 	p := c.Pipeline()
-	var ev *redis.Cmd
 	if source {
 		ev = s.Eval(ctx, p, keys, args...)
 	} else {
 		ev = s.EvalSha(ctx, p, keys, args...)
 	}
-	wait := inv.queueWait(ctx, p)
+	wait, run = inv.queueWait(ctx, n, p)
 	_, _ = p.Exec(ctx) // errors are on the commands
-	return ev, wait
+	return ev, wait, run
 }
 
 // evalWait sends the script's command line a (its function, or its
-// source) and the wait command as one pipeline.
-func (inv *Inventory) evalWait(ctx context.Context, c *redis.Client, s *luaScript, source bool, a evalArgs) (*redis.Cmd, *redis.Cmd) {
+// source) and the wait command as one pipeline (with INFO server on a
+// Sentinel group: queueWait).
+func (inv *Inventory) evalWait(ctx context.Context, n *node.Node, c *redis.Client, s *luaScript, source bool, a evalArgs) (ev, wait, run *redis.Cmd) {
 	p := c.Pipeline()
-	ev := s.cmd(ctx, a, source)
+	ev = s.cmd(ctx, a, source)
 	_ = p.Process(ctx, ev) // queued; its error is the command's after Exec
-	wait := inv.queueWait(ctx, p)
+	wait, run = inv.queueWait(ctx, n, p)
 	_, _ = p.Exec(ctx) // errors are on the commands
-	return ev, wait
+	return ev, wait, run
 }
 
 // queueWait queues the durability level's wait command on p: WAIT 1, or
-// WAITAOF 1 1, for durability_timeout.
-func (inv *Inventory) queueWait(ctx context.Context, p redis.Pipeliner) *redis.Cmd {
+// WAITAOF 1 1, for durability_timeout; on a Sentinel group, INFO server
+// after it (run), which names the server process the pipeline ran on
+// ("The server that acknowledged"); run is nil otherwise.
+func (inv *Inventory) queueWait(ctx context.Context, n *node.Node, p redis.Pipeliner) (wait, run *redis.Cmd) {
 	ms := inv.cfg.DurabilityTimeout.Milliseconds()
 	if inv.cfg.Durability == config.DurabilityAOF {
-		return p.Do(ctx, "waitaof", 1, 1, ms)
+		wait = p.Do(ctx, "waitaof", 1, 1, ms)
+	} else {
+		wait = p.Do(ctx, "wait", 1, ms)
 	}
-	return p.Do(ctx, "wait", 1, ms)
+	if n.IsSentinel() {
+		run = p.Do(ctx, "info", "server")
+	}
+	return wait, run
+}
+
+// runID is the run_id in the reply of INFO server.
+func runID(info *redis.Cmd) (string, error) {
+	v, err := info.Text()
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(v, "\n") {
+		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			return id, nil
+		}
+	}
+	return "", fmt.Errorf("no run_id in INFO server")
 }
 
 // acks reads a WAIT (replicas) or WAITAOF ([local, replicas]) reply:

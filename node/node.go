@@ -87,6 +87,7 @@ type Node struct {
 	holdMu        sync.Mutex                // guards hold
 	hold          *holdAttempt              // the Witnesses.Hold first writes share, nil when none runs (Acknowledge)
 	peerRead      peerRead                  // the dial checks' reads of the peers' marks (dialcheck.go)
+	confirms      confirmRound              // ConfirmMaster's shared rounds of questions to the sentinels (sentinel_confirm.go)
 	closeOnce     sync.Once
 
 	memory atomic.Pointer[memoryRead] // the last MemoryLimit read (memory.go)

@@ -290,14 +290,7 @@ type sentinelAnswer struct {
 func (n *Node) askSentinel(ctx context.Context, a, addr string, discover bool) sentinelAnswer {
 	s := n.opts.Sentinel
 	bound := sentinelBound(n.opts.ProbeTimeout)
-	c := n.askers.get(a, func() *redis.SentinelClient {
-		return redis.NewSentinelClient(&redis.Options{
-			Addr: a, Username: s.Username, Password: s.Password, TLSConfig: n.opts.TLSConfig,
-			Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
-			DialTimeout: bound, ReadTimeout: bound, WriteTimeout: bound, PoolTimeout: bound,
-			ContextTimeoutEnabled: true,
-		})
-	})
+	c := n.asker(a)
 	if c == nil {
 		return sentinelAnswer{sentinel: a, err: redis.ErrClosed}
 	}
@@ -323,6 +316,22 @@ func (n *Node) askSentinel(ctx context.Context, a, addr string, discover bool) s
 		}
 	}
 	return sentinelAnswer{sentinel: a, master: master, same: SameServer(ctx, master, addr), peers: peers}
+}
+
+// asker returns the node's kept client of the sentinel at a (askers.go):
+// one connection, every exchange bounded by sentinelBound(ProbeTimeout).
+// nil once the node is closed.
+func (n *Node) asker(a string) *redis.SentinelClient {
+	s := n.opts.Sentinel
+	bound := sentinelBound(n.opts.ProbeTimeout)
+	return n.askers.get(a, func() *redis.SentinelClient {
+		return redis.NewSentinelClient(&redis.Options{
+			Addr: a, Username: s.Username, Password: s.Password, TLSConfig: n.opts.TLSConfig,
+			Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
+			DialTimeout: bound, ReadTimeout: bound, WriteTimeout: bound, PoolTimeout: bound,
+			ContextTimeoutEnabled: true,
+		})
+	})
 }
 
 // knownSentinels returns the sentinels the node knows of its group: the
