@@ -38,7 +38,7 @@ import (
 // The rule that makes it safe: a node's stamp is read on a new server
 // process only by probes and by new connections' dial checks (readStamp),
 // which never stamp and write no data: on first contact with a server
-// process they record only its run and run_at (the hold's start, as a
+// process they record only its run, run_at and replid (the hold's start, as a
 // probe would; stampSrc), which no comparison here reads; every
 // process that uses the node probes it at least once per heartbeat while
 // it is UP, and while it is DOWN, if it saw writes acknowledged there, at
@@ -56,7 +56,30 @@ import (
 // peers for the whole hold (then neither marks nor this field reach
 // anyone); witness.go's other limits.
 
-// wentBackField is the stamp's field that records a loss (above).
+// A dataset replaced in the same server process. A server keeps its
+// run_id when it becomes a replica and back (REPLICAOF, SLAVEOF: an
+// operator, a Sentinel that monitors a node configured as standalone),
+// yet a full resync replaces its whole dataset with its master's: made a
+// replica of a lagging copy of itself and promoted back, the node holds
+// the copy's older stamp, whose run (replicated from the node itself) is
+// the node's own run_id, so the hold after a new server process
+// (identity.go) never began, and a process that saw less could write to
+// the older data at once, hiding the loss as described there. So the
+// stamp also records the server's master_replid (field replid), which
+// every promotion (REPLICAOF NO ONE) and every full resync changes: a
+// stamp read with another replid on the same server process starts the
+// hold as a new server process does (stampSrc;
+// TestFullResyncFromALaggingCopyIsHeldBack). Other changes of the replid
+// cost one hold of a node that lost nothing: a promotion that lost
+// nothing (a coordinated FAILOVER and back), and a master's first
+// replica after it had none for repl-backlog-ttl (Redis gives the master
+// a new replication id as it creates its backlog). A stamp written
+// before replids were recorded only records it. Not covered: the hold by
+// this process's clock (identity.go) is kept per run_id, so a dataset
+// replaced in the same process is held by the node's clock only.
+
+// wentBackField is the stamp's field that records a loss ("A loss seen
+// by one process", above).
 const wentBackField = "went_back"
 
 // wentBackReply begins the stamp script's error reply for a node whose
