@@ -178,9 +178,10 @@ func scan(ctx context.Context, n *node.Node, pattern string) ([]string, error) {
 // (both topologies' nodes), not the inventory's view. It checks the
 // node's identity as the prelude does; its errors go through nodeErr and
 // its reply through a replyReader (reply.go). It is sent with the
-// durability wait (runBare: durability.go, "Bare writes"): the apply does
-// not copy the limits again once it bumped the nodes.
-var limitSetScript = newBareScript("limit-set", identityLua+luaFile("limit_set.lua"))
+// durability wait, and advances the node's write sequence, acknowledged
+// (runBareWrite: durability.go, "Bare writes"): the apply does not copy
+// the limits again once it bumped the nodes.
+var limitSetScript = newBareScript("limit-set", identityLua+bareWriteLua(luaFile("limit_set.lua")))
 
 // CopyLimits implements [topology.Driver]: members that join a route get
 // the route's per-user limits before any instance can take quota on them:
@@ -314,7 +315,7 @@ func (a *migrator) setLimits(ctx context.Context, name string, limits map[string
 		return 0, err
 	}
 	for k, v := range limits {
-		reply, err := a.inv.runBare(ctx, n, limitSetScript, "limit-set", []string{stampKey, k}, name, v.limit, v.ver)
+		reply, err := a.inv.runBareWrite(ctx, n, limitSetScript, "limit-set", []string{stampKey, k}, name, v.limit, v.ver)
 		if err != nil {
 			return set, nodeErr(n, err)
 		}

@@ -243,6 +243,52 @@ func (inv *Inventory) waited(ctx context.Context, n *node.Node, name string, wai
 // new epoch (an instance gave it the record again) but no per-user limit,
 // and users whose quota counter it held bought past their limit (a review
 // found it: tests/sentinel_topology_durable_test.go).
+//
+// For the same reason they advance the node's write sequence, as every
+// write script does (lua.go), and the caller acknowledges it
+// ([node.Node.Acknowledge], after the wait): a node that loses only them
+// (a crash before they reached its disk, a failover to a replica without
+// them) is behind what was acknowledged, so it is refused as gone back
+// until an accept, which fences a node behind its peers' topology
+// (topology/doc.go, "A node that went back"). Before, its sequence did not
+// move: a node that lost only its bump (an apply that moved nothing off
+// it) came back UP at the earlier token once its hold ended, never
+// refused, so never accepted nor fenced, and an instance still at that
+// epoch acted on it after the apply reported the topology applied
+// (TestNodeThatLostOnlyItsTopologyWritesIsRefused).
+
+// bareWriteLua wraps body (a bare write script's, after the identity
+// check) so that it advances the stamp KEYS[1]'s write sequence when it
+// did not fail and replies {seq, body's reply}; an error reply is passed
+// on, the sequence untouched (a bare script writes nothing before an
+// error, as every script: lua.go).
+func bareWriteLua(body string) string {
+	return "local r = (function()\n" + body + "\nend)()\n" +
+		"if type(r) == 'table' and r.err then return r end\n" +
+		"return {redis.call('HINCRBY', KEYS[1], 'seq', '1'), r}\n"
+}
+
+// runBareWrite is runBare for a script built with bareWriteLua: it
+// acknowledges the write sequence the script replies ([node.Node.Acknowledge])
+// and returns the body's reply. An acknowledgement refused (no peer holds
+// a mark of the node's first write) is an error like runBare's: the
+// script ran, its outcome is unknown.
+func (inv *Inventory) runBareWrite(ctx context.Context, n *node.Node, s *redis.Script, name string, keys []string, args ...any) (any, error) {
+	v, err := inv.runBare(ctx, n, s, name, keys, args...)
+	if err != nil {
+		return nil, err
+	}
+	r := newReplyReader(n.Name(), name)
+	l := r.list(v, 2)
+	seq := r.int(l, 0)
+	if r.err != nil {
+		return nil, r.err
+	}
+	if err := n.Acknowledge(ctx, seq); err != nil {
+		return nil, err
+	}
+	return l[1], nil
+}
 
 // runBare runs the bare script s (named name) on n with keys and args and
 // returns its reply: with durability replica or aof, followed by the wait

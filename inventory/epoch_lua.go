@@ -45,8 +45,9 @@ var topoReadScript = newBareScript("topo-read", identityLua+luaFile("topo_read.l
 // migrating to stable (never back) and gives a record without an attempt
 // ARGV 8's, or writes the record again when it was lost; it is refused
 // (SHARDIS_EPOCH) when ARGV 8 names another attempt than the record's. Replies "ok", or SHARDIS_EPOCH when
-// the node is at another token.
-var topoWriteScript = newBareScript("topo-write", identityLua+luaFile("topo_write.lua"))
+// the node is at another token. It advances the node's write sequence
+// (bareWriteLua: durability.go, "Bare writes").
+var topoWriteScript = newBareScript("topo-write", identityLua+bareWriteLua(luaFile("topo_write.lua")))
 
 // readRecord reads n's topology record (Epoch 0 when it has none).
 func readRecord(ctx context.Context, n *node.Node) (topology.Record, error) {
@@ -114,7 +115,8 @@ func readRecord(ctx context.Context, n *node.Node) (topology.Record, error) {
 // writeRecord runs topoWriteScript on n: it writes rec (its Token, Epoch,
 // Current, Prev, Phase and Attempt; not its Node) when n is at expect
 // (and, when rec.Incarnation is set, at that incarnation: topoWriteScript),
-// with inv's durability wait (durability.go, "Bare writes").
+// with inv's durability wait, its write sequence acknowledged
+// (durability.go, "Bare writes").
 func writeRecord(ctx context.Context, inv *Inventory, n *node.Node, expect string, rec topology.Record) error {
 	cj, _ := json.Marshal(rec.Current)
 	pj := ""
@@ -122,7 +124,7 @@ func writeRecord(ctx context.Context, inv *Inventory, n *node.Node, expect strin
 		b, _ := json.Marshal(rec.Prev)
 		pj = string(b)
 	}
-	v, err := inv.runBare(ctx, n, topoWriteScript, "topo-write", []string{stampKey, keyTopology},
+	v, err := inv.runBareWrite(ctx, n, topoWriteScript, "topo-write", []string{stampKey, keyTopology},
 		n.Name(), expect, rec.Token, rec.Epoch, string(cj), pj, string(rec.Phase), rec.Attempt, rec.Incarnation)
 	if err != nil {
 		return nodeErr(n, err)

@@ -63,7 +63,8 @@ import (
 //
 // A write script advances the stamp hash's `seq` field once per script
 // call that did not fail (a grouped script: in which any of its calls did
-// not fail, group.go); every script replies {seq, body reply} (a grouped
+// not fail, group.go; the bare write scripts too: durability.go, "Bare
+// writes"); every script replies {seq, body reply} (a grouped
 // one {seq, the body replies of its calls, flat: group.go}), and [Inventory.run]
 // hands the seq of a write script to [node.Node.Acknowledge], so this
 // process knows the highest write sequence each node acknowledged (the
