@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The server that acknowledged a write.
@@ -68,7 +70,9 @@ var ErrMasterUnconfirmed = errors.New("the sentinels did not confirm the server 
 // when, in a round of questions to its known sentinels begun after the
 // call (shared with concurrent calls), more than half of them answered
 // and every one that answered names as the master the server process run
-// (a run_id, "" never matches), with no failover of the group under way.
+// (a run_id, "" never matches; where a sentinel has not learned the named
+// master's run_id yet, the server at the named address tells it:
+// learnRuns), with no failover of the group under way.
 // Otherwise it returns an error wrapping [ErrMasterUnconfirmed]. A
 // sentinel that does not answer within sentinelBound(ProbeTimeout) has
 // not answered. See "The server that acknowledged".
@@ -82,6 +86,7 @@ func (n *Node) ConfirmMaster(ctx context.Context, run string) error {
 	if !n.confirms.began.After(after) {
 		began := time.Now()
 		n.confirms.answers, n.confirms.asked = n.askMasters(ctx)
+		n.learnRuns(ctx, n.confirms.answers)
 		n.confirms.began = began
 	}
 	answers, asked := n.confirms.answers, n.confirms.asked
@@ -101,6 +106,55 @@ func (n *Node) ConfirmMaster(ctx context.Context, run string) error {
 		return fmt.Errorf("%w: node %s: %d of %d sentinels answered, not a majority", ErrMasterUnconfirmed, n.opts.Name, len(answers), asked)
 	}
 	return nil
+}
+
+// learnRuns fills in the run_id of each answer that names a master
+// whose run_id its sentinel has not learned yet ("": a sentinel learns it
+// from the master's INFO, which it reads only some time after a switch,
+// and longer on a busy machine: a clean-clone make test saw every write
+// unconfirmed for 20 s after a failover) by asking the named server
+// itself, once per address, within sentinelBound(ProbeTimeout). An answer
+// whose server does not say stays "" and confirms nothing. The server
+// at the named address is the one the sentinel names: a write confirmed
+// by its run_id ran on it.
+func (n *Node) learnRuns(ctx context.Context, answers []masterAnswer) {
+	runs := map[string]string{}
+	for i, a := range answers {
+		if a.run != "" || a.failover {
+			continue
+		}
+		run, ok := runs[a.addr]
+		if !ok {
+			run = n.serverRun(ctx, a.addr)
+			runs[a.addr] = run
+		}
+		answers[i].run = run
+	}
+}
+
+// serverRun returns the run_id the server at addr gives in INFO server,
+// "" when it does not answer within sentinelBound(ProbeTimeout).
+func (n *Node) serverRun(ctx context.Context, addr string) string {
+	bound := sentinelBound(n.opts.ProbeTimeout)
+	c := redis.NewClient(&redis.Options{
+		Addr: addr, Username: n.opts.Username, Password: n.opts.Password, TLSConfig: n.opts.TLSConfig,
+		Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
+		DialTimeout: bound, ReadTimeout: bound, WriteTimeout: bound, PoolTimeout: bound,
+		ContextTimeoutEnabled: true,
+	})
+	defer c.Close()
+	qctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	info, err := c.Info(qctx, "server").Result()
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			return id
+		}
+	}
+	return ""
 }
 
 // askMasters asks every known sentinel, concurrently, SENTINEL MASTER of
