@@ -116,7 +116,6 @@ func TestSingleFlightAcrossInstances(t *testing.T) {
 }
 
 func TestNegativeCachingAndJitter(t *testing.T) {
-	t.Parallel()
 	e := newEnv(t, 1)
 	c := e.caches(cache.Options{TTL: 10 * time.Second, Jitter: 0.2, NegativeTTL: 300 * time.Millisecond})[0]
 	var calls atomic.Int64
@@ -254,7 +253,6 @@ func waitDown(t *testing.T, r *router.Router, name string) {
 }
 
 func TestLoaderRateLimit(t *testing.T) {
-	t.Parallel()
 	e := newEnv(t, 3)
 	const rate = 50.0
 	cs := e.caches(cache.Options{LoaderRate: rate, LoaderBurst: 5})

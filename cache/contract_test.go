@@ -22,7 +22,6 @@ import (
 // for Options.NegativeTTL"); with L1 on, it must not hide a key created
 // after that for the L1's TTL (default: the value TTL, 5 min).
 func TestL1NegativeMarkerLivesNegativeTTL(t *testing.T) {
-	t.Parallel()
 	e := newEnv(t, 1)
 	c := e.caches(cache.Options{TTL: time.Minute, NegativeTTL: 300 * time.Millisecond, L1Size: 100})[0]
 	time.Sleep(300 * time.Millisecond) // subscriptions made
@@ -406,7 +405,6 @@ func TestInvalidationReachesAnL1FilledDuringASubscriptionGap(t *testing.T) {
 // L1TTL: it is served up to TTL+L1TTL after it was loaded ("values live
 // TTL ± jitter"; "L1TTL bounds how long an entry stays in L1").
 func TestL1LivesNoLongerThanRedisTTL(t *testing.T) {
-	t.Parallel()
 	e := newEnv(t, 2)
 	cs := e.caches(cache.Options{TTL: time.Second, Jitter: 0.05, L1Size: 100})
 	time.Sleep(300 * time.Millisecond) // subscriptions made

@@ -43,7 +43,6 @@ func (h *pttlHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // L1 entries end when the keys do, so its next read lands in that last
 // millisecond) served the old value for L1TTL after Redis dropped it.
 func TestL1ReadAtExpiryIsNotKept(t *testing.T) {
-	t.Parallel()
 	e := newEnv(t, 2)
 	cs := e.caches(cache.Options{TTL: 500 * time.Millisecond, Jitter: 0.01, L1Size: 100})
 	time.Sleep(300 * time.Millisecond) // subscriptions made

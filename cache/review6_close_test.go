@@ -11,7 +11,6 @@ import (
 // Close leaves no goroutine of the cache behind (its subscription loops
 // and their pub/sub connections), and is idempotent.
 func TestReview6CloseLeavesNoGoroutine(t *testing.T) {
-	t.Parallel()
 	e := newEnv(t, 1)
 	time.Sleep(300 * time.Millisecond) // the router's own goroutines settled
 	before := runtime.NumGoroutine()

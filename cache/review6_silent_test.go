@@ -109,7 +109,6 @@ func (p *blackholeProxy) Blackhole() int {
 // The subscriber must notice the silence (it hears nothing, not even a
 // reply to a PING) and drop the L1 as for any broken subscription.
 func TestReview6SilentSubscriptionIsNoticed(t *testing.T) {
-	t.Parallel()
 	e := newEnv(t, 1)
 	p := newBlackholeProxy(t, e.srv[0].Addr())
 	rB := e.routerVia(t, "n1", p.ln.Addr().String())
