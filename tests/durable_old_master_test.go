@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/inventory"
 )
@@ -71,15 +70,7 @@ func TestAcknowledgedWriteOnADemotedMasterIsNotDurable(t *testing.T) {
 		return false
 	})
 
-	cfg := config.Default()
-	n := sentinelNode(g, "")
-	n.Password = pw
-	cfg.Nodes = map[string]config.Node{"n1": n}
-	cfg.Servers = map[string]config.Server{invServer: server(config.OnNodeDownFail, map[string][]string{"r": {"n1"}})}
-	cfg.Health = sentinelHealth
-	cfg.Inventory.ReservationTTL = time.Minute
-	cfg.Inventory.Durability = config.DurabilityReplica
-	cfg.Inventory.DurabilityTimeout = 300 * time.Millisecond
+	cfg := durableSentinelConfig(g, pw)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

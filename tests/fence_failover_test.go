@@ -56,15 +56,7 @@ func TestFenceAfterFailoverIsNotDurable(t *testing.T) {
 	t.Parallel()
 	const pw = "grouppw"
 	g := redistest.StartGroup(t, redistest.GroupOptions{Name: "fence-failover", Password: pw, DownAfter: 3 * time.Second})
-	cfg := config.Default()
-	n := sentinelNode(g, "")
-	n.Password = pw
-	cfg.Nodes = map[string]config.Node{"n1": n}
-	cfg.Servers = map[string]config.Server{invServer: server(config.OnNodeDownFail, map[string][]string{"r": {"n1"}})}
-	cfg.Health = sentinelHealth
-	cfg.Inventory.ReservationTTL = time.Minute
-	cfg.Inventory.Durability = config.DurabilityReplica
-	cfg.Inventory.DurabilityTimeout = 300 * time.Millisecond
+	cfg := durableSentinelConfig(g, pw)
 	cfg.Inventory.RedoQueues = 1
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -152,4 +144,20 @@ func TestFenceAfterFailoverIsNotDurable(t *testing.T) {
 				"server the read ran on", e.Offset, e.PartID, e.OrderID, have[e.Offset])
 		}
 	}
+}
+
+// durableSentinelConfig is the configuration of the durability tests over
+// one Sentinel group g (password pw): node n1 the group, route r on it,
+// durability replica with a 300 ms WAIT, reservations of a minute.
+func durableSentinelConfig(g *redistest.Group, pw string) config.Config {
+	cfg := config.Default()
+	n := sentinelNode(g, "")
+	n.Password = pw
+	cfg.Nodes = map[string]config.Node{"n1": n}
+	cfg.Servers = map[string]config.Server{invServer: server(config.OnNodeDownFail, map[string][]string{"r": {"n1"}})}
+	cfg.Health = sentinelHealth
+	cfg.Inventory.ReservationTTL = time.Minute
+	cfg.Inventory.Durability = config.DurabilityReplica
+	cfg.Inventory.DurabilityTimeout = 300 * time.Millisecond
+	return cfg
 }
