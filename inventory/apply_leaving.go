@@ -3,7 +3,6 @@ package inventory
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/shardis/shardis/topology"
 )
@@ -43,23 +42,11 @@ import (
 // leavingBatch is how many parts of a leaving node one pass looks at.
 const leavingBatch = 500
 
-// leavingBackoff is the backoff of the parts the apply sets aside on
-// leaving nodes: the reconciler's default (rollback.DefaultStuckRetry,
-// DefaultStuckRetryMax), at most a quarter of retention, as there (each
-// retry relies on the part's order record, which lives the retention).
-func leavingBackoff(retention time.Duration) (first, most time.Duration) {
-	first, most = 5*time.Second, 5*time.Minute
-	if q := retention / 4; q >= time.Millisecond && most > q {
-		most = q
-	}
-	return min(first, most), most
-}
-
 // settleLeaving settles the due pending parts of leaving nodes (no
 // instance of the new topology reconciles them), sets aside those that
 // cannot be settled, and lists the parts set aside there in a.moved.
 func (a *migrator) settleLeaving(ctx context.Context) error {
-	first, most := leavingBackoff(a.inv.cfg.Retention)
+	first, most := StuckBackoffWithin(DefaultStuckRetry, DefaultStuckRetryMax, a.inv.cfg.Retention)
 	for _, name := range a.c.Left {
 		n, err := a.node(name)
 		if err != nil {

@@ -165,6 +165,23 @@ func (inv *Inventory) SetAside(ctx context.Context, p PendingPart, reason string
 	return inv.setAsideOn(ctx, n, p, reason, first, most)
 }
 
+// The backoff of parts set aside, unless a caller says otherwise: the
+// first automatic retry comes DefaultStuckRetry after a part was set
+// aside, each further one twice as late, at most DefaultStuckRetryMax
+// (the reconciler's Settings; the apply's settle of leaving nodes).
+const (
+	DefaultStuckRetry    = 5 * time.Second
+	DefaultStuckRetryMax = 5 * time.Minute
+)
+
+// StuckBackoffWithin returns the backoff first, most capped at a quarter
+// of retention (at least 1ms), first at most most: each retry relies on
+// the part's order record, which lives the retention.
+func StuckBackoffWithin(first, most, retention time.Duration) (time.Duration, time.Duration) {
+	most = min(most, max(retention/4, time.Millisecond))
+	return min(first, most), most
+}
+
 // setAsideOn is SetAside on n, p's node, which may be a node leaving the
 // topology (the apply's settle of leaving nodes: apply_leaving.go),
 // valid first and most.

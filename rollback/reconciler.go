@@ -99,10 +99,11 @@ type Settings struct {
 
 // The backoff of stuck parts unless Settings say otherwise: the first
 // automatic retry of a part set aside comes DefaultStuckRetry after it,
-// each further one twice as late, at most DefaultStuckRetryMax.
+// each further one twice as late, at most DefaultStuckRetryMax (the
+// inventory's defaults, which the apply's settle of leaving nodes uses too).
 const (
-	DefaultStuckRetry    = 5 * time.Second
-	DefaultStuckRetryMax = 5 * time.Minute
+	DefaultStuckRetry    = inventory.DefaultStuckRetry
+	DefaultStuckRetryMax = inventory.DefaultStuckRetryMax
 )
 
 // maxBatch is the largest Settings.Batch used: the most parts
@@ -251,9 +252,7 @@ func (set Settings) filled() Settings {
 // quarter of retention, the inventory's (Settings.StuckRetryMax), at
 // least 1ms.
 func (set Settings) within(retention time.Duration) Settings {
-	most := max(retention/4, time.Millisecond)
-	set.StuckRetryMax = min(set.StuckRetryMax, most)
-	set.StuckRetry = min(set.StuckRetry, set.StuckRetryMax)
+	set.StuckRetry, set.StuckRetryMax = inventory.StuckBackoffWithin(set.StuckRetry, set.StuckRetryMax, retention)
 	return set
 }
 
