@@ -362,10 +362,8 @@ func runID(info *redis.Cmd) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for _, line := range strings.Split(v, "\n") {
-		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
-			return id, nil
-		}
+	if id := node.InfoRunID(v); id != "" {
+		return id, nil
 	}
 	return "", fmt.Errorf("no run_id in INFO server")
 }

@@ -149,6 +149,12 @@ func (n *Node) serverRun(ctx context.Context, addr string) string {
 	if err != nil {
 		return ""
 	}
+	return InfoRunID(info)
+}
+
+// InfoRunID returns the run_id in a reply of INFO server, "" when it
+// holds none.
+func InfoRunID(info string) string {
 	for _, line := range strings.Split(info, "\n") {
 		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
 			return id
