@@ -31,7 +31,19 @@ import (
 //     ([Inventory.RetryDueStuck]), and settles them in the same pass, or
 //     sets them aside again; one whose record cannot be read or is gone
 //     stays set aside, its next retry pushed back. A part settled while
-//     set aside (a deferred settle) leaves the stuck index as it settles.
+//     set aside (a deferred settle, its order's Confirm or Cancel, the
+//     decision's settle of an inline part, SettleStuck, SettleStuckLost)
+//     leaves the stuck index in the script that settles it
+//     (lua/part_settle.lua), found there by its id whatever its record
+//     holds: one set aside while its record was gone or unreadable, then
+//     repaired or restored by hand, or an inline part, has no
+//     stuck_since. So an entry never outlives its part's settle: one
+//     whose record is gone is a part that never settled, and an
+//     operator's settle of an entry whose record reads settled (left by a
+//     release before, which went by stuck_since) is refused
+//     ([ErrStuckSettled]). Before, such an entry outlived the settled
+//     record and read as a lost record's, which SettleStuckLost settled a
+//     second time (TestSettledStuckPartLeavesNoEntryToSettleTwice).
 //   - LoadStock retries at once the parts of the SKU it touched on every
 //     node that took the load ([Inventory.RetryStuckSKU]).
 //   - An operator retries one part, or all, or a SKU's, at once
@@ -110,8 +122,12 @@ type StuckPart struct {
 	SKU     string // the SKU the part holds units of; "" when its record is gone
 	// Quantity is the units the part holds (reserved on its node).
 	Quantity int64
-	// State is the part's state now (PartPending unless an order decision
-	// settled it since), or PartMissing when its record is gone.
+	// State is the part's state now, or PartMissing when its record is
+	// gone: PartPending, or PartCancelled for a tombstone written over its
+	// lost record (lua/pending_index.lua, pend_lost). A settle takes the
+	// part out of the stuck index as it settles it, so a settled record
+	// listed here is that of an entry a release before left behind a
+	// settle, which the operator's settles refuse ([ErrStuckSettled]).
 	State PartState
 	// Since is when the part was first set aside, by the node's clock
 	// (automatic retries that set it aside again keep it).

@@ -18,6 +18,25 @@ import (
 // Nothing was changed. The service answers it failed_precondition.
 var ErrPrecondition = errors.New("precondition failed")
 
+// ErrStuckSettled is wrapped, with [ErrPrecondition], when an operator's
+// settle ([Inventory.SettleStuck], [Inventory.SettleStuckLost]) meets a
+// part its node's stuck index lists whose record is settled (confirmed
+// or cancelled): an entry a settle left behind (every settle takes the
+// part out of the stuck index in its script; a release before did so
+// only for a record holding stuck_since). The part is never settled
+// again; the message names the node, the part and its state, and says
+// how to clear the entry. Nothing was changed.
+var ErrStuckSettled = errors.New("stuck entry of a settled part")
+
+// stuckSettledErr is the error of an operator's settle of part partID,
+// listed by node nodeName's stuck index, whose record is settled as
+// state.
+func stuckSettledErr(nodeName, partID, state string) error {
+	return fmt.Errorf("%w: %w: node %s: part %q is already settled (its state: %s) though the node's stuck index lists it "+
+		"(an entry a settle left behind): it is not settled again; `shardis parts retry %s '%s'` takes the entry out "+
+		"(the reconciler then drops it as settled)", ErrPrecondition, ErrStuckSettled, nodeName, partID, state, nodeName, partID)
+}
+
 // SettleStuck confirms or cancels (action: [Confirm] or [Cancel]) part
 // partID set aside on node nodeName whose order's record is gone, and
 // returns the part's result word as [Inventory.SettleNow] returns it
@@ -39,6 +58,9 @@ var ErrPrecondition = errors.New("precondition failed")
 //     wrapping router.ErrUnknownNode, naming it;
 //   - a part not set aside (never, or settled or retried since): an error
 //     wrapping [ErrPrecondition] naming the state its record holds;
+//   - a part set aside whose record is settled (an entry a settle left
+//     behind: [ErrStuckSettled]): [ErrPrecondition] and ErrStuckSettled,
+//     naming the node, the part and its state;
 //   - a part whose own record is gone (nothing says which order or
 //     counter its units are of): [ErrPrecondition], saying so and naming
 //     the way out, [Inventory.SettleStuckLost] with the route, SKU and
@@ -137,6 +159,9 @@ func (inv *Inventory) stuckGoneOrder(ctx context.Context, n *node.Node, partID s
 	if err != nil {
 		return "", nil, fmt.Errorf("node %s: part %q: its record cannot be read, so neither its order nor its units are known: "+
 			"repair it first (shardis parts stuck shows the problem): %w", n.Name(), partID, err)
+	}
+	if st := PartState(fields["state"]); fields["tombstone"] != "1" && (st == PartConfirmed || st == PartCancelled) {
+		return "", nil, stuckSettledErr(n.Name(), partID, string(st))
 	}
 	if len(fields) == 0 || fields["tombstone"] == "1" {
 		// a tombstone of a part set aside stands for its lost record: a

@@ -46,8 +46,8 @@ end
 -- record's retention at least (a record a retried decision relied on
 -- lives longer: order.go's partsMayHaveExpired tells a part expired from
 -- one lost); its
--- pending-index entry goes, and its stuck-index entries when it was set
--- aside. The caller checked the counter first, and that the part's kind
+-- pending-index entry goes, and its stuck-index entries whatever its
+-- record says. The caller checked the counter first, and that the part's kind
 -- is s (stock) or q (quota): any other is refused before any write
 -- (settle.lua, and inline_settle for a decision's inline parts): this
 -- only writes.
@@ -64,11 +64,15 @@ local function part_settle(pk, id, p, q, confirm, retention)
   local dl = tonumber(p.deadline) or 0
   part_put(pk, p, retention + math.max(0, math.ceil((dl - now) / 1000)))
   redis.call('ZREM', PENDING, pend_member(id, p), id)
-  if p.stuck_since then
-    -- set aside once (pending_adjust.lua's stuck op wrote stuck_since):
-    -- it leaves the stuck index too, so a part listed there after its
-    -- record expired is one that never settled (stuck_retry.lua)
-    redis.call('ZREM', 'inv:stuck', id)
+  -- it leaves the stuck index too, so a part listed there after its
+  -- record expired is one that never settled (stuck_retry.lua,
+  -- SettleStuckLost). Looked up by its id, not by stuck_since: a part
+  -- set aside while its record was gone or unreadable has none (the
+  -- stuck op could not write it), nor has a record an operator repaired
+  -- or restored, nor an inline part (part_get's, inline_write's); an
+  -- entry left behind the settle outlived the settled record and read as
+  -- a lost record's, which SettleStuckLost settled a second time
+  if redis.call('ZREM', 'inv:stuck', id) == 1 or p.stuck_since then
     redis.call('HDEL', 'inv:stuck:why', id)
     redis.call('ZREM', 'inv:stuck:retry', id)
   end

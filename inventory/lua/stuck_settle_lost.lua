@@ -19,7 +19,13 @@ end
 if not since then return {'notstuck', (p or {}).state or ''} end
 -- a tombstone of a part set aside stands for its lost record
 -- (pend_lost): a cancel that did not know the part's place wrote it
-if p and p.tombstone ~= '1' then return {'exists', p.state or ''} end
+if p and p.tombstone ~= '1' then
+  -- settled: an entry a settle left behind (part_settle takes the part
+  -- out of the stuck index; a release before did only for a record
+  -- holding stuck_since), never settled again
+  if p.state == 'confirmed' or p.state == 'cancelled' then return {'settled', p.state} end
+  return {'exists', p.state or ''}
+end
 local confirm = action == 'confirm'
 local err = stock_settle_check(KEYS[4], KEYS[3], q, confirm, 'SHARDIS_RANGE')
 if err then return err end
