@@ -165,6 +165,17 @@ const (
 	mutationMinRun = 9
 )
 
+// mutationSlots lets two mutation cases look at a time (each on three
+// worlds), whatever -parallel says. A world costs about a fifth of a core
+// while it only waits (its three routers probe and read marks every 50 ms
+// heartbeat), so make test's -parallel 4 had twelve worlds on two cores:
+// every schedule stretched, and the worlds' background work with it. The
+// seven cases alone under -race, the machine busy elsewhere (load ~7):
+// four at a time 117 s of CPU over 123 s, each case 21-91 s; two at a
+// time 58 s of CPU over 49 s, each case 5-44 s, so each look ends far
+// inside mutationBudget.
+var mutationSlots = make(chan struct{}, 2)
+
 func TestExplorerFindsMutations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("explores up to 64 schedules per mutation")
@@ -172,6 +183,8 @@ func TestExplorerFindsMutations(t *testing.T) {
 	for _, c := range mutationCases {
 		t.Run(string(c.m), func(t *testing.T) {
 			t.Parallel() // most of a schedule is waiting for deadlines
+			mutationSlots <- struct{}{}
+			defer func() { <-mutationSlots }()
 			// 3 minutes: mutationMinRun schedules on a busy machine
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
