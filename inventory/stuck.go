@@ -50,6 +50,12 @@ import (
 //     ([Inventory.RetryStuck], `shardis parts retry`); an explicit retry
 //     restarts the part's backoff.
 //
+// A part set aside whose own record is gone settles by no retry: an
+// operator gives what its record held ([Inventory.SettleStuckLost]); a
+// per-user quota part's units stay in its user's count until then,
+// whatever its order's decision (stuck_settle_lost.go, "A quota part
+// whose own record is lost", holds the states).
+//
 // A set-aside part settles by its order's record, which lives the
 // retention (inventory.retention, [Inventory.Retention]) from the last
 // time a reader relied on it: each retry's expire op (order.lua,

@@ -7,15 +7,50 @@ import (
 	"strings"
 )
 
+// A quota part whose own record is lost. A per-user quota part q of
+// order O (attempt T), of route R and SKU S, on node N (the user U's quota
+// node of R when O was reserved), holds Q units in U's count C
+// (quotaKey(R, S, U), a plain integer: its take added Q). Its settle by
+// O's decision keeps Q in C (confirmed: U bought them, for good) or takes
+// it off (cancelled). When q's record is lost while N lists q pending
+// (deleted, evicted, lost with N's writes; a tombstone written over it by
+// a cancel that did not know its place stands for it, pend_lost), nothing
+// on N links q to C any more, and every automatic path leaves Q in C:
+//
+//	O cancelled:  Cancel's settle of q answers "lost", writes nothing
+//	O expired:    at q's deadline the expiry lists q with its record gone
+//	(or failed)   (ResolveExpired: ErrCorrupt), the reconciler sets it aside
+//	O confirmed:  Confirm's settle of q answers "missing"; set aside once due
+//	afterwards:   RetryDueStuck leaves q aside (its record gone), RetryStuck
+//	              moves it and the next pass sets it aside again;
+//	              StuckParts lists it PartMissing, without order, SKU or
+//	              units; SettleStuck refuses it (its record is gone)
+//
+// So U's count kept Q for an order that ended unpaid: U was refused every
+// order beyond the limit less Q, for good (a stricter limit, never an
+// oversell). No automatic path gives Q back: q's record, the only link
+// from q to C and Q, is gone, and the decision may have been a Confirm
+// (its record may have expired since), after which giving Q back lets U
+// buy past the limit. The way out is the operator's, by the system of
+// record, as for a stock part: [Inventory.SettleStuckLost] with U
+// (StuckUnits.User) and Q (the units of S the order holds on R, summed
+// over its items) cancels q when O was not paid (Q off C) or confirms it
+// when it was (C kept), once, by the same rule as a stock part's.
+//
 // StuckUnits is what the record of a part set aside on its node held when
 // that record is gone (deleted, evicted, lost with the node's writes while
 // the part was pending): the units the part holds, as the system of
-// record knows them (pgsync's stock_movements row of the part, the shop's
-// order). [Inventory.SettleStuckLost] takes it from the operator.
+// record knows them (pgsync's stock_movements row of a stock part, the
+// shop's order). [Inventory.SettleStuckLost] takes it from the operator.
 type StuckUnits struct {
 	Route    string // the route (route_key) of the SKU the part holds units of
 	SKU      string // the SKU (sku_id)
 	Quantity int64  // the units the part holds, 1..[MaxQuantity]
+	// User is the user (user_id) of a per-user quota part's order, whose
+	// count the part holds Quantity units of; "" for a stock part. It is
+	// given exactly when the part id is a quota part's
+	// (order|token|q|Route|SKU).
+	User string
 }
 
 // SettleStuckLost confirms or cancels (action: [Confirm] or [Cancel]) part
@@ -23,10 +58,12 @@ type StuckUnits struct {
 // operator's account of what the record held, and returns "done". It is
 // the way out for the one part [Inventory.SettleStuck] cannot settle:
 // nothing on the node says which order, SKU or units it is of, while its
-// node still lists it (set aside) and its units stay reserved; its redo
-// entry reads as a record that cannot be read, which stops pgsync's queue
-// there and the redo trim of that queue (redolog.go, "What a trim
-// removes").
+// node still lists it (set aside) and its units stay reserved (a stock
+// part's: its redo entry reads as a record that cannot be read, which
+// stops pgsync's queue there and the redo trim of that queue, redolog.go,
+// "What a trim removes"), or counted in its user's count (a quota part's:
+// see "A quota part whose own record is lost" above; u.User names the
+// user).
 //
 // In one script on the node it checks, then writes, or writes nothing:
 //
@@ -40,36 +77,59 @@ type StuckUnits struct {
 //     record settled (confirmed or cancelled: an entry a settle left
 //     behind) also wraps [ErrStuckSettled], naming its state; one that
 //     cannot be read: [ErrCorrupt];
-//   - the stock hash of u's route and SKU on the node holds at least
-//     u.Quantity reserved: a missing hash is [ErrStockMissing], a hash
-//     that is no hash or holds no integer [ErrCorrupt], fewer reserved
-//     units [ErrInvalid] naming the quantity (the part cannot hold more
-//     units than its SKU has reserved: a wrong quantity or SKU).
+//   - a stock part: the stock hash of u's route and SKU on the node holds
+//     at least u.Quantity reserved: a missing hash is [ErrStockMissing], a
+//     hash that is no hash or holds no integer [ErrCorrupt], fewer
+//     reserved units [ErrInvalid] naming the quantity (the part cannot
+//     hold more units than its SKU has reserved: a wrong quantity or
+//     SKU);
+//   - a quota part: u.User's count of u's route and SKU on the node
+//     (quotaKey) holds at least u.Quantity: a key that is no integer
+//     string is [ErrCorrupt], a count below u.Quantity (none: another
+//     user's part, too many units, or a count a topology change moved
+//     off the node) [ErrInvalid] naming the quantity and the key.
 //
 // Then it moves u.Quantity units of the hash from reserved to confirmed
-// (Confirm: the units are sold) or available (Cancel: they go back),
+// (Confirm: the units are sold) or available (Cancel: they go back), or
+// for a quota part keeps them in the user's count (Confirm: the user
+// bought them) or takes them off it (Cancel: the key deleted at 0),
 // writes the part's record settled (state, quantity, counter, SKU, order
-// and token, the last two read from the part id, which names them;
-// settled now, living the retention), naming the part in the settled log,
-// and takes the part out of the pending and stuck indexes: part_settle,
-// the settle path of every part (lua/part_settle.lua). The redo entry then
-// reads as settled with that state, so pgsync lands it and its queue
-// moves on, and the trim removes it once acknowledged.
+// and token, the last two read from the part id, which names them, and
+// its item, -1 for a quota part; settled now, living the retention),
+// naming the part in the settled log, and takes the part out of the
+// pending and stuck indexes: part_settle, the settle path of every part
+// (lua/part_settle.lua). A stock part's redo entry then reads as settled
+// with that state, so pgsync lands it and its queue moves on, and the
+// trim removes it once acknowledged (a quota part has no redo entry).
 //
 // Refused before any call with an error wrapping [ErrInvalid] naming the
-// field: an action other than Confirm or Cancel, an empty partID, a part
-// id that is no stock part's (order|token|item, item a decimal index: a
-// quota part holds no stock units), an unknown route, an invalid SKU, a
-// quantity outside 1..MaxQuantity; a node that is no node of the
-// inventory server: [ErrInvalid] wrapping router.ErrUnknownNode.
+// field: an action other than Confirm or Cancel, an empty partID, an
+// unknown route, an invalid SKU, a quantity outside 1..MaxQuantity; with
+// no u.User, a part id that is no stock part's (order|token|item, item a
+// decimal index; a quota part's id asks for user_id); with u.User, an
+// invalid user id, or a part id that is no quota part of u's route and
+// SKU (order|token|q|route|sku: a stock part's id is settled without a
+// user); a node that is no node of the inventory server: [ErrInvalid]
+// wrapping router.ErrUnknownNode.
 //
 // What the operator must know: nothing on the node checks u against the
-// part beyond the hash's reserved count, so u and the decision are the
-// system of record's: the SKU and quantity of the part's row (pgsync's
-// stock_movements, keyed by the part id) or of the order's item; Confirm
+// part beyond the hash's reserved count (a quota part: the user's count),
+// so u and the decision are the system of record's: the SKU and quantity
+// of the part's row (pgsync's stock_movements, keyed by the part id) or
+// of the order's item (a quota part: the order's user, and its units of
+// the SKU on the route summed over its items; it has no row); Confirm
 // when the order was paid. A quantity too large takes units other parts
 // hold out of reserved (their settle is later refused, naming the hash);
-// a wrong SKU moves another SKU's units. A part settled once reads here
+// a wrong SKU moves another SKU's units. A Cancel of a quota part of a
+// paid order lets its user buy that many units past the limit; a wrong
+// user whose count holds the quantity loses units another order holds
+// (that order's cancel is then refused, naming the count). Not closed: a
+// lost quota part whose count a topology change moved to the user's new
+// quota node since (the apply's move waits for the quota parts whose
+// records name the count, and a lost record names none) is refused here,
+// its count below the quantity on its node: the units stay counted on the
+// new node (the operator takes them off by hand there: DECRBY of the key
+// the refusal names, on the user's quota node). A part settled once reads here
 // as never settled when its stuck entry outlived its settled record:
 // every settle takes the part out of the stuck index in its own script
 // (lua/part_settle.lua), so none does now; a release before did so only
@@ -97,10 +157,9 @@ func (inv *Inventory) SettleStuckLost(ctx context.Context, nodeName, partID stri
 	if err := checkQty("quantity", u.Quantity); err != nil {
 		return "", err
 	}
-	orderID, token, item, ok := stockPartIDParts(partID)
-	if !ok || strings.HasSuffix(partID, "|q|"+u.Route+"|"+u.SKU) {
-		return "", fmt.Errorf("%w: part_id %q is not a stock part's id (order|token|item): only a stock part's units are settled "+
-			"from the values given", ErrInvalid, partID)
+	kind, orderID, token, item, counter, err := lostPartOf(partID, u)
+	if err != nil {
+		return "", err
 	}
 	if _, err := inv.set(ctx, u.Route); err != nil {
 		return "", err
@@ -109,9 +168,9 @@ func (inv *Inventory) SettleStuckLost(ctx context.Context, nodeName, partID stri
 	if err != nil {
 		return "", err
 	}
-	pk, counter := partKey(partID), stockKey(u.Route, u.SKU)
+	pk := partKey(partID)
 	v, err := inv.run(ctx, n, stuckSettleLostScript, []string{keyStuck, pk, counter},
-		partID, string(action), u.Quantity, seconds(inv.cfg.Retention), orderID, token, u.SKU, item)
+		partID, string(action), u.Quantity, seconds(inv.cfg.Retention), orderID, token, u.SKU, item, string(kind))
 	if errors.Is(err, ErrInvalid) {
 		return "", fmt.Errorf("quantity %d of %s: %w", u.Quantity, counter, err)
 	}
@@ -140,7 +199,8 @@ func (inv *Inventory) SettleStuckLost(ctx context.Context, nodeName, partID stri
 		return "", malformed(n, stuckSettleLostScript, v, `"done", "notstuck", "settled" or "exists"`)
 	}
 	inv.log.Warn("stuck part whose record was gone settled by an operator", "node", n.Name(), "part", partID, "order", orderID,
-		"action", string(action), "route", u.Route, "sku", u.SKU, "quantity", u.Quantity, "state", res[1])
+		"action", string(action), "route", u.Route, "sku", u.SKU, "quantity", u.Quantity, "user", u.User, "counter", counter,
+		"state", res[1])
 	return settleDone, nil
 }
 
@@ -151,6 +211,44 @@ func partStateWord(s string) string {
 		return "gone"
 	}
 	return s
+}
+
+// lostPartOf checks partID and u for SettleStuckLost (u's route and SKU
+// checked already) and returns the part's kind, the order id, token and
+// item index its record is written with, and its counter: a stock part's
+// (u.User empty) SKU's stock hash, a quota part's user's count.
+func lostPartOf(partID string, u StuckUnits) (kind PartKind, orderID, token, item, counter string, err error) {
+	if u.User == "" {
+		orderID, token, item, ok := stockPartIDParts(partID)
+		if !ok || strings.HasSuffix(partID, "|q|"+u.Route+"|"+u.SKU) {
+			return "", "", "", "", "", fmt.Errorf("%w: part_id %q is not a stock part's id (order|token|item): only a stock "+
+				"part's units are settled from the values given without a user; a quota part's (order|token|q|route|sku) "+
+				"with the user_id of its order", ErrInvalid, partID)
+		}
+		return PartStock, orderID, token, item, stockKey(u.Route, u.SKU), nil
+	}
+	if err := checkID("user_id", u.User); err != nil {
+		return "", "", "", "", "", err
+	}
+	orderID, token, ok := quotaPartIDParts(partID, u.Route, u.SKU)
+	if !ok {
+		return "", "", "", "", "", fmt.Errorf("%w: part_id %q is not the quota part of route %q, SKU %q (order|token|q|route|sku): "+
+			"user_id is given for a quota part only", ErrInvalid, partID, u.Route, u.SKU)
+	}
+	return PartQuota, orderID, token, "-1", quotaKey(u.Route, u.SKU, u.User), nil
+}
+
+// quotaPartIDParts reads quotaPartID's order id and token back from id,
+// the quota part of route and sku (the token split off at the last '|'
+// before "|q|route|sku": an order id may hold '|', a token does not); ok
+// is false when id is not of that form.
+func quotaPartIDParts(id, route, sku string) (orderID, token string, ok bool) {
+	head, found := strings.CutSuffix(id, "|q|"+route+"|"+sku)
+	i := strings.LastIndexByte(head, '|')
+	if !found || i <= 0 || i == len(head)-1 {
+		return "", "", false
+	}
+	return head[:i], head[i+1:], true
 }
 
 // stockPartIDParts reads stockPartID's order id, token and item index
@@ -173,11 +271,12 @@ func stockPartIDParts(id string) (orderID, token, item string, ok bool) {
 // stuckSettleLostScript settles a part set aside whose own record is gone
 // by the operator's values ([Inventory.SettleStuckLost]).
 //
-// KEYS: 1 stamp, 2 stuck index, 3 the part's key, 4 the stock hash.
-// ARGV: 4 part id, 5 action ("confirm" or "cancel"; any other is
-// SHARDIS_BADOP before any write), 6 quantity, 7 retention seconds of
-// settled parts, 8 order id, 9 token, 10 SKU, 11 item index (all three
-// of the part record written).
+// KEYS: 1 stamp, 2 stuck index, 3 the part's key, 4 its counter (a
+// stock part's stock hash, a quota part's user's count). ARGV: 4 part id,
+// 5 action ("confirm" or "cancel"; any other is SHARDIS_BADOP before any
+// write), 6 quantity, 7 retention seconds of settled parts, 8 order id, 9
+// token, 10 SKU, 11 item index (all three of the part record written),
+// 12 the part's kind ("s" stock, "q" quota; any other is SHARDIS_BADOP).
 //
 // It returns {"done", state} once settled; {"notstuck", state} when the
 // part is not in the stuck index, {"settled", state} when its record is
@@ -186,5 +285,6 @@ func stockPartIDParts(id string) (orderID, token, item string, ok bool) {
 // record gone). A record that
 // cannot be read is SHARDIS_CORRUPT; the stock hash's refusals are
 // stock_settle_check's (lua/part_settle.lua), with SHARDIS_RANGE for a
-// reserved count below the quantity.
+// reserved count below the quantity; a quota count that is no integer
+// string is SHARDIS_CORRUPT, one below the quantity SHARDIS_RANGE.
 var stuckSettleLostScript = newReleaseScript("stuck-settle-lost", luaFile("stuck_settle_lost.lua"))

@@ -46,7 +46,8 @@ client commands (talk to a running service; --addr, --token, --timeout, --json):
   parts     parts stuck lists parts the reconciler set aside (cannot be settled);
             parts retry NODE PART_ID | --all | --sku SKU retries them after a repair
             parts settle NODE PART_ID confirm|cancel decides one whose order's record is gone
-            (--route R --sku S --qty N: one whose own record is gone, by what it held)
+            (--route R --sku S --qty N: one whose own record is gone, by what it held;
+            --user U too for a quota part, the user whose count it holds)
   node      node accept NODE: accept the data of an inventory node refused for
             coming back empty or with older data
 

@@ -146,13 +146,16 @@ func cmdPartsRetry(ctx context.Context, c *client, args []string) error {
 // cmdPartsSettle confirms or cancels one stuck part whose order's record
 // is gone (AdminService.SettleStuckPart); with --route, --sku and --qty
 // (all three, a usage error otherwise), one whose own record is gone, by
-// those values. It prints the part's result; it exits 1 when the part was
+// those values, and --user (with the three only) for a per-user quota
+// part, the user whose count it holds. It prints the part's result; it exits 1 when the part was
 // not settled as asked (settled the other way, or its record gone,
 // between the service's check and its settle).
 func cmdPartsSettle(ctx context.Context, c *client, args []string) error {
 	route := c.fs.String("route", "", "route `key` of the SKU the part holds units of, for a part whose own record is gone (with --sku and --qty)")
 	sku := c.fs.String("sku", "", "the `SKU` the part holds units of, for a part whose own record is gone (with --route and --qty)")
 	qty := c.fs.Int64("qty", 0, "the `units` the part holds, for a part whose own record is gone (with --route and --sku)")
+	user := c.fs.String("user", "", "the `user` of the order of a quota part (id ORDER|TOKEN|q|ROUTE|SKU) whose own record is gone, "+
+		"whose count it holds (with --route, --sku and --qty)")
 	rest, err := c.parse(args, 3, 3)
 	if err != nil {
 		return err
@@ -163,14 +166,25 @@ func cmdPartsSettle(ctx context.Context, c *client, args []string) error {
 			return c.usageErr("--route, --sku and --qty go together: they are what the record of a part whose own record is gone held")
 		}
 		req.RouteKey, req.SkuId, req.Quantity = route, sku, qty
+		if flagSet(c.fs, "user") {
+			req.UserId = user
+		}
+	} else if flagSet(c.fs, "user") {
+		return c.usageErr("--user goes with --route, --sku and --qty: it names the user of a quota part whose own record is gone")
 	}
 	nodeName, partID, action := rest[0], rest[1], rest[2]
 	var settled, units string
 	switch inventory.Action(action) {
 	case inventory.Confirm:
 		settled, units = "confirmed", "its units sold"
+		if req.UserId != nil {
+			units = "its units kept in the user's count"
+		}
 	case inventory.Cancel:
 		settled, units = "cancelled", "its units back to available"
+		if req.UserId != nil {
+			units = "its units off the user's count"
+		}
 	default:
 		return c.usageErr("ACTION %q: want confirm or cancel", action)
 	}

@@ -20,7 +20,8 @@ import (
 // (which settles by the records). With all three the call is the lost
 // record's settle: a value out of range is invalid_argument naming it, a
 // part not set aside failed_precondition, and a node of no inventory
-// invalid_argument.
+// invalid_argument. user_id (a quota part's user) goes with the three; a
+// quota part's id without it is invalid_argument naming it.
 func TestSettleStuckPartWithTheValuesOfALostRecord(t *testing.T) {
 	s, _ := startService(t, func(*config.Config) {})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -46,6 +47,13 @@ func TestSettleStuckPartWithTheValuesOfALostRecord(t *testing.T) {
 			SkuId: str("s"), Quantity: num(1)}, connect.CodeFailedPrecondition, []string{"not set aside"}},
 		{"an unknown node", &v1.SettleStuckPartRequest{Node: "n9", PartId: "o-1|t|0", Action: "cancel", RouteKey: str("all"),
 			SkuId: str("s"), Quantity: num(1)}, connect.CodeInvalidArgument, []string{"n9"}},
+		{"user_id alone", &v1.SettleStuckPartRequest{Node: "n1", PartId: "o-1|t|q|all|s", Action: "cancel", UserId: str("u")},
+			connect.CodeInvalidArgument, []string{"routeKey, skuId, quantity not given"}},
+		{"a quota part's id without user_id", &v1.SettleStuckPartRequest{Node: "n1", PartId: "o-1|t|q|all|s", Action: "cancel",
+			RouteKey: str("all"), SkuId: str("s"), Quantity: num(1)}, connect.CodeInvalidArgument, []string{"userId"}},
+		{"a quota part not set aside", &v1.SettleStuckPartRequest{Node: "n1", PartId: "o-1|t|q|all|s", Action: "cancel",
+			RouteKey: str("all"), SkuId: str("s"), Quantity: num(1), UserId: str("u")}, connect.CodeFailedPrecondition,
+			[]string{"not set aside"}},
 	} {
 		_, err := a.SettleStuckPart(ctx, connect.NewRequest(c.req))
 		if connect.CodeOf(err) != c.code {

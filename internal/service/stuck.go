@@ -76,14 +76,16 @@ func (h *Handlers) RetryStuckPart(ctx context.Context, req *connect.Request[v1.R
 // it settles a part set aside whose own record is gone by those values
 // (inventory.Inventory.SettleStuckLost: failed_precondition for a part not
 // set aside or whose record exists, invalid_argument for a value out of
-// range).
+// range); user_id, with the three alone (invalid_argument otherwise),
+// names the user of a per-user quota part's order, whose count on the
+// node the part holds (StuckUnits.User).
 func (h *Handlers) SettleStuckPart(ctx context.Context, req *connect.Request[v1.SettleStuckPartRequest]) (*connect.Response[v1.SettleStuckPartResponse], error) {
 	m := req.Msg
 	var (
 		res string
 		err error
 	)
-	if m.RouteKey != nil || m.SkuId != nil || m.Quantity != nil {
+	if m.RouteKey != nil || m.SkuId != nil || m.Quantity != nil || m.UserId != nil {
 		var missing []string
 		for _, f := range []struct {
 			name string
@@ -95,10 +97,11 @@ func (h *Handlers) SettleStuckPart(ctx context.Context, req *connect.Request[v1.
 		}
 		if len(missing) > 0 {
 			return nil, rpcError(fmt.Errorf("%w: %s not given: a part whose record is gone is settled by route_key, sku_id "+
-				"and quantity together (none of them for one whose record exists)", inventory.ErrInvalid, strings.Join(missing, ", ")))
+				"and quantity together, with user_id for a quota part (none of them for one whose record exists)",
+				inventory.ErrInvalid, strings.Join(missing, ", ")))
 		}
 		res, err = h.Inventory.SettleStuckLost(ctx, m.Node, m.PartId, inventory.Action(m.Action),
-			inventory.StuckUnits{Route: m.GetRouteKey(), SKU: m.GetSkuId(), Quantity: m.GetQuantity()})
+			inventory.StuckUnits{Route: m.GetRouteKey(), SKU: m.GetSkuId(), Quantity: m.GetQuantity(), User: m.GetUserId()})
 	} else {
 		res, err = h.Inventory.SettleStuck(ctx, m.Node, m.PartId, inventory.Action(m.Action))
 	}

@@ -1,14 +1,18 @@
-
 -- A part set aside whose own record is gone, settled by the operator's
 -- account of what its record held (stuck_settle_lost.go holds the rule).
 -- Everything is checked before any write: the part set aside, its record
--- absent (no key, and no inline part: part_get), the stock hash able to
--- give up the units (stock_settle_check); then part_settle moves the
--- units, writes the record settled, and takes the part out of the
--- pending and stuck indexes, as every settle does.
-local id, action, q, retention = ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+-- absent (no key, and no inline part: part_get), its counter able to give
+-- up the units (a stock part's hash: stock_settle_check; a quota part's
+-- user's count: an integer string holding at least the quantity); then
+-- part_settle moves the units (a quota part's cancel takes them off the
+-- count, its confirm keeps them), writes the record settled, and takes
+-- the part out of the pending and stuck indexes, as every settle does.
+local id, action, q, retention, kind = ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[12]
 if action ~= 'confirm' and action ~= 'cancel' then
   return redis.error_reply('SHARDIS_BADOP settle action ' .. tostring(action) .. ' is not confirm or cancel')
+end
+if kind ~= 's' and kind ~= 'q' then
+  return redis.error_reply('SHARDIS_BADOP part kind ' .. tostring(kind) .. ' of part ' .. KEYS[3] .. ' is not s or q')
 end
 local since = redis.call('ZSCORE', KEYS[2], id)
 local p, bad = part_try(KEYS[3])
@@ -27,9 +31,25 @@ if p and p.tombstone ~= '1' then
   return {'exists', p.state or ''}
 end
 local confirm = action == 'confirm'
-local err = stock_settle_check(KEYS[4], KEYS[3], q, confirm, 'SHARDIS_RANGE')
-if err then return err end
-local rec = {kind = 's', qty = ARGV[6], counter = KEYS[4], sku = ARGV[10], item = ARGV[11], order = ARGV[8],
+if kind == 's' then
+  local err = stock_settle_check(KEYS[4], KEYS[3], q, confirm, 'SHARDIS_RANGE')
+  if err then return err end
+else
+  -- the user's count: as settle.lua checks a quota part's, refused before
+  -- any write rather than taken below what the part held (another user's
+  -- count, too many units, a count moved off the node)
+  local v = redis.pcall('GET', KEYS[4])
+  if type(v) == 'table' then
+    return redis.error_reply('SHARDIS_CORRUPT quota counter ' .. KEYS[4] .. ' of part ' .. KEYS[3] .. ' is not a string (' ..
+      tostring(v.err) .. ')')
+  end
+  local held, err = int(v, KEYS[4])
+  if err then return err end
+  if held < q then
+    return redis.error_reply('SHARDIS_RANGE quota counter ' .. KEYS[4] .. ' is ' .. held .. ', part ' .. KEYS[3] .. ' holds ' .. q)
+  end
+end
+local rec = {kind = kind, qty = ARGV[6], counter = KEYS[4], sku = ARGV[10], item = ARGV[11], order = ARGV[8],
   token = ARGV[9], stuck_since = since}
 part_settle(KEYS[3], id, rec, q, confirm, retention)
 return {'done', rec.state}

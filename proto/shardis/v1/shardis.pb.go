@@ -2314,16 +2314,36 @@ type SettleStuckPartRequest struct {
 	// none of the three); INVALID_ARGUMENT naming the field when one is sent
 	// without the others, the route is unknown, the SKU invalid, quantity is
 	// outside 1..10^9 or above the units the SKU's stock hash holds
-	// reserved, or the part id is no stock part's; DATA_LOSS when the SKU has
-	// no stock hash on the node (as for any settle of its units), INTERNAL
-	// for a hash that is corrupt. Absent (all three): the part's record and
-	// its order's decide, as before.
+	// reserved, or the part id is no stock part's (without user_id);
+	// DATA_LOSS when the SKU has no stock hash on the node (as for any settle
+	// of its units), INTERNAL for a hash that is corrupt. Absent (all three):
+	// the part's record and its order's decide, as before. A per-user quota
+	// part (its id order|token|q|route|sku) whose record is gone is settled
+	// with user_id too: see user_id.
 	// The route (route_key) of the SKU the part holds units of.
 	RouteKey *string `protobuf:"bytes,4,opt,name=route_key,json=routeKey,proto3,oneof" json:"route_key,omitempty"`
 	// The SKU (sku_id) the part holds units of.
 	SkuId *string `protobuf:"bytes,5,opt,name=sku_id,json=skuId,proto3,oneof" json:"sku_id,omitempty"`
 	// The units the part holds, 1..10^9.
-	Quantity      *int64 `protobuf:"varint,6,opt,name=quantity,proto3,oneof" json:"quantity,omitempty"`
+	Quantity *int64 `protobuf:"varint,6,opt,name=quantity,proto3,oneof" json:"quantity,omitempty"`
+	// With route_key, sku_id and quantity, for a per-user quota part whose
+	// own record is gone (its id order|token|q|route|sku, naming route_key
+	// and sku_id): the user (user_id) of its order, whose count on the node
+	// the part holds quantity units of (the order's units of the SKU on the
+	// route, summed over its items). The node, in one script, checks the
+	// part is set aside and its record absent and that the user's count
+	// holds at least quantity, takes quantity off the count (cancel: the
+	// order was not paid, the user may buy them again) or keeps it
+	// (confirm), writes the part's record settled and takes the part out of
+	// the stuck and pending indexes. Refused before any write:
+	// INVALID_ARGUMENT when sent without the three, for an invalid user id,
+	// a part id that is no quota part of route_key and sku_id, or a count
+	// below quantity (naming the count's key: another user's, too many
+	// units, or a count a topology change moved off the node); INTERNAL for
+	// a count that is no integer; FAILED_PRECONDITION as above. A cancel of
+	// a paid order's quota part lets the user buy quantity units past the
+	// limit.
+	UserId        *string `protobuf:"bytes,7,opt,name=user_id,json=userId,proto3,oneof" json:"user_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2398,6 +2418,13 @@ func (x *SettleStuckPartRequest) GetQuantity() int64 {
 		return *x.Quantity
 	}
 	return 0
+}
+
+func (x *SettleStuckPartRequest) GetUserId() string {
+	if x != nil && x.UserId != nil {
+		return *x.UserId
+	}
+	return ""
 }
 
 type SettleStuckPartResponse struct {
@@ -2737,18 +2764,21 @@ const file_shardis_v1_shardis_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
 	"\apart_id\x18\x02 \x01(\tR\x06partId\"2\n" +
 	"\x16RetryStuckPartResponse\x12\x18\n" +
-	"\aretried\x18\x01 \x01(\bR\aretried\"\xe2\x01\n" +
+	"\aretried\x18\x01 \x01(\bR\aretried\"\x8c\x02\n" +
 	"\x16SettleStuckPartRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
 	"\apart_id\x18\x02 \x01(\tR\x06partId\x12\x16\n" +
 	"\x06action\x18\x03 \x01(\tR\x06action\x12 \n" +
 	"\troute_key\x18\x04 \x01(\tH\x00R\brouteKey\x88\x01\x01\x12\x1a\n" +
 	"\x06sku_id\x18\x05 \x01(\tH\x01R\x05skuId\x88\x01\x01\x12\x1f\n" +
-	"\bquantity\x18\x06 \x01(\x03H\x02R\bquantity\x88\x01\x01B\f\n" +
+	"\bquantity\x18\x06 \x01(\x03H\x02R\bquantity\x88\x01\x01\x12\x1c\n" +
+	"\auser_id\x18\a \x01(\tH\x03R\x06userId\x88\x01\x01B\f\n" +
 	"\n" +
 	"_route_keyB\t\n" +
 	"\a_sku_idB\v\n" +
-	"\t_quantity\"1\n" +
+	"\t_quantityB\n" +
+	"\n" +
+	"\b_user_id\"1\n" +
 	"\x17SettleStuckPartResponse\x12\x16\n" +
 	"\x06result\x18\x01 \x01(\tR\x06result\"=\n" +
 	"\x11AcceptNodeRequest\x12\x12\n" +
