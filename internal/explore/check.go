@@ -69,7 +69,7 @@ func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.H
 			v.add("bad-record", "node %s: %s", name, b)
 		}
 	}
-	checkStock(v, st, obs, topo.split, topo.routes)
+	checkStock(v, st, obs, topo.split, lostRoutes, topo.routes)
 	checkStranded(v, st, obs, topo.routes, lostRoutes)
 	checkQuota(v, st, lostRoutes, topo.split)
 	obs.mu.Lock()

@@ -136,7 +136,7 @@ func TestUnreadLossBoundsOnlyItsRoutes(t *testing.T) {
 		obs.extra[key] = loadRange{4, 4}
 		obs.stockLosses, obs.ran = []stockLoss{c.loss}, c.ran
 		var v violations
-		checkStock(&v, st, obs, map[string]bool{}, routesT0)
+		checkStock(&v, st, obs, map[string]bool{}, nil, routesT0)
 		t.Logf("%s: violations %q", c.name, v.list)
 		if got := len(v.list) > 0; got != c.want {
 			t.Errorf("%s: 12 of c/s's 14 units gone: reported %v, want %v", c.name, got, c.want)
