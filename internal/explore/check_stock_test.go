@@ -104,13 +104,7 @@ func TestCheckStockBounds(t *testing.T) {
 		{"confirmed beyond what was loaded", 14, 15, loadRange{4, 4}, nil, "oversold"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			st := emptyWorld()
-			for _, ns := range st.nodes {
-				ns.stock = map[string]map[string]string{}
-			}
-			for _, k := range skus {
-				st.nodes["n2"].stock[inventory.StockKey(k.Route, k.SKU)] = stockHash(stockPerSKU, 0)
-			}
+			st := stockedWorld()
 			st.nodes["n2"].stock[key] = stockHash(c.loaded-c.confirmed, c.confirmed)
 			if c.confirmed > 0 {
 				st.nodes["n1"].parts["x|T|0"] = &inventory.PartRecord{ID: "x|T|0", Order: "x", Kind: inventory.PartStock,
@@ -128,6 +122,19 @@ func TestCheckStockBounds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stockedWorld is an empty world whose every SKU's stock hash, as
+// loaded at the start, is on n2 (and no other node holds a stock hash).
+func stockedWorld() *worldState {
+	st := emptyWorld()
+	for _, ns := range st.nodes {
+		ns.stock = map[string]map[string]string{}
+	}
+	for _, k := range skus {
+		st.nodes["n2"].stock[inventory.StockKey(k.Route, k.SKU)] = stockHash(stockPerSKU, 0)
+	}
+	return st
 }
 
 // stockHash is a stock hash's fields: available units, confirmed units,
@@ -158,13 +165,7 @@ func TestStockLeftBehindByAMoveForward(t *testing.T) {
 		{"a quota counter left", []topology.LeftCounter{{Node: "n3", Key: "inv:quota:c:1:s:u", Why: "no marker"}}, []string{"n2"}, "at most 14 may be"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			st := emptyWorld()
-			for _, ns := range st.nodes {
-				ns.stock = map[string]map[string]string{}
-			}
-			for _, k := range skus {
-				st.nodes["n2"].stock[inventory.StockKey(k.Route, k.SKU)] = stockHash(stockPerSKU, 0)
-			}
+			st := stockedWorld()
 			st.nodes["n2"].stock[key] = stockHash(14, 0)
 			st.nodes["n3"].stock[key] = stockHash(12, 0)
 			obs := newObserved()
@@ -206,13 +207,7 @@ func TestConfirmedLeftBehindOnASplitRoute(t *testing.T) {
 		{"left on n3, which serves the route", left, []string{"n2", "n3"}, "settled-twice"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			st := emptyWorld()
-			for _, ns := range st.nodes {
-				ns.stock = map[string]map[string]string{}
-			}
-			for _, k := range skus {
-				st.nodes["n2"].stock[inventory.StockKey(k.Route, k.SKU)] = stockHash(stockPerSKU, 0)
-			}
+			st := stockedWorld()
 			st.nodes["n2"].stock[key] = stockHash(10, 4) // the count carried by T2
 			st.nodes["n3"].stock[key] = stockHash(0, 4)  // the older copy's hash, its part settled on it again
 			st.nodes["n3"].parts["o2|T|0"] = &inventory.PartRecord{ID: "o2|T|0", Order: "o2", Kind: inventory.PartStock,
@@ -249,13 +244,7 @@ func TestSplitRouteConfirmedCountExcusedWhereALossMovedCounters(t *testing.T) {
 		{"a loss moved another route's", map[string]bool{"a": true}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			st := emptyWorld()
-			for _, ns := range st.nodes {
-				ns.stock = map[string]map[string]string{}
-			}
-			for _, k := range skus {
-				st.nodes["n2"].stock[inventory.StockKey(k.Route, k.SKU)] = stockHash(stockPerSKU, 0)
-			}
+			st := stockedWorld()
 			st.nodes["n2"].stock[key] = stockHash(10, 4) // the count T2 carried, its part lost with n3
 			obs := newObserved()
 			obs.extra[key] = loadRange{4, 4}
