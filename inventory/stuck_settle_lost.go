@@ -131,7 +131,9 @@ type StuckUnits struct {
 // of the part's row (pgsync's stock_movements, keyed by the part id) or
 // of the order's item (a quota part: the order's user, and its units of
 // the SKU on the route summed over its items; it has no row); Confirm
-// when the order was paid. A quantity too large takes units other parts
+// when the order was paid by this part's attempt (the token in the part
+// id is the paid attempt's: a part of an earlier attempt of an order paid
+// later was never sold, and is cancelled). A quantity too large takes units other parts
 // hold out of reserved (their settle is later refused, naming the hash);
 // a wrong SKU moves another SKU's units. A Cancel of a quota part of a
 // paid order lets its user buy that many units past the limit; a wrong
