@@ -36,6 +36,26 @@ local function stock_settle_check(counter, pk, q, confirm, short)
       ' is beyond the counters\' range (part ' .. pk .. ')')
   end
 end
+-- quota_settle_check(counter, pk, q, short) is nil when user count
+-- counter holds at least the q units of quota part pk (key); otherwise
+-- the error reply why, before any write: SHARDIS_CORRUPT for a key that
+-- is no string or a count that is no integer, and the code short
+-- (settle.lua: SHARDIS_CORRUPT; an operator's quantity,
+-- stuck_settle_lost.lua: SHARDIS_RANGE) for a count below q (a count the
+-- part no longer holds: the key deleted, another user's, a copy's),
+-- refused rather than taken off another part's count.
+local function quota_settle_check(counter, pk, q, short)
+  local v = redis.pcall('GET', counter)
+  if type(v) == 'table' then
+    return redis.error_reply('SHARDIS_CORRUPT quota counter ' .. counter .. ' of part ' .. pk .. ' is not a string (' ..
+      tostring(v.err) .. ')')
+  end
+  local held, err = int(v, counter)
+  if err then return err end
+  if held < q then
+    return redis.error_reply(short .. ' quota counter ' .. counter .. ' is ' .. held .. ', part ' .. pk .. ' holds ' .. q)
+  end
+end
 -- part_settle(pk, id, p, q, confirm, retention) settles the pending part
 -- record p (part_get's table) of part id at key pk, which holds q units:
 -- confirmed when confirm is true, else cancelled. A stock part's units

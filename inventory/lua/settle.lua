@@ -70,19 +70,8 @@ for i = 3, #KEYS do
         -- part: settled as one, a stock part's units would stay reserved
         return part_corrupt(pk, 'kind "' .. tostring(f[2] or '') .. '" of a pending part is neither s (stock) nor q (quota)')
       elseif action ~= 'confirm' then
-        local v = redis.pcall('GET', f[4])
-        if type(v) == 'table' then
-          return redis.error_reply('SHARDIS_CORRUPT quota counter ' .. f[4] .. ' of part ' .. pk .. ' is not a string (' ..
-            tostring(v.err) .. ')')
-        end
-        local held, cerr = int(v, f[4])
-        if cerr then return cerr end
-        if held < q then
-          -- as a stock hash's reserved below the part's: a count a part
-          -- no longer holds (the key deleted, or a copy's), refused before
-          -- any write rather than taken off another part's count
-          return redis.error_reply('SHARDIS_CORRUPT quota counter ' .. f[4] .. ' is ' .. held .. ', part ' .. pk .. ' holds ' .. q)
-        end
+        local qerr = quota_settle_check(f[4], pk, q, 'SHARDIS_CORRUPT')
+        if qerr then return qerr end
       end
       todo[#todo + 1] = {pk = pk, id = ARGV[i + 4], q = q, rec = rec}
       out[#out + 1] = 'done'

@@ -35,19 +35,11 @@ if kind == 's' then
   local err = stock_settle_check(KEYS[4], KEYS[3], q, confirm, 'SHARDIS_RANGE')
   if err then return err end
 else
-  -- the user's count: as settle.lua checks a quota part's, refused before
-  -- any write rather than taken below what the part held (another user's
-  -- count, too many units, a count moved off the node)
-  local v = redis.pcall('GET', KEYS[4])
-  if type(v) == 'table' then
-    return redis.error_reply('SHARDIS_CORRUPT quota counter ' .. KEYS[4] .. ' of part ' .. KEYS[3] .. ' is not a string (' ..
-      tostring(v.err) .. ')')
-  end
-  local held, err = int(v, KEYS[4])
+  -- the user's count, refused before any write rather than taken below
+  -- what the part held (another user's count, too many units, a count
+  -- moved off the node)
+  local err = quota_settle_check(KEYS[4], KEYS[3], q, 'SHARDIS_RANGE')
   if err then return err end
-  if held < q then
-    return redis.error_reply('SHARDIS_RANGE quota counter ' .. KEYS[4] .. ' is ' .. held .. ', part ' .. KEYS[3] .. ' holds ' .. q)
-  end
 end
 local rec = {kind = kind, qty = ARGV[6], counter = KEYS[4], sku = ARGV[10], item = ARGV[11], order = ARGV[8],
   token = ARGV[9], stuck_since = since}
