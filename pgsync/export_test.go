@@ -13,3 +13,6 @@ var ReasonOf = reasonOf
 
 // PartToken is partToken.
 var PartToken = partToken
+
+// MigrateLock is migrateLock: the advisory lock a migration holds.
+const MigrateLock = migrateLock

@@ -13,10 +13,24 @@ import (
 
 // newerSchema migrates the database one version past this build, as a
 // newer build's `shardis sync migrate` would (its migration's changes
-// aside).
+// aside): in one transaction under the migration lock, which waits for
+// the landing and settle steps under way (each holds it shared). Without
+// the lock a step that had read the old version before the bump could
+// still write after it, which no real migration allows.
 func (e *env) newerSchema(ctx context.Context) {
 	e.t.Helper()
-	if _, err := e.pool.Exec(ctx, "INSERT INTO shardis_sync_schema (version) VALUES ($1)", pgsync.SchemaVersion+1); err != nil {
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // after Commit a no-op
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", pgsync.MigrateLock); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO shardis_sync_schema (version) VALUES ($1)", pgsync.SchemaVersion+1); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
 		e.t.Fatal(err)
 	}
 }
