@@ -28,6 +28,15 @@
 // by the decision recorded for its order. Nothing is lost when a process
 // dies at any point: the worst case is stock held until the reservation
 // deadline.
+//
+// Records an earlier release wrote (hash part records, an order's JSON
+// part list, pending-index members by part id, the redo log's older
+// segments) are read, settled, expired and moved as today's; a
+// writer writes today's layout of the whole record it read (partrec.go,
+// parts.go, redolog.go, [PendingKey]). A record re-created by hand is
+// read the same way, and what it leaves out is never read as a state: a
+// stock part's pending-index place is found by the redo entry there when
+// its record names none ([PendingKey]).
 package inventory
 
 import (

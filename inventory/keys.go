@@ -28,7 +28,14 @@ const (
 	// member and its id, so a part a release before indexed by its id
 	// leaves the index as well, and rescheduling such a part moves it to
 	// its member. A member that names no part (its place has no entry) is
-	// listed as a part whose record is gone and unindexed.
+	// listed as a part whose record is gone and unindexed. A part held by
+	// its place whose record names none (a lost record re-created by hand
+	// without its redo and offset) is unindexed by the expiry: its ops
+	// take the member the due listing read when the entry there names the
+	// part, so the place of a settled part goes once it comes due, long
+	// before its settled record expires (left, it read then as a pending
+	// part whose record was lost: set aside, and settled a second time by
+	// [Inventory.SettleStuckLost]).
 	PendingKey  = "inv:pending"
 	keyStuck    = "inv:stuck"     // zset: part id set aside → when (ms)
 	keyStuckWhy = "inv:stuck:why" // hash: part id set aside → reason

@@ -27,14 +27,15 @@ var pendingDueScript = newScript("pending-due", false, luaFile("pending_due.lua"
 // stuck reasons, 6 stuck retry times (pendingAdjust builds them). ARGV: 4
 // op, then:
 //
-//	later  5 part id, 6 new deadline ms: move a part's deadline (only if
+//	later  5 part id, 6 new deadline ms, 7 the part's member as the due
+//	       listing read it (optional): move a part's deadline (only if
 //	       it is still indexed).
-//	drop   5 part id: unindex a part that is not pending (not one whose
+//	drop   5 part id, 6 the part's member as the due listing read it
+//	       (optional): unindex a part that is not pending (not one whose
 //	       record cannot be read: it may be).
 //	stuck  5 part id, 6 reason, 7 first retry delay ms, 8 most retry
 //	       delay ms, 9 the part's member as the due listing read it
-//	       (used only when its record is gone or cannot be read, and
-//	       only when it stands for the part): set a part aside (see
+//	       (optional): set a part aside (see
 //	       [Inventory.SetAside]): move it from the pending index to the
 //	       stuck index, with its reason and the time it is retried by
 //	       itself (stuck.go). Returns how many times it was set aside
@@ -44,6 +45,13 @@ var pendingDueScript = newScript("pending-due", false, luaFile("pending_due.lua"
 //	retry  5 part id: move a stuck part back to the pending index, due
 //	       now, and restart its backoff. Returns 1, or 0 when it was not
 //	       stuck.
+//
+// The ops given the listing's member take it instead of the one the
+// part's record gives ([PendingMember]) when it is a place that stands for
+// the part (the redo entry there names it) and the record names none
+// (gone, unreadable, or re-created by hand without its redo and offset)
+// or another: the index holds a part by its place whatever its record
+// says ([PendingKey]). Each removal names the part's id too.
 var pendingAdjustScript = newReleaseScript("pending-adjust", luaFile("pending_adjust.lua"))
 
 // pendingAdjust runs pendingAdjustScript's op on part partID of n, with
@@ -158,7 +166,7 @@ func (inv *Inventory) byDecision(ctx context.Context, n *node.Node, p PendingPar
 			// a wait from now, on the part node's clock (the index's)
 			at = "+" + fmt.Sprint((rec.wait + partGrace).Milliseconds())
 		}
-		_, err := inv.pendingAdjust(ctx, n, "later", p.PartID, at)
+		_, err := inv.pendingAdjust(ctx, n, "later", p.PartID, at, p.member)
 		return Cancel, true, err
 	}
 	return Cancel, false, nil
@@ -236,7 +244,7 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 		return "", fmt.Errorf("%w: node %s: pending part %q: %s", ErrCorrupt, p.Node, p.PartID, p.Problem)
 	}
 	if p.State != PartPending {
-		if _, err := inv.pendingAdjust(ctx, n, "drop", p.PartID); err != nil {
+		if _, err := inv.pendingAdjust(ctx, n, "drop", p.PartID, p.member); err != nil {
 			return "", err
 		}
 		return AlreadySettled, nil
@@ -248,7 +256,7 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 	putOff := func(err error) (Resolution, error) {
 		// homeRetry from now on the part node's clock, which the index is
 		// read by: the process's clock behind it made the part due at once
-		if _, lerr := inv.pendingAdjust(ctx, n, "later", p.PartID, "+"+fmt.Sprint(homeRetry.Milliseconds())); lerr != nil {
+		if _, lerr := inv.pendingAdjust(ctx, n, "later", p.PartID, "+"+fmt.Sprint(homeRetry.Milliseconds()), p.member); lerr != nil {
 			return "", lerr
 		}
 		return Postponed, err

@@ -10,7 +10,16 @@ local f, bad = part_try(KEYS[3])
 -- (pend_lost): no member of its own, no backoff kept on it
 if f and f.tombstone == '1' then f = nil end
 local m = pend_member(id, f)
-if not f and op == 'stuck' and ARGV[9] and ARGV[9] ~= '' and pend_id(ARGV[9]) == id then m = ARGV[9] end
+-- the member the due listing read (later: ARGV[7], drop: ARGV[6], stuck:
+-- ARGV[9]; absent or '' when the caller has none) is taken instead when it
+-- is another place that stands for this part: the record names no place
+-- (gone, unreadable, or re-created by hand without its redo and offset)
+-- while the index holds the part by its place. Left there, the place of
+-- a settled part outlived the drop, and once the settled record expired
+-- read as a part whose record was lost while pending (set aside, settled
+-- a second time by SettleStuckLost)
+local lm = ARGV[({later = 7, drop = 6, stuck = 9})[op] or 0]
+if lm and lm ~= '' and lm ~= m and lm ~= id and pend_id(lm) == id then m = lm end
 if op == 'later' then
   -- ARGV[6]: when, in ms of the node's clock, or '+ms' from its now (a
   -- delay the caller's clock must not shift: the index is read by the
