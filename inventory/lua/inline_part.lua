@@ -94,7 +94,7 @@ end
 -- pending ('': none). It returns the ids of the parts it settled, each
 -- followed by \031 (no id holds a control character). When a part's
 -- counter would make settle.lua refuse it (fewer units reserved than it
--- holds, a value that is not an integer, a key that is not a hash), it
+-- holds with the parts before it of that counter, a value that is not an integer, a key that is not a hash), it
 -- settles none and writes them pending (inline_write): the settle that
 -- follows refuses that part as before, naming the node and the key. Its
 -- counter reads are redis.pcall: a counter of the wrong type must not
@@ -102,7 +102,10 @@ end
 local function inline_settle(key, t, st, retention, only)
   local order = string.sub(key, #PFX_ORDER + 1)
   local to = st == 'confirmed' and 'confirmed' or 'available'
-  local todo = {}
+  -- need: the units of the parts checked so far, by counter: parts
+  -- sharing a counter (two items of one SKU) are checked together, their
+  -- sum against reserved (stock_settle_check's claimed)
+  local todo, need = {}, {}
   for _, e in ipairs(inline_list(t, ARGV[1])) do
     local id = inline_id(order, t, e)
     local pk = partPrefix .. id
@@ -120,10 +123,12 @@ local function inline_settle(key, t, st, retention, only)
         -- a value int() reads but HINCRBY would refuse (beyond 64 bits,
         -- or overflowing) would raise in part_settle, after the parts
         -- before it were settled and with the record still reserved
-        if not q or not r or r < q or terr or r > COUNTER_MAX or not tn or tn > COUNTER_MAX or tn < -COUNTER_MAX then
+        local n = q and (need[p.counter] or 0) + q
+        if not q or not r or r < n or terr or r > COUNTER_MAX or not tn or tn > COUNTER_MAX or tn < -COUNTER_MAX then
           inline_write(key, t)
           return ''
         end
+        need[p.counter] = n
         todo[#todo + 1] = {pk = pk, id = id, p = p, q = q}
       end
     end

@@ -7,8 +7,13 @@
 -- holds units of it, and the code short (settle.lua: SHARDIS_CORRUPT; an
 -- operator's quantity, stuck_settle_lost.lua: SHARDIS_RANGE) for a
 -- reserved below q. Every settle of a stock part checks by it first
--- (settle.lua, stuck_settle_lost.lua), then part_settle writes.
-local function stock_settle_check(counter, pk, q, confirm, short)
+-- (settle.lua, stuck_settle_lost.lua), then part_settle writes. claimed
+-- (nil: none) is what a script that settles several parts has checked
+-- before this one, counter key to units: the parts of one script that
+-- share a counter (two items of one SKU) are checked together, their sum
+-- against reserved, not each alone (a reserved of 4 passed parts of 2 and
+-- 3 one by one, and the settle took 5); on success q is added to it.
+local function stock_settle_check(counter, pk, q, confirm, short, claimed)
   -- pcall: a counter that is not a hash is refused naming its key
   -- (WRONGTYPE alone would not name it)
   local r = redis.pcall('HGET', counter, 'reserved')
@@ -19,12 +24,14 @@ local function stock_settle_check(counter, pk, q, confirm, short)
   local err
   r, err = int(r, counter .. ' reserved')
   if err then return err end
-  if r < q then
+  local before = claimed and claimed[counter] or 0
+  if r - before < q then
     if redis.call('EXISTS', counter) == 0 then
       return redis.error_reply('SHARDIS_NOSTOCK stock hash ' .. counter .. ' is missing (deleted?) while part ' .. pk ..
         ' holds ' .. q .. ' of it')
     end
-    return redis.error_reply(short .. ' ' .. counter .. ' reserved is ' .. r .. ', part ' .. pk .. ' holds ' .. q)
+    local also = before > 0 and (' and parts settled with it ' .. before) or ''
+    return redis.error_reply(short .. ' ' .. counter .. ' reserved is ' .. r .. ', part ' .. pk .. ' holds ' .. q .. also)
   end
   local to = confirm and 'confirmed' or 'available'
   local tn, terr = int(redis.call('HGET', counter, to), counter .. ' ' .. to)
@@ -35,6 +42,7 @@ local function stock_settle_check(counter, pk, q, confirm, short)
     return redis.error_reply('SHARDIS_CORRUPT ' .. counter .. ' reserved ' .. r .. ' or ' .. to .. ' ' .. tn ..
       ' is beyond the counters\' range (part ' .. pk .. ')')
   end
+  if claimed then claimed[counter] = before + q end
 end
 -- quota_settle_check(counter, pk, q, short) is nil when user count
 -- counter holds at least the q units of quota part pk (key); otherwise
@@ -43,8 +51,10 @@ end
 -- (settle.lua: SHARDIS_CORRUPT; an operator's quantity,
 -- stuck_settle_lost.lua: SHARDIS_RANGE) for a count below q (a count the
 -- part no longer holds: the key deleted, another user's, a copy's),
--- refused rather than taken off another part's count.
-local function quota_settle_check(counter, pk, q, short)
+-- refused rather than taken off another part's count. claimed is as
+-- stock_settle_check's: the quota parts of one script that share a count
+-- are checked together.
+local function quota_settle_check(counter, pk, q, short, claimed)
   local v = redis.pcall('GET', counter)
   if type(v) == 'table' then
     return redis.error_reply('SHARDIS_CORRUPT quota counter ' .. counter .. ' of part ' .. pk .. ' is not a string (' ..
@@ -52,9 +62,12 @@ local function quota_settle_check(counter, pk, q, short)
   end
   local held, err = int(v, counter)
   if err then return err end
-  if held < q then
-    return redis.error_reply(short .. ' quota counter ' .. counter .. ' is ' .. held .. ', part ' .. pk .. ' holds ' .. q)
+  local before = claimed and claimed[counter] or 0
+  if held - before < q then
+    local also = before > 0 and (' and parts settled with it ' .. before) or ''
+    return redis.error_reply(short .. ' quota counter ' .. counter .. ' is ' .. held .. ', part ' .. pk .. ' holds ' .. q .. also)
   end
+  if claimed then claimed[counter] = before + q end
 end
 -- part_settle(pk, id, p, q, confirm, retention) settles the pending part
 -- record p (part_get's table) of part id at key pk, which holds q units:

@@ -14,6 +14,9 @@ local todo = {}
 -- twice). A repeat answers "already" when the first settled it (or wrote
 -- its tombstone), else as the first, and queues nothing.
 local seen = {}
+-- claimed: the units the parts checked so far take from each counter
+-- (stock_settle_check): parts sharing a counter are checked together
+local claimed = {}
 -- places: whether the call passed, after its part ids, each part's
 -- pending-index member ("" unknown; a cancel or an abort's), part KEYS[i]'s
 -- at ARGV[i + 4 + nparts] (read only then: in a group, past the call's own
@@ -63,14 +66,14 @@ for i = 3, #KEYS do
       local q, err = int(f[3], pk .. ' qty')
       if err then return err end
       if f[2] == 's' then
-        local serr = stock_settle_check(f[4], pk, q, action == 'confirm', 'SHARDIS_CORRUPT')
+        local serr = stock_settle_check(f[4], pk, q, action == 'confirm', 'SHARDIS_CORRUPT', claimed)
         if serr then return serr end
       elseif f[2] ~= 'q' then
         -- no kind (a record written by hand, or garbled) is no quota
         -- part: settled as one, a stock part's units would stay reserved
         return part_corrupt(pk, 'kind "' .. tostring(f[2] or '') .. '" of a pending part is neither s (stock) nor q (quota)')
       elseif action ~= 'confirm' then
-        local qerr = quota_settle_check(f[4], pk, q, 'SHARDIS_CORRUPT')
+        local qerr = quota_settle_check(f[4], pk, q, 'SHARDIS_CORRUPT', claimed)
         if qerr then return qerr end
       end
       todo[#todo + 1] = {pk = pk, id = ARGV[i + 4], q = q, rec = rec}
