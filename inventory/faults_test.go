@@ -6,12 +6,20 @@ import (
 )
 
 // crashPoint is the tests' Faults: it stops an actor at one crash point
-// (none while point holds nil) and passes every script call through.
+// (none while point holds nil) and passes every script call through, or
+// to call while it holds one.
 type crashPoint struct {
 	point atomic.Pointer[string]
+	call  atomic.Pointer[callHook]
 }
 
-func (c *crashPoint) Call(_ context.Context, _ ScriptCall, send func() (any, error)) (any, error) {
+// callHook runs one script call in Faults.Call's place (its rules).
+type callHook func(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error)
+
+func (c *crashPoint) Call(ctx context.Context, sc ScriptCall, send func() (any, error)) (any, error) {
+	if h := c.call.Load(); h != nil {
+		return (*h)(ctx, sc, send)
+	}
 	return send()
 }
 

@@ -37,6 +37,17 @@
 // read the same way, and what it leaves out is never read as a state: a
 // stock part's pending-index place is found by the redo entry there when
 // its record names none ([PendingKey]).
+//
+// A caller that gives up (its context cancelled, its deadline passed) ends
+// its own wait, never a step that must follow one that may have landed:
+// the commit of a reserve, the roll-back of an attempt's parts, and a
+// staged record's decision once its probe has a verdict, with the cancels
+// after a failure (order_ops.go, resolveStaged), run under its context's
+// values without its cancellation, within commitTimeout (2s) each; a
+// settle that does not land then goes to the Deferrer. A step cut while
+// under way has an unknown outcome, and the error says so (it wraps the
+// context's error): retry with the same order id. Only what a crash would
+// leave is left for the deadline.
 package inventory
 
 import (

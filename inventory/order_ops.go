@@ -345,14 +345,26 @@ func (inv *Inventory) begin(ctx context.Context, home *node.Node, orderID, token
 // caller then repeats its own step on the decided record. prevent is false only while the
 // attempt's lease may still run and the caller must not cut it short;
 // then an absent part gives errStagedInFlight.
+//
+// Once the probe has a verdict, the decision and the cancels after a
+// failure run to completion whatever the caller's context, within
+// commitTimeout (as a commit does): a failed record is the last list of
+// the attempt's parts that a reader acts on (a retry's begin writes its
+// own record over it; a Confirm of it answers ErrNotFound), so a failure
+// that landed while its caller gave up, its cancels never sent nor
+// deferred, left the parts reserved until they came due, the attempt's
+// ttl after its stage (TestStagedFailDecidedUnderACutCallerReturnsTheParts).
 func (inv *Inventory) resolveStaged(ctx context.Context, home *node.Node, orderID string, rec orderRecord, prevent bool) error {
 	verdict, parts, err := inv.probeStaged(ctx, orderID, rec, prevent)
 	if err != nil {
 		return err
 	}
-	switch verdict {
-	case verdictInFlight:
+	if verdict == verdictInFlight {
 		return fmt.Errorf("%w: order %q: %w", ErrInProgress, orderID, errStagedInFlight)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	switch verdict {
 	case verdictReserved:
 		blob := encodeOrderParts(orderID, rec.token, parts)
 		got, err := inv.orderOp(ctx, home, orderID, opCommit, rec.token, blob, seconds(inv.cfg.Retention))
