@@ -40,11 +40,13 @@
 //
 // A caller that gives up (its context cancelled, its deadline passed) ends
 // its own wait, never a step that must follow one that may have landed:
-// the commit of a reserve, the roll-back of an attempt's parts, and a
-// staged record's decision once its probe has a verdict, with the cancels
-// after a failure (order_ops.go, resolveStaged), run under its context's
-// values without its cancellation, within commitTimeout (2s) each; a
-// settle that does not land then goes to the Deferrer. A step cut while
+// the commit of a reserve, the roll-back of an attempt's parts, a staged
+// record's decision once its probe has a verdict, with the cancels after
+// a failure (order_ops.go, resolveStaged), and a Confirm's or Cancel's
+// decision once sent, with the settles after it (order.go, decideOn), run
+// under its context's values without its cancellation, within
+// commitTimeout (2s) each (detached); a settle that does not land then
+// goes to the Deferrer. A step cut while
 // under way has an unknown outcome, and the error says so (it wraps the
 // context's error): retry with the same order id. Only what a crash would
 // leave is left for the deadline.

@@ -117,6 +117,8 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 	if err != nil {
 		return Outcome{}, err
 	}
+	ctx, cancel := detached(ctx) // the settles follow a decision that landed
+	defer cancel()
 	switch rec.status {
 	case recConfirmed:
 		pending, missing := inv.settleParts(ctx, orderID, Confirm, rec.toSettle())
@@ -175,6 +177,8 @@ func (inv *Inventory) Cancel(ctx context.Context, orderID string) (Outcome, erro
 	if err != nil {
 		return Outcome{}, err
 	}
+	ctx, cancel := detached(ctx) // the settles follow a decision that landed
+	defer cancel()
 	switch rec.status {
 	case recCancelled:
 		pending, _ := inv.settleParts(ctx, orderID, Cancel, rec.toSettle())
@@ -200,14 +204,31 @@ func (inv *Inventory) decide(ctx context.Context, orderID string, op orderOp) (c
 	if err != nil {
 		return ctx, orderRecord{}, err
 	}
-	rec, err := inv.orderOp(ctx, home, orderID, op, "", seconds(inv.cfg.Retention))
+	rec, err := inv.decideOn(ctx, home, orderID, op)
 	if err == nil && rec.status == recStaging {
 		prevent := op == opCancel || rec.wait == 0
 		if err = inv.resolveStaged(ctx, home, orderID, rec, prevent); err == nil {
-			rec, err = inv.orderOp(ctx, home, orderID, op, "", seconds(inv.cfg.Retention))
+			rec, err = inv.decideOn(ctx, home, orderID, op)
 		}
 	}
 	return ctx, rec, err
+}
+
+// decideOn runs op on orderID's record at home. It sends nothing once the
+// caller gave up; once sent, it runs to its reply whatever the caller does
+// then (detached): a decision that landed while its caller gave up, its
+// reply lost, left Confirm and Cancel with no record to settle by, so they
+// sent no settle and deferred none, and the parts on other nodes stayed
+// reserved until they came due, the order's ttl on
+// (TestDecisionLandingUnderACutCallerSettlesItsParts). The settles after
+// it run detached too (Confirm, Cancel).
+func (inv *Inventory) decideOn(ctx context.Context, home *node.Node, orderID string, op orderOp) (orderRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return orderRecord{}, fmt.Errorf("%w: order %q: %w", ErrUnavailable, orderID, err)
+	}
+	dctx, cancel := detached(ctx)
+	defer cancel()
+	return inv.orderOp(dctx, home, orderID, op, "", seconds(inv.cfg.Retention))
 }
 
 // nodeSettled is one node's settle of a settleRound: what it asked, and

@@ -110,7 +110,7 @@ func (inv *Inventory) abortParts(ctx context.Context, orderID string, parts []pa
 	if len(parts) == 0 {
 		return 0
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	ctx, cancel := detached(ctx)
 	defer cancel()
 	for _, r := range inv.settleRound(ctx, orderID, actionAbort, parts) {
 		if r.err != nil {
@@ -172,7 +172,7 @@ func (inv *Inventory) settleRound(ctx context.Context, orderID string, action Ac
 // the caller's actor); synchronously once Close was called.
 func (inv *Inventory) offPath(ctx context.Context, f func(ctx context.Context)) {
 	run := func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+		ctx, cancel := detached(ctx)
 		defer cancel()
 		f(ctx)
 	}
@@ -286,7 +286,7 @@ func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, order
 	blob := encodeOrderParts(orderID, token, parts)
 	// The commit runs to completion even if the caller cancels now, so its
 	// outcome is known whenever the node answers.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	cctx, cancel := detached(ctx)
 	defer cancel()
 	rec, err = inv.orderOp(cctx, home, orderID, opCommit, token, blob, seconds(inv.cfg.Retention))
 	if err != nil {
@@ -362,7 +362,7 @@ func (inv *Inventory) resolveStaged(ctx context.Context, home *node.Node, orderI
 	if verdict == verdictInFlight {
 		return fmt.Errorf("%w: order %q: %w", ErrInProgress, orderID, errStagedInFlight)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	ctx, cancel := detached(ctx)
 	defer cancel()
 	switch verdict {
 	case verdictReserved:
@@ -451,7 +451,7 @@ func (inv *Inventory) probeCall(n *node.Node, mode, orderID string, parts []part
 // holding the lease (under load in CI a retry waited out a lease so).
 // Any other record is left as is.
 func (inv *Inventory) releaseLease(ctx context.Context, home *node.Node, orderID, token string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	cctx, cancel := detached(ctx)
 	defer cancel()
 	if _, err := inv.orderOp(cctx, home, orderID, opRelease, token, seconds(inv.cfg.Retention)); err != nil {
 		inv.log.Debug("could not release an attempt whose begin was not answered; its lease will expire", "order", orderID, "err", err)

@@ -65,9 +65,17 @@ type part = OrderPart
 // between nodes, parts are examined after their order's deadline.
 const partGrace = time.Second
 
-// commitTimeout bounds the commit step, which ignores the caller's
-// cancellation.
+// commitTimeout bounds each step that ignores the caller's cancellation
+// (detached).
 const commitTimeout = 2 * time.Second
+
+// detached is ctx's values without its cancellation or deadline, bounded
+// by commitTimeout: the context of a step that must follow one that may
+// have landed (a commit, a roll-back, a decision and its settles: the
+// package doc's rule for a caller that gives up). Call cancel when done.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+}
 
 // Reserve takes every item of an order, all or nothing, and holds it for
 // ttl (0 = inventory.reservation_ttl; capped by max_reservation_ttl).

@@ -199,7 +199,7 @@ type stagedRound struct {
 // are reserveStaged's.
 func (inv *Inventory) unwindStaged(ctx context.Context, home *node.Node, orderID string, homeParts bool, r stagedRound) (res Reservation, ok bool, err error) {
 	token, taken, unknown, promised, roundErr, refused := r.token, r.taken, r.unknown, r.promised, r.roundErr, r.refused
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	cctx, cancel := detached(ctx)
 	defer cancel()
 	nothing := !homeParts && len(taken) == 0 && len(unknown) == 0 && !r.fence
 	if nothing && inv.crash(ctx, "staged:before-withdraw") {
@@ -367,7 +367,7 @@ func (inv *Inventory) abandonUnstaged(ctx context.Context, orderID string, parts
 	if len(parts) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	ctx, cancel := detached(ctx)
 	defer cancel()
 	inv.stats.rolledBack.Add(int64(len(parts)))
 	if pending, _ := inv.settleParts(ctx, orderID, Cancel, parts); pending > 0 {
