@@ -73,10 +73,18 @@ func stuckSettledErr(nodeName, partID, state string) error {
 //     decision is the record's, and `shardis parts retry` lets the
 //     reconciler settle the part by it: [ErrPrecondition] saying so (the
 //     read's error for a record that cannot be read);
-//   - while a topology change migrates order records (the record may be
-//     on its way between two nodes): an error wrapping [ErrUnavailable]
-//     and [ErrTopology]; retry once `shardis topology apply` has ended.
-//     The home node unavailable: [ErrUnavailable].
+//   - the home node unavailable: [ErrUnavailable]. While a topology
+//     change migrates, the record may still be on its previous home, or
+//     on its way between the two: the check first moves it to its home
+//     (homeFor, as any touch of the order does, and as the expiry does
+//     before it reads the record), then reads it there; the previous
+//     home unavailable, or a node this instance's configuration does not
+//     name: [ErrUnavailable]. A part set aside on a node that leaves the
+//     topology is the one the apply waits for (apply_leaving.go), so it
+//     must be settled while the apply migrates: refused then, as it was,
+//     the apply never finished, the node never left, and the part's
+//     quota count stayed on it, counted against its user for good
+//     (TestOperatorSettlesAStuckQuotaPartOnALeavingNode).
 //
 // The order id is the one the part's own record holds (as [StuckPart]
 // reads it). Then it settles that one part by SettleNow; the settle's own
@@ -92,8 +100,9 @@ func stuckSettledErr(nodeName, partID, state string) error {
 // the settle script fences the part: it changes the part's state at most
 // once, from pending, so a reconciler or another operator settling the
 // part between the check and the settle makes this one answer "already"
-// or "conflict:<state>" and change nothing. The reads of the check write
-// nothing (no record moved, no expiry relied on).
+// or "conflict:<state>" and change nothing. The check writes nothing
+// but, while a topology change migrates, the record's move to its home
+// (no expiry relied on).
 //
 // What the operator must know: nothing in the nodes tells how the order
 // was decided any more, so the decision is the system of record's
@@ -112,6 +121,7 @@ func (inv *Inventory) SettleStuck(ctx context.Context, nodeName, partID string, 
 	if err != nil {
 		return "", err
 	}
+	ctx, _ = inv.pin(ctx) // the check and the settle at one topology
 	orderID, part, err := inv.stuckGoneOrder(ctx, n, partID)
 	if err != nil {
 		return "", err
@@ -181,19 +191,16 @@ func (inv *Inventory) stuckGoneOrder(ctx context.Context, n *node.Node, partID s
 
 // orderRecordGone returns nil when orderID's record is absent at its home
 // node, or is of another attempt begun at or after part partID came due
-// (afterPart: part is the part's record), read without a write (no move,
-// no expiry relied on); otherwise why part partID of node nodeName is not
-// settled by an operator (SettleStuck).
+// (afterPart: part is the part's record), read with no write but its
+// move home while a topology change migrates (homeFor; no expiry relied
+// on); otherwise why part partID of node nodeName is not settled by an
+// operator (SettleStuck).
 func (inv *Inventory) orderRecordGone(ctx context.Context, orderID, nodeName, partID string, part map[string]string) error {
-	v := inv.topology(ctx)
-	if err := v.refuse(); err != nil {
-		return err
-	}
-	if v.migrating() {
-		return fmt.Errorf("%w: %w: node %s: part %q: a topology change is moving order records (the record of order %q may be "+
-			"on its way): retry when `shardis topology apply` has ended", ErrUnavailable, ErrTopology, nodeName, partID, orderID)
-	}
-	home, err := inv.orderHome(v, orderID)
+	// while a topology change migrates, the record may still be on its
+	// previous home, or on its way: homeFor moves it home first (as any
+	// touch of the order does), so what the read below finds there is all
+	// there is
+	home, err := inv.homeFor(ctx, orderID)
 	if err != nil {
 		return err
 	}
