@@ -15,8 +15,8 @@ import (
 // Per-user limit changes that did not reach every node of a route.
 //
 // LoadStock changes a SKU's limit on every node of its route, each with a
-// version (the caller's clock, ms, raised above the versions the route's
-// nodes hold: nextLimitVersion). When a node fails during the call,
+// version (the route's usable nodes' latest clock, ms, raised above the
+// versions they hold: nextLimitVersion). When a node fails during the call,
 // the nodes that took the change record it in `inv:limits:todo` (stock key
 // → "limit:version:route"), and the error names the nodes that still
 // differ. The reconciler (package rollback) calls ConvergeLimits on every pass:
@@ -39,35 +39,59 @@ var limitSyncScript = newScript("limit-sync", true, luaFile("limit_sync.lua"))
 var limitTodoScript = newScript("limit-todo", true, luaFile("limit_todo.lua"))
 
 // limitVersion is the version of a limit change made now, by this
-// instance's clock alone (nextLimitVersion raises it above the route's).
-func limitVersion() int64 { return time.Now().UnixMilli() }
+// instance's clock alone: nextLimitVersion's when it can read no node's
+// clock, and a load's that changes no limit.
+func limitVersion() int64 { return limitClock().UnixMilli() }
+
+// limitClock is this process's clock as limitVersion reads it; a test
+// moves it to play an instance whose clock runs ahead.
+var limitClock = time.Now
 
 // nextLimitVersion is the version of a limit change of stock key on the
-// nodes of set made now: this instance's clock (ms), or one above the
-// highest version a usable node of set holds when that is higher. A node
-// keeps the highest version it was sent, so a version by the clock alone
-// let a change made after another one had answered lose to it on every
-// node, when the earlier change's instance ran ahead of this one's clock
-// (by a second or two: SECURITY.md, "Clock skew"), while its LoadStock
-// answered success. A node whose version cannot be read is left out: its
-// load fails as well and is reported and converged as any (a change that
-// answered reached every node, so another node holds its version too).
+// nodes of set made now: the latest clock (Redis TIME, ms) of the usable
+// nodes of set, or one above the highest version such a node holds when
+// that is higher; this instance's clock only when no node's clock could
+// be read. A node keeps the highest version it was sent, so a version by
+// the calling process's clock let a change made after another one had
+// answered lose to it on every node, when the earlier change's instance
+// ran ahead of this one's clock (by a second or two: SECURITY.md, "Clock
+// skew"), while its LoadStock answered success. Raising it above the
+// versions read mends that only where the earlier change's version can
+// be read: a change that passed over a node that is not usable (the limit
+// unchanged on the others, limitReaches) ranked below an earlier change,
+// stamped by a clock running ahead, that reached that node alone, and the
+// reconciler then took the earlier limit to every node
+// (TestLimitSetBackWithANodeDownAfterAFastClocksChange). The nodes'
+// clocks, each kept within a second of true time, decide instead (two
+// changes further apart than the nodes' skew rank in the order they were
+// made). A node whose version cannot be read is left out: its load fails
+// as well and is reported and converged as any (a change that answered
+// reached every node, so another node holds its version too).
 func (inv *Inventory) nextLimitVersion(ctx context.Context, set *router.Set, key string) int64 {
 	var (
-		mu   sync.Mutex
-		high int64
+		mu          sync.Mutex
+		high, clock int64
 	)
 	nodes := set.Nodes()
 	atOnce(len(nodes), func(i int) {
 		if n := nodes[i]; inv.usable(n) {
-			if v, err := n.Client().HGet(ctx, key, "limit_ver").Int64(); err == nil {
-				mu.Lock()
+			pipe := n.Client().Pipeline()
+			ver, now := pipe.HGet(ctx, key, "limit_ver"), pipe.Time(ctx)
+			_, _ = pipe.Exec(ctx) // each read's own error is checked below (a missing version is redis.Nil)
+			mu.Lock()
+			defer mu.Unlock()
+			if v, err := ver.Int64(); err == nil {
 				high = max(high, v)
-				mu.Unlock()
+			}
+			if t, err := now.Result(); err == nil {
+				clock = max(clock, t.UnixMilli())
 			}
 		}
 	})
-	return max(limitVersion(), high+1)
+	if clock == 0 {
+		clock = limitVersion()
+	}
+	return max(clock, high+1)
 }
 
 // parseLimitTodo reads a pending limit change's value,

@@ -62,11 +62,14 @@ type NodeStock struct {
 // reaches it when it returns (the reconciler's ConvergeLimits, limits.go),
 // as is a limit every usable node already held, passed over on one that
 // is not usable (limitReaches), which may hold another.
-// Each change carries a version (nextLimitVersion: this instance's clock,
-// ms, raised above every version the route's nodes hold) and a node keeps
+// Each change carries a version (nextLimitVersion: the latest clock of the
+// route's usable nodes, ms, raised above every version they hold; never
+// the calling process's clock while a node's can be read) and a node keeps
 // the limit of the highest version it was sent, so two racing changes end
 // at the later one everywhere, and a change made after another one
-// answered outranks it whatever the two instances' clocks say: a change
+// answered outranks it whatever the two instances' clocks say (one that
+// passes over a node that is not usable, within the nodes' clock skew of
+// an earlier change that reached that node alone, excepted: limits.go): a change
 // older than one a node holds is not applied there, and the level
 // returned shows the limit in effect. It returns the stock after loading.
 //

@@ -1,0 +1,91 @@
+package inventory
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestLimitSetBackWithANodeDownAfterAFastClocksChange: a per-user limit
+// change that reached one node only, made by an instance whose clock runs
+// 3 s ahead, then, a moment later and with that node down, a LoadStock
+// setting the limit back to what the other node still holds (limitReaches:
+// "unchanged", the down node passed over, its change recorded for the
+// reconciler, LoadStock answering success).
+//
+//  1. The SKU's limit is 1 on n1 and n2.
+//  2. The instance 3 s ahead sets it to 5: the call fails on n1
+//     (ErrUnavailable), n2 takes 5, and records the change for
+//     ConvergeLimits.
+//  3. n2 goes down; the operator sets the limit back to 1 on an instance
+//     with a right clock: it answers success.
+//  4. n2 comes back; the reconcilers' passes run.
+//
+// The version of a change was this instance's clock, raised above the
+// versions the route's usable nodes hold (nextLimitVersion): the down
+// node's was not read, so the change of step 3, stamped by the right
+// clock, ranked below the one of step 2, stamped 3 s ahead, and the
+// reconciler took 5 to n1: a user held 5 units of a SKU whose last
+// LoadStock set its limit to 1 and answered success (SECURITY.md, "Clock
+// skew": "a change made after another one answered wins whatever the two
+// instances' clocks say"). The version now starts at the clocks of the
+// route's usable nodes (Redis TIME), not the calling process's.
+func TestLimitSetBackWithANodeDownAfterAFastClocksChange(t *testing.T) {
+	// not parallel: it moves the package's clock of limit versions for
+	// the fast instance's call (parallel tests run after it)
+	e := newLimitRouteEnv(t)
+	if _, err := e.inv.LoadStock(e.ctx, "d", "t", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	// 2. the fast instance's change, failing on n1
+	fast := e.loadsNeverReach("n1")
+	limitClock = func() time.Time { return time.Now().Add(3 * time.Second) }
+	_, err := fast.LoadStock(e.ctx, "d", "t", 0, 5)
+	limitClock = time.Now
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("LoadStock limit 5 with n1 failing = %v; want ErrUnavailable", err)
+	}
+	// 3. n2 goes down, the limit is set back to 1
+	e.srvs[1].Pause()
+	n2, _ := e.r.Node("n2")
+	for deadline := time.Now().Add(10 * time.Second); e.inv.usable(n2); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			e.srvs[1].Resume()
+			t.Fatal("n2 still usable 10s after its server was paused")
+		}
+	}
+	_, lerr := e.inv.LoadStock(e.ctx, "d", "t", 0, 1)
+	t.Logf("LoadStock(limit 1) with n2 down: err %v", lerr)
+	e.srvs[1].Resume()
+	waitUsable(t, e, "n2")
+	// 4. reconciler passes, every node
+	for range 3 {
+		for _, n := range []string{"n1", "n2"} {
+			if _, err := e.inv.ConvergeLimits(e.ctx, n); err != nil {
+				t.Fatalf("ConvergeLimits %s: %v", n, err)
+			}
+		}
+	}
+	limits := map[string]string{}
+	for _, n := range []string{"n1", "n2"} {
+		f, err := e.clients[n].HMGet(e.ctx, stockKey("d", "t"), "limit", "limit_ver").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		limits[n], _ = f[0].(string)
+		t.Logf("%s: limit %v, limit_ver %v", n, f[0], f[1])
+	}
+	if limits["n1"] != limits["n2"] {
+		t.Errorf("the route keeps two per-user limits: %v", limits)
+	}
+	if lerr != nil {
+		return // refused: the operator knows the limit 1 did not take
+	}
+	if limits["n1"] != "1" || limits["n2"] != "1" {
+		t.Errorf("after the last LoadStock set limit 1 and answered success, and the reconcilers' passes, the route's limits are %v; want 1 everywhere", limits)
+	}
+	user, got := e.unitsHeldByAUserOnN2("us", 5)
+	if got > 1 {
+		t.Errorf("user %s holds %d units of d/t, whose per-user limit the last LoadStock set to 1 (answered success)", user, got)
+	}
+}
