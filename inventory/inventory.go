@@ -292,6 +292,10 @@ type Inventory struct {
 	// the node would not load or run a script's function (luafunc.go's
 	// sourceSent): an *atomic.Int64 of unix nanoseconds.
 	sourceWarned sync.Map
+	// limitClock is this process's clock as limitVersion reads it
+	// (time.Now; a test moves its own instance's to play one whose clock
+	// runs ahead).
+	limitClock func() time.Time
 }
 
 type atomicView = atomic.Pointer[view]
@@ -361,7 +365,7 @@ func newInventory(r *router.Router, opts Options, noInit bool) (*Inventory, erro
 	if err := opts.fill(cfg.Inventory); err != nil {
 		return nil, err
 	}
-	inv := &Inventory{r: r, cfg: cfg.Inventory, opts: opts, log: opts.Logger, cfgSets: map[string]*router.Set{}}
+	inv := &Inventory{r: r, cfg: cfg.Inventory, opts: opts, log: opts.Logger, cfgSets: map[string]*router.Set{}, limitClock: time.Now}
 	inv.limited.ttl = limitHintTTL
 	for route := range srv.Routes {
 		set, err := r.Set(cfg.Inventory.Server, route)

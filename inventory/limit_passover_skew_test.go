@@ -31,17 +31,15 @@ import (
 // instances' clocks say"). The version now starts at the clocks of the
 // route's usable nodes (Redis TIME), not the calling process's.
 func TestLimitSetBackWithANodeDownAfterAFastClocksChange(t *testing.T) {
-	// not parallel: it moves the package's clock of limit versions for
-	// the fast instance's call (parallel tests run after it)
+	t.Parallel() // its own nodes; only the fast instance's clock moves
 	e := newLimitRouteEnv(t)
 	if _, err := e.inv.LoadStock(e.ctx, "d", "t", 0, 1); err != nil {
 		t.Fatal(err)
 	}
 	// 2. the fast instance's change, failing on n1
 	fast := e.loadsNeverReach("n1")
-	limitClock = func() time.Time { return time.Now().Add(3 * time.Second) }
+	fast.limitClock = func() time.Time { return time.Now().Add(3 * time.Second) }
 	_, err := fast.LoadStock(e.ctx, "d", "t", 0, 5)
-	limitClock = time.Now
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("LoadStock limit 5 with n1 failing = %v; want ErrUnavailable", err)
 	}

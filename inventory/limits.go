@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/shardis/shardis/node"
 	"github.com/shardis/shardis/router"
@@ -41,11 +40,7 @@ var limitTodoScript = newScript("limit-todo", true, luaFile("limit_todo.lua"))
 // limitVersion is the version of a limit change made now, by this
 // instance's clock alone: nextLimitVersion's when it can read no node's
 // clock, and a load's that changes no limit.
-func limitVersion() int64 { return limitClock().UnixMilli() }
-
-// limitClock is this process's clock as limitVersion reads it; a test
-// moves it to play an instance whose clock runs ahead.
-var limitClock = time.Now
+func (inv *Inventory) limitVersion() int64 { return inv.limitClock().UnixMilli() }
 
 // nextLimitVersion is the version of a limit change of stock key on the
 // nodes of set made now: the latest clock (Redis TIME, ms) of the usable
@@ -89,7 +84,7 @@ func (inv *Inventory) nextLimitVersion(ctx context.Context, set *router.Set, key
 		}
 	})
 	if clock == 0 {
-		clock = limitVersion()
+		clock = inv.limitVersion()
 	}
 	return max(clock, high+1)
 }

@@ -129,7 +129,7 @@ func (inv *Inventory) LoadStock(ctx context.Context, route, sku string, qty, per
 		}
 		mustReach = !unchanged
 	}
-	ver := limitVersion()
+	ver := inv.limitVersion()
 	if perUserLimit >= 0 {
 		ver = inv.nextLimitVersion(ctx, set, stockKey(route, sku))
 	}
