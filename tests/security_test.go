@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shardis/shardis/config"
+	"github.com/shardis/shardis/internal/redisproc"
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/internal/service"
 	"github.com/shardis/shardis/inventory"
@@ -91,9 +92,12 @@ func TestTLSNodes(t *testing.T) {
 	dir := t.TempDir()
 	ca, other := secNewCA(t, dir, "node-ca"), secNewCA(t, dir, "other-ca")
 	srvPair, client := ca.issue(t, dir, "redis", true), ca.issue(t, dir, "shardis", false)
-	tlsRedis := func(mutual bool) (*redistest.Server, string) {
-		port := redistest.FreePort(t)
-		s := redistest.Start(t, redistest.Options{Args: secTLSArgs(port, srvPair, ca, mutual)})
+	tlsRedis := func(mutual bool) (*redisproc.Server, string) {
+		s, port, err := secStartTLS(t, t.TempDir(), srvPair, ca, mutual)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Kill(); _ = s.Close() })
 		return s, fmt.Sprintf("127.0.0.1:%d", port)
 	}
 	oneWay, oneWayAddr := tlsRedis(false)

@@ -165,6 +165,22 @@ func secTLSArgs(tlsPort int, srv secPair, ca *secCA, mutual bool) []string {
 		"--tls-key-file", srv.KeyFile, "--tls-ca-cert-file", ca.File, "--tls-auth-clients", auth}
 }
 
+// secStartTLS starts a redis-server in dir serving TLS (secTLSArgs) on a
+// free port and returns it and that port. The TLS port is picked free and
+// then bound by redis-server, so another process may take it in between:
+// a start refused for a port in use is retried with another, 5 attempts
+// in all, as redisproc retries the plain port it picks (a CI run failed
+// once on it; in the probe it would have skipped every TLS test).
+func secStartTLS(t testing.TB, dir string, srv secPair, ca *secCA, mutual bool) (*redisproc.Server, int, error) {
+	for attempt := 1; ; attempt++ {
+		port := redistest.FreePort(t)
+		s, err := redisproc.Start(redisproc.Options{Dir: dir, Args: secTLSArgs(port, srv, ca, mutual), KillWithParent: true})
+		if err == nil || !redisproc.IsAddrInUse(err) || attempt == 5 {
+			return s, port, err
+		}
+	}
+}
+
 var (
 	secTLSOnce sync.Once
 	secTLSErr  error // why this redis-server cannot serve TLS; nil if it can
@@ -189,8 +205,7 @@ func secProbeRedisTLS(t testing.TB) error {
 	defer os.RemoveAll(dir)
 	ca := secNewCA(t, dir, "probe")
 	pair := ca.issue(t, dir, "probe-server", true)
-	port := redistest.FreePort(t)
-	srv, err := redisproc.Start(redisproc.Options{Dir: dir, Args: secTLSArgs(port, pair, ca, false), KillWithParent: true})
+	srv, port, err := secStartTLS(t, dir, pair, ca, false)
 	if err != nil {
 		return err
 	}

@@ -57,6 +57,11 @@ type startError struct {
 
 func (e *startError) Error() string { return e.msg }
 
+// IsAddrInUse reports whether err, from Start or Restart, says redis
+// could not bind a port (its own, retried by Start when it picked it, or
+// one its Args name, such as a --tls-port, which the caller picks again).
+func IsAddrInUse(err error) bool { return isAddrInUse(err) }
+
 // isAddrInUse reports whether err says redis could not bind its port.
 func isAddrInUse(err error) bool {
 	var se *startError
