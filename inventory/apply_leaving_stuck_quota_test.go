@@ -124,15 +124,7 @@ func TestOperatorSettlesAStuckQuotaPartOnALeavingNode(t *testing.T) {
 	if rep := apply(); rep.Phase != topology.PhaseStable {
 		t.Fatalf("apply after the operator's settle: phase %s, waiting %d; want stable", rep.Phase, rep.Waiting)
 	}
-	var total int64
-	for name, c := range e.clients {
-		v, _ := c.Get(e.ctx, qk).Int64()
-		if v != 0 {
-			t.Logf("%s on %s = %d", qk, name, v)
-		}
-		total += v
-	}
-	if total != 0 {
+	if total := quotaSum(t, e.ctx, e.clients, qk); total != 0 {
 		t.Errorf("the user's quota counters sum to %d once its only order was cancelled; want 0", total)
 	}
 	if _, err := openInv(t, e.new, Options{}).Reserve(e.ctx, "after", items, user, time.Minute); err != nil {

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 )
 
@@ -33,4 +34,25 @@ func crashAtPoint(point string) *crashPoint {
 	c := &crashPoint{}
 	c.point.Store(&point)
 	return c
+}
+
+// landsAsCallerGivesUp is a callHook for the first order-decide call
+// whose op is op: it lets the call land, then cut()s its caller's context
+// before the reply comes back, and loses the reply when the call's own
+// context is done by then (a call under the caller's context; one run
+// detached keeps its reply). decided reports whether it struck.
+func landsAsCallerGivesUp(op orderOp, cut func()) (h callHook, decided *atomic.Bool) {
+	decided = &atomic.Bool{}
+	h = func(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error) {
+		if c.Script != orderDecideScript.name || len(c.Args) == 0 || c.Args[0] != string(op) || !decided.CompareAndSwap(false, true) {
+			return send()
+		}
+		v, err := send() // the decision lands
+		cut()            // its caller gives up before the reply comes back
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w (the reply not read: outcome unknown)", ctx.Err())
+		}
+		return v, err
+	}
+	return h, decided
 }

@@ -73,22 +73,7 @@ func TestConvergeKeepsANewerPendingChange(t *testing.T) {
 	t.Logf("n1's pending changes after it: %v", e.clients["n1"].HGetAll(e.ctx, keyLimitsTodo).Val())
 
 	// Later passes of any reconciler, every node.
-	for range 3 {
-		for _, n := range []string{"n1", "n2"} {
-			if _, err := e.inv.ConvergeLimits(e.ctx, n); err != nil {
-				t.Fatalf("ConvergeLimits %s: %v", n, err)
-			}
-		}
-	}
-	limits := map[string]string{}
-	for _, n := range []string{"n1", "n2"} {
-		f, err := e.clients[n].HMGet(e.ctx, stockKey("d", "t"), "limit", "limit_ver").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		limits[n], _ = f[0].(string)
-		t.Logf("%s: limit %v, limit_ver %v", n, f[0], f[1])
-	}
+	limits := e.convergedLimits(3)
 	if limits["n1"] != "1" || limits["n2"] != "1" {
 		t.Errorf("after the last LoadStock set limit 1 and the reconcilers' passes, the route's limits are %v; want 1 everywhere", limits)
 	}
@@ -107,6 +92,32 @@ func (e *stagedEnv) loadsNeverReach(node string) *Inventory {
 		}
 		return send()
 	}})
+}
+
+// convergedLimits runs passes reconcilers' limit convergence on n1 and n2
+// (each pass every node; an error fails the test) and returns the d/t
+// limit each node then holds, logging its version.
+func (e *stagedEnv) convergedLimits(passes int) map[string]string {
+	e.t.Helper()
+	for range passes {
+		for _, n := range []string{"n1", "n2"} {
+			left, err := e.inv.ConvergeLimits(e.ctx, n)
+			if err != nil {
+				e.t.Fatalf("ConvergeLimits %s: %v", n, err)
+			}
+			e.t.Logf("ConvergeLimits(%s) = %d", n, left)
+		}
+	}
+	limits := map[string]string{}
+	for _, n := range []string{"n1", "n2"} {
+		f, err := e.clients[n].HMGet(e.ctx, stockKey("d", "t"), "limit", "limit_ver").Result()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		limits[n], _ = f[0].(string)
+		e.t.Logf("%s: limit %v, limit_ver %v", n, f[0], f[1])
+	}
+	return limits
 }
 
 // unitsHeldByAUserOnN2 picks a user whose quota node in route d is n2 and

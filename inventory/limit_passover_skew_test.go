@@ -57,22 +57,7 @@ func TestLimitSetBackWithANodeDownAfterAFastClocksChange(t *testing.T) {
 	e.srvs[1].Resume()
 	waitUsable(t, e, "n2")
 	// 4. reconciler passes, every node
-	for range 3 {
-		for _, n := range []string{"n1", "n2"} {
-			if _, err := e.inv.ConvergeLimits(e.ctx, n); err != nil {
-				t.Fatalf("ConvergeLimits %s: %v", n, err)
-			}
-		}
-	}
-	limits := map[string]string{}
-	for _, n := range []string{"n1", "n2"} {
-		f, err := e.clients[n].HMGet(e.ctx, stockKey("d", "t"), "limit", "limit_ver").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		limits[n], _ = f[0].(string)
-		t.Logf("%s: limit %v, limit_ver %v", n, f[0], f[1])
-	}
+	limits := e.convergedLimits(3)
 	if limits["n1"] != limits["n2"] {
 		t.Errorf("the route keeps two per-user limits: %v", limits)
 	}

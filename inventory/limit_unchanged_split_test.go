@@ -59,24 +59,7 @@ func TestLimitUnchangedPassOverKeepsNoSplit(t *testing.T) {
 	waitUsable(t, e, "n2")
 
 	// 5. reconciler passes, every node
-	for range 3 {
-		for _, n := range []string{"n1", "n2"} {
-			left, err := e.inv.ConvergeLimits(e.ctx, n)
-			if err != nil {
-				t.Fatalf("ConvergeLimits %s: %v", n, err)
-			}
-			t.Logf("ConvergeLimits(%s) = %d", n, left)
-		}
-	}
-	limits := map[string]string{}
-	for _, n := range []string{"n1", "n2"} {
-		f, err := e.clients[n].HMGet(e.ctx, stockKey("d", "t"), "limit", "limit_ver").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		limits[n], _ = f[0].(string)
-		t.Logf("%s: limit %v, limit_ver %v", n, f[0], f[1])
-	}
+	limits := e.convergedLimits(3)
 	if lerr == nil && (limits["n1"] != "1" || limits["n2"] != "1") {
 		t.Errorf("after the last LoadStock set limit 1 and answered success, and the reconcilers' passes, the route's limits are %v; want 1 everywhere", limits)
 	}

@@ -1,11 +1,14 @@
 package inventory
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/shardis/shardis/router"
 	"github.com/shardis/shardis/topology"
@@ -73,19 +76,25 @@ func TestApplyKeepsAStuckQuotaPartsCounter(t *testing.T) {
 	if st := partFieldsOn(t, e.ctx, e.clients[prev], qpart)["state"]; st != "cancelled" {
 		t.Fatalf("quota part %s on %s is %q, want cancelled", qpart, prev, st)
 	}
-	k := quotaKey("r", "lim", user)
-	var total int64
-	for name, c := range e.clients {
-		v, _ := c.Get(e.ctx, k).Int64()
-		if v != 0 {
-			t.Logf("%s on %s = %d", k, name, v)
-		}
-		total += v
-	}
-	if total != 0 {
+	if total := quotaSum(t, e.ctx, e.clients, quotaKey("r", "lim", user)); total != 0 {
 		t.Errorf("the user's quota counters sum to %d after its only order was cancelled, want 0", total)
 	}
 	if _, err := inv.Reserve(e.ctx, "after-"+user, []Item{{Route: "r", SKU: "lim", Quantity: 2}}, user, time.Minute); err != nil {
 		t.Errorf("Reserve of the user's limit (2) after its only order was cancelled: %v", err)
 	}
+}
+
+// quotaSum is the sum of quota counter k over every node of clients,
+// logging each node's that is not 0.
+func quotaSum(t *testing.T, ctx context.Context, clients map[string]*redis.Client, k string) int64 {
+	t.Helper()
+	var total int64
+	for name, c := range clients {
+		v, _ := c.Get(ctx, k).Int64()
+		if v != 0 {
+			t.Logf("%s on %s = %d", k, name, v)
+		}
+		total += v
+	}
+	return total
 }

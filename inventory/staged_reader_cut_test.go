@@ -3,8 +3,6 @@ package inventory
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -55,18 +53,7 @@ func TestStagedFailDecidedUnderACutCallerReturnsTheParts(t *testing.T) {
 
 			cctx, cut := context.WithCancel(e.ctx)
 			defer cut()
-			var decided atomic.Bool
-			hook := callHook(func(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error) {
-				if c.Script != orderDecideScript.name || len(c.Args) == 0 || c.Args[0] != string(opFail) || !decided.CompareAndSwap(false, true) {
-					return send()
-				}
-				v, err := send() // the decision lands
-				cut()            // its caller gives up before the reply comes back
-				if ctx.Err() != nil {
-					return nil, fmt.Errorf("%w (its group was under way: outcome unknown)", ctx.Err())
-				}
-				return v, err
-			})
+			hook, decided := landsAsCallerGivesUp(opFail, cut)
 			e.faults.call.Store(&hook)
 			var err error
 			if reader == "retry" {
