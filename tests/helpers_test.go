@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +37,48 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // slack is the scheduling allowance added to every timing bound.
 const slack = 150 * time.Millisecond
+
+// lagMeter measures how late this test process's goroutines run: one
+// goroutine sleeps lagTick again and again and keeps the largest
+// overshoot since the last reset. A timing bound adds it to slack: a
+// probe that ran late because the machine was loaded (a busy CI run
+// missed the recovery bound by 78 ms) is the machine's delay, which the
+// meter's goroutine met too, not the health scheduler's. On a quiet
+// machine it adds about a millisecond, so the bound stays as tight.
+type lagMeter struct {
+	worst atomic.Int64 // ns
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+const lagTick = 5 * time.Millisecond
+
+// startLagMeter starts a lagMeter, stopped at the test's end.
+func startLagMeter(t *testing.T) *lagMeter {
+	m := &lagMeter{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		for {
+			at := time.Now()
+			select {
+			case <-m.stop:
+				return
+			case <-time.After(lagTick):
+			}
+			if over := int64(time.Since(at) - lagTick); over > m.worst.Load() {
+				m.worst.Store(over)
+			}
+		}
+	}()
+	t.Cleanup(func() { close(m.stop); <-m.done })
+	return m
+}
+
+// reset starts a new window.
+func (m *lagMeter) reset() { m.worst.Store(0) }
+
+// lag is the largest overshoot seen since the last reset.
+func (m *lagMeter) lag() time.Duration { return time.Duration(m.worst.Load()) }
 
 // fastHealth is the health configuration of the timing test with short
 // settings: its bounds are derived from these values. The probe timeout
