@@ -56,12 +56,16 @@ import (
 // as the master with no failover under way (node/sentinel_confirm.go);
 // otherwise it fails as unknown ([ErrNotDurable]), like a WAIT that timed
 // out. The fence of a read goes through the same path. The cost: one
-// round of SENTINEL MASTER to every sentinel after each wait (writes
-// waiting together share a round), and no write is acknowledged while a
-// majority of the sentinels does not answer. Not closed: a failover led by
-// a sentinel this process cannot reach while a majority of the others
-// answer, and the promotion, after the write, of a replica that did not
-// have it (below).
+// round of SENTINEL MASTER and IS-MASTER-DOWN-BY-ADDR to every sentinel
+// after each wait (writes waiting together share a round), and no write
+// is acknowledged while a majority of the sentinels does not answer. A failover led by a sentinel
+// this process cannot reach is seen through the sentinels that elected it:
+// one whose last vote is newer than the configuration it names confirms
+// nothing until it hears of the switch
+// (TestFailoverLedByAnUnreachableSentinelDoesNotAcknowledgeOnTheOldMaster).
+// Not closed: a SENTINEL FAILOVER (it takes no votes) sent to a sentinel
+// this process cannot reach, and the promotion, after the write, of a
+// replica that did not have it (below).
 //
 // What none of this does: make Redis strongly consistent. WAIT only
 // says a replica received the write; Sentinel may still promote a replica

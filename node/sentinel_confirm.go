@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -28,19 +30,33 @@ import (
 //
 // The rule: on a Sentinel group, a write waited for is acknowledged only
 // once [Node.ConfirmMaster] finds, in a round of questions to the group's
-// sentinels begun after its WAIT returned, that a majority of the known
-// sentinels answer, and that every one that answers names as the master
+// sentinels begun after its WAIT returned, that a majority of the
+// group's sentinels answer, and that every one that answers names as the master
 // the server process the write ran on (its run_id, read on the write's
 // own connection) with no failover of the group under way. A switch
 // promotes a replica only within a failover under way at its leader, which
 // says so until the switch is done and then names the new master; so a
 // write is refused as unacknowledged whenever it may have run on a master
 // already switched away from, as long as the leader is among those
-// answering. Not closed: a leader that this process cannot reach while a
-// majority of other sentinels answer (they learn of the switch only when
-// it is done), and a replica promoted after the write that did not have
-// it (Sentinel's choice is best-effort; README "Durability of acknowledged
-// writes").
+// answering. A leader this process cannot reach (a partition, or one
+// whose announcement has not reached the others yet: they learn of the
+// switch only from it) is seen through its voters: it was elected by a
+// majority of the group's sentinels, so one of a majority that answers
+// voted for it, and a sentinel whose last vote (SENTINEL
+// IS-MASTER-DOWN-BY-ADDR at epoch 0) is newer than the configuration it
+// names confirms nothing until it hears of the switch or the election is
+// over (pendingVotes; TestFailoverLedByAnUnreachableSentinelDoesNotAcknowledgeOnTheOldMaster:
+// without it, a Reserve acknowledged on the old master while s2 and s3,
+// which had elected the leader, still named it, was gone from the new
+// master). For that, the majority is of the group's sentinels as any
+// answering one counts them (num-other-sentinels + 1), not only of those
+// this process knows. Not closed: a SENTINEL FAILOVER sent to a sentinel
+// this process cannot reach (a forced failover takes no votes: send it
+// only to a sentinel every shardis process reaches), a leader still cut
+// off from the sentinels this process reaches once the election is over
+// (pendingVotes), and a replica promoted after the write that did not
+// have it (Sentinel's choice is best-effort; README "Durability of
+// acknowledged writes").
 
 // confirmRound is the bookkeeping of ConfirmMaster's rounds: one at a
 // time, and a round begun after a caller's write was acknowledged serves
@@ -50,15 +66,33 @@ type confirmRound struct {
 	mu      sync.Mutex     // held while a round asks the sentinels
 	began   time.Time      // when the last round began; guarded by mu
 	answers []masterAnswer // the last round's answers; guarded by mu
-	asked   int            // how many sentinels the last round asked; guarded by mu
+	asked   int            // the group's sentinels as the last round counted them (askMasters); guarded by mu
+	// votes holds, per sentinel, the newest vote seen newer than its
+	// configuration and when a round first saw it (pendingVotes);
+	// guarded by mu
+	votes map[string]seenVote
 }
 
 // masterAnswer is one sentinel's answer to a confirm round: the run_id of
-// the server it names as the group's master, and whether a failover of
-// the group is under way at it.
+// the server it names as the group's master, whether a failover of the
+// group is under way at it, the epoch of its configuration of the group
+// (config-epoch) and of its last vote for a leader of the group
+// (leader_epoch), its failover-timeout, and whether that vote may still
+// promote a replica (pendingVotes).
 type masterAnswer struct {
 	sentinel, addr, run string
 	failover            bool
+	config, vote        int64
+	group               int // the sentinels it knows of the group, itself included
+	failoverTimeout     time.Duration
+	pending             bool
+}
+
+// seenVote is a sentinel's vote newer than its configuration (its
+// epoch) and when a confirm round first saw it.
+type seenVote struct {
+	epoch int64
+	since time.Time
 }
 
 // ErrMasterUnconfirmed is wrapped by [Node.ConfirmMaster]'s error: the
@@ -72,7 +106,9 @@ var ErrMasterUnconfirmed = errors.New("the sentinels did not confirm the server 
 // and every one that answered names as the master the server process run
 // (a run_id, "" never matches; where a sentinel has not learned the named
 // master's run_id yet, the server at the named address tells it:
-// learnRuns), with no failover of the group under way.
+// learnRuns), with no failover of the group under way and no vote for a
+// leader newer than its configuration (pendingVotes). The known sentinels
+// count as many as the most any answer knows of (askMasters).
 // Otherwise it returns an error wrapping [ErrMasterUnconfirmed]. A
 // sentinel that does not answer within sentinelBound(ProbeTimeout) has
 // not answered. See "The server that acknowledged".
@@ -87,6 +123,7 @@ func (n *Node) ConfirmMaster(ctx context.Context, run string) error {
 		began := time.Now()
 		n.confirms.answers, n.confirms.asked = n.askMasters(ctx)
 		n.learnRuns(ctx, n.confirms.answers)
+		n.confirms.pendingVotes(began)
 		n.confirms.began = began
 	}
 	answers, asked := n.confirms.answers, n.confirms.asked
@@ -95,6 +132,9 @@ func (n *Node) ConfirmMaster(ctx context.Context, run string) error {
 		switch {
 		case a.failover:
 			wrong = append(wrong, a.sentinel+" has a failover under way")
+		case a.pending:
+			wrong = append(wrong, fmt.Sprintf("%s voted for a leader in epoch %d, newer than the configuration it "+
+				"names (epoch %d): the failover it elected may be promoting a replica", a.sentinel, a.vote, a.config))
 		case run == "" || a.run != run:
 			wrong = append(wrong, fmt.Sprintf("%s names %s (run_id %q)", a.sentinel, a.addr, a.run))
 		}
@@ -164,8 +204,13 @@ func InfoRunID(info string) string {
 }
 
 // askMasters asks every known sentinel, concurrently, SENTINEL MASTER of
-// the group, each bounded by sentinelBound(ProbeTimeout), and returns the
-// answers and how many were asked.
+// the group and its last vote (lastVote), each bounded by
+// sentinelBound(ProbeTimeout), and returns the answers and how many
+// sentinels the group has: those asked, or more when one that answered
+// knows more (num-other-sentinels + 1, the count its leaders' majority is
+// taken of): a majority of answers must meet every majority that can
+// elect a leader. A sentinel that does not give both answers has not
+// answered.
 func (n *Node) askMasters(ctx context.Context) ([]masterAnswer, int) {
 	known := n.knownSentinels()
 	ch := make(chan *masterAnswer, len(known))
@@ -189,14 +234,104 @@ func (n *Node) askMasters(ctx context.Context) ([]masterAnswer, int) {
 			for _, f := range flags {
 				under = under || f == "failover_in_progress"
 			}
-			ch <- &masterAnswer{sentinel: a, addr: m["ip"] + ":" + m["port"], run: m["runid"], failover: under}
+			config, err1 := strconv.ParseInt(m["config-epoch"], 10, 64)
+			timeout, err2 := strconv.ParseInt(m["failover-timeout"], 10, 64)
+			others, err3 := strconv.Atoi(m["num-other-sentinels"])
+			vote, err := lastVote(qctx, c, m["ip"], m["port"])
+			if err != nil || err1 != nil || err2 != nil || err3 != nil {
+				ch <- nil // a sentinel whose vote is unknown confirms nothing
+				return
+			}
+			ch <- &masterAnswer{sentinel: a, addr: m["ip"] + ":" + m["port"], run: m["runid"], failover: under,
+				config: config, vote: vote, group: others + 1, failoverTimeout: time.Duration(timeout) * time.Millisecond}
 		}(a)
 	}
 	var out []masterAnswer
+	group := len(known)
 	for range known {
 		if a := <-ch; a != nil {
 			out = append(out, *a)
+			group = max(group, a.group)
 		}
 	}
-	return out, len(known)
+	return out, group
+}
+
+// pendingVotes marks the answers of the round begun at began whose
+// sentinel voted for a leader in an epoch newer than its configuration
+// of the group (vote > config): it elected a failover whose end it has
+// not heard of. Its leader may have promoted a replica already, and says
+// so (failover_in_progress, then the new master) only to those it
+// reaches: a process that does not reach it hears nothing until the
+// leader's announcement gets to the sentinels it does reach. A leader
+// needs the votes of a majority of the sentinels, and a round a majority
+// of answers, so one of those answering voted for it, and names the old
+// master with this vote until the announcement comes. Such a vote counts
+// (pending) until electionBound after a round first saw it: by then the
+// failover it elected was either announced (config-epoch moves up to the
+// vote's) or aborted, and a vote of an election that never ended (no good
+// replica, split votes) stops refusing every write. What the bound gives
+// up: a leader that promoted and is still cut off, past the bound, from
+// every sentinel this process reaches (its announcement never got to
+// them) is the partitioned old master of README "Durability of
+// acknowledged writes", not closed.
+func (r *confirmRound) pendingVotes(began time.Time) {
+	if r.votes == nil {
+		r.votes = map[string]seenVote{}
+	}
+	for i, a := range r.answers {
+		if a.vote <= a.config {
+			delete(r.votes, a.sentinel)
+			continue
+		}
+		seen, ok := r.votes[a.sentinel]
+		if !ok || seen.epoch != a.vote {
+			seen = seenVote{epoch: a.vote, since: began}
+			r.votes[a.sentinel] = seen
+		}
+		r.answers[i].pending = began.Sub(seen.since) < electionBound(a.failoverTimeout)
+	}
+}
+
+// electionBound is how long after its vote an election may still end in
+// a promotion the sentinels adopt, for a group whose failover-timeout is
+// ft: the leader's election (at most 10 s), then up to ft to send
+// REPLICAOF NO ONE and up to ft more to see the replica promoted, or it
+// aborts (Redis sentinel.c, sentinelFailoverStateMachine).
+func electionBound(ft time.Duration) time.Duration { return 10*time.Second + 2*ft }
+
+// lastVote returns the epoch of the last vote the sentinel c gave for a
+// leader of the group whose master it names at host:port (0: none):
+// SENTINEL IS-MASTER-DOWN-BY-ADDR with epoch 0, which never wins a vote,
+// replies the previous one (Redis sentinel.c, sentinelVoteLeader). The
+// sentinel looks the master up by IP: a host name it names the master by
+// (announce-hostnames yes) is resolved first. An error when the sentinel
+// does not say (it finds no master there: -1).
+func lastVote(ctx context.Context, c *redis.SentinelClient, host, port string) (int64, error) {
+	hosts := []string{host}
+	if net.ParseIP(host) == nil {
+		ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+		if err != nil {
+			return 0, err
+		}
+		hosts = hosts[:0]
+		for _, ip := range ips {
+			hosts = append(hosts, ip.IP.String())
+		}
+	}
+	for _, h := range hosts {
+		cmd := redis.NewSliceCmd(ctx, "sentinel", "is-master-down-by-addr", h, port, 0, "shardis-reads-the-last-vote")
+		_ = c.Process(ctx, cmd)
+		v, err := cmd.Result()
+		if err != nil {
+			return 0, err
+		}
+		if len(v) != 3 {
+			return 0, fmt.Errorf("reply %v", v)
+		}
+		if epoch, ok := v[2].(int64); ok && epoch >= 0 {
+			return epoch, nil
+		}
+	}
+	return 0, fmt.Errorf("no vote for a master at %s:%s", host, port)
 }
