@@ -161,6 +161,13 @@ const (
 	// first's applied marker turns the second's in into a no-op before
 	// its done takes the units off its source: lost (fixed in 4dd7130).
 	MutationXferNoSource Mutation = "xfer-no-source"
+	// MutationStuckLostUnfenced: SettleStuckLost's script settles a part
+	// that is no longer set aside, or whose record reads settled (no
+	// 'notstuck' nor 'settled' refusal: stuck_settle_lost.lua), as the
+	// stuck entry a settle left behind let a settled part through before
+	// 252043a: an operator's settle run again after its answer was lost
+	// settles the part a second time, moving its units twice.
+	MutationStuckLostUnfenced Mutation = "stuck-lost-unfenced"
 )
 
 // Mutator is implemented by a [Faults] that re-introduces mutations.

@@ -194,7 +194,7 @@ func (inv *Inventory) SettleStuckLost(ctx context.Context, nodeName, partID stri
 	}
 	pk := partKey(partID)
 	v, err := inv.run(ctx, n, stuckSettleLostScript, []string{keyStuck, pk, counter},
-		partID, string(action), u.Quantity, seconds(inv.cfg.Retention), orderID, token, u.SKU, item, string(kind))
+		partID, string(action), u.Quantity, seconds(inv.cfg.Retention), orderID, token, u.SKU, item, string(kind), inv.stuckLostMutation())
 	if errors.Is(err, ErrInvalid) {
 		return "", fmt.Errorf("quantity %d of %s: %w", u.Quantity, counter, err)
 	}
@@ -226,6 +226,16 @@ func (inv *Inventory) SettleStuckLost(ctx context.Context, nodeName, partID stri
 		"action", string(action), "route", u.Route, "sku", u.SKU, "quantity", u.Quantity, "user", u.User, "counter", counter,
 		"state", res[1])
 	return settleDone, nil
+}
+
+// stuckLostMutation is stuckSettleLostScript's mutation argument:
+// MutationStuckLostUnfenced when the injected faults re-introduce it
+// (test-only, faults.go), else "".
+func (inv *Inventory) stuckLostMutation() string {
+	if inv.mutated(MutationStuckLostUnfenced) {
+		return string(MutationStuckLostUnfenced)
+	}
+	return ""
 }
 
 // partStateWord is a part record's state as a script read it, "gone" for
@@ -300,7 +310,8 @@ func stockPartIDParts(id string) (orderID, token, item string, ok bool) {
 // 5 action ("confirm" or "cancel"; any other is SHARDIS_BADOP before any
 // write), 6 quantity, 7 retention seconds of settled parts, 8 order id, 9
 // token, 10 SKU, 11 item index (all three of the part record written),
-// 12 the part's kind ("s" stock, "q" quota; any other is SHARDIS_BADOP).
+// 12 the part's kind ("s" stock, "q" quota; any other is SHARDIS_BADOP),
+// 13 a mutation (test-only: MutationStuckLostUnfenced; "" otherwise).
 //
 // It returns {"done", state} once settled; {"notstuck", state} when the
 // part is not in the stuck index, {"settled", state} when its record is

@@ -95,12 +95,43 @@ type observed struct {
 	// clockSlack is what the checks that compare times read on two
 	// clocks allow (clock.go): twice the largest skew a node's clock had.
 	clockSlack time.Duration
+	// users are each order's user, by order id, as its first Reserve
+	// actor was given it (the operator's system of record: operator.go)
+	users map[string]string
+	// operator says the schedule drew the operator actor
+	// (Options.Operator): phase 2 starts one too. paidToken, set then,
+	// reads the token of an order's confirmed record when a Confirm
+	// answered confirmed, and paid holds it by order id ("" when it could
+	// not be read); operated are the parts the operator settled ("node
+	// part id"); operators counts the operator actors that ran and
+	// stuckListed the parts their listings showed, healListed those the
+	// heal's operator listed (tendAll).
+	operators, stuckListed, healListed int
+	// evicted are the part records the record-loss actor deleted
+	// (operator.go, evict), tokens replaced by "T", and evictedOrders
+	// their orders (exposed as a data loss's: the checks excuse their
+	// per-order violations, but for the operator's settles)
+	evicted       []string
+	evictedOrders map[string]bool
+	// synced are the rows the system of record holds of the parts the
+	// record-loss actor deleted ("node part id": what each record held,
+	// as pgsync synced it from the redo log before the loss)
+	synced map[string]inventory.StuckUnits
+	// confirmUnknown are the orders a Confirm of which ended with its
+	// outcome unknown (its reply lost, its node unavailable): the
+	// operator's system of record asks the order's record (decisionOf)
+	confirmUnknown map[string]bool
+	operator       bool
+	paidToken      func(ctx context.Context, id string) string
+	paid           map[string]string
+	operated       []string
 }
 
 func newObserved() *observed {
 	return &observed{reserved: map[string][][]inventory.Receipt{}, confirmed: map[string]string{},
 		cancelled: map[string]string{}, cancelFrom: map[string]time.Time{}, dataLoss: map[string]bool{}, plans: map[string][]inventory.Item{}, refused: map[string][]refusal{}, extra: map[string]loadRange{},
-		diffs: map[string][]lossDiff{}, ended: map[string]bool{}}
+		diffs: map[string][]lossDiff{}, ended: map[string]bool{}, users: map[string]string{}, paid: map[string]string{},
+		evictedOrders: map[string]bool{}, confirmUnknown: map[string]bool{}, synced: map[string]inventory.StuckUnits{}}
 }
 
 // end records that actor who returned.
@@ -235,6 +266,7 @@ func (o *observed) reserve(inv *inventory.Inventory, who string, p orderPlan, tr
 		o.mu.Lock()
 		if o.plans[p.ID] == nil {
 			o.plans[p.ID] = p.Items
+			o.users[p.ID] = p.User
 		}
 		o.mu.Unlock()
 		for i := 0; i < tries; i++ {
@@ -280,15 +312,20 @@ func (o *observed) confirm(inv *inventory.Inventory, who, id string, tries int) 
 				o.mu.Lock()
 				o.confirmed[id] = who
 				o.mu.Unlock()
+				o.learnPaid(ctx, id)
 				return
 			case errors.Is(err, inventory.ErrDataLoss):
 				o.mu.Lock()
 				o.dataLoss[id] = true
 				o.mu.Unlock()
+				o.learnPaid(ctx, id)
 				return
 			case errors.Is(err, inventory.ErrInProgress), errors.Is(err, inventory.ErrNotFound):
 				continue
 			}
+			o.mu.Lock()
+			o.confirmUnknown[id] = true
+			o.mu.Unlock()
 			return
 		}
 	}

@@ -18,7 +18,9 @@ import (
 // at an offset, an entry naming no part, a part missing from the log or
 // in it twice is a take or settle that wrote the one without the other:
 // the system of record, built from the log, would miss the part or land
-// it twice. A violation about a part is excused for an order a node's
+// it twice. A settled stock part whose record names no place (rewritten
+// by SettleStuckLost: placelessSettled) is held to one entry naming it,
+// wherever. A violation about a part is excused for an order a node's
 // data loss exposed. Queues are looked at in key order, so a schedule's
 // violations read the same on every run.
 func checkRedo(v *violations, ns *nodeState) {
@@ -56,6 +58,14 @@ func checkRedo(v *violations, ns *nodeState) {
 	for _, id := range slices.Sorted(maps.Keys(ns.parts)) {
 		p := ns.parts[id]
 		if p.Kind != inventory.PartStock || p.Tombstone {
+			continue
+		}
+		if ns.placeless[id] {
+			// settled by SettleStuckLost: its record names no place, and
+			// the log must name it once, wherever
+			if got := where[id]; len(got) != 1 {
+				v.order(p.Order, "redo-log", "node %s: %s part %s (its record rewritten by SettleStuckLost, naming no place) is in the log at %v, want one entry", ns.name, p.State, id, got)
+			}
 			continue
 		}
 		at := fmt.Sprintf("%s@%d", p.Redo, p.Offset)

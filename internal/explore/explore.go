@@ -9,8 +9,10 @@
 // in the server; with Options.Rejoin, adding it back to the route it
 // left: rejoin.go), a node restart from
 // its AOF, a node going back to an older copy of its data and accepted
-// (loss.go), and, once the deadlines passed, the reconciler on both
-// instances) run against one World (world.go). Every script call of every
+// (loss.go), with Options.Operator an operator settling or retrying the
+// parts set aside and a record-loss actor deleting pending part records
+// (operator.go, evict.go), and, once the deadlines passed, the reconciler
+// on both instances) run against one World (world.go). Every script call of every
 // actor passes through the schedule's Scheduler (sched.go, the
 // inventory.Faults of both instances and of the topology apply), which
 // picks, from the seed, which waiting call runs next and whether it is
@@ -90,6 +92,9 @@ type Summary struct {
 	Stale, StaleFound, StaleCleared                     int
 	// Frozen sums Result.Frozen.
 	Frozen int
+	// Operators, StuckListed, Operated, HealListed and Evicted sum the
+	// schedules' (Result's).
+	Operators, StuckListed, Operated, HealListed, Evicted int
 	// WorldErr are the errors that stopped a world (its schedules not run).
 	WorldErr []error
 	// Interrupted counts the schedules that Explore's context cut short
@@ -194,6 +199,14 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 				sum.Reinstalled += res.Reinstalled
 				sum.TakenBack += res.TakenBack
 				sum.Frozen += res.Frozen
+				sum.Operators += res.Operators
+				sum.StuckListed += res.StuckListed
+				sum.Operated += res.Operated
+				sum.HealListed += res.HealListed
+				sum.Evicted += res.Evicted
+				if res.StuckListed+res.HealListed > 0 && cfg.Progress != nil {
+					fmt.Fprintf(cfg.Progress, "seed %d: the operator listed %d stuck part(s) while the actors ran, %d at the heal, and %d of its settles answered\n", seed, res.StuckListed, res.HealListed, res.Operated)
+				}
 				sum.Rejoins += res.Rejoins
 				sum.RejoinStable += res.RejoinStable
 				sum.RejoinRefused += res.RejoinRefused
@@ -217,7 +230,7 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 					fmt.Fprintf(cfg.Progress, "seed %d: %d order record copies marked moved left without a TTL\n", seed, res.Frozen)
 				}
 				if res.Excused > 0 && cfg.Progress != nil {
-					fmt.Fprintf(cfg.Progress, "seed %d: %d violation(s) excused, about the orders and counters exposed when %v lost acknowledged writes\n", seed, res.Excused, res.Lost)
+					fmt.Fprintf(cfg.Progress, "seed %d: %d violation(s) excused, about the orders and counters exposed when %v lost acknowledged writes (and %d part record(s) deleted by the record-loss actor)\n", seed, res.Excused, res.Lost, res.Evicted)
 				}
 				sum.Last = res
 				if len(res.Violations) > 0 {

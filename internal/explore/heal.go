@@ -47,7 +47,7 @@ func (w *World) heal(ctx context.Context, o *observed, healer *inventory.Invento
 		// finish an interrupted bump: the instance of T1 acts only once
 		// every node is at the newest token
 		_ = w.healApply(ctx, o, at, 50*time.Millisecond)
-		d, err := w.settleT1(ctx)
+		d, err := w.settleT1(ctx, o)
 		if err != nil {
 			return 0, "", err
 		}
@@ -66,7 +66,7 @@ func (w *World) heal(ctx context.Context, o *observed, healer *inventory.Invento
 	}
 	if at == "T1" || !stable {
 		if at == "T0" {
-			waited += w.settleAll(ctx, healer)
+			waited += w.settleAll(ctx, o, healer)
 		}
 		if err := w.healApply(ctx, o, to, 3*time.Second); err != nil {
 			topoProblem = err.Error()
@@ -75,11 +75,11 @@ func (w *World) heal(ctx context.Context, o *observed, healer *inventory.Invento
 	if err := w.waitUsable(ctx); err != nil {
 		return waited, topoProblem, err
 	}
-	return waited + w.settleAll(ctx, healer), topoProblem, nil
+	return waited + w.settleAll(ctx, o, healer), topoProblem, nil
 }
 
 // settleT1 runs settleAll with an instance of T1, unfaulted.
-func (w *World) settleT1(ctx context.Context) (time.Duration, error) {
+func (w *World) settleT1(ctx context.Context, o *observed) (time.Duration, error) {
 	r, err := router.New(ctx, w.cfg1, router.Options{KeepData: w.cfg1.KeepData(), Logger: discard})
 	if err != nil {
 		return 0, fmt.Errorf("explore: T1 router: %w", err)
@@ -90,7 +90,7 @@ func (w *World) settleT1(ctx context.Context) (time.Duration, error) {
 		return 0, nil // as before: the apply then reports what holds it
 	}
 	defer inv1.Close()
-	return w.settleAll(ctx, inv1), nil
+	return w.settleAll(ctx, o, inv1), nil
 }
 
 // settleAll runs inv's reconciler until no part is pending on the nodes
@@ -101,12 +101,24 @@ func (w *World) settleT1(ctx context.Context) (time.Duration, error) {
 // the same attempt, runs to a later deadline of its own, as when the
 // order's stage landed long after its parts' takes), and the wait follows
 // it. It stops after healCap in all whatever the deadlines say (a
-// reconciler that keeps putting a part off is left to the checks). It
-// returns the time it waited.
-func (w *World) settleAll(ctx context.Context, inv *inventory.Inventory) (waited time.Duration) {
+// reconciler that keeps putting a part off is left to the checks). In
+// a schedule with the operator actor (o.operator; o may be nil) each
+// pass first runs the operator's procedure on the parts set aside
+// (tendAll): an operator settles what no retry settles (a part whose
+// record is gone). It returns the time it waited.
+func (w *World) settleAll(ctx context.Context, o *observed, inv *inventory.Inventory) (waited time.Duration) {
 	r := rollback.New(inv, nil, rollback.Settings{Logger: discard})
 	start := time.Now()
+	operator := false
+	if o != nil {
+		o.mu.Lock()
+		operator = o.operator
+		o.mu.Unlock()
+	}
 	for {
+		if operator {
+			w.tendAll(ctx, o, inv)
+		}
 		w.retryStuck(ctx, inv)
 		r.RunOnce(ctx)
 		earliest, latest, n, err := w.pendingSpan(ctx)

@@ -54,7 +54,7 @@ func TestSettleAllFollowsPutOffParts(t *testing.T) {
 	if moved == 0 {
 		t.Fatal("the reserved order has no part in any pending index")
 	}
-	waited := w.settleAll(ctx, inv)
+	waited := w.settleAll(ctx, nil, inv)
 	if _, _, n, err := w.pendingSpan(ctx); err != nil || n != 0 {
 		t.Fatalf("after settleAll (waited %s) %d parts are pending (%v), want none", waited, n, err)
 	}

@@ -128,6 +128,21 @@ type Options struct {
 	// otherwise).
 	// default: 0 (off)
 	OOM float64
+	// Operator is the chance that a schedule has the operator actor
+	// (operator.go): in each phase, at 1 to 3 rounds after drawn picks
+	// of other calls, it lists the parts set aside on n1..n3 and follows
+	// the documented procedure for each (SettleStuckLost with the values
+	// of the schedule's plans for a part whose record is gone,
+	// SettleStuck by its order's decision, RetryStuck when that is
+	// refused), through an instance of the schedule, its calls scheduled
+	// and faulted like any actor's; the heal then runs the same procedure
+	// before each of its retries (heal.go). In half of those schedules the
+	// record-loss actor deletes one or two pending part records of a node
+	// (operator.go, evict), which only the operator settles. Drawn only
+	// when above 0 (its seeds run as they did before it was added
+	// otherwise).
+	// default: 0 (off)
+	Operator float64
 }
 
 func (o Options) probs() (Probs, error) {
@@ -200,6 +215,16 @@ type Result struct {
 	// refusal tells the operator to, before applying again (heal.go).
 	Rejoins, RejoinStable, RejoinRefused, RejoinInvalid int
 	Stale, StaleFound, StaleCleared                     int
+	// Operators counts the schedule's operator actors that ran
+	// (Options.Operator), StuckListed the set-aside parts their listings
+	// showed (a part once per listing), Operated the settles of theirs
+	// that answered (SettleStuck, SettleStuckLost): how often a run had
+	// the operator meet a stuck part.
+	// HealListed counts the parts the heal's operator listed (once per
+	// pass: heal.go, settleAll).
+	// Evicted counts the pending part records the record-loss actor
+	// deleted (operator.go).
+	Operators, StuckListed, Operated, HealListed, Evicted int
 	// Frozen counts the order records marked moved left without a TTL on
 	// the nodes at the schedule's end (inventory/migrate.go, expireMoved):
 	// not a violation (nothing is lost), a key kept for good.

@@ -203,7 +203,7 @@ func (w *World) healApply(ctx context.Context, o *observed, to string, wait time
 		if i == 3 || !errors.As(err, &stale) {
 			return err
 		}
-		if _, serr := w.settleT1(ctx); serr != nil {
+		if _, serr := w.settleT1(ctx, nil); serr != nil {
 			return err
 		}
 		if cerr := w.clearStale(ctx, o, to, stale); cerr != nil {

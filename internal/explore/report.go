@@ -63,6 +63,9 @@ func ReplayCommand(seed int64, opts Options) string {
 	if opts.OOM > 0 {
 		cmd += fmt.Sprintf(" OOM=%g", opts.OOM)
 	}
+	if opts.Operator > 0 {
+		cmd += fmt.Sprintf(" OPERATOR=%g", opts.Operator)
+	}
 	if opts.Clock > 0 {
 		cmd += fmt.Sprintf(" CLOCK=%g", opts.Clock)
 		if opts.ClockStep > 0 && opts.ClockStep != defaultClockStep {
@@ -80,7 +83,7 @@ func ParseMutations(s string) ([]inventory.Mutation, error) {
 	known := []inventory.Mutation{inventory.MutationStageTakeover, inventory.MutationApplyLeavesStaging,
 		inventory.MutationXferNegativeZero, inventory.MutationLimitWithdraw, inventory.MutationFenceSkip, inventory.MutationInlineUnwritten, inventory.MutationInstallInline,
 		inventory.MutationRetireSkip, inventory.MutationReinstallSkip, inventory.MutationLimitUnfenced,
-		inventory.MutationStockLeftOnly, inventory.MutationXferNoSource}
+		inventory.MutationStockLeftOnly, inventory.MutationXferNoSource, inventory.MutationStuckLostUnfenced}
 	var out []inventory.Mutation
 	for _, f := range strings.Split(s, ",") {
 		m := inventory.Mutation(strings.TrimSpace(f))
@@ -136,6 +139,10 @@ func WriteSummary(out io.Writer, s Summary) {
 	if s.Rejoins > 0 || s.Stale > 0 {
 		fmt.Fprintf(out, "explore: %d rejoin apply(s) ran, %d stable, %d refused for stale counters, %d refused otherwise; %d apply(s) in all refused for stale counters, naming %d counter(s); the heal deleted %d of them and applied again\n",
 			s.Rejoins, s.RejoinStable, s.RejoinRefused, s.RejoinInvalid, s.Stale, s.StaleFound, s.StaleCleared)
+	}
+	if s.Operators > 0 {
+		fmt.Fprintf(out, "explore: %d operator actor(s) ran; their listings showed %d stuck part(s) while the actors ran and %d at the heal, and %d of the operator's settles answered; %d pending part record(s) deleted\n",
+			s.Operators, s.StuckListed, s.HealListed, s.Operated, s.Evicted)
 	}
 	for _, err := range s.WorldErr {
 		fmt.Fprintf(out, "explore: world error: %v\n", err)

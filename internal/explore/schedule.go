@@ -113,6 +113,9 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	obs.mu.Lock()
 	res.Violations = append(res.Violations, obs.problems...)
 	view := w.exposure(obs, slices.Concat(orders, obs.atT1))
+	for id := range obs.evictedOrders { // a record-loss actor's: operator.go
+		view.exposed[id] = true
+	}
 	lostRoutes, split := w.ranView(obs)
 	view.lostRoutes = lostRoutes
 	lost := slices.Clone(obs.losses)
@@ -123,6 +126,7 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	res.Applies, res.Retired, res.Reinstalled, res.TakenBack = obs.applies, obs.retired, obs.reinstalled, obs.takenBack
 	res.Rejoins, res.RejoinStable, res.RejoinRefused, res.RejoinInvalid = obs.rejoin.ran, obs.rejoin.stable, obs.rejoin.refused, obs.rejoin.invalid
 	res.Stale, res.StaleFound, res.StaleCleared = obs.stale, obs.staleFound, obs.staleCleared
+	res.Operators, res.StuckListed, res.Operated, res.HealListed, res.Evicted = obs.operators, obs.stuckListed, len(obs.operated), obs.healListed, len(obs.evicted)
 	for _, ns := range st.nodes {
 		res.Frozen += ns.frozen
 	}
@@ -271,6 +275,7 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		name := nodesT0[s.Intn(len(nodesT0))]
 		s.Go(ctx, "restart", w.restart(obs, s, "restart", name))
 	}
+	var losses []string // the data-loss actors started (the operator may wait for them)
 	if opts.Loss > 0 && s.Chance(opts.Loss) {
 		plan := lossPlan{node: nodesT0[s.Intn(len(nodesT0))], before: s.Intn(6), held: 1 + s.Intn(30), out: s.Intn(8)}
 		if moved.decide != decideNone && s.Chance(0.5) { // drawn only then: other seeds run as before
@@ -284,12 +289,24 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		}
 		s.Go(ctx, "loss", w.loss(obs, s, "loss", plan))
 		twinned = true
+		losses = append(losses, "loss")
 		if opts.Loss2 > 0 && s.Chance(opts.Loss2) {
 			w.secondLoss(ctx, obs, s, plan.node)
+			losses = append(losses, "loss2")
 		}
 	}
 	if twinned && opts.Twin > 0 && s.Chance(opts.Twin) {
 		s.Go(ctx, "twin", w.twin(obs, s, "twin", s.Intn(40)))
+	}
+	if opts.Operator > 0 && s.Chance(opts.Operator) {
+		obs.mu.Lock()
+		obs.operator, obs.paidToken = true, w.paidToken
+		obs.mu.Unlock()
+		plan := drawOperator(s, len(insts), losses)
+		s.Go(ctx, "operator", w.operator(obs, s, "operator", insts[plan.inst], plan))
+		if s.Chance(0.5) {
+			s.Go(ctx, "evict", w.evict(obs, s, "evict", drawEvict(s)))
+		}
 	}
 	s.Run()
 	return orders
@@ -387,6 +404,13 @@ func (w *World) phase2(ctx context.Context, s *Scheduler, obs *observed, insts [
 		o1 := orderPlan{ID: "o1", User: "u", Items: []inventory.Item{
 			{Route: "a", SKU: "s", Quantity: 1}, {Route: "b", SKU: "s", Quantity: 2}, {Route: "c", SKU: "s", Quantity: 3}}}
 		s.Go(ctx, "late-retry-o1", obs.reserve(insts[s.Intn(len(insts))], "late-retry-o1", o1, 2))
+	}
+	obs.mu.Lock()
+	operator := obs.operator
+	obs.mu.Unlock()
+	if operator { // drawn only then: other seeds run as before
+		plan := drawOperator(s, len(insts), nil)
+		s.Go(ctx, "operator2", w.operator(obs, s, "operator2", insts[plan.inst], plan))
 	}
 	s.Run()
 	return waited

@@ -20,15 +20,20 @@ if bad then
   if string.sub(bad, 1, 8) == 'SHARDIS_' then return redis.error_reply(bad) end
   return redis.error_reply('SHARDIS_CORRUPT part record ' .. KEYS[3] .. ': ' .. bad)
 end
-if not since then return {'notstuck', (p or {}).state or ''} end
+-- ARGV[13] 'stuck-lost-unfenced' (test-only, faults.go:
+-- MutationStuckLostUnfenced) drops the fence below: a settled part is
+-- settled again
+local unfenced = ARGV[13] == 'stuck-lost-unfenced'
+if not since and not unfenced then return {'notstuck', (p or {}).state or ''} end
 -- a tombstone of a part set aside stands for its lost record
 -- (pend_lost): a cancel that did not know the part's place wrote it
 if p and p.tombstone ~= '1' then
   -- settled: an entry a settle left behind (part_settle takes the part
   -- out of the stuck index; a release before did only for a record
   -- holding stuck_since), never settled again
-  if p.state == 'confirmed' or p.state == 'cancelled' then return {'settled', p.state} end
-  return {'exists', p.state or ''}
+  local settled = p.state == 'confirmed' or p.state == 'cancelled'
+  if settled and not unfenced then return {'settled', p.state} end
+  if not settled then return {'exists', p.state or ''} end
 end
 local confirm = action == 'confirm'
 if kind == 's' then
