@@ -104,8 +104,9 @@ func (w *World) settleT1(ctx context.Context, o *observed) (time.Duration, error
 // reconciler that keeps putting a part off is left to the checks). In
 // a schedule with the operator actor (o.operator; o may be nil) each
 // pass first runs the operator's procedure on the parts set aside
-// (tendAll): an operator settles what no retry settles (a part whose
-// record is gone). It returns the time it waited.
+// (tendAll), and so does one more after the last: an operator settles
+// what no retry settles (a part whose record is gone, which the last
+// pass may have set aside). It returns the time it waited.
 func (w *World) settleAll(ctx context.Context, o *observed, inv *inventory.Inventory) (waited time.Duration) {
 	r := rollback.New(inv, nil, rollback.Settings{Logger: discard})
 	start := time.Now()
@@ -115,16 +116,27 @@ func (w *World) settleAll(ctx context.Context, o *observed, inv *inventory.Inven
 		operator = o.operator
 		o.mu.Unlock()
 	}
+	last := false // the operator's pass after the last reconciler pass ran
 	for {
 		if operator {
 			w.tendAll(ctx, o, inv)
+		}
+		if last {
+			return waited
 		}
 		w.retryStuck(ctx, inv)
 		r.RunOnce(ctx)
 		earliest, latest, n, err := w.pendingSpan(ctx)
 		now := time.Now()
 		if err != nil || n == 0 || now.After(latest.Add(healBound)) || now.Sub(start) > healCap {
-			return waited
+			// the operator looks once more: the last pass may have set
+			// a part aside (a part whose record is gone) that no retry
+			// settles
+			if !operator {
+				return waited
+			}
+			last = true
+			continue
 		}
 		d := max(earliest.Sub(now)+10*time.Millisecond, 10*time.Millisecond)
 		time.Sleep(d)
