@@ -102,8 +102,9 @@ type observed struct {
 	// (Options.Operator): phase 2 starts one too. paidToken, set then,
 	// reads the token of an order's confirmed record when a Confirm
 	// answered confirmed, and paid holds it by order id ("" when it could
-	// not be read); operated are the parts the operator settled ("node
-	// part id"); operators counts the operator actors that ran and
+	// not be read); operated are the parts the operator settled, or may
+	// have (its answer lost), as "node part id"; operators counts the
+	// operator actors that ran and
 	// stuckListed the parts their listings showed, healListed those the
 	// heal's operator listed (tendAll).
 	operators, stuckListed, healListed int

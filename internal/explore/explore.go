@@ -205,7 +205,7 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 				sum.HealListed += res.HealListed
 				sum.Evicted += res.Evicted
 				if res.StuckListed+res.HealListed > 0 && cfg.Progress != nil {
-					fmt.Fprintf(cfg.Progress, "seed %d: the operator listed %d stuck part(s) while the actors ran, %d at the heal, and %d of its settles answered\n", seed, res.StuckListed, res.HealListed, res.Operated)
+					fmt.Fprintf(cfg.Progress, "seed %d: the operator listed %d stuck part(s) while the actors ran, %d at the heal, and %d of its settles answered or may have landed\n", seed, res.StuckListed, res.HealListed, res.Operated)
 				}
 				sum.Rejoins += res.Rejoins
 				sum.RejoinStable += res.RejoinStable

@@ -227,10 +227,11 @@ func lostRecord(p inventory.StuckPart) bool {
 }
 
 // noteOperator notes an operator's settle of p and counts it
-// (observed.operated) when it answered.
+// (observed.operated) when it answered, or its outcome is unknown (it
+// may have landed).
 func (o *observed) noteOperator(who, what string, p inventory.StuckPart, err error) {
 	o.note(who, what, err)
-	if err == nil {
+	if err == nil || outcomeUnknown(err) {
 		o.mu.Lock()
 		o.operated = append(o.operated, p.Node+" "+p.PartID)
 		o.mu.Unlock()
@@ -271,8 +272,9 @@ func (o *observed) decisionOf(ctx context.Context, order, partID string) (action
 	return inventory.Cancel, ""
 }
 
-// settledByOperator reports whether the operator's settle of part id on
-// node answered (its state is the operator's decision: never excused).
+// settledByOperator reports whether an operator's settle of part id on
+// node answered or may have landed (its state is then the operator's
+// decision: never excused).
 func (o *observed) settledByOperator(node, id string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()

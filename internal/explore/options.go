@@ -218,7 +218,8 @@ type Result struct {
 	// Operators counts the schedule's operator actors that ran
 	// (Options.Operator), StuckListed the set-aside parts their listings
 	// showed (a part once per listing), Operated the settles of theirs
-	// that answered (SettleStuck, SettleStuckLost): how often a run had
+	// that answered or whose outcome is unknown (SettleStuck,
+	// SettleStuckLost), the heal's included: how often a run had
 	// the operator meet a stuck part.
 	// HealListed counts the parts the heal's operator listed (once per
 	// pass: heal.go, settleAll).

@@ -141,7 +141,7 @@ func WriteSummary(out io.Writer, s Summary) {
 			s.Rejoins, s.RejoinStable, s.RejoinRefused, s.RejoinInvalid, s.Stale, s.StaleFound, s.StaleCleared)
 	}
 	if s.Operators > 0 {
-		fmt.Fprintf(out, "explore: %d operator actor(s) ran; their listings showed %d stuck part(s) while the actors ran and %d at the heal, and %d of the operator's settles answered; %d pending part record(s) deleted\n",
+		fmt.Fprintf(out, "explore: %d operator actor(s) ran; their listings showed %d stuck part(s) while the actors ran and %d at the heal, and %d of the operator's settles answered or may have landed; %d pending part record(s) deleted\n",
 			s.Operators, s.StuckListed, s.HealListed, s.Operated, s.Evicted)
 	}
 	for _, err := range s.WorldErr {
