@@ -320,8 +320,11 @@ type PartRecord struct {
 // known state; an order whose id starts the part id; a token (or, for a
 // tombstone, one in the part id); integer qty ≥ 0, item, offset and
 // times; and, unless a tombstone, a known kind and a counter of that
-// kind's key family — a stock part also a redo-log key and an offset ≥ 1.
-// The error names the part key and the field.
+// kind's key family — a stock part also a redo-log key and an offset ≥ 1,
+// but for a settled one that names neither (the record
+// [Inventory.SettleStuckLost] writes for a part whose record was lost:
+// its place is unknown; Redo "" and Offset 0). The error names the part
+// key and the field.
 func DecodePart(id string, fields map[string]string) (PartRecord, error) {
 	p, err := decodePart(id, fields)
 	if err != nil {
@@ -392,6 +395,9 @@ func (p *PartRecord) checkKind() error {
 	case PartStock:
 		if _, _, err := ParseStockKey(p.Counter); err != nil {
 			return fmt.Errorf("counter: %w", err)
+		}
+		if p.Redo == "" && p.Offset == 0 && p.State != PartPending {
+			return nil // settled by SettleStuckLost: its lost record's place is unknown
 		}
 		if k, _ := ParseKey(p.Redo); k != KeyRedoLog {
 			return fmt.Errorf("%w: redo %q is not a redo-log key", ErrCorrupt, p.Redo)

@@ -181,6 +181,19 @@ func TestDecodePart(t *testing.T) {
 	if err != nil || q.Kind != PartQuota || q.State != PartConfirmed || q.Item != -1 || !q.SettledAt.Equal(time.UnixMilli(5)) {
 		t.Errorf("quota part: %+v, %v", q, err)
 	}
+	// A settled stock part with no place: SettleStuckLost's record of a
+	// part whose record was lost; a pending one needs its place.
+	placeless := stockPartFields()
+	placeless["state"], placeless["settled_at"] = "cancelled", "7"
+	delete(placeless, "redo")
+	delete(placeless, "offset")
+	if pl, err := DecodePart(id, placeless); err != nil || pl.Redo != "" || pl.Offset != 0 || pl.State != PartCancelled {
+		t.Errorf("settled stock part without a place: %+v, %v", pl, err)
+	}
+	placeless["state"] = "pending"
+	if _, err := DecodePart(id, placeless); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "redo") {
+		t.Errorf("pending stock part without a place: %v; want ErrCorrupt naming redo", err)
+	}
 	// A tombstone (scripts.go settle): its token comes from the id.
 	tomb, err := DecodePart(id, map[string]string{"state": "cancelled", "qty": "0", "order": "o|1", "tombstone": "1", "at": "9"})
 	if err != nil || !tomb.Tombstone || tomb.Token != "ab12" || tomb.Order != "o|1" || tomb.Kind != "" {

@@ -19,7 +19,7 @@ import (
 // in it twice is a take or settle that wrote the one without the other:
 // the system of record, built from the log, would miss the part or land
 // it twice. A settled stock part whose record names no place (rewritten
-// by SettleStuckLost: placelessSettled) is held to one entry naming it,
+// by SettleStuckLost, which DecodePart reads with no place) is held to one entry naming it,
 // wherever. A violation about a part is excused for an order a node's
 // data loss exposed. Queues are looked at in key order, so a schedule's
 // violations read the same on every run.

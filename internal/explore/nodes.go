@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"strings"
 
@@ -38,7 +37,7 @@ type nodeState struct {
 	bad    []string
 	frozen int // order records marked moved that have no TTL (Result.Frozen)
 	// placeless are the settled stock parts whose record names no redo
-	// place: written by SettleStuckLost (placelessSettled)
+	// place: written by SettleStuckLost (inventory.DecodePart reads them)
 	placeless map[string]bool
 	// movedLive: of orders marked moved here, those live on another node
 	// when this state was read before a roll back (liveElsewhere); nil
@@ -132,11 +131,8 @@ func readNode(ctx context.Context, c *redis.Client, name string) (*nodeState, er
 			}
 			if kind == inventory.KeyPart {
 				p, err := inventory.DecodePart(rest, f)
-				if err != nil && placelessSettled(f) {
-					p, err = decodePlaceless(rest, f)
-					if err == nil {
-						ns.placeless[rest] = true
-					}
+				if err == nil && p.Kind == inventory.PartStock && p.Redo == "" {
+					ns.placeless[rest] = true // settled by SettleStuckLost
 				}
 				if err != nil {
 					ns.bad = append(ns.bad, err.Error())
@@ -190,26 +186,4 @@ func atoi(s string) int64 {
 		return -1 << 62
 	}
 	return n
-}
-
-// placelessSettled reports whether f is a settled stock part's record
-// that names no redo place (no redo key, no offset): the record
-// SettleStuckLost writes for a part whose record was gone (its doc: state,
-// quantity, counter, SKU, order, token and item), which DecodePart, asking
-// every stock part for a redo-log key and an offset, rejects.
-func placelessSettled(f map[string]string) bool {
-	return f["kind"] == string(inventory.PartStock) && f["tombstone"] != "1" && f["redo"] == "" &&
-		(f["offset"] == "" || f["offset"] == "0") &&
-		(f["state"] == string(inventory.PartConfirmed) || f["state"] == string(inventory.PartCancelled))
-}
-
-// decodePlaceless decodes a placelessSettled record: as DecodePart with
-// a stand-in place, given back empty (checkRedo then asks only that one
-// entry of the log names the part).
-func decodePlaceless(id string, f map[string]string) (inventory.PartRecord, error) {
-	g := maps.Clone(f)
-	g["redo"], g["offset"] = "inv:redo:0", "1"
-	p, err := inventory.DecodePart(id, g)
-	p.Redo, p.Offset = "", 0
-	return p, err
 }
