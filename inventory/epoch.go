@@ -61,6 +61,9 @@ import (
 // overwrites a live record, so every mover installs the same frozen data
 // and the first one wins. A record that did not exist on A when B was
 // checked cannot appear on A later (no one may create it there at E+1).
+// A copy marked at E+1 is moved again by each mover (its install may not
+// have landed), but an undecided one not once B's record may have lived
+// out its retention: order_move_out.lua.
 // A moved mark left from an older epoch is dead: install overwrites it and
 // the order script deletes it and reads no record, every op exactly as
 // where the key never was. Such a copy sits on the order's home when an

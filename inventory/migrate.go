@@ -15,7 +15,13 @@ import (
 // that make each step safe are in epoch.go.
 
 // orderMoveOutScript marks an order record moved (data kept, frozen) and
-// returns it. KEYS: 2 order key. ARGV: 4 the epoch token of the move.
+// returns it. KEYS: 2 order key. ARGV: 4 the epoch token of the move; 5
+// (moveOrder's only) the retention in whole seconds: a copy marked at
+// ARGV 4 before, undecided, is moved no more (answered "none", given the
+// retention if it has no TTL) once its live record may have lived out
+// its retention at the new home (from the order's due, two part graces
+// of clock skew told apart): installed there again it would bring the
+// order back undecided (TestMovedCopyOutlivingItsRecordIsNotReinstalled).
 // KEYS: 3 (a retirement's only, apply_retire.go) the memory of a put back
 // of the change (putBackKey). Returns {"kept"} (KEYS[3] exists: nothing
 // written), {"none"} (no live record, or only a dead mark of an older
@@ -72,7 +78,7 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 		return false, fmt.Errorf("%w: order %q: its record is being moved from node %s, which is unavailable: %s",
 			ErrUnavailable, orderID, from, inv.unusableReason(src))
 	}
-	out, err := inv.run(ctx, src, orderMoveOutScript, []string{orderKey(orderID)}, v.token)
+	out, err := inv.run(ctx, src, orderMoveOutScript, []string{orderKey(orderID)}, v.token, seconds(inv.cfg.Retention))
 	if err != nil {
 		return false, err
 	}
@@ -108,7 +114,15 @@ func (inv *Inventory) moveOrder(ctx context.Context, v *view, orderID, from stri
 // without a TTL, the records' retention (orderMovedExpireScript), at n's
 // token tok. A failure is logged, not returned: the move or retirement
 // is done, and nothing is lost (Retire gives the copy its TTL on the
-// next apply: expireFrozen).
+// next apply: expireFrozen). A copy left so, or given its TTL only by a
+// later move after the order came due, may outlive the order's live
+// record at its new home while the apply still migrates: a move then
+// would install it again, undecided (the order confirmed there, its
+// record lived out its retention, back reserved with no TTL: the expiry
+// cancelled its part whose settle never landed), so the move out moves
+// such a copy no more once that record may have lived out its retention
+// (order_move_out.lua, ARGV 5;
+// TestMovedCopyOutlivingItsRecordIsNotReinstalled).
 //
 // When: once the order's record is live at its new home (its install
 // answered "installed" or "exists"), never before, so the copy outlives

@@ -7,6 +7,33 @@ if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then return {'kept'} end
 local t = order_get(key)
 if not t then return {'none'} end
 if t.moved and t.moved ~= ARGV[4] then return {'none'} end
+-- moved before at this mark (a rerun's sweep, a touch: its install may
+-- have landed) and undecided then: the order's live record that install
+-- wrote lives at least the retention (ARGV[5] s, moveOrder's) from the
+-- order's due (order.lua, final: the deadline plus PART_GRACE, moved on
+-- by the commit's lag) by its new home's clock, SKEW (two PART_GRACEs:
+-- node clocks each within a second of true time) told apart from this
+-- one's. Past that, it may have lived out its retention there, so this
+-- copy, as it was before any decision, is moved no more: installed where
+-- the live record expired it would bring the order back undecided and
+-- without a TTL, and the expiry would then cancel a part of a confirmed
+-- order (TestMovedCopyOutlivingItsRecordIsNotReinstalled). Where no
+-- install landed, the order is as one whose record lived out its
+-- retention (stuck.go: its parts go to an operator). The copy gets the
+-- retention if it has no TTL (expireMoved does not follow 'none').
+if t.moved and ARGV[5] and t.status ~= 'confirmed' and t.status ~= 'cancelled' and t.status ~= 'failed' then
+  local deadline = tonumber(t.deadline) or 0
+  if deadline > 0 then
+    local due = deadline + PART_GRACE
+    local ra, cr = tonumber(t.reserved_at), tonumber(t.created)
+    if ra and cr and ra > cr then due = due + (ra - cr) end
+    local retention = tonumber(ARGV[5]) * 1000
+    if now + 2 * PART_GRACE >= due + retention then
+      if redis.call('PTTL', key) == -1 then redis.call('PEXPIRE', key, I(retention)) end
+      return {'none'}
+    end
+  end
+end
 -- its inline parts get their records first: they stay here (inline.go)
 inline_write(key, t)
 -- marked (again, the same mark: a record marked before is written back
