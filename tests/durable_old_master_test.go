@@ -11,8 +11,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shardis/shardis/config"
 	"github.com/shardis/shardis/internal/redistest"
 	"github.com/shardis/shardis/inventory"
+	"github.com/shardis/shardis/node"
 )
 
 // With durability replica and two replicas per group (README: so one
@@ -74,21 +76,7 @@ func TestAcknowledgedWriteOnADemotedMasterIsNotDurable(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	r, _ := startRouter(t, &cfg)
-	logger := slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	inv, err := inventory.New(r, inventory.Options{Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(inv.Close)
-	n1, _ := r.Node("n1")
-	waitFor(t, 10*time.Second, "n1 usable", func() bool { return n1.Usable() })
-	if _, err := inv.LoadStock(ctx, "r", "tee", 10, 0); err != nil {
-		t.Fatalf("LoadStock: %v", err)
-	}
-	if _, err := inv.Reserve(ctx, "a", []inventory.Item{{Route: "r", SKU: "tee", Quantity: 1}}, "", 0); err != nil {
-		t.Fatalf("Reserve a: %v", err)
-	}
+	inv, n1 := durableOrderA(ctx, t, &cfg)
 
 	// r2 refuses to be reconfigured (the leader cannot reach it), so it
 	// stays the old master's replica whatever the leader does next
@@ -154,4 +142,28 @@ func TestAcknowledgedWriteOnADemotedMasterIsNotDurable(t *testing.T) {
 		t.Errorf("Reserve x was acknowledged (WAIT answered by r2, the old master's replica) but the group's new "+
 			"master does not hold it: stock %v, acknowledged %v", now, acked)
 	}
+}
+
+// durableOrderA starts a router and an inventory over cfg (warnings
+// logged to t), waits until n1 is usable, loads 10 units of r/tee and
+// reserves order a (1 unit): the start of the old-master durability
+// tests. It returns the inventory and node n1.
+func durableOrderA(ctx context.Context, t *testing.T, cfg *config.Config) (*inventory.Inventory, *node.Node) {
+	t.Helper()
+	r, _ := startRouter(t, cfg)
+	logger := slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	inv, err := inventory.New(r, inventory.Options{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inv.Close)
+	n1, _ := r.Node("n1")
+	waitFor(t, 10*time.Second, "n1 usable", func() bool { return n1.Usable() })
+	if _, err := inv.LoadStock(ctx, "r", "tee", 10, 0); err != nil {
+		t.Fatalf("LoadStock: %v", err)
+	}
+	if _, err := inv.Reserve(ctx, "a", []inventory.Item{{Route: "r", SKU: "tee", Quantity: 1}}, "", 0); err != nil {
+		t.Fatalf("Reserve a: %v", err)
+	}
+	return inv, n1
 }

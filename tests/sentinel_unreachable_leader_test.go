@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"maps"
 	"strings"
 	"testing"
@@ -146,21 +145,7 @@ func TestFailoverLedByAnUnreachableSentinelDoesNotAcknowledgeOnTheOldMaster(t *t
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	r, _ := startRouter(t, &cfg)
-	logger := slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	inv, err := inventory.New(r, inventory.Options{Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(inv.Close)
-	n1, _ := r.Node("n1")
-	waitFor(t, 10*time.Second, "n1 usable", func() bool { return n1.Usable() })
-	if _, err := inv.LoadStock(ctx, "r", "tee", 10, 0); err != nil {
-		t.Fatalf("LoadStock: %v", err)
-	}
-	if _, err := inv.Reserve(ctx, "a", []inventory.Item{{Route: "r", SKU: "tee", Quantity: 1}}, "", 0); err != nil {
-		t.Fatalf("Reserve a: %v", err)
-	}
+	inv, n1 := durableOrderA(ctx, t, &cfg)
 
 	// the leader loses the old master; s2 and s3 still reach it
 	do(oc, "acl", "setuser", "leader", "off")

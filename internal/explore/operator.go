@@ -163,15 +163,10 @@ func (w *World) tend(ctx context.Context, o *observed, inv *inventory.Inventory,
 			o.note(who, "leave "+what+": "+why, nil)
 			return true
 		}
-		var res string
-		var err error
-		for try := 0; try < operatorTries; try++ {
-			res, err = inv.SettleStuckLost(ctx, p.Node, p.PartID, action, u)
-			o.noteOperator(who, fmt.Sprintf("parts settle --route %s --sku %s --qty %d --user %q %s %s (%s)", u.Route, u.SKU, u.Quantity, u.User, what, action, res), p, err)
-			if !outcomeUnknown(err) {
-				break
-			}
-		}
+		err := o.tries(who, p, func() (string, error) { return inv.SettleStuckLost(ctx, p.Node, p.PartID, action, u) },
+			func(res string) string {
+				return fmt.Sprintf("parts settle --route %s --sku %s --qty %d --user %q %s %s (%s)", u.Route, u.SKU, u.Quantity, u.User, what, action, res)
+			})
 		if errors.Is(err, inventory.ErrPrecondition) && strings.Contains(err.Error(), "exists") {
 			return w.retry(ctx, o, inv, who, p, what)
 		}
@@ -182,15 +177,8 @@ func (w *World) tend(ctx context.Context, o *observed, inv *inventory.Inventory,
 		o.note(who, "leave "+what+": "+why, nil)
 		return true
 	}
-	var res string
-	var err error
-	for try := 0; try < operatorTries; try++ {
-		res, err = inv.SettleStuck(ctx, p.Node, p.PartID, action)
-		o.noteOperator(who, fmt.Sprintf("parts settle %s %s (%s)", what, action, res), p, err)
-		if !outcomeUnknown(err) {
-			break
-		}
-	}
+	err := o.tries(who, p, func() (string, error) { return inv.SettleStuck(ctx, p.Node, p.PartID, action) },
+		func(res string) string { return fmt.Sprintf("parts settle %s %s (%s)", what, action, res) })
 	if errors.Is(err, inventory.ErrPrecondition) {
 		return w.retry(ctx, o, inv, who, p, what)
 	}
@@ -202,6 +190,22 @@ func (w *World) tend(ctx context.Context, o *observed, inv *inventory.Inventory,
 // call cut short) is run again, as an operator re-runs a command that
 // failed, and meets the part settled (refused) if the first one landed.
 const operatorTries = 3
+
+// tries runs the settle command settle up to operatorTries times while
+// its outcome is unknown, noting each run (line: the command as the
+// operator typed it, given its answer), and returns the last error.
+func (o *observed) tries(who string, p inventory.StuckPart, settle func() (string, error), line func(res string) string) error {
+	var err error
+	for try := 0; try < operatorTries; try++ {
+		var res string
+		res, err = settle()
+		o.noteOperator(who, line(res), p, err)
+		if !outcomeUnknown(err) {
+			break
+		}
+	}
+	return err
+}
 
 // outcomeUnknown reports whether a settle's err leaves its outcome
 // unknown: an error that is no refusal (ErrPrecondition, ErrInvalid,
