@@ -145,7 +145,7 @@ func (w *World) tendAll(ctx context.Context, o *observed, inv *inventory.Invento
 	o.healListed += len(parts)
 	o.mu.Unlock()
 	for _, p := range parts {
-		w.tend(ctx, o, inv, "heal-operator", p)
+		w.tend(ctx, o, inv, healOperator, p)
 	}
 }
 
@@ -193,19 +193,37 @@ const operatorTries = 3
 
 // tries runs the settle command settle up to operatorTries times while
 // its outcome is unknown, noting each run (line: the command as the
-// operator typed it, given its answer), and returns the last error.
+// operator typed it, given its answer), and returns the last error. The
+// heal's operator also runs again, after topologyWait, a settle refused
+// for the topology (a lost quota part's while a migration moves counts:
+// "settle it when `shardis topology apply` has ended"), as an operator
+// does once the apply returned: the heal's apply may have ended a moment
+// before, while the instance's view, reread at most every 250 ms while
+// it migrates, still said migrating (seeds 173373, 173381: the count kept
+// the units, quota-vs-parts).
 func (o *observed) tries(who string, p inventory.StuckPart, settle func() (string, error), line func(res string) string) error {
 	var err error
 	for try := 0; try < operatorTries; try++ {
 		var res string
 		res, err = settle()
 		o.noteOperator(who, line(res), p, err)
-		if !outcomeUnknown(err) {
+		again := who == healOperator && errors.Is(err, inventory.ErrTopology)
+		if !outcomeUnknown(err) && !again {
 			break
+		}
+		if again {
+			time.Sleep(topologyWait)
 		}
 	}
 	return err
 }
+
+// healOperator is the heal's operator's name in the notes (tendAll).
+const healOperator = "heal-operator"
+
+// topologyWait is longer than an inventory instance's reread of a
+// migrating view (resyncEvery, 250 ms).
+const topologyWait = 300 * time.Millisecond
 
 // outcomeUnknown reports whether a settle's err leaves its outcome
 // unknown: an error that is no refusal (ErrPrecondition, ErrInvalid,
