@@ -3,6 +3,7 @@ package explore
 import (
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -71,7 +72,7 @@ func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.H
 	}
 	checkStock(v, st, obs, topo.split, lostRoutes, topo.routes)
 	checkStranded(v, st, obs, topo.routes, lostRoutes)
-	checkQuota(v, st, lostRoutes, topo.split)
+	checkQuota(v, st, lostRoutes, topo.split, lostQuotaRecords(obs))
 	obs.mu.Lock()
 	plans := slices.Concat(orders, obs.atT1)
 	obs.mu.Unlock()
@@ -158,4 +159,24 @@ func checkStuck(v *violations, ns *nodeState) {
 		v.order(order, "part-stuck", "node %s: part %s (%s) set aside and not settled after the heal's retry: %s",
 			ns.name, id, state, ns.stuckWhy[id])
 	}
+}
+
+// lostQuotaRecords are the counters ("route sku user") of the quota parts
+// whose records the record-loss actor deleted. On a route a topology
+// apply split (the count moves to the user's new quota node once no part
+// whose record names it is pending) such a count may have moved away from
+// the part, and SECURITY.md leaves it to a hand fix ("a lost quota part
+// whose count a topology change moved to the user's new quota node
+// since": SettleStuckLost refuses it, the count below the part's units on
+// its node): checkQuota excuses that counter there (seed 173608).
+func lostQuotaRecords(obs *observed) map[string]bool {
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	out := map[string]bool{}
+	for key, u := range obs.synced {
+		if strings.Contains(key, "|q|") && u.User != "" {
+			out[u.Route+" "+u.SKU+" "+u.User] = true
+		}
+	}
+	return out
 }

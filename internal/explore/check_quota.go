@@ -22,12 +22,18 @@ import (
 // route in split (splitRoutes) a counter is held against its parts over
 // all nodes: the apply moves a counter to its new home once no pending
 // part counts it, and the confirmed parts stay where they were taken.
-func checkQuota(v *violations, st *worldState, lostRoutes, split map[string]bool) {
+//
+// lostRecords (lostQuotaRecords) are the counters whose quota part's
+// record the record-loss actor deleted: on a split route their
+// violations are excused (the documented hand fix).
+func checkQuota(v *violations, st *worldState, lostRoutes, split, lostRecords map[string]bool) {
 	held := map[string]int64{} // route/sku/user → confirmed units
 	// counted adds a counter-against-its-parts violation, or counts it
-	// as excused on a route whose counters a data loss may have changed.
+	// as excused on a route whose counters a data loss may have changed,
+	// or whose count a lost part's record may have been moved from.
 	counted := func(key, format string, a ...any) {
-		if route, _, _, err := inventory.ParseQuotaKey(key); err == nil && lostRoutes[route] {
+		route, sku, user, err := inventory.ParseQuotaKey(key)
+		if err == nil && (lostRoutes[route] || (split[route] && lostRecords[route+" "+sku+" "+user])) {
 			v.excused = append(v.excused, "quota-vs-parts: "+fmt.Sprintf(format, a...))
 			return
 		}

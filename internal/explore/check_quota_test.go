@@ -53,13 +53,44 @@ func TestCheckUserLimit(t *testing.T) {
 				}
 			}
 			v := &violations{exposed: map[string]bool{c.exposed: c.exposed != ""}}
-			checkQuota(v, st, nil, nil)
+			checkQuota(v, st, nil, nil, nil)
 			checkUserLimit(v, st, c.plans)
 			if len(v.list) != c.list || len(v.excused) != c.excused {
 				t.Fatalf("violations %q, excused %q; want %d and %d", v.list, v.excused, c.list, c.excused)
 			}
 			if c.list > 0 && !listed(v, "quota-limit") {
 				t.Errorf("violations %q, want a quota-limit one", v.list)
+			}
+		})
+	}
+}
+
+// TestQuotaCountOfALostPartMovedBySplitIsExcused: a user's count on a
+// route a topology apply split, with no part left naming it, is excused
+// only when the record-loss actor deleted that user's quota part record
+// (SECURITY.md leaves such a moved count to a hand fix: seed 173608);
+// another user's, or the same on a route not split, is still a violation.
+func TestQuotaCountOfALostPartMovedBySplitIsExcused(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		split         bool
+		lost          string
+		list, excused int
+	}{
+		{"split, its part's record deleted", true, "c s u", 0, 1},
+		{"split, another user's deleted", true, "c s v", 1, 0},
+		{"not split, its part's record deleted", false, "c s u", 1, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := emptyWorld()
+			for _, ns := range st.nodes {
+				ns.quota = map[string]int64{}
+			}
+			st.nodes["n4"].quota["inv:quota:c:1:s:u"] = 4
+			v := &violations{}
+			checkQuota(v, st, nil, map[string]bool{"c": c.split}, map[string]bool{c.lost: true})
+			if len(v.list) != c.list || len(v.excused) != c.excused {
+				t.Fatalf("violations %q, excused %q; want %d and %d", v.list, v.excused, c.list, c.excused)
 			}
 		})
 	}
