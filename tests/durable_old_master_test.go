@@ -40,17 +40,7 @@ func TestAcknowledgedWriteOnADemotedMasterIsNotDurable(t *testing.T) {
 		DownAfter: 5 * time.Second, FailoverTimeout: 60 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	old := g.Master()
-	var r1, r2 string
-	for _, s := range g.Data() {
-		switch {
-		case s.Addr() == old:
-		case r1 == "":
-			r1 = s.Addr()
-		default:
-			r2 = s.Addr()
-		}
-	}
+	old, r1, r2 := masterAndReplicas(g)
 	oc, c1, c2 := g.Client(t, old), g.Client(t, r1), g.Client(t, r2)
 	// r2 is never the one promoted; the sentinel that leads the switch
 	// must know it before it starts (it reads a replica's INFO every 10 s)
@@ -122,26 +112,11 @@ func TestAcknowledgedWriteOnADemotedMasterIsNotDurable(t *testing.T) {
 		t.Fatal(err)
 	}
 	resume()
-	waitFor(t, 60*time.Second, "r2 in sync with r1", func() bool {
-		info, err := c2.Info(ctx, "replication").Result()
-		return err == nil && strings.Contains(info, "master_port:"+r1[strings.LastIndex(r1, ":")+1:]) &&
-			strings.Contains(info, "master_link_status:up")
-	})
+	inSyncWith(ctx, t, c2, r1, 60*time.Second)
 	if m := g.Master(); m != r1 {
 		t.Fatalf("the sentinels name %s, want r1 %s", m, r1)
 	}
-	now, err := c1.HGetAll(ctx, "inv:stock:r:tee").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("stock on the old master after x: %v; on the new master: %v", acked, now)
-	if xerr != nil && !errors.Is(xerr, inventory.ErrNotDurable) && !errors.Is(xerr, inventory.ErrUnavailable) {
-		t.Fatalf("Reserve x: %v, want acknowledged or unknown", xerr)
-	}
-	if xerr == nil && !maps.Equal(acked, now) {
-		t.Errorf("Reserve x was acknowledged (WAIT answered by r2, the old master's replica) but the group's new "+
-			"master does not hold it: stock %v, acknowledged %v", now, acked)
-	}
+	newMasterHolds(ctx, t, c1, acked, xerr, "(WAIT answered by r2, the old master's replica) but the group's new master")
 }
 
 // durableOrderA starts a router and an inventory over cfg (warnings
@@ -166,4 +141,50 @@ func durableOrderA(ctx context.Context, t *testing.T, cfg *config.Config) (*inve
 		t.Fatalf("Reserve a: %v", err)
 	}
 	return inv, n1
+}
+
+// masterAndReplicas are the addresses of group g's master and its two
+// replicas, in the group's order.
+func masterAndReplicas(g *redistest.Group) (old, r1, r2 string) {
+	old = g.Master()
+	for _, s := range g.Data() {
+		switch {
+		case s.Addr() == old:
+		case r1 == "":
+			r1 = s.Addr()
+		default:
+			r2 = s.Addr()
+		}
+	}
+	return old, r1, r2
+}
+
+// inSyncWith waits up to limit until the replica c replicates from
+// master addr with its link up.
+func inSyncWith(ctx context.Context, t *testing.T, c *redis.Client, addr string, limit time.Duration) {
+	t.Helper()
+	waitFor(t, limit, "r2 in sync with r1", func() bool {
+		info, err := c.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_port:"+addr[strings.LastIndex(addr, ":")+1:]) &&
+			strings.Contains(info, "master_link_status:up")
+	})
+}
+
+// newMasterHolds fails the test when Reserve x (its error xerr) was
+// acknowledged but the stock the new master (c) holds is not acked, the
+// stock the old master held after it (why: how it was acknowledged and
+// which master); an error other than an unknown outcome fails it too.
+func newMasterHolds(ctx context.Context, t *testing.T, c *redis.Client, acked map[string]string, xerr error, why string) {
+	t.Helper()
+	now, err := c.HGetAll(ctx, "inv:stock:r:tee").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stock on the old master after x: %v; on the new master: %v", acked, now)
+	if xerr != nil && !errors.Is(xerr, inventory.ErrNotDurable) && !errors.Is(xerr, inventory.ErrUnavailable) {
+		t.Fatalf("Reserve x: %v, want acknowledged or unknown", xerr)
+	}
+	if xerr == nil && !maps.Equal(acked, now) {
+		t.Errorf("Reserve x was acknowledged %s does not hold it: stock %v, acknowledged %v", why, now, acked)
+	}
 }

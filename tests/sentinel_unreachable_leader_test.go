@@ -2,8 +2,6 @@ package tests
 
 import (
 	"context"
-	"errors"
-	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -44,17 +42,7 @@ func TestFailoverLedByAnUnreachableSentinelDoesNotAcknowledgeOnTheOldMaster(t *t
 		DownAfter: 60 * time.Second, FailoverTimeout: 60 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	old := g.Master()
-	var r1, r2 string
-	for _, s := range g.Data() {
-		switch {
-		case s.Addr() == old:
-		case r1 == "":
-			r1 = s.Addr()
-		default:
-			r2 = s.Addr()
-		}
-	}
+	old, r1, r2 := masterAndReplicas(g)
 	oc, c1, c2 := g.Client(t, old), g.Client(t, r1), g.Client(t, r2)
 	addrs := g.SentinelAddrs()
 	sentinel := func(a string) *redis.Client {
@@ -185,24 +173,9 @@ func TestFailoverLedByAnUnreachableSentinelDoesNotAcknowledgeOnTheOldMaster(t *t
 		do(g.Client(t, s.Addr()), "acl", "setuser", "leader", "on", "+publish")
 	}
 	waitFor(t, 60*time.Second, "s2 and s3 name r1", func() bool { return names(s2) == r1 && names(s3) == r1 })
-	waitFor(t, 90*time.Second, "r2 in sync with r1", func() bool {
-		info, err := c2.Info(ctx, "replication").Result()
-		return err == nil && strings.Contains(info, "master_port:"+r1[strings.LastIndex(r1, ":")+1:]) &&
-			strings.Contains(info, "master_link_status:up")
-	})
-	now, err := c1.HGetAll(ctx, "inv:stock:r:tee").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("stock on the old master after x: %v; on the new master: %v", acked, now)
-	if xerr != nil && !errors.Is(xerr, inventory.ErrNotDurable) && !errors.Is(xerr, inventory.ErrUnavailable) {
-		t.Fatalf("Reserve x: %v, want acknowledged or unknown", xerr)
-	}
-	if xerr == nil && !maps.Equal(acked, now) {
-		t.Errorf("Reserve x was acknowledged (WAIT answered by r2, s2 and s3 naming the old master) but the group's "+
-			"new master, promoted by a leader this process could not reach, does not hold it: stock %v, acknowledged %v",
-			now, acked)
-	}
+	inSyncWith(ctx, t, c2, r1, 90*time.Second)
+	newMasterHolds(ctx, t, c1, acked, xerr, "(WAIT answered by r2, s2 and s3 naming the old master) but the group's "+
+		"new master, promoted by a leader this process could not reach,")
 }
 
 // flatReply turns a RESP2 array of field, value pairs into a map.
