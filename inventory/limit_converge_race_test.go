@@ -94,6 +94,20 @@ func (e *stagedEnv) loadsNeverReach(node string) *Inventory {
 	}})
 }
 
+// pauseN2 pauses n2's server and waits until e's instance no longer
+// uses n2 (10 s at most; the server resumed and the test failed then).
+func (e *stagedEnv) pauseN2() {
+	e.t.Helper()
+	e.srvs[1].Pause()
+	n2, _ := e.r.Node("n2")
+	for deadline := time.Now().Add(10 * time.Second); e.inv.usable(n2); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			e.srvs[1].Resume()
+			e.t.Fatal("n2 still usable 10s after its server was paused")
+		}
+	}
+}
+
 // convergedLimits runs passes reconcilers' limit convergence on n1 and n2
 // (each pass every node; an error fails the test) and returns the d/t
 // limit each node then holds, logging its version.

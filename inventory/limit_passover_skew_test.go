@@ -44,14 +44,7 @@ func TestLimitSetBackWithANodeDownAfterAFastClocksChange(t *testing.T) {
 		t.Fatalf("LoadStock limit 5 with n1 failing = %v; want ErrUnavailable", err)
 	}
 	// 3. n2 goes down, the limit is set back to 1
-	e.srvs[1].Pause()
-	n2, _ := e.r.Node("n2")
-	for deadline := time.Now().Add(10 * time.Second); e.inv.usable(n2); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			e.srvs[1].Resume()
-			t.Fatal("n2 still usable 10s after its server was paused")
-		}
-	}
+	e.pauseN2()
 	_, lerr := e.inv.LoadStock(e.ctx, "d", "t", 0, 1)
 	t.Logf("LoadStock(limit 1) with n2 down: err %v", lerr)
 	e.srvs[1].Resume()

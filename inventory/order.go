@@ -117,11 +117,9 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 	if err != nil {
 		return Outcome{}, err
 	}
-	ctx, cancel := detached(ctx) // the settles follow a decision that landed
-	defer cancel()
 	switch rec.status {
 	case recConfirmed:
-		pending, missing := inv.settleParts(ctx, orderID, Confirm, rec.toSettle())
+		pending, missing := inv.settleDecided(ctx, orderID, Confirm, rec.toSettle())
 		if len(missing) > 0 && !inv.partsMayHaveExpired(rec) {
 			inv.log.Error("DATA LOSS: confirmed order has parts missing on their nodes", "order", orderID, "parts", missing)
 			return Outcome{OrderID: orderID, Status: StatusConfirmed, PendingParts: pending},
@@ -137,7 +135,7 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 		return Outcome{}, fmt.Errorf("%w: order %q", ErrInProgress, orderID)
 	case recCancelled:
 		if rec.reason == ReasonExpired {
-			_, _ = inv.settleParts(ctx, orderID, Cancel, rec.toSettle())
+			_, _ = inv.settleDecided(ctx, orderID, Cancel, rec.toSettle())
 			return Outcome{}, fmt.Errorf("%w: order %q passed its deadline %s", ErrExpired, orderID, rec.deadline.UTC().Format(time.RFC3339))
 		}
 		return Outcome{}, fmt.Errorf("%w: order %q (%s)", ErrCancelled, orderID, rec.reason)
@@ -177,11 +175,9 @@ func (inv *Inventory) Cancel(ctx context.Context, orderID string) (Outcome, erro
 	if err != nil {
 		return Outcome{}, err
 	}
-	ctx, cancel := detached(ctx) // the settles follow a decision that landed
-	defer cancel()
 	switch rec.status {
 	case recCancelled:
-		pending, _ := inv.settleParts(ctx, orderID, Cancel, rec.toSettle())
+		pending, _ := inv.settleDecided(ctx, orderID, Cancel, rec.toSettle())
 		return Outcome{OrderID: orderID, Status: StatusCancelled, PendingParts: pending, Reason: rec.reason}, nil
 	case recConfirmed:
 		return Outcome{}, fmt.Errorf("%w: order %q", ErrConfirmed, orderID)
@@ -229,6 +225,19 @@ func (inv *Inventory) decideOn(ctx context.Context, home *node.Node, orderID str
 	dctx, cancel := detached(ctx)
 	defer cancel()
 	return inv.orderOp(dctx, home, orderID, op, "", seconds(inv.cfg.Retention))
+}
+
+// settleDecided is settleParts for the parts of a decision that landed:
+// detached, as the decision was (decideOn), and only when there are
+// parts (an order decided with its inline parts has none: no context nor
+// timer on that path).
+func (inv *Inventory) settleDecided(ctx context.Context, orderID string, action Action, parts []part) (pending int, missing []string) {
+	if len(parts) == 0 {
+		return 0, nil
+	}
+	ctx, cancel := detached(ctx)
+	defer cancel()
+	return inv.settleParts(ctx, orderID, action, parts)
 }
 
 // nodeSettled is one node's settle of a settleRound: what it asked, and
