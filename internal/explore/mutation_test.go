@@ -153,18 +153,13 @@ var mutationCases = []struct {
 	// find it too.
 	{inventory.MutationXferNoSource, Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: 1, Moved: -1, Shrink: 1}, 0,
 		[]int64{50601, 50611, 50619, 50603, 50616, 50617}, 0},
-	// SettleStuckLost without its fence (the part set aside, its record
-	// not settled): the record-loss actor deletes a pending part record,
-	// the reconciler sets the part aside, the operator's SettleStuckLost
-	// lands but its reply is lost, and the operator runs it again, which
-	// settles the part a second time (operator.go): a stock count's
-	// reserved units taken twice (settled-twice) or a user's count
-	// decremented twice (quota-vs-parts). Seeds 33, 44, 56, 97, 99 and
-	// 119 of 1 to 120 found it on 2026-12-07 (each needs the settle's
-	// reply lost, and the count to hold the units twice), at load ~20 two
-	// of six replays of 33, 44 and 56 did: the look is those six; none
-	// fails without it, where the re-run is refused as not set aside.
-	{inventory.MutationStuckLostUnfenced, operatorOptions, 0, []int64{33, 44, 56, 97, 99, 119}, 0},
+	// Not here: stuck-lost-unfenced (SettleStuckLost without its fence,
+	// a re-run after a lost answer settling the part again). Seeds 33,
+	// 44, 56, 97, 99 and 119 of the operator profile (operatorOptions)
+	// found it on a quiet machine, but each needs the settle's reply lost
+	// at the right moment: a clean-clone make test (ci596) ran all six
+	// and found it in none. Look for it by hand:
+	// make explore SEED=1 N=120 WORLDS=1 PROFILE=lossy TOPOLOGY=-1 RESTART=-1 LIMIT=-1 INLINE=-1 LOSS=-1 MOVED=-1 OPERATOR=1 MUTATIONS=stuck-lost-unfenced
 }
 
 // mutationBudget bounds the look for each mutation (the n schedules take
