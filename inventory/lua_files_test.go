@@ -53,6 +53,7 @@ func TestLuaFiles(t *testing.T) {
 	}
 	for file, want := range map[string][]string{
 		"stage_take.lua": {"'" + string(MutationStageTakeover) + "'"},
+		"redo_holds.lua": {"'" + RedoPartTrimmed + "'"},
 	} {
 		for _, w := range want {
 			if !strings.Contains(luaFile(file), w) {

@@ -54,7 +54,7 @@ import (
 // listed here (after the files whose definitions it uses); its text
 // follows the rule above, which newLuaLib checks as the package
 // initialises.
-var luaLibFiles = []string{"prelude.lua", "lib_part_due.lua", "redo_log.lua", "part_codec.lua", "pending_index.lua", "part_settle.lua", "order_head.lua", "order_codec.lua", "inline_part.lua", "take_whole.lua"}
+var luaLibFiles = []string{"prelude.lua", "lib_part_due.lua", "redo_log.lua", "part_codec.lua", "pending_index.lua", "part_settle.lua", "order_head.lua", "order_codec.lua", "inline_part.lua", "take_whole.lua", "redo_holds.lua"}
 
 // stampLua is what every script starts with: the node's identity and
 // epoch check (lua/stamp.lua).

@@ -199,13 +199,13 @@ func RedoHeads(node string, fields map[string]string) (map[string]int64, error) 
 }
 
 // redoReadScript reads one redo-log queue.
-// KEYS: 1 stamp, 2 offsets hash, 3 queue. ARGV: 4 after offset (0 or
-// more), 5 limit, 6 part id at after ("" = not checked; absent reads as
-// ""). Returns {incarnation, head, rewound 0/1, entries, trimmed}: the
-// node's incarnation and the queue's head, read in the same call; rewound
-// 1 (and no entries) when after is past the head, or when ARGV 6 is set,
-// after > 0 and the entry at after holds another part (redoBatchScript's
-// rule: an entry gone is no other part); the entries with offset > after,
+// KEYS: 1 stamp, 2 offsets hash, 3 queue, 4 acked hash. ARGV: 4 after
+// offset (0 or more), 5 limit, 6 part id at after ("" = not checked;
+// absent reads as ""). Returns {incarnation, head, rewound 0/1, entries,
+// trimmed}: the node's incarnation and the queue's head, read in the
+// same call; rewound 1 (and no entries) when after is past the head, or
+// when ARGV 6 is set, after > 0 and the queue no longer holds that part
+// at after (redo_position.go); the entries with offset > after,
 // each in the form redoEntryLua builds; and
 // how many offsets right past after have no entry left (trimmed), as
 // redoBatchScript counts them. SHARDIS_CORRUPT when the queue's head is
@@ -233,8 +233,8 @@ var redoEntryLua = luaFile("lib_redo_entry.lua")
 //	      never lowers it. Returns the acknowledged offset. At another
 //	      incarnation than 6 (when not ""), refused with
 //	      SHARDIS_INCARNATION naming both, before anything else is read;
-//	      when the entry at the offset holds another part than 7,
-//	      SHARDIS_REWOUND. An offset past the queue's head
+//	      when the queue no longer holds part 7 at the offset
+//	      (redo_position.go), SHARDIS_REWOUND. An offset past the queue's head
 //	      (the last offset handed out, in inv:redo:offsets) is refused with
 //	      SHARDIS_RANGE naming both; a head or acknowledged offset that is
 //	      not an integer with SHARDIS_CORRUPT.

@@ -65,12 +65,14 @@ func (inv *Inventory) ReadRedoPage(ctx context.Context, nodeName string, queue i
 
 // ReadRedoPageFrom is [Inventory.ReadRedoPage] from cursor c (c.Queue,
 // c.After), checking c.PartID as [Inventory.ReadRedoBatch] does, in the
-// same script call: when c.PartID is not "", c.After > 0 and the entry at
-// c.After holds another part, the queue went back under the consumer
-// (the node came back with older data and handed the offset out again)
-// and the page is Rewound, with no entries. An entry no longer there
-// (trimmed) is no other part; [RedoPartTrimmed], for a cursor whose entry
-// was trimmed unread, reads any entry found there as another.
+// same script call: when c.PartID is not "", c.After > 0 and the queue no
+// longer holds that part at c.After (redo_position.go: the entry there
+// holds another part, or is gone without an acknowledgement at or past
+// c.After while the part's record is not on the node at that place), the
+// queue went back under the consumer (the node came back with older data
+// and handed the offset out again) and the page is Rewound, with no
+// entries; [RedoPartTrimmed], for a cursor whose entry was trimmed
+// unread, reads any entry found there as another.
 //
 // With durability replica or aof, a page that returns an entry or a
 // trimmed offset returns only once a replica (or the AOFs) has
@@ -87,7 +89,7 @@ func (inv *Inventory) ReadRedoPageFrom(ctx context.Context, nodeName string, c R
 		return RedoPage{}, fmt.Errorf("%w: after %d, want 0..%d", ErrInvalid, c.After, int64(maxRedoOffset))
 	}
 	readOn := n.ServerRun() // before the read: the fence's check (durability.go)
-	v, err := inv.run(ctx, n, redoReadScript, []string{RedoOffsetsKey, RedoLogKey(c.Queue)}, c.After, limit, c.PartID)
+	v, err := inv.run(ctx, n, redoReadScript, []string{RedoOffsetsKey, RedoLogKey(c.Queue), keyRedoAcked}, c.After, limit, c.PartID)
 	if err != nil {
 		return RedoPage{}, err
 	}
@@ -158,10 +160,10 @@ func decodeRedoPage(nodeName string, v any) (RedoPage, error) {
 // check is made by the script that writes, against the node's own stamp,
 // so no accept can come between them. incarnation "" is unfenced: the
 // acknowledgement is taken at whatever incarnation the node is at
-// ([Inventory.AckRedoLog]). When c.PartID is not "" and the entry at
-// c.After holds another part, nothing is acknowledged and the error wraps
-// [ErrRewound] ([Inventory.AckRedoBatch]'s rule: an entry gone is no
-// other part; [RedoPartTrimmed] reads any entry found there as another).
+// ([Inventory.AckRedoLog]). When c.PartID is not "" and the queue no
+// longer holds that part at c.After ([Inventory.AckRedoBatch]'s rule,
+// redo_position.go; [RedoPartTrimmed] reads any entry found there as
+// another), nothing is acknowledged and the error wraps [ErrRewound].
 //
 // An offset past the queue's head (the last offset handed out) is refused
 // with [ErrInvalid] naming both: acknowledging entries nobody read yet

@@ -43,9 +43,10 @@ var (
 	// accepted with new data since): nothing was acknowledged.
 	ErrIncarnation = errors.New("node incarnation changed")
 	// ErrRewound is wrapped by [Inventory.AckRedoBatch] and
-	// [Inventory.AckRedoLogAt] (with a part id given) when the entry at
-	// an acknowledged offset holds another part than the consumer landed
-	// there: the node went back in time under the same incarnation.
+	// [Inventory.AckRedoLogAt] (with a part id given) when the queue no
+	// longer holds, at an acknowledged offset, the part the consumer
+	// landed there (redo_position.go): the node went back in time under
+	// the same incarnation.
 	ErrRewound = errors.New("redo log went back under the consumer's position")
 )
 
@@ -96,7 +97,8 @@ type RedoQueueRead struct {
 	// consumer acknowledged.
 	Head, Acked int64
 	// Rewound reports that the queue no longer matches the cursor: its
-	// head is below After, or the entry at After holds another part. The
+	// head is below After, or it no longer holds the cursor's part at
+	// After (redo_position.go). The
 	// node went back in time without a new incarnation; Entries is empty.
 	Rewound bool
 	// Entries are in offset order, from After+Trimmed+1 on.
@@ -313,7 +315,9 @@ var redoAckBatchScript = newScript("redo-ack-batch", true, luaFile("redo_ack_bat
 // never lowers an acknowledgement and returns the acknowledged offsets,
 // like the cursors. Nothing is acknowledged, and the error wraps
 // [ErrIncarnation], when the node is at another incarnation; [ErrRewound]
-// when an entry at a cursor holds another part; [ErrInvalid] when an
+// when the queue no longer holds a cursor's part at its offset (the
+// entry there holds another, or is gone unacknowledged while the part's
+// record is not on the node at that place: redo_position.go); [ErrInvalid] when an
 // offset is past its queue's head.
 func (inv *Inventory) AckRedoBatch(ctx context.Context, nodeName, incarnation string, acks []RedoCursor) ([]int64, error) {
 	if incarnation == "" {

@@ -170,7 +170,15 @@
 //     logged and counted (shardis_sync_rewound_queues), instead of
 //     skipping entries. A position past entries trimmed unread names
 //     inventory.RedoPartTrimmed as its part, so an entry found there
-//     later is the node gone back too.
+//     later is the node gone back too. And the entry at the position,
+//     once inventory.redo_max_age has trimmed it before an
+//     acknowledgement reached it, counts as the landed one only while
+//     the node holds that part's record there (inventory/redo_position.go):
+//     a node gone back never took the part. Before, any entry gone
+//     counted, so the max age, trimming the node's new entries up to the
+//     position, resumed the paused queue past them, which never landed
+//     nor were recorded in sync_gaps
+//     (TestPausedQueueTrimmedByMaxAgeReportsWhatItPassed).
 //   - A database or node outage pauses the affected nodes (nothing is
 //     acknowledged, nothing skipped); each retries after retry_backoff,
 //     or as soon as the database answers again. Whether it answers is

@@ -17,13 +17,10 @@ for k = 4, #KEYS do
   if not acks then acked = 0 end
   first, err = redo_first(KEYS[2], key)
   if err then return err end
+  -- the position's check (redo_holds): past the head, or the queue no
+  -- longer holds the landed part there
   local rewound = 0
-  if after > head then
-    rewound = 1
-  elseif after > 0 and pid ~= '' then
-    local at = redo_at(key, after)
-    if at and at ~= pid then rewound = 1 end
-  end
+  if after > head or not redo_holds(key, after, pid, acked) then rewound = 1 end
   local entries, trimmed, held, problem = {}, 0, 0, {}
   if rewound == 0 and head > after and left > 0 then
     local e = redo_range(key, after, left, head, first)

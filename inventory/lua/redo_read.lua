@@ -9,14 +9,16 @@ local first
 first, err = redo_first(KEYS[2], KEYS[3])
 if err then return err end
 local after, pid = tonumber(ARGV[4]), ARGV[6] or ''
--- past the head, or the entry at after holds another part than the
--- reader's: the queue went back under the reader (redo_batch.lua's
--- rewound, the same rule: an entry gone is trimmed, not another part)
-if after > head then return {inc, head, 1, {}, 0} end
-if after > 0 and pid ~= '' then
-  local at = redo_at(KEYS[3], after)
-  if at and at ~= pid then return {inc, head, 1, {}, 0} end
-end
+-- the acknowledged offset at the node's incarnation, as redo_batch.lua
+-- reads it (not an integer: corrupt)
+local acked
+acked, err = int(redis.call('HGET', KEYS[4], KEYS[3]), KEYS[4] .. ' ' .. KEYS[3])
+if err then return err end
+if not redo_acks_current(KEYS[4], KEYS[1]) then acked = 0 end
+-- past the head, or the queue no longer holds the reader's part at after
+-- (redo_holds): the queue went back under the reader (redo_batch.lua's
+-- rewound, the same rule)
+if after > head or not redo_holds(KEYS[3], after, pid, acked) then return {inc, head, 1, {}, 0} end
 local e = redo_range(KEYS[3], after, tonumber(ARGV[5]), head, first)
 local out = {}
 for i = 1, #e, 2 do

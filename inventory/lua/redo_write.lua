@@ -18,17 +18,12 @@ if op == 'ack' then
   if off > head then
     return redis.error_reply('SHARDIS_RANGE ack offset ' .. ARGV[5] .. ' is past the head of ' .. KEYS[4] .. ' (last offset handed out ' .. I(head) .. ')')
   end
-  -- ARGV[7], when not '', is the part the consumer landed at the offset:
-  -- another part there means the queue went back under it
-  -- (redo_ack_batch.lua's rule: an entry gone is no other part)
-  local pid = ARGV[7] or ''
-  if pid ~= '' then
-    local at = redo_at(KEYS[4], off)
-    if at and at ~= pid then
-      return redis.error_reply('SHARDIS_REWOUND ' .. KEYS[4] .. ' offset ' .. ARGV[5] .. string.format(' holds part %q, the consumer landed %q', at, pid))
-    end
-  end
   if not redo_acks_current(KEYS[2], KEYS[1]) then cur = 0 end
+  -- ARGV[7], when not '', is the part the consumer landed at the offset:
+  -- a queue that no longer holds it there went back under it
+  -- (redo_holds, redo_ack_batch.lua's rule)
+  local holds, at = redo_holds(KEYS[4], off, ARGV[7] or '', cur)
+  if not holds then return redo_rewound_reply(KEYS[4], ARGV[5], at, ARGV[7]) end
   redo_acks_own(KEYS[2], inc)
   if off > cur then redis.call('HSET', KEYS[2], KEYS[4], off) return off end
   return cur
