@@ -41,4 +41,10 @@ package inventory
 // tell: a landed part whose entry the max age trimmed before its
 // acknowledgement reached the node and whose record outlived its
 // retention since (a consumer behind by more than both) reads as gone
-// back too: the queue waits, reported, until the node is accepted.
+// back too: the queue waits, reported, until the node is accepted. Not
+// covered: a position "trimmed" (its entry trimmed before the consumer
+// read it: the max age already lost it) on a node gone back under it,
+// once the max age trimmed the entries handed out again up to P: no part
+// is there to look up, and the consumer's own acknowledgement of such a
+// position is what the rule must accept (nobody acknowledged P before
+// it), so the queue resumes past them unreported.
