@@ -100,7 +100,24 @@ import (
 // A copy marked without a TTL (its order reserved) lives
 // inventory.retention after its install landed (expireMoved), so a put
 // back run later than that finds nothing for such an order, which came
-// due and was decided long before (SECURITY.md).
+// due and was decided long before (SECURITY.md). That TTL may never have
+// been given (expireMoved failed at the move, a failure logged as
+// harmless, and Retire gives none to a marked home at c.Token), or given
+// by a move after the order came due, so a put back reads the copy as a
+// move does (order_move_out.lua with the retention, ARGV 5): an undecided
+// copy is put back no more once the record its install wrote may have
+// lived out its retention at its new home (from the order's due, two
+// part graces of clock skew told apart); the move out answers "none"
+// (the copy given the retention if it has none) and the put back retires
+// the older record as for a copy gone (putNoCopy). Past that the node's
+// record may have been decided and expired there, with no loss of the
+// node's writes; put back, the order came back reserved without a TTL,
+// and the expiry of a part whose settle never landed cancelled a part of
+// the paid order (TestPutBackOfACopyOutlivingItsRecordIsRefused). The
+// order is then as one whose record lived out its retention (stuck.go:
+// its parts go to an operator). Put backs of one apply stay one value:
+// one written before that time is kept by its memory (retireOne), never
+// retired by one refused after it.
 
 // putBackOf is one planned put back: order id, whose copy on h is marked
 // moved at the change's token, onto its home dest.
@@ -269,10 +286,13 @@ const (
 // putBack installs order p.id's record, marked moved at c.Token on p.h,
 // on the node p.dest at its token destTok, replacing the live record it
 // may hold and remembering the put back there (this file's rules), and
-// says what it did.
+// says what it did: putNoCopy too when the copy is undecided and its
+// record may have lived out its retention (this file's doc).
 func (a *migrator) putBack(ctx context.Context, c topology.Change, p putBackOf, destTok string) (putOutcome, error) {
 	h, id, tok := p.h, p.id, c.Token
-	out, err := a.inv.runAt(ctx, h, orderMoveOutScript, p.hTok, []string{orderKey(id)}, tok)
+	// with the retention: an undecided copy past its record's retention
+	// is put back no more (this file's doc)
+	out, err := a.inv.runAt(ctx, h, orderMoveOutScript, p.hTok, []string{orderKey(id)}, tok, seconds(a.inv.cfg.Retention))
 	if err != nil {
 		return putNoCopy, err
 	}

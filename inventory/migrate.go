@@ -16,12 +16,14 @@ import (
 
 // orderMoveOutScript marks an order record moved (data kept, frozen) and
 // returns it. KEYS: 2 order key. ARGV: 4 the epoch token of the move; 5
-// (moveOrder's only) the retention in whole seconds: a copy marked at
-// ARGV 4 before, undecided, is moved no more (answered "none", given the
-// retention if it has no TTL) once its live record may have lived out
-// its retention at the new home (from the order's due, two part graces
-// of clock skew told apart): installed there again it would bring the
-// order back undecided (TestMovedCopyOutlivingItsRecordIsNotReinstalled).
+// (moveOrder's and a put back's, not a retirement's) the retention in
+// whole seconds: a copy marked at ARGV 4 before, undecided, is moved no
+// more (answered "none", given the retention if it has no TTL) once its
+// live record may have lived out its retention at the new home (from
+// the order's due, two part graces of clock skew told apart): installed
+// there again it would bring the order back undecided
+// (TestMovedCopyOutlivingItsRecordIsNotReinstalled,
+// TestPutBackOfACopyOutlivingItsRecordIsRefused).
 // KEYS: 3 (a retirement's only, apply_retire.go) the memory of a put back
 // of the change (putBackKey). Returns {"kept"} (KEYS[3] exists: nothing
 // written), {"none"} (no live record, or only a dead mark of an older

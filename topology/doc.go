@@ -210,7 +210,10 @@
 // retention is longer than any reservation: a put back by an apply run
 // more than that after the install finds nothing for such an order,
 // which came due and was decided at its new home long before, a decision
-// lost with the node's writes.
+// lost with the node's writes. A copy left without that TTL (its
+// expireMoved failed) is read by the move out's rule: undecided, it is
+// put back no more once the record its install wrote may have lived out
+// its retention (the inventory's apply_putback.go).
 //
 // Not put back (lost with the node's writes, SECURITY.md): a record whose
 // previous home went back too (its mark went with its data); a record an

@@ -17,7 +17,10 @@ if t.moved and t.moved ~= ARGV[4] then return {'none'} end
 -- copy, as it was before any decision, is moved no more: installed where
 -- the live record expired it would bring the order back undecided and
 -- without a TTL, and the expiry would then cancel a part of a confirmed
--- order (TestMovedCopyOutlivingItsRecordIsNotReinstalled). Where no
+-- order (TestMovedCopyOutlivingItsRecordIsNotReinstalled; a put back,
+-- apply_putback.go, reads the copy by the same rule: a node that went
+-- back after that record expired there would get the order back
+-- reserved, TestPutBackOfACopyOutlivingItsRecordIsRefused). Where no
 -- install landed, the order is as one whose record lived out its
 -- retention (stuck.go: its parts go to an operator). The copy gets the
 -- retention if it has no TTL (expireMoved does not follow 'none').
