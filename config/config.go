@@ -384,7 +384,7 @@ type Inventory struct {
 	// after its parts come due (its deadline + 1s), so a part whose settle
 	// did not land must be reached by a reconciler within it: past it the
 	// record is gone and the part is cancelled, a confirmed order's too.
-	// Must exceed max_reservation_ttl.
+	// Must exceed max_reservation_ttl, and be at least 3s (MinRetention).
 	// default: 168h
 	Retention time.Duration `koanf:"retention"`
 	// RedoMaxAge, when > 0, is how old a settled redo-log entry may grow

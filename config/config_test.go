@@ -519,6 +519,11 @@ servrs:
 			path: "inventory.retention", msg: "max_reservation_ttl (1h0m0s)", bad: "1h0m0s",
 		},
 		{
+			name: "retention below 3s",
+			yaml: nodesOK + serversOK + "inventory: {reservation_ttl: 1s, max_reservation_ttl: 1s, retention: 2s}",
+			path: "inventory.retention", msg: "at least 3s", bad: "2s",
+		},
+		{
 			name: "number for a list",
 			yaml: nodesOK + serversOK + "health: {backoff: 5}",
 			path: "health.backoff", msg: "want a list", bad: "5",

@@ -253,12 +253,7 @@ func (c *Config) inventoryProblems(ps *Problems) {
 			"must be >= inventory.reservation_ttl ("+inv.ReservationTTL.String()+")")
 	}
 	positive(ps, "inventory.reconcile_interval", inv.ReconcileInterval)
-	if inv.Retention > 0 && inv.Retention <= inv.MaxReservationTTL {
-		ps.add("inventory.retention", inv.Retention.String(),
-			"must exceed inventory.max_reservation_ttl ("+inv.MaxReservationTTL.String()+")")
-	} else {
-		positive(ps, "inventory.retention", inv.Retention)
-	}
+	checkRetention(ps, inv)
 	if inv.RedoMaxAge < 0 {
 		ps.add("inventory.redo_max_age", inv.RedoMaxAge.String(), "must be >= 0 (0 = never trim unacknowledged entries)")
 	}
@@ -278,6 +273,31 @@ func (c *Config) inventoryProblems(ps *Problems) {
 		checkDurabilityTimeout(ps, inv.DurabilityTimeout, c.Client.CommandTimeout)
 	default:
 		ps.add("inventory.durability", inv.Durability, `must be "none", "replica" or "aof"`)
+	}
+}
+
+// MinRetention is the shortest inventory.retention: the nodes count it
+// in whole seconds, and a move reads an undecided copy of an order's
+// record as past its retention two seconds early, for two nodes' clocks
+// each a second off (inventory/lua/order_move_out.lua). Below 3 s such a
+// copy whose install had not landed was moved no more while the order's
+// new home still read it as before its deadline: a Confirm then found no
+// record, the acknowledged reservation lost
+// (inventory.TestRetentionBelowTheSkewBoundIsRefused).
+const MinRetention = 3 * time.Second
+
+// checkRetention requires a retention of at least MinRetention, above
+// max_reservation_ttl.
+func checkRetention(ps *Problems, inv Inventory) {
+	switch {
+	case inv.Retention <= 0:
+		positive(ps, "inventory.retention", inv.Retention)
+	case inv.Retention <= inv.MaxReservationTTL:
+		ps.add("inventory.retention", inv.Retention.String(),
+			"must exceed inventory.max_reservation_ttl ("+inv.MaxReservationTTL.String()+")")
+	case inv.Retention < MinRetention:
+		ps.add("inventory.retention", inv.Retention.String(),
+			"must be at least "+MinRetention.String()+" (counted in whole seconds; two seconds of it cover the nodes' clock skew)")
 	}
 }
 

@@ -22,7 +22,10 @@ if t.moved and t.moved ~= ARGV[4] then return {'none'} end
 -- back after that record expired there would get the order back
 -- reserved, TestPutBackOfACopyOutlivingItsRecordIsRefused). Where no
 -- install landed, the order is as one whose record lived out its
--- retention (stuck.go: its parts go to an operator). The copy gets the
+-- retention (stuck.go: its parts go to an operator); never before its
+-- deadline by the new home's clock, for the retention is at least 3 s
+-- (config.MinRetention: TestRetentionBelowTheSkewBoundIsRefused, a
+-- Confirm of a reservation lost before that bound). The copy gets the
 -- retention if it has no TTL (expireMoved does not follow 'none').
 if t.moved and ARGV[5] and t.status ~= 'confirmed' and t.status ~= 'cancelled' and t.status ~= 'failed' then
   local deadline = tonumber(t.deadline) or 0
