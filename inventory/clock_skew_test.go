@@ -105,7 +105,7 @@ func TestSkewPartNodesAheadOfHome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.inv.reserveGeneral(e.ctx, home, id, stagedItems(), "", 3*time.Second); err != nil {
+	if _, err := e.inv.reserveGeneral(e.ctx, home, id, stagedItems(), "", 3*time.Second, ""); err != nil {
 		t.Fatal(err)
 	}
 	did := e.passFor(1500 * time.Millisecond)
@@ -132,7 +132,7 @@ func TestSkewPartNodesBehindHome(t *testing.T) {
 	e.skew("n3", -3000)
 	id := e.homedOn("behind", "n1")
 	home, _ := e.inv.homeFor(e.ctx, id)
-	if _, err := e.inv.reserveGeneral(e.ctx, home, id, stagedItems(), "", time.Second); err != nil {
+	if _, err := e.inv.reserveGeneral(e.ctx, home, id, stagedItems(), "", time.Second, ""); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1100 * time.Millisecond)

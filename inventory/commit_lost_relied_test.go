@@ -59,7 +59,7 @@ func TestGeneralCommitAnsweredCancelledKeepsLateStageOut(t *testing.T) {
 	a1done := make(chan error, 1)
 	var a1at time.Time
 	go func() {
-		_, err := a1.reserveGeneral(e.ctx, home, x, items, "", time.Second)
+		_, err := a1.reserveGeneral(e.ctx, home, x, items, "", time.Second, "")
 		a1at = time.Now()
 		a1done <- err
 	}()

@@ -20,7 +20,9 @@ import (
 // written by one script, atomically (localScript), instead of
 // begin → take → commit. With every route on every node this is every
 // order whose home node holds the stock. The script takes anything only when the order is free (no
-// record, or a failed attempt) and every part can be met in full there;
+// record, or a failed attempt's that lists no parts: one that does, a
+// one-round attempt's, is the general path's to replace, staged.go
+// "Replacing a failed record") and every part can be met in full there;
 // otherwise it writes nothing and the order takes the one-round or the
 // general path, which handles existing records, splits and refusals (an
 // order that has a record goes straight to the general path). Being one

@@ -130,6 +130,11 @@ func (inv *Inventory) Confirm(ctx context.Context, orderID string) (Outcome, err
 	case recMissing:
 		return Outcome{}, fmt.Errorf("%w: order %q was never reserved", ErrNotFound, orderID)
 	case recFailed:
+		// A one-round attempt's failed record lists its parts, whose
+		// cancels after the fail may never have landed (its decider died):
+		// the record excludes the attempt, so they are cancelled (again),
+		// and the answer "took nothing" holds from here.
+		_, _ = inv.settleDecided(ctx, orderID, Cancel, rec.parts)
 		return Outcome{}, fmt.Errorf("%w: order %q: its last Reserve attempt failed and took nothing (Reserve it again)", ErrNotFound, orderID)
 	case recReserving:
 		return Outcome{}, fmt.Errorf("%w: order %q", ErrInProgress, orderID)

@@ -57,7 +57,13 @@ func (inv *Inventory) orderOp(ctx context.Context, home *node.Node, orderID stri
 	rec.deadline = time.UnixMilli(dl)
 	rec.wait = time.Duration(wait) * time.Millisecond
 	if blob != "" {
-		if rec.parts, err = unmarshalOrderParts(orderID, blob); err != nil {
+		if rec.parts, err = unmarshalOrderParts(orderID, blob); err != nil && rec.status == recBegun {
+			// the parts of the failed record the begin replaced (its
+			// attempt's, settleReplaced): the begin stands, those parts
+			// are left to come due
+			inv.log.Error("replaced failed record held unreadable parts; they are left to come due", "node", home.Name(), "order", orderID, "err", err)
+			rec.parts = nil
+		} else if err != nil {
 			// the script ran: a decision it made stands (status)
 			return orderRecord{}, fmt.Errorf("node %s: order %q (status %s) holds unreadable parts: %w", home.Name(), orderID, status, err)
 		}
@@ -258,8 +264,9 @@ func (inv *Inventory) defer_(s Settle) {
 }
 
 // reserveGeneral is the general path: begin on the home node, the reserve
-// rounds (take.go), commit.
-func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, orderID string, items []Item, userID string, ttl time.Duration) (Reservation, error) {
+// rounds (take.go), commit. settled is a one-round attempt of this call
+// whose parts it cancelled already ("" for none; settleReplaced).
+func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, orderID string, items []Item, userID string, ttl time.Duration, settled string) (Reservation, error) {
 	token := newToken()
 	rec, err := inv.begin(ctx, home, orderID, token, digestOf(items, userID), userID, ttl)
 	if err != nil {
@@ -271,6 +278,7 @@ func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, order
 	if rec.status != recBegun {
 		return inv.existing(orderID, rec)
 	}
+	inv.settleReplaced(ctx, orderID, token, settled, rec.parts)
 
 	parts, unknown, err := inv.take(ctx, home, orderID, token, partDue{at: rec.deadline.Add(partGrace)}, items, userID)
 	if err != nil {
@@ -316,7 +324,9 @@ func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, order
 // begin opens an attempt on the order record, waiting while another
 // attempt holds it. A staged record (staged.go) is decided first: while
 // its attempt's lease runs only by finding every part, after it by
-// preventing the missing ones.
+// preventing the missing ones. A begin that replaces a failed record
+// answers with that record's parts (recBegun's parts: another attempt's,
+// for the caller to cancel, settleReplaced), none for one that lists none.
 func (inv *Inventory) begin(ctx context.Context, home *node.Node, orderID, token, digest, userID string, ttl time.Duration) (orderRecord, error) {
 	for {
 		rec, err := inv.orderOp(ctx, home, orderID, opBegin, token,
@@ -348,12 +358,14 @@ func (inv *Inventory) begin(ctx context.Context, home *node.Node, orderID, token
 //
 // Once the probe has a verdict, the decision and the cancels after a
 // failure run to completion whatever the caller's context, within
-// commitTimeout (as a commit does): a failed record is the last list of
-// the attempt's parts that a reader acts on (a retry's begin writes its
-// own record over it; a Confirm of it answers ErrNotFound), so a failure
-// that landed while its caller gave up, its cancels never sent nor
-// deferred, left the parts reserved until they came due, the attempt's
-// ttl after its stage (TestStagedFailDecidedUnderACutCallerReturnsTheParts).
+// commitTimeout (as a commit does): a failure that landed while its
+// caller gave up, its cancels never sent nor deferred, left the parts
+// reserved until they came due, the attempt's ttl after its stage
+// (TestStagedFailDecidedUnderACutCallerReturnsTheParts). Cancels that
+// still do not land (this process dies, the home answers too late) are
+// sent again by whoever next reads the failed record and answers by it:
+// a retry's begin that replaces it (settleReplaced), a Confirm, a Cancel
+// (staged.go, "Replacing a failed record").
 func (inv *Inventory) resolveStaged(ctx context.Context, home *node.Node, orderID string, rec orderRecord, prevent bool) error {
 	verdict, parts, err := inv.probeStaged(ctx, orderID, rec, prevent)
 	if err != nil {

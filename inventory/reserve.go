@@ -191,6 +191,7 @@ func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item,
 		return res, lerr
 	}
 	var serr error
+	var settled string        // a failed one-round attempt whose parts this call cancelled (unwindStaged)
 	if lerr != errHasRecord { // a retry of a known order: the general path answers it
 		if lerr == errShortSeen && !checked {
 			checked = true
@@ -198,7 +199,7 @@ func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item,
 				return Reservation{}, err
 			}
 		}
-		res, ok, serr = inv.reserveStaged(ctx, home, orderID, items, userID, ttl)
+		res, ok, serr = inv.reserveStaged(ctx, home, orderID, items, userID, ttl, &settled)
 		if ok {
 			return res, serr
 		}
@@ -211,7 +212,7 @@ func (inv *Inventory) reserve(ctx context.Context, orderID string, items []Item,
 			}
 		}
 	}
-	res, err = inv.reserveGeneral(ctx, home, orderID, items, userID, ttl)
+	res, err = inv.reserveGeneral(ctx, home, orderID, items, userID, ttl, settled)
 	if err != nil && serr != nil {
 		// Say why the first choices were not enough too (a node that timed
 		// out there is down by now, and the general path only says so).

@@ -20,7 +20,7 @@ func TestPutOffIsByThePartNodesClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.inv.reserveGeneral(e.ctx, home, id, stagedItems(), "", time.Second); err != nil {
+	if _, err := e.inv.reserveGeneral(e.ctx, home, id, stagedItems(), "", time.Second, ""); err != nil {
 		t.Fatal(err)
 	}
 	p := e.dueOf("n2", id)

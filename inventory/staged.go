@@ -26,6 +26,7 @@ import (
 //	                                                     ├──fail────▶ failed (parts cancelled)
 //	                                                     └──withdraw─▶ (no record): T took nothing anywhere (soldout.go)
 //	(any record, failed included) ──stage(T)──▶ unchanged: "existing", T's takes are rolled back
+//	failed(T, its parts) ──begin(T2)──▶ reserving(T2); T's parts handed back to the caller, which cancels them
 //
 // The promised parts are fixed when the record is staged: node, part id,
 // kind, SKU, quantity, and the incarnation of the node's stamp as the
@@ -64,6 +65,30 @@ import (
 //     answered "existing": the attempt rolls its takes back and the order
 //     takes the general path, whose begin takes over a failed record under
 //     its lease rules with a new token (so with new parts).
+//   - Replacing a failed record. A failed record of T lists T's promised
+//     parts, and the cancels after its fail may never have landed: its
+//     decider (the attempt, or a reader's resolveStaged) died right after
+//     the fail, or the home answered after the decider's 2 s. It is the
+//     last list of those parts anyone reads, so whoever replaces it takes
+//     the list: only the general path's begin does (a stage never writes
+//     over a record; the local script keeps a failed record that lists
+//     parts, order_kept, and the order takes the general path), and in the
+//     same script it writes reserving(T2) and answers with T's list, whose
+//     parts its caller then cancels (settleReplaced; the parts of this
+//     call's own one-round attempt, cancelled in full by its roll-back
+//     just before, are not sent again). A Confirm answered by the failed
+//     record cancels them as well. Why every interleaving is safe: the
+//     begin read a record that excludes T (failed under T), the condition
+//     below for cancelling a part of T; T is never reserved afterwards (no
+//     record names T again but that failed one: a stage writes only where
+//     there is none, a commit of T needs staging(T)); the list holds no
+//     part of T2 (written by T's stage; part ids carry their token, and
+//     settleReplaced drops any of T2's all the same); a settle changes a
+//     part at most once, so the reconciler, a deferred settle or a late
+//     failStaged cancelling the same parts settles each once. A caller
+//     that dies before its cancels leaves them to their deadline, where
+//     the reconciler cancels them by T2's record (begun before they came
+//     due, it excludes T): the worst case of a crash, no worse.
 //   - A probe (probeScript) reads promised parts and marks each pending
 //     one held (see Abort below); in "prevent" mode it writes a tombstone
 //     for each absent one in the same script, so that part can never be
@@ -87,7 +112,8 @@ import (
 //     and T's part ids are T's alone), and a probe of the failed record's
 //     parts never runs (the record is decided).
 //   - A part of attempt T is cancelled only after a record was read that
-//     excludes T: failed under T (the attempt's or a probe's fail; or
+//     excludes T: failed under T (the attempt's or a probe's fail, a
+//     retry's begin replacing it, a Confirm answered by it; or
 //     the attempt's release, which it sends when it does not know whether
 //     its stage landed, or the reconciler's expire op, each of which
 //     writes it where the order has no record at all, a copy marked

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,7 +21,11 @@ import (
 // and err, if not nil, is the node failure that stopped the round, or
 // errShortSeen when a part came up short (soldout.go; the attempt's parts
 // are rolled back, or there were none and its record was withdrawn).
-func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderID string, items []Item, userID string, ttl time.Duration) (res Reservation, ok bool, err error) {
+// *settled is set to the attempt's token when it decided its record failed
+// and every cancel of its parts landed (unwindStaged): the general path's
+// begin, which replaces that record, has none of them to cancel again
+// (settleReplaced).
+func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderID string, items []Item, userID string, ttl time.Duration, settled *string) (res Reservation, ok bool, err error) {
 	if inv.topology(ctx).phase != topology.PhaseStable {
 		return Reservation{}, false, nil
 	}
@@ -83,7 +88,7 @@ func (inv *Inventory) reserveStaged(ctx context.Context, home *node.Node, orderI
 		return Reservation{OrderID: orderID, Receipts: receipts(taken), Deadline: staged.deadline}, true, nil
 	}
 	// Staged, but not every part was taken.
-	return inv.unwindStaged(ctx, home, orderID, len(homeReqs) > 0, round)
+	return inv.unwindStaged(ctx, home, orderID, len(homeReqs) > 0, round, settled)
 }
 
 // stageAndTake runs a staged round: the stage (unless stage.home is nil)
@@ -195,9 +200,9 @@ type stagedRound struct {
 // unwindStaged ends a staged attempt whose record was staged but whose
 // round did not take every part (homeParts: the stage took the home
 // node's): withdraw the record when nothing of the attempt is on any node
-// (soldout.go), else decide it failed and roll the parts back. ok and err
-// are reserveStaged's.
-func (inv *Inventory) unwindStaged(ctx context.Context, home *node.Node, orderID string, homeParts bool, r stagedRound) (res Reservation, ok bool, err error) {
+// (soldout.go), else decide it failed and roll the parts back. ok, err
+// and settled are reserveStaged's.
+func (inv *Inventory) unwindStaged(ctx context.Context, home *node.Node, orderID string, homeParts bool, r stagedRound, settled *string) (res Reservation, ok bool, err error) {
 	token, taken, unknown, promised, roundErr, refused := r.token, r.taken, r.unknown, r.promised, r.roundErr, r.refused
 	cctx, cancel := detached(ctx)
 	defer cancel()
@@ -236,6 +241,8 @@ func (inv *Inventory) unwindStaged(ctx context.Context, home *node.Node, orderID
 	}
 	if pending, _ := inv.settleParts(cctx, orderID, Cancel, back); pending > 0 {
 		inv.log.Warn("staged reserve rollback deferred", "order", orderID, "pending_parts", pending)
+	} else {
+		*settled = token
 	}
 	if refused != nil {
 		// Decided failed, its parts cancelled: the refusal is the answer
@@ -446,4 +453,43 @@ func digestOf(items []Item, userID string) string {
 		_, _ = h.Write(strconv.AppendInt(qty[:0], it.Quantity, 10))
 	}
 	return strconv.FormatUint(h.Sum64(), 16)
+}
+
+// settleReplaced cancels the parts of the failed record that the general
+// path's begin of attempt token replaced (replaced: that record's part
+// list, which the begin's reply carries, lua/order.lua; none for a
+// general-path record). The record excluded its attempt, but the cancels
+// after its fail may never have landed: the reader or the attempt that
+// decided it died right after, or its home answered after the decider's
+// 2 s. The begin overwrote the last list of those parts that anyone
+// reads, so before this they held their units until they came due, the
+// attempt's ttl (up to max_reservation_ttl) on, while the retry took the
+// order's units again (TestRetryOverAFailedRecordReturnsItsParts). The
+// cancels follow the rule of staged.go ("Who moves what"): the record read
+// excludes the attempt its parts name, so no part of an order that is or
+// will be reserved is among them, and never one of token's, whose ids
+// carry token (checked all the same). Nothing is sent for parts of
+// attempt settled, this call's own one-round attempt, whose roll-back
+// cancelled every one of them just before (unwindStaged). They run off
+// the caller's path (offPath); a node they cannot reach gets them
+// deferred, as after any failure.
+func (inv *Inventory) settleReplaced(ctx context.Context, orderID, token, settled string, replaced []part) {
+	if len(replaced) == 0 {
+		return
+	}
+	own, done := orderID+"|"+token+"|", orderID+"|"+settled+"|"
+	parts := make([]part, 0, len(replaced))
+	for _, p := range replaced {
+		if !strings.HasPrefix(p.ID, own) && (settled == "" || !strings.HasPrefix(p.ID, done)) {
+			parts = append(parts, p)
+		}
+	}
+	if len(parts) == 0 {
+		return
+	}
+	inv.offPath(ctx, func(ctx context.Context) {
+		if pending, _ := inv.settleParts(ctx, orderID, Cancel, parts); pending > 0 {
+			inv.log.Warn("replaced failed attempt's parts deferred", "order", orderID, "pending_parts", pending)
+		}
+	})
 }

@@ -25,6 +25,10 @@ import "fmt"
 //	   └──fence (a refusal after reads, soldout.go)──▶ failed
 //	failed ──begin──▶ reserving;  failed ──local──▶ reserved;  failed ──cancel──▶ cancelled
 //
+// A begin that replaces a failed record hands its parts back to be
+// cancelled, and the local script replaces only one that lists none
+// (staged.go, "Replacing a failed record").
+//
 // confirmed and cancelled are final. Withdraw is the one write that makes
 // a record missing: the attempt that staged it deletes it when its round
 // took nothing anywhere (soldout.go, "Withdraw"). Otherwise a record's end

@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -120,7 +121,8 @@ func (e *stagedEnv) dueOfToken(name, order, token string) PendingPart {
 // attempt that never committed (stopped before its commit, then failed)
 // is taken over at once by a new attempt of the order id, begun before
 // the old part came due (a confirmed record of the old attempt would
-// still have been there: it never was one). The old part, set aside on a
+// still have been there: it never was one), whose cancel of the old part
+// (settleReplaced) is lost. The old part, set aside on a
 // corrupt counter, is cancelled by the reconciler after the repair, as
 // before: no operator needed.
 func TestStuckPartOfASupersededAttemptCancels(t *testing.T) {
@@ -143,7 +145,21 @@ func TestStuckPartOfASupersededAttemptCancels(t *testing.T) {
 	if rec, err := e.inv.orderOp(e.ctx, home, x, opFail, old, seconds(e.inv.cfg.Retention)); err != nil || rec.status != recFailed {
 		t.Fatalf("fail of the staging record: %+v, %v", rec, err)
 	}
-	if _, err := e.inv.Reserve(e.ctx, x, items, "", time.Second); err != nil {
+	// The new attempt's begin hands the failed record's part back, and
+	// its cancel is lost (the process dies): the part stays pending.
+	h := callHook(func(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error) {
+		for _, a := range c.Args {
+			if s, _ := a.(string); c.Script == settleScript.name && strings.Contains(s, "|"+old+"|") {
+				return nil, ErrCrashed
+			}
+		}
+		return send()
+	})
+	e.faults.call.Store(&h)
+	_, err = e.inv.Reserve(e.ctx, x, items, "", time.Second)
+	e.inv.Close() // the cancel runs off the Reserve's path
+	e.faults.call.Store(nil)
+	if err != nil {
 		t.Fatalf("Reserve %s again: %v", x, err)
 	}
 	c2, ck := e.clients["n2"], StockKey("b", "t")

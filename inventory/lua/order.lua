@@ -120,12 +120,19 @@ if op == 'begin' then
     -- a stale copy of an attempt already decided failed (see expire)
     return record('failed')
   end
+  -- The record is replaced. A failed one's parts (a one-round attempt's
+  -- promised list; none for the general path's) go back in the reply:
+  -- the record excludes their attempt, whose cancels may never have
+  -- landed (its decider died, or its home answered too late), and this
+  -- is the last read of that list, so the caller cancels them
+  -- (order_ops.go, settleReplaced; staged.go, "Who moves what")
+  local replaced = status == 'failed' and parts or ''
   deadline = now + tonumber(ARGV[9])
   lease = now + tonumber(ARGV[6])
   f = {}
   order_set({status = 'reserving', token = token, lease = lease, digest = ARGV[7], user = ARGV[8], deadline = deadline,
     created = now}, tonumber(ARGV[10]))
-  cur, parts, reason = token, '', ''
+  cur, parts, reason = token, replaced, ''
   return record('begin')
 elseif op == 'commit' then
   if (status ~= 'reserving' and status ~= 'staging') or cur ~= token then

@@ -46,13 +46,32 @@ local function order_head(key, tok)
   if token == '' then token = nil end
   return st, moved, token
 end
+-- order_listed(key) is whether the record at key lists parts (its parts
+-- field, the fifth of a packed value, is not empty).
+local function order_listed(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then return (redis.call('HGET', key, 'parts') or '') ~= '' end
+  if not v then return false end
+  local _, pos = order_lead(v)
+  for _ = 1, 4 do
+    pos = pos and string.find(v, '\029', pos, true)
+    if not pos then return false end
+    pos = pos + 1
+  end
+  local b = string.byte(v, pos)
+  return b ~= nil and b ~= 29
+end
 -- order_kept(key) is whether the order at key has a record to keep: one
 -- that is not a failed attempt's and carries no moved mark (the local
--- reserve replaces those: lua/local.lua). A function of the library, not
--- a closure per call.
+-- reserve replaces those: lua/local.lua). A failed record that lists
+-- parts (a one-round attempt's promised list) is kept too: the cancels
+-- after its fail may never have landed, and only the general path's
+-- begin, which hands them back to be cancelled, may replace it
+-- (order_ops.go, settleReplaced). A function of the library, not a
+-- closure per call.
 local function order_kept(key)
   local status, moved = order_head(key)
-  return status and not moved and status ~= 'failed'
+  return status and not moved and (status ~= 'failed' or order_listed(key))
 end
 -- order_stage_head(key, takeover, tok) is the order's record at key as
 -- the one-round stage sees it (lua/stage_take.lua): none when it is
