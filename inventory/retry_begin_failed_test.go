@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -135,4 +138,53 @@ func (e *stagedEnv) wantReserved(before, want map[string]int64, when string) {
 				rt, when, got, want[rt])
 		}
 	}
+}
+
+// TestFallbackSettlesItsOneRoundPartsOnce: a one-round attempt whose take
+// on one node never reached it decides its record failed and cancels its
+// parts, then the same Reserve call takes the general path, whose begin
+// replaces that failed record and answers with its parts. They were all
+// cancelled just before, by this call: no part of the order may be sent
+// to a settle twice (a second cancel is harmless to the stock, but costs
+// the fallback a round and writes a tombstone for every promised part
+// that was never taken).
+func TestFallbackSettlesItsOneRoundPartsOnce(t *testing.T) {
+	t.Parallel()
+	e := newStagedEnv(t)
+	id := e.homedOn("fallback", "n1")
+	var mu sync.Mutex
+	settled := map[string]int{}
+	var lost atomic.Bool
+	h := callHook(func(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error) {
+		if c.Script == reserveScript.name && c.Node == "n3" && lost.CompareAndSwap(false, true) {
+			return nil, fmt.Errorf("take on n3 never sent: %w", ErrCrashed)
+		}
+		if c.Script == settleScript.name {
+			mu.Lock()
+			for _, a := range c.Args {
+				if s, _ := a.(string); strings.HasPrefix(s, id+"|") {
+					settled[s]++
+				}
+			}
+			mu.Unlock()
+		}
+		return send()
+	})
+	e.faults.call.Store(&h)
+	res, err := e.inv.Reserve(e.ctx, id, stagedItems(), "", time.Hour)
+	e.inv.Close() // anything sent off the call's path
+	e.faults.call.Store(nil)
+	if err != nil || len(res.Receipts) != 3 || !lost.Load() {
+		t.Fatalf("Reserve after its one-round take on n3 was lost: %+v, %v (lost %v)", res, err, lost.Load())
+	}
+	if len(settled) == 0 {
+		t.Fatal("the one-round attempt cancelled nothing: it did not fall back as the test wants")
+	}
+	for p, n := range settled {
+		if n != 1 {
+			t.Errorf("part %s sent to %d settles, want 1", p, n)
+		}
+	}
+	e.verify(id, "reserved")
+	e.stock()
 }
