@@ -167,7 +167,8 @@ func (a *migrator) planPutBacks(ctx context.Context, c topology.Change, from, to
 // reinstall runs plan's put backs, each at its destination's token in
 // behind, and returns how many it installed and how many records it
 // retired: a planned put back whose marked copy is gone by the time it
-// runs (it expired after the retention since the plan read it) retires
+// runs (it expired after the retention since the plan read it), or is
+// undecided and past the records' retention (this file's doc), retires
 // the record Retire kept on its promise, as Retire would have (retireOne:
 // not a record a put back of the change wrote meanwhile).
 func (a *migrator) reinstall(ctx context.Context, c topology.Change, plan putBackPlan, behind map[string]string) (put, retired int, err error) {
@@ -217,7 +218,7 @@ func (a *migrator) retirePlanned(ctx context.Context, c topology.Change, p putBa
 	if !ok {
 		return false, nil
 	}
-	a.log.Warn("topology: stale order record retired: its moved copy expired before it could be put back",
+	a.log.Warn("topology: stale order record retired: its moved copy is gone, or undecided past the records' retention, so it was not put back",
 		"node", p.dest, "order", p.id, "from", p.h.Name())
 	if a.inv.crash(ctx, "retire") {
 		return true, errCrashed
@@ -280,7 +281,7 @@ type putOutcome int
 const (
 	putWritten putOutcome = iota // the record written on its node
 	putHeld                      // the node held that record already (put back by a concurrent or earlier run)
-	putNoCopy                    // nothing written: the copy is no longer marked at the change's token
+	putNoCopy                    // nothing written: the copy is no longer marked at the change's token, or is undecided past the records' retention
 )
 
 // putBack installs order p.id's record, marked moved at c.Token on p.h,
