@@ -173,8 +173,9 @@
 //     later is the node gone back too. And the entry at the position,
 //     once inventory.redo_max_age has trimmed it before an
 //     acknowledgement reached it, counts as the landed one only while
-//     the node holds that part's record there (inventory/redo_position.go):
-//     a node gone back never took the part. Before, any entry gone
+//     the node holds that part's record there, or the one
+//     SettleStuckLost wrote of it (inventory/redo_position.go): a node
+//     gone back never took the part. Before, any entry gone
 //     counted, so the max age, trimming the node's new entries up to the
 //     position, resumed the paused queue past them, which never landed
 //     nor were recorded in sync_gaps

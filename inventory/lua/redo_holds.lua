@@ -17,10 +17,14 @@ local function redo_holds(xk, off, pid, acked)
   if pid == 'trimmed' or acked >= off then return true end
   -- trimmed unacknowledged (the max age): the landed part's, only when
   -- its record is on the node at that place (a record there that cannot
-  -- be read: the part's key is there, so the node holds it)
+  -- be read: the part's key is there, so the node holds it), or is one
+  -- SettleStuckLost wrote (stuck_since, no place; a tombstone has no
+  -- stuck_since): the node listed the part set aside, so it took it
   local f, why = part_try(partPrefix .. pid)
   if why then return true end
-  return f ~= nil and f.redo == xk and tonumber(f.offset) == off, nil
+  if not f then return false, nil end
+  if f.redo == nil then return f.stuck_since ~= nil and f.tombstone ~= '1', nil end
+  return f.redo == xk and tonumber(f.offset) == off, nil
 end
 -- redo_rewound_reply(xk, off, at, pid): the SHARDIS_REWOUND error of an
 -- acknowledgement at offset off (as the caller got it) of queue xk, where
