@@ -259,7 +259,11 @@ func (s *shortSKU) fencedRefusal(userID string) (hint bool, err error) {
 // fenceRefusal writes the fence of a refusal on the order's home node
 // (orderScript's "fence" op: a failed record under a fresh token where the
 // order has none) and reports whether the order may be refused behind it:
-// the record is failed, this fence or an earlier one. A fence whose
+// the record is failed, this fence or an earlier one, and lists no parts.
+// A failed one-round record lists its attempt's, which may still hold the
+// very units that refuse the order (their cancels lost): the refusal
+// steps aside to the paths, whose begin replaces the record and cancels
+// them first (staged.go, "Replacing a failed record"). A fence whose
 // outcome is unknown (its reply lost) is asked once more: the op writes
 // only where there is no record, so the second finds the first's record,
 // or whatever came meanwhile, and answers by it.
@@ -268,7 +272,7 @@ func (inv *Inventory) fenceRefusal(ctx context.Context, home *node.Node, orderID
 	for range 2 {
 		rec, err := inv.orderOp(ctx, home, orderID, opFence, token, seconds(inv.cfg.Retention))
 		if err == nil {
-			return rec.status == recFailed
+			return rec.status == recFailed && len(rec.parts) == 0
 		}
 		if !outcomeUnknown(err) || ctx.Err() != nil {
 			break

@@ -84,6 +84,8 @@ import (
 //
 //	(no record) ──fence(F)──▶ failed(F)                       refuse
 //	failed(any)  ──fence────▶ unchanged                       refuse (a failed record fences already)
+//	failed(T, T's parts) ─fence─▶ unchanged                   step aside: the general path's begin hands
+//	                                                          T's parts back (staged.go, "Replacing a failed record")
 //	any other    ──fence────▶ unchanged                       step aside: its attempt answers
 //
 // Why every interleaving stays safe. The fence is what the general path's

@@ -76,8 +76,18 @@ import (
 //     same script it writes reserving(T2) and answers with T's list, whose
 //     parts its caller then cancels (settleReplaced; the parts of this
 //     call's own one-round attempt, cancelled in full by its roll-back
-//     just before, are not sent again). A Confirm answered by the failed
-//     record cancels them as well. Why every interleaving is safe: the
+//     just before, are not sent again). The cancels answer before T2
+//     sends a take: T2 wants the order's units again, often the very
+//     units T holds (the last of a SKU), and a take sent beside them
+//     found those still held and refused the order for a shortage of its
+//     own dead attempt's units. Nor does a refusal by reads answer behind
+//     such a record as its fence (refuseShort, soldout.go): the fence op
+//     answers with the record's parts, and a failed record that lists
+//     any makes the refusal step aside to the paths, whose begin replaces
+//     it; before, every retry was refused so while T's units stayed held
+//     until they came due (TestRetryOverAFailedRecordGetsItsOwnUnitsBack).
+//     A Confirm answered by the failed record cancels them as well. Why
+//     every interleaving is safe: the
 //     begin read a record that excludes T (failed under T), the condition
 //     below for cancelling a part of T; T is never reserved afterwards (no
 //     record names T again but that failed one: a stage writes only where

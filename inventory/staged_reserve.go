@@ -470,9 +470,12 @@ func digestOf(items []Item, userID string) string {
 // will be reserved is among them, and never one of token's, whose ids
 // carry token (checked all the same). Nothing is sent for parts of
 // attempt settled, this call's own one-round attempt, whose roll-back
-// cancelled every one of them just before (unwindStaged). They run off
-// the caller's path (offPath); a node they cannot reach gets them
-// deferred, as after any failure.
+// cancelled every one of them just before (unwindStaged). They run to
+// their answers before the caller sends a take, whatever the caller does
+// meanwhile (detached): the retry often wants the very units they hold,
+// and a take sent beside them found those still held and refused the
+// order (TestRetryOverAFailedRecordGetsItsOwnUnitsBack). A node they
+// cannot reach gets them deferred, as after any failure.
 func (inv *Inventory) settleReplaced(ctx context.Context, orderID, token, settled string, replaced []part) {
 	if len(replaced) == 0 {
 		return
@@ -487,9 +490,7 @@ func (inv *Inventory) settleReplaced(ctx context.Context, orderID, token, settle
 	if len(parts) == 0 {
 		return
 	}
-	inv.offPath(ctx, func(ctx context.Context) {
-		if pending, _ := inv.settleParts(ctx, orderID, Cancel, parts); pending > 0 {
-			inv.log.Warn("replaced failed attempt's parts deferred", "order", orderID, "pending_parts", pending)
-		}
-	})
+	if pending, _ := inv.settleDecided(ctx, orderID, Cancel, parts); pending > 0 {
+		inv.log.Warn("replaced failed attempt's parts deferred", "order", orderID, "pending_parts", pending)
+	}
 }
