@@ -226,7 +226,9 @@ chaos: deps-redis $(if $(SENTINEL),deps-sentinel) $(if $(SYNC),deps-pg)
 ## the clock actor, stepping one node's wall clock by up to CLOCKSTEP (default 300ms) while the others run (needs gcc; default
 ## never), OOM=0.3 that of the memory actor, one node out of memory while a few calls reach it (default never), OPERATOR=0.5
 ## that of the operator actor, settling or retrying the parts set aside as README's stuck-parts section says while the
-## other actors run (default never), PROFILE=stall parks many calls
+## other actors run (default never), ASIDE=0.5 with it that of the set-aside actor, hiding a stock hash so parts are set
+## aside with their records, expiring the records of orders whose parts wait aside, then repairing it (default never),
+## PROFILE=stall parks many calls
 ## past the deadlines (PROFILE=calm: reorderings and delays only, no lost reply or crash;
 ## PROFILE=crash: calm, and half the actors die at a crash point; PROFILE=lossy: many lost replies
 ## and parked calls, no crash)
@@ -236,7 +238,7 @@ explore: deps-redis
 	m=$$($(TESTMOD)) && $(GO) run -modfile=$$m ./internal/cmd/explore $(if $(SEED),-seed $(SEED)) -n $(or $(N),1000) $(if $(BUDGET),-budget $(BUDGET)) \
 		-worlds $(or $(WORLDS),4) $(if $(MUTATIONS),-mutations $(MUTATIONS)) $(if $(TOPOLOGY),-topology $(TOPOLOGY)) \
 		$(if $(RESTART),-restart $(RESTART)) $(if $(LIMIT),-limit $(LIMIT)) $(if $(INLINE),-inline $(INLINE)) $(if $(LOSS),-loss $(LOSS)) \
-		$(if $(MOVED),-moved $(MOVED)) $(if $(TWIN),-twin $(TWIN)) $(if $(LOSS2),-loss2 $(LOSS2)) $(if $(RELIMIT),-relimit $(RELIMIT)) $(if $(SHRINK),-shrink $(SHRINK)) $(if $(REJOIN),-rejoin $(REJOIN)) $(if $(ABANDON),-abandon $(ABANDON)) $(if $(CLOCK),-clock $(CLOCK)) $(if $(CLOCKSTEP),-clockstep $(CLOCKSTEP)) $(if $(OOM),-oom $(OOM)) $(if $(OPERATOR),-operator $(OPERATOR)) $(if $(PROFILE),-profile $(PROFILE)) $(if $(V),-v)
+		$(if $(MOVED),-moved $(MOVED)) $(if $(TWIN),-twin $(TWIN)) $(if $(LOSS2),-loss2 $(LOSS2)) $(if $(RELIMIT),-relimit $(RELIMIT)) $(if $(SHRINK),-shrink $(SHRINK)) $(if $(REJOIN),-rejoin $(REJOIN)) $(if $(ABANDON),-abandon $(ABANDON)) $(if $(CLOCK),-clock $(CLOCK)) $(if $(CLOCKSTEP),-clockstep $(CLOCKSTEP)) $(if $(OOM),-oom $(OOM)) $(if $(OPERATOR),-operator $(OPERATOR)) $(if $(ASIDE),-aside $(ASIDE)) $(if $(PROFILE),-profile $(PROFILE)) $(if $(V),-v)
 
 ## deps-bench: install nutcracker (twemproxy, the proxy baseline of the benchmarks) when it is missing.
 deps-bench:

@@ -168,6 +168,14 @@ const (
 	// 252043a: an operator's settle run again after its answer was lost
 	// settles the part a second time, moving its units twice.
 	MutationStuckLostUnfenced Mutation = "stuck-lost-unfenced"
+	// MutationStuckGoneCancel: the expiry (ResolveExpired) cancels a part
+	// that meets no record of its order when it may have outlived it
+	// (set aside before, or due the retention ago: the expire op's 'gone'
+	// verdict), as an attempt that never landed, rather than leave it set
+	// aside for an operator (stuck.go), as it did before the verdict: a
+	// paid order whose record lived out its retention while its part was
+	// set aside has that part's units sold again.
+	MutationStuckGoneCancel Mutation = "stuck-gone-cancel"
 )
 
 // Mutator is implemented by a [Faults] that re-introduces mutations.

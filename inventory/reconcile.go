@@ -281,6 +281,10 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 			}
 			return putOff(err)
 		}
+		if rec.status == recGone && inv.mutated(MutationStuckGoneCancel) {
+			// the mutation: read as an attempt that never landed
+			return inv.settleExpired(ctx, p, Cancel)
+		}
 		if rec.status == recGone {
 			// no record of the part's attempt, and the part may have
 			// outlived it: nothing was written, the caller sets the part
@@ -305,6 +309,12 @@ func (inv *Inventory) ResolveExpired(ctx context.Context, p PendingPart) (Resolu
 			return Postponed, nil
 		}
 	}
+	return inv.settleExpired(ctx, p, action)
+}
+
+// settleExpired settles the expired part p by action (ResolveExpired's
+// last step).
+func (inv *Inventory) settleExpired(ctx context.Context, p PendingPart, action Action) (Resolution, error) {
 	res, err := inv.SettleNow(ctx, Settle{Node: p.Node, Action: action, OrderID: p.OrderID, PartIDs: []string{p.PartID},
 		Members: []string{p.member}})
 	if err != nil {

@@ -126,13 +126,21 @@ type observed struct {
 	paidToken      func(ctx context.Context, id string) string
 	paid           map[string]string
 	operated       []string
+	// aside is what the set-aside actor hid (aside.go; nil: nothing),
+	// expired the orders whose records it expired, with the system of
+	// record's account of each, and verdicts counts what the operator's
+	// settles met (asideVerdict)
+	aside    *asideState
+	expired  map[string]expiredOrder
+	verdicts map[string]int
 }
 
 func newObserved() *observed {
 	return &observed{reserved: map[string][][]inventory.Receipt{}, confirmed: map[string]string{},
 		cancelled: map[string]string{}, cancelFrom: map[string]time.Time{}, dataLoss: map[string]bool{}, plans: map[string][]inventory.Item{}, refused: map[string][]refusal{}, extra: map[string]loadRange{},
 		diffs: map[string][]lossDiff{}, ended: map[string]bool{}, users: map[string]string{}, paid: map[string]string{},
-		evictedOrders: map[string]bool{}, confirmUnknown: map[string]bool{}, synced: map[string]inventory.StuckUnits{}}
+		evictedOrders: map[string]bool{}, confirmUnknown: map[string]bool{}, synced: map[string]inventory.StuckUnits{},
+		expired: map[string]expiredOrder{}, verdicts: map[string]int{}}
 }
 
 // end records that actor who returned.
@@ -354,6 +362,7 @@ func (o *observed) cancel(inv *inventory.Inventory, who, id string) func(ctx con
 // reconcile is a reconciler actor: passes over every node.
 func (o *observed) reconcile(inv *inventory.Inventory, who string, passes int) func(ctx context.Context) {
 	return func(ctx context.Context) {
+		defer o.end(who) // the set-aside actor's repair waits for it (aside.go)
 		r := rollback.New(inv, nil, rollback.Settings{Logger: discard})
 		for i := 0; i < passes; i++ {
 			failed := r.RunOnce(ctx)

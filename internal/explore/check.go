@@ -78,6 +78,7 @@ func check(st *worldState, obs *observed, orders []orderPlan, homes *inventory.H
 	obs.mu.Unlock()
 	checkUserLimit(v, st, plans)
 	checkOrders(v, st, obs, orders, homes, loss.resurrected)
+	checkExpired(v, st, obs)
 	for _, name := range allNodes {
 		checkRedo(v, st.nodes[name])
 	}

@@ -186,7 +186,7 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 		if status == inventory.OrderConfirmed && p.Token == token {
 			want = inventory.PartConfirmed
 		}
-		if p.State != want && obs.settledByOperator(where, p.ID) {
+		if p.State != want && obs.settledByOperator(where, p.ID) && !obs.isExpired(id) {
 			// the operator's decision (operator.go): excused by no loss
 			v.add("operator-decision", "order %s is %s (token %s), but the operator settled its part %s on %s (token %s) %s", id, status, token, p.ID, where, p.Token, p.State)
 		} else if p.State != want {

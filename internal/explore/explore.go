@@ -11,7 +11,10 @@
 // its AOF, a node going back to an older copy of its data and accepted
 // (loss.go), with Options.Operator an operator settling or retrying the
 // parts set aside and a record-loss actor deleting pending part records
-// (operator.go, evict.go), and, once the deadlines passed, the reconciler
+// (operator.go, evict.go), with Options.Aside a set-aside actor hiding a
+// stock hash so parts are set aside with their records, expiring the
+// decided records of orders whose parts wait set aside, then repairing
+// it (aside.go), and, once the deadlines passed, the reconciler
 // on both instances) run against one World (world.go). Every script call of every
 // actor passes through the schedule's Scheduler (sched.go, the
 // inventory.Faults of both instances and of the topology apply), which
@@ -95,6 +98,10 @@ type Summary struct {
 	// Operators, StuckListed, Operated, HealListed and Evicted sum the
 	// schedules' (Result's).
 	Operators, StuckListed, Operated, HealListed, Evicted int
+	// Expired, ExpiredPaid and Verdicts sum the schedules' (Result.Expired,
+	// Result.Verdicts).
+	Expired, ExpiredPaid int
+	Verdicts             map[string]int
 	// WorldErr are the errors that stopped a world (its schedules not run).
 	WorldErr []error
 	// Interrupted counts the schedules that Explore's context cut short
@@ -204,6 +211,14 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 				sum.Operated += res.Operated
 				sum.HealListed += res.HealListed
 				sum.Evicted += res.Evicted
+				sum.Expired += res.Expired
+				sum.ExpiredPaid += res.ExpiredPaid
+				for k, n := range res.Verdicts {
+					if sum.Verdicts == nil {
+						sum.Verdicts = map[string]int{}
+					}
+					sum.Verdicts[k] += n
+				}
 				if res.StuckListed+res.HealListed > 0 && cfg.Progress != nil {
 					fmt.Fprintf(cfg.Progress, "seed %d: the operator listed %d stuck part(s) while the actors ran, %d at the heal, and %d of its settles answered or may have landed\n", seed, res.StuckListed, res.HealListed, res.Operated)
 				}
@@ -230,7 +245,7 @@ func Explore(ctx context.Context, cfg Config) (Summary, error) {
 					fmt.Fprintf(cfg.Progress, "seed %d: %d order record copies marked moved left without a TTL\n", seed, res.Frozen)
 				}
 				if res.Excused > 0 && cfg.Progress != nil {
-					fmt.Fprintf(cfg.Progress, "seed %d: %d violation(s) excused, about the orders and counters exposed when %v lost acknowledged writes (and %d part record(s) deleted by the record-loss actor)\n", seed, res.Excused, res.Lost, res.Evicted)
+					fmt.Fprintf(cfg.Progress, "seed %d: %d violation(s) excused, about the orders and counters exposed when %v lost acknowledged writes (and %d part record(s) deleted by the record-loss actor, %d order record(s) expired by the set-aside actor)\n", seed, res.Excused, res.Lost, res.Evicted, res.Expired)
 				}
 				sum.Last = res
 				if len(res.Violations) > 0 {

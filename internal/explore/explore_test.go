@@ -35,9 +35,10 @@ const ciMinRun = 8
 // default fault chances, one call in twenty abandoned by its caller (the
 // Abandon fate), the memory actor (oom.go) in one schedule in four and,
 // where gcc can build the clock skew library (clock.go), the clock actor
-// in one schedule in four.
+// in one schedule in four, and the operator in one in four, half of them
+// with the set-aside actor (aside.go).
 func ciOptions() Options {
-	opts := Options{Abandon: 0.05, OOM: 0.25, Operator: 0.25}
+	opts := Options{Abandon: 0.05, OOM: 0.25, Operator: 0.25, Aside: 0.5}
 	if _, err := exec.LookPath("gcc"); err == nil {
 		opts.Clock = 0.25
 	}
@@ -125,7 +126,7 @@ func TestExploreInterruptedIsNotAWorldError(t *testing.T) {
 
 // A failing seed's replay line names every option that changes its
 // draws, the moved order's chance, the twin's, the second loss's, the shrink's, the rejoin's, the abandoned calls', the clock
-// actor's, the memory actor's and the operator's included: without them
+// actor's, the memory actor's, the operator's and the set-aside actor's included: without them
 // the seed replays another schedule.
 func TestReplayCommandNamesEveryOption(t *testing.T) {
 	opts := Options{Profile: "calm", Topology: 1, Restart: -1, Limit: -1, Inline: -1, Loss: 1, Moved: 1,
@@ -148,6 +149,7 @@ func TestReplayCommandNamesEveryOption(t *testing.T) {
 		{"the clock actor's larger steps", func(o *Options) { o.Clock, o.ClockStep = 0.3, 2*time.Second }, " CLOCK=0.3 CLOCKSTEP=2s"},
 		{"the memory actor", func(o *Options) { o.OOM = 0.3 }, " OOM=0.3"},
 		{"the operator actor", func(o *Options) { o.Operator = 0.5 }, " OPERATOR=0.5"},
+		{"the set-aside actor", func(o *Options) { o.Operator, o.Aside = 0.5, 0.5 }, " OPERATOR=0.5 ASIDE=0.5"},
 	} {
 		o := opts
 		c.set(&o)

@@ -153,6 +153,9 @@ func (w *World) tendAll(ctx context.Context, o *observed, inv *inventory.Invento
 // reports false when the operator died.
 func (w *World) tend(ctx context.Context, o *observed, inv *inventory.Inventory, who string, p inventory.StuckPart) bool {
 	what := p.Node + " " + tokenRE.ReplaceAllString(p.PartID, "|T|")
+	if strings.Contains(p.Reason, "cannot be inferred") {
+		o.verdict("listed-gone") // set aside by the expiry's 'gone' verdict
+	}
 	if p.Problem != "" {
 		o.note(who, "leave "+what+": its record cannot be read", errors.New(p.Problem))
 		return true
@@ -167,6 +170,7 @@ func (w *World) tend(ctx context.Context, o *observed, inv *inventory.Inventory,
 			func(res string) string {
 				return fmt.Sprintf("parts settle --route %s --sku %s --qty %d --user %q %s %s (%s)", u.Route, u.SKU, u.Quantity, u.User, what, action, res)
 			})
+		o.verdict(asideVerdict(true, err))
 		if errors.Is(err, inventory.ErrPrecondition) && strings.Contains(err.Error(), "exists") {
 			return w.retry(ctx, o, inv, who, p, what)
 		}
@@ -179,6 +183,7 @@ func (w *World) tend(ctx context.Context, o *observed, inv *inventory.Inventory,
 	}
 	err := o.tries(who, p, func() (string, error) { return inv.SettleStuck(ctx, p.Node, p.PartID, action) },
 		func(res string) string { return fmt.Sprintf("parts settle %s %s (%s)", what, action, res) })
+	o.verdict(asideVerdict(false, err))
 	if errors.Is(err, inventory.ErrPrecondition) {
 		return w.retry(ctx, o, inv, who, p, what)
 	}
@@ -275,6 +280,11 @@ func (o *observed) decisionOf(ctx context.Context, order, partID string) (action
 	confirmed := o.confirmed[order] != "" || o.dataLoss[order]
 	unknown := o.confirmUnknown[order]
 	paid, read := o.paid[order], o.paidToken
+	if e, ok := o.expired[order]; ok && e.confirmed {
+		// its record lived out its retention: the system of record
+		// kept the paid attempt (aside.go)
+		confirmed, paid = true, e.token
+	}
 	o.mu.Unlock()
 	if !confirmed && !unknown {
 		return inventory.Cancel, ""

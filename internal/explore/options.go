@@ -143,6 +143,18 @@ type Options struct {
 	// otherwise).
 	// default: 0 (off)
 	Operator float64
+	// Aside is the chance, in a schedule with the operator actor, of the
+	// set-aside actor (aside.go): it hides the stock hash of route a's or
+	// b's SKU on its node in phase 1, so its parts are set aside with
+	// their records intact, expires (deletes) in phase 2, in seven
+	// schedules of ten, the decided records of the orders whose pending
+	// parts all wait set aside, then repairs the hash and retries the
+	// SKU's parts: the operator meets parts whose order's record exists
+	// (SettleStuck refused, RetryStuck) and parts whose order's record
+	// is gone (SettleStuck by the system of record). Drawn only when
+	// above 0 (its seeds run as they did before it was added otherwise).
+	// default: 0 (off)
+	Aside float64
 }
 
 func (o Options) probs() (Probs, error) {
@@ -226,6 +238,12 @@ type Result struct {
 	// Evicted counts the pending part records the record-loss actor
 	// deleted (operator.go).
 	Operators, StuckListed, Operated, HealListed, Evicted int
+	// Expired counts the order records the set-aside actor expired
+	// (aside.go), ExpiredPaid those of them confirmed, Verdicts what the operator's settles met, by
+	// asideVerdict's names ("listed-gone": a listing showed a part the
+	// expiry's 'gone' verdict set aside).
+	Expired, ExpiredPaid int
+	Verdicts             map[string]int
 	// Frozen counts the order records marked moved left without a TTL on
 	// the nodes at the schedule's end (inventory/migrate.go, expireMoved):
 	// not a violation (nothing is lost), a key kept for good.

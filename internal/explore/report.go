@@ -3,6 +3,7 @@ package explore
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -66,6 +67,9 @@ func ReplayCommand(seed int64, opts Options) string {
 	if opts.Operator > 0 {
 		cmd += fmt.Sprintf(" OPERATOR=%g", opts.Operator)
 	}
+	if opts.Aside > 0 {
+		cmd += fmt.Sprintf(" ASIDE=%g", opts.Aside)
+	}
 	if opts.Clock > 0 {
 		cmd += fmt.Sprintf(" CLOCK=%g", opts.Clock)
 		if opts.ClockStep > 0 && opts.ClockStep != defaultClockStep {
@@ -83,7 +87,7 @@ func ParseMutations(s string) ([]inventory.Mutation, error) {
 	known := []inventory.Mutation{inventory.MutationStageTakeover, inventory.MutationApplyLeavesStaging,
 		inventory.MutationXferNegativeZero, inventory.MutationLimitWithdraw, inventory.MutationFenceSkip, inventory.MutationInlineUnwritten, inventory.MutationInstallInline,
 		inventory.MutationRetireSkip, inventory.MutationReinstallSkip, inventory.MutationLimitUnfenced,
-		inventory.MutationStockLeftOnly, inventory.MutationXferNoSource, inventory.MutationStuckLostUnfenced}
+		inventory.MutationStockLeftOnly, inventory.MutationXferNoSource, inventory.MutationStuckLostUnfenced, inventory.MutationStuckGoneCancel}
 	var out []inventory.Mutation
 	for _, f := range strings.Split(s, ",") {
 		m := inventory.Mutation(strings.TrimSpace(f))
@@ -143,6 +147,13 @@ func WriteSummary(out io.Writer, s Summary) {
 	if s.Operators > 0 {
 		fmt.Fprintf(out, "explore: %d operator actor(s) ran; their listings showed %d stuck part(s) while the actors ran and %d at the heal, and %d of the operator's settles answered or may have landed; %d pending part record(s) deleted\n",
 			s.Operators, s.StuckListed, s.HealListed, s.Operated, s.Evicted)
+	}
+	if len(s.Verdicts) > 0 || s.Expired > 0 {
+		var vs []string
+		for _, k := range slices.Sorted(maps.Keys(s.Verdicts)) {
+			vs = append(vs, fmt.Sprintf("%s %d", k, s.Verdicts[k]))
+		}
+		fmt.Fprintf(out, "explore: the set-aside actor expired %d order record(s), %d of them confirmed; the operator's settles met: %s\n", s.Expired, s.ExpiredPaid, strings.Join(vs, ", "))
 	}
 	for _, err := range s.WorldErr {
 		fmt.Fprintf(out, "explore: world error: %v\n", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -88,6 +89,9 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	if err := w.resetClocks(); err != nil {
 		return res, err
 	}
+	if err := w.unhide(ctx, obs); err != nil {
+		return res, err
+	}
 	if err := w.liftMemoryLimits(ctx); err != nil {
 		return res, err
 	}
@@ -116,6 +120,10 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	for id := range obs.evictedOrders { // a record-loss actor's: operator.go
 		view.exposed[id] = true
 	}
+	for id := range obs.expired { // its record lived out its retention: aside.go
+		view.exposed[id] = true
+		view.records[id] = true
+	}
 	lostRoutes, split := w.ranView(obs)
 	view.lostRoutes = lostRoutes
 	lost := slices.Clone(obs.losses)
@@ -127,6 +135,12 @@ func (w *World) RunSchedule(ctx context.Context, seed int64, opts Options) (Resu
 	res.Rejoins, res.RejoinStable, res.RejoinRefused, res.RejoinInvalid = obs.rejoin.ran, obs.rejoin.stable, obs.rejoin.refused, obs.rejoin.invalid
 	res.Stale, res.StaleFound, res.StaleCleared = obs.stale, obs.staleFound, obs.staleCleared
 	res.Operators, res.StuckListed, res.Operated, res.HealListed, res.Evicted = obs.operators, obs.stuckListed, len(obs.operated), obs.healListed, len(obs.evicted)
+	res.Expired, res.Verdicts = len(obs.expired), maps.Clone(obs.verdicts)
+	for _, e := range obs.expired {
+		if e.confirmed {
+			res.ExpiredPaid++
+		}
+	}
 	for _, ns := range st.nodes {
 		res.Frozen += ns.frozen
 	}
@@ -307,6 +321,12 @@ func (w *World) phase1(ctx context.Context, s *Scheduler, obs *observed, insts [
 		if s.Chance(0.5) {
 			s.Go(ctx, "evict", w.evict(obs, s, "evict", drawEvict(s)))
 		}
+		if opts.Aside > 0 && len(losses) == 0 && s.Chance(opts.Aside) {
+			// drawn only then: other seeds run as before; not with a data
+			// loss, whose roll back would weigh a hidden hash as lost units
+			plan := drawAside(s)
+			s.Go(ctx, "hide", w.hideHash(obs, s, "hide", insts[plan.inst], plan))
+		}
 	}
 	s.Run()
 	return orders
@@ -406,8 +426,11 @@ func (w *World) phase2(ctx context.Context, s *Scheduler, obs *observed, insts [
 		s.Go(ctx, "late-retry-o1", obs.reserve(insts[s.Intn(len(insts))], "late-retry-o1", o1, 2))
 	}
 	obs.mu.Lock()
-	operator := obs.operator
+	operator, aside := obs.operator, obs.aside
 	obs.mu.Unlock()
+	if aside != nil { // the set-aside actor hid a hash: aside.go
+		s.Go(ctx, "repair", w.repairHash(obs, s, "repair", insts[s.Intn(len(insts))], aside))
+	}
 	if operator { // drawn only then: other seeds run as before
 		plan := drawOperator(s, len(insts), nil)
 		s.Go(ctx, "operator2", w.operator(obs, s, "operator2", insts[plan.inst], plan))

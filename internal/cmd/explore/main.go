@@ -25,7 +25,7 @@ func main() {
 	n := flag.Int("n", 1000, "schedules to run")
 	budget := flag.Duration("budget", 0, "stop starting schedules after this long (0: no limit)")
 	worlds := flag.Int("worlds", 2, "worlds (four redis-server nodes each) running schedules side by side")
-	mutations := flag.String("mutations", "", "comma-separated mutations to re-introduce (stage-takeover, apply-leaves-staging, xfer-negative-zero, limit-withdraw, fence-skip, inline-unwritten, install-inline, retire-skip, reinstall-skip, limit-unfenced, stock-left-only, xfer-no-source, stuck-lost-unfenced)")
+	mutations := flag.String("mutations", "", "comma-separated mutations to re-introduce (stage-takeover, apply-leaves-staging, xfer-negative-zero, limit-withdraw, fence-skip, inline-unwritten, install-inline, retire-skip, reinstall-skip, limit-unfenced, stock-left-only, xfer-no-source, stuck-lost-unfenced, stuck-gone-cancel)")
 	topo := flag.Float64("topology", 0, "chance of the topology actor per schedule (0: the default 0.2, negative: never)")
 	restart := flag.Float64("restart", 0, "chance of the node-restart actor per schedule (0: the default 0.15, negative: never)")
 	limit := flag.Float64("limit", 0, "chance of the limit order o6 and its retry per schedule (0: the default 0.4, negative: never)")
@@ -41,6 +41,7 @@ func main() {
 	clock := flag.Float64("clock", 0, "chance of the clock actor per schedule: one node's wall clock steps by up to -clockstep either way, once or twice, and is set right before the heal (needs gcc; 0 or negative: never)")
 	oom := flag.Float64("oom", 0, "chance of the memory actor per schedule: one node runs out of memory while 1 to 6 calls are sent to it, refusing every script that may take memory (0 or negative: never)")
 	operator := flag.Float64("operator", 0, "chance of the operator actor per schedule: in each phase it lists the parts set aside and settles or retries each as README's stuck-parts section says (parts settle with the system of record's values for a part whose record is gone), its calls scheduled and faulted like any actor's (0 or negative: never)")
+	aside := flag.Float64("aside", 0, "chance, with the operator actor, of the set-aside actor: it hides a stock hash in phase 1 so its parts are set aside with their records, expires the decided records of orders whose parts wait set aside, then repairs the hash and retries them (0 or negative: never)")
 	clockStep := flag.Duration("clockstep", 0, "bound of one step of the clock actor (0: the default 300ms)")
 	profile := flag.String("profile", "", `fault chances: "" (default), "stall" (many calls parked past the deadlines), "calm" (reorderings and delays only) or "crash" (calm, and half the actors die at one of their first crash points)`)
 	verbose := flag.Bool("v", false, "print each failing schedule's trace and what its actors were told")
@@ -56,7 +57,7 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-	opts := explore.Options{Mutations: muts, Topology: *topo, Restart: *restart, Limit: *limit, Inline: *inline, Loss: *loss, Moved: *moved, Twin: *twin, Loss2: *loss2, Relimit: *relimit, Shrink: *shrink, Rejoin: *rejoin, Abandon: *abandon, Clock: *clock, ClockStep: *clockStep, OOM: *oom, Operator: *operator, Profile: *profile}
+	opts := explore.Options{Mutations: muts, Topology: *topo, Restart: *restart, Limit: *limit, Inline: *inline, Loss: *loss, Moved: *moved, Twin: *twin, Loss2: *loss2, Relimit: *relimit, Shrink: *shrink, Rejoin: *rejoin, Abandon: *abandon, Clock: *clock, ClockStep: *clockStep, OOM: *oom, Operator: *operator, Aside: *aside, Profile: *profile}
 	fmt.Printf("explore: seeds %d..%d, %d world(s)\n", *seed, *seed+int64(*n)-1, *worlds)
 	sum, err := explore.Explore(ctx, explore.Config{Seed: *seed, N: *n, Budget: *budget, Worlds: *worlds,
 		Options: opts, Progress: os.Stdout})
