@@ -187,8 +187,10 @@ func checkOrder(v *violations, id string, ov *orderView, obs *observed, homes *i
 			want = inventory.PartConfirmed
 		}
 		if p.State != want && obs.settledByOperator(where, p.ID) && !obs.isExpired(id) {
-			// the operator's decision (operator.go): excused by no loss
-			v.add("operator-decision", "order %s is %s (token %s), but the operator settled its part %s on %s (token %s) %s", id, status, token, p.ID, where, p.Token, p.State)
+			// the operator's decision (operator.go): excused only when a
+			// node's data loss took the order's record, which then no
+			// longer tells the decision the system of record holds
+			v.decided(id, "operator-decision", "order %s is %s (token %s), but the operator settled its part %s on %s (token %s) %s", id, status, token, p.ID, where, p.Token, p.State)
 		} else if p.State != want {
 			v.order(id, "decided-once", "order %s is %s (token %s), but part %s on %s (token %s) is %s", id, status, token, p.ID, where, p.Token, p.State)
 		}

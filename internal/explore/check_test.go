@@ -391,3 +391,40 @@ func TestCheckRedo(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckOperatorDecisionExcusedOnlyByRecordLoss: a part the operator
+// settled confirmed while its order's record reads failed is a violation
+// ("operator-decision") unless a node's data loss took that record: seed
+// 175273 (PROFILE=crash TOPOLOGY=0.6 LOSS=0.5 LOSS2=0.3 OPERATOR=0.5 ...),
+// where o1's Confirm landed, its home went back to a copy from before
+// the order, and the reconcilers decided the record they found by its
+// parts failed, while the operator settled the parts the record-loss
+// actor had orphaned by the system of record, which holds o1 paid. A loss
+// that took only a part of the order excuses nothing.
+func TestCheckOperatorDecisionExcusedOnlyByRecordLoss(t *testing.T) {
+	homes, err := inventory.NewHomes(mustConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name        string
+		exposed     bool // a loss took a write of x
+		recordTaken bool // x's record among them
+		wantListed  bool
+	}{
+		{"no loss", false, false, true},
+		{"a part lost", true, false, true},
+		{"the record lost", true, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ov := ackedView(homes, inventory.OrderFailed, time.Now(), inventory.PartConfirmed)
+			obs := newObserved()
+			obs.operated = append(obs.operated, "n2 x|T|0")
+			v := violations{exposed: map[string]bool{"x": c.exposed}, records: map[string]bool{"x": c.recordTaken}}
+			checkOrder(&v, "x", ov, obs, homes)
+			if got := listed(&v, "operator-decision"); got != c.wantListed {
+				t.Errorf("operator-decision listed = %v, want %v (list %q, excused %q)", got, c.wantListed, v.list, v.excused)
+			}
+		})
+	}
+}

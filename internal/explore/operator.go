@@ -57,7 +57,12 @@ import (
 // parts, nothing settled twice, the per-user limit, nothing left set
 // aside) hold as ever, and so does the state of every part the operator
 // settled: one that contradicts its order's decided record is a
-// violation ("operator-decision") that nothing excuses.
+// violation ("operator-decision") that nothing excuses but a node's data
+// loss that took that record (another node rolled back past the
+// decision, as the data-loss actor does): the record read at the end is
+// then the loss's, not the decision the operator settled by (seed 175273:
+// a Confirm landed, the home went back to a copy from before the order,
+// and the reconcilers decided the record found by its parts failed).
 
 // operatorPlan is an operator actor's draws: the instance it acts
 // through, the actors it waits for first (the data-loss actors, in half
