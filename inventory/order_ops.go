@@ -324,9 +324,11 @@ func (inv *Inventory) reserveGeneral(ctx context.Context, home *node.Node, order
 // begin opens an attempt on the order record, waiting while another
 // attempt holds it. A staged record (staged.go) is decided first: while
 // its attempt's lease runs only by finding every part, after it by
-// preventing the missing ones. A begin that replaces a failed record
-// answers with that record's parts (recBegun's parts: another attempt's,
-// for the caller to cancel, settleReplaced), none for one that lists none.
+// preventing the missing ones. A begin that replaces a failed record, or
+// a reserving one whose lease ran out, answers with that record's parts
+// (recBegun's parts: another attempt's, for the caller to cancel,
+// settleReplaced; kept in the new record until its commit), none for one
+// that lists none.
 func (inv *Inventory) begin(ctx context.Context, home *node.Node, orderID, token, digest, userID string, ttl time.Duration) (orderRecord, error) {
 	for {
 		rec, err := inv.orderOp(ctx, home, orderID, opBegin, token,

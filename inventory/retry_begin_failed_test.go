@@ -188,3 +188,65 @@ func TestFallbackSettlesItsOneRoundPartsOnce(t *testing.T) {
 	e.verify(id, "reserved")
 	e.stock()
 }
+
+// TestRetryWhoseBeginReplyIsLostReturnsTheFailedAttemptsParts: the retry's
+// begin replaces the failed record (whose parts were never cancelled) but
+// its reply is lost (the caller's deadline, a timeout): the retry cannot
+// read the list it replaced and releases its attempt (releaseLease). The
+// failed attempt's parts must still be cancelled by the next attempt of
+// the order, not stay held beside it until they come due, an hour on:
+// by a retry, by a Confirm, and by a retry taking over the attempt's
+// record once its lease ran out when its release was lost too (the
+// caller died: "taken-over").
+func TestRetryWhoseBeginReplyIsLostReturnsTheFailedAttemptsParts(t *testing.T) {
+	t.Parallel()
+	e := newStagedEnv(t)
+	for _, then := range []string{"retry", "confirm", "taken-over"} {
+		t.Run(then, func(t *testing.T) {
+			e.t = t
+			id := "begin-lost-" + then
+			before := e.reservedBy(nil)
+			e.failedUnsettled(id)
+			var lost atomic.Bool
+			h := callHook(func(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error) {
+				if c.Script == orderScript.name && len(c.Args) > 0 && c.Args[0] == string(opBegin) && lost.CompareAndSwap(false, true) {
+					if _, err := send(); err != nil {
+						return nil, err
+					}
+					return nil, fmt.Errorf("begin on %s: reply lost: %w", c.Node, context.DeadlineExceeded)
+				}
+				if then == "taken-over" && c.Script == orderDecideScript.name && len(c.Args) > 0 && c.Args[0] == string(opRelease) {
+					return nil, fmt.Errorf("release on %s not sent: %w", c.Node, ErrCrashed)
+				}
+				return send()
+			})
+			e.faults.call.Store(&h)
+			_, err := e.inv.Reserve(e.ctx, id, stagedItems(), "", time.Hour)
+			e.faults.call.Store(nil)
+			if err == nil || !lost.Load() {
+				t.Fatalf("Reserve whose begin's reply was lost: %v (lost %v), want an error", err, lost.Load())
+			}
+			want := map[string]int64{}
+			if then == "confirm" {
+				if _, err := e.inv.Confirm(e.ctx, id); !errors.Is(err, ErrNotFound) {
+					t.Fatalf("Confirm of the released attempt: %v, want ErrNotFound", err)
+				}
+				e.wantReserved(before, want, "after the Confirm")
+				e.verify(id, "failed")
+				return
+			}
+			res, err := e.inv.Reserve(e.ctx, id, stagedItems(), "", time.Hour)
+			if err != nil || len(res.Receipts) != 3 {
+				t.Fatalf("Reserve retried after the lost begin: %+v, %v", res, err)
+			}
+			e.inv.Close()
+			e.wantReserved(before, map[string]int64{"a": 1, "b": 2, "c": 3}, "after the retry")
+			e.verify(id, "reserved")
+			if out, err := e.inv.Cancel(e.ctx, id); err != nil || out.PendingParts != 0 {
+				t.Fatalf("Cancel after the retry: %+v, %v", out, err)
+			}
+			e.wantReserved(before, want, "after the Cancel")
+			e.stock()
+		})
+	}
+}

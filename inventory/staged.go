@@ -26,7 +26,8 @@ import (
 //	                                                     ├──fail────▶ failed (parts cancelled)
 //	                                                     └──withdraw─▶ (no record): T took nothing anywhere (soldout.go)
 //	(any record, failed included) ──stage(T)──▶ unchanged: "existing", T's takes are rolled back
-//	failed(T, its parts) ──begin(T2)──▶ reserving(T2); T's parts handed back to the caller, which cancels them
+//	failed(T, its parts) ──begin(T2)──▶ reserving(T2, T's parts); T's parts handed back to the caller, which cancels them
+//	reserving(T2, T's parts) ──commit(T2)──▶ reserved(T2's parts);  ──fail/release/confirm──▶ failed(T2, T's parts)
 //
 // The promised parts are fixed when the record is staged: node, part id,
 // kind, SKU, quantity, and the incarnation of the node's stamp as the
@@ -86,8 +87,20 @@ import (
 //     any makes the refusal step aside to the paths, whose begin replaces
 //     it; before, every retry was refused so while T's units stayed held
 //     until they came due (TestRetryOverAFailedRecordGetsItsOwnUnitsBack).
-//     A Confirm answered by the failed record cancels them as well. Why
-//     every interleaving is safe: the
+//     A Confirm answered by the failed record cancels them as well. The
+//     begin's record (reserving(T2)) keeps T's list until T2's commit
+//     writes its own: the begin's reply may be lost (the caller's
+//     deadline, a timeout), after which T2 releases its attempt
+//     (releaseLease: failed(T2), the list kept), or T2 may die before its
+//     cancels; before, the list was gone with the begin and T's units
+//     stayed held beside the next attempt's until they came due
+//     (TestRetryWhoseBeginReplyIsLostReturnsTheFailedAttemptsParts). So a
+//     reserving or failed record may list another attempt's parts, never
+//     its own before its commit; whoever replaces or decides it hands the
+//     list back as above (a begin over a reserving record whose lease ran
+//     out, a Confirm or Cancel of it), and the commit, which replaces
+//     the list, comes after T2's cancels answered (or were deferred).
+//     Why every interleaving is safe: the
 //     begin read a record that excludes T (failed under T), the condition
 //     below for cancelling a part of T; T is never reserved afterwards (no
 //     record names T again but that failed one: a stage writes only where
@@ -95,10 +108,15 @@ import (
 //     part of T2 (written by T's stage; part ids carry their token, and
 //     settleReplaced drops any of T2's all the same); a settle changes a
 //     part at most once, so the reconciler, a deferred settle or a late
-//     failStaged cancelling the same parts settles each once. A caller
-//     that dies before its cancels leaves them to their deadline, where
-//     the reconciler cancels them by T2's record (begun before they came
-//     due, it excludes T): the worst case of a crash, no worse.
+//     failStaged cancelling the same parts settles each once; a list
+//     handed back again (T2 failed after its cancels landed) costs a
+//     round of settles answered "already". A caller that dies before its
+//     cancels leaves them in T2's record for the next reader, and to their
+//     deadline, where the reconciler cancels them by T2's record (begun
+//     before they came due, it excludes T). A list carried on by a begin
+//     over a reserving(T2) record names T, which T2's record excludes; a
+//     reserving record's list is never T2's own (its commit writes those,
+//     and replaces the list).
 //   - A probe (probeScript) reads promised parts and marks each pending
 //     one held (see Abort below); in "prevent" mode it writes a tombstone
 //     for each absent one in the same script, so that part can never be

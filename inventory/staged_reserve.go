@@ -458,7 +458,10 @@ func digestOf(items []Item, userID string) string {
 // settleReplaced cancels the parts of the failed record that the general
 // path's begin of attempt token replaced (replaced: that record's part
 // list, which the begin's reply carries, lua/order.lua; none for a
-// general-path record). The record excluded its attempt, but the cancels
+// general-path record; or the list a reserving record whose lease ran out
+// carried on from the failed record its begin replaced: the begin's
+// record keeps it until its commit, staged.go "Replacing a failed
+// record"). The record excluded its attempt, but the cancels
 // after its fail may never have landed: the reader or the attempt that
 // decided it died right after, or its home answered after the decider's
 // 2 s. The begin overwrote the last list of those parts that anyone

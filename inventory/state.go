@@ -26,8 +26,10 @@ import "fmt"
 //	failed ──begin──▶ reserving;  failed ──local──▶ reserved;  failed ──cancel──▶ cancelled
 //
 // A begin that replaces a failed record hands its parts back to be
-// cancelled, and the local script replaces only one that lists none
-// (staged.go, "Replacing a failed record").
+// cancelled and keeps them in its reserving record until its commit (so a
+// failed or reserving record may list another attempt's parts), and the
+// local script replaces only a failed record that lists none (staged.go,
+// "Replacing a failed record").
 //
 // confirmed and cancelled are final. Withdraw is the one write that makes
 // a record missing: the attempt that staged it deletes it when its round

@@ -123,15 +123,23 @@ if op == 'begin' then
   -- The record is replaced. A failed one's parts (a one-round attempt's
   -- promised list; none for the general path's) go back in the reply:
   -- the record excludes their attempt, whose cancels may never have
-  -- landed (its decider died, or its home answered too late), and this
-  -- is the last read of that list, so the caller cancels them
-  -- (order_ops.go, settleReplaced; staged.go, "Who moves what")
-  local replaced = status == 'failed' and parts or ''
+  -- landed (its decider died, or its home answered too late), so the
+  -- caller cancels them (order_ops.go, settleReplaced; staged.go,
+  -- "Replacing a failed record"). The new record keeps that list until
+  -- its commit writes its own: the reply may be lost (the caller's
+  -- deadline, a timeout; the caller then releases the attempt, which
+  -- leaves the list failed under the new token) or the caller may die
+  -- before its cancels, and the record is then still the list a later
+  -- reader (a begin taking it over, a Confirm, a Cancel) cancels by. A
+  -- reserving record lists no part of its own attempt before its commit,
+  -- so a begin taking over one whose lease ran out hands back its list
+  -- the same way.
+  local replaced = (status == 'failed' or status == 'reserving') and parts or ''
   deadline = now + tonumber(ARGV[9])
   lease = now + tonumber(ARGV[6])
   f = {}
   order_set({status = 'reserving', token = token, lease = lease, digest = ARGV[7], user = ARGV[8], deadline = deadline,
-    created = now}, tonumber(ARGV[10]))
+    created = now, parts = replaced ~= '' and replaced or nil}, tonumber(ARGV[10]))
   cur, parts, reason = token, replaced, ''
   return record('begin')
 elseif op == 'commit' then
