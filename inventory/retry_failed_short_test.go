@@ -3,6 +3,8 @@ package inventory
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -97,4 +99,44 @@ func TestRetryOverAFailedRecordGetsItsOwnUnitsBack(t *testing.T) {
 			e.stock()
 		})
 	}
+}
+
+// TestRetryGivingUpEndsItsWaitForTheReplacedCancels: the retry's begin
+// replaces a failed record whose parts were never cancelled, and the
+// node holding them answers settles 1.5 s late. A caller whose deadline
+// passes meanwhile ends its own wait (the package doc's rule for a caller
+// that gives up): Reserve answers by about its deadline, not after the
+// cancels; the cancels still land, detached.
+func TestRetryGivingUpEndsItsWaitForTheReplacedCancels(t *testing.T) {
+	t.Parallel()
+	e := newStagedEnv(t)
+	id := "retry-gives-up"
+	e.failedUnsettled(id)
+	dead := id + "|" + orderFieldsOn(t, e.ctx, e.clients[e.homeName(id)], id)["token"] + "|"
+	h := callHook(func(ctx context.Context, c ScriptCall, send func() (any, error)) (any, error) {
+		if c.Script == settleScript.name && slices.ContainsFunc(c.Args, func(a any) bool {
+			s, _ := a.(string)
+			return strings.HasPrefix(s, dead)
+		}) {
+			select {
+			case <-time.After(1500 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return send()
+	})
+	e.faults.call.Store(&h)
+	ctx, cancel := context.WithTimeout(e.ctx, 300*time.Millisecond)
+	start := time.Now()
+	_, err := e.inv.Reserve(ctx, id, stagedItems(), "", time.Hour)
+	took := time.Since(start)
+	cancel()
+	if err == nil || took > time.Second {
+		t.Errorf("Reserve with a 300ms deadline over slow cancels: %v after %v, want its deadline's error within 1s", err, took)
+	}
+	e.inv.Close() // the cancels ran on, detached
+	e.faults.call.Store(nil)
+	e.wantReserved(nil, map[string]int64{}, "after the retry gave up")
+	e.stock()
 }

@@ -78,8 +78,9 @@ import (
 //     parts its caller then cancels (settleReplaced; the parts of this
 //     call's own one-round attempt, cancelled in full by its roll-back
 //     just before, are not sent again). The cancels answer before T2
-//     sends a take: T2 wants the order's units again, often the very
-//     units T holds (the last of a SKU), and a take sent beside them
+//     sends a take (unless T2's caller gives up first: its takes then
+//     fail, and the cancels run on detached): T2 wants the order's
+//     units again, often the very units T holds (the last of a SKU), and a take sent beside them
 //     found those still held and refused the order for a shortage of its
 //     own dead attempt's units. Nor does a refusal by reads answer behind
 //     such a record as its fence (refuseShort, soldout.go): the fence op

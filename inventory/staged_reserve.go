@@ -474,10 +474,15 @@ func digestOf(items []Item, userID string) string {
 // carry token (checked all the same). Nothing is sent for parts of
 // attempt settled, this call's own one-round attempt, whose roll-back
 // cancelled every one of them just before (unwindStaged). They run to
-// their answers before the caller sends a take, whatever the caller does
-// meanwhile (detached): the retry often wants the very units they hold,
-// and a take sent beside them found those still held and refused the
-// order (TestRetryOverAFailedRecordGetsItsOwnUnitsBack). A node they
+// their answers whatever the caller does (detached, within
+// commitTimeout), and the caller waits for them before it sends a take:
+// the retry often wants the very units they hold, and a take sent beside
+// them found those still held and refused the order
+// (TestRetryOverAFailedRecordGetsItsOwnUnitsBack). A caller that gives up
+// meanwhile ends its own wait (the package doc's rule), its takes then
+// fail, and the cancels run on off its path; before, it waited for them
+// up to 2 s past its deadline
+// (TestRetryGivingUpEndsItsWaitForTheReplacedCancels). A node they
 // cannot reach gets them deferred, as after any failure.
 func (inv *Inventory) settleReplaced(ctx context.Context, orderID, token, settled string, replaced []part) {
 	if len(replaced) == 0 {
@@ -493,7 +498,15 @@ func (inv *Inventory) settleReplaced(ctx context.Context, orderID, token, settle
 	if len(parts) == 0 {
 		return
 	}
-	if pending, _ := inv.settleDecided(ctx, orderID, Cancel, parts); pending > 0 {
-		inv.log.Warn("replaced failed attempt's parts deferred", "order", orderID, "pending_parts", pending)
+	landed := make(chan struct{})
+	inv.offPath(ctx, func(ctx context.Context) {
+		defer close(landed)
+		if pending, _ := inv.settleParts(ctx, orderID, Cancel, parts); pending > 0 {
+			inv.log.Warn("replaced failed attempt's parts deferred", "order", orderID, "pending_parts", pending)
+		}
+	})
+	select {
+	case <-landed:
+	case <-ctx.Done(): // the caller gave up: its takes fail; the cancels run on
 	}
 }
