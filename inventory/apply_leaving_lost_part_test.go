@@ -29,6 +29,7 @@ import (
 // the part aside, so SettleStuckLost refused it: the apply could never
 // finish without editing the node by hand.
 func TestApplyRemovingANodeSetsAsideItsLostPartForTheOperator(t *testing.T) {
+	t.Parallel() // its cases have nodes of their own; they mostly wait a deadline out
 	for _, tomb := range []bool{false, true} {
 		name := "record deleted"
 		if tomb {

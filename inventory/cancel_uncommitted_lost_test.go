@@ -60,6 +60,7 @@ type uncommittedLostPart struct {
 // the reserving process's commit held back (same process), and the
 // reserving process crashed before it sent the commit.
 func TestCancelBeforeTheCommitLandsDoesNotStrandALostPartsUnits(t *testing.T) {
+	t.Parallel() // its cases have nodes of their own; they mostly wait a deadline out
 	for _, how := range []string{"commit held back", "crashed before the commit"} {
 		t.Run(strings.ReplaceAll(how, " ", "-"), func(t *testing.T) {
 			t.Parallel() // it mostly waits a deadline out
@@ -175,7 +176,7 @@ func (u *uncommittedLostPart) lostUntilSettledByAnOperator(t *testing.T, e *stag
 		t.Errorf("PartStatesAt after the cancel = %+v, %v; want the part unreadable, its record lost while listed", st, err)
 	}
 
-	time.Sleep(stagedTTL + 1500*time.Millisecond) // the deadline and the part's grace
+	waitDueListed(t, e.ctx, e.inv, "n1", u.id) // the deadline and the part's grace
 	n1, _ := e.r.Node("n1")
 	due, err := e.inv.DueParts(e.ctx, n1, 100)
 	if err != nil || len(due) != 1 || due[0].PartID != u.id || due[0].Problem == "" {

@@ -15,6 +15,7 @@ import (
 // nothing either: every part settled once, by the one decision, and the
 // stock adding up.
 func TestCarriedCommitAfterAnotherInstanceDecided(t *testing.T) {
+	t.Parallel() // its cases have nodes of their own; they mostly wait a deadline out
 	cases := []struct {
 		name   string
 		ttl    time.Duration

@@ -32,7 +32,7 @@ func TestAPlaceWhosePartRecordIsGoneIsSetAside(t *testing.T) {
 	t.Logf("part %s member %s exists=%d", id, m, cl.Exists(e.ctx, partKey(id)).Val())
 	// the part's record and its order's vanish; the redo entry stays
 	cl.Del(e.ctx, partKey(id), orderKey("zomb-1"))
-	time.Sleep(stagedTTL + 1500*time.Millisecond)
+	waitDueListed(t, e.ctx, e.inv, "n1", id) // the deadline and the part's grace
 	n1, _ := e.r.Node("n1")
 	for i := 0; i < 3; i++ {
 		due, err := e.inv.DueParts(e.ctx, n1, 100)

@@ -18,6 +18,7 @@ import (
 // the queue as REDO LOG WENT BACK until the node was accepted, though it
 // never went back.
 func TestPositionAtAPartSettledLostHoldsOnceTrimmed(t *testing.T) {
+	t.Parallel() // its own nodes; it mostly waits a deadline out
 	e := newStagedEnv(t)
 	id, q, off, _ := lostStuckPart(t, e, "lost-pos", 2)
 	if res, err := e.inv.SettleStuckLost(e.ctx, "n1", id, Confirm, StuckUnits{Route: "a", SKU: "s", Quantity: 2}); err != nil || res != settleDone {

@@ -55,6 +55,7 @@ func repairedStuckPart(t *testing.T, e *stagedEnv, order string, qty int64) stri
 // part's (the order's home n1, the part held in its order's record: the
 // decision's own script, inline_settle), which never had stuck_since.
 func TestSettledStuckPartLeavesNoEntryToSettleTwice(t *testing.T) {
+	t.Parallel() // its cases have nodes of their own; they mostly wait a deadline out
 	for _, tc := range []struct {
 		name   string
 		inline bool

@@ -42,7 +42,7 @@ func lostQuotaPart(t *testing.T, e *stagedEnv, prefix string, end func(order str
 		t.Fatal(err)
 	}
 	end(order)
-	time.Sleep(stagedTTL + 1500*time.Millisecond) // the deadline and the part's grace
+	waitDueListed(t, e.ctx, e.inv, "n2", id) // the deadline and the part's grace
 	pass := func(what string) {
 		t.Helper()
 		n2, _ := e.r.Node("n2")
@@ -97,6 +97,7 @@ func lostQuotaPart(t *testing.T, e *stagedEnv, prefix string, end func(order str
 // b/lim (limit 2) once the order of 2 was cancelled or expired, was
 // refused an order of 1 as over the limit for good.
 func TestSettleStuckLostGivesALostQuotaPartsCountBack(t *testing.T) {
+	t.Parallel() // its cases have nodes of their own; they mostly wait a deadline out
 	for _, tc := range []struct {
 		name   string
 		end    func(e *stagedEnv, order string)

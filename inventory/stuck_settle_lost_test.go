@@ -1,7 +1,9 @@
 package inventory
 
 import (
+	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +37,7 @@ func lostStuckPart(t *testing.T, e *stagedEnv, order string, qty int64) (string,
 		}
 	}
 	cl.Del(e.ctx, keys...)
-	time.Sleep(stagedTTL + 1500*time.Millisecond) // the deadline and the part's grace
+	waitDueListed(t, e.ctx, e.inv, "n1", id) // the deadline and the part's grace
 	n1, _ := e.r.Node("n1")
 	due, err := e.inv.DueParts(e.ctx, n1, 100)
 	if err != nil || len(due) != 1 || due[0].PartID != id {
@@ -51,6 +53,27 @@ func lostStuckPart(t *testing.T, e *stagedEnv, order string, qty int64) (string,
 	return id, q, r.Offset, dumps
 }
 
+// waitDueListed polls (every 20 ms, up to 15 s) until inv's DueParts of
+// node lists part id: its deadline and the part's grace have passed by
+// the node's clock. It replaces a fixed sleep of the deadline plus the
+// grace plus a margin, which a busy machine could still outrun.
+func waitDueListed(t *testing.T, ctx context.Context, inv *Inventory, node, id string) {
+	t.Helper()
+	n, err := inv.r.Node(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		due, err := inv.DueParts(ctx, n, 100)
+		if err == nil && slices.ContainsFunc(due, func(p PendingPart) bool { return p.PartID == id }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("part %s on %s not due within 15s: %+v, %v", id, node, due, err)
+		}
+	}
+}
+
 // A part set aside whose own record is gone (lost while pending) is
 // settled by the operator's route, SKU and quantity: SettleStuck alone
 // refuses it (nothing on the node names its order or units), SettleStuckLost
@@ -62,6 +85,7 @@ func lostStuckPart(t *testing.T, e *stagedEnv, order string, qty int64) (string,
 // nothing but a hand-made record got the part out: its units reserved for
 // good, the queue's consumer and trim stopped at it.
 func TestSettleStuckLostSettlesAPartWhoseRecordIsGone(t *testing.T) {
+	t.Parallel() // its cases have nodes of their own; they mostly wait a deadline out
 	for _, tc := range []struct {
 		action     Action
 		state      string

@@ -72,7 +72,7 @@ func TestTrimKeepsTheEntryOfAPartWhoseRecordIsLostWhileListed(t *testing.T) {
 		}
 	}
 	kept("listed pending")
-	time.Sleep(stagedTTL + 1500*time.Millisecond) // the deadline and the part's grace
+	waitDueListed(t, e.ctx, e.inv, "n1", id) // the deadline and the part's grace
 	n1, _ := e.r.Node("n1")
 	due, err := e.inv.DueParts(e.ctx, n1, 100)
 	if err != nil || len(due) != 1 || due[0].PartID != id {
