@@ -181,6 +181,7 @@ func TestAcceptFencesANodeBehindAnApply(t *testing.T) {
 // (AlreadyApplied), instances acted on n2 at once, and st3 was confirmed
 // on top of an acknowledged Cancel after its units were sold again.
 func TestAcceptFencesAnEarlierAttemptsCopy(t *testing.T) {
+	t.Parallel() // its own nodes
 	e, three, two, _ := retireWorld(t)
 	ctx, n2 := e.ctx, e.clients["n2"]
 	id := movedN3ToN2(t, three, two)
@@ -250,6 +251,7 @@ func applyTopo(ctx context.Context, to, from *config.Config) (topology.Report, e
 // putting back anything (it was not behind by epoch), and st3 was
 // confirmed on top of its acknowledged Cancel.
 func TestAcceptFencesASameEpochCopyOfAnotherTopology(t *testing.T) {
+	t.Parallel() // its own nodes
 	e, three, two, _ := retireWorld(t)
 	ctx, n2 := e.ctx, e.clients["n2"]
 	addrs := map[string]string{"n1": e.srvs[0].Addr(), "n2": e.srvs[1].Addr(), "n3": e.srvs[2].Addr()}
@@ -331,6 +333,7 @@ func attemptsWorld(t *testing.T) (srvs []*redistest.Server, ctx context.Context,
 // its acknowledged Cancel; the second (ordered by the nodes' clocks)
 // failed with a clock running fast.
 func TestAcceptFenceOfANodeThatLostNothingRetiresNothing(t *testing.T) {
+	t.Parallel() // its own nodes
 	srvs, ctx, two, three, x, y, a1n1 := attemptsWorld(t)
 	n1, n3 := srvs[0].Client(t), srvs[2].Client(t)
 	inv3 := openInv(t, three, Options{})

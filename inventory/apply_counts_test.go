@@ -10,6 +10,7 @@ import (
 // counted; it was transferred and left out of StockMoved, which counted
 // only hashes with available units (found by a review).
 func TestStockMovedCountsASoldOutHash(t *testing.T) {
+	t.Parallel() // its own nodes
 	e := newLeaveEnv(t, true)
 	rep, err := e.apply(nil)
 	if err != nil {

@@ -53,6 +53,7 @@ func (g *gatedApply) Mutated(Mutation) bool { return false }
 // token) and would retire what A1 put back but for its memory of the put
 // back (putBackKey); it brings n2 forward itself.
 func TestConcurrentForwardsKeepThePutBack(t *testing.T) {
+	t.Parallel() // its own nodes
 	t.Run("plan", func(t *testing.T) { concurrentForwards(t, false) })
 	t.Run("home-back", func(t *testing.T) { concurrentForwards(t, true) })
 }
@@ -291,6 +292,7 @@ func (w *wentBack) n3Back(t *testing.T) {
 // units already given back; a memory named by the token alone, then by
 // the token once the apply at it had begun, let them through.
 func TestPutBackMemoryOfAnEarlierApplyIsVoid(t *testing.T) {
+	t.Parallel() // its own nodes
 	t.Run("fresh", func(t *testing.T) { earlierAttemptMemory(t, false) })
 	t.Run("resume", func(t *testing.T) { earlierAttemptMemory(t, true) })
 }

@@ -168,6 +168,7 @@ func lateRetireLeavesTheNodeAlone(t *testing.T, e *stagedEnv, three, two *config
 // n2's copy held (live, reserved) is kept (with a warning), not retired:
 // it is the only one left.
 func TestApplyForwardPutsBackFromALeftNode(t *testing.T) {
+	t.Parallel() // its own nodes
 	for _, configured := range []bool{true, false} {
 		name := "configured"
 		if !configured {

@@ -143,6 +143,7 @@ func TestApplyRetiresAStaleRecord(t *testing.T) {
 // not yet bumped: the install writes the confirmed record. Without that
 // retirement n3 keeps the stale record and st reads reserved.
 func TestApplyRetiresAStaleRecordOnResume(t *testing.T) {
+	t.Parallel() // its own nodes
 	t.Run("retired", func(t *testing.T) { staleOnResume(t, "") })
 	// the explorer's mutation brings the loss back: the stale record wins
 	t.Run(string(MutationRetireSkip), func(t *testing.T) { staleOnResume(t, MutationRetireSkip) })

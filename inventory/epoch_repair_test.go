@@ -15,6 +15,7 @@ import (
 // longer lost, never be repaired from its peers (a review found it).
 // With every node read and none at the token, it is (every node lost it).
 func TestRepairLostWaitsForItsPeers(t *testing.T) {
+	t.Parallel() // its own nodes
 	e := newMigrateEnv(t)
 	if rep, err := e.apply(); err != nil || rep.Phase != topology.PhaseStable {
 		t.Fatalf("apply = %+v, %v", rep, err)

@@ -216,6 +216,7 @@ func TestInlinePartAsRecord(t *testing.T) {
 // cancelled on their new home and the stock adds up. Also with the apply
 // stopped at its move-out crash point and run again.
 func TestInlinePartsMoveWithTopology(t *testing.T) {
+	t.Parallel() // its own nodes
 	t.Run("apply", func(t *testing.T) { inlinePartsMove(t, false) })
 	t.Run("crash at move-out, then apply again", func(t *testing.T) { inlinePartsMove(t, true) })
 }

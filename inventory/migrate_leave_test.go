@@ -210,6 +210,7 @@ func (e *leaveEnv) transferred(what string) bool {
 // reaches the crash point, n = 1, 2, …) and running it again: it must end
 // stable, no rerun may subtract or add twice, and the stock adds up.
 func TestTopologyRemoveNodeZeroTransfer(t *testing.T) {
+	t.Parallel() // its own nodes
 	for _, point := range []string{"xfer-out", "xfer-in"} {
 		t.Run(point, func(t *testing.T) {
 			e := newLeaveEnv(t, true)

@@ -107,6 +107,7 @@ func TestOrderRecordsHashLayoutUpgrade(t *testing.T) {
 // are moved (packed on the way), then confirmed and cancelled on their new
 // home; the stock adds up.
 func TestOrderRecordsHashLayoutMoveWithTopology(t *testing.T) {
+	t.Parallel() // its own nodes
 	e := newMigrateEnv(t)
 	ids := e.reserveMoving(e.open(e.old), "hm", 2)
 	if n := orderRecordsToHashLayout(t, e.ctx, e.clients); n < len(ids) {

@@ -280,6 +280,7 @@ func validUTF8(ss ...string) bool {
 // as they are, then confirmed and cancelled on their new home by the new
 // code; the stock adds up.
 func TestLayout1RecordsMoveWithTopology(t *testing.T) {
+	t.Parallel() // its own nodes
 	e := newMigrateEnv(t)
 	ids := e.reserveMoving(e.open(e.old), "l1", 2)
 	oh, _ := NewHomes(e.old)

@@ -25,6 +25,7 @@ import (
 // 32 entries, and the queue's first offset in the new segments is the
 // first one this release handed out.
 func TestRedoLogSegmentsUpgrade(t *testing.T) {
+	t.Parallel() // its own nodes
 	e := newStagedEnv(t)
 	if _, err := e.inv.LoadStock(e.ctx, "a", "r", 1000, 0); err != nil {
 		t.Fatal(err)

@@ -186,6 +186,7 @@ func (e *soldOutEnv) refuseAll(prefix string, n int, items []Item, want error) {
 // one-round paths) and on a route over three nodes, leave DBSIZE and the
 // redo queues unchanged on every node.
 func TestSoldOutRefusalWritesNothing(t *testing.T) {
+	t.Parallel() // its own nodes
 	e := newSoldOutEnv(t)
 	e.load("a", "hot", 3)
 	e.sellOut("a", "hot", 3)
@@ -277,6 +278,7 @@ func TestSoldOutRefusalKeepsAnswers(t *testing.T) {
 // and the quota part are one call), the call takes nothing once its quota
 // part is over the limit, and the stage is withdrawn.
 func TestLimitBeforeShortStock(t *testing.T) {
+	t.Parallel() // its own nodes
 	e := newSoldOutEnv(t)
 	for _, route := range []string{"a", "all"} {
 		if _, err := e.inv.LoadStock(e.ctx, route, "lim", 50, 5); err != nil {
@@ -333,6 +335,7 @@ func TestLimitBeforeShortStock(t *testing.T) {
 // many, they may be an earlier attempt's of the same order, and the
 // refusal keeps its fence: a failed record (limitMayBeOwn).
 func TestLimitRefusalAcrossNodes(t *testing.T) {
+	t.Parallel() // its own nodes
 	e := newSoldOutEnv(t)
 	if _, err := e.inv.LoadStock(e.ctx, "all", "lim", 300, 5); err != nil {
 		t.Fatal(err)
@@ -419,6 +422,7 @@ func TestLimitRefusalAcrossNodes(t *testing.T) {
 // limit (the limit hint: its LoadStock set it); one that has not seen it
 // yet takes first (see soldout.go, "Per-user limits").
 func TestLimitRefusalAcrossRoutes(t *testing.T) {
+	t.Parallel() // its own nodes
 	e := newSoldOutEnv(t)
 	for _, route := range []string{"a", "b"} {
 		if _, err := e.inv.LoadStock(e.ctx, route, "lim", 300, 5); err != nil {

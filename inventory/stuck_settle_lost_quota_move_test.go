@@ -29,6 +29,7 @@ import (
 // and once the apply has ended its refusal names the count moved off
 // (the units the operator takes off by hand on u's new quota node).
 func TestSettleStuckLostOfAQuotaPartIsRefusedWhileItsCountMoves(t *testing.T) {
+	t.Parallel() // its own nodes
 	e := newMigrateEnv(t)
 	old := e.open(e.old)
 	if _, err := old.LoadStock(e.ctx, "r", "lim", 10, 4); err != nil {
