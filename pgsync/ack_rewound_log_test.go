@@ -41,6 +41,7 @@ func (f *zeroHeadsOnAck) Crash(context.Context, string) bool { return false }
 // acknowledgement did not read. Found by a review: it logged head=0
 // whatever the queue's head was (the RedoQueueRead it built had none).
 func TestAckRefusedLogsWentBackWithoutHead(t *testing.T) {
+	t.Parallel() // its own nodes and database
 	e := newEnv(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -48,6 +48,7 @@ func (f *hangOnSettledRead) Crash(context.Context, string) bool { return false }
 // deadline, so the worker waited on the hung server for as long as it
 // hung, and Close did not return until PostgreSQL was resumed.
 func TestCloseReturnsWithDatabaseHung(t *testing.T) {
+	t.Parallel() // its own nodes and server; it mostly waits deadlines out
 	e := newEnvOwnPG(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

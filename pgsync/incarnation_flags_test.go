@@ -23,6 +23,7 @@ import (
 // new incarnation (until the new queue reached the old offset, when a
 // spurious "redo entry readable again" was logged).
 func TestNewIncarnationFoundByAckForgetsUnreadableQueue(t *testing.T) {
+	t.Parallel() // its own nodes and database
 	e := newEnv(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

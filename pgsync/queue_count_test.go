@@ -22,6 +22,8 @@ import (
 // parts of queues 4..7 never landed nor were acknowledged, and Status
 // reported lag 0 and no error: the loss was silent.
 func TestFewerRedoQueuesStillLandEveryQueue(t *testing.T) {
+	t.Parallel() // its own nodes and database
+
 	e := newEnv(t, false) // redo_queues 8
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

@@ -21,6 +21,7 @@ import (
 // escaped space was cut at it and its tail shown. None of the password
 // may reach the error.
 func TestReviewSecretsConnectParseErrorRedactsDSN(t *testing.T) {
+	t.Parallel() // its own server
 	const pw = "Pgpw-Review-tail 9x'Zq"
 	srv := pgtest.Start(t, pw)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
