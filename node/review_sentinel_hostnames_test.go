@@ -22,6 +22,7 @@ import (
 // comes UP (review: it compared the strings and refused the node for
 // ever, first probe included).
 func TestReviewSentinelHostnamesAgree(t *testing.T) {
+	t.Parallel() // its own group (master, replica, sentinels); it mostly waits for them
 	g := redistest.StartGroup(t, redistest.GroupOptions{Name: "hgrp"})
 	ctx := context.Background()
 	_, port, err := net.SplitHostPort(g.Master())

@@ -21,6 +21,7 @@ import (
 // missing key, redis.Nil): the hook sees the pipeline's first error only
 // (review: the READONLY went uncounted, no OnFailure, no probe).
 func TestReviewSentinelReadOnlyInPipeline(t *testing.T) {
+	t.Parallel() // its own group (master, replica, sentinels); it mostly waits for them
 	g := redistest.StartGroup(t, redistest.GroupOptions{Name: "rgrp"})
 	ctx := context.Background()
 	var failures atomic.Int32
