@@ -326,6 +326,7 @@ func TestInvStuckRetriedByItself(t *testing.T) {
 // LoadStock of a SKU retries its stuck parts at once on the nodes it
 // loaded (loading often follows a repair), whatever their backoff.
 func TestInvStuckRetriedOnLoad(t *testing.T) {
+	t.Parallel() // its own nodes, as the other stuck-part tests
 	c := newInvCluster(t, invOpts{})
 	ctx := invCtx(t, 30*time.Second)
 	c.load("r", "st-load", 30, 0)
