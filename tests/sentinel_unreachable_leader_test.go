@@ -39,7 +39,7 @@ func TestFailoverLedByAnUnreachableSentinelDoesNotAcknowledgeOnTheOldMaster(t *t
 	)
 	// s2 and s3 never see the master down themselves
 	g := redistest.StartGroup(t, redistest.GroupOptions{Name: "far-leader", Password: pw, Replicas: 2,
-		DownAfter: 60 * time.Second, FailoverTimeout: 60 * time.Second})
+		DownAfter: 60 * time.Second, FailoverTimeout: 20 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	old, r1, r2 := masterAndReplicas(g)
