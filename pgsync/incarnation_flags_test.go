@@ -53,18 +53,7 @@ func TestNewIncarnationFoundByAckForgetsUnreadableQueue(t *testing.T) {
 
 	faults := &failAcks{node: "n1"}
 	faults.on.Store(true) // every acknowledgement of n1 fails: owed
-	inv, err := inventory.New(e.stack.Router, inventory.Options{Logger: quiet(), Faults: faults})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := pgsync.Migrate(ctx, e.pool); err != nil {
-		t.Fatal(err)
-	}
-	m := pgsync.NewMetrics(nil)
-	s := pgsync.New(inv, e.pool, pgsync.Settings{PollInterval: 20 * time.Millisecond, DecideWait: -1,
-		RetryBackoff: 100 * time.Millisecond, Logger: testLog(t), Metrics: m})
-	s.Start()
-	defer s.Close()
+	m := e.startFaultedSync(ctx, faults)
 	waitFor(t, 15*time.Second, "n1's queue stopped at the unreadable record", func() bool { return m.UnreadableQueues("n1") == 1 })
 	waitFor(t, 15*time.Second, "an acknowledgement of n1 failed (owed)", func() bool { return faults.cut.Load() > 0 })
 

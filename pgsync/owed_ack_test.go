@@ -36,6 +36,27 @@ func (f *failAcks) Call(_ context.Context, c inventory.ScriptCall, send func() (
 
 func (f *failAcks) Crash(context.Context, string) bool { return false }
 
+// startFaultedSync migrates e's database and starts a sync over an
+// inventory of e's router whose script calls go through faults, polling
+// every 20 ms, deciding at once, retrying after 100 ms; the sync closes
+// when the test ends. It returns the sync's metrics.
+func (e *env) startFaultedSync(ctx context.Context, faults inventory.Faults) *pgsync.Metrics {
+	e.t.Helper()
+	inv, err := inventory.New(e.stack.Router, inventory.Options{Logger: quiet(), Faults: faults})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, _, err := pgsync.Migrate(ctx, e.pool); err != nil {
+		e.t.Fatal(err)
+	}
+	m := pgsync.NewMetrics(nil)
+	s := pgsync.New(inv, e.pool, pgsync.Settings{PollInterval: 20 * time.Millisecond, DecideWait: -1,
+		RetryBackoff: 100 * time.Millisecond, Logger: testLog(e.t), Metrics: m})
+	s.Start()
+	e.t.Cleanup(s.Close)
+	return m
+}
+
 // ackedAtHeads reports whether node's redo log is acknowledged up to the
 // head of every queue.
 func (e *env) ackedAtHeads(ctx context.Context, node string) bool {
@@ -99,18 +120,7 @@ func TestOwedAckNotPaidPastADatabaseThatWentBack(t *testing.T) {
 	defer cancel()
 	e.loadStock("one", "d", 100) // route "one" is node n2 only
 	faults := &failAcks{node: "n2"}
-	inv, err := inventory.New(e.stack.Router, inventory.Options{Logger: quiet(), Faults: faults})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := pgsync.Migrate(ctx, e.pool); err != nil {
-		t.Fatal(err)
-	}
-	m := pgsync.NewMetrics(nil)
-	s := pgsync.New(inv, e.pool, pgsync.Settings{PollInterval: 20 * time.Millisecond, DecideWait: -1,
-		RetryBackoff: 100 * time.Millisecond, Logger: testLog(t), Metrics: m})
-	s.Start()
-	defer s.Close()
+	m := e.startFaultedSync(ctx, faults)
 
 	e.reserveN("a", "one", "d", 5, time.Hour)
 	waitFor(t, 15*time.Second, "a's 5 parts landed and acknowledged", func() bool {

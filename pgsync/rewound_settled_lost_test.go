@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/shardis/shardis/inventory"
-	"github.com/shardis/shardis/pgsync"
 )
 
 // A part whose record was lost before the sync read its entry stops its
@@ -49,18 +48,7 @@ func TestSettledLostPositionTrimmedBeforeItsAckIsNoRewind(t *testing.T) {
 		t.Fatal(err)
 	}
 	faults := &failAcks{node: "n2"}
-	inv, err := inventory.New(e.stack.Router, inventory.Options{Logger: quiet(), Faults: faults})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := pgsync.Migrate(ctx, e.pool); err != nil {
-		t.Fatal(err)
-	}
-	m := pgsync.NewMetrics(nil)
-	s := pgsync.New(inv, e.pool, pgsync.Settings{PollInterval: 20 * time.Millisecond, DecideWait: -1,
-		RetryBackoff: 100 * time.Millisecond, Logger: testLog(t), Metrics: m})
-	s.Start()
-	defer s.Close()
+	m := e.startFaultedSync(ctx, faults)
 	waitFor(t, 20*time.Second, "the queue stopped at the lost record", func() bool { return m.UnreadableQueues("n2") >= 1 })
 	waitFor(t, 30*time.Second, "part "+id+" set aside", func() bool {
 		stuck, err := e.inv.StuckParts(ctx, "n2", 100)
