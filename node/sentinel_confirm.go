@@ -45,7 +45,7 @@ import (
 // voted for it, and a sentinel whose last vote (SENTINEL
 // IS-MASTER-DOWN-BY-ADDR at epoch 0) is newer than the configuration it
 // names confirms nothing until it hears of the switch or the election is
-// over (pendingVotes; TestFailoverLedByAnUnreachableSentinelDoesNotAcknowledgeOnTheOldMaster:
+// over (pendingVotes, electionsOver; TestFailoverLedByAnUnreachableSentinelDoesNotAcknowledgeOnTheOldMaster:
 // without it, a Reserve acknowledged on the old master while s2 and s3,
 // which had elected the leader, still named it, was gone from the new
 // master). For that, the majority is of the group's sentinels as any
@@ -68,8 +68,8 @@ type confirmRound struct {
 	answers []masterAnswer // the last round's answers; guarded by mu
 	asked   int            // the group's sentinels as the last round counted them (askMasters); guarded by mu
 	// votes holds, per sentinel, the newest vote seen newer than its
-	// configuration and when a round first saw it (pendingVotes);
-	// guarded by mu
+	// configuration, when a round first saw it, and whether its election
+	// was found over (pendingVotes, electionsOver); guarded by mu
 	votes map[string]seenVote
 }
 
@@ -77,22 +77,26 @@ type confirmRound struct {
 // the server it names as the group's master, whether a failover of the
 // group is under way at it, the epoch of its configuration of the group
 // (config-epoch) and of its last vote for a leader of the group
-// (leader_epoch), its failover-timeout, and whether that vote may still
+// (leader_epoch) and the sentinel it voted for (its ID, "*" when it no
+// longer says), its failover-timeout, and whether that vote may still
 // promote a replica (pendingVotes).
 type masterAnswer struct {
 	sentinel, addr, run string
 	failover            bool
 	config, vote        int64
+	leader              string
 	group               int // the sentinels it knows of the group, itself included
 	failoverTimeout     time.Duration
 	pending             bool
 }
 
 // seenVote is a sentinel's vote newer than its configuration (its
-// epoch) and when a confirm round first saw it.
+// epoch), when a confirm round first saw it, and whether its leader was
+// since found with no failover under way (over: electionsOver).
 type seenVote struct {
 	epoch int64
 	since time.Time
+	over  bool
 }
 
 // ErrMasterUnconfirmed is wrapped by [Node.ConfirmMaster]'s error: the
@@ -124,6 +128,7 @@ func (n *Node) ConfirmMaster(ctx context.Context, run string) error {
 		n.confirms.answers, n.confirms.asked = n.askMasters(ctx)
 		n.learnRuns(ctx, n.confirms.answers)
 		n.confirms.pendingVotes(began)
+		n.electionsOver(ctx, &n.confirms)
 		n.confirms.began = began
 	}
 	answers, asked := n.confirms.answers, n.confirms.asked
@@ -237,13 +242,13 @@ func (n *Node) askMasters(ctx context.Context) ([]masterAnswer, int) {
 			config, err1 := strconv.ParseInt(m["config-epoch"], 10, 64)
 			timeout, err2 := strconv.ParseInt(m["failover-timeout"], 10, 64)
 			others, err3 := strconv.Atoi(m["num-other-sentinels"])
-			vote, err := lastVote(qctx, c, m["ip"], m["port"])
+			vote, leader, err := lastVote(qctx, c, m["ip"], m["port"])
 			if err != nil || err1 != nil || err2 != nil || err3 != nil {
 				ch <- nil // a sentinel whose vote is unknown confirms nothing
 				return
 			}
 			ch <- &masterAnswer{sentinel: a, addr: m["ip"] + ":" + m["port"], run: m["runid"], failover: under,
-				config: config, vote: vote, group: others + 1, failoverTimeout: time.Duration(timeout) * time.Millisecond}
+				config: config, vote: vote, leader: leader, group: others + 1, failoverTimeout: time.Duration(timeout) * time.Millisecond}
 		}(a)
 	}
 	var out []masterAnswer
@@ -270,11 +275,12 @@ func (n *Node) askMasters(ctx context.Context) ([]masterAnswer, int) {
 // (pending) until electionBound after a round first saw it: by then the
 // failover it elected was either announced (config-epoch moves up to the
 // vote's) or aborted, and a vote of an election that never ended (no good
-// replica, split votes) stops refusing every write. What the bound gives
-// up: a leader that promoted and is still cut off, past the bound, from
-// every sentinel this process reaches (its announcement never got to
-// them) is the partitioned old master of README "Durability of
-// acknowledged writes", not closed.
+// replica, split votes) stops refusing every write; a vote whose
+// election a later round found over (electionsOver) no longer counts.
+// What the bound gives up: a leader that promoted and is still cut off,
+// past the bound, from every sentinel this process reaches (its
+// announcement never got to them) is the partitioned old master of
+// README "Durability of acknowledged writes", not closed.
 func (r *confirmRound) pendingVotes(began time.Time) {
 	if r.votes == nil {
 		r.votes = map[string]seenVote{}
@@ -289,8 +295,108 @@ func (r *confirmRound) pendingVotes(began time.Time) {
 			seen = seenVote{epoch: a.vote, since: began}
 			r.votes[a.sentinel] = seen
 		}
-		r.answers[i].pending = began.Sub(seen.since) < electionBound(a.failoverTimeout)
+		r.answers[i].pending = !seen.over && began.Sub(seen.since) < electionBound(a.failoverTimeout)
 	}
+}
+
+// electionsOver ends the pending votes of r's round whose leader, asked
+// once every answer of the round was in, has no failover of the group
+// under way and a configuration older than the vote. A sentinel votes
+// for a leader only when asked by it (or votes for itself), and a leader
+// asks only within a failover it started (failover_in_progress set, with
+// a new epoch of its own) and clears that flag only when the failover is
+// over: aborted (no good replica, the election or the promotion timed
+// out), or switched, and then its configuration has the failover's epoch
+// (the vote's). So a leader that, after the vote was read, has no
+// failover under way and a configuration older than the vote never
+// promoted within the voted epoch and never will; its voters' votes are
+// ended (seenVote.over) for good. (A leader that switched has the vote's
+// epoch or newer, and may not have answered the round: its voters'
+// votes stay pending.) A spurious election
+// that aborted at once (a new master seen down for a moment under load)
+// then stops refusing writes in the next round, not electionBound later
+// (TestAbortedElectionStopsRefusingOnceItsLeaderSaysSo). The leader is
+// the sentinel whose SENTINEL MYID is the vote's leader, asked on the
+// same connection as its SENTINEL MASTER; a vote whose leader is unknown
+// ("*"), or a leader that does not answer both, stays pending until the
+// bound. A failover is per sentinel and not kept across its restart, so
+// a leader that restarted has none under way either: the replica it may
+// have promoted is, with no configuration announced, converted back by
+// the sentinels. Asked only when a round has a pending vote.
+func (n *Node) electionsOver(ctx context.Context, r *confirmRound) {
+	// leaders maps each pending vote's leader to its configuration's
+	// epoch when it answered with no failover under way, else -1
+	leaders := map[string]int64{}
+	for _, a := range r.answers {
+		if a.pending && a.leader != "" && a.leader != "*" {
+			leaders[a.leader] = -1
+		}
+	}
+	if len(leaders) == 0 {
+		return
+	}
+	known := n.knownSentinels()
+	ch := make(chan idleSentinel, len(known))
+	bound := sentinelBound(n.opts.ProbeTimeout)
+	for _, addr := range known {
+		go func(addr string) {
+			ch <- n.idleLeader(ctx, addr, bound)
+		}(addr)
+	}
+	for range known {
+		if l := <-ch; l.id != "" {
+			if _, ok := leaders[l.id]; ok {
+				leaders[l.id] = l.config
+			}
+		}
+	}
+	for i, a := range r.answers {
+		if config, ok := leaders[a.leader]; a.pending && ok && config >= 0 && config < a.vote {
+			r.answers[i].pending = false
+			seen := r.votes[a.sentinel]
+			seen.over = true
+			r.votes[a.sentinel] = seen
+		}
+	}
+}
+
+// idleSentinel is a sentinel with no failover of the group under way:
+// its ID and the epoch of its configuration of the group.
+type idleSentinel struct {
+	id     string
+	config int64
+}
+
+// idleLeader returns the ID (SENTINEL MYID) of the sentinel at addr and
+// its config-epoch when it has no failover of the node's group under way
+// (SENTINEL MASTER, on the same pooled connection, flags without
+// failover_in_progress); a zero idleSentinel when it has one or does not
+// answer both within bound.
+func (n *Node) idleLeader(ctx context.Context, addr string, bound time.Duration) idleSentinel {
+	c := n.asker(addr)
+	if c == nil {
+		return idleSentinel{}
+	}
+	qctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	myid := redis.NewStringCmd(qctx, "sentinel", "myid")
+	if err := c.Process(qctx, myid); err != nil || myid.Val() == "" {
+		return idleSentinel{}
+	}
+	m, err := c.Master(qctx, n.opts.Sentinel.Master).Result()
+	if err != nil || m["flags"] == "" {
+		return idleSentinel{}
+	}
+	config, err := strconv.ParseInt(m["config-epoch"], 10, 64)
+	if err != nil {
+		return idleSentinel{}
+	}
+	for _, f := range strings.Split(m["flags"], ",") {
+		if f == "failover_in_progress" {
+			return idleSentinel{}
+		}
+	}
+	return idleSentinel{id: myid.Val(), config: config}
 }
 
 // electionBound is how long after its vote an election may still end in
@@ -301,18 +407,19 @@ func (r *confirmRound) pendingVotes(began time.Time) {
 func electionBound(ft time.Duration) time.Duration { return 10*time.Second + 2*ft }
 
 // lastVote returns the epoch of the last vote the sentinel c gave for a
-// leader of the group whose master it names at host:port (0: none):
+// leader of the group whose master it names at host:port (0: none), and
+// the leader's ID ("*" when the sentinel no longer says):
 // SENTINEL IS-MASTER-DOWN-BY-ADDR with epoch 0, which never wins a vote,
 // replies the previous one (Redis sentinel.c, sentinelVoteLeader). The
 // sentinel looks the master up by IP: a host name it names the master by
 // (announce-hostnames yes) is resolved first. An error when the sentinel
 // does not say (it finds no master there: -1).
-func lastVote(ctx context.Context, c *redis.SentinelClient, host, port string) (int64, error) {
+func lastVote(ctx context.Context, c *redis.SentinelClient, host, port string) (int64, string, error) {
 	hosts := []string{host}
 	if net.ParseIP(host) == nil {
 		ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
 		if err != nil {
-			return 0, err
+			return 0, "", err
 		}
 		hosts = hosts[:0]
 		for _, ip := range ips {
@@ -324,14 +431,15 @@ func lastVote(ctx context.Context, c *redis.SentinelClient, host, port string) (
 		_ = c.Process(ctx, cmd)
 		v, err := cmd.Result()
 		if err != nil {
-			return 0, err
+			return 0, "", err
 		}
 		if len(v) != 3 {
-			return 0, fmt.Errorf("reply %v", v)
+			return 0, "", fmt.Errorf("reply %v", v)
 		}
 		if epoch, ok := v[2].(int64); ok && epoch >= 0 {
-			return epoch, nil
+			leader, _ := v[1].(string)
+			return epoch, leader, nil
 		}
 	}
-	return 0, fmt.Errorf("no vote for a master at %s:%s", host, port)
+	return 0, "", fmt.Errorf("no vote for a master at %s:%s", host, port)
 }

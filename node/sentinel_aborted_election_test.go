@@ -1,0 +1,120 @@
+package node_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardis/shardis/internal/redistest"
+	"github.com/shardis/shardis/node"
+)
+
+// An election that aborted while the master lived on: the master and its
+// only replica freeze for longer than down-after, the sentinels elect a
+// leader, find no good replica (it is down too) and abort; then both
+// come back. Every sentinel that voted now has a vote newer than the
+// configuration it names, and with failover-timeout 20 s pendingVotes
+// alone would refuse every confirmation for electionBound, 50 s. The
+// leader, asked after the votes were read, has no failover under way and
+// a configuration older than its election (electionsOver), so
+// ConfirmMaster confirms the master again within seconds: a spurious
+// election (a CI run saw one right after a failover, when the leader saw
+// the new master down for a moment) no longer refuses every write for the
+// bound.
+func TestAbortedElectionStopsRefusingOnceItsLeaderSaysSo(t *testing.T) {
+	t.Parallel()
+	g := redistest.StartGroup(t, redistest.GroupOptions{Name: "aborted", FailoverTimeout: 20 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	n := newNode(t, node.Options{
+		Name:         "s1",
+		Sentinel:     &node.SentinelOptions{Master: "aborted", Addrs: g.SentinelAddrs()},
+		ProbeTimeout: 2 * time.Second,
+	}, nil)
+	probeUntil(t, n, 10*time.Second, "first probe", func(err error) bool { return err == nil })
+	master := g.Master()
+	info, err := g.Client(t, master).Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := node.InfoRunID(info)
+	if err := n.ConfirmMaster(ctx, run); err != nil {
+		t.Fatalf("ConfirmMaster before any election: %v", err)
+	}
+
+	sentinels := make([]*redis.SentinelClient, 0, 3)
+	for _, a := range g.SentinelAddrs() {
+		c := redis.NewSentinelClient(&redis.Options{Addr: a, Protocol: 2, MaxRetries: -1})
+		t.Cleanup(func() { _ = c.Close() })
+		sentinels = append(sentinels, c)
+	}
+	host, port, _ := strings.Cut(master, ":")
+	// voted counts the sentinels whose last vote is newer than their
+	// configuration, and those with a failover under way.
+	voted := func() (newer, under int) {
+		for _, c := range sentinels {
+			m, err := c.Master(ctx, "aborted").Result()
+			if err != nil {
+				continue
+			}
+			if strings.Contains(m["flags"], "failover_in_progress") {
+				under++
+			}
+			config, _ := strconv.ParseInt(m["config-epoch"], 10, 64)
+			cmd := redis.NewSliceCmd(ctx, "sentinel", "is-master-down-by-addr", host, port, 0, "test-reads-the-last-vote")
+			_ = c.Process(ctx, cmd)
+			v, err := cmd.Result()
+			if err != nil || len(v) != 3 {
+				continue
+			}
+			if epoch, _ := v[2].(int64); epoch > config {
+				newer++
+			}
+		}
+		return newer, under
+	}
+
+	for _, s := range g.Data() {
+		if err := s.Pause(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		newer, under := voted()
+		if newer >= 2 && under == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no aborted election 30s after the group froze: %d sentinels voted newer than their configuration, %d have a failover under way", newer, under)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, s := range g.Data() {
+		if err := s.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g.Master() != master {
+		t.Fatalf("the sentinels name %s, not the master %s that lived on", g.Master(), master)
+	}
+	aborted := time.Now()
+	for {
+		err := n.ConfirmMaster(ctx, run)
+		if err == nil {
+			break
+		}
+		if time.Since(aborted) > 10*time.Second {
+			t.Fatalf("ConfirmMaster still refuses 10s after the election aborted (the bound alone would refuse for 50s): %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("confirmed %v after the aborted election", time.Since(aborted).Round(time.Millisecond))
+	if newer, _ := voted(); newer < 2 {
+		t.Errorf("%d sentinels still have a vote newer than their configuration, want 2 or more: the election did not stay unfinished", newer)
+	}
+}
