@@ -33,6 +33,10 @@ type soldOutEnv struct {
 func newSoldOutEnv(t *testing.T) *soldOutEnv {
 	srvs := redistest.StartN(t, 3, redistest.Options{})
 	cfg := envConfig()
+	// the tests count the keys a refusal leaves: a command that times out
+	// (1 s by default, reached on a busy machine) leaves a fence for the
+	// take whose outcome it lost, one key more than the refusal itself
+	cfg.Client.CommandTimeout = 10 * time.Second
 	cfg.Nodes = map[string]config.Node{}
 	e := &soldOutEnv{t: t, clients: map[string]*redis.Client{}}
 	for i, s := range srvs {
