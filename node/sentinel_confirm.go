@@ -45,7 +45,10 @@ import (
 // voted for it, and a sentinel whose last vote (SENTINEL
 // IS-MASTER-DOWN-BY-ADDR at epoch 0) is newer than the configuration it
 // names confirms nothing until it hears of the switch or the election is
-// over (pendingVotes, electionsOver; TestFailoverLedByAnUnreachableSentinelDoesNotAcknowledgeOnTheOldMaster:
+// over: its leader, and every other sentinel of the group, says it has
+// no failover under way and no configuration newer than the voter's (a
+// vote shows only the last election; an earlier one may have promoted
+// behind it) (pendingVotes, electionsOver; TestFailoverLedByAnUnreachableSentinelDoesNotAcknowledgeOnTheOldMaster:
 // without it, a Reserve acknowledged on the old master while s2 and s3,
 // which had elected the leader, still named it, was gone from the new
 // master). For that, the majority is of the group's sentinels as any
@@ -301,40 +304,72 @@ func (r *confirmRound) pendingVotes(began time.Time) {
 
 // electionsOver ends the pending votes of r's round whose leader, asked
 // once every answer of the round was in, has no failover of the group
-// under way and a configuration older than the vote. A sentinel votes
-// for a leader only when asked by it (or votes for itself), and a leader
-// asks only within a failover it started (failover_in_progress set, with
-// a new epoch of its own) and clears that flag only when the failover is
-// over: aborted (no good replica, the election or the promotion timed
-// out), or switched, and then its configuration has the failover's epoch
-// (the vote's). So a leader that, after the vote was read, has no
-// failover under way and a configuration older than the vote never
-// promoted within the voted epoch and never will; its voters' votes are
-// ended (seenVote.over) for good. (A leader that switched has the vote's
-// epoch or newer, and may not have answered the round: its voters'
-// votes stay pending.) A spurious election
-// that aborted at once (a new master seen down for a moment under load)
-// then stops refusing writes in the next round, not electionBound later
+// under way and a configuration older than the vote, when every other
+// sentinel of the group, asked then too, has no failover under way
+// either and no configuration newer than the one the voter names. A
+// sentinel votes for a leader only when asked by it (or votes for
+// itself), and a leader asks only within a failover it started
+// (failover_in_progress set, with a new epoch of its own) and clears
+// that flag only when the failover is over: aborted (no good replica, the
+// election or the promotion timed out), or switched, and then its
+// configuration has the failover's epoch (the vote's). So a leader that,
+// after the vote was read, has no failover under way and a configuration
+// older than the vote never promoted within the voted epoch and never
+// will. The vote only shows the voter's last election, though: an
+// earlier one it also voted in (epoch e, older than the vote) may have
+// promoted a replica whose leader was cut off before its announcement
+// got out (crashed right after the promotion, its configuration on
+// disk), and the later election, which found no good replica, aborted.
+// That leader holds a configuration of epoch e, newer than the voter's,
+// from the promotion on (it only ever moves up, across restarts), and
+// comes back to announce it: the old master is resynced from the
+// promoted replica
+// (TestAbortedLaterElectionDoesNotEndAnEarlierOneThatPromoted: without
+// the group-wide check, a write confirmed on the old master was gone).
+// Hence the whole group (r.asked, as the round counted it: distinct
+// IDs) must answer idle with no configuration newer than the voter's;
+// then no election the voter took part in promoted unannounced, and its
+// vote is ended (seenVote.over) for good. (A leader that switched has
+// the vote's epoch or newer, and may not have answered the round: its
+// voters' votes stay pending.) A spurious election that aborted at once
+// (a new master seen down for a moment under load) then stops refusing
+// writes in the next round, not electionBound later
 // (TestAbortedElectionStopsRefusingOnceItsLeaderSaysSo). The leader is
 // the sentinel whose SENTINEL MYID is the vote's leader, asked on the
 // same connection as its SENTINEL MASTER; a vote whose leader is unknown
-// ("*"), or a leader that does not answer both, stays pending until the
-// bound. A failover is per sentinel and not kept across its restart, so
-// a leader that restarted has none under way either: the replica it may
-// have promoted is, with no configuration announced, converted back by
-// the sentinels. Asked only when a round has a pending vote.
+// ("*"), a leader or any sentinel of the group that does not answer
+// both, stays pending until the bound. A failover is per sentinel and
+// not kept across its restart, so a leader that restarted has none under
+// way either: the replica it may have promoted is, with no configuration
+// announced, converted back by the sentinels. Asked only when a round
+// has a pending vote.
 func (n *Node) electionsOver(ctx context.Context, r *confirmRound) {
-	// leaders maps each pending vote's leader to its configuration's
-	// epoch when it answered with no failover under way, else -1
-	leaders := map[string]int64{}
+	pending := false
 	for _, a := range r.answers {
-		if a.pending && a.leader != "" && a.leader != "*" {
-			leaders[a.leader] = -1
-		}
+		pending = pending || (a.pending && a.leader != "" && a.leader != "*")
 	}
-	if len(leaders) == 0 {
+	if !pending {
 		return
 	}
+	idle, newest := n.idleSentinels(ctx)
+	if len(idle) < r.asked {
+		return // a sentinel of the group may hold a newer configuration
+	}
+	for i, a := range r.answers {
+		if config, ok := idle[a.leader]; a.pending && ok && config < a.vote && newest <= a.config {
+			r.answers[i].pending = false
+			seen := r.votes[a.sentinel]
+			seen.over = true
+			r.votes[a.sentinel] = seen
+		}
+	}
+}
+
+// idleSentinels asks every known sentinel, concurrently, SENTINEL MYID
+// then SENTINEL MASTER (idleLeader) and returns the configuration epoch
+// of each that answered with no failover of the group under way, by ID,
+// and the newest of them.
+func (n *Node) idleSentinels(ctx context.Context) (map[string]int64, int64) {
 	known := n.knownSentinels()
 	ch := make(chan idleSentinel, len(known))
 	bound := sentinelBound(n.opts.ProbeTimeout)
@@ -343,21 +378,15 @@ func (n *Node) electionsOver(ctx context.Context, r *confirmRound) {
 			ch <- n.idleLeader(ctx, addr, bound)
 		}(addr)
 	}
+	idle := map[string]int64{}
+	newest := int64(0)
 	for range known {
 		if l := <-ch; l.id != "" {
-			if _, ok := leaders[l.id]; ok {
-				leaders[l.id] = l.config
-			}
+			idle[l.id] = l.config
+			newest = max(newest, l.config)
 		}
 	}
-	for i, a := range r.answers {
-		if config, ok := leaders[a.leader]; a.pending && ok && config >= 0 && config < a.vote {
-			r.answers[i].pending = false
-			seen := r.votes[a.sentinel]
-			seen.over = true
-			r.votes[a.sentinel] = seen
-		}
-	}
+	return idle, newest
 }
 
 // idleSentinel is a sentinel with no failover of the group under way:
