@@ -251,9 +251,14 @@ func TestTLSServiceMutual(t *testing.T) {
 	cfg = secConfig(map[string]config.Node{"n1": n})
 	cfg.Service.TLS = config.ServiceTLS{CertFile: srvPair.CertFile, KeyFile: srvPair.KeyFile}
 	oneWay := secService(t, cfg, nil)
-	ctx := invCtx(t, 10*time.Second)
+	// Generous bounds, which only a hung call would reach: each call gets
+	// 30 s, the test 90 s. With 5 s and 10 s, beside two other suites on
+	// 2 cores, the client not trusting the certificate answered
+	// deadline_exceeded (Client.Timeout exceeded while awaiting headers)
+	// before its TLS handshake had failed.
+	ctx := invCtx(t, 90*time.Second)
 	call := func(url string, tc *tls.Config) error {
-		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}, Timeout: 5 * time.Second}
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}, Timeout: 30 * time.Second}
 		defer hc.CloseIdleConnections()
 		_, err := shardisv1connect.NewInventoryServiceClient(hc, url).LoadStock(ctx,
 			secReq(&v1.LoadStockRequest{RouteKey: "r", SkuId: "mt", Quantity: 3}, ""))
@@ -271,7 +276,7 @@ func TestTLSServiceMutual(t *testing.T) {
 			return err
 		}
 		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+		_ = conn.SetDeadline(time.Now().Add(20 * time.Second)) // the alert comes at once; a loaded machine delays it
 		_, err = conn.Read(make([]byte, 1))
 		return err
 	}
@@ -286,9 +291,10 @@ func TestTLSServiceMutual(t *testing.T) {
 		// Connect client either as a failed dial (unavailable) or as a
 		// reset while it writes the request, which connect-go reports as
 		// canceled. Both are transport failures; no response came back.
+		start := time.Now()
 		if err := call("https://"+mutual.Addr(), tc); err == nil ||
 			(connect.CodeOf(err) != connect.CodeUnavailable && connect.CodeOf(err) != connect.CodeCanceled) {
-			t.Fatalf("LoadStock with %s: %v, want a transport failure", what, err)
+			t.Fatalf("LoadStock with %s: %v after %v, want a transport failure", what, err, time.Since(start))
 		}
 		err := handshake(tc)
 		if err == nil || !strings.Contains(err.Error(), "certificate") {

@@ -78,6 +78,15 @@ func newSvcEnv(t *testing.T, o svcOpts) *svcEnv {
 	cfg.Servers = map[string]config.Server{"inventory": {OnNodeDown: config.OnNodeDownFail, Routes: o.routes}}
 	cfg.Health = quickHealth
 	cfg.Health.Backoff = append([]time.Duration(nil), quickHealth.Backoff...)
+	// A command gets 3 s and a probe 2 s, not the default 1 s and
+	// quickHealth's 1 s: beside two other suites on 2 cores a LoadStock's
+	// script read passed 1 s (i/o timeout, TestSvcHealthMetricsUnavailable),
+	// and a probe late by as much marks a live node DOWN. The tests kill
+	// nodes (connection refused, noticed at once) but never stop one, so
+	// nothing waits on these timeouts; a restarted node is held back a
+	// heartbeat and the probe timeout (2.1 s) before it is UP again.
+	cfg.Client.CommandTimeout = 3 * time.Second
+	cfg.Health.Timeout = 2 * time.Second
 	cfg.Inventory.ReconcileInterval = 100 * time.Millisecond
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("service test config: %v", err)
