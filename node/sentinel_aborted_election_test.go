@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,12 +28,38 @@ import (
 // bound.
 func TestAbortedElectionStopsRefusingOnceItsLeaderSaysSo(t *testing.T) {
 	t.Parallel()
-	g := redistest.StartGroup(t, redistest.GroupOptions{Name: "aborted", FailoverTimeout: 20 * time.Second})
+	abortedElectionConfirms(t, "aborted", func(addrs []string) []string { return addrs })
+}
+
+// The same spurious election, with the node seeded by host name
+// (localhost:PORT) while the sentinels announce their IP: the node then
+// knows each sentinel at two addresses, its seed and the 127.0.0.1:PORT
+// the others name it by. The whole group still answers idle, each
+// sentinel under both of its addresses, with three distinct IDs: the
+// vote ends within seconds (it stayed pending for the bound when the
+// group had to give as many IDs as the node knows addresses, six).
+func TestAbortedElectionStopsRefusingWithSentinelsSeededByHostName(t *testing.T) {
+	t.Parallel()
+	abortedElectionConfirms(t, "byname", func(addrs []string) []string {
+		named := make([]string, 0, len(addrs))
+		for _, a := range addrs {
+			_, port, _ := net.SplitHostPort(a)
+			named = append(named, net.JoinHostPort("localhost", port))
+		}
+		return named
+	})
+}
+
+// abortedElectionConfirms runs the spurious election of
+// TestAbortedElectionStopsRefusingOnceItsLeaderSaysSo on a group named
+// name, the node seeded with seeds(the sentinels' addresses).
+func abortedElectionConfirms(t *testing.T, name string, seeds func([]string) []string) {
+	g := redistest.StartGroup(t, redistest.GroupOptions{Name: name, FailoverTimeout: 20 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	n := newNode(t, node.Options{
 		Name:         "s1",
-		Sentinel:     &node.SentinelOptions{Master: "aborted", Addrs: g.SentinelAddrs()},
+		Sentinel:     &node.SentinelOptions{Master: name, Addrs: seeds(g.SentinelAddrs())},
 		ProbeTimeout: 2 * time.Second,
 	}, nil)
 	probeUntil(t, n, 10*time.Second, "first probe", func(err error) bool { return err == nil })
@@ -57,7 +84,7 @@ func TestAbortedElectionStopsRefusingOnceItsLeaderSaysSo(t *testing.T) {
 	// configuration, and those with a failover under way.
 	voted := func() (newer, under int) {
 		for _, c := range sentinels {
-			m, err := c.Master(ctx, "aborted").Result()
+			m, err := c.Master(ctx, name).Result()
 			if err != nil {
 				continue
 			}

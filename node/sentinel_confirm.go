@@ -326,10 +326,16 @@ func (r *confirmRound) pendingVotes(began time.Time) {
 // promoted replica
 // (TestAbortedLaterElectionDoesNotEndAnEarlierOneThatPromoted: without
 // the group-wide check, a write confirmed on the old master was gone).
-// Hence the whole group (r.asked, as the round counted it: distinct
-// IDs) must answer idle with no configuration newer than the voter's;
-// then no election the voter took part in promoted unannounced, and its
-// vote is ended (seenVote.over) for good. (A leader that switched has
+// Hence the whole group must answer idle with no configuration newer
+// than the voter's: every sentinel this process knows, each of its
+// addresses (a sentinel seeded by host name is learnt again by the IP it
+// announces: two addresses, one SENTINEL MYID), and at least as many
+// distinct IDs as any sentinel, in the round or then, counts in the
+// group (num-other-sentinels + 1; not the addresses this process knows,
+// which would count such a sentinel twice and never end a vote:
+// TestAbortedElectionStopsRefusingWithSentinelsSeededByHostName); then
+// no election the voter took part in promoted unannounced, and its vote
+// is ended (seenVote.over) for good. (A leader that switched has
 // the vote's epoch or newer, and may not have answered the round: its
 // voters' votes stay pending.) A spurious election that aborted at once
 // (a new master seen down for a moment under load) then stops refusing
@@ -351,8 +357,11 @@ func (n *Node) electionsOver(ctx context.Context, r *confirmRound) {
 	if !pending {
 		return
 	}
-	idle, newest := n.idleSentinels(ctx)
-	if len(idle) < r.asked {
+	idle, group, newest, all := n.idleSentinels(ctx)
+	for _, a := range r.answers {
+		group = max(group, a.group)
+	}
+	if !all || len(idle) < group {
 		return // a sentinel of the group may hold a newer configuration
 	}
 	for i, a := range r.answers {
@@ -368,8 +377,9 @@ func (n *Node) electionsOver(ctx context.Context, r *confirmRound) {
 // idleSentinels asks every known sentinel, concurrently, SENTINEL MYID
 // then SENTINEL MASTER (idleLeader) and returns the configuration epoch
 // of each that answered with no failover of the group under way, by ID,
-// and the newest of them.
-func (n *Node) idleSentinels(ctx context.Context) (map[string]int64, int64) {
+// the most sentinels any of them counts in the group, the newest
+// configuration, and whether every known address answered so (all).
+func (n *Node) idleSentinels(ctx context.Context) (idle map[string]int64, group int, newest int64, all bool) {
 	known := n.knownSentinels()
 	ch := make(chan idleSentinel, len(known))
 	bound := sentinelBound(n.opts.ProbeTimeout)
@@ -378,29 +388,34 @@ func (n *Node) idleSentinels(ctx context.Context) (map[string]int64, int64) {
 			ch <- n.idleLeader(ctx, addr, bound)
 		}(addr)
 	}
-	idle := map[string]int64{}
-	newest := int64(0)
+	idle, all = map[string]int64{}, true
 	for range known {
-		if l := <-ch; l.id != "" {
-			idle[l.id] = l.config
-			newest = max(newest, l.config)
+		l := <-ch
+		if l.id == "" {
+			all = false
+			continue
 		}
+		idle[l.id] = max(idle[l.id], l.config)
+		group = max(group, l.group)
+		newest = max(newest, l.config)
 	}
-	return idle, newest
+	return idle, group, newest, all
 }
 
 // idleSentinel is a sentinel with no failover of the group under way:
-// its ID and the epoch of its configuration of the group.
+// its ID, the epoch of its configuration of the group, and the
+// sentinels it counts in the group, itself included.
 type idleSentinel struct {
 	id     string
 	config int64
+	group  int
 }
 
-// idleLeader returns the ID (SENTINEL MYID) of the sentinel at addr and
-// its config-epoch when it has no failover of the node's group under way
-// (SENTINEL MASTER, on the same pooled connection, flags without
-// failover_in_progress); a zero idleSentinel when it has one or does not
-// answer both within bound.
+// idleLeader returns the ID (SENTINEL MYID) of the sentinel at addr, its
+// config-epoch and its count of the group's sentinels when it has no
+// failover of the node's group under way (SENTINEL MASTER, on the same
+// pooled connection, flags without failover_in_progress); a zero
+// idleSentinel when it has one or does not answer both within bound.
 func (n *Node) idleLeader(ctx context.Context, addr string, bound time.Duration) idleSentinel {
 	c := n.asker(addr)
 	if c == nil {
@@ -416,8 +431,9 @@ func (n *Node) idleLeader(ctx context.Context, addr string, bound time.Duration)
 	if err != nil || m["flags"] == "" {
 		return idleSentinel{}
 	}
-	config, err := strconv.ParseInt(m["config-epoch"], 10, 64)
-	if err != nil {
+	config, err1 := strconv.ParseInt(m["config-epoch"], 10, 64)
+	others, err2 := strconv.Atoi(m["num-other-sentinels"])
+	if err1 != nil || err2 != nil {
 		return idleSentinel{}
 	}
 	for _, f := range strings.Split(m["flags"], ",") {
@@ -425,7 +441,7 @@ func (n *Node) idleLeader(ctx context.Context, addr string, bound time.Duration)
 			return idleSentinel{}
 		}
 	}
-	return idleSentinel{id: myid.Val(), config: config}
+	return idleSentinel{id: myid.Val(), config: config, group: others + 1}
 }
 
 // electionBound is how long after its vote an election may still end in
