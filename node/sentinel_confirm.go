@@ -48,7 +48,8 @@ import (
 // over: its leader, and every other sentinel of the group, says it has
 // no failover under way and no configuration newer than the voter's (a
 // vote shows only the last election; an earlier one may have promoted
-// behind it) (pendingVotes, electionsOver; TestFailoverLedByAnUnreachableSentinelDoesNotAcknowledgeOnTheOldMaster:
+// behind it), sees the master up and no replica in the master role (an
+// aborted promotion may have left one) (pendingVotes, electionsOver; TestFailoverLedByAnUnreachableSentinelDoesNotAcknowledgeOnTheOldMaster:
 // without it, a Reserve acknowledged on the old master while s2 and s3,
 // which had elected the leader, still named it, was gone from the new
 // master). For that, the majority is of the group's sentinels as any
@@ -306,7 +307,8 @@ func (r *confirmRound) pendingVotes(began time.Time) {
 // once every answer of the round was in, has no failover of the group
 // under way and a configuration older than the vote, when every other
 // sentinel of the group, asked then too, has no failover under way
-// either and no configuration newer than the one the voter names. A
+// either and no configuration newer than the one the voter names, and
+// each sees the master up and no replica in the master role. A
 // sentinel votes for a leader only when asked by it (or votes for
 // itself), and a leader asks only within a failover it started
 // (failover_in_progress set, with a new epoch of its own) and clears
@@ -333,11 +335,26 @@ func (r *confirmRound) pendingVotes(began time.Time) {
 // distinct IDs as any sentinel, in the round or then, counts in the
 // group (num-other-sentinels + 1; not the addresses this process knows,
 // which would count such a sentinel twice and never end a vote:
-// TestAbortedElectionStopsRefusingWithSentinelsSeededByHostName); then
-// no election the voter took part in promoted unannounced, and its vote
-// is ended (seenVote.over) for good. (A leader that switched has
-// the vote's epoch or newer, and may not have answered the round: its
-// voters' votes stay pending.) A spurious election that aborted at once
+// TestAbortedElectionStopsRefusingWithSentinelsSeededByHostName). A
+// failover that aborted after its REPLICAOF NO ONE went out (the
+// promotion timed out: the leader never saw the replica report master)
+// announces nothing, but may leave that replica running as a master; the
+// sentinels convert it back to a replica of the master, which keeps every
+// write, only while the master looks sane to them (no s_down, o_down),
+// and while it looks down to them their next election may promote it,
+// without the writes the master took since
+// (TestAbortedPromotionDoesNotEndItsVoteWhileTheMasterLooksDown: a write
+// confirmed on the master in between was gone). So each sentinel must
+// also see the master up and list no replica of it reporting the master
+// role (SENTINEL REPLICAS, role-reported). Then no election the voter
+// took part in promoted unannounced, or left a replica promoted, and its
+// vote is ended (seenVote.over) for good. Not seen: a replica that ran
+// such a REPLICAOF NO ONE while cut off from every sentinel (they report
+// its last role) and is still cut off, and a master that looks down
+// again before the sentinels converted such a replica back (some ten
+// seconds); the bound alone would have kept the vote pending. (A
+// leader that switched has the vote's epoch or newer, and may not have
+// answered the round: its voters' votes stay pending.) A spurious election that aborted at once
 // (a new master seen down for a moment under load) then stops refusing
 // writes in the next round, not electionBound later
 // (TestAbortedElectionStopsRefusingOnceItsLeaderSaysSo). The leader is
@@ -347,8 +364,8 @@ func (r *confirmRound) pendingVotes(began time.Time) {
 // both, stays pending until the bound. A failover is per sentinel and
 // not kept across its restart, so a leader that restarted has none under
 // way either: the replica it may have promoted is, with no configuration
-// announced, converted back by the sentinels. Asked only when a round
-// has a pending vote.
+// announced, converted back by the sentinels once the master looks up to
+// them (as above). Asked only when a round has a pending vote.
 func (n *Node) electionsOver(ctx context.Context, r *confirmRound) {
 	pending := false
 	for _, a := range r.answers {
@@ -372,76 +389,6 @@ func (n *Node) electionsOver(ctx context.Context, r *confirmRound) {
 			r.votes[a.sentinel] = seen
 		}
 	}
-}
-
-// idleSentinels asks every known sentinel, concurrently, SENTINEL MYID
-// then SENTINEL MASTER (idleLeader) and returns the configuration epoch
-// of each that answered with no failover of the group under way, by ID,
-// the most sentinels any of them counts in the group, the newest
-// configuration, and whether every known address answered so (all).
-func (n *Node) idleSentinels(ctx context.Context) (idle map[string]int64, group int, newest int64, all bool) {
-	known := n.knownSentinels()
-	ch := make(chan idleSentinel, len(known))
-	bound := sentinelBound(n.opts.ProbeTimeout)
-	for _, addr := range known {
-		go func(addr string) {
-			ch <- n.idleLeader(ctx, addr, bound)
-		}(addr)
-	}
-	idle, all = map[string]int64{}, true
-	for range known {
-		l := <-ch
-		if l.id == "" {
-			all = false
-			continue
-		}
-		idle[l.id] = max(idle[l.id], l.config)
-		group = max(group, l.group)
-		newest = max(newest, l.config)
-	}
-	return idle, group, newest, all
-}
-
-// idleSentinel is a sentinel with no failover of the group under way:
-// its ID, the epoch of its configuration of the group, and the
-// sentinels it counts in the group, itself included.
-type idleSentinel struct {
-	id     string
-	config int64
-	group  int
-}
-
-// idleLeader returns the ID (SENTINEL MYID) of the sentinel at addr, its
-// config-epoch and its count of the group's sentinels when it has no
-// failover of the node's group under way (SENTINEL MASTER, on the same
-// pooled connection, flags without failover_in_progress); a zero
-// idleSentinel when it has one or does not answer both within bound.
-func (n *Node) idleLeader(ctx context.Context, addr string, bound time.Duration) idleSentinel {
-	c := n.asker(addr)
-	if c == nil {
-		return idleSentinel{}
-	}
-	qctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	myid := redis.NewStringCmd(qctx, "sentinel", "myid")
-	if err := c.Process(qctx, myid); err != nil || myid.Val() == "" {
-		return idleSentinel{}
-	}
-	m, err := c.Master(qctx, n.opts.Sentinel.Master).Result()
-	if err != nil || m["flags"] == "" {
-		return idleSentinel{}
-	}
-	config, err1 := strconv.ParseInt(m["config-epoch"], 10, 64)
-	others, err2 := strconv.Atoi(m["num-other-sentinels"])
-	if err1 != nil || err2 != nil {
-		return idleSentinel{}
-	}
-	for _, f := range strings.Split(m["flags"], ",") {
-		if f == "failover_in_progress" {
-			return idleSentinel{}
-		}
-	}
-	return idleSentinel{id: myid.Val(), config: config, group: others + 1}
 }
 
 // electionBound is how long after its vote an election may still end in

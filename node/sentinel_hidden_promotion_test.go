@@ -59,7 +59,20 @@ func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
 // to every sentinel) and every sentinel set to crash right after the
 // replica it promotes reports master.
 func startHiddenGroup(t *testing.T, ctx context.Context) *hiddenGroup {
-	g := redistest.StartGroup(t, redistest.GroupOptions{Name: "hidden", Replicas: 2})
+	h := startPriorityGroup(t, ctx, redistest.GroupOptions{Name: "hidden", Replicas: 2})
+	for _, c := range h.sentinels {
+		if err := c.Process(ctx, redis.NewStatusCmd(ctx, "sentinel", "simulate-failure", "crash-after-promotion")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return h
+}
+
+// startPriorityGroup starts the group opts (two replicas) with r at
+// replica-priority 0, known to every sentinel: a failover can only
+// promote p.
+func startPriorityGroup(t *testing.T, ctx context.Context, opts redistest.GroupOptions) *hiddenGroup {
+	g := redistest.StartGroup(t, opts)
 	h := &hiddenGroup{g: g, m: g.Data()[0], p: g.Data()[1], r: g.Data()[2]}
 	if g.Master() != h.m.Addr() {
 		t.Fatalf("the sentinels name %s, not %s", g.Master(), h.m.Addr())
@@ -75,7 +88,7 @@ func startHiddenGroup(t *testing.T, ctx context.Context) *hiddenGroup {
 	}
 	waitFor(t, 20*time.Second, "every sentinel sees the replica-priority 0", func() bool {
 		for _, c := range h.sentinels {
-			reps, err := c.Replicas(ctx, "hidden").Result()
+			reps, err := c.Replicas(ctx, g.Name()).Result()
 			if err != nil {
 				return false
 			}
@@ -87,11 +100,6 @@ func startHiddenGroup(t *testing.T, ctx context.Context) *hiddenGroup {
 		}
 		return true
 	})
-	for _, c := range h.sentinels {
-		if err := c.Process(ctx, redis.NewStatusCmd(ctx, "sentinel", "simulate-failure", "crash-after-promotion")); err != nil {
-			t.Fatal(err)
-		}
-	}
 	return h
 }
 
