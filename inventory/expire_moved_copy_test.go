@@ -48,6 +48,7 @@ func newMovedCopyEnv(t *testing.T, retention, maxHold time.Duration) *movedCopyE
 	base.Inventory.Retention = retention
 	base.Inventory.ReservationTTL = time.Second
 	base.Inventory.MaxReservationTTL = maxHold
+	base.Client.CommandTimeout = 5 * time.Second // a loaded machine tripped 1 s
 	base.Nodes = map[string]config.Node{}
 	e := &movedCopyEnv{t: t, clients: map[string]*redis.Client{}, hold: maxHold}
 	for i, s := range srvs {
@@ -101,16 +102,16 @@ func (e *movedCopyEnv) open(cfg *config.Config, f Faults) *Inventory {
 }
 
 // reserve loads the stock and reserves order (2 units, for the longest
-// hold up to 4 s: the tests apply a change and confirm it within that,
-// and an apply on a machine busy with other tests took over a second)
-// and held (1 unit, for the longest hold) through inv, an instance of the
-// old topology.
+// hold up to 6 s: the tests apply a change and confirm it within that,
+// and on a machine busy with other tests an apply took over a second,
+// the apply and the Confirm 2.4 s at load 19) and held (1 unit, for the
+// longest hold) through inv, an instance of the old topology.
 func (e *movedCopyEnv) reserve(inv *Inventory) {
 	e.t.Helper()
 	if _, err := inv.LoadStock(e.ctx, "s", "t", movedCopyLoaded, 0); err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := inv.Reserve(e.ctx, e.order, []Item{{Route: "s", SKU: "t", Quantity: 2}}, "", min(e.hold, 4*time.Second)); err != nil {
+	if _, err := inv.Reserve(e.ctx, e.order, []Item{{Route: "s", SKU: "t", Quantity: 2}}, "", min(e.hold, 6*time.Second)); err != nil {
 		e.t.Fatal(err)
 	}
 	if _, err := inv.Reserve(e.ctx, e.held, []Item{{Route: "s", SKU: "t", Quantity: 1}}, "", e.hold); err != nil {
@@ -140,7 +141,7 @@ func (e *movedCopyEnv) xMovedExpireLost() Faults {
 	}}
 }
 
-// homeBackOnceN4Forgets waits (up to 20 s) until n4 no longer holds the
+// homeBackOnceN4Forgets waits (up to 30 s) until n4 no longer holds the
 // order's record (it lived out its retention there), then applies the old
 // topology again under faults f (the order's home is x again) and wants
 // x holding only a copy marked moved.
@@ -148,9 +149,9 @@ func (e *movedCopyEnv) homeBackOnceN4Forgets(f Faults) {
 	t := e.t
 	t.Helper()
 	n4 := e.clients["n4"]
-	for deadline := time.Now().Add(20 * time.Second); n4.Exists(e.ctx, orderKey(e.order)).Val() == 1; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); n4.Exists(e.ctx, orderKey(e.order)).Val() == 1; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s's record on n4 was still there after 20s", e.order)
+			t.Fatalf("%s's record on n4 was still there after 30s", e.order)
 		}
 	}
 	e.apply(e.old, e.new, f)
@@ -266,7 +267,10 @@ func TestExpireFromAStaleViewMeetsNoMovedCopy(t *testing.T) {
 // confirmed order was cancelled: 2 units given back and sold again.
 func TestExpireMeetingAMovedCopyAtItsHomeKeepsAConfirmedPart(t *testing.T) {
 	t.Parallel() // it mostly waits a retention out
-	e := newMovedCopyEnv(t, 3*time.Second, 2*time.Second)
+	// the order held 6 s: the apply and the Confirm run within it on a
+	// loaded machine (with 2 s, Confirm answered that the reservation had
+	// expired)
+	e := newMovedCopyEnv(t, 7*time.Second, 6*time.Second)
 	e.reserve(e.open(e.old, nil))
 	xSlow := e.xMovedExpireLost()
 	e.apply(e.new, nil, xSlow)

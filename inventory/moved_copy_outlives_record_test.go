@@ -29,9 +29,17 @@ import (
 func TestMovedCopyOutlivingItsRecordIsNotReinstalled(t *testing.T) {
 	t.Parallel()
 	e := newLeaveEnv(t, false)
-	// a retention short enough to live out here
-	for _, c := range []*config.Config{e.old, e.new} {
-		c.Inventory.Retention, c.Inventory.MaxReservationTTL, c.Inventory.ReservationTTL = 6*time.Second, 5*time.Second, 3*time.Second
+	// a retention short enough to live out here, above a hold long
+	// enough for the apply and the Confirm to run before the order's
+	// deadline on a loaded machine (they took 2.3 s at load 19; with a
+	// hold of 3 s Confirm answered that the reservation had expired), and
+	// a command timeout such a machine does not trip; copies, for the
+	// env's instance reads its configuration
+	for _, cp := range []**config.Config{&e.old, &e.new} {
+		c := **cp
+		c.Inventory.Retention, c.Inventory.MaxReservationTTL, c.Inventory.ReservationTTL = 7*time.Second, 6*time.Second, 3*time.Second
+		c.Client.CommandTimeout = 5 * time.Second
+		*cp = &c
 	}
 	old := openInv(t, e.old, Options{})
 	// an order that holds a part on leaving n3: the apply returns waiting
@@ -43,7 +51,7 @@ func TestMovedCopyOutlivingItsRecordIsNotReinstalled(t *testing.T) {
 	// the order: its record on n3 (minted there), which leaves, so the
 	// apply moves its record to n1 or n2
 	order := mintIDFrom("n3", [mintRandHex / 2]byte{1, 2, 3, 4, 5, 6, 7, 8})
-	if _, err := old.Reserve(e.ctx, order, []Item{{Route: "r", SKU: "z", Quantity: 1}}, "", 3*time.Second); err != nil {
+	if _, err := old.Reserve(e.ctx, order, []Item{{Route: "r", SKU: "z", Quantity: 1}}, "", 6*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// n3 does not answer the expireMoved of any mover (a pause, a
@@ -86,7 +94,7 @@ func TestMovedCopyOutlivingItsRecordIsNotReinstalled(t *testing.T) {
 	// the live record lives out its retention (the copy, without a TTL,
 	// outlives it) while the apply still migrates; no reconciler reached
 	// the part meanwhile
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if n, err := e.clients[home].Exists(e.ctx, orderKey(order)).Result(); err == nil && n == 0 {
 			break
 		}
