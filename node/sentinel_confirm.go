@@ -48,8 +48,10 @@ import (
 // over: its leader, and every other sentinel of the group, says it has
 // no failover under way and no configuration newer than the voter's (a
 // vote shows only the last election; an earlier one may have promoted
-// behind it), sees the master up and no replica in the master role (an
-// aborted promotion may have left one) (pendingVotes, electionsOver; TestFailoverLedByAnUnreachableSentinelDoesNotAcknowledgeOnTheOldMaster:
+// behind it), sees the master up and no replica in the master role,
+// and every replica it lists, asked by this process, answers a replica
+// (an aborted promotion may have left one, or may still be waiting in
+// a frozen replica) (pendingVotes, electionsOver; TestFailoverLedByAnUnreachableSentinelDoesNotAcknowledgeOnTheOldMaster:
 // without it, a Reserve acknowledged on the old master while s2 and s3,
 // which had elected the leader, still named it, was gone from the new
 // master). For that, the majority is of the group's sentinels as any
@@ -346,13 +348,26 @@ func (r *confirmRound) pendingVotes(began time.Time) {
 // (TestAbortedPromotionDoesNotEndItsVoteWhileTheMasterLooksDown: a write
 // confirmed on the master in between was gone). So each sentinel must
 // also see the master up and list no replica of it reporting the master
-// role (SENTINEL REPLICAS, role-reported). Then no election the voter
+// role (SENTINEL REPLICAS, role-reported). That role is only the one the
+// replica gave at the sentinel's last INFO (every 10 s while the master
+// looks up), and a replica frozen with the command still in its socket
+// answers nothing and runs it when it thaws, a master nobody sees that
+// the sentinels do not convert back while the master looks down again
+// (TestFrozenReplicaOfAnAbortedFailoverDoesNotEndItsVote: a write
+// confirmed on the master while p was frozen was gone once p thawed and
+// the next election promoted it). So, once the group answered settled
+// (the leader's failover over, every command it sent sent), this process
+// asks every replica the sentinels list, itself, INFO replication twice
+// in a row on one connection, the second once the first is answered
+// (replicasFollow): a replica that thawed runs every command waiting
+// then in one turn of its event loop, before it reads the second
+// question. Both must say role:slave. Then no election the voter
 // took part in promoted unannounced, or left a replica promoted, and its
-// vote is ended (seenVote.over) for good. Not seen: a replica that ran
-// such a REPLICAOF NO ONE while cut off from every sentinel (they report
-// its last role) and is still cut off, and a master that looks down
-// again before the sentinels converted such a replica back (some ten
-// seconds); the bound alone would have kept the vote pending. (A
+// vote is ended (seenVote.over) for good. Not seen: a REPLICAOF NO ONE
+// still in the network (not in the replica's socket) when the replica
+// answered, which the bound does not cover either once it lands past
+// the bound. A replica listed that does not answer (down, or not
+// reachable from this process) keeps the vote pending until the bound. (A
 // leader that switched has the vote's epoch or newer, and may not have
 // answered the round: its voters' votes stay pending.) A spurious election that aborted at once
 // (a new master seen down for a moment under load) then stops refusing
@@ -374,15 +389,18 @@ func (n *Node) electionsOver(ctx context.Context, r *confirmRound) {
 	if !pending {
 		return
 	}
-	idle, group, newest, all := n.idleSentinels(ctx)
+	g := n.idleSentinels(ctx)
 	for _, a := range r.answers {
-		group = max(group, a.group)
+		g.group = max(g.group, a.group)
 	}
-	if !all || len(idle) < group {
+	if !g.all || len(g.idle) < g.group {
 		return // a sentinel of the group may hold a newer configuration
 	}
+	if !n.replicasFollow(ctx, g.replicas) {
+		return // a replica may hold, or may be about to run, an aborted failover's REPLICAOF NO ONE
+	}
 	for i, a := range r.answers {
-		if config, ok := idle[a.leader]; a.pending && ok && config < a.vote && newest <= a.config {
+		if config, ok := g.idle[a.leader]; a.pending && ok && config < a.vote && g.newest <= a.config {
 			r.answers[i].pending = false
 			seen := r.votes[a.sentinel]
 			seen.over = true
