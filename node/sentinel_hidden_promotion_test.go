@@ -55,6 +55,116 @@ func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
 	}
 }
 
+// watch returns a node on the group, a client of its master and the
+// master's run_id, once the node's first probe passed.
+func (h *hiddenGroup) watch(t *testing.T, ctx context.Context) (*node.Node, *redis.Client, string) {
+	t.Helper()
+	n := newNode(t, node.Options{
+		Name:         "s1",
+		Sentinel:     &node.SentinelOptions{Master: h.g.Name(), Addrs: h.g.SentinelAddrs()},
+		ProbeTimeout: 2 * time.Second,
+	}, nil)
+	probeUntil(t, n, 10*time.Second, "first probe", func(err error) bool { return err == nil })
+	mc := h.g.Client(t, h.m.Addr())
+	info, err := mc.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, mc, node.InfoRunID(info)
+}
+
+// confirmWrite writes the key "reservation" on the master through mc,
+// waits for a replica, and asks n to confirm it ran on run, every 200ms
+// for up to limit until it does: whether it did, and the last refusal.
+func confirmWrite(ctx context.Context, n *node.Node, mc *redis.Client, run string, limit time.Duration) (bool, error) {
+	var refused error
+	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if mc.Set(ctx, "reservation", "acked", 0).Err() != nil {
+			continue
+		}
+		if w, err := mc.Wait(ctx, 1, time.Second).Result(); err != nil || w < 1 {
+			continue
+		}
+		if refused = n.ConfirmMaster(ctx, run); refused == nil {
+			return true, nil
+		}
+	}
+	return false, refused
+}
+
+// setPing lets the master answer PING (on) or refuses it (off), so the
+// sentinels see it up or down while it takes writes.
+func setPing(t *testing.T, ctx context.Context, mc *redis.Client, on bool) {
+	t.Helper()
+	rule := "-ping"
+	if on {
+		rule = "+ping"
+	}
+	if err := mc.Do(ctx, "acl", "setuser", "default", rule).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// abortWithPFrozen makes the master look down (setPing off), waits until
+// a leader started a failover, freezes p (its REPLICAOF NO ONE, if sent,
+// waits in its socket) and waits until the failover aborted: every
+// sentinel idle, one with a vote newer than its configuration. p stays
+// frozen (a t.Cleanup resumes it).
+func (h *hiddenGroup) abortWithPFrozen(t *testing.T, ctx context.Context, mc *redis.Client) {
+	t.Helper()
+	setPing(t, ctx, mc, false)
+	waitFor(t, 30*time.Second, "a leader started a failover", func() bool {
+		for i := range h.sentinels {
+			if _, _, under, ok := h.vote(ctx, i); ok && under {
+				return true
+			}
+		}
+		return false
+	})
+	h.p.Pause()
+	t.Cleanup(func() { _ = h.p.Resume() })
+	waitFor(t, 30*time.Second, "the failover aborted", func() bool {
+		aborted := false
+		for i := range h.sentinels {
+			config, vote, under, ok := h.vote(ctx, i)
+			if !ok || under {
+				return false
+			}
+			aborted = aborted || vote > config
+		}
+		return aborted
+	})
+}
+
+// waitPromotedAndResynced waits until a majority of the sentinels name p
+// as the master, lets the old master answer PING again, and waits until
+// it resynced from p (waitResyncedFromP).
+func (h *hiddenGroup) waitPromotedAndResynced(t *testing.T, ctx context.Context, mc *redis.Client) {
+	t.Helper()
+	waitFor(t, 60*time.Second, "a later election promoted p", func() bool {
+		named := 0
+		for _, c := range h.sentinels {
+			if v, err := c.GetMasterAddrByName(ctx, h.g.Name()).Result(); err == nil && len(v) == 2 && v[1] == strconv.Itoa(h.p.Port()) {
+				named++
+			}
+		}
+		return named >= 2
+	})
+	setPing(t, ctx, mc, true)
+	h.waitResyncedFromP(t, ctx, mc, "the old master resynced from p")
+}
+
+// waitResyncedFromP waits until the old master (mc) is a replica of p
+// with its link up.
+func (h *hiddenGroup) waitResyncedFromP(t *testing.T, ctx context.Context, mc *redis.Client, what string) {
+	t.Helper()
+	waitFor(t, 60*time.Second, what, func() bool {
+		role, err := mc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(role, "role:slave") &&
+			strings.Contains(role, "master_port:"+strconv.Itoa(h.p.Port())) && strings.Contains(role, "master_link_status:up")
+	})
+}
+
 // startHiddenGroup starts the group with r at replica-priority 0 (known
 // to every sentinel) and every sentinel set to crash right after the
 // replica it promotes reports master.
@@ -158,32 +268,11 @@ func TestAbortedLaterElectionDoesNotEndAnEarlierOneThatPromoted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	h := startHiddenGroup(t, ctx)
-	n := newNode(t, node.Options{
-		Name:         "s1",
-		Sentinel:     &node.SentinelOptions{Master: "hidden", Addrs: h.g.SentinelAddrs()},
-		ProbeTimeout: 2 * time.Second,
-	}, nil)
-	probeUntil(t, n, 10*time.Second, "first probe", func(err error) bool { return err == nil })
-	mc := h.g.Client(t, h.m.Addr())
-	info, err := mc.Info(ctx, "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := node.InfoRunID(info)
+	n, mc, run := h.watch(t, ctx)
 
 	leader := h.promoteThenCrash(t, ctx)
 	h.m.Resume()
-	acked, refused := false, error(nil)
-	for end := time.Now().Add(8 * time.Second); !acked && time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
-		if mc.Set(ctx, "reservation", "acked", 0).Err() != nil {
-			continue
-		}
-		if w, err := mc.Wait(ctx, 1, time.Second).Result(); err != nil || w < 1 {
-			continue
-		}
-		refused = n.ConfirmMaster(ctx, run)
-		acked = refused == nil
-	}
+	acked, refused := confirmWrite(ctx, n, mc, run, 8*time.Second)
 	h.p.Resume()
 	if err := h.g.Sentinels()[leader].Restart(); err != nil {
 		t.Fatal(err)
@@ -192,11 +281,7 @@ func TestAbortedLaterElectionDoesNotEndAnEarlierOneThatPromoted(t *testing.T) {
 		t.Logf("ConfirmMaster refused the write on the old master while the promoting leader was away: %v", refused)
 		return
 	}
-	waitFor(t, 60*time.Second, "the old master resynced from the replica the crashed leader promoted", func() bool {
-		role, err := mc.Info(ctx, "replication").Result()
-		return err == nil && strings.Contains(role, "role:slave") &&
-			strings.Contains(role, "master_port:"+strconv.Itoa(h.p.Port())) && strings.Contains(role, "master_link_status:up")
-	})
+	h.waitResyncedFromP(t, ctx, mc, "the old master resynced from the replica the crashed leader promoted")
 	if v, err := h.g.Client(t, h.p.Addr()).Get(ctx, "reservation").Result(); err != nil || v != "acked" {
 		t.Fatalf("a write ConfirmMaster acknowledged on the old master %s is gone from the master %s the crashed leader promoted (GET: %q, %v)",
 			h.m.Addr(), h.p.Addr(), v, err)
