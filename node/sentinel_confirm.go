@@ -183,16 +183,23 @@ func (n *Node) learnRuns(ctx context.Context, answers []masterAnswer) {
 	}
 }
 
-// serverRun returns the run_id the server at addr gives in INFO server,
-// "" when it does not answer within sentinelBound(ProbeTimeout).
-func (n *Node) serverRun(ctx context.Context, addr string) string {
-	bound := sentinelBound(n.opts.ProbeTimeout)
-	c := redis.NewClient(&redis.Options{
+// dataClient returns a client of one connection to the data server at
+// addr, with the node's credentials and every timeout bound; the caller
+// closes it.
+func (n *Node) dataClient(addr string, bound time.Duration) *redis.Client {
+	return redis.NewClient(&redis.Options{
 		Addr: addr, Username: n.opts.Username, Password: n.opts.Password, TLSConfig: n.opts.TLSConfig,
 		Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
 		DialTimeout: bound, ReadTimeout: bound, WriteTimeout: bound, PoolTimeout: bound,
 		ContextTimeoutEnabled: true,
 	})
+}
+
+// serverRun returns the run_id the server at addr gives in INFO server,
+// "" when it does not answer within sentinelBound(ProbeTimeout).
+func (n *Node) serverRun(ctx context.Context, addr string) string {
+	bound := sentinelBound(n.opts.ProbeTimeout)
+	c := n.dataClient(addr, bound)
 	defer c.Close()
 	qctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()

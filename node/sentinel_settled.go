@@ -134,12 +134,7 @@ func (n *Node) replicasFollow(ctx context.Context, addrs map[string]bool) bool {
 // after the other on one connection, each within bound: true when both
 // answers say role:slave.
 func (n *Node) replicaFollows(ctx context.Context, addr string, bound time.Duration) bool {
-	c := redis.NewClient(&redis.Options{
-		Addr: addr, Username: n.opts.Username, Password: n.opts.Password, TLSConfig: n.opts.TLSConfig,
-		Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
-		DialTimeout: bound, ReadTimeout: bound, WriteTimeout: bound, PoolTimeout: bound,
-		ContextTimeoutEnabled: true,
-	})
+	c := n.dataClient(addr, bound)
 	defer c.Close()
 	for range 2 {
 		qctx, cancel := context.WithTimeout(ctx, bound)
