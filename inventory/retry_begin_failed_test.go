@@ -43,6 +43,20 @@ func (e *stagedEnv) reservedBy(before map[string]int64) map[string]int64 {
 	return out
 }
 
+// decideFailedDying waits out the staged attempt's lease of order id and
+// has a Confirm of another instance decide its record failed and die
+// before its cancels.
+func (e *stagedEnv) decideFailedDying(id string) {
+	e.t.Helper()
+	time.Sleep(stagedLease + 50*time.Millisecond)
+	dying := &crashPoint{}
+	h := callHook(settlesDropped)
+	dying.call.Store(&h)
+	if _, err := e.faultyInstance(dying).Confirm(e.ctx, id); !errors.Is(err, ErrNotFound) {
+		e.t.Fatalf("Confirm deciding the staged record: %v, want ErrNotFound", err)
+	}
+}
+
 // failedUnsettled leaves order id's record failed with two parts of its
 // one-round attempt still pending (held for an hour): the attempt stops
 // after its round with one node's takes left out, its lease runs out,
@@ -53,13 +67,7 @@ func (e *stagedEnv) failedUnsettled(id string) {
 	if _, err := e.reserveAtTTL("staged:some-takes", id, time.Hour); !errors.Is(err, ErrCrashed) {
 		e.t.Fatalf("Reserve stopped after its round: %v, want ErrCrashed", err)
 	}
-	time.Sleep(stagedLease + 50*time.Millisecond)
-	dying := &crashPoint{}
-	h := callHook(settlesDropped)
-	dying.call.Store(&h)
-	if _, err := e.faultyInstance(dying).Confirm(e.ctx, id); !errors.Is(err, ErrNotFound) {
-		e.t.Fatalf("Confirm deciding the staged record: %v, want ErrNotFound", err)
-	}
+	e.decideFailedDying(id)
 	if got := e.reservedBy(nil); got["a"]+got["b"]+got["c"] == 0 {
 		e.t.Fatalf("the failed attempt's parts were cancelled already: %v", got)
 	}

@@ -41,13 +41,7 @@ func (e *stagedEnv) failedUnsettledAs(id, user string) {
 	if !errors.Is(err, ErrCrashed) {
 		e.t.Fatalf("Reserve stopped after its round: %v, want ErrCrashed", err)
 	}
-	time.Sleep(stagedLease + 50*time.Millisecond)
-	dying := &crashPoint{}
-	h := callHook(settlesDropped)
-	dying.call.Store(&h)
-	if _, err := e.faultyInstance(dying).Confirm(e.ctx, id); !errors.Is(err, ErrNotFound) {
-		e.t.Fatalf("Confirm deciding the staged record: %v, want ErrNotFound", err)
-	}
+	e.decideFailedDying(id)
 }
 
 // TestRetryOverAFailedRecordHoldingTheUsersQuota: route a's SKU has a
