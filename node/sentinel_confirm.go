@@ -74,8 +74,8 @@ type confirmRound struct {
 	answers []masterAnswer // the last round's answers; guarded by mu
 	asked   int            // the group's sentinels as the last round counted them (askMasters); guarded by mu
 	// votes holds, per sentinel, the newest vote seen newer than its
-	// configuration, when a round first saw it, and whether its election
-	// was found over (pendingVotes, electionsOver); guarded by mu
+	// configuration and when a round first saw it (pendingVotes); guarded
+	// by mu
 	votes map[string]seenVote
 }
 
@@ -97,12 +97,12 @@ type masterAnswer struct {
 }
 
 // seenVote is a sentinel's vote newer than its configuration (its
-// epoch), when a confirm round first saw it, and whether its leader was
-// since found with no failover under way (over: electionsOver).
+// epoch) and when a confirm round first saw it. Whether its election is
+// over is asked again in every round within the bound (electionsOver),
+// never kept.
 type seenVote struct {
 	epoch int64
 	since time.Time
-	over  bool
 }
 
 // ErrMasterUnconfirmed is wrapped by [Node.ConfirmMaster]'s error: the
@@ -288,8 +288,9 @@ func (n *Node) askMasters(ctx context.Context) ([]masterAnswer, int) {
 // (pending) until electionBound after a round first saw it: by then the
 // failover it elected was either announced (config-epoch moves up to the
 // vote's) or aborted, and a vote of an election that never ended (no good
-// replica, split votes) stops refusing every write; a vote whose
-// election a later round found over (electionsOver) no longer counts.
+// replica, split votes) stops refusing every write; within the bound, a
+// round that finds its election over (electionsOver) does not count it,
+// and the next round asks again.
 // What the bound gives up: a leader that promoted and is still cut off,
 // past the bound, from every sentinel this process reaches (its
 // announcement never got to them) is the partitioned old master of
@@ -308,7 +309,7 @@ func (r *confirmRound) pendingVotes(began time.Time) {
 			seen = seenVote{epoch: a.vote, since: began}
 			r.votes[a.sentinel] = seen
 		}
-		r.answers[i].pending = !seen.over && began.Sub(seen.since) < electionBound(a.failoverTimeout)
+		r.answers[i].pending = began.Sub(seen.since) < electionBound(a.failoverTimeout)
 	}
 }
 
@@ -369,12 +370,22 @@ func (r *confirmRound) pendingVotes(began time.Time) {
 // (replicasFollow): a replica that thawed runs every command waiting
 // then in one turn of its event loop, before it reads the second
 // question. Both must say role:slave. Then no election the voter
-// took part in promoted unannounced, or left a replica promoted, and its
-// vote is ended (seenVote.over) for good. Not seen: a REPLICAOF NO ONE
-// still in the network (not in the replica's socket) when the replica
-// answered, which the bound does not cover either once it lands past
-// the bound. A replica listed that does not answer (down, or not
-// reachable from this process) keeps the vote pending until the bound. (A
+// took part in promoted unannounced, or left a replica promoted, as far
+// as this round sees, and the vote does not count in this round only:
+// a REPLICAOF NO ONE still in the network (not in the replica's socket:
+// a cut link between the leader and the replica, whose TCP delivers the
+// command once the cut heals) when the replica answered lands later, and
+// a write confirmed after it is not on the replica, now a master the
+// sentinels' next election may promote
+// (TestReplicaPromotedByAHeldCommandAfterAnEarlyEndRefusesWrites: with
+// the early end kept for good, a write confirmed after the held command
+// landed, 7 s into the 22 s bound, was gone). So every round within the
+// bound asks the group and the replicas again. Not seen: a write
+// confirmed in a round before the command lands that the replica has
+// not received when it lands (replication lag), and a command landing
+// past the bound, which the bound does not cover either. A replica
+// listed that does not answer (down, or not reachable from this
+// process) keeps the vote pending until the bound. (A
 // leader that switched has the vote's epoch or newer, and may not have
 // answered the round: its voters' votes stay pending.) A spurious election that aborted at once
 // (a new master seen down for a moment under load) then stops refusing
@@ -408,10 +419,7 @@ func (n *Node) electionsOver(ctx context.Context, r *confirmRound) {
 	}
 	for i, a := range r.answers {
 		if config, ok := g.idle[a.leader]; a.pending && ok && config < a.vote && g.newest <= a.config {
-			r.answers[i].pending = false
-			seen := r.votes[a.sentinel]
-			seen.over = true
-			r.votes[a.sentinel] = seen
+			r.answers[i].pending = false // for this round only: the next one asks again
 		}
 	}
 }
