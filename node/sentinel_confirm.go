@@ -369,7 +369,7 @@ func (r *confirmRound) pendingVotes(began time.Time) {
 // in a row on one connection, the second once the first is answered
 // (replicasFollow): a replica that thawed runs every command waiting
 // then in one turn of its event loop, before it reads the second
-// question. Both must say role:slave. Then no election the voter
+// question. Both must say role:slave, its link to its master up. Then no election the voter
 // took part in promoted unannounced, or left a replica promoted, as far
 // as this round sees, and the vote does not count in this round only:
 // a REPLICAOF NO ONE still in the network (not in the replica's socket:
@@ -380,10 +380,14 @@ func (r *confirmRound) pendingVotes(began time.Time) {
 // (TestReplicaPromotedByAHeldCommandAfterAnEarlyEndRefusesWrites: with
 // the early end kept for good, a write confirmed after the held command
 // landed, 7 s into the 22 s bound, was gone). So every round within the
-// bound asks the group and the replicas again. Not seen: a write
-// confirmed in a round before the command lands that the replica has
-// not received when it lands (replication lag), and a command landing
-// past the bound, which the bound does not cover either. A replica
+// bound asks the group and the replicas again; and a replica whose link
+// to the master is down misses the writes confirmed meanwhile, which the
+// command, landing later, leaves off the master it makes
+// (TestReplicaCutFromTheMasterDoesNotEndAVote), so each replica must
+// also say its link is up. Not seen: a write confirmed in a round
+// before the command lands that the replica, its link up, has not
+// received when it lands (replication lag), and a command landing past
+// the bound, which the bound does not cover either. A replica
 // listed that does not answer (down, or not reachable from this
 // process) keeps the vote pending until the bound. (A
 // leader that switched has the vote's epoch or newer, and may not have

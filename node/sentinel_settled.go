@@ -107,7 +107,13 @@ func (n *Node) idleLeader(ctx context.Context, addr string, bound time.Duration)
 // replicasFollow reports whether every replica in addrs, asked by this
 // process itself, concurrently, answers INFO replication twice in a row
 // on one connection (the second sent once the first is answered), with
-// role:slave both times, each within sentinelBound(ProbeTimeout). A
+// role:slave and its link to its master up both times, each within
+// sentinelBound(ProbeTimeout). A replica cut off from the master misses
+// the writes confirmed meanwhile, and a REPLICAOF NO ONE on its way to
+// it (electionsOver, "Not seen") makes it a master without them
+// (TestReplicaCutFromTheMasterDoesNotEndAVote: a write confirmed while
+// p, its link down, still answered role:slave was gone once the held
+// command landed and the next election promoted p). A
 // sentinel's SENTINEL REPLICAS gives the role a replica reported at its
 // last INFO, up to 10 s old (electionsOver), and a replica frozen with
 // an aborted failover's REPLICAOF NO ONE in its socket answers nothing
@@ -132,7 +138,7 @@ func (n *Node) replicasFollow(ctx context.Context, addrs map[string]bool) bool {
 
 // replicaFollows asks the server at addr INFO replication twice, one
 // after the other on one connection, each within bound: true when both
-// answers say role:slave.
+// answers say role:slave and master_link_status:up.
 func (n *Node) replicaFollows(ctx context.Context, addr string, bound time.Duration) bool {
 	c := n.dataClient(addr, bound)
 	defer c.Close()
@@ -140,7 +146,7 @@ func (n *Node) replicaFollows(ctx context.Context, addr string, bound time.Durat
 		qctx, cancel := context.WithTimeout(ctx, bound)
 		info, err := c.Info(qctx, "replication").Result()
 		cancel()
-		if err != nil || !strings.Contains(info, "role:slave") {
+		if err != nil || !strings.Contains(info, "role:slave") || !strings.Contains(info, "master_link_status:up") {
 			return false
 		}
 	}
