@@ -105,10 +105,32 @@ func abortedElectionConfirms(t *testing.T, name string, seeds func([]string) []s
 		return newer, under
 	}
 
-	for _, s := range g.Data() {
-		if err := s.Pause(); err != nil {
-			t.Fatal(err)
+	// the replica first, until every sentinel sees it down, so the
+	// election finds no good replica at once (a replica still up would be
+	// picked and sent REPLICAOF NO ONE, which it runs when it thaws)
+	primary, replica := g.Data()[0], g.Data()[1]
+	if primary.Addr() != master {
+		primary, replica = replica, primary
+	}
+	if err := replica.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "every sentinel sees the replica down", func() bool {
+		for _, c := range sentinels {
+			reps, err := c.Replicas(ctx, name).Result()
+			if err != nil || len(reps) == 0 {
+				return false
+			}
+			for _, r := range reps {
+				if r["ip"]+":"+r["port"] == replica.Addr() && !strings.Contains(r["flags"], "s_down") {
+					return false
+				}
+			}
 		}
+		return true
+	})
+	if err := primary.Pause(); err != nil {
+		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
