@@ -44,7 +44,7 @@ func TestAbortedPromotionDoesNotEndItsVoteWhileTheMasterLooksDown(t *testing.T) 
 		t.Logf("ConfirmMaster refused the write on the master the sentinels see down: %v", refused)
 		return
 	}
-	h.waitPromotedAndResynced(t, ctx, mc)
+	h.waitPromotedAndResynced(t, ctx, mc, h.p.Port())
 	if v, err := pc.Get(ctx, "reservation").Result(); err != nil || v != "acked" {
 		t.Fatalf("a write ConfirmMaster acknowledged on the old master %s is gone from p %s, which the aborted failover left as master (GET: %q, %v)",
 			h.m.Addr(), h.p.Addr(), v, err)

@@ -39,7 +39,7 @@ func TestFrozenReplicaOfAnAbortedFailoverDoesNotEndItsVote(t *testing.T) {
 		t.Fatal(err)
 	}
 	pc := h.g.Client(t, h.p.Addr())
-	h.waitPromotedAndResynced(t, ctx, mc)
+	h.waitPromotedAndResynced(t, ctx, mc, h.p.Port())
 	if v, err := pc.Get(ctx, "reservation").Result(); err != nil || v != "acked" {
 		t.Fatalf("a write ConfirmMaster acknowledged on the master %s, while p %s held the aborted failover's REPLICAOF NO ONE, "+
 			"is gone from p, which a later election promoted (GET: %q, %v)", h.m.Addr(), h.p.Addr(), v, err)

@@ -211,24 +211,10 @@ func startHeldGroup(t *testing.T, ctx context.Context, name string, repl bool) *
 // abortHeld makes the master look down until a leader's REPLICAOF NO ONE
 // to p is held on the link and its failover aborted, then up again.
 func (h *heldGroup) abortHeld(t *testing.T, ctx context.Context) {
-	if err := h.mc.Do(ctx, "acl", "setuser", "default", "-ping").Err(); err != nil {
-		t.Fatal(err)
-	}
+	setPing(t, ctx, h.mc, false)
 	waitFor(t, 40*time.Second, "a leader sent p REPLICAOF NO ONE, held on its link", h.link.isHeld)
-	waitFor(t, 30*time.Second, "the failover aborted", func() bool {
-		aborted := false
-		for i := range h.sentinels {
-			config, vote, under, ok := h.vote(ctx, i)
-			if !ok || under {
-				return false
-			}
-			aborted = aborted || vote > config
-		}
-		return aborted
-	})
-	if err := h.mc.Do(ctx, "acl", "setuser", "default", "+ping").Err(); err != nil {
-		t.Fatal(err)
-	}
+	h.waitAborted(t, ctx)
+	setPing(t, ctx, h.mc, true)
 }
 
 // writeAcked writes the reservation on the master and waits for one
@@ -252,27 +238,8 @@ func (h *heldGroup) releaseAndPromote(t *testing.T, ctx context.Context, what st
 		info, err := h.pc.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(info, "role:master")
 	})
-	if err := h.mc.Do(ctx, "acl", "setuser", "default", "-ping").Err(); err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(h.link.port())
-	waitFor(t, 60*time.Second, "a later election promoted p", func() bool {
-		named := 0
-		for _, c := range h.sentinels {
-			if v, err := c.GetMasterAddrByName(ctx, h.g.Name()).Result(); err == nil && len(v) == 2 && v[1] == port {
-				named++
-			}
-		}
-		return named >= 2
-	})
-	if err := h.mc.Do(ctx, "acl", "setuser", "default", "+ping").Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 60*time.Second, "the old master resynced from p", func() bool {
-		role, err := h.mc.Info(ctx, "replication").Result()
-		return err == nil && strings.Contains(role, "role:slave") &&
-			strings.Contains(role, "master_port:"+port) && strings.Contains(role, "master_link_status:up")
-	})
+	setPing(t, ctx, h.mc, false)
+	h.waitPromotedAndResynced(t, ctx, h.mc, h.link.port())
 	if v, err := h.pc.Get(ctx, "reservation").Result(); err != nil || v != "acked" {
 		t.Fatalf("a write ConfirmMaster acknowledged on the master %s, %s, is gone from p %s, which a later election "+
 			"promoted (GET: %q, %v)", h.m.Addr(), what, h.pAddr, v, err)

@@ -123,6 +123,14 @@ func (h *hiddenGroup) abortWithPFrozen(t *testing.T, ctx context.Context, mc *re
 	})
 	h.p.Pause()
 	t.Cleanup(func() { _ = h.p.Resume() })
+	h.waitAborted(t, ctx)
+}
+
+// waitAborted waits, once a failover was seen under way, until it
+// aborted: every sentinel idle, one with a vote newer than its
+// configuration.
+func (h *hiddenGroup) waitAborted(t *testing.T, ctx context.Context) {
+	t.Helper()
 	waitFor(t, 30*time.Second, "the failover aborted", func() bool {
 		aborted := false
 		for i := range h.sentinels {
@@ -137,31 +145,31 @@ func (h *hiddenGroup) abortWithPFrozen(t *testing.T, ctx context.Context, mc *re
 }
 
 // waitPromotedAndResynced waits until a majority of the sentinels name p
-// as the master, lets the old master answer PING again, and waits until
-// it resynced from p (waitResyncedFromP).
-func (h *hiddenGroup) waitPromotedAndResynced(t *testing.T, ctx context.Context, mc *redis.Client) {
+// (at port) as the master, lets the old master answer PING again, and
+// waits until it resynced from p (waitResyncedFrom).
+func (h *hiddenGroup) waitPromotedAndResynced(t *testing.T, ctx context.Context, mc *redis.Client, port int) {
 	t.Helper()
 	waitFor(t, 60*time.Second, "a later election promoted p", func() bool {
 		named := 0
 		for _, c := range h.sentinels {
-			if v, err := c.GetMasterAddrByName(ctx, h.g.Name()).Result(); err == nil && len(v) == 2 && v[1] == strconv.Itoa(h.p.Port()) {
+			if v, err := c.GetMasterAddrByName(ctx, h.g.Name()).Result(); err == nil && len(v) == 2 && v[1] == strconv.Itoa(port) {
 				named++
 			}
 		}
 		return named >= 2
 	})
 	setPing(t, ctx, mc, true)
-	h.waitResyncedFromP(t, ctx, mc, "the old master resynced from p")
+	waitResyncedFrom(t, ctx, mc, port, "the old master resynced from p")
 }
 
-// waitResyncedFromP waits until the old master (mc) is a replica of p
-// with its link up.
-func (h *hiddenGroup) waitResyncedFromP(t *testing.T, ctx context.Context, mc *redis.Client, what string) {
+// waitResyncedFrom waits until the old master (mc) is a replica of the
+// master at port with its link up.
+func waitResyncedFrom(t *testing.T, ctx context.Context, mc *redis.Client, port int, what string) {
 	t.Helper()
 	waitFor(t, 60*time.Second, what, func() bool {
 		role, err := mc.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(role, "role:slave") &&
-			strings.Contains(role, "master_port:"+strconv.Itoa(h.p.Port())) && strings.Contains(role, "master_link_status:up")
+			strings.Contains(role, "master_port:"+strconv.Itoa(port)) && strings.Contains(role, "master_link_status:up")
 	})
 }
 
@@ -281,7 +289,7 @@ func TestAbortedLaterElectionDoesNotEndAnEarlierOneThatPromoted(t *testing.T) {
 		t.Logf("ConfirmMaster refused the write on the old master while the promoting leader was away: %v", refused)
 		return
 	}
-	h.waitResyncedFromP(t, ctx, mc, "the old master resynced from the replica the crashed leader promoted")
+	waitResyncedFrom(t, ctx, mc, h.p.Port(), "the old master resynced from the replica the crashed leader promoted")
 	if v, err := h.g.Client(t, h.p.Addr()).Get(ctx, "reservation").Result(); err != nil || v != "acked" {
 		t.Fatalf("a write ConfirmMaster acknowledged on the old master %s is gone from the master %s the crashed leader promoted (GET: %q, %v)",
 			h.m.Addr(), h.p.Addr(), v, err)
