@@ -1,8 +1,10 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -13,29 +15,77 @@ import (
 // whose connection failed (a read past its bound, a refused dial) drops it
 // and dials again at its next use. Closed with the node; asking after
 // Close gets no client.
+//
+// Each client's one connection asks SENTINEL MYID when it is dialled
+// (identify), so every answer read on it is known to come from that
+// sentinel: a confirm round counts sentinels, not addresses (a sentinel
+// seeded by host name is learnt again by the IP it announces).
 type askers struct {
 	mu     sync.Mutex
-	byAddr map[string]*redis.SentinelClient // guarded by mu
-	closed bool                             // guarded by mu
+	byAddr map[string]*askerConn // guarded by mu
+	closed bool                  // guarded by mu
+}
+
+// askerConn is the kept client of one sentinel address and the ID of the
+// sentinel its connection reached when it was last dialled ("" when the
+// sentinel does not know SENTINEL MYID, before Redis 6.2, or before the
+// first dial).
+type askerConn struct {
+	c  *redis.SentinelClient
+	id atomic.Pointer[string]
 }
 
 // get returns the client of the sentinel at addr, built by build on first
-// use; nil once closed.
-func (a *askers) get(addr string, build func() *redis.SentinelClient) *redis.SentinelClient {
+// use with the OnConnect hook to put in its options; nil once closed.
+func (a *askers) get(addr string, build func(onConnect func(context.Context, *redis.Conn) error) *redis.SentinelClient) *redis.SentinelClient {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return nil
 	}
-	if c := a.byAddr[addr]; c != nil {
-		return c
+	if e := a.byAddr[addr]; e != nil {
+		return e.c
 	}
 	if a.byAddr == nil {
-		a.byAddr = map[string]*redis.SentinelClient{}
+		a.byAddr = map[string]*askerConn{}
 	}
-	c := build()
-	a.byAddr[addr] = c
-	return c
+	e := &askerConn{}
+	e.c = build(e.identify)
+	a.byAddr[addr] = e
+	return e.c
+}
+
+// identify is an asker's OnConnect hook: it asks the sentinel just
+// dialled SENTINEL MYID and keeps the answer as the ID every later answer
+// on this connection comes from. A sentinel that refuses the command
+// (older than Redis 6.2) leaves the ID ""; a connection that fails is
+// dropped (the hook's error fails the dial).
+func (e *askerConn) identify(ctx context.Context, cn *redis.Conn) error {
+	id, err := cn.Do(ctx, "sentinel", "myid").Text()
+	var rerr redis.Error
+	switch {
+	case errors.As(err, &rerr):
+		id = ""
+	case err != nil:
+		return err
+	}
+	e.id.Store(&id)
+	return nil
+}
+
+// id returns the ID of the sentinel the client of addr last dialled
+// reached (askerConn), "" when unknown.
+func (a *askers) id(addr string) string {
+	a.mu.Lock()
+	e := a.byAddr[addr]
+	a.mu.Unlock()
+	if e == nil {
+		return ""
+	}
+	if p := e.id.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // close closes every client; get returns nil from then on.
@@ -44,8 +94,8 @@ func (a *askers) close() error {
 	defer a.mu.Unlock()
 	a.closed = true
 	var errs []error
-	for _, c := range a.byAddr {
-		errs = append(errs, c.Close())
+	for _, e := range a.byAddr {
+		errs = append(errs, e.c.Close())
 	}
 	a.byAddr = nil
 	return errors.Join(errs...)

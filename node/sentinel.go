@@ -319,17 +319,18 @@ func (n *Node) askSentinel(ctx context.Context, a, addr string, discover bool) s
 }
 
 // asker returns the node's kept client of the sentinel at a (askers.go):
-// one connection, every exchange bounded by sentinelBound(ProbeTimeout).
+// one connection, every exchange bounded by sentinelBound(ProbeTimeout),
+// which asks SENTINEL MYID when dialled (askerConn.identify).
 // nil once the node is closed.
 func (n *Node) asker(a string) *redis.SentinelClient {
 	s := n.opts.Sentinel
 	bound := sentinelBound(n.opts.ProbeTimeout)
-	return n.askers.get(a, func() *redis.SentinelClient {
+	return n.askers.get(a, func(onConnect func(context.Context, *redis.Conn) error) *redis.SentinelClient {
 		return redis.NewSentinelClient(&redis.Options{
 			Addr: a, Username: s.Username, Password: s.Password, TLSConfig: n.opts.TLSConfig,
 			Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
 			DialTimeout: bound, ReadTimeout: bound, WriteTimeout: bound, PoolTimeout: bound,
-			ContextTimeoutEnabled: true,
+			ContextTimeoutEnabled: true, OnConnect: onConnect,
 		})
 	})
 }

@@ -31,7 +31,7 @@ import (
 // The rule: on a Sentinel group, a write waited for is acknowledged only
 // once [Node.ConfirmMaster] finds, in a round of questions to the group's
 // sentinels begun after its WAIT returned, that a majority of the
-// group's sentinels answer, and that every one that answers names as the master
+// group's sentinels answer (counted by SENTINEL MYID: countSentinels), and that every one that answers names as the master
 // the server process the write ran on (its run_id, read on the write's
 // own connection) with no failover of the group under way. A switch
 // promotes a replica only within a failover under way at its leader, which
@@ -85,15 +85,17 @@ type confirmRound struct {
 // (config-epoch) and of its last vote for a leader of the group
 // (leader_epoch) and the sentinel it voted for (its ID, "*" when it no
 // longer says), its failover-timeout, and whether that vote may still
-// promote a replica (pendingVotes).
+// promote a replica (pendingVotes). sentinel is the address asked, id
+// the SENTINEL MYID of the sentinel that answered there ("" when it did
+// not say: askerConn).
 type masterAnswer struct {
-	sentinel, addr, run string
-	failover            bool
-	config, vote        int64
-	leader              string
-	group               int // the sentinels it knows of the group, itself included
-	failoverTimeout     time.Duration
-	pending             bool
+	sentinel, id, addr, run string
+	failover                bool
+	config, vote            int64
+	leader                  string
+	group                   int // the sentinels it knows of the group, itself included
+	failoverTimeout         time.Duration
+	pending                 bool
 }
 
 // seenVote is a sentinel's vote newer than its configuration (its
@@ -113,12 +115,14 @@ var ErrMasterUnconfirmed = errors.New("the sentinels did not confirm the server 
 // ConfirmMaster returns nil when the node is not a Sentinel group, or
 // when, in a round of questions to its known sentinels begun after the
 // call (shared with concurrent calls), more than half of them answered
-// and every one that answered names as the master the server process run
+// (sentinels counted by ID, not by address: countSentinels) and every
+// one that answered names as the master the server process run
 // (a run_id, "" never matches; where a sentinel has not learned the named
 // master's run_id yet, the server at the named address tells it:
 // learnRuns), with no failover of the group under way and no vote for a
 // leader newer than its configuration (pendingVotes). The known sentinels
-// count as many as the most any answer knows of (askMasters).
+// count as many as the most any answer knows of, or as the known
+// addresses reach, whichever is more (askMasters).
 // Otherwise it returns an error wrapping [ErrMasterUnconfirmed]. A
 // sentinel that does not answer within sentinelBound(ProbeTimeout) has
 // not answered. See "The server that acknowledged".
@@ -153,8 +157,13 @@ func (n *Node) ConfirmMaster(ctx context.Context, run string) error {
 	switch {
 	case len(wrong) > 0:
 		return fmt.Errorf("%w: node %s, server run_id %q: %s", ErrMasterUnconfirmed, n.opts.Name, run, strings.Join(wrong, ", "))
-	case 2*len(answers) <= asked:
-		return fmt.Errorf("%w: node %s: %d of %d sentinels answered, not a majority", ErrMasterUnconfirmed, n.opts.Name, len(answers), asked)
+	}
+	answered := map[string]bool{}
+	for _, a := range answers {
+		answered[sentinelKey(a.id, a.sentinel)] = true
+	}
+	if 2*len(answered) <= asked {
+		return fmt.Errorf("%w: node %s: %d of %d sentinels answered, not a majority", ErrMasterUnconfirmed, n.opts.Name, len(answered), asked)
 	}
 	return nil
 }
@@ -224,7 +233,7 @@ func InfoRunID(info string) string {
 // askMasters asks every known sentinel, concurrently, SENTINEL MASTER of
 // the group and its last vote (lastVote), each bounded by
 // sentinelBound(ProbeTimeout), and returns the answers and how many
-// sentinels the group has: those asked, or more when one that answered
+// sentinels the group has: those asked (countSentinels), or more when one that answered
 // knows more (num-other-sentinels + 1, the count its leaders' majority is
 // taken of): a majority of answers must meet every majority that can
 // elect a leader. A sentinel that does not give both answers has not
@@ -260,19 +269,45 @@ func (n *Node) askMasters(ctx context.Context) ([]masterAnswer, int) {
 				ch <- nil // a sentinel whose vote is unknown confirms nothing
 				return
 			}
-			ch <- &masterAnswer{sentinel: a, addr: m["ip"] + ":" + m["port"], run: m["runid"], failover: under,
+			ch <- &masterAnswer{sentinel: a, id: n.askers.id(a), addr: m["ip"] + ":" + m["port"], run: m["runid"], failover: under,
 				config: config, vote: vote, leader: leader, group: others + 1, failoverTimeout: time.Duration(timeout) * time.Millisecond}
 		}(a)
 	}
 	var out []masterAnswer
-	group := len(known)
+	group := 0
 	for range known {
 		if a := <-ch; a != nil {
 			out = append(out, *a)
 			group = max(group, a.group)
 		}
 	}
-	return out, group
+	return out, max(group, n.countSentinels(known))
+}
+
+// countSentinels returns how many sentinels the addresses addrs reach:
+// one per distinct ID their asker last reached (askerConn), and one per
+// address whose sentinel never said. A sentinel seeded by host name is
+// learnt again by the IP it announces, two addresses of one sentinel: a
+// count of addresses let a minority confirm
+// (TestMinorityOfSentinelsSeededByHostNameDoesNotConfirm). Each seed must
+// reach one sentinel: an address that load-balances across several would
+// be counted as whichever one it reached last.
+func (n *Node) countSentinels(addrs []string) int {
+	ids := map[string]bool{}
+	for _, a := range addrs {
+		ids[sentinelKey(n.askers.id(a), a)] = true
+	}
+	return len(ids)
+}
+
+// sentinelKey identifies a sentinel for counting: its ID, or the address
+// asked when it did not say one (an ID never holds a colon, an address
+// always does).
+func sentinelKey(id, addr string) string {
+	if id != "" {
+		return id
+	}
+	return addr
 }
 
 // pendingVotes marks the answers of the round begun at began whose
