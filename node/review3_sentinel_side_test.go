@@ -188,7 +188,6 @@ func waitRole(t *testing.T, c func() *redis.Client, want string, limit time.Dura
 func TestReview3ReadClientLeavesPromotedReplica(t *testing.T) {
 	t.Parallel()
 	g := redistest.StartGroup(t, redistest.GroupOptions{Name: "r3grp"})
-	ctx := context.Background()
 	n := newNode(t, node.Options{
 		Name:         "r3",
 		Sentinel:     &node.SentinelOptions{Master: "r3grp", Addrs: g.SentinelAddrs(), ReadFromReplicas: true},
@@ -196,13 +195,8 @@ func TestReview3ReadClientLeavesPromotedReplica(t *testing.T) {
 	}, nil)
 	probeUntil(t, n, 10*time.Second, "first probe", func(err error) bool { return err == nil })
 	waitRole(t, n.ReadClient, "slave", 10*time.Second, "before the failover")
-	old := g.Master()
-	sc := redis.NewClient(&redis.Options{Addr: g.SentinelAddrs()[0], Protocol: 2})
-	defer sc.Close()
-	if err := sc.Do(ctx, "sentinel", "failover", "r3grp").Err(); err != nil {
-		t.Fatalf("SENTINEL FAILOVER: %v", err)
-	}
-	promoted := g.WaitPromoted(old, 20*time.Second)
+	// past a sentinel's TILT (30 s) on a loaded machine (Group.Failover)
+	_, promoted := g.Failover(g.SentinelAddrs()[0], 60*time.Second)
 	upAt(t, n, promoted, 20*time.Second)
 	took := waitRole(t, n.ReadClient, "slave", 40*time.Second, "after the failover")
 	t.Logf("the read client reads from a replica %v after UP at %s", took.Round(time.Millisecond), promoted)

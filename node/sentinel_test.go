@@ -135,13 +135,8 @@ func TestSentinelNodeFollowsManualFailover(t *testing.T) {
 	if err := n.Client().Set(ctx, "k", "v1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	old := g.Master()
-	sc := redis.NewClient(&redis.Options{Addr: g.SentinelAddrs()[0], Protocol: 2})
-	defer sc.Close()
-	if err := sc.Do(ctx, "sentinel", "failover", "grp2").Err(); err != nil {
-		t.Fatalf("SENTINEL FAILOVER: %v", err)
-	}
-	promoted := g.WaitPromoted(old, 20*time.Second)
+	// past a sentinel's TILT (30 s) on a loaded machine (Group.Failover)
+	old, promoted := g.Failover(g.SentinelAddrs()[0], 60*time.Second)
 	var sawNotMaster bool
 	deadline := time.Now().Add(15 * time.Second)
 	for {

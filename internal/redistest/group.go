@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,6 +105,40 @@ func (g *Group) WaitPromoted(old string, limit time.Duration) string {
 		g.t.Fatal(err)
 	}
 	return addr
+}
+
+// Failover switches the group by hand: it sends SENTINEL FAILOVER to
+// the sentinel at via, and again every 5 s, until the sentinels name a
+// master other than the current one that reports role master, within
+// limit, and returns the old master's address and the new one's. A
+// sentinel whose timer was held up for over 2 s (a loaded machine)
+// enters TILT mode and acts on nothing for 30 s, so a failover it was
+// asked for before or during it stalls and may time out; the next
+// request after the TILT starts one anew (one while a failover is under
+// way is refused with INPROG, which changes nothing). Give limit more
+// than 30 s where the machine may be loaded.
+func (g *Group) Failover(via string, limit time.Duration) (old, promoted string) {
+	g.t.Helper()
+	old = g.Master()
+	sc := redis.NewSentinelClient(&redis.Options{Addr: via, Protocol: 2, MaxRetries: -1})
+	defer sc.Close()
+	deadline := time.Now().Add(limit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := sc.Failover(ctx, g.g.Name).Err()
+		cancel()
+		if err != nil && !strings.Contains(err.Error(), "INPROG") {
+			g.t.Logf("SENTINEL FAILOVER %s at %s: %v", g.g.Name, via, err)
+		}
+		wait := min(5*time.Second, time.Until(deadline))
+		addr, err := g.g.WaitPromoted(context.Background(), old, wait)
+		if err == nil {
+			return old, addr
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("no manual failover within %v: %v", limit, err)
+		}
+	}
 }
 
 // Rejoin restarts the former master at addr if needed and makes it a
