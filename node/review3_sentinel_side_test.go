@@ -221,7 +221,7 @@ func TestReview3ReadClientFindsRejoinedReplica(t *testing.T) {
 	old := g.KillMaster()
 	_ = n.Client().Get(ctx, "k").Err()
 	probeUntil(t, n, 10*time.Second, "DOWN after kill -9 of the master", func(err error) bool { return err != nil })
-	promoted := g.WaitPromoted(old, 20*time.Second)
+	promoted := g.WaitPromoted(old, 60*time.Second) // past a TILT (redistest Group.Failover)
 	upAt(t, n, promoted, 20*time.Second)
 	if r, err := roleOf(ctx, n.ReadClient()); err != nil {
 		t.Fatalf("ROLE through the read client with no replica: %v", err)

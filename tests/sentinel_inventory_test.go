@@ -185,7 +185,7 @@ func (f *invFailover) killUnderLoad() (stop func()) {
 	f.load(ch, &wg)
 	time.Sleep(500 * time.Millisecond)
 	f.old = f.g.KillMaster()
-	f.g.WaitPromoted(f.old, 30*time.Second)
+	f.g.WaitPromoted(f.old, 60*time.Second) // past a TILT (redistest Group.Failover)
 	return func() {
 		close(ch)
 		wg.Wait()

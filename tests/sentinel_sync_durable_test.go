@@ -277,7 +277,7 @@ func failOverToCutReplica(t *testing.T, ctx context.Context, g *redistest.Group,
 	t.Helper()
 	old := g.KillMaster()
 	_ = rc.ConfigSet(ctx, "masterauth", pw).Err()
-	g.WaitPromoted(old, 30*time.Second)
+	g.WaitPromoted(old, 60*time.Second) // past a TILT (redistest Group.Failover)
 	g.Rejoin(old, 30*time.Second)
 	waitFor(t, wait, n.Name()+" usable on the promoted replica", func() bool { return n.Usable() })
 }

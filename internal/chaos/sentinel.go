@@ -96,7 +96,7 @@ func (n *nemesis) killMaster(ctx context.Context, node string, hold time.Duratio
 		f.Err = err.Error()
 		return
 	}
-	promoted, err := g.WaitPromoted(context.Background(), old.Addr(), 30*time.Second)
+	promoted, err := g.WaitPromoted(context.Background(), old.Addr(), 60*time.Second) // past a sentinel TILT (30 s) on a loaded machine
 	if err != nil {
 		f.Err = err.Error()
 		return

@@ -37,7 +37,7 @@ func TestGroupFailover(t *testing.T) {
 	if err := g.ByAddr(old).Kill(); err != nil {
 		t.Fatal(err)
 	}
-	promoted, err := g.WaitPromoted(ctx, old, 20*time.Second)
+	promoted, err := g.WaitPromoted(ctx, old, 60*time.Second) // past a sentinel TILT (30 s) on a loaded machine
 	if err != nil {
 		t.Fatal(err)
 	}
