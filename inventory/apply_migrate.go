@@ -46,15 +46,26 @@ func (a *migrator) Relocate(ctx context.Context, c topology.Change) (topology.Mo
 // waited for, and once stable no instance reaches the node to settle
 // them (their units reserved there for good: found by a review). A part
 // there that cannot be settled is set aside and listed in the Moved's
-// SetAside (apply_leaving.go).
+// SetAside (apply_leaving.go). When settleLeaving settled a part while
+// counters waited, moveCounters runs again: the counters those parts held
+// move in the same pass, and the count returned is the one after the
+// settle (it was the one before, so an apply whose Wait passed during the
+// pass that settled the last part ended migrating with nothing left to
+// wait for).
 func (a *migrator) MoveCounters(ctx context.Context, c topology.Change) (topology.Moved, int, error) {
 	a.begin(c)
 	busy, err := a.moveCounters(ctx)
 	if err != nil {
 		return a.moved, 0, err
 	}
+	settled := a.moved.PartsSettled
 	if err = a.settleLeaving(ctx); err != nil {
 		return a.moved, busy, err
+	}
+	if busy > 0 && a.moved.PartsSettled > settled {
+		if busy, err = a.moveCounters(ctx); err != nil {
+			return a.moved, 0, err
+		}
 	}
 	left, err := a.leftPending(ctx)
 	return a.moved, busy + left, err
