@@ -33,10 +33,18 @@ func TestDuePartMeetsANewAttemptOfItsOrder(t *testing.T) { stuckNewAttempt(t, fa
 
 func stuckNewAttempt(t *testing.T, aside bool) {
 	t.Parallel() // its own nodes; it mostly waits
-	const retention = 3 * time.Second
-	e := newShortRetentionEnv(t, retention)
+	// Each attempt's Confirm (and y's) comes a few calls after its
+	// Reserve: about 50 ms beside two busy loops on 2 cores, but in a
+	// make test beside two other suites the new attempt's 1 s hold
+	// expired before its Confirm ('reservation expired'). Holds of 6 s,
+	// as 7a32d12 gave the moved-copy tests (an apply and a Confirm took
+	// 2.4 s there at load 19); the retention must exceed the longest
+	// hold: 7 s. The first attempt's part then comes due 7 s after its
+	// Reserve and its record lives 7 s more: the wait for that is 30 s.
+	const retention, hold = 7 * time.Second, 6 * time.Second
+	e := newRetentionEnv(t, retention, hold)
 	const loaded = 4
-	x, items := e.reserveAway(t, loaded)
+	x, items := e.reserveAway(t, loaded, hold)
 	c2, ck := e.clients["n2"], StockKey("b", "t")
 	c2.HSet(e.ctx, ck, "reserved", "two") // an operator's mistake on n2
 	if out, err := e.inv.Confirm(e.ctx, x); err != nil || out.Status != StatusConfirmed {
@@ -54,14 +62,14 @@ func stuckNewAttempt(t *testing.T, aside bool) {
 	// the order's record lives out its retention
 	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), x)
 	hc := e.clients[home.Name()]
-	for deadline := time.Now().Add(10 * time.Second); hc.Exists(e.ctx, orderKey(x)).Val() == 1; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); hc.Exists(e.ctx, orderKey(x)).Val() == 1; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("order %s's record still there 10s after its confirm (retention %v)", x, retention)
+			t.Fatalf("order %s's record still there 30s after its part came due (retention %v)", x, retention)
 		}
 	}
 	c2.HSet(e.ctx, ck, "reserved", "2") // repaired
 	// the order id reserved again: a new attempt, its record of another token
-	if _, err := e.inv.Reserve(e.ctx, x, items, "", time.Second); err != nil {
+	if _, err := e.inv.Reserve(e.ctx, x, items, "", hold); err != nil {
 		t.Fatalf("Reserve %s again after its record expired: %v", x, err)
 	}
 	if aside {
@@ -88,7 +96,7 @@ func stuckNewAttempt(t *testing.T, aside bool) {
 	if _, err := e.inv.Confirm(e.ctx, x); err != nil {
 		t.Fatalf("Confirm of %s's new attempt: %v", x, err)
 	}
-	if _, err := e.inv.Reserve(e.ctx, "y", items, "", time.Second); err == nil {
+	if _, err := e.inv.Reserve(e.ctx, "y", items, "", hold); err == nil {
 		if _, err := e.inv.Confirm(e.ctx, "y"); err == nil {
 			t.Errorf("oversold: %s confirmed twice (2 units each) and y (2 units) of %d loaded", x, loaded)
 		}

@@ -40,7 +40,7 @@ func stuckPastRetention(t *testing.T, backoff time.Duration, aside bool) {
 	const retention = 3 * time.Second
 	e := newShortRetentionEnv(t, retention)
 	const loaded = 2
-	x, items := e.reserveAway(t, loaded)
+	x, items := e.reserveAway(t, loaded, time.Second)
 	c2 := e.clients["n2"]
 	ck := StockKey("b", "t")
 	// an operator's mistake on n2: the counter's reserved field garbled
@@ -129,15 +129,15 @@ func stuckPastRetention(t *testing.T, backoff time.Duration, aside bool) {
 
 // reserveAway loads loaded units of b/t (route b: n2) and reserves 2 of
 // them for order x, whose id puts its record on another node than n2
-// (awayOrder), for 1 s; it returns the order id and its items.
-func (e *stagedEnv) reserveAway(t *testing.T, loaded int64) (string, []Item) {
+// (awayOrder), for hold; it returns the order id and its items.
+func (e *stagedEnv) reserveAway(t *testing.T, loaded int64, hold time.Duration) (string, []Item) {
 	t.Helper()
 	if _, err := e.inv.LoadStock(e.ctx, "b", "t", loaded, 0); err != nil {
 		t.Fatal(err)
 	}
 	items := []Item{{Route: "b", SKU: "t", Quantity: 2}}
 	x := e.awayOrder("x")
-	if _, err := e.inv.Reserve(e.ctx, x, items, "", time.Second); err != nil {
+	if _, err := e.inv.Reserve(e.ctx, x, items, "", hold); err != nil {
 		t.Fatal(err)
 	}
 	return x, items

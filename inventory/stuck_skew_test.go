@@ -36,7 +36,7 @@ func TestDuePartOnAFastNodeOutlivingItsRecordStaysPending(t *testing.T) {
 	e := se.stagedEnv
 	se.skew("n2", 900) // the part's node 0.9 s ahead of the order's home
 	const loaded = 2
-	x, items := e.reserveAway(t, loaded)
+	x, items := e.reserveAway(t, loaded, time.Second)
 	home, _ := e.inv.orderHome(e.inv.topo.cur.Load(), x)
 	hc, c2, ck := e.clients[home.Name()], e.clients["n2"], StockKey("b", "t")
 	c2.HSet(e.ctx, ck, "reserved", "two") // the settle on n2 does not land
