@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -26,13 +27,21 @@ type askers struct {
 	closed bool                  // guarded by mu
 }
 
-// askerConn is the kept client of one sentinel address and the ID of the
-// sentinel its connection reached when it was last dialled ("" when the
-// sentinel does not know SENTINEL MYID, before Redis 6.2, or before the
-// first dial).
+// askerConn is the kept client of one sentinel address and what the
+// sentinel its connection reached said of its ID when it was last dialled
+// (nil before the first dial).
 type askerConn struct {
 	c  *redis.SentinelClient
-	id atomic.Pointer[string]
+	id atomic.Pointer[sentinelID]
+}
+
+// sentinelID is a sentinel's answer to SENTINEL MYID, asked when an
+// asker's connection is dialled: its ID, or, where it does not say, why.
+// id is "" when it does not know the command (older than Redis 6.2:
+// counted per address, README) and when it refuses it (refused holds the
+// refusal: an ACL user without SENTINEL MYID gets NOPERM).
+type sentinelID struct {
+	id, refused string
 }
 
 // get returns the client of the sentinel at addr, built by build on first
@@ -57,35 +66,70 @@ func (a *askers) get(addr string, build func(onConnect func(context.Context, *re
 
 // identify is an asker's OnConnect hook: it asks the sentinel just
 // dialled SENTINEL MYID and keeps the answer as the ID every later answer
-// on this connection comes from. A sentinel that refuses the command
-// (older than Redis 6.2) leaves the ID ""; a connection that fails is
-// dropped (the hook's error fails the dial).
+// on this connection comes from. A sentinel that does not know the
+// command (older than Redis 6.2: "unknown subcommand") leaves the ID "";
+// one that refuses it otherwise (NOPERM: an ACL user without it) leaves
+// it "" with the refusal, and its answers count toward no majority
+// (ConfirmMaster): counted by address, one sentinel known at two
+// addresses (a seed by host name) would count twice
+// (TestMinorityOfSentinelsRefusingMyIDDoesNotConfirm). The connection is
+// kept either way: the node's probe does not need the ID. A connection
+// that fails is dropped (the hook's error fails the dial).
 func (e *askerConn) identify(ctx context.Context, cn *redis.Conn) error {
 	id, err := cn.Do(ctx, "sentinel", "myid").Text()
 	var rerr redis.Error
+	s := sentinelID{id: id}
 	switch {
+	case errors.As(err, &rerr) && strings.Contains(strings.ToLower(rerr.Error()), "unknown"):
+		s = sentinelID{}
 	case errors.As(err, &rerr):
-		id = ""
+		s = sentinelID{refused: rerr.Error()}
 	case err != nil:
 		return err
 	}
-	e.id.Store(&id)
+	e.id.Store(&s)
 	return nil
 }
 
-// id returns the ID of the sentinel the client of addr last dialled
-// reached (askerConn), "" when unknown.
-func (a *askers) id(addr string) string {
+// id returns what the sentinel the client of addr last dialled reached
+// said of its ID (askerConn); the zero sentinelID before the first dial.
+func (a *askers) id(addr string) sentinelID {
 	a.mu.Lock()
 	e := a.byAddr[addr]
 	a.mu.Unlock()
 	if e == nil {
-		return ""
+		return sentinelID{}
 	}
 	if p := e.id.Load(); p != nil {
 		return *p
 	}
-	return ""
+	return sentinelID{}
+}
+
+// countSentinels returns how many sentinels the addresses addrs reach:
+// one per distinct ID their asker last reached (askerConn), and one per
+// address whose sentinel never said or refused to (sentinelID). A
+// sentinel seeded by host name is learnt again by the IP it announces,
+// two addresses of one sentinel: a count of addresses let a minority
+// confirm (TestMinorityOfSentinelsSeededByHostNameDoesNotConfirm). Each
+// seed must reach one sentinel: an address that load-balances across
+// several would be counted as whichever one it reached last.
+func (n *Node) countSentinels(addrs []string) int {
+	ids := map[string]bool{}
+	for _, a := range addrs {
+		ids[sentinelKey(n.askers.id(a).id, a)] = true
+	}
+	return len(ids)
+}
+
+// sentinelKey identifies a sentinel for counting: its ID, or the address
+// asked when it did not say one (an ID never holds a colon, an address
+// always does).
+func sentinelKey(id, addr string) string {
+	if id != "" {
+		return id
+	}
+	return addr
 }
 
 // close closes every client; get returns nil from then on.

@@ -87,15 +87,15 @@ type confirmRound struct {
 // longer says), its failover-timeout, and whether that vote may still
 // promote a replica (pendingVotes). sentinel is the address asked, id
 // the SENTINEL MYID of the sentinel that answered there ("" when it did
-// not say: askerConn).
+// not say: askerConn), refused its refusal to say (sentinelID).
 type masterAnswer struct {
-	sentinel, id, addr, run string
-	failover                bool
-	config, vote            int64
-	leader                  string
-	group                   int // the sentinels it knows of the group, itself included
-	failoverTimeout         time.Duration
-	pending                 bool
+	sentinel, id, refused, addr, run string
+	failover                         bool
+	config, vote                     int64
+	leader                           string
+	group                            int // the sentinels it knows of the group, itself included
+	failoverTimeout                  time.Duration
+	pending                          bool
 }
 
 // seenVote is a sentinel's vote newer than its configuration (its
@@ -115,7 +115,8 @@ var ErrMasterUnconfirmed = errors.New("the sentinels did not confirm the server 
 // ConfirmMaster returns nil when the node is not a Sentinel group, or
 // when, in a round of questions to its known sentinels begun after the
 // call (shared with concurrent calls), more than half of them answered
-// (sentinels counted by ID, not by address: countSentinels) and every
+// (sentinels counted by ID, not by address: countSentinels; one that
+// refuses SENTINEL MYID counts for none: askerConn.identify) and every
 // one that answered names as the master the server process run
 // (a run_id, "" never matches; where a sentinel has not learned the named
 // master's run_id yet, the server at the named address tells it:
@@ -158,12 +159,19 @@ func (n *Node) ConfirmMaster(ctx context.Context, run string) error {
 	case len(wrong) > 0:
 		return fmt.Errorf("%w: node %s, server run_id %q: %s", ErrMasterUnconfirmed, n.opts.Name, run, strings.Join(wrong, ", "))
 	}
-	answered := map[string]bool{}
+	answered, refused, why := map[string]bool{}, []string(nil), ""
 	for _, a := range answers {
+		if a.refused != "" {
+			refused, why = append(refused, a.sentinel), a.refused
+			continue
+		}
 		answered[sentinelKey(a.id, a.sentinel)] = true
 	}
 	if 2*len(answered) <= asked {
-		return fmt.Errorf("%w: node %s: %d of %d sentinels answered, not a majority", ErrMasterUnconfirmed, n.opts.Name, len(answered), asked)
+		if len(refused) > 0 {
+			why = fmt.Sprintf(" (%s refused SENTINEL MYID: %s; a sentinel that does not say its ID counts for none)", strings.Join(refused, ", "), why)
+		}
+		return fmt.Errorf("%w: node %s: %d of %d sentinels answered, not a majority%s", ErrMasterUnconfirmed, n.opts.Name, len(answered), asked, why)
 	}
 	return nil
 }
@@ -269,7 +277,8 @@ func (n *Node) askMasters(ctx context.Context) ([]masterAnswer, int) {
 				ch <- nil // a sentinel whose vote is unknown confirms nothing
 				return
 			}
-			ch <- &masterAnswer{sentinel: a, id: n.askers.id(a), addr: m["ip"] + ":" + m["port"], run: m["runid"], failover: under,
+			who := n.askers.id(a)
+			ch <- &masterAnswer{sentinel: a, id: who.id, refused: who.refused, addr: m["ip"] + ":" + m["port"], run: m["runid"], failover: under,
 				config: config, vote: vote, leader: leader, group: others + 1, failoverTimeout: time.Duration(timeout) * time.Millisecond}
 		}(a)
 	}
@@ -282,32 +291,6 @@ func (n *Node) askMasters(ctx context.Context) ([]masterAnswer, int) {
 		}
 	}
 	return out, max(group, n.countSentinels(known))
-}
-
-// countSentinels returns how many sentinels the addresses addrs reach:
-// one per distinct ID their asker last reached (askerConn), and one per
-// address whose sentinel never said. A sentinel seeded by host name is
-// learnt again by the IP it announces, two addresses of one sentinel: a
-// count of addresses let a minority confirm
-// (TestMinorityOfSentinelsSeededByHostNameDoesNotConfirm). Each seed must
-// reach one sentinel: an address that load-balances across several would
-// be counted as whichever one it reached last.
-func (n *Node) countSentinels(addrs []string) int {
-	ids := map[string]bool{}
-	for _, a := range addrs {
-		ids[sentinelKey(n.askers.id(a), a)] = true
-	}
-	return len(ids)
-}
-
-// sentinelKey identifies a sentinel for counting: its ID, or the address
-// asked when it did not say one (an ID never holds a colon, an address
-// always does).
-func sentinelKey(id, addr string) string {
-	if id != "" {
-		return id
-	}
-	return addr
 }
 
 // pendingVotes marks the answers of the round begun at began whose
