@@ -106,32 +106,6 @@ func (a *askers) id(addr string) sentinelID {
 	return sentinelID{}
 }
 
-// countSentinels returns how many sentinels the addresses addrs reach:
-// one per distinct ID their asker last reached (askerConn), and one per
-// address whose sentinel never said or refused to (sentinelID). A
-// sentinel seeded by host name is learnt again by the IP it announces,
-// two addresses of one sentinel: a count of addresses let a minority
-// confirm (TestMinorityOfSentinelsSeededByHostNameDoesNotConfirm). Each
-// seed must reach one sentinel: an address that load-balances across
-// several would be counted as whichever one it reached last.
-func (n *Node) countSentinels(addrs []string) int {
-	ids := map[string]bool{}
-	for _, a := range addrs {
-		ids[sentinelKey(n.askers.id(a).id, a)] = true
-	}
-	return len(ids)
-}
-
-// sentinelKey identifies a sentinel for counting: its ID, or the address
-// asked when it did not say one (an ID never holds a colon, an address
-// always does).
-func sentinelKey(id, addr string) string {
-	if id != "" {
-		return id
-	}
-	return addr
-}
-
 // close closes every client; get returns nil from then on.
 func (a *askers) close() error {
 	a.mu.Lock()

@@ -31,7 +31,7 @@ import (
 // The rule: on a Sentinel group, a write waited for is acknowledged only
 // once [Node.ConfirmMaster] finds, in a round of questions to the group's
 // sentinels begun after its WAIT returned, that a majority of the
-// group's sentinels answer (counted by SENTINEL MYID: countSentinels), and that every one that answers names as the master
+// group's sentinels answer (counted by SENTINEL MYID: sentinelKeys), and that every one that answers names as the master
 // the server process the write ran on (its run_id, read on the write's
 // own connection) with no failover of the group under way. A switch
 // promotes a replica only within a failover under way at its leader, which
@@ -87,15 +87,16 @@ type confirmRound struct {
 // longer says), its failover-timeout, and whether that vote may still
 // promote a replica (pendingVotes). sentinel is the address asked, id
 // the SENTINEL MYID of the sentinel that answered there ("" when it did
-// not say: askerConn), refused its refusal to say (sentinelID).
+// not say: askerConn), refused its refusal to say (sentinelID), key the
+// sentinel it counts as (its id, else sentinelKeys).
 type masterAnswer struct {
-	sentinel, id, refused, addr, run string
-	failover                         bool
-	config, vote                     int64
-	leader                           string
-	group                            int // the sentinels it knows of the group, itself included
-	failoverTimeout                  time.Duration
-	pending                          bool
+	sentinel, id, refused, key, addr, run string
+	failover                              bool
+	config, vote                          int64
+	leader                                string
+	group                                 int // the sentinels it knows of the group, itself included
+	failoverTimeout                       time.Duration
+	pending                               bool
 }
 
 // seenVote is a sentinel's vote newer than its configuration (its
@@ -115,7 +116,7 @@ var ErrMasterUnconfirmed = errors.New("the sentinels did not confirm the server 
 // ConfirmMaster returns nil when the node is not a Sentinel group, or
 // when, in a round of questions to its known sentinels begun after the
 // call (shared with concurrent calls), more than half of them answered
-// (sentinels counted by ID, not by address: countSentinels; one that
+// (sentinels counted by ID, not by address: sentinelKeys; one that
 // refuses SENTINEL MYID counts for none: askerConn.identify) and every
 // one that answered names as the master the server process run
 // (a run_id, "" never matches; where a sentinel has not learned the named
@@ -165,7 +166,7 @@ func (n *Node) ConfirmMaster(ctx context.Context, run string) error {
 			refused, why = append(refused, a.sentinel), a.refused
 			continue
 		}
-		answered[sentinelKey(a.id, a.sentinel)] = true
+		answered[a.key] = true
 	}
 	if 2*len(answered) <= asked {
 		if len(refused) > 0 {
@@ -241,7 +242,7 @@ func InfoRunID(info string) string {
 // askMasters asks every known sentinel, concurrently, SENTINEL MASTER of
 // the group and its last vote (lastVote), each bounded by
 // sentinelBound(ProbeTimeout), and returns the answers and how many
-// sentinels the group has: those asked (countSentinels), or more when one that answered
+// sentinels the group has: those asked (sentinelKeys), or more when one that answered
 // knows more (num-other-sentinels + 1, the count its leaders' majority is
 // taken of): a majority of answers must meet every majority that can
 // elect a leader. A sentinel that does not give both answers has not
@@ -290,7 +291,7 @@ func (n *Node) askMasters(ctx context.Context) ([]masterAnswer, int) {
 			group = max(group, a.group)
 		}
 	}
-	return out, max(group, n.countSentinels(known))
+	return out, max(group, n.keyAnswers(ctx, known, out))
 }
 
 // pendingVotes marks the answers of the round begun at began whose
