@@ -3,7 +3,6 @@ package node_test
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
@@ -48,11 +47,7 @@ func TestMinorityOfSentinelsRefusingMyIDDoesNotConfirm(t *testing.T) {
 		}
 	}
 	aclUser(addrs)
-	seeds := append([]string(nil), addrs...)
-	for i := range 2 {
-		_, port, _ := net.SplitHostPort(addrs[i])
-		seeds[i] = net.JoinHostPort("localhost", port)
-	}
+	seeds := hostNameSeeds(addrs, 2)
 	n := newNode(t, node.Options{
 		Name: "s1",
 		Sentinel: &node.SentinelOptions{Master: "noperm", Addrs: seeds,
@@ -60,11 +55,7 @@ func TestMinorityOfSentinelsRefusingMyIDDoesNotConfirm(t *testing.T) {
 		ProbeTimeout: 2 * time.Second,
 	}, nil)
 	probeUntil(t, n, 10*time.Second, "first probe", func(err error) bool { return err == nil })
-	info, err := g.Client(t, g.Master()).Info(ctx, "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := node.InfoRunID(info)
+	run := masterRun(ctx, t, g)
 
 	sentinels := g.Sentinels()
 	t.Cleanup(func() {
@@ -77,7 +68,7 @@ func TestMinorityOfSentinelsRefusingMyIDDoesNotConfirm(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	err = n.ConfirmMaster(ctx, run)
+	err := n.ConfirmMaster(ctx, run)
 	if !errors.Is(err, node.ErrMasterUnconfirmed) {
 		t.Fatalf("ConfirmMaster with 2 of 5 sentinels answering (each at two addresses, MYID refused) = %v, want ErrMasterUnconfirmed", err)
 	}

@@ -3,7 +3,6 @@ package node_test
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
@@ -25,11 +24,7 @@ func TestSentinelDownSinceStartCountsOnce(t *testing.T) {
 	t.Parallel()
 	g := redistest.StartGroup(t, redistest.GroupOptions{Name: "downstart", Sentinels: 3})
 	addrs := g.SentinelAddrs()
-	seeds := make([]string, 0, len(addrs))
-	for _, a := range addrs {
-		_, port, _ := net.SplitHostPort(a)
-		seeds = append(seeds, net.JoinHostPort("localhost", port))
-	}
+	seeds := hostNameSeeds(addrs, len(addrs))
 	sentinels := g.Sentinels()
 	t.Cleanup(func() { _ = sentinels[2].Resume() })
 	if err := sentinels[2].Pause(); err != nil {
@@ -43,11 +38,7 @@ func TestSentinelDownSinceStartCountsOnce(t *testing.T) {
 		ProbeTimeout: 2 * time.Second,
 	}, nil)
 	probeUntil(t, n, 10*time.Second, "first probe", func(err error) bool { return err == nil })
-	info, err := g.Client(t, g.Master()).Info(ctx, "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := node.InfoRunID(info)
+	run := masterRun(ctx, t, g)
 	if err := n.ConfirmMaster(ctx, run); err != nil {
 		t.Fatalf("ConfirmMaster with 2 of 3 sentinels answering, the third down since the node started: %v", err)
 	}
@@ -55,7 +46,7 @@ func TestSentinelDownSinceStartCountsOnce(t *testing.T) {
 	if err := sentinels[1].Pause(); err != nil {
 		t.Fatal(err)
 	}
-	err = n.ConfirmMaster(ctx, run)
+	err := n.ConfirmMaster(ctx, run)
 	if !errors.Is(err, node.ErrMasterUnconfirmed) {
 		t.Fatalf("ConfirmMaster with 1 of 3 sentinels answering = %v, want ErrMasterUnconfirmed", err)
 	}

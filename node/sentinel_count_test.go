@@ -24,12 +24,7 @@ import (
 func TestMinorityOfSentinelsSeededByHostNameDoesNotConfirm(t *testing.T) {
 	t.Parallel()
 	g := redistest.StartGroup(t, redistest.GroupOptions{Name: "byid", Sentinels: 5})
-	addrs := g.SentinelAddrs()
-	seeds := append([]string(nil), addrs...)
-	for i := range 2 {
-		_, port, _ := net.SplitHostPort(addrs[i])
-		seeds[i] = net.JoinHostPort("localhost", port)
-	}
+	seeds := hostNameSeeds(g.SentinelAddrs(), 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	n := newNode(t, node.Options{
@@ -38,11 +33,7 @@ func TestMinorityOfSentinelsSeededByHostNameDoesNotConfirm(t *testing.T) {
 		ProbeTimeout: 2 * time.Second,
 	}, nil)
 	probeUntil(t, n, 10*time.Second, "first probe", func(err error) bool { return err == nil })
-	info, err := g.Client(t, g.Master()).Info(ctx, "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := node.InfoRunID(info)
+	run := masterRun(ctx, t, g)
 	if err := n.ConfirmMaster(ctx, run); err != nil {
 		t.Fatalf("ConfirmMaster with every sentinel answering: %v", err)
 	}
@@ -68,7 +59,7 @@ func TestMinorityOfSentinelsSeededByHostNameDoesNotConfirm(t *testing.T) {
 	pause(2)
 	pause(3)
 	pause(4)
-	err = n.ConfirmMaster(ctx, run)
+	err := n.ConfirmMaster(ctx, run)
 	if !errors.Is(err, node.ErrMasterUnconfirmed) {
 		t.Fatalf("ConfirmMaster with 2 of 5 sentinels answering (each at two addresses) = %v, want ErrMasterUnconfirmed", err)
 	}
@@ -83,4 +74,27 @@ func TestMinorityOfSentinelsSeededByHostNameDoesNotConfirm(t *testing.T) {
 	if err := n.ConfirmMaster(ctx, run); err != nil {
 		t.Fatalf("ConfirmMaster with 3 of 5 sentinels answering, one seeded by host name frozen: %v", err)
 	}
+}
+
+// hostNameSeeds returns addrs with the first k seeded by host name
+// (localhost:PORT) while the sentinels announce their IPs: the node then
+// knows each of those sentinels at two addresses.
+func hostNameSeeds(addrs []string, k int) []string {
+	seeds := append([]string(nil), addrs...)
+	for i := range k {
+		_, port, _ := net.SplitHostPort(addrs[i])
+		seeds[i] = net.JoinHostPort("localhost", port)
+	}
+	return seeds
+}
+
+// masterRun returns the run_id of the server the sentinels of g name as
+// the master.
+func masterRun(ctx context.Context, t *testing.T, g *redistest.Group) string {
+	t.Helper()
+	info, err := g.Client(t, g.Master()).Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node.InfoRunID(info)
 }
