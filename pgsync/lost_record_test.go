@@ -164,15 +164,9 @@ func (e *env) lostPartsSetAside(ctx context.Context) (m *pgsync.Metrics, early, 
 	// the landed part's record is read again on the re-check of pending
 	// rows, a cadence of its own, not the walks': it may report after them
 	// (a clean-clone CI saw the three walks end 0.6 s before it did)
-	reported := func() bool { return m.UnreadableQueues(early.node) >= 1 && m.UnreadableParts(late.node) >= 1 }
-	deadline := time.Now().Add(20 * time.Second)
-	for !reported() && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if !reported() {
-		t.Errorf("unreadable queues on %s %v, parts on %s %v 20s after the walks; want each reported", early.node, m.UnreadableQueues(early.node),
-			late.node, m.UnreadableParts(late.node))
-	}
+	waitFor(t, 20*time.Second, "an unreadable queue on "+early.node+" and an unreadable part on "+late.node+" reported", func() bool {
+		return m.UnreadableQueues(early.node) >= 1 && m.UnreadableParts(late.node) >= 1
+	})
 	// both orders paid: their parts with records confirmed, the lost ones
 	// left (DATA LOSS), set aside once due, their units reserved
 	for _, o := range []string{"o-early", "o-late"} {
